@@ -1,0 +1,349 @@
+// The autograd engine: graph recording, saved-tensor version checks,
+// gradient accumulation into leaves, and the iterative backward pass.
+#include "core/autograd.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/observer.h"
+#include "core/ops.h"
+
+namespace gradsleuth {
+
+// ---- grad mode --------------------------------------------------------------
+namespace {
+thread_local bool t_grad_enabled = true;
+}
+bool GradMode::is_enabled() { return t_grad_enabled; }
+void GradMode::set_enabled(bool e) { t_grad_enabled = e; }
+
+bool needs_grad(const Tensor& a) { return t_grad_enabled && a.defined() && a.requires_grad(); }
+bool needs_grad(const Tensor& a, const Tensor& b) {
+  return t_grad_enabled && ((a.defined() && a.requires_grad()) || (b.defined() && b.requires_grad()));
+}
+bool needs_grad(const tensor_list& ts) {
+  if (!t_grad_enabled) return false;
+  for (const auto& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+bool needs_grad(std::initializer_list<const Tensor*> ts) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : ts)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+// ---- saved tensors ------------------------------------------------------------
+SavedTensor::SavedTensor(const Tensor& t, const char* saved_by, bool is_output)
+    : version_(t.defined() ? t.version() : 0), saved_by_(saved_by), is_output_(is_output) {
+  if (!t.defined()) return;
+  data_ = is_output ? t.detach() : t;
+}
+
+Tensor SavedTensor::unpack(Node& node) const {
+  if (!data_.defined()) return Tensor();
+  const uint64_t now = data_.version();
+  if (now != version_) {
+    const char* by = data_.storage()->modifier_after(version_);
+    GS_FAIL(node.name(), "one of the tensors needed for its gradient has been modified by an in-place operation. "
+            "The ", data_.str(), " tensor was saved by '", saved_by_, "' at version ", version_, " and is now at "
+            "version ", now, "; it was modified by '", by ? by : data_.storage()->last_modifier(), "'",
+            (now - version_ > 1 ? " (first of " + std::to_string(now - version_) + " in-place modifications)" : ""),
+            ". Fix: use the out-of-place op (e.g. relu instead of relu_, x = x + y instead of x += y), or clone() "
+            "the tensor before modifying it.");
+  }
+  if (!is_output_ || !GradMode::is_enabled()) return data_;
+  // create_graph: re-attach the saved output to the node that made it, so that
+  // the backward formula that uses it is itself differentiable.
+  Tensor t = detail::make_alias(data_, data_.shape(), data_.strides(), data_.offset());
+  t.impl().requires_grad = true;
+  t.impl().grad_fn = node.shared_from_this();
+  return t;
+}
+
+// ---- leaves: AccumulateGrad -----------------------------------------------------
+namespace {
+
+// The node at the end of every path: adds the arriving gradient into leaf.grad.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(std::move(leaf)) {}
+  tensor_list apply(const Tensor& grad_in) override {
+    Tensor leaf(leaf_);
+    Tensor g = grad_in;
+    for (auto& hook : leaf_->leaf_hooks) {
+      Tensor r = hook(g);
+      if (r.defined()) g = r;
+    }
+    Tensor cur = leaf.grad();
+    if (GradMode::is_enabled()) {
+      // create_graph: keep the gradient's own graph, accumulate out of place.
+      leaf_->grad = (cur.defined() ? cur + g : g).impl_ptr();
+    } else if (!cur.defined()) {
+      // Steal the buffer when nobody else can see it; otherwise copy, so two
+      // leaves never share one .grad (add's backward hands both inputs the same g).
+      const bool sole = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                        g.grad_fn() == nullptr && !g.requires_grad();
+      leaf_->grad = (sole ? g : g.detach().clone()).impl_ptr();
+    } else {
+      cur.add_(g);
+    }
+    return {};
+  }
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+}  // namespace
+
+Edge gradient_edge(const Tensor& t) {
+  Edge e;
+  if (!t.defined() || !t.requires_grad()) return e;
+  e.shape = t.shape();
+  e.dtype = t.dtype();
+  if (t.grad_fn()) {
+    e.fn = t.grad_fn();
+    return e;
+  }
+  TensorImpl& impl = t.impl();
+  std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl.grad_accumulator = acc;
+  }
+  e.fn = std::move(acc);
+  return e;
+}
+
+static void attach(Tensor& out, const std::shared_ptr<Node>& node) {
+  node->out_shape = out.shape();
+  node->out_dtype = out.dtype();
+  TensorImpl& impl = out.impl();
+  impl.grad_fn = node;
+  impl.requires_grad = true;
+}
+
+void set_history(Tensor& out, const std::shared_ptr<Node>& node, std::initializer_list<const Tensor*> inputs) {
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor* t : inputs) node->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
+  attach(out, node);
+}
+
+void set_history(Tensor& out, const std::shared_ptr<Node>& node, const tensor_list& inputs) {
+  node->next_edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  attach(out, node);
+}
+
+// ---- in-place ops ------------------------------------------------------------------
+void check_inplace(const Tensor& self, const char* op) {
+  if (!GradMode::is_enabled()) return;
+  GS_CHECK(!(self.requires_grad() && self.is_leaf()), op, "a leaf tensor that requires grad (", self.str(),
+           ") is being modified in place. Autograd needs its value to compute gradients. If this is a parameter "
+           "update, do it inside a gs::NoGradGuard; otherwise use the out-of-place op.");
+  GS_CHECK(!(self.impl().is_view && self.requires_grad()), op, "in-place modification of a view (", self.str(),
+           ") that takes part in autograd is not supported: the base tensor's history would be stale. Use the "
+           "out-of-place op and gs::cat/gs::stack to assemble the result.");
+}
+
+void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& node,
+                    std::initializer_list<const Tensor*> other_inputs) {
+  self.storage()->bump_version(op);
+  bool record_it = node != nullptr && GradMode::is_enabled() && (self.requires_grad() || needs_grad(other_inputs));
+  if (record_it) {
+    GS_CHECK(!self.impl().is_view, op, "in-place modification of a view (", self.str(),
+             ") with an operand that requires grad is not supported; use the out-of-place op.");
+    // The node's first input is self's old history; the rest are the other operands.
+    node->next_edges.push_back(gradient_edge(self));
+    for (const Tensor* t : other_inputs) node->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
+    attach(self, node);
+  }
+}
+
+// ---- the engine --------------------------------------------------------------------
+namespace autograd {
+namespace {
+
+uint64_t g_epoch = 0;
+
+Tensor ones_for(const Tensor& root) {
+  GS_CHECK(root.numel() == 1, "backward", "grad can be implicitly created only for one-element outputs, but the "
+           "output is ", root.str(), ". Reduce it to a scalar first (e.g. loss = out.sum() or out.mean()), or pass "
+           "the gradient of the output explicitly: out.backward(grad).");
+  return ones_like(root.detach());
+}
+
+// Adds g into node's pending gradient (undefined + g = g).
+void accumulate(Node& n, Tensor g) {
+  if (!n.pending_grad_.defined()) n.pending_grad_ = std::move(g);
+  else n.pending_grad_ = n.pending_grad_ + g;
+}
+
+struct RunOptions {
+  bool retain_graph;
+  bool create_graph;
+  // grad(): capture gradients at these nodes instead of running them.
+  std::unordered_map<Node*, size_t>* capture = nullptr;
+  tensor_list* captured = nullptr;
+};
+
+void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptions& opt) {
+  GS_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward", "got ", roots.size(),
+           " outputs but ", grad_roots.size(), " gradients");
+  const uint64_t epoch = ++g_epoch;
+  std::vector<Node*> order;  // every reachable node, discovery order
+  std::vector<std::shared_ptr<Node>> keep_alive;
+
+  // 1. Count, for every node reachable from the roots, how many edges point to
+  //    it (its dependencies). Iterative DFS: a 100,000-op chain needs no stack.
+  std::vector<Node*> stack;
+  auto visit = [&](Node* n) {
+    if (n->epoch_ != epoch) {
+      n->epoch_ = epoch;
+      n->dependencies_ = 0;
+      n->pending_grad_ = Tensor();
+      n->needed_ = true;
+      order.push_back(n);
+      stack.push_back(n);
+    }
+  };
+  for (const Tensor& r : roots) {
+    GS_CHECK(r.defined() && r.requires_grad(), "backward", "element of the outputs does not require grad and has no "
+             "grad_fn (", r.defined() ? r.str() : "undefined", "): nothing to differentiate. Did you compute it "
+             "under a NoGradGuard, detach() it, or forget requires_grad_() on the inputs?");
+    Edge e = gradient_edge(r);
+    keep_alive.push_back(e.fn);
+    visit(e.fn.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (Edge& e : n->next_edges) {
+      if (!e.fn) continue;
+      visit(e.fn.get());
+      ++e.fn->dependencies_;
+    }
+  }
+  // For grad(): run only the nodes that lead to a captured input (post-order DFS).
+  if (opt.capture) {
+    for (Node* n : order) n->needed_ = false;
+    // Post-order DFS over the same graph.
+    std::vector<std::pair<Node*, size_t>> st;
+    std::unordered_map<Node*, bool> done;
+    for (const Tensor& r : roots) st.push_back({r.grad_fn() ? r.grad_fn().get() : gradient_edge(r).fn.get(), 0});
+    while (!st.empty()) {
+      auto& [n, i] = st.back();
+      if (i == 0 && done.count(n)) { st.pop_back(); continue; }
+      if (i < n->next_edges.size()) {
+        Node* c = n->next_edges[i++].fn.get();
+        if (c && !done.count(c)) st.push_back({c, 0});
+        continue;
+      }
+      // A node must run when one of its inputs' nodes is captured or must run.
+      bool need = false;
+      for (Edge& e : n->next_edges)
+        if (e.fn && (e.fn->needed_ || opt.capture->count(e.fn.get()))) need = true;
+      n->needed_ = need;
+      done[n] = true;
+      st.pop_back();
+    }
+  }
+
+  // 2. Seed the roots' gradients.
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Tensor g = grad_roots.empty() || !grad_roots[i].defined() ? ones_for(roots[i]) : grad_roots[i];
+    GS_CHECK(g.shape() == roots[i].shape(), "backward", "gradient of shape ", shape_str(g.shape()),
+             " does not match the output's shape ", shape_str(roots[i].shape()));
+    accumulate(*gradient_edge(roots[i]).fn, opt.create_graph ? g : g.detach());
+  }
+
+  // 3. Kahn's algorithm: a node runs once all of its consumers have sent their
+  //    gradients (dependencies_ reaches 0).
+  std::vector<Node*> ready;
+  for (const Tensor& r : roots) {
+    Node* n = gradient_edge(r).fn.get();
+    if (n->dependencies_ == 0 && std::find(ready.begin(), ready.end(), n) == ready.end()) ready.push_back(n);
+  }
+  struct Restore {
+    bool prev = GradMode::is_enabled();
+    ~Restore() { GradMode::set_enabled(prev); }
+  } restore;
+  GradMode::set_enabled(opt.create_graph);
+  try {
+    while (!ready.empty()) {
+      Node* n = ready.back();
+      ready.pop_back();
+      Tensor g = std::move(n->pending_grad_);
+      n->pending_grad_ = Tensor();
+      tensor_list grads;
+      if (opt.capture) {
+        auto it = opt.capture->find(n);
+        if (it != opt.capture->end()) {
+          Tensor& slot = (*opt.captured)[it->second];
+          slot = slot.defined() ? slot + g : g;
+        }
+      }
+      const bool run_it = n->needed_ && g.defined() && !(opt.capture && dynamic_cast<AccumulateGrad*>(n));
+      if (run_it) {
+        for (auto& hook : n->pre_hooks) {
+          Tensor r = hook(g);
+          if (r.defined()) g = r;
+        }
+        grads = n->apply(g);
+        if (observers_active())
+          detail::notify_backward(BackwardEvent{n, &g, grads.data(), grads.size()});
+        if (!opt.retain_graph) n->release_saved();
+        GS_CHECK(grads.empty() || grads.size() == n->next_edges.size(), n->name(), "backward returned ",
+                 grads.size(), " gradients for ", n->next_edges.size(), " inputs");
+      }
+      for (size_t i = 0; i < n->next_edges.size(); ++i) {
+        Edge& e = n->next_edges[i];
+        if (!e.fn) continue;
+        if (i < grads.size() && grads[i].defined()) {
+          Tensor gi = std::move(grads[i]);
+          // Validate what the op's backward produced: the most common bug in a
+          // hand-written backward is a gradient of the wrong shape.
+          GS_CHECK(gi.shape() == e.shape, n->name(), "backward produced a gradient of shape ",
+                   shape_str(gi.shape()), " for input ", i, " of shape ", shape_str(e.shape),
+                   ". A backward must return one gradient per input with that input's shape (reduce broadcast "
+                   "dims with sum_to).");
+          if (gi.dtype() != e.dtype) gi = gi.to(e.dtype);
+          accumulate(*e.fn, std::move(gi));
+        }
+        if (--e.fn->dependencies_ == 0) ready.push_back(e.fn.get());
+      }
+    }
+  } catch (...) {
+    for (Node* n : order) n->pending_grad_ = Tensor();
+    throw;
+  }
+}
+
+}  // namespace
+
+void backward(const tensor_list& roots, const tensor_list& grad_roots, bool retain_graph, bool create_graph) {
+  run(roots, grad_roots, RunOptions{retain_graph || create_graph, create_graph});
+}
+
+tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs,
+                 std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
+  std::unordered_map<Node*, size_t> capture;
+  std::vector<std::shared_ptr<Node>> keep;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GS_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "grad", "input ", i, " (",
+             inputs[i].defined() ? inputs[i].str() : "undefined", ") does not require grad");
+    Edge e = gradient_edge(inputs[i]);
+    keep.push_back(e.fn);
+    GS_CHECK(capture.emplace(e.fn.get(), i).second, "grad", "input ", i, " appears twice in inputs");
+  }
+  tensor_list captured(inputs.size());
+  run(outputs, grad_outputs, RunOptions{retain_graph.value_or(create_graph), create_graph, &capture, &captured});
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GS_CHECK(captured[i].defined() || allow_unused, "grad", "input ", i, " (", inputs[i].str(),
+             ") was not used to compute the outputs; pass allow_unused=true to get an undefined gradient for it");
+  }
+  return captured;
+}
+
+}  // namespace autograd
+}  // namespace gradsleuth

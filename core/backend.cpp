@@ -1,0 +1,52 @@
+// The table of registered backends, and op-name tables.
+#include "core/backend.h"
+
+#include "core/error.h"
+#include "core/generator.h"
+
+namespace gradsleuth {
+
+namespace {
+Backend* g_backends[2] = {nullptr, nullptr};
+}
+
+Backend& cpu_backend();  // cpu/cpu_backend.cpp
+
+void register_backend(DeviceType type, Backend* backend) { g_backends[static_cast<int>(type)] = backend; }
+
+bool has_backend(DeviceType type) {
+  return type == DeviceType::CPU || g_backends[static_cast<int>(type)] != nullptr;
+}
+
+Backend& backend_for(Device d) {
+  if (d.type == DeviceType::CPU) return cpu_backend();
+  Backend* b = g_backends[static_cast<int>(d.type)];
+  GS_CHECK(b != nullptr, "device", "no backend for ", d.str(),
+           ": this build of gradsleuth has no CUDA support, or the gradsleuth_cuda library is not linked. "
+           "Rebuild with -DGRADSLEUTH_CUDA=ON on a machine with the CUDA toolkit, or keep tensors on the cpu.");
+  return *b;
+}
+
+const char* unary_op_name(UnaryOp op) {
+  static const char* names[] = {"neg", "exp", "log", "sqrt", "abs", "sign", "relu", "sigmoid", "tanh", "erf",
+                                "reciprocal", "square", "log1p", "expm1", "sin", "cos", "logical_not", "isnan",
+                                "isinf", "isfinite"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(UnaryOp::kCount));
+  return names[static_cast<int>(op)];
+}
+
+const char* binary_op_name(BinaryOp op) {
+  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
+                                "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(BinaryOp::kCount));
+  return names[static_cast<int>(op)];
+}
+
+Generator& default_generator() {
+  static Generator g;
+  return g;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+}  // namespace gradsleuth

@@ -1,0 +1,124 @@
+// The backend contract: the low-level kernels a device must implement.
+// Every op in ops/ is written in terms of these (tinygrad's lesson: a new
+// backend is a table to fill, not a tree to copy). The CPU backend (cpu/) is
+// the answer key; the CUDA backend (cuda/) implements the same interface.
+//
+// Conventions for every kernel:
+//  - `out` is freshly allocated and contiguous unless the comment says otherwise;
+//    inputs may have any strides, including 0 (broadcast) — ops/ expands operands
+//    to the output shape before calling, so kernels never broadcast themselves.
+//  - dtypes are already resolved by ops/ (operands cast to the compute dtype).
+//  - Kernels validate nothing about user input; ops/ has checked it.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace gradsleuth {
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Abs, Sign, Relu, Sigmoid, Tanh, Erf, Reciprocal, Square,
+  Log1p, Expm1, Sin, Cos, LogicalNot, IsNan, IsInf, IsFinite,
+  kCount
+};
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr,  // these produce bool
+  kCount
+};
+enum class ReduceOp : uint8_t { Sum, Max, Min, kCount };
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+// Convolution geometry, NCHW. Output size: (H + 2*pad - dil*(k-1) - 1) / stride + 1.
+struct Conv2dGeometry {
+  int64_t N, C, H, W;        // input
+  int64_t kH, kW;            // kernel
+  int64_t sH, sW, pH, pW, dH, dW;
+  int64_t outH, outW;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType type() const = 0;
+  virtual const char* name() const = 0;
+
+  // ---- memory ----
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* p, size_t nbytes) = 0;
+  // Copies between this device and the host (contiguous bytes).
+  virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void synchronize() {}
+
+  // ---- data movement ----
+  // out (any strides, may not overlap in) <- in (same shape, any strides), casting dtype.
+  virtual void copy(const Tensor& out, const Tensor& in) = 0;
+  // out (any strides) <- value.
+  virtual void fill(const Tensor& out, double value) = 0;
+  // out[i] = start + i * step (contiguous).
+  virtual void arange(const Tensor& out, double start, double step) = 0;
+
+  // ---- elementwise ----
+  virtual void unary(UnaryOp op, const Tensor& out, const Tensor& in) = 0;
+  // a, b have out's shape (possibly stride-0 views) and the same dtype; out has
+  // that dtype, or bool for comparisons.
+  virtual void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // out = cond ? a : b   (cond bool; all of out's shape)
+  virtual void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) = 0;
+  // out = clamp(in, lo, hi) — lo/hi may be +-inf.
+  virtual void clamp(const Tensor& out, const Tensor& in, double lo, double hi) = 0;
+
+  // ---- reductions ----
+  // `out` has `in`'s rank with size 1 on reduced dims (keepdim shape); reduced[d] marks dims.
+  virtual void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) = 0;
+  // Index (int64) of the max/min along `dim`; out has keepdim shape. First index wins ties.
+  virtual void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) = 0;
+  // Row-wise over the last dim of a contiguous (R, C) input: softmax or log_softmax.
+  virtual void softmax_lastdim(const Tensor& out, const Tensor& in, bool log) = 0;
+
+  // ---- linear algebra ----
+  // out (B, n, m) contiguous = a (B, n, k) @ b (B, k, m); a and b may have any strides.
+  virtual void bmm(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+
+  // ---- indexing ----
+  // out[i][j][k] = in[i][index[i][j][k]][k] (dim = 1 example); index int64, out has index's shape.
+  virtual void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) = 0;
+  // out (pre-filled) [i][index[i][j][k]][k] += src[i][j][k].
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+  // out = in.index_select(dim, index): out's size along dim = index.numel().
+  virtual void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) = 0;
+  // out (pre-filled) .index_add_(dim, index, src).
+  virtual void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+
+  // ---- convolution and pooling (NCHW, contiguous) ----
+  // cols (N, C*kH*kW, outH*outW) <- in (N, C, H, W)
+  virtual void im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) = 0;
+  // out (N, C, H, W), pre-zeroed, += scattered cols (N, C*kH*kW, outH*outW)
+  virtual void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) = 0;
+  // out (N, C, outH, outW), argmax (same shape, int64: flat h*W+w index in the input plane)
+  virtual void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) = 0;
+  // grad_in (pre-zeroed) [argmax] += grad_out
+  virtual void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
+                                   const Conv2dGeometry& g) = 0;
+  // count_include_pad semantics: divides by kH*kW.
+  virtual void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) = 0;
+  virtual void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) = 0;
+
+  // ---- random (counter-based, see generator.h) ----
+  // uniform in [lo, hi) / normal(mean, std), element i uses Philox(seed, offset + i/4) word i%4.
+  virtual void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) = 0;
+  virtual void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) = 0;
+};
+
+// The backend for a device. Throws a clear error when the device's backend is
+// not built (CUDA without GRADSLEUTH_CUDA) or the device does not exist.
+Backend& backend_for(Device d);
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+// Backends register themselves (the CUDA library does so when loaded).
+void register_backend(DeviceType type, Backend* backend);
+bool has_backend(DeviceType type);
+
+}  // namespace gradsleuth

@@ -1,0 +1,47 @@
+// The list of op observers (see observer.h).
+#include "core/observer.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+namespace gradsleuth {
+namespace detail {
+std::atomic<int> g_observer_count{0};
+namespace {
+std::vector<OpObserver*>& observers() {
+  static std::vector<OpObserver*> v;
+  return v;
+}
+std::mutex g_mu;
+}  // namespace
+
+void notify_op(const OpEvent& e) {
+  // Copy: an observer may detach itself from inside the callback.
+  std::vector<OpObserver*> list = observers();
+  for (OpObserver* o : list) o->on_op(e);
+}
+void notify_op_begin(const char* op) {
+  std::vector<OpObserver*> list = observers();
+  for (OpObserver* o : list) o->on_op_begin(op);
+}
+void notify_backward(const BackwardEvent& e) {
+  std::vector<OpObserver*> list = observers();
+  for (OpObserver* o : list) o->on_backward(e);
+}
+}  // namespace detail
+
+void add_observer(OpObserver* o) {
+  std::lock_guard<std::mutex> lock(detail::g_mu);
+  detail::observers().push_back(o);
+  detail::g_observer_count.store(static_cast<int>(detail::observers().size()));
+}
+
+void remove_observer(OpObserver* o) {
+  std::lock_guard<std::mutex> lock(detail::g_mu);
+  auto& v = detail::observers();
+  v.erase(std::remove(v.begin(), v.end(), o), v.end());
+  detail::g_observer_count.store(static_cast<int>(v.size()));
+}
+
+}  // namespace gradsleuth

@@ -1,0 +1,73 @@
+// The op observer: lets other modules (debug's broadcasting detector, NaN
+// localiser, profiler) see every op executed, without core depending on them.
+// With no observer attached, an op pays one relaxed atomic load.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace gradsleuth {
+
+struct OpEvent {
+  const char* op;            // registry name: "add", "matmul", "relu_"
+  const Tensor* inputs;      // tensor operands (scalars appear as 0-dim tensors)
+  size_t num_inputs;
+  const Tensor* output;      // the result (for in-place ops, the modified tensor)
+  uint32_t expanded_mask;    // bit i set: broadcasting expanded input i to a larger shape
+  bool inplace;
+};
+
+// Called for each node a backward pass runs: its name, the gradient that
+// arrived for its output, and the gradients it produced for its inputs.
+struct BackwardEvent {
+  const Node* node;
+  const Tensor* grad_output;
+  const Tensor* grad_inputs;
+  size_t num_grad_inputs;
+};
+
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void on_op(const OpEvent&) {}
+  virtual void on_backward(const BackwardEvent&) {}
+  virtual void on_op_begin(const char* op) {}  // for timing (profiler)
+};
+
+void add_observer(OpObserver* o);
+void remove_observer(OpObserver* o);
+
+// RAII: observes for the guard's lifetime.
+class ObserverGuard {
+ public:
+  explicit ObserverGuard(OpObserver* o) : o_(o) { add_observer(o_); }
+  ~ObserverGuard() { remove_observer(o_); }
+  ObserverGuard(const ObserverGuard&) = delete;
+  ObserverGuard& operator=(const ObserverGuard&) = delete;
+ private:
+  OpObserver* o_;
+};
+
+namespace detail {
+extern std::atomic<int> g_observer_count;
+void notify_op(const OpEvent& e);
+void notify_op_begin(const char* op);
+void notify_backward(const BackwardEvent& e);
+}  // namespace detail
+
+inline bool observers_active() { return detail::g_observer_count.load(std::memory_order_relaxed) != 0; }
+
+// Used by ops: reports the op when someone listens.
+inline void notify_op(const char* op, std::initializer_list<Tensor> inputs, const Tensor& out,
+                      uint32_t expanded_mask = 0, bool inplace = false) {
+  if (observers_active()) [[unlikely]]
+    detail::notify_op(OpEvent{op, inputs.begin(), inputs.size(), &out, expanded_mask, inplace});
+}
+inline void notify_op(const char* op, const tensor_list& inputs, const Tensor& out, uint32_t expanded_mask = 0,
+                      bool inplace = false) {
+  if (observers_active()) [[unlikely]]
+    detail::notify_op(OpEvent{op, inputs.data(), inputs.size(), &out, expanded_mask, inplace});
+}
+
+}  // namespace gradsleuth

@@ -1,0 +1,307 @@
+// The op registry: one row per op, with the sample inputs the gradient checker
+// and the backend-coverage tests use. Samples cover broadcasting and
+// non-contiguous inputs where an op has them.
+#include "core/op_registry.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+
+namespace gradsleuth {
+
+namespace {
+
+using Samples = std::vector<OpSample>;
+
+// Random inputs in a range, in the requested dtype.
+Tensor rnd(Generator& g, const Shape& s, DType t, double lo = -1.0, double hi = 1.0) {
+  return rand(s, t, &g) * (hi - lo) + lo;
+}
+// A non-contiguous tensor of shape s (transposed storage of s reversed in the last two dims).
+Tensor noncontig(Generator& g, const Shape& s, DType t, double lo = -1.0, double hi = 1.0) {
+  Shape r = s;
+  std::swap(r[r.size() - 1], r[r.size() - 2]);
+  return rnd(g, r, t, lo, hi).transpose(-1, -2);
+}
+// Values bounded away from 0 with random signs (for division, abs, ...).
+Tensor away_from_zero(Generator& g, const Shape& s, DType t) {
+  Tensor m = rnd(g, s, t, 0.5, 1.5);
+  Tensor sg = where(rand(s, t, &g) > 0.5, ones(s, t), full(s, -1.0, t));
+  return m * sg;
+}
+
+// Standard sample sets.
+Samples unary_samples(Generator& g, DType t, double lo, double hi) {
+  return {{"(3,4)", {rnd(g, {3, 4}, t, lo, hi)}},
+          {"non-contiguous (4,3)", {noncontig(g, {4, 3}, t, lo, hi)}},
+          {"scalar ()", {rnd(g, {}, t, lo, hi)}}};
+}
+Samples binary_samples(Generator& g, DType t, double lo, double hi, double blo, double bhi) {
+  return {{"same shape (3,4)", {rnd(g, {3, 4}, t, lo, hi), rnd(g, {3, 4}, t, blo, bhi)}},
+          {"broadcast (3,1)x(1,4)", {rnd(g, {3, 1}, t, lo, hi), rnd(g, {1, 4}, t, blo, bhi)}},
+          {"bias (2,3)x(3)", {rnd(g, {2, 3}, t, lo, hi), rnd(g, {3}, t, blo, bhi)}},
+          {"non-contiguous (4,3)x(4,3)", {noncontig(g, {4, 3}, t, lo, hi), rnd(g, {4, 3}, t, blo, bhi)}}};
+}
+// Distinct values (no ties) for max/min-style ops.
+Tensor distinct(Generator& g, const Shape& s, DType t) {
+  const int64_t n = numel_of(s);
+  Tensor p = randperm(n, &g).to(t) / static_cast<double>(n);
+  return p.reshape(s);
+}
+
+using Fn = std::function<Tensor(const tensor_list&)>;
+OpInfo op(std::string name, std::string cat, Fn fn, std::function<Samples(Generator&, DType)> samples,
+          bool differentiable = true, bool double_backward = true) {
+  OpInfo o;
+  o.name = std::move(name);
+  o.category = std::move(cat);
+  o.fn = std::move(fn);
+  o.samples = std::move(samples);
+  o.differentiable = differentiable;
+  o.double_backward = double_backward;
+  return o;
+}
+
+std::vector<OpInfo> build() {
+  std::vector<OpInfo> r;
+  auto unary = [&](std::string name, Tensor (*f)(const Tensor&), double lo, double hi, bool dbl = true) {
+    r.push_back(op(name, "elementwise", [f](const tensor_list& in) { return f(in[0]); },
+                   [lo, hi](Generator& g, DType t) { return unary_samples(g, t, lo, hi); }, true, dbl));
+  };
+  auto binary = [&](std::string name, Fn fn, double lo, double hi, double blo, double bhi) {
+    r.push_back(op(name, "elementwise", fn,
+                   [=](Generator& g, DType t) { return binary_samples(g, t, lo, hi, blo, bhi); }));
+  };
+  // ---- elementwise ----
+  binary("add", [](const tensor_list& x) { return add(x[0], x[1]); }, -1, 1, -1, 1);
+  binary("sub", [](const tensor_list& x) { return sub(x[0], x[1]); }, -1, 1, -1, 1);
+  binary("mul", [](const tensor_list& x) { return mul(x[0], x[1]); }, -1, 1, -1, 1);
+  binary("div", [](const tensor_list& x) { return div(x[0], x[1]); }, -1, 1, 0.5, 1.5);
+  binary("pow", [](const tensor_list& x) { return pow(x[0], x[1]); }, 0.5, 1.5, -1, 1);
+  r.push_back(op("pow_scalar", "elementwise", [](const tensor_list& x) { return pow(x[0], 2.5); },
+                 [](Generator& g, DType t) { return unary_samples(g, t, 0.5, 1.5); }));
+  r.push_back(op("maximum", "elementwise", [](const tensor_list& x) { return maximum(x[0], x[1]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4)", {distinct(g, {3, 4}, t), distinct(g, {3, 4}, t) + 0.01}},
+                                  {"broadcast (3,1)x(4)", {distinct(g, {3, 1}, t), distinct(g, {4}, t) + 0.03}}};
+                 }));
+  r.push_back(op("minimum", "elementwise", [](const tensor_list& x) { return minimum(x[0], x[1]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4)", {distinct(g, {3, 4}, t), distinct(g, {3, 4}, t) + 0.01}}};
+                 }));
+  unary("neg", neg, -1, 1);
+  unary("exp", exp, -1, 1);
+  unary("log", log, 0.5, 2.0);
+  unary("sqrt", sqrt, 0.5, 2.0);
+  r.push_back(op("abs", "elementwise", [](const tensor_list& x) { return abs(x[0]); },
+                 [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
+  unary("square", square, -1, 1);
+  r.push_back(op("reciprocal", "elementwise", [](const tensor_list& x) { return reciprocal(x[0]); },
+                 [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
+  unary("erf", erf, -1.5, 1.5);
+  unary("log1p", log1p, -0.5, 1.0);
+  unary("sin", sin, -2, 2);
+  unary("cos", cos, -2, 2);
+  r.push_back(op("clamp", "elementwise", [](const tensor_list& x) { return clamp(x[0], -0.5, 0.5); },
+                 [](Generator& g, DType t) {
+                   // keep values away from the clamp edges, where the derivative jumps
+                   Tensor v = away_from_zero(g, {3, 4}, t) * 0.9;
+                   return Samples{{"(3,4)", {where(abs(abs(v) - 0.5) < 0.05, v * 0.5, v)}}};
+                 }));
+  r.push_back(op("relu", "elementwise", [](const tensor_list& x) { return relu(x[0]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}},
+                                  {"non-contiguous", {away_from_zero(g, {4, 3}, t).t()}}};
+                 }));
+  r.push_back(op("leaky_relu", "elementwise", [](const tensor_list& x) { return leaky_relu(x[0], 0.1); },
+                 [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
+  unary("sigmoid", sigmoid, -3, 3);
+  unary("tanh", tanh, -2, 2);
+  unary("gelu", gelu, -2, 2);
+  r.push_back(op("softplus", "elementwise", [](const tensor_list& x) { return softplus(x[0]); },
+                 [](Generator& g, DType t) { return unary_samples(g, t, -3, 3); }));
+  r.push_back(op("where", "elementwise",
+                 [](const tensor_list& x) { return where(x[0] > 0.0, x[1], x[2]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"broadcast cond (3,4), a (3,1), b (4)",
+                                   {away_from_zero(g, {3, 4}, t), rnd(g, {3, 1}, t), rnd(g, {4}, t)}}};
+                 }));
+  r.push_back(op("masked_fill", "elementwise",
+                 [](const tensor_list& x) { return masked_fill(x[0], x[1] > 0.0, 2.0); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4) mask (4)", {rnd(g, {3, 4}, t), away_from_zero(g, {4}, t)}}};
+                 }));
+  for (const char* name : {"eq", "ne", "lt", "le", "gt", "ge"}) {
+    std::string n = name;
+    r.push_back(op(n, "comparison",
+                   [n](const tensor_list& x) {
+                     if (n == "eq") return eq(x[0], x[1]);
+                     if (n == "ne") return ne(x[0], x[1]);
+                     if (n == "lt") return lt(x[0], x[1]);
+                     if (n == "le") return le(x[0], x[1]);
+                     if (n == "gt") return gt(x[0], x[1]);
+                     return ge(x[0], x[1]);
+                   },
+                   [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
+  }
+  r.push_back(op("to_dtype", "elementwise",
+                 [](const tensor_list& x) { return to_dtype(to_dtype(x[0], kFloat32), x[0].dtype()) * x[0]; },
+                 [](Generator& g, DType t) { return unary_samples(g, t, -1, 1); }));
+
+  // ---- reductions ----
+  auto red = [&](std::string name, Fn fn, bool distinct_values = false, bool dbl = true) {
+    r.push_back(op(name, "reduction", fn,
+                   [distinct_values](Generator& g, DType t) {
+                     auto mk = [&](const Shape& s) { return distinct_values ? distinct(g, s, t) : rnd(g, s, t); };
+                     Tensor nc = mk({4, 3}).t();
+                     return Samples{{"(2,3,4)", {mk({2, 3, 4})}}, {"non-contiguous (3,4)", {nc}}};
+                   },
+                   true, dbl));
+  };
+  red("sum", [](const tensor_list& x) { return sum(x[0]); });
+  red("sum_dim", [](const tensor_list& x) { return sum(x[0], {0, -1}, true); });
+  red("mean", [](const tensor_list& x) { return mean(x[0], {1}); });
+  red("amax", [](const tensor_list& x) { return amax(x[0], {-1}); }, true);
+  red("amin", [](const tensor_list& x) { return amin(x[0]); }, true);
+  red("max_dim", [](const tensor_list& x) { return max(x[0], 1); }, true);
+  red("min_dim", [](const tensor_list& x) { return min(x[0], 0, true); }, true);
+  red("var", [](const tensor_list& x) { return var(x[0], {-1}); });
+  red("std", [](const tensor_list& x) { return std(x[0], {0}, false); });
+  red("softmax", [](const tensor_list& x) { return softmax(x[0], -1) * softmax(x[0], 0); });
+  red("log_softmax", [](const tensor_list& x) { return log_softmax(x[0], -1) + log_softmax(x[0], 0); });
+  red("logsumexp", [](const tensor_list& x) { return logsumexp(x[0], {-1}); });
+  r.push_back(op("argmax", "reduction", [](const tensor_list& x) { return argmax(x[0], 1); },
+                 [](Generator& g, DType t) { return Samples{{"(3,4)", {distinct(g, {3, 4}, t)}}}; }, false, false));
+  r.push_back(op("argmin", "reduction", [](const tensor_list& x) { return argmin(x[0]); },
+                 [](Generator& g, DType t) { return Samples{{"(3,4)", {distinct(g, {3, 4}, t)}}}; }, false, false));
+
+  // ---- linear algebra ----
+  r.push_back(op("matmul", "linalg", [](const tensor_list& x) { return matmul(x[0], x[1]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4)@(4,2)", {rnd(g, {3, 4}, t), rnd(g, {4, 2}, t)}},
+                                  {"transposed (3,4)@(4,2)", {noncontig(g, {3, 4}, t), noncontig(g, {4, 2}, t)}},
+                                  {"batched broadcast (2,3,4)@(4,2)", {rnd(g, {2, 3, 4}, t), rnd(g, {4, 2}, t)}},
+                                  {"batched (2,1,3,4)@(3,4,2)", {rnd(g, {2, 1, 3, 4}, t), rnd(g, {3, 4, 2}, t)}},
+                                  {"vector (4)@(4,2)", {rnd(g, {4}, t), rnd(g, {4, 2}, t)}},
+                                  {"(3,4)@vector (4)", {rnd(g, {3, 4}, t), rnd(g, {4}, t)}},
+                                  {"dot (4)@(4)", {rnd(g, {4}, t), rnd(g, {4}, t)}}};
+                 }));
+  r.push_back(op("linear", "linalg", [](const tensor_list& x) { return linear(x[0], x[1], x[2]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"x (5,4), W (3,4), b (3)", {rnd(g, {5, 4}, t), rnd(g, {3, 4}, t), rnd(g, {3}, t)}}};
+                 }));
+
+  // ---- views ----
+  auto view_op = [&](std::string name, Fn fn, Shape s) {
+    r.push_back(op(name, "view", fn, [s](Generator& g, DType t) {
+      return Samples{{"contiguous " + shape_str(s), {rnd(g, s, t)}}};
+    }));
+  };
+  view_op("view", [](const tensor_list& x) { return x[0].view({4, 6}); }, {2, 3, 4});
+  r.push_back(op("reshape", "view", [](const tensor_list& x) { return x[0].reshape({-1}); },
+                 [](Generator& g, DType t) { return Samples{{"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}}; }));
+  view_op("flatten", [](const tensor_list& x) { return x[0].flatten(1); }, {2, 3, 4});
+  view_op("transpose", [](const tensor_list& x) { return x[0].transpose(0, 2); }, {2, 3, 4});
+  view_op("permute", [](const tensor_list& x) { return x[0].permute({2, 0, 1}); }, {2, 3, 4});
+  view_op("narrow", [](const tensor_list& x) { return x[0].narrow(1, 1, 2); }, {2, 3, 4});
+  view_op("slice", [](const tensor_list& x) { return x[0].slice(2, 0, 4, 2); }, {2, 3, 4});
+  view_op("select", [](const tensor_list& x) { return x[0].select(0, 1); }, {2, 3, 4});
+  view_op("expand", [](const tensor_list& x) { return x[0].expand({2, 3, 4}); }, {3, 1});
+  view_op("squeeze", [](const tensor_list& x) { return x[0].squeeze(); }, {2, 1, 4});
+  view_op("unsqueeze", [](const tensor_list& x) { return x[0].unsqueeze(1); }, {2, 4});
+  r.push_back(op("contiguous", "view", [](const tensor_list& x) { return x[0].contiguous(); },
+                 [](Generator& g, DType t) { return Samples{{"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}}; }));
+  view_op("clone", [](const tensor_list& x) { return x[0].clone(); }, {3, 2});
+
+  // ---- indexing and joining ----
+  r.push_back(op("gather", "indexing", [](const tensor_list& x) { return gather(x[0], 1, x[1]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4) idx (3,2)", {rnd(g, {3, 4}, t), randint(0, 4, {3, 2}, kInt64, &g)}}};
+                 }));
+  r.push_back(op("index_select", "indexing", [](const tensor_list& x) { return index_select(x[0], 0, x[1]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(4,3) idx [2,0,2]", {rnd(g, {4, 3}, t), tensor(std::vector<int64_t>{2, 0, 2}, {3})}}};
+                 }));
+  r.push_back(op("embedding", "indexing", [](const tensor_list& x) { return embedding(x[0], x[1]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"V=5 D=3, idx (2,2)", {rnd(g, {5, 3}, t), tensor(std::vector<int64_t>{1, 4, 1, 0}, {2, 2})}}};
+                 }));
+  r.push_back(op("cat", "indexing", [](const tensor_list& x) { return cat({x[0], x[1]}, 1); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(2,3)+(2,2) dim 1", {rnd(g, {2, 3}, t), noncontig(g, {2, 2}, t)}}};
+                 }));
+  r.push_back(op("stack", "indexing", [](const tensor_list& x) { return stack({x[0], x[1]}, 0); },
+                 [](Generator& g, DType t) { return Samples{{"2x(2,3)", {rnd(g, {2, 3}, t), rnd(g, {2, 3}, t)}}}; }));
+  r.push_back(op("split", "indexing",
+                 [](const tensor_list& x) {
+                   auto p = split(x[0], 2, 1);
+                   return p[0] * 2.0 + p[1].sum({1}, true);
+                 },
+                 [](Generator& g, DType t) { return Samples{{"(3,4)", {rnd(g, {3, 4}, t)}}}; }));
+
+  // ---- convolution, pooling, dropout ----
+  r.push_back(op("conv2d", "nn",
+                 [](const tensor_list& x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"x (2,2,5,5) w (3,2,3,3) pad 1",
+                                   {rnd(g, {2, 2, 5, 5}, t), rnd(g, {3, 2, 3, 3}, t), rnd(g, {3}, t)}}};
+                 }));
+  r.push_back(op("conv2d_strided_grouped", "nn",
+                 [](const tensor_list& x) { return conv2d(x[0], x[1], Tensor(), {2, 2}, {1, 1}, {2, 2}, 2); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"x (1,4,7,7) w (4,2,3,3) stride 2 dil 2 groups 2",
+                                   {rnd(g, {1, 4, 7, 7}, t), rnd(g, {4, 2, 3, 3}, t)}}};
+                 }));
+  r.push_back(op("max_pool2d", "nn", [](const tensor_list& x) { return max_pool2d(x[0], {2, 2}); },
+                 [](Generator& g, DType t) { return Samples{{"(2,2,4,4)", {distinct(g, {2, 2, 4, 4}, t)}}}; },
+                 true, false));
+  r.push_back(op("avg_pool2d", "nn", [](const tensor_list& x) { return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); },
+                 [](Generator& g, DType t) { return Samples{{"(1,2,5,5) k3 s2 p1", {rnd(g, {1, 2, 5, 5}, t)}}}; },
+                 true, false));
+  r.push_back(op("dropout", "nn",
+                 [](const tensor_list& x) {
+                   Generator fixed(7);  // the same mask on every call, so numeric differences are meaningful
+                   return dropout(x[0], 0.3, true, &fixed);
+                 },
+                 [](Generator& g, DType t) { return Samples{{"(4,5)", {rnd(g, {4, 5}, t)}}}; }));
+
+  // ---- in-place ops (differentiated through a clone) ----
+  auto inplace = [&](std::string name, std::function<void(Tensor&, const tensor_list&)> f, int n_inputs) {
+    r.push_back(op(name, "inplace",
+                   [f](const tensor_list& x) {
+                     Tensor y = x[0] * 1.0;  // a non-leaf that may be modified in place
+                     f(y, x);
+                     return y;
+                   },
+                   [n_inputs](Generator& g, DType t) {
+                     tensor_list in{away_from_zero(g, {3, 4}, t)};
+                     if (n_inputs > 1) in.push_back(away_from_zero(g, {4}, t));
+                     return Samples{{n_inputs > 1 ? "(3,4) with (4)" : "(3,4)", in}};
+                   }));
+  };
+  inplace("add_", [](Tensor& y, const tensor_list& x) { y.add_(x[1], 0.5); }, 2);
+  inplace("mul_", [](Tensor& y, const tensor_list& x) { y.mul_(x[1]); }, 2);
+  inplace("div_", [](Tensor& y, const tensor_list& x) { y.div_(x[1]); }, 2);
+  inplace("relu_", [](Tensor& y, const tensor_list&) { y.relu_(); }, 1);
+  inplace("clamp_", [](Tensor& y, const tensor_list&) { y.clamp_(-0.8, 0.8); }, 1);
+  inplace("copy_", [](Tensor& y, const tensor_list& x) { y.copy_(x[1]); }, 2);
+  inplace("masked_fill_", [](Tensor& y, const tensor_list& x) { y.masked_fill_(x[0] > 0.0, 0.0); }, 1);
+  return r;
+}
+
+}  // namespace
+
+const std::vector<OpInfo>& op_registry() {
+  static const std::vector<OpInfo> table = build();
+  return table;
+}
+
+const OpInfo* find_op(std::string_view name) {
+  for (const OpInfo& o : op_registry())
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+}  // namespace gradsleuth

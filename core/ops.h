@@ -1,0 +1,106 @@
+// Every op of the engine as a free function (the Tensor methods forward here).
+// Each is differentiable where that is meaningful; its forward, what it saves
+// and its backward sit side by side in ops/*.cpp. All are listed by name in the
+// op registry (op_registry.h).
+//
+// Dimension letters: B = batch, N = rows, K = inner, M = columns,
+// C = channels, H/W = height/width, D = features.
+#pragma once
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace gradsleuth {
+
+// ---- elementwise, with NumPy broadcasting (ops/elementwise.cpp) -------------
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a - alpha * b
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);    // true division: integers give float32
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);   // not differentiable (zero gradient)
+Tensor square(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor gelu(const Tensor& x);                   // exact: x * Phi(x)
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+// Comparisons give bool tensors and are not differentiable.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& a);
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond ? a : b, broadcast
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// Casts (differentiable between floating types).
+Tensor to_dtype(const Tensor& x, DType t);
+// Reduces a broadcast gradient back to `shape` by summing the expanded dims.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- reductions (ops/reduce.cpp) -------------------------------------------
+// `dims` empty means all dims.
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);  // ties share the gradient
+Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values along dim
+Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor var(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+Tensor std(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+// Numerically stable: softmax(x) = exp(x - max) / sum exp(x - max).
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+
+// ---- linear algebra (ops/linalg.cpp) ---------------------------------------
+// 1-D/2-D/batched with broadcasting batch dims, like torch.matmul:
+//   (N, K) @ (K, M) -> (N, M);   (B, N, K) @ (K, M) -> (B, N, M);   (K) @ (K) -> ()
+Tensor matmul(const Tensor& a, const Tensor& b);
+// y = x @ w^T + b for x (B, in), w (out, in), b (out)
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// ---- indexing and joining (ops/index.cpp) ----------------------------------
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// weight (V, D), indices int64 of any shape (...) -> (..., D)
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor cat(const tensor_list& ts, int64_t dim = 0);
+Tensor stack(const tensor_list& ts, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+
+// ---- convolution, pooling, dropout (ops/conv.cpp) ---------------------------
+// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) -> (N, O, outH, outW)
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Dims stride = {1, 1},
+              Dims padding = {0, 0}, Dims dilation = {1, 1}, int64_t groups = 1);
+Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0}, Dims dilation = {1, 1});
+Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0});
+// Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+
+}  // namespace gradsleuth

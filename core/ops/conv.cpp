@@ -1,0 +1,143 @@
+// Convolution (im2col + GEMM), pooling and dropout, NCHW.
+//
+//   conv2d:  cols = unfold(x)                 (N, C*kH*kW, L)   L = outH*outW
+//            out  = W.view(O, C*kH*kW) @ cols  (N, O, L)  -> view (N, O, outH, outW)
+// unfold's backward is fold (col2im) and the GEMM's backward is matmul's, so
+// conv2d needs no hand-written backward of its own.
+#include "core/generator.h"
+#include "core/ops/op_utils.h"
+
+namespace gradsleuth {
+
+namespace {
+
+// Reads a 1- or 2-entry list ({k} means {k, k}).
+std::pair<int64_t, int64_t> pair_of(const Dims& d, const char* op, const char* what, std::pair<int64_t, int64_t> dflt) {
+  if (d.empty()) return dflt;
+  GS_CHECK(d.size() <= 2, op, what, " must have 1 or 2 entries, got ", shape_str(d));
+  return d.size() == 1 ? std::make_pair(d[0], d[0]) : std::make_pair(d[0], d[1]);
+}
+
+Conv2dGeometry geometry(const Tensor& x, int64_t kH, int64_t kW, const Dims& stride, const Dims& padding,
+                        const Dims& dilation, const char* op, bool stride_defaults_to_kernel) {
+  GS_CHECK(x.dim() == 4, op, "expects a 4-D input (N, C, H, W), got ", x.str(),
+           (x.dim() == 3 ? ". For a single image add the batch dim with unsqueeze(0)." : ""));
+  Conv2dGeometry g{};
+  g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
+  g.kH = kH; g.kW = kW;
+  auto [sH, sW] = pair_of(stride, op, "stride", stride_defaults_to_kernel ? std::make_pair(kH, kW) : std::make_pair<int64_t, int64_t>(1, 1));
+  auto [pH, pW] = pair_of(padding, op, "padding", {0, 0});
+  auto [dH, dW] = pair_of(dilation, op, "dilation", {1, 1});
+  g.sH = sH; g.sW = sW; g.pH = pH; g.pW = pW; g.dH = dH; g.dW = dW;
+  GS_CHECK(kH > 0 && kW > 0 && sH > 0 && sW > 0 && dH > 0 && dW > 0 && pH >= 0 && pW >= 0, op,
+           "kernel, stride and dilation must be positive and padding non-negative (kernel ", kH, "x", kW,
+           ", stride ", sH, "x", sW, ", padding ", pH, "x", pW, ", dilation ", dH, "x", dW, ")");
+  g.outH = (g.H + 2 * pH - dH * (kH - 1) - 1) / sH + 1;
+  g.outW = (g.W + 2 * pW - dW * (kW - 1) - 1) / sW + 1;
+  GS_CHECK(g.outH > 0 && g.outW > 0, op, "the input ", x.str(), " is too small for a ", kH, "x", kW,
+           " kernel with padding ", pH, "x", pW, " and dilation ", dH, "x", dW, ": the output would be ", g.outH,
+           "x", g.outW, ". Add padding or use a smaller kernel.");
+  return g;
+}
+
+Tensor fold(const Tensor& cols, const Conv2dGeometry& g);
+
+// im2col as a differentiable op: (N, C, H, W) -> (N, C*kH*kW, outH*outW).
+Tensor unfold(const Tensor& x, const Conv2dGeometry& g) {
+  Tensor xc = detail::contiguous_raw(x);
+  Tensor cols = empty({g.N, g.C * g.kH * g.kW, g.outH * g.outW}, TensorOptions(x.dtype()).device(x.device()));
+  backend_of(x).im2col(cols, xc, g);
+  if (needs_grad(x)) record("unfold", cols, {&x}, [g](const Tensor& gr, Node&) { return tensor_list{fold(gr, g)}; });
+  return cols;
+}
+
+// col2im: the adjoint of unfold (overlapping patches add up).
+Tensor fold(const Tensor& cols, const Conv2dGeometry& g) {
+  Tensor out = zeros({g.N, g.C, g.H, g.W}, TensorOptions(cols.dtype()).device(cols.device()));
+  backend_of(cols).col2im(out, detail::contiguous_raw(cols), g);
+  if (needs_grad(cols)) record("fold", out, {&cols}, [g](const Tensor& gr, Node&) { return tensor_list{unfold(gr, g)}; });
+  return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims stride, Dims padding, Dims dilation,
+              int64_t groups) {
+  detail::check_same_device("conv2d", x, weight);
+  GS_CHECK(weight.dim() == 4, "conv2d", "weight must be 4-D (out_channels, in_channels/groups, kH, kW), got ",
+           weight.str());
+  GS_CHECK(groups > 0, "conv2d", "groups must be positive, got ", groups);
+  GS_CHECK(x.is_floating_point(), "conv2d", "expects a floating-point input, got ", x.str());
+  const int64_t O = weight.size(0), Cg = weight.size(1);
+  Conv2dGeometry g = geometry(x, weight.size(2), weight.size(3), stride, padding, dilation, "conv2d", false);
+  GS_CHECK(g.C == Cg * groups, "conv2d", "input ", x.str(), " has ", g.C, " channels but the weight ", weight.str(),
+           " expects ", Cg * groups, " (in_channels/groups = ", Cg, ", groups = ", groups, ")");
+  GS_CHECK(O % groups == 0, "conv2d", "out_channels ", O, " is not divisible by groups ", groups);
+  if (bias.defined())
+    GS_CHECK(bias.dim() == 1 && bias.size(0) == O, "conv2d", "bias must be 1-D of size ", O, ", got ", bias.str());
+  Tensor cols = unfold(x, g);  // (N, C*kk, L)
+  const int64_t kk = g.kH * g.kW, L = g.outH * g.outW;
+  Tensor out;
+  if (groups == 1) {
+    out = matmul(weight.reshape({O, Cg * kk}), cols);  // (O, CK) @ (N, CK, L) -> (N, O, L)
+  } else {
+    const int64_t Og = O / groups;
+    tensor_list parts;
+    for (int64_t gi = 0; gi < groups; ++gi)
+      parts.push_back(matmul(weight.narrow(0, gi * Og, Og).reshape({Og, Cg * kk}), cols.narrow(1, gi * Cg * kk, Cg * kk)));
+    out = cat(parts, 1);
+  }
+  out = out.view({g.N, O, g.outH, g.outW});
+  (void)L;
+  if (bias.defined()) out = out + bias.view({1, O, 1, 1});
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims dilation) {
+  auto [kH, kW] = pair_of(kernel, "max_pool2d", "kernel_size", {0, 0});
+  Conv2dGeometry g = geometry(x, kH, kW, stride, padding, dilation, "max_pool2d", true);
+  GS_CHECK(g.pH * 2 <= kH && g.pW * 2 <= kW, "max_pool2d", "padding ", g.pH, "x", g.pW,
+           " must be at most half the kernel size ", kH, "x", kW);
+  Tensor xc = detail::contiguous_raw(x);
+  Tensor out = empty({g.N, g.C, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
+  Tensor argmax = empty({g.N, g.C, g.outH, g.outW}, TensorOptions(kInt64).device(x.device()));
+  backend_of(x).max_pool2d(out, argmax, xc, g);
+  notify_op("max_pool2d", {x}, out);
+  if (needs_grad(x))  // the gradient goes to the element that won each window
+    record("max_pool2d", out, {&x}, [argmax, g](const Tensor& gr, Node&) {
+      Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
+      backend_of(gr).max_pool2d_backward(gi, detail::contiguous_raw(gr), argmax, g);
+      return tensor_list{gi};
+    });
+  return out;
+}
+
+Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding) {
+  auto [kH, kW] = pair_of(kernel, "avg_pool2d", "kernel_size", {0, 0});
+  Conv2dGeometry g = geometry(x, kH, kW, stride, padding, {1, 1}, "avg_pool2d", true);
+  GS_CHECK(x.is_floating_point(), "avg_pool2d", "expects a floating-point input, got ", x.str());
+  Tensor out = empty({g.N, g.C, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
+  backend_of(x).avg_pool2d(out, detail::contiguous_raw(x), g);
+  notify_op("avg_pool2d", {x}, out);
+  if (needs_grad(x))  // each window's gradient is shared equally by its kH*kW inputs
+    record("avg_pool2d", out, {&x}, [g](const Tensor& gr, Node&) {
+      Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
+      backend_of(gr).avg_pool2d_backward(gi, detail::contiguous_raw(gr), g);
+      return tensor_list{gi};
+    });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  GS_CHECK(p >= 0.0 && p <= 1.0, "dropout", "probability must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  Generator& G = gen ? *gen : default_generator();
+  // keep ~ Bernoulli(1 - p), scaled so that E[output] = x.
+  Tensor u = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
+  backend_of(x).uniform(u, 0.0, 1.0, G.seed(), G.reserve(static_cast<uint64_t>(x.numel()) * (x.dtype() == kFloat64 ? 2 : 1)));
+  Tensor keep = (u >= p).to(x.dtype()) * (1.0 / (1.0 - p));
+  return x * keep;
+}
+
+}  // namespace gradsleuth

@@ -1,0 +1,403 @@
+// Elementwise ops with NumPy broadcasting. Each op: forward through the
+// backend, then (if an input needs a gradient) its backward right below it.
+// Backward formulas are written with differentiable ops, so create_graph gives
+// second derivatives for free.
+#include <cmath>
+
+#include "core/ops/op_utils.h"
+
+namespace gradsleuth {
+
+using detail::prepare;
+
+// ---- broadcasting ----------------------------------------------------------------
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  GS_CHECK(lead >= 0, "sum_to", "cannot reduce ", x.str(), " to the larger shape ", shape_str(shape));
+  Dims dims;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && x.shape()[d] != 1)) dims.push_back(d);
+  Tensor s = dims.empty() ? x : sum(x, dims, /*keepdim=*/true);
+  return s.reshape(shape);
+}
+
+// Forward of a binary op: broadcast, promote, run the kernel, tell observers.
+static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  detail::check_same_device(name, a, b);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  DType ct = promote_types(a.dtype(), b.dtype());
+  if (op == BinaryOp::Div && !is_floating(ct)) ct = kFloat32;  // true division
+  if (op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr) ct = promote_types(ct, kBool);
+  GS_CHECK(!(ct == kBool && (op == BinaryOp::Sub || op == BinaryOp::Pow)), name,
+           "not defined for bool tensors (", a.str(), ", ", b.str(), "); convert with .to(gs::kInt64) or use "
+           "logical ops");
+  Tensor out = empty(shape, TensorOptions(is_comparison(op) ? kBool : ct).device(a.device()));
+  backend_of(a).binary(op, out, prepare(a, ct, shape), prepare(b, ct, shape));
+  if (observers_active()) {
+    const uint32_t mask = (a.shape() != shape ? 1u : 0u) | (b.shape() != shape ? 2u : 0u);
+    notify_op(name, {a, b}, out, mask);
+  }
+  return out;
+}
+
+static Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, bool float_only = true) {
+  GS_CHECK(!float_only || x.is_floating_point(), name, "expects a floating-point tensor, got ", x.str(),
+           ". Convert with .to(gs::kFloat32) first.");
+  const bool pred = op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite ||
+                    op == UnaryOp::LogicalNot;
+  Tensor out = empty(x.shape(), TensorOptions(pred ? kBool : x.dtype()).device(x.device()));
+  if (op == UnaryOp::LogicalNot && x.dtype() != kBool) {
+    backend_of(x).unary(UnaryOp::LogicalNot, out, prepare(x, kBool, x.shape()));
+  } else {
+    backend_of(x).unary(op, out, x);
+  }
+  notify_op(name, {x}, out);
+  return out;
+}
+
+// ---- arithmetic ------------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  Tensor out = alpha == 1.0 ? binary_forward(BinaryOp::Add, "add", a, b)
+                            : binary_forward(BinaryOp::Add, "add", a, mul(b, detail::wrap_scalar(alpha, b)));
+  if (needs_grad(a, b)) {
+    // d(a + alpha b) = g, alpha g; broadcast dims are summed away.
+    record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha](const Tensor& g, Node&) {
+      return tensor_list{sum_to(g, sa), sum_to(alpha == 1.0 ? g : g * alpha, sb)};
+    });
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  Tensor out = alpha == 1.0 ? binary_forward(BinaryOp::Sub, "sub", a, b)
+                            : binary_forward(BinaryOp::Sub, "sub", a, mul(b, detail::wrap_scalar(alpha, b)));
+  if (needs_grad(a, b)) {
+    record("sub", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha](const Tensor& g, Node&) {
+      return tensor_list{sum_to(g, sa), sum_to(g * -alpha, sb)};
+    });
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Mul, "mul", a, b);
+  if (needs_grad(a, b)) {
+    // d(ab) = g b, g a: each input's gradient needs the other input.
+    SavedTensor sa(b.requires_grad() ? a : Tensor(), "mul"), sb(a.requires_grad() ? b : Tensor(), "mul");
+    record("mul", out, {&a, &b}, [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
+                                  shb = b.shape()](const Tensor& g, Node& n) {
+      return tensor_list{ra ? sum_to(g * sb.unpack(n), sha) : Tensor(), rb ? sum_to(g * sa.unpack(n), shb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Div, "div", a, b);
+  if (needs_grad(a, b)) {
+    // d(a/b) = g / b,  -g a / b^2
+    SavedTensor sa(b.requires_grad() ? a : Tensor(), "div"), sb(b, "div");
+    record("div", out, {&a, &b}, [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
+                                  shb = b.shape()](const Tensor& g, Node& n) {
+      Tensor bv = sb.unpack(n);
+      return tensor_list{ra ? sum_to(g / bv, sha) : Tensor(),
+                         rb ? sum_to(-g * sa.unpack(n) / (bv * bv), shb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Pow, "pow", a, b);
+  if (needs_grad(a, b)) {
+    // d(a^b) = g b a^(b-1),  g a^b log(a)  (taken as 0 where a == 0, as PyTorch does)
+    SavedTensor sa(a, "pow"), sb(b, "pow"), so(b.requires_grad() ? out : Tensor(), "pow", true);
+    record("pow", out, {&a, &b}, [sa, sb, so, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
+                                  shb = b.shape()](const Tensor& g, Node& n) {
+      Tensor av = sa.unpack(n), bv = sb.unpack(n);
+      Tensor ga, gb;
+      if (ra) ga = sum_to(g * bv * pow(av, bv - 1.0), sha);
+      if (rb) {
+        Tensor safe_log = log(where(av == 0.0, ones_like(av.detach()), av));
+        gb = sum_to(g * so.unpack(n) * safe_log, shb);
+      }
+      return tensor_list{ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a, double e) {
+  Tensor out = binary_forward(BinaryOp::Pow, "pow", a, detail::wrap_scalar(e, a));
+  if (needs_grad(a)) {
+    record("pow", out, {&a}, [sa = SavedTensor(a, "pow"), e](const Tensor& g, Node& n) {
+      Tensor av = sa.unpack(n);
+      return tensor_list{e == 0.0 ? zeros_like(g) : g * e * pow(av, e - 1.0)};
+    });
+  }
+  return out;
+}
+
+// maximum/minimum: the gradient goes to the larger (smaller) input; ties split it evenly.
+static Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(op, name, a, b);
+  if (needs_grad(a, b)) {
+    record(name, out, {&a, &b}, [sa = SavedTensor(a, name), sb = SavedTensor(b, name), op, sha = a.shape(),
+                                 shb = b.shape()](const Tensor& g, Node& n) {
+      Tensor av = sa.unpack(n).detach(), bv = sb.unpack(n).detach();
+      Tensor win = (op == BinaryOp::Maximum ? gt(av, bv) : lt(av, bv)).to(g.dtype());
+      Tensor tie = eq(av, bv).to(g.dtype()) * 0.5;
+      return tensor_list{sum_to(g * (win + tie), sha), sum_to(g * (1.0 - win - tie), shb)};
+    });
+  }
+  return out;
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Maximum, "maximum", a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Minimum, "minimum", a, b); }
+
+// ---- comparisons and logic (bool results, no gradient) ---------------------------
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, "eq", a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ne, "ne", a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt, "lt", a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, "le", a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, "gt", a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, "ge", a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::LogicalAnd, "logical_and", a.to(kBool), b.to(kBool));
+  return out;
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::LogicalOr, "logical_or", a.to(kBool), b.to(kBool));
+}
+Tensor logical_not(const Tensor& a) { return unary_forward(UnaryOp::LogicalNot, "logical_not", a, false); }
+Tensor isnan(const Tensor& x) { return unary_forward(UnaryOp::IsNan, "isnan", x, false); }
+Tensor isinf(const Tensor& x) { return unary_forward(UnaryOp::IsInf, "isinf", x, false); }
+Tensor isfinite(const Tensor& x) { return unary_forward(UnaryOp::IsFinite, "isfinite", x, false); }
+
+// ---- unary math -------------------------------------------------------------------
+Tensor neg(const Tensor& x) {
+  GS_CHECK(x.dtype() != kBool, "neg", "negation is not defined for bool tensors; use logical_not");
+  Tensor out = unary_forward(UnaryOp::Neg, "neg", x, false);
+  if (needs_grad(x)) record("neg", out, {&x}, [](const Tensor& g, Node&) { return tensor_list{-g}; });
+  return out;
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Exp, "exp", x);
+  if (needs_grad(x))  // dy/dx = y
+    record("exp", y, {&x}, [sy = SavedTensor(y, "exp", true)](const Tensor& g, Node& n) {
+      return tensor_list{g * sy.unpack(n)};
+    });
+  return y;
+}
+
+Tensor log(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Log, "log", x);
+  if (needs_grad(x))  // dy/dx = 1/x
+    record("log", y, {&x}, [sx = SavedTensor(x, "log")](const Tensor& g, Node& n) {
+      return tensor_list{g / sx.unpack(n)};
+    });
+  return y;
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Sqrt, "sqrt", x);
+  if (needs_grad(x))  // dy/dx = 1 / (2 sqrt(x))
+    record("sqrt", y, {&x}, [sy = SavedTensor(y, "sqrt", true)](const Tensor& g, Node& n) {
+      return tensor_list{g / (sy.unpack(n) * 2.0)};
+    });
+  return y;
+}
+
+Tensor abs(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Abs, "abs", x, false);
+  if (needs_grad(x))  // dy/dx = sign(x) (0 at 0)
+    record("abs", y, {&x}, [sx = SavedTensor(x, "abs")](const Tensor& g, Node& n) {
+      return tensor_list{g * sign(sx.unpack(n).detach())};
+    });
+  return y;
+}
+
+Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, "sign", x, false); }
+
+Tensor square(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Square, "square", x, false);
+  if (needs_grad(x))
+    record("square", y, {&x}, [sx = SavedTensor(x, "square")](const Tensor& g, Node& n) {
+      return tensor_list{g * sx.unpack(n) * 2.0};
+    });
+  return y;
+}
+
+Tensor reciprocal(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Reciprocal, "reciprocal", x);
+  if (needs_grad(x))  // d(1/x) = -1/x^2 = -y^2
+    record("reciprocal", y, {&x}, [sy = SavedTensor(y, "reciprocal", true)](const Tensor& g, Node& n) {
+      Tensor yv = sy.unpack(n);
+      return tensor_list{-g * yv * yv};
+    });
+  return y;
+}
+
+Tensor erf(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Erf, "erf", x);
+  if (needs_grad(x))  // d erf(x) = 2/sqrt(pi) exp(-x^2)
+    record("erf", y, {&x}, [sx = SavedTensor(x, "erf")](const Tensor& g, Node& n) {
+      Tensor xv = sx.unpack(n);
+      return tensor_list{g * exp(-(xv * xv)) * (2.0 / std::sqrt(M_PI))};
+    });
+  return y;
+}
+
+Tensor log1p(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Log1p, "log1p", x);
+  if (needs_grad(x))
+    record("log1p", y, {&x}, [sx = SavedTensor(x, "log1p")](const Tensor& g, Node& n) {
+      return tensor_list{g / (sx.unpack(n) + 1.0)};
+    });
+  return y;
+}
+
+Tensor sin(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Sin, "sin", x);
+  if (needs_grad(x))
+    record("sin", y, {&x}, [sx = SavedTensor(x, "sin")](const Tensor& g, Node& n) {
+      return tensor_list{g * cos(sx.unpack(n))};
+    });
+  return y;
+}
+
+Tensor cos(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Cos, "cos", x);
+  if (needs_grad(x))
+    record("cos", y, {&x}, [sx = SavedTensor(x, "cos")](const Tensor& g, Node& n) {
+      return tensor_list{-g * sin(sx.unpack(n))};
+    });
+  return y;
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  GS_CHECK(x.dtype() != kBool, "clamp", "not defined for bool tensors");
+  GS_CHECK(lo || hi, "clamp", "at least one of min and max must be given");
+  const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
+  GS_CHECK(!(l > h), "clamp", "min ", l, " is greater than max ", h);
+  Tensor y = empty_like(x);
+  backend_of(x).clamp(y, x, l, h);
+  notify_op("clamp", {x}, y);
+  if (needs_grad(x))  // gradient passes where lo <= x <= hi
+    record("clamp", y, {&x}, [sx = SavedTensor(x, "clamp"), l, h](const Tensor& g, Node& n) {
+      Tensor xv = sx.unpack(n).detach();
+      return tensor_list{g * logical_and(ge(xv, detail::wrap_scalar(l, xv)), le(xv, detail::wrap_scalar(h, xv))).to(g.dtype())};
+    });
+  return y;
+}
+
+// ---- activations ------------------------------------------------------------------
+Tensor relu(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Relu, "relu", x, false);
+  if (needs_grad(x))  // gradient passes where x > 0
+    record("relu", y, {&x}, [sx = SavedTensor(x, "relu")](const Tensor& g, Node& n) {
+      return tensor_list{g * (sx.unpack(n).detach() > 0.0).to(g.dtype())};
+    });
+  return y;
+}
+
+Tensor leaky_relu(const Tensor& x, double slope) {
+  Tensor pos = x.detach() > 0.0;
+  Tensor y = where(pos, x, x * slope);
+  return y;
+}
+
+Tensor sigmoid(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Sigmoid, "sigmoid", x);
+  if (needs_grad(x))  // dy/dx = y (1 - y)
+    record("sigmoid", y, {&x}, [sy = SavedTensor(y, "sigmoid", true)](const Tensor& g, Node& n) {
+      Tensor yv = sy.unpack(n);
+      return tensor_list{g * yv * (1.0 - yv)};
+    });
+  return y;
+}
+
+Tensor tanh(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Tanh, "tanh", x);
+  if (needs_grad(x))  // dy/dx = 1 - y^2
+    record("tanh", y, {&x}, [sy = SavedTensor(y, "tanh", true)](const Tensor& g, Node& n) {
+      Tensor yv = sy.unpack(n);
+      return tensor_list{g * (1.0 - yv * yv)};
+    });
+  return y;
+}
+
+// gelu(x) = x * Phi(x) = x/2 (1 + erf(x / sqrt 2)), built from differentiable ops.
+Tensor gelu(const Tensor& x) { return x * (erf(x * M_SQRT1_2) + 1.0) * 0.5; }
+
+// softplus(x) = 1/beta log(1 + exp(beta x)), linear above the threshold; written
+// as relu(z) + log1p(exp(-|z|)) so that exp never overflows.
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  Tensor z = x * beta;
+  Tensor sp = (relu(z) + log1p(exp(-abs(z)))) / beta;
+  return where(z.detach() > threshold, x, sp);
+}
+
+// ---- selection ----------------------------------------------------------------------
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_same_device("where", cond, a);
+  detail::check_same_device("where", a, b);
+  GS_CHECK(cond.dtype() == kBool, "where", "condition must be a bool tensor, got ", cond.str(),
+           "; build it with a comparison such as x > 0");
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const DType ct = promote_types(a.dtype(), b.dtype());
+  Tensor out = empty(shape, TensorOptions(ct).device(a.device()));
+  backend_of(a).where(out, prepare(cond, kBool, shape), prepare(a, ct, shape), prepare(b, ct, shape));
+  if (observers_active())
+    notify_op("where", {cond, a, b}, out,
+              (cond.shape() != shape ? 1u : 0u) | (a.shape() != shape ? 2u : 0u) | (b.shape() != shape ? 4u : 0u));
+  if (needs_grad(a, b)) {
+    record("where", out, {nullptr, &a, &b}, [c = cond.detach(), sha = a.shape(), shb = b.shape()](const Tensor& g, Node&) {
+      Tensor z = zeros_like(g.detach());
+      return tensor_list{Tensor(), sum_to(where(c, g, z), sha), sum_to(where(c, z, g), shb)};
+    });
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  GS_CHECK(mask.dtype() == kBool, "masked_fill", "mask must be a bool tensor, got ", mask.str());
+  Shape s = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  GS_CHECK(s == x.shape(), "masked_fill", "mask ", mask.str(), " must broadcast to the input's shape ",
+           shape_str(x.shape()));
+  return where(mask, detail::wrap_scalar(value, x).to(x.dtype()), x);
+}
+
+// ---- operators -------------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, detail::wrap_scalar(b, a)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, detail::wrap_scalar(b, a)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, detail::wrap_scalar(b, a)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, detail::wrap_scalar(b, a)); }
+Tensor operator+(double a, const Tensor& b) { return add(detail::wrap_scalar(a, b), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(detail::wrap_scalar(a, b), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(detail::wrap_scalar(a, b), b); }
+Tensor operator/(double a, const Tensor& b) { return div(detail::wrap_scalar(a, b), b); }
+Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator<(const Tensor& a, double b) { return lt(a, detail::wrap_scalar(b, a)); }
+Tensor operator<=(const Tensor& a, double b) { return le(a, detail::wrap_scalar(b, a)); }
+Tensor operator>(const Tensor& a, double b) { return gt(a, detail::wrap_scalar(b, a)); }
+Tensor operator>=(const Tensor& a, double b) { return ge(a, detail::wrap_scalar(b, a)); }
+Tensor operator==(const Tensor& a, double b) { return eq(a, detail::wrap_scalar(b, a)); }
+Tensor operator!=(const Tensor& a, double b) { return ne(a, detail::wrap_scalar(b, a)); }
+Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+Tensor operator!(const Tensor& a) { return logical_not(a); }
+
+}  // namespace gradsleuth

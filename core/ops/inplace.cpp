@@ -1,0 +1,162 @@
+// In-place ops. Each one checks that autograd allows it, writes into the
+// tensor's own storage, bumps the storage's version counter (so a tensor saved
+// for backward notices — see SavedTensor) and, when recording, routes the
+// tensor's history through a new node whose first input is the old history.
+#include <cmath>
+
+#include "core/ops/op_utils.h"
+
+namespace gradsleuth {
+
+namespace {
+
+// The other operand, cast to self's dtype and broadcast to self's shape.
+Tensor operand_for(const Tensor& self, const Tensor& o, const char* op) {
+  detail::check_same_device(op, self, o);
+  Shape s = broadcast_shapes(self.shape(), o.shape(), op);
+  GS_CHECK(s == self.shape(), op, "the result of shape ", shape_str(s), " cannot be stored in place into ",
+           self.str(), ": an in-place op cannot change the tensor's shape. Use the out-of-place op.");
+  DType rt = promote_types(self.dtype(), o.dtype());
+  GS_CHECK(rt == self.dtype(), op, "result type ", dtype_name(rt), " cannot be stored in place into ", self.str(),
+           "; convert the tensor with .to(", dtype_name(rt), ") or use the out-of-place op");
+  return detail::prepare(o, self.dtype(), self.shape());
+}
+
+void inplace_binary(BinaryOp bop, Tensor& self, const Tensor& o, const char* op) {
+  check_inplace(self, op);
+  detail::check_no_overlap(self, op);
+  Tensor rhs = operand_for(self, o, op);
+  // Rhs may alias self (x.add_(x)); elementwise kernels read each position before writing it.
+  backend_of(self).binary(bop, self, self, rhs);
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& o, double alpha) {
+  Tensor other = o;
+  if (alpha != 1.0) {
+    NoGradGuard ng;
+    other = o * alpha;
+  }
+  inplace_binary(BinaryOp::Add, *this, other, "add_");
+  finish_inplace(*this, "add_", {&o}, [so = o.shape(), alpha](const Tensor& g, Node&) {
+    return tensor_list{g, sum_to(g * alpha, so)};
+  });
+  notify_op("add_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
+  return *this;
+}
+
+Tensor& Tensor::sub_(const Tensor& o, double alpha) { return add_(o, -alpha); }
+Tensor& Tensor::add_(double v) { return add_(detail::wrap_scalar(v, *this)); }
+
+Tensor& Tensor::mul_(const Tensor& o) {
+  // Both gradients need a value this op destroys (self's old value) or keeps (o).
+  Tensor old = needs_grad(o) ? detach().clone() : Tensor();
+  inplace_binary(BinaryOp::Mul, *this, o, "mul_");
+  finish_inplace(*this, "mul_", {&o}, [so = SavedTensor(o, "mul_"), old, sho = o.shape()](const Tensor& g, Node& n) {
+    return tensor_list{g * so.unpack(n), old.defined() ? sum_to(g * old, sho) : Tensor()};
+  });
+  notify_op("mul_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
+  return *this;
+}
+Tensor& Tensor::mul_(double v) { return mul_(detail::wrap_scalar(v, *this)); }
+
+Tensor& Tensor::div_(const Tensor& o) {
+  Tensor old = needs_grad(o) ? detach().clone() : Tensor();
+  GS_CHECK(is_floating_point(), "div_", "true division cannot be stored in place into the integer tensor ", str());
+  inplace_binary(BinaryOp::Div, *this, o, "div_");
+  finish_inplace(*this, "div_", {&o}, [so = SavedTensor(o, "div_"), old, sho = o.shape()](const Tensor& g, Node& n) {
+    Tensor ov = so.unpack(n);
+    return tensor_list{g / ov, old.defined() ? sum_to(-g * old / (ov * ov), sho) : Tensor()};
+  });
+  notify_op("div_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
+  return *this;
+}
+Tensor& Tensor::div_(double v) { return div_(detail::wrap_scalar(v, *this)); }
+
+Tensor& Tensor::relu_() {
+  check_inplace(*this, "relu_");
+  detail::check_no_overlap(*this, "relu_");
+  Tensor mask = needs_grad(*this) ? (detach() > 0.0) : Tensor();
+  backend_of(*this).unary(UnaryOp::Relu, *this, *this);
+  finish_inplace(*this, "relu_", {}, [mask](const Tensor& g, Node&) { return tensor_list{g * mask.to(g.dtype())}; });
+  notify_op("relu_", {*this}, *this, 0, true);
+  return *this;
+}
+
+Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
+  check_inplace(*this, "clamp_");
+  detail::check_no_overlap(*this, "clamp_");
+  const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
+  Tensor d = detach();
+  Tensor mask = needs_grad(*this) ? logical_and(d >= l, d <= h) : Tensor();
+  backend_of(*this).clamp(*this, *this, l, h);
+  finish_inplace(*this, "clamp_", {}, [mask](const Tensor& g, Node&) { return tensor_list{g * mask.to(g.dtype())}; });
+  notify_op("clamp_", {*this}, *this, 0, true);
+  return *this;
+}
+
+Tensor& Tensor::fill_(double v) {
+  check_inplace(*this, "fill_");
+  detail::check_no_overlap(*this, "fill_");
+  backend_of(*this).fill(*this, v);
+  // The old value no longer matters: no gradient flows to it.
+  finish_inplace(*this, "fill_", {}, [](const Tensor&, Node&) { return tensor_list{Tensor()}; });
+  notify_op("fill_", {*this}, *this, 0, true);
+  return *this;
+}
+
+Tensor& Tensor::zero_() {
+  check_inplace(*this, "zero_");
+  detail::check_no_overlap(*this, "zero_");
+  backend_of(*this).fill(*this, 0.0);
+  finish_inplace(*this, "zero_", {}, [](const Tensor&, Node&) { return tensor_list{Tensor()}; });
+  notify_op("zero_", {*this}, *this, 0, true);
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  detail::check_no_overlap(*this, "copy_");
+  Shape s = broadcast_shapes(shape(), src.shape(), "copy_");
+  GS_CHECK(s == shape(), "copy_", "source ", src.str(), " does not broadcast to the destination ", str());
+  Tensor from = src;
+  if (src.device() != device()) from = src.detach().to(device());
+  // copy() casts; a source overlapping the destination is copied out first.
+  if (from.storage() == storage()) from = from.detach().clone();
+  backend_of(*this).copy(*this, detail::prepare(from, from.dtype(), shape()));
+  finish_inplace(*this, "copy_", {&src}, [ss = src.shape(), sd = src.dtype(), dev = src.device()](const Tensor& g, Node&) {
+    Tensor gs = sum_to(g, ss);
+    if (gs.dtype() != sd) gs = gs.to(sd);
+    if (gs.device() != dev) gs = gs.to(dev);
+    return tensor_list{Tensor(), gs};
+  });
+  notify_op("copy_", {*this, src}, *this, src.shape() != shape() ? 2u : 0u, true);
+  return *this;
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
+  check_inplace(*this, "masked_fill_");
+  detail::check_no_overlap(*this, "masked_fill_");
+  GS_CHECK(mask.dtype() == kBool, "masked_fill_", "mask must be a bool tensor, got ", mask.str());
+  Tensor m = detail::prepare(mask, kBool, broadcast_shapes(shape(), mask.shape(), "masked_fill_"));
+  GS_CHECK(m.shape() == shape(), "masked_fill_", "mask ", mask.str(), " must broadcast to ", str());
+  Tensor fillv = detail::prepare(full({}, value, TensorOptions(dtype()).device(device())), dtype(), shape());
+  backend_of(*this).where(*this, m, fillv, *this);
+  finish_inplace(*this, "masked_fill_", {}, [m = mask.detach()](const Tensor& g, Node&) {
+    return tensor_list{where(m, zeros_like(g.detach()), g)};
+  });
+  notify_op("masked_fill_", {*this, mask}, *this, 0, true);
+  return *this;
+}
+
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, double b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, double b) { return a.add_(-b); }
+Tensor& operator*=(Tensor& a, double b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, double b) { return a.div_(b); }
+
+}  // namespace gradsleuth

@@ -1,0 +1,96 @@
+// Matrix multiplication (2-D, batched, broadcast batch dims) and linear.
+#include "core/ops/op_utils.h"
+
+namespace gradsleuth {
+
+namespace {
+
+// (B..., N, K) @ (B..., K, M) with broadcast batch dims; both operands >= 2-D.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  const int64_t N = a.size(-2), K = a.size(-1), K2 = b.size(-2), M = b.size(-1);
+  GS_CHECK(K == K2, "matmul", "shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+           " cannot be multiplied: the inner dims differ (", K, " vs ", K2, "). For x @ W with W (out, in), "
+           "did you mean x @ W.t()?");
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  const int64_t B = numel_of(batch);
+  DType ct = promote_types(a.dtype(), b.dtype());
+  GS_CHECK(ct != kBool, "matmul", "not defined for bool tensors");
+  Shape sa = batch, sb = batch;
+  sa.push_back(N); sa.push_back(K);
+  sb.push_back(K); sb.push_back(M);
+  // Broadcast to the full batch, then fold batch dims into one when the
+  // operand's layout allows it (it always does for contiguous or expanded dims).
+  auto fold = [&](const Tensor& t, const Shape& s, int64_t r, int64_t c) {
+    Tensor e = detail::prepare(t, ct, s);
+    Strides st = e.strides();
+    const int64_t nb = static_cast<int64_t>(batch.size());
+    // Batch dims fold into one with stride st[nb-1] if they are laid out back to back.
+    bool ok = true;
+    for (int64_t d = 0; d + 1 < nb; ++d) ok &= st[d] == st[d + 1] * s[d + 1];
+    if (!ok) e = detail::contiguous_raw(e);
+    const int64_t bstride = nb ? e.strides()[nb - 1] : 0;
+    return detail::make_alias(e, {B, r, c}, {bstride, e.strides()[nb], e.strides()[nb + 1]}, e.offset());
+  };
+  Tensor A = fold(a, sa, N, K), Bm = fold(b, sb, K, M);
+  Tensor out = empty({B, N, M}, TensorOptions(ct).device(a.device()));
+  backend_of(a).bmm(out, A, Bm);
+  Shape os = batch;
+  os.push_back(N);
+  os.push_back(M);
+  return detail::make_alias(out, os, contiguous_strides(os), 0);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_same_device("matmul", a, b);
+  GS_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul", "both operands need at least 1 dim, got ", a.str(), " and ",
+           b.str());
+  // 1-D operands become matrices, and the added dim is removed from the result.
+  const Tensor a2 = a.dim() == 1 ? detail::make_alias(a, {1, a.size(0)}, {0, a.stride(0)}, a.offset()) : a;
+  const Tensor b2 = b.dim() == 1 ? detail::make_alias(b, {b.size(0), 1}, {b.stride(0), 0}, b.offset()) : b;
+  Tensor out = matmul_nd(a2, b2);
+  if (a.dim() == 1 || b.dim() == 1) {
+    Shape s = out.shape();
+    if (b.dim() == 1) s.pop_back();
+    if (a.dim() == 1) s.erase(s.end() - (b.dim() == 1 ? 1 : 2));
+    out = detail::make_alias(out, s, contiguous_strides(s), 0);
+  }
+  notify_op("matmul", {a, b}, out);
+  if (needs_grad(a, b)) {
+    // C = A B:  dA = dC B^T,  dB = A^T dC  (batch dims that were broadcast are summed by sum_to).
+    SavedTensor sa(b.requires_grad() ? a : Tensor(), "matmul"), sb(a.requires_grad() ? b : Tensor(), "matmul");
+    record("matmul", out, {&a, &b}, [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
+                                     shb = b.shape()](const Tensor& g, Node& n) {
+      Tensor ga, gb;
+      // Restore the 1-D operands' dims so the 2-D formulas apply.
+      Tensor g2 = g;
+      if (sha.size() == 1) g2 = g2.unsqueeze(sha.size() == 1 && shb.size() == 1 ? 0 : -2);
+      if (shb.size() == 1) g2 = g2.unsqueeze(-1);
+      if (ra) {
+        Tensor bv = sb.unpack(n);
+        Tensor b2 = shb.size() == 1 ? bv.unsqueeze(-1) : bv;
+        ga = sum_to(matmul(g2, b2.transpose(-1, -2)), sha.size() == 1 ? Shape{1, sha[0]} : sha).reshape(sha);
+      }
+      if (rb) {
+        Tensor av = sa.unpack(n);
+        Tensor a2v = sha.size() == 1 ? av.unsqueeze(0) : av;
+        gb = sum_to(matmul(a2v.transpose(-1, -2), g2), shb.size() == 1 ? Shape{shb[0], 1} : shb).reshape(shb);
+      }
+      return tensor_list{ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  GS_CHECK(w.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got ", w.str());
+  GS_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear", "input ", x.str(), " has ",
+           x.dim() ? x.size(-1) : 0, " features but the weight ", w.str(), " expects ", w.size(1),
+           " (weight is (out_features, in_features))");
+  Tensor y = matmul(x, w.t());
+  return b.defined() ? y + b : y;
+}
+
+}  // namespace gradsleuth

@@ -1,0 +1,68 @@
+// Helpers shared by the op implementations (not part of the public API).
+#pragma once
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/observer.h"
+#include "core/ops.h"
+
+namespace gradsleuth::detail {
+
+// Both operands must live on one device.
+inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  GS_CHECK(a.device() == b.device(), op, "expected all tensors on the same device, but got ", a.str(), " on ",
+           a.device().str(), " and ", b.str(), " on ", b.device().str(), ". Move one with .to(device) first.");
+}
+
+// A C++ number as a 0-dim tensor that follows the scalar promotion rule (dtype.h).
+inline Tensor wrap_scalar(double v, const Tensor& like) {
+  DType t = like.dtype();
+  if (!is_floating(t)) t = (v == static_cast<double>(static_cast<int64_t>(v))) ? (t == kBool ? kInt64 : t) : kFloat32;
+  return full({}, v, TensorOptions(t).device(like.device()));
+}
+
+// t cast to `dt` and broadcast (stride 0) to `shape`, without autograd: kernel input.
+inline Tensor prepare(const Tensor& t, DType dt, const Shape& shape) {
+  Tensor c = t;
+  if (c.dtype() != dt) {
+    Tensor tmp = empty(c.shape(), TensorOptions(dt).device(c.device()));
+    backend_of(c).copy(tmp, c);
+    c = tmp;
+  }
+  if (c.shape() == shape) return c;
+  const int64_t lead = static_cast<int64_t>(shape.size()) - c.dim();
+  Strides st(shape.size(), 0);
+  for (int64_t i = 0; i < c.dim(); ++i) st[lead + i] = c.shape()[i] == shape[lead + i] ? c.strides()[i] : 0;
+  return make_alias(c, shape, st, c.offset());
+}
+
+// Views and copies for use inside ops: no autograd, no observer events.
+inline Tensor transpose_raw(const Tensor& t, int64_t d0, int64_t d1) {
+  Shape s = t.shape();
+  Strides st = t.strides();
+  std::swap(s[d0], s[d1]);
+  std::swap(st[d0], st[d1]);
+  return make_alias(t, s, st, t.offset());
+}
+inline Tensor contiguous_raw(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
+  backend_of(t).copy(out, t);
+  return out;
+}
+
+// A writeable tensor must not have two indices on one element (expanded views).
+inline void check_no_overlap(const Tensor& t, const char* op) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    GS_CHECK(t.strides()[d] != 0 || t.shape()[d] <= 1, op, "cannot write in place into ", t.str(),
+             ": it is an expanded view whose dim ", d, " repeats one element (stride 0). Call contiguous() or "
+             "clone() first.");
+}
+
+// Recorded helpers for backward formulas (ops/index.cpp).
+Tensor scatter_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const Shape& shape);
+Tensor index_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const Shape& shape);
+
+// Sums a float mask (0/1) in dtype of g: gradients of piecewise ops.
+inline Tensor mask_as(const Tensor& bool_mask, const Tensor& g) { return bool_mask.to(g.dtype()); }
+
+}  // namespace gradsleuth::detail

@@ -1,0 +1,225 @@
+// Reductions and the softmax family. A reduction's backward broadcasts the
+// gradient back over the reduced dims (keepdim view + expand).
+#include <cmath>
+#include <limits>
+
+#include "core/ops/op_utils.h"
+
+namespace gradsleuth {
+
+namespace {
+
+// Normalises `dims` (empty = all) into a per-dim flag array; checks duplicates.
+std::vector<bool> reduced_flags(const Tensor& x, const Dims& dims, const char* op) {
+  std::vector<bool> r(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), dims.empty());
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, x.dim(), op);
+    GS_CHECK(!r[w] || dims.empty(), op, "dim ", w, " appears more than once in ", shape_str(dims));
+    r[w] = true;
+  }
+  return r;
+}
+
+Shape keepdim_shape(const Tensor& x, const std::vector<bool>& r) {
+  Shape s = x.shape();
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (r[d]) s[d] = 1;
+  return s;
+}
+
+Shape result_shape(const Tensor& x, const std::vector<bool>& r, bool keepdim) {
+  if (keepdim) return keepdim_shape(x, r);
+  Shape s;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (!r[d]) s.push_back(x.shape()[d]);
+  return s;
+}
+
+// Runs the backend reduction into a keepdim-shaped tensor (no autograd).
+Tensor reduce_raw(ReduceOp op, const Tensor& x, const std::vector<bool>& r, DType out_dtype) {
+  Tensor out = empty(keepdim_shape(x, r), TensorOptions(out_dtype).device(x.device()));
+  if (x.dim() == 0) {
+    backend_of(x).copy(out, x);
+    return out;
+  }
+  std::vector<char> flags(r.begin(), r.end());
+  Tensor in = x.dtype() == out_dtype ? x : x.to(out_dtype);
+  backend_of(x).reduce(op, out, in, reinterpret_cast<const bool*>(flags.data()));
+  return out;
+}
+
+// Gradient g of a reduced result, expanded back to x's shape.
+Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& in_shape) {
+  return g.reshape(keep_shape).expand(in_shape);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  auto r = reduced_flags(x, dims, "sum");
+  // Integer and bool sums accumulate in int64, as in PyTorch.
+  DType dt = is_floating(x.dtype()) ? x.dtype() : kInt64;
+  Tensor out = reduce_raw(ReduceOp::Sum, x, r, dt);
+  Shape keep = out.shape();
+  out = detail::make_alias(out, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
+  notify_op("sum", {x}, out);
+  if (needs_grad(x))  // each input element contributed once: gradient = g broadcast back
+    record("sum", out, {&x}, [keep, in = x.shape()](const Tensor& g, Node&) {
+      return tensor_list{expand_grad(g, keep, in)};
+    });
+  return out;
+}
+
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  GS_CHECK(x.is_floating_point(), "mean", "expects a floating-point tensor, got ", x.str(),
+           "; convert with .to(gs::kFloat32)");
+  auto r = reduced_flags(x, dims, "mean");
+  int64_t count = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (r[d]) count *= x.shape()[d];
+  GS_CHECK(count > 0, "mean", "mean of an empty selection of ", x.str(), " is undefined");
+  Tensor s = reduce_raw(ReduceOp::Sum, x, r, x.dtype());
+  backend_of(s).binary(BinaryOp::Div, s, s, detail::prepare(full({}, static_cast<double>(count), s.dtype()), s.dtype(), s.shape()));
+  s = detail::make_alias(s, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
+  notify_op("mean", {x}, s);
+  if (needs_grad(x))
+    record("mean", s, {&x}, [keep = keepdim_shape(x, r), in = x.shape(), count](const Tensor& g, Node&) {
+      return tensor_list{expand_grad(g / static_cast<double>(count), keep, in)};
+    });
+  return s;
+}
+
+// amax/amin: the gradient is shared evenly among the elements equal to the extremum.
+static Tensor extreme(ReduceOp op, const char* name, const Tensor& x, const Dims& dims, bool keepdim) {
+  GS_CHECK(x.numel() > 0, name, "cannot reduce the empty tensor ", x.str());
+  auto r = reduced_flags(x, dims, name);
+  Tensor out = reduce_raw(op, x, r, x.dtype());
+  Shape keep = out.shape();
+  out = detail::make_alias(out, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
+  notify_op(name, {x}, out);
+  if (needs_grad(x)) {
+    std::vector<int64_t> rd;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (r[d]) rd.push_back(d);
+    record(name, out, {&x}, [sx = SavedTensor(x, name), so = SavedTensor(out, name, true), keep, rd](const Tensor& g, Node& n) {
+      Tensor xv = sx.unpack(n), m = so.unpack(n).reshape(keep);
+      Tensor hit = (xv.detach() == m.detach()).to(g.dtype());
+      Tensor count = sum(hit, Dims(rd), true);
+      return tensor_list{g.reshape(keep) * hit / count};
+    });
+  }
+  return out;
+}
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return extreme(ReduceOp::Max, "amax", x, dims, keepdim); }
+Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) { return extreme(ReduceOp::Min, "amin", x, dims, keepdim); }
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (!dim) return argmax(x.reshape({-1}), 0, false);
+  const int64_t d = wrap_dim(*dim, x.dim(), "argmax");
+  GS_CHECK(x.dim() == 0 || x.shape()[d] > 0, "argmax", "cannot take argmax over the empty dim ", d, " of ", x.str());
+  if (x.dim() == 0) return zeros({}, kInt64);
+  Shape ks = x.shape();
+  ks[d] = 1;
+  Tensor out = empty(ks, TensorOptions(kInt64).device(x.device()));
+  backend_of(x).arg_reduce(true, out, x, d);
+  if (!keepdim) out = out.squeeze(d);
+  notify_op("argmax", {x}, out);
+  return out;
+}
+
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (!dim) return argmin(x.reshape({-1}), 0, false);
+  const int64_t d = wrap_dim(*dim, x.dim(), "argmin");
+  GS_CHECK(x.dim() == 0 || x.shape()[d] > 0, "argmin", "cannot take argmin over the empty dim ", d, " of ", x.str());
+  if (x.dim() == 0) return zeros({}, kInt64);
+  Shape ks = x.shape();
+  ks[d] = 1;
+  Tensor out = empty(ks, TensorOptions(kInt64).device(x.device()));
+  backend_of(x).arg_reduce(false, out, x, d);
+  if (!keepdim) out = out.squeeze(d);
+  notify_op("argmin", {x}, out);
+  return out;
+}
+
+// max(x, dim): the values; gather's backward sends the gradient to the first maximum.
+Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
+  const int64_t d = wrap_dim(dim, x.dim(), "max");
+  Tensor idx = argmax(x, d, true);
+  Tensor v = gather(x, d, idx);
+  return keepdim ? v : v.squeeze(d);
+}
+Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
+  const int64_t d = wrap_dim(dim, x.dim(), "min");
+  Tensor idx = argmin(x, d, true);
+  Tensor v = gather(x, d, idx);
+  return keepdim ? v : v.squeeze(d);
+}
+
+// var = sum((x - mean)^2) / (n - unbiased), composed from differentiable ops
+// (two passes: numerically safer than E[x^2] - E[x]^2).
+Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
+  GS_CHECK(x.is_floating_point(), "var", "expects a floating-point tensor, got ", x.str());
+  auto r = reduced_flags(x, dims, "var");
+  int64_t n = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (r[d]) n *= x.shape()[d];
+  GS_CHECK(n - (unbiased ? 1 : 0) > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ",
+           n, " in ", x.str(), (unbiased ? "; pass unbiased=false for a single element" : ""));
+  Tensor c = x - mean(x, dims, true);
+  return sum(c * c, dims, keepdim) / static_cast<double>(n - (unbiased ? 1 : 0));
+}
+
+Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
+  return sqrt(var(x, dims, unbiased, keepdim));
+}
+
+// ---- softmax family --------------------------------------------------------------
+// The kernel works on the last dim of a contiguous tensor; other dims are moved there.
+static Tensor softmax_forward(const Tensor& x, int64_t d, bool log, const char* name) {
+  GS_CHECK(x.is_floating_point(), name, "expects a floating-point tensor, got ", x.str());
+  if (x.dim() == 0) return log ? zeros_like(x) : ones_like(x);
+  const bool last = d == x.dim() - 1;
+  Tensor in = detail::contiguous_raw(last ? x : detail::transpose_raw(x, d, x.dim() - 1));
+  Tensor out = empty(in.shape(), TensorOptions(x.dtype()).device(x.device()));
+  backend_of(x).softmax_lastdim(out, in, log);
+  return last ? out : detail::contiguous_raw(detail::transpose_raw(out, d, x.dim() - 1));
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "softmax");
+  Tensor y = softmax_forward(x, d, false, "softmax");
+  notify_op("softmax", {x}, y);
+  if (needs_grad(x))  // dx = y * (g - sum(g * y, dim))
+    record("softmax", y, {&x}, [sy = SavedTensor(y, "softmax", true), d](const Tensor& g, Node& n) {
+      Tensor yv = sy.unpack(n);
+      return tensor_list{yv * (g - sum(g * yv, {d}, true))};
+    });
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "log_softmax");
+  Tensor y = softmax_forward(x, d, true, "log_softmax");
+  notify_op("log_softmax", {x}, y);
+  if (needs_grad(x))  // dx = g - exp(y) * sum(g, dim)
+    record("log_softmax", y, {&x}, [sy = SavedTensor(y, "log_softmax", true), d](const Tensor& g, Node& n) {
+      Tensor yv = sy.unpack(n);
+      return tensor_list{g - exp(yv) * sum(g, {d}, true)};
+    });
+  return y;
+}
+
+// logsumexp = m + log(sum(exp(x - m))) with m the (detached) max: never overflows.
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  GS_CHECK(x.is_floating_point(), "logsumexp", "expects a floating-point tensor, got ", x.str());
+  Tensor m = amax(x.detach(), dims, true);
+  m = where(isinf(m), zeros_like(m), m);  // all -inf rows: avoid inf - inf
+  Tensor s = log(sum(exp(x - m), dims, true)) + m;
+  if (!keepdim) {
+    auto r = reduced_flags(x, dims, "logsumexp");
+    s = s.reshape(result_shape(x, r, false));
+  }
+  return s;
+}
+
+}  // namespace gradsleuth

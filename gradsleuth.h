@@ -1,0 +1,27 @@
+// gradsleuth: one include for the whole library.
+//
+//   #include <gradsleuth.h>
+//   auto x = gs::randn({64, 784});
+//   auto w = gs::randn({784, 10}, gs::requires_grad());
+//   auto loss = gs::log_softmax(x.matmul(w), 1).mean();
+//   loss.backward();   // w.grad() now holds d(loss)/dw
+#pragma once
+#include "core/autograd.h"
+#include "core/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/generator.h"
+#include "core/observer.h"
+#include "core/op_registry.h"
+#include "core/ops.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+#if __has_include("nn/nn.h")
+#include "nn/nn.h"
+#endif
+#if __has_include("optim/optim.h")
+#include "optim/optim.h"
+#endif
+#if __has_include("debug/debug.h")
+#include "debug/debug.h"
+#endif

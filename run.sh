@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up, builds (build/, Release) and runs the main job.
+#   ./run.sh              runs MAIN_JOB below
+#   ./run.sh ARGS...      runs build/bin/gradsleuth ARGS... instead
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+# The default main job: arguments for build/bin/gradsleuth.
+# (Switch to "zoo --quick" once the bug zoo exists.)
+MAIN_JOB=(demo)
+
+scripts/setup.sh
+scripts/build.sh
+
+bin=build/bin/gradsleuth
+if [[ ! -x "$bin" ]]; then
+  echo "run: $bin was not built (the CLI in cli/ is not there yet)" >&2
+  [[ $# -gt 0 ]] && exit 1
+  exit 0
+fi
+
+if [[ $# -gt 0 ]]; then
+  exec "$bin" "$@"
+fi
+echo "run: $bin ${MAIN_JOB[*]}"
+exec "$bin" "${MAIN_JOB[@]}"

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Configures and builds gradsleuth.
+#   scripts/build.sh [--sanitize] [--portable] [--debug] [-- EXTRA_CMAKE_ARGS...]
+# Build directories (run from anywhere; paths are relative to the repo root):
+#   build/                   Release (default)
+#   build-sanitize/          RelWithDebInfo + ASan/UBSan (-DGRADSLEUTH_SANITIZE=ON)
+#   build-debug/, build-sanitize-debug/   the same with CMAKE_BUILD_TYPE=Debug
+# --portable turns off -march=native (-DGRADSLEUTH_NATIVE=OFF) in whichever dir.
+# cmake is only re-run by hand when the dir is new or a requested option differs
+# from its cache; otherwise `cmake --build` re-configures by itself when needed.
+# The chosen build dir is printed on the last line ("build: dir <path>").
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+sanitize=0 portable=0 debug=0
+extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --sanitize) sanitize=1 ;;
+    --portable) portable=1 ;;
+    --debug) debug=1 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "build: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+dir="build"
+build_type=Release
+if [[ $sanitize == 1 ]]; then
+  dir="build-sanitize"
+  build_type=RelWithDebInfo
+fi
+if [[ $debug == 1 ]]; then
+  dir="$dir-debug"
+  build_type=Debug
+fi
+bdir="$root/$dir"
+
+opts=(
+  "CMAKE_BUILD_TYPE=$build_type"
+  "GRADSLEUTH_SANITIZE=$([[ $sanitize == 1 ]] && echo ON || echo OFF)"
+  "GRADSLEUTH_NATIVE=$([[ $portable == 1 ]] && echo OFF || echo ON)"
+)
+# Benchmarks under the sanitizers measure nothing useful: skip building them.
+[[ $sanitize == 1 ]] && opts+=("GRADSLEUTH_BUILD_BENCH=OFF")
+
+cache="$bdir/CMakeCache.txt"
+configure=0
+if [[ ! -f "$cache" || ${#extra[@]} -gt 0 ]]; then
+  configure=1
+else
+  for o in "${opts[@]}"; do
+    grep -q "^${o%%=*}:[A-Z]*=${o#*=}\$" "$cache" || { configure=1; break; }
+  done
+fi
+
+if [[ $configure == 1 ]]; then
+  args=(-S "$root" -B "$bdir")
+  # The generator is fixed once a dir exists; pick one only for a new dir.
+  if [[ ! -f "$cache" ]] && command -v ninja >/dev/null 2>&1; then
+    args+=(-G Ninja)
+  fi
+  for o in "${opts[@]}"; do args+=("-D$o"); done
+  echo "build: configuring $dir ($build_type)"
+  cmake "${args[@]}" "${extra[@]}"
+fi
+
+echo "build: building $dir"
+cmake --build "$bdir" -j "$(nproc)"
+echo "build: dir $bdir"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Checks for the system packages gradsleuth needs and installs the missing ones
+# with apt-get when run as root. Cheap checks only (files and commands), so a
+# second run costs well under a second. Set GS_SKIP_SETUP=1 to skip it entirely.
+set -euo pipefail
+
+if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
+  echo "setup: skipped (GS_SKIP_SETUP=1)"
+  exit 0
+fi
+
+missing=()
+
+need_cmd() {  # need_cmd COMMAND PACKAGE
+  command -v "$1" >/dev/null 2>&1 || missing+=("$2")
+}
+need_file() {  # need_file PATH PACKAGE
+  [[ -e "$1" ]] || missing+=("$2")
+}
+
+need_cmd cmake cmake
+need_cmd g++ g++
+if ! command -v ninja >/dev/null 2>&1 && ! command -v make >/dev/null 2>&1; then
+  missing+=(ninja-build)
+fi
+need_file /usr/include/eigen3/Eigen/Core libeigen3-dev
+need_file /usr/include/doctest/doctest.h doctest-dev
+need_file /usr/include/benchmark/benchmark.h libbenchmark-dev
+need_file /usr/include/zlib.h zlib1g-dev
+need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all system packages present"
+  exit 0
+fi
+
+echo "setup: missing packages: ${missing[*]}"
+if [[ "$(id -u)" -ne 0 ]]; then
+  echo "setup: not root; install them with:" >&2
+  echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup: apt-get update"
+apt-get update -qq
+echo "setup: apt-get install ${missing[*]}"
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+echo "setup: done"

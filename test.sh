@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the CTest suite; exits with ctest's status.
+#   ./test.sh                          build/ (Release)
+#   ./test.sh --sanitize               build-sanitize/ with ASan + UBSan
+#   ./test.sh [--portable] [--debug]   passed on to scripts/build.sh
+#   ./test.sh [opts] -- CTEST_ARGS...  e.g. ./test.sh -- -L lab
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+build_args=()
+ctest_args=()
+sanitize=0 debug=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --sanitize) sanitize=1; build_args+=("$1") ;;
+    --debug) debug=1; build_args+=("$1") ;;
+    --portable) build_args+=("$1") ;;
+    --) shift; ctest_args=("$@"); break ;;
+    *) echo "test: unknown option '$1' (ctest arguments go after --)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+dir=build
+[[ $sanitize == 1 ]] && dir=build-sanitize
+[[ $debug == 1 ]] && dir="$dir-debug"
+
+if [[ $sanitize == 1 ]]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+fi
+
+scripts/setup.sh
+scripts/build.sh "${build_args[@]}"
+
+echo "test: ctest in $dir"
+rc=0
+ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$(nproc)" "${ctest_args[@]}" || rc=$?
+exit "$rc"
