@@ -1,0 +1,97 @@
+// Module: the base of every layer. Holds named parameters, buffers and child
+// modules; switches train/eval; runs forward hooks (the debug module attaches
+// through them, so a model needs no change to be checked).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+
+namespace gradsleuth::nn {
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The computation. Single-input modules override this one.
+  virtual Tensor forward(const Tensor& x);
+  // Calls forward with the hooks around it: pre-hooks, forward, post-hooks.
+  Tensor operator()(const Tensor& x);
+
+  // ---- structure --------------------------------------------------------
+  // Registers a parameter (requires_grad set as given) and returns its handle.
+  // Handles share state: the optimizer's in-place updates are seen by the layer.
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+  // Dotted paths ("0.weight", "encoder.fc1.bias"), in registration order.
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  // This module ("" or `prefix`) and every descendant, depth first.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules(const std::string& prefix = "");
+  int64_t num_parameters(bool trainable_only = false) const;
+
+  // Replaces a registered parameter's or buffer's value in place (all handles
+  // see it); used by checkpoint loading and to(dtype).
+  void set_tensor(const std::string& dotted_name, const Tensor& value);
+
+  // ---- modes -------------------------------------------------------------
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();                 // clears .grad of every parameter
+  void requires_grad_(bool on);     // freezes (false) or unfreezes every parameter
+  void to(DType t);                 // converts parameters and floating buffers
+
+  // ---- hooks -------------------------------------------------------------
+  using ForwardPreHook = std::function<void(Module& self, const Tensor& input)>;
+  using ForwardHook = std::function<void(Module& self, const Tensor& input, const Tensor& output)>;
+  size_t register_forward_pre_hook(ForwardPreHook h);
+  size_t register_forward_hook(ForwardHook h);
+  void remove_forward_hook(size_t handle);  // handles from either register call
+
+  // ---- description ---------------------------------------------------------
+  const std::string& type_name() const { return type_name_; }
+  virtual std::string extra_repr() const { return ""; }  // "in_features=784, out_features=256"
+  std::string repr(int indent = 0) const;                // the module tree, PyTorch style
+  // M1: runs `sample` through the model and lists every module's output shape
+  // and parameter count.
+  std::string summary(const Tensor& sample);
+
+ protected:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  bool training_ = true;
+
+ private:
+  std::string type_name_;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  struct Hook {
+    size_t id;
+    ForwardPreHook pre;
+    ForwardHook post;
+  };
+  std::vector<Hook> hooks_;
+  size_t next_hook_id_ = 0;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+}  // namespace gradsleuth::nn

@@ -1,0 +1,3 @@
+// gradsleuth::nn: everything for building and training models.
+#pragma once
+#include "nn/module.h"

@@ -1,0 +1,2 @@
+// gradsleuth::optim: optimizers, schedulers, clipping, the training loop.
+#pragma once
