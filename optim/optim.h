@@ -1,2 +1,3 @@
 // gradsleuth::optim: optimizers, schedulers, clipping, the training loop.
 #pragma once
+#include "optim/optimizer.h"
