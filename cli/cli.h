@@ -2,6 +2,7 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,15 +17,29 @@ struct Command {
 // Every command, in the order `gradsleuth --help` lists them (cli/commands.cpp).
 std::vector<Command> all_commands();
 
+// The subcommands, one file each (cli/cmd_<name>.cpp).
+int cmd_gradcheck(const std::vector<std::string>& args);
+int cmd_ops(const std::vector<std::string>& args);
+int cmd_demo(const std::vector<std::string>& args);
+
 // Parses "--flag", "--key value" and "--key=value". Unknown options are an
-// error naming the option and the command's valid ones.
+// error naming the option and the command's valid ones. Names are given
+// without dashes: a.flag("json", "...") declares --json.
+//
+//   Args a("ops", args);
+//   a.about("Lists the op registry.").flag("json", "print one JSON object");
+//   if (!a.parse()) return 0;   // --help was printed
+//   bool json = a.has("json");
 class Args {
  public:
   Args(std::string command, std::vector<std::string> args);
+  Args& about(const std::string& text);  // the paragraph --help prints under the usage line
   // Declare options first (for --help and validation), then call parse().
   Args& flag(const std::string& name, const std::string& help);
   Args& option(const std::string& name, const std::string& metavar, const std::string& help,
                const std::string& default_value = "", bool repeatable = false);
+  // Accept positional arguments (otherwise any is an error).
+  Args& positionals(const std::string& metavar, const std::string& help);
   // Returns false when --help was given (help already printed): exit 0.
   bool parse();
   bool has(const std::string& name) const;
@@ -43,9 +58,13 @@ class Args {
     bool seen = false;
   };
   const Opt* find(const std::string& name) const;
-  std::string command_;
+  Opt* find(const std::string& name);
+  std::string command_, about_, pos_metavar_, pos_help_;
+  bool allow_positional_ = false;
   std::vector<std::string> raw_, positional_;
   std::vector<Opt> opts_;
 };
 
 }  // namespace gradsleuth::cli
+
+namespace gs = gradsleuth;  // same alias as core/tensor.h

@@ -72,16 +72,27 @@ if(TARGET gradsleuth_cli)
   install(TARGETS gradsleuth_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
-# Package config + version files. The config needs to know what the exported
-# link interface names: Threads::Threads always, OpenMP::OpenMP_CXX when core
-# was built with it, CUDA targets when the CUDA backend is installed, and
-# Eigen3::Eigen (core's PRIVATE dependency, which still appears as
-# $<LINK_ONLY:Eigen3::Eigen> because core is a static library).
-if(OpenMP_CXX_FOUND AND GRADSLEUTH_OPENMP)
-  set(GS_INSTALL_OPENMP ON)
-else()
-  set(GS_INSTALL_OPENMP OFF)
-endif()
+# Package config + version files. The config must find every outside target that
+# the exported link interfaces name. Since the libraries are static, even PRIVATE
+# dependencies appear there (as $<LINK_ONLY:...>), so scan what each exported
+# target links: Threads::Threads always; OpenMP::OpenMP_CXX (core, when OpenMP was
+# found); ZLIB::ZLIB (nn, when zlib was found); CUDA::* (the CUDA backend); and
+# Eigen3::Eigen (core, header-only: the config falls back to an empty target).
+set(GS_INSTALL_OPENMP OFF)
+set(GS_INSTALL_ZLIB OFF)
+foreach(target IN LISTS GS_EXPORTED_TARGETS)
+  get_target_property(gs_libs ${target} LINK_LIBRARIES)
+  get_target_property(gs_ilibs ${target} INTERFACE_LINK_LIBRARIES)
+  foreach(gs_lib IN LISTS gs_libs gs_ilibs)
+    if(gs_lib MATCHES "OpenMP::")
+      set(GS_INSTALL_OPENMP ON)
+    elseif(gs_lib MATCHES "ZLIB::")
+      set(GS_INSTALL_ZLIB ON)
+    elseif(gs_lib MATCHES "CUDA::")
+      set(GS_INSTALL_CUDA ON)
+    endif()
+  endforeach()
+endforeach()
 
 configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/gradsleuthConfig.cmake.in

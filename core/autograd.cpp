@@ -62,6 +62,29 @@ Tensor SavedTensor::unpack(Node& node) const {
   return t;
 }
 
+// ---- graph teardown ---------------------------------------------------------------
+// Freeing the last handle to a long chain would destroy node i, whose edge
+// destroys node i-1, ... one stack frame per node. Instead, a dying node hands
+// the input nodes only it still holds to a local stack, which is emptied in a
+// loop. Each of those first drops its saved tensors (which may hold the next
+// node too), so that it dies with no edges left to recurse into. (This node's
+// own saved tensors, derived members, are already gone when this body runs.)
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> orphans;
+  auto adopt = [&orphans](Node& n) {
+    for (Edge& e : n.next_edges)
+      if (e.fn && e.fn.use_count() == 1) orphans.push_back(std::move(e.fn));
+  };
+  adopt(*this);
+  while (!orphans.empty()) {
+    std::shared_ptr<Node> n = std::move(orphans.back());
+    orphans.pop_back();
+    n->release_saved();
+    n->pending_grad_ = Tensor();
+    adopt(*n);
+  }
+}
+
 // ---- leaves: AccumulateGrad -----------------------------------------------------
 namespace {
 

@@ -48,7 +48,7 @@ struct Edge {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   explicit Node(const char* name) : name_(name) {}
-  virtual ~Node() = default;
+  virtual ~Node();  // frees the graph behind it iteratively (a 100,000-node chain must not recurse)
   const char* name() const { return name_; }
 
   // Given d(loss)/d(output), returns d(loss)/d(input_i) for each input, in the

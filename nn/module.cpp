@@ -13,11 +13,16 @@ Tensor Module::forward(const Tensor&) {
 
 Tensor Module::operator()(const Tensor& x) {
   if (hooks_.empty()) return forward(x);
+  return call_with_hooks(x, [&] { return forward(x); });
+}
+
+Tensor Module::call_with_hooks(const Tensor& x, const std::function<Tensor()>& body) {
+  if (hooks_.empty()) return body();
   // Copy: a hook may remove itself.
   std::vector<Hook> hooks = hooks_;
   for (auto& h : hooks)
     if (h.pre) h.pre(*this, x);
-  Tensor y = forward(x);
+  Tensor y = body();
   for (auto& h : hooks)
     if (h.post) h.post(*this, x, y);
   return y;

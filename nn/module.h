@@ -76,6 +76,10 @@ class Module : public std::enable_shared_from_this<Module> {
 
  protected:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
+  // Runs `body` between the forward pre-hooks and hooks, which see `input` as the
+  // module's input. operator()(x) is call_with_hooks(x, forward(x)); modules with
+  // two inputs (losses) pass their prediction.
+  Tensor call_with_hooks(const Tensor& input, const std::function<Tensor()>& body);
   bool training_ = true;
 
  private:

@@ -1,21 +1,65 @@
-// Optimizer base: step bookkeeping, zero_grad and step hooks.
+// Optimizer base: parameter groups, step bookkeeping, zero_grad, step hooks,
+// and the helpers every update rule shares (fused-path test, state keys).
 #include "optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/autograd.h"
 
 namespace gradsleuth::optim {
 
-Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups) : groups_(std::move(groups)), name_(std::move(name)) {
-  for (size_t g = 0; g < groups_.size(); ++g)
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
-      const Tensor& p = groups_[g].params[i];
-      GS_CHECK(p.defined() && p.is_floating_point(), name_, "parameter ", i, " of group ", g,
-               " must be a defined floating-point tensor, got ", p.defined() ? p.str() : "undefined");
-      GS_CHECK(p.is_leaf(), name_, "parameter ", p.str(), " is not a leaf tensor (it was computed by '",
-               p.grad_fn()->name(), "'); optimize the leaf it came from");
-    }
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups)
+    : Optimizer(std::move(name), std::move(groups), 1e-3, 0.0) {}
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double default_lr, double default_weight_decay)
+    : groups_(std::move(groups)),
+      name_(std::move(name)),
+      default_lr_(default_lr),
+      default_weight_decay_(default_weight_decay) {
+  std::vector<const TensorImpl*> seen;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    check_group(groups_[g], g, seen);
+    for (const Tensor& p : groups_[g].params) seen.push_back(p.impl_ptr().get());
+  }
+}
+
+// Fills inherited values and checks that every parameter is a floating-point
+// leaf that no earlier group already holds (it would be updated twice a step).
+void Optimizer::check_group(ParamGroup& group, size_t g, const std::vector<const TensorImpl*>& seen) const {
+  if (std::isnan(group.lr)) group.lr = default_lr_;
+  if (std::isnan(group.weight_decay)) group.weight_decay = default_weight_decay_;
+  GS_CHECK(group.lr >= 0.0, name_, "group ", g, " has a negative learning rate ", group.lr,
+           "; learning rates must be >= 0");
+  GS_CHECK(group.weight_decay >= 0.0, name_, "group ", g, " has a negative weight_decay ", group.weight_decay,
+           "; weight decay must be >= 0");
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const Tensor& p = group.params[i];
+    GS_CHECK(p.defined() && p.is_floating_point(), name_, "parameter ", i, " of group ", g,
+             " must be a defined floating-point tensor, got ", p.defined() ? p.str() : "undefined");
+    GS_CHECK(p.is_leaf(), name_, "parameter ", p.str(), " is not a leaf tensor (it was computed by '",
+             p.grad_fn()->name(), "'); optimize the leaf it came from");
+    const TensorImpl* id = p.impl_ptr().get();
+    bool dup = std::find(seen.begin(), seen.end(), id) != seen.end();
+    for (size_t j = 0; j < i && !dup; ++j) dup = group.params[j].impl_ptr().get() == id;
+    GS_CHECK(!dup, name_, "parameter ", i, " of group ", g, " (", p.str(),
+             ") appears more than once in the parameter groups; each step would update it twice. "
+             "List every parameter in exactly one group.");
+  }
+}
+
+std::vector<ParamGroup> Optimizer::one_group(std::vector<Tensor> params) {
+  std::vector<ParamGroup> groups;
+  groups.emplace_back(std::move(params));
+  return groups;
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  std::vector<const TensorImpl*> seen;
+  for (const auto& g : groups_)
+    for (const Tensor& p : g.params) seen.push_back(p.impl_ptr().get());
+  check_group(group, groups_.size(), seen);
+  groups_.push_back(std::move(group));
 }
 
 void Optimizer::step() {
@@ -52,6 +96,48 @@ size_t Optimizer::add_post_step_hook(StepHook h) {
 }
 void Optimizer::remove_hook(size_t id) {
   hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(), [&](const Hook& h) { return h.id == id; }), hooks_.end());
+}
+
+// ---- helpers for the update rules ------------------------------------------------
+
+bool Optimizer::fusable(const Tensor& p, const Tensor& g) const {
+  return fused_ && p.device().is_cpu() && g.device().is_cpu() && p.dtype() == g.dtype() &&
+         (p.dtype() == kFloat32 || p.dtype() == kFloat64) && p.is_contiguous() && g.is_contiguous();
+}
+
+void Optimizer::mark_modified(const Tensor& p, const char* op) { p.storage()->bump_version(op); }
+
+std::string Optimizer::state_key(size_t group, size_t index, const std::string& key) {
+  return std::to_string(group) + "." + std::to_string(index) + "." + key;
+}
+
+std::tuple<size_t, size_t, std::string> Optimizer::parse_state_key(const std::string& full_key) const {
+  const size_t d1 = full_key.find('.');
+  const size_t d2 = d1 == std::string::npos ? d1 : full_key.find('.', d1 + 1);
+  auto is_num = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  GS_CHECK(d2 != std::string::npos && is_num(full_key.substr(0, d1)) && is_num(full_key.substr(d1 + 1, d2 - d1 - 1)),
+           name_ + ".load_state_dict", "key '", full_key,
+           "' is not of the form 'group.index.name' (e.g. '0.3.exp_avg'); was this dict made by state_dict()?");
+  const size_t g = std::stoul(full_key.substr(0, d1)), i = std::stoul(full_key.substr(d1 + 1, d2 - d1 - 1));
+  GS_CHECK(g < groups_.size() && i < groups_[g].params.size(), name_ + ".load_state_dict", "key '", full_key,
+           "' names parameter ", i, " of group ", g, ", but this optimizer has ", groups_.size(), " group(s)",
+           g < groups_.size() ? " and group " + std::to_string(g) + " has " + std::to_string(groups_[g].params.size()) +
+                                    " parameter(s)"
+                              : std::string(),
+           ". Build the optimizer over the same parameters, in the same order, as the one that was saved.");
+  return {g, i, full_key.substr(d2 + 1)};
+}
+
+Tensor Optimizer::load_state_tensor(const Tensor& saved, size_t g, size_t i, const std::string& key) const {
+  const Tensor& p = groups_[g].params[i];
+  GS_CHECK(saved.defined() && saved.shape() == p.shape(), name_ + ".load_state_dict", "state '", state_key(g, i, key),
+           "' is ", saved.defined() ? saved.str() : "undefined", " but parameter ", i, " of group ", g, " is ", p.str(),
+           ". The optimizer must be built over the same parameters as the one that was saved.");
+  Tensor out = zeros(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+  out.copy_(saved.detach());
+  return out;
 }
 
 }  // namespace gradsleuth::optim

@@ -2,24 +2,52 @@
 // (each with its own learning rate), zeroes gradients, and tells listeners
 // (the debug module) about every step so checks run during normal use.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace gradsleuth::optim {
 
+// Declares one chainable option, PyTorch-C++ style (torch's TORCH_ARG):
+//   SGDOptions(0.1).momentum(0.9)   sets it and returns the options;
+//   opts.momentum()                 reads it.
+#define GS_OPTIM_ARG(T, name)               \
+ public:                                    \
+  auto& name(const T& new_value) {          \
+    this->name##_ = new_value;              \
+    return *this;                           \
+  }                                         \
+  const T& name() const { return name##_; } \
+                                            \
+ private:                                   \
+  T name##_
+
+// A set of parameters that share a learning rate (and weight decay).
+// lr / weight_decay left at kInherit take the optimizer's options:
+//   SGD({{backbone, 1e-3}, {head}}, SGDOptions(0.1))   -> head gets lr 0.1.
+// Every other hyper-parameter (momentum, betas, eps, ...) is shared by all groups.
 struct ParamGroup {
+  static constexpr double kInherit = std::numeric_limits<double>::quiet_NaN();
+  ParamGroup() = default;
+  ParamGroup(std::vector<Tensor> params, double lr = kInherit, double weight_decay = kInherit, std::string name = "")
+      : params(std::move(params)), lr(lr), weight_decay(weight_decay), name(std::move(name)) {}
+
   std::vector<Tensor> params;
-  double lr = 1e-3;
-  double weight_decay = 0.0;
-  std::string name;  // optional label ("backbone", "head")
+  double lr = kInherit;            // after construction always a number (schedulers change it)
+  double weight_decay = kInherit;  // after construction always a number
+  std::string name;                // optional label ("backbone", "head")
 };
 
 class Optimizer {
  public:
+  // Groups whose lr / weight_decay are kInherit get 1e-3 / 0.
   Optimizer(std::string name, std::vector<ParamGroup> groups);
   virtual ~Optimizer() = default;
 
@@ -30,6 +58,9 @@ class Optimizer {
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Adds a group (e.g. layers unfrozen while fine-tuning); kInherit values take
+  // the optimizer's defaults. Its parameters start with empty state.
+  void add_param_group(ParamGroup group);
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
   void set_lr(double lr);  // every group
   const std::string& name() const { return name_; }
@@ -40,6 +71,11 @@ class Optimizer {
   // zero_grad stays quiet while this is on.
   void set_accumulating(bool on) { accumulating_ = on; }
   bool accumulating() const { return accumulating_; }
+  // Fused kernels: contiguous CPU float32/float64 parameters are updated by one
+  // loop over their elements instead of several tensor ops. Off = tensor ops
+  // everywhere (the reference path the fused loops are tested against).
+  void set_fused(bool on) { fused_ = on; }
+  bool fused() const { return fused_; }
 
   // Listeners run before and after each step (the debug monitor attaches here).
   using StepHook = std::function<void(Optimizer&)>;
@@ -48,23 +84,80 @@ class Optimizer {
   void remove_hook(size_t id);
 
   // Per-parameter state (momentum buffers, Adam moments), named "g.i.key" for
-  // group g, parameter i; for checkpoints.
+  // group g, parameter i; for checkpoints. state_dict() returns copies, so
+  // later steps do not change a dict already taken.
   virtual std::map<std::string, Tensor> state_dict() const { return {}; }
   virtual void load_state_dict(const std::map<std::string, Tensor>& state) { (void)state; }
 
  protected:
+  // Derived optimizers pass their options' lr / weight_decay as the defaults
+  // for groups (and for add_param_group) that leave them at kInherit.
+  Optimizer(std::string name, std::vector<ParamGroup> groups, double default_lr, double default_weight_decay);
+
+  // The one group of the `std::vector<Tensor> params` constructors.
+  static std::vector<ParamGroup> one_group(std::vector<Tensor> params);
+
   // The update rule: called by step() under NoGradGuard.
   virtual void update() = 0;
+
+  // True when p (and its gradient g) can take the fused loop: fused() is on,
+  // both are contiguous CPU tensors of the same float dtype.
+  bool fusable(const Tensor& p, const Tensor& g) const;
+  // Marks p as changed by this optimizer's step: bumps its storage version,
+  // logged as `op` (a string literal such as "SGD.step"), so a tensor saved
+  // for backward that is p raises if that backward runs after the step.
+  // The fused loops write through data_ptr, which bumps nothing by itself.
+  static void mark_modified(const Tensor& p, const char* op);
+
+  // State entries: "g.i.key".
+  static std::string state_key(size_t group, size_t index, const std::string& key);
+  // Splits "g.i.key" and checks that group g has a parameter i; raises naming
+  // this optimizer otherwise.
+  std::tuple<size_t, size_t, std::string> parse_state_key(const std::string& full_key) const;
+  // A private copy of a loaded state tensor for parameter (g, i): checks its
+  // shape against the parameter and converts it to the parameter's dtype/device.
+  Tensor load_state_tensor(const Tensor& saved, size_t group, size_t index, const std::string& key) const;
+
   std::vector<ParamGroup> groups_;
 
  private:
+  void check_group(ParamGroup& g, size_t gi, const std::vector<const TensorImpl*>& seen) const;
+
   std::string name_;
+  double default_lr_ = 1e-3;
+  double default_weight_decay_ = 0.0;
   int64_t steps_ = 0;
   bool zeroed_since_step_ = true;
   bool accumulating_ = false;
-  struct Hook { size_t id; bool pre; StepHook fn; };
+  bool fused_ = true;
+  struct Hook {
+    size_t id;
+    bool pre;
+    StepHook fn;
+  };
   std::vector<Hook> hooks_;
   size_t next_id_ = 0;
+};
+
+// Per-parameter state of type S, indexed [group][index]; grows as groups do.
+template <class S>
+class PerParamState {
+ public:
+  S& at(size_t g, size_t i) {
+    if (state_.size() <= g) state_.resize(g + 1);
+    if (state_[g].size() <= i) state_[g].resize(i + 1);
+    return state_[g][i];
+  }
+  // Visits every (g, i, state) held so far.
+  template <class F>
+  void for_each(F&& f) const {
+    for (size_t g = 0; g < state_.size(); ++g)
+      for (size_t i = 0; i < state_[g].size(); ++i) f(g, i, state_[g][i]);
+  }
+  void clear() { state_.clear(); }
+
+ private:
+  std::vector<std::vector<S>> state_;
 };
 
 }  // namespace gradsleuth::optim

@@ -50,6 +50,8 @@ cache="$bdir/CMakeCache.txt"
 configure=0
 if [[ ! -f "$cache" || ${#extra[@]} -gt 0 ]]; then
   configure=1
+elif [[ ! -f "$bdir/build.ninja" && ! -f "$bdir/Makefile" ]]; then
+  configure=1  # an earlier configure failed before generating
 else
   for o in "${opts[@]}"; do
     grep -q "^${o%%=*}:[A-Z]*=${o#*=}\$" "$cache" || { configure=1; break; }

@@ -4,9 +4,18 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+
+#if defined(__linux__)
+#include <sys/mman.h>  // madvise(MADV_HUGEPAGE) for large buffers
+#endif
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallopt, see CpuBackend()
+#endif
 
 #include "core/backend.h"
 #include "core/cpu/loops.h"
@@ -105,9 +114,10 @@ bool unary_eigen(UnaryOp op, T* o, const T* a, int64_t n) {
       case UnaryOp::Sqrt: y = x.sqrt(); return true;
       case UnaryOp::Tanh: y = x.tanh(); return true;
       case UnaryOp::Sigmoid: {
-        // 1 / (1 + exp(-|x|)) mirrored for negative x: stable everywhere.
-        y = (T(1) + (-x.abs()).exp()).inverse();
-        y = (x >= T(0)).select(y, T(1) - y);
+        // e = exp(-|x|) never overflows: 1/(1+e) for x >= 0, e/(1+e) for x < 0.
+        // (Not 1 - 1/(1+e): that rounds sigmoid(-40) to 0 instead of 4e-18.)
+        y = (-x.abs()).exp();
+        y = (x >= T(0)).select(T(1), y) / (T(1) + y);
         return true;
       }
       case UnaryOp::Neg: y = -x; return true;
@@ -272,7 +282,8 @@ T reduce_row(ReduceOp op, const char* p, int64_t n, int64_t st) {
   return acc;
 }
 
-template <class T>
+// `in` holds T; `out` holds A, the type the results accumulate in (see reduce()).
+template <class T, class A = T>
 void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const bool* reduced) {
   const Tensor in = in_any;
   const int64_t nd = in.dim();
@@ -281,9 +292,9 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const b
   for (int64_t d = 0; d < nd; ++d)
     if (reduced[d]) ost[d] = 0;
   Tensor ov = detail::make_alias(out, in.shape(), ost, out.offset());
-  T* o0 = static_cast<T*>(out.raw_data());
+  A* o0 = static_cast<A*>(out.raw_data());
   const int64_t on = out.numel();
-  for (int64_t i = 0; i < on; ++i) o0[i] = reduce_identity<T>(op);
+  for (int64_t i = 0; i < on; ++i) o0[i] = reduce_identity<A>(op);
 
   StridedIter<2> it(in.shape(), {&ov, &in});
   const int64_t inner = it.inner_size(), outer = it.outer_size();
@@ -293,28 +304,28 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const b
     for (int64_t r = b; r < e; ++r) {
       it.row_ptrs(r, p);
       if (so == 0) {
-        T& dst = *reinterpret_cast<T*>(p[0]);
-        dst = combine<T>(op, dst, reduce_row<T>(op, p[1], inner, si));
+        A& dst = *reinterpret_cast<A*>(p[0]);
+        dst = combine<A>(op, dst, static_cast<A>(reduce_row<T>(op, p[1], inner, si)));
       } else {
         for (int64_t i = 0; i < inner; ++i) {
-          T& dst = *at<T>(p[0], i, so);
-          dst = combine<T>(op, dst, *at<T>(p[1], i, si));
+          A& dst = *at<A>(p[0], i, so);
+          dst = combine<A>(op, dst, static_cast<A>(*at<T>(p[1], i, si)));
         }
       }
     }
   };
   if (on == 1 && outer == 1 && inner >= kParallelGrain && num_threads() > 1) {
     // One long contiguous-ish row: partial results per thread, then combine.
-    std::vector<T> partial(num_threads(), reduce_identity<T>(op));
+    std::vector<A> partial(num_threads(), reduce_identity<A>(op));
     parallel_for(inner, kParallelGrain, [&](int64_t b, int64_t e) {
 #ifdef _OPENMP
       int t = omp_get_thread_num();
 #else
       int t = 0;
 #endif
-      partial[t] = reduce_row<T>(op, it.base[1] + b * si, e - b, si);
+      partial[t] = static_cast<A>(reduce_row<T>(op, it.base[1] + b * si, e - b, si));
     });
-    for (T v : partial) o0[0] = combine<T>(op, o0[0], v);
+    for (A v : partial) o0[0] = combine<A>(op, o0[0], v);
     return;
   }
   // Rows write disjoint outputs only when the output does not move along the
@@ -332,17 +343,58 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const b
 
 class CpuBackend final : public Backend {
  public:
+  // Performance: glibc starts with a 128 KiB trim threshold and raises it only
+  // once a large block has been freed. Until then, freeing a graph of small
+  // tensors hands the top of the heap back to the OS and the next graph faults
+  // it in again page by page (7x slower per op in bench_overhead). Start at the
+  // values glibc converges to anyway (mmap threshold 32 MiB, trim threshold
+  // 64 MiB); left alone when the user tunes malloc through GLIBC_TUNABLES.
+  CpuBackend() {
+#if defined(__GLIBC__) && defined(M_TRIM_THRESHOLD)
+    if (!std::getenv("GLIBC_TUNABLES")) {
+      mallopt(M_MMAP_THRESHOLD, 32 << 20);
+      mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    }
+#endif
+  }
   DeviceType type() const override { return DeviceType::CPU; }
   const char* name() const override { return "cpu"; }
 
+  // Every buffer is 64-byte aligned (a cache line, an AVX-512 register); buffers
+  // of 2 MiB or more are 2 MiB aligned and marked MADV_HUGEPAGE, as PyTorch's
+  // CPU allocator does with THP_MEM_ALLOC_ENABLE.
+  // Performance (docs/benchmarks.md, "Engine"):
+  //  - We over-allocate with malloc and align by hand, keeping the malloc'd
+  //    pointer just below the block. std::aligned_alloc takes glibc's memalign
+  //    path, which skips the per-thread cache (~20% of a 1-element op) and, for
+  //    large blocks, never reuses a freed block: every call took fresh pages.
+  //  - A fresh buffer is paged in at first touch; with 4 KiB pages those faults
+  //    cost more than the op itself (a 64 MiB add: 16k faults). Huge pages take
+  //    512x fewer.
+  static constexpr size_t kAlign = 64;
+  static constexpr size_t kHugeBytes = size_t{2} << 20;
+
   void* allocate(size_t nbytes) override {
-    // 64-byte alignment: a whole cache line and an AVX-512 register.
-    size_t n = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, n);
-    if (!p) throw Error("allocate", "out of host memory allocating " + std::to_string(nbytes) + " bytes");
-    return p;
+    const size_t align = nbytes >= kHugeBytes ? kHugeBytes : kAlign;
+    void* raw = std::malloc(std::max<size_t>(nbytes, 1) + align);
+    if (!raw) out_of_memory(nbytes);
+    // malloc's result is aligned for max_align_t (16 bytes), so rounding raw + 8
+    // up to `align` leaves room for the raw pointer below the block, and the
+    // block still ends inside the allocation.
+    static_assert(alignof(std::max_align_t) >= 2 * sizeof(void*));
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + align - 1) & ~uintptr_t{align - 1};
+    reinterpret_cast<void**>(a)[-1] = raw;
+#ifdef MADV_HUGEPAGE
+    if (align == kHugeBytes) madvise(reinterpret_cast<void*>(a), nbytes, MADV_HUGEPAGE);  // a hint
+#endif
+    return reinterpret_cast<void*>(a);
   }
-  void deallocate(void* p, size_t) override { std::free(p); }
+  void deallocate(void* p, size_t) override {
+    if (p) std::free(static_cast<void**>(p)[-1]);
+  }
+  [[noreturn]] static void out_of_memory(size_t nbytes) {
+    throw Error("allocate", "out of host memory allocating " + std::to_string(nbytes) + " bytes");
+  }
   void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy_from_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
 
@@ -444,7 +496,20 @@ class CpuBackend final : public Backend {
   }
 
   void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) override {
-    dispatch_dtype(in.dtype(), [&](auto tag) { reduce_kernel<decltype(tag)>(op, out, in, reduced); });
+    dispatch_dtype(in.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float>) {
+        if (op == ReduceOp::Sum) {
+          // float32 sums accumulate in float64: along an outer dim each element
+          // is added one by one, and 0.1f added 2^18 times in float is 0.25% off.
+          Tensor acc = empty(out.shape(), kFloat64);
+          reduce_kernel<float, double>(op, acc, in, reduced);
+          copy(out, acc);
+          return;
+        }
+      }
+      reduce_kernel<T>(op, out, in, reduced);
+    });
   }
 
   void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) override {

@@ -332,12 +332,23 @@ Tensor tanh(const Tensor& x) {
 // gelu(x) = x * Phi(x) = x/2 (1 + erf(x / sqrt 2)), built from differentiable ops.
 Tensor gelu(const Tensor& x) { return x * (erf(x * M_SQRT1_2) + 1.0) * 0.5; }
 
-// softplus(x) = 1/beta log(1 + exp(beta x)), linear above the threshold; written
-// as relu(z) + log1p(exp(-|z|)) so that exp never overflows.
+// softplus(x) = 1/beta log(1 + exp(beta x)), linear above the threshold; the value
+// is computed as relu(z) + log1p(exp(-|z|)) so that exp never overflows. The
+// backward is written out (dy/dx = sigmoid(beta x)): differentiating that
+// composition would give relu'(0) + abs'(0) terms, i.e. 0 instead of 0.5 at x = 0.
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  Tensor z = x * beta;
-  Tensor sp = (relu(z) + log1p(exp(-abs(z)))) / beta;
-  return where(z.detach() > threshold, x, sp);
+  Tensor y;
+  {
+    NoGradGuard ng;
+    Tensor z = x * beta;
+    y = where(z > threshold, x, (relu(z) + log1p(exp(-abs(z)))) / beta);
+  }
+  if (needs_grad(x))
+    record("softplus", y, {&x}, [sx = SavedTensor(x, "softplus"), beta, threshold](const Tensor& g, Node& n) {
+      Tensor z = sx.unpack(n) * beta;
+      return tensor_list{where(z.detach() > threshold, g, g * sigmoid(z))};
+    });
+  return y;
 }
 
 // ---- selection ----------------------------------------------------------------------

@@ -51,7 +51,9 @@ Tensor& Tensor::add_(double v) { return add_(detail::wrap_scalar(v, *this)); }
 
 Tensor& Tensor::mul_(const Tensor& o) {
   // Both gradients need a value this op destroys (self's old value) or keeps (o).
-  Tensor old = needs_grad(o) ? detach().clone() : Tensor();
+  // clone(), not detach().clone(): the copy keeps self's history, so that with
+  // create_graph the gradient of o can be differentiated w.r.t. self.
+  Tensor old = needs_grad(o) ? clone() : Tensor();
   inplace_binary(BinaryOp::Mul, *this, o, "mul_");
   finish_inplace(*this, "mul_", {&o}, [so = SavedTensor(o, "mul_"), old, sho = o.shape()](const Tensor& g, Node& n) {
     return tensor_list{g * so.unpack(n), old.defined() ? sum_to(g * old, sho) : Tensor()};
@@ -62,7 +64,7 @@ Tensor& Tensor::mul_(const Tensor& o) {
 Tensor& Tensor::mul_(double v) { return mul_(detail::wrap_scalar(v, *this)); }
 
 Tensor& Tensor::div_(const Tensor& o) {
-  Tensor old = needs_grad(o) ? detach().clone() : Tensor();
+  Tensor old = needs_grad(o) ? clone() : Tensor();  // with history, as in mul_
   GS_CHECK(is_floating_point(), "div_", "true division cannot be stored in place into the integer tensor ", str());
   inplace_binary(BinaryOp::Div, *this, o, "div_");
   finish_inplace(*this, "div_", {&o}, [so = SavedTensor(o, "div_"), old, sho = o.shape()](const Tensor& g, Node& n) {

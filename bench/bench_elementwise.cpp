@@ -1,0 +1,150 @@
+// Memory-bound kernels: elementwise ops and reductions on contiguous float32
+// tensors of 1M and 16M elements, next to plain memory copies of the same bytes.
+//
+// Counter "bytes/s" = (bytes read + bytes written) per call, as a rate
+// (1 GB = 1e9 bytes). Every op allocates its output, as a user's op does; the
+// memcpy baselines copy into a buffer allocated once, and gs clone allocates.
+// No autograd (NoGradGuard): this measures the kernels, not the graph.
+//   Dimension letters: B = rows (n / N), N = 1024 columns.
+//   ./bench_elementwise --benchmark_min_time=0.2 [--benchmark_format=json]
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+constexpr int64_t kCols = 1024;  // N for the 2-D cases
+constexpr int64_t kF = sizeof(float);
+
+void set_bytes(benchmark::State& state, int64_t bytes_per_call) {
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(bytes_per_call) * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
+}
+
+// Runs `op` (returns a gs::Tensor) under NoGradGuard and reports bytes/s.
+template <class Op>
+void run_gs(benchmark::State& state, int64_t bytes_per_call, Op op) {
+  gs::NoGradGuard no_grad;
+  for (auto _ : state) {
+    gs::Tensor y = op();
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  set_bytes(state, bytes_per_call);
+}
+
+// ---- baselines -----------------------------------------------------------------
+void BM_memcpy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::unique_ptr<float[]> src(new float[n]), dst(new float[n]);
+  std::memset(src.get(), 1, n * kF);
+  std::memset(dst.get(), 0, n * kF);
+  for (auto _ : state) {
+    std::memcpy(dst.get(), src.get(), n * kF);
+    benchmark::DoNotOptimize(dst.get());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2 * n * kF);
+}
+
+// memcpy split over the same OpenMP threads the CPU backend uses.
+void BM_memcpy_threads(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::unique_ptr<float[]> src(new float[n]), dst(new float[n]);
+  std::memset(src.get(), 1, n * kF);
+  std::memset(dst.get(), 0, n * kF);
+  for (auto _ : state) {
+#ifdef _OPENMP
+#pragma omp parallel
+    {
+      const int64_t T = omp_get_num_threads(), t = omp_get_thread_num(), chunk = (n + T - 1) / T;
+      const int64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
+      std::memcpy(dst.get() + b, src.get() + b, (e - b) * kF);
+    }
+#else
+    std::memcpy(dst.get(), src.get(), n * kF);
+#endif
+    benchmark::DoNotOptimize(dst.get());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, 2 * n * kF);
+}
+
+void BM_clone(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor x = gs::randn({n});
+  run_gs(state, 2 * n * kF, [&] { return x.clone(); });
+}
+
+// ---- elementwise --------------------------------------------------------------
+void BM_add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor a = gs::randn({n}), b = gs::randn({n});
+  run_gs(state, 3 * n * kF, [&] { return gs::add(a, b); });
+}
+
+void BM_relu(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor x = gs::randn({n});
+  run_gs(state, 2 * n * kF, [&] { return gs::relu(x); });
+}
+
+void BM_exp(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor x = gs::randn({n});
+  run_gs(state, 2 * n * kF, [&] { return gs::exp(x); });
+}
+
+// (B, N) + (N): the bias is broadcast along B (stride 0).
+void BM_bias_add(benchmark::State& state) {
+  const int64_t n = state.range(0), B = n / kCols;
+  gs::Tensor x = gs::randn({B, kCols}), bias = gs::randn({kCols});
+  run_gs(state, (2 * n + kCols) * kF, [&] { return gs::add(x, bias); });
+}
+
+// ---- reductions -----------------------------------------------------------------
+void BM_sum_all(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor x = gs::randn({n});
+  run_gs(state, n * kF, [&] { return gs::sum(x); });
+}
+
+// (B, N) -> (N)
+void BM_sum_dim0(benchmark::State& state) {
+  const int64_t n = state.range(0), B = n / kCols;
+  gs::Tensor x = gs::randn({B, kCols});
+  run_gs(state, (n + kCols) * kF, [&] { return gs::sum(x, {0}); });
+}
+
+// (B, N) -> (B)
+void BM_sum_dim1(benchmark::State& state) {
+  const int64_t n = state.range(0), B = n / kCols;
+  gs::Tensor x = gs::randn({B, kCols});
+  run_gs(state, (n + B) * kF, [&] { return gs::sum(x, {1}); });
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Arg(1 << 20)->Arg(1 << 24)->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+BENCHMARK(BM_memcpy)->Name("copy/memcpy")->Apply(sizes);
+BENCHMARK(BM_memcpy_threads)->Name("copy/memcpy_omp")->Apply(sizes);
+BENCHMARK(BM_clone)->Name("copy/gs_clone")->Apply(sizes);
+BENCHMARK(BM_add)->Name("elementwise/add")->Apply(sizes);
+BENCHMARK(BM_relu)->Name("elementwise/relu")->Apply(sizes);
+BENCHMARK(BM_exp)->Name("elementwise/exp")->Apply(sizes);
+BENCHMARK(BM_bias_add)->Name("elementwise/bias_add(B,N)+(N)")->Apply(sizes);
+BENCHMARK(BM_sum_all)->Name("reduce/sum")->Apply(sizes);
+BENCHMARK(BM_sum_dim0)->Name("reduce/sum_dim0(B,N)")->Apply(sizes);
+BENCHMARK(BM_sum_dim1)->Name("reduce/sum_dim1(B,N)")->Apply(sizes);
+
+}  // namespace
+
+BENCHMARK_MAIN();

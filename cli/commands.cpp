@@ -1,0 +1,15 @@
+// The command table of the gradsleuth tool: one row per subcommand (cli/cmd_*.cpp).
+#include "cli/cli.h"
+
+namespace gradsleuth::cli {
+
+std::vector<Command> all_commands() {
+  return {
+      {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
+       cmd_demo},
+      {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},
+      {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
+  };
+}
+
+}  // namespace gradsleuth::cli

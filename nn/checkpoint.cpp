@@ -1,0 +1,343 @@
+// Checkpoint files: the writer (atomic: temp file, fsync, rename) and the reader
+// (size, checksum, then entry-by-entry bounds checks). Format: docs/checkpoint-format.md.
+#include "nn/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+
+namespace gradsleuth::nn {
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'S', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;  // magic, version, reserved, count, file size
+constexpr uint64_t kChecksumBytes = 8;
+
+std::optional<uint64_t> g_fail_after;  // testing::set_checkpoint_write_failure
+
+// FNV-1a, 64 bit: h = (h xor byte) * prime for every byte.
+struct Fnv1a {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  void update(const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  }
+};
+
+std::string errno_str() { return std::strerror(errno); }
+
+// Tensor data as little-endian bytes (a no-op on little-endian hosts).
+std::vector<uint8_t> le_bytes(const Tensor& t) {
+  Tensor c = t.detach().cpu().contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.raw_data());
+  std::vector<uint8_t> out(p, p + c.nbytes());
+  if constexpr (std::endian::native == std::endian::big) {
+    const size_t s = c.element_size();
+    for (size_t i = 0; i + s <= out.size(); i += s) std::reverse(out.begin() + i, out.begin() + i + s);
+  }
+  return out;
+}
+
+// Streams bytes into a FILE*, updating the checksum; honours the test fault hook.
+class Writer {
+ public:
+  Writer(FILE* f, std::string tmp) : f_(f), tmp_(std::move(tmp)) {}
+  void bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    if (g_fail_after && written_ + n > *g_fail_after) {
+      const size_t part = static_cast<size_t>(*g_fail_after - written_);
+      if (part) std::fwrite(p, 1, part, f_);
+      GS_FAIL("nn::save", "simulated write failure after ", *g_fail_after, " bytes of '", tmp_,
+              "' (testing::set_checkpoint_write_failure)");
+    }
+    if (n && std::fwrite(p, 1, n, f_) != n)
+      GS_FAIL("nn::save", "writing '", tmp_, "' failed after ", written_, " bytes: ", errno_str(),
+              ". Is the disk full?");
+    sum_.update(p, n);
+    written_ += n;
+  }
+  template <class T>
+  void le(T v) {  // an integer, little-endian
+    uint8_t b[sizeof(T)];
+    auto u = static_cast<std::make_unsigned_t<T>>(v);
+    for (size_t i = 0; i < sizeof(T); ++i) b[i] = static_cast<uint8_t>(u >> (8 * i));
+    bytes(b, sizeof(T));
+  }
+  uint64_t checksum() const { return sum_.h; }
+  uint64_t written() const { return written_; }
+
+ private:
+  FILE* f_;
+  std::string tmp_;
+  Fnv1a sum_;
+  uint64_t written_ = 0;
+};
+
+// Bounds-checked little-endian reads from the file's bytes.
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& buf, size_t end, std::string path) : buf_(buf), end_(end), path_(std::move(path)) {}
+  const uint8_t* take(size_t n, const std::string& what) {
+    GS_CHECK(n <= end_ - pos_, "nn::load", "'", path_, "' is truncated or corrupted: reading ", what, " needs ", n,
+             " bytes at offset ", pos_, " but the data ends at ", end_);
+    const uint8_t* p = buf_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  template <class T>
+  T le(const std::string& what) {
+    const uint8_t* p = take(sizeof(T), what);
+    std::make_unsigned_t<T> u = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) u |= static_cast<std::make_unsigned_t<T>>(p[i]) << (8 * i);
+    return static_cast<T>(u);
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::vector<uint8_t>& buf_;
+  size_t end_;
+  size_t pos_ = 0;
+  std::string path_;
+};
+
+uint64_t read_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+// Best effort: make the rename itself durable.
+void fsync_dir_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+namespace testing {
+void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes) { g_fail_after = after_bytes; }
+}  // namespace testing
+
+// ---- writing ------------------------------------------------------------------------
+void write_checkpoint(const std::string& path, const NamedTensors& entries) {
+  GS_CHECK(!path.empty(), "nn::save", "the checkpoint path is empty");
+  std::set<std::string> seen;
+  uint64_t file_size = kHeaderBytes + kChecksumBytes;
+  for (const auto& [name, t] : entries) {
+    GS_CHECK(!name.empty() && name.size() < (1u << 16), "nn::save", "entry names must be 1..65535 bytes, got '",
+             name, "'");
+    GS_CHECK(seen.insert(name).second, "nn::save", "the name '", name, "' appears twice; names must be unique");
+    GS_CHECK(t.defined(), "nn::save", "'", name, "' is an undefined tensor; nothing to save");
+    file_size += 4 + name.size() + 1 + 1 + 8 * static_cast<uint64_t>(t.dim()) + 8 + t.nbytes();
+  }
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  GS_CHECK(f != nullptr, "nn::save", "cannot create the temporary file '", tmp, "' for '", path, "': ", errno_str(),
+           ". Check that the directory exists and is writable.");
+  try {
+    Writer w(f, tmp);
+    w.bytes(kMagic, sizeof(kMagic));
+    w.le<uint32_t>(kVersion);
+    w.le<uint32_t>(0);  // reserved
+    w.le<uint64_t>(entries.size());
+    w.le<uint64_t>(file_size);
+    for (const auto& [name, t] : entries) {
+      w.le<uint32_t>(static_cast<uint32_t>(name.size()));
+      w.bytes(name.data(), name.size());
+      w.le<uint8_t>(static_cast<uint8_t>(t.dtype()));
+      w.le<uint8_t>(static_cast<uint8_t>(t.dim()));
+      for (int64_t s : t.shape()) w.le<int64_t>(s);
+      const std::vector<uint8_t> data = le_bytes(t);
+      w.le<uint64_t>(data.size());
+      w.bytes(data.data(), data.size());
+    }
+    const uint64_t sum = w.checksum();
+    w.le<uint64_t>(sum);
+    GS_CHECK(w.written() == file_size, "nn::save", "internal error: wrote ", w.written(), " bytes, expected ", file_size);
+    GS_CHECK(std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0, "nn::save", "flushing '", tmp, "' to disk failed: ",
+             errno_str());
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::fclose(f) != 0) {
+    const std::string err = errno_str();
+    std::remove(tmp.c_str());
+    GS_FAIL("nn::save", "closing '", tmp, "' failed: ", err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = errno_str();
+    std::remove(tmp.c_str());
+    GS_FAIL("nn::save", "cannot move '", tmp, "' over '", path, "': ", err, ". The previous file (if any) is unchanged.");
+  }
+  fsync_dir_of(path);
+}
+
+void save(const Module& module, const std::string& path) {
+  NamedTensors entries = module.named_parameters();
+  for (auto& b : module.named_buffers()) entries.push_back(b);
+  write_checkpoint(path, entries);
+}
+
+void save_state(const std::map<std::string, Tensor>& state, const std::string& path) {
+  write_checkpoint(path, NamedTensors(state.begin(), state.end()));
+}
+
+// ---- reading ------------------------------------------------------------------------
+NamedTensors read_checkpoint(const std::string& path) {
+  const char* op = "nn::load";
+  std::ifstream in(path, std::ios::binary);
+  GS_CHECK(in.good(), op, "cannot open '", path, "': ", errno_str());
+  std::vector<uint8_t> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const uint64_t size = buf.size();
+
+  GS_CHECK(size >= sizeof(kMagic), op, "'", path, "' is truncated: it has ", size,
+           " bytes, fewer than the 8-byte magic \"GSCKPT01\"");
+  if (std::memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
+    std::string head;
+    for (size_t i = 0; i < sizeof(kMagic); ++i) head += (buf[i] >= 32 && buf[i] < 127) ? static_cast<char>(buf[i]) : '.';
+    GS_FAIL(op, "'", path, "' is not a gradsleuth checkpoint: it starts with \"", head, "\" instead of \"GSCKPT01\"",
+            (buf[0] == 'P' && buf[1] == 'K' ? " (a zip archive: PyTorch .pt files cannot be read)" : ""));
+  }
+  GS_CHECK(size >= kHeaderBytes + kChecksumBytes, op, "'", path, "' is truncated: it has ", size,
+           " bytes, fewer than the ", kHeaderBytes + kChecksumBytes, " of an empty checkpoint");
+  Reader r(buf, size - kChecksumBytes, path);
+  r.take(sizeof(kMagic), "the magic");
+  const auto version = r.le<uint32_t>("the version");
+  GS_CHECK(version == kVersion, op, "'", path, "' has format version ", version, "; this build reads version ",
+           kVersion, ". It was written by a different gradsleuth version.");
+  r.le<uint32_t>("the reserved field");
+  const auto count = r.le<uint64_t>("the entry count");
+  const auto recorded = r.le<uint64_t>("the file size");
+  if (size < recorded)
+    GS_FAIL(op, "'", path, "' is truncated: its header says ", recorded, " bytes but the file has ", size,
+            " (an interrupted copy or download?)");
+  GS_CHECK(size == recorded, op, "'", path, "' is corrupted: its header says ", recorded, " bytes but the file has ",
+           size);
+  Fnv1a sum;
+  sum.update(buf.data(), size - kChecksumBytes);
+  const uint64_t stored = read_le64(buf.data() + size - kChecksumBytes);
+  GS_CHECK(sum.h == stored, op, "'", path, "' is corrupted: checksum mismatch (stored ", hex(stored), ", computed ",
+           hex(sum.h), "). Some bytes changed after it was written; use another copy.");
+
+  NamedTensors out;
+  for (uint64_t i = 0; i < count; ++i) {
+    const std::string at = "entry " + std::to_string(i);
+    const auto name_len = r.le<uint32_t>(at + "'s name length");
+    const uint8_t* np = r.take(name_len, at + "'s name");
+    std::string name(reinterpret_cast<const char*>(np), name_len);
+    const std::string where = "'" + name + "'";
+    const auto code = r.le<uint8_t>(where + "'s dtype");
+    GS_CHECK(code <= static_cast<uint8_t>(DType::Float64), op, "'", path, "': ", where, " has unknown dtype code ",
+             int(code));
+    const DType dt = static_cast<DType>(code);
+    const auto ndim = r.le<uint8_t>(where + "'s ndim");
+    GS_CHECK(ndim <= kMaxDims, op, "'", path, "': ", where, " has ", int(ndim), " dims (at most ", kMaxDims, ")");
+    Shape shape;
+    for (int d = 0; d < ndim; ++d) {
+      const auto s = r.le<int64_t>(where + "'s shape");
+      GS_CHECK(s >= 0, op, "'", path, "': ", where, " has a negative size ", s);
+      shape.push_back(s);
+    }
+    const auto nbytes = r.le<uint64_t>(where + "'s byte length");
+    const uint64_t want = static_cast<uint64_t>(numel_of(shape)) * dtype_size(dt);
+    GS_CHECK(nbytes == want, op, "'", path, "': ", where, " ", dtype_name(dt), shape_str(shape), " should hold ", want,
+             " bytes but records ", nbytes);
+    const uint8_t* data = r.take(nbytes, where + "'s data");
+    Tensor t = empty(shape, dt);
+    if (nbytes) std::memcpy(t.raw_data(), data, nbytes);
+    if constexpr (std::endian::native == std::endian::big) {
+      auto* p = static_cast<uint8_t*>(t.raw_data());
+      const size_t s = dtype_size(dt);
+      for (size_t k = 0; k + s <= nbytes; k += s) std::reverse(p + k, p + k + s);
+    }
+    out.emplace_back(std::move(name), t);
+  }
+  GS_CHECK(r.pos() == size - kChecksumBytes, op, "'", path, "' is corrupted: ", size - kChecksumBytes - r.pos(),
+           " unread bytes after the last entry");
+  return out;
+}
+
+std::map<std::string, Tensor> load_state(const std::string& path) {
+  NamedTensors entries = read_checkpoint(path);
+  return std::map<std::string, Tensor>(entries.begin(), entries.end());
+}
+
+void load(Module& module, const std::string& path, bool strict) {
+  const char* op = "nn::load";
+  NamedTensors file = read_checkpoint(path);
+  std::map<std::string, Tensor> from_file(file.begin(), file.end());
+
+  NamedTensors expected = module.named_parameters();
+  for (auto& b : module.named_buffers()) expected.push_back(b);
+  std::set<std::string> expected_names;
+  for (auto& [n, t] : expected) expected_names.insert(n);
+
+  // Collect every difference first, so one error lists them all and nothing is half-loaded.
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (auto& [name, cur] : expected) {
+    auto it = from_file.find(name);
+    if (it == from_file.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const Tensor& v = it->second;
+    if (v.shape() != cur.shape())
+      mismatched.push_back(name + ": checkpoint has shape " + shape_str(v.shape()) + ", model expects " +
+                           shape_str(cur.shape()));
+    else if (v.dtype() != cur.dtype())
+      mismatched.push_back(name + ": checkpoint has dtype " + dtype_name(v.dtype()) + ", model expects " +
+                           dtype_name(cur.dtype()) + " (convert the model with model.to(gs::k" +
+                           (v.dtype() == kFloat64 ? "Float64" : "Float32") + ") before loading)");
+  }
+  for (auto& [name, t] : file)
+    if (!expected_names.count(name)) unexpected.push_back(name);
+
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 10; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 10) s += ", ... (" + std::to_string(v.size() - 10) + " more)";
+    return s;
+  };
+  std::string problems;
+  for (auto& m : mismatched) problems += "\n  " + m;
+  if (strict && !missing.empty()) problems += "\n  missing from the checkpoint: " + list(missing);
+  if (strict && !unexpected.empty()) problems += "\n  in the checkpoint but not in the model: " + list(unexpected);
+  if (!problems.empty())
+    GS_FAIL(op, "'", path, "' does not match the ", module.type_name(), " it is loaded into:", problems,
+            (strict && (!missing.empty() || !unexpected.empty())
+                 ? "\nWas it saved from a different architecture? (load(module, path, /*strict=*/false) skips "
+                   "missing and unexpected names.)"
+                 : ""));
+
+  for (auto& [name, cur] : expected) {
+    auto it = from_file.find(name);
+    if (it == from_file.end()) continue;
+    module.set_tensor(name, it->second.to(cur.device()));
+  }
+}
+
+}  // namespace gradsleuth::nn

@@ -1,0 +1,53 @@
+// Checkpoints: a module's parameters and buffers (or an optimizer's state) in one
+// binary file, written atomically and verified by a checksum when read back.
+//
+//   nn::save(*model, "run/model.ckpt");                 // every parameter and buffer, by dotted name
+//   nn::load(*model, "run/model.ckpt");                 // same names, shapes and dtypes, or a gs::Error
+//   nn::save_state(opt.state_dict(), "run/optim.ckpt"); // optim::Optimizer's map API
+//   opt.load_state_dict(nn::load_state("run/optim.ckpt"));
+//
+// The file format ("GSCKPT01", little-endian, FNV-1a 64 checksum) is in
+// docs/checkpoint-format.md. A save writes `path.tmp.<pid>`, flushes it to disk
+// and renames it over `path`: a crash or error mid-save leaves the old file intact.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace gradsleuth::nn {
+
+// Named tensors in file order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Saves module.named_parameters() then module.named_buffers() (a shared parameter once,
+// under its first path).
+void save(const Module& module, const std::string& path);
+
+// Loads into `module` through Module::set_tensor (every handle to a parameter sees the
+// new value; gradients are cleared). Everything is checked before anything is written,
+// so a failed load leaves the module unchanged. Errors name the file and what differs:
+// missing or unexpected names (strict only), shape or dtype mismatches, e.g.
+//   "fc1.weight: checkpoint has shape [256, 784], model expects [128, 784]".
+void load(Module& module, const std::string& path, bool strict = true);
+
+// An optimizer's state_dict (or any name -> tensor map).
+void save_state(const std::map<std::string, Tensor>& state, const std::string& path);
+std::map<std::string, Tensor> load_state(const std::string& path);
+
+// The lower level: write/read any list of uniquely named, defined tensors (CPU copies
+// are written; read tensors are contiguous CPU tensors without requires_grad).
+void write_checkpoint(const std::string& path, const NamedTensors& entries);
+NamedTensors read_checkpoint(const std::string& path);
+
+namespace testing {
+// Test hook: when set, the next saves fail with a gs::Error after writing this many
+// bytes of the temporary file (simulating a full disk or a crash mid-save).
+void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes);
+}  // namespace testing
+
+}  // namespace gradsleuth::nn

@@ -1,0 +1,184 @@
+// Adam/AdamW's update: a fused loop for contiguous CPU float tensors, tensor ops otherwise.
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "core/ops.h"
+#include "optim/fused.h"
+
+namespace gradsleuth::optim {
+
+namespace {
+
+// The step's numbers, in the parameter's type.
+template <class T>
+struct AdamCoeffs {
+  T beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
+  T step_size;  // lr / (1 - beta1^t)
+  T bc2_sqrt;   // sqrt(1 - beta2^t)
+  T decay;      // 1 - lr * weight_decay (AdamW)
+};
+
+// The whole update of elements [begin, end) of one parameter, in one pass.
+// p, g, m, v, vmax: contiguous; vmax is unused without AMSGrad. The flags are
+// the options, fixed at compile time.
+template <class T, bool L2, bool Decoupled, bool AMSGrad>
+void adam_fused(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
+                T* __restrict vmax, const AdamCoeffs<T> c) {
+  for (int64_t j = begin; j < end; ++j) {
+    T pj = p[j], gj = g[j];
+    if constexpr (L2) gj = gj + c.weight_decay * pj;
+    if constexpr (Decoupled) pj = pj * c.decay;
+    const T mj = m[j] * c.beta1 + gj * c.one_minus_beta1;
+    T vj = v[j] * c.beta2 + gj * gj * c.one_minus_beta2;
+    m[j] = mj;
+    v[j] = vj;
+    if constexpr (AMSGrad) {
+      vj = vmax[j] < vj ? vj : vmax[j];
+      vmax[j] = vj;
+    }
+    const T denom = std::sqrt(vj) / c.bc2_sqrt + c.eps;
+    p[j] = pj - c.step_size * (mj / denom);
+  }
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(one_group(std::move(params)), options) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam("Adam", std::move(groups), options, false) {}
+
+Adam::Adam(const char* name, std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
+    : Optimizer(name, std::move(groups), options.lr(), options.weight_decay()),
+      options_(options),
+      decoupled_(decoupled),
+      step_op_(decoupled ? "AdamW.step" : "Adam.step") {
+  size_t n = 0;
+  for (const auto& g : groups_) n += g.params.size();
+  GS_CHECK(n > 0, name, "got an empty parameter list; pass model->parameters() after the layers are registered");
+  GS_CHECK(options.lr() >= 0.0, name, "invalid learning rate ", options.lr(), "; it must be >= 0");
+  GS_CHECK(options.eps() >= 0.0, name, "invalid eps ", options.eps(), "; it must be >= 0 (1e-8 is usual)");
+  const auto [b1, b2] = options.betas();
+  GS_CHECK(b1 >= 0.0 && b1 < 1.0 && b2 >= 0.0 && b2 < 1.0, name, "invalid betas (", b1, ", ", b2,
+           "); both must be in [0, 1), e.g. .betas({0.9, 0.999})");
+  GS_CHECK(options.weight_decay() >= 0.0, name, "invalid weight_decay ", options.weight_decay(), "; it must be >= 0");
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : AdamW(one_group(std::move(params)), options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
+    : Adam("AdamW", std::move(groups),
+           AdamOptions(o.lr()).betas(o.betas()).eps(o.eps()).weight_decay(o.weight_decay()).amsgrad(o.amsgrad()),
+           true) {}
+
+void Adam::update() {
+  const auto [beta1, beta2] = options_.betas();
+  const double eps = options_.eps();
+  const bool amsgrad = options_.amsgrad();
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& group = groups_[gi];
+    const double lr = group.lr, wd = group.weight_decay;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor p = group.params[i];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
+      GS_CHECK(g.shape() == p.shape(), step_op_, "parameter ", i, " of group ", gi, " is ", p.str(),
+               " but its gradient is ", g.str(), "; something replaced .grad with a tensor of another shape");
+      State& st = state_.at(gi, i);
+      if (st.step == 0 || !st.exp_avg.defined()) {
+        const TensorOptions opts = TensorOptions(p.dtype()).device(p.device());
+        st.exp_avg = zeros(p.shape(), opts);
+        st.exp_avg_sq = zeros(p.shape(), opts);
+      }
+      if (amsgrad && !st.max_exp_avg_sq.defined())
+        st.max_exp_avg_sq = zeros(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+      const int64_t t = ++st.step;
+      const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+      const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+      const double step_size = lr / bc1, bc2_sqrt = std::sqrt(bc2);
+      const bool l2 = !decoupled_ && wd != 0.0, decoupled = decoupled_ && wd != 0.0;
+      mark_modified(p, step_op_);
+
+      if (fusable(p, g)) {
+        detail::with_float_type(p.dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          auto t_ = [](double x) { return static_cast<T>(x); };
+          const AdamCoeffs<T> c{t_(beta1), t_(beta2),     t_(1.0 - beta1), t_(1.0 - beta2),  t_(eps),
+                                t_(wd),    t_(step_size), t_(bc2_sqrt),    t_(1.0 - lr * wd)};
+          T *pp = p.data_ptr<T>(), *m = st.exp_avg.data_ptr<T>(), *v = st.exp_avg_sq.data_ptr<T>(),
+            *vmax = amsgrad ? st.max_exp_avg_sq.data_ptr<T>() : nullptr;
+          const T* gp = g.data_ptr<T>();
+          detail::with_flags(
+              [&](auto l2_on, auto decoupled_on, auto amsgrad_on) {
+                detail::for_ranges(p.numel(), [&](int64_t b, int64_t e) {
+                  adam_fused<T, decltype(l2_on)::value, decltype(decoupled_on)::value, decltype(amsgrad_on)::value>(
+                      b, e, pp, gp, m, v, vmax, c);
+                });
+              },
+              l2, decoupled, amsgrad);
+        });
+        continue;
+      }
+
+      // The reference path: the formulas above as tensor ops.
+      Tensor grad = l2 ? g.add(p, wd) : g;
+      if (decoupled) p.mul_(1.0 - lr * wd);
+      st.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
+      st.exp_avg_sq.mul_(beta2).add_(grad * grad, 1.0 - beta2);
+      Tensor v = st.exp_avg_sq;
+      if (amsgrad) {
+        st.max_exp_avg_sq.copy_(maximum(st.max_exp_avg_sq, st.exp_avg_sq));
+        v = st.max_exp_avg_sq;
+      }
+      Tensor denom = v.sqrt() / bc2_sqrt + eps;
+      p.add_(st.exp_avg / denom, -step_size);
+    }
+  }
+}
+
+std::map<std::string, Tensor> Adam::state_dict() const {
+  std::map<std::string, Tensor> out;
+  state_.for_each([&](size_t g, size_t i, const State& st) {
+    if (st.step == 0) return;
+    out[state_key(g, i, "step")] = tensor(std::vector<int64_t>{st.step}, Shape{});
+    out[state_key(g, i, "exp_avg")] = st.exp_avg.clone();
+    out[state_key(g, i, "exp_avg_sq")] = st.exp_avg_sq.clone();
+    if (st.max_exp_avg_sq.defined()) out[state_key(g, i, "max_exp_avg_sq")] = st.max_exp_avg_sq.clone();
+  });
+  return out;
+}
+
+void Adam::load_state_dict(const std::map<std::string, Tensor>& state) {
+  const std::string op = name() + ".load_state_dict";
+  PerParamState<State> loaded;
+  std::vector<std::pair<size_t, size_t>> seen;
+  for (const auto& [full_key, t] : state) {
+    auto [g, i, key] = parse_state_key(full_key);
+    State& st = loaded.at(g, i);
+    seen.emplace_back(g, i);
+    if (key == "step") {
+      GS_CHECK(t.defined() && t.numel() == 1, op, "state '", full_key, "' must hold one number, got ",
+               t.defined() ? t.str() : "undefined");
+      st.step = t.item<int64_t>();
+    } else if (key == "exp_avg") {
+      st.exp_avg = load_state_tensor(t, g, i, key);
+    } else if (key == "exp_avg_sq") {
+      st.exp_avg_sq = load_state_tensor(t, g, i, key);
+    } else if (key == "max_exp_avg_sq") {
+      st.max_exp_avg_sq = load_state_tensor(t, g, i, key);
+    } else {
+      GS_FAIL(op, "unknown state '", full_key, "'; ", name(),
+              " keeps 'step', 'exp_avg', 'exp_avg_sq' and 'max_exp_avg_sq' (was this dict saved by another "
+              "optimizer?)");
+    }
+  }
+  for (auto [g, i] : seen) {
+    const State& st = loaded.at(g, i);
+    GS_CHECK(st.step > 0 && st.exp_avg.defined() && st.exp_avg_sq.defined(), op, "the state of parameter ", i,
+             " of group ", g, " is incomplete: it needs '", state_key(g, i, "step"), "' (> 0), '",
+             state_key(g, i, "exp_avg"), "' and '", state_key(g, i, "exp_avg_sq"), "'");
+  }
+  state_ = std::move(loaded);
+}
+
+}  // namespace gradsleuth::optim

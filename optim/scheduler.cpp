@@ -1,0 +1,156 @@
+// Learning-rate schedules and EarlyStopping: each schedule is one formula of
+// (t, base lr), applied to every parameter group.
+#include "optim/scheduler.h"
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+namespace gradsleuth::optim {
+
+// ---- LRScheduler -------------------------------------------------------------------
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer) {
+  for (const auto& g : opt_.param_groups()) base_lrs_.push_back(g.lr);
+  last_lr_ = base_lrs_;
+}
+
+void LRScheduler::step() { apply(last_epoch_ + 1); }
+
+void LRScheduler::apply(int64_t t) {
+  auto& groups = opt_.param_groups();
+  GS_CHECK(groups.size() == base_lrs_.size(), "LRScheduler.step", "the optimizer had ", base_lrs_.size(),
+           " parameter group(s) when the scheduler was made and has ", groups.size(),
+           " now; make the scheduler after the last add_param_group()");
+  last_epoch_ = t;
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = last_lr_[g] = lr_at(t, base_lrs_[g]);
+}
+
+// ---- StepLR, CosineAnnealingLR -----------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  GS_CHECK(step_size > 0, "StepLR", "step_size must be > 0 (steps between decays), got ", step_size);
+  GS_CHECK(gamma > 0.0, "StepLR", "gamma must be > 0 (0.1 divides the lr by 10 every step_size steps), got ", gamma);
+  start();
+}
+
+double StepLR::lr_at(int64_t t, double base_lr) const {
+  return base_lr * std::pow(gamma_, static_cast<double>(t / step_size_));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
+  GS_CHECK(T_max > 0, "CosineAnnealingLR", "T_max must be > 0 (steps from base lr down to eta_min), got ", T_max);
+  GS_CHECK(eta_min >= 0.0, "CosineAnnealingLR", "eta_min must be >= 0, got ", eta_min);
+  start();
+}
+
+double CosineAnnealingLR::lr_at(int64_t t, double base_lr) const {
+  const double c = std::cos(std::numbers::pi * static_cast<double>(t) / static_cast<double>(T_max_));
+  return eta_min_ + (base_lr - eta_min_) * (1.0 + c) / 2.0;
+}
+
+// ---- LinearWarmup ------------------------------------------------------------------
+
+LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor,
+                           std::unique_ptr<LRScheduler> after)
+    : LRScheduler(optimizer), warmup_steps_(warmup_steps), start_factor_(start_factor), after_(std::move(after)) {
+  GS_CHECK(warmup_steps >= 0, "LinearWarmup", "warmup_steps must be >= 0, got ", warmup_steps);
+  GS_CHECK(start_factor > 0.0 && start_factor <= 1.0, "LinearWarmup", "start_factor must be in (0, 1], got ",
+           start_factor, " (the first lr is base_lr * start_factor)");
+  GS_CHECK(!after_ || &after_->optimizer() == &optimizer, "LinearWarmup",
+           "the schedule to run after warm-up was made on a different optimizer; make it on the same one");
+  start();
+}
+
+double LinearWarmup::lr_at(int64_t t, double base_lr) const {
+  if (t < warmup_steps_)
+    return base_lr *
+           (start_factor_ + (1.0 - start_factor_) * static_cast<double>(t) / static_cast<double>(warmup_steps_));
+  return after_ ? after_->lr_at(t - warmup_steps_, base_lr) : base_lr;
+}
+
+// ---- ReduceLROnPlateau -------------------------------------------------------------
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options)
+    : opt_(optimizer), options_(options) {
+  const char* op = "ReduceLROnPlateau";
+  GS_CHECK(options.factor() > 0.0 && options.factor() < 1.0, op, "factor must be in (0, 1), got ", options.factor(),
+           " (0.1 divides the lr by 10 at each plateau)");
+  GS_CHECK(options.patience() >= 0, op, "patience must be >= 0, got ", options.patience());
+  GS_CHECK(options.cooldown() >= 0, op, "cooldown must be >= 0, got ", options.cooldown());
+  GS_CHECK(options.threshold() >= 0.0, op, "threshold must be >= 0, got ", options.threshold());
+  GS_CHECK(options.min_lr() >= 0.0, op, "min_lr must be >= 0, got ", options.min_lr());
+  const double inf = std::numeric_limits<double>::infinity();
+  best_ = options.mode() == Mode::Min ? inf : -inf;
+  for (const auto& g : opt_.param_groups()) last_lr_.push_back(g.lr);
+}
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  const double th = options_.threshold();
+  const bool rel = options_.threshold_mode() == ReduceLROnPlateauOptions::ThresholdMode::Rel;
+  if (options_.mode() == Mode::Min) return rel ? a < best_ * (1.0 - th) : a < best_ - th;
+  return rel ? a > best_ * (1.0 + th) : a > best_ + th;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_ = 0;
+  } else {
+    ++num_bad_;
+  }
+  if (cooldown_left_ > 0) {  // right after a reduction: give the new lr time to work
+    --cooldown_left_;
+    num_bad_ = 0;
+  }
+  auto& groups = opt_.param_groups();
+  if (num_bad_ > options_.patience()) {
+    for (auto& g : groups) {
+      const double new_lr = std::max(g.lr * options_.factor(), options_.min_lr());
+      if (g.lr - new_lr > options_.eps()) g.lr = new_lr;
+    }
+    cooldown_left_ = options_.cooldown();
+    num_bad_ = 0;
+  }
+  last_lr_.clear();
+  for (const auto& g : groups) last_lr_.push_back(g.lr);
+}
+
+// ---- EarlyStopping -----------------------------------------------------------------
+
+EarlyStopping::EarlyStopping(int64_t patience, double min_delta, Mode mode)
+    : patience_(patience), min_delta_(min_delta), mode_(mode) {
+  GS_CHECK(patience >= 1, "EarlyStopping", "patience must be >= 1 (steps without improvement before stopping), got ",
+           patience);
+  GS_CHECK(min_delta >= 0.0, "EarlyStopping", "min_delta must be >= 0, got ", min_delta,
+           " (it is how much better a metric must be to count as an improvement)");
+  reset();
+}
+
+void EarlyStopping::reset() {
+  const double inf = std::numeric_limits<double>::infinity();
+  best_ = mode_ == Mode::Min ? inf : -inf;
+  best_step_ = -1;
+  num_bad_ = steps_ = 0;
+  stop_ = false;
+}
+
+bool EarlyStopping::step(double metric) {
+  const int64_t index = steps_++;
+  if (!std::isfinite(metric)) return stop_ = true;
+  const bool improved = mode_ == Mode::Min ? metric < best_ - min_delta_ : metric > best_ + min_delta_;
+  if (improved) {
+    best_ = metric;
+    best_step_ = index;
+    num_bad_ = 0;
+  } else {
+    ++num_bad_;
+  }
+  stop_ = stop_ || num_bad_ >= patience_;
+  return stop_;
+}
+
+}  // namespace gradsleuth::optim

@@ -1,0 +1,125 @@
+// SGD's update: a fused loop for contiguous CPU float tensors, tensor ops otherwise.
+#include "optim/sgd.h"
+
+#include "core/ops.h"
+#include "optim/fused.h"
+
+namespace gradsleuth::optim {
+
+namespace {
+
+constexpr const char* kStepOp = "SGD.step";
+
+// The whole update of elements [begin, end) of one parameter, in one pass.
+// p, g, buf: contiguous; buf is unused without momentum. The flags are the
+// options (First: p's first step, when buf starts as d), fixed at compile time.
+template <class T, bool Decay, bool Momentum, bool Nesterov, bool First>
+void sgd_fused(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict buf, T lr, T wd, T mom,
+               T keep) {
+  for (int64_t j = begin; j < end; ++j) {
+    T d = g[j];
+    if constexpr (Decay) d = d + wd * p[j];
+    if constexpr (Momentum) {
+      T b;
+      if constexpr (First) {
+        b = d;
+      } else {
+        b = buf[j] * mom + d * keep;  // keep = 1 - dampening
+      }
+      buf[j] = b;
+      if constexpr (Nesterov) {
+        d = d + b * mom;
+      } else {
+        d = b;
+      }
+    }
+    p[j] = p[j] - lr * d;
+  }
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(one_group(std::move(params)), options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : Optimizer("SGD", std::move(groups), options.lr(), options.weight_decay()), options_(options) {
+  size_t n = 0;
+  for (const auto& g : groups_) n += g.params.size();
+  GS_CHECK(n > 0, "SGD", "got an empty parameter list; pass model->parameters() after the layers are registered");
+  GS_CHECK(options.lr() >= 0.0, "SGD", "invalid learning rate ", options.lr(), "; it must be >= 0");
+  GS_CHECK(options.momentum() >= 0.0, "SGD", "invalid momentum ", options.momentum(), "; it must be >= 0");
+  GS_CHECK(options.weight_decay() >= 0.0, "SGD", "invalid weight_decay ", options.weight_decay(), "; it must be >= 0");
+  GS_CHECK(!options.nesterov() || (options.momentum() > 0.0 && options.dampening() == 0.0), "SGD",
+           "Nesterov momentum needs momentum > 0 and dampening == 0 (got momentum ", options.momentum(), ", dampening ",
+           options.dampening(), "); set .momentum(0.9).dampening(0) or turn nesterov off");
+}
+
+void SGD::update() {
+  const double mom = options_.momentum(), damp = options_.dampening();
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& group = groups_[gi];
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor p = group.params[i];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
+      GS_CHECK(g.shape() == p.shape(), "SGD.step", "parameter ", i, " of group ", gi, " is ", p.str(),
+               " but its gradient is ", g.str(), "; something replaced .grad with a tensor of another shape");
+      State& st = state_.at(gi, i);
+      const bool first = !st.momentum_buffer.defined();
+      mark_modified(p, kStepOp);
+
+      if (fusable(p, g)) {
+        if (mom != 0.0 && first) st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()));
+        detail::with_float_type(p.dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          T *pp = p.data_ptr<T>(), *buf = mom != 0.0 ? st.momentum_buffer.data_ptr<T>() : nullptr;
+          const T* gp = g.data_ptr<T>();
+          const T lr = static_cast<T>(group.lr), wd = static_cast<T>(group.weight_decay), m = static_cast<T>(mom),
+                  keep = static_cast<T>(1.0 - damp);
+          detail::with_flags(
+              [&](auto decay, auto momentum, auto nesterov, auto first_step) {
+                detail::for_ranges(p.numel(), [&](int64_t b, int64_t e) {
+                  sgd_fused<T, decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value,
+                            decltype(first_step)::value>(b, e, pp, gp, buf, lr, wd, m, keep);
+                });
+              },
+              group.weight_decay != 0.0, mom != 0.0, options_.nesterov(), first);
+        });
+        continue;
+      }
+
+      // The reference path: the formulas above as tensor ops.
+      Tensor d = group.weight_decay != 0.0 ? g.add(p, group.weight_decay) : g;
+      if (mom != 0.0) {
+        if (first) {
+          st.momentum_buffer = d.clone();
+        } else {
+          st.momentum_buffer.mul_(mom).add_(d, 1.0 - damp);
+        }
+        d = options_.nesterov() ? d.add(st.momentum_buffer, mom) : st.momentum_buffer;
+      }
+      p.add_(d, -group.lr);
+    }
+  }
+}
+
+std::map<std::string, Tensor> SGD::state_dict() const {
+  std::map<std::string, Tensor> out;
+  state_.for_each([&](size_t g, size_t i, const State& st) {
+    if (st.momentum_buffer.defined()) out[state_key(g, i, "momentum_buffer")] = st.momentum_buffer.clone();
+  });
+  return out;
+}
+
+void SGD::load_state_dict(const std::map<std::string, Tensor>& state) {
+  PerParamState<State> loaded;
+  for (const auto& [full_key, t] : state) {
+    auto [g, i, key] = parse_state_key(full_key);
+    GS_CHECK(key == "momentum_buffer", "SGD.load_state_dict", "unknown state '", full_key,
+             "'; SGD keeps only 'momentum_buffer' (was this dict saved by another optimizer?)");
+    loaded.at(g, i).momentum_buffer = load_state_tensor(t, g, i, key);
+  }
+  state_ = std::move(loaded);
+}
+
+}  // namespace gradsleuth::optim

@@ -1,0 +1,290 @@
+// The training loop (see trainer.h): fit, evaluate, metric files, progress.
+#include "optim/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "nn/loss.h"
+#include "optim/clip.h"
+
+namespace gradsleuth::optim {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A JSON number; NaN and Inf (no JSON spelling) become null.
+std::string json_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.8g", v);
+  return buf;
+}
+// A CSV field: empty for NaN.
+std::string csv_num(double v) { return std::isnan(v) ? "" : json_num(v); }
+
+bool is_classification(const Tensor& output, const Tensor& target) {
+  return target.dtype() == kInt64 && target.dim() == 1 && output.dim() == 2 && output.size(0) == target.size(0);
+}
+
+// The progress display on stderr: one line redrawn with \r on a terminal,
+// or plain lines (every `every` steps and at epoch ends) in a log file.
+class ProgressBar {
+ public:
+  ProgressBar(Progress mode, int64_t every) : every_(std::max<int64_t>(every, 1)) {
+    tty_ = mode == Progress::Auto && isatty(fileno(stderr));
+    off_ = mode == Progress::Off;
+  }
+  void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double acc, double ex_s) {
+    if (off_) return;
+    if (tty_) {
+      const auto now = Clock::now();
+      if (batch + 1 < batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
+      last_draw_ = now;
+      const int width = 24;
+      const int filled = static_cast<int>(width * (batch + 1) / std::max<int64_t>(batches, 1));
+      std::string bar(static_cast<size_t>(filled), '=');
+      if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
+      std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  loss %.4f%s  %.0f ex/s   ",
+                   static_cast<long long>(epoch), static_cast<long long>(epochs), bar.c_str(),
+                   static_cast<long long>(batch + 1), static_cast<long long>(batches), loss, acc_str(acc).c_str(),
+                   ex_s);
+      std::fflush(stderr);
+    } else if ((batch + 1) % every_ == 0) {
+      std::fprintf(stderr, "epoch %lld/%lld  step %lld/%lld  loss %.4f%s  %.0f ex/s\n",
+                   static_cast<long long>(epoch), static_cast<long long>(epochs), static_cast<long long>(batch + 1),
+                   static_cast<long long>(batches), loss, acc_str(acc).c_str(), ex_s);
+    }
+  }
+  void epoch_end(const EpochInfo& e, int64_t epochs) {
+    if (off_) return;
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "epoch %lld/%lld  train loss %.4f%s", static_cast<long long>(e.epoch),
+                 static_cast<long long>(epochs), e.train_loss, acc_str(e.train_accuracy).c_str());
+    if (!std::isnan(e.val_loss))
+      std::fprintf(stderr, "  val loss %.4f%s", e.val_loss,
+                   std::isnan(e.val_accuracy) ? "" : (" acc " + fmt(e.val_accuracy)).c_str());
+    std::fprintf(stderr, "  lr %.3g  %.1fs  %.0f ex/s\n", e.lr, e.seconds, e.examples_per_second);
+    std::fflush(stderr);
+  }
+
+ private:
+  static std::string fmt(double v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%.4f", v);
+    return b;
+  }
+  static std::string acc_str(double acc) { return std::isnan(acc) ? "" : "  acc " + fmt(acc); }
+  bool tty_ = false, off_ = false;
+  int64_t every_;
+  Clock::time_point last_draw_{};
+};
+
+}  // namespace
+
+LossFn cross_entropy_loss() {
+  return [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
+}
+
+double accuracy(const Tensor& output, const Tensor& target) {
+  GS_CHECK(is_classification(output, target), "accuracy",
+           "needs logits (B, C) and int64 class targets (B), got ", output.str(), " and ", target.str());
+  NoGradGuard ng;
+  Tensor hit = eq(argmax(output.detach(), 1), target);
+  return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(target.size(0));
+}
+
+EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss) {
+  const auto t0 = Clock::now();
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard ng;
+  EvalResult r;
+  double loss_sum = 0.0, hits = 0.0;
+  bool classes = true;
+  const std::vector<int64_t> order = loader.order(loader.epoch());
+  const int64_t n = static_cast<int64_t>(order.size()), bs = loader.options().batch_size_;
+  for (int64_t lo = 0; lo < n; lo += bs) {
+    std::vector<int64_t> idx(order.begin() + lo, order.begin() + std::min(n, lo + bs));
+    nn::Batch b = loader.dataset().get_batch(idx);
+    Tensor out = model(b.x);
+    const double bsz = static_cast<double>(b.size());
+    loss_sum += loss(out, b.y).item<double>() * bsz;
+    classes = classes && is_classification(out, b.y);
+    if (classes) hits += accuracy(out, b.y) * bsz;
+    r.examples += b.size();
+  }
+  model.train(was_training);
+  r.loss = loss_sum / static_cast<double>(std::max<int64_t>(r.examples, 1));
+  r.accuracy = classes ? hits / static_cast<double>(std::max<int64_t>(r.examples, 1)) : kNoValue;
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+// ---- Trainer ------------------------------------------------------------------
+
+Trainer::Trainer(nn::Module& model, Optimizer& optimizer, TrainerOptions options)
+    : model_(model), opt_(optimizer), options_(std::move(options)), loss_(cross_entropy_loss()) {
+  GS_CHECK(options_.epochs() >= 0, "Trainer", "epochs must be >= 0, got ", options_.epochs());
+}
+
+Trainer::~Trainer() = default;
+
+Trainer& Trainer::set_loss(LossFn loss) {
+  loss_ = loss ? std::move(loss) : cross_entropy_loss();
+  return *this;
+}
+Trainer& Trainer::set_scheduler(LRScheduler* s) {
+  scheduler_ = s;
+  return *this;
+}
+Trainer& Trainer::set_plateau_scheduler(ReduceLROnPlateau* s) {
+  plateau_ = s;
+  return *this;
+}
+
+size_t Trainer::on_step(StepCallback cb) {
+  callbacks_.push_back({next_id_, std::move(cb), nullptr});
+  return next_id_++;
+}
+size_t Trainer::on_epoch(EpochCallback cb) {
+  callbacks_.push_back({next_id_, nullptr, std::move(cb)});
+  return next_id_++;
+}
+void Trainer::remove_callback(size_t id) {
+  std::erase_if(callbacks_, [id](const Callback& c) { return c.id == id; });
+}
+
+void Trainer::open_logs() {
+  if (options_.run_dir().empty() || steps_csv_.is_open()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(options_.run_dir(), ec);
+  GS_CHECK(!ec, "Trainer", "cannot create the run directory ", options_.run_dir(), ": ", ec.message());
+  const fs::path dir(options_.run_dir());
+  // A new Trainer starts fresh files; a second fit() of the same one appends.
+  steps_csv_.open(dir / "steps.csv", std::ios::out | std::ios::trunc);
+  epochs_jsonl_.open(dir / "epochs.jsonl", std::ios::out | std::ios::trunc);
+  GS_CHECK(steps_csv_ && epochs_jsonl_, "Trainer", "cannot write steps.csv / epochs.jsonl in ", options_.run_dir());
+  steps_csv_ << "step,epoch,loss,accuracy,lr\n";
+  steps_csv_.flush();
+}
+
+void Trainer::log_step(const StepInfo& s) {
+  if (!steps_csv_.is_open()) return;
+  steps_csv_ << s.step << ',' << s.epoch << ',' << csv_num(s.loss) << ',' << csv_num(s.accuracy) << ','
+             << json_num(s.lr) << '\n';
+}
+
+void Trainer::log_epoch(const EpochInfo& e) {
+  if (!epochs_jsonl_.is_open()) return;
+  epochs_jsonl_ << "{\"epoch\":" << e.epoch << ",\"steps\":" << e.steps << ",\"train_loss\":" << json_num(e.train_loss)
+                << ",\"train_accuracy\":" << json_num(e.train_accuracy) << ",\"val_loss\":" << json_num(e.val_loss)
+                << ",\"val_accuracy\":" << json_num(e.val_accuracy) << ",\"lr\":" << json_num(e.lr)
+                << ",\"seconds\":" << json_num(e.seconds)
+                << ",\"examples_per_second\":" << json_num(e.examples_per_second) << "}\n";
+  epochs_jsonl_.flush();
+  steps_csv_.flush();
+}
+
+FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
+  const auto t_fit = Clock::now();
+  open_logs();
+  stop_ = false;
+  FitResult result;
+  ProgressBar bar(options_.progress(), options_.log_every());
+  const int64_t epochs = options_.epochs(), batches = train.num_batches();
+  const int64_t last_epoch = epochs_done_ + epochs;
+  const std::vector<Tensor> params = model_.parameters();
+
+  for (int64_t e = 0; e < epochs && !stop_; ++e) {
+    const int64_t epoch = ++epochs_done_;  // from 1
+    train.set_epoch(epoch - 1);            // the shuffle order depends only on (seed, epoch)
+    model_.train();
+    const auto t_epoch = Clock::now();
+    const double lr = opt_.lr();
+    double loss_sum = 0.0, hit_sum = 0.0;
+    int64_t seen = 0, batch_index = 0;
+    bool classes = true;
+    for (const nn::Batch& b : train) {
+      // The step.
+      opt_.zero_grad();
+      Tensor out = model_(b.x);
+      Tensor loss = loss_(out, b.y);
+      GS_CHECK(loss.numel() == 1, "Trainer::fit", "the loss function must return one value, got ", loss.str(),
+               " (did you pass a reduction of 'none'?)");
+      loss.backward();
+      if (options_.clip_grad_norm() > 0) clip_grad_norm_(params, options_.clip_grad_norm());
+      opt_.step();
+      if (scheduler_ && options_.scheduler_per_step()) scheduler_->step();
+
+      // Bookkeeping.
+      StepInfo s;
+      s.step = ++steps_done_;
+      s.epoch = epoch;
+      s.batch_index = batch_index;
+      s.batches = batches;
+      s.loss = loss.item<double>();
+      classes = classes && is_classification(out, b.y);
+      s.accuracy = classes ? accuracy(out, b.y) : kNoValue;
+      s.lr = opt_.lr();
+      s.batch = &b;
+      s.output = out;
+      s.loss_tensor = loss;
+      const double bsz = static_cast<double>(b.size());
+      loss_sum += s.loss * bsz;
+      if (classes) hit_sum += s.accuracy * bsz;
+      seen += b.size();
+      result.step_losses.push_back(s.loss);
+      log_step(s);
+      for (auto& c : callbacks_)
+        if (c.step) c.step(s);
+      bar.step(epoch, last_epoch, batch_index, batches, loss_sum / static_cast<double>(seen),
+               classes ? hit_sum / static_cast<double>(seen) : kNoValue,
+               static_cast<double>(seen) / std::max(seconds_since(t_epoch), 1e-9));
+      ++batch_index;
+      if (options_.max_steps() >= 0 && steps_done_ >= options_.max_steps()) stop_ = true;
+      if (stop_) break;
+    }
+
+    EpochInfo info;
+    info.epoch = epoch;
+    info.steps = steps_done_;
+    info.seconds = seconds_since(t_epoch);
+    info.train_loss = seen ? loss_sum / static_cast<double>(seen) : kNoValue;
+    info.train_accuracy = seen && classes ? hit_sum / static_cast<double>(seen) : kNoValue;
+    info.examples_per_second = static_cast<double>(seen) / std::max(info.seconds, 1e-9);
+    info.lr = lr;
+    if (val) {
+      EvalResult ev = evaluate(model_, *val, loss_);
+      info.val_loss = ev.loss;
+      info.val_accuracy = ev.accuracy;
+    }
+    if (scheduler_ && !options_.scheduler_per_step()) scheduler_->step();
+    if (plateau_) plateau_->step(val ? info.val_loss : info.train_loss);
+    result.epochs.push_back(info);
+    log_epoch(info);
+    bar.epoch_end(info, last_epoch);
+    for (auto& c : callbacks_)
+      if (c.epoch) c.epoch(info);
+  }
+  result.steps = static_cast<int64_t>(result.step_losses.size());
+  result.stopped_early = stop_;
+  result.seconds = seconds_since(t_fit);
+  return result;
+}
+
+FitResult fit(nn::Module& model, Optimizer& optimizer, nn::DataLoader& train, const nn::DataLoader* val,
+              TrainerOptions options) {
+  Trainer t(model, optimizer, std::move(options));
+  return t.fit(train, val);
+}
+
+}  // namespace gradsleuth::optim

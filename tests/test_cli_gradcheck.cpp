@@ -1,0 +1,125 @@
+// Tests of the gradsleuth CLI's machine-readable output: runs the built tool
+// (GS_CLI_PATH) and parses what it prints with a minimal JSON parser.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "core/op_registry.h"
+#include "json_mini.h"
+
+namespace {
+
+struct Run {
+  int status = -1;  // exit status
+  std::string out;  // stdout only (stderr passes through)
+};
+
+Run run_cli(const std::string& args) {
+  Run r;
+  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE_MESSAGE(p != nullptr, "could not start ", cmd);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool is_number_or_null(const json_mini::Value* v) {
+  return v && (v->kind == json_mini::Value::Number || v->kind == json_mini::Value::Null);
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck --all-ops --json prints one JSON object with one entry per op") {
+  Run r = run_cli("gradcheck --all-ops --json");
+  INFO(r.out.substr(0, 2000));
+  CHECK(r.status == 0);
+  json_mini::Value doc;
+  REQUIRE_NOTHROW(doc = json_mini::parse(r.out));  // exactly one value, nothing else on stdout
+  REQUIRE(doc.kind == json_mini::Value::Object);
+  const json_mini::Value* ops = doc.get("ops");
+  REQUIRE(ops);
+  REQUIRE(ops->kind == json_mini::Value::Array);
+  CHECK(ops->arr.size() == gs::op_registry().size());
+  for (const auto& op : ops->arr) {
+    const json_mini::Value* name = op.get("name");
+    REQUIRE(name);
+    INFO("op: ", name->str);
+    CHECK(name->kind == json_mini::Value::String);
+    CHECK(gs::find_op(name->str) != nullptr);
+    REQUIRE(op.get("category"));
+    CHECK(op.get("category")->kind == json_mini::Value::String);
+    REQUIRE(op.get("passed"));
+    CHECK(op.get("passed")->kind == json_mini::Value::Bool);
+    CHECK(op.get("passed")->b);
+    CHECK(is_number_or_null(op.get("max_abs_error")));
+    CHECK(is_number_or_null(op.get("max_rel_error")));
+    const json_mini::Value* samples = op.get("samples");
+    REQUIRE(samples);
+    REQUIRE(samples->kind == json_mini::Value::Array);
+    CHECK_FALSE(samples->arr.empty());
+    for (const auto& s : samples->arr) {
+      CHECK(s.get("sample"));
+      CHECK(s.get("passed"));
+      CHECK(is_number_or_null(s.get("max_abs_error")));
+    }
+  }
+  REQUIRE(doc.get("failed"));
+  CHECK(doc.get("failed")->num == 0);
+}
+
+TEST_CASE("gradcheck --op filters, and a failing run exits 1 with valid JSON") {
+  Run r = run_cli("gradcheck --op matmul --json --no-double");
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  REQUIRE(doc.get("ops"));
+  REQUIRE(doc.get("ops")->arr.size() == 1);
+  CHECK(doc.get("ops")->arr[0].get("name")->str == "matmul");
+  // A huge step makes central differences wrong (error ~ eps^2/6 * f'''(x)): the
+  // check fails, exits 1, and the output is still valid JSON.
+  Run bad = run_cli("gradcheck --op exp --json --eps 0.5");
+  CHECK(bad.status == 1);
+  json_mini::Value bdoc = json_mini::parse(bad.out);
+  CHECK_FALSE(bdoc.get("ops")->arr[0].get("passed")->b);
+  CHECK(run_cli("gradcheck --op no_such_op --json 2>/dev/null").status != 0);
+}
+
+TEST_CASE("ops --json lists the registry") {
+  Run r = run_cli("ops --json");
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  REQUIRE(doc.get("ops"));
+  CHECK(doc.get("ops")->arr.size() == gs::op_registry().size());
+  for (const auto& op : doc.get("ops")->arr) {
+    CHECK(op.get("differentiable"));
+    CHECK(op.get("double_backward"));
+  }
+}
+
+TEST_CASE("demo --json trains the spiral MLP above 90% accuracy") {
+  Run r = run_cli("demo --json");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  REQUIRE(doc.get("train_accuracy"));
+  CHECK(doc.get("train_accuracy")->num > 0.9);
+  REQUIRE(doc.get("final_loss"));
+  CHECK(doc.get("final_loss")->num < 0.3);
+  CHECK(doc.get("seconds"));
+}
+
+TEST_CASE("every command answers --help") {
+  for (const char* cmd : {"gradcheck", "ops", "demo"}) {
+    Run r = run_cli(std::string(cmd) + " --help");
+    INFO(cmd);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("usage: gradsleuth") != std::string::npos);
+  }
+}

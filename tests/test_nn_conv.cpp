@@ -1,0 +1,169 @@
+// Tests for nn/conv.h: Conv2d (stride, padding, dilation, groups, bias),
+// MaxPool2d and AvgPool2d against plain loops; gradients by central differences.
+// Dimension letters: N = batch, C = in channels, O = out channels, H/W = size.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "nn/conv.h"
+#include "nn_test_util.h"
+
+namespace nn = gs::nn;
+using gs::Tensor;
+using nntest::Vec;
+using nntest::vals;
+using Params = std::vector<std::pair<std::string, Tensor>>;
+
+namespace {
+
+// Direct convolution: out[n, o, i, j] = b[o] + sum_{c in group, ki, kj} w[o, c, ki, kj] * x[n, g*Cg + c, ...]
+Vec conv_ref(const Tensor& x, const Tensor& w, const Tensor& b, int s, int p, int d, int groups, int64_t& oH,
+             int64_t& oW) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), Cg = w.size(1), kH = w.size(2), kW = w.size(3);
+  oH = (H + 2 * p - d * (kH - 1) - 1) / s + 1;
+  oW = (W + 2 * p - d * (kW - 1) - 1) / s + 1;
+  const int64_t Og = O / groups;
+  Vec X = vals(x), Wv = vals(w), B = b.defined() ? vals(b) : Vec(O, 0.0), out(N * O * oH * oW);
+  (void)C;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < oH; ++i)
+        for (int64_t j = 0; j < oW; ++j) {
+          double acc = B[o];
+          const int64_t g = o / Og;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t ki = 0; ki < kH; ++ki)
+              for (int64_t kj = 0; kj < kW; ++kj) {
+                const int64_t h = i * s - p + ki * d, ww = j * s - p + kj * d;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                acc += Wv[((o * Cg + c) * kH + ki) * kW + kj] * X[((n * x.size(1) + g * Cg + c) * H + h) * W + ww];
+              }
+          out[((n * O + o) * oH + i) * oW + j] = acc;
+        }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Conv2d: options, parameters, repr") {
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(4, 6, 3).stride(2).padding(1).groups(2));
+  CHECK(conv->weight.shape() == gs::Shape{6, 2, 3, 3});
+  CHECK(conv->bias.shape() == gs::Shape{6});
+  CHECK(conv->extra_repr() == "4, 6, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), groups=2");
+  // Default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = C/groups * kH * kW = 18.
+  const double bound = 1.0 / std::sqrt(18.0);
+  CHECK(gs::amax(gs::abs(conv->weight)).item<double>() <= bound);
+  CHECK(gs::amax(gs::abs(conv->bias)).item<double>() <= bound);
+
+  auto c2 = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 2, {3, 5}).dilation({2, 1}).bias(false));
+  CHECK(c2->weight.shape() == gs::Shape{2, 1, 3, 5});
+  CHECK_FALSE(c2->bias.defined());
+  CHECK(c2->extra_repr() == "1, 2, kernel_size=(3, 5), stride=(1, 1), dilation=(2, 1), bias=false");
+  CHECK(std::make_shared<nn::Conv2d>(1, 32, 3)->repr() == "Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1))");
+
+  nntest::check_error([] { nn::Conv2d(nn::Conv2dOptions(3, 4, 3).groups(2)); }, {"Conv2d", "groups=2", "divide"});
+}
+
+TEST_CASE("Conv2d: forward matches direct convolution") {
+  struct Case { int C, O, k, s, p, d, g; bool bias; };
+  for (Case cs : {Case{1, 2, 3, 1, 0, 1, 1, true}, Case{2, 3, 3, 2, 1, 1, 1, true}, Case{2, 2, 2, 1, 2, 2, 1, false},
+                  Case{4, 6, 3, 1, 1, 1, 2, true}, Case{3, 3, 3, 2, 1, 2, 3, true}}) {
+    CAPTURE(cs.C); CAPTURE(cs.O); CAPTURE(cs.k); CAPTURE(cs.s); CAPTURE(cs.p); CAPTURE(cs.d); CAPTURE(cs.g);
+    nn::Conv2d conv(nn::Conv2dOptions(cs.C, cs.O, cs.k).stride(cs.s).padding(cs.p).dilation(cs.d).groups(cs.g).bias(cs.bias));
+    Tensor x = gs::randn({2, cs.C, 7, 6});
+    Tensor y = conv(x);
+    int64_t oH, oW;
+    Vec want = conv_ref(x, conv.weight, conv.bias, cs.s, cs.p, cs.d, cs.g, oH, oW);
+    REQUIRE(y.shape() == gs::Shape{2, cs.O, oH, oW});
+    nntest::check_close(y, want, 1e-4, 1e-4);
+  }
+}
+
+TEST_CASE("Conv2d: gradients (float64), with groups, stride, padding, dilation") {
+  nn::Conv2d conv(nn::Conv2dOptions(4, 2, 3).stride(2).padding(1).dilation({1, 2}).groups(2));
+  conv.to(gs::kFloat64);
+  Tensor x = gs::randn({2, 4, 5, 6}, gs::kFloat64).requires_grad_();
+  GS_CHECK_GRADS([&] { return conv(x); }, (Params{{"weight", conv.weight}, {"bias", conv.bias}, {"x", x}}));
+}
+
+TEST_CASE("Conv2d: shape errors explain the fix") {
+  nn::Conv2d conv(3, 8, 3);
+  nntest::check_error([&] { conv(gs::zeros({3, 32, 32})); }, {"Conv2d(3, 8", "[3, 32, 32]", "unsqueeze(0)"});
+  nntest::check_error([&] { conv(gs::zeros({4, 32, 32, 3})); }, {"Conv2d", "channels-last", "permute({0, 3, 1, 2})"});
+  nntest::check_error([&] { conv(gs::zeros({4, 1, 32, 32})); }, {"Conv2d", "3 input channels", "in_channels=1"});
+  nntest::check_error([&] { conv(gs::zeros({4, 784})); }, {"Conv2d", "[4, 784]", "view"});
+  nntest::check_error([&] { conv(gs::zeros({1, 3, 2, 2})); }, {"Conv2d", "too small", "padding"});
+}
+
+TEST_CASE("MaxPool2d and AvgPool2d: forward against loops, gradients") {
+  Tensor x = gs::randn({2, 3, 6, 5});
+  Vec X = vals(x);
+  SUBCASE("max pool 2x2 (stride defaults to the kernel)") {
+    auto pool = std::make_shared<nn::MaxPool2d>(2);
+    CHECK(pool->extra_repr() == "kernel_size=(2, 2), stride=(2, 2), padding=(0, 0)");
+    Tensor y = (*pool)(x);
+    REQUIRE(y.shape() == gs::Shape{2, 3, 3, 2});
+    Vec want;
+    for (int nc = 0; nc < 6; ++nc)
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 2; ++j) {
+          double m = -INFINITY;
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b) m = std::max(m, X[nc * 30 + (2 * i + a) * 5 + 2 * j + b]);
+          want.push_back(m);
+        }
+    nntest::check_close(y, want);
+  }
+  SUBCASE("max pool 3x3 stride 2 padding 1 (padding never wins)") {
+    nn::MaxPool2d pool(nn::MaxPool2dOptions(3).stride(2).padding(1));
+    Tensor y = pool(x);
+    REQUIRE(y.shape() == gs::Shape{2, 3, 3, 3});
+    Vec want;
+    for (int nc = 0; nc < 6; ++nc)
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) {
+          double m = -INFINITY;
+          for (int a = 0; a < 3; ++a)
+            for (int b = 0; b < 3; ++b) {
+              const int h = 2 * i - 1 + a, w = 2 * j - 1 + b;
+              if (h >= 0 && h < 6 && w >= 0 && w < 5) m = std::max(m, X[nc * 30 + h * 5 + w]);
+            }
+          want.push_back(m);
+        }
+    nntest::check_close(y, want);
+  }
+  SUBCASE("avg pool 2x3 stride 1, padding counted as zeros") {
+    nn::AvgPool2d pool(nn::AvgPool2dOptions({2, 3}).stride(1).padding({1, 1}));
+    Tensor y = pool(x);
+    REQUIRE(y.shape() == gs::Shape{2, 3, 7, 5});
+    Vec want;
+    for (int nc = 0; nc < 6; ++nc)
+      for (int i = 0; i < 7; ++i)
+        for (int j = 0; j < 5; ++j) {
+          double s = 0;
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 3; ++b) {
+              const int h = i - 1 + a, w = j - 1 + b;
+              if (h >= 0 && h < 6 && w >= 0 && w < 5) s += X[nc * 30 + h * 5 + w];
+            }
+          want.push_back(s / 6.0);
+        }
+    nntest::check_close(y, want);
+  }
+  SUBCASE("gradients") {
+    Tensor xd = gs::randn({2, 2, 5, 5}, gs::kFloat64).requires_grad_();
+    nn::MaxPool2d mp(nn::MaxPool2dOptions(2).stride(1));
+    GS_CHECK_GRADS([&] { return mp(xd); }, (Params{{"x", xd}}));
+    nn::AvgPool2d ap(nn::AvgPool2dOptions(3).stride(2).padding(1));
+    GS_CHECK_GRADS([&] { return ap(xd); }, (Params{{"x", xd}}));
+  }
+  SUBCASE("errors") {
+    nn::MaxPool2d pool(2);
+    nntest::check_error([&] { pool(gs::zeros({3, 4, 4})); }, {"MaxPool2d", "unsqueeze(0)"});
+    nntest::check_error([&] { pool(gs::zeros({1, 1, 1, 4})); }, {"MaxPool2d", "too small"});
+    nntest::check_error([] { nn::MaxPool2d(nn::MaxPool2dOptions(2).padding(2)); }, {"MaxPool2d", "half the kernel"});
+  }
+}
