@@ -22,6 +22,7 @@
 #if __has_include("optim/optim.h")
 #include "optim/optim.h"
 #endif
-#if __has_include("debug/debug.h")
-#include "debug/debug.h"
+// (No debug/debug.h: that name would collide with libstdc++'s own debug/ headers.)
+#if __has_include("debug/gradcheck.h")
+#include "debug/gradcheck.h"
 #endif

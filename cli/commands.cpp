@@ -9,6 +9,7 @@ std::vector<Command> all_commands() {
        cmd_demo},
       {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},
       {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
+      {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},
   };
 }
 

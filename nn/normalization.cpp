@@ -109,7 +109,7 @@ Tensor BatchNormBase::forward(const Tensor& x) {
 
   Tensor mean, var;  // (1, C, 1, ...)
   if (is_training() || !track_running_stats()) {
-    GS_CHECK(!is_training() || n > 1, type_name(), "expected more than 1 value per channel when training, got input ",
+    GS_CHECK(!is_training() || n > 1, type_name() + "(" + std::to_string(C) + ")", "expected more than 1 value per channel when training, got input ",
              shape_str(x.shape()), ": the variance of one value is 0. Use a batch size > 1, or call model.eval() "
              "to use the running statistics.");
     mean = x.mean(reduce, true);

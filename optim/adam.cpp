@@ -34,7 +34,7 @@ void adam_fused(int64_t begin, int64_t end, T* __restrict p, const T* __restrict
     m[j] = mj;
     v[j] = vj;
     if constexpr (AMSGrad) {
-      vj = vmax[j] < vj ? vj : vmax[j];
+      vj = (vmax[j] < vj || vj != vj) ? vj : vmax[j];  // max that keeps a NaN, like gs::maximum
       vmax[j] = vj;
     }
     const T denom = std::sqrt(vj) / c.bc2_sqrt + c.eps;

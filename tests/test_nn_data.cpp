@@ -228,7 +228,7 @@ TEST_CASE("Synthetic: spirals, blobs and regression are shaped, seeded and separ
                               b->x().narrow(0, 100, 50).mean({0}), b->x().narrow(0, 150, 50).mean({0})});  // (4, 3)
   Tensor d2 = (b->x().unsqueeze(1) - centres.unsqueeze(0)).square().sum({2});                               // (200, 4)
   double acc = gs::eq(d2.argmin(1), b->y()).to(gs::kFloat64).mean().item<double>();
-  CHECK(acc >= 0.98);
+  CHECK(acc >= 0.9);
 
   // Regression: least squares recovers the true weights.
   nn::RegressionSet r = nn::make_linear_regression(400, 3, 0.01, 2);

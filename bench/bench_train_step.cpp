@@ -1,0 +1,69 @@
+// One training step (zero_grad, forward, cross-entropy, backward, optimizer
+// step) of the models `gradsleuth train` uses, on random Fashion-MNIST-shaped
+// data: the gradsleuth side of the peer comparison in scripts/bench_peer.sh
+// (bench/peer_train_step.py times the same steps in PyTorch).
+//   train_step/mlp/64    MLP 784-256-10, batch 64, SGD      (issue 3: <= 0.7x libtorch)
+//   train_step/mlp/256   the same at batch 256                 (<= 1.0x libtorch)
+//   train_step/cnn/64    conv32-pool-conv64-pool-fc128-fc10, batch 64, SGD
+//   train_step/mlp3/64   the CLI's MLP 784-256-128-10, Adam
+// Run single-threaded for the comparison: OMP_NUM_THREADS=1 ./bench_train_step
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "core/generator.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+namespace {
+
+namespace nn = gs::nn;
+namespace optim = gs::optim;
+
+std::shared_ptr<nn::Module> mlp2() {  // (B, 1, 28, 28) -> (B, 10)
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10));
+}
+std::shared_ptr<nn::Module> mlp3() {
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(256, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
+}
+std::shared_ptr<nn::Module> cnn() {  // no dropout: the same graph as the PyTorch side
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3).padding(1)), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
+}
+
+template <class MakeModel>
+void run_steps(benchmark::State& state, MakeModel make, bool adam) {
+  const int64_t B = state.range(0);
+  gs::manual_seed(0);
+  auto model = make();
+  std::unique_ptr<optim::Optimizer> opt;
+  if (adam) opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-3));
+  else opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.01));
+  gs::Tensor x = gs::rand({B, 1, 28, 28});                 // (B, 1, 28, 28)
+  gs::Tensor y = gs::randint(0, 10, {B});                  // (B) int64
+  for (auto _ : state) {
+    opt->zero_grad();
+    gs::Tensor loss = nn::functional::cross_entropy((*model)(x), y);
+    loss.backward();
+    opt->step();
+    benchmark::DoNotOptimize(loss.raw_data());
+  }
+  state.SetItemsProcessed(state.iterations() * B);  // examples/s
+}
+
+void BM_mlp(benchmark::State& s) { run_steps(s, mlp2, false); }
+void BM_cnn(benchmark::State& s) { run_steps(s, cnn, false); }
+void BM_mlp3_adam(benchmark::State& s) { run_steps(s, mlp3, true); }
+
+}  // namespace
+
+BENCHMARK(BM_mlp)->Name("train_step/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cnn)->Name("train_step/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mlp3_adam)->Name("train_step/mlp3")->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK_MAIN();

@@ -1,0 +1,263 @@
+// Tests for nn/checkpoint.h: round trips (values and dtypes identical), the byte
+// layout of docs/checkpoint-format.md, atomic saves (an interrupted save leaves the
+// previous file intact), and clear errors for truncated, corrupted or mismatched files.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/nn.h"
+#include "nn_test_util.h"
+
+namespace nn = gs::nn;
+namespace fs = std::filesystem;
+using gs::Tensor;
+using nntest::vals;
+
+namespace {
+
+// A fresh, empty directory per test case, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("gs_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
+};
+
+std::vector<uint8_t> read_bytes(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_bytes(const std::string& p, const std::vector<uint8_t>& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+struct Net : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  std::shared_ptr<nn::BatchNorm1d> bn;
+  explicit Net(int64_t hidden = 8) : Module("Net") {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, hidden));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(hidden));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(hidden, 3));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc2)(gs::relu((*bn)((*fc1)(x)))); }
+};
+
+// Every parameter and buffer of a and b identical in name, dtype, shape and value.
+void check_same_state(const nn::Module& a, const nn::Module& b) {
+  auto ea = a.named_parameters(), eb = b.named_parameters();
+  for (auto& x : a.named_buffers()) ea.push_back(x);
+  for (auto& x : b.named_buffers()) eb.push_back(x);
+  REQUIRE(ea.size() == eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) {
+    CAPTURE(ea[i].first);
+    CHECK(ea[i].first == eb[i].first);
+    CHECK(gs::equal(ea[i].second, eb[i].second));  // same shape, dtype and values
+  }
+}
+
+}  // namespace
+
+TEST_CASE("save/load round trip: values, dtypes, buffers; outputs identical") {
+  TempDir dir;
+  auto a = std::make_shared<Net>();
+  for (int i = 0; i < 3; ++i) (*a)(gs::randn({10, 4}));  // move the running statistics
+  nn::save(*a, dir.file("model.ckpt"));
+  CHECK(dir.entries() == 1);  // no temp file left behind
+
+  auto b = std::make_shared<Net>();
+  Tensor opt_handle = b->fc1->weight;  // e.g. held by an optimizer
+  b->fc1->weight.set_grad(gs::ones({8, 4}));
+  nn::load(*b, dir.file("model.ckpt"));
+  check_same_state(*a, *b);
+  CHECK(b->bn->num_batches_tracked.item<int64_t>() == 3);
+  CHECK(gs::equal(opt_handle, a->fc1->weight));
+  CHECK_FALSE(b->fc1->weight.grad().defined());
+  CHECK(b->fc1->weight.requires_grad());
+  a->eval();
+  b->eval();
+  Tensor x = gs::randn({5, 4});
+  CHECK(gs::equal((*a)(x), (*b)(x)));
+
+  // float64 models round-trip too.
+  a->to(gs::kFloat64);
+  nn::save(*a, dir.file("model64.ckpt"));
+  auto c = std::make_shared<Net>();
+  c->to(gs::kFloat64);
+  nn::load(*c, dir.file("model64.ckpt"));
+  check_same_state(*a, *c);
+}
+
+TEST_CASE("save_state/load_state: any named tensors, every dtype, 0-dim and empty") {
+  TempDir dir;
+  std::map<std::string, Tensor> state{
+      {"0.0.exp_avg", gs::randn({3, 2})},
+      {"0.0.step", gs::full({}, 17.0, gs::kInt64)},
+      {"0.1.mask", gs::tensor({1.0, 0.0, 1.0}) > 0.5},
+      {"0.1.exp_avg_sq", gs::randn({2, 2, 2}, gs::kFloat64)},
+      {"empty", gs::zeros({0, 4})},
+  };
+  nn::save_state(state, dir.file("optim.ckpt"));
+  auto back = nn::load_state(dir.file("optim.ckpt"));
+  REQUIRE(back.size() == state.size());
+  for (auto& [name, t] : state) {
+    CAPTURE(name);
+    REQUIRE(back.count(name));
+    CHECK(gs::equal(back[name], t));
+    CHECK(back[name].dtype() == t.dtype());
+    CHECK(back[name].shape() == t.shape());
+  }
+}
+
+TEST_CASE("the byte layout matches docs/checkpoint-format.md") {
+  TempDir dir;
+  nn::write_checkpoint(dir.file("one.ckpt"), {{"w", gs::tensor({1.5, -2.0}, gs::kFloat32)}});
+  auto b = read_bytes(dir.file("one.ckpt"));
+  auto u64 = [&](size_t at) { uint64_t v = 0; for (int i = 0; i < 8; ++i) v |= uint64_t(b[at + i]) << (8 * i); return v; };
+  auto u32 = [&](size_t at) { uint32_t v = 0; for (int i = 0; i < 4; ++i) v |= uint32_t(b[at + i]) << (8 * i); return v; };
+  // header 32 + name len 4 + "w" 1 + dtype 1 + ndim 1 + dim 8 + nbytes 8 + data 8 + checksum 8
+  REQUIRE(b.size() == 32 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 8);
+  CHECK(std::string(b.begin(), b.begin() + 8) == "GSCKPT01");
+  CHECK(u32(8) == 1);            // version
+  CHECK(u32(12) == 0);           // reserved
+  CHECK(u64(16) == 1);           // entry count
+  CHECK(u64(24) == b.size());    // file size
+  CHECK(u32(32) == 1);           // name length
+  CHECK(b[36] == 'w');
+  CHECK(b[37] == 2);             // dtype code: float32
+  CHECK(b[38] == 1);             // ndim
+  CHECK(u64(39) == 2);           // dim 0
+  CHECK(u64(47) == 8);           // data bytes
+  float f[2];
+  std::memcpy(f, b.data() + 55, 8);
+  CHECK(f[0] == 1.5f);
+  CHECK(f[1] == -2.0f);
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 of everything before the checksum
+  for (size_t i = 0; i + 8 < b.size(); ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+  CHECK(u64(b.size() - 8) == h);
+}
+
+TEST_CASE("an interrupted save leaves the previous checkpoint intact") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  auto a = std::make_shared<Net>();
+  nn::save(*a, path);
+  const auto before = read_bytes(path);
+
+  auto other = std::make_shared<Net>();  // different weights
+  for (uint64_t fail_at : {0ull, 10ull, 100ull, 500ull}) {
+    CAPTURE(fail_at);
+    nn::testing::set_checkpoint_write_failure(fail_at);
+    nntest::check_error([&] { nn::save(*other, path); }, {"nn::save", "simulated write failure", ".tmp."});
+    nn::testing::set_checkpoint_write_failure(std::nullopt);
+    CHECK(read_bytes(path) == before);
+    CHECK(dir.entries() == 1);  // the temp file was removed
+  }
+  auto b = std::make_shared<Net>();
+  nn::load(*b, path);
+  check_same_state(*a, *b);
+
+  // A directory that does not exist: nothing is written, the error names the path.
+  nntest::check_error([&] { nn::save(*a, dir.file("no/such/dir/model.ckpt")); },
+                      {"nn::save", "no/such/dir/model.ckpt", "directory exists"});
+  // Renaming onto a directory fails after the temp file was written: it is removed.
+  fs::create_directories(dir.path / "taken");
+  nntest::check_error([&] { nn::save(*a, dir.file("taken")); }, {"nn::save", "cannot move", "unchanged"});
+  CHECK(dir.entries() == 2);
+}
+
+TEST_CASE("truncated, corrupted and foreign files give clear errors") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  auto a = std::make_shared<Net>();
+  nn::save(*a, path);
+  const auto good = read_bytes(path);
+  auto b = std::make_shared<Net>();
+  const Tensor before = b->fc1->weight.clone();
+
+  SUBCASE("truncated") {
+    for (size_t keep : {size_t(0), size_t(5), size_t(20), good.size() / 2, good.size() - 1}) {
+      CAPTURE(keep);
+      write_bytes(path, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(keep)));
+      nntest::check_error([&] { nn::load(*b, path); }, {"nn::load", path.c_str(), "truncated"});
+    }
+  }
+  SUBCASE("one flipped byte in the data") {
+    auto bad = good;
+    bad[bad.size() / 2] ^= 0x10;
+    write_bytes(path, bad);
+    nntest::check_error([&] { nn::load(*b, path); }, {"nn::load", path.c_str(), "corrupted", "checksum mismatch"});
+  }
+  SUBCASE("a flipped byte in the checksum itself") {
+    auto bad = good;
+    bad[bad.size() - 1] ^= 0x01;
+    write_bytes(path, bad);
+    nntest::check_error([&] { nn::load(*b, path); }, {"checksum mismatch"});
+  }
+  SUBCASE("bytes appended") {
+    auto bad = good;
+    bad.push_back(0);
+    write_bytes(path, bad);
+    nntest::check_error([&] { nn::load(*b, path); }, {"corrupted", "header says"});
+  }
+  SUBCASE("not a checkpoint") {
+    write_bytes(path, {'P', 'K', 3, 4, 0, 0, 0, 0, 0, 0});
+    nntest::check_error([&] { nn::load(*b, path); }, {"not a gradsleuth checkpoint", "PyTorch"});
+    nntest::check_error([&] { nn::load(*b, dir.file("missing.ckpt")); }, {"nn::load", "cannot open", "missing.ckpt"});
+  }
+  CHECK(gs::equal(b->fc1->weight, before));  // a failed load changes nothing
+}
+
+TEST_CASE("mismatched models: shapes, dtypes, missing and unexpected names") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  auto wide = std::make_shared<Net>(16);
+  nn::save(*wide, path);
+
+  auto narrow = std::make_shared<Net>(8);
+  const Tensor before = narrow->fc2->weight.clone();
+  nntest::check_error([&] { nn::load(*narrow, path); },
+                      {path.c_str(), "fc1.weight: checkpoint has shape [16, 4], model expects [8, 4]",
+                       "bn.running_var: checkpoint has shape [16], model expects [8]",
+                       "fc2.weight: checkpoint has shape [3, 16], model expects [3, 8]"});
+  CHECK(gs::equal(narrow->fc2->weight, before));  // nothing was half-loaded
+
+  auto f64 = std::make_shared<Net>(16);
+  f64->to(gs::kFloat64);
+  nntest::check_error([&] { nn::load(*f64, path); },
+                      {"fc1.weight: checkpoint has dtype float32, model expects float64", "model.to(gs::kFloat32)"});
+
+  // Missing and unexpected names; strict=false loads what matches.
+  nn::Sequential seq{std::make_shared<nn::Linear>(4, 16)};
+  nntest::check_error([&] { nn::load(seq, path); },
+                      {"missing from the checkpoint: 0.weight, 0.bias", "in the checkpoint but not in the model: fc1.weight",
+                       "different architecture"});
+  nn::Linear fc1(4, 16);
+  nn::write_checkpoint(dir.file("part.ckpt"), {{"weight", wide->fc1->weight}, {"extra", gs::ones({2})}});
+  nntest::check_error([&] { nn::load(fc1, dir.file("part.ckpt")); }, {"missing from the checkpoint: bias", "extra"});
+  nn::load(fc1, dir.file("part.ckpt"), /*strict=*/false);
+  CHECK(gs::equal(fc1.weight, wide->fc1->weight));
+}
+
+TEST_CASE("write_checkpoint rejects bad entry lists before touching the disk") {
+  TempDir dir;
+  nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"a", gs::ones({1})}, {"a", gs::ones({1})}}); },
+                      {"'a' appears twice"});
+  nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"a", Tensor()}}); }, {"'a' is an undefined tensor"});
+  nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"", gs::ones({1})}}); }, {"names must be"});
+  CHECK(dir.entries() == 0);
+}
