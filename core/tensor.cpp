@@ -165,7 +165,7 @@ Tensor make_alias(const Tensor& t, const Shape& shape, const Strides& strides, i
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
   for (int64_t s : shape)
-    GS_CHECK(s >= 0, "empty", "negative size in shape ", shape_str(shape));
+    GS_CHECK(s >= 0, "tensor factory (empty/zeros/ones/full/rand...)", "negative size in shape ", shape_str(shape), "; sizes must be >= 0");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel_of(shape)) * dtype_size(opts.dtype_),
                                             opts.device_);

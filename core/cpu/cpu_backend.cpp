@@ -370,7 +370,7 @@ class CpuBackend final : public Backend {
   // Performance: glibc starts with a 128 KiB trim threshold and raises it only
   // once a large block has been freed. Until then, freeing a graph of small
   // tensors hands the top of the heap back to the OS and the next graph faults
-  // it in again page by page (7x slower per op in bench_overhead). Start at the
+  // it in again page by page (bench_overhead: 0.19 -> 1.7 us per op). Start at the
   // values glibc converges to anyway (mmap threshold 32 MiB, trim threshold
   // 64 MiB); left alone when the user tunes malloc through GLIBC_TUNABLES.
   CpuBackend() {
@@ -390,8 +390,9 @@ class CpuBackend final : public Backend {
   // Performance (docs/benchmarks.md, "Engine"):
   //  - We over-allocate with malloc and align by hand, keeping the malloc'd
   //    pointer just below the block. std::aligned_alloc takes glibc's memalign
-  //    path, which skips the per-thread cache (~20% of a 1-element op) and, for
-  //    large blocks, never reuses a freed block: every call took fresh pages.
+  //    path, which skips the per-thread cache (a quarter of the instructions of
+  //    a 1-element add) and, for blocks on the heap, kept taking fresh pages
+  //    instead of reusing freed ones.
   //  - A fresh buffer is paged in at first touch; with 4 KiB pages those faults
   //    cost more than the op itself (a 64 MiB add: 16k faults). Huge pages take
   //    512x fewer.
@@ -485,7 +486,7 @@ class CpuBackend final : public Backend {
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
     dispatch_dtype(a.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      if (is_comparison(op) || out.dtype() == DType::Bool && a.dtype() != DType::Bool)
+      if (is_comparison(op) || (out.dtype() == DType::Bool && a.dtype() != DType::Bool))
         compare_kernel<T>(op, out, a, b);
       else
         binary_kernel<T>(op, out, a, b);
