@@ -33,6 +33,10 @@ fi
 scripts/setup.sh
 scripts/build.sh "${build_args[@]}"
 
+# Tests run in parallel, each with OpenMP threads: let idle threads sleep
+# instead of spinning, so test processes do not starve each other.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+
 echo "test: ctest in $dir"
 rc=0
 ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$(nproc)" "${ctest_args[@]}" || rc=$?
