@@ -9,6 +9,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # (Switch to "zoo --quick" once the bug zoo exists.)
 MAIN_JOB=(demo)
 
+# Idle OpenMP threads sleep instead of spinning (libgomp reads this only at start-up).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+
 scripts/setup.sh
 scripts/build.sh
 

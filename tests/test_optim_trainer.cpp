@@ -69,7 +69,7 @@ TEST_CASE("Trainer: a small MLP learns the 3-class spirals (>= 0.95 accuracy in 
   CHECK(r.steps == 80 * 10);
   CHECK(r.last().val_accuracy >= 0.95);
   CHECK(r.last().train_loss < r.epochs.front().train_loss);
-  CHECK(secs < 30.0);
+  CHECK(secs < 60.0);  // ~0.2 s on an idle core; generous for a loaded CI machine
   CHECK(net->is_training());  // evaluate() restored the mode
 }
 
