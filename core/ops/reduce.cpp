@@ -113,33 +113,22 @@ static Tensor extreme(ReduceOp op, const char* name, const Tensor& x, const Dims
 Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return extreme(ReduceOp::Max, "amax", x, dims, keepdim); }
 Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) { return extreme(ReduceOp::Min, "amin", x, dims, keepdim); }
 
-Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  if (!dim) return argmax(x.reshape({-1}), 0, false);
-  const int64_t d = wrap_dim(*dim, x.dim(), "argmax");
-  GS_CHECK(x.dim() == 0 || x.shape()[d] > 0, "argmax", "cannot take argmax over the empty dim ", d, " of ", x.str());
+// Index of the max (min) along `dim`; over the flattened tensor when dim is absent.
+static Tensor arg_extreme(bool is_max, const char* name, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (!dim) return arg_extreme(is_max, name, x.reshape({-1}), 0, false);
+  const int64_t d = wrap_dim(*dim, x.dim(), name);
+  GS_CHECK(x.dim() == 0 || x.shape()[d] > 0, name, "cannot take ", name, " over the empty dim ", d, " of ", x.str());
   if (x.dim() == 0) return zeros({}, kInt64);
   Shape ks = x.shape();
   ks[d] = 1;
   Tensor out = empty(ks, TensorOptions(kInt64).device(x.device()));
-  backend_of(x).arg_reduce(true, out, x, d);
+  backend_of(x).arg_reduce(is_max, out, x, d);
   if (!keepdim) out = out.squeeze(d);
-  notify_op("argmax", {x}, out);
+  notify_op(name, {x}, out);
   return out;
 }
-
-Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  if (!dim) return argmin(x.reshape({-1}), 0, false);
-  const int64_t d = wrap_dim(*dim, x.dim(), "argmin");
-  GS_CHECK(x.dim() == 0 || x.shape()[d] > 0, "argmin", "cannot take argmin over the empty dim ", d, " of ", x.str());
-  if (x.dim() == 0) return zeros({}, kInt64);
-  Shape ks = x.shape();
-  ks[d] = 1;
-  Tensor out = empty(ks, TensorOptions(kInt64).device(x.device()));
-  backend_of(x).arg_reduce(false, out, x, d);
-  if (!keepdim) out = out.squeeze(d);
-  notify_op("argmin", {x}, out);
-  return out;
-}
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(true, "argmax", x, dim, keepdim); }
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(false, "argmin", x, dim, keepdim); }
 
 // max(x, dim): the values; gather's backward sends the gradient to the first maximum.
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
