@@ -147,8 +147,9 @@ std::shared_ptr<FashionMnist> load_fashion_mnist(const std::string& split, const
 
   // The cache: decoding 60,000 gzipped images takes a moment, so each file pair
   // is decoded once per process (keyed by path, size and modification time).
+  // Never destroyed: its tensors must not outlive the CPU backend's static at exit.
   static std::mutex mu;
-  static std::map<std::string, std::pair<Tensor, Tensor>> cache;
+  static auto* cache = new std::map<std::string, std::pair<Tensor, Tensor>>();
   auto stamp = [](const std::string& p) {
     std::error_code ec;
     auto t = fs::last_write_time(p, ec).time_since_epoch().count();
@@ -158,8 +159,8 @@ std::shared_ptr<FashionMnist> load_fashion_mnist(const std::string& split, const
   std::pair<Tensor, Tensor> xy;
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, read_idx_images_labels(images, labels, opts.raw_)).first;
+    auto it = cache->find(key);
+    if (it == cache->end()) it = cache->emplace(key, read_idx_images_labels(images, labels, opts.raw_)).first;
     xy = it->second;
   }
   return std::make_shared<FashionMnist>(xy.first, xy.second, split);
