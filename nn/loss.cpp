@@ -184,19 +184,25 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntro
   return nll_core(log_probs, target, o.weight_, o.ignore_index_, o.reduction_, o.label_smoothing_);
 }
 
-// The value is built from ops, but the backward is written out:
-//   dL/dp = (p - y) / max(p (1 - p), 1e-12)        dL/dy = log(1 - p) - log(p)   (clamped logs)
-// Differentiating the clamped logs would give 0 * inf = NaN at p = 0 or 1.
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCELossOptions& o) {
-  const char* who = "BCELoss";
+// Binary losses: a floating target of exactly the input's shape. `what` names the
+// input in the hint ("prediction's", "logits'").
+static void check_binary_pair(const Tensor& input, const Tensor& target, const char* who, const char* what) {
   check_pair(input, target, who);
   GS_CHECK(target.is_floating_point(), who, "expects a floating-point target (0./1. or soft labels), got ",
            target.str(), ". Convert it with target.to(", dtype_name(input.dtype()), ").");
   GS_CHECK(input.shape() == target.shape(), who, "input ", shape_str(input.shape()), " and target ",
            shape_str(target.shape()), " must have the same shape",
            (input.dim() == target.dim() + 1 && input.size(-1) == 1
-                ? ". Squeeze the prediction's last dim (input.squeeze(-1)) or unsqueeze the target."
-                : "."));
+                ? std::string(". Squeeze the ") + what + " last dim (input.squeeze(-1)) or unsqueeze the target."
+                : std::string(".")));
+}
+
+// The value is built from ops, but the backward is written out:
+//   dL/dp = (p - y) / max(p (1 - p), 1e-12)        dL/dy = log(1 - p) - log(p)   (clamped logs)
+// Differentiating the clamped logs would give 0 * inf = NaN at p = 0 or 1.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCELossOptions& o) {
+  const char* who = "BCELoss";
+  check_binary_pair(input, target, who, "prediction's");
   Tensor value;  // per element, no graph yet
   {
     NoGradGuard ng;
@@ -229,14 +235,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCE
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BCEWithLogitsLossOptions& o) {
   const char* who = "BCEWithLogitsLoss";
-  check_pair(input, target, who);
-  GS_CHECK(target.is_floating_point(), who, "expects a floating-point target (0./1. or soft labels), got ",
-           target.str(), ". Convert it with target.to(", dtype_name(input.dtype()), ").");
-  GS_CHECK(input.shape() == target.shape(), who, "input ", shape_str(input.shape()), " and target ",
-           shape_str(target.shape()), " must have the same shape",
-           (input.dim() == target.dim() + 1 && input.size(-1) == 1
-                ? ". Squeeze the logits' last dim (input.squeeze(-1)) or unsqueeze the target."
-                : "."));
+  check_binary_pair(input, target, who, "logits'");
   if (o.pos_weight_.defined())
     GS_CHECK(o.pos_weight_.is_floating_point() && input.dim() >= 1 &&
                  (o.pos_weight_.numel() == 1 || (o.pos_weight_.dim() == 1 && o.pos_weight_.size(0) == input.size(-1))),
