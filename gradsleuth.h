@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "core/warning.h"
 #if __has_include("nn/nn.h")
 #include "nn/nn.h"
 #endif

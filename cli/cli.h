@@ -22,6 +22,7 @@ int cmd_gradcheck(const std::vector<std::string>& args);
 int cmd_ops(const std::vector<std::string>& args);
 int cmd_demo(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
+int cmd_checks(const std::vector<std::string>& args);
 
 // Parses "--flag", "--key value" and "--key=value". Unknown options are an
 // error naming the option and the command's valid ones. Names are given

@@ -5,6 +5,7 @@ namespace gradsleuth::cli {
 
 std::vector<Command> all_commands() {
   return {
+      {"checks", "list the debug module's checks (CHECKS.md): id, name, source, C++ entry point", cmd_checks},
       {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
        cmd_demo},
       {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},

@@ -1,0 +1,46 @@
+// The warning channel (see warning.h).
+#include "core/warning.h"
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <utility>
+
+namespace gradsleuth {
+
+namespace {
+std::mutex g_mu;
+WarningHandler& handler() {
+  static WarningHandler h;
+  return h;
+}
+}  // namespace
+
+void print_warning_once(const Warning& w) {
+  static std::set<std::pair<std::string, std::string>> seen;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!seen.insert({w.check, w.where}).second) return;
+  }
+  std::fprintf(stderr, "gradsleuth: warning%s%s%s %s: %s\n", w.check.empty() ? "" : " [",
+               w.check.c_str(), w.check.empty() ? "" : "]", w.where.c_str(), w.message.c_str());
+}
+
+void warn(const Warning& w) {
+  WarningHandler h;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    h = handler();
+  }
+  if (h) h(w);
+  else print_warning_once(w);
+}
+
+WarningHandler set_warning_handler(WarningHandler h) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  WarningHandler prev = std::move(handler());
+  handler() = std::move(h);
+  return prev;
+}
+
+}  // namespace gradsleuth

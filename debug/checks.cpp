@@ -1,0 +1,188 @@
+// The catalogue of checks (see checks.h). Words in `what` are CHECKS.md's.
+#include "debug/checks.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace gradsleuth::debug {
+
+const std::vector<CheckInfo>& all_checks() {
+  static const std::vector<CheckInfo> table = {
+      // ---- data --------------------------------------------------------------------------------
+      {"D1", "batch sanity report", "data", "000, 003",
+       "shape, dtype, device, min/max, mean/std of inputs and labels of one batch", "debug::check_batch",
+       "gradsleuth doctor", false},
+      {"D2", "non-finite inputs", "data", "000, 002", "count NaN / Inf in inputs (and labels); fail loudly",
+       "debug::check_finite_inputs", "gradsleuth doctor", false},
+      {"D3", "label distribution", "data", "000", "class counts, imbalance ratio; warn on strong imbalance",
+       "debug::check_label_distribution", "gradsleuth doctor", false},
+      {"D4", "input/label alignment", "data", "000, 001",
+       "verify that each (x, y) a loader yields is a pair that exists in the dataset (by hashing x back to its "
+       "index); catches X shuffled without Y",
+       "debug::check_alignment", "gradsleuth doctor --bug B07", false},
+      {"D5", "normalisation", "data", "000, 001",
+       "per-feature mean ~ 0 / std ~ 1 (or range [0,1]); warn on raw 0..255 pixels or features whose scales "
+       "differ by orders of magnitude",
+       "debug::check_normalisation", "gradsleuth doctor --bug B25", false},
+      {"D6", "label shape vs loss", "data", "001",
+       "labels (B,1) against predictions (B,) or the reverse: say so before the loss broadcasts",
+       "debug::check_label_shape", "gradsleuth doctor --bug B01", false},
+      {"D7", "data leakage", "data", "000",
+       "normalisation statistics must be fitted on the training split only; flag statistics fitted on data that "
+       "includes validation/test rows",
+       "debug::check_leakage", "gradsleuth doctor --bug B06", false},
+      {"D8", "shuffling / batch diversity", "data", "000",
+       "flag batches that hold a single class (sorted data, shuffle off)", "debug::check_batch_diversity",
+       "gradsleuth doctor --bug B28", false},
+      {"D9", "label encoding", "data", "000", "labels integral, 0-indexed, inside [0, C)",
+       "debug::check_label_encoding", "gradsleuth doctor --bug B26", false},
+      {"D10", "same preprocessing for every split", "data", "000",
+       "flag a split whose statistics differ from train after preprocessing", "debug::check_split_consistency",
+       "gradsleuth doctor", false},
+      // ---- loss and metrics --------------------------------------------------------------------
+      {"L1", "loss symptom diagnosis", "loss", "000, 003, 004",
+       "from the loss history: NaN, Inf, stuck high, oscillating wildly, train down / val up, each mapped to the "
+       "likely causes of the loss debugging guide",
+       "debug::diagnose_loss_history", "gradsleuth doctor --bug B24", false},
+      {"L2", "double softmax", "loss", "000",
+       "cross-entropy fed with probabilities (rows already sum to 1, all >= 0)", "debug::check_cross_entropy_input",
+       "gradsleuth doctor --bug B08", false},
+      {"L3", "BCE on logits", "loss", "000", "binary cross-entropy fed with values outside [0,1]",
+       "debug::check_bce_input", "gradsleuth doctor --bug B09", false},
+      {"L4", "initial loss", "loss", "001",
+       "first cross-entropy ~ log(C) (also BCE/MSE with a stated expectation); warn when far off",
+       "debug::check_initial_loss", "gradsleuth doctor", false},
+      {"L5", "all labels masked", "loss", "002",
+       "cross-entropy with every label = ignore_index must not produce NaN silently; warn",
+       "debug::check_masked_targets", "gradsleuth doctor --bug B19", false},
+      {"L6", "wrong reduction", "loss", "000", "sum vs mean: gradient scale grows with batch size",
+       "debug::check_loss_reduction", "gradsleuth doctor --bug B03", false},
+      {"L7", "fitting diagnosis", "loss", "004, 003",
+       "underfitting / overfitting / normal from train and validation curves", "debug::diagnose_fitting",
+       "gradsleuth doctor", false},
+      // ---- model ---------------------------------------------------------------------------------
+      {"M1", "shape trace / model summary", "model", "001, 004",
+       "every module's output shape and parameter count on a sample batch", "debug::shape_trace",
+       "gradsleuth doctor", false},
+      {"M2", "train/eval mode", "model", "000",
+       "validation or inference run with Dropout/BatchNorm in training mode",
+       "nn::Dropout / nn::BatchNorm warnings, debug::Monitor", "gradsleuth doctor --bug B05", false},
+      {"M3", "activation after final layer", "model", "000",
+       "logits that cannot be negative (ReLU/sigmoid before cross-entropy)", "debug::check_final_activation",
+       "gradsleuth doctor --bug B10", false},
+      {"M4", "unintended shared weights", "model", "000", "one parameter registered under two module paths",
+       "debug::check_shared_weights", "gradsleuth doctor --bug B11", false},
+      {"M5", "gradient flow / detached tensors", "model", "000, 002",
+       "trainable parameters that get no gradient after backward (detach, wrong freezing, unused layer)",
+       "debug::check_gradient_flow", "gradsleuth doctor --bug B12", false},
+      {"M6", "batch-mixing gradient test", "model", "001",
+       "loss = output[i].sum(): input gradient zero for every row != i and non-zero for row i; BatchNorm in "
+       "train mode reported as expected coupling",
+       "debug::batch_mixing_test", "gradsleuth doctor --bug B13", false},
+      {"M7", "dead-ReLU statistics", "model", "004",
+       "per ReLU layer: fraction of units never active over a batch and over a dataset pass; flag >= 0.7 dead; "
+       "say whether units died at initialisation or during training",
+       "debug::DeadReluTracker", "gradsleuth doctor --bug B18", false},
+      {"M8", "saturation statistics", "model", "000",
+       "fraction of sigmoid/tanh pre-activations beyond +-5; flag a layer above 0.5", "debug::SaturationTracker",
+       "gradsleuth doctor --bug B17", false},
+      {"M9", "initialisation", "model", "001, 002, 003",
+       "per-layer weight std against the He/Xavier expectation; flag far-off layers", "debug::check_initialisation",
+       "gradsleuth doctor --bug B16", false},
+      {"M10", "trainable / frozen report", "model", "002, 003",
+       "counts per module; parameters frozen that an optimizer expects, or trainable ones missing from the "
+       "optimizer",
+       "debug::check_trainable", "gradsleuth doctor --bug B15", false},
+      {"M11", "device / dtype consistency", "model", "002",
+       "parameters and inputs on mixed devices or dtypes (float64 inputs into a float32 model)",
+       "debug::check_devices_dtypes", "gradsleuth doctor --bug B27", false},
+      {"M12", "NaN/Inf source in forward", "model", "002, 004",
+       "name the first module/op whose output turned non-finite", "debug::find_nonfinite_source",
+       "gradsleuth doctor --bug B20", false},
+      {"M13", "numeric gradient check", "model", "004, 000",
+       "central differences in float64 against the analytic gradient; relative error per element, worst element "
+       "reported",
+       "debug::gradcheck, debug::gradcheck_module", "gradsleuth gradcheck --all-ops; gradsleuth doctor --bug B22",
+       false},
+      {"M14", "overfit one batch", "model", "000, 001",
+       "loss -> ~0 and accuracy -> 1 on one small batch within N steps", "debug::overfit_one_batch",
+       "gradsleuth doctor", false},
+      {"M15", "input-independent baseline", "model", "001",
+       "training on zeroed inputs must do worse than on real inputs", "debug::input_independent_baseline",
+       "gradsleuth doctor", false},
+      {"M16", "capacity check", "model", "001", "a larger model must reach a lower training loss",
+       "debug::capacity_check", "gradsleuth doctor", false},
+      {"M17", "BatchNorm running statistics", "model", "004",
+       "BatchNorm without running statistics (or never updated) used at eval", "debug::check_batchnorm_stats",
+       "gradsleuth doctor --bug B23", false},
+      {"M18", "reduced-precision compatibility", "model", "002",
+       "the same forward in float32 and in half precision: flag NaN/Inf or a large loss gap and the module "
+       "responsible",
+       "debug::check_half_precision", "gradsleuth doctor --bug B21", false},
+      {"M19", "broadcasting detection", "model", "000, 001",
+       "an elementwise op whose operands are both expanded ((100,1)+(1,100) -> (100,100)), or a loss whose inputs "
+       "differ in shape; warn or raise by mode",
+       "debug::BroadcastDetector", "gradsleuth doctor --bug B01", false},
+      {"M20", "in-place detection", "model", "000",
+       "an in-place op on a tensor saved for backward raises, naming the tensor, the op that saved it, the in-place "
+       "op that modified it, and the versions",
+       "core autograd (SavedTensor); debug::inplace_finding", "gradsleuth doctor --bug B02", false},
+      // ---- optimisation -------------------------------------------------------------------------
+      {"O1", "gradient health", "optimisation", "000, 002, 003, 004",
+       "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "
+       "gradient-norm ratio (vanishing < 1e-3, exploding > 70)",
+       "debug::check_gradient_health", "gradsleuth doctor --bug B17", false},
+      {"O2", "gradient-norm history", "optimisation", "001, 002", "per-layer norms over steps; spike detection",
+       "debug::NormHistory", "gradsleuth doctor", false},
+      {"O3", "weight-norm history", "optimisation", "001", "steadily growing weight norm = early divergence",
+       "debug::NormHistory", "gradsleuth doctor", false},
+      {"O4", "non-finite weights", "optimisation", "000", "NaN/Inf in any parameter after a step",
+       "debug::check_finite_weights", "gradsleuth doctor", false},
+      {"O5", "forgotten zero_grad", "optimisation", "000",
+       "gradients accumulated across steps without an explicit opt-in",
+       "optim::Optimizer::step warning; debug::Monitor", "gradsleuth doctor --bug B04", false},
+      {"O6", "learning-rate diagnosis", "optimisation", "000",
+       "too high (oscillation/divergence) or too low (flat loss) from the loss history, and the update-to-weight "
+       "ratio per layer outside [1e-5, 1e-1]",
+       "debug::diagnose_learning_rate, debug::UpdateRatioTracker", "gradsleuth doctor --bug B24", false},
+      // ---- workflow ------------------------------------------------------------------------------
+      {"W1", "reproducibility", "workflow", "000, 001", "seed everything; two runs with one seed give identical losses",
+       "debug::check_reproducible", "gradsleuth doctor", false},
+      {"W2", "pre-training gate", "workflow", "002, 000",
+       "one call: devices, trainable parameters, forward, backward, non-finite gradients, overfit-one-batch, "
+       "initial loss",
+       "debug::pretrain_gate", "gradsleuth doctor", false},
+      {"W3", "training stability monitor", "workflow", "000",
+       "per step/epoch: loss finite, grad norms healthy every N steps, weights finite, validation improving, early "
+       "stopping",
+       "debug::Monitor", "gradsleuth doctor", false},
+      {"W4", "anomaly mode", "workflow", "000, 004",
+       "a non-finite value (NaN and Inf, forward and backward) names the op and module that produced it, with the "
+       "shapes, dtype and a summary of the offending tensor",
+       "debug::AnomalyMode", "gradsleuth doctor --bug B20", false},
+      {"W5", "diagnosis report", "workflow", "003",
+       "parameters, data, forward, initial loss, gradient statistics (min/max/mean/std) in one report",
+       "debug::diagnosis_report", "gradsleuth doctor", false},
+      {"W6", "training logs and plots", "workflow", "000, 001",
+       "loss curves, gradient norms, dead-unit fractions written as files a person can look at",
+       "debug::MetricsLog, debug::write_html_report", "gradsleuth doctor --out DIR", false},
+      {"W7", "profiler", "workflow", "000, 001", "time per op and per module; where the step time goes",
+       "debug::Profiler", "gradsleuth doctor --profile", false},
+      {"W8", "memory report", "workflow", "004", "memory per parameter/activation/gradient, peak",
+       "debug::memory_report", "gradsleuth doctor", false},
+  };
+  return table;
+}
+
+const CheckInfo* find_check(std::string_view id) {
+  for (const CheckInfo& c : all_checks()) {
+    if (c.id.size() != id.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < id.size(); ++i)
+      same = same && std::toupper(static_cast<unsigned char>(id[i])) == c.id[i];
+    if (same) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace gradsleuth::debug

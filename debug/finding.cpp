@@ -1,0 +1,167 @@
+// Findings and reports (see finding.h).
+#include "debug/finding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace gradsleuth::debug {
+
+const char* severity_name(Severity s) {
+  switch (s) {
+    case Severity::Info: return "info";
+    case Severity::Warning: return "warning";
+    case Severity::Error: break;
+  }
+  return "error";
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      case '\r': o += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string json_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::string fmt_num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[32];
+  const double a = std::fabs(v);
+  if (v == 0.0) return "0";
+  if (a >= 1e-3 && a < 1e5) std::snprintf(buf, sizeof buf, "%.4g", v);
+  else std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+
+std::string Finding::location() const {
+  std::vector<std::string> parts;
+  if (!module.empty()) parts.push_back("module " + module);
+  if (!parameter.empty()) parts.push_back("parameter " + parameter);
+  if (!op.empty()) parts.push_back("op " + op);
+  if (!shape.empty()) parts.push_back("shape " + shape);
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s;
+}
+
+std::string Finding::str() const {
+  std::ostringstream os;
+  os << "[" << check << " " << severity_name(severity) << "] " << title;
+  if (count > 1) os << " (x" << count << ")";
+  if (step >= 0) os << " (step " << step << ")";
+  const std::string loc = location();
+  if (!loc.empty()) os << "\n  where:    " << loc;
+  for (size_t i = 0; i < evidence.size(); ++i) {
+    const Evidence& e = evidence[i];
+    os << (i ? "\n            " : "\n  evidence: ") << e.name << " = " << fmt_num(e.value);
+    if (!e.rule.empty()) os << " (" << e.rule << ")";
+  }
+  if (!cause.empty()) os << "\n  cause:    " << cause;
+  if (!fix.empty()) os << "\n  fix:      " << fix;
+  return os.str();
+}
+
+std::string Finding::json() const {
+  std::ostringstream os;
+  os << "{\"check\":" << json_str(check) << ",\"severity\":" << json_str(severity_name(severity))
+     << ",\"title\":" << json_str(title) << ",\"module\":" << json_str(module)
+     << ",\"parameter\":" << json_str(parameter) << ",\"op\":" << json_str(op) << ",\"shape\":" << json_str(shape)
+     << ",\"evidence\":[";
+  for (size_t i = 0; i < evidence.size(); ++i)
+    os << (i ? "," : "") << "{\"name\":" << json_str(evidence[i].name) << ",\"value\":" << json_num(evidence[i].value)
+       << ",\"rule\":" << json_str(evidence[i].rule) << "}";
+  os << "],\"cause\":" << json_str(cause) << ",\"fix\":" << json_str(fix) << ",\"step\":" << step
+     << ",\"count\":" << count << "}";
+  return os.str();
+}
+
+std::string Finding::key() const {
+  return check + '\x1f' + title + '\x1f' + module + '\x1f' + parameter + '\x1f' + op;
+}
+
+void Report::add(Finding f) {
+  const std::string k = f.key();
+  for (Finding& g : findings_) {
+    if (g.key() != k) continue;
+    g.count += f.count;
+    if (f.severity > g.severity) g.severity = f.severity;
+    return;
+  }
+  findings_.push_back(std::move(f));
+}
+
+void Report::add(const std::vector<Finding>& fs) {
+  for (const Finding& f : fs) add(f);
+}
+
+bool Report::fired(const std::string& check) const {
+  return std::any_of(findings_.begin(), findings_.end(),
+                     [&](const Finding& f) { return f.check == check && f.fires(); });
+}
+
+std::vector<std::string> Report::fired_checks() const {
+  std::set<std::string> ids;
+  for (const Finding& f : findings_)
+    if (f.fires()) ids.insert(f.check);
+  std::vector<std::string> out(ids.begin(), ids.end());
+  // Natural order: group letter, then number (M2 before M19).
+  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    if (a[0] != b[0]) return a[0] < b[0];
+    return std::atoi(a.c_str() + 1) < std::atoi(b.c_str() + 1);
+  });
+  return out;
+}
+
+std::vector<Finding> Report::of(const std::string& check) const {
+  std::vector<Finding> out;
+  for (const Finding& f : findings_)
+    if (f.check == check) out.push_back(f);
+  return out;
+}
+
+std::string Report::str(bool include_info) const {
+  std::ostringstream os;
+  bool first = true;
+  for (Severity s : {Severity::Error, Severity::Warning, Severity::Info}) {
+    if (s == Severity::Info && !include_info) break;
+    for (const Finding& f : findings_) {
+      if (f.severity != s) continue;
+      os << (first ? "" : "\n") << f.str() << "\n";
+      first = false;
+    }
+  }
+  return os.str();
+}
+
+std::string Report::json() const {
+  std::string s = "[";
+  for (size_t i = 0; i < findings_.size(); ++i) s += (i ? "," : "") + findings_[i].json();
+  return s + "]";
+}
+
+}  // namespace gradsleuth::debug
