@@ -58,6 +58,24 @@ Tensor LogSoftmax::forward(const Tensor& x) {
   const std::string who = "LogSoftmax(" + extra_repr() + ")";
   detail::check_input(x, who);
   check_dim(x, dim_, who);
+  if (!bugs().empty()) [[unlikely]] {
+    // BUG B14: normalises over dim 0, the batch, instead of the classes: each
+    // "probability" is shared between examples (the batch is mixed).
+    // Correct: dim_ (1 for logits (B, C)).
+    const int64_t d = has_bug(Bug::B14) ? 0 : dim_;
+    // BUG B20: log(softmax(x)): softmax underflows to 0 for a logit far below the
+    // largest (a gap over ~100 in float32) and log(0) = -inf. Correct: the
+    // log-sum-exp form, log_softmax(x) = x - logsumexp(x).
+    if (has_bug(Bug::B20)) return log(softmax(x, d));
+    // BUG B21: the textbook formula exp(x) / sum(exp(x)) without subtracting the
+    // maximum: fine in float32 below x ~ 88, but exp overflows to inf in half
+    // precision above x ~ 11, and inf / inf = NaN. Correct: log_softmax (stable).
+    if (has_bug(Bug::B21)) {
+      Tensor e = exp(x);
+      return log(e / sum(e, {d}, true));
+    }
+    return log_softmax(x, d);
+  }
   return log_softmax(x, dim_);
 }
 std::string LogSoftmax::extra_repr() const { return detail::str_cat("dim=", dim_); }

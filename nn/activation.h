@@ -73,6 +73,8 @@ class LogSoftmax : public Module {
  public:
   explicit LogSoftmax(int64_t dim) : Module("LogSoftmax"), dim_(dim) {}
   Tensor forward(const Tensor& x) override;
+  // B14 wrong dim, B20 log(softmax(x)), B21 exp without the max (overflows in half precision).
+  std::vector<Bug> injectable_bugs() const override { return {Bug::B14, Bug::B20, Bug::B21}; }
   std::string extra_repr() const override;
   int64_t dim() const { return dim_; }
 

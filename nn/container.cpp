@@ -46,6 +46,14 @@ Tensor Residual::forward(const Tensor& x) {
            shape_str(x.shape()), " to ", shape_str(fx.shape()), ", but x + inner(x) needs the same shape in and "
            "out (broadcasting would silently mix values). Keep the sizes equal inside the block, or project the "
            "skip path with a Linear/1x1 Conv2d in a custom module.");
+  if (has_bug(Bug::B02)) [[unlikely]] {
+    // BUG B02: the skip sum is accumulated in place into x ("saves memory"), but
+    // the inner block's first op saved x for its backward: the backward raises
+    // (M20). Correct: a new tensor, x + inner(x).
+    Tensor out = x;
+    out.add_(fx);
+    return out;
+  }
   return x + fx;
 }
 

@@ -46,6 +46,7 @@ class Residual : public Module {
   explicit Residual(ModulePtr inner);
   Tensor forward(const Tensor& x) override;
   const ModulePtr& inner() const { return inner_; }
+  std::vector<Bug> injectable_bugs() const override { return {Bug::B02}; }  // in-place skip sum
 
  private:
   ModulePtr inner_;

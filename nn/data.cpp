@@ -137,6 +137,25 @@ int64_t DataLoader::num_batches() const {
 
 std::vector<int64_t> DataLoader::order(int64_t epoch) const {
   const int64_t n = dataset_->size();
+  if (opts_.bugs_.has(Bug::B28)) [[unlikely]] {
+    // BUG B28: shuffle ignored, and the rows come sorted by class (as many files
+    // store them): every batch holds one class, and each step pulls the model
+    // towards that class. Correct: the permutation below.
+    if (b28_sorted_rows_.empty()) {
+      std::vector<int64_t> label(static_cast<size_t>(n));
+      for (int64_t lo = 0; lo < n; lo += 4096) {
+        std::vector<int64_t> idx(static_cast<size_t>(std::min(n, lo + 4096) - lo));
+        std::iota(idx.begin(), idx.end(), lo);
+        const std::vector<double> y = dataset_->get_batch(idx).y.to(kFloat64).to_vector<double>();
+        for (size_t i = 0; i < idx.size() && i < y.size(); ++i) label[static_cast<size_t>(lo) + i] = static_cast<int64_t>(y[i]);
+      }
+      b28_sorted_rows_.resize(static_cast<size_t>(n));
+      std::iota(b28_sorted_rows_.begin(), b28_sorted_rows_.end(), int64_t{0});
+      std::stable_sort(b28_sorted_rows_.begin(), b28_sorted_rows_.end(),
+                       [&](int64_t a, int64_t b) { return label[static_cast<size_t>(a)] < label[static_cast<size_t>(b)]; });
+    }
+    return b28_sorted_rows_;
+  }
   if (opts_.shuffle_) return permutation(n, opts_.seed_ + static_cast<uint64_t>(epoch));
   std::vector<int64_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), int64_t{0});
@@ -163,8 +182,29 @@ void DataLoader::Iterator::load() const {
   const int64_t b = loader_->opts_.batch_size_, n = static_cast<int64_t>(order_->size());
   const int64_t lo = pos_ * b, hi = std::min(n, lo + b);
   std::vector<int64_t> idx(order_->begin() + lo, order_->begin() + hi);
-  batch_ = loader_->dataset_->get_batch(idx);
+  batch_ = loader_->load_rows(idx);
   loaded_ = true;
+}
+
+Batch DataLoader::load_rows(const std::vector<int64_t>& rows) const {
+  Batch b = dataset_->get_batch(rows);
+  if (opts_.bugs_.empty()) [[likely]] return b;
+  if (opts_.bugs_.has(Bug::B07)) {
+    // BUG B07: the inputs were shuffled once on their own (np.random.shuffle(X))
+    // and the labels were not: row i yields (X[perm[i]], Y[i]). Correct: one
+    // permutation applied to both (which is what shuffle=true does).
+    if (b07_x_rows_.empty()) b07_x_rows_ = permutation(dataset_->size(), opts_.seed_ ^ 0x5eedULL);
+    std::vector<int64_t> xrows;
+    for (int64_t r : rows) xrows.push_back(b07_x_rows_[static_cast<size_t>(r)]);
+    b.x = dataset_->get_batch(xrows).x;
+  }
+  if (opts_.bugs_.has(Bug::B19) && b.y.dtype() == kInt64) {
+    // BUG B19: a collate step masks every label with ignore_index (-100): the
+    // cross-entropy then averages over zero labels (0/0 = NaN). Correct: mask
+    // only the padding positions.
+    b.y = full_like(b.y, -100.0);
+  }
+  return b;
 }
 
 // ---- Normalizer ----------------------------------------------------------------

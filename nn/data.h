@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/bugs.h"
 
 namespace gradsleuth::nn {
 
@@ -102,10 +103,14 @@ struct DataLoaderOptions {
   bool shuffle_ = false;
   uint64_t seed_ = 1;
   bool drop_last_ = false;  // drop a last batch smaller than batch_size
+  // Injectable loader bugs (nn/bugs.h): B07 inputs shuffled without their labels,
+  // B19 every label masked with ignore_index (-100), B28 no shuffling, rows sorted by class.
+  BugSet bugs_;
   DataLoaderOptions batch_size(int64_t b) const { auto o = *this; o.batch_size_ = b; return o; }
   DataLoaderOptions shuffle(bool s) const { auto o = *this; o.shuffle_ = s; return o; }
   DataLoaderOptions seed(uint64_t s) const { auto o = *this; o.seed_ = s; return o; }
   DataLoaderOptions drop_last(bool d) const { auto o = *this; o.drop_last_ = d; return o; }
+  DataLoaderOptions bug(Bug b) const { auto o = *this; o.bugs_.add(b); return o; }
 };
 
 // Iterates a dataset in batches. Each range-for over the loader is one epoch;
@@ -147,6 +152,8 @@ class DataLoader {
 
   // The order in which epoch `e` visits the dataset's rows.
   std::vector<int64_t> order(int64_t epoch) const;
+  // The batch made of the dataset's rows `rows` (what the iterator yields).
+  Batch load_rows(const std::vector<int64_t>& rows) const;
   // Batch `i` of epoch `e`, without touching the epoch counter.
   Batch batch(int64_t epoch, int64_t i) const;
   // The epoch the next begin() starts (set it to resume a run).
@@ -162,6 +169,8 @@ class DataLoader {
   DatasetPtr dataset_;
   DataLoaderOptions opts_;
   int64_t epoch_ = 0;
+  // For the injected bugs: B07's fixed permutation of the inputs, B28's rows by class.
+  mutable std::vector<int64_t> b07_x_rows_, b28_sorted_rows_;
 };
 
 // ---- normalisation ------------------------------------------------------------

@@ -21,12 +21,19 @@ class Linear : public Module {
   std::string extra_repr() const override;  // "in_features=784, out_features=256, bias=true"
   // Re-draws the parameters with the default initialisation.
   void reset_parameters();
+  // B12 detach, B13 reshape-for-transpose, B16 huge init, B18 dying bias, B22 wrong backward.
+  std::vector<Bug> injectable_bugs() const override {
+    return {Bug::B12, Bug::B13, Bug::B16, Bug::B18, Bug::B22};
+  }
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
 
   Tensor weight;  // (M, D)
   Tensor bias;    // (M), undefined when bias=false
+
+ protected:
+  void on_bug_injected(Bug b) override;
 
  private:
   int64_t in_features_, out_features_;

@@ -258,6 +258,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 
 // ---- modules --------------------------------------------------------------------------
 Tensor Loss::operator()(const Tensor& input, const Tensor& target) {
+  if (!loss_pre_hooks_.empty()) {
+    auto hooks = loss_pre_hooks_;
+    for (auto& [id, h] : hooks) h(*this, input, target);
+  }
   Tensor loss = call_with_hooks(input, [&] { return forward(input, target); });
   if (!loss_hooks_.empty()) {
     auto hooks = loss_hooks_;  // a hook may remove itself
@@ -271,26 +275,52 @@ size_t Loss::register_loss_hook(LossHook h) {
   return next_loss_hook_++;
 }
 
+size_t Loss::register_loss_pre_hook(LossPreHook h) {
+  loss_pre_hooks_.emplace_back(next_loss_hook_, std::move(h));
+  return next_loss_hook_++;
+}
+
 void Loss::remove_loss_hook(size_t handle) {
   std::erase_if(loss_hooks_, [&](const auto& p) { return p.first == handle; });
+  std::erase_if(loss_pre_hooks_, [&](const auto& p) { return p.first == handle; });
 }
 
 namespace F = functional;
 
-Tensor MSELoss::forward(const Tensor& input, const Tensor& target) { return F::mse_loss(input, target, options_); }
+// BUG B03 (every loss): Sum where Mean was meant. The gradient then grows with the
+// batch size, so the effective learning rate does too. Correct: the reduction asked for.
+template <class O>
+static O with_bugs(const Loss& loss, O o) {
+  if (loss.has_bug(Bug::B03) && o.reduction_ == Reduction::Mean) o.reduction_ = Reduction::Sum;
+  return o;
+}
+
+std::vector<Bug> Loss::injectable_bugs() const { return {Bug::B03}; }
+
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  MSELossOptions o = with_bugs(*this, options_);
+  // BUG B01: broadcasting allowed "because it runs": prediction (B, 1) against a
+  // target (B) becomes (B, B), every prediction compared with every target.
+  // Correct: equal shapes (target.unsqueeze(1)); the default raises on a mismatch.
+  if (has_bug(Bug::B01)) o.allow_broadcast_ = true;
+  return F::mse_loss(input, target, o);
+}
+std::vector<Bug> MSELoss::injectable_bugs() const { return {Bug::B01, Bug::B03}; }
 std::string MSELoss::extra_repr() const {
   return std::string("reduction=") + reduction_name(options_.reduction_) +
          (options_.allow_broadcast_ ? ", allow_broadcast=true" : "");
 }
 
-Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) { return F::nll_loss(input, target, options_); }
+Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
+  return F::nll_loss(input, target, with_bugs(*this, options_));
+}
 std::string NLLLoss::extra_repr() const {
   return detail::str_cat("ignore_index=", options_.ignore_index_, ", reduction=", reduction_name(options_.reduction_),
                          options_.weight_.defined() ? ", weight=" + shape_str(options_.weight_.shape()) : "");
 }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
-  return F::cross_entropy(input, target, options_);
+  return F::cross_entropy(input, target, with_bugs(*this, options_));
 }
 std::string CrossEntropyLoss::extra_repr() const {
   return detail::str_cat("ignore_index=", options_.ignore_index_, ", reduction=", reduction_name(options_.reduction_),
@@ -299,12 +329,17 @@ std::string CrossEntropyLoss::extra_repr() const {
 }
 
 Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
-  return F::binary_cross_entropy(input, target, options_);
+  // BUG B09: raw logits fed to BCE, and the "input must be in [0, 1]" error
+  // silenced by clamping: logits above 1 or below 0 get no gradient at all.
+  // Correct: nn::BCEWithLogitsLoss on the logits (or a sigmoid before BCELoss).
+  if (has_bug(Bug::B09)) return F::binary_cross_entropy(clamp(input, 1e-7, 1.0 - 1e-7), target, with_bugs(*this, options_));
+  return F::binary_cross_entropy(input, target, with_bugs(*this, options_));
 }
+std::vector<Bug> BCELoss::injectable_bugs() const { return {Bug::B03, Bug::B09}; }
 std::string BCELoss::extra_repr() const { return std::string("reduction=") + reduction_name(options_.reduction_); }
 
 Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
-  return F::binary_cross_entropy_with_logits(input, target, options_);
+  return F::binary_cross_entropy_with_logits(input, target, with_bugs(*this, options_));
 }
 std::string BCEWithLogitsLoss::extra_repr() const {
   return std::string("reduction=") + reduction_name(options_.reduction_) +

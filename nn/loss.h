@@ -127,14 +127,20 @@ class Loss : public Module {
 
   using LossHook = std::function<void(Loss& self, const Tensor& input, const Tensor& target, const Tensor& loss)>;
   size_t register_loss_hook(LossHook h);
-  void remove_loss_hook(size_t handle);
+  // Pre-hooks run before the loss is computed (a check can explain a problem
+  // before the loss broadcasts or raises).
+  using LossPreHook = std::function<void(Loss& self, const Tensor& input, const Tensor& target)>;
+  size_t register_loss_pre_hook(LossPreHook h);
+  void remove_loss_hook(size_t handle);  // a handle from either register call
   virtual Reduction reduction() const = 0;
+  std::vector<Bug> injectable_bugs() const override;  // B03 (sum instead of mean)
 
  protected:
   explicit Loss(std::string type_name) : Module(std::move(type_name)) {}
 
  private:
   std::vector<std::pair<size_t, LossHook>> loss_hooks_;
+  std::vector<std::pair<size_t, LossPreHook>> loss_pre_hooks_;
   size_t next_loss_hook_ = 0;
 };
 
@@ -145,6 +151,7 @@ class MSELoss : public Loss {
   std::string extra_repr() const override;  // "reduction=mean"
   Reduction reduction() const override { return options_.reduction_; }
   const MSELossOptions& options() const { return options_; }
+  std::vector<Bug> injectable_bugs() const override;  // B01, B03
 
  private:
   MSELossOptions options_;
@@ -183,6 +190,7 @@ class BCELoss : public Loss {
   std::string extra_repr() const override;
   Reduction reduction() const override { return options_.reduction_; }
   const BCELossOptions& options() const { return options_; }
+  std::vector<Bug> injectable_bugs() const override;  // B03, B09
 
  private:
   BCELossOptions options_;

@@ -163,6 +163,18 @@ void Module::set_tensor(const std::string& dotted, const Tensor& value) {
   GS_FAIL(type_name_, "no parameter or buffer named '", dotted, "'");
 }
 
+void Module::inject_bug(Bug b) {
+  const std::vector<Bug> ok = injectable_bugs();
+  if (std::find(ok.begin(), ok.end(), b) == ok.end()) {
+    std::string list;
+    for (Bug o : ok) list += (list.empty() ? "" : ", ") + bug_code(o);
+    GS_FAIL(type_name_, "cannot carry bug ", bug_code(b), " (", bug_info(b).title, "): it lives in ",
+            bug_info(b).lives_in, ". This module type can carry: ", list.empty() ? "none" : list, ".");
+  }
+  bugs_.add(b);
+  on_bug_injected(b);
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [n, c] : children_) c->train(on);

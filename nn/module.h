@@ -11,6 +11,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "nn/bugs.h"
 
 namespace gradsleuth::nn {
 
@@ -66,6 +67,17 @@ class Module : public std::enable_shared_from_this<Module> {
   size_t register_forward_hook(ForwardHook h);
   void remove_forward_hook(size_t handle);  // handles from either register call
 
+  // ---- injectable bugs (nn/bugs.h, docs/catalog.md) --------------------------
+  // Switches a catalogued bug on in this module (not its children). A module
+  // accepts only the bugs it has a buggy code path for; others raise an error
+  // that lists them.
+  void inject_bug(Bug b);
+  void remove_bug(Bug b) { bugs_.remove(b); }
+  bool has_bug(Bug b) const { return bugs_.has(b); }
+  const BugSet& bugs() const { return bugs_; }
+  // The bugs this module type can carry (none by default).
+  virtual std::vector<Bug> injectable_bugs() const { return {}; }
+
   // ---- description ---------------------------------------------------------
   const std::string& type_name() const { return type_name_; }
   virtual std::string extra_repr() const { return ""; }  // "in_features=784, out_features=256"
@@ -81,8 +93,12 @@ class Module : public std::enable_shared_from_this<Module> {
   // two inputs (losses) pass their prediction.
   Tensor call_with_hooks(const Tensor& input, const std::function<Tensor()>& body);
   bool training_ = true;
+  // Called after inject_bug(b) switched b on: layers whose bug is in their
+  // initialisation (B16, B18) re-draw their parameters here.
+  virtual void on_bug_injected(Bug b) { (void)b; }
 
  private:
+  BugSet bugs_;
   std::string type_name_;
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;

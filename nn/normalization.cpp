@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "core/warning.h"
 #include "nn/init.h"
 #include "nn/layer_checks.h"
 
@@ -107,15 +108,24 @@ Tensor BatchNormBase::forward(const Tensor& x) {
   }
   const int64_t n = x.numel() / C;  // elements per channel
 
+  if (is_training() && !GradMode::is_enabled()) [[unlikely]]
+    warn({"M2", type_name() + "(" + std::to_string(C) + ")",
+          "ran in training mode under no_grad (an evaluation?): it normalises with this batch's statistics and "
+          "moves the running statistics towards the evaluation data. Call model.eval() before evaluating."});
+  // BUG B23: the layer keeps no usable running statistics: it normalises with the
+  // batch's own statistics in eval mode too (and never updates running_mean/var),
+  // so a prediction depends on the other examples in the batch and on its size.
+  // Correct: running statistics updated in training, used in eval (below).
+  const bool b23 = has_bug(Bug::B23);
   Tensor mean, var;  // (1, C, 1, ...)
-  if (is_training() || !track_running_stats()) {
+  if (is_training() || !track_running_stats() || b23) {
     GS_CHECK(!is_training() || n > 1, type_name() + "(" + std::to_string(C) + ")", "expected more than 1 value per channel when training, got input ",
              shape_str(x.shape()), ": the variance of one value is 0. Use a batch size > 1, or call model.eval() "
              "to use the running statistics.");
     mean = x.mean(reduce, true);
     Tensor centered = x - mean;
     var = (centered * centered).mean(reduce, true);  // biased: the batch is normalised by its own spread
-    if (is_training() && track_running_stats()) {
+    if (is_training() && track_running_stats() && !b23) {
       NoGradGuard ng;
       num_batches_tracked.add_(1.0);
       const double f = options_.momentum_ ? *options_.momentum_

@@ -48,6 +48,7 @@ class BatchNormBase : public Module {
   void reset_running_stats();  // mean 0, var 1, count 0
   void reset_parameters();     // weight 1, bias 0, and the running statistics
   const BatchNormOptions& options() const { return options_; }
+  std::vector<Bug> injectable_bugs() const override { return {Bug::B23}; }  // no running statistics
   int64_t num_features() const { return options_.num_features_; }
   bool track_running_stats() const { return options_.track_running_stats_; }
 

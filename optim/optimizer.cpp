@@ -2,6 +2,8 @@
 // and the helpers every update rule shares (fused-path test, state keys).
 #include "optim/optimizer.h"
 
+#include "core/warning.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -66,14 +68,47 @@ void Optimizer::step() {
   std::vector<Hook> hooks = hooks_;
   for (auto& h : hooks)
     if (h.pre) h.fn(*this);
+  if (!accumulating_ && accumulated_since_step()) [[unlikely]] {
+    accumulation_detected_ = true;
+    warn({"O5", name_,
+          "step() ran on gradients that still hold the previous step's: zero_grad() was not called between "
+          "steps, so every batch's gradient adds to all earlier ones and the updates grow and point the wrong "
+          "way. Call optimizer.zero_grad() (or model.zero_grad()) before each backward(); if you accumulate "
+          "gradients on purpose, call set_accumulating(true)."});
+  }
   {
     NoGradGuard ng;
     update();
   }
   ++steps_;
   zeroed_since_step_ = false;
+  remember_grads();
   for (auto& h : hooks)
     if (!h.pre) h.fn(*this);
+}
+
+// O5: after a step we remember each gradient buffer and its version. Autograd
+// accumulates into an existing .grad in place (add_), which bumps its version;
+// zero_grad() drops the buffer, so the next backward makes a new one.
+void Optimizer::remember_grads() {
+  grads_after_step_.clear();
+  for (auto& g : groups_)
+    for (auto& p : g.params) {
+      Tensor gr = p.grad();
+      if (gr.defined()) grads_after_step_.push_back({gr.impl_ptr().get(), gr.version()});
+    }
+}
+
+bool Optimizer::accumulated_since_step() const {
+  if (steps_ == 0 || zeroed_since_step_) return false;
+  for (auto& g : groups_)
+    for (auto& p : g.params) {
+      Tensor gr = p.grad();
+      if (!gr.defined()) continue;
+      for (const auto& [impl, version] : grads_after_step_)
+        if (impl == gr.impl_ptr().get() && version != gr.version()) return true;  // the old buffer grew
+    }
+  return false;
 }
 
 void Optimizer::zero_grad() {

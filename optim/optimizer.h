@@ -67,6 +67,11 @@ class Optimizer {
   int64_t steps_taken() const { return steps_; }
   // True when step() runs without zero_grad() since the previous step (O5).
   bool zero_grad_skipped() const { return steps_ > 0 && !zeroed_since_step_; }
+  // O5, detected during normal use: step() found gradients accumulated across
+  // steps (the buffer of a previous step grew) without set_accumulating(true).
+  // step() then also sends a warning (core/warning.h) that the debug monitor
+  // turns into a finding.
+  bool accumulation_detected() const { return accumulation_detected_; }
   // Gradient accumulation on purpose: the debug check for a forgotten
   // zero_grad stays quiet while this is on.
   void set_accumulating(bool on) { accumulating_ = on; }
@@ -129,7 +134,11 @@ class Optimizer {
   int64_t steps_ = 0;
   bool zeroed_since_step_ = true;
   bool accumulating_ = false;
+  bool accumulation_detected_ = false;
   bool fused_ = true;
+  std::vector<std::pair<const TensorImpl*, uint64_t>> grads_after_step_;  // (buffer, version) after the last step
+  void remember_grads();
+  bool accumulated_since_step() const;
   struct Hook {
     size_t id;
     bool pre;

@@ -101,10 +101,10 @@ double accuracy(const Tensor& output, const Tensor& target) {
   return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(target.size(0));
 }
 
-EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss) {
+EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss, bool eval_mode) {
   const auto t0 = Clock::now();
   const bool was_training = model.is_training();
-  model.eval();
+  if (eval_mode) model.eval();
   NoGradGuard ng;
   EvalResult r;
   double loss_sum = 0.0, hits = 0.0;
@@ -215,7 +215,9 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
     bool classes = true;
     for (const nn::Batch& b : train) {
       // The step.
-      opt_.zero_grad();
+      // BUG B04: zero_grad() forgotten: each backward adds to the gradients of all
+      // earlier batches. Correct: clear them first, every step.
+      if (!options_.bugs().has(nn::Bug::B04)) opt_.zero_grad();
       Tensor out = model_(b.x);
       Tensor loss = loss_(out, b.y);
       GS_CHECK(loss.numel() == 1, "Trainer::fit", "the loss function must return one value, got ", loss.str(),
@@ -263,7 +265,10 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
     info.examples_per_second = static_cast<double>(seen) / std::max(info.seconds, 1e-9);
     info.lr = lr;
     if (val) {
-      EvalResult ev = evaluate(model_, *val, loss_);
+      // BUG B05: validation run in training mode (model.eval() forgotten): Dropout
+      // keeps zeroing activations and BatchNorm uses (and updates from) the
+      // validation batches. Correct: evaluate() switches to eval mode.
+      EvalResult ev = evaluate(model_, *val, loss_, /*eval_mode=*/!options_.bugs().has(nn::Bug::B05));
       info.val_loss = ev.loss;
       info.val_accuracy = ev.accuracy;
     }

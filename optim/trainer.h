@@ -42,7 +42,10 @@ struct EvalResult {
 // Runs the whole loader through the model in eval mode under NoGradGuard,
 // then puts the model back in the mode it was in. The loader's epoch counter
 // is left as it was (so evaluation never changes a training run's shuffling).
-EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss = cross_entropy_loss());
+// eval_mode=false keeps the model's current mode (what bug B05 does; Dropout
+// and BatchNorm then warn, check M2).
+EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss = cross_entropy_loss(),
+                    bool eval_mode = true);
 
 // The fraction of rows where argmax(output (B, C), 1) == target (B).
 double accuracy(const Tensor& output, const Tensor& target);
@@ -90,6 +93,15 @@ struct TrainerOptions {
   GS_OPTIM_ARG(double, clip_grad_norm) = 0.0;
   // Stop after this many optimizer steps in all (< 0: no limit).
   GS_OPTIM_ARG(int64_t, max_steps) = -1;
+  // Injectable training-loop bugs (nn/bugs.h): B04 zero_grad() never called,
+  // B05 validation run in training mode.
+  GS_OPTIM_ARG(nn::BugSet, bugs);
+
+ public:
+  TrainerOptions& bug(nn::Bug b) {
+    bugs_.add(b);
+    return *this;
+  }
 };
 
 struct FitResult {
