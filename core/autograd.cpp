@@ -186,6 +186,10 @@ void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& n
 // ---- the engine --------------------------------------------------------------------
 namespace autograd {
 namespace {
+thread_local int t_backward_depth = 0;  // > 0 while a backward pass runs its nodes
+}  // namespace
+
+namespace {
 
 uint64_t g_epoch = 0;
 
@@ -289,7 +293,11 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
   }
   struct Restore {
     bool prev = GradMode::is_enabled();
-    ~Restore() { GradMode::set_enabled(prev); }
+    Restore() { ++t_backward_depth; }
+    ~Restore() {
+      GradMode::set_enabled(prev);
+      --t_backward_depth;
+    }
   } restore;
   GradMode::set_enabled(opt.create_graph);
   try {
@@ -343,6 +351,8 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
 }
 
 }  // namespace
+
+bool in_backward() { return t_backward_depth > 0; }
 
 void backward(const tensor_list& roots, const tensor_list& grad_roots, bool retain_graph, bool create_graph) {
   run(roots, grad_roots, RunOptions{retain_graph || create_graph, create_graph});

@@ -172,6 +172,10 @@ tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const te
                  std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
                  bool allow_unused = false);
 
+// True while a backward pass is running nodes on this thread (observers use it
+// to tell the ops of a backward formula from forward ops).
+bool in_backward();
+
 }  // namespace autograd
 
 // ---- template definitions ---------------------------------------------------

@@ -1,0 +1,817 @@
+// The data checks D1-D10 (see data_checks.h): batch summaries, non-finite
+// inputs, labels, alignment, normalisation, leakage, shuffling, split consistency.
+#include "debug/data_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<double> doubles(const Tensor& t) {
+  NoGradGuard ng;
+  return t.detach().to_vector<double>();
+}
+
+std::string on_device(const Tensor& t) { return t.str() + " on " + t.device().str(); }
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+Finding make(const char* check, Severity s, std::string title) {
+  Finding f;
+  f.check = check;
+  f.severity = s;
+  f.title = std::move(title);
+  return f;
+}
+
+// Min/max/mean/std (population) of the finite values, and how many are not finite.
+struct Summary {
+  int64_t n = 0, nan = 0, inf = 0;
+  double min = kNaN, max = kNaN, mean = kNaN, std = kNaN;
+  int64_t finite() const { return n - nan - inf; }
+};
+
+Summary summarize(const std::vector<double>& v) {
+  Summary s;
+  s.n = static_cast<int64_t>(v.size());
+  double sum = 0.0, lo = kInf, hi = -kInf;
+  for (double a : v) {
+    if (std::isnan(a)) { ++s.nan; continue; }
+    if (std::isinf(a)) { ++s.inf; continue; }
+    sum += a;
+    lo = std::min(lo, a);
+    hi = std::max(hi, a);
+  }
+  const int64_t k = s.finite();
+  if (k == 0) return s;
+  s.min = lo;
+  s.max = hi;
+  s.mean = sum / static_cast<double>(k);
+  double m2 = 0.0;
+  for (double a : v)
+    if (std::isfinite(a)) m2 += (a - s.mean) * (a - s.mean);
+  s.std = std::sqrt(m2 / static_cast<double>(k));
+  return s;
+}
+
+bool is_whole(double v) { return std::isfinite(v) && v == std::floor(v); }
+
+// The value at quantile q of v (nearest rank, lower side): v[floor(q (n-1))] after sorting.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return kNaN;
+  q = std::clamp(q, 0.0, 1.0);
+  const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+// FNV-1a, 64 bit: a fast, well-mixed hash of a byte string.
+uint64_t fnv1a(const void* data, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// One hash per row of x (B, D...): its values as contiguous float32, so a
+// float32 and a float64 pipeline holding the same image agree.
+std::vector<uint64_t> row_hashes_x(const Tensor& x) {
+  NoGradGuard ng;
+  const int64_t B = x.dim() == 0 ? 1 : x.size(0);
+  std::vector<float> v = x.detach().to_vector<float>();
+  const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
+  std::vector<uint64_t> h(static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r) h[r] = fnv1a(v.data() + r * F, F * sizeof(float));
+  return h;
+}
+
+// A label: the hash of its row (as float64, so int64 3 and float 3.0 agree) and
+// its first value, for messages.
+struct Label {
+  uint64_t hash;
+  double value;
+};
+
+std::vector<Label> row_labels(const Tensor& y) {
+  const int64_t B = y.dim() == 0 ? 1 : y.size(0);
+  std::vector<double> v = doubles(y);
+  const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
+  std::vector<Label> out(static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r)
+    out[r] = {fnv1a(v.data() + r * F, F * sizeof(double)), F > 0 ? v[r * F] : kNaN};
+  return out;
+}
+
+std::string list_ints(const std::vector<int64_t>& v, size_t max_items = 8) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > max_items) s += ", ... (" + std::to_string(v.size()) + " in all)";
+  return s;
+}
+
+// NumPy broadcasting that reports failure instead of throwing.
+bool try_broadcast(const Shape& a, const Shape& b, Shape& out) {
+  const size_t n = std::max(a.size(), b.size());
+  out = Shape(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out[n - 1 - i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+// D8 on batches already loaded.
+std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, const nn::DataLoader& loader,
+                               const DataCheckOptions& opts) {
+  std::vector<std::vector<int64_t>> labels;
+  std::unordered_map<int64_t, int64_t> freq;
+  int64_t total = 0, batch_size = 0;
+  std::string shape;
+  for (const nn::Batch& b : batches) {
+    if (!b.y.defined() || !is_integral(b.y.dtype()) || b.y.dim() != 1) return {};  // not class labels
+    if (b.size() < opts.min_batch_for_diversity) continue;
+    labels.push_back(b.y.to_vector<int64_t>());
+    for (int64_t c : labels.back()) ++freq[c];
+    total += b.size();
+    batch_size = std::max(batch_size, b.size());
+    if (shape.empty()) shape = "x " + shape_str(b.x.shape()) + ", y " + shape_str(b.y.shape());
+  }
+  if (labels.empty()) return {};
+  // Under shuffling a batch of B labels is single-class with probability sum_c p_c^B.
+  int64_t single = 0;
+  double expected = 0.0;
+  for (const auto& l : labels) {
+    if (std::all_of(l.begin(), l.end(), [&](int64_t c) { return c == l[0]; })) ++single;
+    for (const auto& [c, n] : freq)
+      expected += std::pow(static_cast<double>(n) / static_cast<double>(total), static_cast<double>(l.size()));
+  }
+  const double judged = static_cast<double>(labels.size());
+  expected /= judged;
+  const double fraction = static_cast<double>(single) / judged;
+  if (single == 0 || fraction <= expected + opts.single_class_margin) return {};
+
+  const bool shuffles = loader.options().shuffle_;
+  Finding f = make("D8", Severity::Warning,
+                   num(single) + " of " + num(static_cast<int64_t>(labels.size())) +
+                       " sampled batches of " + loader.dataset().name() + " hold a single class" +
+                       (shuffles ? "" : ": the data is sorted and the loader does not shuffle"));
+  f.shape = shape;
+  f.evidence = {{"batches judged (size >= " + num(opts.min_batch_for_diversity) + ")", judged, ""},
+                {"single-class batches", static_cast<double>(single), ""},
+                {"single-class fraction", fraction,
+                 "> expected + " + fmt_num(opts.single_class_margin) + " = " +
+                     fmt_num(expected + opts.single_class_margin) + " warns"},
+                {"expected under shuffling (sum_c p_c^B)", expected, ""},
+                {"classes in the sample", static_cast<double>(freq.size()), ""},
+                {"batch size", static_cast<double>(batch_size), ""},
+                {"loader shuffles (1 = yes)", shuffles ? 1.0 : 0.0, ""}};
+  f.cause = shuffles
+                ? "the loader shuffles, yet batches hold one class: the dataset itself groups rows by class (a "
+                  "get_batch or sampler that returns sorted rows); each step then sees one class, the gradient "
+                  "chases it and the model forgets the others"
+                : "the dataset is sorted by class and shuffling is off (bug B28): each step sees one class, the "
+                  "gradient chases that class and the model forgets the others; the loss swings from batch to "
+                  "batch and accuracy stays low";
+  f.fix = "shuffle the training data: nn::DataLoaderOptions().shuffle(true), or shuffle the rows once before "
+          "building the dataset (keep shuffle off only for evaluation)";
+  return {f};
+}
+
+}  // namespace
+
+// ---- D1 batch sanity report ------------------------------------------------------
+
+std::vector<Finding> check_batch(const Tensor& x, const Tensor& y) {
+  GS_CHECK(x.defined() && y.defined(), "check_batch", "needs a defined input x and target y");
+  Finding f = make("D1", Severity::Info, "batch: x " + on_device(x) + ", y " + on_device(y));
+  f.shape = "x " + shape_str(x.shape()) + ", y " + shape_str(y.shape());
+  const Summary sx = summarize(doubles(x));
+  f.evidence = {{"x min", sx.min, ""}, {"x max", sx.max, ""}, {"x mean", sx.mean, ""}, {"x std", sx.std, ""}};
+  if (sx.nan + sx.inf > 0)
+    f.evidence.push_back({"x non-finite values", static_cast<double>(sx.nan + sx.inf), "D2: any is an error"});
+  if (is_integral(y.dtype(), true)) {
+    std::vector<int64_t> v = y.to_vector<int64_t>();
+    std::set<int64_t> distinct(v.begin(), v.end());
+    f.evidence.push_back({"y min", v.empty() ? kNaN : static_cast<double>(*distinct.begin()), ""});
+    f.evidence.push_back({"y max", v.empty() ? kNaN : static_cast<double>(*distinct.rbegin()), ""});
+    f.evidence.push_back({"y distinct values", static_cast<double>(distinct.size()), ""});
+  } else {
+    const Summary sy = summarize(doubles(y));
+    f.evidence.push_back({"y min", sy.min, ""});
+    f.evidence.push_back({"y max", sy.max, ""});
+    f.evidence.push_back({"y mean", sy.mean, ""});
+    f.evidence.push_back({"y std", sy.std, ""});
+  }
+  f.fix = "compare with what the model expects: x scaled to [0, 1] or mean ~0 / std ~1 (D5), class labels int64 "
+          "in [0, C) (D9), regression targets the shape of the prediction (D6)";
+  std::vector<Finding> out{f};
+  if (x.dim() >= 1 && y.dim() >= 1 && x.size(0) != y.size(0)) {
+    Finding g = make("D1", Severity::Error,
+                     "x has " + num(x.size(0)) + " rows but y has " + num(y.size(0)) + ": inputs and targets disagree");
+    g.shape = f.shape;
+    g.evidence = {{"x rows", static_cast<double>(x.size(0)), "must equal y rows"},
+                  {"y rows", static_cast<double>(y.size(0)), ""}};
+    g.cause = "x and y were built or sliced separately (a different subset, a dropped row, a batch dim lost)";
+    g.fix = "build both from the same row indices (nn::TensorDataset checks this) and check their dim 0";
+    out.push_back(g);
+  }
+  return out;
+}
+
+// ---- D2 non-finite inputs ----------------------------------------------------------
+
+std::vector<Finding> check_finite_inputs(const Tensor& x, const Tensor& y) {
+  GS_CHECK(x.defined() && y.defined(), "check_finite_inputs", "needs a defined input x and target y");
+  std::vector<Finding> out;
+  auto one = [&](const Tensor& t, const std::string& which) {
+    if (!t.is_floating_point()) return;  // integers and bools are always finite
+    const std::vector<double> v = doubles(t);
+    int64_t nan = 0, inf = 0, first = -1;
+    std::set<int64_t> rows;
+    const int64_t B = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t F = B > 0 ? static_cast<int64_t>(v.size()) / B : 1;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (std::isfinite(v[i])) continue;
+      (std::isnan(v[i]) ? nan : inf) += 1;
+      rows.insert(static_cast<int64_t>(i) / std::max<int64_t>(F, 1));
+      if (first < 0) first = static_cast<int64_t>(i) / std::max<int64_t>(F, 1);
+    }
+    if (nan + inf == 0) return;
+    Finding f = make("D2", Severity::Error,
+                     which + " holds " + num(nan) + " NaN and " + num(inf) + " Inf values (in " +
+                         num(static_cast<int64_t>(rows.size())) + " of " + num(B) + " rows)");
+    f.shape = t.str();
+    f.evidence = {{"NaN values", static_cast<double>(nan), "any is an error"},
+                  {"Inf values", static_cast<double>(inf), "any is an error"},
+                  {"rows affected", static_cast<double>(rows.size()), ""},
+                  {"first bad row", static_cast<double>(first), ""}};
+    f.cause = "missing values in the source (empty cells read as NaN), a division by zero or log(0) in "
+              "preprocessing (standardising a constant feature with std 0), or an overflow; one NaN input turns "
+              "the loss, then every gradient and weight, into NaN";
+    f.fix = "look at the bad rows (first: row " + num(first) +
+            "), then drop, impute or fix them at the source; guard divisions in preprocessing with an eps; call "
+            "debug::require_finite_inputs(x, y) in the data pipeline so it fails where the values appear";
+    out.push_back(f);
+  };
+  one(x, "inputs x");
+  one(y, "targets y");
+  return out;
+}
+
+void require_finite_inputs(const Tensor& x, const Tensor& y) {
+  const std::vector<Finding> fs = check_finite_inputs(x, y);
+  if (fs.empty()) return;
+  std::string msg = "the batch holds non-finite values; stopping before they reach the model";
+  for (const Finding& f : fs) msg += "\n" + f.str();
+  throw Error("require_finite_inputs", msg);
+}
+
+// ---- D3 label distribution -----------------------------------------------------------
+
+std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes,
+                                              const DataCheckOptions& opts) {
+  GS_CHECK(labels.defined(), "check_label_distribution", "needs a defined labels tensor");
+  if (labels.is_floating_point()) {
+    const std::vector<double> v = doubles(labels);
+    if (!std::all_of(v.begin(), v.end(), is_whole)) return {};  // not class labels: D9 says so
+  }
+  const std::vector<int64_t> v = labels.to_vector<int64_t>();
+  int64_t C = num_classes, outside = 0, n = 0;
+  if (C <= 0) {
+    C = 0;
+    for (int64_t c : v)
+      if (c >= 0) C = std::max(C, c + 1);
+  }
+  if (C <= 0) return {};
+  std::vector<int64_t> counts(static_cast<size_t>(C), 0);
+  for (int64_t c : v) {
+    if (c == opts.ignore_index) continue;
+    if (c < 0 || c >= C) { ++outside; continue; }
+    ++counts[static_cast<size_t>(c)];
+    ++n;
+  }
+  std::vector<int64_t> empty;
+  int64_t lo = -1, hi = -1;  // the rarest non-empty and the most common class
+  for (int64_t c = 0; c < C; ++c) {
+    if (counts[c] == 0) { empty.push_back(c); continue; }
+    if (lo < 0 || counts[c] < counts[lo]) lo = c;
+    if (hi < 0 || counts[c] > counts[hi]) hi = c;
+  }
+  const double ratio = lo < 0 ? kNaN : static_cast<double>(counts[hi]) / static_cast<double>(counts[lo]);
+  const bool imbalanced = lo >= 0 && ratio > opts.max_imbalance_ratio;
+
+  Finding f = make("D3", Severity::Info, "");
+  f.shape = labels.str();
+  const bool all_listed = C <= 32;
+  for (int64_t c = 0; c < C; ++c)
+    if (all_listed || c == lo || c == hi) f.evidence.push_back({"class " + num(c), static_cast<double>(counts[c]), ""});
+  f.evidence.push_back({"imbalance ratio (largest / smallest non-empty class)", ratio,
+                        "> " + fmt_num(opts.max_imbalance_ratio) + " warns"});
+  f.evidence.push_back({"classes with no example", static_cast<double>(empty.size()), "any warns"});
+  if (outside > 0)
+    f.evidence.push_back({"labels outside [0, " + num(C) + ")", static_cast<double>(outside), "D9 reports these"});
+  if (empty.empty() && !imbalanced) {
+    f.title = "class counts of " + num(n) + " labels over " + num(C) + " classes (largest / smallest = " +
+              fmt_num(ratio) + ")";
+    return {f};
+  }
+  f.severity = Severity::Warning;
+  if (!empty.empty())
+    f.title = num(static_cast<int64_t>(empty.size())) + " of " + num(C) + " classes have no example among " +
+              num(n) + " labels (class " + list_ints(empty) + ")";
+  else
+    f.title = "classes are imbalanced: class " + num(hi) + " has " + num(counts[hi]) + " examples, class " + num(lo) +
+              " only " + num(counts[lo]) + " (ratio " + fmt_num(ratio) + ")";
+  f.cause = "the data is imbalanced (rare classes), or the labels come from a sorted dataset or a subset that "
+            "misses classes (take(n) of sorted data, no shuffling); a model can score high accuracy by predicting "
+            "the common classes only";
+  if (outside > 0 && !empty.empty() && empty.front() == 0)
+    f.cause += ". Here labels also fall outside [0, " + num(C) + ") while class 0 is empty: the labels may be "
+               "1-indexed (see D9)";
+  f.fix = "make sure the sample is representative (shuffle before taking a subset, split with "
+          "nn::train_val_split); for real imbalance weight the loss by class, oversample the rare classes, and "
+          "report per-class accuracy rather than accuracy alone";
+  return {f};
+}
+
+// ---- D4 input/label alignment ----------------------------------------------------------
+
+std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::DataLoader& loader,
+                                     const DataCheckOptions& opts) {
+  // x hash -> the labels that image has in the reference (several for duplicates).
+  std::unordered_map<uint64_t, std::vector<Label>> known;
+  const int64_t n = reference.size(), chunk = std::max<int64_t>(1, opts.alignment_chunk);
+  known.reserve(static_cast<size_t>(n));
+  for (int64_t lo = 0; lo < n; lo += chunk) {
+    std::vector<int64_t> idx;
+    for (int64_t i = lo; i < std::min(n, lo + chunk); ++i) idx.push_back(i);
+    const nn::Batch b = reference.get_batch(idx);
+    const std::vector<uint64_t> xh = row_hashes_x(b.x);
+    const std::vector<Label> yl = row_labels(b.y);
+    for (size_t r = 0; r < xh.size(); ++r) {
+      std::vector<Label>& ls = known[xh[r]];
+      if (std::none_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == yl[r].hash; }))
+        ls.push_back(yl[r]);
+    }
+  }
+
+  const int64_t epoch = loader.epoch(), nb = std::min(opts.alignment_batches, loader.num_batches());
+  int64_t checked = 0, unknown = 0, mismatched = 0;
+  std::string example, shape;
+  for (int64_t i = 0; i < nb; ++i) {
+    const nn::Batch b = loader.batch(epoch, i);
+    if (shape.empty()) shape = "x " + shape_str(b.x.shape()) + ", y " + shape_str(b.y.shape());
+    const std::vector<uint64_t> xh = row_hashes_x(b.x);
+    const std::vector<Label> yl = row_labels(b.y);
+    for (size_t r = 0; r < xh.size(); ++r) {
+      ++checked;
+      auto it = known.find(xh[r]);
+      if (it == known.end()) { ++unknown; continue; }
+      const std::vector<Label>& ls = it->second;
+      if (std::any_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == yl[r].hash; })) continue;
+      if (++mismatched == 1) {
+        std::string have;
+        for (size_t k = 0; k < ls.size(); ++k) have += (k ? " or " : "") + fmt_num(ls[k].value);
+        example = "batch " + num(i) + ", row " + num(static_cast<int64_t>(r)) + " (dataset row " +
+                  num(b.indices[r]) + ") has label " + fmt_num(yl[r].value) +
+                  ", but the reference has that image with label " + have;
+      }
+    }
+  }
+  std::vector<Finding> out;
+  if (checked == 0) return out;
+  const int64_t matched_x = checked - unknown;
+  const double mis_frac = matched_x > 0 ? static_cast<double>(mismatched) / static_cast<double>(matched_x) : 0.0;
+  const double unk_frac = static_cast<double>(unknown) / static_cast<double>(checked);
+  if (mis_frac > opts.max_misaligned_fraction) {
+    Finding f = make("D4", Severity::Error,
+                     num(mismatched) + " of " + num(matched_x) + " examples from " + loader.dataset().name() +
+                         " carry a label their image never has in " + reference.name() +
+                         ": inputs and labels are misaligned");
+    f.shape = shape;
+    f.evidence = {{"examples checked", static_cast<double>(checked), ""},
+                  {"mismatched (x, y) pairs", static_cast<double>(mismatched), ""},
+                  {"mismatched fraction", mis_frac, "> " + fmt_num(opts.max_misaligned_fraction) + " is an error"},
+                  {"inputs not in the reference", static_cast<double>(unknown), ""}};
+    f.cause = "the inputs were shuffled, sorted or filtered without their labels (bug B07: x[perm] with y "
+              "unpermuted, or two separately shuffled lists); the model is trained on random labels, so the loss "
+              "stays near log(C) while nothing errors. For example: " + example;
+    f.fix = "permute x and y with the same indices (x.index_select(0, p) and y.index_select(0, p)), or keep them "
+            "in one nn::TensorDataset and let the DataLoader shuffle";
+    out.push_back(f);
+  }
+  if (unk_frac > opts.max_unknown_fraction) {
+    Finding f = make("D4", Severity::Warning,
+                     num(unknown) + " of " + num(checked) + " inputs from " + loader.dataset().name() +
+                         " do not occur in " + reference.name() + ": their alignment cannot be checked");
+    f.shape = shape;
+    f.evidence = {{"examples checked", static_cast<double>(checked), ""},
+                  {"inputs not in the reference", static_cast<double>(unknown), ""},
+                  {"unknown fraction", unk_frac, "> " + fmt_num(opts.max_unknown_fraction) + " warns"}};
+    f.cause = "the loader transforms the inputs (normalisation, augmentation) so they no longer equal the "
+              "reference's bytes, or the reference is a different dataset";
+    f.fix = "pass as reference the same data the loader reads, before shuffling, with the same transform (e.g. "
+            "norm.transform(raw) when the loader reads norm.transform(raw)), or check a loader without augmentation";
+    out.push_back(f);
+  }
+  return out;
+}
+
+// ---- D5 normalisation -----------------------------------------------------------------
+
+std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts) {
+  GS_CHECK(x.defined(), "check_normalisation", "needs a defined input sample x (N, D...)");
+  if (x.numel() == 0 || !x.is_floating_point()) return {};  // integral inputs are ids (embeddings), not features
+  const int64_t N = x.dim() == 0 ? 1 : x.size(0);
+  const int64_t F = x.numel() / N;
+  const std::vector<double> v = doubles(x);
+  const Summary s = summarize(v);
+  if (s.finite() == 0) return {};  // nothing finite to judge: D2's job
+  std::vector<Finding> out;
+
+  // Rule 1: magnitude. |x| at a high quantile, so a few outliers do not count.
+  std::vector<double> mag;
+  mag.reserve(v.size());
+  bool whole = true;
+  for (double a : v)
+    if (std::isfinite(a)) {
+      mag.push_back(std::fabs(a));
+      whole = whole && std::fabs(a - std::round(a)) < 1e-3;  // 0..255 after float arithmetic
+    }
+  const double q = quantile(mag, opts.raw_quantile);
+  if (q > opts.raw_max) {
+    const bool pixels = s.min >= 0.0 && s.max <= 255.0 && whole;
+    Finding f = make("D5", Severity::Warning,
+                     pixels ? "inputs look like raw 0..255 pixel values: they are not scaled"
+                            : "inputs are not normalised: |x| reaches " + fmt_num(q) + " (at the " +
+                                  fmt_num(100.0 * opts.raw_quantile) + "th percentile)");
+    f.shape = x.str();
+    f.evidence = {{"|x| at the " + fmt_num(100.0 * opts.raw_quantile) + "th percentile", q,
+                   "> " + fmt_num(opts.raw_max) + " warns"},
+                  {"min", s.min, ""},
+                  {"max", s.max, ""},
+                  {"mean", s.mean, ""},
+                  {"std", s.std, ""}};
+    f.cause = pixels ? "the images were never divided by 255 nor standardised (bug B25); inputs in the hundreds make "
+                       "the first layer's outputs and gradients ~100x too large: saturated units and a learning "
+                       "rate that is suddenly far too high"
+                     : "the features were not scaled; large inputs make the first layer's outputs and gradients "
+                       "large, so training is unstable or needs a tiny learning rate";
+    f.fix = pixels ? "scale to [0, 1] (x / 255; nn::load_fashion_mnist does unless raw(true)), or standardise with "
+                     "nn::Normalizer fitted on the training split"
+                   : "standardise: nn::Normalizer norm; norm.fit(train_x, \"train\"); x = norm.transform(x)";
+    out.push_back(f);
+  }
+
+  // Rule 2: feature scales. Per-feature std over the N examples.
+  if (N >= 2 && F >= 2) {
+    std::vector<double> mean(static_cast<size_t>(F), 0.0), m2(static_cast<size_t>(F), 0.0);
+    std::vector<int64_t> cnt(static_cast<size_t>(F), 0);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t d = 0; d < F; ++d) {
+        const double a = v[r * F + d];
+        if (!std::isfinite(a)) continue;
+        const double delta = a - mean[d];
+        mean[d] += delta / static_cast<double>(++cnt[d]);
+        m2[d] += delta * (a - mean[d]);
+      }
+    std::vector<double> sd(static_cast<size_t>(F), 0.0);
+    int64_t top = 0;
+    for (int64_t d = 0; d < F; ++d) {
+      sd[d] = cnt[d] > 0 ? std::sqrt(m2[d] / static_cast<double>(cnt[d])) : 0.0;
+      if (sd[d] > sd[top]) top = d;
+    }
+    std::vector<int64_t> live;  // non-constant features, by increasing std
+    for (int64_t d = 0; d < F; ++d)
+      if (sd[d] > 0.0 && sd[d] > opts.constant_rel_std * sd[top]) live.push_back(d);
+    std::sort(live.begin(), live.end(), [&](int64_t a, int64_t b) { return sd[a] < sd[b]; });
+    if (live.size() >= 2) {
+      const double qi = std::clamp(opts.scale_low_quantile, 0.0, 1.0);
+      const int64_t low = live[static_cast<size_t>(std::floor(qi * static_cast<double>(live.size() - 1)))];
+      const double ratio = sd[top] / sd[low];
+      if (ratio > opts.max_scale_ratio) {
+        Finding f = make("D5", Severity::Warning,
+                         "feature scales differ by orders of magnitude: feature " + num(top) + " has std " +
+                             fmt_num(sd[top]) + ", feature " + num(low) + " " + fmt_num(sd[low]) + " (ratio " +
+                             fmt_num(ratio) + ")");
+        f.shape = x.str();
+        f.evidence = {{"largest feature std (feature " + num(top) + ")", sd[top], ""},
+                      {"feature std at the " + fmt_num(100.0 * qi) + "th percentile (feature " + num(low) + ")",
+                       sd[low], ""},
+                      {"scale ratio", ratio, "> " + fmt_num(opts.max_scale_ratio) + " warns"},
+                      {"non-constant features compared", static_cast<double>(live.size()), ""},
+                      {"constant features (ignored)", static_cast<double>(F - static_cast<int64_t>(live.size())), ""}};
+        f.cause = "features in different units (an income ~1e4 next to an age ~10) that were not standardised per "
+                  "feature; the large ones dominate the first layer's outputs and gradients, the small ones are "
+                  "practically ignored, and no single learning rate suits both";
+        f.fix = "standardise each feature on the training split: nn::Normalizer norm(nn::Normalizer::Mode::"
+                "PerFeature); norm.fit(train_x, \"train\"); then transform every split (log-transform heavy-tailed "
+                "features first)";
+        out.push_back(f);
+      }
+    }
+  }
+  return out;
+}
+
+// ---- D6 label shape vs loss -------------------------------------------------------------
+
+std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& target) {
+  GS_CHECK(prediction.defined() && target.defined(), "check_label_shape", "needs a defined prediction and target");
+  const Shape& p = prediction.shape();
+  const Shape& t = target.shape();
+  if (p == t) return {};
+  // Classification: logits (B, C, ...) against class indices (B, ...), C >= 2.
+  if (prediction.is_floating_point() && is_integral(target.dtype()) && p.size() == t.size() + 1 && p.size() >= 2 &&
+      p[0] == t[0] && p[1] >= 2 && std::equal(p.begin() + 2, p.end(), t.begin() + 1))
+    return {};
+  Finding f = make("D6", Severity::Warning, "");
+  f.shape = "prediction " + shape_str(p) + ", target " + shape_str(t);
+  Shape b;
+  if (!try_broadcast(p, t, b)) {
+    f.severity = Severity::Error;
+    f.title = "prediction " + shape_str(p) + " and target " + shape_str(t) + " cannot be broadcast: the loss will fail";
+    f.evidence = {{"prediction elements", static_cast<double>(numel_of(p)), ""},
+                  {"target elements", static_cast<double>(numel_of(t)), "must match the prediction's"}};
+    f.cause = "the target has a different layout from the model's output (a flattened image, a missing or extra "
+              "dim, one-hot vs class indices, the wrong number of outputs)";
+    f.fix = "reshape the target or change the model's last layer so both have the same shape";
+    return {f};
+  }
+  const int64_t pn = numel_of(p), tn = numel_of(t), bn = numel_of(b);
+  f.evidence = {{"prediction elements", static_cast<double>(pn), ""},
+                {"target elements", static_cast<double>(tn), ""},
+                {"elements after broadcasting", static_cast<double>(bn), "more than either input warns"}};
+  if (bn <= std::max(pn, tn)) {
+    f.severity = Severity::Info;
+    f.title = "prediction " + shape_str(p) + " and target " + shape_str(t) + " differ; the smaller is broadcast to " +
+              shape_str(b);
+    f.fix = "fine if one target really serves every row; otherwise make the shapes equal";
+    return {f};
+  }
+  f.title = "prediction " + shape_str(p) + " and target " + shape_str(t) + " broadcast to " + shape_str(b) +
+            ": the loss would compare every prediction with every target";
+  f.cause = "a (B, 1) output against (B) targets, or the reverse (bug B01): the loss silently averages over the "
+            "enlarged " + shape_str(b) + " grid, every prediction is pulled toward every target, and the model "
+            "learns to predict the mean; the loss still goes down a little and nothing errors";
+  f.fix = (p.size() > t.size() ? std::string("prediction.squeeze(-1)") : std::string("target.squeeze(-1)")) +
+          " (or view both as (B, 1)) so prediction and target have the same shape before the loss";
+  return {f};
+}
+
+// ---- D7 data leakage ------------------------------------------------------------------------
+
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size, int64_t values_per_example) {
+  std::vector<Finding> out;
+  if (!norm.fitted()) return out;
+  std::vector<std::string> other;
+  std::string all;
+  for (const std::string& s : norm.fitted_on()) {
+    all += (all.empty() ? "" : ", ") + s;
+    if (s.rfind("train", 0) != 0) other.push_back(s);
+  }
+  const bool global = norm.mode() == nn::Normalizer::Mode::Global;
+  const int64_t rows = !global ? norm.count() : values_per_example > 0 ? norm.count() / values_per_example : -1;
+  const std::string fix = "fit the statistics on the training split only (norm.fit(train_x, \"train\")), then "
+                          "transform train, val and test with them; split the data before any fitting";
+  if (!other.empty()) {
+    std::string names;
+    for (size_t i = 0; i < other.size(); ++i) names += (i ? ", " : "") + other[i];
+    Finding f = make("D7", Severity::Error,
+                     "normalisation statistics were fitted on " + names + " data (fitted_on = " + all + ")");
+    f.evidence = {{"splits fitted on", static_cast<double>(norm.fitted_on().size()), "only \"train\" is allowed"},
+                  {global ? "values fitted" : "rows fitted", static_cast<double>(norm.count()), ""}};
+    if (train_size >= 0) f.evidence.push_back({"training rows", static_cast<double>(train_size), ""});
+    f.cause = "the scaler was fitted on train + " + names + " (or on the whole dataset before splitting) (bug B06): "
+              "statistics of the evaluation data leak into training, so validation/test scores are optimistic "
+              "and will not hold on new data";
+    f.fix = fix;
+    out.push_back(f);
+  }
+  if (train_size >= 0 && rows > train_size) {
+    Finding f = make("D7", Severity::Error,
+                     "normalisation statistics were fitted on " + num(rows) + " rows but the training split has " +
+                         num(train_size));
+    f.evidence = {{"rows fitted", static_cast<double>(rows), "> training rows is an error"},
+                  {"training rows", static_cast<double>(train_size), ""}};
+    f.cause = "the statistics include rows from outside the training split (fitted on the full dataset and "
+              "labelled \"train\", or partial_fit called on more data than train)";
+    f.fix = fix;
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train) {
+  const int64_t per = train.size() > 0 ? train.get(0).x.numel() : -1;
+  return check_leakage(norm, train.size(), per);
+}
+
+// ---- D8 shuffling / batch diversity ---------------------------------------------------------
+
+std::vector<int64_t> spread_batches(const nn::DataLoader& loader, int64_t n) {
+  const int64_t nb = loader.num_batches();
+  n = std::min(n, nb);
+  std::vector<int64_t> out;
+  if (n <= 0) return out;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = n == 1 ? 0 : static_cast<int64_t>(std::llround(static_cast<double>(k) * (nb - 1) / (n - 1)));
+    if (out.empty() || out.back() != i) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<Finding> check_batch_diversity(const nn::DataLoader& loader, const DataCheckOptions& opts) {
+  std::vector<nn::Batch> batches;
+  for (int64_t i : spread_batches(loader, opts.diversity_batches)) batches.push_back(loader.batch(loader.epoch(), i));
+  return diversity(batches, loader, opts);
+}
+
+// ---- D9 label encoding -------------------------------------------------------------------------
+
+std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts) {
+  GS_CHECK(y.defined(), "check_label_encoding", "needs a defined label tensor");
+  std::vector<Finding> out;
+  const int64_t C = num_classes;
+  const std::string range = C > 0 ? "[0, " + num(C) + ")" : "[0, C)";
+  if (y.is_floating_point()) {
+    const std::vector<double> v = doubles(y);
+    const bool whole = std::all_of(v.begin(), v.end(), is_whole);
+    bool one_hot = whole && y.dim() == 2 && y.size(1) >= 2 && y.size(0) > 0;
+    if (one_hot)
+      for (int64_t r = 0; r < y.size(0) && one_hot; ++r) {
+        double sum = 0.0;
+        for (int64_t c = 0; c < y.size(1); ++c) {
+          const double a = v[r * y.size(1) + c];
+          one_hot = one_hot && (a == 0.0 || a == 1.0);
+          sum += a;
+        }
+        one_hot = one_hot && sum == 1.0;
+      }
+    Finding f = make("D9", Severity::Error, "");
+    f.shape = y.str();
+    if (one_hot) {
+      f.title = "labels are one-hot rows " + shape_str(y.shape()) + ", not class indices";
+      f.cause = "the labels were one-hot encoded; cross_entropy takes int64 class indices (B)";
+      f.fix = "pass y.argmax(1) (int64 class indices in " + range + ")";
+    } else if (whole) {
+      f.title = "class labels are " + std::string(dtype_name(y.dtype())) + ", not int64";
+      f.cause = "the labels were read or built as floats (a CSV column, a torch-style tensor of floats); "
+                "cross_entropy indexes the logits with them and needs int64";
+      f.fix = "convert: y.to(gs::kInt64)";
+    } else {
+      f.title = "labels are not whole numbers: these are not class indices";
+      f.cause = "regression targets, probabilities or normalised labels were passed where class indices belong "
+                "(or the labels went through the input normaliser)";
+      f.fix = "use int64 class indices in " + range + " for classification, or a regression loss (MSE) for "
+              "continuous targets";
+    }
+    const Summary s = summarize(v);
+    f.evidence = {{"min label", s.min, ""}, {"max label", s.max, ""},
+                  {"whole numbers (1 = yes)", whole ? 1.0 : 0.0, "labels must be int64"}};
+    out.push_back(f);
+    if (!whole || one_hot) return out;
+  }
+
+  const std::vector<int64_t> v = y.to_vector<int64_t>();
+  int64_t masked = 0, n = 0, mn = std::numeric_limits<int64_t>::max(), mx = std::numeric_limits<int64_t>::min();
+  int64_t neg = 0, over = 0;
+  std::set<int64_t> present;
+  for (int64_t c : v) {
+    if (c == opts.ignore_index) { ++masked; continue; }
+    ++n;
+    mn = std::min(mn, c);
+    mx = std::max(mx, c);
+    if (c < 0) ++neg;
+    else if (C > 0 && c >= C) ++over;
+    if (c >= 0 && (C <= 0 || c <= C)) present.insert(c);  // the 1-indexed rule looks at 0..C only
+  }
+  if (n == 0) return out;  // every label masked: L5's business
+  // Looks 1-indexed: no 0, and every class 1..K-1 (and K when C is unknown) occurs, often enough.
+  const int64_t K = C > 0 ? C : mx;
+  bool one_indexed = !present.count(0) && mn >= 1 && K >= 2 && n >= opts.one_indexed_min_per_class * K;
+  for (int64_t c = 1; one_indexed && c <= (C > 0 ? K - 1 : K); ++c) one_indexed = present.count(c) > 0;
+
+  auto common = [&](Finding& f) {
+    f.shape = y.str();
+    f.evidence = {{"min label", static_cast<double>(mn), ""}, {"max label", static_cast<double>(mx), ""}};
+    if (C > 0) f.evidence.push_back({"classes C", static_cast<double>(C), ""});
+    f.evidence.push_back({"labels checked", static_cast<double>(n), ""});
+    if (masked > 0) f.evidence.push_back({"masked labels (== ignore_index)", static_cast<double>(masked), "not counted"});
+  };
+  if (neg + over > 0) {
+    Finding f = make("D9", Severity::Error, "");
+    common(f);
+    f.evidence.push_back({"labels outside " + range, static_cast<double>(neg + over), "any is an error"});
+    if (one_indexed && neg == 0) {
+      f.title = "labels run 1.." + num(mx) + ": they look 1-indexed, and " + num(over) + " labels fall outside " + range;
+      f.cause = "the labels are numbered from 1 (bug B26): label " + num(C) + " has no output, and output 0 is never "
+                "a target";
+      f.fix = "subtract 1: y = y - 1, so labels run 0.." + num(C - 1);
+    } else {
+      f.title = num(neg + over) + " labels fall outside " + range + " (min " + num(mn) + ", max " + num(mx) + ")";
+      f.cause = neg > 0 ? "negative labels: a marker for unknown/missing (-1) or a broken label column; cross_entropy "
+                          "indexes the logits with the label, so this is out of range"
+                        : "more classes in the data than outputs in the model (num_classes too small), or labels "
+                          "numbered from 1 (bug B26); an out-of-range label is an error on the CPU and garbage or "
+                          "a device assert on a GPU";
+      f.fix = neg > 0 ? "drop those rows, or set them to ignore_index (" + num(opts.ignore_index) +
+                            ") so the loss skips them"
+                      : "make the last layer as wide as the number of classes (max label + 1 = " + num(mx + 1) +
+                            ") or remap the labels to 0.." + num(C - 1);
+    }
+    out.push_back(f);
+  } else if (one_indexed) {
+    Finding f = make("D9", Severity::Warning,
+                     "labels look 1-indexed: 0 never occurs among " + num(n) + " labels while 1.." +
+                         num(C > 0 ? K - 1 : K) + " all do");
+    common(f);
+    f.evidence.push_back({"labels equal to 0", 0.0, "none among >= " + num(opts.one_indexed_min_per_class) +
+                                                         " labels per class warns"});
+    f.cause = "labels numbered from 1 (bug B26): output 0 is never a target, so the model wastes a class, and a "
+              "label equal to the class count would be out of range";
+    f.fix = "y = y - 1 so labels run 0..C-1 (if class 0 is really absent from this sample, ignore this)";
+    out.push_back(f);
+  }
+  return out;
+}
+
+// ---- D10 same preprocessing for every split ---------------------------------------------------
+
+std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x, const std::string& split,
+                                             const DataCheckOptions& opts) {
+  GS_CHECK(train_x.defined() && other_x.defined(), "check_split_consistency", "needs defined train and ", split,
+           " inputs");
+  const Summary a = summarize(doubles(train_x)), b = summarize(doubles(other_x));
+  if (a.finite() == 0 || b.finite() == 0) return {};
+  const double scale = std::max(a.std, 1e-12);
+  const double shift = std::fabs(b.mean - a.mean) / scale;
+  const double ratio = std::max(b.std, 1e-12) / scale;
+  const bool mean_off = shift > opts.max_mean_shift;
+  const bool std_off = ratio > opts.max_std_ratio || ratio < 1.0 / opts.max_std_ratio;
+  if (!mean_off && !std_off) return {};
+  Finding f = make("D10", Severity::Warning,
+                   "the " + split + " inputs do not look like train after preprocessing: mean " + fmt_num(b.mean) +
+                       " vs " + fmt_num(a.mean) + ", std " + fmt_num(b.std) + " vs " + fmt_num(a.std));
+  f.shape = "train " + shape_str(train_x.shape()) + ", " + split + " " + shape_str(other_x.shape());
+  f.evidence = {{"train mean", a.mean, ""},
+                {split + " mean", b.mean, ""},
+                {"train std", a.std, ""},
+                {split + " std", b.std, ""},
+                {"mean shift (in train stds)", shift, "> " + fmt_num(opts.max_mean_shift) + " warns"},
+                {"std ratio (" + split + " / train)", ratio,
+                 "outside [" + fmt_num(1.0 / opts.max_std_ratio) + ", " + fmt_num(opts.max_std_ratio) + "] warns"}};
+  f.cause = "the splits went through different preprocessing: train was scaled/standardised and " + split +
+            " was not (or was scaled twice, or with its own statistics), or the " + split +
+            " data comes from a different source; the model sees inputs unlike anything it trained on";
+  f.fix = "apply one pipeline to every split: fit the transform on train (norm.fit(train_x, \"train\")) and call "
+          "norm.transform(...) on train, val and test alike";
+  return {f};
+}
+
+// ---- all loader checks at once ---------------------------------------------------------------
+
+std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_classes, const DataCheckOptions& opts) {
+  std::vector<nn::Batch> batches;
+  for (int64_t i : spread_batches(loader, opts.diversity_batches)) batches.push_back(loader.batch(loader.epoch(), i));
+  if (batches.empty()) return {};  // drop_last with fewer rows than one batch
+  tensor_list xs, ys;
+  for (const nn::Batch& b : batches) {
+    xs.push_back(b.x);
+    ys.push_back(b.y);
+  }
+  Tensor X, Y;
+  {
+    NoGradGuard ng;
+    X = cat(xs);
+    Y = cat(ys);
+  }
+  std::vector<Finding> out = check_batch(batches[0].x, batches[0].y);
+  auto add = [&](std::vector<Finding> fs) { out.insert(out.end(), fs.begin(), fs.end()); };
+  add(check_finite_inputs(X, Y));
+  const bool classes = is_integral(Y.dtype()) || num_classes > 0;
+  if (classes) add(check_label_distribution(Y, num_classes, opts));
+  add(check_normalisation(X, opts));
+  add(diversity(batches, loader, opts));
+  if (classes) add(check_label_encoding(Y, num_classes, opts));
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,138 @@
+// The data checks D1-D10 of CHECKS.md: look at batches, labels, loaders and
+// normalisers before training, and say what is wrong with the data and how to fix it.
+//
+//   nn::DataLoader loader(train, nn::DataLoaderOptions().batch_size(64).shuffle(true));
+//   debug::Report r;
+//   r.add(debug::check_loader(loader, 10));                  // D1 D2 D3 D5 D8 D9 on sampled batches
+//   r.add(debug::check_alignment(*raw_train, loader));      // D4: does every (x, y) exist in the data?
+//   r.add(debug::check_leakage(norm, train->size()));       // D7: normaliser fitted on train only?
+//   std::cout << r.str();
+//
+// Every check returns the findings it made (empty = nothing to say). Thresholds
+// are the named fields of DataCheckOptions. Dimension letters: N = examples,
+// B = examples in a batch, C = classes, D... = one example's features, F = prod(D...).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "debug/finding.h"
+#include "nn/data.h"
+
+namespace gradsleuth::debug {
+
+struct DataCheckOptions {
+  // ---- D3 label distribution ----
+  double max_imbalance_ratio = 10.0;  // largest / smallest class count above this warns (so does an empty class)
+  // ---- D4 alignment ----
+  int64_t alignment_batches = 20;          // loader batches compared with the reference
+  double max_misaligned_fraction = 0.01;   // mismatched (x, y) pairs above this fraction are an error
+  double max_unknown_fraction = 0.5;       // inputs not found in the reference above this fraction warn
+  int64_t alignment_chunk = 4096;          // reference rows hashed per get_batch (never the whole dataset)
+  // ---- D5 normalisation ----
+  // |x| at raw_quantile above raw_max means "not scaled". Scaled data stays below
+  // it: [0, 1] pixels reach 1, standardised Fashion-MNIST ~2; raw pixels reach 255.
+  // A quantile, not the max, so the rare large z-scores of per-feature
+  // standardisation (a pixel that is almost always 0) do not count.
+  double raw_max = 10.0;
+  double raw_quantile = 0.999;
+  // Per-feature std: the largest over the std at scale_low_quantile of the
+  // non-constant features; above max_scale_ratio, features live on scales that
+  // differ by orders of magnitude. The low quantile (not the min) keeps
+  // near-constant border pixels from raising false alarms.
+  double max_scale_ratio = 100.0;
+  double scale_low_quantile = 0.1;
+  double constant_rel_std = 1e-6;  // a feature with std <= this * the largest std counts as constant (ignored)
+  // ---- D8 batch diversity ----
+  int64_t diversity_batches = 20;       // batches sampled, evenly spread over the epoch
+  int64_t min_batch_for_diversity = 8;  // smaller batches may hold one class by chance: not judged
+  // Single-class batches are flagged when their fraction exceeds what shuffling
+  // would give (sum over classes of p_c^B) by more than this.
+  double single_class_margin = 0.1;
+  // ---- D9 label encoding (also D3) ----
+  int64_t ignore_index = -100;     // the loss's masked-label value: not a class, not out of range
+  int64_t one_indexed_min_per_class = 5;  // "looks 1-indexed" needs at least this many labels per class
+  // ---- D10 split consistency ----
+  double max_mean_shift = 0.5;  // |mean_other - mean_train| above this many train stds warns
+  double max_std_ratio = 2.0;   // std_other / std_train outside [1/r, r] warns
+};
+
+// D1: one info finding describing a batch: shape, dtype, device of x and y;
+// min/max/mean/std of x; labels' min/max and distinct values (mean/std if float).
+// x (B, D...), y (B) int64 or (B, ...) float.
+std::vector<Finding> check_batch(const Tensor& x, const Tensor& y);
+
+// D2: an error per tensor (x, and y when floating) holding NaN or Inf, with the counts.
+std::vector<Finding> check_finite_inputs(const Tensor& x, const Tensor& y);
+// D2, failing loudly: throws gs::Error with the finding's text when x or y is not finite.
+void require_finite_inputs(const Tensor& x, const Tensor& y);
+
+// D3: class counts and the imbalance ratio (largest / smallest count). A warning
+// when the ratio exceeds opts.max_imbalance_ratio or a class has no example,
+// an info finding with the counts otherwise. labels (N) integral; num_classes <= 0:
+// inferred as max + 1.
+std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes,
+                                              const DataCheckOptions& opts = {});
+
+// D4: is every (x, y) the loader yields a pair that exists in `reference`? The
+// reference (the data as loaded, before any pipeline) is hashed chunk by chunk,
+// x -> the set of labels it has (duplicated images may have several). Then the
+// first opts.alignment_batches batches of the loader's current epoch are looked
+// up. An error when more than opts.max_misaligned_fraction of the examples carry
+// a label their image never has (bug B07: inputs shuffled without their labels);
+// a warning when most inputs are not in the reference at all (a transform in the
+// loader, or the wrong reference).
+std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::DataLoader& loader,
+                                     const DataCheckOptions& opts = {});
+
+// D5: x (N, D...) a sample of inputs. Warns on unscaled inputs (raw 0..255 pixels:
+// bug B25) and on features whose scales differ by orders of magnitude. Integral
+// inputs (token ids for an embedding) are not judged.
+std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts = {});
+
+// D6: before the loss: do prediction and target have shapes that broadcasting
+// would silently enlarge? prediction (B, 1) vs target (B) -> (B, B) (bug B01), or
+// the reverse. Silent for equal shapes and for classification: prediction (B, C, ...)
+// floating with an integral target (B, ...).
+std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& target);
+
+// D7: an error when the normaliser was fitted on anything but "train" (bug B06),
+// or on more rows than the training split has (train_size >= 0). For a Global
+// normaliser, count() is in values: pass values_per_example (F) to compare rows.
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size = -1,
+                                   int64_t values_per_example = -1);
+// D7 against the training split itself (its size and example shape).
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train);
+
+// D8: over opts.diversity_batches batches of the loader's current epoch (evenly
+// spread over it, via loader.batch), with int64 class labels: warns when more
+// batches hold a single class than shuffling would give (bug B28: sorted data,
+// shuffle off). Silent for float targets.
+std::vector<Finding> check_batch_diversity(const nn::DataLoader& loader, const DataCheckOptions& opts = {});
+
+// D9: class labels y (N, ...) must be integral, 0-indexed and inside [0, C).
+// Errors: float labels (say how to convert; one-hot rows are recognised), labels
+// outside [0, C) (values equal to opts.ignore_index are masked, not wrong).
+// Warning: 0 never occurs while 1..C do (1-indexed labels, bug B26). num_classes <= 0:
+// unknown, so only the negative and 1-indexed rules apply.
+std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts = {});
+
+// D10: after preprocessing, does `split` ("val", "test") look like train? Warns when
+// the global means differ by more than opts.max_mean_shift train stds or the stds
+// by more than a factor opts.max_std_ratio (e.g. train standardised, test left raw).
+// train_x (N, D...), other_x (M, D...).
+std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x,
+                                             const std::string& split = "test", const DataCheckOptions& opts = {});
+
+// D1, D2, D3, D5, D8 and D9 on opts.diversity_batches batches of the loader's
+// current epoch (evenly spread; D1 describes the first of them). num_classes <= 0
+// for regression targets or when unknown (D3 then infers it, D9 checks less).
+std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_classes,
+                                  const DataCheckOptions& opts = {});
+
+// The batch numbers the loader checks look at: min(n, num_batches) of them,
+// evenly spread over [0, num_batches), first and last included.
+std::vector<int64_t> spread_batches(const nn::DataLoader& loader, int64_t n);
+
+}  // namespace gradsleuth::debug

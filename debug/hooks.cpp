@@ -1,0 +1,56 @@
+// Hook sets and the module tracker (see hooks.h).
+#include "debug/hooks.h"
+
+namespace gradsleuth::debug {
+
+void HookSet::pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h) {
+  handles_.push_back({m, m.get(), m->register_forward_pre_hook(std::move(h)), false});
+}
+
+void HookSet::post(const nn::ModulePtr& m, nn::Module::ForwardHook h) {
+  handles_.push_back({m, m.get(), m->register_forward_hook(std::move(h)), false});
+}
+
+void HookSet::loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook h) {
+  handles_.push_back({l, l.get(), l->register_loss_pre_hook(std::move(h)), true});
+}
+
+void HookSet::loss_pre(nn::Loss& l, nn::Loss::LossPreHook h) {
+  handles_.push_back({nullptr, &l, l.register_loss_pre_hook(std::move(h)), true});
+}
+
+void HookSet::clear() {
+  for (Handle& h : handles_) {
+    if (h.loss) static_cast<nn::Loss*>(h.raw)->remove_loss_hook(h.id);
+    else h.raw->remove_forward_hook(h.id);
+  }
+  handles_.clear();
+}
+
+std::string module_label(const std::string& path, const nn::Module& m) {
+  return (path.empty() ? std::string("(model)") : path) + " (" + m.type_name() + ")";
+}
+
+void ModuleTracker::attach(nn::Module& model) {
+  detach();
+  for (auto& [path, m] : model.named_modules()) {
+    const std::string label = module_label(path, *m);
+    const bool root = path.empty();
+    hooks_.pre(m, [this, label, root](nn::Module&, const Tensor&) {
+      if (root) stack_.clear();  // a forward that threw never popped: start clean at the top
+      stack_.push_back(label);
+    });
+    hooks_.post(m, [this](nn::Module&, const Tensor&, const Tensor&) {
+      if (!stack_.empty()) stack_.pop_back();
+    });
+  }
+}
+
+std::vector<std::pair<std::string, nn::ModulePtr>> leaf_modules(nn::Module& model) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> out;
+  for (auto& [path, m] : model.named_modules())
+    if (m->named_children().empty()) out.emplace_back(path, m);
+  return out;
+}
+
+}  // namespace gradsleuth::debug

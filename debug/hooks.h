@@ -1,0 +1,60 @@
+// Attaching to a model without changing it: a set of forward hooks removed
+// together, and the ModuleTracker that knows which module an op runs in.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/loss.h"
+#include "nn/module.h"
+
+namespace gradsleuth::debug {
+
+// Hooks registered through it are removed when it is cleared or destroyed.
+class HookSet {
+ public:
+  HookSet() = default;
+  ~HookSet() { clear(); }
+  HookSet(const HookSet&) = delete;
+  HookSet& operator=(const HookSet&) = delete;
+
+  void pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h);
+  void post(const nn::ModulePtr& m, nn::Module::ForwardHook h);
+  void loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook h);
+  void loss_pre(nn::Loss& l, nn::Loss::LossPreHook h);  // the caller keeps l alive while hooked
+  void clear();
+  bool empty() const { return handles_.empty(); }
+
+ private:
+  struct Handle {
+    nn::ModulePtr module;     // keeps the module alive until the hook is removed
+    nn::Module* raw = nullptr;
+    size_t id = 0;
+    bool loss = false;
+  };
+  std::vector<Handle> handles_;
+};
+
+// "3 (Linear)", "(model) (Sequential)": a module path with its type, for findings.
+std::string module_label(const std::string& path, const nn::Module& m);
+
+// A stack of the modules running right now, kept by pre/post hooks on every
+// module of a model: current() names the innermost one ("2.inner.0 (ReLU)").
+class ModuleTracker {
+ public:
+  void attach(nn::Module& model);
+  void detach() { hooks_.clear(); stack_.clear(); }
+  bool attached() const { return !hooks_.empty(); }
+  std::string current() const { return stack_.empty() ? "" : stack_.back(); }
+
+ private:
+  HookSet hooks_;
+  std::vector<std::string> stack_;
+};
+
+// The leaf modules of a model in registration order (depth first), with paths.
+std::vector<std::pair<std::string, nn::ModulePtr>> leaf_modules(nn::Module& model);
+
+}  // namespace gradsleuth::debug

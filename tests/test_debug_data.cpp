@@ -1,0 +1,548 @@
+// The data checks D1-D10 (debug/data_checks.h): each fires on the bug it is
+// meant to catch and stays silent on clean data, synthetic and Fashion-MNIST.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/data_checks.h"
+#include "nn/fashion_mnist.h"
+
+namespace dbg = gs::debug;
+namespace nn = gs::nn;
+using gs::Tensor;
+
+namespace {
+
+bool have_fashion_mnist() {
+  const std::string dir = nn::kFashionMnistDefaultDir;
+  return std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
+         std::filesystem::exists(dir + "/train-images-idx3-ubyte");
+}
+#define REQUIRE_FASHION_MNIST()                                        \
+  if (!have_fashion_mnist()) {                                         \
+    MESSAGE("dataset-fashion-mnist is not installed: skipped");        \
+    return;                                                            \
+  }
+
+// The first n training images: x (n, 1, 28, 28) in [0, 1], y (n) int64.
+nn::DatasetPtr fmnist(int64_t n, bool raw = false) {
+  return nn::take(nn::load_fashion_mnist("train", nn::FashionMnistOptions().raw(raw)), n);
+}
+
+// The evidence value called `name` (a prefix is enough); fails the test when absent.
+double ev(const dbg::Finding& f, const std::string& name) {
+  for (const dbg::Evidence& e : f.evidence)
+    if (e.name.rfind(name, 0) == 0) return e.value;
+  FAIL("finding " << f.check << " has no evidence '" << name << "':\n" << f.str());
+  return NAN;
+}
+
+bool any_fires(const std::vector<dbg::Finding>& fs) {
+  return std::any_of(fs.begin(), fs.end(), [](const dbg::Finding& f) { return f.fires(); });
+}
+
+std::string all_str(const std::vector<dbg::Finding>& fs) {
+  std::string s;
+  for (const auto& f : fs) s += f.str() + "\n";
+  return s;
+}
+
+// The same rows, sorted by label (stable): bug B28's data.
+nn::DatasetPtr sorted_by_class(const nn::Dataset& d) {
+  nn::Batch b = d.all();
+  std::vector<int64_t> y = b.y.to_vector<int64_t>(), idx(y.size());
+  std::iota(idx.begin(), idx.end(), int64_t{0});
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t c) { return y[a] < y[c]; });
+  Tensor p = gs::tensor(idx, {static_cast<int64_t>(idx.size())});
+  return std::make_shared<nn::TensorDataset>(b.x.index_select(0, p), b.y.index_select(0, p), "sorted");
+}
+
+}  // namespace
+
+// ---- D1 --------------------------------------------------------------------------
+
+TEST_CASE("D1 check_batch: one info finding with shapes, dtypes and statistics") {
+  Tensor x = gs::tensor({0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0}, {4, 2});
+  Tensor y = gs::tensor(std::vector<int64_t>{0, 2, 2, 1}, {4});
+  auto fs = dbg::check_batch(x, y);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D1");
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(fs[0].title.find("float32[4, 2] on cpu") != std::string::npos);
+  CHECK(fs[0].title.find("int64[4]") != std::string::npos);
+  CHECK(fs[0].shape == "x [4, 2], y [4]");
+  CHECK(ev(fs[0], "x min") == 0.0);
+  CHECK(ev(fs[0], "x max") == 7.0);
+  CHECK(ev(fs[0], "x mean") == doctest::Approx(3.5));
+  CHECK(ev(fs[0], "x std") == doctest::Approx(std::sqrt(5.25)));  // population std of 0..7
+  CHECK(ev(fs[0], "y min") == 0.0);
+  CHECK(ev(fs[0], "y max") == 2.0);
+  CHECK(ev(fs[0], "y distinct") == 3.0);
+
+  // Float targets: mean and std instead of distinct values.
+  auto reg = dbg::check_batch(x, gs::tensor({1.0, 3.0, 1.0, 3.0}, {4, 1}));
+  REQUIRE(reg.size() == 1);
+  CHECK(ev(reg[0], "y mean") == doctest::Approx(2.0));
+  CHECK(ev(reg[0], "y std") == doctest::Approx(1.0));
+
+  // Fires (error) when x and y disagree on the number of rows.
+  auto bad = dbg::check_batch(x, gs::tensor(std::vector<int64_t>{0, 1, 2}, {3}));
+  REQUIRE(bad.size() == 2);
+  CHECK(bad[1].severity == dbg::Severity::Error);
+  CHECK(ev(bad[1], "x rows") == 4.0);
+  CHECK(ev(bad[1], "y rows") == 3.0);
+}
+
+TEST_CASE("D1 check_batch on a Fashion-MNIST batch") {
+  REQUIRE_FASHION_MNIST();
+  nn::DataLoader loader(fmnist(1000), nn::DataLoaderOptions().batch_size(256).shuffle(true));
+  nn::Batch b = loader.batch(0, 0);
+  auto fs = dbg::check_batch(b.x, b.y);
+  REQUIRE(fs.size() == 1);
+  CHECK_FALSE(fs[0].fires());
+  CHECK(fs[0].shape == "x [256, 1, 28, 28], y [256]");
+  CHECK(ev(fs[0], "x min") == 0.0);
+  CHECK(ev(fs[0], "x max") == doctest::Approx(1.0));
+  CHECK(ev(fs[0], "x mean") == doctest::Approx(0.286).epsilon(0.1));
+  CHECK(ev(fs[0], "y distinct") == 10.0);
+}
+
+// ---- D2 --------------------------------------------------------------------------
+
+TEST_CASE("D2 check_finite_inputs: counts NaN and Inf, fails loudly; silent on finite data") {
+  Tensor x = gs::zeros({4, 3});
+  float* p = x.data_ptr<float>();
+  p[4] = NAN;        // row 1
+  p[5] = NAN;        // row 1
+  p[9] = INFINITY;   // row 3
+  Tensor y = gs::tensor({0.5, NAN, 1.0, 2.0}, {4});
+  auto fs = dbg::check_finite_inputs(x, y);
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].check == "D2");
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(fs[0].title.find("inputs x holds 2 NaN and 1 Inf") == 0);
+  CHECK(ev(fs[0], "NaN values") == 2.0);
+  CHECK(ev(fs[0], "Inf values") == 1.0);
+  CHECK(ev(fs[0], "rows affected") == 2.0);
+  CHECK(ev(fs[0], "first bad row") == 1.0);
+  CHECK(fs[1].title.find("targets y holds 1 NaN and 0 Inf") == 0);
+
+  try {
+    dbg::require_finite_inputs(x, y);
+    FAIL("require_finite_inputs should throw");
+  } catch (const gs::Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("require_finite_inputs") == 0);
+    CHECK(msg.find("[D2 error] inputs x holds 2 NaN and 1 Inf") != std::string::npos);
+  }
+
+  // Silent: finite floats, and int64 labels (never non-finite).
+  CHECK(dbg::check_finite_inputs(gs::ones({4, 3}), gs::tensor(std::vector<int64_t>{0, 1, 2, 3}, {4})).empty());
+  CHECK_NOTHROW(dbg::require_finite_inputs(gs::ones({4, 3}), gs::ones({4})));
+}
+
+TEST_CASE("D2 is silent on Fashion-MNIST") {
+  REQUIRE_FASHION_MNIST();
+  nn::Batch b = fmnist(2000)->all();
+  CHECK(dbg::check_finite_inputs(b.x, b.y).empty());
+}
+
+// ---- D3 --------------------------------------------------------------------------
+
+TEST_CASE("D3 check_label_distribution: warns on imbalance and empty classes, reports balanced counts") {
+  std::vector<int64_t> v(100, 0);
+  v.insert(v.end(), 5, 1);
+  auto fs = dbg::check_label_distribution(gs::tensor(v, {105}), 2);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D3");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "class 0") == 100.0);
+  CHECK(ev(fs[0], "class 1") == 5.0);
+  CHECK(ev(fs[0], "imbalance ratio") == doctest::Approx(20.0));
+  CHECK(fs[0].title.find("class 0 has 100 examples, class 1 only 5") != std::string::npos);
+
+  // A class with no example (C = 3, labels only 0 and 1).
+  auto empty = dbg::check_label_distribution(gs::tensor(std::vector<int64_t>{0, 1, 0, 1, 1, 0}, {6}), 3);
+  REQUIRE(empty.size() == 1);
+  CHECK(empty[0].severity == dbg::Severity::Warning);
+  CHECK(ev(empty[0], "classes with no example") == 1.0);
+  CHECK(ev(empty[0], "class 2") == 0.0);
+  CHECK(empty[0].title.find("(class 2)") != std::string::npos);
+
+  // The threshold is an option.
+  dbg::DataCheckOptions o;
+  o.max_imbalance_ratio = 50.0;
+  REQUIRE(dbg::check_label_distribution(gs::tensor(v, {105}), 2, o).size() == 1);
+  CHECK_FALSE(dbg::check_label_distribution(gs::tensor(v, {105}), 2, o)[0].fires());
+
+  // Balanced: one info finding with the counts; C inferred when <= 0.
+  auto ok = dbg::check_label_distribution(gs::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 2}, {7}), 0);
+  REQUIRE(ok.size() == 1);
+  CHECK(ok[0].severity == dbg::Severity::Info);
+  CHECK(ev(ok[0], "class 2") == 3.0);
+  CHECK(ev(ok[0], "imbalance ratio") == doctest::Approx(1.5));
+}
+
+TEST_CASE("D3 on Fashion-MNIST: balanced; a 10x downsampled class fires") {
+  REQUIRE_FASHION_MNIST();
+  Tensor y = fmnist(3000)->all().y;
+  auto fs = dbg::check_label_distribution(y, 10);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(ev(fs[0], "imbalance ratio") < 1.5);
+  // Keep only every 20th example of class 0: ratio ~20.
+  std::vector<int64_t> v = y.to_vector<int64_t>(), kept;
+  int64_t zeros = 0;
+  for (int64_t c : v)
+    if (c != 0 || zeros++ % 20 == 0) kept.push_back(c);
+  auto bad = dbg::check_label_distribution(gs::tensor(kept, {static_cast<int64_t>(kept.size())}), 10);
+  REQUIRE(bad.size() == 1);
+  CHECK(bad[0].severity == dbg::Severity::Warning);
+  CHECK(ev(bad[0], "imbalance ratio") > 10.0);
+  CHECK(bad[0].title.find("class 0 only") != std::string::npos);
+}
+
+// ---- D4 --------------------------------------------------------------------------
+
+TEST_CASE("D4 check_alignment: inputs shuffled without their labels (B07) on Fashion-MNIST") {
+  REQUIRE_FASHION_MNIST();
+  nn::Batch all = fmnist(2000)->all();
+  nn::TensorDataset reference(all.x, all.y, "fmnist-2000");
+  // The bug: permute x, keep y.
+  gs::Generator g(3);
+  Tensor perm = gs::randperm(2000, &g);
+  auto shuffled_x = std::make_shared<nn::TensorDataset>(all.x.index_select(0, perm), all.y, "x-shuffled");
+  nn::DataLoader bad(shuffled_x, nn::DataLoaderOptions().batch_size(50).shuffle(true));
+  auto fs = dbg::check_alignment(reference, bad);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D4");
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(ev(fs[0], "examples checked") == 1000.0);  // 20 batches of 50
+  CHECK(ev(fs[0], "mismatched fraction") > 0.8);  // ~0.9: a random label matches 1 time in 10
+  CHECK(ev(fs[0], "inputs not in the reference") == 0.0);
+  CHECK(fs[0].cause.find("batch ") != std::string::npos);
+  CHECK(bad.epoch() == 0);  // the loader's epoch counter is untouched
+
+  // Clean: the same pairs, shuffled together.
+  nn::DataLoader good(std::make_shared<nn::TensorDataset>(all.x, all.y), nn::DataLoaderOptions().batch_size(50).shuffle(true));
+  CHECK(dbg::check_alignment(reference, good).empty());
+  // Clean, permuted the right way (x and y with the same indices), small reference chunks.
+  auto both = std::make_shared<nn::TensorDataset>(all.x.index_select(0, perm), all.y.index_select(0, perm));
+  dbg::DataCheckOptions o;
+  o.alignment_chunk = 77;
+  CHECK(dbg::check_alignment(reference, nn::DataLoader(both), o).empty());
+}
+
+TEST_CASE("D4 check_alignment: duplicated images with different labels are not mismatches") {
+  // Rows 0 and 1 hold the same image with labels 0 and 1.
+  Tensor x = gs::tensor({1.0, 2.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {4, 2});
+  Tensor y = gs::tensor(std::vector<int64_t>{0, 1, 2, 3}, {4});
+  nn::TensorDataset reference(x, y);
+  // A loader over duplicates whose labels are swapped: still pairs that exist.
+  Tensor y2 = gs::tensor(std::vector<int64_t>{1, 0, 2, 3}, {4});
+  nn::DataLoader dup(std::make_shared<nn::TensorDataset>(x, y2), nn::DataLoaderOptions().batch_size(2));
+  dbg::DataCheckOptions o;
+  o.alignment_chunk = 3;
+  CHECK(dbg::check_alignment(reference, dup, o).empty());
+  // But a label that image never has is a mismatch: 1 of 4 > 0.01.
+  Tensor y3 = gs::tensor(std::vector<int64_t>{0, 1, 3, 3}, {4});
+  auto fs = dbg::check_alignment(reference, nn::DataLoader(std::make_shared<nn::TensorDataset>(x, y3)), o);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(ev(fs[0], "mismatched (x, y) pairs") == 1.0);
+  CHECK(ev(fs[0], "mismatched fraction") == doctest::Approx(0.25));
+  CHECK(fs[0].cause.find("has label 3, but the reference has that image with label 2") != std::string::npos);
+  // Inputs that are not in the reference at all (a transform in the loader): a warning, not an error.
+  auto unk = dbg::check_alignment(reference, nn::DataLoader(std::make_shared<nn::TensorDataset>(x * 2.0, y)), o);
+  REQUIRE(unk.size() == 1);
+  CHECK(unk[0].severity == dbg::Severity::Warning);
+  CHECK(ev(unk[0], "unknown fraction") == 1.0);
+}
+
+// ---- D5 --------------------------------------------------------------------------
+
+TEST_CASE("D5 check_normalisation on Fashion-MNIST: silent on [0, 1] and standardised, fires on raw 0..255") {
+  REQUIRE_FASHION_MNIST();
+  Tensor x = fmnist(2000)->all().x;
+  CHECK(dbg::check_normalisation(x).empty());
+  nn::Normalizer global(nn::Normalizer::Mode::Global);
+  global.fit(x, "train");
+  CHECK(dbg::check_normalisation(global.transform(x)).empty());
+  nn::Normalizer per_feature;  // z-scores up to ~45 for near-constant border pixels: still silent
+  per_feature.fit(x, "train");
+  CHECK(dbg::check_normalisation(per_feature.transform(x)).empty());
+
+  Tensor raw = fmnist(2000, /*raw=*/true)->all().x;  // B25
+  auto fs = dbg::check_normalisation(raw);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D5");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(fs[0].title.find("raw 0..255 pixel values") != std::string::npos);
+  CHECK(ev(fs[0], "|x| at the 99.9th percentile") == 255.0);
+  CHECK(ev(fs[0], "max") == 255.0);
+  CHECK(fs[0].fix.find("255") != std::string::npos);
+}
+
+TEST_CASE("D5 check_normalisation on tabular data: features ~1 and ~1e4") {
+  gs::Generator g(5);
+  Tensor a = gs::randn({500, 1}, {}, &g);             // std ~1
+  Tensor b = gs::randn({500, 1}, {}, &g) * 1e4 + 3e4;  // std ~1e4
+  Tensor c = gs::randn({500, 1}, {}, &g) * 2.0;
+  Tensor x = gs::cat({a, b, c}, 1);  // (500, 3)
+  auto fs = dbg::check_normalisation(x);
+  auto it = std::find_if(fs.begin(), fs.end(), [](const dbg::Finding& f) { return f.title.find("orders of magnitude") != std::string::npos; });
+  REQUIRE(it != fs.end());
+  CHECK(it->severity == dbg::Severity::Warning);
+  CHECK(ev(*it, "scale ratio") == doctest::Approx(1e4).epsilon(0.2));
+  CHECK(ev(*it, "largest feature std (feature 1)") == doctest::Approx(1e4).epsilon(0.2));
+  CHECK(it->title.find("feature 1 has std") != std::string::npos);
+  // Standardised per feature: silent.
+  nn::Normalizer norm;
+  norm.fit(x, "train");
+  CHECK(dbg::check_normalisation(norm.transform(x)).empty());
+  // A feature that is exactly constant is ignored, not a scale of 0.
+  CHECK(dbg::check_normalisation(gs::cat({a, gs::zeros({500, 1})}, 1)).empty());
+}
+
+// ---- D6 --------------------------------------------------------------------------
+
+TEST_CASE("D6 check_label_shape: (B,1) against (B) and the reverse; silent on matching and classification") {
+  auto fs = dbg::check_label_shape(gs::zeros({8, 1}), gs::zeros({8}));  // B01
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D6");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(fs[0].title.find("broadcast to [8, 8]") != std::string::npos);
+  CHECK(fs[0].shape == "prediction [8, 1], target [8]");
+  CHECK(ev(fs[0], "elements after broadcasting") == 64.0);
+  CHECK(fs[0].fix.find("prediction.squeeze(-1)") == 0);
+  auto rev = dbg::check_label_shape(gs::zeros({8}), gs::zeros({8, 1}));
+  REQUIRE(rev.size() == 1);
+  CHECK(rev[0].severity == dbg::Severity::Warning);
+  CHECK(rev[0].fix.find("target.squeeze(-1)") == 0);
+
+  CHECK(dbg::check_label_shape(gs::zeros({8, 1}), gs::zeros({8, 1})).empty());
+  CHECK(dbg::check_label_shape(gs::zeros({8, 10}), gs::zeros({8}, gs::kInt64)).empty());
+  CHECK(dbg::check_label_shape(gs::zeros({8, 10, 5, 5}), gs::zeros({8, 5, 5}, gs::kInt64)).empty());
+
+  // Shapes that cannot broadcast: an error, the loss will fail.
+  auto no = dbg::check_label_shape(gs::zeros({8, 3}), gs::zeros({8}));
+  REQUIRE(no.size() == 1);
+  CHECK(no[0].severity == dbg::Severity::Error);
+  // Broadcasting that does not enlarge (one target row for all): info only.
+  auto one = dbg::check_label_shape(gs::zeros({8, 3}), gs::zeros({3}));
+  REQUIRE(one.size() == 1);
+  CHECK_FALSE(one[0].fires());
+}
+
+// ---- D7 --------------------------------------------------------------------------
+
+TEST_CASE("D7 check_leakage: statistics fitted on test rows (B06)") {
+  gs::Generator g(1);
+  Tensor train = gs::randn({100, 4}, {}, &g), test = gs::randn({30, 4}, {}, &g);
+  nn::Normalizer leaky;
+  leaky.fit(train, "train").partial_fit(test, "test");
+  auto fs = dbg::check_leakage(leaky, 100);
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].check == "D7");
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(fs[0].title.find("fitted on test data (fitted_on = train, test)") != std::string::npos);
+  CHECK(ev(fs[0], "splits fitted on") == 2.0);
+  CHECK(fs[1].severity == dbg::Severity::Error);
+  CHECK(ev(fs[1], "rows fitted") == 130.0);
+  CHECK(ev(fs[1], "training rows") == 100.0);
+
+  // Fitted on everything but labelled "train": the row count gives it away.
+  nn::Normalizer mislabelled;
+  mislabelled.fit(gs::cat({train, test}), "train");
+  auto rows = dbg::check_leakage(mislabelled, 100);
+  REQUIRE(rows.size() == 1);
+  CHECK(ev(rows[0], "rows fitted") == 130.0);
+  CHECK(dbg::check_leakage(mislabelled).empty());  // without train_size only the split names are checked
+
+  // Global mode counts values: the Dataset overload converts with the example size.
+  nn::Normalizer global(nn::Normalizer::Mode::Global);
+  global.fit(gs::cat({train, test}), "train");
+  nn::TensorDataset train_ds(train, gs::zeros({100}, gs::kInt64));
+  REQUIRE(dbg::check_leakage(global, train_ds).size() == 1);
+  CHECK(ev(dbg::check_leakage(global, train_ds)[0], "rows fitted") == 130.0);
+
+  // Clean: fitted on train only.
+  nn::Normalizer clean;
+  clean.fit(train, "train");
+  CHECK(dbg::check_leakage(clean, 100).empty());
+  nn::Normalizer clean_global(nn::Normalizer::Mode::Global);
+  clean_global.fit(train, "train");
+  CHECK(dbg::check_leakage(clean_global, train_ds).empty());
+  CHECK(dbg::check_leakage(nn::Normalizer()).empty());  // not fitted: nothing to say
+}
+
+// ---- D8 --------------------------------------------------------------------------
+
+TEST_CASE("D8 check_batch_diversity: Fashion-MNIST sorted by class without shuffling (B28)") {
+  REQUIRE_FASHION_MNIST();
+  nn::DatasetPtr sorted = sorted_by_class(*fmnist(3000));
+  nn::DataLoader bad(sorted, nn::DataLoaderOptions().batch_size(64));
+  auto fs = dbg::check_batch_diversity(bad);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D8");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "batches judged") == 20.0);
+  CHECK(ev(fs[0], "single-class fraction") >= 0.8);  // a few batches straddle two classes
+  CHECK(ev(fs[0], "expected under shuffling") < 1e-6);
+  CHECK(ev(fs[0], "classes in the sample") == 10.0);
+  CHECK(ev(fs[0], "loader shuffles") == 0.0);
+  CHECK(fs[0].title.find("does not shuffle") != std::string::npos);
+  CHECK(bad.epoch() == 0);
+
+  // The same sorted data, shuffled: silent. And the original order, unshuffled: silent.
+  CHECK(dbg::check_batch_diversity(nn::DataLoader(sorted, nn::DataLoaderOptions().batch_size(64).shuffle(true))).empty());
+  CHECK(dbg::check_batch_diversity(nn::DataLoader(fmnist(3000), nn::DataLoaderOptions().batch_size(64))).empty());
+}
+
+TEST_CASE("D8 check_batch_diversity: imbalanced data is not mistaken for sorted data") {
+  // 95% class 0, shuffled, batches of 8: ~66% single-class batches by chance (0.95^8).
+  std::vector<int64_t> y(2000, 0);
+  for (size_t i = 0; i < y.size(); i += 20) y[i] = 1;
+  auto d = std::make_shared<nn::TensorDataset>(gs::zeros({2000, 2}), gs::tensor(y, {2000}));
+  dbg::DataCheckOptions o;
+  o.diversity_batches = 100;
+  CHECK(dbg::check_batch_diversity(nn::DataLoader(d, nn::DataLoaderOptions().batch_size(8).shuffle(true)), o).empty());
+  // Float (regression) targets: not judged.
+  auto r = std::make_shared<nn::TensorDataset>(gs::zeros({64, 2}), gs::zeros({64}));
+  CHECK(dbg::check_batch_diversity(nn::DataLoader(r, nn::DataLoaderOptions().batch_size(8))).empty());
+  // Batches below min_batch_for_diversity are not judged.
+  std::vector<int64_t> s(64, 0);
+  std::fill(s.begin() + 32, s.end(), 1);
+  auto sorted = std::make_shared<nn::TensorDataset>(gs::zeros({64, 2}), gs::tensor(s, {64}));
+  CHECK(dbg::check_batch_diversity(nn::DataLoader(sorted, nn::DataLoaderOptions().batch_size(4))).empty());
+  CHECK(dbg::check_batch_diversity(nn::DataLoader(sorted, nn::DataLoaderOptions().batch_size(8))).size() == 1);
+}
+
+// ---- D9 --------------------------------------------------------------------------
+
+TEST_CASE("D9 check_label_encoding: float, one-hot, out-of-range and 1-indexed labels") {
+  // Float labels holding whole numbers: convert.
+  auto fl = dbg::check_label_encoding(gs::tensor({0.0, 1.0, 2.0}), 3);
+  REQUIRE(fl.size() == 1);
+  CHECK(fl[0].check == "D9");
+  CHECK(fl[0].severity == dbg::Severity::Error);
+  CHECK(fl[0].title == "class labels are float32, not int64");
+  CHECK(fl[0].fix.find("y.to(gs::kInt64)") != std::string::npos);
+  // Not whole numbers.
+  auto frac = dbg::check_label_encoding(gs::tensor({0.2, 1.7}), 3);
+  REQUIRE(frac.size() == 1);
+  CHECK(ev(frac[0], "whole numbers") == 0.0);
+  // One-hot rows.
+  auto oh = dbg::check_label_encoding(gs::tensor({1.0, 0.0, 0.0, 0.0, 0.0, 1.0}, {2, 3}), 3);
+  REQUIRE(oh.size() == 1);
+  CHECK(oh[0].title.find("one-hot") != std::string::npos);
+  CHECK(oh[0].fix.find("argmax(1)") != std::string::npos);
+
+  // Labels 1..10 with C = 10 (B26): out of range, and named 1-indexed.
+  std::vector<int64_t> one_based;
+  for (int i = 0; i < 60; ++i) one_based.push_back(1 + i % 10);
+  Tensor y1 = gs::tensor(one_based, {60});
+  auto oob = dbg::check_label_encoding(y1, 10);
+  REQUIRE(oob.size() == 1);
+  CHECK(oob[0].severity == dbg::Severity::Error);
+  CHECK(oob[0].title.find("1-indexed") != std::string::npos);
+  CHECK(ev(oob[0], "min label") == 1.0);
+  CHECK(ev(oob[0], "max label") == 10.0);
+  CHECK(ev(oob[0], "classes C") == 10.0);
+  CHECK(ev(oob[0], "labels outside [0, 10)") == 6.0);
+  CHECK(oob[0].fix.find("y = y - 1") != std::string::npos);
+  // The same labels with C unknown: a warning.
+  auto warn = dbg::check_label_encoding(y1, 0);
+  REQUIRE(warn.size() == 1);
+  CHECK(warn[0].severity == dbg::Severity::Warning);
+  CHECK(warn[0].title.find("0 never occurs among 60 labels while 1..10 all do") != std::string::npos);
+  // Too few labels to tell: silent.
+  CHECK(dbg::check_label_encoding(gs::tensor(std::vector<int64_t>{1, 2, 3}, {3}), 0).empty());
+
+  // Negative labels: an error; ignore_index (-100) is masking, not an error.
+  auto neg = dbg::check_label_encoding(gs::tensor(std::vector<int64_t>{0, -1, 2}, {3}), 3);
+  REQUIRE(neg.size() == 1);
+  CHECK(neg[0].severity == dbg::Severity::Error);
+  CHECK(ev(neg[0], "min label") == -1.0);
+  CHECK(dbg::check_label_encoding(gs::tensor(std::vector<int64_t>{0, -100, 2, 1}, {4}), 3).empty());
+  // Too many classes for the model: an error naming max + 1.
+  auto over = dbg::check_label_encoding(gs::tensor(std::vector<int64_t>{0, 1, 4}, {3}), 3);
+  REQUIRE(over.size() == 1);
+  CHECK(over[0].fix.find("max label + 1 = 5") != std::string::npos);
+}
+
+TEST_CASE("D9 is silent on Fashion-MNIST labels and fires on them shifted by one") {
+  REQUIRE_FASHION_MNIST();
+  Tensor y = fmnist(2000)->all().y;
+  CHECK(dbg::check_label_encoding(y, 10).empty());
+  CHECK(dbg::check_label_encoding(y, 0).empty());
+  auto fs = dbg::check_label_encoding(y + gs::ones_like(y), 10);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(fs[0].title.find("1-indexed") != std::string::npos);
+}
+
+// ---- D10 -------------------------------------------------------------------------
+
+TEST_CASE("D10 check_split_consistency: train standardised, test left unscaled") {
+  REQUIRE_FASHION_MNIST();
+  Tensor train = fmnist(3000)->all().x;
+  Tensor test = nn::take(nn::load_fashion_mnist("test"), 2000)->all().x;
+  CHECK(dbg::check_split_consistency(train, test, "test").empty());  // the same [0, 1] scaling
+  nn::Normalizer norm(nn::Normalizer::Mode::Global);
+  norm.fit(train, "train");
+  CHECK(dbg::check_split_consistency(norm.transform(train), norm.transform(test), "test").empty());
+
+  auto fs = dbg::check_split_consistency(norm.transform(train), test, "test");  // forgot to transform test
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D10");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "train mean") == doctest::Approx(0.0).epsilon(1e-3).scale(1));
+  CHECK(ev(fs[0], "test mean") == doctest::Approx(0.286).epsilon(0.05));
+  CHECK(ev(fs[0], "std ratio") == doctest::Approx(0.353).epsilon(0.05));  // outside [0.5, 2]
+  auto raw = dbg::check_split_consistency(train, test * 255.0, "val");
+  REQUIRE(raw.size() == 1);
+  CHECK(ev(raw[0], "mean shift") > 100.0);
+  CHECK(raw[0].title.find("the val inputs") == 0);
+}
+
+// ---- check_loader ----------------------------------------------------------------
+
+TEST_CASE("check_loader: a clean Fashion-MNIST loader is quiet; a raw, sorted, 1-indexed one is not") {
+  REQUIRE_FASHION_MNIST();
+  nn::DataLoader clean(fmnist(3000), nn::DataLoaderOptions().batch_size(64).shuffle(true));
+  auto fs = dbg::check_loader(clean, 10);
+  INFO(all_str(fs));
+  CHECK_FALSE(any_fires(fs));
+  REQUIRE(fs.size() >= 2);
+  CHECK(fs[0].check == "D1");
+  CHECK(std::any_of(fs.begin(), fs.end(), [](const dbg::Finding& f) { return f.check == "D3"; }));
+
+  // Raw pixels, sorted by class, labels 1..10: D5, D8 and D9 fire.
+  nn::Batch b = sorted_by_class(*fmnist(3000, /*raw=*/true))->all();
+  auto buggy = std::make_shared<nn::TensorDataset>(b.x, b.y + gs::ones_like(b.y));
+  dbg::Report r;
+  r.add(dbg::check_loader(nn::DataLoader(buggy, nn::DataLoaderOptions().batch_size(64)), 10));
+  INFO(r.str());
+  CHECK(r.fired("D5"));
+  CHECK(r.fired("D8"));
+  CHECK(r.fired("D9"));
+  CHECK_FALSE(r.fired("D2"));
+}
+
+TEST_CASE("spread_batches: evenly over the epoch, first and last included; none when the epoch is empty") {
+  auto d = std::make_shared<nn::TensorDataset>(gs::zeros({100, 2}), gs::zeros({100}, gs::kInt64));
+  nn::DataLoader l(d, nn::DataLoaderOptions().batch_size(10));
+  CHECK(dbg::spread_batches(l, 4) == std::vector<int64_t>{0, 3, 6, 9});
+  CHECK(dbg::spread_batches(l, 20).size() == 10);
+  nn::DataLoader none(d, nn::DataLoaderOptions().batch_size(200).drop_last(true));
+  CHECK(dbg::spread_batches(none, 5).empty());
+  CHECK(dbg::check_loader(none, 10).empty());
+}
