@@ -1,0 +1,176 @@
+// Dead-ReLU (M7) and saturation (M8) statistics (see activation_stats.h).
+#include "debug/activation_stats.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+// Per unit: is it active (> 0) for some input of this batch?  y (B, D) or (B, C, ...).
+std::vector<bool> alive_units(const Tensor& y) {
+  NoGradGuard ng;
+  Tensor pos = (y.detach() > 0.0).to(kFloat32);
+  Dims over{0};
+  for (int64_t d = 2; d < y.dim(); ++d) over.push_back(d);
+  const std::vector<float> s = y.dim() >= 2 ? sum(pos, over).to_vector<float>() : sum(pos).to_vector<float>();
+  std::vector<bool> out(s.size());
+  for (size_t i = 0; i < s.size(); ++i) out[i] = s[i] > 0.0f;
+  return out;
+}
+
+double dead_fraction(const std::vector<bool>& alive) {
+  if (alive.empty()) return 0.0;
+  size_t dead = 0;
+  for (bool a : alive) dead += a ? 0 : 1;
+  return static_cast<double>(dead) / static_cast<double>(alive.size());
+}
+}  // namespace
+
+// ---- M7 ------------------------------------------------------------------------------------
+void DeadReluTracker::attach(nn::Module& model) {
+  detach();
+  layers_.clear();
+  alive_in_pass_.clear();
+  for (auto& [path, m] : model.named_modules()) {
+    if (m->type_name() != "ReLU") continue;
+    const size_t idx = layers_.size();
+    DeadLayerStats s;
+    s.module = module_label(path, *m);
+    layers_.push_back(s);
+    alive_in_pass_.emplace_back();
+    hooks_.post(m, [this, idx](nn::Module&, const Tensor&, const Tensor& y) {
+      if (active_ && y.defined() && y.dim() >= 1 && y.is_floating_point()) record(idx, y);
+    });
+  }
+}
+
+void DeadReluTracker::record(size_t layer, const Tensor& y) {
+  const std::vector<bool> alive = alive_units(y);
+  DeadLayerStats& s = layers_[layer];
+  s.units = static_cast<int64_t>(alive.size());
+  const double dead = dead_fraction(alive);
+  if (std::isnan(s.init_dead)) s.init_dead = dead;
+  s.batch_dead = dead;
+  s.history.emplace_back(step_, dead);
+  if (dead >= o_.dead_fraction && s.first_flagged_step < 0) s.first_flagged_step = step_;
+  if (in_pass_) {
+    auto& acc = alive_in_pass_[layer];
+    if (acc.size() != alive.size()) acc.assign(alive.size(), false);
+    for (size_t i = 0; i < alive.size(); ++i) acc[i] = acc[i] || alive[i];
+  }
+}
+
+void DeadReluTracker::begin_pass() {
+  in_pass_ = true;
+  for (auto& a : alive_in_pass_) a.clear();
+}
+
+void DeadReluTracker::end_pass() {
+  if (!in_pass_) return;
+  in_pass_ = false;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (!alive_in_pass_[i].empty()) layers_[i].pass_dead = dead_fraction(alive_in_pass_[i]);
+}
+
+std::vector<Finding> DeadReluTracker::findings() const {
+  std::vector<Finding> out;
+  for (const DeadLayerStats& s : layers_) {
+    const bool have_pass = !std::isnan(s.pass_dead);
+    const double dead = have_pass ? s.pass_dead : s.batch_dead;
+    if (std::isnan(dead) || dead < o_.dead_fraction) continue;
+    const bool at_init = !std::isnan(s.init_dead) && s.init_dead >= o_.dead_fraction;
+    Finding f;
+    f.check = "M7";
+    f.severity = Severity::Warning;
+    f.title = fmt_num(100 * dead) + "% of the units of " + s.module + " are dead " +
+              (have_pass ? "over a whole pass through the data" : "over the last batch") +
+              (at_init ? " (dead since initialisation)" : " (they died during training)");
+    f.module = s.module;
+    f.evidence = {{have_pass ? "dead fraction over the pass" : "dead fraction over the batch", dead,
+                   ">= " + fmt_num(o_.dead_fraction) + " flags a layer"},
+                  {"dead fraction at initialisation (first batch)", s.init_dead, ""},
+                  {"units", static_cast<double>(s.units), ""}};
+    if (!at_init && s.first_flagged_step >= 0)
+      f.evidence.push_back({"first step at the threshold", static_cast<double>(s.first_flagged_step), ""});
+    f.cause = at_init ? "the units' pre-activations start below zero for every input: a large negative bias or "
+                        "badly scaled weights/inputs at initialisation, so they never pass a gradient"
+                      : "a large update (learning rate too high, a gradient spike) pushed the weights so that the "
+                        "pre-activations are negative for every input; a dead ReLU gets no gradient and never "
+                        "recovers";
+    f.fix = at_init ? "initialise biases at (or near) zero and weights with init::kaiming_normal_; normalise the inputs"
+                    : "lower the learning rate (or warm it up), clip gradients, or use LeakyReLU/GELU which keep a "
+                      "gradient for negative inputs";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches,
+                                    ActivationOptions o) {
+  DeadReluTracker t(o);
+  t.attach(model);
+  const bool was = model.is_training();
+  model.eval();
+  t.begin_pass();
+  {
+    NoGradGuard ng;
+    const int64_t n = max_batches < 0 ? loader.num_batches() : std::min(max_batches, loader.num_batches());
+    for (int64_t i = 0; i < n; ++i) model(loader.batch(loader.epoch(), i).x);
+  }
+  t.end_pass();
+  model.train(was);
+  return t.findings();
+}
+
+// ---- M8 ------------------------------------------------------------------------------------
+void SaturationTracker::attach(nn::Module& model) {
+  detach();
+  layers_.clear();
+  for (auto& [path, m] : model.named_modules()) {
+    const std::string& type = m->type_name();
+    if (type != "Sigmoid" && type != "Tanh") continue;
+    const size_t idx = layers_.size();
+    SaturationLayerStats s;
+    s.module = module_label(path, *m);
+    s.type = type;
+    layers_.push_back(s);
+    hooks_.pre(m, [this, idx](nn::Module&, const Tensor& x) {
+      if (!active_ || !x.defined() || !x.is_floating_point() || x.numel() == 0) return;
+      NoGradGuard ng;
+      const double frac =
+          sum((abs(x.detach()) > o_.saturation_threshold).to(kFloat64)).item<double>() / static_cast<double>(x.numel());
+      SaturationLayerStats& st = layers_[idx];
+      st.last = frac;
+      st.mean = (st.mean * static_cast<double>(st.batches) + frac) / static_cast<double>(st.batches + 1);
+      ++st.batches;
+      st.history.emplace_back(step_, frac);
+    });
+  }
+}
+
+std::vector<Finding> SaturationTracker::findings() const {
+  std::vector<Finding> out;
+  for (const SaturationLayerStats& s : layers_) {
+    if (s.batches == 0 || s.mean <= o_.saturated_fraction) continue;
+    Finding f;
+    f.check = "M8";
+    f.severity = Severity::Warning;
+    f.title = fmt_num(100 * s.mean) + "% of the pre-activations of " + s.module + " are beyond +-" +
+              fmt_num(o_.saturation_threshold) + ": the " + s.type + " is saturated";
+    f.module = s.module;
+    f.evidence = {{"saturated fraction (mean over batches)", s.mean, "> " + fmt_num(o_.saturated_fraction) + " flags"},
+                  {"saturated fraction (last batch)", s.last, ""},
+                  {"batches", static_cast<double>(s.batches), ""}};
+    f.cause = "inputs to the " + s.type + " are too large (weights initialised too large, unnormalised inputs): "
+              "its gradient there is ~0, so the layers below stop learning (vanishing gradients)";
+    f.fix = "use Xavier initialisation for sigmoid/tanh layers, normalise inputs, add normalisation layers, or "
+            "use ReLU/GELU";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,102 @@
+// Activation statistics gathered through forward hooks while a model trains:
+//   M7 DeadReluTracker    per ReLU layer, the fraction of units never active
+//                         (over a batch and over a pass through the data), and
+//                         whether they died at initialisation or during training;
+//   M8 SaturationTracker  per sigmoid/tanh layer, the fraction of pre-activations
+//                         beyond +-5, where the gradient is ~0.
+//
+//   debug::DeadReluTracker dead;
+//   dead.attach(*model);             // hooks on every nn::ReLU
+//   dead.begin_pass();  ... train or evaluate ...  dead.end_pass();
+//   for (auto& f : dead.findings()) std::cout << f.str();
+//
+// A unit is one feature of a (B, D) activation, or one channel of (B, C, H, W);
+// it is dead over some inputs when it is <= 0 for every one of them.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "debug/finding.h"
+#include "debug/hooks.h"
+#include "nn/data.h"
+
+namespace gradsleuth::debug {
+
+struct ActivationOptions {
+  double dead_fraction = 0.7;          // M7: a layer with >= this fraction of dead units is flagged (published detectors' level)
+  double saturation_threshold = 5.0;   // M8: |pre-activation| beyond this is saturated
+  double saturated_fraction = 0.5;     // M8: a layer above this fraction is flagged
+};
+
+struct DeadLayerStats {
+  std::string module;     // "2 (ReLU)"
+  int64_t units = 0;
+  double init_dead = std::numeric_limits<double>::quiet_NaN();   // the first batch seen (at initialisation)
+  double batch_dead = std::numeric_limits<double>::quiet_NaN();  // the last batch seen
+  double pass_dead = std::numeric_limits<double>::quiet_NaN();   // the last completed pass
+  int64_t first_flagged_step = -1;  // the first recorded step whose batch reached the threshold
+  std::vector<std::pair<int64_t, double>> history;  // (step, batch dead fraction)
+};
+
+class DeadReluTracker {
+ public:
+  explicit DeadReluTracker(ActivationOptions o = {}) : o_(o) {}
+  void attach(nn::Module& model);
+  void detach() { hooks_.clear(); }
+  // Only batches seen while active are recorded (a monitor samples every N steps).
+  void set_active(bool on) { active_ = on; }
+  void set_step(int64_t step) { step_ = step; }
+  // Units never active over all batches recorded between the two calls.
+  void begin_pass();
+  void end_pass();
+  const std::vector<DeadLayerStats>& layers() const { return layers_; }
+  // A warning per layer at or above the dead fraction (the pass figure when a
+  // pass was completed, else the last batch), saying when the units died.
+  std::vector<Finding> findings() const;
+
+ private:
+  void record(size_t layer, const Tensor& y);
+  ActivationOptions o_;
+  HookSet hooks_;
+  std::vector<DeadLayerStats> layers_;
+  std::vector<std::vector<bool>> alive_in_pass_;
+  bool active_ = true, in_pass_ = false;
+  int64_t step_ = -1;
+};
+
+// M7 over a whole dataset: runs (up to max_batches of) the loader through the
+// model in eval mode without gradients and reports the layers whose units are
+// never active.
+std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches = -1,
+                                    ActivationOptions o = {});
+
+struct SaturationLayerStats {
+  std::string module, type;  // "3 (Sigmoid)", "Sigmoid"
+  double last = std::numeric_limits<double>::quiet_NaN();
+  double mean = 0.0;          // over the recorded batches
+  int64_t batches = 0;
+  std::vector<std::pair<int64_t, double>> history;  // (step, saturated fraction)
+};
+
+class SaturationTracker {
+ public:
+  explicit SaturationTracker(ActivationOptions o = {}) : o_(o) {}
+  void attach(nn::Module& model);  // hooks on every nn::Sigmoid and nn::Tanh
+  void detach() { hooks_.clear(); }
+  void set_active(bool on) { active_ = on; }
+  void set_step(int64_t step) { step_ = step; }
+  const std::vector<SaturationLayerStats>& layers() const { return layers_; }
+  std::vector<Finding> findings() const;  // a warning per layer whose mean fraction exceeds the option
+
+ private:
+  ActivationOptions o_;
+  HookSet hooks_;
+  std::vector<SaturationLayerStats> layers_;
+  bool active_ = true;
+  int64_t step_ = -1;
+};
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,916 @@
+// The model checks (see model_checks.h): structure, parameters, and probing runs.
+#include "debug/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/hooks.h"
+#include "debug/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+// Every module's training flag, put back in pre-order (a parent's train() would
+// otherwise overwrite a child that was in another mode).
+class ModeSnapshot {
+ public:
+  explicit ModeSnapshot(nn::Module& model) {
+    for (auto& [path, m] : model.named_modules()) modes_.emplace_back(m, m->is_training());
+  }
+  ~ModeSnapshot() {
+    for (auto& [m, on] : modes_) m->train(on);
+    for (auto& [m, on] : modes_) set_own_mode(*m, on);
+  }
+
+ private:
+  // train() recurses; re-apply each module's own flag without touching children
+  // by setting them in pre-order (children come after their parent).
+  static void set_own_mode(nn::Module& m, bool on) {
+    if (m.is_training() == on) return;
+    std::vector<std::pair<nn::Module*, bool>> kids;
+    for (auto& [n, c] : m.named_children()) kids.emplace_back(c.get(), c->is_training());
+    m.train(on);
+    for (auto& [c, k] : kids) c->train(k);
+  }
+  std::vector<std::pair<nn::ModulePtr, bool>> modes_;
+};
+
+// Dropout off, everything else in the given mode.
+void set_mode_without_dropout(nn::Module& model, bool training) {
+  model.train(training);
+  for (auto& [path, m] : model.named_modules())
+    if (dynamic_cast<nn::Dropout*>(m.get())) m->eval();
+}
+
+// The .grad of every parameter, to put back after a probe.
+class GradSnapshot {
+ public:
+  explicit GradSnapshot(nn::Module& model) {
+    for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.grad());
+  }
+  ~GradSnapshot() {
+    for (auto& [p, g] : saved_) p.set_grad(g);
+  }
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> saved_;
+};
+
+bool is_classification(const Tensor& out, const Tensor& y) {
+  return y.dtype() == kInt64 && y.dim() == 1 && out.dim() == 2 && out.size(0) == y.size(0);
+}
+
+double accuracy_of(const Tensor& out, const Tensor& y) {
+  NoGradGuard ng;
+  Tensor hit = eq(argmax(out.detach(), 1), y);
+  return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(y.size(0));
+}
+
+std::vector<Tensor> trainable(nn::Module& model) {
+  std::vector<Tensor> out;
+  for (Tensor& p : model.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+// Row norms of g (B, ...): the L2 norm of each example's slice.
+std::vector<double> row_norms(const Tensor& g) {
+  std::vector<double> out;
+  NoGradGuard ng;
+  Tensor flat = g.detach().reshape({g.size(0), -1}).to(kFloat64);
+  const std::vector<double> v = sqrt(sum(flat * flat, {1})).to_vector<double>();
+  return v;
+}
+
+}  // namespace
+
+// ---- M1 ------------------------------------------------------------------------------------
+ShapeTrace shape_trace(nn::Module& model, const Tensor& sample) {
+  ShapeTrace t;
+  HookSet hooks;
+  for (auto& [path, m] : model.named_modules()) {
+    ShapeRow r;
+    r.path = path.empty() ? "(model)" : path;
+    r.type = m->type_name();
+    r.output_shape = "-";
+    for (auto& [n, p] : m->named_parameters(false)) r.parameters += p.numel();
+    const size_t idx = t.rows.size();
+    t.rows.push_back(r);
+    hooks.post(m, [&t, idx](nn::Module&, const Tensor&, const Tensor& out) {
+      t.rows[idx].output_shape = out.defined() ? shape_str(out.shape()) : "undefined";
+      ++t.rows[idx].calls;
+    });
+  }
+  t.total_parameters = model.num_parameters();
+  t.trainable_parameters = model.num_parameters(true);
+  ModeSnapshot modes(model);
+  model.eval();  // a probe, not training: BatchNorm's running statistics stay as they are
+  NoGradGuard ng;
+  model(sample);
+  return t;
+}
+
+std::string ShapeTrace::str() const {
+  std::ostringstream os;
+  size_t w = 8;
+  for (const ShapeRow& r : rows) w = std::max(w, r.path.size() + r.type.size() + 3);
+  for (const ShapeRow& r : rows) {
+    const std::string left = r.path + " (" + r.type + ")";
+    os << left << std::string(w - left.size() + 2, ' ') << r.output_shape
+       << std::string(r.output_shape.size() < 20 ? 20 - r.output_shape.size() : 1, ' ') << r.parameters;
+    if (r.calls > 1) os << "  (called " << r.calls << " times)";
+    os << "\n";
+  }
+  os << total_parameters << " parameters, " << trainable_parameters << " trainable";
+  return os.str();
+}
+
+Finding ShapeTrace::finding() const {
+  Finding f;
+  f.check = "M1";
+  f.severity = Severity::Info;
+  f.title = "model summary: " + std::to_string(rows.size()) + " modules, " + std::to_string(total_parameters) +
+            " parameters";
+  f.module = "(model)";
+  f.shape = rows.empty() ? "" : rows.front().output_shape;
+  f.evidence = {{"parameters", static_cast<double>(total_parameters), ""},
+                {"trainable parameters", static_cast<double>(trainable_parameters), ""}};
+  f.cause = "\n" + str();
+  return f;
+}
+
+// ---- M3 ------------------------------------------------------------------------------------
+std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o) {
+  std::vector<Finding> out;
+  const auto leaves = leaf_modules(model);
+  // The last module that is not a (log-)softmax head.
+  for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
+    const std::string& type = it->second->type_name();
+    if (type == "LogSoftmax" || type == "Softmax" || type == "Dropout" || type == "Identity" || type == "Flatten")
+      continue;
+    if (type == "ReLU" || type == "Sigmoid") {
+      Finding f;
+      f.check = "M3";
+      f.severity = Severity::Warning;
+      f.title = "the model's last layer is a " + type + ": its outputs cannot be negative";
+      f.module = module_label(it->first, *it->second);
+      f.cause = "an activation after the final layer limits the logits' range: a class can never get a negative "
+                "score, so cross-entropy cannot push wrong classes down properly";
+      f.fix = "remove the " + type + " after the last Linear: cross-entropy expects raw logits (if the outputs are "
+              "meant to be non-negative, e.g. a regression of counts, ignore this)";
+      out.push_back(std::move(f));
+    }
+    break;
+  }
+  if (!logits.defined() || logits.dim() != 2 || logits.size(0) < o.min_rows_final_activation || logits.size(1) < 2 ||
+      !logits.is_floating_point())
+    return out;
+  NoGradGuard ng;
+  const TensorSummary s = summarize(logits);
+  if (!s.all_finite() || s.min < 0.0) return out;
+  const double row_sum_err = amax(abs(sum(logits.detach().to(kFloat64), {1}) - 1.0)).item<double>();
+  if (row_sum_err < 1e-3) return out;  // probabilities: L2's double softmax
+  Finding f;
+  f.check = "M3";
+  f.severity = Severity::Warning;
+  f.title = "every logit of the batch is >= 0: the outputs look like they passed a ReLU/sigmoid";
+  f.module = out.empty() ? "(model output)" : out[0].module;
+  f.shape = shape_of(logits);
+  f.evidence = {{"min logit", s.min, "< 0 expected for raw logits"},
+                {"fraction exactly 0", s.zero_fraction, ""}};
+  f.cause = "an activation after the final layer (ReLU clips negative logits to 0; sigmoid squeezes them into "
+            "(0, 1)): cross-entropy cannot give a class a negative score";
+  f.fix = "end the model with the last Linear layer and feed its raw logits to the loss";
+  out.push_back(std::move(f));
+  return out;
+}
+
+// ---- M4 ------------------------------------------------------------------------------------
+std::vector<Finding> check_shared_weights(nn::Module& model) {
+  std::vector<Finding> out;
+  std::map<const nn::Module*, std::vector<std::string>> module_paths;
+  std::vector<std::pair<std::string, nn::ModulePtr>> unique;
+  for (auto& [path, m] : model.named_modules()) {
+    auto& v = module_paths[m.get()];
+    if (v.empty()) unique.emplace_back(path, m);
+    v.push_back(path.empty() ? "(model)" : path);
+  }
+  for (auto& [path, m] : unique) {
+    const auto& paths = module_paths[m.get()];
+    if (paths.size() < 2 || m->num_parameters() == 0) continue;
+    Finding f;
+    f.check = "M4";
+    f.severity = Severity::Warning;
+    std::string list;
+    for (const auto& p : paths) list += (list.empty() ? "" : " and ") + p;
+    f.title = "one " + m->type_name() + " instance is used at " + list + ": its " +
+              std::to_string(m->num_parameters()) + " parameters are shared";
+    f.module = module_label(path, *m);
+    f.evidence = {{"paths", static_cast<double>(paths.size()), "> 1 means shared"},
+                  {"shared parameters", static_cast<double>(m->num_parameters()), ""}};
+    f.cause = "the same layer object was added twice (e.g. reusing a variable in a loop or in Sequential) where two "
+              "layers were meant: both places compute with one set of weights, which get the sum of both "
+              "gradients, and the model has fewer parameters than it looks";
+    f.fix = "create a new layer instance for each place (std::make_shared<nn::Linear>(...) twice); if the weights "
+            "are tied on purpose, ignore this";
+    out.push_back(std::move(f));
+  }
+  // Parameters registered in two different modules that share one storage
+  // (register_parameter detaches, so the handles differ but the memory is one).
+  std::map<const Storage*, std::vector<std::string>> param_paths;
+  std::map<const Storage*, Shape> shapes;
+  std::vector<const Storage*> order;
+  for (auto& [path, m] : unique)
+    for (auto& [n, p] : m->named_parameters(false)) {
+      const Storage* st = p.storage().get();
+      auto& v = param_paths[st];
+      if (v.empty()) {
+        order.push_back(st);
+        shapes[st] = p.shape();
+      }
+      v.push_back(path.empty() ? n : path + "." + n);
+    }
+  for (const Storage* t : order) {
+    const auto& paths = param_paths[t];
+    if (paths.size() < 2) continue;
+    Finding f;
+    f.check = "M4";
+    f.severity = Severity::Warning;
+    std::string list;
+    for (const auto& p : paths) list += (list.empty() ? "" : ", ") + p;
+    f.title = "one parameter tensor is registered under " + std::to_string(paths.size()) + " names: " + list;
+    f.parameter = paths[0];
+    f.shape = shape_str(shapes[t]);
+    f.evidence = {{"names", static_cast<double>(paths.size()), "> 1 means shared"}};
+    f.cause = "two layers hold the same tensor (assigned from one to the other): they update together";
+    f.fix = "give each layer its own parameter (clone() it); if the tying is intended, ignore this";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M5 ------------------------------------------------------------------------------------
+std::vector<Finding> check_gradient_flow(nn::Module& model) {
+  std::vector<Finding> out;
+  int64_t total = 0, missing = 0;
+  std::vector<std::pair<std::string, Tensor>> bad;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;
+    ++total;
+    Tensor g = p.grad();
+    bool none = !g.defined();
+    if (!none) {
+      NoGradGuard ng;
+      none = amax(abs(g.detach())).item<double>() == 0.0;
+    }
+    if (!none) continue;
+    ++missing;
+    bad.emplace_back(name, g);
+  }
+  for (auto& [name, g] : bad) {
+    Finding f;
+    f.check = "M5";
+    f.severity = Severity::Warning;
+    f.title = std::string("trainable parameter '") + name + "' got " + (g.defined() ? "an all-zero" : "no") +
+              " gradient from backward";
+    f.parameter = name;
+    f.evidence = {{"parameters without gradient", static_cast<double>(missing), "any is suspicious"},
+                  {"trainable parameters", static_cast<double>(total), ""}};
+    f.cause = "the graph from this parameter to the loss is cut: a detach() (or .data) inside the model, a layer "
+              "that is never called in forward, or every unit after it dead";
+    f.fix = "remove the detach() between this layer and the loss, call the layer in forward(), or freeze it on "
+            "purpose with requires_grad_(false)";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M6 ------------------------------------------------------------------------------------
+namespace {
+struct MixingResult {
+  bool has_grad = false;
+  double row_i = 0.0, other_max = 0.0;
+  int64_t coupled = 0;
+};
+
+MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double tol) {
+  MixingResult r;
+  Tensor xi = x.detach().clone().requires_grad_(true);
+  Tensor out = model(xi);
+  GS_CHECK(out.dim() >= 1 && out.size(0) == x.size(0), "batch_mixing_test (M6)", "the model's output ",
+           out.str(), " has no batch dim matching the input ", x.str());
+  Tensor loss = out.select(0, i).sum();
+  if (!loss.requires_grad()) return r;
+  loss.backward();
+  Tensor g = xi.grad();
+  if (!g.defined()) return r;
+  r.has_grad = true;
+  const std::vector<double> n = row_norms(g);
+  r.row_i = n[static_cast<size_t>(i)];
+  for (size_t j = 0; j < n.size(); ++j) {
+    if (static_cast<int64_t>(j) == i) continue;
+    r.other_max = std::max(r.other_max, n[j]);
+    if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
+  }
+  return r;
+}
+}  // namespace
+
+std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
+  GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
+           x.str());
+  GS_CHECK(x.is_floating_point(), "batch_mixing_test (M6)", "needs a floating-point input, got ", x.str());
+  const int64_t i = std::min<int64_t>(std::max<int64_t>(o.mixing_row, 0), x.size(0) - 1);
+  std::vector<Finding> out;
+  ModeSnapshot modes(model);
+  GradSnapshot grads(model);
+  ParamSnapshot params(model);  // train mode updates BatchNorm's running statistics
+  bool has_bn = false;
+  for (auto& [p, m] : model.named_modules()) has_bn = has_bn || dynamic_cast<nn::BatchNormBase*>(m.get());
+
+  model.eval();
+  const MixingResult ev = mixing_once(model, x, i, o.mixing_tolerance);
+  const std::string rows = std::to_string(x.size(0));
+  if (!ev.has_grad) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Warning;
+    f.title = "no gradient reaches the input: the batch-mixing test cannot run";
+    f.shape = shape_of(x);
+    f.cause = "the output does not depend on the input through differentiable ops (a detach() near the input?)";
+    f.fix = "remove the detach(); the test needs d(output)/d(input)";
+    out.push_back(std::move(f));
+  } else if (ev.coupled > 0) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Error;
+    f.title = "the output for example " + std::to_string(i) + " depends on " + std::to_string(ev.coupled) +
+              " other examples of the batch (in eval mode): the model mixes the batch";
+    f.shape = shape_of(x);
+    f.evidence = {{"|d out[i] / d x[i]|", ev.row_i, ""},
+                  {"largest |d out[i] / d x[j]|, j != i", ev.other_max,
+                   "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
+                  {"coupled rows", static_cast<double>(ev.coupled), "of " + rows}};
+    f.cause = "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
+              "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
+              "flatten that includes the batch";
+    f.fix = "find the op whose batch dim is not dim 0 any more (print shapes with gradsleuth's shape trace, M1): "
+            "use transpose/permute to reorder dims, and reduce over the feature dims only";
+    out.push_back(std::move(f));
+  } else if (ev.row_i == 0.0) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Warning;
+    f.title = "the output for example " + std::to_string(i) + " does not depend on its own input";
+    f.shape = shape_of(x);
+    f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"}};
+    f.cause = "the input is cut off (a detach, every unit dead, a multiplication by zero)";
+    f.fix = "check the gradient flow (M5) and dead units (M7)";
+    out.push_back(std::move(f));
+  }
+  if (has_bn && ev.has_grad && ev.coupled == 0) {
+    set_mode_without_dropout(model, true);
+    const MixingResult tr = mixing_once(model, x, i, o.mixing_tolerance);
+    if (tr.coupled > 0) {
+      Finding f;
+      f.check = "M6";
+      f.severity = Severity::Info;
+      f.title = "in train mode the examples are coupled through BatchNorm's batch statistics (expected, not a bug)";
+      f.evidence = {{"coupled rows (train mode)", static_cast<double>(tr.coupled), "of " + rows},
+                    {"coupled rows (eval mode)", 0.0, ""}};
+      f.cause = "BatchNorm normalises each example with the batch's mean and variance, so in training every "
+                "output depends a little on the whole batch; in eval mode it uses running statistics";
+      out.push_back(std::move(f));
+    }
+  }
+  params.restore();
+  return out;
+}
+
+// ---- M9 ------------------------------------------------------------------------------------
+std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOptions& o) {
+  std::vector<Finding> out;
+  for (auto& [path, m] : model.named_modules()) {
+    Tensor w;
+    if (auto* l = dynamic_cast<nn::Linear*>(m.get())) w = l->weight;
+    else if (auto* c = dynamic_cast<nn::Conv2d*>(m.get())) w = c->weight;
+    if (!w.defined() || w.dim() < 2 || w.numel() < 16) continue;
+    const auto [fan_in, fan_out] = nn::init::calculate_fan_in_and_fan_out(w);
+    const double std = summarize(w).std;
+    const double def = 1.0 / std::sqrt(3.0 * static_cast<double>(fan_in));
+    const double xavier = std::sqrt(2.0 / static_cast<double>(fan_in + fan_out));
+    const double he = std::sqrt(2.0 / static_cast<double>(fan_in));
+    const double lo = std::min({def, xavier, he}) / o.init_std_factor;
+    const double hi = std::max({def, xavier, he}) * o.init_std_factor;
+    if (std >= lo && std <= hi) continue;
+    const bool big = std > hi;
+    Finding f;
+    f.check = "M9";
+    f.severity = Severity::Warning;
+    f.title = std::string("the weight of ") + module_label(path, *m) + " is initialised " +
+              (big ? "far too large" : "far too small") + ": std " + fmt_num(std) + " vs He " + fmt_num(he) +
+              " / Xavier " + fmt_num(xavier);
+    f.module = module_label(path, *m);
+    f.parameter = (path.empty() ? "" : path + ".") + "weight";
+    f.shape = shape_of(w);
+    f.evidence = {{"weight std", std, "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags"},
+                  {"He std sqrt(2/fan_in)", he, ""},
+                  {"Xavier std sqrt(2/(fan_in+fan_out))", xavier, ""},
+                  {"fan_in", static_cast<double>(fan_in), ""}};
+    f.cause = big ? "weights drawn without the 1/sqrt(fan_in) scale (e.g. randn): each layer multiplies the "
+                    "activations' scale, the logits and gradients explode and saturating units stop learning"
+                  : "weights so small that activations and gradients shrink layer after layer (vanishing signal)";
+    f.fix = "use the layer's default initialisation, or init::kaiming_normal_ (ReLU nets) / init::xavier_uniform_ "
+            "(tanh/sigmoid nets)";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M10 -----------------------------------------------------------------------------------
+std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* optimizer) {
+  std::vector<Finding> out;
+  const auto params = model.named_parameters();
+  int64_t trainable_n = 0, frozen_n = 0, trainable_t = 0, frozen_t = 0;
+  std::ostringstream per_module;
+  for (auto& [path, m] : model.named_modules()) {
+    int64_t tr = 0, fr = 0;
+    for (auto& [n, p] : m->named_parameters(false)) (p.requires_grad() ? tr : fr) += p.numel();
+    if (tr + fr == 0) continue;
+    per_module << "\n  " << module_label(path, *m) << ": " << tr << " trainable, " << fr << " frozen";
+  }
+  for (auto& [n, p] : params) {
+    if (p.requires_grad()) { trainable_n += p.numel(); ++trainable_t; }
+    else { frozen_n += p.numel(); ++frozen_t; }
+  }
+  Finding info;
+  info.check = "M10";
+  info.severity = Severity::Info;
+  info.title = std::to_string(trainable_n) + " trainable and " + std::to_string(frozen_n) + " frozen parameters";
+  info.module = "(model)";
+  info.evidence = {{"trainable values", static_cast<double>(trainable_n), ""},
+                   {"frozen values", static_cast<double>(frozen_n), ""}};
+  info.cause = "per module:" + per_module.str();
+  out.push_back(info);
+
+  if (optimizer) {
+    std::set<const TensorImpl*> held;
+    for (const auto& g : optimizer->param_groups())
+      for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+    std::vector<std::string> frozen_held, missing;
+    for (auto& [n, p] : params) {
+      const bool in = held.count(p.impl_ptr().get()) > 0;
+      if (in && !p.requires_grad()) frozen_held.push_back(n);
+      if (!in && p.requires_grad()) missing.push_back(n);
+    }
+    auto list = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+      if (v.size() > 8) s += ", ...";
+      return s;
+    };
+    if (!frozen_held.empty()) {
+      Finding f;
+      f.check = "M10";
+      f.severity = Severity::Warning;
+      f.title = std::to_string(frozen_held.size()) + " frozen parameters are in the optimizer (" + optimizer->name() +
+                "): it expects to train them, but they never get a gradient: " + list(frozen_held);
+      f.parameter = frozen_held[0];
+      f.evidence = {{"frozen parameters held by the optimizer", static_cast<double>(frozen_held.size()), "> 0 warns"}};
+      f.cause = "requires_grad_(false) was applied to layers the optimizer was built to train: often the wrong "
+                "module was frozen (the head instead of the backbone)";
+      f.fix = "freeze exactly the modules you mean to keep fixed, and build the optimizer from the trainable "
+              "parameters only";
+      out.push_back(std::move(f));
+    }
+    if (!missing.empty()) {
+      Finding f;
+      f.check = "M10";
+      f.severity = Severity::Warning;
+      f.title = std::to_string(missing.size()) + " trainable parameters are in no optimizer group: they get "
+                "gradients but never change: " + list(missing);
+      f.parameter = missing[0];
+      f.evidence = {{"trainable parameters missing from the optimizer", static_cast<double>(missing.size()),
+                     "> 0 warns"}};
+      f.cause = "the optimizer was built before these layers existed, or from a sub-module's parameters only";
+      f.fix = "build the optimizer from model.parameters() (or add_param_group for layers added later)";
+      out.push_back(std::move(f));
+    }
+  }
+  // A frozen output layer while the rest trains.
+  if (trainable_t > 0) {
+    const auto leaves = leaf_modules(model);
+    for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
+      const auto own = it->second->named_parameters(false);
+      if (own.empty()) continue;
+      bool all_frozen = true;
+      for (auto& [n, p] : own) all_frozen = all_frozen && !p.requires_grad();
+      if (all_frozen) {
+        Finding f;
+        f.check = "M10";
+        f.severity = Severity::Warning;
+        f.title = "the output layer " + module_label(it->first, *it->second) +
+                  " is frozen while earlier layers train";
+        f.module = module_label(it->first, *it->second);
+        f.evidence = {{"frozen output parameters", static_cast<double>(own.size()), ""}};
+        f.cause = "when fine-tuning one freezes the pretrained backbone and trains the new head; this is the "
+                  "reverse: the randomly initialised head is fixed";
+        f.fix = "freeze the backbone and leave the head trainable";
+        out.push_back(std::move(f));
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+// ---- M11 -----------------------------------------------------------------------------------
+std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x) {
+  std::vector<Finding> out;
+  std::map<std::string, std::vector<std::string>> by_kind;  // "float32 on cpu" -> parameter names
+  DType pdt = kFloat32;
+  Device pdev = kCPU;
+  bool first = true;
+  for (auto& [n, p] : model.named_parameters()) {
+    by_kind[std::string(dtype_name(p.dtype())) + " on " + p.device().str()].push_back(n);
+    if (first) { pdt = p.dtype(); pdev = p.device(); first = false; }
+  }
+  if (by_kind.size() > 1) {
+    Finding f;
+    f.check = "M11";
+    f.severity = Severity::Warning;
+    std::string kinds;
+    for (auto& [k, v] : by_kind) kinds += (kinds.empty() ? "" : "; ") + k + ": " + v[0] + (v.size() > 1 ? ", ..." : "");
+    f.title = "the model's parameters have mixed dtypes/devices: " + kinds;
+    f.parameter = by_kind.begin()->second[0];
+    f.evidence = {{"distinct dtype/device combinations", static_cast<double>(by_kind.size()), "> 1 warns"}};
+    f.cause = "part of the model was converted (to(kFloat64), cuda()) and part was not";
+    f.fix = "convert the whole model at once: model->to(dtype) / model->to(device)";
+    out.push_back(std::move(f));
+  }
+  if (x.defined() && !first) {
+    if (x.device() != pdev) {
+      Finding f;
+      f.check = "M11";
+      f.severity = Severity::Error;
+      f.title = "the input is on " + x.device().str() + " but the parameters are on " + pdev.str();
+      f.shape = shape_of(x);
+      f.cause = "the batch was not moved to the model's device";
+      f.fix = "move the batch: x = x.to(device) (and the labels)";
+      out.push_back(std::move(f));
+    }
+    if (x.is_floating_point() && x.dtype() != pdt) {
+      Finding f;
+      f.check = "M11";
+      f.severity = Severity::Warning;
+      f.title = std::string("the input is ") + dtype_name(x.dtype()) + " but the model's parameters are " +
+                dtype_name(pdt) + ": every layer computes in " + dtype_name(promote_types(x.dtype(), pdt));
+      f.shape = shape_of(x);
+      f.evidence = {{"input bytes per value", static_cast<double>(dtype_size(x.dtype())), ""},
+                    {"parameter bytes per value", static_cast<double>(dtype_size(pdt)), ""}};
+      f.cause = std::string(x.dtype() == kFloat64 ? "data loaded as float64 (NumPy's default) into a float32 model: "
+                                                  "type promotion makes each op compute in float64, twice the "
+                                                  "memory and several times slower, and outputs come back float64"
+                                                : "data in a lower precision than the model");
+      f.fix = std::string("convert the data once, where it is loaded: x.to(gs::") +
+              (pdt == kFloat32 ? "kFloat32" : "kFloat64") + ")";
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+// ---- M13 -----------------------------------------------------------------------------------
+std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const std::string& path,
+                                      GradcheckOptions opts) {
+  std::vector<Finding> out;
+  GS_CHECK(x.is_floating_point(), "gradcheck_module (M13)", "needs a floating-point input, got ", x.str());
+  ModeSnapshot modes(module);
+  GradSnapshot grads(module);
+  module.eval();
+  DType orig = kFloat32;
+  for (Tensor& p : module.parameters()) { orig = p.dtype(); break; }
+  module.to(kFloat64);
+  struct Restore {
+    nn::Module& m;
+    DType t;
+    ~Restore() { m.to(t); }
+  } restore{module, orig};
+
+  Tensor x64 = x.detach().to(kFloat64).contiguous().clone().requires_grad_(true);
+  std::vector<std::pair<std::string, Tensor>> targets{{"input", x64}};
+  for (auto& [n, p] : module.named_parameters())
+    if (p.requires_grad()) targets.emplace_back((path.empty() ? "" : path + ".") + n, p);
+  for (auto& [n, t] : targets) t.zero_grad();
+
+  Generator gen(opts.seed + 17);
+  Tensor v;
+  {
+    Tensor y = module(x64);
+    v = randn(y.shape(), kFloat64, &gen);
+    (y * v).sum().backward();
+  }
+  auto f = [&]() {
+    NoGradGuard ng;
+    return sum(module(x64) * v).item<double>();
+  };
+  const int64_t full_limit = 512;  // tensors up to this size are checked element by element
+  for (auto& [name, t] : targets) {
+    GS_CHECK(t.is_contiguous() && t.dtype() == kFloat64, "gradcheck_module", "internal: ", name, " is ", t.str());
+    Tensor g = t.grad();
+    const std::vector<double> ga = g.defined() ? g.to_vector<double>() : std::vector<double>(t.numel(), 0.0);
+    double* d = t.data_ptr<double>();
+    double worst = 0.0, worst_a = 0.0, worst_n = 0.0, max_abs = 0.0;
+    int64_t worst_i = -1, failed = 0, checked = 0;
+    auto judge = [&](int64_t idx, double a, double n) {
+      const double err = std::fabs(a - n);
+      const double scale = std::max({std::fabs(a), std::fabs(n), opts.atol});
+      const double rel = err / scale;
+      max_abs = std::max(max_abs, err);
+      ++checked;
+      if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
+      if (rel > worst || worst_i < 0) { worst = rel; worst_i = idx; worst_a = a; worst_n = n; }
+    };
+    if (t.numel() <= full_limit) {
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const double keep = d[i];
+        d[i] = keep + opts.eps;
+        const double fp = f();
+        d[i] = keep - opts.eps;
+        const double fm = f();
+        d[i] = keep;
+        judge(i, ga[static_cast<size_t>(i)], (fp - fm) / (2 * opts.eps));
+      }
+    } else {
+      const int projections = std::max(opts.fast_projections, 2);
+      for (int k = 0; k < projections; ++k) {
+        std::vector<double> u = randn(t.shape(), kFloat64, &gen).to_vector<double>();
+        const std::vector<double> keep(d, d + t.numel());
+        double a = 0.0;
+        for (size_t i = 0; i < u.size(); ++i) a += ga[i] * u[i];
+        for (size_t i = 0; i < u.size(); ++i) d[i] = keep[i] + opts.eps * u[i];
+        const double fp = f();
+        for (size_t i = 0; i < u.size(); ++i) d[i] = keep[i] - opts.eps * u[i];
+        const double fm = f();
+        std::memcpy(d, keep.data(), keep.size() * sizeof(double));
+        judge(k, a, (fp - fm) / (2 * opts.eps));
+      }
+    }
+    if (failed == 0) continue;
+    Finding fd;
+    fd.check = "M13";
+    fd.severity = Severity::Error;
+    const bool proj = t.numel() > full_limit;
+    fd.title = "the analytic gradient of " + (name == "input" ? std::string("the input") : "'" + name + "'") +
+               " disagrees with central differences" + (proj ? " (random projections v^T J u)" : "");
+    fd.module = module_label(path, module);
+    fd.parameter = name == "input" ? "" : name;
+    fd.shape = shape_of(t);
+    fd.evidence = {{"worst relative error", worst, "> rtol " + fmt_num(opts.rtol) + " (+ atol) fails"},
+                   {proj ? "worst projection" : "worst element (flat index)", static_cast<double>(worst_i), ""},
+                   {"analytic", worst_a, ""},
+                   {"numeric", worst_n, ""},
+                   {"failed", static_cast<double>(failed), "of " + std::to_string(checked)}};
+    fd.cause = "the backward of this layer computes a wrong gradient (a hand-written formula with a missing "
+               "transpose, a wrong sign or factor, a reshape where a transpose was meant)";
+    fd.fix = "fix the backward formula; derive it for a 2x3 example by hand and compare with gs::debug::gradcheck";
+    out.push_back(std::move(fd));
+  }
+  return out;
+}
+
+std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows, GradcheckOptions opts) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> layers;
+  std::vector<Tensor> inputs;
+  {
+    HookSet hooks;
+    for (auto& [path, m] : leaf_modules(model)) {
+      if (m->named_parameters(false).empty()) continue;
+      const size_t idx = layers.size();
+      layers.emplace_back(path, m);
+      inputs.emplace_back();
+      hooks.pre(m, [&inputs, idx](nn::Module&, const Tensor& in) {
+        if (!inputs[idx].defined()) inputs[idx] = in.detach().clone();
+      });
+    }
+    ModeSnapshot modes(model);
+    model.eval();
+    NoGradGuard ng;
+    model(x.narrow(0, 0, std::min<int64_t>(std::max<int64_t>(rows, 1), x.size(0))));
+  }
+  std::vector<Finding> out;
+  std::set<const nn::Module*> seen;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].is_floating_point() || !seen.insert(layers[i].second.get()).second) continue;
+    auto fs = gradcheck_module(*layers[i].second, inputs[i], layers[i].first, opts);
+    out.insert(out.end(), fs.begin(), fs.end());
+  }
+  return out;
+}
+
+// ---- M14 / M15 / M16 ------------------------------------------------------------------------
+ParamSnapshot::ParamSnapshot(nn::Module& model) {
+  NoGradGuard ng;
+  for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.detach().clone());
+  for (Tensor& b : model.buffers()) saved_.emplace_back(b, b.detach().clone());
+}
+
+void ParamSnapshot::restore() {
+  NoGradGuard ng;
+  for (auto& [live, copy] : saved_) {
+    if (live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
+      std::memcpy(live.raw_data(), copy.raw_data(), copy.nbytes());
+    else
+      live.detach().copy_(copy);
+    live.zero_grad();
+  }
+}
+
+namespace {
+// Trains a fresh Adam for `steps` over `batches` (cycled); returns the per-step losses.
+std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& batches,
+                              const LossFunction& loss, int64_t steps, double lr, bool zero_inputs,
+                              double stop_below = -1.0, double* final_acc = nullptr) {
+  std::vector<double> losses;
+  std::vector<Tensor> ps = trainable(model);
+  if (ps.empty() || batches.empty()) return losses;
+  optim::Adam opt(ps, optim::AdamOptions(lr));
+  set_mode_without_dropout(model, true);
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto& [x, y] = batches[static_cast<size_t>(s) % batches.size()];
+    opt.zero_grad();
+    Tensor out = model(zero_inputs ? zeros_like(x) : x);
+    Tensor l = loss(out, y);
+    l.backward();
+    opt.step();
+    losses.push_back(l.item<double>());
+    if (final_acc && is_classification(out, y)) *final_acc = accuracy_of(out, y);
+    if (stop_below > 0 && losses.back() < stop_below && (!final_acc || *final_acc >= 1.0)) break;
+    if (!std::isfinite(losses.back())) break;
+  }
+  return losses;
+}
+
+double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss, bool zero_inputs) {
+  NoGradGuard ng;
+  model.eval();
+  return loss(model(zero_inputs ? zeros_like(b.first) : b.first), b.second).item<double>();
+}
+}  // namespace
+
+std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                                       const ModelCheckOptions& o) {
+  ModeSnapshot modes(model);
+  ParamSnapshot snap(model);
+  double acc = std::nan("");
+  const bool classes = y.dtype() == kInt64 && y.dim() == 1;
+  std::vector<double> losses = short_run(model, {{x, y}}, loss, o.overfit_steps, o.overfit_lr, false, o.overfit_loss,
+                                         classes ? &acc : nullptr);
+  snap.restore();
+  std::vector<Finding> out;
+  if (losses.empty()) return out;
+  const double first = losses.front(), last = losses.back();
+  const double best = *std::min_element(losses.begin(), losses.end());
+  const bool ok = last < o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+  Finding f;
+  f.check = "M14";
+  f.module = "(model)";
+  f.shape = shape_of(x);
+  f.evidence = {{"initial loss", first, ""},
+                {"final loss", last, "< " + fmt_num(o.overfit_loss) + " expected"},
+                {"best loss", best, ""},
+                {"steps", static_cast<double>(losses.size()), "at most " + std::to_string(o.overfit_steps)}};
+  if (classes) f.evidence.push_back({"final accuracy", acc, ">= " + fmt_num(o.overfit_accuracy) + " expected"});
+  if (ok) {
+    f.severity = Severity::Info;
+    f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
+              fmt_num(last) + " in " + std::to_string(losses.size()) + " steps";
+  } else {
+    f.severity = Severity::Warning;
+    f.title = "cannot overfit one batch of " + std::to_string(x.size(0)) + " examples in " +
+              std::to_string(o.overfit_steps) + " steps (loss " + fmt_num(first) + " -> " + fmt_num(last) + ")";
+    f.cause = std::string(!std::isfinite(last) ? "the loss became non-finite: numerical instability or a learning "
+                                                 "rate too high. "
+                          : last > first ? "the loss went up: the loss is ill-defined (a flipped sign), the "
+                                           "learning rate is too high, or the computation is unstable. "
+                                         : "") +
+              "A model that cannot memorise a handful of examples has a bug: inputs and labels not aligned, "
+              "gradients that do not reach the layers (detach, frozen, dead units), an output activation that "
+              "limits the logits, or too little capacity";
+    f.fix = "run the gradient-flow (M5), final-activation (M3) and alignment (D4) checks; try a higher learning rate "
+            "for this test only";
+  }
+  return {f};
+}
+
+std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
+                                                const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
+                                                const ModelCheckOptions& o) {
+  ModeSnapshot modes(model);
+  ParamSnapshot snap(model);
+  short_run(model, train, loss, o.baseline_steps, o.baseline_lr, false);
+  const double real = eval_loss(model, held_out, loss, false);
+  snap.restore();
+  short_run(model, train, loss, o.baseline_steps, o.baseline_lr, true);
+  const double zero = eval_loss(model, held_out, loss, true);
+  snap.restore();
+  Finding f;
+  f.check = "M15";
+  f.module = "(model)";
+  f.evidence = {{"held-out loss, real inputs", real, ""},
+                {"held-out loss, zeroed inputs", zero,
+                 "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"}};
+  if (std::isfinite(real) && real < zero * (1.0 - o.baseline_margin)) {
+    f.severity = Severity::Info;
+    f.title = "the model uses its inputs: held-out loss " + fmt_num(real) + " with real inputs vs " + fmt_num(zero) +
+              " with zeroed inputs";
+  } else {
+    f.severity = Severity::Warning;
+    f.title = "training on zeroed inputs does as well as on the real ones: the model learns nothing from its inputs";
+    f.cause = "the inputs carry no usable signal for the labels: inputs and labels misaligned (shuffled "
+              "separately), a bug that drops the input (multiplied by 0, detached), or labels that do not depend "
+              "on the inputs";
+    f.fix = "check the alignment of (x, y) pairs (D4) and the data pipeline; print a few inputs with their labels";
+  }
+  return {f};
+}
+
+std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t width)>& make, int64_t small_width,
+                                    int64_t large_width, const std::vector<std::pair<Tensor, Tensor>>& train,
+                                    const LossFunction& loss, const ModelCheckOptions& o) {
+  auto final_loss = [&](int64_t width) {
+    nn::ModulePtr m = make(width);
+    short_run(*m, train, loss, o.baseline_steps, o.baseline_lr, false);
+    double s = 0.0;
+    for (const auto& b : train) s += eval_loss(*m, b, loss, false);
+    return s / static_cast<double>(std::max<size_t>(train.size(), 1));
+  };
+  const double small = final_loss(small_width), large = final_loss(large_width);
+  Finding f;
+  f.check = "M16";
+  f.module = "(model)";
+  f.evidence = {{"training loss, width " + std::to_string(small_width), small, ""},
+                {"training loss, width " + std::to_string(large_width), large, "must be lower"}};
+  if (std::isfinite(large) && large < small * (1.0 - o.capacity_margin)) {
+    f.severity = Severity::Info;
+    f.title = "more capacity fits better: training loss " + fmt_num(small) + " (width " +
+              std::to_string(small_width) + ") -> " + fmt_num(large) + " (width " + std::to_string(large_width) + ")";
+  } else {
+    f.severity = Severity::Warning;
+    f.title = "a larger model does not reach a lower training loss";
+    f.cause = "capacity is not what limits training: an optimisation problem (learning rate, initialisation), a "
+              "bottleneck elsewhere in the model, or inputs that carry no signal";
+    f.fix = "fix optimisation first (overfit one batch, M14; learning-rate diagnosis, O6), then grow the model";
+  }
+  return {f};
+}
+
+// ---- M17 -----------------------------------------------------------------------------------
+std::vector<Finding> check_batchnorm_stats(nn::Module& model) {
+  std::vector<Finding> out;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* bn = dynamic_cast<nn::BatchNormBase*>(m.get());
+    if (!bn) continue;
+    const bool none = !bn->track_running_stats();
+    const int64_t tracked = none ? 0 : bn->num_batches_tracked.item<int64_t>();
+    if (!none && tracked > 0) continue;
+    Finding f;
+    f.check = "M17";
+    f.severity = Severity::Warning;
+    f.module = module_label(path, *m);
+    f.title = none ? "BatchNorm without running statistics: in eval mode it normalises with each batch's own "
+                     "statistics"
+                   : "BatchNorm's running statistics were never updated (num_batches_tracked = 0) but the model "
+                     "is being evaluated";
+    f.evidence = {{"num_batches_tracked", static_cast<double>(tracked), "0 at eval flags"}};
+    if (!none) {
+      const TensorSummary rm = summarize(bn->running_mean), rv = summarize(bn->running_var);
+      f.evidence.push_back({"running_mean mean", rm.mean, ""});
+      f.evidence.push_back({"running_var mean", rv.mean, ""});
+    }
+    f.cause = none ? "track_running_stats=false: a prediction depends on the other examples in the batch and on "
+                     "its size; a single example cannot be evaluated"
+                   : "the layer never ran in training mode with statistics tracking (trained in eval mode, or a "
+                     "forward that skips the update), so eval uses mean 0 / var 1 instead of the data's";
+    f.fix = "keep track_running_stats=true and train in train mode so the running statistics follow the data";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,270 @@
+// The model checks (debug/model_checks.h): each fires on the bug it is for and
+// stays silent on a clean model.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "debug/model_checks.h"
+#include "debug_test_util.h"
+#include "optim/optim.h"
+
+using namespace dtest;
+
+namespace {
+nn::ModulePtr at(const std::shared_ptr<nn::Sequential>& s, size_t i) { return (*s)[i]; }
+Tensor ce(const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); }
+}  // namespace
+
+TEST_CASE("M1: the shape trace lists every module's output shape and parameter count") {
+  auto m = mlp(12, 8, 3);
+  XY d = blobs(4, 3, 12);
+  dbg::ShapeTrace t = dbg::shape_trace(*m, d.x);
+  REQUIRE(t.rows.size() == m->named_modules().size());
+  CHECK(t.rows[0].path == "(model)");
+  CHECK(t.rows[0].output_shape == "[12, 3]");
+  CHECK(t.rows[2].type == "Linear");
+  CHECK(t.rows[2].output_shape == "[12, 8]");
+  CHECK(t.rows[2].parameters == 12 * 8 + 8);
+  CHECK(t.total_parameters == m->num_parameters());
+  const dbg::Finding f = t.finding();
+  CHECK(f.check == "M1");
+  CHECK_FALSE(f.fires());
+  CHECK(f.cause.find("[12, 8]") != std::string::npos);
+}
+
+TEST_CASE("M3: a ReLU after the final layer is found by structure and by the logits; clean is silent") {
+  XY d = blobs(8, 3, 6);
+  auto clean = mlp(6, 8, 3);
+  clean->eval();
+  CHECK_FALSE(fires(dbg::check_final_activation(*clean, (*clean)(d.x))));
+
+  auto bad = mlp(6, 8, 3);
+  bad->push_back(std::make_shared<nn::ReLU>());  // bug B10
+  bad->eval();
+  auto fs = dbg::check_final_activation(*bad, (*bad)(d.x));
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].check == "M3");
+  CHECK(fs[0].module == "9 (ReLU)");
+  CHECK(evidence(fs[1], "min logit") >= 0.0);
+  // Probabilities (double softmax) are L2's business, not M3's data rule.
+  auto soft = mlp(6, 8, 3);
+  soft->push_back(std::make_shared<nn::Softmax>(1));
+  soft->eval();
+  CHECK_FALSE(fires(dbg::check_final_activation(*soft, (*soft)(d.x))));
+}
+
+TEST_CASE("M4: one layer instance used twice, and one tensor under two names; clean is silent") {
+  CHECK_FALSE(fires(dbg::check_shared_weights(*mlp(6, 8, 3))));
+  auto fc = std::make_shared<nn::Linear>(8, 8);
+  auto reuse = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(), fc,
+                                                std::make_shared<nn::ReLU>(), fc);  // bug B11
+  auto fs = dbg::check_shared_weights(*reuse);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].title.find("2 and 4") != std::string::npos);
+  CHECK(evidence(fs[0], "shared parameters") == 8 * 8 + 8);
+
+  struct Tied : nn::Module {
+    Tied() : Module("Tied") {
+      a = register_module("a", std::make_shared<nn::Linear>(3, 3));
+      b = register_module("b", std::make_shared<nn::Linear>(3, 3));
+      b->register_parameter("tied", a->weight);
+    }
+    std::shared_ptr<nn::Linear> a, b;
+  };
+  auto tied = std::make_shared<Tied>();
+  auto ts = dbg::check_shared_weights(*tied);
+  REQUIRE(ts.size() == 1);
+  CHECK(ts[0].parameter == "a.weight");
+  CHECK(ts[0].title.find("b.tied") != std::string::npos);
+}
+
+TEST_CASE("M5: a detach inside the model leaves the earlier layers without gradient") {
+  XY d = blobs(8, 3, 6);
+  auto clean = mlp(6, 8, 3);
+  ce((*clean)(d.x), d.y).backward();
+  CHECK_FALSE(fires(dbg::check_gradient_flow(*clean)));
+
+  auto bad = mlp(6, 8, 3);
+  at(bad, 8)->inject_bug(nn::Bug::B12);  // the head detaches its input
+  ce((*bad)(d.x), d.y).backward();
+  auto fs = dbg::check_gradient_flow(*bad);
+  REQUIRE(find(fs, "M5") != nullptr);
+  CHECK(fs[0].parameter == "1.weight");
+  CHECK(evidence(fs[0], "parameters without gradient") == 8);  // fc1 w,b; bn w,b; two blocks x (w,b)
+  for (const auto& f : fs) CHECK(f.parameter.rfind("8.", 0) != 0);  // the head itself still learns
+}
+
+TEST_CASE("M6: batch mixing by reshape-for-transpose and by a softmax over the batch; BatchNorm is only info") {
+  XY d = blobs(4, 3, 6);
+  auto clean = mlp(6, 8, 3);
+  auto fs = dbg::batch_mixing_test(*clean, d.x);
+  CHECK_FALSE(fires(fs));
+  const dbg::Finding* info = find(fs, "M6", dbg::Severity::Info);
+  REQUIRE(info != nullptr);
+  CHECK(info->severity == dbg::Severity::Info);
+  CHECK(info->title.find("BatchNorm") != std::string::npos);
+  CHECK(clean->is_training());  // modes restored
+
+  auto b13 = mlp(6, 8, 3);
+  at(b13, 1)->inject_bug(nn::Bug::B13);
+  auto f13 = dbg::batch_mixing_test(*b13, d.x);
+  const dbg::Finding* e = find(f13, "M6", dbg::Severity::Error);
+  REQUIRE(e != nullptr);
+  CHECK(evidence(*e, "coupled rows") >= 1);
+
+  auto b14 = mlp(6, 8, 3);
+  auto head = std::make_shared<nn::LogSoftmax>(1);
+  head->inject_bug(nn::Bug::B14);
+  b14->push_back(head);
+  CHECK(find(dbg::batch_mixing_test(*b14, d.x), "M6", dbg::Severity::Error) != nullptr);
+}
+
+TEST_CASE("M9: weights drawn from N(0, 1) are flagged; the defaults are not") {
+  CHECK_FALSE(fires(dbg::check_initialisation(*mlp(64, 32, 10))));
+  auto bad = mlp(64, 32, 10);
+  at(bad, 1)->inject_bug(nn::Bug::B16);
+  auto fs = dbg::check_initialisation(*bad);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].parameter == "1.weight");
+  CHECK(evidence(fs[0], "weight std") == doctest::Approx(1.0).epsilon(0.1));
+  CHECK(evidence(fs[0], "fan_in") == 64);
+}
+
+TEST_CASE("M10: frozen parameters in the optimizer, a frozen head, and parameters missing from the optimizer") {
+  auto clean = mlp(6, 8, 3);
+  gs::optim::Adam opt(clean->parameters());
+  auto fs = dbg::check_trainable(*clean, &opt);
+  CHECK_FALSE(fires(fs));
+  CHECK(find(fs, "M10", dbg::Severity::Info)->evidence[0].value == clean->num_parameters());
+
+  auto bad = mlp(6, 8, 3);
+  gs::optim::Adam opt2(bad->parameters());
+  at(bad, 8)->requires_grad_(false);  // bug B15: the head frozen instead of the backbone
+  auto fb = dbg::check_trainable(*bad, &opt2);
+  int warnings = 0;
+  for (const auto& f : fb) warnings += f.fires();
+  CHECK(warnings == 2);  // frozen parameters held by the optimizer + a frozen output layer
+  CHECK(fb[1].parameter == "8.weight");
+
+  auto late = mlp(6, 8, 3);
+  gs::optim::Adam opt3({late->parameters()[0]});
+  auto fl = dbg::check_trainable(*late, &opt3);
+  REQUIRE(find(fl, "M10") != nullptr);
+  CHECK(find(fl, "M10")->title.find("in no optimizer group") != std::string::npos);
+}
+
+TEST_CASE("M11: float64 inputs into a float32 model, and mixed parameter dtypes") {
+  auto m = mlp(6, 8, 3);
+  XY d = blobs(4, 3, 6);
+  CHECK_FALSE(fires(dbg::check_devices_dtypes(*m, d.x)));
+  auto fs = dbg::check_devices_dtypes(*m, d.x.to(gs::kFloat64));  // bug B27
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].title.find("float64") != std::string::npos);
+  CHECK(evidence(fs[0], "input bytes per value") == 8);
+  at(m, 8)->to(gs::kFloat64);
+  CHECK(find(dbg::check_devices_dtypes(*m), "M11") != nullptr);
+}
+
+TEST_CASE("M13: gradcheck_module catches a Linear with a wrong backward and passes correct layers") {
+  XY d = blobs(2, 3, 6);
+  auto fc = std::make_shared<nn::Linear>(6, 4);
+  CHECK(dbg::gradcheck_module(*fc, d.x).empty());
+  CHECK(fc->weight.dtype() == gs::kFloat32);  // converted back
+  fc->inject_bug(nn::Bug::B22);
+  auto fs = dbg::gradcheck_module(*fc, d.x, "fc");
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "M13");
+  CHECK(fs[0].parameter == "fc.weight");
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(evidence(fs[0], "worst relative error") > 1e-3);
+
+  // Every layer of a model, each with the input it sees (BatchNorm in eval, residual blocks, ...).
+  auto clean = mlp(6, 8, 3);
+  CHECK(dbg::gradcheck_layers(*clean, d.x).empty());
+  auto bad = mlp(40, 32, 3);
+  at(bad, 1)->inject_bug(nn::Bug::B22);  // 1280 weights: checked by random projections
+  XY d40 = blobs(2, 3, 40);
+  auto fb = dbg::gradcheck_layers(*bad, d40.x);
+  REQUIRE(fb.size() == 1);
+  CHECK(fb[0].parameter == "1.weight");
+  CHECK(fb[0].title.find("projections") != std::string::npos);
+}
+
+TEST_CASE("M14: a clean model overfits one batch; a model with dead first-layer units cannot") {
+  XY d = blobs(6, 3, 6);
+  auto clean = mlp(6, 16, 3);
+  const Tensor w0 = clean->parameters()[0].clone();
+  auto fs = dbg::overfit_one_batch(*clean, d.x, d.y, ce);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(evidence(fs[0], "final loss") < 0.05);
+  CHECK(gs::equal(clean->parameters()[0], w0));  // restored
+
+  auto dead = mlp(6, 16, 3);
+  at(dead, 1)->inject_bug(nn::Bug::B18);
+  auto fd = dbg::overfit_one_batch(*dead, d.x, d.y, ce);
+  REQUIRE(find(fd, "M14") != nullptr);
+  CHECK(evidence(fd[0], "final accuracy") < 1.0);
+}
+
+TEST_CASE("M15: real inputs beat zeroed inputs; labels unrelated to the inputs do not") {
+  XY d = blobs(40, 3, 6, 5, 0.5);
+  std::vector<std::pair<Tensor, Tensor>> train;
+  for (int i = 0; i < 3; ++i) train.emplace_back(d.x.narrow(0, 24 * i, 24), d.y.narrow(0, 24 * i, 24));
+  std::pair<Tensor, Tensor> held{d.x.narrow(0, 72, 48), d.y.narrow(0, 72, 48)};
+  auto m = mlp(6, 16, 3);
+  auto fs = dbg::input_independent_baseline(*m, train, held, ce);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+
+  // Labels shuffled away from their inputs (as bug B07 does).
+  gs::Generator g(9);
+  Tensor shuffled = d.y.index_select(0, gs::randperm(d.y.size(0), &g));
+  std::vector<std::pair<Tensor, Tensor>> bad;
+  for (int i = 0; i < 3; ++i) bad.emplace_back(d.x.narrow(0, 24 * i, 24), shuffled.narrow(0, 24 * i, 24));
+  auto fb = dbg::input_independent_baseline(*m, bad, {d.x.narrow(0, 72, 48), shuffled.narrow(0, 72, 48)}, ce);
+  REQUIRE(find(fb, "M15") != nullptr);
+}
+
+TEST_CASE("M16: a wider MLP fits spirals better; a model with a 1-unit bottleneck does not gain") {
+  auto sp = nn::make_spirals(40, 3, 0.1, 2);
+  std::vector<std::pair<Tensor, Tensor>> train{{sp->x(), sp->y()}};
+  dbg::ModelCheckOptions o;
+  o.baseline_steps = 150;
+  o.baseline_lr = 1e-2;
+  auto wide = [](int64_t w) -> nn::ModulePtr {
+    gs::manual_seed(4);
+    return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, w), std::make_shared<nn::ReLU>(),
+                                            std::make_shared<nn::Linear>(w, w), std::make_shared<nn::ReLU>(),
+                                            std::make_shared<nn::Linear>(w, 3));
+  };
+  auto fs = dbg::capacity_check(wide, 2, 64, train, ce, o);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+
+  // A factory that ignores its width argument (the "larger" model is the same one).
+  auto ignores_width = [&wide](int64_t) { return wide(8); };
+  auto fb = dbg::capacity_check(ignores_width, 2, 64, train, ce, o);
+  REQUIRE(find(fb, "M16") != nullptr);
+}
+
+TEST_CASE("M17: BatchNorm whose running statistics were never updated, or that has none") {
+  XY d = blobs(8, 3, 6);
+  auto clean = mlp(6, 8, 3);
+  (*clean)(d.x);  // one training-mode forward updates the statistics
+  CHECK(dbg::check_batchnorm_stats(*clean).empty());
+
+  auto b23 = mlp(6, 8, 3);
+  at(b23, 3)->inject_bug(nn::Bug::B23);
+  (*b23)(d.x);
+  auto fs = dbg::check_batchnorm_stats(*b23);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].module == "3 (BatchNorm1d)");
+  CHECK(evidence(fs[0], "num_batches_tracked") == 0);
+
+  auto none = std::make_shared<nn::Sequential>(std::make_shared<nn::BatchNorm1d>(
+      nn::BatchNormOptions(6).track_running_stats(false)));
+  auto fn = dbg::check_batchnorm_stats(*none);
+  REQUIRE(fn.size() == 1);
+  CHECK(fn[0].title.find("without running statistics") != std::string::npos);
+}
