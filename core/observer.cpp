@@ -14,18 +14,31 @@ std::vector<OpObserver*>& observers() {
   return v;
 }
 std::mutex g_mu;
+// Ops that an observer runs itself (a check that sums a tensor) are not
+// reported: that would recurse, and they are not the model's ops.
+thread_local int t_notifying = 0;
+struct Notifying {
+  Notifying() { ++t_notifying; }
+  ~Notifying() { --t_notifying; }
+};
 }  // namespace
 
 void notify_op(const OpEvent& e) {
+  if (t_notifying) return;
+  Notifying n;
   // Copy: an observer may detach itself from inside the callback.
   std::vector<OpObserver*> list = observers();
   for (OpObserver* o : list) o->on_op(e);
 }
 void notify_op_begin(const char* op) {
+  if (t_notifying) return;
+  Notifying n;
   std::vector<OpObserver*> list = observers();
   for (OpObserver* o : list) o->on_op_begin(op);
 }
 void notify_backward(const BackwardEvent& e) {
+  if (t_notifying) return;
+  Notifying n;
   std::vector<OpObserver*> list = observers();
   for (OpObserver* o : list) o->on_backward(e);
 }

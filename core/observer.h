@@ -27,6 +27,7 @@ struct BackwardEvent {
   size_t num_grad_inputs;
 };
 
+// Ops an observer runs inside its own callbacks are not reported to anyone.
 class OpObserver {
  public:
   virtual ~OpObserver() = default;

@@ -240,6 +240,15 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
   }
   Tensor y32 = model(x);
   const double l32 = loss ? loss(y32).item<double>() : 0.0;
+  if (!all_finite(y32) || !std::isfinite(l32)) {
+    Finding f;
+    f.check = "M18";
+    f.severity = Severity::Info;
+    f.title = "not compared: the float32 forward is already non-finite (see M12 and W4 for its source)";
+    f.module = "(model)";
+    out.push_back(std::move(f));
+    return out;
+  }
 
   // Half run: round the parameters (restored below) and the input, then every op's result.
   std::vector<std::pair<Tensor, Tensor>> saved;
