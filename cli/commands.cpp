@@ -6,11 +6,14 @@ namespace gradsleuth::cli {
 std::vector<Command> all_commands() {
   return {
       {"checks", "list the debug module's checks (CHECKS.md): id, name, source, C++ entry point", cmd_checks},
+      {"doctor", "run every check on a model (optionally with injected bugs) and write an HTML report", cmd_doctor},
       {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
        cmd_demo},
       {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},
       {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
       {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},
+      {"zoo", "train the clean model and each catalogued bug with every check attached: the detection matrix",
+       cmd_zoo},
   };
 }
 

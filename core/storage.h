@@ -1,5 +1,6 @@
 // Storage: a block of device memory shared by a tensor and all of its views,
-// with the version counter that in-place ops bump.
+// with the version counter that in-place ops bump, and the process-wide byte
+// counters (live bytes, peak) that the memory report (W8) reads.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -21,6 +22,10 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Allocation order: this was the serial()-th Storage allocated on its device
+  // type (from 0). memory_stats().allocations read before a computation tells
+  // which live storages it allocated (the memory report uses this).
+  int64_t serial() const { return serial_; }
 
   // The version counter: every in-place op on any view of this storage calls
   // bump_version(op) (PyTorch keeps the same counter). A tensor saved for
@@ -36,9 +41,28 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  int64_t serial_ = 0;
   uint64_t version_ = 0;
   static constexpr int kLog = 16;
   std::array<const char*, kLog> log_{};  // log_[v % kLog] = op that made version v+1
 };
+
+// ---- allocation accounting (W8) --------------------------------------------------
+// Every Storage adds its bytes to a per-device-type counter when it is allocated
+// and subtracts them when it is freed, so these numbers are the bytes held by
+// live tensors (views share their storage and are counted once). A backend's
+// cache of freed blocks is not counted: this is what tensors hold, not what the
+// process holds. Counters are process-wide and updated with relaxed atomics.
+struct MemoryStats {
+  int64_t current_bytes = 0;  // bytes in live Storage objects now
+  int64_t peak_bytes = 0;     // the largest current_bytes since the last reset_peak_memory()
+  int64_t allocations = 0;    // Storage objects allocated since the process started
+};
+MemoryStats memory_stats(DeviceType device = DeviceType::CPU);
+// Sets the peak to the current bytes, so the next peak measures what follows.
+// The counters are shared by the whole process: resetting them mid-way through
+// someone else's measurement changes theirs.
+void reset_peak_memory(DeviceType device);
+void reset_peak_memory();  // every device type
 
 }  // namespace gradsleuth

@@ -108,6 +108,7 @@ void AnomalyMode::on_backward(const BackwardEvent& e) {
 // ---- M12 ----------------------------------------------------------------------------------
 std::vector<Finding> find_nonfinite_source(nn::Module& model, const Tensor& x) {
   std::vector<Finding> out;
+  QuietProbe probe(model);
   HookSet hooks;
   bool done = false;
   for (auto& [path, m] : model.named_modules()) {

@@ -665,6 +665,9 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
         }
         one_hot = one_hot && sum == 1.0;
       }
+    // 0/1 float targets of a binary task (BCE, BCEWithLogits) are not class indices: nothing to say.
+    const bool binary = C <= 2 && !one_hot && std::all_of(v.begin(), v.end(), [](double a) { return a == 0.0 || a == 1.0; });
+    if (binary) return out;
     Finding f = make("D9", Severity::Error, "");
     f.shape = y.str();
     if (one_hot) {

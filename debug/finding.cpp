@@ -101,7 +101,12 @@ std::string Finding::json() const {
 }
 
 std::string Finding::key() const {
-  return check + '\x1f' + title + '\x1f' + module + '\x1f' + parameter + '\x1f' + op;
+  // The title without its numbers: the same problem seen again with other
+  // values ("logits in -1.9 .. 0.86", then "-4.4 .. 4.5") is one finding.
+  std::string t;
+  for (char c : title)
+    if (!(c >= '0' && c <= '9') && c != '.' && c != '-' && c != '+') t += c;
+  return check + '\x1f' + t + '\x1f' + module + '\x1f' + parameter + '\x1f' + op;
 }
 
 void Report::add(Finding f) {

@@ -57,7 +57,7 @@ struct Finding {
   //     fix:      ...
   std::string str() const;
   std::string json() const;  // one JSON object
-  // Identity for de-duplication: check, title, module, parameter, op.
+  // Identity for de-duplication: check, title (its numbers left out), module, parameter, op.
   std::string key() const;
 };
 

@@ -1,6 +1,8 @@
 // Hook sets and the module tracker (see hooks.h).
 #include "debug/hooks.h"
 
+#include "core/autograd.h"
+
 namespace gradsleuth::debug {
 
 void HookSet::pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h) {
@@ -17,6 +19,10 @@ void HookSet::loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook
 
 void HookSet::loss_pre(nn::Loss& l, nn::Loss::LossPreHook h) {
   handles_.push_back({nullptr, &l, l.register_loss_pre_hook(std::move(h)), true});
+}
+
+void HookSet::loss_post(nn::Loss& l, nn::Loss::LossHook h) {
+  handles_.push_back({nullptr, &l, l.register_loss_hook(std::move(h)), true});
 }
 
 void HookSet::clear() {
@@ -44,6 +50,16 @@ void ModuleTracker::attach(nn::Module& model) {
       if (!stack_.empty()) stack_.pop_back();
     });
   }
+}
+
+QuietProbe::QuietProbe(nn::Module& model) : mute_([](const Warning&) {}) {
+  NoGradGuard ng;
+  for (Tensor& b : model.buffers()) buffers_.emplace_back(b, b.detach().clone());
+}
+
+QuietProbe::~QuietProbe() {
+  NoGradGuard ng;
+  for (auto& [live, copy] : buffers_) live.copy_(copy);
 }
 
 std::vector<std::pair<std::string, nn::ModulePtr>> leaf_modules(nn::Module& model) {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/warning.h"
 #include "nn/loss.h"
 #include "nn/module.h"
 
@@ -24,6 +25,7 @@ class HookSet {
   void post(const nn::ModulePtr& m, nn::Module::ForwardHook h);
   void loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook h);
   void loss_pre(nn::Loss& l, nn::Loss::LossPreHook h);  // the caller keeps l alive while hooked
+  void loss_post(nn::Loss& l, nn::Loss::LossHook h);
   void clear();
   bool empty() const { return handles_.empty(); }
 
@@ -52,6 +54,21 @@ class ModuleTracker {
  private:
   HookSet hooks_;
   std::vector<std::string> stack_;
+};
+
+// A check's own probing run of a model: while it lives, library warnings (M2,
+// O5) are muted — they would be about the probe, not the user's code — and on
+// destruction the model's buffers (BatchNorm running statistics) are restored.
+class QuietProbe {
+ public:
+  explicit QuietProbe(nn::Module& model);
+  ~QuietProbe();
+  QuietProbe(const QuietProbe&) = delete;
+  QuietProbe& operator=(const QuietProbe&) = delete;
+
+ private:
+  WarningHandlerGuard mute_;
+  std::vector<std::pair<Tensor, Tensor>> buffers_;  // (live, copy)
 };
 
 // The leaf modules of a model in registration order (depth first), with paths.

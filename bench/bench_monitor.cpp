@@ -1,0 +1,67 @@
+// The cost of the training monitor (W3): one training step of the bug zoo's
+// reference MLP (784-128 + BatchNorm + 2 residual blocks + 10, batch 64, Adam,
+// cross-entropy) bare, and with debug::Monitor attached (its full checks every
+// 10 steps, as in `gradsleuth zoo`; and every step, the worst case).
+// Issue 4's goal: the monitor (every 10) costs <= 5% of the bare step.
+//   OMP_NUM_THREADS=1 build/bin/bench_monitor --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "core/generator.h"
+#include "debug/monitor.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+namespace {
+
+namespace nn = gs::nn;
+namespace optim = gs::optim;
+
+std::shared_ptr<nn::Sequential> zoo_mlp() {  // (B, 1, 28, 28) -> (B, 10)
+  auto block = [] {
+    return std::make_shared<nn::Residual>(
+        std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 128)));
+  };
+  return std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::BatchNorm1d>(128), block(), block(), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::Linear>(128, 10));
+}
+
+// every = 0: no monitor.
+void run(benchmark::State& state, int64_t every) {
+  const int64_t B = 64;
+  gs::manual_seed(0);
+  auto model = zoo_mlp();
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-3));
+  nn::CrossEntropyLoss ce;
+  std::unique_ptr<gs::debug::Monitor> monitor;
+  if (every > 0) {
+    gs::debug::MonitorOptions o;
+    o.every = every;
+    monitor = std::make_unique<gs::debug::Monitor>(*model, opt, &ce, o);
+  }
+  gs::Tensor x = gs::randn({B, 1, 28, 28});  // (B, 1, 28, 28), standardised-like
+  gs::Tensor y = gs::randint(0, 10, {B});    // (B)
+  for (auto _ : state) {
+    opt.zero_grad();
+    gs::Tensor loss = ce((*model)(x), y);
+    loss.backward();
+    opt.step();
+    if (monitor) monitor->record_step(loss.item<double>());
+    benchmark::DoNotOptimize(loss.raw_data());
+  }
+  state.SetItemsProcessed(state.iterations() * B);
+}
+
+void BM_bare(benchmark::State& s) { run(s, 0); }
+void BM_monitor10(benchmark::State& s) { run(s, 10); }
+void BM_monitor1(benchmark::State& s) { run(s, 1); }
+
+}  // namespace
+
+BENCHMARK(BM_bare)->Name("monitor/bare")->Unit(benchmark::kMicrosecond)->MinTime(1.0);
+BENCHMARK(BM_monitor10)->Name("monitor/every10")->Unit(benchmark::kMicrosecond)->MinTime(1.0);
+BENCHMARK(BM_monitor1)->Name("monitor/every1")->Unit(benchmark::kMicrosecond)->MinTime(1.0);
+BENCHMARK_MAIN();

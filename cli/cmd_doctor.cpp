@@ -1,0 +1,183 @@
+// gradsleuth doctor: every check on one model — the data checks, the
+// pre-training gate (W2), a short monitored training run (W3), the end-of-run
+// diagnoses — printed as a report, with an HTML page of plots (W6), a profile
+// of one step (W7) and a memory report (W8). --bug injects catalogued bugs.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli/cli.h"
+#include "cli/json.h"
+#include "core/autograd.h"
+#include "debug/html_report.h"
+#include "debug/memory.h"
+#include "debug/profiler.h"
+#include "debug/zoo.h"
+
+namespace gradsleuth::cli {
+
+namespace {
+
+debug::Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
+                        const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s,
+                        size_t max_series = 12) {
+  debug::Plot p;
+  p.title = title;
+  p.x_label = "step";
+  p.y_label = y_label;
+  p.log_y = log_y;
+  for (size_t i = 0; i < s.size() && i < max_series; ++i) {
+    debug::Series se;
+    se.name = s[i].first;
+    for (auto& [x, y] : s[i].second) {
+      se.x.push_back(static_cast<double>(x));
+      se.y.push_back(y);
+    }
+    p.series.push_back(std::move(se));
+  }
+  return p;
+}
+
+}  // namespace
+
+int cmd_doctor(const std::vector<std::string>& args) {
+  Args a("doctor", args);
+  a.about(
+      "Runs every check of the debug module on the mlp or cnn reference model with Fashion-MNIST: the data\n"
+      "checks (D1-D10), the pre-training gate (W2: devices, trainable parameters, forward, backward, gradient\n"
+      "check of every layer, batch mixing, overfit one batch, initial loss, ...), a short training run with the\n"
+      "monitor attached (W3), and the end-of-run diagnoses (loss history, fitting, learning rate, dead units,\n"
+      "saturation, half precision). Prints the findings (what, where, evidence, likely cause, fix), writes\n"
+      "OUT/report.html (plots: loss, gradient norms per layer, dead-unit fraction per layer, update ratios) and\n"
+      "OUT/metrics.csv, and shows where a step's time and memory go. --bug B13 injects a catalogued bug.");
+  a.option("model", "mlp|cnn", "the reference model", "mlp");
+  a.option("bug", "ID", "inject a bug (B01..B28); repeatable", "", true);
+  a.option("steps", "N", "training steps of the monitored run", "150");
+  a.option("train-examples", "N", "training images", "6000");
+  a.option("out", "DIR", "where report.html and metrics.csv go", "runs/doctor");
+  a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
+  a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
+  a.flag("verbose", "also print the info findings (batch summary, model summary, counts)");
+  a.flag("json", "print the findings as one JSON object instead of the report");
+  if (!a.parse()) return 0;
+#ifdef _OPENMP
+  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
+#endif
+  debug::zoo::Options o = debug::zoo::Options::quick();
+  o.model = a.get("model");
+  o.steps = a.get_int("steps");
+  o.train_examples = a.get_int("train-examples");
+  o.seed = static_cast<uint64_t>(a.get_int("seed"));
+  o.data_dir = a.get("data-dir");
+  GS_CHECK(o.model == "mlp" || o.model == "cnn", "doctor", "unknown --model '", o.model, "': use mlp or cnn");
+  GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "doctor",
+           "--steps must be >= 1 and --train-examples >= ", o.batch_size);
+  nn::BugSet bugs;
+  for (const std::string& id : a.get_all("bug")) bugs.add(nn::parse_bug(id));
+  const bool json = a.has("json");
+  auto progress = [json](const std::string& s) {
+    if (!json) std::fprintf(stderr, "doctor: %s\n", s.c_str());
+  };
+
+  debug::zoo::Variant v = debug::zoo::build(bugs, o);
+  for (const std::string& n : v.notes) progress("recipe: " + n);
+  debug::zoo::RunResult r = debug::zoo::run_variant(v, o, progress);
+
+  // W7 and W8 on a fresh copy of the recipe (the run above may have broken the model).
+  debug::zoo::Variant pv = debug::zoo::build(bugs, o);
+  std::string profile_text, memory_text, profile_json = "null", memory_json = "null";
+  try {
+    const nn::Batch b = pv.train->batch(0, 0);
+    debug::Profiler prof;
+    prof.attach(*pv.model);
+    prof.attach(*pv.optimizer);
+    prof.start();
+    for (int i = 0; i < 10; ++i) {
+      pv.optimizer->zero_grad();
+      Tensor loss = (*pv.loss)((*pv.model)(b.x), b.y);
+      loss.backward();
+      pv.optimizer->step();
+    }
+    prof.stop();
+    const auto pr = prof.report();
+    profile_text = pr.str(12);
+    profile_json = pr.json();
+    prof.detach();
+    const auto mem = debug::memory_report(*pv.model, [&] { return (*pv.loss)((*pv.model)(b.x), b.y); });
+    memory_text = mem.str();
+    memory_json = mem.json();
+  } catch (const std::exception& e) {
+    profile_text = std::string("(not measured: ") + e.what() + ")";
+  }
+
+  // The HTML report (W6) and the metrics log.
+  const std::string out = a.get("out");
+  debug::HtmlReport html;
+  html.title = "gradsleuth doctor: " + o.model + (bugs.empty() ? "" : " with " + bugs.str());
+  html.summary = {{"model", o.model},
+                  {"bugs", bugs.str()},
+                  {"training", std::to_string(r.steps) + " steps on " + std::to_string(o.train_examples) + " images"},
+                  {"test accuracy", debug::fmt_num(r.test_accuracy)},
+                  {"final training loss", debug::fmt_num(r.final_loss)},
+                  {"checks that fired", r.fired.empty() ? "none" : [&] {
+                     std::string s;
+                     for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + c;
+                     return s;
+                   }()}};
+  {
+    debug::Plot loss;
+    loss.title = "training loss";
+    loss.x_label = "step";
+    loss.y_label = "loss";
+    debug::Series s;
+    s.name = "train (per step)";
+    for (size_t i = 0; i < r.history.step_losses.size(); ++i) {
+      s.x.push_back(static_cast<double>(i + 1));
+      s.y.push_back(r.history.step_losses[i]);
+    }
+    loss.series.push_back(s);
+    html.plots.push_back(loss);
+  }
+  html.plots.push_back(series_plot("gradient norm per parameter", "||grad||", true, r.history.grad_norms));
+  html.plots.push_back(series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction));
+  html.plots.push_back(series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio));
+  html.findings = r.report;
+  std::filesystem::create_directories(out);
+  debug::write_html_report(out + "/report.html", html);
+  {
+    debug::MetricsLog log(out);
+    for (size_t i = 0; i < r.history.step_losses.size(); ++i)
+      log.log(static_cast<int64_t>(i + 1), "loss/train", r.history.step_losses[i]);
+    for (auto& [name, pts] : r.history.grad_norms)
+      for (auto& [st, val] : pts) log.log(st, "grad_norm/" + name, val);
+    for (auto& [name, pts] : r.history.dead_fraction)
+      for (auto& [st, val] : pts) log.log(st, "dead_fraction/" + name, val);
+  }
+
+  if (json) {
+    std::cout << "{\"model\":" << json_str(o.model) << ",\"bugs\":" << json_str(bugs.str())
+              << ",\"steps\":" << r.steps << ",\"test_accuracy\":" << json_num(r.test_accuracy)
+              << ",\"final_loss\":" << json_num(r.final_loss) << ",\"fired\":[";
+    for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? "," : "") << json_str(r.fired[i]);
+    std::cout << "],\"findings\":" << r.report.json() << ",\"profile\":" << profile_json
+              << ",\"memory\":" << memory_json << ",\"report\":" << json_str(out + "/report.html") << "}\n";
+    return 0;
+  }
+  std::cout << "gradsleuth doctor: " << o.model << (bugs.empty() ? "" : " with bug " + bugs.str()) << ", "
+            << r.steps << " training steps, test accuracy " << debug::fmt_num(r.test_accuracy) << "\n";
+  if (!r.stopped.empty()) std::cout << r.stopped << "\n";
+  std::cout << "\n" << r.report.str(a.has("verbose"));
+  std::cout << "\nchecks that fired: ";
+  if (r.fired.empty()) std::cout << "none";
+  for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? ", " : "") << r.fired[i];
+  std::cout << "\n\n== where the step time goes (W7, 10 steps) ==\n" << profile_text << "\n";
+  if (!memory_text.empty()) std::cout << "== memory (W8, one step) ==\n" << memory_text << "\n";
+  std::cout << "report: " << out << "/report.html, metrics: " << out << "/metrics.csv\n";
+  return 0;
+}
+
+}  // namespace gradsleuth::cli

@@ -1,0 +1,524 @@
+// W6: metric files (CSV, JSON lines), SVG plots drawn here (axes, ticks,
+// legend, one polyline per series) and the HTML page with its atomic write.
+#include "debug/html_report.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+std::optional<uint64_t> g_fail_after;  // testing::set_report_write_failure
+
+std::string errno_str() { return std::strerror(errno); }
+
+// Shortest text that reads back as the same double; nan / inf / -inf otherwise.
+std::string num_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, res.ptr);
+}
+
+// Two decimals are plenty for SVG coordinates.
+std::string coord(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", v);
+  return buf;
+}
+
+// A tick label: 0.001, 250, 1e+06 (no "-0").
+std::string tick_text(double v) {
+  if (v == 0.0) return "0";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+// The colours of matplotlib's "tab10": distinct, readable, colour-blind aware.
+const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
+
+// A step of 1, 2 or 5 x 10^k near range / target.
+double nice_step(double range, int target) {
+  const double raw = range / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double f = raw / mag;
+  return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * mag;
+}
+
+// An axis: the data range widened to round ticks. For a log axis, lo/hi and
+// the ticks are log10 of the values.
+struct Axis {
+  double lo = 0.0, hi = 1.0;
+  std::vector<double> ticks;
+  bool log = false;
+};
+
+Axis make_axis(double lo, double hi, bool log) {
+  Axis a;
+  a.log = log;
+  if (!(lo <= hi)) lo = 0.0, hi = 1.0;  // no finite data
+  if (log) {
+    lo = std::floor(lo), hi = std::ceil(hi);
+    if (hi <= lo) hi = lo + 1.0;
+    const int decades = static_cast<int>(hi - lo);
+    const int every = std::max(1, (decades + 7) / 8);  // at most ~8 labels
+    for (double t = lo; t <= hi + 1e-9; t += every) a.ticks.push_back(t);
+    a.lo = lo, a.hi = hi;
+    return a;
+  }
+  if (hi == lo) {
+    const double pad = lo == 0.0 ? 1.0 : std::fabs(lo) * 0.1;
+    lo -= pad, hi += pad;
+  }
+  const double step = nice_step(hi - lo, 5);
+  a.lo = std::floor(lo / step + 1e-9) * step;
+  a.hi = std::ceil(hi / step - 1e-9) * step;
+  for (int i = 0;; ++i) {
+    double t = a.lo + i * step;
+    if (t > a.hi + step * 1e-6) break;
+    if (std::fabs(t) < step * 1e-9) t = 0.0;
+    a.ticks.push_back(t);
+  }
+  return a;
+}
+
+std::string log_tick_text(double e) {
+  const double v = std::pow(10.0, e);
+  if (e >= -3 && e <= 4) return tick_text(v);
+  return "1e" + std::to_string(static_cast<int>(e));
+}
+
+const char* severity_class(Severity s) {
+  switch (s) {
+    case Severity::Error: return "sev-error";
+    case Severity::Warning: return "sev-warning";
+    case Severity::Info: break;
+  }
+  return "sev-info";
+}
+
+constexpr const char* kStyle = R"(
+body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.6em; }
+h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 0.3em 0.6em; text-align: left; vertical-align: top; font-size: 0.92em; }
+th { background: #f4f4f4; }
+td.sev { font-weight: bold; white-space: nowrap; }
+tr.sev-error td.sev { background: #fbe3e3; color: #a40000; }
+tr.sev-warning td.sev { background: #fff1d6; color: #8a5a00; }
+tr.sev-info td.sev { background: #e4eefb; color: #1f4f8a; }
+figure { margin: 1em 0; }
+svg { background: #fff; border: 1px solid #e4e4e4; }
+svg text { font-family: system-ui, Helvetica, Arial, sans-serif; fill: #222; }
+.note { color: #666; font-size: 0.9em; }
+)";
+
+}  // namespace
+
+namespace testing {
+void set_report_write_failure(std::optional<uint64_t> after_bytes) { g_fail_after = after_bytes; }
+}  // namespace testing
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// ---- SVG plots ------------------------------------------------------------------------
+std::string render_svg(const Plot& plot) {
+  // Canvas and plot area, in SVG pixels.
+  constexpr double W = 760, H = 400, L = 72, R = 190, T = 42, B = 58;
+  constexpr double PW = W - L - R, PH = H - T - B;
+
+  // Data ranges over the points that will be drawn.
+  auto usable = [&](double x, double y) { return std::isfinite(x) && std::isfinite(y) && (!plot.log_y || y > 0.0); };
+  double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+  size_t drawn = 0;
+  for (const Series& s : plot.series) {
+    const size_t n = std::min(s.x.size(), s.y.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (!usable(s.x[i], s.y[i])) continue;
+      const double y = plot.log_y ? std::log10(s.y[i]) : s.y[i];
+      xlo = std::min(xlo, s.x[i]), xhi = std::max(xhi, s.x[i]);
+      ylo = std::min(ylo, y), yhi = std::max(yhi, y);
+      ++drawn;
+    }
+  }
+  const Axis ax = make_axis(xlo, xhi, false), ay = make_axis(ylo, yhi, plot.log_y);
+  auto px = [&](double x) { return L + (x - ax.lo) / (ax.hi - ax.lo) * PW; };
+  auto py = [&](double y) { return T + PH - ((plot.log_y ? std::log10(y) : y) - ay.lo) / (ay.hi - ay.lo) * PH; };
+  auto py_axis = [&](double t) { return T + PH - (t - ay.lo) / (ay.hi - ay.lo) * PH; };  // t already in axis units
+
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+     << " " << H << "\" role=\"img\" aria-label=\"" << html_escape(plot.title) << "\">\n";
+  os << "<title>" << html_escape(plot.title) << "</title>\n";
+  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">"
+     << html_escape(plot.title) << "</text>\n";
+
+  // Grid and ticks.
+  os << "<g class=\"grid\" stroke=\"#e8e8e8\" stroke-width=\"1\">\n";
+  for (double t : ax.ticks)
+    os << "<line x1=\"" << coord(px(t)) << "\" y1=\"" << coord(T) << "\" x2=\"" << coord(px(t)) << "\" y2=\""
+       << coord(T + PH) << "\"/>\n";
+  for (double t : ay.ticks)
+    os << "<line x1=\"" << coord(L) << "\" y1=\"" << coord(py_axis(t)) << "\" x2=\"" << coord(L + PW) << "\" y2=\""
+       << coord(py_axis(t)) << "\"/>\n";
+  os << "</g>\n";
+  os << "<g class=\"axes\" stroke=\"#444\" stroke-width=\"1\">\n";
+  os << "<line x1=\"" << coord(L) << "\" y1=\"" << coord(T + PH) << "\" x2=\"" << coord(L + PW) << "\" y2=\""
+     << coord(T + PH) << "\"/>\n";
+  os << "<line x1=\"" << coord(L) << "\" y1=\"" << coord(T) << "\" x2=\"" << coord(L) << "\" y2=\"" << coord(T + PH)
+     << "\"/>\n";
+  for (double t : ax.ticks)
+    os << "<line x1=\"" << coord(px(t)) << "\" y1=\"" << coord(T + PH) << "\" x2=\"" << coord(px(t)) << "\" y2=\""
+       << coord(T + PH + 5) << "\"/>\n";
+  for (double t : ay.ticks)
+    os << "<line x1=\"" << coord(L - 5) << "\" y1=\"" << coord(py_axis(t)) << "\" x2=\"" << coord(L) << "\" y2=\""
+       << coord(py_axis(t)) << "\"/>\n";
+  os << "</g>\n";
+  os << "<g class=\"tick-labels\" font-size=\"11\">\n";
+  for (double t : ax.ticks)
+    os << "<text x=\"" << coord(px(t)) << "\" y=\"" << coord(T + PH + 18) << "\" text-anchor=\"middle\">"
+       << html_escape(tick_text(t)) << "</text>\n";
+  for (double t : ay.ticks)
+    os << "<text x=\"" << coord(L - 8) << "\" y=\"" << coord(py_axis(t) + 4) << "\" text-anchor=\"end\">"
+       << html_escape(plot.log_y ? log_tick_text(t) : tick_text(t)) << "</text>\n";
+  os << "</g>\n";
+  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(H - 14) << "\" text-anchor=\"middle\" font-size=\"12\">"
+     << html_escape(plot.x_label) << "</text>\n";
+  const std::string ylab = plot.y_label + (plot.log_y ? " (log scale)" : "");
+  os << "<text x=\"16\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 16 "
+     << coord(T + PH / 2) << ")\">" << html_escape(ylab) << "</text>\n";
+  if (drawn == 0)
+    os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(T + PH / 2)
+       << "\" text-anchor=\"middle\" font-size=\"13\" fill=\"#999\">no finite points to draw</text>\n";
+
+  // One polyline per series (and a dot where a series has a single point,
+  // which a polyline alone would not show).
+  for (size_t si = 0; si < plot.series.size(); ++si) {
+    const Series& s = plot.series[si];
+    const char* colour = kPalette[si % kPaletteSize];
+    std::string pts;
+    size_t count = 0;
+    double lastx = 0, lasty = 0;
+    const size_t n = std::min(s.x.size(), s.y.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (!usable(s.x[i], s.y[i])) continue;
+      lastx = px(s.x[i]), lasty = py(s.y[i]);
+      if (count++) pts += ' ';
+      pts += coord(lastx) + "," + coord(lasty);
+    }
+    os << "<polyline class=\"series\" data-name=\"" << html_escape(s.name) << "\" fill=\"none\" stroke=\"" << colour
+       << "\" stroke-width=\"1.6\" stroke-linejoin=\"round\" points=\"" << pts << "\"/>\n";
+    if (count == 1)
+      os << "<circle cx=\"" << coord(lastx) << "\" cy=\"" << coord(lasty) << "\" r=\"3\" fill=\"" << colour << "\"/>\n";
+  }
+
+  // Legend, right of the plot area.
+  os << "<g class=\"legend\" font-size=\"11\">\n";
+  const double lx = L + PW + 14;
+  for (size_t si = 0; si < plot.series.size(); ++si) {
+    const double ly = T + 8 + 18.0 * static_cast<double>(si);
+    if (ly > H - 10) {
+      os << "<text x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\">... " << plot.series.size() - si
+         << " more</text>\n";
+      break;
+    }
+    std::string name = plot.series[si].name;
+    if (name.size() > 26) name = name.substr(0, 24) + "...";
+    os << "<line x1=\"" << coord(lx) << "\" y1=\"" << coord(ly - 4) << "\" x2=\"" << coord(lx + 20) << "\" y2=\""
+       << coord(ly - 4) << "\" stroke=\"" << kPalette[si % kPaletteSize] << "\" stroke-width=\"2.5\"/>\n";
+    os << "<text x=\"" << coord(lx + 26) << "\" y=\"" << coord(ly) << "\">" << html_escape(name) << "</text>\n";
+  }
+  os << "</g>\n</svg>";
+  return os.str();
+}
+
+// ---- the page -------------------------------------------------------------------------
+std::string render_html(const HtmlReport& rep) {
+  const std::string title = rep.title.empty() ? "gradsleuth report" : rep.title;
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n"
+     << "<title>" << html_escape(title) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n";
+  os << "<h1>" << html_escape(title) << "</h1>\n";
+  os << "<p class=\"note\">Written by gradsleuth's debug module (W6). Self-contained: no scripts, no network.</p>\n";
+
+  if (!rep.summary.empty()) {
+    os << "<h2>Summary</h2>\n<table class=\"summary\">\n";
+    for (const auto& [k, v] : rep.summary)
+      os << "<tr><th>" << html_escape(k) << "</th><td>" << html_escape(v) << "</td></tr>\n";
+    os << "</table>\n";
+  }
+
+  os << "<h2>Findings</h2>\n";
+  if (rep.findings.empty()) {
+    os << "<p>No findings.</p>\n";
+  } else {
+    // Errors first, then warnings, then info (stable within a severity).
+    std::vector<const Finding*> fs;
+    for (const Finding& f : rep.findings.findings()) fs.push_back(&f);
+    std::stable_sort(fs.begin(), fs.end(), [](const Finding* a, const Finding* b) { return a->severity > b->severity; });
+    os << "<table class=\"findings\">\n<tr><th>severity</th><th>check</th><th>what</th><th>where</th>"
+       << "<th>evidence</th><th>likely cause</th><th>fix</th><th>seen</th></tr>\n";
+    for (const Finding* f : fs) {
+      std::string ev;
+      for (size_t i = 0; i < f->evidence.size(); ++i) {
+        const Evidence& e = f->evidence[i];
+        if (i) ev += "<br/>";
+        ev += html_escape(e.name + " = " + fmt_num(e.value) + (e.rule.empty() ? "" : " (" + e.rule + ")"));
+      }
+      os << "<tr class=\"" << severity_class(f->severity) << "\"><td class=\"sev\">" << severity_name(f->severity)
+         << "</td><td>" << html_escape(f->check) << "</td><td>" << html_escape(f->title) << "</td><td>"
+         << html_escape(f->location()) << "</td><td>" << ev << "</td><td>" << html_escape(f->cause) << "</td><td>"
+         << html_escape(f->fix) << "</td><td>" << f->count << (f->step >= 0 ? " (step " + std::to_string(f->step) + ")" : "")
+         << "</td></tr>\n";
+    }
+    os << "</table>\n";
+  }
+
+  if (!rep.plots.empty()) {
+    os << "<h2>Plots</h2>\n";
+    for (const Plot& p : rep.plots) os << "<figure>\n" << render_svg(p) << "\n</figure>\n";
+  }
+  os << "</body>\n</html>\n";
+  return os.str();
+}
+
+// ---- atomic write ---------------------------------------------------------------------
+void write_file_atomic(const std::string& path, const std::string& contents, const char* op) {
+  GS_CHECK(!path.empty(), op, "the output path is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    GS_FAIL(op, "'", path, "' is a directory; give a file name inside it, such as '", path,
+            (path.back() == '/' ? "" : "/"), "report.html'");
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  GS_CHECK(f != nullptr, op, "cannot write '", path, "': creating the temporary file '", tmp, "' failed: ",
+           errno_str(), ". Check that the directory exists and is writable. The previous file (if any) is unchanged.");
+  auto fail = [&](const std::string& why) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    GS_FAIL(op, "cannot write '", path, "': ", why, ". The previous file (if any) is unchanged.");
+  };
+  size_t n = contents.size();
+  if (g_fail_after && *g_fail_after < n) {
+    std::fwrite(contents.data(), 1, static_cast<size_t>(*g_fail_after), f);
+    fail("simulated write failure after " + std::to_string(*g_fail_after) + " bytes of '" + tmp +
+         "' (testing::set_report_write_failure)");
+  }
+  if (n && std::fwrite(contents.data(), 1, n, f) != n) fail("writing '" + tmp + "' failed: " + errno_str() + " (disk full?)");
+  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail("flushing '" + tmp + "' to disk failed: " + errno_str());
+  if (std::fclose(f) != 0) {
+    const std::string err = errno_str();
+    std::remove(tmp.c_str());
+    GS_FAIL(op, "cannot write '", path, "': closing '", tmp, "' failed: ", err, ". The previous file (if any) is unchanged.");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = errno_str();
+    std::remove(tmp.c_str());
+    GS_FAIL(op, "cannot move '", tmp, "' over '", path, "': ", err, ". The previous file (if any) is unchanged.");
+  }
+  // Make the rename itself durable.
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_html_report(const std::string& path, const HtmlReport& report) {
+  write_file_atomic(path, render_html(report), "debug::write_html_report");
+}
+
+// ---- metric files ---------------------------------------------------------------------
+namespace {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+// Splits one CSV line into fields (quotes as RFC 4180, no embedded newlines).
+std::vector<std::string> csv_split(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else out.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+double parse_value(const std::string& s) {
+  if (s == "nan" || s == "-nan") return std::nan("");
+  if (s == "inf") return INFINITY;
+  if (s == "-inf") return -INFINITY;
+  size_t used = 0;
+  const double v = std::stod(s, &used);
+  if (used != s.size()) throw std::invalid_argument(s);
+  return v;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& dir, bool append) : dir_(dir.empty() ? "." : dir) {
+  const char* op = "debug::MetricsLog";
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  GS_CHECK(!ec && std::filesystem::is_directory(dir_), op, "cannot create the metrics directory '", dir_, "': ",
+           ec ? ec.message() : "a file with that name exists", ".");
+  const bool had_csv = std::filesystem::exists(csv_path());
+  if (append && had_csv)
+    for (Series& s : read_metrics_csv(csv_path())) {
+      index_[s.name] = series_.size();
+      series_.push_back(std::move(s));
+    }
+  const auto mode = append ? std::ios::app : std::ios::trunc;
+  csv_.open(csv_path(), std::ios::out | mode);
+  jsonl_.open(jsonl_path(), std::ios::out | mode);
+  GS_CHECK(csv_.good(), op, "cannot open '", csv_path(), "' for writing: ", errno_str());
+  GS_CHECK(jsonl_.good(), op, "cannot open '", jsonl_path(), "' for writing: ", errno_str());
+  if (!(append && had_csv)) csv_ << "step,name,value\n";
+  csv_.flush();
+}
+
+void MetricsLog::record(int64_t step, const std::string& name, double value) {
+  GS_CHECK(!name.empty(), "debug::MetricsLog::log", "a metric needs a name (step ", step, ")");
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    it = index_.emplace(name, series_.size()).first;
+    series_.push_back(Series{name, {}, {}});
+  }
+  series_[it->second].x.push_back(static_cast<double>(step));
+  series_[it->second].y.push_back(value);
+  csv_ << step << "," << csv_field(name) << "," << num_text(value) << "\n";
+}
+
+void MetricsLog::check_streams() {
+  csv_.flush();
+  jsonl_.flush();
+  GS_CHECK(csv_.good(), "debug::MetricsLog::log", "writing '", csv_path(), "' failed (disk full?)");
+  GS_CHECK(jsonl_.good(), "debug::MetricsLog::log", "writing '", jsonl_path(), "' failed (disk full?)");
+}
+
+void MetricsLog::log(int64_t step, const std::string& name, double value) { log(step, {{name, value}}); }
+
+void MetricsLog::log(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+  std::string line = "{\"step\":" + std::to_string(step);
+  for (const auto& [name, v] : values) {
+    record(step, name, v);
+    line += "," + json_str(name) + ":" + (std::isfinite(v) ? num_text(v) : "null");
+  }
+  jsonl_ << line << "}\n";
+  check_streams();
+}
+
+std::vector<std::string> MetricsLog::names() const {
+  std::vector<std::string> out;
+  for (const Series& s : series_) out.push_back(s.name);
+  return out;
+}
+
+Series MetricsLog::series(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? Series{name, {}, {}} : series_[it->second];
+}
+
+Plot MetricsLog::plot(const std::string& title, const std::string& name_prefix, bool log_y,
+                      const std::string& y_label) const {
+  Plot p;
+  p.title = title;
+  p.x_label = "step";
+  p.log_y = log_y;
+  std::string prefix_label = name_prefix;
+  while (!prefix_label.empty() && prefix_label.back() == '/') prefix_label.pop_back();
+  p.y_label = y_label.empty() ? prefix_label : y_label;
+  for (const Series& s : series_) {
+    if (s.name.compare(0, name_prefix.size(), name_prefix) != 0) continue;
+    Series c = s;
+    if (c.name.size() > name_prefix.size()) c.name = c.name.substr(name_prefix.size());
+    p.series.push_back(std::move(c));
+  }
+  return p;
+}
+
+std::vector<Series> read_metrics_csv(const std::string& path) {
+  const char* op = "debug::read_metrics_csv";
+  std::ifstream in(path);
+  GS_CHECK(in.good(), op, "cannot open '", path, "': ", errno_str());
+  std::string line;
+  GS_CHECK(std::getline(in, line) && csv_split(line) == std::vector<std::string>({"step", "name", "value"}), op, "'",
+           path, "' does not start with the header 'step,name,value'; is it a metrics.csv written by MetricsLog?");
+  std::vector<Series> out;
+  std::unordered_map<std::string, size_t> index;
+  for (int64_t lineno = 2; std::getline(in, line); ++lineno) {
+    if (line.empty() || line == "\r") continue;
+    const std::vector<std::string> f = csv_split(line);
+    GS_CHECK(f.size() == 3, op, "'", path, "' line ", lineno, " has ", f.size(), " fields, expected 3 (step,name,value): ",
+             line);
+    double step, value;
+    try {
+      step = parse_value(f[0]);
+      value = parse_value(f[2]);
+    } catch (const std::exception&) {
+      GS_FAIL(op, "'", path, "' line ", lineno, ": cannot read the numbers in '", line, "'");
+    }
+    auto it = index.find(f[1]);
+    if (it == index.end()) {
+      it = index.emplace(f[1], out.size()).first;
+      out.push_back(Series{f[1], {}, {}});
+    }
+    out[it->second].x.push_back(step);
+    out[it->second].y.push_back(value);
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,500 @@
+// The training monitor (W3), the pre-training gate (W2), the diagnosis report
+// (W5) and the reproducibility check (W1). See monitor.h.
+#include "debug/monitor.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/data_checks.h"
+#include "debug/tensor_stats.h"
+#include "nn/normalization.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+bool is_cross_entropy(const nn::Loss& l) { return l.type_name() == "CrossEntropyLoss"; }
+bool is_nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
+bool is_elementwise(const nn::Loss& l) {
+  return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
+}
+int64_t ignore_index_of(const nn::Loss& l) {
+  if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) return ce->options().ignore_index_;
+  if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) return nl->options().ignore_index_;
+  return -100;
+}
+
+}  // namespace
+
+// ---- W3 ---------------------------------------------------------------------------------
+Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
+    : model_(model), opt_(optimizer), loss_(loss), o_(o), broadcast_(o.broadcast), dead_(o.activations),
+      saturation_(o.activations), norms_(o.optim), ratios_(o.optim) {
+  // O5 and M2 are raised by the optimizer and the layers themselves (core
+  // warnings): here they become findings.
+  warnings_ = std::make_unique<WarningHandlerGuard>([this](const Warning& w) {
+    Finding f;
+    f.check = w.check.empty() ? "W3" : w.check;
+    f.severity = Severity::Warning;
+    f.module = w.where;
+    f.step = steps_;
+    const auto colon = w.message.find(": ");
+    f.title = w.where + (colon == std::string::npos ? ": " + w.message : " " + w.message.substr(0, colon));
+    if (w.check == "O5") f.title = "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
+    if (w.check == "M2") f.title = w.where + " ran in training mode during an evaluation (no_grad)";
+    f.cause = w.message;
+    f.fix = w.check == "O5" ? "call optimizer.zero_grad() before every backward()"
+            : w.check == "M2" ? "call model.eval() before evaluating and model.train() afterwards"
+                              : "";
+    add(std::move(f));
+  });
+  broadcast_.attach(model_);
+  broadcast_on_ = broadcast_.enable();
+  dead_.attach(model_);
+  saturation_.attach(model_);
+  dead_.set_active(true);  // the first step (initialisation) is always recorded
+  saturation_.set_active(true);
+  ratios_.attach(opt_, model_, o_.every);
+
+  // The batch of each step (for a W4 re-run) and the input's dtype (M11).
+  auto root = model_.shared_from_this();
+  hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
+    if (GradMode::is_enabled()) last_x_ = x;
+    if (!input_checked_ && x.defined()) {
+      input_checked_ = true;
+      add(check_devices_dtypes(model_, x));
+    }
+  });
+  // M17: BatchNorm used at eval with no (or never updated) running statistics.
+  for (auto& [path, m] : model_.named_modules()) {
+    if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
+    const std::string label = module_label(path, *m);
+    hooks_.pre(m, [this, label](nn::Module& self, const Tensor&) {
+      if (self.is_training()) return;
+      auto& bn = static_cast<nn::BatchNormBase&>(self);
+      const bool none = !bn.track_running_stats();
+      if (!none && bn.num_batches_tracked.item<int64_t>() > 0) return;
+      if (!none && steps_ == 0) return;  // evaluating before training: the statistics are legitimately fresh
+      Finding f;
+      f.check = "M17";
+      f.severity = Severity::Warning;
+      f.module = label;
+      f.step = steps_;
+      f.title = none ? label + " is evaluated without running statistics: it uses each batch's own statistics"
+                     : label + " is evaluated with running statistics that were never updated (num_batches_tracked "
+                               "= 0 after " + std::to_string(steps_) + " training steps)";
+      f.evidence = {{"num_batches_tracked", none ? 0.0 : 0.0, "0 at eval flags"},
+                    {"training steps so far", static_cast<double>(steps_), ""}};
+      f.cause = none ? "track_running_stats=false: predictions depend on the batch they are evaluated with"
+                     : "the running statistics are never updated in training (the layer normalises with batch "
+                       "statistics only), so eval uses mean 0 / var 1 instead of the data's";
+      f.fix = "keep track_running_stats=true, and train in train mode so the running statistics follow the data";
+      add(std::move(f));
+    });
+  }
+  if (loss_) {
+    hooks_.loss_pre(*loss_, [this](nn::Loss& l, const Tensor& in, const Tensor& t) { on_loss_input(l, in, t); });
+    hooks_.loss_post(*loss_, [this](nn::Loss&, const Tensor&, const Tensor&, const Tensor& l) { on_loss_value(l); });
+  }
+  const size_t pre = opt_.add_pre_step_hook([this](optim::Optimizer& op) { on_pre_step(op); });
+  const size_t post = opt_.add_post_step_hook([this](optim::Optimizer& op) { on_post_step(op); });
+  opt_hooks_ = {pre, post};
+}
+
+Monitor::~Monitor() { detach(); }
+
+void Monitor::detach() {
+  if (!attached_) return;
+  attached_ = false;
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  broadcast_on_.reset();
+  broadcast_.detach();
+  dead_.detach();
+  saturation_.detach();
+  ratios_.detach();
+  warnings_.reset();
+}
+
+void Monitor::add(Finding f) {
+  if (f.step < 0 && steps_ > 0) f.step = steps_;
+  report_.add(std::move(f));
+}
+void Monitor::add(const std::vector<Finding>& fs) {
+  for (const Finding& f : fs) add(f);
+}
+
+// A step is sampled when it is the first one or its number is a multiple of `every`.
+bool Monitor::sampled_step() const { return steps_ == 0 || (steps_ + 1) % std::max<int64_t>(o_.every, 1) == 0; }
+
+void Monitor::attach(optim::Trainer& trainer) {
+  // The trainer may be destroyed before or after the monitor: its callbacks
+  // hold only a weak token, and the monitor never calls back into the trainer.
+  std::weak_ptr<bool> alive = alive_;
+  trainer.on_step([this, alive](const optim::StepInfo& s) {
+    if (alive.lock() && attached_) record_step(s.loss);
+  });
+  trainer.on_epoch([this, alive](const optim::EpochInfo& e) {
+    if (alive.lock() && attached_) record_epoch(e.train_loss, e.val_loss, e.val_accuracy);
+  });
+  dead_.begin_pass();
+}
+
+void Monitor::record_step(double loss) {
+  history_.step_losses.push_back(loss);
+  if (!std::isfinite(loss) && !localised_) {
+    Finding f;
+    f.check = "W3";
+    f.severity = Severity::Error;
+    f.title = "the training loss is " + fmt_num(loss) + " at step " + std::to_string(steps_);
+    f.evidence = {{"loss", loss, "must be finite"}};
+    f.cause = "a NaN/Inf in the forward or the loss (see W4/M12 for where), or weights that diverged";
+    f.fix = "lower the learning rate, use numerically stable ops (log_softmax, cross_entropy on logits)";
+    add(std::move(f));
+  }
+}
+
+void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy) {
+  history_.epoch_train_loss.push_back(train_loss);
+  history_.epoch_val_loss.push_back(val_loss);
+  history_.epoch_val_accuracy.push_back(val_accuracy);
+  // W3: validation no longer improving.
+  const auto& v = history_.epoch_val_loss;
+  if (v.size() >= 3 && std::isfinite(v.back())) {
+    const double best = *std::min_element(v.begin(), v.end() - 2);
+    if (v[v.size() - 2] > best && v.back() > v[v.size() - 2]) {
+      Finding f;
+      f.check = "W3";
+      f.severity = Severity::Warning;
+      f.title = "the validation loss rose two epochs in a row: consider early stopping";
+      f.evidence = {{"best validation loss", best, ""}, {"latest validation loss", v.back(), "> best twice"}};
+      f.cause = "overfitting, or a learning rate too high for this stage of training";
+      f.fix = "optim::EarlyStopping with patience, keep the best checkpoint, or lower the learning rate";
+      add(std::move(f));
+    }
+  }
+  dead_.end_pass();
+  dead_.begin_pass();
+}
+
+void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& target) {
+  if (!GradMode::is_enabled()) return;  // an evaluation, not a training step
+  last_y_ = target;
+  const bool sample = sampled_step();
+  if (!structure_checked_) {
+    structure_checked_ = true;
+    add(check_final_activation(model_, Tensor()));  // M3 by structure
+  }
+  if (is_elementwise(l)) {
+    if (auto f = loss_shape_finding(l.type_name(), input, target)) add(*f);  // M19
+    if (!input.defined() || !target.defined() || input.shape() != target.shape()) add(check_label_shape(input, target));
+  }
+  if (!sample) return;
+  if (is_cross_entropy(l)) {
+    add(check_cross_entropy_input(input));      // L2
+    add(check_final_activation(model_, input));  // M3 by values
+  }
+  if (l.type_name() == "BCELoss") add(check_bce_input(input));  // L3
+  if ((is_cross_entropy(l) || is_nll(l)) && target.dtype() == kInt64)
+    add(check_masked_targets(target, ignore_index_of(l)));  // L5
+  if (!first_loss_checked_) {
+    first_loss_checked_ = true;
+    // L4 needs the value: computed here on a detached copy, once.
+    NoGradGuard ng;
+    const int64_t C = o_.num_classes > 0 ? o_.num_classes : (input.dim() >= 2 ? input.size(-1) : 2);
+    const Tensor v = l.forward(input.detach(), target);
+    if ((is_cross_entropy(l) || is_nll(l)) && v.numel() == 1)
+      add(check_initial_loss(v.item<double>(), C, "cross_entropy", o_.loss));
+    else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1)
+      add(check_initial_loss(v.item<double>(), 2, "bce", o_.loss));
+  }
+}
+
+void Monitor::localise(const std::string& why) {
+  if (localised_ || !o_.localise_nonfinite || !last_x_.defined()) return;
+  localised_ = true;
+  // The weights are still those that produced the problem: run the batch again
+  // with every op checked, without touching the gradients.
+  std::vector<std::pair<Tensor, Tensor>> grads;
+  for (Tensor& p : model_.parameters()) grads.emplace_back(p, p.grad());
+  add(find_nonfinite_source(model_, last_x_));  // M12
+  QuietProbe probe(model_);
+  AnomalyMode anomaly;
+  anomaly.attach(model_);
+  try {
+    auto on = anomaly.enable();
+    Tensor out = model_(last_x_);
+    if (loss_ && last_y_.defined()) {
+      Tensor l = (*loss_)(out, last_y_);
+      if (l.requires_grad()) l.backward();
+    }
+  } catch (const std::exception&) {
+  }
+  for (Finding f : anomaly.findings()) {
+    f.cause = why + ". " + f.cause;
+    add(std::move(f));
+  }
+  for (auto& [p, g] : grads) p.set_grad(g);
+}
+
+void Monitor::on_loss_value(const Tensor& loss) {
+  if (!GradMode::is_enabled() || loss.numel() != 1) return;
+  last_loss_ = loss.item<double>();  // one value: cheap enough for every step
+  loss_seen_this_step_ = true;
+}
+
+void Monitor::on_pre_step(optim::Optimizer&) {
+  const bool sample = sampled_step();
+  if (sample) {
+    norms_.record(steps_ + 1, model_);             // O2/O3
+    add(check_gradient_health(model_, o_.optim));  // O1
+    add(check_gradient_flow(model_));              // M5
+  }
+  // A non-finite loss (every step) or gradient (sampled steps): find where it
+  // came from now, while the weights are still the ones that produced it.
+  bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
+  if (sample && !bad)
+    for (const Tensor& p : model_.parameters()) {
+      Tensor g = p.grad();
+      if (g.defined() && !all_finite(g)) {
+        bad = true;
+        break;
+      }
+    }
+  if (bad)
+    localise((loss_seen_this_step_ && !std::isfinite(last_loss_) ? "the loss turned non-finite"
+                                                                   : "gradients turned non-finite") +
+             std::string(" at step ") + std::to_string(steps_ + 1));
+  loss_seen_this_step_ = false;
+}
+
+void Monitor::on_post_step(optim::Optimizer&) {
+  ++steps_;
+  if (sampled_step() || steps_ == 1) add(check_finite_weights(model_));  // O4
+  const bool next = sampled_step();
+  dead_.set_step(steps_ + 1);
+  saturation_.set_step(steps_ + 1);
+  dead_.set_active(next);
+  saturation_.set_active(next);
+}
+
+void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
+  if (finished_) return;
+  finished_ = true;
+  dead_.end_pass();
+  add(diagnose_loss_history(history_.step_losses, history_.epoch_val_loss, o_.loss));  // L1
+  std::vector<double> tr, va;
+  for (size_t i = 0; i < history_.epoch_train_loss.size(); ++i) {
+    tr.push_back(history_.epoch_train_loss[i]);
+    va.push_back(history_.epoch_val_loss[i]);
+  }
+  if (!tr.empty() && std::isfinite(va.back())) add(diagnose_fitting(tr, va, o_.loss));  // L7
+  add(norms_.findings());                                                            // O2, O3
+  add(diagnose_learning_rate(history_.step_losses, o_.optim));                       // O6 (loss history)
+  add(ratios_.findings());                                                           // O6 (update ratios)
+  add(dead_.findings());                                                             // M7
+  add(saturation_.findings());                                                       // M8
+  add(broadcast_.findings());                                                        // M19
+  // History for plots, before the trackers go.
+  history_.grad_norms = norms_.grad_series();
+  history_.update_ratio = ratios_.series();
+  for (const auto& l : dead_.layers()) history_.dead_fraction.emplace_back(l.module, l.history);
+  detach();
+  if (sample_x.defined()) {
+    if (sample_x.dtype() == kFloat32) {
+      LossOf lf;
+      if (loss_ && sample_y.defined()) lf = [this, &sample_y](const Tensor& out) { return (*loss_)(out, sample_y); };
+      const bool was = model_.is_training();
+      model_.eval();
+      try {
+        add(check_half_precision(model_, sample_x, lf));  // M18
+      } catch (const std::exception& e) {
+        Finding f;
+        f.check = "M18";
+        f.severity = Severity::Info;
+        f.title = std::string("not run: ") + e.what();
+        add(std::move(f));
+      }
+      model_.train(was);
+    }
+  }
+}
+
+TrainingHistory Monitor::history() const { return history_; }
+
+// ---- W2 ---------------------------------------------------------------------------------
+Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                     const optim::Optimizer* optimizer, const GateOptions& o) {
+  Report r;
+  r.add(check_devices_dtypes(model, x));  // M11
+  r.add(check_trainable(model, optimizer));  // M10
+  r.add(check_batch(x, y));                   // D1
+  r.add(check_finite_inputs(x, y));           // D2
+  try {
+    r.add(shape_trace(model, x).finding());  // M1
+  } catch (const std::exception& e) {
+    Finding f;
+    f.check = "W2";
+    f.severity = Severity::Error;
+    f.title = std::string("the forward pass fails: ") + e.what();
+    f.fix = "fix the error above before anything else";
+    r.add(std::move(f));
+    return r;
+  }
+  r.add(check_shared_weights(model));    // M4
+  r.add(check_initialisation(model, o.model));  // M9
+
+  // Forward and backward once, on a copy of the gradients' state.
+  std::vector<std::pair<Tensor, Tensor>> grads;
+  for (Tensor& p : model.parameters()) {
+    grads.emplace_back(p, p.grad());
+    p.zero_grad();
+  }
+  ParamSnapshot snap(model);  // BatchNorm statistics move in a training forward
+  Tensor out = model(x);
+  if (!all_finite(out)) {
+    r.add(find_nonfinite_source(model, x));  // M12
+  } else {
+    r.add(check_final_activation(model, out, o.model));  // M3
+    Tensor l = loss(out, y);
+    const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
+    const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
+    if (C > 1 && y.dtype() == kInt64) r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
+    if (l.requires_grad() && l.numel() == 1) {
+      try {
+        l.backward();
+        r.add(check_gradient_health(model, o.optim));  // O1 (non-finite, vanishing, exploding gradients)
+        r.add(check_gradient_flow(model));             // M5
+      } catch (const std::exception& e) {
+        if (auto f = inplace_finding(e)) r.add(*f);  // M20
+        else throw;
+      }
+    }
+  }
+  snap.restore();
+  for (auto& [p, g] : grads) p.set_grad(g);
+
+  if (o.batch_mixing && x.dim() >= 1 && x.size(0) >= 2) {
+    try {
+      r.add(batch_mixing_test(model, x, o.model));  // M6
+    } catch (const std::exception& e) {
+      if (auto f = inplace_finding(e)) r.add(*f);
+      else throw;
+    }
+  }
+  if (o.gradcheck) r.add(gradcheck_layers(model, x));  // M13
+  if (o.reduction) {
+    try {
+      r.add(check_loss_reduction(model, loss, x, y, o.loss));  // L6
+    } catch (const std::exception& e) {
+      if (auto f = inplace_finding(e)) r.add(*f);
+      else throw;
+    }
+  }
+  if (o.overfit) {
+    try {
+      const int64_t n = std::min<int64_t>(x.size(0), 32);
+      r.add(overfit_one_batch(model, x.narrow(0, 0, n), y.narrow(0, 0, n), loss, o.model));  // M14
+    } catch (const std::exception& e) {
+      if (auto f = inplace_finding(e)) r.add(*f);
+      else throw;
+    }
+  }
+  return r;
+}
+
+// ---- W5 ---------------------------------------------------------------------------------
+Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss) {
+  Diagnosis d;
+  std::ostringstream os;
+  os << "== parameters ==\n";
+  int64_t total = 0;
+  for (auto& [n, p] : model.named_parameters()) {
+    const TensorSummary s = summarize(p);
+    total += p.numel();
+    os << "  " << n << " " << shape_of(p) << (p.requires_grad() ? "" : " (frozen)") << ": min " << fmt_num(s.min)
+       << ", max " << fmt_num(s.max) << ", mean " << fmt_num(s.mean) << ", std " << fmt_num(s.std) << "\n";
+  }
+  os << "  " << total << " parameters\n== data ==\n";
+  auto batch = check_batch(x, y);
+  d.findings.add(batch);
+  for (const Finding& f : batch) os << "  " << f.title << "\n";
+  os << "== forward ==\n";
+  std::vector<std::pair<Tensor, Tensor>> grads;
+  for (Tensor& p : model.parameters()) {
+    grads.emplace_back(p, p.grad());
+    p.zero_grad();
+  }
+  ParamSnapshot snap(model);
+  Tensor out = model(x);
+  const TensorSummary so = summarize(out);
+  os << "  output " << so.str(out) << "\n";
+  Tensor l = loss(out, y);
+  const double lv = l.item<double>();
+  os << "== initial loss ==\n  " << fmt_num(lv);
+  if (out.dim() == 2 && y.dtype() == kInt64)
+    os << " (log(C) = " << fmt_num(std::log(static_cast<double>(out.size(1)))) << " for " << out.size(1)
+       << " classes)";
+  os << "\n== gradients ==\n";
+  if (l.requires_grad()) {
+    l.backward();
+    for (auto& [n, p] : model.named_parameters()) {
+      Tensor g = p.grad();
+      if (!g.defined()) {
+        os << "  " << n << ": no gradient\n";
+        continue;
+      }
+      const TensorSummary s = summarize(g);
+      os << "  " << n << ": norm " << fmt_num(s.norm) << ", min " << fmt_num(s.min) << ", max " << fmt_num(s.max)
+         << ", mean " << fmt_num(s.mean) << ", std " << fmt_num(s.std) << (s.all_finite() ? "" : " NON-FINITE")
+         << "\n";
+    }
+    d.findings.add(check_gradient_health(model));
+  }
+  snap.restore();
+  for (auto& [p, g] : grads) p.set_grad(g);
+  d.text = os.str();
+  Finding f;
+  f.check = "W5";
+  f.severity = Severity::Info;
+  f.title = "diagnosis report: " + std::to_string(total) + " parameters, initial loss " + fmt_num(lv);
+  f.cause = "\n" + d.text;
+  d.findings.add(std::move(f));
+  return d;
+}
+
+// ---- W1 ---------------------------------------------------------------------------------
+std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run, uint64_t seed) {
+  const std::vector<double> a = run(seed), b = run(seed);
+  Finding f;
+  f.check = "W1";
+  const size_t n = std::min(a.size(), b.size());
+  size_t first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) {
+      first = i;
+      break;
+    }
+  if (first == n && a.size() == b.size()) {
+    f.severity = Severity::Info;
+    f.title = "two runs with seed " + std::to_string(seed) + " gave identical losses (" + std::to_string(n) + " steps)";
+    f.evidence = {{"steps compared", static_cast<double>(n), ""}};
+    return {f};
+  }
+  f.severity = Severity::Error;
+  f.title = "two runs with the same seed differ" +
+            (first < n ? " from step " + std::to_string(first + 1) : std::string(" in length"));
+  f.evidence = {{"first differing step", static_cast<double>(first + 1), ""},
+                {"run 1", first < n ? a[first] : static_cast<double>(a.size()), ""},
+                {"run 2", first < n ? b[first] : static_cast<double>(b.size()), "must equal run 1"}};
+  f.cause = "something is not seeded: the initialisation (manual_seed before building the model), the loader's "
+            "shuffle seed, dropout, or a multi-threaded reduction whose order changes";
+  f.fix = "seed every generator from one value (manual_seed, DataLoaderOptions().seed), and run on one thread "
+          "when bit-exactness matters";
+  return {f};
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,166 @@
+// The training monitor (W3) and the workflow checks around it:
+//   W3 Monitor             attaches to a model, its optimizer and loss (and a
+//                          Trainer) and runs the per-step checks every N steps:
+//                          O1-O6, M7, M8, L1, plus what it hears on every step
+//                          (O5, M2, M17, M19, L2, L3, L5, M3, D6, W4/M12 when the
+//                          loss turns non-finite);
+//   W2 pretrain_gate       one call before training: devices, trainable
+//                          parameters, forward, backward, non-finite gradients,
+//                          overfit-one-batch, initial loss (and more, see below);
+//   W5 diagnosis_report    parameters, data, forward, initial loss, gradient
+//                          statistics in one report;
+//   W1 check_reproducible  two runs with one seed give identical losses.
+//
+//   optim::Trainer trainer(*model, opt, optim::TrainerOptions().epochs(2));
+//   trainer.set_loss([&](const Tensor& out, const Tensor& y) { return loss(out, y); });
+//   debug::Monitor monitor(*model, opt, &loss);
+//   monitor.attach(trainer);
+//   trainer.fit(train_loader, &val_loader);
+//   monitor.finish();
+//   std::cout << monitor.report().str(false);
+//
+// With nothing attached the engine pays nothing; with a monitor attached the
+// cost is a few hooks per step and the full checks every `every` steps
+// (bench/bench_monitor.cpp measures it against a bare training step).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/warning.h"
+#include "debug/activation_stats.h"
+#include "debug/anomaly.h"
+#include "debug/finding.h"
+#include "debug/hooks.h"
+#include "debug/loss_checks.h"
+#include "debug/model_checks.h"
+#include "debug/optim_checks.h"
+#include "nn/loss.h"
+#include "optim/trainer.h"
+
+namespace gradsleuth::debug {
+
+struct MonitorOptions {
+  int64_t every = 10;  // the per-step checks (O1, O2/O3 records, O4, O6 ratios, M7, M8) run every N steps
+  ActivationOptions activations;
+  LossCheckOptions loss;
+  OptimCheckOptions optim;
+  BroadcastMode broadcast = BroadcastMode::Warn;  // M19 during training
+  // W4/M12: when a step's loss turns non-finite, run that batch again in anomaly
+  // mode (before the optimizer step changes the weights) to name the op and module.
+  bool localise_nonfinite = true;
+  int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
+};
+
+// Series for plots (W6).
+struct TrainingHistory {
+  std::vector<double> step_losses;                              // one per optimizer step
+  std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;    // per parameter
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction; // per ReLU layer
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;  // per parameter
+};
+
+// The model, optimizer and loss are held by reference and must outlive the
+// monitor (or call detach() first); a Trainer may come and go.
+class Monitor {
+ public:
+  // `loss` may be null (the loss-input checks are then skipped).
+  Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss = nullptr, MonitorOptions o = {});
+  ~Monitor();
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  // Step losses and epoch summaries come from the Trainer's callbacks (and the
+  // dead-unit statistics are gathered per epoch, as a pass through the data).
+  void attach(optim::Trainer& trainer);
+  // Without a Trainer, report them yourself.
+  void record_step(double loss);
+  void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN());
+
+  // The end-of-run diagnoses: L1, L7, O2, O3, O6, M7, M8; with a sample batch
+  // also M18 (half precision) and M17 (BatchNorm statistics at eval). Call once,
+  // after training. Detaches every hook.
+  void finish(const Tensor& sample_x = Tensor(), const Tensor& sample_y = Tensor());
+  void detach();
+
+  Report& report() { return report_; }
+  const Report& report() const { return report_; }
+  TrainingHistory history() const;
+  int64_t steps() const { return steps_; }
+
+ private:
+  bool sampled_step() const;
+  void on_pre_step(optim::Optimizer& opt);
+  void on_post_step(optim::Optimizer& opt);
+  void on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& target);
+  void on_loss_value(const Tensor& loss);
+  void localise(const std::string& why);
+  void add(Finding f);
+  void add(const std::vector<Finding>& fs);
+
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  nn::Loss* loss_;
+  MonitorOptions o_;
+  Report report_;
+  HookSet hooks_;
+  std::vector<size_t> opt_hooks_;
+  std::unique_ptr<WarningHandlerGuard> warnings_;
+  BroadcastDetector broadcast_;
+  std::unique_ptr<Scope> broadcast_on_;
+  DeadReluTracker dead_;
+  SaturationTracker saturation_;
+  NormHistory norms_;
+  UpdateRatioTracker ratios_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
+  // State of the current step.
+  int64_t steps_ = 0;              // optimizer steps seen
+  Tensor last_x_, last_y_;         // the batch of the current step (for W4 re-runs)
+  double last_loss_ = 0.0;
+  bool loss_seen_this_step_ = false, localised_ = false, first_loss_checked_ = false, structure_checked_ = false;
+  bool input_checked_ = false, finished_ = false, attached_ = true;
+  TrainingHistory history_;
+};
+
+// ---- W2 -----------------------------------------------------------------------------
+struct GateOptions {
+  ModelCheckOptions model;
+  LossCheckOptions loss;
+  OptimCheckOptions optim;
+  bool overfit = true;        // M14 (the slowest part: o.model.overfit_steps steps on the batch)
+  bool gradcheck = true;      // M13 on every layer with parameters (float64, a few rows)
+  bool batch_mixing = true;   // M6
+  bool reduction = true;      // L6
+  int64_t num_classes = -1;   // L4; -1: the output's last dim for class targets
+};
+
+// One call before training, on one batch (x, y): M11 devices/dtypes, M10
+// trainable parameters (with the optimizer when given), M1 shape trace, M4
+// shared weights, M9 initialisation, the forward (M12 when non-finite), M3,
+// L4 initial loss, the backward (O1 gradient health, M5 gradient flow), M6
+// batch mixing, M13 per-layer gradient check, L6 reduction and M14 overfit one
+// batch. The model's parameters, buffers, gradients and modes are left as they were.
+Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                     const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {});
+
+// ---- W5 -----------------------------------------------------------------------------
+struct Diagnosis {
+  std::string text;  // the whole report for a person
+  Report findings;   // info findings (and any problem found on the way)
+};
+// Parameters (shape, count, min/max/mean/std), the batch (D1), the forward's
+// output statistics, the initial loss, and each parameter's gradient statistics.
+Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss);
+
+// ---- W1 -----------------------------------------------------------------------------
+// Runs `run(seed)` twice; the two loss sequences must be identical (bit for
+// bit). An error names the first differing step and both values.
+std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run,
+                                        uint64_t seed = 1);
+
+}  // namespace gradsleuth::debug

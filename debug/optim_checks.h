@@ -1,0 +1,181 @@
+// The optimisation checks O1-O4 and O6 of CHECKS.md: gradient health after a
+// backward, gradient- and weight-norm histories, non-finite weights after a
+// step, and the learning-rate diagnosis (loss history and update/weight ratios).
+// (O5, a forgotten zero_grad, is raised by optim::Optimizer::step itself.)
+//
+//   debug::NormHistory norms;                       // O2, O3
+//   debug::UpdateRatioTracker ratios;               // O6
+//   ratios.attach(opt, *model, 10);                 // measures every 10th step
+//   for (...) {
+//     opt.zero_grad(); loss = loss_fn((*model)(x), y); loss.backward();
+//     report.add(debug::check_gradient_health(*model));   // O1 (every N steps)
+//     norms.record(step, *model);
+//     opt.step();
+//     report.add(debug::check_finite_weights(*model));    // O4
+//   }
+//   report.add(norms.findings());
+//   report.add(debug::diagnose_learning_rate(losses));     // O6 from the loss history
+//   report.add(ratios.findings());                          // O6 from the updates
+//
+// Thresholds are the named fields of OptimCheckOptions; the numbers next to
+// them were measured on the reference MLP of the bug catalog (see
+// loss_checks.h: Adam lr 1e-3 = healthy, lr 0.1 = B24, lr 1e-7 = far too low).
+// Parameters are named by their path in the model ("1.weight", "4.inner.1.bias");
+// "weights" are the parameters with dim >= 2 (biases and normalisation scales
+// are recorded for plots but only judged where said).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "debug/finding.h"
+#include "debug/loss_checks.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace gradsleuth::debug {
+
+struct OptimCheckOptions {
+  // ---- O1 gradient health (seeds 000, 002, 003, 004) ----
+  // Per parameter. Healthy reference MLP, 1000 steps: gradient norms 0.02-1.2
+  // (median per parameter), largest single value 50 (its first Linear).
+  double vanishing_grad_norm = 1e-7;  // a gradient norm below this is vanishing
+  double exploding_grad_norm = 1e3;   // above this, exploding
+  // Across depth: ||grad|| of the first weight / of the last weight (registration
+  // order). Healthy: 0.48-39 over every step of 4 runs (3.7 at the first step).
+  double depth_ratio_vanishing = 1e-3;
+  double depth_ratio_exploding = 70.0;
+
+  // ---- O2 gradient-norm spikes ----
+  // A record whose gradient norm is above spike_factor x the median of the
+  // spike_window records before it is a spike (judged from record
+  // spike_window + 1 on). One that stays up (the median of the spike_persist
+  // records from it on is still above the factor) is a warning; a lone spike
+  // that falls straight back is reported as info. The healthy reference MLP has
+  // 2-12 lone 10-98x spikes per 1000-4000 steps in its first Linear (ReLU before
+  // BatchNorm: a channel that barely varies in a batch gets its gradient divided
+  // by a tiny std), never a sustained one; SGD lr 0.2-0.5 on a plain MLP:
+  // sustained 15-425x spikes in every layer before it blew up.
+  double spike_factor = 10.0;
+  int64_t spike_window = 20;
+  int64_t spike_persist = 5;
+
+  // ---- O3 weight-norm growth (weights only) ----
+  // A weight whose norm grew more than weight_growth_factor x from its first
+  // record, rising between at least weight_growth_min_increasing of consecutive
+  // records, over at least min_records records. Healthy: 1.6x in 1000 steps,
+  // 2.7x in 4000 (the first Linear: BatchNorm after it makes its scale free, and
+  // Adam inflates it); Adam lr 1e-2: 9.3x in 1000 steps; B24 (lr 0.1): 31x by
+  // step 100, 52x by step 1000.
+  double weight_growth_factor = 10.0;
+  double weight_growth_min_increasing = 0.6;
+  int64_t min_records = 10;
+
+  // ---- O6 learning rate ----
+  // From the loss history: too high = NaN/Inf, divergence, spikes above the
+  // start or wild oscillation (L1's statistics, with these options); too low =
+  // a flat loss (relative decrease below loss.min_relative_decrease).
+  LossCheckOptions loss;
+  // Update/weight ratio ||w_after - w_before|| / ||w_before|| per weight: its
+  // median over the measured steps outside [min, max] warns (seed 000's
+  // [1e-5, 1e-1]). Healthy (Adam 1e-3): medians 2.8e-3-6.5e-3; lr 1e-7:
+  // 1.1e-6-2.6e-6; B24 (lr 0.1): 4.6e-3-1.6e-2 — inside, because the weights grow
+  // as fast as the steps (O3 and the loss history catch B24 instead).
+  double min_update_ratio = 1e-5;
+  double max_update_ratio = 1e-1;
+  double min_weight_rms = 1e-6;       // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
+  int64_t min_update_records = 3;     // measured steps needed before a weight is judged
+};
+
+// Per-parameter series for plots: (parameter path, [(step, value), ...]).
+using NormSeries = std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>;
+
+// O1, after a backward: per trainable parameter, no gradient (warning), NaN/Inf
+// (error), norm below opts.vanishing_grad_norm or above opts.exploding_grad_norm
+// (warnings); across depth, first weight's gradient norm / last weight's outside
+// [depth_ratio_vanishing, depth_ratio_exploding] (warnings). When nothing is
+// wrong, one info finding with the smallest and largest norms and the ratio.
+std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimCheckOptions& opts = {});
+
+// O2 and O3: record() after backward and before step (the gradients of this
+// step, the weights they were computed for), every step or every N steps.
+class NormHistory {
+ public:
+  explicit NormHistory(OptimCheckOptions opts = {}) : o_(std::move(opts)) {}
+  // Stores each trainable parameter's gradient norm (when it has a gradient)
+  // and weight norm under `step`.
+  void record(int64_t step, const nn::Module& model);
+  // O2 gradient spikes (error: a non-finite norm; warning: sustained; info:
+  // lone spikes) and O3 steadily growing weight norms (warning). Empty when healthy.
+  std::vector<Finding> findings() const;
+  NormSeries grad_series() const;
+  NormSeries weight_series() const;
+  int64_t records() const { return records_; }
+  void clear() { params_.clear(); records_ = 0; }
+
+ private:
+  struct Param {
+    std::string name, shape;
+    int64_t dim = 0, numel = 0;
+    std::vector<std::pair<int64_t, double>> grad, weight;
+  };
+  Param& param(const std::string& name, const Tensor& p);
+  OptimCheckOptions o_;
+  std::vector<Param> params_;  // registration order
+  int64_t records_ = 0;
+};
+
+// O4, after a step: an error per parameter holding NaN or Inf, with the counts.
+std::vector<Finding> check_finite_weights(const nn::Module& model);
+
+// O6 from per-step training losses: a warning "learning rate too high" (NaN/Inf,
+// divergence, spikes above the starting loss, wild oscillation) or "too low"
+// (the loss barely moves), with L1's statistics as evidence. Empty otherwise.
+std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses,
+                                            const OptimCheckOptions& opts = {});
+
+// O6 from the updates: attach() adds a pre- and a post-step hook to the
+// optimizer; on every `every`-th step (steps 1, 1 + every, ...) it measures,
+// per trainable parameter, ||w_after - w_before|| / ||w_before|| (skipping
+// tensors whose rms is below opts.min_weight_rms). findings(): a warning per
+// weight whose median ratio is outside [min_update_ratio, max_update_ratio]
+// (one that never changes is named as never updated). Detach before the
+// optimizer is destroyed; the destructor detaches.
+class UpdateRatioTracker {
+ public:
+  explicit UpdateRatioTracker(OptimCheckOptions opts = {}) : o_(std::move(opts)) {}
+  ~UpdateRatioTracker() { detach(); }
+  UpdateRatioTracker(const UpdateRatioTracker&) = delete;
+  UpdateRatioTracker& operator=(const UpdateRatioTracker&) = delete;
+
+  void attach(optim::Optimizer& opt, const nn::Module& model, int64_t every = 10);
+  void detach();
+  bool attached() const { return opt_ != nullptr; }
+  std::vector<Finding> findings() const;
+  NormSeries series() const;  // per parameter: (step, ratio)
+  int64_t measurements() const { return measurements_; }
+
+ private:
+  struct Param {
+    std::string name, shape;
+    Tensor tensor;  // shares state with the model's parameter
+    int64_t dim = 0, numel = 0;
+    int group = -1;  // the optimizer's parameter group holding it (-1: none)
+    Tensor before;   // snapshot of the step being measured
+    std::vector<std::pair<int64_t, double>> ratios;
+    std::vector<double> lrs;  // the group's lr at each measurement
+  };
+  void pre_step(optim::Optimizer& opt);
+  void post_step(optim::Optimizer& opt);
+  OptimCheckOptions o_;
+  optim::Optimizer* opt_ = nullptr;
+  std::vector<size_t> hooks_;
+  int64_t every_ = 10;
+  int64_t measuring_step_ = -1;  // the step being measured (-1: none)
+  int64_t measurements_ = 0;
+  std::vector<Param> params_;
+};
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,111 @@
+// The bug zoo: trains the clean reference and each catalogued bug (nn/bugs.h,
+// docs/catalog.md) on Fashion-MNIST with every check attached, and reports
+// which checks fired, whether the intended one caught the bug, and what the
+// bug did to training. `gradsleuth zoo` prints it; `gradsleuth doctor` runs
+// one variant with a full report.
+//
+//   debug::zoo::Options o = debug::zoo::Options::quick();
+//   debug::zoo::Result r = debug::zoo::run({nn::Bug::B13, nn::Bug::B28}, o);
+//   std::cout << debug::zoo::matrix(r);
+//
+// A variant is built by a Recipe: the data pipeline, the model, the loss, the
+// optimizer and the training loop of the reference, each with the bugs that
+// live there switched on (the bug's `lives_in` column).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "debug/finding.h"
+#include "debug/monitor.h"
+#include "nn/bugs.h"
+#include "nn/data.h"
+#include "nn/module.h"
+
+namespace gradsleuth::debug::zoo {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The two tasks on Fashion-MNIST: the 10 classes, and "is it footwear?"
+// (sandal, sneaker, ankle boot) for the regression/binary bugs B01 and B09.
+enum class Task { Classes, Footwear };
+
+struct Options {
+  int64_t train_examples = 60000;  // the first N training images
+  int64_t test_examples = 10000;   // the first N test images (evaluation)
+  int64_t steps = 1000;            // optimizer steps per variant (the budget)
+  int64_t batch_size = 64;
+  double lr = 1e-3;                // Adam
+  uint64_t seed = 1;
+  int64_t monitor_every = 10;      // the monitor's sampled steps
+  int64_t overfit_steps = 150;     // the gate's overfit-one-batch (M14)
+  std::string model = "mlp";       // "mlp" or "cnn"
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  bool gate = true;                // run the pre-training gate (W2)
+  bool footwear = false;           // the footwear task even without B01/B09 (its clean reference)
+  static Options quick();          // 6000 / 2000 images, 150 steps
+  static Options full();           // 60000 / 10000 images, 1000 steps
+};
+
+// Everything one variant trains with.
+struct Variant {
+  std::string id;          // "clean", "clean-footwear", "B13"
+  nn::BugSet bugs;
+  Task task = Task::Classes;
+  int64_t num_classes = 10;
+  std::shared_ptr<nn::Module> model;
+  std::shared_ptr<nn::Loss> loss;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  optim::TrainerOptions trainer;
+  std::shared_ptr<nn::DataLoader> train, test;
+  nn::DatasetPtr train_data;                 // what the loader reads (D4's reference)
+  std::shared_ptr<nn::Normalizer> normalizer;  // null when the pipeline has none (B25)
+  Tensor test_x;                             // the evaluation inputs after the pipeline (D10, M18)
+  std::vector<std::string> notes;            // how the recipe set the bug up
+};
+
+// Builds the reference recipe with `bugs` switched on (and the task they need).
+Variant build(const nn::BugSet& bugs, const Options& o);
+
+struct RunResult {
+  std::string id;
+  std::string title;                  // the bug's title, or "clean reference"
+  std::vector<std::string> intended;  // the bug's intended checks
+  std::vector<std::string> fired;     // every check that fired (warning or error)
+  bool caught = false;                // an intended check fired
+  double test_accuracy = kNaN;
+  double final_loss = kNaN;           // mean training loss of the last 20 steps
+  double seconds = 0.0;
+  int64_t steps = 0;
+  std::string reference;              // the clean run to compare with ("clean" or "clean-footwear")
+  std::string stopped;                // why training stopped early ("" if it ran its budget)
+  Report report;
+  TrainingHistory history;
+};
+
+// Trains one variant with every check attached.
+// progress(text) is called with a one-line status now and then.
+RunResult run_variant(const nn::BugSet& bugs, const Options& o,
+                      const std::function<void(const std::string&)>& progress = nullptr);
+// The same on a variant built (and possibly adjusted) by the caller.
+RunResult run_variant(Variant& v, const Options& o, const std::function<void(const std::string&)>& progress = nullptr);
+
+struct Result {
+  RunResult clean, clean_footwear;  // clean_footwear runs only when a footwear bug is selected
+  std::vector<RunResult> bugs;
+  double seconds = 0.0;
+  Options options;
+};
+
+Result run(const std::vector<nn::Bug>& bugs, const Options& o,
+           const std::function<void(const std::string&)>& progress = nullptr);
+
+// The detection matrix, for a person.
+std::string matrix(const Result& r);
+// {"clean":{...},"bugs":[{"id":"B01","intended":[...],"fired":[...],"caught":true,...}], ...}
+std::string json(const Result& r);
+
+}  // namespace gradsleuth::debug::zoo

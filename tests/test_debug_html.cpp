@@ -1,0 +1,286 @@
+// W6 logs and plots: metric files, SVG plots (one polyline per series, NaN skipped, log
+// scale), escaping, well-formed HTML, and an atomic write that never damages the old file.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "debug/html_report.h"
+#include "json_mini.h"
+
+namespace dbg = gs::debug;
+namespace fs = std::filesystem;
+
+namespace {
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+// Every tag we emit is closed or self-closed ("<br/>"), in order. Returns "" or
+// what is wrong.
+std::string check_balanced(const std::string& html) {
+  std::vector<std::string> stack;
+  size_t i = 0;
+  while ((i = html.find('<', i)) != std::string::npos) {
+    const size_t end = html.find('>', i);
+    if (end == std::string::npos) return "unterminated tag at " + std::to_string(i);
+    const std::string tag = html.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.empty()) return "empty tag";
+    if (tag[0] == '!') continue;  // <!DOCTYPE html>
+    if (tag.back() == '/') continue;
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (stack.empty()) return "</" + name + "> closes nothing";
+      if (stack.back() != name) return "</" + name + "> closes <" + stack.back() + ">";
+      stack.pop_back();
+      continue;
+    }
+    stack.push_back(tag.substr(0, tag.find_first_of(" \n\t")));
+  }
+  return stack.empty() ? "" : "<" + stack.back() + "> is never closed";
+}
+
+// The "points" of the polyline whose data-name is `name`, as (x, y) pairs.
+std::vector<std::pair<double, double>> points_of(const std::string& svg, const std::string& name) {
+  const size_t at = svg.find("data-name=\"" + name + "\"");
+  REQUIRE(at != std::string::npos);
+  const size_t p = svg.find("points=\"", at) + 8;
+  const std::string pts = svg.substr(p, svg.find('"', p) - p);
+  std::vector<std::pair<double, double>> out;
+  std::istringstream in(pts);
+  std::string pair;
+  while (in >> pair) {
+    const size_t comma = pair.find(',');
+    out.emplace_back(std::stod(pair.substr(0, comma)), std::stod(pair.substr(comma + 1)));
+  }
+  return out;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("gs_html_test_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, ec);
+    fs::remove_all(path, ec);
+  }
+};
+
+dbg::HtmlReport sample_report() {
+  dbg::HtmlReport rep;
+  rep.title = "a <script> & \"quotes\"";
+  rep.summary = {{"epochs", "5"}, {"lr < 1", "yes"}};
+  dbg::Plot loss{"loss", "step", "loss", false, {}};
+  loss.series.push_back({"train", {1, 2, 3, 4}, {2.3, 1.2, 0.8, 0.6}});
+  loss.series.push_back({"val", {1, 2, 3, 4}, {2.4, 1.4, 1.1, 1.2}});
+  dbg::Plot grads{"gradient norm per layer", "step", "norm", true, {}};
+  grads.series.push_back({"0.weight", {1, 2, 3}, {1e-3, 1e-2, 1e-1}});
+  grads.series.push_back({"2.weight", {1, 2, 3}, {1.0, 10.0, 100.0}});
+  grads.series.push_back({"4.weight <last>", {1, 2, 3}, {0.5, 0.4, 0.3}});
+  rep.plots = {loss, grads};
+  dbg::Finding f;
+  f.check = "O1";
+  f.severity = dbg::Severity::Error;
+  f.title = "gradient of 0.weight is NaN <bad>";
+  f.module = "0 (Linear)";
+  f.evidence.push_back({"non-finite elements", 3, "> 0 is an error"});
+  f.cause = "learning rate too high";
+  f.fix = "lower it";
+  rep.findings.add(f);
+  dbg::Finding w = f;
+  w.check = "M7";
+  w.severity = dbg::Severity::Warning;
+  w.title = "dead units";
+  rep.findings.add(w);
+  return rep;
+}
+
+}  // namespace
+
+TEST_CASE("the HTML report is well formed, escaped, with one svg per plot and one polyline per series") {
+  const dbg::HtmlReport rep = sample_report();
+  const std::string html = dbg::render_html(rep);
+  CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(check_balanced(html) == "");
+  CHECK(count(html, "<svg") == 2);
+  CHECK(count(html, "<polyline") == 5);
+  // Escaped everywhere: the title, summary keys, finding titles, series names.
+  CHECK(html.find("<script>") == std::string::npos);
+  CHECK(html.find("a &lt;script&gt; &amp; &quot;quotes&quot;") != std::string::npos);
+  CHECK(html.find("lr &lt; 1") != std::string::npos);
+  CHECK(html.find("is NaN &lt;bad&gt;") != std::string::npos);
+  CHECK(html.find("4.weight &lt;last&gt;") != std::string::npos);
+  // Self-contained: no scripts, no external resources.
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("src=") == std::string::npos);
+  CHECK(html.find("href=") == std::string::npos);
+  // Findings: errors first, coloured by severity.
+  CHECK(html.find("class=\"sev-error\"") != std::string::npos);
+  CHECK(html.find("class=\"sev-warning\"") != std::string::npos);
+  CHECK(html.find("sev-error\"><td") < html.find("sev-warning\"><td"));
+  CHECK(html.find("non-finite elements = 3 (&gt; 0 is an error)") != std::string::npos);
+  CHECK(check_balanced("<p><b></p></b>") != "");  // the checker itself can fail
+}
+
+TEST_CASE("plots skip NaN and Inf points, draw inside the axes, and put larger values higher") {
+  dbg::Plot p{"t", "step", "v", false, {}};
+  p.series.push_back({"s", {0, 1, 2, 3, 4, std::nan("")}, {1.0, std::nan(""), 3.0, INFINITY, 2.0, 5.0}});
+  const std::string svg = dbg::render_svg(p);
+  CHECK(check_balanced(svg) == "");
+  const auto pts = points_of(svg, "s");
+  REQUIRE(pts.size() == 3);  // (0,1), (2,3), (4,2)
+  CHECK(pts[0].first < pts[1].first);
+  CHECK(pts[1].first < pts[2].first);
+  CHECK(pts[1].second < pts[2].second);  // 3 is above 2 (SVG y grows downwards)
+  CHECK(pts[2].second < pts[0].second);  // 2 is above 1
+  for (const auto& [x, y] : pts) {
+    CHECK(x >= 72.0);
+    CHECK(x <= 760.0 - 190.0);
+    CHECK(y >= 42.0);
+    CHECK(y <= 400.0 - 58.0);
+  }
+  CHECK(svg.find("nan") == std::string::npos);
+  CHECK(svg.find("inf") == std::string::npos);
+}
+
+TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and skips values <= 0") {
+  dbg::Plot p{"grad norms", "step", "norm", true, {}};
+  p.series.push_back({"g", {1, 2, 3, 4, 5}, {1.0, 10.0, 100.0, 0.0, -1.0}});
+  const std::string svg = dbg::render_svg(p);
+  const auto pts = points_of(svg, "g");
+  REQUIRE(pts.size() == 3);
+  CHECK(pts[0].second - pts[1].second == doctest::Approx(pts[1].second - pts[2].second));  // equal decade steps
+  CHECK(svg.find(">100</text>") != std::string::npos);
+  CHECK(svg.find(">10</text>") != std::string::npos);
+  CHECK(svg.find("(log scale)") != std::string::npos);
+  // A series with no drawable point still gets its (empty) polyline and a note.
+  dbg::Plot empty{"nothing", "step", "v", true, {{"z", {1, 2}, {0.0, std::nan("")}}}};
+  const std::string e = dbg::render_svg(empty);
+  CHECK(count(e, "<polyline") == 1);
+  CHECK(e.find("no finite points") != std::string::npos);
+}
+
+TEST_CASE("write_html_report writes atomically and a failed write leaves the old file untouched") {
+  TempDir tmp;
+  const dbg::HtmlReport rep = sample_report();
+  const fs::path target = tmp.path / "report.html";
+  dbg::write_html_report(target.string(), rep);
+  CHECK(read(target) == dbg::render_html(rep));
+
+  {  // an existing file, then a write whose target is a directory
+    std::ofstream(target) << "OLD";
+    const fs::path dir = tmp.path / "adir";
+    fs::create_directories(dir);
+    try {
+      dbg::write_html_report(dir.string(), rep);
+      FAIL("expected a gs::Error");
+    } catch (const gs::Error& e) {
+      CHECK(std::string(e.what()).find(dir.string()) != std::string::npos);
+      CHECK(std::string(e.what()).find("is a directory") != std::string::npos);
+    }
+    CHECK(read(target) == "OLD");
+  }
+  {  // a directory that does not exist
+    const std::string bad = (tmp.path / "missing" / "report.html").string();
+    try {
+      dbg::write_html_report(bad, rep);
+      FAIL("expected a gs::Error");
+    } catch (const gs::Error& e) {
+      CHECK(std::string(e.what()).find(bad) != std::string::npos);
+    }
+  }
+  {  // the write fails half-way: the old file stays, no temporary is left behind
+    dbg::testing::set_report_write_failure(100);
+    CHECK_THROWS_AS(dbg::write_html_report(target.string(), rep), gs::Error);
+    dbg::testing::set_report_write_failure(std::nullopt);
+    CHECK(read(target) == "OLD");
+    size_t files = 0;
+    for (const auto& e : fs::directory_iterator(tmp.path)) files += e.is_regular_file();
+    CHECK(files == 1);
+  }
+  {  // a directory the process cannot write to (root ignores permissions: skipped)
+    const fs::path ro = tmp.path / "readonly";
+    fs::create_directories(ro);
+    std::ofstream(ro / "report.html") << "KEEP";
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    if (::geteuid() == 0) {
+      MESSAGE("running as root: the unwritable-directory case cannot be tested (root may write anywhere)");
+    } else {
+      try {
+        dbg::write_html_report((ro / "report.html").string(), rep);
+        FAIL("expected a gs::Error");
+      } catch (const gs::Error& e) {
+        CHECK(std::string(e.what()).find((ro / "report.html").string()) != std::string::npos);
+      }
+      CHECK(read(ro / "report.html") == "KEEP");
+    }
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+}
+
+TEST_CASE("MetricsLog writes long-format CSV and JSON lines, and plots groups of series") {
+  TempDir tmp;
+  const std::string dir = (tmp.path / "run" / "nested").string();  // created on demand
+  {
+    dbg::MetricsLog log(dir);
+    log.log(1, {{"loss/train", 2.5}, {"loss/val", 2.75}});
+    log.log(2, {{"loss/train", 1.25}, {"loss/val", std::nan("")}});
+    log.log(2, "grad_norm/0.weight", 0.001);
+    log.log(3, "weird,name\"x", 1.0);
+    CHECK(log.names() == std::vector<std::string>{"loss/train", "loss/val", "grad_norm/0.weight", "weird,name\"x"});
+    const dbg::Series s = log.series("loss/train");
+    CHECK(s.x == std::vector<double>{1, 2});
+    CHECK(s.y == std::vector<double>{2.5, 1.25});
+    const dbg::Plot p = log.plot("loss", "loss/");
+    REQUIRE(p.series.size() == 2);
+    CHECK(p.series[0].name == "train");
+    CHECK(p.series[1].name == "val");
+    CHECK(p.y_label == "loss");
+    CHECK(p.x_label == "step");
+    CHECK(log.plot("g", "grad_norm/", true).series.size() == 1);
+  }
+  const std::string csv = read(fs::path(dir) / "metrics.csv");
+  CHECK(csv ==
+        "step,name,value\n"
+        "1,loss/train,2.5\n1,loss/val,2.75\n2,loss/train,1.25\n2,loss/val,nan\n"
+        "2,grad_norm/0.weight,0.001\n3,\"weird,name\"\"x\",1\n");
+  std::ifstream jl(fs::path(dir) / "metrics.jsonl");
+  std::vector<json_mini::Value> lines;
+  for (std::string line; std::getline(jl, line);) lines.push_back(json_mini::parse(line));
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0].get("step")->num == 1);
+  CHECK(lines[0].get("loss/val")->num == 2.75);
+  CHECK(lines[1].get("loss/val")->kind == json_mini::Value::Null);  // NaN has no JSON spelling
+
+  // Read back, then continue the run in append mode.
+  const auto back = dbg::read_metrics_csv((fs::path(dir) / "metrics.csv").string());
+  REQUIRE(back.size() == 4);
+  CHECK(back[3].name == "weird,name\"x");
+  CHECK(std::isnan(back[1].y[1]));
+  {
+    dbg::MetricsLog log(dir, /*append=*/true);
+    log.log(3, "loss/train", 0.5);
+    CHECK(log.series("loss/train").y == std::vector<double>{2.5, 1.25, 0.5});
+  }
+  CHECK(dbg::read_metrics_csv((fs::path(dir) / "metrics.csv").string())[0].y.size() == 3);
+  CHECK_THROWS_AS(dbg::read_metrics_csv((tmp.path / "nope.csv").string()), gs::Error);
+}

@@ -1,0 +1,191 @@
+// The training monitor (W3), the pre-training gate (W2), the diagnosis report
+// (W5) and the reproducibility check (W1) on small models and data.
+#include <doctest/doctest.h>
+
+#include "core/autograd.h"
+#include "debug/monitor.h"
+#include "debug_test_util.h"
+#include "optim/optim.h"
+
+using namespace dtest;
+
+namespace {
+
+struct Setup {
+  std::shared_ptr<nn::Sequential> model;
+  std::shared_ptr<nn::TensorDataset> data;
+  std::unique_ptr<nn::DataLoader> loader;
+  nn::CrossEntropyLoss loss;
+  std::unique_ptr<gs::optim::Adam> opt;
+  explicit Setup(uint64_t seed = 1, gs::nn::DataLoaderOptions lo = nn::DataLoaderOptions().batch_size(32).shuffle(true)) {
+    XY d = blobs(64, 3, 8, 7, 1.5);
+    data = std::make_shared<nn::TensorDataset>(d.x, d.y);
+    loader = std::make_unique<nn::DataLoader>(data, lo);
+    model = mlp(8, 16, 3, seed);
+    opt = std::make_unique<gs::optim::Adam>(model->parameters(), gs::optim::AdamOptions(3e-3));
+  }
+  gs::optim::FitResult fit(dbg::Monitor& m, gs::optim::TrainerOptions o = {}) {
+    gs::optim::Trainer t(*model, *opt, o.epochs(o.epochs() > 1 ? o.epochs() : 4).progress(gs::optim::Progress::Off));
+    t.set_loss([this](const Tensor& out, const Tensor& y) { return loss(out, y); });
+    m.attach(t);
+    return t.fit(*loader, loader.get());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("W3: on a clean run the monitor fires nothing and records the history") {
+  Setup s;
+  dbg::MonitorOptions o;
+  o.every = 2;
+  dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
+  auto r = s.fit(m);
+  m.finish(s.data->x().narrow(0, 0, 32), s.data->y().narrow(0, 0, 32));
+  INFO(m.report().str(false));
+  CHECK(m.report().fired_checks().empty());
+  const auto h = m.history();
+  CHECK(h.step_losses.size() == static_cast<size_t>(r.steps));
+  CHECK(h.epoch_val_loss.size() == 4);
+  CHECK_FALSE(h.grad_norms.empty());
+  CHECK_FALSE(h.dead_fraction.empty());
+  CHECK(m.steps() == r.steps);
+}
+
+TEST_CASE("W3 hears O5 (zero_grad forgotten), M2 (evaluation in training mode) and M17 during normal use") {
+  {
+    Setup s;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss);
+    s.fit(m, gs::optim::TrainerOptions().bug(nn::Bug::B04));
+    m.finish();
+    CHECK(m.report().fired("O5"));
+    CHECK(m.report().of("O5")[0].title.find("zero_grad") != std::string::npos);
+  }
+  {
+    Setup s;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss);
+    s.fit(m, gs::optim::TrainerOptions().bug(nn::Bug::B05));
+    m.finish();
+    CHECK(m.report().fired("M2"));
+  }
+  {
+    Setup s;
+    (*s.model)[3]->inject_bug(nn::Bug::B23);
+    dbg::Monitor m(*s.model, *s.opt, &s.loss);
+    s.fit(m);
+    m.finish();
+    CHECK(m.report().fired("M17"));
+  }
+}
+
+TEST_CASE("W3 with W4/M12: a loss that turns non-finite is localised to the op and module before the step") {
+  Setup s;
+  auto head = std::make_shared<nn::LogSoftmax>(1);
+  head->inject_bug(nn::Bug::B20);
+  s.model->push_back(std::make_shared<nn::Linear>(3, 3));  // logits x large weights: softmax underflows
+  {
+    gs::NoGradGuard ng;
+    std::dynamic_pointer_cast<nn::Linear>((*s.model)[9])->weight.normal_(0.0, 300.0);
+  }
+  s.model->push_back(head);
+  nn::NLLLoss nll;
+  dbg::Monitor m(*s.model, *s.opt, &nll);
+  gs::optim::Trainer t(*s.model, *s.opt, gs::optim::TrainerOptions().epochs(1).max_steps(3).progress(gs::optim::Progress::Off));
+  t.set_loss([&](const Tensor& out, const Tensor& y) { return nll(out, y); });
+  m.attach(t);
+  t.fit(*s.loader);
+  m.finish();
+  INFO(m.report().str(false));
+  REQUIRE(m.report().fired("W4"));
+  CHECK(m.report().of("W4")[0].op == "log");
+  CHECK(m.report().of("W4")[0].module == "10 (LogSoftmax)");
+  REQUIRE(m.report().fired("M12"));
+  CHECK(m.report().of("M12")[0].module == "10 (LogSoftmax)");
+}
+
+TEST_CASE("W3: the loss-input checks run on sampled steps: L2 double softmax, M19 shape mismatch") {
+  Setup s;
+  s.model->push_back(std::make_shared<nn::Softmax>(1));  // bug B08
+  dbg::Monitor m(*s.model, *s.opt, &s.loss);
+  s.fit(m);
+  m.finish();
+  CHECK(m.report().fired("L2"));
+
+  // A regression loss fed (B, 1) against (B): M19 and D6 before the loss broadcasts.
+  gs::manual_seed(2);
+  auto reg = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 1));
+  gs::optim::SGD sgd(reg->parameters(), gs::optim::SGDOptions(0.01));
+  nn::MSELoss mse;
+  mse.inject_bug(nn::Bug::B01);
+  dbg::Monitor mr(*reg, sgd, &mse);
+  Tensor x = gs::randn({16, 3}), y = gs::randn({16});
+  for (int i = 0; i < 3; ++i) {
+    sgd.zero_grad();
+    mse((*reg)(x), y).backward();
+    sgd.step();
+  }
+  mr.finish();
+  CHECK(mr.report().fired("M19"));
+  CHECK(mr.report().fired("D6"));
+}
+
+TEST_CASE("W2: the gate passes a clean model and leaves it as it was; it catches bugs found before training") {
+  Setup s;
+  const nn::Batch b = s.loader->batch(0, 0);
+  auto ce = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
+  const Tensor w = s.model->parameters()[0].clone();
+  const Tensor rm = s.model->buffers()[0].clone();
+  dbg::Report r = dbg::pretrain_gate(*s.model, b.x, b.y, ce, s.opt.get());
+  INFO(r.str(false));
+  CHECK(r.fired_checks().empty());
+  for (const char* id : {"M1", "M10", "D1", "L4", "O1", "M14", "L6"}) {
+    INFO(std::string(id));
+    CHECK_FALSE(r.of(id).empty());  // each part ran and reported (info)
+  }
+  CHECK(gs::equal(s.model->parameters()[0], w));
+  CHECK(gs::equal(s.model->buffers()[0], rm));
+  CHECK_FALSE(s.model->parameters()[0].grad().defined());
+
+  Setup bad;
+  (*bad.model)[1]->inject_bug(nn::Bug::B22);
+  (*bad.model)[4]->inject_bug(nn::Bug::B02);
+  dbg::Report rb = dbg::pretrain_gate(*bad.model, b.x, b.y, ce, bad.opt.get());
+  CHECK(rb.fired("M13"));
+  CHECK(rb.fired("M20"));
+}
+
+TEST_CASE("W5: the diagnosis report covers parameters, data, forward, initial loss and gradients") {
+  Setup s;
+  const nn::Batch b = s.loader->batch(0, 0);
+  auto ce = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
+  dbg::Diagnosis d = dbg::diagnosis_report(*s.model, b.x, b.y, ce);
+  for (const char* part : {"== parameters ==", "== data ==", "== forward ==", "== initial loss ==", "== gradients =="})
+    CHECK(d.text.find(part) != std::string::npos);
+  CHECK(d.text.find("1.weight [16, 8]") != std::string::npos);
+  CHECK(d.findings.of("W5").size() == 1);
+  CHECK_FALSE(s.model->parameters()[0].grad().defined());
+}
+
+TEST_CASE("W1: a seeded run is reproducible; one that reads an unseeded source is not") {
+  auto run = [](uint64_t seed) {
+    Setup s(seed, nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed));
+    std::vector<double> losses;
+    for (const nn::Batch& b : *s.loader) {
+      s.opt->zero_grad();
+      Tensor l = s.loss((*s.model)(b.x), b.y);
+      l.backward();
+      s.opt->step();
+      losses.push_back(l.item<double>());
+    }
+    return losses;
+  };
+  auto ok = dbg::check_reproducible(run);
+  REQUIRE(ok.size() == 1);
+  CHECK_FALSE(ok[0].fires());
+  uint64_t calls = 0;
+  auto drifting = [&](uint64_t seed) { return run(seed + calls++); };  // e.g. seeded from the clock
+  auto bad = dbg::check_reproducible(drifting);
+  REQUIRE(bad.size() == 1);
+  CHECK(bad[0].check == "W1");
+  CHECK(bad[0].severity == dbg::Severity::Error);
+  CHECK(evidence(bad[0], "first differing step") == 1);
+}
