@@ -71,6 +71,7 @@ class BroadcastDetector : public OpObserver {
  public:
   explicit BroadcastDetector(BroadcastMode mode = BroadcastMode::Warn) : mode_(mode) {}
   void attach(nn::Module& model) { tracker_.attach(model); }
+  void detach() { tracker_.detach(); }
   [[nodiscard]] std::unique_ptr<Scope> enable() { return std::make_unique<Scope>(this); }
   void set_mode(BroadcastMode m) { mode_ = m; }
   const std::vector<Finding>& findings() const { return findings_; }
