@@ -55,8 +55,8 @@ const char* kCauseStuck = "seed 000's table for loss stuck high: wrong loss func
                           "simple; data issue (labels shuffled apart from their inputs, unscaled inputs)";
 const char* kCauseOscillating = "seed 000's table for loss oscillating wildly: learning rate too high; batch size too "
                                 "small; data shuffling issue (batches sorted by class)";
-const char* kCauseTrainValGap = "seed 000's table for train loss down, val loss up: overfitting; data leakage in train; "
-                                "train/val distribution mismatch";
+const char* kCauseTrainValGap = "seed 000's table for train loss down, val loss up: overfitting; data leakage in "
+                                "train; train/val distribution mismatch";
 
 }  // namespace
 
@@ -83,14 +83,15 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
   for (size_t i = 0; i + static_cast<size_t>(w) <= m; i += static_cast<size_t>(w))
     s.window_medians.push_back(median_of(l, i, i + static_cast<size_t>(w)));
   const auto& med = s.window_medians;
-  s.trend_judged = med.size() >= 2;
+  s.trend_judged = med.size() >= 2 && static_cast<int64_t>(m) >= opts.min_trend_steps;
   if (s.trend_judged) {
     const double best_later = *std::min_element(med.begin() + 1, med.end());
     s.relative_decrease = med[0] > 0 ? (med[0] - best_later) / med[0] : 0.0;
     s.last_level = med.back();
     double best = med[0];
+    const double floor = opts.min_level * std::fabs(l[0]);
     for (size_t k = 1; k < med.size(); ++k) {
-      if (best > 0 && med[k] / best > s.max_rise) {
+      if (best > 0 && med[k] >= floor && med[k] / best > s.max_rise) {
         s.max_rise = med[k] / best;
         s.rise_step = static_cast<int64_t>(k + 1) * w;
       }
@@ -120,7 +121,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
   auto swing = [&](size_t a, size_t b) {
     if (b - a < 3) return;
     const double level = median_of(l, a, b);
-    if (!(level > 0) || level < opts.swing_min_level * std::fabs(l[0])) return;
+    if (!(level > 0) || level < opts.min_level * std::fabs(l[0])) return;
     std::vector<double> d;
     for (size_t i = a + 1; i < b; ++i) d.push_back(std::fabs(l[i] - l[i - 1]));
     const double r = median(d) / level;
@@ -348,7 +349,8 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
   f.shape = shape_of(input);
   f.evidence = {{"min", lo, ">= 0 for probabilities"},
                 {"max", hi, "<= 1 for probabilities"},
-                {"fraction outside [0, 1]", static_cast<double>(outside) / static_cast<double>(finite), "any is an error"}};
+                {"fraction outside [0, 1]", static_cast<double>(outside) / static_cast<double>(finite),
+                 "any is an error"}};
   f.cause = "the model's raw scores go to BCELoss, which expects sigmoid outputs (bug B09); with the values "
             "clamped into [0, 1] the loss runs silently but half of the logits give no gradient";
   f.fix = "give the logits to BCEWithLogitsLoss (sigmoid and log in one stable step), or apply sigmoid before BCELoss";
@@ -596,7 +598,8 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
     ev[3].rule = "< " + fmt_num(opts.normal_gap) + " with train < " + fmt_num(opts.normal_train_loss) + " is normal";
     f.fix = "none needed";
   } else {
-    f = make("L7", Severity::Info, "no verdict yet: keep watching (gap " + fmt_num(gap) + ", train " + fmt_num(tr) + ")");
+    f = make("L7", Severity::Info,
+             "no verdict yet: keep watching (gap " + fmt_num(gap) + ", train " + fmt_num(tr) + ")");
     ev[3].rule = "overfitting above " + fmt_num(opts.overfit_gap) + "; normal below " + fmt_num(opts.normal_gap) +
                  " with train < " + fmt_num(opts.normal_train_loss);
     f.fix = "train on and diagnose again (seed 004: continue observing)";

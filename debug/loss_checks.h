@@ -38,6 +38,10 @@ struct LossCheckOptions {
   // need at least two windows. Medians, not means, so one bad batch moves nothing.
   int64_t window_min = 20;
   int64_t window_max = 100;
+  // The trend verdicts (stuck, diverging) need at least this many finite steps:
+  // over a few dozen steps minibatch noise can hide a real decrease (a slow
+  // synthetic curve falling 15% in 40 steps read as 9% in one case of 20).
+  int64_t min_trend_steps = 100;
   // Stuck: (first window - best later window) / first window below this. Healthy
   // runs from step 1: 0.40-0.45 (1000 steps, 5 seeds), 0.59-0.63 (300 steps on
   // 5000 images, 3 seeds); Adam lr 1e-7: 0.008-0.029.
@@ -50,7 +54,8 @@ struct LossCheckOptions {
   // Diverging: a window's median above diverge_factor x the best window before
   // it. Healthy: 1.03-1.19 from step 1 (8 seeds), at most 1.47 over any
   // 30-4000-step stretch of 11 healthy runs (windows >= 20); SGD lr 0.2 on a
-  // plain MLP (no BatchNorm): 2.6 before it died.
+  // plain MLP (no BatchNorm): 2.6 before it died. Windows below min_level (see
+  // below) are not judged: a binary task converged to 0.002 wobbles 3.5x.
   double diverge_factor = 2.0;
   // Spike: a step whose loss is above spike_factor x the median of the window
   // before it AND above the first loss of the history (worse than where training
@@ -60,12 +65,15 @@ struct LossCheckOptions {
   double spike_factor = 3.0;
   // Oscillating: in some window, the median |loss[t] - loss[t-1]| above
   // max_relative_swing x the window's median loss. Minibatch noise of healthy
-  // runs: 0.26-0.34 (batch 64, 8 seeds; 0.47 at most in any window of 11 runs);
-  // B24: 0.20-0.39 (its swings are no wilder); SGD lr 1 on a plain MLP: 60-120. Windows whose
-  // median is below swing_min_level x the first loss (a loss near 0, where
-  // relative noise is large and harmless) are not judged.
+  // runs: 0.26-0.34 (batch 64, 8 seeds; 0.47 at most in any window of 11
+  // runs); B24: 0.20-0.39 (its swings are no wilder); SGD lr 1 on a plain MLP:
+  // 60-120.
   double max_relative_swing = 1.0;
-  double swing_min_level = 0.05;
+  // Windows whose median is below min_level x the first loss are not judged for
+  // divergence or oscillation: near 0 relative changes are large and harmless
+  // (a BCE footwear-vs-rest run falls from 0.64 to ~0.002, then moves between
+  // 0.002 and 0.006).
+  double min_level = 0.05;
   // Train down / val up: every one of the last val_patience validation losses
   // is above (1 + val_rise) x the best one before them, while the smoothed
   // training loss kept falling. A single bad validation epoch does not count.
@@ -93,6 +101,9 @@ struct LossCheckOptions {
   // gap = val - train, both averaged over the last fitting_window epochs (the
   // seed reads one epoch; eval-mode validation loss of the reference MLP jumps
   // by up to 0.4 between epochs, so one epoch alone is too noisy a witness).
+  // Healthy, 300 steps on 3000 images, evaluated every 100: gap 0.04-0.22 over
+  // 12 seeds (one reads as overfitting: that model's eval-mode loss runs high,
+  // ReLU before BatchNorm leaves near-dead channels with running variance ~1e-13).
   int64_t fitting_window = 3;
   double underfit_train_loss = 0.5;  // train above this ...
   int64_t min_epochs_underfit = 50;  // ... after more than this many epochs: underfitting
@@ -112,10 +123,10 @@ struct LossHistoryStats {
   double first_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t window = 0;                 // steps per smoothing window
   std::vector<double> window_medians;  // one per complete window
-  bool trend_judged = false;           // at least two windows
+  bool trend_judged = false;           // at least two windows and opts.min_trend_steps steps
   double relative_decrease = 0.0;      // (first window - best later window) / first window
   double last_level = std::numeric_limits<double>::quiet_NaN();  // median of the last window
-  double max_rise = 0.0;               // largest window median / best window median before it
+  double max_rise = 0.0;               // largest window median (>= min_level) / best window median before it
   int64_t rise_step = -1;              // last step of that window
   int64_t spikes = 0;                  // steps above spike_factor x rolling median and above the first loss
   int64_t worst_spike_step = -1;

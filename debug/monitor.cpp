@@ -248,22 +248,17 @@ void Monitor::on_loss_value(const Tensor& loss) {
 
 void Monitor::on_pre_step(optim::Optimizer&) {
   const bool sample = sampled_step();
-  if (sample) {
-    norms_.record(steps_ + 1, model_);             // O2/O3
-    add(check_gradient_health(model_, o_.optim));  // O1
-    add(check_gradient_flow(model_));              // M5
-  }
   // A non-finite loss (every step) or gradient (sampled steps): find where it
   // came from now, while the weights are still the ones that produced it.
   bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
-  if (sample && !bad)
-    for (const Tensor& p : model_.parameters()) {
-      Tensor g = p.grad();
-      if (g.defined() && !all_finite(g)) {
-        bad = true;
-        break;
-      }
+  if (sample) {
+    norms_.record(steps_ + 1, model_);  // O2/O3
+    for (Finding& f : check_gradient_health(model_, o_.optim)) {  // O1 (M5's gradient flow runs in the gate)
+      bad = bad || (f.severity == Severity::Error && (f.title.find("NaN") != std::string::npos ||
+                                                      f.title.find("Inf") != std::string::npos));
+      add(std::move(f));
     }
+  }
   if (bad)
     localise((loss_seen_this_step_ && !std::isfinite(last_loss_) ? "the loss turned non-finite"
                                                                    : "gradients turned non-finite") +

@@ -83,6 +83,9 @@ const char* kFixExploding = "clip gradients (clip_grad_norm 1.0), lower the lear
 
 std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimCheckOptions& opts) {
   const auto labels = module_labels(model);
+  const bool has_batchnorm = std::any_of(labels.begin(), labels.end(), [](const auto& kv) {
+    return kv.second.find("(BatchNorm") != std::string::npos;
+  });
   std::vector<Finding> out;
   struct Judged {
     std::string name;
@@ -125,9 +128,10 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       if (s.norm == 0.0)
         f.cause = "an exact zero: the parameter is in the graph but nothing flows back (dead ReLUs after it, M7; a "
                   "multiplication by 0; a saturated activation); " + f.cause;
-      if (p.dim() == 1 && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0)
-        f.cause += ". A bias right before a BatchNorm always gets ~0: the normalisation subtracts the batch mean, "
-                   "so the bias has no effect (then build the layer without bias; nothing is wrong with training)";
+      if (p.dim() == 1 && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0 && has_batchnorm)
+        f.cause += ". The model has a BatchNorm: a bias right before one always gets ~0 (the normalisation "
+                   "subtracts the batch mean, so the bias has no effect); then build that layer without bias, "
+                   "nothing is wrong with training";
       f.fix = kFixVanishing;
       out.push_back(f);
     } else if (s.norm > opts.exploding_grad_norm) {
@@ -410,14 +414,15 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
   const auto& lo = opts.loss;
   if (s.too_high()) {
     std::vector<std::string> why;
-    if (s.first_nan_step >= 0) why.push_back("NaN from step " + num(s.first_nan_step));
-    if (s.first_inf_step >= 0) why.push_back("Inf from step " + num(s.first_inf_step));
-    if (s.spiking) why.push_back("above its start " + num(s.spikes) + "x");
-    if (s.diverging) why.push_back("diverging");
-    if (s.oscillating) why.push_back("oscillating");
+    if (s.first_nan_step >= 0) why.push_back("is NaN from step " + num(s.first_nan_step));
+    if (s.first_inf_step >= 0) why.push_back("is Inf from step " + num(s.first_inf_step));
+    if (s.spiking)
+      why.push_back("jumps above its starting value (" + num(s.spikes) + (s.spikes == 1 ? " spike)" : " spikes)"));
+    if (s.diverging) why.push_back("diverges");
+    if (s.oscillating) why.push_back("oscillates wildly");
     std::string list;
     for (size_t i = 0; i < why.size(); ++i) list += (i ? ", " : "") + why[i];
-    Finding f = make("O6", Severity::Warning, "the learning rate looks too high: the loss goes " + list);
+    Finding f = make("O6", Severity::Warning, "the learning rate looks too high: the loss " + list);
     f.step = s.spiking ? s.worst_spike_step : s.first_nan_step >= 0 ? s.first_nan_step : s.rise_step;
     f.evidence = {{"first loss", s.first_loss, ""},
                   {"spikes above the first loss", static_cast<double>(s.spikes), "any warns"}};

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kModuleCode = "(module code between ops)";
 constexpr const char* kOutside = "(outside forward, backward and step)";
-constexpr size_t kMaxPending = 4096;  // no backward node runs this many ops
+constexpr size_t kMaxPending = 4096;  // ops held for one backward node (no node runs this many)
 
 std::string row_key(Phase p, const std::string& name) {
   std::string k(1, static_cast<char>('0' + static_cast<int>(p)));
@@ -220,9 +220,9 @@ void Profiler::charge(Phase phase, const std::string& name, double ns, int64_t c
   rows_[i].ns += ns;
 }
 
-// No-grad ops outside modules that turned out not to belong to a backward node.
+// Backward ops whose node never reported (its backward threw), or too many to hold.
 void Profiler::flush_pending() {
-  for (const Pending& p : pending_) charge(Phase::Other, p.op, p.ns);
+  for (const Pending& p : pending_) charge(Phase::Backward, p.op, p.ns);
   pending_.clear();
 }
 
@@ -233,14 +233,15 @@ void Profiler::on_op(const OpEvent& e) {
   ++events_;
   if (in_step_) {
     charge(Phase::OptimizerStep, e.op, ns);
-  } else if (!stack_.empty() || GradMode::is_enabled()) {
-    flush_pending();
-    charge(Phase::Forward, e.op, ns);
-  } else {
-    // Grad mode off, outside modules and steps: a backward node's op (charged to
-    // the node when on_backward arrives) or a no-grad op (metrics).
+  } else if (autograd::in_backward()) {
+    // An op of a backward formula: charged to its node when on_backward arrives.
     if (pending_.size() >= kMaxPending) flush_pending();
     pending_.push_back(Pending{e.op, ns});
+  } else {
+    flush_pending();
+    // Ops inside a module, or recording a graph (a loss called directly), are the
+    // forward; no-grad ops outside modules (metrics, data preparation) are other.
+    charge(!stack_.empty() || GradMode::is_enabled() ? Phase::Forward : Phase::Other, e.op, ns);
   }
 }
 
@@ -309,7 +310,7 @@ ProfileReport Profiler::report() const {
         }
       rows.push_back(Acc{name, ph, 1, ns});
     };
-    for (const Pending& p : pending_) add(Phase::Other, p.op, p.ns);
+    for (const Pending& p : pending_) add(Phase::Backward, p.op, p.ns);
     add(Phase::Other, kOutside, std::chrono::duration<double, std::nano>(now - last_).count());
     wall_ns += std::chrono::duration<double, std::nano>(now - started_).count();
   }

@@ -14,14 +14,15 @@
 // previous event the profiler saw: the previous op, backward node, module
 // boundary or optimizer hook. For ops that run back to back this is exactly the
 // op's own time. Its limits:
-//   - code between two ops that is not an op (argument checks, string building,
-//     a fused optimizer loop, data loading) is charged to the next op, unless a
-//     module boundary or hook comes first; the time before the first op of a
-//     module is charged to the module's "(module code between ops)" row instead;
-//   - the first backward node also carries the engine's set-up (graph sort);
-//   - ops that a backward node runs with grad mode off are folded into that
-//     node ("backward: <node name>", inclusive); with create_graph=true they run
-//     with grad mode on and are listed as forward ops instead;
+//   - code that is not an op (argument checks, string building, a fused
+//     optimizer loop, data loading) is charged to the event that ends its gap:
+//     the next op (a layer's input checks land on its first op), or at a module
+//     boundary the row "(module code between ops)" (outside any module:
+//     "(outside forward, backward and step)"), or at the end of a step
+//     "<optimizer>.step (code between ops)";
+//   - the ops a backward node runs (autograd::in_backward() is true) are folded
+//     into that node's row, "backward: <node name>", which is inclusive; the
+//     first node also carries the engine's set-up (graph sort);
 //   - the profiler's own clock reads are inside the measured time (a few tens of
 //     nanoseconds per event; see the tests for the measured overhead).
 // Module rows are exact: inclusive wall time from the pre-hook to the post-hook.
@@ -44,7 +45,7 @@ namespace gradsleuth::debug {
 // The four phases of a training step.
 //   forward         ops and code inside a module call, and grad-recording ops
 //                   outside modules (a loss function called directly);
-//   backward        backward nodes (with the ops they run);
+//   backward        backward nodes (with the ops they run, hooks included);
 //   optimizer step  everything between the optimizer's pre- and post-step hooks;
 //   other           the rest of the profiled time: data loading, zero_grad,
 //                   logging, no-grad ops outside modules (metrics).
@@ -113,7 +114,7 @@ class Profiler final : public OpObserver {
     int64_t calls = 0;
     double ns = 0.0;
   };
-  struct Pending {  // a no-grad op outside modules: maybe inside the next backward node
+  struct Pending {  // an op run by a backward formula, waiting for its node's on_backward
     const char* op;
     double ns;
   };

@@ -31,6 +31,48 @@ void scan(const T* p, int64_t n, TensorSummary& s, double& sum, double& sumsq) {
 }
 }  // namespace
 
+namespace {
+// One branch-free pass (four interleaved accumulators, so the additions
+// pipeline); false when a value is not finite: the caller then counts NaN/Inf
+// with the careful loop above.
+template <class T>
+bool scan_fast(const T* p, int64_t n, TensorSummary& s) {
+  // OpenMP's simd reductions may reorder the additions: this vectorises.
+  double sum = 0.0, sq = 0.0;
+  T mn = p[0], mx = p[0];
+  int64_t zeros = 0;
+#pragma omp simd reduction(+ : sum, sq, zeros) reduction(min : mn) reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = p[i];
+    sum += static_cast<double>(v);
+    sq += static_cast<double>(v) * static_cast<double>(v);
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+    zeros += v == T(0) ? 1 : 0;
+  }
+  if (!std::isfinite(sum) || !std::isfinite(sq)) return false;
+  const double dn = static_cast<double>(n);
+  s.finite = n;
+  s.min = static_cast<double>(mn);
+  s.max = static_cast<double>(mx);
+  s.mean = sum / dn;
+  s.std = std::sqrt(std::max(0.0, sq / dn - s.mean * s.mean));
+  s.norm = std::sqrt(sq);
+  s.zero_fraction = static_cast<double>(zeros) / dn;
+  return true;
+}
+
+// v - v is 0 for a finite v and NaN for NaN or Inf (and NaN != 0): an integer
+// OR over the comparison, which vectorises.
+template <class T>
+bool finite_fast(const T* p, int64_t n) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i) bad |= (p[i] - p[i]) != T(0) ? 1 : 0;
+  return bad == 0;
+}
+}  // namespace
+
 TensorSummary summarize(const Tensor& t) {
   TensorSummary s;
   if (!t.defined()) return s;
@@ -38,6 +80,8 @@ TensorSummary summarize(const Tensor& t) {
   Tensor c = t.detach().contiguous();
   if (c.device().is_cuda()) c = c.cpu();
   s.numel = c.numel();
+  if (c.numel() > 0 && c.dtype() == kFloat32 && scan_fast(static_cast<const float*>(c.raw_data()), s.numel, s)) return s;
+  if (c.numel() > 0 && c.dtype() == kFloat64 && scan_fast(static_cast<const double*>(c.raw_data()), s.numel, s)) return s;
   double sum = 0.0, sumsq = 0.0;
   dispatch_dtype(c.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -59,6 +103,10 @@ TensorSummary summarize(const Tensor& t) {
 bool all_finite(const Tensor& t) {
   if (!t.defined() || !t.is_floating_point() || t.numel() == 0) return true;
   NoGradGuard ng;
+  if (t.is_contiguous() && t.device().is_cpu()) {
+    if (t.dtype() == kFloat32) return finite_fast(static_cast<const float*>(t.raw_data()), t.numel());
+    if (t.dtype() == kFloat64) return finite_fast(static_cast<const double*>(t.raw_data()), t.numel());
+  }
   // A sum is NaN or Inf as soon as one term is (and overflow to Inf counts as a problem too).
   const double v = sum(t.detach().to(kFloat64)).item<double>();
   if (std::isfinite(v)) return true;

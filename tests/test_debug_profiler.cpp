@@ -154,6 +154,31 @@ TEST_CASE("backward nodes are rows of their own; the ops they run are folded int
   CHECK(forward->total_ms > 0.0);
 }
 
+TEST_CASE("backward ops are folded even with create_graph; no-grad metric ops before backward stay apart") {
+  auto net = std::make_shared<Net>();
+  const Tensor x = batch();
+  dbg::Profiler prof;
+  prof.attach(*net);
+  prof.start();
+  Tensor out = (*net)(x);
+  {
+    gs::NoGradGuard ng;  // a metric: not part of the backward that follows
+    out.abs().max();
+  }
+  out.sum().backward(Tensor(), /*retain_graph=*/false, /*create_graph=*/true);
+  prof.stop();
+  const dbg::ProfileReport r = prof.report();
+  // With create_graph the backward formulas run with grad mode on; they are
+  // still the backward's, not forward ops.
+  REQUIRE(row(r.ops, "matmul", "forward"));
+  CHECK(row(r.ops, "matmul", "forward")->calls == Slow::kMatmuls);
+  REQUIRE(row(r.ops, "backward: matmul", "backward"));
+  CHECK(row(r.ops, "backward: matmul", "backward")->calls == Slow::kMatmuls);
+  REQUIRE(row(r.ops, "abs", "other"));
+  CHECK(row(r.ops, "abs", "other")->calls == 1);
+  for (const auto& o : r.ops) CHECK_FALSE((o.phase == "backward" && o.name.rfind("backward: ", 0) != 0));
+}
+
 TEST_CASE("the optimizer step is timed through its hooks") {
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(32, 64), std::make_shared<nn::ReLU>(),
                                                 std::make_shared<nn::Linear>(64, 10));

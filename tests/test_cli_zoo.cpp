@@ -1,0 +1,118 @@
+// `gradsleuth zoo --json` on a small subset, `gradsleuth doctor --json`, and
+// `gradsleuth checks --list --json`: the machine-readable outputs parse and hold
+// what the issues promise.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "json_mini.h"
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+Run run_cli(const std::string& args) {
+  Run r;
+  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE_MESSAGE(p != nullptr, "could not start ", cmd);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool have_data() {
+  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
+
+std::vector<std::string> strings(const json_mini::Value* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  for (const auto& e : v->arr) out.push_back(e.str);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checks --list --json lists the 51 checks with id, name and implemented") {
+  Run r = run_cli("checks --list --json");
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  REQUIRE(doc.kind == json_mini::Value::Array);
+  CHECK(doc.arr.size() == 51);
+  CHECK(doc.arr[0].get("id")->str == "D1");
+  CHECK(doc.arr[0].get("name")->str == "batch sanity report");
+  for (const auto& c : doc.arr) CHECK(c.get("implemented")->kind == json_mini::Value::Bool);
+}
+
+TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
+  if (!have_data()) return;
+  const std::string path = "zoo_subset_test.json";
+  std::filesystem::remove(path);
+  Run r = run_cli("zoo --quick --quiet --bug B13 --bug b28 --json " + path);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("2/2 bugs caught") != std::string::npos);
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json_mini::Value doc = json_mini::parse(ss.str());
+  const json_mini::Value* clean = doc.get("clean");
+  REQUIRE(clean);
+  CHECK(strings(clean->get("fired")).empty());
+  CHECK(clean->get("test_accuracy")->num > 0.7);
+  const json_mini::Value* bugs = doc.get("bugs");
+  REQUIRE(bugs);
+  REQUIRE(bugs->arr.size() == 2);
+  const json_mini::Value& b13 = bugs->arr[0];
+  CHECK(b13.get("id")->str == "B13");
+  CHECK(strings(b13.get("intended")) == std::vector<std::string>{"M6"});
+  const auto fired = strings(b13.get("fired"));
+  CHECK(std::find(fired.begin(), fired.end(), "M6") != fired.end());
+  CHECK(b13.get("caught")->b);
+  CHECK(b13.get("test_accuracy")->kind == json_mini::Value::Number);
+  CHECK(b13.get("final_loss")->kind == json_mini::Value::Number);
+  CHECK(b13.get("seconds")->num > 0);
+  CHECK(bugs->arr[1].get("id")->str == "B28");
+  CHECK(bugs->arr[1].get("caught")->b);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("zoo explains a bad bug name; doctor --json reports findings and writes the HTML report") {
+  Run bad = run_cli("zoo --bug B99");
+  CHECK(bad.status == 1);
+  if (!have_data()) return;
+  const std::string dir = "doctor_test_out";
+  std::filesystem::remove_all(dir);
+  Run r = run_cli("doctor --bug B18 --steps 40 --train-examples 2000 --json --out " + dir);
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  const auto fired = strings(doc.get("fired"));
+  CHECK(std::find(fired.begin(), fired.end(), "M7") != fired.end());
+  REQUIRE(doc.get("findings"));
+  CHECK_FALSE(doc.get("findings")->arr.empty());
+  CHECK(doc.get("profile")->kind == json_mini::Value::Object);
+  CHECK(doc.get("memory")->kind == json_mini::Value::Object);
+  CHECK(std::filesystem::exists(dir + "/report.html"));
+  CHECK(std::filesystem::exists(dir + "/metrics.csv"));
+  std::ifstream html(dir + "/report.html");
+  std::stringstream hs;
+  hs << html.rdbuf();
+  CHECK(hs.str().find("<svg") != std::string::npos);
+  CHECK(hs.str().find("M7") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
