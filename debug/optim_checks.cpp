@@ -507,13 +507,26 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
   if (measuring_step_ < 0) return;
   NoGradGuard ng;
   for (Param& q : params_) {
-    const std::vector<double> b = q.before.to_vector<double>(), a = q.tensor.detach().contiguous().to_vector<double>();
-    q.before = Tensor();
     double wb = 0.0, d = 0.0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      wb += b[i] * b[i];
-      d += (a[i] - b[i]) * (a[i] - b[i]);
+    const Tensor after = q.tensor.detach().contiguous();
+    if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
+      // The common case, in one vectorised pass (the simd reduction may reorder the sums).
+      const float* a = static_cast<const float*>(after.raw_data());
+      const float* b = static_cast<const float*>(q.before.raw_data());
+#pragma omp simd reduction(+ : wb, d)
+      for (int64_t i = 0; i < after.numel(); ++i) {
+        const double bi = b[i], di = static_cast<double>(a[i]) - bi;
+        wb += bi * bi;
+        d += di * di;
+      }
+    } else {
+      const std::vector<double> b = q.before.to_vector<double>(), a = after.to_vector<double>();
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        wb += b[i] * b[i];
+        d += (a[i] - b[i]) * (a[i] - b[i]);
+      }
     }
+    q.before = Tensor();
     wb = std::sqrt(wb);
     if (!std::isfinite(wb) || wb < o_.min_weight_rms * std::sqrt(static_cast<double>(std::max<int64_t>(q.numel, 1))))
       continue;
