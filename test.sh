@@ -31,7 +31,9 @@ if [[ $sanitize == 1 ]]; then
 fi
 
 scripts/setup.sh
-scripts/build.sh "${build_args[@]}"
+# The labs' reference solutions are built for the tests (the lab*_solution tests
+# check that they get full points).
+scripts/build.sh "${build_args[@]}" -- -DGRADSLEUTH_LAB_SOLUTIONS=ON
 
 # Tests run in parallel, each with OpenMP threads: let idle threads sleep
 # instead of spinning, so test processes do not starve each other.

@@ -25,6 +25,7 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_checks(const std::vector<std::string>& args);
 int cmd_zoo(const std::vector<std::string>& args);
 int cmd_doctor(const std::vector<std::string>& args);
+int cmd_lab(const std::vector<std::string>& args);
 
 // Parses "--flag", "--key value" and "--key=value". Unknown options are an
 // error naming the option and the command's valid ones. Names are given

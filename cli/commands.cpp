@@ -10,6 +10,7 @@ std::vector<Command> all_commands() {
       {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
        cmd_demo},
       {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},
+      {"lab", "list the course labs (tutorials/) and grade your code for one: gradsleuth lab check N", cmd_lab},
       {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
       {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},
       {"zoo", "train the clean model and each catalogued bug with every check attached: the detection matrix",

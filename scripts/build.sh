@@ -47,14 +47,30 @@ opts=(
 [[ $sanitize == 1 ]] && opts+=("GRADSLEUTH_BUILD_BENCH=OFF")
 
 cache="$bdir/CMakeCache.txt"
+# True when the cache already holds NAME=VALUE (any type).
+cached() {
+  local line
+  line=$(grep -m1 "^$1:[A-Z_]*=" "$cache") || return 1
+  [[ "${line#*=}" == "$2" ]]
+}
 configure=0
-if [[ ! -f "$cache" || ${#extra[@]} -gt 0 ]]; then
+if [[ ! -f "$cache" ]]; then
   configure=1
 elif [[ ! -f "$bdir/build.ninja" && ! -f "$bdir/Makefile" ]]; then
   configure=1  # an earlier configure failed before generating
 else
   for o in "${opts[@]}"; do
-    grep -q "^${o%%=*}:[A-Z]*=${o#*=}\$" "$cache" || { configure=1; break; }
+    cached "${o%%=*}" "${o#*=}" || { configure=1; break; }
+  done
+  # Extra -DNAME=VALUE arguments already in the cache need no new configure
+  # (./test.sh passes one on every run); anything else does.
+  for e in "${extra[@]}"; do
+    if [[ "$e" =~ ^-D([A-Za-z0-9_]+)(:[A-Za-z]+)?=(.*)$ ]]; then
+      cached "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]}" || { configure=1; break; }
+    else
+      configure=1
+      break
+    fi
   done
 fi
 

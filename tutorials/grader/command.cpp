@@ -1,0 +1,114 @@
+// The grader's command line, shared by `gradsleuth lab` (cli/cmd_lab.cpp) and
+// the standalone graders that CTest runs (grader/main.cpp).
+#include <iostream>
+
+#include "cli/json.h"
+#include "tutorials/grader/grader.h"
+
+namespace gradsleuth::labs {
+
+namespace {
+
+// The exit status that `expect` asks for (see CommandOptions).
+int expected_status(const std::vector<LabResult>& results, const std::string& expect, std::ostream& out,
+                    bool json) {
+  if (expect.empty()) return 0;
+  GS_CHECK(expect == "full" || expect == "consistent", "lab", "unknown --expect '", expect,
+           "': use full or consistent");
+  std::ostream& log = json ? std::cerr : out;
+  int status = 0;
+  bool skipped = false;
+  for (const LabResult& r : results) {
+    for (const TaskResult& t : r.tasks) {
+      const std::string id = "Task " + std::to_string(r.number) + "." + std::to_string(t.number);
+      if (t.status == Status::Skipped) {
+        skipped = true;
+        continue;
+      }
+      if (expect == "full" && t.points != t.max_points) {
+        log << "expect full: " << id << " got " << t.points << "/" << t.max_points << " points\n";
+        status = 1;
+      }
+      if (expect == "consistent" && t.status == Status::NotImplemented &&
+          (t.points != 0 || t.feedback.rfind("not implemented yet", 0) != 0)) {
+        log << "expect consistent: " << id << " is not implemented but got " << t.points
+            << " points and feedback '" << t.feedback << "'\n";
+        status = 1;
+      }
+    }
+  }
+  if (status == 0 && skipped && expect == "full") {
+    log << "expect full: some tasks were skipped (see their feedback)\n";
+    return 77;
+  }
+  return status;
+}
+
+}  // namespace
+
+int run_command(const CommandOptions& o, std::ostream& out) {
+  if (o.action == "list") {
+    if (o.json) out << list_json() << "\n";
+    else print_list(out);
+    return 0;
+  }
+  GS_CHECK(o.action == "check", "lab", "unknown action '", o.action, "': use list or check");
+  std::vector<const Lab*> labs;
+  if (o.lab == "all") {
+    for (const Lab& l : all_labs()) labs.push_back(&l);
+  } else {
+    int n = 0;
+    try {
+      size_t used = 0;
+      n = std::stoi(o.lab, &used);
+      if (used != o.lab.size()) n = 0;
+    } catch (const std::exception&) {
+      n = 0;
+    }
+    const Lab* l = find_lab(n);
+    std::string valid;
+    for (const Lab& x : all_labs()) valid += (valid.empty() ? "" : ", ") + std::to_string(x.number);
+    GS_CHECK(l != nullptr, "lab", "there is no lab '", o.lab, "'; the labs are ", valid,
+             " (gradsleuth lab list shows them)");
+    labs.push_back(l);
+  }
+  if (o.task > 0) {
+    GS_CHECK(labs.size() == 1, "lab", "--task needs a single lab, not 'all'");
+    bool found = false;
+    for (const Task& t : labs[0]->tasks) found = found || t.number == o.task;
+    GS_CHECK(found, "lab", "lab ", labs[0]->number, " has no task ", o.task, " (gradsleuth lab list shows them)");
+  }
+
+  set_grading_threads();
+  std::vector<LabResult> results;
+  for (const Lab* l : labs) {
+    if (o.json) {
+      results.push_back(grade(*l, o.task));
+      continue;
+    }
+    // Text: each task as soon as it is graded (if student code crashes, what came before is on screen).
+    print_lab_header(out, *l);
+    out.flush();
+    results.push_back(grade(*l, o.task, [&](const TaskResult& t) {
+      print_task(out, t, o.verbose);
+      out.flush();
+    }));
+    print_summary(out, results.back());
+  }
+  int points = 0, max_points = 0;
+  for (const LabResult& r : results) points += r.points, max_points += r.max_points;
+  if (o.json) {
+    if (results.size() == 1) {
+      out << report_json(results[0]) << "\n";
+    } else {
+      out << "{\"labs\":[";
+      for (size_t i = 0; i < results.size(); ++i) out << (i ? "," : "") << report_json(results[i]);
+      out << "],\"points\":" << points << ",\"max_points\":" << max_points << "}\n";
+    }
+  } else if (results.size() > 1) {
+    out << "all labs: " << points << "/" << max_points << " points\n";
+  }
+  return expected_status(results, o.expect, out, o.json);
+}
+
+}  // namespace gradsleuth::labs

@@ -1,0 +1,449 @@
+// The autograder's engine: runs each case under try/catch, turns the result into
+// points and feedback, and prints the text and JSON reports (see grader.h).
+#include "tutorials/grader/grader.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli/json.h"
+
+namespace gradsleuth::labs {
+
+// ---- helpers --------------------------------------------------------------------------
+std::string num(double v) {
+  std::ostringstream os;
+  os << std::setprecision(6) << v;
+  return os.str();
+}
+
+std::string coords_str(const std::vector<int64_t>& c) {
+  std::string s = "(";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
+  return s + ")";
+}
+
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> c(shape.size());
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    c[d] = shape[d] > 0 ? flat % shape[d] : 0;
+    flat = shape[d] > 0 ? flat / shape[d] : 0;
+  }
+  return c;
+}
+
+bool within_storage(const Tensor& t, std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (!t.defined()) return no("the tensor is undefined");
+  if (!t.storage()) return no("the tensor has no storage");
+  if (t.is_cuda()) return no("the tensor is on the GPU; the grader reads CPU tensors");
+  for (int64_t s : t.shape())
+    if (s < 0) return no("negative size in shape " + shape_str(t.shape()));
+  if (t.numel() == 0) return true;
+  const int64_t capacity = static_cast<int64_t>(t.storage()->nbytes() / t.element_size());
+  int64_t lo = t.offset(), hi = t.offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t span = (t.shape()[d] - 1) * t.strides()[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  if (lo < 0 || hi >= capacity)
+    return no("its elements would lie at storage positions " + std::to_string(lo) + ".." + std::to_string(hi) +
+              ", outside its storage of " + std::to_string(capacity) + " elements (shape " + shape_str(t.shape()) +
+              ", strides " + shape_str(t.strides()) + ", offset " + std::to_string(t.offset()) +
+              "): the offset or a stride is wrong");
+  return true;
+}
+
+std::string values_str(const Tensor& t, int64_t max_elements) {
+  if (!within_storage(t)) return "<unreadable>";
+  const std::vector<double> v = t.to_vector<double>();
+  if (t.dim() == 0) return num(v.empty() ? 0.0 : v[0]);
+  std::string s;
+  const int64_t n = static_cast<int64_t>(v.size());
+  for (int64_t i = 0; i < n && i < max_elements; ++i) {
+    // Open a bracket for every dim that starts at element i.
+    int64_t block = 1;
+    std::string open, close;
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      block *= t.shape()[d];
+      if (i % block == 0) open += "[";
+      if ((i + 1) % block == 0) close += "]";
+    }
+    if (i > 0) s += ", ";
+    s += open + num(v[i]) + close;
+  }
+  if (n > max_elements) s += ", ...";
+  return n == 0 ? "[]" : s;
+}
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined Tensor";
+  std::string s = t.str() + " strides " + shape_str(t.strides()) + " offset " + std::to_string(t.offset());
+  if (t.numel() <= 12) s += " = " + values_str(t);
+  return s;
+}
+
+// ---- Check ---------------------------------------------------------------------------
+void Check::fail(const std::string& message) const {
+  throw CaseFailed{input_.empty() ? message : message + "\ninput: " + input_};
+}
+
+void Check::require_dims(const DimVector& got, const DimVector& want, const std::string& what) const {
+  if (got != want) fail(what + ": expected " + shape_str(want) + ", got " + shape_str(got));
+}
+
+void Check::require_eq(int64_t got, int64_t want, const std::string& what) const {
+  if (got != want) fail(what + ": expected " + std::to_string(want) + ", got " + std::to_string(got));
+}
+
+void Check::require_near(double got, double want, double tol, const std::string& what) const {
+  if (!(std::fabs(got - want) <= tol))  // NaN fails too
+    fail(what + ": expected " + num(want) + ", got " + num(got) + " (tolerance " + num(tol) + ")");
+}
+
+void Check::require_tensor(const Tensor& got, const Shape& want_shape, const std::string& what) const {
+  if (!got.defined()) fail(what + ": got an undefined Tensor (did the function return Tensor()?)");
+  if (got.shape() != want_shape)
+    fail(what + ": expected shape " + shape_str(want_shape) + ", got " + got.str() + " (strides " +
+         shape_str(got.strides()) + ")");
+  std::string why;
+  if (!within_storage(got, &why)) fail(what + ": " + why);
+}
+
+void Check::require_close(const Tensor& got, const Tensor& want, const std::string& what, double rtol,
+                          double atol) const {
+  require_tensor(got, want.shape(), what);
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  int64_t worst = -1, bad = 0;
+  double worst_excess = 0.0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double tol = atol + rtol * std::fabs(w[i]);
+    const double err = std::fabs(g[i] - w[i]);
+    const bool same_special = (std::isnan(g[i]) && std::isnan(w[i])) || (std::isinf(w[i]) && g[i] == w[i]);
+    if (same_special || err <= tol) continue;
+    ++bad;
+    const double excess = std::isnan(err) ? INFINITY : err - tol;
+    if (worst < 0 || excess > worst_excess) worst = static_cast<int64_t>(i), worst_excess = excess;
+  }
+  if (worst < 0) return;
+  std::ostringstream os;
+  os << what << ": " << bad << " of " << g.size() << " elements differ; worst at "
+     << coords_str(unravel(worst, want.shape())) << ": expected " << num(w[worst]) << ", got " << num(g[worst]);
+  if (g.size() <= 12) os << "\nexpected " << values_str(want) << "\ngot      " << values_str(got);
+  fail(os.str());
+}
+
+void Check::require_throws(const std::function<void()>& f, const std::string& what) const {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (not_implemented_task(e.what()).first != 0) throw;
+    return;
+  } catch (const CaseFailed&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what + ": expected a gs::Error, got another exception: " + e.what());
+  }
+  fail(what + ": expected a gs::Error (bad input must fail loudly), but nothing was thrown");
+}
+
+// ---- labs ----------------------------------------------------------------------------
+int Lab::max_points() const {
+  int p = 0;
+  for (const Task& t : tasks) p += t.points;
+  return p;
+}
+
+const Lab* find_lab(int number) {
+  for (const Lab& l : all_labs())
+    if (l.number == number) return &l;
+  return nullptr;
+}
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::Passed: return "passed";
+    case Status::Partial: return "partial";
+    case Status::Failed: return "failed";
+    case Status::NotImplemented: return "not_implemented";
+    case Status::Skipped: return "skipped";
+  }
+  return "?";
+}
+
+std::pair<int, int> not_implemented_task(const std::string& message) {
+  const char* key = "not implemented: lab ";
+  const size_t at = message.find(key);
+  if (at == std::string::npos) return {0, 0};
+  int lab = 0, task = 0;
+  if (std::sscanf(message.c_str() + at + std::strlen(key), "%d task %d", &lab, &task) != 2) return {0, 0};
+  return {lab, task};
+}
+
+// ---- crash report --------------------------------------------------------------------
+// A segfault in student code cannot be recovered from; at least say which task
+// was running (async-signal-safe: a preformatted message and write()).
+namespace {
+char g_crash_message[1024];
+
+extern "C" void on_crash(int sig) {
+  ssize_t ignored = ::write(2, g_crash_message, std::strlen(g_crash_message));
+  (void)ignored;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+struct CrashReporter {
+  struct sigaction old_segv {}, old_bus {}, old_fpe {};
+  CrashReporter() {
+    struct sigaction sa {};
+    sa.sa_handler = on_crash;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+    sigaction(SIGFPE, &sa, &old_fpe);
+  }
+  ~CrashReporter() {
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+    sigaction(SIGFPE, &old_fpe, nullptr);
+  }
+  static void now_running(const Lab& lab, const Task& t, const Case& c) {
+    std::snprintf(g_crash_message, sizeof g_crash_message,
+                  "\ngrader: the program crashed in Task %d.%d (%s), case '%s'. The usual cause is reading or "
+                  "writing outside a tensor's storage: check the offsets and strides your code computes (%s). "
+                  "The tasks above were graded; grade the ones after it with --task K.\n",
+                  lab.number, t.number, t.title.c_str(), c.name.c_str(), lab.starter.c_str());
+  }
+};
+
+// Runs one case under try/catch. A starter stub's error is recorded in
+// `stub` ({lab, task} and the message) so the task can report it.
+struct Stub {
+  int lab = 0, task = 0;
+  std::string message;
+};
+
+CaseResult run_case(const Case& c, Stub& stub) {
+  CaseResult r;
+  r.name = c.name;
+  Check check;
+  auto with_input = [&](std::string m) { return check.input().empty() ? m : m + "\ninput: " + check.input(); };
+  try {
+    c.run(check);
+    r.passed = true;
+  } catch (const CaseFailed& f) {
+    r.message = f.message;
+  } catch (const Skip&) {
+    throw;
+  } catch (const Error& e) {
+    const auto [lab, task] = not_implemented_task(e.what());
+    if (lab != 0) {
+      if (stub.lab == 0) stub = Stub{lab, task, e.what()};
+      r.message = std::string("not implemented yet (") + e.what() + ")";
+    } else {
+      r.message = with_input(std::string("raised gs::Error: ") + e.what());
+    }
+  } catch (const std::exception& e) {
+    r.message = with_input(std::string("raised an exception: ") + e.what());
+  } catch (...) {
+    r.message = with_input("raised an exception that is not a std::exception");
+  }
+  r.notes = check.notes();
+  return r;
+}
+
+// Runs every case of a task and turns them into points and one line of feedback.
+TaskResult run_task(const Lab& lab, const Task& t) {
+  TaskResult r;
+  r.lab = lab.number;
+  r.number = t.number;
+  r.title = t.title;
+  r.writes = t.writes;
+  r.max_points = t.points;
+  const auto t0 = std::chrono::steady_clock::now();
+  int total_w = 0, passed_w = 0, failed = 0;
+  Stub stub;
+  try {
+    for (const Case& c : t.cases) {
+      CrashReporter::now_running(lab, t, c);
+      r.cases.push_back(run_case(c, stub));
+      total_w += c.weight;
+      if (r.cases.back().passed) passed_w += c.weight;
+      else ++failed;
+    }
+    if (stub.lab != 0) {  // unfinished: this task's stub, or one of a task it builds on
+      r.points = 0;
+      r.status = Status::NotImplemented;
+      if (stub.lab == lab.number && stub.task == t.number)
+        r.feedback = "not implemented yet: write " + t.writes + " in " + lab.starter + " (TODO(lab " +
+                     std::to_string(lab.number) + ", task " + std::to_string(t.number) + "))";
+      else
+        r.feedback = "not implemented yet: this task needs Task " + std::to_string(stub.lab) + "." +
+                     std::to_string(stub.task) + " first (" + stub.message + ")";
+    } else {
+      r.points = total_w == 0 ? 0 : t.points * passed_w / total_w;
+      r.status = passed_w == total_w ? Status::Passed : passed_w == 0 ? Status::Failed : Status::Partial;
+      r.feedback = failed == 0 ? "all " + std::to_string(r.cases.size()) + " checks passed"
+                               : std::to_string(failed) + " of " + std::to_string(r.cases.size()) +
+                                     " checks failed";
+    }
+  } catch (const Skip& s) {
+    r.points = 0;
+    r.status = Status::Skipped;
+    r.feedback = std::string("skipped: ") + s.what();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+}  // namespace
+
+LabResult grade(const Lab& lab, int only_task, const std::function<void(const TaskResult&)>& on_task) {
+  LabResult r;
+  r.number = lab.number;
+  r.title = lab.title;
+  r.dir = lab.dir;
+  const auto t0 = std::chrono::steady_clock::now();
+  CrashReporter reporter;
+  for (const Task& t : lab.tasks) {
+    if (only_task > 0 && t.number != only_task) continue;
+    r.tasks.push_back(run_task(lab, t));
+    if (on_task) on_task(r.tasks.back());
+    r.points += r.tasks.back().points;
+    r.max_points += r.tasks.back().max_points;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// ---- reports ------------------------------------------------------------------------
+namespace {
+// Indents the continuation lines of a multi-line message.
+std::string indented(const std::string& s, const std::string& pad) {
+  std::string o;
+  for (char ch : s) {
+    o += ch;
+    if (ch == '\n') o += pad;
+  }
+  return o;
+}
+}  // namespace
+
+void print_lab_header(std::ostream& os, const Lab& lab) {
+  os << "lab " << lab.number << ": " << lab.title << "  (tutorials/" << lab.dir << "/README.md)\n";
+}
+
+void print_task(std::ostream& os, const TaskResult& t, bool verbose) {
+  std::ostringstream head;
+  head << "Task " << t.lab << "." << t.number << "  " << t.title;
+  std::string h = head.str();
+  if (h.size() < 50) h += std::string(50 - h.size(), ' ');
+  os << "  " << h << std::setw(3) << t.points << "/" << std::left << std::setw(3) << t.max_points << std::right
+     << "  " << t.feedback << "\n";
+  for (const CaseResult& c : t.cases) {
+    if (c.passed && !verbose && c.notes.empty()) continue;
+    // An unfinished task: its stub's error is already the task's feedback.
+    if (!verbose && c.message.rfind("not implemented yet", 0) == 0) continue;
+    os << "      " << (c.passed ? "ok   " : "FAIL ") << c.name << "\n";
+    if (!c.passed) os << "           " << indented(c.message, "           ") << "\n";
+    else
+      for (const std::string& n : c.notes) os << "           " << n << "\n";
+  }
+}
+
+void print_summary(std::ostream& os, const LabResult& r) {
+  os << "lab " << r.number << ": " << r.points << "/" << r.max_points << " points\n";
+}
+
+void print_report(std::ostream& os, const LabResult& r, bool verbose) {
+  os << "lab " << r.number << ": " << r.title << "  (tutorials/" << r.dir << "/README.md)\n";
+  for (const TaskResult& t : r.tasks) print_task(os, t, verbose);
+  print_summary(os, r);
+}
+
+std::string report_json(const LabResult& r) {
+  using cli::json_bool;
+  using cli::json_num;
+  using cli::json_str;
+  std::ostringstream os;
+  os << "{\"lab\":" << r.number << ",\"title\":" << json_str(r.title) << ",\"dir\":" << json_str("tutorials/" + r.dir)
+     << ",\"points\":" << r.points << ",\"max_points\":" << r.max_points << ",\"seconds\":" << json_num(r.seconds)
+     << ",\"tasks\":[";
+  for (size_t i = 0; i < r.tasks.size(); ++i) {
+    const TaskResult& t = r.tasks[i];
+    os << (i ? "," : "") << "{\"task\":" << json_str(std::to_string(r.number) + "." + std::to_string(t.number))
+       << ",\"number\":" << t.number << ",\"title\":" << json_str(t.title) << ",\"writes\":" << json_str(t.writes)
+       << ",\"points\":" << t.points << ",\"max_points\":" << t.max_points
+       << ",\"status\":" << json_str(status_name(t.status)) << ",\"feedback\":" << json_str(t.feedback)
+       << ",\"seconds\":" << json_num(t.seconds) << ",\"cases\":[";
+    for (size_t j = 0; j < t.cases.size(); ++j) {
+      const CaseResult& c = t.cases[j];
+      os << (j ? "," : "") << "{\"name\":" << json_str(c.name) << ",\"passed\":" << json_bool(c.passed)
+         << ",\"message\":" << json_str(c.message) << ",\"notes\":[";
+      for (size_t k = 0; k < c.notes.size(); ++k) os << (k ? "," : "") << json_str(c.notes[k]);
+      os << "]}";
+    }
+    os << "]}";
+  }
+  os << "]}";
+  return os.str();
+}
+
+void print_list(std::ostream& os) {
+  for (const Lab& l : all_labs()) {
+    os << "lab " << l.number << ": " << l.title << "  (tutorials/" << l.dir << ", " << l.max_points()
+       << " points; you edit " << l.starter << ")\n";
+    for (const Task& t : l.tasks) {
+      std::ostringstream head;
+      head << "Task " << l.number << "." << t.number << "  " << t.title;
+      std::string h = head.str();
+      if (h.size() < 50) h += std::string(50 - h.size(), ' ');
+      os << "  " << h << std::setw(3) << t.points << " points  " << t.writes << "\n";
+    }
+  }
+}
+
+std::string list_json() {
+  using cli::json_str;
+  std::ostringstream os;
+  os << "{\"labs\":[";
+  const auto& labs = all_labs();
+  for (size_t i = 0; i < labs.size(); ++i) {
+    const Lab& l = labs[i];
+    os << (i ? "," : "") << "{\"lab\":" << l.number << ",\"title\":" << json_str(l.title)
+       << ",\"dir\":" << json_str("tutorials/" + l.dir) << ",\"starter\":" << json_str(l.starter)
+       << ",\"max_points\":" << l.max_points() << ",\"tasks\":[";
+    for (size_t j = 0; j < l.tasks.size(); ++j) {
+      const Task& t = l.tasks[j];
+      os << (j ? "," : "") << "{\"task\":" << json_str(std::to_string(l.number) + "." + std::to_string(t.number))
+         << ",\"number\":" << t.number << ",\"title\":" << json_str(t.title) << ",\"writes\":" << json_str(t.writes)
+         << ",\"points\":" << t.points << ",\"cases\":" << t.cases.size() << "}";
+    }
+    os << "]}";
+  }
+  os << "]}";
+  return os.str();
+}
+
+void set_grading_threads() {
+#ifdef _OPENMP
+  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
+#endif
+}
+
+}  // namespace gradsleuth::labs
