@@ -4,7 +4,22 @@
 
 #include "cli/cli.h"
 
+#include <cstdlib>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace gradsleuth::cli {
+
+void set_thread_count(int threads) {
+#ifdef _OPENMP
+  if (threads > 0) omp_set_num_threads(threads);
+  else if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
+#else
+  (void)threads;
+#endif
+}
 
 namespace {
 std::invalid_argument usage_error(const std::string& command, const std::string& what) {

@@ -27,6 +27,12 @@ int cmd_zoo(const std::vector<std::string>& args);
 int cmd_doctor(const std::vector<std::string>& args);
 int cmd_lab(const std::vector<std::string>& args);
 
+// Sets the engine's thread count before any tensor op: `threads` when > 0, else
+// OMP_NUM_THREADS when set, else one thread. One by default because on a shared
+// 2-core machine a second OpenMP thread gains ~10% when a core is free but costs
+// 10x and more when another process holds it (docs/training.md).
+void set_thread_count(int threads = 0);
+
 // Parses "--flag", "--key value" and "--key=value". Unknown options are an
 // error naming the option and the command's valid ones. Names are given
 // without dashes: a.flag("json", "...") declares --json.

@@ -6,10 +6,6 @@
 #include <filesystem>
 #include <iostream>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cli/cli.h"
 #include "cli/json.h"
 #include "core/autograd.h"
@@ -64,9 +60,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
   a.flag("verbose", "also print the info findings (batch summary, model summary, counts)");
   a.flag("json", "print the findings as one JSON object instead of the report");
   if (!a.parse()) return 0;
-#ifdef _OPENMP
-  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
-#endif
+  set_thread_count();
   debug::zoo::Options o = debug::zoo::Options::quick();
   o.model = a.get("model");
   o.steps = a.get_int("steps");

@@ -12,10 +12,6 @@
 #include <memory>
 #include <sstream>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cli/cli.h"
 #include "cli/json.h"
 #include "core/generator.h"
@@ -95,14 +91,8 @@ int cmd_train(const std::vector<std::string>& args) {
   GS_CHECK(schedule == "cosine" || schedule == "none", "train", "unknown --schedule '", schedule,
            "': use cosine or none");
   const bool json = a.has("json");
-#ifdef _OPENMP
   // Before any tensor op: the engine reads the thread count once.
-  // One thread unless asked: on a shared 2-core machine a second OpenMP thread
-  // gains ~10% when a core is free but costs 10x and more when another process
-  // holds it (threads spin at every barrier; docs/training.md).
-  if (a.has("threads")) omp_set_num_threads(std::max(1, a.get_int("threads")));
-  else if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
-#endif
+  set_thread_count(a.has("threads") ? std::max(1, a.get_int("threads")) : 0);
   const auto t0 = std::chrono::steady_clock::now();
 
   // Data.

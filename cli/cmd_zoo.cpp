@@ -5,10 +5,6 @@
 #include <cstdio>
 #include <iostream>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "cli/cli.h"
 #include "cli/json.h"
 #include "debug/html_report.h"
@@ -48,9 +44,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
     }
     return 0;
   }
-#ifdef _OPENMP
-  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
-#endif
+  set_thread_count();
   debug::zoo::Options o = a.has("quick") ? debug::zoo::Options::quick() : debug::zoo::Options::full();
   if (a.has("steps")) o.steps = a.get_int("steps");
   if (a.has("train-examples")) o.train_examples = a.get_int("train-examples");

@@ -11,12 +11,17 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/check_util.h"
 
 namespace gradsleuth::debug {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using detail::kNaN;
+using detail::make;
+using detail::num;
+using detail::quantile;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::vector<double> doubles(const Tensor& t) {
@@ -26,15 +31,7 @@ std::vector<double> doubles(const Tensor& t) {
 
 std::string on_device(const Tensor& t) { return t.str() + " on " + t.device().str(); }
 
-std::string num(int64_t v) { return std::to_string(v); }
 
-Finding make(const char* check, Severity s, std::string title) {
-  Finding f;
-  f.check = check;
-  f.severity = s;
-  f.title = std::move(title);
-  return f;
-}
 
 // Min/max/mean/std (population) of the finite values, and how many are not finite.
 struct Summary {
@@ -68,14 +65,6 @@ Summary summarize(const std::vector<double>& v) {
 
 bool is_whole(double v) { return std::isfinite(v) && v == std::floor(v); }
 
-// The value at quantile q of v (nearest rank, lower side): v[floor(q (n-1))] after sorting.
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return kNaN;
-  q = std::clamp(q, 0.0, 1.0);
-  const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
 
 // FNV-1a, 64 bit: a fast, well-mixed hash of a byte string.
 uint64_t fnv1a(const void* data, size_t n) {

@@ -8,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/check_util.h"
 #include "debug/tensor_stats.h"
 #include "nn/dropout.h"
 
@@ -15,26 +16,14 @@ namespace gradsleuth::debug {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using detail::kNaN;
+using detail::make;
+using detail::median;
+using detail::num;
 
-Finding make(const char* check, Severity s, std::string title) {
-  Finding f;
-  f.check = check;
-  f.severity = s;
-  f.title = std::move(title);
-  return f;
-}
 
-std::string num(int64_t v) { return std::to_string(v); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  const size_t k = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  if (v.size() % 2 == 1) return v[k];
-  const double hi = v[k];
-  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k)));
-}
+
 
 double median_of(const std::vector<double>& v, size_t begin, size_t end) {
   return median(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(begin),

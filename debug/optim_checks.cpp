@@ -8,32 +8,21 @@
 #include <map>
 
 #include "core/autograd.h"
+#include "debug/check_util.h"
 #include "debug/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using detail::kNaN;
+using detail::make;
+using detail::median;
+using detail::num;
 
-Finding make(const char* check, Severity s, std::string title) {
-  Finding f;
-  f.check = check;
-  f.severity = s;
-  f.title = std::move(title);
-  return f;
-}
 
-std::string num(int64_t v) { return std::to_string(v); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  const size_t k = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  if (v.size() % 2 == 1) return v[k];
-  const double hi = v[k];
-  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k)));
-}
+
 
 // The L2 norm; NaN when any value is NaN, Inf when any is Inf.
 double norm_of(const Tensor& t) {

@@ -3,6 +3,8 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,4 +72,39 @@ inline std::string all_text(const std::vector<dbg::Finding>& fs) {
   return s;
 }
 
+// ---- shared by the check tests ----------------------------------------------------
+
+inline bool have_fashion_mnist() {
+  const std::string dir = nn::kFashionMnistDefaultDir;
+  return std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
+         std::filesystem::exists(dir + "/train-images-idx3-ubyte");
+}
+
+// The evidence value called `name` (a prefix is enough); fails the test when absent.
+inline double ev(const dbg::Finding& f, const std::string& name) {
+  for (const dbg::Evidence& e : f.evidence)
+    if (e.name.rfind(name, 0) == 0) return e.value;
+  FAIL("finding " << f.check << " has no evidence '" << name << "':\n" << f.str());
+  return std::nan("");
+}
+
+inline bool any_fires(const std::vector<dbg::Finding>& fs) { return fires(fs); }
+inline std::string all_str(const std::vector<dbg::Finding>& fs) { return all_text(fs); }
+inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The findings whose title contains `part`.
+inline std::vector<dbg::Finding> titled(const std::vector<dbg::Finding>& fs, const std::string& part) {
+  std::vector<dbg::Finding> out;
+  for (const auto& f : fs)
+    if (has(f.title, part)) out.push_back(f);
+  return out;
+}
+
 }  // namespace dtest
+
+// Skips the rest of a test case (with a message) when Fashion-MNIST is not installed.
+#define REQUIRE_FASHION_MNIST()                                                                  \
+  if (!dtest::have_fashion_mnist()) {                                                            \
+    MESSAGE("dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist): skipped"); \
+    return;                                                                                      \
+  }

@@ -14,29 +14,15 @@
 #include <sstream>
 #include <string>
 
+#include "cli_test_util.h"
 #include "json_mini.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;  // stdout only
-};
-
-Run run_cli(const std::string& args) {
-  Run r;
-  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using clitest::Run;
+inline Run run_cli(const std::string& args) { return clitest::run_cli(args, true); }
 
 std::string last_line(const std::string& s) {
   std::string t = s;

@@ -13,27 +13,13 @@
 #include <sstream>
 #include <string>
 
+#include "cli_test_util.h"
 #include "json_mini.h"
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-Run run_cli(const std::string& args) {
-  Run r;
-  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE_MESSAGE(p != nullptr, "could not start ", cmd);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using clitest::Run;
+inline Run run_cli(const std::string& args) { return clitest::run_cli(args, true); }
 
 bool have_data() {
   return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");

@@ -14,45 +14,28 @@
 #include "debug/data_checks.h"
 #include "nn/fashion_mnist.h"
 
+#include "debug_test_util.h"
+
 namespace dbg = gs::debug;
 namespace nn = gs::nn;
 using gs::Tensor;
 
 namespace {
 
-bool have_fashion_mnist() {
-  const std::string dir = nn::kFashionMnistDefaultDir;
-  return std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
-         std::filesystem::exists(dir + "/train-images-idx3-ubyte");
-}
-#define REQUIRE_FASHION_MNIST()                                        \
-  if (!have_fashion_mnist()) {                                         \
-    MESSAGE("dataset-fashion-mnist is not installed: skipped");        \
-    return;                                                            \
-  }
+using dtest::all_str;
+using dtest::any_fires;
+using dtest::ev;
+using dtest::has;
+using dtest::titled;
+
 
 // The first n training images: x (n, 1, 28, 28) in [0, 1], y (n) int64.
 nn::DatasetPtr fmnist(int64_t n, bool raw = false) {
   return nn::take(nn::load_fashion_mnist("train", nn::FashionMnistOptions().raw(raw)), n);
 }
 
-// The evidence value called `name` (a prefix is enough); fails the test when absent.
-double ev(const dbg::Finding& f, const std::string& name) {
-  for (const dbg::Evidence& e : f.evidence)
-    if (e.name.rfind(name, 0) == 0) return e.value;
-  FAIL("finding " << f.check << " has no evidence '" << name << "':\n" << f.str());
-  return NAN;
-}
 
-bool any_fires(const std::vector<dbg::Finding>& fs) {
-  return std::any_of(fs.begin(), fs.end(), [](const dbg::Finding& f) { return f.fires(); });
-}
 
-std::string all_str(const std::vector<dbg::Finding>& fs) {
-  std::string s;
-  for (const auto& f : fs) s += f.str() + "\n";
-  return s;
-}
 
 // The same rows, sorted by label (stable): bug B28's data.
 nn::DatasetPtr sorted_by_class(const nn::Dataset& d) {

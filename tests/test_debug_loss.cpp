@@ -16,6 +16,8 @@
 #include "nn/nn.h"
 #include "optim/optim.h"
 
+#include "debug_test_util.h"
+
 namespace dbg = gs::debug;
 namespace nn = gs::nn;
 namespace optim = gs::optim;
@@ -24,44 +26,17 @@ using std::make_shared;
 
 namespace {
 
-bool have_fashion_mnist() {
-  const std::string dir = nn::kFashionMnistDefaultDir;
-  return std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
-         std::filesystem::exists(dir + "/train-images-idx3-ubyte");
-}
-#define REQUIRE_FASHION_MNIST()                                 \
-  if (!have_fashion_mnist()) {                                  \
-    MESSAGE("dataset-fashion-mnist is not installed: skipped"); \
-    return;                                                     \
-  }
+using dtest::all_str;
+using dtest::any_fires;
+using dtest::ev;
+using dtest::has;
+using dtest::titled;
 
-// The evidence value called `name` (a prefix is enough); fails the test when absent.
-double ev(const dbg::Finding& f, const std::string& name) {
-  for (const dbg::Evidence& e : f.evidence)
-    if (e.name.rfind(name, 0) == 0) return e.value;
-  FAIL("finding " << f.check << " has no evidence '" << name << "':\n" << f.str());
-  return NAN;
-}
 
-bool any_fires(const std::vector<dbg::Finding>& fs) {
-  return std::any_of(fs.begin(), fs.end(), [](const dbg::Finding& f) { return f.fires(); });
-}
 
-std::string all_str(const std::vector<dbg::Finding>& fs) {
-  std::string s;
-  for (const auto& f : fs) s += f.str() + "\n";
-  return s;
-}
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The findings whose title contains `part`.
-std::vector<dbg::Finding> titled(const std::vector<dbg::Finding>& fs, const std::string& part) {
-  std::vector<dbg::Finding> out;
-  for (const auto& f : fs)
-    if (has(f.title, part)) out.push_back(f);
-  return out;
-}
+
 
 // A healthy-looking minibatch loss curve: (floor + (start - floor) e^(-t / tau)) x
 // lognormal noise (sigma 0.25, about the reference MLP's batch-to-batch noise).

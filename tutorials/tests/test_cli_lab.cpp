@@ -10,27 +10,13 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/cli_test_util.h"
 #include "tests/json_mini.h"
 
 namespace {
 
-struct Run {
-  int status = -1;  // exit status
-  std::string out;  // stdout only (stderr passes through)
-};
-
-Run run_cli(const std::string& args) {
-  Run r;
-  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE_MESSAGE(p != nullptr, "could not start ", cmd);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using clitest::Run;
+inline Run run_cli(const std::string& args) { return clitest::run_cli(args, false); }
 
 }  // namespace
 

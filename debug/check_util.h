@@ -1,0 +1,47 @@
+// Small helpers shared by the checks' implementations (internal to debug/):
+// starting a finding, integers in titles, medians and quantiles of samples.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "debug/finding.h"
+
+namespace gradsleuth::debug::detail {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A finding with its id, severity and title; the caller fills in the rest.
+inline Finding make(const char* check, Severity s, std::string title) {
+  Finding f;
+  f.check = check;
+  f.severity = s;
+  f.title = std::move(title);
+  return f;
+}
+
+inline std::string num(int64_t v) { return std::to_string(v); }
+
+// The median of v (the mean of the two middle values for an even count); NaN when empty.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return kNaN;
+  const size_t k = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  if (v.size() % 2 == 1) return v[k];
+  const double hi = v[k];
+  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k)));
+}
+
+// The value at quantile q of v (nearest rank, lower side): v[floor(q (n-1))] after sorting; NaN when empty.
+inline double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return kNaN;
+  q = std::clamp(q, 0.0, 1.0);
+  const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+}  // namespace gradsleuth::debug::detail

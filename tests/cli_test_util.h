@@ -1,0 +1,33 @@
+// Running the built gradsleuth tool (GS_CLI_PATH) from a test: its exit status
+// and what it printed on stdout (stderr passes through, or is dropped).
+#pragma once
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace clitest {
+
+struct Run {
+  int status = -1;  // exit status (-1: killed by a signal)
+  std::string out;  // stdout only
+};
+
+// Runs `gradsleuth ARGS`; stderr is shown unless drop_stderr.
+inline Run run_cli(const std::string& args, bool drop_stderr = false) {
+  Run r;
+  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args + (drop_stderr ? " 2>/dev/null" : "");
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE_MESSAGE(p != nullptr, "could not start ", cmd);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace clitest
