@@ -43,6 +43,24 @@ TEST_CASE("the clean references fire no check") {
   CHECK(foot.test_accuracy > 0.9);
 }
 
+TEST_CASE("the clean CNN fires no check either (gate, monitor, end-of-run diagnoses)") {
+  if (!have_data()) return;
+  zoo::Options o = zoo::Options::quick();
+  o.model = "cnn";
+  o.steps = 40;
+  o.train_examples = 2000;
+  o.test_examples = 500;
+  const zoo::RunResult cnn = zoo::run_variant({}, o);
+  INFO(fired_text(cnn));
+  CHECK(cnn.fired.empty());
+  CHECK(cnn.steps == 40);
+  CHECK(cnn.test_accuracy > 0.6);
+  // A bug still shows through the CNN recipe: the head's detach (B12) leaves the convolutions without gradient.
+  const zoo::RunResult b12 = zoo::run_variant(nn::BugSet{nn::Bug::B12}, o);
+  INFO(fired_text(b12));
+  CHECK(b12.caught);
+}
+
 TEST_CASE("every bug B01-B28 is caught by an intended check") {
   if (!have_data()) return;
   const zoo::Options o = zoo::Options::quick();
