@@ -23,24 +23,32 @@ struct Notifying {
 };
 }  // namespace
 
-void notify_op(const OpEvent& e) {
+// A copy of the list (an observer may detach itself from inside its callback),
+// on the stack for the usual handful of observers: no allocation per op.
+template <class F>
+void each_observer(F&& f) {
   if (t_notifying) return;
   Notifying n;
-  // Copy: an observer may detach itself from inside the callback.
-  std::vector<OpObserver*> list = observers();
-  for (OpObserver* o : list) o->on_op(e);
+  const std::vector<OpObserver*>& v = observers();
+  if (v.size() <= 8) {
+    OpObserver* list[8];
+    const size_t k = v.size();
+    std::copy(v.begin(), v.end(), list);
+    for (size_t i = 0; i < k; ++i) f(list[i]);
+    return;
+  }
+  const std::vector<OpObserver*> list = v;
+  for (OpObserver* o : list) f(o);
+}
+
+void notify_op(const OpEvent& e) {
+  each_observer([&](OpObserver* o) { o->on_op(e); });
 }
 void notify_op_begin(const char* op) {
-  if (t_notifying) return;
-  Notifying n;
-  std::vector<OpObserver*> list = observers();
-  for (OpObserver* o : list) o->on_op_begin(op);
+  each_observer([&](OpObserver* o) { o->on_op_begin(op); });
 }
 void notify_backward(const BackwardEvent& e) {
-  if (t_notifying) return;
-  Notifying n;
-  std::vector<OpObserver*> list = observers();
-  for (OpObserver* o : list) o->on_backward(e);
+  each_observer([&](OpObserver* o) { o->on_backward(e); });
 }
 }  // namespace detail
 

@@ -40,7 +40,8 @@ std::string module_label(const std::string& path, const nn::Module& m) {
 void ModuleTracker::attach(nn::Module& model) {
   detach();
   for (auto& [path, m] : model.named_modules()) {
-    const std::string label = module_label(path, *m);
+    labels_.push_back(std::make_shared<const std::string>(module_label(path, *m)));
+    const std::string* label = labels_.back().get();
     const bool root = path.empty();
     hooks_.pre(m, [this, label, root](nn::Module&, const Tensor&) {
       if (root) stack_.clear();  // a forward that threw never popped: start clean at the top

@@ -47,13 +47,18 @@ std::string module_label(const std::string& path, const nn::Module& m);
 class ModuleTracker {
  public:
   void attach(nn::Module& model);
-  void detach() { hooks_.clear(); stack_.clear(); }
+  void detach() {
+    hooks_.clear();
+    stack_.clear();
+    labels_.clear();
+  }
   bool attached() const { return !hooks_.empty(); }
-  std::string current() const { return stack_.empty() ? "" : stack_.back(); }
+  std::string current() const { return stack_.empty() ? "" : *stack_.back(); }
 
  private:
   HookSet hooks_;
-  std::vector<std::string> stack_;
+  std::vector<std::shared_ptr<const std::string>> labels_;  // one per module, owned here
+  std::vector<const std::string*> stack_;                 // no string copies on the hot path
 };
 
 // A check's own probing run of a model: while it lives, library warnings (M2,
