@@ -4,11 +4,13 @@
 // of one step (W7) and a memory report (W8). --bug injects catalogued bugs.
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "cli/cli.h"
 #include "cli/json.h"
 #include "core/autograd.h"
+#include "debug/activation_stats.h"
 #include "debug/html_report.h"
 #include "debug/memory.h"
 #include "debug/profiler.h"
@@ -80,6 +82,75 @@ int cmd_doctor(const std::vector<std::string>& args) {
   debug::zoo::Variant v = debug::zoo::build(bugs, o);
   for (const std::string& n : v.notes) progress("recipe: " + n);
   debug::zoo::RunResult r = debug::zoo::run_variant(v, o, progress);
+
+  // The checks that need runs of their own, each on a fresh copy of the recipe.
+  std::string diagnosis_text;
+  auto guarded = [&](const char* what, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      debug::Finding fd;
+      fd.check = "W2";
+      fd.severity = debug::Severity::Info;
+      fd.title = std::string(what) + " could not run: " + e.what();
+      r.report.add(fd);
+    }
+  };
+  // M7 over a pass through the training data with the trained model (every batch, up to 100).
+  if (r.stopped.empty()) guarded("the dead-unit pass (M7)", [&] { r.report.add(debug::dead_relu_pass(*v.model, *v.train, 100)); });
+  {
+    debug::zoo::Variant fresh = debug::zoo::build(bugs, o);
+    const nn::Batch b0 = fresh.train->batch(0, 0);
+    debug::LossFunction loss = [&fresh](const Tensor& out, const Tensor& y) { return (*fresh.loss)(out, y); };
+    guarded("the diagnosis report (W5)", [&] {
+      debug::Diagnosis d = debug::diagnosis_report(*fresh.model, b0.x, b0.y, loss);
+      diagnosis_text = d.text;
+      r.report.merge(d.findings);
+    });
+    // M15: five batches to train on, the sixth held out.
+    guarded("the input-independent baseline (M15)", [&] {
+      std::vector<std::pair<Tensor, Tensor>> train;
+      for (int64_t i = 0; i < std::min<int64_t>(5, fresh.train->num_batches() - 1); ++i) {
+        const nn::Batch b = fresh.train->batch(0, i);
+        train.emplace_back(b.x, b.y);
+      }
+      const nn::Batch held = fresh.train->batch(0, static_cast<int64_t>(train.size()));
+      r.report.add(debug::input_independent_baseline(*fresh.model, train, {held.x, held.y}, loss));
+    });
+    // M16: the recipe at a quarter of its width against the full width, on the same batches.
+    guarded("the capacity check (M16)", [&] {
+      std::vector<std::pair<Tensor, Tensor>> train;
+      for (int64_t i = 0; i < std::min<int64_t>(4, fresh.train->num_batches()); ++i) {
+        const nn::Batch b = fresh.train->batch(0, i);
+        train.emplace_back(b.x, b.y);
+      }
+      const int64_t K = fresh.task == debug::zoo::Task::Footwear ? 1 : fresh.num_classes;
+      auto make = [&](int64_t width) { return debug::zoo::make_model(bugs, o, width, K); };
+      debug::ModelCheckOptions mo;
+      mo.baseline_steps = 80;
+      r.report.add(debug::capacity_check(make, 16, 128, train, loss, mo));
+    });
+    // W1: the recipe trained twice for 20 steps with one seed.
+    guarded("the reproducibility check (W1)", [&] {
+      r.report.add(debug::check_reproducible([&](uint64_t seed) {
+        debug::zoo::Options ro = o;
+        ro.seed = seed;
+        debug::zoo::Variant rv = debug::zoo::build(bugs, ro);
+        std::vector<double> losses;
+        int64_t step = 0;
+        for (const nn::Batch& b : *rv.train) {
+          if (step++ == 20) break;
+          rv.optimizer->zero_grad();
+          Tensor l = (*rv.loss)((*rv.model)(b.x), b.y);
+          l.backward();
+          rv.optimizer->step();
+          losses.push_back(l.item<double>());
+        }
+        return losses;
+      }, o.seed));
+    });
+  }
+  r.fired = r.report.fired_checks();
 
   // W7 and W8 on a fresh copy of the recipe (the run above may have broken the model).
   debug::zoo::Variant pv = debug::zoo::build(bugs, o);
@@ -165,6 +236,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
             << r.steps << " training steps, test accuracy " << debug::fmt_num(r.test_accuracy) << "\n";
   if (!r.stopped.empty()) std::cout << r.stopped << "\n";
   std::cout << "\n" << r.report.str(a.has("verbose"));
+  if (a.has("verbose") && !diagnosis_text.empty()) std::cout << "\n== diagnosis report (W5) ==\n" << diagnosis_text;
   std::cout << "\nchecks that fired: ";
   if (r.fired.empty()) std::cout << "none";
   for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? ", " : "") << r.fired[i];

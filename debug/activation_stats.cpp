@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -42,7 +43,8 @@ void DeadReluTracker::attach(nn::Module& model) {
     layers_.push_back(s);
     alive_in_pass_.emplace_back();
     hooks_.post(m, [this, idx](nn::Module&, const Tensor&, const Tensor& y) {
-      if (active_ && y.defined() && y.dim() >= 1 && y.is_floating_point()) record(idx, y);
+      // A NaN is not "<= 0": batches with non-finite activations say nothing about dead units.
+      if (active_ && y.defined() && y.dim() >= 1 && y.is_floating_point() && all_finite(y)) record(idx, y);
     });
   }
 }
@@ -57,6 +59,7 @@ void DeadReluTracker::record(size_t layer, const Tensor& y) {
   s.history.emplace_back(step_, dead);
   if (dead >= o_.dead_fraction && s.first_flagged_step < 0) s.first_flagged_step = step_;
   if (in_pass_) {
+    ++s.pass_batches_seen;
     auto& acc = alive_in_pass_[layer];
     if (acc.size() != alive.size()) acc.assign(alive.size(), false);
     for (size_t i = 0; i < alive.size(); ++i) acc[i] = acc[i] || alive[i];
@@ -66,13 +69,17 @@ void DeadReluTracker::record(size_t layer, const Tensor& y) {
 void DeadReluTracker::begin_pass() {
   in_pass_ = true;
   for (auto& a : alive_in_pass_) a.clear();
+  for (auto& l : layers_) l.pass_batches_seen = 0;
 }
 
 void DeadReluTracker::end_pass() {
   if (!in_pass_) return;
   in_pass_ = false;
   for (size_t i = 0; i < layers_.size(); ++i)
-    if (!alive_in_pass_[i].empty()) layers_[i].pass_dead = dead_fraction(alive_in_pass_[i]);
+    if (!alive_in_pass_[i].empty()) {
+      layers_[i].pass_dead = dead_fraction(alive_in_pass_[i]);
+      layers_[i].pass_batches = layers_[i].pass_batches_seen;
+    }
 }
 
 std::vector<Finding> DeadReluTracker::findings() const {
@@ -86,13 +93,14 @@ std::vector<Finding> DeadReluTracker::findings() const {
     f.check = "M7";
     f.severity = Severity::Warning;
     f.title = fmt_num(100 * dead) + "% of the units of " + s.module + " are dead " +
-              (have_pass ? "over a whole pass through the data" : "over the last batch") +
+              (have_pass ? "over a pass through the data" : "over the last batch") +
               (at_init ? " (dead since initialisation)" : " (they died during training)");
     f.module = s.module;
     f.evidence = {{have_pass ? "dead fraction over the pass" : "dead fraction over the batch", dead,
                    ">= " + fmt_num(o_.dead_fraction) + " flags a layer"},
                   {"dead fraction at initialisation (first batch)", s.init_dead, ""},
                   {"units", static_cast<double>(s.units), ""}};
+    if (have_pass) f.evidence.push_back({"batches in the pass", static_cast<double>(s.pass_batches), ""});
     if (!at_init && s.first_flagged_step >= 0)
       f.evidence.push_back({"first step at the threshold", static_cast<double>(s.first_flagged_step), ""});
     f.cause = at_init ? "the units' pre-activations start below zero for every input: a large negative bias or "

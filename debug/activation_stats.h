@@ -38,6 +38,8 @@ struct DeadLayerStats {
   double batch_dead = std::numeric_limits<double>::quiet_NaN();  // the last batch seen
   double pass_dead = std::numeric_limits<double>::quiet_NaN();   // the last completed pass
   int64_t first_flagged_step = -1;  // the first recorded step whose batch reached the threshold
+  int64_t pass_batches = 0;         // batches behind pass_dead (a monitor records every N-th step's)
+  int64_t pass_batches_seen = 0;    // (the pass being gathered)
   std::vector<std::pair<int64_t, double>> history;  // (step, batch dead fraction)
 };
 
@@ -49,7 +51,9 @@ class DeadReluTracker {
   // Only batches seen while active are recorded (a monitor samples every N steps).
   void set_active(bool on) { active_ = on; }
   void set_step(int64_t step) { step_ = step; }
-  // Units never active over all batches recorded between the two calls.
+  // Units never active over all batches recorded between the two calls (a
+  // monitor records every N-th training batch: the pass is then a sample of the
+  // epoch; dead_relu_pass() runs every batch of a loader).
   void begin_pass();
   void end_pass();
   const std::vector<DeadLayerStats>& layers() const { return layers_; }

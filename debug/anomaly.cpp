@@ -59,7 +59,13 @@ void AnomalyMode::on_op(const OpEvent& e) {
   if (out.grad_fn() && out.grad_fn()->context.empty()) out.grad_fn()->context = tracker_.current();
   if (!o_.forward || autograd::in_backward() || !out.is_floating_point()) return;
   if (all_finite(out)) return;
-  // Only the op that created the problem: its (other) inputs were finite.
+  // Only the op that created the problem: its inputs were finite. An in-place
+  // op's input 0 is its output, already modified: it counts as finite unless
+  // an earlier op left that storage non-finite (then this op only carried it on).
+  const Storage* st = out.storage().get();
+  const bool was_tainted = tainted_.count(st) > 0;
+  tainted_.insert(st);
+  if (e.inplace && was_tainted) return;
   for (size_t i = e.inplace ? 1 : 0; i < e.num_inputs; ++i)
     if (!all_finite(e.inputs[i])) return;
   const TensorSummary s = summarize(out);

@@ -14,6 +14,7 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,10 @@ class AnomalyMode : public OpObserver {
 
   const std::vector<Finding>& findings() const { return findings_; }
   bool found() const { return !findings_.empty(); }
-  void clear() { findings_.clear(); }
+  void clear() {
+    findings_.clear();
+    tainted_.clear();
+  }
 
   void on_op(const OpEvent& e) override;
   void on_backward(const BackwardEvent& e) override;
@@ -55,6 +59,7 @@ class AnomalyMode : public OpObserver {
   AnomalyOptions o_;
   ModuleTracker tracker_;
   std::vector<Finding> findings_;
+  std::unordered_set<const Storage*> tainted_;  // storages an observed op left non-finite
 };
 
 // ---- M12 ---------------------------------------------------------------------------

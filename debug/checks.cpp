@@ -167,7 +167,7 @@ const std::vector<CheckInfo>& all_checks() {
        "loss curves, gradient norms, dead-unit fractions written as files a person can look at",
        "debug::MetricsLog, debug::write_html_report", "gradsleuth doctor --out DIR", true},
       {"W7", "profiler", "workflow", "000, 001", "time per op and per module; where the step time goes",
-       "debug::Profiler", "gradsleuth doctor --profile", true},
+       "debug::Profiler", "gradsleuth doctor (the profile section)", true},
       {"W8", "memory report", "workflow", "004", "memory per parameter/activation/gradient, peak",
        "debug::memory_report", "gradsleuth doctor", true},
   };

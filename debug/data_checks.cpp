@@ -172,9 +172,10 @@ std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, const nn::
                 {"batch size", static_cast<double>(batch_size), ""},
                 {"loader shuffles (1 = yes)", shuffles ? 1.0 : 0.0, ""}};
   f.cause = shuffles
-                ? "the loader shuffles, yet batches hold one class: the dataset itself groups rows by class (a "
-                  "get_batch or sampler that returns sorted rows); each step then sees one class, the gradient "
-                  "chases it and the model forgets the others"
+                ? "the loader is set to shuffle, yet its batches hold one class: the order it visits the rows in is "
+                  "not a shuffle (a custom order or sampler, a shuffle flag that is ignored, or a dataset whose "
+                  "get_batch returns rows grouped by class); each step then sees one class, the gradient chases "
+                  "it and the model forgets the others"
                 : "the dataset is sorted by class and shuffling is off (bug B28): each step sees one class, the "
                   "gradient chases that class and the model forgets the others; the loss swings from batch to "
                   "batch and accuracy stays low";
@@ -370,6 +371,8 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
     const std::vector<uint64_t> xh = row_hashes_x(b.x);
     const std::vector<Label> yl = row_labels(b.y);
     for (size_t r = 0; r < xh.size(); ++r) {
+      // A masked label (ignore_index) carries no class to compare: not counted (L5 judges masking).
+      if (r < yl.size() && yl[r].value == static_cast<double>(opts.ignore_index)) continue;
       ++checked;
       auto it = known.find(xh[r]);
       if (it == known.end()) { ++unknown; continue; }

@@ -309,8 +309,9 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
                 {"rows", static_cast<double>(B * R), ""},
                 {"classes", static_cast<double>(C), ""}};
   f.cause = "a softmax before cross-entropy (bug B08): cross_entropy(x) computes log_softmax(x) itself, so the model "
-            "is trained through softmax(softmax(logits)); its outputs lie in [0, 1], the loss can never fall below "
-            "~log(C) - 1 + ... and the gradients shrink: training crawls";
+            "is trained through softmax(softmax(logits)); the inputs lie in [0, 1], so even a perfect prediction "
+            "(1 for the true class, 0 elsewhere) leaves a loss of log(1 + (C - 1) / e) (1.46 for 10 classes), and "
+            "the gradients shrink: training crawls";
   f.fix = "remove the final Softmax and give cross_entropy the raw logits; keep softmax only for reporting "
           "probabilities (or use LogSoftmax + NLLLoss)";
   return {f};

@@ -182,7 +182,9 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
     return out;
   NoGradGuard ng;
   const TensorSummary s = summarize(logits);
-  if (!s.all_finite() || s.min < 0.0) return out;
+  // A ReLU's signature: no negative value, and many exact zeros (a linear head
+  // whose outputs all happen to be positive has no zeros).
+  if (!s.all_finite() || s.min < 0.0 || s.zero_fraction < o.min_zero_fraction_final_activation) return out;
   const double row_sum_err = amax(abs(sum(logits.detach().to(kFloat64), {1}) - 1.0)).item<double>();
   if (row_sum_err < 1e-3) return out;  // probabilities: L2's double softmax
   Finding f;
@@ -314,7 +316,12 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   Tensor out = model(xi);
   GS_CHECK(out.dim() >= 1 && out.size(0) == x.size(0), "batch_mixing_test (M6)", "the model's output ",
            out.str(), " has no batch dim matching the input ", x.str());
-  Tensor loss = out.select(0, i).sum();
+  // A fixed random weighting of row i's outputs: with a plain sum, a softmax
+  // head's row (which always sums to 1) would have a zero gradient everywhere.
+  Tensor row = out.select(0, i);
+  Generator gen(12345);
+  Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen);
+  Tensor loss = (row * w).sum();
   if (!loss.requires_grad()) return r;
   loss.backward();
   Tensor g = xi.grad();
@@ -745,7 +752,7 @@ namespace {
 // Trains a fresh Adam for `steps` over `batches` (cycled); returns the per-step losses.
 std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& batches,
                               const LossFunction& loss, int64_t steps, double lr, bool zero_inputs,
-                              double stop_below = -1.0, double* final_acc = nullptr) {
+                              double stop_below = -1.0, double* final_acc = nullptr, double stop_accuracy = 1.0) {
   std::vector<double> losses;
   std::vector<Tensor> ps = trainable(model);
   if (ps.empty() || batches.empty()) return losses;
@@ -760,7 +767,7 @@ std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Ten
     opt.step();
     losses.push_back(l.item<double>());
     if (final_acc && is_classification(out, y)) *final_acc = accuracy_of(out, y);
-    if (stop_below > 0 && losses.back() < stop_below && (!final_acc || *final_acc >= 1.0)) break;
+    if (stop_below > 0 && losses.back() < stop_below && (!final_acc || *final_acc >= stop_accuracy)) break;
     if (!std::isfinite(losses.back())) break;
   }
   return losses;
@@ -780,7 +787,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   double acc = std::nan("");
   const bool classes = y.dtype() == kInt64 && y.dim() == 1;
   std::vector<double> losses = short_run(model, {{x, y}}, loss, o.overfit_steps, o.overfit_lr, false, o.overfit_loss,
-                                         classes ? &acc : nullptr);
+                                         classes ? &acc : nullptr, o.overfit_accuracy);
   snap.restore();
   std::vector<Finding> out;
   if (losses.empty()) return out;

@@ -32,6 +32,7 @@ namespace gradsleuth::debug {
 struct ModelCheckOptions {
   // ---- M3 ----
   int64_t min_rows_final_activation = 8;  // judge non-negative logits only on batches this large
+  double min_zero_fraction_final_activation = 0.1;  // ... and only with this many exact zeros (a ReLU's mark)
   // ---- M6 ----
   int64_t mixing_row = 0;           // the example whose output is differentiated
   double mixing_tolerance = 1e-6;   // another row's |grad| above this fraction of row i's |grad| is coupling

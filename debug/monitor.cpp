@@ -39,7 +39,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     f.check = w.check.empty() ? "W3" : w.check;
     f.severity = Severity::Warning;
     f.module = w.where;
-    f.step = steps_;
+    f.step = step_now();
     const auto colon = w.message.find(": ");
     f.title = w.where + (colon == std::string::npos ? ": " + w.message : " " + w.message.substr(0, colon));
     if (w.check == "O5") f.title = "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
@@ -61,7 +61,10 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).
   auto root = model_.shared_from_this();
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
-    if (GradMode::is_enabled()) last_x_ = x;
+    if (GradMode::is_enabled()) {
+      last_x_ = x;
+      in_step_ = true;  // a training forward: step steps_ + 1 has begun
+    }
     if (!input_checked_ && x.defined()) {
       input_checked_ = true;
       add(check_devices_dtypes(model_, x));
@@ -81,7 +84,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       f.check = "M17";
       f.severity = Severity::Warning;
       f.module = label;
-      f.step = steps_;
+      f.step = step_now();
       f.title = none ? label + " is evaluated without running statistics: it uses each batch's own statistics"
                      : label + " is evaluated with running statistics that were never updated (num_batches_tracked "
                                "= 0 after " + std::to_string(steps_) + " training steps)";
@@ -96,7 +99,9 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   }
   if (loss_) {
     hooks_.loss_pre(*loss_, [this](nn::Loss& l, const Tensor& in, const Tensor& t) { on_loss_input(l, in, t); });
-    hooks_.loss_post(*loss_, [this](nn::Loss&, const Tensor&, const Tensor&, const Tensor& l) { on_loss_value(l); });
+    hooks_.loss_post(*loss_, [this](nn::Loss& l, const Tensor&, const Tensor& t, const Tensor& v) {
+      on_loss_value(l, t, v);
+    });
   }
   const size_t pre = opt_.add_pre_step_hook([this](optim::Optimizer& op) { on_pre_step(op); });
   const size_t post = opt_.add_post_step_hook([this](optim::Optimizer& op) { on_post_step(op); });
@@ -120,7 +125,7 @@ void Monitor::detach() {
 }
 
 void Monitor::add(Finding f) {
-  if (f.step < 0 && steps_ > 0) f.step = steps_;
+  if (f.step < 0 && !finished_ && step_now() > 0) f.step = step_now();
   report_.add(std::move(f));
 }
 void Monitor::add(const std::vector<Finding>& fs) {
@@ -150,6 +155,7 @@ void Monitor::record_step(double loss) {
     f.check = "W3";
     f.severity = Severity::Error;
     f.title = "the training loss is " + fmt_num(loss) + " at step " + std::to_string(steps_);
+    f.step = steps_;
     f.evidence = {{"loss", loss, "must be finite"}};
     f.cause = "a NaN/Inf in the forward or the loss (see W4/M12 for where), or weights that diverged";
     f.fix = "lower the learning rate, use numerically stable ops (log_softmax, cross_entropy on logits)";
@@ -198,8 +204,6 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
     add(check_final_activation(model_, input));  // M3 by values
   }
   if (l.type_name() == "BCELoss") add(check_bce_input(input));  // L3
-  if ((is_cross_entropy(l) || is_nll(l)) && target.dtype() == kInt64)
-    add(check_masked_targets(target, ignore_index_of(l)));  // L5
   if (!first_loss_checked_) {
     first_loss_checked_ = true;
     // L4 needs the value: computed here on a detached copy, once.
@@ -240,10 +244,14 @@ void Monitor::localise(const std::string& why) {
   for (auto& [p, g] : grads) p.set_grad(g);
 }
 
-void Monitor::on_loss_value(const Tensor& loss) {
+void Monitor::on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& loss) {
   if (!GradMode::is_enabled() || loss.numel() != 1) return;
   last_loss_ = loss.item<double>();  // one value: cheap enough for every step
   loss_seen_this_step_ = true;
+  // L5, with the loss it produced (a NaN loss from all-masked targets is an error).
+  if ((sampled_step() || !std::isfinite(last_loss_)) && (is_cross_entropy(l) || is_nll(l)) &&
+      target.dtype() == kInt64)
+    add(check_masked_targets(target, ignore_index_of(l), last_loss_));
 }
 
 void Monitor::on_pre_step(optim::Optimizer&) {
@@ -259,6 +267,17 @@ void Monitor::on_pre_step(optim::Optimizer&) {
       add(std::move(f));
     }
   }
+  // Every step, cheaply (one vectorised pass per gradient): a backward that made
+  // NaN/Inf from a finite loss (log at 0, sqrt at 0) must be caught on its own
+  // step, before the update spreads it into the weights.
+  if (!bad && !localised_)
+    for (const Tensor& p : model_.parameters()) {
+      Tensor g = p.grad();
+      if (g.defined() && !all_finite(g)) {
+        bad = true;
+        break;
+      }
+    }
   if (bad)
     localise((loss_seen_this_step_ && !std::isfinite(last_loss_) ? "the loss turned non-finite"
                                                                    : "gradients turned non-finite") +
@@ -268,6 +287,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
 
 void Monitor::on_post_step(optim::Optimizer&) {
   ++steps_;
+  in_step_ = false;
   if (sampled_step() || steps_ == 1) add(check_finite_weights(model_));  // O4
   const bool next = sampled_step();
   dead_.set_step(steps_ + 1);

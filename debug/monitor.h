@@ -82,9 +82,9 @@ class Monitor {
   void record_step(double loss);
   void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN());
 
-  // The end-of-run diagnoses: L1, L7, O2, O3, O6, M7, M8; with a sample batch
-  // also M18 (half precision) and M17 (BatchNorm statistics at eval). Call once,
-  // after training. Detaches every hook.
+  // The end-of-run diagnoses: L1, L7, O2, O3, O6, M7, M8, M19; with a sample
+  // batch also M18 (half precision). Call once, after training. Detaches every
+  // hook. (M17 is heard live, when a BatchNorm layer is evaluated.)
   void finish(const Tensor& sample_x = Tensor(), const Tensor& sample_y = Tensor());
   void detach();
 
@@ -95,10 +95,13 @@ class Monitor {
 
  private:
   bool sampled_step() const;
+  // The 1-based step findings belong to: the one running (from its forward to
+  // its optimizer step), else the last one completed.
+  int64_t step_now() const { return in_step_ ? steps_ + 1 : steps_; }
   void on_pre_step(optim::Optimizer& opt);
   void on_post_step(optim::Optimizer& opt);
   void on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& target);
-  void on_loss_value(const Tensor& loss);
+  void on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& loss);
   void localise(const std::string& why);
   void add(Finding f);
   void add(const std::vector<Finding>& fs);
@@ -123,7 +126,7 @@ class Monitor {
   Tensor last_x_, last_y_;         // the batch of the current step (for W4 re-runs)
   double last_loss_ = 0.0;
   bool loss_seen_this_step_ = false, localised_ = false, first_loss_checked_ = false, structure_checked_ = false;
-  bool input_checked_ = false, finished_ = false, attached_ = true;
+  bool input_checked_ = false, finished_ = false, attached_ = true, in_step_ = false;
   TrainingHistory history_;
 };
 

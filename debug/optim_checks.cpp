@@ -401,6 +401,9 @@ std::vector<Finding> check_finite_weights(const nn::Module& model) {
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts) {
   const LossHistoryStats s = analyse_loss_history(train_losses, opts.loss);
   const auto& lo = opts.loss;
+  // A loss that is NaN/Inf from the very first step was broken before any
+  // update: the learning rate cannot be the cause (L1 says what else can).
+  if (!train_losses.empty() && !std::isfinite(train_losses.front())) return {};
   if (s.too_high()) {
     std::vector<std::string> why;
     if (s.first_nan_step >= 0) why.push_back("is NaN from step " + num(s.first_nan_step));

@@ -46,7 +46,8 @@ std::shared_ptr<nn::Residual> block(const std::shared_ptr<nn::Linear>& fc) {
 //   0 Flatten, 1 Linear(784, 128), 2 ReLU, 3 BatchNorm1d(128),
 //   4 Residual(ReLU, Linear(128, 128)), 5 Residual(ReLU, Linear(128, 128)),
 //   6 ReLU, 7 Dropout(0.2), 8 Linear(128, K)
-std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std::vector<std::string>& notes) {
+std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std::vector<std::string>& notes,
+                                         int64_t H = 128) {
   if (bugs.has(Bug::B17)) {
     // B17's recipe: a deep stack of sigmoids (9 hidden layers of 64), no skip connections.
     notes.push_back("B17: the MLP becomes 9 sigmoid layers of 64 units without skip connections or normalisation");
@@ -56,17 +57,17 @@ std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std:
     s->push_back(std::make_shared<nn::Linear>(64, K));
     return s;
   }
-  auto fc1 = std::make_shared<nn::Linear>(784, 128);
-  auto fc_a = std::make_shared<nn::Linear>(128, 128);
-  auto fc_b = std::make_shared<nn::Linear>(128, 128);
+  auto fc1 = std::make_shared<nn::Linear>(784, H);
+  auto fc_a = std::make_shared<nn::Linear>(H, H);
+  auto fc_b = std::make_shared<nn::Linear>(H, H);
   // BUG B11 (in the recipe): the second block reuses the first block's layer
   // where a new one was meant. Correct: fc_b, a separate Linear.
   if (bugs.has(Bug::B11)) {
     fc_b = fc_a;
     notes.push_back("B11: the second residual block is built with the first block's Linear instance");
   }
-  auto head = std::make_shared<nn::Linear>(128, K);
-  auto bn = std::make_shared<nn::BatchNorm1d>(128);
+  auto head = std::make_shared<nn::Linear>(H, K);
+  auto bn = std::make_shared<nn::BatchNorm1d>(H);
   auto b1 = block(fc_a);
   for (Bug b : {Bug::B13, Bug::B16, Bug::B18, Bug::B22})
     if (bugs.has(b)) fc1->inject_bug(b);
@@ -79,13 +80,13 @@ std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std:
 }
 
 // The CNN of `gradsleuth train` (x (B, 1, 28, 28) -> (B, K)); fc = layer 7, head = layer 10.
-std::shared_ptr<nn::Sequential> make_cnn(const nn::BugSet& bugs, int64_t K) {
+std::shared_ptr<nn::Sequential> make_cnn(const nn::BugSet& bugs, int64_t K, int64_t H = 128) {
   for (Bug b : {Bug::B02, Bug::B11, Bug::B17, Bug::B23})
     GS_CHECK(!bugs.has(b), "zoo", "bug ", nn::bug_code(b), " (", nn::bug_info(b).title,
              ") is reproduced in the mlp recipe only (the CNN has no ",
              b == Bug::B23 ? "BatchNorm" : b == Bug::B02 ? "residual block" : "repeated layer", "): use --model mlp");
-  auto fc = std::make_shared<nn::Linear>(64 * 7 * 7, 128);
-  auto head = std::make_shared<nn::Linear>(128, K);
+  auto fc = std::make_shared<nn::Linear>(64 * 7 * 7, H);
+  auto head = std::make_shared<nn::Linear>(H, K);
   for (Bug b : {Bug::B13, Bug::B16, Bug::B18, Bug::B22})
     if (bugs.has(b)) fc->inject_bug(b);
   if (bugs.has(Bug::B12)) head->inject_bug(Bug::B12);
@@ -103,6 +104,13 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
 }
 
 }  // namespace
+
+nn::ModulePtr make_model(const nn::BugSet& bugs, const Options& o, int64_t width, int64_t num_outputs) {
+  std::vector<std::string> notes;
+  GS_CHECK(o.model == "mlp" || o.model == "cnn", "zoo", "unknown model '", o.model, "': use mlp or cnn");
+  return o.model == "cnn" ? std::static_pointer_cast<nn::Module>(make_cnn(bugs, num_outputs, width))
+                          : std::static_pointer_cast<nn::Module>(make_mlp(bugs, num_outputs, notes, width));
+}
 
 Options Options::quick() {
   Options o;

@@ -70,6 +70,11 @@ struct Variant {
 // Builds the reference recipe with `bugs` switched on (and the task they need).
 Variant build(const nn::BugSet& bugs, const Options& o);
 
+// The recipe's model alone with `width` hidden units (the MLP's hidden layers,
+// the CNN's fully connected layer; the reference uses 128): for the capacity
+// check (M16). Layer-level bugs are injected; head-level ones (B08, B10, ...) are not.
+nn::ModulePtr make_model(const nn::BugSet& bugs, const Options& o, int64_t width, int64_t num_outputs = 10);
+
 struct RunResult {
   std::string id;
   std::string title;                  // the bug's title, or "clean reference"
