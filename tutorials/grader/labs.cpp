@@ -9,6 +9,11 @@ const std::vector<Lab>& all_labs() {
       make_lab1(),
       make_lab2(),
       make_lab3(),
+      make_lab4(),
+      make_lab5(),
+      make_lab6(),
+      make_lab7(),
+      make_lab8(),
   };
   return labs;
 }

@@ -7,5 +7,10 @@ namespace gradsleuth::labs {
 Lab make_lab1();  // tensors, views, strides, broadcasting
 Lab make_lab2();  // autograd by hand
 Lab make_lab3();  // an MLP on Fashion-MNIST
+Lab make_lab4();  // broadcasting and in-place bugs
+Lab make_lab5();  // batches that mix examples
+Lab make_lab6();  // dead ReLUs, saturation, vanishing gradients, initialisation
+Lab make_lab7();  // hunting a NaN: log-sum-exp, anomaly mode, half precision
+Lab make_lab8();  // data bugs: misalignment, leakage, normalisation, class imbalance
 
 }  // namespace gradsleuth::labs
