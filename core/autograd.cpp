@@ -41,6 +41,16 @@ SavedTensor::SavedTensor(const Tensor& t, const char* saved_by, bool is_output)
   data_ = is_output ? t.detach() : t;
 }
 
+namespace {
+// " ('add' instead of 'add_')" for an in-place op name ending in '_'; generic otherwise.
+std::string out_of_place_hint(const char* op) {
+  const std::string s = op ? op : "";
+  if (s.size() > 1 && s.back() == '_')
+    return " ('" + s.substr(0, s.size() - 1) + "' instead of '" + s + "': x = x + y instead of x += y)";
+  return " (x = x + y instead of x += y, relu instead of relu_)";
+}
+}  // namespace
+
 Tensor SavedTensor::unpack(Node& node) const {
   if (!data_.defined()) return Tensor();
   const uint64_t now = data_.version();
@@ -50,8 +60,8 @@ Tensor SavedTensor::unpack(Node& node) const {
             "The ", data_.str(), " tensor was saved by '", saved_by_, "' at version ", version_, " and is now at "
             "version ", now, "; it was modified by '", by ? by : data_.storage()->last_modifier(), "'",
             (now - version_ > 1 ? " (first of " + std::to_string(now - version_) + " in-place modifications)" : ""),
-            ". Fix: use the out-of-place op (e.g. relu instead of relu_, x = x + y instead of x += y), or clone() "
-            "the tensor before modifying it.");
+            ". Fix: use the out-of-place op", out_of_place_hint(by ? by : data_.storage()->last_modifier()),
+            ", or clone() the tensor before modifying it.");
   }
   if (!is_output_ || !GradMode::is_enabled()) return data_;
   // create_graph: re-attach the saved output to the node that made it, so that
@@ -345,7 +355,13 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
       }
     }
   } catch (...) {
-    for (Node* n : order) n->pending_grad_ = Tensor();
+    // A failed backward frees the graph's saved tensors as a finished one would:
+    // an in-place op on a saved input (the usual cause) links that tensor to a
+    // node that saved it, a reference cycle nothing else would break.
+    for (Node* n : order) {
+      n->pending_grad_ = Tensor();
+      if (!opt.retain_graph) n->release_saved();
+    }
     throw;
   }
 }

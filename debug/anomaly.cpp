@@ -158,9 +158,12 @@ std::vector<Finding> find_nonfinite_source(nn::Module& model, const Tensor& x) {
 void BroadcastDetector::on_op(const OpEvent& e) {
   if (mode_ == BroadcastMode::Off || autograd::in_backward() || e.num_inputs < 2) return;
   // Count operands that broadcasting enlarged, ignoring one-element ones (scalars).
+  // An operand counts when broadcasting repeated its elements (fewer elements
+  // than the result): (2, 3) against (1, 1, 3) only gains a leading 1 and does not.
   int expanded = 0;
+  const int64_t n_out = e.output->numel();
   for (size_t i = 0; i < e.num_inputs && i < 32; ++i)
-    if ((e.expanded_mask >> i & 1u) && e.inputs[i].numel() > 1) ++expanded;
+    if ((e.expanded_mask >> i & 1u) && e.inputs[i].numel() > 1 && e.inputs[i].numel() < n_out) ++expanded;
   if (expanded < 2) return;
   Finding f;
   f.check = "M19";
@@ -339,14 +342,20 @@ std::optional<Finding> inplace_finding(const std::exception& e) {
   f.check = "M20";
   f.severity = Severity::Error;
   f.title = "backward failed: a tensor saved for the gradient was modified in place";
-  const auto by = msg.find("modified by '");
-  if (by != std::string::npos) {
-    const auto end = msg.find('\'', by + 13);
-    f.op = msg.substr(by + 13, end - by - 13);
-  }
+  auto quoted_after = [&](const std::string& key) {
+    const auto at = msg.find(key);
+    if (at == std::string::npos) return std::string();
+    const auto begin = at + key.size(), end = msg.find('\'', begin);
+    return end == std::string::npos ? std::string() : msg.substr(begin, end - begin);
+  };
+  f.op = quoted_after("modified by '");
+  const std::string saver = quoted_after("saved by '");
+  if (!saver.empty()) f.title += ": '" + saver + "' saved it, '" + (f.op.empty() ? "an in-place op" : f.op) + "' changed it";
   f.cause = msg;
-  f.fix = "use the out-of-place op (x = x + y instead of x += y, relu instead of relu_), or clone() before "
-          "modifying";
+  const std::string plain = !f.op.empty() && f.op.back() == '_' ? f.op.substr(0, f.op.size() - 1) : "";
+  f.fix = plain.empty() ? "use the out-of-place op, or clone() the tensor before modifying it"
+                        : "use '" + plain + "' (out of place: x = " + plain + "(x, ...) instead of x." + f.op +
+                              "(...)), or clone() the tensor before modifying it";
   return f;
 }
 

@@ -351,9 +351,29 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   for (auto& [p, m] : model.named_modules()) has_bn = has_bn || dynamic_cast<nn::BatchNormBase*>(m.get());
 
   model.eval();
-  const MixingResult ev = mixing_once(model, x, i, o.mixing_tolerance);
-  const std::string rows = std::to_string(x.size(0));
-  if (!ev.has_grad) {
+  // Probe a few rows (the option's, the middle one, the last): a mix such as
+  // x[i] - x[0] leaves row 0 alone and shows only on the others.
+  const int64_t B = x.size(0);
+  std::vector<int64_t> rows{i};
+  for (int64_t r : {B / 2, B - 1})
+    if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
+  std::vector<MixingResult> probes;
+  for (int64_t r : rows) probes.push_back(mixing_once(model, x, r, o.mixing_tolerance));
+  size_t worst = 0;
+  bool any_grad = false, self_blind = false;
+  int64_t blind_row = -1;
+  for (size_t k = 0; k < probes.size(); ++k) {
+    any_grad = any_grad || probes[k].has_grad;
+    if (probes[k].coupled > probes[worst].coupled) worst = k;
+    if (probes[k].has_grad && probes[k].row_i == 0.0 && !self_blind) {
+      self_blind = true;
+      blind_row = rows[k];
+    }
+  }
+  const MixingResult& ev = probes[worst];
+  const int64_t row = rows[worst];
+  const std::string others = std::to_string(B - 1) + " other rows";
+  if (!any_grad) {
     Finding f;
     f.check = "M6";
     f.severity = Severity::Warning;
@@ -366,28 +386,32 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     Finding f;
     f.check = "M6";
     f.severity = Severity::Error;
-    f.title = "the output for example " + std::to_string(i) + " depends on " + std::to_string(ev.coupled) +
-              " other examples of the batch (in eval mode): the model mixes the batch";
+    f.title = "the output for example " + std::to_string(row) + " depends on " + std::to_string(ev.coupled) +
+              (ev.coupled == 1 ? " other example" : " other examples") +
+              " of the batch (in eval mode): the model mixes the batch";
     f.shape = shape_of(x);
     f.evidence = {{"|d out[i] / d x[i]|", ev.row_i, ""},
                   {"largest |d out[i] / d x[j]|, j != i", ev.other_max,
                    "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
-                  {"coupled rows", static_cast<double>(ev.coupled), "of " + rows}};
+                  {"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
+                  {"probed example i", static_cast<double>(row), ""}};
     f.cause = "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
               "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
               "flatten that includes the batch";
     f.fix = "find the op whose batch dim is not dim 0 any more (print shapes with gradsleuth's shape trace, M1): "
             "use transpose/permute to reorder dims, and reduce over the feature dims only";
     out.push_back(std::move(f));
-  } else if (ev.row_i == 0.0) {
+  } else if (self_blind) {
     Finding f;
     f.check = "M6";
     f.severity = Severity::Warning;
-    f.title = "the output for example " + std::to_string(i) + " does not depend on its own input";
+    f.title = "the output for example " + std::to_string(blind_row) + " does not depend on its own input";
     f.shape = shape_of(x);
-    f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"}};
-    f.cause = "the input is cut off (a detach, every unit dead, a multiplication by zero)";
-    f.fix = "check the gradient flow (M5) and dead units (M7)";
+    f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"},
+                  {"probed example i", static_cast<double>(blind_row), ""}};
+    f.cause = "the input of this example is cut off (a detach, every unit dead, a multiplication by zero), or its "
+              "output is built from another example (a subtraction of x[0], a shift along the batch)";
+    f.fix = "check the gradient flow (M5) and dead units (M7), and any op that indexes the batch dim";
     out.push_back(std::move(f));
   }
   if (has_bn && ev.has_grad && ev.coupled == 0) {
@@ -398,7 +422,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
       f.check = "M6";
       f.severity = Severity::Info;
       f.title = "in train mode the examples are coupled through BatchNorm's batch statistics (expected, not a bug)";
-      f.evidence = {{"coupled rows (train mode)", static_cast<double>(tr.coupled), "of " + rows},
+      f.evidence = {{"coupled rows (train mode)", static_cast<double>(tr.coupled), "of the " + others},
                     {"coupled rows (eval mode)", 0.0, ""}};
       f.cause = "BatchNorm normalises each example with the batch's mean and variance, so in training every "
                 "output depends a little on the whole batch; in eval mode it uses running statistics";

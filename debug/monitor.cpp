@@ -59,7 +59,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   ratios_.attach(opt_, model_, o_.every);
 
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).
-  auto root = model_.shared_from_this();
+  auto root = model_.named_modules().front().second;  // (a clear error when the model is not in a shared_ptr)
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
     if (GradMode::is_enabled()) {
       last_x_ = x;

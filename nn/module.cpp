@@ -65,7 +65,11 @@ static std::string join(const std::string& prefix, const std::string& name) {
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(const std::string& prefix) {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
   // Iterative DFS, preserving registration order.
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> stack{{prefix, shared_from_this()}};
+  std::shared_ptr<Module> self = weak_from_this().lock();
+  GS_CHECK(self != nullptr, type_name_, "named_modules() needs a model owned by a std::shared_ptr (hooks and "
+           "debug tools keep the modules alive through it), but this one was created on the stack or with new. "
+           "Create it with std::make_shared<", type_name_, ">(...).");
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> stack{{prefix, self}};
   while (!stack.empty()) {
     auto cur = stack.back();
     stack.pop_back();
