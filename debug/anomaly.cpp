@@ -47,6 +47,34 @@ std::string fix_for_op(const std::string& op) {
 }  // namespace
 
 // ---- W4 ----------------------------------------------------------------------------------
+void AnomalyMode::attach(nn::Module& model) {
+  tracker_.attach(model);
+  tags_.clear();
+  inputs_.clear();
+  // Ops report themselves before their backward node exists, so a node learns
+  // its module afterwards: when a module finishes, every node between its output
+  // and its input that has no module yet gets this one (inner modules finish
+  // first, so each node keeps the innermost module that made it).
+  for (auto& [path, m] : model.named_modules()) {
+    auto label = std::make_shared<const std::string>(module_label(path, *m));
+    tags_.pre(m, [this](nn::Module&, const Tensor& x) { inputs_.push_back(x.defined() ? x.grad_fn().get() : nullptr); });
+    tags_.post(m, [this, label](nn::Module&, const Tensor&, const Tensor& y) {
+      const Node* stop = inputs_.empty() ? nullptr : inputs_.back();
+      if (!inputs_.empty()) inputs_.pop_back();
+      if (!y.defined() || !y.grad_fn()) return;
+      std::vector<Node*> todo{y.grad_fn().get()};
+      std::unordered_set<const Node*> seen;
+      while (!todo.empty()) {
+        Node* n = todo.back();
+        todo.pop_back();
+        if (!n || n == stop || !seen.insert(n).second) continue;
+        if (n->context.empty()) n->context = *label;
+        for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+      }
+    });
+  }
+}
+
 void AnomalyMode::report(Finding f) {
   if (findings_.size() >= o_.max_findings) return;
   findings_.push_back(f);

@@ -38,9 +38,14 @@ struct AnomalyOptions {
 class AnomalyMode : public OpObserver {
  public:
   explicit AnomalyMode(AnomalyOptions o = {}) : o_(o) {}
-  // Names the module an op ran in (adds tracking hooks to every module).
-  void attach(nn::Module& model) { tracker_.attach(model); }
-  void detach() { tracker_.detach(); }
+  // Names the module an op ran in (adds tracking hooks to every module), in
+  // the forward and, by tagging the graph each module built, in the backward.
+  void attach(nn::Module& model);
+  void detach() {
+    tracker_.detach();
+    tags_.clear();
+    inputs_.clear();
+  }
   // Observes ops while the returned guard lives.
   [[nodiscard]] std::unique_ptr<Scope> enable() { return std::make_unique<Scope>(this); }
 
@@ -60,6 +65,8 @@ class AnomalyMode : public OpObserver {
   ModuleTracker tracker_;
   std::vector<Finding> findings_;
   std::unordered_set<const Storage*> tainted_;  // storages an observed op left non-finite
+  HookSet tags_;                                // post-hooks that label each module's backward nodes
+  std::vector<const Node*> inputs_;             // the grad_fn of each running module's input
 };
 
 // ---- M12 ---------------------------------------------------------------------------
@@ -94,8 +101,10 @@ class BroadcastDetector : public OpObserver {
 std::optional<Finding> loss_shape_finding(const std::string& loss_name, const Tensor& input, const Tensor& target);
 
 // ---- M18 ---------------------------------------------------------------------------
-// Rounds a float to the nearest IEEE binary16 value (round half to even),
-// overflowing to +-inf beyond 65504 and flushing below 2^-24 to 0, as a float.
+// Rounds a float to the nearest IEEE binary16 value (round half to even):
+// +-inf from 65520 on (the midpoint above the largest half, 65504); below the
+// normal range the step is 2^-24, so values up to 2^-25 become 0 and those
+// between 2^-25 and 2^-24 round to 2^-24.
 float round_to_half(float v);
 
 // While enabled, every floating op's result is rounded to half precision in

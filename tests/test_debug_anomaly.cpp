@@ -200,3 +200,27 @@ TEST_CASE("M20: the in-place error of a residual sum done in place becomes a fin
   }
   CHECK_FALSE(dbg::inplace_finding(gs::Error("x", "something else")).has_value());
 }
+
+TEST_CASE("W4 names the module of a backward anomaly too (the nodes a module built are tagged with it)") {
+  struct Sqrt : nn::Module {
+    Sqrt() : Module("Sqrt") {}
+    Tensor forward(const Tensor& x) override { return gs::sqrt(x); }
+  };
+  gs::manual_seed(1);
+  auto fc = std::make_shared<nn::Linear>(3, 3);
+  {
+    gs::NoGradGuard ng;
+    fc->weight.zero_();  // the output is the bias: sqrt of 0 below
+    fc->bias.copy_(gs::tensor({0.0, 1.0, 4.0}));
+  }
+  auto model = std::make_shared<nn::Sequential>(fc, std::make_shared<Sqrt>());
+  dbg::AnomalyMode am;
+  am.attach(*model);
+  {
+    auto on = am.enable();
+    (*model)(gs::ones({2, 3})).sum().backward();
+  }
+  REQUIRE(am.findings().size() == 1);
+  CHECK(am.findings()[0].title.find("backward of 'sqrt'") != std::string::npos);
+  CHECK(am.findings()[0].module == "1 (Sqrt)");
+}
