@@ -26,6 +26,10 @@ TensorSummary summarize(const Tensor& t);
 
 // Cheap: true when every value is finite (integral and bool tensors always are).
 bool all_finite(const Tensor& t);
+// Cheaper still, for a check on every training step: every element of tensors
+// up to 4096 elements, every `stride`-th element of larger contiguous ones (a
+// NaN from the backward spreads over whole rows of the gradients it reaches).
+bool sampled_finite(const Tensor& t, int64_t stride = 8);
 
 // "[64, 10]"
 std::string shape_of(const Tensor& t);
