@@ -234,6 +234,12 @@ std::vector<Finding> NormHistory::findings() const {
     int64_t lone = 0, sustained = 0, nonfinite_step = -1;
     double lone_worst = 0.0, sus_ratio = 0.0, sus_level = 0.0, sus_ref = 0.0;
     int64_t lone_step = -1, sus_step = -1;
+    // The gradient scale at the start of training: a spike that stays far below
+    // it (a converged model's tiny gradients rising on a few hard examples) is
+    // not instability.
+    double start_level = kNaN;
+    for (int64_t j = 0; j < std::min<int64_t>(n, 5); ++j)
+      if (std::isfinite(g[j].second) && !(g[j].second <= start_level)) start_level = g[j].second;
     for (int64_t i = 0; i < n; ++i) {
       if (!std::isfinite(g[i].second)) {
         if (nonfinite_step < 0) nonfinite_step = g[i].first;
@@ -245,6 +251,7 @@ std::vector<Finding> NormHistory::findings() const {
         if (std::isfinite(g[j].second)) prev.push_back(g[j].second);
       const double ref = median(prev);
       if (!(ref > 0) || g[i].second <= o_.spike_factor * ref) continue;
+      if (std::isfinite(start_level) && g[i].second < o_.spike_min_start_fraction * start_level) continue;
       const double ratio = g[i].second / ref;
       double after = kNaN;
       if (i + P <= n) {
