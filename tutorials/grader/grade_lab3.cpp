@@ -30,11 +30,6 @@ constexpr double kLr = 0.1;
 constexpr double kMinAccuracy = 0.78;
 constexpr double kMaxSeconds = 60.0;  // generous: a loaded 2-core CI machine, not a fast laptop
 
-Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0, DType dt = kFloat32) {
-  Generator gen(seed);
-  return randn(s, dt, &gen) * scale;
-}
-
 Tensor randint_seeded(int64_t hi, const Shape& s, uint64_t seed) {
   Generator gen(seed);
   return randint(0, hi, s, kInt64, &gen);
@@ -91,12 +86,6 @@ double test_accuracy(nn::Module& model, const nn::DatasetPtr& data) {
   }
   model.train();
   return total ? static_cast<double>(right) / static_cast<double>(total) : 0.0;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
 }
 
 }  // namespace

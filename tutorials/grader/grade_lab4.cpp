@@ -31,11 +31,6 @@ constexpr int kSteps = 60;
 constexpr double kLr = 0.1;
 constexpr double kMaxLoss = 0.02;
 
-Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
-  return randn(s, kFloat32, &gen) * scale;
-}
-
 std::string opt_shape_str(const std::optional<Shape>& s) { return s ? shape_str(*s) : std::string("an error"); }
 
 // True when the message names `s` as "[8, 1]" or "(8, 1)".

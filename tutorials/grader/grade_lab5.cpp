@@ -23,11 +23,6 @@ namespace {
 
 using ModelFn = std::function<nn::ModulePtr()>;
 
-Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
-  return randn(s, kFloat32, &gen) * scale;
-}
-
 std::string rows_str(const std::vector<int64_t>& r) {
   std::string s = "{";
   for (size_t k = 0; k < r.size(); ++k) s += (k ? ", " : "") + std::to_string(r[k]);

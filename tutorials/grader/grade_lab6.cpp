@@ -37,23 +37,6 @@ constexpr double kLr = 0.05, kMomentum = 0.9;
 constexpr double kMaxLoss = 0.65;
 constexpr double kMinAccuracy = 0.77;
 
-Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
-  return randn(s, kFloat32, &gen) * scale;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string sci(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
 // ---- answer keys ----------------------------------------------------------------
 // Dead units over batches (B, U, ...), by loops over the values: 1 = dead.
 std::vector<double> key_dead(const std::vector<Tensor>& ys) {

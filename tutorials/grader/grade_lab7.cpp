@@ -34,17 +34,6 @@ constexpr int kEpochs = 3;
 constexpr double kMaxLoss = 0.8;
 constexpr double kMinAccuracy = 0.68;
 
-Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0, DType dt = kFloat32) {
-  Generator gen(seed);
-  return randn(s, dt, &gen) * scale;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 std::string hex(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "0x%04x", v);

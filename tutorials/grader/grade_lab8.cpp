@@ -38,17 +38,6 @@ constexpr int kEpochs = 3;
 constexpr double kMinRecall = 0.6;
 constexpr double kMinAccuracy = 0.65;
 
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
-  return randn(s, kFloat32, &gen) * scale;
-}
-
 nn::DatasetPtr fashion(const std::string& split, int64_t n, bool raw = false) {
   try {
     return nn::take(nn::load_fashion_mnist(split, nn::FashionMnistOptions().raw(raw)), n);

@@ -2,6 +2,8 @@
 // points and feedback, and prints the text and JSON reports (see grader.h).
 #include "tutorials/grader/grader.h"
 
+#include "core/generator.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +25,23 @@
 namespace gradsleuth::labs {
 
 // ---- helpers --------------------------------------------------------------------------
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+Tensor randn_seeded(const Shape& s, uint64_t seed, double scale, DType dt) {
+  Generator gen(seed);
+  return randn(s, dt, &gen) * scale;
+}
+
 std::string num(double v) {
   std::ostringstream os;
   os << std::setprecision(6) << v;

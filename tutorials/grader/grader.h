@@ -102,6 +102,10 @@ struct Lab {
 
 // ---- helpers for writing feedback -------------------------------------------------------
 std::string num(double v);                           // 6 significant digits: "0.333333", "inf", "nan"
+std::string fixed(double v, int digits);             // fixed-point: fixed(0.8123, 2) = "0.81"
+std::string sci(double v);                           // 3 significant digits: "3.7e-07", "0.39"
+// N(0, scale^2) values from a generator seeded with `seed`: the same inputs on every run and machine.
+Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0, DType dt = kFloat32);
 std::string coords_str(const std::vector<int64_t>& c);  // "(1, 2)"
 std::vector<int64_t> unravel(int64_t flat, const Shape& shape);  // row-major flat index -> coordinates
 // True when every element of t (by its shape, strides and offset) lies inside its
