@@ -54,7 +54,7 @@ void DeadReluTracker::record(size_t layer, const Tensor& y) {
   DeadLayerStats& s = layers_[layer];
   s.units = static_cast<int64_t>(alive.size());
   const double dead = dead_fraction(alive);
-  if (std::isnan(s.init_dead)) s.init_dead = dead;
+  if (track_init_ && std::isnan(s.init_dead)) s.init_dead = dead;
   s.batch_dead = dead;
   s.history.emplace_back(step_, dead);
   if (dead >= o_.dead_fraction && s.first_flagged_step < 0) s.first_flagged_step = step_;
@@ -89,17 +89,18 @@ std::vector<Finding> DeadReluTracker::findings() const {
     const double dead = have_pass ? s.pass_dead : s.batch_dead;
     if (std::isnan(dead) || dead < o_.dead_fraction) continue;
     const bool at_init = !std::isnan(s.init_dead) && s.init_dead >= o_.dead_fraction;
+    const bool known_when = !std::isnan(s.init_dead);
     Finding f;
     f.check = "M7";
     f.severity = Severity::Warning;
     f.title = fmt_num(100 * dead) + "% of the units of " + s.module + " are dead " +
               (have_pass ? "over a pass through the data" : "over the last batch") +
-              (at_init ? " (dead since initialisation)" : " (they died during training)");
+              (!known_when ? "" : at_init ? " (dead since initialisation)" : " (they died during training)");
     f.module = s.module;
     f.evidence = {{have_pass ? "dead fraction over the pass" : "dead fraction over the batch", dead,
                    ">= " + fmt_num(o_.dead_fraction) + " flags a layer"},
-                  {"dead fraction at initialisation (first batch)", s.init_dead, ""},
                   {"units", static_cast<double>(s.units), ""}};
+    if (known_when) f.evidence.push_back({"dead fraction at initialisation (first batch)", s.init_dead, ""});
     if (have_pass) f.evidence.push_back({"batches in the pass", static_cast<double>(s.pass_batches), ""});
     if (!at_init && s.first_flagged_step >= 0)
       f.evidence.push_back({"first step at the threshold", static_cast<double>(s.first_flagged_step), ""});
@@ -120,6 +121,7 @@ std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loa
                                     ActivationOptions o) {
   DeadReluTracker t(o);
   t.attach(model);
+  t.set_track_initialisation(false);
   const bool was = model.is_training();
   model.eval();
   t.begin_pass();

@@ -51,6 +51,9 @@ class DeadReluTracker {
   // Only batches seen while active are recorded (a monitor samples every N steps).
   void set_active(bool on) { active_ = on; }
   void set_step(int64_t step) { step_ = step; }
+  // Off: the first batch is not taken as the initialisation (a pass over the
+  // data with a trained model says nothing about when units died).
+  void set_track_initialisation(bool on) { track_init_ = on; }
   // Units never active over all batches recorded between the two calls (a
   // monitor records every N-th training batch: the pass is then a sample of the
   // epoch; dead_relu_pass() runs every batch of a loader).
@@ -67,7 +70,7 @@ class DeadReluTracker {
   HookSet hooks_;
   std::vector<DeadLayerStats> layers_;
   std::vector<std::vector<bool>> alive_in_pass_;
-  bool active_ = true, in_pass_ = false;
+  bool active_ = true, in_pass_ = false, track_init_ = true;
   int64_t step_ = -1;
 };
 

@@ -76,7 +76,8 @@ const std::vector<CheckInfo>& all_checks() {
        "trainable parameters that get no gradient after backward (detach, wrong freezing, unused layer)",
        "debug::check_gradient_flow", "gradsleuth doctor --bug B12", true},
       {"M6", "batch-mixing gradient test", "model", "001",
-       "loss = output[i].sum(): input gradient zero for every row != i and non-zero for row i; BatchNorm in "
+       "loss = output[i] weighted and summed: input gradient zero for every row != i and non-zero for row i "
+       "(three rows probed); BatchNorm in "
        "train mode reported as expected coupling",
        "debug::batch_mixing_test", "gradsleuth doctor --bug B13", true},
       {"M7", "dead-ReLU statistics", "model", "004",

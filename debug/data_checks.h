@@ -119,8 +119,11 @@ std::vector<Finding> check_batch_diversity(const nn::DataLoader& loader, const D
 std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts = {});
 
 // D10: after preprocessing, does `split` ("val", "test") look like train? Warns when
-// the global means differ by more than opts.max_mean_shift train stds or the stds
-// by more than a factor opts.max_std_ratio (e.g. train standardised, test left raw).
+// the medians differ by more than opts.max_mean_shift robust train stds (the
+// 5%-95% quantile width / 3.29) or those widths by more than a factor
+// opts.max_std_ratio (e.g. train standardised, test left raw). Robust statistics:
+// a few extreme values (per-feature standardisation of a near-constant pixel)
+// do not count.
 // train_x (N, D...), other_x (M, D...).
 std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x,
                                              const std::string& split = "test", const DataCheckOptions& opts = {});

@@ -85,8 +85,10 @@ std::vector<Finding> check_shared_weights(nn::Module& model);
 std::vector<Finding> check_gradient_flow(nn::Module& model);
 
 // ---- M6 ----------------------------------------------------------------------------
-// The batch-mixing test: loss = output[i].sum(); d(loss)/d(x) must be zero on
-// every row but i, and non-zero on row i. Runs in eval mode (no dropout, running
+// The batch-mixing test: loss = sum(w * output[i]) for a fixed random w (a plain
+// sum is constant for a softmax row); d(loss)/d(x) must be zero on every row but
+// i, and non-zero on row i. Probes three rows (o.mixing_row, the middle, the
+// last: x[i] - x[0] leaves row 0 alone). Runs in eval mode (no dropout, running
 // BatchNorm statistics); when the model has BatchNorm, repeats in train mode and
 // reports the coupling it adds as expected (info), not as a bug. Modes, the
 // parameters' .grad and the BatchNorm buffers are restored.  x (B, D...), B >= 2.

@@ -56,6 +56,8 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   saturation_.attach(model_);
   dead_.set_active(true);  // the first step (initialisation) is always recorded
   saturation_.set_active(true);
+  dead_.set_step(1);
+  saturation_.set_step(1);
   ratios_.attach(opt_, model_, o_.every);
 
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).

@@ -50,8 +50,9 @@ struct MonitorOptions {
   LossCheckOptions loss;
   OptimCheckOptions optim;
   BroadcastMode broadcast = BroadcastMode::Warn;  // M19 during training
-  // W4/M12: when a step's loss turns non-finite, run that batch again in anomaly
-  // mode (before the optimizer step changes the weights) to name the op and module.
+  // W4/M12: when a step's loss or gradients turn non-finite, run that batch again
+  // in anomaly mode (before the optimizer step changes the weights) to name the
+  // op and module.
   bool localise_nonfinite = true;
   int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
 };
