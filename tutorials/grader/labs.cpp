@@ -14,6 +14,7 @@ const std::vector<Lab>& all_labs() {
       make_lab6(),
       make_lab7(),
       make_lab8(),
+      make_lab9(),
   };
   return labs;
 }

@@ -12,5 +12,6 @@ Lab make_lab5();  // batches that mix examples
 Lab make_lab6();  // dead ReLUs, saturation, vanishing gradients, initialisation
 Lab make_lab7();  // hunting a NaN: log-sum-exp, anomaly mode, half precision
 Lab make_lab8();  // data bugs: misalignment, leakage, normalisation, class imbalance
+Lab make_lab9();  // CUDA kernels: axpy, a naive and a tiled matmul, against the CPU and cuBLAS
 
 }  // namespace gradsleuth::labs
