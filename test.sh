@@ -3,18 +3,21 @@
 #   ./test.sh                          build/ (Release)
 #   ./test.sh --sanitize               build-sanitize/ with ASan + UBSan
 #   ./test.sh [--portable] [--debug]   passed on to scripts/build.sh
+#   ./test.sh --arch x86-64-v3         AVX2-only code in build-x86-64-v3/ (run before landing engine changes)
 #   ./test.sh [opts] -- CTEST_ARGS...  e.g. ./test.sh -- -L lab
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 build_args=()
 ctest_args=()
-sanitize=0 debug=0
+sanitize=0 debug=0 arch=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sanitize) sanitize=1; build_args+=("$1") ;;
     --debug) debug=1; build_args+=("$1") ;;
     --portable) build_args+=("$1") ;;
+    --arch) [[ $# -ge 2 ]] || { echo "test: --arch needs a value" >&2; exit 2; }
+      arch="$2"; build_args+=("$1" "$2"); shift ;;
     --) shift; ctest_args=("$@"); break ;;
     *) echo "test: unknown option '$1' (ctest arguments go after --)" >&2; exit 2 ;;
   esac
@@ -23,6 +26,7 @@ done
 
 dir=build
 [[ $sanitize == 1 ]] && dir=build-sanitize
+[[ -n $arch ]] && dir="$dir-$arch"
 [[ $debug == 1 ]] && dir="$dir-debug"
 
 if [[ $sanitize == 1 ]]; then

@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
 # Configures and builds gradsleuth.
-#   scripts/build.sh [--sanitize] [--portable] [--debug] [-- EXTRA_CMAKE_ARGS...]
+#   scripts/build.sh [--sanitize] [--portable] [--arch LEVEL] [--debug] [-- EXTRA_CMAKE_ARGS...]
 # Build directories (run from anywhere; paths are relative to the repo root):
 #   build/                   Release (default)
 #   build-sanitize/          RelWithDebInfo + ASan/UBSan (-DGRADSLEUTH_SANITIZE=ON)
 #   build-debug/, build-sanitize-debug/   the same with CMAKE_BUILD_TYPE=Debug
 # --portable turns off -march=native (-DGRADSLEUTH_NATIVE=OFF) in whichever dir.
+# --arch LEVEL compiles for that -march instead (e.g. x86-64-v3: AVX2 code that an
+#   AVX-512 machine runs too) into build-LEVEL/ (build-sanitize-LEVEL/, ...).
 # cmake is only re-run by hand when the dir is new or a requested option differs
 # from its cache; otherwise `cmake --build` re-configures by itself when needed.
 # The chosen build dir is printed on the last line ("build: dir <path>").
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-sanitize=0 portable=0 debug=0
+sanitize=0 portable=0 debug=0 arch=""
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sanitize) sanitize=1 ;;
     --portable) portable=1 ;;
     --debug) debug=1 ;;
+    --arch)
+      [[ $# -ge 2 && "$2" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "build: --arch needs a -march value, e.g. --arch x86-64-v3" >&2; exit 2; }
+      arch="$2"; shift ;;
+    --arch=*) arch="${1#--arch=}" ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "build: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -32,6 +38,9 @@ if [[ $sanitize == 1 ]]; then
   dir="build-sanitize"
   build_type=RelWithDebInfo
 fi
+if [[ -n $arch ]]; then
+  dir="$dir-$arch"
+fi
 if [[ $debug == 1 ]]; then
   dir="$dir-debug"
   build_type=Debug
@@ -42,6 +51,7 @@ opts=(
   "CMAKE_BUILD_TYPE=$build_type"
   "GRADSLEUTH_SANITIZE=$([[ $sanitize == 1 ]] && echo ON || echo OFF)"
   "GRADSLEUTH_NATIVE=$([[ $portable == 1 ]] && echo OFF || echo ON)"
+  "GRADSLEUTH_ARCH=$arch"
 )
 # Benchmarks under the sanitizers measure nothing useful: skip building them.
 [[ $sanitize == 1 ]] && opts+=("GRADSLEUTH_BUILD_BENCH=OFF")
