@@ -1,0 +1,22 @@
+// The CPU backend's GEMM through a tuned BLAS (OpenBLAS, or BLIS) when the build
+// found one (GRADSLEUTH_BLAS, see the top-level CMakeLists.txt); Eigen's own product
+// in linalg.cpp is the fallback and the readable reference. Only the CBLAS `?gemm`
+// entry points are used, declared here, so no vendor header is needed.
+#pragma once
+#include <cstdint>
+
+namespace gradsleuth::cpu {
+
+// "OpenBLAS", "BLIS", or "Eigen" when no BLAS was built in.
+const char* gemm_library();
+
+// C (M, N) row-major with leading dimension ldc  =  A (M, K) @ B (K, N), where A is
+// stored row-major (a_col = false: element (i, k) at A[i*lda + k]) or column-major
+// (a_col = true: at A[k*lda + i]), and likewise B. Returns false, touching nothing,
+// when no BLAS is built in. Runs on the library's thread count (OpenMP's setting).
+bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float* C, int64_t ldc);
+bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+               const double* B, int64_t ldb, double* C, int64_t ldc);
+
+}  // namespace gradsleuth::cpu
