@@ -652,6 +652,33 @@ TEST_CASE("float32 sums of a million elements are accurate") {
   CHECK(std::fabs(gs::sum(ct).item<double>() - want_c) <= 1e-6 * want_c);
 }
 
+TEST_CASE("float sums meet accurate_sum.h's documented bound on hard inputs") {
+  // Mixed signs and magnitudes (cancellation): the bound is relative to sum|x|, so
+  // compare against a long double sum of the same float values.
+  for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{4099}, int64_t{1} << 18}) {
+    gs::Generator g(40 + n);
+    Tensor u = gs::randn({n}, gs::kFloat64, &g) * gs::pow(gs::full({n}, 10.0, gs::kFloat64), gs::randn({n}, gs::kFloat64, &g) * 3.0);
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      Tensor x = u.to(dt);
+      std::vector<double> xv = vals(x);
+      long double exact = 0, abs_sum = 0;
+      for (double v : xv) { exact += v; abs_sum += std::fabs(v); }
+      const double levels = std::ceil(std::log2(std::max(1.0, double(n) / 1024)));
+      const double bound = (37 + levels) * std::ldexp(1.0, -53) * double(abs_sum);
+      // The float64 result is the accumulator itself; a float32 one is rounded once more.
+      const double rounding = dt == gs::kFloat32 ? std::ldexp(1.0, -24) * std::fabs(double(exact)) : 0.0;
+      CAPTURE(n);
+      CAPTURE(dt);
+      CHECK(std::fabs(gs::sum(x).item<double>() - double(exact)) <= bound + rounding);
+      // A strided row (every other element of a 2n buffer) has its own, looser bound.
+      Tensor wide = gs::stack({x, x}, 1);  // (n, 2): column 0 is x with stride 2
+      Tensor col = wide.select(1, 0);
+      const double bound_s = (37 + double(n) / 1024) * std::ldexp(1.0, -53) * double(abs_sum);
+      CHECK(std::fabs(gs::sum(col).item<double>() - double(exact)) <= bound_s + rounding);
+    }
+  }
+}
+
 TEST_CASE("softmax, log_softmax, logsumexp") {
   Tensor X = randn64({4, 5}, 16) * 3.0;
   Ref r = Ref::of(X);

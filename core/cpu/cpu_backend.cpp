@@ -18,6 +18,7 @@
 #endif
 
 #include "core/backend.h"
+#include "core/cpu/accurate_sum.h"
 #include "core/cpu/loops.h"
 #include "core/generator.h"
 
@@ -253,33 +254,38 @@ T combine(ReduceOp op, T a, T b) {
   return op == ReduceOp::Max ? (a > b ? a : b) : (a < b ? a : b);
 }
 
+// The float64 sum of n floating values at stride `st` (bytes): accurate_sum.h's
+// fixed-order lanes, so the result is the same at every SIMD width.
+template <class T>
+double sum_row(const char* p, int64_t n, int64_t st) {
+  if (st == sizeof(T)) return accurate_sum(reinterpret_cast<const T*>(p), n);
+  return accurate_sum_strided<T>(p, n, st);
+}
+
 // Reduces n elements at stride `st` (bytes) to one value.
 template <class T>
 T reduce_row(ReduceOp op, const char* p, int64_t n, int64_t st) {
   if constexpr (std::is_floating_point_v<T>) {
+    if (op == ReduceOp::Sum) return static_cast<T>(sum_row<T>(p, n, st));
     if (st == sizeof(T)) {
-      const T* x = reinterpret_cast<const T*>(p);
-      if (op == ReduceOp::Sum) {
-        // Blocks of 4096 summed by Eigen's vector code, blocks added in double.
-        double acc = 0;
-        for (int64_t i = 0; i < n; i += 4096) acc += ECArr<T>(x + i, std::min<int64_t>(4096, n - i)).sum();
-        return static_cast<T>(acc);
-      }
-      ECArr<T> a(x, n);
+      ECArr<T> a(reinterpret_cast<const T*>(p), n);
       if (a.isNaN().any()) return std::numeric_limits<T>::quiet_NaN();
       return op == ReduceOp::Max ? a.maxCoeff() : a.minCoeff();
     }
   }
   T acc = reduce_identity<T>(op);
-  if constexpr (std::is_floating_point_v<T>) {
-    if (op == ReduceOp::Sum) {
-      double d = 0;
-      for (int64_t i = 0; i < n; ++i) d += *reinterpret_cast<const T*>(p + i * st);
-      return static_cast<T>(d);
-    }
-  }
   for (int64_t i = 0; i < n; ++i) acc = combine<T>(op, acc, *reinterpret_cast<const T*>(p + i * st));
   return acc;
+}
+
+// reduce_row as the accumulation type A: a float32 sum stays in float64 (no
+// rounding to float between a row's sum and the output it is added to).
+template <class T, class A>
+A reduce_row_as(ReduceOp op, const char* p, int64_t n, int64_t st) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op == ReduceOp::Sum) return static_cast<A>(sum_row<T>(p, n, st));
+  }
+  return static_cast<A>(reduce_row<T>(op, p, n, st));
 }
 
 // `in` holds T; `out` holds A, the type the results accumulate in (see reduce()).
@@ -321,7 +327,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const b
       it.row_ptrs(r, p);
       if (so == 0) {
         A& dst = *reinterpret_cast<A*>(p[0]);
-        dst = combine<A>(op, dst, static_cast<A>(reduce_row<T>(op, p[1], inner, si)));
+        dst = combine<A>(op, dst, reduce_row_as<T, A>(op, p[1], inner, si));
       } else {
         add_row(p);
       }
@@ -336,7 +342,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const b
 #else
       int t = 0;
 #endif
-      partial[t] = static_cast<A>(reduce_row<T>(op, it.base[1] + b * si, e - b, si));
+      partial[t] = reduce_row_as<T, A>(op, it.base[1] + b * si, e - b, si);
     });
     for (A v : partial) o0[0] = combine<A>(op, o0[0], v);
     return;
@@ -577,7 +583,7 @@ class CpuBackend final : public Backend {
               if (m == -std::numeric_limits<T>::infinity() || std::isnan(m)) continue;
             }
             yr = (xr - m).exp();
-            const T s = yr.sum();
+            const T s = static_cast<T>(accurate_sum(y + r * C, C));  // the same at every SIMD width
             if (log) yr = (xr - m) - std::log(s);
             else yr /= s;
           }
