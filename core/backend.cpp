@@ -10,7 +10,7 @@ namespace {
 Backend* g_backends[2] = {nullptr, nullptr};
 }
 
-Backend& cpu_backend();  // cpu/cpu_backend.cpp
+Backend& cpu_backend();  // cpu/memory.cpp
 
 void register_backend(DeviceType type, Backend* backend) { g_backends[static_cast<int>(type)] = backend; }
 

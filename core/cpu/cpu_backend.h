@@ -1,0 +1,81 @@
+// The CPU backend's class and the helpers its kernel files share. The kernels
+// live one family per file (memory, elementwise, reduce, softmax, linalg, index,
+// conv, random), side by side with cuda/'s files of the same names.
+#pragma once
+#include <Eigen/Core>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/backend.h"
+#include "core/cpu/loops.h"
+
+namespace gradsleuth::cpu {
+
+template <class T>
+using EArr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ECArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// The size-1 slice at `i` along `dim`, as a plain alias (no autograd, no observer).
+inline Tensor slice_raw(const Tensor& t, int64_t dim, int64_t i) {
+  Shape s = t.shape();
+  s[dim] = 1;
+  return detail::make_alias(t, s, t.strides(), t.offset() + i * t.strides()[dim]);
+}
+
+// The element `i` strides (bytes) after p.
+template <class T>
+T* at(char* p, int64_t i, int64_t stride) {
+  return reinterpret_cast<T*>(p + i * stride);
+}
+
+// The reference implementation of every kernel in core/backend.h.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  DeviceType type() const override { return DeviceType::CPU; }
+  const char* name() const override { return "cpu"; }
+
+  static constexpr size_t kAlign = 64;
+  static constexpr size_t kHugeBytes = size_t{2} << 20;
+
+  // memory.cpp
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* p, size_t nbytes) override;
+  [[noreturn]] static void out_of_memory(size_t nbytes);
+  void copy_to_host(void* dst, const void* src, size_t n) override;
+  void copy_from_host(void* dst, const void* src, size_t n) override;
+  void copy(const Tensor& out, const Tensor& in) override;
+  void fill(const Tensor& out, double value) override;
+  // elementwise.cpp
+  void arange(const Tensor& out, double start, double step) override;
+  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override;
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
+  void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override;
+  // reduce.cpp
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) override;
+  void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) override;
+  // softmax.cpp
+  void softmax_lastdim(const Tensor& out, const Tensor& in, bool log) override;
+  // linalg.cpp
+  void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  // index.cpp
+  void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override;
+  void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+  // conv.cpp
+  void im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) override;
+  void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) override;
+  void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) override;
+  void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
+                           const Conv2dGeometry& g) override;
+  void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) override;
+  void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) override;
+  // random.cpp
+  void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override;
+  void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override;
+};
+
+}  // namespace gradsleuth::cpu

@@ -1,0 +1,256 @@
+// CPU backend, elementwise: unary and binary ops, comparisons, where, clamp and
+// arange. Contiguous transcendental paths use Eigen's vectorised packet math.
+#include <cmath>
+#include <type_traits>
+
+#include "core/cpu/cpu_backend.h"
+
+namespace gradsleuth::cpu {
+
+namespace {
+
+// ---- unary ------------------------------------------------------------------
+template <class T>
+T unary_scalar(UnaryOp op, T x) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case UnaryOp::LogicalNot: return !x;
+      case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Relu: case UnaryOp::Square: return x;
+      default: return x;
+    }
+  } else {
+    switch (op) {
+      case UnaryOp::Neg: return -x;
+      case UnaryOp::Exp: return static_cast<T>(std::exp(x));
+      case UnaryOp::Log: return static_cast<T>(std::log(x));
+      case UnaryOp::Sqrt: return static_cast<T>(std::sqrt(x));
+      case UnaryOp::Abs: return x < 0 ? -x : x;
+      case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
+      case UnaryOp::Relu: return x > 0 ? x : T(0);
+      case UnaryOp::Sigmoid: {
+        // Stable for large |x|: never exponentiates a positive number.
+        if (x >= 0) return static_cast<T>(1 / (1 + std::exp(-x)));
+        T e = static_cast<T>(std::exp(x));
+        return e / (1 + e);
+      }
+      case UnaryOp::Tanh: return static_cast<T>(std::tanh(x));
+      case UnaryOp::Erf: return static_cast<T>(std::erf(x));
+      case UnaryOp::Reciprocal: return static_cast<T>(T(1) / x);
+      case UnaryOp::Square: return x * x;
+      case UnaryOp::Log1p: return static_cast<T>(std::log1p(x));
+      case UnaryOp::Expm1: return static_cast<T>(std::expm1(x));
+      case UnaryOp::Sin: return static_cast<T>(std::sin(x));
+      case UnaryOp::Cos: return static_cast<T>(std::cos(x));
+      case UnaryOp::LogicalNot: return static_cast<T>(x == 0);
+      default: return x;
+    }
+  }
+}
+
+template <class T>
+bool unary_pred(UnaryOp op, T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op == UnaryOp::IsNan) return std::isnan(x);
+    if (op == UnaryOp::IsInf) return std::isinf(x);
+    return std::isfinite(x);
+  } else {
+    return op == UnaryOp::IsFinite;
+  }
+}
+
+// Vectorised contiguous versions of the transcendental functions (Eigen's
+// packet math); returns false when there is none for this op/type.
+template <class T>
+bool unary_eigen(UnaryOp op, T* o, const T* a, int64_t n) {
+  if constexpr (std::is_floating_point_v<T>) {
+    EArr<T> y(o, n);
+    ECArr<T> x(a, n);
+    switch (op) {
+      case UnaryOp::Exp: y = x.exp(); return true;
+      case UnaryOp::Log: y = x.log(); return true;
+      case UnaryOp::Sqrt: y = x.sqrt(); return true;
+      case UnaryOp::Tanh: y = x.tanh(); return true;
+      case UnaryOp::Sigmoid: {
+        // e = exp(-|x|) never overflows: 1/(1+e) for x >= 0, e/(1+e) for x < 0.
+        // (Not 1 - 1/(1+e): that rounds sigmoid(-40) to 0 instead of 4e-18.)
+        y = (-x.abs()).exp();
+        y = (x >= T(0)).select(T(1), y) / (T(1) + y);
+        return true;
+      }
+      case UnaryOp::Neg: y = -x; return true;
+      case UnaryOp::Relu: y = x.max(T(0)); return true;
+      case UnaryOp::Square: y = x.square(); return true;
+      case UnaryOp::Abs: y = x.abs(); return true;
+      case UnaryOp::Reciprocal: y = x.inverse(); return true;
+      default: return false;
+    }
+  }
+  return false;
+}
+
+// ---- binary -----------------------------------------------------------------
+template <class T>
+T binary_scalar(BinaryOp op, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case BinaryOp::Add: case BinaryOp::Maximum: case BinaryOp::LogicalOr: return a || b;
+      case BinaryOp::Mul: case BinaryOp::Minimum: case BinaryOp::LogicalAnd: return a && b;
+      case BinaryOp::Sub: return a != b;
+      default: return a;
+    }
+  } else {
+    switch (op) {
+      case BinaryOp::Add: return a + b;
+      case BinaryOp::Sub: return a - b;
+      case BinaryOp::Mul: return a * b;
+      case BinaryOp::Div:
+        if constexpr (std::is_integral_v<T>) return b == 0 ? 0 : a / b;  // ops/ never sends ints here
+        else return a / b;
+      case BinaryOp::Pow: return static_cast<T>(std::pow(a, b));
+      case BinaryOp::Maximum:
+        if constexpr (std::is_floating_point_v<T>) if (std::isnan(a) || std::isnan(b)) return a + b;  // NaN wins
+        return a > b ? a : b;
+      case BinaryOp::Minimum:
+        if constexpr (std::is_floating_point_v<T>) if (std::isnan(a) || std::isnan(b)) return a + b;
+        return a < b ? a : b;
+      case BinaryOp::LogicalAnd: return static_cast<T>((a != 0) && (b != 0));
+      case BinaryOp::LogicalOr: return static_cast<T>((a != 0) || (b != 0));
+      default: return a;
+    }
+  }
+}
+
+template <class T>
+bool compare_scalar(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Eq: return a == b;
+    case BinaryOp::Ne: return a != b;
+    case BinaryOp::Lt: return a < b;
+    case BinaryOp::Le: return a <= b;
+    case BinaryOp::Gt: return a > b;
+    case BinaryOp::Ge: return a >= b;
+    case BinaryOp::LogicalAnd: return (a != T(0)) && (b != T(0));
+    case BinaryOp::LogicalOr: return (a != T(0)) || (b != T(0));
+    default: return false;
+  }
+}
+
+// The hot cases spelled out so the compiler vectorises them.
+template <class T, class F>
+void binary_row(T* o, const T* a, const T* b, int64_t n, int64_t so, int64_t sa, int64_t sb, F f) {
+  const int64_t e = sizeof(T);
+  if (so == e && sa == e && sb == e) {
+    for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+  } else if (so == e && sa == e && sb == 0) {
+    const T bv = *b;
+    for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
+  } else if (so == e && sa == 0 && sb == e) {
+    const T av = *a;
+    for (int64_t i = 0; i < n; ++i) o[i] = f(av, b[i]);
+  } else {
+    char* po = reinterpret_cast<char*>(o);
+    const char* pa = reinterpret_cast<const char*>(a);
+    const char* pb = reinterpret_cast<const char*>(b);
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<T*>(po + i * so) =
+          f(*reinterpret_cast<const T*>(pa + i * sa), *reinterpret_cast<const T*>(pb + i * sb));
+  }
+}
+
+template <class T>
+void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  auto run = [&](auto f) {
+    for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
+      binary_row<T>(reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), reinterpret_cast<const T*>(p[2]),
+                    n, st[0], st[1], st[2], f);
+    });
+  };
+  switch (op) {
+    case BinaryOp::Add: run([](T x, T y) { return static_cast<T>(x + y); }); return;
+    case BinaryOp::Sub:
+      if constexpr (std::is_same_v<T, bool>) break;
+      else { run([](T x, T y) { return static_cast<T>(x - y); }); return; }
+    case BinaryOp::Mul: run([](T x, T y) { return static_cast<T>(x * y); }); return;
+    case BinaryOp::Div:
+      if constexpr (std::is_floating_point_v<T>) { run([](T x, T y) { return x / y; }); return; }
+      break;
+    default: break;
+  }
+  run([op](T x, T y) { return binary_scalar<T>(op, x, y); });
+}
+
+template <class T>
+void compare_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
+    for (int64_t i = 0; i < n; ++i)
+      *at<bool>(p[0], i, st[0]) = compare_scalar<T>(op, *at<T>(p[1], i, st[1]), *at<T>(p[2], i, st[2]));
+  });
+}
+
+}  // namespace
+
+void CpuBackend::arange(const Tensor& out, double start, double step) {
+  dispatch_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.raw_data());
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+}
+
+void CpuBackend::unary(UnaryOp op, const Tensor& out, const Tensor& in) {
+  const bool pred = op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite;
+  dispatch_dtype(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (pred) {
+      for_each_row<2>(out.shape(), {&out, &in}, [&](char** p, int64_t n, const int64_t* st) {
+        for (int64_t k = 0; k < n; ++k) *at<bool>(p[0], k, st[0]) = unary_pred<T>(op, *at<T>(p[1], k, st[1]));
+      });
+      return;
+    }
+    for_each_row<2>(out.shape(), {&out, &in}, [&](char** p, int64_t n, const int64_t* st) {
+      if (st[0] == sizeof(T) && st[1] == sizeof(T) &&
+          unary_eigen<T>(op, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), n))
+        return;
+      for (int64_t k = 0; k < n; ++k) *at<T>(p[0], k, st[0]) = unary_scalar<T>(op, *at<T>(p[1], k, st[1]));
+    });
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  dispatch_dtype(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (is_comparison(op) || (out.dtype() == DType::Bool && a.dtype() != DType::Bool))
+      compare_kernel<T>(op, out, a, b);
+    else
+      binary_kernel<T>(op, out, a, b);
+  });
+}
+
+void CpuBackend::where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  dispatch_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for_each_row<4>(out.shape(), {&out, &cond, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
+      for (int64_t k = 0; k < n; ++k)
+        *at<T>(p[0], k, st[0]) = *at<bool>(p[1], k, st[1]) ? *at<T>(p[2], k, st[2]) : *at<T>(p[3], k, st[3]);
+    });
+  });
+}
+
+void CpuBackend::clamp(const Tensor& out, const Tensor& in, double lo, double hi) {
+  dispatch_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const double l = lo, h = hi;
+      for_each_row<2>(out.shape(), {&out, &in}, [&](char** p, int64_t n, const int64_t* st) {
+        for (int64_t k = 0; k < n; ++k) {
+          T x = *at<T>(p[1], k, st[1]);
+          double v = static_cast<double>(x);
+          // NaN passes through unchanged (comparisons with NaN are false).
+          *at<T>(p[0], k, st[0]) = v < l ? static_cast<T>(l) : (v > h ? static_cast<T>(h) : x);
+        }
+      });
+    }
+  });
+}
+
+}  // namespace gradsleuth::cpu

@@ -1,0 +1,57 @@
+// CPU backend, linear algebra: batched matrix multiply through Eigen GEMM on
+// maps of the operands' own memory (row- or column-major views need no copy).
+#include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
+
+#include "core/cpu/cpu_backend.h"
+
+namespace gradsleuth::cpu {
+
+namespace {
+
+// GEMM through Eigen maps of the operands' own memory: a row-major or a
+// column-major (transposed view) operand is mapped without a copy.
+template <class T>
+void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
+  using Dyn = Eigen::Stride<Eigen::Dynamic, 1>;
+  using RowM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ColM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  const int64_t B = out.shape()[0], N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
+  T* o = static_cast<T*>(out.raw_data());
+  // Layout of the last two dims: 0 = row-major, 1 = column-major, -1 = neither.
+  auto layout = [](const Tensor& t, int64_t rows, int64_t cols, int64_t& ld) {
+    const int64_t sr = t.strides()[1], sc = t.strides()[2];
+    if (sc == 1 || cols == 1) { ld = std::max<int64_t>(rows == 1 ? cols : sr, cols); return (rows == 1 || sr >= cols) ? 0 : -1; }
+    if (sr == 1 || rows == 1) { ld = std::max<int64_t>(cols == 1 ? rows : sc, rows); return (cols == 1 || sc >= rows) ? 1 : -1; }
+    return -1;
+  };
+  int64_t lda = 0, ldb = 0;
+  const Tensor A = layout(a, N, K, lda) < 0 ? a.contiguous() : a;
+  const Tensor Bt = layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
+  const int la = layout(A, N, K, lda), lb = layout(Bt, K, M, ldb);
+  const T* pa = static_cast<const T*>(A.raw_data());
+  const T* pb = static_cast<const T*>(Bt.raw_data());
+  for (int64_t i = 0; i < B; ++i) {
+    Eigen::Map<RowM> C(o + i * N * M, N, M);
+    const T* ai = pa + i * A.strides()[0];
+    const T* bi = pb + i * Bt.strides()[0];
+    auto run = [&](const auto& Am) {
+      if (lb == 0) C.noalias() = Am * Eigen::Map<const RowM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
+      else C.noalias() = Am * Eigen::Map<const ColM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
+    };
+    if (la == 0) run(Eigen::Map<const RowM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
+    else run(Eigen::Map<const ColM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
+  }
+}
+
+}  // namespace
+
+void CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  dispatch_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) bmm_typed<T>(out, a, b);
+  });
+}
+
+}  // namespace gradsleuth::cpu

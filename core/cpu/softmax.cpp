@@ -1,0 +1,38 @@
+// CPU backend, softmax family: row-wise softmax / log_softmax over the last dim,
+// max-subtracted, with the denominator summed by accurate_sum.h.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "core/cpu/accurate_sum.h"
+#include "core/cpu/cpu_backend.h"
+
+namespace gradsleuth::cpu {
+
+void CpuBackend::softmax_lastdim(const Tensor& out, const Tensor& in, bool log) {
+  const int64_t C = in.shape().back(), R = in.numel() / std::max<int64_t>(C, 1);
+  dispatch_dtype(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* x = static_cast<const T*>(in.raw_data());
+      T* y = static_cast<T*>(out.raw_data());
+      parallel_for(R, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          ECArr<T> xr(x + r * C, C);
+          EArr<T> yr(y + r * C, C);
+          const T m = xr.maxCoeff();
+          if (!std::isfinite(m)) {  // all -inf, or a NaN/inf in the row: the slow exact path
+            for (int64_t c = 0; c < C; ++c) y[r * C + c] = std::numeric_limits<T>::quiet_NaN();
+            if (m == -std::numeric_limits<T>::infinity() || std::isnan(m)) continue;
+          }
+          yr = (xr - m).exp();
+          const T s = static_cast<T>(accurate_sum(y + r * C, C));  // the same at every SIMD width
+          if (log) yr = (xr - m) - std::log(s);
+          else yr /= s;
+        }
+      });
+    }
+  });
+}
+
+}  // namespace gradsleuth::cpu
