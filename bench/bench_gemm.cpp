@@ -1,6 +1,8 @@
-// GEMM: gs::matmul on contiguous float32 (n, n) @ (n, n) against the raw Eigen
-// product it wraps, at n = 256, 512, 1024, on 1 and on all threads.
-// Goal (issue "Engine"): gradsleuth >= 0.9x raw Eigen.
+// GEMM: gs::matmul on contiguous float32 (n, n) @ (n, n) against the raw library
+// call it wraps — cblas_sgemm of the BLAS the build uses (OpenBLAS by default) — and
+// against Eigen's own product (the fallback), at n = 256, 512, 1024, on 1 and on all
+// threads, in one run. Goals: gradsleuth >= 1.0x the raw BLAS (issue "CPU speed"),
+// and >= 0.9x raw Eigen when built with GRADSLEUTH_BLAS=OFF.
 //
 // Counter "FLOP/s" = 2 n^3 per product. Each gradsleuth case sits next to its
 // Eigen twin in the output. The "a@b.t()" cases multiply by a transposed view:
@@ -12,8 +14,12 @@
 #include <Eigen/Core>
 #include <cstring>
 #include <string>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "core/autograd.h"
+#include "core/cpu/blas.h"
 #include "core/observer.h"
 #include "core/ops.h"
 
@@ -21,9 +27,14 @@ namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Eigen's GEMM parallelises with OpenMP over Eigen::nbThreads(); gradsleuth's
-// bmm is that same Eigen code, so one setting governs both.
-void set_threads(int threads) { Eigen::setNbThreads(threads); }
+// Eigen's GEMM parallelises with OpenMP over Eigen::nbThreads(), and gradsleuth
+// hands the BLAS OpenMP's setting too, so one setting governs all three.
+void set_threads(int threads) {
+  Eigen::setNbThreads(threads);
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+}
 
 void set_flops(benchmark::State& state, int64_t n) {
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
@@ -67,6 +78,19 @@ void BM_eigen(benchmark::State& state, int64_t n, int threads, bool transposed_b
   set_flops(state, n);
 }
 
+// The raw library call on row-major buffers (through blas.h's thin CBLAS wrapper,
+// which only converts the arguments): what gs::matmul adds on top is the difference.
+void BM_blas(benchmark::State& state, int64_t n, int threads, bool transposed_b) {
+  set_threads(threads);
+  RowMat a = RowMat::Random(n, n), b = RowMat::Random(n, n), c(n, n);
+  for (auto _ : state) {
+    gs::cpu::blas_gemm(false, transposed_b, n, n, n, a.data(), n, b.data(), n, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,12 +103,16 @@ int main(int argc, char** argv) {
         const std::string suffix = "/n:" + std::to_string(n) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(("gemm_gs/" + op + suffix).c_str(), BM_gs, n, threads, transposed)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
+        if (std::strcmp(gs::cpu::gemm_library(), "Eigen") != 0)
+          benchmark::RegisterBenchmark(("gemm_blas/" + op + suffix).c_str(), BM_blas, n, threads, transposed)
+              ->Unit(benchmark::kMicrosecond)->UseRealTime();
         benchmark::RegisterBenchmark(("gemm_eigen/" + op + suffix).c_str(), BM_eigen, n, threads, transposed)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
         if (max_threads == 1) break;  // one thread only: no second row
       }
     }
   }
+  benchmark::AddCustomContext("gemm_library", gs::cpu::gemm_library());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
