@@ -179,12 +179,38 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
   run([op](T x, T y) { return binary_scalar<T>(op, x, y); });
 }
 
+// out (bool) = f(a, b). Contiguous rows, and rows against a broadcast scalar (relu's
+// backward compares with 0), are spelled out so they vectorise: the op is chosen
+// once per call, not per element.
+template <class T, class F>
+void compare_rows(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
+    bool* o = reinterpret_cast<bool*>(p[0]);
+    const T* x = reinterpret_cast<const T*>(p[1]);
+    const T* y = reinterpret_cast<const T*>(p[2]);
+    constexpr int64_t e = sizeof(T);
+    if (st[0] == 1 && st[1] == e && st[2] == e) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else if (st[0] == 1 && st[1] == e && st[2] == 0) {
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+    } else {
+      for (int64_t i = 0; i < n; ++i) *at<bool>(p[0], i, st[0]) = f(*at<T>(p[1], i, st[1]), *at<T>(p[2], i, st[2]));
+    }
+  });
+}
+
 template <class T>
 void compare_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
-    for (int64_t i = 0; i < n; ++i)
-      *at<bool>(p[0], i, st[0]) = compare_scalar<T>(op, *at<T>(p[1], i, st[1]), *at<T>(p[2], i, st[2]));
-  });
+  switch (op) {
+    case BinaryOp::Gt: compare_rows<T>(out, a, b, [](T x, T y) { return x > y; }); return;
+    case BinaryOp::Ge: compare_rows<T>(out, a, b, [](T x, T y) { return x >= y; }); return;
+    case BinaryOp::Lt: compare_rows<T>(out, a, b, [](T x, T y) { return x < y; }); return;
+    case BinaryOp::Le: compare_rows<T>(out, a, b, [](T x, T y) { return x <= y; }); return;
+    case BinaryOp::Eq: compare_rows<T>(out, a, b, [](T x, T y) { return x == y; }); return;
+    case BinaryOp::Ne: compare_rows<T>(out, a, b, [](T x, T y) { return x != y; }); return;
+    default: compare_rows<T>(out, a, b, [op](T x, T y) { return compare_scalar<T>(op, x, y); }); return;
+  }
 }
 
 }  // namespace
