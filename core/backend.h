@@ -94,9 +94,12 @@ class Backend {
   virtual void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
 
   // ---- convolution and pooling (NCHW, contiguous) ----
-  // cols (N, C*kH*kW, outH*outW) <- in (N, C, H, W)
+  // cols (N, C*kH*kW, outH*outW) <- in (N, C, H, W). `cols` has unit stride along its
+  // last dim but any strides along the first two: conv2d passes a (C*kH*kW, N, L)
+  // buffer seen as (N, C*kH*kW, L), so one GEMM covers the whole batch.
   virtual void im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) = 0;
-  // out (N, C, H, W), pre-zeroed, += scattered cols (N, C*kH*kW, outH*outW)
+  // out (N, C, H, W), pre-zeroed, += scattered cols (N, C*kH*kW, outH*outW); cols
+  // strided as in im2col.
   virtual void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) = 0;
   // out (N, C, outH, outW), argmax (same shape, int64: flat h*W+w index in the input plane)
   virtual void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) = 0;

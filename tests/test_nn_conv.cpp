@@ -167,3 +167,47 @@ TEST_CASE("MaxPool2d and AvgPool2d: forward against loops, gradients") {
     nntest::check_error([] { nn::MaxPool2d(nn::MaxPool2dOptions(2).padding(2)); }, {"MaxPool2d", "half the kernel"});
   }
 }
+
+TEST_CASE("max_pool2d: ties go to the first element, the first NaN wins, on every kernel path") {
+  // Three windows per case: a tie (first index wins the gradient), a NaN in the
+  // middle (NaN out, gradient to the NaN), and a plain maximum in the last slot.
+  // The 2x2/stride-2 window, the general no-padding path (3x3 stride 3) and the
+  // padded path (2x2 stride 2, padding 1) are written by separate code.
+  struct Case { int k, s, p; };
+  for (Case cs : {Case{2, 2, 0}, Case{3, 3, 0}, Case{2, 2, 1}}) {
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      CAPTURE(cs.k); CAPTURE(cs.p); CAPTURE(dt);
+      const int H = cs.k, W = 3 * cs.k;  // one row of three windows (no padding)
+      // Window 0: all equal (1.0); window 1: a NaN at its second element; window 2: max at its last.
+      std::vector<double> xv(H * W);
+      for (int h = 0; h < H; ++h)
+        for (int w = 0; w < W; ++w) {
+          double v = 1.0;
+          if (w >= cs.k && w < 2 * cs.k) v = (h == 0 && w == cs.k + 1) ? NAN : 5.0 + w;
+          if (w >= 2 * cs.k) v = (h == H - 1 && w == W - 1) ? 9.0 : 2.0;
+          xv[h * W + w] = v;
+        }
+      Tensor x = gs::tensor(xv, {1, 1, H, W}, dt).requires_grad_();
+      Tensor y = gs::max_pool2d(x, {cs.k, cs.k}, {cs.s, cs.s}, {cs.p, cs.p});
+      Vec Y = vals(y);
+      y.sum().backward();
+      Vec G = vals(x.grad());
+      if (cs.p == 0) {
+        REQUIRE(Y.size() == 3);
+        CHECK(Y[0] == 1.0);
+        CHECK(std::isnan(Y[1]));
+        CHECK(Y[2] == 9.0);
+        CHECK(G[0] == 1.0);                        // the tie: first element only
+        for (int i = 1; i < cs.k; ++i) CHECK(G[i] == 0.0);
+        CHECK(G[cs.k + 1] == 1.0);                 // the NaN takes window 1's gradient
+        CHECK(G[(H - 1) * W + W - 1] == 1.0);     // window 2's maximum
+      } else {
+        // Padded: every output is still a real element, never the padding.
+        for (double v : Y) CHECK((std::isnan(v) || v >= 1.0));
+        double total = 0;
+        for (double g : G) total += g;
+        CHECK(total == double(Y.size()));  // one winner per window
+      }
+    }
+  }
+}

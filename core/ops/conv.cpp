@@ -1,9 +1,13 @@
 // Convolution (im2col + GEMM), pooling and dropout, NCHW.
 //
-//   conv2d:  cols = unfold(x)                 (N, C*kH*kW, L)   L = outH*outW
-//            out  = W.view(O, C*kH*kW) @ cols  (N, O, L)  -> view (N, O, outH, outW)
-// unfold's backward is fold (col2im) and the GEMM's backward is matmul's, so
-// conv2d needs no hand-written backward of its own.
+//   conv2d:  cols = unfold(x)                          (N, CK, L)   CK = C*kH*kW, L = outH*outW
+//            out  = W.view(O, CK) @ cols.view(CK, N*L)  (O, N*L) -> view (N, O, outH, outW)
+// unfold writes its columns batch-inside, (CK, N, L) in memory, so the whole batch is
+// ONE GEMM (and its backward two: dW = dOut (O, N*L) @ cols^T, dCols = W^T @ dOut)
+// instead of N small ones: the packing a BLAS does per call is paid once, and dW
+// needs no (N, O, CK) intermediate summed over N. unfold's backward is fold
+// (col2im) and the GEMM's backward is matmul's, so conv2d needs no hand-written
+// backward of its own.
 #include "core/generator.h"
 #include "core/ops/op_utils.h"
 
@@ -42,10 +46,13 @@ Conv2dGeometry geometry(const Tensor& x, int64_t kH, int64_t kW, const Dims& str
 
 Tensor fold(const Tensor& cols, const Conv2dGeometry& g);
 
-// im2col as a differentiable op: (N, C, H, W) -> (N, C*kH*kW, outH*outW).
+// im2col as a differentiable op: (N, C, H, W) -> (N, C*kH*kW, outH*outW), laid out
+// in memory as (C*kH*kW, N, outH*outW) (see the top of this file).
 Tensor unfold(const Tensor& x, const Conv2dGeometry& g) {
   Tensor xc = detail::contiguous_raw(x);
-  Tensor cols = empty({g.N, g.C * g.kH * g.kW, g.outH * g.outW}, TensorOptions(x.dtype()).device(x.device()));
+  const int64_t CK = g.C * g.kH * g.kW, L = g.outH * g.outW;
+  Tensor buf = empty({CK, g.N, L}, TensorOptions(x.dtype()).device(x.device()));
+  Tensor cols = detail::transpose_raw(buf, 0, 1);  // (N, CK, L), strides (L, N*L, 1)
   backend_of(x).im2col(cols, xc, g);
   if (needs_grad(x)) record("unfold", cols, {&x}, [g](const Tensor& gr, Node&) { return tensor_list{fold(gr, g)}; });
   return cols;
@@ -54,7 +61,9 @@ Tensor unfold(const Tensor& x, const Conv2dGeometry& g) {
 // col2im: the adjoint of unfold (overlapping patches add up).
 Tensor fold(const Tensor& cols, const Conv2dGeometry& g) {
   Tensor out = zeros({g.N, g.C, g.H, g.W}, TensorOptions(cols.dtype()).device(cols.device()));
-  backend_of(cols).col2im(out, detail::contiguous_raw(cols), g);
+  // The kernel takes any strides along N and CK, but unit stride along L.
+  const bool unit_l = cols.stride(2) == 1 || cols.size(2) == 1;
+  backend_of(cols).col2im(out, unit_l ? cols : detail::contiguous_raw(cols), g);
   if (needs_grad(cols)) record("fold", out, {&cols}, [g](const Tensor& gr, Node&) { return tensor_list{unfold(gr, g)}; });
   return out;
 }
@@ -79,7 +88,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims st
   const int64_t kk = g.kH * g.kW, L = g.outH * g.outW;
   Tensor out;
   if (groups == 1) {
-    out = matmul(weight.reshape({O, Cg * kk}), cols);  // (O, CK) @ (N, CK, L) -> (N, O, L)
+    // (O, CK) @ (CK, N*L) -> (O, N*L): cols is (CK, N, L) in memory, so these are views.
+    Tensor cols2 = cols.permute({1, 0, 2}).reshape({Cg * kk, g.N * L});
+    out = matmul(weight.reshape({O, Cg * kk}), cols2).view({O, g.N, L}).permute({1, 0, 2});  // (N, O, L) view
   } else {
     const int64_t Og = O / groups;
     tensor_list parts;
@@ -87,10 +98,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims st
       parts.push_back(matmul(weight.narrow(0, gi * Og, Og).reshape({Og, Cg * kk}), cols.narrow(1, gi * Cg * kk, Cg * kk)));
     out = cat(parts, 1);
   }
-  out = out.view({g.N, O, g.outH, g.outW});
-  (void)L;
-  if (bias.defined()) out = out + bias.view({1, O, 1, 1});
-  return out;
+  out = out.reshape({g.N, O, g.outH, g.outW});
+  // The bias add writes a fresh contiguous (N, O, outH, outW); without a bias, copy
+  // once so that conv2d's output is contiguous like every other op's.
+  return bias.defined() ? out + bias.view({1, O, 1, 1}) : out.contiguous();
 }
 
 Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims dilation) {
