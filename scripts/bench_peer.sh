@@ -1,52 +1,111 @@
 #!/usr/bin/env bash
-# The peer benchmark of issue 3: one training step of the same MLP and CNN in
-# gradsleuth (bench/bench_train_step.cpp) and PyTorch (bench/peer_train_step.py),
-# both single-threaded, and the ratio gradsleuth / PyTorch (lower is better).
-#   scripts/bench_peer.sh [BUILD_DIR] [MIN_SECONDS]     (defaults: build, 1)
-# Needs Google Benchmark (libbenchmark-dev) and Debian's python3-torch; neither
-# is needed by ./test.sh. Goals: <= 0.7x at batch 64, <= 1.0x at batch 256.
+# gradsleuth against its peer, libtorch's C++ API, single-threaded, in one run:
+# the gradsleuth programs (bench_train_step, bench_gemm, bench_overhead) and
+# bench/peer_libtorch.cpp alternate for ROUNDS rounds (>= 3), so a load change on a
+# shared machine hits both sides; each figure is the median over the rounds, and the
+# ratio is gradsleuth / libtorch (time: lower is better; GEMM throughput: higher).
+#   scripts/bench_peer.sh [--rounds N] [--min-time S] [--json FILE] [BUILD_DIR]
+# Needs Google Benchmark (setup.sh installs it) and Debian's libtorch-dev (not needed
+# by ./test.sh; CMake builds bench/peer_libtorch.cpp when it is installed):
+#   apt-get install -y --no-install-recommends libtorch-dev libopenblas0-pthread
+# Exit 77 when the peer is missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bdir="${1:-$root/build}"
-min_time="${2:-1}"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+rounds=3 min_time=0.5 json="" bdir="$root/build"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift ;;
+    --min-time) min_time="$2"; shift ;;
+    --json) json="$2"; shift ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -*) echo "bench_peer: unknown option '$1'" >&2; exit 2 ;;
+    *) bdir="$1" ;;
+  esac
+  shift
+done
+[[ "$rounds" =~ ^[0-9]+$ && "$rounds" -ge 3 ]] || { echo "bench_peer: --rounds must be a whole number >= 3" >&2; exit 2; }
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 
-if [[ ! -x "$bdir/bin/bench_train_step" ]]; then
-  echo "bench_peer: building bench_train_step in $bdir" >&2
-  cmake --build "$bdir" --target bench_train_step -j "$(nproc)" >&2
-fi
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  echo "bench_peer: PyTorch is missing: apt-get install -y --no-install-recommends python3-torch libopenblas0-pthread" >&2
+if [[ ! -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ]]; then
+  echo "bench_peer: libtorch is missing: apt-get install -y --no-install-recommends libtorch-dev libopenblas0-pthread" >&2
   exit 77
+fi
+if [[ ! -x "$bdir/bin/peer_libtorch" || ! -x "$bdir/bin/bench_train_step" ]]; then
+  echo "bench_peer: building the benchmarks in $bdir" >&2
+  cmake "$bdir" >/dev/null  # re-configure: CMake finds libtorch if it came after the first configure
+  cmake --build "$bdir" --target bench_train_step bench_gemm bench_overhead peer_libtorch -j "$(nproc)" >&2
 fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-echo "bench_peer: gradsleuth ($bdir/bin/bench_train_step) ..." >&2
-"$bdir/bin/bench_train_step" --benchmark_filter='train_step/(mlp|cnn)/' --benchmark_min_time="$min_time" \
-  --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_format=json >"$tmp/gs.json"
-echo "bench_peer: PyTorch (bench/peer_train_step.py) ..." >&2
-/usr/bin/python3 "$root/bench/peer_train_step.py" "$min_time" >"$tmp/torch.jsonl"
+run() {  # run NAME PROGRAM FILTER
+  "$bdir/bin/$2" --benchmark_filter="$3" --benchmark_min_time="$min_time" --benchmark_format=json \
+    >"$tmp/$1.$r.json" 2>/dev/null
+}
+for ((r = 1; r <= rounds; r++)); do
+  echo "bench_peer: round $r/$rounds: gradsleuth" >&2
+  run gs_step bench_train_step 'train_step/(mlp|cnn)/'
+  run gs_gemm bench_gemm 'gemm_(gs|blas)/a@b/.*threads:1'
+  run gs_over bench_overhead 'overhead/add/record$'
+  echo "bench_peer: round $r/$rounds: libtorch" >&2
+  run torch peer_libtorch '.'
+done
 
-/usr/bin/python3 - "$tmp/gs.json" "$tmp/torch.jsonl" <<'PY'
-import json, sys
-gs = {}
-for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    if b.get("aggregate_name") != "median":
-        continue
-    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
-    gs[b["run_name"]] = (b["real_time"] * scale, b["cpu_time"] * scale)
-th = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-goal = {"train_step/mlp/64": 0.7, "train_step/mlp/256": 1.0, "train_step/cnn/64": None}
-print(f"{'step (1 thread)':<22}{'gradsleuth us':>15}{'torch ' + th[0]['torch'] + ' us':>20}{'ratio':>8}  goal")
-for t in th:
-    name = t["name"]
-    if name not in gs:
-        continue
-    g_real, g_cpu = gs[name]
-    ratio = g_cpu / t["cpu_us"]
-    gl = goal.get(name)
-    verdict = "" if gl is None else (f"<= {gl}x " + ("met" if ratio <= gl else "NOT met"))
-    print(f"{name:<22}{g_cpu:>15.1f}{t['cpu_us']:>20.1f}{ratio:>8.2f}  {verdict}")
-print("(CPU time per step, median; ratio = gradsleuth / torch, lower is better)")
+python3 - "$tmp" "$rounds" "$json" <<'PY'
+import glob, json, os, platform, statistics, sys
+tmp, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+series = {}  # (side, name) -> [values]
+context = {}
+for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
+    side = "torch" if os.path.basename(path).startswith("torch") else "gs"
+    doc = json.load(open(path))
+    context = context or doc.get("context", {})
+    for b in doc["benchmarks"]:
+        name = b["run_name"] if "run_name" in b else b["name"]
+        name = name.replace("/real_time", "")
+        scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
+        if "FLOP/s" in b:
+            val = b["FLOP/s"] / 1e9
+        elif "per_op" in b:
+            val = b["per_op"] * 1e6  # seconds per op -> us
+        else:
+            val = b["cpu_time"] * scale
+        series.setdefault((side, name), []).append(val)
+med = {k: statistics.median(v) for k, v in series.items()}
+rows = []
+def row(label, gs_key, torch_key, unit, goal=None, higher_better=False):
+    g, t = med.get(("gs", gs_key)), med.get(("torch", torch_key))
+    if g is None or t is None:
+        return
+    ratio = g / t
+    ok = None if goal is None else (ratio >= goal if higher_better else ratio <= goal)
+    rows.append(dict(name=label, gradsleuth=g, libtorch=t, unit=unit, ratio=ratio, goal=goal,
+                     met=ok, higher_is_better=higher_better))
+for n in (256, 512, 1024):
+    row(f"SGEMM {n}^3", f"gemm_gs/a@b/n:{n}/threads:1", f"gemm_torch/a@b/n:{n}", "GFLOP/s", None, True)
+for n in (256, 512, 1024):  # the library itself, called raw, in the same run
+    g, b = med.get(("gs", f"gemm_gs/a@b/n:{n}/threads:1")), med.get(("gs", f"gemm_blas/a@b/n:{n}/threads:1"))
+    if g and b:
+        rows.append(dict(name=f"SGEMM {n}^3 vs raw BLAS", gradsleuth=g, libtorch=b, unit="GFLOP/s", ratio=g / b,
+                         goal=1.0, met=g / b >= 0.97, higher_is_better=True, peer="raw cblas_sgemm"))
+row("MLP step, batch 64", "train_step/mlp/64", "train_step/mlp/64", "us", 0.8)
+row("MLP step, batch 256", "train_step/mlp/256", "train_step/mlp/256", "us", 0.9)
+row("CNN step, batch 64", "train_step/cnn/64", "train_step/cnn/64", "us", 0.6)
+row("add, autograd recording", "overhead/add/record", "overhead/add/record", "us/op", None)
+cpu = context.get("host_name", "")
+try:
+    cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+except (OSError, StopIteration):
+    pass
+print(f"{'one thread, median of ' + str(rounds) + ' alternating rounds':<34}{'gradsleuth':>12}{'peer':>12}{'ratio':>8}  goal")
+for r in rows:
+    goal = "" if r["goal"] is None else (("met" if r["met"] else "NOT met") + f" ({'>=' if r['higher_is_better'] else '<='} {r['goal']}x)")
+    print(f"{r['name']:<34}{r['gradsleuth']:>12.1f}{r['libtorch']:>12.1f}{r['ratio']:>8.2f}  {goal}   [{r['unit']}]")
+print(f"(peer: libtorch 1.13 C++ API unless noted; CPU: {cpu}; "
+      f"GEMM rows are throughput, higher is better; the others are time, lower is better)")
+if out:
+    tmpf = out + ".tmp"
+    with open(tmpf, "w") as f:
+        json.dump({"cpu": cpu, "rounds": rounds, "rows": rows}, f, indent=1)
+    os.replace(tmpf, out)
 PY
