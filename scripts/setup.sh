@@ -27,6 +27,7 @@ need_file /usr/include/eigen3/Eigen/Core libeigen3-dev
 need_file /usr/include/doctest/doctest.h doctest-dev
 need_file /usr/include/benchmark/benchmark.h libbenchmark-dev
 need_file /usr/include/zlib.h zlib1g-dev
+need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
 
 if [[ ${#missing[@]} -eq 0 ]]; then
