@@ -252,7 +252,12 @@ bool same_site(const std::source_location& a, const std::source_location& b) {
 
 std::string ranges(const std::vector<unsigned>& ids) {
   std::string out;
+  int parts = 0;
   for (size_t i = 0; i < ids.size();) {
+    if (++parts > 8) {
+      out += ",... (" + std::to_string(ids.size()) + " threads)";
+      break;
+    }
     size_t j = i;
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
     if (!out.empty()) out += ",";

@@ -283,10 +283,11 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shmem, cuda
   const bool ok = internal::run_grid(grid, block, body, closure, &error);
   g_dyn_smem = nullptr;
   std::free(smem);
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!ok) {
+  if (!ok)
     std::fprintf(stderr, "gs_emu: kernel %s<<<%s, %s, %zu>>> failed: %s\n", internal::kernel_name(kernel).c_str(),
                  dim_str(grid).c_str(), dim_str(block).c_str(), shmem, error.c_str());
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!ok) {
     g_sticky = cudaErrorLaunchFailure;
     t_last = cudaErrorLaunchFailure;
     ++internal::g_stats.failed_launches;
