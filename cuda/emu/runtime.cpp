@@ -2,8 +2,13 @@
 // allocations (for pointer and copy-direction checks), streams, events, and launch validation.
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -202,6 +207,40 @@ void set_kernel_name(const void* kernel, const char* name) {
 
 void* dynamic_shared_memory() { return g_dyn_smem; }
 
+namespace {
+// Kernels with internal linkage (anonymous namespace, static) are not in the dynamic symbol table:
+// look them up in the executable's own .symtab (absent when the binary is stripped).
+std::string symtab_name(const void* fn) {
+  static const std::map<uintptr_t, std::string> table = [] {
+    std::map<uintptr_t, std::string> t;
+    std::ifstream in("/proc/self/exe", std::ios::binary);
+    const std::vector<char> img((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (img.size() < sizeof(Elf64_Ehdr)) return t;
+    const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(img.data());
+    if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64) return t;
+    if (eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr) > img.size()) return t;
+    const auto* sh = reinterpret_cast<const Elf64_Shdr*>(img.data() + eh->e_shoff);
+    uintptr_t bias = 0;
+    dl_iterate_phdr([](dl_phdr_info* info, size_t, void* out) {
+      *static_cast<uintptr_t*>(out) = info->dlpi_addr;
+      return 1;  // the first object is the executable
+    }, &bias);
+    for (int i = 0; i < eh->e_shnum; ++i) {
+      if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+      const Elf64_Shdr& strs = sh[sh[i].sh_link];
+      if (sh[i].sh_offset + sh[i].sh_size > img.size() || strs.sh_offset + strs.sh_size > img.size()) continue;
+      const auto* syms = reinterpret_cast<const Elf64_Sym*>(img.data() + sh[i].sh_offset);
+      for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k)
+        if (ELF64_ST_TYPE(syms[k].st_info) == STT_FUNC && syms[k].st_value && syms[k].st_name < strs.sh_size)
+          t[bias + syms[k].st_value] = img.data() + strs.sh_offset + syms[k].st_name;
+    }
+    return t;
+  }();
+  auto it = table.find(reinterpret_cast<uintptr_t>(fn));
+  return it == table.end() ? std::string() : it->second;
+}
+}  // namespace
+
 namespace internal {
 std::string kernel_name(const void* kernel) {
   {
@@ -210,10 +249,13 @@ std::string kernel_name(const void* kernel) {
     if (it != g_names.end()) return it->second;
   }
   Dl_info info;
-  if (dladdr(kernel, &info) && info.dli_sname && info.dli_saddr == kernel) {
+  std::string mangled;
+  if (dladdr(kernel, &info) && info.dli_sname && info.dli_saddr == kernel) mangled = info.dli_sname;
+  if (mangled.empty()) mangled = symtab_name(kernel);
+  if (!mangled.empty()) {
     int status = 0;
-    char* dem = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-    std::string name = status == 0 && dem ? dem : info.dli_sname;
+    char* dem = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+    std::string name = status == 0 && dem ? dem : mangled;
     std::free(dem);
     return name;
   }
