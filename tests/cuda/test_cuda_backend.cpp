@@ -448,3 +448,19 @@ TEST_CASE("the W8 memory report of a model on cuda shows the caching allocator")
   CHECK(r.str().find("cudaMalloc calls") != std::string::npos);
   CHECK(r.parameter_bytes == (5 * 4 + 4) * 4);
 }
+
+// ---- grid-stride loops: more elements / rows than one capped grid covers ------------------
+TEST_CASE("elementwise, copy and rand over more elements than the capped grid (256 x 256)") {
+  same_on_both([](gs::Device d) { return seq({70001}, gs::kFloat32, d, 1e-4).exp() + 1.0; });
+  same_on_both([](gs::Device d) { return seq({300, 240}, gs::kFloat64, d, 1e-3).t().contiguous(); });
+  gs::Generator a, b;
+  CHECK(gs::equal(gs::rand({70001}, gs::TensorOptions(gs::kFloat64).device(kCUDA), &b).cpu(),
+                  gs::rand({70001}, gs::kFloat64, &a)));
+}
+TEST_CASE("reductions and softmax with more outputs / rows than blocks in the grid") {
+  same_on_both([](gs::Device d) { return seq({300, 5}, gs::kFloat32, d).sum({1}); });
+  same_on_both([](gs::Device d) { return seq({300, 5}, gs::kFloat64, d).max(1); });
+  same_on_both([](gs::Device d) { return seq({300, 5}, gs::kFloat32, d).argmin(1); });
+  same_on_both([](gs::Device d) { return seq({300, 7}, gs::kFloat32, d).log_softmax(1); });
+  same_on_both([](gs::Device d) { return seq({70001}, gs::kFloat32, d, 1e-3).sum(); });
+}
