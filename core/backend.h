@@ -11,33 +11,12 @@
 //  - Kernels validate nothing about user input; ops/ has checked it.
 #pragma once
 #include <cstdint>
+#include <string>
 
+#include "core/op_kinds.h"
 #include "core/tensor.h"
 
 namespace gradsleuth {
-
-enum class UnaryOp : uint8_t {
-  Neg, Exp, Log, Sqrt, Abs, Sign, Relu, Sigmoid, Tanh, Erf, Reciprocal, Square,
-  Log1p, Expm1, Sin, Cos, LogicalNot, IsNan, IsInf, IsFinite,
-  kCount
-};
-enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr,  // these produce bool
-  kCount
-};
-enum class ReduceOp : uint8_t { Sum, Max, Min, kCount };
-const char* unary_op_name(UnaryOp op);
-const char* binary_op_name(BinaryOp op);
-inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
-
-// Convolution geometry, NCHW. Output size: (H + 2*pad - dil*(k-1) - 1) / stride + 1.
-struct Conv2dGeometry {
-  int64_t N, C, H, W;        // input
-  int64_t kH, kW;            // kernel
-  int64_t sH, sW, pH, pW, dH, dW;
-  int64_t outH, outW;
-};
 
 class Backend {
  public:
@@ -52,6 +31,8 @@ class Backend {
   virtual void copy_to_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes) = 0;
   virtual void synchronize() {}
+  // One line on the device allocator for memory reports (W8); "" when it keeps no cache.
+  virtual std::string memory_summary() const { return ""; }
 
   // ---- data movement ----
   // out (any strides, may not overlap in) <- in (same shape, any strides), casting dtype.

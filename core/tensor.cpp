@@ -44,8 +44,15 @@ std::string Tensor::str() const {
   return s;
 }
 
-void* Tensor::raw_data() const {
+void* Tensor::unsafe_data() const {
   return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(element_size());
+}
+
+void* Tensor::raw_data() const {
+  GS_CHECK(storage()->device().is_cpu(), "Tensor::raw_data", "tensor ", str(), " lives on ", device().str(),
+           ", so its memory cannot be read or written on the host. Call .cpu() first (a copy), or, inside a "
+           "backend, use unsafe_data().");
+  return unsafe_data();
 }
 
 template <class T>
@@ -246,6 +253,7 @@ Tensor from_blob(void* data, const Shape& shape, TensorOptions opts) {
   // Copy semantics keep ownership simple: the caller may free `data` afterwards.
   Tensor t = empty(shape, TensorOptions(opts.dtype_));
   std::memcpy(t.raw_data(), data, t.nbytes());
+  if (!opts.device_.is_cpu()) t = t.to(opts.device_);
   if (opts.requires_grad_) t.requires_grad_(true);
   return t;
 }
@@ -320,8 +328,9 @@ static Tensor copy_raw(const Tensor& x, DType t, Device d) {
     // Cross-device: make the source contiguous on its device, then move bytes.
     Tensor c = empty(x.shape(), TensorOptions(t).device(x.device()));
     backend_of(x).copy(c, x);
-    if (x.device().is_cpu()) backend_for(d).copy_from_host(out.raw_data(), c.raw_data(), c.nbytes());
-    else backend_of(x).copy_to_host(out.raw_data(), c.raw_data(), c.nbytes());
+    if (x.device().is_cpu()) backend_for(d).copy_from_host(out.unsafe_data(), c.raw_data(), c.nbytes());
+    else if (d.is_cpu()) backend_of(x).copy_to_host(out.raw_data(), c.unsafe_data(), c.nbytes());
+    else return copy_raw(copy_raw(x, t, kCPU), t, d);  // between two devices: through the host
   }
   return out;
 }

@@ -93,7 +93,10 @@ class Tensor {
   // Raw element access (CPU only). data_ptr<T>() checks the dtype; writes through
   // it are invisible to autograd's version counter.
   template <class T> T* data_ptr() const;
-  void* raw_data() const;  // pointer to element 0 (storage + offset)
+  void* raw_data() const;  // pointer to element 0 (storage + offset); an error for a non-CPU tensor
+  // The address of element 0 on whatever device the tensor lives on, unchecked: for
+  // backends (a CUDA kernel's operand), never to be dereferenced on the host for device tensors.
+  void* unsafe_data() const;
   template <class T> T item() const;  // the value of a 1-element tensor, converted to T
   double item_double() const { return item<double>(); }
   template <class T> std::vector<T> to_vector() const;  // values in row-major order

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/backend.h"
 #include "core/observer.h"
 #include "debug/finding.h"
 
@@ -208,6 +209,7 @@ MemoryReport memory_report(nn::Module& model, const std::function<Tensor()>& for
     gs_.push_back(g);
   }
   r.gradient_bytes = unique_bytes(gs_);
+  if (has_backend(dev)) r.allocator = backend_for(Device(dev)).memory_summary();
   return r;
 }
 
@@ -229,6 +231,7 @@ std::string MemoryReport::str() const {
   line("peak", peak_bytes, "live bytes at the highest point of forward + backward");
   line("  above baseline", peak_above_baseline(), "the peak minus what was alive before the forward (" +
                                                        format_bytes(baseline_bytes) + ")");
+  if (!allocator.empty()) os << "  " << allocator << "\n";
 
   auto table = [&](const std::vector<MemoryRow>& rows, const char* heading, bool with_module, size_t max_rows) {
     if (rows.empty()) return;

@@ -61,6 +61,7 @@ struct MemoryReport {
   int64_t unseen_bytes = 0;      // held_after_forward - activation_bytes - loss_bytes
   int64_t baseline_bytes = 0;    // live bytes before the forward (parameters, inputs, everything else alive)
   int64_t peak_bytes = 0;        // highest live bytes during forward + backward
+  std::string allocator;         // the device allocator's own line (cuda: cached bytes, cudaMalloc calls), or ""
   int64_t peak_above_baseline() const { return peak_bytes - baseline_bytes; }
 
   std::string str() const;

@@ -24,7 +24,7 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return loss.sum();
-    case Reduction::Mean: return loss.numel() == 0 ? full({}, NAN, loss.dtype()) : loss.mean();
+    case Reduction::Mean: return loss.numel() == 0 ? full({}, NAN, TensorOptions(loss.dtype()).device(loss.device())) : loss.mean();
   }
   return loss;
 }
@@ -59,7 +59,7 @@ void check_class_target(const Tensor& input, const Tensor& target, const char* w
     if (target.numel() == 0) return;
     NoGradGuard ng;
     Tensor valid = target != static_cast<double>(ignore_index);
-    Tensor safe_lo = where(valid, target, full({}, 0.0, kInt64));
+    Tensor safe_lo = where(valid, target, full({}, 0.0, TensorOptions(kInt64).device(target.device())));
     const int64_t lo = amin(safe_lo).item<int64_t>(), hi = amax(safe_lo).item<int64_t>();
     const int64_t C = input.size(1);
     if (lo < 0 || hi >= C) {
@@ -97,12 +97,12 @@ Tensor nll_core(const Tensor& log_probs, const Tensor& target, const Tensor& wei
                 Reduction reduction, double smoothing) {
   const int64_t C = log_probs.size(1);
   Tensor valid = target != static_cast<double>(ignore_index);                  // (B, d1..) bool
-  Tensor safe = where(valid, target, full({}, 0.0, kInt64));                    // ignored -> class 0 (masked below)
+  Tensor safe = where(valid, target, full({}, 0.0, TensorOptions(kInt64).device(target.device())));                    // ignored -> class 0 (masked below)
   Tensor picked = log_probs.gather(1, safe.unsqueeze(1)).squeeze(1);            // (B, d1..) log p[target]
-  const Tensor zero = zeros({}, log_probs.dtype());
+  const Tensor zero = zeros({}, TensorOptions(log_probs.dtype()).device(log_probs.device()));
   // Per-target weight w_t: the class weight, or 1; 0 where ignored.
   Tensor w_t = weight.defined() ? weight.to(log_probs.dtype()).index_select(0, safe.reshape({-1})).reshape(target.shape())
-                                : ones(target.shape(), log_probs.dtype());
+                                : ones(target.shape(), TensorOptions(log_probs.dtype()).device(log_probs.device()));
   w_t = where(valid, w_t.detach(), zero);
   // where, not a multiply: an ignored position must not leak inf/NaN (0 * inf = NaN).
   Tensor nll = where(valid, -picked * w_t, zero);

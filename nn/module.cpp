@@ -199,6 +199,13 @@ void Module::to(DType t) {
     if (b.is_floating_point() && b.dtype() != t) set_tensor(n, b.to(t));
 }
 
+void Module::to(Device d) {
+  for (auto& [n, p] : named_parameters())
+    if (p.device() != d) set_tensor(n, p.detach().to(d));
+  for (auto& [n, b] : named_buffers())
+    if (b.device() != d) set_tensor(n, b.detach().to(d));
+}
+
 size_t Module::register_forward_pre_hook(ForwardPreHook h) {
   hooks_.push_back({next_hook_id_, std::move(h), nullptr});
   return next_hook_id_++;

@@ -29,6 +29,8 @@ need_file /usr/include/benchmark/benchmark.h libbenchmark-dev
 need_file /usr/include/zlib.h zlib1g-dev
 # The CPU backend's GEMM (core/cpu/blas.h); Eigen's kernel is used without it.
 need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
+# Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
+need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
 
 if [[ ${#missing[@]} -eq 0 ]]; then

@@ -16,8 +16,12 @@ T unary_scalar(UnaryOp op, T x) {
     switch (op) {
       case UnaryOp::LogicalNot: return !x;
       case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Relu: case UnaryOp::Square: return x;
-      default: return x;
+      case UnaryOp::Neg: case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Sigmoid:
+      case UnaryOp::Tanh: case UnaryOp::Erf: case UnaryOp::Reciprocal: case UnaryOp::Log1p: case UnaryOp::Expm1:
+      case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::IsNan: case UnaryOp::IsInf: case UnaryOp::IsFinite:
+      case UnaryOp::kCount: return x;
     }
+    return x;
   } else {
     switch (op) {
       case UnaryOp::Neg: return -x;
@@ -42,8 +46,11 @@ T unary_scalar(UnaryOp op, T x) {
       case UnaryOp::Sin: return static_cast<T>(std::sin(x));
       case UnaryOp::Cos: return static_cast<T>(std::cos(x));
       case UnaryOp::LogicalNot: return static_cast<T>(x == 0);
-      default: return x;
+      // Predicates go through unary_pred. No default: a new UnaryOp without a case here is
+      // a -Wswitch warning, not a silent identity.
+      case UnaryOp::IsNan: case UnaryOp::IsInf: case UnaryOp::IsFinite: case UnaryOp::kCount: return x;
     }
+    return x;
   }
 }
 
@@ -96,8 +103,10 @@ T binary_scalar(BinaryOp op, T a, T b) {
       case BinaryOp::Add: case BinaryOp::Maximum: case BinaryOp::LogicalOr: return a || b;
       case BinaryOp::Mul: case BinaryOp::Minimum: case BinaryOp::LogicalAnd: return a && b;
       case BinaryOp::Sub: return a != b;
-      default: return a;
+      case BinaryOp::Div: case BinaryOp::Pow: case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
+      case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge: case BinaryOp::kCount: return a;
     }
+    return a;
   } else {
     switch (op) {
       case BinaryOp::Add: return a + b;
@@ -115,8 +124,11 @@ T binary_scalar(BinaryOp op, T a, T b) {
         return a < b ? a : b;
       case BinaryOp::LogicalAnd: return static_cast<T>((a != 0) && (b != 0));
       case BinaryOp::LogicalOr: return static_cast<T>((a != 0) || (b != 0));
-      default: return a;
+      // Comparisons go through compare_scalar.
+      case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt:
+      case BinaryOp::Ge: case BinaryOp::kCount: return a;
     }
+    return a;
   }
 }
 
@@ -131,8 +143,10 @@ bool compare_scalar(BinaryOp op, T a, T b) {
     case BinaryOp::Ge: return a >= b;
     case BinaryOp::LogicalAnd: return (a != T(0)) && (b != T(0));
     case BinaryOp::LogicalOr: return (a != T(0)) || (b != T(0));
-    default: return false;
+    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Div: case BinaryOp::Pow:
+    case BinaryOp::Maximum: case BinaryOp::Minimum: case BinaryOp::kCount: return false;
   }
+  return false;
 }
 
 // The hot cases spelled out so the compiler vectorises them.

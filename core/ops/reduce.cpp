@@ -79,7 +79,7 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
     if (r[d]) count *= x.shape()[d];
   GS_CHECK(count > 0, "mean", "mean of an empty selection of ", x.str(), " is undefined");
   Tensor s = reduce_raw(ReduceOp::Sum, x, r, x.dtype());
-  backend_of(s).binary(BinaryOp::Div, s, s, detail::prepare(full({}, static_cast<double>(count), s.dtype()), s.dtype(), s.shape()));
+  backend_of(s).binary(BinaryOp::Div, s, s, detail::prepare(full({}, static_cast<double>(count), TensorOptions(s.dtype()).device(s.device())), s.dtype(), s.shape()));
   s = detail::make_alias(s, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
   notify_op("mean", {x}, s);
   if (needs_grad(x))

@@ -1,0 +1,177 @@
+// cuda/backend.cpp: the CUDA Backend (core/backend.h) for DeviceType::CUDA: turns Tensors into
+// DevTensors and calls the kernels of cuda/*.cu. Plain C++ (it includes core/, which the .cu
+// files cannot: core's `namespace gs = gradsleuth` clashes with cuda/compat.h's gs::cuda).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "core/backend.h"
+#include "core/shape.h"
+#include "cuda/cuda.h"
+#include "cuda/kernels.h"
+
+namespace gradsleuth::cuda {
+
+static_assert(::gradsleuth::kMaxDims == ::gradsleuth::cuda::kMaxDims, "cuda/strided.h's kMaxDims must match core/shape.h");
+
+namespace {
+
+DevTensor dev(const Tensor& t) {
+  GS_CHECK(t.device().is_cuda(), "cuda backend", "a CUDA kernel was given ", t.str(), " on ", t.device().str(),
+           ": an op made a helper tensor without .device(...) (pass TensorOptions().device(x.device())), or mixed "
+           "devices slipped past its check");
+  DevTensor d;
+  d.data = t.unsafe_data();
+  d.dtype = t.dtype();
+  d.g.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    d.g.sizes[i] = t.shape()[i];
+    d.g.strides[i] = t.strides()[i];
+  }
+  return d;
+}
+
+// Layout of the last two dims of a (B, rows, cols) operand, as the CPU's bmm decides it:
+// 0 row-major, 1 column-major (leading dimension in ld), -1 neither.
+int layout(const Tensor& t, int64_t rows, int64_t cols, int64_t& ld) {
+  const int64_t sr = t.strides()[1], sc = t.strides()[2];
+  if (sc == 1 || cols == 1) {
+    ld = std::max<int64_t>(rows == 1 ? cols : sr, cols);
+    return (rows == 1 || sr >= cols) ? 0 : -1;
+  }
+  if (sr == 1 || rows == 1) {
+    ld = std::max<int64_t>(cols == 1 ? rows : sc, rows);
+    return (cols == 1 || sc >= rows) ? 1 : -1;
+  }
+  return -1;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  DeviceType type() const override { return DeviceType::CUDA; }
+  const char* name() const override { return "cuda"; }
+
+  void* allocate(size_t nbytes) override { return device_allocate(nbytes); }
+  void deallocate(void* p, size_t nbytes) override { device_free(p, nbytes); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { memcpy_d2h(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n) override { memcpy_h2d(dst, src, n); }
+  void synchronize() override { cuda::synchronize(); }
+  std::string memory_summary() const override { return cuda::memory_summary(); }
+
+  void copy(const Tensor& out, const Tensor& in) override { cuda::copy(dev(out), dev(in)); }
+  void fill(const Tensor& out, double value) override { cuda::fill(dev(out), value); }
+  void arange(const Tensor& out, double start, double step) override { cuda::arange(dev(out), start, step); }
+
+  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override { cuda::unary(op, dev(out), dev(in)); }
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
+    cuda::binary(op, dev(out), dev(a), dev(b));
+  }
+  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
+    cuda::where(dev(out), dev(cond), dev(a), dev(b));
+  }
+  void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override {
+    cuda::clamp(dev(out), dev(in), lo, hi);
+  }
+
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) override {
+    cuda::reduce(op, dev(out), dev(in), reduced);
+  }
+  void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) override {
+    cuda::arg_reduce(is_max, dev(out), dev(in), dim);
+  }
+  void softmax_lastdim(const Tensor& out, const Tensor& in, bool log) override {
+    cuda::softmax_lastdim(dev(out), dev(in), log);
+  }
+
+  void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
+    const int64_t N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
+    if (!is_floating(out.dtype())) {  // int64: the tiled kernel reads any strides
+      cuda::bmm(dev(out), dev(a), -1, 0, dev(b), -1, 0);
+      return;
+    }
+    int64_t lda = 0, ldb = 0;
+    const Tensor A = layout(a, N, K, lda) < 0 ? a.contiguous() : a;
+    const Tensor B = layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
+    const int la = layout(A, N, K, lda), lb = layout(B, K, M, ldb);
+    cuda::bmm(dev(out), dev(A), la, lda, dev(B), lb, ldb);
+  }
+
+  void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override {
+    cuda::gather(dev(out), dev(in), dim, dev(index));
+  }
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override {
+    cuda::scatter_add(dev(out), dim, dev(index), dev(src));
+  }
+  void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override {
+    cuda::index_select(dev(out), dev(in), dim, dev(index));
+  }
+  void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override {
+    cuda::index_add(dev(out), dim, dev(index), dev(src));
+  }
+
+  void im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) override {
+    cuda::im2col(dev(cols), dev(in), g);
+  }
+  void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) override {
+    cuda::col2im(dev(out), dev(cols), g);
+  }
+  void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) override {
+    cuda::max_pool2d(dev(out), dev(argmax), dev(in), g);
+  }
+  void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
+                           const Conv2dGeometry& g) override {
+    cuda::max_pool2d_backward(dev(grad_in), dev(grad_out), dev(argmax), g);
+  }
+  void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) override {
+    cuda::avg_pool2d(dev(out), dev(in), g);
+  }
+  void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) override {
+    cuda::avg_pool2d_backward(dev(grad_in), dev(grad_out), g);
+  }
+
+  void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override {
+    cuda::uniform(dev(out), lo, hi, seed, offset);
+  }
+  void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override {
+    cuda::normal(dev(out), mean, std, seed, offset);
+  }
+};
+
+std::string g_reason;
+
+std::string mib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+bool init() {
+  static const bool ok = [] {
+    if (!device_available(&g_reason)) return false;
+    static CudaBackend backend;
+    register_backend(DeviceType::CUDA, &backend);
+    return true;
+  }();
+  return ok;
+}
+
+std::string unavailable_reason() { return g_reason; }
+
+bool is_emulated() {
+#if GS_CUDA_EMU
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string memory_summary() {
+  const AllocatorStats s = allocator_stats();
+  return "cuda:0 caching allocator: " + mib(s.bytes_in_use) + " in use, " + mib(s.bytes_cached) + " cached, peak " +
+         mib(s.peak_bytes_in_use) + ", " + std::to_string(s.malloc_calls) + " cudaMalloc calls, " +
+         std::to_string(s.cache_hits) + " cache hits";
+}
+
+}  // namespace gradsleuth::cuda

@@ -1,0 +1,201 @@
+// cuda/conv.cu: im2col/col2im for convolution through GEMM, max pooling (argmax recorded for
+// backward) and average pooling (count_include_pad), NCHW contiguous, as core/cpu/conv.cpp.
+// Shape letters: N batch, C channels, H x W input plane, kH x kW kernel, L = outH * outW.
+#include "cuda/compat.h"
+
+#include <math.h>
+
+#include "cuda/kernel_utils.h"
+
+namespace gradsleuth::cuda {
+
+namespace {
+
+// cols (N, C*kH*kW, L) <- x (N, C, H, W); zero outside the padded plane. One thread per cols
+// element, 1-D grid-stride.
+template <class T>
+__global__ void im2col_kernel(T* cols, const T* x, Conv2dGeometry g, int64_t n) {
+  const int64_t L = g.outH * g.outW, K = g.C * g.kH * g.kW;
+  for (GS_GRID_STRIDE(i, n)) {
+    const int64_t l = i % L, row = (i / L) % K, b = i / (L * K);
+    const int64_t kj = row % g.kW, ki = (row / g.kW) % g.kH, ch = row / (g.kW * g.kH);
+    const int64_t oh = l / g.outW, ow = l % g.outW;
+    const int64_t h = oh * g.sH - g.pH + ki * g.dH, w = ow * g.sW - g.pW + kj * g.dW;
+    cols[i] = (h >= 0 && h < g.H && w >= 0 && w < g.W) ? x[((b * g.C + ch) * g.H + h) * g.W + w] : T(0);
+  }
+}
+
+// x (N, C, H, W) += the cols entries that im2col copied from each element. One thread per
+// input element (it gathers its own contributions: no atomics), 1-D grid-stride.
+template <class T>
+__global__ void col2im_kernel(T* x, const T* cols, Conv2dGeometry g, int64_t n) {
+  const int64_t L = g.outH * g.outW, K = g.C * g.kH * g.kW;
+  for (GS_GRID_STRIDE(i, n)) {
+    const int64_t w = i % g.W, h = (i / g.W) % g.H, ch = (i / (g.W * g.H)) % g.C, b = i / (g.W * g.H * g.C);
+    T acc = T(0);
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      const int64_t hh = h + g.pH - ki * g.dH;
+      if (hh < 0 || hh % g.sH != 0 || hh / g.sH >= g.outH) continue;
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t ww = w + g.pW - kj * g.dW;
+        if (ww < 0 || ww % g.sW != 0 || ww / g.sW >= g.outW) continue;
+        const int64_t row = (ch * g.kH + ki) * g.kW + kj;
+        acc += cols[(b * K + row) * L + (hh / g.sH) * g.outW + ww / g.sW];
+      }
+    }
+    x[i] += acc;
+  }
+}
+
+// out, argmax (N, C, outH, outW) <- x. One thread per output, grid-stride. The first maximum
+// wins ties and the first NaN wins outright; argmax is h * W + w within the plane.
+template <class T>
+__global__ void max_pool_kernel(T* out, int64_t* argmax, const T* x, Conv2dGeometry g, int64_t n) {
+  for (GS_GRID_STRIDE(i, n)) {
+    const int64_t ow = i % g.outW, oh = (i / g.outW) % g.outH, nc = i / (g.outW * g.outH);
+    const T* xp = x + nc * g.H * g.W;
+    T best = T(0);
+    int64_t bi = -1;
+    bool done = false;
+    for (int64_t ki = 0; ki < g.kH && !done; ++ki) {
+      const int64_t h = oh * g.sH - g.pH + ki * g.dH;
+      if (h < 0 || h >= g.H) continue;
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t w = ow * g.sW - g.pW + kj * g.dW;
+        if (w < 0 || w >= g.W) continue;
+        const T v = xp[h * g.W + w];
+        const bool nan = is_nan(v);
+        if (bi < 0 || v > best || nan) {
+          best = v;
+          bi = h * g.W + w;
+          if (nan) {
+            done = true;
+            break;
+          }
+        }
+      }
+    }
+    if (bi < 0) {  // a window entirely in the padding (ops/ rejects such geometry)
+      if constexpr (is_float_v<T>) best = -static_cast<T>(INFINITY);
+    }
+    out[i] = best;
+    argmax[i] = bi;
+  }
+}
+
+// grad_in[nc, argmax] += grad_out. One thread per output gradient, grid-stride; windows may
+// overlap (stride < kernel), hence the atomic.
+template <class T>
+__global__ void max_pool_backward_kernel(T* gi, const T* go, const int64_t* argmax, Conv2dGeometry g, int64_t n) {
+  const int64_t L = g.outH * g.outW;
+  for (GS_GRID_STRIDE(i, n)) {
+    const int64_t a = argmax[i];
+    if (a >= 0) atomic_add(gi + (i / L) * g.H * g.W + a, go[i]);
+  }
+}
+
+// out (N, C, outH, outW) = window sum / (kH * kW) in float64. One thread per output, grid-stride.
+template <class T>
+__global__ void avg_pool_kernel(T* out, const T* x, Conv2dGeometry g, int64_t n) {
+  const double inv = 1.0 / static_cast<double>(g.kH * g.kW);
+  for (GS_GRID_STRIDE(i, n)) {
+    const int64_t ow = i % g.outW, oh = (i / g.outW) % g.outH, nc = i / (g.outW * g.outH);
+    const T* xp = x + nc * g.H * g.W;
+    double s = 0;
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      const int64_t h = oh * g.sH - g.pH + ki;
+      if (h < 0 || h >= g.H) continue;
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t w = ow * g.sW - g.pW + kj;
+        if (w >= 0 && w < g.W) s += static_cast<double>(xp[h * g.W + w]);
+      }
+    }
+    out[i] = static_cast<T>(s * inv);
+  }
+}
+
+// grad_in += grad_out / (kH * kW) over each window. One thread per output gradient, atomics.
+template <class T>
+__global__ void avg_pool_backward_kernel(T* gi, const T* go, Conv2dGeometry g, int64_t n) {
+  const double inv = 1.0 / static_cast<double>(g.kH * g.kW);
+  for (GS_GRID_STRIDE(i, n)) {
+    const int64_t ow = i % g.outW, oh = (i / g.outW) % g.outH, nc = i / (g.outW * g.outH);
+    T* gp = gi + nc * g.H * g.W;
+    const T v = static_cast<T>(static_cast<double>(go[i]) * inv);
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      const int64_t h = oh * g.sH - g.pH + ki;
+      if (h < 0 || h >= g.H) continue;
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t w = ow * g.sW - g.pW + kj;
+        if (w >= 0 && w < g.W) atomic_add(gp + h * g.W + w, v);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void im2col(const DevTensor& cols, const DevTensor& in, const Conv2dGeometry& g) {
+  const int64_t n = cols.numel();
+  if (n == 0) return;
+  dispatch(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_op("im2col", im2col_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(cols.data),
+              static_cast<const T*>(in.data), g, n);
+  });
+}
+
+void col2im(const DevTensor& out, const DevTensor& cols, const Conv2dGeometry& g) {
+  const int64_t n = out.numel();
+  if (n == 0 || g.outH * g.outW == 0) return;
+  dispatch(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>)
+      launch_op("col2im", col2im_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data),
+                static_cast<const T*>(cols.data), g, n);
+  });
+}
+
+void max_pool2d(const DevTensor& out, const DevTensor& argmax, const DevTensor& in, const Conv2dGeometry& g) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_op("max_pool2d", max_pool_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data),
+              static_cast<int64_t*>(argmax.data), static_cast<const T*>(in.data), g, n);
+  });
+}
+
+void max_pool2d_backward(const DevTensor& grad_in, const DevTensor& grad_out, const DevTensor& argmax,
+                         const Conv2dGeometry& g) {
+  const int64_t n = grad_out.numel();
+  if (n == 0) return;
+  dispatch(grad_in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_op("max_pool2d_backward", max_pool_backward_kernel<T>, blocks_for(n), kThreads, 0,
+              static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data),
+              static_cast<const int64_t*>(argmax.data), g, n);
+  });
+}
+
+void avg_pool2d(const DevTensor& out, const DevTensor& in, const Conv2dGeometry& g) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_op("avg_pool2d", avg_pool_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data),
+              static_cast<const T*>(in.data), g, n);
+  });
+}
+
+void avg_pool2d_backward(const DevTensor& grad_in, const DevTensor& grad_out, const Conv2dGeometry& g) {
+  const int64_t n = grad_out.numel();
+  if (n == 0) return;
+  dispatch(grad_in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_op("avg_pool2d_backward", avg_pool_backward_kernel<T>, blocks_for(n), kThreads, 0,
+              static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), g, n);
+  });
+}
+
+}  // namespace gradsleuth::cuda

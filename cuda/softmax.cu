@@ -1,0 +1,81 @@
+// cuda/softmax.cu: row-wise softmax / log_softmax over the last dim of a contiguous (R, C)
+// input, max-subtracted, the denominator summed in float64 (as core/cpu/softmax.cpp).
+#include "cuda/compat.h"
+
+#include <math.h>
+
+#include "cuda/kernel_utils.h"
+
+namespace gradsleuth::cuda {
+
+namespace {
+
+constexpr int kSoftmaxThreads = 128;
+
+// One block per row (grid-stride over the R rows), blockDim.x a power of two <= 128.
+// Shape letters: x, y (R, C) contiguous. A row whose max is NaN or +-inf comes out all NaN.
+template <class T>
+__global__ void softmax_kernel(T* y, const T* x, int64_t R, int64_t C, bool log_out) {
+  __shared__ T mbuf[kSoftmaxThreads];
+  __shared__ double sbuf[kSoftmaxThreads];
+  for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+    const T* xr = x + r * C;
+    T* yr = y + r * C;
+    T m = -static_cast<T>(INFINITY);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const T v = xr[c];
+      if (v != v || m != m) m = (v != v) ? v : m;
+      else m = v > m ? v : m;
+    }
+    mbuf[threadIdx.x] = m;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+      if (threadIdx.x < s) {
+        const T a = mbuf[threadIdx.x], b = mbuf[threadIdx.x + s];
+        mbuf[threadIdx.x] = (a != a) ? a : ((b != b) ? b : (a > b ? a : b));
+      }
+      __syncthreads();
+    }
+    m = mbuf[0];
+    const bool finite = m == m && m != static_cast<T>(INFINITY) && m != -static_cast<T>(INFINITY);
+    double s = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const T e = finite ? static_cast<T>(exp(xr[c] - m)) : T(0);
+      if (!log_out) yr[c] = e;
+      s += static_cast<double>(e);
+    }
+    sbuf[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned k = blockDim.x / 2; k > 0; k /= 2) {
+      if (threadIdx.x < k) sbuf[threadIdx.x] += sbuf[threadIdx.x + k];
+      __syncthreads();
+    }
+    const T sum = static_cast<T>(sbuf[0]);
+    const T nan = static_cast<T>(NAN);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      if (!finite) yr[c] = nan;
+      else if (log_out) yr[c] = (xr[c] - m) - static_cast<T>(log(sum));
+      else yr[c] = yr[c] / sum;
+    }
+    __syncthreads();  // the buffers are reused by the next row
+  }
+}
+
+}  // namespace
+
+void softmax_lastdim(const DevTensor& out, const DevTensor& in, bool log) {
+  const int64_t C = in.g.ndim ? in.g.sizes[in.g.ndim - 1] : 1;
+  const int64_t R = C > 0 ? in.numel() / C : 0;
+  if (R == 0 || C == 0) return;
+  unsigned threads = 1;
+  while (threads < static_cast<unsigned>(kSoftmaxThreads) && static_cast<int64_t>(threads) < C) threads *= 2;
+  const unsigned grid = static_cast<unsigned>(R < kMaxBlocks ? R : kMaxBlocks);
+  dispatch(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (is_float_v<T>)
+      launch_op(log ? "log_softmax" : "softmax", softmax_kernel<T>, grid, threads, 0, static_cast<T*>(out.data),
+                static_cast<const T*>(in.data), R, C, log);
+  });
+}
+
+}  // namespace gradsleuth::cuda
