@@ -11,25 +11,27 @@ namespace gradsleuth::cuda {
 
 namespace {
 
-// cols (N, C*kH*kW, L) <- x (N, C, H, W); zero outside the padded plane. One thread per cols
-// element, 1-D grid-stride.
+// cols (N, C*kH*kW, L) <- x (N, C, H, W); zero outside the padded plane. cols[b][row][l] is at
+// b * sN + row * sK + l (conv2d passes a (CK, N, L) buffer: sN = L, sK = N * L). One thread per
+// cols element, 1-D grid-stride.
 template <class T>
-__global__ void im2col_kernel(T* cols, const T* x, Conv2dGeometry g, int64_t n) {
+__global__ void im2col_kernel(T* cols, const T* x, Conv2dGeometry g, int64_t n, int64_t sN, int64_t sK) {
   const int64_t L = g.outH * g.outW, K = g.C * g.kH * g.kW;
   for (GS_GRID_STRIDE(i, n)) {
     const int64_t l = i % L, row = (i / L) % K, b = i / (L * K);
     const int64_t kj = row % g.kW, ki = (row / g.kW) % g.kH, ch = row / (g.kW * g.kH);
     const int64_t oh = l / g.outW, ow = l % g.outW;
     const int64_t h = oh * g.sH - g.pH + ki * g.dH, w = ow * g.sW - g.pW + kj * g.dW;
-    cols[i] = (h >= 0 && h < g.H && w >= 0 && w < g.W) ? x[((b * g.C + ch) * g.H + h) * g.W + w] : T(0);
+    cols[b * sN + row * sK + l] =
+        (h >= 0 && h < g.H && w >= 0 && w < g.W) ? x[((b * g.C + ch) * g.H + h) * g.W + w] : T(0);
   }
 }
 
-// x (N, C, H, W) += the cols entries that im2col copied from each element. One thread per
-// input element (it gathers its own contributions: no atomics), 1-D grid-stride.
+// x (N, C, H, W) += the cols entries that im2col copied from each element (cols strided as in
+// im2col_kernel). One thread per input element (it gathers its own contributions: no
+// atomics), 1-D grid-stride.
 template <class T>
-__global__ void col2im_kernel(T* x, const T* cols, Conv2dGeometry g, int64_t n) {
-  const int64_t L = g.outH * g.outW, K = g.C * g.kH * g.kW;
+__global__ void col2im_kernel(T* x, const T* cols, Conv2dGeometry g, int64_t n, int64_t sN, int64_t sK) {
   for (GS_GRID_STRIDE(i, n)) {
     const int64_t w = i % g.W, h = (i / g.W) % g.H, ch = (i / (g.W * g.H)) % g.C, b = i / (g.W * g.H * g.C);
     T acc = T(0);
@@ -40,7 +42,7 @@ __global__ void col2im_kernel(T* x, const T* cols, Conv2dGeometry g, int64_t n) 
         const int64_t ww = w + g.pW - kj * g.dW;
         if (ww < 0 || ww % g.sW != 0 || ww / g.sW >= g.outW) continue;
         const int64_t row = (ch * g.kH + ki) * g.kW + kj;
-        acc += cols[(b * K + row) * L + (hh / g.sH) * g.outW + ww / g.sW];
+        acc += cols[b * sN + row * sK + (hh / g.sH) * g.outW + ww / g.sW];
       }
     }
     x[i] += acc;
@@ -141,7 +143,7 @@ void im2col(const DevTensor& cols, const DevTensor& in, const Conv2dGeometry& g)
   dispatch(in.dtype, [&](auto tag) {
     using T = decltype(tag);
     launch_op("im2col", im2col_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(cols.data),
-              static_cast<const T*>(in.data), g, n);
+              static_cast<const T*>(in.data), g, n, cols.g.strides[0], cols.g.strides[1]);
   });
 }
 
@@ -152,7 +154,7 @@ void col2im(const DevTensor& out, const DevTensor& cols, const Conv2dGeometry& g
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>)
       launch_op("col2im", col2im_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data),
-                static_cast<const T*>(cols.data), g, n);
+                static_cast<const T*>(cols.data), g, n, cols.g.strides[0], cols.g.strides[1]);
   });
 }
 
