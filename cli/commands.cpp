@@ -5,11 +5,11 @@ namespace gradsleuth::cli {
 
 std::vector<Command> all_commands() {
   return {
-      {"checks", "list the debug module's checks (CHECKS.md): id, name, source, C++ entry point", cmd_checks},
+      {"checks", "list the debug module's checks: id, name, C++ entry point, sources (docs/checks.md)", cmd_checks},
       {"doctor", "run every check on a model (optionally with injected bugs) and write an HTML report", cmd_doctor},
       {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
        cmd_demo},
-      {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},
+      {"gradcheck", "check every op's backward against central differences (M13 numeric gradient check)", cmd_gradcheck},
       {"lab", "list the course labs (tutorials/) and grade your code for one: gradsleuth lab check N", cmd_lab},
       {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
       {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},

@@ -522,7 +522,7 @@ TEST_CASE("L6 on the reference MLP (BatchNorm, Dropout, Fashion-MNIST): mean 1.0
 
 // ---- L7 fitting diagnosis -------------------------------------------------------------
 
-TEST_CASE("L7 diagnose_fitting: seed 004's rule with named thresholds") {
+TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
   // Underfitting needs more than 50 epochs.
   auto fs = dbg::diagnose_fitting(std::vector<double>(60, 0.8), std::vector<double>(60, 0.85));
   REQUIRE(fs.size() == 1);
