@@ -303,7 +303,7 @@ std::vector<Finding> NormHistory::findings() const {
                     {"gradient norm after (median)", sus_level, ""},
                     {"records in sustained spikes", static_cast<double>(sustained), ""},
                     {"lone spikes", static_cast<double>(lone), ""}};
-      f.cause = std::string("gradient-norm spikes announce unstable training before it diverges. ") +
+      f.cause = std::string("gradient-norm spikes announce unstable training before it diverges; ") +
                 kCauseExploding;
       f.fix = std::string(kFixExploding) + "; weight decay also bounds the weights";
       out.push_back(f);
