@@ -26,7 +26,7 @@ void warn(const Warning& w);
 // previous one, so a caller can chain to it or put it back.
 WarningHandler set_warning_handler(WarningHandler handler);
 
-// The default: prints "gradsleuth: warning [O5] Adam: ..." to stderr, once per
+// The default: prints "gradsleuth: warning [O5 forgotten zero_grad] Adam: ..." to stderr, once per
 // (check, where) for the life of the process.
 void print_warning_once(const Warning& w);
 
