@@ -41,7 +41,7 @@ struct Finding {
   std::string op;         // registry op name ("log", "add")
   std::string shape;      // "[64, 10]"
   std::vector<Evidence> evidence;
-  std::string cause;  // the likely cause (the seed documents' tables)
+  std::string cause;  // the likely cause (the cause tables of docs/checks.md)
   std::string fix;    // what to do about it
   int64_t step = -1;  // training step when it was found (-1: outside training)
   int64_t count = 1;  // how many times a Report saw it (see Report::add)

@@ -546,7 +546,7 @@ TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
   CHECK(ev(fs[0], "gap") == doctest::Approx(0.02));
 
   // One bad validation epoch at the end: the 3-epoch window does not call it overfitting;
-  // the seed's single-epoch reading (fitting_window 1) does.
+  // the textbook single-epoch reading (fitting_window 1) does.
   const std::vector<double> tr = {0.5, 0.4, 0.35, 0.33}, va = {0.5, 0.42, 0.4, 0.7};
   CHECK_FALSE(any_fires(dbg::diagnose_fitting(tr, va)));
   dbg::LossCheckOptions one;
