@@ -1,5 +1,5 @@
-// gradsleuth checks: the catalogue of the debug module's checks (CHECKS.md),
-// with where each one lives in the C++ API and on the command line.
+// gradsleuth checks: the catalogue of the debug module's checks, with their
+// public sources and where each one lives in the C++ API and on the command line.
 #include <cstdio>
 #include <iostream>
 
@@ -12,13 +12,42 @@ namespace gradsleuth::cli {
 
 int cmd_checks(const std::vector<std::string>& args) {
   Args a("checks", args);
-  a.about("Lists every check of the debug module (../shared/CHECKS.md: D1-D10 data, L1-L7 loss, M1-M20 model,\n"
-          "O1-O6 optimisation, W1-W8 workflow) with its source documents, its C++ entry point and whether it\n"
-          "is implemented. docs/checks.md explains each one. --id shows one check in full.");
+  a.about("Lists every check of the debug module (D1-D10 data, L1-L7 loss, M1-M20 model, O1-O6 optimisation,\n"
+          "W1-W8 workflow) with its C++ entry point, whether it is implemented and the public sources it comes\n"
+          "from (short titles; --id and --sources give them in full). docs/checks.md explains each check: its\n"
+          "rule, thresholds and likely causes. --id shows one check in full.");
   a.flag("list", "list the checks (the default)");
   a.flag("json", "print [{\"id\":\"D1\",\"name\":...,\"implemented\":true,...}, ...] instead of the table");
   a.option("id", "ID", "show only this check (e.g. M7)");
+  a.flag("sources", "list the sources the checks cite, by full title");
   if (!a.parse()) return 0;
+
+  if (a.has("sources")) {
+    if (a.has("json")) {
+      std::cout << "[";
+      bool first = true;
+      for (const debug::SourceInfo& s : debug::all_sources()) {
+        std::cout << (first ? "" : ",") << "{\"short\":" << json_str(s.short_name) << ",\"title\":"
+                  << json_str(s.title) << ",\"about\":" << json_str(s.about) << "}";
+        first = false;
+      }
+      std::cout << "]\n";
+      return 0;
+    }
+    for (const debug::SourceInfo& s : debug::all_sources())
+      std::printf("%-26s %s\n%-26s   %s\n", s.short_name.c_str(), s.title.c_str(), "", s.about.c_str());
+    return 0;
+  }
+
+  // A check's sources by full title ("Karpathy 2019" -> Andrej Karpathy, "A Recipe for ...").
+  auto titles = [](const debug::CheckInfo& c) {
+    std::vector<std::string> t;
+    for (const std::string& s : c.sources) {
+      const debug::SourceInfo* si = debug::find_source(s);
+      t.push_back(si ? si->title : s);
+    }
+    return t;
+  };
 
   std::vector<const debug::CheckInfo*> rows;
   if (a.has("id")) {
@@ -35,7 +64,7 @@ int cmd_checks(const std::vector<std::string>& args) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const debug::CheckInfo& c = *rows[i];
       std::cout << (i ? "," : "") << "{\"id\":" << json_str(c.id) << ",\"name\":" << json_str(c.name)
-                << ",\"group\":" << json_str(c.group) << ",\"sources\":" << json_str(c.sources)
+                << ",\"group\":" << json_str(c.group) << ",\"sources\":" << json_list(titles(c))
                 << ",\"what\":" << json_str(c.what) << ",\"api\":" << json_str(c.api)
                 << ",\"cli\":" << json_str(c.cli) << ",\"implemented\":" << json_bool(c.implemented) << "}";
     }
@@ -44,20 +73,25 @@ int cmd_checks(const std::vector<std::string>& args) {
   }
   if (a.has("id")) {
     const debug::CheckInfo& c = *rows[0];
-    std::printf("%s  %s (%s)\n  sources:     %s\n  what:        %s\n  C++:         %s\n  command:     %s\n"
-                "  implemented: %s\n",
-                c.id.c_str(), c.name.c_str(), c.group.c_str(), c.sources.c_str(), c.what.c_str(), c.api.c_str(),
+    std::printf("%s  %s (%s)\n  what:        %s\n  C++:         %s\n  command:     %s\n  implemented: %s\n",
+                c.id.c_str(), c.name.c_str(), c.group.c_str(), c.what.c_str(), c.api.c_str(),
                 c.cli.empty() ? "-" : c.cli.c_str(), c.implemented ? "yes" : "no");
+    const std::vector<std::string> t = titles(c);
+    for (size_t i = 0; i < t.size(); ++i) std::printf("  %s %s\n", i ? "            " : "sources:    ", t[i].c_str());
+    std::printf("  details:     docs/checks.md, section %s\n", c.id.c_str());
     return 0;
   }
-  std::printf("%-4s %-36s %-13s %-14s %-5s %s\n", "id", "check", "group", "sources", "impl", "C++ entry point");
+  // The sources column is last: its short titles vary in length.
+  std::printf("%-4s %-36s %-13s %-5s %-40s %s\n", "id", "check", "group", "impl", "C++ entry point", "sources");
   int done = 0;
   for (const debug::CheckInfo* c : rows) {
-    std::printf("%-4s %-36s %-13s %-14s %-5s %s\n", c->id.c_str(), c->name.c_str(), c->group.c_str(),
-                c->sources.c_str(), c->implemented ? "yes" : "no", c->api.c_str());
+    std::printf("%-4s %-36s %-13s %-5s %-40s %s\n", c->id.c_str(), c->name.c_str(), c->group.c_str(),
+                c->implemented ? "yes" : "no", c->api.c_str(), debug::sources_str(*c).c_str());
     done += c->implemented ? 1 : 0;
   }
-  std::printf("%zu checks, %d implemented\n", rows.size(), done);
+  std::printf("%zu checks, %d implemented; sources by full title: gradsleuth checks --sources; "
+              "each check's rule, thresholds and causes: docs/checks.md\n",
+              rows.size(), done);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "cli/json.h"
 #include "core/autograd.h"
 #include "debug/activation_stats.h"
+#include "debug/checks.h"
 #include "debug/html_report.h"
 #include "debug/memory.h"
 #include "debug/profiler.h"
@@ -191,7 +192,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
                   {"final training loss", debug::fmt_num(r.final_loss)},
                   {"checks that fired", r.fired.empty() ? "none" : [&] {
                      std::string s;
-                     for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + c;
+                     for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + debug::check_label(c);
                      return s;
                    }()}};
   {
@@ -239,9 +240,9 @@ int cmd_doctor(const std::vector<std::string>& args) {
   std::cout << "\n" << r.report.str(a.has("verbose"));
   std::cout << "\nchecks that fired: ";
   if (r.fired.empty()) std::cout << "none";
-  for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? ", " : "") << r.fired[i];
-  std::cout << "\n\n== where the step time goes (W7, 10 steps) ==\n" << profile_text << "\n";
-  if (!memory_text.empty()) std::cout << "== memory (W8, one step) ==\n" << memory_text << "\n";
+  for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? ", " : "") << debug::check_label(r.fired[i]);
+  std::cout << "\n\n== where the step time goes (W7 profiler, 10 steps) ==\n" << profile_text << "\n";
+  if (!memory_text.empty()) std::cout << "== memory (W8 memory report, one step) ==\n" << memory_text << "\n";
   std::cout << "report: " << out << "/report.html, metrics: " << out << "/metrics.csv\n";
   return 0;
 }

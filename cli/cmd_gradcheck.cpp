@@ -1,5 +1,5 @@
 // gradsleuth gradcheck: every registered op's backward against central
-// differences in float64 (CHECKS.md M13), as a table or one JSON object.
+// differences in float64 (check M13, numeric gradient check), as a table or one JSON object.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -93,7 +93,7 @@ void print_table(const std::vector<debug::OpCheckRow>& rows) {
 
 int cmd_gradcheck(const std::vector<std::string>& args) {
   Args a("gradcheck", args);
-  a.about("Numeric gradient check (CHECKS.md M13): for every op in the registry and each of its sample inputs\n"
+  a.about("Numeric gradient check (check M13): for every op in the registry and each of its sample inputs\n"
           "(float64, incl. broadcasting and non-contiguous cases), compares autograd's gradient with central\n"
           "differences (f(x+eps) - f(x-eps)) / 2eps, element by element, and reports the worst element.\n"
           "Ops flagged double_backward also get a second-order check (the backward of the backward).\n"

@@ -5,13 +5,13 @@ namespace gradsleuth::cli {
 
 std::vector<Command> all_commands() {
   return {
-      {"checks", "list the debug module's checks (CHECKS.md): id, name, source, C++ entry point", cmd_checks},
+      {"checks", "list the debug module's checks: id, name, C++ entry point, sources (docs/checks.md)", cmd_checks},
       {"doctor", "run every check on a model (optionally with injected bugs) and write an HTML report", cmd_doctor},
       {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
        cmd_demo},
       {"devices", "list the CUDA devices this build sees (or why none), and whether the CPU emulator is built",
        cmd_devices},
-      {"gradcheck", "check every op's backward against central differences (CHECKS.md M13)", cmd_gradcheck},
+      {"gradcheck", "check every op's backward against central differences (M13 numeric gradient check)", cmd_gradcheck},
       {"kernels", "the kernel workbench: numbered CUDA kernel versions, validated (emulator) or timed (GPU)",
        cmd_kernels},
       {"lab", "list the course labs (tutorials/) and grade your code for one: gradsleuth lab check N", cmd_lab},

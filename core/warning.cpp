@@ -16,14 +16,27 @@ WarningHandler& handler() {
 }
 }  // namespace
 
+namespace {
+// The names of the checks the core library itself warns for, as in the debug
+// module's catalogue (debug/checks.cpp), so the printout names the check by id
+// and name; core does not depend on debug.
+std::string check_label(const std::string& id) {
+  if (id == "O5") return "O5 forgotten zero_grad";
+  if (id == "M2") return "M2 train/eval mode";
+  return id;
+}
+}  // namespace
+
 void print_warning_once(const Warning& w) {
   static std::set<std::pair<std::string, std::string>> seen;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (!seen.insert({w.check, w.where}).second) return;
   }
-  std::fprintf(stderr, "gradsleuth: warning%s%s%s %s: %s\n", w.check.empty() ? "" : " [",
-               w.check.c_str(), w.check.empty() ? "" : "]", w.where.c_str(), w.message.c_str());
+  // "gradsleuth: warning [O5 forgotten zero_grad] Adam: ..."
+  const std::string label = check_label(w.check);
+  std::fprintf(stderr, "gradsleuth: warning%s%s%s %s: %s\n", w.check.empty() ? "" : " [", label.c_str(),
+               w.check.empty() ? "" : "]", w.where.c_str(), w.message.c_str());
 }
 
 void warn(const Warning& w) {

@@ -12,7 +12,7 @@
 namespace gradsleuth {
 
 struct Warning {
-  std::string check;    // the CHECKS.md id this belongs to ("O5", "M2"), or "" for a general warning
+  std::string check;    // the id of the debug check this belongs to ("O5", "M2"; docs/checks.md), or "" for a general warning
   std::string where;    // what raised it: "Adam", "Dropout(p=0.5)", a module path
   std::string message;  // what happened, why it matters, and the fix
 };
@@ -26,7 +26,7 @@ void warn(const Warning& w);
 // previous one, so a caller can chain to it or put it back.
 WarningHandler set_warning_handler(WarningHandler handler);
 
-// The default: prints "gradsleuth: warning [O5] Adam: ..." to stderr, once per
+// The default: prints "gradsleuth: warning [O5 forgotten zero_grad] Adam: ..." to stderr, once per
 // (check, where) for the life of the process.
 void print_warning_once(const Warning& w);
 

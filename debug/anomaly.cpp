@@ -18,7 +18,8 @@ std::string shapes_of(const Tensor* ts, size_t n) {
   return s;
 }
 
-// Causes of a NaN/Inf by the op that produced it (seed 000's loss guide and 002's playbook).
+// Causes of a NaN/Inf by the op that produced it (the NaN/Inf rows of the loss-debugging
+// cause table in docs/checks.md, L1 and W4).
 std::string cause_for_op(const std::string& op, bool backward) {
   if (op == "log" || op == "log_softmax" || op == "log1p")
     return "log of zero or of a negative number: typically log(softmax(x)) where softmax underflowed to 0, or "

@@ -1,4 +1,5 @@
-// The catalogue of checks (see checks.h). Words in `what` are CHECKS.md's.
+// The catalogue of checks (see checks.h): per check its id, name, group,
+// sources (short titles, listed in full by all_sources()), rule and entry points.
 #include "debug/checks.h"
 
 #include <algorithm>
@@ -6,170 +7,205 @@
 
 namespace gradsleuth::debug {
 
+const std::vector<SourceInfo>& all_sources() {
+  static const std::vector<SourceInfo> table = {
+      {"Debugging Training", "\"Debugging Training\" (course notes, advanced level)",
+       "the debugging mindset; data, gradient and loss problems, with cause tables for a loss that is NaN, Inf, "
+       "stuck high, oscillating, or falling on train while rising on validation, and for vanishing and exploding "
+       "gradients"},
+      {"Debugging neural networks", "\"Debugging neural networks\" (blog post, 2023)",
+       "strong baselines, overfitting one batch, reproducibility, gradient and weight norms, practical tips"},
+      {"Troubleshooting Tips", "\"Troubleshooting Tips: Deep Learning Training Issues\" (2025)",
+       "notes from debugging NaN losses in a text-to-speech project: non-finite inputs, masked batches, mixed "
+       "precision, devices and dtypes, a pre-training checklist"},
+      {"debug-training", "\"debug-training\" (a checklist of common training problems)",
+       "loss not decreasing, learning rate, initialisation, frozen parameters, a one-page diagnosis report"},
+      {"Systematic Methodology",
+       "\"A Systematic Methodology for Debugging Deep Learning Models: From Locating Problems to Optimising "
+       "Performance\" (\u6df1\u5ea6\u5b66\u4e60\u6a21\u578b\u8c03\u8bd5\u7684\u7cfb\u7edf\u5316\u65b9\u6cd5\u8bba)",
+       "locating problems step by step: shapes, NaN sources, gradient checks, dead units, under- and overfitting "
+       "from train/validation curves, memory"},
+      {"Karpathy 2019", "Andrej Karpathy, \"A Recipe for Training Neural Networks\" (2019)",
+       "look at the data, verify the loss at initialisation, input-independent baseline, overfit one batch, use "
+       "backprop to chart dependencies, fix the random seed"},
+      {"PyTorch docs", "PyTorch documentation: torch.autograd (anomaly detection, gradcheck, in-place correctness "
+       "checks)",
+       "torch.autograd.detect_anomaly, torch.autograd.gradcheck, and the version counter that rejects in-place "
+       "changes to tensors saved for backward"},
+  };
+  return table;
+}
+
+const SourceInfo* find_source(std::string_view short_name) {
+  for (const SourceInfo& s : all_sources())
+    if (s.short_name == short_name) return &s;
+  return nullptr;
+}
+
 const std::vector<CheckInfo>& all_checks() {
   static const std::vector<CheckInfo> table = {
       // ---- data --------------------------------------------------------------------------------
-      {"D1", "batch sanity report", "data", "000, 003",
+      {"D1", "batch sanity report", "data", {"Debugging Training", "debug-training", "Karpathy 2019"},
        "shape, dtype, device, min/max, mean/std of inputs and labels of one batch", "debug::check_batch",
        "gradsleuth doctor", true},
-      {"D2", "non-finite inputs", "data", "000, 002", "count NaN / Inf in inputs (and labels); fail loudly",
+      {"D2", "non-finite inputs", "data", {"Debugging Training", "Troubleshooting Tips"}, "count NaN / Inf in inputs (and labels); fail loudly",
        "debug::check_finite_inputs", "gradsleuth doctor", true},
-      {"D3", "label distribution", "data", "000", "class counts, imbalance ratio; warn on strong imbalance",
+      {"D3", "label distribution", "data", {"Debugging Training"}, "class counts, imbalance ratio; warn on strong imbalance",
        "debug::check_label_distribution", "gradsleuth doctor", true},
-      {"D4", "input/label alignment", "data", "000, 001",
+      {"D4", "input/label alignment", "data", {"Debugging Training", "Debugging neural networks"},
        "verify that each (x, y) a loader yields is a pair that exists in the dataset (by hashing x back to its "
        "index); catches X shuffled without Y",
        "debug::check_alignment", "gradsleuth doctor --bug B07", true},
-      {"D5", "normalisation", "data", "000, 001",
+      {"D5", "normalisation", "data", {"Debugging Training", "Debugging neural networks"},
        "per-feature mean ~ 0 / std ~ 1 (or range [0,1]); warn on raw 0..255 pixels or features whose scales "
        "differ by orders of magnitude",
        "debug::check_normalisation", "gradsleuth doctor --bug B25", true},
-      {"D6", "label shape vs loss", "data", "001",
+      {"D6", "label shape vs loss", "data", {"Debugging neural networks"},
        "labels (B,1) against predictions (B,) or the reverse: say so before the loss broadcasts",
        "debug::check_label_shape", "gradsleuth doctor --bug B01", true},
-      {"D7", "data leakage", "data", "000",
+      {"D7", "data leakage", "data", {"Debugging Training"},
        "normalisation statistics must be fitted on the training split only; flag statistics fitted on data that "
        "includes validation/test rows",
        "debug::check_leakage", "gradsleuth doctor --bug B06", true},
-      {"D8", "shuffling / batch diversity", "data", "000",
+      {"D8", "shuffling / batch diversity", "data", {"Debugging Training"},
        "flag batches that hold a single class (sorted data, shuffle off)", "debug::check_batch_diversity",
        "gradsleuth doctor --bug B28", true},
-      {"D9", "label encoding", "data", "000", "labels integral, 0-indexed, inside [0, C)",
+      {"D9", "label encoding", "data", {"Debugging Training"}, "labels integral, 0-indexed, inside [0, C)",
        "debug::check_label_encoding", "gradsleuth doctor --bug B26", true},
-      {"D10", "same preprocessing for every split", "data", "000",
+      {"D10", "same preprocessing for every split", "data", {"Debugging Training"},
        "flag a split whose statistics differ from train after preprocessing", "debug::check_split_consistency",
        "gradsleuth doctor", true},
       // ---- loss and metrics --------------------------------------------------------------------
-      {"L1", "loss symptom diagnosis", "loss", "000, 003, 004",
+      {"L1", "loss symptom diagnosis", "loss", {"Debugging Training", "debug-training", "Systematic Methodology"},
        "from the loss history: NaN, Inf, stuck high, oscillating wildly, train down / val up, each mapped to the "
        "likely causes of the loss debugging guide",
        "debug::diagnose_loss_history", "gradsleuth doctor --bug B24", true},
-      {"L2", "double softmax", "loss", "000",
+      {"L2", "double softmax", "loss", {"Debugging Training"},
        "cross-entropy fed with probabilities (rows already sum to 1, all >= 0)", "debug::check_cross_entropy_input",
        "gradsleuth doctor --bug B08", true},
-      {"L3", "BCE on logits", "loss", "000", "binary cross-entropy fed with values outside [0,1]",
+      {"L3", "BCE on logits", "loss", {"Debugging Training"}, "binary cross-entropy fed with values outside [0,1]",
        "debug::check_bce_input", "gradsleuth doctor --bug B09", true},
-      {"L4", "initial loss", "loss", "001",
+      {"L4", "initial loss", "loss", {"Debugging neural networks", "Karpathy 2019"},
        "first cross-entropy ~ log(C) (also BCE/MSE with a stated expectation); warn when far off",
        "debug::check_initial_loss", "gradsleuth doctor", true},
-      {"L5", "all labels masked", "loss", "002",
+      {"L5", "all labels masked", "loss", {"Troubleshooting Tips"},
        "cross-entropy with every label = ignore_index must not produce NaN silently; warn",
        "debug::check_masked_targets", "gradsleuth doctor --bug B19", true},
-      {"L6", "wrong reduction", "loss", "000", "sum vs mean: gradient scale grows with batch size",
+      {"L6", "wrong reduction", "loss", {"Debugging Training"}, "sum vs mean: gradient scale grows with batch size",
        "debug::check_loss_reduction", "gradsleuth doctor --bug B03", true},
-      {"L7", "fitting diagnosis", "loss", "004, 003",
+      {"L7", "fitting diagnosis", "loss", {"Systematic Methodology", "debug-training"},
        "underfitting / overfitting / normal from train and validation curves", "debug::diagnose_fitting",
        "gradsleuth doctor", true},
       // ---- model ---------------------------------------------------------------------------------
-      {"M1", "shape trace / model summary", "model", "001, 004",
+      {"M1", "shape trace / model summary", "model", {"Debugging neural networks", "Systematic Methodology"},
        "every module's output shape and parameter count on a sample batch", "debug::shape_trace",
        "gradsleuth doctor", true},
-      {"M2", "train/eval mode", "model", "000",
+      {"M2", "train/eval mode", "model", {"Debugging Training"},
        "validation or inference run with Dropout/BatchNorm in training mode",
        "nn::Dropout / nn::BatchNorm warnings, debug::Monitor", "gradsleuth doctor --bug B05", true},
-      {"M3", "activation after final layer", "model", "000",
+      {"M3", "activation after final layer", "model", {"Debugging Training"},
        "logits that cannot be negative (ReLU/sigmoid before cross-entropy)", "debug::check_final_activation",
        "gradsleuth doctor --bug B10", true},
-      {"M4", "unintended shared weights", "model", "000", "one parameter registered under two module paths",
+      {"M4", "unintended shared weights", "model", {"Debugging Training"}, "one parameter registered under two module paths",
        "debug::check_shared_weights", "gradsleuth doctor --bug B11", true},
-      {"M5", "gradient flow / detached tensors", "model", "000, 002",
+      {"M5", "gradient flow / detached tensors", "model", {"Debugging Training", "Troubleshooting Tips"},
        "trainable parameters that get no gradient after backward (detach, wrong freezing, unused layer)",
        "debug::check_gradient_flow", "gradsleuth doctor --bug B12", true},
-      {"M6", "batch-mixing gradient test", "model", "001",
+      {"M6", "batch-mixing gradient test", "model", {"Debugging neural networks", "Karpathy 2019"},
        "loss = output[i] weighted and summed: input gradient zero for every row != i and non-zero for row i "
        "(three rows probed); BatchNorm in "
        "train mode reported as expected coupling",
        "debug::batch_mixing_test", "gradsleuth doctor --bug B13", true},
-      {"M7", "dead-ReLU statistics", "model", "004",
+      {"M7", "dead-ReLU statistics", "model", {"Systematic Methodology"},
        "per ReLU layer: fraction of units never active over a batch and over a dataset pass; flag >= 0.7 dead; "
        "say whether units died at initialisation or during training",
        "debug::DeadReluTracker", "gradsleuth doctor --bug B18", true},
-      {"M8", "saturation statistics", "model", "000",
+      {"M8", "saturation statistics", "model", {"Debugging Training"},
        "fraction of sigmoid/tanh pre-activations beyond +-5; flag a layer above 0.5", "debug::SaturationTracker",
        "gradsleuth doctor --bug B17", true},
-      {"M9", "initialisation", "model", "001, 002, 003",
+      {"M9", "initialisation", "model", {"Debugging neural networks", "Troubleshooting Tips", "debug-training"},
        "per-layer weight std against the He/Xavier expectation; flag far-off layers", "debug::check_initialisation",
        "gradsleuth doctor --bug B16", true},
-      {"M10", "trainable / frozen report", "model", "002, 003",
+      {"M10", "trainable / frozen report", "model", {"Troubleshooting Tips", "debug-training"},
        "counts per module; parameters frozen that an optimizer expects, or trainable ones missing from the "
        "optimizer",
        "debug::check_trainable", "gradsleuth doctor --bug B15", true},
-      {"M11", "device / dtype consistency", "model", "002",
+      {"M11", "device / dtype consistency", "model", {"Troubleshooting Tips"},
        "parameters and inputs on mixed devices or dtypes (float64 inputs into a float32 model)",
        "debug::check_devices_dtypes", "gradsleuth doctor --bug B27", true},
-      {"M12", "NaN/Inf source in forward", "model", "002, 004",
+      {"M12", "NaN/Inf source in forward", "model", {"Troubleshooting Tips", "Systematic Methodology"},
        "name the first module/op whose output turned non-finite", "debug::find_nonfinite_source",
        "gradsleuth doctor --bug B20", true},
-      {"M13", "numeric gradient check", "model", "004, 000",
+      {"M13", "numeric gradient check", "model", {"Systematic Methodology", "Debugging Training", "PyTorch docs"},
        "central differences in float64 against the analytic gradient; relative error per element, worst element "
        "reported",
        "debug::gradcheck, debug::gradcheck_module", "gradsleuth gradcheck --all-ops; gradsleuth doctor --bug B22",
        true},
-      {"M14", "overfit one batch", "model", "000, 001",
+      {"M14", "overfit one batch", "model", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"},
        "loss -> ~0 and accuracy -> 1 on one small batch within N steps", "debug::overfit_one_batch",
        "gradsleuth doctor", true},
-      {"M15", "input-independent baseline", "model", "001",
+      {"M15", "input-independent baseline", "model", {"Debugging neural networks", "Karpathy 2019"},
        "training on zeroed inputs must do worse than on real inputs", "debug::input_independent_baseline",
        "gradsleuth doctor", true},
-      {"M16", "capacity check", "model", "001", "a larger model must reach a lower training loss",
+      {"M16", "capacity check", "model", {"Debugging neural networks"}, "a larger model must reach a lower training loss",
        "debug::capacity_check", "gradsleuth doctor", true},
-      {"M17", "BatchNorm running statistics", "model", "004",
+      {"M17", "BatchNorm running statistics", "model", {"Systematic Methodology"},
        "BatchNorm without running statistics (or never updated) used at eval", "debug::check_batchnorm_stats",
        "gradsleuth doctor --bug B23", true},
-      {"M18", "reduced-precision compatibility", "model", "002",
+      {"M18", "reduced-precision compatibility", "model", {"Troubleshooting Tips"},
        "the same forward in float32 and in half precision: flag NaN/Inf or a large loss gap and the module "
        "responsible",
        "debug::check_half_precision", "gradsleuth doctor --bug B21", true},
-      {"M19", "broadcasting detection", "model", "000, 001",
+      {"M19", "broadcasting detection", "model", {"Debugging Training", "Debugging neural networks"},
        "an elementwise op whose operands are both expanded ((100,1)+(1,100) -> (100,100)), or a loss whose inputs "
        "differ in shape; warn or raise by mode",
        "debug::BroadcastDetector", "gradsleuth doctor --bug B01", true},
-      {"M20", "in-place detection", "model", "000",
+      {"M20", "in-place detection", "model", {"Debugging Training", "PyTorch docs"},
        "an in-place op on a tensor saved for backward raises, naming the tensor, the op that saved it, the in-place "
        "op that modified it, and the versions",
        "core autograd (SavedTensor); debug::inplace_finding", "gradsleuth doctor --bug B02", true},
       // ---- optimisation -------------------------------------------------------------------------
-      {"O1", "gradient health", "optimisation", "000, 002, 003, 004",
+      {"O1", "gradient health", "optimisation", {"Debugging Training", "Troubleshooting Tips", "debug-training", "Systematic Methodology"},
        "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "
        "gradient-norm ratio (vanishing < 1e-3, exploding > 70)",
        "debug::check_gradient_health", "gradsleuth doctor --bug B17", true},
-      {"O2", "gradient-norm history", "optimisation", "001, 002", "per-layer norms over steps; spike detection",
+      {"O2", "gradient-norm history", "optimisation", {"Debugging neural networks", "Troubleshooting Tips"}, "per-layer norms over steps; spike detection",
        "debug::NormHistory", "gradsleuth doctor", true},
-      {"O3", "weight-norm history", "optimisation", "001", "steadily growing weight norm = early divergence",
+      {"O3", "weight-norm history", "optimisation", {"Debugging neural networks"}, "steadily growing weight norm = early divergence",
        "debug::NormHistory", "gradsleuth doctor", true},
-      {"O4", "non-finite weights", "optimisation", "000", "NaN/Inf in any parameter after a step",
+      {"O4", "non-finite weights", "optimisation", {"Debugging Training"}, "NaN/Inf in any parameter after a step",
        "debug::check_finite_weights", "gradsleuth doctor", true},
-      {"O5", "forgotten zero_grad", "optimisation", "000",
+      {"O5", "forgotten zero_grad", "optimisation", {"Debugging Training"},
        "gradients accumulated across steps without an explicit opt-in",
        "optim::Optimizer::step warning; debug::Monitor", "gradsleuth doctor --bug B04", true},
-      {"O6", "learning-rate diagnosis", "optimisation", "000",
+      {"O6", "learning-rate diagnosis", "optimisation", {"Debugging Training"},
        "too high (oscillation/divergence) or too low (flat loss) from the loss history, and the update-to-weight "
        "ratio per layer outside [1e-5, 1e-1]",
        "debug::diagnose_learning_rate, debug::UpdateRatioTracker", "gradsleuth doctor --bug B24", true},
       // ---- workflow ------------------------------------------------------------------------------
-      {"W1", "reproducibility", "workflow", "000, 001", "seed everything; two runs with one seed give identical losses",
+      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses",
        "debug::check_reproducible", "gradsleuth doctor", true},
-      {"W2", "pre-training gate", "workflow", "002, 000",
+      {"W2", "pre-training gate", "workflow", {"Troubleshooting Tips", "Debugging Training"},
        "one call: devices, trainable parameters, forward, backward, non-finite gradients, overfit-one-batch, "
        "initial loss",
        "debug::pretrain_gate", "gradsleuth doctor", true},
-      {"W3", "training stability monitor", "workflow", "000",
+      {"W3", "training stability monitor", "workflow", {"Debugging Training"},
        "per step/epoch: loss finite, grad norms healthy every N steps, weights finite, validation improving, early "
        "stopping",
        "debug::Monitor", "gradsleuth doctor", true},
-      {"W4", "anomaly mode", "workflow", "000, 004",
+      {"W4", "anomaly mode", "workflow", {"Debugging Training", "Systematic Methodology", "PyTorch docs"},
        "a non-finite value (NaN and Inf, forward and backward) names the op and module that produced it, with the "
        "shapes, dtype and a summary of the offending tensor",
        "debug::AnomalyMode", "gradsleuth doctor --bug B20", true},
-      {"W5", "diagnosis report", "workflow", "003",
+      {"W5", "diagnosis report", "workflow", {"debug-training"},
        "parameters, data, forward, initial loss, gradient statistics (min/max/mean/std) in one report",
        "debug::diagnosis_report", "gradsleuth doctor", true},
-      {"W6", "training logs and plots", "workflow", "000, 001",
+      {"W6", "training logs and plots", "workflow", {"Debugging Training", "Debugging neural networks"},
        "loss curves, gradient norms, dead-unit fractions written as files a person can look at",
        "debug::MetricsLog, debug::write_html_report", "gradsleuth doctor --out DIR", true},
-      {"W7", "profiler", "workflow", "000, 001", "time per op and per module; where the step time goes",
+      {"W7", "profiler", "workflow", {"Debugging Training", "Debugging neural networks"}, "time per op and per module; where the step time goes",
        "debug::Profiler", "gradsleuth doctor (the profile section)", true},
-      {"W8", "memory report", "workflow", "004", "memory per parameter/activation/gradient, peak",
+      {"W8", "memory report", "workflow", {"Systematic Methodology"}, "memory per parameter/activation/gradient, peak",
        "debug::memory_report", "gradsleuth doctor", true},
   };
   return table;
@@ -184,6 +220,17 @@ const CheckInfo* find_check(std::string_view id) {
     if (same) return &c;
   }
   return nullptr;
+}
+
+std::string check_label(std::string_view id) {
+  const CheckInfo* c = find_check(id);
+  return c ? c->id + " " + c->name : std::string(id);
+}
+
+std::string sources_str(const CheckInfo& c) {
+  std::string s;
+  for (const std::string& x : c.sources) s += (s.empty() ? "" : "; ") + x;
+  return s;
 }
 
 }  // namespace gradsleuth::debug

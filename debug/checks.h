@@ -1,6 +1,8 @@
-// The catalogue of checks: one row per check of CHECKS.md (D1-D10, L1-L7,
-// M1-M20, O1-O6, W1-W8), with where it lives in the C++ API and on the command
-// line. `gradsleuth checks --list` prints it; docs/checks.md explains each one.
+// The catalogue of checks: one row per check of the debug module (D1-D10,
+// L1-L7, M1-M20, O1-O6, W1-W8), with where it lives in the C++ API and on the
+// command line, and the public sources it comes from. `gradsleuth checks
+// --list` prints it; docs/checks.md explains each one (rule, thresholds,
+// causes, sources).
 #pragma once
 #include <string>
 #include <string_view>
@@ -8,20 +10,37 @@
 
 namespace gradsleuth::debug {
 
+// A public document a check comes from, cited by title.
+struct SourceInfo {
+  std::string short_name;  // "Karpathy 2019": the form the table and CheckInfo::sources use
+  std::string title;       // the full public title: Andrej Karpathy, "A Recipe for Training Neural Networks" (2019)
+  std::string about;       // one line on what it covers
+};
+
+// The sources the checks cite, in the order docs/checks.md lists them.
+const std::vector<SourceInfo>& all_sources();
+// The source whose short_name is `short_name`, or nullptr.
+const SourceInfo* find_source(std::string_view short_name);
+
 struct CheckInfo {
   std::string id;           // "M7"
   std::string name;         // "dead-ReLU statistics"
   std::string group;        // "data", "loss", "model", "optimisation", "workflow"
-  std::string sources;      // seed documents it comes from: "004" or "000, 003"
-  std::string what;         // what it must do (CHECKS.md's words)
+  std::vector<std::string> sources;  // short names of its sources (SourceInfo::short_name), main one first
+  std::string what;         // what it must do: the rule in one line
   std::string api;          // the C++ entry point: "debug::DeadReluTracker"
   std::string cli;          // how to reach it from the command line ("" if only from C++)
   bool implemented = false;
 };
 
-// All 51 checks, in CHECKS.md order.
+// All 51 checks, in catalogue order (D, L, M, O, W; by number).
 const std::vector<CheckInfo>& all_checks();
 // The row for `id` ("M7", case-insensitive), or nullptr.
 const CheckInfo* find_check(std::string_view id);
+// "M7 dead-ReLU statistics": the id and the name, for output a person reads
+// (just the id when it is not a catalogued check).
+std::string check_label(std::string_view id);
+// CheckInfo::sources joined by "; " ("Karpathy 2019; Debugging Training").
+std::string sources_str(const CheckInfo& c);
 
 }  // namespace gradsleuth::debug

@@ -1,4 +1,4 @@
-// The data checks D1-D10 of CHECKS.md: look at batches, labels, loaders and
+// The data checks D1-D10 (docs/checks.md): look at batches, labels, loaders and
 // normalisers before training, and say what is wrong with the data and how to fix it.
 //
 //   nn::DataLoader loader(train, nn::DataLoaderOptions().batch_size(64).shuffle(true));

@@ -1,6 +1,8 @@
 // Findings and reports (see finding.h).
 #include "debug/finding.h"
 
+#include "debug/checks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -71,7 +73,10 @@ std::string Finding::location() const {
 
 std::string Finding::str() const {
   std::ostringstream os;
-  os << "[" << check << " " << severity_name(severity) << "] " << title;
+  // "[M7 warning] dead-ReLU statistics: 83% of the units ...": the id and the check's name.
+  os << "[" << check << " " << severity_name(severity) << "] ";
+  if (const CheckInfo* c = find_check(check)) os << c->name << ": ";
+  os << title;
   if (count > 1) os << " (x" << count << ")";
   if (step >= 0) os << " (step " << step << ")";
   const std::string loc = location();
@@ -88,7 +93,8 @@ std::string Finding::str() const {
 
 std::string Finding::json() const {
   std::ostringstream os;
-  os << "{\"check\":" << json_str(check) << ",\"severity\":" << json_str(severity_name(severity))
+  const CheckInfo* c = find_check(check);
+  os << "{\"check\":" << json_str(check) << ",\"name\":" << json_str(c ? c->name : "") << ",\"severity\":" << json_str(severity_name(severity))
      << ",\"title\":" << json_str(title) << ",\"module\":" << json_str(module)
      << ",\"parameter\":" << json_str(parameter) << ",\"op\":" << json_str(op) << ",\"shape\":" << json_str(shape)
      << ",\"evidence\":[";

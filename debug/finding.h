@@ -1,4 +1,4 @@
-// Findings: what every check of the debug module returns (CHECKS.md), and the
+// Findings: what every check of the debug module returns (docs/checks.md), and the
 // Report that collects them.
 //
 //   debug::Report r;
@@ -41,7 +41,7 @@ struct Finding {
   std::string op;         // registry op name ("log", "add")
   std::string shape;      // "[64, 10]"
   std::vector<Evidence> evidence;
-  std::string cause;  // the likely cause (the seed documents' tables)
+  std::string cause;  // the likely cause (the cause tables of docs/checks.md)
   std::string fix;    // what to do about it
   int64_t step = -1;  // training step when it was found (-1: outside training)
   int64_t count = 1;  // how many times a Report saw it (see Report::add)
@@ -50,13 +50,13 @@ struct Finding {
   // "module 3 (Linear), parameter 3.weight, op matmul, shape [64, 10]"; "" when nowhere.
   std::string location() const;
   // Several lines for a person:
-  //   [M7 warning] 83% of the units of a ReLU layer are dead
+  //   [M7 warning] dead-ReLU statistics: 83% of the units of a ReLU layer are dead
   //     where:    module 2 (ReLU)
   //     evidence: dead fraction = 0.83 (>= 0.7 flags a layer)
   //     cause:    ...
   //     fix:      ...
   std::string str() const;
-  std::string json() const;  // one JSON object
+  std::string json() const;  // one JSON object; "name" is the check's catalogue name
   // Identity for de-duplication: check, title (its numbers left out), module, parameter, op.
   std::string key() const;
 };

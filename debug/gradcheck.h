@@ -1,4 +1,4 @@
-// Numeric gradient check (CHECKS.md M13): central differences in float64
+// Numeric gradient check (M13 numeric gradient check, docs/checks.md): central differences in float64
 // against the analytic gradient from autograd, with the worst element reported.
 //
 //   auto r = gs::debug::gradcheck([](const gs::tensor_list& x) { return x[0] * x[1] + gs::exp(x[0]); },

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "debug/checks.h"
 
 namespace gradsleuth::debug {
 
@@ -300,7 +301,7 @@ std::string render_html(const HtmlReport& rep) {
         ev += html_escape(e.name + " = " + fmt_num(e.value) + (e.rule.empty() ? "" : " (" + e.rule + ")"));
       }
       os << "<tr class=\"" << severity_class(f->severity) << "\"><td class=\"sev\">" << severity_name(f->severity)
-         << "</td><td>" << html_escape(f->check) << "</td><td>" << html_escape(f->title) << "</td><td>"
+         << "</td><td>" << html_escape(check_label(f->check)) << "</td><td>" << html_escape(f->title) << "</td><td>"
          << html_escape(f->location()) << "</td><td>" << ev << "</td><td>" << html_escape(f->cause) << "</td><td>"
          << html_escape(f->fix) << "</td><td>" << f->count << (f->step >= 0 ? " (step " + std::to_string(f->step) + ")" : "")
          << "</td></tr>\n";

@@ -35,16 +35,16 @@ std::vector<double> doubles(const Tensor& t) {
   return t.detach().contiguous().to_vector<double>();
 }
 
-// Seed 000's loss-debugging table, one line per symptom.
-const char* kCauseNaN = "seed 000's table for loss = NaN: exploding gradients; log of zero or of a negative number; "
+// The loss-debugging cause table (docs/checks.md, L1), one line per symptom.
+const char* kCauseNaN = "likely causes of a NaN loss: exploding gradients; log of zero or of a negative number; "
                         "division by zero; learning rate too high";
-const char* kCauseInf = "seed 000's table for loss = Inf: numerical overflow; extreme predictions (a probability of "
+const char* kCauseInf = "likely causes of an Inf loss: numerical overflow; extreme predictions (a probability of "
                         "exactly 0 inside a log, exp of a large logit)";
-const char* kCauseStuck = "seed 000's table for loss stuck high: wrong loss function; learning rate too low; model too "
+const char* kCauseStuck = "likely causes of a loss stuck high: wrong loss function; learning rate too low; model too "
                           "simple; data issue (labels shuffled apart from their inputs, unscaled inputs)";
-const char* kCauseOscillating = "seed 000's table for loss oscillating wildly: learning rate too high; batch size too "
+const char* kCauseOscillating = "likely causes of a loss oscillating wildly: learning rate too high; batch size too "
                                 "small; data shuffling issue (batches sorted by class)";
-const char* kCauseTrainValGap = "seed 000's table for train loss down, val loss up: overfitting; data leakage in "
+const char* kCauseTrainValGap = "likely causes of train loss down, val loss up: overfitting; data leakage in "
                                 "train; train/val distribution mismatch";
 
 }  // namespace
@@ -538,7 +538,7 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss) {
   f.module = loss.type_name();
   f.evidence = {{"reduction is sum (1 = yes)", 1.0, "sum warns; mean is the convention"}};
   f.cause = "Reduction::Sum adds the per-example losses: doubling the batch doubles the gradient, so the learning "
-            "rate silently depends on the batch size (seed 000: loss.mean() vs loss.sum() changes the gradient "
+            "rate silently depends on the batch size (loss.mean() vs loss.sum() changes the gradient "
             "scale)";
   f.fix = "use Reduction::Mean, or keep Sum on purpose and scale the learning rate by 1 / B";
   return {f};
@@ -571,17 +571,17 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
              "underfitting: the training loss is still " + fmt_num(tr) + " after " + num(E) + " epochs");
     ev[1].rule = "> " + fmt_num(opts.underfit_train_loss) + " after > " + num(opts.min_epochs_underfit) +
                  " epochs is underfitting";
-    f.cause = "seed 004: the model cannot fit even the training data: too little capacity, too little training, a "
+    f.cause = "the model cannot fit even the training data: too little capacity, too little training, a "
               "learning rate too low or too high, or a bug that caps what it can learn (L1, O6, M16)";
-    f.fix = "increase the model's capacity or training time (seed 004); first check that it can overfit one batch "
+    f.fix = "increase the model's capacity or training time; first check that it can overfit one batch "
             "(M14) and that a larger model gets lower (M16)";
   } else if (gap > opts.overfit_gap) {
     f = make("L7", Severity::Warning,
              "overfitting: the validation loss is " + fmt_num(gap) + " above the training loss");
     ev[3].rule = "> " + fmt_num(opts.overfit_gap) + " is overfitting";
-    f.cause = "seed 004: the model memorises the training data; also rule out a validation set from another "
+    f.cause = "the model memorises the training data; also rule out a validation set from another "
               "distribution or preprocessing (D10) and validation run in training mode (M2)";
-    f.fix = "add regularisation (dropout, weight decay, augmentation) or more data (seed 004); keep the best epoch "
+    f.fix = "add regularisation (dropout, weight decay, augmentation) or more data; keep the best epoch "
             "(early stopping)";
   } else if (gap < opts.normal_gap && tr < opts.normal_train_loss) {
     f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
@@ -592,7 +592,7 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
              "no verdict yet: keep watching (gap " + fmt_num(gap) + ", train " + fmt_num(tr) + ")");
     ev[3].rule = "overfitting above " + fmt_num(opts.overfit_gap) + "; normal below " + fmt_num(opts.normal_gap) +
                  " with train < " + fmt_num(opts.normal_train_loss);
-    f.fix = "train on and diagnose again (seed 004: continue observing)";
+    f.fix = "train on and diagnose again after more epochs";
   }
   f.evidence = ev;
   return {f};

@@ -1,4 +1,4 @@
-// The loss checks L1-L7 of CHECKS.md: read the loss history, the inputs a loss
+// The loss checks L1-L7 (docs/checks.md): read the loss history, the inputs a loss
 // is fed, its first value, its targets and its reduction, and say what is wrong.
 //
 //   optim::FitResult r = trainer.fit(train_loader, &val_loader);
@@ -97,9 +97,9 @@ struct LossCheckOptions {
   // 2 with a sum. Above this warns. Measured: 1.000 (mean) and 2.000 (sum, B03).
   double reduction_ratio = 1.5;
 
-  // ---- L7 fitting diagnosis (seed 004) ----
+  // ---- L7 fitting diagnosis ----
   // gap = val - train, both averaged over the last fitting_window epochs (the
-  // seed reads one epoch; eval-mode validation loss of the reference MLP jumps
+  // textbook rule reads one epoch; eval-mode validation loss of the reference MLP jumps
   // by up to 0.4 between epochs, so one epoch alone is too noisy a witness).
   // Healthy, 300 steps on 3000 images, evaluated every 100: gap 0.04-0.22 over
   // 12 seeds (one reads as overfitting: that model's eval-mode loss runs high,
@@ -143,7 +143,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, c
 // optionally, per-epoch validation losses (taken as evenly spaced over the
 // steps, the last one at the end). Pass the history from the first step:
 // "stuck" compares the start with the rest. Findings (each names the likely
-// causes of seed 000's loss-debugging table):
+// causes of the loss-debugging cause table in docs/checks.md, L1):
 //   error    NaN loss (first step), Inf loss (first step);
 //   warning  stuck high / stuck at chance, diverging (smoothed loss far above
 //            its best), spikes above the starting loss, wild oscillation,
@@ -195,7 +195,7 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
 // forward: the gradient-scale test above does.
 std::vector<Finding> check_loss_reduction(const nn::Loss& loss);
 
-// L7: seed 004's rule on per-epoch losses (gap = val - train, last
+// L7: the fitting rule on per-epoch losses (gap = val - train, last
 // opts.fitting_window epochs averaged; epochs = the number given):
 //   train > underfit_train_loss after > min_epochs_underfit epochs  -> warning: underfitting
 //   gap > overfit_gap                                               -> warning: overfitting

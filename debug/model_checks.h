@@ -1,4 +1,4 @@
-// The model checks of CHECKS.md that look at a model's structure, its
+// The model checks (docs/checks.md) that look at a model's structure, its
 // parameters and a few probing forward/backward passes:
 //   M1 shape_trace            M3 check_final_activation   M4 check_shared_weights
 //   M5 check_gradient_flow    M6 batch_mixing_test        M9 check_initialisation

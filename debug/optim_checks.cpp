@@ -56,15 +56,15 @@ Finding at(Finding f, const std::map<std::string, std::string>& labels, const st
   return f;
 }
 
-const char* kCauseVanishing = "seed 000's vanishing-gradient table: sigmoid/tanh saturation; too many layers "
+const char* kCauseVanishing = "likely causes of vanishing gradients: sigmoid/tanh saturation; too many layers "
                               "without skip connections; poor weight initialisation; very small learning rate";
 const char* kFixVanishing = "use ReLU/GELU activations, skip connections, He/Xavier initialisation, batch/layer "
-                            "normalisation, or fewer layers (seed 000)";
-const char* kCauseExploding = "seed 000's exploding-gradient table: learning rate too high; poor initialisation "
+                            "normalisation, or fewer layers";
+const char* kCauseExploding = "likely causes of exploding gradients: learning rate too high; poor initialisation "
                               "(weights too large, B16); deep nets without normalisation or clipping; numerical "
                               "instability in the loss";
 const char* kFixExploding = "clip gradients (clip_grad_norm 1.0), lower the learning rate, use a proper "
-                            "initialisation (M9) and normalisation layers (seed 000)";
+                            "initialisation (M9) and normalisation layers";
 
 }  // namespace
 
@@ -149,7 +149,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = at(make("O1", Severity::Warning, "the trainable parameter " + name + " got no gradient"), labels,
                      name, p);
       f.evidence = {{"gradient defined (1 = yes)", 0.0, "0 after a backward warns"}};
-      f.cause = "seed 000: no gradient reaches it: a detach() (or .data) between it and the loss (B12), a layer the "
+      f.cause = "no gradient reaches it: a detach() (or .data) between it and the loss (B12), a layer the "
                 "forward never uses, or it should have been frozen (requires_grad false, B15)";
       f.fix = "find where the graph is cut (M5 gradient flow names the first module without gradient); freeze "
               "it on purpose with requires_grad_(false), or remove the unused layer";
@@ -303,9 +303,9 @@ std::vector<Finding> NormHistory::findings() const {
                     {"gradient norm after (median)", sus_level, ""},
                     {"records in sustained spikes", static_cast<double>(sustained), ""},
                     {"lone spikes", static_cast<double>(lone), ""}};
-      f.cause = std::string("seed 001: gradient-norm spikes announce unstable training before it diverges. ") +
+      f.cause = std::string("gradient-norm spikes announce unstable training before it diverges; ") +
                 kCauseExploding;
-      f.fix = std::string(kFixExploding) + "; weight decay also bounds the weights (seed 001)";
+      f.fix = std::string(kFixExploding) + "; weight decay also bounds the weights";
       out.push_back(f);
     } else if (lone > 0) {
       Finding f = make("O2", Severity::Info,
@@ -355,10 +355,10 @@ std::vector<Finding> NormHistory::findings() const {
                     {"first weight norm", w[i0].second, ""},
                     {"last weight norm", w.back().second, ""},
                     {"records", static_cast<double>(w.size() - i0), ""}};
-      f.cause = "seed 001: a weight norm that keeps increasing is an early sign of divergent training: steps too "
+      f.cause = "a weight norm that keeps increasing is an early sign of divergent training: steps too "
                 "large for the weights (learning rate too high, bug B24). Before a normalisation layer the scale "
                 "of a weight is free, so oversized steps inflate it instead of blowing up the loss";
-      f.fix = "lower the learning rate; add or increase weight decay (seed 001: it constrains the weights' "
+      f.fix = "lower the learning rate; add or increase weight decay (it constrains the weights' "
               "magnitude); clip gradients";
       out.push_back(f);
     }
@@ -394,7 +394,7 @@ std::vector<Finding> check_finite_weights(const nn::Module& model) {
                   {"Inf values", static_cast<double>(s.inf), "any is an error"},
                   {"values", static_cast<double>(s.numel), ""},
                   {"non-finite fraction", static_cast<double>(s.nan + s.inf) / static_cast<double>(s.numel), ""}};
-    f.cause = "an update with a non-finite gradient or a step so large that it overflowed (seed 000: exploding "
+    f.cause = "an update with a non-finite gradient or a step so large that it overflowed (exploding "
               "gradients, learning rate too high); once a weight is NaN every output and gradient after it is too";
     f.fix = "stop and go back to the last finite checkpoint; find the first non-finite loss or gradient (L1, O1, "
             "anomaly mode W4); lower the learning rate and clip gradients";
@@ -432,7 +432,7 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
     f.evidence.push_back({"step-to-step swing / level", s.max_swing, "> " + fmt_num(lo.max_relative_swing) + " warns"});
     if (s.first_nan_step >= 0)
       f.evidence.push_back({"first NaN step", static_cast<double>(s.first_nan_step), "any warns"});
-    f.cause = "seed 000: a learning rate too high makes the loss oscillate, jump or diverge (NaN). With Adam every "
+    f.cause = "a learning rate too high makes the loss oscillate, jump or diverge (NaN). With Adam every "
               "weight moves by about lr per step whatever its gradient: lr 0.1 throws a fresh network far off at "
               "step 1 (bug B24)";
     f.fix = "lower the learning rate 3-10x (Adam: start at 1e-3); add a warm-up; clip gradients; then check that "
@@ -447,7 +447,7 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
                    "< " + fmt_num(lo.min_relative_decrease) + " is flat"},
                   {"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
                   {"last window median", s.last_level, ""}};
-    f.cause = "seed 000: a learning rate too low leaves the loss flat (it would take forever to move). A flat loss "
+    f.cause = "a learning rate too low leaves the loss flat (it would take forever to move). A flat loss "
               "has other causes too: frozen or detached layers (M5, M10), dead units (M7), vanishing gradients (O1)";
     f.fix = "raise the learning rate 10x and compare (an lr range test); check the update/weight ratios "
             "(UpdateRatioTracker: ~1e-3 is healthy, below 1e-5 nothing moves)";
@@ -565,11 +565,11 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
                               "group's learning rate is 0";
       f.fix = "pass model.parameters() to the optimizer after the model is complete; check gradient flow (M5)";
     } else if (small) {
-      f.cause = "seed 000: a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
+      f.cause = "a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
                 "so training barely moves (a healthy step is ~1e-3)";
       f.fix = "raise the learning rate (10x at a time) until the ratio is ~1e-3";
     } else {
-      f.cause = "seed 000: a learning rate too high; each step changes the weights by more than a tenth of their "
+      f.cause = "a learning rate too high; each step changes the weights by more than a tenth of their "
                 "size, so they jump around instead of descending (a healthy step is ~1e-3)";
       f.fix = "lower the learning rate until the ratio is ~1e-3; add a warm-up";
     }

@@ -1,4 +1,4 @@
-// The optimisation checks O1-O4 and O6 of CHECKS.md: gradient health after a
+// The optimisation checks O1-O4 and O6 (docs/checks.md): gradient health after a
 // backward, gradient- and weight-norm histories, non-finite weights after a
 // step, and the learning-rate diagnosis (loss history and update/weight ratios).
 // (O5, a forgotten zero_grad, is raised by optim::Optimizer::step itself.)
@@ -38,7 +38,7 @@
 namespace gradsleuth::debug {
 
 struct OptimCheckOptions {
-  // ---- O1 gradient health (seeds 000, 002, 003, 004) ----
+  // ---- O1 gradient health ----
   // Per parameter. Healthy reference MLP, 1000 steps: gradient norms 0.02-1.2
   // (median per parameter), largest single value 50 (its first Linear).
   double vanishing_grad_norm = 1e-7;  // a gradient norm below this is vanishing
@@ -84,9 +84,9 @@ struct OptimCheckOptions {
   // a flat loss (relative decrease below loss.min_relative_decrease).
   LossCheckOptions loss;
   // Update/weight ratio ||w_after - w_before|| / ||w_before|| per weight: its
-  // median over the measured steps outside [min, max] warns (seed 000's
-  // [1e-5, 1e-1]). Healthy (Adam 1e-3): medians 2.8e-3-6.5e-3; lr 1e-7:
-  // 1.1e-6-2.6e-6; B24 (lr 0.1): 4.6e-3-1.6e-2 — inside, because the weights grow
+  // median over the measured steps outside [min, max] warns (the usual
+  // healthy band [1e-5, 1e-1]). Healthy (Adam 1e-3): medians 2.8e-3-6.5e-3;
+  // lr 1e-7: 1.1e-6-2.6e-6; B24 (lr 0.1): 4.6e-3-1.6e-2 — inside, because the weights grow
   // as fast as the steps (O3 and the loss history catch B24 instead).
   double min_update_ratio = 1e-5;
   double max_update_ratio = 1e-1;

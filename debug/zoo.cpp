@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "debug/checks.h"
 #include "debug/data_checks.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -467,13 +469,41 @@ std::string matrix(const Result& r) {
        << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
     os << "     " << b.title << (b.stopped.empty() ? "" : "  [" + b.stopped.substr(0, 90) + "]") << "\n";
   }
+  // The legend: every check id the matrix shows, with its name, wrapped at ~100 columns.
+  std::set<std::string> shown;
+  for (const RunResult* x : {&r.clean, &r.clean_footwear})
+    shown.insert(x->fired.begin(), x->fired.end());
+  for (const RunResult& b : r.bugs) {
+    shown.insert(b.intended.begin(), b.intended.end());
+    shown.insert(b.fired.begin(), b.fired.end());
+  }
+  std::vector<std::string> ids(shown.begin(), shown.end());
+  std::sort(ids.begin(), ids.end(), [](const std::string& x, const std::string& y) {
+    return x[0] != y[0] ? x[0] < y[0] : std::atoi(x.c_str() + 1) < std::atoi(y.c_str() + 1);
+  });
+  os << "\nchecks (id name; every check with its rule: gradsleuth checks --list):\n";
+  std::string line = " ";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string item = " " + check_label(ids[i]) + (i + 1 < ids.size() ? ";" : "");
+    if (line.size() + item.size() > 100 && line.size() > 1) {
+      os << line << "\n";
+      line = " ";
+    }
+    line += item;
+  }
+  if (line.size() > 1) os << line << "\n";
+  auto labels = [](const std::vector<std::string>& v) {
+    std::vector<std::string> l;
+    for (const std::string& x : v) l.push_back(check_label(x));
+    return join(l, ", ");
+  };
   os << "\nclean reference: test accuracy " << pct(r.clean.test_accuracy) << ", final loss "
      << num(r.clean.final_loss) << ", checks fired: "
-     << (r.clean.fired.empty() ? "none" : join(r.clean.fired)) << "\n";
+     << (r.clean.fired.empty() ? "none" : labels(r.clean.fired)) << "\n";
   if (!r.clean_footwear.id.empty())
     os << "clean footwear reference: test accuracy " << pct(r.clean_footwear.test_accuracy) << ", final loss "
        << num(r.clean_footwear.final_loss) << ", checks fired: "
-       << (r.clean_footwear.fired.empty() ? "none" : join(r.clean_footwear.fired)) << "\n";
+       << (r.clean_footwear.fired.empty() ? "none" : labels(r.clean_footwear.fired)) << "\n";
   os << caught << "/" << r.bugs.size() << " bugs caught by their intended checks; " << num(r.seconds) << " s\n";
   return os.str();
 }

@@ -1,4 +1,4 @@
-// The silent-bug catalog (CHECKS.md B01-B28; docs/catalog.md): bugs that make
+// The silent-bug catalog (B01-B28; docs/catalog.md): bugs that make
 // training run while quietly computing the wrong thing. Each one is switched on
 // by name, in the component where it lives, and is off by default:
 //

@@ -43,6 +43,17 @@ TEST_CASE("checks --list --json lists the 51 checks with id, name and implemente
   CHECK(doc.arr[0].get("id")->str == "D1");
   CHECK(doc.arr[0].get("name")->str == "batch sanity report");
   for (const auto& c : doc.arr) CHECK(c.get("implemented")->kind == json_mini::Value::Bool);
+  // Sources: an array of public titles, never seed numbers.
+  for (const auto& c : doc.arr) {
+    const json_mini::Value* src = c.get("sources");
+    REQUIRE(src != nullptr);
+    REQUIRE(src->kind == json_mini::Value::Array);
+    CHECK_FALSE(src->arr.empty());
+    for (const auto& t : src->arr) CHECK(t.str.find_first_not_of("0123456789, ") != std::string::npos);
+  }
+  const std::vector<std::string> d1 = strings(doc.arr[0].get("sources"));
+  REQUIRE_FALSE(d1.empty());
+  CHECK(d1[0] == "\"Debugging Training\" (course notes, advanced level)");
 }
 
 TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
@@ -52,6 +63,8 @@ TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
   Run r = run_cli("zoo --quick --quiet --bug B13 --bug b28 --json " + path);
   CHECK(r.status == 0);
   CHECK(r.out.find("2/2 bugs caught") != std::string::npos);
+  CHECK(r.out.find("gradsleuth checks --list") != std::string::npos);  // the legend of check ids
+  CHECK(r.out.find("M6 batch-mixing gradient test") != std::string::npos);  // B13's intended check, named
   std::ifstream f(path);
   REQUIRE(f.good());
   std::stringstream ss;

@@ -123,7 +123,7 @@ TEST_CASE("D2 check_finite_inputs: counts NaN and Inf, fails loudly; silent on f
   } catch (const gs::Error& e) {
     const std::string msg = e.what();
     CHECK(msg.find("require_finite_inputs") == 0);
-    CHECK(msg.find("[D2 error] inputs x holds 2 NaN and 1 Inf") != std::string::npos);
+    CHECK(msg.find("[D2 error] non-finite inputs: inputs x holds 2 NaN and 1 Inf") != std::string::npos);
   }
 
   // Silent: finite floats, and int64 labels (never non-finite).

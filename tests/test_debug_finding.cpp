@@ -28,13 +28,14 @@ TEST_CASE("a finding prints what, where, evidence, cause and fix") {
   f.cause = "a large negative bias";
   f.fix = "use He initialisation";
   const std::string s = f.str();
-  CHECK(s.find("[M7 warning] 83% of the units") == 0);
+  CHECK(s.find("[M7 warning] dead-ReLU statistics: 83% of the units") == 0);  // id and name
   CHECK(s.find("where:    module 2 (ReLU)") != std::string::npos);
   CHECK(s.find("dead fraction = 0.83 (>= 0.7 flags a layer)") != std::string::npos);
   CHECK(s.find("cause:    a large negative bias") != std::string::npos);
   CHECK(s.find("fix:      use He initialisation") != std::string::npos);
   json_mini::Value v = json_mini::parse(f.json());
   CHECK(v.get("check")->str == "M7");
+  CHECK(v.get("name")->str == "dead-ReLU statistics");
   CHECK(v.get("severity")->str == "warning");
   CHECK(v.get("evidence")->arr.size() == 1);
   CHECK(v.get("evidence")->arr[0].get("value")->num == doctest::Approx(0.83));
@@ -66,7 +67,7 @@ TEST_CASE("json_num writes null for non-finite numbers") {
   CHECK(dbg::json_str("a\"b\n") == "\"a\\\"b\\n\"");
 }
 
-TEST_CASE("the catalogue holds the 51 checks of CHECKS.md, each once") {
+TEST_CASE("the catalogue holds the 51 checks, each once") {
   const auto& all = dbg::all_checks();
   CHECK(all.size() == 51);
   std::set<std::string> ids;

@@ -522,7 +522,7 @@ TEST_CASE("L6 on the reference MLP (BatchNorm, Dropout, Fashion-MNIST): mean 1.0
 
 // ---- L7 fitting diagnosis -------------------------------------------------------------
 
-TEST_CASE("L7 diagnose_fitting: seed 004's rule with named thresholds") {
+TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
   // Underfitting needs more than 50 epochs.
   auto fs = dbg::diagnose_fitting(std::vector<double>(60, 0.8), std::vector<double>(60, 0.85));
   REQUIRE(fs.size() == 1);
@@ -546,7 +546,7 @@ TEST_CASE("L7 diagnose_fitting: seed 004's rule with named thresholds") {
   CHECK(ev(fs[0], "gap") == doctest::Approx(0.02));
 
   // One bad validation epoch at the end: the 3-epoch window does not call it overfitting;
-  // the seed's single-epoch reading (fitting_window 1) does.
+  // the textbook single-epoch reading (fitting_window 1) does.
   const std::vector<double> tr = {0.5, 0.4, 0.35, 0.33}, va = {0.5, 0.42, 0.4, 0.7};
   CHECK_FALSE(any_fires(dbg::diagnose_fitting(tr, va)));
   dbg::LossCheckOptions one;

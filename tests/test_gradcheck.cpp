@@ -1,4 +1,4 @@
-// Tests of debug/gradcheck (CHECKS.md M13): silent on correct gradients, fires on
+// Tests of debug/gradcheck (M13 numeric gradient check): silent on correct gradients, fires on
 // a wrong backward and locates the wrong element, first and second order.
 #include <doctest/doctest.h>
 
