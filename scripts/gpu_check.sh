@@ -19,7 +19,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$log" 2>&1 || ! grep -q "^GPU [0-9]" "$log"; then
-  echo "gpu_check: no CUDA GPU here (nvidia-smi -L: $(head -c 300 "$log"))." >&2
+  echo "gpu_check: no CUDA GPU here (nvidia-smi missing, or nvidia-smi -L listed none: $(head -c 300 "$log"))." >&2
   echo "gpu_check: without a GPU run the emulator tests instead: ctest -L cuda_emu" >&2
   exit 2
 fi
