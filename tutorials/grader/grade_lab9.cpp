@@ -2,9 +2,11 @@
 // an axpy and a matmul summed in double, the tolerance and validation rules of
 // lab9.h, the launch geometry, a CPU simulation of the tiled kernel built from the
 // student's index functions, and the napkin-math formulas. Tasks 9.1-9.4 run on
-// every machine. Tasks 9.5-9.7 launch the student's kernels: only when the build
-// has CUDA (GS_LAB9_CUDA, set by tutorials/CMakeLists.txt when nvcc is found)
-// and cudaGetDeviceCount finds a device; otherwise they are skipped with the reason.
+// every machine. Tasks 9.5-9.7 launch the student's kernels (GS_LAB9_CUDA, set by
+// tutorials/CMakeLists.txt): on a GPU (nvcc, and cudaGetDeviceCount finds a device;
+// otherwise skipped with the reason), or on the CPU emulator (GS_LAB9_EMU, cuda/emu/),
+// where every check runs except the timings: a timing case validates a smaller problem
+// instead and its points are for correctness ("emulator: validation only, no timing").
 //
 // Dimension letters: M = rows of A and C, K = the summed dim, N = columns of B and C.
 #include "tutorials/grader/grader.h"
@@ -21,6 +23,9 @@
 
 #if GS_LAB9_CUDA
 #include "tutorials/lab9_cuda/harness/gpu.h"
+#endif
+#ifndef GS_LAB9_EMU
+#define GS_LAB9_EMU 0
 #endif
 
 namespace gradsleuth::labs {
@@ -399,13 +404,21 @@ Case matmul_gpu_case(const std::string& name, int task, int M, int N, int K) {
 
 // A 2048^3 product: the result checked (4096 elements against the CPU key, all of it
 // against cuBLAS), then timed against cuBLAS SGEMM (and, for the tiled kernel, the naive one).
+// On the emulator: 160 x 144 x 192 checked the same way (key and cuBLAS, the emulator's
+// reference GEMM), not timed.
 Case matmul_timing_case(int task) {
-  return {"timing: 2048 x 2048 x 2048 against cuBLAS SGEMM (checked first)", [=](Check& c) {
+  return {GS_LAB9_EMU ? "timing (emulator: 160 x 144 x 192 against the key and cuBLAS, validation only)"
+                      : "timing: 2048 x 2048 x 2048 against cuBLAS SGEMM (checked first)",
+          [=](Check& c) {
             require_gpu();
 #if GS_LAB9_CUDA
             const auto f = task == 6 ? lab9::matmul_naive_gpu : lab9::matmul_tiled_gpu;
             const std::string fname = task == 6 ? "matmul_naive_gpu" : "matmul_tiled_gpu";
+#if GS_LAB9_EMU
+            constexpr int M = 160, N = 144, K = 192;
+#else
             constexpr int M = 2048, N = 2048, K = 2048;
+#endif
             c.input(fname + "(A, B, C, " + dims3(M, N, K) + "), A and B uniform in [-1, 1)");
             const std::vector<float> A = uniform(int64_t{M} * K, 921), B = uniform(int64_t{K} * N, 922);
             DeviceBuffer dA(c, A, "A"), dB(c, B, "B"), dC(c, int64_t{M} * N, "C"), dRef(c, int64_t{M} * N, "C (cuBLAS)");
@@ -449,6 +462,11 @@ Case matmul_timing_case(int task) {
             } else {
               c.note("cuBLAS SGEMM disagrees with the CPU key (TF32 math, NVIDIA_TF32_OVERRIDE?): not compared with it");
             }
+#if GS_LAB9_EMU
+            c.note("emulator: validation only, no timing (on a GPU this case times 2048 x 2048 x 2048 against cuBLAS); "
+                   "its points are for the correct result");
+            return;
+#endif
             if (const int e = gpu::time_ms(launch_cublas, &ref, 2, 20, &ms_ref))
               c.fail("timing cuBLAS failed: " + error_or_status(e));
             MatmulArgs mine{dA.get(), dB.get(), dC.get(), M, N, K};
@@ -808,7 +826,7 @@ Lab make_lab9() {
 
   // ---- Task 9.5: the axpy kernel (GPU) -----------------------------------------------------
   lab.tasks.push_back(
-      {5, "GPU: an axpy kernel", 10, "axpy_kernel, axpy_gpu() (in lab9_kernels.cu)",
+      {5, "GPU: an axpy kernel", 10, "axpy_kernel, axpy_gpu()",
        {axpy_gpu_case("n = 1", 1, 256), axpy_gpu_case("n = 256: one full block", 256, 256),
         axpy_gpu_case("n = 257: one thread in a second block", 257, 256),
         axpy_gpu_case("n = 1000003, block 96 (not a power of 2)", 1000003, 96),
@@ -836,15 +854,26 @@ Lab make_lab9() {
                               "cudaGetLastError() after the launch, so that a failed launch is not silent");
 #endif
          }},
-        {"timing: n = 2^25, block 256, against the memory bandwidth (checked first)", [](Check& c) {
+        {GS_LAB9_EMU ? "timing (emulator: n = 2^18, block 256, validation only)"
+                     : "timing: n = 2^25, block 256, against the memory bandwidth (checked first)",
+         [](Check& c) {
            require_gpu();
 #if GS_LAB9_CUDA
+#if GS_LAB9_EMU
+           constexpr int n = 1 << 18;
+#else
            constexpr int n = 1 << 25;
-           c.input("axpy_gpu(n = 33554432, alpha = 2.5, x, y uniform in [-1, 1), out, block = 256)");
+#endif
+           c.input("axpy_gpu(n = " + std::to_string(n) + ", alpha = 2.5, x, y uniform in [-1, 1), out, block = 256)");
            const std::vector<float> x = uniform(n, 951), y = uniform(n, 952);
            DeviceBuffer dx(c, x, "x"), dy(c, y, "y"), dout(c, n, "out");
            check_launch(c, lab9::axpy_gpu(n, 2.5f, dx.get(), dy.get(), dout.get(), 256), 5, "axpy_gpu");
            require_valid(c, dout.read(c, "out"), key_axpy(2.5f, x, y), 2, 0, "out");
+#if GS_LAB9_EMU
+           c.note("emulator: validation only, no timing (on a GPU this case times n = 2^25 against the DRAM peak); "
+                  "its points are for the correct result");
+           return;
+#endif
            AxpyArgs args{n, 2.5f, dx.get(), dy.get(), dout.get(), 256};
            float ms = 0.0f;
            if (const int e = gpu::time_ms(launch_axpy, &args, 3, 20, &ms)) {
@@ -869,8 +898,8 @@ Lab make_lab9() {
       {"127 x 129 x 130", 127, 129, 130},
       {"256 x 256 x 256", 256, 256, 256},
       {"33 x 40 x 0: K = 0, C is zeros", 33, 40, 0}};
-  Task naive{6, "GPU: a naive matmul", 15, "matmul_naive_kernel, matmul_naive_gpu() (in lab9_kernels.cu)", {}};
-  Task tiled{7, "GPU: a shared-memory tiled matmul", 20, "matmul_tiled_kernel, matmul_tiled_gpu() (in lab9_kernels.cu)", {}};
+  Task naive{6, "GPU: a naive matmul", 15, "matmul_naive_kernel, matmul_naive_gpu()", {}};
+  Task tiled{7, "GPU: a shared-memory tiled matmul", 20, "matmul_tiled_kernel, matmul_tiled_gpu()", {}};
   for (const auto& [name, M, N, K] : sizes) {
     naive.cases.push_back(matmul_gpu_case(name, 6, M, N, K));
     tiled.cases.push_back(matmul_gpu_case(name, 7, M, N, K));
@@ -883,6 +912,13 @@ Lab make_lab9() {
                            DeviceBuffer d(c, 1, "a 1 x 1 matrix");
                            check_launch(c, lab9::matmul_tiled_gpu(d.get(), d.get(), d.get(), 1, 1, 1), 7, "matmul_tiled_gpu");
                            const int bytes = lab9::matmul_tiled_shared_bytes();
+#if GS_LAB9_EMU
+                           if (bytes == -2) {  // the emulator cannot see static __shared__ arrays
+                             c.note("emulator: a kernel's static shared memory is not visible here; this check runs on a "
+                                    "GPU (cudaFuncGetAttributes), the tiled results above are checked on both");
+                             return;
+                           }
+#endif
                            const int need = 2 * lab9::kTile * lab9::kTile * static_cast<int>(sizeof(float));
                            c.require(bytes >= need, "matmul_tiled_kernel declares " + std::to_string(bytes) +
                                                         " bytes of shared memory; its two kTile x kTile float tiles "

@@ -1,11 +1,16 @@
 // Lab 9 starter code, the GPU half: the axpy kernel, the naive matmul and the
 // shared-memory tiled matmul (README.md, Tasks 9.5-9.7). nvcc compiles this file
-// as C++17 when CUDA is found; the launchers are declared in lab9_kernels.h.
-// Until you write a launcher it returns kNotImplemented, and the grader says
-// "not implemented yet". Grade with:   ./run.sh lab check 9   (needs a CUDA GPU)
+// as C++17 for a GPU; without one it is built as C++ against the CPU emulator
+// (cuda/emu/), which runs every CUDA thread on the CPU. The launchers are declared in
+// lab9_kernels.h. Until you write a launcher it returns kNotImplemented, and the grader
+// says "not implemented yet". Grade with:   ./run.sh lab check 9
+//
+// Launch with gs::cuda::launch(kernel, grid, block, shared_bytes, stream, args...): the
+// same as kernel<<<grid, block, shared_bytes, stream>>>(args...), and it also builds
+// against the emulator (the <<<>>> syntax only exists under nvcc).
 //
 // Dimension letters: M = rows of A and C, K = the summed dim, N = columns of B and C.
-#include <cuda_runtime.h>
+#include "cuda/compat.h"  // CUDA under nvcc, the CPU emulator otherwise; gs::cuda::launch
 
 #include <cstddef>
 #include <cstdint>
@@ -45,15 +50,18 @@ __global__ void matmul_tiled_kernel(const float* A, const float* B, float* C, in
 
 // TODO(lab 9, task 5): n <= 0: nothing to do, return cudaSuccess (a grid of 0
 // blocks is an invalid launch). Otherwise grid = ceil(n / block) (launch_1d), launch
-// axpy_kernel<<<grid, block>>>(...), and return cudaGetLastError(): a launch that
-// fails (block > 1024) must say so, not do nothing in silence.
+//   gs::cuda::launch(axpy_kernel, dim3(grid), dim3(block), 0, nullptr, n, alpha, x, y, out);
+// and return cudaGetLastError(): a launch that fails (block > 1024) must say so, not
+// do nothing in silence.
 int axpy_gpu(int n, float alpha, const float* x, const float* y, float* out, int block) {
   return kNotImplemented;
 }
 
 // TODO(lab 9, task 6): M <= 0 or N <= 0: return cudaSuccess. Otherwise
 // dim3 block(kTile, kTile), dim3 grid(ceil(N / kTile), ceil(M / kTile)) (launch_matmul:
-// x along the columns), launch matmul_naive_kernel and return cudaGetLastError().
+// x along the columns), launch matmul_naive_kernel
+//   gs::cuda::launch(matmul_naive_kernel, grid, block, 0, nullptr, A, B, C, M, N, K);
+// and return cudaGetLastError().
 int matmul_naive_gpu(const float* A, const float* B, float* C, int M, int N, int K) {
   return kNotImplemented;
 }
@@ -65,12 +73,16 @@ int matmul_tiled_gpu(const float* A, const float* B, float* C, int M, int N, int
 
 // Given: the static shared memory of matmul_tiled_kernel, for the grader.
 int matmul_tiled_shared_bytes() {
+#if GS_CUDA_EMU
+  return -2;  // the emulator cannot see a kernel's static __shared__ arrays: checked on a GPU only
+#else
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, matmul_tiled_kernel) != cudaSuccess) {
     cudaGetLastError();  // clear it: the next launch must not report this error as its own
     return -1;
   }
   return static_cast<int>(attr.sharedSizeBytes);
+#endif
 }
 
 }  // namespace gradsleuth::lab9

@@ -1,9 +1,10 @@
 // Lab 9's GPU harness (see gpu.h): device query, buffers, timing and cuBLAS for
-// the grader. Given code, shared by the starter and the solution; nvcc, C++17.
+// the grader. Given code, shared by the starter and the solution; built by nvcc (C++17) for a
+// GPU, or as C++ against the CPU emulator (cuda/emu/), whose cuBLAS is a reference GEMM.
 #include "tutorials/lab9_cuda/harness/gpu.h"
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "cuda/compat.h"
+#include "cuda/cublas_compat.h"
 
 #include <cstdio>
 
@@ -20,7 +21,7 @@ DeviceInfo query() {
   info.status = static_cast<int>(err);
   info.count = err == cudaSuccess ? count : 0;
   if (err != cudaSuccess) {
-    std::snprintf(info.error, sizeof info.error, "%s", error_text(err));
+    std::snprintf(info.error, sizeof info.error, "%.250s", error_text(err));  // long texts are cut
     cudaGetLastError();  // clear it
     return info;
   }
@@ -32,11 +33,13 @@ DeviceInfo query() {
     info.cc_minor = prop.minor;
     info.sm_count = prop.multiProcessorCount;
   }
+#if !GS_CUDA_EMU  // the emulator has no memory clock: its peak stays 0 (it is never timed)
   // The memory clock and bus width are device attributes (CUDA 13 dropped them from cudaDeviceProp).
   int clock_khz = 0, bus_bits = 0;
   if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess)
     info.peak_gb_per_s = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+#endif
   cudaGetLastError();
   return info;
 }

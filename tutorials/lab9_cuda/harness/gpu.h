@@ -1,6 +1,7 @@
 // Lab 9's GPU harness, given (not part of the tasks): what the grader needs from
-// the CUDA runtime and cuBLAS. Compiled by nvcc (gpu.cu) only when CUDA is found;
-// this header is plain C++17 so the C++20 grader can include it. Every function
+// the CUDA runtime and cuBLAS. gpu.cu is compiled by nvcc for a GPU or as C++ against the
+// CPU emulator (tutorials/CMakeLists.txt decides); this header is plain C++17 so the C++20
+// grader can include it. Every function
 // returns 0 on success or the CUDA error code (a cublasStatus_t for cublas_sgemm).
 #pragma once
 #include <cstdint>

@@ -1,9 +1,9 @@
-// Lab 9 reference solution, the GPU half (built only with -DGRADSLEUTH_LAB_SOLUTIONS=ON
-// and when nvcc is found): the axpy kernel, the naive matmul and the shared-memory
-// tiled matmul, numbered as in the README. nvcc compiles this file as C++17.
+// Lab 9 reference solution, the GPU half (built only with -DGRADSLEUTH_LAB_SOLUTIONS=ON): the
+// axpy kernel, the naive matmul and the shared-memory tiled matmul, numbered as in the README.
+// nvcc compiles this file as C++17 for a GPU, or it is built as C++ against the CPU emulator.
 //
 // Dimension letters: M = rows of A and C, K = the summed dim, N = columns of B and C.
-#include <cuda_runtime.h>
+#include "cuda/compat.h"  // CUDA under nvcc, the CPU emulator otherwise; gs::cuda::launch
 
 #include <cstddef>
 #include <cstdint>
@@ -68,7 +68,9 @@ int axpy_gpu(int n, float alpha, const float* x, const float* y, float* out, int
   if (n <= 0) return cudaSuccess;  // a grid of 0 blocks is an invalid launch: do nothing instead
   if (block <= 0) return cudaErrorInvalidValue;
   const int64_t grid = (static_cast<int64_t>(n) + block - 1) / block;  // launch_1d
-  axpy_kernel<<<static_cast<unsigned>(grid), block>>>(n, alpha, x, y, out);
+  // gs::cuda::launch(kernel, grid, block, shared bytes, stream, args...) is kernel<<<grid, block>>>(args...)
+  // that also builds against the CPU emulator.
+  gs::cuda::launch(axpy_kernel, dim3(static_cast<unsigned>(grid)), dim3(block), 0, nullptr, n, alpha, x, y, out);
   return cudaGetLastError();  // a block of more than 1024 threads fails here
 }
 
@@ -76,7 +78,7 @@ int matmul_naive_gpu(const float* A, const float* B, float* C, int M, int N, int
   if (M <= 0 || N <= 0) return cudaSuccess;  // an empty C: nothing to launch
   const dim3 block(kTile, kTile);
   const dim3 grid((N + kTile - 1) / kTile, (M + kTile - 1) / kTile);  // launch_matmul: x along N, y along M
-  matmul_naive_kernel<<<grid, block>>>(A, B, C, M, N, K);
+  gs::cuda::launch(matmul_naive_kernel, grid, block, 0, nullptr, A, B, C, M, N, K);
   return cudaGetLastError();
 }
 
@@ -84,18 +86,22 @@ int matmul_tiled_gpu(const float* A, const float* B, float* C, int M, int N, int
   if (M <= 0 || N <= 0) return cudaSuccess;
   const dim3 block(kTile, kTile);
   const dim3 grid((N + kTile - 1) / kTile, (M + kTile - 1) / kTile);
-  matmul_tiled_kernel<<<grid, block>>>(A, B, C, M, N, K);
+  gs::cuda::launch(matmul_tiled_kernel, grid, block, 0, nullptr, A, B, C, M, N, K);
   return cudaGetLastError();
 }
 
 // Given (the same as in the starter).
 int matmul_tiled_shared_bytes() {
+#if GS_CUDA_EMU
+  return -2;  // the emulator cannot see a kernel's static __shared__ arrays: checked on a GPU only
+#else
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, matmul_tiled_kernel) != cudaSuccess) {
     cudaGetLastError();  // clear it: the next launch must not report this error as its own
     return -1;
   }
   return static_cast<int>(attr.sharedSizeBytes);
+#endif
 }
 
 }  // namespace gradsleuth::lab9
