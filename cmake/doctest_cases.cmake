@@ -3,7 +3,7 @@
 # by asking the built program for its list (doctest's own doctest_discover_tests, run after
 # each build). Used by the CUDA emulator suites, so `ctest -L cuda_emu` counts and reports
 # kernels one by one. Exit code 77 means skipped, as for every gradsleuth test.
-include_guard(GLOBAL)
+include_guard(DIRECTORY)  # doctest.cmake sets its script path per directory
 find_package(doctest REQUIRED)
 include(${doctest_DIR}/doctest.cmake OPTIONAL RESULT_VARIABLE gs_doctest_module)
 if(NOT gs_doctest_module)
