@@ -9,6 +9,8 @@
 // The file format ("GSCKPT01", little-endian, FNV-1a 64 checksum) is in
 // docs/checkpoint-format.md. A save writes `path.tmp.<pid>`, flushes it to disk
 // and renames it over `path`: a crash or error mid-save leaves the old file intact.
+// Reading is bounded (the header's size, then EOF) and every entry is validated
+// (unique non-empty names, checked sizes, bools 0/1) before anything is allocated.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,7 +35,17 @@ void save(const Module& module, const std::string& path);
 // so a failed load leaves the module unchanged. Errors name the file and what differs:
 // missing or unexpected names (strict only), shape or dtype mismatches, e.g.
 //   "fc1.weight: checkpoint has shape [256, 784], model expects [128, 784]".
-void load(Module& module, const std::string& path, bool strict = true);
+//
+// strict=false skips names the model or the file lacks, and says so: the returned
+// report lists what was loaded and skipped, a warning (gs::warn) names the skipped
+// entries, and a file with no name in common with the model is an error (loading
+// nothing silently is never what was meant).
+struct LoadReport {
+  std::vector<std::string> loaded;      // set from the file
+  std::vector<std::string> missing;     // in the model, not in the file (kept as they were)
+  std::vector<std::string> unexpected;  // in the file, not in the model (ignored)
+};
+LoadReport load(Module& module, const std::string& path, bool strict = true);
 
 // An optimizer's state_dict (or any name -> tensor map).
 void save_state(const std::map<std::string, Tensor>& state, const std::string& path);
