@@ -1,6 +1,7 @@
 // W6: metric files (CSV, JSON lines), SVG plots drawn here (axes, ticks,
 // legend, one polyline per series) and the HTML page with its atomic write.
 #include "debug/html_report.h"
+#include "nn/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -357,7 +358,8 @@ void write_file_atomic(const std::string& path, const std::string& contents, con
     GS_FAIL(op, "'", path, "' is a directory; give a file name inside it, such as '", path,
             (path.back() == '/' ? "" : "/"), "report.html'");
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  nn::remove_stale_temp_files(path);  // left by writes that were killed
+  const std::string tmp = nn::atomic_temp_path(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   GS_CHECK(f != nullptr, op, "cannot write '", path, "': creating the temporary file '", tmp, "' failed: ",
            errno_str(), ". Check that the directory exists and is writable. The previous file (if any) is unchanged.");

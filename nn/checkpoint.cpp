@@ -5,6 +5,7 @@
 #include "core/warning.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -29,6 +31,7 @@ constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;  // magic, version, reserve
 constexpr uint64_t kChecksumBytes = 8;
 
 std::optional<uint64_t> g_fail_after;  // testing::set_checkpoint_write_failure
+std::optional<uint64_t> g_kill_after;  // testing::set_checkpoint_kill_after
 
 // FNV-1a, 64 bit: h = (h xor byte) * prime for every byte.
 struct Fnv1a {
@@ -58,6 +61,11 @@ class Writer {
   Writer(FILE* f, std::string tmp) : f_(f), tmp_(std::move(tmp)) {}
   void bytes(const void* data, size_t n) {
     const auto* p = static_cast<const uint8_t*>(data);
+    if (g_kill_after && written_ + n > *g_kill_after) {
+      std::fwrite(p, 1, static_cast<size_t>(*g_kill_after - written_), f_);
+      std::fflush(f_);
+      ::kill(::getpid(), SIGKILL);
+    }
     if (g_fail_after && written_ + n > *g_fail_after) {
       const size_t part = static_cast<size_t>(*g_fail_after - written_);
       if (part) std::fwrite(p, 1, part, f_);
@@ -141,7 +149,32 @@ void fsync_dir_of(const std::string& path) {
 
 namespace testing {
 void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes) { g_fail_after = after_bytes; }
+void set_checkpoint_kill_after(std::optional<uint64_t> after_bytes) { g_kill_after = after_bytes; }
 }  // namespace testing
+
+std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+size_t remove_stale_temp_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp.";
+  size_t removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
+}
 
 // ---- writing ------------------------------------------------------------------------
 void write_checkpoint(const std::string& path, const NamedTensors& entries) {
@@ -156,7 +189,8 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
     file_size += 4 + name.size() + 1 + 1 + 8 * static_cast<uint64_t>(t.dim()) + 8 + t.nbytes();
   }
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temp_files(path);  // left by saves that were killed
+  const std::string tmp = atomic_temp_path(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   GS_CHECK(f != nullptr, "nn::save", "cannot create the temporary file '", tmp, "' for '", path, "': ", errno_str(),
            ". Check that the directory exists and is writable.");

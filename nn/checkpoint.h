@@ -56,10 +56,21 @@ std::map<std::string, Tensor> load_state(const std::string& path);
 void write_checkpoint(const std::string& path, const NamedTensors& entries);
 NamedTensors read_checkpoint(const std::string& path);
 
+// Atomic saves write `<path>.tmp.<pid>` and rename it over `path`. A process killed
+// mid-save (kill -9, power loss) leaves its temp file behind; every save of `path`
+// (here and debug::write_file_atomic) first removes the `<path>.tmp.<pid>` files
+// whose process no longer exists. Returns how many were removed. (A pid is checked
+// with kill(pid, 0) in this pid namespace: keep one writer namespace per directory.)
+std::string atomic_temp_path(const std::string& path);
+size_t remove_stale_temp_files(const std::string& path);
+
 namespace testing {
 // Test hook: when set, the next saves fail with a gs::Error after writing this many
 // bytes of the temporary file (simulating a full disk or a crash mid-save).
 void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes);
+// Test hook: the process SIGKILLs itself after writing this many bytes of the temp
+// file (a real kill -9 mid-save; used from a forked child).
+void set_checkpoint_kill_after(std::optional<uint64_t> after_bytes);
 }  // namespace testing
 
 }  // namespace gradsleuth::nn

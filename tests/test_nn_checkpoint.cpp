@@ -406,3 +406,43 @@ TEST_CASE("load(strict=false) reports what it loaded and skipped; nothing in com
   nntest::check_error([&] { nn::load(fc, dir.file("other.ckpt"), false); },
                       {"nn::load", "other.ckpt", "no entry in common", "Nothing was loaded"});
 }
+
+TEST_CASE("kill -9 during saves: the checkpoint survives and the next save removes the stale temp files") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  auto a = std::make_shared<Net>();
+  nn::save(*a, path);
+  const auto before = read_bytes(path);
+  auto other = std::make_shared<Net>();
+  // Three saves, each SIGKILLed mid-write in a forked child.
+  for (uint64_t kill_at : {10ull, 100ull, 300ull}) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      nn::testing::set_checkpoint_kill_after(kill_at);
+      try {
+        nn::save(*other, path);
+      } catch (...) {
+      }
+      ::_exit(3);  // not reached: the hook kills the process
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK(WTERMSIG(st) == SIGKILL);
+    // The checkpoint and one .tmp.<pid>: each save removed the previous killed save's file.
+    CHECK(dir.entries() == 2);
+  }
+  CHECK(read_bytes(path) == before);
+  auto b = std::make_shared<Net>();
+  nn::load(*b, path);
+  check_same_state(*a, *b);
+  // A temp file of a live process (this one's parent: pid 1 or the test runner) is left alone.
+  const std::string live = path + ".tmp." + std::to_string(::getppid());
+  write_bytes(live, {1, 2, 3});
+  nn::save(*other, path);
+  CHECK(dir.entries() == 2);  // the new checkpoint and the live process's file
+  CHECK(fs::exists(live));
+  fs::remove(live);
+  CHECK(nn::remove_stale_temp_files(path) == 0);
+}
