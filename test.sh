@@ -45,6 +45,10 @@ dir=build
 if [[ $sanitize == 1 ]]; then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  # ctest already runs one test per core: OpenMP threads on top only oversubscribe
+  # the instrumented code. The loader fuzz test runs its long mode here.
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+  export GS_FUZZ_LONG="${GS_FUZZ_LONG:-1}"
 fi
 
 scripts/setup.sh

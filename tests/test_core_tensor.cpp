@@ -801,3 +801,26 @@ TEST_CASE("views with overflowing sizes are errors: expand, view with -1") {
   CHECK(has(error_of([&] { x.view({int64_t{1} << 40, int64_t{1} << 40, -1}); }), "view"));
   CHECK(has(error_of([] { gs::arange(0, 1e300, 1e-300); }), "arange"));
 }
+
+// ---- sanitizer builds: the allocator leaves no slack for an overrun to hide in ----------
+#if defined(__SANITIZE_ADDRESS__)
+#include <sys/wait.h>
+#include <unistd.h>
+TEST_CASE("ASan builds: reading one element past a tensor's buffer is reported") {
+  for (int64_t n : {1, 5, 16, 1000}) {
+    CAPTURE(n);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      Tensor t = gs::zeros({n});
+      volatile const float* p = t.data_ptr<float>();
+      volatile float past = p[n];  // one element past the end: ASan must abort here
+      (void)past;
+      ::_exit(0);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));  // the child did not get away with it
+  }
+}
+#endif
