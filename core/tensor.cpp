@@ -514,8 +514,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] *= step;
+  s[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
+  if (s[d] > 1) st[d] = checked_mul(st[d], step, "slice");  // a single element's stride never matters
   Shape in_shape = shape();
   auto fn = [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); };
   return finish_view("slice", *this, detail::make_alias(*this, s, st, offset() + start * strides()[d]),

@@ -824,3 +824,11 @@ TEST_CASE("ASan builds: reading one element past a tensor's buffer is reported")
   }
 }
 #endif
+
+TEST_CASE("slice with a huge step takes one element instead of overflowing") {
+  Tensor x = iota({10});
+  CHECK(vals(x.slice(0, 2, 10, INT64_MAX)) == Vec{2});
+  CHECK(vals(x.slice(0, 0, 10, int64_t{1} << 62)) == Vec{0});
+  CHECK(vals(x.slice(0, 1, 10, 4)) == Vec{1, 5, 9});
+  CHECK(x.slice(0, 5, 5, INT64_MAX).numel() == 0);
+}
