@@ -2,6 +2,7 @@
 # Sets up, builds and runs the CTest suite; exits with ctest's status.
 #   ./test.sh                          build/ (Release)
 #   ./test.sh --sanitize               build-sanitize/ with ASan + UBSan
+#   ./test.sh --tsan                   build-tsan/ with ThreadSanitizer, no OpenMP: the concurrency tests
 #   ./test.sh [--portable] [--debug]   passed on to scripts/build.sh
 #   ./test.sh --arch x86-64-v3         AVX2-only code in build-x86-64-v3/ (run before landing engine changes)
 #   ./test.sh [opts] -- CTEST_ARGS...  e.g. ./test.sh -- -L lab
@@ -13,6 +14,18 @@ ctest_args=()
 sanitize=0 debug=0 arch=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --tsan)
+      # The library and the thread tests with -fsanitize=thread. OpenMP is off
+      # (libgomp is not instrumented: TSan would report its barriers) and OpenBLAS
+      # runs one thread for the same reason.
+      scripts/setup.sh
+      cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSLEUTH_TSAN=ON \
+        -DGRADSLEUTH_OPENMP=OFF -DGRADSLEUTH_CUDA=OFF -DGRADSLEUTH_BUILD_BENCH=OFF -DGRADSLEUTH_BUILD_LABS=OFF >/dev/null
+      cmake --build build-tsan --target test_threads test_core_observer test_core_autograd
+      export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" OPENBLAS_NUM_THREADS=1
+      echo "test: ctest in build-tsan (ThreadSanitizer)"
+      exec ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+        -R '^(test_threads|test_core_observer|test_core_autograd)$' ;;
     --sanitize) sanitize=1; build_args+=("$1") ;;
     --debug) debug=1; build_args+=("$1") ;;
     --portable) build_args+=("$1") ;;
@@ -32,6 +45,10 @@ dir=build
 if [[ $sanitize == 1 ]]; then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  # ctest already runs one test per core: OpenMP threads on top only oversubscribe
+  # the instrumented code. The loader fuzz test runs its long mode here.
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+  export GS_FUZZ_LONG="${GS_FUZZ_LONG:-1}"
 fi
 
 scripts/setup.sh

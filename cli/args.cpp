@@ -4,7 +4,16 @@
 
 #include "cli/cli.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -156,6 +165,100 @@ double Args::get_double(const std::string& name) const {
   }
   if (v.empty() || used != v.size()) throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'");
   return r;
+}
+
+namespace {
+std::string num_str(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Creates and removes a probe file in `dir`; "" when that works, else the reason.
+std::string probe_dir(const std::string& dir) {
+  const std::string probe = (dir.empty() ? std::string(".") : dir) + "/.gradsleuth-write-test." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+}  // namespace
+
+int64_t Args::get_int_in(const std::string& name, int64_t lo, int64_t hi) const {
+  const std::string v = get(name);
+  size_t used = 0;
+  long long r = 0;
+  try {
+    r = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string range = hi == INT64_MAX ? ">= " + std::to_string(lo)
+                                            : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (v.empty() || used != v.size() || r < lo || r > hi)
+    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'");
+  return r;
+}
+
+double Args::get_double_in(const std::string& name, double lo, bool lo_open, double hi, bool hi_open) const {
+  const std::string v = get(name);
+  size_t used = 0;
+  double r = 0;
+  try {
+    r = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const bool ok = !v.empty() && used == v.size() && std::isfinite(r) && (lo_open ? r > lo : r >= lo) &&
+                  (hi_open ? r < hi : r <= hi);
+  if (!ok) {
+    std::string range;
+    if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_str(lo);
+    else range = std::string("in ") + (lo_open ? "(" : "[") + num_str(lo) + ", " + num_str(hi) + (hi_open ? ")" : "]");
+    throw usage_error(command_, "--" + name + " must be a finite number " + range + ", got '" + v + "'");
+  }
+  return r;
+}
+
+uint64_t Args::get_seed(const std::string& name) const {
+  return static_cast<uint64_t>(get_int_in(name, 0, INT64_MAX));
+}
+
+std::string Args::get_nonempty(const std::string& name) const {
+  const std::string v = get(name);
+  if (v.empty()) throw usage_error(command_, "--" + name + " must not be empty");
+  return v;
+}
+
+void Args::check_writable_file(const std::string& name) const {
+  const std::string path = get_nonempty(name);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw usage_error(command_, "--" + name + " '" + path + "' is a directory; give a file name inside it");
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!std::filesystem::is_directory(dir, ec))
+    throw usage_error(command_, "--" + name + " '" + path + "': the directory '" + dir +
+                                    "' does not exist; create it first (checked before the run starts)");
+  const std::string why = probe_dir(dir);
+  if (!why.empty())
+    throw usage_error(command_, "--" + name + " '" + path + "': cannot create files in '" + dir + "': " + why +
+                                    " (checked before the run starts)");
+}
+
+void Args::check_writable_dir(const std::string& name) const {
+  const std::string dir = get_nonempty(name);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw usage_error(command_, "--" + name + " '" + dir + "' is not a directory and cannot be created" +
+                                    (ec ? ": " + ec.message() : std::string()) + " (checked before the run starts)");
+  const std::string why = probe_dir(dir);
+  if (!why.empty())
+    throw usage_error(command_, "--" + name + " '" + dir + "': cannot create files there: " + why +
+                                    " (checked before the run starts)");
 }
 
 void Args::print_help(std::ostream& os) const {

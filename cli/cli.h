@@ -1,5 +1,6 @@
 // The command table of the gradsleuth tool and a small argument parser.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -60,6 +61,18 @@ class Args {
   std::vector<std::string> get_all(const std::string& name) const;
   int get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
+  // Range-checked values, validated before any work: the error names the option,
+  // the range and the value ("--lr must be a finite number > 0, got 'inf'").
+  int64_t get_int_in(const std::string& name, int64_t lo, int64_t hi) const;   // lo <= v <= hi
+  // A finite number in the range: lo/hi are excluded when *_open (e.g. (0, inf), [0, 1)).
+  double get_double_in(const std::string& name, double lo, bool lo_open, double hi, bool hi_open) const;
+  uint64_t get_seed(const std::string& name) const;       // an integer in [0, 2^63 - 1] (never a wrapped -1)
+  std::string get_nonempty(const std::string& name) const;  // a non-empty string (a path, a name)
+  // Output paths, checked before the run starts (so a long run never fails at its end):
+  // a file path whose directory exists and accepts a new file, or a directory that
+  // exists or can be created and accepts a new file. Both probe with a real file.
+  void check_writable_file(const std::string& name) const;
+  void check_writable_dir(const std::string& name) const;
   void print_help(std::ostream& os) const;
   const std::vector<std::string>& positional() const { return positional_; }
 

@@ -4,6 +4,7 @@
 //
 // Dimension letters: N = points, D = 2 input features, H = hidden units, C = 3 classes.
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -74,14 +75,18 @@ int cmd_demo(const std::vector<std::string>& args) {
   a.option("momentum", "M", "momentum", "0.9");
   a.flag("json", "print only one JSON object {\"final_loss\", \"train_accuracy\", \"seconds\", ...}");
   if (!a.parse()) return 0;
-  const int steps = a.get_int("steps"), log_every = std::max(1, a.get_int("log-every")), hidden = a.get_int("hidden");
-  const double lr = a.get_double("lr"), momentum = a.get_double("momentum");
+  // Range-checked before any work (a NaN lr would train to NaN and then blame the gradient check).
+  const int steps = static_cast<int>(a.get_int_in("steps", 0, 100000000));
+  const int log_every = static_cast<int>(a.get_int_in("log-every", 1, INT32_MAX));
+  const int hidden = static_cast<int>(a.get_int_in("hidden", 1, 1 << 20));
+  const double lr = a.get_double_in("lr", 0.0, true, INFINITY, false);
+  const double momentum = a.get_double_in("momentum", 0.0, false, 1.0, true);
+  const uint64_t seed = a.get_seed("seed");
   const bool json = a.has("json");
-  if (steps < 0 || hidden < 1) throw std::invalid_argument("--steps must be >= 0 and --hidden >= 1");
   const auto t0 = std::chrono::steady_clock::now();
 
   // ---- data and parameters ---------------------------------------------------
-  Generator gen(static_cast<uint64_t>(a.get_int("seed")));
+  Generator gen(seed);
   const int64_t C = 3, D = 2, H = hidden;
   Spiral data = make_spiral(200, C, gen);
   Mlp m;

@@ -2,6 +2,7 @@
 // pre-training gate (W2), a short monitored training run (W3), the end-of-run
 // diagnoses — printed as a report, with an HTML page of plots (W6), a profile
 // of one step (W7) and a memory report (W8). --bug injects catalogued bugs.
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -69,10 +70,11 @@ int cmd_doctor(const std::vector<std::string>& args) {
   set_thread_count();
   debug::zoo::Options o = debug::zoo::Options::quick();
   o.model = a.get("model");
-  o.steps = a.get_int("steps");
-  o.train_examples = a.get_int("train-examples");
-  o.seed = static_cast<uint64_t>(a.get_int("seed"));
-  o.data_dir = a.get("data-dir");
+  o.steps = a.get_int_in("steps", 1, INT64_MAX);
+  o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  o.seed = a.get_seed("seed");
+  o.data_dir = a.get_nonempty("data-dir");
+  a.check_writable_dir("out");  // before the run: report.html and metrics.csv go there at the end
   GS_CHECK(o.model == "mlp" || o.model == "cnn", "doctor", "unknown --model '", o.model, "': use mlp or cnn");
   GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "doctor",
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);

@@ -1,6 +1,8 @@
 // gradsleuth gradcheck: every registered op's backward against central
 // differences in float64 (check M13, numeric gradient check), as a table or one JSON object.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
@@ -115,10 +117,10 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   debug::GradcheckOptions o;
   o.fast = a.has("fast");
   o.check_double_backward = !a.has("no-double");
-  o.seed = static_cast<uint64_t>(a.get_int("seed"));
-  o.eps = a.get_double("eps");
-  o.atol = a.get_double("atol");
-  o.rtol = a.get_double("rtol");
+  o.seed = a.get_seed("seed");
+  o.eps = a.get_double_in("eps", 0.0, true, INFINITY, false);  // a zero or NaN step blames a correct op
+  o.atol = a.get_double_in("atol", 0.0, false, INFINITY, false);
+  o.rtol = a.get_double_in("rtol", 0.0, false, INFINITY, false);
   const auto rows = debug::gradcheck_all_ops(o, a.get("op"));
   const auto ops = summarise(rows);
   int passed = 0, failed = 0, skipped = 0;

@@ -4,6 +4,7 @@
 //
 // Dimension letters: B = batch, C = channels, H/W = 28x28 pixels, K = 10 classes.
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -82,24 +83,29 @@ int cmd_train(const std::vector<std::string>& args) {
   GS_CHECK(opt_name == "adam" || opt_name == "sgd", "train", "unknown --optimizer '", opt_name,
            "': use adam or sgd");
   const Defaults d = defaults_for(model_name);
-  const int epochs = a.has("epochs") ? a.get_int("epochs") : d.epochs;
-  const int batch = a.has("batch-size") ? a.get_int("batch-size") : d.batch_size;
-  const double lr = a.has("lr") ? a.get_double("lr") : (opt_name == "sgd" ? 0.05 : d.lr);
-  const uint64_t seed = static_cast<uint64_t>(a.get_int("seed"));
-  GS_CHECK(epochs >= 1 && batch >= 1 && lr > 0, "train", "--epochs and --batch-size must be >= 1 and --lr > 0");
+  // Every option is range-checked here, before any data is read or any step is taken.
+  const int epochs = a.has("epochs") ? static_cast<int>(a.get_int_in("epochs", 1, 1000000)) : d.epochs;
+  const int batch = a.has("batch-size") ? static_cast<int>(a.get_int_in("batch-size", 1, 1 << 24)) : d.batch_size;
+  const double lr = a.has("lr") ? a.get_double_in("lr", 0.0, true, INFINITY, false) : (opt_name == "sgd" ? 0.05 : d.lr);
+  const uint64_t seed = a.get_seed("seed");
+  const int threads = a.has("threads") ? static_cast<int>(a.get_int_in("threads", 1, 1024)) : 0;
+  const int64_t limit_train = a.has("limit-train") ? a.get_int_in("limit-train", 1, INT64_MAX) : 0;
+  const int64_t limit_test = a.has("limit-test") ? a.get_int_in("limit-test", 1, INT64_MAX) : 0;
+  const std::string data_dir = a.get_nonempty("data-dir");
+  if (a.has("run-dir")) a.check_writable_dir("run-dir");
   const std::string schedule = a.get("schedule");
   GS_CHECK(schedule == "cosine" || schedule == "none", "train", "unknown --schedule '", schedule,
            "': use cosine or none");
   const bool json = a.has("json");
   // Before any tensor op: the engine reads the thread count once.
-  set_thread_count(a.has("threads") ? std::max(1, a.get_int("threads")) : 0);
+  set_thread_count(threads);
   const auto t0 = std::chrono::steady_clock::now();
 
   // Data.
-  auto fm = nn::FashionMnistOptions().data_dir(a.get("data-dir"));
+  auto fm = nn::FashionMnistOptions().data_dir(data_dir);
   nn::DatasetPtr train = nn::load_fashion_mnist("train", fm), test = nn::load_fashion_mnist("test", fm);
-  if (a.has("limit-train")) train = nn::take(train, a.get_int("limit-train"));
-  if (a.has("limit-test")) test = nn::take(test, a.get_int("limit-test"));
+  if (limit_train) train = nn::take(train, limit_train);
+  if (limit_test) test = nn::take(test, limit_test);
   nn::DataLoader train_loader(train, nn::DataLoaderOptions().batch_size(batch).shuffle(true).seed(seed));
   nn::DataLoader test_loader(test, nn::DataLoaderOptions().batch_size(500));
 
@@ -122,6 +128,17 @@ int cmd_train(const std::vector<std::string>& args) {
   std::unique_ptr<optim::LRScheduler> sched;
   if (schedule == "cosine") sched = std::make_unique<optim::CosineAnnealingLR>(*opt, epochs);
   trainer.set_scheduler(sched.get());
+  // A non-finite loss ends the run at that step: exit status 1, naming the step.
+  int64_t bad_step = 0, bad_epoch = 0;
+  double bad_loss = 0.0;
+  trainer.on_step([&](const optim::StepInfo& s) {
+    if (bad_step == 0 && !std::isfinite(s.loss)) {
+      bad_step = s.step;
+      bad_epoch = s.epoch;
+      bad_loss = s.loss;
+      trainer.request_stop();
+    }
+  });
   optim::FitResult r = trainer.fit(train_loader, &test_loader);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double train_seconds = 0.0;
@@ -147,6 +164,12 @@ int cmd_train(const std::vector<std::string>& args) {
   } else {
     std::printf("test accuracy %.4f  test loss %.4f  train loss %.4f  %.1f s (%.0f examples/s)\n",
                 last.val_accuracy, last.val_loss, last.train_loss, seconds, ex_s);
+  }
+  if (bad_step) {
+    std::cerr << "gradsleuth train: error: the training loss became non-finite (" << bad_loss << ") at step "
+              << bad_step << " (epoch " << bad_epoch << "); training stopped there. Lower --lr (now " << lr
+              << ") or check the data.\n";
+    return 1;
   }
   return 0;
 }

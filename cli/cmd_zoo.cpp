@@ -2,6 +2,7 @@
 // Fashion-MNIST with every check attached, and prints the detection matrix
 // (docs/catalog.md describes each bug; debug/zoo.h is the library behind it).
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 
@@ -46,11 +47,12 @@ int cmd_zoo(const std::vector<std::string>& args) {
   }
   set_thread_count();
   debug::zoo::Options o = a.has("quick") ? debug::zoo::Options::quick() : debug::zoo::Options::full();
-  if (a.has("steps")) o.steps = a.get_int("steps");
-  if (a.has("train-examples")) o.train_examples = a.get_int("train-examples");
+  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
+  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
   o.model = a.get("model");
-  o.seed = static_cast<uint64_t>(a.get_int("seed"));
-  o.data_dir = a.get("data-dir");
+  o.seed = a.get_seed("seed");
+  o.data_dir = a.get_nonempty("data-dir");
+  if (a.has("json")) a.check_writable_file("json");  // before the run, not after it
   GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "zoo", "--steps must be >= 1 and --train-examples >= ",
            o.batch_size);
   std::vector<nn::Bug> bugs;

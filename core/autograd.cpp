@@ -2,6 +2,8 @@
 // gradient accumulation into leaves, and the iterative backward pass.
 #include "core/autograd.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -201,7 +203,9 @@ thread_local int t_backward_depth = 0;  // > 0 while a backward pass runs its no
 
 namespace {
 
-uint64_t g_epoch = 0;
+// Backward passes stamp the nodes they visit with a fresh epoch; atomic, so passes
+// over separate graphs in several threads never share a stamp.
+std::atomic<uint64_t> g_epoch{0};
 
 Tensor ones_for(const Tensor& root) {
   GS_CHECK(root.numel() == 1, "backward", "grad can be implicitly created only for one-element outputs, but the "

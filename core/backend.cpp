@@ -42,8 +42,11 @@ const char* binary_op_name(BinaryOp op) {
   return names[static_cast<int>(op)];
 }
 
+// One default generator per thread: manual_seed(s) then sampling in one thread is
+// never disturbed by another thread's draws, and two threads that seed alike draw
+// alike (docs/autograd.md, "Thread safety"). Each thread's starts unseeded (0x5eed).
 Generator& default_generator() {
-  static Generator g;
+  thread_local Generator g;
   return g;
 }
 

@@ -85,9 +85,13 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
-// The global generator used when a sampling function is given none.
+// The default generator used when a sampling function is given none. There is one
+// per thread (thread_local): safe to use from several threads, and manual_seed(s)
+// followed by model construction gives the same weights in any thread. A Generator
+// object itself is not synchronised: share one between threads only with a lock.
 Generator& default_generator();
-// Seeds the global generator (and so every rand/randn/dropout that uses it).
+// Seeds the calling thread's default generator (and so every rand/randn/dropout
+// that uses it in this thread).
 void manual_seed(uint64_t seed);
 
 }  // namespace gradsleuth

@@ -36,13 +36,20 @@ class OpObserver {
   virtual void on_op_begin(const char* op) {}  // for timing (profiler)
 };
 
-void add_observer(OpObserver* o);
+// Which ops an observer sees: those of every thread (the default), or only those
+// run by the thread that attached it (two threads training side by side, each
+// with its own profiler or checks). Attaching and detaching are thread-safe.
+enum class ObserverScope { AllThreads, ThisThread };
+
+void add_observer(OpObserver* o, ObserverScope scope = ObserverScope::AllThreads);
 void remove_observer(OpObserver* o);
 
 // RAII: observes for the guard's lifetime.
 class ObserverGuard {
  public:
-  explicit ObserverGuard(OpObserver* o) : o_(o) { add_observer(o_); }
+  explicit ObserverGuard(OpObserver* o, ObserverScope scope = ObserverScope::AllThreads) : o_(o) {
+    add_observer(o_, scope);
+  }
   ~ObserverGuard() { remove_observer(o_); }
   ObserverGuard(const ObserverGuard&) = delete;
   ObserverGuard& operator=(const ObserverGuard&) = delete;

@@ -11,15 +11,51 @@ void DimVector::too_many() {
   GS_FAIL("shape", "gradsleuth supports at most ", kMaxDims, " dimensions; reshape the tensor to fewer dims");
 }
 
-int64_t numel_of(const Shape& s) {
+int64_t checked_mul(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  GS_CHECK(!__builtin_mul_overflow(a, b, &r), op, "size arithmetic overflows 64 bits: ", a, " x ", b,
+           " does not fit in int64. A size, stride or byte count this large cannot be addressed; check the "
+           "shape (or the file) it came from.");
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  GS_CHECK(!__builtin_add_overflow(a, b, &r), op, "size arithmetic overflows 64 bits: ", a, " + ", b,
+           " does not fit in int64");
+  return r;
+}
+
+int64_t numel_of(const Shape& s, const char* op) {
+  // Sizes are multiplied as max(size, 1): the strides of a shape with a zero
+  // somewhere still need the product of the other sizes to fit.
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+  bool zero = false;
+  for (int64_t d : s) {
+    zero |= d == 0;
+    if (__builtin_mul_overflow(n, d == 0 ? int64_t{1} : d, &n)) [[unlikely]]
+      GS_FAIL(op, "shape ", shape_str(s), " has more elements than a 64-bit size can count (the product of its "
+              "sizes overflows int64); no tensor this large can exist. Check the sizes (a wrapped negative "
+              "number? a corrupted file?).");
+  }
+  return zero ? 0 : n;
+}
+
+int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op) {
+  const int64_t n = numel_of(s, op);
+  int64_t bytes;
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(elem_size), &bytes) || bytes > kMaxTensorBytes) [[unlikely]]
+    GS_FAIL(op, "shape ", shape_str(s), " (", n, " elements of ", elem_size, " bytes) needs more bytes than the "
+            "address space holds (at most ", kMaxTensorBytes, "); no tensor this large can be allocated. "
+            "Check the sizes.");
+  return bytes;
 }
 
 Strides contiguous_strides(const Shape& s) {
   Strides st(s.size(), 1);
-  for (int64_t d = static_cast<int64_t>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * std::max<int64_t>(s[d + 1], 1);
+  for (int64_t d = static_cast<int64_t>(s.size()) - 2; d >= 0; --d)
+    if (__builtin_mul_overflow(st[d + 1], std::max<int64_t>(s[d + 1], 1), &st[d])) [[unlikely]]
+      GS_FAIL("shape", "the strides of shape ", shape_str(s), " overflow int64; no tensor this large can exist");
   return st;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
@@ -82,8 +83,22 @@ using Shape = DimVector;    // sizes, outermost first
 using Strides = DimVector;  // in elements, not bytes
 using Dims = DimVector;     // a list of dimension indices
 
-int64_t numel_of(const Shape& s);
-// Row-major strides: stride[d] = stride[d+1] * size[d+1], stride[last] = 1.
+// ---- checked size arithmetic ----------------------------------------------------
+// Every product of sizes, strides x sizes, element count x element size and offset
+// goes through these helpers: an overflow is a gs::Error naming `op`, never a wrap.
+// The largest byte size of a tensor (and of any file section a loader allocates for):
+// the signed address space, PTRDIFF_MAX = 2^63 - 1 on 64-bit hosts.
+inline constexpr int64_t kMaxTensorBytes = INT64_MAX;
+int64_t checked_mul(int64_t a, int64_t b, const char* op);
+int64_t checked_add(int64_t a, int64_t b, const char* op);
+
+// The number of elements, checked: the product of the sizes (with 0-sizes counted as 1,
+// as strides need) must fit in int64, or a gs::Error names `op` and the shape.
+int64_t numel_of(const Shape& s, const char* op = "shape");
+// numel_of(s) * elem_size bytes, checked against kMaxTensorBytes; the error names
+// `op`, the shape and the element size ("allocate" a tensor of 2^62 float32...).
+int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op);
+// Row-major strides: stride[d] = stride[d+1] * size[d+1], stride[last] = 1 (checked).
 Strides contiguous_strides(const Shape& s);
 std::string shape_str(const DimVector& s);  // "[2, 3]"
 inline std::ostream& operator<<(std::ostream& os, const DimVector& s) { return os << shape_str(s); }

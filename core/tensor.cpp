@@ -173,9 +173,9 @@ Tensor make_alias(const Tensor& t, const Shape& shape, const Strides& strides, i
 Tensor empty(const Shape& shape, TensorOptions opts) {
   for (int64_t s : shape)
     GS_CHECK(s >= 0, "tensor factory (empty/zeros/ones/full/rand...)", "negative size in shape ", shape_str(shape), "; sizes must be >= 0");
+  const int64_t nbytes = checked_nbytes(shape, dtype_size(opts.dtype_), "tensor factory (empty/zeros/ones/full/rand...)");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel_of(shape)) * dtype_size(opts.dtype_),
-                                            opts.device_);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), opts.device_);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = opts.dtype_;
@@ -205,7 +205,10 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   GS_CHECK(step != 0, "arange", "step must be non-zero");
   GS_CHECK((end - start) / step >= 0, "arange", "range [", start, ", ", end, ") is empty for step ", step,
            "; swap start and end or change the sign of step");
-  const int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  const double count = std::ceil((end - start) / step);
+  GS_CHECK(std::isfinite(count) && count < 9.2e18, "arange", "range [", start, ", ", end, ") with step ", step,
+           " has ", count, " elements, more than a tensor can hold");
+  const int64_t n = static_cast<int64_t>(count);
   Tensor t = empty({n}, opts.requires_grad(false));
   backend_of(t).arange(t, start, step);
   if (opts.requires_grad_) t.requires_grad_(true);
@@ -391,7 +394,7 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* op, cons
       infer = static_cast<int64_t>(i);
     } else {
       GS_CHECK(s[i] >= 0, op, "invalid size ", s[i], " in shape ", shape_str(shape));
-      known *= s[i];
+      known = checked_mul(known, s[i], op);
     }
   }
   if (infer >= 0) {
@@ -520,8 +523,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] *= step;
+  s[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
+  if (s[d] > 1) st[d] = checked_mul(st[d], step, "slice");  // a single element's stride never matters
   Shape in_shape = shape();
   auto fn = [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); };
   return finish_view("slice", *this, detail::make_alias(*this, s, st, offset() + start * strides()[d]),
@@ -577,6 +580,8 @@ Tensor Tensor::expand(const Shape& target) const {
     st[i] = (s[i] == have) ? strides()[j] : 0;
   }
   if (s == shape()) return *this;
+  for (int64_t v : s) GS_CHECK(v >= 0, "expand", "cannot expand ", str(), " to ", shape_str(target), ": negative size");
+  checked_nbytes(s, element_size(), "expand");  // its dense copy must be addressable
   Shape in_shape = shape();
   return finish_view("expand", *this, detail::make_alias(*this, s, st, offset()),
                      [in_shape](const Tensor& g, Node&) { return tensor_list{sum_to(g, in_shape)}; });

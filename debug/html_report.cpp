@@ -1,6 +1,7 @@
 // W6: metric files (CSV, JSON lines), SVG plots drawn here (axes, ticks,
 // legend, one polyline per series) and the HTML page with its atomic write.
 #include "debug/html_report.h"
+#include "nn/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -55,7 +56,7 @@ const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 
-// A step of 1, 2 or 5 x 10^k near range / target.
+// A step of 1, 2 or 5 x 10^k near range / target (range finite and > 0).
 double nice_step(double range, int target) {
   const double raw = range / target;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
@@ -63,35 +64,53 @@ double nice_step(double range, int target) {
   return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * mag;
 }
 
+// Axis ranges are sanitised so that every tick computation is finite: values
+// beyond +-kAxisClip are clipped (the span of +-1e308 overflows a double), and
+// a span below kAxisMinSpan (denormals: {0, 5e-324}) is drawn as one value.
+constexpr double kAxisClip = 1e306;
+constexpr double kAxisMinSpan = 1e-290;
+constexpr int kMaxTicks = 64;  // the tick loop is bounded whatever the range
+
 // An axis: the data range widened to round ticks. For a log axis, lo/hi and
-// the ticks are log10 of the values.
+// the ticks are log10 of the values. `clipped`: the data went past +-kAxisClip.
 struct Axis {
   double lo = 0.0, hi = 1.0;
   std::vector<double> ticks;
   bool log = false;
+  bool clipped = false;
 };
 
 Axis make_axis(double lo, double hi, bool log) {
   Axis a;
   a.log = log;
-  if (!(lo <= hi)) lo = 0.0, hi = 1.0;  // no finite data
-  if (log) {
+  if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) lo = 0.0, hi = 1.0;  // no finite data
+  if (log) {  // log10 values are within [-324, 309]: always finite
     lo = std::floor(lo), hi = std::ceil(hi);
     if (hi <= lo) hi = lo + 1.0;
     const int decades = static_cast<int>(hi - lo);
     const int every = std::max(1, (decades + 7) / 8);  // at most ~8 labels
-    for (double t = lo; t <= hi + 1e-9; t += every) a.ticks.push_back(t);
+    for (double t = lo; t <= hi + 1e-9 && a.ticks.size() < kMaxTicks; t += every) a.ticks.push_back(t);
     a.lo = lo, a.hi = hi;
     return a;
   }
-  if (hi == lo) {
-    const double pad = lo == 0.0 ? 1.0 : std::fabs(lo) * 0.1;
-    lo -= pad, hi += pad;
+  if (lo < -kAxisClip || hi > kAxisClip) {
+    a.clipped = true;
+    lo = std::clamp(lo, -kAxisClip, kAxisClip), hi = std::clamp(hi, -kAxisClip, kAxisClip);
+  }
+  if (hi - lo < kAxisMinSpan || hi - lo <= std::max(std::fabs(lo), std::fabs(hi)) * 1e-12) {
+    const double mid = std::fabs(lo) < kAxisMinSpan ? 0.0 : lo;
+    const double pad = mid == 0.0 ? 1.0 : std::fabs(mid) * 0.1;
+    lo = mid - pad, hi = mid + pad;
   }
   const double step = nice_step(hi - lo, 5);
   a.lo = std::floor(lo / step + 1e-9) * step;
   a.hi = std::ceil(hi / step - 1e-9) * step;
-  for (int i = 0;; ++i) {
+  if (!(step > 0.0) || !std::isfinite(step) || !std::isfinite(a.lo) || !std::isfinite(a.hi) || !(a.lo < a.hi)) {
+    a.lo = lo, a.hi = hi;  // cannot happen after the sanitising above; never loop on it anyway
+    a.ticks = {lo, hi};
+    return a;
+  }
+  for (int i = 0; i < kMaxTicks; ++i) {
     double t = a.lo + i * step;
     if (t > a.hi + step * 1e-6) break;
     if (std::fabs(t) < step * 1e-9) t = 0.0;
@@ -164,11 +183,14 @@ std::string render_svg(const Plot& plot) {
   // Data ranges over the points that will be drawn.
   auto usable = [&](double x, double y) { return std::isfinite(x) && std::isfinite(y) && (!plot.log_y || y > 0.0); };
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-  size_t drawn = 0;
+  size_t drawn = 0, dropped = 0;
   for (const Series& s : plot.series) {
     const size_t n = std::min(s.x.size(), s.y.size());
     for (size_t i = 0; i < n; ++i) {
-      if (!usable(s.x[i], s.y[i])) continue;
+      if (!usable(s.x[i], s.y[i])) {
+        ++dropped;
+        continue;
+      }
       const double y = plot.log_y ? std::log10(s.y[i]) : s.y[i];
       xlo = std::min(xlo, s.x[i]), xhi = std::max(xhi, s.x[i]);
       ylo = std::min(ylo, y), yhi = std::max(yhi, y);
@@ -176,8 +198,16 @@ std::string render_svg(const Plot& plot) {
     }
   }
   const Axis ax = make_axis(xlo, xhi, false), ay = make_axis(ylo, yhi, plot.log_y);
-  auto px = [&](double x) { return L + (x - ax.lo) / (ax.hi - ax.lo) * PW; };
-  auto py = [&](double y) { return T + PH - ((plot.log_y ? std::log10(y) : y) - ay.lo) / (ay.hi - ay.lo) * PH; };
+  // Positions are computed on the clipped range and kept inside the plot area, so
+  // every coordinate written is finite (a clipped axis says so in its label).
+  auto clip = [](double v, double lo, double hi) { return std::isfinite(v) ? std::clamp(v, lo, hi) : lo; };
+  auto px = [&](double x) {
+    return clip(L + (clip(x, -kAxisClip, kAxisClip) - ax.lo) / (ax.hi - ax.lo) * PW, L, L + PW);
+  };
+  auto py = [&](double y) {
+    const double v = plot.log_y ? std::log10(y) : clip(y, -kAxisClip, kAxisClip);
+    return clip(T + PH - (v - ay.lo) / (ay.hi - ay.lo) * PH, T, T + PH);
+  };
   auto py_axis = [&](double t) { return T + PH - (t - ay.lo) / (ay.hi - ay.lo) * PH; };  // t already in axis units
 
   std::ostringstream os;
@@ -217,8 +247,12 @@ std::string render_svg(const Plot& plot) {
        << html_escape(plot.log_y ? log_tick_text(t) : tick_text(t)) << "</text>\n";
   os << "</g>\n";
   os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(H - 14) << "\" text-anchor=\"middle\" font-size=\"12\">"
-     << html_escape(plot.x_label) << "</text>\n";
-  const std::string ylab = plot.y_label + (plot.log_y ? " (log scale)" : "");
+     << html_escape(plot.x_label + (ax.clipped ? " (clipped to +-1e306)" : "")) << "</text>\n";
+  const std::string ylab = plot.y_label + (plot.log_y ? " (log scale)" : "") + (ay.clipped ? " (clipped to +-1e306)" : "");
+  if (dropped)
+    os << "<text class=\"dropped\" x=\"" << coord(L + PW) << "\" y=\"" << coord(T - 6)
+       << "\" text-anchor=\"end\" font-size=\"11\" fill=\"#999\">" << dropped << " point" << (dropped == 1 ? "" : "s")
+       << " not drawn (non-finite" << (plot.log_y ? " or <= 0" : "") << ")</text>\n";
   os << "<text x=\"16\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 16 "
      << coord(T + PH / 2) << ")\">" << html_escape(ylab) << "</text>\n";
   if (drawn == 0)
@@ -325,7 +359,8 @@ void write_file_atomic(const std::string& path, const std::string& contents, con
     GS_FAIL(op, "'", path, "' is a directory; give a file name inside it, such as '", path,
             (path.back() == '/' ? "" : "/"), "report.html'");
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  nn::remove_stale_temp_files(path);  // left by writes that were killed
+  const std::string tmp = nn::atomic_temp_path(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   GS_CHECK(f != nullptr, op, "cannot write '", path, "': creating the temporary file '", tmp, "' failed: ",
            errno_str(), ". Check that the directory exists and is writable. The previous file (if any) is unchanged.");

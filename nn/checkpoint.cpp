@@ -2,7 +2,11 @@
 // (size, checksum, then entry-by-entry bounds checks). Format: docs/checkpoint-format.md.
 #include "nn/checkpoint.h"
 
+#include "core/warning.h"
+
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,8 +14,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -25,6 +31,7 @@ constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;  // magic, version, reserve
 constexpr uint64_t kChecksumBytes = 8;
 
 std::optional<uint64_t> g_fail_after;  // testing::set_checkpoint_write_failure
+std::optional<uint64_t> g_kill_after;  // testing::set_checkpoint_kill_after
 
 // FNV-1a, 64 bit: h = (h xor byte) * prime for every byte.
 struct Fnv1a {
@@ -54,6 +61,11 @@ class Writer {
   Writer(FILE* f, std::string tmp) : f_(f), tmp_(std::move(tmp)) {}
   void bytes(const void* data, size_t n) {
     const auto* p = static_cast<const uint8_t*>(data);
+    if (g_kill_after && written_ + n > *g_kill_after) {
+      std::fwrite(p, 1, static_cast<size_t>(*g_kill_after - written_), f_);
+      std::fflush(f_);
+      ::kill(::getpid(), SIGKILL);
+    }
     if (g_fail_after && written_ + n > *g_fail_after) {
       const size_t part = static_cast<size_t>(*g_fail_after - written_);
       if (part) std::fwrite(p, 1, part, f_);
@@ -137,7 +149,32 @@ void fsync_dir_of(const std::string& path) {
 
 namespace testing {
 void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes) { g_fail_after = after_bytes; }
+void set_checkpoint_kill_after(std::optional<uint64_t> after_bytes) { g_kill_after = after_bytes; }
 }  // namespace testing
+
+std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+size_t remove_stale_temp_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp.";
+  size_t removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
+}
 
 // ---- writing ------------------------------------------------------------------------
 void write_checkpoint(const std::string& path, const NamedTensors& entries) {
@@ -152,7 +189,8 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
     file_size += 4 + name.size() + 1 + 1 + 8 * static_cast<uint64_t>(t.dim()) + 8 + t.nbytes();
   }
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  remove_stale_temp_files(path);  // left by saves that were killed
+  const std::string tmp = atomic_temp_path(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   GS_CHECK(f != nullptr, "nn::save", "cannot create the temporary file '", tmp, "' for '", path, "': ", errno_str(),
            ". Check that the directory exists and is writable.");
@@ -207,12 +245,43 @@ void save_state(const std::map<std::string, Tensor>& state, const std::string& p
 }
 
 // ---- reading ------------------------------------------------------------------------
+namespace {
+// Appends up to `n` more bytes of `f` to `buf`, in chunks, so memory grows only with
+// bytes actually present (a header promising 2^60 bytes allocates nothing up front).
+void read_upto(FILE* f, std::vector<uint8_t>& buf, uint64_t n, const std::string& path) {
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  while (n > 0) {
+    const size_t want = static_cast<size_t>(std::min(n, kChunk));
+    const size_t old = buf.size();
+    buf.resize(old + want);
+    const size_t got = std::fread(buf.data() + old, 1, want, f);
+    buf.resize(old + got);
+    if (got < want) {
+      GS_CHECK(!std::ferror(f), "nn::load", "reading '", path, "' failed after ", buf.size(), " bytes: ", errno_str());
+      return;  // EOF
+    }
+    n -= got;
+  }
+}
+}  // namespace
+
 NamedTensors read_checkpoint(const std::string& path) {
   const char* op = "nn::load";
-  std::ifstream in(path, std::ios::binary);
-  GS_CHECK(in.good(), op, "cannot open '", path, "': ", errno_str());
-  std::vector<uint8_t> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const uint64_t size = buf.size();
+  // Read with a bound: the header first, then exactly the size it records, then one
+  // byte more to confirm the end. /dev/zero, a FIFO or a directory never reaches a
+  // read that grows without limit.
+  struct stat st {};
+  const bool have_stat = ::stat(path.c_str(), &st) == 0;
+  GS_CHECK(!(have_stat && S_ISDIR(st.st_mode)), op, "'", path, "' is a directory, not a checkpoint file; pass the "
+           "path of the file nn::save wrote (e.g. run/model.ckpt)");
+  FILE* f = std::fopen(path.c_str(), "rb");
+  GS_CHECK(f != nullptr, op, "cannot open '", path, "': ", errno_str(),
+           errno == EACCES ? " (check the file's permissions)" : "");
+  std::unique_ptr<FILE, int (*)(FILE*)> closer(f, &std::fclose);
+  const bool regular = have_stat && S_ISREG(st.st_mode);
+  std::vector<uint8_t> buf;
+  read_upto(f, buf, sizeof(kMagic), path);
+  uint64_t size = buf.size();
 
   GS_CHECK(size >= sizeof(kMagic), op, "'", path, "' is truncated: it has ", size,
            " bytes, fewer than the 8-byte magic \"GSCKPT01\"");
@@ -222,8 +291,25 @@ NamedTensors read_checkpoint(const std::string& path) {
     GS_FAIL(op, "'", path, "' is not a gradsleuth checkpoint: it starts with \"", head, "\" instead of \"GSCKPT01\"",
             (buf[0] == 'P' && buf[1] == 'K' ? " (a zip archive: PyTorch .pt files cannot be read)" : ""));
   }
+  read_upto(f, buf, kHeaderBytes + kChecksumBytes - sizeof(kMagic), path);
+  size = buf.size();
   GS_CHECK(size >= kHeaderBytes + kChecksumBytes, op, "'", path, "' is truncated: it has ", size,
            " bytes, fewer than the ", kHeaderBytes + kChecksumBytes, " of an empty checkpoint");
+  const uint64_t recorded = read_le64(buf.data() + 24);
+  // A regular file's length is known: compare before reading anything more.
+  const uint64_t file_bytes = regular ? static_cast<uint64_t>(st.st_size) : 0;
+  if (regular && file_bytes < recorded)
+    GS_FAIL(op, "'", path, "' is truncated: its header says ", recorded, " bytes but the file has ", file_bytes,
+            " (an interrupted copy or download?)");
+  if (recorded > size) read_upto(f, buf, recorded - size, path);
+  size = buf.size();
+  if (size < recorded)
+    GS_FAIL(op, "'", path, "' is truncated: its header says ", recorded, " bytes but the file has ", size,
+            " (an interrupted copy or download?)");
+  uint8_t extra = 0;
+  const bool longer = size > recorded || std::fread(&extra, 1, 1, f) == 1;
+  GS_CHECK(!longer, op, "'", path, "' is corrupted: its header says ", recorded, " bytes but the file has ",
+           regular ? std::to_string(file_bytes) : "more (it does not end there)");
   Reader r(buf, size - kChecksumBytes, path);
   r.take(sizeof(kMagic), "the magic");
   const auto version = r.le<uint32_t>("the version");
@@ -231,12 +317,7 @@ NamedTensors read_checkpoint(const std::string& path) {
            kVersion, ". It was written by a different gradsleuth version.");
   r.le<uint32_t>("the reserved field");
   const auto count = r.le<uint64_t>("the entry count");
-  const auto recorded = r.le<uint64_t>("the file size");
-  if (size < recorded)
-    GS_FAIL(op, "'", path, "' is truncated: its header says ", recorded, " bytes but the file has ", size,
-            " (an interrupted copy or download?)");
-  GS_CHECK(size == recorded, op, "'", path, "' is corrupted: its header says ", recorded, " bytes but the file has ",
-           size);
+  r.le<uint64_t>("the file size");
   Fnv1a sum;
   sum.update(buf.data(), size - kChecksumBytes);
   const uint64_t stored = read_le64(buf.data() + size - kChecksumBytes);
@@ -244,11 +325,16 @@ NamedTensors read_checkpoint(const std::string& path) {
            hex(sum.h), "). Some bytes changed after it was written; use another copy.");
 
   NamedTensors out;
+  std::set<std::string> names;
   for (uint64_t i = 0; i < count; ++i) {
     const std::string at = "entry " + std::to_string(i);
     const auto name_len = r.le<uint32_t>(at + "'s name length");
     const uint8_t* np = r.take(name_len, at + "'s name");
     std::string name(reinterpret_cast<const char*>(np), name_len);
+    GS_CHECK(!name.empty(), op, "'", path, "': ", at, " has an empty name; every entry needs a unique, non-empty "
+             "name (the file was not written by nn::save)");
+    GS_CHECK(names.insert(name).second, op, "'", path, "': ", at, " repeats the name '", name,
+             "'; names must be unique (the file was not written by nn::save)");
     const std::string where = "'" + name + "'";
     const auto code = r.le<uint8_t>(where + "'s dtype");
     GS_CHECK(code <= static_cast<uint8_t>(DType::Float64), op, "'", path, "': ", where, " has unknown dtype code ",
@@ -263,10 +349,19 @@ NamedTensors read_checkpoint(const std::string& path) {
       shape.push_back(s);
     }
     const auto nbytes = r.le<uint64_t>(where + "'s byte length");
-    const uint64_t want = static_cast<uint64_t>(numel_of(shape)) * dtype_size(dt);
+    uint64_t want = 0;
+    try {
+      want = static_cast<uint64_t>(checked_nbytes(shape, dtype_size(dt), "size"));
+    } catch (const Error& e) {
+      GS_FAIL(op, "'", path, "': ", where, " has shape ", shape_str(shape), " whose byte size overflows: ", e.what());
+    }
     GS_CHECK(nbytes == want, op, "'", path, "': ", where, " ", dtype_name(dt), shape_str(shape), " should hold ", want,
              " bytes but records ", nbytes);
-    const uint8_t* data = r.take(nbytes, where + "'s data");
+    const uint8_t* data = r.take(nbytes, where + "'s data");  // the bytes are present: only now allocate
+    if (dt == kBool)
+      for (uint64_t k = 0; k < nbytes; ++k)
+        GS_CHECK(data[k] <= 1, op, "'", path, "': ", where, " is a bool tensor but element ", k, " holds byte ",
+                 int(data[k]), " (bools are stored as 0 or 1)");
     Tensor t = empty(shape, dt);
     if (nbytes) std::memcpy(t.raw_data(), data, nbytes);
     if constexpr (std::endian::native == std::endian::big) {
@@ -286,7 +381,7 @@ std::map<std::string, Tensor> load_state(const std::string& path) {
   return std::map<std::string, Tensor>(entries.begin(), entries.end());
 }
 
-void load(Module& module, const std::string& path, bool strict) {
+LoadReport load(Module& module, const std::string& path, bool strict) {
   const char* op = "nn::load";
   NamedTensors file = read_checkpoint(path);
   std::map<std::string, Tensor> from_file(file.begin(), file.end());
@@ -333,11 +428,29 @@ void load(Module& module, const std::string& path, bool strict) {
                    "missing and unexpected names.)"
                  : ""));
 
+  LoadReport report;
+  report.missing = missing;
+  report.unexpected = unexpected;
+  for (auto& [name, cur] : expected)
+    if (from_file.count(name)) report.loaded.push_back(name);
+  if (!strict && report.loaded.empty() && !(expected.empty() && file.empty()))
+    GS_FAIL(op, "'", path, "' has no entry in common with the ", module.type_name(), " (strict=false): the model has ",
+            expected.size(), " tensor(s) (", list(missing), "), the file has ", file.size(), " (", list(unexpected),
+            "). Nothing was loaded. Is this the right file, or were the names prefixed differently?");
+  if (!strict && (!missing.empty() || !unexpected.empty()))
+    warn({"", "nn::load('" + path + "')",
+          "strict=false loaded " + std::to_string(report.loaded.size()) + " tensor(s) and skipped " +
+              std::to_string(missing.size()) + " missing from the checkpoint" +
+              (missing.empty() ? std::string() : " (" + list(missing) + ")") + " and " +
+              std::to_string(unexpected.size()) + " not in the model" +
+              (unexpected.empty() ? std::string() : " (" + list(unexpected) + ")")});
+
   for (auto& [name, cur] : expected) {
     auto it = from_file.find(name);
     if (it == from_file.end()) continue;
     module.set_tensor(name, it->second.to(cur.device()));
   }
+  return report;
 }
 
 }  // namespace gradsleuth::nn

@@ -9,6 +9,8 @@
 // The file format ("GSCKPT01", little-endian, FNV-1a 64 checksum) is in
 // docs/checkpoint-format.md. A save writes `path.tmp.<pid>`, flushes it to disk
 // and renames it over `path`: a crash or error mid-save leaves the old file intact.
+// Reading is bounded (the header's size, then EOF) and every entry is validated
+// (unique non-empty names, checked sizes, bools 0/1) before anything is allocated.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,7 +35,17 @@ void save(const Module& module, const std::string& path);
 // so a failed load leaves the module unchanged. Errors name the file and what differs:
 // missing or unexpected names (strict only), shape or dtype mismatches, e.g.
 //   "fc1.weight: checkpoint has shape [256, 784], model expects [128, 784]".
-void load(Module& module, const std::string& path, bool strict = true);
+//
+// strict=false skips names the model or the file lacks, and says so: the returned
+// report lists what was loaded and skipped, a warning (gs::warn) names the skipped
+// entries, and a file with no name in common with the model is an error (loading
+// nothing silently is never what was meant).
+struct LoadReport {
+  std::vector<std::string> loaded;      // set from the file
+  std::vector<std::string> missing;     // in the model, not in the file (kept as they were)
+  std::vector<std::string> unexpected;  // in the file, not in the model (ignored)
+};
+LoadReport load(Module& module, const std::string& path, bool strict = true);
 
 // An optimizer's state_dict (or any name -> tensor map).
 void save_state(const std::map<std::string, Tensor>& state, const std::string& path);
@@ -44,10 +56,21 @@ std::map<std::string, Tensor> load_state(const std::string& path);
 void write_checkpoint(const std::string& path, const NamedTensors& entries);
 NamedTensors read_checkpoint(const std::string& path);
 
+// Atomic saves write `<path>.tmp.<pid>` and rename it over `path`. A process killed
+// mid-save (kill -9, power loss) leaves its temp file behind; every save of `path`
+// (here and debug::write_file_atomic) first removes the `<path>.tmp.<pid>` files
+// whose process no longer exists. Returns how many were removed. (A pid is checked
+// with kill(pid, 0) in this pid namespace: keep one writer namespace per directory.)
+std::string atomic_temp_path(const std::string& path);
+size_t remove_stale_temp_files(const std::string& path);
+
 namespace testing {
 // Test hook: when set, the next saves fail with a gs::Error after writing this many
 // bytes of the temporary file (simulating a full disk or a crash mid-save).
 void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes);
+// Test hook: the process SIGKILLs itself after writing this many bytes of the temp
+// file (a real kill -9 mid-save; used from a forked child).
+void set_checkpoint_kill_after(std::optional<uint64_t> after_bytes);
 }  // namespace testing
 
 }  // namespace gradsleuth::nn

@@ -1,6 +1,7 @@
 // Fashion-MNIST and the IDX file reader (see fashion_mnist.h).
 #include "nn/fashion_mnist.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -22,43 +23,77 @@ const std::vector<std::string>& fashion_mnist_classes() {
 
 namespace {
 
-// The whole file, decompressed when it is gzipped (zlib's gzread passes raw
-// files through unchanged, so one path serves both).
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::vector<uint8_t> out;
+// A file read in bounded chunks, decompressed when it is gzipped (zlib's gzread
+// passes raw files through unchanged, so one path serves both). Nothing is read
+// past what the caller asks for, so /dev/zero or an endless stream cannot exhaust memory.
+class ByteSource {
+ public:
+  explicit ByteSource(const std::string& path) : path_(path) {
+    std::error_code ec;
+    GS_CHECK(!fs::is_directory(path, ec), "read_idx", path, " is a directory, not an IDX file");
 #if GS_HAVE_ZLIB
-  gzFile f = gzopen(path.c_str(), "rb");
-  GS_CHECK(f != nullptr, "read_idx", "cannot open ", path);
-  uint8_t buf[1 << 16];
-  for (;;) {
-    int n = gzread(f, buf, sizeof buf);
-    if (n < 0) {
-      int code = 0;
-      std::string msg = gzerror(f, &code);
-      gzclose(f);
-      GS_FAIL("read_idx", path, ": cannot decompress: ", msg, " (is the .gz file damaged or truncated?)");
-    }
-    if (n == 0) break;
-    out.insert(out.end(), buf, buf + n);
-  }
-  int code = 0;
-  const char* msg = gzerror(f, &code);
-  std::string err = code != Z_OK ? std::string(msg) : "";
-  gzclose(f);
-  GS_CHECK(err.empty(), "read_idx", path, ": cannot decompress: ", err,
-           " (is the .gz file damaged or truncated?)");
+    f_ = gzopen(path.c_str(), "rb");
 #else
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  GS_CHECK(f != nullptr, "read_idx", "cannot open ", path);
-  uint8_t buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
-  std::fclose(f);
-  GS_CHECK(!(out.size() >= 2 && out[0] == 0x1f && out[1] == 0x8b), "read_idx", path,
-           " is gzipped but gradsleuth was built without zlib: gunzip it, or install zlib1g-dev and rebuild");
+    f_ = std::fopen(path.c_str(), "rb");
 #endif
-  return out;
-}
+    GS_CHECK(f_ != nullptr, "read_idx", "cannot open ", path);
+  }
+  ~ByteSource() {
+#if GS_HAVE_ZLIB
+    gzclose(f_);
+#else
+    std::fclose(f_);
+#endif
+  }
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  // Appends up to n bytes to out (fewer only at the end of the file).
+  void read(std::vector<uint8_t>& out, uint64_t n) {
+    constexpr uint64_t kChunk = 1 << 16;
+    while (n > 0) {
+      const size_t want = static_cast<size_t>(std::min(n, kChunk));
+      const size_t old = out.size();
+      out.resize(old + want);
+      const size_t got = read_some(out.data() + old, want);
+      out.resize(old + got);
+      if (got == 0) return;
+      n -= got;
+    }
+  }
+  bool at_end() {
+    uint8_t b;
+    return read_some(&b, 1) == 0;
+  }
+
+ private:
+  size_t read_some(uint8_t* dst, size_t n) {
+#if GS_HAVE_ZLIB
+    const int got = gzread(f_, dst, static_cast<unsigned>(n));
+    int code = 0;
+    const char* msg = gzerror(f_, &code);
+    if (got < 0 || (code != Z_OK && code != Z_BUF_ERROR) || (got == 0 && code == Z_BUF_ERROR))
+      GS_FAIL("read_idx", path_, ": cannot decompress: ", msg, " (is the .gz file damaged or truncated?)");
+    return static_cast<size_t>(got);
+#else
+    const size_t got = std::fread(dst, 1, n, f_);
+    GS_CHECK(got == n || !std::ferror(f_), "read_idx", "reading ", path_, " failed");
+    if (first_ && got >= 2 && dst[0] == 0x1f && dst[1] == 0x8b)
+      GS_FAIL("read_idx", path_, " is gzipped but gradsleuth was built without zlib: gunzip it, or install "
+              "zlib1g-dev and rebuild");
+    first_ = false;
+    return got;
+#endif
+  }
+
+  std::string path_;
+#if GS_HAVE_ZLIB
+  gzFile f_ = nullptr;
+#else
+  std::FILE* f_ = nullptr;
+  bool first_ = true;
+#endif
+};
 
 uint32_t big_endian_u32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
@@ -76,8 +111,18 @@ std::string find_file(const std::string& dir, const std::string& base) {
 
 }  // namespace
 
-IdxArray read_idx(const std::string& path, int expected_dims) {
-  std::vector<uint8_t> bytes = read_bytes(path);
+namespace {
+
+// The header of an IDX file: magic, dims (each bounded), and the checked body size.
+struct IdxHeader {
+  std::vector<int64_t> dims;
+  uint64_t count = 0;  // body bytes
+  std::string dims_str;
+};
+
+IdxHeader read_idx_header(ByteSource& src, const std::string& path, int expected_dims) {
+  std::vector<uint8_t> bytes;
+  src.read(bytes, 4);
   GS_CHECK(bytes.size() >= 4, "read_idx", path, " is not an IDX file: it holds only ", bytes.size(),
            " bytes, fewer than the 4-byte magic number");
   // Magic: 0, 0, type, ndims. We read only unsigned bytes (type 0x08).
@@ -91,40 +136,72 @@ IdxArray read_idx(const std::string& path, int expected_dims) {
   if (expected_dims > 0)
     GS_CHECK(ndims == expected_dims, "read_idx", path, " has ", ndims, " dims (magic ", hex, ") but ",
              expected_dims, " were expected (images are idx3, labels idx1)");
+  GS_CHECK(ndims <= kMaxDims - 1, "read_idx", path, " has ", ndims, " dims (magic ", hex, "); at most ",
+           kMaxDims - 1, " are supported");
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
+  src.read(bytes, header - 4);
   GS_CHECK(bytes.size() >= header, "read_idx", path, " is truncated: its header needs ", header,
            " bytes but the file holds ", bytes.size());
-  IdxArray a;
-  size_t count = 1;
+  IdxHeader h;
+  int64_t count = 1;
   for (int d = 0; d < ndims; ++d) {
-    a.dims.push_back(big_endian_u32(bytes.data() + 4 + 4 * d));
-    count *= static_cast<size_t>(a.dims.back());
+    h.dims.push_back(big_endian_u32(bytes.data() + 4 + 4 * d));
+    h.dims_str += (d ? "x" : "") + std::to_string(h.dims.back());
   }
-  std::string dims_str;
-  for (size_t d = 0; d < a.dims.size(); ++d) dims_str += (d ? "x" : "") + std::to_string(a.dims[d]);
-  GS_CHECK(bytes.size() - header >= count, "read_idx", path, " is truncated: its header promises ", dims_str,
-           " = ", count, " bytes of data but only ", bytes.size() - header, " follow");
-  GS_CHECK(bytes.size() - header == count, "read_idx", path, " has ", bytes.size() - header - count,
-           " unexpected bytes after the ", dims_str, " data its header describes");
-  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
+  for (int d = 0; d < ndims; ++d) {
+    const int64_t limit = d == 0 ? kIdxMaxCount : kIdxMaxSize;
+    GS_CHECK(h.dims[d] <= limit, "read_idx", path, " declares dims ", h.dims_str, ": dim ", d, " (", h.dims[d],
+             ") is larger than the reader accepts (", limit, d == 0 ? " examples" : " per dimension",
+             "); the header is corrupted or this is not an IDX dataset");
+    GS_CHECK(!__builtin_mul_overflow(count, h.dims[d], &count) && count <= kIdxMaxBytes, "read_idx", path,
+             " declares dims ", h.dims_str, " whose product exceeds the reader's limit of ", kIdxMaxBytes,
+             " bytes; the header is corrupted");
+  }
+  h.count = static_cast<uint64_t>(count);
+  return h;
+}
+
+// The body, read with a bound (the declared size, then EOF).
+std::vector<uint8_t> read_idx_body(ByteSource& src, const IdxHeader& h, const std::string& path) {
+  std::vector<uint8_t> data;
+  src.read(data, h.count);
+  GS_CHECK(data.size() == h.count, "read_idx", path, " is truncated: its header promises ", h.dims_str, " = ",
+           h.count, " bytes of data but only ", data.size(), " follow");
+  GS_CHECK(src.at_end(), "read_idx", path, " has unexpected bytes after the ", h.dims_str,
+           " data its header describes");
+  return data;
+}
+
+}  // namespace
+
+IdxArray read_idx(const std::string& path, int expected_dims) {
+  ByteSource src(path);
+  IdxHeader h = read_idx_header(src, path, expected_dims);
+  IdxArray a;
+  a.data = read_idx_body(src, h, path);
+  a.dims = std::move(h.dims);
   return a;
 }
 
 std::pair<Tensor, Tensor> read_idx_images_labels(const std::string& images_path, const std::string& labels_path,
                                                  bool raw, int64_t num_classes) {
-  IdxArray im = read_idx(images_path, 3);
-  IdxArray lb = read_idx(labels_path, 1);
+  // Both headers first: the counts must agree before either body is read.
+  ByteSource im_src(images_path), lb_src(labels_path);
+  IdxHeader im = read_idx_header(im_src, images_path, 3);
+  IdxHeader lb = read_idx_header(lb_src, labels_path, 1);
   const int64_t n = im.dims[0], rows = im.dims[1], cols = im.dims[2];
   GS_CHECK(n == lb.dims[0], "fashion_mnist", "the images and labels disagree on the number of examples: ",
            images_path, " holds ", n, " images but ", labels_path, " holds ", lb.dims[0], " labels");
+  const std::vector<uint8_t> im_data = read_idx_body(im_src, im, images_path);
+  const std::vector<uint8_t> lb_data = read_idx_body(lb_src, lb, labels_path);
   Tensor x = empty({n, 1, rows, cols}, kFloat32);
   float* px = x.data_ptr<float>();
   const float scale = raw ? 1.0f : 1.0f / 255.0f;
-  for (size_t i = 0; i < im.data.size(); ++i) px[i] = static_cast<float>(im.data[i]) * scale;
+  for (size_t i = 0; i < im_data.size(); ++i) px[i] = static_cast<float>(im_data[i]) * scale;
   Tensor y = empty({n}, kInt64);
   int64_t* py = y.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    py[i] = lb.data[static_cast<size_t>(i)];
+    py[i] = lb_data[static_cast<size_t>(i)];
     GS_CHECK(py[i] < num_classes, "fashion_mnist", labels_path, ": label ", py[i], " of example ", i,
              " is outside 0..", num_classes - 1);
   }

@@ -56,9 +56,17 @@ struct IdxArray {
 };
 // Reads an unsigned-byte IDX file, gzipped or raw, and checks it: the magic
 // number, `expected_dims` dims (0 = any), and that the file holds every element.
+// Limits (a header beyond them is corrupted): the first dim (the example count)
+// <= kIdxMaxCount, every other dim <= kIdxMaxSize, the body <= kIdxMaxBytes. The
+// body is read with a bound (the declared size, then EOF), so an endless file
+// (/dev/zero, a pipe) is rejected instead of read until memory runs out.
+inline constexpr int64_t kIdxMaxCount = int64_t{1} << 31;  // examples
+inline constexpr int64_t kIdxMaxSize = int64_t{1} << 16;   // rows, cols, ...
+inline constexpr int64_t kIdxMaxBytes = int64_t{1} << 40;  // 1 TiB
 IdxArray read_idx(const std::string& path, int expected_dims = 0);
 
-// Images (N, rows, cols) + labels (N) from two IDX files, checked to agree.
+// Images (N, rows, cols) + labels (N) from two IDX files, checked to agree
+// (the headers are compared before either body is read).
 // Returns x (N, 1, rows, cols) float32 (scaled to [0, 1] unless raw) and y (N) int64.
 std::pair<Tensor, Tensor> read_idx_images_labels(const std::string& images_path, const std::string& labels_path,
                                                  bool raw = false, int64_t num_classes = 10);

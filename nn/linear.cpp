@@ -10,6 +10,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
     : Module("Linear"), in_features_(in_features), out_features_(out_features) {
   GS_CHECK(in_features >= 0 && out_features >= 0, "Linear", "sizes must be non-negative, got in_features=",
            in_features, ", out_features=", out_features);
+  checked_nbytes({out_features, in_features}, sizeof(float), "Linear");  // a weight this large is an error, not a wrap
   weight = register_parameter("weight", empty({out_features, in_features}));  // (M, D)
   if (with_bias) bias = register_parameter("bias", empty({out_features}));    // (M)
   reset_parameters();

@@ -155,7 +155,16 @@ std::tuple<size_t, size_t, std::string> Optimizer::parse_state_key(const std::st
   GS_CHECK(d2 != std::string::npos && is_num(full_key.substr(0, d1)) && is_num(full_key.substr(d1 + 1, d2 - d1 - 1)),
            name_ + ".load_state_dict", "key '", full_key,
            "' is not of the form 'group.index.name' (e.g. '0.3.exp_avg'); was this dict made by state_dict()?");
-  const size_t g = std::stoul(full_key.substr(0, d1)), i = std::stoul(full_key.substr(d1 + 1, d2 - d1 - 1));
+  // Checked conversion: a number too long for size_t is an error naming the key, not std::out_of_range.
+  auto to_index = [&](const std::string& digits) {
+    size_t v = 0;
+    for (char c : digits)
+      GS_CHECK(!__builtin_mul_overflow(v, size_t{10}, &v) && !__builtin_add_overflow(v, size_t(c - '0'), &v),
+               name_ + ".load_state_dict", "key '", full_key, "': the number '", digits,
+               "' is too large to be a group or parameter index");
+    return v;
+  };
+  const size_t g = to_index(full_key.substr(0, d1)), i = to_index(full_key.substr(d1 + 1, d2 - d1 - 1));
   GS_CHECK(g < groups_.size() && i < groups_[g].params.size(), name_ + ".load_state_dict", "key '", full_key,
            "' names parameter ", i, " of group ", g, ", but this optimizer has ", groups_.size(), " group(s)",
            g < groups_.size() ? " and group " + std::to_string(g) + " has " + std::to_string(groups_[g].params.size()) +

@@ -30,4 +30,7 @@ inline Run run_cli(const std::string& args, bool drop_stderr = false) {
   return r;
 }
 
+// Runs `gradsleuth ARGS` and returns its exit status and stdout + stderr together.
+inline Run run_cli_all(const std::string& args) { return run_cli(args + " 2>&1"); }
+
 }  // namespace clitest

@@ -109,3 +109,26 @@ TEST_CASE("every command answers --help") {
     CHECK(r.out.find("usage: gradsleuth") != std::string::npos);
   }
 }
+
+TEST_CASE("gradcheck and demo range-check their options before any work") {
+  struct Bad {
+    const char* args;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{"gradcheck --all-ops --eps 0", "--eps must be a finite number > 0, got '0'"},
+                       Bad{"gradcheck --all-ops --eps nan", "--eps must be a finite number > 0"},
+                       Bad{"gradcheck --all-ops --rtol nan", "--rtol must be a finite number >= 0"},
+                       Bad{"gradcheck --all-ops --atol -1", "--atol must be a finite number >= 0"},
+                       Bad{"gradcheck --all-ops --seed -1", "--seed must be an integer >= 0"},
+                       Bad{"demo --lr nan", "--lr must be a finite number > 0"},
+                       Bad{"demo --momentum 2", "--momentum must be a finite number in [0, 1), got '2'"},
+                       Bad{"demo --momentum -0.5", "--momentum must be a finite number in [0, 1)"},
+                       Bad{"demo --log-every 0", "--log-every must be an integer in [1, "},
+                       Bad{"demo --steps -1", "--steps must be an integer in [0, "}}) {
+    CAPTURE(b.args);
+    clitest::Run r = clitest::run_cli_all(b.args);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(b.message) != std::string::npos);
+    CHECK(r.out.find("gradient check") == std::string::npos);  // no work was done
+  }
+}

@@ -94,3 +94,38 @@ TEST_CASE("train: bad options and a missing dataset are clear errors") {
   pclose(p);
   CHECK(out.find("apt-get install dataset-fashion-mnist") != std::string::npos);
 }
+
+TEST_CASE("train: every numeric option is range-checked before any work, naming the option and the range") {
+  struct Bad {
+    const char* args;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{"--lr inf", "--lr must be a finite number > 0, got 'inf'"},
+                       Bad{"--lr nan", "--lr must be a finite number > 0"},
+                       Bad{"--lr 0", "--lr must be a finite number > 0"},
+                       Bad{"--limit-train -5", "--limit-train must be an integer >= 1, got '-5'"},
+                       Bad{"--limit-test 0", "--limit-test must be an integer >= 1"},
+                       Bad{"--threads 0", "--threads must be an integer in [1, 1024]"},
+                       Bad{"--data-dir ''", "--data-dir must not be empty"},
+                       Bad{"--seed -1", "--seed must be an integer >= 0, got '-1'"},
+                       Bad{"--epochs 0", "--epochs must be an integer in [1, "},
+                       Bad{"--batch-size -3", "--batch-size must be an integer in [1, "},
+                       Bad{"--run-dir /proc/gradsleuth-cannot-exist", "--run-dir"}}) {
+    CAPTURE(b.args);
+    // --data-dir /nonexistent: a check that ran after loading the data would report the dataset instead.
+    const std::string extra = std::string(b.args).find("--data-dir") == 0 ? "" : " --data-dir /nonexistent";
+    Run r = clitest::run_cli_all(std::string("train ") + b.args + extra);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(b.message) != std::string::npos);
+    CHECK(r.out.find("apt-get install") == std::string::npos);
+  }
+}
+
+TEST_CASE("train: a loss that becomes non-finite exits 1 naming the step") {
+  skip_without_dataset();
+  Run r = clitest::run_cli_all("train --optimizer sgd --lr 1e30 --schedule none --epochs 1 --limit-train 256 "
+                               "--limit-test 64 --quiet");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("the training loss became non-finite") != std::string::npos);
+  CHECK(r.out.find("at step ") != std::string::npos);
+}

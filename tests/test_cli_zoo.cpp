@@ -115,3 +115,20 @@ TEST_CASE("zoo explains a bad bug name; doctor --json reports findings and write
   CHECK(hs.str().find("M7") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("zoo --json and doctor --out are checked writable before the run starts") {
+  clitest::Run z = clitest::run_cli_all("zoo --bug B13 --quick --json /nonexistent-dir/x.json --data-dir /nonexistent");
+  CHECK(z.status == 1);
+  CHECK(z.out.find("--json '/nonexistent-dir/x.json'") != std::string::npos);
+  CHECK(z.out.find("checked before the run starts") != std::string::npos);
+  CHECK(z.out.find("clean reference") == std::string::npos);  // no progress line: nothing ran
+  clitest::Run d = clitest::run_cli_all("doctor --out /proc/gradsleuth-no/x --json --data-dir /nonexistent");
+  CHECK(d.status == 1);
+  CHECK(d.out.find("--out '/proc/gradsleuth-no/x'") != std::string::npos);
+  clitest::Run s = clitest::run_cli_all("zoo --steps 0");
+  CHECK(s.status == 1);
+  CHECK(s.out.find("--steps must be an integer >= 1") != std::string::npos);
+  clitest::Run seed = clitest::run_cli_all("doctor --seed -1");
+  CHECK(seed.status == 1);
+  CHECK(seed.out.find("--seed must be an integer >= 0") != std::string::npos);
+}

@@ -1207,3 +1207,104 @@ TEST_CASE("dropout") {
     CHECK_THROWS_AS(gs::dropout(x, -0.1, true), gs::Error);
   }
 }
+
+// ---- hardening: NaN on every path, pooling/conv output sizes ---------------------------
+TEST_CASE("every unary op gives the same result for NaN on every path (contiguous, strided, one element)") {
+  using F = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, F>> ops = {
+      {"neg", [](const Tensor& x) { return gs::neg(x); }},     {"exp", [](const Tensor& x) { return gs::exp(x); }},
+      {"log", [](const Tensor& x) { return gs::log(x); }},     {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }},
+      {"abs", [](const Tensor& x) { return gs::abs(x); }},     {"sign", [](const Tensor& x) { return gs::sign(x); }},
+      {"square", [](const Tensor& x) { return gs::square(x); }},
+      {"reciprocal", [](const Tensor& x) { return gs::reciprocal(x); }},
+      {"erf", [](const Tensor& x) { return gs::erf(x); }},     {"log1p", [](const Tensor& x) { return gs::log1p(x); }},
+      {"sin", [](const Tensor& x) { return gs::sin(x); }},     {"cos", [](const Tensor& x) { return gs::cos(x); }},
+      {"relu", [](const Tensor& x) { return gs::relu(x); }},   {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }},
+      {"tanh", [](const Tensor& x) { return gs::tanh(x); }},   {"gelu", [](const Tensor& x) { return gs::gelu(x); }},
+      {"leaky_relu", [](const Tensor& x) { return gs::leaky_relu(x); }},
+      {"softplus", [](const Tensor& x) { return gs::softplus(x); }},
+      {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); }},
+      {"clamp_min", [](const Tensor& x) { return gs::clamp(x, 0.0, std::nullopt); }},
+      {"maximum", [](const Tensor& x) { return gs::maximum(x, gs::zeros_like(x)); }},
+      {"minimum", [](const Tensor& x) { return gs::minimum(gs::zeros_like(x), x); }},
+  };
+  const double nan = std::nan("");
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+    for (const auto& [name, f] : ops) {
+      CAPTURE(name);
+      CAPTURE(gs::dtype_name(dt));
+      // Contiguous, >= 2 elements (the vectorised paths): NaN among ordinary values.
+      Tensor c = gs::tensor({-2, nan, 3, nan, 0.5, -0.25, nan, 1, 2, nan, -1, 4, nan, 5, -3, nan, 0.125}, dt);
+      Tensor yc = f(c);
+      // Strided: every other element of a longer tensor.
+      Tensor big = gs::full({34}, 7.0, dt);
+      big.slice(0, 0, 34, 2).copy_(c);
+      Tensor ys = f(big.slice(0, 0, 34, 2));
+      // One element and a 0-dim tensor.
+      Tensor y1 = f(gs::tensor({nan}, dt));
+      Tensor y0 = f(gs::scalar_tensor(nan, dt));
+      const Vec vc = vals(yc), vs = vals(ys);
+      const double r1 = vals(y1)[0], r0 = y0.item<double>();
+      const bool expect_nan = name != "sign";
+      for (size_t i = 0; i < vc.size(); ++i) {
+        CAPTURE(i);
+        if (std::isnan(vals(c)[i])) {
+          CHECK(std::isnan(vc[i]) == expect_nan);
+          CHECK(std::isnan(vs[i]) == std::isnan(vc[i]));
+        } else {
+          const bool same = (std::isnan(vs[i]) && std::isnan(vc[i])) || vs[i] == vc[i] || vs[i] == doctest::Approx(vc[i]);
+          CHECK(same);
+        }
+      }
+      CHECK(std::isnan(r1) == expect_nan);
+      CHECK(std::isnan(r0) == expect_nan);
+      if (!expect_nan) CHECK(r1 == r0);
+    }
+  }
+}
+
+TEST_CASE("relu, maximum and minimum backward do not hide NaN (PyTorch's rules)") {
+  const double nan = std::nan("");
+  Tensor x = gs::tensor({nan, -1, 2, 0}, gs::kFloat64).requires_grad_(true);
+  gs::relu(x).sum().backward();
+  CHECK(vals(x.grad()) == Vec{1, 0, 1, 0});  // NaN: the gradient passes (threshold_backward: x <= 0 ? 0 : g)
+  Tensor a = gs::tensor({nan, 1, 2, 3}, gs::kFloat64).requires_grad_(true);
+  Tensor b = gs::tensor({0, nan, 2, 1}, gs::kFloat64).requires_grad_(true);
+  gs::maximum(a, b).sum().backward();
+  CHECK(vals(a.grad()) == Vec{1, 1, 0.5, 1});
+  CHECK(vals(b.grad()) == Vec{1, 1, 0.5, 0});
+  a.zero_grad();
+  b.zero_grad();
+  gs::minimum(a, b).sum().backward();
+  CHECK(vals(a.grad()) == Vec{1, 1, 0.5, 0});
+  CHECK(vals(b.grad()) == Vec{1, 1, 0.5, 1});
+}
+
+TEST_CASE("functional pooling and conv validate output sizes: a kernel larger than the input is an error") {
+  Tensor x = gs::ones({1, 1, 1, 2});
+  // Before: truncating division gave a 1x1 (or larger) output and a read past the buffer.
+  auto msg = [](auto&& f) {
+    try {
+      f();
+    } catch (const gs::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  for (const std::string& m : {msg([&] { gs::max_pool2d(x, {5}); }), msg([&] { gs::max_pool2d(x, {3, 3}, {1}); }),
+                               msg([&] { gs::avg_pool2d(x, {5}); }),
+                               msg([&] { gs::conv2d(x, gs::ones({1, 1, 5, 5}), Tensor()); })}) {
+    CAPTURE(m);
+    CHECK(m.find("is too small for a") != std::string::npos);
+    CHECK(m.find("[1, 1, 1, 2]") != std::string::npos);
+  }
+  // Dilation that spans past the input.
+  CHECK(msg([&] { gs::max_pool2d(gs::ones({1, 1, 4, 4}), {2}, {1}, {0}, {4}); }).find("too small") != std::string::npos);
+  // avg_pool2d checks padding like max_pool2d.
+  CHECK(msg([&] { gs::avg_pool2d(gs::ones({1, 1, 4, 4}), {2}, {1}, {2}); }).find("at most half") != std::string::npos);
+  // Overflowing geometry is an error, not a wrap.
+  CHECK(msg([&] { gs::max_pool2d(x, {2}, {1}, {0}, {int64_t{1} << 62}); }).find("max_pool2d") == 0);
+  // Exact fits still work.
+  CHECK(gs::max_pool2d(gs::ones({1, 1, 2, 2}), {2}).shape().vec() == IVec{1, 1, 1, 1});
+  CHECK(gs::max_pool2d(x, {1, 2}).shape().vec() == IVec{1, 1, 1, 1});
+}

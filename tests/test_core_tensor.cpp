@@ -769,3 +769,66 @@ TEST_CASE("errors name the op and the shapes") {
     CHECK(has(error_of([] { Tensor().shape(); }), "undefined"));
   }
 }
+
+// ---- hardening: checked size arithmetic (sizes that overflow are errors, not wraps) ----
+TEST_CASE("huge shapes are rejected before allocating: zeros({2^62}), zeros({2^32, 2^32})") {
+  const std::string a = error_of([] { gs::zeros({int64_t{1} << 62}); });
+  CHECK(has(a, "tensor factory"));
+  CHECK(has(a, "[4611686018427387904]"));
+  CHECK(has(a, "address space"));
+  const std::string b = error_of([] { gs::zeros({int64_t{1} << 32, int64_t{1} << 32}); });
+  CHECK(has(b, "[4294967296, 4294967296]"));
+  CHECK(has(b, "overflows int64"));
+  CHECK(has(error_of([] { gs::zeros({int64_t{1} << 40, int64_t{1} << 40, 0}); }), "overflows"));
+  // Large but representable shapes still fail cleanly (as out of memory), never wrap.
+  CHECK_THROWS_AS(gs::empty({int64_t{1} << 61}, gs::kBool), gs::Error);
+  // A zero-sized dim with modest other sizes is fine.
+  CHECK(gs::zeros({0, int64_t{1} << 20, int64_t{1} << 20}).numel() == 0);
+}
+
+TEST_CASE("checked_mul, numel_of and checked_nbytes name the op") {
+  CHECK(gs::checked_mul(int64_t{1} << 31, int64_t{1} << 31, "t") == (int64_t{1} << 62));
+  CHECK(has(error_of([] { gs::checked_mul(int64_t{1} << 32, int64_t{1} << 31, "myop"); }), "myop: "));
+  CHECK(has(error_of([] { gs::checked_add(INT64_MAX, 1, "addop"); }), "addop: "));
+  CHECK(has(error_of([] { gs::numel_of({int64_t{1} << 62, 4}, "reader"); }), "reader: shape [4611686018427387904, 4]"));
+  CHECK(gs::checked_nbytes({3, 5}, 8, "t") == 120);
+  CHECK(has(error_of([] { gs::checked_nbytes({int64_t{1} << 62}, 2, "nb"); }), "nb: "));
+}
+
+TEST_CASE("views with overflowing sizes are errors: expand, view with -1") {
+  Tensor x = gs::zeros({1});
+  CHECK(has(error_of([&] { x.expand({int64_t{1} << 40, int64_t{1} << 40}); }), "expand"));
+  CHECK(has(error_of([&] { x.view({int64_t{1} << 40, int64_t{1} << 40, -1}); }), "view"));
+  CHECK(has(error_of([] { gs::arange(0, 1e300, 1e-300); }), "arange"));
+}
+
+// ---- sanitizer builds: the allocator leaves no slack for an overrun to hide in ----------
+#if defined(__SANITIZE_ADDRESS__)
+#include <sys/wait.h>
+#include <unistd.h>
+TEST_CASE("ASan builds: reading one element past a tensor's buffer is reported") {
+  for (int64_t n : {1, 5, 16, 1000}) {
+    CAPTURE(n);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      Tensor t = gs::zeros({n});
+      volatile const float* p = t.data_ptr<float>();
+      volatile float past = p[n];  // one element past the end: ASan must abort here
+      (void)past;
+      ::_exit(0);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));  // the child did not get away with it
+  }
+}
+#endif
+
+TEST_CASE("slice with a huge step takes one element instead of overflowing") {
+  Tensor x = iota({10});
+  CHECK(vals(x.slice(0, 2, 10, INT64_MAX)) == Vec{2});
+  CHECK(vals(x.slice(0, 0, 10, int64_t{1} << 62)) == Vec{0});
+  CHECK(vals(x.slice(0, 1, 10, 4)) == Vec{1, 5, 9});
+  CHECK(x.slice(0, 5, 5, INT64_MAX).numel() == 0);
+}

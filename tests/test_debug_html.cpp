@@ -2,9 +2,12 @@
 // scale), escaping, well-formed HTML, and an atomic write that never damages the old file.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -283,4 +286,74 @@ TEST_CASE("MetricsLog writes long-format CSV and JSON lines, and plots groups of
   }
   CHECK(dbg::read_metrics_csv((fs::path(dir) / "metrics.csv").string())[0].y.size() == 3);
   CHECK_THROWS_AS(dbg::read_metrics_csv((tmp.path / "nope.csv").string()), gs::Error);
+}
+
+// ---- hardening: extreme ranges never hang, every coordinate is finite ------------------
+namespace {
+// Every number in the SVG's coordinates and points attributes is finite and inside the canvas (+-1 px).
+void check_finite_coords(const std::string& svg) {
+  CHECK(svg.find("nan") == std::string::npos);
+  CHECK(svg.find("inf\"") == std::string::npos);
+  for (const char* attr : {" x1=\"", " x2=\"", " y1=\"", " y2=\"", " cx=\"", " cy=\""}) {
+    for (size_t at = svg.find(attr); at != std::string::npos; at = svg.find(attr, at + 1)) {
+      const double v = std::stod(svg.substr(at + std::strlen(attr)));
+      CHECK(std::isfinite(v));
+      CHECK(v >= -1.0);
+      CHECK(v <= 761.0);
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single points") {
+  const double big = 1e308, tiny = 5e-324, nan = std::nan("");
+  struct Case {
+    const char* name;
+    std::vector<double> x, y;
+    bool log;
+  };
+  for (const Case& c : {Case{"huge y span", {0, 1, 2}, {-big, 0.0, big}, false},
+                        Case{"huge x span", {-big, big}, {1.0, 2.0}, false},
+                        Case{"max doubles", {0, 1}, {-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()}, false},
+                        Case{"denormal span", {0, 1}, {0.0, tiny}, false},
+                        Case{"denormal x", {0.0, tiny}, {1.0, 2.0}, false},
+                        Case{"all NaN", {0, 1}, {nan, nan}, false},
+                        Case{"single point", {3}, {7.0}, false},
+                        Case{"single huge point", {1e300}, {-1e308}, false},
+                        Case{"log denormal to huge", {0, 1, 2}, {tiny, 1.0, big}, true},
+                        Case{"log single point", {0}, {tiny}, true}}) {
+    CAPTURE(c.name);
+    dbg::Plot p{"t", "x", "y", c.log, {}};
+    p.series.push_back({"s", c.x, c.y});
+    const std::string svg = dbg::render_svg(p);  // before the fix: an endless tick loop
+    CHECK(check_balanced(svg) == "");
+    check_finite_coords(svg);
+    CHECK(count(svg, "<line") < 400);  // a bounded number of ticks
+  }
+  // A clipped axis says so; dropped points are counted.
+  dbg::Plot p{"t", "x", "y", false, {}};
+  p.series.push_back({"s", {0, 1, 2, 3}, {-1e308, 1e308, nan, INFINITY}});
+  const std::string svg = dbg::render_svg(p);
+  CHECK(svg.find("(clipped to +-1e306)") != std::string::npos);
+  CHECK(svg.find("2 points not drawn (non-finite)") != std::string::npos);
+  const auto pts = points_of(svg, "s");
+  REQUIRE(pts.size() == 2);
+  CHECK(pts[1].second < pts[0].second);  // 1e308 above -1e308
+}
+
+TEST_CASE("write_file_atomic removes temp files left by killed writers of the same path") {
+  TempDir dir;
+  const std::string path = (dir.path / "report.html").string();
+  const pid_t pid = ::fork();  // a process that is gone by the time we write
+  REQUIRE(pid >= 0);
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  const std::string stale = path + ".tmp." + std::to_string(pid);
+  std::ofstream(stale) << "half a report";
+  const std::string other = (dir.path / ("other.html.tmp." + std::to_string(pid))).string();
+  std::ofstream(other) << "another file's temp";
+  dbg::write_file_atomic(path, "<html></html>\n", "test");
+  CHECK(!fs::exists(stale));
+  CHECK(fs::exists(other));  // only temp files of the path being written
+  CHECK(read(path) == "<html></html>\n");
 }

@@ -3,6 +3,9 @@
 // previous file intact), and clear errors for truncated, corrupted or mismatched files.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/warning.h"
 #include "nn/nn.h"
 #include "nn_test_util.h"
 
@@ -260,4 +264,185 @@ TEST_CASE("write_checkpoint rejects bad entry lists before touching the disk") {
   nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"a", Tensor()}}); }, {"'a' is an undefined tensor"});
   nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"", gs::ones({1})}}); }, {"names must be"});
   CHECK(dir.entries() == 0);
+}
+
+// ---- hardening: crafted, checksum-valid files --------------------------------------
+namespace {
+struct RawEntry {
+  std::string name;
+  uint8_t dtype = 2;  // float32
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;
+  std::vector<uint8_t> data;
+};
+template <class T>
+void put_le(std::vector<uint8_t>& b, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) b.push_back(static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i)));
+}
+// A checkpoint with the given entries, a correct file size and a correct FNV-1a checksum.
+std::vector<uint8_t> craft(const std::vector<RawEntry>& entries, int64_t size_delta = 0) {
+  std::vector<uint8_t> b = {'G', 'S', 'C', 'K', 'P', 'T', '0', '1'};
+  put_le<uint32_t>(b, 1);
+  put_le<uint32_t>(b, 0);
+  put_le<uint64_t>(b, entries.size());
+  put_le<uint64_t>(b, 0);  // the file size, patched below
+  for (const auto& e : entries) {
+    put_le<uint32_t>(b, static_cast<uint32_t>(e.name.size()));
+    b.insert(b.end(), e.name.begin(), e.name.end());
+    b.push_back(e.dtype);
+    b.push_back(static_cast<uint8_t>(e.shape.size()));
+    for (int64_t s : e.shape) put_le<int64_t>(b, s);
+    put_le<uint64_t>(b, e.nbytes);
+    b.insert(b.end(), e.data.begin(), e.data.end());
+  }
+  const uint64_t size = b.size() + 8 + static_cast<uint64_t>(size_delta);
+  for (int i = 0; i < 8; ++i) b[24 + i] = static_cast<uint8_t>(size >> (8 * i));
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (uint8_t c : b) h = (h ^ c) * 0x100000001b3ULL;
+  put_le<uint64_t>(b, h);
+  return b;
+}
+RawEntry f32(const std::string& name, std::vector<int64_t> shape, size_t n) {
+  return {name, 2, std::move(shape), 4 * n, std::vector<uint8_t>(4 * n, 0)};
+}
+}  // namespace
+
+TEST_CASE("crafted checkpoints: the crafting helper itself makes loadable files") {
+  TempDir dir;
+  write_bytes(dir.file("ok.ckpt"), craft({f32("a", {2, 3}, 6), {"b", 0, {3}, 3, {0, 1, 1}}}));
+  auto got = nn::read_checkpoint(dir.file("ok.ckpt"));
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].second.shape().vec() == std::vector<int64_t>{2, 3});
+  CHECK(vals(got[1].second) == nntest::Vec{0, 1, 1});
+}
+
+TEST_CASE("crafted checkpoints: sizes that multiply past 2^63 / 2^64 are rejected, naming file and entry") {
+  TempDir dir;
+  const std::string p = dir.file("huge.ckpt");
+  // 2^62 float32 elements (2^64 bytes) recorded as 0 bytes: the product wraps to 0.
+  write_bytes(p, craft({{"w", 2, {int64_t{1} << 62}, 0, {}}}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "'w'", "overflows"});
+  // Dims whose product overflows int64 itself.
+  write_bytes(p, craft({{"w", 2, {int64_t{1} << 32, int64_t{1} << 32}, 0, {}}}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "'w'", "overflows"});
+  // A representable but absent size: rejected before allocating (no "out of host memory").
+  write_bytes(p, craft({{"w", 2, {int64_t{1} << 48}, uint64_t{1} << 50, {}}}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "'w'", "truncated"});
+}
+
+TEST_CASE("crafted checkpoints: empty and duplicate names, bool bytes other than 0/1") {
+  TempDir dir;
+  const std::string p = dir.file("bad.ckpt");
+  write_bytes(p, craft({f32("", {1}, 1)}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "entry 0", "empty name"});
+  write_bytes(p, craft({f32("a", {1}, 1), f32("a", {1}, 1)}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "entry 1", "repeats the name 'a'"});
+  write_bytes(p, craft({{"mask", 0, {3}, 3, {0, 2, 1}}}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "'mask'", "element 1", "byte 2"});
+  write_bytes(p, craft({{"x", 9, {1}, 1, {0}}}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {p.c_str(), "'x'", "unknown dtype code 9"});
+}
+
+TEST_CASE("reads are bounded: /dev/zero, a directory, a file longer than its header") {
+  TempDir dir;
+  if (fs::exists("/dev/zero"))
+    nntest::check_error([&] { nn::read_checkpoint("/dev/zero"); }, {"nn::load", "/dev/zero", "not a gradsleuth checkpoint"});
+  nn::Linear fc(2, 2);
+  nntest::check_error([&] { nn::load(fc, dir.path.string()); }, {"nn::load", dir.path.string().c_str(), "is a directory"});
+  const std::string p = dir.file("long.ckpt");
+  write_bytes(p, craft({f32("a", {1}, 1)}, /*size_delta=*/-4));  // the header says 4 bytes fewer than present
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"corrupted", "header says"});
+  // A header promising 2^60 bytes in a small file: truncated, nothing allocated.
+  write_bytes(p, craft({f32("a", {1}, 1)}, /*size_delta=*/int64_t{1} << 60));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"truncated", "header says"});
+}
+
+TEST_CASE("a FIFO that never ends is read with a bound") {
+  TempDir dir;
+  const std::string p = dir.file("fifo");
+  REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+  // A writer that sends a valid header then endless zeros (until the reader closes).
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);
+    FILE* f = std::fopen(p.c_str(), "wb");
+    if (!f) ::_exit(1);
+    auto b = craft({f32("a", {1}, 1)});
+    std::fwrite(b.data(), 1, b.size(), f);
+    std::vector<uint8_t> zeros(1 << 16, 0);
+    for (;;)
+      if (std::fwrite(zeros.data(), 1, zeros.size(), f) != zeros.size()) ::_exit(0);
+  }
+  const std::string err = [&] {
+    try {
+      nn::read_checkpoint(p);
+    } catch (const gs::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  }();
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  CHECK(err.find("does not end there") != std::string::npos);
+}
+
+TEST_CASE("load(strict=false) reports what it loaded and skipped; nothing in common is an error") {
+  TempDir dir;
+  nn::Linear fc(4, 3);
+  const Tensor w = gs::ones({3, 4});
+  nn::write_checkpoint(dir.file("part.ckpt"), {{"weight", w}, {"extra", gs::ones({2})}});
+  std::vector<gs::Warning> warnings;
+  gs::WarningHandlerGuard guard([&](const gs::Warning& x) { warnings.push_back(x); });
+  nn::LoadReport r = nn::load(fc, dir.file("part.ckpt"), /*strict=*/false);
+  CHECK(r.loaded == std::vector<std::string>{"weight"});
+  CHECK(r.missing == std::vector<std::string>{"bias"});
+  CHECK(r.unexpected == std::vector<std::string>{"extra"});
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].message.find("loaded 1 tensor(s) and skipped 1 missing") != std::string::npos);
+  CHECK(gs::equal(fc.weight, w));
+
+  nn::write_checkpoint(dir.file("other.ckpt"), {{"conv.weight", gs::ones({2})}});
+  nntest::check_error([&] { nn::load(fc, dir.file("other.ckpt"), false); },
+                      {"nn::load", "other.ckpt", "no entry in common", "Nothing was loaded"});
+}
+
+TEST_CASE("kill -9 during saves: the checkpoint survives and the next save removes the stale temp files") {
+  TempDir dir;
+  const std::string path = dir.file("model.ckpt");
+  auto a = std::make_shared<Net>();
+  nn::save(*a, path);
+  const auto before = read_bytes(path);
+  auto other = std::make_shared<Net>();
+  // Three saves, each SIGKILLed mid-write in a forked child.
+  for (uint64_t kill_at : {10ull, 100ull, 300ull}) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      nn::testing::set_checkpoint_kill_after(kill_at);
+      try {
+        nn::save(*other, path);
+      } catch (...) {
+      }
+      ::_exit(3);  // not reached: the hook kills the process
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK(WTERMSIG(st) == SIGKILL);
+    // The checkpoint and one .tmp.<pid>: each save removed the previous killed save's file.
+    CHECK(dir.entries() == 2);
+  }
+  CHECK(read_bytes(path) == before);
+  auto b = std::make_shared<Net>();
+  nn::load(*b, path);
+  check_same_state(*a, *b);
+  // A temp file of a live process (this one's parent: pid 1 or the test runner) is left alone.
+  const std::string live = path + ".tmp." + std::to_string(::getppid());
+  write_bytes(live, {1, 2, 3});
+  nn::save(*other, path);
+  CHECK(dir.entries() == 2);  // the new checkpoint and the live process's file
+  CHECK(fs::exists(live));
+  fs::remove(live);
+  CHECK(nn::remove_stale_temp_files(path) == 0);
 }

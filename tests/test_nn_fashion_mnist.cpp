@@ -2,6 +2,9 @@
 // itself (raw and gzipped, valid and broken in each way a download can be),
 // the missing-dataset message, and the loader's shapes, scaling and cache.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -211,4 +214,59 @@ TEST_CASE("load_fashion_mnist: the real dataset, when installed") {
   CHECK(test->y().max().item<int64_t>() == 9);
   // 1,000 of each class in the test split.
   CHECK(gs::eq(test->y(), gs::full({10000}, 3, gs::kInt64)).to(gs::kInt64).sum().item<int64_t>() == 1000);
+}
+
+// ---- hardening: crafted headers, endless files ----------------------------------------
+TEST_CASE("read_idx: dims whose product passes 2^64 are rejected, not wrapped to 0 bytes") {
+  TempDir dir("huge");
+  // 4194304 x 2097152 x 2097152 = 2^64: the old size_t product wrapped to 0 and accepted no data.
+  write_raw(dir / "im", idx({4194304u, 2097152u, 2097152u}, {}));
+  CHECK_THROWS_WITH_AS(nn::read_idx(dir / "im", 3), doctest::Contains((dir / "im").c_str()), gs::Error);
+  CHECK_THROWS_WITH_AS(nn::read_idx(dir / "im", 3), doctest::Contains("larger than the reader accepts"), gs::Error);
+  // Each dim within its bound but the product over the byte limit.
+  write_raw(dir / "im2", idx({1u << 30, 1u << 16, 1u << 16}, {}));
+  CHECK_THROWS_WITH_AS(nn::read_idx(dir / "im2", 3), doctest::Contains("exceeds the reader's limit"), gs::Error);
+  // A plausible header with no body: truncated, before anything large is allocated.
+  write_raw(dir / "im3", idx({1u << 20, 28, 28}, {}));
+  CHECK_THROWS_WITH_AS(nn::read_idx(dir / "im3", 3), doctest::Contains("is truncated"), gs::Error);
+}
+
+TEST_CASE("read_idx: /dev/zero, a directory and an endless FIFO are rejected") {
+  TempDir dir("endless");
+  if (fs::exists("/dev/zero"))
+    CHECK_THROWS_WITH_AS(nn::read_idx("/dev/zero"), doctest::Contains("bad magic number 0x00000000"), gs::Error);
+  CHECK_THROWS_WITH_AS(nn::read_idx(dir.path.string()), doctest::Contains("is a directory"), gs::Error);
+  // A valid 2-label header followed by endless zeros: the reader stops after the declared size + 1 byte.
+  const std::string fifo = dir / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);
+    FILE* f = std::fopen(fifo.c_str(), "wb");
+    if (!f) ::_exit(1);
+    const Bytes b = idx({2}, {1, 2});
+    std::fwrite(b.data(), 1, b.size(), f);
+    const Bytes zeros(1 << 16, 0);
+    for (;;)
+      if (std::fwrite(zeros.data(), 1, zeros.size(), f) != zeros.size()) ::_exit(0);
+  }
+  std::string err = "<no error>";
+  try {
+    nn::read_idx(fifo, 1);
+  } catch (const gs::Error& e) {
+    err = e.what();
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  CHECK(err.find("unexpected bytes") != std::string::npos);
+}
+
+TEST_CASE("read_idx_images_labels: counts are compared before the bodies are read") {
+  TempDir dir("order");
+  // Images claim 1000 examples but hold none; labels hold 5. The mismatch is reported, not the truncation.
+  write_raw(dir / "im", idx({1000, 28, 28}, {}));
+  write_raw(dir / "lb", labels(5));
+  CHECK_THROWS_WITH_AS(nn::read_idx_images_labels(dir / "im", dir / "lb"), doctest::Contains("holds 1000 images but"),
+                       gs::Error);
 }

@@ -94,3 +94,12 @@ TEST_CASE("Flatten and Identity") {
   nn::Identity id;
   CHECK(id(x).is_same(x));
 }
+
+TEST_CASE("Linear(2^31, 2^31): a weight past the address space is an error naming Linear") {
+  try {
+    nn::Linear big(int64_t{1} << 31, int64_t{1} << 31);
+    FAIL("no error");
+  } catch (const gs::Error& e) {
+    CHECK(std::string(e.what()).find("Linear: shape [2147483648, 2147483648]") != std::string::npos);
+  }
+}

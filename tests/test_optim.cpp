@@ -499,6 +499,9 @@ TEST_CASE("load_state_dict refuses state that does not fit") {
   CHECK(contains(error_of([&] { opt.load_state_dict({{"exp_avg", gs::zeros({3})}}); }), "group.index.name"));
   CHECK(contains(error_of([&] { opt.load_state_dict({{"0.0.momentum_buffer", gs::zeros({3})}}); }), "unknown state"));
   CHECK(contains(error_of([&] { opt.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "incomplete"));
+  // A crafted key with a number past size_t: a gs::Error naming the key, not std::out_of_range from stoul.
+  CHECK(contains(error_of([&] { opt.load_state_dict({{"99999999999999999999999.0.exp_avg", gs::zeros({3})}}); }),
+                 "too large to be a group or parameter index"));
   optim::SGD sgd({p}, optim::SGDOptions(0.1).momentum(0.9));
   CHECK(contains(error_of([&] { sgd.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "momentum_buffer"));
   // A float32 dict loads into float64 parameters' state (converted).

@@ -30,7 +30,7 @@ T unary_scalar(UnaryOp op, T x) {
       case UnaryOp::Sqrt: return static_cast<T>(std::sqrt(x));
       case UnaryOp::Abs: return x < 0 ? -x : x;
       case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
-      case UnaryOp::Relu: return x > 0 ? x : T(0);
+      case UnaryOp::Relu: return x <= T(0) ? T(0) : x;  // NaN propagates (as in PyTorch) on every path
       case UnaryOp::Sigmoid: {
         // Stable for large |x|: never exponentiates a positive number.
         if (x >= 0) return static_cast<T>(1 / (1 + std::exp(-x)));
@@ -85,7 +85,7 @@ bool unary_eigen(UnaryOp op, T* o, const T* a, int64_t n) {
         return true;
       }
       case UnaryOp::Neg: y = -x; return true;
-      case UnaryOp::Relu: y = x.max(T(0)); return true;
+      case UnaryOp::Relu: y = (x <= T(0)).select(T(0), x); return true;  // NaN propagates, like unary_scalar
       case UnaryOp::Square: y = x.square(); return true;
       case UnaryOp::Abs: y = x.abs(); return true;
       case UnaryOp::Reciprocal: y = x.inverse(); return true;

@@ -36,8 +36,12 @@ Conv2dGeometry geometry(const Tensor& x, int64_t kH, int64_t kW, const Dims& str
   GS_CHECK(kH > 0 && kW > 0 && sH > 0 && sW > 0 && dH > 0 && dW > 0 && pH >= 0 && pW >= 0, op,
            "kernel, stride and dilation must be positive and padding non-negative (kernel ", kH, "x", kW,
            ", stride ", sH, "x", sW, ", padding ", pH, "x", pW, ", dilation ", dH, "x", dW, ")");
-  g.outH = (g.H + 2 * pH - dH * (kH - 1) - 1) / sH + 1;
-  g.outW = (g.W + 2 * pW - dW * (kW - 1) - 1) / sW + 1;
+  // Checked, and floor (not truncating) division: a kernel larger than the padded
+  // input has a negative numerator, which C++ would truncate to an output of 1.
+  const int64_t spanH = checked_add(checked_mul(dH, kH - 1, op), 1, op), spanW = checked_add(checked_mul(dW, kW - 1, op), 1, op);
+  const int64_t inH = checked_add(g.H, checked_mul(2, pH, op), op), inW = checked_add(g.W, checked_mul(2, pW, op), op);
+  g.outH = inH < spanH ? 0 : (inH - spanH) / sH + 1;
+  g.outW = inW < spanW ? 0 : (inW - spanW) / sW + 1;
   GS_CHECK(g.outH > 0 && g.outW > 0, op, "the input ", x.str(), " is too small for a ", kH, "x", kW,
            " kernel with padding ", pH, "x", pW, " and dilation ", dH, "x", dW, ": the output would be ", g.outH,
            "x", g.outW, ". Add padding or use a smaller kernel.");
@@ -126,6 +130,8 @@ Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims 
 Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding) {
   auto [kH, kW] = pair_of(kernel, "avg_pool2d", "kernel_size", {0, 0});
   Conv2dGeometry g = geometry(x, kH, kW, stride, padding, {1, 1}, "avg_pool2d", true);
+  GS_CHECK(g.pH * 2 <= kH && g.pW * 2 <= kW, "avg_pool2d", "padding ", g.pH, "x", g.pW,
+           " must be at most half the kernel size ", kH, "x", kW);
   GS_CHECK(x.is_floating_point(), "avg_pool2d", "expects a floating-point input, got ", x.str());
   Tensor out = empty({g.N, g.C, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
   backend_of(x).avg_pool2d(out, detail::contiguous_raw(x), g);

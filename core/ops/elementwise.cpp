@@ -146,9 +146,13 @@ static Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Ten
     record(name, out, {&a, &b}, [sa = SavedTensor(a, name), sb = SavedTensor(b, name), op, sha = a.shape(),
                                  shb = b.shape()](const Tensor& g, Node& n) {
       Tensor av = sa.unpack(n).detach(), bv = sb.unpack(n).detach();
-      Tensor win = (op == BinaryOp::Maximum ? gt(av, bv) : lt(av, bv)).to(g.dtype());
+      // a's share is 1 unless b wins (or ties: half); b's likewise. Where either is NaN
+      // neither wins nor ties, so both get the whole gradient (as in PyTorch) and the
+      // NaN is not hidden from either input.
+      Tensor a_loses = (op == BinaryOp::Maximum ? lt(av, bv) : gt(av, bv)).to(g.dtype());
+      Tensor b_loses = (op == BinaryOp::Maximum ? gt(av, bv) : lt(av, bv)).to(g.dtype());
       Tensor tie = eq(av, bv).to(g.dtype()) * 0.5;
-      return tensor_list{sum_to(g * (win + tie), sha), sum_to(g * (1.0 - win - tie), shb)};
+      return tensor_list{sum_to(g * (1.0 - a_loses - tie), sha), sum_to(g * (1.0 - b_loses - tie), shb)};
     });
   }
   return out;
@@ -296,9 +300,9 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 // ---- activations ------------------------------------------------------------------
 Tensor relu(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Relu, "relu", x, false);
-  if (needs_grad(x))  // gradient passes where x > 0
+  if (needs_grad(x))  // gradient passes where x is not <= 0: x > 0, and NaN (PyTorch's threshold_backward)
     record("relu", y, {&x}, [sx = SavedTensor(x, "relu")](const Tensor& g, Node& n) {
-      return tensor_list{g * (sx.unpack(n).detach() > 0.0).to(g.dtype())};
+      return tensor_list{g * logical_not(sx.unpack(n).detach() <= 0.0).to(g.dtype())};
     });
   return y;
 }
