@@ -6,7 +6,7 @@
 // second run: the reader caches) and are copied into torch tensors.
 //   peer_train_libtorch --model mlp|cnn [--epochs N] [--seed S]
 // Prints one JSON line: {"model", "epochs", "test_accuracy", "seconds", "torch"}.
-// Built only when Debian's libtorch-dev is found (bench/CMakeLists.txt).
+// Built with -DGRADSLEUTH_BENCH_PEER=ON when Debian's libtorch-dev is found (bench/CMakeLists.txt).
 #include <torch/torch.h>
 
 #include <chrono>

@@ -31,8 +31,8 @@ if [[ ! -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ]]; then
   exit 77
 fi
 if [[ ! -x "$bdir/bin/peer_libtorch" || ! -x "$bdir/bin/bench_train_step" ]]; then
-  echo "bench_peer: building the benchmarks in $bdir" >&2
-  cmake "$bdir" >/dev/null  # re-configure: CMake finds libtorch if it came after the first configure
+  echo "bench_peer: building the benchmarks in $bdir (with the libtorch peer: -DGRADSLEUTH_BENCH_PEER=ON)" >&2
+  cmake "$bdir" -DGRADSLEUTH_BENCH_PEER=ON >/dev/null
   cmake --build "$bdir" --target bench_train_step bench_gemm bench_overhead peer_libtorch -j "$(nproc)" >&2
 fi
 
