@@ -1,7 +1,7 @@
 // The peer: the same kernels and training steps as bench_gemm / bench_train_step /
 // bench_overhead, written against libtorch's C++ API (Debian libtorch-dev, OpenBLAS
-// underneath), so the ratio compares the same API layer. Built only when CMake finds
-// Torch; nothing in the library or the tests depends on it. scripts/bench_peer.sh
+// underneath), so the ratio compares the same API layer. Built with -DGRADSLEUTH_BENCH_PEER=ON
+// when CMake finds Torch; nothing in the library or the tests depends on it. scripts/bench_peer.sh
 // runs this and the gradsleuth programs alternately and prints the ratios.
 //   gemm_torch/a@b/n:N        torch::mm on contiguous float32 (N, N), N = 256, 512, 1024
 //   train_step/mlp/64, /256   MLP 784-256-10, SGD, batch 64 / 256
