@@ -112,6 +112,31 @@ TEST_CASE("NaN wins in maximum and minimum; isnan/isinf/isfinite") {
   CHECK(gs::equal(a.isinf().cpu(), gs::tensor({0, 0, 0, 1}).to(gs::kBool)));
   CHECK(gs::equal(a.isfinite().cpu(), gs::tensor({1, 0, 1, 0}).to(gs::kBool)));
 }
+TEST_CASE("every unary op treats NaN, +-inf and -0 as the CPU does, contiguous and strided") {
+  // The CPU propagates NaN through relu (x <= 0 ? 0 : x) and friends; the device must too.
+  const std::vector<double> edge = {NAN, INFINITY, -INFINITY, -0.0, 0.0, -2.5, 2.5, 1e-300};
+  using Fn = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"relu", [](const Tensor& x) { return gs::relu(x); }},       {"neg", [](const Tensor& x) { return gs::neg(x); }},
+      {"abs", [](const Tensor& x) { return gs::abs(x); }},         {"sign", [](const Tensor& x) { return gs::sign(x); }},
+      {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }}, {"tanh", [](const Tensor& x) { return gs::tanh(x); }},
+      {"exp", [](const Tensor& x) { return gs::exp(x); }},         {"square", [](const Tensor& x) { return gs::square(x); }},
+      {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); }}};
+  for (const auto& [name, f] : ops) {
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      for (bool strided : {false, true}) {
+        CAPTURE(name);
+        CAPTURE(dt);
+        CAPTURE(strided);
+        same_on_both([&, f = f](gs::Device d) {
+          Tensor x = gs::tensor(edge, {static_cast<int64_t>(edge.size())}, gs::TensorOptions(dt).device(d));
+          if (strided) x = gs::stack({x, x}, 1).select(1, 0);  // stride 2
+          return f(x);
+        });
+      }
+    }
+  }
+}
 TEST_CASE("where and clamp with broadcasting and infinite bounds") {
   same_on_both([](gs::Device d) {
     Tensor x = seq({3, 4}, gs::kFloat32, d);
