@@ -27,7 +27,7 @@ struct UnaryF {
         case UnaryOp::Sqrt: return static_cast<T>(sqrt(m));
         case UnaryOp::Abs: return x < 0 ? static_cast<T>(-x) : x;
         case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
-        case UnaryOp::Relu: return x > 0 ? x : T(0);
+        case UnaryOp::Relu: return (x > 0 || is_nan(x)) ? x : T(0);  // NaN passes, as on the CPU
         case UnaryOp::Sigmoid: {
           // Stable for large |x|: never exponentiates a positive number.
           if (m >= 0) return static_cast<T>(M(1) / (M(1) + exp(-m)));

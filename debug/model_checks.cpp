@@ -765,7 +765,7 @@ ParamSnapshot::ParamSnapshot(nn::Module& model) {
 void ParamSnapshot::restore() {
   NoGradGuard ng;
   for (auto& [live, copy] : saved_) {
-    if (live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
+    if (live.device().is_cpu() && live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
       std::memcpy(live.raw_data(), copy.raw_data(), copy.nbytes());
     else
       live.detach().copy_(copy);

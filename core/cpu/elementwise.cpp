@@ -30,7 +30,11 @@ T unary_scalar(UnaryOp op, T x) {
       case UnaryOp::Sqrt: return static_cast<T>(std::sqrt(x));
       case UnaryOp::Abs: return x < 0 ? -x : x;
       case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
-      case UnaryOp::Relu: return x > 0 ? x : T(0);
+      case UnaryOp::Relu:  // NaN passes, as in the vector path
+        if constexpr (std::is_floating_point_v<T>) {
+          if (std::isnan(x)) return x;
+        }
+        return x > 0 ? x : T(0);
       case UnaryOp::Sigmoid: {
         // Stable for large |x|: never exponentiates a positive number.
         if (x >= 0) return static_cast<T>(1 / (1 + std::exp(-x)));
