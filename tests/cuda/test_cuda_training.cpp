@@ -217,7 +217,6 @@ std::vector<std::string> monitored_run(gs::Device d, const std::function<void(gs
   m.attach(t);
   t.fit(loader, &loader);
   m.finish();
-  if (std::getenv("GS_DEBUG_MONITOR")) std::printf("%s: %s\n", d.str().c_str(), m.report().str(false).c_str());
   return m.report().fired_checks();
 }
 }  // namespace
