@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "debug/model_checks.h"
 #include "debug/monitor.h"
 #include "debug/tensor_stats.h"
 #include "nn/activation.h"
@@ -191,6 +192,21 @@ TEST_CASE("relu passes NaN on both devices, contiguous or strided (the dead-ReLU
     }
     CHECK(x.relu().isnan().sum().item<double>() == 2);
   }
+}
+
+TEST_CASE("M13 (gradcheck_module, host-only) refuses a module on cuda with the fix") {
+  auto lin = std::make_shared<gs::nn::Linear>(3, 2);
+  lin->to(kCUDA);
+  Tensor x = gs::randn({4, 3}).to(kCUDA);
+  try {
+    gs::debug::gradcheck_module(*lin, x, "lin");
+    FAIL("no error");
+  } catch (const gs::Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("cuda:0") != std::string::npos);
+    CHECK(m.find("module.to(kCPU)") != std::string::npos);
+  }
+  CHECK(lin->weight.device() == kCUDA);  // left where it was
 }
 
 namespace {
