@@ -99,7 +99,7 @@ int cmd_train(const std::vector<std::string>& args) {
   GS_CHECK(device_name == "cpu" || device_name == "cuda", "train", "unknown --device '", device_name,
            "': use cpu or cuda");
   const Device device = device_name == "cuda" ? kCUDA : kCPU;
-  std::string device_note;  // ", on cuda:0 (CPU emulator)"
+  std::string device_note;  // " (CPU emulator of CUDA)" in the header line of the emulated build
   if (device.is_cuda()) {
 #if defined(GS_WITH_CUDA_BACKEND)
     GS_CHECK(gradsleuth::cuda::init(), "train", "--device cuda: the CUDA backend is not available (",
