@@ -18,6 +18,9 @@
 #include "core/generator.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#if defined(GS_WITH_CUDA_BACKEND)
+#include "cuda/cuda.h"
+#endif
 
 namespace gradsleuth::cli {
 
@@ -66,6 +69,7 @@ int cmd_train(const std::vector<std::string>& args) {
   a.option("lr", "X", "learning rate (default: 1e-3 for adam, 0.05 for sgd)");
   a.option("optimizer", "sgd|adam", "adam, or sgd with momentum 0.9", "adam");
   a.option("schedule", "cosine|none", "cosine: the lr decays to 0 over the run (stepped per epoch)", "cosine");
+  a.option("device", "cpu|cuda", "where the model trains (cuda: the CUDA backend, on a GPU or its CPU emulator)", "cpu");
   a.option("threads", "N", "CPU threads for the engine (default: OMP_NUM_THREADS if set, else 1)");
   a.option("seed", "S", "seeds the initialisation, shuffling and dropout", "1");
   a.option("run-dir", "DIR", "write steps.csv, epochs.jsonl and summary.json here");
@@ -97,6 +101,21 @@ int cmd_train(const std::vector<std::string>& args) {
   GS_CHECK(schedule == "cosine" || schedule == "none", "train", "unknown --schedule '", schedule,
            "': use cosine or none");
   const bool json = a.has("json");
+  const std::string device_name = a.get("device");
+  GS_CHECK(device_name == "cpu" || device_name == "cuda", "train", "unknown --device '", device_name,
+           "': use cpu or cuda");
+  const Device device = device_name == "cuda" ? kCUDA : kCPU;
+  std::string device_note;  // " (CPU emulator of CUDA)" in the header line of the emulated build
+  if (device.is_cuda()) {
+#if defined(GS_WITH_CUDA_BACKEND)
+    GS_CHECK(gradsleuth::cuda::init(), "train", "--device cuda: the CUDA backend is not available (",
+             gradsleuth::cuda::unavailable_reason(), "); use --device cpu");
+    device_note = gradsleuth::cuda::is_emulated() ? " (CPU emulator of CUDA)" : "";
+#else
+    GS_FAIL("train", "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
+            "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
+#endif
+  }
   // Before any tensor op: the engine reads the thread count once.
   set_thread_count(threads);
   const auto t0 = std::chrono::steady_clock::now();
@@ -118,12 +137,12 @@ int cmd_train(const std::vector<std::string>& args) {
   if (!json) {
     std::cout << "train: " << model_name << " (" << model->num_parameters() << " parameters), " << train->size()
               << " training / " << test->size() << " test images, " << epochs << " epochs, batch " << batch << ", "
-              << opt_name << " lr " << lr << ", seed " << seed << "\n";
+              << opt_name << " lr " << lr << ", seed " << seed << ", on " << device.str() << device_note << "\n";
     std::cout.flush();
   }
 
   optim::TrainerOptions to;
-  to.epochs(epochs).run_dir(a.get("run-dir")).progress(a.has("quiet") ? optim::Progress::Off : optim::Progress::Auto);
+  to.device(device).epochs(epochs).run_dir(a.get("run-dir")).progress(a.has("quiet") ? optim::Progress::Off : optim::Progress::Auto);
   optim::Trainer trainer(*model, *opt, to);
   std::unique_ptr<optim::LRScheduler> sched;
   if (schedule == "cosine") sched = std::make_unique<optim::CosineAnnealingLR>(*opt, epochs);
@@ -150,6 +169,8 @@ int cmd_train(const std::vector<std::string>& args) {
   std::ostringstream js;
   js << "{\"model\":" << json_str(model_name) << ",\"optimizer\":" << json_str(opt_name) << ",\"epochs\":" << epochs
      << ",\"batch_size\":" << batch << ",\"lr\":" << json_num(lr) << ",\"schedule\":" << json_str(schedule) << ",\"seed\":" << seed
+     << ",\"device\":" << json_str(device.str())
+     << ",\"device\":" << json_str(device.str())
      << ",\"train_examples\":" << train->size() << ",\"test_examples\":" << test->size()
      << ",\"train_loss\":" << json_num(last.train_loss) << ",\"train_accuracy\":" << json_num(last.train_accuracy)
      << ",\"test_loss\":" << json_num(last.val_loss) << ",\"test_accuracy\":" << json_num(last.val_accuracy)

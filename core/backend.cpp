@@ -27,20 +27,25 @@ Backend& backend_for(Device d) {
   return *b;
 }
 
+#define GS_OP_NAME(e, name) name,
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg", "exp", "log", "sqrt", "abs", "sign", "relu", "sigmoid", "tanh", "erf",
-                                "reciprocal", "square", "log1p", "expm1", "sin", "cos", "logical_not", "isnan",
-                                "isinf", "isfinite"};
+  static const char* names[] = {GS_UNARY_OPS(GS_OP_NAME)};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(UnaryOp::kCount));
   return names[static_cast<int>(op)];
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq",
-                                "ne",  "lt",  "le",  "gt",  "ge",  "logical_and", "logical_or"};
+  static const char* names[] = {GS_BINARY_OPS(GS_OP_NAME)};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(BinaryOp::kCount));
   return names[static_cast<int>(op)];
 }
+
+const char* reduce_op_name(ReduceOp op) {
+  static const char* names[] = {GS_REDUCE_OPS(GS_OP_NAME)};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(ReduceOp::kCount));
+  return names[static_cast<int>(op)];
+}
+#undef GS_OP_NAME
 
 // One default generator per thread: manual_seed(s) then sampling in one thread is
 // never disturbed by another thread's draws, and two threads that seed alike draw

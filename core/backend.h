@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/op_kinds.h"
+#include "core/optim_step.h"
 #include "core/tensor.h"
 
 namespace gradsleuth {
@@ -95,6 +96,23 @@ class Backend {
   // uniform in [lo, hi) / normal(mean, std), element i uses Philox(seed, offset + i/4) word i%4.
   virtual void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) = 0;
   virtual void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) = 0;
+
+  // ---- fused optimizer steps (optim/; the formulas are in core/optim_step.h) ----
+  // Update p in place from its gradient g and the optimizer's state, in one pass. All tensors
+  // are contiguous, of one floating dtype, on this device (the optimizer checked); a state
+  // tensor the options do not use (the momentum buffer without momentum, ...) is undefined.
+  // Return false when this backend has no fused step: the optimizer then runs its tensor ops.
+  virtual bool sgd_step(const Tensor& /*p*/, const Tensor& /*g*/, const Tensor& /*buf*/, const SgdStep& /*s*/) {
+    return false;
+  }
+  virtual bool adam_step(const Tensor& /*p*/, const Tensor& /*g*/, const Tensor& /*m*/, const Tensor& /*v*/,
+                         const Tensor& /*vmax*/, const AdamStep& /*s*/) {
+    return false;
+  }
+  virtual bool rmsprop_step(const Tensor& /*p*/, const Tensor& /*g*/, const Tensor& /*square_avg*/,
+                            const Tensor& /*grad_avg*/, const Tensor& /*buf*/, const RmspropStep& /*s*/) {
+    return false;
+  }
 };
 
 // The backend for a device. Throws a clear error when the device's backend is

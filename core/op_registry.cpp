@@ -4,6 +4,7 @@
 #include "core/op_registry.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/generator.h"
@@ -146,6 +147,28 @@ std::vector<OpInfo> build() {
                    },
                    [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
   }
+  // Predicates, sign and the logical ops: bool (or piecewise-constant) results, nothing to
+  // differentiate. The predicates' samples include NaN, +-Inf and 0.
+  auto special = [](Generator& g, DType t) {
+    const double inf = std::numeric_limits<double>::infinity();
+    return Samples{{"NaN, +-Inf, 0 (2,3)", {tensor({0.0, 1.5, -2.0, std::nan(""), inf, -inf}, t).reshape({2, 3})}},
+                   {"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}};
+  };
+  r.push_back(op("isnan", "comparison", [](const tensor_list& x) { return isnan(x[0]); }, special, false, false));
+  r.push_back(op("isinf", "comparison", [](const tensor_list& x) { return isinf(x[0]); }, special, false, false));
+  r.push_back(op("isfinite", "comparison", [](const tensor_list& x) { return isfinite(x[0]); }, special, false, false));
+  r.push_back(op("logical_not", "comparison", [](const tensor_list& x) { return logical_not(x[0] > 0.0); }, special,
+                 false, false));
+  r.push_back(op("logical_and", "comparison", [](const tensor_list& x) { return logical_and(x[0] > 0.0, x[1] > 0.0); },
+                 [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
+  r.push_back(op("logical_or", "comparison", [](const tensor_list& x) { return logical_or(x[0] > 0.0, x[1] > 0.0); },
+                 [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
+  r.push_back(op("sign", "elementwise", [](const tensor_list& x) { return sign(x[0]); },
+                 [](Generator& g, DType t) {
+                   return Samples{{"(3,4)", {away_from_zero(g, {3, 4}, t)}},
+                                  {"non-contiguous (4,3)", {away_from_zero(g, {3, 4}, t).t()}}};
+                 },
+                 false, false));
   // A float32 round trip rounds x (spacing ~1e-7 near 1, vs eps = 1e-6), so central
   // differences through it are noise. Straight-through instead: the values are x
   // exactly, while autograd's path runs through both casts' backward.

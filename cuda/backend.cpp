@@ -3,12 +3,14 @@
 // files cannot: core's `namespace gs = gradsleuth` clashes with cuda/compat.h's gs::cuda).
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 
 #include "core/backend.h"
 #include "core/shape.h"
 #include "cuda/cuda.h"
 #include "cuda/kernels.h"
+#include "cuda/optim_kernels.h"
 
 namespace gradsleuth::cuda {
 
@@ -29,6 +31,19 @@ DevTensor dev(const Tensor& t) {
     d.g.strides[i] = t.strides()[i];
   }
   return d;
+}
+
+// The device address of a fused optimizer step's operand; nullptr for unused (undefined) state.
+void* addr(const Tensor& t) { return t.defined() ? t.unsafe_data() : nullptr; }
+
+// p contiguous float32/float64 on a CUDA device, every defined operand contiguous, same dtype and
+// device as p: what cuda/optim.cu's kernels read.
+bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
+  if (!p.device().is_cuda() || !p.is_contiguous() || (p.dtype() != DType::Float32 && p.dtype() != DType::Float64))
+    return false;
+  for (const Tensor* t : others)
+    if (t->defined() && (!t->is_contiguous() || t->dtype() != p.dtype() || t->device() != p.device())) return false;
+  return true;
 }
 
 // Layout of the last two dims of a (B, rows, cols) operand, as the CPU's bmm decides it:
@@ -134,6 +149,29 @@ class CudaBackend final : public Backend {
   }
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override {
     cuda::normal(dev(out), mean, std, seed, offset);
+  }
+
+  // Fused optimizer steps (cuda/optim.cu): every operand contiguous, p's dtype, on the device.
+  bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override {
+    if (!fusable(p, {&g, &buf}) || (s.momentum != 0.0 && !buf.defined())) return false;
+    cuda::sgd_step(p.dtype(), p.numel(), p.unsafe_data(), g.unsafe_data(), addr(buf), s);
+    return true;
+  }
+  bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                 const AdamStep& s) override {
+    if (!fusable(p, {&g, &m, &v, &vmax}) || !m.defined() || !v.defined() || (s.amsgrad && !vmax.defined()))
+      return false;
+    cuda::adam_step(p.dtype(), p.numel(), p.unsafe_data(), g.unsafe_data(), addr(m), addr(v), addr(vmax), s);
+    return true;
+  }
+  bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
+                    const Tensor& buf, const RmspropStep& s) override {
+    if (!fusable(p, {&g, &square_avg, &grad_avg, &buf}) || !square_avg.defined() ||
+        (s.centered && !grad_avg.defined()) || (s.momentum > 0.0 && !buf.defined()))
+      return false;
+    cuda::rmsprop_step(p.dtype(), p.numel(), p.unsafe_data(), g.unsafe_data(), addr(square_avg), addr(grad_avg),
+                       addr(buf), s);
+    return true;
   }
 };
 

@@ -257,7 +257,7 @@ float round_to_half(float v) {
 void HalfPrecisionEmulation::on_op(const OpEvent& e) {
   if (!e.output || !e.output->defined() || e.output->dtype() != kFloat32) return;
   Tensor out = *e.output;
-  if (!out.is_contiguous()) return;  // views share an already-rounded storage
+  if (!out.is_contiguous() || !out.device().is_cpu()) return;  // views share an already-rounded storage
   float* p = static_cast<float*>(out.raw_data());
   for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = round_to_half(p[i]);
 }
@@ -266,6 +266,8 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
                                           const HalfPrecisionOptions& o) {
   std::vector<Finding> out;
   GS_CHECK(x.dtype() == kFloat32, "check_half_precision", "expects a float32 input, got ", x.str());
+  GS_CHECK(x.device().is_cpu(), "check_half_precision", "rounds values to half precision on the CPU, but the input ",
+           x.str(), " is on ", x.device().str(), "; run it on a CPU copy: model.to(kCPU) and x.cpu()");
   NoGradGuard ng;
   // Which modules produce non-finite outputs in each run, in execution order.
   std::vector<std::pair<std::string, bool>> finite_fp32, finite_half;

@@ -632,6 +632,12 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
                                       GradcheckOptions opts) {
   std::vector<Finding> out;
   GS_CHECK(x.is_floating_point(), "gradcheck_module (M13)", "needs a floating-point input, got ", x.str());
+  // Central differences perturb one element at a time through host pointers: a CPU job.
+  for (const Tensor& p : module.parameters())
+    GS_CHECK(p.device().is_cpu() && x.device().is_cpu(), "gradcheck_module (M13)",
+             "perturbs parameters element by element on the CPU, but the module's parameters are on ",
+             p.device().str(), " and the input ", x.str(), " on ", x.device().str(),
+             "; check a CPU copy: module.to(kCPU) and x.cpu() (then move it back)");
   ModeSnapshot modes(module);
   GradSnapshot grads(module);
   module.eval();
@@ -765,7 +771,7 @@ ParamSnapshot::ParamSnapshot(nn::Module& model) {
 void ParamSnapshot::restore() {
   NoGradGuard ng;
   for (auto& [live, copy] : saved_) {
-    if (live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
+    if (live.device().is_cpu() && live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
       std::memcpy(live.raw_data(), copy.raw_data(), copy.nbytes());
     else
       live.detach().copy_(copy);

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/autograd.h"
+#include "core/ops.h"
 #include "debug/check_util.h"
 #include "debug/tensor_stats.h"
 
@@ -508,7 +509,13 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
   for (Param& q : params_) {
     double wb = 0.0, d = 0.0;
     const Tensor after = q.tensor.detach().contiguous();
-    if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
+    if (!after.device().is_cpu() && after.numel() == q.before.numel()) {
+      // On a device: the two sums there, in float64; two scalars come back.
+      const Tensor a = after.to(kFloat64), b = q.before.to(kFloat64), diff = a - b;
+      const std::vector<double> v = stack({sum(b * b), sum(diff * diff)}).to_vector<double>();
+      wb = v[0];
+      d = v[1];
+    } else if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
       // The common case, in one vectorised pass (the simd reduction may reorder the sums).
       const float* a = static_cast<const float*>(after.raw_data());
       const float* b = static_cast<const float*>(q.before.raw_data());

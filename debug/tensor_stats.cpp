@@ -1,4 +1,5 @@
-// Tensor summaries for findings (see tensor_stats.h).
+// Tensor summaries for findings (see tensor_stats.h): a pass over the values on the CPU; tensor
+// ops on the tensor's own device otherwise (only the scalars come back).
 #include "debug/tensor_stats.h"
 
 #include <cmath>
@@ -73,12 +74,43 @@ bool finite_fast(const T* p, int64_t n) {
 }
 }  // namespace
 
+namespace {
+// The summary of a tensor on a device, computed there by tensor ops in float64: only seven
+// scalars come back to the host, never the tensor.
+TensorSummary summarize_on_device(const Tensor& t) {
+  TensorSummary s;
+  s.numel = t.numel();
+  if (s.numel == 0) return s;
+  const Tensor x = t.detach().to(kFloat64);
+  const TensorOptions o = TensorOptions(kFloat64).device(x.device());
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor fin = isfinite(x), zero = scalar_tensor(0.0, o);
+  const Tensor x0 = where(fin, x, zero);
+  const std::vector<double> v =
+      stack({sum(isnan(x).to(kFloat64)), sum(isinf(x).to(kFloat64)), sum(eq(x, zero).to(kFloat64)), sum(x0),
+             sum(x0 * x0), amin(where(fin, x, scalar_tensor(inf, o))), amax(where(fin, x, scalar_tensor(-inf, o)))})
+          .to_vector<double>();
+  s.nan = static_cast<int64_t>(v[0]);
+  s.inf = static_cast<int64_t>(v[1]);
+  s.finite = s.numel - s.nan - s.inf;
+  s.zero_fraction = v[2] / static_cast<double>(s.numel);
+  if (s.finite == 0) return s;
+  const double n = static_cast<double>(s.finite);
+  s.min = v[5];
+  s.max = v[6];
+  s.mean = v[3] / n;
+  s.std = std::sqrt(std::max(0.0, v[4] / n - s.mean * s.mean));
+  s.norm = std::sqrt(v[4]);
+  return s;
+}
+}  // namespace
+
 TensorSummary summarize(const Tensor& t) {
   TensorSummary s;
   if (!t.defined()) return s;
   NoGradGuard ng;
+  if (!t.device().is_cpu()) return summarize_on_device(t);
   Tensor c = t.detach().contiguous();
-  if (c.device().is_cuda()) c = c.cpu();
   s.numel = c.numel();
   if (c.numel() > 0 && c.dtype() == kFloat32 && scan_fast(static_cast<const float*>(c.raw_data()), s.numel, s)) return s;
   if (c.numel() > 0 && c.dtype() == kFloat64 && scan_fast(static_cast<const double*>(c.raw_data()), s.numel, s)) return s;

@@ -21,10 +21,12 @@ struct TensorSummary {
   std::string str(const Tensor& t) const;
 };
 
-// Reads the values (any dtype, any strides; on the CPU) in one pass.
+// Reads the values (any dtype, any strides) in one pass on the CPU; a device tensor (CUDA) is
+// summarised on its device by tensor ops, and only the resulting scalars are copied back.
 TensorSummary summarize(const Tensor& t);
 
-// Cheap: true when every value is finite (integral and bool tensors always are).
+// Cheap: true when every value is finite (integral and bool tensors always are). On a device:
+// one float64 sum there, one scalar back.
 bool all_finite(const Tensor& t);
 // Cheaper still, for a check on every training step: every element of tensors
 // up to 4096 elements, every `stride`-th element of larger contiguous ones (a

@@ -1,48 +1,13 @@
-// Adam/AdamW's update: a fused loop for contiguous CPU float tensors, tensor ops otherwise.
+// Adam/AdamW's update: the backend's fused step (Backend::adam_step, core/optim_step.h) for
+// contiguous float tensors on any device, tensor ops otherwise.
 #include "optim/adam.h"
 
 #include <cmath>
 
+#include "core/backend.h"
 #include "core/ops.h"
-#include "optim/fused.h"
 
 namespace gradsleuth::optim {
-
-namespace {
-
-// The step's numbers, in the parameter's type.
-template <class T>
-struct AdamCoeffs {
-  T beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
-  T step_size;  // lr / (1 - beta1^t)
-  T bc2_sqrt;   // sqrt(1 - beta2^t)
-  T decay;      // 1 - lr * weight_decay (AdamW)
-};
-
-// The whole update of elements [begin, end) of one parameter, in one pass.
-// p, g, m, v, vmax: contiguous; vmax is unused without AMSGrad. The flags are
-// the options, fixed at compile time.
-template <class T, bool L2, bool Decoupled, bool AMSGrad>
-void adam_fused(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-                T* __restrict vmax, const AdamCoeffs<T> c) {
-  for (int64_t j = begin; j < end; ++j) {
-    T pj = p[j], gj = g[j];
-    if constexpr (L2) gj = gj + c.weight_decay * pj;
-    if constexpr (Decoupled) pj = pj * c.decay;
-    const T mj = m[j] * c.beta1 + gj * c.one_minus_beta1;
-    T vj = v[j] * c.beta2 + gj * gj * c.one_minus_beta2;
-    m[j] = mj;
-    v[j] = vj;
-    if constexpr (AMSGrad) {
-      vj = (vmax[j] < vj || vj != vj) ? vj : vmax[j];  // max that keeps a NaN, like gs::maximum
-      vmax[j] = vj;
-    }
-    const T denom = std::sqrt(vj) / c.bc2_sqrt + c.eps;
-    p[j] = pj - c.step_size * (mj / denom);
-  }
-}
-
-}  // namespace
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(one_group(std::move(params)), options) {}
 
@@ -100,24 +65,18 @@ void Adam::update() {
       mark_modified(p, step_op_);
 
       if (fusable(p, g)) {
-        detail::with_float_type(p.dtype(), [&](auto tag) {
-          using T = decltype(tag);
-          auto t_ = [](double x) { return static_cast<T>(x); };
-          const AdamCoeffs<T> c{t_(beta1), t_(beta2),     t_(1.0 - beta1), t_(1.0 - beta2),  t_(eps),
-                                t_(wd),    t_(step_size), t_(bc2_sqrt),    t_(1.0 - lr * wd)};
-          T *pp = p.data_ptr<T>(), *m = st.exp_avg.data_ptr<T>(), *v = st.exp_avg_sq.data_ptr<T>(),
-            *vmax = amsgrad ? st.max_exp_avg_sq.data_ptr<T>() : nullptr;
-          const T* gp = g.data_ptr<T>();
-          detail::with_flags(
-              [&](auto l2_on, auto decoupled_on, auto amsgrad_on) {
-                detail::for_ranges(p.numel(), [&](int64_t b, int64_t e) {
-                  adam_fused<T, decltype(l2_on)::value, decltype(decoupled_on)::value, decltype(amsgrad_on)::value>(
-                      b, e, pp, gp, m, v, vmax, c);
-                });
-              },
-              l2, decoupled, amsgrad);
-        });
-        continue;
+        AdamStep step;
+        step.beta1 = beta1;
+        step.beta2 = beta2;
+        step.eps = eps;
+        step.weight_decay = wd;
+        step.lr = lr;
+        step.step_size = step_size;
+        step.bc2_sqrt = bc2_sqrt;
+        step.l2 = l2;
+        step.decoupled = decoupled;
+        step.amsgrad = amsgrad;
+        if (backend_of(p).adam_step(p, g, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq, step)) continue;
       }
 
       // The reference path: the formulas above as tensor ops.

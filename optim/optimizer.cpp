@@ -136,7 +136,7 @@ void Optimizer::remove_hook(size_t id) {
 // ---- helpers for the update rules ------------------------------------------------
 
 bool Optimizer::fusable(const Tensor& p, const Tensor& g) const {
-  return fused_ && p.device().is_cpu() && g.device().is_cpu() && p.dtype() == g.dtype() &&
+  return fused_ && p.device() == g.device() && p.dtype() == g.dtype() &&
          (p.dtype() == kFloat32 || p.dtype() == kFloat64) && p.is_contiguous() && g.is_contiguous();
 }
 

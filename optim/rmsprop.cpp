@@ -1,51 +1,17 @@
-// RMSprop's update: a fused loop for contiguous CPU float tensors, tensor ops otherwise.
+// RMSprop's update: the backend's fused step (Backend::rmsprop_step, core/optim_step.h) for
+// contiguous float tensors on any device, tensor ops otherwise.
 #include "optim/rmsprop.h"
 
 #include <cmath>
 
+#include "core/backend.h"
 #include "core/ops.h"
-#include "optim/fused.h"
 
 namespace gradsleuth::optim {
 
 namespace {
 
 constexpr const char* kStepOp = "RMSprop.step";
-
-// The step's numbers, in the parameter's type.
-template <class T>
-struct RMSpropCoeffs {
-  T lr, alpha, one_minus_alpha, eps, weight_decay, momentum;
-};
-
-// The whole update of elements [begin, end) of one parameter, in one pass.
-// p, g, s, a, buf: contiguous; a is unused unless Centered, buf unless
-// Momentum. The flags are the options, fixed at compile time.
-template <class T, bool Decay, bool Centered, bool Momentum>
-void rmsprop_fused(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict s, T* __restrict a,
-                   T* __restrict buf, const RMSpropCoeffs<T> c) {
-  for (int64_t j = begin; j < end; ++j) {
-    T gj = g[j];
-    if constexpr (Decay) gj = gj + c.weight_decay * p[j];
-    const T sj = s[j] * c.alpha + gj * gj * c.one_minus_alpha;
-    s[j] = sj;
-    T avg;
-    if constexpr (Centered) {
-      const T aj = a[j] * c.alpha + gj * c.one_minus_alpha;
-      a[j] = aj;
-      avg = std::sqrt(sj - aj * aj) + c.eps;
-    } else {
-      avg = std::sqrt(sj) + c.eps;
-    }
-    if constexpr (Momentum) {
-      const T b = buf[j] * c.momentum + gj / avg;
-      buf[j] = b;
-      p[j] = p[j] - c.lr * b;
-    } else {
-      p[j] = p[j] - c.lr * (gj / avg);
-    }
-  }
-}
 
 }  // namespace
 
@@ -86,24 +52,14 @@ void RMSprop::update() {
       mark_modified(p, kStepOp);
 
       if (fusable(p, g)) {
-        detail::with_float_type(p.dtype(), [&](auto tag) {
-          using T = decltype(tag);
-          auto t_ = [](double x) { return static_cast<T>(x); };
-          const RMSpropCoeffs<T> c{t_(lr), t_(alpha), t_(1.0 - alpha), t_(eps), t_(wd), t_(mom)};
-          T *pp = p.data_ptr<T>(), *s = st.square_avg.data_ptr<T>(),
-            *a = centered ? st.grad_avg.data_ptr<T>() : nullptr,
-            *buf = mom > 0.0 ? st.momentum_buffer.data_ptr<T>() : nullptr;
-          const T* gp = g.data_ptr<T>();
-          detail::with_flags(
-              [&](auto decay, auto centered_on, auto momentum) {
-                detail::for_ranges(p.numel(), [&](int64_t b, int64_t e) {
-                  rmsprop_fused<T, decltype(decay)::value, decltype(centered_on)::value, decltype(momentum)::value>(
-                      b, e, pp, gp, s, a, buf, c);
-                });
-              },
-              wd != 0.0, centered, mom > 0.0);
-        });
-        continue;
+        RmspropStep step;
+        step.lr = lr;
+        step.alpha = alpha;
+        step.eps = eps;
+        step.weight_decay = wd;
+        step.momentum = mom;
+        step.centered = centered;
+        if (backend_of(p).rmsprop_step(p, g, st.square_avg, st.grad_avg, st.momentum_buffer, step)) continue;
       }
 
       // The reference path: the formulas above as tensor ops.

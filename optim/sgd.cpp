@@ -1,41 +1,15 @@
-// SGD's update: a fused loop for contiguous CPU float tensors, tensor ops otherwise.
+// SGD's update: the backend's fused step (Backend::sgd_step, core/optim_step.h) for contiguous float
+// tensors on any device, tensor ops otherwise.
 #include "optim/sgd.h"
 
 #include "core/ops.h"
-#include "optim/fused.h"
+#include "core/backend.h"
 
 namespace gradsleuth::optim {
 
 namespace {
 
 constexpr const char* kStepOp = "SGD.step";
-
-// The whole update of elements [begin, end) of one parameter, in one pass.
-// p, g, buf: contiguous; buf is unused without momentum. The flags are the
-// options (First: p's first step, when buf starts as d), fixed at compile time.
-template <class T, bool Decay, bool Momentum, bool Nesterov, bool First>
-void sgd_fused(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict buf, T lr, T wd, T mom,
-               T keep) {
-  for (int64_t j = begin; j < end; ++j) {
-    T d = g[j];
-    if constexpr (Decay) d = d + wd * p[j];
-    if constexpr (Momentum) {
-      T b;
-      if constexpr (First) {
-        b = d;
-      } else {
-        b = buf[j] * mom + d * keep;  // keep = 1 - dampening
-      }
-      buf[j] = b;
-      if constexpr (Nesterov) {
-        d = d + b * mom;
-      } else {
-        d = b;
-      }
-    }
-    p[j] = p[j] - lr * d;
-  }
-}
 
 }  // namespace
 
@@ -69,23 +43,16 @@ void SGD::update() {
       mark_modified(p, kStepOp);
 
       if (fusable(p, g)) {
-        if (mom != 0.0 && first) st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()));
-        detail::with_float_type(p.dtype(), [&](auto tag) {
-          using T = decltype(tag);
-          T *pp = p.data_ptr<T>(), *buf = mom != 0.0 ? st.momentum_buffer.data_ptr<T>() : nullptr;
-          const T* gp = g.data_ptr<T>();
-          const T lr = static_cast<T>(group.lr), wd = static_cast<T>(group.weight_decay), m = static_cast<T>(mom),
-                  keep = static_cast<T>(1.0 - damp);
-          detail::with_flags(
-              [&](auto decay, auto momentum, auto nesterov, auto first_step) {
-                detail::for_ranges(p.numel(), [&](int64_t b, int64_t e) {
-                  sgd_fused<T, decltype(decay)::value, decltype(momentum)::value, decltype(nesterov)::value,
-                            decltype(first_step)::value>(b, e, pp, gp, buf, lr, wd, m, keep);
-                });
-              },
-              group.weight_decay != 0.0, mom != 0.0, options_.nesterov(), first);
-        });
-        continue;
+        if (mom != 0.0 && first) st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+        SgdStep step;
+        step.lr = group.lr;
+        step.weight_decay = group.weight_decay;
+        step.momentum = mom;
+        step.dampening = damp;
+        step.nesterov = options_.nesterov();
+        step.first = first;
+        if (backend_of(p).sgd_step(p, g, st.momentum_buffer, step)) continue;
+        if (first) st.momentum_buffer = Tensor();  // not fused after all: the tensor ops start it
       }
 
       // The reference path: the formulas above as tensor ops.

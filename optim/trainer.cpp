@@ -30,6 +30,22 @@ std::string json_num(double v) {
 // A CSV field: empty for NaN.
 std::string csv_num(double v) { return std::isnan(v) ? "" : json_num(v); }
 
+// The device of a model's first parameter (CPU for a model without parameters).
+Device model_device(nn::Module& model) {
+  for (const Tensor& p : model.parameters()) return p.device();
+  return kCPU;
+}
+
+// The batch on device d: x and y moved (no copy when already there), the indices kept.
+nn::Batch batch_on(const nn::Batch& b, Device d) {
+  if (b.x.device() == d && (!b.y.defined() || b.y.device() == d)) return b;
+  nn::Batch out;
+  out.x = b.x.to(d);
+  out.y = b.y.defined() ? b.y.to(d) : b.y;
+  out.indices = b.indices;
+  return out;
+}
+
 bool is_classification(const Tensor& output, const Tensor& target) {
   return target.dtype() == kInt64 && target.dim() == 1 && output.dim() == 2 && output.size(0) == target.size(0);
 }
@@ -104,6 +120,7 @@ double accuracy(const Tensor& output, const Tensor& target) {
 EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss, bool eval_mode) {
   const auto t0 = Clock::now();
   const bool was_training = model.is_training();
+  const Device dev = model_device(model);
   if (eval_mode) model.eval();
   NoGradGuard ng;
   EvalResult r;
@@ -113,7 +130,7 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   const int64_t n = static_cast<int64_t>(order.size()), bs = loader.options().batch_size_;
   for (int64_t lo = 0; lo < n; lo += bs) {
     std::vector<int64_t> idx(order.begin() + lo, order.begin() + std::min(n, lo + bs));
-    nn::Batch b = loader.dataset().get_batch(idx);
+    nn::Batch b = batch_on(loader.dataset().get_batch(idx), dev);
     Tensor out = model(b.x);
     const double bsz = static_cast<double>(b.size());
     loss_sum += loss(out, b.y).item<double>() * bsz;
@@ -194,8 +211,12 @@ void Trainer::log_epoch(const EpochInfo& e) {
   steps_csv_.flush();
 }
 
+Device Trainer::device() const { return options_.device() ? *options_.device() : model_device(model_); }
+
 FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
   const auto t_fit = Clock::now();
+  const Device dev = device();
+  if (options_.device()) model_.to(dev);  // in place: the optimizer's handles see the moved values
   open_logs();
   stop_ = false;
   FitResult result;
@@ -213,7 +234,8 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
     double loss_sum = 0.0, hit_sum = 0.0;
     int64_t seen = 0, batch_index = 0;
     bool classes = true;
-    for (const nn::Batch& b : train) {
+    for (const nn::Batch& host_batch : train) {
+      const nn::Batch b = batch_on(host_batch, dev);
       // The step.
       // BUG B04: zero_grad() forgotten: each backward adds to the gradients of all
       // earlier batches. Correct: clear them first, every step.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,8 @@ struct EvalResult {
   double seconds = 0.0;
 };
 
-// Runs the whole loader through the model in eval mode under NoGradGuard,
+// Runs the whole loader through the model in eval mode under NoGradGuard (each batch moved to
+// the device of the model's first parameter: evaluation runs where the model is),
 // then puts the model back in the mode it was in. The loader's epoch counter
 // is left as it was (so evaluation never changes a training run's shuffling).
 // eval_mode=false keeps the model's current mode (what bug B05 does; Dropout
@@ -93,6 +95,12 @@ struct TrainerOptions {
   GS_OPTIM_ARG(double, clip_grad_norm) = 0.0;
   // Stop after this many optimizer steps in all (< 0: no limit).
   GS_OPTIM_ARG(int64_t, max_steps) = -1;
+  // Where training runs. fit() moves the model there first (Module::to: in place, so the
+  // optimizer's parameter handles stay valid; make the optimizer before or after, but its state
+  // is made on the parameters' device at its first step) and moves each batch there (x and y,
+  // train and validation). Unset (the default): the model's own device, batches moved to it.
+  // A CUDA device needs the backend registered: gradsleuth::cuda::init() (cuda/cuda.h).
+  GS_OPTIM_ARG(std::optional<Device>, device);
   // Injectable training-loop bugs (nn/bugs.h): B04 zero_grad() never called,
   // B05 validation run in training mode.
   GS_OPTIM_ARG(nn::BugSet, bugs);
@@ -138,6 +146,8 @@ class Trainer {
   FitResult fit(nn::DataLoader& train, const nn::DataLoader* val = nullptr);
 
   const TrainerOptions& options() const { return options_; }
+  // The device fit() trains on: options().device(), else the model's (its first parameter's).
+  Device device() const;
   nn::Module& model() { return model_; }
   Optimizer& optimizer() { return opt_; }
 

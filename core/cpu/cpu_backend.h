@@ -76,6 +76,11 @@ class CpuBackend final : public Backend {
   // random.cpp
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override;
+  bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override;
+  bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                 const AdamStep& s) override;
+  bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
+                    const Tensor& buf, const RmspropStep& s) override;
 };
 
 }  // namespace gradsleuth::cpu

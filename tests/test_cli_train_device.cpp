@@ -1,0 +1,64 @@
+// `gradsleuth train --device cuda` on the CUDA backend (its CPU emulator here): a short MLP run
+// reaches the same train/test losses as the same run on --device cpu; a bad --device is refused.
+// Exits with 77 (CTest's "skipped") when dataset-fashion-mnist is not installed.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "cli_test_util.h"
+#include "json_mini.h"
+
+namespace {
+
+std::string last_line(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+void skip_without_dataset() {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    std::printf("skipped: dataset-fashion-mnist is not installed\n");
+    std::exit(77);
+  }
+}
+
+json_mini::Value train_json(const std::string& device) {
+  const clitest::Run r = clitest::run_cli("train --model mlp --device " + device +
+                                              " --limit-train 256 --limit-test 128 --epochs 1 --batch-size 64"
+                                              " --seed 2 --threads 1 --quiet --json",
+                                          true);
+  REQUIRE_MESSAGE(r.status == 0, "train --device ", device, " failed: ", r.out);
+  json_mini::Value doc;
+  REQUIRE_NOTHROW(doc = json_mini::parse(last_line(r.out)));
+  return doc;
+}
+
+void check_close(double cuda, double cpu, const char* what) {
+  INFO(what, ": cuda ", cuda, " cpu ", cpu);
+  CHECK(std::isfinite(cuda));
+  CHECK(std::abs(cuda - cpu) <= 1e-4 * std::abs(cpu) + 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("train --device cuda: an MLP reaches the CPU run's losses") {
+  skip_without_dataset();
+  const json_mini::Value cpu = train_json("cpu"), cuda = train_json("cuda");
+  CHECK(cpu.get("device")->str == "cpu");
+  CHECK(cuda.get("device")->str == "cuda:0");
+  CHECK(cuda.get("steps")->num == 4);
+  check_close(cuda.get("train_loss")->num, cpu.get("train_loss")->num, "train_loss");
+  check_close(cuda.get("test_loss")->num, cpu.get("test_loss")->num, "test_loss");
+  CHECK(cuda.get("test_accuracy")->num == cpu.get("test_accuracy")->num);
+}
+
+TEST_CASE("train --device: an unknown device is refused before any work") {
+  const clitest::Run r = clitest::run_cli("train --device tpu --json", true);
+  CHECK(r.status == 1);
+}
