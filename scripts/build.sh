@@ -55,6 +55,10 @@ opts=(
 )
 # Benchmarks under the sanitizers measure nothing useful: skip building them.
 [[ $sanitize == 1 ]] && opts+=("GRADSLEUTH_BUILD_BENCH=OFF")
+# nvcc's device code is not instrumented by the sanitizers and its sm_80/sm_90 builds
+# are the slowest part of a build: under the sanitizers the CUDA sources are checked
+# through the CPU emulator only (which ASan and UBSan do instrument).
+[[ $sanitize == 1 ]] && opts+=("GRADSLEUTH_CUDA=OFF")
 
 cache="$bdir/CMakeCache.txt"
 # True when the cache already holds NAME=VALUE (any type).
