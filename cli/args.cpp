@@ -141,29 +141,34 @@ std::vector<std::string> Args::get_all(const std::string& name) const {
   return o->values;
 }
 
+namespace {
+// Parses all of `v` with conv (std::stoi, std::stoll, std::stod...): false when v is
+// empty, does not parse or has characters left over.
+template <class T, class Conv>
+bool parse_whole(const std::string& v, Conv conv, T& out) {
+  size_t used = 0;
+  try {
+    out = conv(v, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return !v.empty() && used == v.size();
+}
+}  // namespace
+
 int Args::get_int(const std::string& name) const {
   const std::string v = get(name);
-  size_t used = 0;
   int r = 0;
-  try {
-    r = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size()) throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'");
+  if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r))
+    throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'");
   return r;
 }
 
 double Args::get_double(const std::string& name) const {
   const std::string v = get(name);
-  size_t used = 0;
   double r = 0;
-  try {
-    r = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size()) throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'");
+  if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r))
+    throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'");
   return r;
 }
 
@@ -188,30 +193,19 @@ std::string probe_dir(const std::string& dir) {
 
 int64_t Args::get_int_in(const std::string& name, int64_t lo, int64_t hi) const {
   const std::string v = get(name);
-  size_t used = 0;
   long long r = 0;
-  try {
-    r = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const bool parsed = parse_whole(v, [](const std::string& t, size_t* u) { return std::stoll(t, u); }, r);
   const std::string range = hi == INT64_MAX ? ">= " + std::to_string(lo)
                                             : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  if (v.empty() || used != v.size() || r < lo || r > hi)
+  if (!parsed || r < lo || r > hi)
     throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'");
   return r;
 }
 
 double Args::get_double_in(const std::string& name, double lo, bool lo_open, double hi, bool hi_open) const {
   const std::string v = get(name);
-  size_t used = 0;
   double r = 0;
-  try {
-    r = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const bool ok = !v.empty() && used == v.size() && std::isfinite(r) && (lo_open ? r > lo : r >= lo) &&
+  const bool ok = parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r) && std::isfinite(r) && (lo_open ? r > lo : r >= lo) &&
                   (hi_open ? r < hi : r <= hi);
   if (!ok) {
     std::string range;
