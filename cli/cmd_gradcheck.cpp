@@ -60,6 +60,7 @@ void print_json(const std::vector<OpSummary>& ops, int passed, int failed, int s
                 << ",\"max_rel_error\":" << json_num(r.max_rel_error)
                 << ",\"double_backward_checked\":" << json_bool(r.double_backward_checked)
                 << ",\"double_backward_passed\":" << json_bool(r.double_backward_passed)
+                << ",\"double_backward_refused\":" << json_bool(r.double_backward_refused)
                 << ",\"message\":" << json_str(r.message) << "}";
     }
     std::cout << "]}";
@@ -72,7 +73,9 @@ void print_table(const std::vector<debug::OpCheckRow>& rows) {
               "max_rel_error", "2nd-order");
   for (const auto& r : rows) {
     const char* ok = r.skipped ? "skip" : (r.passed ? "ok" : "FAIL");
-    const char* second = !r.double_backward_checked ? "-" : (r.double_backward_passed ? "ok" : "FAIL");
+    const char* second = !r.double_backward_checked ? "-"
+                         : r.double_backward_refused ? "refused"
+                         : (r.double_backward_passed ? "ok" : "FAIL");
     std::string sample = r.skipped ? "(not differentiable)" : r.sample;
     if (sample.size() > 36) sample = sample.substr(0, 33) + "...";
     if (r.skipped)
@@ -98,7 +101,9 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   a.about("Numeric gradient check (check M13): for every op in the registry and each of its sample inputs\n"
           "(float64, incl. broadcasting and non-contiguous cases), compares autograd's gradient with central\n"
           "differences (f(x+eps) - f(x-eps)) / 2eps, element by element, and reports the worst element.\n"
-          "Ops flagged double_backward also get a second-order check (the backward of the backward).\n"
+          "Ops flagged double_backward also get a second-order check (the backward of the backward, w.r.t. the\n"
+          "inputs and the incoming gradient); every other differentiable op must refuse create_graph with a\n"
+          "clear error (shown as 'refused').\n"
           "Exit status: 0 when every op passes, 1 otherwise.");
   a.flag("all-ops", "check every op in the registry");
   a.option("op", "NAME", "check only this op (see 'gradsleuth ops')");
