@@ -424,8 +424,13 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
   // backward whose output has no graph back to that gradient (a raw kernel) would
   // otherwise pass here while Hessian-vector products through it silently lose its
   // term. For a piecewise-linear op (relu, max pooling) that dependence is all there is.
+  // v enters as u = v / kVScale: the first derivative is linear in v, so the
+  // central difference along v is exact at any step, and a step of eps in u is one of
+  // eps * kVScale in v. That keeps a float32 cast of the gradient inside a backward
+  // (to_dtype's) from turning a 1e-6 step into rounding noise.
+  constexpr double kVScale = 1e3;
   const size_t n_in = inputs.size();
-  DiffFn first_order = [&fn, w, n_in](const tensor_list& in) -> Tensor {
+  DiffFn first_order = [&fn, w, n_in, kVScale](const tensor_list& in) -> Tensor {
     EnableGradGuard grad_on;
     tensor_list args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n_in)), diff;
     std::vector<size_t> idx;
@@ -446,13 +451,16 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
     GS_CHECK(out.shape() == in[n_in].shape(), "gradgradcheck", "fn returned ", out.str(), " on a perturbed input "
              "but shape ", shape_str(in[n_in].shape()), " the first time; its output shape must depend only on "
              "input shapes");
-    tensor_list g = autograd::grad({out}, diff, {in[n_in]}, true, /*create_graph=*/true, /*allow_unused=*/true);
+    tensor_list g = autograd::grad({out}, diff, {in[n_in] * kVScale}, true, /*create_graph=*/true, /*allow_unused=*/true);
     for (size_t j = 0; j < g.size(); ++j)
       if (g[j].defined()) total = total + (g[j] * w[idx[j]]).sum();
     return total;
   };
   tensor_list with_v = inputs;
-  with_v.push_back(v);
+  {
+    NoGradGuard no_grad;
+    with_v.push_back(v / kVScale);
+  }
   opts.check_double_backward = false;
   GradcheckResult r = run_check(first_order, with_v, opts, "gradgradcheck");
   r.message = "second order (gradgradcheck, the backward of the backward, create_graph=true): " + r.message;

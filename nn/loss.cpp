@@ -200,7 +200,8 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Cros
              (lo < 0.0 ? "it holds a negative value (" + std::to_string(lo) + ")"
                        : "its rows sum to values up to " + std::to_string(worst) + " away from 1"),
              ". Normalise each row (e.g. softmax of scores, or target / target.sum(", cdim, ", true)); for one label "
-             "per example pass int64 class indices (target.argmax(", cdim, ")).");
+             "per example pass int64 class indices of shape ", shape_str([&] { Shape sh = input.shape(); sh.erase(sh.begin() + cdim); return sh; }()),
+             " (target.argmax(", cdim, ") of one-hot rows).");
   }
   if (o.label_smoothing_ > 0.0) t = t * (1.0 - o.label_smoothing_) + o.label_smoothing_ / static_cast<double>(C);
   Tensor prod = log_softmax(input, cdim) * t;
