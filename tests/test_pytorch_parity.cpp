@@ -368,3 +368,14 @@ TEST_CASE("the registry's double_backward flags: claimed ops pass gradgradcheck,
   CHECK(gs::find_op("max_pool2d")->double_backward);
   CHECK(gs::find_op("avg_pool2d")->double_backward);
 }
+
+// ---- the deliberate differences documented in docs/autograd.md ---------------------------------------------
+TEST_CASE("documented differences: second backward refused without saved tensors; unbiased var of one element") {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2});
+  Tensor y = (a + b).sum();  // add and sum save nothing; PyTorch would allow a second backward
+  y.backward();
+  expect_error([&] { y.backward(); }, {"second time", "retain_graph"});
+  expect_error([&] { gs::var(gs::tensor({1.0}, {1})); }, {"var", "unbiased=false"});
+  CHECK(gs::var(gs::tensor({1.0}, {1}), {}, false).item<double>() == 0.0);
+  expect_error([&] { F::mse_loss(gs::zeros({4, 1}), gs::zeros({4})); }, {"MSELoss", "[4, 1]", "[4]"});
+}
