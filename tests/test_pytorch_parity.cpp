@@ -126,6 +126,22 @@ TEST_CASE("logsumexp of an all -inf row is -inf with a NaN gradient (PyTorch)") 
   }
 }
 
+TEST_CASE("softmax gives a masked (-inf) logit probability 0 exactly, on the vectorised path") {
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+    INFO(gs::dtype_name(dt));
+    // 32 logits, every other one masked: the rest share 1 equally (PyTorch: 0 and 1/16).
+    Vec v(32, 0.0);
+    for (int i = 0; i < 32; i += 2) v[i] = -kInf;
+    const Vec p = vals(gs::softmax(gs::tensor(v, {1, 32}, dt), 1));
+    for (int i = 0; i < 32; i += 2) {
+      CHECK(p[i] == 0.0);
+      CHECK(p[i + 1] == doctest::Approx(1.0 / 16));
+    }
+    const Vec lp = vals(gs::log_softmax(gs::tensor(v, {1, 32}, dt), 1));
+    for (int i = 0; i < 32; i += 2) CHECK(lp[i] == -kInf);
+  }
+}
+
 TEST_CASE("softmax and log_softmax of an all -inf row are NaN (PyTorch)") {
   for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
     Tensor x = gs::full({3, 8}, -kInf, dt);
