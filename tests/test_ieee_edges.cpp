@@ -159,10 +159,9 @@ std::vector<Binary> binary_ops() {
   };
 }
 
-// Products and quotients of the edge values are rounded once in long double and
-// once more to T: an intermediate that is exact in long double may round
-// differently when the engine computes in T directly only for denormal results,
-// which `close` compares in absolute terms.
+// Every pair of edge values, against the long-double result rounded to T. (The
+// engine rounds once, in T; the reference twice, in long double and then to T.
+// The two can differ by one unit in the last place, within `close`'s tolerance.)
 template <class T>
 void check_binary(const Binary& op) {
   constexpr gs::DType dt = std::is_same_v<T, float> ? gs::kFloat32 : gs::kFloat64;

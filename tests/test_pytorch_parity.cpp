@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/generator.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "core/ops/op_utils.h"
@@ -394,4 +395,37 @@ TEST_CASE("documented differences: second backward refused without saved tensors
   expect_error([&] { gs::var(gs::tensor({1.0}, {1})); }, {"var", "unbiased=false"});
   CHECK(gs::var(gs::tensor({1.0}, {1}), {}, false).item<double>() == 0.0);
   expect_error([&] { F::mse_loss(gs::zeros({4, 1}), gs::zeros({4})); }, {"MSELoss", "[4, 1]", "[4]"});
+}
+
+// ---- the losses outside the registry: second derivatives too --------------------------------------------------
+TEST_CASE("every loss supports second derivatives (gradgradcheck, float64)") {
+  gs::Generator gen(3);
+  Tensor x = gs::randn({4, 3}, gs::kFloat64, &gen);
+  Tensor p = gs::rand({4, 3}, gs::kFloat64, &gen) * 0.8 + 0.1;   // probabilities away from 0 and 1
+  Tensor y = gs::rand({4, 3}, gs::kFloat64, &gen);                // soft binary targets
+  Tensor soft = gs::softmax(gs::randn({4, 3}, gs::kFloat64, &gen), 1);
+  Tensor idx = gs::tensor(std::vector<int64_t>{0, 2, 1, 2}, {4});
+  struct Case {
+    const char* name;
+    gs::debug::DiffFn fn;
+    gs::tensor_list in;
+  };
+  const std::vector<Case> cases = {
+      {"mse_loss", [](const gs::tensor_list& a) { return F::mse_loss(a[0], a[1]); }, {x, y}},
+      {"nll_loss", [](const gs::tensor_list& a) { return F::nll_loss(gs::log_softmax(a[0], 1), a[1]); }, {x, idx}},
+      {"cross_entropy (indices, smoothing)",
+       [](const gs::tensor_list& a) {
+         return F::cross_entropy(a[0], a[1], gs::nn::CrossEntropyLossOptions().label_smoothing(0.2));
+       },
+       {x, idx}},
+      {"cross_entropy (probabilities)", [](const gs::tensor_list& a) { return F::cross_entropy(a[0], a[1]); }, {x, soft}},
+      {"binary_cross_entropy", [](const gs::tensor_list& a) { return F::binary_cross_entropy(a[0], a[1]); }, {p, y}},
+      {"binary_cross_entropy_with_logits",
+       [](const gs::tensor_list& a) { return F::binary_cross_entropy_with_logits(a[0], a[1]); }, {x, y}},
+  };
+  for (const Case& c : cases) {
+    auto r = gs::debug::gradgradcheck(c.fn, c.in);
+    INFO(std::string(c.name), ": ", r.message);
+    CHECK(r.passed);
+  }
 }
