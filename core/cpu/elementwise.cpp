@@ -67,10 +67,13 @@ bool unary_pred(UnaryOp op, T x) {
 }
 
 // Recomputes with the scalar function every element whose input lies outside
-// [lo, hi] (NaN included). Such inputs are rare, so this pass costs one compare
-// per element.
+// [lo, hi] (NaN included). Such inputs are rare: a branch-free pass (which the
+// compiler vectorises) finds whether there are any before the scalar one runs.
 template <class T>
 void redo_outside(UnaryOp op, T* o, const T* a, int64_t n, T lo, T hi) {
+  bool any = false;
+  for (int64_t i = 0; i < n; ++i) any |= !(a[i] >= lo && a[i] <= hi);
+  if (!any) return;
   for (int64_t i = 0; i < n; ++i)
     if (!(a[i] >= lo && a[i] <= hi)) o[i] = unary_scalar<T>(op, a[i]);
 }
