@@ -70,6 +70,11 @@ std::vector<Unary> unary_ops() {
       {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }, [](LD x) { return 1 / (1 + std::exp(-x)); }},
       {"tanh", [](const Tensor& x) { return gs::tanh(x); }, [](LD x) { return std::tanh(x); }},
       {"softplus", [](const Tensor& x) { return gs::softplus(x); }, softplus_ref},
+      // NaN passes through clamp and leaky_relu, as in PyTorch.
+      {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); },
+       [](LD x) { return std::isnan(x) ? x : (x < -1 ? LD(-1) : (x > 1 ? LD(1) : x)); }},
+      {"leaky_relu", [](const Tensor& x) { return gs::leaky_relu(x, 0.125); },
+       [](LD x) { return x > 0 ? x : x * LD(0.125); }},
   };
 }
 
