@@ -465,8 +465,10 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
   GradcheckResult r = run_check(first_order, with_v, opts, "gradgradcheck");
   r.message = "second order (gradgradcheck, the backward of the backward, create_graph=true): " + r.message;
   if (!r.passed && r.worst_input == n_in)
-    r.message += "\n  (input " + std::to_string(n_in) + " is the gradient fed into fn's output, grad_outputs: the "
-                 "backward's output does not follow it, so the backward is not recorded as a differentiable op)";
+    r.message += "\n  (input " + std::to_string(n_in) + " is the gradient fed into fn's output, grad_outputs: "
+                 "most likely a backward computes its result with a raw kernel, so the result has no graph back to "
+                 "that gradient; record that backward as an op of its own, or refuse create_graph with "
+                 "detail::first_order_only)";
   return r;
 }
 

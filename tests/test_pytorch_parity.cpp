@@ -354,7 +354,33 @@ Tensor twice_raw(const Tensor& x) {
                }));
   return y;
 }
+// The same op without the refusal: what pooling's backward used to be.
+Tensor twice_raw_silent(const Tensor& x) {
+  Tensor y;
+  {
+    gs::NoGradGuard ng;
+    y = x * 2.0;
+  }
+  if (gs::needs_grad(x))
+    gs::record("twice_raw_silent", y, {&x}, [](const Tensor& g, gs::Node&) {
+      gs::NoGradGuard ng;
+      return gs::tensor_list{g * 2.0};
+    });
+  return y;
+}
 }  // namespace
+
+TEST_CASE("gradgradcheck catches a backward whose result has no graph back to the incoming gradient") {
+  // f(x) = sum(v * 2 x^3) through the silent op: the first derivative 6 v x^2 is right, but
+  // its graph misses the op's term, so the Hessian-vector product loses it.
+  Tensor x = gs::tensor({0.5, -1.0, 1.5}, {3}, gs::kFloat64);
+  auto r = gs::debug::gradgradcheck([](const gs::tensor_list& in) { return twice_raw_silent(in[0] * in[0] * in[0]); }, {x});
+  CHECK_FALSE(r.passed);
+  CHECK(r.message.find("grad_outputs") != std::string::npos);
+  auto ok = gs::debug::gradgradcheck([](const gs::tensor_list& in) { return in[0] * in[0] * in[0] * 2.0; }, {x});
+  INFO(ok.message);
+  CHECK(ok.passed);
+}
 
 TEST_CASE("a backward that is not differentiable refuses create_graph, naming the op") {
   Tensor x = leaf({1, 2, 3}, {3});
