@@ -147,6 +147,33 @@ TEST_CASE("every unary op treats NaN, +-inf and -0 as the CPU does, contiguous a
     }
   }
 }
+TEST_CASE("binary ops on every pair of edge values agree with the cpu") {
+  const std::vector<double> edge = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 1e-310, 1e-40, 1e38, -1e38, 1000, -1000, 2.5, -0.5};
+  std::vector<double> av, bv;
+  for (double a : edge)
+    for (double b : edge) {
+      av.push_back(a);
+      bv.push_back(b);
+    }
+  const int64_t n = static_cast<int64_t>(av.size());
+  using Fn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return gs::add(a, b); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return gs::sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return gs::mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return gs::div(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return gs::pow(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return gs::maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return gs::minimum(a, b); }}};
+  for (const auto& [name, f] : ops)
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      CAPTURE(name);
+      CAPTURE(dt);
+      same_on_both([&, f = f](gs::Device d) {
+        return f(gs::tensor(av, {n}, gs::TensorOptions(dt).device(d)), gs::tensor(bv, {n}, gs::TensorOptions(dt).device(d)));
+      });
+    }
+}
 TEST_CASE("where and clamp with broadcasting and infinite bounds") {
   same_on_both([](gs::Device d) {
     Tensor x = seq({3, 4}, gs::kFloat32, d);
