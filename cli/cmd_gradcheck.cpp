@@ -18,7 +18,7 @@ namespace {
 // One op's samples, aggregated: passed when every sample passed, errors the max.
 struct OpSummary {
   std::string name, category;
-  bool passed = true, skipped = false, dbl_checked = false, dbl_passed = true;
+  bool passed = true, skipped = false, dbl_checked = false, dbl_passed = true, dbl_refused = false;
   double max_abs = 0.0, max_rel = 0.0;
   std::vector<const debug::OpCheckRow*> rows;
 };
@@ -37,6 +37,7 @@ std::vector<OpSummary> summarise(const std::vector<debug::OpCheckRow>& rows) {
     s.skipped = s.skipped && r.skipped;
     s.dbl_checked = s.dbl_checked || r.double_backward_checked;
     s.dbl_passed = s.dbl_passed && (!r.double_backward_checked || r.double_backward_passed);
+    s.dbl_refused = s.dbl_refused || r.double_backward_refused;
     s.max_abs = std::max(s.max_abs, r.max_abs_error);
     s.max_rel = std::max(s.max_rel, r.max_rel_error);
     s.rows.push_back(&r);
@@ -52,7 +53,8 @@ void print_json(const std::vector<OpSummary>& ops, int passed, int failed, int s
               << ",\"passed\":" << json_bool(s.passed) << ",\"skipped\":" << json_bool(s.skipped)
               << ",\"max_abs_error\":" << json_num(s.max_abs) << ",\"max_rel_error\":" << json_num(s.max_rel)
               << ",\"double_backward_checked\":" << json_bool(s.dbl_checked)
-              << ",\"double_backward_passed\":" << json_bool(s.dbl_passed) << ",\"samples\":[";
+              << ",\"double_backward_passed\":" << json_bool(s.dbl_passed)
+              << ",\"double_backward_refused\":" << json_bool(s.dbl_refused) << ",\"samples\":[";
     for (size_t j = 0; j < s.rows.size(); ++j) {
       const debug::OpCheckRow& r = *s.rows[j];
       std::cout << (j ? "," : "") << "{\"sample\":" << json_str(r.sample) << ",\"passed\":" << json_bool(r.passed)
@@ -60,6 +62,7 @@ void print_json(const std::vector<OpSummary>& ops, int passed, int failed, int s
                 << ",\"max_rel_error\":" << json_num(r.max_rel_error)
                 << ",\"double_backward_checked\":" << json_bool(r.double_backward_checked)
                 << ",\"double_backward_passed\":" << json_bool(r.double_backward_passed)
+                << ",\"double_backward_refused\":" << json_bool(r.double_backward_refused)
                 << ",\"message\":" << json_str(r.message) << "}";
     }
     std::cout << "]}";
@@ -72,7 +75,9 @@ void print_table(const std::vector<debug::OpCheckRow>& rows) {
               "max_rel_error", "2nd-order");
   for (const auto& r : rows) {
     const char* ok = r.skipped ? "skip" : (r.passed ? "ok" : "FAIL");
-    const char* second = !r.double_backward_checked ? "-" : (r.double_backward_passed ? "ok" : "FAIL");
+    const char* second = !r.double_backward_checked ? "-"
+                         : r.double_backward_refused ? "refused"
+                         : (r.double_backward_passed ? "ok" : "FAIL");
     std::string sample = r.skipped ? "(not differentiable)" : r.sample;
     if (sample.size() > 36) sample = sample.substr(0, 33) + "...";
     if (r.skipped)
@@ -98,7 +103,9 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   a.about("Numeric gradient check (check M13): for every op in the registry and each of its sample inputs\n"
           "(float64, incl. broadcasting and non-contiguous cases), compares autograd's gradient with central\n"
           "differences (f(x+eps) - f(x-eps)) / 2eps, element by element, and reports the worst element.\n"
-          "Ops flagged double_backward also get a second-order check (the backward of the backward).\n"
+          "Ops flagged double_backward also get a second-order check (the backward of the backward, w.r.t. the\n"
+          "inputs and the incoming gradient); every other differentiable op must refuse create_graph with a\n"
+          "clear error (shown as 'refused').\n"
           "Exit status: 0 when every op passes, 1 otherwise.");
   a.flag("all-ops", "check every op in the registry");
   a.option("op", "NAME", "check only this op (see 'gradsleuth ops')");

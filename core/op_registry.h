@@ -23,7 +23,10 @@ struct OpInfo {
   std::string name;      // "add", "conv2d", "transpose"
   std::string category;  // "elementwise", "reduction", "linalg", "view", "indexing", "nn", "inplace"
   bool differentiable = true;
-  bool double_backward = false;  // create_graph gives correct second derivatives
+  // create_graph gives correct second derivatives (checked by gradgradcheck). A
+  // differentiable op without it must refuse: its backward raises under create_graph
+  // (detail::first_order_only) rather than return a gradient with no graph behind it.
+  bool double_backward = false;
   std::function<Tensor(const tensor_list&)> fn;
   // Sample inputs (float64, with the given dtype for floating tensors), covering
   // broadcasting and non-contiguous cases where the op has them.

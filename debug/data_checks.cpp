@@ -664,7 +664,8 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     f.shape = y.str();
     if (one_hot) {
       f.title = "labels are one-hot rows " + shape_str(y.shape()) + ", not class indices";
-      f.cause = "the labels were one-hot encoded; cross_entropy takes int64 class indices (B)";
+      f.cause = "the labels were one-hot encoded; cross_entropy would read them as class probabilities (the same "
+                "loss), but accuracy, nll_loss and the label checks need int64 class indices (B)";
       f.fix = "pass y.argmax(1) (int64 class indices in " + range + ")";
     } else if (whole) {
       f.title = "class labels are " + std::string(dtype_name(y.dtype())) + ", not int64";

@@ -418,12 +418,23 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].is_floating_point()) w[i] = weights(inputs[i].shape(), gen);
 
-  // inputs -> sum_i sum(w_i * d(sum(v * fn(inputs)))/d(input_i)), its graph kept (create_graph).
-  DiffFn first_order = [&fn, v, w](const tensor_list& in) -> Tensor {
+  // (inputs, v) -> sum_i sum(w_i * d(sum(v * fn(inputs)))/d(input_i)), its graph kept (create_graph).
+  // v is differentiated too (as PyTorch's gradgradcheck does with grad_outputs): a
+  // backward is a function of the incoming gradient as well as of the inputs, and a
+  // backward whose output has no graph back to that gradient (a raw kernel) would
+  // otherwise pass here while Hessian-vector products through it silently lose its
+  // term. For a piecewise-linear op (relu, max pooling) that dependence is all there is.
+  // v enters as u = v / kVScale: the first derivative is linear in v, so the
+  // central difference along v is exact at any step, and a step of eps in u is one of
+  // eps * kVScale in v. That keeps a float32 cast of the gradient inside a backward
+  // (to_dtype's) from turning a 1e-6 step into rounding noise.
+  constexpr double kVScale = 1e3;
+  const size_t n_in = inputs.size();
+  DiffFn first_order = [&fn, w, n_in, kVScale](const tensor_list& in) -> Tensor {
     EnableGradGuard grad_on;
-    tensor_list args = in, diff;
+    tensor_list args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n_in)), diff;
     std::vector<size_t> idx;
-    for (size_t i = 0; i < in.size(); ++i) {
+    for (size_t i = 0; i < n_in; ++i) {
       if (!in[i].is_floating_point()) continue;
       Tensor a = in[i];
       if (!a.requires_grad()) {  // numeric pass: a fresh leaf to differentiate
@@ -437,14 +448,27 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
     Tensor out = fn(args);
     Tensor total = zeros({}, kFloat64);
     if (!out.requires_grad()) return total;
-    tensor_list g = autograd::grad({out}, diff, {v}, true, /*create_graph=*/true, /*allow_unused=*/true);
+    GS_CHECK(out.shape() == in[n_in].shape(), "gradgradcheck", "fn returned ", out.str(), " on a perturbed input "
+             "but shape ", shape_str(in[n_in].shape()), " the first time; its output shape must depend only on "
+             "input shapes");
+    tensor_list g = autograd::grad({out}, diff, {in[n_in] * kVScale}, true, /*create_graph=*/true, /*allow_unused=*/true);
     for (size_t j = 0; j < g.size(); ++j)
       if (g[j].defined()) total = total + (g[j] * w[idx[j]]).sum();
     return total;
   };
+  tensor_list with_v = inputs;
+  {
+    NoGradGuard no_grad;
+    with_v.push_back(v / kVScale);
+  }
   opts.check_double_backward = false;
-  GradcheckResult r = run_check(first_order, inputs, opts, "gradgradcheck");
+  GradcheckResult r = run_check(first_order, with_v, opts, "gradgradcheck");
   r.message = "second order (gradgradcheck, the backward of the backward, create_graph=true): " + r.message;
+  if (!r.passed && r.worst_input == n_in)
+    r.message += "\n  (input " + std::to_string(n_in) + " is the gradient fed into fn's output, grad_outputs: "
+                 "most likely a backward computes its result with a raw kernel, so the result has no graph back to "
+                 "that gradient; record that backward as an op of its own, or refuse create_graph with "
+                 "detail::first_order_only)";
   return r;
 }
 
@@ -502,6 +526,25 @@ std::vector<OpCheckRow> gradcheck_all_ops(const GradcheckOptions& opts, const st
         } catch (const std::exception& e) {
           row.double_backward_passed = false;
           row.message += (row.message.empty() ? "" : "\n") + std::string("gradgradcheck threw: ") + e.what();
+        }
+        row.passed = row.passed && row.double_backward_passed;
+      } else if (opts.check_double_backward) {
+        // The registry says no second derivatives: create_graph must refuse with a
+        // clear error, never return a gradient whose own graph is missing.
+        row.double_backward_checked = true;
+        try {
+          gradgradcheck(op.fn, s.inputs, first);
+          row.double_backward_passed = false;
+          row.message += (row.message.empty() ? "" : "\n") + std::string("registered without double backward, but "
+                         "backward(create_graph=true) through it did not refuse: a second derivative would be "
+                         "silently wrong. Wrap its backward in detail::first_order_only, or make it differentiable "
+                         "and flag it double_backward.");
+        } catch (const std::exception& e) {
+          const std::string what = e.what();
+          row.double_backward_refused = what.find("second derivatives are not supported") != std::string::npos;
+          row.double_backward_passed = row.double_backward_refused;
+          if (!row.double_backward_refused)
+            row.message += (row.message.empty() ? "" : "\n") + std::string("gradgradcheck threw: ") + what;
         }
         row.passed = row.passed && row.double_backward_passed;
       }

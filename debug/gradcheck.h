@@ -59,8 +59,9 @@ using DiffFn = std::function<Tensor(const tensor_list&)>;
 GradcheckResult gradcheck(const DiffFn& fn, const tensor_list& inputs, GradcheckOptions opts = {});
 
 // Checks the second derivative: gradcheck of
-//   inputs -> sum_i sum(w_i * grad_i),  grad_i = d(sum(v * fn(inputs)))/d(input_i) with create_graph=true
-// for fixed random weights v and w_i — i.e. the backward of fn's backward.
+//   (inputs, v) -> sum_i sum(w_i * grad_i),  grad_i = d(sum(v * fn(inputs)))/d(input_i) with create_graph=true
+// for fixed random weights w_i — i.e. the backward of fn's backward, with respect to
+// the inputs and to the incoming gradient v (grad_outputs, starting at a random value).
 GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, GradcheckOptions opts = {});
 
 // One row per (op, sample) of the op registry (core/op_registry.h).
@@ -72,11 +73,15 @@ struct OpCheckRow {
   std::string message;   // why it failed, or why it was skipped
   bool double_backward_checked = false;
   bool double_backward_passed = true;
+  // An op registered without double backward: create_graph raised the clear
+  // "second derivatives are not supported" error, as it must (counts as passed).
+  bool double_backward_refused = false;
 };
 
 // Gradient-checks every registered op on each of its samples (float64 inputs made
 // by a Generator seeded with opts.seed). Ops flagged double_backward also get
-// gradgradcheck when opts.check_double_backward. `filter` keeps only the op with
+// gradgradcheck when opts.check_double_backward; the other differentiable ops must
+// then refuse create_graph with a clear error (double_backward_refused). `filter` keeps only the op with
 // that exact name (empty: all). Exceptions become failed rows, never escape.
 std::vector<OpCheckRow> gradcheck_all_ops(const GradcheckOptions& opts = {}, const std::string& filter = "");
 

@@ -172,11 +172,55 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
   return nll_core(log_probs, target, o.weight_, o.ignore_index_, o.reduction_, 0.0);
 }
 
+namespace {
+
+// Class-probability targets (soft labels, mixup): target has the input's shape and
+// holds a distribution over dim 1 per position. As in PyTorch:
+//   loss_b = -sum_c w_c t_bc log_softmax(x)_bc,   t <- (1 - eps) t + eps / C with smoothing,
+// and Mean divides by the number of positions (B * d1 * ...), not by the weights.
+// Unlike PyTorch, targets that are not distributions (negative, or rows not summing
+// to 1: all-zero rows, unnormalised scores) are an error rather than a silently
+// meaningless loss.
+Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& o, const char* who) {
+  GS_CHECK(input.dim() >= 1, who, "expects input (B, C) of scores per class, got ", input.str());
+  const int64_t cdim = input.dim() == 1 ? 0 : 1;
+  const int64_t C = input.size(cdim);
+  GS_CHECK(o.ignore_index_ == -100, who, "ignore_index (", o.ignore_index_, ") applies only to class-index "
+           "targets; with class-probability targets ", target.str(), " give an ignored position a zero row instead "
+           "(and reduction Sum, or divide by the number of kept positions yourself).");
+  check_class_weight(o.weight_, input.dim() == 1 ? input.unsqueeze(0) : input, who);
+  Tensor t = target.to(input.dtype());
+  if (t.numel() > 0) {
+    NoGradGuard ng;
+    const double lo = amin(t).item<double>();
+    Tensor row_sums = t.sum({cdim});
+    const double worst = amax(abs(row_sums - 1.0)).item<double>();
+    GS_CHECK(lo >= 0.0 && worst <= 1e-3, who, "target ", target.str(), " has the input's shape, so it is read as "
+             "class probabilities (soft labels) over dim ", cdim, ", but ",
+             (lo < 0.0 ? "it holds a negative value (" + std::to_string(lo) + ")"
+                       : "its rows sum to values up to " + std::to_string(worst) + " away from 1"),
+             ". Normalise each row (e.g. softmax of scores, or target / target.sum(", cdim, ", true)); for one label "
+             "per example pass int64 class indices of shape ", shape_str([&] { Shape sh = input.shape(); sh.erase(sh.begin() + cdim); return sh; }()),
+             " (target.argmax(", cdim, ") of one-hot rows).");
+  }
+  if (o.label_smoothing_ > 0.0) t = t * (1.0 - o.label_smoothing_) + o.label_smoothing_ / static_cast<double>(C);
+  Tensor prod = log_softmax(input, cdim) * t;
+  if (o.weight_.defined()) {
+    Shape wshape(static_cast<size_t>(input.dim()), 1);
+    wshape[cdim] = C;
+    prod = prod * o.weight_.to(input.dtype()).view(wshape);
+  }
+  return reduce_loss(-prod.sum({cdim}), o.reduction_);
+}
+
+}  // namespace
+
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& o) {
   const char* who = "CrossEntropyLoss";
   check_pair(input, target, who);
   GS_CHECK(o.label_smoothing_ >= 0.0 && o.label_smoothing_ <= 1.0, who, "label_smoothing must be in [0, 1], got ",
            o.label_smoothing_);
+  if (target.is_floating_point() && target.shape() == input.shape()) return cross_entropy_probs(input, target, o, who);
   if (unbatched(input, target)) return cross_entropy(input.unsqueeze(0), target.unsqueeze(0), o).reshape({});
   check_class_target(input, target, who, o.ignore_index_);
   check_class_weight(o.weight_, input, who);

@@ -96,6 +96,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
 // Every target equal to ignore_index with Mean reduction gives 0/0 = NaN, as in PyTorch
 // (the debug module's L5 check warns about it).
 //   input (B, C) or (B, C, d1, ...) or (C);  target int64 (B) or (B, d1, ...) or ().
+// Or class probabilities (soft labels, mixup): a floating target of the input's shape,
+// each position's row over dim 1 a distribution (checked: non-negative, sums to 1):
+//   loss_b = -sum_c weight_c t_bc log_softmax(input)_bc, smoothing mixes t with uniform,
+// Mean divides by the number of positions (B * d1 * ...), as in PyTorch.
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& options = {});
 
 // -(y log(p) + (1 - y) log(1 - p)) with each log clamped to >= -100 (PyTorch's rule:

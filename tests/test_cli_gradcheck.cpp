@@ -47,6 +47,16 @@ TEST_CASE("gradcheck --all-ops --json prints one JSON object with one entry per 
     CHECK(op.get("passed")->b);
     CHECK(is_number_or_null(op.get("max_abs_error")));
     CHECK(is_number_or_null(op.get("max_rel_error")));
+    // Second order: every differentiable op's registry claim is checked both ways: it
+    // passes gradgradcheck, or (registered without double backward) it refuses create_graph.
+    const gs::OpInfo* info = gs::find_op(name->str);
+    if (info && info->differentiable) {
+      REQUIRE(op.get("double_backward_checked"));
+      CHECK(op.get("double_backward_checked")->b);
+      CHECK(op.get("double_backward_passed")->b);
+      REQUIRE(op.get("double_backward_refused"));
+      CHECK(op.get("double_backward_refused")->b == !info->double_backward);
+    }
     const json_mini::Value* samples = op.get("samples");
     REQUIRE(samples);
     REQUIRE(samples->kind == json_mini::Value::Array);

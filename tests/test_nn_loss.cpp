@@ -182,7 +182,9 @@ TEST_CASE("CrossEntropyLoss: (B, C, d1) inputs") {
 
 TEST_CASE("CrossEntropyLoss: target errors explain the fix") {
   Tensor x = gs::randn({4, 10});
-  nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4, 10})); }, {"CrossEntropyLoss", "one-hot", "argmax(1)", "[4]"});
+  // A float target of the input's shape is read as class probabilities; all-zero rows are not.
+  nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4, 10})); },
+                      {"CrossEntropyLoss", "probabilities", "one-hot", "argmax(1)", "[4]"});
   nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4})); }, {"CrossEntropyLoss", "int64", "to(gs::kInt64)"});
   nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4, 1}, gs::kInt64)); },
                       {"CrossEntropyLoss", "[4, 1]", "squeeze(1)"});

@@ -16,6 +16,7 @@ void CpuBackend::softmax_lastdim(const Tensor& out, const Tensor& in, bool log) 
     if constexpr (std::is_floating_point_v<T>) {
       const T* x = static_cast<const T*>(in.raw_data());
       T* y = static_cast<T*>(out.raw_data());
+      const T exp_lo = std::log(std::numeric_limits<T>::min());
       parallel_for(R, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
           ECArr<T> xr(x + r * C, C);
@@ -26,6 +27,10 @@ void CpuBackend::softmax_lastdim(const Tensor& out, const Tensor& in, bool log) 
             if (m == -std::numeric_limits<T>::infinity() || std::isnan(m)) continue;
           }
           yr = (xr - m).exp();
+          // Eigen's packet exp gives 2.9e-39 (float) for exp(-inf) and is inexact below
+          // exp's normal range: a masked (-inf) logit must get probability 0 exactly.
+          for (int64_t c = 0; c < C; ++c)
+            if (!(x[r * C + c] - m >= exp_lo)) y[r * C + c] = std::exp(x[r * C + c] - m);
           const T s = static_cast<T>(accurate_sum(y + r * C, C));  // the same at every SIMD width
           if (log) yr = (xr - m) - std::log(s);
           else yr /= s;

@@ -108,6 +108,48 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims st
   return bias.defined() ? out + bias.view({1, O, 1, 1}) : out.contiguous();
 }
 
+namespace {
+
+// Pooling backwards are ops of their own, recorded when create_graph asks for a
+// graph of the backward: without that, the backward's output would have no history
+// and a second derivative through pooling would silently drop the pooling term.
+//   max pool:  gi = scatter of g at the argmax positions; d(gi)/d(g) is the gather of
+//              the incoming gradient at those positions. d(gi)/d(x) is 0: the argmax
+//              is piecewise constant in x.
+//   avg pool:  gi = A^T g for the linear map A = avg_pool2d; d(gi)/d(g) = A, the pool itself.
+Tensor max_pool2d_backward(const Tensor& gr, const Tensor& argmax, const Conv2dGeometry& g) {
+  Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
+  backend_of(gr).max_pool2d_backward(gi, detail::contiguous_raw(gr), argmax, g);
+  if (needs_grad(gr))
+    record("max_pool2d_backward", gi, {&gr}, [argmax, g](const Tensor& ggi, Node&) {
+      const int64_t L = g.outH * g.outW;
+      Tensor picked = gather(ggi.reshape({g.N, g.C, g.H * g.W}), 2, argmax.reshape({g.N, g.C, L}));
+      return tensor_list{picked.reshape({g.N, g.C, g.outH, g.outW})};
+    });
+  return gi;
+}
+
+Tensor avg_pool2d_backward(const Tensor& gr, const Conv2dGeometry& g);
+
+// The forward without the public checks; its backward is avg_pool2d_backward.
+Tensor avg_pool2d_forward(const Tensor& x, const Conv2dGeometry& g) {
+  Tensor out = empty({g.N, g.C, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
+  backend_of(x).avg_pool2d(out, detail::contiguous_raw(x), g);
+  if (needs_grad(x))  // each window's gradient is shared equally by its kH*kW inputs
+    record("avg_pool2d", out, {&x}, [g](const Tensor& gr, Node&) { return tensor_list{avg_pool2d_backward(gr, g)}; });
+  return out;
+}
+
+Tensor avg_pool2d_backward(const Tensor& gr, const Conv2dGeometry& g) {
+  Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
+  backend_of(gr).avg_pool2d_backward(gi, detail::contiguous_raw(gr), g);
+  if (needs_grad(gr))
+    record("avg_pool2d_backward", gi, {&gr}, [g](const Tensor& ggi, Node&) { return tensor_list{avg_pool2d_forward(ggi, g)}; });
+  return gi;
+}
+
+}  // namespace
+
 Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims dilation) {
   auto [kH, kW] = pair_of(kernel, "max_pool2d", "kernel_size", {0, 0});
   Conv2dGeometry g = geometry(x, kH, kW, stride, padding, dilation, "max_pool2d", true);
@@ -120,9 +162,7 @@ Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims 
   notify_op("max_pool2d", {x}, out);
   if (needs_grad(x))  // the gradient goes to the element that won each window
     record("max_pool2d", out, {&x}, [argmax, g](const Tensor& gr, Node&) {
-      Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
-      backend_of(gr).max_pool2d_backward(gi, detail::contiguous_raw(gr), argmax, g);
-      return tensor_list{gi};
+      return tensor_list{max_pool2d_backward(gr, argmax, g)};
     });
   return out;
 }
@@ -133,15 +173,8 @@ Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding) {
   GS_CHECK(g.pH * 2 <= kH && g.pW * 2 <= kW, "avg_pool2d", "padding ", g.pH, "x", g.pW,
            " must be at most half the kernel size ", kH, "x", kW);
   GS_CHECK(x.is_floating_point(), "avg_pool2d", "expects a floating-point input, got ", x.str());
-  Tensor out = empty({g.N, g.C, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
-  backend_of(x).avg_pool2d(out, detail::contiguous_raw(x), g);
+  Tensor out = avg_pool2d_forward(x, g);
   notify_op("avg_pool2d", {x}, out);
-  if (needs_grad(x))  // each window's gradient is shared equally by its kH*kW inputs
-    record("avg_pool2d", out, {&x}, [g](const Tensor& gr, Node&) {
-      Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
-      backend_of(gr).avg_pool2d_backward(gi, detail::contiguous_raw(gr), g);
-      return tensor_list{gi};
-    });
   return out;
 }
 

@@ -111,16 +111,21 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Pow, "pow", a, b);
   if (needs_grad(a, b)) {
-    // d(a^b) = g b a^(b-1),  g a^b log(a)  (taken as 0 where a == 0, as PyTorch does)
+    // d(a^b) = g b a^(b-1),  g a^b log(a), with PyTorch's conventions at the edges:
+    //   d/da is 0 wherever b == 0 (a^0 = 1 is constant in a, even at a = 0, where
+    //     b a^(b-1) would be 0 * inf = NaN);
+    //   d/db is 0 where a == 0 and b >= 0 (a^b log a -> 0 as a -> 0+), and
+    //     a^b log(a) = inf * -inf = -inf where a == 0 and b < 0.
     SavedTensor sa(a, "pow"), sb(b, "pow"), so(b.requires_grad() ? out : Tensor(), "pow", true);
     record("pow", out, {&a, &b}, [sa, sb, so, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
                                   shb = b.shape()](const Tensor& g, Node& n) {
       Tensor av = sa.unpack(n), bv = sb.unpack(n);
       Tensor ga, gb;
-      if (ra) ga = sum_to(g * bv * pow(av, bv - 1.0), sha);
+      const Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
+      if (ra) ga = sum_to(where(bv.detach() == 0.0, zero, g * bv * pow(av, bv - 1.0)), sha);
       if (rb) {
-        Tensor safe_log = log(where(av == 0.0, ones_like(av.detach()), av));
-        gb = sum_to(g * so.unpack(n) * safe_log, shb);
+        Tensor at_zero = logical_and(av.detach() == 0.0, bv.detach() >= 0.0);
+        gb = sum_to(where(at_zero, zero, g * so.unpack(n) * log(av)), shb);
       }
       return tensor_list{ga, gb};
     });
@@ -381,10 +386,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  GS_CHECK(mask.dtype() == kBool, "masked_fill", "mask must be a bool tensor, got ", mask.str());
-  Shape s = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
-  GS_CHECK(s == x.shape(), "masked_fill", "mask ", mask.str(), " must broadcast to the input's shape ",
-           shape_str(x.shape()));
+  GS_CHECK(mask.dtype() == kBool, "masked_fill", "mask must be a bool tensor, got ", mask.str(),
+           "; build it with a comparison such as x > 0");
+  // Out of place, input and mask broadcast against each other, as in PyTorch (a (T, T)
+  // causal mask over (B, H, T, T) scores, a (B, 1, T) padding mask, ...); the
+  // gradient of a broadcast input is summed back to its shape by where's backward.
+  broadcast_shapes(x.shape(), mask.shape(), "masked_fill");  // a clear error when they do not broadcast
   return where(mask, detail::wrap_scalar(value, x).to(x.dtype()), x);
 }
 

@@ -62,6 +62,22 @@ inline void check_no_overlap(const Tensor& t, const char* op) {
 Tensor scatter_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const Shape& shape);
 Tensor index_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const Shape& shape);
 
+// Wraps a backward that is written with raw kernels and so is not itself
+// differentiable: under create_graph (grad mode on while the backward runs) it
+// raises, naming the op, instead of returning a first derivative with no graph
+// behind it, which would make every second derivative through the op silently
+// miss its term. Such an op is registered with double_backward = false.
+template <class F>
+auto first_order_only(const char* op, F f) {
+  return [op, f = std::move(f)](const Tensor& g, Node& n) {
+    GS_CHECK(!GradMode::is_enabled(), op, "second derivatives are not supported for '", op, "': its backward is not "
+             "itself differentiable, so backward(create_graph=true) through it would give a higher-order gradient "
+             "without its term. Compute first derivatives without create_graph, or replace '", op, "' by ops that "
+             "support double backward ('gradsleuth gradcheck --all-ops' lists them).");
+    return f(g, n);
+  };
+}
+
 // Sums a float mask (0/1) in dtype of g: gradients of piecewise ops.
 inline Tensor mask_as(const Tensor& bool_mask, const Tensor& g) { return bool_mask.to(g.dtype()); }
 

@@ -77,7 +77,7 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   int64_t count = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (r[d]) count *= x.shape()[d];
-  GS_CHECK(count > 0, "mean", "mean of an empty selection of ", x.str(), " is undefined");
+  // An empty selection gives 0 / 0 = NaN, as in PyTorch (sum is 0, the count 0).
   Tensor s = reduce_raw(ReduceOp::Sum, x, r, x.dtype());
   backend_of(s).binary(BinaryOp::Div, s, s, detail::prepare(full({}, static_cast<double>(count), TensorOptions(s.dtype()).device(s.device())), s.dtype(), s.shape()));
   s = detail::make_alias(s, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
@@ -90,9 +90,18 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 // amax/amin: the gradient is shared evenly among the elements equal to the extremum.
+// A max/min over an empty dim has no value (sum has 0, logsumexp -inf): raise, as PyTorch does.
+static void check_nonempty_reduction(const Tensor& x, const std::vector<bool>& r, const char* name) {
+  for (int64_t d = 0; d < x.dim(); ++d)
+    GS_CHECK(!r[d] || x.shape()[d] > 0, name, "cannot reduce over dim ", d, " of ", x.str(), ": it is empty, so "
+             "there is no ", (std::string(name).find("max") != std::string::npos ? "maximum" : "minimum"),
+             " to return. Check the size first (x.size(", d, ") > 0), or use a reduction that has a value on "
+             "an empty set (sum gives 0, logsumexp -inf).");
+}
+
 static Tensor extreme(ReduceOp op, const char* name, const Tensor& x, const Dims& dims, bool keepdim) {
-  GS_CHECK(x.numel() > 0, name, "cannot reduce the empty tensor ", x.str());
   auto r = reduced_flags(x, dims, name);
+  check_nonempty_reduction(x, r, name);
   Tensor out = reduce_raw(op, x, r, x.dtype());
   Shape keep = out.shape();
   out = detail::make_alias(out, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
@@ -133,12 +142,14 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { retur
 // max(x, dim): the values; gather's backward sends the gradient to the first maximum.
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   const int64_t d = wrap_dim(dim, x.dim(), "max");
+  check_nonempty_reduction(x, reduced_flags(x, {d}, "max"), "max");
   Tensor idx = argmax(x, d, true);
   Tensor v = gather(x, d, idx);
   return keepdim ? v : v.squeeze(d);
 }
 Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
   const int64_t d = wrap_dim(dim, x.dim(), "min");
+  check_nonempty_reduction(x, reduced_flags(x, {d}, "min"), "min");
   Tensor idx = argmin(x, d, true);
   Tensor v = gather(x, d, idx);
   return keepdim ? v : v.squeeze(d);
@@ -158,8 +169,26 @@ Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
   return sum(c * c, dims, keepdim) / static_cast<double>(n - (unbiased ? 1 : 0));
 }
 
+// std = sqrt(var), but at zero spread (a constant row) the derivative of sqrt,
+// 1 / (2 sqrt(v)), is infinite and var's is 0: the chain rule would give inf * 0 =
+// NaN. Like PyTorch, the gradient there is the subgradient 0.
 Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
-  return sqrt(var(x, dims, unbiased, keepdim));
+  Tensor v = var(x, dims, unbiased, keepdim);
+  Tensor s;
+  {
+    NoGradGuard ng;
+    s = sqrt(v);
+  }
+  if (needs_grad(v))
+    record("std", s, {&v}, [ss = SavedTensor(s, "std", true)](const Tensor& g, Node& n) {
+      Tensor sv = ss.unpack(n);
+      Tensor flat = sv.detach() == 0.0;
+      Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
+      // 1 in the masked places keeps the unused branch finite (no inf in a double backward).
+      Tensor denom = where(flat, ones_like(sv.detach()), sv) * 2.0;
+      return tensor_list{where(flat, zero, g / denom)};
+    });
+  return s;
 }
 
 // ---- softmax family --------------------------------------------------------------
@@ -201,6 +230,12 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
 // logsumexp = m + log(sum(exp(x - m))) with m the (detached) max: never overflows.
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   GS_CHECK(x.is_floating_point(), "logsumexp", "expects a floating-point tensor, got ", x.str());
+  {
+    // Over an empty dim: log(0) = -inf, as in PyTorch (sum keeps the graph and the shape).
+    auto r = reduced_flags(x, dims, "logsumexp");
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (r[d] && x.shape()[d] == 0) return sum(x, dims, keepdim) - std::numeric_limits<double>::infinity();
+  }
   Tensor m = amax(x.detach(), dims, true);
   m = where(isinf(m), zeros_like(m), m);  // all -inf rows: avoid inf - inf
   Tensor s = log(sum(exp(x - m), dims, true)) + m;

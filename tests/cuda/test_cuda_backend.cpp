@@ -114,14 +114,24 @@ TEST_CASE("NaN wins in maximum and minimum; isnan/isinf/isfinite") {
 }
 TEST_CASE("every unary op treats NaN, +-inf and -0 as the CPU does, contiguous and strided") {
   // The CPU propagates NaN through relu (x <= 0 ? 0 : x) and friends; the device must too.
-  const std::vector<double> edge = {NAN, INFINITY, -INFINITY, -0.0, 0.0, -2.5, 2.5, 1e-300};
+  // Also the ends of exp's and log's range (underflow to 0, overflow to inf, denormal
+  // inputs and results), repeated so that the CPU's vectorised loop sees every value.
+  std::vector<double> edge = {NAN,   INFINITY, -INFINITY, -0.0, 0.0,   -2.5,   2.5,    1e-300, 1e-40, 1e-310,
+                              -1000, 1000,     -100,      88.5, -88.5, 709.5,  -745.5, 1e38,   -1e38, 0.5};
+  for (int rep = 0; rep < 2; ++rep)
+    for (size_t i = 0; i < 20; ++i) edge.push_back(edge[i]);
   using Fn = Tensor (*)(const Tensor&);
   const std::vector<std::pair<const char*, Fn>> ops = {
       {"relu", [](const Tensor& x) { return gs::relu(x); }},       {"neg", [](const Tensor& x) { return gs::neg(x); }},
       {"abs", [](const Tensor& x) { return gs::abs(x); }},         {"sign", [](const Tensor& x) { return gs::sign(x); }},
       {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }}, {"tanh", [](const Tensor& x) { return gs::tanh(x); }},
       {"exp", [](const Tensor& x) { return gs::exp(x); }},         {"square", [](const Tensor& x) { return gs::square(x); }},
-      {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); }}};
+      {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); }},
+      {"log", [](const Tensor& x) { return gs::log(x); }},         {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }},
+      {"reciprocal", [](const Tensor& x) { return gs::reciprocal(x); }},
+      {"log1p", [](const Tensor& x) { return gs::log1p(x); }},     {"erf", [](const Tensor& x) { return gs::erf(x); }},
+      {"softplus", [](const Tensor& x) { return gs::softplus(x); }},
+      {"log(exp)", [](const Tensor& x) { return gs::log(gs::exp(x)); }}};
   for (const auto& [name, f] : ops) {
     for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
       for (bool strided : {false, true}) {
@@ -136,6 +146,33 @@ TEST_CASE("every unary op treats NaN, +-inf and -0 as the CPU does, contiguous a
       }
     }
   }
+}
+TEST_CASE("binary ops on every pair of edge values agree with the cpu") {
+  const std::vector<double> edge = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 1e-310, 1e-40, 1e38, -1e38, 1000, -1000, 2.5, -0.5};
+  std::vector<double> av, bv;
+  for (double a : edge)
+    for (double b : edge) {
+      av.push_back(a);
+      bv.push_back(b);
+    }
+  const int64_t n = static_cast<int64_t>(av.size());
+  using Fn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return gs::add(a, b); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return gs::sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return gs::mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return gs::div(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return gs::pow(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return gs::maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return gs::minimum(a, b); }}};
+  for (const auto& [name, f] : ops)
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      CAPTURE(name);
+      CAPTURE(dt);
+      same_on_both([&, f = f](gs::Device d) {
+        return f(gs::tensor(av, {n}, gs::TensorOptions(dt).device(d)), gs::tensor(bv, {n}, gs::TensorOptions(dt).device(d)));
+      });
+    }
 }
 TEST_CASE("where and clamp with broadcasting and infinite bounds") {
   same_on_both([](gs::Device d) {
@@ -250,6 +287,28 @@ TEST_CASE("max_pool2d forward, argmax ties and backward with overlapping windows
     return x.grad();
   });
   same_on_both([](gs::Device d) { return gs::max_pool2d(gs::sin(seq({2, 1, 5, 5}, gs::kFloat64, d)), {3, 3}, {2, 2}, {1, 1}); });
+}
+TEST_CASE("second derivatives through max_pool2d and avg_pool2d agree with the cpu") {
+  // d/dx sum(dL/dx) for L = sum(pool(x)^3) + sum(x^2): needs pooling's backward differentiated.
+  for (bool is_max : {true, false}) {
+    CAPTURE(is_max);
+    same_on_both([is_max](gs::Device d) {
+      Tensor x = gs::sin(seq({1, 2, 5, 5}, gs::kFloat64, d)).detach().requires_grad_();
+      Tensor y = is_max ? gs::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) : gs::avg_pool2d(x, {3, 3}, {2, 2}, {1, 1});
+      Tensor L = (y * y * y).sum() + (x * x).sum();
+      Tensor g = gs::autograd::grad({L}, {x}, {}, std::nullopt, true)[0];
+      return gs::autograd::grad({g.sum()}, {x})[0];
+    });
+  }
+}
+TEST_CASE("logsumexp of an all -inf row is -inf with a NaN gradient on both devices") {
+  same_on_both([](gs::Device d) {
+    Tensor x = gs::cat({gs::full({1, 20}, -INFINITY, gs::TensorOptions(gs::kFloat32).device(d)),
+                        seq({1, 20}, gs::kFloat32, d)}, 0).detach().requires_grad_();
+    Tensor y = gs::logsumexp(x, {1});
+    y.sum().backward();
+    return gs::cat({y.detach().reshape({2, 1}), x.grad()}, 1);
+  });
 }
 TEST_CASE("avg_pool2d forward and backward") {
   same_on_both([](gs::Device d) {
