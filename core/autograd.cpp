@@ -2,6 +2,7 @@
 // gradient accumulation into leaves, and the iterative backward pass.
 #include "core/autograd.h"
 
+#include <array>
 #include <atomic>
 
 #include <algorithm>
@@ -205,14 +206,15 @@ using ViewGeometryPtr = std::shared_ptr<const ViewGeometry>;
 // True when two indices of `g` may reach one element: the dims (size > 1) sorted by
 // stride must each step over everything the smaller ones cover.
 bool may_overlap(const Shape& shape, const Strides& strides) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size)
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims;  // (|stride|, size); no allocation
+  size_t k = 0;
   for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] > 1) dims.push_back({strides[d] < 0 ? -strides[d] : strides[d], shape[d]});
-  std::sort(dims.begin(), dims.end());
+    if (shape[d] > 1) dims[k++] = {strides[d] < 0 ? -strides[d] : strides[d], shape[d]};
+  std::sort(dims.begin(), dims.begin() + k);
   int64_t extent = 0;
-  for (auto [st, n] : dims) {
-    if (st <= extent) return true;
-    extent += st * (n - 1);
+  for (size_t i = 0; i < k; ++i) {
+    if (dims[i].first <= extent) return true;
+    extent += dims[i].first * (dims[i].second - 1);
   }
   return false;
 }
