@@ -287,6 +287,30 @@ TEST_CASE("modifying a tensor saved for backward through a view still raises, na
   }
 }
 
+TEST_CASE("an in-place op whose operand overlaps the destination reads the operand's old values") {
+  // y.mul_(y[0]): row 1 must be multiplied by the *old* row 0, which the op overwrites first.
+  Tensor y = cst({1, 2, 3, 4}, {2, 2});
+  y.mul_(y.select(0, 0));
+  CHECK(vals(y) == Vec{1, 4, 3, 8});
+  // z += z^T: z[1][0] must add the old z[0][1].
+  Tensor z = cst({1, 2, 3, 4}, {2, 2});
+  z.add_(z.t());
+  CHECK(vals(z) == Vec{2, 5, 5, 8});
+  // The same elements in the same order need no copy and stay right.
+  Tensor w = cst({1, 2, 3}, {3});
+  w.add_(w);
+  CHECK(vals(w) == Vec{2, 4, 6});
+  // With autograd: the operand was saved by mul_ and then changed by it, so the backward raises.
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor h = x * 1.0;
+  h.mul_(h.select(0, 0));
+  CHECK(vals(h) == Vec{1, 4, 3, 8});
+  std::string msg = error_of([&] { h.sum().backward(); });
+  CAPTURE(msg);
+  CHECK(has(msg, "mul_"));
+  CHECK(has(msg, "modified by an in-place operation"));
+}
+
 TEST_CASE("views share the version counter; no history change, no re-derivation") {
   Tensor x = leaf({1, 2, 3, 4}, {2, 2});
   Tensor y = x * 1.0;
