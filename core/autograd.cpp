@@ -120,8 +120,17 @@ class AccumulateGrad final : public Node {
     } else if (!cur.defined()) {
       // Steal the buffer when nobody else can see it; otherwise copy, so two
       // leaves never share one .grad (add's backward hands both inputs the same g).
-      const bool sole = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+      // A gradient that is a view (sum_to's reshape of a bias gradient) also shares
+      // the storage with its base, which only the view itself may hold.
+      const auto& base = g.impl().view_base;
+      const long holders = 1 + (base && base.use_count() == 1 && base->storage == g.storage() ? 1 : 0);
+      const bool sole = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == holders && g.is_contiguous() &&
                         g.grad_fn() == nullptr && !g.requires_grad();
+      if (sole) {
+        // .grad becomes a tensor of its own, not a view keeping that base alive.
+        g.impl().view_base.reset();
+        g.impl().is_view = false;
+      }
       leaf_->grad = (sole ? g : g.detach().clone()).impl_ptr();
     } else {
       cur.add_(g);
@@ -210,7 +219,8 @@ bool may_overlap(const Shape& shape, const Strides& strides) {
   size_t k = 0;
   for (size_t d = 0; d < shape.size(); ++d)
     if (shape[d] > 1) dims[k++] = {strides[d] < 0 ? -strides[d] : strides[d], shape[d]};
-  std::sort(dims.begin(), dims.begin() + k);
+  for (size_t i = 1; i < k; ++i)  // insertion sort: at most kMaxDims entries
+    for (size_t j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
   int64_t extent = 0;
   for (size_t i = 0; i < k; ++i) {
     if (dims[i].first <= extent) return true;

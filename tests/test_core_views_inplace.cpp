@@ -311,6 +311,20 @@ TEST_CASE("an in-place op whose operand overlaps the destination reads the opera
   CHECK(has(msg, "modified by an in-place operation"));
 }
 
+TEST_CASE("a gradient that arrives as a view becomes a plain .grad, not a view keeping its base alive") {
+  // b's gradient is sum_to(g) = sum over dim 0 (keepdim) reshaped to [3]: a view of the sum.
+  Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3}), b = leaf({1, 1, 1}, {3});
+  ((x + b) * cst({1, 2, 3, 4, 5, 6}, {2, 3})).sum().backward();
+  check_grad(b, {5, 7, 9});
+  CHECK(b.grad().impl().view_base == nullptr);
+  CHECK_FALSE(b.grad().impl().is_view);
+  CHECK(b.grad().storage().use_count() == 1);  // nobody else holds its memory
+  // Accumulating into it in place later leaves x's gradient alone.
+  ((x + b) * 1.0).sum().backward();
+  check_grad(b, {7, 9, 11});
+  check_grad(x, {2, 3, 4, 5, 6, 7});
+}
+
 TEST_CASE("views share the version counter; no history change, no re-derivation") {
   Tensor x = leaf({1, 2, 3, 4}, {2, 2});
   Tensor y = x * 1.0;
