@@ -518,7 +518,7 @@ class Generator {
     Tensor index = gs::arange(static_cast<double>(N), gs::kInt64).view(p.base_shape);
     std::vector<Tensor> view_index;  // the index tensor of each view taken
 
-    const int64_t nsteps = uniform(1, 8);
+    const int64_t nsteps = uniform(1, 10);
     for (int64_t k = 0; k < nsteps; ++k) {
       Step st;
       st.make_view = coin(0.4);
@@ -672,7 +672,7 @@ Vec grad_or_zeros(const Tensor& t) { return t.grad().defined() ? vals(t.grad()) 
 TEST_CASE("random programs of views and in-place ops: gradients equal the functional rewrite's and numeric ones") {
   Generator gen(20260611u);
   int checked_numeric = 0, with_leaves = 0;
-  const int kPrograms = 300;
+  const int kPrograms = 400;
   for (int prog = 0; prog < kPrograms; ++prog) {
     const Program p = gen.program();
     CAPTURE(prog);
