@@ -2,11 +2,13 @@
 // gradient accumulation into leaves, and the iterative backward pass.
 #include "core/autograd.h"
 
+#include <array>
 #include <atomic>
 
 #include <algorithm>
 #include <unordered_map>
 
+#include "core/backend.h"
 #include "core/observer.h"
 #include "core/ops.h"
 
@@ -118,8 +120,17 @@ class AccumulateGrad final : public Node {
     } else if (!cur.defined()) {
       // Steal the buffer when nobody else can see it; otherwise copy, so two
       // leaves never share one .grad (add's backward hands both inputs the same g).
-      const bool sole = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+      // A gradient that is a view (sum_to's reshape of a bias gradient) also shares
+      // the storage with its base, which only the view itself may hold.
+      const auto& base = g.impl().view_base;
+      const long holders = 1 + (base && base.use_count() == 1 && base->storage == g.storage() ? 1 : 0);
+      const bool sole = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == holders && g.is_contiguous() &&
                         g.grad_fn() == nullptr && !g.requires_grad();
+      if (sole) {
+        // .grad becomes a tensor of its own, not a view keeping that base alive.
+        g.impl().view_base.reset();
+        g.impl().is_view = false;
+      }
       leaf_->grad = (sole ? g : g.detach().clone()).impl_ptr();
     } else {
       cur.add_(g);
@@ -170,29 +181,215 @@ void set_history(Tensor& out, const std::shared_ptr<Node>& node, const tensor_li
   attach(out, node);
 }
 
-// ---- in-place ops ------------------------------------------------------------------
+// ---- views and in-place ops ----------------------------------------------------------
+// A view and its base share one storage, so they share the version counter. Two
+// things keep their histories right when either is modified in place (PyTorch's
+// scheme):
+//  - in place on a view rewrites the *base's* history with a CopySlices node: the
+//    base's gradient passes unchanged outside the view's region, and inside it goes
+//    through the in-place op's backward;
+//  - a view whose base's history changed re-derives its own lazily
+//    (detail::refresh_view): AsStridedBackward, the base's gradient restricted to
+//    the view's elements, on top of the base's current grad_fn.
+// Both express "the view's elements" by the view's geometry (shape, strides,
+// offset) relative to the base's, so they work for any chain of view ops.
+namespace {
+
+struct Geometry {
+  Shape shape;
+  Strides strides;
+  int64_t offset = 0;
+};
+
+// The base's and the view's geometry, with offsets relative to the first storage
+// element the base covers, so that a buffer of `span` elements can stand in for
+// the storage. `reduced` is the view with its expanded (stride 0) dims cut to 1:
+// the elements it covers, each once.
+struct ViewGeometry {
+  Geometry base, view, reduced;
+  Dims expanded;
+  int64_t span = 1;
+};
+using ViewGeometryPtr = std::shared_ptr<const ViewGeometry>;
+
+// True when two indices of `g` may reach one element: the dims (size > 1) sorted by
+// stride must each step over everything the smaller ones cover.
+bool may_overlap(const Shape& shape, const Strides& strides) {
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims;  // (|stride|, size); no allocation
+  size_t k = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] > 1) dims[k++] = {strides[d] < 0 ? -strides[d] : strides[d], shape[d]};
+  for (size_t i = 1; i < k; ++i)  // insertion sort: at most kMaxDims entries
+    for (size_t j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  int64_t extent = 0;
+  for (size_t i = 0; i < k; ++i) {
+    if (dims[i].first <= extent) return true;
+    extent += dims[i].first * (dims[i].second - 1);
+  }
+  return false;
+}
+
+ViewGeometryPtr view_geometry(const TensorImpl& base, const TensorImpl& view) {
+  auto geo = std::make_shared<ViewGeometry>();
+  int64_t lo = base.offset, hi = base.offset;
+  if (numel_of(base.shape) > 0)
+    for (size_t d = 0; d < base.shape.size(); ++d) {
+      const int64_t ext = (base.shape[d] - 1) * base.strides[d];
+      (ext < 0 ? lo : hi) += ext;
+    }
+  geo->span = hi - lo + 1;
+  geo->base = Geometry{base.shape, base.strides, base.offset - lo};
+  geo->view = Geometry{view.shape, view.strides, view.offset - lo};
+  geo->reduced = geo->view;
+  for (size_t d = 0; d < view.shape.size(); ++d)
+    if (view.strides[d] == 0 && view.shape[d] > 1) {
+      geo->expanded.push_back(static_cast<int64_t>(d));
+      geo->reduced.shape[d] = 1;
+    }
+  return geo;
+}
+
+Tensor scatter_region(const Tensor& g, const ViewGeometryPtr& geo, bool reduced);
+
+// The view's elements of `g` (a tensor of the base's shape): lay g out in a buffer
+// with the base's geometry, read it back with the view's. Recorded (its backward
+// is scatter_region), so double backward works.
+Tensor gather_region(const Tensor& g, const ViewGeometryPtr& geo, bool reduced) {
+  Tensor buf = empty({geo->span}, TensorOptions(g.dtype()).device(g.device()));
+  Tensor b = detail::make_alias(buf, geo->base.shape, geo->base.strides, geo->base.offset);
+  backend_of(b).copy(b, g);
+  const Geometry& v = reduced ? geo->reduced : geo->view;
+  Tensor out = detail::make_alias(buf, v.shape, v.strides, v.offset);
+  if (needs_grad(g))
+    record("as_strided", out, {&g}, [geo, reduced](const Tensor& gg, Node&) {
+      return tensor_list{scatter_region(gg, geo, reduced)};
+    });
+  return out;
+}
+
+// The adjoint: `g` (the view's shape) written into zeros of the base's shape at the
+// view's elements. An expanded view reaches one element several times, so its
+// gradient is summed over the expanded dims first.
+Tensor scatter_region(const Tensor& g, const ViewGeometryPtr& geo, bool reduced) {
+  Tensor src = (!reduced && !geo->expanded.empty()) ? sum(g, geo->expanded, true) : g;
+  Tensor buf = zeros({geo->span}, TensorOptions(g.dtype()).device(g.device()));
+  {
+    Tensor r = detail::make_alias(buf, geo->reduced.shape, geo->reduced.strides, geo->reduced.offset);
+    backend_of(r).copy(r, src);
+  }
+  Tensor out = detail::make_alias(buf, geo->base.shape, geo->base.strides, geo->base.offset);
+  if (needs_grad(src))
+    record("as_strided_scatter", out, {&src},
+           [geo](const Tensor& gg, Node&) { return tensor_list{gather_region(gg, geo, true)}; });
+  return out;
+}
+
+// The base's new grad_fn after an in-place op on one of its views. `fn_` is that
+// op's own node (its first gradient is for the view's old value, the rest for the
+// other operands); edge 0 is the base's old history.
+class CopySlices final : public Node {
+ public:
+  CopySlices(std::shared_ptr<Node> fn, ViewGeometryPtr geo) : Node("CopySlices"), fn_(std::move(fn)), geo_(std::move(geo)) {}
+  tensor_list apply(const Tensor& g) override {
+    tensor_list r = fn_->apply(gather_region(g, geo_, true));
+    GS_CHECK(r.size() == next_edges.size(), fn_->name(), "backward returned ", r.size(), " gradients for ",
+             next_edges.size(), " inputs");
+    Tensor in_view;
+    {
+      NoGradGuard ng;  // which elements the view covers: a constant
+      in_view = scatter_region(ones(geo_->reduced.shape, TensorOptions(g.dtype()).device(g.device())), geo_, true) != 0.0;
+    }
+    // where(), not arithmetic: an infinite gradient outside the view must not turn
+    // into NaN inside it (inf - inf).
+    Tensor self_part = r[0].defined() ? scatter_region(r[0], geo_, true) : zeros_like(g.detach());
+    r[0] = where(in_view, self_part, g);
+    return r;
+  }
+  void release_saved() override {
+    fn_->release_saved();
+    released_ = true;
+  }
+
+ private:
+  std::shared_ptr<Node> fn_;
+  ViewGeometryPtr geo_;
+};
+
+std::string view_and_base(const Tensor& view, const Tensor& base) {
+  std::string s = "the view " + view.str() + " of " + base.str();
+  if (base.grad_fn()) s += std::string(" (computed by '") + base.grad_fn()->name() + "')";
+  return s;
+}
+
+}  // namespace
+
+void detail::refresh_view(TensorImpl& v) {
+  v.view_version = v.storage->version();
+  TensorImpl& b = *v.view_base;  // a root: never itself a view, so its fields are current
+  if (!b.requires_grad || v.view_base_fn.lock() == b.grad_fn) return;
+  // The base's history changed (an in-place op on it or on one of its views): the
+  // view's values now come from the base's new history.
+  GS_CHECK(!may_overlap(b.shape, b.strides), "view", "cannot re-derive the history of a view of ",
+           Tensor(v.view_base).str(), ": that tensor has overlapping memory (an expanded tensor that was "
+           "detached); call clone() on it before taking views.");
+  v.view_base_fn = b.grad_fn;
+  auto node = std::make_shared<LambdaNode<std::function<tensor_list(const Tensor&, Node&)>>>(
+      "AsStridedBackward", [geo = view_geometry(b, v)](const Tensor& g, Node&) {
+        return tensor_list{scatter_region(g, geo, false)};
+      });
+  node->next_edges.push_back(gradient_edge(Tensor(v.view_base)));
+  node->out_shape = v.shape;
+  node->out_dtype = v.dtype;
+  if (v.grad_fn) node->pre_hooks = v.grad_fn->pre_hooks;  // hooks and retain_grad() on the view stay with it
+  v.grad_fn = std::move(node);
+  v.requires_grad = true;
+}
+
 void check_inplace(const Tensor& self, const char* op) {
   if (!GradMode::is_enabled()) return;
   GS_CHECK(!(self.requires_grad() && self.is_leaf()), op, "a leaf tensor that requires grad (", self.str(),
            ") is being modified in place. Autograd needs its value to compute gradients. If this is a parameter "
            "update, do it inside a gs::NoGradGuard; otherwise use the out-of-place op.");
-  GS_CHECK(!(self.impl().is_view && self.requires_grad()), op, "in-place modification of a view (", self.str(),
-           ") that takes part in autograd is not supported: the base tensor's history would be stale. Use the "
-           "out-of-place op and gs::cat/gs::stack to assemble the result.");
+  if (const auto& bp = self.impl().view_base) {
+    Tensor base(bp);
+    GS_CHECK(!(base.requires_grad() && base.is_leaf()), op, view_and_base(self, base), " is being modified in "
+             "place, but that base is a leaf that requires grad: the op would change the leaf itself, whose value "
+             "autograd needs (as in PyTorch, this is refused). If this is a parameter update, do it inside a "
+             "gs::NoGradGuard; otherwise modify a copy: y = x.clone(), then y.narrow(...).", op, "(...).");
+    GS_CHECK(!(base.requires_grad() && may_overlap(base.shape(), base.strides())), op, view_and_base(self, base),
+             " is being modified in place, but the base has overlapping memory (an expanded tensor), so the "
+             "gradient of its elements is ambiguous. Call clone() on the base first.");
+  }
 }
 
 void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& node,
                     std::initializer_list<const Tensor*> other_inputs) {
   self.storage()->bump_version(op);
-  bool record_it = node != nullptr && GradMode::is_enabled() && (self.requires_grad() || needs_grad(other_inputs));
-  if (record_it) {
-    GS_CHECK(!self.impl().is_view, op, "in-place modification of a view (", self.str(),
-             ") with an operand that requires grad is not supported; use the out-of-place op.");
+  if (node == nullptr || !GradMode::is_enabled()) return;
+  TensorImpl& si = self.impl();
+  if (!si.view_base) {
+    if (!(self.requires_grad() || needs_grad(other_inputs))) return;
     // The node's first input is self's old history; the rest are the other operands.
     node->next_edges.push_back(gradient_edge(self));
     for (const Tensor* t : other_inputs) node->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
     attach(self, node);
+    return;
   }
+  // In place on a view: the base's history goes through CopySlices, and the view's
+  // own is re-derived from it right away.
+  Tensor base(si.view_base);
+  if (!(base.requires_grad() || self.requires_grad() || needs_grad(other_inputs))) return;
+  GS_CHECK(!may_overlap(base.shape(), base.strides()), op, view_and_base(self, base), " was modified in place with "
+           "an operand that requires grad, but the base has overlapping memory (an expanded tensor), so the "
+           "gradient of its elements is ambiguous. Call clone() on the base first.");
+  node->out_shape = self.shape();
+  node->out_dtype = self.dtype();
+  auto cs = std::make_shared<CopySlices>(node, view_geometry(base.impl(), si));
+  cs->next_edges.push_back(gradient_edge(base));
+  for (const Tensor* t : other_inputs) cs->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
+  attach(base, cs);
+  si.view_base_fn.reset();
+  detail::refresh_view(si);
 }
 
 // ---- the engine --------------------------------------------------------------------

@@ -376,10 +376,19 @@ Tensor to_dtype(const Tensor& x, DType t) {
 // ---- views ----------------------------------------------------------------
 // Every view op: build the alias, mark it a view, record how to send the
 // gradient back, tell observers.
+// A view remembers its root base (a view of a view shares its base) and the
+// base's history at this moment: an in-place op on the base or on any of its
+// views rewrites the base's history, and this view's is then re-derived from it
+// (detail::refresh_view in autograd.cpp). No allocation: two pointer copies.
 template <class F>
 static Tensor finish_view(const char* op, const Tensor& self, Tensor out, F&& backward) {
-  out.impl().is_view = true;
+  TensorImpl& v = out.impl();
+  v.is_view = true;
+  const TensorImpl& s = self.impl();
+  v.view_base = s.view_base ? s.view_base : self.impl_ptr();
   if (needs_grad(self)) record(op, out, {&self}, std::forward<F>(backward));
+  v.view_base_fn = v.view_base->grad_fn;
+  v.view_version = v.storage->version();
   notify_op(op, {self}, out);
   return out;
 }

@@ -58,7 +58,22 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;          // accumulated gradient (leaves, or retain_grad)
   std::vector<GradHook> leaf_hooks;          // hooks on leaves (non-leaf hooks live on grad_fn)
   std::string name;                          // optional, shown in errors and debug reports
+  // Views (made by a view op; see docs/autograd.md): the root tensor whose storage
+  // this view reads (never itself a view), and the base's grad_fn when this view's
+  // own history was last derived. An in-place op on the base or on any view of it
+  // rewrites the base's history; when the shared version counter has moved since
+  // view_version and the base's grad_fn is no longer view_base_fn, the view's
+  // grad_fn is re-derived from the base's (detail::refresh_view), so an old view
+  // never hands out a gradient of values it no longer holds.
+  std::shared_ptr<TensorImpl> view_base;
+  std::weak_ptr<Node> view_base_fn;
+  uint64_t view_version = 0;
 };
+
+namespace detail {
+// Re-derives a view's history from its base's after the base changed in place (autograd.cpp).
+void refresh_view(TensorImpl& view);
+}  // namespace detail
 
 class Tensor {
  public:
@@ -102,10 +117,10 @@ class Tensor {
   template <class T> std::vector<T> to_vector() const;  // values in row-major order
 
   // ---- autograd ---------------------------------------------------------
-  bool requires_grad() const { return impl().requires_grad; }
+  bool requires_grad() const { return synced().requires_grad; }
   Tensor& requires_grad_(bool r = true);
-  bool is_leaf() const { return impl().grad_fn == nullptr; }
-  const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
+  bool is_leaf() const { return synced().grad_fn == nullptr; }
+  const std::shared_ptr<Node>& grad_fn() const { return synced().grad_fn; }
   Tensor grad() const;              // undefined until a backward reaches this tensor
   void set_grad(const Tensor& g);   // replace .grad (undefined Tensor clears it)
   void zero_grad();                 // .grad = undefined
@@ -224,6 +239,13 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
+  // impl(), with a view's history brought up to date first: one pointer test for
+  // a tensor that is not a view, and a version compare for one that is.
+  TensorImpl& synced() const {
+    TensorImpl& i = impl();
+    if (i.view_base && i.view_version != i.storage->version()) detail::refresh_view(i);
+    return i;
+  }
   std::shared_ptr<TensorImpl> impl_;
 };
 

@@ -25,8 +25,17 @@ Tensor operand_for(const Tensor& self, const Tensor& o, const char* op) {
 void inplace_binary(BinaryOp bop, Tensor& self, const Tensor& o, const char* op) {
   check_inplace(self, op);
   detail::check_no_overlap(self, op);
-  Tensor rhs = operand_for(self, o, op);
-  // Rhs may alias self (x.add_(x)); elementwise kernels read each position before writing it.
+  // An operand that shares memory with self element for element (x.add_(x)) is fine:
+  // elementwise kernels read each position before writing it. One that overlaps it
+  // otherwise (y.mul_(y[0]), z.add_(z.t())) would be read after the kernel already
+  // overwrote some of its elements, so it is copied first.
+  Tensor src = o;
+  if (o.storage() == self.storage() &&
+      !(o.offset() == self.offset() && o.shape() == self.shape() && o.strides() == self.strides())) {
+    src = empty(o.shape(), TensorOptions(o.dtype()).device(o.device()));
+    backend_of(o).copy(src, o);
+  }
+  Tensor rhs = operand_for(self, src, op);
   backend_of(self).binary(bop, self, self, rhs);
 }
 

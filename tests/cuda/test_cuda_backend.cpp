@@ -189,6 +189,22 @@ TEST_CASE("in-place ops on device tensors bump the version") {
   CHECK(t.version() > v);
   CHECK(t.cpu().to_vector<float>() == std::vector<float>{9, 9, 9});
 }
+TEST_CASE("in-place ops on views and views of a base modified in place: the same gradients on both devices") {
+  // CopySlices (in place on a view) and the re-derived history of an older view
+  // (AsStridedBackward, here of an expanded view) run their gather/scatter on the device.
+  auto grads = [](gs::Device d) {
+    Tensor x = seq({3, 4}, gs::kFloat64, d).requires_grad_();
+    Tensor s = seq({4}, gs::kFloat64, d, 0.5).requires_grad_();
+    Tensor y = x * 2.0;
+    Tensor old = y.narrow(0, 1, 1).expand({2, 4});
+    y.t().select(0, 2).mul_(s.narrow(0, 0, 3));
+    y.select(0, 0).add_(s);
+    Tensor loss = (y * y).sum() + (old * seq({2, 4}, gs::kFloat64, d)).sum();
+    loss.backward();
+    return gs::cat({x.grad().reshape({-1}), s.grad()}, 0);
+  };
+  same_on_both(grads);
+}
 
 // ---- reductions ---------------------------------------------------------------
 TEST_CASE("sum over every dim set of a (2,3,4) tensor, keepdim or not") {
