@@ -5,6 +5,7 @@
 # labs' folders and grade_labM.cpp files in them.
 #   cmake -DNINJA=ninja -DBUILD_DIR=build -DLABS=lab1_tensors,... [-DSOLUTION_GRADERS=lab1_grader_solution,...]
 #         [-DCLI=gradsleuth_cli] -P labs_isolated.cmake
+cmake_minimum_required(VERSION 3.20)  # script mode: the policies of the project (IN_LIST)
 string(REPLACE "," ";" labs "${LABS}")
 string(REPLACE "," ";" solution_graders "${SOLUTION_GRADERS}")
 set(errors "")

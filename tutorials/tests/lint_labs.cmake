@@ -1,6 +1,7 @@
 # The labs_lint test: runs `labN_grader lint DIR1 DIR2 ...` for every lab (each grader
 # checks its own lab: its folder, README sections and starter file), and fails if any fails.
 #   cmake -DGRADER_DIR=build/tutorials -DLABS=lab1_tensors,lab2_autograd,... -P lint_labs.cmake
+cmake_minimum_required(VERSION 3.20)  # script mode: the policies of the project (IN_LIST)
 string(REPLACE "," ";" labs "${LABS}")
 set(n 0)
 set(failed "")
