@@ -62,6 +62,28 @@ std::string not_built(int lab) {
 
 bool built(int lab) { return ::access(grader_path(lab).c_str(), X_OK) == 0; }
 
+// A lab's code edited after its grader was built is not what the grader grades: say so
+// (`gradsleuth lab check N` run without rebuilding; ./run.sh always rebuilds first).
+void warn_if_stale(int lab) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_time_type built_at = fs::last_write_time(grader_path(lab), ec);
+  if (ec) return;
+  const std::string prefix = "lab" + std::to_string(lab) + "_";
+  for (const auto& d : fs::directory_iterator(fs::path(GS_SOURCE_DIR) / "tutorials", ec)) {
+    if (!d.is_directory() || d.path().filename().string().rfind(prefix, 0) != 0) continue;
+    for (const auto& f : fs::directory_iterator(d.path(), ec)) {
+      const std::string ext = f.path().extension().string();
+      if (!f.is_regular_file() || (ext != ".cpp" && ext != ".h" && ext != ".cu")) continue;  // code only
+      if (fs::last_write_time(f.path(), ec) <= built_at || ec) continue;
+      std::cerr << "gradsleuth lab: warning: " << shown(f.path()) << " changed after " << shown(grader_path(lab))
+                << " was built: this grades your previous code. Rebuild first: ./run.sh lab check " << lab
+                << " (or cmake --build " << shown(GS_BUILD_DIR) << " --target lab" << lab << "_grader)\n";
+      return;
+    }
+  }
+}
+
 // The exit status of a waited-for child: its own, or 128 + the signal that ended it (as a shell says).
 int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
 
@@ -185,6 +207,7 @@ int check_all(bool json, bool verbose) {
       if (!json) std::cout << "lab " << n << ": not graded: its grader is not built (see the end)\n";
       continue;
     }
+    warn_if_stale(n);
     std::vector<std::string> args{"check", std::to_string(n)};
     if (json) args.push_back("--json");
     if (verbose) args.push_back("--verbose");
@@ -274,6 +297,7 @@ int cmd_lab(const std::vector<std::string>& args) {
   GS_CHECK(n >= 1 && n <= GS_LAB_COUNT, "lab", "there is no lab '", which, "'; the labs are 1 to ", GS_LAB_COUNT,
            " (gradsleuth lab list shows them)");
   GS_CHECK(built(n), "lab", not_built(n));
+  warn_if_stale(n);
   // One lab: the grader's report and exit status as they are.
   std::vector<std::string> grader_args{"check", std::to_string(n)};
   if (json) grader_args.push_back("--json");

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -162,5 +163,29 @@ TEST_CASE("a lab whose grader is missing: named with its build command; the othe
   REQUIRE(doc.get("not_graded"));
   CHECK(doc.get("not_graded")->arr.size() >= 8);
   CHECK(doc.get("not_graded")->arr[0].get("lab")->num == 2);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a grader older than its lab's files: a warning to rebuild, and grading still runs") {
+  // A copy of lab 1's grader dated 1 s after the epoch: every file of tutorials/lab1_tensors is newer.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gs_cli_lab_stale_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(GS_LAB_GRADER_DIR) / "lab1_grader", dir / "lab1_grader");
+  fs::last_write_time(dir / "lab1_grader", fs::file_time_type::clock::now() - std::chrono::hours(24 * 365 * 30));
+  const std::string env = "GRADSLEUTH_LAB_GRADERS='" + dir.string() + "'";
+  Run r = run_cli_env(env, "lab check 1", true);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  const size_t warning = r.out.find("gradsleuth lab: warning: ");
+  REQUIRE(warning != std::string::npos);
+  CHECK(r.out.find("tutorials/lab1_tensors/", warning) != std::string::npos);
+  CHECK(r.out.find("was built: this grades your previous code. Rebuild first: ./run.sh lab check 1") !=
+        std::string::npos);
+  CHECK(r.out.find("lab 1: 0/100 points") != std::string::npos);
+  // The grader as built by CMake is newer than the lab's files: no warning.
+  Run fresh = run_cli_env("", "lab check 1", true);
+  CHECK(fresh.out.find("warning:") == std::string::npos);
   fs::remove_all(dir);
 }
