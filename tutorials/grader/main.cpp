@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   try {
     return labs::run_command(o, std::cout);
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": error: " << e.what() << "\n";
+    // The program's name only: `gradsleuth lab` runs it by its full path in the build tree.
+    std::cerr << std::filesystem::path(argv[0]).filename().string() << ": error: " << e.what() << "\n";
     return 2;
   }
 }
