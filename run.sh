@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Sets up, builds (build/, Release) and runs the main job.
-#   ./run.sh              runs MAIN_JOB below
-#   ./run.sh ARGS...      runs build/bin/gradsleuth ARGS... instead
+# Sets up, builds (build/, Release) what the command needs, and runs it.
+#   ./run.sh                  builds the CLI only and runs MAIN_JOB below
+#   ./run.sh ARGS...          builds the CLI only and runs build/bin/gradsleuth ARGS...
+#   ./run.sh lab check N      builds the CLI and lab N's grader only (build/tutorials/labN_grader),
+#                             then grades lab N; a compile error in another lab does not matter
+#   ./run.sh lab check all    builds each lab's grader on its own and grades every lab that
+#   ./run.sh lab list         compiles; one that does not is reported, with the compiler's errors
+# ./test.sh builds everything (tests, benchmarks, every lab, the solutions) and runs the tests.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -13,14 +18,69 @@ MAIN_JOB=(zoo --quick)
 # Idle OpenMP threads sleep instead of spinning (libgomp reads this only at start-up).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
-scripts/setup.sh
-scripts/build.sh
-
+cli_target=gradsleuth_cli
 bin=build/bin/gradsleuth
+
+# `lab check N|all` and `lab list` also need lab graders: which ones ("" for none).
+labs=""
+if [[ $# -ge 2 && $1 == lab && ( $2 == check || $2 == list ) ]]; then
+  if [[ $2 == list ]]; then
+    labs=all
+  else
+    skip=0
+    for a in "${@:3}"; do
+      if [[ $skip == 1 ]]; then skip=0; continue; fi
+      case "$a" in
+        --task) skip=1 ;;
+        --*) ;;
+        *) labs="$a"; break ;;
+      esac
+    done
+  fi
+fi
+
+scripts/setup.sh
+echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and the CUDA"
+echo "run: emulator it links; not the tests, benchmarks or labs: ./test.sh builds and runs those)"
+scripts/build.sh --target "$cli_target"
+
+# The labs' graders in this build (lab1_grader, lab2_grader, ...).
+graders="$(cmake --build build --target help | grep -oE '^lab[0-9]+_grader\b' | sort -uV || true)"
+
+# Builds lab N's grader; when it does not compile, removes the one left from an earlier build
+# (it would grade the old code: the CLI reports the lab as not built instead).
+build_grader() {
+  echo "run: building lab $1's grader (target lab$1_grader: lab $1's code and its autograder only)"
+  if cmake --build build -j "$(nproc)" --target "lab$1_grader"; then return 0; fi
+  rm -f "build/tutorials/lab$1_grader"
+  echo "run: lab $1 did not compile: the compiler's errors are above" >&2
+  return 1
+}
+
+if [[ $labs =~ ^[0-9]+$ ]] && grep -qx "lab${labs}_grader" <<<"$graders"; then
+  build_grader "$labs" || exit 1
+fi
+
 if [[ ! -x "$bin" ]]; then
   echo "run: $bin was not built (the CLI in cli/ is not there yet)" >&2
   [[ $# -gt 0 ]] && exit 1
   exit 0
+fi
+
+if [[ $labs == all ]]; then
+  # Every lab's grader on its own, so that one lab's compile error stops only that lab.
+  failed=()
+  for g in $graders; do
+    n="${g#lab}"; n="${n%_grader}"
+    build_grader "$n" || failed+=("$n")
+  done
+  rc=0
+  "$bin" "$@" || rc=$?
+  if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "run: not graded because they did not compile: lab ${failed[*]} (./run.sh lab check N shows the errors" \
+         "of lab N alone)" >&2
+  fi
+  exit "$rc"
 fi
 
 if [[ $# -gt 0 ]]; then

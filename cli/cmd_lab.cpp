@@ -1,14 +1,261 @@
 // gradsleuth lab: lists the course labs (tutorials/) and grades the student's
-// code for one of them with its autograder (tutorials/grader/).
+// code for one of them. Each lab has its own grader executable in the build tree
+// (build/tutorials/labN_grader: that lab's code and its autograder, tutorials/grader/),
+// which this command runs: the CLI links no lab code, so it builds without the labs
+// and a lab that does not compile stops only its own grading.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/cli.h"
+#include "cli/json.h"
 #include "core/error.h"
-#ifdef GS_WITH_LABS
-#include "tutorials/grader/grader.h"
-#endif
 
 namespace gradsleuth::cli {
+
+#ifdef GS_WITH_LABS
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where the graders are: $GRADSLEUTH_LAB_GRADERS when set; else the build tree this
+// binary sits in (build/bin/gradsleuth -> build/tutorials/); else the build tree it was
+// built in.
+fs::path grader_dir() {
+  if (const char* env = std::getenv("GRADSLEUTH_LAB_GRADERS"); env && *env) return env;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path d = self.parent_path().parent_path() / "tutorials";
+    if (fs::is_directory(d, ec)) return d;
+  }
+  return GS_LAB_GRADER_DIR;
+}
+
+fs::path grader_path(int lab) { return grader_dir() / ("lab" + std::to_string(lab) + "_grader"); }
+
+// A path as the user would type it: relative to the current directory when below it.
+std::string shown(const fs::path& p) {
+  std::error_code ec;
+  const fs::path rel = fs::proximate(p, ec);
+  return !ec && !rel.empty() && rel.native().rfind("..", 0) != 0 ? rel.string() : p.string();
+}
+
+// What to run to build lab N's grader, for the messages below.
+std::string build_hint(int lab) {
+  const std::string n = std::to_string(lab);
+  return "build it with: cmake --build " + shown(GS_BUILD_DIR) + " --target lab" + n +
+         "_grader (or ./run.sh lab check " + n + ", which builds it, shows the compiler's errors and grades)";
+}
+
+std::string not_built(int lab) {
+  return "lab " + std::to_string(lab) + "'s grader is not built (" + shown(grader_path(lab)) + " is missing); " +
+         build_hint(lab);
+}
+
+bool built(int lab) { return ::access(grader_path(lab).c_str(), X_OK) == 0; }
+
+// A lab's code edited after its grader was built is not what the grader grades: say so
+// (`gradsleuth lab check N` run without rebuilding; ./run.sh always rebuilds first).
+void warn_if_stale(int lab) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_time_type built_at = fs::last_write_time(grader_path(lab), ec);
+  if (ec) return;
+  const std::string prefix = "lab" + std::to_string(lab) + "_";
+  for (const auto& d : fs::directory_iterator(fs::path(GS_SOURCE_DIR) / "tutorials", ec)) {
+    if (!d.is_directory() || d.path().filename().string().rfind(prefix, 0) != 0) continue;
+    for (const auto& f : fs::directory_iterator(d.path(), ec)) {
+      const std::string ext = f.path().extension().string();
+      if (!f.is_regular_file() || (ext != ".cpp" && ext != ".h" && ext != ".cu")) continue;  // code only
+      if (fs::last_write_time(f.path(), ec) <= built_at || ec) continue;
+      std::cerr << "gradsleuth lab: warning: " << shown(f.path()) << " changed after " << shown(grader_path(lab))
+                << " was built: this grades your previous code. Rebuild first: ./run.sh lab check " << lab
+                << " (or cmake --build " << shown(GS_BUILD_DIR) << " --target lab" << lab << "_grader)\n";
+      return;
+    }
+  }
+}
+
+// The exit status of a waited-for child: its own, or 128 + the signal that ended it (as a shell says).
+int exit_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1; }
+
+// Runs lab N's grader with `args`; its stderr passes through. Its stdout is returned, and
+// also copied to std::cout as it arrives when `echo` (a student sees each task as it is
+// graded, and what came before a crash).
+int run_grader(int lab, const std::vector<std::string>& args, bool echo, std::string& out) {
+  const std::string exe = grader_path(lab).string();
+  std::vector<char*> argv{const_cast<char*>(exe.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int fd[2];
+  GS_CHECK(::pipe(fd) == 0, "lab", "cannot create a pipe to run ", exe, ": ", std::strerror(errno));
+  std::cout.flush();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd[0]);
+    ::close(fd[1]);
+    GS_FAIL("lab", "cannot start ", exe, ": ", std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(fd[1], STDOUT_FILENO);
+    ::close(fd[0]);
+    ::close(fd[1]);
+    ::execv(exe.c_str(), argv.data());
+    const std::string m = "gradsleuth lab: cannot run " + exe + ": " + std::strerror(errno) + "\n";
+    ssize_t ignored = ::write(STDERR_FILENO, m.data(), m.size());
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(fd[1]);
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (echo) std::cout.write(buf, n).flush();
+  }
+  ::close(fd[0]);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return exit_status(st);
+}
+
+// A top-level integer of a grader's one-lab JSON report ({"lab":1,"title":...,"points":X,...}).
+// Strings come first and escape their quotes, so the first `,"key":` is the top-level one.
+int json_int(const std::string& json, const std::string& key) {
+  const size_t at = json.find(",\"" + key + "\":");
+  return at == std::string::npos ? 0 : std::atoi(json.c_str() + at + key.size() + 4);
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// The labs whose grader is missing or failed, for the closing line and the exit status.
+struct NotGraded {
+  int lab;
+  std::string reason;
+};
+
+int report_not_graded(const std::vector<NotGraded>& missed) {
+  if (missed.empty()) return 0;
+  for (const NotGraded& m : missed) std::cerr << "gradsleuth lab: lab " << m.lab << " not graded: " << m.reason << "\n";
+  return 1;
+}
+
+// `lab list`: every lab's grader lists its lab; the JSON lists are joined in course order.
+int list(bool json) {
+  std::vector<NotGraded> missed;
+  std::vector<std::string> entries;
+  for (int n = 1; n <= GS_LAB_COUNT; ++n) {
+    if (!built(n)) {
+      missed.push_back({n, not_built(n)});
+      if (!json) std::cout << "lab " << n << ": (its grader is not built; see below)\n";
+      continue;
+    }
+    std::string out;
+    const int st = run_grader(n, json ? std::vector<std::string>{"list", "--json"} : std::vector<std::string>{"list"},
+                              !json, out);
+    if (st != 0) {
+      missed.push_back({n, shown(grader_path(n)) + " list exited with status " + std::to_string(st)});
+      continue;
+    }
+    // {"labs":[{...}]} -> {...}
+    const std::string s = trimmed(out), head = "{\"labs\":[";
+    if (json) {
+      GS_CHECK(s.rfind(head, 0) == 0 && s.size() >= head.size() + 2, "lab", "unexpected output from ",
+               shown(grader_path(n)), " list --json: ", s.substr(0, 80));
+      entries.push_back(s.substr(head.size(), s.size() - head.size() - 2));
+    }
+  }
+  if (json) {
+    std::cout << "{\"labs\":[";
+    for (size_t i = 0; i < entries.size(); ++i) std::cout << (i ? "," : "") << entries[i];
+    std::cout << "]";
+    if (!missed.empty()) {
+      std::cout << ",\"not_graded\":[";
+      for (size_t i = 0; i < missed.size(); ++i)
+        std::cout << (i ? "," : "") << "{\"lab\":" << missed[i].lab << ",\"reason\":" << json_str(missed[i].reason)
+                  << "}";
+      std::cout << "]";
+    }
+    std::cout << "}\n";
+  }
+  return report_not_graded(missed);
+}
+
+// `lab check all`: each lab's grader in turn. A lab whose grader is missing (it did not
+// compile) or crashed is reported and the others are still graded.
+int check_all(bool json, bool verbose) {
+  std::vector<NotGraded> missed;
+  std::vector<std::string> reports;
+  int points = 0, max_points = 0;
+  for (int n = 1; n <= GS_LAB_COUNT; ++n) {
+    if (!built(n)) {
+      missed.push_back({n, not_built(n)});
+      if (!json) std::cout << "lab " << n << ": not graded: its grader is not built (see the end)\n";
+      continue;
+    }
+    warn_if_stale(n);
+    std::vector<std::string> args{"check", std::to_string(n)};
+    if (json) args.push_back("--json");
+    if (verbose) args.push_back("--verbose");
+    std::string out;
+    const int st = run_grader(n, args, !json, out);
+    if (st != 0) {
+      missed.push_back({n, shown(grader_path(n)) + " exited with status " + std::to_string(st) +
+                               (st > 128 ? " (it crashed: see its message above)" : "")});
+      continue;
+    }
+    if (json) {
+      reports.push_back(trimmed(out));
+      points += json_int(reports.back(), "points");
+      max_points += json_int(reports.back(), "max_points");
+    } else {
+      // The grader's last line: "lab N: X/Y points".
+      const std::string s = trimmed(out);
+      const std::string last = s.substr(s.find_last_of('\n') == std::string::npos ? 0 : s.find_last_of('\n') + 1);
+      int x = 0, y = 0, lab = 0;
+      if (std::sscanf(last.c_str(), "lab %d: %d/%d points", &lab, &x, &y) == 3) points += x, max_points += y;
+    }
+  }
+  if (json) {
+    std::cout << "{\"labs\":[";
+    for (size_t i = 0; i < reports.size(); ++i) std::cout << (i ? "," : "") << reports[i];
+    std::cout << "],\"points\":" << points << ",\"max_points\":" << max_points;
+    if (!missed.empty()) {
+      std::cout << ",\"not_graded\":[";
+      for (size_t i = 0; i < missed.size(); ++i)
+        std::cout << (i ? "," : "") << "{\"lab\":" << missed[i].lab << ",\"reason\":" << json_str(missed[i].reason)
+                  << "}";
+      std::cout << "]";
+    }
+    std::cout << "}\n";
+  } else {
+    std::cout << "all labs: " << points << "/" << max_points << " points";
+    if (!missed.empty()) {
+      std::cout << " (not graded:";
+      for (const NotGraded& m : missed) std::cout << " lab " << m.lab;
+      std::cout << ")";
+    }
+    std::cout << "\n";
+  }
+  return report_not_graded(missed);
+}
+
+}  // namespace
+#endif
 
 int cmd_lab(const std::vector<std::string>& args) {
   Args a("lab", args);
@@ -17,8 +264,10 @@ int cmd_lab(const std::vector<std::string>& args) {
       "  gradsleuth lab list            the labs and their tasks, with points\n"
       "  gradsleuth lab check N         grades your code for lab N (e.g. tutorials/lab1_tensors/lab1.cpp):\n"
       "                                 each task's points and what is wrong, then \"lab N: X/Y points\"\n"
-      "Rebuild after editing your code first; `./run.sh lab check N` does both. Exits 0 whenever grading\n"
-      "ran, whatever the points.");
+      "  gradsleuth lab check all       every lab in turn; one that does not build is reported, not graded\n"
+      "Each lab has its own grader program, build/tutorials/labN_grader, built from that lab's code:\n"
+      "rebuild it after editing your code. `./run.sh lab check N` does both (and shows the compiler's\n"
+      "errors). Exits 0 whenever grading ran, whatever the points; 1 when a lab's grader is missing.");
   a.positionals("list | check N|all", "what to do");
   a.flag("json", "print one JSON object instead of the text report");
   a.option("task", "K", "grade only task K of the lab");
@@ -30,13 +279,32 @@ int cmd_lab(const std::vector<std::string>& args) {
   GS_CHECK(pos[0] == "list" ? pos.size() == 1 : pos.size() == 2, "lab",
            pos[0] == "list" ? "'list' takes no argument" : "'check' takes one argument: the lab number (or all)");
 #ifdef GS_WITH_LABS
-  labs::CommandOptions o;
-  o.action = pos[0];
-  if (pos.size() > 1) o.lab = pos[1];
-  o.json = a.has("json");
-  o.verbose = a.has("verbose");
-  if (a.has("task")) o.task = a.get_int("task");
-  return labs::run_command(o, std::cout);
+  const bool json = a.has("json"), verbose = a.has("verbose");
+  if (pos[0] == "list") return list(json);
+  const std::string& which = pos[1];
+  if (which == "all") {
+    GS_CHECK(!a.has("task"), "lab", "--task needs a single lab, not 'all'");
+    return check_all(json, verbose);
+  }
+  int n = 0;
+  try {
+    size_t used = 0;
+    n = std::stoi(which, &used);
+    if (used != which.size()) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  GS_CHECK(n >= 1 && n <= GS_LAB_COUNT, "lab", "there is no lab '", which, "'; the labs are 1 to ", GS_LAB_COUNT,
+           " (gradsleuth lab list shows them)");
+  GS_CHECK(built(n), "lab", not_built(n));
+  warn_if_stale(n);
+  // One lab: the grader's report and exit status as they are.
+  std::vector<std::string> grader_args{"check", std::to_string(n)};
+  if (json) grader_args.push_back("--json");
+  if (verbose) grader_args.push_back("--verbose");
+  if (a.has("task")) grader_args.push_back("--task"), grader_args.push_back(std::to_string(a.get_int("task")));
+  std::string ignored;
+  return run_grader(n, grader_args, true, ignored);
 #else
   GS_FAIL("lab", "this gradsleuth was built without the labs; configure with -DGRADSLEUTH_BUILD_LABS=ON");
 #endif

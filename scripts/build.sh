@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds gradsleuth.
-#   scripts/build.sh [--sanitize] [--portable] [--arch LEVEL] [--debug] [-- EXTRA_CMAKE_ARGS...]
+#   scripts/build.sh [--sanitize] [--portable] [--arch LEVEL] [--debug] [--target T]... [-- EXTRA_CMAKE_ARGS...]
 # Build directories (run from anywhere; paths are relative to the repo root):
 #   build/                   Release (default)
 #   build-sanitize/          RelWithDebInfo + ASan/UBSan (-DGRADSLEUTH_SANITIZE=ON)
@@ -10,12 +10,15 @@
 #   AVX-512 machine runs too) into build-LEVEL/ (build-sanitize-LEVEL/, ...).
 # cmake is only re-run by hand when the dir is new or a requested option differs
 # from its cache; otherwise `cmake --build` re-configures by itself when needed.
+# --target T (repeatable) builds only those targets and what they need (./run.sh builds
+#   gradsleuth_cli, and a lab's grader labN_grader); without it, everything (./test.sh).
 # The chosen build dir is printed on the last line ("build: dir <path>").
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sanitize=0 portable=0 debug=0 arch=""
 extra=()
+targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sanitize) sanitize=1 ;;
@@ -25,8 +28,11 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 && "$2" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "build: --arch needs a -march value, e.g. --arch x86-64-v3" >&2; exit 2; }
       arch="$2"; shift ;;
     --arch=*) arch="${1#--arch=}" ;;
+    --target)
+      [[ $# -ge 2 && -n "$2" ]] || { echo "build: --target needs a target name, e.g. --target gradsleuth_cli" >&2; exit 2; }
+      targets+=("$2"); shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "build: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -104,6 +110,11 @@ if [[ $configure == 1 ]]; then
   cmake "${args[@]}" "${extra[@]}"
 fi
 
-echo "build: building $dir"
-cmake --build "$bdir" -j "$(nproc)"
+if [[ ${#targets[@]} -gt 0 ]]; then
+  echo "build: building $dir, targets: ${targets[*]}"
+  cmake --build "$bdir" -j "$(nproc)" --target "${targets[@]}"
+else
+  echo "build: building $dir (all targets)"
+  cmake --build "$bdir" -j "$(nproc)"
+fi
 echo "build: dir $bdir"

@@ -137,8 +137,14 @@ Case inplace_case(const std::string& name, std::vector<Shape> shapes, Fn mine) {
           }};
 }
 
+// Student code whose nodes ("lab2::...") are watched: an exception in their backward, or a
+// gradient of the wrong shape, is reported as coming from the student's backward.
+Fn watched(Fn f) {
+  return [f = std::move(f)](const tensor_list& x) { return watch_backward(f(x), "lab2::"); };
+}
+
 Fn unary(Tensor (*f)(const Tensor&)) {
-  return [f](const tensor_list& x) { return f(x[0]); };
+  return watched([f](const tensor_list& x) { return f(x[0]); });
 }
 
 }  // namespace
@@ -150,7 +156,7 @@ Lab make_lab2() {
   lab.title = "Autograd by hand";
   lab.starter = "tutorials/lab2_autograd/lab2.cpp";
 
-  const Fn mul = [](const tensor_list& x) { return lab2::mul(x[0], x[1]); };
+  const Fn mul = watched([](const tensor_list& x) { return lab2::mul(x[0], x[1]); });
   const Fn ref_mul = [](const tensor_list& x) { return x[0] * x[1]; };
   lab.tasks.push_back(
       {1, "mul, with broadcasting", 20, "lab2::mul()",
@@ -160,7 +166,7 @@ Lab make_lab2() {
         gradcheck_case("broadcast (3, 1) * (1, 4)", "lab2::mul", {{3, 1}, {1, 4}}, mul),
         gradcheck_case("broadcast (2, 3, 4) * (4)", "lab2::mul", {{2, 3, 4}, {4}}, mul),
         gradcheck_case("x * x (one tensor used twice)", "lab2::mul", {{5}},
-                       [](const tensor_list& x) { return lab2::mul(x[0], x[0]); }),
+                       watched([](const tensor_list& x) { return lab2::mul(x[0], x[0]); })),
         one_input_case("(3, 4) * (4)", {{3, 4}, {4}}, mul, ref_mul), no_graph_case({{3, 4}, {3, 4}}, mul),
         inplace_case("mul", {{3, 4}, {3, 4}}, mul)}});
 
@@ -171,13 +177,13 @@ Lab make_lab2() {
         node_case("lab2::tanh", {{4, 5}}, tanh),
         gradcheck_case("tanh (4, 5)", "lab2::tanh", {{4, 5}}, tanh),
         gradcheck_case("tanh(tanh(x)) (6)", "lab2::tanh", {{6}},
-                       [](const tensor_list& x) { return lab2::tanh(lab2::tanh(x[0])); }),
+                       watched([](const tensor_list& x) { return lab2::tanh(lab2::tanh(x[0])); })),
         {"saturated inputs (|x| up to 40): gradients near 0, not NaN",
          [](Check& c) {
            Tensor x = tensor({-40, -10, -1, 0, 1, 10, 40}).requires_grad_(true);
            Tensor y = x.detach().clone().requires_grad_(true);
            c.input("x = " + values_str(x));
-           Tensor out = lab2::tanh(x);
+           Tensor out = watch_backward(lab2::tanh(x), "lab2::");
            require_node(c, out, "lab2::tanh");
            out.sum().backward();
            gs::tanh(y).sum().backward();
@@ -186,7 +192,7 @@ Lab make_lab2() {
          }},
         no_graph_case({{4, 5}}, tanh)}});
 
-  const Fn mm = [](const tensor_list& x) { return lab2::matmul(x[0], x[1]); };
+  const Fn mm = watched([](const tensor_list& x) { return lab2::matmul(x[0], x[1]); });
   const Fn ref_mm = [](const tensor_list& x) { return gs::matmul(x[0], x[1]); };
   lab.tasks.push_back(
       {3, "matmul (2-D)", 20, "lab2::matmul()",
@@ -205,7 +211,7 @@ Lab make_lab2() {
         no_graph_case({{3, 4}, {4, 5}}, mm), inplace_case("matmul (3, 4) @ (4, 2)", {{3, 4}, {4, 2}}, mm)}});
 
   auto sum_fn = [](int64_t dim, bool keepdim) -> Fn {
-    return [=](const tensor_list& x) { return lab2::sum(x[0], dim, keepdim); };
+    return watched([=](const tensor_list& x) { return lab2::sum(x[0], dim, keepdim); });
   };
   auto ref_sum = [](int64_t dim, bool keepdim) -> Fn {
     return [=](const tensor_list& x) { return gs::sum(x[0], {dim}, keepdim); };
@@ -222,7 +228,9 @@ Lab make_lab2() {
         gradcheck_case("sum dim 0 of (5) -> 0-dim", "lab2::sum", {{5}}, sum_fn(0, false)),
         no_graph_case({{3, 4}}, sum_fn(1, false))}});
 
-  auto sm = [](int64_t dim) -> Fn { return [=](const tensor_list& x) { return lab2::softmax(x[0], dim); }; };
+  auto sm = [](int64_t dim) -> Fn {
+    return watched([=](const tensor_list& x) { return lab2::softmax(x[0], dim); });
+  };
   auto ref_sm = [](int64_t dim) -> Fn { return [=](const tensor_list& x) { return gs::softmax(x[0], dim); }; };
   lab.tasks.push_back(
       {5, "softmax", 25, "lab2::softmax()",

@@ -2,7 +2,9 @@
 // points and feedback, and prints the text and JSON reports (see grader.h).
 #include "tutorials/grader/grader.h"
 
+#include "core/autograd.h"
 #include "core/generator.h"
+#include "core/observer.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -15,6 +17,8 @@
 #include <cstring>
 #include <iomanip>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -181,6 +185,96 @@ void Check::require_throws(const std::function<void()>& f, const std::string& wh
   fail(what + ": expected a gs::Error (bad input must fail loudly), but nothing was thrown");
 }
 
+// ---- the student's own backward ----------------------------------------------------
+// A pre-hook on the student's node says that its backward is starting; the observer's
+// on_backward (called right after a node's backward returned) says that it finished, and
+// checks the shapes of the gradients it returned. A backward that raises never finishes, so
+// the case's catch (run_case) finds its name here. The observer is attached (for this thread
+// only) by the first such hook of a case and detached when the case ends.
+namespace {
+
+// True when `from` broadcasts to `to` (the mistake of a backward that forgot to sum).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  try {
+    return broadcast_shapes(from, to, "grader") == to;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+struct BackwardWatch final : OpObserver {
+  const Node* running = nullptr;  // the student's node whose backward started and has not returned
+  std::string node;               // its name
+  std::string shape_error;        // set when it returned a gradient of the wrong shape
+  bool attached = false;
+  // The nodes of this case that watch_backward has seen (held, so that a freed node's address
+  // cannot be mistaken for a new node's).
+  std::unordered_set<std::shared_ptr<Node>> hooked;
+
+  void on_backward(const BackwardEvent& e) override {
+    if (e.node != running) return;
+    for (size_t i = 0; i < e.num_grad_inputs && i < e.node->next_edges.size(); ++i) {
+      const Edge& edge = e.node->next_edges[i];
+      const Tensor& g = e.grad_inputs[i];
+      if (!edge.fn || !g.defined() || g.shape() == edge.shape) continue;
+      // The engine raises next; leave `running` set so the case reports it as this backward's.
+      const bool broadcast = g.numel() > numel_of(edge.shape) && broadcasts_to(edge.shape, g.shape());
+      shape_error = "the gradient it returned for input " + std::to_string(i) + ": expected shape " +
+                    shape_str(edge.shape) + " (the input's shape), got " + shape_str(g.shape()) +
+                    (broadcast ? ". The input was broadcast in the forward: sum the gradient over the broadcast "
+                                 "dims (sum_to(grad, input shape)) before returning it"
+                               : ". A backward returns one gradient per input, with that input's shape");
+      return;
+    }
+    running = nullptr;
+  }
+  void detach() {
+    if (attached) remove_observer(this);
+    attached = false;
+    running = nullptr;
+    node.clear();
+    shape_error.clear();
+    hooked.clear();
+  }
+};
+
+thread_local BackwardWatch t_watch;
+
+// The case's feedback for an exception: prefixed with the student's backward it came from.
+std::string in_backward_prefix() {
+  if (!t_watch.running) return "";
+  return "in your backward of " + t_watch.node + ": ";
+}
+
+}  // namespace
+
+const Tensor& watch_backward(const Tensor& out, const std::string& prefix) {
+  if (!out.defined() || !out.grad_fn()) return out;
+  std::vector<std::shared_ptr<Node>> todo{out.grad_fn()};
+  while (!todo.empty()) {
+    Node* n = todo.back().get();
+    if (!t_watch.hooked.insert(std::move(todo.back())).second) {  // seen (or hooked earlier in this case)
+      todo.pop_back();
+      continue;
+    }
+    todo.pop_back();
+    for (const Edge& e : n->next_edges)
+      if (e.fn) todo.push_back(e.fn);
+    if (std::string_view(n->name()).rfind(prefix, 0) != 0) continue;
+    n->pre_hooks.push_back([n](const Tensor&) {
+      if (!t_watch.attached) {
+        add_observer(&t_watch, ObserverScope::ThisThread);
+        t_watch.attached = true;
+      }
+      t_watch.running = n;
+      t_watch.node = n->name();
+      t_watch.shape_error.clear();
+      return Tensor();  // the gradient unchanged
+    });
+  }
+  return out;
+}
+
 // ---- labs ----------------------------------------------------------------------------
 int Lab::max_points() const {
   int p = 0;
@@ -262,7 +356,18 @@ CaseResult run_case(const Case& c, Stub& stub) {
   CaseResult r;
   r.name = c.name;
   Check check;
+  struct Detach {
+    ~Detach() { t_watch.detach(); }
+  } detach_watch;
+  t_watch.detach();
   auto with_input = [&](std::string m) { return check.input().empty() ? m : m + "\ninput: " + check.input(); };
+  // An exception from the student's own backward (watch_backward): say so, with the shapes
+  // when the gradient it returned had the wrong one.
+  auto raised = [&](const std::string& what, const std::string& message) {
+    const std::string where = in_backward_prefix();
+    if (!where.empty() && !t_watch.shape_error.empty()) return with_input(where + t_watch.shape_error);
+    return with_input(where + what + message);
+  };
   try {
     c.run(check);
     r.passed = true;
@@ -276,12 +381,12 @@ CaseResult run_case(const Case& c, Stub& stub) {
       if (stub.lab == 0) stub = Stub{lab, task, e.what()};
       r.message = std::string("not implemented yet (") + e.what() + ")";
     } else {
-      r.message = with_input(std::string("raised gs::Error: ") + e.what());
+      r.message = raised("raised gs::Error: ", e.what());
     }
   } catch (const std::exception& e) {
-    r.message = with_input(std::string("raised an exception: ") + e.what());
+    r.message = raised("raised an exception: ", e.what());
   } catch (...) {
-    r.message = with_input("raised an exception that is not a std::exception");
+    r.message = raised("raised an exception that is not a std::exception", "");
   }
   r.notes = check.notes();
   return r;

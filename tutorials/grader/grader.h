@@ -100,6 +100,15 @@ struct Lab {
   int max_points() const;
 };
 
+// ---- the student's own backward (lab 2) -------------------------------------------------
+// Marks the nodes of `out`'s graph named `prefix`... (record("lab2::mul", out, ..., f)) as
+// backwards the student wrote. When one raises, the case's feedback says "in your backward of
+// lab2::mul: ..." (not as if the forward had failed); when one returns a gradient whose shape
+// is not its input's (a broadcast dim not summed away), the feedback gives the expected and
+// the got shapes. Returns `out`. Call it on the outputs of student code that a backward() runs
+// through, inside a case.
+const Tensor& watch_backward(const Tensor& out, const std::string& prefix);
+
 // ---- helpers for writing feedback -------------------------------------------------------
 std::string num(double v);                           // 6 significant digits: "0.333333", "inf", "nan"
 std::string fixed(double v, int digits);             // fixed-point: fixed(0.8123, 2) = "0.81"
@@ -117,7 +126,8 @@ std::string values_str(const Tensor& t, int64_t max_elements = 24);
 // "float32[3, 2] strides [1, 3] offset 0", and the values when it has at most 12 elements.
 std::string describe(const Tensor& t);
 
-// ---- the labs, in course order (grader/labs.cpp) ------------------------------
+// ---- the labs this executable grades (grader/labs.cpp) -------------------------
+// One per grader executable (labN_grader grades lab N only); a test may define its own.
 const std::vector<Lab>& all_labs();
 const Lab* find_lab(int number);  // nullptr when there is no lab `number`
 
@@ -173,7 +183,7 @@ std::string report_json(const LabResult& r);
 void print_list(std::ostream& os);
 std::string list_json();
 
-// ---- the command line (`gradsleuth lab ...` and the standalone lab graders) -----------------
+// ---- the command line of a lab's grader (build/tutorials/labN_grader, run by `gradsleuth lab`) ----
 struct CommandOptions {
   std::string action;       // "list" or "check"
   std::string lab;          // "1", "2", ... or "all" (check)

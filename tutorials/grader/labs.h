@@ -1,4 +1,5 @@
-// One function per lab that builds its grader (grade_labN.cpp); labs.cpp lists them in course order.
+// One function per lab that builds its grader (grade_labN.cpp); labs.cpp calls the one of the
+// lab its executable grades (labN_grader links grade_labN.cpp only).
 #pragma once
 #include "tutorials/grader/grader.h"
 

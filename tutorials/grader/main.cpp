@@ -1,9 +1,10 @@
-// A standalone lab grader, built twice: linked with the starter code
-// (lab_grader) and with the reference solutions (lab_grader_solution). CTest
-// runs them; students use `gradsleuth lab` (the same grading, cli/cmd_lab.cpp).
-//   lab_grader list [--json]
-//   lab_grader check N|all [--json] [--task K] [--verbose] [--expect full|consistent]
-//   lab_grader lint DIR1 DIR2 ...   (the lab folders in course order, from tutorials/CMakeLists.txt)
+// A lab's grader executable, built once per lab and implementation: labN_grader
+// links lab N's starter code, labN_grader_solution its reference solution
+// (tutorials/CMakeLists.txt). `gradsleuth lab` (cli/cmd_lab.cpp) runs labN_grader;
+// CTest runs both.
+//   labN_grader list [--json]
+//   labN_grader check N [--json] [--task K] [--verbose] [--expect full|consistent]
+//   labN_grader lint DIR1 DIR2 ...   (every lab folder in course order, from tutorials/CMakeLists.txt)
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -24,26 +25,33 @@ std::string read_text(const std::filesystem::path& p) {
   return os.str();
 }
 
-// Checks that the graders, the folders and the READMEs agree: lab N is the Nth
-// folder, its README has a "Task N.k" section for every graded task and its
-// starter file exists. Missing TODO markers only warn (a student removes them).
+// Checks that this grader's lab, its folder and its README agree: lab N is the
+// Nth folder, its README has a "Task N.k" section for every graded task and its
+// starter file exists; and that grader/ has one grade_labN.cpp per folder. Missing
+// TODO markers only warn (a student removes them). The labs_lint test runs every
+// lab's grader.
 int lint(const std::vector<std::string>& dirs) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(GS_SOURCE_DIR);
-  const auto& labs = gs::labs::all_labs();
   int errors = 0;
   auto error = [&](const std::string& m) {
     std::cout << "error: " << m << "\n";
     ++errors;
   };
-  if (dirs.size() != labs.size())
-    error("tutorials/CMakeLists.txt lists " + std::to_string(dirs.size()) + " labs, the grader (grader/labs.cpp) " +
-          std::to_string(labs.size()));
-  for (size_t i = 0; i < labs.size(); ++i) {
-    const gs::labs::Lab& l = labs[i];
+  size_t graders = 0;
+  for (const auto& e : fs::directory_iterator(root / "tutorials" / "grader")) {
+    const std::string f = e.path().filename().string();
+    graders += f.rfind("grade_lab", 0) == 0 && e.path().extension() == ".cpp";
+  }
+  if (dirs.size() != graders)
+    error("tutorials/CMakeLists.txt lists " + std::to_string(dirs.size()) + " labs, tutorials/grader/ has " +
+          std::to_string(graders) + " grade_labN.cpp files");
+  for (const gs::labs::Lab& l : gs::labs::all_labs()) {
     const std::string n = std::to_string(l.number);
-    if (l.number != static_cast<int>(i + 1)) error("lab " + n + " is number " + std::to_string(i + 1) + " in grader/labs.cpp");
-    if (i < dirs.size() && dirs[i] != l.dir) error("lab " + n + ": the grader says tutorials/" + l.dir + ", CMake says tutorials/" + dirs[i]);
+    if (l.number < 1 || l.number > static_cast<int>(dirs.size()))
+      error("lab " + n + ": tutorials/CMakeLists.txt lists " + std::to_string(dirs.size()) + " labs");
+    else if (dirs[l.number - 1] != l.dir)
+      error("lab " + n + ": the grader says tutorials/" + l.dir + ", CMake says tutorials/" + dirs[l.number - 1]);
     const fs::path readme = root / "tutorials" / l.dir / "README.md";
     if (!fs::exists(readme)) {
       error("lab " + n + ": " + readme.string() + " is missing");
@@ -71,7 +79,7 @@ int main(int argc, char** argv) {
   labs::CommandOptions o;
   auto usage = [&] {
     std::cerr << "usage: " << argv[0] << " list [--json]\n       " << argv[0]
-              << " check N|all [--json] [--task K] [--verbose] [--expect full|consistent]\n       " << argv[0]
+              << " check N [--json] [--task K] [--verbose] [--expect full|consistent]\n       " << argv[0]
               << " lint LAB_DIR...\n";
     return 2;
   };
@@ -92,7 +100,8 @@ int main(int argc, char** argv) {
   try {
     return labs::run_command(o, std::cout);
   } catch (const std::exception& e) {
-    std::cerr << argv[0] << ": error: " << e.what() << "\n";
+    // The program's name only: `gradsleuth lab` runs it by its full path in the build tree.
+    std::cerr << std::filesystem::path(argv[0]).filename().string() << ": error: " << e.what() << "\n";
     return 2;
   }
 }

@@ -1,0 +1,23 @@
+# The labs_lint test: runs `labN_grader lint DIR1 DIR2 ...` for every lab (each grader
+# checks its own lab: its folder, README sections and starter file), and fails if any fails.
+#   cmake -DGRADER_DIR=build/tutorials -DLABS=lab1_tensors,lab2_autograd,... -P lint_labs.cmake
+cmake_minimum_required(VERSION 3.20)  # script mode: the policies of the project (IN_LIST)
+string(REPLACE "," ";" labs "${LABS}")
+set(n 0)
+set(failed "")
+foreach(lab IN LISTS labs)
+  math(EXPR n "${n} + 1")
+  set(grader ${GRADER_DIR}/lab${n}_grader)
+  if(NOT EXISTS ${grader})
+    list(APPEND failed "lab ${n} (${grader} is not built)")
+    continue()
+  endif()
+  execute_process(COMMAND ${grader} lint ${labs} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    list(APPEND failed "lab ${n}")
+  endif()
+endforeach()
+if(failed)
+  string(REPLACE ";" ", " failed "${failed}")
+  message(FATAL_ERROR "labs_lint: failed for ${failed}")
+endif()
