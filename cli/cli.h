@@ -25,6 +25,7 @@ int cmd_demo(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_checks(const std::vector<std::string>& args);
 int cmd_zoo(const std::vector<std::string>& args);
+int cmd_graph(const std::vector<std::string>& args);
 int cmd_doctor(const std::vector<std::string>& args);
 int cmd_lab(const std::vector<std::string>& args);
 int cmd_kernels(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp

@@ -2,17 +2,20 @@
 // pre-training gate (W2), a short monitored training run (W3), the end-of-run
 // diagnoses — printed as a report, with an HTML page of plots (W6), a profile
 // of one step (W7) and a memory report (W8). --bug injects catalogued bugs.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <optional>
 
 #include "cli/cli.h"
 #include "cli/json.h"
 #include "core/autograd.h"
 #include "debug/activation_stats.h"
 #include "debug/checks.h"
+#include "debug/graph.h"
 #include "debug/html_report.h"
 #include "debug/memory.h"
 #include "debug/profiler.h"
@@ -21,6 +24,33 @@
 namespace gradsleuth::cli {
 
 namespace {
+
+// The loss per step, the clean run's beside it and the chance level of the task.
+debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug::zoo::RunResult>& clean, double chance) {
+  debug::Plot loss;
+  loss.title = "training loss";
+  loss.x_label = "step";
+  loss.y_label = "loss";
+  auto series = [](const std::string& name, const std::vector<double>& v) {
+    debug::Series s;
+    s.name = name;
+    for (size_t i = 0; i < v.size(); ++i) {
+      s.x.push_back(static_cast<double>(i + 1));
+      s.y.push_back(v[i]);
+    }
+    return s;
+  };
+  loss.series.push_back(series(clean ? "this run" : "train (per step)", r.history.step_losses));
+  if (clean) loss.series.push_back(series("clean reference", clean->history.step_losses));
+  if (std::isfinite(chance)) {
+    char b[64];
+    std::snprintf(b, sizeof b, "chance level ln %.0f = %.3f", std::exp(chance), chance);
+    loss.lines.push_back({chance, b});
+  }
+  loss.caption = std::string("A loss that stays at the chance level has learned nothing; ") +
+                 (clean ? "the clean recipe with the same budget shows what training should look like." : "");
+  return loss;
+}
 
 debug::Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
                         const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s,
@@ -42,6 +72,56 @@ debug::Plot series_plot(const std::string& title, const std::string& y_label, bo
   return p;
 }
 
+
+// Dead-unit fraction per ReLU layer over time. Healthy layers sit near 0, where their
+// lines overlap: each has its own dash pattern.
+debug::Plot dead_plot(const debug::zoo::RunResult& r) {
+  debug::Plot p = series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction);
+  p.lines.push_back({0.7, "M7 flags a layer at 0.7"});
+  p.caption = "The share of each ReLU layer's units that output 0 for every example of a batch. Healthy layers "
+              "stay near 0 (their lines overlap there; each has its own dash pattern).";
+  return p;
+}
+
+// The update-to-weight ratio per parameter, with the healthy band around 1e-3.
+debug::Plot update_ratio_plot(const debug::zoo::RunResult& r) {
+  debug::Plot p = series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio);
+  p.bands.push_back({1e-4, 1e-2, "healthy: about 1e-3"});
+  p.lines.push_back({1e-5, "O6: too low below 1e-5"});
+  p.lines.push_back({1e-1, "O6: too high above 1e-1"});
+  p.caption = "How much each step changes a weight relative to its size. Around 1e-3 is healthy (Karpathy, "
+              "CS231n); far above means the learning rate is too high, far below too low or a frozen layer.";
+  return p;
+}
+
+// The batch-mixing Jacobian (M6): cell (i, j) is the size of d output[i] / d input[j] for
+// the first examples of a batch, in eval mode. A model that treats examples independently
+// has a diagonal map; anything off the diagonal mixes examples.
+debug::HeatMap batch_mixing_map(const nn::BugSet& bugs, const debug::zoo::Options& o) {
+  debug::zoo::Variant v = debug::zoo::build(bugs, o);
+  v.model->eval();
+  const nn::Batch b = v.train->batch(0, 0);
+  const int64_t n = std::min<int64_t>(b.x.size(0), 12);
+  Tensor x = b.x.narrow(0, 0, n).clone().requires_grad_(true);
+  Tensor out = (*v.model)(x);
+  debug::HeatMap h;
+  h.title = "batch-mixing Jacobian: |d output[i] / d input[j]|";
+  h.x_label = "input example j";
+  h.y_label = "output row i";
+  h.rows = n;
+  h.cols = n;
+  for (int64_t i = 0; i < n; ++i) {
+    const tensor_list g = autograd::grad({out.narrow(0, i, 1).sum()}, {x}, {}, true);
+    for (int64_t j = 0; j < n; ++j) {
+      const Tensor gj = g[0].narrow(0, j, 1).to(kFloat64);
+      h.values.push_back(std::sqrt((gj * gj).sum().item<double>()));
+    }
+  }
+  h.caption = "Each output row should depend on its own input only: a diagonal map. Off-diagonal cells mean the "
+              "model mixes examples of the batch (a reshape where a transpose was meant, a statistic over the "
+              "wrong dimension).";
+  return h;
+}
 }  // namespace
 
 int cmd_doctor(const std::vector<std::string>& args) {
@@ -58,7 +138,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
       "input-independent baseline (M15), the capacity check (M16) and reproducibility (W1). --bug B13 injects a\n"
       "catalogued bug.");
   a.option("model", "mlp|cnn", "the reference model", "mlp");
-  a.option("bug", "ID", "inject a bug (B01..B28); repeatable", "", true);
+  a.option("bug", "ID", "inject a bug (" + nn::bug_range() + "); repeatable", "", true);
   a.option("steps", "N", "training steps of the monitored run", "150");
   a.option("train-examples", "N", "training images", "6000");
   a.option("out", "DIR", "where report.html and metrics.csv go", "runs/doctor");
@@ -87,7 +167,16 @@ int cmd_doctor(const std::vector<std::string>& args) {
 
   debug::zoo::Variant v = debug::zoo::build(bugs, o);
   for (const std::string& n : v.notes) progress("recipe: " + n);
+  const double chance = v.task == debug::zoo::Task::Classes ? std::log(static_cast<double>(v.num_classes)) : NAN;
   debug::zoo::RunResult r = debug::zoo::run_variant(v, o, progress);
+  // The clean recipe with the same budget, for the loss plot's overlay.
+  std::optional<debug::zoo::RunResult> clean;
+  if (!bugs.empty()) {
+    progress("the clean reference, for comparison");
+    debug::zoo::Options co = o;
+    co.footwear = v.task == debug::zoo::Task::Footwear;
+    clean = debug::zoo::run_variant(nn::BugSet{}, co);
+  }
 
   // The checks that need runs of their own, each on a fresh copy of the recipe.
   auto guarded = [&](const char* what, const std::function<void()>& f) {
@@ -197,24 +286,49 @@ int cmd_doctor(const std::vector<std::string>& args) {
                      for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + debug::check_label(c);
                      return s;
                    }()}};
-  {
-    debug::Plot loss;
-    loss.title = "training loss";
-    loss.x_label = "step";
-    loss.y_label = "loss";
-    debug::Series s;
-    s.name = "train (per step)";
-    for (size_t i = 0; i < r.history.step_losses.size(); ++i) {
-      s.x.push_back(static_cast<double>(i + 1));
-      s.y.push_back(r.history.step_losses[i]);
-    }
-    loss.series.push_back(s);
-    html.plots.push_back(loss);
-  }
   html.plots.push_back(series_plot("gradient norm per parameter", "||grad||", true, r.history.grad_norms));
-  html.plots.push_back(series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction));
-  html.plots.push_back(series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio));
+  html.plots.push_back(dead_plot(r));
+  html.plots.push_back(update_ratio_plot(r));
   html.findings = r.report;
+  // The cause first: the earliest finding, with the plot made for it.
+  if (const std::optional<debug::Finding> lead = debug::lead_finding(r.report)) {
+    debug::LeadFinding l;
+    l.finding = *lead;
+    l.why = lead->step < 0 ? "the earliest finding that fired: before training started"
+                           : "the earliest finding that fired: at step " + std::to_string(lead->step);
+    for (const debug::Finding& f : r.report.findings()) l.follow_on += f.fires() ? 1 : 0;
+    l.follow_on -= 1;
+    const std::string& c = lead->check;
+    if (c == "M6") {
+      guarded("the batch-mixing heat map", [&] { l.heatmaps.push_back(batch_mixing_map(bugs, o)); });
+    } else if (c == "M7") {
+      l.plots.push_back(dead_plot(r));
+    } else if (c == "O6" || c == "O1" || c == "M9") {
+      l.plots.push_back(update_ratio_plot(r));
+    }
+    l.plots.push_back(loss_plot(r, clean, chance));
+    html.lead = std::move(l);
+  }
+  html.plots.insert(html.plots.begin(), loss_plot(r, clean, chance));
+  html.sections.push_back({"Where the step time goes (W7 profiler, 10 steps)", profile_text});
+  if (!memory_text.empty()) html.sections.push_back({"Memory (W8 memory report, one step)", memory_text});
+  guarded("the autograd graph", [&] {
+    debug::zoo::Variant gv = debug::zoo::build(bugs, o);
+    const nn::Batch b = gv.train->batch(0, 0);
+    Tensor loss;
+    {
+      debug::GraphModuleTags tags(*gv.model);
+      loss = (*gv.loss)((*gv.model)(b.x.narrow(0, 0, std::min<int64_t>(b.x.size(0), 8))),
+                        b.y.narrow(0, 0, std::min<int64_t>(b.y.size(0), 8)));
+    }
+    debug::DotOptions d;
+    d.params(gv.model->named_parameters()).title("one forward pass and loss; red: named by a finding");
+    for (const debug::Finding& f : r.report.findings())
+      if (f.fires()) d.highlight(f);
+    const std::string dot = debug::to_dot(loss, d);
+    if (debug::have_graphviz()) html.graph_svg = debug::dot_to_svg(dot);
+    else html.graph_dot = dot;
+  });
   std::filesystem::create_directories(out);
   debug::write_html_report(out + "/report.html", html);
   {

@@ -1,6 +1,9 @@
 // gradsleuth zoo: trains the clean reference and each catalogued bug on
 // Fashion-MNIST with every check attached, and prints the detection matrix
 // (docs/catalog.md describes each bug; debug/zoo.h is the library behind it).
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -10,13 +13,14 @@
 #include "cli/json.h"
 #include "debug/html_report.h"
 #include "debug/zoo.h"
+#include "optim/progress.h"
 
 namespace gradsleuth::cli {
 
 int cmd_zoo(const std::vector<std::string>& args) {
   Args a("zoo", args);
   a.about(
-      "Trains the clean reference model and one variant per selected bug (all 28 by default) on Fashion-MNIST,\n"
+      "Trains the clean reference model and one variant per selected bug (by default every bug the model reproduces) on Fashion-MNIST,\n"
       "with every check of the debug module attached (data checks, the pre-training gate, the training monitor,\n"
       "the end-of-run diagnoses), and prints the detection matrix: per bug, the checks meant to catch it, every\n"
       "check that fired, whether an intended one did, and the test accuracy and final loss next to the clean\n"
@@ -24,7 +28,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "reference are listed too: the goal is none.\n"
       "Budget per variant: --quick 150 steps on 6,000 training images (2,000 test); default 1,000 steps on all\n"
       "60,000 (10,000 test); batch 64, Adam lr 1e-3, one thread.");
-  a.option("bug", "ID", "a bug to run (B01..B28); repeat for several (default: all)", "", true);
+  a.option("bug", "ID", "a bug to run (" + nn::bug_range() + "); repeat for several (default: every bug the model's recipe reproduces)", "", true);
   a.flag("quick", "the small budget (the main job of ./run.sh)");
   a.option("json", "FILE", "also write the results as JSON to FILE (written atomically)");
   a.option("model", "mlp|cnn", "the reference model (some bugs exist only in the mlp recipe)", "mlp");
@@ -57,15 +61,25 @@ int cmd_zoo(const std::vector<std::string>& args) {
            o.batch_size);
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
-  if (bugs.empty())
-    for (const nn::BugInfo& b : nn::bug_catalog()) bugs.push_back(b.id);
+  if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);
   const bool quiet = a.has("quiet");
   if (!quiet)
     std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget)\n", bugs.size(),
                  bugs.size() == 1 ? "" : "s", static_cast<long long>(o.steps), a.has("quick") ? "quick" : "full");
-  auto progress = [quiet](const std::string& s) {
+  // Progress on stderr: a bar redrawn in place on a terminal, one line per variant otherwise.
+  const bool tty = isatty(fileno(stderr));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto progress = [quiet, tty, t0](const debug::zoo::Progress& p) {
     if (quiet) return;
-    std::fprintf(stderr, "zoo: %s\n", s.c_str());
+    const double f = static_cast<double>(p.done) / static_cast<double>(std::max<size_t>(p.total, 1));
+    const std::string eta = optim::eta(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), f);
+    if (tty) {
+      std::string line = p.line.size() > 60 ? p.line.substr(0, p.line.rfind(' ', 57)) + " ..." : p.line;
+      std::fprintf(stderr, "\r\033[Kzoo %s %zu/%zu  %s  %s", optim::progress_bar(f, 20).c_str(), p.done, p.total,
+                   line.c_str(), p.done == p.total ? "\n" : eta.c_str());
+    } else {
+      std::fprintf(stderr, "zoo: [%zu/%zu] %s  %s\n", p.done, p.total, p.line.c_str(), eta.c_str());
+    }
     std::fflush(stderr);
   };
   debug::zoo::Result r = debug::zoo::run(bugs, o, progress);

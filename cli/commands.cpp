@@ -11,6 +11,8 @@ std::vector<Command> all_commands() {
        cmd_demo},
       {"devices", "list the CUDA devices this build sees (or why none), and whether the CPU emulator is built",
        cmd_devices},
+      {"graph", "draw the autograd graph of the zoo's model (SVG with Graphviz, else DOT), findings in red",
+       cmd_graph},
       {"gradcheck", "check every op's backward against central differences (M13 numeric gradient check)", cmd_gradcheck},
       {"kernels", "the kernel workbench: numbered CUDA kernel versions, validated (emulator) or timed (GPU)",
        cmd_kernels},

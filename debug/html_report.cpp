@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -125,6 +126,13 @@ std::string log_tick_text(double e) {
   return "1e" + std::to_string(static_cast<int>(e));
 }
 
+// Dash patterns cycled over series (solid, dashed, dotted, dash-dot).
+std::string dash_attr(size_t series_index) {
+  static const char* kDash[] = {"", "8 4", "2 3", "10 3 2 3"};
+  const char* d = kDash[series_index % 4];
+  return *d ? std::string(" stroke-dasharray=\"") + d + "\"" : std::string();
+}
+
 const char* severity_class(Severity s) {
   switch (s) {
     case Severity::Error: return "sev-error";
@@ -147,7 +155,13 @@ tr.sev-error td.sev { background: #fbe3e3; color: #a40000; }
 tr.sev-warning td.sev { background: #fff1d6; color: #8a5a00; }
 tr.sev-info td.sev { background: #e4eefb; color: #1f4f8a; }
 figure { margin: 1em 0; }
+figure svg { width: 100%; height: auto; }
+figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
 svg { background: #fff; border: 1px solid #e4e4e4; }
+.lead { border: 2px solid #c33; border-radius: 6px; padding: 0.2em 1em 0.8em; background: #fff8f8; }
+.lead h2 { border: none; margin-top: 0.6em; }
+pre { background: #f7f7f7; border: 1px solid #e4e4e4; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+.graph svg { border: none; }
 svg text { font-family: system-ui, Helvetica, Arial, sans-serif; fill: #222; }
 .note { color: #666; font-size: 0.9em; }
 )";
@@ -177,7 +191,7 @@ std::string html_escape(const std::string& s) {
 // ---- SVG plots ------------------------------------------------------------------------
 std::string render_svg(const Plot& plot) {
   // Canvas and plot area, in SVG pixels.
-  constexpr double W = 760, H = 400, L = 72, R = 190, T = 42, B = 58;
+  constexpr double W = 900, H = 400, L = 72, R = 200, T = 42, B = 58;
   constexpr double PW = W - L - R, PH = H - T - B;
 
   // Data ranges over the points that will be drawn.
@@ -197,6 +211,17 @@ std::string render_svg(const Plot& plot) {
       ++drawn;
     }
   }
+  // Reference lines and bands are part of the y range: a chance level or a healthy band far
+  // from the data is the point of drawing it.
+  auto take_y = [&](double y) {
+    if (!std::isfinite(y) || (plot.log_y && y <= 0.0)) return;
+    const double v = plot.log_y ? std::log10(y) : y;
+    ylo = std::min(ylo, v), yhi = std::max(yhi, v);
+  };
+  if (drawn > 0) {
+    for (const RefLine& l : plot.lines) take_y(l.y);
+    for (const Band& b : plot.bands) take_y(b.lo), take_y(b.hi);
+  }
   const Axis ax = make_axis(xlo, xhi, false), ay = make_axis(ylo, yhi, plot.log_y);
   // Positions are computed on the clipped range and kept inside the plot area, so
   // every coordinate written is finite (a clipped axis says so in its label).
@@ -211,8 +236,8 @@ std::string render_svg(const Plot& plot) {
   auto py_axis = [&](double t) { return T + PH - (t - ay.lo) / (ay.hi - ay.lo) * PH; };  // t already in axis units
 
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-     << " " << H << "\" role=\"img\" aria-label=\"" << html_escape(plot.title) << "\">\n";
+  os << "<svg class=\"plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+     << "\" viewBox=\"0 0 " << W << " " << H << "\" role=\"img\" aria-label=\"" << html_escape(plot.title) << "\">\n";
   os << "<title>" << html_escape(plot.title) << "</title>\n";
   os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">"
      << html_escape(plot.title) << "</text>\n";
@@ -259,8 +284,29 @@ std::string render_svg(const Plot& plot) {
     os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(T + PH / 2)
        << "\" text-anchor=\"middle\" font-size=\"13\" fill=\"#999\">no finite points to draw</text>\n";
 
+  // Bands and reference lines under the data.
+  if (drawn > 0) {
+    for (const Band& b : plot.bands) {
+      if (!std::isfinite(b.lo) || !std::isfinite(b.hi) || (plot.log_y && (b.lo <= 0.0 || b.hi <= 0.0))) continue;
+      const double y1 = py(std::max(b.lo, b.hi)), y2 = py(std::min(b.lo, b.hi));
+      os << "<rect class=\"band\" x=\"" << coord(L) << "\" y=\"" << coord(y1) << "\" width=\"" << coord(PW)
+         << "\" height=\"" << coord(std::max(y2 - y1, 1.0)) << "\" fill=\"#2ca02c\" fill-opacity=\"0.12\"/>\n";
+      os << "<text x=\"" << coord(L + 6) << "\" y=\"" << coord(y1 + 13) << "\" font-size=\"11\" fill=\"#1d6b1d\">"
+         << html_escape(b.label) << "</text>\n";
+    }
+    for (const RefLine& l : plot.lines) {
+      if (!std::isfinite(l.y) || (plot.log_y && l.y <= 0.0)) continue;
+      const double y = py(l.y);
+      os << "<line class=\"refline\" x1=\"" << coord(L) << "\" y1=\"" << coord(y) << "\" x2=\"" << coord(L + PW)
+         << "\" y2=\"" << coord(y) << "\" stroke=\"#555\" stroke-width=\"1.2\" stroke-dasharray=\"7 4\"/>\n";
+      os << "<text x=\"" << coord(L + PW - 4) << "\" y=\"" << coord(y - 5) << "\" text-anchor=\"end\" font-size=\"11\" "
+         << "fill=\"#444\">" << html_escape(l.label) << "</text>\n";
+    }
+  }
+
   // One polyline per series (and a dot where a series has a single point,
-  // which a polyline alone would not show).
+  // which a polyline alone would not show). Colours cycle with the palette and
+  // dash patterns with a shorter cycle, so two series never share both.
   for (size_t si = 0; si < plot.series.size(); ++si) {
     const Series& s = plot.series[si];
     const char* colour = kPalette[si % kPaletteSize];
@@ -275,7 +321,8 @@ std::string render_svg(const Plot& plot) {
       pts += coord(lastx) + "," + coord(lasty);
     }
     os << "<polyline class=\"series\" data-name=\"" << html_escape(s.name) << "\" fill=\"none\" stroke=\"" << colour
-       << "\" stroke-width=\"1.6\" stroke-linejoin=\"round\" points=\"" << pts << "\"/>\n";
+       << "\" stroke-width=\"" << (si == 0 ? "2.2" : "1.6") << "\" stroke-linejoin=\"round\"" << dash_attr(si)
+       << " points=\"" << pts << "\"/>\n";
     if (count == 1)
       os << "<circle cx=\"" << coord(lastx) << "\" cy=\"" << coord(lasty) << "\" r=\"3\" fill=\"" << colour << "\"/>\n";
   }
@@ -293,12 +340,100 @@ std::string render_svg(const Plot& plot) {
     std::string name = plot.series[si].name;
     if (name.size() > 26) name = name.substr(0, 24) + "...";
     os << "<line x1=\"" << coord(lx) << "\" y1=\"" << coord(ly - 4) << "\" x2=\"" << coord(lx + 20) << "\" y2=\""
-       << coord(ly - 4) << "\" stroke=\"" << kPalette[si % kPaletteSize] << "\" stroke-width=\"2.5\"/>\n";
+       << coord(ly - 4) << "\" stroke=\"" << kPalette[si % kPaletteSize] << "\" stroke-width=\"2.5\"" << dash_attr(si)
+       << "/>\n";
     os << "<text x=\"" << coord(lx + 26) << "\" y=\"" << coord(ly) << "\">" << html_escape(name) << "</text>\n";
   }
   os << "</g>\n</svg>";
   return os.str();
 }
+
+// ---- heat maps --------------------------------------------------------------------------
+std::string render_heatmap(const HeatMap& h) {
+  GS_CHECK(h.rows >= 0 && h.cols >= 0 && h.values.size() == static_cast<size_t>(h.rows * h.cols), "render_heatmap",
+           "values hold ", h.values.size(), " numbers for a ", h.rows, "x", h.cols, " map");
+  constexpr double L = 60, T = 42, R = 110, B = 50, cell_max = 28;
+  const double cell = h.rows > 0 && h.cols > 0
+                          ? std::min(cell_max, 600.0 / static_cast<double>(std::max(h.rows, h.cols)))
+                          : cell_max;
+  const double PW = cell * static_cast<double>(h.cols), PH = cell * static_cast<double>(h.rows);
+  const double W = L + std::max(PW, 200.0) + R, H = T + std::max(PH, 40.0) + B;
+  double vmax = 0.0;
+  size_t nonfinite = 0;
+  for (double v : h.values) {
+    if (std::isfinite(v)) vmax = std::max(vmax, std::fabs(v));
+    else ++nonfinite;
+  }
+  std::ostringstream os;
+  os << "<svg class=\"heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << coord(W) << "\" height=\""
+     << coord(H) << "\" viewBox=\"0 0 " << coord(W) << " " << coord(H) << "\" role=\"img\" aria-label=\""
+     << html_escape(h.title) << "\">\n<title>" << html_escape(h.title) << "</title>\n";
+  os << "<text x=\"" << coord(L) << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << html_escape(h.title)
+     << "</text>\n";
+  for (int64_t i = 0; i < h.rows; ++i)
+    for (int64_t j = 0; j < h.cols; ++j) {
+      const double v = h.values[static_cast<size_t>(i * h.cols + j)];
+      std::string fill = "#999999";  // non-finite
+      if (std::isfinite(v)) {
+        const double t = vmax > 0.0 ? std::fabs(v) / vmax : 0.0;  // 0 white .. 1 dark red
+        char b[8];
+        std::snprintf(b, sizeof b, "#%02x%02x%02x", static_cast<int>(255 - 75 * t), static_cast<int>(255 - 235 * t),
+                      static_cast<int>(255 - 235 * t));
+        fill = b;
+      }
+      os << "<rect x=\"" << coord(L + cell * static_cast<double>(j)) << "\" y=\"" << coord(T + cell * static_cast<double>(i))
+         << "\" width=\"" << coord(cell) << "\" height=\"" << coord(cell) << "\" fill=\"" << fill
+         << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << i << ", " << j << ": " << html_escape(fmt_num(v))
+         << "</title></rect>\n";
+    }
+  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(T + PH + 22) << "\" text-anchor=\"middle\" font-size=\"12\">"
+     << html_escape(h.x_label) << "</text>\n";
+  os << "<text x=\"" << coord(L - 12) << "\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" "
+     << "transform=\"rotate(-90 " << coord(L - 12) << " " << coord(T + PH / 2) << ")\">" << html_escape(h.y_label)
+     << "</text>\n";
+  // Scale: white = 0, dark red = the largest |value|.
+  const double sx = L + PW + 20;
+  os << "<rect x=\"" << coord(sx) << "\" y=\"" << coord(T) << "\" width=\"14\" height=\"14\" fill=\"#b41414\"/>"
+     << "<text x=\"" << coord(sx + 20) << "\" y=\"" << coord(T + 11) << "\" font-size=\"11\">" << html_escape(fmt_num(vmax))
+     << "</text>\n<rect x=\"" << coord(sx) << "\" y=\"" << coord(T + 22) << "\" width=\"14\" height=\"14\" fill=\"#ffffff\" "
+     << "stroke=\"#ccc\"/><text x=\"" << coord(sx + 20) << "\" y=\"" << coord(T + 33) << "\" font-size=\"11\">0</text>\n";
+  if (nonfinite)
+    os << "<text x=\"" << coord(sx) << "\" y=\"" << coord(T + 56) << "\" font-size=\"11\" fill=\"#666\">" << nonfinite
+       << " non-finite (grey)</text>\n";
+  if (h.rows == 0 || h.cols == 0)
+    os << "<text x=\"" << coord(L) << "\" y=\"" << coord(T + 20) << "\" font-size=\"13\" fill=\"#999\">empty matrix</text>\n";
+  os << "</svg>";
+  return os.str();
+}
+
+std::optional<Finding> lead_finding(const Report& r) {
+  const Finding* best = nullptr;
+  auto time_of = [](const Finding& f) { return f.step < 0 ? std::numeric_limits<int64_t>::min() : f.step; };
+  for (const Finding& f : r.findings()) {
+    if (!f.fires()) continue;
+    if (!best || time_of(f) < time_of(*best) || (time_of(f) == time_of(*best) && f.severity > best->severity))
+      best = &f;
+  }
+  if (!best) return std::nullopt;
+  return *best;
+}
+
+namespace {
+// An SVG document from Graphviz, ready to embed in HTML: its XML prolog and doctype removed.
+std::string embeddable_svg(const std::string& svg) {
+  const size_t p = svg.find("<svg");
+  return p == std::string::npos ? std::string() : svg.substr(p);
+}
+
+std::string figure(const Plot& p) {
+  return "<figure>\n" + render_svg(p) + "\n" +
+         (p.caption.empty() ? std::string() : "<figcaption>" + html_escape(p.caption) + "</figcaption>\n") + "</figure>\n";
+}
+std::string figure(const HeatMap& h) {
+  return "<figure>\n" + render_heatmap(h) + "\n" +
+         (h.caption.empty() ? std::string() : "<figcaption>" + html_escape(h.caption) + "</figcaption>\n") + "</figure>\n";
+}
+}  // namespace
 
 // ---- the page -------------------------------------------------------------------------
 std::string render_html(const HtmlReport& rep) {
@@ -309,6 +444,25 @@ std::string render_html(const HtmlReport& rep) {
      << "<title>" << html_escape(title) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n";
   os << "<h1>" << html_escape(title) << "</h1>\n";
   os << "<p class=\"note\">Written by gradsleuth's debug module (W6). Self-contained: no scripts, no network.</p>\n";
+
+  if (rep.lead) {
+    const LeadFinding& l = *rep.lead;
+    const Finding& f = l.finding;
+    os << "<section class=\"lead\">\n<h2>What went wrong first: " << html_escape(check_label(f.check)) << "</h2>\n";
+    os << "<p><strong>" << severity_name(f.severity) << ":</strong> " << html_escape(f.title) << "</p>\n";
+    if (!f.location().empty()) os << "<p>where: " << html_escape(f.location()) << "</p>\n";
+    if (!f.cause.empty()) os << "<p>likely cause: " << html_escape(f.cause) << "</p>\n";
+    if (!f.fix.empty()) os << "<p>fix: " << html_escape(f.fix) << "</p>\n";
+    if (!l.why.empty() || l.follow_on > 0)
+      os << "<p class=\"note\">" << html_escape(l.why)
+         << (l.follow_on > 0 ? (l.why.empty() ? "" : "; ") + std::string("and ") + std::to_string(l.follow_on) +
+                                   " follow-on finding" + (l.follow_on == 1 ? "" : "s") + " below"
+                             : std::string())
+         << "</p>\n";
+    for (const HeatMap& h : l.heatmaps) os << figure(h);
+    for (const Plot& p : l.plots) os << figure(p);
+    os << "</section>\n";
+  }
 
   if (!rep.summary.empty()) {
     os << "<h2>Summary</h2>\n<table class=\"summary\">\n";
@@ -345,8 +499,18 @@ std::string render_html(const HtmlReport& rep) {
 
   if (!rep.plots.empty()) {
     os << "<h2>Plots</h2>\n";
-    for (const Plot& p : rep.plots) os << "<figure>\n" << render_svg(p) << "\n</figure>\n";
+    for (const Plot& p : rep.plots) os << figure(p);
   }
+  if (!rep.graph_svg.empty() || !rep.graph_dot.empty()) {
+    os << "<h2>Autograd graph</h2>\n";
+    if (!rep.graph_svg.empty())
+      os << "<div class=\"graph\">\n" << embeddable_svg(rep.graph_svg) << "\n</div>\n";
+    else
+      os << "<p class=\"note\">Graphviz is not installed (apt-get install graphviz renders this as a picture); the "
+            "graph in DOT:</p>\n<pre>" << html_escape(rep.graph_dot) << "</pre>\n";
+  }
+  for (const TextSection& t : rep.sections)
+    os << "<h2>" << html_escape(t.title) << "</h2>\n<pre>" << html_escape(t.text) << "</pre>\n";
   os << "</body>\n</html>\n";
   return os.str();
 }

@@ -32,18 +32,66 @@ struct Series {
   std::vector<double> x, y;
 };
 
+// A horizontal reference line across a plot ("chance level ln 10 = 2.303").
+struct RefLine {
+  double y = 0.0;
+  std::string label;
+};
+// A shaded horizontal band ("healthy: 1e-4 .. 1e-2").
+struct Band {
+  double lo = 0.0, hi = 0.0;
+  std::string label;
+};
+
 struct Plot {
   std::string title, x_label, y_label;
   bool log_y = false;
-  std::vector<Series> series;
+  std::vector<Series> series;  // each drawn in its own colour and dash pattern, so overlapping lines stay legible
+  std::vector<RefLine> lines;
+  std::vector<Band> bands;
+  std::string caption;         // a sentence under the plot saying what to look for
+};
+
+// A matrix drawn as coloured cells (|value| on a white-to-red scale), e.g. the
+// batch-mixing Jacobian: how much output row i depends on input example j.
+struct HeatMap {
+  std::string title, x_label, y_label, caption;
+  int64_t rows = 0, cols = 0;
+  std::vector<double> values;  // rows * cols, row-major
+};
+
+// The finding that explains the run, shown first with the plots made for it.
+struct LeadFinding {
+  Finding finding;
+  std::string why;               // why this one leads ("earliest error, before training")
+  int64_t follow_on = 0;         // how many other findings fired after it
+  std::vector<Plot> plots;
+  std::vector<HeatMap> heatmaps;
+};
+
+// A titled block of preformatted text (the profile, the memory report).
+struct TextSection {
+  std::string title, text;
 };
 
 struct HtmlReport {
   std::string title;
   std::vector<std::pair<std::string, std::string>> summary;  // key, value rows ("epochs", "5")
+  std::optional<LeadFinding> lead;
   std::vector<Plot> plots;
   Report findings;
+  // The autograd graph: an SVG document from Graphviz (embedded as is), or DOT text
+  // (shown as text) when Graphviz is not installed. Empty: no graph section.
+  std::string graph_svg, graph_dot;
+  std::vector<TextSection> sections;
 };
+
+// The finding a report should lead with: the earliest in time (before training,
+// then by step), errors before warnings at the same time; nullopt when nothing fired.
+std::optional<Finding> lead_finding(const Report& r);
+
+// One heat map as an <svg> element.
+std::string render_heatmap(const HeatMap& h);
 
 // The whole page. Every text is HTML-escaped; each plot is one <svg> with one
 // <polyline> per series; void elements are written self-closed ("<meta .../>").

@@ -38,6 +38,19 @@ class Scale : public nn::Module {
   double factor_;
 };
 
+// Refuses, before any training, a bug the model's recipe cannot reproduce (the table's
+// recipes column; e.g. the CNN has no BatchNorm for B23).
+void check_recipe(const std::vector<Bug>& bugs, const std::string& model) {
+  for (Bug b : bugs) {
+    const nn::BugInfo& info = nn::bug_info(b);
+    if (std::find(info.recipes.begin(), info.recipes.end(), model) != info.recipes.end()) continue;
+    std::string where;
+    for (const std::string& r : info.recipes) where += (where.empty() ? "" : " or ") + r;
+    GS_CHECK(false, "zoo", "bug ", info.code, " (", info.title, ") lives in ", info.lives_in,
+             ", which the ", model, " recipe does not have: it is reproduced with --model ", where);
+  }
+}
+
 bool footwear_bug(const nn::BugSet& b) { return b.has(Bug::B01) || b.has(Bug::B09); }
 
 std::shared_ptr<nn::Residual> block(const std::shared_ptr<nn::Linear>& fc) {
@@ -83,10 +96,7 @@ std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std:
 
 // The CNN of `gradsleuth train` (x (B, 1, 28, 28) -> (B, K)); fc = layer 7, head = layer 10.
 std::shared_ptr<nn::Sequential> make_cnn(const nn::BugSet& bugs, int64_t K, int64_t H = 128) {
-  for (Bug b : {Bug::B02, Bug::B11, Bug::B17, Bug::B23})
-    GS_CHECK(!bugs.has(b), "zoo", "bug ", nn::bug_code(b), " (", nn::bug_info(b).title,
-             ") is reproduced in the mlp recipe only (the CNN has no ",
-             b == Bug::B23 ? "BatchNorm" : b == Bug::B02 ? "residual block" : "repeated layer", "): use --model mlp");
+  check_recipe(bugs.list(), "cnn");
   auto fc = std::make_shared<nn::Linear>(64 * 7 * 7, H);
   auto head = std::make_shared<nn::Linear>(H, K);
   for (Bug b : {Bug::B13, Bug::B16, Bug::B18, Bug::B22})
@@ -403,7 +413,45 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
   return r;
 }
 
-Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<void(const std::string&)>& progress) {
+namespace {
+std::string pct(double v) {
+  if (!std::isfinite(v)) return "-";
+  char b[16];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
+  return b;
+}
+std::string num(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
+  char b[16];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  return b;
+}
+// Text wrapped at word ends to `width` columns, each line starting with `indent`.
+std::string wrap(const std::string& text, size_t width, const std::string& indent) {
+  std::istringstream in(text);
+  std::string out, line = indent;
+  for (std::string w; in >> w;) {
+    if (line.size() > indent.size() && line.size() + 1 + w.size() > width) {
+      out += line + "\n";
+      line = indent;
+    }
+    line += (line.size() > indent.size() ? " " : "") + w;
+  }
+  return out + line + "\n";
+}
+std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+}  // namespace
+
+std::vector<Bug> catalog_for(const std::string& model) {
+  std::vector<Bug> out;
+  for (const nn::BugInfo& b : nn::bug_catalog())
+    if (std::find(b.recipes.begin(), b.recipes.end(), model) != b.recipes.end()) out.push_back(b.id);
+  GS_CHECK(!out.empty(), "zoo", "no catalogued bug has a '", model, "' recipe (models: mlp, cnn)");
+  return out;
+}
+
+Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<void(const Progress&)>& progress) {
+  check_recipe(bugs, o.model);  // before the clean reference trains, not after
   const auto t0 = Clock::now();
   Result res;
   res.options = o;
@@ -415,10 +463,10 @@ Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<v
     ++done;
     if (!progress) return;
     std::ostringstream os;
-    os << "[" << done << "/" << total << "] " << r.id << ": " << (r.id.rfind("clean", 0) == 0 ? "" : r.caught ? "caught" : "MISSED")
+    os << r.id << ": " << (r.id.rfind("clean", 0) == 0 ? "" : r.caught ? "caught" : "MISSED")
        << (r.fired.empty() ? " (no check fired)" : " (fired: " + join(r.fired) + ")") << ", test accuracy "
-       << fmt_num(r.test_accuracy) << ", " << fmt_num(r.seconds) << " s";
-    progress(os.str());
+       << pct(r.test_accuracy) << ", " << fmt_num(r.seconds) << " s";
+    progress(Progress{done, total, &r, os.str()});
   };
   res.clean = run_variant({}, o);
   step(res.clean);
@@ -436,28 +484,13 @@ Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<v
   return res;
 }
 
-namespace {
-std::string pct(double v) {
-  if (!std::isfinite(v)) return "-";
-  char b[16];
-  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
-  return b;
-}
-std::string num(double v) {
-  if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
-  char b[16];
-  std::snprintf(b, sizeof b, "%.3f", v);
-  return b;
-}
-std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
-}  // namespace
 
 std::string matrix(const Result& r) {
   std::ostringstream os;
   os << "Detection matrix: " << r.bugs.size() << " bug" << (r.bugs.size() == 1 ? "" : "s") << ", "
      << r.options.steps << " steps each on " << r.options.train_examples << " training images (test: "
      << r.options.test_examples << " images), model " << r.options.model << "\n\n";
-  os << pad("bug", 5) << pad("intended", 10) << pad("caught", 7) << pad("test acc (clean)", 18) << pad("loss", 8)
+  os << pad("bug", 5) << pad("intended", 10) << pad("caught", 7) << pad("test acc (ref)", 21) << pad("loss", 8)
      << "fired\n";
   auto ref_of = [&](const RunResult& b) -> const RunResult& { return b.reference == "clean-footwear" ? r.clean_footwear : r.clean; };
   int caught = 0;
@@ -465,9 +498,9 @@ std::string matrix(const Result& r) {
     const RunResult& ref = ref_of(b);
     caught += b.caught ? 1 : 0;
     os << pad(b.id, 5) << pad(join(b.intended, ","), 10) << pad(b.caught ? "yes" : "NO", 7)
-       << pad(pct(b.test_accuracy) + " (" + pct(ref.test_accuracy) + ")", 18) << pad(num(b.final_loss), 8)
-       << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
-    os << "     " << b.title << (b.stopped.empty() ? "" : "  [" + b.stopped.substr(0, 90) + "]") << "\n";
+       << pad(pct(b.test_accuracy) + " (" + (&ref == &r.clean_footwear ? "fw " : "") + pct(ref.test_accuracy) + ")", 21)
+       << pad(num(b.final_loss), 8) << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
+    os << wrap(b.title + (b.stopped.empty() ? "" : " [stopped: " + b.stopped + "]"), 100, "     ");
   }
   // The legend: every check id the matrix shows, with its name, wrapped at ~100 columns.
   std::set<std::string> shown;
@@ -481,6 +514,9 @@ std::string matrix(const Result& r) {
   std::sort(ids.begin(), ids.end(), [](const std::string& x, const std::string& y) {
     return x[0] != y[0] ? x[0] < y[0] : std::atoi(x.c_str() + 1) < std::atoi(y.c_str() + 1);
   });
+  os << "\ntest acc (ref): the bug's test accuracy, and in brackets the clean reference's it is compared with"
+     << (r.clean_footwear.id.empty() ? "" : "\n  (fw: the clean footwear model; B01 and B09 train the footwear task)")
+     << "\n";
   os << "\nchecks (id name; every check with its rule: gradsleuth checks --list):\n";
   std::string line = " ";
   for (size_t i = 0; i < ids.size(); ++i) {

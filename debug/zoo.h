@@ -105,8 +105,22 @@ struct Result {
   Options options;
 };
 
+// Where a run is: called after each variant (done of total, the variant just finished
+// and a one-line summary of it), so a caller can draw a progress bar with an ETA.
+struct Progress {
+  size_t done = 0, total = 0;
+  const RunResult* last = nullptr;
+  std::string line;  // "B13: caught (fired: M6), test accuracy 0.61, 0.9 s"
+};
+
+// The bugs of the catalog that the model's recipe reproduces (the table's recipes
+// column), in order: the default selection of `gradsleuth zoo --model M`.
+std::vector<nn::Bug> catalog_for(const std::string& model);
+
+// Trains the clean reference(s) and each bug. A bug the model's recipe cannot
+// reproduce is refused before anything trains.
 Result run(const std::vector<nn::Bug>& bugs, const Options& o,
-           const std::function<void(const std::string&)>& progress = nullptr);
+           const std::function<void(const Progress&)>& progress = nullptr);
 
 // The detection matrix, for a person.
 std::string matrix(const Result& r);

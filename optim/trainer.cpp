@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "nn/loss.h"
 #include "optim/clip.h"
+#include "optim/progress.h"
 
 namespace gradsleuth::optim {
 
@@ -54,29 +55,31 @@ bool is_classification(const Tensor& output, const Tensor& target) {
 // or plain lines (every `every` steps and at epoch ends) in a log file.
 class ProgressBar {
  public:
-  ProgressBar(Progress mode, int64_t every) : every_(std::max<int64_t>(every, 1)) {
+  // first_epoch: the number of the run's first epoch (the ETA covers this run's epochs).
+  ProgressBar(Progress mode, int64_t every, int64_t first_epoch)
+      : every_(std::max<int64_t>(every, 1)), first_epoch_(first_epoch), start_(Clock::now()) {
     tty_ = mode == Progress::Auto && isatty(fileno(stderr));
     off_ = mode == Progress::Off;
   }
   void step(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double acc, double ex_s) {
     if (off_) return;
+    const auto now = Clock::now();
+    const double run_batches = static_cast<double>(std::max<int64_t>((epochs - first_epoch_ + 1) * batches, 1));
+    const double done = static_cast<double>((epoch - first_epoch_) * batches + batch + 1) / run_batches;
+    const std::string eta = optim::eta(std::chrono::duration<double>(now - start_).count(), done);
     if (tty_) {
-      const auto now = Clock::now();
       if (batch + 1 < batches && now - last_draw_ < std::chrono::milliseconds(100)) return;
       last_draw_ = now;
-      const int width = 24;
-      const int filled = static_cast<int>(width * (batch + 1) / std::max<int64_t>(batches, 1));
-      std::string bar(static_cast<size_t>(filled), '=');
-      if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
-      std::fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  loss %.4f%s  %.0f ex/s   ",
-                   static_cast<long long>(epoch), static_cast<long long>(epochs), bar.c_str(),
+      const double in_epoch = static_cast<double>(batch + 1) / static_cast<double>(std::max<int64_t>(batches, 1));
+      std::fprintf(stderr, "\repoch %lld/%lld %s %lld/%lld  loss %.4f%s  %.0f ex/s  %s   ",
+                   static_cast<long long>(epoch), static_cast<long long>(epochs), progress_bar(in_epoch).c_str(),
                    static_cast<long long>(batch + 1), static_cast<long long>(batches), loss, acc_str(acc).c_str(),
-                   ex_s);
+                   ex_s, eta.c_str());
       std::fflush(stderr);
     } else if ((batch + 1) % every_ == 0) {
-      std::fprintf(stderr, "epoch %lld/%lld  step %lld/%lld  loss %.4f%s  %.0f ex/s\n",
+      std::fprintf(stderr, "epoch %lld/%lld  step %lld/%lld  loss %.4f%s  %.0f ex/s  %s\n",
                    static_cast<long long>(epoch), static_cast<long long>(epochs), static_cast<long long>(batch + 1),
-                   static_cast<long long>(batches), loss, acc_str(acc).c_str(), ex_s);
+                   static_cast<long long>(batches), loss, acc_str(acc).c_str(), ex_s, eta.c_str());
     }
   }
   void epoch_end(const EpochInfo& e, int64_t epochs) {
@@ -99,8 +102,8 @@ class ProgressBar {
   }
   static std::string acc_str(double acc) { return std::isnan(acc) ? "" : "  acc " + fmt(acc); }
   bool tty_ = false, off_ = false;
-  int64_t every_;
-  Clock::time_point last_draw_{};
+  int64_t every_, first_epoch_;
+  Clock::time_point start_, last_draw_{};
 };
 
 }  // namespace
@@ -220,7 +223,7 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
   open_logs();
   stop_ = false;
   FitResult result;
-  ProgressBar bar(options_.progress(), options_.log_every());
+  ProgressBar bar(options_.progress(), options_.log_every(), epochs_done_ + 1);
   const int64_t epochs = options_.epochs(), batches = train.num_batches();
   const int64_t last_epoch = epochs_done_ + epochs;
   const std::vector<Tensor> params = model_.parameters();

@@ -2,6 +2,7 @@
 # Checks for the system packages gradsleuth needs and installs the missing ones
 # with apt-get when run as root. Cheap checks only (files and commands), so a
 # second run costs well under a second. Set GS_SKIP_SETUP=1 to skip it entirely.
+#   scripts/setup.sh [--browser]   --browser: also Chromium and Graphviz (optional extras)
 set -euo pipefail
 
 if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
@@ -32,6 +33,14 @@ need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
 # Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
 need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
+# Optional extras, only when asked for: --browser installs Chromium (the report_browser test
+# renders doctor's HTML report in it) and Graphviz (SVG pictures of the autograd graph).
+for arg in "$@"; do
+  case "$arg" in
+    --browser) need_cmd chromium chromium; need_cmd dot graphviz ;;
+    *) echo "setup: unknown option '$arg' (known: --browser)" >&2; exit 2 ;;
+  esac
+done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup: all system packages present"

@@ -59,16 +59,20 @@ TEST_CASE("train --json: the last stdout line is one JSON object; same seed, sam
   REQUIRE(b.status == 0);
   json_mini::Value doc;
   REQUIRE_NOTHROW(doc = json_mini::parse(last_line(a.out)));
-  for (const char* key : {"model", "epochs", "test_accuracy", "test_loss", "seconds", "train_loss", "seed",
-                          "examples_per_second"})
+  for (const char* key : {"model", "epochs", "test_accuracy", "test_loss", "val_accuracy", "val_loss", "seconds",
+                          "train_loss", "seed", "examples_per_second"})
     CHECK_MESSAGE(doc.get(key) != nullptr, key);
   CHECK(doc.get("model")->str == "mlp");
   CHECK(doc.get("epochs")->num == 2);
-  CHECK(doc.get("train_examples")->num == 640);
+  // Honest splits: 10% of the 640 training images held out for validation, the test set apart.
+  CHECK(doc.get("train_examples")->num == 576);
+  CHECK(doc.get("val_examples")->num == 64);
+  CHECK(doc.get("test_examples")->num == 500);
   CHECK(doc.get("test_accuracy")->num > 0.3);
+  CHECK(doc.get("val_accuracy")->num > 0.3);
   // The run directory and bit-identical loss sequences.
   const std::string sa = slurp(base / "a" / "steps.csv"), sb = slurp(base / "b" / "steps.csv");
-  CHECK(std::count(sa.begin(), sa.end(), '\n') == 1 + 20);
+  CHECK(std::count(sa.begin(), sa.end(), '\n') == 1 + 18);  // 576 / 64 = 9 steps per epoch
   CHECK(sa == sb);
   CHECK(fs::exists(base / "a" / "epochs.jsonl"));
   CHECK(fs::exists(base / "a" / "summary.json"));
@@ -110,6 +114,8 @@ TEST_CASE("train: every numeric option is range-checked before any work, naming 
                        Bad{"--seed -1", "--seed must be an integer >= 0, got '-1'"},
                        Bad{"--epochs 0", "--epochs must be an integer in [1, "},
                        Bad{"--batch-size -3", "--batch-size must be an integer in [1, "},
+                       Bad{"--val-fraction 0.7", "--val-fraction must be a finite number in [0, 0.5]"},
+                       Bad{"--val-fraction -0.1", "--val-fraction must be a finite number in [0, 0.5]"},
                        Bad{"--run-dir /proc/gradsleuth-cannot-exist", "--run-dir"}}) {
     CAPTURE(b.args);
     // --data-dir /nonexistent: a check that ran after loading the data would report the dataset instead.
@@ -128,4 +134,23 @@ TEST_CASE("train: a loss that becomes non-finite exits 1 naming the step") {
   CHECK(r.status == 1);
   CHECK(r.out.find("the training loss became non-finite") != std::string::npos);
   CHECK(r.out.find("at step ") != std::string::npos);
+}
+
+TEST_CASE("train: the validation split comes from the training images; the test set is evaluated once") {
+  skip_without_dataset();
+  const std::string common = "train --model mlp --epochs 1 --limit-train 640 --limit-test 300 --seed 5 --threads 1 "
+                             "--json --quiet ";
+  Run none = run_cli(common + "--val-fraction 0");
+  REQUIRE(none.status == 0);
+  json_mini::Value d0 = json_mini::parse(last_line(none.out));
+  CHECK(d0.get("train_examples")->num == 640);
+  CHECK(d0.get("val_examples")->num == 0);
+  CHECK(d0.get("val_accuracy")->kind == json_mini::Value::Null);  // no validation: nothing reported as val
+  CHECK(d0.get("test_examples")->num == 300);
+  Run quarter = run_cli(common + "--val-fraction 0.25");
+  REQUIRE(quarter.status == 0);
+  json_mini::Value d1 = json_mini::parse(last_line(quarter.out));
+  CHECK(d1.get("train_examples")->num == 480);
+  CHECK(d1.get("val_examples")->num == 160);
+  CHECK(d1.get("test_examples")->num == 300);
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -131,4 +132,56 @@ TEST_CASE("zoo --json and doctor --out are checked writable before the run start
   clitest::Run seed = clitest::run_cli_all("doctor --seed -1");
   CHECK(seed.status == 1);
   CHECK(seed.out.find("--seed must be an integer >= 0") != std::string::npos);
+}
+
+TEST_CASE("zoo refuses a bug the model's recipe cannot reproduce before anything trains") {
+  // B11 (a layer instance reused) exists in the mlp recipe only: the error must come at once,
+  // not after the clean reference has trained.
+  const auto t0 = std::chrono::steady_clock::now();
+  Run r = clitest::run_cli_all("zoo --quick --model cnn --bug B11 --quiet");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.status != 0);
+  CHECK(r.out.find("B11") != std::string::npos);
+  CHECK(r.out.find("--model mlp") != std::string::npos);
+  CHECK(s < 5.0);  // the clean CNN reference alone trains for ~20 s
+}
+
+TEST_CASE("zoo's matrix names the reference each bug is compared with and wraps notes at word ends") {
+  if (!have_data()) return;
+  Run r = run_cli("zoo --quick --bug B09 --steps 20 --train-examples 640 --quiet");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("test acc (ref)") != std::string::npos);
+  CHECK(r.out.find("(fw ") != std::string::npos);  // B09 trains the footwear task
+  CHECK(r.out.find("fw: the clean footwear model") != std::string::npos);
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    CAPTURE(line);
+    CHECK(line.size() <= 110);
+  }
+}
+
+TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding names is red") {
+  if (!have_data()) return;
+  Run plain = run_cli("graph --dot --model mlp");
+  REQUIRE(plain.status == 0);
+  CHECK(plain.out.rfind("digraph autograd {", 0) == 0);
+  CHECK(plain.out.find("1.weight\\nfloat32[128, 784]") != std::string::npos);
+  CHECK(plain.out.find("in 1 (Linear)") != std::string::npos);
+  CHECK(plain.out.find("color=red") == std::string::npos);
+  // B16 (weights initialised far too large): M9 names module 1 and its weight; the ops of
+  // that Linear and the weight's leaf are drawn in red, nothing else.
+  Run bug = run_cli("graph --dot --model mlp --bug B16 --check");
+  REQUIRE(bug.status == 0);
+  std::istringstream lines(bug.out);
+  int red = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("color=red") == std::string::npos) continue;
+    ++red;
+    CAPTURE(line);
+    CHECK((line.find("in 1 (Linear)") != std::string::npos || line.find("1.weight\\n") != std::string::npos));
+  }
+  CHECK(red >= 2);
+  Run bad = clitest::run_cli_all("graph --model rnn");
+  CHECK(bad.status != 0);
+  CHECK(bad.out.find("unknown --model 'rnn'") != std::string::npos);
 }

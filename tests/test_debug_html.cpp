@@ -92,10 +92,10 @@ dbg::HtmlReport sample_report() {
   dbg::HtmlReport rep;
   rep.title = "a <script> & \"quotes\"";
   rep.summary = {{"epochs", "5"}, {"lr < 1", "yes"}};
-  dbg::Plot loss{"loss", "step", "loss", false, {}};
+  dbg::Plot loss{"loss", "step", "loss", false, {}, {}, {}, ""};
   loss.series.push_back({"train", {1, 2, 3, 4}, {2.3, 1.2, 0.8, 0.6}});
   loss.series.push_back({"val", {1, 2, 3, 4}, {2.4, 1.4, 1.1, 1.2}});
-  dbg::Plot grads{"gradient norm per layer", "step", "norm", true, {}};
+  dbg::Plot grads{"gradient norm per layer", "step", "norm", true, {}, {}, {}, ""};
   grads.series.push_back({"0.weight", {1, 2, 3}, {1e-3, 1e-2, 1e-1}});
   grads.series.push_back({"2.weight", {1, 2, 3}, {1.0, 10.0, 100.0}});
   grads.series.push_back({"4.weight <last>", {1, 2, 3}, {0.5, 0.4, 0.3}});
@@ -145,7 +145,7 @@ TEST_CASE("the HTML report is well formed, escaped, with one svg per plot and on
 }
 
 TEST_CASE("plots skip NaN and Inf points, draw inside the axes, and put larger values higher") {
-  dbg::Plot p{"t", "step", "v", false, {}};
+  dbg::Plot p{"t", "step", "v", false, {}, {}, {}, ""};
   p.series.push_back({"s", {0, 1, 2, 3, 4, std::nan("")}, {1.0, std::nan(""), 3.0, INFINITY, 2.0, 5.0}});
   const std::string svg = dbg::render_svg(p);
   CHECK(check_balanced(svg) == "");
@@ -157,7 +157,7 @@ TEST_CASE("plots skip NaN and Inf points, draw inside the axes, and put larger v
   CHECK(pts[2].second < pts[0].second);  // 2 is above 1
   for (const auto& [x, y] : pts) {
     CHECK(x >= 72.0);
-    CHECK(x <= 760.0 - 190.0);
+    CHECK(x <= 900.0 - 200.0);  // the plot area: canvas width minus the legend column
     CHECK(y >= 42.0);
     CHECK(y <= 400.0 - 58.0);
   }
@@ -166,7 +166,7 @@ TEST_CASE("plots skip NaN and Inf points, draw inside the axes, and put larger v
 }
 
 TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and skips values <= 0") {
-  dbg::Plot p{"grad norms", "step", "norm", true, {}};
+  dbg::Plot p{"grad norms", "step", "norm", true, {}, {}, {}, ""};
   p.series.push_back({"g", {1, 2, 3, 4, 5}, {1.0, 10.0, 100.0, 0.0, -1.0}});
   const std::string svg = dbg::render_svg(p);
   const auto pts = points_of(svg, "g");
@@ -176,7 +176,7 @@ TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and skips va
   CHECK(svg.find(">10</text>") != std::string::npos);
   CHECK(svg.find("(log scale)") != std::string::npos);
   // A series with no drawable point still gets its (empty) polyline and a note.
-  dbg::Plot empty{"nothing", "step", "v", true, {{"z", {1, 2}, {0.0, std::nan("")}}}};
+  dbg::Plot empty{"nothing", "step", "v", true, {{"z", {1, 2}, {0.0, std::nan("")}}}, {}, {}, ""};
   const std::string e = dbg::render_svg(empty);
   CHECK(count(e, "<polyline") == 1);
   CHECK(e.find("no finite points") != std::string::npos);
@@ -323,7 +323,7 @@ TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single p
                         Case{"log denormal to huge", {0, 1, 2}, {tiny, 1.0, big}, true},
                         Case{"log single point", {0}, {tiny}, true}}) {
     CAPTURE(c.name);
-    dbg::Plot p{"t", "x", "y", c.log, {}};
+    dbg::Plot p{"t", "x", "y", c.log, {}, {}, {}, ""};
     p.series.push_back({"s", c.x, c.y});
     const std::string svg = dbg::render_svg(p);  // before the fix: an endless tick loop
     CHECK(check_balanced(svg) == "");
@@ -331,7 +331,10 @@ TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single p
     CHECK(count(svg, "<line") < 400);  // a bounded number of ticks
   }
   // A clipped axis says so; dropped points are counted.
-  dbg::Plot p{"t", "x", "y", false, {}};
+  dbg::Plot p;
+  p.title = "t";
+  p.x_label = "x";
+  p.y_label = "y";
   p.series.push_back({"s", {0, 1, 2, 3}, {-1e308, 1e308, nan, INFINITY}});
   const std::string svg = dbg::render_svg(p);
   CHECK(svg.find("(clipped to +-1e306)") != std::string::npos);
@@ -356,4 +359,96 @@ TEST_CASE("write_file_atomic removes temp files left by killed writers of the sa
   CHECK(!fs::exists(stale));
   CHECK(fs::exists(other));  // only temp files of the path being written
   CHECK(read(path) == "<html></html>\n");
+}
+
+TEST_CASE("the report leads with the earliest finding, its plots, and shows bands, reference lines and sections") {
+  dbg::Report r;
+  dbg::Finding late;
+  late.check = "L1";
+  late.severity = dbg::Severity::Error;
+  late.title = "loss is NaN";
+  late.step = 40;
+  dbg::Finding early;
+  early.check = "M6";
+  early.severity = dbg::Severity::Warning;
+  early.title = "outputs depend on other examples of the batch";
+  early.module = "1";
+  dbg::Finding info;
+  info.check = "D1";
+  info.severity = dbg::Severity::Info;
+  info.title = "batch summary";
+  r.add(late);
+  r.add(info);
+  r.add(early);
+  const auto lead = dbg::lead_finding(r);
+  REQUIRE(lead.has_value());
+  CHECK(lead->check == "M6");  // before training beats step 40, though L1 is an error
+  dbg::Report same_time;
+  early.step = late.step = 5;
+  same_time.add(early);
+  same_time.add(late);
+  CHECK(dbg::lead_finding(same_time)->check == "L1");  // at the same step, the error leads
+  CHECK_FALSE(dbg::lead_finding(dbg::Report()).has_value());
+
+  dbg::HtmlReport rep;
+  rep.title = "lead";
+  rep.findings = r;
+  dbg::LeadFinding l;
+  l.finding = *lead;
+  l.why = "earliest";
+  l.follow_on = 1;
+  dbg::HeatMap h;
+  h.title = "mixing";
+  h.rows = 2;
+  h.cols = 3;
+  h.values = {1, 0, 0.5, 0, 2, std::numeric_limits<double>::quiet_NaN()};
+  h.caption = "diagonal is healthy";
+  l.heatmaps.push_back(h);
+  dbg::Plot p;
+  p.title = "ratio";
+  p.log_y = true;
+  p.series.push_back({"a", {1, 2, 3}, {1e-6, 2e-6, 3e-6}});
+  p.series.push_back({"b", {1, 2, 3}, {1e-6, 2e-6, 3e-6}});  // on top of a: a different dash
+  p.bands.push_back({1e-4, 1e-2, "healthy"});
+  p.lines.push_back({1e-1, "too high"});
+  p.caption = "what to look for";
+  l.plots.push_back(p);
+  rep.lead = l;
+  rep.sections.push_back({"Profile", "op  ms\nmatmul <1>"});
+  rep.graph_dot = "digraph g { a -> b; }";
+  const std::string html = dbg::render_html(rep);
+  CAPTURE(html);
+  CHECK(check_balanced(html) == "");
+  // The lead comes before the summary and the findings table.
+  const size_t lead_at = html.find("<section class=\"lead\">");
+  REQUIRE(lead_at != std::string::npos);
+  CHECK(lead_at < html.find("<h2>Findings</h2>"));
+  CHECK(html.find("What went wrong first: M6") != std::string::npos);
+  CHECK(html.find("and 1 follow-on finding below") != std::string::npos);
+  // The heat map: one cell per value, the largest darkest, NaN grey.
+  CHECK(count(html, "<rect x=") >= 6);
+  CHECK(html.find("fill=\"#b41414\" stroke=\"#fff\"") != std::string::npos);  // the 2 cell
+  CHECK(html.find("fill=\"#999999\"") != std::string::npos);
+  CHECK(html.find("1 non-finite (grey)") != std::string::npos);
+  // The band and the reference line are drawn though the data is far below them (the y range takes them in).
+  CHECK(html.find("class=\"band\"") != std::string::npos);
+  CHECK(html.find("class=\"refline\"") != std::string::npos);
+  CHECK(html.find(">healthy</text>") != std::string::npos);
+  // Overlapping series differ in dash pattern.
+  const size_t a = html.find("data-name=\"a\""), b = html.find("data-name=\"b\"");
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  CHECK(html.substr(a, html.find("/>", a) - a).find("stroke-dasharray") == std::string::npos);
+  CHECK(html.substr(b, html.find("/>", b) - b).find("stroke-dasharray") != std::string::npos);
+  CHECK(html.find("<figcaption>what to look for</figcaption>") != std::string::npos);
+  // Sections and the graph's DOT fallback, escaped.
+  CHECK(html.find("<h2>Profile</h2>\n<pre>op  ms\nmatmul &lt;1&gt;</pre>") != std::string::npos);
+  CHECK(html.find("<h2>Autograd graph</h2>") != std::string::npos);
+  CHECK(html.find("digraph g { a -&gt; b; }") != std::string::npos);
+  // A heat map whose values do not fill it is an error, not a read past the end.
+  dbg::HeatMap bad;
+  bad.rows = 2;
+  bad.cols = 2;
+  bad.values = {1, 2, 3};
+  CHECK_THROWS_AS(dbg::render_heatmap(bad), gs::Error);
 }

@@ -2,7 +2,12 @@
 // next to the correct one, and is off by default.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/generator.h"
@@ -15,21 +20,63 @@ namespace nn = gs::nn;
 using gs::Tensor;
 using nn::Bug;
 
-TEST_CASE("the catalog has B01..B28, parse_bug accepts B13/b13/13 and explains bad names") {
-  REQUIRE(nn::bug_catalog().size() == 28);
-  for (int i = 0; i < 28; ++i) {
-    const auto& b = nn::bug_catalog()[static_cast<size_t>(i)];
-    CHECK(static_cast<int>(b.id) == i + 1);
+TEST_CASE("the catalog is the table: ids in order, parse_bug accepts B13/b13/13 and explains bad names") {
+  const auto& cat = nn::bug_catalog();
+  REQUIRE(cat.size() == static_cast<size_t>(nn::kNumBugs));
+  std::set<std::string> codes;
+  for (size_t i = 0; i < cat.size(); ++i) {
+    const auto& b = cat[i];
+    CAPTURE(b.code);
+    CHECK(static_cast<size_t>(b.id) == i + 1);  // numbered in order, no gaps
+    char want[8];
+    std::snprintf(want, sizeof want, "B%02zu", i + 1);
+    CHECK(b.code == want);
+    CHECK(nn::parse_bug(b.code) == b.id);
+    CHECK(codes.insert(b.code).second);
+    CHECK_FALSE(b.title.empty());
     CHECK_FALSE(b.caught_by.empty());
+    CHECK_FALSE(b.recipes.empty());
+    for (const std::string& r : b.recipes) CHECK((r == "mlp" || r == "cnn"));
   }
   CHECK(nn::parse_bug("B13") == Bug::B13);
   CHECK(nn::parse_bug("b13") == Bug::B13);
   CHECK(nn::parse_bug("13") == Bug::B13);
-  CHECK_THROWS_WITH_AS(nn::parse_bug("B29"), doctest::Contains("B01 ... B28"), gs::Error);
+  const std::string range = nn::bug_range();
+  CHECK(range == cat.front().code + ".." + cat.back().code);
+  CHECK_THROWS_WITH_AS(nn::parse_bug("B" + std::to_string(nn::kNumBugs + 1)), doctest::Contains(range.c_str()), gs::Error);
+  CHECK_THROWS_AS(nn::parse_bug("B0"), gs::Error);
   CHECK_THROWS_AS(nn::parse_bug("x"), gs::Error);
   nn::BugSet s{Bug::B13, Bug::B03};
   CHECK(s.str() == "B03, B13");
   CHECK(nn::BugSet().str() == "none");
+}
+
+TEST_CASE("BugSet has room for any number of bugs") {
+  nn::BugSet s;
+  const auto far = static_cast<Bug>(200);  // past any fixed-width bitmask
+  CHECK_FALSE(s.has(far));
+  s.add(far).add(Bug::B01).add(static_cast<Bug>(64)).add(static_cast<Bug>(63));
+  CHECK(s.has(far));
+  CHECK(s.has(static_cast<Bug>(64)));
+  CHECK(s.has(static_cast<Bug>(63)));
+  CHECK_FALSE(s.has(static_cast<Bug>(65)));
+  CHECK(s.list() == std::vector<Bug>{Bug::B01, static_cast<Bug>(63), static_cast<Bug>(64), far});
+  s.remove(far).remove(static_cast<Bug>(64)).remove(static_cast<Bug>(63));
+  CHECK(s == nn::BugSet{Bug::B01});  // equal however many words each grew
+  s.remove(Bug::B01);
+  CHECK(s.empty());
+}
+
+TEST_CASE("docs/catalog.md has a section for every bug of the table, with its title") {
+  std::ifstream in(std::string(GS_SOURCE_DIR) + "/docs/catalog.md");
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  for (const auto& b : nn::bug_catalog()) {
+    CAPTURE(b.code);
+    CHECK(doc.find("## " + b.code + " — " + b.title + "\n") != std::string::npos);
+  }
 }
 
 TEST_CASE("a module refuses a bug it has no buggy path for, naming the ones it has") {

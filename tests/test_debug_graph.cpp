@@ -1,0 +1,103 @@
+// debug::to_dot: the autograd graph as DOT (ops, shapes, modules, leaves with their
+// version counters), highlighting what a finding names; and `gradsleuth graph`.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/finding.h"
+#include "debug/graph.h"
+#include "nn/nn.h"
+
+namespace nn = gs::nn;
+namespace debug = gs::debug;
+using gs::Tensor;
+
+namespace {
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+// The line that declares the node whose label contains `text`.
+std::string line_with(const std::string& dot, const std::string& text) {
+  const size_t p = dot.find(text);
+  if (p == std::string::npos) return "";
+  const size_t b = dot.rfind('\n', p) + 1, e = dot.find('\n', p);
+  return dot.substr(b, e - b);
+}
+}  // namespace
+
+TEST_CASE("to_dot draws every op once, with shapes, and names the leaves it is given") {
+  gs::manual_seed(1);
+  Tensor w = gs::randn({3, 4}).requires_grad_(true);
+  Tensor x = gs::randn({2, 3});
+  Tensor y = gs::relu(gs::matmul(x, w));
+  Tensor loss = gs::sum(y * y);
+  const std::string dot = debug::to_dot(loss, debug::DotOptions().params({{"w", w}}));
+  CAPTURE(dot);
+  CHECK(dot.rfind("digraph autograd {", 0) == 0);
+  CHECK(dot.back() == '\n');
+  CHECK(count(dot, "{") == count(dot, "}"));
+  // One node per op: matmul, relu, mul, sum; the leaf w with its shape and version.
+  for (const char* op : {"\"matmul\\n", "\"relu\\n", "\"mul\\n", "\"sum\\n"}) CHECK(count(dot, op) == 1);
+  CHECK(dot.find("float32[2, 4]") != std::string::npos);  // matmul's output
+  CHECK(dot.find("w\\nfloat32[3, 4]\\nversion 0") != std::string::npos);
+  CHECK(dot.find("output float32[]") != std::string::npos);
+  // y * y: relu feeds mul through two edges.
+  CHECK(count(dot, " -> ") >= 5);
+  // An in-place change shows in the leaf's version counter.
+  {
+    gs::NoGradGuard ng;
+    w.add_(1.0);
+  }
+  CHECK(debug::to_dot(loss, debug::DotOptions().params({{"w", w}})).find("version 1") != std::string::npos);
+  // Nothing is red without a finding.
+  CHECK(dot.find("color=red") == std::string::npos);
+}
+
+TEST_CASE("to_dot tags ops with their module under GraphModuleTags and highlights a finding's module") {
+  gs::manual_seed(2);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 5), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(5, 2));
+  Tensor x = gs::randn({3, 4});
+  Tensor out;
+  {
+    debug::GraphModuleTags tags(*model);
+    out = gs::sum((*model)(x));
+  }
+  debug::Finding f;
+  f.check = "M6";
+  f.module = "2";
+  const std::string dot = debug::to_dot(out, debug::DotOptions().params(model->named_parameters()).highlight(f));
+  CAPTURE(dot);
+  CHECK(dot.find("in 0 (Linear)") != std::string::npos);
+  CHECK(dot.find("in 2 (Linear)") != std::string::npos);
+  CHECK(dot.find("2.weight\\nfloat32[2, 5]") != std::string::npos);
+  // Ops of module 2 are red, those of module 0 are not.
+  const std::string in2 = line_with(dot, "in 2 (Linear)"), in0 = line_with(dot, "in 0 (Linear)");
+  CHECK(in2.find("color=red") != std::string::npos);
+  CHECK(in0.find("color=red") == std::string::npos);
+  // A parameter finding marks its leaf.
+  debug::Finding p;
+  p.parameter = "0.bias";
+  const std::string dot2 = debug::to_dot(out, debug::DotOptions().params(model->named_parameters()).highlight(p));
+  CHECK(line_with(dot2, "0.bias\\n").find("color=red") != std::string::npos);
+  CHECK(line_with(dot2, "0.weight\\n").find("color=red") == std::string::npos);
+}
+
+TEST_CASE("to_dot: tensors without history, the node cap, and labels that need escaping") {
+  Tensor leaf = gs::ones({2}).requires_grad_(true);
+  CHECK(debug::to_dot(leaf).find("a leaf: no history") != std::string::npos);
+  CHECK(debug::to_dot(gs::ones({2})).find("does not require grad") != std::string::npos);
+  CHECK_THROWS_AS(debug::to_dot(Tensor()), gs::Error);
+  Tensor t = leaf;
+  for (int i = 0; i < 50; ++i) t = t * 1.5;
+  const std::string cut = debug::to_dot(gs::sum(t), debug::DotOptions().max_nodes(10).title("a \"quoted\" title"));
+  CHECK(count(cut, "\"mul\\n") <= 10);
+  CHECK(cut.find("more nodes not drawn (max_nodes 10)") != std::string::npos);
+  CHECK(cut.find("label=\"a \\\"quoted\\\" title\"") != std::string::npos);
+}
