@@ -316,13 +316,15 @@ int cmd_doctor(const std::vector<std::string>& args) {
     debug::zoo::Variant gv = debug::zoo::build(bugs, o);
     const nn::Batch b = gv.train->batch(0, 0);
     Tensor loss;
+    SavedCapture saved;
     {
       debug::GraphModuleTags tags(*gv.model);
       loss = (*gv.loss)((*gv.model)(b.x.narrow(0, 0, std::min<int64_t>(b.x.size(0), 8))),
                         b.y.narrow(0, 0, std::min<int64_t>(b.y.size(0), 8)));
     }
+    saved.stop();
     debug::DotOptions d;
-    d.params(gv.model->named_parameters()).title("one forward pass and loss; red: named by a finding");
+    d.params(gv.model->named_parameters()).saved(&saved).title("one forward pass and loss; red: named by a finding");
     for (const debug::Finding& f : r.report.findings())
       if (f.fires()) d.highlight(f);
     const std::string dot = debug::to_dot(loss, d);

@@ -63,11 +63,13 @@ int cmd_graph(const std::vector<std::string>& args) {
   debug::zoo::Variant v = debug::zoo::build(bugs, o);
   const nn::Batch b = v.train->batch(0, 0);
   Tensor loss;
+  SavedCapture saved;
   {
     debug::GraphModuleTags tags(*v.model);
     loss = (*v.loss)((*v.model)(b.x), b.y);
   }
-  dopt.params(v.model->named_parameters()).max_nodes(max_nodes).title(title);
+  saved.stop();
+  dopt.params(v.model->named_parameters()).saved(&saved).max_nodes(max_nodes).title(title);
   const std::string dot = debug::to_dot(loss, dopt);
   if (a.has("dot")) {
     std::cout << dot;

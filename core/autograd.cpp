@@ -1,6 +1,7 @@
 // The autograd engine: graph recording, saved-tensor version checks,
 // gradient accumulation into leaves, and the iterative backward pass.
 #include "core/autograd.h"
+#include "core/saved_capture.h"
 
 #include <array>
 #include <atomic>
@@ -39,10 +40,49 @@ bool needs_grad(std::initializer_list<const Tensor*> ts) {
 }
 
 // ---- saved tensors ------------------------------------------------------------
+// ---- SavedCapture (core/saved_capture.h) ----------------------------------------------
+namespace {
+thread_local SavedCapture* t_capture = nullptr;
+}
+
+SavedCapture::SavedCapture() : prev_(t_capture), active_(true) { t_capture = this; }
+
+SavedCapture::~SavedCapture() { stop(); }
+
+void SavedCapture::stop() {
+  if (!active_) return;
+  active_ = false;
+  // Captures nest per thread; restore the one this one hid (if it is still ours to restore).
+  if (t_capture == this) t_capture = prev_;
+  pending_.clear();
+}
+
+const std::vector<SavedInfo>* SavedCapture::saved(const Node* n) const {
+  const auto it = table_.find(n);
+  if (it == table_.end() || it->second.first.expired() || it->second.first.lock().get() != n) return nullptr;
+  return &it->second.second;
+}
+
+void SavedCapture::on_saved(const Tensor& t, const char* saved_by, bool is_output) {
+  SavedCapture* c = t_capture;
+  if (c == nullptr || !t.defined()) return;
+  c->pending_.push_back(SavedInfo{saved_by ? saved_by : "", t.shape(), t.dtype(), t.version(), is_output});
+}
+
+void SavedCapture::on_node(const std::shared_ptr<Node>& node) {
+  SavedCapture* c = t_capture;
+  if (c == nullptr) return;
+  auto& entry = c->table_[node.get()];
+  entry.first = node;
+  entry.second = std::move(c->pending_);
+  c->pending_.clear();
+}
+
 SavedTensor::SavedTensor(const Tensor& t, const char* saved_by, bool is_output)
     : version_(t.defined() ? t.version() : 0), saved_by_(saved_by), is_output_(is_output) {
   if (!t.defined()) return;
   data_ = is_output ? t.detach() : t;
+  if (t_capture != nullptr) [[unlikely]] SavedCapture::on_saved(t, saved_by, is_output);
 }
 
 namespace {
@@ -162,6 +202,7 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 static void attach(Tensor& out, const std::shared_ptr<Node>& node) {
+  if (t_capture != nullptr) [[unlikely]] SavedCapture::on_node(node);
   node->out_shape = out.shape();
   node->out_dtype = out.dtype();
   TensorImpl& impl = out.impl();

@@ -127,7 +127,18 @@ std::string to_dot(const Tensor& root, const DotOptions& o) {
     const bool red = o.ops_.count(name) > 0 || (!module.empty() && in_module(path_of(module), o.modules_));
     std::string label = name + "\n" + dtype_name(n->out_dtype) + shape_str(n->out_shape);
     if (!module.empty()) label += "\nin " + module;
-    if (n->released()) label += "\n(saved tensors freed)";
+    if (n->released()) {
+      label += "\n(saved tensors freed)";
+    } else if (o.saved_) {
+      if (const std::vector<SavedInfo>* saved = o.saved_->saved(n)) {
+        for (size_t k = 0; k < saved->size() && k < 4; ++k) {
+          const SavedInfo& si = (*saved)[k];
+          label += "\nsaved " + std::string(si.is_output ? "output " : "") + dtype_name(si.dtype) +
+                   shape_str(si.shape) + " v" + std::to_string(si.version);
+        }
+        if (saved->size() > 4) label += "\n+" + std::to_string(saved->size() - 4) + " more saved";
+      }
+    }
     os << "  n" << i << " [shape=ellipse" << (red ? ", style=filled, fillcolor=\"#f8d0d0\", color=red, penwidth=2" : "")
        << ", label=" << q(label) << "];\n";
   }

@@ -1,10 +1,13 @@
 // A picture of the autograd graph, in the manner of micrograd's draw_dot: every op
-// node with its name, output shape and dtype and the module that ran it; every leaf
+// node with its name, output shape and dtype, the module that ran it and (when the
+// forward ran under a SavedCapture) the tensors it saved for backward; every leaf
 // with its parameter name, shape and version counter; edges from each op to the ops
 // and leaves its gradient flows to. Nodes a check named are drawn in red.
 //
+//   SavedCapture saved;                  // optional: list what each op saved
 //   Tensor loss = criterion(model(x), y);
-//   std::string dot = debug::to_dot(loss, debug::DotOptions().params(model.named_parameters()));
+//   saved.stop();
+//   std::string dot = debug::to_dot(loss, debug::DotOptions().params(model.named_parameters()).saved(&saved));
 //   debug::write_graph("graph", dot);    // graph.svg when Graphviz's `dot` is installed, else graph.dot
 //
 // `gradsleuth graph --model mlp --bug B13` draws the zoo's model with a bug switched on and the
@@ -18,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/saved_capture.h"
 #include "core/tensor.h"
 #include "debug/anomaly.h"
 
@@ -42,6 +46,11 @@ struct DotOptions {
     modules_.insert(std::move(path));
     return *this;
   }
+  // Lists in each op node what its backward saved (recorded while the capture was active).
+  DotOptions& saved(const SavedCapture* c) {
+    saved_ = c;
+    return *this;
+  }
   DotOptions& max_nodes(size_t n) {
     max_nodes_ = n;
     return *this;
@@ -53,6 +62,7 @@ struct DotOptions {
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::set<std::string> modules_, ops_, parameters_;
+  const SavedCapture* saved_ = nullptr;
   size_t max_nodes_ = 400;  // larger graphs are cut, saying how many nodes were left out
   std::string title_;
 };

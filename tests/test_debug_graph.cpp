@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "core/saved_capture.h"
 #include "debug/finding.h"
 #include "debug/graph.h"
 #include "nn/nn.h"
@@ -35,9 +36,12 @@ TEST_CASE("to_dot draws every op once, with shapes, and names the leaves it is g
   gs::manual_seed(1);
   Tensor w = gs::randn({3, 4}).requires_grad_(true);
   Tensor x = gs::randn({2, 3});
+  gs::SavedCapture saved;
   Tensor y = gs::relu(gs::matmul(x, w));
   Tensor loss = gs::sum(y * y);
-  const std::string dot = debug::to_dot(loss, debug::DotOptions().params({{"w", w}}));
+  saved.stop();
+  Tensor after = y * 2.0;  // recorded after stop(): nothing captured for it
+  const std::string dot = debug::to_dot(loss, debug::DotOptions().params({{"w", w}}).saved(&saved));
   CAPTURE(dot);
   CHECK(dot.rfind("digraph autograd {", 0) == 0);
   CHECK(dot.back() == '\n');
@@ -47,6 +51,14 @@ TEST_CASE("to_dot draws every op once, with shapes, and names the leaves it is g
   CHECK(dot.find("float32[2, 4]") != std::string::npos);  // matmul's output
   CHECK(dot.find("w\\nfloat32[3, 4]\\nversion 0") != std::string::npos);
   CHECK(dot.find("output float32[]") != std::string::npos);
+  // What each op saved for backward: mul saved both operands (relu's output, twice), relu its
+  // output, matmul its inputs x and w.
+  CHECK(dot.find("\"mul\\nfloat32[2, 4]\\nsaved float32[2, 4] v0\\nsaved float32[2, 4] v0\"") != std::string::npos);
+  CHECK(dot.find("saved float32[3, 4] v0") != std::string::npos);  // w, in matmul
+  CHECK(saved.saved(after.grad_fn().get()) == nullptr);
+  CHECK(saved.saved(loss.grad_fn().get()) != nullptr);
+  // Without the capture the labels list nothing saved.
+  CHECK(debug::to_dot(loss).find("saved ") == std::string::npos);
   // y * y: relu feeds mul through two edges.
   CHECK(count(dot, " -> ") >= 5);
   // An in-place change shows in the leaf's version counter.
