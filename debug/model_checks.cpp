@@ -321,7 +321,8 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   // head's row (which always sums to 1) would have a zero gradient everywhere.
   Tensor row = out.select(0, i);
   Generator gen(12345);
-  Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen);
+  // Drawn on the host and moved: the same weights (and so the same verdict) on every device.
+  Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen).to(row.device());
   Tensor loss = (row * w).sum();
   if (!loss.requires_grad()) return r;
   loss.backward();

@@ -132,3 +132,13 @@ TEST_CASE("zoo --json and doctor --out are checked writable before the run start
   CHECK(seed.status == 1);
   CHECK(seed.out.find("--seed must be an integer >= 0") != std::string::npos);
 }
+
+TEST_CASE("zoo --device: documented in --help; an unknown device is refused before any work") {
+  const Run help = run_cli("zoo --help");
+  CHECK(help.status == 0);
+  CHECK(help.out.find("--device cpu|cuda") != std::string::npos);
+  clitest::Run r = clitest::run_cli_all("zoo --device tpu --bug B13 --quick --data-dir /nonexistent");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("unknown --device 'tpu': use cpu or cuda") != std::string::npos);
+  CHECK(r.out.find("clean reference") == std::string::npos);  // nothing ran
+}
