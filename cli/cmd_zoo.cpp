@@ -25,7 +25,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "Budget per variant: --quick 150 steps on 6,000 training images (2,000 test); default 1,000 steps on all\n"
       "60,000 (10,000 test); batch 64, Adam lr 1e-3, one thread.\n"
       "--device cuda trains every variant and runs every check on the CUDA backend (a GPU, or in a build without\n"
-      "one its CPU emulator, where a variant takes ~20x longer: use --bug and --steps); the data pipeline and\n"
+      "one its CPU emulator, where a variant costs ~30x the CPU time: use --bug and --steps); the data pipeline and\n"
       "its checks stay on the host, and M13 (gradient check) and M18 (half precision) check a CPU copy of the\n"
       "model, which goes back to the device afterwards.");
   a.option("bug", "ID", "a bug to run (B01..B28); repeat for several (default: all)", "", true);
