@@ -19,6 +19,11 @@
 #include <omp.h>
 #endif
 
+#include "core/error.h"
+#if defined(GS_WITH_CUDA_BACKEND)
+#include "cuda/cuda.h"
+#endif
+
 namespace gradsleuth::cli {
 
 void set_thread_count(int threads) {
@@ -27,6 +32,22 @@ void set_thread_count(int threads) {
   else if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
 #else
   (void)threads;
+#endif
+}
+
+Device device_option(const Args& a, const std::string& command, std::string* note) {
+  const std::string name = a.get("device");
+  GS_CHECK(name == "cpu" || name == "cuda", command, "unknown --device '", name, "': use cpu or cuda");
+  if (note) note->clear();
+  if (name == "cpu") return kCPU;
+#if defined(GS_WITH_CUDA_BACKEND)
+  GS_CHECK(gradsleuth::cuda::init(), command, "--device cuda: the CUDA backend is not available (",
+           gradsleuth::cuda::unavailable_reason(), "); use --device cpu");
+  if (note && gradsleuth::cuda::is_emulated()) *note = " (CPU emulator of CUDA)";
+  return kCUDA;
+#else
+  GS_FAIL(command, "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
+          "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
 #endif
 }
 

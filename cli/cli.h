@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"  // Device
+
 namespace gradsleuth::cli {
 
 struct Command {
@@ -36,6 +38,13 @@ int cmd_devices(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
 // 2-core machine a second OpenMP thread gains ~10% when a core is free but costs
 // 10x and more when another process holds it (docs/training.md).
 void set_thread_count(int threads = 0);
+
+class Args;
+// The device of a command's --device option (cpu|cuda), validated before any work: an unknown
+// name, or cuda when the CUDA backend is not available (not built in, or no device), is an error
+// naming the command and the fix. For cuda the backend is registered; `note` (when given) gets
+// " (CPU emulator of CUDA)" in the emulated build, for a header line.
+Device device_option(const Args& a, const std::string& command, std::string* note = nullptr);
 
 // Parses "--flag", "--key value" and "--key=value". Unknown options are an
 // error naming the option and the command's valid ones. Names are given

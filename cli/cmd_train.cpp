@@ -19,9 +19,6 @@
 #include "core/generator.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
-#if defined(GS_WITH_CUDA_BACKEND)
-#include "cuda/cuda.h"
-#endif
 
 namespace gradsleuth::cli {
 
@@ -107,21 +104,8 @@ int cmd_train(const std::vector<std::string>& args) {
   GS_CHECK(schedule == "cosine" || schedule == "none", "train", "unknown --schedule '", schedule,
            "': use cosine or none");
   const bool json = a.has("json");
-  const std::string device_name = a.get("device");
-  GS_CHECK(device_name == "cpu" || device_name == "cuda", "train", "unknown --device '", device_name,
-           "': use cpu or cuda");
-  const Device device = device_name == "cuda" ? kCUDA : kCPU;
   std::string device_note;  // " (CPU emulator of CUDA)" in the header line of the emulated build
-  if (device.is_cuda()) {
-#if defined(GS_WITH_CUDA_BACKEND)
-    GS_CHECK(gradsleuth::cuda::init(), "train", "--device cuda: the CUDA backend is not available (",
-             gradsleuth::cuda::unavailable_reason(), "); use --device cpu");
-    device_note = gradsleuth::cuda::is_emulated() ? " (CPU emulator of CUDA)" : "";
-#else
-    GS_FAIL("train", "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
-            "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
-#endif
-  }
+  const Device device = device_option(a, "train", &device_note);
   // Before any tensor op: the engine reads the thread count once.
   set_thread_count(threads);
   const auto t0 = std::chrono::steady_clock::now();

@@ -27,7 +27,11 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "model's (the bug was silent: training ran, the numbers are just worse). The checks that fired on the clean\n"
       "reference are listed too: the goal is none.\n"
       "Budget per variant: --quick 150 steps on 6,000 training images (2,000 test); default 1,000 steps on all\n"
-      "60,000 (10,000 test); batch 64, Adam lr 1e-3, one thread.");
+      "60,000 (10,000 test); batch 64, Adam lr 1e-3, one thread.\n"
+      "--device cuda trains every variant and runs every check on the CUDA backend (a GPU, or in a build without\n"
+      "one its CPU emulator, where a variant costs ~30x the CPU time: use --bug and --steps); the data pipeline and\n"
+      "its checks stay on the host, and M13 (gradient check) and M18 (half precision) check a CPU copy of the\n"
+      "model, which goes back to the device afterwards.");
   a.option("bug", "ID", "a bug to run (" + nn::bug_range() + "); repeat for several (default: every bug the model's recipe reproduces)", "", true);
   a.flag("quick", "the small budget (the main job of ./run.sh)");
   a.option("json", "FILE", "also write the results as JSON to FILE (written atomically)");
@@ -35,6 +39,8 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.option("steps", "N", "optimizer steps per variant (overrides the budget)");
   a.option("train-examples", "N", "training images per variant (overrides the budget)");
   a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
+  a.option("device", "cpu|cuda", "where the models train and the checks run (cuda: the CUDA backend, on a GPU or its CPU emulator)",
+           "cpu");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
@@ -56,6 +62,8 @@ int cmd_zoo(const std::vector<std::string>& args) {
   o.model = a.get("model");
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
+  std::string device_note;  // " (CPU emulator of CUDA)" in the emulated build
+  o.device = device_option(a, "zoo", &device_note);
   if (a.has("json")) a.check_writable_file("json");  // before the run, not after it
   GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "zoo", "--steps must be >= 1 and --train-examples >= ",
            o.batch_size);
@@ -64,8 +72,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
   if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);
   const bool quiet = a.has("quiet");
   if (!quiet)
-    std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget)\n", bugs.size(),
-                 bugs.size() == 1 ? "" : "s", static_cast<long long>(o.steps), a.has("quick") ? "quick" : "full");
+    std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget), on %s%s\n", bugs.size(),
+                 bugs.size() == 1 ? "" : "s", static_cast<long long>(o.steps), a.has("quick") ? "quick" : "full",
+                 o.device.str().c_str(), device_note.c_str());
   // Progress on stderr: a bar redrawn in place on a terminal, one line per variant otherwise.
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();

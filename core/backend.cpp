@@ -27,7 +27,7 @@ Backend& backend_for(Device d) {
   return *b;
 }
 
-#define GS_OP_NAME(e, name) name,
+#define GS_OP_NAME(e, name) #name,
 const char* unary_op_name(UnaryOp op) {
   static const char* names[] = {GS_UNARY_OPS(GS_OP_NAME)};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(UnaryOp::kCount));

@@ -4,6 +4,7 @@
 #include "core/op_registry.h"
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "core/autograd.h"
@@ -65,62 +66,153 @@ OpInfo op(std::string name, std::string cat, Fn fn, std::function<Samples(Genera
   return o;
 }
 
+// ---- the rows of the kernel ops, generated from core/op_kinds.h ------------------------------
+// Each unary and binary op code X(Enumerator, name) of GS_UNARY_OPS / GS_BINARY_OPS gets the row
+// `name` calling the public gradsleuth::name(x) / gradsleuth::name(a, b), sampled as its traits
+// below say. The traits are looked up by enumerator (unary_traits::Exp), so an op added to the
+// list without its line here does not compile, and with it the op is gradient-checked and
+// compared on CUDA with no other edit.
+enum class Sampling {
+  Range,         // uniform in [lo, hi] (the second operand in [blo, bhi]): the standard shapes,
+                 // non-contiguous, a scalar / broadcasting
+  AwayFromZero,  // |x| in [0.5, 1.5] with random signs: the derivative jumps at 0 (abs, relu, ...)
+  Distinct,      // distinct values, no ties between the operands (maximum, minimum)
+  Special,       // 0, NaN, +-Inf and a non-contiguous tensor (the predicates)
+  Logical,       // bool operands, and floats read as bools (nonzero is true)
+};
+struct KernelRowTraits {
+  Sampling sampling = Sampling::Range;
+  double lo = -1.0, hi = 1.0;    // the (first) operand's range
+  double blo = -1.0, bhi = 1.0;  // the second operand's range (binary ops)
+  bool differentiable = true;
+  bool double_backward = true;
+  const char* category = "elementwise";
+};
+constexpr KernelRowTraits kNotDifferentiable{.differentiable = false, .double_backward = false, .category = "comparison"};
+
+namespace unary_traits {
+constexpr KernelRowTraits Neg{}, Exp{}, Square{}, Expm1{};
+constexpr KernelRowTraits Log{.lo = 0.5, .hi = 2.0}, Sqrt{.lo = 0.5, .hi = 2.0};
+constexpr KernelRowTraits Abs{.sampling = Sampling::AwayFromZero}, Reciprocal{.sampling = Sampling::AwayFromZero};
+constexpr KernelRowTraits Relu{.sampling = Sampling::AwayFromZero};
+constexpr KernelRowTraits Sign{.sampling = Sampling::AwayFromZero, .differentiable = false,
+                               .double_backward = false};  // piecewise constant: nothing to differentiate
+constexpr KernelRowTraits Sigmoid{.lo = -3.0, .hi = 3.0}, Tanh{.lo = -2.0, .hi = 2.0};
+constexpr KernelRowTraits Erf{.lo = -1.5, .hi = 1.5}, Log1p{.lo = -0.5, .hi = 1.0};
+constexpr KernelRowTraits Sin{.lo = -2.0, .hi = 2.0}, Cos{.lo = -2.0, .hi = 2.0};
+constexpr KernelRowTraits LogicalNot{.sampling = Sampling::Logical, .differentiable = false,
+                                     .double_backward = false, .category = "comparison"};
+constexpr KernelRowTraits IsNan{.sampling = Sampling::Special, .differentiable = false, .double_backward = false,
+                                .category = "comparison"};
+constexpr KernelRowTraits IsInf = IsNan, IsFinite = IsNan;
+}  // namespace unary_traits
+
+namespace binary_traits {
+constexpr KernelRowTraits Add{}, Sub{}, Mul{};
+constexpr KernelRowTraits Div{.blo = 0.5, .bhi = 1.5}, Pow{.lo = 0.5, .hi = 1.5};
+constexpr KernelRowTraits Maximum{.sampling = Sampling::Distinct}, Minimum{.sampling = Sampling::Distinct};
+constexpr KernelRowTraits Eq = kNotDifferentiable, Ne = kNotDifferentiable, Lt = kNotDifferentiable,
+                          Le = kNotDifferentiable, Gt = kNotDifferentiable, Ge = kNotDifferentiable;
+constexpr KernelRowTraits LogicalAnd{.sampling = Sampling::Logical, .differentiable = false, .double_backward = false,
+                                     .category = "comparison"};
+constexpr KernelRowTraits LogicalOr = LogicalAnd;
+}  // namespace binary_traits
+
+// Predicates' inputs: NaN, +-Inf and 0 among ordinary values, and a non-contiguous tensor.
+Samples special_samples(Generator& g, DType t) {
+  const double inf = std::numeric_limits<double>::infinity();
+  return {{"NaN, +-Inf, 0 (2,3)", {tensor({0.0, 1.5, -2.0, std::nan(""), inf, -inf}, t).reshape({2, 3})}},
+          {"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}};
+}
+
+Samples unary_kernel_samples(const KernelRowTraits& k, Generator& g, DType t) {
+  switch (k.sampling) {
+    case Sampling::Range: return unary_samples(g, t, k.lo, k.hi);
+    case Sampling::AwayFromZero:
+      return {{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}},
+              {"non-contiguous (4,3) away from 0", {away_from_zero(g, {3, 4}, t).t()}}};
+    case Sampling::Distinct: return {{"(3,4) distinct", {distinct(g, {3, 4}, t)}}};
+    case Sampling::Special: return special_samples(g, t);
+    case Sampling::Logical: {
+      Samples s{{"bool (3,4)", {rnd(g, {3, 4}, t) > 0.0}},
+                {"bool non-contiguous (4,3)", {(rnd(g, {3, 4}, t) > 0.0).t()}}};
+      for (OpSample& f : special_samples(g, t)) s.push_back({"as bool: " + f.label, f.inputs});
+      return s;
+    }
+  }
+  return {};
+}
+
+Samples binary_kernel_samples(const KernelRowTraits& k, Generator& g, DType t) {
+  switch (k.sampling) {
+    case Sampling::Range: return binary_samples(g, t, k.lo, k.hi, k.blo, k.bhi);
+    case Sampling::AwayFromZero:
+      return {{"same shape (3,4) away from 0", {away_from_zero(g, {3, 4}, t), away_from_zero(g, {3, 4}, t)}},
+              {"broadcast (3,1)x(1,4) away from 0", {away_from_zero(g, {3, 1}, t), away_from_zero(g, {1, 4}, t)}}};
+    case Sampling::Distinct:
+      // distinct() draws multiples of 1/n; the shift keeps the second operand off the first's
+      // values, so no element ties with its partner (where the gradient would be split).
+      return {{"(3,4)", {distinct(g, {3, 4}, t), distinct(g, {3, 4}, t) + 0.01}},
+              {"broadcast (3,1)x(4)", {distinct(g, {3, 1}, t), distinct(g, {4}, t) + 0.03}}};
+    case Sampling::Special: {
+      Samples s = special_samples(g, t);
+      for (OpSample& x : s) x.inputs.push_back(rnd(g, x.inputs[0].shape(), t));
+      return s;
+    }
+    case Sampling::Logical: {
+      Samples s;
+      for (OpSample& f : binary_samples(g, t, -1, 1, -1, 1))
+        s.push_back({"bool " + f.label, {f.inputs[0] > 0.0, f.inputs[1] > 0.0}});
+      auto with_zeros = [&] { return where(rnd(g, {3, 4}, t) > 0.0, zeros({3, 4}, t), away_from_zero(g, {3, 4}, t)); };
+      s.push_back({"as bool: floats (3,4) with zeros", {with_zeros(), with_zeros()}});
+      return s;
+    }
+  }
+  return {};
+}
+
+// The reductions' public functions take dims and keepdim, and the list's max/min are reached
+// through amax/amin and max(x, dim), so their rows are written out in build(); each ReduceOp
+// names the rows that run its kernel, looked up by enumerator like the traits above.
+namespace reduce_rows {
+constexpr const char* Sum[] = {"sum", "sum_dim", "mean", "var", "std"};
+constexpr const char* Max[] = {"amax", "max_dim"};
+constexpr const char* Min[] = {"amin", "min_dim"};
+}  // namespace reduce_rows
+
 std::vector<OpInfo> build() {
   std::vector<OpInfo> r;
-  auto unary = [&](std::string name, Tensor (*f)(const Tensor&), double lo, double hi, bool dbl = true) {
-    r.push_back(op(name, "elementwise", [f](const tensor_list& in) { return f(in[0]); },
-                   [lo, hi](Generator& g, DType t) { return unary_samples(g, t, lo, hi); }, true, dbl));
+  auto kernel_row = [&](const char* name, Fn fn, std::function<Samples(Generator&, DType)> samples,
+                        const KernelRowTraits& k) {
+    r.push_back(op(name, k.category, std::move(fn), std::move(samples), k.differentiable, k.double_backward));
   };
-  auto binary = [&](std::string name, Fn fn, double lo, double hi, double blo, double bhi) {
-    r.push_back(op(name, "elementwise", fn,
-                   [=](Generator& g, DType t) { return binary_samples(g, t, lo, hi, blo, bhi); }));
-  };
-  // ---- elementwise ----
-  binary("add", [](const tensor_list& x) { return add(x[0], x[1]); }, -1, 1, -1, 1);
-  binary("sub", [](const tensor_list& x) { return sub(x[0], x[1]); }, -1, 1, -1, 1);
-  binary("mul", [](const tensor_list& x) { return mul(x[0], x[1]); }, -1, 1, -1, 1);
-  binary("div", [](const tensor_list& x) { return div(x[0], x[1]); }, -1, 1, 0.5, 1.5);
-  binary("pow", [](const tensor_list& x) { return pow(x[0], x[1]); }, 0.5, 1.5, -1, 1);
+  // ---- elementwise: one row per kernel op code ----
+#define GS_UNARY_ROW(e, name)                                                                  \
+  kernel_row(#name, [](const tensor_list& x) { return gradsleuth::name(x[0]); },                \
+             [](Generator& g, DType t) { return unary_kernel_samples(unary_traits::e, g, t); }, \
+             unary_traits::e);
+#define GS_BINARY_ROW(e, name)                                                                  \
+  kernel_row(#name, [](const tensor_list& x) { return gradsleuth::name(x[0], x[1]); },           \
+             [](Generator& g, DType t) { return binary_kernel_samples(binary_traits::e, g, t); }, \
+             binary_traits::e);
+  GS_UNARY_OPS(GS_UNARY_ROW)
+  GS_BINARY_OPS(GS_BINARY_ROW)
+#undef GS_UNARY_ROW
+#undef GS_BINARY_ROW
+
+  // ---- elementwise ops whose public function takes more than tensors, or that compose kernels ----
   r.push_back(op("pow_scalar", "elementwise", [](const tensor_list& x) { return pow(x[0], 2.5); },
                  [](Generator& g, DType t) { return unary_samples(g, t, 0.5, 1.5); }));
-  r.push_back(op("maximum", "elementwise", [](const tensor_list& x) { return maximum(x[0], x[1]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4)", {distinct(g, {3, 4}, t), distinct(g, {3, 4}, t) + 0.01}},
-                                  {"broadcast (3,1)x(4)", {distinct(g, {3, 1}, t), distinct(g, {4}, t) + 0.03}}};
-                 }));
-  r.push_back(op("minimum", "elementwise", [](const tensor_list& x) { return minimum(x[0], x[1]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4)", {distinct(g, {3, 4}, t), distinct(g, {3, 4}, t) + 0.01}}};
-                 }));
-  unary("neg", neg, -1, 1);
-  unary("exp", exp, -1, 1);
-  unary("log", log, 0.5, 2.0);
-  unary("sqrt", sqrt, 0.5, 2.0);
-  r.push_back(op("abs", "elementwise", [](const tensor_list& x) { return abs(x[0]); },
-                 [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
-  unary("square", square, -1, 1);
-  r.push_back(op("reciprocal", "elementwise", [](const tensor_list& x) { return reciprocal(x[0]); },
-                 [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
-  unary("erf", erf, -1.5, 1.5);
-  unary("log1p", log1p, -0.5, 1.0);
-  unary("sin", sin, -2, 2);
-  unary("cos", cos, -2, 2);
   r.push_back(op("clamp", "elementwise", [](const tensor_list& x) { return clamp(x[0], -0.5, 0.5); },
                  [](Generator& g, DType t) {
                    // keep values away from the clamp edges, where the derivative jumps
                    Tensor v = away_from_zero(g, {3, 4}, t) * 0.9;
                    return Samples{{"(3,4)", {where(abs(abs(v) - 0.5) < 0.05, v * 0.5, v)}}};
                  }));
-  r.push_back(op("relu", "elementwise", [](const tensor_list& x) { return relu(x[0]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}},
-                                  {"non-contiguous", {away_from_zero(g, {4, 3}, t).t()}}};
-                 }));
   r.push_back(op("leaky_relu", "elementwise", [](const tensor_list& x) { return leaky_relu(x[0], 0.1); },
                  [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
-  unary("sigmoid", sigmoid, -3, 3);
-  unary("tanh", tanh, -2, 2);
-  unary("gelu", gelu, -2, 2);
+  r.push_back(op("gelu", "elementwise", [](const tensor_list& x) { return gelu(x[0]); },
+                 [](Generator& g, DType t) { return unary_samples(g, t, -2, 2); }));
   r.push_back(op("softplus", "elementwise", [](const tensor_list& x) { return softplus(x[0]); },
                  [](Generator& g, DType t) { return unary_samples(g, t, -3, 3); }));
   r.push_back(op("where", "elementwise",
@@ -134,41 +226,6 @@ std::vector<OpInfo> build() {
                  [](Generator& g, DType t) {
                    return Samples{{"(3,4) mask (4)", {rnd(g, {3, 4}, t), away_from_zero(g, {4}, t)}}};
                  }));
-  for (const char* name : {"eq", "ne", "lt", "le", "gt", "ge"}) {
-    std::string n = name;
-    r.push_back(op(n, "comparison",
-                   [n](const tensor_list& x) {
-                     if (n == "eq") return eq(x[0], x[1]);
-                     if (n == "ne") return ne(x[0], x[1]);
-                     if (n == "lt") return lt(x[0], x[1]);
-                     if (n == "le") return le(x[0], x[1]);
-                     if (n == "gt") return gt(x[0], x[1]);
-                     return ge(x[0], x[1]);
-                   },
-                   [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
-  }
-  // Predicates, sign and the logical ops: bool (or piecewise-constant) results, nothing to
-  // differentiate. The predicates' samples include NaN, +-Inf and 0.
-  auto special = [](Generator& g, DType t) {
-    const double inf = std::numeric_limits<double>::infinity();
-    return Samples{{"NaN, +-Inf, 0 (2,3)", {tensor({0.0, 1.5, -2.0, std::nan(""), inf, -inf}, t).reshape({2, 3})}},
-                   {"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}};
-  };
-  r.push_back(op("isnan", "comparison", [](const tensor_list& x) { return isnan(x[0]); }, special, false, false));
-  r.push_back(op("isinf", "comparison", [](const tensor_list& x) { return isinf(x[0]); }, special, false, false));
-  r.push_back(op("isfinite", "comparison", [](const tensor_list& x) { return isfinite(x[0]); }, special, false, false));
-  r.push_back(op("logical_not", "comparison", [](const tensor_list& x) { return logical_not(x[0] > 0.0); }, special,
-                 false, false));
-  r.push_back(op("logical_and", "comparison", [](const tensor_list& x) { return logical_and(x[0] > 0.0, x[1] > 0.0); },
-                 [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
-  r.push_back(op("logical_or", "comparison", [](const tensor_list& x) { return logical_or(x[0] > 0.0, x[1] > 0.0); },
-                 [](Generator& g, DType t) { return binary_samples(g, t, -1, 1, -1, 1); }, false, false));
-  r.push_back(op("sign", "elementwise", [](const tensor_list& x) { return sign(x[0]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4)", {away_from_zero(g, {3, 4}, t)}},
-                                  {"non-contiguous (4,3)", {away_from_zero(g, {3, 4}, t).t()}}};
-                 },
-                 false, false));
   // A float32 round trip rounds x (spacing ~1e-7 near 1, vs eps = 1e-6), so central
   // differences through it are noise. Straight-through instead: the values are x
   // exactly, while autograd's path runs through both casts' backward.
@@ -323,6 +380,19 @@ std::vector<OpInfo> build() {
 const std::vector<OpInfo>& op_registry() {
   static const std::vector<OpInfo> table = build();
   return table;
+}
+
+std::vector<std::string> registry_rows_of(UnaryOp op) { return {unary_op_name(op)}; }
+std::vector<std::string> registry_rows_of(BinaryOp op) { return {binary_op_name(op)}; }
+std::vector<std::string> registry_rows_of(ReduceOp op) {
+  switch (op) {
+#define GS_REDUCE_ROWS(e, name) \
+  case ReduceOp::e: return {std::begin(reduce_rows::e), std::end(reduce_rows::e)};
+    GS_REDUCE_OPS(GS_REDUCE_ROWS)
+#undef GS_REDUCE_ROWS
+    case ReduceOp::kCount: break;
+  }
+  return {};
 }
 
 const OpInfo* find_op(std::string_view name) {

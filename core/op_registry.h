@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/op_kinds.h"
 #include "core/tensor.h"
 
 namespace gradsleuth {
@@ -35,5 +36,12 @@ struct OpInfo {
 
 const std::vector<OpInfo>& op_registry();
 const OpInfo* find_op(std::string_view name);  // nullptr if unknown
+
+// The registry rows that run a kernel op code: a unary or binary op's row is generated from
+// its line in core/op_kinds.h and carries the op's name; a reduction names the rows whose
+// public functions reach its kernel (sum: "sum", "sum_dim", "mean", ...).
+std::vector<std::string> registry_rows_of(UnaryOp op);
+std::vector<std::string> registry_rows_of(BinaryOp op);
+std::vector<std::string> registry_rows_of(ReduceOp op);
 
 }  // namespace gradsleuth

@@ -31,6 +31,7 @@ Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small |x|
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);

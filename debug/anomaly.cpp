@@ -6,6 +6,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/model_checks.h"
 #include "debug/tensor_stats.h"
 
 namespace gradsleuth::debug {
@@ -257,7 +258,11 @@ float round_to_half(float v) {
 void HalfPrecisionEmulation::on_op(const OpEvent& e) {
   if (!e.output || !e.output->defined() || e.output->dtype() != kFloat32) return;
   Tensor out = *e.output;
-  if (!out.is_contiguous() || !out.device().is_cpu()) return;  // views share an already-rounded storage
+  // Skipping a device result would leave that op in float32 and the emulation silently partial.
+  GS_CHECK(out.device().is_cpu(), "HalfPrecisionEmulation", "rounds each op's result on the host, but '", e.op,
+           "' produced ", out.str(), " on ", out.device().str(),
+           "; run the forward on the CPU (debug::check_half_precision moves a device model there itself)");
+  if (!out.is_contiguous()) return;  // views share an already-rounded storage
   float* p = static_cast<float*>(out.raw_data());
   for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = round_to_half(p[i]);
 }
@@ -266,8 +271,13 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
                                           const HalfPrecisionOptions& o) {
   std::vector<Finding> out;
   GS_CHECK(x.dtype() == kFloat32, "check_half_precision", "expects a float32 input, got ", x.str());
-  GS_CHECK(x.device().is_cpu(), "check_half_precision", "rounds values to half precision on the CPU, but the input ",
-           x.str(), " is on ", x.device().str(), "; run it on a CPU copy: model.to(kCPU) and x.cpu()");
+  // Half precision is emulated by rounding every op's result on the host, so a model on a device
+  // is compared on a CPU copy (moved back afterwards, exactly). The emulation models fp16
+  // arithmetic, not a device; the device's float32 forward equals the CPU's within rounding
+  // (the CUDA backend's op-by-op tests), so both runs are the ones the device would do. The loss
+  // is called with outputs on the CPU.
+  HostCopyGuard host(model, "check_half_precision (M18)");
+  const Tensor xc = x.detach().to(kCPU);
   NoGradGuard ng;
   // Which modules produce non-finite outputs in each run, in execution order.
   std::vector<std::pair<std::string, bool>> finite_fp32, finite_half;
@@ -279,7 +289,7 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
       sink->emplace_back(label, !y.is_floating_point() || all_finite(y));
     });
   }
-  Tensor y32 = model(x);
+  Tensor y32 = model(xc);
   const double l32 = loss ? loss(y32).item<double>() : 0.0;
   if (!all_finite(y32) || !std::isfinite(l32)) {
     Finding f;
@@ -299,7 +309,7 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
       float* d = static_cast<float*>(p.raw_data());
       for (int64_t i = 0; i < p.numel(); ++i) d[i] = round_to_half(d[i]);
     }
-  Tensor xh = x.detach().contiguous().clone();
+  Tensor xh = xc.contiguous().clone();
   {
     float* d = static_cast<float*>(xh.raw_data());
     for (int64_t i = 0; i < xh.numel(); ++i) d[i] = round_to_half(d[i]);

@@ -324,7 +324,9 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (sample_x.defined()) {
     if (sample_x.dtype() == kFloat32) {
       LossOf lf;
-      if (loss_ && sample_y.defined()) lf = [this, &sample_y](const Tensor& out) { return (*loss_)(out, sample_y); };
+      // M18 runs on the host (a model on a device is compared on a CPU copy): the targets follow the output.
+      if (loss_ && sample_y.defined())
+        lf = [this, &sample_y](const Tensor& out) { return (*loss_)(out, sample_y.to(out.device())); };
       const bool was = model_.is_training();
       model_.eval();
       try {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks.h"
@@ -136,8 +137,12 @@ Options Options::quick() {
 Options Options::full() { return Options(); }
 
 Variant build(const nn::BugSet& bugs, const Options& o) {
+  GS_CHECK(has_backend(o.device.type), "zoo", "Options::device is ", o.device.str(),
+           " but no backend is registered for it: call gradsleuth::cuda::init() (cuda/cuda.h) first and check "
+           "that it returns true, or train on kCPU");
   Variant v;
   v.bugs = bugs;
+  v.device = o.device;
   v.id = bugs.empty() ? "clean" : bugs.str();
   v.task = footwear_bug(bugs) || o.footwear ? Task::Footwear : Task::Classes;
 
@@ -231,6 +236,9 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
     model->push_back(head);
     nll = true;
   }
+  // On the device before the optimizer is made (its state follows the parameters); the data
+  // pipeline stays on the host and the trainer moves each batch.
+  model->to(o.device);
   v.model = model;
 
   // ---- loss ---------------------------------------------------------------------------
@@ -268,7 +276,7 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
     v.notes.push_back("B15: the output layer is frozen (the first layer was meant)");
   }
   const int64_t batches = std::max<int64_t>(v.train->num_batches(), 1);
-  v.trainer.epochs((o.steps + batches - 1) / batches).max_steps(o.steps).progress(optim::Progress::Off);
+  v.trainer.epochs((o.steps + batches - 1) / batches).max_steps(o.steps).progress(optim::Progress::Off).device(o.device);
   for (Bug b : {Bug::B04, Bug::B05})
     if (bugs.has(b)) v.trainer.bug(b);
   return v;
@@ -284,12 +292,13 @@ double test_accuracy(Variant& v) {
   double hits = 0.0, n = 0.0;
   const bool probs = v.loss->type_name() == "BCELoss" || v.loss->type_name() == "MSELoss";
   for (const nn::Batch& b : *v.test) {
-    Tensor out = (*v.model)(b.x);
+    Tensor out = (*v.model)(b.x.to(v.device));
+    const Tensor y = b.y.to(v.device);
     if (v.task == Task::Classes) {
-      hits += sum(eq(argmax(out, 1), b.y).to(kFloat64)).item<double>();
+      hits += sum(eq(argmax(out, 1), y).to(kFloat64)).item<double>();
     } else {
       Tensor pred = (out.reshape({-1}) > (probs ? 0.5 : 0.0)).to(kFloat32);
-      hits += sum(eq(pred, b.y.reshape({-1})).to(kFloat64)).item<double>();
+      hits += sum(eq(pred, y.reshape({-1})).to(kFloat64)).item<double>();
     }
     n += static_cast<double>(b.size());
   }
@@ -336,9 +345,11 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
                                     "test"));
   }
 
-  // 2. The pre-training gate (W2) on the first batch.
+  // 2. The pre-training gate (W2) on the first batch, on the model's device.
   LossFunction lossfn = [&v](const Tensor& out, const Tensor& y) { return (*v.loss)(out, y); };
-  const nn::Batch first = v.train->batch(0, 0);
+  nn::Batch first = v.train->batch(0, 0);
+  first.x = first.x.to(v.device);
+  first.y = first.y.to(v.device);
   if (o.gate) {
     say("pre-training gate");
     GateOptions g;
@@ -380,7 +391,8 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
     r.stopped = std::string("training stopped at step ") + std::to_string(monitor.steps() + 1) + ": " + e.what();
   }
   r.steps = monitor.steps();
-  // 4. The end-of-run diagnoses, with a sample of the test set for M18.
+  // 4. The end-of-run diagnoses, with a sample of the test set for M18 (on the host: M18 compares
+  // a CPU copy of a device model).
   const int64_t ns = std::min<int64_t>(v.test_x.size(0), 1000);
   Tensor sy;
   {
@@ -489,7 +501,8 @@ std::string matrix(const Result& r) {
   std::ostringstream os;
   os << "Detection matrix: " << r.bugs.size() << " bug" << (r.bugs.size() == 1 ? "" : "s") << ", "
      << r.options.steps << " steps each on " << r.options.train_examples << " training images (test: "
-     << r.options.test_examples << " images), model " << r.options.model << "\n\n";
+     << r.options.test_examples << " images), model " << r.options.model
+     << (r.options.device.is_cpu() ? "" : " on " + r.options.device.str()) << "\n\n";
   os << pad("bug", 5) << pad("intended", 10) << pad("caught", 7) << pad("test acc (ref)", 21) << pad("loss", 8)
      << "fired\n";
   auto ref_of = [&](const RunResult& b) -> const RunResult& { return b.reference == "clean-footwear" ? r.clean_footwear : r.clean; };
@@ -567,6 +580,7 @@ std::string json(const Result& r) {
   std::ostringstream os;
   os << "{\"options\":{\"steps\":" << r.options.steps << ",\"train_examples\":" << r.options.train_examples
      << ",\"test_examples\":" << r.options.test_examples << ",\"model\":" << json_str(r.options.model)
+     << ",\"device\":" << json_str(r.options.device.str())
      << ",\"seed\":" << r.options.seed << "},\"clean\":" << run_json(r.clean, false);
   if (!r.clean_footwear.id.empty()) os << ",\"clean_footwear\":" << run_json(r.clean_footwear, false);
   os << ",\"bugs\":[";

@@ -46,6 +46,10 @@ struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   bool gate = true;                // run the pre-training gate (W2)
   bool footwear = false;           // the footwear task even without B01/B09 (its clean reference)
+  // Where the models train and every check runs: kCPU, or kCUDA (the CUDA backend, on a GPU or its
+  // CPU emulator; register it first with gradsleuth::cuda::init() from cuda/cuda.h). The data
+  // pipeline and its checks (D1-D10) stay on the host; M13 and M18 check a CPU copy of the model.
+  Device device = kCPU;
   static Options quick();          // 6000 / 2000 images, 150 steps
   static Options full();           // 60000 / 10000 images, 1000 steps
 };
@@ -65,9 +69,11 @@ struct Variant {
   std::shared_ptr<nn::Normalizer> normalizer;  // null when the pipeline has none (B25)
   Tensor test_x;                             // the evaluation inputs after the pipeline (D10, M18)
   std::vector<std::string> notes;            // how the recipe set the bug up
+  Device device = kCPU;                      // where the model lives and trains (Options::device)
 };
 
-// Builds the reference recipe with `bugs` switched on (and the task they need).
+// Builds the reference recipe with `bugs` switched on (and the task they need), with the model
+// on o.device. Throws when o.device has no backend registered.
 Variant build(const nn::BugSet& bugs, const Options& o);
 
 // The recipe's model alone with `width` hidden units (the MLP's hidden layers,

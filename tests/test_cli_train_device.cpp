@@ -1,5 +1,7 @@
 // `gradsleuth train --device cuda` on the CUDA backend (its CPU emulator here): a short MLP run
 // reaches the same train/test losses as the same run on --device cpu; a bad --device is refused.
+// `gradsleuth zoo --device cuda` on one bug with a token budget: the run is on the device and the
+// bug is caught (the verdicts against the CPU's are tests/cuda/test_cuda_zoo.cpp's job).
 // Exits with 77 (CTest's "skipped") when dataset-fashion-mnist is not installed.
 #include <doctest/doctest.h>
 
@@ -7,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cli_test_util.h"
@@ -61,4 +65,27 @@ TEST_CASE("train --device cuda: an MLP reaches the CPU run's losses") {
 TEST_CASE("train --device: an unknown device is refused before any work") {
   const clitest::Run r = clitest::run_cli("train --device tpu --json", true);
   CHECK(r.status == 1);
+}
+
+TEST_CASE("zoo --device cuda: the matrix and the JSON say cuda:0, and B22 is caught (M13 on a CPU copy)") {
+  skip_without_dataset();
+  const std::string path = "zoo_device_test.json";
+  std::filesystem::remove(path);
+  // Two training steps: B22's check runs in the pre-training gate.
+  const clitest::Run r =
+      clitest::run_cli("zoo --device cuda --quick --bug B22 --steps 2 --train-examples 128 --quiet --json " + path, true);
+  REQUIRE_MESSAGE(r.status == 0, r.out);
+  CHECK(r.out.find("model mlp on cuda:0") != std::string::npos);
+  CHECK(r.out.find("1/1 bugs caught") != std::string::npos);
+  std::ifstream f(path);
+  REQUIRE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const json_mini::Value doc = json_mini::parse(ss.str());
+  CHECK(doc.get("options")->get("device")->str == "cuda:0");
+  const json_mini::Value& b22 = doc.get("bugs")->arr.at(0);
+  CHECK(b22.get("id")->str == "B22");
+  CHECK(b22.get("caught")->b);
+  CHECK(b22.get("steps")->num == 2);
+  std::filesystem::remove(path);
 }

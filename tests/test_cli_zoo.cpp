@@ -185,3 +185,13 @@ TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding 
   CHECK(bad.status != 0);
   CHECK(bad.out.find("unknown --model 'rnn'") != std::string::npos);
 }
+
+TEST_CASE("zoo --device: documented in --help; an unknown device is refused before any work") {
+  const Run help = run_cli("zoo --help");
+  CHECK(help.status == 0);
+  CHECK(help.out.find("--device cpu|cuda") != std::string::npos);
+  clitest::Run r = clitest::run_cli_all("zoo --device tpu --bug B13 --quick --data-dir /nonexistent");
+  CHECK(r.status == 1);
+  CHECK(r.out.find("unknown --device 'tpu': use cpu or cuda") != std::string::npos);
+  CHECK(r.out.find("clean reference") == std::string::npos);  // nothing ran
+}

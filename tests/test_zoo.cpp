@@ -86,3 +86,18 @@ TEST_CASE("every catalogued bug is caught by an intended check") {
     if (b.id != nn::Bug::B02) CHECK(r.steps == o.steps);
   }
 }
+
+TEST_CASE("a zoo on a device with no backend registered is refused before any work, naming the fix") {
+  // This program does not link the CUDA backend, so nothing registered one.
+  zoo::Options o = zoo::Options::quick();
+  o.device = gs::kCUDA;
+  o.data_dir = "/nonexistent";  // refused before the data is read
+  try {
+    zoo::build(nn::BugSet{nn::Bug::B22}, o);
+    FAIL("no error");
+  } catch (const gs::Error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("cuda:0") != std::string::npos);
+    CHECK(m.find("gradsleuth::cuda::init()") != std::string::npos);
+  }
+}

@@ -268,6 +268,16 @@ Tensor log1p(const Tensor& x) {
   return y;
 }
 
+// exp(x) - 1 without the cancellation of exp(x) - 1.0 for small |x| (the kernel calls expm1).
+Tensor expm1(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Expm1, "expm1", x);
+  if (needs_grad(x))  // dy/dx = exp(x) = y + 1
+    record("expm1", y, {&x}, [sy = SavedTensor(y, "expm1", true)](const Tensor& g, Node& n) {
+      return tensor_list{g * (sy.unpack(n) + 1.0)};
+    });
+  return y;
+}
+
 Tensor sin(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Sin, "sin", x);
   if (needs_grad(x))

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "debug/anomaly.h"
 #include "debug/model_checks.h"
 #include "debug/monitor.h"
 #include "debug/tensor_stats.h"
@@ -194,19 +195,100 @@ TEST_CASE("relu passes NaN on both devices, contiguous or strided (the dead-ReLU
   }
 }
 
-TEST_CASE("M13 (gradcheck_module, host-only) refuses a module on cuda with the fix") {
-  auto lin = std::make_shared<gs::nn::Linear>(3, 2);
-  lin->to(kCUDA);
-  Tensor x = gs::randn({4, 3}).to(kCUDA);
+// M13 and M18 work value by value on the host: a module on cuda is checked on a CPU copy
+// (debug::HostCopyGuard) and goes back to cuda, exactly, with its gradients.
+TEST_CASE("M13 (gradcheck_module) on a module on cuda: the cpu's findings; the module stays on cuda with its grads") {
+  for (bool buggy : {false, true}) {
+    CAPTURE(buggy);
+    auto make = [&] {
+      gs::manual_seed(5);
+      auto lin = std::make_shared<gs::nn::Linear>(3, 2);
+      if (buggy) lin->inject_bug(gs::nn::Bug::B22);  // a wrong hand-written weight gradient
+      return lin;
+    };
+    gs::Generator g(2);
+    const Tensor x = gs::randn({4, 3}, {}, &g);
+    auto cpu = make(), dev = make();
+    dev->to(kCUDA);
+    const Tensor w_before = dev->weight.cpu().clone();
+    const Tensor gw = gs::randn({2, 3}, {}, &g);
+    dev->weight.set_grad(gw.to(kCUDA));
+    const auto fc = gs::debug::gradcheck_module(*cpu, x, "lin"), fd = gs::debug::gradcheck_module(*dev, x.to(kCUDA), "lin");
+    REQUIRE(fd.size() == fc.size());
+    CHECK(fc.size() == (buggy ? 1u : 0u));
+    for (size_t i = 0; i < fc.size(); ++i) {
+      CHECK(fd[i].check == "M13");
+      CHECK(fd[i].parameter == fc[i].parameter);
+      CHECK(fd[i].evidence.at(1).value == fc[i].evidence.at(1).value);  // the same worst element
+      CHECK(fd[i].cause.find("CPU copy") != std::string::npos);           // says where it was checked
+      CHECK(fc[i].cause.find("CPU copy") == std::string::npos);
+    }
+    // Back on cuda, in float32, with the same values and the gradient it had.
+    for (const Tensor& p : dev->parameters()) {
+      CHECK(p.device() == kCUDA);
+      CHECK(p.dtype() == gs::kFloat32);
+    }
+    CHECK(gs::equal(dev->weight.cpu(), w_before));
+    REQUIRE(dev->weight.grad().defined());
+    CHECK(dev->weight.grad().device() == kCUDA);
+    CHECK(gs::equal(dev->weight.grad().cpu(), gw));
+  }
+}
+
+TEST_CASE("M18 (check_half_precision) on a model on cuda: the cpu's verdict; the model stays on cuda") {
+  auto make = [](bool naive) {
+    auto fc = std::make_shared<gs::nn::Linear>(3, 3);
+    {
+      gs::NoGradGuard ng;
+      fc->weight.copy_(gs::eye(3));
+      fc->bias.zero_();
+    }
+    auto head = std::make_shared<gs::nn::LogSoftmax>(1);
+    if (naive) head->inject_bug(gs::nn::Bug::B21);  // exp(x) / sum(exp(x)): overflows fp16 above 11
+    return std::make_shared<gs::nn::Sequential>(fc, head);
+  };
+  const Tensor x = gs::tensor({20.0, 0.0, 1.0, 2.0, 3.0, 1.0, -4.0, 15.0, 0.5}, {3, 3});
+  const Tensor y = gs::tensor(std::vector<int64_t>{0, 1, 1}, {3});
+  for (bool naive : {true, false}) {
+    CAPTURE(naive);
+    auto cpu = make(naive), dev = make(naive);
+    dev->to(kCUDA);
+    // The targets follow the output to wherever the check computes it.
+    auto loss = [&](const Tensor& out) { return gs::nn::functional::nll_loss(out, y.to(out.device())); };
+    const auto fc = gs::debug::check_half_precision(*cpu, x, loss);
+    const auto fd = gs::debug::check_half_precision(*dev, x.to(kCUDA), loss);
+    REQUIRE(fd.size() == fc.size());
+    CHECK(fc.size() == (naive ? 1u : 0u));
+    for (size_t i = 0; i < fc.size(); ++i) {
+      CHECK(fd[i].check == "M18");
+      CHECK(fd[i].severity == fc[i].severity);
+      CHECK(fd[i].module == fc[i].module);
+    }
+    for (const Tensor& p : dev->parameters()) CHECK(p.device() == kCUDA);
+    CHECK(gs::equal(dev->parameters()[0].cpu(), gs::eye(3)));  // the rounding was undone
+  }
+}
+
+TEST_CASE("the host-only checks refuse a module spread over two devices, and the fp16 emulation a device op") {
+  auto model = std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(3, 4),
+                                                    std::make_shared<gs::nn::Linear>(4, 2));
+  (*model)[0]->to(kCUDA);  // only the first layer moved
   try {
-    gs::debug::gradcheck_module(*lin, x, "lin");
+    gs::debug::gradcheck_module(*model, gs::randn({2, 3}).to(kCUDA), "model");
     FAIL("no error");
   } catch (const gs::Error& e) {
     const std::string m = e.what();
+    CHECK(m.find("more than one device") != std::string::npos);
     CHECK(m.find("cuda:0") != std::string::npos);
-    CHECK(m.find("module.to(kCPU)") != std::string::npos);
+    CHECK(m.find("model->to(device)") != std::string::npos);
   }
-  CHECK(lin->weight.device() == kCUDA);  // left where it was
+  CHECK((*model)[0]->parameters()[0].device() == kCUDA);  // nothing moved
+  CHECK((*model)[1]->parameters()[0].device() == kCPU);
+
+  const Tensor a = gs::ones({4}).to(kCUDA);
+  gs::debug::HalfPrecisionEmulation half;
+  gs::debug::Scope on(&half);
+  CHECK_THROWS_WITH_AS(a + a, doctest::Contains("'add' produced float32[4]@cuda:0"), gs::Error);
 }
 
 namespace {
