@@ -78,7 +78,10 @@ Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
 
 Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
   GS_CHECK(result_type(*this, o) != kBool, "sub_", "subtraction is not defined for bool tensors (", str(), ", ",
-           o.str(), "); use logical_xor-style ops (a != b) or convert with .to(gs::kInt64)");
+           o.str(), "); use a != b (logical xor), or convert with .to(gs::kInt64)");
+  // Checked here too, so that the messages name sub_ rather than the add_ it runs as.
+  detail::check_alpha("sub_", *this, o, alpha);
+  check_castable("sub_", *this, inplace_result_type(BinaryOp::Sub, *this, o), o);
   return add_(o, -alpha);
 }
 Tensor& Tensor::add_(const Scalar& v) {
