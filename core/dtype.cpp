@@ -87,7 +87,8 @@ void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
                op, "the value ", value, " cannot be stored in an int64 tensor without changing it",
                std::isfinite(d) ? (d == std::trunc(d) ? " (out of range)" : " (it has a fractional part)")
                                 : " (int64 has no NaN or infinity)",
-               ". Convert the tensor with .to(gs::kFloat32) first, or pass a whole number.");
+               ". Store it in a floating tensor (gs::kFloat32; x.to(gs::kFloat32) for an existing one), or pass a "
+               "whole number.");
       return;
     case DType::Float32:
       GS_CHECK(!std::isfinite(d) || std::fabs(d) <= std::numeric_limits<float>::max(), op, "the value ", value,

@@ -66,8 +66,8 @@ static Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, bool 
 void detail::check_alpha(const char* name, const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const DType rt = result_type(a, b);
   GS_CHECK(!(alpha.is_floating() && !is_floating(rt)), name, "alpha ", alpha, " is floating point but ", a.str(),
-           " and ", b.str(), " give an ", dtype_name(rt), " result; pass an integral alpha or convert an input with "
-           ".to(gs::kFloat32)");
+           " and ", b.str(), " give a result of dtype ", dtype_name(rt), "; pass an integral alpha or convert an "
+           "input with .to(gs::kFloat32)");
   GS_CHECK(!(alpha.is_bool() && rt != kBool), name, "a bool alpha (", alpha, ") only scales bool results, and ",
            a.str(), " and ", b.str(), " give ", dtype_name(rt), "; pass alpha as a number");
 }

@@ -30,7 +30,7 @@ template <class Other>
 void check_castable(const char* op, const Tensor& self, DType rt, const Other& other) {
   GS_CHECK(can_cast(rt, self.dtype()), op, "result type ", dtype_name(rt), " (of ", self.str(), " and ",
            describe(other), ") can't be cast to the desired output type ", dtype_name(self.dtype()),
-           " of the in-place op. Use the out-of-place op (y = x + ... gives ", dtype_name(rt),
+           " of the in-place op. Use the out-of-place op (it returns ", dtype_name(rt),
            "), or convert the tensor first: x = x.to(", dtype_constant(rt), ")");
 }
 

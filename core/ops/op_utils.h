@@ -16,8 +16,8 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
 // The number `s` as the 0-dim operand of a tensor-scalar op with `like`, in the op's dtype
 // result_type(like, s). A 0-dim tensor of that dtype promotes with `like` to that dtype
 // again (it is never below like's dtype), so the tensor-tensor op computes exactly what
-// PyTorch's tensor-scalar op does: int64 * 2 in int64, int64 * 2.0 and int64 * 2 (div) in
-// float32, float32 * 2.5 in float32.
+// PyTorch's tensor-scalar op does: int64 * 2 in int64, int64 * 2.0 in float32, float32 * 2.5
+// in float32 (and int64 / 2 in float32 by div's own true-division rule).
 inline Tensor wrap_scalar(const Scalar& s, const Tensor& like) {
   // Unchecked: float32 * 1e300 is inf, as in PyTorch (arithmetic may overflow; storing may not).
   Tensor t = empty({}, TensorOptions(result_type(like, s)).device(like.device()));
