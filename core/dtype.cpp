@@ -1,7 +1,13 @@
-// dtype names, sizes, promotion; device parsing.
+// dtype names, sizes, promotion (result_type), Scalar; device parsing.
 #include "core/dtype.h"
 
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <optional>
+
 #include "core/error.h"
+#include "core/scalar.h"
 
 namespace gradsleuth {
 
@@ -27,6 +33,71 @@ size_t dtype_size(DType t) {
 
 // The chain bool < int64 < float32 < float64: the enum values are in that order.
 DType promote_types(DType a, DType b) { return a > b ? a : b; }
+
+// PyTorch's ResultTypeState: promote within each tier, then let each lower tier in only
+// where it brings a higher category (combine_categories). The tiers exist so that a
+// 0-dim tensor or a literal does not silently widen a whole tensor: float32 weights times
+// a float64 0-dim learning rate stay float32, as they would in PyTorch.
+DType result_type(const PromotionOperand* operands, size_t n) {
+  GS_CHECK(n > 0, "result_type", "needs at least one operand");
+  std::optional<DType> tier[3];
+  for (size_t k = 0; k < n; ++k) {
+    const PromotionOperand& o = operands[k];
+    DType t = o.dtype;
+    if (o.tier == PromotionTier::Number && is_floating(t)) t = kDefaultFloat;
+    auto& r = tier[static_cast<int>(o.tier)];
+    r = r ? promote_types(*r, t) : t;
+  }
+  std::optional<DType> result;
+  for (const auto& higher : tier) {  // Number, ZeroDim, Dimensioned: each tier outranks the last
+    if (!higher) continue;
+    result = result && dtype_category(*result) > dtype_category(*higher) ? promote_types(*higher, *result) : *higher;
+  }
+  return *result;
+}
+
+std::ostream& operator<<(std::ostream& os, const Scalar& s) {
+  switch (s.kind()) {
+    case Scalar::Kind::Bool: return os << (s.to_bool() ? "true" : "false");
+    case Scalar::Kind::Integral: return os << s.to_int64();
+    case Scalar::Kind::Floating: break;
+  }
+  // The shortest text that reads back as the same double (0.1, not 0.10000000000000001).
+  const double d = s.to_double();
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, d).ptr;
+  std::string txt(buf, end);
+  if (std::isfinite(d) && txt.find_first_of(".e") == std::string::npos) txt += ".0";
+  return os << txt;
+}
+
+void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
+  if (dtype == kFloat64 || !value.is_floating()) {
+    if (dtype != kBool || value.is_bool()) return;
+  }
+  const double d = value.to_double();
+  switch (dtype) {
+    case DType::Bool:
+      GS_CHECK(d == 0.0 || d == 1.0, op, "the value ", value, " cannot be stored in a bool tensor: only 0, 1, "
+               "true and false can. Use a comparison (x != 0) for a mask, or an int64 tensor for counts.");
+      return;
+    case DType::Int64:
+      // 2^63 is exact in double; the range of int64 is [-2^63, 2^63).
+      GS_CHECK(std::isfinite(d) && d == std::trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0,
+               op, "the value ", value, " cannot be stored in an int64 tensor without changing it",
+               std::isfinite(d) ? (d == std::trunc(d) ? " (out of range)" : " (it has a fractional part)")
+                                : " (int64 has no NaN or infinity)",
+               ". Store it in a floating tensor (gs::kFloat32; x.to(gs::kFloat32) for an existing one), or pass a "
+               "whole number.");
+      return;
+    case DType::Float32:
+      GS_CHECK(!std::isfinite(d) || std::fabs(d) <= std::numeric_limits<float>::max(), op, "the value ", value,
+               " overflows float32 (largest finite ", std::numeric_limits<float>::max(), "); use a float64 "
+               "tensor or pass inf explicitly if that is what you mean");
+      return;
+    case DType::Float64: return;
+  }
+}
 
 Device::Device(const std::string& spec) {
   if (spec == "cpu") {

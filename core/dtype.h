@@ -1,6 +1,8 @@
 // Element types, devices and the dtype promotion rules.
 #pragma once
 #include <cstdint>
+#include <cstddef>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 
@@ -26,13 +28,45 @@ inline bool is_integral(DType t, bool include_bool = false) {
 }
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
-// Promotion (docs/dtypes.md): the types form a chain bool < int64 < float32 < float64
-// and a binary op computes in the higher of its operands' types:
-//   int64 + float32 -> float32,  float32 + float64 -> float64,  bool + bool -> bool.
-// A Python-style scalar (a C++ double/int64 passed to an op) does not promote a
-// tensor of the same kind: float32 * 2.5 -> float32, int64 * 2 -> int64; but a
-// floating scalar lifts an integral tensor to float32: int64 * 2.5 -> float32.
+// The dtype a floating C++ number (x * 2.5) computes in, and that true division and the
+// floating unary ops (exp, log, ...) give integer inputs: PyTorch's default dtype.
+inline constexpr DType kDefaultFloat = DType::Float32;
+
+// Promotion (docs/dtypes.md), PyTorch's rules. Two layers:
+//
+// promote_types(a, b): the lattice of two tensor dtypes, the chain bool < int64 < float32
+// < float64 (int64 + float32 -> float32, float32 + float64 -> float64, bool + bool -> bool).
+//
+// result_type(operands): the dtype an op computes in, decided from all its operands at once.
+// Operands come in three tiers, highest first: tensors with at least one dim, 0-dim tensors,
+// and C++ numbers (Scalar). Within each tier the dtypes are promoted; then a lower tier
+// changes the result only when it is of a higher *category* (bool < integral < floating):
+//   float32[3] + float64 0-dim -> float32      (same category: the dimensioned tensor wins)
+//   int64[3]   + float32 0-dim -> float32      (a higher category wins even from a 0-dim)
+//   int64[3]   * 2             -> int64,  int64[3] * 2.0 -> float32 (kDefaultFloat)
+//   bool[3]    * 3             -> int64,  float32 0-dim + float64 0-dim -> float64
+// Every op that combines operands decides its dtype with result_type (ops.h has the Tensor
+// and Scalar overloads); promote_types is the pairwise step inside it.
 DType promote_types(DType a, DType b);
+
+// bool 0 < integral 1 < floating 2: the categories of result_type and can_cast.
+inline int dtype_category(DType t) { return t == DType::Bool ? 0 : is_floating(t) ? 2 : 1; }
+
+enum class PromotionTier : uint8_t { Number = 0, ZeroDim = 1, Dimensioned = 2 };
+struct PromotionOperand {
+  DType dtype;  // for a Number: bool, int64 or float64 (a floating number counts as kDefaultFloat)
+  PromotionTier tier;
+};
+// (A pointer and a count, not std::span: nvcc compiles this header as C++17.)
+DType result_type(const PromotionOperand* operands, size_t n);
+inline DType result_type(std::initializer_list<PromotionOperand> operands) {
+  return result_type(operands.begin(), operands.size());
+}
+
+// Whether an op's result of dtype `from` may be written into a tensor of dtype `to` (in-place
+// ops, PyTorch's canCast): never down a category (floating -> integral, integral -> bool);
+// within one (float64 -> float32) it may.
+inline bool can_cast(DType from, DType to) { return dtype_category(from) <= dtype_category(to); }
 
 // C++ type <-> DType.
 template <class T> struct dtype_of;

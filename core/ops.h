@@ -12,15 +12,38 @@
 
 namespace gradsleuth {
 
+// ---- type promotion (docs/dtypes.md) ----------------------------------------
+// The dtype an op on these operands computes in (torch.result_type): tensors with dims
+// outrank 0-dim tensors, which outrank C++ numbers, except where a lower tier brings a
+// higher category (bool < integral < floating). Every op below decides its dtype here.
+inline PromotionOperand promotion_operand(const Tensor& t) {
+  return {t.dtype(), t.dim() > 0 ? PromotionTier::Dimensioned : PromotionTier::ZeroDim};
+}
+inline PromotionOperand promotion_operand(const Scalar& s) { return {s.dtype(), PromotionTier::Number}; }
+inline DType result_type(const Tensor& a, const Tensor& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
+inline DType result_type(const Tensor& a, const Scalar& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
+inline DType result_type(const Scalar& a, const Tensor& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
+inline DType result_type(const Scalar& a, const Scalar& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
+
 // ---- elementwise, with NumPy broadcasting (ops/elementwise.cpp) -------------
-Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b
-Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a - alpha * b
+// The binary ops take a tensor or a C++ number (Scalar) on the right; a number computes
+// in result_type's dtype: int64 * 2 -> int64, int64 * 2.0 -> float32.
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a + alpha * b
+Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a - alpha * b
+Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Scalar& b);
 Tensor div(const Tensor& a, const Tensor& b);    // true division: integers give float32
+Tensor div(const Tensor& a, const Scalar& b);
 Tensor pow(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, double exponent);
+Tensor pow(const Tensor& a, const Scalar& exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Scalar& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Scalar& b);
+// The floating ops (exp, log, sqrt, reciprocal, erf, log1p, sin, cos, sigmoid, tanh, gelu,
+// softplus) of an int64 or bool tensor compute in float32, as in PyTorch.
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
@@ -34,28 +57,36 @@ Tensor log1p(const Tensor& x);
 Tensor expm1(const Tensor& x);  // exp(x) - 1, accurate for small |x|
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
-Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi);
+// Computes in result_type(x, lo, hi): clamp(int64 x, 0.5) is float32.
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
 Tensor relu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor gelu(const Tensor& x);                   // exact: x * Phi(x)
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
-// Comparisons give bool tensors and are not differentiable.
+// Comparisons give bool tensors and are not differentiable; they compare in result_type.
 Tensor eq(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Scalar& b);
 Tensor ne(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Scalar& b);
 Tensor lt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Scalar& b);
 Tensor le(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Scalar& b);
 Tensor gt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Scalar& b);
 Tensor ge(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Scalar& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_not(const Tensor& a);
 Tensor isnan(const Tensor& x);
 Tensor isinf(const Tensor& x);
 Tensor isfinite(const Tensor& x);
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond ? a : b, broadcast
-Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond ? a : b, broadcast, result_type(a, b)
+// Keeps x's dtype; the value must fit it (check_scalar_fits: 2.5 into int64 is an error).
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
 // Casts (differentiable between floating types).
 Tensor to_dtype(const Tensor& x, DType t);
 // Reduces a broadcast gradient back to `shape` by summing the expanded dims.
@@ -64,7 +95,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // ---- reductions (ops/reduce.cpp) -------------------------------------------
 // `dims` empty means all dims.
 Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
-Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);  // floating x only (PyTorch)
 Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);  // ties share the gradient
 Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);  // values along dim

@@ -2,6 +2,7 @@
 // (which share storage and carry their own backward).
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -184,10 +185,27 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
   return t;
 }
 
-Tensor full(const Shape& shape, double value, TensorOptions opts) {
+void detail::fill_unchecked(const Tensor& t, const Scalar& value) {
+  // The backends fill from a double, exact for every int64 up to 2^53; a larger integer
+  // is written on the host and copied (rare: ids and hashes, not arithmetic).
+  const int64_t i = value.to_int64();
+  if (t.dtype() != kInt64 || !value.is_integral() || (i >= -(int64_t{1} << 53) && i <= (int64_t{1} << 53))) {
+    backend_of(t).fill(t, value.to_double());
+    return;
+  }
+  Tensor host = empty(t.shape(), kInt64);
+  std::fill_n(host.data_ptr<int64_t>(), host.numel(), i);
+  backend_of(t).copy(t, t.is_cuda() ? host.to(t.device()) : host);
+}
+
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions opts) {
+  // No dtype given: the value's kind decides, as torch.full does (a floating value gives
+  // the default float32, not float64).
+  if (!opts.has_dtype_) opts = opts.dtype(value.is_floating() ? kDefaultFloat : value.dtype());
+  check_scalar_fits(value, opts.dtype_, "full");
   bool rg = opts.requires_grad_;
   Tensor t = empty(shape, opts.requires_grad(false));
-  backend_of(t).fill(t, value);
+  detail::fill_unchecked(t, value);
   if (rg) t.requires_grad_(true);
   return t;
 }
@@ -196,9 +214,12 @@ Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1.0, op
 static TensorOptions like(const Tensor& t) { return TensorOptions(t.dtype()).device(t.device()); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), like(t)); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), like(t)); }
-Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, like(t)); }
+Tensor full_like(const Tensor& t, const Scalar& v) { return full(t.shape(), v, like(t)); }
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), like(t)); }
-Tensor scalar_tensor(double value, TensorOptions opts) { return full({}, value, opts); }
+// torch.scalar_tensor does not infer the dtype from the value: float32 unless opts say.
+Tensor scalar_tensor(const Scalar& value, TensorOptions opts) {
+  return full({}, value, opts.has_dtype_ ? opts : opts.dtype(kDefaultFloat));
+}
 
 Tensor arange(double end, TensorOptions opts) { return arange(0, end, 1, opts); }
 Tensor arange(double start, double end, double step, TensorOptions opts) {

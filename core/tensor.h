@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/scalar.h"
 #include "core/shape.h"
 #include "core/storage.h"
 
@@ -33,10 +34,11 @@ struct TensorOptions {
   DType dtype_ = DType::Float32;
   Device device_ = Device();
   bool requires_grad_ = false;
+  bool has_dtype_ = false;  // dtype given explicitly: gs::full infers it from the value otherwise
   TensorOptions() = default;
-  TensorOptions(DType t) : dtype_(t) {}
+  TensorOptions(DType t) : dtype_(t), has_dtype_(true) {}
   TensorOptions(Device d) : device_(d) {}
-  TensorOptions dtype(DType t) const { auto o = *this; o.dtype_ = t; return o; }
+  TensorOptions dtype(DType t) const { auto o = *this; o.dtype_ = t; o.has_dtype_ = true; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
   TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
 };
@@ -163,12 +165,17 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
 
   // ---- elementwise ops ---------------------------------------------------
-  Tensor add(const Tensor& o, double alpha = 1.0) const;
-  Tensor sub(const Tensor& o, double alpha = 1.0) const;
+  // A Scalar argument is a C++ number that keeps its kind (2 vs 2.0): see core/scalar.h.
+  Tensor add(const Tensor& o, const Scalar& alpha = 1) const;
+  Tensor add(const Scalar& o, const Scalar& alpha = 1) const;
+  Tensor sub(const Tensor& o, const Scalar& alpha = 1) const;
+  Tensor sub(const Scalar& o, const Scalar& alpha = 1) const;
   Tensor mul(const Tensor& o) const;
+  Tensor mul(const Scalar& o) const;
   Tensor div(const Tensor& o) const;
+  Tensor div(const Scalar& o) const;
   Tensor pow(const Tensor& e) const;
-  Tensor pow(double e) const;
+  Tensor pow(const Scalar& e) const;
   Tensor neg() const;
   Tensor exp() const;
   Tensor log() const;
@@ -177,19 +184,27 @@ class Tensor {
   Tensor sign() const;
   Tensor square() const;
   Tensor reciprocal() const;
-  Tensor clamp(std::optional<double> lo, std::optional<double> hi) const;
+  Tensor clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const;
   Tensor relu() const;
   Tensor sigmoid() const;
   Tensor tanh() const;
   Tensor maximum(const Tensor& o) const;
+  Tensor maximum(const Scalar& o) const;
   Tensor minimum(const Tensor& o) const;
+  Tensor minimum(const Scalar& o) const;
   Tensor eq(const Tensor& o) const;
+  Tensor eq(const Scalar& o) const;
   Tensor ne(const Tensor& o) const;
+  Tensor ne(const Scalar& o) const;
   Tensor lt(const Tensor& o) const;
+  Tensor lt(const Scalar& o) const;
   Tensor le(const Tensor& o) const;
+  Tensor le(const Scalar& o) const;
   Tensor gt(const Tensor& o) const;
+  Tensor gt(const Scalar& o) const;
   Tensor ge(const Tensor& o) const;
-  Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor ge(const Scalar& o) const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
   Tensor isnan() const;
   Tensor isinf() const;
   Tensor isfinite() const;
@@ -218,19 +233,22 @@ class Tensor {
   Tensor index_select(int64_t dim, const Tensor& index) const;
 
   // ---- in-place ops: bump the storage version --------------------------
-  Tensor& add_(const Tensor& o, double alpha = 1.0);
-  Tensor& add_(double v);
-  Tensor& sub_(const Tensor& o, double alpha = 1.0);
+  // The op's result type (as for the out-of-place op) must be castable to this tensor's
+  // dtype: int64.add_(1.5) is an error, float32.add_(float64 tensor) computes then casts.
+  Tensor& add_(const Tensor& o, const Scalar& alpha = 1);
+  Tensor& add_(const Scalar& v);
+  Tensor& sub_(const Tensor& o, const Scalar& alpha = 1);
+  Tensor& sub_(const Scalar& v);
   Tensor& mul_(const Tensor& o);
-  Tensor& mul_(double v);
+  Tensor& mul_(const Scalar& v);
   Tensor& div_(const Tensor& o);
-  Tensor& div_(double v);
+  Tensor& div_(const Scalar& v);
   Tensor& relu_();
-  Tensor& clamp_(std::optional<double> lo, std::optional<double> hi);
+  Tensor& clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi);
   Tensor& zero_();
-  Tensor& fill_(double v);
+  Tensor& fill_(const Scalar& v);
   Tensor& copy_(const Tensor& src);
-  Tensor& masked_fill_(const Tensor& mask, double value);
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
   // Fills in place from the generator (no autograd): used by initialisers.
   Tensor& uniform_(double lo = 0.0, double hi = 1.0);
   Tensor& normal_(double mean = 0.0, double std = 1.0);
@@ -251,19 +269,19 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// ---- operators (scalars follow the promotion rule in dtype.h) -------------
+// ---- operators (C++ numbers promote as Scalars: result_type in dtype.h) ----
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
-Tensor operator/(double a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
 Tensor operator-(const Tensor& a);
 Tensor operator==(const Tensor& a, const Tensor& b);
 Tensor operator!=(const Tensor& a, const Tensor& b);
@@ -271,12 +289,12 @@ Tensor operator<(const Tensor& a, const Tensor& b);
 Tensor operator<=(const Tensor& a, const Tensor& b);
 Tensor operator>(const Tensor& a, const Tensor& b);
 Tensor operator>=(const Tensor& a, const Tensor& b);
-Tensor operator<(const Tensor& a, double b);
-Tensor operator<=(const Tensor& a, double b);
-Tensor operator>(const Tensor& a, double b);
-Tensor operator>=(const Tensor& a, double b);
-Tensor operator==(const Tensor& a, double b);
-Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
 Tensor operator&&(const Tensor& a, const Tensor& b);  // logical and of bool tensors
 Tensor operator||(const Tensor& a, const Tensor& b);
 Tensor operator!(const Tensor& a);
@@ -284,22 +302,24 @@ Tensor& operator+=(Tensor& a, const Tensor& b);  // in place (add_)
 Tensor& operator-=(Tensor& a, const Tensor& b);
 Tensor& operator*=(Tensor& a, const Tensor& b);
 Tensor& operator/=(Tensor& a, const Tensor& b);
-Tensor& operator+=(Tensor& a, double b);
-Tensor& operator-=(Tensor& a, double b);
-Tensor& operator*=(Tensor& a, double b);
-Tensor& operator/=(Tensor& a, double b);
+Tensor& operator+=(Tensor& a, const Scalar& b);
+Tensor& operator-=(Tensor& a, const Scalar& b);
+Tensor& operator*=(Tensor& a, const Scalar& b);
+Tensor& operator/=(Tensor& a, const Scalar& b);
 
 // ---- making tensors ---------------------------------------------------------
 // A fresh contiguous tensor with uninitialised values.
 Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
-Tensor full(const Shape& shape, double value, TensorOptions opts = {});
+// Without an explicit dtype, full takes the value's kind (PyTorch): full(s, true) is bool,
+// full(s, 2) int64, full(s, 2.0) float32. The value must fit the dtype (check_scalar_fits).
+Tensor full(const Shape& shape, const Scalar& value, TensorOptions opts = {});
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-Tensor full_like(const Tensor& t, double value);
+Tensor full_like(const Tensor& t, const Scalar& value);
 Tensor empty_like(const Tensor& t);
-Tensor scalar_tensor(double value, TensorOptions opts = {});  // 0-dim
+Tensor scalar_tensor(const Scalar& value, TensorOptions opts = {});  // 0-dim, float32 unless opts say (PyTorch)
 Tensor arange(double end, TensorOptions opts = {});            // [0, end)
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
@@ -330,6 +350,9 @@ namespace detail {
 // A tensor sharing t's storage with the given geometry: no autograd, no observer.
 // The building block of every view; kernels use it for sub-blocks.
 Tensor make_alias(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset);
+// Writes `value` into every element of t (no autograd, no check_scalar_fits): an int64
+// value beyond 2^53 is stored exactly, not through a double.
+void fill_unchecked(const Tensor& t, const Scalar& value);
 }  // namespace detail
 
 }  // namespace gradsleuth

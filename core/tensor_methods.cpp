@@ -3,12 +3,16 @@
 
 namespace gradsleuth {
 
-Tensor Tensor::add(const Tensor& o, double alpha) const { return gradsleuth::add(*this, o, alpha); }
-Tensor Tensor::sub(const Tensor& o, double alpha) const { return gradsleuth::sub(*this, o, alpha); }
+Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const { return gradsleuth::add(*this, o, alpha); }
+Tensor Tensor::add(const Scalar& o, const Scalar& alpha) const { return gradsleuth::add(*this, o, alpha); }
+Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const { return gradsleuth::sub(*this, o, alpha); }
+Tensor Tensor::sub(const Scalar& o, const Scalar& alpha) const { return gradsleuth::sub(*this, o, alpha); }
 Tensor Tensor::mul(const Tensor& o) const { return gradsleuth::mul(*this, o); }
+Tensor Tensor::mul(const Scalar& o) const { return gradsleuth::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return gradsleuth::div(*this, o); }
+Tensor Tensor::div(const Scalar& o) const { return gradsleuth::div(*this, o); }
 Tensor Tensor::pow(const Tensor& e) const { return gradsleuth::pow(*this, e); }
-Tensor Tensor::pow(double e) const { return gradsleuth::pow(*this, e); }
+Tensor Tensor::pow(const Scalar& e) const { return gradsleuth::pow(*this, e); }
 Tensor Tensor::neg() const { return gradsleuth::neg(*this); }
 Tensor Tensor::exp() const { return gradsleuth::exp(*this); }
 Tensor Tensor::log() const { return gradsleuth::log(*this); }
@@ -17,19 +21,27 @@ Tensor Tensor::abs() const { return gradsleuth::abs(*this); }
 Tensor Tensor::sign() const { return gradsleuth::sign(*this); }
 Tensor Tensor::square() const { return gradsleuth::square(*this); }
 Tensor Tensor::reciprocal() const { return gradsleuth::reciprocal(*this); }
-Tensor Tensor::clamp(std::optional<double> lo, std::optional<double> hi) const { return gradsleuth::clamp(*this, lo, hi); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return gradsleuth::clamp(*this, lo, hi); }
 Tensor Tensor::relu() const { return gradsleuth::relu(*this); }
 Tensor Tensor::sigmoid() const { return gradsleuth::sigmoid(*this); }
 Tensor Tensor::tanh() const { return gradsleuth::tanh(*this); }
 Tensor Tensor::maximum(const Tensor& o) const { return gradsleuth::maximum(*this, o); }
+Tensor Tensor::maximum(const Scalar& o) const { return gradsleuth::maximum(*this, o); }
 Tensor Tensor::minimum(const Tensor& o) const { return gradsleuth::minimum(*this, o); }
+Tensor Tensor::minimum(const Scalar& o) const { return gradsleuth::minimum(*this, o); }
 Tensor Tensor::eq(const Tensor& o) const { return gradsleuth::eq(*this, o); }
+Tensor Tensor::eq(const Scalar& o) const { return gradsleuth::eq(*this, o); }
 Tensor Tensor::ne(const Tensor& o) const { return gradsleuth::ne(*this, o); }
+Tensor Tensor::ne(const Scalar& o) const { return gradsleuth::ne(*this, o); }
 Tensor Tensor::lt(const Tensor& o) const { return gradsleuth::lt(*this, o); }
+Tensor Tensor::lt(const Scalar& o) const { return gradsleuth::lt(*this, o); }
 Tensor Tensor::le(const Tensor& o) const { return gradsleuth::le(*this, o); }
+Tensor Tensor::le(const Scalar& o) const { return gradsleuth::le(*this, o); }
 Tensor Tensor::gt(const Tensor& o) const { return gradsleuth::gt(*this, o); }
+Tensor Tensor::gt(const Scalar& o) const { return gradsleuth::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return gradsleuth::ge(*this, o); }
-Tensor Tensor::masked_fill(const Tensor& mask, double v) const { return gradsleuth::masked_fill(*this, mask, v); }
+Tensor Tensor::ge(const Scalar& o) const { return gradsleuth::ge(*this, o); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& v) const { return gradsleuth::masked_fill(*this, mask, v); }
 Tensor Tensor::isnan() const { return gradsleuth::isnan(*this); }
 Tensor Tensor::isinf() const { return gradsleuth::isinf(*this); }
 Tensor Tensor::isfinite() const { return gradsleuth::isfinite(*this); }

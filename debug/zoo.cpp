@@ -185,8 +185,8 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
   // BUG B26 (in the pipeline): labels shifted to 1..10, and the model given 11
   // outputs to make the out-of-range error go away. Correct: labels 0..9, 10 outputs.
   if (bugs.has(Bug::B26)) {
-    ytr = ytr + 1.0;
-    yte = yte + 1.0;
+    ytr = ytr + 1;  // an integer: + 1.0 would make the int64 labels float32 (as in PyTorch)
+    yte = yte + 1;
     v.num_classes = 11;
     v.notes.push_back("B26: labels are 1..10 and the model has 11 outputs (class 0 is never used)");
   }

@@ -127,7 +127,7 @@ Tensor BatchNormBase::forward(const Tensor& x) {
     var = (centered * centered).mean(reduce, true);  // biased: the batch is normalised by its own spread
     if (is_training() && track_running_stats() && !b23) {
       NoGradGuard ng;
-      num_batches_tracked.add_(1.0);
+      num_batches_tracked.add_(1);  // an integer: 1.0 into the int64 counter is an error (as in PyTorch)
       const double f = options_.momentum_ ? *options_.momentum_
                                           : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
       const double unbias = static_cast<double>(n) / static_cast<double>(n - 1);

@@ -22,12 +22,14 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return s.reshape(shape);
 }
 
-// Forward of a binary op: broadcast, promote, run the kernel, tell observers.
+// Forward of a binary op: broadcast, promote (result_type), run the kernel, tell observers.
+// A C++ number reaches here as the 0-dim tensor of detail::wrap_scalar, already in the
+// tensor-scalar result type, so this one decision covers both forms.
 static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   detail::check_same_device(name, a, b);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  DType ct = promote_types(a.dtype(), b.dtype());
-  if (op == BinaryOp::Div && !is_floating(ct)) ct = kFloat32;  // true division
+  DType ct = result_type(a, b);
+  if (op == BinaryOp::Div && !is_floating(ct)) ct = kDefaultFloat;  // true division
   if (op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr) ct = promote_types(ct, kBool);
   GS_CHECK(!(ct == kBool && (op == BinaryOp::Sub || op == BinaryOp::Pow)), name,
            "not defined for bool tensors (", a.str(), ", ", b.str(), "); convert with .to(gs::kInt64) or use "
@@ -41,37 +43,55 @@ static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, con
   return out;
 }
 
+// A floating op (float_only: exp, log, sigmoid, ...) of an int64 or bool tensor computes in
+// float32, as PyTorch's do: exp(int64) is a float32 result, neither an error nor exp
+// truncated back to integers. (Integer tensors never require grad, so no backward needs it.)
 static Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, bool float_only = true) {
-  GS_CHECK(!float_only || x.is_floating_point(), name, "expects a floating-point tensor, got ", x.str(),
-           ". Convert with .to(gs::kFloat32) first.");
   const bool pred = op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite ||
                     op == UnaryOp::LogicalNot;
-  Tensor out = empty(x.shape(), TensorOptions(pred ? kBool : x.dtype()).device(x.device()));
+  const Tensor in = float_only && !x.is_floating_point() ? prepare(x, kDefaultFloat, x.shape()) : x;
+  Tensor out = empty(x.shape(), TensorOptions(pred ? kBool : in.dtype()).device(x.device()));
   if (op == UnaryOp::LogicalNot && x.dtype() != kBool) {
     backend_of(x).unary(UnaryOp::LogicalNot, out, prepare(x, kBool, x.shape()));
   } else {
-    backend_of(x).unary(op, out, x);
+    backend_of(x).unary(op, out, in);
   }
   notify_op(name, {x}, out);
   return out;
 }
 
 // ---- arithmetic ------------------------------------------------------------------
-Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = alpha == 1.0 ? binary_forward(BinaryOp::Add, "add", a, b)
-                            : binary_forward(BinaryOp::Add, "add", a, mul(b, detail::wrap_scalar(alpha, b)));
+// PyTorch's alpha rules: a floating alpha cannot scale an integral result (it would be
+// truncated) and a bool alpha only scales a bool one.
+void detail::check_alpha(const char* name, const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  const DType rt = result_type(a, b);
+  GS_CHECK(!(alpha.is_floating() && !is_floating(rt)), name, "alpha ", alpha, " is floating point but ", a.str(),
+           " and ", b.str(), " give a result of dtype ", dtype_name(rt), "; pass an integral alpha or convert an "
+           "input with .to(gs::kFloat32)");
+  GS_CHECK(!(alpha.is_bool() && rt != kBool), name, "a bool alpha (", alpha, ") only scales bool results, and ",
+           a.str(), " and ", b.str(), " give ", dtype_name(rt), "; pass alpha as a number");
+}
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  detail::check_alpha("add", a, b, alpha);
+  const bool one = alpha.to_double() == 1.0;
+  Tensor out = one ? binary_forward(BinaryOp::Add, "add", a, b)
+                   : binary_forward(BinaryOp::Add, "add", a, mul(b, detail::wrap_scalar(alpha, b)));
   if (needs_grad(a, b)) {
     // d(a + alpha b) = g, alpha g; broadcast dims are summed away.
-    record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha](const Tensor& g, Node&) {
-      return tensor_list{sum_to(g, sa), sum_to(alpha == 1.0 ? g : g * alpha, sb)};
+    record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha, one](const Tensor& g, Node&) {
+      return tensor_list{sum_to(g, sa), sum_to(one ? g : g * alpha, sb)};
     });
   }
   return out;
 }
+Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha) { return add(a, detail::wrap_scalar(b, a), alpha); }
 
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = alpha == 1.0 ? binary_forward(BinaryOp::Sub, "sub", a, b)
-                            : binary_forward(BinaryOp::Sub, "sub", a, mul(b, detail::wrap_scalar(alpha, b)));
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  detail::check_alpha("sub", a, b, alpha);
+  const bool one = alpha.to_double() == 1.0;
+  Tensor out = one ? binary_forward(BinaryOp::Sub, "sub", a, b)
+                   : binary_forward(BinaryOp::Sub, "sub", a, mul(b, detail::wrap_scalar(alpha, b)));
   if (needs_grad(a, b)) {
     record("sub", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha](const Tensor& g, Node&) {
       return tensor_list{sum_to(g, sa), sum_to(g * -alpha, sb)};
@@ -79,6 +99,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   }
   return out;
 }
+Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha) { return sub(a, detail::wrap_scalar(b, a), alpha); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Mul, "mul", a, b);
@@ -92,6 +113,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   }
   return out;
 }
+Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, detail::wrap_scalar(b, a)); }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Div, "div", a, b);
@@ -107,6 +129,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   }
   return out;
 }
+Tensor div(const Tensor& a, const Scalar& b) { return div(a, detail::wrap_scalar(b, a)); }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Pow, "pow", a, b);
@@ -133,9 +156,14 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor pow(const Tensor& a, double e) {
-  Tensor out = binary_forward(BinaryOp::Pow, "pow", a, detail::wrap_scalar(e, a));
+Tensor pow(const Tensor& a, const Scalar& exponent) {
+  // An integral result has no 2^-1: PyTorch refuses it rather than give 0.
+  GS_CHECK(is_floating(result_type(a, exponent)) || exponent.to_int64() >= 0, "pow", "integers to negative integer "
+           "powers are not allowed: ", a.str(), " ** ", exponent, ". Convert first: x.to(gs::kFloat32).pow(",
+           exponent, ")");
+  Tensor out = binary_forward(BinaryOp::Pow, "pow", a, detail::wrap_scalar(exponent, a));
   if (needs_grad(a)) {
+    const double e = exponent.to_double();
     record("pow", out, {&a}, [sa = SavedTensor(a, "pow"), e](const Tensor& g, Node& n) {
       Tensor av = sa.unpack(n);
       return tensor_list{e == 0.0 ? zeros_like(g) : g * e * pow(av, e - 1.0)};
@@ -164,6 +192,8 @@ static Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Ten
 }
 Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Maximum, "maximum", a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Minimum, "minimum", a, b); }
+Tensor maximum(const Tensor& a, const Scalar& b) { return maximum(a, detail::wrap_scalar(b, a)); }
+Tensor minimum(const Tensor& a, const Scalar& b) { return minimum(a, detail::wrap_scalar(b, a)); }
 
 // ---- comparisons and logic (bool results, no gradient) ---------------------------
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, "eq", a, b); }
@@ -172,6 +202,12 @@ Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt
 Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, "le", a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, "gt", a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, "ge", a, b); }
+Tensor eq(const Tensor& a, const Scalar& b) { return eq(a, detail::wrap_scalar(b, a)); }
+Tensor ne(const Tensor& a, const Scalar& b) { return ne(a, detail::wrap_scalar(b, a)); }
+Tensor lt(const Tensor& a, const Scalar& b) { return lt(a, detail::wrap_scalar(b, a)); }
+Tensor le(const Tensor& a, const Scalar& b) { return le(a, detail::wrap_scalar(b, a)); }
+Tensor gt(const Tensor& a, const Scalar& b) { return gt(a, detail::wrap_scalar(b, a)); }
+Tensor ge(const Tensor& a, const Scalar& b) { return ge(a, detail::wrap_scalar(b, a)); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::LogicalAnd, "logical_and", a.to(kBool), b.to(kBool));
   return out;
@@ -231,6 +267,8 @@ Tensor abs(const Tensor& x) {
 Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, "sign", x, false); }
 
 Tensor square(const Tensor& x) {
+  // square is pow(x, 2), and bool ** 2 is int64 (result_type(bool, 2)), as in PyTorch.
+  if (x.dtype() == kBool) return square(prepare(x, result_type(x, 2), x.shape()));
   Tensor y = unary_forward(UnaryOp::Square, "square", x, false);
   if (needs_grad(x))
     record("square", y, {&x}, [sx = SavedTensor(x, "square")](const Tensor& g, Node& n) {
@@ -296,13 +334,22 @@ Tensor cos(const Tensor& x) {
   return y;
 }
 
-Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+DType detail::clamp_result_type(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
+  PromotionOperand ops[3] = {promotion_operand(x)};
+  size_t n = 1;
+  if (lo) ops[n++] = promotion_operand(*lo);
+  if (hi) ops[n++] = promotion_operand(*hi);
+  return result_type(ops, n);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   GS_CHECK(x.dtype() != kBool, "clamp", "not defined for bool tensors");
   GS_CHECK(lo || hi, "clamp", "at least one of min and max must be given");
-  const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
-  GS_CHECK(!(l > h), "clamp", "min ", l, " is greater than max ", h);
-  Tensor y = empty_like(x);
-  backend_of(x).clamp(y, x, l, h);
+  const double l = lo ? lo->to_double() : -INFINITY, h = hi ? hi->to_double() : INFINITY;
+  GS_CHECK(!(l > h), "clamp", "min ", *lo, " is greater than max ", *hi);
+  const DType ct = detail::clamp_result_type(x, lo, hi);
+  Tensor y = empty(x.shape(), TensorOptions(ct).device(x.device()));
+  backend_of(x).clamp(y, prepare(x, ct, x.shape()), l, h);
   notify_op("clamp", {x}, y);
   if (needs_grad(x))  // gradient passes where lo <= x <= hi
     record("clamp", y, {&x}, [sx = SavedTensor(x, "clamp"), l, h](const Tensor& g, Node& n) {
@@ -326,6 +373,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor leaky_relu(const Tensor& x, double slope) {
+  if (!x.is_floating_point()) return leaky_relu(prepare(x, kDefaultFloat, x.shape()), slope);
   Tensor pos = x.detach() > 0.0;
   Tensor y = where(pos, x, x * slope);
   return y;
@@ -352,13 +400,18 @@ Tensor tanh(const Tensor& x) {
 }
 
 // gelu(x) = x * Phi(x) = x/2 (1 + erf(x / sqrt 2)), built from differentiable ops.
-Tensor gelu(const Tensor& x) { return x * (erf(x * M_SQRT1_2) + 1.0) * 0.5; }
+// An integer x computes in float32, like the other floating ops.
+Tensor gelu(const Tensor& x) {
+  if (!x.is_floating_point()) return gelu(prepare(x, kDefaultFloat, x.shape()));
+  return x * (erf(x * M_SQRT1_2) + 1.0) * 0.5;
+}
 
 // softplus(x) = 1/beta log(1 + exp(beta x)), linear above the threshold; the value
 // is computed as relu(z) + log1p(exp(-|z|)) so that exp never overflows. The
 // backward is written out (dy/dx = sigmoid(beta x)): differentiating that
 // composition would give relu'(0) + abs'(0) terms, i.e. 0 instead of 0.5 at x = 0.
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  if (!x.is_floating_point()) return softplus(prepare(x, kDefaultFloat, x.shape()), beta, threshold);
   Tensor y;
   {
     NoGradGuard ng;
@@ -380,7 +433,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   GS_CHECK(cond.dtype() == kBool, "where", "condition must be a bool tensor, got ", cond.str(),
            "; build it with a comparison such as x > 0");
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  const DType ct = promote_types(a.dtype(), b.dtype());
+  const DType ct = result_type(a, b);
   Tensor out = empty(shape, TensorOptions(ct).device(a.device()));
   backend_of(a).where(out, prepare(cond, kBool, shape), prepare(a, ct, shape), prepare(b, ct, shape));
   if (observers_active())
@@ -395,14 +448,18 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   GS_CHECK(mask.dtype() == kBool, "masked_fill", "mask must be a bool tensor, got ", mask.str(),
            "; build it with a comparison such as x > 0");
   // Out of place, input and mask broadcast against each other, as in PyTorch (a (T, T)
   // causal mask over (B, H, T, T) scores, a (B, 1, T) padding mask, ...); the
   // gradient of a broadcast input is summed back to its shape by where's backward.
   broadcast_shapes(x.shape(), mask.shape(), "masked_fill");  // a clear error when they do not broadcast
-  return where(mask, detail::wrap_scalar(value, x).to(x.dtype()), x);
+  // The result keeps x's dtype (PyTorch), so the value must survive the cast into it.
+  check_scalar_fits(value, x.dtype(), "masked_fill");
+  Tensor v = empty({}, TensorOptions(x.dtype()).device(x.device()));
+  detail::fill_unchecked(v, value);
+  return where(mask, v, x);
 }
 
 // ---- operators -------------------------------------------------------------------------
@@ -410,14 +467,14 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, detail::wrap_scalar(b, a)); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, detail::wrap_scalar(b, a)); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, detail::wrap_scalar(b, a)); }
-Tensor operator/(const Tensor& a, double b) { return div(a, detail::wrap_scalar(b, a)); }
-Tensor operator+(double a, const Tensor& b) { return add(detail::wrap_scalar(a, b), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(detail::wrap_scalar(a, b), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(detail::wrap_scalar(a, b), b); }
-Tensor operator/(double a, const Tensor& b) { return div(detail::wrap_scalar(a, b), b); }
+Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
+Tensor operator+(const Scalar& a, const Tensor& b) { return add(detail::wrap_scalar(a, b), b); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return sub(detail::wrap_scalar(a, b), b); }
+Tensor operator*(const Scalar& a, const Tensor& b) { return mul(detail::wrap_scalar(a, b), b); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return div(detail::wrap_scalar(a, b), b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
@@ -425,12 +482,12 @@ Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-Tensor operator<(const Tensor& a, double b) { return lt(a, detail::wrap_scalar(b, a)); }
-Tensor operator<=(const Tensor& a, double b) { return le(a, detail::wrap_scalar(b, a)); }
-Tensor operator>(const Tensor& a, double b) { return gt(a, detail::wrap_scalar(b, a)); }
-Tensor operator>=(const Tensor& a, double b) { return ge(a, detail::wrap_scalar(b, a)); }
-Tensor operator==(const Tensor& a, double b) { return eq(a, detail::wrap_scalar(b, a)); }
-Tensor operator!=(const Tensor& a, double b) { return ne(a, detail::wrap_scalar(b, a)); }
+Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, const Scalar& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Scalar& b) { return ne(a, b); }
 Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
 Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
 Tensor operator!(const Tensor& a) { return logical_not(a); }

@@ -90,7 +90,7 @@ Tensor cat(const tensor_list& ts, int64_t dim) {
   GS_CHECK(!ts.empty(), "cat", "expects a non-empty list of tensors");
   const Tensor& first = ts[0];
   const int64_t d = wrap_dim(dim, first.dim(), "cat");
-  DType dt = first.dtype();
+  std::vector<PromotionOperand> operands;  // the dtype: result_type over all inputs, as torch.cat
   int64_t total = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
@@ -100,9 +100,10 @@ Tensor cat(const tensor_list& ts, int64_t dim) {
     for (int64_t k = 0; k < t.dim(); ++k)
       GS_CHECK(k == d || t.shape()[k] == first.shape()[k], "cat", "sizes must match except in dim ", d,
                ": tensor ", i, " is ", t.str(), ", tensor 0 is ", first.str());
-    dt = promote_types(dt, t.dtype());
+    operands.push_back(promotion_operand(t));
     total += t.shape()[d];
   }
+  const DType dt = result_type(operands.data(), operands.size());
   Shape s = first.shape();
   s[d] = total;
   Tensor out = empty(s, TensorOptions(dt).device(first.device()));

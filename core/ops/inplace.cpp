@@ -10,21 +10,44 @@ namespace gradsleuth {
 
 namespace {
 
-// The other operand, cast to self's dtype and broadcast to self's shape.
-Tensor operand_for(const Tensor& self, const Tensor& o, const char* op) {
-  detail::check_same_device(op, self, o);
-  Shape s = broadcast_shapes(self.shape(), o.shape(), op);
-  GS_CHECK(s == self.shape(), op, "the result of shape ", shape_str(s), " cannot be stored in place into ",
-           self.str(), ": an in-place op cannot change the tensor's shape. Use the out-of-place op.");
-  DType rt = promote_types(self.dtype(), o.dtype());
-  GS_CHECK(rt == self.dtype(), op, "result type ", dtype_name(rt), " cannot be stored in place into ", self.str(),
-           "; convert the tensor with .to(", dtype_name(rt), ") or use the out-of-place op");
-  return detail::prepare(o, self.dtype(), self.shape());
+const char* dtype_constant(DType t) {
+  switch (t) {
+    case DType::Bool: return "gs::kBool";
+    case DType::Int64: return "gs::kInt64";
+    case DType::Float32: return "gs::kFloat32";
+    case DType::Float64: break;
+  }
+  return "gs::kFloat64";
+}
+std::string describe(const Tensor& o) { return o.str(); }
+std::string describe(const Scalar& v) { return detail::str_cat("the number ", v); }
+std::string describe(const std::string& what) { return what; }
+
+// PyTorch's rule for in-place ops: the op computes in the dtype the out-of-place op would
+// give (result_type), and that must be castable to self's dtype (can_cast): int64.add_(1.5)
+// would silently truncate 1.5, so it is an error; float32.add_(float64 tensor) just rounds.
+template <class Other>
+void check_castable(const char* op, const Tensor& self, DType rt, const Other& other) {
+  GS_CHECK(can_cast(rt, self.dtype()), op, "result type ", dtype_name(rt), " (of ", self.str(), " and ",
+           describe(other), ") can't be cast to the desired output type ", dtype_name(self.dtype()),
+           " of the in-place op. Use the out-of-place op (it returns ", dtype_name(rt),
+           "), or convert the tensor first: x = x.to(", dtype_constant(rt), ")");
+}
+
+DType inplace_result_type(BinaryOp bop, const Tensor& self, const Tensor& o) {
+  const DType rt = result_type(self, o);
+  return bop == BinaryOp::Div && !is_floating(rt) ? kDefaultFloat : rt;  // true division
 }
 
 void inplace_binary(BinaryOp bop, Tensor& self, const Tensor& o, const char* op) {
   check_inplace(self, op);
   detail::check_no_overlap(self, op);
+  detail::check_same_device(op, self, o);
+  Shape s = broadcast_shapes(self.shape(), o.shape(), op);
+  GS_CHECK(s == self.shape(), op, "the result of shape ", shape_str(s), " cannot be stored in place into ",
+           self.str(), ": an in-place op cannot change the tensor's shape. Use the out-of-place op.");
+  const DType rt = inplace_result_type(bop, self, o);
+  check_castable(op, self, rt, o);
   // An operand that shares memory with self element for element (x.add_(x)) is fine:
   // elementwise kernels read each position before writing it. One that overlaps it
   // otherwise (y.mul_(y[0]), z.add_(z.t())) would be read after the kernel already
@@ -35,15 +58,22 @@ void inplace_binary(BinaryOp bop, Tensor& self, const Tensor& o, const char* op)
     src = empty(o.shape(), TensorOptions(o.dtype()).device(o.device()));
     backend_of(o).copy(src, o);
   }
-  Tensor rhs = operand_for(self, src, op);
-  backend_of(self).binary(bop, self, self, rhs);
+  if (rt == self.dtype()) {
+    backend_of(self).binary(bop, self, self, detail::prepare(src, rt, self.shape()));
+  } else {
+    // Computed in the result type, then cast: float32.add_(float64 y) rounds x + y once, as PyTorch does.
+    Tensor tmp = empty(self.shape(), TensorOptions(rt).device(self.device()));
+    backend_of(self).binary(bop, tmp, detail::prepare(self, rt, self.shape()), detail::prepare(src, rt, self.shape()));
+    backend_of(self).copy(self, tmp);
+  }
 }
 
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& o, double alpha) {
+Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) {
+  detail::check_alpha("add_", *this, o, alpha);
   Tensor other = o;
-  if (alpha != 1.0) {
+  if (alpha.to_double() != 1.0) {
     NoGradGuard ng;
     other = o * alpha;
   }
@@ -55,8 +85,22 @@ Tensor& Tensor::add_(const Tensor& o, double alpha) {
   return *this;
 }
 
-Tensor& Tensor::sub_(const Tensor& o, double alpha) { return add_(o, -alpha); }
-Tensor& Tensor::add_(double v) { return add_(detail::wrap_scalar(v, *this)); }
+Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
+  GS_CHECK(result_type(*this, o) != kBool, "sub_", "subtraction is not defined for bool tensors (", str(), ", ",
+           o.str(), "); use a != b (logical xor), or convert with .to(gs::kInt64)");
+  // Checked here too, so that the messages name sub_ rather than the add_ it runs as.
+  detail::check_alpha("sub_", *this, o, alpha);
+  check_castable("sub_", *this, inplace_result_type(BinaryOp::Sub, *this, o), o);
+  return add_(o, -alpha);
+}
+Tensor& Tensor::add_(const Scalar& v) {
+  check_castable("add_", *this, result_type(*this, v), v);
+  return add_(detail::wrap_scalar(v, *this));
+}
+Tensor& Tensor::sub_(const Scalar& v) {
+  check_castable("sub_", *this, result_type(*this, v), v);
+  return sub_(detail::wrap_scalar(v, *this));
+}
 
 Tensor& Tensor::mul_(const Tensor& o) {
   // Both gradients need a value this op destroys (self's old value) or keeps (o).
@@ -70,11 +114,13 @@ Tensor& Tensor::mul_(const Tensor& o) {
   notify_op("mul_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
   return *this;
 }
-Tensor& Tensor::mul_(double v) { return mul_(detail::wrap_scalar(v, *this)); }
+Tensor& Tensor::mul_(const Scalar& v) {
+  check_castable("mul_", *this, result_type(*this, v), v);
+  return mul_(detail::wrap_scalar(v, *this));
+}
 
 Tensor& Tensor::div_(const Tensor& o) {
   Tensor old = needs_grad(o) ? clone() : Tensor();  // with history, as in mul_
-  GS_CHECK(is_floating_point(), "div_", "true division cannot be stored in place into the integer tensor ", str());
   inplace_binary(BinaryOp::Div, *this, o, "div_");
   finish_inplace(*this, "div_", {&o}, [so = SavedTensor(o, "div_"), old, sho = o.shape()](const Tensor& g, Node& n) {
     Tensor ov = so.unpack(n);
@@ -83,7 +129,11 @@ Tensor& Tensor::div_(const Tensor& o) {
   notify_op("div_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
   return *this;
 }
-Tensor& Tensor::div_(double v) { return div_(detail::wrap_scalar(v, *this)); }
+Tensor& Tensor::div_(const Scalar& v) {
+  const DType rt = result_type(*this, v);
+  check_castable("div_", *this, is_floating(rt) ? rt : kDefaultFloat, v);  // true division
+  return div_(detail::wrap_scalar(v, *this));
+}
 
 Tensor& Tensor::relu_() {
   check_inplace(*this, "relu_");
@@ -95,10 +145,18 @@ Tensor& Tensor::relu_() {
   return *this;
 }
 
-Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
+Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   check_inplace(*this, "clamp_");
   detail::check_no_overlap(*this, "clamp_");
-  const double l = lo.value_or(-INFINITY), h = hi.value_or(INFINITY);
+  GS_CHECK(dtype() != kBool, "clamp_", "not defined for bool tensors");
+  GS_CHECK(lo || hi, "clamp_", "at least one of min and max must be given");
+  const double l = lo ? lo->to_double() : -INFINITY, h = hi ? hi->to_double() : INFINITY;
+  GS_CHECK(!(l > h), "clamp_", "min ", *lo, " is greater than max ", *hi);
+  // A bound can only change the result type by raising its category (int64 x, bound 0.5),
+  // which is never castable back; so a castable clamp_ computes in self's dtype.
+  check_castable("clamp_", *this, detail::clamp_result_type(*this, lo, hi),
+                 detail::str_cat("the bounds min=", lo ? detail::str_cat(*lo) : "none", ", max=",
+                                 hi ? detail::str_cat(*hi) : "none"));
   Tensor d = detach();
   Tensor mask = needs_grad(*this) ? logical_and(d >= l, d <= h) : Tensor();
   backend_of(*this).clamp(*this, *this, l, h);
@@ -107,10 +165,11 @@ Tensor& Tensor::clamp_(std::optional<double> lo, std::optional<double> hi) {
   return *this;
 }
 
-Tensor& Tensor::fill_(double v) {
+Tensor& Tensor::fill_(const Scalar& v) {
   check_inplace(*this, "fill_");
   detail::check_no_overlap(*this, "fill_");
-  backend_of(*this).fill(*this, v);
+  check_scalar_fits(v, dtype(), "fill_");
+  detail::fill_unchecked(*this, v);
   // The old value no longer matters: no gradient flows to it.
   finish_inplace(*this, "fill_", {}, [](const Tensor&, Node&) { return tensor_list{Tensor()}; });
   notify_op("fill_", {*this}, *this, 0, true);
@@ -146,13 +205,16 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
+Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& value) {
   check_inplace(*this, "masked_fill_");
   detail::check_no_overlap(*this, "masked_fill_");
   GS_CHECK(mask.dtype() == kBool, "masked_fill_", "mask must be a bool tensor, got ", mask.str());
   Tensor m = detail::prepare(mask, kBool, broadcast_shapes(shape(), mask.shape(), "masked_fill_"));
   GS_CHECK(m.shape() == shape(), "masked_fill_", "mask ", mask.str(), " must broadcast to ", str());
-  Tensor fillv = detail::prepare(full({}, value, TensorOptions(dtype()).device(device())), dtype(), shape());
+  check_scalar_fits(value, dtype(), "masked_fill_");  // the tensor keeps its dtype: 2.5 into int64 would truncate
+  Tensor fillv = empty({}, TensorOptions(dtype()).device(device()));
+  detail::fill_unchecked(fillv, value);
+  fillv = detail::prepare(fillv, dtype(), shape());
   backend_of(*this).where(*this, m, fillv, *this);
   finish_inplace(*this, "masked_fill_", {}, [m = mask.detach()](const Tensor& g, Node&) {
     return tensor_list{where(m, zeros_like(g.detach()), g)};
@@ -165,9 +227,9 @@ Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
 Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
 Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
 Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
-Tensor& operator+=(Tensor& a, double b) { return a.add_(b); }
-Tensor& operator-=(Tensor& a, double b) { return a.add_(-b); }
-Tensor& operator*=(Tensor& a, double b) { return a.mul_(b); }
-Tensor& operator/=(Tensor& a, double b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, const Scalar& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Scalar& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Scalar& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Scalar& b) { return a.div_(b); }
 
 }  // namespace gradsleuth

@@ -14,7 +14,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   Shape batch = broadcast_shapes(ba, bb, "matmul");
   const int64_t B = numel_of(batch);
-  DType ct = promote_types(a.dtype(), b.dtype());
+  DType ct = result_type(a, b);
   GS_CHECK(ct != kBool, "matmul", "not defined for bool tensors");
   Shape sa = batch, sb = batch;
   sa.push_back(N); sa.push_back(K);

@@ -13,12 +13,24 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
            a.device().str(), " and ", b.str(), " on ", b.device().str(), ". Move one with .to(device) first.");
 }
 
-// A C++ number as a 0-dim tensor that follows the scalar promotion rule (dtype.h).
-inline Tensor wrap_scalar(double v, const Tensor& like) {
-  DType t = like.dtype();
-  if (!is_floating(t)) t = (v == static_cast<double>(static_cast<int64_t>(v))) ? (t == kBool ? kInt64 : t) : kFloat32;
-  return full({}, v, TensorOptions(t).device(like.device()));
+// The number `s` as the 0-dim operand of a tensor-scalar op with `like`, in the op's dtype
+// result_type(like, s). A 0-dim tensor of that dtype promotes with `like` to that dtype
+// again (it is never below like's dtype), so the tensor-tensor op computes exactly what
+// PyTorch's tensor-scalar op does: int64 * 2 in int64, int64 * 2.0 in float32, float32 * 2.5
+// in float32 (and int64 / 2 in float32 by div's own true-division rule).
+inline Tensor wrap_scalar(const Scalar& s, const Tensor& like) {
+  // Unchecked: float32 * 1e300 is inf, as in PyTorch (arithmetic may overflow; storing may not).
+  Tensor t = empty({}, TensorOptions(result_type(like, s)).device(like.device()));
+  fill_unchecked(t, s);
+  return t;
 }
+
+// The dtype clamp computes in: the bounds take part in promotion, so clamp(int64 x, 0.5)
+// is float32 (ops/elementwise.cpp).
+DType clamp_result_type(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi);
+
+// add/sub's alpha: floating only for a floating result, bool only for a bool one (PyTorch).
+void check_alpha(const char* op, const Tensor& a, const Tensor& b, const Scalar& alpha);
 
 // t cast to `dt` and broadcast (stride 0) to `shape`, without autograd: kernel input.
 inline Tensor prepare(const Tensor& t, DType dt, const Shape& shape) {

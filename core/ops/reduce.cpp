@@ -71,8 +71,11 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
-  GS_CHECK(x.is_floating_point(), "mean", "expects a floating-point tensor, got ", x.str(),
-           "; convert with .to(gs::kFloat32)");
+  // As in PyTorch, an integer mean has no output dtype to infer (truncating it would be wrong,
+  // and silently picking float32 would hide that the data are integers).
+  GS_CHECK(x.is_floating_point(), "mean", "could not infer the output dtype: the input ", x.str(),
+           " must be floating point (PyTorch: \"Input dtype must be either a floating point or complex dtype\"). "
+           "Convert first: x.to(gs::kFloat32).mean(), or use sum(x) for an integer total");
   auto r = reduced_flags(x, dims, "mean");
   int64_t count = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -158,7 +161,8 @@ Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
 // var = sum((x - mean)^2) / (n - unbiased), composed from differentiable ops
 // (two passes: numerically safer than E[x^2] - E[x]^2).
 Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
-  GS_CHECK(x.is_floating_point(), "var", "expects a floating-point tensor, got ", x.str());
+  GS_CHECK(x.is_floating_point(), "var", "std and var only support floating-point tensors (as in PyTorch), got ",
+           x.str(), "; convert first: x.to(gs::kFloat32)");
   auto r = reduced_flags(x, dims, "var");
   int64_t n = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -194,7 +198,8 @@ Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
 // ---- softmax family --------------------------------------------------------------
 // The kernel works on the last dim of a contiguous tensor; other dims are moved there.
 static Tensor softmax_forward(const Tensor& x, int64_t d, bool log, const char* name) {
-  GS_CHECK(x.is_floating_point(), name, "expects a floating-point tensor, got ", x.str());
+  GS_CHECK(x.is_floating_point(), name, "expects a floating-point tensor, got ", x.str(),
+           " (PyTorch has no integer softmax either); convert first: x.to(gs::kFloat32)");
   if (x.dim() == 0) return log ? zeros_like(x) : ones_like(x);
   const bool last = d == x.dim() - 1;
   Tensor in = detail::contiguous_raw(last ? x : detail::transpose_raw(x, d, x.dim() - 1));
@@ -229,7 +234,8 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
 
 // logsumexp = m + log(sum(exp(x - m))) with m the (detached) max: never overflows.
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
-  GS_CHECK(x.is_floating_point(), "logsumexp", "expects a floating-point tensor, got ", x.str());
+  GS_CHECK(x.is_floating_point(), "logsumexp", "expects a floating-point tensor, got ", x.str(),
+           "; convert first: x.to(gs::kFloat32)");
   {
     // Over an empty dim: log(0) = -inf, as in PyTorch (sum keeps the graph and the shape).
     auto r = reduced_flags(x, dims, "logsumexp");

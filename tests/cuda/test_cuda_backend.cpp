@@ -96,6 +96,25 @@ TEST_CASE("int64 arithmetic and comparisons") {
   same_on_both([](gs::Device d) { return seq({2, 6}, gs::kInt64, d, 3.0) * 3 + 1; });
   same_on_both([](gs::Device d) { return seq({2, 6}, gs::kInt64, d, 3.0) < seq({6}, gs::kInt64, d, 2.0); });
 }
+TEST_CASE("type promotion (result_type, decided before dispatch) gives the same dtypes and values on both devices") {
+  auto on = [](gs::DType t, gs::Device d) { return gs::TensorOptions(t).device(d); };
+  same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2.5; });       // float32
+  same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2; });         // int64
+  same_on_both([](gs::Device d) { return (seq({2, 3}, gs::kFloat32, d) > 0.0) * 3; });    // bool * int: int64
+  same_on_both([&](gs::Device d) { return seq({2, 3}, gs::kFloat32, d) + gs::scalar_tensor(0.1, on(gs::kFloat64, d)); });
+  same_on_both([&](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) + gs::scalar_tensor(0.5, on(gs::kFloat32, d)); });
+  same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 0.5).exp(); });          // float32
+  same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 3.0) / (seq({6}, gs::kInt64, d, 1.0).abs() + 1); });
+  same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 3.0).clamp(0.5, std::nullopt); });
+  same_on_both([&](gs::Device d) { return gs::full({3}, (int64_t{1} << 60) + 1, on(gs::kInt64, d)); });
+  same_on_both([](gs::Device d) {  // float32.add_(float64): computed in float64, rounded once
+    Tensor x = seq({4}, gs::kFloat32, d);
+    x.add_(seq({4}, gs::kFloat64, d) * 1e-9 + 1e-8);
+    return x;
+  });
+  Tensor i = seq({3}, gs::kInt64, kCUDA, 2.0);
+  CHECK_THROWS_AS(i.add_(0.5), gs::Error);
+}
 TEST_CASE("bool logic: and, or, not") {
   same_on_both([](gs::Device d) {
     Tensor a = seq({8}, gs::kFloat32, d) > 0.0, b = seq({8}, gs::kFloat32, d) < 0.5;
