@@ -313,21 +313,11 @@ int cmd_doctor(const std::vector<std::string>& args) {
   html.sections.push_back({"Where the step time goes (W7 profiler, 10 steps)", profile_text});
   if (!memory_text.empty()) html.sections.push_back({"Memory (W8 memory report, one step)", memory_text});
   guarded("the autograd graph", [&] {
-    debug::zoo::Variant gv = debug::zoo::build(bugs, o);
-    const nn::Batch b = gv.train->batch(0, 0);
-    Tensor loss;
-    SavedCapture saved;
-    {
-      debug::GraphModuleTags tags(*gv.model);
-      loss = (*gv.loss)((*gv.model)(b.x.narrow(0, 0, std::min<int64_t>(b.x.size(0), 8))),
-                        b.y.narrow(0, 0, std::min<int64_t>(b.y.size(0), 8)));
-    }
-    saved.stop();
     debug::DotOptions d;
-    d.params(gv.model->named_parameters()).saved(&saved).title("one forward pass and loss; red: named by a finding");
+    d.title("one forward pass and loss; red: named by a finding");
     for (const debug::Finding& f : r.report.findings())
       if (f.fires()) d.highlight(f);
-    const std::string dot = debug::to_dot(loss, d);
+    const std::string dot = debug::zoo::graph_dot(bugs, o, 8, d);
     if (debug::have_graphviz()) html.graph_svg = debug::dot_to_svg(dot);
     else html.graph_dot = dot;
   });

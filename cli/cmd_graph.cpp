@@ -60,17 +60,8 @@ int cmd_graph(const std::vector<std::string>& args) {
       }
     if (named == 0) std::fprintf(stderr, "graph: no finding named a module, op or parameter\n");
   }
-  debug::zoo::Variant v = debug::zoo::build(bugs, o);
-  const nn::Batch b = v.train->batch(0, 0);
-  Tensor loss;
-  SavedCapture saved;
-  {
-    debug::GraphModuleTags tags(*v.model);
-    loss = (*v.loss)((*v.model)(b.x), b.y);
-  }
-  saved.stop();
-  dopt.params(v.model->named_parameters()).saved(&saved).max_nodes(max_nodes).title(title);
-  const std::string dot = debug::to_dot(loss, dopt);
+  dopt.max_nodes(max_nodes).title(title);
+  const std::string dot = debug::zoo::graph_dot(bugs, o, o.batch_size, dopt);
   if (a.has("dot")) {
     std::cout << dot;
     return 0;

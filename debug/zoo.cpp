@@ -454,6 +454,20 @@ std::string wrap(const std::string& text, size_t width, const std::string& inden
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 }  // namespace
 
+std::string graph_dot(const nn::BugSet& bugs, const Options& o, int64_t examples, DotOptions opts) {
+  Variant v = build(bugs, o);
+  const nn::Batch b = v.train->batch(0, 0);
+  const int64_t n = std::min<int64_t>(b.x.size(0), examples);
+  Tensor loss;
+  SavedCapture saved;
+  {
+    GraphModuleTags tags(*v.model);
+    loss = (*v.loss)((*v.model)(b.x.narrow(0, 0, n)), b.y.narrow(0, 0, n));
+  }
+  saved.stop();
+  return to_dot(loss, opts.params(v.model->named_parameters()).saved(&saved));
+}
+
 std::vector<Bug> catalog_for(const std::string& model) {
   std::vector<Bug> out;
   for (const nn::BugInfo& b : nn::bug_catalog())

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "debug/finding.h"
+#include "debug/graph.h"
 #include "debug/monitor.h"
 #include "nn/bugs.h"
 #include "nn/data.h"
@@ -127,6 +128,11 @@ std::vector<nn::Bug> catalog_for(const std::string& model);
 // reproduce is refused before anything trains.
 Result run(const std::vector<nn::Bug>& bugs, const Options& o,
            const std::function<void(const Progress&)>& progress = nullptr);
+
+// The autograd graph of the recipe's forward pass and loss on the first `examples` examples of
+// its first batch (ops tagged with their modules, saved tensors listed, parameters named), as
+// debug::to_dot draws it with `opts`: what `gradsleuth graph` and doctor's report show.
+std::string graph_dot(const nn::BugSet& bugs, const Options& o, int64_t examples, DotOptions opts);
 
 // The detection matrix, for a person.
 std::string matrix(const Result& r);
