@@ -79,6 +79,18 @@ inline GradReport grad_check(const std::function<Tensor()>& f, const std::vector
   return rep;
 }
 
+// The message of the gs::Error that f throws (a marker string if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const gs::Error& e) {
+    return e.what();
+  }
+  return "<no gs::Error was thrown>";
+}
+inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
 // Expects `fn` to throw gs::Error whose message contains every one of `parts`.
 template <class F>
 void check_error(F&& fn, std::initializer_list<const char*> parts) {

@@ -16,6 +16,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "nn_test_util.h"
 
 namespace {
 
@@ -29,16 +30,8 @@ Vec vals(const Tensor& t) { return t.to_vector<double>(); }
 Tensor leaf(const Vec& v, const gs::Shape& s) { return gs::tensor(v, s, kLeaf); }
 Tensor cst(const Vec& v, const gs::Shape& s) { return gs::tensor(v, s, kF64); }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "<no gs::Error was thrown>";
-}
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using nntest::error_of;
+using nntest::has;
 
 void check_vec(const Vec& got, const Vec& want, double tol = 1e-12) {
   REQUIRE(got.size() == want.size());

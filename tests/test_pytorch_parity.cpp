@@ -15,6 +15,7 @@
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "core/ops/op_utils.h"
+#include "nn_test_util.h"
 #include "debug/gradcheck.h"
 #include "nn/loss.h"
 
@@ -34,20 +35,7 @@ Tensor leaf(const Vec& v, const gs::Shape& s, gs::DType dt = gs::kFloat64) {
   return t;
 }
 
-// Expects fn to throw gs::Error whose message has every one of `parts`.
-template <class Fn>
-void expect_error(Fn&& fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    FAIL("expected a gs::Error");
-  } catch (const gs::Error& e) {
-    const std::string msg = e.what();
-    for (const char* p : parts) {
-      INFO("message: " << msg << "\nmissing: " << p);
-      CHECK(msg.find(p) != std::string::npos);
-    }
-  }
-}
+using nntest::check_error;
 
 // d/dx of sum(d L / dx) for L = pool(x)^3 + sum(x^2): a Hessian-vector product
 // (H 1) that needs pooling's backward to be differentiated again.
@@ -217,10 +205,10 @@ TEST_CASE("reductions over an empty dim: sum 0, mean NaN, logsumexp -inf, amax/m
   CHECK(l.shape() == gs::Shape{3});
   for (double v : vals(l)) CHECK(v == -kInf);
   CHECK(gs::logsumexp(x, {1}, true).shape() == gs::Shape{3, 1});
-  expect_error([&] { gs::amax(x, {1}); }, {"amax", "dim 1", "empty", "maximum"});
-  expect_error([&] { gs::amin(x); }, {"amin", "empty", "minimum"});
-  expect_error([&] { gs::max(x, 1); }, {"max", "dim 1", "empty"});
-  expect_error([&] { gs::min(x, -1); }, {"min", "dim 1", "empty"});
+  check_error([&] { gs::amax(x, {1}); }, {"amax", "dim 1", "empty", "maximum"});
+  check_error([&] { gs::amin(x); }, {"amin", "empty", "minimum"});
+  check_error([&] { gs::max(x, 1); }, {"max", "dim 1", "empty"});
+  check_error([&] { gs::min(x, -1); }, {"min", "dim 1", "empty"});
   // Over a non-empty dim of an empty tensor there is nothing to reduce and no error.
   CHECK(gs::amax(x, {0}).shape() == gs::Shape{0});
   // The graph survives: the gradient of an empty input is empty.
@@ -245,8 +233,8 @@ TEST_CASE("masked_fill broadcasts the mask (and the input) like PyTorch, with th
   CHECK(vals(z) == Vec{0, 2, 3, 1, 0, 3, 1, 2, 0, 0, 0, 0});
   z.sum().backward();
   CHECK(vals(v.grad()) == Vec{2, 2, 2});  // each of 4 copies kept where the mask is 0
-  expect_error([&] { gs::masked_fill(x, gs::ones({4}, gs::kBool), 0.0); }, {"masked_fill", "broadcast"});
-  expect_error([&] { gs::masked_fill(x, gs::ones({2, 3}), 0.0); }, {"masked_fill", "bool"});
+  check_error([&] { gs::masked_fill(x, gs::ones({4}, gs::kBool), 0.0); }, {"masked_fill", "broadcast"});
+  check_error([&] { gs::masked_fill(x, gs::ones({2, 3}), 0.0); }, {"masked_fill", "bool"});
 }
 
 // ---- cross-entropy with class-probability targets ----------------------------------------------------------
@@ -324,16 +312,16 @@ TEST_CASE("cross_entropy with probability targets: gradients w.r.t. logits and t
 
 TEST_CASE("cross_entropy rejects probability targets that are not distributions") {
   Tensor x = gs::randn({4, 10});
-  expect_error([&] { F::cross_entropy(x, gs::zeros({4, 10})); }, {"CrossEntropyLoss", "probabilities", "sum", "argmax(1)"});
-  expect_error([&] { F::cross_entropy(x, gs::full({4, 10}, 0.2)); }, {"CrossEntropyLoss", "sum to values"});
+  check_error([&] { F::cross_entropy(x, gs::zeros({4, 10})); }, {"CrossEntropyLoss", "probabilities", "sum", "argmax(1)"});
+  check_error([&] { F::cross_entropy(x, gs::full({4, 10}, 0.2)); }, {"CrossEntropyLoss", "sum to values"});
   std::vector<double> nv(40, 0.0);
   for (int r = 0; r < 4; ++r) {
     nv[r * 10] = -0.5;  // -0.5 + 1.5: sums to 1, but not a distribution
     nv[r * 10 + 1] = 1.5;
   }
   Tensor neg = gs::tensor(nv, {4, 10}, gs::kFloat32);
-  expect_error([&] { F::cross_entropy(x, neg); }, {"CrossEntropyLoss", "negative"});
-  expect_error([&] {
+  check_error([&] { F::cross_entropy(x, neg); }, {"CrossEntropyLoss", "negative"});
+  check_error([&] {
     F::cross_entropy(x, gs::softmax(x, 1), gs::nn::CrossEntropyLossOptions().ignore_index(0));
   }, {"CrossEntropyLoss", "ignore_index", "class-index"});
 }
@@ -387,9 +375,9 @@ TEST_CASE("a backward that is not differentiable refuses create_graph, naming th
   // First order works, with or without retain_graph.
   Tensor y = twice_raw(x * x).sum();
   CHECK(vals(gs::autograd::grad({y}, {x})[0]) == Vec{4, 8, 12});
-  expect_error([&] { gs::autograd::grad({twice_raw(x * x).sum()}, {x}, {}, std::nullopt, true); },
+  check_error([&] { gs::autograd::grad({twice_raw(x * x).sum()}, {x}, {}, std::nullopt, true); },
                {"twice_raw", "second derivatives are not supported"});
-  expect_error([&] { twice_raw(x).sum().backward(Tensor(), false, true); }, {"twice_raw", "second derivatives"});
+  check_error([&] { twice_raw(x).sum().backward(Tensor(), false, true); }, {"twice_raw", "second derivatives"});
 }
 
 TEST_CASE("the registry's double_backward flags: claimed ops pass gradgradcheck, the others refuse") {
@@ -417,10 +405,10 @@ TEST_CASE("documented differences: second backward refused without saved tensors
   Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2});
   Tensor y = (a + b).sum();  // add and sum save nothing; PyTorch would allow a second backward
   y.backward();
-  expect_error([&] { y.backward(); }, {"second time", "retain_graph"});
-  expect_error([&] { gs::var(gs::tensor({1.0}, {1})); }, {"var", "unbiased=false"});
+  check_error([&] { y.backward(); }, {"second time", "retain_graph"});
+  check_error([&] { gs::var(gs::tensor({1.0}, {1})); }, {"var", "unbiased=false"});
   CHECK(gs::var(gs::tensor({1.0}, {1}), {}, false).item<double>() == 0.0);
-  expect_error([&] { F::mse_loss(gs::zeros({4, 1}), gs::zeros({4})); }, {"MSELoss", "[4, 1]", "[4]"});
+  check_error([&] { F::mse_loss(gs::zeros({4, 1}), gs::zeros({4})); }, {"MSELoss", "[4, 1]", "[4]"});
 }
 
 // ---- the losses outside the registry: second derivatives too --------------------------------------------------

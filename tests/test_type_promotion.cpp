@@ -16,6 +16,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/tensor.h"
+#include "nn_test_util.h"
 
 namespace {
 
@@ -29,16 +30,8 @@ constexpr DType B = gs::kBool, I = gs::kInt64, F = gs::kFloat32, D = gs::kFloat6
 const DType kAll[4] = {B, I, F, D};
 constexpr int kNoResult = -1;  // marks an op PyTorch refuses (bool - bool)
 
-template <class Fn>
-std::string error_of(Fn&& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "<no gs::Error was thrown>";
-}
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using nntest::error_of;
+using nntest::has;
 Vec vals(const Tensor& t) { return t.to_vector<double>(); }
 
 // ---- the expected tables, by hand from the rules --------------------------------------
