@@ -7,7 +7,8 @@
 //   ID       B<nn>, numbered in order with no gaps (tests/test_nn_bugs.cpp checks it)
 //   checks   space-separated check ids (gradsleuth checks --list)
 //   recipes  the zoo's models that can reproduce it: "mlp cnn", or "mlp" where the
-//            CNN lacks the layer the bug lives in
+//            CNN lacks the layer the bug lives in; "dist" for the data-parallel bugs,
+//            which only `gradsleuth zoo --distributed` (under mpirun) reproduces
 #pragma once
 
 #define GS_BUG_TABLE(X)                                                                                          \
@@ -38,4 +39,10 @@
   X(B25, "raw 0..255 inputs", "data pipeline", "D5", "mlp cnn")                                                   \
   X(B26, "labels 1-indexed / out of range", "data pipeline", "D9", "mlp cnn")                                     \
   X(B27, "float64 inputs into a float32 model", "data pipeline", "M11", "mlp cnn")                                \
-  X(B28, "no shuffling, batches sorted by class", "nn::DataLoader", "D8", "mlp cnn")
+  X(B28, "no shuffling, batches sorted by class", "nn::DataLoader", "D8", "mlp cnn")                             \
+  X(B29, "gradients summed across ranks instead of averaged", "dist::DistributedDataParallel", "O7 W9", "dist")   \
+  X(B30, "no initial broadcast: ranks start from different weights", "dist::DistributedDataParallel", "M21", "dist") \
+  X(B31, "every rank reads the same data", "dist::DistributedSampler", "D11", "dist")                           \
+  X(B32, "the same dropout seed on every rank", "recipe (per-rank seeding)", "M22", "dist")                      \
+  X(B33, "a parameter left out of the all-reduce", "dist::DistributedDataParallel", "O7 M21", "dist")            \
+  X(B34, "one rank's loss logged as the global loss", "recipe (metric logging)", "L8", "dist")
