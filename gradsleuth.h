@@ -23,7 +23,28 @@
 #if __has_include("optim/optim.h")
 #include "optim/optim.h"
 #endif
+// The debug module, whole: the checks of docs/checks.md, the gate and the monitor, and
+// debug::diagnose / debug::Session, which run them on your own model, loss, optimizer and data.
 // (No debug/debug.h: that name would collide with libstdc++'s own debug/ headers.)
-#if __has_include("debug/gradcheck.h")
+#if __has_include("debug/diagnose.h")
+#include "debug/activation_stats.h"
+#include "debug/anomaly.h"
+#include "debug/checks.h"
+#include "debug/data_checks.h"
+#include "debug/diagnose.h"
+#include "debug/finding.h"
+#include "debug/gradcheck.h"
+#include "debug/graph.h"
+#include "debug/hooks.h"
+#include "debug/html_report.h"
+#include "debug/loss_checks.h"
+#include "debug/memory.h"
+#include "debug/model_checks.h"
+#include "debug/monitor.h"
+#include "debug/optim_checks.h"
+#include "debug/profiler.h"
+#include "debug/tensor_stats.h"
+#include "debug/zoo.h"
+#elif __has_include("debug/gradcheck.h")
 #include "debug/gradcheck.h"
 #endif

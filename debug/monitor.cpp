@@ -3,6 +3,7 @@
 #include "debug/monitor.h"
 
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -346,26 +347,70 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
 TrainingHistory Monitor::history() const { return history_; }
 
 // ---- W2 ---------------------------------------------------------------------------------
+namespace {
+
+// Runs one phase of the gate. An exception the user's model or loss raises there (a loss that
+// rejects its target, a layer that throws) becomes an error finding naming the phase and the
+// checks that could not run, so the gate reports it with everything else instead of throwing
+// it past the findings it already made. The engine's in-place error becomes M20, with the
+// phase in its cause. Returns false when the phase failed.
+bool gate_phase(Report& r, const std::string& phase, const std::string& lost, const std::function<void()>& run) {
+  try {
+    run();
+    return true;
+  } catch (const std::exception& e) {
+    r.add(phase_failure(e, "the pre-training gate", phase, lost));
+    return false;
+  }
+}
+
+}  // namespace
+
+Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
+                     const std::string& lost) {
+  const std::string not_run = lost.empty() ? "" : " (" + lost + " could not run)";
+  if (std::optional<Finding> f = inplace_finding(e)) {  // M20
+    f->cause += std::string(!f->cause.empty() && f->cause.back() == '.' ? "" : ".") + " Raised in " + who + "'s " +
+                phase + not_run + ".";
+    return *f;
+  }
+  Finding f;
+  f.check = "W2";
+  f.severity = Severity::Error;
+  f.title = who + " could not run the " + phase + ": " + e.what();
+  f.evidence = {};
+  f.cause = "the model or the loss raised this error on the batch it was given" +
+            (lost.empty() ? std::string() : "; " + lost + " could not run");
+  f.fix = "fix the error in the model or the loss (the message above says where), then run the checks again";
+  return f;
+}
+
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                      const optim::Optimizer* optimizer, const GateOptions& o) {
   Report r;
-  r.add(check_devices_dtypes(model, x));  // M11
-  r.add(check_trainable(model, optimizer));  // M10
-  r.add(check_batch(x, y));                   // D1
-  r.add(check_finite_inputs(x, y));           // D2
+  gate_phase(r, "device, parameter and input checks", "M11, M10, D1, D2", [&] {
+    r.add(check_devices_dtypes(model, x));  // M11
+    r.add(check_trainable(model, optimizer));  // M10
+    r.add(check_batch(x, y));                   // D1
+    r.add(check_finite_inputs(x, y));           // D2
+  });
   try {
     r.add(shape_trace(model, x).finding());  // M1
   } catch (const std::exception& e) {
+    if (std::optional<Finding> f = inplace_finding(e)) r.add(*f);
     Finding f;
     f.check = "W2";
     f.severity = Severity::Error;
     f.title = std::string("the forward pass fails: ") + e.what();
+    f.cause = "every later check of the gate needs a forward pass: none of them ran";
     f.fix = "fix the error above before anything else";
     r.add(std::move(f));
     return r;
   }
-  r.add(check_shared_weights(model));    // M4
-  r.add(check_initialisation(model, o.model));  // M9
+  gate_phase(r, "weight checks", "M4, M9", [&] {
+    r.add(check_shared_weights(model));    // M4
+    r.add(check_initialisation(model, o.model));  // M9
+  });
 
   // Forward and backward once, on a copy of the gradients' state.
   std::vector<std::pair<Tensor, Tensor>> grads;
@@ -374,54 +419,41 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     p.zero_grad();
   }
   ParamSnapshot snap(model);  // BatchNorm statistics move in a training forward
-  Tensor out = model(x);
-  if (!all_finite(out)) {
-    r.add(find_nonfinite_source(model, x));  // M12
-  } else {
-    r.add(check_final_activation(model, out, o.model));  // M3
-    Tensor l = loss(out, y);
-    const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
-    const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
-    if (C > 1 && y.dtype() == kInt64) r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
-    if (l.requires_grad() && l.numel() == 1) {
-      try {
-        l.backward();
-        r.add(check_gradient_health(model, o.optim));  // O1 (non-finite, vanishing, exploding gradients)
-        r.add(check_gradient_flow(model));             // M5
-      } catch (const std::exception& e) {
-        if (auto f = inplace_finding(e)) r.add(*f);  // M20
-        else throw;
-      }
+  Tensor out, l;
+  // The loss (L6, M14) and the backward (L6, M14 again) are not run a second time once they failed.
+  bool loss_ok = gate_phase(r, "forward", "M12, M3, L4, O1, M5", [&] { out = model(x); });
+  if (loss_ok && !all_finite(out)) {
+    gate_phase(r, "search for the non-finite output", "M12", [&] { r.add(find_nonfinite_source(model, x)); });  // M12
+  } else if (loss_ok) {
+    gate_phase(r, "final-activation check", "M3", [&] { r.add(check_final_activation(model, out, o.model)); });  // M3
+    loss_ok = gate_phase(r, "loss", "L4, O1, M5, L6, M14", [&] { l = loss(out, y); });
+    if (loss_ok) {
+      const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
+      const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
+      if (C > 1 && y.dtype() == kInt64) r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
+      if (l.requires_grad() && l.numel() == 1)
+        loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
+          l.backward();
+          r.add(check_gradient_health(model, o.optim));  // O1 (non-finite, vanishing, exploding gradients)
+          r.add(check_gradient_flow(model));             // M5
+        });
     }
   }
+  out = Tensor();
+  l = Tensor();
   snap.restore();
   for (auto& [p, g] : grads) p.set_grad(g);
 
-  if (o.batch_mixing && x.dim() >= 1 && x.size(0) >= 2) {
-    try {
-      r.add(batch_mixing_test(model, x, o.model));  // M6
-    } catch (const std::exception& e) {
-      if (auto f = inplace_finding(e)) r.add(*f);
-      else throw;
-    }
-  }
-  if (o.gradcheck) r.add(gradcheck_layers(model, x));  // M13
-  if (o.reduction) {
-    try {
-      r.add(check_loss_reduction(model, loss, x, y, o.loss));  // L6
-    } catch (const std::exception& e) {
-      if (auto f = inplace_finding(e)) r.add(*f);
-      else throw;
-    }
-  }
-  if (o.overfit) {
-    try {
+  if (o.batch_mixing && x.dim() >= 1 && x.size(0) >= 2)
+    gate_phase(r, "batch-mixing test", "M6", [&] { r.add(batch_mixing_test(model, x, o.model)); });  // M6
+  if (o.gradcheck) gate_phase(r, "gradient check", "M13", [&] { r.add(gradcheck_layers(model, x)); });  // M13
+  if (o.reduction && loss_ok)
+    gate_phase(r, "reduction check", "L6", [&] { r.add(check_loss_reduction(model, loss, x, y, o.loss)); });  // L6
+  if (o.overfit && loss_ok) {
+    gate_phase(r, "overfit-one-batch test", "M14", [&] {
       const int64_t n = std::min<int64_t>(x.size(0), 32);
       r.add(overfit_one_batch(model, x.narrow(0, 0, n), y.narrow(0, 0, n), loss, o.model));  // M14
-    } catch (const std::exception& e) {
-      if (auto f = inplace_finding(e)) r.add(*f);
-      else throw;
-    }
+    });
   }
   return r;
 }

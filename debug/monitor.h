@@ -24,6 +24,7 @@
 // (bench/bench_monitor.cpp measures it against a bare training step).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -149,8 +150,18 @@ struct GateOptions {
 // L4 initial loss, the backward (O1 gradient health, M5 gradient flow), M6
 // batch mixing, M13 per-layer gradient check, L6 reduction and M14 overfit one
 // batch. The model's parameters, buffers, gradients and modes are left as they were.
+// It does not throw for errors the model or the loss raise: each phase that fails becomes an
+// error finding (phase_failure) and the gate goes on with the phases that do not depend on it
+// (a loss that rejects its target skips L4, O1, M5, L6 and M14, not M6 and M13).
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                      const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {});
+
+// An exception a phase of the checks provoked in the user's model or loss, as an error finding:
+// M20 for the engine's in-place error (its cause naming the phase), else W2 titled
+// "<who> could not run the <phase>: <what>", saying which checks (`lost`, e.g. "O1, M5")
+// could not run. pretrain_gate and debug::diagnose report failed phases this way.
+Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
+                      const std::string& lost);
 
 // ---- W5 -----------------------------------------------------------------------------
 struct Diagnosis {

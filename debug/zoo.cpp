@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "debug/checks.h"
 #include "debug/data_checks.h"
+#include "debug/diagnose.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -331,86 +332,29 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
     if (progress) progress(r.id + ": " + s);
   };
 
-  // 1. The data checks (D1-D10) on the loader the model will train from.
-  say("data checks");
-  rep.add(check_loader(*v.train, v.task == Task::Classes ? v.num_classes : 2));
-  rep.add(check_alignment(*v.train_data, *v.train));
-  if (v.normalizer) rep.add(check_leakage(*v.normalizer, *v.train_data));
-  {
-    const int64_t n = std::min<int64_t>(v.train_data->size(), 2000);
-    std::vector<int64_t> idx(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
-    rep.add(check_split_consistency(v.train_data->get_batch(idx).x, v.test_x.narrow(0, 0, std::min<int64_t>(
-                                                                                          v.test_x.size(0), 2000)),
-                                    "test"));
-  }
-
-  // 2. The pre-training gate (W2) on the first batch, on the model's device.
-  LossFunction lossfn = [&v](const Tensor& out, const Tensor& y) { return (*v.loss)(out, y); };
-  nn::Batch first = v.train->batch(0, 0);
-  first.x = first.x.to(v.device);
-  first.y = first.y.to(v.device);
-  if (o.gate) {
-    say("pre-training gate");
-    GateOptions g;
-    g.model.overfit_steps = o.overfit_steps;
-    g.num_classes = v.task == Task::Classes ? v.num_classes : -1;
-    try {
-      rep.merge(pretrain_gate(*v.model, first.x, first.y, lossfn, v.optimizer.get(), g));
-    } catch (const std::exception& e) {
-      Finding f;
-      f.check = "W2";
-      f.severity = Severity::Error;
-      f.title = std::string("the pre-training gate failed: ") + e.what();
-      rep.add(std::move(f));
-    }
-  }
-
-  // 3. Training with the monitor (W3) attached.
-  say("training " + std::to_string(o.steps) + " steps");
-  optim::Trainer trainer(*v.model, *v.optimizer, v.trainer);
-  trainer.set_loss(lossfn);
-  MonitorOptions mo;
-  mo.every = o.monitor_every;
-  mo.num_classes = v.task == Task::Classes ? v.num_classes : -1;
-  Monitor monitor(*v.model, *v.optimizer, v.loss.get(), mo);
-  monitor.attach(trainer);
-  optim::FitResult fit;
-  try {
-    fit = trainer.fit(*v.train, v.task == Task::Classes ? v.test.get() : nullptr);
-  } catch (const std::exception& e) {
-    if (auto f = inplace_finding(e)) {
-      monitor.report().add(*f);
-    } else {
-      Finding f2;
-      f2.check = "W3";
-      f2.severity = Severity::Error;
-      f2.title = std::string("training failed: ") + e.what();
-      monitor.report().add(std::move(f2));
-    }
-    r.stopped = std::string("training stopped at step ") + std::to_string(monitor.steps() + 1) + ": " + e.what();
-  }
-  r.steps = monitor.steps();
-  // 4. The end-of-run diagnoses, with a sample of the test set for M18 (on the host: M18 compares
-  // a CPU copy of a device model).
-  const int64_t ns = std::min<int64_t>(v.test_x.size(0), 1000);
-  Tensor sy;
-  {
-    std::vector<int64_t> idx(static_cast<size_t>(ns));
-    for (int64_t i = 0; i < ns; ++i) idx[static_cast<size_t>(i)] = i;
-    sy = v.test->dataset().get_batch(idx).y;
-  }
-  try {
-    monitor.finish(v.test_x.narrow(0, 0, ns), sy);
-  } catch (const std::exception& e) {
-    Finding f;
-    f.check = "W3";
-    f.severity = Severity::Info;
-    f.title = std::string("end-of-run checks failed: ") + e.what();
-    monitor.report().add(std::move(f));
-  }
-  rep.merge(monitor.report());
-  r.history = monitor.history();
+  // The data checks (D1-D10) on the loader the model will train from, the pre-training gate
+  // (W2) on its first batch, training with the monitor (W3) attached and the end-of-run
+  // diagnoses (with the first 1000 test examples for M18): debug::diagnose, the pipeline a
+  // user's own model goes through. The footwear task trains without evaluation (its test
+  // loader still serves D10 and M18).
+  DiagnoseOptions d;
+  d.num_classes = v.task == Task::Classes ? v.num_classes : 2;
+  d.gate = o.gate;
+  d.gate_options.model.overfit_steps = o.overfit_steps;
+  d.monitor.every = o.monitor_every;
+  d.trainer = v.trainer;
+  d.epochs = v.trainer.epochs();
+  d.max_steps = v.trainer.max_steps();
+  d.validate = v.task == Task::Classes;
+  d.split_examples = 2000;
+  d.sample_examples = 1000;
+  d.val_split = "test";
+  d.progress = say;
+  RunReport run = diagnose(*v.model, *v.loss, *v.optimizer, *v.train, v.test.get(), v.normalizer.get(), d);
+  rep = run.findings;
+  r.stopped = run.stopped;
+  r.steps = run.steps;
+  r.history = run.history;
   const auto& sl = r.history.step_losses;
   if (!sl.empty()) {
     const size_t k = std::min<size_t>(20, sl.size());

@@ -1,0 +1,468 @@
+// The debug module on the user's own model (see diagnose.h): the data checks, the gate, the
+// monitored run and the end-of-run diagnoses in one pipeline, shared by diagnose(), the Session
+// of a hand-written loop and the bug zoo.
+#include "debug/diagnose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "debug/checks.h"
+#include "debug/html_report.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The first n rows of a dataset (n <= 0 or beyond its size: all of them).
+nn::Batch first_rows(const nn::Dataset& d, int64_t n) {
+  const int64_t k = n <= 0 ? d.size() : std::min(n, d.size());
+  std::vector<int64_t> idx(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) idx[static_cast<size_t>(i)] = i;
+  return d.get_batch(idx);
+}
+
+// Where the model lives: its first parameter's device (the host for a parameter-free model).
+Device model_device(nn::Module& model) {
+  for (const Tensor& p : model.parameters()) return p.device();
+  return kCPU;
+}
+
+// Runs one check of a phase; an exception becomes a finding (phase_failure) in `r`.
+void guarded(Report& r, const std::string& who, const std::string& phase, const std::string& lost,
+             const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    r.add(phase_failure(e, who, phase, lost));
+  }
+}
+
+std::string findings_count(const Report& r) {
+  int64_t errors = 0, warnings = 0, info = 0;
+  for (const Finding& f : r.findings())
+    (f.severity == Severity::Error ? errors : f.severity == Severity::Warning ? warnings : info) += 1;
+  std::ostringstream os;
+  os << errors << " error" << (errors == 1 ? "" : "s") << ", " << warnings << " warning"
+     << (warnings == 1 ? "" : "s") << ", " << info << " info";
+  return os.str();
+}
+
+// Series of (step, value) pairs as a plot (the doctor's plots, drawn from a TrainingHistory).
+Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
+                 const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s) {
+  Plot p;
+  p.title = title;
+  p.x_label = "step";
+  p.y_label = y_label;
+  p.log_y = log_y;
+  for (size_t i = 0; i < s.size() && i < 12; ++i) {
+    Series se;
+    se.name = s[i].first;
+    for (auto& [x, y] : s[i].second) {
+      se.x.push_back(static_cast<double>(x));
+      se.y.push_back(y);
+    }
+    p.series.push_back(std::move(se));
+  }
+  return p;
+}
+
+}  // namespace
+
+// ---- RunReport --------------------------------------------------------------------------
+std::string RunReport::str(bool include_info) const {
+  std::ostringstream os;
+  for (const PhaseReport& p : phases)
+    os << p.name << ": " << (p.ran ? findings_count(p.findings) : "did not run") << (p.note.empty() ? "" : " (" + p.note + ")")
+       << "\n";
+  if (findings.fired_checks().empty())
+    os << "\nno check fired" << (include_info ? "" : " (the info findings: str(true))") << "\n";
+  const std::string body = findings.str(include_info);
+  if (!body.empty()) os << "\n" << body;
+  if (!skipped.empty()) {
+    os << "\nchecks that did not run:\n";
+    for (const SkippedChecks& s : skipped) os << "  " << s.checks << ": " << s.reason << "; " << s.remedy << "\n";
+  }
+  return os.str();
+}
+
+std::string RunReport::json() const {
+  std::ostringstream os;
+  os << "{\"phases\":[";
+  for (size_t i = 0; i < phases.size(); ++i)
+    os << (i ? "," : "") << "{\"name\":" << json_str(phases[i].name) << ",\"ran\":" << (phases[i].ran ? "true" : "false")
+       << ",\"note\":" << json_str(phases[i].note) << ",\"findings\":" << phases[i].findings.json() << "}";
+  os << "],\"skipped\":[";
+  for (size_t i = 0; i < skipped.size(); ++i)
+    os << (i ? "," : "") << "{\"checks\":" << json_str(skipped[i].checks) << ",\"reason\":" << json_str(skipped[i].reason)
+       << ",\"remedy\":" << json_str(skipped[i].remedy) << "}";
+  os << "],\"steps\":" << steps << ",\"stopped\":" << json_str(stopped) << ",\"report\":" << json_str(html_path) << "}";
+  return os.str();
+}
+
+// ---- Session ----------------------------------------------------------------------------
+Session::Session(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, DiagnoseData data, DiagnoseOptions o)
+    : model_(model), loss_module_(&loss), loss_([&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }),
+      opt_(optimizer), data_(data), o_(std::move(o)) {
+  init();
+}
+
+Session::Session(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, DiagnoseData data,
+                 DiagnoseOptions o)
+    : model_(model), loss_(std::move(loss)), opt_(optimizer), data_(data), o_(std::move(o)) {
+  GS_CHECK(static_cast<bool>(loss_), "debug::Session", "the loss function is empty: pass an nn::Loss module or a "
+           "function (output, target) -> loss");
+  init();
+}
+
+Session::~Session() {
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+}
+
+void Session::say(const std::string& s) const {
+  if (o_.progress) o_.progress(s);
+}
+
+void Session::init() {
+  if (o_.num_classes > 0) {
+    o_.gate_options.num_classes = o_.num_classes;
+    o_.monitor.num_classes = o_.num_classes;
+  }
+  if (data_.train) {
+    if (o_.data_checks) run_data_checks();
+    if (o_.gate) {
+      const nn::Batch first = data_.train->batch(data_.train->epoch(), 0);
+      run_gate(first.x, first.y);
+    }
+  }
+  start_monitor();
+}
+
+Report Session::begin(const Tensor& x, const Tensor& y) {
+  if (data_.train && o_.data_checks && !data_checked_) run_data_checks();
+  if (o_.gate) run_gate(x, y);
+  // The gate's forwards and backwards must not count as training steps: a fresh monitor.
+  start_monitor();
+  return pretraining();
+}
+
+Report Session::pretraining() const {
+  Report r;
+  r.merge(data_phase_.findings);
+  r.merge(gate_phase_.findings);
+  return r;
+}
+
+void Session::run_data_checks() {
+  data_checked_ = true;
+  data_phase_.ran = true;
+  say("data checks");
+  Report& r = data_phase_.findings;
+  const std::string who = "the data checks";
+  const nn::DataLoader& train = *data_.train;
+  const nn::Dataset& reference = data_.reference ? *data_.reference : train.dataset();
+  guarded(r, who, "loader checks", "D1, D2, D3, D5, D8, D9",
+          [&] { r.add(check_loader(train, o_.num_classes, o_.data)); });
+  guarded(r, who, "alignment check", "D4", [&] { r.add(check_alignment(reference, train, o_.data)); });
+  if (data_.normalizer)
+    guarded(r, who, "leakage check", "D7", [&] { r.add(check_leakage(*data_.normalizer, train.dataset())); });
+  if (data_.val)
+    guarded(r, who, "split-consistency check", "D10", [&] {
+      r.add(check_split_consistency(first_rows(train.dataset(), o_.split_examples).x,
+                                    first_rows(data_.val->dataset(), o_.split_examples).x, o_.val_split, o_.data));
+    });
+}
+
+void Session::run_gate(const Tensor& x, const Tensor& y) {
+  gate_phase_.ran = true;
+  say("pre-training gate");
+  const Device d = model_device(model_);
+  // pretrain_gate turns the errors of its phases into findings; this catches the rest (moving
+  // the batch, a model that cannot list its parameters).
+  guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2", [&] {
+    gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options));
+  });
+}
+
+void Session::start_monitor() {
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  monitor_.reset();
+  monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, o_.monitor);
+  recorded_ = 0;
+  heard_ = last_was_heard_ = false;
+  epoch_first_step_ = 0;
+  if (trainer_attached_) return;
+  // Own loop: the loss module's value is this step's loss (training forwards only: an
+  // evaluation runs without gradients); the optimizer's step records it.
+  if (loss_module_)
+    hooks_.loss_post(*loss_module_, [this](nn::Loss&, const Tensor&, const Tensor&, const Tensor& v) {
+      if (!GradMode::is_enabled() || v.numel() != 1) return;
+      heard_loss_ = v.item<double>();
+      heard_ = true;
+    });
+  // Added after the monitor's own post-step hook: monitor().steps() already counts this step.
+  opt_hooks_.push_back(opt_.add_post_step_hook([this](optim::Optimizer&) {
+    if (heard_ && recorded_ < monitor_->steps()) {
+      monitor_->record_step(heard_loss_);
+      ++recorded_;
+      last_was_heard_ = true;
+    }
+    heard_ = false;
+  }));
+}
+
+void Session::attach(optim::Trainer& trainer) {
+  trainer_attached_ = true;
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  monitor_->attach(trainer);
+}
+
+void Session::step(double loss) {
+  // The step's loss was already heard from the loss module: the same value, not a new step.
+  if (last_was_heard_ && recorded_ == monitor_->steps()) {
+    last_was_heard_ = false;
+    return;
+  }
+  monitor_->record_step(loss);
+  ++recorded_;
+  last_was_heard_ = false;
+}
+
+void Session::step(const Tensor& loss) { step(loss.defined() && loss.numel() == 1 ? loss.item<double>() : kNaN); }
+
+void Session::epoch() {
+  const std::vector<double>& sl = monitor_->history().step_losses;
+  double train_loss = kNaN;
+  if (sl.size() > epoch_first_step_) {
+    double s = 0.0;
+    for (size_t i = epoch_first_step_; i < sl.size(); ++i) s += sl[i];
+    train_loss = s / static_cast<double>(sl.size() - epoch_first_step_);
+  }
+  double val_loss = kNaN, val_acc = kNaN;
+  if (data_.val)
+    guarded(monitor_->report(), "the epoch's evaluation", "validation pass", "L7, the W3 validation check", [&] {
+      const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
+      val_loss = ev.loss;
+      val_acc = ev.accuracy;
+    });
+  epoch(train_loss, val_loss, val_acc);
+}
+
+void Session::epoch(double train_loss, double val_loss, double val_accuracy) {
+  ++epochs_;
+  monitor_->record_epoch(train_loss, val_loss, val_accuracy);
+  epoch_first_step_ = monitor_->history().step_losses.size();
+}
+
+void Session::error(const std::exception& e) {
+  if (std::optional<Finding> f = inplace_finding(e)) {
+    monitor_->report().add(*f);
+  } else {
+    Finding f2;
+    f2.check = "W3";
+    f2.severity = Severity::Error;
+    f2.title = std::string("training failed: ") + e.what();
+    monitor_->report().add(std::move(f2));
+  }
+  stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
+}
+
+RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
+  GS_CHECK(!finished_, "debug::Session::finish", "finish() was already called: it runs once, after training");
+  finished_ = true;
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  RunReport r;
+  const size_t before = monitor_->report().size();
+  PhaseReport training{"training", false, "", {}}, end{"end of run", false, "", {}};
+  training.ran = monitor_->steps() > 0;
+  training.note = !stopped_.empty() ? stopped_ : std::to_string(monitor_->steps()) + " steps";
+  training.findings = monitor_->report();
+  if (o_.end_of_run) {
+    end.ran = true;
+    say("end-of-run checks");
+    Tensor sx = sample_x, sy = sample_y;
+    if (!sx.defined()) {
+      const nn::DataLoader* src = data_.val ? data_.val : data_.train;
+      if (src) {
+        const nn::Batch b = first_rows(src->dataset(), o_.sample_examples);
+        sx = b.x;
+        sy = b.y;
+      }
+    }
+    try {
+      monitor_->finish(sx, sy);
+    } catch (const std::exception& e) {
+      Finding f;
+      f.check = "W3";
+      f.severity = Severity::Info;
+      f.title = std::string("end-of-run checks failed: ") + e.what();
+      monitor_->report().add(std::move(f));
+    }
+    // Report::add appends a new finding and only counts one it already holds: the end of run's
+    // own findings are those past the training's.
+    const auto& all = monitor_->report().findings();
+    for (size_t i = before; i < all.size(); ++i) end.findings.add(all[i]);
+  } else {
+    end.note = "switched off (DiagnoseOptions::end_of_run)";
+    monitor_->detach();
+  }
+  if (!data_phase_.ran)
+    data_phase_.note = !o_.data_checks ? "switched off (DiagnoseOptions::data_checks)" : "no training loader";
+  if (!gate_phase_.ran)
+    gate_phase_.note = !o_.gate ? "switched off (DiagnoseOptions::gate)" : "no batch: no training loader and no begin(x, y)";
+  r.phases = {data_phase_, gate_phase_, training, end};
+  r.findings.merge(data_phase_.findings);
+  r.findings.merge(gate_phase_.findings);
+  r.findings.merge(monitor_->report());
+  r.history = monitor_->history();
+  r.steps = monitor_->steps();
+  r.stopped = stopped_;
+
+  // What could not run, and what it needs.
+  auto skip = [&](std::string checks, std::string reason, std::string remedy) {
+    r.skipped.push_back({std::move(checks), std::move(reason), std::move(remedy)});
+  };
+  if (!loss_module_)
+    skip("L2, L3, L5, D6, M3 (by values) and M19 (loss shapes) during training; M18's loss comparison",
+         "the loss is a function, not an nn::Loss module: no hook sees its inputs",
+         "pass the nn::Loss module (nn::CrossEntropyLoss, ...) instead of a lambda");
+  if (!data_.train)
+    skip("D3, D4, D5, D7, D8, D9, D10 (D1, D2 ran on the gate's batch only)", "no training DataLoader was given",
+         "pass it as DiagnoseData::train");
+  else if (!o_.data_checks)
+    skip("D1-D10 on the loader", "switched off", "DiagnoseOptions::data_checks = true");
+  if (data_.train && o_.data_checks && !data_.normalizer)
+    skip("D7", "no Normalizer was given", "pass the fitted nn::Normalizer as DiagnoseData::normalizer");
+  if (!data_.val)
+    skip("D10, L7, the W3 validation check" + std::string(sample_x.defined() || data_.train ? "" : ", M18"),
+         "no validation DataLoader was given", "pass it as DiagnoseData::val");
+  if (!gate_phase_.ran)
+    skip("W2: M1, M3-M6, M9-M14, L4, L6 before training", gate_phase_.note,
+         o_.gate ? "give DiagnoseData::train, or call begin(x, y) before the loop" : "DiagnoseOptions::gate = true");
+  if (!trainer_attached_ && r.history.step_losses.empty() && r.steps > 0)
+    skip("L1, O6 (loss history)", "no step loss was recorded (the loss is a function and step() was not called)",
+         "call step(loss) after each optimizer step, or attach a Trainer");
+  if (!trainer_attached_ && epochs_ == 0 && r.steps > 0)
+    skip("L7, the W3 validation check, M7's per-epoch pass", "no epoch was recorded",
+         "call epoch() after each epoch, or attach a Trainer");
+  if (r.steps == 0)
+    skip("O1-O6, M7, M8, L1 during training",
+         stopped_.empty() ? "no optimizer step was seen" : "training stopped before its first optimizer step",
+         stopped_.empty() ? "construct the Session before the loop, then train with the same optimizer"
+                          : "fix the error that stopped it (the findings above), then run again");
+
+  if (!o_.report_dir.empty()) {
+    std::filesystem::create_directories(o_.report_dir);
+    r.html_path = o_.report_dir + "/report.html";
+    write_run_report(r.html_path, r, o_.title);
+    MetricsLog log(o_.report_dir);
+    for (size_t i = 0; i < r.history.step_losses.size(); ++i)
+      log.log(static_cast<int64_t>(i + 1), "loss/train", r.history.step_losses[i]);
+    for (auto& [name, pts] : r.history.grad_norms)
+      for (auto& [st, val] : pts) log.log(st, "grad_norm/" + name, val);
+  }
+  return r;
+}
+
+// ---- diagnose ---------------------------------------------------------------------------
+namespace {
+
+RunReport run(Session& s, nn::Module& model, optim::Optimizer& optimizer, const LossFunction& loss,
+              nn::DataLoader& train, const nn::DataLoader* val, const DiagnoseOptions& o) {
+  optim::TrainerOptions to = o.trainer;
+  to.epochs(o.epochs).max_steps(o.max_steps);
+  optim::Trainer trainer(model, optimizer, to);
+  trainer.set_loss(loss);
+  s.attach(trainer);
+  if (o.progress)
+    o.progress(to.max_steps() > 0 ? "training " + std::to_string(to.max_steps()) + " steps"
+                                  : "training " + std::to_string(to.epochs()) + " epochs");
+  try {
+    trainer.fit(train, o.validate ? val : nullptr);
+  } catch (const std::exception& e) {
+    s.error(e);
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+RunReport diagnose(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, nn::DataLoader& train,
+                   const nn::DataLoader* val, const nn::Normalizer* normalizer, DiagnoseOptions o) {
+  Session s(model, loss, optimizer, {&train, val, normalizer}, o);
+  return run(s, model, optimizer, [&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }, train, val, o);
+}
+
+RunReport diagnose(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, nn::DataLoader& train,
+                   const nn::DataLoader* val, const nn::Normalizer* normalizer, DiagnoseOptions o) {
+  Session s(model, loss, optimizer, {&train, val, normalizer}, o);
+  return run(s, model, optimizer, loss, train, val, o);
+}
+
+// ---- HTML -------------------------------------------------------------------------------
+void write_run_report(const std::string& path, const RunReport& r, const std::string& title) {
+  HtmlReport html;
+  html.title = title;
+  std::string fired;
+  for (const std::string& c : r.fired_checks()) fired += (fired.empty() ? "" : ", ") + check_label(c);
+  html.summary.push_back({"training", std::to_string(r.steps) + " steps" + (r.stopped.empty() ? "" : "; " + r.stopped)});
+  for (const PhaseReport& p : r.phases)
+    html.summary.push_back({p.name, p.ran ? findings_count(p.findings) : "did not run: " + p.note});
+  html.summary.push_back({"checks that fired", fired.empty() ? "none" : fired});
+  Plot loss;
+  loss.title = "training loss";
+  loss.x_label = "step";
+  loss.y_label = "loss";
+  Series s;
+  s.name = "train (per step)";
+  for (size_t i = 0; i < r.history.step_losses.size(); ++i) {
+    s.x.push_back(static_cast<double>(i + 1));
+    s.y.push_back(r.history.step_losses[i]);
+  }
+  loss.series.push_back(std::move(s));
+  loss.caption = "A loss that does not fall, or falls and turns back up, is where to look first.";
+  html.plots.push_back(loss);
+  if (!r.history.grad_norms.empty())
+    html.plots.push_back(series_plot("gradient norm per parameter", "||grad||", true, r.history.grad_norms));
+  if (!r.history.dead_fraction.empty()) {
+    Plot p = series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction);
+    p.lines.push_back({0.7, "M7 flags a layer at 0.7"});
+    html.plots.push_back(p);
+  }
+  if (!r.history.update_ratio.empty()) {
+    Plot p = series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio);
+    p.bands.push_back({1e-4, 1e-2, "healthy: about 1e-3"});
+    html.plots.push_back(p);
+  }
+  html.findings = r.findings;
+  if (const std::optional<Finding> lead = lead_finding(r.findings)) {
+    LeadFinding l;
+    l.finding = *lead;
+    l.why = lead->step < 0 ? "the earliest finding that fired: before training started"
+                           : "the earliest finding that fired: at step " + std::to_string(lead->step);
+    for (const Finding& f : r.findings.findings()) l.follow_on += f.fires() ? 1 : 0;
+    l.follow_on -= 1;
+    l.plots.push_back(loss);
+    html.lead = std::move(l);
+  }
+  if (!r.skipped.empty()) {
+    std::string text;
+    for (const SkippedChecks& k : r.skipped) text += k.checks + ": " + k.reason + "; " + k.remedy + "\n";
+    html.sections.push_back({"Checks that did not run", text});
+  }
+  write_html_report(path, html);
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,205 @@
+// The debug module on the user's own model: the data checks (D1-D10), the pre-training gate
+// (W2), a monitored training run (W3) and the end-of-run diagnoses, in that order, from what a
+// user already has (a Module, a loss, an optimizer, loaders, a Normalizer), as one report.
+//
+// One call, "train this and tell me what is wrong" (it trains with an optim::Trainer):
+//
+//   debug::DiagnoseOptions o;
+//   o.epochs = 2;
+//   o.report_dir = "runs/mine";                       // runs/mine/report.html
+//   debug::RunReport r = debug::diagnose(*model, loss, opt, train, &val, &norm, o);
+//   std::cout << r.str();
+//
+// Or attached to your own loop (the Session sees forwards, the loss and the optimizer through
+// hooks; with an nn::Loss module it also records each step's loss by itself):
+//
+//   debug::Session dbg(*model, loss, opt, {.train = &train, .val = &val});  // data checks + gate now
+//   for (int e = 0; e < 2; ++e) {
+//     for (const nn::Batch& b : train) { ...; l.backward(); opt.step(); }
+//     dbg.epoch();                                    // evaluates on val, records the epoch
+//   }
+//   debug::RunReport r = dbg.finish();
+//
+// Any piece may be missing (a lambda instead of an nn::Loss, no validation loader, no
+// Normalizer, no loader at all: begin(x, y) on a batch of yours): the checks that can still
+// run do, and RunReport::skipped says which could not and what they need (docs/checks.md,
+// "What each check needs from you"). An exception the checks provoke in the model or the loss
+// (an in-place error in backward, a loss that rejects its target) becomes an error finding
+// naming the phase; the phases that do not depend on it still run.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "debug/data_checks.h"
+#include "debug/finding.h"
+#include "debug/monitor.h"
+#include "nn/data.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+#include "optim/trainer.h"
+
+namespace gradsleuth::debug {
+
+// The data the checks may use. Every member is optional; each one left out costs the checks
+// RunReport::skipped lists.
+struct DiagnoseData {
+  nn::DataLoader* train = nullptr;           // D1-D9 on its batches, the gate's batch (its first), D4/D7's reference
+  const nn::DataLoader* val = nullptr;       // D10 against train, epoch() evaluation, L7, M18's sample
+  const nn::Normalizer* normalizer = nullptr;  // D7: fitted on the training split only?
+  // D4's reference: the (x, y) pairs as loaded, before the loader; default: the train loader's dataset.
+  const nn::Dataset* reference = nullptr;
+};
+
+struct DiagnoseOptions {
+  // ---- which phases run ----
+  bool data_checks = true;  // D1-D10 (needs DiagnoseData::train)
+  bool gate = true;         // W2 on the first training batch (or begin(x, y)'s batch)
+  bool end_of_run = true;   // the monitor's end-of-run diagnoses (L1, L7, O2, O3, O6, M7, M8, M18, M19)
+  // ---- the training run of diagnose() ----
+  int64_t epochs = 1;
+  int64_t max_steps = -1;   // < 0: every batch of every epoch
+  bool validate = true;     // evaluate on DiagnoseData::val after each epoch (when given)
+  // The Trainer's other settings (clip_grad_norm, device, run_dir, ...); epochs and max_steps above
+  // replace its own. Progress is off by default.
+  optim::TrainerOptions trainer = optim::TrainerOptions().progress(optim::Progress::Off);
+  // ---- the checks ----
+  // Classes of a classification task: D3, D9 (labels inside [0, C)), L4 (initial loss ~ log C).
+  // -1: inferred (the labels' max + 1 for D3, the output's last dim for L4).
+  int64_t num_classes = -1;
+  DataCheckOptions data;
+  GateOptions gate_options;   // its num_classes is set from num_classes when that is > 0
+  MonitorOptions monitor;     // likewise
+  int64_t split_examples = 2000;   // D10 compares the first N rows of the train and val datasets
+  std::string val_split = "validation";  // what D10 calls the val loader's split ("test", ...)
+  int64_t sample_examples = 1000;  // M18 runs on the first N rows of val (else train) at finish()
+  // ---- output ----
+  std::string report_dir;  // when not empty: report.html (W6 plots and findings) and metrics.csv there
+  std::string title = "gradsleuth: diagnosis of your model";
+  std::function<void(const std::string&)> progress;  // "data checks", "pre-training gate", ...
+};
+
+// Checks that did not run, why, and what would let them run.
+struct SkippedChecks {
+  std::string checks;  // "D7"
+  std::string reason;  // "no Normalizer was given"
+  std::string remedy;  // "pass the fitted nn::Normalizer (DiagnoseData::normalizer)"
+};
+
+// One phase's findings, in the order found.
+struct PhaseReport {
+  std::string name;   // "data checks", "pre-training gate", "training", "end of run"
+  bool ran = false;
+  std::string note;   // why it did not run, or how it ended ("stopped at step 12: ...")
+  Report findings;
+};
+
+struct RunReport {
+  Report findings;                   // every phase's findings, phase by phase (data, gate, training, end of run)
+  std::vector<PhaseReport> phases;   // the same, per phase
+  std::vector<SkippedChecks> skipped;
+  TrainingHistory history;
+  int64_t steps = 0;                 // optimizer steps seen
+  std::string stopped;               // why training stopped early ("" when it did not)
+  std::string html_path;             // the report written (DiagnoseOptions::report_dir), else ""
+
+  bool fired(const std::string& check) const { return findings.fired(check); }
+  std::vector<std::string> fired_checks() const { return findings.fired_checks(); }
+  // The phases and their counts, the findings (info ones only when asked), then the checks
+  // that did not run and what they need.
+  std::string str(bool include_info = false) const;
+  // {"phases":[{"name":..,"ran":..,"note":..,"findings":[..]}],"skipped":[..],"steps":..,"stopped":..}
+  std::string json() const;
+};
+
+// The attachable form. Construct it before the training loop; it hooks the model, the loss
+// (when it is an nn::Loss module) and the optimizer, and with DiagnoseData::train it runs the
+// data checks and the gate on that loader's first batch right away (without one, call
+// begin(x, y)). The model, loss, optimizer and data are held by reference and must outlive it.
+class Session {
+ public:
+  Session(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, DiagnoseData data = {},
+          DiagnoseOptions o = {});
+  // A loss written as a function: the monitor cannot see its inputs (RunReport::skipped says
+  // which checks that costs), and each step's loss must be passed to step().
+  Session(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, DiagnoseData data = {},
+          DiagnoseOptions o = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The gate (and the data checks, when a train loader was given and they have not run) on
+  // the batch (x, y): for users without a DataLoader, before the first step. Returns the
+  // findings made before training so far.
+  Report begin(const Tensor& x, const Tensor& y);
+
+  // A Trainer reports each step and epoch itself (step()/epoch() are then not needed).
+  void attach(optim::Trainer& trainer);
+
+  // Your own loop: the loss of the step just taken, after optimizer.step(). Needed only when
+  // the loss is a function (an nn::Loss module's value is heard by its hook); harmless otherwise.
+  void step(double loss);
+  void step(const Tensor& loss);
+  // After each epoch: the mean training loss of the epoch's steps, and the loss and accuracy on
+  // DiagnoseData::val (evaluated here, in eval mode, without gradients) when given.
+  void epoch();
+  // The same with your own numbers.
+  void epoch(double train_loss, double val_loss = std::numeric_limits<double>::quiet_NaN(),
+             double val_accuracy = std::numeric_limits<double>::quiet_NaN());
+  // The loop raised: the error as a finding (M20 for an in-place error), training marked stopped.
+  void error(const std::exception& e);
+
+  // The end-of-run diagnoses (M18 on sample_x, or on the first rows of val/train), the hooks
+  // removed, and the report (written as HTML when DiagnoseOptions::report_dir is set). Once.
+  RunReport finish(const Tensor& sample_x = Tensor(), const Tensor& sample_y = Tensor());
+
+  Monitor& monitor() { return *monitor_; }
+  // The findings made before training (data checks and gate).
+  Report pretraining() const;
+
+ private:
+  void init();
+  void run_data_checks();
+  void run_gate(const Tensor& x, const Tensor& y);
+  void start_monitor();
+  void say(const std::string& s) const;
+
+  nn::Module& model_;
+  nn::Loss* loss_module_ = nullptr;
+  LossFunction loss_;
+  optim::Optimizer& opt_;
+  DiagnoseData data_;
+  DiagnoseOptions o_;
+  PhaseReport data_phase_{"data checks", false, "", {}}, gate_phase_{"pre-training gate", false, "", {}};
+  std::unique_ptr<Monitor> monitor_;
+  HookSet hooks_;
+  std::vector<size_t> opt_hooks_;
+  bool trainer_attached_ = false, finished_ = false, data_checked_ = false;
+  // Step losses: heard from the loss module, or given to step().
+  double heard_loss_ = 0.0;
+  bool heard_ = false, last_was_heard_ = false;
+  int64_t recorded_ = 0;
+  size_t epoch_first_step_ = 0;   // index into the history's step losses where this epoch began
+  int64_t epochs_ = 0;
+  std::string stopped_;
+};
+
+// The one-call form: Session, then optim::Trainer(model, optimizer, o.trainer) with o.epochs
+// and o.max_steps trains on `train` (validating on `val` when o.validate), then finish().
+RunReport diagnose(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, nn::DataLoader& train,
+                   const nn::DataLoader* val = nullptr, const nn::Normalizer* normalizer = nullptr,
+                   DiagnoseOptions o = {});
+// With a loss function (fewer checks: see RunReport::skipped).
+RunReport diagnose(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, nn::DataLoader& train,
+                   const nn::DataLoader* val = nullptr, const nn::Normalizer* normalizer = nullptr,
+                   DiagnoseOptions o = {});
+
+// The HTML report of a run (W6): summary, the leading finding, the loss / gradient-norm /
+// dead-unit / update-ratio plots, every finding, and the checks that did not run.
+void write_run_report(const std::string& path, const RunReport& r, const std::string& title);
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,267 @@
+// debug::diagnose and debug::Session: the data checks, the gate, the monitored run and the
+// end-of-run diagnoses on models, losses and loops written as a user writes them; errors the
+// checks provoke (an in-place backward, a loss that rejects its target) as findings; the
+// checks a missing piece costs, listed in RunReport::skipped.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include <gradsleuth.h>  // the whole debug API with one include
+
+#include "debug_test_util.h"
+
+using namespace gradsleuth;
+using dtest::blobs;
+
+namespace {
+
+// A hand-written model: Linear -> x * 2 sigmoid(x) -> Linear. With `inplace`, the gate scales the
+// sigmoid's output in place after the sigmoid saved it for backward: every backward fails.
+// With `mix`, it subtracts the batch mean from the hidden layer (every output then depends on
+// every example of the batch: M6).
+struct GateNet : nn::Module {
+  bool inplace = false, mix = false;
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 16));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(16, 3));
+  explicit GateNet(bool bad = false) : Module("GateNet"), inplace(bad) {}
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*fc1)(x);
+    if (mix) h = h - mean(h, {0}, true);
+    Tensor g = sigmoid(h);
+    if (inplace) g.mul_(2.0);
+    else g = g * 2.0;
+    return (*fc2)(h * g);
+  }
+};
+
+struct Data {
+  std::shared_ptr<nn::DataLoader> train, val;
+};
+Data loaders(uint64_t seed = 3) {
+  // One draw of the blobs, split: 768 examples to train on, 192 to validate with.
+  const dtest::XY all = blobs(320, 3, 6, seed);
+  Data d;
+  d.train = std::make_shared<nn::DataLoader>(
+      std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 768), all.y.narrow(0, 0, 768)),
+      nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed));
+  d.val = std::make_shared<nn::DataLoader>(
+      std::make_shared<nn::TensorDataset>(all.x.narrow(0, 768, 192), all.y.narrow(0, 768, 192)),
+      nn::DataLoaderOptions().batch_size(128));
+  return d;
+}
+
+bool skipped(const debug::RunReport& r, const std::string& checks_prefix) {
+  for (const debug::SkippedChecks& s : r.skipped)
+    if (s.checks.rfind(checks_prefix, 0) == 0) return true;
+  return false;
+}
+
+const debug::Finding* fired(const debug::Report& r, const std::string& check) {
+  for (const debug::Finding& f : r.findings())
+    if (f.check == check && f.fires()) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("the gate: a backward that raises the in-place error is an M20 finding naming the op and the phase") {
+  manual_seed(1);
+  auto model = std::make_shared<GateNet>(true);
+  const dtest::XY b = blobs(16, 3, 6);
+  nn::CrossEntropyLoss ce;
+  debug::LossFunction loss = [&](const Tensor& o, const Tensor& y) { return ce(o, y); };
+  debug::Report r;
+  CHECK_NOTHROW(r = debug::pretrain_gate(*model, b.x, b.y, loss));
+  const debug::Finding* m20 = fired(r, "M20");
+  REQUIRE(m20 != nullptr);
+  CHECK(m20->severity == debug::Severity::Error);
+  CHECK(m20->op == "mul_");
+  CHECK(m20->cause.find("the pre-training gate's backward (O1, M5, L6, M14 could not run)") != std::string::npos);
+  // The backward failed: the overfit test (which would fail the same way) did not run, while the
+  // checks before it did (M1 shape trace, L4 initial loss).
+  CHECK(r.of("M14").empty());
+  CHECK_FALSE(r.of("M1").empty());
+  CHECK_FALSE(r.of("L4").empty());
+  // The clean twin: no error, and M14 ran.
+  auto clean = std::make_shared<GateNet>(false);
+  const debug::Report rc = debug::pretrain_gate(*clean, b.x, b.y, loss);
+  CHECK(fired(rc, "M20") == nullptr);
+  CHECK(fired(rc, "W2") == nullptr);
+  CHECK_FALSE(rc.of("M14").empty());
+}
+
+TEST_CASE("the gate: a loss that rejects its target is a W2 error naming the loss phase; M6 and M13 still run") {
+  manual_seed(1);
+  auto model = std::make_shared<GateNet>();
+  model->mix = true;  // a second bug, that the batch-mixing test (which needs no loss) must still find
+  const dtest::XY b = blobs(16, 3, 6);
+  nn::CrossEntropyLoss ce;
+  // Float class labels: CrossEntropyLoss refuses them (it wants int64 class indices).
+  const Tensor yf = b.y.to(kFloat32);
+  debug::LossFunction loss = [&](const Tensor& o, const Tensor& y) { return ce(o, y); };
+  debug::Report r;
+  CHECK_NOTHROW(r = debug::pretrain_gate(*model, b.x, yf, loss));
+  const debug::Finding* w2 = fired(r, "W2");
+  REQUIRE(w2 != nullptr);
+  CHECK(w2->severity == debug::Severity::Error);
+  CHECK(w2->title.rfind("the pre-training gate could not run the loss: ", 0) == 0);
+  CHECK(w2->title.find("CrossEntropyLoss") != std::string::npos);  // the loss's own message follows
+  CHECK(w2->cause.find("L4, O1, M5, L6, M14 could not run") != std::string::npos);
+  CHECK(r.of("M14").empty());
+  CHECK(r.of("L6").empty());
+  CHECK(fired(r, "M6") != nullptr);  // the checks that need no loss ran
+  // The model was left as it was: same parameters, no gradient.
+  for (const Tensor& p : model->parameters()) CHECK_FALSE(p.grad().defined());
+}
+
+TEST_CASE("diagnose: one call on a clean hand-written model runs every phase in order and fires nothing") {
+  manual_seed(2);
+  Data d = loaders();
+  auto model = std::make_shared<GateNet>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::DiagnoseOptions o;
+  o.epochs = 2;
+  o.report_dir = (std::filesystem::temp_directory_path() / "gs_diagnose_clean").string();
+  std::filesystem::remove_all(o.report_dir);
+  std::vector<std::string> said;
+  o.progress = [&](const std::string& s) { said.push_back(s); };
+  const debug::RunReport r = debug::diagnose(*model, ce, opt, *d.train, d.val.get(), nullptr, o);
+  REQUIRE(r.phases.size() == 4);
+  CHECK(r.phases[0].name == "data checks");
+  CHECK(r.phases[1].name == "pre-training gate");
+  CHECK(r.phases[2].name == "training");
+  CHECK(r.phases[3].name == "end of run");
+  for (const auto& p : r.phases) CHECK_MESSAGE(p.ran, p.name);
+  CHECK(said == std::vector<std::string>{"data checks", "pre-training gate", "training 2 epochs", "end-of-run checks"});
+  CHECK(r.steps == 2 * 24);
+  CHECK(r.history.step_losses.size() == 48);
+  CHECK(r.history.epoch_val_loss.size() == 2);
+  CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+  // Each phase's findings are in the report, phase by phase: the data checks' D1 comes first.
+  REQUIRE_FALSE(r.findings.empty());
+  CHECK(r.findings.findings().front().check == "D1");
+  CHECK_FALSE(r.phases[0].findings.of("D1").empty());
+  CHECK_FALSE(r.phases[1].findings.of("M1").empty());
+  // What a missing Normalizer costs, said once.
+  CHECK(skipped(r, "D7"));
+  CHECK_FALSE(skipped(r, "L2"));
+  CHECK(r.html_path == o.report_dir + "/report.html");
+  std::ifstream in(r.html_path);
+  std::stringstream html;
+  html << in.rdbuf();
+  CHECK(html.str().find("training loss") != std::string::npos);
+  CHECK(std::filesystem::exists(o.report_dir + "/metrics.csv"));
+  CHECK(r.json().find("\"name\":\"pre-training gate\"") != std::string::npos);
+}
+
+TEST_CASE("diagnose: a loss that rejects its target stops nothing but training, and each phase says so") {
+  manual_seed(2);
+  const dtest::XY tr = blobs(64, 3, 6);
+  nn::DataLoader train(std::make_shared<nn::TensorDataset>(tr.x, tr.y.to(kFloat32)),
+                       nn::DataLoaderOptions().batch_size(32));
+  auto model = std::make_shared<GateNet>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters());
+  debug::DiagnoseOptions o;
+  o.num_classes = 3;
+  debug::RunReport r;
+  CHECK_NOTHROW(r = debug::diagnose(*model, ce, opt, train, nullptr, nullptr, o));
+  CHECK(fired(r.phases[1].findings, "W2") != nullptr);    // the gate's loss phase
+  const debug::Finding* w3 = fired(r.phases[2].findings, "W3");  // the Trainer's first step
+  REQUIRE(w3 != nullptr);
+  CHECK(w3->title.rfind("training failed: ", 0) == 0);
+  CHECK(r.stopped.rfind("training stopped at step 1: ", 0) == 0);
+  CHECK(r.steps == 0);
+  CHECK(fired(r.phases[0].findings, "D9") != nullptr);  // and the data checks saw why: float labels
+}
+
+TEST_CASE("Session on an own loop: the loss module's hook records every step; step() and epoch() are optional") {
+  manual_seed(2);
+  Data d = loaders();
+  auto model = std::make_shared<GateNet>();
+  nn::CrossEntropyLoss ce;
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.1));
+  debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  CHECK_FALSE(dbg.pretraining().empty());  // the data checks and the gate ran at construction
+  std::vector<double> losses;
+  for (int e = 0; e < 2; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      losses.push_back(l.item<double>());
+      if (losses.size() % 2 == 0) dbg.step(l);  // the same step again: not counted twice
+    }
+    dbg.epoch();
+  }
+  const debug::RunReport r = dbg.finish();
+  CHECK(r.steps == static_cast<int64_t>(losses.size()));
+  CHECK(r.history.step_losses == losses);
+  REQUIRE(r.history.epoch_val_loss.size() == 2);
+  CHECK(std::isfinite(r.history.epoch_val_loss[1]));
+  CHECK(r.history.epoch_val_accuracy[1] > 0.9);
+  CHECK(std::abs(r.history.epoch_train_loss[1] -
+                 std::accumulate(losses.begin() + 24, losses.end(), 0.0) / 24.0) < 1e-9);
+  CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+  CHECK_FALSE(skipped(r, "L1"));
+  CHECK_THROWS_AS(dbg.finish(), Error);  // once
+}
+
+TEST_CASE("Session with a lambda loss and no loader: begin(x, y) runs the gate; the report lists what was lost") {
+  manual_seed(2);
+  const dtest::XY tr = blobs(64, 3, 6);
+  auto model = std::make_shared<GateNet>();
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  auto loss = [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
+  debug::Session dbg(*model, loss, opt);
+  const debug::Report pre = dbg.begin(tr.x.narrow(0, 0, 32), tr.y.narrow(0, 0, 32));
+  CHECK_FALSE(pre.of("M1").empty());
+  for (int s = 0; s < 20; ++s) {
+    const Tensor x = tr.x.narrow(0, (s % 6) * 10, 32), y = tr.y.narrow(0, (s % 6) * 10, 32);
+    opt.zero_grad();
+    Tensor l = loss((*model)(x), y);
+    l.backward();
+    opt.step();
+  }
+  debug::RunReport r = dbg.finish();
+  CHECK(r.steps == 20);
+  CHECK(r.history.step_losses.empty());  // nobody told the Session the losses
+  CHECK_FALSE(r.phases[0].ran);
+  CHECK(r.phases[0].note == "no training loader");
+  CHECK(r.phases[1].ran);
+  CHECK(skipped(r, "L2, L3, L5, D6"));  // the lambda: no hook sees the loss's inputs
+  CHECK(skipped(r, "D3, D4, D5"));      // no loader
+  CHECK(skipped(r, "D10, L7"));         // no validation loader
+  CHECK(skipped(r, "L1, O6"));          // no step losses
+  CHECK(skipped(r, "L7, the W3"));      // no epochs
+  CHECK(r.str().find("checks that did not run:") != std::string::npos);
+}
+
+TEST_CASE("Session on an own loop that raises: error() makes the finding, finish() still reports") {
+  manual_seed(2);
+  Data d = loaders();
+  auto model = std::make_shared<GateNet>(true);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters());
+  debug::Session dbg(*model, ce, opt, {.train = d.train.get()});
+  try {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      ce((*model)(b.x), b.y).backward();
+      opt.step();
+    }
+  } catch (const std::exception& e) {
+    dbg.error(e);
+  }
+  const debug::RunReport r = dbg.finish();
+  CHECK(fired(r.phases[1].findings, "M20") != nullptr);  // from the gate
+  CHECK(fired(r.phases[2].findings, "M20") != nullptr);  // and from the loop
+  CHECK(r.stopped.rfind("training stopped at step 1: ", 0) == 0);
+  CHECK(skipped(r, "O1-O6"));
+}

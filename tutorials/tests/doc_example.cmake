@@ -1,0 +1,25 @@
+# The example a document shows must be the file that is built and run as a test: the fenced
+# block right after the line "<!-- example: PATH -->" (PATH relative to the repository) must
+# equal FILE's text. Usage: cmake -DDOC=docs/checks.md -DFILE=tutorials/examples/x.cpp -P doc_example.cmake
+file(READ ${DOC} doc)
+file(READ ${FILE} code)
+get_filename_component(name ${FILE} NAME)
+string(FIND "${doc}" "<!-- example: tutorials/examples/${name} -->" at)
+if(at LESS 0)
+  message(FATAL_ERROR "${DOC} has no line '<!-- example: tutorials/examples/${name} -->' before the example's block")
+endif()
+string(SUBSTRING "${doc}" ${at} -1 rest)
+string(FIND "${rest}" "```cpp\n" open)
+if(open LESS 0)
+  message(FATAL_ERROR "${DOC}: no ```cpp block after the example marker of ${name}")
+endif()
+math(EXPR open "${open} + 7")
+string(SUBSTRING "${rest}" ${open} -1 rest)
+string(FIND "${rest}" "```" close)
+string(SUBSTRING "${rest}" 0 ${close} block)
+if(NOT block STREQUAL code)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/doc_block_${name} "${block}")
+  message(FATAL_ERROR "the block in ${DOC} differs from ${FILE}: copy the file's text into the block "
+                      "(the block as read is in ${CMAKE_CURRENT_BINARY_DIR}/doc_block_${name}; diff them)")
+endif()
+message(STATUS "${DOC} shows ${name} as it is")
