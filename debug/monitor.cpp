@@ -3,10 +3,13 @@
 #include "debug/monitor.h"
 
 #include <cmath>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/behaviour.h"
 #include "debug/data_checks.h"
 #include "debug/tensor_stats.h"
 #include "nn/normalization.h"
@@ -42,10 +45,20 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     f.step = step_now();
     const auto colon = w.message.find(": ");
     f.title = w.where + (colon == std::string::npos ? ": " + w.message : " " + w.message.substr(0, colon));
-    if (w.check == "O5") f.title = "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
-    if (w.check == "M2") f.title = w.where + " ran in training mode during an evaluation (no_grad)";
+    // A gradient transform (clipping) that ran with no gradient present is O5's
+    // other loop-order mistake; the optimizer's own O5 warning is accumulation.
+    const bool transform = w.check == "O5" && w.where.rfind("clip_grad", 0) == 0;
+    if (w.check == "O5")
+      f.title = transform ? w.where + " ran with no gradient present (before backward() or right after zero_grad()): "
+                                      "it changed nothing"
+                          : "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
+    if (w.check == "M2") {
+      f.title = w.where + " ran in training mode during an evaluation (no_grad)";
+      m2_warned_.push_back(w.where);
+    }
     f.cause = w.message;
-    f.fix = w.check == "O5" ? "call optimizer.zero_grad() before every backward()"
+    f.fix = transform         ? "call it between loss.backward() and optimizer.step()"
+            : w.check == "O5" ? "call optimizer.zero_grad() before every backward()"
             : w.check == "M2" ? "call model.eval() before evaluating and model.train() afterwards"
                               : "";
     add(std::move(f));
@@ -62,7 +75,47 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
 
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).
   auto root = model_.named_modules().front().second;  // (a clear error when the model is not in a shared_ptr)
+  // M2 by behaviour: which modules run in training mode in each forward, and
+  // whether a backward follows it (a tensor hook on the output).
+  {
+    std::set<const nn::Module*> seen;
+    for (auto& [path, m] : model_.named_modules())
+      if (seen.insert(m.get()).second) modules_.emplace_back(m, module_label(path, *m));
+    pass_train_.assign(modules_.size(), 0);
+    pass_buffers_.assign(modules_.size(), 0);
+    buffer_versions_.assign(modules_.size(), 0);
+  }
+  std::weak_ptr<bool> alive = alive_;
+  hooks_.post(root, [this, alive](nn::Module&, const Tensor&, const Tensor& y) {
+    if (probing_ || !y.defined() || !y.requires_grad()) return;
+    Tensor out = y;
+    out.register_hook([this, alive](const Tensor&) {
+      if (alive.lock()) pass_backward_ = true;
+      return Tensor();
+    });
+  });
+  // Running statistics (any module's buffers) that move during a forward.
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (modules_[i].first->buffers(false).empty()) continue;
+    auto buffer_version = [](const nn::Module& m) {
+      uint64_t v = 0;
+      for (const Tensor& b : m.buffers(false)) v += b.version();
+      return v;
+    };
+    hooks_.pre(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&) {
+      if (!probing_) buffer_versions_[i] = buffer_version(self);
+    });
+    hooks_.post(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
+      if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = 1;
+    });
+  }
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
+    if (probing_) return;  // the monitor's own probe of the model
+    if (pass_forwards_++ == 0) {
+      pass_x_ = x;
+      pass_grad_mode_ = GradMode::is_enabled();
+    }
+    for (size_t i = 0; i < modules_.size(); ++i) pass_train_[i] |= modules_[i].first->is_training() ? 1 : 0;
     if (GradMode::is_enabled()) {
       last_x_ = x;
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
@@ -77,7 +130,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
     const std::string label = module_label(path, *m);
     hooks_.pre(m, [this, label](nn::Module& self, const Tensor&) {
-      if (self.is_training()) return;
+      if (self.is_training() || probing_) return;
       auto& bn = static_cast<nn::BatchNormBase&>(self);
       const bool none = !bn.track_running_stats();
       if (!none && bn.num_batches_tracked.item<int64_t>() > 0) return;
@@ -165,7 +218,79 @@ void Monitor::record_step(double loss) {
   }
 }
 
+void Monitor::reset_pass() {
+  pass_forwards_ = 0;
+  pass_backward_ = false;
+  pass_grad_mode_ = false;
+  pass_x_ = Tensor();
+  std::fill(pass_train_.begin(), pass_train_.end(), 0);
+  std::fill(pass_buffers_.begin(), pass_buffers_.end(), 0);
+}
+
+void Monitor::check_eval_pass() {
+  // Forwards that no backward and no optimizer step followed before the epoch
+  // was recorded: an evaluation, under no_grad or not. Modules that ran in
+  // training mode in it matter when their output depends on the mode, which
+  // the probe measures (a hand-written dropout or BatchNorm as well as nn's).
+  const bool eval_pass = pass_forwards_ > 0 && !pass_backward_ && pass_x_.defined();
+  bool any_train = false;
+  for (char t : pass_train_) any_train = any_train || t;
+  if (!eval_pass || !any_train) return;
+  if (!probe_) {
+    probing_ = true;
+    broadcast_on_.reset();  // the probe's ops are not the user's
+    dead_.set_active(false);
+    saturation_.set_active(false);
+    try {
+      probe_ = probe_mode_dependence(model_, pass_x_);
+    } catch (const std::exception&) {
+      probe_ = ModeProbe{};
+    }
+    probing_ = false;
+    broadcast_on_ = broadcast_.enable();
+    dead_.set_active(sampled_step());
+    saturation_.set_active(sampled_step());
+  }
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (!pass_train_[i]) continue;
+    const nn::Module& m = *modules_[i].first;
+    const ModuleBehaviour* b = probe_->find(&m);
+    if (!b || !b->mode_dependent) continue;
+    const bool stats = pass_buffers_[i] != 0;
+    bool warned = false;  // the layer's own M2 warning already said it (nn::Dropout, nn::BatchNorm)
+    for (const std::string& w : m2_warned_) warned = warned || w.rfind(m.type_name() + "(", 0) == 0;
+    if (warned && !stats) continue;
+    const std::string& label = modules_[i].second;
+    std::string names;
+    for (auto& [n, t] : m.named_buffers(false)) names += (names.empty() ? "" : ", ") + n;
+    Finding f;
+    f.check = "M2";
+    f.severity = Severity::Warning;
+    f.module = label;
+    f.title = stats ? label + " ran in training mode during an evaluation pass, and the evaluation data updated its "
+                              "running statistics (" + names + ")"
+                    : label + " ran in training mode during an evaluation pass" +
+                          (pass_grad_mode_ ? "" : " (under no_grad)");
+    f.evidence = {{"forwards in the pass", static_cast<double>(pass_forwards_),
+                   "no backward and no optimizer step followed them before the epoch was recorded"},
+                  {"random in training mode", b->stochastic ? 1.0 : 0.0, ""},
+                  {"buffers changed by the pass", stats ? 1.0 : 0.0, ""}};
+    f.cause = std::string(b->stochastic ? "the layer is random in training mode (dropout-like): the evaluation is "
+                                          "noisy and pessimistic"
+                                        : "the layer computes differently in training mode (BatchNorm-like: the "
+                                          "batch's statistics instead of the running ones)") +
+              (stats ? "; and its buffers " + names + " moved towards the evaluation data, so validation data "
+                       "leaked into the model's running statistics and every later evaluation uses them"
+                     : "");
+    f.fix = "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
+            "change the mode)";
+    add(std::move(f));
+  }
+}
+
 void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy) {
+  check_eval_pass();
+  reset_pass();
   history_.epoch_train_loss.push_back(train_loss);
   history_.epoch_val_loss.push_back(val_loss);
   history_.epoch_val_accuracy.push_back(val_accuracy);
@@ -289,6 +414,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
 }
 
 void Monitor::on_post_step(optim::Optimizer&) {
+  reset_pass();  // the forwards so far were training forwards
   ++steps_;
   in_step_ = false;
   if (sampled_step() || steps_ == 1) add(check_finite_weights(model_));  // O4
@@ -367,13 +493,23 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   r.add(check_shared_weights(model));    // M4
   r.add(check_initialisation(model, o.model));  // M9
 
-  // Forward and backward once, on a copy of the gradients' state.
+  // M2 by behaviour: which layers are random or different in train mode (a
+  // hand-written dropout as well as nn::Dropout), and whether a random layer's
+  // mean training output matches its evaluation output.
+  const ModeProbe probe = probe_mode_dependence(model, x);
+  r.add(probe.findings());
+
+  // Forward and backward once, on a copy of the gradients' state, with the
+  // randomness off: L4 judges the loss of the model itself, not of one dropout draw.
   std::vector<std::pair<Tensor, Tensor>> grads;
   for (Tensor& p : model.parameters()) {
     grads.emplace_back(p, p.grad());
     p.zero_grad();
   }
   ParamSnapshot snap(model);  // BatchNorm statistics move in a training forward
+  std::optional<ModeSnapshot> modes;
+  modes.emplace(model);
+  set_mode_without_randomness(model, model.is_training(), probe);
   Tensor out = model(x);
   if (!all_finite(out)) {
     r.add(find_nonfinite_source(model, x));  // M12
@@ -394,6 +530,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       }
     }
   }
+  modes.reset();
   snap.restore();
   for (auto& [p, g] : grads) p.set_grad(g);
 
@@ -405,7 +542,14 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       else throw;
     }
   }
-  if (o.gradcheck) r.add(gradcheck_layers(model, x));  // M13
+  if (o.gradcheck) {
+    std::vector<Finding> layers = gradcheck_layers(model, x);  // M13: layers with parameters, custom ops
+    // The whole model's input gradient along random directions: a backstop for
+    // a wrong backward that no single layer check could see. The per-layer
+    // finding, which names the layer, is the more useful one when both fail.
+    if (layers.empty()) layers = check_input_gradient(model, x);
+    r.add(layers);
+  }
   if (o.reduction) {
     try {
       r.add(check_loss_reduction(model, loss, x, y, o.loss));  // L6

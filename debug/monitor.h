@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "core/warning.h"
 #include "debug/activation_stats.h"
 #include "debug/anomaly.h"
+#include "debug/behaviour.h"
 #include "debug/finding.h"
 #include "debug/hooks.h"
 #include "debug/loss_checks.h"
@@ -104,6 +106,10 @@ class Monitor {
   void on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& target);
   void on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& loss);
   void localise(const std::string& why);
+  // M2 by behaviour: the forwards since the last optimizer step, judged when the
+  // epoch is recorded (an evaluation pass when no backward and no step followed).
+  void check_eval_pass();
+  void reset_pass();
   void add(Finding f);
   void add(const std::vector<Finding>& fs);
 
@@ -129,6 +135,16 @@ class Monitor {
   bool loss_seen_this_step_ = false, localised_ = false, first_loss_checked_ = false, structure_checked_ = false;
   bool input_checked_ = false, finished_ = false, attached_ = true, in_step_ = false;
   TrainingHistory history_;
+  // The pending pass (forwards no optimizer step has followed yet), for M2.
+  std::vector<std::pair<nn::ModulePtr, std::string>> modules_;  // each module once, with its label
+  std::vector<char> pass_train_;    // per module: ran in training mode during the pass
+  std::vector<char> pass_buffers_;  // per module: its buffers changed during the pass
+  std::vector<uint64_t> buffer_versions_;  // per module: the buffers' version sum before its forward
+  int64_t pass_forwards_ = 0;
+  bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false;
+  Tensor pass_x_;                     // the pass's first input, to probe the model with
+  std::optional<ModeProbe> probe_;    // which modules depend on the mode (run once, when first needed)
+  std::vector<std::string> m2_warned_;  // where the layers' own M2 warnings came from
 };
 
 // ---- W2 -----------------------------------------------------------------------------
