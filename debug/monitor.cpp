@@ -23,6 +23,19 @@ bool is_nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
 bool is_elementwise(const nn::Loss& l) {
   return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
 }
+// A loss of the user's own (an nn::Loss subclass the library does not know) that
+// gets logits (B, C) and class indices (B): whatever its formula, the prediction
+// must be scores over classes, not probabilities (L2) and not a ReLU's output
+// (M3). Checks that depend on the formula (L4's log C, L5's ignore_index) are
+// left to losses whose semantics are declared by their type.
+bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target) {
+  const std::string& t = l.type_name();
+  if (t == "CrossEntropyLoss" || t == "NLLLoss" || t == "MSELoss" || t == "BCELoss" || t == "BCEWithLogitsLoss")
+    return false;
+  return input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
+         input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2;
+}
+
 int64_t ignore_index_of(const nn::Loss& l) {
   if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) return ce->options().ignore_index_;
   if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) return nl->options().ignore_index_;
@@ -326,7 +339,7 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
     if (!input.defined() || !target.defined() || input.shape() != target.shape()) add(check_label_shape(input, target));
   }
   if (!sample) return;
-  if (is_cross_entropy(l)) {
+  if (is_cross_entropy(l) || takes_class_indices(l, input, target)) {
     add(check_cross_entropy_input(input));      // L2
     add(check_final_activation(model_, input));  // M3 by values
   }

@@ -436,3 +436,44 @@ TEST_CASE("O5: the monitor reports a clip before backward in a hand-written loop
     }
   }
 }
+
+// ---- a loss of the user's own ---------------------------------------------------------------
+namespace {
+// Cross-entropy written by hand as an nn::Loss subclass.
+class MyCrossEntropy : public nn::Loss {
+ public:
+  MyCrossEntropy() : Loss("MyCrossEntropy") {}
+  Tensor forward(const Tensor& logits, const Tensor& y) override {
+    return gs::nn::functional::nll_loss(gs::log_softmax(logits, 1), y);
+  }
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }
+};
+}  // namespace
+
+TEST_CASE("L2: a hand-written class-index loss gets the double-softmax check; raw logits are silent") {
+  XY d = blobs(16, 3, 8);
+  for (bool softmax_head : {true, false}) {
+    gs::manual_seed(7);
+    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(),
+                                                  std::make_shared<nn::Linear>(16, 3));
+    if (softmax_head) model->push_back(std::make_shared<nn::Softmax>(1));
+    MyCrossEntropy loss;
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
+    dbg::Monitor mon(*model, opt, &loss);
+    for (int s = 0; s < 2; ++s) {
+      opt.zero_grad();
+      Tensor l = loss((*model)(d.x), d.y);
+      l.backward();
+      opt.step();
+      mon.record_step(l.item<double>());
+    }
+    mon.finish();
+    const dbg::Finding* f = find(mon.report().findings(), "L2");
+    if (softmax_head) {
+      REQUIRE(f != nullptr);
+      CHECK(f->severity >= dbg::Severity::Warning);
+    } else {
+      CHECK(f == nullptr);
+    }
+  }
+}
