@@ -135,7 +135,9 @@ ModeProbe probe_mode_dependence(nn::Module& model, const Tensor& x, const ModePr
     b.label = module_label(path, *m);
     b.module = m;
     try {
-      auto call = [&]() { return (*m)(in); };
+      // A fresh copy per call: a layer that works in place (x.mul_(mask)) must
+      // not change the input the next call gets.
+      auto call = [&]() { return (*m)(in.clone()); };
       const Tensor e1 = call(), e2 = call();
       if (!e1.defined() || !e1.is_floating_point()) continue;
       const Tensor e = host64(e1);
@@ -340,8 +342,20 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
     ~Restore() { m.to(t); }
   } restore{model, orig};
 
-  Tensor x64 = host64(first_rows(x, rows)).contiguous().clone().requires_grad_(true);
   Generator gen(opts.seed + 29);
+  // The check is about backward formulas, so the point can move: real inputs
+  // hold ties (a background of equal pixels makes every max-pool window a tie,
+  // and ReLUs sit exactly at their kink), where a one-sided derivative is not
+  // the numeric one. A jitter of 0.1 x the input's spread separates ties by far
+  // more than the step below.
+  Tensor x64 = host64(first_rows(x, rows)).contiguous().clone();
+  {
+    const double spread = x64.numel() > 1 ? summarize(x64).std : 1.0;
+    x64 = (x64 + randn(x64.shape(), kFloat64, &gen) * (0.1 * (spread > 0.0 ? spread : 1.0))).requires_grad_(true);
+  }
+  // A step 10x below gradcheck's: the chance that it crosses a kink left after the
+  // jitter is 10x smaller, and float64 rounding (1e-16 |f| / 1e-7) stays far below rtol.
+  const double eps = std::min(opts.eps, 1e-7);
   Tensor v;
   {
     Tensor y = model(x64);
@@ -361,7 +375,7 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   for (int k = 0; k < std::max(directions, 1); ++k) {
     const Tensor u = randn(base.shape(), kFloat64, &gen);
     const double a = sum(g * u).item<double>();
-    const double n = (f(base + u * opts.eps) - f(base - u * opts.eps)) / (2 * opts.eps);
+    const double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
     const double err = std::fabs(a - n);
     const double rel = err / std::max({std::fabs(a), std::fabs(n), opts.atol});
     if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
@@ -371,7 +385,10 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
       worst_n = n;
     }
   }
-  if (failed == 0) return out;
+  // A wrong formula fails along every random direction; a lone failure is a kink
+  // crossed by chance (with one direction asked for, that one decides).
+  const int needed = std::max(directions, 1) >= 2 ? 2 : 1;
+  if (failed < needed) return out;
   Finding fd;
   fd.check = "M13";
   fd.severity = Severity::Error;

@@ -113,10 +113,14 @@ std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module&
                                                                      int64_t rows = 4);
 
 // M13's whole-model check, cheap: in float64 (the model is converted and put back,
-// as gradcheck_module does) and eval mode, on the first `rows` rows of x, the
-// autograd input gradient of sum(v * model(x)) for a random v, dotted with
-// `directions` random directions u, against the central difference along u. An
-// error finding names the model; empty when it agrees, or when x is not floating.
+// as gradcheck_module does) and eval mode, on the first `rows` rows of x moved by a
+// small random jitter (0.1 x their std: real inputs hold ties, e.g. max-pool
+// windows of equal background pixels, where no derivative exists), the autograd
+// input gradient of sum(v * model(x)) for a random v, dotted with `directions`
+// random directions u, against the central difference along u (step
+// min(opts.eps, 1e-7)). An error finding names the model when at least two
+// directions fail (one when only one is asked for); empty when it agrees, or
+// when x is not floating.
 std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows = 4,
                                           int directions = 3, GradcheckOptions opts = {});
 

@@ -96,11 +96,15 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       if (seen.insert(m.get()).second) modules_.emplace_back(m, module_label(path, *m));
     pass_train_.assign(modules_.size(), 0);
     pass_buffers_.assign(modules_.size(), 0);
+    pass_eval_.assign(modules_.size(), 0);
+    buffers_moved_.assign(modules_.size(), 0);
+    m17_named_.assign(modules_.size(), 0);
     buffer_versions_.assign(modules_.size(), 0);
   }
   std::weak_ptr<bool> alive = alive_;
   hooks_.post(root, [this, alive](nn::Module&, const Tensor&, const Tensor& y) {
-    if (probing_ || !y.defined() || !y.requires_grad()) return;
+    // (Only on a graph output: a hook on a leaf would stay for good and pile up.)
+    if (probing_ || !y.defined() || !y.grad_fn()) return;
     Tensor out = y;
     out.register_hook([this, alive](const Tensor&) {
       if (alive.lock()) pass_backward_ = true;
@@ -119,7 +123,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       if (!probing_) buffer_versions_[i] = buffer_version(self);
     });
     hooks_.post(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
-      if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = 1;
+      if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
     });
   }
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
@@ -128,7 +132,11 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       pass_x_ = x;
       pass_grad_mode_ = GradMode::is_enabled();
     }
-    for (size_t i = 0; i < modules_.size(); ++i) pass_train_[i] |= modules_[i].first->is_training() ? 1 : 0;
+    for (size_t i = 0; i < modules_.size(); ++i) {
+      const bool on = modules_[i].first->is_training();
+      pass_train_[i] |= on ? 1 : 0;
+      pass_eval_[i] |= on ? 0 : 1;
+    }
     if (GradMode::is_enabled()) {
       last_x_ = x;
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
@@ -238,6 +246,7 @@ void Monitor::reset_pass() {
   pass_x_ = Tensor();
   std::fill(pass_train_.begin(), pass_train_.end(), 0);
   std::fill(pass_buffers_.begin(), pass_buffers_.end(), 0);
+  std::fill(pass_eval_.begin(), pass_eval_.end(), 0);
 }
 
 void Monitor::check_eval_pass() {
@@ -248,7 +257,14 @@ void Monitor::check_eval_pass() {
   const bool eval_pass = pass_forwards_ > 0 && !pass_backward_ && pass_x_.defined();
   bool any_train = false;
   for (char t : pass_train_) any_train = any_train || t;
-  if (!eval_pass || !any_train) return;
+  // M17 for a BatchNorm-like layer of the user's own (nn::BatchNorm has its own
+  // hook): evaluated in eval mode after training, with buffers that never moved.
+  bool stale = false;
+  for (size_t i = 0; i < modules_.size(); ++i)
+    stale = stale || (pass_eval_[i] && !buffers_moved_[i] && !m17_named_[i] &&
+                      !dynamic_cast<const nn::BatchNormBase*>(modules_[i].first.get()) &&
+                      !modules_[i].first->buffers(false).empty());
+  if (!eval_pass || (!any_train && !(stale && steps_ > 0))) return;
   if (!probe_) {
     probing_ = true;
     broadcast_on_.reset();  // the probe's ops are not the user's
@@ -263,6 +279,30 @@ void Monitor::check_eval_pass() {
     broadcast_on_ = broadcast_.enable();
     dead_.set_active(sampled_step());
     saturation_.set_active(sampled_step());
+  }
+  for (size_t i = 0; i < modules_.size() && stale && steps_ > 0; ++i) {
+    const nn::Module& m = *modules_[i].first;
+    if (!pass_eval_[i] || buffers_moved_[i] || m17_named_[i] || dynamic_cast<const nn::BatchNormBase*>(&m) ||
+        m.buffers(false).empty())
+      continue;
+    const ModuleBehaviour* b = probe_->find(&m);
+    if (!b || !b->mode_dependent || b->stochastic) continue;
+    m17_named_[i] = 1;
+    std::string names;
+    for (auto& [n, t] : m.named_buffers(false)) names += (names.empty() ? "" : ", ") + n;
+    Finding f;
+    f.check = "M17";
+    f.severity = Severity::Warning;
+    f.module = modules_[i].second;
+    f.title = modules_[i].second + " is evaluated with buffers (" + names + ") that never changed in " +
+              std::to_string(steps_) + " training steps";
+    f.evidence = {{"training steps so far", static_cast<double>(steps_), ""},
+                  {"buffer updates seen", 0.0, "0 at eval flags"}};
+    f.cause = "the layer computes differently in eval mode (BatchNorm-like) from statistics it keeps in buffers, "
+              "but its training forward never updates them, so eval uses their initial values instead of the "
+              "data's";
+    f.fix = "update the running statistics in the training-mode forward (under no_grad), as nn::BatchNorm does";
+    add(std::move(f));
   }
   for (size_t i = 0; i < modules_.size(); ++i) {
     if (!pass_train_[i]) continue;

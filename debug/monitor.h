@@ -139,6 +139,9 @@ class Monitor {
   std::vector<std::pair<nn::ModulePtr, std::string>> modules_;  // each module once, with its label
   std::vector<char> pass_train_;    // per module: ran in training mode during the pass
   std::vector<char> pass_buffers_;  // per module: its buffers changed during the pass
+  std::vector<char> pass_eval_;     // per module: ran in eval mode during the pass
+  std::vector<char> buffers_moved_; // per module: its buffers ever changed (M17 for layers of the user's own)
+  std::vector<char> m17_named_;     // per module: M17 already reported
   std::vector<uint64_t> buffer_versions_;  // per module: the buffers' version sum before its forward
   int64_t pass_forwards_ = 0;
   bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false;

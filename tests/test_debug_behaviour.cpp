@@ -48,21 +48,25 @@ class MyNoise : public nn::Module {
 
 // A BatchNorm-like layer written by hand: centres each feature with the batch
 // mean in training (and tracks a running mean), with the running mean in eval.
+// The buggy twin (update = false) never updates its running mean.
 class MyCentering : public nn::Module {
  public:
-  explicit MyCentering(int64_t C) : Module("MyCentering") {
+  explicit MyCentering(int64_t C, bool update = true) : Module("MyCentering"), update_(update) {
     running_mean = register_buffer("running_mean", gs::zeros({C}));
   }
   Tensor forward(const Tensor& x) override {
     if (!is_training()) return x - running_mean;
     Tensor mean = x.mean({0});
-    {
+    if (update_) {
       gs::NoGradGuard ng;
       running_mean.mul_(0.9).add_(mean.detach() * 0.1);
     }
     return x - mean;
   }
   Tensor running_mean;
+
+ private:
+  bool update_;
 };
 
 // y = x^2 with a hand-written backward; the buggy twin forgets the factor 2.
@@ -283,16 +287,30 @@ TEST_CASE("M13: the whole-model input-gradient check catches a wrong backward an
   CHECK(dbg::check_input_gradient(*mlp(8, 16, 3), d.x).empty());
 }
 
+TEST_CASE("M13: the whole-model check is silent on a clean CNN fed images with a flat background (max-pool ties)") {
+  gs::manual_seed(8);
+  auto cnn = std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(1, 4, 3), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+                                              std::make_shared<nn::Linear>(4 * 6 * 6, 3));
+  // Mostly background (exact zeros) with a small bright patch: every pooling
+  // window over the background is a tie.
+  Tensor x = gs::zeros({4, 1, 14, 14});
+  x.narrow(2, 5, 4).narrow(3, 5, 4).copy_(gs::rand({4, 1, 4, 4}));
+  CHECK(dbg::check_input_gradient(*cnn, x).empty());
+  CHECK(dbg::gradcheck_layers(*cnn, x).empty());
+}
+
 // ---- train-mode forwards during an evaluation ------------------------------------------------
 namespace {
 
 enum class Eval { Correct, TrainNoGrad, TrainWithGrad };
 
 // A hand-written loop: 2 epochs of steps, then an evaluation pass the user writes.
-dbg::Report run_loop(Eval how) {
+dbg::Report run_loop(Eval how, bool update_stats = true) {
   XY d = blobs(32, 3, 8, 9, 1.5);
   gs::manual_seed(6);
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<MyCentering>(16),
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16),
+                                                std::make_shared<MyCentering>(16, update_stats),
                                                 std::make_shared<nn::ReLU>(), std::make_shared<MyDropout>(0.3, true),
                                                 std::make_shared<nn::Linear>(16, 3));
   nn::CrossEntropyLoss loss;
@@ -352,6 +370,17 @@ TEST_CASE("M2: an evaluation in train mode is caught for hand-written layers, wi
   }
   const dbg::Report ok = run_loop(Eval::Correct);
   CHECK_FALSE(ok.fired("M2"));
+  CHECK_FALSE(ok.fired("M17"));
+}
+
+TEST_CASE("M17: a hand-written BatchNorm-like layer whose running statistics are never updated is named at eval") {
+  const dbg::Report r = run_loop(Eval::Correct, /*update_stats=*/false);
+  const dbg::Finding* f = find(r.findings(), "M17");
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == dbg::Severity::Warning);
+  CHECK(f->module == "1 (MyCentering)");
+  CHECK(f->title.find("running_mean") != std::string::npos);
+  CHECK_FALSE(r.fired("M2"));
 }
 
 TEST_CASE("M2: nn::BatchNorm1d updated by validation data in the Trainer (B05) is named") {
