@@ -156,7 +156,7 @@ struct GateOptions {
   LossCheckOptions loss;
   OptimCheckOptions optim;
   bool overfit = true;        // M14 (the slowest part: o.model.overfit_steps steps on the batch)
-  bool gradcheck = true;      // M13 on every layer with parameters (float64, a few rows)
+  bool gradcheck = true;      // M13 on every layer with parameters or a custom op, then the whole model's input gradient (float64, a few rows)
   bool batch_mixing = true;   // M6
   bool reduction = true;      // L6
   int64_t num_classes = -1;   // L4; -1: the output's last dim for class targets
@@ -164,10 +164,13 @@ struct GateOptions {
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10
 // trainable parameters (with the optimizer when given), M1 shape trace, M4
-// shared weights, M9 initialisation, the forward (M12 when non-finite), M3,
-// L4 initial loss, the backward (O1 gradient health, M5 gradient flow), M6
-// batch mixing, M13 per-layer gradient check, L6 reduction and M14 overfit one
-// batch. The model's parameters, buffers, gradients and modes are left as they were.
+// shared weights, M9 initialisation, the train/eval probe (M2: a random layer
+// whose mean training output is not its eval output), the forward with the
+// randomness off (M12 when non-finite), M3, L4 initial loss, the backward (O1
+// gradient health, M5 gradient flow), M6 batch mixing, M13 per-layer gradient
+// check (layers with parameters and custom ops; then the whole model's input
+// gradient), L6 reduction and M14 overfit one batch. The model's parameters,
+// buffers, gradients and modes are left as they were.
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                      const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {});
 
