@@ -101,8 +101,10 @@ const std::vector<CheckInfo>& all_checks() {
        "every module's output shape and parameter count on a sample batch", "debug::shape_trace",
        "gradsleuth doctor", true},
       {"M2", "train/eval mode", "model", {"Debugging Training"},
-       "validation or inference run with Dropout/BatchNorm in training mode",
-       "nn::Dropout / nn::BatchNorm warnings, debug::Monitor", "gradsleuth doctor --bug B05", true},
+       "validation or inference run with a mode-dependent layer (Dropout/BatchNorm, or one of the user's own, "
+       "found by probing) in training mode, and running statistics it updated; a random layer whose mean "
+       "training output is not its eval output (dropout without 1/(1-p))",
+       "nn::Dropout / nn::BatchNorm warnings, debug::Monitor, debug::probe_mode_dependence", "gradsleuth doctor --bug B05", true},
       {"M3", "activation after final layer", "model", {"Debugging Training"},
        "logits that cannot be negative (ReLU/sigmoid before cross-entropy)", "debug::check_final_activation",
        "gradsleuth doctor --bug B10", true},
@@ -139,7 +141,9 @@ const std::vector<CheckInfo>& all_checks() {
       {"M13", "numeric gradient check", "model", {"Systematic Methodology", "Debugging Training", "PyTorch docs"},
        "central differences in float64 against the analytic gradient; relative error per element, worst element "
        "reported",
-       "debug::gradcheck, debug::gradcheck_module", "gradsleuth gradcheck --all-ops; gradsleuth doctor --bug B22",
+       "debug::gradcheck, debug::gradcheck_module, debug::gradcheck_layers (layers with parameters and custom "
+       "ops), debug::check_input_gradient",
+       "gradsleuth gradcheck --all-ops; gradsleuth doctor --bug B22",
        true},
       {"M14", "overfit one batch", "model", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"},
        "loss -> ~0 and accuracy -> 1 on one small batch within N steps", "debug::overfit_one_batch",
@@ -176,8 +180,9 @@ const std::vector<CheckInfo>& all_checks() {
       {"O4", "non-finite weights", "optimisation", {"Debugging Training"}, "NaN/Inf in any parameter after a step",
        "debug::check_finite_weights", "gradsleuth doctor", true},
       {"O5", "forgotten zero_grad", "optimisation", {"Debugging Training"},
-       "gradients accumulated across steps without an explicit opt-in",
-       "optim::Optimizer::step warning; debug::Monitor", "gradsleuth doctor --bug B04", true},
+       "gradients accumulated across steps without an explicit opt-in; a gradient transform (clipping) run "
+       "with no gradient present",
+       "optim::Optimizer::step and optim::clip_grad_norm_ / clip_grad_value_ warnings; debug::Monitor", "gradsleuth doctor --bug B04", true},
       {"O6", "learning-rate diagnosis", "optimisation", {"Debugging Training"},
        "too high (oscillation/divergence) or too low (flat loss) from the loss history, and the update-to-weight "
        "ratio per layer outside [1e-5, 1e-1]",

@@ -8,9 +8,9 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/behaviour.h"
 #include "debug/check_util.h"
 #include "debug/tensor_stats.h"
-#include "nn/dropout.h"
 
 namespace gradsleuth::debug {
 
@@ -482,10 +482,12 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
     for (auto& [name, b] : saved_buffers) model.set_tensor(name, b);
   };
 
+  // The layers that are random in train mode, whatever their type (the probe
+  // restores everything it touches): each draw would change the gradient norm.
+  const ModeProbe probe = probe_mode_dependence(model, x);
   double g1 = 0.0, g2 = 0.0;
   try {
-    for (nn::Module* m : modules)
-      if (dynamic_cast<nn::Dropout*>(m) != nullptr) m->train(false);
+    for (const nn::ModulePtr& m : probe.stochastic_modules()) set_own_mode(*m, false);
     auto norm_for = [&](const Tensor& xb, const Tensor& yb) {
       for (Tensor& p : params) p.set_grad(Tensor());
       Tensor l = loss(model(xb), yb);

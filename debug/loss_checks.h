@@ -181,9 +181,11 @@ std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_i
 // L6, the gradient-scale test: ||dL/dparams|| for the batch (x, y) and for the
 // batch concatenated with itself along dim 0. A mean gives the same gradient
 // (ratio 1), a sum twice it (ratio 2, bug B03): a warning above
-// opts.reduction_ratio, an info finding with the ratio otherwise. Dropout is put
-// in eval mode for the test (its noise would differ between the two passes);
-// BatchNorm stays in training mode (x twice has the same batch statistics).
+// opts.reduction_ratio, an info finding with the ratio otherwise. Every layer that
+// is random in train mode (nn::Dropout or a hand-written one, found by
+// probe_mode_dependence) is put in eval mode for the test (its noise would differ
+// between the two passes); BatchNorm-like layers stay in training mode (x twice
+// has the same batch statistics).
 // Afterwards every module's mode, every buffer (BatchNorm running statistics)
 // and every parameter's .grad are as they were.
 //   x (B, ...), y (B, ...); loss(output, target) must return a 0-dim tensor.

@@ -12,11 +12,11 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "debug/behaviour.h"
 #include "debug/hooks.h"
 #include "debug/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
-#include "nn/dropout.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/normalization.h"
@@ -25,38 +25,6 @@
 namespace gradsleuth::debug {
 
 namespace {
-
-// Every module's training flag, put back in pre-order (a parent's train() would
-// otherwise overwrite a child that was in another mode).
-class ModeSnapshot {
- public:
-  explicit ModeSnapshot(nn::Module& model) {
-    for (auto& [path, m] : model.named_modules()) modes_.emplace_back(m, m->is_training());
-  }
-  ~ModeSnapshot() {
-    for (auto& [m, on] : modes_) m->train(on);
-    for (auto& [m, on] : modes_) set_own_mode(*m, on);
-  }
-
- private:
-  // train() recurses; re-apply each module's own flag without touching children
-  // by setting them in pre-order (children come after their parent).
-  static void set_own_mode(nn::Module& m, bool on) {
-    if (m.is_training() == on) return;
-    std::vector<std::pair<nn::Module*, bool>> kids;
-    for (auto& [n, c] : m.named_children()) kids.emplace_back(c.get(), c->is_training());
-    m.train(on);
-    for (auto& [c, k] : kids) c->train(k);
-  }
-  std::vector<std::pair<nn::ModulePtr, bool>> modes_;
-};
-
-// Dropout off, everything else in the given mode.
-void set_mode_without_dropout(nn::Module& model, bool training) {
-  model.train(training);
-  for (auto& [path, m] : model.named_modules())
-    if (dynamic_cast<nn::Dropout*>(m.get())) m->eval();
-}
 
 // The .grad of every parameter, to put back after a probe.
 class GradSnapshot {
@@ -349,8 +317,10 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   ModeSnapshot modes(model);
   GradSnapshot grads(model);
   ParamSnapshot params(model);  // train mode updates BatchNorm's running statistics
-  bool has_bn = false;
-  for (auto& [p, m] : model.named_modules()) has_bn = has_bn || dynamic_cast<nn::BatchNormBase*>(m.get());
+  // Layers whose output depends on the mode, found by their behaviour (a
+  // hand-written BatchNorm-like layer counts as nn::BatchNorm1d does).
+  const ModeProbe probe = probe_mode_dependence(model, x);
+  const bool has_bn = probe.any_deterministic_mode_dependent();
 
   model.eval();
   // Probe a few rows (the option's, the middle one, the last): a mix such as
@@ -417,7 +387,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     out.push_back(std::move(f));
   }
   if (has_bn && ev.has_grad && ev.coupled == 0) {
-    set_mode_without_dropout(model, true);
+    set_mode_without_randomness(model, true, probe);
     const MixingResult tr = mixing_once(model, x, i, o.mixing_tolerance);
     if (tr.coupled > 0) {
       Finding f;
@@ -743,8 +713,14 @@ std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_
   std::vector<Tensor> inputs;
   {
     HookSet hooks;
-    for (auto& [path, m] : leaf_modules(model)) {
-      if (m->named_parameters(false).empty()) continue;
+    // Layers with parameters, and modules that run a backward of their own.
+    std::set<const nn::Module*> custom;
+    for (auto& [path, m] : custom_op_modules(model, x, rows)) custom.insert(m.get());
+    std::set<const nn::Module*> chosen;
+    for (auto& [path, m] : model.named_modules()) {
+      const bool leaf_with_params = m->named_children().empty() && !m->named_parameters(false).empty();
+      if (!leaf_with_params && !custom.count(m.get())) continue;
+      if (!chosen.insert(m.get()).second) continue;
       const size_t idx = layers.size();
       layers.emplace_back(path, m);
       inputs.emplace_back();
@@ -837,7 +813,10 @@ std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Ten
   std::vector<Tensor> ps = trainable(model);
   if (ps.empty() || batches.empty()) return losses;
   optim::Adam opt(ps, optim::AdamOptions(lr));
-  set_mode_without_dropout(model, true);
+  // Train mode with the randomness off: every layer found random in train mode
+  // (nn::Dropout or a hand-written one) runs in eval mode; BatchNorm-like layers
+  // keep training mode, which is deterministic.
+  set_mode_without_randomness(model, true, probe_mode_dependence(model, batches.front().first));
   for (int64_t s = 0; s < steps; ++s) {
     const auto& [x, y] = batches[static_cast<size_t>(s) % batches.size()];
     opt.zero_grad();

@@ -90,9 +90,11 @@ std::vector<Finding> check_gradient_flow(nn::Module& model);
 // sum is constant for a softmax row); d(loss)/d(x) must be zero on every row but
 // i, and non-zero on row i. Probes three rows (o.mixing_row, the middle, the
 // last: x[i] - x[0] leaves row 0 alone). Runs in eval mode (no dropout, running
-// BatchNorm statistics); when the model has BatchNorm, repeats in train mode and
-// reports the coupling it adds as expected (info), not as a bug. Modes, the
-// parameters' .grad and the BatchNorm buffers are restored.  x (B, D...), B >= 2.
+// BatchNorm statistics); when the model has a BatchNorm-like layer (found by
+// probe_mode_dependence: deterministic, but different in train mode), repeats in
+// train mode with the randomness off and reports the coupling it adds as expected
+// (info), not as a bug. Modes, the parameters' .grad and the buffers are restored.
+// x (B, D...), B >= 2.
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
 
 // ---- M9 ----------------------------------------------------------------------------
@@ -117,7 +119,9 @@ std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x = T
 // the parameter and the worst element.
 std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const std::string& path = "",
                                       GradcheckOptions opts = {});
-// Runs gradcheck_module on every leaf module that has parameters, feeding each
+// Runs gradcheck_module on every leaf module that has parameters and on every
+// module whose forward records a backward of its own (custom_op_modules: a
+// gs::record the engine did not make, with or without parameters), feeding each
 // the input it saw in one forward of `x` (first `rows` rows only).
 std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows = 4,
                                       GradcheckOptions opts = {});
@@ -149,7 +153,8 @@ class HostCopyGuard {
 
 // ---- M14, M15, M16: short training runs ------------------------------------------
 // Every run starts from the model's current parameters and buffers and puts them
-// back afterwards (a snapshot), with a fresh Adam; Dropout is switched off.
+// back afterwards (a snapshot), with a fresh Adam; every layer that is random in
+// train mode (found by probe_mode_dependence, whatever its type) runs in eval mode.
 class ParamSnapshot {
  public:
   explicit ParamSnapshot(nn::Module& model);

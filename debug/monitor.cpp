@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/behaviour.h"
 #include "debug/data_checks.h"
 #include "debug/tensor_stats.h"
 #include "nn/normalization.h"
@@ -21,6 +23,19 @@ bool is_nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
 bool is_elementwise(const nn::Loss& l) {
   return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
 }
+// A loss of the user's own (an nn::Loss subclass the library does not know) that
+// gets logits (B, C) and class indices (B): whatever its formula, the prediction
+// must be scores over classes, not probabilities (L2) and not a ReLU's output
+// (M3). Checks that depend on the formula (L4's log C, L5's ignore_index) are
+// left to losses whose semantics are declared by their type.
+bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target) {
+  const std::string& t = l.type_name();
+  if (t == "CrossEntropyLoss" || t == "NLLLoss" || t == "MSELoss" || t == "BCELoss" || t == "BCEWithLogitsLoss")
+    return false;
+  return input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
+         input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2;
+}
+
 int64_t ignore_index_of(const nn::Loss& l) {
   if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) return ce->options().ignore_index_;
   if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) return nl->options().ignore_index_;
@@ -43,10 +58,20 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     f.step = step_now();
     const auto colon = w.message.find(": ");
     f.title = w.where + (colon == std::string::npos ? ": " + w.message : " " + w.message.substr(0, colon));
-    if (w.check == "O5") f.title = "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
-    if (w.check == "M2") f.title = w.where + " ran in training mode during an evaluation (no_grad)";
+    // A gradient transform (clipping) that ran with no gradient present is O5's
+    // other loop-order mistake; the optimizer's own O5 warning is accumulation.
+    const bool transform = w.check == "O5" && w.where.rfind("clip_grad", 0) == 0;
+    if (w.check == "O5")
+      f.title = transform ? w.where + " ran with no gradient present (before backward() or right after zero_grad()): "
+                                      "it changed nothing"
+                          : "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
+    if (w.check == "M2") {
+      f.title = w.where + " ran in training mode during an evaluation (no_grad)";
+      m2_warned_.push_back(w.where);
+    }
     f.cause = w.message;
-    f.fix = w.check == "O5" ? "call optimizer.zero_grad() before every backward()"
+    f.fix = transform         ? "call it between loss.backward() and optimizer.step()"
+            : w.check == "O5" ? "call optimizer.zero_grad() before every backward()"
             : w.check == "M2" ? "call model.eval() before evaluating and model.train() afterwards"
                               : "";
     add(std::move(f));
@@ -63,7 +88,55 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
 
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).
   auto root = model_.named_modules().front().second;  // (a clear error when the model is not in a shared_ptr)
+  // M2 by behaviour: which modules run in training mode in each forward, and
+  // whether a backward follows it (a tensor hook on the output).
+  {
+    std::set<const nn::Module*> seen;
+    for (auto& [path, m] : model_.named_modules())
+      if (seen.insert(m.get()).second) modules_.emplace_back(m, module_label(path, *m));
+    pass_train_.assign(modules_.size(), 0);
+    pass_buffers_.assign(modules_.size(), 0);
+    pass_eval_.assign(modules_.size(), 0);
+    buffers_moved_.assign(modules_.size(), 0);
+    m17_named_.assign(modules_.size(), 0);
+    buffer_versions_.assign(modules_.size(), 0);
+  }
+  std::weak_ptr<bool> alive = alive_;
+  hooks_.post(root, [this, alive](nn::Module&, const Tensor&, const Tensor& y) {
+    // (Only on a graph output: a hook on a leaf would stay for good and pile up.)
+    if (probing_ || !y.defined() || !y.grad_fn()) return;
+    Tensor out = y;
+    out.register_hook([this, alive](const Tensor&) {
+      if (alive.lock()) pass_backward_ = true;
+      return Tensor();
+    });
+  });
+  // Running statistics (any module's buffers) that move during a forward.
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (modules_[i].first->buffers(false).empty()) continue;
+    auto buffer_version = [](const nn::Module& m) {
+      uint64_t v = 0;
+      for (const Tensor& b : m.buffers(false)) v += b.version();
+      return v;
+    };
+    hooks_.pre(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&) {
+      if (!probing_) buffer_versions_[i] = buffer_version(self);
+    });
+    hooks_.post(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
+      if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
+    });
+  }
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
+    if (probing_) return;  // the monitor's own probe of the model
+    if (pass_forwards_++ == 0) {
+      pass_x_ = x;
+      pass_grad_mode_ = GradMode::is_enabled();
+    }
+    for (size_t i = 0; i < modules_.size(); ++i) {
+      const bool on = modules_[i].first->is_training();
+      pass_train_[i] |= on ? 1 : 0;
+      pass_eval_[i] |= on ? 0 : 1;
+    }
     if (GradMode::is_enabled()) {
       last_x_ = x;
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
@@ -78,7 +151,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
     const std::string label = module_label(path, *m);
     hooks_.pre(m, [this, label](nn::Module& self, const Tensor&) {
-      if (self.is_training()) return;
+      if (self.is_training() || probing_) return;
       auto& bn = static_cast<nn::BatchNormBase&>(self);
       const bool none = !bn.track_running_stats();
       if (!none && bn.num_batches_tracked.item<int64_t>() > 0) return;
@@ -166,7 +239,111 @@ void Monitor::record_step(double loss) {
   }
 }
 
+void Monitor::reset_pass() {
+  pass_forwards_ = 0;
+  pass_backward_ = false;
+  pass_grad_mode_ = false;
+  pass_x_ = Tensor();
+  std::fill(pass_train_.begin(), pass_train_.end(), 0);
+  std::fill(pass_buffers_.begin(), pass_buffers_.end(), 0);
+  std::fill(pass_eval_.begin(), pass_eval_.end(), 0);
+}
+
+void Monitor::check_eval_pass() {
+  // Forwards that no backward and no optimizer step followed before the epoch
+  // was recorded: an evaluation, under no_grad or not. Modules that ran in
+  // training mode in it matter when their output depends on the mode, which
+  // the probe measures (a hand-written dropout or BatchNorm as well as nn's).
+  const bool eval_pass = pass_forwards_ > 0 && !pass_backward_ && pass_x_.defined();
+  bool any_train = false;
+  for (char t : pass_train_) any_train = any_train || t;
+  // M17 for a BatchNorm-like layer of the user's own (nn::BatchNorm has its own
+  // hook): evaluated in eval mode after training, with buffers that never moved.
+  bool stale = false;
+  for (size_t i = 0; i < modules_.size(); ++i)
+    stale = stale || (pass_eval_[i] && !buffers_moved_[i] && !m17_named_[i] &&
+                      !dynamic_cast<const nn::BatchNormBase*>(modules_[i].first.get()) &&
+                      !modules_[i].first->buffers(false).empty());
+  if (!eval_pass || (!any_train && !(stale && steps_ > 0))) return;
+  if (!probe_) {
+    probing_ = true;
+    broadcast_on_.reset();  // the probe's ops are not the user's
+    dead_.set_active(false);
+    saturation_.set_active(false);
+    try {
+      probe_ = probe_mode_dependence(model_, pass_x_);
+    } catch (const std::exception&) {
+      probe_ = ModeProbe{};
+    }
+    probing_ = false;
+    broadcast_on_ = broadcast_.enable();
+    dead_.set_active(sampled_step());
+    saturation_.set_active(sampled_step());
+  }
+  for (size_t i = 0; i < modules_.size() && stale && steps_ > 0; ++i) {
+    const nn::Module& m = *modules_[i].first;
+    if (!pass_eval_[i] || buffers_moved_[i] || m17_named_[i] || dynamic_cast<const nn::BatchNormBase*>(&m) ||
+        m.buffers(false).empty())
+      continue;
+    const ModuleBehaviour* b = probe_->find(&m);
+    if (!b || !b->mode_dependent || b->stochastic) continue;
+    m17_named_[i] = 1;
+    std::string names;
+    for (auto& [n, t] : m.named_buffers(false)) names += (names.empty() ? "" : ", ") + n;
+    Finding f;
+    f.check = "M17";
+    f.severity = Severity::Warning;
+    f.module = modules_[i].second;
+    f.title = modules_[i].second + " is evaluated with buffers (" + names + ") that never changed in " +
+              std::to_string(steps_) + " training steps";
+    f.evidence = {{"training steps so far", static_cast<double>(steps_), ""},
+                  {"buffer updates seen", 0.0, "0 at eval flags"}};
+    f.cause = "the layer computes differently in eval mode (BatchNorm-like) from statistics it keeps in buffers, "
+              "but its training forward never updates them, so eval uses their initial values instead of the "
+              "data's";
+    f.fix = "update the running statistics in the training-mode forward (under no_grad), as nn::BatchNorm does";
+    add(std::move(f));
+  }
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (!pass_train_[i]) continue;
+    const nn::Module& m = *modules_[i].first;
+    const ModuleBehaviour* b = probe_->find(&m);
+    if (!b || !b->mode_dependent) continue;
+    const bool stats = pass_buffers_[i] != 0;
+    bool warned = false;  // the layer's own M2 warning already said it (nn::Dropout, nn::BatchNorm)
+    for (const std::string& w : m2_warned_) warned = warned || w.rfind(m.type_name() + "(", 0) == 0;
+    if (warned && !stats) continue;
+    const std::string& label = modules_[i].second;
+    std::string names;
+    for (auto& [n, t] : m.named_buffers(false)) names += (names.empty() ? "" : ", ") + n;
+    Finding f;
+    f.check = "M2";
+    f.severity = Severity::Warning;
+    f.module = label;
+    f.title = stats ? label + " ran in training mode during an evaluation pass, and the evaluation data updated its "
+                              "running statistics (" + names + ")"
+                    : label + " ran in training mode during an evaluation pass" +
+                          (pass_grad_mode_ ? "" : " (under no_grad)");
+    f.evidence = {{"forwards in the pass", static_cast<double>(pass_forwards_),
+                   "no backward and no optimizer step followed them before the epoch was recorded"},
+                  {"random in training mode", b->stochastic ? 1.0 : 0.0, ""},
+                  {"buffers changed by the pass", stats ? 1.0 : 0.0, ""}};
+    f.cause = std::string(b->stochastic ? "the layer is random in training mode (dropout-like): the evaluation is "
+                                          "noisy and pessimistic"
+                                        : "the layer computes differently in training mode (BatchNorm-like: the "
+                                          "batch's statistics instead of the running ones)") +
+              (stats ? "; and its buffers " + names + " moved towards the evaluation data, so validation data "
+                       "leaked into the model's running statistics and every later evaluation uses them"
+                     : "");
+    f.fix = "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
+            "change the mode)";
+    add(std::move(f));
+  }
+}
+
 void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy) {
+  check_eval_pass();
+  reset_pass();
   history_.epoch_train_loss.push_back(train_loss);
   history_.epoch_val_loss.push_back(val_loss);
   history_.epoch_val_accuracy.push_back(val_accuracy);
@@ -202,7 +379,7 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
     if (!input.defined() || !target.defined() || input.shape() != target.shape()) add(check_label_shape(input, target));
   }
   if (!sample) return;
-  if (is_cross_entropy(l)) {
+  if (is_cross_entropy(l) || takes_class_indices(l, input, target)) {
     add(check_cross_entropy_input(input));      // L2
     add(check_final_activation(model_, input));  // M3 by values
   }
@@ -290,6 +467,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
 }
 
 void Monitor::on_post_step(optim::Optimizer&) {
+  reset_pass();  // the forwards so far were training forwards
   ++steps_;
   in_step_ = false;
   if (sampled_step() || steps_ == 1) add(check_finite_weights(model_));  // O4
@@ -412,13 +590,27 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     r.add(check_initialisation(model, o.model));  // M9
   });
 
-  // Forward and backward once, on a copy of the gradients' state.
+  // M2 by behaviour: which layers are random or different in train mode (a
+  // hand-written dropout as well as nn::Dropout), and whether a random layer's
+  // mean training output matches its evaluation output.
+  ModeProbe probe;  // empty when the probe itself failed: then nothing is switched off
+  gate_phase(r, "train/eval probe", "M2", [&] {
+    probe = probe_mode_dependence(model, x);
+    r.add(probe.findings());
+  });
+
+  // Forward and backward once, on a copy of the gradients' state, with the
+  // randomness off: L4 judges the loss of the model itself, not of one dropout draw.
   std::vector<std::pair<Tensor, Tensor>> grads;
   for (Tensor& p : model.parameters()) {
     grads.emplace_back(p, p.grad());
     p.zero_grad();
   }
   ParamSnapshot snap(model);  // BatchNorm statistics move in a training forward
+  // Randomness off (found by behaviour, not by type), restored with the modes below.
+  std::optional<ModeSnapshot> modes;
+  modes.emplace(model);
+  set_mode_without_randomness(model, model.is_training(), probe);
   Tensor out, l;
   // The loss (L6, M14) and the backward (L6, M14 again) are not run a second time once they failed.
   bool loss_ok = gate_phase(r, "forward", "M12, M3, L4, O1, M5", [&] { out = model(x); });
@@ -441,12 +633,21 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   }
   out = Tensor();
   l = Tensor();
+  modes.reset();
   snap.restore();
   for (auto& [p, g] : grads) p.set_grad(g);
 
   if (o.batch_mixing && x.dim() >= 1 && x.size(0) >= 2)
     gate_phase(r, "batch-mixing test", "M6", [&] { r.add(batch_mixing_test(model, x, o.model)); });  // M6
-  if (o.gradcheck) gate_phase(r, "gradient check", "M13", [&] { r.add(gradcheck_layers(model, x)); });  // M13
+  if (o.gradcheck)
+    gate_phase(r, "gradient check", "M13", [&] {
+      std::vector<Finding> layers = gradcheck_layers(model, x);  // M13: layers with parameters, custom ops
+      // The whole model's input gradient along random directions: a backstop for
+      // a wrong backward that no single layer check could see. The per-layer
+      // finding, which names the layer, is the more useful one when both fail.
+      if (layers.empty()) layers = check_input_gradient(model, x);
+      r.add(layers);
+    });
   if (o.reduction && loss_ok)
     gate_phase(r, "reduction check", "L6", [&] { r.add(check_loss_reduction(model, loss, x, y, o.loss)); });  // L6
   if (o.overfit && loss_ok) {

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "core/warning.h"
 #include "debug/activation_stats.h"
 #include "debug/anomaly.h"
+#include "debug/behaviour.h"
 #include "debug/finding.h"
 #include "debug/hooks.h"
 #include "debug/loss_checks.h"
@@ -105,6 +107,10 @@ class Monitor {
   void on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& target);
   void on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& loss);
   void localise(const std::string& why);
+  // M2 by behaviour: the forwards since the last optimizer step, judged when the
+  // epoch is recorded (an evaluation pass when no backward and no step followed).
+  void check_eval_pass();
+  void reset_pass();
   void add(Finding f);
   void add(const std::vector<Finding>& fs);
 
@@ -130,6 +136,19 @@ class Monitor {
   bool loss_seen_this_step_ = false, localised_ = false, first_loss_checked_ = false, structure_checked_ = false;
   bool input_checked_ = false, finished_ = false, attached_ = true, in_step_ = false;
   TrainingHistory history_;
+  // The pending pass (forwards no optimizer step has followed yet), for M2.
+  std::vector<std::pair<nn::ModulePtr, std::string>> modules_;  // each module once, with its label
+  std::vector<char> pass_train_;    // per module: ran in training mode during the pass
+  std::vector<char> pass_buffers_;  // per module: its buffers changed during the pass
+  std::vector<char> pass_eval_;     // per module: ran in eval mode during the pass
+  std::vector<char> buffers_moved_; // per module: its buffers ever changed (M17 for layers of the user's own)
+  std::vector<char> m17_named_;     // per module: M17 already reported
+  std::vector<uint64_t> buffer_versions_;  // per module: the buffers' version sum before its forward
+  int64_t pass_forwards_ = 0;
+  bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false;
+  Tensor pass_x_;                     // the pass's first input, to probe the model with
+  std::optional<ModeProbe> probe_;    // which modules depend on the mode (run once, when first needed)
+  std::vector<std::string> m2_warned_;  // where the layers' own M2 warnings came from
 };
 
 // ---- W2 -----------------------------------------------------------------------------
@@ -138,7 +157,7 @@ struct GateOptions {
   LossCheckOptions loss;
   OptimCheckOptions optim;
   bool overfit = true;        // M14 (the slowest part: o.model.overfit_steps steps on the batch)
-  bool gradcheck = true;      // M13 on every layer with parameters (float64, a few rows)
+  bool gradcheck = true;      // M13 on every layer with parameters or a custom op, then the whole model's input gradient (float64, a few rows)
   bool batch_mixing = true;   // M6
   bool reduction = true;      // L6
   int64_t num_classes = -1;   // L4; -1: the output's last dim for class targets
@@ -146,10 +165,13 @@ struct GateOptions {
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10
 // trainable parameters (with the optimizer when given), M1 shape trace, M4
-// shared weights, M9 initialisation, the forward (M12 when non-finite), M3,
-// L4 initial loss, the backward (O1 gradient health, M5 gradient flow), M6
-// batch mixing, M13 per-layer gradient check, L6 reduction and M14 overfit one
-// batch. The model's parameters, buffers, gradients and modes are left as they were.
+// shared weights, M9 initialisation, the train/eval probe (M2: a random layer
+// whose mean training output is not its eval output), the forward with the
+// randomness off (M12 when non-finite), M3, L4 initial loss, the backward (O1
+// gradient health, M5 gradient flow), M6 batch mixing, M13 per-layer gradient
+// check (layers with parameters and custom ops; then the whole model's input
+// gradient), L6 reduction and M14 overfit one batch. The model's parameters,
+// buffers, gradients and modes are left as they were.
 // It does not throw for errors the model or the loss raise: each phase that fails becomes an
 // error finding (phase_failure) and the gate goes on with the phases that do not depend on it
 // (a loss that rejects its target skips L4, O1, M5, L6 and M14, not M6 and M13).

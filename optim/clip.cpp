@@ -7,6 +7,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "core/warning.h"
 
 namespace gradsleuth::optim {
 
@@ -70,6 +71,22 @@ Norms compute_norms(const std::vector<Tensor>& params, double p, const char* op)
   return n;
 }
 
+// O5 (docs/checks.md): a gradient transform that finds no gradient to transform
+// ran at the wrong place in the loop, before backward() or right after
+// zero_grad(). It silently does nothing, and the gradients backward() makes
+// next reach step() untransformed, so say so (once per op by default).
+void warn_no_gradient(const char* op, size_t params, size_t with_grad) {
+  warn({"O5", op,
+        with_grad == 0
+            ? "ran when none of its " + std::to_string(params) +
+                  " parameters has a gradient (every .grad is undefined): it was called before backward() or right "
+                  "after zero_grad(), so it clipped nothing and the gradients of the coming backward() reach "
+                  "step() unclipped. Call it between loss.backward() and optimizer.step()."
+            : "ran when every gradient of its " + std::to_string(params) +
+                  " parameters is zero (right after zero_grad(), or a backward that reached none of them): it "
+                  "clipped nothing. Call it between loss.backward() and optimizer.step()."});
+}
+
 }  // namespace
 
 double grad_norm(const std::vector<Tensor>& params, double norm_type) {
@@ -81,6 +98,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   GS_CHECK(max_norm >= 0.0, op, "max_norm must be >= 0, got ", max_norm,
            " (a negative max_norm would flip every gradient's sign)");
   const Norms n = compute_norms(params, norm_type, op);
+  if (!params.empty() && (n.partials.empty() || n.total == 0.0)) [[unlikely]]
+    warn_no_gradient(op, params.size(), n.partials.size());
   if (error_if_nonfinite && !std::isfinite(n.total)) {
     std::string bad;
     for (auto [i, part] : n.partials) {
@@ -110,11 +129,19 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   GS_CHECK(clip_value >= 0.0, "clip_grad_value_", "clip_value must be >= 0, got ", clip_value,
            "; gradients are clamped into [-clip_value, clip_value]");
   NoGradGuard ng;
+  size_t with_grad = 0;
+  bool nonzero = false;
   for (const Tensor& p : params) {
     if (!p.defined()) continue;
     Tensor g = p.grad();
-    if (g.defined()) g.clamp_(-clip_value, clip_value);
+    if (!g.defined()) continue;
+    ++with_grad;
+    // One extra read while nothing non-zero was seen (usually just the first gradient).
+    if (!nonzero) nonzero = !(partial_norm(g, kInfNorm) == 0.0);
+    g.clamp_(-clip_value, clip_value);
   }
+  if (!params.empty() && (with_grad == 0 || !nonzero)) [[unlikely]]
+    warn_no_gradient("clip_grad_value_", params.size(), with_grad);
 }
 
 }  // namespace gradsleuth::optim

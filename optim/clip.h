@@ -1,5 +1,8 @@
 // Gradient clipping: rescales (clip_grad_norm_) or clamps (clip_grad_value_)
 // every parameter's .grad in place, between backward() and optimizer.step().
+// Both warn (check O5, through gs::warn) when they find no gradient to transform:
+// every .grad undefined or zero means the call sits before backward() or right
+// after zero_grad(), where it silently does nothing.
 #pragma once
 #include <limits>
 #include <vector>
