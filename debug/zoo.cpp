@@ -538,7 +538,9 @@ std::string matrix(const Result& r) {
                      (where.empty() ? "" : " (" + where + ")") +
                      (f.step >= 0 ? " at step " + std::to_string(f.step) : f.end_of_run ? " at the end" : " before training") +
                      (k ? "; and " + std::to_string(k) + " follow-on finding" + (k == 1 ? "" : "s") : "") +
-                     (groups.size() > 1 ? "; " + std::to_string(groups.size() - 1) + " other" : ""),
+                     (groups.size() > 1 ? "; " + std::to_string(groups.size() - 1) + " more finding" +
+                                                  (groups.size() == 2 ? "" : "s") + " at the top level"
+                                            : ""),
                  100, "     ");
     }
   }
