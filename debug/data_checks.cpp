@@ -391,8 +391,10 @@ AffineMatch match_after_affine(const nn::Dataset& reference, const nn::Dataset& 
   };
   const Tensor zl = standardise(rows_x, ml, sl);
   const Tensor nl = sum(zl * zl, {1}, true);  // (K, 1)
-  std::vector<double> best(static_cast<size_t>(K), kInf);
-  std::vector<Label> best_label(static_cast<size_t>(K), Label{0, kNaN});
+  // Per loader row, the labels of every reference row within the distance (duplicates of an
+  // image may carry several labels, as in the byte-for-byte comparison).
+  const double within = 1e-4 * F;  // RMS distance < 1e-2
+  std::vector<std::vector<Label>> found(static_cast<size_t>(K));
   const int64_t n = reference.size();
   for (int64_t lo = 0; lo < n; lo += chunk) {
     std::vector<int64_t> idx;
@@ -400,25 +402,22 @@ AffineMatch match_after_affine(const nn::Dataset& reference, const nn::Dataset& 
     const nn::Batch b = reference.get_batch(idx);
     const Tensor zr = standardise(b.x, mr, sr);
     const Tensor d2 = nl + sum(zr * zr, {1}).reshape({1, -1}) - 2.0 * matmul(zl, zr.transpose(0, 1));
-    const std::vector<double> dmin = amin(d2, {1}).to_vector<double>();
-    const std::vector<int64_t> at = argmin(d2, 1).to_vector<int64_t>();
+    const std::vector<double> dv = d2.contiguous().to_vector<double>();
     const std::vector<Label> yl = row_labels(b.y);
-    for (int64_t r = 0; r < K; ++r)
-      if (dmin[static_cast<size_t>(r)] < best[static_cast<size_t>(r)]) {
-        best[static_cast<size_t>(r)] = dmin[static_cast<size_t>(r)];
-        best_label[static_cast<size_t>(r)] = yl[static_cast<size_t>(at[static_cast<size_t>(r)])];
-      }
+    const size_t cols = yl.size();
+    for (size_t r = 0; r < static_cast<size_t>(K); ++r)
+      for (size_t c = 0; c < cols; ++c)
+        if (dv[r * cols + c] < within) found[r].push_back(yl[c]);
   }
-  for (int64_t r = 0; r < K; ++r) {
+  for (size_t r = 0; r < static_cast<size_t>(K); ++r) {
     ++m.tried;
-    const double rms = std::sqrt(std::max(best[static_cast<size_t>(r)], 0.0) / F);
-    if (!(rms < 1e-2)) continue;
+    if (found[r].empty()) continue;
     ++m.matched;
-    if (best_label[static_cast<size_t>(r)].hash == rows_y[static_cast<size_t>(r)].hash) continue;
+    const std::vector<Label>& ls = found[r];
+    if (std::any_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == rows_y[r].hash; })) continue;
     if (++m.mismatched == 1)
-      m.example = where[static_cast<size_t>(r)] + " has label " + fmt_num(rows_y[static_cast<size_t>(r)].value) +
-                  ", but the reference has that image (after the transform) with label " +
-                  fmt_num(best_label[static_cast<size_t>(r)].value);
+      m.example = where[r] + " has label " + fmt_num(rows_y[r].value) +
+                  ", but the reference has that image (after the transform) with label " + fmt_num(ls.front().value);
   }
   return m;
 }

@@ -103,7 +103,7 @@ std::string Finding::json() const {
     os << (i ? "," : "") << "{\"name\":" << json_str(evidence[i].name) << ",\"value\":" << json_num(evidence[i].value)
        << ",\"rule\":" << json_str(evidence[i].rule) << "}";
   os << "],\"cause\":" << json_str(cause) << ",\"fix\":" << json_str(fix) << ",\"step\":" << step
-     << ",\"count\":" << count << "}";
+     << ",\"count\":" << count << ",\"end_of_run\":" << (end_of_run ? "true" : "false") << "}";
   return os.str();
 }
 
@@ -228,23 +228,18 @@ const std::vector<CascadeRule>& cascade_rules() {
        "the findings about non-finite values that come at or after it: O1 errors (NaN/Inf gradients), O4 "
        "(non-finite weights), and L1, W3, M14, M15, M16, O2, O3, O6, W1, L4, L6, M6, M13 when their title or "
        "evidence holds a NaN/Inf; a second source (W4, M12, D2, L5) seen at another time stays a root of its own",
-       [](const Finding& f) { return nonfinite_member(f); },
+       [](const Finding& f) { return nonfinite_member(f); }, [](const Finding& f) { return nonfinite_source(f); },
        [](const Finding&, const Finding& f) { return nonfinite_member(f); }},
       {"a parameter the gradient does not reach",
        "M5 naming a parameter whose gradient is missing or all zero",
        "O1's \"got no gradient\" or \"is vanishing\" warning for the same parameter",
-       [](const Finding& f) { return cut_member(f); },
+       [](const Finding& f) { return cut_member(f); }, [](const Finding& f) { return cut_source(f); },
        [](const Finding& root, const Finding& f) {
          return cut_source(root) && f.check == "O1" && f.parameter == root.parameter && cut_member(f);
        }},
   };
   return rules;
 }
-
-namespace {
-// Starts a cascade of its own (a source), for rule r.
-bool is_source(size_t rule, const Finding& f) { return rule == 0 ? nonfinite_source(f) : cut_source(f); }
-}  // namespace
 
 std::pair<int, int64_t> finding_time(const Finding& f) {
   if (f.step >= 0) return {1, f.step};
@@ -256,6 +251,8 @@ std::vector<FindingGroup> Report::groups() const {
   std::vector<int64_t> root_of(n, -1);
   std::vector<std::string> rule_of(n);
   std::vector<bool> is_root(n, false);
+  const std::vector<CascadeRule>& rules = cascade_rules();
+  auto is_source = [&](size_t rule, const Finding& f) { return rules[rule].is_source(f); };
   auto names_place = [](const Finding& f) { return (f.op.empty() ? 0 : 2) + (f.module.empty() ? 0 : 1); };
   // Earlier first; at one time a source first, then the one naming an op/module, errors first, report order.
   auto before = [&](size_t rule, size_t a, size_t b) {
@@ -266,11 +263,10 @@ std::vector<FindingGroup> Report::groups() const {
     if (x.severity != y.severity) return x.severity > y.severity;
     return a < b;
   };
-  const std::vector<CascadeRule>& rules = cascade_rules();
   for (size_t r = 0; r < rules.size(); ++r) {
     std::vector<size_t> members;
     for (size_t i = 0; i < n; ++i)
-      if (root_of[i] < 0 && !is_root[i] && rules[r].is_root(findings_[i])) members.push_back(i);
+      if (root_of[i] < 0 && !is_root[i] && rules[r].is_member(findings_[i])) members.push_back(i);
     std::sort(members.begin(), members.end(), [&](size_t a, size_t b) { return before(r, a, b); });
     std::vector<size_t> roots;  // this rule's roots so far, in time order
     for (size_t m : members) {

@@ -77,13 +77,15 @@ struct FindingGroup {
   std::string rule;               // the rule that grouped them ("" when alone)
 };
 
-// One row of the table of consequences: a finding that can start the cascade
-// (`starts`), and which later findings are its consequences (`follows`).
+// One row of the table of consequences (docs/checks.md, "Root cause first"): the
+// findings a cascade is made of, those that start one of their own (a source: it
+// names where the fault came from), and which members are consequences of a root.
 struct CascadeRule {
   std::string name;     // "non-finite values"
   std::string starts;   // in words, for the docs: the findings that can be a root
   std::string follows;  // in words: the findings that are consequences
-  bool (*is_root)(const Finding& f) = nullptr;
+  bool (*is_member)(const Finding& f) = nullptr;
+  bool (*is_source)(const Finding& f) = nullptr;
   bool (*is_consequence)(const Finding& root, const Finding& f) = nullptr;
 };
 const std::vector<CascadeRule>& cascade_rules();

@@ -154,6 +154,8 @@ td.sev { font-weight: bold; white-space: nowrap; }
 tr.sev-error td.sev { background: #fbe3e3; color: #a40000; }
 tr.sev-warning td.sev { background: #fff1d6; color: #8a5a00; }
 tr.sev-info td.sev { background: #e4eefb; color: #1f4f8a; }
+tr.follow-on > td { background: #fafafa; }
+tr.follow-on summary { cursor: pointer; color: #555; }
 figure { margin: 1em 0; }
 figure svg { width: 100%; height: auto; }
 figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
