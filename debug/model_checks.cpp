@@ -1054,26 +1054,55 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
   for (auto& [name, p] : cands) {
     const size_t dot = name.rfind('.');
     const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
-    // The shift: as large as the owning module's output (so units a bias keeps dead or
-    // saturated are moved out of it), alternating signs across entries.
-    double scale = 1.0;
     auto it = modules.find(owner);
-    if (it != modules.end()) {
-      HookSet hooks;
-      hooks.post(it->second, [&scale](nn::Module&, const Tensor&, const Tensor& out) {
-        if (out.defined() && out.is_floating_point() && out.numel() > 0)
-          scale = std::max(scale, 2.0 * amax(abs(out.detach().to(kFloat64))).item<double>());
-      });
-      loss_now();
-    }
+    if (it == modules.end()) continue;
+    // The owning module's output, seen (and for the noise probe changed in place) by a hook.
+    Tensor seen;
+    Tensor noise;  // added to the output when defined
+    HookSet hooks;
+    hooks.post(it->second, [&](nn::Module&, const Tensor& in, const Tensor& o) {
+      // In place on the module's own result (never on its input, should the output alias it).
+      if (noise.defined() && o.defined() && o.shape() == noise.shape() && (!in.defined() || o.raw_data() != in.raw_data()))
+        const_cast<Tensor&>(o).add_(noise.to(o.dtype()));
+      seen = o.defined() ? o.detach().to(kFloat64) : Tensor();
+    });
+    loss_now();
+    if (!seen.defined() || seen.numel() == 0 || seen.dim() < 1) continue;
+    const Tensor out0 = seen;
+    // The shift: as large as twice the module's output (so units a bias keeps dead or saturated
+    // are moved out of it), alternating signs across entries.
+    const double scale = std::max(1.0, 2.0 * amax(abs(out0)).item<double>());
     if (!std::isfinite(scale)) continue;
+    // The channel dim the parameter is added along: dim 1 of (B, C, ...), else the last.
+    const int64_t C = p.numel();
+    const int64_t cdim = out0.dim() >= 2 && out0.size(1) == C ? 1 : out0.size(-1) == C ? out0.dim() - 1 : -1;
+    if (cdim < 0) continue;
     const Tensor saved = p.detach().clone();
-    std::vector<double> d(static_cast<size_t>(p.numel()));
+    std::vector<double> d(static_cast<size_t>(C));
     for (size_t k = 0; k < d.size(); ++k) d[k] = (k % 2 ? -1.0 : 1.0) * scale * (1.0 + 0.25 * static_cast<double>(k % 3));
-    p.detach().add_(tensor(d, {p.numel()}).to(p.dtype()).to(p.device()));
+    const Tensor delta = tensor(d, {C}, kFloat64);
+    p.detach().add_(delta.to(p.dtype()).to(p.device()));
     const double shifted = loss_now();
+    const Tensor out1 = seen;
     p.detach().copy_(saved);
+    // 1. It acts as a bias: shifting it moves the module's output by exactly the shift, per channel
+    //    (BatchNorm's weight over a constant input, say, does not).
+    Shape bshape(static_cast<size_t>(out0.dim()), 1);
+    bshape[static_cast<size_t>(cdim)] = C;
+    const double off = amax(abs(out1 - out0 - delta.reshape(bshape))).item<double>();
+    if (!(off <= 1e-3 * 1.75 * scale)) continue;
+    // 2. The loss does not see that shift.
     if (!(std::fabs(shifted - base) <= 1e-4 * std::max(std::fabs(base), 1e-3))) continue;
+    // 3. But it does see the module's output: noise of the same size that differs between
+    //    examples moves it. Otherwise nothing after the module reaches the loss (saturated or dead
+    //    units, a vanishing signal): a real problem, whose warning stays.
+    std::vector<double> nz(static_cast<size_t>(out0.numel()));
+    for (size_t k = 0; k < nz.size(); ++k)
+      nz[k] = scale * (static_cast<double>((k * 2654435761u >> 7) % 4) - 1.5) / 1.5;
+    noise = tensor(nz, out0.shape(), kFloat64).to(out0.device());
+    const double noisy = loss_now();
+    noise = Tensor();
+    if (!(std::fabs(noisy - base) > 1e-3 * std::max(std::fabs(base), 1e-3))) continue;
     Finding f;
     f.check = "O1";
     f.severity = Severity::Info;
@@ -1086,11 +1115,15 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
                    "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
                   {"loss", base, ""},
                   {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
-                   "unchanged (relative 1e-4) means redundant"}};
-    f.cause = "the output of " + (owner.empty() ? std::string("this module") : "module " + label) +
-              " goes into a normalisation that subtracts the per-channel mean (BatchNorm right after a Linear or "
-              "a Conv): adding any constant to it changes nothing, so the bias has no effect. Harmless for "
-              "training, but its parameters are wasted (and weight decay still shrinks them)";
+                   "unchanged (relative 1e-4) means redundant"},
+                  {"loss with noise of that size on the module's output", noisy,
+                   "must change: the output itself is used"}};
+    f.cause = "what comes after " + (owner.empty() ? std::string("this module") : "module " + label) +
+              " removes any per-channel constant from its output while still using the output: a normalisation "
+              "that subtracts the per-channel mean (BatchNorm right after a Linear or a Conv). Adding any constant "
+              "changes nothing, so the bias has no effect: harmless for training, but its parameters are wasted "
+              "(and weight decay still shrinks them). With no normalisation after it, look for a softmax or a mean "
+              "taken over the batch dimension";
     f.fix = "build that layer without a bias (bias=false: nn::Linear(in, out, false), Conv2dOptions().bias(false)); "
             "nothing else needs to change";
     out.push_back(std::move(f));

@@ -251,19 +251,46 @@ TEST_CASE("a Linear bias right before BatchNorm is one info finding 'redundant b
   }
   {
     // The twin whose bias gradient vanishes for a real reason: every unit after it is dead
-    // (a bias of -100 before a ReLU). Shifting it moves the loss: the warning stays.
+    // (a bias of -100 before a ReLU). Shifting it moves the loss: the warning stays. The
+    // BatchNorm after the dead units gets a constant input, so its weight's gradient is zero
+    // too and shifting it changes nothing, but it is not a bias (it does not move the output).
     gs::manual_seed(2);
     auto fc = std::make_shared<nn::Linear>(8, 16);
     {
       gs::NoGradGuard ng;
       fc->bias.fill_(-100.0);
     }
-    auto model = std::make_shared<nn::Sequential>(fc, std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 3));
+    auto model = std::make_shared<nn::Sequential>(fc, std::make_shared<nn::ReLU>(), std::make_shared<nn::BatchNorm1d>(16),
+                                                  std::make_shared<nn::Linear>(16, 3));
     dbg::Report r = dbg::pretrain_gate(*model, d.x, d.y, loss, nullptr, g);
     INFO(r.str(true));
     for (const auto& f : r.findings()) CHECK(f.title.find("redundant bias") == std::string::npos);
+    CHECK(r.fired("O1"));
     bool warned = false;
     for (const auto& f : r.findings()) warned = warned || (f.fires() && f.parameter == "0.bias" && (f.check == "O1" || f.check == "M5"));
+    CHECK(warned);
+  }
+  {
+    // A vanishing signal: a deep stack of saturated sigmoids after the Linear. Nothing after it
+    // reaches the loss (noise on its output does not move the loss either): not "by construction".
+    gs::manual_seed(2);
+    std::vector<nn::ModulePtr> layers{std::make_shared<nn::Linear>(8, 16)};
+    for (int i = 0; i < 8; ++i) {
+      auto l = std::make_shared<nn::Linear>(16, 16);
+      {
+        gs::NoGradGuard ng;
+        l->weight.mul_(0.05);
+      }
+      layers.push_back(std::make_shared<nn::Sigmoid>());
+      layers.push_back(l);
+    }
+    layers.push_back(std::make_shared<nn::Linear>(16, 3));
+    auto model = std::make_shared<nn::Sequential>(layers);
+    dbg::Report r = dbg::pretrain_gate(*model, d.x, d.y, loss, nullptr, g);
+    INFO(r.str(true));
+    for (const auto& f : r.findings()) CHECK(f.title.find("redundant bias") == std::string::npos);
+    bool warned = false;  // the vanishing-gradient warning on the first bias stays
+    for (const auto& f : r.findings()) warned = warned || (f.check == "O1" && f.fires() && f.parameter == "0.bias");
     CHECK(warned);
   }
 }
