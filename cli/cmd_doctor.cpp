@@ -178,7 +178,11 @@ int cmd_doctor(const std::vector<std::string>& args) {
     clean = debug::zoo::run_variant(nn::BugSet{}, co);
   }
 
-  // The checks that need runs of their own, each on a fresh copy of the recipe.
+  // The checks that need runs of their own, each on a fresh copy of the recipe. They run after
+  // training: their findings are stamped end_of_run, so the grouping (Report::groups) orders
+  // them after the training steps.
+  debug::Report extra;
+  debug::Report* sink = &extra;  // where a check that could not run is reported
   auto guarded = [&](const char* what, const std::function<void()>& f) {
     try {
       f();
@@ -187,18 +191,18 @@ int cmd_doctor(const std::vector<std::string>& args) {
       fd.check = "W2";
       fd.severity = debug::Severity::Info;
       fd.title = std::string(what) + " could not run: " + e.what();
-      r.report.add(fd);
+      sink->add(fd);
     }
   };
   // M7 over a pass through the training data with the trained model (every batch, up to 100).
-  if (r.stopped.empty()) guarded("the dead-unit pass (M7)", [&] { r.report.add(debug::dead_relu_pass(*v.model, *v.train, 100)); });
+  if (r.stopped.empty()) guarded("the dead-unit pass (M7)", [&] { extra.add(debug::dead_relu_pass(*v.model, *v.train, 100)); });
   {
     debug::zoo::Variant fresh = debug::zoo::build(bugs, o);
     const nn::Batch b0 = fresh.train->batch(0, 0);
     debug::LossFunction loss = [&fresh](const Tensor& out, const Tensor& y) { return (*fresh.loss)(out, y); };
     guarded("the diagnosis report (W5)", [&] {
       debug::Diagnosis d = debug::diagnosis_report(*fresh.model, b0.x, b0.y, loss);
-      r.report.merge(d.findings);
+      extra.merge(d.findings);
     });
     // M15: five batches to train on, the sixth held out.
     guarded("the input-independent baseline (M15)", [&] {
@@ -208,7 +212,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
         train.emplace_back(b.x, b.y);
       }
       const nn::Batch held = fresh.train->batch(0, static_cast<int64_t>(train.size()));
-      r.report.add(debug::input_independent_baseline(*fresh.model, train, {held.x, held.y}, loss));
+      extra.add(debug::input_independent_baseline(*fresh.model, train, {held.x, held.y}, loss));
     });
     // M16: the recipe at a quarter of its width against the full width, on the same batches.
     guarded("the capacity check (M16)", [&] {
@@ -221,11 +225,11 @@ int cmd_doctor(const std::vector<std::string>& args) {
       auto make = [&](int64_t width) { return debug::zoo::make_model(bugs, o, width, K); };
       debug::ModelCheckOptions mo;
       mo.baseline_steps = 80;
-      r.report.add(debug::capacity_check(make, 16, 128, train, loss, mo));
+      extra.add(debug::capacity_check(make, 16, 128, train, loss, mo));
     });
     // W1: the recipe trained twice for 20 steps with one seed.
     guarded("the reproducibility check (W1)", [&] {
-      r.report.add(debug::check_reproducible([&](uint64_t seed) {
+      extra.add(debug::check_reproducible([&](uint64_t seed) {
         debug::zoo::Options ro = o;
         ro.seed = seed;
         debug::zoo::Variant rv = debug::zoo::build(bugs, ro);
@@ -243,6 +247,11 @@ int cmd_doctor(const std::vector<std::string>& args) {
       }, o.seed));
     });
   }
+  for (debug::Finding f : extra.findings()) {
+    if (f.step < 0) f.end_of_run = true;
+    r.report.add(std::move(f));
+  }
+  sink = &r.report;
   r.fired = r.report.fired_checks();
 
   // W7 and W8 on a fresh copy of the recipe (the run above may have broken the model).
@@ -294,10 +303,12 @@ int cmd_doctor(const std::vector<std::string>& args) {
   if (const std::optional<debug::Finding> lead = debug::lead_finding(r.report)) {
     debug::LeadFinding l;
     l.finding = *lead;
-    l.why = lead->step < 0 ? "the earliest finding that fired: before training started"
-                           : "the earliest finding that fired: at step " + std::to_string(lead->step);
-    for (const debug::Finding& f : r.report.findings()) l.follow_on += f.fires() ? 1 : 0;
-    l.follow_on -= 1;
+    l.why = lead->step >= 0 ? "the earliest finding that fired: at step " + std::to_string(lead->step)
+            : lead->end_of_run ? "the earliest finding that fired: at the end of the run"
+                               : "the earliest finding that fired: before training started";
+    // Its consequences (Report::groups), folded under it in the findings table.
+    const std::vector<debug::FindingGroup> groups = r.report.groups();
+    l.follow_on = groups.empty() ? 0 : static_cast<int64_t>(groups.front().follow_on.size());
     const std::string& c = lead->check;
     if (c == "M6") {
       guarded("the batch-mixing heat map", [&] { l.heatmaps.push_back(batch_mixing_map(bugs, o)); });
@@ -345,7 +356,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
   std::cout << "gradsleuth doctor: " << o.model << (bugs.empty() ? "" : " with bug " + bugs.str()) << ", "
             << r.steps << " training steps, test accuracy " << debug::fmt_num(r.test_accuracy) << "\n";
   if (!r.stopped.empty()) std::cout << r.stopped << "\n";
-  std::cout << "\n" << r.report.str(a.has("verbose"));
+  // Root cause first: each cascade under the finding that started it (--verbose lists the follow-ons).
+  std::cout << "\n" << r.report.str(a.has("verbose"), a.has("verbose"));
   std::cout << "\nchecks that fired: ";
   if (r.fired.empty()) std::cout << "none";
   for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? ", " : "") << debug::check_label(r.fired[i]);

@@ -86,12 +86,19 @@ SavedTensor::SavedTensor(const Tensor& t, const char* saved_by, bool is_output)
 }
 
 namespace {
-// " ('add' instead of 'add_')" for an in-place op name ending in '_'; generic otherwise.
+// The out-of-place form of the in-place op that was used, spelled as the user writes it:
+// " ('relu' instead of 'relu_': y = x.relu() instead of x.relu_())", and for the
+// arithmetic ops the operator form (" ... : x = x + y instead of x += y"). Generic
+// when the op is unknown or not named like an in-place op.
 std::string out_of_place_hint(const char* op) {
   const std::string s = op ? op : "";
-  if (s.size() > 1 && s.back() == '_')
-    return " ('" + s.substr(0, s.size() - 1) + "' instead of '" + s + "': x = x + y instead of x += y)";
-  return " (x = x + y instead of x += y, relu instead of relu_)";
+  if (s.size() <= 1 || s.back() != '_') return " (the op without its trailing '_': relu instead of relu_, add instead of add_)";
+  const std::string plain = s.substr(0, s.size() - 1);
+  static const std::pair<const char*, const char*> kOperators[] = {{"add", "+"}, {"sub", "-"}, {"mul", "*"}, {"div", "/"}};
+  for (const auto& [name, sym] : kOperators)
+    if (plain == name)
+      return " ('" + plain + "' instead of '" + s + "': x = x " + sym + " y instead of x " + sym + "= y)";
+  return " ('" + plain + "' instead of '" + s + "': y = x." + plain + "(...) instead of x." + s + "(...))";
 }
 }  // namespace
 

@@ -393,10 +393,16 @@ std::optional<Finding> inplace_finding(const std::exception& e) {
   const std::string saver = quoted_after("saved by '");
   if (!saver.empty()) f.title += ": '" + saver + "' saved it, '" + (f.op.empty() ? "an in-place op" : f.op) + "' changed it";
   f.cause = msg;
+  // The out-of-place form of the op actually used: the operator for arithmetic (x = x + y
+  // instead of x += y), the method without its '_' otherwise (y = x.relu() instead of x.relu_()).
   const std::string plain = !f.op.empty() && f.op.back() == '_' ? f.op.substr(0, f.op.size() - 1) : "";
+  const char* sym = plain == "add" ? "+" : plain == "sub" ? "-" : plain == "mul" ? "*" : plain == "div" ? "/" : nullptr;
+  const bool unary = plain == "relu" || plain == "sigmoid" || plain == "tanh" || plain == "exp";
   f.fix = plain.empty() ? "use the out-of-place op, or clone() the tensor before modifying it"
-                        : "use '" + plain + "' (out of place: x = " + plain + "(x, ...) instead of x." + f.op +
-                              "(...)), or clone() the tensor before modifying it";
+          : sym ? "use '" + plain + "' (out of place: x = x " + sym + " y instead of x " + sym + "= y or x." + f.op +
+                      "(y)), or clone() the tensor before modifying it"
+                : "use '" + plain + "' (out of place: y = x." + plain + (unary ? "()" : "(...)") + " instead of x." +
+                      f.op + (unary ? "()" : "(...)") + "), or clone() the tensor before modifying it";
   return f;
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradsleuth::debug {
@@ -45,6 +46,10 @@ struct Finding {
   std::string fix;    // what to do about it
   int64_t step = -1;  // training step when it was found (-1: outside training)
   int64_t count = 1;  // how many times a Report saw it (see Report::add)
+  // Found by an end-of-run diagnosis (Monitor::finish: the loss history, the norm
+  // histories...): after the last step, though step stays -1. Report::groups()
+  // orders findings in time with it (before training < training steps < end of run).
+  bool end_of_run = false;
 
   bool fires() const { return severity != Severity::Info; }
   // "module 3 (Linear), parameter 3.weight, op matmul, shape [64, 10]"; "" when nowhere.
@@ -60,6 +65,34 @@ struct Finding {
   // Identity for de-duplication: check, title (its numbers left out), module, parameter, op.
   std::string key() const;
 };
+
+// Root cause first: one fault often sets off a cascade (a NaN at one op, then
+// non-finite gradients, loss and weights). Report::groups() puts each consequence
+// under the finding that caused it, by the explicit rules of cascade_rules()
+// (docs/checks.md, "Root cause first"); a finding no rule explains stays at the
+// top level, so two independent bugs are both shown.
+struct FindingGroup {
+  size_t root = 0;                // index into Report::findings()
+  std::vector<size_t> follow_on;  // its consequences, in time order
+  std::string rule;               // the rule that grouped them ("" when alone)
+};
+
+// One row of the table of consequences (docs/checks.md, "Root cause first"): the
+// findings a cascade is made of, those that start one of their own (a source: it
+// names where the fault came from), and which members are consequences of a root.
+struct CascadeRule {
+  std::string name;     // "non-finite values"
+  std::string starts;   // in words, for the docs: the findings that can be a root
+  std::string follows;  // in words: the findings that are consequences
+  bool (*is_member)(const Finding& f) = nullptr;
+  bool (*is_source)(const Finding& f) = nullptr;
+  bool (*is_consequence)(const Finding& root, const Finding& f) = nullptr;
+};
+const std::vector<CascadeRule>& cascade_rules();
+
+// A finding's place in time, for ordering: (phase, step), phase 0 before training
+// (step -1), 1 during training (step >= 0), 2 at the end of the run (end_of_run).
+std::pair<int, int64_t> finding_time(const Finding& f);
 
 // Findings in the order they were found. Adding one with the key of a finding
 // already held only counts it again (a check that fires every step is listed once).
@@ -79,9 +112,22 @@ class Report {
   std::vector<std::string> fired_checks() const;
   // Findings of one check (any severity).
   std::vector<Finding> of(const std::string& check) const;
-  // Every finding as str(), warnings and errors first; info findings only when asked.
-  std::string str(bool include_info = true) const;
-  std::string json() const;  // a JSON array of findings
+  // The findings that fired (warnings and errors), grouped root cause first: each
+  // group's root is the earliest finding of its cascade (at one time, the one that
+  // names an op or a module), its follow_on the consequences cascade_rules() assigns
+  // to it. Groups in time order (at one time, errors first); info findings are not
+  // grouped. Every firing finding is in exactly one group, as root or follow-on.
+  std::vector<FindingGroup> groups() const;
+  // Index of the root finding i was grouped under, or -1 (a root, alone, or info).
+  std::vector<int64_t> caused_by() const;
+  // Every finding as str(), root causes first (groups(): earliest first, errors
+  // before warnings at one time), each followed by "and N follow-on findings
+  // (...)"; verbose lists the follow-ons in full under their root. Info findings
+  // last, only when asked.
+  std::string str(bool include_info = true, bool verbose = false) const;
+  // A JSON array of every finding; each carries "index" (its place in the array)
+  // and "caused_by" (the index of its root, or null).
+  std::string json() const;
 
  private:
   std::vector<Finding> findings_;

@@ -154,6 +154,8 @@ td.sev { font-weight: bold; white-space: nowrap; }
 tr.sev-error td.sev { background: #fbe3e3; color: #a40000; }
 tr.sev-warning td.sev { background: #fff1d6; color: #8a5a00; }
 tr.sev-info td.sev { background: #e4eefb; color: #1f4f8a; }
+tr.follow-on > td { background: #fafafa; }
+tr.follow-on summary { cursor: pointer; color: #555; }
 figure { margin: 1em 0; }
 figure svg { width: 100%; height: auto; }
 figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
@@ -407,15 +409,11 @@ std::string render_heatmap(const HeatMap& h) {
 }
 
 std::optional<Finding> lead_finding(const Report& r) {
-  const Finding* best = nullptr;
-  auto time_of = [](const Finding& f) { return f.step < 0 ? std::numeric_limits<int64_t>::min() : f.step; };
-  for (const Finding& f : r.findings()) {
-    if (!f.fires()) continue;
-    if (!best || time_of(f) < time_of(*best) || (time_of(f) == time_of(*best) && f.severity > best->severity))
-      best = &f;
-  }
-  if (!best) return std::nullopt;
-  return *best;
+  // The root of the first group: the earliest finding that fired, errors first at one
+  // time, and within a cascade the one that names the op/module (Report::groups).
+  const std::vector<FindingGroup> g = r.groups();
+  if (g.empty()) return std::nullopt;
+  return r.findings()[g.front().root];
 }
 
 namespace {
@@ -475,25 +473,39 @@ std::string render_html(const HtmlReport& rep) {
   if (rep.findings.empty()) {
     os << "<p>No findings.</p>\n";
   } else {
-    // Errors first, then warnings, then info (stable within a severity).
-    std::vector<const Finding*> fs;
-    for (const Finding& f : rep.findings.findings()) fs.push_back(&f);
-    std::stable_sort(fs.begin(), fs.end(), [](const Finding* a, const Finding* b) { return a->severity > b->severity; });
-    os << "<table class=\"findings\">\n<tr><th>severity</th><th>check</th><th>what</th><th>where</th>"
-       << "<th>evidence</th><th>likely cause</th><th>fix</th><th>seen</th></tr>\n";
-    for (const Finding* f : fs) {
+    // Root causes first (Report::groups: earliest first, errors first at one time), each
+    // with its consequences folded under it; then the info findings.
+    auto row = [](const Finding& f) {
       std::string ev;
-      for (size_t i = 0; i < f->evidence.size(); ++i) {
-        const Evidence& e = f->evidence[i];
+      for (size_t i = 0; i < f.evidence.size(); ++i) {
+        const Evidence& e = f.evidence[i];
         if (i) ev += "<br/>";
         ev += html_escape(e.name + " = " + fmt_num(e.value) + (e.rule.empty() ? "" : " (" + e.rule + ")"));
       }
-      os << "<tr class=\"" << severity_class(f->severity) << "\"><td class=\"sev\">" << severity_name(f->severity)
-         << "</td><td>" << html_escape(check_label(f->check)) << "</td><td>" << html_escape(f->title) << "</td><td>"
-         << html_escape(f->location()) << "</td><td>" << ev << "</td><td>" << html_escape(f->cause) << "</td><td>"
-         << html_escape(f->fix) << "</td><td>" << f->count << (f->step >= 0 ? " (step " + std::to_string(f->step) + ")" : "")
-         << "</td></tr>\n";
+      std::ostringstream r;
+      r << "<tr class=\"" << severity_class(f.severity) << "\"><td class=\"sev\">" << severity_name(f.severity)
+        << "</td><td>" << html_escape(check_label(f.check)) << "</td><td>" << html_escape(f.title) << "</td><td>"
+        << html_escape(f.location()) << "</td><td>" << ev << "</td><td>" << html_escape(f.cause) << "</td><td>"
+        << html_escape(f.fix) << "</td><td>" << f.count << (f.step >= 0 ? " (step " + std::to_string(f.step) + ")" : "")
+        << "</td></tr>\n";
+      return r.str();
+    };
+    const std::string head = "<tr><th>severity</th><th>check</th><th>what</th><th>where</th><th>evidence</th>"
+                             "<th>likely cause</th><th>fix</th><th>seen</th></tr>\n";
+    os << "<table class=\"findings\">\n" << head;
+    const std::vector<Finding>& all = rep.findings.findings();
+    for (const FindingGroup& g : rep.findings.groups()) {
+      os << row(all[g.root]);
+      if (g.follow_on.empty()) continue;
+      // Collapsed: a <details> element needs no script.
+      os << "<tr class=\"follow-on\"><td colspan=\"8\"><details><summary>and " << g.follow_on.size()
+         << " follow-on finding" << (g.follow_on.size() == 1 ? "" : "s") << " (consequences of "
+         << html_escape(g.rule) << ")</summary>\n<table class=\"findings\">\n" << head;
+      for (size_t i : g.follow_on) os << row(all[i]);
+      os << "</table>\n</details></td></tr>\n";
     }
+    for (const Finding& f : all)
+      if (!f.fires()) os << row(f);
     os << "</table>\n";
   }
 

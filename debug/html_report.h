@@ -64,7 +64,7 @@ struct HeatMap {
 struct LeadFinding {
   Finding finding;
   std::string why;               // why this one leads ("earliest error, before training")
-  int64_t follow_on = 0;         // how many other findings fired after it
+  int64_t follow_on = 0;         // how many findings are its consequences (Report::groups)
   std::vector<Plot> plots;
   std::vector<HeatMap> heatmaps;
 };

@@ -236,12 +236,13 @@ std::vector<Finding> check_shared_weights(nn::Module& model) {
 }
 
 // ---- M5 ------------------------------------------------------------------------------------
-std::vector<Finding> check_gradient_flow(nn::Module& model) {
+std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip) {
   std::vector<Finding> out;
   int64_t total = 0, missing = 0;
   std::vector<std::pair<std::string, Tensor>> bad;
   for (auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;  // zero by construction
     ++total;
     Tensor g = p.grad();
     bool none = !g.defined();
@@ -806,9 +807,11 @@ void ParamSnapshot::restore() {
 
 namespace {
 // Trains a fresh Adam for `steps` over `batches` (cycled); returns the per-step losses.
+// With `more`, when the budget is spent more(losses) may grant further steps (0: stop).
 std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& batches,
                               const LossFunction& loss, int64_t steps, double lr, bool zero_inputs,
-                              double stop_below = -1.0, double* final_acc = nullptr, double stop_accuracy = 1.0) {
+                              double stop_below = -1.0, double* final_acc = nullptr, double stop_accuracy = 1.0,
+                              const std::function<int64_t(const std::vector<double>&)>& more = nullptr) {
   std::vector<double> losses;
   std::vector<Tensor> ps = trainable(model);
   if (ps.empty() || batches.empty()) return losses;
@@ -817,7 +820,7 @@ std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Ten
   // (nn::Dropout or a hand-written one) runs in eval mode; BatchNorm-like layers
   // keep training mode, which is deterministic.
   set_mode_without_randomness(model, true, probe_mode_dependence(model, batches.front().first));
-  for (int64_t s = 0; s < steps; ++s) {
+  for (int64_t s = 0; s < steps || (more && s == steps && (steps += more(losses)) > s); ++s) {
     const auto& [x, y] = batches[static_cast<size_t>(s) % batches.size()];
     opt.zero_grad();
     Tensor out = model(zero_inputs ? zeros_like(x) : x);
@@ -845,14 +848,33 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   ParamSnapshot snap(model);
   double acc = std::nan("");
   const bool classes = y.dtype() == kInt64 && y.dim() == 1;
-  std::vector<double> losses = short_run(model, {{x, y}}, loss, o.overfit_steps, o.overfit_lr, false, o.overfit_loss,
-                                         classes ? &acc : nullptr, o.overfit_accuracy);
+  // The adaptive budget: past the base budget, one more window while the last window's mean
+  // loss is below the window before's by more than overfit_extend_drop, up to the cap.
+  const int64_t base = std::max<int64_t>(o.overfit_steps, 1);
+  const int64_t cap = std::max(base, o.overfit_max_steps > 0 ? o.overfit_max_steps : 4 * base);
+  const int64_t window = o.overfit_window > 0 ? o.overfit_window : std::max<int64_t>(10, base / 5);
+  auto more = [&](const std::vector<double>& l) -> int64_t {
+    const int64_t n = static_cast<int64_t>(l.size());
+    if (n < 2 * window || n >= cap) return 0;
+    double last_w = 0.0, prev_w = 0.0;
+    for (int64_t i = n - window; i < n; ++i) last_w += l[static_cast<size_t>(i)];
+    for (int64_t i = n - 2 * window; i < n - window; ++i) prev_w += l[static_cast<size_t>(i)];
+    if (!std::isfinite(last_w) || !std::isfinite(prev_w) || prev_w <= 0.0) return 0;
+    const bool falling_fast = last_w < (1.0 - o.overfit_extend_drop) * prev_w;
+    return falling_fast ? std::min(window, cap - n) : 0;
+  };
+  std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, o.overfit_loss,
+                                         classes ? &acc : nullptr, o.overfit_accuracy, more);
   snap.restore();
   std::vector<Finding> out;
   if (losses.empty()) return out;
   const double first = losses.front(), last = losses.back();
   const double best = *std::min_element(losses.begin(), losses.end());
   const bool ok = last < o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+  const int64_t used = static_cast<int64_t>(losses.size());
+  const std::string budget = "base budget " + std::to_string(base) + ", extended by " + std::to_string(window) +
+                             " while the loss still falls > " + fmt_num(100 * o.overfit_extend_drop) +
+                             "% per window, at most " + std::to_string(cap);
   Finding f;
   f.check = "M14";
   f.module = "(model)";
@@ -860,16 +882,18 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   f.evidence = {{"initial loss", first, ""},
                 {"final loss", last, "< " + fmt_num(o.overfit_loss) + " expected"},
                 {"best loss", best, ""},
-                {"steps", static_cast<double>(losses.size()), "at most " + std::to_string(o.overfit_steps)}};
+                {"steps used", static_cast<double>(used), budget}};
   if (classes) f.evidence.push_back({"final accuracy", acc, ">= " + fmt_num(o.overfit_accuracy) + " expected"});
+  const std::string extended = used > base ? " (base budget " + std::to_string(base) + ", extended while the loss was still falling fast)" : "";
   if (ok) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
-              fmt_num(last) + " in " + std::to_string(losses.size()) + " steps";
+              fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
   } else {
     f.severity = Severity::Warning;
-    f.title = "cannot overfit one batch of " + std::to_string(x.size(0)) + " examples in " +
-              std::to_string(o.overfit_steps) + " steps (loss " + fmt_num(first) + " -> " + fmt_num(last) + ")";
+    f.title = "cannot overfit one batch of " + std::to_string(x.size(0)) + " examples in " + std::to_string(used) +
+              " steps (loss " + fmt_num(first) + " -> " + fmt_num(last) + ")" +
+              (used >= cap ? " (the cap of the adaptive budget)" : used > base ? extended : "");
     f.cause = std::string(!std::isfinite(last) ? "the loss became non-finite: numerical instability or a learning "
                                                  "rate too high. "
                           : last > first ? "the loss went up: the loss is ill-defined (a flipped sign), the "
@@ -974,6 +998,113 @@ std::vector<Finding> check_batchnorm_stats(nn::Module& model) {
                    : "the layer never ran in training mode with statistics tracking (trained in eval mode, or a "
                      "forward that skips the update), so eval uses mean 0 / var 1 instead of the data's";
     f.fix = "keep track_running_stats=true and train in train mode so the running statistics follow the data";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- redundant biases (O1 info) --------------------------------------------------------------
+std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, const Tensor& y,
+                                           const LossFunction& loss, double vanishing_grad_norm) {
+  std::vector<Finding> out;
+  // Candidates: 1-D trainable parameters whose gradient is there, finite and ~0.
+  std::vector<std::pair<std::string, Tensor>> cands;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad() || p.dim() != 1 || p.numel() == 0) continue;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    NoGradGuard ng;
+    const double norm = std::sqrt(sum(square(g.detach().to(kFloat64))).item<double>());
+    if (std::isfinite(norm) && norm < vanishing_grad_norm) cands.emplace_back(name, p);
+  }
+  if (cands.empty()) return out;
+  ModeSnapshot modes(model);
+  QuietProbe quiet(model);  // no warnings; buffers (BatchNorm statistics) put back
+  set_mode_without_dropout(model, true);
+  NoGradGuard ng;
+  auto loss_now = [&] {
+    const Tensor l = loss(model(x), y);
+    return l.numel() == 1 ? l.item<double>() : std::nan("");
+  };
+  const double base = loss_now();
+  if (!std::isfinite(base)) return out;
+  std::map<std::string, nn::ModulePtr> modules;
+  for (auto& [path, m] : model.named_modules()) modules[path] = m;
+  for (auto& [name, p] : cands) {
+    const size_t dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+    auto it = modules.find(owner);
+    if (it == modules.end()) continue;
+    // The owning module's output, seen (and for the noise probe changed in place) by a hook.
+    Tensor seen;
+    Tensor noise;  // added to the output when defined
+    HookSet hooks;
+    hooks.post(it->second, [&](nn::Module&, const Tensor& in, const Tensor& o) {
+      // In place on the module's own result (never on its input, should the output alias it).
+      if (noise.defined() && o.defined() && o.shape() == noise.shape() && (!in.defined() || o.raw_data() != in.raw_data()))
+        const_cast<Tensor&>(o).add_(noise.to(o.dtype()));
+      seen = o.defined() ? o.detach().to(kFloat64) : Tensor();
+    });
+    loss_now();
+    if (!seen.defined() || seen.numel() == 0 || seen.dim() < 1) continue;
+    const Tensor out0 = seen;
+    // The shift: as large as twice the module's output (so units a bias keeps dead or saturated
+    // are moved out of it), alternating signs across entries.
+    const double scale = std::max(1.0, 2.0 * amax(abs(out0)).item<double>());
+    if (!std::isfinite(scale)) continue;
+    // The channel dim the parameter is added along: dim 1 of (B, C, ...), else the last.
+    const int64_t C = p.numel();
+    const int64_t cdim = out0.dim() >= 2 && out0.size(1) == C ? 1 : out0.size(-1) == C ? out0.dim() - 1 : -1;
+    if (cdim < 0) continue;
+    const Tensor saved = p.detach().clone();
+    std::vector<double> d(static_cast<size_t>(C));
+    for (size_t k = 0; k < d.size(); ++k) d[k] = (k % 2 ? -1.0 : 1.0) * scale * (1.0 + 0.25 * static_cast<double>(k % 3));
+    const Tensor delta = tensor(d, {C}, kFloat64);
+    p.detach().add_(delta.to(p.dtype()).to(p.device()));
+    const double shifted = loss_now();
+    const Tensor out1 = seen;
+    p.detach().copy_(saved);
+    // 1. It acts as a bias: shifting it moves the module's output by exactly the shift, per channel
+    //    (BatchNorm's weight over a constant input, say, does not).
+    Shape bshape(static_cast<size_t>(out0.dim()), 1);
+    bshape[static_cast<size_t>(cdim)] = C;
+    const double off = amax(abs(out1 - out0 - delta.reshape(bshape))).item<double>();
+    if (!(off <= 1e-3 * 1.75 * scale)) continue;
+    // 2. The loss does not see that shift.
+    if (!(std::fabs(shifted - base) <= 1e-4 * std::max(std::fabs(base), 1e-3))) continue;
+    // 3. But it does see the module's output: noise of the same size that differs between
+    //    examples moves it. Otherwise nothing after the module reaches the loss (saturated or dead
+    //    units, a vanishing signal): a real problem, whose warning stays.
+    std::vector<double> nz(static_cast<size_t>(out0.numel()));
+    for (size_t k = 0; k < nz.size(); ++k)
+      nz[k] = scale * (static_cast<double>((k * 2654435761u >> 7) % 4) - 1.5) / 1.5;
+    noise = tensor(nz, out0.shape(), kFloat64).to(out0.device());
+    const double noisy = loss_now();
+    noise = Tensor();
+    if (!(std::fabs(noisy - base) > 1e-3 * std::max(std::fabs(base), 1e-3))) continue;
+    Finding f;
+    f.check = "O1";
+    f.severity = Severity::Info;
+    const std::string label = it != modules.end() ? module_label(owner, *it->second) : owner;
+    f.title = "redundant bias: " + name + " cannot change the loss, so its gradient is zero by construction";
+    f.module = label;
+    f.parameter = name;
+    f.shape = shape_of(p);
+    f.evidence = {{"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
+                   "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
+                  {"loss", base, ""},
+                  {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
+                   "unchanged (relative 1e-4) means redundant"},
+                  {"loss with noise of that size on the module's output", noisy,
+                   "must change: the output itself is used"}};
+    f.cause = "what comes after " + (owner.empty() ? std::string("this module") : "module " + label) +
+              " removes any per-channel constant from its output while still using the output: a normalisation "
+              "that subtracts the per-channel mean (BatchNorm right after a Linear or a Conv). Adding any constant "
+              "changes nothing, so the bias has no effect: harmless for training, but its parameters are wasted "
+              "(and weight decay still shrinks them). With no normalisation after it, look for a softmax or a mean "
+              "taken over the batch dimension";
+    f.fix = "build that layer without a bias (bias=false: nn::Linear(in, out, false), Conv2dOptions().bias(false)); "
+            "nothing else needs to change";
     out.push_back(std::move(f));
   }
   return out;

@@ -42,7 +42,14 @@ struct ModelCheckOptions {
   // off; expected = PyTorch's default 1/sqrt(3 fan_in), Xavier, He.
   double init_std_factor = 3.0;
   // ---- M14 / M15 / M16: short training runs from the same starting point ----
-  int64_t overfit_steps = 150;
+  int64_t overfit_steps = 150;       // the base budget
+  // The budget adapts (a healthy but slower-converging model must not fail because a fixed
+  // budget ran out): once the base budget is spent, M14 goes on a window at a time while the
+  // loss is still falling fast (the mean of the last window below the mean of the window
+  // before by more than overfit_extend_drop), up to overfit_max_steps in all.
+  int64_t overfit_max_steps = 0;     // the hard cap; 0: 4 * overfit_steps
+  int64_t overfit_window = 0;        // steps per window; 0: max(10, overfit_steps / 5)
+  double overfit_extend_drop = 0.1;  // "still falling fast": > 10% lower than the window before
   double overfit_lr = 3e-3;          // Adam
   double overfit_loss = 0.05;        // "loss -> ~0"
   double overfit_accuracy = 1.0;     // "accuracy -> 1" (classification)
@@ -83,7 +90,22 @@ std::vector<Finding> check_shared_weights(nn::Module& model);
 
 // ---- M5 ----------------------------------------------------------------------------
 // After a backward: trainable parameters whose .grad is missing or all zero.
-std::vector<Finding> check_gradient_flow(nn::Module& model);
+// `skip`: parameters whose zero gradient is by construction (find_redundant_biases).
+std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip = {});
+
+// Redundant biases (reported under O1 at info level): after a backward on (x, y), a 1-D
+// parameter whose gradient is ~0 (below vanishing_grad_norm) is shifted by a constant per
+// entry, as large as its module's output (alternating signs), and the same batch's loss
+// is computed again in training mode (dropout off, no gradients, the values, buffers and
+// gradients put back). A loss that does not move (relative change <= 1e-4) means the
+// parameter cannot affect the loss: a bias whose output goes into a normalisation that
+// subtracts the per-channel mean (Linear/Conv followed by BatchNorm). Found by behaviour,
+// not by layer type; a bias whose gradient vanishes for a real reason (dead units after
+// it, a saturated activation) moves the loss when shifted and is not reported. One info
+// finding per parameter; pass their names to OptimCheckOptions::zero_grad_by_construction
+// and to check_gradient_flow's `skip` so the vanishing-gradient warnings stay silent.
+std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, const Tensor& y,
+                                           const LossFunction& loss, double vanishing_grad_norm = 1e-7);
 
 // ---- M6 ----------------------------------------------------------------------------
 // The batch-mixing test: loss = sum(w * output[i]) for a fixed random w (a plain
@@ -164,7 +186,10 @@ class ParamSnapshot {
 };
 
 // M14: trains on one batch; the loss must fall below o.overfit_loss (and the
-// accuracy reach o.overfit_accuracy for class targets) within o.overfit_steps.
+// accuracy reach o.overfit_accuracy for class targets) within o.overfit_steps,
+// extended a window at a time while the loss is still falling fast (up to
+// o.overfit_max_steps; see ModelCheckOptions). The finding's "steps" evidence is
+// the number of steps used, "budget" the steps allowed in the end.
 std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                                        const ModelCheckOptions& o = {});
 // M15: trains on batches (x_i, y_i) once with real and once with zeroed inputs,

@@ -202,6 +202,7 @@ void Monitor::detach() {
 
 void Monitor::add(Finding f) {
   if (f.step < 0 && !finished_ && step_now() > 0) f.step = step_now();
+  if (f.step < 0 && finished_) f.end_of_run = true;  // after the last step (Report::groups orders by it)
   report_.add(std::move(f));
 }
 void Monitor::add(const std::vector<Finding>& fs) {
@@ -441,7 +442,33 @@ void Monitor::on_pre_step(optim::Optimizer&) {
   bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
   if (sample) {
     norms_.record(steps_ + 1, model_);  // O2/O3
-    for (Finding& f : check_gradient_health(model_, o_.optim)) {  // O1 (M5's gradient flow runs in the gate)
+    std::vector<Finding> health = check_gradient_health(model_, o_.optim);  // O1 (M5's gradient flow runs in the gate)
+    // Once, the first time a 1-D parameter's gradient vanishes: is it a redundant bias (zero
+    // by construction, BatchNorm after it)? Then it is said once as info, and O1 stays silent.
+    if (!redundant_checked_ && loss_ && last_x_.defined() && last_y_.defined() &&
+        std::any_of(health.begin(), health.end(), [&](const Finding& f) {
+          return f.check == "O1" && f.severity == Severity::Warning && !f.parameter.empty() &&
+                 f.title.find("is vanishing") != std::string::npos;
+        })) {
+      redundant_checked_ = true;
+      dead_.set_active(false);  // the probe's forwards are not training statistics
+      saturation_.set_active(false);
+      const LossFunction lf = [this](const Tensor& out, const Tensor& t) { return (*loss_)(out, t); };
+      std::vector<Finding> red;
+      try {
+        red = find_redundant_biases(model_, last_x_, last_y_, lf, o_.optim.vanishing_grad_norm);
+      } catch (const std::exception&) {
+        red.clear();  // the probe could not run: the warnings stay as they are
+      }
+      dead_.set_active(sample);
+      saturation_.set_active(sample);
+      for (Finding& f : red) {
+        o_.optim.zero_grad_by_construction.push_back(f.parameter);
+        add(std::move(f));
+      }
+      if (!red.empty()) health = check_gradient_health(model_, o_.optim);
+    }
+    for (Finding& f : health) {
       bad = bad || (f.severity == Severity::Error && (f.title.find("NaN") != std::string::npos ||
                                                       f.title.find("Inf") != std::string::npos));
       add(std::move(f));
@@ -626,8 +653,15 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
           l.backward();
-          r.add(check_gradient_health(model, o.optim));  // O1 (non-finite, vanishing, exploding gradients)
-          r.add(check_gradient_flow(model));             // M5
+          // A bias whose gradient is zero by construction (BatchNorm after it) is said once, as
+          // info, and is not a vanishing gradient (O1) nor a cut graph (M5).
+          OptimCheckOptions oo = o.optim;
+          for (Finding& f : find_redundant_biases(model, x, y, loss, oo.vanishing_grad_norm)) {
+            oo.zero_grad_by_construction.push_back(f.parameter);
+            r.add(std::move(f));
+          }
+          r.add(check_gradient_health(model, oo));                          // O1 (non-finite, vanishing, exploding gradients)
+          r.add(check_gradient_flow(model, oo.zero_grad_by_construction));  // M5
         });
     }
   }

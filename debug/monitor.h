@@ -135,6 +135,7 @@ class Monitor {
   double last_loss_ = 0.0;
   bool loss_seen_this_step_ = false, localised_ = false, first_loss_checked_ = false, structure_checked_ = false;
   bool input_checked_ = false, finished_ = false, attached_ = true, in_step_ = false;
+  bool redundant_checked_ = false;  // the redundant-bias probe ran (once, see on_pre_step)
   TrainingHistory history_;
   // The pending pass (forwards no optimizer step has followed yet), for M2.
   std::vector<std::pair<nn::ModulePtr, std::string>> modules_;  // each module once, with its label

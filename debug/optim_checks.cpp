@@ -109,6 +109,10 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       continue;
     }
     judged.push_back({name, s.norm, p.dim() >= 2});
+    const bool by_construction = std::find(opts.zero_grad_by_construction.begin(),
+                                           opts.zero_grad_by_construction.end(),
+                                           name) != opts.zero_grad_by_construction.end();
+    if (s.norm < opts.vanishing_grad_norm && by_construction) continue;  // a redundant bias: said once, as info
     if (s.norm < opts.vanishing_grad_norm) {
       Finding f = at(make("O1", Severity::Warning,
                           "the gradient of " + name + " is vanishing"),

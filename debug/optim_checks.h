@@ -42,6 +42,9 @@ struct OptimCheckOptions {
   // Per parameter. Healthy reference MLP, 1000 steps: gradient norms 0.02-1.2
   // (median per parameter), largest single value 50 (its first Linear).
   double vanishing_grad_norm = 1e-7;  // a gradient norm below this is vanishing
+  // Parameters whose ~0 gradient is explained by construction (redundant biases found by
+  // find_redundant_biases, reported once as info): not vanishing, not warned about.
+  std::vector<std::string> zero_grad_by_construction;
   double exploding_grad_norm = 1e3;   // above this, exploding
   // Across depth: ||grad|| of the first weight / of the last weight (registration
   // order). Healthy: 0.48-39 over every step of 4 runs (3.7 at the first step).

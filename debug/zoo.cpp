@@ -472,6 +472,21 @@ std::string matrix(const Result& r) {
        << pad(pct(b.test_accuracy) + " (" + (&ref == &r.clean_footwear ? "fw " : "") + pct(ref.test_accuracy) + ")", 21)
        << pad(num(b.final_loss), 8) << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
     os << wrap(b.title + (b.stopped.empty() ? "" : " [stopped: " + b.stopped + "]"), 100, "     ");
+    // Root cause first: the variant's earliest finding (Report::groups) and how many it explains.
+    const std::vector<FindingGroup> groups = b.report.groups();
+    if (!groups.empty()) {
+      const Finding& f = b.report.findings()[groups.front().root];
+      const std::string where = f.location();
+      const size_t k = groups.front().follow_on.size();
+      os << wrap("first: [" + f.check + " " + severity_name(f.severity) + "] " + f.title +
+                     (where.empty() ? "" : " (" + where + ")") +
+                     (f.step >= 0 ? " at step " + std::to_string(f.step) : f.end_of_run ? " at the end" : " before training") +
+                     (k ? "; and " + std::to_string(k) + " follow-on finding" + (k == 1 ? "" : "s") : "") +
+                     (groups.size() > 1 ? "; " + std::to_string(groups.size() - 1) + " more finding" +
+                                                  (groups.size() == 2 ? "" : "s") + " at the top level"
+                                            : ""),
+                 100, "     ");
+    }
   }
   // The legend: every check id the matrix shows, with its name, wrapped at ~100 columns.
   std::set<std::string> shown;

@@ -45,6 +45,17 @@ void check_class_target(const Tensor& input, const Tensor& target, const char* w
       GS_FAIL(who, "target ", target.str(), " has the input's shape, so it looks like one-hot vectors or "
               "probabilities. This loss takes class indices: pass target.argmax(1), an int64 tensor of shape ",
               shape_str([&] { Shape s = input.shape(); s.erase(s.begin() + 1); return s; }()), ".");
+    // Float labels of shape (B, 1) (read as a column) need the extra dim squeezed too: converting
+    // the dtype alone only trades this error for the shape error below.
+    Shape expected = input.shape();
+    if (input.dim() >= 2) expected.erase(expected.begin() + 1);
+    Shape squeezed = target.shape();
+    const bool column = input.dim() >= 2 && target.dim() == input.dim() && target.size(1) == 1 &&
+                        (squeezed.erase(squeezed.begin() + 1), squeezed == expected);
+    if (column)
+      GS_FAIL(who, "target must hold int64 class indices of shape ", shape_str(expected), ", got ", target.str(),
+              ": float labels with an extra dim of size 1. Squeeze it and convert: target.squeeze(1).to(gs::kInt64) "
+              "(for float regression targets use nn::MSELoss).");
     GS_FAIL(who, "target must hold int64 class indices, got ", target.str(),
             ". Convert with target.to(gs::kInt64) (for float regression targets use nn::MSELoss).");
   }

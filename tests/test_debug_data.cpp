@@ -242,8 +242,15 @@ TEST_CASE("D4 check_alignment: duplicated images with different labels are not m
   CHECK(ev(fs[0], "mismatched (x, y) pairs") == 1.0);
   CHECK(ev(fs[0], "mismatched fraction") == doctest::Approx(0.25));
   CHECK(fs[0].cause.find("has label 3, but the reference has that image with label 2") != std::string::npos);
-  // Inputs that are not in the reference at all (a transform in the loader): a warning, not an error.
-  auto unk = dbg::check_alignment(reference, nn::DataLoader(std::make_shared<nn::TensorDataset>(x * 2.0, y)), o);
+  // Inputs that are the reference after an affine transform (x * 2): compared through it, the
+  // duplicates' labels allowed as above: an info finding, no warning.
+  auto aff = dbg::check_alignment(reference, nn::DataLoader(std::make_shared<nn::TensorDataset>(x * 2.0, y)), o);
+  REQUIRE(aff.size() == 1);
+  CHECK(aff[0].severity == dbg::Severity::Info);
+  CHECK(aff[0].title.find("per-feature affine transform") != std::string::npos);
+  // Inputs that are not in the reference at all, not even after an affine transform (x * x, a
+  // non-affine transform in the loader): a warning, not an error.
+  auto unk = dbg::check_alignment(reference, nn::DataLoader(std::make_shared<nn::TensorDataset>(x * x, y)), o);
   REQUIRE(unk.size() == 1);
   CHECK(unk[0].severity == dbg::Severity::Warning);
   CHECK(ev(unk[0], "unknown fraction") == 1.0);
