@@ -1020,7 +1020,7 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
   if (cands.empty()) return out;
   ModeSnapshot modes(model);
   QuietProbe quiet(model);  // no warnings; buffers (BatchNorm statistics) put back
-  set_mode_without_dropout(model, true);
+  set_mode_without_randomness(model, true, probe_mode_dependence(model, x));
   NoGradGuard ng;
   auto loss_now = [&] {
     const Tensor l = loss(model(x), y);
