@@ -145,6 +145,9 @@ void Session::init() {
 }
 
 Report Session::begin(const Tensor& x, const Tensor& y) {
+  GS_CHECK(!trainer_attached_ && monitor_->steps() == 0 && !finished_, "debug::Session::begin",
+           "begin(x, y) runs the gate before training: call it before the first optimizer step and before "
+           "attach(trainer)");
   if (data_.train && o_.data_checks && !data_checked_) run_data_checks();
   if (o_.gate) run_gate(x, y);
   // The gate's forwards and backwards must not count as training steps: a fresh monitor.

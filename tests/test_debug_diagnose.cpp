@@ -229,6 +229,7 @@ TEST_CASE("Session with a lambda loss and no loader: begin(x, y) runs the gate; 
     l.backward();
     opt.step();
   }
+  CHECK_THROWS_AS(dbg.begin(tr.x, tr.y), Error);  // the gate runs before training, not after
   debug::RunReport r = dbg.finish();
   CHECK(r.steps == 20);
   CHECK(r.history.step_losses.empty());  // nobody told the Session the losses

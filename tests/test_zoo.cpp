@@ -76,6 +76,8 @@ TEST_CASE("every catalogued bug is caught by an intended check") {
   const auto& catalog = nn::bug_catalog();
   for (size_t i = 0; i < catalog.size(); i += kBugStride) {
     const nn::BugInfo& b = catalog[i];
+    // The data-parallel bugs (recipe "dist") are reproduced by the distributed zoo only.
+    if (std::find(b.recipes.begin(), b.recipes.end(), "mlp") == b.recipes.end()) continue;
     const zoo::RunResult r = zoo::run_variant(nn::BugSet{b.id}, o);
     INFO(b.code << " (" << b.title << "): fired " << fired_text(r));
     CHECK(r.caught);
