@@ -154,6 +154,8 @@ ProcessGroup::ProcessGroup() : timeout_(timeout_from_env()) {
   if (world_size_ > 1) std::set_terminate(terminate_handler);
 }
 
+bool world_started() { return g_world != nullptr; }
+
 ProcessGroup& ProcessGroup::world() {
   // Never destroyed: MPI_Finalize (at exit) must not run before a static object's last collective.
   static std::once_flag once;
@@ -407,9 +409,14 @@ struct ProcessGroup::Impl {};
 
 ProcessGroup::ProcessGroup() : timeout_(timeout_from_env()) {}
 
+namespace {
+ProcessGroup* g_world = nullptr;
+}
+bool world_started() { return g_world != nullptr; }
+
 ProcessGroup& ProcessGroup::world() {
-  static ProcessGroup* w = new ProcessGroup();
-  return *w;
+  if (!g_world) g_world = new ProcessGroup();
+  return *g_world;
 }
 
 void ProcessGroup::barrier() {}

@@ -102,6 +102,9 @@ class ProcessGroup {
   double timeout_ = 300.0;
 };
 
+// ProcessGroup::world() has been called in this process (so abort_job has a job to end).
+bool world_started();
+
 // The seed for this rank's own random stream: dropout masks, data augmentation, anything that
 // must DIFFER across ranks (the same masks on every rank make N ranks do the work of one:
 // bug B32). Deterministic in (seed, rank); different ranks get well-separated seeds
