@@ -89,6 +89,10 @@ class ProcessGroup {
     std::string what_;
   };
   Work all_reduce_async(Tensor& contiguous_buffer, const std::string& what);
+  // Lets MPI advance the started requests without waiting for them. MPI implementations
+  // commonly progress a non-blocking collective only inside MPI calls, so DDP calls this as
+  // each gradient arrives: the bucket reductions then move on while backward computes.
+  void progress();
 
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
