@@ -85,7 +85,8 @@ TEST_CASE("mpirun -np 2 at batch B takes the same steps as one process at batch 
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("step " << i + 1 << ": one process " << a[i].loss << ", two " << b[i].loss);
     CHECK(std::fabs(a[i].loss - b[i].loss) <= 1e-5 * std::fabs(a[i].loss) + 1e-6);
-    CHECK(a[i].accuracy == b[i].accuracy);  // the global accuracy: the same hits out of 64
+    // The global accuracy: the same hits out of 64 (one example's argmax may flip on a rounding tie).
+    CHECK(std::fabs(a[i].accuracy - b[i].accuracy) <= 1.0 / 64 + 1e-12);
   }
   // The losses moved: the comparison is of a run that trained, not of two copies of step 1.
   CHECK(a.back().loss < a.front().loss - 0.3);
