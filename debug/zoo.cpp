@@ -45,6 +45,10 @@ void check_recipe(const std::vector<Bug>& bugs, const std::string& model) {
   for (Bug b : bugs) {
     const nn::BugInfo& info = nn::bug_info(b);
     if (std::find(info.recipes.begin(), info.recipes.end(), model) != info.recipes.end()) continue;
+    // The data-parallel bugs need N processes: the distributed zoo under mpirun reproduces them.
+    GS_CHECK(std::find(info.recipes.begin(), info.recipes.end(), "dist") == info.recipes.end(), "zoo", "bug ",
+             info.code, " (", info.title, ") is a data-parallel bug: it needs several ranks, run it as `mpirun -np 2 "
+             "gradsleuth zoo --distributed --bug ", info.code, "`");
     std::string where;
     for (const std::string& r : info.recipes) where += (where.empty() ? "" : " or ") + r;
     GS_CHECK(false, "zoo", "bug ", info.code, " (", info.title, ") lives in ", info.lives_in,
