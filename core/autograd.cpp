@@ -437,6 +437,8 @@ void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& n
 namespace autograd {
 namespace {
 thread_local int t_backward_depth = 0;  // > 0 while a backward pass runs its nodes
+// queue_callback's lists, one per backward running on this thread (nested when a hook calls backward).
+thread_local std::vector<std::vector<std::function<void()>>> t_callbacks;
 }  // namespace
 
 namespace {
@@ -545,9 +547,13 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
   }
   struct Restore {
     bool prev = GradMode::is_enabled();
-    Restore() { ++t_backward_depth; }
+    Restore() {
+      ++t_backward_depth;
+      t_callbacks.emplace_back();
+    }
     ~Restore() {
       GradMode::set_enabled(prev);
+      t_callbacks.pop_back();
       --t_backward_depth;
     }
   } restore;
@@ -596,6 +602,11 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
         if (--e.fn->dependencies_ == 0) ready.push_back(e.fn.get());
       }
     }
+    // queue_callback's callbacks, by index: a callback may queue another.
+    for (size_t i = 0; i < t_callbacks.back().size(); ++i) {
+      std::function<void()> cb = std::move(t_callbacks.back()[i]);
+      cb();
+    }
   } catch (...) {
     // A failed backward frees the graph's saved tensors as a finished one would:
     // an in-place op on a saved input (the usual cause) links that tensor to a
@@ -611,6 +622,12 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
 }  // namespace
 
 bool in_backward() { return t_backward_depth > 0; }
+
+void queue_callback(std::function<void()> cb) {
+  GS_CHECK(!t_callbacks.empty(), "autograd::queue_callback", "called outside a backward pass: queue a callback "
+           "from a tensor hook while backward() runs (it then runs when that backward finishes)");
+  t_callbacks.back().push_back(std::move(cb));
+}
 
 void backward(const tensor_list& roots, const tensor_list& grad_roots, bool retain_graph, bool create_graph) {
   run(roots, grad_roots, RunOptions{retain_graph || create_graph, create_graph});

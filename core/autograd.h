@@ -176,6 +176,14 @@ tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const te
 // to tell the ops of a backward formula from forward ops).
 bool in_backward();
 
+// Runs `cb` once the backward pass that is running on this thread has finished: after every
+// node ran and every leaf's .grad holds its accumulated gradient, before backward() returns.
+// Call it from a hook during backward (an error otherwise). Callbacks run in the order they
+// were queued; one queued by a callback runs too. When the backward fails, queued callbacks
+// are dropped. A hook only sees one leaf's gradient; this is the place for work that needs
+// all of them: dist::DistributedDataParallel waits here for its gradient all-reduces.
+void queue_callback(std::function<void()> cb);
+
 }  // namespace autograd
 
 // ---- template definitions ---------------------------------------------------

@@ -98,15 +98,16 @@ DatasetPtr take(DatasetPtr d, int64_t n) {
   return std::make_shared<Subset>(d, std::move(idx), d->name() + "[:" + std::to_string(n) + "]");
 }
 
-namespace {
 // Fisher–Yates with a Philox stream: the same (n, seed) always gives the same order.
-std::vector<int64_t> permutation(int64_t n, uint64_t seed) {
+std::vector<int64_t> shuffle_order(int64_t n, uint64_t seed) {
   std::vector<int64_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), int64_t{0});
   Generator g(seed);
   for (int64_t i = n - 1; i > 0; --i) std::swap(p[i], p[g.next_below(static_cast<uint64_t>(i + 1))]);
   return p;
 }
+namespace {
+std::vector<int64_t> permutation(int64_t n, uint64_t seed) { return shuffle_order(n, seed); }
 }  // namespace
 
 std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> train_val_split(DatasetPtr d, double val_fraction,
@@ -131,12 +132,22 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) : dataset_
 }
 
 int64_t DataLoader::num_batches() const {
-  const int64_t n = dataset_->size(), b = opts_.batch_size_;
+  const int64_t n = opts_.sampler_ ? opts_.sampler_->num_samples() : dataset_->size(), b = opts_.batch_size_;
   return opts_.drop_last_ ? n / b : (n + b - 1) / b;
 }
 
 std::vector<int64_t> DataLoader::order(int64_t epoch) const {
   const int64_t n = dataset_->size();
+  if (opts_.sampler_) {
+    opts_.sampler_->set_epoch(epoch);
+    std::vector<int64_t> rows = opts_.sampler_->indices();
+    GS_CHECK(static_cast<int64_t>(rows.size()) == opts_.sampler_->num_samples(), "DataLoader", "the sampler gave ",
+             rows.size(), " indices for epoch ", epoch, " but num_samples() says ", opts_.sampler_->num_samples());
+    for (int64_t r : rows)
+      GS_CHECK(r >= 0 && r < n, "DataLoader", "the sampler gave row ", r, " of ", dataset_->name(), ", which has ",
+               n, " rows: was the sampler made for another dataset size?");
+    return rows;
+  }
   if (opts_.bugs_.has(Bug::B28)) [[unlikely]] {
     // BUG B28: shuffle ignored, and the rows come sorted by class (as many files
     // store them): every batch holds one class, and each step pulls the model

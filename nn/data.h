@@ -96,7 +96,23 @@ DatasetPtr take(DatasetPtr d, int64_t n);
 std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> train_val_split(DatasetPtr d, double val_fraction,
                                                                            uint64_t seed = 0);
 
+// A seeded random permutation of 0..n-1 (Fisher-Yates on a Philox stream): the order a
+// shuffling DataLoader visits epoch e in is shuffle_order(n, seed + e).
+std::vector<int64_t> shuffle_order(int64_t n, uint64_t seed);
+
 // ---- the loader -------------------------------------------------------------
+// Decides which rows a DataLoader visits in an epoch, and in which order, instead of the
+// loader's own shuffle (dist::DistributedSampler: this rank's shard). The loader calls
+// set_epoch(e) before asking for epoch e's indices().
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual void set_epoch(int64_t epoch) = 0;
+  virtual std::vector<int64_t> indices() const = 0;  // rows of the dataset, in visiting order
+  virtual int64_t num_samples() const = 0;           // indices().size(), for every epoch
+};
+using SamplerPtr = std::shared_ptr<Sampler>;
+
 // Options in the TensorOptions style: DataLoaderOptions().batch_size(64).shuffle(true).
 struct DataLoaderOptions {
   int64_t batch_size_ = 64;
@@ -106,11 +122,15 @@ struct DataLoaderOptions {
   // Injectable loader bugs (nn/bugs.h): B07 inputs shuffled without their labels,
   // B19 every label masked with ignore_index (-100), B28 no shuffling, rows sorted by class.
   BugSet bugs_;
+  // When set, the rows and their order come from the sampler (shuffle_ and seed_ are then
+  // unused: the sampler shuffles with its own seed); the loader calls its set_epoch.
+  SamplerPtr sampler_;
   DataLoaderOptions batch_size(int64_t b) const { auto o = *this; o.batch_size_ = b; return o; }
   DataLoaderOptions shuffle(bool s) const { auto o = *this; o.shuffle_ = s; return o; }
   DataLoaderOptions seed(uint64_t s) const { auto o = *this; o.seed_ = s; return o; }
   DataLoaderOptions drop_last(bool d) const { auto o = *this; o.drop_last_ = d; return o; }
   DataLoaderOptions bug(Bug b) const { auto o = *this; o.bugs_.add(b); return o; }
+  DataLoaderOptions sampler(SamplerPtr s) const { auto o = *this; o.sampler_ = std::move(s); return o; }
 };
 
 // Iterates a dataset in batches. Each range-for over the loader is one epoch;

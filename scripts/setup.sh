@@ -33,6 +33,9 @@ need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
 # Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
 need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
+# MPI for data-parallel training (dist/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
+need_file /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev
+need_cmd mpirun openmpi-bin
 # Optional extras, only when asked for: --browser installs Chromium (the report_browser test
 # renders doctor's HTML report in it) and Graphviz (SVG pictures of the autograd graph).
 for arg in "$@"; do

@@ -890,3 +890,41 @@ TEST_CASE("custom nodes made with gs::record") {
     CHECK(has(msg, "2 gradients"));
   }
 }
+
+TEST_CASE("autograd::queue_callback runs after every leaf's .grad is accumulated") {
+  Tensor a = gs::tensor({1.0, 2.0}, gs::TensorOptions().dtype(gs::kFloat64).requires_grad());
+  Tensor b = gs::tensor({3.0}, gs::TensorOptions().dtype(gs::kFloat64).requires_grad());
+  std::vector<std::string> log;
+  std::vector<double> seen_a, seen_b;
+  // b's gradient is produced first (it is nearer the loss); its hook queues the callback.
+  b.register_hook([&](const Tensor& g) {
+    log.push_back("hook b");
+    gs::autograd::queue_callback([&] {
+      log.push_back("callback");
+      seen_a = a.grad().to_vector<double>();  // a's hook and accumulation have run by now
+      seen_b = b.grad().to_vector<double>();
+      gs::autograd::queue_callback([&] { log.push_back("queued by a callback"); });
+    });
+    return Tensor();
+  });
+  a.register_hook([&](const Tensor& g) {
+    log.push_back("hook a");
+    return Tensor();
+  });
+  ((a * b).sum() * b.sum()).backward();
+  CHECK(log == std::vector<std::string>{"hook b", "hook a", "callback", "queued by a callback"});
+  CHECK(seen_a == std::vector<double>{9.0, 9.0});  // d/da = b^2
+  CHECK(seen_b == std::vector<double>{18.0});       // d/db = 2 b sum(a)
+  // Outside a backward there is nothing to run it after.
+  CHECK_THROWS_WITH_AS(gs::autograd::queue_callback([] {}), doctest::Contains("outside a backward"), gs::Error);
+  // A failed backward drops its callbacks.
+  bool ran = false;
+  Tensor c = gs::tensor({1.0}, gs::TensorOptions().dtype(gs::kFloat64).requires_grad());
+  c.register_hook([&](const Tensor& g) {
+    gs::autograd::queue_callback([&] { ran = true; });
+    throw gs::Error("test", "hook failure");
+    return Tensor();
+  });
+  CHECK_THROWS_WITH_AS((c * 2.0).sum().backward(), doctest::Contains("hook failure"), gs::Error);
+  CHECK_FALSE(ran);
+}
