@@ -218,8 +218,9 @@ std::vector<Finding> check_shards(const std::vector<std::vector<int64_t>>& indic
     out.push_back(f);
   } else {
     Finding f = make("D11", Severity::Info,
-                     "the " + num(world) + " ranks' shards are disjoint and cover the dataset (" + num(reads) +
-                         " reads of " + num(dataset_size) + " examples)");
+                     (world == 1 ? std::string("the single rank's shard covers the dataset (")
+                                 : "the " + num(world) + " ranks' shards are disjoint and cover the dataset (") +
+                         num(reads) + " reads of " + num(dataset_size) + " examples)");
     evidence(f);
     out.push_back(f);
   }
@@ -381,7 +382,8 @@ std::vector<Finding> check_rank_randomness(const PerRank& per_rank, bool random_
               "the same transform; the N shards are then regularised as one, which wastes part of the noise "
               "data parallelism would average out";
     f.fix = "seed the model's initialisation with the shared seed (so the replicas start equal, or rely on DDP's "
-            "broadcast), then seed the per-rank randomness with seed + rank (dist::rank_seed) before training";
+            "broadcast), then seed the per-rank randomness with a seed of its own (dist::rank_seed(seed, pg): "
+            "different for every rank) before training";
     out.push_back(f);
   } else {
     Finding f = make("M22", Severity::Info,

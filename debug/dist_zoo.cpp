@@ -276,7 +276,7 @@ Result run(const std::vector<Bug>& bugs, const Options& o, dist::ProcessGroup& p
   auto say = [&](size_t done, const zoo::RunResult& r) {
     if (!progress) return;
     std::ostringstream os;
-    os << r.id << ": " << (r.id == "clean" ? "" : r.caught ? "caught" : "MISSED")
+    os << r.id << ": " << (r.id == "clean" ? (r.fired.empty() ? "silent" : "NOT silent") : r.caught ? "caught" : "MISSED")
        << (r.fired.empty() ? " (no check fired)" : " (fired: " + join(r.fired) + ")") << ", " << fmt_num(r.seconds)
        << " s";
     progress(done, total, os.str());
