@@ -59,7 +59,15 @@ int zoo_distributed(Args& a) {
   };
   const debug::dist_zoo::Result r = debug::dist_zoo::run(bugs, o, pg, progress);
   if (pg.rank() == 0) {
-    std::cout << debug::dist_zoo::matrix(r) << std::flush;
+    std::cout << debug::dist_zoo::matrix(r);
+    if (a.has("verbose"))
+      for (const debug::zoo::RunResult* v : [&r] {
+             std::vector<const debug::zoo::RunResult*> all = {&r.clean};
+             for (const auto& b : r.bugs) all.push_back(&b);
+             return all;
+           }())
+        std::cout << "\n---- " << v->id << ": " << v->title << "\n" << v->report.str(true);
+    std::cout << std::flush;
     if (a.has("json")) {
       debug::write_file_atomic(a.get("json"), debug::dist_zoo::json(r) + "\n", "zoo --json");
       if (!a.has("quiet")) std::fprintf(stderr, "zoo: wrote %s\n", a.get("json").c_str());
@@ -102,6 +110,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
            "cpu");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
   a.flag("distributed", "the data-parallel bugs B29-B34, under mpirun -np 2 (or more)");
+  a.flag("verbose", "with --distributed: after the matrix, every finding of each variant (info ones too)");
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
   if (!a.parse()) return 0;

@@ -329,7 +329,7 @@ std::vector<Finding> check_params_in_sync(const std::vector<std::string>& names,
   Finding f = make("M21", Severity::Error,
                    num(static_cast<int64_t>(d.names.size())) + " of " + num(static_cast<int64_t>(names.size())) +
                        " parameters differ across ranks: the replicas are no longer one model (" + some(d.names) + ")");
-  f.parameter = names[d.worst_param];
+  f.parameter = d.names.front();  // the first in registration order: one finding per run, not one per worst
   f.step = step;
   f.evidence = {{"parameters that differ", static_cast<double>(d.names.size()), "> 0 is an error"},
                 {"parameters compared", static_cast<double>(names.size()), ""},
@@ -337,20 +337,26 @@ std::vector<Finding> check_params_in_sync(const std::vector<std::string>& names,
                 {"largest relative gap of a fingerprint (sum, sum of squares)", d.worst,
                  "> " + fmt_num(opts.sync_tolerance) + " differs (bitwise-synchronised replicas: 0)"},
                 {"rank showing it (against rank 0)", static_cast<double>(d.worst_rank), ""}};
-  const bool all = d.names.size() == names.size();
-  f.cause = all ? "every parameter differs: the replicas did not start from the same weights (no broadcast from "
-                  "rank 0 at construction, each rank initialised with its own seed), and the same averaged update "
-                  "applied to different weights keeps them apart for ever"
-                : "some parameters differ: their gradients were not all-reduced (left out of the reduction, a "
-                  "parameter created or unfrozen after DDP was built, find_unused_parameters off with a branch one "
-                  "rank skips), each rank applies its local gradient to them, or a buffer/parameter is changed on "
-                  "one rank only";
-  f.fix = all ? "broadcast rank 0's parameters and buffers before training (DistributedDataParallel does it when it "
-                "is built; a hand-written loop must call pg.broadcast(p, 0) for each), and seed the model's "
-                "initialisation identically on every rank"
-              : "make sure every trainable parameter's gradient goes through the all-reduce (check "
-                "DistributedDataParallel::reduced_parameters() against the model's parameters, O7); build DDP after "
-                "the model is final";
+  // Before the first step (step 0) only the start can differ; after it, most parameters apart
+  // points at the start too (a parameter initialised to a constant, like BatchNorm's, starts equal
+  // by chance), a few at a reduction that skipped them.
+  const bool start = step == 0 || 2 * d.names.size() >= names.size();
+  const char* kStart = "the replicas did not start from the same weights: no broadcast from rank 0 when the wrapper "
+                       "was built (or a hand-written loop without one) while each rank initialised with its own "
+                       "seed; the same averaged update applied to different weights keeps them apart for ever "
+                       "(parameters initialised to a constant, like BatchNorm's, agree by chance)";
+  const char* kReduce = "their gradients were not all-reduced (left out of the reduction, a parameter created or "
+                        "unfrozen after DDP was built, find_unused_parameters off with a branch one rank skips), so "
+                        "each rank applies its local gradient to them; or a parameter is changed on one rank only";
+  if (step == 0) f.title += " before the first step";
+  f.cause = start ? std::string(kStart) + (step == 0 ? "" : "; less likely: " + std::string(kReduce))
+                  : std::string(kReduce) + "; less likely: " + kStart;
+  f.fix = start ? "broadcast rank 0's parameters and buffers before training (DistributedDataParallel does it when it "
+                  "is built; a hand-written loop must call pg.broadcast(p, 0) for each), or seed the model's "
+                  "initialisation identically on every rank"
+                : "make sure every trainable parameter's gradient goes through the all-reduce (check "
+                  "DistributedDataParallel::reduced_parameters() against the model's parameters, O7); build DDP "
+                  "after the model is final";
   out.push_back(f);
   return out;
 }
@@ -454,7 +460,8 @@ std::vector<Finding> check_gradient_reduction(const GradReduction& in, const Dis
     if (!missing.empty()) {
       Finding f = make("O7", Severity::Warning,
                        num(static_cast<int64_t>(missing.size())) +
-                           " trainable parameters are not in the data-parallel wrapper's reduced list (" +
+                           (missing.size() == 1 ? " trainable parameter is" : " trainable parameters are") +
+                           " not in the data-parallel wrapper's reduced list (" +
                            some(missing) + ")");
       f.parameter = missing.front();
       f.step = in.step;

@@ -113,6 +113,8 @@ class LoggedLossCheck {
 
 // names[p]: the trainable parameters; per_rank[r]: rank r's fingerprint_params (2 per parameter).
 // An error naming the parameters whose fingerprints differ across ranks; nothing when all agree.
+// step 0 means before the first optimizer step (right after the wrapper was built): then only the
+// start can be to blame; later, most parameters apart points at the start, a few at the reduction.
 std::vector<Finding> check_params_in_sync(const std::vector<std::string>& names, const PerRank& per_rank,
                                           int64_t step = -1, const DistCheckOptions& opts = {});
 

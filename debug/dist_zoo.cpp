@@ -154,6 +154,8 @@ zoo::RunResult run_variant(const nn::BugSet& bugs, const Options& o, dist::Proce
     if (bugs.has(b)) dopts.bugs = nn::BugSet{b};
   auto ddp = std::make_shared<dist::DistributedDataParallel>(model, pg, dopts);
   optim::SGD opt(model->parameters(), optim::SGDOptions(o.lr).momentum(0.9));
+  // M21 before training: DDP's construction must have made the replicas equal.
+  rep.add(check_params_in_sync(trainable_names(*model), gather(pg, fingerprint_params(*model)), 0));
   nn::CrossEntropyLoss ce;
   const std::vector<std::string> names = trainable_names(*model);
   const bool random_layers = has_dropout(*model);

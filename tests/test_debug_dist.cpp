@@ -191,6 +191,11 @@ TEST_CASE("M21: replicas after an averaged step are identical; different initial
   CHECK(f->step == 1);
   // The weights and biases differ; BatchNorm's weight (ones) and bias (zeros) start equal on every rank.
   CHECK(evidence(*f, "parameters that differ") == static_cast<double>(names.size()) - 2);
+  CHECK(f->cause.find("the replicas did not start from the same weights") == 0);
+  // Before the first step only the start can be to blame, and the title says when.
+  const auto fs0 = dbg::check_params_in_sync(names, apart, 0);
+  REQUIRE(find(fs0, "M21") != nullptr);
+  CHECK(find(fs0, "M21")->title.find("before the first step") != std::string::npos);
 
   // One parameter nudged on rank 1 only (an update applied with its local gradient): named.
   {
@@ -205,6 +210,7 @@ TEST_CASE("M21: replicas after an averaged step are identical; different initial
   REQUIRE(g != nullptr);
   CHECK(g->parameter == names.back());
   CHECK(evidence(*g, "parameters that differ") == 1);
+  CHECK(g->cause.find("their gradients were not all-reduced") == 0);
   // A tolerance lets it pass (for replicas synchronised only up to rounding).
   dbg::DistCheckOptions loose;
   loose.sync_tolerance = 1e-3;
