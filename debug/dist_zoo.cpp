@@ -140,7 +140,7 @@ zoo::RunResult run_variant(const nn::BugSet& bugs, const Options& o, dist::Proce
   zo.model = "mlp";
   // BUG B32 (in the recipe): the single-process script's manual_seed(seed) on every rank, so the
   // ranks' dropout masks are identical. Correct: the shared seed for what must agree (the sampler's
-  // shuffle) and seed + rank for the randomness each rank draws (dist::rank_seed).
+  // shuffle) and a per-rank seed for the randomness each rank draws (dist::rank_seed).
   manual_seed(bugs.has(Bug::B32) ? o.seed : dist::rank_seed(o.seed, pg));
   nn::ModulePtr model = zoo::make_model({}, zo, 128);
   // The probe: a second replica, built once, that O7 loads with the replica's state to measure the
