@@ -17,6 +17,7 @@
 #include "cli/json.h"
 #include "debug/html_report.h"
 #include "core/generator.h"
+#include "dist/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -63,16 +64,19 @@ int cmd_train(const std::vector<std::string>& args) {
       "by default); everything reported during training is measured on it, and the test set is evaluated\n"
       "once, after the last epoch.\n"
       "Defaults: mlp (784-256-128-10): 10 epochs; cnn (2 conv blocks + fc 128): 8 epochs; both batch 64,\n"
-      "Adam lr 1e-3 with a cosine schedule, one thread. The same --seed gives the same run, loss for loss.");
+      "Adam lr 1e-3 with a cosine schedule, one thread. The same --seed gives the same run, loss for loss.\n"
+      "Data-parallel: under mpirun -np N each process trains on its shard of every batch (--batch-size is per\n"
+      "process: a global batch of N*B) with gradients averaged across processes; rank 0 alone prints and writes\n"
+      "--run-dir, and every loss shown is the mean over the processes (docs/distributed.md).");
   a.option("model", "mlp|cnn", "the network to train", "mlp");
   a.option("epochs", "N", "passes over the training data (default: per model)");
-  a.option("batch-size", "B", "examples per step (default: 64)");
+  a.option("batch-size", "B", "examples per step, per process under mpirun (default: 64)");
   a.option("lr", "X", "learning rate (default: 1e-3 for adam, 0.05 for sgd)");
   a.option("optimizer", "sgd|adam", "adam, or sgd with momentum 0.9", "adam");
   a.option("schedule", "cosine|none", "cosine: the lr decays to 0 over the run (stepped per epoch)", "cosine");
   a.option("device", "cpu|cuda", "where the model trains (cuda: the CUDA backend, on a GPU or its CPU emulator)", "cpu");
   a.option("threads", "N", "CPU threads for the engine (default: OMP_NUM_THREADS if set, else 1)");
-  a.option("seed", "S", "seeds the initialisation, shuffling and dropout", "1");
+  a.option("seed", "S", "seeds the initialisation, shuffling and dropout (per process under mpirun)", "1");
   a.option("run-dir", "DIR", "write steps.csv, epochs.jsonl and summary.json here");
   a.option("data-dir", "D", "folder with the IDX files", nn::kFashionMnistDefaultDir);
   a.option("limit-train", "N", "train on the first N images only (quick runs)");
@@ -108,6 +112,10 @@ int cmd_train(const std::vector<std::string>& args) {
   const Device device = device_option(a, "train", &device_note);
   // Before any tensor op: the engine reads the thread count once.
   set_thread_count(threads);
+  // Under mpirun: N processes, each training on its shard (a world of 1 otherwise, unchanged).
+  dist::ProcessGroup& pg = dist::ProcessGroup::world();
+  const int world = pg.world_size();
+  const bool main_rank = pg.is_main();
   const auto t0 = std::chrono::steady_clock::now();
 
   // Data.
@@ -125,7 +133,13 @@ int cmd_train(const std::vector<std::string>& args) {
     train = tr;
     val = va;
   }
-  nn::DataLoader train_loader(train, nn::DataLoaderOptions().batch_size(batch).shuffle(true).seed(seed));
+  auto train_opts = nn::DataLoaderOptions().batch_size(batch).shuffle(true).seed(seed);
+  // Each rank reads every world-th row of the single-process shuffle (dist/sampler.h), so step k
+  // of N ranks at batch B sees exactly the rows of step k of one process at batch N*B.
+  if (world > 1)
+    train_opts = train_opts.sampler(std::make_shared<dist::DistributedSampler>(
+        train->size(), pg.rank(), world, dist::DistributedSamplerOptions{.shuffle = true, .seed = seed}));
+  nn::DataLoader train_loader(train, train_opts);
   std::unique_ptr<nn::DataLoader> val_loader;
   if (val) val_loader = std::make_unique<nn::DataLoader>(val, nn::DataLoaderOptions().batch_size(500));
   nn::DataLoader test_loader(test, nn::DataLoaderOptions().batch_size(500));
@@ -133,19 +147,32 @@ int cmd_train(const std::vector<std::string>& args) {
   // Model and optimizer (initialisation draws from the seeded global generator).
   manual_seed(seed);
   std::shared_ptr<nn::Sequential> model = model_name == "cnn" ? make_cnn() : make_mlp();
+  // The module the Trainer runs: the model, or DDP around it (rank 0's weights broadcast, gradients
+  // averaged during backward). Dropout then draws from a per-rank stream: the same masks on every
+  // rank would make N ranks drop the same units (bug B32).
+  std::shared_ptr<nn::Module> trained = model;
+  if (world > 1) {
+    model->to(device);  // before wrapping: DDP makes its gradient buckets where the parameters are
+    trained = std::make_shared<dist::DistributedDataParallel>(model, pg);
+    manual_seed(dist::rank_seed(seed, pg));
+  }
   std::unique_ptr<optim::Optimizer> opt;
   if (opt_name == "adam") opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(lr));
   else opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(lr).momentum(0.9));
-  if (!json) {
+  if (!json && main_rank) {
     std::cout << "train: " << model_name << " (" << model->num_parameters() << " parameters), " << train->size()
               << " training / " << (val ? val->size() : 0) << " validation / " << test->size() << " test images, " << epochs << " epochs, batch " << batch << ", "
-              << opt_name << " lr " << lr << ", seed " << seed << ", on " << device.str() << device_note << "\n";
+              << opt_name << " lr " << lr << ", seed " << seed << ", on " << device.str() << device_note;
+    if (world > 1) std::cout << ", " << world << " processes (global batch " << batch * world << ")";
+    std::cout << "\n";
     std::cout.flush();
   }
 
   optim::TrainerOptions to;
-  to.device(device).epochs(epochs).run_dir(a.get("run-dir")).progress(a.has("quiet") ? optim::Progress::Off : optim::Progress::Auto);
-  optim::Trainer trainer(*model, *opt, to);
+  to.device(device).epochs(epochs).run_dir(main_rank ? a.get("run-dir") : "")
+      .progress(a.has("quiet") || !main_rank ? optim::Progress::Off : optim::Progress::Auto);
+  if (world > 1) to.reduce_mean([&pg](double v) { return pg.all_reduce(v, dist::ReduceOp::Avg); }).processes(world);
+  optim::Trainer trainer(*trained, *opt, to);
   std::unique_ptr<optim::LRScheduler> sched;
   if (schedule == "cosine") sched = std::make_unique<optim::CosineAnnealingLR>(*opt, epochs);
   trainer.set_scheduler(sched.get());
@@ -173,7 +200,7 @@ int cmd_train(const std::vector<std::string>& args) {
   std::ostringstream js;
   js << "{\"model\":" << json_str(model_name) << ",\"optimizer\":" << json_str(opt_name) << ",\"epochs\":" << epochs
      << ",\"batch_size\":" << batch << ",\"lr\":" << json_num(lr) << ",\"schedule\":" << json_str(schedule) << ",\"seed\":" << seed
-     << ",\"device\":" << json_str(device.str()) << ",\"val_fraction\":" << json_num(val_fraction)
+     << ",\"device\":" << json_str(device.str()) << ",\"processes\":" << world << ",\"val_fraction\":" << json_num(val_fraction)
      << ",\"train_examples\":" << train->size() << ",\"val_examples\":" << (val ? val->size() : 0)
      << ",\"test_examples\":" << test->size()
      << ",\"train_loss\":" << json_num(last.train_loss) << ",\"train_accuracy\":" << json_num(last.train_accuracy)
@@ -181,6 +208,7 @@ int cmd_train(const std::vector<std::string>& args) {
      << ",\"test_loss\":" << json_num(test_result.loss) << ",\"test_accuracy\":" << json_num(test_result.accuracy)
      << ",\"steps\":" << r.steps << ",\"seconds\":" << json_num(seconds)
      << ",\"train_seconds\":" << json_num(train_seconds) << ",\"examples_per_second\":" << json_num(ex_s) << "}";
+  if (!main_rank) return bad_step ? 1 : 0;  // rank 0 reports (every rank saw the same global losses)
   if (!a.get("run-dir").empty())
     debug::write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
                              "train --run-dir");

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "dist/process_group.h"
 
 namespace {
 
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
     try {
       return c.run(args);
     } catch (const std::exception& e) {
+      // Under mpirun, returning would leave the other ranks waiting in their next collective
+      // (and MPI_Finalize at exit waiting for them): end the whole job, naming this rank.
+      if (gs::dist::world_started() && gs::dist::ProcessGroup::world().world_size() > 1)
+        gs::dist::abort_job("gradsleuth " + name + ": error: " + e.what());
       std::cerr << "gradsleuth " << name << ": error: " << e.what() << "\n";
       return 1;
     }

@@ -161,6 +161,7 @@ void DistributedDataParallel::on_grad(size_t i, const Tensor& g) {
   p.ready = true;
   --b.pending;
   launch_ready_buckets();
+  if (next_bucket_ > 0) pg_.progress();  // move the started buckets' reductions along
 }
 
 void DistributedDataParallel::launch(size_t k) {

@@ -89,6 +89,10 @@ class ProcessGroup {
     std::string what_;
   };
   Work all_reduce_async(Tensor& contiguous_buffer, const std::string& what);
+  // Lets MPI advance the started requests without waiting for them. MPI implementations
+  // commonly progress a non-blocking collective only inside MPI calls, so DDP calls this as
+  // each gradient arrives: the bucket reductions then move on while backward computes.
+  void progress();
 
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -101,6 +105,9 @@ class ProcessGroup {
   int world_size_ = 1;
   double timeout_ = 300.0;
 };
+
+// ProcessGroup::world() has been called in this process (so abort_job has a job to end).
+bool world_started();
 
 // The seed for this rank's own random stream: dropout masks, data augmentation, anything that
 // must DIFFER across ranks (the same masks on every rank make N ranks do the work of one:

@@ -261,6 +261,10 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
       s.loss = loss.item<double>();
       classes = classes && is_classification(out, b.y);
       s.accuracy = classes ? accuracy(out, b.y) : kNoValue;
+      if (options_.reduce_mean()) {
+        s.loss = options_.reduce_mean()(s.loss);
+        if (classes) s.accuracy = options_.reduce_mean()(s.accuracy);
+      }
       s.lr = opt_.lr();
       s.batch = &b;
       s.output = out;
@@ -275,7 +279,7 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
         if (c.step) c.step(s);
       bar.step(epoch, last_epoch, batch_index, batches, loss_sum / static_cast<double>(seen),
                classes ? hit_sum / static_cast<double>(seen) : kNoValue,
-               static_cast<double>(seen) / std::max(seconds_since(t_epoch), 1e-9));
+               static_cast<double>(seen * options_.processes()) / std::max(seconds_since(t_epoch), 1e-9));
       ++batch_index;
       if (options_.max_steps() >= 0 && steps_done_ >= options_.max_steps()) stop_ = true;
       if (stop_) break;
@@ -287,7 +291,7 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
     info.seconds = seconds_since(t_epoch);
     info.train_loss = seen ? loss_sum / static_cast<double>(seen) : kNoValue;
     info.train_accuracy = seen && classes ? hit_sum / static_cast<double>(seen) : kNoValue;
-    info.examples_per_second = static_cast<double>(seen) / std::max(info.seconds, 1e-9);
+    info.examples_per_second = static_cast<double>(seen * options_.processes()) / std::max(info.seconds, 1e-9);
     info.lr = lr;
     if (val) {
       // BUG B05: validation run in training mode (model.eval() forgotten): Dropout

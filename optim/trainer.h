@@ -101,6 +101,13 @@ struct TrainerOptions {
   // train and validation). Unset (the default): the model's own device, batches moved to it.
   // A CUDA device needs the backend registered: gradsleuth::cuda::init() (cuda/cuda.h).
   GS_OPTIM_ARG(std::optional<Device>, device);
+  // Data-parallel training (dist/, docs/distributed.md): maps this process's per-step loss and
+  // accuracy to the job's (dist: the mean over the ranks, an all-reduce), before they are
+  // logged, shown or passed to callbacks, so every rank sees, and rank 0 writes, the global
+  // value. Every rank calls it at the same points. Unset: this process's values.
+  GS_OPTIM_ARG(std::function<double(double)>, reduce_mean);
+  // How many processes train on disjoint shards (examples per second counts all of them).
+  GS_OPTIM_ARG(int64_t, processes) = 1;
   // Injectable training-loop bugs (nn/bugs.h): B04 zero_grad() never called,
   // B05 validation run in training mode.
   GS_OPTIM_ARG(nn::BugSet, bugs);
