@@ -144,6 +144,8 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
   GS_CHECK(has_backend(o.device.type), "zoo", "Options::device is ", o.device.str(),
            " but no backend is registered for it: call gradsleuth::cuda::init() (cuda/cuda.h) first and check "
            "that it returns true, or train on kCPU");
+  // A bug this recipe has no code path for would train the clean model under the bug's name.
+  check_recipe(bugs.list(), o.model);
   Variant v;
   v.bugs = bugs;
   v.device = o.device;

@@ -4,7 +4,7 @@
 // compares with dist/ (DistributedSampler, DistributedDataParallel) and the debug
 // module's data-parallel checks (debug/dist_checks.h: D11, M21, M22, O7).
 //
-// Tasks 10.2-10.4 need several processes: grade them with
+// Tasks 10.2 and 10.3 need several processes: grade them with
 //   mpirun -np 2 build/tutorials/lab10_grader check 10
 // (alone, the grader reports them "skipped" and says so).
 #pragma once
