@@ -200,7 +200,11 @@ int cmd_train(const std::vector<std::string>& args) {
   std::ostringstream js;
   js << "{\"model\":" << json_str(model_name) << ",\"optimizer\":" << json_str(opt_name) << ",\"epochs\":" << epochs
      << ",\"batch_size\":" << batch << ",\"lr\":" << json_num(lr) << ",\"schedule\":" << json_str(schedule) << ",\"seed\":" << seed
-     << ",\"device\":" << json_str(device.str()) << ",\"processes\":" << world << ",\"val_fraction\":" << json_num(val_fraction)
+     << ",\"device\":" << json_str(device.str()) << ",\"processes\":" << world;
+  // Under mpirun: the seconds rank 0's backward passes waited for the gradient all-reduce.
+  if (auto* ddp = dynamic_cast<dist::DistributedDataParallel*>(trained.get()))
+    js << ",\"allreduce_wait_seconds\":" << json_num(ddp->wait_seconds());
+  js << ",\"val_fraction\":" << json_num(val_fraction)
      << ",\"train_examples\":" << train->size() << ",\"val_examples\":" << (val ? val->size() : 0)
      << ",\"test_examples\":" << test->size()
      << ",\"train_loss\":" << json_num(last.train_loss) << ",\"train_accuracy\":" << json_num(last.train_accuracy)

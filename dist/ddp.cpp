@@ -1,5 +1,7 @@
 #include "dist/ddp.h"
 
+#include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -56,14 +58,18 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
     p.bucket = static_cast<int64_t>(buckets_.size() - 1);
     p.offset = 0;
     for (size_t j : b.params) p.offset += params_[j].tensor.numel();
+    p.slot = static_cast<int64_t>(b.params.size());
     b.params.push_back(k);
     bytes += static_cast<int64_t>(p.tensor.nbytes());
   }
   for (Bucket& b : buckets_) {
     const Tensor& first = params_[b.params.front()].tensor;
-    int64_t n = 0;
-    for (size_t j : b.params) n += params_[j].tensor.numel();
-    b.buffer = zeros({n}, TensorOptions(first.dtype()).device(first.device()));
+    b.numel = 0;
+    for (size_t j : b.params) b.numel += params_[j].tensor.numel();
+    // After the gradients, one counter per parameter: 1 when this rank's backward produced its
+    // gradient. Summed with the gradients, it tells every rank how many ranks used each
+    // parameter without a collective of its own (small integers are exact in float32).
+    b.buffer = zeros({b.numel + static_cast<int64_t>(b.params.size())}, TensorOptions(first.dtype()).device(first.device()));
   }
   for (size_t k = 0; k < params_.size(); ++k) {
     if (params_[k].bucket < 0) continue;
@@ -132,6 +138,10 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
 void DistributedDataParallel::on_grad(size_t i, const Tensor& g) {
   if (!in_backward_) {
     // The first gradient of this backward: reset the buckets and make sure we run when it ends.
+    // A bucket still in flight belongs to a backward that failed before its end (its callback
+    // was dropped): let it land before its buffer is reused.
+    for (Bucket& b : buckets_)
+      if (b.launched) b.work.wait();
     in_backward_ = true;
     next_bucket_ = 0;
     for (Param& p : params_) {
@@ -143,7 +153,22 @@ void DistributedDataParallel::on_grad(size_t i, const Tensor& g) {
       b.launched = false;
       b.buffer.zero_();
     }
-    autograd::queue_callback([this] { finish_backward(); });
+    // When a backward fails, the engine drops its queued callbacks without running them; the
+    // guard then marks this round over, so the next backward starts a fresh one.
+    struct RoundGuard {
+      explicit RoundGuard(DistributedDataParallel* d) : self(d) {}
+      RoundGuard(const RoundGuard&) = delete;
+      DistributedDataParallel* self;
+      bool ran = false;
+      ~RoundGuard() {
+        if (!ran) self->in_backward_ = false;
+      }
+    };
+    auto guard = std::make_shared<RoundGuard>(this);
+    autograd::queue_callback([this, guard] {
+      guard->ran = true;
+      finish_backward();
+    });
   }
   Param& p = params_[i];
   GS_CHECK(!p.ready, "DistributedDataParallel", "parameter ", p.name, " received two gradients in one backward");
@@ -153,6 +178,7 @@ void DistributedDataParallel::on_grad(size_t i, const Tensor& g) {
   {
     NoGradGuard ng;
     b.buffer.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.shape()).copy_(g.detach());
+    b.buffer.narrow(0, b.numel + p.slot, 1).fill_(1.0);
     // Gradient accumulation: .grad holds earlier backwards' (already averaged) gradients.
     // Keep them, to add this backward's average to them exactly.
     Tensor before = p.tensor.grad();
@@ -180,36 +206,45 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 void DistributedDataParallel::finish_backward() {
   in_backward_ = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  struct AddTime {
+    double& total;
+    std::chrono::steady_clock::time_point t0;
+    ~AddTime() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } add_time{wait_seconds_, t0};
   // Buckets with a parameter that got no gradient here never filled: start them now (their
   // empty slots are zeros), so every rank starts every bucket, in order.
   while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
-  for (Bucket& b : buckets_) b.work.wait();
+  for (Bucket& b : buckets_) {
+    b.work.wait();
+    b.launched = false;
+  }
 
-  // Which parameters each rank used, compared across ranks.
+  // How many ranks used each parameter: the counters summed with the gradients.
   const int W = pg_.world_size();
-  std::vector<int64_t> used_on(params_.size(), 0);  // how many ranks used each parameter
-  std::vector<std::vector<uint8_t>> per_rank;
-  if (W > 1) {
+  std::vector<int64_t> used_on(params_.size(), 0);
+  bool disagree = false;
+  for (Bucket& b : buckets_) {
+    const std::vector<double> counts =
+        b.buffer.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(kCPU).to(kFloat64).to_vector<double>();
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const size_t k = b.params[j];
+      used_on[k] = std::llround(counts[j]);
+      if (used_on[k] != 0 && used_on[k] != W) disagree = true;
+    }
+  }
+  if (disagree && !o_.find_unused_parameters) {
+    // Every rank saw the same counts, so every rank is here: gather who used what, for the message.
     Tensor mask = zeros({static_cast<int64_t>(params_.size())}, kFloat64);
     double* m = mask.data_ptr<double>();
     for (size_t k = 0; k < params_.size(); ++k) m[k] = params_[k].ready ? 1.0 : 0.0;
     Tensor all = pg_.all_gather(mask);  // (W, P)
     const double* a = all.data_ptr<double>();
-    per_rank.assign(static_cast<size_t>(W), std::vector<uint8_t>(params_.size()));
-    for (int r = 0; r < W; ++r)
-      for (size_t k = 0; k < params_.size(); ++k) {
-        per_rank[static_cast<size_t>(r)][k] = a[static_cast<size_t>(r) * params_.size() + k] != 0.0;
-        used_on[k] += per_rank[static_cast<size_t>(r)][k];
-      }
-  } else {
-    for (size_t k = 0; k < params_.size(); ++k) used_on[k] = params_[k].ready ? 1 : 0;
-  }
-  if (!o_.find_unused_parameters) {
     for (size_t k = 0; k < params_.size(); ++k) {
       if (params_[k].bucket < 0 || used_on[k] == 0 || used_on[k] == W) continue;
       std::string with, without;
       for (int r = 0; r < W; ++r) {
-        std::string& list = per_rank[static_cast<size_t>(r)][k] ? with : without;
+        std::string& list = a[static_cast<size_t>(r) * params_.size() + k] != 0.0 ? with : without;
         list += (list.empty() ? "" : ", ") + std::to_string(r);
       }
       GS_FAIL("DistributedDataParallel", "parameter ", params_[k].name, " got a gradient on rank(s) ", with,
@@ -224,7 +259,7 @@ void DistributedDataParallel::finish_backward() {
   NoGradGuard ng;
   for (Bucket& b : buckets_) {
     if (!o_.bugs.has(nn::Bug::B29)) [[likely]]
-      b.buffer.div_(static_cast<double>(W));
+      b.buffer.narrow(0, 0, b.numel).div_(static_cast<double>(W));
     // BUG B29: no division: every rank steps with the SUM of the ranks' gradients, world_size
     // times the single-process step. Correct: the division by world_size above.
     for (size_t k : b.params) {

@@ -20,8 +20,10 @@
 // backward has finished (autograd::queue_callback), DDP starts any bucket not yet started,
 // waits for all of them, divides by world_size and writes each parameter's .grad.
 //
-// Unused parameters: a parameter that got no gradient in this backward on some ranks but not
-// on others is an error on every rank naming the parameter and the ranks, unless
+// Unused parameters: each bucket carries, after its gradients, one counter per parameter (1 when
+// this rank produced its gradient), summed by the same all-reduce, so every rank learns how
+// many ranks used each parameter at no extra collective. A parameter that got no gradient in
+// this backward on some ranks but not on others is an error on every rank naming the parameter and the ranks, unless
 // find_unused_parameters (then its missing contribution counts as zero, as PyTorch does: the
 // average over the global batch, where those ranks' examples did not touch it). A parameter
 // that no rank used keeps its .grad as it was.
@@ -74,6 +76,10 @@ class DistributedDataParallel : public nn::Module {
   // The parameters (requiring grad) known at construction, in registration order.
   std::vector<std::string> registered_parameters() const;
   int64_t reduce_calls() const { return reduce_calls_; }  // bucket all-reduces started so far
+  // Seconds the backward passes so far spent waiting, after their last node ran, for the bucket
+  // all-reduces to finish (plus the unused-parameter check): the communication backward could
+  // not hide behind computation.
+  double wait_seconds() const { return wait_seconds_; }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   // The parameter names in each bucket (bucket 0 is reduced first).
   std::vector<std::vector<std::string>> bucket_layout() const;
@@ -84,6 +90,7 @@ class DistributedDataParallel : public nn::Module {
     Tensor tensor;
     int64_t bucket = -1;  // -1: not reduced (B33)
     int64_t offset = 0;   // in elements, within the bucket's buffer
+    int64_t slot = 0;     // its position in the bucket (its use counter is buffer[numel + slot])
     size_t hook = 0;
     bool has_hook = false;
     // This backward: a gradient arrived; .grad's value before it (accumulation), if any.
@@ -92,7 +99,8 @@ class DistributedDataParallel : public nn::Module {
   };
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
-    Tensor buffer;               // flat, contiguous
+    Tensor buffer;               // flat, contiguous: the gradients, then one use counter per parameter
+    int64_t numel = 0;           // elements of gradient in the buffer
     int64_t pending = 0;         // slots still waiting for a gradient this backward
     bool launched = false;
     ProcessGroup::Work work;
@@ -112,6 +120,7 @@ class DistributedDataParallel : public nn::Module {
   bool in_backward_ = false;
   std::vector<std::string> reduced_;
   int64_t reduce_calls_ = 0;
+  double wait_seconds_ = 0.0;
 };
 
 }  // namespace gradsleuth::dist

@@ -45,6 +45,7 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+#if GS_HAVE_MPI
 // Started by an MPI launcher? mpirun/mpiexec (OpenMPI, MPICH/Hydra, Intel MPI) set these.
 // Without one we do not call MPI_Init: a "singleton" MPI start forks a runtime daemon, which
 // a plain `gradsleuth train` must not pay for (nor fail on in a sandbox). GRADSLEUTH_DIST=1
@@ -56,6 +57,8 @@ bool launched_by_mpi() {
   return force && std::strcmp(force, "1") == 0;
 }
 
+#endif
+
 double timeout_from_env() {
   if (const char* s = std::getenv("GRADSLEUTH_DIST_TIMEOUT")) {
     char* end = nullptr;
@@ -65,6 +68,7 @@ double timeout_from_env() {
   return 300.0;
 }
 
+#if GS_HAVE_MPI
 std::string signature_str(DType dt, int64_t ndim, const int64_t* dims, bool cuda) {
   std::ostringstream os;
   os << dtype_name(dt) << "[";
@@ -72,6 +76,7 @@ std::string signature_str(DType dt, int64_t ndim, const int64_t* dims, bool cuda
   os << "]" << (cuda ? " on cuda" : "");
   return os.str();
 }
+#endif
 
 }  // namespace
 

@@ -298,3 +298,31 @@ TEST_CASE("DDP: a parameter added after wrapping is not reduced, and reduced_par
   CHECK(red.size() == 4);
   CHECK(extra.grad().defined());  // it has a gradient, a local one
 }
+
+TEST_CASE("DDP: a backward that fails on every rank after some buckets started leaves DDP ready for the next") {
+  const int W = pg().world_size();
+  dist::DDPOptions o;
+  o.bucket_bytes = 1;  // four buckets: the last layer's start before the first layer's gradient arrives
+  auto m = make_mlp(9);
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(m, pg(), o);
+  bool fail = true;
+  // A hook on the first layer's output throws: the last layer's buckets have started, the first
+  // layer's gradients never come.
+  m->named_children()[0].second->register_forward_hook([&fail](gs::nn::Module&, const Tensor&, const Tensor& out) {
+    Tensor o = out;
+    o.register_hook([&fail](const Tensor&) -> Tensor {
+      if (fail) throw gs::Error("test", "injected backward failure");
+      return Tensor();
+    });
+  });
+  Tensor x = my_rows(global_x(W), pg()), y = my_rows(global_y(W), pg());
+  CHECK(error_of([&] { mse((*ddp)(x), y).backward(); }).find("injected backward failure") != std::string::npos);
+  CHECK(ddp->reduce_calls() == 2);  // 2.bias and 2.weight started, then backward failed
+  fail = false;
+  ddp->zero_grad();
+  mse((*ddp)(x), y).backward();
+  auto want = full_batch_grads(*ddp, W);
+  auto params = ddp->parameters();
+  for (size_t k = 0; k < params.size(); ++k) check_close(params[k].grad(), want[k], 1e-14, 1e-12);
+  CHECK(ddp->reduced_parameters().size() == 4);
+}
