@@ -17,6 +17,7 @@
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"
+#include "json_mini.h"
 
 namespace dbg = gs::debug;
 namespace dz = gs::debug::dist_zoo;
@@ -92,6 +93,19 @@ TEST_CASE("every data-parallel bug is caught by an intended check; the clean ref
     REQUIRE(f != nullptr);
     CHECK(f->severity == w.severity);
     CHECK(f->title.find(w.title_has) != std::string::npos);
+  }
+  // The JSON of `zoo --distributed --json`: one entry per bug with its intended and fired checks.
+  const json_mini::Value doc = json_mini::parse(dz::json(r));
+  REQUIRE(doc.get("bugs") != nullptr);
+  CHECK(doc.get("bugs")->arr.size() == 6);
+  CHECK(doc.get("caught")->num == 6);
+  CHECK(doc.get("options")->get("world_size")->num == pg.world_size());
+  CHECK(doc.get("clean")->get("fired")->arr.empty());
+  for (size_t i = 0; i < r.bugs.size(); ++i) {
+    const json_mini::Value& b = doc.get("bugs")->arr[i];
+    CHECK(b.get("id")->str == r.bugs[i].id);
+    CHECK(b.get("caught")->b == true);
+    CHECK(b.get("fired")->arr.size() == r.bugs[i].fired.size());
   }
   // B33 names the parameter DDP left out: the last registered one (the head's bias).
   const auto b33 = std::find_if(r.bugs.begin(), r.bugs.end(), [](const auto& b) { return b.id == "B33"; });
