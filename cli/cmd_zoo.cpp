@@ -14,8 +14,71 @@
 #include "debug/html_report.h"
 #include "debug/zoo.h"
 #include "optim/progress.h"
+#ifdef GS_WITH_DIST_ZOO
+#include "debug/dist_zoo.h"
+#include "dist/process_group.h"
+#endif
 
 namespace gradsleuth::cli {
+
+namespace {
+
+// `zoo --distributed`: every rank trains; rank 0 prints the matrix and writes the JSON.
+int zoo_distributed(Args& a) {
+#ifndef GS_WITH_DIST_ZOO
+  GS_CHECK(false, "zoo --distributed", "this gradsleuth was built without dist/ (data-parallel training)");
+  return 1;
+#else
+  auto& pg = dist::ProcessGroup::world();
+  GS_CHECK(pg.world_size() >= 2, "zoo --distributed",
+           "the distributed zoo trains data-parallel replicas and needs at least 2 ranks, but this process is alone "
+           "(world size 1", dist::mpi_available() ? "" : "; this build has no MPI", "): run it as\n"
+           "  mpirun -np 2 gradsleuth zoo --distributed\n(or more ranks; as root in a container add "
+           "--allow-run-as-root or set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
+  debug::dist_zoo::Options o;
+  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
+  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  o.seed = a.get_seed("seed");
+  o.data_dir = a.get_nonempty("data-dir");
+  GS_CHECK(a.get("model") == "mlp" && a.get("device") == "cpu", "zoo --distributed",
+           "the distributed zoo trains the MLP on the CPU: drop --model/--device");
+  GS_CHECK(o.train_examples >= o.batch_size * pg.world_size(), "zoo --distributed", "--train-examples must be >= ",
+           o.batch_size * pg.world_size(), " (a batch of ", o.batch_size, " per rank)");
+  if (a.has("json") && pg.rank() == 0) a.check_writable_file("json");
+  std::vector<nn::Bug> bugs;
+  for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
+  if (bugs.empty()) bugs = debug::dist_zoo::catalog();
+  const bool quiet = a.has("quiet") || pg.rank() != 0;
+  if (!quiet)
+    std::fprintf(stderr, "zoo --distributed: %zu bug%s + clean reference on %d ranks, %lld steps each\n", bugs.size(),
+                 bugs.size() == 1 ? "" : "s", pg.world_size(), static_cast<long long>(o.steps));
+  auto progress = [quiet](size_t done, size_t total, const std::string& line) {
+    if (quiet) return;
+    std::fprintf(stderr, "zoo: [%zu/%zu] %s\n", done, total, line.c_str());
+    std::fflush(stderr);
+  };
+  const debug::dist_zoo::Result r = debug::dist_zoo::run(bugs, o, pg, progress);
+  if (pg.rank() == 0) {
+    std::cout << debug::dist_zoo::matrix(r);
+    if (a.has("verbose"))
+      for (const debug::zoo::RunResult* v : [&r] {
+             std::vector<const debug::zoo::RunResult*> all = {&r.clean};
+             for (const auto& b : r.bugs) all.push_back(&b);
+             return all;
+           }())
+        std::cout << "\n---- " << v->id << ": " << v->title << "\n" << v->report.str(true);
+    std::cout << std::flush;
+    if (a.has("json")) {
+      debug::write_file_atomic(a.get("json"), debug::dist_zoo::json(r) + "\n", "zoo --json");
+      if (!a.has("quiet")) std::fprintf(stderr, "zoo: wrote %s\n", a.get("json").c_str());
+    }
+  }
+  pg.barrier();
+  return 0;
+#endif
+}
+
+}  // namespace
 
 int cmd_zoo(const std::vector<std::string>& args) {
   Args a("zoo", args);
@@ -31,7 +94,11 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "--device cuda trains every variant and runs every check on the CUDA backend (a GPU, or in a build without\n"
       "one its CPU emulator, where a variant costs ~30x the CPU time: use --bug and --steps); the data pipeline and\n"
       "its checks stay on the host, and M13 (gradient check) and M18 (half precision) check a CPU copy of the\n"
-      "model, which goes back to the device afterwards.");
+      "model, which goes back to the device afterwards.\n"
+      "--distributed (under `mpirun -np 2` or more): the data-parallel bugs B29-B34 instead. Every rank trains a\n"
+      "replica of the MLP with DistributedDataParallel on its shard (100 steps, batch 64 per rank, 4,000 images,\n"
+      "SGD lr 0.02 momentum 0.9), with the data-parallel checks D11 L8 M21 M22 O7 W9 attached; rank 0 prints the\n"
+      "matrix. Run alone (world size 1) it refuses and says how to start it.");
   a.option("bug", "ID", "a bug to run (" + nn::bug_range() + "); repeat for several (default: every bug the model's recipe reproduces)", "", true);
   a.flag("quick", "the small budget (the main job of ./run.sh)");
   a.option("json", "FILE", "also write the results as JSON to FILE (written atomically)");
@@ -42,6 +109,8 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.option("device", "cpu|cuda", "where the models train and the checks run (cuda: the CUDA backend, on a GPU or its CPU emulator)",
            "cpu");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
+  a.flag("distributed", "the data-parallel bugs B29-B34, under mpirun -np 2 (or more)");
+  a.flag("verbose", "with --distributed: after the matrix, every finding of each variant (info ones too)");
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
   if (!a.parse()) return 0;
@@ -56,6 +125,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
     return 0;
   }
   set_thread_count();
+  if (a.has("distributed")) return zoo_distributed(a);
   debug::zoo::Options o = a.has("quick") ? debug::zoo::Options::quick() : debug::zoo::Options::full();
   if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
   if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);

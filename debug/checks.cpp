@@ -32,6 +32,17 @@ const std::vector<SourceInfo>& all_sources() {
        "checks)",
        "torch.autograd.detect_anomaly, torch.autograd.gradcheck, and the version counter that rejects in-place "
        "changes to tensors saved for backward"},
+      {"PyTorch DDP", "PyTorch documentation: DistributedDataParallel and DistributedSampler (torch.nn.parallel, "
+       "torch.utils.data.distributed)",
+       "replicas broadcast from rank 0 at construction, gradients averaged by an all-reduce in buckets, unused "
+       "parameters, one shard per rank with set_epoch, seeding each rank"},
+      {"Li et al. 2020", "Shen Li et al., \"PyTorch Distributed: Experiences on Accelerating Data Parallel "
+       "Training\" (VLDB 2020)",
+       "how DistributedDataParallel keeps replicas identical: the initial broadcast, gradient bucketing, the "
+       "all-reduce that averages, parameters that get no gradient"},
+      {"Goyal et al. 2017", "Priya Goyal et al., \"Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour\" (2017)",
+       "the effective batch of data-parallel training, the linear learning-rate scaling rule with warm-up, and "
+       "the pitfalls of distributed SGD: loss and gradient normalisation, per-worker data shuffling"},
   };
   return table;
 }
@@ -75,6 +86,10 @@ const std::vector<CheckInfo>& all_checks() {
       {"D10", "same preprocessing for every split", "data", {"Debugging Training"},
        "flag a split whose statistics differ from train after preprocessing", "debug::check_split_consistency",
        "gradsleuth doctor", true},
+      {"D11", "data shards across ranks", "data", {"PyTorch DDP", "Goyal et al. 2017"},
+       "per epoch, the ranks' sampled indices are disjoint and cover the dataset (up to the sampler's padding of "
+       "world_size - 1); flag ranks reading the same examples",
+       "debug::check_shards", "mpirun -np 2 gradsleuth zoo --distributed --bug B31", true},
       // ---- loss and metrics --------------------------------------------------------------------
       {"L1", "loss symptom diagnosis", "loss", {"Debugging Training", "debug-training", "Systematic Methodology"},
        "from the loss history: NaN, Inf, stuck high, oscillating wildly, train down / val up, each mapped to the "
@@ -96,6 +111,10 @@ const std::vector<CheckInfo>& all_checks() {
       {"L7", "fitting diagnosis", "loss", {"Systematic Methodology", "debug-training"},
        "underfitting / overfitting / normal from train and validation curves", "debug::diagnose_fitting",
        "gradsleuth doctor", true},
+      {"L8", "logged loss across ranks", "loss", {"PyTorch DDP", "Goyal et al. 2017"},
+       "the loss logged for a step equals the batch-weighted mean of every rank's loss (not rank 0's alone, not "
+       "averaged twice); report the ranks' loss spread",
+       "debug::LoggedLossCheck", "mpirun -np 2 gradsleuth zoo --distributed --bug B34", true},
       // ---- model ---------------------------------------------------------------------------------
       {"M1", "shape trace / model summary", "model", {"Debugging neural networks", "Systematic Methodology"},
        "every module's output shape and parameter count on a sample batch", "debug::shape_trace",
@@ -168,6 +187,14 @@ const std::vector<CheckInfo>& all_checks() {
        "an in-place op on a tensor saved for backward raises, naming the tensor, the op that saved it, the in-place "
        "op that modified it, and the versions",
        "core autograd (SavedTensor); debug::inplace_finding", "gradsleuth doctor --bug B02", true},
+      {"M21", "replicas in sync", "model", {"PyTorch DDP", "Li et al. 2020"},
+       "after a checked step every rank's parameters are identical: per-parameter float64 sum and sum of squares "
+       "gathered and compared with tolerance 0",
+       "debug::check_params_in_sync", "mpirun -np 2 gradsleuth zoo --distributed --bug B30", true},
+      {"M22", "per-rank randomness", "model", {"PyTorch DDP", "Goyal et al. 2017"},
+       "ranks must not draw the same random numbers (dropout masks, augmentation): the next draws of each rank's "
+       "generator compared across ranks",
+       "debug::check_rank_randomness", "mpirun -np 2 gradsleuth zoo --distributed --bug B32", true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1", "gradient health", "optimisation", {"Debugging Training", "Troubleshooting Tips", "debug-training", "Systematic Methodology"},
        "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "
@@ -187,6 +214,10 @@ const std::vector<CheckInfo>& all_checks() {
        "too high (oscillation/divergence) or too low (flat loss) from the loss history, and the update-to-weight "
        "ratio per layer outside [1e-5, 1e-1]",
        "debug::diagnose_learning_rate, debug::UpdateRatioTracker", "gradsleuth doctor --bug B24", true},
+      {"O7", "gradients reduced and averaged", "optimisation", {"Li et al. 2020", "PyTorch DDP"},
+       "after the all-reduce every parameter's gradient is identical across ranks and equals the average of the "
+       "ranks' local gradients (summed = world_size x); every trainable parameter is in the reduced list",
+       "debug::check_gradient_reduction", "mpirun -np 2 gradsleuth zoo --distributed --bug B29", true},
       // ---- workflow ------------------------------------------------------------------------------
       {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses",
        "debug::check_reproducible", "gradsleuth doctor", true},
@@ -212,6 +243,10 @@ const std::vector<CheckInfo>& all_checks() {
        "debug::Profiler", "gradsleuth doctor (the profile section)", true},
       {"W8", "memory report", "workflow", {"Systematic Methodology"}, "memory per parameter/activation/gradient, peak",
        "debug::memory_report", "gradsleuth doctor", true},
+      {"W9", "effective batch and learning rate", "workflow", {"Goyal et al. 2017", "PyTorch DDP"},
+       "report world_size x per-rank batch and the learning rate; warn when the gradient is summed, so the "
+       "effective learning rate is lr x world_size",
+       "debug::report_effective_batch", "mpirun -np 2 gradsleuth zoo --distributed", true},
   };
   return table;
 }

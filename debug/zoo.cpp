@@ -46,6 +46,10 @@ void check_recipe(const std::vector<Bug>& bugs, const std::string& model) {
   for (Bug b : bugs) {
     const nn::BugInfo& info = nn::bug_info(b);
     if (std::find(info.recipes.begin(), info.recipes.end(), model) != info.recipes.end()) continue;
+    // The data-parallel bugs need N processes: the distributed zoo under mpirun reproduces them.
+    GS_CHECK(std::find(info.recipes.begin(), info.recipes.end(), "dist") == info.recipes.end(), "zoo", "bug ",
+             info.code, " (", info.title, ") is a data-parallel bug: it needs several ranks, run it as `mpirun -np 2 "
+             "gradsleuth zoo --distributed --bug ", info.code, "`");
     std::string where;
     for (const std::string& r : info.recipes) where += (where.empty() ? "" : " or ") + r;
     GS_CHECK(false, "zoo", "bug ", info.code, " (", info.title, ") lives in ", info.lives_in,
@@ -141,6 +145,8 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
   GS_CHECK(has_backend(o.device.type), "zoo", "Options::device is ", o.device.str(),
            " but no backend is registered for it: call gradsleuth::cuda::init() (cuda/cuda.h) first and check "
            "that it returns true, or train on kCPU");
+  // A bug this recipe has no code path for would train the clean model under the bug's name.
+  check_recipe(bugs.list(), o.model);
   Variant v;
   v.bugs = bugs;
   v.device = o.device;

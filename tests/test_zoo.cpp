@@ -76,8 +76,9 @@ TEST_CASE("every catalogued bug is caught by an intended check") {
   const auto& catalog = nn::bug_catalog();
   for (size_t i = 0; i < catalog.size(); i += kBugStride) {
     const nn::BugInfo& b = catalog[i];
-    // The data-parallel bugs (recipe "dist") are reproduced by the distributed zoo only.
-    if (std::find(b.recipes.begin(), b.recipes.end(), "mlp") == b.recipes.end()) continue;
+    // The data-parallel bugs (recipe "dist", B29-B34) need several ranks: test_dist_zoo runs them
+    // under mpirun; the single-process recipe has none of their code paths.
+    if (std::find(b.recipes.begin(), b.recipes.end(), "dist") != b.recipes.end()) continue;
     const zoo::RunResult r = zoo::run_variant(nn::BugSet{b.id}, o);
     INFO(b.code << " (" << b.title << "): fired " << fired_text(r));
     CHECK(r.caught);
@@ -86,6 +87,17 @@ TEST_CASE("every catalogued bug is caught by an intended check") {
     CHECK(r.intended == want);
     // Silent: training ran its budget (B02's backward error is the exception, and that error is M20).
     if (b.id != nn::Bug::B02) CHECK(r.steps == o.steps);
+  }
+}
+
+TEST_CASE("a data-parallel bug is refused by the single-process zoo, naming the command that runs it") {
+  for (nn::Bug b : {nn::Bug::B29, nn::Bug::B34}) {
+    try {
+      zoo::build(nn::BugSet{b}, zoo::Options::quick());
+      FAIL("zoo::build accepted a data-parallel bug");
+    } catch (const gs::Error& e) {
+      CHECK(std::string(e.what()).find("mpirun -np 2 gradsleuth zoo --distributed --bug") != std::string::npos);
+    }
   }
 }
 

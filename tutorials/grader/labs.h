@@ -14,5 +14,6 @@ Lab make_lab6();  // dead ReLUs, saturation, vanishing gradients, initialisation
 Lab make_lab7();  // hunting a NaN: log-sum-exp, anomaly mode, half precision
 Lab make_lab8();  // data bugs: misalignment, leakage, normalisation, class imbalance
 Lab make_lab9();  // CUDA kernels: axpy, a naive and a tiled matmul, against the CPU and cuBLAS
+Lab make_lab10();  // data-parallel training: sharding, gradient averaging, the replica checks
 
 }  // namespace gradsleuth::labs
