@@ -2,7 +2,7 @@
 // libtorch's C++ API with the same recipe: the same model, Adam, batch 64, epochs,
 // lr schedule and label smoothing as cli/cmd_train.cpp's per-model defaults
 //   mlp: 10 epochs, lr 1e-3, cosine stepped per epoch, no smoothing
-//   cnn:  7 epochs, lr 2e-3, linear warm-up from a tenth over half an epoch, then
+//   cnn:  6 epochs, lr 2e-3, linear warm-up from a tenth over half an epoch, then
 //         cosine to 0 stepped per batch, label smoothing 0.1 on the training loss
 // the same 10% validation split (gradsleuth's own train_val_split, seed 1, so the very
 // same images), per-epoch shuffling, validation after every epoch and the test set
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool cnn = model_name == "cnn";
-  if (epochs < 0) epochs = cnn ? 7 : 10;
+  if (epochs < 0) epochs = cnn ? 6 : 10;
   torch::set_num_threads(1);
   torch::manual_seed(seed);
 
