@@ -306,7 +306,7 @@ namespace {
 // tenth of a CNN step.
 template <class T, bool A_, bool B_>
 void where_row(T* o, const uint8_t* c, const T* a, const T* b, int64_t n) {  // out may be b (masked_fill_)
-  const T av = *a, bv = *b;
+  const T av = A_ ? T() : *a, bv = B_ ? T() : *b;  // a broadcast side has its one element
   // Both sides loaded unconditionally and the condition read as bytes: GCC 12 neither
   // if-converts a conditional load nor finds a vector type for a bool load.
   for (int64_t i = 0; i < n; ++i) {
