@@ -3,7 +3,9 @@
 # the gradsleuth programs (bench_train_step, bench_gemm, bench_overhead) and
 # bench/peer_libtorch.cpp alternate for ROUNDS rounds (>= 3), so a load change on a
 # shared machine hits both sides; each figure is the median over the rounds, and the
-# ratio is gradsleuth / libtorch (time: lower is better; GEMM throughput: higher).
+# ratio is gradsleuth / libtorch (time: lower is better; GEMM throughput: higher). Times
+# are CPU times and GEMM GFLOP/s are computed from CPU time: one thread each, so the
+# load of other processes does not count against either side.
 #   scripts/bench_peer.sh [--rounds N] [--min-time S] [--json FILE] [BUILD_DIR]
 # Needs Google Benchmark (setup.sh installs it) and Debian's libtorch-dev (not needed
 # by ./test.sh; CMake builds bench/peer_libtorch.cpp when it is installed):
@@ -52,7 +54,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 python3 - "$tmp" "$rounds" "$json" <<'PY'
-import glob, json, os, platform, statistics, sys
+import glob, json, os, platform, re, statistics, sys
 tmp, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 series = {}  # (side, name) -> [values]
 context = {}
@@ -65,7 +67,11 @@ for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
         name = name.replace("/real_time", "")
         scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
         if "FLOP/s" in b:
-            val = b["FLOP/s"] / 1e9
+            # From CPU time, not the benchmarks' wall-time rate: everything here runs on one
+            # thread, and on a shared machine the wall-time rate measures the load (a GEMM
+            # 1024^3 "at 74 GFLOP/s" was a fast kernel descheduled part of the time).
+            n = int(re.search(r"n:(\d+)", name).group(1))
+            val = 2.0 * n ** 3 / (b["cpu_time"] * scale * 1e-6) / 1e9
         elif "per_op" in b:
             val = b["per_op"] * 1e6  # seconds per op -> us
         else:

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli_test_util.h"
 #include "json_mini.h"
@@ -116,6 +118,9 @@ TEST_CASE("train: every numeric option is range-checked before any work, naming 
                        Bad{"--batch-size -3", "--batch-size must be an integer in [1, "},
                        Bad{"--val-fraction 0.7", "--val-fraction must be a finite number in [0, 0.5]"},
                        Bad{"--val-fraction -0.1", "--val-fraction must be a finite number in [0, 0.5]"},
+                       Bad{"--label-smoothing 1", "--label-smoothing must be a finite number in [0, 1), got '1'"},
+                       Bad{"--label-smoothing -0.1", "--label-smoothing must be a finite number in [0, 1)"},
+                       Bad{"--schedule onecycle", "unknown --schedule 'onecycle': use cosine, warmup-cosine or none"},
                        Bad{"--run-dir /proc/gradsleuth-cannot-exist", "--run-dir"}}) {
     CAPTURE(b.args);
     // --data-dir /nonexistent: a check that ran after loading the data would report the dataset instead.
@@ -153,4 +158,37 @@ TEST_CASE("train: the validation split comes from the training images; the test 
   CHECK(d1.get("train_examples")->num == 480);
   CHECK(d1.get("val_examples")->num == 160);
   CHECK(d1.get("test_examples")->num == 300);
+}
+
+TEST_CASE("train --schedule warmup-cosine: the lr rises over half an epoch, then decays to 0 step by step") {
+  // 576 training images at batch 64: 9 steps per epoch, 18 in all, a warm-up of 4 steps
+  // from a tenth of the lr. steps.csv logs, after each step, the lr the next step uses.
+  skip_without_dataset();
+  const fs::path base = fs::temp_directory_path() / ("gs_cli_train_wc_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  const std::string common = "train --model mlp --epochs 2 --limit-train 640 --limit-test 100 --seed 3 --threads 1 "
+                             "--lr 0.002 --schedule warmup-cosine --json --quiet ";
+  Run a = run_cli(common + "--label-smoothing 0.1 --run-dir " + (base / "a").string());
+  REQUIRE(a.status == 0);
+  json_mini::Value doc = json_mini::parse(last_line(a.out));
+  CHECK(doc.get("schedule")->str == "warmup-cosine");
+  CHECK(doc.get("label_smoothing")->num == doctest::Approx(0.1));
+  std::istringstream csv(slurp(base / "a" / "steps.csv"));
+  std::string line;
+  std::getline(csv, line);  // header: step,epoch,loss,accuracy,lr
+  std::vector<double> lr;
+  while (std::getline(csv, line)) lr.push_back(std::stod(line.substr(line.rfind(',') + 1)));
+  REQUIRE(lr.size() == 18);
+  const double pi = 3.14159265358979323846;
+  for (int k = 1; k <= 18; ++k) {  // lr[k - 1] = lr_at(k)
+    CAPTURE(k);
+    const double want = k < 4 ? 0.002 * (0.1 + 0.9 * k / 4.0) : 0.001 * (1 + std::cos(pi * (k - 4) / 14.0));
+    CHECK(lr[static_cast<size_t>(k - 1)] == doctest::Approx(want).epsilon(1e-5));
+  }
+  // Label smoothing changes the training loss (same seed, same batches), not the data.
+  Run b = run_cli(common + "--label-smoothing 0 --run-dir " + (base / "b").string());
+  REQUIRE(b.status == 0);
+  CHECK(json_mini::parse(last_line(b.out)).get("label_smoothing")->num == 0);
+  CHECK(slurp(base / "a" / "steps.csv") != slurp(base / "b" / "steps.csv"));
+  fs::remove_all(base);
 }

@@ -442,6 +442,54 @@ TEST_CASE("where, masked_fill and logical ops") {
   CHECK(gs::logical_not(f).dtype() == gs::kBool);
 }
 
+TEST_CASE("where: the contiguous fast paths (both sides, a scalar side, two scalars) agree with a loop") {
+  // Long rows (the vectorised loop and its remainder), NaN and infinities in the branch
+  // that is NOT taken must not leak, every dtype the select is compiled for, and
+  // masked_fill_ (where with out == b).
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64, gs::kInt64}) {
+    CAPTURE(dt);
+    const int64_t n = 1000 + 37;
+    Vec av(n), bv(n);
+    std::vector<double> cv(n);
+    for (int64_t i = 0; i < n; ++i) {
+      av[i] = double(i % 13) - 6;
+      bv[i] = double(i % 7) * 3 - 10;
+      cv[i] = (i * 7919) % 5 < 2;
+    }
+    if (dt != gs::kInt64) {
+      av[3] = NAN; cv[3] = 0;        // a NaN in the side not taken
+      bv[4] = INFINITY; cv[4] = 1;
+      av[5] = -INFINITY; cv[5] = 1;  // and one that is taken
+    }
+    Tensor c = gs::tensor(cv, {n}, gs::kBool), a = gs::tensor(av, {n}, dt), b = gs::tensor(bv, {n}, dt);
+    Tensor s1 = gs::scalar_tensor(2, dt), s2 = gs::scalar_tensor(-7, dt);
+    const double s1v = vals(s1)[0], s2v = vals(s2)[0];
+    auto expect = [&](bool a_scalar, bool b_scalar) {
+      Vec e(n);
+      for (int64_t i = 0; i < n; ++i) e[i] = cv[i] ? (a_scalar ? s1v : av[i]) : (b_scalar ? s2v : bv[i]);
+      return e;
+    };
+    auto same = [](const Vec& got, const Vec& want) {
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+        else CHECK(got[i] == want[i]);
+      }
+    };
+    same(vals(gs::where(c, a, b)), expect(false, false));
+    same(vals(gs::where(c, s1, b)), expect(true, false));
+    same(vals(gs::where(c, a, s2)), expect(false, true));
+    same(vals(gs::where(c, s1, s2)), expect(true, true));
+    // A strided condition and side take the general loop: same answer.
+    Tensor c2 = gs::stack({c, c}, 1).select(1, 0), a2 = gs::stack({a, a}, 1).select(1, 1);
+    same(vals(gs::where(c2, a2, b)), expect(false, false));
+    Tensor m = b.clone();
+    m.masked_fill_(c, 2);
+    same(vals(m), expect(true, false));
+  }
+}
+
 TEST_CASE("isnan, isinf, isfinite") {
   using BV = std::vector<bool>;
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");

@@ -82,6 +82,53 @@ TEST_CASE("Conv2d: forward matches direct convolution") {
   }
 }
 
+TEST_CASE("conv2d: stride 1 with the output as wide as the input (one flat loop per kernel tap)") {
+  // im2col and col2im walk each kernel tap as one flat range when the stride is 1 and
+  // outW == W, masking the pixels whose column falls outside the input row. Cases:
+  // the CNN's 3x3/padding 1, wider and dilated kernels, a kernel narrower than tall,
+  // rows that shrink while the width stays, taps with no valid row or column at all
+  // (1-pixel-high and 2-pixel-wide images), odd sizes and a non-contiguous input;
+  // forward against the direct sum in float64, gradients by central differences.
+  struct Case { int64_t H, W, kH, kW, pH, pW, dH, dW; };
+  for (Case cs : {Case{6, 7, 3, 3, 1, 1, 1, 1}, Case{5, 9, 5, 5, 2, 2, 1, 1}, Case{7, 6, 3, 3, 2, 2, 2, 2},
+                  Case{4, 5, 1, 1, 0, 0, 1, 1}, Case{6, 7, 3, 5, 0, 2, 1, 1}, Case{5, 5, 2, 3, 0, 1, 1, 1},
+                  Case{5, 1, 3, 1, 1, 0, 1, 1}, Case{1, 5, 3, 3, 1, 1, 1, 1}, Case{3, 2, 3, 3, 3, 3, 3, 3}}) {
+    CAPTURE(cs.H); CAPTURE(cs.W); CAPTURE(cs.kH); CAPTURE(cs.kW); CAPTURE(cs.pH); CAPTURE(cs.pW);
+    CAPTURE(cs.dH); CAPTURE(cs.dW);
+    const int64_t N = 2, C = 3, O = 2;
+    // A (N, C, W, H) tensor transposed: the conv reads a non-contiguous view.
+    Tensor x = gs::randn({N, C, cs.W, cs.H}, gs::kFloat64).transpose(2, 3);
+    Tensor w = gs::randn({O, C, cs.kH, cs.kW}, gs::kFloat64), b = gs::randn({O}, gs::kFloat64);
+    Tensor y = gs::conv2d(x, w, b, {1, 1}, {cs.pH, cs.pW}, {cs.dH, cs.dW});
+    const int64_t oH = cs.H + 2 * cs.pH - cs.dH * (cs.kH - 1), oW = cs.W + 2 * cs.pW - cs.dW * (cs.kW - 1);
+    REQUIRE(oW == cs.W);
+    REQUIRE(y.shape() == gs::Shape{N, O, oH, oW});
+    Vec X = vals(x.contiguous()), Wv = vals(w), B = vals(b), want(N * O * oH * oW);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o)
+        for (int64_t i = 0; i < oH; ++i)
+          for (int64_t j = 0; j < oW; ++j) {
+            double acc = B[o];
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t ki = 0; ki < cs.kH; ++ki)
+                for (int64_t kj = 0; kj < cs.kW; ++kj) {
+                  const int64_t h = i - cs.pH + ki * cs.dH, ww = j - cs.pW + kj * cs.dW;
+                  if (h < 0 || h >= cs.H || ww < 0 || ww >= cs.W) continue;
+                  acc += Wv[((o * C + c) * cs.kH + ki) * cs.kW + kj] * X[((n * C + c) * cs.H + h) * cs.W + ww];
+                }
+            want[((n * O + o) * oH + i) * oW + j] = acc;
+          }
+    nntest::check_close(y, want, 1e-12, 1e-12);
+    // Float32 takes the same paths: same values to float precision.
+    nntest::check_close(gs::conv2d(x.to(gs::kFloat32), w.to(gs::kFloat32), b.to(gs::kFloat32), {1, 1},
+                                   {cs.pH, cs.pW}, {cs.dH, cs.dW}),
+                        want, 1e-4, 1e-4);
+    Tensor xl = x.contiguous().detach().requires_grad_(), wl = w.detach().requires_grad_();  // the check perturbs raw data
+    GS_CHECK_GRADS([&] { return gs::conv2d(xl, wl, Tensor(), {1, 1}, {cs.pH, cs.pW}, {cs.dH, cs.dW}); },
+                   (Params{{"x", xl}, {"weight", wl}}));
+  }
+}
+
 TEST_CASE("Conv2d: gradients (float64), with groups, stride, padding, dilation") {
   nn::Conv2d conv(nn::Conv2dOptions(4, 2, 3).stride(2).padding(1).dilation({1, 2}).groups(2));
   conv.to(gs::kFloat64);
@@ -165,6 +212,45 @@ TEST_CASE("MaxPool2d and AvgPool2d: forward against loops, gradients") {
     nntest::check_error([&] { pool(gs::zeros({3, 4, 4})); }, {"MaxPool2d", "unsqueeze(0)"});
     nntest::check_error([&] { pool(gs::zeros({1, 1, 1, 4})); }, {"MaxPool2d", "too small"});
     nntest::check_error([] { nn::MaxPool2d(nn::MaxPool2dOptions(2).padding(2)); }, {"MaxPool2d", "half the kernel"});
+  }
+}
+
+TEST_CASE("max_pool2d 2x2: every output width (compile-time and runtime kernels) against a loop") {
+  // The 2x2/stride-2 kernel is compiled for output widths 7, 8, 14 and 16 and runs a
+  // runtime-width loop otherwise; odd input sizes drop their last row/column. Values
+  // from a small set make ties common, a few NaNs sit in random places; the output and
+  // the gradient's position (sum().backward() sends 1 to each window's winner) are
+  // checked against a loop that applies the rule: first NaN, else first maximum.
+  for (int64_t W : {14, 15, 16, 17, 28, 29, 32, 33, 6, 3}) {
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      CAPTURE(W); CAPTURE(dt);
+      const int64_t N = 2, C = 3, H = W % 2 ? 5 : 4, oH = H / 2, oW = W / 2;
+      Vec xv(N * C * H * W);
+      for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
+      xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
+      Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
+      Tensor y = gs::max_pool2d(x, {2, 2});
+      REQUIRE(y.shape() == gs::Shape{N, C, oH, oW});
+      y.sum().backward();
+      Vec Y = vals(y), G = vals(x.grad()), wantG(xv.size(), 0.0);
+      for (int64_t nc = 0; nc < N * C; ++nc)
+        for (int64_t i = 0; i < oH; ++i)
+          for (int64_t j = 0; j < oW; ++j) {
+            int64_t best = -1;
+            for (int64_t a = 0; a < 2; ++a)
+              for (int64_t c = 0; c < 2; ++c) {
+                const int64_t k = (nc * H + 2 * i + a) * W + 2 * j + c;
+                if (best < 0) best = k;
+                else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best])) best = k;
+              }
+            const double got = Y[(nc * oH + i) * oW + j];
+            CAPTURE(nc); CAPTURE(i); CAPTURE(j);
+            if (std::isnan(xv[best])) CHECK(std::isnan(got));
+            else CHECK(got == xv[best]);
+            wantG[best] += 1.0;
+          }
+      CHECK(G == wantG);
+    }
   }
 }
 

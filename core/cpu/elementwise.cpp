@@ -299,10 +299,39 @@ void CpuBackend::binary(BinaryOp op, const Tensor& out, const Tensor& a, const T
   });
 }
 
+namespace {
+// One row of where() with contiguous out and cond, each branch contiguous (A_ / B_
+// true) or a broadcast scalar: a select GCC vectorises. relu's backward is
+// where(x <= 0, 0, g) over a CNN's activations; through the strided loop it cost a
+// tenth of a CNN step.
+template <class T, bool A_, bool B_>
+void where_row(T* o, const uint8_t* c, const T* a, const T* b, int64_t n) {  // out may be b (masked_fill_)
+  const T av = A_ ? T() : *a, bv = B_ ? T() : *b;  // a broadcast side has its one element
+  // Both sides loaded unconditionally and the condition read as bytes: GCC 12 neither
+  // if-converts a conditional load nor finds a vector type for a bool load.
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = A_ ? a[i] : av, y = B_ ? b[i] : bv;
+    o[i] = c[i] != 0 ? x : y;
+  }
+}
+}  // namespace
+
 void CpuBackend::where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   dispatch_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     for_each_row<4>(out.shape(), {&out, &cond, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
+      constexpr int64_t e = sizeof(T);
+      if (st[0] == e && st[1] == 1 && (st[2] == e || st[2] == 0) && (st[3] == e || st[3] == 0)) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        const uint8_t* c = reinterpret_cast<const uint8_t*>(p[1]);  // a bool is one byte, 0 or 1
+        const T* x = reinterpret_cast<const T*>(p[2]);
+        const T* y = reinterpret_cast<const T*>(p[3]);
+        if (st[2] == e && st[3] == e) where_row<T, true, true>(o, c, x, y, n);
+        else if (st[2] == e) where_row<T, true, false>(o, c, x, y, n);
+        else if (st[3] == e) where_row<T, false, true>(o, c, x, y, n);
+        else where_row<T, false, false>(o, c, x, y, n);
+        return;
+      }
       for (int64_t k = 0; k < n; ++k)
         *at<T>(p[0], k, st[0]) = *at<bool>(p[1], k, st[1]) ? *at<T>(p[2], k, st[2]) : *at<T>(p[3], k, st[3]);
     });
