@@ -52,31 +52,11 @@ debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug:
   return loss;
 }
 
-debug::Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
-                        const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s,
-                        size_t max_series = 12) {
-  debug::Plot p;
-  p.title = title;
-  p.x_label = "step";
-  p.y_label = y_label;
-  p.log_y = log_y;
-  for (size_t i = 0; i < s.size() && i < max_series; ++i) {
-    debug::Series se;
-    se.name = s[i].first;
-    for (auto& [x, y] : s[i].second) {
-      se.x.push_back(static_cast<double>(x));
-      se.y.push_back(y);
-    }
-    p.series.push_back(std::move(se));
-  }
-  return p;
-}
-
 
 // Dead-unit fraction per ReLU layer over time. Healthy layers sit near 0, where their
 // lines overlap: each has its own dash pattern.
 debug::Plot dead_plot(const debug::zoo::RunResult& r) {
-  debug::Plot p = series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction);
+  debug::Plot p = debug::series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction);
   p.lines.push_back({0.7, "M7 flags a layer at 0.7"});
   p.caption = "The share of each ReLU layer's units that output 0 for every example of a batch. Healthy layers "
               "stay near 0 (their lines overlap there; each has its own dash pattern).";
@@ -85,7 +65,7 @@ debug::Plot dead_plot(const debug::zoo::RunResult& r) {
 
 // The update-to-weight ratio per parameter, with the healthy band around 1e-3.
 debug::Plot update_ratio_plot(const debug::zoo::RunResult& r) {
-  debug::Plot p = series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio);
+  debug::Plot p = debug::series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio);
   p.bands.push_back({1e-4, 1e-2, "healthy: about 1e-3"});
   p.lines.push_back({1e-5, "O6: too low below 1e-5"});
   p.lines.push_back({1e-1, "O6: too high above 1e-1"});
@@ -295,7 +275,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
                      for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + debug::check_label(c);
                      return s;
                    }()}};
-  html.plots.push_back(series_plot("gradient norm per parameter", "||grad||", true, r.history.grad_norms));
+  html.plots.push_back(debug::series_plot("gradient norm per parameter", "||grad||", true, r.history.grad_norms));
   html.plots.push_back(dead_plot(r));
   html.plots.push_back(update_ratio_plot(r));
   html.findings = r.report;

@@ -52,26 +52,6 @@ std::string findings_count(const Report& r) {
   return os.str();
 }
 
-// Series of (step, value) pairs as a plot (the doctor's plots, drawn from a TrainingHistory).
-Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
-                 const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s) {
-  Plot p;
-  p.title = title;
-  p.x_label = "step";
-  p.y_label = y_label;
-  p.log_y = log_y;
-  for (size_t i = 0; i < s.size() && i < 12; ++i) {
-    Series se;
-    se.name = s[i].first;
-    for (auto& [x, y] : s[i].second) {
-      se.x.push_back(static_cast<double>(x));
-      se.y.push_back(y);
-    }
-    p.series.push_back(std::move(se));
-  }
-  return p;
-}
-
 }  // namespace
 
 // ---- RunReport --------------------------------------------------------------------------

@@ -683,6 +683,26 @@ Series MetricsLog::series(const std::string& name) const {
   return it == index_.end() ? Series{name, {}, {}} : series_[it->second];
 }
 
+Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
+                 const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s,
+                 size_t max_series) {
+  Plot p;
+  p.title = title;
+  p.x_label = "step";
+  p.y_label = y_label;
+  p.log_y = log_y;
+  for (size_t i = 0; i < s.size() && i < max_series; ++i) {
+    Series se;
+    se.name = s[i].first;
+    for (auto& [x, y] : s[i].second) {
+      se.x.push_back(static_cast<double>(x));
+      se.y.push_back(y);
+    }
+    p.series.push_back(std::move(se));
+  }
+  return p;
+}
+
 Plot MetricsLog::plot(const std::string& title, const std::string& name_prefix, bool log_y,
                       const std::string& y_label) const {
   Plot p;

@@ -52,6 +52,12 @@ struct Plot {
   std::string caption;         // a sentence under the plot saying what to look for
 };
 
+// One line per named series of (step, value) pairs (a TrainingHistory's grad_norms,
+// dead_fraction, update_ratio), the first `max_series` of them, against "step".
+Plot series_plot(const std::string& title, const std::string& y_label, bool log_y,
+                 const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& s,
+                 size_t max_series = 12);
+
 // A matrix drawn as coloured cells (|value| on a white-to-red scale), e.g. the
 // batch-mixing Jacobian: how much output row i depends on input example j.
 struct HeatMap {
