@@ -30,6 +30,18 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
       params_.back().tensor = t;
     }
   check_same_model();
+  if (pg_.world_size() > 1 && !nccl_available()) {
+    // A model on the device needs NCCL for its broadcast and its gradient all-reduces. Say so
+    // here, naming DDP and the parameter, rather than through the first broadcast's error (every
+    // rank wraps the same model on the same device, checked above, so every rank fails alike).
+    for (auto& [name, t] : module_->named_parameters())
+      GS_CHECK(!t.is_cuda(), "DistributedDataParallel", "parameter '", name, "' (", t.str(), ") lives on ",
+               t.device().str(), ", but this build of gradsleuth_dist has no NCCL, which a model on a CUDA device "
+               "needs for its broadcast and its gradient all-reduces (",
+               "dist::nccl_available() is false). Train the model on the CPU (model->to(gs::kCPU) "
+               "before wrapping it), or configure on a machine with a GPU, nvcc and NCCL "
+               "(cmake -DGRADSLEUTH_KERNELS_ON=GPU).");
+  }
 
   if (!o_.bugs.has(nn::Bug::B30)) [[likely]] {
     // Every replica starts from rank 0's weights: without this each rank keeps what its own
