@@ -441,6 +441,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
   // came from now, while the weights are still the ones that produced it.
   bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
   if (sample) {
+    SummaryCache once;  // O2/O3's norms and O1 read the same gradients: one pass over each
     norms_.record(steps_ + 1, model_);  // O2/O3
     std::vector<Finding> health = check_gradient_health(model_, o_.optim);  // O1 (M5's gradient flow runs in the gate)
     // Once, the first time a 1-D parameter's gradient vanishes: is it a redundant bias (zero

@@ -105,11 +105,37 @@ TensorSummary summarize_on_device(const Tensor& t) {
 }
 }  // namespace
 
+namespace {
+thread_local SummaryCache* active_cache = nullptr;
+}  // namespace
+
+TensorSummary summarize_uncached(const Tensor& t);  // one pass over a CPU tensor
+
+SummaryCache::SummaryCache() : outer_(active_cache) { active_cache = this; }
+SummaryCache::~SummaryCache() { active_cache = outer_; }
+
 TensorSummary summarize(const Tensor& t) {
   TensorSummary s;
   if (!t.defined()) return s;
   NoGradGuard ng;
   if (!t.device().is_cpu()) return summarize_on_device(t);
+  SummaryCache* cache = t.is_contiguous() ? active_cache : nullptr;
+  if (cache) {
+    for (const SummaryCache::Entry& e : cache->entries_)
+      if (e.data == t.raw_data() && e.numel == t.numel() && e.dtype == t.dtype() && e.version == t.version()) {
+        ++cache->hits_;
+        return e.summary;
+      }
+    s = summarize_uncached(t);
+    cache->entries_.push_back({t.raw_data(), t.numel(), t.dtype(), t.version(), s});
+    return s;
+  }
+  return summarize_uncached(t);
+}
+
+TensorSummary summarize_uncached(const Tensor& t) {
+  TensorSummary s;
+  NoGradGuard ng;
   Tensor c = t.detach().contiguous();
   s.numel = c.numel();
   if (c.numel() > 0 && c.dtype() == kFloat32 && scan_fast(static_cast<const float*>(c.raw_data()), s.numel, s)) return s;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -24,6 +25,34 @@ struct TensorSummary {
 // Reads the values (any dtype, any strides) in one pass on the CPU; a device tensor (CUDA) is
 // summarised on its device by tensor ops, and only the resulting scalars are copied back.
 TensorSummary summarize(const Tensor& t);
+
+// While one is alive on this thread, summarize() remembers its result for each contiguous CPU
+// tensor it read and returns it again for the same data (same address, size, dtype and storage
+// version): the monitor's sampled step reads every gradient for O2/O3's norms and again for O1's
+// health, and this makes that one pass. Keep its scope short (one step), where the tensors read
+// stay alive: a freed buffer reused at the same address with the same version would be taken for
+// the old one.
+class SummaryCache {
+ public:
+  SummaryCache();
+  ~SummaryCache();
+  SummaryCache(const SummaryCache&) = delete;
+  SummaryCache& operator=(const SummaryCache&) = delete;
+  int64_t hits() const { return hits_; }
+
+ private:
+  friend TensorSummary summarize(const Tensor& t);
+  struct Entry {
+    const void* data;
+    int64_t numel;
+    DType dtype;
+    uint64_t version;
+    TensorSummary summary;
+  };
+  std::vector<Entry> entries_;
+  int64_t hits_ = 0;
+  SummaryCache* outer_;
+};
 
 // Cheap: true when every value is finite (integral and bool tensors always are). On a device:
 // one float64 sum there, one scalar back.

@@ -538,3 +538,30 @@ TEST_CASE("O1-O4, O6 on the reference MLP: healthy (Adam 1e-3) is silent, lr 0.1
     CHECK(ev(f, "learning rate") == 1e-7);
   }
 }
+
+TEST_CASE("SummaryCache: one pass per tensor while its data is unchanged, a fresh one after a write") {
+  Tensor t = gs::arange(1000.0, gs::TensorOptions(gs::kFloat32));  // 0..999
+  const dbg::TensorSummary plain = dbg::summarize(t);
+  {
+    dbg::SummaryCache cache;
+    const dbg::TensorSummary a = dbg::summarize(t);
+    const dbg::TensorSummary b = dbg::summarize(t);
+    CHECK(cache.hits() == 1);
+    CHECK(a.norm == plain.norm);
+    CHECK(b.max == 999.0);
+    t.mul_(2.0);  // an in-place write bumps the storage's version: the cached summary is stale
+    const dbg::TensorSummary c = dbg::summarize(t);
+    CHECK(cache.hits() == 1);
+    CHECK(c.max == 1998.0);
+    CHECK(c.norm == doctest::Approx(2.0 * plain.norm));
+    // Another tensor of the same size and dtype is not confused with t.
+    const dbg::TensorSummary d = dbg::summarize(gs::zeros({1000}, gs::TensorOptions(gs::kFloat32)));
+    CHECK(d.max == 0.0);
+    // A view that starts at t's address but is shorter is not taken for t.
+    CHECK(dbg::summarize(t.narrow(0, 0, 500)).max == 998.0);
+    CHECK(cache.hits() == 1);
+  }
+  // Outside the scope nothing is remembered.
+  t.fill_(1.0);
+  CHECK(dbg::summarize(t).max == 1.0);
+}
