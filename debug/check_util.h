@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -42,6 +43,25 @@ inline double quantile(std::vector<double> v, double q) {
   const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
+}
+
+// The zoos' tables and JSON (debug/zoo.cpp, debug/dist_zoo.cpp):
+// a fraction as "83.2%" ("-" when not finite),
+inline std::string pct(double v) {
+  if (!std::isfinite(v)) return "-";
+  char b[16];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
+  return b;
+}
+// a column padded to `w` characters (and at least one space after it),
+inline std::string pad(const std::string& s, size_t w) {
+  return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
+}
+// ["a","b"] as JSON.
+inline std::string str_list(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + json_str(v[i]);
+  return s + "]";
 }
 
 }  // namespace gradsleuth::debug::detail

@@ -25,6 +25,10 @@ using nn::Bug;
 
 namespace {
 
+using detail::pad;
+using detail::pct;
+using detail::str_list;
+
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -294,23 +298,11 @@ Result run(const std::vector<Bug>& bugs, const Options& o, dist::ProcessGroup& p
 }
 
 namespace {
-std::string pct(double v) {
-  if (!std::isfinite(v)) return "-";
-  char b[16];
-  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
-  return b;
-}
 std::string num3(double v) {
   if (!std::isfinite(v)) return "-";
   char b[24];
   std::snprintf(b, sizeof b, "%.3f", v);
   return b;
-}
-std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
-std::string str_list(const std::vector<std::string>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + json_str(v[i]);
-  return s + "]";
 }
 // Only the data-parallel checks' findings: the others are not attached here.
 std::string run_json(const zoo::RunResult& b, bool bug) {

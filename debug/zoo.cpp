@@ -13,6 +13,7 @@
 #include "core/backend.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "debug/check_util.h"
 #include "debug/checks.h"
 #include "debug/data_checks.h"
 #include "debug/diagnose.h"
@@ -24,6 +25,10 @@ namespace gradsleuth::debug::zoo {
 using nn::Bug;
 
 namespace {
+
+using detail::pad;
+using detail::pct;
+using detail::str_list;
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -376,12 +381,6 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
 }
 
 namespace {
-std::string pct(double v) {
-  if (!std::isfinite(v)) return "-";
-  char b[16];
-  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
-  return b;
-}
 std::string num(double v) {
   if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
   char b[16];
@@ -401,7 +400,6 @@ std::string wrap(const std::string& text, size_t width, const std::string& inden
   }
   return out + line + "\n";
 }
-std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 }  // namespace
 
 std::string graph_dot(const nn::BugSet& bugs, const Options& o, int64_t examples, DotOptions opts) {
@@ -537,11 +535,6 @@ std::string matrix(const Result& r) {
 }
 
 namespace {
-std::string str_list(const std::vector<std::string>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + json_str(v[i]);
-  return s + "]";
-}
 std::string run_json(const RunResult& b, bool bug) {
   std::ostringstream os;
   os << "{";
