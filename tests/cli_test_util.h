@@ -16,10 +16,9 @@ struct Run {
   std::string out;  // stdout only
 };
 
-// Runs `gradsleuth ARGS`; stderr is shown unless drop_stderr.
-inline Run run_cli(const std::string& args, bool drop_stderr = false) {
+// Runs a shell command line (e.g. the tool under mpirun): its exit status and stdout.
+inline Run run_command(const std::string& cmd) {
   Run r;
-  const std::string cmd = std::string("\"") + GS_CLI_PATH + "\" " + args + (drop_stderr ? " 2>/dev/null" : "");
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE_MESSAGE(p != nullptr, "could not start ", cmd);
   std::array<char, 4096> buf;
@@ -28,6 +27,11 @@ inline Run run_cli(const std::string& args, bool drop_stderr = false) {
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// Runs `gradsleuth ARGS`; stderr is shown unless drop_stderr.
+inline Run run_cli(const std::string& args, bool drop_stderr = false) {
+  return run_command(std::string("\"") + GS_CLI_PATH + "\" " + args + (drop_stderr ? " 2>/dev/null" : ""));
 }
 
 // Runs `gradsleuth ARGS` and returns its exit status and stdout + stderr together.

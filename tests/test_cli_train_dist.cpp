@@ -65,15 +65,9 @@ TEST_CASE("mpirun -np 2 at batch B takes the same steps as one process at batch 
   // The whole command line goes through mpirun: the test runs the CLI twice, under it.
   const std::string cmd = kMpirun + "\"" + GS_CLI_PATH + "\"" + common + " --batch-size 32 --run-dir \"" +
                           two.string() + "\"";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
+  const clitest::Run r2 = clitest::run_command(cmd);
+  const std::string& out = r2.out;
+  REQUIRE(r2.status == 0);
   // Rank 0 alone prints: one header, one result line.
   CHECK(count(out, "train: mlp") == 1);
   CHECK(count(out, "test accuracy") == 1);
@@ -102,15 +96,10 @@ TEST_CASE("mpirun -np 2 trains the CNN (dropout seeded per rank) and reports onc
   const std::string cmd = kMpirun + "\"" + GS_CLI_PATH + "\"" +
                           " train --model cnn --limit-train 128 --limit-test 64 --epochs 1 --batch-size 16 "
                           "--val-fraction 0 --quiet --json";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
+  const clitest::Run r = clitest::run_command(cmd);
+  const std::string& out = r.out;
+  REQUIRE(r.status != -1);  // exited, not killed by a signal
+  CHECK(r.status == 0);
   CHECK(count(out, "\"model\":\"cnn\"") == 1);
   CHECK(out.find("\"processes\":2") != std::string::npos);
   CHECK(out.find("\"steps\":4") != std::string::npos);  // 128 / (2 * 16)
@@ -121,14 +110,9 @@ TEST_CASE("a command that fails under mpirun ends the whole job, naming the rank
   // instead of one rank returning while the other waits in a collective.
   const std::string cmd = kMpirun + "\"" + GS_CLI_PATH + "\"" +
                           " train --model mlp --data-dir /nonexistent-gradsleuth-data --quiet 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  CHECK((!WIFEXITED(st) || WEXITSTATUS(st) != 0));
+  const clitest::Run r = clitest::run_command(cmd);
+  const std::string& out = r.out;
+  CHECK(r.status != 0);  // a failure exit or a signal (-1)
   INFO(out);
   CHECK(out.find("of 2 failed: gradsleuth train: error:") != std::string::npos);
   CHECK(out.find("nonexistent-gradsleuth-data") != std::string::npos);
