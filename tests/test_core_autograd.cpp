@@ -14,6 +14,10 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "nn_test_util.h"
+
+using nntest::error_of;
+using nntest::has;
 #include "core/tensor.h"
 
 namespace {
@@ -33,16 +37,6 @@ Tensor leaf(std::initializer_list<double> v) { return gs::tensor(v, kLeaf); }
 Tensor cst(std::initializer_list<double> v, const gs::Shape& s) { return gs::tensor(v, s, kF64); }
 Tensor cst(std::initializer_list<double> v) { return gs::tensor(v, kF64); }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "<no gs::Error was thrown>";
-}
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 void check_vec(const Vec& got, const Vec& want, double tol = 1e-12) {
   REQUIRE(got.size() == want.size());

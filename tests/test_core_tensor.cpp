@@ -16,6 +16,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "nn_test_util.h"
+
+using nntest::error_of;
+using nntest::has;
 #include "core/tensor.h"
 
 namespace {
@@ -25,16 +29,6 @@ using Vec = std::vector<double>;
 using IVec = std::vector<int64_t>;
 
 // The message of the gs::Error that f throws (a marker string if it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "<no gs::Error was thrown>";
-}
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 Vec vals(const Tensor& t) { return t.to_vector<double>(); }
 IVec shp(const Tensor& t) { return t.shape().vec(); }
