@@ -92,6 +92,24 @@ class Backend {
   virtual void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) = 0;
   virtual void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) = 0;
 
+  // ---- fused convolution (optional; groups = 1) ----
+  // out (N, O, outH, outW) = conv2d(x (N, C, H, W), w (O, C, kH, kW)) + bias (O), or no
+  // bias when `bias` is undefined. All contiguous, one floating dtype, on this device.
+  // Return false, touching nothing, when this backend has no fused kernel for the case:
+  // ops/conv.cpp then runs the composite (unfold + matmul) path.
+  virtual bool conv2d_forward(const Tensor& /*out*/, const Tensor& /*x*/, const Tensor& /*w*/,
+                              const Tensor& /*bias*/, const Conv2dGeometry& /*g*/) {
+    return false;
+  }
+  // Its first-order backward for the incoming gradient grad_out (N, O, outH, outW): writes
+  // (not accumulates) grad_x (x's shape), grad_w (w's shape) and grad_b (O); each is
+  // undefined when not needed and then not computed. Same contract as the forward.
+  virtual bool conv2d_backward(const Tensor& /*grad_x*/, const Tensor& /*grad_w*/, const Tensor& /*grad_b*/,
+                               const Tensor& /*grad_out*/, const Tensor& /*x*/, const Tensor& /*w*/,
+                               const Conv2dGeometry& /*g*/) {
+    return false;
+  }
+
   // ---- random (counter-based, see generator.h) ----
   // uniform in [lo, hi) / normal(mean, std), element i uses Philox(seed, offset + i/4) word i%4.
   virtual void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) = 0;

@@ -130,6 +130,13 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>
 // x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) -> (N, O, outH, outW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Dims stride = {1, 1},
               Dims padding = {0, 0}, Dims dilation = {1, 1}, int64_t groups = 1);
+namespace detail {
+// Whether conv2d may use the backend's fused kernel (on by default; process-wide).
+// Off, every conv2d runs the composite unfold + matmul path, the reference the
+// tests compare the fused kernel with.
+void set_conv2d_fused(bool enabled);
+bool conv2d_fused();
+}  // namespace detail
 Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0}, Dims dilation = {1, 1});
 Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0});
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).

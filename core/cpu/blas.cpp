@@ -65,7 +65,7 @@ bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 template <class T, class Gemm>
 bool gemm(Gemm f, bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T* C, int64_t ldc) {
+          int64_t ldb, T beta, T* C, int64_t ldc) {
   // CBLAS takes int sizes; a larger problem stays on Eigen (which takes any size).
   if (!fits_int(M) || !fits_int(N) || !fits_int(K) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc)) return false;
   // Leading dimensions must be >= 1 even for empty or single-row operands.
@@ -73,24 +73,40 @@ bool gemm(Gemm f, bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const
   sync_threads();
   // A column-major (M, K) operand is a row-major (K, M) one, transposed.
   f(kRowMajor, a_col ? kTrans : kNoTrans, b_col ? kTrans : kNoTrans, static_cast<int>(M), static_cast<int>(N),
-    static_cast<int>(K), T(1), A, ld(lda), B, ld(ldb), T(0), C, ld(ldc));
+    static_cast<int>(K), T(1), A, ld(lda), B, ld(ldb), beta, C, ld(ldc));
   return true;
 }
 }  // namespace
 
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc) {
-  return gemm<float>(cblas_sgemm, a_col, b_col, M, N, K, A, lda, B, ldb, C, ldc);
+  return gemm<float>(cblas_sgemm, a_col, b_col, M, N, K, A, lda, B, ldb, 0.0f, C, ldc);
 }
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
                int64_t ldb, double* C, int64_t ldc) {
-  return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, C, ldc);
+  return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
+}
+bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+  return gemm<float>(cblas_sgemm, a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
+               int64_t ldb, double beta, double* C, int64_t ldc) {
+  return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 #else
 bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t) {
   return false;
 }
 bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t, double*,
+               int64_t) {
+  return false;
+}
+bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,
+               int64_t) {
+  return false;
+}
+bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t, double, double*,
                int64_t) {
   return false;
 }

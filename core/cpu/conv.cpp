@@ -1,5 +1,6 @@
 // CPU backend, convolution and pooling (NCHW, contiguous): im2col/col2im for
-// conv via GEMM, max pooling with argmax for backward, average pooling.
+// conv via GEMM (their per-sample loops are in conv_cols.h, shared with the fused
+// conv2d of conv_gemm.cpp), max pooling with argmax for backward, average pooling.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,61 +9,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/conv_cols.h"
 #include "core/cpu/cpu_backend.h"
 
 namespace gradsleuth::cpu {
-
-namespace {
-// Stride 1 with "same" width (W == outW, e.g. 3x3 with padding 1): output pixel
-// (oh, ow) of kernel tap (ki, kj) reads input index j + shift, j = oh * W + ow, for
-// every valid pixel, so a tap is ONE loop over [j0, j1) (first to last valid pixel)
-// instead of outH loops of outW (14 or 28 for the CNN: too short to vectorise). The
-// pixels whose column falls outside the input row (ow < ow0 or ow >= ow1) map to the
-// neighbouring row's edge, inside the plane; they are masked: im2col writes 0 there
-// and col2im adds 0 (an exact no-op: the plane starts at +0, so it never holds -0).
-struct TapRange {
-  int64_t j0, j1, shift;
-  bool empty, full_rows;
-};
-TapRange tap_range(const Conv2dGeometry& g, int64_t ki, int64_t kj);
-struct FlatTaps {
-  bool on = false;
-  std::vector<uint8_t> keep;  // keep[kj * L + j]: column of j inside the input row for tap column kj
-  std::vector<TapRange> taps;  // taps[ki * kW + kj]
-};
-FlatTaps flat_taps(const Conv2dGeometry& g) {
-  FlatTaps f;
-  f.on = g.sH == 1 && g.sW == 1 && g.W == g.outW;
-  if (!f.on) return f;
-  const int64_t L = g.outH * g.outW;
-  f.keep.assign(static_cast<size_t>(g.kW * L), 0);
-  for (int64_t kj = 0; kj < g.kW; ++kj) {
-    const int64_t off = kj * g.dW - g.pW;
-    for (int64_t j = 0; j < L; ++j) {
-      const int64_t w = j % g.outW + off;
-      f.keep[static_cast<size_t>(kj * L + j)] = w >= 0 && w < g.W;
-    }
-  }
-  for (int64_t ki = 0; ki < g.kH; ++ki)
-    for (int64_t kj = 0; kj < g.kW; ++kj) f.taps.push_back(tap_range(g, ki, kj));
-  return f;
-}
-// The tap's valid pixels: rows [oh0, oh1) (input row inside the plane), columns
-// [ow0, ow1); j0, j1 the flat range from the first valid pixel to one past the last.
-TapRange tap_range(const Conv2dGeometry& g, int64_t ki, int64_t kj) {
-  const int64_t off = kj * g.dW - g.pW, rowoff = ki * g.dH - g.pH;  // h = oh + rowoff, w = ow + off
-  const int64_t oh0 = std::max<int64_t>(0, -rowoff), oh1 = std::min(g.outH, g.H - rowoff);
-  const int64_t ow0 = std::max<int64_t>(0, -off), ow1 = std::min(g.outW, g.W - off);
-  TapRange t{};
-  t.empty = oh0 >= oh1 || ow0 >= ow1;
-  if (t.empty) return t;
-  t.j0 = oh0 * g.outW + ow0;
-  t.j1 = (oh1 - 1) * g.outW + ow1;
-  t.shift = rowoff * g.W + off;
-  t.full_rows = ow0 == 0 && ow1 == g.outW;
-  return t;
-}
-}  // namespace
 
 void CpuBackend::im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) {
   dispatch_dtype(in.dtype(), [&](auto tag) {
@@ -71,53 +21,10 @@ void CpuBackend::im2col(const Tensor& cols, const Tensor& in, const Conv2dGeomet
     T* c = static_cast<T*>(cols.raw_data());
     const int64_t sN = cols.strides()[0], sK = cols.strides()[1];  // cols[n][row][l] at n*sN + row*sK + l
     const FlatTaps flat = flat_taps(g);
-    const int64_t L = g.outH * g.outW;
     parallel_for(g.N * g.C, 4, [&](int64_t b, int64_t e) {
       for (int64_t nc = b; nc < e; ++nc) {
         const int64_t n = nc / g.C, ch = nc % g.C;
-        const T* xp = x + nc * g.H * g.W;
-        for (int64_t ki = 0; ki < g.kH; ++ki)
-          for (int64_t kj = 0; kj < g.kW; ++kj) {
-            const int64_t row = (ch * g.kH + ki) * g.kW + kj;
-            T* cp = c + n * sN + row * sK;
-            if (flat.on) {
-              const TapRange& t = flat.taps[static_cast<size_t>(ki * g.kW + kj)];
-              if (t.empty) {
-                std::fill_n(cp, L, T(0));
-                continue;
-              }
-              std::fill_n(cp, t.j0, T(0));
-              const int64_t sh = t.shift;  // xp[j + sh]: the input pixel of output pixel j
-              if (t.full_rows) {
-                std::copy(xp + t.j0 + sh, xp + t.j1 + sh, cp + t.j0);
-              } else {
-                const uint8_t* keep = flat.keep.data() + kj * L;
-                for (int64_t j = t.j0; j < t.j1; ++j) {  // unconditional load, byte test: vectorises
-                  const T v = xp[j + sh];
-                  cp[j] = keep[j] != 0 ? v : T(0);
-                }
-              }
-              std::fill_n(cp + t.j1, L - t.j1, T(0));
-              continue;
-            }
-            // Output columns [ow0, ow1) read inside the input row; the rest is padding.
-            const int64_t off = kj * g.dW - g.pW;  // w = ow * sW + off
-            const int64_t ow0 = off >= 0 ? 0 : std::min(g.outW, (-off + g.sW - 1) / g.sW);
-            const int64_t ow1 = std::max(ow0, std::min(g.outW, g.W - off > 0 ? (g.W - off + g.sW - 1) / g.sW : 0));
-            for (int64_t oh = 0; oh < g.outH; ++oh) {
-              const int64_t h = oh * g.sH - g.pH + ki * g.dH;
-              T* dst = cp + oh * g.outW;
-              if (h < 0 || h >= g.H) {
-                std::fill_n(dst, g.outW, T(0));
-                continue;
-              }
-              const T* src = xp + h * g.W;  // input column of output column ow: ow * sW + off
-              std::fill_n(dst, ow0, T(0));
-              if (g.sW == 1) std::copy(src + ow0 + off, src + ow1 + off, dst + ow0);
-              else for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow] = src[ow * g.sW + off];
-              std::fill_n(dst + ow1, g.outW - ow1, T(0));
-            }
-          }
+        im2col_sample(x + n * g.C * g.H * g.W, c + n * sN, sK, g, flat, ch, ch + 1);
       }
     });
   });
@@ -130,42 +37,10 @@ void CpuBackend::col2im(const Tensor& out, const Tensor& cols, const Conv2dGeome
     const T* c = static_cast<const T*>(cols.raw_data());
     const int64_t sN = cols.strides()[0], sK = cols.strides()[1];  // as in im2col
     const FlatTaps flat = flat_taps(g);
-    const int64_t L = g.outH * g.outW;
     parallel_for(g.N * g.C, 4, [&](int64_t b, int64_t e) {
       for (int64_t nc = b; nc < e; ++nc) {
         const int64_t n = nc / g.C, ch = nc % g.C;
-        T* xp = x + nc * g.H * g.W;
-        for (int64_t ki = 0; ki < g.kH; ++ki)
-          for (int64_t kj = 0; kj < g.kW; ++kj) {
-            const int64_t row = (ch * g.kH + ki) * g.kW + kj;
-            const T* cp = c + n * sN + row * sK;
-            if (flat.on) {
-              const TapRange& t = flat.taps[static_cast<size_t>(ki * g.kW + kj)];
-              if (t.empty) continue;
-              const int64_t sh = t.shift;  // xp[j + sh]: the input pixel of output pixel j
-              if (t.full_rows) {
-                for (int64_t j = t.j0; j < t.j1; ++j) xp[j + sh] += cp[j];
-              } else {
-                const uint8_t* keep = flat.keep.data() + kj * L;
-                for (int64_t j = t.j0; j < t.j1; ++j) {
-                  const T v = cp[j];
-                  xp[j + sh] += keep[j] != 0 ? v : T(0);
-                }
-              }
-              continue;
-            }
-            const int64_t off = kj * g.dW - g.pW;  // w = ow * sW + off, as in im2col
-            const int64_t ow0 = off >= 0 ? 0 : std::min(g.outW, (-off + g.sW - 1) / g.sW);
-            const int64_t ow1 = std::max(ow0, std::min(g.outW, g.W - off > 0 ? (g.W - off + g.sW - 1) / g.sW : 0));
-            for (int64_t oh = 0; oh < g.outH; ++oh) {
-              const int64_t h = oh * g.sH - g.pH + ki * g.dH;
-              if (h < 0 || h >= g.H) continue;
-              T* dst = xp + h * g.W;
-              const T* src = cp + oh * g.outW;
-              if (g.sW == 1) for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow + off] += src[ow];
-              else for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow * g.sW + off] += src[ow];
-            }
-          }
+        col2im_sample(x + n * g.C * g.H * g.W, c + n * sN, sK, g, flat, ch, ch + 1);
       }
     });
   });

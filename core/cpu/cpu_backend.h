@@ -73,6 +73,11 @@ class CpuBackend final : public Backend {
                            const Conv2dGeometry& g) override;
   void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) override;
   void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) override;
+  // conv_gemm.cpp
+  bool conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Conv2dGeometry& g) override;
+  bool conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b, const Tensor& grad_out,
+                       const Tensor& x, const Tensor& w, const Conv2dGeometry& g) override;
   // random.cpp
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override;
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override;

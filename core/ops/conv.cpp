@@ -1,13 +1,22 @@
 // Convolution (im2col + GEMM), pooling and dropout, NCHW.
 //
-//   conv2d:  cols = unfold(x)                          (N, CK, L)   CK = C*kH*kW, L = outH*outW
-//            out  = W.view(O, CK) @ cols.view(CK, N*L)  (O, N*L) -> view (N, O, outH, outW)
-// unfold writes its columns batch-inside, (CK, N, L) in memory, so the whole batch is
-// ONE GEMM (and its backward two: dW = dOut (O, N*L) @ cols^T, dCols = W^T @ dOut)
-// instead of N small ones: the packing a BLAS does per call is paid once, and dW
-// needs no (N, O, CK) intermediate summed over N. unfold's backward is fold
-// (col2im) and the GEMM's backward is matmul's, so conv2d needs no hand-written
-// backward of its own.
+// conv2d has two paths with one result:
+//  - the composite (conv2d_composite below, the readable reference): differentiable
+//    ops only, so autograd derives its backward:
+//      cols = unfold(x)                          (N, CK, L)   CK = C*kH*kW, L = outH*outW
+//      out  = W.view(O, CK) @ cols.view(CK, N*L)  (O, N*L) -> view (N, O, outH, outW)
+//    unfold writes its columns batch-inside, (CK, N, L) in memory, so the whole batch is
+//    ONE GEMM (and its backward two: dW = dOut (O, N*L) @ cols^T, dCols = W^T @ dOut)
+//    instead of N small ones. unfold's backward is fold (col2im) and the GEMM's
+//    backward is matmul's.
+//  - the fused op (conv2d_fused, groups = 1): the backend's conv2d_forward/backward
+//    kernels (CPU: core/cpu/conv_gemm.cpp, one sample's columns at a time in cache,
+//    bias added in the same pass), ONE autograd node "conv2d" with a hand-written
+//    backward. Under create_graph that backward is the same formulas in
+//    differentiable ops (conv2d_backward_composite), so second derivatives still work.
+// A backend without a fused kernel (CUDA) returns false and gets the composite.
+#include <atomic>
+
 #include "core/generator.h"
 #include "core/ops/op_utils.h"
 
@@ -72,22 +81,13 @@ Tensor fold(const Tensor& cols, const Conv2dGeometry& g) {
   return out;
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims stride, Dims padding, Dims dilation,
-              int64_t groups) {
-  detail::check_same_device("conv2d", x, weight);
-  GS_CHECK(weight.dim() == 4, "conv2d", "weight must be 4-D (out_channels, in_channels/groups, kH, kW), got ",
-           weight.str());
-  GS_CHECK(groups > 0, "conv2d", "groups must be positive, got ", groups);
-  GS_CHECK(x.is_floating_point(), "conv2d", "expects a floating-point input, got ", x.str());
+// The composite path: differentiable ops only, so autograd derives the backward
+// (and every higher derivative). It runs when the backend has no fused kernel for
+// the case (CUDA, groups > 1, mixed dtypes) and is the reference the fused one is
+// tested against.
+Tensor conv2d_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g,
+                        int64_t groups) {
   const int64_t O = weight.size(0), Cg = weight.size(1);
-  Conv2dGeometry g = geometry(x, weight.size(2), weight.size(3), stride, padding, dilation, "conv2d", false);
-  GS_CHECK(g.C == Cg * groups, "conv2d", "input ", x.str(), " has ", g.C, " channels but the weight ", weight.str(),
-           " expects ", Cg * groups, " (in_channels/groups = ", Cg, ", groups = ", groups, ")");
-  GS_CHECK(O % groups == 0, "conv2d", "out_channels ", O, " is not divisible by groups ", groups);
-  if (bias.defined())
-    GS_CHECK(bias.dim() == 1 && bias.size(0) == O, "conv2d", "bias must be 1-D of size ", O, ", got ", bias.str());
   Tensor cols = unfold(x, g);  // (N, C*kk, L)
   const int64_t kk = g.kH * g.kW, L = g.outH * g.outW;
   Tensor out;
@@ -106,6 +106,91 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims st
   // The bias add writes a fresh contiguous (N, O, outH, outW); without a bias, copy
   // once so that conv2d's output is contiguous like every other op's.
   return bias.defined() ? out + bias.view({1, O, 1, 1}) : out.contiguous();
+}
+
+// The fused node's first-order formulas written with differentiable ops (groups = 1):
+//   dx = fold(W^T @ dOut),  dW = sum_n dOut[n] @ unfold(x)[n]^T,  db = dOut summed over (N, H, W).
+// The backward runs them under create_graph, so that a second derivative through
+// conv2d (a gradient penalty, a Hessian-vector product) keeps every term: dx
+// depends on W and dOut, dW on x and dOut.
+tensor_list conv2d_backward_composite(const Tensor& gr, const Tensor& x, const Tensor& w, const Conv2dGeometry& g,
+                                      bool need_x, bool need_w, bool need_b) {
+  const int64_t O = gr.size(1), CK = g.C * g.kH * g.kW, L = g.outH * g.outW;
+  Tensor g3 = gr.reshape({g.N, O, L});
+  Tensor gx = need_x ? fold(matmul(w.reshape({O, CK}).t(), g3), g) : Tensor();
+  Tensor gw = need_w ? matmul(g3, unfold(x, g).transpose(1, 2)).sum({0}).reshape(w.shape()) : Tensor();
+  Tensor gb = need_b ? gr.sum({0, 2, 3}) : Tensor();
+  return tensor_list{gx, gw, gb};
+}
+
+std::atomic<bool> g_conv2d_fused{true};
+
+// The fused path (groups = 1): the backend computes the output in one op, bias
+// included, and the backward with its own kernels (CPU: core/cpu/conv_gemm.cpp).
+// Returns an undefined tensor when the backend has no kernel for the case.
+Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
+  const int64_t O = weight.size(0);
+  Tensor out = empty({g.N, O, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
+  if (!backend_of(x).conv2d_forward(out, detail::contiguous_raw(x), detail::contiguous_raw(weight),
+                                    bias.defined() ? detail::contiguous_raw(bias) : Tensor(), g))
+    return Tensor();
+  // One op for the observers (the profiler, anomaly mode, half-precision emulation).
+  if (bias.defined()) notify_op("conv2d", {x, weight, bias}, out);
+  else notify_op("conv2d", {x, weight}, out);
+  const bool nx = needs_grad(x), nw = needs_grad(weight), nb = needs_grad(bias);
+  if (!(nx || nw || nb)) return out;
+  // x is needed for dW only and W for dx only: a frozen weight keeps no input alive.
+  // Saved, not captured: an in-place change of x or W before backward is an error.
+  record("conv2d", out, {&x, &weight, bias.defined() ? &bias : nullptr},
+         [sx = SavedTensor(nw ? x : Tensor(), "conv2d"), sw = SavedTensor(nx ? weight : Tensor(), "conv2d"), g, nx,
+          nw, nb, wshape = weight.shape(), O, dt = x.dtype()](const Tensor& gr, Node& n) {
+           const Tensor xv = sx.defined() ? sx.unpack(n) : Tensor();
+           const Tensor wv = sw.defined() ? sw.unpack(n) : Tensor();
+           // create_graph: the backward must itself be differentiable.
+           if (GradMode::is_enabled() || gr.dtype() != dt)
+             return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
+           const TensorOptions opt = TensorOptions(gr.dtype()).device(gr.device());
+           Tensor gx = nx ? empty({g.N, g.C, g.H, g.W}, opt) : Tensor();
+           Tensor gw = nw ? empty(wshape, opt) : Tensor();
+           Tensor gb = nb ? empty({O}, opt) : Tensor();
+           if (!backend_of(gr).conv2d_backward(gx, gw, gb, detail::contiguous_raw(gr),
+                                               nw ? detail::contiguous_raw(xv) : Tensor(),
+                                               nx ? detail::contiguous_raw(wv) : Tensor(), g))
+             return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
+           return tensor_list{gx, gw, gb};
+         });
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+void set_conv2d_fused(bool enabled) { g_conv2d_fused.store(enabled, std::memory_order_relaxed); }
+bool conv2d_fused() { return g_conv2d_fused.load(std::memory_order_relaxed); }
+}  // namespace detail
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims stride, Dims padding, Dims dilation,
+              int64_t groups) {
+  detail::check_same_device("conv2d", x, weight);
+  GS_CHECK(weight.dim() == 4, "conv2d", "weight must be 4-D (out_channels, in_channels/groups, kH, kW), got ",
+           weight.str());
+  GS_CHECK(groups > 0, "conv2d", "groups must be positive, got ", groups);
+  GS_CHECK(x.is_floating_point(), "conv2d", "expects a floating-point input, got ", x.str());
+  const int64_t O = weight.size(0), Cg = weight.size(1);
+  Conv2dGeometry g = geometry(x, weight.size(2), weight.size(3), stride, padding, dilation, "conv2d", false);
+  GS_CHECK(g.C == Cg * groups, "conv2d", "input ", x.str(), " has ", g.C, " channels but the weight ", weight.str(),
+           " expects ", Cg * groups, " (in_channels/groups = ", Cg, ", groups = ", groups, ")");
+  GS_CHECK(O % groups == 0, "conv2d", "out_channels ", O, " is not divisible by groups ", groups);
+  if (bias.defined())
+    GS_CHECK(bias.dim() == 1 && bias.size(0) == O, "conv2d", "bias must be 1-D of size ", O, ", got ", bias.str());
+  // The fused kernel takes one dtype throughout (mixed dtypes promote in the composite path).
+  const bool fusable = groups == 1 && detail::conv2d_fused() && weight.dtype() == x.dtype() &&
+                       (!bias.defined() || (bias.dtype() == x.dtype() && bias.device() == x.device()));
+  if (fusable) {
+    Tensor out = conv2d_fused(x, weight, bias, g);
+    if (out.defined()) return out;
+  }
+  return conv2d_composite(x, weight, bias, g, groups);
 }
 
 namespace {

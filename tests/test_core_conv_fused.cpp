@@ -1,0 +1,283 @@
+// Tests for the fused conv2d (one autograd node "conv2d", the backend's forward and
+// backward kernels; CPU: core/cpu/conv_gemm.cpp) against the composite unfold +
+// matmul path it replaces, which detail::set_conv2d_fused(false) forces: outputs and
+// gradients on many geometries in float32 and float64, numerical gradients and
+// second derivatives in float64, saved-tensor version checks, which gradients the
+// node computes, and what observers see.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/observer.h"
+#include "core/ops.h"
+#include "core/tensor.h"
+#include "debug/gradcheck.h"
+#include "nn_test_util.h"
+
+namespace {
+
+using gs::Tensor;
+using nntest::Vec;
+using nntest::vals;
+
+// Forces the composite path for its lifetime.
+struct CompositeGuard {
+  CompositeGuard() { gs::detail::set_conv2d_fused(false); }
+  ~CompositeGuard() { gs::detail::set_conv2d_fused(true); }
+};
+
+struct Conv {
+  gs::Dims stride, padding, dilation;
+};
+
+struct Result {
+  Vec out, gx, gw, gb;
+  std::string node;  // the output's grad_fn name
+};
+
+// out = conv2d(x, w, b), then d(sum(v * out)) for a fixed v of out's shape into fresh leaves.
+Result run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv& c, bool need_x = true,
+           bool need_w = true) {
+  std::unique_ptr<CompositeGuard> guard;
+  if (!fused) guard = std::make_unique<CompositeGuard>();
+  Tensor x = x0.detach().clone().requires_grad_(need_x);
+  Tensor w = w0.detach().clone().requires_grad_(need_w);
+  Tensor b = b0.defined() ? b0.detach().clone().requires_grad_(true) : Tensor();
+  if (!x0.is_contiguous()) x = x0.detach().requires_grad_(need_x);  // keep its strides
+  Tensor out = gs::conv2d(x, w, b, c.stride, c.padding, c.dilation);
+  gs::Generator gen(11);
+  Tensor v = gs::randn(out.shape(), out.dtype(), &gen);
+  (out * v).sum().backward();
+  Result r;
+  r.out = vals(out);
+  r.node = out.grad_fn() ? out.grad_fn()->name() : "";
+  if (need_x) r.gx = vals(x.grad());
+  if (need_w) r.gw = vals(w.grad());
+  if (b.defined()) r.gb = vals(b.grad());
+  return r;
+}
+
+// |a - b| <= tol * (1 + max|b|) elementwise, the first failure reported.
+void check_near(const Vec& got, const Vec& want, double tol, const char* what) {
+  REQUIRE(got.size() == want.size());
+  double scale = 1;
+  for (double v : want) scale = std::max(scale, 1 + std::fabs(v));
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(what << " element " << i << ": fused " << got[i] << ", composite " << want[i]);
+    CHECK(std::fabs(got[i] - want[i]) <= tol * scale);
+    if (std::fabs(got[i] - want[i]) > tol * scale) return;
+  }
+}
+
+void compare(const Tensor& x, const Tensor& w, const Tensor& b, const Conv& c, bool need_x = true,
+             bool need_w = true) {
+  const Result f = run(true, x, w, b, c, need_x, need_w), r = run(false, x, w, b, c, need_x, need_w);
+  CHECK(f.node == "conv2d");  // the fused node really ran ...
+  CHECK(r.node != "conv2d");  // ... and the reference did not
+  const double tol = x.dtype() == gs::kFloat32 ? 2e-5 : 1e-12;
+  check_near(f.out, r.out, tol, "out");
+  check_near(f.gx, r.gx, tol, "grad x");
+  check_near(f.gw, r.gw, tol, "grad w");
+  check_near(f.gb, r.gb, tol, "grad b");
+}
+
+Tensor rnd(gs::Shape s, gs::DType dt, uint64_t seed) {
+  gs::Generator gen(seed);
+  return gs::randn(s, dt, &gen);
+}
+
+}  // namespace
+
+TEST_CASE("fused conv2d equals the composite path on many geometries") {
+  struct K {
+    int64_t h, w;
+  };
+  const std::vector<K> kernels = {{1, 1}, {3, 3}, {5, 5}, {2, 3}};
+  uint64_t seed = 1;
+  int cases = 0;
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64})
+    for (int64_t C : {1, 3, 32})
+      for (K k : kernels)
+        for (int64_t s : {1, 2})
+          for (int64_t p : {0, 1, 2})
+            for (int64_t d : {1, 2})
+              for (int64_t N : {1, 5})
+                for (bool bias : {true, false}) {
+                  // 9x8 input (7x6 for the widest channel count, to keep the test quick).
+                  const int64_t H = C == 32 ? 7 : 9, W = C == 32 ? 6 : 8, O = 4;
+                  if (H + 2 * p < d * (k.h - 1) + 1 || W + 2 * p < d * (k.w - 1) + 1) continue;
+                  if (C == 32 && N == 5 && bias) continue;  // the widest case once per geometry is enough
+                  CAPTURE(dt);
+                  CAPTURE(C);
+                  CAPTURE(k.h);
+                  CAPTURE(k.w);
+                  CAPTURE(s);
+                  CAPTURE(p);
+                  CAPTURE(d);
+                  CAPTURE(N);
+                  CAPTURE(bias);
+                  Tensor x = rnd({N, C, H, W}, dt, ++seed), w = rnd({O, C, k.h, k.w}, dt, ++seed);
+                  Tensor b = bias ? rnd({O}, dt, ++seed) : Tensor();
+                  compare(x, w, b, Conv{{s, s}, {p, p}, {d, d}});
+                  ++cases;
+                }
+  CHECK(cases > 500);
+}
+
+TEST_CASE("fused conv2d: the CNN's layers, asymmetric stride and padding") {
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+    CAPTURE(dt);
+    // The first conv (C*kH*kW = 9: the direct kernel) and the second (288: the GEMM), 'same' width.
+    compare(rnd({3, 1, 28, 28}, dt, 1), rnd({8, 1, 3, 3}, dt, 2), rnd({8}, dt, 3), Conv{{1, 1}, {1, 1}, {1, 1}});
+    compare(rnd({2, 32, 14, 14}, dt, 4), rnd({16, 32, 3, 3}, dt, 5), rnd({16}, dt, 6), Conv{{1, 1}, {1, 1}, {1, 1}});
+    compare(rnd({2, 2, 9, 11}, dt, 7), rnd({3, 2, 3, 2}, dt, 8), rnd({3}, dt, 9), Conv{{2, 1}, {0, 2}, {1, 2}});
+    compare(rnd({2, 20, 6, 5}, dt, 10), rnd({5, 20, 1, 1}, dt, 11), Tensor(), Conv{{1, 1}, {0, 0}, {1, 1}});
+  }
+}
+
+TEST_CASE("fused conv2d takes non-contiguous inputs") {
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+    Tensor base = rnd({2, 3, 8, 7}, dt, 21);
+    Tensor xt = base.transpose(2, 3);  // (2, 3, 7, 8), not contiguous
+    REQUIRE(!xt.is_contiguous());
+    compare(xt, rnd({4, 3, 3, 3}, dt, 22), rnd({4}, dt, 23), Conv{{1, 1}, {1, 1}, {1, 1}});
+    Tensor xn = rnd({2, 6, 8, 8}, dt, 24).narrow(1, 1, 3);  // a channel slice
+    compare(xn, rnd({4, 3, 2, 3}, dt, 25), Tensor(), Conv{{2, 2}, {1, 0}, {1, 1}});
+    // A non-contiguous weight.
+    Tensor wt = rnd({4, 3, 3, 3}, dt, 26).transpose(2, 3);
+    compare(rnd({2, 3, 6, 6}, dt, 27), wt, rnd({4}, dt, 28), Conv{{1, 1}, {0, 0}, {1, 1}});
+  }
+}
+
+TEST_CASE("fused conv2d: gradients of the input only or the weight only") {
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64})
+    for (int64_t C : {1, 8}) {  // the direct kernel and the GEMM
+      CAPTURE(C);
+      Tensor x = rnd({3, C, 7, 7}, dt, 31), w = rnd({5, C, 3, 3}, dt, 32), b = rnd({5}, dt, 33);
+      compare(x, w, b, Conv{{1, 1}, {1, 1}, {1, 1}}, true, false);
+      compare(x, w, b, Conv{{1, 1}, {1, 1}, {1, 1}}, false, true);
+      compare(x, w, Tensor(), Conv{{1, 1}, {1, 1}, {1, 1}}, false, true);
+    }
+}
+
+TEST_CASE("fused conv2d: numerical gradients in float64") {
+  using gs::debug::gradcheck;
+  struct G {
+    gs::Shape x, w;
+    Conv c;
+  };
+  const std::vector<G> geos = {
+      {{2, 1, 6, 6}, {3, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},  // direct kernel, 'same' width
+      {{2, 3, 6, 5}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},  // GEMM, 'same' width
+      {{1, 2, 7, 7}, {3, 2, 2, 3}, {{2, 1}, {2, 0}, {2, 1}}},  // GEMM, strided, dilated
+      {{2, 3, 5, 5}, {2, 3, 1, 1}, {{1, 1}, {0, 0}, {1, 1}}},  // 1x1: the columns are x itself
+      {{1, 2, 5, 6}, {3, 2, 1, 2}, {{2, 2}, {1, 1}, {1, 2}}},  // direct kernel, strided
+  };
+  uint64_t seed = 40;
+  for (const G& g : geos) {
+    CAPTURE(gs::shape_str(g.x));
+    CAPTURE(gs::shape_str(g.w));
+    Tensor x = rnd(g.x, gs::kFloat64, ++seed), w = rnd(g.w, gs::kFloat64, ++seed), b = rnd({g.w[0]}, gs::kFloat64, ++seed);
+    const Conv c = g.c;
+    auto fn = [c](const gs::tensor_list& in) {
+      Tensor out = gs::conv2d(in[0], in[1], in[2], c.stride, c.padding, c.dilation);
+      if (out.grad_fn()) CHECK(out.grad_fn()->name() == std::string("conv2d"));  // none in the no-grad probes
+      return out;
+    };
+    auto r = gradcheck(fn, {x, w, b});
+    INFO(r.message);
+    CHECK(r.passed);
+    CHECK(r.elements_checked == x.numel() + w.numel() + b.numel());
+  }
+}
+
+TEST_CASE("fused conv2d: second derivatives (create_graph) stay correct") {
+  using gs::debug::gradgradcheck;
+  for (int64_t C : {1, 3}) {  // the direct kernel and the GEMM
+    CAPTURE(C);
+    Tensor x = rnd({2, C, 5, 5}, gs::kFloat64, 51), w = rnd({2, C, 3, 3}, gs::kFloat64, 52);
+    Tensor b = rnd({2}, gs::kFloat64, 53);
+    auto r = gradgradcheck(
+        [](const gs::tensor_list& in) { return gs::conv2d(in[0], in[1], in[2], {1, 1}, {1, 1}); }, {x, w, b});
+    INFO(r.message);
+    CHECK(r.passed);
+  }
+  // A gradient penalty: d/dw of ||dL/dx||^2 has a term through the backward's W.
+  Tensor x = rnd({2, 2, 5, 5}, gs::kFloat64, 54).requires_grad_(true);
+  Tensor w = rnd({3, 2, 3, 3}, gs::kFloat64, 55).requires_grad_(true);
+  auto penalty_grad = [&](bool fused) {
+    std::unique_ptr<CompositeGuard> guard;
+    if (!fused) guard = std::make_unique<CompositeGuard>();
+    Tensor out = gs::conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    Tensor gx = gs::autograd::grad({(out * out).sum()}, {x}, {}, std::nullopt, true)[0];
+    return vals(gs::autograd::grad({(gx * gx).sum()}, {w})[0]);
+  };
+  check_near(penalty_grad(true), penalty_grad(false), 1e-11, "penalty grad w");
+}
+
+TEST_CASE("fused conv2d: changing x or the weight in place after the forward is an error") {
+  Tensor x = rnd({2, 3, 6, 6}, gs::kFloat32, 61);
+  Tensor w = rnd({4, 3, 3, 3}, gs::kFloat32, 62).requires_grad_(true);
+  Tensor out = gs::conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+  x.mul_(2.0);
+  const std::string msg = nntest::error_of([&] { out.sum().backward(); });
+  CHECK(nntest::has(msg, "conv2d"));
+  CHECK(nntest::has(msg, "modified by an in-place operation"));
+
+  Tensor x2 = rnd({2, 3, 6, 6}, gs::kFloat32, 63).requires_grad_(true);
+  Tensor w2 = rnd({4, 3, 3, 3}, gs::kFloat32, 64);
+  Tensor out2 = gs::conv2d(x2, w2, Tensor(), {1, 1}, {1, 1});
+  w2.add_(1.0);
+  CHECK(nntest::has(nntest::error_of([&] { out2.sum().backward(); }), "modified by an in-place operation"));
+}
+
+namespace {
+// Which gradients the conv2d node produced, and which forward ops were reported.
+struct ConvWatcher : gs::OpObserver {
+  std::vector<std::string> ops;
+  std::vector<bool> grads_defined;
+  void on_op(const gs::OpEvent& e) override {
+    if (!gs::autograd::in_backward()) ops.push_back(e.op);
+  }
+  void on_backward(const gs::BackwardEvent& e) override {
+    if (std::string(e.node->name()) != "conv2d") return;
+    grads_defined.clear();
+    for (size_t i = 0; i < e.num_grad_inputs; ++i) grads_defined.push_back(e.grad_inputs[i].defined());
+  }
+};
+}  // namespace
+
+TEST_CASE("fused conv2d: one op for observers, and only the gradients that are needed") {
+  Tensor x = rnd({2, 1, 8, 8}, gs::kFloat32, 71);  // an input image: no gradient wanted
+  Tensor w = rnd({4, 1, 3, 3}, gs::kFloat32, 72).requires_grad_(true);
+  Tensor b = rnd({4}, gs::kFloat32, 73).requires_grad_(true);
+  ConvWatcher watch;
+  {
+    gs::ObserverGuard og(&watch, gs::ObserverScope::ThisThread);
+    Tensor out = gs::conv2d(x, w, b, {1, 1}, {1, 1});
+    out.sum().backward();
+  }
+  CHECK(std::count(watch.ops.begin(), watch.ops.end(), "conv2d") == 1);
+  CHECK(std::count(watch.ops.begin(), watch.ops.end(), "matmul") == 0);
+  REQUIRE(watch.grads_defined.size() == 3);
+  CHECK(!watch.grads_defined[0]);  // x does not require grad: its gradient is never computed
+  CHECK(watch.grads_defined[1]);
+  CHECK(watch.grads_defined[2]);
+}
+
+TEST_CASE("conv2d keeps the composite path where the fused kernel does not apply") {
+  // groups > 1 and mixed dtypes: no "conv2d" node, and the same values as the reference loop.
+  Tensor x = rnd({2, 4, 6, 6}, gs::kFloat64, 81).requires_grad_(true);
+  Tensor w = rnd({4, 2, 3, 3}, gs::kFloat64, 82).requires_grad_(true);
+  Tensor grouped = gs::conv2d(x, w, Tensor(), {1, 1}, {1, 1}, {1, 1}, 2);
+  CHECK(grouped.grad_fn()->name() != std::string("conv2d"));
+  Tensor w32 = rnd({3, 4, 3, 3}, gs::kFloat32, 83);
+  Tensor mixed = gs::conv2d(x, w32, Tensor(), {1, 1}, {1, 1});
+  CHECK(mixed.grad_fn()->name() != std::string("conv2d"));
+  CHECK(mixed.dtype() == gs::kFloat64);
+}
