@@ -6,6 +6,7 @@
 //   train_step/mlp/256   the same at batch 256                 (<= 1.0x libtorch)
 //   train_step/cnn/64    conv32-pool-conv64-pool-fc128-fc10, batch 64, SGD
 //   train_step/mlp3/64   the CLI's MLP 784-256-128-10, Adam
+//   conv2d/cnn{1,2}/...  the CNN's two convolutions alone, fused kernel (/1) or composite (/0)
 // Run single-threaded for the comparison: OMP_NUM_THREADS=1 ./bench_train_step
 #include <benchmark/benchmark.h>
 
@@ -63,7 +64,32 @@ void BM_mlp3_adam(benchmark::State& s) { run_steps(s, mlp3, true); }
 
 }  // namespace
 
+// The CNN's two convolutions alone, batch 64: the forward (no graph), and forward +
+// backward (dW, db, and dx for the second; the first one's input needs no gradient).
+// Arg 1 runs conv2d's fused kernel, 0 the composite unfold + matmul path.
+void conv_layer(benchmark::State& state, int64_t C, int64_t O, int64_t HW, bool backward) {
+  gs::detail::set_conv2d_fused(state.range(0) != 0);
+  gs::manual_seed(0);
+  gs::Tensor x = gs::randn({64, C, HW, HW}).requires_grad_(backward && C > 1);
+  gs::Tensor w = gs::randn({O, C, 3, 3}).requires_grad_(backward), b = gs::randn({O}).requires_grad_(backward);
+  gs::Tensor g = gs::randn({64, O, HW, HW});
+  for (auto _ : state) {
+    gs::Tensor out = gs::conv2d(x, w, b, {1, 1}, {1, 1});
+    if (backward) out.backward(g);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  gs::detail::set_conv2d_fused(true);
+}
+void BM_conv1_fwd(benchmark::State& s) { conv_layer(s, 1, 32, 28, false); }
+void BM_conv1_fwd_bwd(benchmark::State& s) { conv_layer(s, 1, 32, 28, true); }
+void BM_conv2_fwd(benchmark::State& s) { conv_layer(s, 32, 64, 14, false); }
+void BM_conv2_fwd_bwd(benchmark::State& s) { conv_layer(s, 32, 64, 14, true); }
+
 BENCHMARK(BM_mlp)->Name("train_step/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cnn)->Name("train_step/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp3_adam)->Name("train_step/mlp3")->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_conv1_fwd)->Name("conv2d/cnn1/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_conv1_fwd_bwd)->Name("conv2d/cnn1/fwd_bwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_conv2_fwd)->Name("conv2d/cnn2/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_conv2_fwd_bwd)->Name("conv2d/cnn2/fwd_bwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -20,6 +20,7 @@
 // compare the two on many geometries.
 #include <cstring>
 #include <memory>
+#include <new>
 #include <type_traits>
 
 #include "core/cpu/accurate_sum.h"
@@ -49,10 +50,15 @@ bool cols_are_input(const Conv2dGeometry& g) {
   return g.kH == 1 && g.kW == 1 && g.sH == 1 && g.sW == 1 && g.pH == 0 && g.pW == 0;
 }
 
-// Uninitialised scratch (every use writes it before reading).
+// Uninitialised scratch (every use writes it before reading), 64-byte aligned: the
+// kernels' 64-byte vector loads would otherwise straddle two cache lines each.
+struct AlignedFree {
+  void operator()(void* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
 template <class T>
-std::unique_ptr<T[]> scratch(int64_t n) {
-  return std::unique_ptr<T[]>(new T[static_cast<size_t>(n > 0 ? n : 1)]);
+std::unique_ptr<T[], AlignedFree> scratch(int64_t n) {
+  const size_t count = static_cast<size_t>(n > 0 ? n : 1);
+  return std::unique_ptr<T[], AlignedFree>(static_cast<T*>(::operator new[](count * sizeof(T), std::align_val_t(64))));
 }
 
 // C (M, N) row-major, leading dimension ldc, = A @ B (+ C when accumulate). A and
@@ -128,18 +134,19 @@ void small_k_block(const T* A, const T* bias, const T* B, T* C, int64_t K, int64
 }
 
 // kSmallK's product: C (M, L) = bias + A (M, K) @ B (K, L), all row-major and dense,
-// K small, B L1-resident. Blocks of 4 rows x 2 vectors: per row of B two loads feed
+// K small. Blocks of 4 rows x 2 vectors: per row of B two loads feed
 // eight multiply-adds. bias may be null (0).
 template <class T>
 void small_k_product(const T* A, const T* bias, const T* B, T* C, int64_t M, int64_t K, int64_t L) {
   constexpr int64_t J = 2 * kVec<T>;
   const int64_t Lv = L / J * J;
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4)
-    for (int64_t j = 0; j < Lv; j += J) small_k_block<T, 4>(A + m * K, bias ? bias + m : nullptr, B, C + m * L, K, L, j);
-  for (; m < M; ++m)
-    for (int64_t j = 0; j < Lv; j += J) small_k_block<T, 1>(A + m * K, bias ? bias + m : nullptr, B, C + m * L, K, L, j);
-  for (m = 0; m < M; ++m)  // the last L % J columns
+  const int64_t M4 = M / 4 * 4;
+  // Column blocks outside: a block of B (K x J) is read from L1 by every row block.
+  for (int64_t j = 0; j < Lv; j += J) {
+    for (int64_t m = 0; m < M4; m += 4) small_k_block<T, 4>(A + m * K, bias ? bias + m : nullptr, B, C + m * L, K, L, j);
+    for (int64_t m = M4; m < M; ++m) small_k_block<T, 1>(A + m * K, bias ? bias + m : nullptr, B, C + m * L, K, L, j);
+  }
+  for (int64_t m = 0; m < M; ++m)  // the last L % J columns
     for (int64_t j = Lv; j < L; ++j) {
       T acc = bias ? bias[m] : T(0);
       for (int64_t k = 0; k < K; ++k) acc += A[m * K + k] * B[k * L + j];
@@ -241,91 +248,61 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
   const T* go = static_cast<const T*>(go_t.raw_data());
   const T* x = x_t.defined() ? static_cast<const T*>(x_t.raw_data()) : nullptr;
   const T* w = w_t.defined() ? static_cast<const T*>(w_t.raw_data()) : nullptr;
+  T* gx = gx_t.defined() ? static_cast<T*>(gx_t.raw_data()) : nullptr;
+  T* gw = gw_t.defined() ? static_cast<T*>(gw_t.raw_data()) : nullptr;
+  T* gb = gb_t.defined() ? static_cast<T*>(gb_t.raw_data()) : nullptr;
   const int64_t O = go_t.size(1), CK = g.C * g.kH * g.kW, L = g.outH * g.outW, xs = g.C * g.H * g.W;
   const FlatTaps flat = flat_taps(g);
   const ConvAlgo algo = pick_algo(g);
+  const bool direct = cols_are_input(g);
 
-  if (gb_t.defined()) {  // float64 sums of each dOut row (accurate_sum.h), added over the batch
-    std::unique_ptr<double[]> acc(new double[static_cast<size_t>(O)]());
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t o = 0; o < O; ++o) acc[o] += accurate_sum(go + (n * O + o) * L, L);
-    T* gb = static_cast<T*>(gb_t.raw_data());
-    for (int64_t o = 0; o < O; ++o) gb[o] = static_cast<T>(acc[o]);
-  }
+  // float64 sums: db (accurate_sum.h's sums of each dOut row, added over the batch)
+  // and kSmallK's dW.
+  std::unique_ptr<double[]> acc_b(gb ? new double[static_cast<size_t>(O)]() : nullptr);
+  std::unique_ptr<double[]> acc_w(gw && algo == ConvAlgo::kSmallK ? new double[static_cast<size_t>(O * CK)]() : nullptr);
+  auto cols = scratch<T>(gw && !direct ? CK * L : 0);
+  auto dcols = scratch<T>(gx && !direct ? CK * L : 0);
+  auto wt = scratch<T>(gx && algo == ConvAlgo::kSmallK ? CK * O : 0);
+  if (gx && algo == ConvAlgo::kSmallK)  // W^T for dCols = W^T @ dOut[n] with the forward's kernel (tiny)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t k = 0; k < CK; ++k) wt[k * O + o] = w[o * CK + k];
 
-  if (gw_t.defined()) {
-    T* gw = static_cast<T*>(gw_t.raw_data());
-    const bool direct = cols_are_input(g);
-    auto cols = scratch<T>(direct ? 0 : CK * L);
-    switch (algo) {
-      case ConvAlgo::kSmallK: {
-        std::unique_ptr<double[]> acc(new double[static_cast<size_t>(O * CK)]());
-        for (int64_t n = 0; n < g.N; ++n) {
-          const T* c = x + n * xs;
-          if (!direct) {
-            im2col_sample(x + n * xs, cols.get(), L, g, flat, 0, g.C);
-            c = cols.get();
-          }
-          small_k_weight_grad(go + n * O * L, c, acc.get(), O, CK, L);
-        }
-        for (int64_t i = 0; i < O * CK; ++i) gw[i] = static_cast<T>(acc[i]);
-        break;
+  // One sample at a time, every gradient while its dOut[n] is in cache: dOut is read
+  // from memory once.
+  for (int64_t n = 0; n < g.N; ++n) {
+    const T* gon = go + n * O * L;
+    if (gb)
+      for (int64_t o = 0; o < O; ++o) acc_b[o] += accurate_sum(gon + o * L, L);
+    if (gw) {
+      const T* c = x + n * xs;  // recomputed, not saved: the batch's columns would not fit in cache
+      if (!direct) {
+        im2col_sample(x + n * xs, cols.get(), L, g, flat, 0, g.C);
+        c = cols.get();
       }
-      case ConvAlgo::kGemm:
+      switch (algo) {
+        case ConvAlgo::kSmallK: small_k_weight_grad(gon, c, acc_w.get(), O, CK, L); break;
         // dW = sum_n dOut[n] @ cols[n]^T: the first sample writes, the others add (beta = 1).
-        for (int64_t n = 0; n < g.N; ++n) {
-          const T* c = x + n * xs;
-          if (!direct) {
-            im2col_sample(x + n * xs, cols.get(), L, g, flat, 0, g.C);
-            c = cols.get();
-          }
-          gemm<T>(false, true, O, CK, L, go + n * O * L, L, c, L, n > 0, gw, CK);
-        }
-        break;
-    }
-  }
-
-  if (gx_t.defined()) {
-    T* gx = static_cast<T*>(gx_t.raw_data());
-    const bool direct = cols_are_input(g);
-    switch (algo) {
-      case ConvAlgo::kSmallK: {
-        // dCols = W^T @ dOut[n] with the forward's kernel on a transposed copy of W (tiny).
-        auto wt = scratch<T>(CK * O);
-        for (int64_t o = 0; o < O; ++o)
-          for (int64_t k = 0; k < CK; ++k) wt[k * O + o] = w[o * CK + k];
-        parallel_for(g.N, 2, [&](int64_t b, int64_t e) {
-          auto dcols = scratch<T>(CK * L);
-          for (int64_t n = b; n < e; ++n) {
-            T* gxn = gx + n * xs;
-            if (direct) {
-              small_k_product<T>(wt.get(), nullptr, go + n * O * L, gxn, CK, O, L);
-              continue;
-            }
-            small_k_product<T>(wt.get(), nullptr, go + n * O * L, dcols.get(), CK, O, L);
-            std::fill_n(gxn, xs, T(0));  // zeroed here, cache-hot, instead of one pass over the batch
-            col2im_sample(gxn, dcols.get(), L, g, flat, 0, g.C);
-          }
-        });
-        break;
+        case ConvAlgo::kGemm: gemm<T>(false, true, O, CK, L, gon, L, c, L, n > 0, gw, CK); break;
       }
-      case ConvAlgo::kGemm: {
-        auto dcols = scratch<T>(direct ? 0 : CK * L);
-        for (int64_t n = 0; n < g.N; ++n) {
-          T* gxn = gx + n * xs;
-          // W^T: W is (O, CK) row-major, so W^T (CK, O) is column-major with leading dimension CK.
-          if (direct) {
-            gemm<T>(true, false, CK, L, O, w, CK, go + n * O * L, L, false, gxn, L);
-            continue;
-          }
-          gemm<T>(true, false, CK, L, O, w, CK, go + n * O * L, L, false, dcols.get(), L);
-          std::fill_n(gxn, xs, T(0));
-          col2im_sample(gxn, dcols.get(), L, g, flat, 0, g.C);
-        }
-        break;
+    }
+    if (gx) {
+      T* gxn = gx + n * xs;
+      T* dst = direct ? gxn : dcols.get();  // 1x1: col2im is the identity
+      switch (algo) {
+        case ConvAlgo::kSmallK: small_k_product<T>(wt.get(), nullptr, gon, dst, CK, O, L); break;
+        // W is (O, CK) row-major, so W^T (CK, O) is column-major with leading dimension CK.
+        case ConvAlgo::kGemm: gemm<T>(true, false, CK, L, O, w, CK, gon, L, false, dst, L); break;
+      }
+      if (!direct) {
+        std::fill_n(gxn, xs, T(0));  // zeroed here, cache-hot, instead of one pass over the batch
+        col2im_sample(gxn, dcols.get(), L, g, flat, 0, g.C);
       }
     }
   }
+  if (gb)
+    for (int64_t o = 0; o < O; ++o) gb[o] = static_cast<T>(acc_b[o]);
+  if (acc_w)
+    for (int64_t i = 0; i < O * CK; ++i) gw[i] = static_cast<T>(acc_w[i]);
 }
 
 }  // namespace
