@@ -132,7 +132,7 @@ TEST_CASE("fused conv2d equals the composite path on many geometries") {
 TEST_CASE("fused conv2d: the CNN's layers, asymmetric stride and padding") {
   for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
     CAPTURE(dt);
-    // The first conv (C*kH*kW = 9: the direct kernel) and the second (288: the GEMM), 'same' width.
+    // The first conv (C*kH*kW = 9) and the second (288), 'same' width.
     compare(rnd({3, 1, 28, 28}, dt, 1), rnd({8, 1, 3, 3}, dt, 2), rnd({8}, dt, 3), Conv{{1, 1}, {1, 1}, {1, 1}});
     compare(rnd({2, 32, 14, 14}, dt, 4), rnd({16, 32, 3, 3}, dt, 5), rnd({16}, dt, 6), Conv{{1, 1}, {1, 1}, {1, 1}});
     compare(rnd({2, 2, 9, 11}, dt, 7), rnd({3, 2, 3, 2}, dt, 8), rnd({3}, dt, 9), Conv{{2, 1}, {0, 2}, {1, 2}});
@@ -156,7 +156,7 @@ TEST_CASE("fused conv2d takes non-contiguous inputs") {
 
 TEST_CASE("fused conv2d: gradients of the input only or the weight only") {
   for (gs::DType dt : {gs::kFloat32, gs::kFloat64})
-    for (int64_t C : {1, 8}) {  // the direct kernel and the GEMM
+    for (int64_t C : {1, 8}) {  // one input channel (C*kH*kW = 9) and several
       CAPTURE(C);
       Tensor x = rnd({3, C, 7, 7}, dt, 31), w = rnd({5, C, 3, 3}, dt, 32), b = rnd({5}, dt, 33);
       compare(x, w, b, Conv{{1, 1}, {1, 1}, {1, 1}}, true, false);
@@ -172,11 +172,11 @@ TEST_CASE("fused conv2d: numerical gradients in float64") {
     Conv c;
   };
   const std::vector<G> geos = {
-      {{2, 1, 6, 6}, {3, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},  // direct kernel, 'same' width
-      {{2, 3, 6, 5}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},  // GEMM, 'same' width
-      {{1, 2, 7, 7}, {3, 2, 2, 3}, {{2, 1}, {2, 0}, {2, 1}}},  // GEMM, strided, dilated
+      {{2, 1, 6, 6}, {3, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},  // one channel, 'same' width
+      {{2, 3, 6, 5}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},  // 'same' width (flat taps)
+      {{1, 2, 7, 7}, {3, 2, 2, 3}, {{2, 1}, {2, 0}, {2, 1}}},  // strided, dilated
       {{2, 3, 5, 5}, {2, 3, 1, 1}, {{1, 1}, {0, 0}, {1, 1}}},  // 1x1: the columns are x itself
-      {{1, 2, 5, 6}, {3, 2, 1, 2}, {{2, 2}, {1, 1}, {1, 2}}},  // direct kernel, strided
+      {{1, 2, 5, 6}, {3, 2, 1, 2}, {{2, 2}, {1, 1}, {1, 2}}},  // one-row kernel, strided
   };
   uint64_t seed = 40;
   for (const G& g : geos) {
@@ -198,7 +198,7 @@ TEST_CASE("fused conv2d: numerical gradients in float64") {
 
 TEST_CASE("fused conv2d: second derivatives (create_graph) stay correct") {
   using gs::debug::gradgradcheck;
-  for (int64_t C : {1, 3}) {  // the direct kernel and the GEMM
+  for (int64_t C : {1, 3}) {  // one input channel and several
     CAPTURE(C);
     Tensor x = rnd({2, C, 5, 5}, gs::kFloat64, 51), w = rnd({2, C, 3, 3}, gs::kFloat64, 52);
     Tensor b = rnd({2}, gs::kFloat64, 53);
