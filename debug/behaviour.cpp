@@ -257,8 +257,10 @@ bool engine_node(const Node& n, const EngineOps& seen) {
   if (!name) return true;
   const std::string s = name;
   // Leaves' accumulators, the engine's view bookkeeping, and the nodes an op
-  // records inside itself under another name (conv2d's unfold, a pooling
-  // layer's backward when differentiated twice).
+  // records inside itself under another name (the composite conv2d's unfold and
+  // fold, also in the fused conv2d's backward under create_graph; a pooling
+  // layer's backward when differentiated twice). The fused conv2d's own node is
+  // "conv2d", the registry's name.
   static const std::unordered_set<std::string> internal = {
       "AccumulateGrad", "CopySlices", "unfold", "fold", "as_strided", "as_strided_scatter", "view_scatter",
       "to_device", "to_dtype", "clone", "index_add", "scatter_add", "avg_pool2d_backward", "max_pool2d_backward",
