@@ -273,6 +273,17 @@ TEST_CASE("fused conv2d: one op for observers, and only the gradients that are n
 }
 
 TEST_CASE("conv2d keeps the composite path where the fused kernel does not apply") {
+  // An empty batch: an empty output and zero weight and bias gradients (an empty sum).
+  {
+    Tensor x = rnd({0, 3, 5, 5}, gs::kFloat32, 84);
+    Tensor w = rnd({2, 3, 3, 3}, gs::kFloat32, 85).requires_grad_(true);
+    Tensor b = rnd({2}, gs::kFloat32, 86).requires_grad_(true);
+    Tensor out = gs::conv2d(x, w, b, {1, 1}, {1, 1});
+    CHECK(out.shape() == gs::Shape{0, 2, 5, 5});
+    out.sum().backward();
+    for (double v : vals(w.grad())) CHECK(v == 0.0);
+    for (double v : vals(b.grad())) CHECK(v == 0.0);
+  }
   // groups > 1 and mixed dtypes: no "conv2d" node, and the same values as the reference loop.
   Tensor x = rnd({2, 4, 6, 6}, gs::kFloat64, 81).requires_grad_(true);
   Tensor w = rnd({4, 2, 3, 3}, gs::kFloat64, 82).requires_grad_(true);

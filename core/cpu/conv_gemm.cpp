@@ -166,13 +166,17 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
 // against 0.26-0.34 s for the composite path's three batch-wide products, whose
 // im2col/col2im also run in parallel. Splitting the samples over threads, each with a
 // single-threaded BLAS, would be the way to take this path there; not done.
-bool fused_conv_applies() { return num_threads() == 1; }
+// Empty batches, channels or outputs stay on the composite path too (its GEMMs give
+// the zero gradients of an empty sum; the per-sample loops here would leave them unset).
+bool fused_conv_applies(const Conv2dGeometry& g, int64_t O) {
+  return num_threads() == 1 && g.N > 0 && g.C > 0 && O > 0;
+}
 
 }  // namespace
 
 bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                                 const Conv2dGeometry& g) {
-  if (!fused_conv_applies()) return false;
+  if (!fused_conv_applies(g, w.size(0))) return false;
   if (x.dtype() == kFloat32) forward_typed<float>(out, x, w, bias, g);
   else if (x.dtype() == kFloat64) forward_typed<double>(out, x, w, bias, g);
   else return false;
@@ -181,7 +185,7 @@ bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor
 
 bool CpuBackend::conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b,
                                  const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
-  if (!fused_conv_applies()) return false;
+  if (!fused_conv_applies(g, grad_out.size(1))) return false;
   if (grad_out.dtype() == kFloat32) backward_typed<float>(grad_x, grad_w, grad_b, grad_out, x, w, g);
   else if (grad_out.dtype() == kFloat64) backward_typed<double>(grad_x, grad_w, grad_b, grad_out, x, w, g);
   else return false;
