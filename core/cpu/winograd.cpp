@@ -1,0 +1,313 @@
+// Winograd F(2x2, 3x3) convolution (winograd.h). Each 2x2 output tile of an output
+// plane comes from the 4x4 input patch around it (padding 1) as
+//   Y = A^T [ sum_c (G g_c G^T) ⊙ (B^T d_c B) ] A
+// with (Lavin & Gray 2015)
+//   B^T = [1  0 -1  0]     G = [ 1    0    0 ]     A^T = [1  1  1  0]
+//         [0  1  1  0]         [1/2  1/2  1/2]           [0  1 -1 -1]
+//         [0 -1  1  0]         [1/2 -1/2  1/2]
+//         [0  1  0 -1]         [ 0    0    1 ]
+// The sum over channels of the 16 elementwise products is 16 GEMMs
+//   M[xi] (O x T) = U[xi] (O x C) @ V[xi] (C x T),   xi = 0..15,
+// over T tiles: 16 * 2*O*C*T multiply-adds for what im2col + GEMM does in
+// 9 * 4 * 2*O*C*T, i.e. 2.25x fewer, with the transforms (adds only) on top.
+//
+// Blocking: tiles are taken a "tile row" (one sample's tW tiles at one ty) at a time,
+// as many rows per block as keep V (16*C*T floats) and M (16*O*T floats) in L2
+// between the input transform, the GEMMs and the output transform. Layouts put the
+// tile index innermost (V[xi][c][t], M[xi][o][t]) so both transforms run along
+// contiguous tile vectors: the input rows are split into even and odd columns first,
+// which turns the stride-2 overlap of neighbouring tiles into unit-stride loads.
+//
+// Numerics. B^T, A^T and G have entries 0, +-1, +-1/2, so no transform amplifies
+// rounding by more than a small constant: every step is an add or an exact halving.
+// The usual forward error analysis of a linear algorithm gives, per output,
+//   |y_computed - y| <= gamma_k * S,   gamma_k = k u / (1 - k u),  u = 2^-24,
+// where k ~ C + 10 is the depth of the longest chain of roundings (2 in B^T d B, one
+// in U, one product, C-1 in the channel sum, 4 in A^T M A) and
+//   S = |A^T| [ sum_c (|G| |g_c| |G^T|) ⊙ (|B^T| |d_c| |B|) ] |A|
+// is the same computation on absolute values. S is at most a small multiple of the
+// direct product's sum |x||w|, taken over the whole 4x4 patch instead of each output's
+// 3x3 window; so the error is relative to the magnitudes in the patch, not to y, and
+// a large input next to (not inside) an output's window can cost that output
+// accuracy the direct product keeps: F(2x2,3x3) has this mildly, larger tiles
+// (F(4x4,3x3), with entries up to 8 and 1/24) much more. tests/test_cpu_winograd.cpp
+// checks the bound with S computed in float64. U is computed in double and rounded
+// once, so the weight transform adds one rounding, not three.
+//
+// IEEE special values. The transforms mix a patch's inputs, so an Inf can meet its own
+// negative (Inf - Inf = NaN) where the direct product gives Inf, and a huge finite
+// input can overflow an intermediate where the direct sum would not. Every sample
+// whose pre-bias output holds a non-finite value is therefore recomputed by a direct
+// convolution that multiplies the padding zeros like im2col + GEMM does, so special
+// values land exactly where the im2col path puts them and nothing is silently lost.
+#include "core/cpu/winograd.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/cpu/blas.h"
+
+namespace gradsleuth::cpu {
+
+namespace {
+
+// L2 share for V and M of one block (1 MB L2 per core on Zen 5, 512 KB on Zen 3).
+// bench/bench_conv.cpp measured the choice at the CNN's shapes.
+int64_t block_bytes() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("GS_WINO_BLOCK_KB");
+    return e ? std::atoll(e) * 1024 : int64_t{512 * 1024};
+  }();
+  return v;
+}
+
+// One padded input row with channels innermost: row[(q + 1) * C + c] = x[c][h][q] for the
+// sample x (C, H, W), zeros at q = -1 and q >= W (Wp = 2 tW + 2 columns), all zeros when
+// h is outside [0, H). Channels innermost make a tile's 16 inputs 16 contiguous C-vectors,
+// so the input transform runs on whole vectors whatever H and W are (a 14x14 plane has
+// only 7 tiles per row). Read along x's rows, written with stride C.
+void padded_row(const float* x, float* row, int64_t C, int64_t H, int64_t W, int64_t Wp, int64_t h) {
+  if (h < 0 || h >= H) {
+    std::fill(row, row + Wp * C, 0.0f);
+    return;
+  }
+  std::fill(row, row + C, 0.0f);
+  std::fill(row + (W + 1) * C, row + Wp * C, 0.0f);
+  for (int64_t c = 0; c < C; ++c) {
+    const float* src = x + (c * H + h) * W;
+    float* dst = row + C + c;
+    for (int64_t q = 0; q < W; ++q) dst[q * C] = src[q];
+  }
+}
+
+// The input transform's loop over channels: q<r><k>[c] = d[r][k] of channel c, v<xi>[c] =
+// (B^T d B)[xi / 4][xi % 4]. One restrict pointer per stream: with the outputs as offsets
+// of one pointer, GCC needs more run-time alias checks than it allows and keeps it scalar.
+inline void input_tile_kernel(const float* __restrict q00, const float* __restrict q01, const float* __restrict q02, const float* __restrict q03,
+                              const float* __restrict q10, const float* __restrict q11, const float* __restrict q12, const float* __restrict q13,
+                              const float* __restrict q20, const float* __restrict q21, const float* __restrict q22, const float* __restrict q23,
+                              const float* __restrict q30, const float* __restrict q31, const float* __restrict q32, const float* __restrict q33,
+                              float* __restrict v0, float* __restrict v1, float* __restrict v2, float* __restrict v3,
+                              float* __restrict v4, float* __restrict v5, float* __restrict v6, float* __restrict v7,
+                              float* __restrict v8, float* __restrict v9, float* __restrict v10, float* __restrict v11,
+                              float* __restrict v12, float* __restrict v13, float* __restrict v14, float* __restrict v15, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) {
+    // B^T d: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3), column by column.
+    const float a0 = q00[c] - q20[c], a1 = q01[c] - q21[c], a2 = q02[c] - q22[c], a3 = q03[c] - q23[c];
+    const float b0 = q10[c] + q20[c], b1 = q11[c] + q21[c], b2 = q12[c] + q22[c], b3 = q13[c] + q23[c];
+    const float e0 = q20[c] - q10[c], e1 = q21[c] - q11[c], e2 = q22[c] - q12[c], e3 = q23[c] - q13[c];
+    const float f0 = q10[c] - q30[c], f1 = q11[c] - q31[c], f2 = q12[c] - q32[c], f3 = q13[c] - q33[c];
+    // (B^T d) B: the same on each row's columns.
+    v0[c] = a0 - a2;
+    v1[c] = a1 + a2;
+    v2[c] = a2 - a1;
+    v3[c] = a1 - a3;
+    v4[c] = b0 - b2;
+    v5[c] = b1 + b2;
+    v6[c] = b2 - b1;
+    v7[c] = b1 - b3;
+    v8[c] = e0 - e2;
+    v9[c] = e1 + e2;
+    v10[c] = e2 - e1;
+    v11[c] = e1 - e3;
+    v12[c] = f0 - f2;
+    v13[c] = f1 + f2;
+    v14[c] = f2 - f1;
+    v15[c] = f1 - f3;
+  }
+}
+
+// Input transform of one tile: d[r][k] of channel c = rows[r][k * C + c] (the tile's four
+// padded rows from its left column, channels innermost) -> v[xi * vs + c] = (B^T d B)[xi / 4][xi % 4].
+void input_tile(const float* const rows[4], int64_t col, float* v, int64_t vs, int64_t C) {
+  const float* p = rows[0] + col;
+  const float* p1 = rows[1] + col;
+  const float* p2 = rows[2] + col;
+  const float* p3 = rows[3] + col;
+  input_tile_kernel(p, p + C, p + 2 * C, p + 3 * C, p1, p1 + C, p1 + 2 * C, p1 + 3 * C, p2, p2 + C, p2 + 2 * C,
+                    p2 + 3 * C, p3, p3 + C, p3 + 2 * C, p3 + 3 * C, v, v + vs, v + 2 * vs, v + 3 * vs, v + 4 * vs,
+                    v + 5 * vs, v + 6 * vs, v + 7 * vs, v + 8 * vs, v + 9 * vs, v + 10 * vs, v + 11 * vs, v + 12 * vs,
+                    v + 13 * vs, v + 14 * vs, v + 15 * vs, C);
+}
+
+// Output transform of T tiles of one output channel: y[a][t] = (A^T M_t A)[a / 2][a % 2]
+// from m[xi * ms + t]. Returns false when some value is not finite: y * 0 is +-0 for a
+// finite y and a NaN for Inf and NaN, so OR-ing its exponent bits flags one (an integer
+// OR, unlike a float sum, vectorises).
+bool output_tiles(const float* __restrict m, int64_t ms, float* __restrict y, int64_t T) {
+  uint32_t bad = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    float s0[4], s1[4];
+    for (int k = 0; k < 4; ++k) {  // A^T M: rows (m0 + m1 + m2, m1 - m2 - m3)
+      const float m0 = m[k * ms + t], m1 = m[(4 + k) * ms + t], m2 = m[(8 + k) * ms + t], m3 = m[(12 + k) * ms + t];
+      s0[k] = m0 + m1 + m2;
+      s1[k] = m1 - m2 - m3;
+    }
+    const float y00 = s0[0] + s0[1] + s0[2], y01 = s0[1] - s0[2] - s0[3];
+    const float y10 = s1[0] + s1[1] + s1[2], y11 = s1[1] - s1[2] - s1[3];
+    y[t] = y00;
+    y[T + t] = y01;
+    y[2 * T + t] = y10;
+    y[3 * T + t] = y11;
+    bad |= std::bit_cast<uint32_t>(y00 * 0.0f) | std::bit_cast<uint32_t>(y01 * 0.0f) |
+           std::bit_cast<uint32_t>(y10 * 0.0f) | std::bit_cast<uint32_t>(y11 * 0.0f);
+  }
+  return (bad & 0x7f800000u) == 0;
+}
+
+// Writes one tile row's outputs y[a][t] (t = 0..tW-1, a = 2 * row + column in the tile)
+// plus b into rows 2ty, 2ty+1 of plane (H, W), the parts inside it.
+void store_tile_row(const float* __restrict y, int64_t T, float b, float* __restrict plane, int64_t H, int64_t W, int64_t ty, int64_t tW) {
+  for (int a = 0; a < 2; ++a) {
+    const int64_t h = 2 * ty + a;
+    if (h >= H) break;
+    float* row = plane + h * W;
+    const float* e = y + (2 * a) * T;  // even output columns
+    const float* o = e + T;            // odd
+    const int64_t pairs = W / 2;
+    for (int64_t t = 0; t < pairs; ++t) {
+      row[2 * t] = e[t] + b;
+      row[2 * t + 1] = o[t] + b;
+    }
+    if (pairs < tW) row[2 * pairs] = e[pairs] + b;  // odd W: the last tile's second column is outside
+  }
+}
+
+// U[xi][o][c] = (G g G^T)[xi / 4][xi % 4] for g = w[o][c], in double, rounded once.
+void weight_transform(const float* w, float* U, int64_t O, int64_t C) {
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* g = w + (o * C + c) * 9;
+      double Gg[4][3];  // G g: rows of g combined
+      for (int j = 0; j < 3; ++j) {
+        const double g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
+        Gg[0][j] = g0;
+        Gg[1][j] = 0.5 * (g0 + g1 + g2);
+        Gg[2][j] = 0.5 * (g0 - g1 + g2);
+        Gg[3][j] = g2;
+      }
+      for (int i = 0; i < 4; ++i) {
+        const double a = Gg[i][0], b = Gg[i][1], d = Gg[i][2];
+        const double u[4] = {a, 0.5 * (a + b + d), 0.5 * (a - b + d), d};
+        for (int j = 0; j < 4; ++j) U[((4 * i + j) * O + o) * C + c] = static_cast<float>(u[j]);
+      }
+    }
+}
+
+// C (M, N), ldc = A (M, K), lda row-major @ B (K, N) column-major (element (k, j) at
+// B[j * ldb + k]): through the BLAS, else Eigen.
+void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+             int64_t ldc) {
+  if (blas_gemm(false, true, M, N, K, A, lda, B, ldb, C, ldc)) return;
+  using RowM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ColM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using Str = Eigen::OuterStride<>;
+  Eigen::Map<RowM, 0, Str> c(C, M, N, Str(ldc));
+  c.noalias() = Eigen::Map<const RowM, 0, Str>(A, M, K, Str(lda)) * Eigen::Map<const ColM, 0, Str>(B, K, N, Str(ldb));
+}
+
+// One sample by the definition, multiplying the padding zeros as im2col + GEMM does
+// (so 0 * Inf = NaN appears where that path has it). For samples whose Winograd result
+// is not finite; speed does not matter here.
+void direct_sample(const float* x, const float* w, const float* bias, float* out, int64_t C, int64_t H, int64_t W,
+                   int64_t O) {
+  for (int64_t o = 0; o < O; ++o) {
+    float* y = out + o * H * W;
+    std::fill(y, y + H * W, 0.0f);
+    for (int64_t c = 0; c < C; ++c) {
+      const float* xp = x + c * H * W;
+      const float* g = w + (o * C + c) * 9;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t q = 0; q < W; ++q) {
+          float s = 0.0f;
+          for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 3; ++j) {
+              const int64_t hh = h + i - 1, qq = q + j - 1;
+              const float v = (hh >= 0 && hh < H && qq >= 0 && qq < W) ? xp[hh * W + qq] : 0.0f;
+              s += g[3 * i + j] * v;
+            }
+          y[h * W + q] += s;
+        }
+    }
+    if (bias)
+      for (int64_t i = 0; i < H * W; ++i) y[i] += bias[o];
+  }
+}
+
+}  // namespace
+
+bool winograd_eligible(const Conv2dGeometry& g) {
+  return g.kH == 3 && g.kW == 3 && g.sH == 1 && g.sW == 1 && g.dH == 1 && g.dW == 1 && g.pH == 1 && g.pW == 1 &&
+         g.outH == g.H && g.outW == g.W && g.H >= 1 && g.W >= 1;
+}
+
+void flip_transpose_3x3(const float* w, float* wt, int64_t O, int64_t C) {
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < C; ++c)
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) wt[((c * O + o) * 3 + i) * 3 + j] = w[((o * C + c) * 3 + 2 - i) * 3 + 2 - j];
+}
+
+void winograd_conv3x3(const float* x, const float* w, const float* bias, float* out, int64_t N, int64_t C, int64_t H,
+                      int64_t W, int64_t O) {
+  if (N <= 0 || O <= 0 || H <= 0 || W <= 0) return;
+  if (C <= 0) {  // an empty sum: the bias alone
+    for (int64_t i = 0; i < N * O; ++i) std::fill(out + i * H * W, out + (i + 1) * H * W, bias ? bias[i % O] : 0.0f);
+    return;
+  }
+  const int64_t tH = (H + 1) / 2, tW = (W + 1) / 2, Wp = 2 * tW + 2;
+  // Tile rows per block: V and M (16 * (C + O) floats per tile) within block_bytes(), at least one row.
+  const int64_t rows_per_block =
+      std::max<int64_t>(1, block_bytes() / (16 * static_cast<int64_t>(sizeof(float)) * (C + O) * tW));
+  const int64_t total_rows = N * tH;
+  const int64_t Tb = std::min(rows_per_block, total_rows) * tW;  // tiles per block (the ld of M)
+
+  std::unique_ptr<float[]> U(new float[16 * O * C]);
+  std::unique_ptr<float[]> strip(new float[4 * Wp * C]);  // padded input rows 2ty-1 .. 2ty+2
+  std::unique_ptr<float[]> V(new float[16 * Tb * C]);  // V[xi][t][c]
+  std::unique_ptr<float[]> M(new float[16 * O * Tb]);  // M[xi][o][t]
+  std::unique_ptr<float[]> y(new float[4 * Tb]);       // one output channel's y[a][t]
+  std::vector<char> finite(N, 1);
+  weight_transform(w, U.get(), O, C);
+  // The strip's four row slots rotate: tile row ty + 1 reuses ty's last two rows.
+  float* rows[4] = {strip.get(), strip.get() + Wp * C, strip.get() + 2 * Wp * C, strip.get() + 3 * Wp * C};
+
+  for (int64_t r0 = 0; r0 < total_rows; r0 += rows_per_block) {
+    const int64_t r1 = std::min(total_rows, r0 + rows_per_block);
+    const int64_t T = (r1 - r0) * tW;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / tH, ty = r % tH;
+      const float* xn = x + n * C * H * W;
+      if (ty == 0) {
+        for (int i = 0; i < 2; ++i) padded_row(xn, rows[i], C, H, W, Wp, i - 1);
+      } else {
+        std::swap(rows[0], rows[2]);
+        std::swap(rows[1], rows[3]);
+      }
+      for (int i = 2; i < 4; ++i) padded_row(xn, rows[i], C, H, W, Wp, 2 * ty + i - 1);
+      for (int64_t tx = 0; tx < tW; ++tx)
+        input_tile(rows, 2 * tx * C, V.get() + ((r - r0) * tW + tx) * C, Tb * C, C);
+    }
+    for (int xi = 0; xi < 16; ++xi)
+      gemm_nt(O, T, C, U.get() + xi * O * C, C, V.get() + xi * Tb * C, C, M.get() + xi * O * Tb, Tb);
+    for (int64_t o = 0; o < O; ++o) {
+      const bool ok = output_tiles(M.get() + o * Tb, O * Tb, y.get(), T);
+      const float b = bias ? bias[o] : 0.0f;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = r / tH, ty = r % tH;
+        if (!ok) finite[n] = 0;  // marks every sample of the block; direct_sample sorts them out
+        store_tile_row(y.get() + (r - r0) * tW, T, b, out + (n * O + o) * H * W, H, W, ty, tW);
+      }
+    }
+  }
+  for (int64_t n = 0; n < N; ++n)
+    if (!finite[n]) direct_sample(x + n * C * H * W, w, bias, out + n * O * H * W, C, H, W, O);
+}
+
+}  // namespace gradsleuth::cpu
