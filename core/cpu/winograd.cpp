@@ -47,6 +47,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -67,11 +68,44 @@ int64_t block_bytes() {
   return v;
 }
 
+// Eight floats as one GCC/Clang vector (AVX2 width; an AVX-512 build uses it too).
+typedef float Vec8 __attribute__((vector_size(32)));
+typedef int Idx8 __attribute__((vector_size(32)));
+
+Vec8 load8(const float* p) {
+  Vec8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
+
+// dst[j * ld + i] = src[i * ls + j] for i, j < 8: an 8x8 transpose in registers
+// (unpack, then pairs of pairs, then 128-bit halves).
+void transpose8x8(const float* src, int64_t ls, float* dst, int64_t ld) {
+  Vec8 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = load8(src + i * ls);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shuffle(r[i], r[i + 1], Idx8{0, 8, 1, 9, 4, 12, 5, 13});
+    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], Idx8{2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int k = 0; k < 2; ++k) {
+      u[i + 2 * k] = __builtin_shuffle(t[i + k], t[i + 2 + k], Idx8{0, 1, 8, 9, 4, 5, 12, 13});
+      u[i + 2 * k + 1] = __builtin_shuffle(t[i + k], t[i + 2 + k], Idx8{2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  // u[0..3]: rows 0-3 of columns (0,4), (1,5), (2,6), (3,7); u[4..7]: rows 4-7.
+  for (int j = 0; j < 4; ++j) {
+    store8(dst + j * ld, __builtin_shuffle(u[j], u[4 + j], Idx8{0, 1, 2, 3, 8, 9, 10, 11}));
+    store8(dst + (j + 4) * ld, __builtin_shuffle(u[j], u[4 + j], Idx8{4, 5, 6, 7, 12, 13, 14, 15}));
+  }
+}
+
 // One padded input row with channels innermost: row[(q + 1) * C + c] = x[c][h][q] for the
 // sample x (C, H, W), zeros at q = -1 and q >= W (Wp = 2 tW + 2 columns), all zeros when
 // h is outside [0, H). Channels innermost make a tile's 16 inputs 16 contiguous C-vectors,
 // so the input transform runs on whole vectors whatever H and W are (a 14x14 plane has
-// only 7 tiles per row). Read along x's rows, written with stride C.
+// only 7 tiles per row). The transpose goes by 8x8 blocks, the last block of each axis
+// overlapping the one before when 8 does not divide C or W; below 8, element by element.
 void padded_row(const float* x, float* row, int64_t C, int64_t H, int64_t W, int64_t Wp, int64_t h) {
   if (h < 0 || h >= H) {
     std::fill(row, row + Wp * C, 0.0f);
@@ -79,11 +113,20 @@ void padded_row(const float* x, float* row, int64_t C, int64_t H, int64_t W, int
   }
   std::fill(row, row + C, 0.0f);
   std::fill(row + (W + 1) * C, row + Wp * C, 0.0f);
-  for (int64_t c = 0; c < C; ++c) {
-    const float* src = x + (c * H + h) * W;
-    float* dst = row + C + c;
-    for (int64_t q = 0; q < W; ++q) dst[q * C] = src[q];
+  const float* src = x + h * W;  // channel c's row at src + c * H * W
+  float* dst = row + C;
+  if (C >= 8 && W >= 8) {
+    for (int64_t c0 = 0; c0 < C; c0 += 8) {
+      const int64_t c = std::min(c0, C - 8);
+      for (int64_t q0 = 0; q0 < W; q0 += 8) {
+        const int64_t q = std::min(q0, W - 8);
+        transpose8x8(src + c * H * W + q, H * W, dst + q * C + c, C);
+      }
+    }
+    return;
   }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t q = 0; q < W; ++q) dst[q * C + c] = src[c * H * W + q];
 }
 
 // The input transform's loop over channels: q<r><k>[c] = d[r][k] of channel c, v<xi>[c] =
@@ -136,11 +179,14 @@ void input_tile(const float* const rows[4], int64_t col, float* v, int64_t vs, i
                     v + 13 * vs, v + 14 * vs, v + 15 * vs, C);
 }
 
-// Output transform of T tiles of one output channel: y[a][t] = (A^T M_t A)[a / 2][a % 2]
-// from m[xi * ms + t]. Returns false when some value is not finite: y * 0 is +-0 for a
-// finite y and a NaN for Inf and NaN, so OR-ing its exponent bits flags one (an integer
-// OR, unlike a float sum, vectorises).
-bool output_tiles(const float* __restrict m, int64_t ms, float* __restrict y, int64_t T) {
+// Output transform of T tiles (consecutive tile rows) of one output channel, plus b:
+// y0[2t + j] = (A^T M_t A)[0][j] + b and y1[2t + j] = (A^T M_t A)[1][j] + b from
+// m[xi * ms + t], so each tile row's two output rows come out contiguous, ready for a
+// plain copy into the output. Returns false when some pre-bias value is not finite:
+// y * 0 is +-0 for a finite y and a NaN for Inf and NaN, so OR-ing its bits flags one
+// (an integer OR, unlike a float sum, vectorises).
+bool output_tiles(const float* __restrict m, int64_t ms, float b, float* __restrict y0, float* __restrict y1,
+                  int64_t T) {
   uint32_t bad = 0;
   for (int64_t t = 0; t < T; ++t) {
     float s0[4], s1[4];
@@ -151,32 +197,14 @@ bool output_tiles(const float* __restrict m, int64_t ms, float* __restrict y, in
     }
     const float y00 = s0[0] + s0[1] + s0[2], y01 = s0[1] - s0[2] - s0[3];
     const float y10 = s1[0] + s1[1] + s1[2], y11 = s1[1] - s1[2] - s1[3];
-    y[t] = y00;
-    y[T + t] = y01;
-    y[2 * T + t] = y10;
-    y[3 * T + t] = y11;
     bad |= std::bit_cast<uint32_t>(y00 * 0.0f) | std::bit_cast<uint32_t>(y01 * 0.0f) |
            std::bit_cast<uint32_t>(y10 * 0.0f) | std::bit_cast<uint32_t>(y11 * 0.0f);
+    y0[2 * t] = y00 + b;
+    y0[2 * t + 1] = y01 + b;
+    y1[2 * t] = y10 + b;
+    y1[2 * t + 1] = y11 + b;
   }
   return (bad & 0x7f800000u) == 0;
-}
-
-// Writes one tile row's outputs y[a][t] (t = 0..tW-1, a = 2 * row + column in the tile)
-// plus b into rows 2ty, 2ty+1 of plane (H, W), the parts inside it.
-void store_tile_row(const float* __restrict y, int64_t T, float b, float* __restrict plane, int64_t H, int64_t W, int64_t ty, int64_t tW) {
-  for (int a = 0; a < 2; ++a) {
-    const int64_t h = 2 * ty + a;
-    if (h >= H) break;
-    float* row = plane + h * W;
-    const float* e = y + (2 * a) * T;  // even output columns
-    const float* o = e + T;            // odd
-    const int64_t pairs = W / 2;
-    for (int64_t t = 0; t < pairs; ++t) {
-      row[2 * t] = e[t] + b;
-      row[2 * t + 1] = o[t] + b;
-    }
-    if (pairs < tW) row[2 * pairs] = e[pairs] + b;  // odd W: the last tile's second column is outside
-  }
 }
 
 // U[xi][o][c] = (G g G^T)[xi / 4][xi % 4] for g = w[o][c], in double, rounded once.
@@ -272,7 +300,7 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
   std::unique_ptr<float[]> strip(new float[4 * Wp * C]);  // padded input rows 2ty-1 .. 2ty+2
   std::unique_ptr<float[]> V(new float[16 * Tb * C]);  // V[xi][t][c]
   std::unique_ptr<float[]> M(new float[16 * O * Tb]);  // M[xi][o][t]
-  std::unique_ptr<float[]> y(new float[4 * Tb]);       // one output channel's y[a][t]
+  std::unique_ptr<float[]> y(new float[4 * Tb]);       // one output channel's rows (two per tile row)
   std::vector<char> finite(N, 1);
   weight_transform(w, U.get(), O, C);
   // The strip's four row slots rotate: tile row ty + 1 reuses ty's last two rows.
@@ -297,12 +325,16 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
     for (int xi = 0; xi < 16; ++xi)
       gemm_nt(O, T, C, U.get() + xi * O * C, C, V.get() + xi * Tb * C, C, M.get() + xi * O * Tb, Tb);
     for (int64_t o = 0; o < O; ++o) {
-      const bool ok = output_tiles(M.get() + o * Tb, O * Tb, y.get(), T);
-      const float b = bias ? bias[o] : 0.0f;
+      float* y0 = y.get();
+      float* y1 = y0 + 2 * Tb;
+      const bool ok = output_tiles(M.get() + o * Tb, O * Tb, bias ? bias[o] : 0.0f, y0, y1, T);
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t n = r / tH, ty = r % tH;
         if (!ok) finite[n] = 0;  // marks every sample of the block; direct_sample sorts them out
-        store_tile_row(y.get() + (r - r0) * tW, T, b, out + (n * O + o) * H * W, H, W, ty, tW);
+        float* plane = out + (n * O + o) * H * W;
+        const int64_t off = 2 * (r - r0) * tW;  // the tile row's outputs; W <= 2 tW of them per row
+        std::memcpy(plane + 2 * ty * W, y0 + off, W * sizeof(float));
+        if (2 * ty + 1 < H) std::memcpy(plane + (2 * ty + 1) * W, y1 + off, W * sizeof(float));
       }
     }
   }
