@@ -228,16 +228,28 @@ void weight_transform(const float* w, float* U, int64_t O, int64_t C) {
     }
 }
 
-// C (M, N), ldc = A (M, K), lda row-major @ B (K, N) column-major (element (k, j) at
-// B[j * ldb + k]): through the BLAS, else Eigen.
-void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-             int64_t ldc) {
-  if (blas_gemm(false, true, M, N, K, A, lda, B, ldb, C, ldc)) return;
+// C (M, N), ldc = A (M, K), lda @ B (K, N), ldb, all row-major: through the BLAS, else Eigen.
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+          int64_t ldc) {
+  if (blas_gemm(false, false, M, N, K, A, lda, B, ldb, C, ldc)) return;
   using RowM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ColM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   using Str = Eigen::OuterStride<>;
   Eigen::Map<RowM, 0, Str> c(C, M, N, Str(ldc));
-  c.noalias() = Eigen::Map<const RowM, 0, Str>(A, M, K, Str(lda)) * Eigen::Map<const ColM, 0, Str>(B, K, N, Str(ldb));
+  c.noalias() = Eigen::Map<const RowM, 0, Str>(A, M, K, Str(lda)) * Eigen::Map<const RowM, 0, Str>(B, K, N, Str(ldb));
+}
+
+// Moves up to 8 transformed tiles, tmp[j][xi][c] (j < 8, rows of 16 C), into
+// V[xi][c][t0 + j] (ld Tv): by 8x8 transposes over (tile, channel), element by element
+// for a channel tail. Slots j >= count hold zeros and land in V's padding columns.
+void flush_tiles(const float* tmp, int64_t C, float* V, int64_t Tv, int64_t t0) {
+  const int64_t C8 = C / 8 * 8;
+  for (int xi = 0; xi < 16; ++xi) {
+    const float* src = tmp + xi * C;
+    float* dst = V + xi * C * Tv + t0;
+    for (int64_t c = 0; c < C8; c += 8) transpose8x8(src + c, 16 * C, dst + c * Tv, Tv);
+    for (int64_t c = C8; c < C; ++c)
+      for (int j = 0; j < 8; ++j) dst[c * Tv + j] = src[j * 16 * C + c];
+  }
 }
 
 // One sample by the definition, multiplying the padding zeros as im2col + GEMM does
@@ -295,12 +307,14 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
       std::max<int64_t>(1, block_bytes() / (16 * static_cast<int64_t>(sizeof(float)) * (C + O) * tW));
   const int64_t total_rows = N * tH;
   const int64_t Tb = std::min(rows_per_block, total_rows) * tW;  // tiles per block (the ld of M)
+  const int64_t Tv = (Tb + 7) / 8 * 8;  // the ld of V: whole groups of 8 tiles
 
   std::unique_ptr<float[]> U(new float[16 * O * C]);
   std::unique_ptr<float[]> strip(new float[4 * Wp * C]);  // padded input rows 2ty-1 .. 2ty+2
-  std::unique_ptr<float[]> V(new float[16 * Tb * C]);  // V[xi][t][c]
-  std::unique_ptr<float[]> M(new float[16 * O * Tb]);  // M[xi][o][t]
-  std::unique_ptr<float[]> y(new float[4 * Tb]);       // one output channel's rows (two per tile row)
+  std::unique_ptr<float[]> tmp(new float[8 * 16 * C]);    // 8 transformed tiles, tmp[j][xi][c]
+  std::unique_ptr<float[]> V(new float[16 * C * Tv]);     // V[xi][c][t]
+  std::unique_ptr<float[]> M(new float[16 * O * Tb]);     // M[xi][o][t]
+  std::unique_ptr<float[]> y(new float[4 * Tb]);          // one output channel's rows (two per tile row)
   std::vector<char> finite(N, 1);
   weight_transform(w, U.get(), O, C);
   // The strip's four row slots rotate: tile row ty + 1 reuses ty's last two rows.
@@ -309,6 +323,11 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
   for (int64_t r0 = 0; r0 < total_rows; r0 += rows_per_block) {
     const int64_t r1 = std::min(total_rows, r0 + rows_per_block);
     const int64_t T = (r1 - r0) * tW;
+    // Input transform: a tile at a time along channels (the strip has them innermost), in
+    // groups of 8 tiles transposed into V's (channel, tile) rows, which the GEMM wants:
+    // OpenBLAS's small-matrix path takes (O, C) @ (C, T) row-major operands but not a
+    // transposed V, and runs about 1.3x faster at these sizes.
+    int64_t t = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r / tH, ty = r % tH;
       const float* xn = x + n * C * H * W;
@@ -319,11 +338,17 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
         std::swap(rows[1], rows[3]);
       }
       for (int i = 2; i < 4; ++i) padded_row(xn, rows[i], C, H, W, Wp, 2 * ty + i - 1);
-      for (int64_t tx = 0; tx < tW; ++tx)
-        input_tile(rows, 2 * tx * C, V.get() + ((r - r0) * tW + tx) * C, Tb * C, C);
+      for (int64_t tx = 0; tx < tW; ++tx, ++t) {
+        input_tile(rows, 2 * tx * C, tmp.get() + (t % 8) * 16 * C, C, C);
+        if (t % 8 == 7) flush_tiles(tmp.get(), C, V.get(), Tv, t - 7);
+      }
+    }
+    if (t % 8 != 0) {
+      std::fill(tmp.get() + (t % 8) * 16 * C, tmp.get() + 8 * 16 * C, 0.0f);
+      flush_tiles(tmp.get(), C, V.get(), Tv, t / 8 * 8);
     }
     for (int xi = 0; xi < 16; ++xi)
-      gemm_nt(O, T, C, U.get() + xi * O * C, C, V.get() + xi * Tb * C, C, M.get() + xi * O * Tb, Tb);
+      gemm(O, T, C, U.get() + xi * O * C, C, V.get() + xi * C * Tv, Tv, M.get() + xi * O * Tb, Tb);
     for (int64_t o = 0; o < O; ++o) {
       float* y0 = y.get();
       float* y1 = y0 + 2 * Tb;
