@@ -206,6 +206,15 @@ TEST_CASE("winograd_conv3x3 vs a float64 direct convolution: random data, all th
   worst = std::max(worst, check_against_reference(make(2, 32, 14, 14, 64, true, false, seed++)));
   worst = std::max(worst, check_against_reference(make(2, 64, 14, 14, 32, false, false, seed++)));
   worst = std::max(worst, check_against_reference(make(2, 1, 28, 28, 32, true, false, seed++)));
+  // Channel counts around the 8x8 transposes (exact, with a tail, below 8) and widths
+  // around 8 (the overlapping last block); a last group of fewer than 8 tiles.
+  worst = std::max(worst, check_against_reference(make(1, 8, 8, 8, 8, false, false, seed++)));
+  worst = std::max(worst, check_against_reference(make(2, 11, 9, 10, 3, true, false, seed++)));
+  worst = std::max(worst, check_against_reference(make(2, 13, 7, 17, 5, true, false, seed++)));
+  worst = std::max(worst, check_against_reference(make(1, 16, 3, 30, 9, false, false, seed++)));
+  // Many blocks of tile rows (the L2 budget holds a few rows at these channel counts),
+  // samples split across blocks, a short last block.
+  worst = std::max(worst, check_against_reference(make(3, 40, 27, 29, 48, true, false, seed++)));
   MESSAGE("random data: largest error / bound = " << worst);
 }
 

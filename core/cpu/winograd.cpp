@@ -58,12 +58,13 @@ namespace gradsleuth::cpu {
 
 namespace {
 
-// L2 share for V and M of one block (1 MB L2 per core on Zen 5, 512 KB on Zen 3).
-// bench/bench_conv.cpp measured the choice at the CNN's shapes.
+// L2 share for V and M of one block: 1 MB L2 per core on Zen 5, 512 KB on Zen 3 (which
+// also holds U, the strip and the output rows). On Zen 5 at the CNN's shapes 384-512 KB
+// ran fastest, 256 KB and 768 KB+ 10-20% slower (bench/bench_conv.cpp).
 int64_t block_bytes() {
   static const int64_t v = [] {
     const char* e = std::getenv("GS_WINO_BLOCK_KB");
-    return e ? std::atoll(e) * 1024 : int64_t{512 * 1024};
+    return e ? std::atoll(e) * 1024 : int64_t{384 * 1024};
   }();
   return v;
 }
