@@ -46,7 +46,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -60,14 +59,8 @@ namespace {
 
 // L2 share for V and M of one block: 1 MB L2 per core on Zen 5, 512 KB on Zen 3 (which
 // also holds U, the strip and the output rows). On Zen 5 at the CNN's shapes 384-512 KB
-// ran fastest, 256 KB and 768 KB+ 10-20% slower (bench/bench_conv.cpp).
-int64_t block_bytes() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("GS_WINO_BLOCK_KB");
-    return e ? std::atoll(e) * 1024 : int64_t{384 * 1024};
-  }();
-  return v;
-}
+// ran fastest, 256 KB and 768 KB or more 10-20% slower (bench/bench_conv.cpp).
+constexpr int64_t kBlockBytes = 384 * 1024;
 
 // Eight floats as one GCC/Clang vector (AVX2 width; an AVX-512 build uses it too).
 typedef float Vec8 __attribute__((vector_size(32)));
@@ -303,9 +296,9 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
     return;
   }
   const int64_t tH = (H + 1) / 2, tW = (W + 1) / 2, Wp = 2 * tW + 2;
-  // Tile rows per block: V and M (16 * (C + O) floats per tile) within block_bytes(), at least one row.
+  // Tile rows per block: V and M (16 * (C + O) floats per tile) within kBlockBytes, at least one row.
   const int64_t rows_per_block =
-      std::max<int64_t>(1, block_bytes() / (16 * static_cast<int64_t>(sizeof(float)) * (C + O) * tW));
+      std::max<int64_t>(1, kBlockBytes / (16 * static_cast<int64_t>(sizeof(float)) * (C + O) * tW));
   const int64_t total_rows = N * tH;
   const int64_t Tb = std::min(rows_per_block, total_rows) * tW;  // tiles per block (the ld of M)
   const int64_t Tv = (Tb + 7) / 8 * 8;  // the ld of V: whole groups of 8 tiles
