@@ -6,6 +6,8 @@
 //   conv/<impl>/fwd2      x (64, 32, 14, 14) -> 64 outputs  (the second conv's forward)
 //   conv/<impl>/dgrad2    dY (64, 64, 14, 14) -> 32 outputs (its input gradient)
 //   conv/<impl>/fwd1      x (64, 1, 28, 28) -> 32 outputs   (the first conv, for information)
+//   conv/<impl>/c<C>      x (64, C, 14, 14) -> 64 outputs, C = 2, 4, 8, 16: where Winograd
+//                         starts to pay (few channels: short GEMMs, transforms dominate)
 // Counter "GFLOP/s" = the direct convolution's 2*N*O*C*9*H*W per call / time (an
 // equivalent rate: Winograd does fewer multiply-adds). No bias on either side.
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ./bench_conv --benchmark_repetitions=5
@@ -100,7 +102,9 @@ void BM_winograd(benchmark::State& state, Shape s) {
 
 int main(int argc, char** argv) {
   const std::pair<const char*, Shape> shapes[] = {
-      {"fwd2", {64, 32, 14, 14, 64}}, {"dgrad2", {64, 64, 14, 14, 32}}, {"fwd1", {64, 1, 28, 28, 32}}};
+      {"fwd2", {64, 32, 14, 14, 64}}, {"dgrad2", {64, 64, 14, 14, 32}}, {"fwd1", {64, 1, 28, 28, 32}},
+      {"c2", {64, 2, 14, 14, 64}},     {"c4", {64, 4, 14, 14, 64}},      {"c8", {64, 8, 14, 14, 64}},
+      {"c16", {64, 16, 14, 14, 64}}};
   for (const auto& [name, s] : shapes) {
     benchmark::RegisterBenchmark((std::string("conv/winograd/") + name).c_str(), BM_winograd, s)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
