@@ -339,6 +339,16 @@ TEST_CASE("winograd_conv3x3: Inf/NaN and intermediate overflow land as in the di
   p.w[4] = 1.0f;  // the identity kernel: y = x
   const std::vector<float> out3 = run_winograd(p);
   for (size_t i = 0; i < out3.size(); ++i) CHECK(out3[i] == 1.0e38f);
+  // A NaN weight: every output of its channel is NaN (the centre tap always, and im2col
+  // multiplies the padding zeros by the corner taps too), the other channel is finite.
+  p = make(2, 2, 4, 5, 2, false, false, 404);
+  p.w[(1 * 2 + 0) * 9 + 0] = nan;  // w[1][0][0][0]
+  const std::vector<float> out5 = run_winograd(p);
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t i = 0; i < 20; ++i) {
+      CHECK(std::isfinite(out5[(n * 2 + 0) * 20 + i]));
+      CHECK(std::isnan(out5[(n * 2 + 1) * 20 + i]));
+    }
   // A bias of NaN/Inf is added after the check: it does not send samples to the slow path
   // and lands in every output of its channel.
   p = make(2, 2, 3, 3, 2, true, false, 403);
