@@ -40,7 +40,8 @@
 // (4, 32, 14, 14) -> 64, error / (sum |x||w| over the output's window) in units of u:
 // uniform [-1, 1) data, max 1.8 and mean 0.22 (im2col + SGEMM: 3.5 and 0.28);
 // magnitudes 2^-20 .. 2^20 mixed at random, max 5400 and mean 5.0 (im2col: 13 and 1.1).
-// Larger tiles (F(4x4,3x3), matrix entries up to 8 and 1/24) amplify this much more.
+// Larger tiles (F(4x4,3x3), matrix entries up to 8 and 1/24) amplify this more: a scalar
+// prototype measured max 20 u and mean 0.96 u on the uniform data above.
 // tests/test_cpu_winograd.cpp checks the bound with S computed in float64. U is computed
 // in double and rounded once, so the weight transform adds one rounding, not three.
 //
