@@ -9,11 +9,15 @@
 //             db[o]          = sum over n, l of dOut[n][o][l]          (float64 sums)
 //
 // pick_algo() is the one place that chooses how the products run, one branch per
-// algorithm in forward_typed/backward_typed (a Winograd kernel for 3x3 would be one
-// more: the forward and dx):
-//   kGemm    the BLAS (blas.h; Eigen's product without one) on one sample's operands,
-//            all L2-resident: the CNN's second conv (64 x 288 x 196) ran at 96 GFLOP/s
-//            this way against 77 for the single batched (64 x 288 x 12544) GEMM.
+// algorithm in forward_typed/backward_typed:
+//   kGemm      the BLAS (blas.h; Eigen's product without one) on one sample's operands,
+//              all L2-resident: the CNN's second conv (64 x 288 x 196) ran at 96 GFLOP/s
+//              this way against 77 for the single batched (64 x 288 x 12544) GEMM.
+//   kWinograd  float32, 3x3 / stride 1 / padding 1 with >= 8 channels going in (the
+//              forward's C, the input gradient's O), unless set_conv_algorithm(Gemm):
+//              winograd.h over the whole batch, about 2x the GEMM's speed at the CNN's
+//              second conv (bench_conv); below 8 channels its transforms cost more than
+//              the multiply-adds it saves. The weight gradient stays a GEMM.
 // A direct kernel for small C*kH*kW (the first conv, K = 9: the batched GEMM with K = 9
 // or N = 9 ran at ~35 GFLOP/s) was tried and lost to the per-sample GEMM at every K
 // from 1 to 9 (O 32, L 784, OpenBLAS, one thread; forward 0.43 ms against 0.68 ms for
@@ -24,19 +28,30 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 #include "core/cpu/accurate_sum.h"
 #include "core/cpu/blas.h"
 #include "core/cpu/conv_cols.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/winograd.h"
+#include "core/ops.h"
 
 namespace gradsleuth::cpu {
 
 namespace {
 
-enum class ConvAlgo { kGemm };
+enum class ConvAlgo { kGemm, kWinograd };
 
-ConvAlgo pick_algo(const Conv2dGeometry& /*g*/) { return ConvAlgo::kGemm; }
+// channels_in: the forward's C, or the input gradient's O (the channels its product sums).
+constexpr int64_t kWinogradMinChannels = 8;
+template <class T>
+ConvAlgo pick_algo(const Conv2dGeometry& g, int64_t channels_in) {
+  if (std::is_same_v<T, float> && conv_algorithm() == ConvAlgorithm::Auto && winograd_eligible(g) &&
+      channels_in >= kWinogradMinChannels)
+    return ConvAlgo::kWinograd;
+  return ConvAlgo::kGemm;
+}
 
 // A 1x1 kernel with stride 1 and no padding reads the input as it is: its columns
 // are x[n] itself, (C, H*W), and col2im is the identity.
@@ -86,7 +101,10 @@ void forward_typed(const Tensor& out_t, const Tensor& x_t, const Tensor& w_t, co
   T* out = static_cast<T*>(out_t.raw_data());
   const int64_t O = out_t.size(1), CK = g.C * g.kH * g.kW, L = g.outH * g.outW, xs = g.C * g.H * g.W;
   const FlatTaps flat = flat_taps(g);
-  switch (pick_algo(g)) {
+  switch (pick_algo<T>(g, g.C)) {
+    case ConvAlgo::kWinograd:
+      if constexpr (std::is_same_v<T, float>) winograd_conv3x3(x, w, bias, out, g.N, g.C, g.H, g.W, O);
+      return;
     case ConvAlgo::kGemm: {
       // One sample at a time: the BLAS threads each product itself.
       const bool direct = cols_are_input(g);
@@ -118,8 +136,17 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
   T* gb = gb_t.defined() ? static_cast<T*>(gb_t.raw_data()) : nullptr;
   const int64_t O = go_t.size(1), CK = g.C * g.kH * g.kW, L = g.outH * g.outW, xs = g.C * g.H * g.W;
   const FlatTaps flat = flat_taps(g);
-  const ConvAlgo algo = pick_algo(g);
   const bool direct = cols_are_input(g);
+  // The input gradient by Winograd: one call over the batch with the flipped, transposed
+  // weight (C, O, 3, 3); the per-sample loop below then computes only dW and db.
+  if constexpr (std::is_same_v<T, float>) {
+    if (gx && pick_algo<T>(g, O) == ConvAlgo::kWinograd) {
+      auto wt = scratch<float>(g.C * O * 9);
+      flip_transpose_3x3(w, wt.get(), O, g.C);
+      winograd_conv3x3(go, wt.get(), nullptr, gx, g.N, O, g.H, g.W, g.C);
+      gx = nullptr;
+    }
+  }
 
   // db in float64: accurate_sum.h's sum of each dOut row, added over the batch.
   std::unique_ptr<double[]> acc_b(gb ? new double[static_cast<size_t>(O)]() : nullptr);
@@ -138,18 +165,14 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
         im2col_sample(x + n * xs, cols.get(), L, g, flat, 0, g.C);
         c = cols.get();
       }
-      switch (algo) {
-        // dW = sum_n dOut[n] @ cols[n]^T: the first sample writes, the others add (beta = 1).
-        case ConvAlgo::kGemm: gemm<T>(false, true, O, CK, L, gon, L, c, L, n > 0, gw, CK); break;
-      }
+      // dW = sum_n dOut[n] @ cols[n]^T: the first sample writes, the others add (beta = 1).
+      gemm<T>(false, true, O, CK, L, gon, L, c, L, n > 0, gw, CK);
     }
     if (gx) {
       T* gxn = gx + n * xs;
       T* dst = direct ? gxn : dcols.get();  // 1x1: col2im is the identity
-      switch (algo) {
-        // W is (O, CK) row-major, so W^T (CK, O) is column-major with leading dimension CK.
-        case ConvAlgo::kGemm: gemm<T>(true, false, CK, L, O, w, CK, gon, L, false, dst, L); break;
-      }
+      // W is (O, CK) row-major, so W^T (CK, O) is column-major with leading dimension CK.
+      gemm<T>(true, false, CK, L, O, w, CK, gon, L, false, dst, L);
       if (!direct) {
         std::fill_n(gxn, xs, T(0));  // zeroed here, cache-hot, instead of one pass over the batch
         col2im_sample(gxn, dcols.get(), L, g, flat, 0, g.C);

@@ -164,6 +164,12 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 
 }  // namespace
 
+namespace {
+std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::Auto};
+}  // namespace
+void set_conv_algorithm(ConvAlgorithm algorithm) { g_conv_algorithm.store(algorithm, std::memory_order_relaxed); }
+ConvAlgorithm conv_algorithm() { return g_conv_algorithm.load(std::memory_order_relaxed); }
+
 namespace detail {
 void set_conv2d_fused(bool enabled) { g_conv2d_fused.store(enabled, std::memory_order_relaxed); }
 bool conv2d_fused() { return g_conv2d_fused.load(std::memory_order_relaxed); }
