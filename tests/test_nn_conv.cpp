@@ -215,9 +215,10 @@ TEST_CASE("MaxPool2d and AvgPool2d: forward against loops, gradients") {
   }
 }
 
-TEST_CASE("max_pool2d 2x2: every output width (compile-time and runtime kernels) against a loop") {
-  // The 2x2/stride-2 kernel is compiled for output widths 7, 8, 14 and 16 and runs a
-  // runtime-width loop otherwise; odd input sizes drop their last row/column. Values
+TEST_CASE("max_pool2d 2x2: every output width (overrunning and exact rows) against a loop") {
+  // The 2x2/stride-2 kernel computes rows of 5..8 and 9..16 outputs as one vector of 8 or 16
+  // that overruns into the next row (the chunk's last row exactly) and runs exact rows
+  // otherwise; odd input sizes drop their last row/column. Values
   // from a small set make ties common, a few NaNs sit in random places; the output and
   // the gradient's position (sum().backward() sends 1 to each window's winner) are
   // checked against a loop that applies the rule: first NaN, else first maximum.
