@@ -218,39 +218,42 @@ TEST_CASE("MaxPool2d and AvgPool2d: forward against loops, gradients") {
 TEST_CASE("max_pool2d 2x2: every output width (overrunning and exact rows) against a loop") {
   // The 2x2/stride-2 kernel computes rows of 5..8 and 9..16 outputs as one vector of 8 or 16
   // that overruns into the next row (the chunk's last row exactly) and runs exact rows
-  // otherwise; odd input sizes drop their last row/column. Values
+  // otherwise; odd input sizes drop their last row/column. Planes of one output row
+  // (H = 2, 3) overrun into the next plane's output. Values
   // from a small set make ties common, a few NaNs sit in random places; the output and
   // the gradient's position (sum().backward() sends 1 to each window's winner) are
   // checked against a loop that applies the rule: first NaN, else first maximum.
   for (int64_t W : {14, 15, 16, 17, 28, 29, 32, 33, 6, 3}) {
-    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
-      CAPTURE(W); CAPTURE(dt);
-      const int64_t N = 2, C = 3, H = W % 2 ? 5 : 4, oH = H / 2, oW = W / 2;
-      Vec xv(N * C * H * W);
-      for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
-      xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
-      Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
-      Tensor y = gs::max_pool2d(x, {2, 2});
-      REQUIRE(y.shape() == gs::Shape{N, C, oH, oW});
-      y.sum().backward();
-      Vec Y = vals(y), G = vals(x.grad()), wantG(xv.size(), 0.0);
-      for (int64_t nc = 0; nc < N * C; ++nc)
-        for (int64_t i = 0; i < oH; ++i)
-          for (int64_t j = 0; j < oW; ++j) {
-            int64_t best = -1;
-            for (int64_t a = 0; a < 2; ++a)
-              for (int64_t c = 0; c < 2; ++c) {
-                const int64_t k = (nc * H + 2 * i + a) * W + 2 * j + c;
-                if (best < 0) best = k;
-                else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best])) best = k;
-              }
-            const double got = Y[(nc * oH + i) * oW + j];
-            CAPTURE(nc); CAPTURE(i); CAPTURE(j);
-            if (std::isnan(xv[best])) CHECK(std::isnan(got));
-            else CHECK(got == xv[best]);
-            wantG[best] += 1.0;
-          }
-      CHECK(G == wantG);
+    for (int64_t H : {W % 2 ? int64_t{5} : int64_t{4}, int64_t{2}, int64_t{3}}) {
+      for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+        CAPTURE(W); CAPTURE(H); CAPTURE(dt);
+        const int64_t N = 2, C = 3, oH = H / 2, oW = W / 2;
+        Vec xv(N * C * H * W);
+        for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
+        xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
+        Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
+        Tensor y = gs::max_pool2d(x, {2, 2});
+        REQUIRE(y.shape() == gs::Shape{N, C, oH, oW});
+        y.sum().backward();
+        Vec Y = vals(y), G = vals(x.grad()), wantG(xv.size(), 0.0);
+        for (int64_t nc = 0; nc < N * C; ++nc)
+          for (int64_t i = 0; i < oH; ++i)
+            for (int64_t j = 0; j < oW; ++j) {
+              int64_t best = -1;
+              for (int64_t a = 0; a < 2; ++a)
+                for (int64_t c = 0; c < 2; ++c) {
+                  const int64_t k = (nc * H + 2 * i + a) * W + 2 * j + c;
+                  if (best < 0) best = k;
+                  else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best])) best = k;
+                }
+              const double got = Y[(nc * oH + i) * oW + j];
+              CAPTURE(nc); CAPTURE(i); CAPTURE(j);
+              if (std::isnan(xv[best])) CHECK(std::isnan(got));
+              else CHECK(got == xv[best]);
+              wantG[best] += 1.0;
+            }
+        CHECK(G == wantG);
+      }
     }
   }
 }
