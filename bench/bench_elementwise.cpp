@@ -6,6 +6,11 @@
 // memcpy baselines copy into a buffer allocated once, and gs clone allocates.
 // No autograd (NoGradGuard): this measures the kernels, not the graph.
 //   Dimension letters: B = rows (n / N), N = 1024 columns.
+//   cnn/...: the activation pipeline between the convolutions of bench_train_step's CNN,
+//   at its shapes: (64, 32, 28, 28) after the first conv, (64, 64, 14, 14) after the
+//   second (range(0) = C, range(1) = H = W). The backwards run through autograd::grad
+//   on a graph built once (retain_graph), so they time the node's backward formula as a
+//   training step runs it.
 //   ./bench_elementwise --benchmark_min_time=0.2 [--benchmark_format=json]
 #include <benchmark/benchmark.h>
 
@@ -109,6 +114,43 @@ void BM_bias_add(benchmark::State& state) {
   run_gs(state, (2 * n + kCols) * kF, [&] { return gs::add(x, bias); });
 }
 
+// ---- the CNN's activation pipeline -------------------------------------------------
+// relu's backward: reads x and g, writes the gradient.
+void BM_cnn_relu_backward(benchmark::State& state) {
+  const int64_t C = state.range(0), H = state.range(1), n = 64 * C * H * H;
+  gs::Tensor x = gs::randn({64, C, H, H}).requires_grad_(), g = gs::randn({64, C, H, H});
+  gs::Tensor y = gs::relu(x);
+  for (auto _ : state) {
+    gs::tensor_list gx = gs::autograd::grad({y}, {x}, {g}, /*retain_graph=*/true);
+    benchmark::DoNotOptimize(gx[0].raw_data());
+  }
+  set_bytes(state, 3 * n * kF);
+}
+
+// 2x2 max pool, forward: reads x, writes the max and an int64 argmax per window.
+void BM_cnn_max_pool(benchmark::State& state) {
+  const int64_t C = state.range(0), H = state.range(1), n = 64 * C * H * H;
+  gs::Tensor x = gs::randn({64, C, H, H});
+  run_gs(state, n * kF + n / 4 * (kF + 8), [&] { return gs::max_pool2d(x, {2}); });
+}
+
+// Its backward: reads the window gradients and the argmax, writes the input gradient.
+void BM_cnn_max_pool_backward(benchmark::State& state) {
+  const int64_t C = state.range(0), H = state.range(1), n = 64 * C * H * H;
+  gs::Tensor x = gs::randn({64, C, H, H}).requires_grad_();
+  gs::Tensor y = gs::max_pool2d(x, {2});
+  gs::Tensor g = gs::randn(y.shape());
+  for (auto _ : state) {
+    gs::tensor_list gx = gs::autograd::grad({y}, {x}, {g}, /*retain_graph=*/true);
+    benchmark::DoNotOptimize(gx[0].raw_data());
+  }
+  set_bytes(state, n / 4 * (kF + 8) + n * kF);
+}
+
+void cnn_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({32, 28})->Args({64, 14})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
 // ---- reductions -----------------------------------------------------------------
 void BM_sum_all(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -141,6 +183,9 @@ BENCHMARK(BM_add)->Name("elementwise/add")->Apply(sizes);
 BENCHMARK(BM_relu)->Name("elementwise/relu")->Apply(sizes);
 BENCHMARK(BM_exp)->Name("elementwise/exp")->Apply(sizes);
 BENCHMARK(BM_bias_add)->Name("elementwise/bias_add(B,N)+(N)")->Apply(sizes);
+BENCHMARK(BM_cnn_relu_backward)->Name("cnn/relu_backward")->Apply(cnn_shapes);
+BENCHMARK(BM_cnn_max_pool)->Name("cnn/max_pool2d")->Apply(cnn_shapes);
+BENCHMARK(BM_cnn_max_pool_backward)->Name("cnn/max_pool2d_backward")->Apply(cnn_shapes);
 BENCHMARK(BM_sum_all)->Name("reduce/sum")->Apply(sizes);
 BENCHMARK(BM_sum_dim0)->Name("reduce/sum_dim0(B,N)")->Apply(sizes);
 BENCHMARK(BM_sum_dim1)->Name("reduce/sum_dim1(B,N)")->Apply(sizes);

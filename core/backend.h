@@ -52,6 +52,10 @@ class Backend {
   virtual void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) = 0;
   // out = clamp(in, lo, hi) — lo/hi may be +-inf.
   virtual void clamp(const Tensor& out, const Tensor& in, double lo, double hi) = 0;
+  // out = x <= threshold ? 0 : grad   (relu's backward in one pass; grad and x of out's
+  // shape and dtype). A NaN x passes the gradient (x <= threshold is false), and an
+  // infinite grad where x <= threshold gives 0, not NaN: a select, never a multiply.
+  virtual void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) = 0;
 
   // ---- reductions ----
   // `out` has `in`'s rank with size 1 on reduced dims (keepdim shape); reduced[d] marks dims.
@@ -85,7 +89,8 @@ class Backend {
   virtual void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) = 0;
   // out (N, C, outH, outW), argmax (same shape, int64: flat h*W+w index in the input plane)
   virtual void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) = 0;
-  // grad_in (pre-zeroed) [argmax] += grad_out
+  // grad_in (N, C, H, W), uninitialised: the kernel writes every element, 0 plus the sum of
+  // grad_out over the windows whose argmax it is (0 + g: a -0 gradient is written as +0).
   virtual void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
                                    const Conv2dGeometry& g) = 0;
   // count_include_pad semantics: divides by kH*kW.

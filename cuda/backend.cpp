@@ -87,6 +87,9 @@ class CudaBackend final : public Backend {
   void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override {
     cuda::clamp(dev(out), dev(in), lo, hi);
   }
+  void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override {
+    cuda::threshold_backward(dev(out), dev(grad), dev(x), threshold);
+  }
 
   void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) override {
     cuda::reduce(op, dev(out), dev(in), reduced);

@@ -85,7 +85,7 @@ __global__ void max_pool_kernel(T* out, int64_t* argmax, const T* x, Conv2dGeome
   }
 }
 
-// grad_in[nc, argmax] += grad_out. One thread per output gradient, grid-stride; windows may
+// grad_in[nc, argmax] += grad_out into the zero-filled grad_in. One thread per output gradient, grid-stride; windows may
 // overlap (stride < kernel), hence the atomic.
 template <class T>
 __global__ void max_pool_backward_kernel(T* gi, const T* go, const int64_t* argmax, Conv2dGeometry g, int64_t n) {
@@ -170,6 +170,7 @@ void max_pool2d(const DevTensor& out, const DevTensor& argmax, const DevTensor& 
 
 void max_pool2d_backward(const DevTensor& grad_in, const DevTensor& grad_out, const DevTensor& argmax,
                          const Conv2dGeometry& g) {
+  fill(grad_in, 0.0);  // the contract (core/backend.h): grad_in arrives uninitialised
   const int64_t n = grad_out.numel();
   if (n == 0) return;
   dispatch(grad_in.dtype, [&](auto tag) {

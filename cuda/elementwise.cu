@@ -156,6 +156,15 @@ __global__ void clamp_kernel(T* o, Strided so, const T* a, Strided sa, int64_t n
   }
 }
 
+// o[i] = x[i] <= th ? 0 : g[i] (relu's backward): a NaN x passes g, an infinite g where
+// x <= th gives 0. The threshold arrives as T (a double compare would differ from the CPU's
+// for a float threshold that T cannot hold exactly). 1-D grid-stride.
+template <class T>
+__global__ void threshold_backward_kernel(T* o, Strided so, const T* g, Strided sg, const T* x, Strided sx, int64_t n,
+                                          T th) {
+  for (GS_GRID_STRIDE(i, n)) o[so.offset(i)] = x[sx.offset(i)] <= th ? T(0) : g[sg.offset(i)];
+}
+
 // o[i] = start + i * step, contiguous. 1-D grid-stride.
 template <class T>
 __global__ void arange_kernel(T* o, int64_t n, double start, double step) {
@@ -229,6 +238,18 @@ void clamp(const DevTensor& out, const DevTensor& in, double lo, double hi) {
     if constexpr (!std::is_same_v<T, bool>)  // as on the CPU: clamp of bool is not a kernel
       launch_op("clamp", clamp_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), out.g,
                 static_cast<const T*>(in.data), in.g, n, lo, hi);
+  });
+}
+
+void threshold_backward(const DevTensor& out, const DevTensor& grad, const DevTensor& x, double threshold) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const bool c = all_contiguous(out, grad, x);
+    launch_op("threshold_backward", threshold_backward_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data),
+              c ? flat(n) : out.g, static_cast<const T*>(grad.data), c ? flat(n) : grad.g,
+              static_cast<const T*>(x.data), c ? flat(n) : x.g, n, static_cast<T>(threshold));
   });
 }
 

@@ -51,6 +51,7 @@ void unary(UnaryOp op, const DevTensor& out, const DevTensor& in);
 void binary(BinaryOp op, const DevTensor& out, const DevTensor& a, const DevTensor& b);
 void where(const DevTensor& out, const DevTensor& cond, const DevTensor& a, const DevTensor& b);
 void clamp(const DevTensor& out, const DevTensor& in, double lo, double hi);
+void threshold_backward(const DevTensor& out, const DevTensor& grad, const DevTensor& x, double threshold);
 
 // ---- reduce.cu ----
 void reduce(ReduceOp op, const DevTensor& out, const DevTensor& in, const bool* reduced);

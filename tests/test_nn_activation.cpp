@@ -69,3 +69,54 @@ TEST_CASE("Softmax and LogSoftmax along a dim") {
   GS_CHECK_GRADS([&] { return nn::LogSoftmax(0)(xd); }, (Params{{"x", xd}}));
   nntest::check_error([&] { sm(gs::zeros({4})); }, {"Softmax(dim=1)", "out of range", "dim=1"});
 }
+
+namespace {
+// Same value to the bit, reading NaN as equal to NaN: -0 and +0 differ.
+bool same_bits(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+}  // namespace
+
+TEST_CASE("relu backward in one pass equals where(x <= 0, 0, g): NaN, inf, -0, exact zeros, strided gradients") {
+  const double inf = INFINITY, nan = NAN;
+  // x: NaN passes the gradient, 0 and -0 block it (x <= 0), tiny values of either sign.
+  const Vec xv = {nan, -1, 2, 0, -0.0, inf, -inf, 1e-30, -1e-30, 3, nan, 0};
+  // g: infinite and NaN gradients where x <= 0 must give 0 (a select, not g * mask), -0 passes as -0.
+  const Vec gv = {1, inf, -inf, nan, 5, -0.0, 2, -3, inf, nan, -inf, -0.0};
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+    CAPTURE(dt);
+    Tensor x = gs::tensor(xv, {3, 4}, dt).requires_grad_();
+    Tensor y = gs::relu(x);
+    Tensor zero = gs::zeros({}, dt);
+    // Contiguous, transposed (a (4, 3) tensor seen as (3, 4)) and broadcast (stride 0) gradients.
+    const Tensor grads[] = {gs::tensor(gv, {3, 4}, dt), gs::tensor(gv, {4, 3}, dt).t(),
+                            gs::tensor(Vec{inf, -0.0, nan, 7}, {1, 4}, dt).expand({3, 4})};
+    for (const Tensor& g : grads) {
+      CAPTURE(g.is_contiguous());
+      Tensor got = gs::autograd::grad({y}, {x}, {g}, /*retain_graph=*/true)[0];
+      Tensor want = gs::where(x.detach() <= 0.0, zero, g);  // the formulation the kernel replaced
+      REQUIRE(got.dtype() == dt);
+      const Vec G = vals(got), Wt = vals(want), gg = vals(g.contiguous());
+      for (size_t i = 0; i < G.size(); ++i) {
+        CAPTURE(i);
+        CHECK(same_bits(G[i], Wt[i]));
+        // And the rule itself: NaN and positive x pass g (bit for bit), the rest give +0.
+        if (std::isnan(xv[i]) || xv[i] > 0) CHECK(same_bits(G[i], gg[i]));
+        else CHECK(same_bits(G[i], 0.0));
+      }
+    }
+  }
+}
+
+TEST_CASE("relu backward: float64 gradients by differences, and double backward through the gradient") {
+  Tensor x = gs::tensor({-1.5, 0.7, 2.0, -0.3, 1.1, -2.2}, {2, 3}, gs::kFloat64).requires_grad_();
+  GS_CHECK_GRADS([&] { return gs::relu(x); }, (Params{{"x", x}}));
+  // Under create_graph the backward is recorded (the fused kernel would leave the gradient
+  // without a graph): d(sum(gx^2))/dg = 2 g (x > 0).
+  Tensor g = gs::tensor({0.5, -1.0, 2.0, 3.0, -0.25, 4.0}, {2, 3}, gs::kFloat64).requires_grad_();
+  Tensor gx = gs::autograd::grad({gs::relu(x)}, {x}, {g}, std::nullopt, /*create_graph=*/true)[0];
+  CHECK(gx.requires_grad());
+  Tensor gg = gs::autograd::grad({(gx * gx).sum()}, {g})[0];  // 2 * g * mask
+  CHECK(vals(gg) == Vec{0, -2.0, 4.0, 0, -0.5, 0});
+}

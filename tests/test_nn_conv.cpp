@@ -215,41 +215,45 @@ TEST_CASE("MaxPool2d and AvgPool2d: forward against loops, gradients") {
   }
 }
 
-TEST_CASE("max_pool2d 2x2: every output width (compile-time and runtime kernels) against a loop") {
-  // The 2x2/stride-2 kernel is compiled for output widths 7, 8, 14 and 16 and runs a
-  // runtime-width loop otherwise; odd input sizes drop their last row/column. Values
+TEST_CASE("max_pool2d 2x2: every output width (overrunning and exact rows) against a loop") {
+  // The 2x2/stride-2 kernel computes rows of 5..8 and 9..16 outputs as one vector of 8 or 16
+  // that overruns into the next row (the chunk's last row exactly) and runs exact rows
+  // otherwise; odd input sizes drop their last row/column. Planes of one output row
+  // (H = 2, 3) overrun into the next plane's output. Values
   // from a small set make ties common, a few NaNs sit in random places; the output and
   // the gradient's position (sum().backward() sends 1 to each window's winner) are
   // checked against a loop that applies the rule: first NaN, else first maximum.
   for (int64_t W : {14, 15, 16, 17, 28, 29, 32, 33, 6, 3}) {
-    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
-      CAPTURE(W); CAPTURE(dt);
-      const int64_t N = 2, C = 3, H = W % 2 ? 5 : 4, oH = H / 2, oW = W / 2;
-      Vec xv(N * C * H * W);
-      for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
-      xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
-      Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
-      Tensor y = gs::max_pool2d(x, {2, 2});
-      REQUIRE(y.shape() == gs::Shape{N, C, oH, oW});
-      y.sum().backward();
-      Vec Y = vals(y), G = vals(x.grad()), wantG(xv.size(), 0.0);
-      for (int64_t nc = 0; nc < N * C; ++nc)
-        for (int64_t i = 0; i < oH; ++i)
-          for (int64_t j = 0; j < oW; ++j) {
-            int64_t best = -1;
-            for (int64_t a = 0; a < 2; ++a)
-              for (int64_t c = 0; c < 2; ++c) {
-                const int64_t k = (nc * H + 2 * i + a) * W + 2 * j + c;
-                if (best < 0) best = k;
-                else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best])) best = k;
-              }
-            const double got = Y[(nc * oH + i) * oW + j];
-            CAPTURE(nc); CAPTURE(i); CAPTURE(j);
-            if (std::isnan(xv[best])) CHECK(std::isnan(got));
-            else CHECK(got == xv[best]);
-            wantG[best] += 1.0;
-          }
-      CHECK(G == wantG);
+    for (int64_t H : {W % 2 ? int64_t{5} : int64_t{4}, int64_t{2}, int64_t{3}}) {
+      for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+        CAPTURE(W); CAPTURE(H); CAPTURE(dt);
+        const int64_t N = 2, C = 3, oH = H / 2, oW = W / 2;
+        Vec xv(N * C * H * W);
+        for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
+        xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
+        Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
+        Tensor y = gs::max_pool2d(x, {2, 2});
+        REQUIRE(y.shape() == gs::Shape{N, C, oH, oW});
+        y.sum().backward();
+        Vec Y = vals(y), G = vals(x.grad()), wantG(xv.size(), 0.0);
+        for (int64_t nc = 0; nc < N * C; ++nc)
+          for (int64_t i = 0; i < oH; ++i)
+            for (int64_t j = 0; j < oW; ++j) {
+              int64_t best = -1;
+              for (int64_t a = 0; a < 2; ++a)
+                for (int64_t c = 0; c < 2; ++c) {
+                  const int64_t k = (nc * H + 2 * i + a) * W + 2 * j + c;
+                  if (best < 0) best = k;
+                  else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best])) best = k;
+                }
+              const double got = Y[(nc * oH + i) * oW + j];
+              CAPTURE(nc); CAPTURE(i); CAPTURE(j);
+              if (std::isnan(xv[best])) CHECK(std::isnan(got));
+              else CHECK(got == xv[best]);
+              wantG[best] += 1.0;
+            }
+        CHECK(G == wantG);
+      }
     }
   }
 }
@@ -296,4 +300,75 @@ TEST_CASE("max_pool2d: ties go to the first element, the first NaN wins, on ever
       }
     }
   }
+}
+
+namespace {
+// Same value to the bit, reading NaN as equal to NaN: -0 and +0 differ.
+bool same_bits(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+}  // namespace
+
+TEST_CASE("max_pool2d backward writes every element of its uninitialised buffer, on every kernel path") {
+  // The backward allocates its gradient without zeroing it: the kernel writes each element,
+  // 0 plus the gradients of the windows it won. A freed buffer of NaN of the same size just
+  // before (the allocator hands it back) shows any element a kernel leaves unwritten. The
+  // gradient holds -0 (written as 0 + -0 = +0, as a scatter into zeros does), NaN and inf,
+  // checked bit for bit against a loop. Ties and NaNs in x as in the tests above; odd sizes
+  // leave rows and columns that no 2x2 window covers.
+  struct Case { int64_t k, s, p; };
+  for (Case cs : {Case{2, 2, 0}, Case{3, 2, 0}, Case{2, 1, 0}, Case{3, 2, 1}, Case{3, 3, 0}}) {
+    for (int64_t W : {14, 15, 7, 28, 29, 9}) {
+      for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+        CAPTURE(cs.k); CAPTURE(cs.s); CAPTURE(cs.p); CAPTURE(W); CAPTURE(dt);
+        const int64_t N = 2, C = 3, H = W % 2 ? 7 : 6;
+        Vec xv(N * C * H * W);
+        for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
+        xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
+        Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
+        Tensor y = gs::max_pool2d(x, {cs.k, cs.k}, {cs.s, cs.s}, {cs.p, cs.p});
+        const int64_t oH = y.size(2), oW = y.size(3);
+        Vec gv(static_cast<size_t>(y.numel()));
+        for (size_t i = 0; i < gv.size(); ++i) gv[i] = double((i * 40503u >> 3) % 7) - 3.0;
+        gv[1] = -0.0; gv[2] = NAN; gv[gv.size() - 1] = INFINITY; gv[gv.size() / 3] = -0.0;
+        Tensor g = gs::tensor(gv, y.shape(), dt);
+        { Tensor junk = gs::full({N, C, H, W}, NAN, dt); }
+        Tensor gx = gs::autograd::grad({y}, {x}, {g})[0];
+        // The loop: each window's winner (first NaN, else first maximum, padding skipped) gets
+        // 0 + the sum of the gradients of the windows it won.
+        Vec want(xv.size(), 0.0);
+        for (int64_t nc = 0; nc < N * C; ++nc)
+          for (int64_t i = 0; i < oH; ++i)
+            for (int64_t j = 0; j < oW; ++j) {
+              int64_t best = -1;
+              for (int64_t a = 0; a < cs.k; ++a)
+                for (int64_t c = 0; c < cs.k; ++c) {
+                  const int64_t h = i * cs.s - cs.p + a, w = j * cs.s - cs.p + c;
+                  if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                  const int64_t e = (nc * H + h) * W + w;
+                  if (best < 0) best = e;
+                  else if (!std::isnan(xv[best]) && (std::isnan(xv[e]) || xv[e] > xv[best])) best = e;
+                }
+              want[best] += gv[(nc * oH + i) * oW + j];
+            }
+        const Vec G = vals(gx);
+        int64_t bad = 0;
+        for (size_t i = 0; i < G.size(); ++i) bad += !same_bits(G[i], want[i]);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("max_pool2d 2x2 backward: float64 gradients by differences with odd sizes, and its double backward") {
+  Tensor x = gs::randn({2, 3, 7, 9}, gs::kFloat64).requires_grad_();  // distinct values: no ties
+  GS_CHECK_GRADS([&] { return gs::max_pool2d(x, {2, 2}); }, (Params{{"x", x}}));
+  // The second derivative's pooling term goes through the gather at the argmax (unchanged):
+  // d(sum(gx^2))/dg = 2 g gathered back at each window's winner, i.e. 2 g.
+  Tensor y = gs::max_pool2d(x, {2, 2});
+  Tensor g = gs::randn(y.shape(), gs::kFloat64).requires_grad_();
+  Tensor gx = gs::autograd::grad({y}, {x}, {g}, std::nullopt, /*create_graph=*/true)[0];
+  Tensor gg = gs::autograd::grad({(gx * gx).sum()}, {g})[0];
+  nntest::check_close(gg, vals(g * 2.0), 1e-12, 1e-12);
 }

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;
   void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override;
   void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override;
+  void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override;
   // reduce.cpp
   void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) override;
   void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) override;

@@ -209,7 +209,9 @@ namespace {
 //              is piecewise constant in x.
 //   avg pool:  gi = A^T g for the linear map A = avg_pool2d; d(gi)/d(g) = A, the pool itself.
 Tensor max_pool2d_backward(const Tensor& gr, const Tensor& argmax, const Conv2dGeometry& g) {
-  Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
+  // Uninitialised: the kernel writes every element (the zeros too; the 2x2 pool's kernel
+  // writes each window directly instead of scattering into a zero-filled buffer).
+  Tensor gi = empty({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
   backend_of(gr).max_pool2d_backward(gi, detail::contiguous_raw(gr), argmax, g);
   if (needs_grad(gr))
     record("max_pool2d_backward", gi, {&gr}, [argmax, g](const Tensor& ggi, Node&) {

@@ -364,10 +364,17 @@ Tensor relu(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Relu, "relu", x, false);
   if (needs_grad(x))  // gradient passes where x is not <= 0: x > 0, and NaN (PyTorch's threshold_backward)
     record("relu", y, {&x}, [sx = SavedTensor(x, "relu")](const Tensor& g, Node& n) {
-      // One compare and one select (not compare, not, cast and multiply: 4 passes over a
-      // CNN's activations); where() also gives 0, not NaN, for an infinite g at x <= 0, as PyTorch.
+      Tensor xv = sx.unpack(n).detach();
+      // One fused pass (the backend's threshold_backward): x <= 0 ? 0 : g, a select, so an
+      // infinite g at x <= 0 gives 0, not NaN, as PyTorch. Under create_graph (g needs a
+      // gradient) the same formula through where(), which is differentiable in g.
+      if (!needs_grad(g) && g.shape() == xv.shape() && g.dtype() == xv.dtype() && g.device() == xv.device()) {
+        Tensor gx = empty(g.shape(), TensorOptions(g.dtype()).device(g.device()));
+        backend_of(g).threshold_backward(gx, g, xv, 0.0);
+        return tensor_list{gx};
+      }
       Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
-      return tensor_list{where(sx.unpack(n).detach() <= 0.0, zero, g)};
+      return tensor_list{where(xv <= 0.0, zero, g)};
     });
   return y;
 }

@@ -323,6 +323,40 @@ TEST_CASE("max_pool2d forward, argmax ties and backward with overlapping windows
   });
   same_on_both([](gs::Device d) { return gs::max_pool2d(gs::sin(seq({2, 1, 5, 5}, gs::kFloat64, d)), {3, 3}, {2, 2}, {1, 1}); });
 }
+TEST_CASE("max_pool2d backward fills its uninitialised buffer on both devices: 2x2 with odd sizes, overlapping windows") {
+  // The backward's buffer is not pre-zeroed (core/backend.h): each kernel writes every element.
+  // Odd sizes leave rows/columns no 2x2 window covers; the gradient holds -0, NaN and inf.
+  for (int64_t k : {2, 3}) {
+    CAPTURE(k);
+    same_on_both([k](gs::Device d) {
+      // Values -1, 0 and 1 (the sine truncated toward zero): many ties.
+      Tensor x = (gs::sin(seq({2, 3, 7, 9}, gs::kFloat32, d) * 0.37) * 1.9).to(gs::kInt64).to(gs::kFloat32).requires_grad_();
+      Tensor y = gs::max_pool2d(x, {k, k}, {2, 2});
+      Tensor g = seq(y.shape(), gs::kFloat32, d, 0.5);
+      g = gs::where(g == 0.5, gs::full({}, -0.0, gs::TensorOptions(gs::kFloat32).device(d)), g);
+      g = gs::where(g == 1.0, gs::full({}, NAN, gs::TensorOptions(gs::kFloat32).device(d)), g);
+      g = gs::where(g == 2.0, gs::full({}, INFINITY, gs::TensorOptions(gs::kFloat32).device(d)), g);
+      { Tensor junk = gs::full({2, 3, 7, 9}, NAN, gs::TensorOptions(gs::kFloat32).device(d)); }
+      return gs::autograd::grad({y}, {x}, {g})[0];
+    });
+  }
+}
+TEST_CASE("relu backward (threshold_backward) on both devices: NaN, inf, -0 and strided gradients") {
+  for (gs::DType t : {gs::kFloat32, gs::kFloat64}) {
+    CAPTURE(t);
+    for (int strided = 0; strided < 2; ++strided) {
+      CAPTURE(strided);
+      same_on_both([t, strided](gs::Device d) {
+        const auto o = gs::TensorOptions(t).device(d);
+        Tensor x = gs::tensor({NAN, -1.0, 2.0, 0.0, -0.0, INFINITY, -INFINITY, 1e-30, -1e-30, 3.0, NAN, 0.0}, o)
+                       .reshape({3, 4}).detach().requires_grad_();
+        Tensor gv = gs::tensor({1.0, INFINITY, -INFINITY, NAN, 5.0, -0.0, 2.0, -3.0, INFINITY, NAN, -INFINITY, -0.0}, o);
+        Tensor g = strided ? gv.reshape({4, 3}).t() : gv.reshape({3, 4});
+        return gs::autograd::grad({gs::relu(x)}, {x}, {g})[0];
+      });
+    }
+  }
+}
 TEST_CASE("second derivatives through max_pool2d and avg_pool2d agree with the cpu") {
   // d/dx sum(dL/dx) for L = sum(pool(x)^3) + sum(x^2): needs pooling's backward differentiated.
   for (bool is_max : {true, false}) {
