@@ -141,10 +141,11 @@ bool conv2d_fused();
 // padding 1 that has at least 8 input channels (its forward) or 8 output channels (its
 // input gradient); every other convolution, and all of float64, is im2col + GEMM.
 //   Auto  Winograd F(2x2, 3x3) (core/cpu/winograd.h): 2.25x fewer multiply-adds, about 2x
-//         faster for a small CNN's inner layers. Each output's float32 error is bounded by
-//         the magnitudes of the 4x4 input patch around it rather than of its own 3x3 window:
-//         as small as GEMM's on ordinary activations, up to a few hundred times larger when
-//         values of very different magnitudes sit side by side.
+//         faster for a small CNN's inner layers. Its transformed weights mix the nine taps,
+//         so each output's float32 error follows its window's |x| times the largest |w|
+//         rather than the sum of |x||w| tap by tap: as small as GEMM's on ordinary
+//         activations, up to hundreds of times larger when a large input is read through a
+//         small weight.
 //   Gemm  im2col + GEMM everywhere (the bound of a plain dot product per output).
 // Process-wide; the default is Auto. The weight gradient is always a GEMM.
 enum class ConvAlgorithm { Auto, Gemm };

@@ -294,3 +294,60 @@ TEST_CASE("conv2d keeps the composite path where the fused kernel does not apply
   CHECK(mixed.grad_fn()->name() != std::string("conv2d"));
   CHECK(mixed.dtype() == gs::kFloat64);
 }
+
+TEST_CASE("set_conv_algorithm: Gemm bounds each output by its own 3x3 window; Auto runs Winograd for 3x3 float32") {
+  // Small values everywhere, one large value at input (1, 1) of every channel, and a tiny
+  // weight at tap (2, 2), through which output (0, 0) reads it: the product x * w is small,
+  // so (0, 0)'s dot-product bound is small. In the 4x4 patch of the tile holding (0, 0),
+  // input (1, 1) enters 9 of the 16 transformed values, each multiplied by a transformed
+  // weight that mixes all taps ((g0 + g1 + g2) / 2, ...): (0, 0) comes out of a
+  // cancellation of terms of size |x| max|w|, and so does its rounding error.
+  const int64_t C = 16, O = 4, H = 6, W = 6;
+  Tensor x = (rnd({1, C, H, W}, gs::kFloat32, 91) * 1e-3).contiguous();
+  std::vector<float> xv = x.to_vector<float>();
+  for (int64_t c = 0; c < C; ++c) xv[static_cast<size_t>(c * H * W + 1 * W + 1)] = 1e4f;
+  x = gs::tensor(xv, {1, C, H, W}, gs::kFloat32);
+  std::vector<float> wv = rnd({O, C, 3, 3}, gs::kFloat32, 92).to_vector<float>();
+  for (int64_t oc = 0; oc < O * C; ++oc) wv[static_cast<size_t>(oc * 9 + 8)] = 1e-6f;  // tap (2, 2)
+  Tensor w = gs::tensor(wv, {O, C, 3, 3}, gs::kFloat32);
+  const Vec ref = vals(gs::conv2d(x.to(gs::kFloat64), w.to(gs::kFloat64), Tensor(), {1, 1}, {1, 1}));
+  // The dot-product bound of each output: K u sum over its window of |x||w| (K = 9C).
+  const Vec ax = vals(x.abs()), aw = vals(w.abs());
+  auto window_bound = [&](int64_t o, int64_t h, int64_t wc) {
+    double s = 0;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 3; ++j) {
+          const int64_t hh = h + i - 1, ww = wc + j - 1;
+          if (hh < 0 || hh >= H || ww < 0 || ww >= W) continue;
+          s += ax[static_cast<size_t>((c * H + hh) * W + ww)] * aw[static_cast<size_t>(((o * C + c) * 3 + i) * 3 + j)];
+        }
+    return 9.0 * C * std::ldexp(1.0, -24) * s;
+  };
+  auto outside_window_bound = [&](const Vec& got) {
+    int n = 0;
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t wc = 0; wc < W; ++wc) {
+          const size_t i = static_cast<size_t>((o * H + h) * W + wc);
+          n += std::fabs(got[i] - ref[i]) > window_bound(o, h, wc);
+        }
+    return n;
+  };
+  struct Restore {
+    ~Restore() { gs::set_conv_algorithm(gs::ConvAlgorithm::Auto); }
+  } restore;
+  gs::set_conv_algorithm(gs::ConvAlgorithm::Gemm);
+  CHECK(gs::conv_algorithm() == gs::ConvAlgorithm::Gemm);
+  const Vec gemm = vals(gs::conv2d(x, w, Tensor(), {1, 1}, {1, 1}));
+  CHECK(outside_window_bound(gemm) == 0);
+  gs::set_conv_algorithm(gs::ConvAlgorithm::Auto);
+  const Vec wino = vals(gs::conv2d(x, w, Tensor(), {1, 1}, {1, 1}));
+  CHECK(outside_window_bound(wino) > 0);  // Winograd ran: (0, 0) carries the cancellation's rounding
+  for (size_t i = 0; i < ref.size(); ++i) CHECK(std::fabs(wino[i] - ref[i]) <= 1e-6 * 1e4 * C);  // still bounded
+  // float64 is always im2col + GEMM: the setting changes nothing.
+  const Vec a64 = vals(gs::conv2d(x.to(gs::kFloat64), w.to(gs::kFloat64), Tensor(), {1, 1}, {1, 1}));
+  gs::set_conv_algorithm(gs::ConvAlgorithm::Gemm);
+  const Vec g64 = vals(gs::conv2d(x.to(gs::kFloat64), w.to(gs::kFloat64), Tensor(), {1, 1}, {1, 1}));
+  CHECK(a64 == g64);
+}
