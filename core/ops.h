@@ -138,15 +138,18 @@ void set_conv2d_fused(bool enabled);
 bool conv2d_fused();
 }  // namespace detail
 // How the CPU computes a float32 convolution with a 3x3 kernel, stride 1, dilation 1 and
-// padding 1 that has at least 8 input channels (its forward) or 8 output channels (its
-// input gradient); every other convolution, and all of float64, is im2col + GEMM.
-//   Auto  Winograd F(2x2, 3x3) (core/cpu/winograd.h): 2.25x fewer multiply-adds, about 2x
-//         faster for a small CNN's inner layers. Each output's float32 error is bounded by
-//         the magnitudes of the 4x4 input patch around it rather than of its own 3x3 window:
-//         as small as GEMM's on ordinary activations, up to a few hundred times larger when
-//         values of very different magnitudes sit side by side.
+// padding 1 that has at least 8 input channels (its forward), 8 output channels (its
+// input gradient) or both (its weight gradient); every other convolution, and all of
+// float64, is im2col + GEMM.
+//   Auto  Winograd (core/cpu/winograd.h): F(2x2, 3x3) for the forward and the input
+//         gradient, F(3x3, 2x2) summed over the batch for the weight gradient; 2.25x fewer
+//         multiply-adds, about 2x faster for a small CNN's inner layers. Each output's
+//         float32 error is bounded by the magnitudes of the 4x4 input patch around it
+//         rather than of its own 3x3 window (for the weight gradient: of the patches of all
+//         taps, not only its own): as small as GEMM's on ordinary activations, up to a few
+//         hundred times larger when values of very different magnitudes sit side by side.
 //   Gemm  im2col + GEMM everywhere (the bound of a plain dot product per output).
-// Process-wide; the default is Auto. The weight gradient is always a GEMM.
+// Process-wide; the default is Auto.
 enum class ConvAlgorithm { Auto, Gemm };
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();
