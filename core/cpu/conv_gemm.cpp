@@ -20,9 +20,10 @@
 //              second conv (bench_conv); below 8 channels its transforms cost more than
 //              the multiply-adds it saves. The weight gradient too when both C and O are
 //              >= 8 (F(3x3, 2x2), one call over the batch; the per-sample loop then
-//              computes only db): 3.4 ms against 7.9 for per-sample im2col + GEMM at
-//              the second conv, even at C = 4 (1.2 ms each), 1.3x faster at C = 8 and
-//              4x or more at O = 4..16 (bench_conv's wgrad cases, one thread, Zen 5).
+//              computes only db): 3.3 ms against 7.2 for per-sample im2col + GEMM at
+//              the second conv; with O = 64, 0.83x at C = 4, 1.1-1.3x at C = 8, 2x at
+//              C = 16; with C = 32, 3.6-5x at O = 4..16 (bench_conv's wgrad cases, one
+//              thread, Zen 5). O >= 8 is a conservative choice: no layer here has fewer.
 // A direct kernel for small C*kH*kW (the first conv, K = 9: the batched GEMM with K = 9
 // or N = 9 ran at ~35 GFLOP/s) was tried and lost to the per-sample GEMM at every K
 // from 1 to 9 (O 32, L 784, OpenBLAS, one thread; forward 0.43 ms against 0.68 ms for
