@@ -643,5 +643,6 @@ TEST_CASE("conv2d's weight gradient: Auto (Winograd) and Gemm agree within their
       FAIL_CHECK("element " << i << ": Gemm " << gemm_gw[i] << " vs float64 " << ref[i]);
   }
   CHECK(bad == 0);
+  INFO("the CPU backend fuses conv2d (and picks Winograd) with one thread only: run with OMP_NUM_THREADS=1");
   CHECK(differ > 0);  // the two paths really are different algorithms
 }
