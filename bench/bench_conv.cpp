@@ -8,6 +8,11 @@
 //   conv/<impl>/fwd1      x (64, 1, 28, 28) -> 32 outputs   (the first conv, for information)
 //   conv/<impl>/c<C>      x (64, C, 14, 14) -> 64 outputs, C = 2, 4, 8, 16: where Winograd
 //                         starts to pay (few channels: short GEMMs, transforms dominate)
+//   conv/<impl>/wgrad2    the second conv's weight gradient, x (64, 32, 14, 14), dY 64
+//                         channels: winograd_conv3x3_weight_grad against per-sample im2col
+//                         then dW += dY[n] (O, H*W) @ cols^T (one GEMM per sample, beta 1)
+//   conv/<impl>/wgrad_c<C>, wgrad_o<O>  the same with C (or O) = 4, 8, 16 and the other 64:
+//                         the weight gradient's crossover
 // Counter "GFLOP/s" = the direct convolution's 2*N*O*C*9*H*W per call / time (an
 // equivalent rate: Winograd does fewer multiply-adds). No bias on either side.
 //   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ./bench_conv --benchmark_repetitions=5
@@ -98,6 +103,39 @@ void BM_winograd(benchmark::State& state, Shape s) {
   set_flops(state, s);
 }
 
+void BM_wgrad_im2col(benchmark::State& state, Shape s) {
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+#endif
+  const auto x = random_vector(s.N * s.C * s.H * s.W, 1), dy = random_vector(s.N * s.O * s.H * s.W, 3);
+  std::vector<float> gw(s.O * s.C * 9), cols(s.C * 9 * s.H * s.W);
+  const int64_t HW = s.H * s.W, K = 9 * s.C;
+  for (auto _ : state) {
+    for (int64_t n = 0; n < s.N; ++n) {
+      im2col(x.data() + n * s.C * HW, cols.data(), s.C, s.H, s.W);
+      gradsleuth::cpu::blas_gemm(false, true, s.O, K, HW, dy.data() + n * s.O * HW, HW, cols.data(), HW,
+                                 n > 0 ? 1.0f : 0.0f, gw.data(), K);
+    }
+    benchmark::DoNotOptimize(gw.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, s);
+}
+
+void BM_wgrad_winograd(benchmark::State& state, Shape s) {
+#ifdef _OPENMP
+  omp_set_num_threads(1);
+#endif
+  const auto x = random_vector(s.N * s.C * s.H * s.W, 1), dy = random_vector(s.N * s.O * s.H * s.W, 3);
+  std::vector<float> gw(s.O * s.C * 9);
+  for (auto _ : state) {
+    gradsleuth::cpu::winograd_conv3x3_weight_grad(x.data(), dy.data(), gw.data(), s.N, s.C, s.H, s.W, s.O);
+    benchmark::DoNotOptimize(gw.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,6 +147,16 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("conv/winograd/") + name).c_str(), BM_winograd, s)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
     benchmark::RegisterBenchmark((std::string("conv/im2col/") + name).c_str(), BM_im2col, s)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  const std::pair<const char*, Shape> wshapes[] = {
+      {"wgrad2", {64, 32, 14, 14, 64}},  {"wgrad_c4", {64, 4, 14, 14, 64}},  {"wgrad_c8", {64, 8, 14, 14, 64}},
+      {"wgrad_c16", {64, 16, 14, 14, 64}}, {"wgrad_o4", {64, 32, 14, 14, 4}}, {"wgrad_o8", {64, 32, 14, 14, 8}},
+      {"wgrad_o16", {64, 32, 14, 14, 16}}};
+  for (const auto& [name, s] : wshapes) {
+    benchmark::RegisterBenchmark((std::string("conv/winograd/") + name).c_str(), BM_wgrad_winograd, s)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("conv/im2col/") + name).c_str(), BM_wgrad_im2col, s)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
   }
   benchmark::AddCustomContext("gemm_library", gradsleuth::cpu::gemm_library());

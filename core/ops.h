@@ -138,16 +138,18 @@ void set_conv2d_fused(bool enabled);
 bool conv2d_fused();
 }  // namespace detail
 // How the CPU computes a float32 convolution with a 3x3 kernel, stride 1, dilation 1 and
-// padding 1 that has at least 8 input channels (its forward) or 8 output channels (its
-// input gradient); every other convolution, and all of float64, is im2col + GEMM.
-//   Auto  Winograd F(2x2, 3x3) (core/cpu/winograd.h): 2.25x fewer multiply-adds, about 2x
-//         faster for a small CNN's inner layers. Its transformed weights mix the nine taps,
-//         so each output's float32 error follows its window's |x| times the largest |w|
-//         rather than the sum of |x||w| tap by tap: as small as GEMM's on ordinary
-//         activations, up to hundreds of times larger when a large input is read through a
-//         small weight.
+// padding 1 that has at least 8 input channels (its forward), 8 output channels (its
+// input gradient) or both (its weight gradient); every other convolution, and all of
+// float64, is im2col + GEMM.
+//   Auto  Winograd (core/cpu/winograd.h): F(2x2, 3x3) for the forward and the input
+//         gradient, F(3x3, 2x2) summed over the batch for the weight gradient; 2.25x fewer
+//         multiply-adds, about 2x faster for a small CNN's inner layers. Its transforms mix
+//         the nine taps, so each output's float32 error follows its window's |x| times the
+//         largest |w| rather than the sum of |x||w| tap by tap: as small as GEMM's on
+//         ordinary activations, up to hundreds of times larger when a large input is read
+//         through a small weight.
 //   Gemm  im2col + GEMM everywhere (the bound of a plain dot product per output).
-// Process-wide; the default is Auto. The weight gradient is always a GEMM.
+// Process-wide; the default is Auto.
 enum class ConvAlgorithm { Auto, Gemm };
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();

@@ -24,6 +24,7 @@
 //  - Output: M[xi][o][t]; A^T M A runs along the block's tiles for one o and writes
 //    each tile row's two output rows contiguously (bias added), copied into NCHW.
 // Measured (bench/bench_conv.cpp, one thread, Zen 5): the GEMMs are ~60% of the time.
+// The weight gradient (F(3x3, 2x2), at the end of this file) shares the input tiles.
 //
 // Numerics. B^T, A^T and G have entries 0, +-1, +-1/2, so no transform amplifies
 // rounding by more than a small constant: every step is an add or an exact halving.
@@ -63,6 +64,7 @@
 #include <vector>
 
 #include "core/cpu/blas.h"
+#include "core/cpu/conv_cols.h"
 
 namespace gradsleuth::cpu {
 
@@ -72,6 +74,11 @@ namespace {
 // also holds U, the strip and the output rows). On Zen 5 at the CNN's shapes 384-512 KB
 // ran fastest, 256 KB and 768 KB or more 10-20% slower (bench/bench_conv.cpp).
 constexpr int64_t kBlockBytes = 384 * 1024;
+
+// The weight gradient's tiles per block (rounded down to whole tile rows): the K of its
+// 16 (O x T) @ (T x C) GEMMs, and the length of each float32 partial sum before it is
+// folded into the float64 total (the error analysis in the weight gradient's comment).
+constexpr int64_t kWgradBlockTiles = 256;
 
 // Eight floats as one GCC/Clang vector (AVX2 width; an AVX-512 build uses it too), and
 // __builtin_shufflevector (GCC >= 12, Clang) for the register transposes.
@@ -282,6 +289,102 @@ void direct_sample(const float* x, const float* w, const float* bias, float* out
   }
 }
 
+
+// --- Weight gradient ---
+
+// A g A^T for dY's 2x2 tiles g = (g00, g01; g10, g11), on floats or on Vec8 (eight tiles):
+// rows (g0, g0 + g1, g0 - g1, -g1) of g, then the same on the columns; out[xi] =
+// (A g A^T)[xi / 4][xi % 4]. Every entry is a sum of at most four +-g, two roundings deep.
+// By reference: a Vec8 passed by value would change the ABI without AVX (see transpose8x8).
+template <class V>
+inline __attribute__((always_inline)) void dy_tile_math(const V& g00, const V& g01, const V& g10, const V& g11,
+                                                        V (&out)[16]) {
+  const V a[4][2] = {{g00, g01}, {g00 + g10, g01 + g11}, {g00 - g10, g01 - g11}, {-g10, -g11}};
+  for (int i = 0; i < 4; ++i) {
+    out[4 * i] = a[i][0];
+    out[4 * i + 1] = a[i][0] + a[i][1];
+    out[4 * i + 2] = a[i][0] - a[i][1];
+    out[4 * i + 3] = -a[i][1];
+  }
+}
+
+// One dY plane (H, W) -> u[xi * us + k] = (A g_k A^T)[xi / 4][xi % 4] for its tiles k of tile
+// rows [ty0, ty1), k = (ty - ty0) * tW + tx, zero-padded past H and W. The plane is read
+// in order (one sample's planes one after another: a pattern the prefetcher follows;
+// walking all O planes a tile row at a time ran at memory latency). The tiles' four
+// corners are first gathered into e (4 rows of ld tiles), then transformed eight at a time.
+void dy_plane_tiles(const float* plane, int64_t H, int64_t W, int64_t ty0, int64_t ty1, int64_t tW, float* e,
+                    int64_t ld, float* u, int64_t us) {
+  float* e0 = e;
+  float* e1 = e + ld;
+  float* e2 = e + 2 * ld;
+  float* e3 = e + 3 * ld;
+  int64_t k = 0;
+  for (int64_t ty = ty0; ty < ty1; ++ty) {
+    const float* p0 = plane + 2 * ty * W;
+    const float* p1 = 2 * ty + 1 < H ? p0 + W : nullptr;
+    const int64_t full = W / 2;  // tiles with both columns inside the plane
+    for (int64_t tx = 0; tx < full; ++tx, ++k) {
+      e0[k] = p0[2 * tx];
+      e1[k] = p0[2 * tx + 1];
+      e2[k] = p1 ? p1[2 * tx] : 0.0f;
+      e3[k] = p1 ? p1[2 * tx + 1] : 0.0f;
+    }
+    if (full < tW) {  // odd W: the last tile's right column is padding
+      e0[k] = p0[W - 1];
+      e1[k] = 0.0f;
+      e2[k] = p1 ? p1[W - 1] : 0.0f;
+      e3[k] = 0.0f;
+      ++k;
+    }
+  }
+  int64_t t = 0;
+  for (; t + 8 <= k; t += 8) {
+    Vec8 g00, g01, g10, g11, out[16];
+    std::memcpy(&g00, e0 + t, sizeof(Vec8));
+    std::memcpy(&g01, e1 + t, sizeof(Vec8));
+    std::memcpy(&g10, e2 + t, sizeof(Vec8));
+    std::memcpy(&g11, e3 + t, sizeof(Vec8));
+    dy_tile_math(g00, g01, g10, g11, out);
+    for (int xi = 0; xi < 16; ++xi) std::memcpy(u + xi * us + t, &out[xi], sizeof(Vec8));
+  }
+  for (; t < k; ++t) {
+    float out[16];
+    dy_tile_math(e0[t], e1[t], e2[t], e3[t], out);
+    for (int xi = 0; xi < 16; ++xi) u[xi * us + t] = out[xi];
+  }
+}
+
+// C (M, N) row-major = A (M, K) row-major @ B^T, B (N, K) row-major, + C when accumulate:
+// the GEMM path's dW product, for the weight gradient's non-finite fallback.
+void gemm_bt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+             bool accumulate, float* C, int64_t ldc) {
+  if (blas_gemm(false, true, M, N, K, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc)) return;
+  using RowM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Str = Eigen::OuterStride<>;
+  Eigen::Map<RowM, 0, Str> c(C, M, N, Str(ldc));
+  Eigen::Map<const RowM, 0, Str> a(A, M, K, Str(lda)), b(B, N, K, Str(ldb));
+  if (accumulate) c.noalias() += a * b.transpose();
+  else c.noalias() = a * b.transpose();
+}
+
+// gw by the GEMM path itself (per-sample im2col, then dW += dY[n] @ cols^T), for a weight
+// gradient whose Winograd result is not finite: the padding zeros are multiplied like the
+// GEMM path does, so Inf/NaN land exactly where set_conv_algorithm(Gemm) puts them.
+void weight_grad_gemm(const float* x, const float* dy, float* gw, int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t O) {
+  Conv2dGeometry g{};
+  g.N = N, g.C = C, g.H = H, g.W = W, g.kH = g.kW = 3, g.sH = g.sW = 1, g.pH = g.pW = 1, g.dH = g.dW = 1;
+  g.outH = H, g.outW = W;
+  const FlatTaps flat = flat_taps(g);
+  const int64_t L = H * W, CK = 9 * C;
+  std::unique_ptr<float[]> cols(new float[CK * L]);
+  for (int64_t n = 0; n < N; ++n) {
+    im2col_sample(x + n * C * L, cols.get(), L, g, flat, 0, C);
+    gemm_bt(O, CK, L, dy + n * O * L, L, cols.get(), L, n > 0, gw, CK);
+  }
+}
+
 }  // namespace
 
 bool winograd_eligible(const Conv2dGeometry& g) {
@@ -367,6 +470,118 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
   }
   for (int64_t n = 0; n < N; ++n)
     if (!finite[n]) direct_sample(x + n * C * H * W, w, bias, out + n * O * H * W, C, H, W, O);
+}
+
+// The weight gradient, F(3x3, 2x2). gw[o][c] (3x3) = sum over dY's 2x2 tiles g (of plane
+// (n, o)) of the 3x3 correlation of g with the 4x4 input patch d (of plane (n, c)) it
+// reads: the forward's F(2x2, 3x3) with the roles of filter and output exchanged, so by
+// the transposition principle (Lavin & Gray 2015)
+//   gw[o][c] = G^T [ sum_t (A g_t A^T) ⊙ (B^T d_t B) ] G,
+// with the forward's B^T (the same input tiles and transform), A (4x2) the transpose of
+// its A^T and G^T (3x4) the transpose of its G:
+//   A = [1  0]     G^T = [1  1/2  1/2  0]
+//       [1  1]           [0  1/2 -1/2  0]
+//       [1 -1]           [0  1/2  1/2  1]
+//       [0 -1]
+// The sum over tiles is 16 GEMMs M[xi] (O x C) = U[xi] (O x T) @ V[xi] (T x C), the tiles
+// as K; 16 * 2*O*C*T multiply-adds for the GEMM path's 9 * 4 * 2*O*C*T.
+//
+// Blocking: Tb tiles (kWgradBlockTiles, whole tile rows, samples may straddle blocks) at
+// a time: V[xi][t][c] straight from input_tile (channels innermost, no transposes), U[xi][o][t]
+// plane by plane from dY, then the 16 GEMMs (OpenBLAS's small-matrix kernel at this K),
+// their float32 result folded into a float64 total M. At the end G^T M G in float64,
+// rounded once. Measured (bench_conv, one thread, Zen 5) at x (64, 32, 14, 14), O = 64:
+// 3.3 ms against 7.2 for per-sample im2col + GEMM (fastest of 7); blocks of 128 and 512
+// tiles were 5-20% slower. Gathering dY's tiles plane by plane matters: walking the O
+// planes a tile row at a time (the order V is built in) ran at memory latency, 7 ms.
+//
+// Numerics: as for the forward, |computed - exact| <= gamma_k * S, with
+//   S = |G^T| [ sum_t (|A| |g_t| |A^T|) ⊙ (|B^T| |d_t| |B|) ] |G|
+// and k = Tb + 5 (2 roundings in A g A^T, 2 in B^T d B, 1 product, Tb - 1 in a block's
+// float32 sum in any order, 1 rounding the float64 result), plus float64 terms of order
+// (blocks + 16) 2^-53 S. The float64 fold keeps k at the block length (261 at most for
+// the CNN, whatever the batch) instead of the whole batch's tile count (3141 at N = 64):
+// the same order as the GEMM path's chain (one sample's H*W-term dot product, then N
+// adds). S is a small multiple of sum |dy||x| taken over the whole 4x4 patches, so as in
+// the forward, magnitudes next to a tap's window (read by the other taps) count for it.
+// Measured at (4, 32, 14, 14) -> 64, uniform data: error <= 2.4 u sum |dy||x|.
+// tests/test_cpu_winograd.cpp checks the bound with S in float64.
+//
+// IEEE special values: a non-finite input makes some transformed value non-finite, and
+// through the GEMMs (0 * Inf = NaN) every gw[o][c] it touches; any non-finite gw sends the
+// whole gradient to weight_grad_gemm, the GEMM path's own computation, so Inf/NaN land
+// exactly where set_conv_algorithm(Gemm) puts them, and an overflow of the transforms'
+// intermediates on finite data gives the finite result.
+void winograd_conv3x3_weight_grad(const float* x, const float* dy, float* gw, int64_t N, int64_t C, int64_t H,
+                                  int64_t W, int64_t O) {
+  if (O <= 0 || C <= 0) return;
+  if (N <= 0 || H <= 0 || W <= 0) {  // an empty sum
+    std::fill(gw, gw + O * C * 9, 0.0f);
+    return;
+  }
+  const int64_t tH = (H + 1) / 2, tW = (W + 1) / 2, Wp = 2 * tW + 2;
+  const int64_t rows_per_block = std::max<int64_t>(1, kWgradBlockTiles / tW);
+  const int64_t total_rows = N * tH;
+  const int64_t Tb = std::min(rows_per_block, total_rows) * tW;  // tiles per block: U's ld
+
+  std::unique_ptr<float[]> strip(new float[4 * Wp * C]);  // padded input rows 2ty-1 .. 2ty+2
+  std::unique_ptr<float[]> V(new float[16 * Tb * C]);     // V[xi][t][c]
+  std::unique_ptr<float[]> U(new float[16 * O * Tb]);     // U[xi][o][t]
+  std::unique_ptr<float[]> Mb(new float[16 * O * C]);     // one block's M[xi][o][c]
+  std::unique_ptr<double[]> Macc(new double[16 * O * C]());  // the sum of the blocks' M
+  std::unique_ptr<float[]> e(new float[4 * Tb]);          // dY tiles' corners, dy_plane_tiles
+  float* rows[4] = {strip.get(), strip.get() + Wp * C, strip.get() + 2 * Wp * C, strip.get() + 3 * Wp * C};
+
+  for (int64_t r0 = 0; r0 < total_rows; r0 += rows_per_block) {
+    const int64_t r1 = std::min(total_rows, r0 + rows_per_block);
+    const int64_t T = (r1 - r0) * tW;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / tH, ty = r % tH, t0 = (r - r0) * tW;
+      // The input patches, as in the forward: B^T d B straight into V's (tile, channel) rows.
+      const float* xn = x + n * C * H * W;
+      if (ty == 0) {
+        for (int i = 0; i < 2; ++i) padded_row(xn, rows[i], C, H, W, Wp, 2 * ty + i - 1);
+      } else {
+        std::swap(rows[0], rows[2]);
+        std::swap(rows[1], rows[3]);
+      }
+      for (int i = 2; i < 4; ++i) padded_row(xn, rows[i], C, H, W, Wp, 2 * ty + i - 1);
+      for (int64_t tx = 0; tx < tW; ++tx) input_tile(rows, 2 * tx * C, V.get() + (t0 + tx) * C, Tb * C, C);
+    }
+    // dY's tiles, A g A^T into U's (o, tile) rows: plane by plane, each sample's share of the block.
+    for (int64_t r = r0; r < r1;) {
+      const int64_t n = r / tH, ty0 = r % tH, ty1 = std::min(tH, ty0 + (r1 - r));
+      for (int64_t o = 0; o < O; ++o)
+        dy_plane_tiles(dy + (n * O + o) * H * W, H, W, ty0, ty1, tW, e.get(), Tb, U.get() + o * Tb + (r - r0) * tW,
+                       O * Tb);
+      r += ty1 - ty0;
+    }
+    // M[xi] (O x C) = U[xi] (O x T) @ V[xi] (T x C): the tile sum is the GEMMs' K. Each
+    // block's float32 sum is added into the float64 total, so no rounding chain runs
+    // longer than one block (see the error analysis above winograd_conv3x3_weight_grad).
+    for (int xi = 0; xi < 16; ++xi)
+      gemm(O, C, T, U.get() + xi * O * Tb, Tb, V.get() + xi * Tb * C, C, Mb.get() + xi * O * C, C);
+    for (int64_t i = 0; i < 16 * O * C; ++i) Macc[i] += Mb[i];
+  }
+  // gw = G^T M G in float64, rounded once; G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1].
+  bool finite = true;
+  for (int64_t oc = 0; oc < O * C; ++oc) {
+    double m[4][4], s[3][4];
+    for (int xi = 0; xi < 16; ++xi) m[xi / 4][xi % 4] = Macc[xi * O * C + oc];
+    for (int k = 0; k < 4; ++k) {
+      s[0][k] = m[0][k] + 0.5 * (m[1][k] + m[2][k]);
+      s[1][k] = 0.5 * (m[1][k] - m[2][k]);
+      s[2][k] = 0.5 * (m[1][k] + m[2][k]) + m[3][k];
+    }
+    float* out = gw + oc * 9;
+    for (int i = 0; i < 3; ++i) {
+      out[3 * i + 0] = static_cast<float>(s[i][0] + 0.5 * (s[i][1] + s[i][2]));
+      out[3 * i + 1] = static_cast<float>(0.5 * (s[i][1] - s[i][2]));
+      out[3 * i + 2] = static_cast<float>(0.5 * (s[i][1] + s[i][2]) + s[i][3]);
+      for (int j = 0; j < 3; ++j) finite = finite && std::isfinite(out[3 * i + j]);
+    }
+  }
+  if (!finite) weight_grad_gemm(x, dy, gw, N, C, H, W, O);
 }
 
 }  // namespace gradsleuth::cpu
