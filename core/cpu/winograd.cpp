@@ -33,11 +33,13 @@
 // where k = C + 8 bounds the depth of the longest chain of roundings (2 in B^T d B, one
 // in U, one product, C-1 in the channel sum in any order, 4 in A^T M A, 1 for the bias) and
 //   S = |A^T| [ sum_c (|G| |g_c| |G^T|) ⊙ (|B^T| |d_c| |B|) ] |A|
-// is the same computation on absolute values. S is at most a small multiple of the
-// direct product's sum |x||w|, but taken over the whole 4x4 patch instead of each
-// output's 3x3 window: the error is relative to the magnitudes in the patch, not to y
-// nor to the output's own window, so a large input next to (not inside) an output's
-// window can cost that output accuracy the direct product keeps. Measured at
+// is the same computation on absolute values. Each output's S involves only the inputs
+// of its own 3x3 window (A^T's row for an output picks the three rows of B^T that read
+// it), but G mixes the taps ((g0 + g1 + g2) / 2, ...): S is a small multiple of the sum
+// over the window of |x| times the largest |w|, not of the direct product's sum of
+// |x||w| tap by tap, so a large input read through a small weight costs that output
+// accuracy the direct product keeps (tests/test_core_conv_fused.cpp builds that case:
+// the exact output is a cancellation of terms of size |x| max|w|). Measured at
 // (4, 32, 14, 14) -> 64, error / (sum |x||w| over the output's window) in units of u:
 // uniform [-1, 1) data, max 1.8 and mean 0.22 (im2col + SGEMM: 3.5 and 0.28);
 // magnitudes 2^-20 .. 2^20 mixed at random, max 5400 and mean 5.0 (im2col: 13 and 1.1).
