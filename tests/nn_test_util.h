@@ -21,6 +21,12 @@ using Vec = std::vector<double>;
 
 inline Vec vals(const Tensor& t) { return t.detach().to_vector<double>(); }
 
+// Same value to the bit, reading NaN as equal to NaN: -0 and +0 differ.
+inline bool same_bits(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return a == b && std::signbit(a) == std::signbit(b);
+}
+
 // Element-wise |a - b| <= atol + rtol |b|, with the first failure reported.
 inline void check_close(const Vec& got, const Vec& want, double atol = 1e-5, double rtol = 1e-5) {
   REQUIRE(got.size() == want.size());

@@ -70,14 +70,6 @@ TEST_CASE("Softmax and LogSoftmax along a dim") {
   nntest::check_error([&] { sm(gs::zeros({4})); }, {"Softmax(dim=1)", "out of range", "dim=1"});
 }
 
-namespace {
-// Same value to the bit, reading NaN as equal to NaN: -0 and +0 differ.
-bool same_bits(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return a == b && std::signbit(a) == std::signbit(b);
-}
-}  // namespace
-
 TEST_CASE("relu backward in one pass equals where(x <= 0, 0, g): NaN, inf, -0, exact zeros, strided gradients") {
   const double inf = INFINITY, nan = NAN;
   // x: NaN passes the gradient, 0 and -0 block it (x <= 0), tiny values of either sign.
@@ -100,10 +92,10 @@ TEST_CASE("relu backward in one pass equals where(x <= 0, 0, g): NaN, inf, -0, e
       const Vec G = vals(got), Wt = vals(want), gg = vals(g.contiguous());
       for (size_t i = 0; i < G.size(); ++i) {
         CAPTURE(i);
-        CHECK(same_bits(G[i], Wt[i]));
+        CHECK(nntest::same_bits(G[i], Wt[i]));
         // And the rule itself: NaN and positive x pass g (bit for bit), the rest give +0.
-        if (std::isnan(xv[i]) || xv[i] > 0) CHECK(same_bits(G[i], gg[i]));
-        else CHECK(same_bits(G[i], 0.0));
+        if (std::isnan(xv[i]) || xv[i] > 0) CHECK(nntest::same_bits(G[i], gg[i]));
+        else CHECK(nntest::same_bits(G[i], 0.0));
       }
     }
   }

@@ -302,14 +302,6 @@ TEST_CASE("max_pool2d: ties go to the first element, the first NaN wins, on ever
   }
 }
 
-namespace {
-// Same value to the bit, reading NaN as equal to NaN: -0 and +0 differ.
-bool same_bits(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return a == b && std::signbit(a) == std::signbit(b);
-}
-}  // namespace
-
 TEST_CASE("max_pool2d backward writes every element of its uninitialised buffer, on every kernel path") {
   // The backward allocates its gradient without zeroing it: the kernel writes each element,
   // 0 plus the gradients of the windows it won. A freed buffer of NaN of the same size just
@@ -354,7 +346,7 @@ TEST_CASE("max_pool2d backward writes every element of its uninitialised buffer,
             }
         const Vec G = vals(gx);
         int64_t bad = 0;
-        for (size_t i = 0; i < G.size(); ++i) bad += !same_bits(G[i], want[i]);
+        for (size_t i = 0; i < G.size(); ++i) bad += !nntest::same_bits(G[i], want[i]);
         CHECK(bad == 0);
       }
     }
