@@ -39,15 +39,22 @@ const char* gemm_library() {
 #endif
 }
 
+namespace {
+thread_local int g_single_thread_scopes = 0;  // live BlasSingleThread objects on this thread
+}  // namespace
+BlasSingleThread::BlasSingleThread() { ++g_single_thread_scopes; }
+BlasSingleThread::~BlasSingleThread() { --g_single_thread_scopes; }
+
 #if GS_CBLAS
 namespace {
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;  // CBLAS enum values
 
 // The BLAS keeps its own thread pool: give it OpenMP's setting (one thread by
-// default in gradsleuth's tools), re-read on every call so omp_set_num_threads works.
+// default in gradsleuth's tools), re-read on every call so omp_set_num_threads works;
+// one thread inside a BlasSingleThread scope.
 void sync_threads() {
 #ifdef _OPENMP
-  const int want = omp_get_max_threads();
+  const int want = g_single_thread_scopes > 0 ? 1 : omp_get_max_threads();
 #else
   const int want = 1;
 #endif

@@ -10,6 +10,17 @@ namespace gradsleuth::cpu {
 // "OpenBLAS", "BLIS", or "Eigen" when no BLAS was built in.
 const char* gemm_library();
 
+// While one is alive, blas_gemm calls made by this thread run the BLAS on one thread,
+// whatever OpenMP's setting. The fused conv2d's per-sample products are too small to
+// split: threaded, its second conv's forward + backward took 4-5x the wall time.
+class BlasSingleThread {
+ public:
+  BlasSingleThread();
+  ~BlasSingleThread();
+  BlasSingleThread(const BlasSingleThread&) = delete;
+  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+};
+
 // C (M, N) row-major with leading dimension ldc  =  A (M, K) @ B (K, N), where A is
 // stored row-major (a_col = false: element (i, k) at A[i*lda + k]) or column-major
 // (a_col = true: at A[k*lda + i]), and likewise B. Returns false, touching nothing,

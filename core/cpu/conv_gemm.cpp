@@ -115,7 +115,7 @@ void forward_typed(const Tensor& out_t, const Tensor& x_t, const Tensor& w_t, co
       if constexpr (std::is_same_v<T, float>) winograd_conv3x3(x, w, bias, out, g.N, g.C, g.H, g.W, O);
       return;
     case ConvAlgo::kGemm: {
-      // One sample at a time: the BLAS threads each product itself.
+      // One sample at a time, each product on one BLAS thread (see fused_conv_applies).
       const bool direct = cols_are_input(g);
       auto cols = scratch<T>(direct ? 0 : CK * L);
       for (int64_t n = 0; n < g.N; ++n) {
@@ -197,16 +197,17 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
     for (int64_t o = 0; o < O; ++o) gb[o] = static_cast<T>(acc_b[o]);
 }
 
-// One thread only. With more, every per-sample product would be a threaded BLAS call
-// (3 x 64 thread hand-offs per CNN step instead of 3): on this project's loaded 2-core
-// machine the second conv's forward + backward then took 1.3-1.5 s of wall time
-// against 0.26-0.34 s for the composite path's three batch-wide products, whose
-// im2col/col2im also run in parallel. Splitting the samples over threads, each with a
-// single-threaded BLAS, would be the way to take this path there; not done.
-// Empty batches, channels or outputs stay on the composite path too (its GEMMs give
+// Any thread count: the products run on one BLAS thread (BlasSingleThread in the entry
+// points below). Threaded, every per-sample product became a threaded BLAS call (3 x 64
+// thread hand-offs per CNN step instead of 3): on this project's loaded 2-core machine
+// the second conv's forward + backward then took 1.3-1.5 s of wall time against
+// 0.26-0.34 s for the composite path's three batch-wide products. One thread of the
+// fused path (with Winograd) is faster than the composite path on two; splitting the
+// samples and Winograd's tile blocks over threads would use the others (not done).
+// Empty batches, channels or outputs stay on the composite path (its GEMMs give
 // the zero gradients of an empty sum; the per-sample loops here would leave them unset).
 bool fused_conv_applies(const Conv2dGeometry& g, int64_t O) {
-  return num_threads() == 1 && g.N > 0 && g.C > 0 && O > 0;
+  return g.N > 0 && g.C > 0 && O > 0;
 }
 
 }  // namespace
@@ -214,6 +215,7 @@ bool fused_conv_applies(const Conv2dGeometry& g, int64_t O) {
 bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                                 const Conv2dGeometry& g) {
   if (!fused_conv_applies(g, w.size(0))) return false;
+  BlasSingleThread one_blas_thread;
   if (x.dtype() == kFloat32) forward_typed<float>(out, x, w, bias, g);
   else if (x.dtype() == kFloat64) forward_typed<double>(out, x, w, bias, g);
   else return false;
@@ -223,6 +225,7 @@ bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor
 bool CpuBackend::conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b,
                                  const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
   if (!fused_conv_applies(g, grad_out.size(1))) return false;
+  BlasSingleThread one_blas_thread;
   if (grad_out.dtype() == kFloat32) backward_typed<float>(grad_x, grad_w, grad_b, grad_out, x, w, g);
   else if (grad_out.dtype() == kFloat64) backward_typed<double>(grad_x, grad_w, grad_b, grad_out, x, w, g);
   else return false;
