@@ -98,6 +98,12 @@ class Backend {
   virtual void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) = 0;
 
   // ---- fused convolution (optional; groups = 1) ----
+  // Whether conv2d_forward/backward take this case (O output channels, every tensor of
+  // dtype dt). Asked before the output is allocated: the default (no fused kernel) sends
+  // conv2d straight to its composite path.
+  virtual bool conv2d_fused_supported(const Conv2dGeometry& /*g*/, int64_t /*O*/, DType /*dt*/) const {
+    return false;
+  }
   // out (N, O, outH, outW) = conv2d(x (N, C, H, W), w (O, C, kH, kW)) + bias (O), or no
   // bias when `bias` is undefined. All contiguous, one floating dtype, on this device.
   // Return false, touching nothing, when this backend has no fused kernel for the case:

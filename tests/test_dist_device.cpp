@@ -38,6 +38,7 @@
 namespace dist = gs::dist;
 using gs::Tensor;
 using nntest::check_close;
+using nntest::has;
 using nntest::Vec;
 using nntest::vals;
 
@@ -95,7 +96,6 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 double tol(gs::DType t) { return t == gs::kFloat32 ? 1e-6 : 1e-14; }
 

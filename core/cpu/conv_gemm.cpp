@@ -109,7 +109,6 @@ void forward_typed(const Tensor& out_t, const Tensor& x_t, const Tensor& w_t, co
   const T* bias = bias_t.defined() ? static_cast<const T*>(bias_t.raw_data()) : nullptr;
   T* out = static_cast<T*>(out_t.raw_data());
   const int64_t O = out_t.size(1), CK = g.C * g.kH * g.kW, L = g.outH * g.outW, xs = g.C * g.H * g.W;
-  const FlatTaps flat = flat_taps(g);
   switch (pick_algo<T>(g, g.C)) {
     case ConvAlgo::kWinograd:
       if constexpr (std::is_same_v<T, float>) winograd_conv3x3(x, w, bias, out, g.N, g.C, g.H, g.W, O);
@@ -117,6 +116,7 @@ void forward_typed(const Tensor& out_t, const Tensor& x_t, const Tensor& w_t, co
     case ConvAlgo::kGemm: {
       // One sample at a time, each product on one BLAS thread (see fused_conv_applies).
       const bool direct = cols_are_input(g);
+      const FlatTaps flat = direct ? FlatTaps{} : flat_taps(g);
       auto cols = scratch<T>(direct ? 0 : CK * L);
       for (int64_t n = 0; n < g.N; ++n) {
         const T* c = x + n * xs;
@@ -144,7 +144,6 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
   T* gw = gw_t.defined() ? static_cast<T*>(gw_t.raw_data()) : nullptr;
   T* gb = gb_t.defined() ? static_cast<T*>(gb_t.raw_data()) : nullptr;
   const int64_t O = go_t.size(1), CK = g.C * g.kH * g.kW, L = g.outH * g.outW, xs = g.C * g.H * g.W;
-  const FlatTaps flat = flat_taps(g);
   const bool direct = cols_are_input(g);
   // The input gradient by Winograd: one call over the batch with the flipped, transposed
   // weight (C, O, 3, 3); the weight gradient likewise, F(3x3, 2x2) summed over the batch.
@@ -166,6 +165,8 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
   std::unique_ptr<double[]> acc_b(gb ? new double[static_cast<size_t>(O)]() : nullptr);
   auto cols = scratch<T>(gw && !direct ? CK * L : 0);
   auto dcols = scratch<T>(gx && !direct ? CK * L : 0);
+  // The tap ranges of im2col/col2im, only when a GEMM product is left for them.
+  const FlatTaps flat = (gw || gx) && !direct ? flat_taps(g) : FlatTaps{};
 
   // One sample at a time, every gradient while its dOut[n] is in cache: dOut is read
   // from memory once.
@@ -206,29 +207,31 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
 // samples and Winograd's tile blocks over threads would use the others (not done).
 // Empty batches, channels or outputs stay on the composite path (its GEMMs give
 // the zero gradients of an empty sum; the per-sample loops here would leave them unset).
-bool fused_conv_applies(const Conv2dGeometry& g, int64_t O) {
-  return g.N > 0 && g.C > 0 && O > 0;
+bool fused_conv_applies(const Conv2dGeometry& g, int64_t O, DType dt) {
+  return g.N > 0 && g.C > 0 && O > 0 && (dt == kFloat32 || dt == kFloat64);
 }
 
 }  // namespace
 
+bool CpuBackend::conv2d_fused_supported(const Conv2dGeometry& g, int64_t O, DType dt) const {
+  return fused_conv_applies(g, O, dt);
+}
+
 bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                                 const Conv2dGeometry& g) {
-  if (!fused_conv_applies(g, w.size(0))) return false;
+  if (!fused_conv_applies(g, w.size(0), x.dtype())) return false;
   BlasSingleThread one_blas_thread;
   if (x.dtype() == kFloat32) forward_typed<float>(out, x, w, bias, g);
-  else if (x.dtype() == kFloat64) forward_typed<double>(out, x, w, bias, g);
-  else return false;
+  else forward_typed<double>(out, x, w, bias, g);
   return true;
 }
 
 bool CpuBackend::conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b,
                                  const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
-  if (!fused_conv_applies(g, grad_out.size(1))) return false;
+  if (!fused_conv_applies(g, grad_out.size(1), grad_out.dtype())) return false;
   BlasSingleThread one_blas_thread;
   if (grad_out.dtype() == kFloat32) backward_typed<float>(grad_x, grad_w, grad_b, grad_out, x, w, g);
-  else if (grad_out.dtype() == kFloat64) backward_typed<double>(grad_x, grad_w, grad_b, grad_out, x, w, g);
-  else return false;
+  else backward_typed<double>(grad_x, grad_w, grad_b, grad_out, x, w, g);
   return true;
 }
 

@@ -75,6 +75,7 @@ class CpuBackend final : public Backend {
   void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) override;
   void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) override;
   // conv_gemm.cpp
+  bool conv2d_fused_supported(const Conv2dGeometry& g, int64_t O, DType dt) const override;
   bool conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Conv2dGeometry& g) override;
   bool conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b, const Tensor& grad_out,

@@ -124,12 +124,14 @@ tensor_list conv2d_backward_composite(const Tensor& gr, const Tensor& x, const T
 }
 
 std::atomic<bool> g_conv2d_fused{true};
+std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::Auto};
 
 // The fused path (groups = 1): the backend computes the output in one op, bias
 // included, and the backward with its own kernels (CPU: core/cpu/conv_gemm.cpp).
 // Returns an undefined tensor when the backend has no kernel for the case.
 Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   const int64_t O = weight.size(0);
+  if (!backend_of(x).conv2d_fused_supported(g, O, x.dtype())) return Tensor();  // before allocating
   Tensor out = empty({g.N, O, g.outH, g.outW}, TensorOptions(x.dtype()).device(x.device()));
   if (!backend_of(x).conv2d_forward(out, detail::contiguous_raw(x), detail::contiguous_raw(weight),
                                     bias.defined() ? detail::contiguous_raw(bias) : Tensor(), g))
@@ -164,9 +166,6 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 
 }  // namespace
 
-namespace {
-std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::Auto};
-}  // namespace
 void set_conv_algorithm(ConvAlgorithm algorithm) { g_conv_algorithm.store(algorithm, std::memory_order_relaxed); }
 ConvAlgorithm conv_algorithm() { return g_conv_algorithm.load(std::memory_order_relaxed); }
 
