@@ -1,7 +1,9 @@
 // GEMM: gs::matmul on contiguous float32 (n, n) @ (n, n) against the raw library
 // call it wraps — cblas_sgemm of the BLAS the build uses (OpenBLAS by default) — and
 // against Eigen's own product (the fallback), at n = 256, 512, 1024, on 1 and on all
-// threads, in one run. Goals: gradsleuth >= 1.0x the raw BLAS (issue "CPU speed"),
+// threads, in one run. The "sgemm_direct" cases time the packing-free kernel
+// (core/cpu/sgemm.h) against the BLAS at the training steps' shapes, and report
+// whether blas_gemm routes each shape to it ("dispatched"). Goals: gradsleuth >= 1.0x the raw BLAS (issue "CPU speed"),
 // and >= 0.9x raw Eigen when built with GRADSLEUTH_BLAS=OFF.
 //
 // Counter "FLOP/s" = 2 n^3 per product. Each gradsleuth case sits next to its
@@ -20,6 +22,7 @@
 
 #include "core/autograd.h"
 #include "core/cpu/blas.h"
+#include "core/cpu/sgemm.h"
 #include "core/observer.h"
 #include "core/ops.h"
 
@@ -80,15 +83,60 @@ void BM_eigen(benchmark::State& state, int64_t n, int threads, bool transposed_b
 
 // The raw library call on row-major buffers (through blas.h's thin CBLAS wrapper,
 // which only converts the arguments): what gs::matmul adds on top is the difference.
+// (The packing-free kernel is switched off around it: blas_gemm would route the
+// one-thread 256^3 and 512^3 products to it.)
 void BM_blas(benchmark::State& state, int64_t n, int threads, bool transposed_b) {
   set_threads(threads);
+  gs::cpu::set_sgemm_direct(false);
   RowMat a = RowMat::Random(n, n), b = RowMat::Random(n, n), c(n, n);
   for (auto _ : state) {
     gs::cpu::blas_gemm(false, transposed_b, n, n, n, a.data(), n, b.data(), n, c.data(), n);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  gs::cpu::set_sgemm_direct(true);
   set_flops(state, n);
+}
+
+// The products of the training steps, one thread: the packing-free kernel (sgemm.h)
+// against the BLAS on the same operands, at the shapes that decided its dispatch rule.
+// "a_col"/"b_col" are blas_gemm's layouts: the forward x @ W^T is (false, true), the
+// weight gradient dY^T @ x is (true, false).
+struct Product {
+  const char* name;
+  bool a_col, b_col;
+  int64_t M, N, K;
+};
+constexpr Product kProducts[] = {
+    {"mlp64_fwd", false, true, 64, 256, 784},     {"mlp64_dW", true, false, 256, 784, 64},
+    {"mlp256_fwd", false, true, 256, 256, 784},   {"mlp256_dW", true, false, 256, 784, 256},
+    {"cnn_fc1_fwd", false, true, 64, 128, 3136},  {"cnn_fc1_dW", true, false, 128, 3136, 64},
+    {"cnn_fc1_dx", false, false, 64, 3136, 128},  {"square256", false, false, 256, 256, 256},
+    {"square512", false, false, 512, 512, 512},   {"square1024", false, false, 1024, 1024, 1024},
+    {"small64", false, false, 64, 64, 64},        {"wino_64x63x32", false, false, 64, 63, 32},
+};
+
+void BM_product(benchmark::State& state, Product p, bool direct) {
+  set_threads(1);
+  const int64_t lda = p.a_col ? p.M : p.K, ldb = p.b_col ? p.K : p.N;
+  RowMat a = RowMat::Random(p.M, p.K), b = RowMat::Random(p.K, p.N), c(p.M, p.N);
+  if (direct && !gs::cpu::sgemm_direct_available()) {
+    state.SkipWithError("the packing-free kernel needs an AVX2+FMA build");
+    return;
+  }
+  for (auto _ : state) {
+    if (direct) gs::cpu::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+    else {
+      gs::cpu::set_sgemm_direct(false);
+      gs::cpu::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
+      gs::cpu::set_sgemm_direct(true);
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * p.M * p.N * p.K * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["dispatched"] = gs::cpu::sgemm_direct_pays(p.a_col, p.b_col, p.M, p.N, p.K);
 }
 
 }  // namespace
@@ -112,6 +160,12 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (std::strcmp(gs::cpu::gemm_library(), "Eigen") != 0)
+    for (const Product& p : kProducts)
+      for (bool direct : {true, false})
+        benchmark::RegisterBenchmark((std::string("sgemm_direct/") + p.name + (direct ? "/direct" : "/blas")).c_str(),
+                                     BM_product, p, direct)
+            ->Unit(benchmark::kMicrosecond);
   benchmark::AddCustomContext("gemm_library", gs::cpu::gemm_library());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -4,6 +4,7 @@
 // (bench/peer_train_step.py times the same steps in PyTorch).
 //   train_step/mlp/64    MLP 784-256-10, batch 64, SGD      (issue 3: <= 0.7x libtorch)
 //   train_step/mlp/256   the same at batch 256                 (<= 1.0x libtorch)
+//   train_step_blas/mlp/{64,256}  the same with every GEMM on the BLAS (no sgemm_direct)
 //   train_step/cnn/64    conv32-pool-conv64-pool-fc128-fc10, batch 64, SGD
 //   train_step/mlp3/64   the CLI's MLP 784-256-128-10, Adam
 //   conv2d/cnn{1,2}/...  the CNN's two convolutions alone, fused kernel (/1) or composite (/0)
@@ -12,6 +13,7 @@
 
 #include <memory>
 
+#include "core/cpu/sgemm.h"
 #include "core/generator.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -59,6 +61,12 @@ void run_steps(benchmark::State& state, MakeModel make, bool adam) {
 }
 
 void BM_mlp(benchmark::State& s) { run_steps(s, mlp2, false); }
+// The same step with every GEMM on the BLAS (core/cpu/sgemm.h's kernel switched off).
+void BM_mlp_blas(benchmark::State& s) {
+  gs::cpu::set_sgemm_direct(false);
+  run_steps(s, mlp2, false);
+  gs::cpu::set_sgemm_direct(true);
+}
 void BM_cnn(benchmark::State& s) { run_steps(s, cnn, false); }
 void BM_mlp3_adam(benchmark::State& s) { run_steps(s, mlp3, true); }
 
@@ -86,6 +94,7 @@ void BM_conv2_fwd(benchmark::State& s) { conv_layer(s, 32, 64, 14, false); }
 void BM_conv2_fwd_bwd(benchmark::State& s) { conv_layer(s, 32, 64, 14, true); }
 
 BENCHMARK(BM_mlp)->Name("train_step/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_blas)->Name("train_step_blas/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cnn)->Name("train_step/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp3_adam)->Name("train_step/mlp3")->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv1_fwd)->Name("conv2d/cnn1/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

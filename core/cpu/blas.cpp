@@ -4,6 +4,8 @@
 
 #include <climits>
 
+#include "core/cpu/sgemm.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -70,6 +72,15 @@ void sync_threads() {
 
 bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+// The packing-free kernel (sgemm.h) takes a float32 product when it runs on one thread
+// and the measured rule says it beats the BLAS there.
+bool use_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K) {
+#ifdef _OPENMP
+  if (g_single_thread_scopes == 0 && omp_get_max_threads() > 1) return false;
+#endif
+  return sgemm_direct_enabled() && sgemm_direct_pays(a_col, b_col, M, N, K);
+}
+
 template <class T, class Gemm>
 bool gemm(Gemm f, bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -87,7 +98,7 @@ bool gemm(Gemm f, bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const
 
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc) {
-  return gemm<float>(cblas_sgemm, a_col, b_col, M, N, K, A, lda, B, ldb, 0.0f, C, ldc);
+  return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0f, C, ldc);
 }
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
                int64_t ldb, double* C, int64_t ldc) {
@@ -95,6 +106,8 @@ bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const do
 }
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (use_direct(a_col, b_col, M, N, K) && sgemm_direct(a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc))
+    return true;
   return gemm<float>(cblas_sgemm, a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,

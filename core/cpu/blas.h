@@ -25,6 +25,8 @@ class BlasSingleThread {
 // stored row-major (a_col = false: element (i, k) at A[i*lda + k]) or column-major
 // (a_col = true: at A[k*lda + i]), and likewise B. Returns false, touching nothing,
 // when no BLAS is built in. Runs on the library's thread count (OpenMP's setting).
+// On one thread, a float32 product in the range sgemm_direct_pays() names goes to the
+// packing-free kernel of sgemm.h instead of the BLAS.
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                const float* B, int64_t ldb, float* C, int64_t ldc);
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,

@@ -1,0 +1,46 @@
+// A packing-free float32 GEMM for one thread: the CPU backend's kernel for the
+// products where a tuned BLAS spends a large share of its time packing operands and
+// zeroing C rather than multiplying — an MLP's weight gradient (K = the batch) and
+// its forward at a small batch. blas.cpp routes a product here by the rule in
+// sgemm_direct_pays() and everything else to the BLAS (or Eigen).
+//
+// How it works (sgemm.cpp has the details):
+// - The micro-kernel keeps a tile of R rows x 2 vectors of C in registers (R = 12 with
+//   AVX-512, 6 with AVX2) and, for each k, multiplies one row of B (two vector loads)
+//   by R broadcast elements of A. B must therefore be row-major; A can be either layout,
+//   since it is read one element at a time.
+// - A column-major B is handled by computing C^T = B^T A^T instead, which needs A
+//   column-major; when A is row-major too, the smaller of the two operands (or A and
+//   C^T) is transposed into a scratch buffer by 8x8 register blocks.
+// - Each element of C is one chain of fused multiply-adds in k order, starting from
+//   beta * C (or 0): the same bits with AVX2 and AVX-512, whatever the blocking, and an
+//   error bound of the textbook form |C - AB| <= K u |A||B| (u = 2^-24).
+#pragma once
+#include <cstdint>
+
+namespace gradsleuth::cpu {
+
+// True when this build has the kernel: it needs FMA and AVX2 (x86-64-v3 or later,
+// e.g. -march=native on any machine since 2013). A portable build has none.
+bool sgemm_direct_available();
+
+// Whether the packing-free kernel beats a tuned BLAS at this product on one thread:
+// in an AVX-512 build, products with every side >= 32 and 2^20 to 2^27 (512^3)
+// multiply-adds, measured on Zen 5 against OpenBLAS 0.3.21 (bench_gemm's
+// "sgemm_direct" cases). In an AVX2 build, never (see sgemm.cpp).
+bool sgemm_direct_pays(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K);
+
+// Turns the routing of blas_gemm to this kernel on (the default) or off, for every
+// thread: the benchmarks time a training step both ways in one run, and the tests
+// compare the two paths.
+void set_sgemm_direct(bool on);
+bool sgemm_direct_enabled();
+
+// C (M, N; row stride ldc) = A (M, K) @ B (K, N) + beta * C, on the calling thread.
+// The layouts are blas_gemm's: a_col = false stores A(i, k) at A[i*lda + k], true at
+// A[k*lda + i]; likewise B. beta = 0 never reads C (NaN there does not propagate).
+// Returns false, touching nothing, when the kernel is not built in.
+bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace gradsleuth::cpu
