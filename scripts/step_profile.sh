@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where a training step's time goes: samples one benchmark of bench_train_step with
 # `perf record` and groups the samples by what the code does — GEMM (the BLAS or
-# Eigen kernels and their packing), Winograd's transforms, im2col/col2im, pooling, elementwise, reductions
+# Eigen kernels and their packing, or core/cpu/sgemm.h's kernel and its transposes),
+# Winograd's transforms, im2col/col2im, pooling, elementwise, reductions
 # and softmax, the optimizer, allocation (malloc/free, page faults, zero-fills) and
 # autograd bookkeeping (graph nodes, shared pointers, dispatch) — one thread.
 #   scripts/step_profile.sh [--seconds S] [BUILD_DIR] [FILTER...]
@@ -35,7 +36,7 @@ for f in "${filters[@]}"; do
 import json, re, sys
 name, report, bench = sys.argv[1:4]
 rules = [  # first match wins: (category, regex on the symbol)
-    ("GEMM", r"sgemm|dgemm|gemm_|gebp|gemm_pack|blas_gemm|cblas|_kernel_(SKYLAKEX|HASWELL|ZEN|COOPERLAKE)|(in|it|on|ot)copy"),
+    ("GEMM", r"sgemm|dgemm|gemm_|::tile<\d|gebp|gemm_pack|blas_gemm|cblas|_kernel_(SKYLAKEX|HASWELL|ZEN|COOPERLAKE)|(in|it|on|ot)copy"),
     ("Winograd transforms", r"winograd|transpose8x8|input_tile|padded_row|flush_tiles|weight_transform|flip_transpose|dy_tile|dy_plane|direct_sample"),
     ("im2col / col2im, conv bias fill", r"im2col|col2im|conv2d_forward|conv2d_backward"),
     ("pooling", r"pool2d|pool_2x2"),

@@ -132,6 +132,15 @@ TEST_CASE("sgemm_direct: each element is one FMA chain in k order, for every lay
   CHECK(cases > 400);
 }
 
+TEST_CASE("sgemm_direct: a transposed operand over the kept scratch (1 MB) uses a buffer of its own") {
+  if (!kBuilt) return;
+  std::mt19937 gen(9);
+  // B column-major and A row-major, 520 x 520 x 520: B is copied row-major, 270,400
+  // floats, more than a thread keeps; twice, so a freed buffer would show.
+  const Case c = make(false, true, 520, 520, 520, gen, 0);
+  for (int rep = 0; rep < 2; ++rep) CHECK(same_bits(run(c, 1.0f), chain(c, 1.0f), c.ldc));
+}
+
 TEST_CASE("sgemm_direct: the chain is within K u sum|a b| of the float64 product") {
   if (!kBuilt) return;
   std::mt19937 gen(7);

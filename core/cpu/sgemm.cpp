@@ -187,17 +187,26 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int6
   }
 }
 
-// Scratch for the transposed operands and C^T, kept per thread: a training step
-// calls the same shapes every time, so after the first step nothing is allocated.
-std::vector<float>& scratch(int which) {
-  thread_local std::vector<float> buf[2];
-  return buf[which];
-}
-float* scratch_floats(int which, int64_t n) {
-  std::vector<float>& v = scratch(which);
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
+// Scratch for a transposed operand or C^T. Up to kKeptScratch floats it is kept per
+// thread (a training step multiplies the same shapes every time, so after the first
+// step nothing is allocated); a larger one lives for one call, so a single large
+// product does not leave megabytes behind in every thread that ran one.
+constexpr size_t kKeptScratch = size_t{1} << 18;  // 1 MB
+class Scratch {
+ public:
+  Scratch(int which, int64_t n) : n_(static_cast<size_t>(n)) {
+    thread_local std::vector<float> kept[2];
+    std::vector<float>& v = n_ <= kKeptScratch ? kept[which] : own_;
+    if (v.size() < n_) v.resize(n_);
+    data_ = v.data();
+  }
+  float* data() const { return data_; }
+
+ private:
+  size_t n_;
+  std::vector<float> own_;
+  float* data_ = nullptr;
+};
 
 }  // namespace
 
@@ -221,23 +230,17 @@ bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const
   // whose result is transposed into C (an M x N copy, two when C must be read first).
   const int64_t copy_b = K * N, copy_a = (a_col ? 0 : K * M) + (beta == 0.0f ? 1 : 2) * M * N;
   if (copy_b <= copy_a) {
-    float* Bt = scratch_floats(0, K * N);
-    transpose(B, ldb, Bt, N, N, K);  // B(k, n) = B[n * ldb + k]  ->  Bt[k * N + n]
-    gemm_rows(M, N, K, a_rows, Bt, N, beta, C, ldc);
+    const Scratch Bt(0, K * N);
+    transpose(B, ldb, Bt.data(), N, N, K);  // B(k, n) = B[n * ldb + k]  ->  Bt[k * N + n]
+    gemm_rows(M, N, K, a_rows, Bt.data(), N, beta, C, ldc);
     return true;
   }
-  const float* At = A;
-  int64_t ldat = lda;
-  if (!a_col) {
-    float* p = scratch_floats(0, K * M);
-    transpose(A, lda, p, M, M, K);  // A(i, k) = A[i * lda + k]  ->  At[k * M + i]
-    At = p;
-    ldat = M;
-  }
-  float* Ct = scratch_floats(1, N * M);
-  if (beta != 0.0f) transpose(C, ldc, Ct, M, M, N);
-  gemm_rows(N, M, K, StridedA{B, ldb, 1}, At, ldat, beta, Ct, M);
-  transpose(Ct, M, C, ldc, N, M);
+  const Scratch At(0, a_col ? 0 : K * M);
+  if (!a_col) transpose(A, lda, At.data(), M, M, K);  // A(i, k) = A[i * lda + k]  ->  At[k * M + i]
+  const Scratch Ct(1, N * M);
+  if (beta != 0.0f) transpose(C, ldc, Ct.data(), M, M, N);
+  gemm_rows(N, M, K, StridedA{B, ldb, 1}, a_col ? A : At.data(), a_col ? lda : M, beta, Ct.data(), M);
+  transpose(Ct.data(), M, C, ldc, N, M);
   return true;
 }
 

@@ -14,7 +14,8 @@ typedef float Vec8 __attribute__((vector_size(32)));
 
 // dst[j * ld + i] = src[i * ls + j] for i, j < 8: an 8x8 transpose in registers
 // (unpack, then pairs of pairs, then 128-bit halves).
-inline void transpose8x8(const float* src, int64_t ls, float* dst, int64_t ld) {
+// Always inlined: a profile then charges it to its caller (the GEMM or Winograd).
+__attribute__((always_inline)) inline void transpose8x8(const float* src, int64_t ls, float* dst, int64_t ld) {
   Vec8 r[8], t[8], u[8];
   // memcpy in place of helpers: a vector passed by value to or from a function would
   // change the ABI without AVX (GCC's -Wpsabi in a portable build).
