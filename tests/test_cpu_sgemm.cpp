@@ -200,6 +200,7 @@ TEST_CASE("blas_gemm routes a one-thread float32 product to the kernel by the me
   CHECK_FALSE(cpu::sgemm_direct_pays(false, true, 64, 10, 256));            // a 10-class layer
   CHECK_FALSE(cpu::sgemm_direct_pays(false, false, 64, 64, 64));            // under 2^20
   CHECK_FALSE(cpu::sgemm_direct_pays(false, false, 1024, 1024, 1024));      // over 512^3
+  CHECK_FALSE(cpu::sgemm_direct_pays(false, false, int64_t{1} << 40, 64, int64_t{1} << 40));  // no overflow
   if (std::strcmp(cpu::gemm_library(), "Eigen") == 0) return;  // no BLAS: blas_gemm declines
 
   // Through blas_gemm: with the kernel on, a dispatched product has the chain's bits;

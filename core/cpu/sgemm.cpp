@@ -8,12 +8,14 @@
 //         each of the tile's rows one broadcast of A(i, k) and two FMAs.
 // The registers hold the whole tile: 24 of AVX-512's 32, or 12 of AVX2's 16, with 2 for
 // B's row and 1 for the broadcast. The FMA units are the limit, not the loads: 14 loads
-// per 24 FMAs (AVX-512), so a Zen 5 core runs it at 110-115 GFLOP/s, its FMA peak.
+// per 24 FMAs (AVX-512). On Zen 5 it runs at 100-112 GFLOP/s with the operands in cache,
+// against an FMA peak of 111 (bench_gemm's sgemm_direct cases).
 //
-// Nothing is packed when B is row-major. A BLAS copies both operands into panels first
-// and zeroes C when beta = 0; for an MLP's weight gradient (K = 64) that is a third of
-// the work. The cost of not packing is strided reads of A (one element per row per k),
-// which the L1 cache absorbs as long as the tile's kRows rows of a k-block stay there.
+// Nothing is packed when B is row-major. A BLAS copies the operands into panels first
+// and zeroes C when beta = 0: in an MLP's training step (784-256-10, batch 64) OpenBLAS's
+// packing and zeroing were 8% of the step. The cost of not packing is strided reads of A
+// (one element per row per k), which the L1 cache absorbs as long as the tile's kRows
+// rows of a k-block stay there.
 //
 // Rounding: each element's accumulator starts at beta * C (0 when beta = 0) and takes one
 // FMA per k, in k order, in every path (the k-blocks resume from the partial C), so the
@@ -82,23 +84,37 @@ struct StridedA {
   int64_t si, sk;
 };
 
+// One column panel of the product: n <= 2 kW columns of B (row stride ldb) and of C
+// (row stride ldc), C's starting value scaled by beta, and `ahead`, the offset of the
+// next panel in B's rows (0 on the last panel), prefetched while this one runs.
+struct Panel {
+  const float* B;
+  int64_t ldb;
+  float* C;
+  int64_t ldc;
+  float beta;
+  int64_t n, ahead;
+};
+
 // The register tile: C[r][v * kW + lane] for r < R and NV vectors of columns, the last
 // one holding `last` lanes (a full vector when last == kW).
 //   acc = beta * C (0 when beta == 0, C unread), then acc += A(r, k) * B(k, :) for k < K.
 template <int R, int NV, bool Partial, bool UnitRows>
-void tile(int64_t K, StridedA a, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Mask last) {
+void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
+  float* const C = p.C;
+  const int64_t ldc = p.ldc;
   // C's lines are written (or read) only after the K loop: ask for them now, for
   // writing, so the misses overlap the FMAs (a cold 256 x 784 weight gradient took
   // 1.3x the BLAS's time without this).
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) __builtin_prefetch(C + r * ldc + v * kW, 1, 3);
   Vec acc[R][NV];
-  const auto load_col = [&](const float* p, int v) { return (Partial && v == NV - 1) ? load(p, last) : load(p); };
+  const auto load_col = [&](const float* q, int v) { return (Partial && v == NV - 1) ? load(q, last) : load(q); };
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) {
-      if (beta == 0.0f) acc[r][v] = zero();
-      else if (beta == 1.0f) acc[r][v] = load_col(C + r * ldc + v * kW, v);
-      else acc[r][v] = mul(splat(beta), load_col(C + r * ldc + v * kW, v));
+      if (p.beta == 0.0f) acc[r][v] = zero();
+      else if (p.beta == 1.0f) acc[r][v] = load_col(C + r * ldc + v * kW, v);
+      else acc[r][v] = mul(splat(p.beta), load_col(C + r * ldc + v * kW, v));
     }
   // Row r of A is read at base[r / 4] + (r % 4) * si: three offsets and one base per
   // four rows, so a strided A keeps its addresses in registers (with one offset per row,
@@ -107,13 +123,13 @@ void tile(int64_t K, StridedA a, const float* B, int64_t ldb, float beta, float*
   const float* base[kBases];
   for (int q = 0; q < kBases; ++q) base[q] = a.p + 4 * q * (UnitRows ? 1 : a.si);
   const int64_t si = UnitRows ? 1 : a.si;
-  const float* bk = B;
-  for (int64_t k = 0; k < K; ++k, bk += ldb) {
+  const float* bk = p.B;
+  for (int64_t k = 0; k < K; ++k, bk += p.ldb) {
     Vec b[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) b[v] = load_col(bk + v * kW, v);
-    __builtin_prefetch(bk + 2 * kW, 0, 3);  // the next column panel's row k
-    __builtin_prefetch(bk + 3 * kW, 0, 3);
+    __builtin_prefetch(bk + p.ahead, 0, 3);  // the next column panel's row k
+    __builtin_prefetch(bk + p.ahead + kW, 0, 3);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const Vec s = splat(base[r / 4][(r % 4) * si]);
@@ -129,58 +145,54 @@ void tile(int64_t K, StridedA a, const float* B, int64_t ldb, float beta, float*
     }
 }
 
-// One tile of R rows over a column panel of n <= 2 kW columns.
-template <int R, bool U>
-void tile_panel(int64_t K, StridedA a, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int64_t n) {
-  if (n == 2 * kW) tile<R, 2, false, U>(K, a, B, ldb, beta, C, ldc, Mask(kW));
-  else if (n > kW) tile<R, 2, true, U>(K, a, B, ldb, beta, C, ldc, Mask(static_cast<int>(n - kW)));
-  else if (n == kW) tile<R, 1, false, U>(K, a, B, ldb, beta, C, ldc, Mask(kW));
-  else tile<R, 1, true, U>(K, a, B, ldb, beta, C, ldc, Mask(static_cast<int>(n)));
-}
-template <int R>
-void tile_panel(int64_t K, StridedA a, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int64_t n) {
-  if (a.si == 1) tile_panel<R, true>(K, a, B, ldb, beta, C, ldc, n);
-  else tile_panel<R, false>(K, a, B, ldb, beta, C, ldc, n);
+// A tile of R rows over one panel: the variant for its width and A's layout.
+template <int R, bool UnitRows>
+void tile_panel(int64_t K, StridedA a, const Panel& p) {
+  const int n = static_cast<int>(p.n);
+  if (n == 2 * kW) tile<R, 2, false, UnitRows>(K, a, p, Mask(kW));
+  else if (n > kW) tile<R, 2, true, UnitRows>(K, a, p, Mask(n - kW));
+  else if (n == kW) tile<R, 1, false, UnitRows>(K, a, p, Mask(kW));
+  else tile<R, 1, true, UnitRows>(K, a, p, Mask(n));
 }
 
-// A tile of exactly m <= R rows.
+// A tile of exactly m <= R rows (R, R - 1, ... are compiled).
 template <int R>
-void tail_rows(int64_t m, int64_t K, StridedA a, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-               int64_t n) {
+void tile_rows(int64_t m, int64_t K, StridedA a, const Panel& p) {
   if constexpr (R > 0) {
-    if (m == R) tile_panel<R>(K, a, B, ldb, beta, C, ldc, n);
-    else tail_rows<R - 1>(m, K, a, B, ldb, beta, C, ldc, n);
+    if (m != R) return tile_rows<R - 1>(m, K, a, p);
+    if (a.si == 1) tile_panel<R, true>(K, a, p);
+    else tile_panel<R, false>(K, a, p);
   }
 }
 
 // C (M, N) = A (M, K) @ B (K, N) + beta * C with B row-major (row stride ldb), K >= 1.
 void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
+  // Whole tiles, then the rest. A rest under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4)
+  // is merged with the last whole tile and split in two (8 + 8): a 4-row tile has too
+  // few independent accumulators to hide the FMA latency, and ran at half speed.
+  int64_t whole = M / kRows, rest = M % kRows, last = 0;
+  if (whole > 0 && rest > 0 && 3 * rest < 2 * kRows) {
+    --whole;
+    rest += kRows;
+    last = rest / 2;
+    rest -= last;
+  }
   // Blocks of equal length (784 = 4 x 196, not 3 x 256 + 16): a short last block would
   // pay a whole pass of tile loads and stores for a few k's.
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
   for (int64_t k0 = 0; k0 < K; k0 += step) {
     const int64_t kb = std::min(step, K - k0);
-    const float bk = k0 == 0 ? beta : 1.0f;  // later blocks resume from the partial C
     for (int64_t j = 0; j < N; j += 2 * kW) {
       const int64_t n = std::min<int64_t>(2 * kW, N - j);
-      const float* Bp = B + k0 * ldb + j;
-      // Whole tiles, then the rest. A rest under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4)
-      // is merged with the last whole tile and split in two (8 + 8): a 4-row tile has too
-      // few independent accumulators to hide the FMA latency, and ran at half speed.
-      int64_t whole = M / kRows, rest = M % kRows, last = 0;
-      if (whole > 0 && rest > 0 && 3 * rest < 2 * kRows) {
-        --whole;
-        rest += kRows;
-        last = rest / 2;
-        rest -= last;
-      }
+      // Later k-blocks resume from the partial C (beta 1).
+      const Panel p{B + k0 * ldb + j, ldb, C + j, ldc, k0 == 0 ? beta : 1.0f, n, j + n < N ? n : 0};
       const auto rows = [&](int64_t i, int64_t m) {
-        tail_rows<kRows>(m, kb, {A.p + i * A.si + k0 * A.sk, A.si, A.sk}, Bp, ldb, bk, C + i * ldc + j, ldc, n);
+        const Panel pi{p.B, p.ldb, p.C + i * ldc, p.ldc, p.beta, p.n, p.ahead};
+        tile_rows<kRows>(m, kb, {A.p + i * A.si + k0 * A.sk, A.si, A.sk}, pi);
       };
       int64_t i = 0;
-      for (; i < whole * kRows; i += kRows)
-        tile_panel<kRows>(kb, {A.p + i * A.si + k0 * A.sk, A.si, A.sk}, Bp, ldb, bk, C + i * ldc + j, ldc, n);
+      for (; i < whole * kRows; i += kRows) rows(i, kRows);
       if (rest > 0) rows(i, rest);
       if (last > 0) rows(i + rest, last);
     }
@@ -268,8 +280,12 @@ bool sgemm_direct_pays(bool, bool, int64_t M, int64_t N, int64_t K) {
   // At least 2^20 multiply-adds: below that, OpenBLAS's small-matrix kernels win
   // (64^3: 1.1x our time; Winograd's 64 x 63 x 32 products: 1.9x). At most 512^3: with
   // no blocking of M and N, a larger product streams B from L3 (1024^3: 1.25x).
+  if (M < 32 || N < 32 || K < 32) return false;
+  // With two sides >= 32 the third is <= 2^27 / 2^10 if the product qualifies: checking
+  // that first keeps M * N * K from overflowing.
+  if (M > (int64_t{1} << 17) || N > (int64_t{1} << 17) || K > (int64_t{1} << 17)) return false;
   const int64_t macs = M * N * K;
-  return M >= 32 && N >= 32 && K >= 32 && macs >= (int64_t{1} << 20) && macs <= (int64_t{1} << 27);
+  return macs >= (int64_t{1} << 20) && macs <= (int64_t{1} << 27);
 #else
   // AVX2 code: on Zen 5, built with -march=x86-64-v3, the kernel took 1.05-1.4x the time
   // of OpenBLAS's AVX2 kernel at these shapes, and it has not been measured on an
