@@ -3,13 +3,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "core/ops.h"
 #include "optim/clip.h"
+#include "nn_test_util.h"
 
 namespace optim = gs::optim;
 using gs::Tensor;
@@ -17,22 +17,15 @@ using Vec = std::vector<double>;
 
 namespace {
 
+using nntest::error_of;
+using nntest::has;
+
 Tensor with_grad(const Vec& g, gs::DType dt = gs::kFloat64) {
   Tensor p = gs::zeros({static_cast<int64_t>(g.size())}, gs::TensorOptions(dt)).requires_grad_();
   p.set_grad(gs::tensor(g, p.shape(), gs::TensorOptions(dt)));
   return p;
 }
 Vec grad_of(const Tensor& p) { return p.grad().to_vector<double>(); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -65,8 +58,8 @@ TEST_CASE("clip_grad_norm_: inf, 1 and p norms") {
   const double coef = 6.0 / (12.0 + 1e-6);
   CHECK(grad_of(b)[0] == doctest::Approx(-12.0 * coef));
   CHECK(grad_of(a)[1] == doctest::Approx(-4.0 * coef));
-  CHECK(contains(error_of([&] { optim::clip_grad_norm_({a}, 1.0, 0.0); }), "norm_type"));
-  CHECK(contains(error_of([&] { optim::clip_grad_norm_({a}, -1.0); }), "max_norm"));
+  CHECK(has(error_of([&] { optim::clip_grad_norm_({a}, 1.0, 0.0); }), "norm_type"));
+  CHECK(has(error_of([&] { optim::clip_grad_norm_({a}, -1.0); }), "max_norm"));
 }
 
 TEST_CASE("clip_grad_norm_: parameters without gradients are skipped; float32 and strided gradients") {
@@ -90,10 +83,10 @@ TEST_CASE("clip_grad_norm_: non-finite gradients") {
   Tensor ok = with_grad({1.0}), bad = with_grad({1.0, nan}), huge = with_grad({inf});
   bad.set_name("fc1.weight");
   const std::string msg = error_of([&] { optim::clip_grad_norm_({ok, bad, huge}, 1.0, 2.0, true); });
-  CHECK(contains(msg, "clip_grad_norm_"));
-  CHECK(contains(msg, "parameter 1 'fc1.weight' float64[2]: its gradient holds NaN"));
-  CHECK(contains(msg, "parameter 2 float64[1]: its gradient holds Inf"));
-  CHECK_FALSE(contains(msg, "parameter 0"));
+  CHECK(has(msg, "clip_grad_norm_"));
+  CHECK(has(msg, "parameter 1 'fc1.weight' float64[2]: its gradient holds NaN"));
+  CHECK(has(msg, "parameter 2 float64[1]: its gradient holds Inf"));
+  CHECK_FALSE(has(msg, "parameter 0"));
   CHECK(grad_of(ok) == Vec{1.0});  // raised before touching anything
   // Without the check: the total is NaN and the gradients turn NaN (as in PyTorch).
   CHECK(std::isnan(optim::clip_grad_norm_({ok, bad}, 1.0)));
@@ -101,7 +94,7 @@ TEST_CASE("clip_grad_norm_: non-finite gradients") {
   // The inf norm sees NaN too.
   Tensor bad2 = with_grad({nan, 1.0});
   CHECK(std::isnan(optim::grad_norm({bad2}, optim::kInfNorm)));
-  CHECK(contains(error_of([&] { optim::clip_grad_norm_({bad2}, 1.0, optim::kInfNorm, true); }), "inf-norm"));
+  CHECK(has(error_of([&] { optim::clip_grad_norm_({bad2}, 1.0, optim::kInfNorm, true); }), "inf-norm"));
 }
 
 TEST_CASE("clip_grad_value_ clamps every element into [-v, v]") {
@@ -110,5 +103,5 @@ TEST_CASE("clip_grad_value_ clamps every element into [-v, v]") {
   CHECK(grad_of(a) == Vec{-1.0, 0.5, 1.0});
   CHECK(grad_of(b) == Vec{1.0});
   CHECK_FALSE(none.grad().defined());
-  CHECK(contains(error_of([&] { optim::clip_grad_value_({a}, -1.0); }), "clip_value must be >= 0"));
+  CHECK(has(error_of([&] { optim::clip_grad_value_({a}, -1.0); }), "clip_value must be >= 0"));
 }

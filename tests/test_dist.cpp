@@ -30,14 +30,7 @@ dist::ProcessGroup& pg() {
   return w;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using nntest::error_or_empty;
 
 // A small float64 MLP whose initial weights depend on `seed`.
 std::shared_ptr<gs::nn::Sequential> make_mlp(uint64_t seed) {
@@ -134,7 +127,7 @@ TEST_CASE("broadcast and all_gather") {
 TEST_CASE("collectives refuse mismatched tensors on every rank, naming each rank's") {
   const int W = pg().world_size(), r = pg().rank();
   Tensor t = gs::zeros({r + 1}, gs::kFloat32);
-  const std::string e = error_of([&] { pg().all_reduce(t); });
+  const std::string e = error_or_empty([&] { pg().all_reduce(t); });
   if (W > 1) {
     CHECK(e.find("dist::all_reduce") != std::string::npos);
     CHECK(e.find("rank 0 float32[1]") != std::string::npos);
@@ -143,12 +136,12 @@ TEST_CASE("collectives refuse mismatched tensors on every rank, naming each rank
     CHECK(e.empty());
   }
   Tensor d = r == 0 ? gs::zeros({2}, gs::kFloat32) : gs::zeros({2}, gs::kFloat64);
-  const std::string e2 = error_of([&] { pg().broadcast(d, 0); });
+  const std::string e2 = error_or_empty([&] { pg().broadcast(d, 0); });
   if (W > 1) CHECK(e2.find("rank 1 float64[2]") != std::string::npos);
 
   // Avg of integers would truncate: refused before any communication, on every rank.
   Tensor i = gs::ones({2}, gs::kInt64);
-  CHECK(error_of([&] { pg().all_reduce(i, dist::ReduceOp::Avg); }).find("would truncate") != std::string::npos);
+  CHECK(error_or_empty([&] { pg().all_reduce(i, dist::ReduceOp::Avg); }).find("would truncate") != std::string::npos);
   // The group still works afterwards (no rank was left inside a collective).
   CHECK(pg().all_reduce(1.0) == double(W));
 }
@@ -224,7 +217,7 @@ TEST_CASE("DDP: a parameter without a gradient on some ranks is an error naming 
   m->use_b = r == 0;
   auto ddp = std::make_shared<dist::DistributedDataParallel>(m, pg());
   Tensor x = my_rows(global_x(W), pg());
-  const std::string e = error_of([&] { (*ddp)(x).square().sum().backward(); });
+  const std::string e = error_or_empty([&] { (*ddp)(x).square().sum().backward(); });
   if (W > 1) {
     CHECK(e.find("parameter b.weight got a gradient on rank(s) 0 but none on rank(s) 1") != std::string::npos);
     CHECK(e.find("find_unused_parameters") != std::string::npos);
@@ -316,7 +309,7 @@ TEST_CASE("DDP: a backward that fails on every rank after some buckets started l
     });
   });
   Tensor x = my_rows(global_x(W), pg()), y = my_rows(global_y(W), pg());
-  CHECK(error_of([&] { mse((*ddp)(x), y).backward(); }).find("injected backward failure") != std::string::npos);
+  CHECK(error_or_empty([&] { mse((*ddp)(x), y).backward(); }).find("injected backward failure") != std::string::npos);
   CHECK(ddp->reduce_calls() == 2);  // 2.bias and 2.weight started, then backward failed
   fail = false;
   ddp->zero_grad();

@@ -15,7 +15,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <string>
 
 #include "core/autograd.h"
@@ -87,16 +86,6 @@ const bool ready = [] {
 
 dist::ProcessGroup& pg() { return dist::ProcessGroup::world(); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-
 double tol(gs::DType t) { return t == gs::kFloat32 ? 1e-6 : 1e-14; }
 
 // Rank r's values: differ per rank and per element, with signs (so max is not sum's order).
@@ -163,7 +152,7 @@ TEST_CASE("all_reduce, broadcast, all_gather on device tensors: the cpu's result
         check_close(dnc, vals(c), tol(dt), tol(dt));
         check_close(base.t(), vals(c), tol(dt), tol(dt));  // written back into the viewed storage
       } else {
-        const std::string e = error_of([&] { pg().all_reduce(d, op); });
+        const std::string e = nntest::error_or_empty([&] { pg().all_reduce(d, op); });
         check_no_nccl_message(e, "dist::all_reduce", d);
         if (r == 0 && dt == gs::kFloat32 && op == dist::ReduceOp::Sum) MESSAGE(e);
         check_close(d, vals(x), 0, 0);  // untouched: no silent partial result, no cpu fallback
@@ -190,10 +179,10 @@ TEST_CASE("all_reduce, broadcast, all_gather on device tensors: the cpu's result
       REQUIRE(dg.shape() == cg.shape());
       check_close(dg, vals(cg), 0, 0);
     } else {
-      const std::string eb = error_of([&] { pg().broadcast(db, root); });
+      const std::string eb = nntest::error_or_empty([&] { pg().broadcast(db, root); });
       check_no_nccl_message(eb, "dist::broadcast", db);
       check_close(db, vals(x), 0, 0);
-      const std::string eg = error_of([&] { (void)pg().all_gather(dg_in); });
+      const std::string eg = nntest::error_or_empty([&] { (void)pg().all_gather(dg_in); });
       check_no_nccl_message(eg, "dist::all_gather", dg_in);
     }
   }
@@ -213,7 +202,7 @@ TEST_CASE("DDP around a model on the device: the cpu DDP's gradients, or a clear
     dev_model->to(gs::kCUDA);
     auto cpu_ddp = std::make_shared<dist::DistributedDataParallel>(cpu_model, pg());
     gs::nn::ModulePtr dev_ddp;
-    const std::string e = error_of([&] { dev_ddp = std::make_shared<dist::DistributedDataParallel>(dev_model, pg()); });
+    const std::string e = nntest::error_or_empty([&] { dev_ddp = std::make_shared<dist::DistributedDataParallel>(dev_model, pg()); });
     {
       Tensor loss = ((*cpu_ddp)(batch_x(r, dt)) - batch_y(r, dt)).square().mean();
       loss.backward();

@@ -12,12 +12,16 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "optim/optim.h"
+#include "nn_test_util.h"
 
 namespace optim = gs::optim;
 using gs::Tensor;
 using Vec = std::vector<double>;
 
 namespace {
+
+using nntest::error_of;
+using nntest::has;
 
 // A leaf parameter holding `v` (shape {n}).
 Tensor param(const Vec& v, gs::DType dt = gs::kFloat64) {
@@ -30,16 +34,6 @@ void check_close(const Vec& got, const Vec& want, double tol = 1e-12) {
   REQUIRE(got.size() == want.size());
   for (size_t j = 0; j < got.size(); ++j) CHECK(got[j] == doctest::Approx(want[j]).epsilon(tol));
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Gradients for three steps of a 3-element parameter: varied signs and sizes
 // (the third is small, so AMSGrad's running max differs from v).
@@ -177,14 +171,14 @@ TEST_CASE("SGD: momentum, dampening, nesterov, weight decay") {
 
 TEST_CASE("SGD: bad options are refused with a fix") {
   Tensor p = param(kP0);
-  CHECK(contains(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).nesterov(true)); }), "momentum > 0"));
-  CHECK(contains(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).nesterov(true)); }),
-                 "dampening"));
-  CHECK(contains(error_of([&] { optim::SGD({p}, optim::SGDOptions(-1.0)); }), "learning rate"));
-  CHECK(contains(error_of([&] { optim::SGD(std::vector<Tensor>{}, optim::SGDOptions(0.1)); }), "empty parameter list"));
-  CHECK(contains(error_of([&] { optim::SGD({p, p}, optim::SGDOptions(0.1)); }), "more than once"));
+  CHECK(has(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).nesterov(true)); }), "momentum > 0"));
+  CHECK(has(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).nesterov(true)); }),
+            "dampening"));
+  CHECK(has(error_of([&] { optim::SGD({p}, optim::SGDOptions(-1.0)); }), "learning rate"));
+  CHECK(has(error_of([&] { optim::SGD(std::vector<Tensor>{}, optim::SGDOptions(0.1)); }), "empty parameter list"));
+  CHECK(has(error_of([&] { optim::SGD({p, p}, optim::SGDOptions(0.1)); }), "more than once"));
   Tensor q = p * 2.0;
-  CHECK(contains(error_of([&] { optim::SGD({q}, optim::SGDOptions(0.1)); }), "not a leaf"));
+  CHECK(has(error_of([&] { optim::SGD({q}, optim::SGDOptions(0.1)); }), "not a leaf"));
 }
 
 // ---- Adam, AdamW ------------------------------------------------------------------------
@@ -262,8 +256,8 @@ TEST_CASE("AdamW: decoupled weight decay, and how it differs from Adam's L2") {
 
 TEST_CASE("Adam: bad betas are refused") {
   Tensor p = param(kP0);
-  CHECK(contains(error_of([&] { optim::Adam({p}, optim::AdamOptions(0.01).betas({0.9, 1.0})); }), "betas"));
-  CHECK(contains(error_of([&] { optim::AdamW({p}, optim::AdamWOptions(0.01).eps(-1)); }), "AdamW"));
+  CHECK(has(error_of([&] { optim::Adam({p}, optim::AdamOptions(0.01).betas({0.9, 1.0})); }), "betas"));
+  CHECK(has(error_of([&] { optim::AdamW({p}, optim::AdamWOptions(0.01).eps(-1)); }), "AdamW"));
 }
 
 // ---- RMSprop ----------------------------------------------------------------------------
@@ -349,7 +343,7 @@ TEST_CASE("parameter groups: each group's own lr, inherited values from the opti
   Tensor z = param(kP0);
   opt.add_param_group(optim::ParamGroup{{z}});
   CHECK(opt.param_groups().back().lr == 0.1);
-  CHECK(contains(error_of([&] { opt.add_param_group(optim::ParamGroup{{a}}); }), "more than once"));
+  CHECK(has(error_of([&] { opt.add_param_group(optim::ParamGroup{{a}}); }), "more than once"));
   // set_lr changes every group.
   opt.set_lr(0.2);
   for (const auto& g : opt.param_groups()) CHECK(g.lr == 0.2);
@@ -494,16 +488,16 @@ TEST_CASE("load_state_dict refuses state that does not fit") {
   std::map<std::string, Tensor> bad_shape = {{"0.0.step", gs::tensor(std::vector<int64_t>{1}, gs::Shape{})},
                                              {"0.0.exp_avg", gs::zeros({2})},
                                              {"0.0.exp_avg_sq", gs::zeros({3})}};
-  CHECK(contains(error_of([&] { opt.load_state_dict(bad_shape); }), "float32[2]"));
-  CHECK(contains(error_of([&] { opt.load_state_dict({{"0.5.exp_avg", gs::zeros({3})}}); }), "parameter 5 of group 0"));
-  CHECK(contains(error_of([&] { opt.load_state_dict({{"exp_avg", gs::zeros({3})}}); }), "group.index.name"));
-  CHECK(contains(error_of([&] { opt.load_state_dict({{"0.0.momentum_buffer", gs::zeros({3})}}); }), "unknown state"));
-  CHECK(contains(error_of([&] { opt.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "incomplete"));
+  CHECK(has(error_of([&] { opt.load_state_dict(bad_shape); }), "float32[2]"));
+  CHECK(has(error_of([&] { opt.load_state_dict({{"0.5.exp_avg", gs::zeros({3})}}); }), "parameter 5 of group 0"));
+  CHECK(has(error_of([&] { opt.load_state_dict({{"exp_avg", gs::zeros({3})}}); }), "group.index.name"));
+  CHECK(has(error_of([&] { opt.load_state_dict({{"0.0.momentum_buffer", gs::zeros({3})}}); }), "unknown state"));
+  CHECK(has(error_of([&] { opt.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "incomplete"));
   // A crafted key with a number past size_t: a gs::Error naming the key, not std::out_of_range from stoul.
-  CHECK(contains(error_of([&] { opt.load_state_dict({{"99999999999999999999999.0.exp_avg", gs::zeros({3})}}); }),
-                 "too large to be a group or parameter index"));
+  CHECK(has(error_of([&] { opt.load_state_dict({{"99999999999999999999999.0.exp_avg", gs::zeros({3})}}); }),
+            "too large to be a group or parameter index"));
   optim::SGD sgd({p}, optim::SGDOptions(0.1).momentum(0.9));
-  CHECK(contains(error_of([&] { sgd.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "momentum_buffer"));
+  CHECK(has(error_of([&] { sgd.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "momentum_buffer"));
   // A float32 dict loads into float64 parameters' state (converted).
   sgd.load_state_dict({{"0.0.momentum_buffer", gs::ones({3})}});
   CHECK(sgd.state_dict().at("0.0.momentum_buffer").dtype() == gs::kFloat64);
@@ -535,8 +529,8 @@ TEST_CASE("step bumps the version: backward through a graph that saved the param
         CHECK(w.version() > before);
         CHECK(w.storage()->modifier_after(before) == std::string(op));
         const std::string msg = error_of([&] { loss.backward(); });
-        CHECK(contains(msg, "modified by an in-place operation"));
-        CHECK(contains(msg, "'" + op + "'"));
+        CHECK(has(msg, "modified by an in-place operation"));
+        CHECK(has(msg, "'" + op + "'"));
       }
     }
   }

@@ -3,19 +3,22 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
 #include <numbers>
 #include <string>
 #include <vector>
 
 #include "core/ops.h"
 #include "optim/optim.h"
+#include "nn_test_util.h"
 
 namespace optim = gs::optim;
 using gs::Tensor;
 using Vec = std::vector<double>;
 
 namespace {
+
+using nntest::error_of;
+using nntest::has;
 
 // An SGD over two parameters in two groups, lrs 0.1 and 0.01.
 struct TwoGroups {
@@ -43,16 +46,6 @@ void check_seq(const Vec& got, const Vec& want) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gs::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 }  // namespace
 
 TEST_CASE("StepLR: lr halves every 3 steps, in every group") {
@@ -63,7 +56,7 @@ TEST_CASE("StepLR: lr halves every 3 steps, in every group") {
   CHECK(sched.last_epoch() == 12);
   CHECK(sched.get_last_lr()[1] == doctest::Approx(0.000625));  // group 1: its own 0.01, same factor
   CHECK(m.opt.param_groups()[1].lr == doctest::Approx(0.000625));
-  CHECK(contains(error_of([&] { optim::StepLR(m.opt, 0); }), "step_size"));
+  CHECK(has(error_of([&] { optim::StepLR(m.opt, 0); }), "step_size"));
 }
 
 TEST_CASE("CosineAnnealingLR: from base to eta_min over T_max steps, then back") {
@@ -88,7 +81,7 @@ TEST_CASE("LinearWarmup: start_factor * base up to base over warmup_steps") {
   // 0.1 * (0.2 + 0.8 * t / 5)
   check_seq(lr_sequence(sched, 8), {0.02, 0.036, 0.052, 0.068, 0.084, 0.1, 0.1, 0.1, 0.1});
   CHECK(sched.base_lrs() == Vec{0.1, 0.01});
-  CHECK(contains(error_of([&] { optim::LinearWarmup(m.opt, 3, 0.0); }), "start_factor"));
+  CHECK(has(error_of([&] { optim::LinearWarmup(m.opt, 3, 0.0); }), "start_factor"));
 }
 
 TEST_CASE("LinearWarmup then cosine, and then StepLR") {
@@ -111,8 +104,8 @@ TEST_CASE("LinearWarmup then cosine, and then StepLR") {
     check_seq(lr_sequence(sched, 7), {0.05, 0.075, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001});
   }
   TwoGroups m, other;
-  CHECK(contains(error_of([&] { optim::LinearWarmup(m.opt, 2, 0.5, std::make_unique<optim::StepLR>(other.opt, 2)); }),
-                 "different optimizer"));
+  CHECK(has(error_of([&] { optim::LinearWarmup(m.opt, 2, 0.5, std::make_unique<optim::StepLR>(other.opt, 2)); }),
+            "different optimizer"));
 }
 
 TEST_CASE("ReduceLROnPlateau: patience, threshold, cooldown, min_lr") {
@@ -170,8 +163,8 @@ TEST_CASE("ReduceLROnPlateau: max mode with a relative threshold; NaN is never b
   sched.step(std::nan(""));  // bad 1
   sched.step(0.1);           // bad 2 > 1: lr * 0.1
   CHECK(sched.get_last_lr()[0] == doctest::Approx(0.01));
-  CHECK(contains(error_of([&] { optim::ReduceLROnPlateau(m.opt, optim::ReduceLROnPlateauOptions().factor(1.0)); }),
-                 "factor"));
+  CHECK(has(error_of([&] { optim::ReduceLROnPlateau(m.opt, optim::ReduceLROnPlateauOptions().factor(1.0)); }),
+            "factor"));
 }
 
 TEST_CASE("EarlyStopping: stops after `patience` steps without a min_delta improvement") {
@@ -200,5 +193,5 @@ TEST_CASE("EarlyStopping: stops after `patience` steps without a min_delta impro
   optim::EarlyStopping diverged(100);
   CHECK_FALSE(diverged.step(1.0));
   CHECK(diverged.step(std::nan("")));  // a NaN loss stops at once
-  CHECK(contains(error_of([] { optim::EarlyStopping(0); }), "patience"));
+  CHECK(has(error_of([] { optim::EarlyStopping(0); }), "patience"));
 }
