@@ -124,16 +124,14 @@ void BM_product(benchmark::State& state, Product p, bool direct) {
     state.SkipWithError("the packing-free kernel needs an AVX2+FMA build");
     return;
   }
+  gs::cpu::set_sgemm_direct(false);  // the BLAS case must not be routed to the kernel
   for (auto _ : state) {
     if (direct) gs::cpu::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
-    else {
-      gs::cpu::set_sgemm_direct(false);
-      gs::cpu::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
-      gs::cpu::set_sgemm_direct(true);
-    }
+    else gs::cpu::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  gs::cpu::set_sgemm_direct(true);
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * p.M * p.N * p.K * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["dispatched"] = gs::cpu::sgemm_direct_pays(p.a_col, p.b_col, p.M, p.N, p.K);

@@ -51,15 +51,20 @@ BlasSingleThread::~BlasSingleThread() { --g_single_thread_scopes; }
 namespace {
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;  // CBLAS enum values
 
-// The BLAS keeps its own thread pool: give it OpenMP's setting (one thread by
-// default in gradsleuth's tools), re-read on every call so omp_set_num_threads works;
-// one thread inside a BlasSingleThread scope.
-void sync_threads() {
+// The threads a product gets: OpenMP's setting (one thread by default in gradsleuth's
+// tools), re-read on every call so omp_set_num_threads works; one inside a
+// BlasSingleThread scope.
+int gemm_threads() {
 #ifdef _OPENMP
-  const int want = g_single_thread_scopes > 0 ? 1 : omp_get_max_threads();
+  return g_single_thread_scopes > 0 ? 1 : omp_get_max_threads();
 #else
-  const int want = 1;
+  return 1;
 #endif
+}
+
+// The BLAS keeps its own thread pool: give it gemm_threads().
+void sync_threads() {
+  const int want = gemm_threads();
   static thread_local int have = -1;
   if (want == have) return;
 #if GS_CBLAS == 1
@@ -75,10 +80,7 @@ bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 // The packing-free kernel (sgemm.h) takes a float32 product when it runs on one thread
 // and the measured rule says it beats the BLAS there.
 bool use_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K) {
-#ifdef _OPENMP
-  if (g_single_thread_scopes == 0 && omp_get_max_threads() > 1) return false;
-#endif
-  return sgemm_direct_enabled() && sgemm_direct_pays(a_col, b_col, M, N, K);
+  return gemm_threads() == 1 && sgemm_direct_enabled() && sgemm_direct_pays(a_col, b_col, M, N, K);
 }
 
 template <class T, class Gemm>
@@ -97,14 +99,6 @@ bool gemm(Gemm f, bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const
 }  // namespace
 
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-               int64_t ldb, float* C, int64_t ldc) {
-  return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0f, C, ldc);
-}
-bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
-               int64_t ldb, double* C, int64_t ldc) {
-  return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
-}
-bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float beta, float* C, int64_t ldc) {
   if (use_direct(a_col, b_col, M, N, K) && sgemm_direct(a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc))
     return true;
@@ -115,13 +109,6 @@ bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const do
   return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 #else
-bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t) {
-  return false;
-}
-bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t, double*,
-               int64_t) {
-  return false;
-}
 bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,
                int64_t) {
   return false;

@@ -27,15 +27,20 @@ class BlasSingleThread {
 // when no BLAS is built in. Runs on the library's thread count (OpenMP's setting).
 // On one thread, a float32 product in the range sgemm_direct_pays() names goes to the
 // packing-free kernel of sgemm.h instead of the BLAS.
-bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float* C, int64_t ldc);
-bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
-               const double* B, int64_t ldb, double* C, int64_t ldc);
-// The same with C = A @ B + beta * C (beta = 1 accumulates into C: the fused conv2d
+// The general form: C = A @ B + beta * C (beta = 1 accumulates into C: the fused conv2d
 // adds per-sample products into one weight gradient, and a prefilled bias into out).
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
                const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+// beta = 0: C is overwritten, never read.
+inline bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float* C, int64_t ldc) {
+  return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0f, C, ldc);
+}
+inline bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
+                      const double* B, int64_t ldb, double* C, int64_t ldc) {
+  return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
+}
 
 }  // namespace gradsleuth::cpu

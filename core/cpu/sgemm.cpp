@@ -206,16 +206,16 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int6
 constexpr size_t kKeptScratch = size_t{1} << 18;  // 1 MB
 class Scratch {
  public:
-  Scratch(int which, int64_t n) : n_(static_cast<size_t>(n)) {
+  Scratch(int which, int64_t n) {
     thread_local std::vector<float> kept[2];
-    std::vector<float>& v = n_ <= kKeptScratch ? kept[which] : own_;
-    if (v.size() < n_) v.resize(n_);
+    const auto size = static_cast<size_t>(n);
+    std::vector<float>& v = size <= kKeptScratch ? kept[which] : own_;
+    if (v.size() < size) v.resize(size);
     data_ = v.data();
   }
   float* data() const { return data_; }
 
  private:
-  size_t n_;
   std::vector<float> own_;
   float* data_ = nullptr;
 };
