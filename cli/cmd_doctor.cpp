@@ -279,13 +279,11 @@ int cmd_doctor(const std::vector<std::string>& args) {
   html.plots.push_back(dead_plot(r));
   html.plots.push_back(update_ratio_plot(r));
   html.findings = r.report;
-  // The cause first: the earliest finding, with the plot made for it.
+  // The cause first: the diagnosis's lead (debug::analyse_causes), with the plot made for it.
   if (const std::optional<debug::Finding> lead = debug::lead_finding(r.report)) {
     debug::LeadFinding l;
     l.finding = *lead;
-    l.why = lead->step >= 0 ? "the earliest finding that fired: at step " + std::to_string(lead->step)
-            : lead->end_of_run ? "the earliest finding that fired: at the end of the run"
-                               : "the earliest finding that fired: before training started";
+    l.why = debug::lead_why(r.report);
     // Its consequences (Report::groups), folded under it in the findings table.
     const std::vector<debug::FindingGroup> groups = r.report.groups();
     l.follow_on = groups.empty() ? 0 : static_cast<int64_t>(groups.front().follow_on.size());
@@ -329,7 +327,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
               << ",\"steps\":" << r.steps << ",\"test_accuracy\":" << json_num(r.test_accuracy)
               << ",\"final_loss\":" << json_num(r.final_loss) << ",\"fired\":[";
     for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? "," : "") << json_str(r.fired[i]);
-    std::cout << "],\"findings\":" << r.report.json() << ",\"profile\":" << profile_json
+    std::cout << "],\"lead\":" << r.report.lead_json() << ",\"findings\":" << r.report.json()
+              << ",\"profile\":" << profile_json
               << ",\"memory\":" << memory_json << ",\"report\":" << json_str(out + "/report.html") << "}\n";
     return 0;
   }

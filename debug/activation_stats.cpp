@@ -1,6 +1,7 @@
 // Dead-ReLU (M7) and saturation (M8) statistics (see activation_stats.h).
 #include "debug/activation_stats.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -147,13 +148,20 @@ void SaturationTracker::attach(nn::Module& model) {
     s.module = module_label(path, *m);
     s.type = type;
     layers_.push_back(s);
-    hooks_.pre(m, [this, idx](nn::Module&, const Tensor& x) {
+    hooks_.pre(m, [this, idx, type](nn::Module&, const Tensor& x) {
       if (!active_ || !x.defined() || !x.is_floating_point() || x.numel() == 0) return;
       NoGradGuard ng;
       const double frac =
           sum((abs(x.detach()) > o_.saturation_threshold).to(kFloat64)).item<double>() / static_cast<double>(x.numel());
+      // The derivative at these inputs: s (1 - s) for the sigmoid (at most 0.25), 1 - t^2 for tanh.
+      const Tensor xd = x.detach().to(kFloat64);
+      const Tensor d = type == "Sigmoid" ? sigmoid(xd) * (1.0 - sigmoid(xd)) : 1.0 - tanh(xd) * tanh(xd);
+      const double deriv = mean(d).item<double>();
       SaturationLayerStats& st = layers_[idx];
       st.last = frac;
+      if (st.batches == 0) st.order = next_order_++;
+      st.mean_derivative =
+          (st.mean_derivative * static_cast<double>(st.batches) + deriv) / static_cast<double>(st.batches + 1);
       st.mean = (st.mean * static_cast<double>(st.batches) + frac) / static_cast<double>(st.batches + 1);
       ++st.batches;
       st.history.emplace_back(step_, frac);
@@ -178,6 +186,35 @@ std::vector<Finding> SaturationTracker::findings() const {
               "its gradient there is ~0, so the layers below stop learning (vanishing gradients)";
     f.fix = "use Xavier initialisation for sigmoid/tanh layers, normalise inputs, add normalisation layers, or "
             "use ReLU/GELU";
+    out.push_back(std::move(f));
+  }
+  // The stack as a whole: backward multiplies the gradient by each layer's derivative, so N
+  // sigmoid layers (derivative <= 0.25 each) shrink it by at least 4^N even when none saturates.
+  std::vector<const SaturationLayerStats*> seen;
+  for (const SaturationLayerStats& s : layers_)
+    if (s.batches > 0) seen.push_back(&s);
+  std::sort(seen.begin(), seen.end(), [](const auto* a, const auto* b) { return a->order < b->order; });
+  double product = 1.0;
+  for (const SaturationLayerStats* s : seen) product *= s->mean_derivative;
+  if (seen.size() >= 2 && product < o_.attenuation) {
+    Finding f;
+    f.check = "M8";
+    f.severity = Severity::Warning;
+    const bool one_type =
+        std::all_of(seen.begin(), seen.end(), [&](const auto* s) { return s->type == seen.front()->type; });
+    f.title = "the gradient shrinks " + fmt_num(1.0 / product) + "x through " + std::to_string(seen.size()) +
+              " stacked " + (one_type ? seen.front()->type : std::string("sigmoid/tanh")) +
+              " layers: their mean derivatives multiply to " + fmt_num(product);
+    f.module = seen.front()->module + " .. " + seen.back()->module;
+    f.evidence = {{"product of the mean derivatives", product, "< " + fmt_num(o_.attenuation) + " flags the stack"},
+                  {"sigmoid/tanh layers", static_cast<double>(seen.size()), ""},
+                  {"mean derivative, first layer", seen.front()->mean_derivative, ""},
+                  {"mean derivative, last layer", seen.back()->mean_derivative, ""}};
+    f.cause = "each sigmoid multiplies the backward gradient by its derivative, at most 0.25 (tanh: at most 1, "
+              "less away from 0); stacked this deep, the layers near the input get a gradient " +
+              fmt_num(1.0 / product) + "x smaller than the output's (vanishing gradients by depth)";
+    f.fix = "use ReLU/GELU in the hidden layers, fewer sigmoid layers, residual connections or normalisation "
+            "layers between them";
     out.push_back(std::move(f));
   }
   return out;

@@ -29,6 +29,9 @@ struct ActivationOptions {
   double dead_fraction = 0.7;          // M7: a layer with >= this fraction of dead units is flagged (published detectors' level)
   double saturation_threshold = 5.0;   // M8: |pre-activation| beyond this is saturated
   double saturated_fraction = 0.5;     // M8: a layer above this fraction is flagged
+  // M8: stacked sigmoid/tanh layers whose mean derivatives multiply to less than this shrink
+  // the gradient reaching the input by that factor (vanishing gradients by depth).
+  double attenuation = 1e-3;
 };
 
 struct DeadLayerStats {
@@ -84,7 +87,9 @@ struct SaturationLayerStats {
   std::string module, type;  // "3 (Sigmoid)", "Sigmoid"
   double last = std::numeric_limits<double>::quiet_NaN();
   double mean = 0.0;          // over the recorded batches
+  double mean_derivative = 0.0;  // the activation's derivative at its inputs, mean over units and batches
   int64_t batches = 0;
+  int64_t order = -1;         // when it first ran, among the tracker's layers (the chain's order)
   std::vector<std::pair<int64_t, double>> history;  // (step, saturated fraction)
 };
 
@@ -96,7 +101,10 @@ class SaturationTracker {
   void set_active(bool on) { active_ = on; }
   void set_step(int64_t step) { step_ = step; }
   const std::vector<SaturationLayerStats>& layers() const { return layers_; }
-  std::vector<Finding> findings() const;  // a warning per layer whose mean fraction exceeds the option
+  // A warning per layer whose mean fraction exceeds the option, and one for the whole stack
+  // when the product of the layers' mean derivatives is below ActivationOptions::attenuation
+  // (the layers are taken as a chain, in the order they first ran).
+  std::vector<Finding> findings() const;
 
  private:
   ActivationOptions o_;
@@ -104,6 +112,7 @@ class SaturationTracker {
   std::vector<SaturationLayerStats> layers_;
   bool active_ = true;
   int64_t step_ = -1;
+  int64_t next_order_ = 0;
 };
 
 }  // namespace gradsleuth::debug

@@ -81,7 +81,9 @@ std::string RunReport::json() const {
   for (size_t i = 0; i < skipped.size(); ++i)
     os << (i ? "," : "") << "{\"checks\":" << json_str(skipped[i].checks) << ",\"reason\":" << json_str(skipped[i].reason)
        << ",\"remedy\":" << json_str(skipped[i].remedy) << "}";
-  os << "],\"steps\":" << steps << ",\"stopped\":" << json_str(stopped) << ",\"report\":" << json_str(html_path) << "}";
+  // The diagnosis over every phase: the lead, and the findings with their causes (indices into this array).
+  os << "],\"lead\":" << findings.lead_json() << ",\"findings\":" << findings.json() << ",\"steps\":" << steps
+     << ",\"stopped\":" << json_str(stopped) << ",\"report\":" << json_str(html_path) << "}";
   return os.str();
 }
 
@@ -151,14 +153,24 @@ void Session::run_data_checks() {
   const nn::DataLoader& train = *data_.train;
   const nn::Dataset& reference = data_.reference ? *data_.reference : train.dataset();
   guarded(r, who, "loader checks", "D1, D2, D3, D5, D8, D9",
-          [&] { r.add(check_loader(train, o_.num_classes, o_.data)); });
-  guarded(r, who, "alignment check", "D4", [&] { r.add(check_alignment(reference, train, o_.data)); });
+          [&] {
+            r.add(check_loader(train, o_.num_classes, o_.data));
+            r.note_ran("D1, D2, D3, D5, D8, D9");
+          });
+  guarded(r, who, "alignment check", "D4", [&] {
+    r.add(check_alignment(reference, train, o_.data));
+    r.note_ran("D4");
+  });
   if (data_.normalizer)
-    guarded(r, who, "leakage check", "D7", [&] { r.add(check_leakage(*data_.normalizer, train.dataset())); });
+    guarded(r, who, "leakage check", "D7", [&] {
+      r.add(check_leakage(*data_.normalizer, train.dataset()));
+      r.note_ran("D7");
+    });
   if (data_.val)
     guarded(r, who, "split-consistency check", "D10", [&] {
       r.add(check_split_consistency(first_rows(train.dataset(), o_.split_examples).x,
                                     first_rows(data_.val->dataset(), o_.split_examples).x, o_.val_split, o_.data));
+      r.note_ran("D10");
     });
 }
 
@@ -433,10 +445,9 @@ void write_run_report(const std::string& path, const RunReport& r, const std::st
   if (const std::optional<Finding> lead = lead_finding(r.findings)) {
     LeadFinding l;
     l.finding = *lead;
-    l.why = lead->step < 0 ? "the earliest finding that fired: before training started"
-                           : "the earliest finding that fired: at step " + std::to_string(lead->step);
-    for (const Finding& f : r.findings.findings()) l.follow_on += f.fires() ? 1 : 0;
-    l.follow_on -= 1;
+    l.why = lead_why(r.findings);
+    const std::vector<FindingGroup> g = r.findings.groups();
+    l.follow_on = g.empty() ? 0 : static_cast<int64_t>(g.front().follow_on.size());
     l.plots.push_back(loss);
     html.lead = std::move(l);
   }

@@ -2,6 +2,7 @@
 #include "debug/finding.h"
 
 #include "debug/checks.h"
+#include "debug/diagnosis.h"
 
 #include <algorithm>
 #include <cctype>
@@ -157,88 +158,16 @@ std::vector<Finding> Report::of(const std::string& check) const {
 }
 
 // ---- root cause first ------------------------------------------------------------------
-namespace {
-
-bool word_in(const std::string& s, const char* w) {
-  const std::string needle = w;
-  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) {
-    const bool left = at == 0 || !std::isalpha(static_cast<unsigned char>(s[at - 1]));
-    const size_t end = at + needle.size();
-    const bool right = end >= s.size() || !std::isalpha(static_cast<unsigned char>(s[end]));
-    if (left && right) return true;
+void Report::note_ran(const std::string& checks) {
+  std::string id;
+  for (char c : checks + ",") {
+    if (c == ',' || c == ' ') {
+      if (!id.empty()) ran_.insert(id);
+      id.clear();
+    } else {
+      id += c;
+    }
   }
-  return false;
-}
-
-// The finding reports a non-finite value: its own numbers are NaN/Inf, it counts
-// NaN/Inf values, or its title says so.
-bool reports_nonfinite(const Finding& f) {
-  for (const Evidence& e : f.evidence) {
-    if (!std::isfinite(e.value)) return true;
-    if ((word_in(e.name, "NaN") || word_in(e.name, "Inf") || e.name.find("non-finite") != std::string::npos) &&
-        e.value > 0 && e.name.find("first") == std::string::npos)
-      return true;
-  }
-  return word_in(f.title, "NaN") || word_in(f.title, "Inf") || word_in(f.title, "nan") || word_in(f.title, "inf") ||
-         f.title.find("non-finite") != std::string::npos;
-}
-
-bool is(const Finding& f, std::initializer_list<const char*> ids) {
-  for (const char* id : ids)
-    if (f.check == id) return true;
-  return false;
-}
-
-// Rule 1. The checks that localise where a non-finite value came from: each can
-// start a cascade of its own.
-bool nonfinite_source(const Finding& f) {
-  return f.fires() && (is(f, {"D2", "M12", "W4"}) || (f.check == "L5" && f.severity == Severity::Error));
-}
-// A finding about non-finite values: the sources above, and the checks that see
-// the NaN/Inf downstream (gradients, weights, the loss, the histories and the
-// short training runs of the gate). M18 is left out: it runs its own forward in
-// half precision, and its overflow is a bug of its own (B21).
-bool nonfinite_member(const Finding& f) {
-  if (!f.fires()) return false;
-  if (nonfinite_source(f)) return true;
-  if (is(f, {"O4"})) return true;                                     // non-finite weights
-  if (f.check == "O1" && f.severity == Severity::Error) return true;  // O1's errors are NaN/Inf gradients
-  if (is(f, {"L1", "W3", "M14", "M15", "M16", "O2", "O3", "O6", "W1", "L4", "L6", "M6", "M13"}))
-    return reports_nonfinite(f);
-  return false;
-}
-
-// Rule 2. A parameter the gradient does not reach: M5 names it; O1's "got no
-// gradient" / "vanishing" for the same parameter is the same fact seen again.
-bool cut_source(const Finding& f) { return f.fires() && f.check == "M5" && !f.parameter.empty(); }
-bool cut_member(const Finding& f) {
-  return cut_source(f) || (f.fires() && f.check == "O1" && f.severity == Severity::Warning && !f.parameter.empty() &&
-                           (f.title.find("no gradient") != std::string::npos ||
-                            f.title.find("is vanishing") != std::string::npos));
-}
-
-}  // namespace
-
-const std::vector<CascadeRule>& cascade_rules() {
-  static const std::vector<CascadeRule> rules = {
-      {"non-finite values",
-       "a finding that names where a NaN/Inf came from: W4 (anomaly mode: the op and module), M12 (the first "
-       "module whose output is non-finite), D2 (non-finite inputs), L5 (a NaN loss from all-masked targets); "
-       "without one, the earliest finding about a non-finite value",
-       "the findings about non-finite values that come at or after it: O1 errors (NaN/Inf gradients), O4 "
-       "(non-finite weights), and L1, W3, M14, M15, M16, O2, O3, O6, W1, L4, L6, M6, M13 when their title or "
-       "evidence holds a NaN/Inf; a second source (W4, M12, D2, L5) seen at another time stays a root of its own",
-       [](const Finding& f) { return nonfinite_member(f); }, [](const Finding& f) { return nonfinite_source(f); },
-       [](const Finding&, const Finding& f) { return nonfinite_member(f); }},
-      {"a parameter the gradient does not reach",
-       "M5 naming a parameter whose gradient is missing or all zero",
-       "O1's \"got no gradient\" or \"is vanishing\" warning for the same parameter",
-       [](const Finding& f) { return cut_member(f); }, [](const Finding& f) { return cut_source(f); },
-       [](const Finding& root, const Finding& f) {
-         return cut_source(root) && f.check == "O1" && f.parameter == root.parameter && cut_member(f);
-       }},
-  };
-  return rules;
 }
 
 std::pair<int, int64_t> finding_time(const Finding& f) {
@@ -247,67 +176,24 @@ std::pair<int, int64_t> finding_time(const Finding& f) {
 }
 
 std::vector<FindingGroup> Report::groups() const {
-  const size_t n = findings_.size();
-  std::vector<int64_t> root_of(n, -1);
-  std::vector<std::string> rule_of(n);
-  std::vector<bool> is_root(n, false);
-  const std::vector<CascadeRule>& rules = cascade_rules();
-  auto is_source = [&](size_t rule, const Finding& f) { return rules[rule].is_source(f); };
-  auto names_place = [](const Finding& f) { return (f.op.empty() ? 0 : 2) + (f.module.empty() ? 0 : 1); };
-  // Earlier first; at one time a source first, then the one naming an op/module, errors first, report order.
-  auto before = [&](size_t rule, size_t a, size_t b) {
-    const Finding &x = findings_[a], &y = findings_[b];
-    if (finding_time(x) != finding_time(y)) return finding_time(x) < finding_time(y);
-    if (is_source(rule, x) != is_source(rule, y)) return is_source(rule, x);
-    if (names_place(x) != names_place(y)) return names_place(x) > names_place(y);
-    if (x.severity != y.severity) return x.severity > y.severity;
-    return a < b;
-  };
-  for (size_t r = 0; r < rules.size(); ++r) {
-    std::vector<size_t> members;
-    for (size_t i = 0; i < n; ++i)
-      if (root_of[i] < 0 && !is_root[i] && rules[r].is_member(findings_[i])) members.push_back(i);
-    std::sort(members.begin(), members.end(), [&](size_t a, size_t b) { return before(r, a, b); });
-    std::vector<size_t> roots;  // this rule's roots so far, in time order
-    for (size_t m : members) {
-      const Finding& f = findings_[m];
-      int64_t parent = -1;
-      for (auto it = roots.rbegin(); it != roots.rend() && parent < 0; ++it) {
-        const Finding& root = findings_[*it];
-        // A second source seen at another time is not explained by the first: it stays a root.
-        if (is_source(r, f) && finding_time(f) != finding_time(root)) continue;
-        if (rules[r].is_consequence(root, f)) parent = static_cast<int64_t>(*it);
-      }
-      if (parent >= 0) {
-        root_of[m] = parent;
-        rule_of[m] = rules[r].name;
-      } else {
-        roots.push_back(m);
-        is_root[m] = true;
-      }
-    }
-  }
+  const CauseAnalysis a = analyse_causes(*this);
   std::vector<FindingGroup> out;
-  std::vector<size_t> top;
-  for (size_t i = 0; i < n; ++i)
-    if (findings_[i].fires() && root_of[i] < 0) top.push_back(i);
-  std::sort(top.begin(), top.end(), [&](size_t a, size_t b) {
-    const Finding &x = findings_[a], &y = findings_[b];
-    if (finding_time(x) != finding_time(y)) return finding_time(x) < finding_time(y);
-    if (x.severity != y.severity) return x.severity > y.severity;
-    if (names_place(x) != names_place(y)) return names_place(x) > names_place(y);
-    return a < b;
-  });
-  for (size_t t : top) {
+  for (size_t root : a.roots) {
     FindingGroup g;
-    g.root = t;
-    for (size_t i = 0; i < n; ++i)
-      if (root_of[i] == static_cast<int64_t>(t)) {
-        g.follow_on.push_back(i);
-        g.rule = rule_of[i];
-      }
+    g.root = root;
+    for (size_t i = 0; i < findings_.size(); ++i)
+      if (i != root && a.root[i] == static_cast<int64_t>(root)) g.follow_on.push_back(i);
     std::stable_sort(g.follow_on.begin(), g.follow_on.end(),
-                     [&](size_t a, size_t b) { return finding_time(findings_[a]) < finding_time(findings_[b]); });
+                     [&](size_t x, size_t y) { return finding_time(findings_[x]) < finding_time(findings_[y]); });
+    if (!g.follow_on.empty()) {
+      const Cause* c = nullptr;
+      for (const Cause& k : diagnosis_causes())
+        if (k.fault && k.confirms(findings_[root])) {
+          c = &k;
+          break;
+        }
+      g.rule = c ? c->name : "the symptom " + findings_[root].check + " explains";
+    }
     out.push_back(std::move(g));
   }
   return out;
@@ -320,14 +206,29 @@ std::vector<int64_t> Report::caused_by() const {
   return out;
 }
 
+namespace {
+// The finding as str() prints it, its cause line replaced by the diagnosis's where it has one.
+std::string diagnosed_str(const Finding& f, const std::string& cause_text) {
+  if (cause_text.empty()) return f.str();
+  Finding g = f;
+  g.cause = cause_text;
+  return g.str();
+}
+}  // namespace
+
 std::string Report::str(bool include_info, bool verbose) const {
   std::ostringstream os;
+  const CauseAnalysis a = analyse_causes(*this);
   bool first = true;
+  if (a.lead) {
+    os << a.lead->str(*this);
+    first = false;
+  }
   for (const FindingGroup& g : groups()) {
-    os << (first ? "" : "\n") << findings_[g.root].str() << "\n";
+    os << (first ? "" : "\n") << diagnosed_str(findings_[g.root], a.cause_text[g.root]) << "\n";
     first = false;
     if (g.follow_on.empty()) continue;
-    // "and 24 follow-on findings (non-finite values: O1 x3, L1, O4, W3)"
+    // "and 24 follow-on findings (explained by dead ReLU units: O1 x3, L1, O4, W3)"
     std::vector<std::pair<std::string, int>> ids;
     for (size_t i : g.follow_on) {
       const std::string& c = findings_[i].check;
@@ -338,14 +239,14 @@ std::string Report::str(bool include_info, bool verbose) const {
     std::string list;
     for (const auto& [c, k] : ids) list += (list.empty() ? "" : ", ") + c + (k > 1 ? " x" + std::to_string(k) : "");
     os << "  and " << g.follow_on.size() << " follow-on finding" << (g.follow_on.size() == 1 ? "" : "s")
-       << " (consequences of " << g.rule << ": " << list << ")";
+       << " (explained by " << g.rule << ": " << list << ")";
     if (!verbose) {
       os << "; str(verbose) / --verbose lists them\n";
       continue;
     }
     os << ":\n";
     for (size_t i : g.follow_on) {
-      std::istringstream lines(findings_[i].str());
+      std::istringstream lines(diagnosed_str(findings_[i], a.cause_text[i]) + "\n  because:  " + a.because[i]);
       bool head = true;
       for (std::string line; std::getline(lines, line); head = false) os << (head ? "  -> " : "     ") << line << "\n";
     }
@@ -360,15 +261,25 @@ std::string Report::str(bool include_info, bool verbose) const {
 }
 
 std::string Report::json() const {
-  const std::vector<int64_t> by = caused_by();
+  const CauseAnalysis a = analyse_causes(*this);
   std::string s = "[";
   for (size_t i = 0; i < findings_.size(); ++i) {
-    std::string one = findings_[i].json();
-    one.pop_back();  // the closing brace: the report adds the finding's place in the cascade
-    one += ",\"index\":" + std::to_string(i) + ",\"caused_by\":" + (by[i] < 0 ? "null" : std::to_string(by[i])) + "}";
+    Finding f = findings_[i];
+    if (!a.cause_text[i].empty()) f.cause = a.cause_text[i];
+    std::string one = f.json();
+    one.pop_back();  // the closing brace: the report adds the finding's place in the diagnosis
+    const bool root = a.root[i] < 0 || a.root[i] == static_cast<int64_t>(i);
+    one += ",\"index\":" + std::to_string(i) + ",\"caused_by\":" + (root ? "null" : std::to_string(a.root[i])) +
+           ",\"explained_by\":" + (a.parent[i] < 0 ? "null" : std::to_string(a.parent[i])) +
+           ",\"because\":" + json_str(a.because[i]) + "}";
     s += (i ? "," : "") + one;
   }
   return s + "]";
+}
+
+std::string Report::lead_json() const {
+  const CauseAnalysis a = analyse_causes(*this);
+  return a.lead ? a.lead->json() : "null";
 }
 
 }  // namespace gradsleuth::debug

@@ -15,6 +15,7 @@
 // A check "fires" when it produces a warning or an error.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,29 +67,15 @@ struct Finding {
   std::string key() const;
 };
 
-// Root cause first: one fault often sets off a cascade (a NaN at one op, then
-// non-finite gradients, loss and weights). Report::groups() puts each consequence
-// under the finding that caused it, by the explicit rules of cascade_rules()
-// (docs/checks.md, "Root cause first"); a finding no rule explains stays at the
-// top level, so two independent bugs are both shown.
+// Root cause first: one fault sets off symptoms (dead ReLUs, then vanishing gradients, then a
+// stuck loss). Report::groups() puts each finding under the cause that explains it, by the
+// symptom and cause tables of debug/diagnosis.h (docs/checks.md, "Diagnosis"); a finding
+// nothing explains is a root of its own, so two independent bugs are both shown.
 struct FindingGroup {
   size_t root = 0;                // index into Report::findings()
-  std::vector<size_t> follow_on;  // its consequences, in time order
-  std::string rule;               // the rule that grouped them ("" when alone)
+  std::vector<size_t> follow_on;  // the findings it explains, in time order
+  std::string rule;               // the cause they share ("dead ReLU units"; "" when alone)
 };
-
-// One row of the table of consequences (docs/checks.md, "Root cause first"): the
-// findings a cascade is made of, those that start one of their own (a source: it
-// names where the fault came from), and which members are consequences of a root.
-struct CascadeRule {
-  std::string name;     // "non-finite values"
-  std::string starts;   // in words, for the docs: the findings that can be a root
-  std::string follows;  // in words: the findings that are consequences
-  bool (*is_member)(const Finding& f) = nullptr;
-  bool (*is_source)(const Finding& f) = nullptr;
-  bool (*is_consequence)(const Finding& root, const Finding& f) = nullptr;
-};
-const std::vector<CascadeRule>& cascade_rules();
 
 // A finding's place in time, for ordering: (phase, step), phase 0 before training
 // (step -1), 1 during training (step >= 0), 2 at the end of the run (end_of_run).
@@ -100,8 +87,20 @@ class Report {
  public:
   void add(Finding f);
   void add(const std::vector<Finding>& fs);
-  void merge(const Report& other) { add(other.findings_); }
-  void clear() { findings_.clear(); }
+  void merge(const Report& other) {
+    add(other.findings_);
+    ran_.insert(other.ran_.begin(), other.ran_.end());
+  }
+  void clear() {
+    findings_.clear();
+    ran_.clear();
+  }
+
+  // The checks that ran, whether they fired or not: what the diagnosis may call ruled out.
+  // `checks` is one id or a list ("M11, M10, D1").
+  void note_ran(const std::string& checks);
+  bool ran(const std::string& check) const { return ran_.count(check) > 0 || fired(check); }
+  const std::set<std::string>& ran_checks() const { return ran_; }
 
   const std::vector<Finding>& findings() const { return findings_; }
   bool empty() const { return findings_.empty(); }
@@ -112,25 +111,28 @@ class Report {
   std::vector<std::string> fired_checks() const;
   // Findings of one check (any severity).
   std::vector<Finding> of(const std::string& check) const;
-  // The findings that fired (warnings and errors), grouped root cause first: each
-  // group's root is the earliest finding of its cascade (at one time, the one that
-  // names an op or a module), its follow_on the consequences cascade_rules() assigns
-  // to it. Groups in time order (at one time, errors first); info findings are not
-  // grouped. Every firing finding is in exactly one group, as root or follow-on.
+  // The findings that fired (warnings and errors), grouped by cause (debug::analyse_causes):
+  // each group's root is a cause nothing else explains, its follow_on everything it explains.
+  // Groups in lead order: confirmed faults first, then the one explaining the most, then the
+  // earliest. Info findings are not grouped. Every firing finding is in exactly one group.
   std::vector<FindingGroup> groups() const;
   // Index of the root finding i was grouped under, or -1 (a root, alone, or info).
   std::vector<int64_t> caused_by() const;
-  // Every finding as str(), root causes first (groups(): earliest first, errors
-  // before warnings at one time), each followed by "and N follow-on findings
-  // (...)"; verbose lists the follow-ons in full under their root. Info findings
-  // last, only when asked.
+  // The diagnosis's lead first ("Diagnosis: ..."), then every finding as str(), roots in lead
+  // order, each followed by "and N follow-on findings (...)"; verbose lists the follow-ons in
+  // full under their root, each with its "because". A symptom's cause line names only the
+  // causes its probes did not rule out. Info findings last, only when asked.
   std::string str(bool include_info = true, bool verbose = false) const;
-  // A JSON array of every finding; each carries "index" (its place in the array)
-  // and "caused_by" (the index of its root, or null).
+  // A JSON array of every finding; each carries "index" (its place in the array),
+  // "caused_by" (the index of its root, or null), "explained_by" (the finding that explains it
+  // directly, or null) and "because" (the reason in words).
   std::string json() const;
+  // {"check":..,"confirmed":..,"confirmed_by":[..],"ruled_out":[..],...} of the lead, or null.
+  std::string lead_json() const;
 
  private:
   std::vector<Finding> findings_;
+  std::set<std::string> ran_;
 };
 
 // JSON helpers shared by the debug module's writers.

@@ -1,6 +1,8 @@
 // W6: metric files (CSV, JSON lines), SVG plots drawn here (axes, ticks,
 // legend, one polyline per series) and the HTML page with its atomic write.
 #include "debug/html_report.h"
+
+#include "debug/diagnosis.h"
 #include "nn/checkpoint.h"
 
 #include <fcntl.h>
@@ -409,11 +411,32 @@ std::string render_heatmap(const HeatMap& h) {
 }
 
 std::optional<Finding> lead_finding(const Report& r) {
-  // The root of the first group: the earliest finding that fired, errors first at one
-  // time, and within a cascade the one that names the op/module (Report::groups).
-  const std::vector<FindingGroup> g = r.groups();
-  if (g.empty()) return std::nullopt;
-  return r.findings()[g.front().root];
+  // The diagnosis's lead (debug::analyse_causes): the confirmed cause that explains the most.
+  const CauseAnalysis a = analyse_causes(r);
+  if (!a.lead) return std::nullopt;
+  Finding f = r.findings()[a.lead->index];
+  if (!a.cause_text[a.lead->index].empty()) f.cause = a.cause_text[a.lead->index];
+  return f;
+}
+
+std::string lead_why(const Report& r) {
+  const CauseAnalysis a = analyse_causes(r);
+  if (!a.lead) return "";
+  const Lead& l = *a.lead;
+  std::string s = l.why;
+  if (l.confirmed && l.confirmed_by.size() > 1) {
+    s += "; confirmed by";
+    for (size_t i = 0; i < l.confirmed_by.size(); ++i) s += (i ? ", " : " ") + l.confirmed_by[i];
+  }
+  if (!l.ruled_out.empty()) {
+    s += "; ruled out:";
+    for (size_t i = 0; i < l.ruled_out.size(); ++i) s += (i ? "; " : " ") + l.ruled_out[i];
+  }
+  if (!l.candidates.empty()) {
+    s += "; candidates left:";
+    for (size_t i = 0; i < l.candidates.size(); ++i) s += (i ? "; " : " ") + l.candidates[i];
+  }
+  return s;
 }
 
 namespace {

@@ -69,7 +69,7 @@ struct HeatMap {
 // The finding that explains the run, shown first with the plots made for it.
 struct LeadFinding {
   Finding finding;
-  std::string why;               // why this one leads ("earliest error, before training")
+  std::string why;               // why this one leads (lead_why)
   int64_t follow_on = 0;         // how many findings are its consequences (Report::groups)
   std::vector<Plot> plots;
   std::vector<HeatMap> heatmaps;
@@ -92,9 +92,11 @@ struct HtmlReport {
   std::vector<TextSection> sections;
 };
 
-// The finding a report should lead with: the earliest in time (before training,
-// then by step), errors before warnings at the same time; nullopt when nothing fired.
+// The finding a report should lead with: the diagnosis's lead (debug::analyse_causes), its
+// cause line naming only what its probes did not rule out; nullopt when nothing fired.
 std::optional<Finding> lead_finding(const Report& r);
+// Why it leads, in one line: confirmed by what, what was ruled out or is left.
+std::string lead_why(const Report& r);
 
 // One heat map as an <svg> element.
 std::string render_heatmap(const HeatMap& h);

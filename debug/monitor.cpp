@@ -144,6 +144,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     if (!input_checked_ && x.defined()) {
       input_checked_ = true;
       add(check_devices_dtypes(model_, x));
+      report_.note_ran("M11");
     }
   });
   // M17: BatchNorm used at eval with no (or never updated) running statistics.
@@ -374,6 +375,7 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
   if (!structure_checked_) {
     structure_checked_ = true;
     add(check_final_activation(model_, Tensor()));  // M3 by structure
+    report_.note_ran("M3");
   }
   if (is_elementwise(l)) {
     if (auto f = loss_shape_finding(l.type_name(), input, target)) add(*f);  // M19
@@ -382,9 +384,13 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
   if (!sample) return;
   if (is_cross_entropy(l) || takes_class_indices(l, input, target)) {
     add(check_cross_entropy_input(input));      // L2
+    report_.note_ran("L2");
     add(check_final_activation(model_, input));  // M3 by values
   }
-  if (l.type_name() == "BCELoss") add(check_bce_input(input));  // L3
+  if (l.type_name() == "BCELoss") {
+    add(check_bce_input(input));  // L3
+    report_.note_ran("L3");
+  }
   if (!first_loss_checked_) {
     first_loss_checked_ = true;
     // L4 needs the value: computed here on a detached copy, once.
@@ -431,8 +437,10 @@ void Monitor::on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& los
   loss_seen_this_step_ = true;
   // L5, with the loss it produced (a NaN loss from all-masked targets is an error).
   if ((sampled_step() || !std::isfinite(last_loss_)) && (is_cross_entropy(l) || is_nll(l)) &&
-      target.dtype() == kInt64)
+      target.dtype() == kInt64) {
     add(check_masked_targets(target, ignore_index_of(l), last_loss_));
+    report_.note_ran("L5");
+  }
 }
 
 void Monitor::on_pre_step(optim::Optimizer&) {
@@ -469,6 +477,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
       }
       if (!red.empty()) health = check_gradient_health(model_, o_.optim);
     }
+    report_.note_ran("O1");
     for (Finding& f : health) {
       bad = bad || (f.severity == Severity::Error && (f.title.find("NaN") != std::string::npos ||
                                                       f.title.find("Inf") != std::string::npos));
@@ -498,7 +507,10 @@ void Monitor::on_post_step(optim::Optimizer&) {
   reset_pass();  // the forwards so far were training forwards
   ++steps_;
   in_step_ = false;
-  if (sampled_step() || steps_ == 1) add(check_finite_weights(model_));  // O4
+  if (sampled_step() || steps_ == 1) {
+    add(check_finite_weights(model_));  // O4
+    report_.note_ran("O4");
+  }
   const bool next = sampled_step();
   dead_.set_step(steps_ + 1);
   saturation_.set_step(steps_ + 1);
@@ -523,6 +535,9 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   add(dead_.findings());                                                             // M7
   add(saturation_.findings());                                                       // M8
   add(broadcast_.findings());                                                        // M19
+  report_.note_ran("L1, O2, O3, O6, M19");
+  if (!dead_.layers().empty()) report_.note_ran("M7");
+  if (!saturation_.layers().empty()) report_.note_ran("M8");
   // History for plots, before the trackers go.
   history_.grad_norms = norms_.grad_series();
   history_.update_ratio = ratios_.series();
@@ -599,9 +614,11 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     r.add(check_trainable(model, optimizer));  // M10
     r.add(check_batch(x, y));                   // D1
     r.add(check_finite_inputs(x, y));           // D2
+    r.note_ran("M11, M10, D1, D2");
   });
   try {
     r.add(shape_trace(model, x).finding());  // M1
+    r.note_ran("M1");
   } catch (const std::exception& e) {
     if (std::optional<Finding> f = inplace_finding(e)) r.add(*f);
     Finding f;
@@ -616,6 +633,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   gate_phase(r, "weight checks", "M4, M9", [&] {
     r.add(check_shared_weights(model));    // M4
     r.add(check_initialisation(model, o.model));  // M9
+    r.note_ran("M4, M9");
   });
 
   // M2 by behaviour: which layers are random or different in train mode (a
@@ -625,6 +643,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   gate_phase(r, "train/eval probe", "M2", [&] {
     probe = probe_mode_dependence(model, x);
     r.add(probe.findings());
+    r.note_ran("M2");
   });
 
   // Forward and backward once, on a copy of the gradients' state, with the
@@ -643,14 +662,23 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   // The loss (L6, M14) and the backward (L6, M14 again) are not run a second time once they failed.
   bool loss_ok = gate_phase(r, "forward", "M12, M3, L4, O1, M5", [&] { out = model(x); });
   if (loss_ok && !all_finite(out)) {
-    gate_phase(r, "search for the non-finite output", "M12", [&] { r.add(find_nonfinite_source(model, x)); });  // M12
+    gate_phase(r, "search for the non-finite output", "M12", [&] {
+      r.add(find_nonfinite_source(model, x));  // M12
+      r.note_ran("M12");
+    });
   } else if (loss_ok) {
-    gate_phase(r, "final-activation check", "M3", [&] { r.add(check_final_activation(model, out, o.model)); });  // M3
+    gate_phase(r, "final-activation check", "M3", [&] {
+      r.add(check_final_activation(model, out, o.model));  // M3
+      r.note_ran("M3");
+    });
     loss_ok = gate_phase(r, "loss", "L4, O1, M5, L6, M14", [&] { l = loss(out, y); });
     if (loss_ok) {
       const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
       const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
-      if (C > 1 && y.dtype() == kInt64) r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
+      if (C > 1 && y.dtype() == kInt64) {
+        r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
+        r.note_ran("L4");
+      }
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
           l.backward();
@@ -663,6 +691,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
           }
           r.add(check_gradient_health(model, oo));                          // O1 (non-finite, vanishing, exploding gradients)
           r.add(check_gradient_flow(model, oo.zero_grad_by_construction));  // M5
+          r.note_ran("O1, M5");
         });
     }
   }
@@ -673,7 +702,10 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   for (auto& [p, g] : grads) p.set_grad(g);
 
   if (o.batch_mixing && x.dim() >= 1 && x.size(0) >= 2)
-    gate_phase(r, "batch-mixing test", "M6", [&] { r.add(batch_mixing_test(model, x, o.model)); });  // M6
+    gate_phase(r, "batch-mixing test", "M6", [&] {
+      r.add(batch_mixing_test(model, x, o.model));  // M6
+      r.note_ran("M6");
+    });
   if (o.gradcheck)
     gate_phase(r, "gradient check", "M13", [&] {
       std::vector<Finding> layers = gradcheck_layers(model, x);  // M13: layers with parameters, custom ops
@@ -682,13 +714,18 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       // finding, which names the layer, is the more useful one when both fail.
       if (layers.empty()) layers = check_input_gradient(model, x);
       r.add(layers);
+      r.note_ran("M13");
     });
   if (o.reduction && loss_ok)
-    gate_phase(r, "reduction check", "L6", [&] { r.add(check_loss_reduction(model, loss, x, y, o.loss)); });  // L6
+    gate_phase(r, "reduction check", "L6", [&] {
+      r.add(check_loss_reduction(model, loss, x, y, o.loss));  // L6
+      r.note_ran("L6");
+    });
   if (o.overfit && loss_ok) {
     gate_phase(r, "overfit-one-batch test", "M14", [&] {
       const int64_t n = std::min<int64_t>(x.size(0), 32);
       r.add(overfit_one_batch(model, x.narrow(0, 0, n), y.narrow(0, 0, n), loss, o.model));  // M14
+      r.note_ran("M14");
     });
   }
   return r;

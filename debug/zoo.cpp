@@ -2,6 +2,8 @@
 // lives, every check attached, and the detection matrix.
 #include "debug/zoo.h"
 
+#include "debug/diagnosis.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -476,19 +478,20 @@ std::string matrix(const Result& r) {
        << pad(pct(b.test_accuracy) + " (" + (&ref == &r.clean_footwear ? "fw " : "") + pct(ref.test_accuracy) + ")", 21)
        << pad(num(b.final_loss), 8) << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
     os << wrap(b.title + (b.stopped.empty() ? "" : " [stopped: " + b.stopped + "]"), 100, "     ");
-    // Root cause first: the variant's earliest finding (Report::groups) and how many it explains.
-    const std::vector<FindingGroup> groups = b.report.groups();
-    if (!groups.empty()) {
-      const Finding& f = b.report.findings()[groups.front().root];
+    // The diagnosis's lead (debug::analyse_causes): the cause, what confirmed it, what it explains.
+    const CauseAnalysis a = analyse_causes(b.report);
+    if (a.lead) {
+      const Lead& l = *a.lead;
+      const Finding& f = b.report.findings()[l.index];
       const std::string where = f.location();
-      const size_t k = groups.front().follow_on.size();
-      os << wrap("first: [" + f.check + " " + severity_name(f.severity) + "] " + f.title +
-                     (where.empty() ? "" : " (" + where + ")") +
+      const size_t k = l.explains.size();
+      os << wrap(std::string(l.confirmed ? "lead: " : "lead (unconfirmed): ") + "[" + f.check + " " +
+                     severity_name(f.severity) + "] " + f.title + (where.empty() ? "" : " (" + where + ")") +
                      (f.step >= 0 ? " at step " + std::to_string(f.step) : f.end_of_run ? " at the end" : " before training") +
-                     (k ? "; and " + std::to_string(k) + " follow-on finding" + (k == 1 ? "" : "s") : "") +
-                     (groups.size() > 1 ? "; " + std::to_string(groups.size() - 1) + " more finding" +
-                                                  (groups.size() == 2 ? "" : "s") + " at the top level"
-                                            : ""),
+                     (k ? "; explains " + std::to_string(k) + " other finding" + (k == 1 ? "" : "s") : "") +
+                     (a.roots.size() > 1 ? "; " + std::to_string(a.roots.size() - 1) + " unrelated finding" +
+                                               (a.roots.size() == 2 ? "" : "s")
+                                         : ""),
                  100, "     ");
     }
   }
@@ -543,7 +546,7 @@ std::string run_json(const RunResult& b, bool bug) {
   if (bug) os << ",\"caught\":" << (b.caught ? "true" : "false") << ",\"reference\":" << json_str(b.reference);
   os << ",\"test_accuracy\":" << json_num(b.test_accuracy) << ",\"final_loss\":" << json_num(b.final_loss)
      << ",\"seconds\":" << json_num(b.seconds) << ",\"steps\":" << b.steps << ",\"stopped\":" << json_str(b.stopped)
-     << ",\"findings\":" << b.report.json() << "}";
+     << ",\"lead\":" << b.report.lead_json() << ",\"findings\":" << b.report.json() << "}";
   return os.str();
 }
 }  // namespace
