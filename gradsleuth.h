@@ -32,6 +32,7 @@
 #include "debug/checks.h"
 #include "debug/data_checks.h"
 #include "debug/diagnose.h"
+#include "debug/diagnosis.h"
 #include "debug/finding.h"
 #include "debug/gradcheck.h"
 #include "debug/graph.h"

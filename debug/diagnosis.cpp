@@ -123,9 +123,10 @@ const std::vector<Cause>& diagnosis_causes() {
       {"gate-error", "the model or the loss raised an error", "W2", "the pre-training gate's forward and backward", true,
        GS_CHECK_CONFIRMS("W2")},
       {"cut-graph", "a parameter the gradient does not reach (detach, a frozen or unused layer)", "M5",
-       "which trainable parameters get a gradient from one backward", true, [](const Finding& f) { return cut_graph(f); }},
+       "which trainable parameters get a gradient from one backward", true, [](const Finding& f) { return cut_graph(f); },
+       true},
       {"frozen", "the wrong parameters frozen", "M10", "requires_grad against the optimizer's parameters", true,
-       GS_CHECK_CONFIRMS("M10")},
+       GS_CHECK_CONFIRMS("M10"), true},
       {"final-activation", "an activation after the final layer", "M3", "the last module and the sign of the logits",
        true, GS_CHECK_CONFIRMS("M3")},
       {"batchnorm-stats", "BatchNorm evaluated without running statistics", "M17",
@@ -246,6 +247,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "split-preprocessing"}},
       {"replicas-apart", "replicas whose weights drift apart", "M21", [](const Finding& f) { return is(f, "M21"); },
        {"grad-reduction"}},
+      {"effective-lr", "an effective learning rate scaled by the number of ranks", "W9",
+       [](const Finding& f) { return is(f, "W9"); }, {"grad-reduction"}},
   };
   return table;
 }
@@ -302,6 +305,7 @@ CauseAnalysis analyse_causes(const Report& r) {
   a.root.assign(n, -1);
   a.because.assign(n, "");
   a.cause_text.assign(n, "");
+  a.fix_text.assign(n, "");
   std::vector<const Cause*> via(n, nullptr);  // the cause through which the parent explains it
 
   // 1. Each finding's parent: the first candidate cause (in the table's order) that another
@@ -326,6 +330,7 @@ CauseAnalysis analyse_causes(const Report& r) {
       for (size_t j = 0; j < n; ++j) {
         if (j == i || !fs[j].fires() || !c->confirms(fs[j])) continue;
         if (nonfinite_source(f) && nonfinite_source(fs[j]) && when(fs[j]) != when(f)) continue;
+        if (c->local && (!f.parameter.empty() || !f.module.empty()) && location_match(f, fs[j]) == 0) continue;
         if (best < 0 || better(j, static_cast<size_t>(best))) best = static_cast<int64_t>(j);
       }
       if (best >= 0) {
@@ -419,6 +424,7 @@ CauseAnalysis analyse_causes(const Report& r) {
         const Cause* rc = fault_of(fs[root]);
         a.cause_text[i] = "confirmed: " + std::string(rc ? rc->name + ": " : "") + short_title(root) +
                           (root == p ? "" : ", through " + short_title(p));
+        if (!fs[root].fix.empty()) a.fix_text[i] = "fix the cause: " + fs[root].fix;
       }
       continue;
     }

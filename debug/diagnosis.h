@@ -36,6 +36,10 @@ struct Cause {
   // while a fault explains it.
   bool fault = true;
   bool (*confirms)(const Finding& f) = nullptr;
+  // It explains only findings at its own place (a detach cuts the parameters below it, not
+  // others): a finding that names a parameter or module needs the confirming finding to name
+  // the same parameter or a module containing it.
+  bool local = false;
 };
 
 // Findings that many faults can produce, and those faults, most likely first.
@@ -82,6 +86,9 @@ struct CauseAnalysis {
   // The symptom's cause text with only what its probes did not rule out (empty: keep the
   // finding's own cause text, as for findings that name a fault).
   std::vector<std::string> cause_text;
+  // The fix of an explained symptom: its root's (fixing the cause removes the symptom); empty:
+  // keep the finding's own.
+  std::vector<std::string> fix_text;
   // Roots in lead order (the lead first).
   std::vector<size_t> roots;
   std::optional<Lead> lead;

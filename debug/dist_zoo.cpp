@@ -312,7 +312,7 @@ std::string run_json(const zoo::RunResult& b, bool bug) {
   os << "\"fired\":" << str_list(b.fired);
   if (bug) os << ",\"caught\":" << (b.caught ? "true" : "false");
   os << ",\"test_accuracy\":" << json_num(b.test_accuracy) << ",\"final_loss\":" << json_num(b.final_loss)
-     << ",\"seconds\":" << json_num(b.seconds) << ",\"steps\":" << b.steps << ",\"findings\":" << b.report.json()
+     << ",\"seconds\":" << json_num(b.seconds) << ",\"steps\":" << b.steps << ",\"lead\":" << b.report.lead_json() << ",\"findings\":" << b.report.json()
      << "}";
   return os.str();
 }

@@ -207,12 +207,13 @@ std::vector<int64_t> Report::caused_by() const {
 }
 
 namespace {
-// The finding as str() prints it, its cause line replaced by the diagnosis's where it has one.
-std::string diagnosed_str(const Finding& f, const std::string& cause_text) {
-  if (cause_text.empty()) return f.str();
+// The finding as the diagnosis words it: its cause (and, for an explained symptom, its fix)
+// replaced by the diagnosis's where it has one.
+Finding diagnosed(const Finding& f, const CauseAnalysis& a, size_t i) {
   Finding g = f;
-  g.cause = cause_text;
-  return g.str();
+  if (!a.cause_text[i].empty()) g.cause = a.cause_text[i];
+  if (!a.fix_text[i].empty()) g.fix = a.fix_text[i];
+  return g;
 }
 }  // namespace
 
@@ -225,7 +226,7 @@ std::string Report::str(bool include_info, bool verbose) const {
     first = false;
   }
   for (const FindingGroup& g : groups()) {
-    os << (first ? "" : "\n") << diagnosed_str(findings_[g.root], a.cause_text[g.root]) << "\n";
+    os << (first ? "" : "\n") << diagnosed(findings_[g.root], a, g.root).str() << "\n";
     first = false;
     if (g.follow_on.empty()) continue;
     // "and 24 follow-on findings (explained by dead ReLU units: O1 x3, L1, O4, W3)"
@@ -246,7 +247,7 @@ std::string Report::str(bool include_info, bool verbose) const {
     }
     os << ":\n";
     for (size_t i : g.follow_on) {
-      std::istringstream lines(diagnosed_str(findings_[i], a.cause_text[i]) + "\n  because:  " + a.because[i]);
+      std::istringstream lines(diagnosed(findings_[i], a, i).str() + "\n  " + a.because[i]);
       bool head = true;
       for (std::string line; std::getline(lines, line); head = false) os << (head ? "  -> " : "     ") << line << "\n";
     }
@@ -264,9 +265,7 @@ std::string Report::json() const {
   const CauseAnalysis a = analyse_causes(*this);
   std::string s = "[";
   for (size_t i = 0; i < findings_.size(); ++i) {
-    Finding f = findings_[i];
-    if (!a.cause_text[i].empty()) f.cause = a.cause_text[i];
-    std::string one = f.json();
+    std::string one = diagnosed(findings_[i], a, i).json();
     one.pop_back();  // the closing brace: the report adds the finding's place in the diagnosis
     const bool root = a.root[i] < 0 || a.root[i] == static_cast<int64_t>(i);
     one += ",\"index\":" + std::to_string(i) + ",\"caused_by\":" + (root ? "null" : std::to_string(a.root[i])) +

@@ -416,6 +416,7 @@ std::optional<Finding> lead_finding(const Report& r) {
   if (!a.lead) return std::nullopt;
   Finding f = r.findings()[a.lead->index];
   if (!a.cause_text[a.lead->index].empty()) f.cause = a.cause_text[a.lead->index];
+  if (!a.fix_text[a.lead->index].empty()) f.fix = a.fix_text[a.lead->index];
   return f;
 }
 

@@ -136,10 +136,11 @@ TEST_CASE("the HTML report is well formed, escaped, with one svg per plot and on
   CHECK(html.find("<script") == std::string::npos);
   CHECK(html.find("src=") == std::string::npos);
   CHECK(html.find("href=") == std::string::npos);
-  // Findings: errors first, coloured by severity.
+  // Findings in the diagnosis's order, coloured by severity: a confirmed fault (M7's dead units)
+  // before a symptom no probe explained (O1's NaN gradient), though that one is an error.
   CHECK(html.find("class=\"sev-error\"") != std::string::npos);
   CHECK(html.find("class=\"sev-warning\"") != std::string::npos);
-  CHECK(html.find("sev-error\"><td") < html.find("sev-warning\"><td"));
+  CHECK(html.find("sev-warning\"><td") < html.find("sev-error\"><td"));
   CHECK(html.find("non-finite elements = 3 (&gt; 0 is an error)") != std::string::npos);
   CHECK(check_balanced("<p><b></p></b>") != "");  // the checker itself can fail
 }
@@ -361,7 +362,7 @@ TEST_CASE("write_file_atomic removes temp files left by killed writers of the sa
   CHECK(read(path) == "<html></html>\n");
 }
 
-TEST_CASE("the report leads with the earliest finding, its plots, and shows bands, reference lines and sections") {
+TEST_CASE("the report leads with the diagnosis's lead, its plots, and shows bands, reference lines and sections") {
   dbg::Report r;
   dbg::Finding late;
   late.check = "L1";
@@ -382,12 +383,17 @@ TEST_CASE("the report leads with the earliest finding, its plots, and shows band
   r.add(early);
   const auto lead = dbg::lead_finding(r);
   REQUIRE(lead.has_value());
-  CHECK(lead->check == "M6");  // before training beats step 40, though L1 is an error
+  CHECK(lead->check == "M6");  // a fault (batch mixing) beats a symptom (a NaN loss nothing explains)
   dbg::Report same_time;
   early.step = late.step = 5;
   same_time.add(early);
   same_time.add(late);
-  CHECK(dbg::lead_finding(same_time)->check == "L1");  // at the same step, the error leads
+  CHECK(dbg::lead_finding(same_time)->check == "M6");  // a confirmed fault beats a symptom nothing explains
+  dbg::Finding l2 = late;  // two faults at the same step, neither explaining anything: the error leads
+  l2.check = "L2";
+  l2.title = "cross-entropy is fed probabilities";
+  same_time.add(l2);
+  CHECK(dbg::lead_finding(same_time)->check == "L2");
   CHECK_FALSE(dbg::lead_finding(dbg::Report()).has_value());
 
   dbg::HtmlReport rep;

@@ -106,7 +106,20 @@ TEST_CASE("every data-parallel bug is caught by an intended check; the clean ref
     CHECK(b.get("id")->str == r.bugs[i].id);
     CHECK(b.get("caught")->b == true);
     CHECK(b.get("fired")->arr.size() == r.bugs[i].fired.size());
+    // The diagnosis leads with the bug's root cause: a confirmed finding of an intended check.
+    const json_mini::Value* lead = b.get("lead");
+    REQUIRE(lead != nullptr);
+    REQUIRE(lead->kind == json_mini::Value::Object);
+    CAPTURE(r.bugs[i].id);
+    CHECK(std::find(r.bugs[i].intended.begin(), r.bugs[i].intended.end(), lead->get("check")->str) !=
+          r.bugs[i].intended.end());
+    CHECK(lead->get("confirmed")->b);
   }
+  CHECK(doc.get("clean")->get("lead")->kind == json_mini::Value::Null);
+  // B29: the summed gradient (O7) is the cause; the doubled effective learning rate (W9) hangs under it.
+  const auto b29 = std::find_if(r.bugs.begin(), r.bugs.end(), [](const auto& b) { return b.id == "B29"; });
+  REQUIRE(b29 != r.bugs.end());
+  CHECK(b29->report.findings()[b29->report.groups().front().root].check == "O7");
   // B33 names the parameter DDP left out: the last registered one (the head's bias).
   const auto b33 = std::find_if(r.bugs.begin(), r.bugs.end(), [](const auto& b) { return b.id == "B33"; });
   REQUIRE(b33 != r.bugs.end());

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "debug/zoo.h"
+#include "json_mini.h"
 
 namespace zoo = gs::debug::zoo;
 namespace nn = gs::nn;
@@ -70,10 +71,12 @@ constexpr size_t kBugStride = 4;
 constexpr size_t kBugStride = 1;
 #endif
 
-TEST_CASE("every catalogued bug is caught by an intended check") {
+TEST_CASE("every catalogued bug is caught by an intended check, and the diagnosis leads with it") {
   if (!have_data()) return;
   const zoo::Options o = zoo::Options::quick();
   const auto& catalog = nn::bug_catalog();
+  zoo::Result all;  // what `gradsleuth zoo --json` writes, for the lead of each bug
+  all.options = o;
   for (size_t i = 0; i < catalog.size(); i += kBugStride) {
     const nn::BugInfo& b = catalog[i];
     // The data-parallel bugs (recipe "dist", B29-B34) need several ranks: test_dist_zoo runs them
@@ -87,6 +90,30 @@ TEST_CASE("every catalogued bug is caught by an intended check") {
     CHECK(r.intended == want);
     // Silent: training ran its budget (B02's backward error is the exception, and that error is M20).
     if (b.id != nn::Bug::B02) CHECK(r.steps == o.steps);
+    all.bugs.push_back(r);
+  }
+  // The diagnosis: for every bug the lead of `zoo --json` is a confirmed cause, and its check is
+  // one of the bug's intended checks (the root cause, not a symptom it set off).
+  const json_mini::Value doc = json_mini::parse(zoo::json(all));
+  REQUIRE(doc.get("bugs")->arr.size() == all.bugs.size());
+  for (size_t i = 0; i < all.bugs.size(); ++i) {
+    const json_mini::Value& b = doc.get("bugs")->arr[i];
+    const json_mini::Value* lead = b.get("lead");
+    INFO(all.bugs[i].id << ": " << all.bugs[i].report.str(false));
+    REQUIRE(lead != nullptr);
+    REQUIRE(lead->kind == json_mini::Value::Object);
+    const std::string check = lead->get("check")->str;
+    CHECK(std::find(all.bugs[i].intended.begin(), all.bugs[i].intended.end(), check) != all.bugs[i].intended.end());
+    CHECK(lead->get("confirmed")->b);
+    REQUIRE(lead->get("confirmed_by")->kind == json_mini::Value::Array);
+    CHECK(lead->get("confirmed_by")->arr.front().str == check);
+    CHECK(lead->get("ruled_out")->kind == json_mini::Value::Array);
+    // The lead is the finding at "index", and nothing it explains is a root of its own.
+    const size_t at = static_cast<size_t>(lead->get("index")->num);
+    CHECK(b.get("findings")->arr[at].get("check")->str == check);
+    CHECK(b.get("findings")->arr[at].get("caused_by")->kind == json_mini::Value::Null);
+    for (const auto& e : lead->get("explains")->arr)
+      CHECK(b.get("findings")->arr[static_cast<size_t>(e.num)].get("caused_by")->num == doctest::Approx(at));
   }
 }
 

@@ -1,0 +1,345 @@
+// The diagnosis (debug/diagnosis.h) on bugs written as a user writes them: hand-written
+// modules and hand-written loops, each a buggy twin whose lead must be the root cause (with what
+// confirmed it, and the symptoms it explains hanging under it) and a clean twin that must stay
+// silent. Also the tables themselves: every cause a symptom names exists, and no symptom lists a
+// cause twice.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "json_mini.h"
+
+using namespace gradsleuth;
+using dtest::blobs;
+
+namespace {
+
+// Linear -> ReLU -> Linear -> ReLU -> Linear, written by hand. `hidden_bias` starts the first
+// layer's bias there: -20 kills every unit of the first ReLU for every input.
+struct ReluNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::ReLU> act1 = register_module("act1", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
+  std::shared_ptr<nn::ReLU> act2 = register_module("act2", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Linear> fc3 = register_module("fc3", std::make_shared<nn::Linear>(32, 3));
+  explicit ReluNet(double hidden_bias = 0.0) : Module("ReluNet") {
+    if (hidden_bias != 0.0) {
+      NoGradGuard ng;
+      fc1->bias.fill_(hidden_bias);
+    }
+  }
+  Tensor forward(const Tensor& x) override { return (*fc3)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
+};
+
+// `depth` layers of Linear -> Sigmoid, then a Linear head: a stack deep enough starves the
+// first layers of gradient even though no unit saturates.
+struct SigmoidStack : nn::Module {
+  std::vector<std::shared_ptr<nn::Linear>> fcs;
+  std::vector<std::shared_ptr<nn::Sigmoid>> acts;
+  std::shared_ptr<nn::Linear> head;
+  explicit SigmoidStack(int depth) : Module("SigmoidStack") {
+    for (int i = 0; i < depth; ++i) {
+      fcs.push_back(register_module("fc" + std::to_string(i), std::make_shared<nn::Linear>(i == 0 ? 6 : 16, 16)));
+      acts.push_back(register_module("sig" + std::to_string(i), std::make_shared<nn::Sigmoid>()));
+    }
+    head = register_module("head", std::make_shared<nn::Linear>(16, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (size_t i = 0; i < fcs.size(); ++i) h = (*acts[i])((*fcs[i])(h));
+    return (*head)(h);
+  }
+};
+
+struct Split {
+  std::shared_ptr<nn::DataLoader> train, val;
+};
+Split split(uint64_t seed = 3) {
+  const dtest::XY all = blobs(200, 3, 6, seed);
+  Split s;
+  s.train = std::make_shared<nn::DataLoader>(
+      std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480)),
+      nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed));
+  s.val = std::make_shared<nn::DataLoader>(
+      std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
+      nn::DataLoaderOptions().batch_size(120));
+  return s;
+}
+
+// The user's own loop: `epochs` passes, zero_grad / forward / loss / backward / step.
+template <class Loss>
+debug::RunReport train_own_loop(nn::Module& model, Loss& loss, optim::Optimizer& opt, const Split& d, int epochs) {
+  debug::Session dbg(model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < epochs; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = loss(model(b.x), b.y);
+      l.backward();
+      opt.step();
+    }
+    dbg.epoch();
+  }
+  return dbg.finish();
+}
+
+// The lead as `--json` writes it.
+json_mini::Value lead_of(const debug::RunReport& r) { return json_mini::parse(r.findings.lead_json()); }
+
+std::vector<std::string> strings(const json_mini::Value* v) {
+  std::vector<std::string> out;
+  if (v && v->kind == json_mini::Value::Array)
+    for (const auto& e : v->arr) out.push_back(e.str);
+  return out;
+}
+
+// The checks of the findings the lead explains.
+std::set<std::string> explained_checks(const debug::RunReport& r) {
+  const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+  std::set<std::string> out;
+  if (a.lead)
+    for (size_t i : a.lead->explains) out.insert(r.findings.findings()[i].check);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the tables: every cause a symptom names exists, once per symptom; each cause has a check or is a symptom") {
+  std::set<std::string> ids;
+  for (const debug::Cause& c : debug::diagnosis_causes()) {
+    CHECK_MESSAGE(ids.insert(c.id).second, c.id);
+    CHECK(static_cast<bool>(c.confirms));
+    CHECK_MESSAGE((!c.fault || (!c.check.empty() && !c.probe.empty())), c.id);
+    if (c.fault) CHECK_MESSAGE(debug::find_check(c.check) != nullptr, c.id);
+  }
+  for (const debug::Symptom& s : debug::diagnosis_symptoms()) {
+    CHECK(static_cast<bool>(s.shows));
+    std::set<std::string> seen;
+    for (const std::string& c : s.causes) {
+      CHECK_MESSAGE(debug::find_cause(c) != nullptr, s.id << " -> " << c);
+      CHECK_MESSAGE(seen.insert(c).second, s.id << " lists " << c << " twice");
+    }
+  }
+}
+
+TEST_CASE("dead ReLUs in a hand-written model: M7 leads, the vanishing gradients hang under it with the reason") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: a first-layer bias of -20 kills every unit of the first ReLU") {
+    auto owner = std::make_shared<ReluNet>(-20.0);
+    ReluNet& model = *owner;
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(model, ce, opt, d, 2);
+    INFO(r.str());
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "M7");
+    CHECK(lead.get("confirmed")->b);
+    CHECK(lead.get("cause")->str == "dead-relu");
+    CHECK(strings(lead.get("confirmed_by")).front() == "M7");
+    // The gradient symptoms are explained by the dead units, in words, with the vanishing
+    // gradient's generic causes (sigmoid saturation, depth) gone from its cause line.
+    const std::set<std::string> ex = explained_checks(r);
+    CHECK((ex.count("O1") || ex.count("M5")));
+    const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+    for (size_t i : a.lead->explains) {
+      CHECK(a.because[i].find("(M7)") != std::string::npos);
+      const debug::Finding& f = r.findings.findings()[i];
+      if (f.check == "O1") {
+        CHECK(a.cause_text[i].rfind("confirmed: dead ReLU units", 0) == 0);
+        CHECK(a.cause_text[i].find("sigmoid") == std::string::npos);
+      }
+    }
+    // What was ruled out on the way: the graph reaches every parameter (M5's probe ran).
+    CHECK(strings(lead.get("ruled_out")).size() >= 1);
+    // The text starts with the diagnosis.
+    CHECK(r.findings.str(false).rfind("Diagnosis: ", 0) == 0);
+  }
+  SUBCASE("clean twin: the same model with its default bias") {
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(model, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(lead_of(r).kind == json_mini::Value::Null);
+  }
+}
+
+TEST_CASE("a deep sigmoid stack: M8 measures the gradient's attenuation through the stack and leads") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: 10 sigmoid layers") {
+    auto owner = std::make_shared<SigmoidStack>(10);
+    SigmoidStack& model = *owner;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
+    const debug::RunReport r = train_own_loop(model, ce, opt, d, 2);
+    INFO(r.str());
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "M8");
+    CHECK(lead.get("cause")->str == "saturation");
+    const debug::Finding& m8 = r.findings.findings()[static_cast<size_t>(lead.get("index")->num)];
+    CHECK(m8.title.find("stacked Sigmoid layers") != std::string::npos);
+    CHECK(dtest::evidence(m8, "product of the mean derivatives") < 1e-3);
+    CHECK(dtest::evidence(m8, "sigmoid/tanh layers") == 10);
+    // The vanishing gradient (O1) and the loss that does not fall are what it explains.
+    CHECK(explained_checks(r).count("O1"));
+  }
+  SUBCASE("clean twin: the same sigmoid, two layers deep") {
+    auto owner = std::make_shared<SigmoidStack>(2);
+    SigmoidStack& model = *owner;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.5));
+    const debug::RunReport r = train_own_loop(model, ce, opt, d, 3);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(lead_of(r).kind == json_mini::Value::Null);
+  }
+}
+
+TEST_CASE("every target masked in a hand-written loop: L5 leads; the NaN loss, zero gradients and class counts follow") {
+  manual_seed(4);
+  const dtest::XY xy = blobs(64, 3, 6);
+  SUBCASE("buggy twin: the labels were all replaced by the ignore value") {
+    const Tensor masked = full_like(xy.y, -100);
+    nn::DataLoader train(std::make_shared<nn::TensorDataset>(xy.x, masked), nn::DataLoaderOptions().batch_size(32));
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
+    debug::DiagnoseOptions o;
+    o.num_classes = 3;
+    const debug::RunReport r = debug::diagnose(model, ce, opt, train, nullptr, nullptr, o);
+    INFO(r.str());
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "L5");
+    CHECK(lead.get("confirmed")->b);
+    CHECK(lead.get("explains")->arr.size() >= 2);
+    // The JSON of the whole run carries the same lead.
+    const json_mini::Value doc = json_mini::parse(r.json());
+    CHECK(doc.get("lead")->get("check")->str == "L5");
+  }
+  SUBCASE("clean twin: the labels as loaded") {
+    nn::DataLoader train(std::make_shared<nn::TensorDataset>(xy.x, xy.y), nn::DataLoaderOptions().batch_size(32));
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
+    debug::DiagnoseOptions o;
+    o.num_classes = 3;
+    o.epochs = 3;
+    const debug::RunReport r = debug::diagnose(model, ce, opt, train, nullptr, nullptr, o);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(json_mini::parse(r.json()).get("lead")->kind == json_mini::Value::Null);
+  }
+}
+
+TEST_CASE("a loss summed by hand in a lambda: L6 leads, the inflated initial loss (L4) hangs under it") {
+  manual_seed(4);
+  const Split d = split();
+  auto summed = [](const Tensor& out, const Tensor& y) -> Tensor { return nn::functional::cross_entropy(out, y) * static_cast<double>(out.size(0));
+  };
+  auto averaged = [](const Tensor& out, const Tensor& y) -> Tensor { return nn::functional::cross_entropy(out, y); };
+  SUBCASE("buggy twin") {
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
+    debug::Session dbg(model, debug::LossFunction(summed), opt, {.train = d.train.get(), .val = d.val.get()},
+                       [] {
+                         debug::DiagnoseOptions o;
+                         o.num_classes = 3;
+                         return o;
+                       }());
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = summed(model(b.x), b.y);
+      l.backward();
+      opt.step();
+      dbg.step(l);
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "L6");
+    CHECK(explained_checks(r).count("L4"));
+  }
+  SUBCASE("clean twin: the mean") {
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
+    debug::Session dbg(model, debug::LossFunction(averaged), opt, {.train = d.train.get(), .val = d.val.get()},
+                       [] {
+                         debug::DiagnoseOptions o;
+                         o.num_classes = 3;
+                         return o;
+                       }());
+    for (int e = 0; e < 2; ++e)
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = averaged(model(b.x), b.y);
+        l.backward();
+        opt.step();
+        dbg.step(l);
+      }
+    const debug::RunReport r = dbg.finish();
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+  }
+}
+
+TEST_CASE("a learning rate far too high in a hand-written loop: O6 leads, the spiking loss and growing weights follow") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: Adam at lr 1") {
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1.0));
+    const debug::RunReport r = train_own_loop(model, ce, opt, d, 3);
+    INFO(r.str());
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "O6");
+    CHECK(lead.get("cause")->str == "lr-too-high");
+  }
+  SUBCASE("clean twin: Adam at lr 1e-2") {
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(model, ce, opt, d, 3);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+  }
+}
+
+TEST_CASE("no probe confirms a cause: the lead says so and lists the candidates left, in order") {
+  // A symptom alone (a loss stuck at chance) in a report where only M7 ran: unconfirmed, with the
+  // dead-unit probe ruled out and the rest still candidates.
+  debug::Report r;
+  debug::Finding stuck;
+  stuck.check = "L1";
+  stuck.severity = debug::Severity::Warning;
+  stuck.title = "the training loss is stuck at chance level: 1.1 after 100 steps";
+  stuck.end_of_run = true;
+  r.add(stuck);
+  r.note_ran("M7");
+  const debug::CauseAnalysis a = debug::analyse_causes(r);
+  REQUIRE(a.lead.has_value());
+  CHECK_FALSE(a.lead->confirmed);
+  CHECK(a.lead->check == "L1");
+  CHECK(a.lead->cause.empty());
+  REQUIRE(a.lead->candidates.size() > 5);
+  CHECK(std::none_of(a.lead->candidates.begin(), a.lead->candidates.end(),
+                     [](const std::string& c) { return c.rfind("M7:", 0) == 0; }));
+  CHECK(std::any_of(a.lead->ruled_out.begin(), a.lead->ruled_out.end(),
+                    [](const std::string& c) { return c.rfind("M7:", 0) == 0; }));
+  CHECK(a.lead->str(r).rfind("Diagnosis (unconfirmed): ", 0) == 0);
+  CHECK(a.cause_text[0].rfind("no probe confirmed a cause", 0) == 0);
+  const json_mini::Value j = json_mini::parse(a.lead->json());
+  CHECK_FALSE(j.get("confirmed")->b);
+  CHECK(j.get("candidates")->arr.size() == a.lead->candidates.size());
+}
