@@ -1183,7 +1183,9 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   std::vector<Finding> out;
   if (!fresh.empty()) {
     Finding f = make("D15", Severity::Warning,
-                     num(static_cast<int64_t>(fresh.size())) + " classes of " + split + " never occur in train: class " +
+                     num(static_cast<int64_t>(fresh.size())) +
+                         (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
+                         " in train: class " +
                          list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
                          " rows)" + train.partial());
     f.evidence = {{"new classes", static_cast<double>(fresh.size()), "any warns"},
