@@ -951,6 +951,7 @@ struct SplitSample {
   std::vector<double> means, stds;  // per example
   bool classes = true;  // every label is one whole number: class indices
   std::string shape;    // one example's input shape
+  int64_t features = -1;  // its number of values (-1 before the first row)
   int64_t read() const { return static_cast<int64_t>(x.size()); }
   // " (the first N rows read)" when the sample is not the whole split.
   std::string partial() const { return read() < size ? " (the first " + num(read()) + " rows read)" : ""; }
@@ -967,7 +968,10 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
     const nn::Batch b = d.get_batch(rows(lo, std::min(n, lo + chunk)));
     const int64_t B = b.size();
     if (B == 0) continue;
-    if (s.shape.empty()) s.shape = shape_str(b.x[0].shape());
+    if (s.features < 0) {
+      s.shape = shape_str(b.x[0].shape());
+      s.features = b.x[0].numel();
+    }
     const std::vector<uint64_t> xh = row_hashes_x(b.x);
     const std::vector<Label> yl = row_labels(b.y);
     s.x.insert(s.x.end(), xh.begin(), xh.end());
@@ -983,12 +987,13 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
   return s;
 }
 
-// Both splits' examples must have one shape for their inputs to be compared.
-void require_same_shape(const SplitSample& a, const SplitSample& b, const char* check, const std::string& split) {
-  GS_CHECK(a.shape.empty() || b.shape.empty() || a.shape == b.shape, check, "the training examples have shape ",
-           a.shape, " but the ", split, " examples ", b.shape,
-           ": the splits cannot be compared; give both the same preprocessing (the same reshape and transforms) "
-           "before comparing them");
+// Both splits' examples must hold as many values for their inputs to be compared (the
+// shapes may differ: [1, 28, 28] and [784] hold the same image).
+void require_comparable(const SplitSample& a, const SplitSample& b, const char* check, const std::string& split) {
+  GS_CHECK(a.features < 0 || b.features < 0 || a.features == b.features, check, "the training examples have shape ",
+           a.shape, " (", a.features, " values) but the ", split, " examples ", b.shape, " (", b.features,
+           " values): the splits cannot be compared; give both the same preprocessing (the same resizing, "
+           "cropping and transforms) before comparing them");
 }
 
 // The two-sample Kolmogorov-Smirnov statistic: the largest distance between the empirical
@@ -1089,7 +1094,7 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
 
 std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts) {
-  require_same_shape(train, other, "check_train_test_mix", split);
+  require_comparable(train, other, "check_train_test_mix", split);
   std::unordered_map<uint64_t, int64_t> first;  // input hash -> its first training row
   first.reserve(train.x.size());
   for (int64_t r = 0; r < train.read(); ++r) first.emplace(train.x[r], r);
@@ -1130,7 +1135,7 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
 
 std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                    const DataCheckOptions& opts) {
-  require_same_shape(train, other, "check_feature_drift", split);
+  require_comparable(train, other, "check_feature_drift", split);
   if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples) return {};
   const double ks_mean = ks_statistic(train.means, other.means), ks_std = ks_statistic(train.stds, other.stds);
   const bool mean_off = ks_mean > opts.max_drift_ks, std_off = ks_std > opts.max_drift_ks;

@@ -667,15 +667,23 @@ TEST_CASE("D13 check_train_test_mix: a validation split that holds training rows
   auto tw = dbg::check_train_test_mix(*train, *two);
   REQUIRE(tw.size() == 1);
   CHECK(tw[0].severity == dbg::Severity::Info);
-  // Inputs of another shape cannot be compared: a clear error naming the check.
-  auto flat = dataset(v.x.reshape({400, 64}), v.y, "flat");
-  try {
-    dbg::check_train_test_mix(*train, *flat);
-    FAIL("no error");
-  } catch (const gs::Error& e) {
-    CHECK(has(e.what(), "check_train_test_mix"));
-    CHECK(has(e.what(), "[1, 8, 8]"));
-    CHECK(has(e.what(), "[64]"));
+  // The same images flattened are the same inputs: found through the reshape.
+  auto flat = dataset(leaky->all().x.reshape({360, 64}), leaky->all().y, "flat");
+  auto fl = dbg::check_train_test_mix(*train, *flat);
+  REQUIRE(fl.size() == 1);
+  CHECK(ev(fl[0], "validation rows also in train") == 60);
+  // Inputs with another number of values cannot be compared: a clear error naming the check.
+  auto cropped = dataset(v.x.reshape({400, 64}).narrow(1, 0, 32).contiguous(), v.y, "cropped");
+  for (const char* which : {"check_train_test_mix", "check_feature_drift"}) {
+    try {
+      if (std::string(which) == "check_train_test_mix") dbg::check_train_test_mix(*train, *cropped);
+      else dbg::check_feature_drift(*train, *cropped);
+      FAIL("no error from " << which);
+    } catch (const gs::Error& e) {
+      CHECK(has(e.what(), which));
+      CHECK(has(e.what(), "shape [1, 8, 8] (64 values)"));
+      CHECK(has(e.what(), "validation examples [32] (32 values)"));
+    }
   }
 }
 
