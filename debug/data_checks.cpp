@@ -110,7 +110,7 @@ std::vector<Label> row_labels(const Tensor& y) {
   return out;
 }
 
-// The row numbers [lo, min(hi, n)): one chunk of a dataset read chunk by chunk.
+// The row numbers lo..hi-1: one chunk of a dataset read chunk by chunk.
 std::vector<int64_t> rows(int64_t lo, int64_t hi) {
   std::vector<int64_t> idx;
   for (int64_t i = lo; i < hi; ++i) idx.push_back(i);
