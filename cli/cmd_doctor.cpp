@@ -108,10 +108,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
   Args a("doctor", args);
   a.about(
       "Runs every check of the debug module on the mlp or cnn reference model with Fashion-MNIST: the data\n"
-      "checks (D1-D10), the pre-training gate (W2: devices, trainable parameters, forward, backward, gradient\n"
-      "check of every layer, batch mixing, overfit one batch, initial loss, ...), a short training run with the\n"
-      "monitor attached (W3), and the end-of-run diagnoses (loss history, fitting, learning rate, dead units,\n"
-      "saturation, half precision). Prints the findings (what, where, evidence, likely cause, fix), writes\n"
+      "checks (D1-D10, D12-D16), the pre-training gate (W2: devices, trainable parameters, forward, backward,\n"
+      "gradient check of every layer, batch mixing, overfit one batch, initial loss, ...), a short training run\n"
+      "with the monitor attached (W3), and the end-of-run diagnoses (loss history, fitting, learning rate, dead\n"
+      "units, saturation, half precision). Prints the findings (what, where, evidence, likely cause, fix), writes\n"
       "OUT/report.html (plots: loss, gradient norms per layer, dead-unit fraction per layer, update ratios) and\n"
       "OUT/metrics.csv, and shows where a step's time and memory go (W7, W8). Then, each on a fresh copy of the\n"
       "recipe: dead units over a pass through the data (M7), the diagnosis report (W5, in --verbose), the\n"

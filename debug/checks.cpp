@@ -43,6 +43,9 @@ const std::vector<SourceInfo>& all_sources() {
       {"Goyal et al. 2017", "Priya Goyal et al., \"Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour\" (2017)",
        "the effective batch of data-parallel training, the linear learning-rate scaling rule with warm-up, and "
        "the pitfalls of distributed SGD: loss and gradient normalisation, per-worker data shuffling"},
+      {"Deepchecks", "Deepchecks documentation: data integrity and train-test validation suites (deepchecks.com)",
+       "checks of a dataset and of its train/test split before training: duplicate samples, conflicting labels, "
+       "train-test samples mix, feature (image property) drift, label drift, new labels, dataset size comparison"},
   };
   return table;
 }
@@ -90,6 +93,24 @@ const std::vector<CheckInfo>& all_checks() {
        "per epoch, the ranks' sampled indices are disjoint and cover the dataset (up to the sampler's padding of "
        "world_size - 1); flag ranks reading the same examples",
        "debug::check_shards", "mpirun -np 2 gradsleuth zoo --distributed --bug B31", true},
+      {"D12", "duplicates and conflicting labels", "data", {"Deepchecks"},
+       "hash every input of the training split byte for byte: warn when more than 5% of the rows repeat an "
+       "earlier input, or more than 0.1% share their input with a row of another label",
+       "debug::check_duplicates", "gradsleuth doctor", true},
+      {"D13", "train-test samples mix", "data", {"Deepchecks"},
+       "validation rows whose input is byte for byte a training row; warn above 1% of the validation rows",
+       "debug::check_train_test_mix, debug::check_splits", "gradsleuth doctor", true},
+      {"D14", "feature drift", "data", {"Deepchecks"},
+       "two-sample Kolmogorov-Smirnov statistic of the per-example mean (brightness) and std (contrast), train "
+       "vs validation; warn above 0.2",
+       "debug::check_feature_drift, debug::check_splits", "gradsleuth doctor", true},
+      {"D15", "label drift and new labels", "data", {"Deepchecks"},
+       "classes of validation that never occur in train; population-stability index of the class frequencies, "
+       "train vs validation, warn above 0.2",
+       "debug::check_label_drift, debug::check_splits", "gradsleuth doctor", true},
+      {"D16", "dataset size comparison", "data", {"Deepchecks"},
+       "warn when the validation split has fewer than 100 examples or under 1% of the training rows",
+       "debug::check_split_sizes, debug::check_splits", "gradsleuth doctor", true},
       // ---- loss and metrics --------------------------------------------------------------------
       {"L1", "loss symptom diagnosis", "loss", {"Debugging Training", "debug-training", "Systematic Methodology"},
        "from the loss history: NaN, Inf, stuck high, oscillating wildly, train down / val up, each mapped to the "

@@ -1,11 +1,14 @@
-// The data checks D1-D10 (docs/checks.md): look at batches, labels, loaders and
-// normalisers before training, and say what is wrong with the data and how to fix it.
+// The data checks D1-D10 and D12-D16 (docs/checks.md; D11 is in dist_checks.h): look at
+// batches, labels, loaders, normalisers and splits before training, and say what is wrong
+// with the data and how to fix it.
 //
 //   nn::DataLoader loader(train, nn::DataLoaderOptions().batch_size(64).shuffle(true));
 //   debug::Report r;
 //   r.add(debug::check_loader(loader, 10));                  // D1 D2 D3 D5 D8 D9 on sampled batches
 //   r.add(debug::check_alignment(*raw_train, loader));      // D4: does every (x, y) exist in the data?
 //   r.add(debug::check_leakage(norm, train->size()));       // D7: normaliser fitted on train only?
+//   r.add(debug::check_duplicates(*train));                  // D12: repeated inputs, conflicting labels
+//   r.add(debug::check_splits(*train, *val, "validation"));  // D13-D16: train vs validation
 //   std::cout << r.str();
 //
 // Every check returns the findings it made (empty = nothing to say). Thresholds
@@ -29,7 +32,7 @@ struct DataCheckOptions {
   int64_t alignment_batches = 20;          // loader batches compared with the reference
   double max_misaligned_fraction = 0.01;   // mismatched (x, y) pairs above this fraction are an error
   double max_unknown_fraction = 0.5;       // inputs not found in the reference above this fraction warn
-  int64_t alignment_chunk = 4096;          // reference rows hashed per get_batch (never the whole dataset)
+  int64_t alignment_chunk = 4096;          // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
   // ---- D5 normalisation ----
   // |x| at raw_quantile above raw_max means "not scaled". Scaled data stays below
   // it: [0, 1] pixels reach 1, standardised Fashion-MNIST ~2; raw pixels reach 255.
@@ -56,6 +59,23 @@ struct DataCheckOptions {
   // ---- D10 split consistency ----
   double max_mean_shift = 0.5;  // |mean_other - mean_train| above this many train stds warns
   double max_std_ratio = 2.0;   // std_other / std_train outside [1/r, r] warns
+  // ---- D12-D16 split integrity ----
+  int64_t integrity_examples = 60000;  // D12-D16 read the first N rows of each split (all of Fashion-MNIST)
+  // ---- D12 duplicates and conflicting labels ----
+  double max_duplicate_fraction = 0.05;    // rows repeating an earlier row's input, above this fraction warns
+  double max_conflict_fraction = 0.001;    // rows whose input also occurs with another label, above this warns
+  // ---- D13 train-test samples mix ----
+  double max_mix_fraction = 0.01;  // validation rows whose input is also a training row, above this warns
+  // ---- D14 feature drift ----
+  // Two-sample Kolmogorov-Smirnov statistic between the splits' per-example mean
+  // (brightness) and per-example std (contrast): above max_drift_ks warns.
+  double max_drift_ks = 0.2;
+  int64_t min_drift_examples = 100;  // D14 and D15 judge only when both splits have this many rows (else D16 speaks)
+  // ---- D15 label drift and new labels ----
+  double max_label_psi = 0.2;  // population-stability index of the class frequencies, above this warns
+  // ---- D16 dataset size comparison ----
+  int64_t min_val_examples = 100;  // a validation split smaller than this warns
+  double min_val_ratio = 0.01;     // validation / train rows below this warns
 };
 
 // D1: one info finding describing a batch: shape, dtype, device of x and y;
@@ -127,6 +147,42 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
 // train_x (N, D...), other_x (M, D...).
 std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x,
                                              const std::string& split = "test", const DataCheckOptions& opts = {});
+
+// D12: within one split (the first opts.integrity_examples rows of `data`), inputs that
+// occur more than once, hashed byte for byte as D4 does. A warning when the repeated rows
+// (every copy after the first) exceed opts.max_duplicate_fraction, or when the rows whose
+// input also occurs with a different label exceed opts.max_conflict_fraction; an info
+// finding with the counts when there are a few; nothing when every input is unique.
+std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOptions& opts = {});
+
+// D13: validation (`split`) rows whose input is byte for byte a training row. Warns above
+// opts.max_mix_fraction of the validation rows read; an info finding for fewer.
+std::vector<Finding> check_train_test_mix(const nn::Dataset& train, const nn::Dataset& other,
+                                          const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D14: feature drift. The two-sample Kolmogorov-Smirnov statistic (the largest distance
+// between the two empirical CDFs) of the per-example mean and of the per-example std of
+// the inputs, train against `split`. Warns when either exceeds opts.max_drift_ks; judged
+// only when both splits have opts.min_drift_examples rows.
+std::vector<Finding> check_feature_drift(const nn::Dataset& train, const nn::Dataset& other,
+                                         const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D15: label drift and new labels, for class labels (one integral value per row). Warns
+// on classes of `split` that never occur in train (new labels), and when the
+// population-stability index sum_c (p_split - p_train) ln(p_split / p_train) over the
+// classes train has exceeds opts.max_label_psi. Judged when both splits have
+// opts.min_drift_examples rows; silent for other targets.
+std::vector<Finding> check_label_drift(const nn::Dataset& train, const nn::Dataset& other,
+                                       const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D16: dataset size comparison. Warns when `split` has fewer than opts.min_val_examples
+// rows, or fewer than opts.min_val_ratio x the training rows (an empty split included).
+std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Dataset& other,
+                                       const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D13, D14, D15 and D16 with each split read once.
+std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other,
+                                  const std::string& split = "validation", const DataCheckOptions& opts = {});
 
 // D1, D2, D3, D5, D8 and D9 on opts.diversity_batches batches of the loader's
 // current epoch (evenly spread; D1 describes the first of them). num_classes <= 0

@@ -166,12 +166,22 @@ void Session::run_data_checks() {
       r.add(check_leakage(*data_.normalizer, train.dataset()));
       r.note_ran("D7");
     });
-  if (data_.val)
+  guarded(r, who, "duplicates check", "D12", [&] {
+    r.add(check_duplicates(train.dataset(), o_.data));
+    r.note_ran("D12");
+  });
+  if (data_.val) {
     guarded(r, who, "split-consistency check", "D10", [&] {
       r.add(check_split_consistency(first_rows(train.dataset(), o_.split_examples).x,
                                     first_rows(data_.val->dataset(), o_.split_examples).x, o_.val_split, o_.data));
       r.note_ran("D10");
     });
+    guarded(r, who, "train/validation checks", "D13, D14, D15, D16",
+            [&] {
+              r.add(check_splits(train.dataset(), data_.val->dataset(), o_.val_split, o_.data));
+              r.note_ran("D13, D14, D15, D16");
+            });
+  }
 }
 
 void Session::run_gate(const Tensor& x, const Tensor& y) {
@@ -334,14 +344,15 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
          "the loss is a function, not an nn::Loss module: no hook sees its inputs",
          "pass the nn::Loss module (nn::CrossEntropyLoss, ...) instead of a lambda");
   if (!data_.train)
-    skip("D3, D4, D5, D7, D8, D9, D10 (D1, D2 ran on the gate's batch only)", "no training DataLoader was given",
-         "pass it as DiagnoseData::train");
+    skip("D3, D4, D5, D7, D8, D9, D10, D12-D16 (D1, D2 ran on the gate's batch only)",
+         "no training DataLoader was given", "pass it as DiagnoseData::train");
   else if (!o_.data_checks)
-    skip("D1-D10 on the loader", "switched off", "DiagnoseOptions::data_checks = true");
+    skip("D1-D10, D12-D16 on the loaders", "switched off", "DiagnoseOptions::data_checks = true");
   if (data_.train && o_.data_checks && !data_.normalizer)
     skip("D7", "no Normalizer was given", "pass the fitted nn::Normalizer as DiagnoseData::normalizer");
   if (!data_.val)
-    skip("D10, L7, the W3 validation check" + std::string(sample_x.defined() || data_.train ? "" : ", M18"),
+    skip("D10, D13-D16 (train against validation), L7, the W3 validation check" +
+             std::string(sample_x.defined() || data_.train ? "" : ", M18"),
          "no validation DataLoader was given", "pass it as DiagnoseData::val");
   if (!gate_phase_.ran)
     skip("W2: M1, M3-M6, M9-M14, L4, L6 before training", gate_phase_.note,

@@ -1,4 +1,4 @@
-// The debug module on the user's own model: the data checks (D1-D10), the pre-training gate
+// The debug module on the user's own model: the data checks (D1-D10, D12-D16), the pre-training gate
 // (W2), a monitored training run (W3) and the end-of-run diagnoses, in that order, from what a
 // user already has (a Module, a loss, an optimizer, loaders, a Normalizer), as one report.
 //
@@ -48,8 +48,8 @@ namespace gradsleuth::debug {
 // The data the checks may use. Every member is optional; each one left out costs the checks
 // RunReport::skipped lists.
 struct DiagnoseData {
-  nn::DataLoader* train = nullptr;           // D1-D9 on its batches, the gate's batch (its first), D4/D7's reference
-  const nn::DataLoader* val = nullptr;       // D10 against train, epoch() evaluation, L7, M18's sample
+  nn::DataLoader* train = nullptr;           // D1-D9 on its batches, the gate's batch (its first), D4/D7's reference, D12
+  const nn::DataLoader* val = nullptr;       // D10, D13-D16 against train, epoch() evaluation, L7, M18's sample
   const nn::Normalizer* normalizer = nullptr;  // D7: fitted on the training split only?
   // D4's reference: the (x, y) pairs as loaded, before the loader; default: the train loader's dataset.
   const nn::Dataset* reference = nullptr;
@@ -57,7 +57,7 @@ struct DiagnoseData {
 
 struct DiagnoseOptions {
   // ---- which phases run ----
-  bool data_checks = true;  // D1-D10 (needs DiagnoseData::train)
+  bool data_checks = true;  // D1-D10, D12 (need DiagnoseData::train), D13-D16 (and DiagnoseData::val)
   bool gate = true;         // W2 on the first training batch (or begin(x, y)'s batch)
   bool end_of_run = true;   // the monitor's end-of-run diagnoses (L1, L7, O2, O3, O6, M7, M8, M18, M19)
   // ---- the training run of diagnose() ----
@@ -75,7 +75,8 @@ struct DiagnoseOptions {
   GateOptions gate_options;   // its num_classes is set from num_classes when that is > 0
   MonitorOptions monitor;     // likewise
   int64_t split_examples = 2000;   // D10 compares the first N rows of the train and val datasets
-  std::string val_split = "validation";  // what D10 calls the val loader's split ("test", ...)
+  // D12-D16 read the first data.integrity_examples rows of each dataset (60000 by default).
+  std::string val_split = "validation";  // what D10 and D13-D16 call the val loader's split ("test", ...)
   int64_t sample_examples = 1000;  // M18 runs on the first N rows of val (else train) at finish()
   // ---- output ----
   std::string report_dir;  // when not empty: report.html (W6 plots and findings) and metrics.csv there

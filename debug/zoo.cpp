@@ -345,11 +345,11 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
     if (progress) progress(r.id + ": " + s);
   };
 
-  // The data checks (D1-D10) on the loader the model will train from, the pre-training gate
+  // The data checks (D1-D10, D12-D16) on the loader the model will train from, the pre-training gate
   // (W2) on its first batch, training with the monitor (W3) attached and the end-of-run
   // diagnoses (with the first 1000 test examples for M18): debug::diagnose, the pipeline a
   // user's own model goes through. The footwear task trains without evaluation (its test
-  // loader still serves D10 and M18).
+  // loader still serves D10, D13-D16 and M18).
   DiagnoseOptions d;
   d.num_classes = v.task == Task::Classes ? v.num_classes : 2;
   d.gate = o.gate;

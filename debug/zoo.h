@@ -49,7 +49,7 @@ struct Options {
   bool footwear = false;           // the footwear task even without B01/B09 (its clean reference)
   // Where the models train and every check runs: kCPU, or kCUDA (the CUDA backend, on a GPU or its
   // CPU emulator; register it first with gradsleuth::cuda::init() from cuda/cuda.h). The data
-  // pipeline and its checks (D1-D10) stay on the host; M13 and M18 check a CPU copy of the model.
+  // pipeline and its checks (D1-D10, D12-D16) stay on the host; M13 and M18 check a CPU copy of the model.
   Device device = kCPU;
   static Options quick();          // 6000 / 2000 images, 150 steps
   static Options full();           // 60000 / 10000 images, 1000 steps

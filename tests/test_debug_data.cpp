@@ -1,4 +1,4 @@
-// The data checks D1-D10 (debug/data_checks.h): each fires on the bug it is
+// The data checks D1-D10 and D12-D16 (debug/data_checks.h): each fires on the bug it is
 // meant to catch and stays silent on clean data, synthetic and Fashion-MNIST.
 #include <doctest/doctest.h>
 
@@ -543,4 +543,259 @@ TEST_CASE("spread_batches: evenly over the epoch, first and last included; none 
   nn::DataLoader none(d, nn::DataLoaderOptions().batch_size(200).drop_last(true));
   CHECK(dbg::spread_batches(none, 5).empty());
   CHECK(dbg::check_loader(none, 10).empty());
+}
+
+// ---- D12-D16 ---------------------------------------------------------------------
+
+namespace {
+
+// Synthetic images of one distribution: x (n, 1, 8, 8) in [0, 1], a bright 3x3 square at a
+// place set by the class (of C) on uniform noise; y (n) int64, classes in turn (balanced).
+struct Images {
+  Tensor x, y;
+};
+Images images(int64_t n, int64_t C, uint64_t seed) {
+  gs::Generator g(seed);
+  Tensor x = gs::rand({n, 1, 8, 8}, {}, &g) * 0.5;
+  std::vector<float> v = x.to_vector<float>();
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = i % C;
+    const int64_t r0 = (y[i] * 2) % 6, c0 = (y[i] * 3) % 6;
+    for (int64_t r = r0; r < r0 + 3; ++r)
+      for (int64_t c = c0; c < c0 + 3; ++c) v[i * 64 + r * 8 + c] += 0.5f;
+  }
+  return {gs::tensor(v, {n, 1, 8, 8}), gs::tensor(y, {n})};
+}
+
+nn::DatasetPtr dataset(const Tensor& x, const Tensor& y, const std::string& name) {
+  return std::make_shared<nn::TensorDataset>(x, y, name);
+}
+
+// Rows [lo, lo + n) of x or y.
+Tensor rows_of(const Tensor& t, int64_t lo, int64_t n) { return t.narrow(0, lo, n); }
+
+// The clean twin: one draw of 2000 images split at random into 1600 / 400, disjoint.
+std::pair<nn::DatasetPtr, nn::DatasetPtr> clean_splits() {
+  const Images all = images(2000, 5, 7);
+  auto [tr, va] = nn::train_val_split(dataset(all.x, all.y, "images"), 0.2, 3);
+  return {tr, va};
+}
+
+}  // namespace
+
+TEST_CASE("D12-D16 are silent on two disjoint random splits of one distribution") {
+  auto [train, val] = clean_splits();
+  REQUIRE(train->size() == 1600);
+  REQUIRE(val->size() == 400);
+  auto dup = dbg::check_duplicates(*train);
+  INFO(all_str(dup));
+  CHECK(dup.empty());  // continuous noise: every input unique
+  auto fs = dbg::check_splits(*train, *val, "validation");
+  INFO(all_str(fs));
+  CHECK(fs.empty());
+  CHECK(dbg::check_train_test_mix(*train, *val).empty());
+  CHECK(dbg::check_feature_drift(*train, *val).empty());
+  CHECK(dbg::check_label_drift(*train, *val).empty());
+  CHECK(dbg::check_split_sizes(*train, *val).empty());
+}
+
+TEST_CASE("D12 check_duplicates: 5% of the rows copied with flipped labels; copies alone; a few copies") {
+  const Images a = images(1000, 5, 11);
+  // Rows 0..49 appended again with the next class: 50 copies, 100 rows with conflicting labels.
+  std::vector<int64_t> next = rows_of(a.y, 0, 50).to_vector<int64_t>();
+  for (int64_t& c : next) c = (c + 1) % 5;
+  Tensor flipped = gs::tensor(next, {50});
+  auto conflicting = dataset(gs::cat({a.x, rows_of(a.x, 0, 50)}), gs::cat({a.y, flipped}), "relabelled");
+  auto fs = dbg::check_duplicates(*conflicting);
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(fs[0].check == "D12");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "rows read") == 1050);
+  CHECK(ev(fs[0], "repeated rows") == 50);
+  CHECK(ev(fs[0], "duplicate fraction") == doctest::Approx(50.0 / 1050));  // under 5%: the conflicts fire
+  CHECK(ev(fs[0], "rows whose input has another label") == 100);
+  CHECK(ev(fs[0], "conflicting-label fraction") == doctest::Approx(100.0 / 1050));
+  CHECK(has(fs[0].title, "100 of 1050 rows of relabelled share their input with a row of another label"));
+  CHECK(has(fs[0].cause, "rows 0 and 1000 hold the same input (labels 0, 1)"));
+
+  // The same 50 rows copied twice with their own labels: 100 of 1100 rows repeat (9.1% > 5%).
+  auto copied = dataset(gs::cat({a.x, rows_of(a.x, 0, 50), rows_of(a.x, 0, 50)}),
+                        gs::cat({a.y, rows_of(a.y, 0, 50), rows_of(a.y, 0, 50)}), "copied");
+  auto cp = dbg::check_duplicates(*copied);
+  REQUIRE(cp.size() == 1);
+  CHECK(cp[0].severity == dbg::Severity::Warning);
+  CHECK(ev(cp[0], "duplicate fraction") == doctest::Approx(100.0 / 1100));
+  CHECK(ev(cp[0], "rows whose input has another label") == 0);
+  CHECK(ev(cp[0], "most copies of one input") == 3);
+  CHECK(has(cp[0].title, "100 of 1100 rows of copied repeat an earlier row's input (9.1%)"));
+
+  // Five copies with their labels (0.5%): an info finding, not a warning.
+  auto few = dataset(gs::cat({a.x, rows_of(a.x, 0, 5)}), gs::cat({a.y, rows_of(a.y, 0, 5)}), "few");
+  auto fw = dbg::check_duplicates(*few);
+  REQUIRE(fw.size() == 1);
+  CHECK(fw[0].severity == dbg::Severity::Info);
+  CHECK(ev(fw[0], "repeated rows") == 5);
+
+  // Bounded: with integrity_examples = 1000 the appended copies are not read.
+  dbg::DataCheckOptions o;
+  o.integrity_examples = 1000;
+  CHECK(dbg::check_duplicates(*conflicting, o).empty());
+}
+
+TEST_CASE("D13 check_train_test_mix: a validation split that holds training rows") {
+  auto [train, val] = clean_splits();
+  const nn::Batch t = train->all(), v = val->all();
+  // 300 held-out rows and 60 training rows (one of them relabelled): 60 of 360 mixed.
+  Tensor ty = rows_of(t.y, 0, 60).clone();
+  auto leaky = dataset(gs::cat({rows_of(v.x, 0, 300), rows_of(t.x, 0, 60)}),
+                       gs::cat({rows_of(v.y, 0, 300), ty}), "leaky");
+  auto fs = dbg::check_train_test_mix(*train, *leaky, "validation");
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(fs[0].check == "D13");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "validation rows also in train") == 60);
+  CHECK(ev(fs[0], "mixed fraction") == doctest::Approx(60.0 / 360));
+  CHECK(ev(fs[0], "of them with another label") == 0);
+  CHECK(has(fs[0].title, "60 of 360 validation rows (16.7%) are also training rows"));
+  CHECK(has(fs[0].cause, "validation row 300 is training row 0"));
+  // Two training rows in 400 (0.5% <= 1%): info.
+  auto two = dataset(gs::cat({rows_of(v.x, 0, 398), rows_of(t.x, 5, 2)}), gs::cat({rows_of(v.y, 0, 398), rows_of(t.y, 5, 2)}),
+                     "two");
+  auto tw = dbg::check_train_test_mix(*train, *two);
+  REQUIRE(tw.size() == 1);
+  CHECK(tw[0].severity == dbg::Severity::Info);
+  // The same images flattened are the same inputs: found through the reshape.
+  auto flat = dataset(leaky->all().x.reshape({360, 64}), leaky->all().y, "flat");
+  auto fl = dbg::check_train_test_mix(*train, *flat);
+  REQUIRE(fl.size() == 1);
+  CHECK(ev(fl[0], "validation rows also in train") == 60);
+  // Inputs with another number of values cannot be compared: a clear error naming the check.
+  auto cropped = dataset(v.x.reshape({400, 64}).narrow(1, 0, 32).contiguous(), v.y, "cropped");
+  for (const char* which : {"check_train_test_mix", "check_feature_drift"}) {
+    try {
+      if (std::string(which) == "check_train_test_mix") dbg::check_train_test_mix(*train, *cropped);
+      else dbg::check_feature_drift(*train, *cropped);
+      FAIL("no error from " << which);
+    } catch (const gs::Error& e) {
+      CHECK(has(e.what(), which));
+      CHECK(has(e.what(), "shape [1, 8, 8] (64 values)"));
+      CHECK(has(e.what(), "validation examples [32] (32 values)"));
+    }
+  }
+}
+
+TEST_CASE("D14 check_feature_drift: a brightened validation split, a low-contrast one") {
+  auto [train, val] = clean_splits();
+  const nn::Batch v = val->all();
+  auto bright = dataset(gs::clamp(v.x + 0.15, 0.0, 1.0), v.y, "bright");
+  auto fs = dbg::check_feature_drift(*train, *bright, "validation");
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(fs[0].check == "D14");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "KS statistic, per-example mean") > 0.9);  // the two brightness distributions hardly overlap
+  CHECK(ev(fs[0], "validation median of the per-example mean") -
+            ev(fs[0], "train median of the per-example mean") ==
+        doctest::Approx(0.15).epsilon(0.1));
+  CHECK(has(fs[0].title, "the validation inputs drifted from train: per-example mean (brightness)"));
+  // Contrast halved around the same mean: the std drifts, the mean does not.
+  Tensor m = gs::mean(v.x);
+  auto flat = dataset((v.x - m) * 0.5 + m, v.y, "flat");
+  auto fl = dbg::check_feature_drift(*train, *flat, "test");
+  REQUIRE(fl.size() == 1);
+  CHECK(ev(fl[0], "KS statistic, per-example std") > 0.9);
+  CHECK(ev(fl[0], "KS statistic, per-example mean") < 0.2);
+  CHECK(has(fl[0].title, "std (contrast)"));
+  // Too few rows to judge a distribution: silent (D16 speaks).
+  auto tiny = dataset(rows_of(bright->all().x, 0, 20), rows_of(v.y, 0, 20), "tiny");
+  CHECK(dbg::check_feature_drift(*train, *tiny).empty());
+}
+
+TEST_CASE("D15 check_label_drift: a class missing from train; a validation split with one class oversampled") {
+  const Images a = images(2000, 5, 21);
+  const std::vector<int64_t> y = a.y.to_vector<int64_t>();
+  // Train: the first 1500 rows without class 4; validation: the last 500 (100 of each class).
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < 1500; ++i)
+    if (y[i] != 4) keep.push_back(i);
+  Tensor k = gs::tensor(keep, {static_cast<int64_t>(keep.size())});
+  auto train = dataset(a.x.index_select(0, k), a.y.index_select(0, k), "train");
+  auto val = dataset(rows_of(a.x, 1500, 500), rows_of(a.y, 1500, 500), "val");
+  auto fs = dbg::check_label_drift(*train, *val, "validation");
+  REQUIRE(fs.size() == 1);  // the new class; over the shared classes the shares agree
+  INFO(fs[0].str());
+  CHECK(fs[0].check == "D15");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "new classes") == 1);
+  CHECK(ev(fs[0], "validation rows with a new class") == 100);
+  CHECK(has(fs[0].title, "1 class of validation never occurs in train: class 4 (100 of 500 validation rows)"));
+
+  // Validation with class 0 at half the rows (train: a fifth): PSI well above 0.2.
+  auto [tr, va] = clean_splits();
+  const nn::Batch v = va->all();
+  const std::vector<int64_t> vy = v.y.to_vector<int64_t>();
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < v.size(); ++i) rows.push_back(i);  // every row once...
+  for (int64_t i = 0; i < v.size(); ++i)
+    if (vy[i] == 0) for (int r = 0; r < 3; ++r) rows.push_back(i);  // ...class 0 four times
+  Tensor ri = gs::tensor(rows, {static_cast<int64_t>(rows.size())});
+  auto skewed = dataset(v.x.index_select(0, ri), v.y.index_select(0, ri), "skewed");
+  auto sk = dbg::check_label_drift(*tr, *skewed, "validation");
+  REQUIRE(sk.size() == 1);
+  INFO(sk[0].str());
+  CHECK(ev(sk[0], "population-stability index") > 0.2);
+  CHECK(ev(sk[0], "class 0 share in validation") == doctest::Approx(0.5).epsilon(0.1));
+  CHECK(ev(sk[0], "class 0 share in train") == doctest::Approx(0.2).epsilon(0.05));
+  CHECK(has(sk[0].title, "the class frequencies of validation differ from train: PSI"));
+  // Regression targets are not classes: silent.
+  auto reg = dataset(v.x, gs::rand({v.size(), 1}), "regression");
+  CHECK(dbg::check_label_drift(*tr, *reg).empty());
+}
+
+TEST_CASE("D16 check_split_sizes: a 20-example validation split; an empty one; 0.5% of train") {
+  auto [train, val] = clean_splits();
+  const nn::Batch v = val->all();
+  auto small = dataset(rows_of(v.x, 0, 20), rows_of(v.y, 0, 20), "small");
+  auto fs = dbg::check_split_sizes(*train, *small, "validation");
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(fs[0].check == "D16");
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "training rows") == 1600);
+  CHECK(ev(fs[0], "validation rows") == 20);
+  CHECK(ev(fs[0], "validation / train ratio") == doctest::Approx(20.0 / 1600));
+  CHECK(ev(fs[0], "std error") == doctest::Approx(std::sqrt(0.09 / 20)));
+  CHECK(fs[0].title == "the validation split has only 20 examples against 1600 in train (ratio 0.0125)");
+  // check_splits reports it too, and judges no drift on 20 rows.
+  auto all = dbg::check_splits(*train, *small, "validation");
+  INFO(all_str(all));
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].check == "D16");
+  auto empty = dataset(rows_of(v.x, 0, 0), rows_of(v.y, 0, 0), "empty");
+  auto em = dbg::check_splits(*train, *empty, "test");
+  REQUIRE(em.size() == 1);
+  CHECK(em[0].title == "the test split is empty");
+  // 150 examples against 30000 (0.5% < 1%): the ratio rule alone.
+  dbg::DataCheckOptions o;
+  auto big = dataset(gs::zeros({30000, 1}), gs::zeros({30000}, gs::kInt64), "big");
+  auto mid = dataset(gs::zeros({150, 1}), gs::zeros({150}, gs::kInt64), "mid");
+  auto rt = dbg::check_split_sizes(*big, *mid, "validation", o);
+  REQUIRE(rt.size() == 1);
+  CHECK(ev(rt[0], "validation / train ratio") == doctest::Approx(0.005));
+  // A validation split larger than train is not this check's business (a quick run on few training rows).
+  CHECK(dbg::check_split_sizes(*val, *train, "test").empty());
+}
+
+TEST_CASE("D12-D16 on Fashion-MNIST train and test: nothing fires") {
+  REQUIRE_FASHION_MNIST();
+  auto train = nn::load_fashion_mnist("train");
+  auto test = nn::load_fashion_mnist("test");
+  auto dup = dbg::check_duplicates(*train);
+  auto fs = dbg::check_splits(*train, *test, "test");
+  MESSAGE(all_str(dup) << all_str(fs));
+  CHECK_FALSE(any_fires(dup));
+  CHECK_FALSE(any_fires(fs));
 }

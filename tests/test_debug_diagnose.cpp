@@ -238,10 +238,50 @@ TEST_CASE("Session with a lambda loss and no loader: begin(x, y) runs the gate; 
   CHECK(r.phases[1].ran);
   CHECK(skipped(r, "L2, L3, L5, D6"));  // the lambda: no hook sees the loss's inputs
   CHECK(skipped(r, "D3, D4, D5"));      // no loader
-  CHECK(skipped(r, "D10, L7"));         // no validation loader
+  CHECK(skipped(r, "D10, D13-D16"));    // no validation loader
   CHECK(skipped(r, "L1, O6"));          // no step losses
   CHECK(skipped(r, "L7, the W3"));      // no epochs
   CHECK(r.str().find("checks that did not run:") != std::string::npos);
+}
+
+TEST_CASE("diagnose: a validation loader holding training rows is a D13 finding; without one, D13-D16 are skipped") {
+  manual_seed(2);
+  const dtest::XY all = blobs(320, 3, 6);
+  auto train_data = std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 768), all.y.narrow(0, 0, 768));
+  // Validation: 150 held-out rows and 42 rows copied from train (22%).
+  auto val_data = std::make_shared<nn::TensorDataset>(cat({all.x.narrow(0, 768, 150), all.x.narrow(0, 100, 42)}),
+                                                      cat({all.y.narrow(0, 768, 150), all.y.narrow(0, 100, 42)}));
+  nn::DataLoader train(train_data, nn::DataLoaderOptions().batch_size(32).shuffle(true));
+  nn::DataLoader val(val_data, nn::DataLoaderOptions().batch_size(128));
+  auto model = std::make_shared<GateNet>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::DiagnoseOptions o;
+  o.val_split = "test";
+  const debug::RunReport r = debug::diagnose(*model, ce, opt, train, &val, nullptr, o);
+  const debug::Finding* d13 = fired(r.phases[0].findings, "D13");
+  REQUIRE_MESSAGE(d13 != nullptr, r.str());
+  CHECK(dtest::ev(*d13, "test rows also in train") == 42);
+  CHECK(dtest::ev(*d13, "mixed fraction") == doctest::Approx(42.0 / 192));
+  CHECK(d13->title.find("42 of 192 test rows") == 0);
+  CHECK(r.str().find("[D13 warning] train-test samples mix: 42 of 192 test rows") != std::string::npos);
+  CHECK_FALSE(skipped(r, "D10, D13-D16"));
+  CHECK(r.fired("D13"));
+  for (const char* c : {"D12", "D14", "D15", "D16"}) CHECK_MESSAGE(!r.fired(c), c);
+
+  // No validation loader: the split checks cannot run, and the report says what enables them.
+  auto model2 = std::make_shared<GateNet>();
+  optim::Adam opt2(model2->parameters(), optim::AdamOptions(1e-2));
+  debug::Session dbg(*model2, ce, opt2, {.train = &train});
+  const debug::RunReport r2 = dbg.finish();
+  CHECK(r2.findings.of("D13").empty());
+  const debug::SkippedChecks* s = nullptr;
+  for (const debug::SkippedChecks& k : r2.skipped)
+    if (k.checks.rfind("D10, D13-D16", 0) == 0) s = &k;
+  REQUIRE_MESSAGE(s != nullptr, r2.str());
+  CHECK(s->reason == "no validation DataLoader was given");
+  CHECK(s->remedy == "pass it as DiagnoseData::val");
+  CHECK(r2.str().find("D10, D13-D16 (train against validation)") != std::string::npos);
 }
 
 TEST_CASE("Session on an own loop that raises: error() makes the finding, finish() still reports") {
