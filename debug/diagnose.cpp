@@ -124,6 +124,14 @@ void Session::init() {
     }
   }
   start_monitor();
+  // The starting point of the learning-rate probe (after the gate, which restores what it changes).
+  if (data_.train && o_.lr_probe_steps > 0) {
+    NoGradGuard ng;
+    for (const Tensor& p : model_.parameters()) initial_params_.push_back(p.detach().clone());
+    for (const Tensor& b : model_.buffers()) initial_buffers_.push_back(b.detach().clone());
+    initial_opt_state_ = opt_.state_dict();
+    have_initial_ = true;
+  }
 }
 
 Report Session::begin(const Tensor& x, const Tensor& y) {
@@ -282,6 +290,132 @@ void Session::error(const std::exception& e) {
   stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
 }
 
+// The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
+// learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
+void Session::lr_probe(RunReport& r) {
+  const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(), [](const Finding& f) {
+    return f.check == "O6" && f.fires() &&
+           (f.title.find("too high") != std::string::npos || f.title.find("too large") != std::string::npos);
+  });
+  if (!suspected || !have_initial_ || !stopped_.empty() || r.steps < 2) return;
+  const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
+  if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
+  say("learning-rate probe");
+  const int64_t steps = std::min<int64_t>(o_.lr_probe_steps, r.steps);
+  // Set aside what training produced, start again from the initial state at lr / 10.
+  std::vector<Tensor> trained_params, trained_buffers;
+  std::map<std::string, Tensor> trained_state;
+  std::vector<double> lrs;
+  {
+    NoGradGuard ng;
+    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
+    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
+  }
+  trained_state = opt_.state_dict();
+  for (const auto& g : opt_.param_groups()) lrs.push_back(g.lr);
+  auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
+    NoGradGuard ng;
+    for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
+    for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
+  };
+  std::vector<double> losses;
+  std::string failed;
+  const bool was_training = model_.is_training();
+  try {
+    restore(initial_params_, initial_buffers_);
+    opt_.load_state_dict(initial_opt_state_);
+    if (!opt_.state_dict().empty()) throw std::runtime_error("the optimizer's state could not be reset");
+    for (size_t g = 0; g < lrs.size(); ++g) opt_.param_groups()[g].lr = lrs[g] / 10.0;
+    model_.train();
+    const nn::DataLoader& train = *data_.train;
+    const int64_t nb = train.num_batches();
+    const Device d = model_device(model_);
+    for (int64_t i = 0; i < steps && nb > 0; ++i) {
+      const nn::Batch b = train.batch(i / nb, i % nb);
+      opt_.zero_grad();
+      Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
+      l.backward();
+      opt_.step();
+      losses.push_back(l.numel() == 1 ? l.item<double>() : kNaN);
+    }
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  // Back to the trained model, whatever happened.
+  restore(trained_params, trained_buffers);
+  for (size_t g = 0; g < lrs.size(); ++g) opt_.param_groups()[g].lr = lrs[g];
+  try {
+    opt_.load_state_dict(trained_state);
+  } catch (const std::exception&) {
+  }
+  opt_.zero_grad();
+  model_.train(was_training);
+
+  Finding f;
+  f.check = "O6";
+  f.step = -1;
+  f.end_of_run = true;
+  if (!failed.empty()) {
+    f.severity = Severity::Info;
+    f.title = "probe (lr / 10) could not run: " + failed;
+    r.findings.add(f);
+    return;
+  }
+  // The original run's first `steps` losses against the probe's, judged by the same rules.
+  const std::vector<double> first(r.history.step_losses.begin(),
+                                  r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
+  auto unstable = [&](const std::vector<double>& ls) {
+    for (const Finding& g : diagnose_learning_rate(ls, o_.monitor.optim))
+      if (g.title.find("too high") != std::string::npos) return true;
+    return false;
+  };
+  auto fell = [](const std::vector<double>& ls) {
+    if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;
+    double best = ls.front();
+    for (double v : ls)
+      if (std::isfinite(v)) best = std::min(best, v);
+    return (ls.front() - best) / std::fabs(ls.front());
+  };
+  const bool calm = !unstable(losses) && std::all_of(losses.begin(), losses.end(), [](double v) { return std::isfinite(v); });
+  const double probe_fell = fell(losses), run_fell = fell(first);
+  f.evidence = {{"steps compared", static_cast<double>(losses.size()), ""},
+                {"relative decrease at lr / 10", probe_fell, ""},
+                {"relative decrease at the run's lr", run_fell, ""},
+                {"learning rate of the run", lrs.empty() ? kNaN : lrs.front(), ""}};
+  if (calm && !(probe_fell >= 0.5 * run_fell)) {
+    f.severity = Severity::Info;
+    f.title = "probe (lr / 10): inconclusive: at a tenth of the learning rate the loss is calm but falls less (" +
+              fmt_num(100 * probe_fell) + "% against " + fmt_num(100 * run_fell) + "%)";
+    f.cause = "neither confirms nor rules out the learning rate";
+  } else if (calm) {
+    f.severity = Severity::Warning;
+    f.title = "probe (lr / 10): the same run at a tenth of the learning rate trains without spikes or divergence; "
+              "the learning rate is too high";
+    f.cause = "the run misbehaved at its learning rate and not at a tenth of it, everything else equal, and the loss "
+              "fell at least half as far";
+    f.fix = "lower the learning rate (try lr / 10), or warm it up; then run the checks again";
+  } else {
+    f.severity = Severity::Info;
+    f.title = "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
+              "rate is not the cause";
+    f.cause = "the loss spikes or diverges at lr / 10 too: look for a fault in the data or the model";
+    // The O6 findings it disproves no longer confirm "learning rate too high".
+    Report kept;
+    for (Finding g : r.findings.findings()) {
+      if (g.check == "O6" && g.fires() && g.title.find("too high") != std::string::npos) {
+        g.severity = Severity::Info;
+        g.title = "(ruled out by the lr / 10 probe) " + g.title;
+      }
+      kept.add(g);
+    }
+    for (const std::string& c : r.findings.ran_checks()) kept.note_ran(c);
+    r.findings = kept;
+  }
+  r.findings.add(f);
+  for (PhaseReport& p : r.phases)
+    if (p.name == "end of run") p.findings.add(f);
+}
+
 RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   GS_CHECK(!finished_, "debug::Session::finish", "finish() was already called: it runs once, after training");
   finished_ = true;
@@ -334,6 +468,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.history = monitor_->history();
   r.steps = monitor_->steps();
   r.stopped = stopped_;
+  lr_probe(r);
 
   // What could not run, and what it needs.
   auto skip = [&](std::string checks, std::string reason, std::string remedy) {

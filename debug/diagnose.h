@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,13 @@ struct DiagnoseOptions {
   // D12-D16 read the first data.integrity_examples rows of each dataset (60000 by default).
   std::string val_split = "validation";  // what D10 and D13-D16 call the val loader's split ("test", ...)
   int64_t sample_examples = 1000;  // M18 runs on the first N rows of val (else train) at finish()
+  // The learning-rate probe: when O6 says the learning rate is too high, finish() trains the same
+  // model again from its initial weights at a tenth of the learning rate for this many steps (on
+  // the train loader, with the same optimizer, its state reset) and compares: a run that trains
+  // cleanly there confirms the learning rate as the cause; one that misbehaves the same rules it
+  // out. The trained weights and the optimizer's state are restored afterwards. 0: off. Needs
+  // DiagnoseData::train and an optimizer whose state_dict()/load_state_dict() round-trip.
+  int64_t lr_probe_steps = 100;
   // ---- output ----
   std::string report_dir;  // when not empty: report.html (W6 plots and findings) and metrics.csv there
   std::string title = "gradsleuth: diagnosis of your model";
@@ -168,6 +176,7 @@ class Session {
   void run_gate(const Tensor& x, const Tensor& y);
   void start_monitor();
   void say(const std::string& s) const;
+  void lr_probe(RunReport& r);
 
   nn::Module& model_;
   nn::Loss* loss_module_ = nullptr;
@@ -187,6 +196,10 @@ class Session {
   size_t epoch_first_step_ = 0;   // index into the history's step losses where this epoch began
   int64_t epochs_ = 0;
   std::string stopped_;
+  // The model and optimizer before training, for the learning-rate probe.
+  std::vector<Tensor> initial_params_, initial_buffers_;
+  std::map<std::string, Tensor> initial_opt_state_;
+  bool have_initial_ = false;
 };
 
 // The one-call form: Session, then optim::Trainer(model, optimizer, o.trainer) with o.epochs

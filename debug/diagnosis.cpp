@@ -376,9 +376,9 @@ CauseAnalysis analyse_causes(const Report& r) {
       a.root[i] = static_cast<int64_t>(at);
     }
 
-  // 3. The same fault seen twice at one time (M12 and W4 on one op, M5 on every parameter
-  //    below a detach) is one root, and so is one unexplained symptom on several layers: the
-  //    later ones hang under the first.
+  // 3. The same fault seen twice (M12 and W4 on one op, M5 on every parameter below a detach,
+  //    O6 and its probe) is one root, and so is one unexplained symptom on several layers at one
+  //    time: the later ones hang under the first.
   {
     std::vector<size_t> roots;
     for (size_t i = 0; i < n; ++i)
@@ -389,7 +389,10 @@ CauseAnalysis analyse_causes(const Report& r) {
       const Cause* ci = fault_of(fs[i]);
       for (size_t y = x + 1; y < roots.size(); ++y) {
         const size_t j = roots[y];
-        if (a.root[j] != static_cast<int64_t>(j) || when(fs[j]) != when(fs[i])) continue;
+        if (a.root[j] != static_cast<int64_t>(j)) continue;
+        // A second non-finite source at another time is a fault of its own; other faults and
+        // symptoms are the same one whenever they are seen.
+        if (when(fs[j]) != when(fs[i]) && (nonfinite_source(fs[i]) || !ci)) continue;
         // A fault: the same cause. An unexplained symptom: the same check (O1 on every layer).
         if (ci ? fault_of(fs[j]) != ci : (fault_of(fs[j]) || fs[j].check != fs[i].check)) continue;
         a.parent[j] = static_cast<int64_t>(i);
@@ -474,7 +477,12 @@ CauseAnalysis analyse_causes(const Report& r) {
     for (size_t i = 0; i < n; ++i) {
       if (i == l.index || a.root[i] != static_cast<int64_t>(l.index)) continue;
       l.explains.push_back(i);
-      if (c && c->confirms(fs[i]) && by.insert(fs[i].check).second) l.confirmed_by.push_back(fs[i].check);
+      if (!c || !c->confirms(fs[i])) continue;
+      // A probe's finding ("probe (lr / 10): ...") is named with its probe: O6 saw the symptom,
+      // the probe confirmed the cause.
+      const std::string& t = fs[i].title;
+      const std::string name = t.rfind("probe (", 0) == 0 ? fs[i].check + " " + t.substr(0, t.find(')') + 1) : fs[i].check;
+      if (by.insert(name).second) l.confirmed_by.push_back(name);
     }
     // Ruled out: for everything it explains, the candidates ranked before the cause that won
     // (those a physician would have suspected first) whose probe ran and was silent. For an

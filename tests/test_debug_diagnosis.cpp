@@ -300,12 +300,34 @@ TEST_CASE("a learning rate far too high in a hand-written loop: O6 leads, the sp
     auto owner = std::make_shared<ReluNet>();
     ReluNet& model = *owner;
     optim::Adam opt(model.parameters(), optim::AdamOptions(1.0));
-    const debug::RunReport r = train_own_loop(model, ce, opt, d, 3);
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 3; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce(model(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const nn::Batch all = d.val->batch(0, 0);
+    const double trained = ce(model(all.x), all.y).item<double>();
+    const std::map<std::string, Tensor> state = opt.state_dict();
+    const debug::RunReport r = dbg.finish();
+    // What training left is back after the probe: the same loss, the same optimizer state.
+    CHECK(ce(model(all.x), all.y).item<double>() == trained);
+    CHECK(opt.state_dict().size() == state.size());
     INFO(r.str());
     const json_mini::Value lead = lead_of(r);
     REQUIRE(lead.kind == json_mini::Value::Object);
     CHECK(lead.get("check")->str == "O6");
     CHECK(lead.get("cause")->str == "lr-too-high");
+    // The probe trained the same model again from its initial weights at lr / 10: it trains there,
+    // so it confirms the learning rate; the trained weights are back afterwards.
+    const std::vector<std::string> by = strings(lead.get("confirmed_by"));
+    CHECK(std::find(by.begin(), by.end(), "O6 probe (lr / 10)") != by.end());
+    CHECK(opt.lr() == 1.0);
+    REQUIRE(r.history.step_losses.size() == 45);
   }
   SUBCASE("clean twin: Adam at lr 1e-2") {
     auto owner = std::make_shared<ReluNet>();
