@@ -7,6 +7,7 @@
 #include "cli/json.h"
 #include "core/error.h"
 #include "debug/checks.h"
+#include "debug/diagnosis.h"
 
 namespace gradsleuth::cli {
 
@@ -20,7 +21,13 @@ int cmd_checks(const std::vector<std::string>& args) {
   a.flag("json", "print [{\"id\":\"D1\",\"name\":...,\"implemented\":true,...}, ...] instead of the table");
   a.option("id", "ID", "show only this check (e.g. M7)");
   a.flag("sources", "list the sources the checks cite, by full title");
+  a.flag("causes", "print the diagnosis's tables (Markdown): each symptom's candidate causes, each cause's probe");
   if (!a.parse()) return 0;
+
+  if (a.has("causes")) {
+    std::cout << debug::diagnosis_tables_markdown();
+    return 0;
+  }
 
   if (a.has("sources")) {
     if (a.has("json")) {

@@ -2,6 +2,7 @@
 // pre-training gate (W2), a short monitored training run (W3), the end-of-run
 // diagnoses — printed as a report, with an HTML page of plots (W6), a profile
 // of one step (W7) and a memory report (W8). --bug injects catalogued bugs.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -175,7 +176,16 @@ int cmd_doctor(const std::vector<std::string>& args) {
     }
   };
   // M7 over a pass through the training data with the trained model (every batch, up to 100).
-  if (r.stopped.empty()) guarded("the dead-unit pass (M7)", [&] { extra.add(debug::dead_relu_pass(*v.model, *v.train, 100)); });
+  // A layer the monitor already reported keeps the monitor's finding: it saw the initialisation,
+  // so it says when the units died (the pass cannot).
+  if (r.stopped.empty())
+    guarded("the dead-unit pass (M7)", [&] {
+      for (const debug::Finding& f : debug::dead_relu_pass(*v.model, *v.train, 100)) {
+        const std::vector<debug::Finding> seen = r.report.of("M7");
+        if (std::none_of(seen.begin(), seen.end(), [&](const debug::Finding& g) { return g.module == f.module; }))
+          extra.add(f);
+      }
+    });
   {
     debug::zoo::Variant fresh = debug::zoo::build(bugs, o);
     const nn::Batch b0 = fresh.train->batch(0, 0);

@@ -105,14 +105,21 @@ std::vector<Finding> DeadReluTracker::findings() const {
     if (have_pass) f.evidence.push_back({"batches in the pass", static_cast<double>(s.pass_batches), ""});
     if (!at_init && s.first_flagged_step >= 0)
       f.evidence.push_back({"first step at the threshold", static_cast<double>(s.first_flagged_step), ""});
-    f.cause = at_init ? "the units' pre-activations start below zero for every input: a large negative bias or "
-                        "badly scaled weights/inputs at initialisation, so they never pass a gradient"
-                      : "a large update (learning rate too high, a gradient spike) pushed the weights so that the "
-                        "pre-activations are negative for every input; a dead ReLU gets no gradient and never "
-                        "recovers";
-    f.fix = at_init ? "initialise biases at (or near) zero and weights with init::kaiming_normal_; normalise the inputs"
-                    : "lower the learning rate (or warm it up), clip gradients, or use LeakyReLU/GELU which keep a "
-                      "gradient for negative inputs";
+    // When the units died decides the cause; a pass that did not see the initialisation cannot
+    // tell, and says both (a monitor attached from the first step tells them apart).
+    const std::string init_cause = "the units' pre-activations start below zero for every input: a large negative "
+                                   "bias or badly scaled weights/inputs at initialisation, so they never pass a gradient";
+    const std::string train_cause = "a large update (learning rate too high, a gradient spike) pushed the weights so "
+                                    "that the pre-activations are negative for every input; a dead ReLU gets no "
+                                    "gradient and never recovers";
+    const std::string init_fix = "initialise biases at (or near) zero and weights with init::kaiming_normal_; "
+                                 "normalise the inputs";
+    const std::string train_fix = "lower the learning rate (or warm it up), clip gradients, or use LeakyReLU/GELU "
+                                  "which keep a gradient for negative inputs";
+    f.cause = !known_when ? "this pass did not see the initialisation, so either: " + init_cause + "; or " + train_cause
+              : at_init   ? init_cause
+                          : train_cause;
+    f.fix = !known_when ? init_fix + "; or " + train_fix : at_init ? init_fix : train_fix;
     out.push_back(std::move(f));
   }
   return out;

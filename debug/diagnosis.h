@@ -55,6 +55,10 @@ struct Symptom {
 const std::vector<Cause>& diagnosis_causes();
 const std::vector<Symptom>& diagnosis_symptoms();
 const Cause* find_cause(const std::string& id);
+// The two tables as Markdown (docs/checks.md, "Diagnosis", holds this text verbatim; `gradsleuth
+// checks --causes` prints it): each symptom with the findings that show it and its candidate
+// causes in order, then each cause with its probe.
+std::string diagnosis_tables_markdown();
 
 // The lead: the cause the report starts with.
 struct Lead {

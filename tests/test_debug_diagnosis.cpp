@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <gradsleuth.h>
 
@@ -364,4 +366,14 @@ TEST_CASE("no probe confirms a cause: the lead says so and lists the candidates 
   const json_mini::Value j = json_mini::parse(a.lead->json());
   CHECK_FALSE(j.get("confirmed")->b);
   CHECK(j.get("candidates")->arr.size() == a.lead->candidates.size());
+}
+
+TEST_CASE("docs/checks.md holds the diagnosis tables as the code has them") {
+  std::ifstream in(std::string(GS_SOURCE_DIR) + "/docs/checks.md");
+  REQUIRE(in.good());
+  std::stringstream doc;
+  doc << in.rdbuf();
+  const std::string tables = debug::diagnosis_tables_markdown();
+  CHECK_MESSAGE(doc.str().find("<!-- gradsleuth checks --causes -->\n" + tables) != std::string::npos,
+                "regenerate the tables in docs/checks.md with `gradsleuth checks --causes`");
 }
