@@ -290,6 +290,33 @@ void Session::error(const std::exception& e) {
   stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
 }
 
+// D8 over the whole run: a training loader with several batches, yet every step (or nearly)
+// trained on the same batch as the step before: the loop reads one batch and reuses it.
+void Session::check_repeated_batches(RunReport& r) {
+  const std::vector<std::vector<double>>& fp = r.history.step_inputs;
+  if (!data_.train || data_.train->num_batches() < 2 || fp.size() < 10) return;
+  r.findings.note_ran("D8");
+  int64_t repeats = 0;
+  for (size_t i = 1; i < fp.size(); ++i) repeats += fp[i] == fp[i - 1] ? 1 : 0;
+  const double frac = static_cast<double>(repeats) / static_cast<double>(fp.size() - 1);
+  if (frac < 0.9) return;
+  Finding f;
+  f.check = "D8";
+  f.severity = Severity::Warning;
+  f.end_of_run = true;
+  f.title = "the same batch was fed again at " + std::to_string(repeats) + " of " + std::to_string(fp.size() - 1) +
+            " steps, though the training loader has " + std::to_string(data_.train->num_batches()) +
+            " batches: the loop trains on one batch";
+  f.evidence = {{"steps whose input equals the step before's", frac, ">= 0.9 warns"},
+                {"batches in the training loader", static_cast<double>(data_.train->num_batches()), ""}};
+  f.cause = "the batch is read once, before the loop (a first batch kept for a test, an iterator never advanced), "
+            "and every step reuses it: the model memorises it instead of learning the data";
+  f.fix = "read a new batch inside the loop: for (const nn::Batch& b : loader) { ... }";
+  r.findings.add(f);
+  for (PhaseReport& p : r.phases)
+    if (p.name == "end of run") p.findings.add(f);
+}
+
 // The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
 // learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
 void Session::lr_probe(RunReport& r) {
@@ -468,6 +495,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.history = monitor_->history();
   r.steps = monitor_->steps();
   r.stopped = stopped_;
+  check_repeated_batches(r);
   lr_probe(r);
 
   // What could not run, and what it needs.

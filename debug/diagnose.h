@@ -177,6 +177,7 @@ class Session {
   void start_monitor();
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
+  void check_repeated_batches(RunReport& r);
 
   nn::Module& model_;
   nn::Loss* loss_module_ = nullptr;

@@ -71,6 +71,7 @@ bool zero_gradient(const Finding& f) {
 bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
 bool lr_too_high(const Finding& f) { return is(f, "O6") && (has(f, "too high") || has(f, "too large")); }
 bool lr_too_low(const Finding& f) { return is(f, "O6") && (has(f, "too low") || has(f, "too small")); }
+bool lr_schedule(const Finding& f) { return is(f, "O6") && has(f, "learning-rate schedule"); }
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
          ((is(f, "L1") && (has(f, "spiked") || has(f, "diverging") || has(f, "oscillates"))) ||
@@ -99,7 +100,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"label-shape", "labels shaped differently from the prediction", "D6", "the shapes that reach the loss", true,
        GS_CHECK_CONFIRMS("D6")},
       {"unscaled-inputs", "inputs not normalised", "D5", "per-feature mean and std of a batch", true, GS_CHECK_CONFIRMS("D5")},
-      {"unshuffled", "batches not shuffled", "D8", "the classes in sampled batches", true, GS_CHECK_CONFIRMS("D8")},
+      {"unshuffled", "batches not shuffled, or one batch fed every step", "D8",
+       "the classes in sampled batches, and whether consecutive steps see the same batch", true,
+       GS_CHECK_CONFIRMS("D8")},
       {"split-preprocessing", "splits preprocessed differently", "D10", "the statistics of each split", true,
        GS_CHECK_CONFIRMS("D10")},
       {"leakage", "normalisation fitted on held-out data", "D7", "what the Normalizer was fitted on", true,
@@ -141,7 +144,8 @@ const std::vector<Cause>& diagnosis_causes() {
        true, GS_CHECK_CONFIRMS("M3")},
       {"batchnorm-stats", "BatchNorm evaluated without running statistics", "M17",
        "num_batches_tracked of each BatchNorm at evaluation", true, GS_CHECK_CONFIRMS("M17")},
-      {"train-mode-eval", "evaluation run in training mode", "M2", "the mode of dropout/BatchNorm during evaluation", true,
+      {"train-mode-eval", "the wrong train/eval mode (evaluation in training mode, training in eval mode)", "M2",
+       "the mode of dropout/BatchNorm-like layers during evaluation and during training steps", true,
        GS_CHECK_CONFIRMS("M2")},
       {"batch-mixing", "examples of the batch mixed (a reshape for a transpose, a reduction over the batch)", "M6",
        "the Jacobian of one output row with respect to every input row", true,
@@ -184,6 +188,11 @@ const std::vector<Cause>& diagnosis_causes() {
        true, [](const Finding& f) { return lr_too_high(f); }},
       {"lr-too-low", "a learning rate too low", "O6", "the loss's relative decrease and the update-to-weight ratios", true,
        [](const Finding& f) { return lr_too_low(f); }},
+      {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
+       "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
+      {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
+       "whether any trainable parameter holds a gradient when the optimizer steps", true,
+       [](const Finding& f) { return is(f, "O1") && has(f, "no trainable parameter has a gradient"); }},
       {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true, GS_CHECK_CONFIRMS("W1")},
       // ---- symptoms that explain other symptoms ----
       {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
@@ -214,8 +223,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       "frozen", "wrong-backward", "dead-relu", "saturation", "bad-init", "shared-weights", "sum-reduction",
       "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels", "zero-grad", "grad-reduction", "replicas-diverged",
       "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
-      "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss", "lr-too-high", "capacity",
-      "lr-too-low"};
+      "no-backward", "lr-schedule", "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss",
+      "lr-too-high", "capacity", "lr-too-low"};
   static const std::vector<Symptom> table = {
       {"non-finite", "NaN/Inf values", "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
        [](const Finding& f) { return nonfinite_member(f); },
@@ -230,7 +239,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "L1 (spikes, oscillation, divergence), O2 (jumps), O3, O6 (too high)",
        [](const Finding& f) { return loss_unstable(f) || lr_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "zero-grad", "grad-reduction",
-        "effective-batch", "lr-too-high"}},
+        "effective-batch", "lr-schedule", "lr-too-high"}},
       {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient), O2 (vanishing)",
        [](const Finding& f) { return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish")); },
        {"cut-graph", "frozen", "masked-targets", "dead-relu", "saturation", "bad-init", "double-softmax", "bce-logits",
@@ -238,7 +247,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       {"zero-gradients", "all-zero gradients; weights that never change",
        "M5 (all-zero gradient), O6 (never changed), M6 (no gradient reaches the input)",
        [](const Finding& f) { return zero_gradient(f); },
-       {"cut-graph", "frozen", "masked-targets", "dead-relu", "saturation", "final-activation", "vanishing-gradients"}},
+       {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "dead-relu", "saturation",
+        "final-activation", "vanishing-gradients"}},
       {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
        {"bad-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high"}},
       {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",

@@ -139,6 +139,14 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     }
     if (GradMode::is_enabled()) {
       last_x_ = x;
+      if (!in_step_ && x.defined() && x.dim() >= 1 && x.size(0) >= 1 && x.is_floating_point()) {
+        // The step's batch, fingerprinted cheaply: its shape, its first and last example's sums.
+        NoGradGuard ng;
+        std::vector<double> fp(x.shape().begin(), x.shape().end());
+        fp.push_back(sum(x.narrow(0, 0, 1).to(kFloat64)).item<double>());
+        fp.push_back(sum(x.narrow(0, x.size(0) - 1, 1).to(kFloat64)).item<double>());
+        history_.step_inputs.push_back(std::move(fp));
+      }
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
     }
     if (!input_checked_ && x.defined()) {
@@ -251,6 +259,58 @@ void Monitor::reset_pass() {
   std::fill(pass_eval_.begin(), pass_eval_.end(), 0);
 }
 
+void Monitor::ensure_probe() {
+  if (probe_) return;
+  probing_ = true;
+  broadcast_on_.reset();  // the probe's ops are not the user's
+  dead_.set_active(false);
+  saturation_.set_active(false);
+  try {
+    probe_ = probe_mode_dependence(model_, pass_x_);
+  } catch (const std::exception&) {
+    probe_ = ModeProbe{};
+  }
+  probing_ = false;
+  broadcast_on_ = broadcast_.enable();
+  dead_.set_active(sampled_step());
+  saturation_.set_active(sampled_step());
+}
+
+void Monitor::check_training_mode() {
+  // A training step (a backward reached the output) whose forward ran layers that compute
+  // differently by mode (dropout, BatchNorm, the user's own) in eval mode: model.eval() was
+  // left on, so dropout never drops and BatchNorm normalises with running statistics.
+  if (eval_in_training_warned_ || pass_forwards_ == 0 || !pass_backward_ || !pass_x_.defined()) return;
+  bool any_eval = false;
+  for (char e : pass_eval_) any_eval = any_eval || e;
+  if (!any_eval) return;
+  ensure_probe();
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (!pass_eval_[i] || pass_train_[i]) continue;
+    const ModuleBehaviour* b = probe_->find(modules_[i].first.get());
+    if (b && b->mode_dependent) labels.push_back(modules_[i].second);
+  }
+  if (labels.empty()) return;
+  eval_in_training_warned_ = true;
+  std::string list;
+  for (size_t i = 0; i < labels.size() && i < 4; ++i) list += (i ? ", " : "") + labels[i];
+  if (labels.size() > 4) list += ", ...";
+  Finding f;
+  f.check = "M2";
+  f.severity = Severity::Warning;
+  f.module = labels.front();
+  f.title = "training step " + std::to_string(steps_ + 1) + " ran " + list +
+            " in eval mode: the model is trained in evaluation mode";
+  f.evidence = {{"mode-dependent layers in eval mode during a training step", static_cast<double>(labels.size()),
+                 "any warns"}};
+  f.cause = "model.eval() was called (for an evaluation, or by mistake) and model.train() never followed, so dropout "
+            "does not drop and BatchNorm normalises with its running statistics instead of the batch's while "
+            "training";
+  f.fix = "call model.train() before the training loop (and after every evaluation)";
+  add(std::move(f));
+}
+
 void Monitor::check_eval_pass() {
   // Forwards that no backward and no optimizer step followed before the epoch
   // was recorded: an evaluation, under no_grad or not. Modules that ran in
@@ -267,21 +327,7 @@ void Monitor::check_eval_pass() {
                       !dynamic_cast<const nn::BatchNormBase*>(modules_[i].first.get()) &&
                       !modules_[i].first->buffers(false).empty());
   if (!eval_pass || (!any_train && !(stale && steps_ > 0))) return;
-  if (!probe_) {
-    probing_ = true;
-    broadcast_on_.reset();  // the probe's ops are not the user's
-    dead_.set_active(false);
-    saturation_.set_active(false);
-    try {
-      probe_ = probe_mode_dependence(model_, pass_x_);
-    } catch (const std::exception&) {
-      probe_ = ModeProbe{};
-    }
-    probing_ = false;
-    broadcast_on_ = broadcast_.enable();
-    dead_.set_active(sampled_step());
-    saturation_.set_active(sampled_step());
-  }
+  ensure_probe();
   for (size_t i = 0; i < modules_.size() && stale && steps_ > 0; ++i) {
     const nn::Module& m = *modules_[i].first;
     if (!pass_eval_[i] || buffers_moved_[i] || m17_named_[i] || dynamic_cast<const nn::BatchNormBase*>(&m) ||
@@ -503,7 +549,9 @@ void Monitor::on_pre_step(optim::Optimizer&) {
   loss_seen_this_step_ = false;
 }
 
-void Monitor::on_post_step(optim::Optimizer&) {
+void Monitor::on_post_step(optim::Optimizer& op) {
+  check_training_mode();
+  history_.learning_rates.push_back(op.lr());
   reset_pass();  // the forwards so far were training forwards
   ++steps_;
   in_step_ = false;
@@ -531,6 +579,7 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!tr.empty() && std::isfinite(va.back())) add(diagnose_fitting(tr, va, o_.loss));  // L7
   add(norms_.findings());                                                            // O2, O3
   add(diagnose_learning_rate(history_.step_losses, o_.optim));                       // O6 (loss history)
+  add(diagnose_lr_schedule(history_.learning_rates, o_.optim));                      // O6 (the schedule)
   add(ratios_.findings());                                                           // O6 (update ratios)
   add(dead_.findings());                                                             // M7
   add(saturation_.findings());                                                       // M8

@@ -67,6 +67,10 @@ struct TrainingHistory {
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;    // per parameter
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction; // per ReLU layer
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;  // per parameter
+  std::vector<double> learning_rates;  // the first group's learning rate at each optimizer step
+  // A fingerprint of each training step's input batch (its shape and the sums of its first and
+  // last example): equal fingerprints on consecutive steps mean the same batch was fed again.
+  std::vector<std::vector<double>> step_inputs;
 };
 
 // The model, optimizer and loss are held by reference and must outlive the
@@ -110,6 +114,8 @@ class Monitor {
   // M2 by behaviour: the forwards since the last optimizer step, judged when the
   // epoch is recorded (an evaluation pass when no backward and no step followed).
   void check_eval_pass();
+  void check_training_mode();  // M2: a training step run with mode-dependent layers in eval mode
+  void ensure_probe();         // probe_ (which layers depend on the mode), once
   void reset_pass();
   void add(Finding f);
   void add(const std::vector<Finding>& fs);
@@ -150,6 +156,7 @@ class Monitor {
   Tensor pass_x_;                     // the pass's first input, to probe the model with
   std::optional<ModeProbe> probe_;    // which modules depend on the mode (run once, when first needed)
   std::vector<std::string> m2_warned_;  // where the layers' own M2 warnings came from
+  bool eval_in_training_warned_ = false;
 };
 
 // ---- W2 -----------------------------------------------------------------------------

@@ -460,6 +460,54 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
   }
   return {};
 }
+std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const OptimCheckOptions& opts) {
+  std::vector<Finding> out;
+  const int64_t n = static_cast<int64_t>(lrs.size());
+  if (n < opts.schedule_min_steps) return out;
+  const double start = lrs.front();
+  auto finding = [&](const std::string& title) {
+    Finding f = make("O6", Severity::Warning, title);
+    f.evidence = {{"learning rate at step 1", start, ""}, {"learning rate at the last step", lrs.back(), ""},
+                  {"steps", static_cast<double>(n), ""}};
+    return f;
+  };
+  if (!(start > 0.0)) {
+    Finding f = finding("the learning-rate schedule starts at " + fmt_num(start) + ": no step changes the weights");
+    f.cause = "a learning rate of 0 (a warm-up that starts at 0 and was never stepped, an lr read from an empty "
+              "setting)";
+    f.fix = "set the optimizer's lr to a positive value and check the scheduler's first value";
+    out.push_back(std::move(f));
+    return out;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(lrs[i] < opts.schedule_collapse * start)) continue;
+    if (static_cast<double>(i) >= opts.schedule_collapse_by * static_cast<double>(n)) break;
+    Finding f = finding("the learning-rate schedule cuts it " + fmt_num(start / std::max(lrs[i], 1e-300)) +
+                        "x by step " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                        ": the rest of the run barely trains");
+    f.evidence.push_back({"first step below the limit", static_cast<double>(i + 1),
+                          "< " + fmt_num(opts.schedule_collapse_by) + " of the run warns"});
+    f.evidence.push_back({"learning rate there / at step 1", lrs[i] / start, "< " + fmt_num(opts.schedule_collapse) + " warns"});
+    f.cause = "a scheduler stepped every batch where its settings count epochs (StepLR's step size, "
+              "CosineAnnealingLR's T_max), or a decay too strong for the run's length";
+    f.fix = "call scheduler.step() once per epoch (or give its step size in optimizer steps), and check the "
+            "learning rate the run ends with";
+    out.push_back(std::move(f));
+    return out;
+  }
+  const auto peak = std::max_element(lrs.begin(), lrs.end());
+  if (*peak > opts.schedule_growth * start) {
+    Finding f = finding("the learning-rate schedule raises it " + fmt_num(*peak / start) + "x, to " + fmt_num(*peak) +
+                        " at step " + std::to_string(peak - lrs.begin() + 1));
+    f.evidence.push_back({"peak / step 1", *peak / start, "> " + fmt_num(opts.schedule_growth) + " warns"});
+    f.cause = "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, or a "
+              "scheduler applied twice";
+    f.fix = "check the scheduler's target and peak learning rate against the optimizer's";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 
 // ---- O6 update/weight ratios -----------------------------------------------------------------
 

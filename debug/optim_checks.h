@@ -95,6 +95,15 @@ struct OptimCheckOptions {
   double max_update_ratio = 1e-1;
   double min_weight_rms = 1e-6;       // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
   int64_t min_update_records = 3;     // measured steps needed before a weight is judged
+  // The schedule (the learning rate at every step): one that falls below
+  // schedule_collapse x its first value before schedule_collapse_by of the run has gone
+  // (a scheduler stepped per batch where it was written per epoch: StepLR(step_size=30)
+  // meant 30 epochs), or rises above schedule_growth x its first value, warns; so does a
+  // learning rate of 0 from the start. Judged from schedule_min_steps steps on.
+  double schedule_collapse = 1e-2;
+  double schedule_collapse_by = 0.5;
+  double schedule_growth = 10.0;
+  int64_t schedule_min_steps = 10;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
@@ -143,6 +152,12 @@ std::vector<Finding> check_finite_weights(const nn::Module& model);
 // (the loss barely moves), with L1's statistics as evidence. Empty otherwise.
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses,
                                             const OptimCheckOptions& opts = {});
+
+// O6 from the schedule: the learning rate at each optimizer step (Monitor records it). A
+// warning when it starts at 0, collapses early (below schedule_collapse x its start before
+// schedule_collapse_by of the steps) or grows past schedule_growth x its start. Empty otherwise.
+std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& learning_rates,
+                                          const OptimCheckOptions& opts = {});
 
 // O6 from the updates: attach() adds a pre- and a post-step hook to the
 // optimizer; on every `every`-th step (steps 1, 1 + every, ...) it measures,

@@ -377,3 +377,156 @@ TEST_CASE("docs/checks.md holds the diagnosis tables as the code has them") {
   CHECK_MESSAGE(doc.str().find("<!-- gradsleuth checks --causes -->\n" + tables) != std::string::npos,
                 "regenerate the tables in docs/checks.md with `gradsleuth checks --causes`");
 }
+
+// ---- bugs of the training loop and the schedule -------------------------------------------
+
+TEST_CASE("a scheduler stepped every batch instead of every epoch: O6's schedule finding leads") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool per_batch : {true, false}) {
+    CAPTURE(per_batch);
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
+    optim::StepLR sched(opt, 2, 0.1);  // meant: divide by 10 every 2 epochs
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 4; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce(model(b.x), b.y);
+        l.backward();
+        opt.step();
+        if (per_batch) sched.step();  // the bug: 15 batches per epoch, so /10 every 2 batches
+      }
+      if (!per_batch) sched.step();
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    if (per_batch) {
+      const json_mini::Value lead = lead_of(r);
+      REQUIRE(lead.kind == json_mini::Value::Object);
+      CHECK(lead.get("check")->str == "O6");
+      CHECK(lead.get("cause")->str == "lr-schedule");
+      const debug::Finding& f = r.findings.findings()[static_cast<size_t>(lead.get("index")->num)];
+      CHECK(f.title.find("cuts it 1000x by step 7 of 60") != std::string::npos);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
+
+TEST_CASE("one batch read before the loop and reused every step: D8 says the loop trains on one batch") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool reused : {true, false}) {
+    CAPTURE(reused);
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    const nn::Batch first = d.train->batch(0, 0);
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        const nn::Batch& use = reused ? first : b;  // the bug: the batch of the loop is never used
+        opt.zero_grad();
+        Tensor l = ce(model(use.x), use.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    if (reused) {
+      const json_mini::Value lead = lead_of(r);
+      REQUIRE(lead.kind == json_mini::Value::Object);
+      CHECK(lead.get("check")->str == "D8");
+      const debug::Finding& f = r.findings.findings()[static_cast<size_t>(lead.get("index")->num)];
+      CHECK(f.title.find("the same batch was fed again at 29 of 29 steps") == 0);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
+
+TEST_CASE("zero_grad between backward and step: O1 finds no gradient at the step, and leads") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool misplaced : {true, false}) {
+    CAPTURE(misplaced);
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        if (!misplaced) opt.zero_grad();
+        Tensor l = ce(model(b.x), b.y);
+        l.backward();
+        if (misplaced) opt.zero_grad();  // the bug: the gradients are gone before the step
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    if (misplaced) {
+      const json_mini::Value lead = lead_of(r);
+      REQUIRE(lead.kind == json_mini::Value::Object);
+      CHECK(lead.get("check")->str == "O1");
+      CHECK(lead.get("cause")->str == "no-backward");
+      CHECK(lead.get("confirmed")->b);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
+
+// Linear -> Dropout -> ReLU -> Linear.
+struct DropNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Dropout> drop = register_module("drop", std::make_shared<nn::Dropout>(0.3));
+  std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  DropNet() : Module("DropNet") {}
+  Tensor forward(const Tensor& x) override { return (*fc2)((*act)((*drop)((*fc1)(x)))); }
+};
+
+TEST_CASE("model.eval() left on while training: M2 says the model trains in evaluation mode") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool left_in_eval : {true, false}) {
+    CAPTURE(left_in_eval);
+    auto model = std::make_shared<DropNet>();
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 2; ++e) {
+      if (!left_in_eval) model->train();  // the bug: never switched back after the evaluation
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      model->eval();
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    if (left_in_eval) {
+      const json_mini::Value lead = lead_of(r);
+      REQUIRE(lead.kind == json_mini::Value::Object);
+      CHECK(lead.get("check")->str == "M2");
+      const debug::Finding& f = r.findings.findings()[static_cast<size_t>(lead.get("index")->num)];
+      CHECK(f.title.find("in eval mode: the model is trained in evaluation mode") != std::string::npos);
+      CHECK(f.module == "drop (Dropout)");
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
