@@ -19,7 +19,7 @@ int cmd_checks(const std::vector<std::string>& args) {
   a.flag("list", "list the checks (the default)");
   a.flag("json", "print [{\"id\":\"D1\",\"name\":...,\"implemented\":true,...}, ...] instead of the table");
   a.option("id", "ID", "show only this check (e.g. M7)");
-  a.flag("sources", "list the sources the checks cite, by full title");
+  a.flag("sources", "list the sources the checks cite: title, authors, year, URL or DOI");
   if (!a.parse()) return 0;
 
   if (a.has("sources")) {
@@ -28,14 +28,23 @@ int cmd_checks(const std::vector<std::string>& args) {
       bool first = true;
       for (const debug::SourceInfo& s : debug::all_sources()) {
         std::cout << (first ? "" : ",") << "{\"short\":" << json_str(s.short_name) << ",\"title\":"
-                  << json_str(s.title) << ",\"about\":" << json_str(s.about) << "}";
+                  << json_str(s.title) << ",\"authors\":" << json_str(s.authors) << ",\"year\":" << json_str(s.year)
+                  << ",\"link\":" << json_str(s.link) << ",\"no_link\":" << json_str(s.no_link)
+                  << ",\"compared\":" << json_bool(s.compared) << ",\"about\":" << json_str(s.about) << "}";
         first = false;
       }
       std::cout << "]\n";
       return 0;
     }
-    for (const debug::SourceInfo& s : debug::all_sources())
-      std::printf("%-26s %s\n%-26s   %s\n", s.short_name.c_str(), s.title.c_str(), "", s.about.c_str());
+    bool compared = false;
+    for (const debug::SourceInfo& s : debug::all_sources()) {
+      if (s.compared && !compared) {
+        std::printf("\nrelated tools and catalogues (docs/checks.md compares the checks with them):\n\n");
+        compared = true;
+      }
+      std::printf("%-26s %s\n%-26s   by:    %s (%s)\n%-26s   where: %s\n%-26s   %s\n", s.short_name.c_str(),
+                  s.title.c_str(), "", s.authors.c_str(), s.year.c_str(), "", s.where().c_str(), "", s.about.c_str());
+    }
     return 0;
   }
 

@@ -166,6 +166,7 @@ pre { background: #f7f7f7; border: 1px solid #e4e4e4; padding: 0.6em; overflow-x
 .graph svg { border: none; }
 svg text { font-family: system-ui, Helvetica, Arial, sans-serif; fill: #222; }
 .note { color: #666; font-size: 0.9em; }
+.fallback { background: #fff1d6; border: 1px solid #e0c080; padding: 0.4em 0.6em; }
 )";
 
 }  // namespace
@@ -514,12 +515,16 @@ std::string render_html(const HtmlReport& rep) {
     for (const Plot& p : rep.plots) os << figure(p);
   }
   if (!rep.graph_svg.empty() || !rep.graph_dot.empty()) {
-    os << "<h2>Autograd graph</h2>\n";
-    if (!rep.graph_svg.empty())
-      os << "<div class=\"graph\">\n" << embeddable_svg(rep.graph_svg) << "\n</div>\n";
-    else
-      os << "<p class=\"note\">Graphviz is not installed (apt-get install graphviz renders this as a picture); the "
-            "graph in DOT:</p>\n<pre>" << html_escape(rep.graph_dot) << "</pre>\n";
+    if (!rep.graph_svg.empty()) {
+      os << "<h2>Autograd graph</h2>\n<div class=\"graph\">\n" << embeddable_svg(rep.graph_svg) << "\n</div>\n";
+    } else {
+      // The fallback for a machine without Graphviz (scripts/setup.sh installs it).
+      os << "<h2>Autograd graph (fallback: DOT text, no picture)</h2>\n<p class=\"fallback\"><strong>Graphviz is "
+            "not installed</strong>, so the graph could not be drawn. Install it (scripts/setup.sh, or apt-get "
+            "install graphviz) and run again for a picture; until then, the graph in Graphviz's DOT language "
+            "(paste it into any DOT viewer):</p>\n<pre class=\"dot-fallback\">" << html_escape(rep.graph_dot)
+         << "</pre>\n";
+    }
   }
   for (const TextSection& t : rep.sections)
     os << "<h2>" << html_escape(t.title) << "</h2>\n<pre>" << html_escape(t.text) << "</pre>\n";

@@ -57,6 +57,28 @@ TEST_CASE("checks --list --json lists the 57 checks with id, name and implemente
   CHECK(d1[0] == "\"Debugging Training\" (course notes, advanced level)");
 }
 
+TEST_CASE("checks --sources prints each source's authors, year and URL or DOI, as text and as JSON") {
+  Run t = run_cli("checks --sources");
+  CHECK(t.status == 0);
+  CHECK(t.out.find("http://karpathy.github.io/2019/04/25/recipe/") != std::string::npos);
+  CHECK(t.out.find("by:    Andrej Karpathy (2019)") != std::string::npos);
+  CHECK(t.out.find("doi:10.14778/3415478.3415530") != std::string::npos);
+  CHECK(t.out.find("course notes, no public URL") != std::string::npos);
+  CHECK(t.out.find("related tools and catalogues") != std::string::npos);
+  Run r = run_cli("checks --sources --json");
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  REQUIRE(doc.kind == json_mini::Value::Array);
+  REQUIRE(doc.arr.size() >= 10);
+  for (const auto& s : doc.arr) {
+    INFO(s.get("short")->str);
+    CHECK_FALSE(s.get("authors")->str.empty());
+    CHECK_FALSE(s.get("year")->str.empty());
+    CHECK(s.get("link")->str.empty() != s.get("no_link")->str.empty());
+    CHECK(s.get("compared")->kind == json_mini::Value::Bool);
+  }
+}
+
 TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
   if (!have_data()) return;
   const std::string path = "zoo_subset_test.json";
