@@ -307,6 +307,35 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   }
   return r;
 }
+
+// The module that mixes the batch: the first leaf module, in the order the forward runs them,
+// whose output mixes the rows of its own input (mixing_once on the module alone, with the input
+// it got in the forward). "" when none does by itself (the mixing happens between modules, in a
+// model's own forward).
+std::string mixing_module(nn::Module& model, const Tensor& x, int64_t row, double tol) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> ran;  // in call order, with their inputs
+  std::vector<Tensor> inputs;
+  {
+    HookSet hooks;
+    for (const auto& [path, m] : leaf_modules(model))
+      hooks.pre(m, [&ran, &inputs, path = path, m = m](nn::Module&, const Tensor& in) {
+        ran.emplace_back(path, m);
+        inputs.push_back(in.defined() ? in.detach().clone() : in);
+      });
+    NoGradGuard ng;
+    model(x);
+  }
+  for (size_t k = 0; k < ran.size(); ++k) {
+    const Tensor& in = inputs[k];
+    if (!in.defined() || in.dim() < 1 || in.size(0) != x.size(0) || !in.is_floating_point()) continue;
+    try {
+      if (mixing_once(*ran[k].second, in, row, tol).coupled > 0) return module_label(ran[k].first, *ran[k].second);
+    } catch (const std::exception&) {
+      // An output without the input's batch dim: this module alone cannot be tested.
+    }
+  }
+  return "";
+}
 }  // namespace
 
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
@@ -363,6 +392,9 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
               (ev.coupled == 1 ? " other example" : " other examples") +
               " of the batch (in eval mode): the model mixes the batch";
     f.shape = shape_of(x);
+    // Where: the module that mixes rows of its own input, when one does (graph --check and the
+    // report's graph draw its ops in red).
+    f.module = mixing_module(model, x, row, o.mixing_tolerance);
     f.evidence = {{"|d out[i] / d x[i]|", ev.row_i, ""},
                   {"largest |d out[i] / d x[j]|, j != i", ev.other_max,
                    "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
@@ -371,8 +403,11 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.cause = "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
               "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
               "flatten that includes the batch";
-    f.fix = "find the op whose batch dim is not dim 0 any more (print shapes with gradsleuth's shape trace, M1): "
-            "use transpose/permute to reorder dims, and reduce over the feature dims only";
+    f.fix = (f.module.empty() ? std::string("find the op whose batch dim is not dim 0 any more")
+                              : "in " + f.module + " (its output rows mix its input rows when tested alone), find "
+                                "the op whose batch dim is not dim 0 any more") +
+            " (print shapes with gradsleuth's shape trace, M1): use transpose/permute to reorder dims, and reduce "
+            "over the feature dims only";
     out.push_back(std::move(f));
   } else if (self_blind) {
     Finding f;

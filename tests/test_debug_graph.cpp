@@ -11,6 +11,7 @@
 #include "core/saved_capture.h"
 #include "debug/finding.h"
 #include "debug/graph.h"
+#include "debug/model_checks.h"
 #include "nn/nn.h"
 
 namespace nn = gs::nn;
@@ -112,4 +113,34 @@ TEST_CASE("to_dot: tensors without history, the node cap, and labels that need e
   CHECK(count(cut, "\"mul\\n") <= 10);
   CHECK(cut.find("more nodes not drawn (max_nodes 10)") != std::string::npos);
   CHECK(cut.find("label=\"a \\\"quoted\\\" title\"") != std::string::npos);
+}
+
+TEST_CASE("M6 names the module that mixes the batch, and the graph draws that module's ops in red") {
+  gs::manual_seed(3);
+  auto mixer = std::make_shared<nn::Linear>(5, 4);
+  mixer->inject_bug(nn::Bug::B13);  // reshape where a transpose was meant
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>(),
+                                                mixer, std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 3));
+  Tensor x = gs::randn({8, 6});
+  const std::vector<debug::Finding> fs = debug::batch_mixing_test(*model, x);
+  auto err = std::find_if(fs.begin(), fs.end(), [](const debug::Finding& f) { return f.fires(); });
+  REQUIRE(err != fs.end());
+  CHECK(err->check == "M6");
+  CHECK(err->module == "2 (Linear)");  // the layer whose rows mix when it runs alone, not the layers after it
+  CHECK(err->fix.find("in 2 (Linear)") != std::string::npos);
+  Tensor out;
+  {
+    debug::GraphModuleTags tags(*model);
+    out = gs::sum((*model)(x));
+  }
+  const std::string dot = debug::to_dot(out, debug::DotOptions().params(model->named_parameters()).highlight(*err));
+  CAPTURE(dot);
+  // The reshape that interleaves the rows is one of the red ops; module 0's ops are not red.
+  const std::string reshape = line_with(dot, "in 2 (Linear)");
+  CHECK(reshape.find("color=red") != std::string::npos);
+  CHECK(count(dot, "color=red") >= 2);
+  CHECK(line_with(dot, "in 0 (Linear)").find("color=red") == std::string::npos);
+  // A clean model names nothing.
+  auto clean = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>());
+  for (const debug::Finding& f : debug::batch_mixing_test(*clean, x)) CHECK_FALSE(f.fires());
 }
