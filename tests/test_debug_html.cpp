@@ -432,7 +432,7 @@ TEST_CASE("the report leads with the earliest finding, its plots, and shows band
   CAPTURE(html);
   CHECK(check_balanced(html) == "");
   // The lead comes before the summary and the findings table.
-  const size_t lead_at = html.find("<section class=\"lead\">");
+  const size_t lead_at = html.find("<section class=\"lead\" data-check=\"M6\" data-module=\"1\" data-parameter=\"\">");
   REQUIRE(lead_at != std::string::npos);
   CHECK(lead_at < html.find("<h2>Findings</h2>"));
   CHECK(html.find("What went wrong first: M6") != std::string::npos);
