@@ -203,6 +203,24 @@ TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding 
     CHECK((line.find("in 1 (Linear)") != std::string::npos || line.find("1.weight\\n") != std::string::npos));
   }
   CHECK(red >= 2);
+  // B13 (a reshape where a transpose was meant): M6 names the Linear whose rows mix, and the
+  // ops of that module are red, the reshape (a view) among them.
+  Run mix = clitest::run_cli_all("graph --dot --model mlp --bug B13 --check");
+  REQUIRE(mix.status == 0);
+  CHECK(mix.out.find("graph: the lead finding: M6 batch-mixing gradient test") != std::string::npos);
+  std::istringstream mix_lines(mix.out);
+  int mix_red = 0;
+  bool reshape_red = false;
+  for (std::string line; std::getline(mix_lines, line);) {
+    if (line.find("color=red") == std::string::npos) continue;
+    ++mix_red;
+    CAPTURE(line);
+    CHECK(line.find("in 1 (Linear)") != std::string::npos);
+    reshape_red = reshape_red || line.find("label=\"reshape\\n") != std::string::npos ||
+                  line.find("label=\"view\\n") != std::string::npos;  // reshape of a contiguous tensor
+  }
+  CHECK(mix_red >= 2);
+  CHECK(reshape_red);
   Run bad = clitest::run_cli_all("graph --model rnn");
   CHECK(bad.status != 0);
   CHECK(bad.out.find("unknown --model 'rnn'") != std::string::npos);
