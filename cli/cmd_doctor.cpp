@@ -142,6 +142,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
   // training: their findings are stamped end_of_run, so the grouping (Report::groups) orders
   // them after the training steps.
   debug::Report extra;
+  std::string diagnosis_text;  // W5's report, a section of the HTML page
   debug::Report* sink = &extra;  // where a check that could not run is reported
   auto guarded = [&](const char* what, const std::function<void()>& f) {
     try {
@@ -163,6 +164,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
     guarded("the diagnosis report (W5)", [&] {
       debug::Diagnosis d = debug::diagnosis_report(*fresh.model, b0.x, b0.y, loss);
       extra.merge(d.findings);
+      diagnosis_text = d.text;
     });
     // M15: five batches to train on, the sixth held out.
     guarded("the input-independent baseline (M15)", [&] {
@@ -277,6 +279,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
     html.lead = std::move(l);
   }
   html.plots.insert(html.plots.begin(), loss_plot(r, clean, chance));
+  if (!diagnosis_text.empty()) html.sections.push_back({"Diagnosis report (W5, the fresh model on one batch)", diagnosis_text});
   html.sections.push_back({"Where the step time goes (W7 profiler, 10 steps)", profile_text});
   if (!memory_text.empty()) html.sections.push_back({"Memory (W8 memory report, one step)", memory_text});
   guarded("the autograd graph", [&] {
