@@ -257,9 +257,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
                      for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + debug::check_label(c);
                      return s;
                    }()}};
-  html.plots.push_back(debug::grad_norm_plot(r.history));
-  html.plots.push_back(debug::dead_unit_plot(r.history));
-  html.plots.push_back(debug::update_ratio_plot(r.history));
+  // Each history the run has (a model without ReLUs has no dead-unit history).
+  if (!r.history.grad_norms.empty()) html.plots.push_back(debug::grad_norm_plot(r.history));
+  if (!r.history.dead_fraction.empty()) html.plots.push_back(debug::dead_unit_plot(r.history));
+  if (!r.history.update_ratio.empty()) html.plots.push_back(debug::update_ratio_plot(r.history));
   html.findings = r.report;
   // The cause first: the earliest finding, with the plot made for it.
   if (const std::optional<debug::Finding> lead = debug::lead_finding(r.report)) {

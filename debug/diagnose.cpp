@@ -420,18 +420,21 @@ std::vector<std::string> names_of(const NamedSeries& s) {
   return out;
 }
 
-// The series `f` names first, then the rest, each group in its order; `named` gets their names.
+// The series `f` names first (its own parameter before the rest of its module's), then the
+// others, each group in its order; `named` gets the names of the first ones.
 NamedSeries focused(const NamedSeries& s, const Finding* f, std::vector<std::string>* named = nullptr) {
   if (!f) return s;
   const std::vector<std::string> names = names_of(s);
-  NamedSeries first, rest;
+  NamedSeries own, first, rest;
   for (const auto& e : s) {
     const bool n = names_series(*f, e.first, names);
-    (n ? first : rest).push_back(e);
-    if (n && named) named->push_back(e.first);
+    (!n ? rest : e.first == f->parameter ? own : first).push_back(e);
   }
-  first.insert(first.end(), rest.begin(), rest.end());
-  return first;
+  own.insert(own.end(), first.begin(), first.end());
+  if (named)
+    for (const auto& e : own) named->push_back(e.first);
+  own.insert(own.end(), rest.begin(), rest.end());
+  return own;
 }
 
 // Says which series the finding names, for a plot's caption.

@@ -314,6 +314,17 @@ TEST_CASE("the lead's plots show what it names: its parameters, its module's, or
   CHECK(svg.find("data-name=\"0.weight\"") != std::string::npos);
   CHECK(svg.find("class=\"floor\" data-name=\"0.weight\"") != std::string::npos);
   CHECK(svg.find(">0 / non-finite drawn at the floor</text>") != std::string::npos);
+  // A finding that names a parameter and its module lists the parameter first.
+  debug::Finding o1b;
+  o1b.check = "O1";
+  o1b.module = "0 (Linear)";
+  o1b.parameter = "0.bias";
+  const std::vector<debug::Plot> o1_plots = debug::lead_plots(o1b, h);
+  REQUIRE(o1_plots.size() == 1);  // no update-ratio history: the gradient norms only
+  REQUIRE(o1_plots[0].series.size() == 3);
+  CHECK(o1_plots[0].series[0].name == "0.bias");
+  CHECK(o1_plots[0].series[1].name == "0.weight");
+  CHECK(o1_plots[0].series[2].name == "3.weight");
   // A finding that names nothing in the history gets no gradient plot of its own.
   debug::Finding l1;
   l1.check = "L1";
