@@ -233,6 +233,7 @@ th, td { border: 1px solid #ddd; padding: 0.3em 0.6em; text-align: left; vertica
 td, .lead p { white-space: pre-wrap; }
 table, tr.follow-on > td { white-space: normal; }
 .lines { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.85em; }
+div.lines { white-space: pre-wrap; }
 th { background: #f4f4f4; }
 td.sev { font-weight: bold; white-space: nowrap; }
 tr.sev-error td.sev { background: #fbe3e3; color: #a40000; }
@@ -373,21 +374,20 @@ std::string render_svg(const Plot& plot) {
     os << "<line x1=\"" << coord(L - 5) << "\" y1=\"" << coord(py_axis(t)) << "\" x2=\"" << coord(L) << "\" y2=\""
        << coord(py_axis(t)) << "\"/>\n";
   os << "</g>\n";
-  // Tick labels, thinned: a label that would touch the one before it on its axis is left out
-  // (its tick mark and grid line stay).
+  // Tick labels, thinned: a label that would touch one already placed (on either axis) is left
+  // out; its tick mark and grid line stay.
   os << "<g class=\"tick-labels\" font-size=\"" << kTick << "\">\n";
   {
-    Layout xl;
+    Layout ticks;
     for (double t : ax.ticks) {
       const std::string s = tick_text(t);
-      if (xl.place(text_box(s, px(t), T + PH + 18, kTick, Anchor::Middle), 4.0))
+      if (ticks.place(text_box(s, px(t), T + PH + 18, kTick, Anchor::Middle), 4.0))
         os << "<text x=\"" << coord(px(t)) << "\" y=\"" << coord(T + PH + 18) << "\" text-anchor=\"middle\">"
            << html_escape(s) << "</text>\n";
     }
-    Layout yl;
     for (size_t k = 0; k < ay.ticks.size(); ++k) {
       const double y = py_axis(ay.ticks[k]) + 4;
-      if (yl.place(text_box(ytexts[k], L - 8, y, kTick, Anchor::End), 2.0))
+      if (ticks.place(text_box(ytexts[k], L - 8, y, kTick, Anchor::End), 2.0))
         os << "<text x=\"" << coord(L - 8) << "\" y=\"" << coord(y) << "\" text-anchor=\"end\">"
            << html_escape(ytexts[k]) << "</text>\n";
     }
@@ -642,6 +642,16 @@ const char* lines_class(const std::string& s) {
   return s.find('\n') == std::string::npos ? "" : " class=\"lines\"";
 }
 std::string text_cell(const std::string& s) { return std::string("<td") + lines_class(s) + ">" + html_escape(s) + "</td>"; }
+// Three lines or more: shown in a full-width row of its own (see render_html's findings table).
+bool is_long_text(const std::string& s) {
+  const std::string t = s.substr(0, s.find_last_not_of('\n') + 1);
+  return std::count(t.begin() + static_cast<std::ptrdiff_t>(std::min(t.find_first_not_of('\n'), t.size())), t.end(),
+                    '\n') >= 2;
+}
+std::string trim_newlines(const std::string& s) {
+  const size_t b = s.find_first_not_of('\n');
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of('\n') - b + 1);
+}
 
 std::string figure(const Plot& p) {
   return "<figure>\n" + render_svg(p) + "\n" +
@@ -705,11 +715,21 @@ std::string render_html(const HtmlReport& rep) {
         if (i) ev += "<br/>";
         ev += html_escape(e.name + " = " + fmt_num(e.value) + (e.rule.empty() ? "" : " (" + e.rule + ")"));
       }
+      // A cause or fix of several lines (a model summary, a per-module list) reads best at the
+      // table's width: in a row of its own under the finding, its cell pointing there.
+      const bool long_cause = is_long_text(f.cause), long_fix = is_long_text(f.fix);
       std::ostringstream r;
       r << "<tr class=\"" << severity_class(f.severity) << "\"><td class=\"sev\">" << severity_name(f.severity)
         << "</td><td>" << html_escape(check_label(f.check)) << "</td>" << text_cell(f.title) << "<td>"
-        << html_escape(f.location()) << "</td><td>" << ev << "</td>" << text_cell(f.cause) << text_cell(f.fix) << "<td>"
-        << f.count << (f.step >= 0 ? " (step " + std::to_string(f.step) + ")" : "") << "</td></tr>\n";
+        << html_escape(f.location()) << "</td><td>" << ev << "</td>"
+        << (long_cause ? "<td class=\"note\">(below)</td>" : text_cell(f.cause))
+        << (long_fix ? "<td class=\"note\">(below)</td>" : text_cell(f.fix)) << "<td>" << f.count
+        << (f.step >= 0 ? " (step " + std::to_string(f.step) + ")" : "") << "</td></tr>\n";
+      for (const auto& [label, text] : {std::pair<const char*, const std::string*>{"likely cause", &f.cause},
+                                         std::pair<const char*, const std::string*>{"fix", &f.fix}})
+        if (is_long_text(*text))
+          r << "<tr class=\"" << severity_class(f.severity) << " detail\"><td></td><td colspan=\"7\"><div class=\"lines\">"
+            << label << ":\n" << html_escape(trim_newlines(*text)) << "</div></td></tr>\n";
       return r.str();
     };
     const std::string head = "<tr><th>severity</th><th>check</th><th>what</th><th>where</th><th>evidence</th>"

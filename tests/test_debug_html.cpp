@@ -579,7 +579,7 @@ TEST_CASE("multi-line text keeps its line breaks: a model summary in a cause, a 
   f.check = "M1";
   f.severity = dbg::Severity::Warning;
   f.title = "model summary";
-  f.cause = "\n0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 <none>";
+  f.cause = "\n0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 <none>\n2 (Linear)  [8, 2]  10";
   f.fix = "one line";
   rep.findings.add(f);
   dbg::LeadFinding l;
@@ -589,8 +589,19 @@ TEST_CASE("multi-line text keeps its line breaks: a model summary in a cause, a 
   CHECK(check_balanced(html) == "");
   // Table cells keep their line breaks (white-space: pre-wrap), escaped; a multi-line one is fixed-width.
   CHECK(html.find("td, .lead p { white-space: pre-wrap; }") != std::string::npos);
-  CHECK(html.find("<td class=\"lines\">\n0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 &lt;none&gt;</td>") !=
+  // A cause of three lines or more gets a full-width row of its own under the finding.
+  CHECK(html.find("<td class=\"note\">(below)</td>") != std::string::npos);
+  CHECK(html.find("<tr class=\"sev-warning detail\"><td></td><td colspan=\"7\"><div class=\"lines\">likely cause:\n"
+                  "0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 &lt;none&gt;\n2 (Linear)  [8, 2]  10</div></td></tr>") !=
         std::string::npos);
+  // Two lines stay in their cell.
+  dbg::Finding two = f;
+  two.check = "M7";
+  two.cause = "first line\nsecond line";
+  dbg::HtmlReport rep2;
+  rep2.findings.add(two);
+  CHECK(dbg::render_html(rep2).find("<td class=\"lines\">first line\nsecond line</td>") != std::string::npos);
+  CHECK(html.find("div.lines { white-space: pre-wrap; }") != std::string::npos);
   CHECK(html.find("<td class=\"lines\">0 (Linear)  [8, 4]\n1 (ReLU)    [8, 4]</td>") != std::string::npos);
   CHECK(html.find("<td>one line</td>") != std::string::npos);
   CHECK(html.find("<p class=\"lines\">likely cause: \n0 (Linear)") != std::string::npos);
