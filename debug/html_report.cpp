@@ -243,6 +243,7 @@ tr.follow-on > td { background: #fafafa; }
 tr.follow-on summary { cursor: pointer; color: #555; }
 figure { margin: 1em 0; }
 figure svg { width: 100%; height: auto; }
+figure svg.heatmap { width: auto; max-width: 100%; }  /* at its own size: a 12 x 12 map is not blown up */
 figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
 svg { background: #fff; border: 1px solid #e4e4e4; }
 .lead { border: 2px solid #c33; border-radius: 6px; padding: 0.2em 1em 0.8em; background: #fff8f8; }
