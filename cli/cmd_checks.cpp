@@ -14,8 +14,8 @@ int cmd_checks(const std::vector<std::string>& args) {
   Args a("checks", args);
   a.about("Lists every check of the debug module (D1-D10 data, L1-L7 loss, M1-M20 model, O1-O6 optimisation,\n"
           "W1-W8 workflow) with its C++ entry point, whether it is implemented and the public sources it comes\n"
-          "from (short titles; --id and --sources give them in full). docs/checks.md explains each check: its\n"
-          "rule, thresholds and likely causes. --id shows one check in full.");
+          "from (short titles; --id gives them in full, --sources with authors, year and URL or DOI). docs/checks.md\n"
+          "explains each check: its rule, thresholds and likely causes. --id shows one check in full.");
   a.flag("list", "list the checks (the default)");
   a.flag("json", "print [{\"id\":\"D1\",\"name\":...,\"implemented\":true,...}, ...] instead of the table");
   a.option("id", "ID", "show only this check (e.g. M7)");
@@ -98,7 +98,7 @@ int cmd_checks(const std::vector<std::string>& args) {
                 c->implemented ? "yes" : "no", c->api.c_str(), debug::sources_str(*c).c_str());
     done += c->implemented ? 1 : 0;
   }
-  std::printf("%zu checks, %d implemented; sources by full title: gradsleuth checks --sources; "
+  std::printf("%zu checks, %d implemented; sources with authors, year and URL: gradsleuth checks --sources; "
               "each check's rule, thresholds and causes: docs/checks.md\n",
               rows.size(), done);
   return 0;
