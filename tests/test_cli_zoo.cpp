@@ -26,6 +26,12 @@ bool have_data() {
   return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 }
 
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
 std::vector<std::string> strings(const json_mini::Value* v) {
   std::vector<std::string> out;
   if (!v) return out;
@@ -221,6 +227,8 @@ TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding 
   }
   CHECK(mix_red >= 2);
   CHECK(reshape_red);
+  CHECK(mix.out.find("op view") != std::string::npos);  // the lead names the reshape
+  CHECK(count_of(mix.out, "peripheries=2") == 1);        // and only that view is marked, not the Flatten's
   Run bad = clitest::run_cli_all("graph --model rnn");
   CHECK(bad.status != 0);
   CHECK(bad.out.find("unknown --model 'rnn'") != std::string::npos);
