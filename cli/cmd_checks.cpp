@@ -15,12 +15,12 @@ int cmd_checks(const std::vector<std::string>& args) {
   Args a("checks", args);
   a.about("Lists every check of the debug module (D1-D16 data, L1-L8 loss, M1-M22 model, O1-O7 optimisation,\n"
           "W1-W9 workflow) with its C++ entry point, whether it is implemented and the public sources it comes\n"
-          "from (short titles; --id and --sources give them in full). docs/checks.md explains each check: its\n"
-          "rule, thresholds and likely causes. --id shows one check in full.");
+          "from (short titles; --id gives them in full, --sources with authors, year and URL or DOI). docs/checks.md\n"
+          "explains each check: its rule, thresholds and likely causes. --id shows one check in full.");
   a.flag("list", "list the checks (the default)");
   a.flag("json", "print [{\"id\":\"D1\",\"name\":...,\"implemented\":true,...}, ...] instead of the table");
   a.option("id", "ID", "show only this check (e.g. M7)");
-  a.flag("sources", "list the sources the checks cite, by full title");
+  a.flag("sources", "list the sources the checks cite: title, authors, year, URL or DOI");
   a.flag("causes", "print the diagnosis's tables (Markdown): each symptom's candidate causes, each cause's probe");
   if (!a.parse()) return 0;
 
@@ -35,14 +35,23 @@ int cmd_checks(const std::vector<std::string>& args) {
       bool first = true;
       for (const debug::SourceInfo& s : debug::all_sources()) {
         std::cout << (first ? "" : ",") << "{\"short\":" << json_str(s.short_name) << ",\"title\":"
-                  << json_str(s.title) << ",\"about\":" << json_str(s.about) << "}";
+                  << json_str(s.title) << ",\"authors\":" << json_str(s.authors) << ",\"year\":" << json_str(s.year)
+                  << ",\"link\":" << json_str(s.link) << ",\"no_link\":" << json_str(s.no_link)
+                  << ",\"compared\":" << json_bool(s.compared) << ",\"about\":" << json_str(s.about) << "}";
         first = false;
       }
       std::cout << "]\n";
       return 0;
     }
-    for (const debug::SourceInfo& s : debug::all_sources())
-      std::printf("%-26s %s\n%-26s   %s\n", s.short_name.c_str(), s.title.c_str(), "", s.about.c_str());
+    bool compared = false;
+    for (const debug::SourceInfo& s : debug::all_sources()) {
+      if (s.compared && !compared) {
+        std::printf("\nrelated tools and catalogues (docs/checks.md compares the checks with them):\n\n");
+        compared = true;
+      }
+      std::printf("%-26s %s\n%-26s   by:    %s (%s)\n%-26s   where: %s\n%-26s   %s\n", s.short_name.c_str(),
+                  s.title.c_str(), "", s.authors.c_str(), s.year.c_str(), "", s.where().c_str(), "", s.about.c_str());
+    }
     return 0;
   }
 
@@ -96,7 +105,7 @@ int cmd_checks(const std::vector<std::string>& args) {
                 c->implemented ? "yes" : "no", c->api.c_str(), debug::sources_str(*c).c_str());
     done += c->implemented ? 1 : 0;
   }
-  std::printf("%zu checks, %d implemented; sources by full title: gradsleuth checks --sources; "
+  std::printf("%zu checks, %d implemented; sources with authors, year and URL: gradsleuth checks --sources; "
               "each check's rule, thresholds and causes: docs/checks.md\n",
               rows.size(), done);
   return 0;

@@ -16,6 +16,7 @@
 #include "core/autograd.h"
 #include "debug/activation_stats.h"
 #include "debug/checks.h"
+#include "debug/diagnose.h"
 #include "debug/graph.h"
 #include "debug/html_report.h"
 #include "debug/memory.h"
@@ -53,27 +54,6 @@ debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug:
   return loss;
 }
 
-
-// Dead-unit fraction per ReLU layer over time. Healthy layers sit near 0, where their
-// lines overlap: each has its own dash pattern.
-debug::Plot dead_plot(const debug::zoo::RunResult& r) {
-  debug::Plot p = debug::series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, r.history.dead_fraction);
-  p.lines.push_back({0.7, "M7 flags a layer at 0.7"});
-  p.caption = "The share of each ReLU layer's units that output 0 for every example of a batch. Healthy layers "
-              "stay near 0 (their lines overlap there; each has its own dash pattern).";
-  return p;
-}
-
-// The update-to-weight ratio per parameter, with the healthy band around 1e-3.
-debug::Plot update_ratio_plot(const debug::zoo::RunResult& r) {
-  debug::Plot p = debug::series_plot("update-to-weight ratio per parameter", "||dw|| / ||w||", true, r.history.update_ratio);
-  p.bands.push_back({1e-4, 1e-2, "healthy: about 1e-3"});
-  p.lines.push_back({1e-5, "O6: too low below 1e-5"});
-  p.lines.push_back({1e-1, "O6: too high above 1e-1"});
-  p.caption = "How much each step changes a weight relative to its size. Around 1e-3 is healthy (Karpathy, "
-              "CS231n); far above means the learning rate is too high, far below too low or a frozen layer.";
-  return p;
-}
 
 // The batch-mixing Jacobian (M6): cell (i, j) is the size of d output[i] / d input[j] for
 // the first examples of a batch, in eval mode. A model that treats examples independently
@@ -163,6 +143,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
   // training: their findings are stamped end_of_run, so the grouping (Report::groups) orders
   // them after the training steps.
   debug::Report extra;
+  std::string diagnosis_text;  // W5's report, a section of the HTML page
   debug::Report* sink = &extra;  // where a check that could not run is reported
   auto guarded = [&](const char* what, const std::function<void()>& f) {
     try {
@@ -193,6 +174,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
     guarded("the diagnosis report (W5)", [&] {
       debug::Diagnosis d = debug::diagnosis_report(*fresh.model, b0.x, b0.y, loss);
       extra.merge(d.findings);
+      diagnosis_text = d.text;
     });
     // M15: five batches to train on, the sixth held out.
     guarded("the input-independent baseline (M15)", [&] {
@@ -285,9 +267,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
                      for (auto& c : r.fired) s += (s.empty() ? "" : ", ") + debug::check_label(c);
                      return s;
                    }()}};
-  html.plots.push_back(debug::series_plot("gradient norm per parameter", "||grad||", true, r.history.grad_norms));
-  html.plots.push_back(dead_plot(r));
-  html.plots.push_back(update_ratio_plot(r));
+  // Each history the run has (a model without ReLUs has no dead-unit history).
+  if (!r.history.grad_norms.empty()) html.plots.push_back(debug::grad_norm_plot(r.history));
+  if (!r.history.dead_fraction.empty()) html.plots.push_back(debug::dead_unit_plot(r.history));
+  if (!r.history.update_ratio.empty()) html.plots.push_back(debug::update_ratio_plot(r.history));
   html.findings = r.report;
   // The cause first: the diagnosis's lead (debug::analyse_causes), with the plot made for it.
   if (const std::optional<debug::Finding> lead = debug::lead_finding(r.report)) {
@@ -297,18 +280,15 @@ int cmd_doctor(const std::vector<std::string>& args) {
     // Its consequences (Report::groups), folded under it in the findings table.
     const std::vector<debug::FindingGroup> groups = r.report.groups();
     l.follow_on = groups.empty() ? 0 : static_cast<int64_t>(groups.front().follow_on.size());
-    const std::string& c = lead->check;
-    if (c == "M6") {
+    if (lead->check == "M6")
       guarded("the batch-mixing heat map", [&] { l.heatmaps.push_back(batch_mixing_map(bugs, o)); });
-    } else if (c == "M7") {
-      l.plots.push_back(dead_plot(r));
-    } else if (c == "O6" || c == "O1" || c == "M9") {
-      l.plots.push_back(update_ratio_plot(r));
-    }
+    // Its check's own plot and the gradient norms of what it names (the same as diagnose()'s report).
+    l.plots = debug::lead_plots(*lead, r.history);
     l.plots.push_back(loss_plot(r, clean, chance));
     html.lead = std::move(l);
   }
   html.plots.insert(html.plots.begin(), loss_plot(r, clean, chance));
+  if (!diagnosis_text.empty()) html.sections.push_back({"Diagnosis report (W5, the fresh model on one batch)", diagnosis_text});
   html.sections.push_back({"Where the step time goes (W7 profiler, 10 steps)", profile_text});
   if (!memory_text.empty()) html.sections.push_back({"Memory (W8 memory report, one step)", memory_text});
   guarded("the autograd graph", [&] {

@@ -2,6 +2,7 @@
 // (debug/graph.h), optionally with bugs switched on and the gate's findings highlighted.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "core/autograd.h"
 #include "debug/checks.h"
 #include "debug/graph.h"
+#include "debug/html_report.h"
 #include "debug/zoo.h"
 
 namespace gradsleuth::cli {
@@ -51,6 +53,10 @@ int cmd_graph(const std::vector<std::string>& args) {
     co.train_examples = 2000;
     co.test_examples = 1000;
     const debug::zoo::RunResult r = debug::zoo::run_variant(bugs, co);
+    if (const std::optional<debug::Finding> lead = debug::lead_finding(r.report))
+      std::fprintf(stderr, "graph: the lead finding: %s: %s (%s)\n", debug::check_label(lead->check).c_str(),
+                   lead->title.c_str(),
+                   lead->location().empty() ? "it names no module, op or parameter" : lead->location().c_str());
     int named = 0;
     for (const debug::Finding& f : r.report.findings())
       if (f.fires() && (!f.module.empty() || !f.op.empty() || !f.parameter.empty())) {

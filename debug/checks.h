@@ -10,14 +10,24 @@
 
 namespace gradsleuth::debug {
 
-// A public document a check comes from, cited by title.
+// A document a check comes from (or a tool docs/checks.md compares the checks with), cited so
+// that a reader can look it up: authors or organisation, title, year, and a URL or DOI.
 struct SourceInfo {
   std::string short_name;  // "Karpathy 2019": the form the table and CheckInfo::sources use
   std::string title;       // the full public title: Andrej Karpathy, "A Recipe for Training Neural Networks" (2019)
   std::string about;       // one line on what it covers
+  std::string authors;     // "Andrej Karpathy", "PyTorch contributors", "Amazon Web Services"
+  std::string year;        // "2019"; "current" for documentation that is kept up to date
+  std::string link;        // URLs and/or "doi:..." / "arXiv:...", "; "-separated; empty when there is none
+  std::string no_link;     // why there is no link ("course notes, no public URL"); empty when `link` is set
+  bool compared = false;   // a related tool or catalogue, not cited by a check (docs/checks.md compares them)
+
+  // "https://...; doi:10.14778/3415478.3415530", or the no_link note.
+  std::string where() const { return link.empty() ? no_link : link; }
 };
 
-// The sources the checks cite, in the order docs/checks.md lists them.
+// The sources, in the order docs/checks.md lists them: those the checks cite first, then the
+// related tools and catalogues (compared = true).
 const std::vector<SourceInfo>& all_sources();
 // The source whose short_name is `short_name`, or nullptr.
 const SourceInfo* find_source(std::string_view short_name);

@@ -37,6 +37,7 @@
 
 #include "debug/data_checks.h"
 #include "debug/finding.h"
+#include "debug/html_report.h"
 #include "debug/monitor.h"
 #include "nn/data.h"
 #include "nn/loss.h"
@@ -216,5 +217,27 @@ RunReport diagnose(nn::Module& model, LossFunction loss, optim::Optimizer& optim
 // The HTML report of a run (W6): summary, the leading finding, the loss / gradient-norm /
 // dead-unit / update-ratio plots, every finding, and the checks that did not run.
 void write_run_report(const std::string& path, const RunReport& r, const std::string& title);
+
+// ---- the plots of a run's history (write_run_report and `gradsleuth doctor`) ----------------
+// Gradient norm per parameter (log scale), dead-unit fraction per ReLU layer with M7's limit,
+// update-to-weight ratio per parameter with its healthy band and O6's limits; at most 12 series
+// each. With `focus`, the series the finding names (names_series) come first, so the limit never
+// cuts them; a zero (a dead layer's gradient) is drawn at the floor with a marker.
+Plot grad_norm_plot(const TrainingHistory& h, const Finding* focus = nullptr);
+Plot dead_unit_plot(const TrainingHistory& h, const Finding* focus = nullptr);
+Plot update_ratio_plot(const TrainingHistory& h, const Finding* focus = nullptr);
+
+// Whether the series `name` (a parameter "1.weight", or a layer "2 (ReLU)" of the dead-unit
+// history) is one that `f` names: its parameter, its module, or a parameter of its module
+// ("<module path>.weight", ".bias", ...). A module with no parameters of its own in `names` (a
+// ReLU) stands for the layer that feeds it: its nearest earlier sibling that has some ("2" -> "1"
+// in a Sequential), whose gradient is what a dead ReLU stops.
+bool names_series(const Finding& f, const std::string& name, const std::vector<std::string>& names);
+
+// The plots under the lead finding, from the run's history: its check's own plot (M7: dead units;
+// O1, O6, M9: update ratios) and, when it names parameters or a module that the history has
+// gradient norms of, their gradient norms; in each, the series it names first. The caller adds
+// the loss plot (and M6's heat map).
+std::vector<Plot> lead_plots(const Finding& lead, const TrainingHistory& h);
 
 }  // namespace gradsleuth::debug

@@ -53,7 +53,8 @@ bool in_module(const std::string& path, const std::set<std::string>& modules) {
 
 DotOptions& DotOptions::highlight(const Finding& f) {
   if (!f.module.empty()) modules_.insert(path_of(f.module));  // "1 (Linear)" -> "1"
-  if (!f.op.empty()) ops_.insert(f.op);
+  if (!f.op.empty() && !f.module.empty()) module_ops_.insert({path_of(f.module), f.op});
+  else if (!f.op.empty()) ops_.insert(f.op);
   if (!f.parameter.empty()) parameters_.insert(f.parameter);
   return *this;
 }
@@ -125,6 +126,9 @@ std::string to_dot(const Tensor& root, const DotOptions& o) {
     }
     const std::string module = n->context;
     const bool red = o.ops_.count(name) > 0 || (!module.empty() && in_module(path_of(module), o.modules_));
+    bool named_op = false;  // the op a finding names inside its module
+    for (const auto& [m, op] : o.module_ops_)
+      named_op = named_op || (op == name && !module.empty() && in_module(path_of(module), {m}));
     std::string label = name + "\n" + dtype_name(n->out_dtype) + shape_str(n->out_shape);
     if (!module.empty()) label += "\nin " + module;
     if (n->released()) {
@@ -140,7 +144,7 @@ std::string to_dot(const Tensor& root, const DotOptions& o) {
       }
     }
     os << "  n" << i << " [shape=ellipse" << (red ? ", style=filled, fillcolor=\"#f8d0d0\", color=red, penwidth=2" : "")
-       << ", label=" << q(label) << "];\n";
+       << (named_op ? ", peripheries=2" : "") << ", label=" << q(label) << "];\n";
   }
   os << "  n" << id.at(root.grad_fn().get()) << " -> out;\n";
   for (const Node* n : order)

@@ -40,7 +40,9 @@ struct DotOptions {
     return *this;
   }
   // Draws in red the op nodes of a module a finding names (its module path, "3" or
-  // "encoder.fc1"), the ops of its op name, and the leaf of its parameter.
+  // "encoder.fc1"), the ops of its op name, and the leaf of its parameter. A finding that names
+  // a module and an op means that op inside the module: those nodes get a double border, and the
+  // same op elsewhere (another module's view) stays as it is.
   DotOptions& highlight(const Finding& f);
   DotOptions& highlight_module(std::string path) {
     modules_.insert(std::move(path));
@@ -62,6 +64,7 @@ struct DotOptions {
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::set<std::string> modules_, ops_, parameters_;
+  std::set<std::pair<std::string, std::string>> module_ops_;  // {module path, op}
   const SavedCapture* saved_ = nullptr;
   size_t max_nodes_ = 400;  // larger graphs are cut, saying how many nodes were left out
   std::string title_;

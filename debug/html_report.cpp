@@ -135,6 +135,86 @@ std::string dash_attr(size_t series_index) {
   return *d ? std::string(" stroke-dasharray=\"") + d + "\"" : std::string();
 }
 
+// ---- label layout: no text drawn over another ---------------------------------------------
+// A label's box is estimated from its length: a glyph of the sans-serif fonts browsers pick
+// is at most ~0.65 em wide (0.72 em bold), and a line reaches ~0.95 em above its baseline and
+// ~0.25 em below it. The estimates err on the large side, so labels kept apart here are apart
+// in the browser too.
+constexpr double kGlyphEm = 0.65, kBoldGlyphEm = 0.72;
+
+// Characters, not bytes: UTF-8 continuation bytes do not count.
+size_t glyphs(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+double text_width(const std::string& s, double font, bool bold = false) {
+  return static_cast<double>(glyphs(s)) * font * (bold ? kBoldGlyphEm : kGlyphEm);
+}
+
+struct Box {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  bool hits(const Box& o, double gap) const {
+    return x0 < o.x1 + gap && o.x0 < x1 + gap && y0 < o.y1 + gap && o.y0 < y1 + gap;
+  }
+};
+enum class Anchor { Start, Middle, End };
+// The box of a label drawn at (x, baseline y) with SVG's text-anchor `a`.
+Box text_box(const std::string& s, double x, double y, double font, Anchor a) {
+  const double w = text_width(s, font);
+  const double x0 = a == Anchor::Start ? x : a == Anchor::Middle ? x - w / 2 : x - w;
+  return {x0, y - 0.95 * font, x0 + w, y + 0.25 * font};
+}
+// The labels placed so far: place() takes a label only where it keeps `gap` pixels from each.
+struct Layout {
+  std::vector<Box> boxes;
+  bool place(const Box& b, double gap) {
+    for (const Box& o : boxes)
+      if (b.hits(o, gap)) return false;
+    boxes.push_back(b);
+    return true;
+  }
+};
+
+// The first `n` characters of s (UTF-8 aware).
+std::string prefix_glyphs(const std::string& s, size_t n) {
+  size_t i = 0, seen = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (seen == n) break;
+      ++seen;
+    }
+  }
+  return s.substr(0, i);
+}
+// s cut to fit `width` pixels at `font`, ending in "..." when cut.
+std::string fit_text(const std::string& s, double width, double font) {
+  const auto n = static_cast<size_t>(std::max(0.0, width / (font * kGlyphEm)));
+  if (glyphs(s) <= n) return s;
+  return n <= 3 ? prefix_glyphs(s, n) : prefix_glyphs(s, n - 3) + "...";
+}
+// s broken into lines of at most `per_line` characters at spaces (a longer word is cut), at
+// most `max_lines` of them (the last ending in "..." when text is left over).
+std::vector<std::string> wrap_text(const std::string& s, size_t per_line, size_t max_lines) {
+  per_line = std::max<size_t>(per_line, 4);
+  std::vector<std::string> lines;
+  std::string rest = s;
+  while (!rest.empty()) {
+    if (lines.size() + 1 == max_lines || glyphs(rest) <= per_line) {
+      lines.push_back(glyphs(rest) <= per_line ? rest : prefix_glyphs(rest, per_line - 3) + "...");
+      break;
+    }
+    std::string head = prefix_glyphs(rest, per_line + 1);
+    size_t cut = head.find_last_of(' ');
+    if (cut == std::string::npos || cut == 0) cut = prefix_glyphs(rest, per_line).size();
+    lines.push_back(rest.substr(0, cut));
+    rest = rest.substr(cut);
+    while (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
+  }
+  if (lines.empty()) lines.push_back("");
+  return lines;
+}
+
 const char* severity_class(Severity s) {
   switch (s) {
     case Severity::Error: return "sev-error";
@@ -151,6 +231,11 @@ h1 { font-size: 1.6em; }
 h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #ddd; padding: 0.3em 0.6em; text-align: left; vertical-align: top; font-size: 0.92em; }
+/* A multi-line title, cause, fix, evidence or summary value keeps its line breaks (and indentation). */
+td, .lead p { white-space: pre-wrap; }
+table, tr.follow-on > td { white-space: normal; }
+.lines { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.85em; }
+div.lines { white-space: pre-wrap; }
 th { background: #f4f4f4; }
 td.sev { font-weight: bold; white-space: nowrap; }
 tr.sev-error td.sev { background: #fbe3e3; color: #a40000; }
@@ -160,6 +245,7 @@ tr.follow-on > td { background: #fafafa; }
 tr.follow-on summary { cursor: pointer; color: #555; }
 figure { margin: 1em 0; }
 figure svg { width: 100%; height: auto; }
+figure svg.heatmap { width: auto; max-width: 100%; }  /* at its own size: a 12 x 12 map is not blown up */
 figcaption { color: #444; font-size: 0.9em; margin-top: 0.3em; }
 svg { background: #fff; border: 1px solid #e4e4e4; }
 .lead { border: 2px solid #c33; border-radius: 6px; padding: 0.2em 1em 0.8em; background: #fff8f8; }
@@ -168,6 +254,7 @@ pre { background: #f7f7f7; border: 1px solid #e4e4e4; padding: 0.6em; overflow-x
 .graph svg { border: none; }
 svg text { font-family: system-ui, Helvetica, Arial, sans-serif; fill: #222; }
 .note { color: #666; font-size: 0.9em; }
+.fallback { background: #fff1d6; border: 1px solid #e0c080; padding: 0.4em 0.6em; }
 )";
 
 }  // namespace
@@ -194,23 +281,29 @@ std::string html_escape(const std::string& s) {
 
 // ---- SVG plots ------------------------------------------------------------------------
 std::string render_svg(const Plot& plot) {
-  // Canvas and plot area, in SVG pixels.
-  constexpr double W = 900, H = 400, L = 72, R = 200, T = 42, B = 58;
-  constexpr double PW = W - L - R, PH = H - T - B;
+  // Canvas, legend column and margins, in SVG pixels; the left margin grows with the y tick labels.
+  constexpr double W = 980, H = 400, R = 280, T = 42, B = 58;
+  constexpr double kTick = 11, kLegend = 11, kAxisTitle = 12;
 
-  // Data ranges over the points that will be drawn.
-  auto usable = [&](double x, double y) { return std::isfinite(x) && std::isfinite(y) && (!plot.log_y || y > 0.0); };
+  // A point is drawn where its value is when it is finite (and > 0 on a log axis); a zero or
+  // non-finite value is drawn at the floor of the y axis with a marker; only a point whose x is
+  // not finite cannot be placed.
+  auto usable = [&](double y) { return std::isfinite(y) && (!plot.log_y || y > 0.0); };
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-  size_t drawn = 0, dropped = 0;
+  size_t drawn = 0, floored = 0, dropped = 0;
   for (const Series& s : plot.series) {
     const size_t n = std::min(s.x.size(), s.y.size());
     for (size_t i = 0; i < n; ++i) {
-      if (!usable(s.x[i], s.y[i])) {
+      if (!std::isfinite(s.x[i])) {
         ++dropped;
         continue;
       }
-      const double y = plot.log_y ? std::log10(s.y[i]) : s.y[i];
       xlo = std::min(xlo, s.x[i]), xhi = std::max(xhi, s.x[i]);
+      if (!usable(s.y[i])) {
+        ++floored;
+        continue;
+      }
+      const double y = plot.log_y ? std::log10(s.y[i]) : s.y[i];
       ylo = std::min(ylo, y), yhi = std::max(yhi, y);
       ++drawn;
     }
@@ -218,15 +311,31 @@ std::string render_svg(const Plot& plot) {
   // Reference lines and bands are part of the y range: a chance level or a healthy band far
   // from the data is the point of drawing it.
   auto take_y = [&](double y) {
-    if (!std::isfinite(y) || (plot.log_y && y <= 0.0)) return;
+    if (!usable(y)) return;
     const double v = plot.log_y ? std::log10(y) : y;
     ylo = std::min(ylo, v), yhi = std::max(yhi, v);
   };
   if (drawn > 0) {
     for (const RefLine& l : plot.lines) take_y(l.y);
     for (const Band& b : plot.bands) take_y(b.lo), take_y(b.hi);
+    // The floor sits below the smallest value drawn (a decade on a log axis), so a point at
+    // the floor is never mistaken for the smallest one.
+    if (floored > 0 && plot.log_y) ylo -= 1.0;
+    if (floored > 0 && !plot.log_y) {  // halves first: the span of +-1e308 overflows a double
+      const double lower = ylo - std::max((yhi / 2 - ylo / 2) * 0.2, std::fabs(ylo) * 1e-3);
+      ylo = std::isfinite(lower) ? lower : -std::numeric_limits<double>::max();
+    }
   }
   const Axis ax = make_axis(xlo, xhi, false), ay = make_axis(ylo, yhi, plot.log_y);
+  std::vector<std::string> ytexts;
+  double ytick_w = 0.0;
+  for (double t : ay.ticks) {
+    ytexts.push_back(plot.log_y ? log_tick_text(t) : tick_text(t));
+    ytick_w = std::max(ytick_w, text_width(ytexts.back(), kTick));
+  }
+  // Left to right: the rotated y-axis title, a gap, the tick labels, the tick marks.
+  const double L = std::max(72.0, ytick_w + 34.0);
+  const double PW = W - L - R, PH = H - T - B;
   // Positions are computed on the clipped range and kept inside the plot area, so
   // every coordinate written is finite (a clipped axis says so in its label).
   auto clip = [](double v, double lo, double hi) { return std::isfinite(v) ? std::clamp(v, lo, hi) : lo; };
@@ -234,6 +343,7 @@ std::string render_svg(const Plot& plot) {
     return clip(L + (clip(x, -kAxisClip, kAxisClip) - ax.lo) / (ax.hi - ax.lo) * PW, L, L + PW);
   };
   auto py = [&](double y) {
+    if (!usable(y)) return T + PH;  // the floor
     const double v = plot.log_y ? std::log10(y) : clip(y, -kAxisClip, kAxisClip);
     return clip(T + PH - (v - ay.lo) / (ay.hi - ay.lo) * PH, T, T + PH);
   };
@@ -267,86 +377,167 @@ std::string render_svg(const Plot& plot) {
     os << "<line x1=\"" << coord(L - 5) << "\" y1=\"" << coord(py_axis(t)) << "\" x2=\"" << coord(L) << "\" y2=\""
        << coord(py_axis(t)) << "\"/>\n";
   os << "</g>\n";
-  os << "<g class=\"tick-labels\" font-size=\"11\">\n";
-  for (double t : ax.ticks)
-    os << "<text x=\"" << coord(px(t)) << "\" y=\"" << coord(T + PH + 18) << "\" text-anchor=\"middle\">"
-       << html_escape(tick_text(t)) << "</text>\n";
-  for (double t : ay.ticks)
-    os << "<text x=\"" << coord(L - 8) << "\" y=\"" << coord(py_axis(t) + 4) << "\" text-anchor=\"end\">"
-       << html_escape(plot.log_y ? log_tick_text(t) : tick_text(t)) << "</text>\n";
+  // Tick labels, thinned: a label that would touch one already placed (on either axis) is left
+  // out; its tick mark and grid line stay.
+  os << "<g class=\"tick-labels\" font-size=\"" << kTick << "\">\n";
+  {
+    Layout ticks;
+    for (double t : ax.ticks) {
+      const std::string s = tick_text(t);
+      if (ticks.place(text_box(s, px(t), T + PH + 18, kTick, Anchor::Middle), 4.0))
+        os << "<text x=\"" << coord(px(t)) << "\" y=\"" << coord(T + PH + 18) << "\" text-anchor=\"middle\">"
+           << html_escape(s) << "</text>\n";
+    }
+    for (size_t k = 0; k < ay.ticks.size(); ++k) {
+      const double y = py_axis(ay.ticks[k]) + 4;
+      if (ticks.place(text_box(ytexts[k], L - 8, y, kTick, Anchor::End), 2.0))
+        os << "<text x=\"" << coord(L - 8) << "\" y=\"" << coord(y) << "\" text-anchor=\"end\">"
+           << html_escape(ytexts[k]) << "</text>\n";
+    }
+  }
   os << "</g>\n";
-  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(H - 14) << "\" text-anchor=\"middle\" font-size=\"12\">"
-     << html_escape(plot.x_label + (ax.clipped ? " (clipped to +-1e306)" : "")) << "</text>\n";
-  const std::string ylab = plot.y_label + (plot.log_y ? " (log scale)" : "") + (ay.clipped ? " (clipped to +-1e306)" : "");
-  if (dropped)
-    os << "<text class=\"dropped\" x=\"" << coord(L + PW) << "\" y=\"" << coord(T - 6)
-       << "\" text-anchor=\"end\" font-size=\"11\" fill=\"#999\">" << dropped << " point" << (dropped == 1 ? "" : "s")
-       << " not drawn (non-finite" << (plot.log_y ? " or <= 0" : "") << ")</text>\n";
-  os << "<text x=\"16\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 16 "
-     << coord(T + PH / 2) << ")\">" << html_escape(ylab) << "</text>\n";
-  if (drawn == 0)
-    os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(T + PH / 2)
-       << "\" text-anchor=\"middle\" font-size=\"13\" fill=\"#999\">no finite points to draw</text>\n";
+  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(H - 14) << "\" text-anchor=\"middle\" font-size=\""
+     << kAxisTitle << "\">" << html_escape(plot.x_label + (ax.clipped ? " (clipped to +-1e306)" : "")) << "</text>\n";
+  const std::string ylab = fit_text(
+      plot.y_label + (plot.log_y ? " (log scale)" : "") + (ay.clipped ? " (clipped to +-1e306)" : ""), PH, kAxisTitle);
+  const double ylab_x = L - 8 - ytick_w - 9;  // the rotated title's glyphs reach ~0.95 em left of it, 0.25 em right
+  os << "<text x=\"" << coord(ylab_x) << "\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\""
+     << kAxisTitle << "\" transform=\"rotate(-90 " << coord(ylab_x) << " " << coord(T + PH / 2) << ")\">"
+     << html_escape(ylab) << "</text>\n";
 
+  // Labels inside the plot area: each where it does not cover another; one that finds no free
+  // place is left to the legend, which lists every line and band.
+  Layout inside;
+  if (drawn == 0) {
+    const std::string s = "no finite points to draw";
+    inside.place(text_box(s, L + PW / 2, T + PH / 2, 13, Anchor::Middle), 2.0);
+    os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(T + PH / 2)
+       << "\" text-anchor=\"middle\" font-size=\"13\" fill=\"#999\">" << s << "</text>\n";
+  }
   // Bands and reference lines under the data.
   if (drawn > 0) {
     for (const Band& b : plot.bands) {
-      if (!std::isfinite(b.lo) || !std::isfinite(b.hi) || (plot.log_y && (b.lo <= 0.0 || b.hi <= 0.0))) continue;
+      if (!usable(b.lo) || !usable(b.hi)) continue;
       const double y1 = py(std::max(b.lo, b.hi)), y2 = py(std::min(b.lo, b.hi));
       os << "<rect class=\"band\" x=\"" << coord(L) << "\" y=\"" << coord(y1) << "\" width=\"" << coord(PW)
          << "\" height=\"" << coord(std::max(y2 - y1, 1.0)) << "\" fill=\"#2ca02c\" fill-opacity=\"0.12\"/>\n";
-      os << "<text x=\"" << coord(L + 6) << "\" y=\"" << coord(y1 + 13) << "\" font-size=\"11\" fill=\"#1d6b1d\">"
-         << html_escape(b.label) << "</text>\n";
+      for (double y : {y1 + 13, y2 - 4, y1 - 4}) {
+        const std::string s = fit_text(b.label, PW - 12, kLegend);
+        if (y < T + kLegend || y > T + PH - 2 || !inside.place(text_box(s, L + 6, y, kLegend, Anchor::Start), 2.0))
+          continue;
+        os << "<text x=\"" << coord(L + 6) << "\" y=\"" << coord(y) << "\" font-size=\"" << kLegend
+           << "\" fill=\"#1d6b1d\">" << html_escape(s) << "</text>\n";
+        break;
+      }
     }
     for (const RefLine& l : plot.lines) {
-      if (!std::isfinite(l.y) || (plot.log_y && l.y <= 0.0)) continue;
+      if (!usable(l.y)) continue;
       const double y = py(l.y);
       os << "<line class=\"refline\" x1=\"" << coord(L) << "\" y1=\"" << coord(y) << "\" x2=\"" << coord(L + PW)
          << "\" y2=\"" << coord(y) << "\" stroke=\"#555\" stroke-width=\"1.2\" stroke-dasharray=\"7 4\"/>\n";
-      os << "<text x=\"" << coord(L + PW - 4) << "\" y=\"" << coord(y - 5) << "\" text-anchor=\"end\" font-size=\"11\" "
-         << "fill=\"#444\">" << html_escape(l.label) << "</text>\n";
+      for (double ty : {y - 5, y + 14}) {
+        const std::string s = fit_text(l.label, PW - 12, kLegend);
+        if (ty < T + kLegend || ty > T + PH - 2 ||
+            !inside.place(text_box(s, L + PW - 4, ty, kLegend, Anchor::End), 2.0))
+          continue;
+        os << "<text x=\"" << coord(L + PW - 4) << "\" y=\"" << coord(ty) << "\" text-anchor=\"end\" font-size=\""
+           << kLegend << "\" fill=\"#444\">" << html_escape(s) << "</text>\n";
+        break;
+      }
     }
   }
 
   // One polyline per series (and a dot where a series has a single point,
   // which a polyline alone would not show). Colours cycle with the palette and
-  // dash patterns with a shorter cycle, so two series never share both.
+  // dash patterns with a shorter cycle, so two series never share both. Points at
+  // the floor (zero or non-finite) carry an x marker.
   for (size_t si = 0; si < plot.series.size(); ++si) {
     const Series& s = plot.series[si];
     const char* colour = kPalette[si % kPaletteSize];
-    std::string pts;
+    std::string pts, marks;
     size_t count = 0;
     double lastx = 0, lasty = 0;
     const size_t n = std::min(s.x.size(), s.y.size());
     for (size_t i = 0; i < n; ++i) {
-      if (!usable(s.x[i], s.y[i])) continue;
+      if (!std::isfinite(s.x[i])) continue;
       lastx = px(s.x[i]), lasty = py(s.y[i]);
       if (count++) pts += ' ';
       pts += coord(lastx) + "," + coord(lasty);
+      if (!usable(s.y[i])) marks += "M" + coord(lastx - 3.5) + " " + coord(lasty - 3.5) + "l7 7m0 -7l-7 7";
     }
     os << "<polyline class=\"series\" data-name=\"" << html_escape(s.name) << "\" fill=\"none\" stroke=\"" << colour
        << "\" stroke-width=\"" << (si == 0 ? "2.2" : "1.6") << "\" stroke-linejoin=\"round\"" << dash_attr(si)
        << " points=\"" << pts << "\"/>\n";
     if (count == 1)
       os << "<circle cx=\"" << coord(lastx) << "\" cy=\"" << coord(lasty) << "\" r=\"3\" fill=\"" << colour << "\"/>\n";
+    if (!marks.empty())
+      os << "<path class=\"floor\" data-name=\"" << html_escape(s.name) << "\" d=\"" << marks << "\" stroke=\""
+         << colour << "\" stroke-width=\"1.6\" fill=\"none\"/>\n";
   }
 
-  // Legend, right of the plot area.
-  os << "<g class=\"legend\" font-size=\"11\">\n";
-  const double lx = L + PW + 14;
-  for (size_t si = 0; si < plot.series.size(); ++si) {
-    const double ly = T + 8 + 18.0 * static_cast<double>(si);
-    if (ly > H - 10) {
-      os << "<text x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\">... " << plot.series.size() - si
+  // Legend, right of the plot area: one entry per series, reference line and band, then the
+  // notes; each entry on rows of its own (a long name wraps), so no two overlap. What does not
+  // fit the column's height is counted on a last row.
+  struct Entry {
+    enum Kind { Line, Ref, Band, Floor, Note } kind;
+    size_t series;
+    std::string text;
+  };
+  std::vector<Entry> entries;
+  for (size_t si = 0; si < plot.series.size(); ++si) entries.push_back({Entry::Line, si, plot.series[si].name});
+  if (drawn > 0) {
+    for (const RefLine& l : plot.lines)
+      if (usable(l.y)) entries.push_back({Entry::Ref, 0, l.label});
+    for (const Band& b : plot.bands)
+      if (usable(b.lo) && usable(b.hi)) entries.push_back({Entry::Band, 0, b.label});
+  }
+  if (floored)
+    entries.push_back({Entry::Floor, 0, std::string(plot.log_y ? "0 / non-finite" : "non-finite") + " drawn at the floor"});
+  if (dropped)
+    entries.push_back({Entry::Note, 0, std::to_string(dropped) + " point" + (dropped == 1 ? "" : "s") +
+                                           " not drawn (x not finite)"});
+  os << "<g class=\"legend\" font-size=\"" << kLegend << "\">\n";
+  const double lx = L + PW + 14, row = 16, text_x = lx + 26;
+  const size_t per_row = static_cast<size_t>((W - text_x - 4) / (kLegend * kGlyphEm));
+  double ly = T + 8;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const Entry& en = entries[e];
+    const std::vector<std::string> lines = wrap_text(en.text.empty() ? "(unnamed)" : en.text, per_row, 3);
+    const bool last = e + 1 == entries.size();
+    // Room for this entry, and (unless it is the last) for the "... more" row after it.
+    if (ly + row * static_cast<double>(lines.size() - 1 + (last ? 0 : 1)) > H - 8) {
+      os << "<text x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\">... " << entries.size() - e
          << " more</text>\n";
       break;
     }
-    std::string name = plot.series[si].name;
-    if (name.size() > 26) name = name.substr(0, 24) + "...";
-    os << "<line x1=\"" << coord(lx) << "\" y1=\"" << coord(ly - 4) << "\" x2=\"" << coord(lx + 20) << "\" y2=\""
-       << coord(ly - 4) << "\" stroke=\"" << kPalette[si % kPaletteSize] << "\" stroke-width=\"2.5\"" << dash_attr(si)
-       << "/>\n";
-    os << "<text x=\"" << coord(lx + 26) << "\" y=\"" << coord(ly) << "\">" << html_escape(name) << "</text>\n";
+    const double my = ly - 4;
+    switch (en.kind) {
+      case Entry::Line:
+        os << "<line x1=\"" << coord(lx) << "\" y1=\"" << coord(my) << "\" x2=\"" << coord(lx + 20) << "\" y2=\""
+           << coord(my) << "\" stroke=\"" << kPalette[en.series % kPaletteSize] << "\" stroke-width=\"2.5\""
+           << dash_attr(en.series) << "/>\n";
+        break;
+      case Entry::Ref:
+        os << "<line x1=\"" << coord(lx) << "\" y1=\"" << coord(my) << "\" x2=\"" << coord(lx + 20) << "\" y2=\""
+           << coord(my) << "\" stroke=\"#555\" stroke-width=\"1.2\" stroke-dasharray=\"7 4\"/>\n";
+        break;
+      case Entry::Band:
+        os << "<rect x=\"" << coord(lx) << "\" y=\"" << coord(my - 5) << "\" width=\"20\" height=\"10\" "
+           << "fill=\"#2ca02c\" fill-opacity=\"0.25\"/>\n";
+        break;
+      case Entry::Floor:
+        os << "<path d=\"M" << coord(lx + 6.5) << " " << coord(my - 3.5) << "l7 7m0 -7l-7 7\" stroke=\"#444\" "
+           << "stroke-width=\"1.6\" fill=\"none\"/>\n";
+        break;
+      case Entry::Note: break;
+    }
+    for (size_t k = 0; k < lines.size(); ++k) {
+      os << "<text x=\"" << coord(text_x) << "\" y=\"" << coord(ly) << "\""
+         << (en.kind == Entry::Note || en.kind == Entry::Floor ? " class=\"note\" fill=\"#666\"" : "") << ">"
+         << html_escape(lines[k]) << "</text>\n";
+      ly += row;
+    }
+    ly += 3;
   }
   os << "</g>\n</svg>";
   return os.str();
@@ -356,12 +547,16 @@ std::string render_svg(const Plot& plot) {
 std::string render_heatmap(const HeatMap& h) {
   GS_CHECK(h.rows >= 0 && h.cols >= 0 && h.values.size() == static_cast<size_t>(h.rows * h.cols), "render_heatmap",
            "values hold ", h.values.size(), " numbers for a ", h.rows, "x", h.cols, " map");
-  constexpr double L = 60, T = 42, R = 110, B = 50, cell_max = 28;
+  constexpr double T = 42, R = 110, B = 50, cell_max = 28, kTick = 10;
   const double cell = h.rows > 0 && h.cols > 0
                           ? std::min(cell_max, 600.0 / static_cast<double>(std::max(h.rows, h.cols)))
                           : cell_max;
+  // Left to right: the rotated y-axis title, a gap, the row indices, the cells.
+  const double ytick_w = h.rows > 0 ? text_width(std::to_string(h.rows - 1), kTick) : 0.0;
+  const double L = std::max(60.0, ytick_w + 34.0);
   const double PW = cell * static_cast<double>(h.cols), PH = cell * static_cast<double>(h.rows);
-  const double W = L + std::max(PW, 200.0) + R, H = T + std::max(PH, 40.0) + B;
+  const double W = std::max(L + std::max(PW, 200.0) + R, L + text_width(h.title, 15, true) + 12);
+  const double H = T + std::max(PH, 40.0) + B;
   double vmax = 0.0;
   size_t nonfinite = 0;
   for (double v : h.values) {
@@ -390,11 +585,30 @@ std::string render_heatmap(const HeatMap& h) {
          << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << i << ", " << j << ": " << html_escape(fmt_num(v))
          << "</title></rect>\n";
     }
-  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(T + PH + 22) << "\" text-anchor=\"middle\" font-size=\"12\">"
+  // Example indices on both axes, thinned like a plot's tick labels when the cells are small.
+  os << "<g class=\"tick-labels\" font-size=\"" << kTick << "\">\n";
+  {
+    Layout xl, yl;
+    for (int64_t j = 0; j < h.cols; ++j) {
+      const std::string s = std::to_string(j);
+      const double x = L + cell * (static_cast<double>(j) + 0.5), y = T + PH + 13;
+      if (xl.place(text_box(s, x, y, kTick, Anchor::Middle), 3.0))
+        os << "<text x=\"" << coord(x) << "\" y=\"" << coord(y) << "\" text-anchor=\"middle\">" << s << "</text>\n";
+    }
+    for (int64_t i = 0; i < h.rows; ++i) {
+      const std::string s = std::to_string(i);
+      const double y = T + cell * (static_cast<double>(i) + 0.5) + 3.5;
+      if (yl.place(text_box(s, L - 5, y, kTick, Anchor::End), 1.0))
+        os << "<text x=\"" << coord(L - 5) << "\" y=\"" << coord(y) << "\" text-anchor=\"end\">" << s << "</text>\n";
+    }
+  }
+  os << "</g>\n";
+  const double xlab_y = T + std::max(PH, 40.0) + 32, ylab_x = L - 5 - ytick_w - 9;
+  os << "<text x=\"" << coord(L + PW / 2) << "\" y=\"" << coord(xlab_y) << "\" text-anchor=\"middle\" font-size=\"12\">"
      << html_escape(h.x_label) << "</text>\n";
-  os << "<text x=\"" << coord(L - 12) << "\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" "
-     << "transform=\"rotate(-90 " << coord(L - 12) << " " << coord(T + PH / 2) << ")\">" << html_escape(h.y_label)
-     << "</text>\n";
+  os << "<text x=\"" << coord(ylab_x) << "\" y=\"" << coord(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" "
+     << "transform=\"rotate(-90 " << coord(ylab_x) << " " << coord(T + PH / 2) << ")\">"
+     << html_escape(fit_text(h.y_label, std::max(PH, 40.0) + 40, 12)) << "</text>\n";
   // Scale: white = 0, dark red = the largest |value|.
   const double sx = L + PW + 20;
   os << "<rect x=\"" << coord(sx) << "\" y=\"" << coord(T) << "\" width=\"14\" height=\"14\" fill=\"#b41414\"/>"
@@ -447,6 +661,23 @@ std::string embeddable_svg(const std::string& svg) {
   return p == std::string::npos ? std::string() : svg.substr(p);
 }
 
+// Text of several lines (a model summary in a finding's cause, a report) is set in a fixed-width
+// font, so its columns line up; the style sheet keeps the line breaks of every table cell.
+const char* lines_class(const std::string& s) {
+  return s.find('\n') == std::string::npos ? "" : " class=\"lines\"";
+}
+std::string text_cell(const std::string& s) { return std::string("<td") + lines_class(s) + ">" + html_escape(s) + "</td>"; }
+// Three lines or more: shown in a full-width row of its own (see render_html's findings table).
+bool is_long_text(const std::string& s) {
+  const std::string t = s.substr(0, s.find_last_not_of('\n') + 1);
+  return std::count(t.begin() + static_cast<std::ptrdiff_t>(std::min(t.find_first_not_of('\n'), t.size())), t.end(),
+                    '\n') >= 2;
+}
+std::string trim_newlines(const std::string& s) {
+  const size_t b = s.find_first_not_of('\n');
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of('\n') - b + 1);
+}
+
 std::string figure(const Plot& p) {
   return "<figure>\n" + render_svg(p) + "\n" +
          (p.caption.empty() ? std::string() : "<figcaption>" + html_escape(p.caption) + "</figcaption>\n") + "</figure>\n";
@@ -470,11 +701,14 @@ std::string render_html(const HtmlReport& rep) {
   if (rep.lead) {
     const LeadFinding& l = *rep.lead;
     const Finding& f = l.finding;
-    os << "<section class=\"lead\">\n<h2>What went wrong first: " << html_escape(check_label(f.check)) << "</h2>\n";
+    // What the lead names, for tools that check the page (scripts/check_report_browser.sh).
+    os << "<section class=\"lead\" data-check=\"" << html_escape(f.check) << "\" data-module=\""
+       << html_escape(f.module) << "\" data-parameter=\"" << html_escape(f.parameter)
+       << "\">\n<h2>What went wrong first: " << html_escape(check_label(f.check)) << "</h2>\n";
     os << "<p><strong>" << severity_name(f.severity) << ":</strong> " << html_escape(f.title) << "</p>\n";
     if (!f.location().empty()) os << "<p>where: " << html_escape(f.location()) << "</p>\n";
-    if (!f.cause.empty()) os << "<p>likely cause: " << html_escape(f.cause) << "</p>\n";
-    if (!f.fix.empty()) os << "<p>fix: " << html_escape(f.fix) << "</p>\n";
+    if (!f.cause.empty()) os << "<p" << lines_class(f.cause) << ">likely cause: " << html_escape(f.cause) << "</p>\n";
+    if (!f.fix.empty()) os << "<p" << lines_class(f.fix) << ">fix: " << html_escape(f.fix) << "</p>\n";
     if (!l.why.empty() || l.follow_on > 0)
       os << "<p class=\"note\">" << html_escape(l.why)
          << (l.follow_on > 0 ? (l.why.empty() ? "" : "; ") + std::string("and ") + std::to_string(l.follow_on) +
@@ -489,7 +723,7 @@ std::string render_html(const HtmlReport& rep) {
   if (!rep.summary.empty()) {
     os << "<h2>Summary</h2>\n<table class=\"summary\">\n";
     for (const auto& [k, v] : rep.summary)
-      os << "<tr><th>" << html_escape(k) << "</th><td>" << html_escape(v) << "</td></tr>\n";
+      os << "<tr><th>" << html_escape(k) << "</th>" << text_cell(v) << "</tr>\n";
     os << "</table>\n";
   }
 
@@ -506,12 +740,21 @@ std::string render_html(const HtmlReport& rep) {
         if (i) ev += "<br/>";
         ev += html_escape(e.name + " = " + fmt_num(e.value) + (e.rule.empty() ? "" : " (" + e.rule + ")"));
       }
+      // A cause or fix of several lines (a model summary, a per-module list) reads best at the
+      // table's width: in a row of its own under the finding, its cell pointing there.
+      const bool long_cause = is_long_text(f.cause), long_fix = is_long_text(f.fix);
       std::ostringstream r;
       r << "<tr class=\"" << severity_class(f.severity) << "\"><td class=\"sev\">" << severity_name(f.severity)
-        << "</td><td>" << html_escape(check_label(f.check)) << "</td><td>" << html_escape(f.title) << "</td><td>"
-        << html_escape(f.location()) << "</td><td>" << ev << "</td><td>" << html_escape(f.cause) << "</td><td>"
-        << html_escape(f.fix) << "</td><td>" << f.count << (f.step >= 0 ? " (step " + std::to_string(f.step) + ")" : "")
-        << "</td></tr>\n";
+        << "</td><td>" << html_escape(check_label(f.check)) << "</td>" << text_cell(f.title) << "<td>"
+        << html_escape(f.location()) << "</td><td>" << ev << "</td>"
+        << (long_cause ? "<td class=\"note\">(below)</td>" : text_cell(f.cause))
+        << (long_fix ? "<td class=\"note\">(below)</td>" : text_cell(f.fix)) << "<td>" << f.count
+        << (f.step >= 0 ? " (step " + std::to_string(f.step) + ")" : "") << "</td></tr>\n";
+      for (const auto& [label, text] : {std::pair<const char*, const std::string*>{"likely cause", &f.cause},
+                                         std::pair<const char*, const std::string*>{"fix", &f.fix}})
+        if (is_long_text(*text))
+          r << "<tr class=\"" << severity_class(f.severity) << " detail\"><td></td><td colspan=\"7\"><div class=\"lines\">"
+            << label << ":\n" << html_escape(trim_newlines(*text)) << "</div></td></tr>\n";
       return r.str();
     };
     const std::string head = "<tr><th>severity</th><th>check</th><th>what</th><th>where</th><th>evidence</th>"
@@ -538,12 +781,16 @@ std::string render_html(const HtmlReport& rep) {
     for (const Plot& p : rep.plots) os << figure(p);
   }
   if (!rep.graph_svg.empty() || !rep.graph_dot.empty()) {
-    os << "<h2>Autograd graph</h2>\n";
-    if (!rep.graph_svg.empty())
-      os << "<div class=\"graph\">\n" << embeddable_svg(rep.graph_svg) << "\n</div>\n";
-    else
-      os << "<p class=\"note\">Graphviz is not installed (apt-get install graphviz renders this as a picture); the "
-            "graph in DOT:</p>\n<pre>" << html_escape(rep.graph_dot) << "</pre>\n";
+    if (!rep.graph_svg.empty()) {
+      os << "<h2>Autograd graph</h2>\n<div class=\"graph\">\n" << embeddable_svg(rep.graph_svg) << "\n</div>\n";
+    } else {
+      // The fallback for a machine without Graphviz (scripts/setup.sh installs it).
+      os << "<h2>Autograd graph (fallback: DOT text, no picture)</h2>\n<p class=\"fallback\"><strong>Graphviz is "
+            "not installed</strong>, so the graph could not be drawn. Install it (scripts/setup.sh, or apt-get "
+            "install graphviz) and run again for a picture; until then, the graph in Graphviz's DOT language "
+            "(paste it into any DOT viewer):</p>\n<pre class=\"dot-fallback\">" << html_escape(rep.graph_dot)
+         << "</pre>\n";
+    }
   }
   for (const TextSection& t : rep.sections)
     os << "<h2>" << html_escape(t.title) << "</h2>\n<pre>" << html_escape(t.text) << "</pre>\n";

@@ -25,8 +25,10 @@
 
 namespace gradsleuth::debug {
 
-// One curve: y[i] at x[i]. Points where x or y is NaN/Inf (or y <= 0 on a log
-// axis) are skipped; the line joins the points on either side.
+// One curve: y[i] at x[i]. A y that is NaN/Inf (or <= 0 on a log axis) is drawn at the
+// floor of the y axis with an x marker, and the legend says so ("0 / non-finite drawn at
+// the floor"): a dead layer's gradient norm of 0 stays visible. Only a point whose x is
+// not finite is left out (the legend counts it); the line joins the points on either side.
 struct Series {
   std::string name;
   std::vector<double> x, y;
@@ -98,11 +100,13 @@ std::optional<Finding> lead_finding(const Report& r);
 // Why it leads, in one line: confirmed by what, what was ruled out or is left.
 std::string lead_why(const Report& r);
 
-// One heat map as an <svg> element.
+// One heat map as an <svg> element, with the row and column indices on its axes.
 std::string render_heatmap(const HeatMap& h);
 
-// The whole page. Every text is HTML-escaped; each plot is one <svg> with one
-// <polyline> per series; void elements are written self-closed ("<meta .../>").
+// The whole page. Every text is HTML-escaped, and text of several lines keeps its line
+// breaks; each plot is one <svg> with one <polyline> per series, its labels laid out so
+// that none overlaps another (legend entries on rows of their own, tick labels thinned);
+// void elements are written self-closed ("<meta .../>").
 std::string render_html(const HtmlReport& report);
 // One plot as an <svg> element (what render_html embeds).
 std::string render_svg(const Plot& plot);

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/autograd.h"
 #include "core/generator.h"
@@ -307,6 +308,60 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   }
   return r;
 }
+
+// The op of module `m` that makes the batch's rows out of a tensor whose dim 0 was not the
+// batch: a view (every reshape is one) from [M, B] to [B, M] where a transpose was meant. Read off
+// the autograd graph of `m` run alone on `in`; "" when there is no such op, or more than one.
+std::string batch_reshape_op(nn::Module& m, const Tensor& in) {
+  const int64_t B = in.size(0);
+  Tensor xi = in.detach().clone().requires_grad_(true);
+  Tensor out = m(xi);
+  if (!out.defined() || !out.grad_fn()) return "";
+  std::vector<const Node*> todo{out.grad_fn().get()};
+  std::set<const Node*> seen;
+  int found = 0;
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    const bool into_rows = std::strcmp(n->name(), "view") == 0 && !n->out_shape.empty() && n->out_shape[0] == B &&
+                           !n->next_edges.empty() && !n->next_edges[0].shape.empty() &&
+                           n->next_edges[0].shape[0] != B;
+    found += into_rows ? 1 : 0;
+    for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+  }
+  return found == 1 ? "view" : "";
+}
+
+// Where the batch is mixed: the first leaf module, in the order the forward runs them, whose
+// output mixes the rows of its own input (mixing_once on the module alone, with the input it got
+// in the forward), as {module label, op} (the op when batch_reshape_op names one). Both "" when
+// no module does by itself (the mixing happens between modules, in a model's own forward).
+std::pair<std::string, std::string> mixing_module(nn::Module& model, const Tensor& x, int64_t row, double tol) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> ran;  // in call order, with their inputs
+  std::vector<Tensor> inputs;
+  {
+    HookSet hooks;
+    for (const auto& [path, m] : leaf_modules(model))
+      hooks.pre(m, [&ran, &inputs, path = path, m = m](nn::Module&, const Tensor& in) {
+        ran.emplace_back(path, m);
+        inputs.push_back(in.defined() ? in.detach().clone() : in);
+      });
+    NoGradGuard ng;
+    model(x);
+  }
+  for (size_t k = 0; k < ran.size(); ++k) {
+    const Tensor& in = inputs[k];
+    if (!in.defined() || in.dim() < 1 || in.size(0) != x.size(0) || !in.is_floating_point()) continue;
+    try {
+      if (mixing_once(*ran[k].second, in, row, tol).coupled > 0)
+        return {module_label(ran[k].first, *ran[k].second), batch_reshape_op(*ran[k].second, in)};
+    } catch (const std::exception&) {
+      // An output without the input's batch dim: this module alone cannot be tested.
+    }
+  }
+  return {};
+}
 }  // namespace
 
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
@@ -363,6 +418,9 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
               (ev.coupled == 1 ? " other example" : " other examples") +
               " of the batch (in eval mode): the model mixes the batch";
     f.shape = shape_of(x);
+    // Where: the module that mixes rows of its own input, when one does (graph --check and the
+    // report's graph draw its ops in red).
+    std::tie(f.module, f.op) = mixing_module(model, x, row, o.mixing_tolerance);
     f.evidence = {{"|d out[i] / d x[i]|", ev.row_i, ""},
                   {"largest |d out[i] / d x[j]|, j != i", ev.other_max,
                    "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
@@ -371,8 +429,13 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.cause = "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
               "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
               "flatten that includes the batch";
-    f.fix = "find the op whose batch dim is not dim 0 any more (print shapes with gradsleuth's shape trace, M1): "
-            "use transpose/permute to reorder dims, and reduce over the feature dims only";
+    f.fix = (f.module.empty() ? std::string("find the op whose batch dim is not dim 0 any more")
+             : !f.op.empty()   ? "in " + f.module + " (its output rows mix its input rows when tested alone), its " +
+                                   f.op + " (a reshape) makes rows out of a tensor whose dim 0 is not the batch"
+                               : "in " + f.module + " (its output rows mix its input rows when tested alone), find "
+                                 "the op whose batch dim is not dim 0 any more") +
+            " (print shapes with gradsleuth's shape trace, M1): use transpose/permute to reorder dims, and reduce "
+            "over the feature dims only";
     out.push_back(std::move(f));
   } else if (self_blind) {
     Finding f;

@@ -2,7 +2,7 @@
 # Checks for the system packages gradsleuth needs and installs the missing ones
 # with apt-get when run as root. Cheap checks only (files and commands), so a
 # second run costs well under a second. Set GS_SKIP_SETUP=1 to skip it entirely.
-#   scripts/setup.sh [--browser]   --browser: also Chromium and Graphviz (optional extras)
+#   scripts/setup.sh [--browser]   --browser: also Chromium (an optional extra)
 set -euo pipefail
 
 if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
@@ -36,11 +36,14 @@ need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-f
 # MPI for data-parallel training (dist/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
 need_file /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev
 need_cmd mpirun openmpi-bin
-# Optional extras, only when asked for: --browser installs Chromium (the report_browser test
-# renders doctor's HTML report in it) and Graphviz (SVG pictures of the autograd graph).
+# Graphviz's `dot`: the autograd graph as an SVG picture (gradsleuth graph, and the graph section of
+# the HTML reports); without it they fall back to the DOT text.
+need_cmd dot graphviz
+# Optional extra, only when asked for: --browser installs Chromium (the report_browser test
+# renders doctor's HTML report in it).
 for arg in "$@"; do
   case "$arg" in
-    --browser) need_cmd chromium chromium; need_cmd dot graphviz ;;
+    --browser) need_cmd chromium chromium ;;
     *) echo "setup: unknown option '$arg' (known: --browser)" >&2; exit 2 ;;
   esac
 done

@@ -26,6 +26,12 @@ bool have_data() {
   return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 }
 
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
 std::vector<std::string> strings(const json_mini::Value* v) {
   std::vector<std::string> out;
   if (!v) return out;
@@ -55,6 +61,28 @@ TEST_CASE("checks --list --json lists the 62 checks with id, name and implemente
   const std::vector<std::string> d1 = strings(doc.arr[0].get("sources"));
   REQUIRE_FALSE(d1.empty());
   CHECK(d1[0] == "\"Debugging Training\" (course notes, advanced level)");
+}
+
+TEST_CASE("checks --sources prints each source's authors, year and URL or DOI, as text and as JSON") {
+  Run t = run_cli("checks --sources");
+  CHECK(t.status == 0);
+  CHECK(t.out.find("http://karpathy.github.io/2019/04/25/recipe/") != std::string::npos);
+  CHECK(t.out.find("by:    Andrej Karpathy (2019)") != std::string::npos);
+  CHECK(t.out.find("doi:10.14778/3415478.3415530") != std::string::npos);
+  CHECK(t.out.find("course notes, no public URL") != std::string::npos);
+  CHECK(t.out.find("related tools and catalogues") != std::string::npos);
+  Run r = run_cli("checks --sources --json");
+  CHECK(r.status == 0);
+  json_mini::Value doc = json_mini::parse(r.out);
+  REQUIRE(doc.kind == json_mini::Value::Array);
+  REQUIRE(doc.arr.size() >= 10);
+  for (const auto& s : doc.arr) {
+    INFO(s.get("short")->str);
+    CHECK_FALSE(s.get("authors")->str.empty());
+    CHECK_FALSE(s.get("year")->str.empty());
+    CHECK(s.get("link")->str.empty() != s.get("no_link")->str.empty());
+    CHECK(s.get("compared")->kind == json_mini::Value::Bool);
+  }
 }
 
 TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
@@ -181,6 +209,26 @@ TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding 
     CHECK((line.find("in 1 (Linear)") != std::string::npos || line.find("1.weight\\n") != std::string::npos));
   }
   CHECK(red >= 2);
+  // B13 (a reshape where a transpose was meant): M6 names the Linear whose rows mix, and the
+  // ops of that module are red, the reshape (a view) among them.
+  Run mix = clitest::run_cli_all("graph --dot --model mlp --bug B13 --check");
+  REQUIRE(mix.status == 0);
+  CHECK(mix.out.find("graph: the lead finding: M6 batch-mixing gradient test") != std::string::npos);
+  std::istringstream mix_lines(mix.out);
+  int mix_red = 0;
+  bool reshape_red = false;
+  for (std::string line; std::getline(mix_lines, line);) {
+    if (line.find("color=red") == std::string::npos) continue;
+    ++mix_red;
+    CAPTURE(line);
+    CHECK(line.find("in 1 (Linear)") != std::string::npos);
+    reshape_red = reshape_red || line.find("label=\"reshape\\n") != std::string::npos ||
+                  line.find("label=\"view\\n") != std::string::npos;  // reshape of a contiguous tensor
+  }
+  CHECK(mix_red >= 2);
+  CHECK(reshape_red);
+  CHECK(mix.out.find("op view") != std::string::npos);  // the lead names the reshape
+  CHECK(count_of(mix.out, "peripheries=2") == 1);        // and only that view is marked, not the Flatten's
   Run bad = clitest::run_cli_all("graph --model rnn");
   CHECK(bad.status != 0);
   CHECK(bad.out.find("unknown --model 'rnn'") != std::string::npos);

@@ -306,3 +306,67 @@ TEST_CASE("Session on an own loop that raises: error() makes the finding, finish
   CHECK(r.stopped.rfind("training stopped at step 1: ", 0) == 0);
   CHECK(skipped(r, "O1-O6"));
 }
+
+TEST_CASE("the lead's plots show what it names: its parameters, its module's, or the layer feeding a ReLU") {
+  const std::vector<std::string> names{"0.weight", "0.bias", "3.weight", "3.bias", "enc.1.weight", "enc.1.bias"};
+  auto named = [&](const debug::Finding& f) {
+    std::vector<std::string> out;
+    for (const std::string& n : names)
+      if (debug::names_series(f, n, names)) out.push_back(n);
+    return out;
+  };
+  debug::Finding o1;
+  o1.check = "O1";
+  o1.parameter = "3.weight";
+  CHECK(named(o1) == std::vector<std::string>{"3.weight"});
+  debug::Finding m6;
+  m6.check = "M6";
+  m6.module = "3 (Linear)";
+  CHECK(named(m6) == std::vector<std::string>{"3.weight", "3.bias"});
+  // A ReLU has no parameters: it stands for the layer feeding it, the nearest earlier sibling with some.
+  debug::Finding m7;
+  m7.check = "M7";
+  m7.module = "2 (ReLU)";
+  CHECK(named(m7) == std::vector<std::string>{"0.weight", "0.bias"});
+  CHECK(debug::names_series(m7, "2 (ReLU)", names));  // its own dead-unit series
+  CHECK_FALSE(debug::names_series(m7, "4 (ReLU)", names));
+  m7.module = "enc.2 (ReLU)";
+  CHECK(named(m7) == std::vector<std::string>{"enc.1.weight", "enc.1.bias"});
+  debug::Finding whole;
+  whole.module = "(model)";
+  CHECK(named(whole).empty());
+
+  // M7 on a layer whose gradient is exactly 0: its check's plot and the gradient norms, each
+  // starting with the named series; the zeros are drawn at the floor, not dropped.
+  debug::TrainingHistory h;
+  h.dead_fraction = {{"4 (ReLU)", {{1, 0.1}, {2, 0.1}}}, {"2 (ReLU)", {{1, 0.9}, {2, 1.0}}}};
+  h.grad_norms = {{"3.weight", {{1, 0.5}, {2, 0.4}}}, {"0.weight", {{1, 0.0}, {2, 0.0}}}, {"0.bias", {{1, 0.0}, {2, 0.0}}}};
+  m7.module = "2 (ReLU)";
+  const std::vector<debug::Plot> plots = debug::lead_plots(m7, h);
+  REQUIRE(plots.size() == 2);
+  CHECK(plots[0].title == "dead-unit fraction per ReLU layer");
+  CHECK(plots[0].series.front().name == "2 (ReLU)");
+  CHECK(plots[1].title == "gradient norm per parameter");
+  CHECK(plots[1].series.front().name == "0.weight");
+  CHECK(plots[1].series.size() == 3);
+  CHECK(plots[1].caption.find("0.weight, 0.bias") != std::string::npos);
+  const std::string svg = debug::render_svg(plots[1]);
+  CHECK(svg.find("data-name=\"0.weight\"") != std::string::npos);
+  CHECK(svg.find("class=\"floor\" data-name=\"0.weight\"") != std::string::npos);
+  CHECK(svg.find(">0 / non-finite drawn at the floor</text>") != std::string::npos);
+  // A finding that names a parameter and its module lists the parameter first.
+  debug::Finding o1b;
+  o1b.check = "O1";
+  o1b.module = "0 (Linear)";
+  o1b.parameter = "0.bias";
+  const std::vector<debug::Plot> o1_plots = debug::lead_plots(o1b, h);
+  REQUIRE(o1_plots.size() == 1);  // no update-ratio history: the gradient norms only
+  REQUIRE(o1_plots[0].series.size() == 3);
+  CHECK(o1_plots[0].series[0].name == "0.bias");
+  CHECK(o1_plots[0].series[1].name == "0.weight");
+  CHECK(o1_plots[0].series[2].name == "3.weight");
+  // A finding that names nothing in the history gets no gradient plot of its own.
+  debug::Finding l1;
+  l1.check = "L1";
+  CHECK(debug::lead_plots(l1, h).empty());
+}

@@ -11,6 +11,7 @@
 #include "core/saved_capture.h"
 #include "debug/finding.h"
 #include "debug/graph.h"
+#include "debug/model_checks.h"
 #include "nn/nn.h"
 
 namespace nn = gs::nn;
@@ -112,4 +113,49 @@ TEST_CASE("to_dot: tensors without history, the node cap, and labels that need e
   CHECK(count(cut, "\"mul\\n") <= 10);
   CHECK(cut.find("more nodes not drawn (max_nodes 10)") != std::string::npos);
   CHECK(cut.find("label=\"a \\\"quoted\\\" title\"") != std::string::npos);
+}
+
+TEST_CASE("M6 names the module that mixes the batch, and the graph draws that module's ops in red") {
+  gs::manual_seed(3);
+  auto mixer = std::make_shared<nn::Linear>(5, 4);
+  mixer->inject_bug(nn::Bug::B13);  // reshape where a transpose was meant
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>(),
+                                                mixer, std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 3));
+  Tensor x = gs::randn({8, 6});
+  const std::vector<debug::Finding> fs = debug::batch_mixing_test(*model, x);
+  auto err = std::find_if(fs.begin(), fs.end(), [](const debug::Finding& f) { return f.fires(); });
+  REQUIRE(err != fs.end());
+  CHECK(err->check == "M6");
+  CHECK(err->module == "2 (Linear)");  // the layer whose rows mix when it runs alone, not the layers after it
+  CHECK(err->fix.find("in 2 (Linear)") != std::string::npos);
+  CHECK(err->op == "view");  // the reshape from [4, 8] to [8, 4]: rows made of a tensor whose dim 0 is not the batch
+  CHECK(err->location() == "module 2 (Linear), op view, shape [8, 6]");
+  Tensor out;
+  {
+    debug::GraphModuleTags tags(*model);
+    out = gs::sum((*model)(x));
+  }
+  const std::string dot = debug::to_dot(out, debug::DotOptions().params(model->named_parameters()).highlight(*err));
+  CAPTURE(dot);
+  // The module's ops are red, the reshape that interleaves the rows with a double border;
+  // module 0's ops are not red.
+  CHECK(line_with(dot, "in 2 (Linear)").find("color=red") != std::string::npos);
+  CHECK(count(dot, "color=red") >= 2);
+  const std::string reshape = line_with(dot, "label=\"view\\n");
+  CHECK(reshape.find("in 2 (Linear)") != std::string::npos);
+  CHECK(reshape.find("peripheries=2") != std::string::npos);
+  CHECK(count(dot, "peripheries=2") == 1);
+  CHECK(line_with(dot, "in 0 (Linear)").find("color=red") == std::string::npos);
+  // A softmax over the batch dim: the module is named, no reshape is.
+  auto head = std::make_shared<nn::LogSoftmax>(1);
+  head->inject_bug(nn::Bug::B14);
+  auto soft = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 3), head);
+  const std::vector<debug::Finding> fs14 = debug::batch_mixing_test(*soft, x);
+  auto err14 = std::find_if(fs14.begin(), fs14.end(), [](const debug::Finding& f) { return f.fires(); });
+  REQUIRE(err14 != fs14.end());
+  CHECK(err14->module == "1 (LogSoftmax)");
+  CHECK(err14->op.empty());
+  // A clean model names nothing.
+  auto clean = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>());
+  for (const debug::Finding& f : debug::batch_mixing_test(*clean, x)) CHECK_FALSE(f.fires());
 }

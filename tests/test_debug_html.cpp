@@ -145,34 +145,45 @@ TEST_CASE("the HTML report is well formed, escaped, with one svg per plot and on
   CHECK(check_balanced("<p><b></p></b>") != "");  // the checker itself can fail
 }
 
-TEST_CASE("plots skip NaN and Inf points, draw inside the axes, and put larger values higher") {
+TEST_CASE("plots draw NaN and Inf values at the floor with a marker, draw inside the axes, and put larger values higher") {
   dbg::Plot p{"t", "step", "v", false, {}, {}, {}, ""};
   p.series.push_back({"s", {0, 1, 2, 3, 4, std::nan("")}, {1.0, std::nan(""), 3.0, INFINITY, 2.0, 5.0}});
   const std::string svg = dbg::render_svg(p);
   CHECK(check_balanced(svg) == "");
   const auto pts = points_of(svg, "s");
-  REQUIRE(pts.size() == 3);  // (0,1), (2,3), (4,2)
-  CHECK(pts[0].first < pts[1].first);
-  CHECK(pts[1].first < pts[2].first);
-  CHECK(pts[1].second < pts[2].second);  // 3 is above 2 (SVG y grows downwards)
-  CHECK(pts[2].second < pts[0].second);  // 2 is above 1
+  REQUIRE(pts.size() == 5);  // (0,1), (1,floor), (2,3), (3,floor), (4,2); the point at x = NaN cannot be placed
+  for (size_t i = 1; i < pts.size(); ++i) CHECK(pts[i - 1].first < pts[i].first);
+  CHECK(pts[2].second < pts[4].second);  // 3 is above 2 (SVG y grows downwards)
+  CHECK(pts[4].second < pts[0].second);  // 2 is above 1
+  CHECK(pts[1].second == doctest::Approx(400.0 - 58.0));  // NaN at the floor of the plot area
+  CHECK(pts[3].second == doctest::Approx(400.0 - 58.0));  // Inf too
+  CHECK(pts[0].second < 400.0 - 58.0);
   for (const auto& [x, y] : pts) {
     CHECK(x >= 72.0);
-    CHECK(x <= 900.0 - 200.0);  // the plot area: canvas width minus the legend column
+    CHECK(x <= 980.0 - 280.0);  // the plot area: canvas width minus the legend column
     CHECK(y >= 42.0);
     CHECK(y <= 400.0 - 58.0);
   }
+  // A marker per floor point, and a legend note saying what the floor means.
+  CHECK(count(svg, "class=\"floor\"") == 1);
+  CHECK(count(svg, "l7 7m0 -7l-7 7") == 2 + 1);  // two points and the legend's sample
+  CHECK(svg.find(">non-finite drawn at the floor</text>") != std::string::npos);
+  CHECK(svg.find(">1 point not drawn (x not finite)</text>") != std::string::npos);
   CHECK(svg.find("nan") == std::string::npos);
   CHECK(svg.find("inf") == std::string::npos);
 }
 
-TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and skips values <= 0") {
+TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and draws values <= 0 at the floor") {
   dbg::Plot p{"grad norms", "step", "norm", true, {}, {}, {}, ""};
   p.series.push_back({"g", {1, 2, 3, 4, 5}, {1.0, 10.0, 100.0, 0.0, -1.0}});
   const std::string svg = dbg::render_svg(p);
   const auto pts = points_of(svg, "g");
-  REQUIRE(pts.size() == 3);
+  REQUIRE(pts.size() == 5);  // 0 and -1 at the floor
   CHECK(pts[0].second - pts[1].second == doctest::Approx(pts[1].second - pts[2].second));  // equal decade steps
+  CHECK(pts[3].second == doctest::Approx(400.0 - 58.0));
+  CHECK(pts[4].second == doctest::Approx(400.0 - 58.0));
+  CHECK(pts[0].second < pts[3].second);  // 1 is above the floor
+  CHECK(svg.find(">0 / non-finite drawn at the floor</text>") != std::string::npos);
   CHECK(svg.find(">100</text>") != std::string::npos);
   CHECK(svg.find(">10</text>") != std::string::npos);
   CHECK(svg.find("(log scale)") != std::string::npos);
@@ -336,12 +347,13 @@ TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single p
   p.title = "t";
   p.x_label = "x";
   p.y_label = "y";
-  p.series.push_back({"s", {0, 1, 2, 3}, {-1e308, 1e308, nan, INFINITY}});
+  p.series.push_back({"s", {0, 1, nan, 3}, {-1e308, 1e308, 1.0, INFINITY}});
   const std::string svg = dbg::render_svg(p);
   CHECK(svg.find("(clipped to +-1e306)") != std::string::npos);
-  CHECK(svg.find("2 points not drawn (non-finite)") != std::string::npos);
+  CHECK(svg.find(">1 point not drawn (x not finite)</text>") != std::string::npos);
+  CHECK(svg.find(">non-finite drawn at the floor</text>") != std::string::npos);
   const auto pts = points_of(svg, "s");
-  REQUIRE(pts.size() == 2);
+  REQUIRE(pts.size() == 3);
   CHECK(pts[1].second < pts[0].second);  // 1e308 above -1e308
 }
 
@@ -426,7 +438,7 @@ TEST_CASE("the report leads with the diagnosis's lead, its plots, and shows band
   CAPTURE(html);
   CHECK(check_balanced(html) == "");
   // The lead comes before the summary and the findings table.
-  const size_t lead_at = html.find("<section class=\"lead\">");
+  const size_t lead_at = html.find("<section class=\"lead\" data-check=\"M6\" data-module=\"1\" data-parameter=\"\">");
   REQUIRE(lead_at != std::string::npos);
   CHECK(lead_at < html.find("<h2>Findings</h2>"));
   CHECK(html.find("What went wrong first: M6") != std::string::npos);
@@ -449,12 +461,156 @@ TEST_CASE("the report leads with the diagnosis's lead, its plots, and shows band
   CHECK(html.find("<figcaption>what to look for</figcaption>") != std::string::npos);
   // Sections and the graph's DOT fallback, escaped.
   CHECK(html.find("<h2>Profile</h2>\n<pre>op  ms\nmatmul &lt;1&gt;</pre>") != std::string::npos);
-  CHECK(html.find("<h2>Autograd graph</h2>") != std::string::npos);
-  CHECK(html.find("digraph g { a -&gt; b; }") != std::string::npos);
+  CHECK(html.find("<h2>Autograd graph (fallback: DOT text, no picture)</h2>") != std::string::npos);
+  CHECK(html.find("Graphviz is not installed") != std::string::npos);
+  CHECK(html.find("<pre class=\"dot-fallback\">digraph g { a -&gt; b; }</pre>") != std::string::npos);
+  // With Graphviz's SVG the graph is a picture, and no DOT text is shown.
+  rep.graph_svg = "<?xml version=\"1.0\"?>\n<svg width=\"10\" height=\"10\"><g/></svg>";
+  const std::string with_svg = dbg::render_html(rep);
+  CHECK(with_svg.find("<h2>Autograd graph</h2>\n<div class=\"graph\">\n<svg width") != std::string::npos);
+  CHECK(with_svg.find("dot-fallback") == std::string::npos);
   // A heat map whose values do not fill it is an error, not a read past the end.
   dbg::HeatMap bad;
   bad.rows = 2;
   bad.cols = 2;
   bad.values = {1, 2, 3};
   CHECK_THROWS_AS(dbg::render_heatmap(bad), gs::Error);
+}
+
+namespace {
+
+// The boxes of every unrotated <text> of an SVG, from its x, y, text-anchor and font-size (its own
+// or its <g>'s), with a glyph of 0.5 em and a line of 0.8 em above the baseline to 0.2 em below: a
+// smaller estimate than the renderer's, so an overlap found here is an overlap on screen.
+struct TextBox {
+  std::string text;
+  double x0, y0, x1, y1;
+};
+std::string attr(const std::string& tag, const std::string& name) {
+  const size_t p = tag.find(" " + name + "=\"");
+  if (p == std::string::npos) return "";
+  const size_t b = p + name.size() + 3;
+  return tag.substr(b, tag.find('"', b) - b);
+}
+std::vector<TextBox> text_boxes(const std::string& svg) {
+  std::vector<TextBox> out;
+  std::vector<double> group_font{12.0};
+  size_t i = 0;
+  while ((i = svg.find('<', i)) != std::string::npos) {
+    const size_t end = svg.find('>', i);
+    const std::string tag = svg.substr(i, end - i + 1);
+    i = end + 1;
+    if (tag.rfind("<g", 0) == 0 && tag.find("/>") == std::string::npos) {
+      const std::string f = attr(tag, "font-size");
+      group_font.push_back(f.empty() ? group_font.back() : std::stod(f));
+    } else if (tag == "</g>") {
+      group_font.pop_back();
+    } else if (tag.rfind("<text", 0) == 0) {
+      const std::string text = svg.substr(i, svg.find("</text>", i) - i);
+      if (!attr(tag, "transform").empty()) continue;
+      const std::string f = attr(tag, "font-size");
+      const double font = f.empty() ? group_font.back() : std::stod(f);
+      const double x = std::stod(attr(tag, "x")), y = std::stod(attr(tag, "y"));
+      size_t glyphs = 0;
+      for (size_t k = 0; k < text.size(); ++k)
+        if (text[k] == '&') k = text.find(';', k), ++glyphs;
+        else glyphs += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
+      const double w = static_cast<double>(glyphs) * font * 0.5;
+      const std::string a = attr(tag, "text-anchor");
+      const double x0 = a == "middle" ? x - w / 2 : a == "end" ? x - w : x;
+      out.push_back({text, x0, y - 0.8 * font, x0 + w, y + 0.2 * font});
+    }
+  }
+  return out;
+}
+// "" when no two text boxes of the SVG intersect, else the first pair that does.
+std::string overlapping_texts(const std::string& svg) {
+  const std::vector<TextBox> b = text_boxes(svg);
+  for (size_t i = 0; i < b.size(); ++i)
+    for (size_t j = i + 1; j < b.size(); ++j)
+      if (b[i].x0 < b[j].x1 && b[j].x0 < b[i].x1 && b[i].y0 < b[j].y1 && b[j].y0 < b[i].y1)
+        return "'" + b[i].text + "' and '" + b[j].text + "'";
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("no two labels of a plot overlap: legend rows, thinned tick labels, reference-line labels") {
+  dbg::Plot p{"update-to-weight ratio per parameter", "step", "||dw|| / ||w||", true, {}, {}, {}, ""};
+  for (int i = 0; i < 12; ++i)
+    p.series.push_back({"encoder.block" + std::to_string(i) + ".attention.query_projection.weight",
+                        {1e6, 2e6, 3e6}, {1e-3 * (i + 1), 2e-3, 3e-3}});
+  p.series[3].y = {0.0, 0.0, 0.0};  // a dead layer: at the floor
+  p.lines = {{1e-5, "O6: too low below 1e-5"}, {1.2e-5, "another line right beside it"}, {1e-1, "O6: too high"}};
+  p.bands = {{1e-4, 1e-2, "healthy: about 1e-3"}};
+  const std::string svg = dbg::render_svg(p);
+  CHECK(check_balanced(svg) == "");
+  CHECK(text_boxes(svg).size() > 20);
+  CHECK(overlapping_texts(svg) == "");
+  // Every series is listed (a long name wraps onto a second row), or counted as "more".
+  CHECK((svg.find("... ") != std::string::npos || count(svg, "attention.query") >= 12));
+  // Ticks at 1e6 .. 3e6 with many steps: labels are thinned, tick marks are not.
+  dbg::Plot dense{"dense", "step", "v", false, {{"s", {1234567.0, 1234567.0 + 250.0}, {1.0, 2.0}}}, {}, {}, ""};
+  const std::string d = dbg::render_svg(dense);
+  CHECK(overlapping_texts(d) == "");
+  // The checker itself finds an overlap.
+  CHECK(overlapping_texts("<svg><text x=\"10\" y=\"10\" font-size=\"11\">abc</text>"
+                          "<text x=\"12\" y=\"12\" font-size=\"11\">def</text></svg>") != "");
+}
+
+TEST_CASE("the batch-mixing heat map has example indices on both axes, thinned when the cells are small") {
+  dbg::HeatMap h;
+  h.title = "batch-mixing Jacobian: |d output[i] / d input[j]|";
+  h.x_label = "input example j";
+  h.y_label = "output row i";
+  h.rows = h.cols = 12;
+  for (int i = 0; i < 144; ++i) h.values.push_back(i % 13 == 0 ? 0.9 : 0.01);
+  const std::string svg = dbg::render_heatmap(h);
+  CHECK(check_balanced(svg) == "");
+  // Each index as a column and as a row label (and 0 once more: the colour scale's white end).
+  for (int k = 0; k < 12; ++k) CHECK(count(svg, ">" + std::to_string(k) + "</text>") == (k == 0 ? 3 : 2));
+  CHECK(overlapping_texts(svg) == "");
+  h.rows = h.cols = 200;  // 3-pixel cells: not every index fits
+  h.values.assign(200 * 200, 0.5);
+  const std::string big = dbg::render_heatmap(h);
+  CHECK(overlapping_texts(big) == "");
+  CHECK(count(big, ">0</text>") == 3);
+  CHECK(count(big, ">1</text>") == 0);  // thinned
+}
+
+TEST_CASE("multi-line text keeps its line breaks: a model summary in a cause, a multi-line fix, a summary value") {
+  dbg::HtmlReport rep;
+  rep.summary = {{"model", "0 (Linear)  [8, 4]\n1 (ReLU)    [8, 4]"}};
+  dbg::Finding f;
+  f.check = "M1";
+  f.severity = dbg::Severity::Warning;
+  f.title = "model summary";
+  f.cause = "\n0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 <none>\n2 (Linear)  [8, 2]  10";
+  f.fix = "one line";
+  rep.findings.add(f);
+  dbg::LeadFinding l;
+  l.finding = f;
+  rep.lead = l;
+  const std::string html = dbg::render_html(rep);
+  CHECK(check_balanced(html) == "");
+  // Table cells keep their line breaks (white-space: pre-wrap), escaped; a multi-line one is fixed-width.
+  CHECK(html.find("td, .lead p { white-space: pre-wrap; }") != std::string::npos);
+  // A cause of three lines or more gets a full-width row of its own under the finding.
+  CHECK(html.find("<td class=\"note\">(below)</td>") != std::string::npos);
+  CHECK(html.find("<tr class=\"sev-warning detail\"><td></td><td colspan=\"7\"><div class=\"lines\">likely cause:\n"
+                  "0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 &lt;none&gt;\n2 (Linear)  [8, 2]  10</div></td></tr>") !=
+        std::string::npos);
+  // Two lines stay in their cell.
+  dbg::Finding two = f;
+  two.check = "M7";
+  two.cause = "first line\nsecond line";
+  dbg::HtmlReport rep2;
+  rep2.findings.add(two);
+  CHECK(dbg::render_html(rep2).find("<td class=\"lines\">first line\nsecond line</td>") != std::string::npos);
+  CHECK(html.find("div.lines { white-space: pre-wrap; }") != std::string::npos);
+  CHECK(html.find("<td class=\"lines\">0 (Linear)  [8, 4]\n1 (ReLU)    [8, 4]</td>") != std::string::npos);
+  CHECK(html.find("<td>one line</td>") != std::string::npos);
+  CHECK(html.find("<p class=\"lines\">likely cause: \n0 (Linear)") != std::string::npos);
+  // The follow-on rows' wrapper cell does not keep the markup's own line breaks.
+  CHECK(html.find("tr.follow-on > td { white-space: normal; }") != std::string::npos);
 }

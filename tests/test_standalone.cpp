@@ -3,6 +3,7 @@
 // repository. (tests/check_standalone.cmake greps the tracked files for the same.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -88,23 +89,65 @@ TEST_CASE("every check's catalogue entry is self-contained and cites its sources
   CHECK(dbg::check_label("Z9") == "Z9");
 }
 
-TEST_CASE("the sources are the public titles, each cited by some check") {
+TEST_CASE("the sources are the public titles, each cited by some check or listed as a compared tool") {
   const auto& src = dbg::all_sources();
   REQUIRE(src.size() >= 5);
+  bool compared_seen = false;
   for (const dbg::SourceInfo& s : src) {
-    check_clean(s.short_name, s.title + " " + s.about);
+    check_clean(s.short_name, s.title + " " + s.about + " " + s.authors + " " + s.where());
     CHECK_FALSE(s.title.empty());
     CHECK_FALSE(s.about.empty());
     bool cited = false;
     for (const dbg::CheckInfo& c : dbg::all_checks())
       for (const std::string& x : c.sources) cited = cited || x == s.short_name;
     INFO(s.short_name);
-    CHECK(cited);
+    CHECK(cited != s.compared);  // the compared tools are not cited by a check
+    // The compared tools come after the cited sources (docs/checks.md lists them in that order).
+    if (s.compared) compared_seen = true;
+    else CHECK_FALSE(compared_seen);
   }
   REQUIRE(dbg::find_source("Debugging Training") != nullptr);
   CHECK(dbg::find_source("Debugging Training")->title.find("Debugging Training") != std::string::npos);
   REQUIRE(dbg::find_source("Karpathy 2019") != nullptr);
   CHECK(dbg::find_source("Karpathy 2019")->title.find("A Recipe for Training Neural Networks") != std::string::npos);
+}
+
+TEST_CASE("every source can be looked up: authors, title, year, and a URL or DOI or a stated reason for none") {
+  for (const dbg::SourceInfo& s : dbg::all_sources()) {
+    INFO(s.short_name);
+    CHECK_FALSE(s.authors.empty());  // a person or an organisation
+    CHECK_FALSE(s.title.empty());
+    // A four-digit year, or documentation that is kept current, or a document that carries no date.
+    const bool year = s.year.size() == 4 && s.year.find_first_not_of("0123456789") == std::string::npos;
+    CHECK((year || s.year == "current" || s.year == "undated"));
+    // Exactly one of a link and the reason there is none.
+    CHECK(s.link.empty() != s.no_link.empty());
+    if (!s.link.empty()) {
+      // Each "; "-separated part is a URL, a DOI or an arXiv id.
+      size_t from = 0;
+      while (from <= s.link.size()) {
+        const size_t to = std::min(s.link.find("; ", from), s.link.size());
+        const std::string part = s.link.substr(from, to - from);
+        INFO(part);
+        CHECK((part.rfind("https://", 0) == 0 || part.rfind("http://", 0) == 0 || part.rfind("doi:10.", 0) == 0 ||
+               part.rfind("arXiv:", 0) == 0));
+        from = to + 2;
+      }
+    } else {
+      CHECK(s.no_link.find("no public URL") != std::string::npos);
+    }
+    CHECK(s.where() == (s.link.empty() ? s.no_link : s.link));
+  }
+  // The ones that are public carry their address.
+  auto link_of = [](const char* name) {
+    const dbg::SourceInfo* s = dbg::find_source(name);
+    REQUIRE(s != nullptr);
+    return s->link;
+  };
+  CHECK(link_of("Karpathy 2019") == "http://karpathy.github.io/2019/04/25/recipe/");
+  CHECK(link_of("Li et al. 2020").find("doi:10.14778/3415478.3415530") != std::string::npos);
+  CHECK(link_of("Goyal et al. 2017").find("arXiv:1706.02677") != std::string::npos);
+  CHECK(link_of("UMLAUT") == "doi:10.1145/3411764.3445538");
 }
 
 TEST_CASE("a finding's printout names the check by id and name") {
