@@ -325,7 +325,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
   std::cout << "gradsleuth doctor: " << o.model << (bugs.empty() ? "" : " with bug " + bugs.str()) << ", "
             << r.steps << " training steps, test accuracy " << debug::fmt_num(r.test_accuracy) << "\n";
   if (!r.stopped.empty()) std::cout << r.stopped << "\n";
-  // Root cause first: each cascade under the finding that started it (--verbose lists the follow-ons).
+  // The diagnosis first, then each root with what it explains (--verbose lists the follow-ons).
   std::cout << "\n" << r.report.str(a.has("verbose"), a.has("verbose"));
   std::cout << "\nchecks that fired: ";
   if (r.fired.empty()) std::cout << "none";

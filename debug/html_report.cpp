@@ -761,14 +761,24 @@ std::string render_html(const HtmlReport& rep) {
                              "<th>likely cause</th><th>fix</th><th>seen</th></tr>\n";
     os << "<table class=\"findings\">\n" << head;
     const std::vector<Finding>& all = rep.findings.findings();
+    // Each finding as the diagnosis words it: a symptom's cause line names only what its probes
+    // did not rule out (or the cause that explains it), and a follow-on says why it follows.
+    const CauseAnalysis a = analyse_causes(rep.findings);
+    auto shown = [&](size_t i) {
+      Finding f = all[i];
+      if (!a.cause_text[i].empty()) f.cause = a.cause_text[i];
+      else if (!a.because[i].empty()) f.cause = a.because[i] + (f.cause.empty() ? "" : "; " + f.cause);
+      if (!a.fix_text[i].empty()) f.fix = a.fix_text[i];
+      return f;
+    };
     for (const FindingGroup& g : rep.findings.groups()) {
-      os << row(all[g.root]);
+      os << row(shown(g.root));
       if (g.follow_on.empty()) continue;
       // Collapsed: a <details> element needs no script.
       os << "<tr class=\"follow-on\"><td colspan=\"8\"><details><summary>and " << g.follow_on.size()
-         << " follow-on finding" << (g.follow_on.size() == 1 ? "" : "s") << " (consequences of "
+         << " follow-on finding" << (g.follow_on.size() == 1 ? "" : "s") << " (explained by "
          << html_escape(g.rule) << ")</summary>\n<table class=\"findings\">\n" << head;
-      for (size_t i : g.follow_on) os << row(all[i]);
+      for (size_t i : g.follow_on) os << row(shown(i));
       os << "</table>\n</details></td></tr>\n";
     }
     for (const Finding& f : all)

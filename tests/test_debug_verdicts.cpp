@@ -1,4 +1,4 @@
-// Verdicts users can trust: root cause first (a cascade grouped under the finding
+// Verdicts users can trust: root cause first (what a fault sets off grouped under the finding
 // that started it, independent bugs kept apart), redundant biases said once as info,
 // the adaptive overfit budget (M14), and messages that fit the case (the in-place
 // hint, D4 against a reference with other preprocessing, float labels of shape (B, 1)).
