@@ -704,7 +704,7 @@ std::string render_html(const HtmlReport& rep) {
     // What the lead names, for tools that check the page (scripts/check_report_browser.sh).
     os << "<section class=\"lead\" data-check=\"" << html_escape(f.check) << "\" data-module=\""
        << html_escape(f.module) << "\" data-parameter=\"" << html_escape(f.parameter)
-       << "\">\n<h2>What went wrong first: " << html_escape(check_label(f.check)) << "</h2>\n";
+       << "\">\n<h2>Diagnosis: " << html_escape(check_label(f.check)) << "</h2>\n";
     os << "<p><strong>" << severity_name(f.severity) << ":</strong> " << html_escape(f.title) << "</p>\n";
     if (!f.location().empty()) os << "<p>where: " << html_escape(f.location()) << "</p>\n";
     if (!f.cause.empty()) os << "<p" << lines_class(f.cause) << ">likely cause: " << html_escape(f.cause) << "</p>\n";

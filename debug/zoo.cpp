@@ -439,7 +439,9 @@ Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<v
     ++done;
     if (!progress) return;
     std::ostringstream os;
+    const CauseAnalysis a = analyse_causes(r.report);
     os << r.id << ": " << (r.id.rfind("clean", 0) == 0 ? "" : r.caught ? "caught" : "MISSED")
+       << (a.lead ? std::string(r.id.rfind("clean", 0) == 0 ? "" : ", ") + "lead " + a.lead->check : std::string())
        << (r.fired.empty() ? " (no check fired)" : " (fired: " + join(r.fired) + ")") << ", test accuracy "
        << pct(r.test_accuracy) << ", " << fmt_num(r.seconds) << " s";
     progress(Progress{done, total, &r, os.str()});

@@ -117,7 +117,7 @@ struct Result {
 struct Progress {
   size_t done = 0, total = 0;
   const RunResult* last = nullptr;
-  std::string line;  // "B13: caught (fired: M6), test accuracy 0.61, 0.9 s"
+  std::string line;  // "B13: caught, lead M6 (fired: M6, M14), test accuracy 0.61, 0.9 s"
 };
 
 // The bugs of the catalog that the model's recipe reproduces (the table's recipes

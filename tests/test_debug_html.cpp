@@ -441,7 +441,7 @@ TEST_CASE("the report leads with the diagnosis's lead, its plots, and shows band
   const size_t lead_at = html.find("<section class=\"lead\" data-check=\"M6\" data-module=\"1\" data-parameter=\"\">");
   REQUIRE(lead_at != std::string::npos);
   CHECK(lead_at < html.find("<h2>Findings</h2>"));
-  CHECK(html.find("What went wrong first: M6") != std::string::npos);
+  CHECK(html.find("Diagnosis: M6") != std::string::npos);
   CHECK(html.find("and 1 follow-on finding below") != std::string::npos);
   // The heat map: one cell per value, the largest darkest, NaN grey.
   CHECK(count(html, "<rect x=") >= 6);
