@@ -64,8 +64,10 @@ bool o1_exploding(const Finding& f) {
   return is(f, "O1") && f.severity == Severity::Warning && (has(f, "is exploding") || has(f, "explode towards"));
 }
 bool cut_graph(const Finding& f) { return is(f, "M5") && has(f, "got no gradient"); }
+// M25 about a gradient (the others name a layer output or a parameter's value).
+bool m25_gradient(const Finding& f) { return is(f, "M25") && has(f, "the gradient of"); }
 bool zero_gradient(const Finding& f) {
-  return (is(f, "M5") && has(f, "all-zero gradient")) || (is(f, "O6") && has(f, "never changed")) ||
+  return (is(f, "M5") && has(f, "all-zero gradient")) || m25_gradient(f) || (is(f, "O6") && has(f, "never changed")) ||
          (is(f, "M6") && (has(f, "no gradient reaches the input") || has(f, "does not depend on its own input")));
 }
 bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
@@ -167,6 +169,13 @@ const std::vector<Cause>& diagnosis_causes() {
       {"half-overflow", "a forward that overflows in half precision", "M18", "the forward run in float16", true,
        GS_CHECK_CONFIRMS("M18")},
       {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true, GS_CHECK_CONFIRMS("M16")},
+      {"missing-nonlinearity", "two linear layers with no non-linearity between them", "M23",
+       "each linear layer's input against the previous linear layer's output", true, GS_CHECK_CONFIRMS("M23")},
+      {"high-dropout", "a dropout rate above 0.5", "M24", "the probability of each Dropout layer", true,
+       GS_CHECK_CONFIRMS("M24")},
+      {"all-zero", "a weight or a layer output that stays zero", "M25",
+       "each parameter and layer output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21", "a checksum of every rank's parameters",
        true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -184,6 +193,10 @@ const std::vector<Cause>& diagnosis_causes() {
        true, [](const Finding& f) { return lr_too_high(f); }},
       {"lr-too-low", "a learning rate too low", "O6", "the loss's relative decrease and the update-to-weight ratios", true,
        [](const Finding& f) { return lr_too_low(f); }},
+      {"lr-out-of-range", "a learning rate outside its optimizer's usual range", "O8",
+       "each parameter group's learning rate before training", true, GS_CHECK_CONFIRMS("O8")},
+      {"stalled", "a training loop that stalls between steps", "W10", "the wall time of every step", true,
+       GS_CHECK_CONFIRMS("W10")},
       {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true, GS_CHECK_CONFIRMS("W1")},
       // ---- symptoms that explain other symptoms ----
       {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
@@ -211,11 +224,11 @@ const std::vector<Symptom>& diagnosis_symptoms() {
   static const std::vector<std::string> any_fault = {
       "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
       "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
-      "frozen", "wrong-backward", "dead-relu", "saturation", "bad-init", "shared-weights", "sum-reduction",
+      "frozen", "wrong-backward", "all-zero", "dead-relu", "saturation", "bad-init", "shared-weights", "sum-reduction",
       "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels", "zero-grad", "grad-reduction", "replicas-diverged",
       "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
-      "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss", "lr-too-high", "capacity",
-      "lr-too-low"};
+      "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss", "lr-too-high",
+      "lr-out-of-range", "high-dropout", "missing-nonlinearity", "capacity", "lr-too-low"};
   static const std::vector<Symptom> table = {
       {"non-finite", "NaN/Inf values", "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
        [](const Finding& f) { return nonfinite_member(f); },
@@ -230,20 +243,21 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "L1 (spikes, oscillation, divergence), O2 (jumps), O3, O6 (too high)",
        [](const Finding& f) { return loss_unstable(f) || lr_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "zero-grad", "grad-reduction",
-        "effective-batch", "lr-too-high"}},
+        "effective-batch", "lr-too-high", "lr-out-of-range"}},
       {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient), O2 (vanishing)",
        [](const Finding& f) { return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish")); },
-       {"cut-graph", "frozen", "masked-targets", "dead-relu", "saturation", "bad-init", "double-softmax", "bce-logits",
-        "final-activation", "zero-gradients"}},
+       {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "double-softmax",
+        "bce-logits", "final-activation", "zero-gradients"}},
       {"zero-gradients", "all-zero gradients; weights that never change",
-       "M5 (all-zero gradient), O6 (never changed), M6 (no gradient reaches the input)",
+       "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the input)",
        [](const Finding& f) { return zero_gradient(f); },
-       {"cut-graph", "frozen", "masked-targets", "dead-relu", "saturation", "final-activation", "vanishing-gradients"}},
+       {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "final-activation",
+        "vanishing-gradients"}},
       {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
-       {"bad-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high"}},
+       {"bad-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high", "lr-out-of-range"}},
       {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7") && has(f, "died during training"); },
-       {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+       {"lr-too-high", "lr-out-of-range", "unscaled-inputs", "bad-init", "exploding-gradients"}},
       {"batch-coupling", "outputs that depend on other examples of the batch", "M6 (the model mixes the batch)",
        [](const Finding& f) { return batch_mixing(f); }, {"batchnorm-stats", "train-mode-eval"}},
       {"wrong-gradient", "an analytic gradient that disagrees with the numerical one", "M13",

@@ -95,6 +95,14 @@ struct OptimCheckOptions {
   double max_update_ratio = 1e-1;
   double min_weight_rms = 1e-6;       // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
   int64_t min_update_records = 3;     // measured steps needed before a weight is judged
+
+  // ---- O8 learning rate before training ----
+  // The usual ranges of a starting learning rate: adaptive optimizers (Adam, AdamW, RMSprop)
+  // [1e-5, 1e-2] (their default is 1e-3), SGD [1e-4, 1] (with or without momentum).
+  double adaptive_lr_min = 1e-5;
+  double adaptive_lr_max = 1e-2;
+  double sgd_lr_min = 1e-4;
+  double sgd_lr_max = 1.0;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
@@ -143,6 +151,11 @@ std::vector<Finding> check_finite_weights(const nn::Module& model);
 // (the loss barely moves), with L1's statistics as evidence. Empty otherwise.
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses,
                                             const OptimCheckOptions& opts = {});
+
+// O8, before training: each parameter group's learning rate against the usual range of its
+// optimizer (Adam/AdamW/RMSprop: [adaptive_lr_min, adaptive_lr_max]; SGD: [sgd_lr_min,
+// sgd_lr_max]); a warning per group outside it. An optimizer of another kind is not judged.
+std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& opts = {});
 
 // O6 from the updates: attach() adds a pre- and a post-step hook to the
 // optimizer; on every `every`-th step (steps 1, 1 + every, ...) it measures,

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include <gradsleuth.h>
 
@@ -292,7 +294,7 @@ TEST_CASE("a loss summed by hand in a lambda: L6 leads, the inflated initial los
   }
 }
 
-TEST_CASE("a learning rate far too high in a hand-written loop: O6 leads, the spiking loss and growing weights follow") {
+TEST_CASE("a learning rate far too high in a hand-written loop: O8 leads before training, O6's diverging loss follows") {
   manual_seed(4);
   const Split d = split();
   nn::CrossEntropyLoss ce;
@@ -304,8 +306,11 @@ TEST_CASE("a learning rate far too high in a hand-written loop: O6 leads, the sp
     INFO(r.str());
     const json_mini::Value lead = lead_of(r);
     REQUIRE(lead.kind == json_mini::Value::Object);
-    CHECK(lead.get("check")->str == "O6");
-    CHECK(lead.get("cause")->str == "lr-too-high");
+    CHECK(lead.get("check")->str == "O8");
+    CHECK(lead.get("cause")->str == "lr-out-of-range");
+    // What the run then showed hangs under it: O6's loss history (too high).
+    CHECK(r.fired("O6"));
+    CHECK(explained_checks(r).count("O6"));
   }
   SUBCASE("clean twin: Adam at lr 1e-2") {
     auto owner = std::make_shared<ReluNet>();
@@ -342,4 +347,179 @@ TEST_CASE("no probe confirms a cause: the lead says so and lists the candidates 
   const json_mini::Value j = json_mini::parse(a.lead->json());
   CHECK_FALSE(j.get("confirmed")->b);
   CHECK(j.get("candidates")->arr.size() == a.lead->candidates.size());
+}
+
+namespace {
+
+// Two Linear layers; `activation` says whether a ReLU (written as a function call in forward(),
+// not as a module) sits between them.
+struct TwoLinear : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  bool activation;
+  explicit TwoLinear(bool act) : Module("TwoLinear"), activation(act) {}
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*fc1)(x);
+    return (*fc2)(activation ? relu(h) : h);
+  }
+};
+
+// Linear -> ReLU -> Dropout(p) -> Linear.
+struct DropoutNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Dropout> drop;
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  explicit DropoutNet(double p) : Module("DropoutNet") { drop = register_module("drop", std::make_shared<nn::Dropout>(p)); }
+  Tensor forward(const Tensor& x) override { return (*fc2)((*drop)((*act)((*fc1)(x)))); }
+};
+
+bool fired_at(const debug::RunReport& r, const char* check, const std::string& where) {
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.fires() && f.check == check && (f.module.find(where) != std::string::npos || f.parameter == where)) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("M23: two Linear layers with no activation between them collapse into one; a functional relu is seen") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: forward() forgot the activation") {
+    auto owner = std::make_shared<TwoLinear>(false);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    CHECK(fired_at(r, "M23", "fc2"));
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "M23");
+    CHECK(lead.get("cause")->str == "missing-nonlinearity");
+  }
+  SUBCASE("clean twin: relu(fc1(x)) in forward()") {
+    auto owner = std::make_shared<TwoLinear>(true);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M23"));
+  }
+}
+
+TEST_CASE("M24: a dropout probability of 0.8 (meant as the keep probability) is reported before training") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: Dropout(0.8)") {
+    auto owner = std::make_shared<DropoutNet>(0.8);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    CHECK(fired_at(r, "M24", "drop"));
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("cause")->str == "high-dropout");
+  }
+  SUBCASE("clean twin: Dropout(0.2)") {
+    auto owner = std::make_shared<DropoutNet>(0.2);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M24"));
+  }
+}
+
+TEST_CASE("O8: a learning rate outside the optimizer's usual range is reported before the first step") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: Adam at 1e-7 (an exponent typed wrong)") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-7));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    REQUIRE(r.fired("O8"));
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "O8") {
+        CHECK(f.step < 0);  // before training
+        CHECK(f.title.find("below the usual range") != std::string::npos);
+      }
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    const std::string cause = lead.get("cause")->str;
+    CHECK((cause == "lr-out-of-range" || cause == "lr-too-low"));
+  }
+  SUBCASE("buggy twin: SGD at 5") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::SGD opt(owner->parameters(), optim::SGDOptions(5.0));
+    const std::vector<debug::Finding> f = debug::check_learning_rate_range(opt);
+    REQUIRE(f.size() == 1);
+    CHECK(f[0].title.find("above the usual range") != std::string::npos);
+  }
+  SUBCASE("clean twin: Adam at its default 1e-3") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("O8"));
+  }
+}
+
+TEST_CASE("M25: weights initialised to zero stay zero over the run, and so does the layer's output") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: every weight and bias zeroed by hand") {
+    auto owner = std::make_shared<ReluNet>();
+    for (Tensor& p : owner->parameters()) nn::init::zeros_(p);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    CHECK(fired_at(r, "M25", "fc1.weight"));
+    CHECK(fired_at(r, "M25", "fc1 (Linear)"));
+    const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+    REQUIRE(a.lead.has_value());
+    CHECK(a.lead->confirmed);
+  }
+  SUBCASE("clean twin: the layers' default initialisation") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M25"));
+  }
+}
+
+TEST_CASE("W10: a step that blocks for a second in a hand-written loop is reported as a stall") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool stall : {true, false}) {
+    CAPTURE(stall);
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    debug::DiagnoseOptions o;
+    o.monitor.run.stall_min_seconds = 0.4;
+    debug::Session dbg(*owner, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+    int64_t step = 0;
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        ce((*owner)(b.x), b.y).backward();
+        if (stall && ++step == 12) std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // a blocked read
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    CHECK(r.findings.ran("W10"));
+    if (stall) {
+      REQUIRE(r.fired("W10"));
+      for (const debug::Finding& f : r.findings.findings())
+        if (f.check == "W10") CHECK(f.step == 12);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
 }
