@@ -193,6 +193,41 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
   guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2", [&] {
     gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options));
   });
+  Report& r = gate_phase_.findings;
+  // The checks that train again: on the training loader's first batches.
+  auto batches = [&](int64_t n) {
+    std::vector<std::pair<Tensor, Tensor>> out;
+    const int64_t e = data_.train->epoch();
+    for (int64_t i = 0; i < std::min(n, data_.train->num_batches()); ++i) {
+      const nn::Batch b = data_.train->batch(e, i);
+      out.emplace_back(b.x.to(d), b.y.to(d));
+    }
+    return out;
+  };
+  if (o_.baseline && data_.train && data_.train->num_batches() >= 2) {
+    say("input-independent baseline");
+    guarded(r, "the input-independent baseline", "training runs", "M15", [&] {
+      std::vector<std::pair<Tensor, Tensor>> train = batches(std::min<int64_t>(6, data_.train->num_batches()));
+      const std::pair<Tensor, Tensor> held = train.back();
+      train.pop_back();
+      r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model));
+      r.note_ran("M15");
+    });
+  }
+  if (o_.make_model && data_.train) {
+    say("capacity check");
+    guarded(r, "the capacity check", "training runs", "M16", [&] {
+      r.add(capacity_check(o_.make_model, o_.small_width, o_.large_width, batches(4), loss_, o_.gate_options.model));
+      r.note_ran("M16");
+    });
+  }
+  if (o_.rerun) {
+    say("reproducibility check");
+    guarded(r, "the reproducibility check", "two runs", "W1", [&] {
+      r.add(check_reproducible(o_.rerun, o_.seed));
+      r.note_ran("W1");
+    });
+  }
 }
 
 void Session::start_monitor() {
@@ -363,6 +398,23 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!trainer_attached_ && epochs_ == 0 && r.steps > 0)
     skip("L7, the W3 validation check, M7's per-epoch pass", "no epoch was recorded",
          "call epoch() after each epoch, or attach a Trainer");
+  if (!r.findings.ran("M15"))
+    skip("M15 (input-independent baseline)",
+         !o_.baseline ? "switched off" : !data_.train ? "no training DataLoader was given"
+                                       : !gate_phase_.ran ? "the gate did not run"
+                                       : data_.train->num_batches() < 2 ? "the training loader has fewer than 2 batches"
+                                                                         : "it raised an error (see the findings)",
+         !o_.baseline ? "DiagnoseOptions::baseline = true" : "give a training DataLoader of 2 batches or more");
+  if (!o_.make_model)
+    skip("M16 (capacity check)", "it trains new models of two widths, and only your one model was given",
+         "set DiagnoseOptions::make_model (width -> a new model), small_width and large_width");
+  if (!o_.rerun)
+    skip("W1 (reproducibility)", "it repeats a run from one seed, and only this run was given",
+         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours)");
+  skip("W5 (diagnosis report)", "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
+       "its numbers", "call debug::diagnosis_report(model, x, y, loss) for the text");
+  skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",
+       "wrap steps of your loop in a debug::Profiler (W7); call debug::memory_report(model, forward_loss) (W8)");
   if (r.steps == 0)
     skip("O1-O6, M7, M8, L1 during training",
          stopped_.empty() ? "no optimizer step was seen" : "training stopped before its first optimizer step",
