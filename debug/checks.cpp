@@ -240,6 +240,10 @@ const std::vector<CheckInfo>& all_checks() {
        "a layer output, a parameter or a gradient that is entirely zero at every sampled step of the run (from 2 "
        "samples; ReLU outputs are M7's)",
        "debug::AllZeroTracker, debug::Monitor", "gradsleuth doctor", true},
+      {"M26", "tensor variance", "model", {"SageMaker Debugger"},
+       "per layer output over the sampled steps of the run: its variance (the median of the last 3 samples) below "
+       "1e-4 x or above 1e4 x its variance at the first sampled step",
+       "debug::VarianceTracker, debug::Monitor", "gradsleuth doctor", true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1", "gradient health", "optimisation", {"Debugging Training", "Troubleshooting Tips", "debug-training", "Systematic Methodology"},
        "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "

@@ -76,7 +76,7 @@ bool lr_too_low(const Finding& f) { return is(f, "O6") && (has(f, "too low") || 
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
          ((is(f, "L1") && (has(f, "spiked") || has(f, "diverging") || has(f, "oscillates"))) ||
-          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3"));
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || (is(f, "M26") && has(f, "blew up")));
 }
 bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
@@ -176,6 +176,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"all-zero", "a weight or a layer output that stays zero", "M25",
        "each parameter and layer output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
+      {"variance-collapse", "a layer whose output became constant", "M26",
+       "the variance of each layer's output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M26") && has(f, "collapsed"); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21", "a checksum of every rank's parameters",
        true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -224,7 +227,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
   static const std::vector<std::string> any_fault = {
       "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
       "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
-      "frozen", "wrong-backward", "all-zero", "dead-relu", "saturation", "bad-init", "shared-weights", "sum-reduction",
+      "frozen", "wrong-backward", "all-zero", "variance-collapse", "dead-relu", "saturation", "bad-init", "shared-weights", "sum-reduction",
       "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels", "zero-grad", "grad-reduction", "replicas-diverged",
       "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
       "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss", "lr-too-high",
@@ -240,7 +243,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "L1 (stuck, at chance), M14, M15, L7 (underfitting), W3, O6 (too low)",
        [](const Finding& f) { return not_learning(f); }, any_fault},
       {"unstable-loss", "a loss that spikes, oscillates or diverges; weights that keep growing",
-       "L1 (spikes, oscillation, divergence), O2 (jumps), O3, O6 (too high)",
+       "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
        [](const Finding& f) { return loss_unstable(f) || lr_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "zero-grad", "grad-reduction",
         "effective-batch", "lr-too-high", "lr-out-of-range"}},

@@ -47,7 +47,7 @@ int64_t ignore_index_of(const nn::Loss& l) {
 // ---- W3 ---------------------------------------------------------------------------------
 Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
     : model_(model), opt_(optimizer), loss_(loss), o_(o), broadcast_(o.broadcast), dead_(o.activations),
-      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), timer_(o.run) {
+      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), timer_(o.run) {
   // O5 and M2 are raised by the optimizer and the layers themselves (core
   // warnings): here they become findings.
   warnings_ = std::make_unique<WarningHandlerGuard>([this](const Warning& w) {
@@ -87,6 +87,9 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   ratios_.attach(opt_, model_, o_.every);
   zero_.attach(model_);
   zero_.set_active(true);
+  variance_.attach(model_);
+  variance_.set_active(true);
+  variance_.set_step(1);
 
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).
   auto root = model_.named_modules().front().second;  // (a clear error when the model is not in a shared_ptr)
@@ -201,6 +204,7 @@ void Monitor::detach() {
   saturation_.detach();
   ratios_.detach();
   zero_.detach();
+  variance_.detach();
   warnings_.reset();
 }
 
@@ -468,6 +472,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
       dead_.set_active(false);  // the probe's forwards are not training statistics
       saturation_.set_active(false);
       zero_.set_active(false);
+      variance_.set_active(false);
       const LossFunction lf = [this](const Tensor& out, const Tensor& t) { return (*loss_)(out, t); };
       std::vector<Finding> red;
       try {
@@ -478,6 +483,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
       dead_.set_active(sample);
       saturation_.set_active(sample);
       zero_.set_active(sample);
+      variance_.set_active(sample);
       for (Finding& f : red) {
         o_.optim.zero_grad_by_construction.push_back(f.parameter);
         add(std::move(f));
@@ -525,6 +531,8 @@ void Monitor::on_post_step(optim::Optimizer&) {
   dead_.set_active(next);
   saturation_.set_active(next);
   zero_.set_active(next);
+  variance_.set_active(next);
+  variance_.set_step(steps_ + 1);
 }
 
 void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
@@ -545,9 +553,10 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   add(saturation_.findings());                                                       // M8
   add(broadcast_.findings());                                                        // M19
   add(zero_.findings(o_.optim.zero_grad_by_construction));                           // M25
+  add(variance_.findings());                                                         // M26
   add(timer_.findings());                                                            // W10
   report_.note_ran("L1, O2, O3, O6, M19, W10");
-  if (steps_ > 0) report_.note_ran("M25");
+  if (steps_ > 0) report_.note_ran("M25, M26");
   if (!dead_.layers().empty()) report_.note_ran("M7");
   if (!saturation_.layers().empty()) report_.note_ran("M8");
   // History for plots, before the trackers go.

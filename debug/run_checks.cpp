@@ -2,6 +2,7 @@
 #include "debug/run_checks.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -93,6 +94,60 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     f.cause = "the loss does not depend on this parameter through any active path: the units it feeds are dead "
               "(ReLU) or zeroed, or every target is masked; it never learns";
     f.fix = "find what blocks the path: dead ReLUs (M7), an all-zero layer output (M25), masked targets (L5)";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M26 ------------------------------------------------------------------------------------
+void VarianceTracker::attach(nn::Module& model) {
+  hooks_.clear();
+  layers_.clear();
+  for (auto& [path, m] : leaf_modules(model)) {
+    const size_t i = layers_.size();
+    layers_.push_back({module_label(path, *m), {}});
+    hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
+      if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point()) return;
+      auto& v = layers_[i].variance;
+      if (!v.empty() && v.back().first == step_) return;  // once per step
+      NoGradGuard ng;
+      const Tensor t = out.detach().to(kFloat64);
+      const Tensor c = t - mean(t);
+      v.emplace_back(step_, mean(c * c).item<double>());
+    });
+  }
+}
+
+std::vector<Finding> VarianceTracker::findings() const {
+  std::vector<Finding> out;
+  for (const Layer& l : layers_) {
+    const auto& v = l.variance;
+    if (static_cast<int64_t>(v.size()) < std::max<int64_t>(o_.variance_min_records, 4)) continue;
+    const double first = v.front().second;
+    const double last = detail::median({v[v.size() - 1].second, v[v.size() - 2].second, v[v.size() - 3].second});
+    if (!std::isfinite(first) || !std::isfinite(last) || !(first > 0.0)) continue;  // NaN is M12/W4's
+    const double ratio = last / first;
+    const bool collapsed = ratio < o_.variance_collapse, blew_up = ratio > o_.variance_growth;
+    if (!collapsed && !blew_up) continue;
+    Finding f = make("M26", Severity::Warning,
+                     "the variance of " + l.name + "'s output " + (collapsed ? "collapsed" : "blew up") + " over the run: " +
+                         fmt_num(first) + " at step " + num(v.front().first) + ", " + fmt_num(last) + " by step " +
+                         num(v.back().first));
+    f.module = l.name;
+    f.step = v.back().first;
+    f.evidence = {{"variance at the first sampled step", first, ""},
+                  {"variance at the last sampled steps (median of 3)", last, ""},
+                  {"ratio last / first", ratio,
+                   "< " + fmt_num(o_.variance_collapse) + " or > " + fmt_num(o_.variance_growth) + " flags"}};
+    f.cause = collapsed ? "the layer's output became (nearly) constant: every input gives the same activation, so the "
+                          "layers after it get no information; weights shrunk to ~0 (too much weight decay), units "
+                          "that died or saturated, or a normalisation that divides by a growing scale"
+                        : "the layer's activations grew by orders of magnitude: weights are growing (a learning rate "
+                          "too high, no normalisation), and the next step overflows or saturates every unit after it";
+    f.fix = collapsed ? "look at the layer's weights and the units before it (M7, M8); lower the weight decay or the "
+                        "learning rate"
+                      : "lower the learning rate, clip gradients, or add normalisation (BatchNorm/LayerNorm) before "
+                        "this layer";
     out.push_back(std::move(f));
   }
   return out;

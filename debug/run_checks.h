@@ -1,6 +1,8 @@
 // Checks over a whole training run that the monitor (W3) feeds step by step:
 //   M25 AllZeroTracker  a layer output, a weight or a gradient that is entirely zero at every
 //                       sampled step of the run;
+//   M26 VarianceTracker a layer output whose variance collapses towards zero or blows up over the
+//                       run, against its variance at the first sampled step;
 //   W10 StepTimer       a step that took far longer than the run's median step (a stall).
 //
 //   debug::AllZeroTracker zero;
@@ -22,6 +24,13 @@ namespace gradsleuth::debug {
 struct RunCheckOptions {
   // ---- M25 ----
   int64_t all_zero_min_samples = 2;  // judge a tensor only after this many sampled steps saw it
+  // ---- M26 ----
+  // A layer output whose variance (the median of its last 3 sampled steps) fell below
+  // variance_collapse x, or rose above variance_growth x, its variance at the first sampled
+  // step, judged from variance_min_records samples on.
+  double variance_collapse = 1e-4;
+  double variance_growth = 1e4;
+  int64_t variance_min_records = 5;
   // ---- W10 ----
   // A step whose wall time is above stall_factor x the median step, and above
   // stall_min_seconds, stalled; judged once stall_min_steps steps were timed.
@@ -56,6 +65,28 @@ class AllZeroTracker {
   bool active_ = false;
   std::vector<Seen> outputs_;            // per leaf module
   std::vector<Seen> values_, grads_;     // per parameter, by name
+};
+
+// M26. Every leaf module's output (training forwards only, while active).
+class VarianceTracker {
+ public:
+  explicit VarianceTracker(RunCheckOptions o = {}) : o_(o) {}
+  void attach(nn::Module& model);
+  void detach() { hooks_.clear(); }
+  void set_active(bool on) { active_ = on; }
+  void set_step(int64_t step) { step_ = step; }
+  std::vector<Finding> findings() const;
+
+ private:
+  struct Layer {
+    std::string name;
+    std::vector<std::pair<int64_t, double>> variance;  // (step, variance of the output)
+  };
+  RunCheckOptions o_;
+  HookSet hooks_;
+  bool active_ = false;
+  int64_t step_ = 1;
+  std::vector<Layer> layers_;
 };
 
 // W10. Wall time between the ends of consecutive optimizer steps; restart() after work that is

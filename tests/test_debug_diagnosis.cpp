@@ -523,3 +523,25 @@ TEST_CASE("W10: a step that blocks for a second in a hand-written loop is report
     }
   }
 }
+
+TEST_CASE("M26: a weight decay of 50 (meant as 5e-4) shrinks every weight to ~0 and the layers' outputs go flat") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const double wd : {50.0, 1e-2}) {
+    CAPTURE(wd);
+    auto owner = std::make_shared<ReluNet>();
+    optim::AdamW opt(owner->parameters(), optim::AdamWOptions(1e-2).weight_decay(wd));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 3);
+    INFO(r.str());
+    CHECK(r.findings.ran("M26"));
+    if (wd > 1.0) {
+      bool collapsed = false;
+      for (const debug::Finding& f : r.findings.findings())
+        collapsed = collapsed || (f.check == "M26" && f.title.find("collapsed") != std::string::npos);
+      CHECK(collapsed);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
