@@ -302,7 +302,7 @@ const std::vector<CheckInfo>& all_checks() {
        "debug::report_effective_batch", "mpirun -np 2 gradsleuth zoo --distributed", true},
       {"W10", "stalled training", "workflow", {"SageMaker Debugger"},
        "wall time between consecutive optimizer steps (evaluation passes left out): a step above 10 x the run's "
-       "median step and above 2 s",
+       "median step and above 2 s, or above 300 s",
        "debug::StepTimer, debug::Monitor", "gradsleuth doctor", true},
   };
   return table;

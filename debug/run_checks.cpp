@@ -167,11 +167,14 @@ void StepTimer::step_done(int64_t step) {
 }
 
 std::vector<Finding> StepTimer::findings() const {
-  if (static_cast<int64_t>(durations_.size()) < std::max<int64_t>(o_.stall_min_steps, 1)) return {};
+  if (durations_.empty()) return {};
   std::vector<double> secs;
   for (const auto& [st, s] : durations_) secs.push_back(s);
   const double med = detail::median(secs);
-  const double limit = std::max(o_.stall_factor * med, o_.stall_min_seconds);
+  // Too few steps for a median to mean much: only the absolute limit.
+  const bool few = static_cast<int64_t>(durations_.size()) < std::max<int64_t>(o_.stall_min_steps, 1);
+  const double limit = few ? o_.stall_max_seconds
+                           : std::min(std::max(o_.stall_factor * med, o_.stall_min_seconds), o_.stall_max_seconds);
   int64_t slow = 0, worst_step = -1;
   double worst = 0.0;
   for (const auto& [st, s] : durations_) {
@@ -188,8 +191,9 @@ std::vector<Finding> StepTimer::findings() const {
                        " times the median step (" + fmt_num(med) + " s): training stalled" +
                        (slow > 1 ? " (" + num(slow) + " slow steps)" : ""));
   f.step = worst_step;
-  f.evidence = {{"longest step (s)", worst, "> max(" + fmt_num(o_.stall_factor) + " x median, " +
-                                              fmt_num(o_.stall_min_seconds) + " s) flags"},
+  f.evidence = {{"longest step (s)", worst,
+                 "> max(" + fmt_num(o_.stall_factor) + " x median, " + fmt_num(o_.stall_min_seconds) + " s), or > " +
+                     fmt_num(o_.stall_max_seconds) + " s, flags"},
                 {"median step (s)", med, ""},
                 {"slow steps", static_cast<double>(slow), ""},
                 {"steps timed", static_cast<double>(durations_.size()), ""}};

@@ -33,10 +33,12 @@ struct RunCheckOptions {
   int64_t variance_min_records = 5;
   // ---- W10 ----
   // A step whose wall time is above stall_factor x the median step, and above
-  // stall_min_seconds, stalled; judged once stall_min_steps steps were timed.
+  // stall_min_seconds, stalled; judged once stall_min_steps steps were timed. A step longer
+  // than stall_max_seconds stalled whatever the median (and however few steps were timed).
   double stall_factor = 10.0;
   double stall_min_seconds = 2.0;
   int64_t stall_min_steps = 5;
+  double stall_max_seconds = 300.0;
 };
 
 // M25. ReLU outputs are left to M7 (dead units), which says more about them.

@@ -545,3 +545,21 @@ TEST_CASE("M26: a weight decay of 50 (meant as 5e-4) shrinks every weight to ~0 
     }
   }
 }
+
+TEST_CASE("W10's limits: a step above stall_max_seconds stalls whatever the median; too few steps judge nothing else") {
+  debug::RunCheckOptions o;
+  o.stall_min_seconds = 0.05;
+  o.stall_max_seconds = 0.3;
+  debug::StepTimer t(o);
+  t.step_done(1);  // starts the clock
+  t.step_done(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  t.step_done(3);  // slow against the first step, but 2 steps are too few for a median
+  CHECK(t.findings().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  t.step_done(4);
+  const std::vector<debug::Finding> f = t.findings();
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].check == "W10");
+  CHECK(f[0].step == 4);
+}
