@@ -1190,4 +1190,56 @@ std::vector<Finding> check_dropout_rate(nn::Module& model, const ModelCheckOptio
   return out;
 }
 
+// ---- M27 -----------------------------------------------------------------------------------
+std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
+  std::vector<std::pair<std::string, double>> layers;  // (ReLU layer, variance of its input), forward order
+  HookSet hooks;
+  for (auto& [path, m] : leaf_modules(model)) {
+    if (m->type_name() != "ReLU") continue;
+    const std::string label = module_label(path, *m);
+    hooks.pre(m, [&layers, label](nn::Module&, const Tensor& in) {
+      if (!in.defined() || in.numel() < 2 || !in.is_floating_point()) return;
+      const Tensor t = in.detach().to(kFloat64);
+      const Tensor c = t - mean(t);
+      layers.emplace_back(label, mean(c * c).item<double>());
+    });
+  }
+  if (hooks.empty()) return {};
+  {
+    QuietProbe quiet(model);
+    ModeSnapshot modes(model);
+    model.eval();
+    NoGradGuard ng;
+    model(x);
+  }
+  hooks.clear();
+  size_t lo = layers.size(), hi = layers.size();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const double v = layers[i].second;
+    if (!std::isfinite(v) || !(v > 0.0)) continue;  // NaN is M12's; a constant input is M25's
+    if (lo == layers.size() || v < layers[lo].second) lo = i;
+    if (hi == layers.size() || v > layers[hi].second) hi = i;
+  }
+  if (lo == layers.size() || lo == hi) return {};
+  const double ratio = layers[hi].second / layers[lo].second;
+  if (!(ratio > o.activation_variance_ratio)) return {};
+  const bool shrinks = lo > hi;  // the smaller variance comes later in the forward
+  Finding f = detail::make("M27", Severity::Warning,
+                           "at initialisation the variance of the ReLU inputs " + std::string(shrinks ? "shrinks" : "grows") +
+                               " " + fmt_num(ratio) + "x across the layers: " + fmt_num(layers[hi].second) + " at " +
+                               layers[hi].first + ", " + fmt_num(layers[lo].second) + " at " + layers[lo].first);
+  f.module = layers[shrinks ? lo : hi].first;
+  f.evidence = {{"largest input variance (" + layers[hi].first + ")", layers[hi].second, ""},
+                {"smallest input variance (" + layers[lo].first + ")", layers[lo].second, ""},
+                {"ratio", ratio, "> " + fmt_num(o.activation_variance_ratio) + " flags"},
+                {"ReLU layers measured", static_cast<double>(layers.size()), ""}};
+  f.cause = shrinks ? "the weights are initialised too small for the depth: each layer shrinks the signal, so the last "
+                      "layers see almost constant inputs and the first ones get vanishing gradients"
+                    : "the weights are initialised too large for the depth: each layer amplifies the signal, so the last "
+                      "layers saturate or overflow and the gradients explode";
+  f.fix = "initialise the layers before each ReLU with init::kaiming_normal_ (He: std sqrt(2 / fan_in)), or put a "
+          "normalisation (BatchNorm/LayerNorm) before the activations";
+  return {f};
+}
+
 }  // namespace gradsleuth::debug

@@ -656,10 +656,11 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     r.add(check_initialisation(model, o.model));  // M9
     r.note_ran("M4, M9");
   });
-  gate_phase(r, "structure checks", "M23, M24", [&] {
+  gate_phase(r, "structure checks", "M23, M24, M27", [&] {
     r.add(check_missing_nonlinearity(model, x));  // M23
     r.add(check_dropout_rate(model, o.model));    // M24
-    r.note_ran("M23, M24");
+    r.add(check_activation_variance(model, x, o.model));  // M27
+    r.note_ran("M23, M24, M27");
   });
   if (optimizer) {
     r.add(check_learning_rate_range(*optimizer, o.optim));  // O8

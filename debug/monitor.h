@@ -172,7 +172,8 @@ struct GateOptions {
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10
 // trainable parameters (with the optimizer when given), M1 shape trace, M4
 // shared weights, M9 initialisation, M23 linear layers with no non-linearity
-// between them, M24 dropout rates, O8 the learning rate (with the optimizer),
+// between them, M24 dropout rates, M27 activation variance across layers, O8 the
+// learning rate (with the optimizer),
 // the train/eval probe (M2: a random layer
 // whose mean training output is not its eval output), the forward with the
 // randomness off (M12 when non-finite), M3, L4 initial loss, the backward (O1

@@ -563,3 +563,58 @@ TEST_CASE("W10's limits: a step above stall_max_seconds stalls whatever the medi
   CHECK(f[0].check == "W10");
   CHECK(f[0].step == 4);
 }
+
+namespace {
+
+// Five Linear -> ReLU layers and a head, biases zero; `init_std` > 0 draws every weight from
+// N(0, init_std) (the "small random numbers" of old tutorials), else He initialisation.
+struct DeepRelu : nn::Module {
+  std::vector<std::shared_ptr<nn::Linear>> fcs;
+  std::vector<std::shared_ptr<nn::ReLU>> acts;
+  std::shared_ptr<nn::Linear> head;
+  explicit DeepRelu(double init_std) : Module("DeepRelu") {
+    for (int i = 0; i < 5; ++i) {
+      fcs.push_back(register_module("fc" + std::to_string(i), std::make_shared<nn::Linear>(i == 0 ? 6 : 32, 32)));
+      acts.push_back(register_module("relu" + std::to_string(i), std::make_shared<nn::ReLU>()));
+    }
+    head = register_module("head", std::make_shared<nn::Linear>(32, 3));
+    for (auto& fc : fcs) {
+      if (init_std > 0.0) nn::init::normal_(fc->weight, 0.0, init_std);
+      else nn::init::kaiming_normal_(fc->weight);
+      nn::init::zeros_(fc->bias);
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (size_t i = 0; i < fcs.size(); ++i) h = (*acts[i])((*fcs[i])(h));
+    return (*head)(h);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("M27: weights drawn with std 0.01 shrink the activations layer after layer; He initialisation keeps them") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: normal_(w, 0, 0.01) and zero biases in every hidden layer") {
+    auto owner = std::make_shared<DeepRelu>(0.01);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    REQUIRE(r.fired("M27"));
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "M27") {
+        CHECK(f.step < 0);  // before training
+        CHECK(f.title.find("shrinks") != std::string::npos);
+        CHECK(f.module == "relu4 (ReLU)");
+      }
+  }
+  SUBCASE("clean twin: kaiming_normal_") {
+    auto owner = std::make_shared<DeepRelu>(0.0);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M27"));
+  }
+}
