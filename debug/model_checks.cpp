@@ -1127,9 +1127,12 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
   for (auto& [path, m] : leaf_modules(model)) {
     if (!is_linear(*m)) continue;
     const std::string label = module_label(path, *m);
-    hooks.pre(m, [&calls, label](nn::Module&, const Tensor& in) { calls.push_back({label, in, Tensor()}); });
+    // Copies: an in-place activation applied later (h.relu_()) would change a shared tensor.
+    hooks.pre(m, [&calls, label](nn::Module&, const Tensor& in) {
+      calls.push_back({label, in.defined() ? in.detach().clone() : in, Tensor()});
+    });
     hooks.post(m, [&calls](nn::Module&, const Tensor&, const Tensor& out) {
-      if (!calls.empty()) calls.back().output = out;
+      if (!calls.empty() && out.defined()) calls.back().output = out.detach().clone();
     });
   }
   if (hooks.empty()) return {};

@@ -360,8 +360,11 @@ struct TwoLinear : nn::Module {
   explicit TwoLinear(bool act) : Module("TwoLinear"), activation(act) {}
   Tensor forward(const Tensor& x) override {
     Tensor h = (*fc1)(x);
-    return (*fc2)(activation ? relu(h) : h);
+    if (!activation) return (*fc2)(h);
+    if (in_place) return (*fc2)(h.relu_());
+    return (*fc2)(relu(h));
   }
+  bool in_place = false;
 };
 
 // Linear -> ReLU -> Dropout(p) -> Linear.
@@ -396,6 +399,13 @@ TEST_CASE("M23: two Linear layers with no activation between them collapse into 
     REQUIRE(lead.kind == json_mini::Value::Object);
     CHECK(lead.get("check")->str == "M23");
     CHECK(lead.get("cause")->str == "missing-nonlinearity");
+  }
+  SUBCASE("clean twin: an in-place relu_ on fc1's output is a non-linearity too") {
+    auto owner = std::make_shared<TwoLinear>(true);
+    owner->in_place = true;
+    debug::Report r;
+    r.add(debug::check_missing_nonlinearity(*owner, d.train->batch(0, 0).x));
+    CHECK(r.fired_checks().empty());
   }
   SUBCASE("clean twin: relu(fc1(x)) in forward()") {
     auto owner = std::make_shared<TwoLinear>(true);
