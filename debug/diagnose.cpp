@@ -350,6 +350,15 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
       f.title = std::string("end-of-run checks failed: ") + e.what();
       monitor_->report().add(std::move(f));
     }
+    // M7 over the training data with the trained model (the monitor saw only the sampled steps).
+    if (o_.dead_pass && data_.train && stopped_.empty() && monitor_->steps() > 0 && model_device(model_) == kCPU)
+      guarded(monitor_->report(), "the end-of-run checks", "dead-unit pass", "M7's pass over the training data", [&] {
+        for (Finding f : dead_relu_pass(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations)) {
+          if (f.step < 0) f.end_of_run = true;
+          monitor_->report().add(std::move(f));
+        }
+        monitor_->report().note_ran("M7");
+      });
     // Report::add appends a new finding and only counts one it already holds: the end of run's
     // own findings are those past the training's.
     const auto& all = monitor_->report().findings();
@@ -398,6 +407,12 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!trainer_attached_ && epochs_ == 0 && r.steps > 0)
     skip("L7, the W3 validation check, M7's per-epoch pass", "no epoch was recorded",
          "call epoch() after each epoch, or attach a Trainer");
+  if (o_.end_of_run && data_.train && (!o_.dead_pass || !stopped_.empty() || model_device(model_) != kCPU))
+    skip("M7's pass over the training data",
+         !o_.dead_pass        ? "switched off"
+         : !stopped_.empty()  ? "training stopped early: the model is not a trained one"
+                              : "the model is not on the host (the pass feeds the loader's batches as they are)",
+         !o_.dead_pass ? "DiagnoseOptions::dead_pass = true" : "debug::dead_relu_pass(model, loader) on batches you move");
   if (!r.findings.ran("M15"))
     skip("M15 (input-independent baseline)",
          !o_.baseline ? "switched off" : !data_.train ? "no training DataLoader was given"

@@ -1,6 +1,6 @@
 // The debug module on the user's own model: the data checks (D1-D10, D12-D16), the pre-training gate
 // (W2, then M15 and, when asked, M16 and W1), a monitored training run (W3) and the end-of-run
-// diagnoses, in that order, from what a
+// diagnoses (with M7's pass over the training data), in that order, from what a
 // user already has (a Module, a loss, an optimizer, loaders, a Normalizer), as one report.
 //
 // One call, "train this and tell me what is wrong" (it trains with an optim::Trainer):
@@ -92,6 +92,11 @@ struct DiagnoseOptions {
   // returning its step losses; when set, it runs twice with `seed` and the losses must match.
   std::function<std::vector<double>(uint64_t seed)> rerun;
   uint64_t seed = 1;
+  // ---- after training ----
+  // M7 over a pass through the training loader (every batch, up to dead_pass_batches) with the
+  // trained model, in eval mode, when training did not stop and the model lives on the host.
+  bool dead_pass = true;
+  int64_t dead_pass_batches = 100;
   // ---- output ----
   std::string report_dir;  // when not empty: report.html (W6 plots and findings) and metrics.csv there
   std::string title = "gradsleuth: diagnosis of your model";

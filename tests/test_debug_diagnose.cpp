@@ -308,7 +308,7 @@ TEST_CASE("Session on an own loop that raises: error() makes the finding, finish
   CHECK(skipped(r, "O1-O6"));
 }
 
-TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 when given what they need) and lists the rest") {
+TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 when given what they need), M7's pass after training, and lists the rest") {
   manual_seed(2);
   Data d = loaders();
   nn::CrossEntropyLoss ce;
@@ -326,8 +326,15 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
     for (const Tensor& p : model->parameters())
       for (float v : p.to_vector<float>()) after.push_back(v);
     CHECK(before == after);  // the baseline's training runs restored the parameters
+    for (int64_t i = 0; i < 3; ++i) {  // a few steps of the user's own loop
+      const nn::Batch b = d.train->batch(0, i);
+      opt.zero_grad();
+      ce((*model)(b.x), b.y).backward();
+      opt.step();
+    }
     const debug::RunReport r = s.finish();
     CHECK_FALSE(skipped(r, "M15"));
+    CHECK_FALSE(skipped(r, "M7's pass"));  // the dead-unit pass over the training data ran after training
     for (const char* k : {"M16", "W1", "W5", "W7"}) {
       INFO(k);
       REQUIRE(skipped(r, k));
@@ -338,12 +345,13 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
         }
     }
   }
-  SUBCASE("with make_model and rerun: M16 and W1 run; with baseline off, M15 is listed with the flag that enables it") {
+  SUBCASE("with make_model and rerun: M16 and W1 run; with baseline and dead_pass off, M15 and M7's pass are listed with their flags") {
     auto model = std::make_shared<GateNet>();
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     debug::DiagnoseOptions o;
     o.epochs = 1;
     o.baseline = false;
+    o.dead_pass = false;
     o.make_model = [](int64_t width) {
       return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
           std::make_shared<nn::Linear>(6, width), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(width, 3)});
@@ -374,6 +382,9 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
     REQUIRE(skipped(r, "M15"));
     for (const debug::SkippedChecks& sk : r.skipped)
       if (sk.checks.rfind("M15", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::baseline") != std::string::npos);
+    REQUIRE(skipped(r, "M7's pass"));
+    for (const debug::SkippedChecks& sk : r.skipped)
+      if (sk.checks.rfind("M7's pass", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::dead_pass") != std::string::npos);
     CHECK_MESSAGE(r.fired_checks().empty(), r.str());
   }
 }

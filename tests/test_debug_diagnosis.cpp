@@ -628,3 +628,28 @@ TEST_CASE("M27: weights drawn with std 0.01 shrink the activations layer after l
     CHECK(r.findings.ran("M27"));
   }
 }
+
+TEST_CASE("M7's pass after training: diagnose() runs the trained model over the training data, dead units named there too") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  auto owner = std::make_shared<ReluNet>(-20.0);
+  optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+  for (const bool pass : {true, false}) {
+    CAPTURE(pass);
+    debug::DiagnoseOptions o;
+    o.epochs = 1;
+    o.dead_pass = pass;
+    const debug::RunReport r = debug::diagnose(*owner, ce, opt, *d.train, d.val.get(), nullptr, o);
+    // The pass's finding counts every batch of the loader (the monitor's, only the sampled steps').
+    int64_t end_of_run_m7 = 0;
+    for (const debug::Finding& f : r.phases[3].findings.findings())
+      for (const debug::Evidence& e : f.evidence)
+        if (f.check == "M7" && f.fires() && e.name == "batches in the pass" &&
+            e.value == static_cast<double>(d.train->num_batches()))
+          ++end_of_run_m7;
+    INFO(r.str());
+    if (pass) CHECK(end_of_run_m7 >= 1);
+    else CHECK(end_of_run_m7 == 0);
+  }
+}
