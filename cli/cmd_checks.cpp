@@ -13,8 +13,8 @@ namespace gradsleuth::cli {
 
 int cmd_checks(const std::vector<std::string>& args) {
   Args a("checks", args);
-  a.about("Lists every check of the debug module (D1-D16 data, L1-L8 loss, M1-M22 model, O1-O7 optimisation,\n"
-          "W1-W9 workflow) with its C++ entry point, whether it is implemented and the public sources it comes\n"
+  a.about("Lists every check of the debug module (D1-D16 data, L1-L8 loss, M1-M27 model, O1-O8 optimisation,\n"
+          "W1-W10 workflow) with its C++ entry point, whether it is implemented and the public sources it comes\n"
           "from (short titles; --id gives them in full, --sources with authors, year and URL or DOI). docs/checks.md\n"
           "explains each check: its rule, thresholds and likely causes. --id shows one check in full.");
   a.flag("list", "list the checks (the default)");
@@ -69,7 +69,7 @@ int cmd_checks(const std::vector<std::string>& args) {
   if (a.has("id")) {
     const debug::CheckInfo* c = debug::find_check(a.get("id"));
     GS_CHECK(c != nullptr, "checks", "unknown check '", a.get("id"),
-             "': ids are D1-D16, L1-L8, M1-M22, O1-O7, W1-W9 (see gradsleuth checks --list)");
+             "': ids are D1-D16, L1-L8, M1-M27, O1-O8, W1-W10 (see gradsleuth checks --list)");
     rows.push_back(c);
   } else {
     for (const debug::CheckInfo& c : debug::all_checks()) rows.push_back(&c);

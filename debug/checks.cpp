@@ -64,22 +64,25 @@ const std::vector<SourceInfo>& all_sources() {
        "checks of a dataset and of its train/test split before training: duplicate samples, conflicting labels, "
        "train-test samples mix, feature (image property) drift, label drift, new labels, dataset size comparison",
        "Deepchecks", "current", "https://docs.deepchecks.com", ""},
-      // Related tools and catalogues: what docs/checks.md compares the checks with.
-      {"SageMaker Debugger", "Amazon SageMaker Debugger: built-in rules (AWS documentation)",
-       "rules run on saved tensors during training: vanishing and exploding gradients, dead ReLUs, loss not "
-       "decreasing, overfitting, poor initialisation, saturated activations",
+      {"SageMaker Debugger", "Amazon SageMaker Debugger documentation: list of Debugger built-in rules",
+       "rules run over the tensors a training job saves at every step: vanishing and exploding gradients, poor "
+       "initialisation, saturated and dead activations, a loss that does not decrease, overfitting and "
+       "overtraining, class imbalance, input images, all-zero, unchanged and high/low-variance tensors, the "
+       "update-to-weight ratio, a stalled job, runs that differ",
        "Amazon Web Services", "current", "https://docs.aws.amazon.com/sagemaker/latest/dg/debugger-built-in-rules.html",
-       "", true},
+       ""},
       {"UMLAUT", "Eldon Schoop, Forrest Huang, Bj\u00f6rn Hartmann, \"UMLAUT: Debugging Deep Learning Programs using "
        "Program Structure, Model Behavior, and Error Messages\" (CHI 2021)",
-       "heuristic checks of a model's structure and training behaviour, each explained with a cause and a fix "
-       "for the programmer",
-       "Eldon Schoop, Forrest Huang, Bj\u00f6rn Hartmann", "2021", "doi:10.1145/3411764.3445538", "", true},
+       "heuristics checked on a Keras program's structure before training and on its behaviour each epoch: "
+       "unnormalised or non-float inputs, NaN inputs and losses, a learning rate out of range, missing "
+       "activations between layers, a missing softmax or an activation on the last layer, a high dropout rate, "
+       "overfitting, a suspiciously high validation accuracy",
+       "Eldon Schoop, Forrest Huang, Bj\u00f6rn Hartmann", "2021", "doi:10.1145/3411764.3445538", ""},
       {"Ivanov 2017", "Slav Ivanov, \"37 Reasons why your Neural Network is not working\" (2017)",
-       "a checklist of dataset, normalisation, implementation and training problems behind a network that does "
-       "not learn",
+       "a checklist in four parts: dataset issues, data normalisation and augmentation, implementation issues, "
+       "training issues",
        "Slav Ivanov", "2017", "https://blog.slavv.com/37-reasons-why-your-neural-network-is-not-working-4020854bd607",
-       "", true},
+       ""},
   };
   return table;
 }
@@ -250,6 +253,24 @@ const std::vector<CheckInfo>& all_checks() {
        "ranks must not draw the same random numbers (dropout masks, augmentation): the next draws of each rank's "
        "generator compared across ranks",
        "debug::check_rank_randomness", "mpirun -np 2 gradsleuth zoo --distributed --bug B32", true},
+      {"M23", "missing non-linearity", "model", {"UMLAUT"},
+       "two linear layers (Linear, Conv) in a row whose second takes exactly the first's output (reshaped at most) in "
+       "an eval-mode forward: they collapse into one linear map",
+       "debug::check_missing_nonlinearity", "gradsleuth doctor", true},
+      {"M24", "dropout rate", "model", {"UMLAUT", "Ivanov 2017"},
+       "a Dropout layer whose probability is above 0.5", "debug::check_dropout_rate", "gradsleuth doctor", true},
+      {"M25", "all-zero tensors", "model", {"SageMaker Debugger"},
+       "a layer output, a parameter or a gradient that is entirely zero at every sampled step of the run (from 2 "
+       "samples; ReLU outputs are M7's)",
+       "debug::AllZeroTracker, debug::Monitor", "gradsleuth doctor", true},
+      {"M26", "tensor variance", "model", {"SageMaker Debugger"},
+       "per layer output over the sampled steps of the run: its variance (the median of the last 3 samples) below "
+       "1e-4 x or above 1e4 x its variance at the first sampled step",
+       "debug::VarianceTracker, debug::Monitor", "gradsleuth doctor", true},
+      {"M27", "activation variance across layers", "model", {"SageMaker Debugger"},
+       "at initialisation, the variance of every ReLU layer's input in one forward: the largest above 100 x the "
+       "smallest",
+       "debug::check_activation_variance", "gradsleuth doctor", true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1", "gradient health", "optimisation", {"Debugging Training", "Troubleshooting Tips", "debug-training", "Systematic Methodology"},
        "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "
@@ -273,6 +294,10 @@ const std::vector<CheckInfo>& all_checks() {
        "after the all-reduce every parameter's gradient is identical across ranks and equals the average of the "
        "ranks' local gradients (summed = world_size x); every trainable parameter is in the reduced list",
        "debug::check_gradient_reduction", "mpirun -np 2 gradsleuth zoo --distributed --bug B29", true},
+      {"O8", "learning rate out of range", "optimisation", {"UMLAUT", "Karpathy 2019"},
+       "before training, each parameter group's learning rate against its optimizer's usual range: Adam, AdamW, "
+       "RMSprop [1e-5, 1e-2]; SGD [1e-4, 1]",
+       "debug::check_learning_rate_range", "gradsleuth doctor --bug B24", true},
       // ---- workflow ------------------------------------------------------------------------------
       {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses",
        "debug::check_reproducible", "gradsleuth doctor", true},
@@ -302,6 +327,10 @@ const std::vector<CheckInfo>& all_checks() {
        "report world_size x per-rank batch and the learning rate; warn when the gradient is summed, so the "
        "effective learning rate is lr x world_size",
        "debug::report_effective_batch", "mpirun -np 2 gradsleuth zoo --distributed", true},
+      {"W10", "stalled training", "workflow", {"SageMaker Debugger"},
+       "wall time between consecutive optimizer steps (evaluation passes left out): a step above 10 x the run's "
+       "median step and above 2 s, or above 300 s",
+       "debug::StepTimer, debug::Monitor", "gradsleuth doctor", true},
   };
   return table;
 }

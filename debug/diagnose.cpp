@@ -201,6 +201,41 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
   guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2", [&] {
     gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options));
   });
+  Report& r = gate_phase_.findings;
+  // The checks that train again: on the training loader's first batches.
+  auto batches = [&](int64_t n) {
+    std::vector<std::pair<Tensor, Tensor>> out;
+    const int64_t e = data_.train->epoch();
+    for (int64_t i = 0; i < std::min(n, data_.train->num_batches()); ++i) {
+      const nn::Batch b = data_.train->batch(e, i);
+      out.emplace_back(b.x.to(d), b.y.to(d));
+    }
+    return out;
+  };
+  if (o_.baseline && data_.train && data_.train->num_batches() >= 2) {
+    say("input-independent baseline");
+    guarded(r, "the input-independent baseline", "training runs", "M15", [&] {
+      std::vector<std::pair<Tensor, Tensor>> train = batches(std::min<int64_t>(6, data_.train->num_batches()));
+      const std::pair<Tensor, Tensor> held = train.back();
+      train.pop_back();
+      r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model));
+      r.note_ran("M15");
+    });
+  }
+  if (o_.make_model && data_.train) {
+    say("capacity check");
+    guarded(r, "the capacity check", "training runs", "M16", [&] {
+      r.add(capacity_check(o_.make_model, o_.small_width, o_.large_width, batches(4), loss_, o_.gate_options.model));
+      r.note_ran("M16");
+    });
+  }
+  if (o_.rerun) {
+    say("reproducibility check");
+    guarded(r, "the reproducibility check", "two runs", "W1", [&] {
+      r.add(check_reproducible(o_.rerun, o_.seed));
+      r.note_ran("W1");
+    });
+  }
 }
 
 void Session::start_monitor() {
@@ -321,8 +356,9 @@ void Session::check_repeated_batches(RunReport& r) {
 // learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
 void Session::lr_probe(RunReport& r) {
   const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(), [](const Finding& f) {
-    return f.check == "O6" && f.fires() &&
-           (f.title.find("too high") != std::string::npos || f.title.find("too large") != std::string::npos);
+    return f.fires() && ((f.check == "O6" && (f.title.find("too high") != std::string::npos ||
+                                              f.title.find("too large") != std::string::npos)) ||
+                         (f.check == "O8" && f.title.find("is above the usual range") != std::string::npos));
   });
   if (!suspected || !have_initial_ || !stopped_.empty() || r.steps < 2) return;
   const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
@@ -476,6 +512,15 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
       f.title = std::string("end-of-run checks failed: ") + e.what();
       monitor_->report().add(std::move(f));
     }
+    // M7 over the training data with the trained model (the monitor saw only the sampled steps).
+    if (o_.dead_pass && data_.train && stopped_.empty() && monitor_->steps() > 0 && model_device(model_) == kCPU)
+      guarded(monitor_->report(), "the end-of-run checks", "dead-unit pass", "M7's pass over the training data", [&] {
+        for (Finding f : dead_relu_pass(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations)) {
+          if (f.step < 0) f.end_of_run = true;
+          monitor_->report().add(std::move(f));
+        }
+        monitor_->report().note_ran("M7");
+      });
     // Report::add appends a new finding and only counts one it already holds: the end of run's
     // own findings are those past the training's.
     const auto& all = monitor_->report().findings();
@@ -526,6 +571,29 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!trainer_attached_ && epochs_ == 0 && r.steps > 0)
     skip("L7, the W3 validation check, M7's per-epoch pass", "no epoch was recorded",
          "call epoch() after each epoch, or attach a Trainer");
+  if (o_.end_of_run && data_.train && (!o_.dead_pass || !stopped_.empty() || model_device(model_) != kCPU))
+    skip("M7's pass over the training data",
+         !o_.dead_pass        ? "switched off"
+         : !stopped_.empty()  ? "training stopped early: the model is not a trained one"
+                              : "the model is not on the host (the pass feeds the loader's batches as they are)",
+         !o_.dead_pass ? "DiagnoseOptions::dead_pass = true" : "debug::dead_relu_pass(model, loader) on batches you move");
+  if (!r.findings.ran("M15"))
+    skip("M15 (input-independent baseline)",
+         !o_.baseline ? "switched off" : !data_.train ? "no training DataLoader was given"
+                                       : !gate_phase_.ran ? "the gate did not run"
+                                       : data_.train->num_batches() < 2 ? "the training loader has fewer than 2 batches"
+                                                                         : "it raised an error (see the findings)",
+         !o_.baseline ? "DiagnoseOptions::baseline = true" : "give a training DataLoader of 2 batches or more");
+  if (!o_.make_model)
+    skip("M16 (capacity check)", "it trains new models of two widths, and only your one model was given",
+         "set DiagnoseOptions::make_model (width -> a new model), small_width and large_width");
+  if (!o_.rerun)
+    skip("W1 (reproducibility)", "it repeats a run from one seed, and only this run was given",
+         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours)");
+  skip("W5 (diagnosis report)", "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
+       "its numbers", "call debug::diagnosis_report(model, x, y, loss) for the text");
+  skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",
+       "wrap steps of your loop in a debug::Profiler (W7); call debug::memory_report(model, forward_loss) (W8)");
   if (r.steps == 0)
     skip("O1-O6, M7, M8, L1 during training",
          stopped_.empty() ? "no optimizer step was seen" : "training stopped before its first optimizer step",

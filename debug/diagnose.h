@@ -1,5 +1,6 @@
 // The debug module on the user's own model: the data checks (D1-D10, D12-D16), the pre-training gate
-// (W2), a monitored training run (W3) and the end-of-run diagnoses, in that order, from what a
+// (W2, then M15 and, when asked, M16 and W1), a monitored training run (W3) and the end-of-run
+// diagnoses (with M7's pass over the training data), in that order, from what a
 // user already has (a Module, a loss, an optimizer, loaders, a Normalizer), as one report.
 //
 // One call, "train this and tell me what is wrong" (it trains with an optim::Trainer):
@@ -80,13 +81,31 @@ struct DiagnoseOptions {
   // D12-D16 read the first data.integrity_examples rows of each dataset (60000 by default).
   std::string val_split = "validation";  // what D10 and D13-D16 call the val loader's split ("test", ...)
   int64_t sample_examples = 1000;  // M18 runs on the first N rows of val (else train) at finish()
-  // The learning-rate probe: when O6 says the learning rate is too high, finish() trains the same
+  // The learning-rate probe: when O6 or O8 says the learning rate is too high, finish() trains the same
   // model again from its initial weights at a tenth of the learning rate for this many steps (on
   // the train loader, with the same optimizer, its state reset) and compares: a run that trains
   // cleanly there confirms the learning rate as the cause; one that misbehaves the same rules it
   // out. The trained weights and the optimizer's state are restored afterwards. 0: off. Needs
   // DiagnoseData::train and an optimizer whose state_dict()/load_state_dict() round-trip.
   int64_t lr_probe_steps = 100;
+  // ---- the checks that train the model again (before training, with the gate) ----
+  // M15: the model trained on the first (up to 5) training batches with real and with zeroed
+  // inputs, judged on the next batch; the model's parameters are restored afterwards. Needs a
+  // training loader of 2 batches or more.
+  bool baseline = true;
+  // M16: a new model of a given width (hidden units); when set, the models at small_width and
+  // large_width are trained on the first 4 training batches and the larger must do better.
+  std::function<nn::ModulePtr(int64_t width)> make_model;
+  int64_t small_width = 16, large_width = 128;
+  // W1: a short run of yours from a seed (a new model, optimizer and loader seeded with it),
+  // returning its step losses; when set, it runs twice with `seed` and the losses must match.
+  std::function<std::vector<double>(uint64_t seed)> rerun;
+  uint64_t seed = 1;
+  // ---- after training ----
+  // M7 over a pass through the training loader (every batch, up to dead_pass_batches) with the
+  // trained model, in eval mode, when training did not stop and the model lives on the host.
+  bool dead_pass = true;
+  int64_t dead_pass_batches = 100;
   // ---- output ----
   std::string report_dir;  // when not empty: report.html (W6 plots and findings) and metrics.csv there
   std::string title = "gradsleuth: diagnosis of your model";

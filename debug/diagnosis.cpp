@@ -64,18 +64,25 @@ bool o1_exploding(const Finding& f) {
   return is(f, "O1") && f.severity == Severity::Warning && (has(f, "is exploding") || has(f, "explode towards"));
 }
 bool cut_graph(const Finding& f) { return is(f, "M5") && has(f, "got no gradient"); }
+// M25 about a gradient (the others name a layer output or a parameter's value).
+bool m25_gradient(const Finding& f) { return is(f, "M25") && has(f, "the gradient of"); }
 bool zero_gradient(const Finding& f) {
-  return (is(f, "M5") && has(f, "all-zero gradient")) || (is(f, "O6") && has(f, "never changed")) ||
+  return (is(f, "M5") && has(f, "all-zero gradient")) || m25_gradient(f) || (is(f, "O6") && has(f, "never changed")) ||
          (is(f, "M6") && (has(f, "no gradient reaches the input") || has(f, "does not depend on its own input")));
 }
 bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
-bool lr_too_high(const Finding& f) { return is(f, "O6") && (has(f, "too high") || has(f, "too large")); }
-bool lr_too_low(const Finding& f) { return is(f, "O6") && (has(f, "too low") || has(f, "too small")); }
+// O6 judges the learning rate by what the run did; O8 by its value against the optimizer's
+// usual range before training: both confirm the same cause.
+bool o6_too_high(const Finding& f) { return is(f, "O6") && (has(f, "too high") || has(f, "too large")); }
+bool lr_too_high(const Finding& f) { return o6_too_high(f) || (is(f, "O8") && has(f, "is above the usual range")); }
+bool lr_too_low(const Finding& f) {
+  return (is(f, "O6") && (has(f, "too low") || has(f, "too small"))) || (is(f, "O8") && has(f, "is below the usual range"));
+}
 bool lr_schedule(const Finding& f) { return is(f, "O6") && has(f, "learning-rate schedule"); }
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
          ((is(f, "L1") && (has(f, "spiked") || has(f, "diverging") || has(f, "oscillates"))) ||
-          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3"));
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || (is(f, "M26") && has(f, "blew up")));
 }
 bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
@@ -171,6 +178,18 @@ const std::vector<Cause>& diagnosis_causes() {
       {"half-overflow", "a forward that overflows in half precision", "M18", "the forward run in float16", true,
        GS_CHECK_CONFIRMS("M18")},
       {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true, GS_CHECK_CONFIRMS("M16")},
+      {"missing-nonlinearity", "two linear layers with no non-linearity between them", "M23",
+       "each linear layer's input against the previous linear layer's output", true, GS_CHECK_CONFIRMS("M23")},
+      {"high-dropout", "a dropout rate above 0.5", "M24", "the probability of each Dropout layer", true,
+       GS_CHECK_CONFIRMS("M24")},
+      {"all-zero", "a weight or a layer output that stays zero", "M25",
+       "each parameter and layer output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
+      {"init-variance", "activations whose variance shrinks or grows through the layers at initialisation", "M27",
+       "the variance of each ReLU layer's input at initialisation", true, GS_CHECK_CONFIRMS("M27")},
+      {"variance-collapse", "a layer whose output became constant", "M26",
+       "the variance of each layer's output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M26") && has(f, "collapsed"); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21", "a checksum of every rank's parameters",
        true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -183,16 +202,20 @@ const std::vector<Cause>& diagnosis_causes() {
       {"effective-batch", "a learning rate not scaled for the effective batch", "W9",
        "the global batch and learning rate of a data-parallel run", true, GS_CHECK_CONFIRMS("W9")},
       {"lr-too-high", "a learning rate too high", "O6",
-       "the loss history and each parameter's update-to-weight ratio (and, where the run can be repeated, the same "
-       "run at a tenth of the learning rate)",
+       "the learning rate against its optimizer's usual range before training (O8), the loss history and each "
+       "parameter's update-to-weight ratio (O6), and, where the run can be repeated, the same run at a tenth of the "
+       "learning rate",
        true, [](const Finding& f) { return lr_too_high(f); }},
-      {"lr-too-low", "a learning rate too low", "O6", "the loss's relative decrease and the update-to-weight ratios", true,
+      {"lr-too-low", "a learning rate too low", "O6", "the learning rate against its optimizer's usual range (O8), the "
+       "loss's relative decrease and the update-to-weight ratios (O6)", true,
        [](const Finding& f) { return lr_too_low(f); }},
       {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
        "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
        "whether any trainable parameter holds a gradient when the optimizer steps", true,
        [](const Finding& f) { return is(f, "O1") && has(f, "no trainable parameter has a gradient"); }},
+      {"stalled", "a training loop that stalls between steps", "W10", "the wall time of every step", true,
+       GS_CHECK_CONFIRMS("W10")},
       {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true, GS_CHECK_CONFIRMS("W1")},
       // ---- symptoms that explain other symptoms ----
       {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
@@ -220,11 +243,12 @@ const std::vector<Symptom>& diagnosis_symptoms() {
   static const std::vector<std::string> any_fault = {
       "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
       "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
-      "frozen", "wrong-backward", "dead-relu", "saturation", "bad-init", "shared-weights", "sum-reduction",
-      "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels", "zero-grad", "grad-reduction", "replicas-diverged",
+      "frozen", "wrong-backward", "all-zero", "variance-collapse", "dead-relu", "saturation", "bad-init", "init-variance",
+      "shared-weights", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
+      "zero-grad", "grad-reduction", "replicas-diverged",
       "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
       "no-backward", "lr-schedule", "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss",
-      "lr-too-high", "capacity", "lr-too-low"};
+      "lr-too-high", "high-dropout", "missing-nonlinearity", "capacity", "lr-too-low"};
   static const std::vector<Symptom> table = {
       {"non-finite", "NaN/Inf values", "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
        [](const Finding& f) { return nonfinite_member(f); },
@@ -236,21 +260,21 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "L1 (stuck, at chance), M14, M15, L7 (underfitting), W3, O6 (too low)",
        [](const Finding& f) { return not_learning(f); }, any_fault},
       {"unstable-loss", "a loss that spikes, oscillates or diverges; weights that keep growing",
-       "L1 (spikes, oscillation, divergence), O2 (jumps), O3, O6 (too high)",
-       [](const Finding& f) { return loss_unstable(f) || lr_too_high(f); },
+       "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
+       [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "zero-grad", "grad-reduction",
         "effective-batch", "lr-schedule", "lr-too-high"}},
       {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient), O2 (vanishing)",
        [](const Finding& f) { return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish")); },
-       {"cut-graph", "frozen", "masked-targets", "dead-relu", "saturation", "bad-init", "double-softmax", "bce-logits",
-        "final-activation", "zero-gradients"}},
+       {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",
+        "double-softmax", "bce-logits", "final-activation", "zero-gradients"}},
       {"zero-gradients", "all-zero gradients; weights that never change",
-       "M5 (all-zero gradient), O6 (never changed), M6 (no gradient reaches the input)",
+       "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the input)",
        [](const Finding& f) { return zero_gradient(f); },
-       {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "dead-relu", "saturation",
+       {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "all-zero", "dead-relu", "saturation",
         "final-activation", "vanishing-gradients"}},
       {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
-       {"bad-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high"}},
+       {"bad-init", "init-variance", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high"}},
       {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7") && has(f, "died during training"); },
        {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},

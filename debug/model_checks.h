@@ -5,6 +5,8 @@
 //   M10 check_trainable       M11 check_devices_dtypes    M13 gradcheck_module
 //   M14 overfit_one_batch     M15 input_independent_baseline
 //   M16 capacity_check        M17 check_batchnorm_stats
+//   M23 check_missing_nonlinearity                        M24 check_dropout_rate
+//   M27 check_activation_variance
 // (M2, M7, M8 watch training through hooks: activation_stats.h and monitor.h;
 // M12, M18, M19, M20 listen to ops: anomaly.h.)
 //
@@ -57,6 +59,14 @@ struct ModelCheckOptions {
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;     // real inputs must beat zeroed inputs by this fraction of the loss
   double capacity_margin = 0.0;      // the larger model must reach a loss lower by this fraction
+  // ---- M24 ----
+  double max_dropout = 0.5;          // a dropout probability above this drops most activations
+  // ---- M27 ----
+  // The largest variance of a ReLU layer's input over the smallest, at initialisation, above
+  // this flags. A PyTorch-style default initialisation (uniform, 1/sqrt(fan_in)) shrinks the
+  // variance about 6x per ReLU layer, so a lower limit would flag plain 3-layer nets that train
+  // well; 100 is reached from 4 such layers, or by one layer initialised at a wrong scale.
+  double activation_variance_ratio = 100.0;
 };
 
 // Loss of a model's output against a target (a 0-dim tensor).
@@ -208,5 +218,24 @@ std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t wi
 // statistics), or whose running statistics were never updated, when the model
 // is (or is about to be) evaluated.
 std::vector<Finding> check_batchnorm_stats(nn::Module& model);
+
+// ---- M23 ---------------------------------------------------------------------------
+// Two linear layers (Linear, Conv1d, Conv2d) in a row with no non-linearity between them: in
+// one eval-mode forward of `x` without gradients, a linear layer whose input is exactly the
+// previous linear layer's output (reshaped at most: a Flatten, a view, a dropout in eval mode
+// change no value). The two collapse into one linear map. Found by values, so an activation
+// written as a function in forward() (gs::relu(fc1(x))) counts as well as an nn::ReLU module.
+std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor& x);
+
+// ---- M24 ---------------------------------------------------------------------------
+// Dropout layers (nn::Dropout) whose probability is above o.max_dropout: most of the
+// activations are zeroed at every training step.
+std::vector<Finding> check_dropout_rate(nn::Module& model, const ModelCheckOptions& o = {});
+
+// ---- M27 ---------------------------------------------------------------------------
+// The variance of every ReLU layer's input in one eval-mode forward of `x` (at initialisation,
+// before training): a warning when the largest is more than o.activation_variance_ratio times
+// the smallest. Needs two ReLU layers whose inputs vary.
+std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
 
 }  // namespace gradsleuth::debug

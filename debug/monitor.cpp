@@ -47,7 +47,7 @@ int64_t ignore_index_of(const nn::Loss& l) {
 // ---- W3 ---------------------------------------------------------------------------------
 Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
     : model_(model), opt_(optimizer), loss_(loss), o_(o), broadcast_(o.broadcast), dead_(o.activations),
-      saturation_(o.activations), norms_(o.optim), ratios_(o.optim) {
+      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), timer_(o.run) {
   // O5 and M2 are raised by the optimizer and the layers themselves (core
   // warnings): here they become findings.
   warnings_ = std::make_unique<WarningHandlerGuard>([this](const Warning& w) {
@@ -85,6 +85,11 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   dead_.set_step(1);
   saturation_.set_step(1);
   ratios_.attach(opt_, model_, o_.every);
+  zero_.attach(model_);
+  zero_.set_active(true);
+  variance_.attach(model_);
+  variance_.set_active(true);
+  variance_.set_step(1);
 
   // The batch of each step (for a W4 re-run) and the input's dtype (M11).
   auto root = model_.named_modules().front().second;  // (a clear error when the model is not in a shared_ptr)
@@ -206,6 +211,8 @@ void Monitor::detach() {
   dead_.detach();
   saturation_.detach();
   ratios_.detach();
+  zero_.detach();
+  variance_.detach();
   warnings_.reset();
 }
 
@@ -390,6 +397,7 @@ void Monitor::check_eval_pass() {
 }
 
 void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy) {
+  timer_.restart();  // the epoch's evaluation is not a step (W10)
   check_eval_pass();
   reset_pass();
   history_.epoch_train_loss.push_back(train_loss);
@@ -497,6 +505,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
   if (sample) {
     SummaryCache once;  // O2/O3's norms and O1 read the same gradients: one pass over each
     norms_.record(steps_ + 1, model_);  // O2/O3
+    zero_.record_parameters(model_);    // M25
     std::vector<Finding> health = check_gradient_health(model_, o_.optim);  // O1 (M5's gradient flow runs in the gate)
     // Once, the first time a 1-D parameter's gradient vanishes: is it a redundant bias (zero
     // by construction, BatchNorm after it)? Then it is said once as info, and O1 stays silent.
@@ -508,6 +517,8 @@ void Monitor::on_pre_step(optim::Optimizer&) {
       redundant_checked_ = true;
       dead_.set_active(false);  // the probe's forwards are not training statistics
       saturation_.set_active(false);
+      zero_.set_active(false);
+      variance_.set_active(false);
       const LossFunction lf = [this](const Tensor& out, const Tensor& t) { return (*loss_)(out, t); };
       std::vector<Finding> red;
       try {
@@ -517,6 +528,8 @@ void Monitor::on_pre_step(optim::Optimizer&) {
       }
       dead_.set_active(sample);
       saturation_.set_active(sample);
+      zero_.set_active(sample);
+      variance_.set_active(sample);
       for (Finding& f : red) {
         o_.optim.zero_grad_by_construction.push_back(f.parameter);
         add(std::move(f));
@@ -555,6 +568,7 @@ void Monitor::on_post_step(optim::Optimizer& op) {
   reset_pass();  // the forwards so far were training forwards
   ++steps_;
   in_step_ = false;
+  timer_.step_done(steps_);  // W10
   if (sampled_step() || steps_ == 1) {
     add(check_finite_weights(model_));  // O4
     report_.note_ran("O4");
@@ -564,6 +578,9 @@ void Monitor::on_post_step(optim::Optimizer& op) {
   saturation_.set_step(steps_ + 1);
   dead_.set_active(next);
   saturation_.set_active(next);
+  zero_.set_active(next);
+  variance_.set_active(next);
+  variance_.set_step(steps_ + 1);
 }
 
 void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
@@ -584,7 +601,11 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   add(dead_.findings());                                                             // M7
   add(saturation_.findings());                                                       // M8
   add(broadcast_.findings());                                                        // M19
-  report_.note_ran("L1, O2, O3, O6, M19");
+  add(zero_.findings(o_.optim.zero_grad_by_construction));                           // M25
+  add(variance_.findings());                                                         // M26
+  add(timer_.findings());                                                            // W10
+  report_.note_ran("L1, O2, O3, O6, M19, W10");
+  if (steps_ > 0) report_.note_ran("M25, M26");
   if (!dead_.layers().empty()) report_.note_ran("M7");
   if (!saturation_.layers().empty()) report_.note_ran("M8");
   // History for plots, before the trackers go.
@@ -684,6 +705,16 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     r.add(check_initialisation(model, o.model));  // M9
     r.note_ran("M4, M9");
   });
+  gate_phase(r, "structure checks", "M23, M24, M27", [&] {
+    r.add(check_missing_nonlinearity(model, x));  // M23
+    r.add(check_dropout_rate(model, o.model));    // M24
+    r.add(check_activation_variance(model, x, o.model));  // M27
+    r.note_ran("M23, M24, M27");
+  });
+  if (optimizer) {
+    r.add(check_learning_rate_range(*optimizer, o.optim));  // O8
+    r.note_ran("O8");
+  }
 
   // M2 by behaviour: which layers are random or different in train mode (a
   // hand-written dropout as well as nn::Dropout), and whether a random layer's

@@ -1,7 +1,7 @@
 // The training monitor (W3) and the workflow checks around it:
 //   W3 Monitor             attaches to a model, its optimizer and loss (and a
 //                          Trainer) and runs the per-step checks every N steps:
-//                          O1-O6, M7, M8, L1, plus what it hears on every step
+//                          O1-O6, M7, M8, M25, M26, L1, plus what it hears on every step
 //                          (O5, M2, M17, M19, L2, L3, L5, M3, D6, W4/M12 when the
 //                          loss turns non-finite);
 //   W2 pretrain_gate       one call before training: devices, trainable
@@ -42,6 +42,7 @@
 #include "debug/loss_checks.h"
 #include "debug/model_checks.h"
 #include "debug/optim_checks.h"
+#include "debug/run_checks.h"
 #include "nn/loss.h"
 #include "optim/trainer.h"
 
@@ -58,6 +59,7 @@ struct MonitorOptions {
   // op and module.
   bool localise_nonfinite = true;
   int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
+  RunCheckOptions run;       // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
 };
 
 // Series for plots (W6).
@@ -90,7 +92,7 @@ class Monitor {
   void record_step(double loss);
   void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN());
 
-  // The end-of-run diagnoses: L1, L7, O2, O3, O6, M7, M8, M19; with a sample
+  // The end-of-run diagnoses: L1, L7, O2, O3, O6, M7, M8, M19, M25, M26, W10; with a sample
   // batch also M18 (half precision). Call once, after training. Detaches every
   // hook. (M17 is heard live, when a BatchNorm layer is evaluated.)
   void finish(const Tensor& sample_x = Tensor(), const Tensor& sample_y = Tensor());
@@ -134,6 +136,9 @@ class Monitor {
   SaturationTracker saturation_;
   NormHistory norms_;
   UpdateRatioTracker ratios_;
+  AllZeroTracker zero_;  // M25
+  VarianceTracker variance_;  // M26
+  StepTimer timer_;      // W10
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   // State of the current step.
   int64_t steps_ = 0;              // optimizer steps seen
@@ -173,7 +178,10 @@ struct GateOptions {
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10
 // trainable parameters (with the optimizer when given), M1 shape trace, M4
-// shared weights, M9 initialisation, the train/eval probe (M2: a random layer
+// shared weights, M9 initialisation, M23 linear layers with no non-linearity
+// between them, M24 dropout rates, M27 activation variance across layers, O8 the
+// learning rate (with the optimizer),
+// the train/eval probe (M2: a random layer
 // whose mean training output is not its eval output), the forward with the
 // randomness off (M12 when non-finite), M3, L4 initial loss, the backward (O1
 // gradient health, M5 gradient flow), M6 batch mixing, M13 per-layer gradient

@@ -643,4 +643,44 @@ NormSeries UpdateRatioTracker::series() const {
   return s;
 }
 
+// ---- O8 -------------------------------------------------------------------------------------
+std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& o) {
+  const std::string& kind = opt.name();
+  double lo = 0.0, hi = 0.0;
+  if (kind == "Adam" || kind == "AdamW" || kind == "RMSprop") {
+    lo = o.adaptive_lr_min;
+    hi = o.adaptive_lr_max;
+  } else if (kind == "SGD") {
+    lo = o.sgd_lr_min;
+    hi = o.sgd_lr_max;
+  } else {
+    return {};
+  }
+  std::vector<Finding> out;
+  const auto& groups = opt.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const double lr = groups[i].lr;
+    if (lr >= lo && lr <= hi) continue;
+    const bool high = lr > hi;
+    const std::string group = groups.size() == 1 ? std::string()
+                                                 : " (parameter group " +
+                                                       (groups[i].name.empty() ? num(static_cast<int64_t>(i))
+                                                                               : groups[i].name) + ")";
+    Finding f = make("O8", Severity::Warning,
+                     "the " + kind + " learning rate " + fmt_num(lr) + group + " is " +
+                         (high ? "above" : "below") + " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) +
+                         "] before training starts");
+    f.evidence = {{"learning rate", lr, "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags"}};
+    f.cause = high ? "a learning rate this high makes the first updates overshoot: the loss jumps, oscillates or "
+                     "turns NaN, and ReLU units can die in the first steps"
+                   : "a learning rate this low moves the weights so little that the loss barely falls within a "
+                     "normal budget of steps";
+    f.fix = kind == "SGD" ? "start SGD between 1e-3 and 0.1 (0.01-0.1 with momentum 0.9), then tune by factors of 3"
+                          : "start " + kind + " at its default 1e-3 (3e-4 is a common choice), then tune by factors "
+                            "of 3";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 }  // namespace gradsleuth::debug

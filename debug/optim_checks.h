@@ -104,6 +104,14 @@ struct OptimCheckOptions {
   double schedule_collapse_by = 0.5;
   double schedule_growth = 10.0;
   int64_t schedule_min_steps = 10;
+
+  // ---- O8 learning rate before training ----
+  // The usual ranges of a starting learning rate: adaptive optimizers (Adam, AdamW, RMSprop)
+  // [1e-5, 1e-2] (their default is 1e-3), SGD [1e-4, 1] (with or without momentum).
+  double adaptive_lr_min = 1e-5;
+  double adaptive_lr_max = 1e-2;
+  double sgd_lr_min = 1e-4;
+  double sgd_lr_max = 1.0;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
@@ -158,6 +166,11 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
 // schedule_collapse_by of the steps) or grows past schedule_growth x its start. Empty otherwise.
 std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& learning_rates,
                                           const OptimCheckOptions& opts = {});
+
+// O8, before training: each parameter group's learning rate against the usual range of its
+// optimizer (Adam/AdamW/RMSprop: [adaptive_lr_min, adaptive_lr_max]; SGD: [sgd_lr_min,
+// sgd_lr_max]); a warning per group outside it. An optimizer of another kind is not judged.
+std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& opts = {});
 
 // O6 from the updates: attach() adds a pre- and a post-step hook to the
 // optimizer; on every `every`-th step (steps 1, 1 + every, ...) it measures,

@@ -353,6 +353,8 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
   DiagnoseOptions d;
   d.num_classes = v.task == Task::Classes ? v.num_classes : 2;
   d.gate = o.gate;
+  d.baseline = false;   // M15 runs in gradsleuth doctor only, on a fresh copy of the recipe
+  d.dead_pass = false;  // as does M7's pass over the training data, after training
   d.gate_options.model.overfit_steps = o.overfit_steps;
   d.monitor.every = o.monitor_every;
   d.trainer = v.trainer;

@@ -35,7 +35,7 @@
   X(B21, "half-precision softmax overflow", "nn::LogSoftmax", "M18", "mlp cnn")                                   \
   X(B22, "a layer with a wrong backward", "nn::Linear", "M13", "mlp cnn")                                         \
   X(B23, "BatchNorm without running statistics", "nn::BatchNorm1d/2d", "M17", "mlp")                              \
-  X(B24, "learning rate far too high", "recipe (optimizer)", "L1 O6", "mlp cnn")                                  \
+  X(B24, "learning rate far too high", "recipe (optimizer)", "L1 O6 O8", "mlp cnn")                                \
   X(B25, "raw 0..255 inputs", "data pipeline", "D5", "mlp cnn")                                                   \
   X(B26, "labels 1-indexed / out of range", "data pipeline", "D9", "mlp cnn")                                     \
   X(B27, "float64 inputs into a float32 model", "data pipeline", "M11", "mlp cnn")                                \

@@ -137,7 +137,8 @@ TEST_CASE("diagnose: one call on a clean hand-written model runs every phase in 
   CHECK(r.phases[2].name == "training");
   CHECK(r.phases[3].name == "end of run");
   for (const auto& p : r.phases) CHECK_MESSAGE(p.ran, p.name);
-  CHECK(said == std::vector<std::string>{"data checks", "pre-training gate", "training 2 epochs", "end-of-run checks"});
+  CHECK(said == std::vector<std::string>{"data checks", "pre-training gate", "input-independent baseline",
+                                         "training 2 epochs", "end-of-run checks"});
   CHECK(r.steps == 2 * 24);
   CHECK(r.history.step_losses.size() == 48);
   CHECK(r.history.epoch_val_loss.size() == 2);
@@ -369,4 +370,85 @@ TEST_CASE("the lead's plots show what it names: its parameters, its module's, or
   debug::Finding l1;
   l1.check = "L1";
   CHECK(debug::lead_plots(l1, h).empty());
+}
+
+TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 when given what they need), M7's pass after training, and lists the rest") {
+  manual_seed(2);
+  Data d = loaders();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("defaults: M15 runs on the user's model and leaves it as it was; M16, W1, W5, W7, W8 are listed with a remedy") {
+    auto model = std::make_shared<GateNet>();
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    debug::DiagnoseOptions o;
+    o.max_steps = 5;
+    std::vector<float> before;
+    for (const Tensor& p : model->parameters())
+      for (float v : p.to_vector<float>()) before.push_back(v);
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+    CHECK(s.pretraining().ran("M15"));
+    std::vector<float> after;
+    for (const Tensor& p : model->parameters())
+      for (float v : p.to_vector<float>()) after.push_back(v);
+    CHECK(before == after);  // the baseline's training runs restored the parameters
+    for (int64_t i = 0; i < 3; ++i) {  // a few steps of the user's own loop
+      const nn::Batch b = d.train->batch(0, i);
+      opt.zero_grad();
+      ce((*model)(b.x), b.y).backward();
+      opt.step();
+    }
+    const debug::RunReport r = s.finish();
+    CHECK_FALSE(skipped(r, "M15"));
+    CHECK_FALSE(skipped(r, "M7's pass"));  // the dead-unit pass over the training data ran after training
+    for (const char* k : {"M16", "W1", "W5", "W7"}) {
+      INFO(k);
+      REQUIRE(skipped(r, k));
+      for (const debug::SkippedChecks& sk : r.skipped)
+        if (sk.checks.rfind(k, 0) == 0) {
+          CHECK_FALSE(sk.reason.empty());
+          CHECK_FALSE(sk.remedy.empty());
+        }
+    }
+  }
+  SUBCASE("with make_model and rerun: M16 and W1 run; with baseline and dead_pass off, M15 and M7's pass are listed with their flags") {
+    auto model = std::make_shared<GateNet>();
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    debug::DiagnoseOptions o;
+    o.epochs = 1;
+    o.baseline = false;
+    o.dead_pass = false;
+    o.make_model = [](int64_t width) {
+      return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+          std::make_shared<nn::Linear>(6, width), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(width, 3)});
+    };
+    int runs = 0;
+    o.rerun = [&](uint64_t seed) {
+      ++runs;
+      manual_seed(seed);
+      auto m = std::make_shared<GateNet>();
+      optim::Adam o2(m->parameters(), optim::AdamOptions(1e-2));
+      std::vector<double> losses;
+      for (int64_t i = 0; i < 5; ++i) {
+        const nn::Batch b = d.train->batch(0, i);
+        o2.zero_grad();
+        Tensor l = ce((*m)(b.x), b.y);
+        l.backward();
+        o2.step();
+        losses.push_back(l.item<double>());
+      }
+      return losses;
+    };
+    const debug::RunReport r = debug::diagnose(*model, ce, opt, *d.train, d.val.get(), nullptr, o);
+    CHECK(runs == 2);
+    CHECK(r.findings.ran("M16"));
+    CHECK(r.findings.ran("W1"));
+    CHECK_FALSE(skipped(r, "M16"));
+    CHECK_FALSE(skipped(r, "W1"));
+    REQUIRE(skipped(r, "M15"));
+    for (const debug::SkippedChecks& sk : r.skipped)
+      if (sk.checks.rfind("M15", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::baseline") != std::string::npos);
+    REQUIRE(skipped(r, "M7's pass"));
+    for (const debug::SkippedChecks& sk : r.skipped)
+      if (sk.checks.rfind("M7's pass", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::dead_pass") != std::string::npos);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+  }
 }

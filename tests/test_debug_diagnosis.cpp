@@ -6,10 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gradsleuth.h>
 
@@ -294,7 +296,7 @@ TEST_CASE("a loss summed by hand in a lambda: L6 leads, the inflated initial los
   }
 }
 
-TEST_CASE("a learning rate far too high in a hand-written loop: O6 leads, the spiking loss and growing weights follow") {
+TEST_CASE("a learning rate far too high in a hand-written loop: O8 leads before training; O6 and the lr / 10 probe confirm it") {
   manual_seed(4);
   const Split d = split();
   nn::CrossEntropyLoss ce;
@@ -322,11 +324,14 @@ TEST_CASE("a learning rate far too high in a hand-written loop: O6 leads, the sp
     INFO(r.str());
     const json_mini::Value lead = lead_of(r);
     REQUIRE(lead.kind == json_mini::Value::Object);
-    CHECK(lead.get("check")->str == "O6");
+    // The same fault seen three ways: O8's range before training leads, O6's loss history and the
+    // probe, which trained the same model again from its initial weights at lr / 10 and saw it
+    // train there, confirm it; the trained weights are back afterwards.
+    CHECK(lead.get("check")->str == "O8");
     CHECK(lead.get("cause")->str == "lr-too-high");
-    // The probe trained the same model again from its initial weights at lr / 10: it trains there,
-    // so it confirms the learning rate; the trained weights are back afterwards.
     const std::vector<std::string> by = strings(lead.get("confirmed_by"));
+    CHECK(by.front() == "O8");
+    CHECK(std::find(by.begin(), by.end(), "O6") != by.end());
     CHECK(std::find(by.begin(), by.end(), "O6 probe (lr / 10)") != by.end());
     CHECK(opt.lr() == 1.0);
     REQUIRE(r.history.step_losses.size() == 45);
@@ -528,5 +533,310 @@ TEST_CASE("model.eval() left on while training: M2 says the model trains in eval
     } else {
       CHECK_MESSAGE(r.fired_checks().empty(), r.str());
     }
+  }
+}
+
+namespace {
+
+// Two Linear layers; `activation` says whether a ReLU (written as a function call in forward(),
+// not as a module) sits between them.
+struct TwoLinear : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  bool activation;
+  explicit TwoLinear(bool act) : Module("TwoLinear"), activation(act) {}
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*fc1)(x);
+    if (!activation) return (*fc2)(h);
+    if (in_place) return (*fc2)(h.relu_());
+    return (*fc2)(relu(h));
+  }
+  bool in_place = false;
+};
+
+// Linear -> ReLU -> Dropout(p) -> Linear.
+struct DropoutNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Dropout> drop;
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  explicit DropoutNet(double p) : Module("DropoutNet") { drop = register_module("drop", std::make_shared<nn::Dropout>(p)); }
+  Tensor forward(const Tensor& x) override { return (*fc2)((*drop)((*act)((*fc1)(x)))); }
+};
+
+bool fired_at(const debug::RunReport& r, const char* check, const std::string& where) {
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.fires() && f.check == check && (f.module.find(where) != std::string::npos || f.parameter == where)) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("M23: two Linear layers with no activation between them collapse into one; a functional relu is seen") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: forward() forgot the activation") {
+    auto owner = std::make_shared<TwoLinear>(false);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    CHECK(fired_at(r, "M23", "fc2"));
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "M23");
+    CHECK(lead.get("cause")->str == "missing-nonlinearity");
+  }
+  SUBCASE("clean twin: an in-place relu_ on fc1's output is a non-linearity too") {
+    auto owner = std::make_shared<TwoLinear>(true);
+    owner->in_place = true;
+    debug::Report r;
+    r.add(debug::check_missing_nonlinearity(*owner, d.train->batch(0, 0).x));
+    CHECK(r.fired_checks().empty());
+  }
+  SUBCASE("clean twin: relu(fc1(x)) in forward()") {
+    auto owner = std::make_shared<TwoLinear>(true);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M23"));
+  }
+}
+
+TEST_CASE("M24: a dropout probability of 0.8 (meant as the keep probability) is reported before training") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: Dropout(0.8)") {
+    auto owner = std::make_shared<DropoutNet>(0.8);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    CHECK(fired_at(r, "M24", "drop"));
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("cause")->str == "high-dropout");
+  }
+  SUBCASE("clean twin: Dropout(0.2)") {
+    auto owner = std::make_shared<DropoutNet>(0.2);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M24"));
+  }
+}
+
+TEST_CASE("O8: a learning rate outside the optimizer's usual range is reported before the first step") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: Adam at 1e-7 (an exponent typed wrong)") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-7));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    REQUIRE(r.fired("O8"));
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "O8") {
+        CHECK(f.step < 0);  // before training
+        CHECK(f.title.find("below the usual range") != std::string::npos);
+      }
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    const std::string cause = lead.get("cause")->str;
+    CHECK((cause == "lr-out-of-range" || cause == "lr-too-low"));
+  }
+  SUBCASE("buggy twin: SGD at 5") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::SGD opt(owner->parameters(), optim::SGDOptions(5.0));
+    const std::vector<debug::Finding> f = debug::check_learning_rate_range(opt);
+    REQUIRE(f.size() == 1);
+    CHECK(f[0].title.find("above the usual range") != std::string::npos);
+  }
+  SUBCASE("clean twin: Adam at its default 1e-3") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("O8"));
+  }
+}
+
+TEST_CASE("M25: weights initialised to zero stay zero over the run, and so does the layer's output") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: every weight and bias zeroed by hand") {
+    auto owner = std::make_shared<ReluNet>();
+    for (Tensor& p : owner->parameters()) nn::init::zeros_(p);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    CHECK(fired_at(r, "M25", "fc1.weight"));
+    CHECK(fired_at(r, "M25", "fc1 (Linear)"));
+    const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+    REQUIRE(a.lead.has_value());
+    CHECK(a.lead->confirmed);
+  }
+  SUBCASE("clean twin: the layers' default initialisation") {
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M25"));
+  }
+}
+
+TEST_CASE("W10: a step that blocks for a second in a hand-written loop is reported as a stall") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool stall : {true, false}) {
+    CAPTURE(stall);
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    debug::DiagnoseOptions o;
+    o.monitor.run.stall_min_seconds = 0.4;
+    debug::Session dbg(*owner, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+    int64_t step = 0;
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        ce((*owner)(b.x), b.y).backward();
+        if (stall && ++step == 12) std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // a blocked read
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    CHECK(r.findings.ran("W10"));
+    if (stall) {
+      REQUIRE(r.fired("W10"));
+      for (const debug::Finding& f : r.findings.findings())
+        if (f.check == "W10") CHECK(f.step == 12);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
+
+TEST_CASE("M26: a weight decay of 50 (meant as 5e-4) shrinks every weight to ~0 and the layers' outputs go flat") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const double wd : {50.0, 1e-2}) {
+    CAPTURE(wd);
+    auto owner = std::make_shared<ReluNet>();
+    optim::AdamW opt(owner->parameters(), optim::AdamWOptions(1e-2).weight_decay(wd));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 3);
+    INFO(r.str());
+    CHECK(r.findings.ran("M26"));
+    if (wd > 1.0) {
+      bool collapsed = false;
+      for (const debug::Finding& f : r.findings.findings())
+        collapsed = collapsed || (f.check == "M26" && f.title.find("collapsed") != std::string::npos);
+      CHECK(collapsed);
+    } else {
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
+
+TEST_CASE("W10's limits: a step above stall_max_seconds stalls whatever the median; too few steps judge nothing else") {
+  debug::RunCheckOptions o;
+  o.stall_min_seconds = 0.05;
+  o.stall_max_seconds = 0.3;
+  debug::StepTimer t(o);
+  t.step_done(1);  // starts the clock
+  t.step_done(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  t.step_done(3);  // slow against the first step, but 2 steps are too few for a median
+  CHECK(t.findings().empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  t.step_done(4);
+  const std::vector<debug::Finding> f = t.findings();
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].check == "W10");
+  CHECK(f[0].step == 4);
+}
+
+namespace {
+
+// Five Linear -> ReLU layers and a head, biases zero; `init_std` > 0 draws every weight from
+// N(0, init_std) (the "small random numbers" of old tutorials), else He initialisation.
+struct DeepRelu : nn::Module {
+  std::vector<std::shared_ptr<nn::Linear>> fcs;
+  std::vector<std::shared_ptr<nn::ReLU>> acts;
+  std::shared_ptr<nn::Linear> head;
+  explicit DeepRelu(double init_std) : Module("DeepRelu") {
+    for (int i = 0; i < 5; ++i) {
+      fcs.push_back(register_module("fc" + std::to_string(i), std::make_shared<nn::Linear>(i == 0 ? 6 : 32, 32)));
+      acts.push_back(register_module("relu" + std::to_string(i), std::make_shared<nn::ReLU>()));
+    }
+    head = register_module("head", std::make_shared<nn::Linear>(32, 3));
+    for (auto& fc : fcs) {
+      if (init_std > 0.0) nn::init::normal_(fc->weight, 0.0, init_std);
+      else nn::init::kaiming_normal_(fc->weight);
+      nn::init::zeros_(fc->bias);
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (size_t i = 0; i < fcs.size(); ++i) h = (*acts[i])((*fcs[i])(h));
+    return (*head)(h);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("M27: weights drawn with std 0.01 shrink the activations layer after layer; He initialisation keeps them") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: normal_(w, 0, 0.01) and zero biases in every hidden layer") {
+    auto owner = std::make_shared<DeepRelu>(0.01);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    INFO(r.str());
+    REQUIRE(r.fired("M27"));
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "M27") {
+        CHECK(f.step < 0);  // before training
+        CHECK(f.title.find("shrinks") != std::string::npos);
+        CHECK(f.module == "relu4 (ReLU)");
+      }
+  }
+  SUBCASE("clean twin: kaiming_normal_") {
+    auto owner = std::make_shared<DeepRelu>(0.0);
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M27"));
+  }
+}
+
+TEST_CASE("M7's pass after training: diagnose() runs the trained model over the training data, dead units named there too") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  auto owner = std::make_shared<ReluNet>(-20.0);
+  optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+  for (const bool pass : {true, false}) {
+    CAPTURE(pass);
+    debug::DiagnoseOptions o;
+    o.epochs = 1;
+    o.dead_pass = pass;
+    const debug::RunReport r = debug::diagnose(*owner, ce, opt, *d.train, d.val.get(), nullptr, o);
+    // The pass's finding counts every batch of the loader (the monitor's, only the sampled steps').
+    int64_t end_of_run_m7 = 0;
+    for (const debug::Finding& f : r.phases[3].findings.findings())
+      for (const debug::Evidence& e : f.evidence)
+        if (f.check == "M7" && f.fires() && e.name == "batches in the pass" &&
+            e.value == static_cast<double>(d.train->num_batches()))
+          ++end_of_run_m7;
+    INFO(r.str());
+    if (pass) CHECK(end_of_run_m7 >= 1);
+    else CHECK(end_of_run_m7 == 0);
   }
 }

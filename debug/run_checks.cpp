@@ -1,0 +1,208 @@
+// Checks over a whole training run (see run_checks.h): M25 all-zero tensors, W10 stalled steps.
+#include "debug/run_checks.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/check_util.h"
+
+namespace gradsleuth::debug {
+
+using detail::make;
+using detail::num;
+
+// ---- M25 ------------------------------------------------------------------------------------
+void AllZeroTracker::see(Seen& s, const Tensor& t) {
+  ++s.samples;
+  if (s.nonzero || !t.defined() || t.numel() == 0) {
+    s.nonzero = s.nonzero || !t.defined() || t.numel() == 0;
+    return;
+  }
+  NoGradGuard ng;
+  const double m = amax(abs(t.detach())).item<double>();
+  s.nonzero = !(m == 0.0);  // NaN is not zero
+}
+
+void AllZeroTracker::attach(nn::Module& model) {
+  hooks_.clear();
+  outputs_.clear();
+  for (auto& [path, m] : leaf_modules(model)) {
+    if (m->type_name() == "ReLU") continue;  // M7
+    const size_t i = outputs_.size();
+    outputs_.push_back({module_label(path, *m), 0, false});
+    hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
+      if (active_ && GradMode::is_enabled()) see(outputs_[i], out);
+    });
+  }
+}
+
+void AllZeroTracker::record_parameters(const nn::Module& model) {
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;
+    auto find = [&name = name](std::vector<Seen>& v) -> Seen& {
+      for (Seen& s : v)
+        if (s.name == name) return s;
+      v.push_back({name, 0, false});
+      return v.back();
+    };
+    if (p.dim() >= 2) see(find(values_), p);  // weights: a bias may rightly start (and stay) at zero
+    const Tensor g = p.grad();
+    if (g.defined()) see(find(grads_), g);
+  }
+}
+
+std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& skip) const {
+  std::vector<Finding> out;
+  const int64_t need = std::max<int64_t>(o_.all_zero_min_samples, 1);
+  const std::string rule = "zero at every sampled step flags (from " + num(need) + " samples)";
+  for (const Seen& s : outputs_) {
+    if (s.nonzero || s.samples < need) continue;
+    Finding f = make("M25", Severity::Warning,
+                     "the output of " + s.name + " was entirely zero at every one of " + num(s.samples) +
+                         " sampled training steps");
+    f.module = s.name;
+    f.evidence = {{"sampled steps with an all-zero output", static_cast<double>(s.samples), rule}};
+    f.cause = "everything after this layer sees zeros and learns nothing from its input: its weights (or the "
+              "layers before it) are zero and stay zero, its input is zeroed, or a mask multiplies it away";
+    f.fix = "look at the layer's weights and input (a zero initialisation, a mask that is all 0); initialise "
+            "weights randomly (the layer's default, or init::kaiming_normal_)";
+    out.push_back(std::move(f));
+  }
+  for (const Seen& s : values_) {
+    if (s.nonzero || s.samples < need) continue;
+    Finding f = make("M25", Severity::Warning,
+                     "parameter " + s.name + " stayed entirely zero over the run (" + num(s.samples) +
+                         " sampled steps)");
+    f.parameter = s.name;
+    f.evidence = {{"sampled steps with an all-zero value", static_cast<double>(s.samples), rule}};
+    f.cause = "the parameter was initialised to zero and no update ever moved it: with every weight of a layer at "
+              "zero its units compute the same thing (zero), and in front of a ReLU they get no gradient at all";
+    f.fix = "do not initialise weights to zero: keep the layer's default initialisation (or init::kaiming_normal_ "
+            "/ init::xavier_uniform_); only biases may start at zero";
+    out.push_back(std::move(f));
+  }
+  for (const Seen& s : grads_) {
+    if (s.nonzero || s.samples < need) continue;
+    if (std::find(skip.begin(), skip.end(), s.name) != skip.end()) continue;
+    Finding f = make("M25", Severity::Warning,
+                     "the gradient of " + s.name + " was entirely zero at every one of " + num(s.samples) +
+                         " sampled training steps");
+    f.parameter = s.name;
+    f.evidence = {{"sampled steps with an all-zero gradient", static_cast<double>(s.samples), rule}};
+    f.cause = "the loss does not depend on this parameter through any active path: the units it feeds are dead "
+              "(ReLU) or zeroed, or every target is masked; it never learns";
+    f.fix = "find what blocks the path: dead ReLUs (M7), an all-zero layer output (M25), masked targets (L5)";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M26 ------------------------------------------------------------------------------------
+void VarianceTracker::attach(nn::Module& model) {
+  hooks_.clear();
+  layers_.clear();
+  for (auto& [path, m] : leaf_modules(model)) {
+    const size_t i = layers_.size();
+    layers_.push_back({module_label(path, *m), {}});
+    hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
+      if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point()) return;
+      auto& v = layers_[i].variance;
+      if (!v.empty() && v.back().first == step_) return;  // once per step
+      NoGradGuard ng;
+      const Tensor t = out.detach().to(kFloat64);
+      const Tensor c = t - mean(t);
+      v.emplace_back(step_, mean(c * c).item<double>());
+    });
+  }
+}
+
+std::vector<Finding> VarianceTracker::findings() const {
+  std::vector<Finding> out;
+  for (const Layer& l : layers_) {
+    const auto& v = l.variance;
+    if (static_cast<int64_t>(v.size()) < std::max<int64_t>(o_.variance_min_records, 4)) continue;
+    const double first = v.front().second;
+    const double last = detail::median({v[v.size() - 1].second, v[v.size() - 2].second, v[v.size() - 3].second});
+    if (!std::isfinite(first) || !std::isfinite(last) || !(first > 0.0)) continue;  // NaN is M12/W4's
+    const double ratio = last / first;
+    const bool collapsed = ratio < o_.variance_collapse, blew_up = ratio > o_.variance_growth;
+    if (!collapsed && !blew_up) continue;
+    Finding f = make("M26", Severity::Warning,
+                     "the variance of " + l.name + "'s output " + (collapsed ? "collapsed" : "blew up") + " over the run: " +
+                         fmt_num(first) + " at step " + num(v.front().first) + ", " + fmt_num(last) + " by step " +
+                         num(v.back().first));
+    f.module = l.name;
+    f.step = v.back().first;
+    f.evidence = {{"variance at the first sampled step", first, ""},
+                  {"variance at the last sampled steps (median of 3)", last, ""},
+                  {"ratio last / first", ratio,
+                   "< " + fmt_num(o_.variance_collapse) + " or > " + fmt_num(o_.variance_growth) + " flags"}};
+    f.cause = collapsed ? "the layer's output became (nearly) constant: every input gives the same activation, so the "
+                          "layers after it get no information; weights shrunk to ~0 (too much weight decay), units "
+                          "that died or saturated, or a normalisation that divides by a growing scale"
+                        : "the layer's activations grew by orders of magnitude: weights are growing (a learning rate "
+                          "too high, no normalisation), and the next step overflows or saturates every unit after it";
+    f.fix = collapsed ? "look at the layer's weights and the units before it (M7, M8); lower the weight decay or the "
+                        "learning rate"
+                      : "lower the learning rate, clip gradients, or add normalisation (BatchNorm/LayerNorm) before "
+                        "this layer";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- W10 ------------------------------------------------------------------------------------
+void StepTimer::restart() {
+  running_ = true;
+  last_ = std::chrono::steady_clock::now();
+}
+
+void StepTimer::step_done(int64_t step) {
+  const auto now = std::chrono::steady_clock::now();
+  if (running_) durations_.emplace_back(step, std::chrono::duration<double>(now - last_).count());
+  running_ = true;
+  last_ = now;
+}
+
+std::vector<Finding> StepTimer::findings() const {
+  if (durations_.empty()) return {};
+  std::vector<double> secs;
+  for (const auto& [st, s] : durations_) secs.push_back(s);
+  const double med = detail::median(secs);
+  // Too few steps for a median to mean much: only the absolute limit.
+  const bool few = static_cast<int64_t>(durations_.size()) < std::max<int64_t>(o_.stall_min_steps, 1);
+  const double limit = few ? o_.stall_max_seconds
+                           : std::min(std::max(o_.stall_factor * med, o_.stall_min_seconds), o_.stall_max_seconds);
+  int64_t slow = 0, worst_step = -1;
+  double worst = 0.0;
+  for (const auto& [st, s] : durations_) {
+    if (!(s > limit)) continue;
+    ++slow;
+    if (s > worst) {
+      worst = s;
+      worst_step = st;
+    }
+  }
+  if (slow == 0) return {};
+  Finding f = make("W10", Severity::Warning,
+                   "step " + num(worst_step) + " took " + fmt_num(worst) + " s, " + fmt_num(worst / med) +
+                       " times the median step (" + fmt_num(med) + " s): training stalled" +
+                       (slow > 1 ? " (" + num(slow) + " slow steps)" : ""));
+  f.step = worst_step;
+  f.evidence = {{"longest step (s)", worst,
+                 "> max(" + fmt_num(o_.stall_factor) + " x median, " + fmt_num(o_.stall_min_seconds) + " s), or > " +
+                     fmt_num(o_.stall_max_seconds) + " s, flags"},
+                {"median step (s)", med, ""},
+                {"slow steps", static_cast<double>(slow), ""},
+                {"steps timed", static_cast<double>(durations_.size()), ""}};
+  f.cause = "something blocked the training loop between two optimizer steps: a data loader waiting on disk or a "
+            "network share, a lock or a collective waiting for another process, swapping, or work done inside the "
+            "loop every few steps (checkpointing, logging large tensors)";
+  f.fix = "time the parts of a slow step (debug::Profiler, W7): the loader, the forward/backward and the code "
+          "around them; move occasional work (checkpoints, evaluation) out of the step or make it asynchronous";
+  return {f};
+}
+
+}  // namespace gradsleuth::debug

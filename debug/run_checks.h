@@ -1,0 +1,111 @@
+// Checks over a whole training run that the monitor (W3) feeds step by step:
+//   M25 AllZeroTracker  a layer output, a weight or a gradient that is entirely zero at every
+//                       sampled step of the run;
+//   M26 VarianceTracker a layer output whose variance collapses towards zero or blows up over the
+//                       run, against its variance at the first sampled step;
+//   W10 StepTimer       a step that took far longer than the run's median step (a stall).
+//
+//   debug::AllZeroTracker zero;
+//   zero.attach(*model);  zero.set_active(true);   // hooks on the leaf modules' outputs
+//   ... on a sampled step, after backward: zero.record_parameters(*model);
+//   for (auto& f : zero.findings()) std::cout << f.str();
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "debug/finding.h"
+#include "debug/hooks.h"
+#include "nn/module.h"
+
+namespace gradsleuth::debug {
+
+struct RunCheckOptions {
+  // ---- M25 ----
+  int64_t all_zero_min_samples = 2;  // judge a tensor only after this many sampled steps saw it
+  // ---- M26 ----
+  // A layer output whose variance (the median of its last 3 sampled steps) fell below
+  // variance_collapse x, or rose above variance_growth x, its variance at the first sampled
+  // step, judged from variance_min_records samples on.
+  double variance_collapse = 1e-4;
+  double variance_growth = 1e4;
+  int64_t variance_min_records = 5;
+  // ---- W10 ----
+  // A step whose wall time is above stall_factor x the median step, and above
+  // stall_min_seconds, stalled; judged once stall_min_steps steps were timed. A step longer
+  // than stall_max_seconds stalled whatever the median (and however few steps were timed).
+  double stall_factor = 10.0;
+  double stall_min_seconds = 2.0;
+  int64_t stall_min_steps = 5;
+  double stall_max_seconds = 300.0;
+};
+
+// M25. ReLU outputs are left to M7 (dead units), which says more about them.
+class AllZeroTracker {
+ public:
+  explicit AllZeroTracker(RunCheckOptions o = {}) : o_(o) {}
+  void attach(nn::Module& model);  // a post hook on every leaf module except ReLU
+  void detach() { hooks_.clear(); }
+  void set_active(bool on) { active_ = on; }
+  // On a sampled step, after backward: each trainable weight's value (parameters of 2 or more
+  // dimensions: a bias may rightly start at zero) and each trainable parameter's gradient (a
+  // parameter with no gradient is M5's and O1's, not counted here).
+  void record_parameters(const nn::Module& model);
+  // `skip`: parameters whose zero gradient is by construction (a bias before BatchNorm).
+  std::vector<Finding> findings(const std::vector<std::string>& skip = {}) const;
+
+ private:
+  struct Seen {
+    std::string name;
+    int64_t samples = 0;
+    bool nonzero = false;
+  };
+  static void see(Seen& s, const Tensor& t);
+  RunCheckOptions o_;
+  HookSet hooks_;
+  bool active_ = false;
+  std::vector<Seen> outputs_;            // per leaf module
+  std::vector<Seen> values_, grads_;     // per parameter, by name
+};
+
+// M26. Every leaf module's output (training forwards only, while active).
+class VarianceTracker {
+ public:
+  explicit VarianceTracker(RunCheckOptions o = {}) : o_(o) {}
+  void attach(nn::Module& model);
+  void detach() { hooks_.clear(); }
+  void set_active(bool on) { active_ = on; }
+  void set_step(int64_t step) { step_ = step; }
+  std::vector<Finding> findings() const;
+
+ private:
+  struct Layer {
+    std::string name;
+    std::vector<std::pair<int64_t, double>> variance;  // (step, variance of the output)
+  };
+  RunCheckOptions o_;
+  HookSet hooks_;
+  bool active_ = false;
+  int64_t step_ = 1;
+  std::vector<Layer> layers_;
+};
+
+// W10. Wall time between the ends of consecutive optimizer steps; restart() after work that is
+// not a step (the gate, an evaluation pass at the end of an epoch).
+class StepTimer {
+ public:
+  explicit StepTimer(RunCheckOptions o = {}) : o_(o) {}
+  void restart();
+  void step_done(int64_t step);
+  std::vector<Finding> findings() const;
+  const std::vector<std::pair<int64_t, double>>& durations() const { return durations_; }
+
+ private:
+  RunCheckOptions o_;
+  bool running_ = false;
+  std::chrono::steady_clock::time_point last_{};
+  std::vector<std::pair<int64_t, double>> durations_;  // (step, seconds)
+};
+
+}  // namespace gradsleuth::debug
