@@ -481,6 +481,41 @@ TEST_CASE("a mean over dim 0 in the user's forward: M6 leads with batch-mixing")
   }
 }
 
+// A first layer written by hand as W x with the examples as columns: x (B, 6) is turned into
+// (6, B) with a reshape where a transpose was meant, so each column mixes several examples.
+struct ColumnNet : nn::Module {
+  Tensor weight, bias;
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  bool reshape_bug;
+  explicit ColumnNet(bool bug) : Module("ColumnNet"), reshape_bug(bug) {
+    weight = register_parameter("weight", zeros({32, 6}));
+    bias = register_parameter("bias", zeros({32}));
+    nn::init::default_linear_init_(weight, bias);
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor cols = reshape_bug ? x.reshape({x.size(1), x.size(0)}) : x.t();  // the bug: reshape
+    const Tensor h = weight.matmul(cols).t() + bias;                                // (B, 32)
+    return (*fc2)(h.relu());
+  }
+};
+
+TEST_CASE("a reshape where a transpose was meant in the user's forward: M6 leads with batch-mixing") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<ColumnNet>(bug);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+    if (bug) {
+      expect_lead(r, "M6", "batch-mixing");
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
 // A sigmoid layer whose output the user rescales to [-1, 1] in place: sigmoid saved it for backward.
 struct InplaceNet : nn::Module {
   std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
