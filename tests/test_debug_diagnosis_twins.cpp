@@ -1107,3 +1107,38 @@ TEST_CASE("log(exp(x) / sum(exp(x))) by hand: M18 leads with half-overflow") {
     }
   }
 }
+
+TEST_CASE("rows sorted by class and a loader that does not shuffle: D8 leads with unshuffled") {
+  manual_seed(4);
+  const dtest::XY all = data(200, 3);
+  const Tensor xtr = all.x.narrow(0, 0, 480), ytr = all.y.narrow(0, 0, 480);
+  // The rows as a file sorted by class holds them.
+  const Tensor by_class = cat({rows_where(ytr, [](int64_t c) { return c == 0; }), rows_where(ytr, [](int64_t c) { return c == 1; }),
+                               rows_where(ytr, [](int64_t c) { return c == 2; })});
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    nn::DataLoader train(std::make_shared<nn::TensorDataset>(xtr.index_select(0, by_class), ytr.index_select(0, by_class)),
+                         nn::DataLoaderOptions().batch_size(32).shuffle(!bug).seed(3));  // the bug: shuffle(false)
+    nn::DataLoader val(std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
+                       nn::DataLoaderOptions().batch_size(120));
+    auto model = std::make_shared<Mlp>();
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(*model, ce, opt, {.train = &train, .val = &val});
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    if (bug) {
+      expect_lead(r, "D8", "unshuffled");
+    } else {
+      expect_clean(r);
+    }
+  }
+}
