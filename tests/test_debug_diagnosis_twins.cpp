@@ -35,6 +35,12 @@ Split loaders(const Tensor& xtr, const Tensor& ytr, const Tensor& xva, const Ten
                                            nn::DataLoaderOptions().batch_size(xva.size(0)));
   return s;
 }
+
+// The first 480 rows for training, the next 120 for validation.
+Split split_rows(const Tensor& x, const Tensor& y) {
+  return loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+}
+
 // Gaussian blobs in 6 dimensions that overlap a little, so that a healthy model does not drive
 // its loss to 0 in two epochs.
 constexpr double kSpread = 2.0;
@@ -358,7 +364,7 @@ debug::RunReport run_bce(bool bug) {
   const dtest::XY all = blobs(300, 2, 6, 3, 2 * kSpread);  // two classes that overlap
   const Tensor x = (all.x - all.x.mean({0}, true)) / all.x.std({0}, true, true);  // standardised
   const Tensor y = all.y.to(kFloat32).unsqueeze(1);  // (B, 1) in {0, 1}
-  const Split d = loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+  const Split d = split_rows(x, y);
   nn::BCELoss bce;
   auto model = std::make_shared<BinaryNet>(!bug);  // the bug: the sigmoid was left out
   optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
@@ -376,7 +382,7 @@ TEST_CASE("nn::BCELoss fed raw logits: L3 leads with bce-logits" * doctest::may_
 TEST_CASE("nn::BCELoss fed the sigmoid's probabilities: the clean twin stays silent") { expect_clean(run_bce(false)); }
 
 // A regression: the model predicts (B, 1).
-TEST_CASE("an MSE regression with output (B, 1) and target (B,): D6 leads with label-shape, the broadcast (M19) under it") {
+TEST_CASE("an MSE regression with output (B, 1) and target (B,): D6 leads with label-shape, M19 under it") {
   manual_seed(4);
   const dtest::XY all = data(200, 3);
   Tensor w = randn({6, 1});
@@ -385,7 +391,7 @@ TEST_CASE("an MSE regression with output (B, 1) and target (B,): D6 leads with l
     CAPTURE(bug);
     // the bug: the targets were squeezed to (N,) while the model predicts (N, 1)
     const Tensor y = bug ? target.squeeze(1) : target;
-    const Split d = loaders(all.x.narrow(0, 0, 480), y.narrow(0, 0, 480), all.x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+    const Split d = split_rows(all.x, y);
     auto model = std::make_shared<Mlp>(6, 1);
     nn::MSELoss mse(nn::MSELossOptions().allow_broadcast(true));  // ported from PyTorch, which broadcasts
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
@@ -636,7 +642,7 @@ TEST_CASE("float64 inputs into a float32 model: M11 leads with dtype-device") {
   for (const bool bug : {true, false}) {
     CAPTURE(bug);
     const Tensor x = bug ? all.x.to(kFloat64) : all.x;  // the bug: the features were loaded as double
-    const Split d = loaders(x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), x.narrow(0, 480, 120), all.y.narrow(0, 480, 120));
+    const Split d = split_rows(x, all.y);
     auto model = std::make_shared<Mlp>();
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
@@ -723,7 +729,7 @@ TEST_CASE("labels numbered 1..C: D9 leads with label-encoding") {
     // outputs "so that label 3 fits"
     const Tensor y = bug ? plus_one(all.y) : all.y;
     const int64_t outputs = bug ? 4 : 3;
-    const Split d = loaders(all.x.narrow(0, 0, 480), y.narrow(0, 0, 480), all.x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+    const Split d = split_rows(all.x, y);
     auto model = std::make_shared<Mlp>(6, outputs);
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
@@ -746,7 +752,7 @@ TEST_CASE("inputs left in 0..255: D5 leads with unscaled-inputs") {
   for (const bool bug : {true, false}) {
     CAPTURE(bug);
     const Tensor x = bug ? pixels : (pixels - mean) / sd;  // the bug: never standardised
-    const Split d = loaders(x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), x.narrow(0, 480, 120), all.y.narrow(0, 480, 120));
+    const Split d = split_rows(x, all.y);
     auto model = std::make_shared<Mlp>();
     optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
@@ -765,10 +771,12 @@ TEST_CASE("a class filtered out of the data: D3 leads with class-imbalance") {
   for (const bool bug : {true, false}) {
     CAPTURE(bug);
     // the bug: a filter meant to drop bad rows drops every row of class 2
-    const Tensor keep = bug ? rows_where(all.y, [](int64_t c) { return c != 2; }) : rows_where(all.y, [](int64_t) { return true; });
+    const Tensor keep = bug ? rows_where(all.y, [](int64_t c) { return c != 2; })
+                            : rows_where(all.y, [](int64_t) { return true; });
     const Tensor x = all.x.index_select(0, keep), y = all.y.index_select(0, keep);
     const int64_t n = x.size(0), ntr = n * 4 / 5;
-    const Split d = loaders(x.narrow(0, 0, ntr), y.narrow(0, 0, ntr), x.narrow(0, ntr, n - ntr), y.narrow(0, ntr, n - ntr));
+    const Split d =
+        loaders(x.narrow(0, 0, ntr), y.narrow(0, 0, ntr), x.narrow(0, ntr, n - ntr), y.narrow(0, ntr, n - ntr));
     auto model = std::make_shared<Mlp>();
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2, classes(3));
@@ -833,7 +841,7 @@ debug::RunReport run_nan_inputs(bool bug) {
     float* p = x.data_ptr<float>();
     for (int64_t row = 0; row < 480; row += 40) p[row * 6 + 2] = std::nanf("");
   }
-  const Split d = loaders(x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), x.narrow(0, 480, 120), all.y.narrow(0, 480, 120));
+  const Split d = split_rows(x, all.y);
   auto model = std::make_shared<Mlp>();
   optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
   return train_own_loop(*model, ce, opt, d, 2);
@@ -859,7 +867,7 @@ TEST_CASE("an nn::Normalizer fitted on train and validation: D7 leads with leaka
     nn::Normalizer norm;
     norm.fit(xtr, "train");
     if (bug) norm.partial_fit(xva, "validation");  // the bug: the statistics see the validation rows
-    const Split d = loaders(norm.transform(xtr), all.y.narrow(0, 0, 480), norm.transform(xva), all.y.narrow(0, 480, 120));
+    const Split d = split_rows(norm.transform(all.x), all.y);
     auto model = std::make_shared<Mlp>();
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get(), .normalizer = &norm});
@@ -911,8 +919,10 @@ debug::RunReport run_one_class_val(bool bug) {
   const Tensor xva = all.x.narrow(0, 480, 420), yva = all.y.narrow(0, 480, 420);
   nn::CrossEntropyLoss ce;
   // the bug: the validation rows taken from a file sorted by class, only class 0's
-  const Tensor keep = bug ? rows_where(yva, [](int64_t c) { return c == 0; }) : rows_where(yva, [](int64_t) { return true; });
-  const Split d = loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), xva.index_select(0, keep), yva.index_select(0, keep));
+  const Tensor keep =
+      bug ? rows_where(yva, [](int64_t c) { return c == 0; }) : rows_where(yva, [](int64_t) { return true; });
+  const Split d =
+      loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), xva.index_select(0, keep), yva.index_select(0, keep));
   auto model = std::make_shared<Mlp>();
   optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
   return train_own_loop(*model, ce, opt, d, 2);
@@ -1052,7 +1062,9 @@ struct HandLinear : nn::Module {
 struct HandNet : nn::Module {
   std::shared_ptr<HandLinear> fc1;
   std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
-  explicit HandNet(bool bug) : Module("HandNet") { fc1 = register_module("fc1", std::make_shared<HandLinear>(6, 32, bug)); }
+  explicit HandNet(bool bug) : Module("HandNet") {
+    fc1 = register_module("fc1", std::make_shared<HandLinear>(6, 32, bug));
+  }
   Tensor forward(const Tensor& x) override { return (*fc2)((*fc1)(x).relu()); }
 };
 
@@ -1109,12 +1121,14 @@ TEST_CASE("rows sorted by class and a loader that does not shuffle: D8 leads wit
   const dtest::XY all = data(200, 3);
   const Tensor xtr = all.x.narrow(0, 0, 480), ytr = all.y.narrow(0, 0, 480);
   // The rows as a file sorted by class holds them.
-  const Tensor by_class = cat({rows_where(ytr, [](int64_t c) { return c == 0; }), rows_where(ytr, [](int64_t c) { return c == 1; }),
+  const Tensor by_class = cat({rows_where(ytr, [](int64_t c) { return c == 0; }),
+                               rows_where(ytr, [](int64_t c) { return c == 1; }),
                                rows_where(ytr, [](int64_t c) { return c == 2; })});
   nn::CrossEntropyLoss ce;
   for (const bool bug : {true, false}) {
     CAPTURE(bug);
-    nn::DataLoader train(std::make_shared<nn::TensorDataset>(xtr.index_select(0, by_class), ytr.index_select(0, by_class)),
+    auto sorted = std::make_shared<nn::TensorDataset>(xtr.index_select(0, by_class), ytr.index_select(0, by_class));
+    nn::DataLoader train(sorted,
                          nn::DataLoaderOptions().batch_size(32).shuffle(!bug).seed(3));  // the bug: shuffle(false)
     nn::DataLoader val(std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
                        nn::DataLoaderOptions().batch_size(120));
