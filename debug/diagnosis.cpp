@@ -88,7 +88,7 @@ bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
   if (f.check == "L1") return has(f, "stuck") || has(f, "plateau") || has(f, "chance");
   if (f.check == "L7") return has(f, "underfitting");
-  return f.check == "M14" || f.check == "M15" || f.check == "W3" || lr_too_low(f);
+  return f.check == "M14" || f.check == "M15" || lr_too_low(f);
 }
 
 // Each fault's own findings: every firing finding of its check.
@@ -257,7 +257,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast", "final-activation",
         "double-softmax", "bce-logits", "batch-mixing", "nonfinite-op", "bad-init", "unscaled-inputs", "class-imbalance"}},
       {"not-learning", "a loss that does not fall (stuck, at chance, cannot overfit one batch)",
-       "L1 (stuck, at chance), M14, M15, L7 (underfitting), W3, O6 (too low)",
+       "L1 (stuck, at chance), M14, M15, L7 (underfitting), O6 (too low)",
        [](const Finding& f) { return not_learning(f); }, any_fault},
       {"unstable-loss", "a loss that spikes, oscillates or diverges; weights that keep growing",
        "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
@@ -286,10 +286,20 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"label-shape"}},
       {"label-counts", "classes with no examples", "D3", [](const Finding& f) { return is(f, "D3"); },
        {"masked-targets", "label-encoding"}},
-      {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising)",
-       [](const Finding& f) { return is(f, "L7") && !has(f, "underfitting"); },
+      {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
+       [](const Finding& f) {
+         return (is(f, "L7") && !has(f, "underfitting")) || (is(f, "W3") && has(f, "validation loss rose"));
+       },
        {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "split-preprocessing", "feature-drift",
         "label-drift", "tiny-validation"}},
+      {"training-failed", "a training loop that raised an error", "W3 (training failed)",
+       [](const Finding& f) { return is(f, "W3") && has(f, "training failed"); },
+       {"gate-error", "inplace", "bce-logits", "label-encoding", "label-shape", "dtype-device"}},
+      {"gate-failure", "the model or the loss raised an error in the pre-training gate", "W2",
+       [](const Finding& f) { return is(f, "W2"); },
+       {"bce-logits", "label-encoding", "label-shape", "dtype-device", "inplace", "double-softmax"}},
+      {"validation-shift", "validation inputs whose statistics differ from the training inputs'", "D14",
+       [](const Finding& f) { return is(f, "D14"); }, {"split-preprocessing", "label-drift"}},
       {"replicas-apart", "replicas whose weights drift apart", "M21", [](const Finding& f) { return is(f, "M21"); },
        {"grad-reduction"}},
       {"effective-lr", "an effective learning rate scaled by the number of ranks", "W9",
@@ -336,6 +346,13 @@ int location_match(const Finding& a, const Finding& b) {
 }
 
 std::string label(const Cause& c) { return (c.check.empty() ? "" : c.check + ": ") + c.name; }
+
+// The causes only a data-parallel run can have: their checks compare ranks.
+bool data_parallel_only(const Cause& c) {
+  for (const char* id : {"D11", "L8", "M21", "M22", "O7", "W9"})
+    if (c.check == id) return true;
+  return false;
+}
 
 // The causes a finding's symptoms can have, in order, each once.
 std::vector<const Cause*> candidates_of(const Finding& f) {
@@ -395,7 +412,11 @@ CauseAnalysis analyse_causes(const Report& r) {
       };
       for (size_t j = 0; j < n; ++j) {
         if (j == i || !fs[j].fires() || !c->confirms(fs[j])) continue;
-        if (nonfinite_source(f) && nonfinite_source(fs[j]) && when(fs[j]) != when(f)) continue;
+        // A second non-finite source at another time is a fault of its own, unless it is the same
+        // place (M12 and W4 on one module) or the inputs themselves (D2) feed it.
+        if (nonfinite_source(f) && nonfinite_source(fs[j]) && when(fs[j]) != when(f) && fs[j].check != "D2" &&
+            location_match(f, fs[j]) == 0)
+          continue;
         if (c->local && (!f.parameter.empty() || !f.module.empty()) && location_match(f, fs[j]) == 0) continue;
         if (best < 0 || better(j, static_cast<size_t>(best))) best = static_cast<int64_t>(j);
       }
@@ -447,7 +468,8 @@ CauseAnalysis analyse_causes(const Report& r) {
         if (a.root[j] != static_cast<int64_t>(j)) continue;
         // A second non-finite source at another time is a fault of its own; other faults and
         // symptoms are the same one whenever they are seen.
-        if (when(fs[j]) != when(fs[i]) && (nonfinite_source(fs[i]) || !ci)) continue;
+        if (when(fs[j]) != when(fs[i]) && (!ci || (nonfinite_source(fs[i]) && location_match(fs[i], fs[j]) == 0)))
+          continue;
         // A fault: the same cause. An unexplained symptom: the same check (O1 on every layer).
         if (ci ? fault_of(fs[j]) != ci : (fault_of(fs[j]) || fs[j].check != fs[i].check)) continue;
         a.parent[j] = static_cast<int64_t>(i);
@@ -503,7 +525,10 @@ CauseAnalysis analyse_causes(const Report& r) {
     for (const Cause* c : cands) {
       if (c->confirms(fs[i])) continue;
       if (!c->fault) continue;  // symptoms as causes: nothing to rule out on their own
-      (c->check.empty() || !r.ran(c->check) ? open : out).push_back(label(*c));
+      if (data_parallel_only(*c) && !r.ran(c->check)) continue;  // not a data-parallel run
+      const bool seen = std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return c->confirms(g); });
+      if (seen) open.push_back(label(*c) + " (seen, but not where or when this happened)");
+      else (c->check.empty() || !r.ran(c->check) ? open : out).push_back(label(*c));
     }
     std::string t = "no probe confirmed a cause";
     if (!open.empty()) {
@@ -545,6 +570,7 @@ CauseAnalysis analyse_causes(const Report& r) {
     std::set<std::string> out_seen, open_seen;
     auto rule_out = [&](const Cause* k) {
       if (!k->fault || k == c || k->check.empty()) return;
+      if (data_parallel_only(*k) && !r.ran(k->check)) return;
       if (std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return k->confirms(g); })) return;
       if (r.ran(k->check)) {
         if (out_seen.insert(k->id).second) l.ruled_out.push_back(label(*k));
