@@ -2,6 +2,7 @@
 // (W5) and the reproducibility check (W1). See monitor.h.
 #include "debug/monitor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -15,6 +16,30 @@
 #include "nn/normalization.h"
 
 namespace gradsleuth::debug {
+
+namespace {
+// A batch's fingerprint, cheap enough for every step: its shape and 64 of its values, spread
+// evenly over the whole batch (so two batches of images that start with the same blank rows still
+// differ), read in place for a contiguous float32 tensor on the host. Other tensors: the shape and
+// the sums of the first and the last example.
+std::vector<double> fingerprint(const Tensor& x) {
+  std::vector<double> fp(x.shape().begin(), x.shape().end());
+  const int64_t n = x.numel();
+  if (n == 0) return fp;
+  if (x.device().is_cpu() && x.dtype() == kFloat32 && x.is_contiguous()) {
+    const float* p = x.data_ptr<float>();
+    const int64_t k = std::min<int64_t>(n, 64);
+    for (int64_t i = 0; i < k; ++i) fp.push_back(p[i * (n - 1) / std::max<int64_t>(k - 1, 1)]);
+    return fp;
+  }
+  if (x.dim() >= 1 && x.size(0) >= 1 && x.is_floating_point()) {
+    NoGradGuard ng;
+    fp.push_back(sum(x.narrow(0, 0, 1).to(kFloat64)).item<double>());
+    fp.push_back(sum(x.narrow(0, x.size(0) - 1, 1).to(kFloat64)).item<double>());
+  }
+  return fp;
+}
+}  // namespace
 
 namespace {
 
@@ -144,14 +169,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     }
     if (GradMode::is_enabled()) {
       last_x_ = x;
-      if (!in_step_ && x.defined() && x.dim() >= 1 && x.size(0) >= 1 && x.is_floating_point()) {
-        // The step's batch, fingerprinted cheaply: its shape, its first and last example's sums.
-        NoGradGuard ng;
-        std::vector<double> fp(x.shape().begin(), x.shape().end());
-        fp.push_back(sum(x.narrow(0, 0, 1).to(kFloat64)).item<double>());
-        fp.push_back(sum(x.narrow(0, x.size(0) - 1, 1).to(kFloat64)).item<double>());
-        history_.step_inputs.push_back(std::move(fp));
-      }
+      if (!in_step_ && x.defined()) history_.step_inputs.push_back(fingerprint(x));
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
     }
     if (!input_checked_ && x.defined()) {
@@ -265,6 +283,7 @@ void Monitor::reset_pass() {
   std::fill(pass_buffers_.begin(), pass_buffers_.end(), 0);
   std::fill(pass_eval_.begin(), pass_eval_.end(), 0);
 }
+
 
 void Monitor::ensure_probe() {
   if (probe_) return;
