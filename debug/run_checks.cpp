@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/tensor_stats.h"
 #include "debug/check_util.h"
 
 namespace gradsleuth::debug {
@@ -110,10 +112,10 @@ void VarianceTracker::attach(nn::Module& model) {
       if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point()) return;
       auto& v = layers_[i].variance;
       if (!v.empty() && v.back().first == step_) return;  // once per step
-      NoGradGuard ng;
-      const Tensor t = out.detach().to(kFloat64);
-      const Tensor c = t - mean(t);
-      v.emplace_back(step_, mean(c * c).item<double>());
+      // One pass over the output (tensor_stats' summary), its variance from the population std;
+      // NaN when the output holds a non-finite value (that is M12/W4's finding, not this one's).
+      const TensorSummary st = summarize(out.detach());
+      v.emplace_back(step_, st.all_finite() ? st.std * st.std : std::numeric_limits<double>::quiet_NaN());
     });
   }
 }
