@@ -356,7 +356,8 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     out.push_back(std::move(f));
     return out;
   }
-  if (loss && std::fabs(lh - l32) > o.max_relative_loss_gap * std::max(std::fabs(l32), 1e-12)) {
+  if (loss && std::fabs(lh - l32) > o.max_relative_loss_gap * std::max(std::fabs(l32), 1e-12) &&
+      std::fabs(lh - l32) >= o.min_absolute_loss_gap) {
     Finding f;
     f.check = "M18";
     f.severity = Severity::Warning;
@@ -366,7 +367,8 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     f.evidence = {{"loss float32", l32, ""},
                   {"loss half", lh, ""},
                   {"relative gap", std::fabs(lh - l32) / std::max(std::fabs(l32), 1e-12),
-                   "> " + fmt_num(o.max_relative_loss_gap) + " warns"}};
+                   "> " + fmt_num(o.max_relative_loss_gap) + " warns"},
+                  {"absolute gap", std::fabs(lh - l32), ">= " + fmt_num(o.min_absolute_loss_gap) + " needed"}};
     f.cause = "values that lose too much precision in fp16 (10-bit mantissa): tiny differences of large numbers, "
               "small probabilities, long sums";
     f.fix = "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32";

@@ -117,6 +117,10 @@ class HalfPrecisionEmulation : public OpObserver {
 
 struct HalfPrecisionOptions {
   double max_relative_loss_gap = 0.05;  // |loss_half - loss_fp32| / |loss_fp32| above this warns
+  // ... and only when the gap is at least this large in absolute terms: a loss near 0 (a model
+  // that fits its batch) differs by a large fraction of itself from its half-precision value
+  // (5.96e-09 against 0) with no precision that matters lost.
+  double min_absolute_loss_gap = 1e-3;
 };
 
 // M18: the same forward (and loss, when given) in float32 and in emulated half

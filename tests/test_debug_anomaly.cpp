@@ -180,6 +180,37 @@ TEST_CASE("M18: a softmax without the max overflows in half precision; the stabl
   CHECK_FALSE(already[0].fires());
 }
 
+TEST_CASE("M18: a loss gap that matters warns; a loss near 0 that half precision rounds a little does not") {
+  // An identity Linear and a squared error against the input itself: the float32 loss is 0, and
+  // what half precision's rounding of the output leaves is the whole loss (a relative gap of 100%).
+  auto fc = std::make_shared<nn::Linear>(1, 1);
+  {
+    gs::NoGradGuard ng;
+    fc->weight.fill_(1.0);
+    fc->bias.zero_();
+  }
+  auto model = std::make_shared<nn::Sequential>(fc);
+  auto run = [&](double v, const dbg::HalfPrecisionOptions& o) {
+    const Tensor x = gs::full({4, 1}, v);
+    auto loss = [x](const Tensor& out) { return gs::mean((out - x) * (out - x)); };
+    return dbg::check_half_precision(*model, x, loss, o);
+  };
+  // 1.0004 rounds to 1 in half (its spacing there is 2^-10): a loss of ~1.6e-7, nothing that
+  // matters: silent.
+  CHECK_FALSE(fires(run(1.0004, {})));
+  // The rule needs both gaps: with no absolute floor the same case warns.
+  dbg::HalfPrecisionOptions no_floor;
+  no_floor.min_absolute_loss_gap = 0.0;
+  const auto tiny = run(1.0004, no_floor);
+  REQUIRE(fires(tiny));
+  CHECK(evidence(tiny[0], "absolute gap") < 1e-6);
+  // 1000.3 rounds to 1000.5 in half (its spacing there is 0.5): a loss of ~0.04 warns.
+  const auto big = run(1000.3, {});
+  REQUIRE(fires(big));
+  CHECK(big[0].title.find("differs between float32 and half precision") != std::string::npos);
+  CHECK(evidence(big[0], "absolute gap") > 1e-3);
+}
+
 TEST_CASE("M20: the in-place error of a residual sum done in place becomes a finding naming add_") {
   auto block = std::make_shared<nn::Residual>(
       std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 4)));
