@@ -187,7 +187,7 @@ std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, const nn::
                   "not a shuffle (a custom order or sampler, a shuffle flag that is ignored, or a dataset whose "
                   "get_batch returns rows grouped by class); each step then sees one class, the gradient chases "
                   "it and the model forgets the others"
-                : "the dataset is sorted by class and shuffling is off (bug B28): each step sees one class, the "
+                : "the dataset is sorted by class and shuffling is off: each step sees one class, the "
                   "gradient chases that class and the model forgets the others; the loss swings from batch to "
                   "batch and accuracy stays low";
   f.fix = "shuffle the training data: nn::DataLoaderOptions().shuffle(true), or shuffle the rows once before "
@@ -500,7 +500,7 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
                   {"mismatched (x, y) pairs", static_cast<double>(mismatched), ""},
                   {"mismatched fraction", mis_frac, "> " + fmt_num(opts.max_misaligned_fraction) + " is an error"},
                   {"inputs not in the reference", static_cast<double>(unknown), ""}};
-    f.cause = "the inputs were shuffled, sorted or filtered without their labels (bug B07: x[perm] with y "
+    f.cause = "the inputs were shuffled, sorted or filtered without their labels (x[perm] with y "
               "unpermuted, or two separately shuffled lists); the model is trained on random labels, so the loss "
               "stays near log(C) while nothing errors. For example: " + example;
     f.fix = "permute x and y with the same indices (x.index_select(0, p) and y.index_select(0, p)), or keep them "
@@ -530,7 +530,7 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
                     {"found (RMS distance < 0.01)", static_cast<double>(am.matched), ">= 90% means the same data"},
                     {"mismatched (x, y) pairs", static_cast<double>(am.mismatched),
                      "> " + fmt_num(opts.max_misaligned_fraction) + " of those found is an error"}};
-      f.cause = bad ? "the inputs were shuffled, sorted or filtered without their labels (bug B07); the reference "
+      f.cause = bad ? "the inputs were shuffled, sorted or filtered without their labels; the reference "
                       "went through different preprocessing, which the check undid. For example: " + am.example
                     : "the reference was not transformed the way the loader's data is (raw against normalised): the "
                       "check standardised both per feature and found each loader example in the reference with its "
@@ -596,7 +596,7 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
                   {"max", s.max, ""},
                   {"mean", s.mean, ""},
                   {"std", s.std, ""}};
-    f.cause = pixels ? "the images were never divided by 255 nor standardised (bug B25); inputs in the hundreds make "
+    f.cause = pixels ? "the images were never divided by 255 nor standardised; inputs in the hundreds make "
                        "the first layer's outputs and gradients ~100x too large: saturated units and a learning "
                        "rate that is suddenly far too high"
                      : "the features were not scaled; large inputs make the first layer's outputs and gradients "
@@ -695,7 +695,7 @@ std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& t
   }
   f.title = "prediction " + shape_str(p) + " and target " + shape_str(t) + " broadcast to " + shape_str(b) +
             ": the loss would compare every prediction with every target";
-  f.cause = "a (B, 1) output against (B) targets, or the reverse (bug B01): the loss silently averages over the "
+  f.cause = "a (B, 1) output against (B) targets, or the reverse: the loss silently averages over the "
             "enlarged " + shape_str(b) + " grid, every prediction is pulled toward every target, and the model "
             "learns to predict the mean; the loss still goes down a little and nothing errors";
   f.fix = (p.size() > t.size() ? std::string("prediction.squeeze(-1)") : std::string("target.squeeze(-1)")) +
@@ -726,7 +726,7 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
     f.evidence = {{"splits fitted on", static_cast<double>(norm.fitted_on().size()), "only \"train\" is allowed"},
                   {global ? "values fitted" : "rows fitted", static_cast<double>(norm.count()), ""}};
     if (train_size >= 0) f.evidence.push_back({"training rows", static_cast<double>(train_size), ""});
-    f.cause = "the scaler was fitted on train + " + names + " (or on the whole dataset before splitting) (bug B06): "
+    f.cause = "the scaler was fitted on train + " + names + " (or on the whole dataset before splitting): "
               "statistics of the evaluation data leak into training, so validation/test scores are optimistic "
               "and will not hold on new data";
     f.fix = fix;
@@ -856,7 +856,7 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     f.evidence.push_back({"labels outside " + range, static_cast<double>(neg + over), "any is an error"});
     if (one_indexed && neg == 0) {
       f.title = "labels run 1.." + num(mx) + ": they look 1-indexed, and " + num(over) + " labels fall outside " + range;
-      f.cause = "the labels are numbered from 1 (bug B26): label " + num(C) + " has no output, and output 0 is never "
+      f.cause = "the labels are numbered from 1: label " + num(C) + " has no output, and output 0 is never "
                 "a target";
       f.fix = "subtract 1: y = y - 1, so labels run 0.." + num(C - 1);
     } else {
@@ -864,7 +864,7 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
       f.cause = neg > 0 ? "negative labels: a marker for unknown/missing (-1) or a broken label column; cross_entropy "
                           "indexes the logits with the label, so this is out of range"
                         : "more classes in the data than outputs in the model (num_classes too small), or labels "
-                          "numbered from 1 (bug B26); an out-of-range label is an error on the CPU and garbage or "
+                          "numbered from 1; an out-of-range label is an error on the CPU and garbage or "
                           "a device assert on a GPU";
       f.fix = neg > 0 ? "drop those rows, or set them to ignore_index (" + num(opts.ignore_index) +
                             ") so the loss skips them"
@@ -879,7 +879,7 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     common(f);
     f.evidence.push_back({"labels equal to 0", 0.0, "none among >= " + num(opts.one_indexed_min_per_class) +
                                                          " labels per class warns"});
-    f.cause = "labels numbered from 1 (bug B26): output 0 is never a target, so the model wastes a class, and a "
+    f.cause = "labels numbered from 1: output 0 is never a target, so the model wastes a class, and a "
               "label equal to the class count would be out of range";
     f.fix = "y = y - 1 so labels run 0..C-1 (if class 0 is really absent from this sample, ignore this)";
     out.push_back(f);

@@ -219,7 +219,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                   {"first loss", s.first_loss, ""}};
     f.cause = std::string(kCauseOscillating) +
               ". A loss worse than at initialisation means an update threw the weights far away: with Adam the "
-              "first steps move every weight by ~lr, so lr 0.1 ruins the start (bug B24)";
+              "first steps move every weight by ~lr, so lr 0.1 ruins the start";
     f.fix = "lower the learning rate (Adam: 1e-3 is the usual start; SGD: 0.01-0.1), or warm it up over the first "
             "few hundred steps; clip gradients; a larger batch and shuffled data (D8) also calm the loss";
     out.push_back(f);
@@ -308,7 +308,7 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
                 {"largest |row sum - 1|", worst, "<= " + fmt_num(opts.prob_sum_tolerance) + ": rows sum to 1"},
                 {"rows", static_cast<double>(B * R), ""},
                 {"classes", static_cast<double>(C), ""}};
-  f.cause = "a softmax before cross-entropy (bug B08): cross_entropy(x) computes log_softmax(x) itself, so the model "
+  f.cause = "a softmax before cross-entropy: cross_entropy(x) computes log_softmax(x) itself, so the model "
             "is trained through softmax(softmax(logits)); the inputs lie in [0, 1], so even a perfect prediction "
             "(1 for the true class, 0 elsewhere) leaves a loss of log(1 + (C - 1) / e) (1.46 for 10 classes), and "
             "the gradients shrink: training crawls";
@@ -341,7 +341,7 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
                 {"max", hi, "<= 1 for probabilities"},
                 {"fraction outside [0, 1]", static_cast<double>(outside) / static_cast<double>(finite),
                  "any is an error"}};
-  f.cause = "the model's raw scores go to BCELoss, which expects sigmoid outputs (bug B09); with the values "
+  f.cause = "the model's raw scores go to BCELoss, which expects sigmoid outputs; with the values "
             "clamped into [0, 1] the loss runs silently but half of the logits give no gradient";
   f.fix = "give the logits to BCEWithLogitsLoss (sigmoid and log in one stable step), or apply sigmoid before BCELoss";
   return {f};
@@ -374,7 +374,7 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
     Finding f = make("L4", Severity::Error, "the initial " + kind_in + " loss is " + fmt_num(loss));
     f.evidence = {{"initial loss", loss, "must be finite"}, {"expected", expected, why}};
     f.cause = "the untrained model already produces non-finite outputs or the loss takes a log of 0: weights far "
-              "too large (B16), unscaled inputs (D5), log(softmax(x)) (B20)";
+              "too large, unscaled inputs (D5), log(softmax(x))";
     f.fix = "turn on anomaly mode (W4) to find the op; check the inputs (D2, D5) and the initialisation (M9)";
     return {f};
   }
@@ -391,7 +391,7 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
                 {"loss / expected", ratio,
                  "outside [" + fmt_num(opts.initial_loss_low) + ", " + fmt_num(opts.initial_loss_high) + "] warns"}};
   if (high) {
-    f.cause = "the untrained model is confidently wrong: logits far from 0 (weights initialised too large, B16; a "
+    f.cause = "the untrained model is confidently wrong: logits far from 0 (weights initialised too large; a "
               "large final-layer scale or bias; unscaled inputs, D5) — or the loss is summed over the batch instead "
               "of averaged (B03: the ratio is then about the batch size)";
     f.fix = "initialise the last layer small (default or 1/sqrt(fan_in) init, bias 0), scale the inputs, use "
@@ -425,7 +425,7 @@ std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_i
                 {"targets", static_cast<double>(y.size()), ""},
                 {"ignore_index", static_cast<double>(ignore_index), ""}};
   if (loss_value.has_value()) f.evidence.push_back({"loss", *loss_value, "NaN is an error"});
-  f.cause = "the whole batch is masked (bug B19: a collate or padding step sets every label to ignore_index, a label "
+  f.cause = "the whole batch is masked (a collate or padding step sets every label to ignore_index, a label "
             "mapping that misses every class): mean reduction divides a sum over zero labels by zero labels, as "
             "PyTorch does, and one NaN loss turns every weight into NaN at the next step";
   f.fix = "find the step that masks the labels (check a batch with D1/D9); skip batches with no valid label, or "
@@ -523,7 +523,7 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
                 {"gradient norm, the batch twice (2B)", g2, ""},
                 {"ratio", ratio, "1 for mean, 2 for sum; > " + fmt_num(opts.reduction_ratio) + " warns"}};
   if (sum) {
-    f.cause = "the loss uses reduction sum where mean was meant (bug B03): the gradient, and so the step size, "
+    f.cause = "the loss uses reduction sum where mean was meant: the gradient, and so the step size, "
               "grows with the batch size; a learning rate tuned for one batch size diverges at a larger one";
     f.fix = "use Reduction::Mean (the default), or divide the summed loss by the batch size; if the sum is "
             "intended, scale the learning rate by 1 / B";

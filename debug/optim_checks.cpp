@@ -62,7 +62,7 @@ const char* kCauseVanishing = "likely causes of vanishing gradients: sigmoid/tan
 const char* kFixVanishing = "use ReLU/GELU activations, skip connections, He/Xavier initialisation, batch/layer "
                             "normalisation, or fewer layers";
 const char* kCauseExploding = "likely causes of exploding gradients: learning rate too high; poor initialisation "
-                              "(weights too large, B16); deep nets without normalisation or clipping; numerical "
+                              "(weights too large); deep nets without normalisation or clipping; numerical "
                               "instability in the loss";
 const char* kFixExploding = "clip gradients (clip_grad_norm 1.0), lower the learning rate, use a proper "
                             "initialisation (M9) and normalisation layers";
@@ -154,8 +154,8 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = at(make("O1", Severity::Warning, "the trainable parameter " + name + " got no gradient"), labels,
                      name, p);
       f.evidence = {{"gradient defined (1 = yes)", 0.0, "0 after a backward warns"}};
-      f.cause = "no gradient reaches it: a detach() (or .data) between it and the loss (B12), a layer the "
-                "forward never uses, or it should have been frozen (requires_grad false, B15)";
+      f.cause = "no gradient reaches it: a detach() (or .data) between it and the loss, a layer the "
+                "forward never uses, or it should have been frozen (requires_grad false)";
       f.fix = "find where the graph is cut (M5 gradient flow names the first module without gradient); freeze "
               "it on purpose with requires_grad_(false), or remove the unused layer";
       out.push_back(f);
@@ -361,7 +361,7 @@ std::vector<Finding> NormHistory::findings() const {
                     {"last weight norm", w.back().second, ""},
                     {"records", static_cast<double>(w.size() - i0), ""}};
       f.cause = "a weight norm that keeps increasing is an early sign of divergent training: steps too "
-                "large for the weights (learning rate too high, bug B24). Before a normalisation layer the scale "
+                "large for the weights (learning rate too high). Before a normalisation layer the scale "
                 "of a weight is free, so oversized steps inflate it instead of blowing up the loss";
       f.fix = "lower the learning rate; add or increase weight decay (it constrains the weights' "
               "magnitude); clip gradients";
@@ -439,7 +439,7 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
       f.evidence.push_back({"first NaN step", static_cast<double>(s.first_nan_step), "any warns"});
     f.cause = "a learning rate too high makes the loss oscillate, jump or diverge (NaN). With Adam every "
               "weight moves by about lr per step whatever its gradient: lr 0.1 throws a fresh network far off at "
-              "step 1 (bug B24)";
+              "step 1";
     f.fix = "lower the learning rate 3-10x (Adam: start at 1e-3); add a warm-up; clip gradients; then check that "
             "the update/weight ratios sit near 1e-3 (UpdateRatioTracker)";
     return {f};

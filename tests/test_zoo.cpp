@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 
 #include "debug/zoo.h"
 #include "json_mini.h"
@@ -90,6 +91,15 @@ TEST_CASE("every catalogued bug is caught by an intended check, and the diagnosi
     CHECK(r.intended == want);
     // Silent: training ran its budget (B02's backward error is the exception, and that error is M20).
     if (b.id != nn::Bug::B02) CHECK(r.steps == o.steps);
+    // A finding speaks to a user debugging their own model: no catalogue ids ("bug B24") in what
+    // it says went wrong, why, or what to do.
+    const std::regex catalogue_id("\\bB[0-9][0-9]\\b");
+    for (const gs::debug::Finding& f : r.report.findings()) {
+      const std::string said = f.title + " " + f.cause + " " + f.fix;
+      std::smatch m;
+      const bool found = std::regex_search(said, m, catalogue_id);
+      CHECK_MESSAGE(!found, f.check << ": ..." << (found ? said.substr(m.position() > 60 ? m.position() - 60 : 0, 90) : ""));
+    }
     all.bugs.push_back(r);
   }
   // The diagnosis: for every bug the lead of `zoo --json` is a confirmed cause, and its check is
