@@ -393,7 +393,7 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
   if (high) {
     f.cause = "the untrained model is confidently wrong: logits far from 0 (weights initialised too large; a "
               "large final-layer scale or bias; unscaled inputs, D5) — or the loss is summed over the batch instead "
-              "of averaged (B03: the ratio is then about the batch size)";
+              "of averaged (the ratio is then about the batch size)";
     f.fix = "initialise the last layer small (default or 1/sqrt(fan_in) init, bias 0), scale the inputs, use "
             "reduction mean (L6); then the first loss is ~" + fmt_num(expected);
   } else if (low) {
