@@ -394,7 +394,8 @@ CauseAnalysis analyse_causes(const Report& r) {
   // 1. Each finding's parent: the first candidate cause (in the table's order) that another
   //    firing finding confirms. A finding is never explained through a cause it confirms
   //    itself (the same fault seen twice is grouped in step 3), and a non-finite source is
-  //    explained only by a source at the same time (a second fault later is its own root).
+  //    explained by another source only at the same time or place, or by the inputs' own NaN
+  //    (a second fault later, elsewhere, is its own root).
   for (size_t i = 0; i < n; ++i) {
     const Finding& f = fs[i];
     if (!f.fires()) continue;
@@ -431,12 +432,10 @@ CauseAnalysis analyse_causes(const Report& r) {
   // 2. Roots: follow the parents; a cycle is cut at the finding where it closes.
   for (size_t i = 0; i < n; ++i) {
     if (!fs[i].fires()) continue;
-    std::vector<size_t> path;
     std::set<size_t> seen;
     size_t at = i;
     while (a.parent[at] >= 0 && !seen.count(at)) {
       seen.insert(at);
-      path.push_back(at);
       at = static_cast<size_t>(a.parent[at]);
     }
     if (seen.count(at)) {  // a cycle: the finding that closes it becomes a root
