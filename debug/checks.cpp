@@ -101,7 +101,7 @@ const std::vector<CheckInfo>& all_checks() {
        "gradsleuth doctor", true},
       {"D2", "non-finite inputs", "data", {"Debugging Training", "Troubleshooting Tips"}, "count NaN / Inf in inputs (and labels); fail loudly",
        "debug::check_finite_inputs", "gradsleuth doctor", true},
-      {"D3", "label distribution", "data", {"Debugging Training"}, "class counts, imbalance ratio; warn on strong imbalance",
+      {"D3", "label distribution", "data", {"Debugging Training"}, "class counts, imbalance ratio; warn on strong imbalance; per-class validation recall after training",
        "debug::check_label_distribution", "gradsleuth doctor", true},
       {"D4", "input/label alignment", "data", {"Debugging Training", "Debugging neural networks"},
        "verify that each (x, y) a loader yields is a pair that exists in the dataset (by hashing x back to its "

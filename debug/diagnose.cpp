@@ -302,6 +302,9 @@ void Session::epoch() {
       const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
       val_loss = ev.loss;
       val_acc = ev.accuracy;
+      val_class_examples_ = ev.class_examples;
+      val_class_correct_ = ev.class_correct;
+      val_classes_at_step_ = monitor_->steps();
     });
   epoch(train_loss, val_loss, val_acc);
 }
@@ -323,6 +326,26 @@ void Session::error(const std::exception& e) {
     monitor_->report().add(std::move(f2));
   }
   stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
+}
+
+// D3 on the trained model: the recall of each class on the validation data, from the last
+// epoch's pass when no step came after it, otherwise from a pass of its own.
+void Session::check_class_errors_at_end() {
+  if (!data_.val || !o_.data_checks || monitor_->steps() == 0 || !stopped_.empty()) return;
+  Report& r = monitor_->report();
+  guarded(r, "the end-of-run checks", "per-class validation pass", "D3's per-class recall", [&] {
+    if (val_classes_at_step_ != monitor_->steps()) {
+      const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
+      val_class_examples_ = ev.class_examples;
+      val_class_correct_ = ev.class_correct;
+    }
+    if (val_class_examples_.empty()) return;  // not classification
+    for (Finding f : check_class_errors(val_class_examples_, val_class_correct_, o_.data)) {
+      f.end_of_run = true;
+      r.add(std::move(f));
+    }
+    r.note_ran("D3");
+  });
 }
 
 // D8 over the whole run: a training loader with several batches, yet every step (or nearly)
@@ -521,6 +544,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
         }
         monitor_->report().note_ran("M7");
       });
+    check_class_errors_at_end();
     // Report::add appends a new finding and only counts one it already holds: the end of run's
     // own findings are those past the training's.
     const auto& all = monitor_->report().findings();

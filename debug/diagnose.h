@@ -198,6 +198,7 @@ class Session {
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
   void check_repeated_batches(RunReport& r);
+  void check_class_errors_at_end();
 
   nn::Module& model_;
   nn::Loss* loss_module_ = nullptr;
@@ -216,6 +217,9 @@ class Session {
   int64_t recorded_ = 0;
   size_t epoch_first_step_ = 0;   // index into the history's step losses where this epoch began
   int64_t epochs_ = 0;
+  // The per-class counts of the last validation pass of epoch(), and the step count it saw.
+  std::vector<int64_t> val_class_examples_, val_class_correct_;
+  int64_t val_classes_at_step_ = -1;
   std::string stopped_;
   // The model and optimizer before training, for the learning-rate probe.
   std::vector<Tensor> initial_params_, initial_buffers_;

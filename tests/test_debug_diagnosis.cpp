@@ -840,3 +840,79 @@ TEST_CASE("M7's pass after training: diagnose() runs the trained model over the 
     else CHECK(end_of_run_m7 == 0);
   }
 }
+
+TEST_CASE("D3's per-class recall: the rule on counts, both sides of each limit") {
+  // Three classes of 100 validation examples each.
+  const std::vector<int64_t> n = {100, 100, 100};
+  const debug::DataCheckOptions o;  // recall below 0.2 x the others' mean warns, that mean above 1.5 / C
+  auto warns = [&](std::vector<int64_t> right, std::vector<int64_t> ex) {
+    return dtest::find(debug::check_class_errors(ex, right, o), "D3") != nullptr;
+  };
+  CHECK(warns({90, 90, 17}, n));   // 0.17 < 0.2 x 0.90
+  CHECK(!warns({90, 90, 19}, n));  // 0.19 >= 0.18: a hard class, not a missed one
+  CHECK(!warns({45, 45, 5}, n));   // the others' mean 0.45 is not above 1.5 x chance (0.5)
+  CHECK(warns({55, 55, 5}, n));
+  CHECK(!warns({90, 90, 0}, {100, 100, 9}));  // too few examples of class 2 to judge
+  CHECK(debug::check_class_errors({100}, {90}, o).empty());
+  const std::vector<debug::Finding> f = debug::check_class_errors(n, {90, 90, 10}, o);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].title.find("class 2") != std::string::npos);
+  CHECK(dtest::evidence(f[0], "class 2 recall / the others' mean") == doctest::Approx(0.1 / 0.9));
+  CHECK(!f[0].cause.empty());
+  CHECK(!f[0].fix.empty());
+}
+
+TEST_CASE("D3 after training: a class kept at a twentieth of the others is missed on validation; the imbalance leads") {
+  manual_seed(4);
+  // Overlapping blobs: a class the model rarely sees loses the examples it shares with the others.
+  // Scaled by hand to about unit variance.
+  const dtest::XY all = blobs(400, 3, 6, 5, 6.0);
+  const Tensor x = all.x / 7.0;
+  const Tensor tx = x.narrow(0, 0, 900), ty = all.y.narrow(0, 0, 900);
+  const Tensor vx = x.narrow(0, 900, 300), vy = all.y.narrow(0, 900, 300);
+  auto loaders = [&](const Tensor& x, const Tensor& y) {
+    Split s;
+    s.train = std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(x, y),
+                                               nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(5));
+    s.val = std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(vx, vy),
+                                             nn::DataLoaderOptions().batch_size(100));
+    return s;
+  };
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: the user thins class 2 out of the training data (every 20th kept)") {
+    const std::vector<int64_t> labels = ty.to_vector<int64_t>();
+    std::vector<int64_t> keep;
+    int64_t seen2 = 0;
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] != 2 || seen2++ % 20 == 0) keep.push_back(static_cast<int64_t>(i));
+    const Tensor idx = tensor(keep, {static_cast<int64_t>(keep.size())});
+    const Split d = loaders(tx.index_select(0, idx), ty.index_select(0, idx));
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 3);
+    INFO(r.str());
+    const debug::Finding* missed = nullptr;
+    size_t at = 0;
+    for (size_t i = 0; i < r.findings.findings().size(); ++i)
+      if (r.findings.findings()[i].fires() && r.findings.findings()[i].title.find("misses one class") != std::string::npos) {
+        missed = &r.findings.findings()[i];
+        at = i;
+      }
+    REQUIRE(missed != nullptr);
+    CHECK(missed->title.find("class 2") != std::string::npos);
+    CHECK(missed->end_of_run);
+    const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+    REQUIRE(a.lead.has_value());
+    CHECK(a.lead->cause == "class-imbalance");
+    CHECK(std::find(a.lead->explains.begin(), a.lead->explains.end(), at) != a.lead->explains.end());
+  }
+  SUBCASE("clean twin: every training example kept") {
+    const Split d = loaders(tx, ty);
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 3);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("D3"));
+    CHECK(dtest::find(r.findings.findings(), "D3", debug::Severity::Info) != nullptr);
+  }
+}
