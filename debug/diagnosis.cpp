@@ -291,7 +291,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"masked-targets", "label-encoding"}},
       {"class-errors", "one class predicted far worse than the others", "D3 (per-class recall)",
        [](const Finding& f) { return d3_class_errors(f); },
-       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift"}},
+       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift", "final-activation",
+        "lr-too-low", "dead-relu"}},
       {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
        [](const Finding& f) {
          return (is(f, "L7") && !has(f, "underfitting")) || (is(f, "W3") && has(f, "validation loss rose"));
