@@ -261,7 +261,7 @@ const std::vector<CheckInfo>& all_checks() {
        "a Dropout layer whose probability is above 0.5", "debug::check_dropout_rate", "gradsleuth doctor", true},
       {"M25", "all-zero tensors", "model", {"SageMaker Debugger"},
        "a layer output, a parameter or a gradient that is entirely zero at every sampled step of the run (from 2 "
-       "samples; ReLU outputs are M7's)",
+       "samples; ReLU outputs are M7's), or that becomes entirely zero at a sampled step after being nonzero",
        "debug::AllZeroTracker, debug::Monitor", "gradsleuth doctor", true},
       {"M26", "tensor variance", "model", {"SageMaker Debugger"},
        "per layer output over the sampled steps of the run: its variance (the median of the last 3 samples) below "

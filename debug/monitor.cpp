@@ -112,6 +112,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   ratios_.attach(opt_, model_, o_.every);
   zero_.attach(model_);
   zero_.set_active(true);
+  zero_.set_step(1);
   variance_.attach(model_);
   variance_.set_active(true);
   variance_.set_step(1);
@@ -600,6 +601,7 @@ void Monitor::on_post_step(optim::Optimizer& op) {
   zero_.set_active(next);
   variance_.set_active(next);
   variance_.set_step(steps_ + 1);
+  zero_.set_step(steps_ + 1);
 }
 
 void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {

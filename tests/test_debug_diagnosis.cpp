@@ -916,3 +916,65 @@ TEST_CASE("D3 after training: a class kept at a twentieth of the others is misse
     CHECK(dtest::find(r.findings.findings(), "D3", debug::Severity::Info) != nullptr);
   }
 }
+
+TEST_CASE("M25 mid-run: magnitude pruning with a threshold above every weight zeroes a layer after the first epoch") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  // The user's loop: after the first epoch, fc2's weights below `threshold` are pruned, and the
+  // mask is applied again after every later step.
+  auto train_pruned = [&](ReluNet& model, double threshold) {
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    Tensor mask;
+    for (int e = 0; e < 3; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce(model(b.x), b.y);
+        l.backward();
+        opt.step();
+        if (mask.defined()) {
+          NoGradGuard ng;
+          model.fc2->weight.mul_(mask);
+        }
+      }
+      dbg.epoch();
+      if (e == 0) {
+        NoGradGuard ng;
+        mask = (abs(model.fc2->weight) > threshold).to(kFloat32);
+        model.fc2->weight.mul_(mask);
+      }
+    }
+    return dbg.finish();
+  };
+  SUBCASE("buggy twin: a threshold of 1 (the weights are near 0.1): every weight of fc2 pruned") {
+    auto owner = std::make_shared<ReluNet>();
+    const debug::RunReport r = train_pruned(*owner, 1.0);
+    INFO(r.str());
+    const std::vector<debug::Finding>& fs = r.findings.findings();
+    int64_t value = -1, grad = -1;
+    for (size_t i = 0; i < fs.size(); ++i) {
+      if (!fs[i].fires() || fs[i].check != "M25") continue;
+      if (fs[i].parameter == "fc2.weight" && fs[i].title.find("parameter") == 0) value = static_cast<int64_t>(i);
+      if (fs[i].parameter == "fc1.weight") grad = static_cast<int64_t>(i);
+    }
+    REQUIRE(value >= 0);
+    CHECK(fs[value].title.find("became entirely zero at step") != std::string::npos);
+    CHECK(fs[value].step > 15);  // after the first epoch's 15 steps
+    CHECK(dtest::evidence(fs[value], "sampled steps all-zero from then on") ==
+          dtest::evidence(fs[value], "sampled steps from then on"));  // the mask stays on
+    // No gradient reaches fc1 through the zeroed layer: a symptom of the zeroed weights.
+    REQUIRE(grad >= 0);
+    CHECK(fs[grad].title.find("the gradient of fc1.weight became entirely zero") == 0);
+    CHECK(r.findings.caused_by()[grad] == value);
+    // The loss jumps when the layer is zeroed: O6 reads those jumps as a learning rate too high
+    // and leads (it explains the rising validation loss too); the zeroed layer is its own root.
+    CHECK(r.findings.caused_by()[value] == -1);
+  }
+  SUBCASE("clean twin: a threshold of 0.01 prunes a few weights") {
+    auto owner = std::make_shared<ReluNet>();
+    const debug::RunReport r = train_pruned(*owner, 0.01);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M25"));
+  }
+}
