@@ -229,10 +229,10 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
       r.note_ran("M16");
     });
   }
-  if (o_.rerun) {
+  if (o_.rerun || o_.rerun_model) {
     say("reproducibility check");
     guarded(r, "the reproducibility check", "two runs", "W1", [&] {
-      r.add(check_reproducible(o_.rerun, o_.seed));
+      r.add(o_.rerun_model ? check_reproducible(o_.rerun_model, o_.seed) : check_reproducible(o_.rerun, o_.seed));
       r.note_ran("W1");
     });
   }
@@ -611,9 +611,10 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!o_.make_model)
     skip("M16 (capacity check)", "it trains new models of two widths, and only your one model was given",
          "set DiagnoseOptions::make_model (width -> a new model), small_width and large_width");
-  if (!o_.rerun)
+  if (!o_.rerun && !o_.rerun_model)
     skip("W1 (reproducibility)", "it repeats a run from one seed, and only this run was given",
-         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours)");
+         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours), or rerun_model (seed -> its "
+         "losses and trained model)");
   skip("W5 (diagnosis report)", "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
        "its numbers", "call debug::diagnosis_report(model, x, y, loss) for the text");
   skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",

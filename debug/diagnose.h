@@ -100,6 +100,9 @@ struct DiagnoseOptions {
   // W1: a short run of yours from a seed (a new model, optimizer and loader seeded with it),
   // returning its step losses; when set, it runs twice with `seed` and the losses must match.
   std::function<std::vector<double>(uint64_t seed)> rerun;
+  // W1 on the final parameters too: the same short run returning its step losses and its trained
+  // model; when set (it takes the place of rerun), both runs' parameters must match bit for bit.
+  std::function<ReproRun(uint64_t seed)> rerun_model;
   uint64_t seed = 1;
   // ---- after training ----
   // M7 over a pass through the training loader (every batch, up to dead_pass_batches) with the

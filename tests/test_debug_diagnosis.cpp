@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -976,5 +977,86 @@ TEST_CASE("M25 mid-run: magnitude pruning with a threshold above every weight ze
     const debug::RunReport r = train_pruned(*owner, 0.01);
     CHECK_MESSAGE(r.fired_checks().empty(), r.str());
     CHECK(r.findings.ran("M25"));
+  }
+}
+
+namespace {
+// ReluNet with a fixed random projection of its hidden layer (a readout used only for plots, not
+// in the loss, frozen). `seed` < 0: the user draws it from std::random_device.
+struct ProjectedNet : nn::Module {
+  std::shared_ptr<nn::Linear> proj = register_module("proj", std::make_shared<nn::Linear>(32, 2));
+  std::shared_ptr<ReluNet> net = register_module("net", std::make_shared<ReluNet>());
+  explicit ProjectedNet(int64_t seed) : Module("ProjectedNet") {
+    std::mt19937 rng(seed < 0 ? std::random_device{}() : static_cast<uint32_t>(seed));
+    std::normal_distribution<float> nd(0.0f, 0.1f);
+    std::vector<float> w(64);
+    for (float& v : w) v = nd(rng);
+    NoGradGuard ng;
+    proj->weight.copy_(tensor(w, {2, 32}));
+    for (Tensor& p : proj->parameters()) p.requires_grad_(false);
+  }
+  Tensor forward(const Tensor& x) override { return (*net)(x); }
+};
+}  // namespace
+
+TEST_CASE("W1 on the final parameters: a frozen projection drawn from std::random_device differs between two runs") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  // The user's short run for W1: a new model and optimizer from the seed, 5 steps; it returns
+  // the losses and the trained model.
+  auto diagnose_with = [&](bool unseeded) {
+    debug::DiagnoseOptions o;
+    o.rerun_model = [&](uint64_t seed) {
+      manual_seed(seed);
+      auto m = std::make_shared<ProjectedNet>(unseeded ? -1 : static_cast<int64_t>(seed));
+      optim::Adam opt(m->net->parameters(), optim::AdamOptions(1e-2));  // the projection is not trained
+      debug::ReproRun run;
+      for (int64_t i = 0; i < 5; ++i) {
+        const nn::Batch b = d.train->batch(0, i);
+        opt.zero_grad();
+        Tensor l = ce((*m)(b.x), b.y);
+        l.backward();
+        opt.step();
+        run.losses.push_back(l.item<double>());
+      }
+      run.model = m;
+      return run;
+    };
+    auto owner = std::make_shared<ProjectedNet>(unseeded ? -1 : 4);
+    optim::Adam opt(owner->net->parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(*owner, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*owner)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    return dbg.finish();
+  };
+  SUBCASE("buggy twin: the projection drawn from std::random_device") {
+    const debug::RunReport r = diagnose_with(true);
+    INFO(r.str());
+    REQUIRE(r.fired("W1"));
+    const debug::Finding* f = dtest::find(r.findings.findings(), "W1");
+    REQUIRE(f != nullptr);
+    CHECK(f->title.find("identical losses but end with different parameters") != std::string::npos);
+    CHECK(f->parameter == "proj.weight");
+    CHECK(dtest::evidence(*f, "largest difference in proj.weight") > 0.0);
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("cause")->str == "nondeterminism");
+  }
+  SUBCASE("clean twin: the projection drawn from a generator seeded with the run's seed") {
+    const debug::RunReport r = diagnose_with(false);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    REQUIRE(r.findings.ran("W1"));
+    const debug::Finding* f = dtest::find(r.findings.findings(), "W1", debug::Severity::Info);
+    REQUIRE(f != nullptr);
+    CHECK(f->title.find("identical final parameters") != std::string::npos);
+    CHECK(dtest::evidence(*f, "final parameters that differ") == 0.0);
   }
 }
