@@ -369,7 +369,6 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
   double sum = 0.0;
   for (int64_t c : judged) sum += recall[c];
   std::vector<int64_t> failing;
-  double worst_others = kNaN;  // the others' mean recall beside the worst failing class
   int64_t worst = judged.front(), best = judged.front();
   for (int64_t c : judged) {
     const double others = (sum - recall[c]) / static_cast<double>(judged.size() - 1);
@@ -382,7 +381,8 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
     for (int64_t c : failing)
       if (recall[c] < recall[worst]) worst = c;
   }
-  worst_others = (sum - recall[worst]) / static_cast<double>(judged.size() - 1);
+  // The worst class (the worst failing one when any fails) and the others' mean recall beside it.
+  const double worst_others = (sum - recall[worst]) / static_cast<double>(judged.size() - 1);
   Finding f = make("D3", Severity::Info, "");
   const bool all_listed = C <= 32;
   for (int64_t c = 0; c < C; ++c)
