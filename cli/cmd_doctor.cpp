@@ -199,9 +199,9 @@ int cmd_doctor(const std::vector<std::string>& args) {
       mo.baseline_steps = 80;
       extra.add(debug::capacity_check(make, 16, 128, train, loss, mo));
     });
-    // W1: the recipe trained twice for 20 steps with one seed.
+    // W1: the recipe trained twice for 20 steps with one seed: the losses and the final parameters.
     guarded("the reproducibility check (W1)", [&] {
-      extra.add(debug::check_reproducible([&](uint64_t seed) {
+      extra.add(debug::check_reproducible([&](uint64_t seed) -> debug::ReproRun {
         debug::zoo::Options ro = o;
         ro.seed = seed;
         debug::zoo::Variant rv = debug::zoo::build(bugs, ro);
@@ -215,7 +215,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
           rv.optimizer->step();
           losses.push_back(l.item<double>());
         }
-        return losses;
+        return {losses, rv.model};
       }, o.seed));
     });
   }

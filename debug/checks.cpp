@@ -101,7 +101,7 @@ const std::vector<CheckInfo>& all_checks() {
        "gradsleuth doctor", true},
       {"D2", "non-finite inputs", "data", {"Debugging Training", "Troubleshooting Tips"}, "count NaN / Inf in inputs (and labels); fail loudly",
        "debug::check_finite_inputs", "gradsleuth doctor", true},
-      {"D3", "label distribution", "data", {"Debugging Training"}, "class counts, imbalance ratio; warn on strong imbalance",
+      {"D3", "label distribution", "data", {"Debugging Training"}, "class counts, imbalance ratio; warn on strong imbalance; per-class validation recall after training",
        "debug::check_label_distribution", "gradsleuth doctor", true},
       {"D4", "input/label alignment", "data", {"Debugging Training", "Debugging neural networks"},
        "verify that each (x, y) a loader yields is a pair that exists in the dataset (by hashing x back to its "
@@ -261,7 +261,7 @@ const std::vector<CheckInfo>& all_checks() {
        "a Dropout layer whose probability is above 0.5", "debug::check_dropout_rate", "gradsleuth doctor", true},
       {"M25", "all-zero tensors", "model", {"SageMaker Debugger"},
        "a layer output, a parameter or a gradient that is entirely zero at every sampled step of the run (from 2 "
-       "samples; ReLU outputs are M7's)",
+       "samples; ReLU outputs are M7's), or that becomes entirely zero at a sampled step after being nonzero",
        "debug::AllZeroTracker, debug::Monitor", "gradsleuth doctor", true},
       {"M26", "tensor variance", "model", {"SageMaker Debugger"},
        "per layer output over the sampled steps of the run: its variance (the median of the last 3 samples) below "
@@ -299,7 +299,7 @@ const std::vector<CheckInfo>& all_checks() {
        "RMSprop [1e-5, 1e-2]; SGD [1e-4, 1]",
        "debug::check_learning_rate_range", "gradsleuth doctor --bug B24", true},
       // ---- workflow ------------------------------------------------------------------------------
-      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses",
+      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses (and, given the models, final parameters)",
        "debug::check_reproducible", "gradsleuth doctor", true},
       {"W2", "pre-training gate", "workflow", {"Troubleshooting Tips", "Debugging Training"},
        "one call: devices, trainable parameters, forward, backward, non-finite gradients, overfit-one-batch, "

@@ -352,6 +352,66 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
   return {f};
 }
 
+std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
+                                        const DataCheckOptions& opts) {
+  GS_CHECK(examples.size() == correct.size(), "check_class_errors", "needs one count of right predictions per class, got ",
+           correct.size(), " for ", examples.size(), " classes");
+  const int64_t C = static_cast<int64_t>(examples.size());
+  std::vector<double> recall(static_cast<size_t>(C), kNaN);
+  std::vector<int64_t> judged;  // classes with enough examples
+  for (int64_t c = 0; c < C; ++c) {
+    if (examples[c] <= 0) continue;
+    recall[c] = static_cast<double>(correct[c]) / static_cast<double>(examples[c]);
+    if (examples[c] >= opts.min_class_examples) judged.push_back(c);
+  }
+  if (judged.size() < 2) return {};
+  const double chance = 1.0 / static_cast<double>(C);
+  double sum = 0.0;
+  for (int64_t c : judged) sum += recall[c];
+  std::vector<int64_t> failing;
+  int64_t worst = judged.front(), best = judged.front();
+  for (int64_t c : judged) {
+    const double others = (sum - recall[c]) / static_cast<double>(judged.size() - 1);
+    if (others > opts.min_recall_over_chance * chance && recall[c] < opts.min_recall_ratio * others) failing.push_back(c);
+    if (recall[c] < recall[worst]) worst = c;
+    if (recall[c] > recall[best]) best = c;
+  }
+  if (!failing.empty()) {
+    worst = failing.front();
+    for (int64_t c : failing)
+      if (recall[c] < recall[worst]) worst = c;
+  }
+  // The worst class (the worst failing one when any fails) and the others' mean recall beside it.
+  const double worst_others = (sum - recall[worst]) / static_cast<double>(judged.size() - 1);
+  Finding f = make("D3", Severity::Info, "");
+  const bool all_listed = C <= 32;
+  for (int64_t c = 0; c < C; ++c)
+    if (examples[c] > 0 && (all_listed || c == worst || c == best))
+      f.evidence.push_back({"class " + num(c) + " recall (" + num(correct[c]) + " of " + num(examples[c]) + ")",
+                            recall[c], examples[c] < opts.min_class_examples ? "too few examples to judge" : ""});
+  f.evidence.push_back({"mean recall of the other classes (beside class " + num(worst) + ")", worst_others,
+                        "above " + fmt_num(opts.min_recall_over_chance) + " x chance (" +
+                            fmt_num(opts.min_recall_over_chance * chance) + ") to judge"});
+  f.evidence.push_back({"class " + num(worst) + " recall / the others' mean", recall[worst] / worst_others,
+                        "< " + fmt_num(opts.min_recall_ratio) + " warns"});
+  if (failing.empty()) {
+    f.title = "per-class recall on the validation data: lowest class " + num(worst) + " at " +
+              fmt_num(100 * recall[worst]) + "%, highest class " + num(best) + " at " + fmt_num(100 * recall[best]) + "%";
+    return {f};
+  }
+  f.severity = Severity::Warning;
+  f.title = "the trained model misses one class far more than the others: class " + num(worst) + " has a recall of " +
+            fmt_num(100 * recall[worst]) + "% on the validation data, the other classes " +
+            fmt_num(100 * worst_others) + "% on average" +
+            (failing.size() > 1 ? " (classes far below the others' recall: " + list_ints(failing) + ")" : "");
+  f.cause = "the model rarely predicts this class: it is rare in the training data (the loss gains little from it), "
+            "its training labels are wrong or mapped to another class, or its examples look unlike the rest";
+  f.fix = "compare the class counts of the training data (an imbalance shows in the class counts); weight the loss by "
+          "class or oversample the rare classes; check the labels of this class; report per-class accuracy rather "
+          "than accuracy alone";
+  return {f};
+}
+
 // ---- D4 input/label alignment ----------------------------------------------------------
 
 namespace {

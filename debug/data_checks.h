@@ -28,6 +28,14 @@ namespace gradsleuth::debug {
 struct DataCheckOptions {
   // ---- D3 label distribution ----
   double max_imbalance_ratio = 10.0;  // largest / smallest class count above this warns (so does an empty class)
+  // The per-class errors of the trained model on the validation data: a class with at least
+  // min_class_examples examples whose recall is below min_recall_ratio x the mean recall of the
+  // other classes warns, when that mean is above chance (1 / C) by min_recall_over_chance x.
+  // A fifth, not a half: a hard class of a clean run (Fashion-MNIST's pullovers after 40 steps)
+  // sits near a third of the others' recall.
+  double min_recall_ratio = 0.2;
+  double min_recall_over_chance = 1.5;
+  int64_t min_class_examples = 10;
   // ---- D4 alignment ----
   int64_t alignment_batches = 20;          // loader batches compared with the reference
   double max_misaligned_fraction = 0.01;   // mismatched (x, y) pairs above this fraction are an error
@@ -94,6 +102,14 @@ void require_finite_inputs(const Tensor& x, const Tensor& y);
 // inferred as max + 1.
 std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes,
                                               const DataCheckOptions& opts = {});
+
+// D3 on the model's predictions: per class (index = label) the validation examples and how
+// many of them the model predicts right. A warning names the classes whose recall is below
+// opts.min_recall_ratio x the mean recall of the other classes (each class with at least
+// opts.min_class_examples examples; the others' mean above opts.min_recall_over_chance / C);
+// an info finding with the recalls otherwise; nothing with fewer than two classes to compare.
+std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
+                                        const DataCheckOptions& opts = {});
 
 // D4: is every (x, y) the loader yields a pair that exists in `reference`? The
 // reference (the data as loaded, before any pipeline) is hashed chunk by chunk,

@@ -229,10 +229,10 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
       r.note_ran("M16");
     });
   }
-  if (o_.rerun) {
+  if (o_.rerun || o_.rerun_model) {
     say("reproducibility check");
     guarded(r, "the reproducibility check", "two runs", "W1", [&] {
-      r.add(check_reproducible(o_.rerun, o_.seed));
+      r.add(o_.rerun_model ? check_reproducible(o_.rerun_model, o_.seed) : check_reproducible(o_.rerun, o_.seed));
       r.note_ran("W1");
     });
   }
@@ -302,6 +302,9 @@ void Session::epoch() {
       const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
       val_loss = ev.loss;
       val_acc = ev.accuracy;
+      val_class_examples_ = ev.class_examples;
+      val_class_correct_ = ev.class_correct;
+      val_classes_at_step_ = monitor_->steps();
     });
   epoch(train_loss, val_loss, val_acc);
 }
@@ -323,6 +326,26 @@ void Session::error(const std::exception& e) {
     monitor_->report().add(std::move(f2));
   }
   stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
+}
+
+// D3 on the trained model: the recall of each class on the validation data, from the last
+// epoch's pass when no step came after it, otherwise from a pass of its own.
+void Session::check_class_errors_at_end() {
+  if (!data_.val || !o_.data_checks || monitor_->steps() == 0 || !stopped_.empty()) return;
+  Report& r = monitor_->report();
+  guarded(r, "the end-of-run checks", "per-class validation pass", "D3's per-class recall", [&] {
+    if (val_classes_at_step_ != monitor_->steps()) {
+      const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
+      val_class_examples_ = ev.class_examples;
+      val_class_correct_ = ev.class_correct;
+    }
+    if (val_class_examples_.empty()) return;  // not classification
+    for (Finding f : check_class_errors(val_class_examples_, val_class_correct_, o_.data)) {
+      f.end_of_run = true;
+      r.add(std::move(f));
+    }
+    r.note_ran("D3");
+  });
 }
 
 // D8 over the whole run: a training loader with several batches, yet every step (or nearly)
@@ -521,6 +544,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
         }
         monitor_->report().note_ran("M7");
       });
+    check_class_errors_at_end();
     // Report::add appends a new finding and only counts one it already holds: the end of run's
     // own findings are those past the training's.
     const auto& all = monitor_->report().findings();
@@ -587,9 +611,10 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!o_.make_model)
     skip("M16 (capacity check)", "it trains new models of two widths, and only your one model was given",
          "set DiagnoseOptions::make_model (width -> a new model), small_width and large_width");
-  if (!o_.rerun)
+  if (!o_.rerun && !o_.rerun_model)
     skip("W1 (reproducibility)", "it repeats a run from one seed, and only this run was given",
-         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours)");
+         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours), or rerun_model (seed -> its "
+         "losses and trained model)");
   skip("W5 (diagnosis report)", "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
        "its numbers", "call debug::diagnosis_report(model, x, y, loss) for the text");
   skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",

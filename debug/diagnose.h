@@ -100,6 +100,9 @@ struct DiagnoseOptions {
   // W1: a short run of yours from a seed (a new model, optimizer and loader seeded with it),
   // returning its step losses; when set, it runs twice with `seed` and the losses must match.
   std::function<std::vector<double>(uint64_t seed)> rerun;
+  // W1 on the final parameters too: the same short run returning its step losses and its trained
+  // model; when set (it takes the place of rerun), both runs' parameters must match bit for bit.
+  std::function<ReproRun(uint64_t seed)> rerun_model;
   uint64_t seed = 1;
   // ---- after training ----
   // M7 over a pass through the training loader (every batch, up to dead_pass_batches) with the
@@ -198,6 +201,7 @@ class Session {
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
   void check_repeated_batches(RunReport& r);
+  void check_class_errors_at_end();
 
   nn::Module& model_;
   nn::Loss* loss_module_ = nullptr;
@@ -216,6 +220,9 @@ class Session {
   int64_t recorded_ = 0;
   size_t epoch_first_step_ = 0;   // index into the history's step losses where this epoch began
   int64_t epochs_ = 0;
+  // The per-class counts of the last validation pass of epoch(), and the step count it saw.
+  std::vector<int64_t> val_class_examples_, val_class_correct_;
+  int64_t val_classes_at_step_ = -1;
   std::string stopped_;
   // The model and optimizer before training, for the learning-rate probe.
   std::vector<Tensor> initial_params_, initial_buffers_;

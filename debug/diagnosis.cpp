@@ -66,6 +66,8 @@ bool o1_exploding(const Finding& f) {
 bool cut_graph(const Finding& f) { return is(f, "M5") && has(f, "got no gradient"); }
 // M25 about a gradient (the others name a layer output or a parameter's value).
 bool m25_gradient(const Finding& f) { return is(f, "M25") && has(f, "the gradient of"); }
+// D3 about the trained model's per-class recall (the others count the labels).
+bool d3_class_errors(const Finding& f) { return is(f, "D3") && has(f, "misses one class"); }
 bool zero_gradient(const Finding& f) {
   return (is(f, "M5") && has(f, "all-zero gradient")) || m25_gradient(f) || (is(f, "O6") && has(f, "never changed")) ||
          (is(f, "M6") && (has(f, "no gradient reaches the input") || has(f, "does not depend on its own input")));
@@ -115,7 +117,8 @@ const std::vector<Cause>& diagnosis_causes() {
       {"leakage", "normalisation fitted on held-out data", "D7", "what the Normalizer was fitted on", true,
        GS_CHECK_CONFIRMS("D7")},
       {"rank-shards", "ranks reading the same data", "D11", "the sample indices of each rank", true, GS_CHECK_CONFIRMS("D11")},
-      {"class-imbalance", "classes missing or badly imbalanced", "D3", "the class counts", true, GS_CHECK_CONFIRMS("D3")},
+      {"class-imbalance", "classes missing or badly imbalanced", "D3", "the class counts", true,
+       [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); }},
       {"conflicting-labels", "duplicated inputs, some with conflicting labels", "D12",
        "exact duplicates among the training inputs and their labels", true, GS_CHECK_CONFIRMS("D12")},
       {"split-mix", "validation rows that are also training rows", "D13", "the validation inputs hashed against train",
@@ -284,8 +287,12 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        [](const Finding& f) { return is(f, "M13"); }, {"cut-graph", "inplace"}},
       {"broadcast", "a loss that broadcasts its operands", "M19", [](const Finding& f) { return is(f, "M19"); },
        {"label-shape"}},
-      {"label-counts", "classes with no examples", "D3", [](const Finding& f) { return is(f, "D3"); },
+      {"label-counts", "classes with no examples", "D3", [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); },
        {"masked-targets", "label-encoding"}},
+      {"class-errors", "one class predicted far worse than the others", "D3 (per-class recall)",
+       [](const Finding& f) { return d3_class_errors(f); },
+       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift", "final-activation",
+        "lr-too-low", "dead-relu"}},
       {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
        [](const Finding& f) {
          return (is(f, "L7") && !has(f, "underfitting")) || (is(f, "W3") && has(f, "validation loss rose"));

@@ -112,6 +112,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   ratios_.attach(opt_, model_, o_.every);
   zero_.attach(model_);
   zero_.set_active(true);
+  zero_.set_step(1);
   variance_.attach(model_);
   variance_.set_active(true);
   variance_.set_step(1);
@@ -600,6 +601,7 @@ void Monitor::on_post_step(optim::Optimizer& op) {
   zero_.set_active(next);
   variance_.set_active(next);
   variance_.set_step(steps_ + 1);
+  zero_.set_step(steps_ + 1);
 }
 
 void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
@@ -892,7 +894,42 @@ Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, 
 
 // ---- W1 ---------------------------------------------------------------------------------
 std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run, uint64_t seed) {
-  const std::vector<double> a = run(seed), b = run(seed);
+  return check_reproducible(std::function<ReproRun(uint64_t)>([&run](uint64_t s) { return ReproRun{run(s), nullptr}; }),
+                            seed);
+}
+
+namespace {
+// The final parameters of two runs, by name: how many differ, the first that does and by how much.
+struct ParamDiff {
+  int64_t compared = 0, differ = 0;
+  std::string first;
+  double first_max = 0.0;
+};
+ParamDiff compare_parameters(const nn::Module& a, const nn::Module& b) {
+  ParamDiff d;
+  const auto pb = b.named_parameters();
+  for (const auto& [name, p] : a.named_parameters()) {
+    const auto it = std::find_if(pb.begin(), pb.end(), [&name = name](const auto& q) { return q.first == name; });
+    ++d.compared;
+    double gap = std::numeric_limits<double>::infinity();  // missing or reshaped: differs
+    if (it != pb.end() && it->second.shape() == p.shape()) {
+      NoGradGuard ng;
+      const Tensor x = p.detach().to(kFloat64), y = it->second.detach().to(kFloat64).to(x.device());
+      gap = p.numel() == 0 ? 0.0 : amax(abs(x - y)).item<double>();  // NaN: differs
+    }
+    if (gap == 0.0) continue;
+    if (d.differ++ == 0) {
+      d.first = name;
+      d.first_max = gap;
+    }
+  }
+  return d;
+}
+}  // namespace
+
+std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t seed)>& run, uint64_t seed) {
+  const ReproRun ra = run(seed), rb = run(seed);
+  const std::vector<double>&a = ra.losses, &b = rb.losses;
   Finding f;
   f.check = "W1";
   const size_t n = std::min(a.size(), b.size());
@@ -902,18 +939,43 @@ std::vector<Finding> check_reproducible(const std::function<std::vector<double>(
       first = i;
       break;
     }
-  if (first == n && a.size() == b.size()) {
+  const bool models = ra.model && rb.model;
+  const ParamDiff pd = models ? compare_parameters(*ra.model, *rb.model) : ParamDiff{};
+  auto param_evidence = [&] {
+    if (!models) return;
+    f.evidence.push_back({"final parameters compared", static_cast<double>(pd.compared), ""});
+    f.evidence.push_back({"final parameters that differ", static_cast<double>(pd.differ), "any is an error"});
+    if (pd.differ > 0) f.evidence.push_back({"largest difference in " + pd.first, pd.first_max, "must be 0"});
+  };
+  const std::string s = std::to_string(seed);
+  if (first == n && a.size() == b.size() && pd.differ == 0) {
     f.severity = Severity::Info;
-    f.title = "two runs with seed " + std::to_string(seed) + " gave identical losses (" + std::to_string(n) + " steps)";
+    f.title = "two runs with seed " + s + " gave identical losses (" + std::to_string(n) + " steps)" +
+              (models ? " and identical final parameters (" + std::to_string(pd.compared) + ")" : "");
     f.evidence = {{"steps compared", static_cast<double>(n), ""}};
+    param_evidence();
     return {f};
   }
   f.severity = Severity::Error;
+  if (first == n && a.size() == b.size()) {
+    f.title = "two runs with the same seed give identical losses but end with different parameters: " +
+              std::to_string(pd.differ) + " of " + std::to_string(pd.compared) + " differ (first " + pd.first + ")";
+    f.parameter = pd.first;
+    f.evidence = {{"steps compared", static_cast<double>(n), ""}};
+    param_evidence();
+    f.cause = "a parameter the loss did not depend on during these steps (a layer used only at inference, a head "
+              "switched off) was initialised from a generator that is not seeded, or what runs after the last "
+              "loss (the last step) is not deterministic; the trained models differ although the losses agree";
+    f.fix = "create every layer after manual_seed(seed) and draw its initial values from the seeded generator "
+            "(no std::random_device, no generator of its own); seed every generator from one value";
+    return {f};
+  }
   f.title = "two runs with the same seed differ" +
             (first < n ? " from step " + std::to_string(first + 1) : std::string(" in length"));
   f.evidence = {{"first differing step", static_cast<double>(first + 1), ""},
                 {"run 1", first < n ? a[first] : static_cast<double>(a.size()), ""},
                 {"run 2", first < n ? b[first] : static_cast<double>(b.size()), "must equal run 1"}};
+  param_evidence();
   f.cause = "something is not seeded: the initialisation (manual_seed before building the model), the loader's "
             "shuffle seed, dropout, or a multi-threaded reduction whose order changes";
   f.fix = "seed every generator from one value (manual_seed, DataLoaderOptions().seed), and run on one thread "

@@ -215,5 +215,14 @@ Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, 
 // bit). An error names the first differing step and both values.
 std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run,
                                         uint64_t seed = 1);
+// What a run returns to compare more than its losses: the step losses and the trained model.
+struct ReproRun {
+  std::vector<double> losses;
+  nn::ModulePtr model;  // its final parameters are compared by name, bit for bit (null: losses only)
+};
+// The same on runs that return their model: the losses must be identical, and so must every
+// final parameter. An error names the first parameter that differs and the largest difference
+// (also when the losses agree: a parameter the loss never depended on, left unseeded).
+std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t seed)>& run, uint64_t seed = 1);
 
 }  // namespace gradsleuth::debug

@@ -16,15 +16,32 @@ using detail::make;
 using detail::num;
 
 // ---- M25 ------------------------------------------------------------------------------------
-void AllZeroTracker::see(Seen& s, const Tensor& t) {
-  ++s.samples;
-  if (s.nonzero || !t.defined() || t.numel() == 0) {
-    s.nonzero = s.nonzero || !t.defined() || t.numel() == 0;
+void AllZeroTracker::see(Seen& s, const Tensor& t) const {
+  if (step_ >= 0 && s.last_step == step_ && s.samples > 0) {
+    // The same step again (a module called twice in a step): it was zero only if every call was.
+    if (!s.last_zero || !t.defined() || t.numel() == 0) return;
+    const TensorSummary st = summarize(t.detach());
+    if (st.all_finite() && st.zero_fraction == 1.0) return;
+    s.last_zero = false;
+    if (s.collapsed_at >= 0) --s.zero_after;
+    if (s.collapsed_at == step_) s.collapsed_at = -1, s.samples_after = 0;
+    s.nonzero = true;
     return;
   }
-  NoGradGuard ng;
-  const double m = amax(abs(t.detach())).item<double>();
-  s.nonzero = !(m == 0.0);  // NaN is not zero
+  s.last_step = step_;
+  ++s.samples;
+  bool zero = false;
+  if (t.defined() && t.numel() > 0) {
+    const TensorSummary st = summarize(t.detach());  // one pass; NaN or Inf is not zero
+    zero = st.all_finite() && st.zero_fraction == 1.0;
+  }
+  if (s.nonzero && zero && s.collapsed_at < 0) s.collapsed_at = step_;
+  if (s.collapsed_at >= 0) {
+    ++s.samples_after;
+    s.zero_after += zero ? 1 : 0;
+  }
+  s.nonzero = s.nonzero || !zero;
+  s.last_zero = zero;
 }
 
 void AllZeroTracker::attach(nn::Module& model) {
@@ -33,7 +50,7 @@ void AllZeroTracker::attach(nn::Module& model) {
   for (auto& [path, m] : leaf_modules(model)) {
     if (m->type_name() == "ReLU") continue;  // M7
     const size_t i = outputs_.size();
-    outputs_.push_back({module_label(path, *m), 0, false});
+    outputs_.push_back({module_label(path, *m)});
     hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
       if (active_ && GradMode::is_enabled()) see(outputs_[i], out);
     });
@@ -46,7 +63,7 @@ void AllZeroTracker::record_parameters(const nn::Module& model) {
     auto find = [&name = name](std::vector<Seen>& v) -> Seen& {
       for (Seen& s : v)
         if (s.name == name) return s;
-      v.push_back({name, 0, false});
+      v.push_back({name});
       return v.back();
     };
     if (p.dim() >= 2) see(find(values_), p);  // weights: a bias may rightly start (and stay) at zero
@@ -83,6 +100,51 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
               "zero its units compute the same thing (zero), and in front of a ReLU they get no gradient at all";
     f.fix = "do not initialise weights to zero: keep the layer's default initialisation (or init::kaiming_normal_ "
             "/ init::xavier_uniform_); only biases may start at zero";
+    out.push_back(std::move(f));
+  }
+  // A collapse mid-run: nonzero at a sampled step, entirely zero at a later one.
+  const std::string collapse_rule = "nonzero at an earlier sampled step, then entirely zero at one flags";
+  auto collapsed = [&](const Seen& s, const std::string& what, const std::string& unit) {
+    Finding f = make("M25", Severity::Warning,
+                     what + " became entirely zero at step " + num(s.collapsed_at) + " after being nonzero (zero at " +
+                         num(s.zero_after) + " of the " + num(s.samples_after) + " sampled steps from then on)");
+    f.step = s.collapsed_at;
+    f.evidence = {{"first step with an all-zero " + unit, static_cast<double>(s.collapsed_at), collapse_rule},
+                  {"sampled steps all-zero from then on", static_cast<double>(s.zero_after), ""},
+                  {"sampled steps from then on", static_cast<double>(s.samples_after), ""}};
+    return f;
+  };
+  for (const Seen& s : outputs_) {
+    if (!s.nonzero || s.collapsed_at < 0) continue;
+    Finding f = collapsed(s, "the output of " + s.name, "output");
+    f.module = s.name;
+    f.cause = "something set this layer's output to zero during training: its weights were zeroed (pruning with a "
+              "threshold too high, a weight decay or a manual reset), its input went to zero, or a mask or gate "
+              "switched it off; everything after it then learns nothing from its input";
+    f.fix = "look at what your loop does to this layer around that step (pruning, masks, resets, a schedule that "
+            "scales it); check its weights and its input at that step";
+    out.push_back(std::move(f));
+  }
+  for (const Seen& s : values_) {
+    if (!s.nonzero || s.collapsed_at < 0) continue;
+    Finding f = collapsed(s, "parameter " + s.name, "value");
+    f.parameter = s.name;
+    f.cause = "the weights were nonzero and something set every one of them to zero: a pruning step whose "
+              "threshold is above every weight, a reset or a mask applied to the wrong tensor, a weight decay far "
+              "too strong";
+    f.fix = "check what your loop writes to this parameter around that step (a pruning threshold, an in-place "
+            "mul_ or zero_); prune a fraction of the weights, not those below an absolute threshold";
+    out.push_back(std::move(f));
+  }
+  for (const Seen& s : grads_) {
+    if (!s.nonzero || s.collapsed_at < 0) continue;
+    if (std::find(skip.begin(), skip.end(), s.name) != skip.end()) continue;
+    Finding f = collapsed(s, "the gradient of " + s.name, "gradient");
+    f.parameter = s.name;
+    f.cause = "the loss stopped depending on this parameter: the layers after it were zeroed, the units it feeds "
+              "died, or the targets of that batch were masked";
+    f.fix = "find what blocks the path from that step on: a layer zeroed mid-run (its own M25 finding), dead ReLUs "
+            "(M7), masked targets (L5)";
     out.push_back(std::move(f));
   }
   for (const Seen& s : grads_) {

@@ -1,6 +1,7 @@
 // Checks over a whole training run that the monitor (W3) feeds step by step:
 //   M25 AllZeroTracker  a layer output, a weight or a gradient that is entirely zero at every
-//                       sampled step of the run;
+//                       sampled step of the run, or that was nonzero and then entirely zero at a
+//                       later sampled step (a collapse mid-run);
 //   M26 VarianceTracker a layer output whose variance collapses towards zero or blows up over the
 //                       run, against its variance at the first sampled step;
 //   W10 StepTimer       a step that took far longer than the run's median step (a stall).
@@ -48,6 +49,7 @@ class AllZeroTracker {
   void attach(nn::Module& model);  // a post hook on every leaf module except ReLU
   void detach() { hooks_.clear(); }
   void set_active(bool on) { active_ = on; }
+  void set_step(int64_t step) { step_ = step; }  // the step the next records belong to (from 1)
   // On a sampled step, after backward: each trainable weight's value (parameters of 2 or more
   // dimensions: a bias may rightly start at zero) and each trainable parameter's gradient (a
   // parameter with no gradient is M5's and O1's, not counted here).
@@ -59,12 +61,18 @@ class AllZeroTracker {
   struct Seen {
     std::string name;
     int64_t samples = 0;
-    bool nonzero = false;
+    bool nonzero = false;        // nonzero at some sampled step so far
+    int64_t collapsed_at = -1;   // the first step it was entirely zero after being nonzero
+    int64_t zero_after = 0;      // sampled steps entirely zero from collapsed_at on
+    int64_t samples_after = 0;   // sampled steps from collapsed_at on
+    int64_t last_step = -1;      // the step of the last sample (an output seen twice in a step counts once)
+    bool last_zero = false;      // that sample was entirely zero
   };
-  static void see(Seen& s, const Tensor& t);
+  void see(Seen& s, const Tensor& t) const;
   RunCheckOptions o_;
   HookSet hooks_;
   bool active_ = false;
+  int64_t step_ = -1;  // -1: no set_step(), every record is a sampled step of its own
   std::vector<Seen> outputs_;            // per leaf module
   std::vector<Seen> values_, grads_;     // per parameter, by name
 };

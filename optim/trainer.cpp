@@ -138,12 +138,24 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
     const double bsz = static_cast<double>(b.size());
     loss_sum += loss(out, b.y).item<double>() * bsz;
     classes = classes && is_classification(out, b.y);
-    if (classes) hits += accuracy(out, b.y) * bsz;
+    if (classes) {
+      hits += accuracy(out, b.y) * bsz;
+      const std::vector<int64_t> pred = argmax(out.detach(), 1).to_vector<int64_t>(), truth = b.y.to_vector<int64_t>();
+      const size_t C = static_cast<size_t>(out.size(1));
+      r.class_examples.resize(std::max(r.class_examples.size(), C), 0);
+      r.class_correct.resize(r.class_examples.size(), 0);
+      for (size_t i = 0; i < truth.size(); ++i) {
+        if (truth[i] < 0 || static_cast<size_t>(truth[i]) >= C) continue;
+        ++r.class_examples[static_cast<size_t>(truth[i])];
+        r.class_correct[static_cast<size_t>(truth[i])] += pred[i] == truth[i] ? 1 : 0;
+      }
+    }
     r.examples += b.size();
   }
   model.train(was_training);
   r.loss = loss_sum / static_cast<double>(std::max<int64_t>(r.examples, 1));
   r.accuracy = classes ? hits / static_cast<double>(std::max<int64_t>(r.examples, 1)) : kNoValue;
+  if (!classes) r.class_examples.clear(), r.class_correct.clear();
   r.seconds = seconds_since(t0);
   return r;
 }

@@ -38,6 +38,9 @@ struct EvalResult {
   double accuracy = kNoValue;
   int64_t examples = 0;
   double seconds = 0.0;
+  // Per class (index = the label), when accuracy is defined: the examples of each class and
+  // how many of them the model predicts right (their ratio is the class's recall).
+  std::vector<int64_t> class_examples, class_correct;
 };
 
 // Runs the whole loader through the model in eval mode under NoGradGuard (each batch moved to

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -838,5 +839,224 @@ TEST_CASE("M7's pass after training: diagnose() runs the trained model over the 
     INFO(r.str());
     if (pass) CHECK(end_of_run_m7 >= 1);
     else CHECK(end_of_run_m7 == 0);
+  }
+}
+
+TEST_CASE("D3's per-class recall: the rule on counts, both sides of each limit") {
+  // Three classes of 100 validation examples each.
+  const std::vector<int64_t> n = {100, 100, 100};
+  const debug::DataCheckOptions o;  // recall below 0.2 x the others' mean warns, that mean above 1.5 / C
+  auto warns = [&](std::vector<int64_t> right, std::vector<int64_t> ex) {
+    return dtest::find(debug::check_class_errors(ex, right, o), "D3") != nullptr;
+  };
+  CHECK(warns({90, 90, 17}, n));   // 0.17 < 0.2 x 0.90
+  CHECK(!warns({90, 90, 19}, n));  // 0.19 >= 0.18: a hard class, not a missed one
+  CHECK(!warns({45, 45, 5}, n));   // the others' mean 0.45 is not above 1.5 x chance (0.5)
+  CHECK(warns({55, 55, 5}, n));
+  CHECK(!warns({90, 90, 0}, {100, 100, 9}));  // too few examples of class 2 to judge
+  CHECK(debug::check_class_errors({100}, {90}, o).empty());
+  const std::vector<debug::Finding> f = debug::check_class_errors(n, {90, 90, 10}, o);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].title.find("class 2") != std::string::npos);
+  CHECK(dtest::evidence(f[0], "class 2 recall / the others' mean") == doctest::Approx(0.1 / 0.9));
+  CHECK(!f[0].cause.empty());
+  CHECK(!f[0].fix.empty());
+}
+
+TEST_CASE("D3 after training: a class kept at a twentieth of the others is missed on validation; the imbalance leads") {
+  manual_seed(4);
+  // Overlapping blobs: a class the model rarely sees loses the examples it shares with the others.
+  // Scaled by hand to about unit variance.
+  const dtest::XY all = blobs(400, 3, 6, 5, 6.0);
+  const Tensor x = all.x / 7.0;
+  const Tensor tx = x.narrow(0, 0, 900), ty = all.y.narrow(0, 0, 900);
+  const Tensor vx = x.narrow(0, 900, 300), vy = all.y.narrow(0, 900, 300);
+  auto loaders = [&](const Tensor& x, const Tensor& y) {
+    Split s;
+    s.train = std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(x, y),
+                                               nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(5));
+    s.val = std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(vx, vy),
+                                             nn::DataLoaderOptions().batch_size(100));
+    return s;
+  };
+  nn::CrossEntropyLoss ce;
+  SUBCASE("buggy twin: the user thins class 2 out of the training data (every 20th kept)") {
+    const std::vector<int64_t> labels = ty.to_vector<int64_t>();
+    std::vector<int64_t> keep;
+    int64_t seen2 = 0;
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] != 2 || seen2++ % 20 == 0) keep.push_back(static_cast<int64_t>(i));
+    const Tensor idx = tensor(keep, {static_cast<int64_t>(keep.size())});
+    const Split d = loaders(tx.index_select(0, idx), ty.index_select(0, idx));
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 3);
+    INFO(r.str());
+    const debug::Finding* missed = nullptr;
+    size_t at = 0;
+    for (size_t i = 0; i < r.findings.findings().size(); ++i)
+      if (r.findings.findings()[i].fires() && r.findings.findings()[i].title.find("misses one class") != std::string::npos) {
+        missed = &r.findings.findings()[i];
+        at = i;
+      }
+    REQUIRE(missed != nullptr);
+    CHECK(missed->title.find("class 2") != std::string::npos);
+    CHECK(missed->end_of_run);
+    const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+    REQUIRE(a.lead.has_value());
+    CHECK(a.lead->cause == "class-imbalance");
+    CHECK(std::find(a.lead->explains.begin(), a.lead->explains.end(), at) != a.lead->explains.end());
+  }
+  SUBCASE("clean twin: every training example kept") {
+    const Split d = loaders(tx, ty);
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*owner, ce, opt, d, 3);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("D3"));
+    CHECK(dtest::find(r.findings.findings(), "D3", debug::Severity::Info) != nullptr);
+  }
+}
+
+TEST_CASE("M25 mid-run: magnitude pruning with a threshold above every weight zeroes a layer after the first epoch") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  // The user's loop: after the first epoch, fc2's weights below `threshold` are pruned, and the
+  // mask is applied again after every later step.
+  auto train_pruned = [&](ReluNet& model, double threshold) {
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    Tensor mask;
+    for (int e = 0; e < 3; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce(model(b.x), b.y);
+        l.backward();
+        opt.step();
+        if (mask.defined()) {
+          NoGradGuard ng;
+          model.fc2->weight.mul_(mask);
+        }
+      }
+      dbg.epoch();
+      if (e == 0) {
+        NoGradGuard ng;
+        mask = (abs(model.fc2->weight) > threshold).to(kFloat32);
+        model.fc2->weight.mul_(mask);
+      }
+    }
+    return dbg.finish();
+  };
+  SUBCASE("buggy twin: a threshold of 1 (the weights are near 0.1): every weight of fc2 pruned") {
+    auto owner = std::make_shared<ReluNet>();
+    const debug::RunReport r = train_pruned(*owner, 1.0);
+    INFO(r.str());
+    const std::vector<debug::Finding>& fs = r.findings.findings();
+    int64_t value = -1, grad = -1;
+    for (size_t i = 0; i < fs.size(); ++i) {
+      if (!fs[i].fires() || fs[i].check != "M25") continue;
+      if (fs[i].parameter == "fc2.weight" && fs[i].title.find("parameter") == 0) value = static_cast<int64_t>(i);
+      if (fs[i].parameter == "fc1.weight") grad = static_cast<int64_t>(i);
+    }
+    REQUIRE(value >= 0);
+    CHECK(fs[value].title.find("became entirely zero at step") != std::string::npos);
+    CHECK(fs[value].step > 15);  // after the first epoch's 15 steps
+    CHECK(dtest::evidence(fs[value], "sampled steps all-zero from then on") ==
+          dtest::evidence(fs[value], "sampled steps from then on"));  // the mask stays on
+    // No gradient reaches fc1 through the zeroed layer: a symptom of the zeroed weights.
+    REQUIRE(grad >= 0);
+    CHECK(fs[grad].title.find("the gradient of fc1.weight became entirely zero") == 0);
+    CHECK(r.findings.caused_by()[grad] == value);
+    // The loss jumps when the layer is zeroed: O6 reads those jumps as a learning rate too high
+    // and leads (it explains the rising validation loss too); the zeroed layer is its own root.
+    CHECK(r.findings.caused_by()[value] == -1);
+  }
+  SUBCASE("clean twin: a threshold of 0.01 prunes a few weights") {
+    auto owner = std::make_shared<ReluNet>();
+    const debug::RunReport r = train_pruned(*owner, 0.01);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    CHECK(r.findings.ran("M25"));
+  }
+}
+
+namespace {
+// ReluNet with a fixed random projection of its hidden layer (a readout used only for plots, not
+// in the loss, frozen). `seed` < 0: the user draws it from std::random_device.
+struct ProjectedNet : nn::Module {
+  std::shared_ptr<nn::Linear> proj = register_module("proj", std::make_shared<nn::Linear>(32, 2));
+  std::shared_ptr<ReluNet> net = register_module("net", std::make_shared<ReluNet>());
+  explicit ProjectedNet(int64_t seed) : Module("ProjectedNet") {
+    std::mt19937 rng(seed < 0 ? std::random_device{}() : static_cast<uint32_t>(seed));
+    std::normal_distribution<float> nd(0.0f, 0.1f);
+    std::vector<float> w(64);
+    for (float& v : w) v = nd(rng);
+    NoGradGuard ng;
+    proj->weight.copy_(tensor(w, {2, 32}));
+    for (Tensor& p : proj->parameters()) p.requires_grad_(false);
+  }
+  Tensor forward(const Tensor& x) override { return (*net)(x); }
+};
+}  // namespace
+
+TEST_CASE("W1 on the final parameters: a frozen projection drawn from std::random_device differs between two runs") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  // The user's short run for W1: a new model and optimizer from the seed, 5 steps; it returns
+  // the losses and the trained model.
+  auto diagnose_with = [&](bool unseeded) {
+    debug::DiagnoseOptions o;
+    o.rerun_model = [&](uint64_t seed) {
+      manual_seed(seed);
+      auto m = std::make_shared<ProjectedNet>(unseeded ? -1 : static_cast<int64_t>(seed));
+      optim::Adam opt(m->net->parameters(), optim::AdamOptions(1e-2));  // the projection is not trained
+      debug::ReproRun run;
+      for (int64_t i = 0; i < 5; ++i) {
+        const nn::Batch b = d.train->batch(0, i);
+        opt.zero_grad();
+        Tensor l = ce((*m)(b.x), b.y);
+        l.backward();
+        opt.step();
+        run.losses.push_back(l.item<double>());
+      }
+      run.model = m;
+      return run;
+    };
+    auto owner = std::make_shared<ProjectedNet>(unseeded ? -1 : 4);
+    optim::Adam opt(owner->net->parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(*owner, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*owner)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    return dbg.finish();
+  };
+  SUBCASE("buggy twin: the projection drawn from std::random_device") {
+    const debug::RunReport r = diagnose_with(true);
+    INFO(r.str());
+    REQUIRE(r.fired("W1"));
+    const debug::Finding* f = dtest::find(r.findings.findings(), "W1");
+    REQUIRE(f != nullptr);
+    CHECK(f->title.find("identical losses but end with different parameters") != std::string::npos);
+    CHECK(f->parameter == "proj.weight");
+    CHECK(dtest::evidence(*f, "largest difference in proj.weight") > 0.0);
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("cause")->str == "nondeterminism");
+  }
+  SUBCASE("clean twin: the projection drawn from a generator seeded with the run's seed") {
+    const debug::RunReport r = diagnose_with(false);
+    CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    REQUIRE(r.findings.ran("W1"));
+    const debug::Finding* f = dtest::find(r.findings.findings(), "W1", debug::Severity::Info);
+    REQUIRE(f != nullptr);
+    CHECK(f->title.find("identical final parameters") != std::string::npos);
+    CHECK(dtest::evidence(*f, "final parameters that differ") == 0.0);
   }
 }
