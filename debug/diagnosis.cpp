@@ -266,7 +266,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
        [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "zero-grad", "grad-reduction",
-        "effective-batch", "lr-schedule", "lr-too-high"}},
+        "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
       {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient), O2 (vanishing)",
        [](const Finding& f) { return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish")); },
        {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",

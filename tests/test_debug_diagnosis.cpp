@@ -968,9 +968,15 @@ TEST_CASE("M25 mid-run: magnitude pruning with a threshold above every weight ze
     REQUIRE(grad >= 0);
     CHECK(fs[grad].title.find("the gradient of fc1.weight became entirely zero") == 0);
     CHECK(r.findings.caused_by()[grad] == value);
-    // The loss jumps when the layer is zeroed: O6 reads those jumps as a learning rate too high
-    // and leads (it explains the rising validation loss too); the zeroed layer is its own root.
+    // The loss jumps when the layer is zeroed: O6 reads those jumps as a learning rate too high,
+    // and hangs under the zeroed layer, which leads.
     CHECK(r.findings.caused_by()[value] == -1);
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "M25");
+    for (size_t i = 0; i < fs.size(); ++i)
+      if (fs[i].fires() && fs[i].check == "O6" && fs[i].title.find("too high") != std::string::npos)
+        CHECK(r.findings.caused_by()[i] == static_cast<int64_t>(lead.get("index")->num));
   }
   SUBCASE("clean twin: a threshold of 0.01 prunes a few weights") {
     auto owner = std::make_shared<ReluNet>();
