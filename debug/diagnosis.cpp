@@ -295,10 +295,15 @@ const std::vector<Symptom>& diagnosis_symptoms() {
         "lr-too-low", "dead-relu"}},
       {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
        [](const Finding& f) {
-         return (is(f, "L7") && !has(f, "underfitting")) || (is(f, "W3") && has(f, "validation loss rose"));
+         return (is(f, "L7") && !has(f, "underfitting") && !has(f, "suspiciously high")) ||
+                (is(f, "W3") && has(f, "validation loss rose"));
        },
        {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "split-preprocessing", "feature-drift",
         "label-drift", "tiny-validation"}},
+      {"validation-too-good", "a validation accuracy suspiciously above the training accuracy",
+       "L7 (suspiciously high validation accuracy)",
+       [](const Finding& f) { return is(f, "L7") && has(f, "suspiciously high"); },
+       {"split-mix", "leakage", "conflicting-labels", "label-drift", "tiny-validation", "train-mode-eval"}},
       {"training-failed", "a training loop that raised an error", "W3 (training failed)",
        [](const Finding& f) { return is(f, "W3") && has(f, "training failed"); },
        {"gate-error", "inplace", "bce-logits", "label-encoding", "label-shape", "dtype-device"}},

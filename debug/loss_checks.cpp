@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -547,6 +548,33 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss) {
 }
 
 // ---- L7 fitting diagnosis --------------------------------------------------------------------
+
+std::vector<Finding> check_validation_accuracy(const std::vector<double>& tr, const std::vector<double>& va,
+                                               const LossCheckOptions& opts) {
+  std::vector<Finding> out;
+  const int64_t k = opts.val_accuracy_epochs;
+  const int64_t n = static_cast<int64_t>(std::min(tr.size(), va.size()));
+  if (k < 1 || n < k) return out;
+  double smallest = std::numeric_limits<double>::infinity();
+  for (int64_t e = n - k; e < n; ++e) {
+    const double gap = va[e] - tr[e];
+    if (!std::isfinite(gap) || gap <= opts.val_accuracy_margin) return out;
+    smallest = std::min(smallest, gap);
+  }
+  Finding f = make("L7", Severity::Warning,
+                   "the validation accuracy is above the training accuracy by " + fmt_num(100 * smallest) +
+                       " points or more in each of the last " + num(k) + " epochs: suspiciously high");
+  f.evidence = {{"training accuracy (last epoch, train mode)", tr[n - 1], ""},
+                {"validation accuracy (last epoch)", va[n - 1], ""},
+                {"smallest gap over the last epochs", smallest, "> " + fmt_num(opts.val_accuracy_margin) + " warns"}};
+  f.cause = "the validation rows are (partly) training rows, the training labels are noisier than the "
+            "validation labels or come from another source, or the validation split is too small to judge; "
+            "dropout alone lowers the training accuracy only a little";
+  f.fix = "check the splits for shared rows (D13) and their labels' quality and distribution (D12, D15), and "
+          "validate on more rows (D16)";
+  out.push_back(std::move(f));
+  return out;
+}
 
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const std::vector<double>& val,
                                       const LossCheckOptions& opts) {

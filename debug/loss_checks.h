@@ -32,6 +32,10 @@
 namespace gradsleuth::debug {
 
 struct LossCheckOptions {
+  // ---- L7 on accuracies: validation suspiciously better than training ----
+  double val_accuracy_margin = 0.10;  // validation accuracy - training accuracy above this ...
+  int64_t val_accuracy_epochs = 3;    // ... in each of the last this many epochs warns
+
   // ---- L1 loss history (per-step training losses; per-epoch validation losses) ----
   // The history is smoothed by the median of consecutive windows of
   // clamp(steps / 10, window_min, window_max) steps; trends (stuck, diverging)
@@ -207,5 +211,14 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss);
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train_epoch_losses,
                                       const std::vector<double>& val_epoch_losses,
                                       const LossCheckOptions& opts = {});
+
+// L7 on accuracies: a validation accuracy above the training accuracy by more than
+// opts.val_accuracy_margin in each of the last opts.val_accuracy_epochs epochs (the training
+// accuracy measured in train mode, so dropout already lowers it a little) is suspiciously high:
+// the validation rows may be training rows, the labels of the two splits may differ in quality,
+// or the split is too small to judge. A warning; empty otherwise.
+std::vector<Finding> check_validation_accuracy(const std::vector<double>& train_epoch_accuracy,
+                                               const std::vector<double>& val_epoch_accuracy,
+                                               const LossCheckOptions& opts = {});
 
 }  // namespace gradsleuth::debug

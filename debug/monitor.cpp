@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -423,6 +424,9 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
   history_.epoch_train_loss.push_back(train_loss);
   history_.epoch_val_loss.push_back(val_loss);
   history_.epoch_val_accuracy.push_back(val_accuracy);
+  history_.epoch_train_accuracy.push_back(acc_seen_ > 0 ? static_cast<double>(acc_correct_) / acc_seen_
+                                                         : std::numeric_limits<double>::quiet_NaN());
+  acc_correct_ = acc_seen_ = 0;
   // W3: validation no longer improving.
   const auto& v = history_.epoch_val_loss;
   if (v.size() >= 3 && std::isfinite(v.back())) {
@@ -457,6 +461,14 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
   }
   if (!sample) return;
   if (is_cross_entropy(l) || takes_class_indices(l, input, target)) {
+    // The training accuracy of the epoch, from its sampled batches (for L7's comparison with
+    // the validation accuracy).
+    if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && input.size(0) == target.size(0)) {
+      NoGradGuard ng;
+      const Tensor hit = eq(argmax(input.detach(), 1), target.to(input.device()));
+      acc_correct_ += sum(hit.to(kInt64)).item<int64_t>();
+      acc_seen_ += target.size(0);
+    }
     add(check_cross_entropy_input(input));      // L2
     report_.note_ran("L2");
     add(check_final_activation(model_, input));  // M3 by values
@@ -615,6 +627,8 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
     va.push_back(history_.epoch_val_loss[i]);
   }
   if (!tr.empty() && std::isfinite(va.back())) add(diagnose_fitting(tr, va, o_.loss));  // L7
+  add(check_validation_accuracy(history_.epoch_train_accuracy, history_.epoch_val_accuracy, o_.loss));  // L7
+  if (!history_.epoch_val_accuracy.empty()) report_.note_ran("L7");
   add(norms_.findings());                                                            // O2, O3
   add(diagnose_learning_rate(history_.step_losses, o_.optim));                       // O6 (loss history)
   add(diagnose_lr_schedule(history_.learning_rates, o_.optim));                      // O6 (the schedule)

@@ -66,6 +66,9 @@ struct MonitorOptions {
 struct TrainingHistory {
   std::vector<double> step_losses;                              // one per optimizer step
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;
+  // The training accuracy of each epoch, from the sampled steps' batches as the loss saw them
+  // (train mode: dropout on); NaN when no sampled step had class-index targets.
+  std::vector<double> epoch_train_accuracy;
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;    // per parameter
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction; // per ReLU layer
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;  // per parameter
@@ -162,6 +165,7 @@ class Monitor {
   std::optional<ModeProbe> probe_;    // which modules depend on the mode (run once, when first needed)
   std::vector<std::string> m2_warned_;  // where the layers' own M2 warnings came from
   bool eval_in_training_warned_ = false;
+  int64_t acc_correct_ = 0, acc_seen_ = 0;  // this epoch's sampled training batches
 };
 
 // ---- W2 -----------------------------------------------------------------------------

@@ -1066,3 +1066,58 @@ TEST_CASE("W1 on the final parameters: a frozen projection drawn from std::rando
     CHECK(dtest::evidence(*f, "final parameters that differ") == 0.0);
   }
 }
+
+TEST_CASE("L7: validation accuracy far above the training accuracy (noisy training labels, clean validation)") {
+  manual_seed(4);
+  const dtest::XY all = blobs(200, 3, 6, 3);
+  nn::CrossEntropyLoss ce;
+  for (const bool noisy : {true, false}) {
+    CAPTURE(noisy);
+    // The bug: the training labels come from another, noisy source (40% of them replaced by a
+    // random class); the validation labels are the clean ones.
+    Tensor ytr = all.y.narrow(0, 0, 480).clone();
+    if (noisy) {
+      gs::Generator g(11);
+      const Tensor u = rand({480}, {}, &g);
+      const Tensor other = randint(0, 3, {480}, kInt64, &g);
+      ytr = where(u < 0.4, other, ytr);
+    }
+    nn::DataLoader train(std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 480), ytr),
+                         nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3));
+    nn::DataLoader val(std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
+                       nn::DataLoaderOptions().batch_size(120));
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    debug::DiagnoseOptions o;
+    o.monitor.every = 1;  // every batch counts towards the training accuracy
+    debug::Session dbg(*owner, ce, opt, {.train = &train, .val = &val}, o);
+    for (int e = 0; e < 5; ++e) {
+      for (const nn::Batch& b : train) {
+        opt.zero_grad();
+        Tensor l = ce((*owner)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    REQUIRE(r.history.epoch_train_accuracy.size() == 5);
+    CHECK(r.findings.ran("L7"));
+    const debug::Finding* l7 = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.fires() && f.check == "L7" && f.title.find("suspiciously high") != std::string::npos) l7 = &f;
+    if (noisy) {
+      REQUIRE(l7 != nullptr);
+      CHECK(dtest::evidence(*l7, "smallest gap over the last epochs") > 0.1);
+      // Nothing confirms a cause here (no shared rows, no label drift): the diagnosis says so and
+      // lists the split checks first among what is left.
+      const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
+      const size_t i = static_cast<size_t>(l7 - r.findings.findings().data());
+      CHECK(a.cause_text[i].find("D13") != std::string::npos);
+    } else {
+      CHECK(l7 == nullptr);
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+}
