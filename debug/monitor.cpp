@@ -223,6 +223,7 @@ Monitor::~Monitor() { detach(); }
 void Monitor::detach() {
   if (!attached_) return;
   attached_ = false;
+  timer_.stop_watching();  // no more steps to watch (W10's watchdog)
   hooks_.clear();
   for (size_t id : opt_hooks_) opt_.remove_hook(id);
   opt_hooks_.clear();

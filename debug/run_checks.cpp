@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "core/autograd.h"
@@ -218,20 +219,88 @@ std::vector<Finding> VarianceTracker::findings() const {
 }
 
 // ---- W10 ------------------------------------------------------------------------------------
+StepTimer::StepTimer(RunCheckOptions o) : o_(std::move(o)) {
+  if (o_.watchdog_seconds > 0.0) watchdog_ = std::thread([this] { watch(); });
+}
+
+StepTimer::~StepTimer() { stop_watching(); }
+
+void StepTimer::stop_watching() {
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+// The watchdog: wakes a few times per watchdog_seconds (at least once a second) and reports, once
+// per step, a step that has not returned for longer than that.
+void StepTimer::watch() {
+  using namespace std::chrono;
+  const auto period = duration_cast<steady_clock::duration>(duration<double>(std::min(1.0, o_.watchdog_seconds / 4.0)));
+  std::unique_lock<std::mutex> lk(m_);
+  while (!stop_) {
+    wake_.wait_for(lk, period);
+    if (stop_ || !running_ || reported_) continue;
+    const double waited = duration<double>(steady_clock::now() - last_).count();
+    if (waited <= o_.watchdog_seconds) continue;
+    reported_ = true;
+    const int64_t step = steps_done_ + 1;
+    hung_.emplace_back(step, waited);
+    const std::string msg = "gradsleuth: W10 stalled training: no optimizer step for " + fmt_num(waited) +
+                            " s (step " + num(step) + " has not returned; the limit is " +
+                            fmt_num(o_.watchdog_seconds) + " s)";
+    const auto say = o_.on_stall;
+    lk.unlock();  // the callback may take its time, and must not hold up the training thread
+    if (say) say(msg);
+    else std::fprintf(stderr, "%s\n", msg.c_str());
+    lk.lock();
+  }
+}
+
 void StepTimer::restart() {
+  std::lock_guard<std::mutex> lk(m_);
   running_ = true;
+  reported_ = false;
   last_ = std::chrono::steady_clock::now();
 }
 
 void StepTimer::step_done(int64_t step) {
+  std::lock_guard<std::mutex> lk(m_);
   const auto now = std::chrono::steady_clock::now();
   if (running_) durations_.emplace_back(step, std::chrono::duration<double>(now - last_).count());
   running_ = true;
+  reported_ = false;
+  steps_done_ = step;
   last_ = now;
 }
 
+std::vector<std::pair<int64_t, double>> StepTimer::durations() const {
+  std::lock_guard<std::mutex> lk(m_);
+  return durations_;
+}
+
 std::vector<Finding> StepTimer::findings() const {
-  if (durations_.empty()) return {};
+  std::lock_guard<std::mutex> lk(m_);
+  std::vector<Finding> out;
+  // A step the watchdog saw hanging that never returned (the run ended with it, or was stopped):
+  // the durations below cannot tell it.
+  for (const auto& [st, waited] : hung_) {
+    const bool returned = std::any_of(durations_.begin(), durations_.end(), [&](const auto& d) { return d.first == st; });
+    if (returned) continue;
+    Finding f = make("W10", Severity::Warning,
+                     "step " + num(st) + " had not returned after " + fmt_num(waited) +
+                         " s: no optimizer step for longer than the watchdog's " + fmt_num(o_.watchdog_seconds) + " s");
+    f.step = st;
+    f.evidence = {{"seconds without an optimizer step", waited, "> " + fmt_num(o_.watchdog_seconds) + " warns"}};
+    f.cause = "the loop is blocked: a data loader waiting on a file, a lock or a worker that died, a collective "
+              "waiting for a rank that left, or an endless loop in the step";
+    f.fix = "look at where the process waits (a debugger's backtrace of every thread); give reads and "
+            "collectives a timeout";
+    out.push_back(std::move(f));
+  }
+  if (durations_.empty()) return out;
   std::vector<double> secs;
   for (const auto& [st, s] : durations_) secs.push_back(s);
   const double med = detail::median(secs);
@@ -249,7 +318,7 @@ std::vector<Finding> StepTimer::findings() const {
       worst_step = st;
     }
   }
-  if (slow == 0) return {};
+  if (slow == 0) return out;
   Finding f = make("W10", Severity::Warning,
                    "step " + num(worst_step) + " took " + fmt_num(worst) + " s, " + fmt_num(worst / med) +
                        " times the median step (" + fmt_num(med) + " s): training stalled" +
@@ -266,7 +335,8 @@ std::vector<Finding> StepTimer::findings() const {
             "loop every few steps (checkpointing, logging large tensors)";
   f.fix = "time the parts of a slow step (debug::Profiler, W7): the loader, the forward/backward and the code "
           "around them; move occasional work (checkpoints, evaluation) out of the step or make it asynchronous";
-  return {f};
+  out.push_back(std::move(f));
+  return out;
 }
 
 }  // namespace gradsleuth::debug

@@ -12,8 +12,12 @@
 //   for (auto& f : zero.findings()) std::cout << f.str();
 #pragma once
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "debug/finding.h"
@@ -40,6 +44,11 @@ struct RunCheckOptions {
   double stall_min_seconds = 2.0;
   int64_t stall_min_steps = 5;
   double stall_max_seconds = 300.0;
+  // A watchdog thread looks, while training runs, for a step that has not returned: after
+  // watchdog_seconds without an optimizer step it reports at once, through on_stall (default: a
+  // line on stderr), and the finding is kept for the report. 0: no watchdog.
+  double watchdog_seconds = 300.0;
+  std::function<void(const std::string&)> on_stall;
 };
 
 // M25. ReLU outputs are left to M7 (dead units), which says more about them.
@@ -103,17 +112,28 @@ class VarianceTracker {
 // not a step (the gate, an evaluation pass at the end of an epoch).
 class StepTimer {
  public:
-  explicit StepTimer(RunCheckOptions o = {}) : o_(o) {}
+  explicit StepTimer(RunCheckOptions o = {});
+  ~StepTimer();  // stops the watchdog
+  StepTimer(const StepTimer&) = delete;
+  StepTimer& operator=(const StepTimer&) = delete;
   void restart();
   void step_done(int64_t step);
+  // No more steps to watch (the run is over): the watchdog stops.
+  void stop_watching();
   std::vector<Finding> findings() const;
-  const std::vector<std::pair<int64_t, double>>& durations() const { return durations_; }
+  std::vector<std::pair<int64_t, double>> durations() const;
 
  private:
+  void watch();
   RunCheckOptions o_;
-  bool running_ = false;
+  mutable std::mutex m_;  // the watchdog thread reads what the training thread writes
+  std::condition_variable wake_;
+  bool running_ = false, stop_ = false, reported_ = false;
+  int64_t steps_done_ = 0;
   std::chrono::steady_clock::time_point last_{};
   std::vector<std::pair<int64_t, double>> durations_;  // (step, seconds)
+  std::vector<std::pair<int64_t, double>> hung_;       // (step, seconds waited) seen by the watchdog
+  std::thread watchdog_;
 };
 
 }  // namespace gradsleuth::debug

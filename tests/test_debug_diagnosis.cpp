@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -1120,4 +1121,64 @@ TEST_CASE("L7: validation accuracy far above the training accuracy (noisy traini
       CHECK_MESSAGE(r.fired_checks().empty(), r.str());
     }
   }
+}
+
+TEST_CASE("W10's watchdog reports a step that has not returned while it is still blocked; a steady loop says nothing") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool blocked : {true, false}) {
+    CAPTURE(blocked);
+    auto owner = std::make_shared<ReluNet>();
+    optim::Adam opt(owner->parameters(), optim::AdamOptions(1e-2));
+    debug::DiagnoseOptions o;
+    o.monitor.run.watchdog_seconds = 1.0;
+    std::vector<std::string> said;
+    std::mutex said_m;
+    bool step_returned = false;  // written by this thread only, read under the lock by the callback
+    std::vector<bool> while_blocked;
+    o.monitor.run.on_stall = [&](const std::string& s) {
+      std::lock_guard<std::mutex> lk(said_m);
+      said.push_back(s);
+      while_blocked.push_back(!step_returned);
+    };
+    debug::Session dbg(*owner, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+    int step = 0;
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*owner)(b.x), b.y);
+      l.backward();
+      if (blocked && ++step == 5) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // a read that blocks
+        std::lock_guard<std::mutex> lk(said_m);
+        step_returned = true;
+      }
+      opt.step();
+    }
+    dbg.epoch();
+    const debug::RunReport r = dbg.finish();
+    std::lock_guard<std::mutex> lk(said_m);
+    if (blocked) {
+      REQUIRE(said.size() == 1);  // once for the step, though it stayed blocked for 3 periods
+      CHECK(while_blocked[0]);    // said while the step was still blocked, not afterwards
+      CHECK(said[0].find("no optimizer step for") != std::string::npos);
+      CHECK(said[0].find("step 5 has not returned") != std::string::npos);
+    } else {
+      CHECK(said.empty());
+      CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+    }
+  }
+  // A step that never returned before the report (the run was stopped in it): the watchdog's
+  // finding is the only one that can tell.
+  debug::RunCheckOptions ro;
+  ro.watchdog_seconds = 0.1;
+  ro.on_stall = [](const std::string&) {};
+  debug::StepTimer t(ro);
+  t.restart();
+  t.step_done(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const std::vector<debug::Finding> fs = t.findings();
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "W10");
+  CHECK(fs[0].title.find("step 2 had not returned after") == 0);
 }
