@@ -10,6 +10,7 @@
 
 #include "core/autograd.h"
 #include "debug/checks.h"
+#include "debug/diagnosis.h"
 #include "debug/html_report.h"
 
 namespace gradsleuth::debug {
@@ -378,11 +379,10 @@ void Session::check_repeated_batches(RunReport& r) {
 // The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
 // learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
 void Session::lr_probe(RunReport& r) {
-  const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(), [](const Finding& f) {
-    return f.fires() && ((f.check == "O6" && (f.title.find("too high") != std::string::npos ||
-                                              f.title.find("too large") != std::string::npos)) ||
-                         (f.check == "O8" && f.title.find("is above the usual range") != std::string::npos));
-  });
+  // The diagnosis's own test of "a learning rate too high" (O6 from the run, O8 from its value).
+  const Cause& too_high = *find_cause("lr-too-high");
+  const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
+                                     [&](const Finding& f) { return too_high.confirms(f); });
   if (!suspected || !have_initial_ || !stopped_.empty() || r.steps < 2) return;
   const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
@@ -451,9 +451,8 @@ void Session::lr_probe(RunReport& r) {
   const std::vector<double> first(r.history.step_losses.begin(),
                                   r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
   auto unstable = [&](const std::vector<double>& ls) {
-    for (const Finding& g : diagnose_learning_rate(ls, o_.monitor.optim))
-      if (g.title.find("too high") != std::string::npos) return true;
-    return false;
+    const std::vector<Finding> fs = diagnose_learning_rate(ls, o_.monitor.optim);
+    return std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return too_high.confirms(g); });
   };
   auto fell = [](const std::vector<double>& ls) {
     if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;

@@ -379,18 +379,13 @@ std::vector<const Cause*> candidates_of(const Finding& f) {
   return out;
 }
 
-bool confirms_fault(const Finding& f) {
-  for (const Cause& c : diagnosis_causes())
-    if (c.fault && c.confirms(f)) return true;
-  return false;
-}
-const Cause* fault_of(const Finding& f) {
+}  // namespace
+
+const Cause* fault_confirmed_by(const Finding& f) {
   for (const Cause& c : diagnosis_causes())
     if (c.fault && c.confirms(f)) return &c;
   return nullptr;
 }
-
-}  // namespace
 
 CauseAnalysis analyse_causes(const Report& r) {
   const std::vector<Finding>& fs = r.findings();
@@ -473,7 +468,7 @@ CauseAnalysis analyse_causes(const Report& r) {
     for (size_t x = 0; x < roots.size(); ++x) {
       const size_t i = roots[x];
       if (a.root[i] != static_cast<int64_t>(i)) continue;
-      const Cause* ci = fault_of(fs[i]);
+      const Cause* ci = fault_confirmed_by(fs[i]);
       for (size_t y = x + 1; y < roots.size(); ++y) {
         const size_t j = roots[y];
         if (a.root[j] != static_cast<int64_t>(j)) continue;
@@ -482,7 +477,7 @@ CauseAnalysis analyse_causes(const Report& r) {
         if (when(fs[j]) != when(fs[i]) && (!ci || (nonfinite_source(fs[i]) && location_match(fs[i], fs[j]) == 0)))
           continue;
         // A fault: the same cause. An unexplained symptom: the same check (O1 on every layer).
-        if (ci ? fault_of(fs[j]) != ci : (fault_of(fs[j]) || fs[j].check != fs[i].check)) continue;
+        if (ci ? fault_confirmed_by(fs[j]) != ci : (fault_confirmed_by(fs[j]) || fs[j].check != fs[i].check)) continue;
         a.parent[j] = static_cast<int64_t>(i);
         via[j] = ci;
         for (size_t k = 0; k < n; ++k)
@@ -501,7 +496,7 @@ CauseAnalysis analyse_causes(const Report& r) {
   for (size_t i = 0; i < n; ++i)
     if (fs[i].fires() && a.root[i] == static_cast<int64_t>(i)) a.roots.push_back(i);
   std::sort(a.roots.begin(), a.roots.end(), [&](size_t x, size_t y) {
-    const bool fx = confirms_fault(fs[x]), fy = confirms_fault(fs[y]);
+    const bool fx = fault_confirmed_by(fs[x]) != nullptr, fy = fault_confirmed_by(fs[y]) != nullptr;
     if (fx != fy) return fx;
     const size_t ex = explained[x].size(), ey = explained[y].size();
     if (ex != ey) return ex > ey;
@@ -518,12 +513,12 @@ CauseAnalysis analyse_causes(const Report& r) {
     if (!fs[i].fires()) continue;
     if (a.parent[i] >= 0) {
       const size_t p = static_cast<size_t>(a.parent[i]);
-      const bool same = via[i] ? via[i]->fault && fault_of(fs[i]) == via[i] : true;
+      const bool same = via[i] ? via[i]->fault && fault_confirmed_by(fs[i]) == via[i] : true;
       a.because[i] = same ? "the same " + std::string(via[i] ? "fault" : "symptom") + " as " + short_title(p)
                           : "because " + short_title(p);
       const size_t root = static_cast<size_t>(a.root[i]);
-      if (!same && !confirms_fault(fs[i])) {
-        const Cause* rc = fault_of(fs[root]);
+      if (!same && !fault_confirmed_by(fs[i])) {
+        const Cause* rc = fault_confirmed_by(fs[root]);
         a.cause_text[i] = "confirmed: " + std::string(rc ? rc->name + ": " : "") + short_title(root) +
                           (root == p ? "" : ", through " + short_title(p));
         if (!fs[root].fix.empty()) a.fix_text[i] = "fix the cause: " + fs[root].fix;
@@ -559,7 +554,7 @@ CauseAnalysis analyse_causes(const Report& r) {
     l.index = a.roots.front();
     const Finding& f = fs[l.index];
     l.check = f.check;
-    const Cause* c = fault_of(f);
+    const Cause* c = fault_confirmed_by(f);
     l.confirmed = c != nullptr;
     l.cause = c ? c->id : "";
     std::set<std::string> by;

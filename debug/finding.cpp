@@ -175,8 +175,9 @@ std::pair<int, int64_t> finding_time(const Finding& f) {
   return {f.end_of_run ? 2 : 0, 0};
 }
 
-std::vector<FindingGroup> Report::groups() const {
-  const CauseAnalysis a = analyse_causes(*this);
+namespace {
+// The groups of an analysis already made (Report::str needs the analysis too).
+std::vector<FindingGroup> groups_of(const std::vector<Finding>& findings_, const CauseAnalysis& a) {
   std::vector<FindingGroup> out;
   for (size_t root : a.roots) {
     FindingGroup g;
@@ -186,18 +187,16 @@ std::vector<FindingGroup> Report::groups() const {
     std::stable_sort(g.follow_on.begin(), g.follow_on.end(),
                      [&](size_t x, size_t y) { return finding_time(findings_[x]) < finding_time(findings_[y]); });
     if (!g.follow_on.empty()) {
-      const Cause* c = nullptr;
-      for (const Cause& k : diagnosis_causes())
-        if (k.fault && k.confirms(findings_[root])) {
-          c = &k;
-          break;
-        }
+      const Cause* c = fault_confirmed_by(findings_[root]);
       g.rule = c ? c->name : "the symptom " + findings_[root].check + " explains";
     }
     out.push_back(std::move(g));
   }
   return out;
 }
+}  // namespace
+
+std::vector<FindingGroup> Report::groups() const { return groups_of(findings_, analyse_causes(*this)); }
 
 std::vector<int64_t> Report::caused_by() const {
   std::vector<int64_t> out(findings_.size(), -1);
@@ -225,7 +224,7 @@ std::string Report::str(bool include_info, bool verbose) const {
     os << a.lead->str(*this);
     first = false;
   }
-  for (const FindingGroup& g : groups()) {
+  for (const FindingGroup& g : groups_of(findings_, a)) {
     os << (first ? "" : "\n") << diagnosed(findings_[g.root], a, g.root).str() << "\n";
     first = false;
     if (g.follow_on.empty()) continue;
