@@ -18,10 +18,17 @@
 #include <gradsleuth.h>
 
 #include "debug_test_util.h"
+#include "diagnosis_test_util.h"
 #include "json_mini.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
+using dtest::explained_checks;
+using dtest::lead_of;
+using dtest::Split;
+using dtest::split;
+using dtest::strings;
+using dtest::train_own_loop;
 
 namespace {
 
@@ -62,55 +69,6 @@ struct SigmoidStack : nn::Module {
   }
 };
 
-struct Split {
-  std::shared_ptr<nn::DataLoader> train, val;
-};
-Split split(uint64_t seed = 3) {
-  const dtest::XY all = blobs(200, 3, 6, seed);
-  Split s;
-  s.train = std::make_shared<nn::DataLoader>(
-      std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480)),
-      nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed));
-  s.val = std::make_shared<nn::DataLoader>(
-      std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
-      nn::DataLoaderOptions().batch_size(120));
-  return s;
-}
-
-// The user's own loop: `epochs` passes, zero_grad / forward / loss / backward / step.
-template <class Loss>
-debug::RunReport train_own_loop(nn::Module& model, Loss& loss, optim::Optimizer& opt, const Split& d, int epochs) {
-  debug::Session dbg(model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
-  for (int e = 0; e < epochs; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l = loss(model(b.x), b.y);
-      l.backward();
-      opt.step();
-    }
-    dbg.epoch();
-  }
-  return dbg.finish();
-}
-
-// The lead as `--json` writes it.
-json_mini::Value lead_of(const debug::RunReport& r) { return json_mini::parse(r.findings.lead_json()); }
-
-std::vector<std::string> strings(const json_mini::Value* v) {
-  std::vector<std::string> out;
-  if (v && v->kind == json_mini::Value::Array)
-    for (const auto& e : v->arr) out.push_back(e.str);
-  return out;
-}
-
-// The checks of the findings the lead explains.
-std::set<std::string> explained_checks(const debug::RunReport& r) {
-  const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
-  std::set<std::string> out;
-  if (a.lead)
-    for (size_t i : a.lead->explains) out.insert(r.findings.findings()[i].check);
-  return out;
-}
 
 }  // namespace
 

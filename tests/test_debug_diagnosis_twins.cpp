@@ -14,27 +14,21 @@
 #include <gradsleuth.h>
 
 #include "debug_test_util.h"
+#include "diagnosis_test_util.h"
 #include "json_mini.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
+using dtest::explained_checks;
+using dtest::lead_of;
+using dtest::loaders;
+using dtest::Split;
+using dtest::strings;
+using dtest::train_own_loop;
 
 namespace {
 
 // ---- the helpers of test_debug_diagnosis.cpp ---------------------------------------------
-
-struct Split {
-  std::shared_ptr<nn::DataLoader> train, val;
-};
-// Train and validation loaders over the given tensors (train shuffled, val in one batch).
-Split loaders(const Tensor& xtr, const Tensor& ytr, const Tensor& xva, const Tensor& yva, uint64_t seed = 3) {
-  Split s;
-  s.train = std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(xtr, ytr),
-                                             nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed));
-  s.val = std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(xva, yva),
-                                           nn::DataLoaderOptions().batch_size(xva.size(0)));
-  return s;
-}
 
 // The first 480 rows for training, the next 120 for validation.
 Split split_rows(const Tensor& x, const Tensor& y) {
@@ -46,53 +40,8 @@ Split split_rows(const Tensor& x, const Tensor& y) {
 constexpr double kSpread = 2.0;
 dtest::XY data(int64_t n_per_class, int64_t classes = 3) { return blobs(n_per_class, classes, 6, 3, kSpread); }
 
-// Three blobs: 480 training rows, 120 validation rows.
-Split split(uint64_t seed = 3) {
-  const dtest::XY all = blobs(200, 3, 6, seed, kSpread);
-  return loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
-                 all.y.narrow(0, 480, 120), seed);
-}
-
-// The user's own loop: `epochs` passes, zero_grad / forward / loss / backward / step; an error
-// the loop raises is handed to the session (Session::error), as a user's catch would.
-template <class Loss>
-debug::RunReport train_own_loop(nn::Module& model, Loss& loss, optim::Optimizer& opt, const Split& d, int epochs,
-                                debug::DiagnoseOptions o = {}) {
-  debug::Session dbg(model, loss, opt, {.train = d.train.get(), .val = d.val.get()}, o);
-  try {
-    for (int e = 0; e < epochs; ++e) {
-      for (const nn::Batch& b : *d.train) {
-        opt.zero_grad();
-        Tensor l = loss(model(b.x), b.y);
-        l.backward();
-        opt.step();
-      }
-      dbg.epoch();
-    }
-  } catch (const std::exception& ex) {
-    dbg.error(ex);
-  }
-  return dbg.finish();
-}
-
-// The lead as `--json` writes it.
-json_mini::Value lead_of(const debug::RunReport& r) { return json_mini::parse(r.findings.lead_json()); }
-
-std::vector<std::string> strings(const json_mini::Value* v) {
-  std::vector<std::string> out;
-  if (v && v->kind == json_mini::Value::Array)
-    for (const auto& e : v->arr) out.push_back(e.str);
-  return out;
-}
-
-// The checks of the findings the lead explains.
-std::set<std::string> explained_checks(const debug::RunReport& r) {
-  const debug::CauseAnalysis a = debug::analyse_causes(r.findings);
-  std::set<std::string> out;
-  if (a.lead)
-    for (size_t i : a.lead->explains) out.insert(r.findings.findings()[i].check);
-  return out;
-}
+// Three blobs that overlap a little: 480 training rows, 120 validation rows.
+Split split(uint64_t seed = 3) { return dtest::split(seed, kSpread); }
 
 // ---- the assertions every twin makes -----------------------------------------------------
 
