@@ -10,6 +10,13 @@ the same random Fashion-MNIST-shaped data, single-threaded:
   train_step/cnn/64    conv32-pool-conv64-pool-fc128-fc10, batch 64
 
 Prints one JSON object per line: {"name", "real_us", "cpu_us", "steps"}.
+
+  peer_train_step.py [MIN_TIME] [--device cuda]
+
+--device cuda times the steps on the GPU instead (bench_step_device --device cuda is the
+gradsleuth side; scripts/gpu_check.sh runs both): each step reads its loss back, so the time
+is the synchronised step, and TF32 is off (gradsleuth's CUDA kernels compute in float32).
+It adds the batch sizes that fill a GPU: mlp/4096 and cnn/512.
 Needs Debian's python3-torch (not needed by ./test.sh):
   apt-get install -y --no-install-recommends python3-torch libopenblas0-pthread
 """
@@ -37,22 +44,24 @@ def cnn():
         nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def time_step(make, batch, min_time=1.0, blocks=5):
+def time_step(make, batch, min_time=1.0, blocks=5, device="cpu"):
     """Median over `blocks` blocks of the mean step time; each block runs >= min_time / blocks s."""
     torch.manual_seed(0)
-    model = make()
+    model = make().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    x = torch.rand(batch, 1, 28, 28)   # (B, 1, 28, 28)
-    y = torch.randint(0, 10, (batch,))  # (B) int64
+    x = torch.rand(batch, 1, 28, 28).to(device)   # (B, 1, 28, 28)
+    y = torch.randint(0, 10, (batch,)).to(device)  # (B) int64
 
     def step():
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if device != "cpu":
+            loss.item()  # synchronises, as gradsleuth's side does
 
-    for _ in range(5):  # warm-up: allocator, first-call paths
+    for _ in range(10 if device != "cpu" else 5):  # warm-up: allocator, cuBLAS/cuDNN handles
         step()
     real, cpu, total = [], [], 0
     for _ in range(blocks):
@@ -68,10 +77,27 @@ def time_step(make, batch, min_time=1.0, blocks=5):
 
 def main():
     torch.set_num_threads(1)
-    min_time = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
-    for name, make, batch in [("mlp", mlp, 64), ("mlp", mlp, 256), ("cnn", cnn, 64)]:
-        real_us, cpu_us, steps = time_step(make, batch, min_time)
-        print(json.dumps({"name": f"train_step/{name}/{batch}", "real_us": round(real_us, 1),
+    args = sys.argv[1:]
+    device = "cpu"
+    if "--device" in args:
+        i = args.index("--device")
+        if i + 1 >= len(args) or args[i + 1] not in ("cpu", "cuda"):
+            print("peer_train_step: --device takes cpu or cuda", file=sys.stderr)
+            sys.exit(2)
+        device = args[i + 1]
+        del args[i:i + 2]
+    min_time = float(args[0]) if args else 1.0
+    cases = [("mlp", mlp, 64), ("mlp", mlp, 256), ("cnn", cnn, 64)]
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            print("peer_train_step: --device cuda: PyTorch sees no CUDA GPU", file=sys.stderr)
+            sys.exit(77)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        cases = [("mlp", mlp, 64), ("mlp", mlp, 256), ("mlp", mlp, 4096), ("cnn", cnn, 64), ("cnn", cnn, 512)]
+    for name, make, batch in cases:
+        real_us, cpu_us, steps = time_step(make, batch, min_time, device=device)
+        print(json.dumps({"name": f"train_step/{name}/{batch}", "device": device, "real_us": round(real_us, 1),
                           "cpu_us": round(cpu_us, 1), "steps": steps, "torch": torch.__version__}), flush=True)
 
 

@@ -1,22 +1,62 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh: one command for a machine with a CUDA GPU: builds with CUDA, runs the
-# `cuda` tests and every kernel-workbench version, and writes a dated Markdown report.
+# scripts/gpu_check.sh: one prepared command for a machine with a CUDA GPU. It builds the CUDA
+# backend with nvcc (sm_90 by default), runs the real-GPU tests, the kernel workbench at its GPU
+# sizes, the MLP/CNN training step on the card against the CPU (and against PyTorch on the same
+# card where PyTorch with CUDA is installed), then compute-sanitizer's memcheck and racecheck over
+# the backend's GPU test, and writes one Markdown report. Each step is appended to the report as
+# it finishes, so a run stopped at a time limit still leaves what it measured.
 #
-#   scripts/gpu_check.sh [REPORT]      default report: gpu_check_<YYYY-MM-DD>.md in the repo root
+#   scripts/gpu_check.sh --prepare [DIR]   on a machine with this project's packages: copy the
+#                                          header-only build dependencies (Eigen, doctest) into DIR
+#                                          (default .device-carry/, ignored by git) for a GPU
+#                                          machine that has nvcc and CMake but not these packages
+#   scripts/gpu_check.sh [REPORT]          on the GPU machine; REPORT defaults to
+#                                          $OUT/gpu_check_<date>.md when OUT is set, else the repo root
 #   env: GS_GPU_BUILD (build dir, default build-gpu), JOBS (default nproc),
-#        GS_CUDA_ARCHS (CMAKE_CUDA_ARCHITECTURES, default "80;90")
-# Exit status: 0 when every step passed, 1 when a test or a validation failed, 2 when there is
-# no GPU or the build failed.
+#        GS_CUDA_ARCHS (CMAKE_CUDA_ARCHITECTURES, default 90), GS_CARRY (the --prepare folder,
+#        default .device-carry/: used as CMAKE_PREFIX_PATH when it exists),
+#        GS_SANITIZER_TIMEOUT (seconds per compute-sanitizer tool, default 150),
+#        GS_STEP_MIN_TIME (seconds per timed training-step case, default 0.5)
+# Exit status: 0 when every step passed, 1 when a test, a validation or a sanitizer failed, 2 when
+# there is no GPU or the build failed.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+carry=${GS_CARRY:-$root/.device-carry}
+
+if [[ ${1:-} == --prepare ]]; then
+  dest=${2:-$carry}
+  eigen_cfg=$(ls -d /usr/share/eigen3/cmake /usr/lib/cmake/eigen3 2>/dev/null | head -n 1)
+  if [[ ! -d /usr/include/eigen3 || -z $eigen_cfg || ! -f /usr/include/doctest/doctest.h ]]; then
+    echo "gpu_check --prepare: Eigen or doctest is missing here; run scripts/setup.sh first" >&2
+    exit 2
+  fi
+  rm -rf "$dest"
+  mkdir -p "$dest/usr/include" "$dest/usr/share/eigen3" "$dest/usr/lib/cmake"
+  cp -r /usr/include/eigen3 "$dest/usr/include/"
+  cp -r "$eigen_cfg" "$dest/usr/share/eigen3/cmake"
+  cp -r /usr/include/doctest "$dest/usr/include/"
+  cp -r /usr/lib/cmake/doctest "$dest/usr/lib/cmake/"
+  # doctest's exported targets name /usr; make them relative to where the folder lands.
+  sed -i 's|^set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)|' \
+    "$dest/usr/lib/cmake/doctest/doctestTargets.cmake"
+  echo "gpu_check --prepare: $(du -sh "$dest" | cut -f1) in $dest (Eigen $(sed -n 's/.*PACKAGE_VERSION "\(.*\)".*/\1/p' "$dest/usr/share/eigen3/cmake/Eigen3ConfigVersion.cmake" | head -n 1), doctest)"
+  exit 0
+fi
+
 build=${GS_GPU_BUILD:-$root/build-gpu}
 jobs=${JOBS:-$(nproc)}
-archs=${GS_CUDA_ARCHS:-80;90}
+archs=${GS_CUDA_ARCHS:-90}
+san_timeout=${GS_SANITIZER_TIMEOUT:-150}
+step_time=${GS_STEP_MIN_TIME:-0.5}
 day=$(date +%Y-%m-%d)
-report=${1:-$root/gpu_check_$day.md}
+report=${1:-${OUT:-$root}/gpu_check_$day.md}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+export PATH="$PATH:/usr/local/cuda/bin"
+[[ -d $carry/usr ]] && export CMAKE_PREFIX_PATH="$carry/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+start=$SECONDS
+elapsed() { echo "$((SECONDS - start)) s"; }
 
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$log" 2>&1 || ! grep -q "^GPU [0-9]" "$log"; then
   echo "gpu_check: no CUDA GPU here (nvidia-smi missing, or nvidia-smi -L listed none: $(head -c 300 "$log"))." >&2
@@ -24,32 +64,54 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$log" 2>&1 || ! grep 
   exit 2
 fi
 
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
 status=0
+fail() { status=1; echo "gpu_check: FAILED: $*" >&2; }
 {
   echo "# gradsleuth GPU check, $day"
   echo
-  echo "Commit \`$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)\`, host \`$(hostname)\`."
+  echo "Commit \`$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)\`, host \`$(hostname)\`, $(nproc) CPU cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))."
   echo
   echo "## Devices"
   echo
   echo '```'
-  nvidia-smi -L
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1
+  nvcc --version 2>&1 | tail -n 2
   echo '```'
 } >"$report"
 
-echo "gpu_check: configuring and building in $build (this takes a while)" >&2
+# ---- build: only what the checks run ----
+echo "gpu_check: configuring in $build (sm $archs)" >&2
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
 if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DGRADSLEUTH_CUDA=ON \
-     -DGRADSLEUTH_KERNELS_ON=GPU "-DCMAKE_CUDA_ARCHITECTURES=$archs" -DGRADSLEUTH_BUILD_BENCH=OFF >"$log" 2>&1 ||
-   ! cmake --build "$build" -j "$jobs" >>"$log" 2>&1; then
+     -DGRADSLEUTH_CUDA_EMU=OFF -DGRADSLEUTH_KERNELS_ON=GPU "-DCMAKE_CUDA_ARCHITECTURES=$archs" \
+     -DGRADSLEUTH_BUILD_BENCH=ON -DGRADSLEUTH_BUILD_LABS=OFF >"$log" 2>&1; then
+  { echo; echo "## Configure: FAILED"; echo; echo '```'; tail -n 60 "$log"; echo '```'; } >>"$report"
+  echo "gpu_check: the configure step failed; see $report" >&2
+  exit 2
+fi
+# The real-GPU tests are the ones labelled exactly "cuda"; their targets carry the test's name.
+mapfile -t gpu_tests < <(ctest --test-dir "$build" -N -L '^cuda$' 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: *\([^ ]*\).*/\1/p')
+targets=(gradsleuth_cli bench_step_device)
+known=$(cmake --build "$build" --target help 2>/dev/null | sed 's/[:].*//; s/^\.\.\. //')
+for t in "${gpu_tests[@]}"; do
+  grep -qx "$t" <<<"$known" && targets+=("$t")
+done
+echo "gpu_check: building ${targets[*]} with $jobs jobs" >&2
+t0=$SECONDS
+if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$log" 2>&1; then
   { echo; echo "## Build: FAILED"; echo; echo '```'; tail -n 60 "$log"; echo '```'; } >>"$report"
   echo "gpu_check: the build failed; see $report" >&2
   exit 2
 fi
+echo "gpu_check: built in $((SECONDS - t0)) s ($(elapsed) so far)" >&2
 cli=$build/bin/gradsleuth
+step=$build/bin/bench_step_device
+[[ -x $step ]] || step=$(find "$build" -name bench_step_device -type f -perm -u+x | head -n 1)
 
 {
+  echo
+  echo "Built ${targets[*]} for sm $archs in $((SECONDS - t0)) s with $jobs jobs."
   echo
   echo "## gradsleuth devices"
   echo
@@ -57,38 +119,72 @@ cli=$build/bin/gradsleuth
   "$cli" devices 2>&1
   echo '```'
   echo
-  echo "## ctest -L cuda"
+  echo "## The real-GPU tests: ctest -L '^cuda\$'"
   echo
   echo '```'
 } >>"$report"
-if ! ctest --test-dir "$build" -L cuda --output-on-failure >"$log" 2>&1; then status=1; fi
-tail -n 40 "$log" >>"$report"
+echo "gpu_check: ctest -L '^cuda\$' (${gpu_tests[*]})" >&2
+ctest --test-dir "$build" -L '^cuda$' --output-on-failure --timeout 300 >"$log" 2>&1 || fail "ctest -L '^cuda\$'"
+tail -n 60 "$log" >>"$report"
 echo '```' >>"$report"
 
+# ---- the kernel workbench at its GPU sizes ----
 {
   echo
-  echo "## Kernel workbench (default sizes; time, GFLOP/s or GB/s, % of peak and of the reference)"
+  echo "## Kernel workbench (GPU default sizes; time, GFLOP/s or GB/s, % of the H100 SXM roofline and of the reference)"
 } >>"$report"
 for k in matmul softmax reduce layernorm gelu; do
-  echo "gpu_check: gradsleuth kernels bench $k" >&2
+  echo "gpu_check: gradsleuth kernels bench $k ($(elapsed) so far)" >&2
   { echo; echo "### $k"; echo; echo '```'; } >>"$report"
-  if ! "$cli" kernels bench "$k" >>"$report" 2>&1; then status=1; fi
+  "$cli" kernels bench "$k" >>"$report" 2>&1 || fail "kernels bench $k"
   echo '```' >>"$report"
 done
 
+# ---- the training step: the card against its CPU cores and against PyTorch on the card ----
 {
   echo
-  echo "## Resource usage (nvcc --resource-usage)"
+  echo "## Training step (SGD; median of >= 5 blocks, each step synchronised by reading its loss)"
   echo
   echo '```'
 } >>"$report"
-if cmake --build "$build" --target workbench_resource_usage >"$log" 2>&1; then
-  grep -E "^==|Function properties|spill|Used" "$build/cuda/workbench/resource_usage.txt" | sed 's/ptxas info    : //' >>"$report"
+echo "gpu_check: training steps ($(elapsed) so far)" >&2
+"$step" --device cuda --min-time "$step_time" >>"$report" 2>&1 || fail "bench_step_device --device cuda"
+"$step" --device cpu --threads "$(nproc)" --min-time "$step_time" >>"$report" 2>&1 || fail "bench_step_device --device cpu"
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  PYTHONUNBUFFERED=1 python3 "$root/bench/peer_train_step.py" "$step_time" --device cuda >>"$report" 2>&1 ||
+    fail "peer_train_step.py --device cuda"
 else
-  echo "(workbench_resource_usage failed)" >>"$report"
+  echo "(PyTorch with CUDA is not installed here: no PyTorch peer)" >>"$report"
 fi
 echo '```' >>"$report"
 
-{ echo; echo "Overall: $([ $status -eq 0 ] && echo passed || echo 'FAILED (see above)')"; } >>"$report"
-echo "gpu_check: report written to $report" >&2
+# ---- compute-sanitizer over the backend's GPU test ----
+{
+  echo
+  echo "## compute-sanitizer (memcheck, racecheck) over test_cuda_backend_gpu"
+} >>"$report"
+backend_test=$(find "$build" -name test_cuda_backend_gpu -type f -perm -u+x | head -n 1)
+if ! command -v compute-sanitizer >/dev/null; then
+  echo "(compute-sanitizer is not on the PATH)" >>"$report"
+elif [[ -z $backend_test ]]; then
+  echo "(test_cuda_backend_gpu was not built)" >>"$report"
+else
+  for tool in memcheck racecheck; do
+    echo "gpu_check: compute-sanitizer --tool $tool ($(elapsed) so far)" >&2
+    { echo; echo "### $tool"; echo; echo '```'; } >>"$report"
+    t0=$SECONDS
+    timeout "$san_timeout" compute-sanitizer --tool "$tool" --error-exitcode 3 "$backend_test" >"$log" 2>&1
+    rc=$?
+    tail -n 25 "$log" >>"$report"
+    echo '```' >>"$report"
+    case $rc in
+      0) echo "$tool: clean, $((SECONDS - t0)) s." >>"$report" ;;
+      124) echo "$tool: stopped at the ${san_timeout} s limit (no error reported before it)." >>"$report" ;;
+      *) echo "$tool: exit $rc." >>"$report"; fail "compute-sanitizer --tool $tool (exit $rc)" ;;
+    esac
+  done
+fi
+
+{ echo; echo "Overall: $([ $status -eq 0 ] && echo passed || echo 'FAILED (see above)'), $(elapsed)."; } >>"$report"
+echo "gpu_check: report written to $report ($(elapsed))" >&2
 exit $status
