@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -153,7 +155,8 @@ const KernelSpec& check_args(const std::string& kernel, int version, const Shape
   return *k;
 }
 
-Problem make_problem(const KernelSpec& k, const Shape& s) {
+namespace {
+Problem build_problem(const KernelSpec& k, const Shape& s) {
   Problem p;
   const std::string& name = k.name;
   if (name == "matmul") {
@@ -240,6 +243,25 @@ Problem make_problem(const KernelSpec& k, const Shape& s) {
     p.tolerance_note = "atol 1e-6, rtol 16 eps: tanhf is within a few ulp, and 1 + tanh cancels for negative x";
   }
   return p;
+}
+}  // namespace
+
+// The CPU reference of a 4096^3 matmul takes tens of seconds; `kernels bench` validates every
+// version of a kernel at one shape, so the last problem is kept (inputs and reference depend only
+// on the kernel and the shape) and each version gets a copy.
+Problem make_problem(const KernelSpec& k, const Shape& s) {
+  static std::mutex mu;
+  static std::string last_kernel;
+  static Shape last_shape;
+  static std::shared_ptr<const Problem> last;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!last || last_kernel != k.name || last_shape.m != s.m || last_shape.n != s.n || last_shape.k != s.k) {
+    last.reset();  // free the old one before building the next
+    last = std::make_shared<const Problem>(build_problem(k, s));
+    last_kernel = k.name;
+    last_shape = s;
+  }
+  return *last;
 }
 
 Validation validate_result(const float* got, const float* want, int64_t n, double atol, double rtol) {
