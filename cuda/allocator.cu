@@ -27,6 +27,18 @@ Cache& cache() {
 
 size_t round_up(size_t n) { return (n + kRound - 1) / kRound * kRound; }
 
+// On the emulator, memcheck sees the rounded block as one allocation: tell it how many bytes the
+// tensor owns, so an overrun into the rounding is reported, and 0 when the block goes back to the
+// cache (a kernel touching it then is a use after free).
+void mark_owned(void* p, size_t nbytes) {
+#if GS_CUDA_EMU
+  gs_emu::set_accessible_size(p, nbytes);
+#else
+  (void)p;
+  (void)nbytes;
+#endif
+}
+
 std::string mib(int64_t bytes) { return std::to_string(static_cast<double>(bytes) / (1 << 20)).substr(0, 8) + " MiB"; }
 
 // Frees every cached block (caller holds the lock).
@@ -53,6 +65,7 @@ void* device_allocate(size_t nbytes) {
     c.stats.bytes_in_use += static_cast<int64_t>(size);
     c.stats.peak_bytes_in_use = std::max(c.stats.peak_bytes_in_use, c.stats.bytes_in_use);
     ++c.stats.cache_hits;
+    mark_owned(p, nbytes);
     return p;
   }
   const int64_t limit = c.stats.limit_bytes;
@@ -84,6 +97,7 @@ void* device_allocate(size_t nbytes) {
   ++c.stats.malloc_calls;
   c.stats.bytes_in_use += static_cast<int64_t>(size);
   c.stats.peak_bytes_in_use = std::max(c.stats.peak_bytes_in_use, c.stats.bytes_in_use);
+  mark_owned(p, nbytes);
   return p;
 }
 
@@ -92,6 +106,7 @@ void device_free(void* p, size_t nbytes) {
   const size_t size = round_up(nbytes);
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
+  mark_owned(p, 0);
   c.free_blocks.emplace(size, p);
   c.stats.bytes_in_use -= static_cast<int64_t>(size);
   c.stats.bytes_cached += static_cast<int64_t>(size);

@@ -71,7 +71,9 @@ TEST_CASE("zoo --device cuda: the matrix and the JSON say cuda:0, and B22 is cau
   skip_without_dataset();
   const std::string path = "zoo_device_test.json";
   std::filesystem::remove(path);
-  // Two training steps: B22's check runs in the pre-training gate.
+  // Two training steps: B22's check runs in the pre-training gate. A whole zoo run: the emulator's
+  // memcheck only (racecheck checks these kernels one by one in test_cuda_backend_emu).
+  setenv("GS_EMU_CHECKS", "memcheck", 1);
   const clitest::Run r =
       clitest::run_cli("zoo --device cuda --quick --bug B22 --steps 2 --train-examples 128 --quiet --json " + path, true);
   REQUIRE_MESSAGE(r.status == 0, r.out);

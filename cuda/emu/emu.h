@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <source_location>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -41,6 +42,25 @@ struct Allocation {
   bool device = false;
 };
 bool find_allocation(const void* p, Allocation* out);
+
+// memcheck and racecheck (cuda/emu/check.cpp; docs/cuda.md, "Memcheck and racecheck"): every
+// global load, store and atomic of the emulated kernels is checked against the device
+// allocations (one element before or past the end is reported) and against the other threads'
+// accesses since the last barrier. On by default; GS_EMU_CHECKS=memcheck|racecheck|none (comma-
+// separated) or set_checks() choose. A finding fails the launch like a GPU fault: the report goes
+// to stderr and to last_check_report(), and the next synchronising call returns the sticky error.
+// Not compiled in the AddressSanitizer and ThreadSanitizer builds (those sanitizers check instead):
+// checks_available() says.
+enum CheckMask : unsigned { kMemcheck = 1, kRacecheck = 2 };
+unsigned checks();
+void set_checks(unsigned mask);
+bool checks_available();
+// The findings of the last launch that had any (kernel name first), "" when none since the start.
+std::string last_check_report();
+// A kernel may touch only the first `bytes` bytes of the device allocation starting at `base`;
+// the rest reads as past the end. A caching allocator calls it when it hands out a larger block
+// (and with 0 when the block goes back to its cache: a kernel touching it is a use after free).
+void set_accessible_size(const void* base, size_t bytes);
 
 // Counters since the last reset_stats().
 struct Stats {

@@ -56,6 +56,7 @@ dim3 g_grid_dim;
 
 namespace internal {
 Stats g_stats;
+uintptr_t g_stack_lo = 0, g_stack_hi = 0;
 }
 
 namespace {
@@ -199,6 +200,8 @@ void fiber_main(bctx::transfer_t t) {
 void resume(Fiber* f) {
   g_running = f;
   detail::g_current = &f->ts;
+  internal::g_stack_lo = reinterpret_cast<uintptr_t>(f->stack_lo);
+  internal::g_stack_hi = internal::g_stack_lo + f->stack_size;
   f->state = FState::Running;
   ++internal::g_stats.fiber_switches;
 #if GS_EMU_ASAN
@@ -288,6 +291,7 @@ void release_block_barrier() {
     make_ready(i);
   }
   g_bar_arrived = 0;
+  internal::check_block_barrier();
   ++internal::g_stats.block_barriers;
 }
 
@@ -312,6 +316,7 @@ void try_release_warp(Fiber* f) {
     g->ballot = ballot;
     make_ready(base + l);
   }
+  internal::check_warp_sync(w);
   ++internal::g_stats.warp_ops;
 }
 
@@ -535,6 +540,7 @@ bool run_grid(dim3 grid, dim3 block, void (*body)(void*), void* closure, std::st
     const uint64_t b = order.empty() ? k : order[k];
     const uint3 bidx{static_cast<unsigned>(b % grid.x), static_cast<unsigned>((b / grid.x) % grid.y),
                      static_cast<unsigned>(b / (static_cast<uint64_t>(grid.x) * grid.y))};
+    internal::check_block_begin(b);
     const bool block_ok = run_block(bidx, error);
 #if GS_EMU_TSAN
     // Blocks have separate shared memory on a GPU: order block b+1 after block b for TSan so reused

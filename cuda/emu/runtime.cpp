@@ -38,6 +38,9 @@ constexpr size_t kSharedOptin = 232448;  // 227 KiB, as on H100
 struct Alloc {
   size_t size;
   bool device;
+  void* raw;          // what malloc returned: the red zone before the allocation starts here
+  size_t accessible;  // bytes a kernel may touch (set_accessible_size); size by default
+  size_t red_after;   // red zone after the allocation
 };
 
 std::mutex g_mu;  // guards everything below (the launch itself runs under g_launch_mu)
@@ -52,6 +55,7 @@ cudaError_t g_sticky = cudaSuccess;
 thread_local cudaError_t t_last = cudaSuccess;
 void* g_dyn_smem = nullptr;
 int g_device = 0;
+std::string g_last_report;
 
 cudaError_t fail(cudaError_t e) {
   if (e != cudaSuccess) t_last = e;
@@ -207,12 +211,27 @@ void set_kernel_name(const void* kernel, const char* name) {
 
 void* dynamic_shared_memory() { return g_dyn_smem; }
 
+std::string last_check_report() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_last_report;
+}
+
+void set_accessible_size(const void* base, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_allocs.find(reinterpret_cast<uintptr_t>(base));
+  if (it != g_allocs.end()) it->second.accessible = std::min(bytes, it->second.size);
+}
+
 namespace {
 // Kernels with internal linkage (anonymous namespace, static) are not in the dynamic symbol table:
 // look them up in the executable's own .symtab (absent when the binary is stripped).
-std::string symtab_name(const void* fn) {
-  static const std::map<uintptr_t, std::string> table = [] {
-    std::map<uintptr_t, std::string> t;
+struct Symtab {
+  std::map<uintptr_t, std::string> funcs;
+  std::map<uintptr_t, std::pair<size_t, std::string>> objects;  // start -> (size, mangled name)
+};
+const Symtab& symtab() {
+  static const Symtab table = [] {
+    Symtab t;
     std::ifstream in("/proc/self/exe", std::ios::binary);
     const std::vector<char> img((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (img.size() < sizeof(Elf64_Ehdr)) return t;
@@ -230,18 +249,60 @@ std::string symtab_name(const void* fn) {
       const Elf64_Shdr& strs = sh[sh[i].sh_link];
       if (sh[i].sh_offset + sh[i].sh_size > img.size() || strs.sh_offset + strs.sh_size > img.size()) continue;
       const auto* syms = reinterpret_cast<const Elf64_Sym*>(img.data() + sh[i].sh_offset);
-      for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k)
-        if (ELF64_ST_TYPE(syms[k].st_info) == STT_FUNC && syms[k].st_value && syms[k].st_name < strs.sh_size)
-          t[bias + syms[k].st_value] = img.data() + strs.sh_offset + syms[k].st_name;
+      for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+        if (!syms[k].st_value || syms[k].st_name >= strs.sh_size) continue;
+        const char* name = img.data() + strs.sh_offset + syms[k].st_name;
+        if (ELF64_ST_TYPE(syms[k].st_info) == STT_FUNC) t.funcs[bias + syms[k].st_value] = name;
+        else if (ELF64_ST_TYPE(syms[k].st_info) == STT_OBJECT && syms[k].st_size)
+          t.objects[bias + syms[k].st_value] = {syms[k].st_size, name};
+      }
     }
     return t;
   }();
-  auto it = table.find(reinterpret_cast<uintptr_t>(fn));
-  return it == table.end() ? std::string() : it->second;
+  return table;
+}
+std::string symtab_name(const void* fn) {
+  const auto& funcs = symtab().funcs;
+  auto it = funcs.find(reinterpret_cast<uintptr_t>(fn));
+  return it == funcs.end() ? std::string() : it->second;
+}
+std::string demangle(const std::string& mangled) {
+  int status = 0;
+  char* dem = abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status);
+  std::string name = status == 0 && dem ? dem : mangled;
+  std::free(dem);
+  return name;
 }
 }  // namespace
 
 namespace internal {
+std::string data_symbol(const void* p, uintptr_t* base) {
+  const auto& objs = symtab().objects;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = objs.upper_bound(a);
+  if (it == objs.begin()) return "";
+  --it;
+  if (a >= it->first + it->second.first) return "";
+  *base = it->first;
+  std::string name = demangle(it->second.second);
+  // "reduce_kernel(float const*, float*, int)::s_sum" -> "s_sum" (a static __shared__ array)
+  const size_t colons = name.rfind("::");
+  if (colons != std::string::npos && name.find(')') != std::string::npos && colons > name.rfind(')'))
+    name = name.substr(colons + 2);
+  return name;
+}
+
+std::vector<AllocInfo> snapshot_allocations() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::vector<AllocInfo> out;
+  out.reserve(g_allocs.size());
+  for (const auto& [addr, a] : g_allocs)
+    if (a.device)
+      out.push_back(AllocInfo{reinterpret_cast<const void*>(addr), a.size, a.accessible,
+                              static_cast<size_t>(addr - reinterpret_cast<uintptr_t>(a.raw)), a.red_after});
+  return out;
+}
+
 std::string kernel_name(const void* kernel) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -318,20 +379,37 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shmem, cuda
   }
   if (!bad_arg.empty()) return reject(cudaErrorInvalidValue, bad_arg);
   std::lock_guard<std::recursive_mutex> launch_lock(g_launch_mu);
-  void* smem = shmem ? std::malloc(shmem) : nullptr;
+  // Dynamic shared memory: exact size between red zones (checked like device memory).
+  void* smem_raw = shmem ? std::malloc(shmem + 2 * internal::kRedZone) : nullptr;
+  void* smem = smem_raw ? static_cast<char*>(smem_raw) + internal::kRedZone : nullptr;
   if (smem) std::memset(smem, 0xff, shmem);  // garbage (NaN as float) like uninitialised shared memory
   g_dyn_smem = smem;
   std::string error;
-  const bool ok = internal::run_grid(grid, block, body, closure, &error);
+  // block.x/y/z are read by the checks' per-warp state, so the launch shape is set first.
+  detail::g_block_dim = block;
+  detail::g_grid_dim = grid;
+  internal::check_launch_begin(kernel, ptr_args, n_ptr_args, smem, shmem);
+  bool ok = internal::run_grid(grid, block, body, closure, &error);
+  cudaError_t check_err = cudaSuccess;
+  const std::string findings = internal::check_launch_end(&check_err);
   g_dyn_smem = nullptr;
-  std::free(smem);
+  std::free(smem_raw);
+  const std::string name = (!ok || !findings.empty()) ? internal::kernel_name(kernel) : std::string();
   if (!ok)
-    std::fprintf(stderr, "gs_emu: kernel %s<<<%s, %s, %zu>>> failed: %s\n", internal::kernel_name(kernel).c_str(),
+    std::fprintf(stderr, "gs_emu: kernel %s<<<%s, %s, %zu>>> failed: %s\n", name.c_str(),
                  dim_str(grid).c_str(), dim_str(block).c_str(), shmem, error.c_str());
+  if (!findings.empty()) {
+    const std::string text = "kernel " + name + "<<<" + dim_str(grid) + ", " + dim_str(block) + ", " +
+                             std::to_string(shmem) + ">>>:\n  " + findings;
+    std::fprintf(stderr, "gs_emu: %s\n", text.c_str());
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_last_report = text;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!ok) {
-    g_sticky = cudaErrorLaunchFailure;
-    t_last = cudaErrorLaunchFailure;
+  if (!ok || !findings.empty()) {
+    const cudaError_t e = ok ? check_err : cudaErrorLaunchFailure;
+    g_sticky = e;
+    t_last = e;
     ++internal::g_stats.failed_launches;
     return cudaSuccess;  // like a GPU: the fault shows at the next synchronising call
   }
@@ -409,7 +487,7 @@ cudaError_t cudaDeviceSynchronize() { return fail(sticky()); }
 
 cudaError_t cudaDeviceReset() {
   std::lock_guard<std::mutex> lock(g_mu);
-  for (auto& [addr, a] : g_allocs) std::free(reinterpret_cast<void*>(addr));
+  for (auto& [addr, a] : g_allocs) std::free(a.raw);
   g_allocs.clear();
   g_device_bytes = 0;
   g_max_dyn_smem.clear();
@@ -525,9 +603,24 @@ static cudaError_t alloc(void** ptr, size_t size, bool device, const char* call)
     std::fprintf(stderr, "gs_emu: %s(%zu bytes): out of (emulated 80 GiB) device memory\n", call, size);
     return fail(cudaErrorMemoryAllocation);
   }
-  void* p = std::malloc(size);  // exact size: AddressSanitizer catches out-of-bounds kernel accesses
+  // With the checks compiled in, kRedZone bytes on each side (256-byte aligned, as cudaMalloc is):
+  // a kernel that reads or writes just outside lands in memory that is ours and is reported. In
+  // the AddressSanitizer build the block has the exact size, so ASan reports it instead.
+  void* raw = nullptr;
+  void* p = nullptr;
+  size_t red_after = 0;
+  if (internal::kRedZone > 0) {
+    const size_t total = (internal::kRedZone + size + internal::kRedZone + 255) / 256 * 256;
+    raw = std::aligned_alloc(256, total);
+    if (raw) {
+      p = static_cast<char*>(raw) + internal::kRedZone;
+      red_after = total - internal::kRedZone - size;
+    }
+  } else {
+    raw = p = std::malloc(size);
+  }
   if (!p) return fail(cudaErrorMemoryAllocation);
-  g_allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{size, device};
+  g_allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{size, device, raw, size, red_after};
   if (device) g_device_bytes += size;
   *ptr = p;
   return cudaSuccess;
@@ -544,8 +637,9 @@ static cudaError_t release(void* p, bool device, const char* call) {
     return cudaErrorInvalidValue;
   }
   if (device) g_device_bytes -= it->second.size;
+  void* raw = it->second.raw;
   g_allocs.erase(it);
-  std::free(p);
+  std::free(raw);
   return g_sticky;
 }
 
