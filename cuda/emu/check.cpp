@@ -182,18 +182,20 @@ void memcheck(uintptr_t a, size_t size, bool write) {
   std::string what = std::string(write ? "wrote " : "read ") + std::to_string(size) + " bytes at " + where(a, size) + ": ";
   const size_t live = r->live_end - r->lo;
   const char* kind = r->shared ? "dynamic shared memory of" : "device allocation of";
+  std::string advice = "Check the bounds guard (i < n, not i <= n), the index arithmetic and the grid size";
   if (a < r->lo) {
     what += std::to_string(r->lo - a) + " bytes before the start of the " + std::string(kind) + " " + std::to_string(live) + " bytes";
   } else if (r->live_end == r->lo && r->end > r->lo) {
     what += "inside a freed block (kept by the caching allocator): a use after free";
+    advice = "The tensor was freed before the kernel ran: keep it alive until the kernel has finished";
   } else {
-    what += std::to_string(a + size - r->live_end) + " bytes past the end of the " + std::string(kind) + " " +
-            std::to_string(live) + " bytes";
+    const uintptr_t past = a >= r->live_end ? a - r->live_end : 0;
+    what += (past == 0 ? std::string("just") : std::to_string(past) + " bytes") + " past the end of the " +
+            std::string(kind) + " " + std::to_string(live) + " bytes";
     if (r->live_end < r->end) what += " (the caching allocator's block is larger; the tensor owns only these)";
   }
   report("memcheck: thread " + (t ? thread_str(t->linear) : std::string("?")) + " of block " + block_str(g_block) + " " +
-         what + "; on a GPU this is an illegal address (compute-sanitizer --tool memcheck reports it). Check the "
-         "bounds guard (i < n, not i <= n) and the grid size");
+         what + "; on a GPU this is an illegal address (compute-sanitizer --tool memcheck reports it). " + advice);
 }
 
 void racecheck(uintptr_t a, size_t size, bool write, bool atomic) {
@@ -213,9 +215,9 @@ void racecheck(uintptr_t a, size_t size, bool write, bool atomic) {
   // atomicCAS): not reported, as on a GPU where the CAS corrects a stale read. Every other pair with
   // a write, unless both are atomic, is.
   if (unordered(c.w) && !(c.w.atomic && (atomic || !write))) {
-    report("racecheck: " + name(c.w) + " and " + here + " of block " + block_str(g_block) +
-           (write ? " both wrote " : ": one wrote and the other read ") + where(a, size) + " with no barrier between them" +
-           (write ? " and without an atomic" : "") + fix);
+    report("racecheck: " + name(c.w) + (write ? " and " + here + " of block " + block_str(g_block) + " both wrote "
+                                              : " wrote and " + here + " of block " + block_str(g_block) + " read ") +
+           where(a, size) + " with no barrier between them" + (write ? " and without an atomic" : "") + fix);
   } else if (write && global && c.w.valid && c.w.block != g_block && !(c.w.atomic && atomic)) {
     report("racecheck: thread " + thread_str(c.w.thread) + " of block " + block_str(c.w.block) + " and " + here +
            " of block " + block_str(g_block) + " both wrote " + where(a, size) +
