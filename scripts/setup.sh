@@ -39,6 +39,8 @@ need_cmd mpirun openmpi-bin
 # Graphviz's `dot`: the autograd graph as an SVG picture (gradsleuth graph, and the graph section of
 # the HTML reports); without it they fall back to the DOT text.
 need_cmd dot graphviz
+# Python 3: scripts/mutation_test.py (the emulator's checks against deliberately broken kernels).
+need_cmd python3 python3
 # Optional extra, only when asked for: --browser installs Chromium (the report_browser test
 # renders doctor's HTML report in it).
 for arg in "$@"; do

@@ -106,7 +106,7 @@ lab9::Validation key_validate(const float* got, const float* want, int64_t n, To
 int64_t key_ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
 std::string g9(double v) {  // 9 significant digits: float values that differ in the last bit show it
-  if (std::isnan(v)) return "nan";  // not "-nan" for the NaN 0xffffffff
+  if (std::isnan(v)) return "nan";  // not "-nan" for a negative NaN
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
@@ -240,17 +240,24 @@ const gpu::DeviceInfo& require_gpu() {
 
 std::string cuda_text(int err) { return gpu::error_text(err); }
 
-// Device memory: `n` floats between two guard bands of kGuard floats, all filled
-// with the byte 0xff (the float NaN 0xffffffff) so that an element the kernel
-// never wrote, or one it wrote outside [0, n), can be told apart.
+// Device memory: `n` floats between two guard bands of kGuard floats, all filled with
+// a signalling NaN (0x7fa5a5a5) so that an element the kernel never wrote, or one it
+// wrote outside [0, n), can be told apart. A signalling NaN, because arithmetic never
+// produces one: `out[n] = a * x[n] + y[n]` over guard bands of a quiet NaN would store
+// that same quiet NaN back (a NaN operand's payload propagates), and the write past the
+// end would go unseen. Any arithmetic result, NaN or not, differs from this pattern.
 constexpr int64_t kGuard = 256;
-constexpr uint32_t kFillBits = 0xffffffffu;
+constexpr uint32_t kFillBits = 0x7fa5a5a5u;
 
 class DeviceBuffer {
  public:
   DeviceBuffer(Check& c, int64_t n, const std::string& what) : n_(n) {
     if (const int e = gpu::alloc(&base_, n + 2 * kGuard)) c.fail("cudaMalloc of " + what + " failed: " + cuda_text(e));
-    if (const int e = gpu::fill_bytes(base_, n + 2 * kGuard, 0xff)) c.fail("cudaMemset failed: " + cuda_text(e));
+    float fill;
+    std::memcpy(&fill, &kFillBits, sizeof fill);
+    const std::vector<float> pattern(static_cast<size_t>(n + 2 * kGuard), fill);
+    if (const int e = gpu::upload(base_, pattern.data(), n + 2 * kGuard))
+      c.fail("filling " + what + " with the guard pattern failed: " + cuda_text(e));
   }
   DeviceBuffer(Check& c, const std::vector<float>& host, const std::string& what)
       : DeviceBuffer(c, static_cast<int64_t>(host.size()), what) {
