@@ -53,7 +53,13 @@ inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T,
 template <class T>
 __device__ inline void atomic_add(T* p, T v) {
   if constexpr (std::is_same_v<T, bool>) {
-    if (v) *p = true;  // every writer stores the same value
+    // Every writer stores the same value: harmless on a GPU. On the emulator an atomic store, so
+    // racecheck does not report the writers to each other.
+#if GS_CUDA_EMU
+    if (v) __atomic_store_n(p, true, __ATOMIC_RELAXED);
+#else
+    if (v) *p = true;
+#endif
   } else if constexpr (std::is_same_v<T, int64_t>) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
   } else {
