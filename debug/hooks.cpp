@@ -5,24 +5,48 @@
 
 namespace gradsleuth::debug {
 
+namespace detail {
+namespace {
+thread_local double t_own = 0.0;
+thread_local int t_depth = 0;
+}  // namespace
+double own_seconds() { return t_own; }
+OwnTime::OwnTime() : outer_(t_depth++ == 0), start_(outer_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
+OwnTime::~OwnTime() {
+  --t_depth;
+  if (outer_) t_own += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+}  // namespace detail
+
+namespace {
+// The hook, timed as the debug module's own work.
+template <class H>
+H timed(H h) {
+  return [h = std::move(h)](auto&&... args) {
+    detail::OwnTime own;
+    return h(std::forward<decltype(args)>(args)...);
+  };
+}
+}  // namespace
+
 void HookSet::pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h) {
-  handles_.push_back({m, m.get(), m->register_forward_pre_hook(std::move(h)), false});
+  handles_.push_back({m, m.get(), m->register_forward_pre_hook(timed(std::move(h))), false});
 }
 
 void HookSet::post(const nn::ModulePtr& m, nn::Module::ForwardHook h) {
-  handles_.push_back({m, m.get(), m->register_forward_hook(std::move(h)), false});
+  handles_.push_back({m, m.get(), m->register_forward_hook(timed(std::move(h))), false});
 }
 
 void HookSet::loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook h) {
-  handles_.push_back({l, l.get(), l->register_loss_pre_hook(std::move(h)), true});
+  handles_.push_back({l, l.get(), l->register_loss_pre_hook(timed(std::move(h))), true});
 }
 
 void HookSet::loss_pre(nn::Loss& l, nn::Loss::LossPreHook h) {
-  handles_.push_back({nullptr, &l, l.register_loss_pre_hook(std::move(h)), true});
+  handles_.push_back({nullptr, &l, l.register_loss_pre_hook(timed(std::move(h))), true});
 }
 
 void HookSet::loss_post(nn::Loss& l, nn::Loss::LossHook h) {
-  handles_.push_back({nullptr, &l, l.register_loss_hook(std::move(h)), true});
+  handles_.push_back({nullptr, &l, l.register_loss_hook(timed(std::move(h))), true});
 }
 
 void HookSet::clear() {

@@ -1,6 +1,7 @@
 // Attaching to a model without changing it: a set of forward hooks removed
 // together, and the ModuleTracker that knows which module an op runs in.
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,7 +14,27 @@
 
 namespace gradsleuth::debug {
 
-// Hooks registered through it are removed when it is cleared or destroyed.
+namespace detail {
+// Seconds this thread has spent inside the debug module's own hooks (the checks' work, not the
+// user's step). W10 subtracts it from each step's wall time, so a sampled step on which the
+// checks do more work (slow on the CUDA emulator) does not read as a stalled training loop.
+double own_seconds();
+// Adds the time from construction to destruction to own_seconds(); nested scopes count once.
+class OwnTime {
+ public:
+  OwnTime();
+  ~OwnTime();
+  OwnTime(const OwnTime&) = delete;
+  OwnTime& operator=(const OwnTime&) = delete;
+
+ private:
+  bool outer_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace detail
+
+// Hooks registered through it are removed when it is cleared or destroyed; their time counts as
+// the debug module's own (detail::own_seconds).
 class HookSet {
  public:
   HookSet() = default;

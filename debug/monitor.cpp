@@ -213,8 +213,14 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       on_loss_value(l, t, v);
     });
   }
-  const size_t pre = opt_.add_pre_step_hook([this](optim::Optimizer& op) { on_pre_step(op); });
-  const size_t post = opt_.add_post_step_hook([this](optim::Optimizer& op) { on_post_step(op); });
+  const size_t pre = opt_.add_pre_step_hook([this](optim::Optimizer& op) {
+    detail::OwnTime own;  // the checks' time, not the step's (W10)
+    on_pre_step(op);
+  });
+  const size_t post = opt_.add_post_step_hook([this](optim::Optimizer& op) {
+    detail::OwnTime own;
+    on_post_step(op);
+  });
   opt_hooks_ = {pre, post};
 }
 

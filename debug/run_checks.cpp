@@ -264,16 +264,20 @@ void StepTimer::restart() {
   running_ = true;
   reported_ = false;
   last_ = std::chrono::steady_clock::now();
+  own_at_last_ = detail::own_seconds();
 }
 
 void StepTimer::step_done(int64_t step) {
+  const double own = detail::own_seconds();  // the training thread's: step_done runs on it
   std::lock_guard<std::mutex> lk(m_);
   const auto now = std::chrono::steady_clock::now();
-  if (running_) durations_.emplace_back(step, std::chrono::duration<double>(now - last_).count());
+  if (running_)
+    durations_.emplace_back(step, std::max(0.0, std::chrono::duration<double>(now - last_).count() - (own - own_at_last_)));
   running_ = true;
   reported_ = false;
   steps_done_ = step;
   last_ = now;
+  own_at_last_ = own;
 }
 
 std::vector<std::pair<int64_t, double>> StepTimer::durations() const {

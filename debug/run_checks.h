@@ -108,8 +108,9 @@ class VarianceTracker {
   std::vector<Layer> layers_;
 };
 
-// W10. Wall time between the ends of consecutive optimizer steps; restart() after work that is
-// not a step (the gate, an evaluation pass at the end of an epoch).
+// W10. Wall time between the ends of consecutive optimizer steps, less the time the debug
+// module's own hooks took (detail::own_seconds); restart() after work that is not a step (the
+// gate, an evaluation pass at the end of an epoch). The watchdog counts wall time.
 class StepTimer {
  public:
   explicit StepTimer(RunCheckOptions o = {});
@@ -131,6 +132,7 @@ class StepTimer {
   bool running_ = false, stop_ = false, reported_ = false;
   int64_t steps_done_ = 0;
   std::chrono::steady_clock::time_point last_{};
+  double own_at_last_ = 0.0;  // detail::own_seconds() at last_: the checks' time is not the step's
   std::vector<std::pair<int64_t, double>> durations_;  // (step, seconds)
   std::vector<std::pair<int64_t, double>> hung_;       // (step, seconds waited) seen by the watchdog
   std::thread watchdog_;

@@ -620,6 +620,9 @@ static cudaError_t alloc(void** ptr, size_t size, bool device, const char* call)
     raw = p = std::malloc(size);
   }
   if (!p) return fail(cudaErrorMemoryAllocation);
+  // Fresh device memory is garbage on a GPU: here it is 0xFF bytes (NaN as float, -1 as an
+  // integer), so an output element a kernel never writes does not pass as a lucky zero.
+  if (device) std::memset(p, 0xff, size);
   g_allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{size, device, raw, size, red_after};
   if (device) g_device_bytes += size;
   *ptr = p;

@@ -213,21 +213,29 @@ Problem build_problem(const KernelSpec& k, const Shape& s) {
     p.tolerance_note = "atol = rtol = eps * (C + 16): the C-term sums of the mean and the variance, plus a few ulp";
   } else if (name == "reduce") {
     const int64_t n = s.n;
-    // Multiples of 1/64 in [-1, 1]: while |partial sums| < 2^18 every float sum of them is exact,
-    // in any order, so a lost or doubled element cannot hide inside the tolerance.
-    std::vector<float> x = uniform(name, 0, n, -1.0f, 1.0f);
-    for (float& v : x) v = std::round(v * 64.0f) / 64.0f;
-    double sum = 0.0, abs_sum = 0.0;
-    for (float v : x) sum += v, abs_sum += std::fabs(v);
+    // Non-negative integers: kept elements are 1, 2 or 3, the others 0, with the kept share chosen
+    // so that the total stays near 2^23. Every partial sum, in any order, is then an integer no
+    // larger than the total, and while the total is below 2^24 every float addition is exact: the
+    // reference is compared with tolerance 0, so a lost block, a doubled element or a race shows at
+    // every size. Each skipped block of 256 elements loses ~2 * 256 * share (> 40 at 2^26).
+    const double share = std::min(1.0, 8388608.0 / (2.0 * static_cast<double>(std::max<int64_t>(n, 1))));
+    std::vector<float> x = uniform(name, 0, n, 0.0f, 1.0f);
+    for (float& v : x) {
+      const double u = v;
+      v = u < share ? static_cast<float>(1 + std::min(2, static_cast<int>(3.0 * u / share))) : 0.0f;
+    }
+    double sum = 0.0;
+    for (float v : x) sum += v;
     p.inputs = {std::move(x)};
     p.want = {static_cast<float>(sum)};
-    if (n <= (int64_t{1} << 18)) {
-      p.atol = p.rtol = 0.0;
-      p.tolerance_note = "exact: the inputs are multiples of 1/64 and n <= 2^18, so every partial sum is a float";
-    } else {
-      p.atol = kEps * std::sqrt(static_cast<double>(n)) * abs_sum;
-      p.rtol = 0.0;
-      p.tolerance_note = "atol = eps * sqrt(n) * sum |x|: partial sums past 2^18 round; random-order growth, not the worst case";
+    p.rtol = 0.0;
+    if (sum < 16777216.0) {
+      p.atol = 0.0;
+      p.tolerance_note = "exact: the inputs are small non-negative integers summing to < 2^24, so every partial sum, "
+                         "in any order, is exact in float";
+    } else {  // not reached by the inputs above; the a priori bound of any summation order
+      p.atol = kEps * static_cast<double>(n) * sum;
+      p.tolerance_note = "atol = eps * n * sum |x|: the worst-case bound of recursive summation in any order";
     }
   } else {  // gelu
     const int64_t n = s.n;

@@ -268,6 +268,15 @@ TEST_CASE("matmul: contiguous, transposed operands, batched broadcast (cuBLAS pa
 }
 TEST_CASE("matmul of int64 and of arbitrarily strided operands (tiled kernel)") {
   same_on_both([](gs::Device d) { return seq({5, 17}, gs::kInt64, d, 3.0).matmul(seq({17, 18}, gs::kInt64, d, 2.0)); });
+  // Several 16 x 16 tiles in every direction, none of the sizes a multiple of the tile: a grid one
+  // tile short, or a missing bound check on the last partial tile, changes these.
+  same_on_both([](gs::Device d) { return seq({37, 45}, gs::kInt64, d, 3.0).matmul(seq({45, 50}, gs::kInt64, d, 2.0)); });
+  same_on_both([](gs::Device d) {
+    return seq({3, 20, 17}, gs::kInt64, d, 3.0).matmul(seq({3, 17, 35}, gs::kInt64, d, 2.0));
+  });
+  same_on_both([](gs::Device d) {
+    return seq({40, 66}, gs::kFloat64, d).slice(1, 0, 66, 2).matmul(seq({66, 50}, gs::kFloat64, d).slice(0, 0, 66, 2));
+  });
   same_on_both([](gs::Device d) {
     return seq({6, 8}, gs::kFloat32, d).slice(1, 0, 8, 2).matmul(seq({8, 6}, gs::kFloat32, d).slice(0, 0, 8, 2));
   });

@@ -45,6 +45,8 @@ void flat_sizes(const std::string& kernel, int v) {
   SUBCASE("300001 elements: several grid-stride iterations, an odd tail") { check_run(kernel, v, {0, 300001, 0}); }
   SUBCASE("1 element") { check_run(kernel, v, {0, 1, 0}); }
   SUBCASE("1027 elements") { check_run(kernel, v, {0, 1027, 0}); }
+  // Toward the GPU's default (2^26) at the emulator's cost: thousands of blocks, an odd tail.
+  SUBCASE("2^21 + 3 elements") { check_run(kernel, v, {0, (1 << 21) + 3, 0}); }
 }
 
 }  // namespace
