@@ -3,7 +3,8 @@
 // Benchmark so that it builds wherever the library does (the lent GPU machine has no
 // libbenchmark). bench/peer_train_step.py --device cuda times the same steps in PyTorch.
 //
-//   bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--json]
+//   bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--only TEXT] [--json]
+//   (--only: the cases whose name contains TEXT, e.g. mlp/64)
 //
 // Each step ends with the device synchronised (the loss is read back to the host, as a training
 // loop that logs its loss does), so the time is the step's wall time, launches and all. Per case:
@@ -90,7 +91,7 @@ Result time_case(const std::string& name, std::shared_ptr<nn::Module> (*make)(),
 int usage(const char* why) {
   std::fprintf(stderr,
                "bench_step_device: %s\nusage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] "
-               "[--json]\n",
+               "[--only TEXT] [--json]\n",
                why);
   return 2;
 }
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   double min_time = 1.0;
   bool json = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* opt) -> const char* {
@@ -115,8 +117,9 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(value("--threads"));
     else if (a == "--min-time") min_time = std::atof(value("--min-time"));
     else if (a == "--json") json = true;
+    else if (a == "--only") only = value("--only");
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--json]\n"
+      std::printf("usage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--only TEXT] [--json]\n"
                   "Times one training step (SGD) of an MLP 784-256-10 and a CNN, median of >= 5 blocks.\n");
       return 0;
     }
@@ -157,7 +160,10 @@ int main(int argc, char** argv) {
                         {"train_step/mlp/4096", mlp, 4096},
                         {"train_step/cnn/64", cnn, 64},
                         {"train_step/cnn/512", cnn, 512}};
+  bool any = false;
   for (const Case& c : cases) {
+    if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
+    any = true;
     const Result r = time_case(c.name, c.make, c.batch, device, min_time);
     if (json)
       std::printf("{\"name\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"us_per_step\":%.2f,\"steps\":%ld}\n",
@@ -167,5 +173,6 @@ int main(int argc, char** argv) {
                   threads, r.us_per_step, r.steps);
     std::fflush(stdout);
   }
+  if (!any) return usage(("--only '" + only + "' matches no case (train_step/mlp/64, /256, /4096, cnn/64, /512)").c_str());
   return 0;
 }

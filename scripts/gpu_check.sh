@@ -12,6 +12,13 @@
 #                                          machine that has nvcc and CMake but not these packages
 #   scripts/gpu_check.sh [REPORT]          on the GPU machine; REPORT defaults to
 #                                          $OUT/gpu_check_<date>.md when OUT is set, else the repo root
+#   scripts/gpu_check.sh --emulator BUILD [REPORT]
+#                                          the same steps on the CPU, so the script cannot break unseen
+#                                          between leases (a ctest test runs it): a dry run of the
+#                                          --prepare bundle (a configure that can see Eigen and doctest
+#                                          only through it, and an Eigen object compiled), then every
+#                                          step against BUILD's CUDA emulator (small sizes, no timing
+#                                          worth reading, no compute-sanitizer)
 #   env: GS_GPU_BUILD (build dir, default build-gpu), JOBS (default nproc),
 #        GS_CUDA_ARCHS (CMAKE_CUDA_ARCHITECTURES, default 90), GS_CARRY (the --prepare folder,
 #        default .device-carry/: used as CMAKE_PREFIX_PATH when it exists),
@@ -44,6 +51,14 @@ if [[ ${1:-} == --prepare ]]; then
   exit 0
 fi
 
+emulator=0
+if [[ ${1:-} == --emulator ]]; then
+  [[ -n ${2:-} && -d ${2:-} ]] || { echo "gpu_check --emulator: give an emulator build folder (e.g. build)" >&2; exit 2; }
+  emulator=1
+  emu_build=$(cd "$2" && pwd)
+  shift 2
+fi
+
 build=${GS_GPU_BUILD:-$root/build-gpu}
 jobs=${JOBS:-$(nproc)}
 archs=${GS_CUDA_ARCHS:-90}
@@ -58,7 +73,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 start=$SECONDS
 elapsed() { echo "$((SECONDS - start)) s"; }
 
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$log" 2>&1 || ! grep -q "^GPU [0-9]" "$log"; then
+if [[ $emulator == 0 ]] && { ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$log" 2>&1 || ! grep -q "^GPU [0-9]" "$log"; }; then
   echo "gpu_check: no CUDA GPU here (nvidia-smi missing, or nvidia-smi -L listed none: $(head -c 300 "$log"))." >&2
   echo "gpu_check: without a GPU run the emulator tests instead: ctest -L cuda_emu" >&2
   exit 2
@@ -67,17 +82,42 @@ fi
 status=0
 fail() { status=1; echo "gpu_check: FAILED: $*" >&2; }
 {
-  echo "# gradsleuth GPU check, $day"
+  echo "# gradsleuth GPU check, $day$([[ $emulator == 1 ]] && echo ' (on the CPU emulator: a check of the script, not of a GPU)')"
   echo
   echo "Commit \`$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)\`, host \`$(hostname)\`, $(nproc) CPU cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))."
   echo
   echo "## Devices"
   echo
   echo '```'
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1
-  nvcc --version 2>&1 | tail -n 2
+  if [[ $emulator == 1 ]]; then echo "(none: the CPU emulator)"; else
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1
+    nvcc --version 2>&1 | tail -n 2
+  fi
   echo '```'
 } >"$report"
+
+if [[ $emulator == 1 ]]; then
+  # The bundle, dry: a configure that finds Eigen and doctest only through it (/usr and /usr/local
+  # are ignored prefixes), then one object that includes Eigen (not on the default include path).
+  dry=$(mktemp -d)
+  trap 'rm -f "$log"; rm -rf "$dry"' EXIT
+  echo "gpu_check: the --prepare bundle, dry run in $dry" >&2
+  if ! bash "$0" --prepare "$dry/carry" >"$log" 2>&1 ||
+     ! cmake -S "$root" -B "$dry/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$dry/carry/usr" \
+       "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local" -DGRADSLEUTH_CUDA=OFF -DGRADSLEUTH_CUDA_EMU=OFF \
+       -DGRADSLEUTH_BUILD_LABS=OFF -DGRADSLEUTH_BUILD_BENCH=OFF >>"$log" 2>&1 ||
+     ! grep -q "^Eigen3_DIR:PATH=$dry/carry/" "$dry/build/CMakeCache.txt" ||
+     ! grep -q "^doctest_DIR:PATH=$dry/carry/" "$dry/build/CMakeCache.txt" ||
+     ! cmake --build "$dry/build" --target core/CMakeFiles/gradsleuth_core.dir/cpu/linalg.cpp.o >>"$log" 2>&1; then
+    { echo; echo "## The --prepare bundle: FAILED"; echo; echo '```'; tail -n 40 "$log"; echo '```'; } >>"$report"
+    echo "gpu_check: the bundle's dry run failed; see $report" >&2
+    exit 2
+  fi
+  { echo; echo "The --prepare bundle ($(du -sh "$dry/carry" | cut -f1)) configured a build that saw Eigen and doctest only through it, and compiled an Eigen object."; } >>"$report"
+  build=$emu_build
+  targets=()
+  gpu_tests=()
+else
 
 # ---- build: only what the checks run ----
 echo "gpu_check: configuring in $build (sm $archs)" >&2
@@ -105,13 +145,16 @@ if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$log" 2>&1; th
   exit 2
 fi
 echo "gpu_check: built in $((SECONDS - t0)) s ($(elapsed) so far)" >&2
+built_line="Built ${targets[*]} for sm $archs in $((SECONDS - t0)) s with $jobs jobs."
+fi
+[[ $emulator == 1 ]] && built_line="The emulator build in $build (not rebuilt)."
 cli=$build/bin/gradsleuth
 step=$build/bin/bench_step_device
 [[ -x $step ]] || step=$(find "$build" -name bench_step_device -type f -perm -u+x | head -n 1)
 
 {
   echo
-  echo "Built ${targets[*]} for sm $archs in $((SECONDS - t0)) s with $jobs jobs."
+  echo "$built_line"
   echo
   echo "## gradsleuth devices"
   echo
@@ -124,7 +167,12 @@ step=$build/bin/bench_step_device
   echo '```'
 } >>"$report"
 echo "gpu_check: ctest -L '^cuda\$' (${gpu_tests[*]})" >&2
-ctest --test-dir "$build" -L '^cuda$' --output-on-failure --timeout 300 >"$log" 2>&1 || fail "ctest -L '^cuda\$'"
+if [[ $emulator == 1 ]]; then
+  # Listed, not run: they would only skip without a GPU, and this may itself run under ctest.
+  ctest --test-dir "$build" -N -L '^cuda$' >"$log" 2>&1 || fail "ctest -N -L '^cuda\$'"
+else
+  ctest --test-dir "$build" -L '^cuda$' --output-on-failure --timeout 300 >"$log" 2>&1 || fail "ctest -L '^cuda\$'"
+fi
 tail -n 60 "$log" >>"$report"
 echo '```' >>"$report"
 
@@ -148,9 +196,12 @@ done
   echo '```'
 } >>"$report"
 echo "gpu_check: training steps ($(elapsed) so far)" >&2
-"$step" --device cuda --min-time "$step_time" >>"$report" 2>&1 || fail "bench_step_device --device cuda"
-"$step" --device cpu --threads 1 --min-time "$step_time" >>"$report" 2>&1 || fail "bench_step_device --device cpu --threads 1"
-OMP_WAIT_POLICY=passive "$step" --device cpu --threads "$(nproc)" --min-time "$step_time" >>"$report" 2>&1 ||
+only=()
+[[ $emulator == 1 ]] && { only=(--only mlp/64); step_time=0.01; }  # the emulator: one small case, for the logic
+"$step" --device cuda --min-time "$step_time" "${only[@]}" >>"$report" 2>&1 || fail "bench_step_device --device cuda"
+"$step" --device cpu --threads 1 --min-time "$step_time" "${only[@]}" >>"$report" 2>&1 ||
+  fail "bench_step_device --device cpu --threads 1"
+OMP_WAIT_POLICY=passive "$step" --device cpu --threads "$(nproc)" --min-time "$step_time" "${only[@]}" >>"$report" 2>&1 ||
   fail "bench_step_device --device cpu --threads $(nproc)"
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   PYTHONUNBUFFERED=1 python3 "$root/bench/peer_train_step.py" "$step_time" --device cuda >>"$report" 2>&1 ||
@@ -166,7 +217,9 @@ echo '```' >>"$report"
   echo "## compute-sanitizer (memcheck, racecheck) over test_cuda_backend_gpu's kernel tests"
 } >>"$report"
 backend_test=$(find "$build" -name test_cuda_backend_gpu -type f -perm -u+x | head -n 1)
-if ! command -v compute-sanitizer >/dev/null; then
+if [[ $emulator == 1 ]]; then
+  echo "(the emulator's own memcheck and racecheck ran in every step above; compute-sanitizer needs the GPU)" >>"$report"
+elif ! command -v compute-sanitizer >/dev/null; then
   echo "(compute-sanitizer is not on the PATH)" >>"$report"
 elif [[ -z $backend_test ]]; then
   echo "(test_cuda_backend_gpu was not built)" >>"$report"
