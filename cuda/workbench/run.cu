@@ -176,7 +176,8 @@ RunResult run(const std::string& kernel, int version, const Shape& shape, const 
   c.check(cudaDeviceSynchronize(), "the kernel (cudaDeviceSynchronize)");
   std::vector<float> got(p.want.size());
   c.check(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy (result)");
-  r.validation = validate_result(got.data(), p.want.data(), static_cast<int64_t>(got.size()), p.atol, p.rtol);
+  r.validation = validate_result(got.data(), p.want.data(), static_cast<int64_t>(got.size()), p.atol, p.rtol,
+                                 p.atol_each.empty() ? nullptr : p.atol_each.data());
 
   if (!kEmulator && opt.time && r.validation.ok) {
     r.timed = true;

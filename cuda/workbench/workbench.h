@@ -70,6 +70,7 @@ struct Problem {
   std::vector<std::vector<float>> inputs;  // matmul: A, B; layernorm: x, w, b; others: x
   std::vector<float> want;                 // the reference output
   double atol = 0.0, rtol = 0.0;           // the tolerance for this size (see tolerance_note)
+  std::vector<float> atol_each;            // per-element absolute bounds, when the kernel has them (matmul)
   std::string tolerance_note;              // why that tolerance
 };
 Problem make_problem(const KernelSpec& k, const Shape& s);
@@ -80,7 +81,9 @@ struct Validation {
   int64_t n = 0, mismatches = 0, first_bad = -1;
   double first_got = 0.0, first_want = 0.0, max_abs_err = 0.0, max_rel_err = 0.0;
 };
-Validation validate_result(const float* got, const float* want, int64_t n, double atol, double rtol);
+// atol_each (optional, n values): a per-element absolute bound used instead of atol.
+Validation validate_result(const float* got, const float* want, int64_t n, double atol, double rtol,
+                           const float* atol_each = nullptr);
 
 struct RunOptions {
   bool time = true;  // ignored on the emulator (never timed)
