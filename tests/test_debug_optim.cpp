@@ -565,3 +565,26 @@ TEST_CASE("SummaryCache: one pass per tensor while its data is unchanged, a fres
   t.fill_(1.0);
   CHECK(dbg::summarize(t).max == 1.0);
 }
+
+TEST_CASE("sampled_finite: a NaN row or a NaN column of a large gradient is found, whatever its index") {
+  // The shapes of linear layers' weight gradients: [out, in], and [rows, a short last dim].
+  for (const gs::Shape& shape : std::vector<gs::Shape>{{128, 784}, {784, 128}, {10, 1000}, {5000, 10}, {4097}}) {
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+    const Tensor clean = gs::randn(shape);
+    CHECK(dbg::sampled_finite(clean));
+    for (int64_t r : {int64_t{0}, rows / 3, rows - 1}) {
+      Tensor g = clean.clone();
+      float* p = static_cast<float*>(g.raw_data());
+      for (int64_t c = 0; c < cols; ++c) p[r * cols + c] = NAN;
+      INFO("NaN row ", r, " of ", gs::shape_str(shape));
+      CHECK_FALSE(dbg::sampled_finite(g));
+    }
+    for (int64_t c : {int64_t{0}, int64_t{1}, cols / 2 + 1, cols - 1}) {
+      Tensor g = clean.clone();
+      float* p = static_cast<float*>(g.raw_data());
+      for (int64_t r = 0; r < rows; ++r) p[r * cols + c] = NAN;
+      INFO("NaN column ", c, " of ", gs::shape_str(shape));
+      CHECK_FALSE(dbg::sampled_finite(g));
+    }
+  }
+}
