@@ -187,6 +187,30 @@ std::vector<Finding> VarianceTracker::findings() const {
   std::vector<Finding> out;
   for (const Layer& l : layers_) {
     const auto& v = l.variance;
+    // The absolute limits, when set: the first sampled step outside them.
+    for (const auto& [st, var] : v) {
+      const bool above = o_.variance_max > 0.0 && var > o_.variance_max;
+      const bool below = o_.variance_min > 0.0 && var < o_.variance_min;
+      if (!above && !below) continue;
+      Finding f = make("M26", Severity::Warning,
+                       "the variance of " + l.name + "'s output was " + fmt_num(var) + " at step " + num(st) + ", " +
+                           (above ? "above the limit " + fmt_num(o_.variance_max) : "below the limit " + fmt_num(o_.variance_min)) +
+                           " set for it");
+      f.module = l.name;
+      f.step = st;
+      f.evidence = {{"variance of the output", var,
+                     (o_.variance_max > 0.0 ? "> " + fmt_num(o_.variance_max) : std::string()) +
+                         (o_.variance_max > 0.0 && o_.variance_min > 0.0 ? " or " : "") +
+                         (o_.variance_min > 0.0 ? "< " + fmt_num(o_.variance_min) : std::string()) + " flags (your limits)"}};
+      f.cause = above ? "the layer's activations are larger than this model should produce: weights initialised too "
+                        "large or growing (a learning rate too high), or inputs not normalised"
+                      : "the layer's output is (nearly) constant: units dead or saturated, weights shrunk to ~0, or "
+                        "an input that carries no signal";
+      f.fix = above ? "check the initialisation (M9, M27) and the inputs' scale (D5); lower the learning rate"
+                    : "look at the units before it (M7, M8) and the weight decay";
+      out.push_back(std::move(f));
+      break;
+    }
     if (static_cast<int64_t>(v.size()) < std::max<int64_t>(o_.variance_min_records, 4)) continue;
     const double first = v.front().second;
     const double last = detail::median({v[v.size() - 1].second, v[v.size() - 2].second, v[v.size() - 3].second});

@@ -36,6 +36,11 @@ struct RunCheckOptions {
   double variance_collapse = 1e-4;
   double variance_growth = 1e4;
   int64_t variance_min_records = 5;
+  // Absolute limits you set for your model (0: off): a sampled layer output whose variance is
+  // above variance_max, or below variance_min, is reported at the first step it crossed. The
+  // relative rule above needs no knowledge of the model; these catch a layer that starts wrong.
+  double variance_max = 0.0;
+  double variance_min = 0.0;
   // ---- W10 ----
   // A step whose wall time is above stall_factor x the median step, and above
   // stall_min_seconds, stalled; judged once stall_min_steps steps were timed. A step longer

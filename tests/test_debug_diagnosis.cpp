@@ -1140,3 +1140,32 @@ TEST_CASE("W10's watchdog reports a step that has not returned while it is still
   CHECK(fs[0].check == "W10");
   CHECK(fs[0].title.find("step 2 had not returned after") == 0);
 }
+
+TEST_CASE("M26's absolute limits: the first sampled step outside variance_max / variance_min, per layer; off by default") {
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 3));
+  auto run = [&](debug::RunCheckOptions o) {
+    debug::VarianceTracker t(o);
+    t.attach(*model);
+    t.set_active(true);
+    for (int64_t step = 1; step <= 6; ++step) {  // the input's scale, and so the output's variance, grows
+      t.set_step(step);
+      (*model)(gs::randn({16, 4}) * static_cast<double>(step * step));
+    }
+    return t.findings();
+  };
+  manual_seed(3);
+  CHECK(run({}).empty());  // a 36 x growth of the std is far from the relative rule's 1e4
+  debug::RunCheckOptions o;
+  o.variance_max = 50.0;
+  std::vector<debug::Finding> f = run(o);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].check == "M26");
+  CHECK(f[0].title.find("above the limit 50") != std::string::npos);
+  CHECK(f[0].step > 1);
+  debug::RunCheckOptions lo;
+  lo.variance_min = 1e6;  // every step is below it: reported once, at step 1
+  f = run(lo);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].step == 1);
+  CHECK(f[0].title.find("below the limit") != std::string::npos);
+}
