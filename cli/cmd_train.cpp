@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "cli/cli.h"
-#include "cli/json.h"
-#include "debug/html_report.h"
 #include "core/generator.h"
+#include "core/json.h"
+#include "debug/html_report.h"
 #include "distributed/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"

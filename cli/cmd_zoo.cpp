@@ -10,7 +10,6 @@
 #include <iostream>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "debug/html_report.h"
 #include "debug/zoo.h"
 #include "optim/progress.h"
