@@ -4,8 +4,8 @@
 #include <iostream>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "debug/checks.h"
 #include "debug/diagnosis.h"
 

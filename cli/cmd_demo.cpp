@@ -11,9 +11,9 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "core/autograd.h"
 #include "core/generator.h"
+#include "core/json.h"
 #include "core/ops.h"
 #include "debug/gradcheck.h"
 

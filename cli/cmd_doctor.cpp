@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "core/autograd.h"
+#include "core/json.h"
 #include "debug/activation_stats.h"
 #include "debug/checks.h"
 #include "debug/diagnose.h"

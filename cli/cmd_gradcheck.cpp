@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
-#include "cli/json.h"
+#include "core/json.h"
 #include "debug/gradcheck.h"
 
 namespace gradsleuth::cli {

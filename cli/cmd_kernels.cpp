@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "core/error.h"
+#include "core/json.h"
 
 // Set by cli/CMakeLists.txt: where the kernels run (one of GPU, EMU) and what was built.
 #ifndef GS_KERNELS_GPU

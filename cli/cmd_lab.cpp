@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "core/error.h"
+#include "core/json.h"
 
 namespace gradsleuth::cli {
 

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli/cli.h"
-#include "cli/json.h"
+#include "core/json.h"
 #include "core/op_registry.h"
 
 namespace gradsleuth::cli {

@@ -14,10 +14,10 @@
 #include <sstream>
 
 #include "cli/cli.h"
-#include "cli/json.h"
-#include "debug/html_report.h"
 #include "core/generator.h"
-#include "dist/dist.h"
+#include "core/json.h"
+#include "debug/html_report.h"
+#include "distributed/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -146,7 +146,7 @@ int cmd_train(const std::vector<std::string>& args) {
     val = va;
   }
   auto train_opts = nn::DataLoaderOptions().batch_size(batch).shuffle(true).seed(seed);
-  // Each rank reads every world-th row of the single-process shuffle (dist/sampler.h), so step k
+  // Each rank reads every world-th row of the single-process shuffle (distributed/sampler.h), so step k
   // of N ranks at batch B sees exactly the rows of step k of one process at batch N*B.
   if (world > 1)
     train_opts = train_opts.sampler(std::make_shared<dist::DistributedSampler>(

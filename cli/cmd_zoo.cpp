@@ -10,13 +10,12 @@
 #include <iostream>
 
 #include "cli/cli.h"
-#include "cli/json.h"
 #include "debug/html_report.h"
 #include "debug/zoo.h"
 #include "optim/progress.h"
 #ifdef GS_WITH_DIST_ZOO
 #include "debug/dist_zoo.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #endif
 
 namespace gradsleuth::cli {
@@ -26,7 +25,7 @@ namespace {
 // `zoo --distributed`: every rank trains; rank 0 prints the matrix and writes the JSON.
 int zoo_distributed(Args& a) {
 #ifndef GS_WITH_DIST_ZOO
-  GS_CHECK(false, "zoo --distributed", "this gradsleuth was built without dist/ (data-parallel training)");
+  GS_CHECK(false, "zoo --distributed", "this gradsleuth was built without distributed/ (data-parallel training)");
   return 1;
 #else
   auto& pg = dist::ProcessGroup::world();

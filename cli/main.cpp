@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace {
 

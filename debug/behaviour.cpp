@@ -14,7 +14,7 @@
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "debug/hooks.h"
-#include "debug/model_checks.h"
+#include "debug/host_copy.h"
 #include "debug/tensor_stats.h"
 
 namespace gradsleuth::debug {

@@ -14,8 +14,8 @@
 #include "debug/check_util.h"
 #include "debug/checks.h"
 #include "debug/dist_checks.h"
-#include "dist/ddp.h"
-#include "dist/sampler.h"
+#include "distributed/ddp.h"
+#include "distributed/sampler.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "debug/zoo.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "nn/bugs.h"
 
 namespace gradsleuth::debug::dist_zoo {

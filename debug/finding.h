@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
+
 namespace gradsleuth::debug {
 
 enum class Severity { Info = 0, Warning = 1, Error = 2 };
@@ -135,9 +137,9 @@ class Report {
   std::set<std::string> ran_;
 };
 
-// JSON helpers shared by the debug module's writers.
-std::string json_str(const std::string& s);  // a quoted, escaped JSON string
-std::string json_num(double v);              // NaN/Inf (no JSON spelling) become null
+// The JSON writers of core/json.h, as the debug module's reports use them.
+using gradsleuth::json_num;  // NaN/Inf (no JSON spelling) become null
+using gradsleuth::json_str;  // a quoted, escaped JSON string
 
 // Formats a number compactly for messages: 0.83, 1.2e-08, 3.4e+05.
 std::string fmt_num(double v);

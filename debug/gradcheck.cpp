@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/coords.h"
 #include "core/generator.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
@@ -34,21 +35,6 @@ std::string fmt(double v) {
   std::ostringstream os;
   os << std::setprecision(6) << v;
   return os.str();
-}
-
-std::string coords_str(const std::vector<int64_t>& c) {
-  std::string s = "(";
-  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
-  return s + ")";
-}
-
-std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> c(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    c[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return c;
 }
 
 // Element offsets of a strided tensor in row-major order.

@@ -27,6 +27,7 @@
 #include "core/tensor.h"
 #include "debug/finding.h"
 #include "debug/gradcheck.h"
+#include "debug/host_copy.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -157,31 +158,6 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
 // the input it saw in one forward of `x` (first `rows` rows only).
 std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows = 4,
                                       GradcheckOptions opts = {});
-
-// For the checks that perturb or round values one element at a time through host pointers
-// (M13's central differences, M18's half-precision rounding): moves a module that lives on a
-// device to the CPU for the guard's lifetime, and puts it back afterwards (its parameters and
-// buffers on their device again, exactly, and every parameter's .grad), also when the check
-// throws. Module::to moves in place, so handles held elsewhere (an optimizer, hooks) stay valid.
-// A module already on the CPU is not touched. A module whose tensors are on more than one
-// device is refused: it cannot run as it is, and moving it back would change it.
-class HostCopyGuard {
- public:
-  HostCopyGuard(nn::Module& module, const char* who);
-  ~HostCopyGuard() noexcept(false);  // throws only when moving back fails outside unwinding
-  HostCopyGuard(const HostCopyGuard&) = delete;
-  HostCopyGuard& operator=(const HostCopyGuard&) = delete;
-  bool moved() const { return moved_; }
-  Device device() const { return device_; }  // where the module lives (kCPU when not moved)
-  void restore();                            // back to the device now (idempotent)
-
- private:
-  nn::Module& module_;
-  Device device_ = kCPU;
-  bool moved_ = false;
-  std::vector<std::pair<Tensor, Tensor>> grads_;
-  int exceptions_ = std::uncaught_exceptions();  // in flight at construction
-};
 
 // ---- M14, M15, M16: short training runs ------------------------------------------
 // Every run starts from the model's current parameters and buffers and puts them

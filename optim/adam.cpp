@@ -40,59 +40,50 @@ void Adam::update() {
   const auto [beta1, beta2] = options_.betas();
   const double eps = options_.eps();
   const bool amsgrad = options_.amsgrad();
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const ParamGroup& group = groups_[gi];
-    const double lr = group.lr, wd = group.weight_decay;
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      Tensor p = group.params[i];
-      Tensor g = p.grad();
-      if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
-      GS_CHECK(g.shape() == p.shape(), step_op_, "parameter ", i, " of group ", gi, " is ", p.str(),
-               " but its gradient is ", g.str(), "; something replaced .grad with a tensor of another shape");
-      State& st = state_.at(gi, i);
-      if (st.step == 0 || !st.exp_avg.defined()) {
-        const TensorOptions opts = TensorOptions(p.dtype()).device(p.device());
-        st.exp_avg = zeros(p.shape(), opts);
-        st.exp_avg_sq = zeros(p.shape(), opts);
-      }
-      if (amsgrad && !st.max_exp_avg_sq.defined())
-        st.max_exp_avg_sq = zeros(p.shape(), TensorOptions(p.dtype()).device(p.device()));
-      const int64_t t = ++st.step;
-      const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
-      const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
-      const double step_size = lr / bc1, bc2_sqrt = std::sqrt(bc2);
-      const bool l2 = !decoupled_ && wd != 0.0, decoupled = decoupled_ && wd != 0.0;
-      mark_modified(p, step_op_);
-
-      if (fusable(p, g)) {
+  for_each_param(
+      step_op_, state_,
+      [&](const ParamRef& r, State& st) {
+        const Tensor& p = r.param;
+        if (st.step == 0 || !st.exp_avg.defined()) {
+          const TensorOptions opts = TensorOptions(p.dtype()).device(p.device());
+          st.exp_avg = zeros(p.shape(), opts);
+          st.exp_avg_sq = zeros(p.shape(), opts);
+        }
+        if (amsgrad && !st.max_exp_avg_sq.defined())
+          st.max_exp_avg_sq = zeros(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+        const int64_t t = ++st.step;
+        const double lr = r.group.lr, wd = r.group.weight_decay;
         AdamStep step;
         step.beta1 = beta1;
         step.beta2 = beta2;
         step.eps = eps;
         step.weight_decay = wd;
         step.lr = lr;
-        step.step_size = step_size;
-        step.bc2_sqrt = bc2_sqrt;
-        step.l2 = l2;
-        step.decoupled = decoupled;
+        step.step_size = lr / (1.0 - std::pow(beta1, static_cast<double>(t)));
+        step.bc2_sqrt = std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t)));
+        step.l2 = !decoupled_ && wd != 0.0;
+        step.decoupled = decoupled_ && wd != 0.0;
         step.amsgrad = amsgrad;
-        if (backend_of(p).adam_step(p, g, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq, step)) continue;
-      }
-
-      // The reference path: the formulas above as tensor ops.
-      Tensor grad = l2 ? g.add(p, wd) : g;
-      if (decoupled) p.mul_(1.0 - lr * wd);
-      st.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
-      st.exp_avg_sq.mul_(beta2).add_(grad * grad, 1.0 - beta2);
-      Tensor v = st.exp_avg_sq;
-      if (amsgrad) {
-        st.max_exp_avg_sq.copy_(maximum(st.max_exp_avg_sq, st.exp_avg_sq));
-        v = st.max_exp_avg_sq;
-      }
-      Tensor denom = v.sqrt() / bc2_sqrt + eps;
-      p.add_(st.exp_avg / denom, -step_size);
-    }
-  }
+        return step;
+      },
+      [&](const ParamRef& r, State& st, const AdamStep& step) {
+        return backend_of(r.param).adam_step(r.param, r.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq, step);
+      },
+      [&](const ParamRef& r, State& st, const AdamStep& step) {
+        // The formulas of adam.h as tensor ops.
+        Tensor& p = r.param;
+        Tensor grad = step.l2 ? r.grad.add(p, step.weight_decay) : r.grad;
+        if (step.decoupled) p.mul_(1.0 - step.lr * step.weight_decay);
+        st.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
+        st.exp_avg_sq.mul_(beta2).add_(grad * grad, 1.0 - beta2);
+        Tensor v = st.exp_avg_sq;
+        if (amsgrad) {
+          st.max_exp_avg_sq.copy_(maximum(st.max_exp_avg_sq, st.exp_avg_sq));
+          v = st.max_exp_avg_sq;
+        }
+        Tensor denom = v.sqrt() / step.bc2_sqrt + eps;
+        p.add_(st.exp_avg / denom, -step.step_size);
+      });
 }
 
 std::map<std::string, Tensor> Adam::state_dict() const {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace gradsleuth::optim {
@@ -44,6 +45,9 @@ struct ParamGroup {
   double weight_decay = kInherit;  // after construction always a number
   std::string name;                // optional label ("backbone", "head")
 };
+
+template <class S>
+class PerParamState;
 
 class Optimizer {
  public:
@@ -104,6 +108,24 @@ class Optimizer {
 
   // The update rule: called by step() under NoGradGuard.
   virtual void update() = 0;
+
+  // One parameter of the update, as for_each_param hands it to the update rule.
+  struct ParamRef {
+    const ParamGroup& group;
+    size_t group_index;
+    size_t index;   // within the group
+    Tensor& param;  // p
+    Tensor& grad;   // p.grad(), defined and of p's shape
+  };
+  // The loop every update rule shares. For each parameter p, in group order, whose gradient is
+  // defined (one no gradient reached keeps its value and its state): checks the gradient's shape
+  // (raising as `op`, e.g. "Adam.step"), takes p's entry in `state`, calls prepare(ref, st), which
+  // makes the state it lacks and returns the step's numbers (an SgdStep, AdamStep, ...), marks p
+  // modified as `op`, then runs fused(ref, st, step) when fusable(p, grad), and
+  // reference(ref, st, step), the tensor ops, unless the fused step returned true.
+  template <class S, class Prepare, class Fused, class Reference>
+  void for_each_param(const char* op, PerParamState<S>& state, Prepare&& prepare, Fused&& fused,
+                      Reference&& reference);
 
   // True when p (and its gradient g) can take the fused loop: fused() is on,
   // both are contiguous CPU tensors of the same float dtype.
@@ -168,5 +190,26 @@ class PerParamState {
  private:
   std::vector<std::vector<S>> state_;
 };
+
+template <class S, class Prepare, class Fused, class Reference>
+void Optimizer::for_each_param(const char* op, PerParamState<S>& state, Prepare&& prepare, Fused&& fused,
+                               Reference&& reference) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const ParamGroup& group = groups_[gi];
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor p = group.params[i];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
+      GS_CHECK(g.shape() == p.shape(), op, "parameter ", i, " of group ", gi, " is ", p.str(), " but its gradient is ",
+               g.str(), "; something replaced .grad with a tensor of another shape");
+      const ParamRef ref{group, gi, i, p, g};
+      S& st = state.at(gi, i);
+      const auto step = prepare(ref, st);
+      mark_modified(p, op);
+      if (fusable(p, g) && fused(ref, st, step)) continue;
+      reference(ref, st, step);
+    }
+  }
+}
 
 }  // namespace gradsleuth::optim

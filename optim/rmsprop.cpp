@@ -34,52 +34,46 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
 void RMSprop::update() {
   const double alpha = options_.alpha(), eps = options_.eps(), mom = options_.momentum();
   const bool centered = options_.centered();
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const ParamGroup& group = groups_[gi];
-    const double lr = group.lr, wd = group.weight_decay;
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      Tensor p = group.params[i];
-      Tensor g = p.grad();
-      if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
-      GS_CHECK(g.shape() == p.shape(), "RMSprop.step", "parameter ", i, " of group ", gi, " is ", p.str(),
-               " but its gradient is ", g.str(), "; something replaced .grad with a tensor of another shape");
-      State& st = state_.at(gi, i);
-      const TensorOptions opts = TensorOptions(p.dtype()).device(p.device());
-      if (!st.square_avg.defined()) st.square_avg = zeros(p.shape(), opts);
-      if (centered && !st.grad_avg.defined()) st.grad_avg = zeros(p.shape(), opts);
-      if (mom > 0.0 && !st.momentum_buffer.defined()) st.momentum_buffer = zeros(p.shape(), opts);
-      ++st.step;
-      mark_modified(p, kStepOp);
-
-      if (fusable(p, g)) {
+  for_each_param(
+      kStepOp, state_,
+      [&](const ParamRef& r, State& st) {
+        const Tensor& p = r.param;
+        const TensorOptions opts = TensorOptions(p.dtype()).device(p.device());
+        if (!st.square_avg.defined()) st.square_avg = zeros(p.shape(), opts);
+        if (centered && !st.grad_avg.defined()) st.grad_avg = zeros(p.shape(), opts);
+        if (mom > 0.0 && !st.momentum_buffer.defined()) st.momentum_buffer = zeros(p.shape(), opts);
+        ++st.step;
         RmspropStep step;
-        step.lr = lr;
+        step.lr = r.group.lr;
         step.alpha = alpha;
         step.eps = eps;
-        step.weight_decay = wd;
+        step.weight_decay = r.group.weight_decay;
         step.momentum = mom;
         step.centered = centered;
-        if (backend_of(p).rmsprop_step(p, g, st.square_avg, st.grad_avg, st.momentum_buffer, step)) continue;
-      }
-
-      // The reference path: the formulas above as tensor ops.
-      Tensor grad = wd != 0.0 ? g.add(p, wd) : g;
-      st.square_avg.mul_(alpha).add_(grad * grad, 1.0 - alpha);
-      Tensor avg;
-      if (centered) {
-        st.grad_avg.mul_(alpha).add_(grad, 1.0 - alpha);
-        avg = (st.square_avg - st.grad_avg * st.grad_avg).sqrt() + eps;
-      } else {
-        avg = st.square_avg.sqrt() + eps;
-      }
-      if (mom > 0.0) {
-        st.momentum_buffer.mul_(mom).add_(grad / avg);
-        p.add_(st.momentum_buffer, -lr);
-      } else {
-        p.add_(grad / avg, -lr);
-      }
-    }
-  }
+        return step;
+      },
+      [&](const ParamRef& r, State& st, const RmspropStep& step) {
+        return backend_of(r.param).rmsprop_step(r.param, r.grad, st.square_avg, st.grad_avg, st.momentum_buffer, step);
+      },
+      [&](const ParamRef& r, State& st, const RmspropStep& step) {
+        // The formulas of rmsprop.h as tensor ops.
+        Tensor& p = r.param;
+        Tensor grad = step.weight_decay != 0.0 ? r.grad.add(p, step.weight_decay) : r.grad;
+        st.square_avg.mul_(alpha).add_(grad * grad, 1.0 - alpha);
+        Tensor avg;
+        if (centered) {
+          st.grad_avg.mul_(alpha).add_(grad, 1.0 - alpha);
+          avg = (st.square_avg - st.grad_avg * st.grad_avg).sqrt() + eps;
+        } else {
+          avg = st.square_avg.sqrt() + eps;
+        }
+        if (mom > 0.0) {
+          st.momentum_buffer.mul_(mom).add_(grad / avg);
+          p.add_(st.momentum_buffer, -step.lr);
+        } else {
+          p.add_(grad / avg, -step.lr);
+        }
+      });
 }
 
 std::map<std::string, Tensor> RMSprop::state_dict() const {

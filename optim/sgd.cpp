@@ -30,44 +30,38 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 
 void SGD::update() {
   const double mom = options_.momentum(), damp = options_.dampening();
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const ParamGroup& group = groups_[gi];
-    for (size_t i = 0; i < group.params.size(); ++i) {
-      Tensor p = group.params[i];
-      Tensor g = p.grad();
-      if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
-      GS_CHECK(g.shape() == p.shape(), "SGD.step", "parameter ", i, " of group ", gi, " is ", p.str(),
-               " but its gradient is ", g.str(), "; something replaced .grad with a tensor of another shape");
-      State& st = state_.at(gi, i);
-      const bool first = !st.momentum_buffer.defined();
-      mark_modified(p, kStepOp);
-
-      if (fusable(p, g)) {
-        if (mom != 0.0 && first) st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+  for_each_param(
+      kStepOp, state_,
+      [&](const ParamRef& r, State& st) {
         SgdStep step;
-        step.lr = group.lr;
-        step.weight_decay = group.weight_decay;
+        step.lr = r.group.lr;
+        step.weight_decay = r.group.weight_decay;
         step.momentum = mom;
         step.dampening = damp;
         step.nesterov = options_.nesterov();
-        step.first = first;
-        if (backend_of(p).sgd_step(p, g, st.momentum_buffer, step)) continue;
-        if (first) st.momentum_buffer = Tensor();  // not fused after all: the tensor ops start it
-      }
-
-      // The reference path: the formulas above as tensor ops.
-      Tensor d = group.weight_decay != 0.0 ? g.add(p, group.weight_decay) : g;
-      if (mom != 0.0) {
-        if (first) {
-          st.momentum_buffer = d.clone();
-        } else {
-          st.momentum_buffer.mul_(mom).add_(d, 1.0 - damp);
+        step.first = !st.momentum_buffer.defined();
+        return step;
+      },
+      [&](const ParamRef& r, State& st, const SgdStep& step) {
+        Tensor& p = r.param;
+        if (mom != 0.0 && step.first) st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+        if (backend_of(p).sgd_step(p, r.grad, st.momentum_buffer, step)) return true;
+        if (step.first) st.momentum_buffer = Tensor();  // not fused after all: the tensor ops start it
+        return false;
+      },
+      [&](const ParamRef& r, State& st, const SgdStep& step) {
+        // The formulas of sgd.h as tensor ops.
+        Tensor d = step.weight_decay != 0.0 ? r.grad.add(r.param, step.weight_decay) : r.grad;
+        if (mom != 0.0) {
+          if (step.first) {
+            st.momentum_buffer = d.clone();
+          } else {
+            st.momentum_buffer.mul_(mom).add_(d, 1.0 - damp);
+          }
+          d = step.nesterov ? d.add(st.momentum_buffer, mom) : st.momentum_buffer;
         }
-        d = options_.nesterov() ? d.add(st.momentum_buffer, mom) : st.momentum_buffer;
-      }
-      p.add_(d, -group.lr);
-    }
-  }
+        r.param.add_(d, -step.lr);
+      });
 }
 
 std::map<std::string, Tensor> SGD::state_dict() const {

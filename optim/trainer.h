@@ -104,7 +104,7 @@ struct TrainerOptions {
   // train and validation). Unset (the default): the model's own device, batches moved to it.
   // A CUDA device needs the backend registered: gradsleuth::cuda::init() (cuda/cuda.h).
   GS_OPTIM_ARG(std::optional<Device>, device);
-  // Data-parallel training (dist/, docs/distributed.md): maps this process's per-step loss and
+  // Data-parallel training (distributed/, docs/distributed.md): maps this process's per-step loss and
   // accuracy to the job's (dist: the mean over the ranks, an all-reduce), before they are
   // logged, shown or passed to callbacks, so every rank sees, and rank 0 writes, the global
   // value. Every rank calls it at the same points. Unset: this process's values.

@@ -33,7 +33,7 @@ need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
 # Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
 need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
-# MPI for data-parallel training (dist/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
+# MPI for data-parallel training (distributed/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
 need_file /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev
 need_cmd mpirun openmpi-bin
 # Graphviz's `dot`: the autograd graph as an SVG picture (gradsleuth graph, and the graph section of

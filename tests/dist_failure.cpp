@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/ops.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 int main(int argc, char** argv) {
   namespace dist = gradsleuth::dist;

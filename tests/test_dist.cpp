@@ -11,7 +11,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"

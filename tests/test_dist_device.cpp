@@ -21,7 +21,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "cuda/cuda.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/ops.h"
-#include "dist/dist.h"
+#include "distributed/dist.h"
 #include "nn/container.h"
 #include "nn/data.h"
 #include "nn/linear.h"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "debug/dist_zoo.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "nn/bugs.h"
 #include "nn/fashion_mnist.h"
 

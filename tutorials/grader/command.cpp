@@ -2,7 +2,6 @@
 // the standalone graders that CTest runs (grader/main.cpp).
 #include <iostream>
 
-#include "cli/json.h"
 #include "tutorials/grader/grader.h"
 
 namespace gradsleuth::labs {

@@ -24,7 +24,7 @@
 #include <omp.h>
 #endif
 
-#include "cli/json.h"
+#include "core/json.h"
 
 namespace gradsleuth::labs {
 
@@ -50,21 +50,6 @@ std::string num(double v) {
   std::ostringstream os;
   os << std::setprecision(6) << v;
   return os.str();
-}
-
-std::string coords_str(const std::vector<int64_t>& c) {
-  std::string s = "(";
-  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + std::to_string(c[i]);
-  return s + ")";
-}
-
-std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
-  std::vector<int64_t> c(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    c[d] = shape[d] > 0 ? flat % shape[d] : 0;
-    flat = shape[d] > 0 ? flat / shape[d] : 0;
-  }
-  return c;
 }
 
 bool within_storage(const Tensor& t, std::string* why) {
@@ -509,9 +494,6 @@ void print_report(std::ostream& os, const LabResult& r, bool verbose) {
 }
 
 std::string report_json(const LabResult& r) {
-  using cli::json_bool;
-  using cli::json_num;
-  using cli::json_str;
   std::ostringstream os;
   os << "{\"lab\":" << r.number << ",\"title\":" << json_str(r.title) << ",\"dir\":" << json_str("tutorials/" + r.dir)
      << ",\"points\":" << r.points << ",\"max_points\":" << r.max_points << ",\"seconds\":" << json_num(r.seconds)
@@ -551,7 +533,6 @@ void print_list(std::ostream& os) {
 }
 
 std::string list_json() {
-  using cli::json_str;
   std::ostringstream os;
   os << "{\"labs\":[";
   const auto& labs = all_labs();

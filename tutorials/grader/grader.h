@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/coords.h"
 #include "core/tensor.h"
 
 namespace gradsleuth::labs {
@@ -115,8 +116,7 @@ std::string fixed(double v, int digits);             // fixed-point: fixed(0.812
 std::string sci(double v);                           // 3 significant digits: "3.7e-07", "0.39"
 // N(0, scale^2) values from a generator seeded with `seed`: the same inputs on every run and machine.
 Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0, DType dt = kFloat32);
-std::string coords_str(const std::vector<int64_t>& c);  // "(1, 2)"
-std::vector<int64_t> unravel(int64_t flat, const Shape& shape);  // row-major flat index -> coordinates
+// coords_str ("(1, 2)") and unravel (row-major flat index -> coordinates): core/coords.h.
 // True when every element of t (by its shape, strides and offset) lies inside its
 // storage; otherwise false, with the reason in *why. Check this before reading a
 // tensor the student's code built.

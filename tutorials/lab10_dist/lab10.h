@@ -1,7 +1,7 @@
 // Lab 10: data-parallel training and its silent bugs (README.md in this folder).
 // Declared once for your code (lab10.cpp) and the reference solution
 // (solution/lab10.cpp); the grader (../grader/grade_lab10.cpp) calls them here and
-// compares with dist/ (DistributedSampler, DistributedDataParallel) and the debug
+// compares with distributed/ (DistributedSampler, DistributedDataParallel) and the debug
 // module's data-parallel checks (debug/dist_checks.h: D11, M21, M22, O7).
 //
 // Tasks 10.2 and 10.3 need several processes: grade them with
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "debug/finding.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "nn/module.h"
 
 namespace gradsleuth::lab10 {

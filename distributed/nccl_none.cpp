@@ -2,7 +2,7 @@
 // silent copy through the host. The message names the op, the tensor and its device, why this
 // build has no NCCL (GS_NCCL_FOUND_NOT_LINKED: NCCL was found but the CUDA tensors programs make
 // come from the CPU emulator, or NCCL/nvcc were not found at all) and the two ways out.
-#include "dist/nccl.h"
+#include "distributed/nccl.h"
 
 #ifndef GS_NCCL_FOUND_NOT_LINKED
 #define GS_NCCL_FOUND_NOT_LINKED 0

@@ -1,9 +1,9 @@
-// The NCCL half of ProcessGroup: collectives on CUDA tensors. Internal to dist/.
+// The NCCL half of ProcessGroup: collectives on CUDA tensors. Internal to distributed/.
 // Built from nccl.cpp when the CUDA backend (nvcc) and NCCL are found, else from
 // nccl_none.cpp, whose functions raise a clear error naming the tensor and the fix.
 #pragma once
 #include "core/tensor.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 namespace gradsleuth::dist::detail {
 

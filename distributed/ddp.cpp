@@ -1,4 +1,4 @@
-#include "dist/ddp.h"
+#include "distributed/ddp.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,7 +1,7 @@
 // ProcessGroup over MPI (see process_group.h). Every collective is issued non-blocking
 // (MPI_Iallreduce, MPI_Ibcast, ...) and waited for by polling, so a wait can give up after
 // timeout() seconds with an error instead of blocking forever.
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 #include <chrono>
 #include <cstdio>
@@ -16,7 +16,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "dist/nccl.h"
+#include "distributed/nccl.h"
 
 #if GS_HAVE_MPI
 #include <mpi.h>

@@ -6,7 +6,7 @@
 // other ranks through an MPI broadcast. Each rank uses its current CUDA device: with several
 // GPUs per machine, give each rank its own (CUDA_VISIBLE_DEVICES per rank, docs/distributed.md).
 // The watchdog (ProcessGroup::set_timeout) does not cover NCCL calls.
-#include "dist/nccl.h"
+#include "distributed/nccl.h"
 
 #include <cstring>
 

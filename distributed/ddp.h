@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "nn/bugs.h"
 #include "nn/module.h"
 

@@ -1,4 +1,4 @@
-#include "dist/sampler.h"
+#include "distributed/sampler.h"
 
 #include <numeric>
 
