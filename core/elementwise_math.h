@@ -66,6 +66,7 @@ GS_HOST_DEVICE inline auto unary_formula(T x) {
   else if constexpr (Op == UnaryOp::Expm1) return static_cast<T>(::expm1(to_math(x)));
   else if constexpr (Op == UnaryOp::Sin) return static_cast<T>(::sin(to_math(x)));
   else if constexpr (Op == UnaryOp::Cos) return static_cast<T>(::cos(to_math(x)));
+  else if constexpr (Op == UnaryOp::Rsqrt) return static_cast<T>(MathT<T>(1) / ::sqrt(to_math(x)));
   else if constexpr (Op == UnaryOp::LogicalNot) return static_cast<T>(x == 0);
   else if constexpr (Op == UnaryOp::IsNan) return is_nan(x);
   else if constexpr (Op == UnaryOp::IsInf) return is_inf(x);
