@@ -5,14 +5,13 @@
 // so any thread — or CUDA thread — can compute its own element, and the same
 // seed gives bit-identical tensors regardless of threading.
 #pragma once
+#include <math.h>
+
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
-#if defined(__CUDACC__)
-#define GS_HOST_DEVICE __host__ __device__
-#else
-#define GS_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace gradsleuth {
 
@@ -48,6 +47,50 @@ struct Philox4x32 {
     return static_cast<double>(bits & ((1ULL << 53) - 1)) * (1.0 / 9007199254740992.0);
   }
 };
+
+// The samples of the backends' uniform and normal kernels, element for element the same on
+// the CPU (core/cpu/random.cpp) and on CUDA (cuda/random.cu), so a seed gives one tensor on both.
+namespace philox_sample {
+
+// Elements 4*blk .. 4*blk+3 of o (n elements, contiguous), uniform in [lo, hi). float: element
+// i is word i % 4 of block offset + i / 4; double: element i uses words 2i and 2i+1, from
+// blocks offset + 2*blk and offset + 2*blk + 1; int64 floors, bool is u < 0.5.
+template <class T>
+GS_HOST_DEVICE inline void uniform_block(T* o, int64_t n, int64_t blk, double lo, double hi, uint64_t seed,
+                                         uint64_t offset) {
+  uint32_t r[4];
+  if constexpr (std::is_same_v<T, double>) {
+    uint32_t r2[4];
+    Philox4x32::round4(seed, offset + 2 * blk, r);
+    Philox4x32::round4(seed, offset + 2 * blk + 1, r2);
+    const uint32_t w[8] = {r[0], r[1], r[2], r[3], r2[0], r2[1], r2[2], r2[3]};
+    for (int j = 0; j < 4 && blk * 4 + j < n; ++j)
+      o[blk * 4 + j] = lo + (hi - lo) * Philox4x32::uniform_double(w[2 * j], w[2 * j + 1]);
+  } else {
+    Philox4x32::round4(seed, offset + blk, r);
+    for (int j = 0; j < 4 && blk * 4 + j < n; ++j) {
+      const double u = Philox4x32::uniform_float(r[j]);
+      if constexpr (std::is_same_v<T, bool>) o[blk * 4 + j] = u < 0.5;
+      else if constexpr (std::is_integral_v<T>) o[blk * 4 + j] = static_cast<T>(::floor(lo + (hi - lo) * u));
+      else o[blk * 4 + j] = static_cast<T>(lo + (hi - lo) * u);
+    }
+  }
+}
+
+// Box-Muller: elements 2j and 2j+1 of o (n elements, contiguous) from Philox block offset + j.
+template <class T>
+GS_HOST_DEVICE inline void normal_pair(T* o, int64_t n, int64_t j, double mean, double stdv, uint64_t seed,
+                                       uint64_t offset) {
+  uint32_t r[4];
+  Philox4x32::round4(seed, offset + j, r);
+  const double u1 = 1.0 - Philox4x32::uniform_double(r[0], r[1]);  // (0, 1]
+  const double u2 = Philox4x32::uniform_double(r[2], r[3]);
+  const double rad = ::sqrt(-2.0 * ::log(u1)), th = 2.0 * M_PI * u2;
+  o[2 * j] = static_cast<T>(mean + stdv * rad * ::cos(th));
+  if (2 * j + 1 < n) o[2 * j + 1] = static_cast<T>(mean + stdv * rad * ::sin(th));
+}
+
+}  // namespace philox_sample
 
 // A stream of random numbers. Each sampling call consumes a block of counters,
 // so consecutive calls give independent values and the sequence of calls is

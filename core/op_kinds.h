@@ -17,7 +17,7 @@ namespace gradsleuth {
 #define GS_UNARY_OPS(X)                                                                            \
   X(Neg, neg) X(Exp, exp) X(Log, log) X(Sqrt, sqrt) X(Abs, abs) X(Sign, sign)                      \
   X(Relu, relu) X(Sigmoid, sigmoid) X(Tanh, tanh) X(Erf, erf) X(Reciprocal, reciprocal)            \
-  X(Square, square) X(Log1p, log1p) X(Expm1, expm1) X(Sin, sin) X(Cos, cos)                        \
+  X(Square, square) X(Log1p, log1p) X(Expm1, expm1) X(Sin, sin) X(Cos, cos) X(Rsqrt, rsqrt)        \
   X(LogicalNot, logical_not) X(IsNan, isnan) X(IsInf, isinf) X(IsFinite, isfinite)
 // The comparisons and logical ops (Eq onwards) produce bool: keep them last (is_comparison).
 #define GS_BINARY_OPS(X)                                                                           \

@@ -92,7 +92,7 @@ constexpr KernelRowTraits kNotDifferentiable{.differentiable = false, .double_ba
 
 namespace unary_traits {
 constexpr KernelRowTraits Neg{}, Exp{}, Square{}, Expm1{};
-constexpr KernelRowTraits Log{.lo = 0.5, .hi = 2.0}, Sqrt{.lo = 0.5, .hi = 2.0};
+constexpr KernelRowTraits Log{.lo = 0.5, .hi = 2.0}, Sqrt{.lo = 0.5, .hi = 2.0}, Rsqrt{.lo = 0.5, .hi = 2.0};
 constexpr KernelRowTraits Abs{.sampling = Sampling::AwayFromZero}, Reciprocal{.sampling = Sampling::AwayFromZero};
 constexpr KernelRowTraits Relu{.sampling = Sampling::AwayFromZero};
 constexpr KernelRowTraits Sign{.sampling = Sampling::AwayFromZero, .differentiable = false,

@@ -42,12 +42,13 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Scalar& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Scalar& b);
-// The floating ops (exp, log, sqrt, reciprocal, erf, log1p, sin, cos, sigmoid, tanh, gelu,
+// The floating ops (exp, log, sqrt, rsqrt, reciprocal, erf, log1p, sin, cos, sigmoid, tanh, gelu,
 // softplus) of an int64 or bool tensor compute in float32, as in PyTorch.
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);  // 1 / sqrt(x)
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);   // not differentiable (zero gradient)
 Tensor square(const Tensor& x);

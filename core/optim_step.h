@@ -7,11 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define GS_HOST_DEVICE __host__ __device__
-#else
-#define GS_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace gradsleuth {
 

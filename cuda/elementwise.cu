@@ -1,10 +1,12 @@
 // cuda/elementwise.cu: unary and binary ops, comparisons, where, clamp and arange on the
-// device, with the CPU backend's scalar semantics (core/cpu/elementwise.cpp): NaN wins in
-// maximum/minimum, integer division by zero gives 0, bool add/mul are or/and.
+// device. Each op's scalar formula is core/elementwise_math.h's, the one the CPU backend
+// calls (NaN wins in maximum/minimum, integer division by zero gives 0, bool add/mul are
+// or/and); one kernel per dtype serves every op, chosen per element by a switch.
 #include "cuda/compat.h"
 
 #include <math.h>
 
+#include "core/elementwise_math.h"
 #include "cuda/kernel_utils.h"
 
 namespace gradsleuth::cuda {
@@ -14,117 +16,25 @@ namespace {
 template <class T>
 struct UnaryF {
   UnaryOp op;
-  __device__ T operator()(T x) const {
-    if constexpr (std::is_same_v<T, bool>) {
-      return op == UnaryOp::LogicalNot ? !x : x;  // abs/sign/relu/square of a bool are the bool
-    } else {
-      using M = MathT<T>;
-      const M m = static_cast<M>(x);
-      switch (op) {
-        case UnaryOp::Neg: return static_cast<T>(-x);
-        case UnaryOp::Exp: return static_cast<T>(exp(m));
-        case UnaryOp::Log: return static_cast<T>(log(m));
-        case UnaryOp::Sqrt: return static_cast<T>(sqrt(m));
-        case UnaryOp::Abs: return x < 0 ? static_cast<T>(-x) : x;
-        case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
-        case UnaryOp::Relu: return x <= T(0) ? T(0) : x;  // NaN passes through, as on the CPU
-        case UnaryOp::Sigmoid: {
-          // Stable for large |x|: never exponentiates a positive number.
-          if (m >= 0) return static_cast<T>(M(1) / (M(1) + exp(-m)));
-          const M e = exp(m);
-          return static_cast<T>(e / (M(1) + e));
-        }
-        case UnaryOp::Tanh: return static_cast<T>(tanh(m));
-        case UnaryOp::Erf: return static_cast<T>(erf(m));
-        case UnaryOp::Reciprocal: return static_cast<T>(M(1) / m);
-        case UnaryOp::Square: return static_cast<T>(x * x);
-        case UnaryOp::Log1p: return static_cast<T>(log1p(m));
-        case UnaryOp::Expm1: return static_cast<T>(expm1(m));
-        case UnaryOp::Sin: return static_cast<T>(sin(m));
-        case UnaryOp::Cos: return static_cast<T>(cos(m));
-        case UnaryOp::LogicalNot: return static_cast<T>(x == 0);
-        case UnaryOp::IsNan:  // predicates go through PredF; listed so that a new op is a compile warning
-        case UnaryOp::IsInf:
-        case UnaryOp::IsFinite:
-        case UnaryOp::kCount: return x;
-      }
-      return x;
-    }
-  }
+  __device__ T operator()(T x) const { return ew::unary_value<T>(op, x); }
 };
 
 template <class T>
 struct PredF {
   UnaryOp op;
-  __device__ bool operator()(T x) const {
-    if constexpr (is_float_v<T>) {
-      const bool nan = x != x;
-      const bool inf = x == static_cast<T>(INFINITY) || x == -static_cast<T>(INFINITY);
-      if (op == UnaryOp::IsNan) return nan;
-      if (op == UnaryOp::IsInf) return inf;
-      return !nan && !inf;
-    } else {
-      return op == UnaryOp::IsFinite;
-    }
-  }
+  __device__ bool operator()(T x) const { return ew::unary_predicate<T>(op, x); }
 };
 
 template <class T>
 struct BinaryF {
   BinaryOp op;
-  __device__ T operator()(T a, T b) const {
-    if constexpr (std::is_same_v<T, bool>) {
-      switch (op) {
-        case BinaryOp::Add: case BinaryOp::Maximum: case BinaryOp::LogicalOr: return a || b;
-        case BinaryOp::Mul: case BinaryOp::Minimum: case BinaryOp::LogicalAnd: return a && b;
-        case BinaryOp::Sub: return a != b;
-        case BinaryOp::Div: case BinaryOp::Pow: case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
-        case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge: case BinaryOp::kCount: return a;
-      }
-      return a;
-    } else {
-      switch (op) {
-        case BinaryOp::Add: return static_cast<T>(a + b);
-        case BinaryOp::Sub: return static_cast<T>(a - b);
-        case BinaryOp::Mul: return static_cast<T>(a * b);
-        case BinaryOp::Div:
-          if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a / b);  // ops/ never sends ints here
-          else return a / b;
-        case BinaryOp::Pow: return static_cast<T>(pow(static_cast<MathT<T>>(a), static_cast<MathT<T>>(b)));
-        case BinaryOp::Maximum:
-          if (is_nan(a) || is_nan(b)) return a + b;  // NaN wins
-          return a > b ? a : b;
-        case BinaryOp::Minimum:
-          if (is_nan(a) || is_nan(b)) return a + b;
-          return a < b ? a : b;
-        case BinaryOp::LogicalAnd: return static_cast<T>((a != 0) && (b != 0));
-        case BinaryOp::LogicalOr: return static_cast<T>((a != 0) || (b != 0));
-        case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt:
-        case BinaryOp::Ge: case BinaryOp::kCount: return a;  // comparisons go through CompareF
-      }
-      return a;
-    }
-  }
+  __device__ T operator()(T a, T b) const { return ew::binary_value<T>(op, a, b); }
 };
 
 template <class T>
 struct CompareF {
   BinaryOp op;
-  __device__ bool operator()(T a, T b) const {
-    switch (op) {
-      case BinaryOp::Eq: return a == b;
-      case BinaryOp::Ne: return a != b;
-      case BinaryOp::Lt: return a < b;
-      case BinaryOp::Le: return a <= b;
-      case BinaryOp::Gt: return a > b;
-      case BinaryOp::Ge: return a >= b;
-      case BinaryOp::LogicalAnd: return (a != T(0)) && (b != T(0));
-      case BinaryOp::LogicalOr: return (a != T(0)) || (b != T(0));
-      case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Div: case BinaryOp::Pow:
-      case BinaryOp::Maximum: case BinaryOp::Minimum: case BinaryOp::kCount: return false;
-    }
-    return false;
-  }
+  __device__ bool operator()(T a, T b) const { return ew::compare_value<T>(op, a, b); }
 };
 
 // o[i] = f(a[i]) over n elements (row-major order of the shared shape). 1-D grid-stride.
@@ -201,10 +111,9 @@ void arange(const DevTensor& out, double start, double step) {
 }
 
 void unary(UnaryOp op, const DevTensor& out, const DevTensor& in) {
-  const bool pred = op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite;
   dispatch(in.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (pred) map1<bool, T>(unary_op_name(op), out, in, PredF<T>{op});
+    if (ew::is_predicate(op)) map1<bool, T>(unary_op_name(op), out, in, PredF<T>{op});
     else map1<T, T>(unary_op_name(op), out, in, UnaryF<T>{op});
   });
 }

@@ -97,8 +97,4 @@ inline bool all_contiguous(const D&... ts) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
   i += static_cast<int64_t>(gridDim.x) * blockDim.x
 
-// The type transcendental functions are evaluated in: float for float, double otherwise.
-template <class T>
-using MathT = std::conditional_t<std::is_same_v<T, float>, float, double>;
-
 }  // namespace gradsleuth::cuda

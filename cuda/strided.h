@@ -3,13 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#ifndef GS_HOST_DEVICE
-#if defined(__CUDACC__)
-#define GS_HOST_DEVICE __host__ __device__
-#else
-#define GS_HOST_DEVICE
-#endif
-#endif
+#include "core/host_device.h"
 
 namespace gradsleuth::cuda {
 

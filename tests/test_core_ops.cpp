@@ -235,6 +235,7 @@ TEST_CASE("unary math matches <cmath> (contiguous and strided paths)") {
       {"exp", gs::exp, [](double v) { return std::exp(v); }, false},
       {"log", gs::log, [](double v) { return std::log(v); }, true},
       {"sqrt", gs::sqrt, [](double v) { return std::sqrt(v); }, true},
+      {"rsqrt", gs::rsqrt, [](double v) { return 1.0 / std::sqrt(v); }, true},
       {"abs", gs::abs, [](double v) { return std::fabs(v); }, false},
       {"sign", gs::sign, [](double v) { return double((v > 0) - (v < 0)); }, false},
       {"square", gs::square, [](double v) { return v * v; }, false},

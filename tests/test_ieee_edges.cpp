@@ -61,6 +61,7 @@ std::vector<Unary> unary_ops() {
       {"exp", [](const Tensor& x) { return gs::exp(x); }, [](LD x) { return std::exp(x); }},
       {"log", [](const Tensor& x) { return gs::log(x); }, [](LD x) { return std::log(x); }},
       {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }, [](LD x) { return std::sqrt(x); }},
+      {"rsqrt", [](const Tensor& x) { return gs::rsqrt(x); }, [](LD x) { return 1 / std::sqrt(x); }},
       {"abs", [](const Tensor& x) { return gs::abs(x); }, [](LD x) { return std::fabs(x); }},
       {"square", [](const Tensor& x) { return gs::square(x); }, [](LD x) { return x * x; }},
       {"reciprocal", [](const Tensor& x) { return gs::reciprocal(x); }, [](LD x) { return 1 / x; }},

@@ -435,6 +435,7 @@ TEST_CASE("floating unary ops of int64 and bool tensors give float32 with correc
       {"exp", gs::exp, [](double v) { return std::exp(v); }},
       {"log", gs::log, [](double v) { return std::log(v); }},
       {"sqrt", gs::sqrt, [](double v) { return std::sqrt(v); }},
+      {"rsqrt", gs::rsqrt, [](double v) { return 1.0 / std::sqrt(v); }},
       {"reciprocal", gs::reciprocal, [](double v) { return 1.0 / v; }},
       {"erf", gs::erf, [](double v) { return std::erf(v); }},
       {"log1p", gs::log1p, [](double v) { return std::log1p(v); }},

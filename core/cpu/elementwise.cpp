@@ -1,71 +1,19 @@
 // CPU backend, elementwise: unary and binary ops, comparisons, where, clamp and
-// arange. Contiguous transcendental paths use Eigen's vectorised packet math.
+// arange. The scalar formula of each op is core/elementwise_math.h's (the CUDA kernels
+// call the same); each op gets its own loop, so the formula inlines and vectorises.
+// Contiguous transcendental paths use Eigen's vectorised packet math.
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/elementwise_math.h"
 
 namespace gradsleuth::cpu {
 
 namespace {
 
-// ---- unary ------------------------------------------------------------------
-template <class T>
-T unary_scalar(UnaryOp op, T x) {
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {
-      case UnaryOp::LogicalNot: return !x;
-      case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Relu: case UnaryOp::Square: return x;
-      case UnaryOp::Neg: case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Sigmoid:
-      case UnaryOp::Tanh: case UnaryOp::Erf: case UnaryOp::Reciprocal: case UnaryOp::Log1p: case UnaryOp::Expm1:
-      case UnaryOp::Sin: case UnaryOp::Cos: case UnaryOp::IsNan: case UnaryOp::IsInf: case UnaryOp::IsFinite:
-      case UnaryOp::kCount: return x;
-    }
-    return x;
-  } else {
-    switch (op) {
-      case UnaryOp::Neg: return -x;
-      case UnaryOp::Exp: return static_cast<T>(std::exp(x));
-      case UnaryOp::Log: return static_cast<T>(std::log(x));
-      case UnaryOp::Sqrt: return static_cast<T>(std::sqrt(x));
-      case UnaryOp::Abs: return x < 0 ? -x : x;
-      case UnaryOp::Sign: return static_cast<T>((x > 0) - (x < 0));
-      case UnaryOp::Relu: return x <= T(0) ? T(0) : x;  // NaN propagates (as in PyTorch) on every path
-      case UnaryOp::Sigmoid: {
-        // Stable for large |x|: never exponentiates a positive number.
-        if (x >= 0) return static_cast<T>(1 / (1 + std::exp(-x)));
-        T e = static_cast<T>(std::exp(x));
-        return e / (1 + e);
-      }
-      case UnaryOp::Tanh: return static_cast<T>(std::tanh(x));
-      case UnaryOp::Erf: return static_cast<T>(std::erf(x));
-      case UnaryOp::Reciprocal: return static_cast<T>(T(1) / x);
-      case UnaryOp::Square: return x * x;
-      case UnaryOp::Log1p: return static_cast<T>(std::log1p(x));
-      case UnaryOp::Expm1: return static_cast<T>(std::expm1(x));
-      case UnaryOp::Sin: return static_cast<T>(std::sin(x));
-      case UnaryOp::Cos: return static_cast<T>(std::cos(x));
-      case UnaryOp::LogicalNot: return static_cast<T>(x == 0);
-      // Predicates go through unary_pred. No default: a new UnaryOp without a case here is
-      // a -Wswitch warning, not a silent identity.
-      case UnaryOp::IsNan: case UnaryOp::IsInf: case UnaryOp::IsFinite: case UnaryOp::kCount: return x;
-    }
-    return x;
-  }
-}
-
-template <class T>
-bool unary_pred(UnaryOp op, T x) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (op == UnaryOp::IsNan) return std::isnan(x);
-    if (op == UnaryOp::IsInf) return std::isinf(x);
-    return std::isfinite(x);
-  } else {
-    return op == UnaryOp::IsFinite;
-  }
-}
-
+// ---- unary -----------------------------------------------------------------
 // Recomputes with the scalar function every element whose input lies outside
 // [lo, hi] (NaN included). Such inputs are rare: a branch-free pass (which the
 // compiler vectorises) finds whether there are any before the scalar one runs.
@@ -75,7 +23,7 @@ void redo_outside(UnaryOp op, T* o, const T* a, int64_t n, T lo, T hi) {
   for (int64_t i = 0; i < n; ++i) any |= !(a[i] >= lo && a[i] <= hi);
   if (!any) return;
   for (int64_t i = 0; i < n; ++i)
-    if (!(a[i] >= lo && a[i] <= hi)) o[i] = unary_scalar<T>(op, a[i]);
+    if (!(a[i] >= lo && a[i] <= hi)) o[i] = ew::unary_value<T>(op, a[i]);
 }
 
 // Vectorised contiguous versions of the transcendental functions (Eigen's
@@ -118,7 +66,7 @@ bool unary_eigen(UnaryOp op, T* o, const T* a, int64_t n) {
         return true;
       }
       case UnaryOp::Neg: y = -x; return true;
-      case UnaryOp::Relu: y = (x <= T(0)).select(T(0), x); return true;  // NaN propagates, like unary_scalar
+      case UnaryOp::Relu: y = (x <= T(0)).select(T(0), x); return true;  // NaN propagates, like the formula
       case UnaryOp::Square: y = x.square(); return true;
       case UnaryOp::Abs: y = x.abs(); return true;
       case UnaryOp::Reciprocal: y = x.inverse(); return true;
@@ -129,59 +77,6 @@ bool unary_eigen(UnaryOp op, T* o, const T* a, int64_t n) {
 }
 
 // ---- binary -----------------------------------------------------------------
-template <class T>
-T binary_scalar(BinaryOp op, T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {
-      case BinaryOp::Add: case BinaryOp::Maximum: case BinaryOp::LogicalOr: return a || b;
-      case BinaryOp::Mul: case BinaryOp::Minimum: case BinaryOp::LogicalAnd: return a && b;
-      case BinaryOp::Sub: return a != b;
-      case BinaryOp::Div: case BinaryOp::Pow: case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
-      case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge: case BinaryOp::kCount: return a;
-    }
-    return a;
-  } else {
-    switch (op) {
-      case BinaryOp::Add: return a + b;
-      case BinaryOp::Sub: return a - b;
-      case BinaryOp::Mul: return a * b;
-      case BinaryOp::Div:
-        if constexpr (std::is_integral_v<T>) return b == 0 ? 0 : a / b;  // ops/ never sends ints here
-        else return a / b;
-      case BinaryOp::Pow: return static_cast<T>(std::pow(a, b));
-      case BinaryOp::Maximum:
-        if constexpr (std::is_floating_point_v<T>) if (std::isnan(a) || std::isnan(b)) return a + b;  // NaN wins
-        return a > b ? a : b;
-      case BinaryOp::Minimum:
-        if constexpr (std::is_floating_point_v<T>) if (std::isnan(a) || std::isnan(b)) return a + b;
-        return a < b ? a : b;
-      case BinaryOp::LogicalAnd: return static_cast<T>((a != 0) && (b != 0));
-      case BinaryOp::LogicalOr: return static_cast<T>((a != 0) || (b != 0));
-      // Comparisons go through compare_scalar.
-      case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt:
-      case BinaryOp::Ge: case BinaryOp::kCount: return a;
-    }
-    return a;
-  }
-}
-
-template <class T>
-bool compare_scalar(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::Eq: return a == b;
-    case BinaryOp::Ne: return a != b;
-    case BinaryOp::Lt: return a < b;
-    case BinaryOp::Le: return a <= b;
-    case BinaryOp::Gt: return a > b;
-    case BinaryOp::Ge: return a >= b;
-    case BinaryOp::LogicalAnd: return (a != T(0)) && (b != T(0));
-    case BinaryOp::LogicalOr: return (a != T(0)) || (b != T(0));
-    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Div: case BinaryOp::Pow:
-    case BinaryOp::Maximum: case BinaryOp::Minimum: case BinaryOp::kCount: return false;
-  }
-  return false;
-}
-
 // The hot cases spelled out so the compiler vectorises them.
 template <class T, class F>
 void binary_row(T* o, const T* a, const T* b, int64_t n, int64_t so, int64_t sa, int64_t sb, F f) {
@@ -206,24 +101,15 @@ void binary_row(T* o, const T* a, const T* b, int64_t n, int64_t so, int64_t sa,
 
 template <class T>
 void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  auto run = [&](auto f) {
-    for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
-      binary_row<T>(reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), reinterpret_cast<const T*>(p[2]),
-                    n, st[0], st[1], st[2], f);
-    });
-  };
-  switch (op) {
-    case BinaryOp::Add: run([](T x, T y) { return static_cast<T>(x + y); }); return;
-    case BinaryOp::Sub:
-      if constexpr (std::is_same_v<T, bool>) break;
-      else { run([](T x, T y) { return static_cast<T>(x - y); }); return; }
-    case BinaryOp::Mul: run([](T x, T y) { return static_cast<T>(x * y); }); return;
-    case BinaryOp::Div:
-      if constexpr (std::is_floating_point_v<T>) { run([](T x, T y) { return x / y; }); return; }
-      break;
-    default: break;
-  }
-  run([op](T x, T y) { return binary_scalar<T>(op, x, y); });
+  ew::with_binary_op(op, [&](auto op_c) {
+    constexpr BinaryOp Op = decltype(op_c)::value;
+    if constexpr (!ew::kBinaryComparison<Op>) {  // the comparisons go through compare_kernel
+      for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
+        binary_row<T>(reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), reinterpret_cast<const T*>(p[2]),
+                      n, st[0], st[1], st[2], [](T x, T y) { return ew::binary_op<Op>(x, y); });
+      });
+    }
+  });
 }
 
 // out (bool) = f(a, b). Contiguous rows, and rows against a broadcast scalar (relu's
@@ -247,17 +133,16 @@ void compare_rows(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   });
 }
 
+// A comparison, or (a bool out of non-bool inputs) any other op, which gives false.
 template <class T>
 void compare_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  switch (op) {
-    case BinaryOp::Gt: compare_rows<T>(out, a, b, [](T x, T y) { return x > y; }); return;
-    case BinaryOp::Ge: compare_rows<T>(out, a, b, [](T x, T y) { return x >= y; }); return;
-    case BinaryOp::Lt: compare_rows<T>(out, a, b, [](T x, T y) { return x < y; }); return;
-    case BinaryOp::Le: compare_rows<T>(out, a, b, [](T x, T y) { return x <= y; }); return;
-    case BinaryOp::Eq: compare_rows<T>(out, a, b, [](T x, T y) { return x == y; }); return;
-    case BinaryOp::Ne: compare_rows<T>(out, a, b, [](T x, T y) { return x != y; }); return;
-    default: compare_rows<T>(out, a, b, [op](T x, T y) { return compare_scalar<T>(op, x, y); }); return;
-  }
+  ew::with_binary_op(op, [&](auto op_c) {
+    constexpr BinaryOp Op = decltype(op_c)::value;
+    compare_rows<T>(out, a, b, [](T x, T y) {
+      if constexpr (ew::kBinaryComparison<Op>) return ew::binary_op<Op>(x, y);
+      else return false;
+    });
+  });
 }
 
 }  // namespace
@@ -271,20 +156,22 @@ void CpuBackend::arange(const Tensor& out, double start, double step) {
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& out, const Tensor& in) {
-  const bool pred = op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite;
   dispatch_dtype(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if (pred) {
+    ew::with_unary_op(op, [&](auto op_c) {
+      constexpr UnaryOp Op = decltype(op_c)::value;
+      using R = decltype(ew::unary_op<Op>(T{}));  // T, or bool for a predicate
       for_each_row<2>(out.shape(), {&out, &in}, [&](char** p, int64_t n, const int64_t* st) {
-        for (int64_t k = 0; k < n; ++k) *at<bool>(p[0], k, st[0]) = unary_pred<T>(op, *at<T>(p[1], k, st[1]));
+        if (st[0] == sizeof(R) && st[1] == sizeof(T)) {
+          R* o = reinterpret_cast<R*>(p[0]);
+          const T* x = reinterpret_cast<const T*>(p[1]);
+          if constexpr (std::is_same_v<R, T>)
+            if (unary_eigen<T>(Op, o, x, n)) return;
+          for (int64_t k = 0; k < n; ++k) o[k] = ew::unary_op<Op>(x[k]);
+          return;
+        }
+        for (int64_t k = 0; k < n; ++k) *at<R>(p[0], k, st[0]) = ew::unary_op<Op>(*at<T>(p[1], k, st[1]));
       });
-      return;
-    }
-    for_each_row<2>(out.shape(), {&out, &in}, [&](char** p, int64_t n, const int64_t* st) {
-      if (st[0] == sizeof(T) && st[1] == sizeof(T) &&
-          unary_eigen<T>(op, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), n))
-        return;
-      for (int64_t k = 0; k < n; ++k) *at<T>(p[0], k, st[0]) = unary_scalar<T>(op, *at<T>(p[1], k, st[1]));
     });
   });
 }

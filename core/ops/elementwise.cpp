@@ -255,6 +255,16 @@ Tensor sqrt(const Tensor& x) {
   return y;
 }
 
+Tensor rsqrt(const Tensor& x) {
+  Tensor y = unary_forward(UnaryOp::Rsqrt, "rsqrt", x);
+  if (needs_grad(x))  // dy/dx = -x^(-3/2) / 2 = -y^3 / 2
+    record("rsqrt", y, {&x}, [sy = SavedTensor(y, "rsqrt", true)](const Tensor& g, Node& n) {
+      Tensor yv = sy.unpack(n);
+      return tensor_list{g * (yv * yv * yv) * -0.5};
+    });
+  return y;
+}
+
 Tensor abs(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Abs, "abs", x, false);
   if (needs_grad(x))  // dy/dx = sign(x) (0 at 0)
