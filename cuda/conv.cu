@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "core/pool_math.h"
 #include "cuda/kernel_utils.h"
 
 namespace gradsleuth::cuda {
@@ -55,33 +56,7 @@ template <class T>
 __global__ void max_pool_kernel(T* out, int64_t* argmax, const T* x, Conv2dGeometry g, int64_t n) {
   for (GS_GRID_STRIDE(i, n)) {
     const int64_t ow = i % g.outW, oh = (i / g.outW) % g.outH, nc = i / (g.outW * g.outH);
-    const T* xp = x + nc * g.H * g.W;
-    T best = T(0);
-    int64_t bi = -1;
-    bool done = false;
-    for (int64_t ki = 0; ki < g.kH && !done; ++ki) {
-      const int64_t h = oh * g.sH - g.pH + ki * g.dH;
-      if (h < 0 || h >= g.H) continue;
-      for (int64_t kj = 0; kj < g.kW; ++kj) {
-        const int64_t w = ow * g.sW - g.pW + kj * g.dW;
-        if (w < 0 || w >= g.W) continue;
-        const T v = xp[h * g.W + w];
-        const bool nan = is_nan(v);
-        if (bi < 0 || v > best || nan) {
-          best = v;
-          bi = h * g.W + w;
-          if (nan) {
-            done = true;
-            break;
-          }
-        }
-      }
-    }
-    if (bi < 0) {  // a window entirely in the padding (ops/ rejects such geometry)
-      if constexpr (is_float_v<T>) best = -static_cast<T>(INFINITY);
-    }
-    out[i] = best;
-    argmax[i] = bi;
+    out[i] = max_pool_at(x + nc * g.H * g.W, g, oh, ow, &argmax[i]);
   }
 }
 
@@ -99,20 +74,9 @@ __global__ void max_pool_backward_kernel(T* gi, const T* go, const int64_t* argm
 // out (N, C, outH, outW) = window sum / (kH * kW) in float64. One thread per output, grid-stride.
 template <class T>
 __global__ void avg_pool_kernel(T* out, const T* x, Conv2dGeometry g, int64_t n) {
-  const double inv = 1.0 / static_cast<double>(g.kH * g.kW);
   for (GS_GRID_STRIDE(i, n)) {
     const int64_t ow = i % g.outW, oh = (i / g.outW) % g.outH, nc = i / (g.outW * g.outH);
-    const T* xp = x + nc * g.H * g.W;
-    double s = 0;
-    for (int64_t ki = 0; ki < g.kH; ++ki) {
-      const int64_t h = oh * g.sH - g.pH + ki;
-      if (h < 0 || h >= g.H) continue;
-      for (int64_t kj = 0; kj < g.kW; ++kj) {
-        const int64_t w = ow * g.sW - g.pW + kj;
-        if (w >= 0 && w < g.W) s += static_cast<double>(xp[h * g.W + w]);
-      }
-    }
-    out[i] = static_cast<T>(s * inv);
+    out[i] = avg_pool_at(x + nc * g.H * g.W, g, oh, ow);
   }
 }
 
@@ -124,14 +88,7 @@ __global__ void avg_pool_backward_kernel(T* gi, const T* go, Conv2dGeometry g, i
     const int64_t ow = i % g.outW, oh = (i / g.outW) % g.outH, nc = i / (g.outW * g.outH);
     T* gp = gi + nc * g.H * g.W;
     const T v = static_cast<T>(static_cast<double>(go[i]) * inv);
-    for (int64_t ki = 0; ki < g.kH; ++ki) {
-      const int64_t h = oh * g.sH - g.pH + ki;
-      if (h < 0 || h >= g.H) continue;
-      for (int64_t kj = 0; kj < g.kW; ++kj) {
-        const int64_t w = ow * g.sW - g.pW + kj;
-        if (w >= 0 && w < g.W) atomic_add(gp + h * g.W + w, v);
-      }
-    }
+    for_each_in_window(g, oh, ow, [&](int64_t k) { atomic_add(gp + k, v); });
   }
 }
 

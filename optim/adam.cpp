@@ -18,15 +18,10 @@ Adam::Adam(const char* name, std::vector<ParamGroup> groups, AdamOptions options
       options_(options),
       decoupled_(decoupled),
       step_op_(decoupled ? "AdamW.step" : "Adam.step") {
-  size_t n = 0;
-  for (const auto& g : groups_) n += g.params.size();
-  GS_CHECK(n > 0, name, "got an empty parameter list; pass model->parameters() after the layers are registered");
-  GS_CHECK(options.lr() >= 0.0, name, "invalid learning rate ", options.lr(), "; it must be >= 0");
   GS_CHECK(options.eps() >= 0.0, name, "invalid eps ", options.eps(), "; it must be >= 0 (1e-8 is usual)");
   const auto [b1, b2] = options.betas();
   GS_CHECK(b1 >= 0.0 && b1 < 1.0 && b2 >= 0.0 && b2 < 1.0, name, "invalid betas (", b1, ", ", b2,
            "); both must be in [0, 1), e.g. .betas({0.9, 0.999})");
-  GS_CHECK(options.weight_decay() >= 0.0, name, "invalid weight_decay ", options.weight_decay(), "; it must be >= 0");
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : AdamW(one_group(std::move(params)), options) {}

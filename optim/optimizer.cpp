@@ -20,10 +20,16 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double de
       default_lr_(default_lr),
       default_weight_decay_(default_weight_decay) {
   std::vector<const TensorImpl*> seen;
+  size_t n = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     check_group(groups_[g], g, seen);
     for (const Tensor& p : groups_[g].params) seen.push_back(p.impl_ptr().get());
+    n += groups_[g].params.size();
   }
+  // What every optimizer requires; each one's own options are checked by its constructor.
+  GS_CHECK(n > 0, name_, "got an empty parameter list; pass model->parameters() after the layers are registered");
+  GS_CHECK(default_lr >= 0.0, name_, "invalid learning rate ", default_lr, "; it must be >= 0");
+  GS_CHECK(default_weight_decay >= 0.0, name_, "invalid weight_decay ", default_weight_decay, "; it must be >= 0");
 }
 
 // Fills inherited values and checks that every parameter is a floating-point

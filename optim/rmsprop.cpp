@@ -19,16 +19,10 @@ RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options) : RMSprop(o
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
     : Optimizer("RMSprop", std::move(groups), options.lr(), options.weight_decay()), options_(options) {
-  size_t n = 0;
-  for (const auto& g : groups_) n += g.params.size();
-  GS_CHECK(n > 0, "RMSprop", "got an empty parameter list; pass model->parameters() after the layers are registered");
-  GS_CHECK(options.lr() >= 0.0, "RMSprop", "invalid learning rate ", options.lr(), "; it must be >= 0");
   GS_CHECK(options.alpha() >= 0.0 && options.alpha() <= 1.0, "RMSprop", "invalid alpha ", options.alpha(),
            "; the smoothing constant must be in [0, 1] (0.99 is usual)");
   GS_CHECK(options.eps() >= 0.0, "RMSprop", "invalid eps ", options.eps(), "; it must be >= 0");
   GS_CHECK(options.momentum() >= 0.0, "RMSprop", "invalid momentum ", options.momentum(), "; it must be >= 0");
-  GS_CHECK(options.weight_decay() >= 0.0, "RMSprop", "invalid weight_decay ", options.weight_decay(),
-           "; it must be >= 0");
 }
 
 void RMSprop::update() {

@@ -17,12 +17,7 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(one_group(std::mo
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
     : Optimizer("SGD", std::move(groups), options.lr(), options.weight_decay()), options_(options) {
-  size_t n = 0;
-  for (const auto& g : groups_) n += g.params.size();
-  GS_CHECK(n > 0, "SGD", "got an empty parameter list; pass model->parameters() after the layers are registered");
-  GS_CHECK(options.lr() >= 0.0, "SGD", "invalid learning rate ", options.lr(), "; it must be >= 0");
   GS_CHECK(options.momentum() >= 0.0, "SGD", "invalid momentum ", options.momentum(), "; it must be >= 0");
-  GS_CHECK(options.weight_decay() >= 0.0, "SGD", "invalid weight_decay ", options.weight_decay(), "; it must be >= 0");
   GS_CHECK(!options.nesterov() || (options.momentum() > 0.0 && options.dampening() == 0.0), "SGD",
            "Nesterov momentum needs momentum > 0 and dampening == 0 (got momentum ", options.momentum(), ", dampening ",
            options.dampening(), "); set .momentum(0.9).dampening(0) or turn nesterov off");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cpu/conv_cols.h"
+#include "core/pool_math.h"
 #include "core/cpu/cpu_backend.h"
 
 namespace gradsleuth::cpu {
@@ -160,24 +161,8 @@ void CpuBackend::max_pool2d(const Tensor& out, const Tensor& argmax, const Tenso
         const T* xp = x + nc * g.H * g.W;
         for (int64_t oh = 0; oh < g.outH; ++oh)
           for (int64_t ow = 0; ow < g.outW; ++ow) {
-            T best = std::numeric_limits<T>::lowest();
-            if constexpr (std::is_floating_point_v<T>) best = -std::numeric_limits<T>::infinity();
-            int64_t bi = -1;
-            for (int64_t ki = 0; ki < g.kH; ++ki) {
-              const int64_t h = oh * g.sH - g.pH + ki * g.dH;
-              if (h < 0 || h >= g.H) continue;
-              for (int64_t kj = 0; kj < g.kW; ++kj) {
-                const int64_t w = ow * g.sW - g.pW + kj * g.dW;
-                if (w < 0 || w >= g.W) continue;
-                const T v = xp[h * g.W + w];
-                bool nan = false;
-                if constexpr (std::is_floating_point_v<T>) nan = std::isnan(v);
-                if (bi < 0 || v > best || nan) { best = v; bi = h * g.W + w; if (nan) { kj = g.kW; ki = g.kH; } }
-              }
-            }
             const int64_t oi = nc * g.outH * g.outW + oh * g.outW + ow;
-            o[oi] = best;
-            am[oi] = bi;
+            o[oi] = max_pool_at(xp, g, oh, ow, &am[oi]);
           }
       }
     });
@@ -221,23 +206,11 @@ void CpuBackend::avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeo
     using T = decltype(tag);
     const T* x = static_cast<const T*>(in.raw_data());
     T* o = static_cast<T*>(out.raw_data());
-    const double inv = 1.0 / static_cast<double>(g.kH * g.kW);
     parallel_for(g.N * g.C, 4, [&](int64_t b, int64_t e) {
       for (int64_t nc = b; nc < e; ++nc) {
         const T* xp = x + nc * g.H * g.W;
         for (int64_t oh = 0; oh < g.outH; ++oh)
-          for (int64_t ow = 0; ow < g.outW; ++ow) {
-            double s = 0;
-            for (int64_t ki = 0; ki < g.kH; ++ki) {
-              const int64_t h = oh * g.sH - g.pH + ki;
-              if (h < 0 || h >= g.H) continue;
-              for (int64_t kj = 0; kj < g.kW; ++kj) {
-                const int64_t w = ow * g.sW - g.pW + kj;
-                if (w >= 0 && w < g.W) s += static_cast<double>(xp[h * g.W + w]);
-              }
-            }
-            o[nc * g.outH * g.outW + oh * g.outW + ow] = static_cast<T>(s * inv);
-          }
+          for (int64_t ow = 0; ow < g.outW; ++ow) o[nc * g.outH * g.outW + oh * g.outW + ow] = avg_pool_at(xp, g, oh, ow);
       }
     });
   });
@@ -255,14 +228,7 @@ void CpuBackend::avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_o
         for (int64_t oh = 0; oh < g.outH; ++oh)
           for (int64_t ow = 0; ow < g.outW; ++ow) {
             const T v = static_cast<T>(go[nc * g.outH * g.outW + oh * g.outW + ow] * inv);
-            for (int64_t ki = 0; ki < g.kH; ++ki) {
-              const int64_t h = oh * g.sH - g.pH + ki;
-              if (h < 0 || h >= g.H) continue;
-              for (int64_t kj = 0; kj < g.kW; ++kj) {
-                const int64_t w = ow * g.sW - g.pW + kj;
-                if (w >= 0 && w < g.W) gp[h * g.W + w] += v;
-              }
-            }
+            for_each_in_window(g, oh, ow, [&](int64_t k) { gp[k] += v; });
           }
       }
     });
