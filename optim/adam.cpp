@@ -18,7 +18,8 @@ Adam::Adam(const char* name, std::vector<ParamGroup> groups, AdamOptions options
       options_(options),
       decoupled_(decoupled),
       step_op_(decoupled ? "AdamW.step" : "Adam.step") {
-  GS_CHECK(options.eps() >= 0.0, name, "invalid eps ", options.eps(), "; it must be >= 0 (1e-8 is usual)");
+  GS_CHECK(std::isfinite(options.eps()) && options.eps() >= 0.0, name, "invalid eps ", options.eps(),
+           "; it must be finite and >= 0 (1e-8 is usual)");
   const auto [b1, b2] = options.betas();
   GS_CHECK(b1 >= 0.0 && b1 < 1.0 && b2 >= 0.0 && b2 < 1.0, name, "invalid betas (", b1, ", ", b2,
            "); both must be in [0, 1), e.g. .betas({0.9, 0.999})");

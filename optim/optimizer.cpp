@@ -19,6 +19,11 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double de
       name_(std::move(name)),
       default_lr_(default_lr),
       default_weight_decay_(default_weight_decay) {
+  // What every optimizer requires; each one's own options are checked by its constructor.
+  GS_CHECK(std::isfinite(default_lr) && default_lr >= 0.0, name_, "invalid learning rate ", default_lr,
+           "; it must be finite and >= 0");
+  GS_CHECK(std::isfinite(default_weight_decay) && default_weight_decay >= 0.0, name_, "invalid weight_decay ",
+           default_weight_decay, "; it must be finite and >= 0");
   std::vector<const TensorImpl*> seen;
   size_t n = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -26,10 +31,7 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double de
     for (const Tensor& p : groups_[g].params) seen.push_back(p.impl_ptr().get());
     n += groups_[g].params.size();
   }
-  // What every optimizer requires; each one's own options are checked by its constructor.
   GS_CHECK(n > 0, name_, "got an empty parameter list; pass model->parameters() after the layers are registered");
-  GS_CHECK(default_lr >= 0.0, name_, "invalid learning rate ", default_lr, "; it must be >= 0");
-  GS_CHECK(default_weight_decay >= 0.0, name_, "invalid weight_decay ", default_weight_decay, "; it must be >= 0");
 }
 
 // Fills inherited values and checks that every parameter is a floating-point
@@ -37,10 +39,10 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double de
 void Optimizer::check_group(ParamGroup& group, size_t g, const std::vector<const TensorImpl*>& seen) const {
   if (std::isnan(group.lr)) group.lr = default_lr_;
   if (std::isnan(group.weight_decay)) group.weight_decay = default_weight_decay_;
-  GS_CHECK(group.lr >= 0.0, name_, "group ", g, " has a negative learning rate ", group.lr,
-           "; learning rates must be >= 0");
-  GS_CHECK(group.weight_decay >= 0.0, name_, "group ", g, " has a negative weight_decay ", group.weight_decay,
-           "; weight decay must be >= 0");
+  GS_CHECK(std::isfinite(group.lr) && group.lr >= 0.0, name_, "group ", g, " has an invalid learning rate ", group.lr,
+           "; learning rates must be finite and >= 0");
+  GS_CHECK(std::isfinite(group.weight_decay) && group.weight_decay >= 0.0, name_, "group ", g,
+           " has an invalid weight_decay ", group.weight_decay, "; weight decay must be finite and >= 0");
   for (size_t i = 0; i < group.params.size(); ++i) {
     const Tensor& p = group.params[i];
     GS_CHECK(p.defined() && p.is_floating_point(), name_, "parameter ", i, " of group ", g,
@@ -124,6 +126,8 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::set_lr(double lr) {
+  GS_CHECK(std::isfinite(lr) && lr >= 0.0, name_ + ".set_lr", "invalid learning rate ", lr,
+           "; it must be finite and >= 0 (a schedule that overflowed, or a division by zero?)");
   for (auto& g : groups_) g.lr = lr;
 }
 

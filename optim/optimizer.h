@@ -101,7 +101,7 @@ class Optimizer {
  protected:
   // Derived optimizers pass their options' lr / weight_decay as the defaults
   // for groups (and for add_param_group) that leave them at kInherit. Checks what every
-  // optimizer requires: at least one parameter, lr >= 0, weight_decay >= 0.
+  // optimizer requires: at least one parameter, lr and weight_decay finite and >= 0.
   Optimizer(std::string name, std::vector<ParamGroup> groups, double default_lr, double default_weight_decay);
 
   // The one group of the `std::vector<Tensor> params` constructors.

@@ -21,8 +21,10 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
     : Optimizer("RMSprop", std::move(groups), options.lr(), options.weight_decay()), options_(options) {
   GS_CHECK(options.alpha() >= 0.0 && options.alpha() <= 1.0, "RMSprop", "invalid alpha ", options.alpha(),
            "; the smoothing constant must be in [0, 1] (0.99 is usual)");
-  GS_CHECK(options.eps() >= 0.0, "RMSprop", "invalid eps ", options.eps(), "; it must be >= 0");
-  GS_CHECK(options.momentum() >= 0.0, "RMSprop", "invalid momentum ", options.momentum(), "; it must be >= 0");
+  GS_CHECK(std::isfinite(options.eps()) && options.eps() >= 0.0, "RMSprop", "invalid eps ", options.eps(),
+           "; it must be finite and >= 0");
+  GS_CHECK(std::isfinite(options.momentum()) && options.momentum() >= 0.0, "RMSprop", "invalid momentum ",
+           options.momentum(), "; it must be finite and >= 0");
 }
 
 void RMSprop::update() {

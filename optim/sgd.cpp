@@ -2,6 +2,8 @@
 // tensors on any device, tensor ops otherwise.
 #include "optim/sgd.h"
 
+#include <cmath>
+
 #include "core/ops.h"
 #include "core/backend.h"
 
@@ -17,7 +19,8 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(one_group(std::mo
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
     : Optimizer("SGD", std::move(groups), options.lr(), options.weight_decay()), options_(options) {
-  GS_CHECK(options.momentum() >= 0.0, "SGD", "invalid momentum ", options.momentum(), "; it must be >= 0");
+  GS_CHECK(std::isfinite(options.momentum()) && options.momentum() >= 0.0, "SGD", "invalid momentum ",
+           options.momentum(), "; it must be finite and >= 0");
   GS_CHECK(!options.nesterov() || (options.momentum() > 0.0 && options.dampening() == 0.0), "SGD",
            "Nesterov momentum needs momentum > 0 and dampening == 0 (got momentum ", options.momentum(), ", dampening ",
            options.dampening(), "); set .momentum(0.9).dampening(0) or turn nesterov off");

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <functional>
 #include <string>
 #include <vector>
@@ -179,6 +180,28 @@ TEST_CASE("SGD: bad options are refused with a fix") {
   CHECK(has(error_of([&] { optim::SGD({p, p}, optim::SGDOptions(0.1)); }), "more than once"));
   Tensor q = p * 2.0;
   CHECK(has(error_of([&] { optim::SGD({q}, optim::SGDOptions(0.1)); }), "not a leaf"));
+}
+
+TEST_CASE("every optimizer refuses a non-finite learning rate, weight decay, eps or momentum, by its name") {
+  Tensor p = param(kP0);
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double bad : {inf, -inf, nan}) {
+    CAPTURE(bad);
+    std::string e = error_of([&] { optim::SGD({p}, optim::SGDOptions(bad)); });
+    CHECK(has(e, "SGD"));
+    CHECK(has(e, "finite"));
+    CHECK(has(error_of([&] { optim::Adam({p}, optim::AdamOptions(bad)); }), "Adam"));
+    CHECK(has(error_of([&] { optim::AdamW({p}, optim::AdamWOptions(0.01).weight_decay(bad)); }), "weight_decay"));
+    CHECK(has(error_of([&] { optim::Adam({p}, optim::AdamOptions(0.01).eps(bad)); }), "eps"));
+    CHECK(has(error_of([&] { optim::RMSprop({p}, optim::RMSpropOptions(0.01).momentum(bad)); }), "RMSprop"));
+    CHECK(has(error_of([&] { optim::SGD({p}, optim::SGDOptions(0.1).momentum(bad)); }), "momentum"));
+    optim::SGD ok({p}, optim::SGDOptions(0.1));
+    CHECK(has(error_of([&] { ok.set_lr(bad); }), "SGD.set_lr"));
+    CHECK(ok.lr() == 0.1);  // refused before any group changed
+    optim::ParamGroup g({param(kP0)});
+    g.lr = bad;  // an explicit group rate (NaN means "inherit": not refused)
+    if (!std::isnan(bad)) CHECK(has(error_of([&] { ok.add_param_group(g); }), "invalid learning rate"));
+  }
 }
 
 // ---- Adam, AdamW ------------------------------------------------------------------------
