@@ -15,6 +15,7 @@
 
 #include "core/cpu/sgemm.h"
 #include "core/generator.h"
+#include "bench/models.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -22,23 +23,6 @@ namespace {
 
 namespace nn = gs::nn;
 namespace optim = gs::optim;
-
-std::shared_ptr<nn::Module> mlp2() {  // (B, 1, 28, 28) -> (B, 10)
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10));
-}
-std::shared_ptr<nn::Module> mlp3() {
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(256, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
-}
-std::shared_ptr<nn::Module> cnn() {  // no dropout: the same graph as the PyTorch side
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3).padding(1)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
-}
 
 template <class MakeModel>
 void run_steps(benchmark::State& state, MakeModel make, bool adam) {
@@ -60,15 +44,15 @@ void run_steps(benchmark::State& state, MakeModel make, bool adam) {
   state.SetItemsProcessed(state.iterations() * B);  // examples/s
 }
 
-void BM_mlp(benchmark::State& s) { run_steps(s, mlp2, false); }
+void BM_mlp(benchmark::State& s) { run_steps(s, gs_bench::mlp2, false); }
 // The same step with every GEMM on the BLAS (core/cpu/sgemm.h's kernel switched off).
 void BM_mlp_blas(benchmark::State& s) {
   gs::cpu::set_sgemm_direct(false);
-  run_steps(s, mlp2, false);
+  run_steps(s, gs_bench::mlp2, false);
   gs::cpu::set_sgemm_direct(true);
 }
-void BM_cnn(benchmark::State& s) { run_steps(s, cnn, false); }
-void BM_mlp3_adam(benchmark::State& s) { run_steps(s, mlp3, true); }
+void BM_cnn(benchmark::State& s) { run_steps(s, gs_bench::cnn, false); }
+void BM_mlp3_adam(benchmark::State& s) { run_steps(s, gs_bench::mlp3, true); }
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 
 #include "core/backend.h"
 #include "core/generator.h"
+#include "bench/models.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #if defined(_OPENMP)
@@ -34,18 +35,6 @@ namespace {
 
 namespace nn = gs::nn;
 namespace optim = gs::optim;
-
-std::shared_ptr<nn::Module> mlp() {  // (B, 1, 28, 28) -> (B, 10)
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10));
-}
-std::shared_ptr<nn::Module> cnn() {  // no dropout: the same graph as the PyTorch side
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3).padding(1)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
-}
 
 struct Result {
   std::string name;
@@ -155,11 +144,11 @@ int main(int argc, char** argv) {
     std::shared_ptr<nn::Module> (*make)();
     int64_t batch;
   };
-  const Case cases[] = {{"train_step/mlp/64", mlp, 64},
-                        {"train_step/mlp/256", mlp, 256},
-                        {"train_step/mlp/4096", mlp, 4096},
-                        {"train_step/cnn/64", cnn, 64},
-                        {"train_step/cnn/512", cnn, 512}};
+  const Case cases[] = {{"train_step/mlp/64", gs_bench::mlp2, 64},
+                        {"train_step/mlp/256", gs_bench::mlp2, 256},
+                        {"train_step/mlp/4096", gs_bench::mlp2, 4096},
+                        {"train_step/cnn/64", gs_bench::cnn, 64},
+                        {"train_step/cnn/512", gs_bench::cnn, 512}};
   bool any = false;
   for (const Case& c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
