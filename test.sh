@@ -5,13 +5,14 @@
 #   ./test.sh --tsan                   build-tsan/ with ThreadSanitizer, no OpenMP: the concurrency tests
 #   ./test.sh [--portable] [--debug]   passed on to scripts/build.sh
 #   ./test.sh --arch x86-64-v3         AVX2-only code in build-x86-64-v3/ (run before landing engine changes)
+#   ./test.sh --reference-kernels      the CPU backend on its reference loops only, in build-reference/
 #   ./test.sh [opts] -- CTEST_ARGS...  e.g. ./test.sh -- -L lab
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 build_args=()
 ctest_args=()
-sanitize=0 debug=0 arch=""
+sanitize=0 debug=0 reference=0 arch=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tsan)
@@ -29,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --sanitize) sanitize=1; build_args+=("$1") ;;
     --debug) debug=1; build_args+=("$1") ;;
     --portable) build_args+=("$1") ;;
+    --reference-kernels) reference=1; build_args+=("$1") ;;
     --arch) [[ $# -ge 2 ]] || { echo "test: --arch needs a value" >&2; exit 2; }
       arch="$2"; build_args+=("$1" "$2"); shift ;;
     --) shift; ctest_args=("$@"); break ;;
@@ -39,6 +41,7 @@ done
 
 dir=build
 [[ $sanitize == 1 ]] && dir=build-sanitize
+[[ $reference == 1 ]] && dir="$dir-reference"
 [[ -n $arch ]] && dir="$dir-$arch"
 [[ $debug == 1 ]] && dir="$dir-debug"
 

@@ -1,6 +1,6 @@
 // 3x3 / stride 1 / padding 1 convolution on one thread at the CNN's shapes
 // (bench/bench_train_step.cpp's train_step/cnn/64): Winograd F(2x2, 3x3)
-// (core/cpu/winograd.h) next to per-sample im2col + SGEMM (written out here: im2col of
+// (core/cpu/fast/winograd.h) next to per-sample im2col + SGEMM (written out here: im2col of
 // one sample into a scratch, then one (O, 9C) @ (9C, H*W) GEMM through the BLAS into
 // out[n]), in the same run:
 //   conv/<impl>/fwd2      x (64, 32, 14, 14) -> 64 outputs  (the second conv's forward)
@@ -26,8 +26,8 @@
 #include <omp.h>
 #endif
 
-#include "core/cpu/blas.h"
-#include "core/cpu/winograd.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/winograd.h"
 
 namespace {
 
@@ -81,7 +81,7 @@ void BM_im2col(benchmark::State& state, Shape s) {
   for (auto _ : state) {
     for (int64_t n = 0; n < s.N; ++n) {
       im2col(x.data() + n * s.C * HW, cols.data(), s.C, s.H, s.W);
-      gradsleuth::cpu::blas_gemm(false, false, s.O, HW, K, w.data(), K, cols.data(), HW, out.data() + n * s.O * HW, HW);
+      gradsleuth::cpu::fast::blas_gemm(false, false, s.O, HW, K, w.data(), K, cols.data(), HW, out.data() + n * s.O * HW, HW);
     }
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
@@ -96,7 +96,7 @@ void BM_winograd(benchmark::State& state, Shape s) {
   const auto x = random_vector(s.N * s.C * s.H * s.W, 1), w = random_vector(s.O * s.C * 9, 2);
   std::vector<float> out(s.N * s.O * s.H * s.W);
   for (auto _ : state) {
-    gradsleuth::cpu::winograd_conv3x3(x.data(), w.data(), nullptr, out.data(), s.N, s.C, s.H, s.W, s.O);
+    gradsleuth::cpu::fast::winograd_conv3x3(x.data(), w.data(), nullptr, out.data(), s.N, s.C, s.H, s.W, s.O);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -113,7 +113,7 @@ void BM_wgrad_im2col(benchmark::State& state, Shape s) {
   for (auto _ : state) {
     for (int64_t n = 0; n < s.N; ++n) {
       im2col(x.data() + n * s.C * HW, cols.data(), s.C, s.H, s.W);
-      gradsleuth::cpu::blas_gemm(false, true, s.O, K, HW, dy.data() + n * s.O * HW, HW, cols.data(), HW,
+      gradsleuth::cpu::fast::blas_gemm(false, true, s.O, K, HW, dy.data() + n * s.O * HW, HW, cols.data(), HW,
                                  n > 0 ? 1.0f : 0.0f, gw.data(), K);
     }
     benchmark::DoNotOptimize(gw.data());
@@ -129,7 +129,7 @@ void BM_wgrad_winograd(benchmark::State& state, Shape s) {
   const auto x = random_vector(s.N * s.C * s.H * s.W, 1), dy = random_vector(s.N * s.O * s.H * s.W, 3);
   std::vector<float> gw(s.O * s.C * 9);
   for (auto _ : state) {
-    gradsleuth::cpu::winograd_conv3x3_weight_grad(x.data(), dy.data(), gw.data(), s.N, s.C, s.H, s.W, s.O);
+    gradsleuth::cpu::fast::winograd_conv3x3_weight_grad(x.data(), dy.data(), gw.data(), s.N, s.C, s.H, s.W, s.O);
     benchmark::DoNotOptimize(gw.data());
     benchmark::ClobberMemory();
   }
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("conv/im2col/") + name).c_str(), BM_wgrad_im2col, s)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
   }
-  benchmark::AddCustomContext("gemm_library", gradsleuth::cpu::gemm_library());
+  benchmark::AddCustomContext("gemm_library", gradsleuth::cpu::fast::gemm_library());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -2,7 +2,7 @@
 // call it wraps — cblas_sgemm of the BLAS the build uses (OpenBLAS by default) — and
 // against Eigen's own product (the fallback), at n = 256, 512, 1024, on 1 and on all
 // threads, in one run. The "sgemm_direct" cases time the packing-free kernel
-// (core/cpu/sgemm.h) against the BLAS at the training steps' shapes, and report
+// (core/cpu/fast/sgemm.h) against the BLAS at the training steps' shapes, and report
 // whether blas_gemm routes each shape to it ("dispatched"). Goals: gradsleuth >= 1.0x the raw BLAS (issue "CPU speed"),
 // and >= 0.9x raw Eigen when built with GRADSLEUTH_BLAS=OFF.
 //
@@ -21,8 +21,8 @@
 #endif
 
 #include "core/autograd.h"
-#include "core/cpu/blas.h"
-#include "core/cpu/sgemm.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/sgemm.h"
 #include "core/observer.h"
 #include "core/ops.h"
 
@@ -87,14 +87,14 @@ void BM_eigen(benchmark::State& state, int64_t n, int threads, bool transposed_b
 // one-thread 256^3 and 512^3 products to it.)
 void BM_blas(benchmark::State& state, int64_t n, int threads, bool transposed_b) {
   set_threads(threads);
-  gs::cpu::set_sgemm_direct(false);
+  gs::cpu::fast::set_sgemm_direct(false);
   RowMat a = RowMat::Random(n, n), b = RowMat::Random(n, n), c(n, n);
   for (auto _ : state) {
-    gs::cpu::blas_gemm(false, transposed_b, n, n, n, a.data(), n, b.data(), n, c.data(), n);
+    gs::cpu::fast::blas_gemm(false, transposed_b, n, n, n, a.data(), n, b.data(), n, c.data(), n);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  gs::cpu::set_sgemm_direct(true);
+  gs::cpu::fast::set_sgemm_direct(true);
   set_flops(state, n);
 }
 
@@ -120,21 +120,21 @@ void BM_product(benchmark::State& state, Product p, bool direct) {
   set_threads(1);
   const int64_t lda = p.a_col ? p.M : p.K, ldb = p.b_col ? p.K : p.N;
   RowMat a = RowMat::Random(p.M, p.K), b = RowMat::Random(p.K, p.N), c(p.M, p.N);
-  if (direct && !gs::cpu::sgemm_direct_available()) {
+  if (direct && !gs::cpu::fast::sgemm_direct_available()) {
     state.SkipWithError("the packing-free kernel needs an AVX2+FMA build");
     return;
   }
-  gs::cpu::set_sgemm_direct(false);  // the BLAS case must not be routed to the kernel
+  gs::cpu::fast::set_sgemm_direct(false);  // the BLAS case must not be routed to the kernel
   for (auto _ : state) {
-    if (direct) gs::cpu::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
-    else gs::cpu::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
+    if (direct) gs::cpu::fast::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+    else gs::cpu::fast::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  gs::cpu::set_sgemm_direct(true);
+  gs::cpu::fast::set_sgemm_direct(true);
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * p.M * p.N * p.K * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-  state.counters["dispatched"] = gs::cpu::sgemm_direct_pays(p.a_col, p.b_col, p.M, p.N, p.K);
+  state.counters["dispatched"] = gs::cpu::fast::sgemm_direct_pays(p.a_col, p.b_col, p.M, p.N, p.K);
 }
 
 }  // namespace
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
         const std::string suffix = "/n:" + std::to_string(n) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(("gemm_gs/" + op + suffix).c_str(), BM_gs, n, threads, transposed)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
-        if (std::strcmp(gs::cpu::gemm_library(), "Eigen") != 0)
+        if (std::strcmp(gs::cpu::fast::gemm_library(), "Eigen") != 0)
           benchmark::RegisterBenchmark(("gemm_blas/" + op + suffix).c_str(), BM_blas, n, threads, transposed)
               ->Unit(benchmark::kMicrosecond)->UseRealTime();
         benchmark::RegisterBenchmark(("gemm_eigen/" + op + suffix).c_str(), BM_eigen, n, threads, transposed)
@@ -158,13 +158,13 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (std::strcmp(gs::cpu::gemm_library(), "Eigen") != 0)
+  if (std::strcmp(gs::cpu::fast::gemm_library(), "Eigen") != 0)
     for (const Product& p : kProducts)
       for (bool direct : {true, false})
         benchmark::RegisterBenchmark((std::string("sgemm_direct/") + p.name + (direct ? "/direct" : "/blas")).c_str(),
                                      BM_product, p, direct)
             ->Unit(benchmark::kMicrosecond);
-  benchmark::AddCustomContext("gemm_library", gs::cpu::gemm_library());
+  benchmark::AddCustomContext("gemm_library", gs::cpu::fast::gemm_library());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "core/cpu/sgemm.h"
+#include "core/cpu/fast/sgemm.h"
 #include "core/generator.h"
 #include "bench/models.h"
 #include "nn/nn.h"
@@ -45,11 +45,11 @@ void run_steps(benchmark::State& state, MakeModel make, bool adam) {
 }
 
 void BM_mlp(benchmark::State& s) { run_steps(s, gs_bench::mlp2, false); }
-// The same step with every GEMM on the BLAS (core/cpu/sgemm.h's kernel switched off).
+// The same step with every GEMM on the BLAS (core/cpu/fast/sgemm.h's kernel switched off).
 void BM_mlp_blas(benchmark::State& s) {
-  gs::cpu::set_sgemm_direct(false);
+  gs::cpu::fast::set_sgemm_direct(false);
   run_steps(s, gs_bench::mlp2, false);
-  gs::cpu::set_sgemm_direct(true);
+  gs::cpu::fast::set_sgemm_direct(true);
 }
 void BM_cnn(benchmark::State& s) { run_steps(s, gs_bench::cnn, false); }
 void BM_mlp3_adam(benchmark::State& s) { run_steps(s, gs_bench::mlp3, true); }

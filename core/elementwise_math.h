@@ -47,7 +47,11 @@ GS_HOST_DEVICE inline auto unary_formula(T x) {
   else if constexpr (Op == UnaryOp::Exp) return static_cast<T>(::exp(to_math(x)));
   else if constexpr (Op == UnaryOp::Log) return static_cast<T>(::log(to_math(x)));
   else if constexpr (Op == UnaryOp::Sqrt) return static_cast<T>(::sqrt(to_math(x)));
-  else if constexpr (Op == UnaryOp::Abs) return x < 0 ? static_cast<T>(-x) : x;
+  else if constexpr (Op == UnaryOp::Abs) {
+    // fabs clears the sign bit: abs(-0.0) is +0.0 (x < 0 ? -x : x would keep -0.0).
+    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(::fabs(to_math(x)));
+    else return x < 0 ? static_cast<T>(-x) : x;
+  }
   else if constexpr (Op == UnaryOp::Sign) return static_cast<T>((x > 0) - (x < 0));
   else if constexpr (Op == UnaryOp::Relu) return x <= T(0) ? T(0) : x;  // NaN propagates (as in PyTorch)
   else if constexpr (Op == UnaryOp::Sigmoid) {

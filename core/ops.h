@@ -142,7 +142,7 @@ bool conv2d_fused();
 // padding 1 that has at least 8 input channels (its forward), 8 output channels (its
 // input gradient) or both (its weight gradient); every other convolution, and all of
 // float64, is im2col + GEMM.
-//   Auto  Winograd (core/cpu/winograd.h): F(2x2, 3x3) for the forward and the input
+//   Auto  Winograd (core/cpu/fast/winograd.h): F(2x2, 3x3) for the forward and the input
 //         gradient, F(3x3, 2x2) summed over the batch for the weight gradient; 2.25x fewer
 //         multiply-adds, about 2x faster for a small CNN's inner layers. Its transforms mix
 //         the nine taps, so each output's float32 error follows its window's |x| times the
@@ -154,6 +154,16 @@ bool conv2d_fused();
 enum class ConvAlgorithm { Auto, Gemm };
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();
+// The CPU backend's tuned kernels (core/cpu/fast/: a BLAS and a packing-free SGEMM,
+// Winograd and the fused per-sample conv2d, vectorised exp/log/tanh/sigmoid and softmax,
+// branch-free pooling, fused optimizer steps) or its reference loops (core/cpu/*.cpp:
+// one short loop per op, the code to read or step through). Results agree within the
+// bounds core/cpu/fast/fast.h gives for each pair. Process-wide. It starts as the build's
+// GRADSLEUTH_FAST_KERNELS (ON unless configured OFF: cpu_fast_kernels_default()), or as
+// the environment variable GS_CPU_FAST_KERNELS says (0/off, 1/on).
+void set_cpu_fast_kernels(bool on);
+bool cpu_fast_kernels();
+bool cpu_fast_kernels_default();
 Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0}, Dims dilation = {1, 1});
 Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0});
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).

@@ -1,5 +1,5 @@
 // core/optim_step.h: the fused optimizer updates (SGD, Adam/AdamW, RMSprop), one element at a
-// time, shared by the CPU backend (core/cpu/optim.cpp) and the CUDA backend (cuda/optim.cu), so
+// time, shared by the CPU backend (core/cpu/fast/optim.cpp) and the CUDA backend (cuda/optim.cu), so
 // both devices run one formula. Plain C++ that nvcc also compiles: no core/tensor.h here.
 #pragma once
 #include <math.h>

@@ -1,6 +1,6 @@
 // cuda/optim.cu: the fused optimizer steps on the device, one thread per element (grid-stride),
 // running core/optim_step.h's element updates, the very formulas of the CPU backend's loops
-// (core/cpu/optim.cpp). The options are template flags, as on the CPU.
+// (core/cpu/fast/optim.cpp). The options are template flags, as on the CPU.
 #include "cuda/compat.h"
 
 #include <math.h>

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Configures and builds gradsleuth.
-#   scripts/build.sh [--sanitize] [--portable] [--arch LEVEL] [--debug] [--target T]... [-- EXTRA_CMAKE_ARGS...]
+#   scripts/build.sh [--sanitize] [--portable] [--arch LEVEL] [--debug] [--reference-kernels] [--target T]...
+#                    [-- EXTRA_CMAKE_ARGS...]
 # Build directories (run from anywhere; paths are relative to the repo root):
 #   build/                   Release (default)
 #   build-sanitize/          RelWithDebInfo + ASan/UBSan (-DGRADSLEUTH_SANITIZE=ON)
 #   build-debug/, build-sanitize-debug/   the same with CMAKE_BUILD_TYPE=Debug
 # --portable turns off -march=native (-DGRADSLEUTH_NATIVE=OFF) in whichever dir.
+# --reference-kernels: the CPU backend runs its reference loops only (-DGRADSLEUTH_FAST_KERNELS=OFF,
+#   core/cpu/fast/fast.h), in build-reference/ (build-sanitize-reference/, ...).
 # --arch LEVEL compiles for that -march instead (e.g. x86-64-v3: AVX2 code that an
 #   AVX-512 machine runs too) into build-LEVEL/ (build-sanitize-LEVEL/, ...).
 # cmake is only re-run by hand when the dir is new or a requested option differs
@@ -16,7 +19,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-sanitize=0 portable=0 debug=0 arch=""
+sanitize=0 portable=0 debug=0 reference=0 arch=""
 extra=()
 targets=()
 while [[ $# -gt 0 ]]; do
@@ -24,6 +27,7 @@ while [[ $# -gt 0 ]]; do
     --sanitize) sanitize=1 ;;
     --portable) portable=1 ;;
     --debug) debug=1 ;;
+    --reference-kernels) reference=1 ;;
     --arch)
       [[ $# -ge 2 && "$2" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "build: --arch needs a -march value, e.g. --arch x86-64-v3" >&2; exit 2; }
       arch="$2"; shift ;;
@@ -32,7 +36,7 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 && -n "$2" ]] || { echo "build: --target needs a target name, e.g. --target gradsleuth_cli" >&2; exit 2; }
       targets+=("$2"); shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "build: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -43,6 +47,9 @@ build_type=Release
 if [[ $sanitize == 1 ]]; then
   dir="build-sanitize"
   build_type=RelWithDebInfo
+fi
+if [[ $reference == 1 ]]; then
+  dir="$dir-reference"
 fi
 if [[ -n $arch ]]; then
   dir="$dir-$arch"
@@ -58,6 +65,7 @@ opts=(
   "GRADSLEUTH_SANITIZE=$([[ $sanitize == 1 ]] && echo ON || echo OFF)"
   "GRADSLEUTH_NATIVE=$([[ $portable == 1 ]] && echo OFF || echo ON)"
   "GRADSLEUTH_ARCH=$arch"
+  "GRADSLEUTH_FAST_KERNELS=$([[ $reference == 1 ]] && echo OFF || echo ON)"
 )
 # Benchmarks under the sanitizers measure nothing useful: skip building them.
 [[ $sanitize == 1 ]] && opts+=("GRADSLEUTH_BUILD_BENCH=OFF")

@@ -28,7 +28,7 @@ need_file /usr/include/eigen3/Eigen/Core libeigen3-dev
 need_file /usr/include/doctest/doctest.h doctest-dev
 need_file /usr/include/benchmark/benchmark.h libbenchmark-dev
 need_file /usr/include/zlib.h zlib1g-dev
-# The CPU backend's GEMM (core/cpu/blas.h); Eigen's kernel is used without it.
+# The CPU backend's GEMM (core/cpu/fast/blas.h); Eigen's kernel is used without it.
 need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
 # Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
 need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a training step's time goes: samples one benchmark of bench_train_step with
 # `perf record` and groups the samples by what the code does — GEMM (the BLAS or
-# Eigen kernels and their packing, or core/cpu/sgemm.h's kernel and its transposes),
+# Eigen kernels and their packing, or core/cpu/fast/sgemm.h's kernel and its transposes),
 # Winograd's transforms, im2col/col2im, pooling, elementwise, reductions
 # and softmax, the optimizer, allocation (malloc/free, page faults, zero-fills) and
 # autograd bookkeeping (graph nodes, shared pointers, dispatch) — one thread.

@@ -1,5 +1,5 @@
 // Tests for the fused conv2d (one autograd node "conv2d", the backend's forward and
-// backward kernels; CPU: core/cpu/conv_gemm.cpp) against the composite unfold +
+// backward kernels; CPU: core/cpu/fast/conv2d.cpp) against the composite unfold +
 // matmul path it replaces, which detail::set_conv2d_fused(false) forces: outputs and
 // gradients on many geometries in float32 and float64, numerical gradients and
 // second derivatives in float64, saved-tensor version checks, which gradients the
@@ -21,6 +21,10 @@
 #include "nn_test_util.h"
 
 namespace {
+
+// These tests are about the tuned kernels: on, even in a build whose default is the
+// reference loops (GRADSLEUTH_FAST_KERNELS=OFF).
+const bool kTunedKernelsOn = (gradsleuth::set_cpu_fast_kernels(true), true);
 
 using gs::Tensor;
 using nntest::Vec;

@@ -1,4 +1,4 @@
-// Tests for core/cpu/sgemm.h, the packing-free float32 GEMM. Its contract is exact:
+// Tests for core/cpu/fast/sgemm.h, the packing-free float32 GEMM. Its contract is exact:
 // every element of C is one chain of fused multiply-adds in k order starting from
 // beta * C (0 when beta = 0), so each case compares bits against that chain written
 // here with std::fmaf, for both layouts of A and B, leading dimensions larger than
@@ -14,13 +14,17 @@
 #include <random>
 #include <vector>
 
-#include "core/cpu/blas.h"
-#include "core/cpu/sgemm.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/sgemm.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 
 namespace {
+
+// These tests are about the tuned kernels: on, even in a build whose default is the
+// reference loops (GRADSLEUTH_FAST_KERNELS=OFF).
+const bool kTunedKernelsOn = (gradsleuth::set_cpu_fast_kernels(true), true);
 
 namespace cpu = gradsleuth::cpu;
 
@@ -72,7 +76,7 @@ std::vector<float> chain(const Case& c, float beta) {
 
 std::vector<float> run(const Case& c, float beta) {
   std::vector<float> out = c.C;
-  REQUIRE(cpu::sgemm_direct(c.a_col, c.b_col, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, beta, out.data(),
+  REQUIRE(cpu::fast::sgemm_direct(c.a_col, c.b_col, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, beta, out.data(),
                             c.ldc));
   return out;
 }
@@ -91,13 +95,13 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y, int64_t
 }  // namespace
 
 TEST_CASE("sgemm_direct: built exactly when the build has AVX2 and FMA") {
-  CHECK(cpu::sgemm_direct_available() == kBuilt);
+  CHECK(cpu::fast::sgemm_direct_available() == kBuilt);
   if (kBuilt) return;
   // Without the kernel the call declines and leaves C alone, so blas_gemm falls back.
   std::mt19937 gen(1);
   Case c = make(false, false, 40, 40, 40, gen);
   std::vector<float> out = c.C;
-  CHECK_FALSE(cpu::sgemm_direct(false, false, 40, 40, 40, c.A.data(), c.lda, c.B.data(), c.ldb, 0.0f, out.data(), c.ldc));
+  CHECK_FALSE(cpu::fast::sgemm_direct(false, false, 40, 40, 40, c.A.data(), c.lda, c.B.data(), c.ldb, 0.0f, out.data(), c.ldc));
   CHECK(out == c.C);
 }
 
@@ -195,24 +199,24 @@ TEST_CASE("sgemm_direct: beta = 0 never reads C, and Inf/NaN land where the chai
 
 TEST_CASE("blas_gemm routes a one-thread float32 product to the kernel by the measured rule") {
   // The rule (sgemm.h): AVX-512 builds only, every side >= 32, 2^20 to 2^27 multiply-adds.
-  CHECK(cpu::sgemm_direct_pays(false, true, 64, 256, 784) == kDispatches);  // an MLP's forward
-  CHECK(cpu::sgemm_direct_pays(true, false, 256, 784, 64) == kDispatches);  // its weight gradient
-  CHECK_FALSE(cpu::sgemm_direct_pays(false, true, 64, 10, 256));            // a 10-class layer
-  CHECK_FALSE(cpu::sgemm_direct_pays(false, false, 64, 64, 64));            // under 2^20
-  CHECK_FALSE(cpu::sgemm_direct_pays(false, false, 1024, 1024, 1024));      // over 512^3
-  CHECK_FALSE(cpu::sgemm_direct_pays(false, false, int64_t{1} << 40, 64, int64_t{1} << 40));  // no overflow
-  if (std::strcmp(cpu::gemm_library(), "Eigen") == 0) return;  // no BLAS: blas_gemm declines
+  CHECK(cpu::fast::sgemm_direct_pays(false, true, 64, 256, 784) == kDispatches);  // an MLP's forward
+  CHECK(cpu::fast::sgemm_direct_pays(true, false, 256, 784, 64) == kDispatches);  // its weight gradient
+  CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, true, 64, 10, 256));            // a 10-class layer
+  CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, false, 64, 64, 64));            // under 2^20
+  CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, false, 1024, 1024, 1024));      // over 512^3
+  CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, false, int64_t{1} << 40, 64, int64_t{1} << 40));  // no overflow
+  if (std::strcmp(cpu::fast::gemm_library(), "Eigen") == 0) return;  // no BLAS: blas_gemm declines
 
   // Through blas_gemm: with the kernel on, a dispatched product has the chain's bits;
   // with it off, the BLAS's result, which agrees to the float32 bound.
   std::mt19937 gen(11);
   const Case c = make(false, true, 64, 256, 784, gen, 0);
   std::vector<float> on = c.C, off = c.C;
-  REQUIRE(cpu::blas_gemm(false, true, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, on.data(), c.ldc));
-  cpu::set_sgemm_direct(false);
-  CHECK_FALSE(cpu::sgemm_direct_enabled());
-  REQUIRE(cpu::blas_gemm(false, true, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, off.data(), c.ldc));
-  cpu::set_sgemm_direct(true);
+  REQUIRE(cpu::fast::blas_gemm(false, true, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, on.data(), c.ldc));
+  cpu::fast::set_sgemm_direct(false);
+  CHECK_FALSE(cpu::fast::sgemm_direct_enabled());
+  REQUIRE(cpu::fast::blas_gemm(false, true, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, off.data(), c.ldc));
+  cpu::fast::set_sgemm_direct(true);
   if (kDispatches) CHECK(same_bits(on, chain(c, 0.0f), c.ldc));
   else CHECK(same_bits(on, off, c.ldc));
   double worst = 0.0;
@@ -224,9 +228,9 @@ TEST_CASE("gs::matmul gives the same values with the kernel on and off") {
   gs::manual_seed(5);
   const gs::Tensor x = gs::randn({64, 784}), w = gs::randn({256, 784});
   const gs::Tensor on = gs::matmul(x, w.t());
-  cpu::set_sgemm_direct(false);
+  cpu::fast::set_sgemm_direct(false);
   const gs::Tensor off = gs::matmul(x, w.t());
-  cpu::set_sgemm_direct(true);
+  cpu::fast::set_sgemm_direct(true);
   const gs::Tensor exact = gs::matmul(x.to(gs::kFloat64), w.to(gs::kFloat64).t());
   const double scale = gs::matmul(x.abs().to(gs::kFloat64), w.abs().to(gs::kFloat64).t()).max().item<double>();
   const double bound = 784 * std::ldexp(1.0, -24) * scale;

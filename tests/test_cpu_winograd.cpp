@@ -1,4 +1,4 @@
-// Tests for core/cpu/winograd.h: Winograd F(2x2, 3x3) against a direct float64
+// Tests for core/cpu/fast/winograd.h: Winograd F(2x2, 3x3) against a direct float64
 // convolution written here, within an a-priori float32 error bound (below); against
 // gs::conv2d in float32; and the input-gradient identity through flip_transpose_3x3
 // against autograd's gradient of conv2d. Sizes cover odd H/W (a partial last tile),
@@ -23,16 +23,20 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/cpu/winograd.h"
+#include "core/cpu/fast/winograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
 
 namespace {
 
-using gradsleuth::cpu::flip_transpose_3x3;
-using gradsleuth::cpu::winograd_conv3x3;
-using gradsleuth::cpu::winograd_eligible;
+// These tests are about the tuned kernels: on, even in a build whose default is the
+// reference loops (GRADSLEUTH_FAST_KERNELS=OFF).
+const bool kTunedKernelsOn = (gradsleuth::set_cpu_fast_kernels(true), true);
+
+using gradsleuth::cpu::fast::flip_transpose_3x3;
+using gradsleuth::cpu::fast::winograd_conv3x3;
+using gradsleuth::cpu::fast::winograd_eligible;
 using gs::Tensor;
 
 constexpr double kU = 1.0 / (1 << 24);  // float32 unit roundoff
@@ -388,7 +392,7 @@ TEST_CASE("winograd_conv3x3: empty sizes write nothing; C = 0 gives the bias") {
 
 namespace {
 
-using gradsleuth::cpu::winograd_conv3x3_weight_grad;
+using gradsleuth::cpu::fast::winograd_conv3x3_weight_grad;
 
 struct WProblem {
   int64_t N, C, H, W, O;

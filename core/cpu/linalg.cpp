@@ -1,64 +1,66 @@
-// CPU backend, linear algebra: batched matrix multiply through a tuned BLAS when
-// one is built in (blas.h: OpenBLAS by default), else through Eigen's GEMM on maps
-// of the operands' own memory. Either way a row- or column-major view (a transposed
-// weight, a batch slice) is used in place, without a copy.
-#include <Eigen/Core>
+// CPU backend, linear algebra: the reference batched matrix multiply.
+//
+//   out[n] (N, M) = a[n] (N, K) @ b[n] (K, M)
+//
+// One output row at a time, in i-k-j order: for each k, out row i += a[n][i][k] * row k
+// of b[n]. The inner loop walks a row of b and a row of out, both contiguous, so the
+// compiler vectorises it. Each out[i][j] is still the sum over k in the order 0, 1, ...,
+// K - 1: the textbook dot product, with the error bound K * u * sum_k |a_ik| |b_kj|
+// (u = 2^-24 for float32, 2^-53 for float64). int64 products wrap, as every int64 op does.
+// With tuned kernels on, a float product goes to fast/linalg.cpp (a BLAS) instead.
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
-#include "core/cpu/blas.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/fast.h"
 
 namespace gradsleuth::cpu {
 
 namespace {
 
-// GEMM through Eigen maps of the operands' own memory: a row-major or a
-// column-major (transposed view) operand is mapped without a copy.
+// acc + x * y; for int64 through uint64, so that overflow wraps instead of being undefined.
 template <class T>
-void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
-  using Dyn = Eigen::Stride<Eigen::Dynamic, 1>;
-  using RowM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ColM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-  const int64_t B = out.shape()[0], N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
-  T* o = static_cast<T*>(out.raw_data());
-  // Layout of the last two dims: 0 = row-major, 1 = column-major, -1 = neither.
-  auto layout = [](const Tensor& t, int64_t rows, int64_t cols, int64_t& ld) {
-    const int64_t sr = t.strides()[1], sc = t.strides()[2];
-    if (sc == 1 || cols == 1) { ld = std::max<int64_t>(rows == 1 ? cols : sr, cols); return (rows == 1 || sr >= cols) ? 0 : -1; }
-    if (sr == 1 || rows == 1) { ld = std::max<int64_t>(cols == 1 ? rows : sc, rows); return (cols == 1 || sc >= rows) ? 1 : -1; }
-    return -1;
-  };
-  int64_t lda = 0, ldb = 0;
-  const Tensor A = layout(a, N, K, lda) < 0 ? a.contiguous() : a;
-  const Tensor Bt = layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
-  const int la = layout(A, N, K, lda), lb = layout(Bt, K, M, ldb);
-  const T* pa = static_cast<const T*>(A.raw_data());
-  const T* pb = static_cast<const T*>(Bt.raw_data());
-  for (int64_t i = 0; i < B; ++i) {
-    const T* ai = pa + i * A.strides()[0];
-    const T* bi = pb + i * Bt.strides()[0];
-    if constexpr (std::is_floating_point_v<T>) {
-      // The tuned kernel: OpenBLAS reaches 1.3-1.5x Eigen's SGEMM on AVX2 (docs/benchmarks.md).
-      if (N > 0 && M > 0 && K > 0 && blas_gemm(la == 1, lb == 1, N, M, K, ai, lda, bi, ldb, o + i * N * M, M)) continue;
+T mul_add(T acc, T x, T y) {
+  if constexpr (std::is_same_v<T, int64_t>)
+    return static_cast<int64_t>(static_cast<uint64_t>(acc) + static_cast<uint64_t>(x) * static_cast<uint64_t>(y));
+  else
+    return acc + x * y;
+}
+
+template <class T>
+void bmm_reference(const Tensor& out, const Tensor& a, const Tensor& b_in) {
+  const int64_t N = out.size(1), M = out.size(2), K = a.size(2);
+  // Rows of b must be contiguous for the inner loop (a transposed weight has columns
+  // contiguous instead): such a b is copied once.
+  const Tensor b = (M <= 1 || b_in.strides()[2] == 1) ? b_in : b_in.contiguous();
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* po = static_cast<T*>(out.raw_data());  // contiguous
+  const int64_t a0 = a.strides()[0], a1 = a.strides()[1], a2 = a.strides()[2];
+  const int64_t b0 = b.strides()[0], b1 = b.strides()[1];
+  const int64_t rows = out.size(0) * N;
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * M)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t n = r / N, i = r % N;
+      T* o = po + r * M;
+      std::fill_n(o, M, T(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const T aik = pa[n * a0 + i * a1 + k * a2];
+        const T* brow = pb + n * b0 + k * b1;
+        for (int64_t j = 0; j < M; ++j) o[j] = mul_add(o[j], aik, brow[j]);
+      }
     }
-    // The reference: Eigen's product, also for int64 and for sizes CBLAS's int cannot hold.
-    Eigen::Map<RowM> C(o + i * N * M, N, M);
-    auto run = [&](const auto& Am) {
-      if (lb == 0) C.noalias() = Am * Eigen::Map<const RowM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
-      else C.noalias() = Am * Eigen::Map<const ColM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
-    };
-    if (la == 0) run(Eigen::Map<const RowM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
-    else run(Eigen::Map<const ColM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
-  }
+  });
 }
 
 }  // namespace
 
 void CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (fast_kernels_enabled() && fast::bmm(out, a, b)) return;
   dispatch_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, bool>) bmm_typed<T>(out, a, b);
+    if constexpr (!std::is_same_v<T, bool>) bmm_reference<T>(out, a, b);
   });
 }
 

@@ -10,7 +10,7 @@
 //    instead of N small ones. unfold's backward is fold (col2im) and the GEMM's
 //    backward is matmul's.
 //  - the fused op (conv2d_fused, groups = 1): the backend's conv2d_forward/backward
-//    kernels (CPU: core/cpu/conv_gemm.cpp, one sample's columns at a time in cache,
+//    kernels (CPU: core/cpu/fast/conv2d.cpp, one sample's columns at a time in cache,
 //    bias added in the same pass), ONE autograd node "conv2d" with a hand-written
 //    backward. Under create_graph that backward is the same formulas in
 //    differentiable ops (conv2d_backward_composite), so second derivatives still work.
@@ -127,7 +127,7 @@ std::atomic<bool> g_conv2d_fused{true};
 std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::Auto};
 
 // The fused path (groups = 1): the backend computes the output in one op, bias
-// included, and the backward with its own kernels (CPU: core/cpu/conv_gemm.cpp).
+// included, and the backward with its own kernels (CPU: core/cpu/fast/conv2d.cpp).
 // Returns an undefined tensor when the backend has no kernel for the case.
 Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dGeometry& g) {
   const int64_t O = weight.size(0);

@@ -20,13 +20,13 @@
 // Rounding: each element's accumulator starts at beta * C (0 when beta = 0) and takes one
 // FMA per k, in k order, in every path (the k-blocks resume from the partial C), so the
 // result does not depend on the vector width, the blocking or the tile a row lands in.
-#include "core/cpu/sgemm.h"
+#include "core/cpu/fast/sgemm.h"
 
 #include <algorithm>
 #include <atomic>
 #include <vector>
 
-#include "core/cpu/transpose.h"
+#include "core/cpu/fast/transpose.h"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define GS_SGEMM_DIRECT 1
@@ -35,7 +35,7 @@
 #define GS_SGEMM_DIRECT 0
 #endif
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 #if GS_SGEMM_DIRECT
 namespace {
@@ -297,4 +297,4 @@ bool sgemm_direct_pays(bool, bool, int64_t M, int64_t N, int64_t K) {
 #endif
 }
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

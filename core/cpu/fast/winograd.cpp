@@ -54,7 +54,7 @@
 // whose pre-bias output holds a non-finite value is therefore recomputed by a direct
 // convolution that multiplies the padding zeros like im2col + GEMM does, so special
 // values land exactly where the im2col path puts them and nothing is silently lost.
-#include "core/cpu/winograd.h"
+#include "core/cpu/fast/winograd.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -65,11 +65,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/cpu/blas.h"
-#include "core/cpu/conv_cols.h"
-#include "core/cpu/transpose.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/conv_cols.h"
+#include "core/cpu/fast/transpose.h"
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 namespace {
 
@@ -558,4 +558,4 @@ void winograd_conv3x3_weight_grad(const float* x, const float* dy, float* gw, in
   if (!finite) weight_grad_gemm(x, dy, gw, N, C, H, W, O);
 }
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

@@ -18,7 +18,7 @@
 #pragma once
 #include <cstdint>
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 // True when this build has the kernel: it needs FMA and AVX2 (x86-64-v3 or later,
 // e.g. -march=native on any machine since 2013). A portable build has none.
@@ -43,4 +43,4 @@ bool sgemm_direct_enabled();
 bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 // Eight floats as one GCC/Clang vector (AVX2 width; an AVX-512 build uses it too), and
 // __builtin_shufflevector (GCC >= 12, Clang) for the register transposes.
@@ -48,4 +48,4 @@ inline void transpose(const float* src, int64_t ls, float* dst, int64_t ld, int6
     for (int64_t j = (i < r8 ? c8 : 0); j < cols; ++j) dst[j * ld + i] = src[i * ls + j];
 }
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

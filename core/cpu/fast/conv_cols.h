@@ -10,7 +10,7 @@
 
 #include "core/op_kinds.h"
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 // Stride 1 with "same" width (W == outW, e.g. 3x3 with padding 1): output pixel
 // (oh, ow) of kernel tap (ki, kj) reads input index j + shift, j = oh * W + ow, for
@@ -159,4 +159,4 @@ void col2im_sample(T* x, const T* c, int64_t sK, const Conv2dGeometry& g, const 
   }
 }
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

@@ -1,10 +1,10 @@
 // CBLAS sgemm/dgemm for the CPU backend (see blas.h). GS_CBLAS is 1 (OpenBLAS) or
 // 2 (BLIS) when core/CMakeLists.txt found the library, else 0.
-#include "core/cpu/blas.h"
+#include "core/cpu/fast/blas.h"
 
 #include <climits>
 
-#include "core/cpu/sgemm.h"
+#include "core/cpu/fast/sgemm.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -29,7 +29,7 @@ void bli_thread_set_num_threads(long n);
 }
 #endif
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 const char* gemm_library() {
 #if GS_CBLAS == 1
@@ -119,4 +119,4 @@ bool blas_gemm(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, co
 }
 #endif
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

@@ -11,7 +11,7 @@
 
 #include "core/op_kinds.h"
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 // True when winograd_conv3x3 handles the geometry: 3x3 kernel, stride 1, dilation 1,
 // padding 1 on both axes (output size = input size), groups 1. (A grouped conv reaches
@@ -40,4 +40,4 @@ void flip_transpose_3x3(const float* w, float* wt, int64_t O, int64_t C);
 void winograd_conv3x3_weight_grad(const float* x, const float* dy, float* gw, int64_t N, int64_t C, int64_t H,
                                   int64_t W, int64_t O);
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

@@ -38,13 +38,14 @@
 #include <type_traits>
 
 #include "core/cpu/accurate_sum.h"
-#include "core/cpu/blas.h"
-#include "core/cpu/conv_cols.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/fast.h"
+#include "core/cpu/fast/conv_cols.h"
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/winograd.h"
+#include "core/cpu/fast/winograd.h"
 #include "core/ops.h"
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 namespace {
 
@@ -213,12 +214,12 @@ bool fused_conv_applies(const Conv2dGeometry& g, int64_t O, DType dt) {
 
 }  // namespace
 
-bool CpuBackend::conv2d_fused_supported(const Conv2dGeometry& g, int64_t O, DType dt) const {
+bool conv2d_supported(const Conv2dGeometry& g, int64_t O, DType dt) {
   return fused_conv_applies(g, O, dt);
 }
 
-bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                                const Conv2dGeometry& g) {
+bool conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                    const Conv2dGeometry& g) {
   if (!fused_conv_applies(g, w.size(0), x.dtype())) return false;
   BlasSingleThread one_blas_thread;
   if (x.dtype() == kFloat32) forward_typed<float>(out, x, w, bias, g);
@@ -226,8 +227,8 @@ bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor
   return true;
 }
 
-bool CpuBackend::conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b,
-                                 const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
+bool conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b, const Tensor& grad_out,
+                     const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
   if (!fused_conv_applies(g, grad_out.size(1), grad_out.dtype())) return false;
   BlasSingleThread one_blas_thread;
   if (grad_out.dtype() == kFloat32) backward_typed<float>(grad_x, grad_w, grad_b, grad_out, x, w, g);
@@ -235,4 +236,4 @@ bool CpuBackend::conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, con
   return true;
 }
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-namespace gradsleuth::cpu {
+namespace gradsleuth::cpu::fast {
 
 // "OpenBLAS", "BLIS", or "Eigen" when no BLAS was built in.
 const char* gemm_library();
@@ -43,4 +43,4 @@ inline bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, c
   return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
 
-}  // namespace gradsleuth::cpu
+}  // namespace gradsleuth::cpu::fast

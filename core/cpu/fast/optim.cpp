@@ -1,0 +1,108 @@
+// The CPU backend's fused optimizer steps: the element updates of core/optim_step.h in loops
+// split across threads, with the options as compile-time flags so each variant vectorises.
+#include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/fast.h"
+#include "core/optim_step.h"
+
+#include <initializer_list>
+
+namespace gradsleuth::cpu::fast {
+
+namespace {
+
+// T* of a state tensor, or nullptr when the options leave it undefined.
+template <class T>
+T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
+}
+
+// Calls f(float{}) or f(double{}); false for any other dtype.
+template <class F>
+bool with_float_type(DType t, F&& f) {
+  if (t == DType::Float32) {
+    f(float{});
+    return true;
+  }
+  if (t == DType::Float64) {
+    f(double{});
+    return true;
+  }
+  return false;
+}
+
+// Every defined tensor contiguous with p's dtype.
+bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
+  if (!p.is_contiguous()) return false;
+  for (const Tensor* t : others)
+    if (t->defined() && (!t->is_contiguous() || t->dtype() != p.dtype() || !t->device().is_cpu())) return false;
+  return true;
+}
+
+}  // namespace
+
+bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
+  if (!fusable(p, {&g, &buf})) return false;
+  const bool momentum = s.momentum != 0.0;
+  if (momentum && !buf.defined()) return false;
+  return with_float_type(p.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T *pp = ptr<T>(p), *bp = momentum ? ptr<T>(buf) : nullptr;
+    const T* gp = ptr<T>(g);
+    const optim_step::SgdCoeffs<T> c(s);
+    optim_step::with_flags(
+        [&](auto decay, auto mom, auto nesterov, auto first) {
+          parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j)
+              optim_step::sgd_element<T, decltype(decay)::value, decltype(mom)::value, decltype(nesterov)::value,
+                                      decltype(first)::value>(j, pp, gp, bp, c);
+          });
+        },
+        s.weight_decay != 0.0, momentum, s.nesterov, s.first);
+  });
+}
+
+bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                           const AdamStep& s) {
+  if (!fusable(p, {&g, &m, &v, &vmax}) || !m.defined() || !v.defined() || (s.amsgrad && !vmax.defined())) return false;
+  return with_float_type(p.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T *pp = ptr<T>(p), *mp = ptr<T>(m), *vp = ptr<T>(v), *xp = s.amsgrad ? ptr<T>(vmax) : nullptr;
+    const T* gp = ptr<T>(g);
+    const optim_step::AdamCoeffs<T> c(s);
+    optim_step::with_flags(
+        [&](auto l2, auto decoupled, auto amsgrad) {
+          parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j)
+              optim_step::adam_element<T, decltype(l2)::value, decltype(decoupled)::value, decltype(amsgrad)::value>(
+                  j, pp, gp, mp, vp, xp, c);
+          });
+        },
+        s.l2, s.decoupled, s.amsgrad);
+  });
+}
+
+bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
+                              const Tensor& buf, const RmspropStep& s) {
+  const bool momentum = s.momentum > 0.0;
+  if (!fusable(p, {&g, &square_avg, &grad_avg, &buf}) || !square_avg.defined() || (s.centered && !grad_avg.defined()) ||
+      (momentum && !buf.defined()))
+    return false;
+  return with_float_type(p.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T *pp = ptr<T>(p), *sp = ptr<T>(square_avg), *ap = s.centered ? ptr<T>(grad_avg) : nullptr,
+      *bp = momentum ? ptr<T>(buf) : nullptr;
+    const T* gp = ptr<T>(g);
+    const optim_step::RmspropCoeffs<T> c(s);
+    optim_step::with_flags(
+        [&](auto decay, auto centered, auto mom) {
+          parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+            for (int64_t j = b; j < e; ++j)
+              optim_step::rmsprop_element<T, decltype(decay)::value, decltype(centered)::value, decltype(mom)::value>(
+                  j, pp, gp, sp, ap, bp, c);
+          });
+        },
+        s.weight_decay != 0.0, s.centered, momentum);
+  });
+}
+
+}  // namespace gradsleuth::cpu::fast
