@@ -84,6 +84,6 @@ if [[ -n $bad ]]; then
   echo "$bad" >&2
   exit 1
 fi
-echo "check_fresh_clone: add_subdirectory plan: $(grep -cE '\.(cpp|cu)' "$work/subdir-plan.log") compile steps, only core, nn, optim, debug and the project"
+echo "check_fresh_clone: add_subdirectory plan: $(grep -cE '\.(cpp|cu)' "$work/subdir-plan.log") commands, compiling only core, nn, optim, debug and the project"
 lap "add_subdirectory dry run"
 echo "check_fresh_clone: ok"
