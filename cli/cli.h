@@ -34,9 +34,9 @@ int cmd_kernels(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
 int cmd_devices(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
 
 // Sets the engine's thread count before any tensor op: `threads` when > 0, else
-// OMP_NUM_THREADS when set, else one thread. One by default because on a shared
-// 2-core machine a second OpenMP thread gains ~10% when a core is free but costs
-// 10x and more when another process holds it (docs/training.md).
+// OMP_NUM_THREADS when set, else one thread. One by default: on 2 cores a second
+// OpenMP thread gains ~10% when the other core is free, but a step costs 10x and
+// more when another process holds that core (docs/training.md, "Threads").
 void set_thread_count(int threads = 0);
 
 class Args;

@@ -72,7 +72,7 @@ opts=(
 # -O1 -g1 instead of RelWithDebInfo's -O2 -g: ASan recommends -O1 and reports the same
 # errors with file:line stacks (-g1 keeps line tables, drops the variable info that
 # made Eigen-heavy files 2-3x bigger); the instrumented build takes a fraction of the
-# time (tests/test_core_ops.cpp: 70 s instead of 425 s on a loaded 2-core machine).
+# time (tests/test_core_ops.cpp: 70 s instead of 425 s, measured on 2 cores with other builds running).
 [[ $sanitize == 1 && $debug == 0 ]] && opts+=("CMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 # nvcc's device code is not instrumented by the sanitizers and its sm_80/sm_90 builds
 # are the slowest part of a build: under the sanitizers the CUDA sources are checked

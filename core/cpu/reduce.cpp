@@ -133,7 +133,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& in_any, const b
   // outer dims that are reduced; keep it simple: parallel only for so == 0 with
   // distinct output per row (all reduced dims innermost). (Splitting the columns
   // of a sum over dim 0 across 2 threads was 2-3x slower than the vectorised
-  // serial loop in add_row on our 2-core machine.)
+  // serial loop in add_row, measured on 2 cores: docs/benchmarks.md.)
   bool rows_disjoint = so == 0;
   for (int d = 0; d < it.ndim - 1 && rows_disjoint; ++d) rows_disjoint = it.strides[0][d] != 0;
   if (rows_disjoint)

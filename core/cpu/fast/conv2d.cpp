@@ -201,9 +201,9 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
 
 // Any thread count: the products run on one BLAS thread (BlasSingleThread in the entry
 // points below). Threaded, every per-sample product became a threaded BLAS call (3 x 64
-// thread hand-offs per CNN step instead of 3): on this project's loaded 2-core machine
+// thread hand-offs per CNN step instead of 3): on 2 cores with other processes running,
 // the second conv's forward + backward then took 1.3-1.5 s of wall time against
-// 0.26-0.34 s for the composite path's three batch-wide products. One thread of the
+// 0.26-0.34 s for the composite path's three batch-wide products (docs/benchmarks.md). One thread of the
 // fused path (with Winograd) is faster than the composite path on two; splitting the
 // samples and Winograd's tile blocks over threads would use the others (not done).
 // Empty batches, channels or outputs stay on the composite path (its GEMMs give
