@@ -44,8 +44,10 @@ int lint(const std::vector<std::string>& dirs) {
     const std::string f = e.path().filename().string();
     graders += f.rfind("grade_lab", 0) == 0 && e.path().extension() == ".cpp";
   }
-  if (dirs.size() != graders)
-    error("tutorials/CMakeLists.txt lists " + std::to_string(dirs.size()) + " labs, tutorials/grader/ has " +
+  size_t present = 0;  // a released tree may hold some of the labs only
+  for (const std::string& d : dirs) present += fs::is_directory(root / "tutorials" / d);
+  if (present != graders)
+    error("tutorials/CMakeLists.txt lists " + std::to_string(present) + " lab folders that exist, tutorials/grader/ has " +
           std::to_string(graders) + " grade_labN.cpp files");
   for (const gs::labs::Lab& l : gs::labs::all_labs()) {
     const std::string n = std::to_string(l.number);
