@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -197,14 +198,37 @@ int report_not_graded(const std::vector<NotGraded>& missed) {
   return 1;
 }
 
-// `lab list`: every lab's grader lists its lab; the JSON lists are joined in course order.
+// Lab N's part of tutorials/labs.txt (its tasks and points as its grader lists them), for
+// `lab list` before the grader is built; empty when it is not there.
+std::string listed(int lab) {
+  std::ifstream f(fs::path(GS_SOURCE_DIR) / "tutorials" / "labs.txt");
+  std::string line, block;
+  bool in = false;
+  const std::string head = "lab " + std::to_string(lab) + ": ";
+  while (std::getline(f, line)) {
+    if (line.rfind("lab ", 0) == 0) in = line.rfind(head, 0) == 0;
+    if (in) block += line + "\n";
+  }
+  return block;
+}
+
+// `lab list`: every lab's grader lists its lab; a lab whose grader is not built is listed from
+// tutorials/labs.txt, and one line at the end says how to build the graders. --json: the graders'
+// lists joined in course order, the labs without a grader under "not_graded".
 int list(bool json) {
   std::vector<NotGraded> missed;
   std::vector<std::string> entries;
+  std::vector<int> unbuilt;
   for (int n : lab_numbers()) {
     if (!built(n)) {
-      missed.push_back({n, not_built(n)});
-      if (!json) std::cout << "lab " << n << ": (its grader is not built; see below)\n";
+      const std::string text = json ? "" : listed(n);
+      if (!text.empty()) {
+        std::cout << text;
+        unbuilt.push_back(n);
+      } else {
+        missed.push_back({n, not_built(n)});
+        if (!json) std::cout << "lab " << n << ": (its grader is not built; see below)\n";
+      }
       continue;
     }
     std::string out;
@@ -221,6 +245,13 @@ int list(bool json) {
                shown(grader_path(n)), " list --json: ", s.substr(0, 80));
       entries.push_back(s.substr(head.size(), s.size() - head.size() - 2));
     }
+  }
+  if (!unbuilt.empty()) {
+    const std::string n = std::to_string(unbuilt.front());
+    std::cout << "\n" << (unbuilt.size() == lab_numbers().size() ? std::string("No lab's grader is built yet")
+                                                                 : std::to_string(unbuilt.size()) + " labs' graders are not built yet")
+              << ". Build and grade a lab with ./run.sh lab check N (e.g. ./run.sh lab check " << n
+              << "), or build its grader alone with cmake --build " << shown(GS_BUILD_DIR) << " --target labN_grader.\n";
   }
   if (json) {
     std::cout << "{\"labs\":[";
@@ -379,8 +410,9 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
     if (a.has("timeout")) g.timeout_s = a.get_double_in("timeout", 0, true, 86400, false);
     if (a.has("memory")) g.memory_mb = a.get_int_in("memory", 64, 1 << 20);
     if (a.has("seed")) g.seed = std::to_string(a.get_seed("seed"));
-    GS_CHECK(!json && !a.has("gradescope") && !a.has("task") && !a.has("show-hidden"), "lab grade-all",
-             "--json, --gradescope, --task and --show-hidden are options of check, not grade-all");
+    g.gradescope = a.has("gradescope");
+    GS_CHECK(!json && !a.has("task") && !a.has("show-hidden"), "lab grade-all",
+             "--json, --task and --show-hidden are options of check, not grade-all");
     return lab_grade_all(g);
   }
   if (pos[0] == "list") return list(json);

@@ -319,6 +319,7 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const std::string& 
   if (built) {
     std::vector<std::string> cmd{(work / "build" / "grader").string(), "check", std::to_string(o.lab), "--events"};
     if (!o.seed.empty()) cmd.push_back("--seed"), cmd.push_back(o.seed);
+    if (o.gradescope) cmd.push_back("--gradescope"), cmd.push_back("results.json");
     const Limits lim{o.timeout_s, o.memory_mb};
     const Run r = run_limited(cmd, work / "run", work / "report.txt", work / "events.log", lim, work / "run");
     const std::string report = read_text(work / "report.txt"), events = read_text(work / "events.log");

@@ -16,6 +16,7 @@ struct GradeAllOptions {
   double timeout_s = 60;
   int64_t memory_mb = 2048;
   std::string seed;         // passed to the grader as --seed when set
+  bool gradescope = false;  // each grader also writes OUT.work/<student>/run/results.json
 };
 
 int lab_grade_all(const GradeAllOptions& o);

@@ -68,6 +68,19 @@ int lint(const std::vector<std::string>& dirs) {
       const std::string todo = "TODO(lab " + n + ", task " + std::to_string(t.number) + ")";
       if (starter.find(todo) == std::string::npos) std::cout << "warning: " << l.starter << " has no " << todo << " marker\n";
     }
+    // tutorials/labs.txt (what `gradsleuth lab list` shows before the graders are built) must
+    // hold this lab's list as this grader prints it.
+    {
+      std::ostringstream mine;
+      gs::labs::print_list(mine);
+      const std::string listed = read_text(root / "tutorials" / "labs.txt");
+      const size_t at = listed.find("\nlab " + n + ": ");
+      const size_t end = at == std::string::npos ? at : listed.find("\nlab ", at + 1);
+      const std::string block = at == std::string::npos ? "" : listed.substr(at + 1, end == std::string::npos ? std::string::npos : end - at);
+      if (block != mine.str())
+        error("lab " + n + ": tutorials/labs.txt does not list this lab's tasks and points as its grader does: run "
+              "scripts/update_lab_list.sh");
+    }
     std::cout << "lab " << n << " (tutorials/" << l.dir << "): " << l.tasks.size() << " tasks, " << l.max_points()
               << " points\n";
   }
