@@ -111,7 +111,6 @@ int run_command(const CommandOptions& o, std::ostream& out) {
     }
     if (o.json) {
       results.push_back(grade(*l, o.task, on_event));
-      results.push_back(grade(*l, o.task));
       continue;
     }
     // Text: each task as soon as it is graded (if student code crashes, what came before is on screen).
