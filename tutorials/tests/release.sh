@@ -42,7 +42,8 @@ if [[ $build != --build ]]; then
   exit $fail
 fi
 # Build the released tree from scratch, with no access to this checkout (the labs' graders only).
-export CCACHE_BASEDIR="$rel"
+# With ccache, relative to the tree: objects this checkout already compiled are reused.
+if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$rel"; fi
 numbers="$(sed -nE 's/^lab ([0-9]+): .*/\1/p' "$rel/tutorials/labs.txt" | paste -sd' ' -)"
 targets=(gradsleuth_cli)
 for n in $numbers; do targets+=(--target "lab${n}_grader"); done
