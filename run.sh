@@ -5,7 +5,8 @@
 #   ./run.sh lab check N      builds the CLI and lab N's grader only (build/tutorials/labN_grader),
 #                             then grades lab N; a compile error in another lab does not matter
 #   ./run.sh lab check all    builds each lab's grader on its own and grades every lab that
-#   ./run.sh lab list         compiles; one that does not is reported, with the compiler's errors
+#                             compiles; one that does not is reported, with the compiler's errors
+#   ./run.sh lab list         builds the CLI only: the labs and their tasks, with points
 # ./test.sh builds everything (tests, benchmarks, every lab, the solutions) and runs the tests.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -25,7 +26,7 @@ bin=build/bin/gradsleuth
 labs=""
 if [[ $# -ge 2 && $1 == lab && ( $2 == check || $2 == list ) ]]; then
   if [[ $2 == list ]]; then
-    labs=all
+    labs=""  # `lab list` shows the labs from tutorials/labs.txt where no grader is built
   else
     skip=0
     for a in "${@:3}"; do

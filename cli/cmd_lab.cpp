@@ -6,15 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/lab_grade_all.h"
 #include "core/error.h"
 #include "core/json.h"
 
@@ -37,6 +41,46 @@ fs::path grader_dir() {
     if (fs::is_directory(d, ec)) return d;
   }
   return GS_LAB_GRADER_DIR;
+}
+
+// The labs of this tree, in course order (a released tree may hold some of them only).
+const std::vector<int>& lab_numbers() {
+  static const std::vector<int> numbers{GS_LAB_NUMBERS};
+  return numbers;
+}
+bool is_lab(int n) {
+  for (int k : lab_numbers())
+    if (k == n) return true;
+  return false;
+}
+std::string lab_numbers_str() {
+  std::string s;
+  for (int k : lab_numbers()) s += (s.empty() ? "" : ", ") + std::to_string(k);
+  return s;
+}
+
+// "3" -> 3, for a lab of this tree; anything else is an error listing the labs.
+int lab_number(const std::string& which) {
+  int n = 0;
+  try {
+    size_t used = 0;
+    n = std::stoi(which, &used);
+    if (used != which.size()) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  GS_CHECK(is_lab(n), "lab", "there is no lab '", which, "'; the labs are ", lab_numbers_str(),
+           " (gradsleuth lab list shows them)");
+  return n;
+}
+
+// Lab N's folder under tutorials/ ("lab1_tensors").
+std::string lab_dir(int lab) {
+  std::error_code ec;
+  const std::string prefix = "lab" + std::to_string(lab) + "_";
+  for (const auto& d : fs::directory_iterator(fs::path(GS_SOURCE_DIR) / "tutorials", ec))
+    if (d.is_directory() && d.path().filename().string().rfind(prefix, 0) == 0) return d.path().filename().string();
+  GS_FAIL("lab", "lab ", lab, " has no folder tutorials/", prefix, "* in ", GS_SOURCE_DIR);
 }
 
 fs::path grader_path(int lab) { return grader_dir() / ("lab" + std::to_string(lab) + "_grader"); }
@@ -154,14 +198,37 @@ int report_not_graded(const std::vector<NotGraded>& missed) {
   return 1;
 }
 
-// `lab list`: every lab's grader lists its lab; the JSON lists are joined in course order.
+// Lab N's part of tutorials/labs.txt (its tasks and points as its grader lists them), for
+// `lab list` before the grader is built; empty when it is not there.
+std::string listed(int lab) {
+  std::ifstream f(fs::path(GS_SOURCE_DIR) / "tutorials" / "labs.txt");
+  std::string line, block;
+  bool in = false;
+  const std::string head = "lab " + std::to_string(lab) + ": ";
+  while (std::getline(f, line)) {
+    if (line.rfind("lab ", 0) == 0) in = line.rfind(head, 0) == 0;
+    if (in) block += line + "\n";
+  }
+  return block;
+}
+
+// `lab list`: every lab's grader lists its lab; a lab whose grader is not built is listed from
+// tutorials/labs.txt, and one line at the end says how to build the graders. --json: the graders'
+// lists joined in course order, the labs without a grader under "not_graded".
 int list(bool json) {
   std::vector<NotGraded> missed;
   std::vector<std::string> entries;
-  for (int n = 1; n <= GS_LAB_COUNT; ++n) {
+  std::vector<int> unbuilt;
+  for (int n : lab_numbers()) {
     if (!built(n)) {
-      missed.push_back({n, not_built(n)});
-      if (!json) std::cout << "lab " << n << ": (its grader is not built; see below)\n";
+      const std::string text = json ? "" : listed(n);
+      if (!text.empty()) {
+        std::cout << text;
+        unbuilt.push_back(n);
+      } else {
+        missed.push_back({n, not_built(n)});
+        if (!json) std::cout << "lab " << n << ": (its grader is not built; see below)\n";
+      }
       continue;
     }
     std::string out;
@@ -178,6 +245,13 @@ int list(bool json) {
                shown(grader_path(n)), " list --json: ", s.substr(0, 80));
       entries.push_back(s.substr(head.size(), s.size() - head.size() - 2));
     }
+  }
+  if (!unbuilt.empty()) {
+    const std::string n = std::to_string(unbuilt.front());
+    std::cout << "\n" << (unbuilt.size() == lab_numbers().size() ? std::string("No lab's grader is built yet")
+                                                                 : std::to_string(unbuilt.size()) + " labs' graders are not built yet")
+              << ". Build and grade a lab with ./run.sh lab check N (e.g. ./run.sh lab check " << n
+              << "), or build its grader alone with cmake --build " << shown(GS_BUILD_DIR) << " --target labN_grader.\n";
   }
   if (json) {
     std::cout << "{\"labs\":[";
@@ -201,7 +275,7 @@ int check_all(bool json, bool verbose) {
   std::vector<NotGraded> missed;
   std::vector<std::string> reports;
   int points = 0, max_points = 0;
-  for (int n = 1; n <= GS_LAB_COUNT; ++n) {
+  for (int n : lab_numbers()) {
     if (!built(n)) {
       missed.push_back({n, not_built(n)});
       if (!json) std::cout << "lab " << n << ": not graded: its grader is not built (see the end)\n";
@@ -257,7 +331,15 @@ int check_all(bool json, bool verbose) {
 }  // namespace
 #endif
 
-int cmd_lab(const std::vector<std::string>& args) {
+int cmd_lab(const std::vector<std::string>& raw_args) {
+  // -j J / -jJ as make and ninja spell it: --jobs.
+  std::vector<std::string> args;
+  for (const std::string& s : raw_args) {
+    if (s == "-j") args.push_back("--jobs");
+    else if (s.size() > 2 && s.rfind("-j", 0) == 0 && s.find_first_not_of("0123456789", 2) == std::string::npos)
+      args.push_back("--jobs=" + s.substr(2));
+    else args.push_back(s);
+  }
   Args a("lab", args);
   a.about(
       "The course labs in tutorials/, in course order, each with starter code for you to complete.\n"
@@ -265,37 +347,84 @@ int cmd_lab(const std::vector<std::string>& args) {
       "  gradsleuth lab check N         grades your code for lab N (e.g. tutorials/lab1_tensors/lab1.cpp):\n"
       "                                 each task's points and what is wrong, then \"lab N: X/Y points\"\n"
       "  gradsleuth lab check all       every lab in turn; one that does not build is reported, not graded\n"
+      "For instructors (tutorials/INSTRUCTORS.md):\n"
+      "  gradsleuth lab check N --seed S [--show-hidden]   grade on inputs the student has not seen\n"
+      "  gradsleuth lab check N --gradescope [--out results.json]   Gradescope's results.json\n"
+      "  gradsleuth lab release OUT [--labs 1,2,...]   write a student repository without solutions\n"
+      "  gradsleuth lab grade-all N SUBMISSIONS --out gradebook.csv [-j J] [--timeout S] [--memory MB]\n"
+      "                                 grade one folder per student, each built and run on its own\n"
       "Each lab has its own grader program, build/tutorials/labN_grader, built from that lab's code:\n"
       "rebuild it after editing your code. `./run.sh lab check N` does both (and shows the compiler's\n"
       "errors). Exits 0 whenever grading ran, whatever the points; 1 when a lab's grader is missing.");
-  a.positionals("list | check N|all", "what to do");
+  a.positionals("list | check N|all | release OUT | grade-all N SUBMISSIONS", "what to do");
   a.flag("json", "print one JSON object instead of the text report");
   a.option("task", "K", "grade only task K of the lab");
   a.flag("verbose", "show every check, the passed ones too");
+  a.option("seed", "S", "grade on the inputs drawn from S (instructors; default: $GS_GRADER_SEED, else the public inputs)");
+  a.flag("show-hidden", "with a secret --seed: print the values of a failed case's input");
+  a.flag("gradescope", "write Gradescope's results.json (to --out, default results.json) instead of the report");
+  a.option("out", "FILE", "with --gradescope: where to write results.json; with grade-all: the CSV gradebook");
+  a.option("labs", "1,2,...", "release: the labs to hand out (default: all)");
+  a.option("jobs", "J", "grade-all: submissions graded at a time (-j J; default: the number of cores)");
+  a.option("timeout", "S", "grade-all: wall-clock seconds for grading one submission (default 60)");
+  a.option("memory", "MB", "grade-all: memory limit of one submission's grading, in MB (default 2048)");
+  a.option("feedback", "DIR", "grade-all: where the feedback files go (default: OUT.feedback/)");
   if (!a.parse()) return 0;
   const auto& pos = a.positional();
-  GS_CHECK(!pos.empty() && (pos[0] == "list" || pos[0] == "check"), "lab",
-           "expected 'list' or 'check N' (see gradsleuth lab --help)");
-  GS_CHECK(pos[0] == "list" ? pos.size() == 1 : pos.size() == 2, "lab",
-           pos[0] == "list" ? "'list' takes no argument" : "'check' takes one argument: the lab number (or all)");
+  GS_CHECK(!pos.empty() && (pos[0] == "list" || pos[0] == "check" || pos[0] == "release" || pos[0] == "grade-all"),
+           "lab", "expected 'list', 'check N', 'release OUT' or 'grade-all N SUBMISSIONS' (see gradsleuth lab --help)");
+  if (pos[0] == "list") GS_CHECK(pos.size() == 1, "lab", "'list' takes no argument");
+  if (pos[0] == "check") GS_CHECK(pos.size() == 2, "lab", "'check' takes one argument: the lab number (or all)");
+  if (pos[0] == "release") GS_CHECK(pos.size() == 2, "lab", "'release' takes one argument: the folder to write");
+  if (pos[0] == "grade-all")
+    GS_CHECK(pos.size() == 3, "lab", "'grade-all' takes two arguments: the lab number and the submissions folder");
+  const bool grade_all = pos[0] == "grade-all";
+  for (const char* opt : {"jobs", "timeout", "memory", "feedback"})
+    GS_CHECK(grade_all || !a.has(opt), "lab", "--", opt, " is an option of grade-all");
+  GS_CHECK(pos[0] == "release" || !a.has("labs"), "lab", "--labs is an option of release");
 #ifdef GS_WITH_LABS
   const bool json = a.has("json"), verbose = a.has("verbose");
+  if (pos[0] == "release") {
+    // The release is a shell script (scripts/release_labs.sh): it copies what git tracks.
+    const std::string script = (fs::path(GS_SOURCE_DIR) / "scripts" / "release_labs.sh").string();
+    std::vector<std::string> cmd{script, pos[1]};
+    if (a.has("labs")) cmd.push_back("--labs"), cmd.push_back(a.get_nonempty("labs"));
+    std::vector<char*> argv;
+    for (std::string& c : cmd) argv.push_back(c.data());
+    argv.push_back(nullptr);
+    std::cout.flush();
+    ::execv(script.c_str(), argv.data());
+    GS_FAIL("lab release", "cannot run ", script, ": ", std::strerror(errno));
+  }
+  if (grade_all) {
+    GradeAllOptions g;
+    g.lab = lab_number(pos[1]);
+    g.lab_dir = lab_dir(g.lab);
+    g.submissions = pos[2];
+    GS_CHECK(a.has("out"), "lab grade-all", "give the gradebook to write: --out gradebook.csv");
+    g.out = a.get_nonempty("out");
+    a.check_writable_file("out");
+    if (a.has("feedback")) g.feedback = a.get_nonempty("feedback");
+    const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+    g.jobs = static_cast<int>(a.has("jobs") ? a.get_int_in("jobs", 1, 256) : cores);
+    if (a.has("timeout")) g.timeout_s = a.get_double_in("timeout", 0, true, 86400, false);
+    if (a.has("memory")) g.memory_mb = a.get_int_in("memory", 64, 1 << 20);
+    if (a.has("seed")) g.seed = std::to_string(a.get_seed("seed"));
+    g.gradescope = a.has("gradescope");
+    GS_CHECK(!json && !a.has("task") && !a.has("show-hidden"), "lab grade-all",
+             "--json, --task and --show-hidden are options of check, not grade-all");
+    return lab_grade_all(g);
+  }
   if (pos[0] == "list") return list(json);
   const std::string& which = pos[1];
   if (which == "all") {
     GS_CHECK(!a.has("task"), "lab", "--task needs a single lab, not 'all'");
+    GS_CHECK(!a.has("gradescope"), "lab", "--gradescope grades one lab: lab check N --gradescope");
+    GS_CHECK(!a.has("seed") && !a.has("show-hidden"), "lab",
+             "--seed and --show-hidden grade one lab (lab check N --seed S); for all labs set GS_GRADER_SEED");
     return check_all(json, verbose);
   }
-  int n = 0;
-  try {
-    size_t used = 0;
-    n = std::stoi(which, &used);
-    if (used != which.size()) n = 0;
-  } catch (const std::exception&) {
-    n = 0;
-  }
-  GS_CHECK(n >= 1 && n <= GS_LAB_COUNT, "lab", "there is no lab '", which, "'; the labs are 1 to ", GS_LAB_COUNT,
-           " (gradsleuth lab list shows them)");
+  const int n = lab_number(which);
   GS_CHECK(built(n), "lab", not_built(n));
   warn_if_stale(n);
   // One lab: the grader's report and exit status as they are.
@@ -303,6 +432,12 @@ int cmd_lab(const std::vector<std::string>& args) {
   if (json) grader_args.push_back("--json");
   if (verbose) grader_args.push_back("--verbose");
   if (a.has("task")) grader_args.push_back("--task"), grader_args.push_back(std::to_string(a.get_int("task")));
+  if (a.has("seed")) grader_args.push_back("--seed"), grader_args.push_back(a.get_nonempty("seed"));
+  if (a.has("show-hidden")) grader_args.push_back("--show-hidden");
+  GS_CHECK(!a.has("out") || a.has("gradescope"), "lab", "--out is where --gradescope writes results.json: add --gradescope");
+  GS_CHECK(!(a.has("gradescope") && json), "lab", "--gradescope and --json are two output formats: choose one");
+  if (a.has("gradescope"))
+    grader_args.push_back("--gradescope"), grader_args.push_back(a.has("out") ? a.get_nonempty("out") : "results.json");
   std::string ignored;
   return run_grader(n, grader_args, true, ignored);
 #else

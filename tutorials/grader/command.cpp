@@ -1,6 +1,11 @@
 // The grader's command line, shared by `gradsleuth lab` (cli/cmd_lab.cpp) and
 // the standalone graders that CTest runs (grader/main.cpp).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
+
+#include "debug/html_report.h"
 
 #include "tutorials/grader/grader.h"
 
@@ -78,11 +83,34 @@ int run_command(const CommandOptions& o, std::ostream& out) {
     GS_CHECK(found, "lab", "lab ", labs[0]->number, " has no task ", o.task, " (gradsleuth lab list shows them)");
   }
 
+  GS_CHECK(o.gradescope.empty() || labs.size() == 1, "lab", "--gradescope needs a single lab, not 'all'");
   set_grading_threads();
+  const auto t0 = std::chrono::steady_clock::now();
+  // --events: where a hang or a crash happened, for grade-all (stderr, unbuffered).
+  auto on_event = [&](const TaskResult& t) {
+    if (o.events)
+      std::fprintf(stderr, "@task-done %d.%d %d %d %s\n", t.lab, t.number, t.points, t.max_points, status_name(t.status));
+  };
+  if (o.events)
+    for (const Lab* l : labs)
+      for (const Task& t : l->tasks)
+        if (o.task == 0 || t.number == o.task) std::fprintf(stderr, "@task %d.%d\n", l->number, t.number);
   std::vector<LabResult> results;
   for (const Lab* l : labs) {
+    if (!o.gradescope.empty()) {
+      results.push_back(grade(*l, o.task, on_event));
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const std::string text = gradescope_json(results.back(), seconds) + "\n";
+      if (o.gradescope == "-") out << text;
+      else {
+        debug::write_file_atomic(o.gradescope, text, "lab check --gradescope");
+        out << "lab " << l->number << ": " << results.back().points << "/" << results.back().max_points
+            << " points; Gradescope results written to " << o.gradescope << "\n";
+      }
+      continue;
+    }
     if (o.json) {
-      results.push_back(grade(*l, o.task));
+      results.push_back(grade(*l, o.task, on_event));
       continue;
     }
     // Text: each task as soon as it is graded (if student code crashes, what came before is on screen).
@@ -91,12 +119,14 @@ int run_command(const CommandOptions& o, std::ostream& out) {
     results.push_back(grade(*l, o.task, [&](const TaskResult& t) {
       print_task(out, t, o.verbose);
       out.flush();
+      on_event(t);
     }));
     print_summary(out, results.back());
   }
   int points = 0, max_points = 0;
   for (const LabResult& r : results) points += r.points, max_points += r.max_points;
-  if (o.json) {
+  if (!o.gradescope.empty()) {
+  } else if (o.json) {
     if (results.size() == 1) {
       out << report_json(results[0]) << "\n";
     } else {
@@ -107,7 +137,7 @@ int run_command(const CommandOptions& o, std::ostream& out) {
   } else if (results.size() > 1) {
     out << "all labs: " << points << "/" << max_points << " points\n";
   }
-  return expected_status(results, o.expect, out, o.json);
+  return expected_status(results, o.expect, out, o.json || o.gradescope == "-");
 }
 
 }  // namespace gradsleuth::labs

@@ -14,6 +14,8 @@ namespace {
 
 // 0, 1, 2, ... as float32 with the given shape: every element shows its own position.
 Tensor ar(const Shape& s) { return arange(static_cast<double>(numel_of(s))).view(s); }
+// The same with a shape of the same kind as `s` (vary(): `s` itself with the public inputs).
+Tensor av(const Shape& s) { return ar(vary(s)); }
 
 // `got` must be a view of `base` with exactly the geometry and values of `want`.
 // The geometry is compared first (it reads no memory), the values last, after
@@ -35,8 +37,9 @@ std::vector<std::vector<int64_t>> all_indices(const Tensor& t) {
   return out;
 }
 
-Case strides_case(const Shape& s) {
-  return {"shape " + shape_str(s), [s](Check& c) {
+Case strides_case(const Shape& public_shape) {
+  return {"shape " + shape_str(public_shape), [public_shape](Check& c) {
+            const Shape s = vary(public_shape);
             c.input("shape " + shape_str(s));
             c.require_dims(lab1::contiguous_strides(s), gs::contiguous_strides(s), "strides");
           }};
@@ -88,9 +91,10 @@ Case copy_case(const std::string& name, std::function<Tensor()> make) {
           }};
 }
 
-Case broadcast_shape_case(const Shape& a, const Shape& b) {
-  const std::string name = shape_str(a) + " and " + shape_str(b);
+Case broadcast_shape_case(const Shape& public_a, const Shape& public_b) {
+  const std::string name = shape_str(public_a) + " and " + shape_str(public_b);
   return {name, [=](Check& c) {
+            const Shape a = vary(public_a), b = vary(public_b);
             c.input("a = " + shape_str(a) + ", b = " + shape_str(b));
             c.require_dims(lab1::broadcast_shape(a, b), gs::broadcast_shapes(a, b, "grader"), "broadcast shape");
             c.require_dims(lab1::broadcast_shape(b, a), gs::broadcast_shapes(b, a, "grader"),
@@ -98,17 +102,19 @@ Case broadcast_shape_case(const Shape& a, const Shape& b) {
           }};
 }
 
-Case broadcast_shape_error_case(const Shape& a, const Shape& b) {
-  const std::string name = shape_str(a) + " and " + shape_str(b) + " do not broadcast";
+Case broadcast_shape_error_case(const Shape& public_a, const Shape& public_b) {
+  const std::string name = shape_str(public_a) + " and " + shape_str(public_b) + " do not broadcast";
   return {name, [=](Check& c) {
+            const Shape a = vary(public_a), b = vary(public_b);
             c.input("a = " + shape_str(a) + ", b = " + shape_str(b));
             c.require_throws([&] { lab1::broadcast_shape(a, b); }, "broadcast_shape");
           }};
 }
 
-Case broadcast_to_case(const std::string& name, std::function<Tensor()> make, const Shape& shape) {
+Case broadcast_to_case(const std::string& name, std::function<Tensor()> make, const Shape& public_shape) {
   return {name, [=](Check& c) {
             const Tensor t = make();
+            const Shape shape = vary(public_shape);
             c.input("t = " + describe(t) + ", shape " + shape_str(shape));
             require_view(c, lab1::broadcast_to(t, shape), t.expand(shape), t, "broadcast_to");
           }};
@@ -129,10 +135,10 @@ Lab make_lab1() {
 
   lab.tasks.push_back(
       {2, "the storage position of an element", 10, "storage_index()",
-       {storage_index_case("contiguous (2, 3, 4)", [] { return ar({2, 3, 4}); }),
-        storage_index_case("transposed (3, 4) -> (4, 3)", [] { return ar({3, 4}).t(); }),
-        storage_index_case("narrowed (4, 5) -> (2, 3), offset 7", [] { return ar({4, 5}).narrow(0, 1, 2).narrow(1, 2, 3); }),
-        storage_index_case("expanded (3, 1) -> (3, 4), stride 0", [] { return ar({3, 1}).expand({3, 4}); }),
+       {storage_index_case("contiguous (2, 3, 4)", [] { return av({2, 3, 4}); }),
+        storage_index_case("transposed (3, 4) -> (4, 3)", [] { return av({3, 4}).t(); }),
+        storage_index_case("narrowed (4, 5) -> (2, 3), offset 7", [] { return av({4, 5}).narrow(0, 1, 2).narrow(1, 2, 3); }),
+        storage_index_case("expanded (3, 1) -> (3, 4), stride 0", [] { return av({3, 1}).expand(vary(Shape{3, 4})); }),
         storage_index_case("0-dim scalar", [] { return scalar_tensor(5.0); }),
         {"an index of the wrong length throws",
          [](Check& c) {
@@ -147,11 +153,11 @@ Lab make_lab1() {
 
   lab.tasks.push_back(
       {3, "transpose as a view", 15, "transpose_view()",
-       {transpose_case("(2, 3), swap 0 and 1", [] { return ar({2, 3}); }, 0, 1),
-        transpose_case("(2, 3, 4), swap 0 and 2", [] { return ar({2, 3, 4}); }, 0, 2),
-        transpose_case("(2, 3, 4), swap 2 and 1", [] { return ar({2, 3, 4}); }, 2, 1),
-        transpose_case("a narrowed (offset 5) tensor", [] { return ar({4, 5}).narrow(0, 1, 3); }, 0, 1),
-        transpose_case("a dim with itself", [] { return ar({2, 3}); }, 1, 1),
+       {transpose_case("(2, 3), swap 0 and 1", [] { return av({2, 3}); }, 0, 1),
+        transpose_case("(2, 3, 4), swap 0 and 2", [] { return av({2, 3, 4}); }, 0, 2),
+        transpose_case("(2, 3, 4), swap 2 and 1", [] { return av({2, 3, 4}); }, 2, 1),
+        transpose_case("a narrowed (offset 5) tensor", [] { return av({4, 5}).narrow(0, 1, 3); }, 0, 1),
+        transpose_case("a dim with itself", [] { return av({2, 3}); }, 1, 1),
         {"a write through the view shows in the original", [](Check& c) {
            Tensor t = ar({2, 3});
            c.input("t = arange(6).view(2, 3); v = transpose_view(t, 0, 1); v[2] = -1 (v's row 2 is t's column 2)");
@@ -163,11 +169,11 @@ Lab make_lab1() {
 
   lab.tasks.push_back(
       {4, "narrow as a view", 15, "narrow_view()",
-       {narrow_case("(3, 4), dim 1, start 1, length 2", [] { return ar({3, 4}); }, 1, 1, 2),
-        narrow_case("(3, 4), dim 0, start 1, length 2", [] { return ar({3, 4}); }, 0, 1, 2),
-        narrow_case("(2, 3, 4), dim 2, start 3, length 1", [] { return ar({2, 3, 4}); }, 2, 3, 1),
-        narrow_case("a transposed (5, 4) tensor, dim 0, start 2, length 3", [] { return ar({4, 5}).t(); }, 0, 2, 3),
-        narrow_case("a narrowed tensor, narrowed again", [] { return ar({6, 4}).narrow(0, 2, 4); }, 0, 1, 2),
+       {narrow_case("(3, 4), dim 1, start 1, length 2", [] { return av({3, 4}); }, 1, 1, 2),
+        narrow_case("(3, 4), dim 0, start 1, length 2", [] { return av({3, 4}); }, 0, 1, 2),
+        narrow_case("(2, 3, 4), dim 2, start 3, length 1", [] { return av({2, 3, 4}); }, 2, 3, 1),
+        narrow_case("a transposed (5, 4) tensor, dim 0, start 2, length 3", [] { return av({4, 5}).t(); }, 0, 2, 3),
+        narrow_case("a narrowed tensor, narrowed again", [] { return av({6, 4}).narrow(0, 2, 4); }, 0, 1, 2),
         {"out of range throws",
          [](Check& c) {
            c.input("t (3, 4): dim 1 start 3 length 2; dim 0 start -1 length 1");
@@ -186,13 +192,13 @@ Lab make_lab1() {
 
   lab.tasks.push_back(
       {5, "a contiguous copy, element by element", 20, "contiguous_copy()",
-       {copy_case("contiguous (2, 3)", [] { return ar({2, 3}); }),
-        copy_case("transposed (3, 4) -> (4, 3)", [] { return ar({3, 4}).t(); }),
+       {copy_case("contiguous (2, 3)", [] { return av({2, 3}); }),
+        copy_case("transposed (3, 4) -> (4, 3)", [] { return av({3, 4}).t(); }),
         copy_case("narrowed and permuted (3, 4, 5) -> (5, 2, 3), offset 5",
-                  [] { return ar({3, 4, 5}).narrow(1, 1, 2).permute({2, 1, 0}); }),
-        copy_case("expanded (3, 1) -> (3, 4), stride 0", [] { return ar({3, 1}).expand({3, 4}); }),
+                  [] { return av({3, 4, 5}).narrow(1, 1, 2).permute({2, 1, 0}); }),
+        copy_case("expanded (3, 1) -> (3, 4), stride 0", [] { return av({3, 1}).expand(vary(Shape{3, 4})); }),
         copy_case("0-dim scalar", [] { return scalar_tensor(3.5); }),
-        copy_case("empty (0, 3)", [] { return zeros({0, 3}); })}});
+        copy_case("empty (0, 3)", [] { return zeros(vary({0, 3})); })}});
 
   lab.tasks.push_back(
       {6, "the broadcast shape", 15, "broadcast_shape()",
@@ -204,13 +210,13 @@ Lab make_lab1() {
 
   lab.tasks.push_back(
       {7, "broadcasting as a view (stride 0)", 15, "broadcast_to()",
-       {broadcast_to_case("(3, 1) -> (3, 4)", [] { return ar({3, 1}); }, {3, 4}),
-        broadcast_to_case("(3) -> (2, 3)", [] { return ar({3}); }, {2, 3}),
+       {broadcast_to_case("(3, 1) -> (3, 4)", [] { return av({3, 1}); }, {3, 4}),
+        broadcast_to_case("(3) -> (2, 3)", [] { return av({3}); }, {2, 3}),
         broadcast_to_case("0-dim -> (2, 2)", [] { return scalar_tensor(7.0); }, {2, 2}),
-        broadcast_to_case("transposed (3, 2) -> (4, 3, 2)", [] { return ar({2, 3}).t(); }, {4, 3, 2}),
+        broadcast_to_case("transposed (3, 2) -> (4, 3, 2)", [] { return av({2, 3}).t(); }, {4, 3, 2}),
         broadcast_to_case("(2, 1, 3) -> (2, 5, 3), narrowed input (offset 3)",
-                          [] { return ar({4, 1, 3}).narrow(0, 1, 2); }, {2, 5, 3}),
-        broadcast_to_case("(2, 3) -> (2, 3), nothing to do", [] { return ar({2, 3}); }, {2, 3}),
+                          [] { return av({4, 1, 3}).narrow(0, 1, vary(2)); }, {2, 5, 3}),
+        broadcast_to_case("(2, 3) -> (2, 3), nothing to do", [] { return av({2, 3}); }, {2, 3}),
         {"shapes that do not broadcast throw", [](Check& c) {
            c.input("(3) -> (4); (2, 3) -> (3); (2, 3) -> (2, 1)");
            c.require_throws([] { lab1::broadcast_to(ar({3}), {4}); }, "broadcast_to (3) -> (4)");

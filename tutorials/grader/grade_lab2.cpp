@@ -18,7 +18,7 @@ using Fn = std::function<Tensor(const tensor_list&)>;
 
 // Inputs: float64 for gradcheck, float32 elsewhere; the same seed gives the same values.
 tensor_list randn_inputs(const std::vector<Shape>& shapes, DType dt, uint64_t seed, double scale = 1.0) {
-  Generator gen(seed);
+  Generator gen(input_seed(seed));
   tensor_list xs;
   for (const Shape& s : shapes) xs.push_back(randn(s, dt, &gen) * scale);
   return xs;

@@ -31,7 +31,7 @@ constexpr double kMinAccuracy = 0.78;
 constexpr double kMaxSeconds = 60.0;  // generous: a loaded 2-core CI machine, not a fast laptop
 
 Tensor randint_seeded(int64_t hi, const Shape& s, uint64_t seed) {
-  Generator gen(seed);
+  Generator gen(input_seed(seed));
   return randint(0, hi, s, kInt64, &gen);
 }
 

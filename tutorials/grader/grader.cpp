@@ -41,8 +41,55 @@ std::string sci(double v) {
   return buf;
 }
 
+// ---- the input seed ------------------------------------------------------------------
+namespace {
+uint64_t g_input_seed = kPublicInputs;
+bool g_show_hidden = false;
+// The case now running (lab, task, case index), for vary(): each case draws its own sizes.
+thread_local uint64_t t_case_key = 0;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void set_input_seed(uint64_t seed, bool show_hidden_values) {
+  g_input_seed = seed;
+  g_show_hidden = show_hidden_values;
+}
+uint64_t input_seed() { return g_input_seed; }
+bool hidden_inputs() { return g_input_seed != kPublicInputs; }
+bool show_hidden_values() { return g_show_hidden; }
+
+uint64_t input_seed(uint64_t stream) {
+  return hidden_inputs() ? splitmix64(stream ^ splitmix64(g_input_seed)) : stream;
+}
+
+int64_t vary(int64_t size) {
+  if (!hidden_inputs() || size <= 1) return size;
+  const int64_t k = 1 + static_cast<int64_t>(splitmix64(t_case_key ^ splitmix64(g_input_seed)) % 2);  // 1 or 2
+  return size + k * (size - 1);
+}
+
+Shape vary(const Shape& s) {
+  Shape out = s;
+  for (auto& n : out) n = vary(n);
+  return out;
+}
+
+uint64_t parse_input_seed(const std::string& text, const std::string& where) {
+  bool ok = !text.empty() && text.size() <= 19;
+  for (char ch : text) ok = ok && ch >= '0' && ch <= '9';
+  GS_CHECK(ok, "lab", where, " '", text, "' is not an input seed: give a decimal integer from 0 to 999999999999999999 (",
+           kPublicInputs, " is the public one)");
+  return std::stoull(text);
+}
+
 Tensor randn_seeded(const Shape& s, uint64_t seed, double scale, DType dt) {
-  Generator gen(seed);
+  Generator gen(input_seed(seed));
   return randn(s, dt, &gen) * scale;
 }
 
@@ -374,6 +421,14 @@ CaseResult run_case(const Case& c, Stub& stub) {
     r.message = raised("raised an exception that is not a std::exception", "");
   }
   r.notes = check.notes();
+  r.hidden = hidden_inputs();
+  if (r.hidden && !r.passed && !show_hidden_values() && r.message.rfind("not implemented yet", 0) != 0) {
+    // What failed (the text before the first ':' of the first line: "narrow_view offset"), not the values.
+    std::string what = r.message.substr(0, r.message.find('\n'));
+    what = what.substr(0, what.find(':'));
+    if (what.size() > 100) what = what.substr(0, 100) + "...";
+    r.message = what + ": wrong on the instructor's input of this kind (its values are hidden)";
+  }
   return r;
 }
 
@@ -389,7 +444,9 @@ TaskResult run_task(const Lab& lab, const Task& t) {
   int total_w = 0, passed_w = 0, failed = 0;
   Stub stub;
   try {
-    for (const Case& c : t.cases) {
+    for (size_t i = 0; i < t.cases.size(); ++i) {
+      const Case& c = t.cases[i];
+      t_case_key = splitmix64((static_cast<uint64_t>(lab.number) << 40) ^ (static_cast<uint64_t>(t.number) << 20) ^ i);
       CrashReporter::now_running(lab, t, c);
       r.cases.push_back(run_case(c, stub));
       total_w += c.weight;
@@ -476,7 +533,8 @@ void print_task(std::ostream& os, const TaskResult& t, bool verbose) {
     if (c.passed && !verbose && c.notes.empty()) continue;
     // An unfinished task: its stub's error is already the task's feedback.
     if (!verbose && c.message.rfind("not implemented yet", 0) == 0) continue;
-    os << "      " << (c.passed ? "ok   " : "FAIL ") << c.name << "\n";
+    os << "      " << (c.passed ? "ok   " : "FAIL ") << c.name << (c.hidden && !c.passed ? "  (the instructor's input)" : "")
+       << "\n";
     if (!c.passed) os << "           " << indented(c.message, "           ") << "\n";
     else
       for (const std::string& n : c.notes) os << "           " << n << "\n";
@@ -513,6 +571,32 @@ std::string report_json(const LabResult& r) {
       os << "]}";
     }
     os << "]}";
+  }
+  os << "]}";
+  return os.str();
+}
+
+std::string gradescope_json(const LabResult& r, double execution_seconds) {
+  // https://gradescope-autograders.readthedocs.io/en/latest/specs/ (results.json): "score",
+  // "execution_time", "output", "tests" [{"score","max_score","status","name","number","output",
+  // "visibility"}]. A test's visibility: "visible" for the public inputs; "after_due_date" for the
+  // instructor's, so a student cannot probe the hidden inputs by resubmitting.
+  const char* visibility = hidden_inputs() ? "after_due_date" : "visible";
+  std::ostringstream os;
+  os << "{\"score\":" << r.points << ",\"execution_time\":" << static_cast<long>(std::ceil(execution_seconds))
+     << ",\"output\":" << json_str("lab " + std::to_string(r.number) + ": " + r.title + ": " + std::to_string(r.points) + "/" +
+                                   std::to_string(r.max_points) + " points" +
+                                   (hidden_inputs() ? " (graded on the instructor's inputs)" : ""))
+     << ",\"visibility\":\"visible\",\"stdout_visibility\":\"hidden\",\"tests\":[";
+  for (size_t i = 0; i < r.tasks.size(); ++i) {
+    const TaskResult& t = r.tasks[i];
+    std::ostringstream out;
+    print_task(out, t);
+    os << (i ? "," : "") << "{\"name\":" << json_str("Task " + std::to_string(r.number) + "." + std::to_string(t.number) + ": " + t.title)
+       << ",\"number\":" << json_str(std::to_string(r.number) + "." + std::to_string(t.number))
+       << ",\"score\":" << t.points << ",\"max_score\":" << t.max_points
+       << ",\"status\":" << json_str(t.points == t.max_points ? "passed" : "failed")
+       << ",\"output\":" << json_str(out.str()) << ",\"visibility\":" << json_str(visibility) << "}";
   }
   os << "]}";
   return os.str();

@@ -29,6 +29,30 @@
 
 namespace gradsleuth::labs {
 
+// ---- the inputs a grader draws: public or the instructor's ----------------------
+// Every input a grader draws at random (values through input_seed()/randn_seeded(), and in
+// lab 1 the sizes through vary()) comes from one number, the input seed. A student's run
+// uses the public one (kPublicInputs), so the feedback shows the same inputs on every run; the
+// instructor grades with another (`check N --seed S`, or GS_GRADER_SEED), so a submission that
+// special-cases the inputs it was shown does not pass. With a secret seed a failed case says
+// what kind of input failed and which result was wrong, not the values, unless the
+// instructor asks for them (--show-hidden).
+constexpr uint64_t kPublicInputs = 0;
+// Sets the input seed and whether hidden values may be printed. Call before all_labs().
+void set_input_seed(uint64_t seed, bool show_hidden_values = false);
+uint64_t input_seed();                 // kPublicInputs unless set
+bool hidden_inputs();                  // input_seed() != kPublicInputs
+bool show_hidden_values();
+// The generator seed for the grader's stream `stream`: `stream` itself with the public
+// inputs (what the graders always used), a mix of it and the secret seed otherwise.
+uint64_t input_seed(uint64_t stream);
+// A shape of the same kind as `s` for the case now running: the same dims, every size 0 or 1
+// kept, every larger size mapped by one increasing map per case (n -> n + k (n - 1), k >= 1
+// drawn from the case's seed), so sizes that were equal stay equal and a valid narrow or
+// index into `s` stays valid. `s` itself with the public inputs.
+Shape vary(const Shape& s);
+int64_t vary(int64_t size);
+
 // ---- writing a grader ---------------------------------------------------------
 
 // Thrown by Check::require* to end a case as failed (the grader catches it).
@@ -114,7 +138,8 @@ const Tensor& watch_backward(const Tensor& out, const std::string& prefix);
 std::string num(double v);                           // 6 significant digits: "0.333333", "inf", "nan"
 std::string fixed(double v, int digits);             // fixed-point: fixed(0.8123, 2) = "0.81"
 std::string sci(double v);                           // 3 significant digits: "3.7e-07", "0.39"
-// N(0, scale^2) values from a generator seeded with `seed`: the same inputs on every run and machine.
+// N(0, scale^2) values from a generator seeded with input_seed(seed): the same inputs on every
+// run and machine for a given input seed.
 Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0, DType dt = kFloat32);
 // coords_str ("(1, 2)") and unravel (row-major flat index -> coordinates): core/coords.h.
 // True when every element of t (by its shape, strides and offset) lies inside its
@@ -138,6 +163,7 @@ const char* status_name(Status s);  // "passed", "partial", "failed", "not_imple
 struct CaseResult {
   std::string name;
   bool passed = false;
+  bool hidden = false;             // graded on the instructor's inputs (a secret input seed)
   std::string message;             // why it failed (with the input), empty when passed
   std::vector<std::string> notes;
 };
@@ -179,6 +205,10 @@ void print_task(std::ostream& os, const TaskResult& t, bool verbose = false);
 void print_summary(std::ostream& os, const LabResult& r);
 // One JSON object: {"lab":1,"title":...,"points":X,"max_points":Y,"tasks":[...]}.
 std::string report_json(const LabResult& r);
+// Gradescope's autograder results (results.json): one test per task, its output the task's
+// feedback and failed checks; with a secret input seed the tests are visible after the due
+// date only (the student sees them once grades are out).
+std::string gradescope_json(const LabResult& r, double execution_seconds);
 // The labs and their tasks with points, as a table or as JSON {"labs":[...]}.
 void print_list(std::ostream& os);
 std::string list_json();
@@ -194,7 +224,20 @@ struct CommandOptions {
   // was skipped); "consistent" exits 1 unless every not-implemented task got 0
   // points and said so. Empty: exit 0 whenever grading ran.
   std::string expect;
+  // The input seed (see set_input_seed): has_seed is false for the public inputs unless
+  // GS_GRADER_SEED is set.
+  bool has_seed = false;
+  uint64_t seed = kPublicInputs;
+  bool show_hidden = false;
+  // Gradescope: write the autograder's results.json to this path ("-": stdout) instead of the report.
+  std::string gradescope;
+  // Print "@task-start N.k" and "@task-done N.k POINTS MAX STATUS" lines on stderr as grading
+  // goes (for `gradsleuth lab grade-all`, which learns from them where a hang or a crash was).
+  bool events = false;
 };
+// The input seed a command line asks for: --seed S, else GS_GRADER_SEED, else the public one.
+// Throws gs::Error naming the value when it is not a decimal integer.
+uint64_t parse_input_seed(const std::string& text, const std::string& where);
 // Runs the action, printing to `out`; returns the exit status. Throws gs::Error
 // for a lab or task that does not exist.
 int run_command(const CommandOptions& o, std::ostream& out);

@@ -189,3 +189,32 @@ TEST_CASE("a grader older than its lab's files: a warning to rebuild, and gradin
   CHECK(fresh.out.find("warning:") == std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("lab list with no grader built: every lab and task from tutorials/labs.txt, one build hint") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gs_cli_lab_none_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Run r = run_cli_env("GRADSLEUTH_LAB_GRADERS='" + dir.string() + "'", "lab list", true);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Task 1.1  row-major strides") != std::string::npos);
+  CHECK(r.out.find("Task 3.7") != std::string::npos);
+  CHECK(r.out.find("lab 10: ") != std::string::npos);
+  const size_t hint = r.out.find("No lab's grader is built yet");
+  REQUIRE(hint != std::string::npos);
+  CHECK(r.out.find("./run.sh lab check", hint) != std::string::npos);
+  CHECK(r.out.find("not built", hint + 1) == std::string::npos);   // said once
+  CHECK(r.out.find("is not built") == std::string::npos);           // no per-lab message
+  fs::remove_all(dir);
+}
+
+TEST_CASE("lab check --gradescope, --seed and grade-all refuse contradictions before any work") {
+  CHECK(run_cli("lab check 1 --gradescope --json 2>/dev/null").status != 0);
+  CHECK(run_cli("lab check 1 --out x.json 2>/dev/null").status != 0);
+  CHECK(run_cli("lab check 1 --seed 0x10 2>/dev/null").status != 0);
+  CHECK(run_cli("lab check all --gradescope 2>/dev/null").status != 0);
+  CHECK(run_cli("lab grade-all 1 /nonexistent-folder --out /tmp/x.csv 2>/dev/null").status != 0);
+  CHECK(run_cli("lab grade-all 99 . --out /tmp/x.csv 2>/dev/null").status != 0);
+  CHECK(run_cli("lab list --jobs 2 2>/dev/null").status != 0);
+}
