@@ -3,6 +3,7 @@
 // and draw its roofline; with CUDA (cuda/workbench/) validate one (the emulator) or validate and
 // time it (a GPU); and which CUDA devices this build sees, or why none.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -427,7 +428,8 @@ int cpu_bench(const Args& a) {
     out << line;
     if (r.has_accuracy)
       out << "       accuracy on " << r.shape.n << " copies of 0.1f: relative error " << sci(r.accuracy_err)
-          << ", a priori bound " << sci(r.accuracy_bound) << (r.accuracy_ok ? "" : "  EXCEEDED") << "\n";
+          << ", a priori bound "
+          << (std::isfinite(r.accuracy_bound) ? sci(r.accuracy_bound) : std::string("none (n u >= 1: gamma_n says nothing)")) << (r.accuracy_ok ? "" : "  EXCEEDED") << "\n";
     if (!r.validation.ok) {
       const wb::Validation& vv = r.validation;
       out << "       " << vv.mismatches << " of " << vv.n << " elements differ from the float64 reference; the first at index "

@@ -7,6 +7,7 @@
 //   compensated (Kahan) per lane        |err| <= (2u + n u^2) sum|x|, plus the lanes' merge
 // threads > 1: each thread sums a contiguous chunk; the chunks' sums are added in order.
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/cpu/accurate_sum.h"
@@ -16,7 +17,8 @@
 namespace gradsleuth::workbench::cpu {
 namespace {
 constexpr double kU = 5.9604644775390625e-08;  // 2^-24, float32's unit roundoff
-double gamma(double k) { return k * kU / (1.0 - k * kU); }
+// gamma_k bounds k roundings while k u < 1; past that the bound says nothing (infinity).
+double gamma(double k) { return k * kU < 1.0 ? k * kU / (1.0 - k * kU) : std::numeric_limits<double>::infinity(); }
 
 // v1: one float accumulator: each addition waits for the last (an add's latency, ~3 cycles,
 // per element), and the compiler may not reorder them (no -ffast-math).
