@@ -1,7 +1,9 @@
-// gradsleuth kernels / gradsleuth devices: the kernel workbench (cuda/workbench/): list the
-// numbered kernel versions, validate one (the emulator) or validate and time it (a GPU); and
-// which CUDA devices this build sees, or why none.
+// gradsleuth kernels / gradsleuth devices: the kernel workbench: list the numbered kernel
+// versions; on the CPU (workbench/) validate and time them against this machine's measured limits
+// and draw its roofline; with CUDA (cuda/workbench/) validate one (the emulator) or validate and
+// time it (a GPU); and which CUDA devices this build sees, or why none.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -11,6 +13,8 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "debug/html_report.h"
+#include "workbench/cpu_ladder.h"
 
 // Set by cli/CMakeLists.txt: where the kernels run (one of GPU, EMU) and what was built.
 #ifndef GS_KERNELS_GPU
@@ -22,19 +26,16 @@
 #ifndef GS_KERNELS_HAVE_EMU
 #define GS_KERNELS_HAVE_EMU 0
 #endif
-#if GS_KERNELS_GPU || GS_KERNELS_EMU
-#include "cuda/workbench/workbench.h"
-#endif
 
 namespace gradsleuth::cli {
 
 namespace {
 
-#if GS_KERNELS_GPU || GS_KERNELS_EMU
 namespace wb = ::gradsleuth::workbench;
-
+constexpr bool kCudaBuilt = GS_KERNELS_GPU || GS_KERNELS_EMU;
 constexpr bool kOnEmulator = GS_KERNELS_EMU != 0;
 
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
 wb::RunResult run_one(const std::string& kernel, int version, const wb::Shape& s, const wb::RunOptions& o) {
 #if GS_KERNELS_GPU
   return wb::gpu::run(kernel, version, s, o);
@@ -42,6 +43,7 @@ wb::RunResult run_one(const std::string& kernel, int version, const wb::Shape& s
   return wb::emu::run(kernel, version, s, o);
 #endif
 }
+#endif
 
 std::string fmt(double v, int digits) {
   char b[64];
@@ -67,6 +69,7 @@ std::string human(double v, const char* unit) {  // 1.2 G, 340 M, ...
   return fmt(v, v < 10 ? 2 : 1) + " " + p + unit;
 }
 
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
 // The H100 SXM roofline for this problem: the lower bound on its time.
 struct Bound {
   double us = 0.0;
@@ -143,39 +146,41 @@ std::string result_json(const wb::KernelSpec& k, const wb::RunResult& r) {
   return os.str();
 }
 
-int kernels_list(bool json) {
-  if (json) {
-    std::cout << "{\"runs_on\":" << json_str(kOnEmulator ? "emulator" : "gpu") << ",\"kernels\":[";
-    bool first = true;
-    for (const wb::KernelSpec& k : wb::kernels()) {
-      std::cout << (first ? "" : ",") << "{\"name\":" << json_str(k.name) << ",\"what\":" << json_str(k.what)
-                << ",\"file\":" << json_str(k.file) << ",\"size\":" << json_str(k.shape_help)
-                << ",\"bound\":" << json_str(k.compute_bound ? "compute" : "memory")
-                << ",\"reference\":" << json_str(k.gpu_reference) << ",\"versions\":[";
-      first = false;
-      bool fv = true;
-      for (const wb::Version& v : k.versions) {
-        std::cout << (fv ? "" : ",") << "{\"version\":" << v.number << ",\"name\":" << json_str(v.name)
-                  << ",\"change\":" << json_str(v.change) << "}";
-        fv = false;
-      }
-      std::cout << "]}";
-    }
-    std::cout << "]}\n";
-    return 0;
-  }
-  std::cout << "The kernel workbench (cuda/workbench/): numbered versions of each kernel, each validated against one\n"
-               "CPU reference" << (kOnEmulator ? "; this build runs them on the CPU emulator (validation only, no timing)"
-                                               : " and timed on the GPU") << ".\n";
+// The CUDA kernels (list): their JSON array, and their text section.
+std::string cuda_kernels_json() {
+  std::ostringstream os;
+  os << "[";
+  bool first = true;
   for (const wb::KernelSpec& k : wb::kernels()) {
-    std::cout << "\n" << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
-              << "-bound; reference: " << k.gpu_reference << ")\n  " << k.shape_help << "\n";
-    for (const wb::Version& v : k.versions)
-      std::cout << "  v" << v.number << "  " << v.name << std::string(v.name.size() < 20 ? 20 - v.name.size() : 1, ' ')
-                << v.change << "\n";
+    os << (first ? "" : ",") << "{\"name\":" << json_str(k.name) << ",\"what\":" << json_str(k.what)
+       << ",\"file\":" << json_str(k.file) << ",\"size\":" << json_str(k.shape_help)
+       << ",\"bound\":" << json_str(k.compute_bound ? "compute" : "memory")
+       << ",\"reference\":" << json_str(k.gpu_reference) << ",\"versions\":[";
+    first = false;
+    bool fv = true;
+    for (const wb::Version& v : k.versions) {
+      os << (fv ? "" : ",") << "{\"version\":" << v.number << ",\"name\":" << json_str(v.name)
+         << ",\"change\":" << json_str(v.change) << "}";
+      fv = false;
+    }
+    os << "]}";
   }
-  std::cout << "\nRun one: gradsleuth kernels bench matmul --version 3 --size " << (kOnEmulator ? "64" : "4096") << "\n";
-  return 0;
+  os << "]";
+  return os.str();
+}
+
+void cuda_kernels_text(std::ostream& os) {
+  os << "The kernel workbench with CUDA (cuda/workbench/): numbered versions of each kernel, each validated against\n"
+        "one CPU reference" << (kOnEmulator ? "; this build runs them on the CPU emulator (validation only, no timing)"
+                                           : " and timed on the GPU") << ".\n";
+  for (const wb::KernelSpec& k : wb::kernels()) {
+    os << "\n" << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
+       << "-bound; reference: " << k.gpu_reference << ")\n  " << k.shape_help << "\n";
+    for (const wb::Version& v : k.versions)
+      os << "  v" << v.number << "  " << v.name << std::string(v.name.size() < 20 ? 20 - v.name.size() : 1, ' ')
+         << v.change << "\n";
+  }
+  os << "\nRun one: gradsleuth kernels bench matmul --version 3 --size " << (kOnEmulator ? "64" : "4096") << "\n\n";
 }
 
 int kernels_bench(const Args& a) {
@@ -228,40 +233,330 @@ int kernels_bench(const Args& a) {
 }
 #endif
 
+// ---- the CPU workbench (workbench/) ----
+namespace cw = ::gradsleuth::workbench::cpu;
+
+std::string cpu_kernels_json() {
+  std::ostringstream os;
+  os << "[";
+  bool first = true;
+  for (const cw::Ladder& l : cw::ladders()) {
+    const wb::KernelSpec& k = l.spec;
+    os << (first ? "" : ",") << "{\"name\":" << json_str(k.name) << ",\"what\":" << json_str(k.what)
+       << ",\"file\":" << json_str(k.file) << ",\"size\":" << json_str(k.shape_help)
+       << ",\"bound\":" << json_str(k.compute_bound ? "compute" : "memory") << ",\"versions\":[";
+    first = false;
+    for (size_t i = 0; i < l.rungs.size(); ++i) {
+      const cw::Rung& r = l.rungs[i];
+      os << (i ? "," : "") << "{\"version\":" << r.v.number << ",\"name\":" << json_str(r.v.name)
+         << ",\"change\":" << json_str(r.v.change) << ",\"built\":" << json_bool(r.skip.empty());
+      if (!r.skip.empty()) os << ",\"skipped\":" << json_str(r.skip);
+      os << "}";
+    }
+    os << "]}";
+  }
+  os << "]";
+  return os.str();
+}
+
+void cpu_kernels_text(std::ostream& os) {
+  os << "The kernel workbench on the CPU (workbench/): numbered versions of each kernel, each one step from the last,\n"
+        "validated against a float64 reference and timed against this machine's measured FMA peak and memory\n"
+        "bandwidth (this build: " << cw::ladders().front().rungs.size() << " matmul versions, ISA level "
+     << cw::isa_level() << ").\n";
+  for (const cw::Ladder& l : cw::ladders()) {
+    const wb::KernelSpec& k = l.spec;
+    os << "\n" << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
+       << "-bound: % of the " << (k.compute_bound ? "FMA peak" : "copy bandwidth") << ")\n  " << k.shape_help << "\n";
+    for (const cw::Rung& r : l.rungs) {
+      os << "  v" << r.v.number << "  " << r.v.name << std::string(r.v.name.size() < 22 ? 22 - r.v.name.size() : 1, ' ')
+         << r.v.change << "\n";
+      if (!r.skip.empty()) os << "      (not in this build: " << r.skip << ")\n";
+    }
+  }
+  os << "\nRun: gradsleuth kernels bench matmul --device cpu [--version V] [--size N] [--threads T] [--json]\n"
+        "     gradsleuth kernels roofline --device cpu --out roofline.svg\n";
+}
+
+int kernels_list(bool json) {
+  if (json) {
+    std::cout << "{\"runs_on\":" << json_str(GS_KERNELS_GPU ? "gpu" : GS_KERNELS_EMU ? "emulator" : "none")
+              << ",\"kernels\":";
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
+    std::cout << cuda_kernels_json();
+#else
+    std::cout << "[]";
+#endif
+    std::cout << ",\"cpu\":{\"isa\":" << json_str(cw::isa_level()) << ",\"kernels\":" << cpu_kernels_json()
+              << "}}\n";
+    return 0;
+  }
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
+  cuda_kernels_text(std::cout);
+#endif
+  cpu_kernels_text(std::cout);
+  return 0;
+}
+
+std::string limits_json(const cw::Limits& l) {
+  std::ostringstream os;
+  os << "{\"cpu\":" << json_str(l.cpu) << ",\"isa\":" << json_str(l.isa) << ",\"threads\":" << l.threads
+     << ",\"fma_gflops\":" << json_num(l.fma_gflops) << ",\"copy_gb_per_s\":" << json_num(l.copy_gb_per_s)
+     << ",\"triad_gb_per_s\":" << json_num(l.triad_gb_per_s) << ",\"stream_mib\":" << json_num(l.stream_mib)
+     << ",\"l3_mib\":" << json_num(l.l3_mib) << "}";
+  return os.str();
+}
+
+void limits_text(std::ostream& os, const cw::Limits& l) {
+  os << "machine: " << l.cpu << ", " << l.isa << ", " << l.threads << (l.threads == 1 ? " thread" : " threads")
+     << "\nlimits, measured now: FMA peak " << fmt(l.fma_gflops, 1) << " GFLOP/s; copy " << fmt(l.copy_gb_per_s, 1)
+     << " GB/s, triad " << fmt(l.triad_gb_per_s, 1) << " GB/s (STREAM arrays of " << fmt(l.stream_mib, 0) << " MiB"
+     << (l.l3_mib > 0 ? ", last-level cache " + fmt(l.l3_mib, 0) + " MiB" : std::string()) << ")\n";
+}
+
+// The limit a kernel is compared with, and the rate it achieved against it.
+double limit_of(const cw::Ladder& l, const cw::Limits& lim) { return l.spec.compute_bound ? lim.fma_gflops : lim.copy_gb_per_s; }
+double rate_of(const cw::Ladder& l, const cw::Result& r) { return l.spec.compute_bound ? r.gflops() : r.gb_per_s(); }
+
+std::string cpu_result_json(const cw::Ladder& l, const cw::Limits& lim, const cw::Result& r, double speedup) {
+  std::ostringstream os;
+  os << "{\"kernel\":" << json_str(r.kernel) << ",\"version\":" << r.version << ",\"name\":" << json_str(r.name)
+     << ",\"shape\":{\"m\":" << r.shape.m << ",\"n\":" << r.shape.n << ",\"k\":" << r.shape.k << "}"
+     << ",\"flops\":" << json_num(r.cost.flops) << ",\"bytes\":" << json_num(r.cost.bytes);
+  if (!r.skipped.empty()) {
+    os << ",\"skipped\":" << json_str(r.skipped) << "}";
+    return os.str();
+  }
+  const wb::Validation& v = r.validation;
+  os << ",\"validation\":{\"passed\":" << json_bool(v.ok) << ",\"elements\":" << v.n << ",\"mismatches\":" << v.mismatches
+     << ",\"first_bad\":" << v.first_bad << ",\"max_abs_err\":" << json_num(v.max_abs_err) << ",\"atol\":" << json_num(r.atol)
+     << ",\"rtol\":" << json_num(r.rtol) << ",\"tolerance\":" << json_str(r.tolerance_note) << "}";
+  if (r.has_accuracy)
+    os << ",\"accuracy\":{\"rel_err\":" << json_num(r.accuracy_err) << ",\"bound\":" << json_num(r.accuracy_bound)
+       << ",\"within_bound\":" << json_bool(r.accuracy_ok) << "}";
+  const double rate = rate_of(l, r), limit = limit_of(l, lim);
+  os << ",\"repeats\":" << r.repeats << ",\"ms\":" << json_num(r.ms) << ",\"min_ms\":" << json_num(r.min_ms)
+     << ",\"max_ms\":" << json_num(r.max_ms) << ",\"gflops\":" << json_num(r.gflops()) << ",\"gb_per_s\":"
+     << json_num(r.gb_per_s()) << ",\"intensity\":" << json_num(r.cost.flops / r.cost.bytes)
+     << ",\"limit\":" << json_str(l.spec.compute_bound ? "fma_peak" : "copy_bandwidth")
+     << ",\"pct_of_limit\":" << json_num(limit > 0 ? 100.0 * rate / limit : 0.0) << ",\"speedup_over_previous\":"
+     << (speedup > 0 ? json_num(speedup) : std::string("null")) << "}";
+  return os.str();
+}
+
+int threads_option(const Args& a) {
+  return a.has("threads") ? static_cast<int>(a.get_int_in("threads", 1, 256)) : 1;
+}
+
+cw::Options cpu_options(const Args& a) {
+  cw::Options o;
+  o.threads = threads_option(a);
+  if (a.has("repeats")) o.repeats = static_cast<int>(a.get_int_in("repeats", 1, 1000));
+  if (a.has("warmup")) o.warmup = static_cast<int>(a.get_int_in("warmup", 0, 1000));
+  return o;
+}
+
+// Progress on stderr (a line per step, overwritten on a terminal), so stdout stays the result.
+void progress_line(const std::string& s) { std::cerr << "  ... " << s << "\n"; }
+
+int cpu_bench(const Args& a) {
+  const auto& pos = a.positional();
+  GS_CHECK(pos.size() == 2, "kernels", "bench takes one kernel name: gradsleuth kernels bench NAME --device cpu "
+                                       "[--version V] [--size N]; the CPU kernels are ", cw::ladder_names());
+  const std::string name = pos[1];
+  const cw::Ladder* l = cw::find_ladder(name);
+  GS_CHECK(l != nullptr, "kernels", "unknown kernel '", name, "': the CPU workbench has ", cw::ladder_names(),
+           " (gradsleuth kernels list)");
+  std::vector<int> versions;
+  if (!a.has("version") || a.get("version") == "all") {
+    for (const cw::Rung& r : l->rungs) versions.push_back(r.v.number);
+  } else {
+    versions.push_back(a.get_int("version"));
+  }
+  const int64_t size = a.has("size") ? a.get_int("size") : 0;
+  const int64_t rows = a.has("rows") ? a.get_int("rows") : 0;
+  GS_CHECK(!a.has("size") || size > 0, "kernels", "--size must be at least 1 (", l->spec.shape_help, ")");
+  GS_CHECK(!a.has("rows") || l->spec.default_rows > 0, "kernels", name, " takes no --rows (", l->spec.shape_help, ")");
+  GS_CHECK(!a.has("rows") || rows > 0, "kernels", "--rows must be at least 1");
+  const wb::Shape shape = cw::shape_for(*l, size, rows);
+  const cw::Options o = cpu_options(a);
+  for (int v : versions) {
+    try {
+      cw::check_args(name, v, shape);
+    } catch (const std::invalid_argument& e) {
+      GS_FAIL("kernels", e.what());
+    }
+  }
+  const bool json = a.has("json");
+  if (!json) std::cerr << "measuring this machine's limits (FMA peak, copy and triad bandwidth) ...\n";
+  const cw::Limits& lim = cw::measure_limits(o.threads, a.has("quick"));
+  std::ostringstream out;
+  if (!json) {
+    limits_text(out, lim);
+    out << name << " at " << cw::shape_str(*l, shape) << ": time is the median of up to " << o.repeats
+        << " runs after " << o.warmup << " warm-up (spread: fastest to slowest); % of the "
+        << (l->spec.compute_bound ? "FMA peak" : "copy bandwidth") << "\n";
+    out << "  v  name                    median ms   spread ms          "
+        << (l->spec.compute_bound ? "GFLOP/s" : "   GB/s") << "  % limit  speed-up  validation\n";
+  }
+  std::vector<std::string> js;
+  std::string note;  // the tolerance of the validation, from the first version run
+  bool all_ok = true;
+  double prev_ms = 0;
+  for (int v : versions) {
+    const cw::Result r = cw::run(name, v, shape, o, json ? std::function<void(const std::string&)>{} : progress_line);
+    all_ok = all_ok && r.ok();
+    const double speedup = r.skipped.empty() && prev_ms > 0 ? prev_ms / r.ms : 0.0;
+    if (r.skipped.empty()) prev_ms = r.ms;
+    if (note.empty()) note = r.tolerance_note;
+    if (json) {
+      js.push_back(cpu_result_json(*l, lim, r, speedup));
+      continue;
+    }
+    char line[512];
+    std::string nm = r.name.substr(0, 22);
+    if (!r.skipped.empty()) {
+      std::snprintf(line, sizeof line, "  %d  %-22s  skipped: %s\n", r.version, nm.c_str(), r.skipped.c_str());
+      out << line;
+      continue;
+    }
+    const double rate = rate_of(*l, r), limit = limit_of(*l, lim);
+    const std::string spread = fmt(r.min_ms, 3) + "-" + fmt(r.max_ms, 3);
+    std::snprintf(line, sizeof line, "  %d  %-22s %10.3f   %-17s %8.1f  %6.1f%%  %8s  %s\n", r.version, nm.c_str(), r.ms,
+                  spread.c_str(), rate, limit > 0 ? 100.0 * rate / limit : 0.0,
+                  speedup > 0 ? (fmt(speedup, 2) + "x").c_str() : "-", r.validation.ok ? "passed" : "FAILED");
+    out << line;
+    if (r.has_accuracy)
+      out << "       accuracy on " << r.shape.n << " copies of 0.1f: relative error " << sci(r.accuracy_err)
+          << ", a priori bound "
+          << (std::isfinite(r.accuracy_bound) ? sci(r.accuracy_bound) : std::string("none (n u >= 1: gamma_n says nothing)")) << (r.accuracy_ok ? "" : "  EXCEEDED") << "\n";
+    if (!r.validation.ok) {
+      const wb::Validation& vv = r.validation;
+      out << "       " << vv.mismatches << " of " << vv.n << " elements differ from the float64 reference; the first at index "
+          << vv.first_bad << ": expected " << vv.first_want << ", got " << vv.first_got << " (max abs err "
+          << sci(vv.max_abs_err) << "); fix: " << l->spec.file << ", version " << r.version << "\n";
+    }
+  }
+  if (json) {
+    std::cout << "{\"device\":\"cpu\",\"kernel\":" << json_str(name) << ",\"shape\":" << json_str(cw::shape_str(*l, shape))
+              << ",\"threads\":" << o.threads << ",\"limits\":" << limits_json(lim) << ",\"results\":[";
+    for (size_t i = 0; i < js.size(); ++i) std::cout << (i ? "," : "") << js[i];
+    std::cout << "],\"passed\":" << json_bool(all_ok) << "}\n";
+  } else {
+    if (!note.empty()) out << "validation: against the float64 reference; tolerance: " << note << "\n";
+    std::cout << out.str();
+  }
+  return all_ok ? 0 : 1;
+}
+
+// Small problems for --quick (the picture's check, not a measurement).
+wb::Shape quick_shape(const cw::Ladder& l) {
+  const std::string& n = l.spec.name;
+  if (n == "matmul") return {96, 96, 96};
+  if (n == "conv2d") return {8, 12, 2};
+  if (l.spec.default_rows > 0) return {32, 1000, 0};
+  return {0, 100000, 0};
+}
+
+int cpu_roofline(const Args& a) {
+  GS_CHECK(a.positional().size() == 1, "kernels", "'roofline' takes no kernel name: it runs every version of every kernel");
+  GS_CHECK(a.has("out"), "kernels", "roofline needs --out FILE.svg (where to write the picture)");
+  GS_CHECK(!a.has("version") && !a.has("size") && !a.has("rows"), "kernels",
+           "roofline runs every version at its kernel's default size: drop --version, --size and --rows "
+           "(use kernels bench for one version or size)");
+  const std::string path = a.get("out");
+  cw::Options o = cpu_options(a);
+  const bool quick = a.has("quick"), json = a.has("json");
+  if (!a.has("repeats")) o.repeats = quick ? 1 : 3;
+  if (quick) o.warmup = 0, o.max_seconds = 0.2;
+  std::cerr << "measuring this machine's limits (FMA peak, copy and triad bandwidth) ...\n";
+  const cw::Limits& lim = cw::measure_limits(o.threads, quick);
+  std::vector<cw::Result> results;
+  bool all_ok = true;
+  for (const cw::Ladder& l : cw::ladders()) {
+    const wb::Shape s = quick ? quick_shape(l) : cw::shape_for(l, 0, 0);
+    for (const cw::Rung& r : l.rungs) {
+      std::cerr << "  " << l.spec.name << " v" << r.v.number << " (" << r.v.name << ") at " << cw::shape_str(l, s) << "\n";
+      results.push_back(cw::run(l.spec.name, r.v.number, s, o));
+      all_ok = all_ok && results.back().ok();
+    }
+  }
+  debug::write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
+  if (json) {
+    std::cout << "{\"device\":\"cpu\",\"out\":" << json_str(path) << ",\"quick\":" << json_bool(quick)
+              << ",\"limits\":" << limits_json(lim) << ",\"results\":[";
+    for (size_t i = 0; i < results.size(); ++i)
+      std::cout << (i ? "," : "") << cpu_result_json(*cw::find_ladder(results[i].kernel), lim, results[i], 0.0);
+    std::cout << "],\"passed\":" << json_bool(all_ok) << "}\n";
+  } else {
+    limits_text(std::cout, lim);
+    size_t drawn = 0;
+    for (const cw::Result& r : results) drawn += r.skipped.empty() ? 1 : 0;
+    std::cout << "roofline of " << drawn << " versions (" << results.size() - drawn << " not in this build) written to "
+              << path << "\n";
+    if (!all_ok) std::cout << "some versions FAILED validation: run kernels bench NAME --device cpu for the details\n";
+  }
+  return all_ok ? 0 : 1;
+}
+
 }  // namespace
 
 int cmd_kernels(const std::vector<std::string>& args) {
   Args a("kernels", args);
   a.about(
-      "The kernel workbench (cuda/workbench/, docs/cuda.md \"The kernel workbench\"): numbered versions of matmul,\n"
-      "softmax, reduce, layernorm and gelu side by side, each validated against one CPU reference.\n"
+      "The kernel workbench (docs/cuda.md \"The kernel workbench\", docs/benchmarks.md): numbered versions of\n"
+      "matmul, softmax, reduce, layernorm, gelu (and conv2d on the CPU) side by side, each one step from the last,\n"
+      "each validated against a reference.\n"
       "  gradsleuth kernels list                          the kernels and what each version changes\n"
-      "  gradsleuth kernels bench NAME [--version V] [--size N] [--rows R]\n"
-      "                                                   validate version V (default: every version); on a GPU\n"
-      "                                                   also time it: ms, GFLOP/s or GB/s, % of the H100 peak,\n"
-      "                                                   % of cuBLAS or of a device-to-device copy\n"
-      "On the CPU emulator (-DGRADSLEUTH_KERNELS_ON=EMU, the default without a GPU) bench validates only and says\n"
-      "so; it never prints a timing. Exits 1 when a validation fails.");
-  a.positionals("list | bench NAME", "what to do");
+      "  gradsleuth kernels bench NAME --device cpu [--version V] [--size N] [--rows R] [--threads T]\n"
+      "                                                   on the CPU (workbench/): validate against float64, then\n"
+      "                                                   time: median ms and spread, GFLOP/s or GB/s, % of this\n"
+      "                                                   machine's measured FMA peak or copy bandwidth, speed-up\n"
+      "                                                   over the previous version\n"
+      "  gradsleuth kernels roofline --device cpu --out roofline.svg\n"
+      "                                                   every CPU version on this machine's roofline (SVG)\n"
+      "  gradsleuth kernels bench NAME [--device cuda] [--version V] [--size N] [--rows R]\n"
+      "                                                   with CUDA (cuda/workbench/): validate; on a GPU also time\n"
+      "                                                   it against the H100 peak and cuBLAS or a device copy\n"
+      "On the CUDA emulator (-DGRADSLEUTH_KERNELS_ON=EMU, the default without a GPU) --device cuda validates only\n"
+      "and says so; it never prints a timing. --device defaults to cuda where this build has it, else cpu.\n"
+      "Exits 1 when a validation fails.");
+  a.positionals("list | bench NAME | roofline", "what to do");
+  a.option("device", "D", "bench, roofline: cpu or cuda");
   a.option("version", "V", "bench: the version number, or all", "all");
-  a.option("size", "N", "bench: the problem size (matmul N x N x N; softmax/layernorm columns; reduce/gelu elements)");
-  a.option("rows", "R", "bench: rows of softmax and layernorm");
-  a.option("repeats", "K", "bench on a GPU: timed launches (default 20)");
-  a.option("warmup", "K", "bench on a GPU: untimed launches first (default 3)");
+  a.option("size", "N", "bench: the problem size (matmul N x N x N; softmax/layernorm columns; reduce/gelu elements; "
+                        "conv2d image side)");
+  a.option("rows", "R", "bench: rows of softmax and layernorm; conv2d's channels");
+  a.option("threads", "T", "on the CPU: threads (each version splits its rows, batch or array; default 1)");
+  a.option("repeats", "K", "timed runs: on the CPU at most K (default 5, at least 3 within a 3 s budget); on a GPU "
+                           "K launches (default 20)");
+  a.option("warmup", "K", "untimed runs first (default 1 on the CPU, 3 on a GPU)");
+  a.option("out", "FILE", "roofline: the SVG to write");
+  a.flag("quick", "on the CPU: short limit measurements; roofline: small problems, one run each (checks the picture, "
+                  "measures nothing)");
   a.flag("json", "print one JSON object");
   if (!a.parse()) return 0;
   const auto& pos = a.positional();
-  GS_CHECK(!pos.empty() && (pos[0] == "list" || pos[0] == "bench"), "kernels",
-           "expected 'list' or 'bench NAME' (see gradsleuth kernels --help)");
-#if GS_KERNELS_GPU || GS_KERNELS_EMU
+  GS_CHECK(!pos.empty() && (pos[0] == "list" || pos[0] == "bench" || pos[0] == "roofline"), "kernels",
+           "expected 'list', 'bench NAME' or 'roofline' (see gradsleuth kernels --help)");
   if (pos[0] == "list") {
     GS_CHECK(pos.size() == 1, "kernels", "'list' takes no argument");
     return kernels_list(a.has("json"));
   }
+  const std::string device = a.has("device") ? a.get("device") : (kCudaBuilt ? "cuda" : "cpu");
+  GS_CHECK(device == "cpu" || device == "cuda", "kernels", "--device ", device, ": use cpu or cuda");
+  if (pos[0] == "roofline") {
+    GS_CHECK(device == "cpu", "kernels", "roofline --device cuda is not available: the CUDA kernels' timings come from "
+                                         "kernels bench on a GPU; use --device cpu");
+    return cpu_roofline(a);
+  }
+  if (device == "cpu") return cpu_bench(a);
+  GS_CHECK(!a.has("threads") && !a.has("quick"), "kernels", "--threads and --quick are for --device cpu");
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
   return kernels_bench(a);
 #else
-  GS_FAIL("kernels", "this gradsleuth was built without the kernel workbench: it needs nvcc or the CPU emulator "
-                     "(apt-get install libboost-context-dev, then reconfigure)");
+  GS_FAIL("kernels", "this gradsleuth was built without CUDA kernels: --device cuda needs nvcc or the CPU emulator "
+                     "(apt-get install libboost-context-dev, then reconfigure); --device cpu runs the CPU workbench");
 #endif
 }
 

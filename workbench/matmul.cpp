@@ -1,0 +1,287 @@
+// workbench/matmul.cpp: C (M, N) = A (M, K) @ B (K, N), float32, row-major, on the CPU: eight
+// versions from the textbook loop to the engine's kernel and the BLAS, each one step from the
+// last. The steps follow van de Geijn's "How to optimize GEMM", Goto & van de Geijn's "Anatomy
+// of High-Performance Matrix Multiplication" (2008) and the BLIS micro-kernel design.
+// Key: M, N, K the sizes; i, j, k their indices; A(i, k) = A[i*K + k], B(k, j) = B[k*N + j].
+// threads > 1: every version splits C's rows into `threads` contiguous blocks.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/sgemm.h"
+#include "workbench/ladders.h"
+#include "workbench/simd.h"
+
+namespace gradsleuth::workbench::cpu {
+namespace {
+
+// v1: the definition. The inner loop walks B down a column: a new cache line for every k.
+void v1_naive(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc += A[i * K + k] * B[k * N + j];
+      C[i * N + j] = acc;
+    }
+}
+
+// v2: the same products in i, k, j order: the inner loop reads B's row k and C's row i with
+// unit stride, so every cache line is used whole and the compiler vectorises over j.
+void v2_ikj(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
+  for (int64_t i = i0; i < i1; ++i) {
+    float* c = C + i * N;
+    std::fill(c, c + N, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float a = A[i * K + k];
+      const float* b = B + k * N;
+      for (int64_t j = 0; j < N; ++j) c[j] += a * b[j];
+    }
+  }
+}
+
+// v3: v2 over blocks of kKc x kNc of B (32 KB: it stays in the L1 cache while every row of C
+// uses it), instead of streaming all of B from L2 (or memory) for every row. It pays once B
+// outgrows L2; while B fits there, v2 is already limited by its L1 loads and stores of C, which
+// blocking does not reduce (v4 does).
+constexpr int64_t kKc = 64, kNc = 128;
+void v3_blocked(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
+  for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
+  for (int64_t j0 = 0; j0 < N; j0 += kNc) {
+    const int64_t j1 = std::min(N, j0 + kNc);
+    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+      const int64_t k1 = std::min(K, k0 + kKc);
+      const int64_t nb = j1 - j0;
+      for (int64_t i = i0; i < i1; ++i) {
+        float* c = C + i * N + j0;
+        for (int64_t k = k0; k < k1; ++k) {
+          const float a = A[i * K + k];
+          const float* b = B + k * N + j0;
+          for (int64_t j = 0; j < nb; ++j) c[j] += a * b[j];
+        }
+      }
+    }
+  }
+}
+
+// v4: v3 with a 4 x 32 tile of C held in local accumulators across the whole k-block: each
+// loaded element of B serves 4 rows, and C is read and written once per block instead of
+// once per k. Plain C++: the compiler maps the tile's rows onto vector registers.
+constexpr int kTr = 4, kTc = 32;
+void v4_register(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
+  for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
+  for (int64_t j0 = 0; j0 < N; j0 += kNc) {
+    const int64_t j1 = std::min(N, j0 + kNc);
+    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+      const int64_t k1 = std::min(K, k0 + kKc);
+      for (int64_t i = i0; i < i1; i += kTr) {
+        const int64_t rows = std::min<int64_t>(kTr, i1 - i);
+        for (int64_t j = j0; j < j1; j += kTc) {
+          const int64_t cols = std::min<int64_t>(kTc, j1 - j);
+          if (rows < kTr || cols < kTc) {  // an edge tile: the v3 loop
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t k = k0; k < k1; ++k) {
+                const float a = A[(i + r) * K + k];
+                for (int64_t c = 0; c < cols; ++c) C[(i + r) * N + j + c] += a * B[k * N + j + c];
+              }
+            continue;
+          }
+          float acc[kTr][kTc];
+          for (int r = 0; r < kTr; ++r)
+            for (int c = 0; c < kTc; ++c) acc[r][c] = C[(i + r) * N + j + c];
+          for (int64_t k = k0; k < k1; ++k) {
+            const float* b = B + k * N + j;
+            for (int r = 0; r < kTr; ++r) {
+              const float a = A[(i + r) * K + k];
+              for (int c = 0; c < kTc; ++c) acc[r][c] += a * b[c];
+            }
+          }
+          for (int r = 0; r < kTr; ++r)
+            for (int c = 0; c < kTc; ++c) C[(i + r) * N + j + c] = acc[r][c];
+        }
+      }
+    }
+  }
+}
+
+#if GS_WB_SIMD
+using namespace simd;
+// The register tile of v5 and v6: kMr rows x 2 vectors of C (AVX-512: 12 x 32, 24 of the 32
+// registers; AVX2: 6 x 16, 12 of 16), two loads of B and kMr broadcasts of A per k: the FMA
+// units, not the loads, are the limit.
+constexpr int kMr = kW == 16 ? 12 : 6;
+constexpr int kNr = 2 * kW;
+
+// C[0..R) x [0..kNr) (+)= A-panel x B-panel; a(r, k) = a[r * as + k * ak], b(k, c) = b[k * bs + c].
+// ncols < kNr masks the columns; accumulate: start from C (else 0).
+template <int R>
+void micro(int64_t kc, const float* a, int64_t as, int64_t ak, const float* b, int64_t bs, float* c, int64_t cs,
+           int ncols, bool accumulate) {
+  V acc0[R], acc1[R];
+  const Mask m0(std::min(ncols, kW)), m1(std::max(0, ncols - kW));
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = accumulate ? load(c + r * cs, m0) : zero();
+    acc1[r] = accumulate ? load(c + r * cs + kW, m1) : zero();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const V b0 = load(b + k * bs), b1 = load(b + k * bs + kW);
+    for (int r = 0; r < R; ++r) {
+      const V x = splat(a[r * as + k * ak]);
+      acc0[r] = fma(x, b0, acc0[r]);
+      acc1[r] = fma(x, b1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    store(c + r * cs, acc0[r], m0);
+    store(c + r * cs + kW, acc1[r], m1);
+  }
+}
+template <int R = kMr>
+void micro_rows(int rows, int64_t kc, const float* a, int64_t as, int64_t ak, const float* b, int64_t bs, float* c,
+                int64_t cs, int ncols, bool accumulate) {
+  if constexpr (R > 1) {
+    if (rows < R) return micro_rows<R - 1>(rows, kc, a, as, ak, b, bs, c, cs, ncols, accumulate);
+  }
+  micro<R>(kc, a, as, ak, b, bs, c, cs, ncols, accumulate);
+}
+
+// v5: v4's idea written with explicit vector instructions: a kMr x 2-vector tile, broadcasts
+// of A and FMAs, B read in place. Edge columns are masked, edge rows take a shorter tile.
+constexpr int64_t kKc5 = 256;
+void v5_simd(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
+  if (K == 0) {
+    for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
+    return;
+  }
+  // The last partial panel of B's columns, padded with zeros to kNr (a masked load of B is
+  // the other choice; a copy keeps the micro-kernel one loop).
+  const int64_t jfull = N / kNr * kNr, tail = N - jfull;
+  std::vector<float> btail(tail ? static_cast<size_t>(K * kNr) : 0, 0.0f);
+  for (int64_t k = 0; k < K && tail; ++k) std::copy(B + k * N + jfull, B + k * N + N, btail.data() + k * kNr);
+  for (int64_t k0 = 0; k0 < K; k0 += kKc5) {
+    const int64_t kc = std::min(kKc5, K - k0);
+    for (int64_t j = 0; j < N; j += kNr) {
+      const bool last = j == jfull;
+      const float* b = last ? btail.data() + k0 * kNr : B + k0 * N + j;
+      const int64_t bs = last ? kNr : N;
+      const int ncols = static_cast<int>(std::min<int64_t>(kNr, N - j));
+      for (int64_t i = i0; i < i1; i += kMr)
+        micro_rows(static_cast<int>(std::min<int64_t>(kMr, i1 - i)), kc, A + i * K + k0, K, 1, b, bs, C + i * N + j, N,
+                   ncols, k0 > 0);
+    }
+  }
+}
+
+// v6: v5 plus packing (BLIS): a kKc6 x kNc6 block of B is copied once into kNr-wide panels and a
+// kMc6 x kKc6 block of A into kMr-tall panels, both contiguous in the order the micro-kernel
+// reads them: unit-stride streams from L1/L2 and no TLB misses, at the cost of the copies.
+constexpr int64_t kKc6 = 256, kMc6 = 96 * (kMr / 6), kNc6 = 1024;
+void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
+  if (K == 0) {
+    for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
+    return;
+  }
+  std::vector<float> bp(static_cast<size_t>(kKc6 * (kNc6 + kNr))), ap(static_cast<size_t>(kKc6 * (kMc6 + kMr)));
+  for (int64_t jc = 0; jc < N; jc += kNc6) {
+    const int64_t nc = std::min(kNc6, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kKc6) {
+      const int64_t kc = std::min(kKc6, K - pc);
+      // B (kc, nc) -> panels of kNr columns: panel p, row k at bp[p * kc * kNr + k * kNr], zero-padded.
+      for (int64_t jr = 0; jr < nc; jr += kNr) {
+        float* dst = bp.data() + jr * kc;
+        const int64_t w = std::min<int64_t>(kNr, nc - jr);
+        for (int64_t k = 0; k < kc; ++k) {
+          const float* src = B + (pc + k) * N + jc + jr;
+          std::copy(src, src + w, dst + k * kNr);
+          std::fill(dst + k * kNr + w, dst + (k + 1) * kNr, 0.0f);
+        }
+      }
+      for (int64_t ic = i0; ic < i1; ic += kMc6) {
+        const int64_t mc = std::min(kMc6, i1 - ic);
+        // A (mc, kc) -> panels of kMr rows: panel p, column k at ap[p * kc * kMr + k * kMr], zero-padded.
+        for (int64_t ir = 0; ir < mc; ir += kMr) {
+          float* dst = ap.data() + ir * kc;
+          const int64_t h = std::min<int64_t>(kMr, mc - ir);
+          for (int64_t k = 0; k < kc; ++k) {
+            for (int64_t r = 0; r < h; ++r) dst[k * kMr + r] = A[(ic + ir + r) * K + pc + k];
+            for (int64_t r = h; r < kMr; ++r) dst[k * kMr + r] = 0.0f;
+          }
+        }
+        for (int64_t jr = 0; jr < nc; jr += kNr)
+          for (int64_t ir = 0; ir < mc; ir += kMr)
+            micro_rows(static_cast<int>(std::min<int64_t>(kMr, mc - ir)), kc, ap.data() + ir * kc, 1, kMr,
+                       bp.data() + jr * kc, kNr, C + (ic + ir) * N + jc + jr, N,
+                       static_cast<int>(std::min<int64_t>(kNr, nc - jr)), pc > 0);
+      }
+    }
+  }
+}
+#endif
+
+using RowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
+KernelFn rows_split(RowsFn f) {
+  return [f](const float* const* in, float* out, const Shape& s, int threads) {
+    parallel_for(threads, s.m, [&](int64_t i0, int64_t i1) { f(in[0], in[1], out, i0, i1, s.n, s.k); });
+  };
+}
+
+}  // namespace
+
+Ladder matmul_ladder() {
+  Ladder l;
+  l.spec.name = "matmul";
+  l.spec.what = "C (M, N) = A (M, K) @ B (K, N), float32, row-major";
+  l.spec.file = "workbench/matmul.cpp";
+  l.spec.shape_help = "--size N: M = N = K = N";
+  l.spec.compute_bound = true;
+  l.spec.gpu_reference = "the FMA peak";
+  l.spec.default_size = 512;
+  const std::string simd_skip = simd::kHaveSimd ? "" : "this build has no AVX2 (-march=native or x86-64-v3 builds it)";
+  l.rungs.push_back({{1, "naive ijk", "the definition: a dot product per element; B is read down a column, one cache line per k"},
+                     rows_split(v1_naive), "", {}});
+  l.rungs.push_back({{2, "loop order ikj", "k outside j: B and C rows read with unit stride, whole cache lines, and vectorised"},
+                     rows_split(v2_ikj), "", {}});
+  l.rungs.push_back({{3, "cache blocking", "64 x 128 blocks of B (32 KB) reused from L1 by every row instead of all of B from L2 or memory"},
+                     rows_split(v3_blocked), "", {}});
+  l.rungs.push_back({{4, "register tile", "a 4 x 32 tile of C in registers over a k-block: each B load serves 4 rows, C touched once per block"},
+                     rows_split(v4_register), "", {}});
+#if GS_WB_SIMD
+  l.rungs.push_back({{5, "SIMD micro-kernel", std::string("explicit ") + simd::isa_name() + ": a " + std::to_string(kMr) +
+                         " x 2-vector tile, broadcast A, 2 loads of B per " + std::to_string(2 * kMr) + " FMAs"},
+                     rows_split(v5_simd), "", {}});
+  l.rungs.push_back({{6, "packed (BLIS)", "A and B blocks copied into the panels the micro-kernel reads: unit stride, L1/L2-resident, no TLB misses"},
+                     rows_split(v6_packed), "", {}});
+#else
+  l.rungs.push_back({{5, "SIMD micro-kernel", "explicit AVX2/AVX-512 register tile"}, {}, simd_skip, {}});
+  l.rungs.push_back({{6, "packed (BLIS)", "A and B copied into micro-panels"}, {}, simd_skip, {}});
+#endif
+  // The engine's own kernels, through their headers.
+  KernelFn engine = [](const float* const* in, float* out, const Shape& s, int threads) {
+    parallel_for(threads, s.m, [&](int64_t i0, int64_t i1) {
+      gradsleuth::cpu::fast::sgemm_direct(false, false, i1 - i0, s.n, s.k, in[0] + i0 * s.k, s.k, in[1], s.n, 0.0f,
+                                    out + i0 * s.n, s.n);
+    });
+  };
+  l.rungs.push_back({{7, "engine (packing-free)", "core/cpu/fast/sgemm.h, the CPU backend's kernel: v5's tile over k-blocks sized to L1, no packing, tuned edges"},
+                     gradsleuth::cpu::fast::sgemm_direct_available() ? engine : KernelFn{},
+                     gradsleuth::cpu::fast::sgemm_direct_available() ? "" : "core/cpu/fast/sgemm.h is not built in (it needs AVX2 + FMA)", {}});
+  KernelFn blas = [](const float* const* in, float* out, const Shape& s, int threads) {
+    const bool direct = gradsleuth::cpu::fast::sgemm_direct_enabled();
+    gradsleuth::cpu::fast::set_sgemm_direct(false);  // the BLAS itself, not the engine's routing
+    parallel_for(threads, s.m, [&](int64_t i0, int64_t i1) {
+      gradsleuth::cpu::fast::BlasSingleThread one;
+      gradsleuth::cpu::fast::blas_gemm(false, false, i1 - i0, s.n, s.k, in[0] + i0 * s.k, s.k, in[1], s.n, 0.0f,
+                                 out + i0 * s.n, s.n);
+    });
+    gradsleuth::cpu::fast::set_sgemm_direct(direct);
+  };
+  const std::string lib = gradsleuth::cpu::fast::gemm_library();
+  const bool have_blas = lib != "Eigen";
+  l.rungs.push_back({{8, have_blas ? lib + " (reference)" : "BLAS (reference)",
+                      "the tuned BLAS the engine links (core/cpu/fast/blas.h), one thread per row block: the reference row"},
+                     have_blas ? blas : KernelFn{},
+                     have_blas ? "" : "this build has no BLAS (GRADSLEUTH_BLAS=OFF or OpenBLAS not found: apt-get install libopenblas-dev)", {}});
+  return l;
+}
+
+}  // namespace gradsleuth::workbench::cpu
