@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <type_traits>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -163,10 +165,41 @@ std::vector<std::string> Args::get_all(const std::string& name) const {
 }
 
 namespace {
+// Decimal numbers only, as a person types them: an optional sign, digits with at most one
+// point, an optional exponent ("3", "-2", "0.5", ".5", "1e-3", "2.5E+2"). No hex ("0x10", which
+// std::stod reads as 16), no "inf"/"nan", no spaces, no trailing junk.
+bool is_decimal(const std::string& v, bool integer) {
+  size_t i = 0;
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  size_t digits = 0;
+  while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i, ++digits;
+  if (integer) return digits > 0 && i == v.size();
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    size_t exp_digits = 0;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i, ++exp_digits;
+    if (exp_digits == 0) return false;
+  }
+  return i == v.size();
+}
+
+// What to add to an error about `v` when it is not even a decimal number.
+std::string decimal_hint(const std::string& v, bool integer) {
+  if (is_decimal(v, integer)) return "";
+  return integer ? " (decimal digits only, e.g. 42)" : " (a decimal number such as 0.01 or 1e-3: no hex, inf or nan)";
+}
+
 // Parses all of `v` with conv (std::stoi, std::stoll, std::stod...): false when v is
-// empty, does not parse or has characters left over.
+// not a decimal number (is_decimal), does not parse or has characters left over.
 template <class T, class Conv>
 bool parse_whole(const std::string& v, Conv conv, T& out) {
+  if (!is_decimal(v, std::is_integral_v<T>)) return false;
   size_t used = 0;
   try {
     out = conv(v, &used);
@@ -181,7 +214,7 @@ int Args::get_int(const std::string& name) const {
   const std::string v = get(name);
   int r = 0;
   if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r))
-    throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'");
+    throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'" + decimal_hint(v, true));
   return r;
 }
 
@@ -189,7 +222,7 @@ double Args::get_double(const std::string& name) const {
   const std::string v = get(name);
   double r = 0;
   if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r))
-    throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'");
+    throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'" + decimal_hint(v, false));
   return r;
 }
 
@@ -219,7 +252,7 @@ int64_t Args::get_int_in(const std::string& name, int64_t lo, int64_t hi) const 
   const std::string range = hi == INT64_MAX ? ">= " + std::to_string(lo)
                                             : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   if (!parsed || r < lo || r > hi)
-    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'");
+    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'" + decimal_hint(v, true));
   return r;
 }
 
@@ -232,7 +265,7 @@ double Args::get_double_in(const std::string& name, double lo, bool lo_open, dou
     std::string range;
     if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_str(lo);
     else range = std::string("in ") + (lo_open ? "(" : "[") + num_str(lo) + ", " + num_str(hi) + (hi_open ? ")" : "]");
-    throw usage_error(command_, "--" + name + " must be a finite number " + range + ", got '" + v + "'");
+    throw usage_error(command_, "--" + name + " must be a finite number " + range + ", got '" + v + "'" + decimal_hint(v, false));
   }
   return r;
 }
@@ -274,6 +307,11 @@ void Args::check_writable_dir(const std::string& name) const {
   if (!why.empty())
     throw usage_error(command_, "--" + name + " '" + dir + "': cannot create files there: " + why +
                                     " (checked before the run starts)");
+}
+
+void Args::refuse_together(const std::string& a, const std::string& b, const std::string& why) const {
+  if (has(a) && has(b))
+    throw usage_error(command_, "--" + a + " and --" + b + " cannot be used together" + (why.empty() ? "" : ": " + why));
 }
 
 void Args::print_help(std::ostream& os) const {

@@ -83,6 +83,8 @@ class Args {
   // exists or can be created and accepts a new file. Both probe with a real file.
   void check_writable_file(const std::string& name) const;
   void check_writable_dir(const std::string& name) const;
+  // Contradictory options, refused before any work: an error naming both when both were given.
+  void refuse_together(const std::string& a, const std::string& b, const std::string& why = "") const;
   void print_help(std::ostream& os) const;
   const std::vector<std::string>& positional() const { return positional_; }
 

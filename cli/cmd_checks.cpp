@@ -23,6 +23,11 @@ int cmd_checks(const std::vector<std::string>& args) {
   a.flag("sources", "list the sources the checks cite: title, authors, year, URL or DOI");
   a.flag("causes", "print the diagnosis's tables (Markdown): each symptom's candidate causes, each cause's probe");
   if (!a.parse()) return 0;
+  // One view at a time: each of these prints something different and exits.
+  const char* views[] = {"list", "id", "sources", "causes"};
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = i + 1; j < 4; ++j) a.refuse_together(views[i], views[j], "each prints its own view; pass one");
+  a.refuse_together("causes", "json", "--causes prints Markdown tables");
 
   if (a.has("causes")) {
     std::cout << debug::diagnosis_tables_markdown();

@@ -111,8 +111,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
   set_thread_count();
   debug::zoo::Options o = debug::zoo::Options::quick();
   o.model = a.get("model");
-  o.steps = a.get_int_in("steps", 1, INT64_MAX);
-  o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  o.steps = a.get_int_in("steps", 1, 10000000);
+  o.train_examples = a.get_int_in("train-examples", 1, 10000000);
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
   a.check_writable_dir("out");  // before the run: report.html and metrics.csv go there at the end

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 
 #include "cli/cli.h"
 #include "debug/html_report.h"
@@ -35,8 +36,8 @@ int zoo_distributed(Args& a) {
            "  mpirun -np 2 gradsleuth zoo --distributed\n(or more ranks; as root in a container add "
            "--allow-run-as-root or set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
   debug::dist_zoo::Options o;
-  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
-  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, 10000000);
+  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, 10000000);
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
   GS_CHECK(a.get("model") == "mlp" && a.get("device") == "cpu", "zoo --distributed",
@@ -113,6 +114,13 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
   if (!a.parse()) return 0;
+  // Contradictions, refused before any work (the run options mean nothing to --list).
+  for (const char* run_option : {"bug", "quick", "json", "model", "steps", "train-examples", "device", "distributed"})
+    a.refuse_together("list", run_option, "--list prints the catalog and runs nothing");
+  a.refuse_together("distributed", "quick", "the distributed zoo has one budget (100 steps per variant)");
+  if (a.has("verbose") && !a.has("distributed"))
+    throw std::invalid_argument("--verbose applies to --distributed only (the zoo's matrix already lists every "
+                                "finding); drop it, or add --distributed (see 'gradsleuth zoo --help')");
 
   if (a.has("list")) {
     std::printf("%-4s %-58s %-20s %s\n", "bug", "what", "lives in", "caught by");
@@ -126,8 +134,8 @@ int cmd_zoo(const std::vector<std::string>& args) {
   set_thread_count();
   if (a.has("distributed")) return zoo_distributed(a);
   debug::zoo::Options o = a.has("quick") ? debug::zoo::Options::quick() : debug::zoo::Options::full();
-  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
-  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, 10000000);
+  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, 10000000);
   o.model = a.get("model");
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
