@@ -32,6 +32,7 @@ int cmd_doctor(const std::vector<std::string>& args);
 int cmd_lab(const std::vector<std::string>& args);
 int cmd_kernels(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
 int cmd_devices(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
+int cmd_version(const std::vector<std::string>& args);  // also `gradsleuth --version`
 
 // Sets the engine's thread count before any tensor op: `threads` when > 0, else
 // OMP_NUM_THREADS when set, else one thread. One by default because on a shared

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
     usage(std::cout);
     return argc < 2 ? 2 : 0;
   }
-  const std::string name = argv[1];
+  // `gradsleuth --version [--json]` is `gradsleuth version [--json]`.
+  const std::string name = std::strcmp(argv[1], "--version") ? argv[1] : "version";
   for (const auto& c : commands()) {
     if (c.name != name) continue;
     std::vector<std::string> args(argv + 2, argv + argc);

@@ -150,3 +150,21 @@ TEST_CASE("gradcheck and demo range-check their options before any work") {
     CHECK(r.out.find("gradient check") == std::string::npos);  // no work was done
   }
 }
+
+TEST_CASE("--version and version --json say how this binary was built") {
+  Run r = run_cli("--version");
+  CHECK(r.status == 0);
+  CHECK(r.out.rfind("gradsleuth ", 0) == 0);
+  for (const char* line : {"commit:", "build type:", "ISA level:", "BLAS:", "CUDA:", "MPI:"})
+    CHECK_MESSAGE(r.out.find(line) != std::string::npos, line);
+  Run j = run_cli("version --json");
+  CHECK(j.status == 0);
+  json_mini::Value doc = json_mini::parse(j.out);
+  for (const char* key : {"version", "commit", "build_type", "isa", "blas", "cuda", "mpi"})
+    CHECK_MESSAGE(doc.get(key) != nullptr, key);
+  const std::string commit = doc.get("commit")->str;
+  CHECK((commit == "unknown" || (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos)));
+  const std::string cuda = doc.get("cuda")->str;
+  CHECK((cuda == "gpu" || cuda == "emulator" || cuda == "off"));
+  CHECK(run_cli("--version --bogus", true).status != 0);
+}
