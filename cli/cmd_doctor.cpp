@@ -121,6 +121,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);
   nn::BugSet bugs;
   for (const std::string& id : a.get_all("bug")) bugs.add(nn::parse_bug(id));
+  debug::zoo::check_recipe(bugs.list(), o.model);  // refused before anything is built
   const bool json = a.has("json");
   auto progress = [json](const std::string& s) {
     if (!json) std::fprintf(stderr, "doctor: %s\n", s.c_str());

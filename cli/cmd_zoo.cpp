@@ -147,6 +147,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
   if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);
+  debug::zoo::check_recipe(bugs, o.model);  // refused before the plan is printed
   const bool quiet = a.has("quiet");
   if (!quiet)
     std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget), on %s%s\n", bugs.size(),

@@ -243,3 +243,37 @@ TEST_CASE("zoo --device: documented in --help; an unknown device is refused befo
   CHECK(r.out.find("unknown --device 'tpu': use cpu or cuda") != std::string::npos);
   CHECK(r.out.find("clean reference") == std::string::npos);  // nothing ran
 }
+
+TEST_CASE("zoo and doctor refuse a data-parallel bug before printing their plan, prefixed by the command") {
+  for (const char* cmd : {"zoo --quick --bug B29", "doctor --bug B29 --out /tmp"}) {
+    CAPTURE(cmd);
+    Run r = clitest::run_cli_all(cmd);
+    CHECK(r.status == 1);
+    const std::string command = std::string(cmd).substr(0, std::string(cmd).find(' '));
+    CHECK(r.out.rfind("gradsleuth " + command + ": error: bug B29", 0) == 0);  // the first line: no plan before it
+    CHECK(r.out.find("mpirun -np 2 gradsleuth zoo --distributed --bug B29") != std::string::npos);
+    CHECK(r.out.find("check_recipe") == std::string::npos);  // no C++ function names
+  }
+  Run u = clitest::run_cli_all("zoo --bug B99");
+  CHECK(u.status == 1);
+  CHECK(u.out.rfind("gradsleuth zoo: error: unknown bug 'B99'", 0) == 0);  // not "parse_bug: ..."
+}
+
+TEST_CASE("zoo refuses contradictory options before any work, naming both") {
+  struct Bad {
+    const char* args;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{"zoo --list --bug B99", "--list and --bug cannot be used together"},
+                       Bad{"zoo --list --quick", "--list and --quick cannot be used together"},
+                       Bad{"zoo --verbose", "--verbose applies to --distributed only"},
+                       Bad{"zoo --distributed --quick", "--distributed and --quick cannot be used together"},
+                       Bad{"checks --id M7 --sources", "--id and --sources cannot be used together"},
+                       Bad{"checks --causes --json", "--causes and --json cannot be used together"}}) {
+    CAPTURE(b.args);
+    Run r = clitest::run_cli_all(b.args);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(b.message) != std::string::npos);
+    CHECK(r.out.find("clean reference") == std::string::npos);
+  }
+}
