@@ -5,8 +5,10 @@
 #include "cli/cli.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -51,6 +53,41 @@ Device device_option(const Args& a, const std::string& command, std::string* not
   GS_FAIL(command, "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
           "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
 #endif
+}
+
+int terminal_width() {
+  int w = 0;
+  if (const char* c = std::getenv("COLUMNS")) w = std::atoi(c);
+  if (w <= 0) {
+    struct winsize ws {};
+    if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) w = ws.ws_col;
+  }
+  if (w <= 0) w = 100;
+  return std::max(w, 40);
+}
+
+std::string wrap_last_column(const std::string& prefix, const std::string& last, int width) {
+  // Too narrow for the last column beside the others: it goes on the lines below, indented.
+  if (width - static_cast<int>(prefix.size()) < 24 && !prefix.empty() && !last.empty()) {
+    const size_t end = prefix.find_last_not_of(' ');
+    return prefix.substr(0, end == std::string::npos ? 0 : end + 1) + "\n" +
+           wrap_last_column(std::string(6, ' '), last, width);
+  }
+  const size_t indent = prefix.size();
+  const size_t room = static_cast<size_t>(std::max<int>(20, width - static_cast<int>(indent)));
+  std::string out = prefix, line;
+  std::istringstream words(last);
+  bool first_line = true;
+  for (std::string w; words >> w;) {
+    if (!line.empty() && line.size() + 1 + w.size() > room) {
+      out += (first_line ? "" : "\n" + std::string(indent, ' ')) + line;
+      first_line = false;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  if (!line.empty() || first_line) out += (first_line ? "" : "\n" + std::string(indent, ' ')) + line;
+  return out + "\n";
 }
 
 namespace {

@@ -40,6 +40,13 @@ int cmd_version(const std::vector<std::string>& args);  // also `gradsleuth --ve
 // 10x and more when another process holds it (docs/training.md).
 void set_thread_count(int threads = 0);
 
+// The width of the terminal stdout writes to: $COLUMNS when set, else the terminal's (ioctl
+// TIOCGWINSZ), else 100 (a pipe or a file); never below 40.
+int terminal_width();
+// `prefix` (the fixed-width columns of a table row) followed by `last`, the row's last column,
+// wrapped at word ends to fit `width`; continuation lines are indented to the last column.
+std::string wrap_last_column(const std::string& prefix, const std::string& last, int width);
+
 class Args;
 // The device of a command's --device option (cpu|cuda), validated before any work: an unknown
 // name, or cuda when the CUDA backend is not available (not built in, or no device), is an error

@@ -123,11 +123,25 @@ int cmd_zoo(const std::vector<std::string>& args) {
                                 "finding); drop it, or add --distributed (see 'gradsleuth zoo --help')");
 
   if (a.has("list")) {
-    std::printf("%-4s %-58s %-20s %s\n", "bug", "what", "lives in", "caught by");
-    for (const nn::BugInfo& b : nn::bug_catalog()) {
+    // The title goes last and wraps to the terminal's width.
+    const int width = terminal_width();
+    auto caught = [](const nn::BugInfo& b) {
       std::string c;
       for (const auto& x : b.caught_by) c += (c.empty() ? "" : ", ") + x;
-      std::printf("%-4s %-58s %-20s %s\n", b.code.c_str(), b.title.c_str(), b.lives_in.c_str(), c.c_str());
+      return c;
+    };
+    int where_w = 8, caught_w = 9;
+    for (const nn::BugInfo& b : nn::bug_catalog()) {
+      where_w = std::max(where_w, static_cast<int>(b.lives_in.size()));
+      caught_w = std::max(caught_w, static_cast<int>(caught(b).size()));
+    }
+    char row[400];
+    std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by");
+    std::cout << wrap_last_column(row, "what", width);
+    for (const nn::BugInfo& b : nn::bug_catalog()) {
+      std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
+                    caught(b).c_str());
+      std::cout << wrap_last_column(row, b.title, width);
     }
     return 0;
   }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -276,4 +277,36 @@ TEST_CASE("zoo refuses contradictory options before any work, naming both") {
     CHECK(r.out.find(b.message) != std::string::npos);
     CHECK(r.out.find("clean reference") == std::string::npos);
   }
+}
+
+TEST_CASE("checks --help and the --id error give the id ranges of the check table; the lists fit the terminal") {
+  // The ranges, computed here from the JSON list: per letter, 1 to the highest number.
+  json_mini::Value doc = json_mini::parse(run_cli("checks --list --json").out);
+  std::map<char, int> hi;
+  for (const auto& c : doc.arr) {
+    const std::string id = c.get("id")->str;
+    hi[id[0]] = std::max(hi[id[0]], std::stoi(id.substr(1)));
+  }
+  REQUIRE(hi.size() == 5);
+  const std::string help = run_cli("checks --help").out, bad = clitest::run_cli_all("checks --id Z9").out;
+  for (const auto& [letter, n] : hi) {
+    const std::string range = std::string(1, letter) + "1-" + std::string(1, letter) + std::to_string(n);
+    CAPTURE(range);
+    CHECK(help.find(range) != std::string::npos);
+    CHECK(bad.find(range) != std::string::npos);
+  }
+  CHECK(help.find(std::to_string(doc.arr.size()) + ": ") != std::string::npos);
+  for (const char* width : {"60", "100", "200"}) {
+    for (const char* cmd : {"checks", "zoo --list"}) {
+      CAPTURE(width);
+      CAPTURE(cmd);
+      Run r = clitest::run_command(std::string("COLUMNS=") + width + " \"" + GS_CLI_PATH + "\" " + cmd);
+      CHECK(r.status == 0);
+      std::istringstream lines(r.out);
+      size_t rows = 0;
+      for (std::string line; std::getline(lines, line); ++rows) CHECK(line.size() <= static_cast<size_t>(std::stoi(width)));
+      CHECK(rows > 30);
+    }
+  }
+  CHECK(run_cli("checks").out.find(" impl ") == std::string::npos);  // no column that always says yes
 }
