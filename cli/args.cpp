@@ -5,8 +5,11 @@
 #include "cli/cli.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <type_traits>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -49,6 +53,41 @@ Device device_option(const Args& a, const std::string& command, std::string* not
   GS_FAIL(command, "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
           "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
 #endif
+}
+
+int terminal_width() {
+  int w = 0;
+  if (const char* c = std::getenv("COLUMNS")) w = std::atoi(c);
+  if (w <= 0) {
+    struct winsize ws {};
+    if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) w = ws.ws_col;
+  }
+  if (w <= 0) w = 100;
+  return std::max(w, 40);
+}
+
+std::string wrap_last_column(const std::string& prefix, const std::string& last, int width) {
+  // Too narrow for the last column beside the others: it goes on the lines below, indented.
+  if (width - static_cast<int>(prefix.size()) < 24 && !prefix.empty() && !last.empty()) {
+    const size_t end = prefix.find_last_not_of(' ');
+    return prefix.substr(0, end == std::string::npos ? 0 : end + 1) + "\n" +
+           wrap_last_column(std::string(6, ' '), last, width);
+  }
+  const size_t indent = prefix.size();
+  const size_t room = static_cast<size_t>(std::max<int>(20, width - static_cast<int>(indent)));
+  std::string out = prefix, line;
+  std::istringstream words(last);
+  bool first_line = true;
+  for (std::string w; words >> w;) {
+    if (!line.empty() && line.size() + 1 + w.size() > room) {
+      out += (first_line ? "" : "\n" + std::string(indent, ' ')) + line;
+      first_line = false;
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  if (!line.empty() || first_line) out += (first_line ? "" : "\n" + std::string(indent, ' ')) + line;
+  return out + "\n";
 }
 
 namespace {
@@ -163,10 +202,41 @@ std::vector<std::string> Args::get_all(const std::string& name) const {
 }
 
 namespace {
+// Decimal numbers only, as a person types them: an optional sign, digits with at most one
+// point, an optional exponent ("3", "-2", "0.5", ".5", "1e-3", "2.5E+2"). No hex ("0x10", which
+// std::stod reads as 16), no "inf"/"nan", no spaces, no trailing junk.
+bool is_decimal(const std::string& v, bool integer) {
+  size_t i = 0;
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  size_t digits = 0;
+  while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i, ++digits;
+  if (integer) return digits > 0 && i == v.size();
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    size_t exp_digits = 0;
+    while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i, ++exp_digits;
+    if (exp_digits == 0) return false;
+  }
+  return i == v.size();
+}
+
+// What to add to an error about `v` when it is not even a decimal number.
+std::string decimal_hint(const std::string& v, bool integer) {
+  if (is_decimal(v, integer)) return "";
+  return integer ? " (decimal digits only, e.g. 42)" : " (a decimal number such as 0.01 or 1e-3: no hex, inf or nan)";
+}
+
 // Parses all of `v` with conv (std::stoi, std::stoll, std::stod...): false when v is
-// empty, does not parse or has characters left over.
+// not a decimal number (is_decimal), does not parse or has characters left over.
 template <class T, class Conv>
 bool parse_whole(const std::string& v, Conv conv, T& out) {
+  if (!is_decimal(v, std::is_integral_v<T>)) return false;
   size_t used = 0;
   try {
     out = conv(v, &used);
@@ -181,7 +251,7 @@ int Args::get_int(const std::string& name) const {
   const std::string v = get(name);
   int r = 0;
   if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r))
-    throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'");
+    throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'" + decimal_hint(v, true));
   return r;
 }
 
@@ -189,7 +259,7 @@ double Args::get_double(const std::string& name) const {
   const std::string v = get(name);
   double r = 0;
   if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r))
-    throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'");
+    throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'" + decimal_hint(v, false));
   return r;
 }
 
@@ -219,7 +289,7 @@ int64_t Args::get_int_in(const std::string& name, int64_t lo, int64_t hi) const 
   const std::string range = hi == INT64_MAX ? ">= " + std::to_string(lo)
                                             : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   if (!parsed || r < lo || r > hi)
-    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'");
+    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'" + decimal_hint(v, true));
   return r;
 }
 
@@ -232,7 +302,7 @@ double Args::get_double_in(const std::string& name, double lo, bool lo_open, dou
     std::string range;
     if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_str(lo);
     else range = std::string("in ") + (lo_open ? "(" : "[") + num_str(lo) + ", " + num_str(hi) + (hi_open ? ")" : "]");
-    throw usage_error(command_, "--" + name + " must be a finite number " + range + ", got '" + v + "'");
+    throw usage_error(command_, "--" + name + " must be a finite number " + range + ", got '" + v + "'" + decimal_hint(v, false));
   }
   return r;
 }
@@ -274,6 +344,11 @@ void Args::check_writable_dir(const std::string& name) const {
   if (!why.empty())
     throw usage_error(command_, "--" + name + " '" + dir + "': cannot create files there: " + why +
                                     " (checked before the run starts)");
+}
+
+void Args::refuse_together(const std::string& a, const std::string& b, const std::string& why) const {
+  if (has(a) && has(b))
+    throw usage_error(command_, "--" + a + " and --" + b + " cannot be used together" + (why.empty() ? "" : ": " + why));
 }
 
 void Args::print_help(std::ostream& os) const {

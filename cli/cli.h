@@ -32,12 +32,20 @@ int cmd_doctor(const std::vector<std::string>& args);
 int cmd_lab(const std::vector<std::string>& args);
 int cmd_kernels(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
 int cmd_devices(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp
+int cmd_version(const std::vector<std::string>& args);  // also `gradsleuth --version`
 
 // Sets the engine's thread count before any tensor op: `threads` when > 0, else
 // OMP_NUM_THREADS when set, else one thread. One by default: on 2 cores a second
 // OpenMP thread gains ~10% when the other core is free, but a step costs 10x and
 // more when another process holds that core (docs/training.md, "Threads").
 void set_thread_count(int threads = 0);
+
+// The width of the terminal stdout writes to: $COLUMNS when set, else the terminal's (ioctl
+// TIOCGWINSZ), else 100 (a pipe or a file); never below 40.
+int terminal_width();
+// `prefix` (the fixed-width columns of a table row) followed by `last`, the row's last column,
+// wrapped at word ends to fit `width`; continuation lines are indented to the last column.
+std::string wrap_last_column(const std::string& prefix, const std::string& last, int width);
 
 class Args;
 // The device of a command's --device option (cpu|cuda), validated before any work: an unknown
@@ -83,6 +91,8 @@ class Args {
   // exists or can be created and accepts a new file. Both probe with a real file.
   void check_writable_file(const std::string& name) const;
   void check_writable_dir(const std::string& name) const;
+  // Contradictory options, refused before any work: an error naming both when both were given.
+  void refuse_together(const std::string& a, const std::string& b, const std::string& why = "") const;
   void print_help(std::ostream& os) const;
   const std::vector<std::string>& positional() const { return positional_; }
 

@@ -79,7 +79,7 @@ int cmd_demo(const std::vector<std::string>& args) {
   const int steps = static_cast<int>(a.get_int_in("steps", 0, 100000000));
   const int log_every = static_cast<int>(a.get_int_in("log-every", 1, INT32_MAX));
   const int hidden = static_cast<int>(a.get_int_in("hidden", 1, 1 << 20));
-  const double lr = a.get_double_in("lr", 0.0, true, INFINITY, false);
+  const double lr = a.get_double_in("lr", 0.0, true, 10.0, false);  // above 10 every optimizer diverges
   const double momentum = a.get_double_in("momentum", 0.0, false, 1.0, true);
   const uint64_t seed = a.get_seed("seed");
   const bool json = a.has("json");

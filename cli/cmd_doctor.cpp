@@ -111,8 +111,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
   set_thread_count();
   debug::zoo::Options o = debug::zoo::Options::quick();
   o.model = a.get("model");
-  o.steps = a.get_int_in("steps", 1, INT64_MAX);
-  o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  o.steps = a.get_int_in("steps", 1, 10000000);
+  o.train_examples = a.get_int_in("train-examples", 1, 10000000);
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
   a.check_writable_dir("out");  // before the run: report.html and metrics.csv go there at the end
@@ -121,6 +121,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);
   nn::BugSet bugs;
   for (const std::string& id : a.get_all("bug")) bugs.add(nn::parse_bug(id));
+  debug::zoo::check_recipe(bugs.list(), o.model);  // refused before anything is built
   const bool json = a.has("json");
   auto progress = [json](const std::string& s) {
     if (!json) std::fprintf(stderr, "doctor: %s\n", s.c_str());

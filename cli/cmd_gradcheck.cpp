@@ -117,6 +117,8 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   a.option("atol", "A", "absolute tolerance", "1e-5");
   a.option("rtol", "R", "relative tolerance (of |numeric|)", "1e-3");
   if (!a.parse()) return 0;
+  a.refuse_together("all-ops", "op", "--all-ops checks every op, --op NAME one of them; pass one");
+  if (a.has("op")) a.get_nonempty("op");
   if (!a.has("all-ops") && !a.has("op"))
     throw std::invalid_argument("nothing to check: pass --all-ops, or --op NAME for one op (see 'gradsleuth "
                                 "gradcheck --help')");
@@ -125,9 +127,11 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   o.fast = a.has("fast");
   o.check_double_backward = !a.has("no-double");
   o.seed = a.get_seed("seed");
-  o.eps = a.get_double_in("eps", 0.0, true, INFINITY, false);  // a zero or NaN step blames a correct op
-  o.atol = a.get_double_in("atol", 0.0, false, INFINITY, false);
-  o.rtol = a.get_double_in("rtol", 0.0, false, INFINITY, false);
+  // A zero step blames a correct op; a step above 0.1 measures a secant, not a derivative.
+  o.eps = a.get_double_in("eps", 0.0, true, 0.1, false);
+  // Tolerances above 1 would pass a gradient that is wrong by more than its own size.
+  o.atol = a.get_double_in("atol", 0.0, false, 1.0, false);
+  o.rtol = a.get_double_in("rtol", 0.0, false, 1.0, false);
   const auto rows = debug::gradcheck_all_ops(o, a.get("op"));
   const auto ops = summarise(rows);
   int passed = 0, failed = 0, skipped = 0;

@@ -195,17 +195,17 @@ int kernels_bench(const Args& a) {
   if (!a.has("version") || a.get("version") == "all") {
     for (const wb::Version& v : k->versions) versions.push_back(v.number);
   } else {
-    versions.push_back(a.get_int("version"));
+    versions.push_back(static_cast<int>(a.get_int_in("version", 1, 99)));
   }
-  const int64_t size = a.has("size") ? a.get_int("size") : 0;
-  const int64_t rows = a.has("rows") ? a.get_int("rows") : 0;
+  const int64_t size = a.has("size") ? a.get_int_in("size", 1, int64_t{1} << 30) : 0;
+  const int64_t rows = a.has("rows") ? a.get_int_in("rows", 1, int64_t{1} << 30) : 0;
   GS_CHECK(!a.has("size") || size > 0, "kernels", "--size must be at least 1 (", k->shape_help, ")");
   GS_CHECK(!a.has("rows") || k->default_rows > 0, "kernels", name, " takes no --rows (", k->shape_help, ")");
   GS_CHECK(!a.has("rows") || rows > 0, "kernels", "--rows must be at least 1");
   const wb::Shape shape = wb::shape_for(*k, size, rows, kOnEmulator);
   wb::RunOptions o;
-  if (a.has("repeats")) o.repeats = a.get_int("repeats");
-  if (a.has("warmup")) o.warmup = a.get_int("warmup");
+  if (a.has("repeats")) o.repeats = static_cast<int>(a.get_int_in("repeats", 1, 100000));
+  if (a.has("warmup")) o.warmup = static_cast<int>(a.get_int_in("warmup", 0, 100000));
   GS_CHECK(o.repeats >= 1 && o.warmup >= 0, "kernels", "--repeats must be at least 1 and --warmup at least 0");
   // Every argument is checked before the first launch.
   for (int v : versions) {

@@ -87,7 +87,9 @@ int cmd_train(const std::vector<std::string>& args) {
   a.option("device", "cpu|cuda", "where the model trains (cuda: the CUDA backend, on a GPU or its CPU emulator)", "cpu");
   a.option("threads", "N", "CPU threads for the engine (default: OMP_NUM_THREADS if set, else 1)");
   a.option("seed", "S", "seeds the initialisation, shuffling and dropout (per process under mpirun)", "1");
-  a.option("run-dir", "DIR", "write steps.csv, epochs.jsonl and summary.json here");
+  a.option("run-dir", "DIR", "write steps.csv, epochs.jsonl and summary.json here (a folder holding an earlier run's is "
+                            "refused unless --overwrite)");
+  a.flag("overwrite", "with --run-dir: replace the files of an earlier run in DIR");
   a.option("data-dir", "D", "folder with the IDX files", nn::kFashionMnistDefaultDir);
   a.option("limit-train", "N", "train on the first N images only (quick runs)");
   a.option("limit-test", "N", "evaluate on the first N test images only");
@@ -106,14 +108,25 @@ int cmd_train(const std::vector<std::string>& args) {
   // Every option is range-checked here, before any data is read or any step is taken.
   const int epochs = a.has("epochs") ? static_cast<int>(a.get_int_in("epochs", 1, 1000000)) : d.epochs;
   const int batch = a.has("batch-size") ? static_cast<int>(a.get_int_in("batch-size", 1, 1 << 24)) : d.batch_size;
-  const double lr = a.has("lr") ? a.get_double_in("lr", 0.0, true, INFINITY, false) : (opt_name == "sgd" ? 0.05 : d.lr);
+  const double lr = a.has("lr") ? a.get_double_in("lr", 0.0, true, 10.0, false) : (opt_name == "sgd" ? 0.05 : d.lr);
   const uint64_t seed = a.get_seed("seed");
   const int threads = a.has("threads") ? static_cast<int>(a.get_int_in("threads", 1, 1024)) : 0;
   const int64_t limit_train = a.has("limit-train") ? a.get_int_in("limit-train", 1, INT64_MAX) : 0;
   const int64_t limit_test = a.has("limit-test") ? a.get_int_in("limit-test", 1, INT64_MAX) : 0;
   const double val_fraction = a.get_double_in("val-fraction", 0.0, false, 0.5, false);
   const std::string data_dir = a.get_nonempty("data-dir");
-  if (a.has("run-dir")) a.check_writable_dir("run-dir");
+  if (a.has("run-dir")) {
+    a.check_writable_dir("run-dir");
+    // An earlier run's files are results: replacing them takes --overwrite (checked before any work).
+    std::string existing;
+    for (const char* f : {"steps.csv", "epochs.jsonl", "summary.json"})
+      if (std::filesystem::exists(std::filesystem::path(a.get("run-dir")) / f))
+        existing += (existing.empty() ? "" : ", ") + std::string(f);
+    GS_CHECK(existing.empty() || a.has("overwrite"), "train", "--run-dir '", a.get("run-dir"), "' holds an earlier run (",
+             existing, "); pass --overwrite to replace it, or choose another folder");
+  } else {
+    GS_CHECK(!a.has("overwrite"), "train", "--overwrite applies to --run-dir only; drop it, or add --run-dir DIR");
+  }
   const std::string schedule = a.has("schedule") ? a.get("schedule") : std::string(d.schedule);
   GS_CHECK(schedule == "cosine" || schedule == "warmup-cosine" || schedule == "none", "train", "unknown --schedule '",
            schedule, "': use cosine, warmup-cosine or none");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 
 #include "cli/cli.h"
 #include "debug/html_report.h"
@@ -35,8 +36,8 @@ int zoo_distributed(Args& a) {
            "  mpirun -np 2 gradsleuth zoo --distributed\n(or more ranks; as root in a container add "
            "--allow-run-as-root or set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
   debug::dist_zoo::Options o;
-  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
-  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, 10000000);
+  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, 10000000);
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
   GS_CHECK(a.get("model") == "mlp" && a.get("device") == "cpu", "zoo --distributed",
@@ -113,21 +114,42 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
   if (!a.parse()) return 0;
+  // Contradictions, refused before any work (the run options mean nothing to --list).
+  for (const char* run_option : {"bug", "quick", "json", "model", "steps", "train-examples", "device", "distributed"})
+    a.refuse_together("list", run_option, "--list prints the catalog and runs nothing");
+  a.refuse_together("distributed", "quick", "the distributed zoo has one budget (100 steps per variant)");
+  if (a.has("verbose") && !a.has("distributed"))
+    throw std::invalid_argument("--verbose applies to --distributed only (the zoo's matrix already lists every "
+                                "finding); drop it, or add --distributed (see 'gradsleuth zoo --help')");
 
   if (a.has("list")) {
-    std::printf("%-4s %-58s %-20s %s\n", "bug", "what", "lives in", "caught by");
-    for (const nn::BugInfo& b : nn::bug_catalog()) {
+    // The title goes last and wraps to the terminal's width.
+    const int width = terminal_width();
+    auto caught = [](const nn::BugInfo& b) {
       std::string c;
       for (const auto& x : b.caught_by) c += (c.empty() ? "" : ", ") + x;
-      std::printf("%-4s %-58s %-20s %s\n", b.code.c_str(), b.title.c_str(), b.lives_in.c_str(), c.c_str());
+      return c;
+    };
+    int where_w = 8, caught_w = 9;
+    for (const nn::BugInfo& b : nn::bug_catalog()) {
+      where_w = std::max(where_w, static_cast<int>(b.lives_in.size()));
+      caught_w = std::max(caught_w, static_cast<int>(caught(b).size()));
+    }
+    char row[400];
+    std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by");
+    std::cout << wrap_last_column(row, "what", width);
+    for (const nn::BugInfo& b : nn::bug_catalog()) {
+      std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
+                    caught(b).c_str());
+      std::cout << wrap_last_column(row, b.title, width);
     }
     return 0;
   }
   set_thread_count();
   if (a.has("distributed")) return zoo_distributed(a);
   debug::zoo::Options o = a.has("quick") ? debug::zoo::Options::quick() : debug::zoo::Options::full();
-  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, INT64_MAX);
-  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, INT64_MAX);
+  if (a.has("steps")) o.steps = a.get_int_in("steps", 1, 10000000);
+  if (a.has("train-examples")) o.train_examples = a.get_int_in("train-examples", 1, 10000000);
   o.model = a.get("model");
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
@@ -139,6 +161,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
   if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);
+  debug::zoo::check_recipe(bugs, o.model);  // refused before the plan is printed
   const bool quiet = a.has("quiet");
   if (!quiet)
     std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget), on %s%s\n", bugs.size(),

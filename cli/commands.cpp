@@ -19,6 +19,8 @@ std::vector<Command> all_commands() {
       {"lab", "list the course labs (tutorials/) and grade your code for one: gradsleuth lab check N", cmd_lab},
       {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
       {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},
+      {"version", "this build: version, git commit, build type, ISA level, BLAS, CUDA mode, MPI (also --version)",
+       cmd_version},
       {"zoo", "train the clean model and each catalogued bug with every check attached: the detection matrix",
        cmd_zoo},
   };

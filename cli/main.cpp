@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "core/error.h"
 #include "distributed/process_group.h"
 
 namespace {
@@ -23,6 +24,21 @@ void usage(std::ostream& os) {
   os << "\nRun 'gradsleuth <command> --help' for a command's options.\n";
 }
 
+// What the user sees of an error: "gradsleuth <command>: error: <message>". A gs::Error's
+// what() is "op: message"; its op is dropped when it repeats the command the user typed
+// ("zoo: ...", "zoo --distributed: ...") or is the name of a C++ function inside the tool
+// ("parse_bug", "gradcheck_all_ops", "nn::load"): messages name what they are about themselves.
+std::string user_message(const std::string& command, const std::exception& e) {
+  const auto* ge = dynamic_cast<const gs::Error*>(&e);
+  if (!ge) return e.what();
+  const std::string& op = ge->op();
+  const std::string what = e.what();
+  const bool repeats_command = op == command || op.rfind(command + " ", 0) == 0;
+  const bool function_name = op.find('_') != std::string::npos || op.find("::") != std::string::npos;
+  if ((repeats_command || function_name) && what.rfind(op + ": ", 0) == 0) return what.substr(op.size() + 2);
+  return what;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -30,7 +46,8 @@ int main(int argc, char** argv) {
     usage(std::cout);
     return argc < 2 ? 2 : 0;
   }
-  const std::string name = argv[1];
+  // `gradsleuth --version [--json]` is `gradsleuth version [--json]`.
+  const std::string name = std::strcmp(argv[1], "--version") ? argv[1] : "version";
   for (const auto& c : commands()) {
     if (c.name != name) continue;
     std::vector<std::string> args(argv + 2, argv + argc);
@@ -40,8 +57,8 @@ int main(int argc, char** argv) {
       // Under mpirun, returning would leave the other ranks waiting in their next collective
       // (and MPI_Finalize at exit waiting for them): end the whole job, naming this rank.
       if (gs::dist::world_started() && gs::dist::ProcessGroup::world().world_size() > 1)
-        gs::dist::abort_job("gradsleuth " + name + ": error: " + e.what());
-      std::cerr << "gradsleuth " << name << ": error: " << e.what() << "\n";
+        gs::dist::abort_job("gradsleuth " + name + ": error: " + user_message(name, e));
+      std::cerr << "gradsleuth " << name << ": error: " << user_message(name, e) << "\n";
       return 1;
     }
   }

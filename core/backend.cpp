@@ -12,13 +12,18 @@ Backend* g_backends[2] = {nullptr, nullptr};
 
 Backend& cpu_backend();  // cpu/memory.cpp
 
-void register_backend(DeviceType type, Backend* backend) { g_backends[static_cast<int>(type)] = backend; }
+void register_backend(DeviceType type, Backend* backend) {
+  check_device(Device(type), "register_backend");
+  g_backends[static_cast<int>(type)] = backend;
+}
 
 bool has_backend(DeviceType type) {
+  if (type != DeviceType::CPU && type != DeviceType::CUDA) return false;
   return type == DeviceType::CPU || g_backends[static_cast<int>(type)] != nullptr;
 }
 
 Backend& backend_for(Device d) {
+  check_device(d, "device");
   if (d.type == DeviceType::CPU) return cpu_backend();
   Backend* b = g_backends[static_cast<int>(d.type)];
   GS_CHECK(b != nullptr, "device", "no backend for ", d.str(),

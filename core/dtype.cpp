@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/scalar.h"
@@ -29,6 +30,18 @@ size_t dtype_size(DType t) {
     case DType::Float64: return sizeof(double);
   }
   return 0;
+}
+
+void check_dtype(DType t, const char* op) {
+  GS_CHECK(t == DType::Bool || t == DType::Int64 || t == DType::Float32 || t == DType::Float64, op,
+           "dtype value ", static_cast<int>(t), " is not a gradsleuth DType (bool 0, int64 1, float32 2, float64 3); "
+           "pass one of gs::kBool, gs::kInt64, gs::kFloat32, gs::kFloat64");
+}
+
+void check_device(const Device& d, const char* op) {
+  GS_CHECK(d.type == DeviceType::CPU || d.type == DeviceType::CUDA, op, "device type value ", static_cast<int>(d.type),
+           " is not a gradsleuth DeviceType (cpu 0, cuda 1); pass gs::kCPU, gs::kCUDA or gs::Device(\"cuda:0\")");
+  GS_CHECK(d.index >= 0, op, "device index ", d.index, " is negative; devices count from 0 (cuda:0)");
 }
 
 // The chain bool < int64 < float32 < float64: the enum values are in that order.
@@ -106,7 +119,12 @@ Device::Device(const std::string& spec) {
     type = DeviceType::CUDA;
     if (spec.size() > 4) {
       GS_CHECK(spec[4] == ':' && spec.size() > 5, "Device", "cannot parse '", spec, "'; expected cpu, cuda or cuda:N");
-      index = std::stoi(spec.substr(5));
+      const std::string digits = spec.substr(5);
+      int n = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      GS_CHECK(ec == std::errc() && end == digits.data() + digits.size() && n >= 0, "Device", "cannot parse '", spec,
+               "': the index after 'cuda:' must be a number from 0, e.g. cuda:0");
+      index = n;
     }
   } else {
     GS_FAIL("Device", "unknown device '", spec, "'; expected cpu, cuda or cuda:N");

@@ -22,6 +22,9 @@ inline constexpr DType kDouble = DType::Float64;
 
 const char* dtype_name(DType t);  // "float32", ...
 size_t dtype_size(DType t);       // bytes per element
+// Throws gradsleuth::Error naming `op` when `t` is not one of the four DTypes (a value cast
+// from an out-of-range integer): the factories and conversions call it before allocating.
+void check_dtype(DType t, const char* op);
 inline bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
 inline bool is_integral(DType t, bool include_bool = false) {
   return t == DType::Int64 || (include_bool && t == DType::Bool);
@@ -102,6 +105,9 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
   std::string str() const;
 };
+// Throws gradsleuth::Error naming `op` when `d` is not a device this enum knows (a type
+// cast from an out-of-range integer) or has a negative index.
+void check_device(const Device& d, const char* op);
 inline const Device kCPU{DeviceType::CPU, 0};
 inline const Device kCUDA{DeviceType::CUDA, 0};
 inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }

@@ -39,18 +39,61 @@ GS_HOST_DEVICE constexpr bool is_inf(T x) {
 template <auto>
 inline constexpr bool kNoFormula = false;
 
+// Integer arithmetic wraps around (two's complement), as in PyTorch: int64 max + 1 is int64 min.
+// Signed overflow is undefined in C++, so integers add, subtract and multiply in their unsigned
+// type (at least unsigned int, so narrow types are not promoted back to int), where overflow is
+// defined as wrapping. Floating and bool operands compute as written.
+template <class T>
+inline constexpr bool kWraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <class T>
+using WrapU = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+template <class T>
+GS_HOST_DEVICE constexpr T wrap_add(T a, T b) {
+  if constexpr (kWraps<T>) return static_cast<T>(static_cast<WrapU<T>>(a) + static_cast<WrapU<T>>(b));
+  else return static_cast<T>(a + b);
+}
+template <class T>
+GS_HOST_DEVICE constexpr T wrap_sub(T a, T b) {
+  if constexpr (kWraps<T>) return static_cast<T>(static_cast<WrapU<T>>(a) - static_cast<WrapU<T>>(b));
+  else return static_cast<T>(a - b);
+}
+template <class T>
+GS_HOST_DEVICE constexpr T wrap_mul(T a, T b) {
+  if constexpr (kWraps<T>) return static_cast<T>(static_cast<WrapU<T>>(a) * static_cast<WrapU<T>>(b));
+  else return static_cast<T>(a * b);
+}
+template <class T>
+GS_HOST_DEVICE constexpr T wrap_neg(T x) {
+  if constexpr (kWraps<T>) return wrap_sub(T(0), x);
+  else return static_cast<T>(-x);
+}
+// a ** b for integers, by squaring, wrapping like wrap_mul. A negative exponent has no integer
+// result: ops/ refuses it before any kernel runs; here it gives PyTorch's kernel values
+// (1 ** b = 1, (-1) ** b = +-1, anything else 0) so the formula stays defined for every input.
+template <class T>
+GS_HOST_DEVICE constexpr T int_pow(T a, T b) {
+  if (b < 0) return a == T(1) ? T(1) : a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0);
+  T r = 1;
+  while (b > 0) {
+    if (b & 1) r = wrap_mul(r, a);
+    b = static_cast<T>(b >> 1);
+    if (b > 0) a = wrap_mul(a, a);
+  }
+  return r;
+}
+
 // The functions are called with :: (the C library's, overloaded for float by <math.h>):
 // gradsleuth:: declares exp(const Tensor&) and so on, which would hide them.
 template <UnaryOp Op, class T>
 GS_HOST_DEVICE inline auto unary_formula(T x) {
-  if constexpr (Op == UnaryOp::Neg) return static_cast<T>(-x);
+  if constexpr (Op == UnaryOp::Neg) return wrap_neg(x);
   else if constexpr (Op == UnaryOp::Exp) return static_cast<T>(::exp(to_math(x)));
   else if constexpr (Op == UnaryOp::Log) return static_cast<T>(::log(to_math(x)));
   else if constexpr (Op == UnaryOp::Sqrt) return static_cast<T>(::sqrt(to_math(x)));
   else if constexpr (Op == UnaryOp::Abs) {
     // fabs clears the sign bit: abs(-0.0) is +0.0 (x < 0 ? -x : x would keep -0.0).
     if constexpr (std::is_floating_point_v<T>) return static_cast<T>(::fabs(to_math(x)));
-    else return x < 0 ? static_cast<T>(-x) : x;
+    else return x < 0 ? wrap_neg(x) : x;  // abs(int64 min) wraps to itself
   }
   else if constexpr (Op == UnaryOp::Sign) return static_cast<T>((x > 0) - (x < 0));
   else if constexpr (Op == UnaryOp::Relu) return x <= T(0) ? T(0) : x;  // NaN propagates (as in PyTorch)
@@ -65,7 +108,7 @@ GS_HOST_DEVICE inline auto unary_formula(T x) {
   else if constexpr (Op == UnaryOp::Tanh) return static_cast<T>(::tanh(to_math(x)));
   else if constexpr (Op == UnaryOp::Erf) return static_cast<T>(::erf(to_math(x)));
   else if constexpr (Op == UnaryOp::Reciprocal) return static_cast<T>(MathT<T>(1) / to_math(x));
-  else if constexpr (Op == UnaryOp::Square) return static_cast<T>(x * x);
+  else if constexpr (Op == UnaryOp::Square) return wrap_mul(x, x);
   else if constexpr (Op == UnaryOp::Log1p) return static_cast<T>(::log1p(to_math(x)));
   else if constexpr (Op == UnaryOp::Expm1) return static_cast<T>(::expm1(to_math(x)));
   else if constexpr (Op == UnaryOp::Sin) return static_cast<T>(::sin(to_math(x)));
@@ -80,18 +123,19 @@ GS_HOST_DEVICE inline auto unary_formula(T x) {
 
 template <BinaryOp Op, class T>
 GS_HOST_DEVICE inline auto binary_formula(T a, T b) {
-  if constexpr (Op == BinaryOp::Add) return static_cast<T>(a + b);  // bool: or
-  else if constexpr (Op == BinaryOp::Sub) return static_cast<T>(a - b);  // bool: xor
-  else if constexpr (Op == BinaryOp::Mul) return static_cast<T>(a * b);  // bool: and
+  if constexpr (Op == BinaryOp::Add) return wrap_add(a, b);  // bool: or
+  else if constexpr (Op == BinaryOp::Sub) return wrap_sub(a, b);  // bool: xor
+  else if constexpr (Op == BinaryOp::Mul) return wrap_mul(a, b);  // bool: and
   else if constexpr (Op == BinaryOp::Div) {
     if constexpr (std::is_same_v<T, bool>) return a;  // ops/ divides bools as floats (true division)
-    else if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : static_cast<T>(a / b);  // ops/ sends no ints
+    else if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : b == T(-1) ? wrap_neg(a) : static_cast<T>(a / b);  // ops/ sends no ints
     else return a / b;
   } else if constexpr (Op == BinaryOp::Pow) {
     if constexpr (std::is_same_v<T, bool>) return a;  // ops/ rejects pow of bools
+    else if constexpr (std::is_integral_v<T>) return int_pow(a, b);
     else return static_cast<T>(::pow(to_math(a), to_math(b)));
   } else if constexpr (Op == BinaryOp::Maximum) {
-    if (is_nan(a) || is_nan(b)) return static_cast<T>(a + b);  // NaN wins
+    if (is_nan(a) || is_nan(b)) return static_cast<T>(a + b);  // NaN wins (floating only)
     return a > b ? a : b;  // bool: or
   } else if constexpr (Op == BinaryOp::Minimum) {
     if (is_nan(a) || is_nan(b)) return static_cast<T>(a + b);

@@ -172,6 +172,8 @@ Tensor make_alias(const Tensor& t, const Shape& shape, const Strides& strides, i
 }  // namespace detail
 
 Tensor empty(const Shape& shape, TensorOptions opts) {
+  check_dtype(opts.dtype_, "tensor factory (empty/zeros/ones/full/rand...)");
+  check_device(opts.device_, "tensor factory (empty/zeros/ones/full/rand...)");
   for (int64_t s : shape)
     GS_CHECK(s >= 0, "tensor factory (empty/zeros/ones/full/rand...)", "negative size in shape ", shape_str(shape), "; sizes must be >= 0");
   const int64_t nbytes = checked_nbytes(shape, dtype_size(opts.dtype_), "tensor factory (empty/zeros/ones/full/rand...)");
@@ -360,11 +362,13 @@ static Tensor copy_raw(const Tensor& x, DType t, Device d) {
 }
 
 Tensor Tensor::to(DType t, bool copy) const {
+  check_dtype(t, "Tensor::to");
   if (t == dtype() && !copy) return *this;
   return to_dtype(*this, t);
 }
 
 Tensor Tensor::to(Device d) const {
+  check_device(d, "Tensor::to");
   if (d == device()) return *this;
   Tensor out = copy_raw(*this, dtype(), d);
   if (needs_grad(*this)) {
@@ -385,6 +389,7 @@ Tensor Tensor::clone() const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor to_dtype(const Tensor& x, DType t) {
+  check_dtype(t, "to_dtype");
   Tensor out = copy_raw(x, t, x.device());
   if (is_floating(t) && needs_grad(x)) {
     DType src = x.dtype();

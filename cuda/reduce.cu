@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "core/elementwise_math.h"
 #include "cuda/kernel_utils.h"
 
 namespace gradsleuth::cuda {
@@ -34,7 +35,7 @@ __device__ A combine(ReduceOp op, A a, A b) {
   switch (op) {
     case ReduceOp::Sum:
       if constexpr (std::is_same_v<A, bool>) return a || b;
-      else return a + b;
+      else return ew::wrap_add(a, b);  // an int64 sum wraps, like int64 add (core/elementwise_math.h)
     case ReduceOp::Max:
       if (is_nan(a) || is_nan(b)) return is_nan(a) ? a : b;  // NaN propagates
       return a > b ? a : b;

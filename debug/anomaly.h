@@ -81,7 +81,11 @@ enum class BroadcastMode { Off, Warn, Raise };
 
 class BroadcastDetector : public OpObserver {
  public:
-  explicit BroadcastDetector(BroadcastMode mode = BroadcastMode::Warn) : mode_(mode) {}
+  explicit BroadcastDetector(BroadcastMode mode = BroadcastMode::Warn) : mode_(mode) {
+    GS_CHECK(mode == BroadcastMode::Off || mode == BroadcastMode::Warn || mode == BroadcastMode::Raise,
+             "BroadcastDetector", "mode value ", static_cast<int>(mode),
+             " is not a BroadcastMode; pass BroadcastMode::Off, Warn or Raise");
+  }
   void attach(nn::Module& model) { tracker_.attach(model); }
   void detach() { tracker_.detach(); }
   [[nodiscard]] std::unique_ptr<Scope> enable() { return std::make_unique<Scope>(this); }

@@ -120,6 +120,9 @@ struct SkippedChecks {
   std::string checks;  // "D7"
   std::string reason;  // "no Normalizer was given"
   std::string remedy;  // "pass the fitted nn::Normalizer (DiagnoseData::normalizer)"
+  // Left out of the text report (str()), kept in json() and the HTML report: it matters only in
+  // a setup this run shows no sign of (D7 when the training data went through no nn::Normalizer).
+  bool quiet = false;
 };
 
 // One phase's findings, in the order found.

@@ -47,23 +47,6 @@ class Scale : public nn::Module {
   double factor_;
 };
 
-// Refuses, before any training, a bug the model's recipe cannot reproduce (the table's
-// recipes column; e.g. the CNN has no BatchNorm for B23).
-void check_recipe(const std::vector<Bug>& bugs, const std::string& model) {
-  for (Bug b : bugs) {
-    const nn::BugInfo& info = nn::bug_info(b);
-    if (std::find(info.recipes.begin(), info.recipes.end(), model) != info.recipes.end()) continue;
-    // The data-parallel bugs need N processes: the distributed zoo under mpirun reproduces them.
-    GS_CHECK(std::find(info.recipes.begin(), info.recipes.end(), "dist") == info.recipes.end(), "zoo", "bug ",
-             info.code, " (", info.title, ") is a data-parallel bug: it needs several ranks, run it as `mpirun -np 2 "
-             "gradsleuth zoo --distributed --bug ", info.code, "`");
-    std::string where;
-    for (const std::string& r : info.recipes) where += (where.empty() ? "" : " or ") + r;
-    GS_CHECK(false, "zoo", "bug ", info.code, " (", info.title, ") lives in ", info.lives_in,
-             ", which the ", model, " recipe does not have: it is reproduced with --model ", where);
-  }
-}
-
 bool footwear_bug(const nn::BugSet& b) { return b.has(Bug::B01) || b.has(Bug::B09); }
 
 std::shared_ptr<nn::Residual> block(const std::shared_ptr<nn::Linear>& fc) {
@@ -129,6 +112,21 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
 }
 
 }  // namespace
+
+void check_recipe(const std::vector<Bug>& bugs, const std::string& model) {
+  for (Bug b : bugs) {
+    const nn::BugInfo& info = nn::bug_info(b);
+    if (std::find(info.recipes.begin(), info.recipes.end(), model) != info.recipes.end()) continue;
+    // The data-parallel bugs need N processes: the distributed zoo under mpirun reproduces them.
+    GS_CHECK(std::find(info.recipes.begin(), info.recipes.end(), "dist") == info.recipes.end(), "zoo::check_recipe",
+             "bug ", info.code, " (", info.title, ") is a data-parallel bug: it needs several ranks, run it as `mpirun -np 2 "
+             "gradsleuth zoo --distributed --bug ", info.code, "`");
+    std::string where;
+    for (const std::string& r : info.recipes) where += (where.empty() ? "" : " or ") + r;
+    GS_CHECK(false, "zoo::check_recipe", "bug ", info.code, " (", info.title, ") lives in ", info.lives_in,
+             ", which the ", model, " recipe does not have: it is reproduced with --model ", where);
+  }
+}
 
 nn::ModulePtr make_model(const nn::BugSet& bugs, const Options& o, int64_t width, int64_t num_outputs) {
   std::vector<std::string> notes;

@@ -124,6 +124,11 @@ struct Progress {
 // column), in order: the default selection of `gradsleuth zoo --model M`.
 std::vector<nn::Bug> catalog_for(const std::string& model);
 
+// Refuses (gs::Error) a bug the model's recipe cannot reproduce (the table's recipes column;
+// e.g. the CNN has no BatchNorm for B23, and the data-parallel bugs need mpirun): what run()
+// checks first, for a caller that wants to refuse before it prints or prepares anything.
+void check_recipe(const std::vector<nn::Bug>& bugs, const std::string& model);
+
 // Trains the clean reference(s) and each bug. A bug the model's recipe cannot
 // reproduce is refused before anything trains.
 Result run(const std::vector<nn::Bug>& bugs, const Options& o,

@@ -263,6 +263,28 @@ void read_upto(FILE* f, std::vector<uint8_t>& buf, uint64_t n, const std::string
     n -= got;
   }
 }
+
+// int64 and float64 have the same size, so an entry whose dtype byte was changed from one to
+// the other still agrees with its shape and byte count. The other direction is told by the
+// values: small integers read as float64 are subnormal numbers (the bits of 1 are 4.9e-324) and
+// negative ones are NaN. A float64 entry whose every nonzero element is subnormal, infinite or
+// NaN, with at least one subnormal, is int64 data under an edited dtype: no computation gives a
+// tensor made only of such values. Stops at the first ordinary number, so real data costs nothing.
+void check_not_relabelled_int64(const uint8_t* data, uint64_t nbytes, const char* op, const std::string& path,
+                                const std::string& where) {
+  uint64_t subnormal = 0;
+  for (uint64_t k = 0; k + 8 <= nbytes; k += 8) {
+    const uint64_t bits = read_le64(data + k);
+    const uint64_t exponent = (bits >> 52) & 0x7ff;
+    if ((bits << 1) == 0) continue;  // +-0
+    if (exponent != 0 && exponent != 0x7ff) return;  // an ordinary number: real float64 data
+    if (exponent == 0) ++subnormal;
+  }
+  GS_CHECK(subnormal == 0, op, "'", path, "': ", where, " is recorded as float64 but its nonzero elements are all "
+           "subnormal or NaN, the bit patterns of small integers: the bytes are int64 data under an edited dtype "
+           "field (the checksum was recomputed after the edit, or the file was not written by nn::save). "
+           "Use the original file.");
+}
 }  // namespace
 
 NamedTensors read_checkpoint(const std::string& path) {
@@ -362,6 +384,7 @@ NamedTensors read_checkpoint(const std::string& path) {
       for (uint64_t k = 0; k < nbytes; ++k)
         GS_CHECK(data[k] <= 1, op, "'", path, "': ", where, " is a bool tensor but element ", k, " holds byte ",
                  int(data[k]), " (bools are stored as 0 or 1)");
+    if (dt == kFloat64) check_not_relabelled_int64(data, nbytes, op, path, where);
     Tensor t = empty(shape, dt);
     if (nbytes) std::memcpy(t.raw_data(), data, nbytes);
     if constexpr (std::endian::native == std::endian::big) {

@@ -13,6 +13,8 @@ void check_floating(const Tensor& t, const char* op) {
   GS_CHECK(t.is_floating_point(), op, "can only fill floating-point tensors, got ", t.str());
 }
 double fan_of(const Tensor& t, FanMode mode, const char* op) {
+  GS_CHECK(mode == FanMode::FanIn || mode == FanMode::FanOut, op, "mode value ", static_cast<int>(mode),
+           " is not a FanMode; pass FanMode::FanIn or FanMode::FanOut");
   auto [fan_in, fan_out] = calculate_fan_in_and_fan_out(t);
   const int64_t fan = mode == FanMode::FanIn ? fan_in : fan_out;
   GS_CHECK(fan > 0, op, "cannot initialise ", t.str(), ": its ", mode == FanMode::FanIn ? "fan_in" : "fan_out",
@@ -42,7 +44,8 @@ double calculate_gain(Nonlinearity n, double param) {
     case Nonlinearity::ReLU: return std::sqrt(2.0);
     case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1.0 + param * param));
   }
-  return 1.0;
+  GS_FAIL("init::calculate_gain", "nonlinearity value ", static_cast<int>(n),
+          " is not a Nonlinearity; pass one of Linear, Conv2d, Sigmoid, Tanh, ReLU, LeakyReLU");
 }
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& w) {

@@ -18,9 +18,18 @@ const char* reduction_name(Reduction r) {
   return "?";
 }
 
+namespace {
+// A Reduction cast from an out-of-range integer would otherwise fall through to one of the three.
+void check_reduction(Reduction r, const char* who) {
+  GS_CHECK(r == Reduction::None || r == Reduction::Mean || r == Reduction::Sum, who, "reduction value ",
+           static_cast<int>(r), " is not a Reduction; pass Reduction::None, Reduction::Mean or Reduction::Sum");
+}
+}  // namespace
+
 namespace functional {
 
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
+  check_reduction(reduction, "loss reduction");
   switch (reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return loss.sum();
@@ -106,6 +115,7 @@ void check_class_weight(const Tensor& w, const Tensor& input, const char* who) {
 // (1 - eps) * nll + eps / C * smooth loss.
 Tensor nll_core(const Tensor& log_probs, const Tensor& target, const Tensor& weight, int64_t ignore_index,
                 Reduction reduction, double smoothing) {
+  check_reduction(reduction, "nll_loss / cross_entropy");
   const int64_t C = log_probs.size(1);
   Tensor valid = target != static_cast<double>(ignore_index);                  // (B, d1..) bool
   Tensor safe = where(valid, target, full({}, 0.0, TensorOptions(kInt64).device(target.device())));                    // ignored -> class 0 (masked below)

@@ -193,6 +193,7 @@ void Module::requires_grad_(bool on) {
 }
 
 void Module::to(DType t) {
+  check_dtype(t, "Module::to");
   for (auto& [n, p] : named_parameters())
     if (p.is_floating_point() && p.dtype() != t) set_tensor(n, p.detach().to(t));
   for (auto& [n, b] : named_buffers())
@@ -200,6 +201,7 @@ void Module::to(DType t) {
 }
 
 void Module::to(Device d) {
+  check_device(d, "Module::to");
   for (auto& [n, p] : named_parameters())
     if (p.device() != d) set_tensor(n, p.detach().to(d));
   for (auto& [n, b] : named_buffers())

@@ -82,6 +82,11 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOpti
   GS_CHECK(options.cooldown() >= 0, op, "cooldown must be >= 0, got ", options.cooldown());
   GS_CHECK(options.threshold() >= 0.0, op, "threshold must be >= 0, got ", options.threshold());
   GS_CHECK(options.min_lr() >= 0.0, op, "min_lr must be >= 0, got ", options.min_lr());
+  GS_CHECK(options.mode() == Mode::Min || options.mode() == Mode::Max, op, "mode value ",
+           static_cast<int>(options.mode()), " is not a Mode; pass Mode::Min or Mode::Max");
+  using TM = ReduceLROnPlateauOptions::ThresholdMode;
+  GS_CHECK(options.threshold_mode() == TM::Rel || options.threshold_mode() == TM::Abs, op, "threshold_mode value ",
+           static_cast<int>(options.threshold_mode()), " is not a ThresholdMode; pass ThresholdMode::Rel or ThresholdMode::Abs");
   const double inf = std::numeric_limits<double>::infinity();
   best_ = options.mode() == Mode::Min ? inf : -inf;
   for (const auto& g : opt_.param_groups()) last_lr_.push_back(g.lr);
@@ -127,6 +132,8 @@ EarlyStopping::EarlyStopping(int64_t patience, double min_delta, Mode mode)
            patience);
   GS_CHECK(min_delta >= 0.0, "EarlyStopping", "min_delta must be >= 0, got ", min_delta,
            " (it is how much better a metric must be to count as an improvement)");
+  GS_CHECK(mode == Mode::Min || mode == Mode::Max, "EarlyStopping", "mode value ", static_cast<int>(mode),
+           " is not a Mode; pass Mode::Min or Mode::Max");
   reset();
 }
 

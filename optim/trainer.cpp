@@ -165,6 +165,9 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
 Trainer::Trainer(nn::Module& model, Optimizer& optimizer, TrainerOptions options)
     : model_(model), opt_(optimizer), options_(std::move(options)), loss_(cross_entropy_loss()) {
   GS_CHECK(options_.epochs() >= 0, "Trainer", "epochs must be >= 0, got ", options_.epochs());
+  const Progress pr = options_.progress();
+  GS_CHECK(pr == Progress::Auto || pr == Progress::Lines || pr == Progress::Off, "Trainer", "progress value ",
+           static_cast<int>(pr), " is not a Progress; pass Progress::Auto, Progress::Lines or Progress::Off");
 }
 
 Trainer::~Trainer() = default;

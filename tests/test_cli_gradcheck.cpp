@@ -80,7 +80,7 @@ TEST_CASE("gradcheck --op filters, and a failing run exits 1 with valid JSON") {
   CHECK(doc.get("ops")->arr[0].get("name")->str == "matmul");
   // A huge step makes central differences wrong (error ~ eps^2/6 * f'''(x)): the
   // check fails, exits 1, and the output is still valid JSON.
-  Run bad = run_cli("gradcheck --op exp --json --eps 0.5");
+  Run bad = run_cli("gradcheck --op exp --json --eps 0.1 --rtol 1e-4 --atol 0");
   CHECK(bad.status == 1);
   json_mini::Value bdoc = json_mini::parse(bad.out);
   CHECK_FALSE(bdoc.get("ops")->arr[0].get("passed")->b);
@@ -125,12 +125,20 @@ TEST_CASE("gradcheck and demo range-check their options before any work") {
     const char* args;
     const char* message;
   };
-  for (const Bad& b : {Bad{"gradcheck --all-ops --eps 0", "--eps must be a finite number > 0, got '0'"},
-                       Bad{"gradcheck --all-ops --eps nan", "--eps must be a finite number > 0"},
-                       Bad{"gradcheck --all-ops --rtol nan", "--rtol must be a finite number >= 0"},
-                       Bad{"gradcheck --all-ops --atol -1", "--atol must be a finite number >= 0"},
+  for (const Bad& b : {Bad{"gradcheck --all-ops --eps 0", "--eps must be a finite number in (0, 0.1], got '0'"},
+                       Bad{"gradcheck --all-ops --eps nan", "--eps must be a finite number in (0, 0.1]"},
+                       Bad{"gradcheck --all-ops --eps 1e10", "--eps must be a finite number in (0, 0.1], got '1e10'"},
+                       Bad{"gradcheck --all-ops --eps 0x1p-20", "no hex, inf or nan"},
+                       Bad{"gradcheck --all-ops --eps '1e-6 '", "got '1e-6 '"},
+                       Bad{"gradcheck --all-ops --eps 1e-6x", "got '1e-6x'"},
+                       Bad{"gradcheck --all-ops --op add", "--all-ops and --op cannot be used together"},
+                       Bad{"gradcheck --op ''", "--op must not be empty"},
+                       Bad{"gradcheck --op add --seed 0x10", "--seed must be an integer >= 0, got '0x10' (decimal digits only"},
+                       Bad{"gradcheck --all-ops --rtol nan", "--rtol must be a finite number in [0, 1]"},
+                       Bad{"gradcheck --all-ops --atol -1", "--atol must be a finite number in [0, 1]"},
                        Bad{"gradcheck --all-ops --seed -1", "--seed must be an integer >= 0"},
-                       Bad{"demo --lr nan", "--lr must be a finite number > 0"},
+                       Bad{"demo --lr nan", "--lr must be a finite number in (0, 10]"},
+                       Bad{"demo --lr 1e308", "--lr must be a finite number in (0, 10], got '1e308'"},
                        Bad{"demo --momentum 2", "--momentum must be a finite number in [0, 1), got '2'"},
                        Bad{"demo --momentum -0.5", "--momentum must be a finite number in [0, 1)"},
                        Bad{"demo --log-every 0", "--log-every must be an integer in [1, "},
@@ -141,4 +149,22 @@ TEST_CASE("gradcheck and demo range-check their options before any work") {
     CHECK(r.out.find(b.message) != std::string::npos);
     CHECK(r.out.find("gradient check") == std::string::npos);  // no work was done
   }
+}
+
+TEST_CASE("--version and version --json say how this binary was built") {
+  Run r = run_cli("--version");
+  CHECK(r.status == 0);
+  CHECK(r.out.rfind("gradsleuth ", 0) == 0);
+  for (const char* line : {"commit:", "build type:", "ISA level:", "BLAS:", "CUDA:", "MPI:"})
+    CHECK_MESSAGE(r.out.find(line) != std::string::npos, line);
+  Run j = run_cli("version --json");
+  CHECK(j.status == 0);
+  json_mini::Value doc = json_mini::parse(j.out);
+  for (const char* key : {"version", "commit", "build_type", "isa", "blas", "cuda", "mpi"})
+    CHECK_MESSAGE(doc.get(key) != nullptr, key);
+  const std::string commit = doc.get("commit")->str;
+  CHECK((commit == "unknown" || (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos)));
+  const std::string cuda = doc.get("cuda")->str;
+  CHECK((cuda == "gpu" || cuda == "emulator" || cuda == "off"));
+  CHECK(clitest::run_cli("--version --bogus", true).status != 0);
 }

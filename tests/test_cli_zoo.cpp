@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -156,7 +157,7 @@ TEST_CASE("zoo --json and doctor --out are checked writable before the run start
   CHECK(d.out.find("--out '/proc/gradsleuth-no/x'") != std::string::npos);
   clitest::Run s = clitest::run_cli_all("zoo --steps 0");
   CHECK(s.status == 1);
-  CHECK(s.out.find("--steps must be an integer >= 1") != std::string::npos);
+  CHECK(s.out.find("--steps must be an integer in [1, 10000000]") != std::string::npos);
   clitest::Run seed = clitest::run_cli_all("doctor --seed -1");
   CHECK(seed.status == 1);
   CHECK(seed.out.find("--seed must be an integer >= 0") != std::string::npos);
@@ -242,4 +243,70 @@ TEST_CASE("zoo --device: documented in --help; an unknown device is refused befo
   CHECK(r.status == 1);
   CHECK(r.out.find("unknown --device 'tpu': use cpu or cuda") != std::string::npos);
   CHECK(r.out.find("clean reference") == std::string::npos);  // nothing ran
+}
+
+TEST_CASE("zoo and doctor refuse a data-parallel bug before printing their plan, prefixed by the command") {
+  for (const char* cmd : {"zoo --quick --bug B29", "doctor --bug B29 --out /tmp"}) {
+    CAPTURE(cmd);
+    Run r = clitest::run_cli_all(cmd);
+    CHECK(r.status == 1);
+    const std::string command = std::string(cmd).substr(0, std::string(cmd).find(' '));
+    CHECK(r.out.rfind("gradsleuth " + command + ": error: bug B29", 0) == 0);  // the first line: no plan before it
+    CHECK(r.out.find("mpirun -np 2 gradsleuth zoo --distributed --bug B29") != std::string::npos);
+    CHECK(r.out.find("check_recipe") == std::string::npos);  // no C++ function names
+  }
+  Run u = clitest::run_cli_all("zoo --bug B99");
+  CHECK(u.status == 1);
+  CHECK(u.out.rfind("gradsleuth zoo: error: unknown bug 'B99'", 0) == 0);  // not "parse_bug: ..."
+}
+
+TEST_CASE("zoo refuses contradictory options before any work, naming both") {
+  struct Bad {
+    const char* args;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{"zoo --list --bug B99", "--list and --bug cannot be used together"},
+                       Bad{"zoo --list --quick", "--list and --quick cannot be used together"},
+                       Bad{"zoo --verbose", "--verbose applies to --distributed only"},
+                       Bad{"zoo --distributed --quick", "--distributed and --quick cannot be used together"},
+                       Bad{"checks --id M7 --sources", "--id and --sources cannot be used together"},
+                       Bad{"checks --causes --json", "--causes and --json cannot be used together"}}) {
+    CAPTURE(b.args);
+    Run r = clitest::run_cli_all(b.args);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(b.message) != std::string::npos);
+    CHECK(r.out.find("clean reference") == std::string::npos);
+  }
+}
+
+TEST_CASE("checks --help and the --id error give the id ranges of the check table; the lists fit the terminal") {
+  // The ranges, computed here from the JSON list: per letter, 1 to the highest number.
+  json_mini::Value doc = json_mini::parse(run_cli("checks --list --json").out);
+  std::map<char, int> hi;
+  for (const auto& c : doc.arr) {
+    const std::string id = c.get("id")->str;
+    hi[id[0]] = std::max(hi[id[0]], std::stoi(id.substr(1)));
+  }
+  REQUIRE(hi.size() == 5);
+  const std::string help = run_cli("checks --help").out, bad = clitest::run_cli_all("checks --id Z9").out;
+  for (const auto& [letter, n] : hi) {
+    const std::string range = std::string(1, letter) + "1-" + std::string(1, letter) + std::to_string(n);
+    CAPTURE(range);
+    CHECK(help.find(range) != std::string::npos);
+    CHECK(bad.find(range) != std::string::npos);
+  }
+  CHECK(help.find(std::to_string(doc.arr.size()) + ": ") != std::string::npos);
+  for (const char* width : {"60", "100", "200"}) {
+    for (const char* cmd : {"checks", "zoo --list"}) {
+      CAPTURE(width);
+      CAPTURE(cmd);
+      Run r = clitest::run_command(std::string("COLUMNS=") + width + " \"" + GS_CLI_PATH + "\" " + cmd);
+      CHECK(r.status == 0);
+      std::istringstream lines(r.out);
+      size_t rows = 0;
+      for (std::string line; std::getline(lines, line); ++rows) CHECK(line.size() <= static_cast<size_t>(std::stoi(width)));
+      CHECK(rows > 30);
+    }
+  }
+  CHECK(run_cli("checks").out.find(" impl ") == std::string::npos);  // no column that always says yes
 }

@@ -354,3 +354,9 @@ TEST_CASE("set_conv_algorithm: Gemm bounds each output by its own 3x3 window; Au
   const Vec g64 = vals(gs::conv2d(x.to(gs::kFloat64), w.to(gs::kFloat64), Tensor(), {1, 1}, {1, 1}));
   CHECK(a64 == g64);
 }
+
+TEST_CASE("set_conv_algorithm refuses a value outside ConvAlgorithm") {
+  CHECK_THROWS_WITH_AS(gs::set_conv_algorithm(static_cast<gs::ConvAlgorithm>(9)),
+                       doctest::Contains("is not a ConvAlgorithm"), gs::Error);
+  CHECK(gs::conv_algorithm() == gs::ConvAlgorithm::Auto);
+}

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
@@ -833,4 +834,31 @@ TEST_CASE("slice with a huge step takes one element instead of overflowing") {
   CHECK(vals(x.slice(0, 0, 10, int64_t{1} << 62)) == Vec{0});
   CHECK(vals(x.slice(0, 1, 10, 4)) == Vec{1, 5, 9});
   CHECK(x.slice(0, 5, 5, INT64_MAX).numel() == 0);
+}
+
+// ---- enums from integers ------------------------------------------------------------------
+// A DType or DeviceType cast from an integer outside its enum is refused where it enters
+// (factories, conversions, backends), before dtype_size or a backend table is indexed with it.
+TEST_CASE("a DType or device value outside its enum is refused before anything is allocated") {
+  const auto bad_dtype = static_cast<gs::DType>(7);
+  const gs::Device bad_device(static_cast<gs::DeviceType>(5));
+  std::string m = error_of([&] { gs::zeros({4}, bad_dtype); });
+  CHECK(has(m, "tensor factory"));
+  CHECK(has(m, "dtype value 7"));
+  CHECK(has(m, "gs::kFloat32"));
+  CHECK(has(error_of([&] { gs::empty({1 << 20}, bad_dtype); }), "dtype value 7"));
+  CHECK(has(error_of([&] { gs::full({3}, 1.0, bad_dtype); }), "dtype value 7"));
+  CHECK(has(error_of([&] { gs::ones({2}).to(bad_dtype); }), "Tensor::to"));
+  CHECK(has(error_of([&] { gs::to_dtype(gs::ones({2}), bad_dtype); }), "to_dtype"));
+  m = error_of([&] { gs::zeros({2}, gs::TensorOptions().device(bad_device)); });
+  CHECK(has(m, "device type value 5"));
+  CHECK(has(error_of([&] { gs::ones({2}).to(bad_device); }), "device type value 5"));
+  CHECK(has(error_of([&] { gs::ones({2}).to(gs::Device(gs::DeviceType::CPU, -1)); }), "negative"));
+  CHECK_FALSE(gs::has_backend(static_cast<gs::DeviceType>(5)));
+  // A device string with junk after "cuda:" is a gradsleuth error, not std::invalid_argument.
+  CHECK(has(error_of([] { gs::Device("cuda:x"); }), "cuda:x"));
+  CHECK(has(error_of([] { gs::Device("cuda:1x"); }), "cuda:1x"));
+  CHECK(gs::Device("cuda:2").index == 2);
+  // The four real dtypes still work.
+  for (gs::DType t : {gs::kBool, gs::kInt64, gs::kFloat32, gs::kFloat64}) CHECK(gs::zeros({2}, t).dtype() == t);
 }

@@ -148,8 +148,11 @@ TEST_CASE("diagnose: one call on a clean hand-written model runs every phase in 
   CHECK(r.findings.findings().front().check == "D1");
   CHECK_FALSE(r.phases[0].findings.of("D1").empty());
   CHECK_FALSE(r.phases[1].findings.of("M1").empty());
-  // What a missing Normalizer costs, said once.
+  // What a missing Normalizer costs: in the JSON, not in the text (these blobs went through no
+  // nn::Normalizer, so there is nothing for D7 to check).
   CHECK(skipped(r, "D7"));
+  CHECK(r.json().find("\"checks\":\"D7\"") != std::string::npos);
+  CHECK(r.str().find("D7") == std::string::npos);
   CHECK_FALSE(skipped(r, "L2"));
   CHECK(r.html_path == o.report_dir + "/report.html");
   std::ifstream in(r.html_path);
@@ -451,4 +454,22 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
       if (sk.checks.rfind("M7's pass", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::dead_pass") != std::string::npos);
     CHECK_MESSAGE(r.fired_checks().empty(), r.str());
   }
+}
+
+TEST_CASE("diagnose: training data that went through an nn::Normalizer not given to it lists D7 as not run") {
+  manual_seed(2);
+  const dtest::XY all = blobs(320, 3, 6, 3);
+  auto raw = std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 768), all.y.narrow(0, 0, 768));
+  nn::Normalizer norm;
+  norm.fit(*raw);
+  nn::DataLoader train(norm.transform(raw), nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3));
+  auto model = std::make_shared<GateNet>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::DiagnoseOptions o;
+  o.epochs = 1;
+  o.report_dir = (std::filesystem::temp_directory_path() / "gs_diagnose_d7").string();
+  const debug::RunReport r = debug::diagnose(*model, ce, opt, train, nullptr, nullptr, o);
+  CHECK(r.str().find("D7: no Normalizer was given; pass the fitted nn::Normalizer") != std::string::npos);
+  std::filesystem::remove_all(o.report_dir);
 }

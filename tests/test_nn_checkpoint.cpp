@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -445,4 +446,34 @@ TEST_CASE("kill -9 during saves: the checkpoint survives and the next save remov
   CHECK(fs::exists(live));
   fs::remove(live);
   CHECK(nn::remove_stale_temp_files(path) == 0);
+}
+
+TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum recomputed) is refused, naming it") {
+  TempDir dir;
+  const std::string p = dir.file("edited.ckpt");
+  // What nn::save writes for an optimizer's step counter and a label tensor ...
+  nn::write_checkpoint(p, {{"w", gs::tensor({0.5, -1.25})}, {"0.0.step", gs::tensor(std::vector<int64_t>{3, 0, 100, 7}, {4})},
+                           {"labels", gs::tensor(std::vector<int64_t>{-1, 2}, {2})}});
+  std::vector<uint8_t> b = read_bytes(p);
+  REQUIRE(nn::read_checkpoint(p).size() == 3);
+  // ... then each int64 entry's dtype byte changed to float64 (3) and the checksum recomputed:
+  // shape and byte count still agree with the new dtype (both are 8 bytes per element).
+  auto relabel = [&](const std::string& name) {
+    std::vector<uint8_t> e = b;
+    const auto at = std::search(e.begin(), e.end(), name.begin(), name.end()) - e.begin() + name.size();
+    REQUIRE(e[at] == 1);  // int64
+    e[at] = 3;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i + 8 < e.size(); ++i) h = (h ^ e[i]) * 0x100000001b3ULL;
+    for (int i = 0; i < 8; ++i) e[e.size() - 8 + i] = static_cast<uint8_t>(h >> (8 * i));
+    write_bytes(p, e);
+  };
+  relabel("0.0.step");
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "'0.0.step'", "float64", "int64 data"});
+  relabel("labels");  // negative integers read as float64 are NaN
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"'labels'", "int64 data"});
+  // Real float64 data passes, zeros and a stray subnormal among ordinary numbers included.
+  nn::write_checkpoint(p, {{"d", gs::tensor({0.0, 4.9e-324, 1.0, -0.0}, gs::kFloat64)}, {"z", gs::zeros({3}, gs::kFloat64)}});
+  auto got = nn::read_checkpoint(p);
+  CHECK(got[0].second.to_vector<double>()[1] == 4.9e-324);
 }

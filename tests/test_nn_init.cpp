@@ -114,3 +114,10 @@ TEST_CASE("the same seed gives the same initial weights") {
   CHECK(gs::equal(a.weight, b.weight));
   CHECK(gs::equal(a.bias, b.bias));
 }
+
+TEST_CASE("a Nonlinearity or FanMode value outside its enum is refused") {
+  CHECK(nntest::has(nntest::error_of([] { init::calculate_gain(static_cast<NL>(42)); }), "nonlinearity value 42"));
+  Tensor w = gs::zeros({3, 4});
+  CHECK(nntest::has(nntest::error_of([&] { init::kaiming_normal_(w, 0.0, static_cast<init::FanMode>(3)); }),
+                    "mode value 3"));
+}

@@ -305,3 +305,15 @@ TEST_CASE("Loss modules: forward hooks see the input, loss hooks see input and t
   CHECK(lh == 1);
   nntest::check_error([&] { ce(x); }, {"CrossEntropyLoss", "loss(input, target)"});
 }
+
+TEST_CASE("a Reduction value outside its enum is refused, naming the loss") {
+  const auto bad = static_cast<nn::Reduction>(9);
+  Tensor p = gs::tensor({1.0, 2.0}), y = gs::tensor({0.0, 0.0});
+  nn::MSELoss mse(bad);
+  std::string m = nntest::error_of([&] { mse(p, y); });
+  CHECK(nntest::has(m, "reduction value 9"));
+  CHECK(nntest::has(m, "Reduction::Mean"));
+  Tensor logits = gs::zeros({2, 3}), t = gs::tensor(std::vector<int64_t>{0, 2}, {2});
+  nn::CrossEntropyLoss ce(bad);
+  CHECK(nntest::has(nntest::error_of([&] { ce(logits, t); }), "cross_entropy"));
+}

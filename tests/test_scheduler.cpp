@@ -195,3 +195,7 @@ TEST_CASE("EarlyStopping: stops after `patience` steps without a min_delta impro
   CHECK(diverged.step(std::nan("")));  // a NaN loss stops at once
   CHECK(has(error_of([] { optim::EarlyStopping(0); }), "patience"));
 }
+
+TEST_CASE("a Mode value outside its enum is refused at construction") {
+  CHECK(has(error_of([] { optim::EarlyStopping(3, 0.0, static_cast<optim::Mode>(4)); }), "mode value 4"));
+}

@@ -682,3 +682,46 @@ TEST_CASE("gradients through promoted ops match central differences in float64")
   CHECK(w.grad().dtype() == D);
   CHECK(w.grad().item<double>() == 7.0);
 }
+
+// ---- integer overflow --------------------------------------------------------------------
+// int64 arithmetic wraps around (two's complement), as PyTorch's does; the kernels compute it in
+// uint64, where overflow is defined (core/elementwise_math.h), so a UBSan build reports nothing.
+TEST_CASE("int64 add, sub, mul, neg, abs, square, pow and sum wrap around on overflow") {
+  constexpr int64_t kMax = INT64_MAX, kMin = INT64_MIN;
+  auto t = [](IVec v) { const auto n = static_cast<int64_t>(v.size()); return gs::tensor(std::move(v), {n}); };
+  CHECK((t({kMax, kMin, 5}) + t({1, -1, 7})).to_vector<int64_t>() == IVec{kMin, kMax, 12});
+  CHECK((t({kMin, kMax}) - t({1, -1})).to_vector<int64_t>() == IVec{kMax, kMin});
+  CHECK((t({kMax, int64_t{1} << 62, -3}) * t({2, 4, 3})).to_vector<int64_t>() == IVec{-2, 0, -9});
+  CHECK((t({kMax}) + 1).to_vector<int64_t>() == IVec{kMin});  // a C++ number operand too
+  CHECK((-t({kMin, 3})).to_vector<int64_t>() == IVec{kMin, -3});
+  CHECK(gs::abs(t({kMin, -4})).to_vector<int64_t>() == IVec{kMin, 4});
+  CHECK(gs::square(t({int64_t{1} << 32, -3})).to_vector<int64_t>() == IVec{0, 9});
+  // Integer pow is exact (no detour through double) and wraps like repeated multiplication.
+  CHECK(gs::pow(t({3, 2, -2, 10}), 39).to_vector<int64_t>() ==
+        IVec{4052555153018976267, 549755813888, -549755813888, 0x5f65568000000000});
+  CHECK(gs::pow(t({2, 2}), t({63, 64})).to_vector<int64_t>() == IVec{kMin, 0});
+  CHECK(gs::pow(t({7}), 0).to_vector<int64_t>() == IVec{1});
+  // Reductions accumulate in int64 and wrap the same way, along every dim.
+  CHECK(t({kMax, 1, 1}).sum().item<int64_t>() == kMin + 1);
+  Tensor m = gs::tensor(IVec{kMax, kMax, 2, 2}, {2, 2});
+  CHECK(m.sum({0}).to_vector<int64_t>() == IVec{kMin + 1, kMin + 1});
+  CHECK(m.sum({1}).to_vector<int64_t>() == IVec{-2, 4});
+  // In place, the same formulas.
+  Tensor u = t({kMax});
+  u.add_(1);
+  CHECK(u.to_vector<int64_t>() == IVec{kMin});
+}
+
+TEST_CASE("pow of integer tensors refuses a negative exponent tensor before computing") {
+  Tensor base = gs::tensor(IVec{2, 3, 4}, {3});
+  const std::string m = error_of([&] { gs::pow(base, gs::tensor(IVec{1, -2, 0}, {3})); });
+  CHECK(has(m, "pow"));
+  CHECK(has(m, "negative integer powers are not allowed"));
+  CHECK(has(m, "int64[3] ** int64[3]"));
+  CHECK(has(m, "-2"));
+  CHECK(has(m, "to(gs::kFloat32)"));
+  CHECK(has(error_of([&] { gs::pow(base, gs::full({}, gs::Scalar(int64_t{-1}))); }), "negative integer powers"));
+  // A floating base or exponent has negative powers; a bool exponent has no negatives.
+  nntest::check_close(gs::pow(base.to(F), gs::tensor(IVec{1, -2, 0}, {3})), Vec{2.0, 1.0 / 9.0, 1.0}, 1e-7, 1e-6);
+  CHECK(gs::pow(base, gs::tensor({1, 0, 1}, B)).to_vector<int64_t>() == IVec{2, 1, 4});
+}

@@ -1,6 +1,7 @@
 // CPU backend, indexing: gather, scatter_add, index_select and index_add over
 // arbitrary strides (int64 indices; ops/ has bounds-checked them).
 #include "core/cpu/cpu_backend.h"
+#include "core/elementwise_math.h"
 
 namespace gradsleuth::cpu {
 
@@ -36,7 +37,7 @@ void CpuBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
         if (d != dim) oo += idx[d] * out.strides()[d];
       }
       T& dst = o[oo + ix[io] * out.strides()[dim]];
-      dst = static_cast<T>(dst + s[so]);
+      dst = ew::wrap_add(dst, s[so]);  // int64 wraps, like add
     });
   });
 }

@@ -8,6 +8,7 @@
 
 #include "core/cpu/accurate_sum.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/elementwise_math.h"
 
 namespace gradsleuth::cpu {
 
@@ -28,7 +29,7 @@ template <class T>
 T combine(ReduceOp op, T a, T b) {
   if (op == ReduceOp::Sum) {
     if constexpr (std::is_same_v<T, bool>) return a || b;
-    else return a + b;
+    else return ew::wrap_add(a, b);  // an int64 sum wraps, like int64 add
   }
   if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();  // NaN propagates

@@ -166,7 +166,11 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, c
 
 }  // namespace
 
-void set_conv_algorithm(ConvAlgorithm algorithm) { g_conv_algorithm.store(algorithm, std::memory_order_relaxed); }
+void set_conv_algorithm(ConvAlgorithm algorithm) {
+  GS_CHECK(algorithm == ConvAlgorithm::Auto || algorithm == ConvAlgorithm::Gemm, "set_conv_algorithm", "value ",
+           static_cast<int>(algorithm), " is not a ConvAlgorithm; pass ConvAlgorithm::Auto or ConvAlgorithm::Gemm");
+  g_conv_algorithm.store(algorithm, std::memory_order_relaxed);
+}
 ConvAlgorithm conv_algorithm() { return g_conv_algorithm.load(std::memory_order_relaxed); }
 
 namespace detail {

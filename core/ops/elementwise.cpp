@@ -131,7 +131,29 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 Tensor div(const Tensor& a, const Scalar& b) { return div(a, detail::wrap_scalar(b, a)); }
 
+// The smallest element of an int64 tensor, read on the host (for a CUDA tensor: reduced on
+// its device, then one number copied back), without autograd or observer events.
+static int64_t min_int64(const Tensor& b) {
+  Tensor m = empty(Shape(static_cast<size_t>(b.dim()), 1), TensorOptions(kInt64).device(b.device()));
+  if (b.dim() == 0) {
+    backend_of(b).copy(m, b);
+  } else {
+    const std::vector<char> all(static_cast<size_t>(b.dim()), 1);
+    backend_of(b).reduce(ReduceOp::Min, m, b, reinterpret_cast<const bool*>(all.data()));
+  }
+  int64_t v = 0;
+  backend_of(m).copy_to_host(&v, m.unsafe_data(), sizeof v);
+  return v;
+}
+
 Tensor pow(const Tensor& a, const Tensor& b) {
+  // An integral result has no 2^-1: PyTorch refuses it rather than give 0. Checked on the
+  // host before the kernel is launched, on every backend.
+  if (result_type(a, b) == kInt64 && b.dtype() == kInt64 && b.numel() > 0) {
+    const int64_t lowest = min_int64(b);
+    GS_CHECK(lowest >= 0, "pow", "integers to negative integer powers are not allowed: ", a.str(), " ** ", b.str(),
+             " (an exponent is ", lowest, "). Convert first: a.to(gs::kFloat32).pow(b)");
+  }
   Tensor out = binary_forward(BinaryOp::Pow, "pow", a, b);
   if (needs_grad(a, b)) {
     // d(a^b) = g b a^(b-1),  g a^b log(a), with PyTorch's conventions at the edges:

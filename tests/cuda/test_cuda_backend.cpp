@@ -96,6 +96,26 @@ TEST_CASE("int64 arithmetic and comparisons") {
   same_on_both([](gs::Device d) { return seq({2, 6}, gs::kInt64, d, 3.0) * 3 + 1; });
   same_on_both([](gs::Device d) { return seq({2, 6}, gs::kInt64, d, 3.0) < seq({6}, gs::kInt64, d, 2.0); });
 }
+TEST_CASE("int64 overflow wraps on the device as on the cpu; negative integer powers are refused before launch") {
+  const std::vector<int64_t> a = {INT64_MAX, INT64_MIN, 3, -2}, b = {1, -1, 40, 63};
+  for (gs::Device d : {gs::kCPU, gs::kCUDA}) {
+    CAPTURE(d);
+    gs::Tensor x = gs::tensor(a, {4}).to(d), y = gs::tensor(b, {4}).to(d);
+    CHECK((x + y).to_vector<int64_t>() == std::vector<int64_t>{INT64_MIN, INT64_MAX, 43, 61});
+    CHECK((x * y).to_vector<int64_t>() == std::vector<int64_t>{INT64_MAX, INT64_MIN, 120, -126});
+    CHECK((-x).to_vector<int64_t>() == std::vector<int64_t>{-INT64_MAX, INT64_MIN, -3, 2});
+    CHECK(x.sum().item<int64_t>() == INT64_MAX + INT64_MIN + 1);
+    CHECK(gs::pow(x.narrow(0, 2, 2), gs::tensor(std::vector<int64_t>{40, 63}, {2}).to(d)).to_vector<int64_t>() ==
+          (gs::pow(gs::tensor(std::vector<int64_t>{3, -2}, {2}), gs::tensor(std::vector<int64_t>{40, 63}, {2})))
+              .to_vector<int64_t>());
+    try {
+      (void)gs::pow(x, gs::tensor(std::vector<int64_t>{1, 2, -3, 0}, {4}).to(d));
+      FAIL("pow with a negative int64 exponent did not throw");
+    } catch (const gs::Error& e) {
+      CHECK(std::string(e.what()).find("negative integer powers are not allowed") != std::string::npos);
+    }
+  }
+}
 TEST_CASE("type promotion (result_type, decided before dispatch) gives the same dtypes and values on both devices") {
   auto on = [](gs::DType t, gs::Device d) { return gs::TensorOptions(t).device(d); };
   same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2.5; });       // float32
