@@ -98,7 +98,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
       "recipe: dead units over a pass through the data (M7), the diagnosis report (W5, in --verbose), the\n"
       "input-independent baseline (M15), the capacity check (M16) and reproducibility (W1). --bug B13 injects a\n"
       "catalogued bug.");
-  a.option("model", "mlp|cnn", "the reference model", "mlp");
+  a.option("model", "mlp|cnn",
+           "the zoo's reference model: mlp = Linear 784-128, BatchNorm, two residual blocks, dropout 0.2, "
+           "Linear 128-10 (not train's plain 784-256-128-10 mlp); cnn = train's cnn",
+           "mlp");
   a.option("bug", "ID", "inject a bug (" + nn::bug_range() + "); repeatable", "", true);
   a.option("steps", "N", "training steps of the monitored run", "150");
   a.option("train-examples", "N", "training images", "6000");

@@ -102,7 +102,10 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.option("bug", "ID", "a bug to run (" + nn::bug_range() + "); repeat for several (default: every bug the model's recipe reproduces)", "", true);
   a.flag("quick", "the small budget (the main job of ./run.sh)");
   a.option("json", "FILE", "also write the results as JSON to FILE (written atomically)");
-  a.option("model", "mlp|cnn", "the reference model (some bugs exist only in the mlp recipe)", "mlp");
+  a.option("model", "mlp|cnn",
+           "the zoo's reference model: mlp = Linear 784-128, BatchNorm, two residual blocks, dropout 0.2, "
+           "Linear 128-10 (not train's plain 784-256-128-10 mlp); cnn = train's cnn. Some bugs exist only in the mlp",
+           "mlp");
   a.option("steps", "N", "optimizer steps per variant (overrides the budget)");
   a.option("train-examples", "N", "training images per variant (overrides the budget)");
   a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
