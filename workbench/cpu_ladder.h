@@ -29,6 +29,9 @@ const char* isa_level();
 // Measures once per process and thread count (about a second), then returns the same numbers.
 // quick: short runs and arrays just past the LLC (for the tests; noisier).
 const Limits& measure_limits(int threads, bool quick = false);
+// The FMA peak alone (GFLOP/s, all threads together): the best of `bursts` runs of ~10 ms of
+// independent FMA chains, without the STREAM arrays (measure_limits uses it with 30 bursts).
+double measure_fma_peak(int threads, int bursts = 30);
 
 // ---- the ladder ----
 // A version: its number, name, what it changes and why that is faster (KernelSpec's Version),

@@ -126,21 +126,7 @@ Limits measure(int threads, bool quick) {
   lim.isa = simd::isa_name();
   lim.threads = threads;
   lim.l3_mib = l3_mib();
-  // FMA peak: the best of 30 runs of ~10 ms (quick: 5): short runs, so that on a shared machine
-  // some of them run undisturbed, and the best is the machine's rate.
-  const int64_t iters = 200000;
-  double best = 0;
-  for (int rep = 0; rep < (quick ? 5 : 30); ++rep) {
-    double flops = 0;
-    std::mutex mu;
-    const double t = on_threads(threads, [&](int) {
-      const double f = fma_loop(iters);
-      std::lock_guard<std::mutex> lock(mu);
-      flops += f;
-    });
-    best = std::max(best, flops / t / 1e9);
-  }
-  lim.fma_gflops = best;
+  lim.fma_gflops = measure_fma_peak(threads, quick ? 5 : 30);
   // STREAM: each array 4x the LLC (at least 64 MiB; quick: 2x, at least 16 MiB), first touched
   // by the thread that uses its part.
   const double llc = lim.l3_mib > 0 ? lim.l3_mib : 32.0;
@@ -177,6 +163,24 @@ Limits measure(int threads, bool quick) {
 }  // namespace
 
 const char* isa_level() { return simd::isa_name(); }
+
+// The best of `bursts` runs of ~10 ms: short runs, so that on a shared machine some of them run
+// undisturbed, and the best is the machine's rate.
+double measure_fma_peak(int threads, int bursts) {
+  const int64_t iters = 200000;
+  double best = 0;
+  for (int rep = 0; rep < std::max(1, bursts); ++rep) {
+    double flops = 0;
+    std::mutex mu;
+    const double t = on_threads(std::max(1, threads), [&](int) {
+      const double f = fma_loop(iters);
+      std::lock_guard<std::mutex> lock(mu);
+      flops += f;
+    });
+    best = std::max(best, flops / t / 1e9);
+  }
+  return best;
+}
 
 const Limits& measure_limits(int threads, bool quick) {
   static std::mutex mu;

@@ -74,6 +74,10 @@ struct Problem {
   std::string tolerance_note;              // why that tolerance
 };
 Problem make_problem(const KernelSpec& k, const Shape& s);
+// The matmul problem for given inputs a (m, k) and b (k, n): the reference summed in double and
+// each element's a priori error bound (atol_each), as make_problem builds them for its own inputs.
+// Throws std::invalid_argument when the sizes do not match the shape.
+Problem matmul_problem(std::vector<float> a, std::vector<float> b, const Shape& s);
 
 // |got - want| <= atol + rtol * |want| elementwise; NaN or inf never matches a finite value.
 struct Validation {

@@ -155,45 +155,56 @@ const KernelSpec& check_args(const std::string& kernel, int version, const Shape
   return *k;
 }
 
+Problem matmul_problem(std::vector<float> a, std::vector<float> b, const Shape& s) {
+  if (s.m < 0 || s.n < 0 || s.k < 0 || static_cast<int64_t>(a.size()) != s.m * s.k ||
+      static_cast<int64_t>(b.size()) != s.k * s.n)
+    throw std::invalid_argument("matmul_problem: A has " + std::to_string(a.size()) + " elements and B " +
+                                std::to_string(b.size()) + ", but M, N, K = " + std::to_string(s.m) + ", " +
+                                std::to_string(s.n) + ", " + std::to_string(s.k) + " needs M * K and K * N");
+  Problem p;
+  p.inputs = {std::move(a), std::move(b)};
+  const int64_t M = s.m, N = s.n, K = s.k;
+  const std::vector<float>&A = p.inputs[0], &B = p.inputs[1];
+  p.want.assign(static_cast<size_t>(M * N), 0.0f);
+  p.atol_each.assign(static_cast<size_t>(M * N), 0.0f);
+  // The a priori bound of a K-term float dot product in any order (Higham, "Accuracy and Stability
+  // of Numerical Algorithms", 3.1): |err| <= gamma_K * sum_k |a_ik b_kj|, gamma_K = K u / (1 - K u),
+  // u = eps / 2; with FMAs or not, tiles or not. Plus half an ulp for rounding the reference.
+  const double u = kEps / 2.0, Ku = static_cast<double>(std::max<int64_t>(K, 1)) * u, gamma = Ku / (1.0 - Ku);
+  std::vector<double> acc(static_cast<size_t>(N)), mag(static_cast<size_t>(N));
+  double widest = 0.0;
+  for (int64_t i = 0; i < M; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    std::fill(mag.begin(), mag.end(), 0.0);
+    for (int64_t kk = 0; kk < K; ++kk) {
+      const double a = A[static_cast<size_t>(i * K + kk)];
+      const float* b = &B[static_cast<size_t>(kk * N)];
+      for (int64_t j = 0; j < N; ++j) {
+        acc[static_cast<size_t>(j)] += a * b[j];
+        mag[static_cast<size_t>(j)] += std::fabs(a * b[j]);
+      }
+    }
+    for (int64_t j = 0; j < N; ++j) {
+      const size_t at = static_cast<size_t>(i * N + j);
+      p.want[at] = static_cast<float>(acc[static_cast<size_t>(j)]);
+      const double bound = gamma * mag[static_cast<size_t>(j)] + u * std::fabs(acc[static_cast<size_t>(j)]);
+      p.atol_each[at] = static_cast<float>(bound * (1.0 + 1e-6));  // rounded up, never down
+      widest = std::max(widest, bound);
+    }
+  }
+  p.atol = widest;  // shown; each element is checked against its own bound
+  p.rtol = 0.0;
+  p.tolerance_note = "per element, |err| <= gamma_K sum_k |a_ik b_kj| + u |c_ij| (gamma_K = K u / (1 - K u), "
+                     "u = eps / 2): the a priori bound of a K-term dot product in any order; atol shows the widest";
+  return p;
+}
+
 namespace {
 Problem build_problem(const KernelSpec& k, const Shape& s) {
   Problem p;
   const std::string& name = k.name;
   if (name == "matmul") {
-    const int64_t M = s.m, N = s.n, K = s.k;
-    p.inputs = {uniform(name, 0, M * K, -1.0f, 1.0f), uniform(name, 1, K * N, -1.0f, 1.0f)};
-    const std::vector<float>&A = p.inputs[0], &B = p.inputs[1];
-    p.want.assign(static_cast<size_t>(M * N), 0.0f);
-    p.atol_each.assign(static_cast<size_t>(M * N), 0.0f);
-    // The a priori bound of a K-term float dot product in any order (Higham, "Accuracy and Stability
-    // of Numerical Algorithms", 3.1): |err| <= gamma_K * sum_k |a_ik b_kj|, gamma_K = K u / (1 - K u),
-    // u = eps / 2; with FMAs or not, tiles or not. Plus half an ulp for rounding the reference.
-    const double u = kEps / 2.0, Ku = static_cast<double>(std::max<int64_t>(K, 1)) * u, gamma = Ku / (1.0 - Ku);
-    std::vector<double> acc(static_cast<size_t>(N)), mag(static_cast<size_t>(N));
-    double widest = 0.0;
-    for (int64_t i = 0; i < M; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      std::fill(mag.begin(), mag.end(), 0.0);
-      for (int64_t kk = 0; kk < K; ++kk) {
-        const double a = A[static_cast<size_t>(i * K + kk)];
-        const float* b = &B[static_cast<size_t>(kk * N)];
-        for (int64_t j = 0; j < N; ++j) {
-          acc[static_cast<size_t>(j)] += a * b[j];
-          mag[static_cast<size_t>(j)] += std::fabs(a * b[j]);
-        }
-      }
-      for (int64_t j = 0; j < N; ++j) {
-        const size_t at = static_cast<size_t>(i * N + j);
-        p.want[at] = static_cast<float>(acc[static_cast<size_t>(j)]);
-        const double bound = gamma * mag[static_cast<size_t>(j)] + u * std::fabs(acc[static_cast<size_t>(j)]);
-        p.atol_each[at] = static_cast<float>(bound * (1.0 + 1e-6));  // rounded up, never down
-        widest = std::max(widest, bound);
-      }
-    }
-    p.atol = widest;  // shown; each element is checked against its own bound
-    p.rtol = 0.0;
-    p.tolerance_note = "per element, |err| <= gamma_K sum_k |a_ik b_kj| + u |c_ij| (gamma_K = K u / (1 - K u), "
-                       "u = eps / 2): the a priori bound of a K-term dot product in any order; atol shows the widest";
+    p = matmul_problem(uniform(name, 0, s.m * s.k, -1.0f, 1.0f), uniform(name, 1, s.k * s.n, -1.0f, 1.0f), s);
   } else if (name == "softmax") {
     const int64_t R = s.m, C = s.n;
     p.inputs = {uniform(name, 0, R * C, -4.0f, 4.0f)};
