@@ -130,7 +130,7 @@ TEST_CASE("kernels roofline --device cpu --quick: an SVG with a dot per built ve
   CHECK(doc.get("passed")->b);
   size_t built = 0;
   for (const auto& x : doc.get("results")->arr) built += x.get("skipped") ? 0 : 1;
-  CHECK(doc.get("results")->arr.size() == 26);  // 8 matmul + 3 softmax + 6 reduce + 3 layernorm + 3 gelu + 3 conv2d
+  CHECK(doc.get("results")->arr.size() == 28);  // 8 matmul + 4 softmax + 6 reduce + 4 layernorm + 3 gelu + 3 conv2d
   std::ifstream f(svg);
   REQUIRE(f.good());
   std::stringstream ss;
