@@ -267,10 +267,11 @@ const std::vector<CheckInfo>& all_checks() {
        "per layer output over the sampled steps of the run: its variance (the median of the last 3 samples) below "
        "1e-4 x or above 1e4 x its variance at the first sampled step",
        "debug::VarianceTracker, debug::Monitor", "gradsleuth doctor", true},
-      {"M27", "activation variance across layers", "model", {"SageMaker Debugger"},
+      {"M27", "weight initialisation across layers", "model", {"SageMaker Debugger"},
        "at initialisation, the variance of every ReLU layer's input in one forward: the largest above 100 x the "
-       "smallest",
-       "debug::check_activation_variance", "gradsleuth doctor", true},
+       "smallest; over the first 10 steps, each weight's gradient: the 5th-95th percentile spread of its units' "
+       "rows about their mean below 1e-3 x its root mean square at every step (symmetric units)",
+       "debug::check_activation_variance, debug::GradientSpreadTracker, debug::Monitor", "gradsleuth doctor", true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1", "gradient health", "optimisation", {"Debugging Training", "Troubleshooting Tips", "debug-training", "Systematic Methodology"},
        "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "

@@ -72,6 +72,8 @@ bool zero_gradient(const Finding& f) {
   return (is(f, "M5") && has(f, "all-zero gradient")) || m25_gradient(f) || (is(f, "O6") && has(f, "never changed")) ||
          (is(f, "M6") && (has(f, "no gradient reaches the input") || has(f, "does not depend on its own input")));
 }
+// M27 about the gradients of the first steps (the others measure activation variance).
+bool symmetric_init(const Finding& f) { return is(f, "M27") && has(f, "units are symmetric"); }
 bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
 // O6 judges the learning rate by what the run did; O8 by its value against the optimizer's
 // usual range before training: both confirm the same cause.
@@ -189,7 +191,11 @@ const std::vector<Cause>& diagnosis_causes() {
        "each parameter and layer output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
       {"init-variance", "activations whose variance shrinks or grows through the layers at initialisation", "M27",
-       "the variance of each ReLU layer's input at initialisation", true, GS_CHECK_CONFIRMS("M27")},
+       "the variance of each ReLU layer's input at initialisation", true,
+       [](const Finding& f) { return is(f, "M27") && !symmetric_init(f); }},
+      {"symmetric-init", "weights initialised symmetric (one value), so a layer's units stay identical", "M27",
+       "the 5th-95th percentile spread of each weight's gradient over the first steps", true,
+       [](const Finding& f) { return symmetric_init(f); }, true},
       {"variance-collapse", "a layer whose output became constant", "M26",
        "the variance of each layer's output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M26") && has(f, "collapsed"); }},
@@ -247,7 +253,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
       "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
       "frozen", "wrong-backward", "all-zero", "variance-collapse", "dead-relu", "saturation", "bad-init", "init-variance",
-      "shared-weights", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
+      "symmetric-init", "shared-weights", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
       "zero-grad", "grad-reduction", "replicas-diverged",
       "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
       "no-backward", "lr-schedule", "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss",
@@ -275,7 +281,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the input)",
        [](const Finding& f) { return zero_gradient(f); },
        {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "all-zero", "dead-relu", "saturation",
-        "final-activation", "vanishing-gradients"}},
+        "final-activation", "symmetric-init", "vanishing-gradients"}},
       {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
        {"bad-init", "init-variance", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high"}},
       {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
@@ -292,7 +298,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       {"class-errors", "one class predicted far worse than the others", "D3 (per-class recall)",
        [](const Finding& f) { return d3_class_errors(f); },
        {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift", "final-activation",
-        "lr-too-low", "dead-relu"}},
+        "lr-too-low", "dead-relu", "symmetric-init"}},
       {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
        [](const Finding& f) {
          return (is(f, "L7") && !has(f, "underfitting") && !has(f, "suspiciously high")) ||

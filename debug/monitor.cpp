@@ -73,7 +73,7 @@ int64_t ignore_index_of(const nn::Loss& l) {
 // ---- W3 ---------------------------------------------------------------------------------
 Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
     : model_(model), opt_(optimizer), loss_(loss), o_(o), broadcast_(o.broadcast), dead_(o.activations),
-      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), timer_(o.run) {
+      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), spread_(o.run), timer_(o.run) {
   // O5 and M2 are raised by the optimizer and the layers themselves (core
   // warnings): here they become findings.
   warnings_ = std::make_unique<WarningHandlerGuard>([this](const Warning& w) {
@@ -538,6 +538,7 @@ void Monitor::on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& los
 
 void Monitor::on_pre_step(optim::Optimizer&) {
   const bool sample = sampled_step();
+  if (spread_.wants(steps_ + 1)) spread_.record(model_, steps_ + 1);  // M27, the first steps only
   // A non-finite loss (every step) or gradient (sampled steps): find where it
   // came from now, while the weights are still the ones that produced it.
   bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
@@ -645,9 +646,10 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   add(broadcast_.findings());                                                        // M19
   add(zero_.findings(o_.optim.zero_grad_by_construction));                           // M25
   add(variance_.findings());                                                         // M26
+  add(spread_.findings());                                                           // M27 (gradient spread)
   add(timer_.findings());                                                            // W10
   report_.note_ran("L1, O2, O3, O6, M19, W10");
-  if (steps_ > 0) report_.note_ran("M25, M26");
+  if (steps_ > 0) report_.note_ran("M25, M26, M27");
   if (!dead_.layers().empty()) report_.note_ran("M7");
   if (!saturation_.layers().empty()) report_.note_ran("M8");
   // History for plots, before the trackers go.

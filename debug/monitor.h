@@ -1,7 +1,8 @@
 // The training monitor (W3) and the workflow checks around it:
 //   W3 Monitor             attaches to a model, its optimizer and loss (and a
 //                          Trainer) and runs the per-step checks every N steps:
-//                          O1-O6, M7, M8, M25, M26, L1, plus what it hears on every step
+//                          O1-O6, M7, M8, M25, M26, L1 (and M27's gradient spread
+//                          on the first steps), plus what it hears on every step
 //                          (O5, M2, M17, M19, L2, L3, L5, M3, D6, W4/M12 when the
 //                          loss turns non-finite);
 //   W2 pretrain_gate       one call before training: devices, trainable
@@ -141,6 +142,7 @@ class Monitor {
   UpdateRatioTracker ratios_;
   AllZeroTracker zero_;  // M25
   VarianceTracker variance_;  // M26
+  GradientSpreadTracker spread_;  // M27's gradient part (the first steps)
   StepTimer timer_;      // W10
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   // State of the current step.

@@ -1,0 +1,77 @@
+// Buggy and clean twins, written as a user writes them, for the checks that judge a run's start
+// and its data as a whole: M27's gradient spread in the first steps (a layer initialised
+// symmetric), D5 on every training row (a few rows left unnormalised), L4's initial outputs
+// against the targets (a final layer that starts far from the labels), and W1 on the weights of
+// every step (a run that departs from its twin in the weights before the loss shows it).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+#include "json_mini.h"
+
+using namespace gradsleuth;
+using dtest::expect_clean;
+using dtest::expect_lead;
+using dtest::Split;
+using dtest::train_own_loop;
+
+namespace {
+
+// A dense layer of the user's own: a weight and a bias registered by hand (M9 judges nn::Linear
+// and nn::Conv2d only, so the gradient spread is what sees this layer's initialisation).
+struct Dense : nn::Module {
+  Tensor weight, bias;
+  // std: He's sqrt(2 / in) for a layer before a ReLU; the head 1 / sqrt(3 in) (the spread of nn::Linear's default).
+  Dense(int64_t in, int64_t out, bool constant, double std) : Module("Dense") {
+    // The bug: every weight one value ("small and positive, so the ReLUs start alive").
+    weight = register_parameter("weight", constant ? full({out, in}, 0.1) : randn({out, in}) * std);
+    bias = register_parameter("bias", zeros({out}));
+  }
+  Tensor forward(const Tensor& x) override { return linear(x, weight, bias); }
+};
+
+struct DenseNet : nn::Module {
+  std::shared_ptr<Dense> fc1, fc2, fc3;
+  explicit DenseNet(bool constant) : Module("DenseNet") {
+    fc1 = register_module("fc1", std::make_shared<Dense>(6, 32, constant, std::sqrt(2.0 / 6)));
+    fc2 = register_module("fc2", std::make_shared<Dense>(32, 32, constant, std::sqrt(2.0 / 32)));
+    fc3 = register_module("fc3", std::make_shared<Dense>(32, 3, false, 1.0 / std::sqrt(3.0 * 32)));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc3)((*fc2)((*fc1)(x).relu()).relu()); }
+};
+
+}  // namespace
+
+TEST_CASE("a hand-written layer initialised to one constant: M27's gradient spread leads with symmetric-init") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<DenseNet>(bug);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+    if (bug) {
+      expect_lead(r, "M27", "symmetric-init");
+      // fc1: its units get one gradient (fc2, constant too, sends each the same); named, with its spread.
+      bool named = false;
+      for (const debug::Finding& f : r.findings.findings())
+        if (f.check == "M27" && f.fires() && f.parameter == "fc1.weight") {
+          named = true;
+          CHECK(f.evidence.front().value < 1e-3);
+        }
+      CHECK_MESSAGE(named, r.str());
+    } else {
+      expect_clean(r);
+      CHECK(r.findings.ran("M27"));
+    }
+  }
+}
+
