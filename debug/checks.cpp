@@ -107,10 +107,11 @@ const std::vector<CheckInfo>& all_checks() {
        "verify that each (x, y) a loader yields is a pair that exists in the dataset (by hashing x back to its "
        "index); catches X shuffled without Y",
        "debug::check_alignment", "gradsleuth doctor --bug B07", true},
-      {"D5", "normalisation", "data", {"Debugging Training", "Debugging neural networks"},
+      {"D5", "normalisation", "data", {"Debugging Training", "Debugging neural networks", "UMLAUT"},
        "per-feature mean ~ 0 / std ~ 1 (or range [0,1]); warn on raw 0..255 pixels or features whose scales "
-       "differ by orders of magnitude",
-       "debug::check_normalisation", "gradsleuth doctor --bug B25", true},
+       "differ by orders of magnitude; each epoch, every training row's largest |value| against 20 x the median "
+       "row's (and 10)",
+       "debug::check_normalisation, debug::RowRangeTracker", "gradsleuth doctor --bug B25", true},
       {"D6", "label shape vs loss", "data", {"Debugging neural networks"},
        "labels (B,1) against predictions (B,) or the reverse: say so before the loss broadcasts",
        "debug::check_label_shape", "gradsleuth doctor --bug B01", true},

@@ -623,6 +623,78 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
 
 // ---- D5 normalisation -----------------------------------------------------------------
 
+void RowRangeTracker::record(const Tensor& x, int64_t step) {
+  if (!x.defined() || x.dim() < 1 || x.numel() == 0 || x.dtype() != kFloat32 || !x.device().is_cpu() ||
+      !x.is_contiguous() || !found_.empty())
+    return;
+  const int64_t n = x.size(0), k = x.numel() / n;
+  const float* p = x.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    // Eight running maxima, so the loop vectorises; NaN compares false and is skipped (D2's).
+    float m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const float* row = p + r * k;
+    int64_t j = 0;
+    for (; j + 8 <= k; j += 8)
+      for (int l = 0; l < 8; ++l) {
+        const float a = std::fabs(row[j + l]);
+        m[l] = a > m[l] ? a : m[l];
+      }
+    for (; j < k; ++j) {
+      const float a = std::fabs(row[j]);
+      m[0] = a > m[0] ? a : m[0];
+    }
+    float top = m[0];
+    for (int l = 1; l < 8; ++l) top = m[l] > top ? m[l] : top;
+    rows_.push_back({top, step, r});
+  }
+  rows_total_ += n;
+}
+
+void RowRangeTracker::end_epoch() {
+  const int64_t epoch = epoch_++;
+  std::vector<Row> rows;
+  rows.swap(rows_);
+  if (!found_.empty() || static_cast<int64_t>(rows.size()) < o_.row_range_min_rows) return;
+  std::vector<double> maxima;
+  maxima.reserve(rows.size());
+  for (const Row& r : rows) maxima.push_back(r.max_abs);
+  const double med = median(maxima);
+  const double limit = std::max(o_.row_range_ratio * med, o_.raw_max);
+  int64_t out = 0;
+  const Row* worst = nullptr;
+  for (const Row& r : rows)
+    if (r.max_abs > limit) {
+      ++out;
+      if (!worst || r.max_abs > worst->max_abs) worst = &r;
+    }
+  if (!worst) return;
+  Finding f = make("D5", Severity::Warning,
+                   num(out) + " of the " + num(static_cast<int64_t>(rows.size())) + " training rows of epoch " +
+                       num(epoch) + " are out of range: values up to " + fmt_num(worst->max_abs) + ", " +
+                       fmt_num(worst->max_abs / std::max(med, 1e-30)) + "x the typical row's largest |value| (" +
+                       fmt_num(med) + "): those rows were not scaled like the rest");
+  f.step = worst->step;
+  f.evidence = {{"rows out of range", static_cast<double>(out),
+                 "largest |value| > max(" + fmt_num(o_.row_range_ratio) + " x the median row's, " + fmt_num(o_.raw_max) +
+                     ") warns"},
+                {"training rows seen in the epoch", static_cast<double>(rows.size()), "every row the loop trained on"},
+                {"largest |value| of a row", worst->max_abs, ""},
+                {"median row's largest |value|", med, ""},
+                {"step of that row", static_cast<double>(worst->step), ""},
+                {"its row in the batch", static_cast<double>(worst->row), ""}};
+  f.cause = "a few examples skipped the scaling the others had (a second data source, a code path that returns "
+            "before normalising, a corrupted file): sampled batches rarely show them, but each time one is drawn "
+            "its inputs are orders of magnitude larger, so its loss and gradients spike and the weights jump";
+  f.fix = "find the rows (print the batch at that step, or scan the dataset for rows with |x| above the limit) and "
+          "apply the same preprocessing to every example; drop rows you cannot repair";
+  found_.push_back(std::move(f));
+}
+
+std::vector<Finding> RowRangeTracker::findings() {
+  if (!rows_.empty()) end_epoch();
+  return found_;
+}
+
 std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts) {
   GS_CHECK(x.defined(), "check_normalisation", "needs a defined input sample x (N, D...)");
   if (x.numel() == 0 || !x.is_floating_point()) return {};  // integral inputs are ids (embeddings), not features

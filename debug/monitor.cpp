@@ -73,7 +73,7 @@ int64_t ignore_index_of(const nn::Loss& l) {
 // ---- W3 ---------------------------------------------------------------------------------
 Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
     : model_(model), opt_(optimizer), loss_(loss), o_(o), broadcast_(o.broadcast), dead_(o.activations),
-      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), spread_(o.run), timer_(o.run) {
+      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), spread_(o.run), rows_(o.data), timer_(o.run) {
   // O5 and M2 are raised by the optimizer and the layers themselves (core
   // warnings): here they become findings.
   warnings_ = std::make_unique<WarningHandlerGuard>([this](const Warning& w) {
@@ -171,7 +171,10 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     }
     if (GradMode::is_enabled()) {
       last_x_ = x;
-      if (!in_step_ && x.defined()) history_.step_inputs.push_back(fingerprint(x));
+      if (!in_step_ && x.defined()) {
+        history_.step_inputs.push_back(fingerprint(x));
+        rows_.record(x, steps_ + 1);  // D5 on every training row
+      }
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
     }
     if (!input_checked_ && x.defined()) {
@@ -449,6 +452,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       add(std::move(f));
     }
   }
+  rows_.end_epoch();
   dead_.end_pass();
   dead_.begin_pass();
 }
@@ -647,6 +651,8 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   add(zero_.findings(o_.optim.zero_grad_by_construction));                           // M25
   add(variance_.findings());                                                         // M26
   add(spread_.findings());                                                           // M27 (gradient spread)
+  add(rows_.findings());                                                             // D5 (every training row)
+  if (rows_.rows_seen() > 0) report_.note_ran("D5");
   add(timer_.findings());                                                            // W10
   report_.note_ran("L1, O2, O3, O6, M19, W10");
   if (steps_ > 0) report_.note_ran("M25, M26, M27");

@@ -2,7 +2,7 @@
 //   W3 Monitor             attaches to a model, its optimizer and loss (and a
 //                          Trainer) and runs the per-step checks every N steps:
 //                          O1-O6, M7, M8, M25, M26, L1 (and M27's gradient spread
-//                          on the first steps), plus what it hears on every step
+//                          on the first steps, D5 on every training row), plus what it hears on every step
 //                          (O5, M2, M17, M19, L2, L3, L5, M3, D6, W4/M12 when the
 //                          loss turns non-finite);
 //   W2 pretrain_gate       one call before training: devices, trainable
@@ -38,6 +38,7 @@
 #include "debug/activation_stats.h"
 #include "debug/anomaly.h"
 #include "debug/behaviour.h"
+#include "debug/data_checks.h"
 #include "debug/finding.h"
 #include "debug/hooks.h"
 #include "debug/loss_checks.h"
@@ -61,6 +62,7 @@ struct MonitorOptions {
   bool localise_nonfinite = true;
   int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
   RunCheckOptions run;       // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
+  DataCheckOptions data;     // D5 on every training row (RowRangeTracker; a Session passes DiagnoseOptions::data)
 };
 
 // Series for plots (W6).
@@ -143,6 +145,7 @@ class Monitor {
   AllZeroTracker zero_;  // M25
   VarianceTracker variance_;  // M26
   GradientSpreadTracker spread_;  // M27's gradient part (the first steps)
+  RowRangeTracker rows_;          // D5 on every training row
   StepTimer timer_;      // W10
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   // State of the current step.

@@ -75,3 +75,54 @@ TEST_CASE("a hand-written layer initialised to one constant: M27's gradient spre
   }
 }
 
+// ---- D5 on every training row ------------------------------------------------------------
+
+namespace {
+
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
+  Mlp() : Module("Mlp") {}
+  Tensor forward(const Tensor& x) override { return (*fc2)((*fc1)(x).relu()); }
+};
+
+}  // namespace
+
+TEST_CASE("two rows of 3200 that skipped the scaling: D5 on every row finds them where sampled batches do not") {
+  manual_seed(4);
+  // 3200 training rows from one pipeline; the user merged in rows of a second source, and two of
+  // them came from a code path that returned before scaling (x 255).
+  const dtest::XY all = dtest::blobs(1100, 3, 6, 3, 2.0);
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    Tensor x = all.x.clone();
+    if (bug)
+      for (const int64_t row : {1234, 2718}) {
+        NoGradGuard ng;
+        x.narrow(0, row, 1).mul_(255.0);
+      }
+    const Split d = dtest::loaders(x.narrow(0, 0, 3200), all.y.narrow(0, 0, 3200), x.narrow(0, 3200, 100),
+                                   all.y.narrow(0, 3200, 100));
+    auto model = std::make_shared<Mlp>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 1);
+    if (bug) {
+      // The data checks sample 20 of the 100 batches: neither row is in them.
+      CHECK_MESSAGE(!r.phases.front().findings.fired("D5"), r.str());
+      expect_lead(r, "D5", "unscaled-inputs");
+      bool rows = false;
+      for (const debug::Finding& f : r.findings.findings())
+        if (f.check == "D5" && f.fires() && f.title.find("training rows of epoch 1 are out of range") != std::string::npos) {
+          rows = true;
+          CHECK(f.evidence.front().value == 2);  // both rows, and only them
+          CHECK(f.evidence[1].value == 3200);    // every row was judged
+        }
+      CHECK_MESSAGE(rows, r.str());
+    } else {
+      expect_clean(r);
+      CHECK(r.findings.ran("D5"));
+    }
+  }
+}
+
