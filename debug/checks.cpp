@@ -160,8 +160,10 @@ const std::vector<CheckInfo>& all_checks() {
       {"L3", "BCE on logits", "loss", {"Debugging Training"}, "binary cross-entropy fed with values outside [0,1]",
        "debug::check_bce_input", "gradsleuth doctor --bug B09", true},
       {"L4", "initial loss", "loss", {"Debugging neural networks", "Karpathy 2019"},
-       "first cross-entropy ~ log(C) (also BCE/MSE with a stated expectation); warn when far off",
-       "debug::check_initial_loss", "gradsleuth doctor", true},
+       "first cross-entropy ~ log(C) (also BCE/MSE with a stated expectation); warn when far off; the untrained "
+       "model's mean output against the batch's class frequencies (KL 0.5 nats above uniform guessing) or target "
+       "mean (3 target stds)",
+       "debug::check_initial_loss, debug::check_initial_outputs", "gradsleuth doctor", true},
       {"L5", "all labels masked", "loss", {"Troubleshooting Tips"},
        "cross-entropy with every label = ignore_index must not produce NaN silently; warn",
        "debug::check_masked_targets", "gradsleuth doctor --bug B19", true},

@@ -809,6 +809,8 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
         r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
         r.note_ran("L4");
       }
+      r.add(check_initial_outputs(out, y, o.loss));  // L4: the mean output against the targets
+      r.note_ran("L4");
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
           l.backward();

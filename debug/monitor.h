@@ -192,7 +192,7 @@ struct GateOptions {
 // learning rate (with the optimizer),
 // the train/eval probe (M2: a random layer
 // whose mean training output is not its eval output), the forward with the
-// randomness off (M12 when non-finite), M3, L4 initial loss, the backward (O1
+// randomness off (M12 when non-finite), M3, L4 initial loss and initial outputs against the targets, the backward (O1
 // gradient health, M5 gradient flow), M6 batch mixing, M13 per-layer gradient
 // check (layers with parameters and custom ops; then the whole model's input
 // gradient), L6 reduction and M14 overfit one batch. The model's parameters,

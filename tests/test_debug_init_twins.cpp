@@ -126,3 +126,76 @@ TEST_CASE("two rows of 3200 that skipped the scaling: D5 on every row finds them
   }
 }
 
+// ---- L4: the final layer's start against the targets --------------------------------------
+
+TEST_CASE("a final bias copied from another dataset's class priors: L4's initial outputs lead with output-init") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);  // three balanced classes
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<Mlp>();
+    if (bug) {
+      // "start from the priors": the log frequencies of the dataset the code came from (90/5/5)
+      NoGradGuard ng;
+      model->fc2->bias.copy_(tensor(std::vector<float>{std::log(0.9f), std::log(0.05f), std::log(0.05f)}, {3}));
+    }
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+    if (bug) {
+      expect_lead(r, "L4", "output-init", {"L4"});  // the initial loss (2x log 3) hangs under it
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+namespace {
+
+// y = x . w + 50 + noise: a regression whose targets sit far from 0.
+Split regression(uint64_t seed) {
+  Generator g(seed);
+  const Tensor x = randn({600, 6}, {}, &g);
+  const Tensor w = tensor(std::vector<float>{1.0f, -2.0f, 0.5f, 1.5f, -1.0f, 0.8f}, {6, 1});
+  const Tensor y = matmul(x, w) + 50.0 + randn({600, 1}, {}, &g) * 0.1;
+  return dtest::loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120), seed);
+}
+
+struct Regressor : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 1));
+  Regressor() : Module("Regressor") {}
+  Tensor forward(const Tensor& x) override { return (*fc2)((*fc1)(x).relu()); }
+};
+
+}  // namespace
+
+TEST_CASE("a regression onto targets near 50 with the final bias at 0: L4's initial outputs lead with output-init") {
+  manual_seed(4);
+  const Split d = regression(5);
+  nn::MSELoss mse;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<Regressor>();
+    if (!bug) {
+      // Karpathy's fix: the final bias starts at the targets' mean.
+      NoGradGuard ng;
+      double mean = 0.0;
+      int64_t n = 0;
+      for (const nn::Batch& b : *d.train) {
+        mean += sum(b.y.to(kFloat64)).item<double>();
+        n += b.y.numel();
+      }
+      model->fc2->bias.fill_(mean / static_cast<double>(n));
+    }
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 2);
+    if (bug) {
+      expect_lead(r, "L4", "output-init");
+    } else {
+      expect_clean(r);
+      CHECK(r.findings.ran("L4"));
+    }
+  }
+}
+
