@@ -303,8 +303,9 @@ const std::vector<CheckInfo>& all_checks() {
        "RMSprop [1e-5, 1e-2]; SGD [1e-4, 1]",
        "debug::check_learning_rate_range", "gradsleuth doctor --bug B24", true},
       // ---- workflow ------------------------------------------------------------------------------
-      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses (and, given the models, final parameters)",
-       "debug::check_reproducible", "gradsleuth doctor", true},
+      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses (and, given the models, final parameters; given a "
+       "StepRecorder's fingerprints, every step's weights and gradients, naming where the runs part)",
+       "debug::check_reproducible, debug::StepRecorder", "gradsleuth doctor", true},
       {"W2", "pre-training gate", "workflow", {"Troubleshooting Tips", "Debugging Training"},
        "one call: devices, trainable parameters, forward, backward, non-finite gradients, overfit-one-batch, "
        "initial loss",

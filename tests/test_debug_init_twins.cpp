@@ -199,3 +199,127 @@ TEST_CASE("a regression onto targets near 50 with the final bias at 0: L4's init
   }
 }
 
+// ---- W1 step by step -----------------------------------------------------------------------
+
+TEST_CASE("gradient noise from std::random_device after a warm-up: W1 names the step and parameter where the runs part, a step before the losses") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  // The user's short run for W1: a new model, optimizer and noise source from the seed; 6 steps,
+  // with gradient noise (a regulariser) from step 3 on; it records every step's fingerprints.
+  auto rerun = [&](bool unseeded) {
+    return [&d, &ce, unseeded](uint64_t seed) {
+      manual_seed(seed);
+      auto m = std::make_shared<Mlp>();
+      optim::SGD opt(m->parameters(), optim::SGDOptions(0.05));
+      debug::StepRecorder rec(*m, opt);
+      std::random_device rd;
+      std::mt19937 noise_source(unseeded ? rd() : static_cast<uint32_t>(seed));  // the bug: rd()
+      std::normal_distribution<float> noise(0.0f, 1e-3f);
+      debug::ReproRun run;
+      for (int64_t i = 0; i < 6; ++i) {
+        const nn::Batch b = d.train->batch(0, i);
+        opt.zero_grad();
+        Tensor l = ce((*m)(b.x), b.y);
+        l.backward();
+        if (i >= 2) {
+          NoGradGuard ng;
+          for (Tensor& p : m->parameters()) {
+            std::vector<float> e(static_cast<size_t>(p.numel()));
+            for (float& v : e) v = noise(noise_source);
+            p.grad().add_(tensor(e, p.shape()));
+          }
+        }
+        opt.step();
+        run.losses.push_back(l.item<double>());
+      }
+      run.model = m;
+      run.steps = rec.fingerprints();
+      return run;
+    };
+  };
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    debug::DiagnoseOptions o;
+    o.rerun_model = rerun(bug);
+    auto model = std::make_shared<Mlp>();
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2, o);
+    REQUIRE(r.findings.ran("W1"));
+    if (bug) {
+      expect_lead(r, "W1", "nondeterminism");
+      const debug::Finding* f = nullptr;
+      for (const debug::Finding& g : r.findings.findings())
+        if (g.check == "W1" && g.fires()) f = &g;
+      REQUIRE(f != nullptr);
+      INFO(f->str());
+      // The gradient of the first parameter parts at step 3; the losses only at step 4.
+      CHECK(f->title.find("part at step 3: the gradient of fc1.weight differs, 1 step before the losses (step 4)") !=
+            std::string::npos);
+      CHECK(f->parameter == "fc1.weight");
+    } else {
+      expect_clean(r);
+      bool said = false;
+      for (const debug::Finding& g : r.findings.findings())
+        said = said || (g.check == "W1" && g.title.find("identical weights and gradients at every one of 6 steps") !=
+                                                 std::string::npos);
+      CHECK_MESSAGE(said, r.str());
+    }
+  }
+}
+
+TEST_CASE("W1 step by step names the moment: weights written between steps, and a forward that alone differs") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  // kind 0: after step 2's update the loop nudges fc2.weight by a draw from std::random_device
+  // (one value added to every weight of the head: every logit moves by the same amount, which
+  // the softmax ignores, so the losses agree bit for bit while the weights do not);
+  // kind 1: an unseeded input augmentation (the forward alone differs; weights and gradients of
+  // step 1 are what the forward made of them, so the gradient parts at the same step as the loss).
+  auto run_of = [&](int kind) {
+    return [&d, &ce, kind](uint64_t seed) {
+      manual_seed(seed);
+      auto m = std::make_shared<Mlp>();
+      optim::SGD opt(m->parameters(), optim::SGDOptions(0.05));
+      debug::StepRecorder rec(*m, opt);
+      std::random_device rd;
+      std::mt19937 src(rd());
+      std::uniform_real_distribution<float> u(-1e-3f, 1e-3f);
+      debug::ReproRun run;
+      for (int64_t i = 0; i < 4; ++i) {
+        const nn::Batch b = d.train->batch(0, i);
+        Tensor x = b.x;
+        if (kind == 1 && i == 1) x = x + static_cast<double>(u(src));
+        opt.zero_grad();
+        Tensor l = ce((*m)(x), b.y);
+        l.backward();
+        opt.step();
+        if (kind == 0 && i == 1) {
+          NoGradGuard ng;
+          m->fc2->weight.add_(static_cast<double>(u(src)));
+        }
+        run.losses.push_back(l.item<double>());
+      }
+      run.model = m;
+      run.steps = rec.fingerprints();
+      return run;
+    };
+  };
+  SUBCASE("weights written between steps that the loss cannot see") {
+    const std::vector<debug::Finding> f = debug::check_reproducible(run_of(0), 1);
+    REQUIRE(f.size() == 1);
+    INFO(f[0].str());
+    CHECK(f[0].severity == debug::Severity::Error);
+    CHECK(f[0].title.find("part at step 3: the weight before the step's forward of fc2.weight differs, though the "
+                          "losses agree at every step") != std::string::npos);
+    CHECK(f[0].cause.find("outside the optimizer") != std::string::npos);
+  }
+  SUBCASE("an unseeded augmentation: the step's gradient parts with its loss") {
+    const std::vector<debug::Finding> f = debug::check_reproducible(run_of(1), 1);
+    REQUIRE(f.size() == 1);
+    INFO(f[0].str());
+    CHECK(f[0].title.find("part at step 2: the gradient of fc1.weight differs, at the step the losses part") !=
+          std::string::npos);
+  }
+}
