@@ -623,6 +623,30 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
 
 // ---- D5 normalisation -----------------------------------------------------------------
 
+namespace {
+// The histogram bin of a row's largest |value|: 8 per power of 2, 2^-64 .. 2^64 (0 and below in bin 0).
+int row_bin(float v) {
+  if (!(v > 0.0f)) return 0;
+  const int b = static_cast<int>(std::floor(std::log2(v) * 8.0f)) + 512;
+  return std::clamp(b, 0, 1023);
+}
+double bin_value(int b) { return std::exp2((static_cast<double>(b - 512) + 0.5) / 8.0); }  // its geometric middle
+}  // namespace
+
+void RowRangeTracker::add_row(float max_abs, int64_t step, int64_t row) {
+  ++hist_[static_cast<size_t>(row_bin(max_abs))];
+  ++rows_;
+  auto smaller = [](const Row& x, const Row& y) { return x.max_abs > y.max_abs; };  // a min-heap
+  if (static_cast<int>(top_.size()) < kTop) {
+    top_.push_back({max_abs, step, row});
+    std::push_heap(top_.begin(), top_.end(), smaller);
+  } else if (max_abs > top_.front().max_abs) {
+    std::pop_heap(top_.begin(), top_.end(), smaller);
+    top_.back() = {max_abs, step, row};
+    std::push_heap(top_.begin(), top_.end(), smaller);
+  }
+}
+
 void RowRangeTracker::record(const Tensor& x, int64_t step) {
   if (!x.defined() || x.dim() < 1 || x.numel() == 0 || x.dtype() != kFloat32 || !x.device().is_cpu() ||
       !x.is_contiguous() || !found_.empty())
@@ -645,41 +669,48 @@ void RowRangeTracker::record(const Tensor& x, int64_t step) {
     }
     float top = m[0];
     for (int l = 1; l < 8; ++l) top = m[l] > top ? m[l] : top;
-    rows_.push_back({top, step, r});
+    add_row(top, step, r);
   }
   rows_total_ += n;
 }
 
 void RowRangeTracker::end_epoch() {
-  const int64_t epoch = epoch_++;
-  std::vector<Row> rows;
-  rows.swap(rows_);
-  if (!found_.empty() || static_cast<int64_t>(rows.size()) < o_.row_range_min_rows) return;
-  std::vector<double> maxima;
-  maxima.reserve(rows.size());
-  for (const Row& r : rows) maxima.push_back(r.max_abs);
-  const double med = median(maxima);
+  const int64_t epoch = epoch_++, rows = rows_;
+  std::vector<Row> top;
+  top.swap(top_);
+  std::vector<int64_t> hist(kBins, 0);
+  hist.swap(hist_);
+  rows_ = 0;
+  if (!found_.empty() || rows < o_.row_range_min_rows) return;
+  // The median row's largest |value|, to the histogram's resolution (a bin is 9% wide).
+  int64_t seen = 0;
+  int mid = 0;
+  for (; mid < kBins; ++mid)
+    if ((seen += hist[static_cast<size_t>(mid)]) * 2 >= rows) break;
+  const double med = mid == 0 ? 0.0 : bin_value(mid);
   const double limit = std::max(o_.row_range_ratio * med, o_.raw_max);
+  // The rows out of range: counted exactly among the kTop largest; beyond them, at least kTop.
   int64_t out = 0;
   const Row* worst = nullptr;
-  for (const Row& r : rows)
+  for (const Row& r : top)
     if (r.max_abs > limit) {
       ++out;
       if (!worst || r.max_abs > worst->max_abs) worst = &r;
     }
   if (!worst) return;
+  const bool more = out == kTop;  // every kept row is out of range: there may be more
   Finding f = make("D5", Severity::Warning,
-                   num(out) + " of the " + num(static_cast<int64_t>(rows.size())) + " training rows of epoch " +
+                   (more ? "at least " : "") + num(out) + " of the " + num(rows) + " training rows of epoch " +
                        num(epoch) + " are out of range: values up to " + fmt_num(worst->max_abs) + ", " +
                        fmt_num(worst->max_abs / std::max(med, 1e-30)) + "x the typical row's largest |value| (" +
                        fmt_num(med) + "): those rows were not scaled like the rest");
   f.step = worst->step;
   f.evidence = {{"rows out of range", static_cast<double>(out),
                  "largest |value| > max(" + fmt_num(o_.row_range_ratio) + " x the median row's, " + fmt_num(o_.raw_max) +
-                     ") warns"},
-                {"training rows seen in the epoch", static_cast<double>(rows.size()), "every row the loop trained on"},
+                     ") warns" + (more ? "; counted among the " + num(kTop) + " largest rows" : "")},
+                {"training rows seen in the epoch", static_cast<double>(rows), "every row the loop trained on"},
                 {"largest |value| of a row", worst->max_abs, ""},
-                {"median row's largest |value|", med, ""},
+                {"median row's largest |value|", med, "to 9%: a histogram of 8 bins per power of 2"},
                 {"step of that row", static_cast<double>(worst->step), ""},
                 {"its row in the batch", static_cast<double>(worst->row), ""}};
   f.cause = "a few examples skipped the scaling the others had (a second data source, a code path that returns "
@@ -691,7 +722,7 @@ void RowRangeTracker::end_epoch() {
 }
 
 std::vector<Finding> RowRangeTracker::findings() {
-  if (!rows_.empty()) end_epoch();
+  if (rows_ > 0) end_epoch();
   return found_;
 }
 

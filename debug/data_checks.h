@@ -208,7 +208,8 @@ std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& o
 // D5 on every training row, each epoch (UMLAUT's "input not normalised" takes the min and max of
 // the training inputs each epoch): the monitor hands it every training batch it sees (a forward
 // with gradients on), and it keeps each row's largest |value| (a float per row, one pass over the
-// batch, host float32 batches only). At the end of an epoch (end_epoch(), and findings() for the
+// batch, host float32 batches only) in a fixed amount of memory: a histogram of the row maxima
+// (8 bins per power of 2, for the median) and the kTop largest rows. At the end of an epoch (end_epoch(), and findings() for the
 // last one) a row whose largest |value| is above row_range_ratio x the epoch's median row's and
 // above raw_max is out of range: one warning, the first epoch that has such rows. Data scaled as a
 // whole is silent (every row alike); data never scaled at all is the batch rule's (the median row
@@ -226,9 +227,12 @@ class RowRangeTracker {
     float max_abs;
     int64_t step, row;
   };
+  static constexpr int kBins = 1024, kTop = 64;
+  void add_row(float max_abs, int64_t step, int64_t row);
   DataCheckOptions o_;
-  std::vector<Row> rows_;  // this epoch's rows
-  int64_t epoch_ = 1, rows_total_ = 0;
+  std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);  // this epoch's row maxima, by log2 x 8
+  std::vector<Row> top_;                                         // its kTop largest rows (a min-heap)
+  int64_t epoch_ = 1, rows_ = 0, rows_total_ = 0;
   std::vector<Finding> found_;
 };
 

@@ -323,3 +323,48 @@ TEST_CASE("W1 step by step names the moment: weights written between steps, and 
           std::string::npos);
   }
 }
+
+TEST_CASE("D5's row tracker: silent on standardised and [0, 1] data of many rows, exact on a few rows, bounded on many") {
+  Generator g(7);
+  SUBCASE("standardised Gaussian rows and [0, 1] pixels: silent") {
+    for (const bool pixels : {false, true}) {
+      debug::RowRangeTracker t;
+      for (int64_t step = 1; step <= 200; ++step) {
+        const Tensor x = pixels ? rand({64, 784}, {}, &g) : randn({64, 784}, {}, &g);
+        t.record(x, step);
+        if (step % 50 == 0) t.end_epoch();
+      }
+      CHECK(t.findings().empty());
+      CHECK(t.rows_seen() == 200 * 64);
+    }
+  }
+  SUBCASE("three rows of 12800 raw: named with the step of the largest") {
+    debug::RowRangeTracker t;
+    for (int64_t step = 1; step <= 200; ++step) {
+      Tensor x = rand({64, 784}, {}, &g);
+      if (step == 17 || step == 90 || step == 91) {
+        NoGradGuard ng;
+        x.narrow(0, 5, 1).mul_(step == 90 ? 300.0 : 255.0);
+      }
+      t.record(x, step);
+    }
+    const std::vector<debug::Finding> f = t.findings();
+    REQUIRE(f.size() == 1);
+    INFO(f[0].str());
+    CHECK(f[0].evidence[0].value == 3);
+    CHECK(f[0].step == 90);
+    CHECK(f[0].evidence[5].value == 5);
+  }
+  SUBCASE("a fifth of the rows raw: at least 64 (memory stays bounded)") {
+    debug::RowRangeTracker t;
+    for (int64_t step = 1; step <= 50; ++step) {
+      Tensor x = rand({64, 784}, {}, &g);
+      NoGradGuard ng;
+      x.narrow(0, 0, 13).mul_(255.0);
+      t.record(x, step);
+    }
+    const std::vector<debug::Finding> f = t.findings();
+    REQUIRE(f.size() == 1);
+    CHECK(f[0].title.rfind("at least 64 of the 3200 training rows", 0) == 0);
+  }
+}
