@@ -274,7 +274,7 @@ TEST_CASE("W1 step by step names the moment: weights written between steps, and 
   nn::CrossEntropyLoss ce;
   // kind 0: after step 2's update the loop nudges fc2.weight by a draw from std::random_device
   // (one value added to every weight of the head: every logit moves by the same amount, which
-  // the softmax ignores, so the losses agree bit for bit while the weights do not);
+  // the softmax ignores, so the losses agree, to rounding, while the weights do not);
   // kind 1: an unseeded input augmentation (the forward alone differs; weights and gradients of
   // step 1 are what the forward made of them, so the gradient parts at the same step as the loss).
   auto run_of = [&](int kind) {
@@ -311,8 +311,12 @@ TEST_CASE("W1 step by step names the moment: weights written between steps, and 
     REQUIRE(f.size() == 1);
     INFO(f[0].str());
     CHECK(f[0].severity == debug::Severity::Error);
-    CHECK(f[0].title.find("part at step 3: the weight before the step's forward of fc2.weight differs, though the "
-                          "losses agree at every step") != std::string::npos);
+    // The losses agree bit for bit for most draws; a shift can round differently in the last bit,
+    // and then they part at this same step: the weights are named first either way.
+    CHECK(f[0].title.find("part at step 3: the weight before the step's forward of fc2.weight differs") !=
+          std::string::npos);
+    CHECK((f[0].title.find("though the losses agree at every step") != std::string::npos ||
+           f[0].title.find("at the step the losses part") != std::string::npos));
     CHECK(f[0].cause.find("outside the optimizer") != std::string::npos);
   }
   SUBCASE("an unseeded augmentation: the step's gradient parts with its loss") {
