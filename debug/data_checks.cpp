@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
@@ -624,13 +625,19 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
 // ---- D5 normalisation -----------------------------------------------------------------
 
 namespace {
-// The histogram bin of a row's largest |value|: 8 per power of 2, 2^-64 .. 2^64 (0 and below in bin 0).
+// The histogram bin of a row's largest |value| (>= 0): the float's exponent and the top 3 bits of
+// its mantissa, so 8 bins per power of 2 over every float, read from the bits.
 int row_bin(float v) {
-  if (!(v > 0.0f)) return 0;
-  const int b = static_cast<int>(std::floor(std::log2(v) * 8.0f)) + 512;
-  return std::clamp(b, 0, 1023);
+  uint32_t b = 0;
+  std::memcpy(&b, &v, sizeof b);
+  return static_cast<int>((b >> 20) & 0x7FF);
 }
-double bin_value(int b) { return std::exp2((static_cast<double>(b - 512) + 0.5) / 8.0); }  // its geometric middle
+double bin_value(int bin) {  // the middle of the bin
+  const uint32_t b = (static_cast<uint32_t>(bin) << 20) | 0x80000u;
+  float v = 0.0f;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
 }  // namespace
 
 void RowRangeTracker::add_row(float max_abs, int64_t step, int64_t row) {
@@ -654,12 +661,13 @@ void RowRangeTracker::record(const Tensor& x, int64_t step) {
   const int64_t n = x.size(0), k = x.numel() / n;
   const float* p = x.data_ptr<float>();
   for (int64_t r = 0; r < n; ++r) {
-    // Eight running maxima, so the loop vectorises; NaN compares false and is skipped (D2's).
-    float m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    // 32 running maxima (four independent vector registers of 8, so the max's latency does not
+    // serialise the loop); NaN compares false and is skipped (D2's).
+    float m[32] = {};
     const float* row = p + r * k;
     int64_t j = 0;
-    for (; j + 8 <= k; j += 8)
-      for (int l = 0; l < 8; ++l) {
+    for (; j + 32 <= k; j += 32)
+      for (int l = 0; l < 32; ++l) {
         const float a = std::fabs(row[j + l]);
         m[l] = a > m[l] ? a : m[l];
       }
@@ -668,7 +676,7 @@ void RowRangeTracker::record(const Tensor& x, int64_t step) {
       m[0] = a > m[0] ? a : m[0];
     }
     float top = m[0];
-    for (int l = 1; l < 8; ++l) top = m[l] > top ? m[l] : top;
+    for (int l = 1; l < 32; ++l) top = m[l] > top ? m[l] : top;
     add_row(top, step, r);
   }
   rows_total_ += n;

@@ -227,7 +227,7 @@ class RowRangeTracker {
     float max_abs;
     int64_t step, row;
   };
-  static constexpr int kBins = 1024, kTop = 64;
+  static constexpr int kBins = 2048, kTop = 64;
   void add_row(float max_abs, int64_t step, int64_t row);
   DataCheckOptions o_;
   std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);  // this epoch's row maxima, by log2 x 8

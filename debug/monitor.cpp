@@ -151,12 +151,19 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       for (const Tensor& b : m.buffers(false)) v += b.version();
       return v;
     };
-    hooks_.pre(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&) {
-      if (!probing_) buffer_versions_[i] = buffer_version(self);
-    });
-    hooks_.post(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
-      if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
-    });
+    // A few integer reads: not timed.
+    hooks_.pre(
+        modules_[i].first,
+        [this, i, buffer_version](nn::Module& self, const Tensor&) {
+          if (!probing_) buffer_versions_[i] = buffer_version(self);
+        },
+        false);
+    hooks_.post(
+        modules_[i].first,
+        [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
+          if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
+        },
+        false);
   }
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
     if (probing_) return;  // the monitor's own probe of the model
