@@ -203,12 +203,14 @@ int cmd_doctor(const std::vector<std::string>& args) {
       mo.baseline_steps = 80;
       extra.add(debug::capacity_check(make, 16, 128, train, loss, mo));
     });
-    // W1: the recipe trained twice for 20 steps with one seed: the losses and the final parameters.
+    // W1: the recipe trained twice for 20 steps with one seed: the losses, every step's weights and
+    // gradients, and the final parameters.
     guarded("the reproducibility check (W1)", [&] {
       extra.add(debug::check_reproducible([&](uint64_t seed) -> debug::ReproRun {
         debug::zoo::Options ro = o;
         ro.seed = seed;
         debug::zoo::Variant rv = debug::zoo::build(bugs, ro);
+        debug::StepRecorder rec(*rv.model, *rv.optimizer);
         std::vector<double> losses;
         int64_t step = 0;
         for (const nn::Batch& b : *rv.train) {
@@ -219,7 +221,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
           rv.optimizer->step();
           losses.push_back(l.item<double>());
         }
-        return {losses, rv.model};
+        return {losses, rv.model, rec.fingerprints()};
       }, o.seed));
     });
   }

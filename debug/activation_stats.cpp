@@ -43,10 +43,15 @@ void DeadReluTracker::attach(nn::Module& model) {
     s.module = module_label(path, *m);
     layers_.push_back(s);
     alive_in_pass_.emplace_back();
-    hooks_.post(m, [this, idx](nn::Module&, const Tensor&, const Tensor& y) {
-      // A NaN is not "<= 0": batches with non-finite activations say nothing about dead units.
-      if (active_ && y.defined() && y.dim() >= 1 && y.is_floating_point() && all_finite(y)) record(idx, y);
-    });
+    hooks_.post(
+        m,
+        [this, idx](nn::Module&, const Tensor&, const Tensor& y) {
+          if (!active_) return;  // untimed while inactive (every step but the sampled ones)
+          detail::OwnTime own;
+          // A NaN is not "<= 0": batches with non-finite activations say nothing about dead units.
+          if (y.defined() && y.dim() >= 1 && y.is_floating_point() && all_finite(y)) record(idx, y);
+        },
+        false);
   }
 }
 
@@ -157,6 +162,7 @@ void SaturationTracker::attach(nn::Module& model) {
     layers_.push_back(s);
     hooks_.pre(m, [this, idx, type](nn::Module&, const Tensor& x) {
       if (!active_ || !x.defined() || !x.is_floating_point() || x.numel() == 0) return;
+      detail::OwnTime own;
       NoGradGuard ng;
       const double frac =
           sum((abs(x.detach()) > o_.saturation_threshold).to(kFloat64)).item<double>() / static_cast<double>(x.numel());
@@ -172,7 +178,7 @@ void SaturationTracker::attach(nn::Module& model) {
       st.mean = (st.mean * static_cast<double>(st.batches) + frac) / static_cast<double>(st.batches + 1);
       ++st.batches;
       st.history.emplace_back(step_, frac);
-    });
+    }, false);
   }
 }
 

@@ -107,10 +107,11 @@ const std::vector<CheckInfo>& all_checks() {
        "verify that each (x, y) a loader yields is a pair that exists in the dataset (by hashing x back to its "
        "index); catches X shuffled without Y",
        "debug::check_alignment", "gradsleuth doctor --bug B07", true},
-      {"D5", "normalisation", "data", {"Debugging Training", "Debugging neural networks"},
+      {"D5", "normalisation", "data", {"Debugging Training", "Debugging neural networks", "UMLAUT"},
        "per-feature mean ~ 0 / std ~ 1 (or range [0,1]); warn on raw 0..255 pixels or features whose scales "
-       "differ by orders of magnitude",
-       "debug::check_normalisation", "gradsleuth doctor --bug B25", true},
+       "differ by orders of magnitude; each epoch, every training row's largest |value| against 20 x the median "
+       "row's (and 10)",
+       "debug::check_normalisation, debug::RowRangeTracker", "gradsleuth doctor --bug B25", true},
       {"D6", "label shape vs loss", "data", {"Debugging neural networks"},
        "labels (B,1) against predictions (B,) or the reverse: say so before the loss broadcasts",
        "debug::check_label_shape", "gradsleuth doctor --bug B01", true},
@@ -159,8 +160,10 @@ const std::vector<CheckInfo>& all_checks() {
       {"L3", "BCE on logits", "loss", {"Debugging Training"}, "binary cross-entropy fed with values outside [0,1]",
        "debug::check_bce_input", "gradsleuth doctor --bug B09", true},
       {"L4", "initial loss", "loss", {"Debugging neural networks", "Karpathy 2019"},
-       "first cross-entropy ~ log(C) (also BCE/MSE with a stated expectation); warn when far off",
-       "debug::check_initial_loss", "gradsleuth doctor", true},
+       "first cross-entropy ~ log(C) (also BCE/MSE with a stated expectation); warn when far off; the untrained "
+       "model's mean output against the batch's class frequencies (KL 0.5 nats above uniform guessing) or target "
+       "mean (3 target stds)",
+       "debug::check_initial_loss, debug::check_initial_outputs", "gradsleuth doctor", true},
       {"L5", "all labels masked", "loss", {"Troubleshooting Tips"},
        "cross-entropy with every label = ignore_index must not produce NaN silently; warn",
        "debug::check_masked_targets", "gradsleuth doctor --bug B19", true},
@@ -267,10 +270,11 @@ const std::vector<CheckInfo>& all_checks() {
        "per layer output over the sampled steps of the run: its variance (the median of the last 3 samples) below "
        "1e-4 x or above 1e4 x its variance at the first sampled step",
        "debug::VarianceTracker, debug::Monitor", "gradsleuth doctor", true},
-      {"M27", "activation variance across layers", "model", {"SageMaker Debugger"},
+      {"M27", "weight initialisation across layers", "model", {"SageMaker Debugger"},
        "at initialisation, the variance of every ReLU layer's input in one forward: the largest above 100 x the "
-       "smallest",
-       "debug::check_activation_variance", "gradsleuth doctor", true},
+       "smallest; over the first 10 steps, each weight's gradient: the 5th-95th percentile spread of its units' "
+       "rows about their mean below 1e-3 x its root mean square at every step (symmetric units)",
+       "debug::check_activation_variance, debug::GradientSpreadTracker, debug::Monitor", "gradsleuth doctor", true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1", "gradient health", "optimisation", {"Debugging Training", "Troubleshooting Tips", "debug-training", "Systematic Methodology"},
        "per parameter: NaN, Inf, vanishing (norm < 1e-7), exploding (norm > 1e3), no gradient; first/last layer "
@@ -299,8 +303,9 @@ const std::vector<CheckInfo>& all_checks() {
        "RMSprop [1e-5, 1e-2]; SGD [1e-4, 1]",
        "debug::check_learning_rate_range", "gradsleuth doctor --bug B24", true},
       // ---- workflow ------------------------------------------------------------------------------
-      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses (and, given the models, final parameters)",
-       "debug::check_reproducible", "gradsleuth doctor", true},
+      {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses (and, given the models, final parameters; given a "
+       "StepRecorder's fingerprints, every step's weights and gradients, naming where the runs part)",
+       "debug::check_reproducible, debug::StepRecorder", "gradsleuth doctor", true},
       {"W2", "pre-training gate", "workflow", {"Troubleshooting Tips", "Debugging Training"},
        "one call: devices, trainable parameters, forward, backward, non-finite gradients, overfit-one-batch, "
        "initial loss",

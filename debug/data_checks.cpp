@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
@@ -622,6 +623,116 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
 }
 
 // ---- D5 normalisation -----------------------------------------------------------------
+
+namespace {
+// The histogram bin of a row's largest |value| (>= 0): the float's exponent and the top 3 bits of
+// its mantissa, so 8 bins per power of 2 over every float, read from the bits.
+int row_bin(float v) {
+  uint32_t b = 0;
+  std::memcpy(&b, &v, sizeof b);
+  return static_cast<int>((b >> 20) & 0x7FF);
+}
+double bin_value(int bin) {  // the middle of the bin
+  const uint32_t b = (static_cast<uint32_t>(bin) << 20) | 0x80000u;
+  float v = 0.0f;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+}  // namespace
+
+void RowRangeTracker::add_row(float max_abs, int64_t step, int64_t row) {
+  ++hist_[static_cast<size_t>(row_bin(max_abs))];
+  ++rows_;
+  auto smaller = [](const Row& x, const Row& y) { return x.max_abs > y.max_abs; };  // a min-heap
+  if (static_cast<int>(top_.size()) < kTop) {
+    top_.push_back({max_abs, step, row});
+    std::push_heap(top_.begin(), top_.end(), smaller);
+  } else if (max_abs > top_.front().max_abs) {
+    std::pop_heap(top_.begin(), top_.end(), smaller);
+    top_.back() = {max_abs, step, row};
+    std::push_heap(top_.begin(), top_.end(), smaller);
+  }
+}
+
+void RowRangeTracker::record(const Tensor& x, int64_t step) {
+  if (!x.defined() || x.dim() < 1 || x.numel() == 0 || x.dtype() != kFloat32 || !x.device().is_cpu() ||
+      !x.is_contiguous() || !found_.empty())
+    return;
+  const int64_t n = x.size(0), k = x.numel() / n;
+  const float* p = x.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    // 32 running maxima (four independent vector registers of 8, so the max's latency does not
+    // serialise the loop); NaN compares false and is skipped (D2's).
+    float m[32] = {};
+    const float* row = p + r * k;
+    int64_t j = 0;
+    for (; j + 32 <= k; j += 32)
+      for (int l = 0; l < 32; ++l) {
+        const float a = std::fabs(row[j + l]);
+        m[l] = a > m[l] ? a : m[l];
+      }
+    for (; j < k; ++j) {
+      const float a = std::fabs(row[j]);
+      m[0] = a > m[0] ? a : m[0];
+    }
+    float top = m[0];
+    for (int l = 1; l < 32; ++l) top = m[l] > top ? m[l] : top;
+    add_row(top, step, r);
+  }
+  rows_total_ += n;
+}
+
+void RowRangeTracker::end_epoch() {
+  const int64_t epoch = epoch_++, rows = rows_;
+  std::vector<Row> top;
+  top.swap(top_);
+  std::vector<int64_t> hist(kBins, 0);
+  hist.swap(hist_);
+  rows_ = 0;
+  if (!found_.empty() || rows < o_.row_range_min_rows) return;
+  // The median row's largest |value|, to the histogram's resolution (a bin is 9% wide).
+  int64_t seen = 0;
+  int mid = 0;
+  for (; mid < kBins; ++mid)
+    if ((seen += hist[static_cast<size_t>(mid)]) * 2 >= rows) break;
+  const double med = mid == 0 ? 0.0 : bin_value(mid);
+  const double limit = std::max(o_.row_range_ratio * med, o_.raw_max);
+  // The rows out of range: counted exactly among the kTop largest; beyond them, at least kTop.
+  int64_t out = 0;
+  const Row* worst = nullptr;
+  for (const Row& r : top)
+    if (r.max_abs > limit) {
+      ++out;
+      if (!worst || r.max_abs > worst->max_abs) worst = &r;
+    }
+  if (!worst) return;
+  const bool more = out == kTop;  // every kept row is out of range: there may be more
+  Finding f = make("D5", Severity::Warning,
+                   (more ? "at least " : "") + num(out) + " of the " + num(rows) + " training rows of epoch " +
+                       num(epoch) + " are out of range: values up to " + fmt_num(worst->max_abs) + ", " +
+                       fmt_num(worst->max_abs / std::max(med, 1e-30)) + "x the typical row's largest |value| (" +
+                       fmt_num(med) + "): those rows were not scaled like the rest");
+  f.step = worst->step;
+  f.evidence = {{"rows out of range", static_cast<double>(out),
+                 "largest |value| > max(" + fmt_num(o_.row_range_ratio) + " x the median row's, " + fmt_num(o_.raw_max) +
+                     ") warns" + (more ? "; counted among the " + num(kTop) + " largest rows" : "")},
+                {"training rows seen in the epoch", static_cast<double>(rows), "every row the loop trained on"},
+                {"largest |value| of a row", worst->max_abs, ""},
+                {"median row's largest |value|", med, "to 9%: a histogram of 8 bins per power of 2"},
+                {"step of that row", static_cast<double>(worst->step), ""},
+                {"its row in the batch", static_cast<double>(worst->row), ""}};
+  f.cause = "a few examples skipped the scaling the others had (a second data source, a code path that returns "
+            "before normalising, a corrupted file): sampled batches rarely show them, but each time one is drawn "
+            "its inputs are orders of magnitude larger, so its loss and gradients spike and the weights jump";
+  f.fix = "find the rows (print the batch at that step, or scan the dataset for rows with |x| above the limit) and "
+          "apply the same preprocessing to every example; drop rows you cannot repair";
+  found_.push_back(std::move(f));
+}
+
+std::vector<Finding> RowRangeTracker::findings() {
+  if (rows_ > 0) end_epoch();
+  return found_;
+}
 
 std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts) {
   GS_CHECK(x.defined(), "check_normalisation", "needs a defined input sample x (N, D...)");

@@ -55,6 +55,11 @@ struct DataCheckOptions {
   double max_scale_ratio = 100.0;
   double scale_low_quantile = 0.1;
   double constant_rel_std = 1e-6;  // a feature with std <= this * the largest std counts as constant (ignored)
+  // On every training row (RowRangeTracker, in the monitor): a row whose largest |value| is above
+  // row_range_ratio x the median row's largest |value| of its epoch, and above raw_max, is out of
+  // range; judged from row_range_min_rows rows of an epoch on.
+  double row_range_ratio = 20.0;
+  int64_t row_range_min_rows = 64;
   // ---- D8 batch diversity ----
   int64_t diversity_batches = 20;       // batches sampled, evenly spread over the epoch
   int64_t min_batch_for_diversity = 8;  // smaller batches may hold one class by chance: not judged
@@ -199,6 +204,37 @@ std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Datas
 // D13, D14, D15 and D16 with each split read once.
 std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other,
                                   const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D5 on every training row, each epoch (UMLAUT's "input not normalised" takes the min and max of
+// the training inputs each epoch): the monitor hands it every training batch it sees (a forward
+// with gradients on), and it keeps each row's largest |value| (a float per row, one pass over the
+// batch, host float32 batches only) in a fixed amount of memory: a histogram of the row maxima
+// (8 bins per power of 2, for the median) and the kTop largest rows. At the end of an epoch (end_epoch(), and findings() for the
+// last one) a row whose largest |value| is above row_range_ratio x the epoch's median row's and
+// above raw_max is out of range: one warning, the first epoch that has such rows. Data scaled as a
+// whole is silent (every row alike); data never scaled at all is the batch rule's (the median row
+// is then large too): this finds the few rows that skipped the scaling.
+class RowRangeTracker {
+ public:
+  explicit RowRangeTracker(DataCheckOptions o = {}) : o_(o) {}
+  void record(const Tensor& x, int64_t step);  // x (N, D...): one training batch
+  void end_epoch();
+  std::vector<Finding> findings();  // judges the epoch in progress too
+  int64_t rows_seen() const { return rows_total_; }
+
+ private:
+  struct Row {
+    float max_abs;
+    int64_t step, row;
+  };
+  static constexpr int kBins = 2048, kTop = 64;
+  void add_row(float max_abs, int64_t step, int64_t row);
+  DataCheckOptions o_;
+  std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);  // this epoch's row maxima, by log2 x 8
+  std::vector<Row> top_;                                         // its kTop largest rows (a min-heap)
+  int64_t epoch_ = 1, rows_ = 0, rows_total_ = 0;
+  std::vector<Finding> found_;
+};
 
 // D1, D2, D3, D5, D8 and D9 on opts.diversity_batches batches of the loader's
 // current epoch (evenly spread; D1 describes the first of them). num_classes <= 0

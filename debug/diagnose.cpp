@@ -120,6 +120,7 @@ void Session::init() {
     o_.gate_options.num_classes = o_.num_classes;
     o_.monitor.num_classes = o_.num_classes;
   }
+  o_.monitor.data = o_.data;  // D5 on every training row uses the data checks' limits
   if (data_.train) {
     if (o_.data_checks) run_data_checks();
     if (o_.gate) {

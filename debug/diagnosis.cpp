@@ -72,6 +72,10 @@ bool zero_gradient(const Finding& f) {
   return (is(f, "M5") && has(f, "all-zero gradient")) || m25_gradient(f) || (is(f, "O6") && has(f, "never changed")) ||
          (is(f, "M6") && (has(f, "no gradient reaches the input") || has(f, "does not depend on its own input")));
 }
+// L4 about the initial outputs against the targets (the others judge the initial loss).
+bool output_init(const Finding& f) { return is(f, "L4") && has(f, "the untrained model's mean"); }
+// M27 about the gradients of the first steps (the others measure activation variance).
+bool symmetric_init(const Finding& f) { return is(f, "M27") && has(f, "units are symmetric"); }
 bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
 // O6 judges the learning rate by what the run did; O8 by its value against the optimizer's
 // usual range before training: both confirm the same cause.
@@ -136,6 +140,9 @@ const std::vector<Cause>& diagnosis_causes() {
        "whether every row of the loss input is a distribution", true, GS_CHECK_CONFIRMS("L2")},
       {"bce-logits", "logits fed to a loss that expects probabilities", "L3", "the range of the BCE input", true,
        GS_CHECK_CONFIRMS("L3")},
+      {"output-init", "a final layer that starts far from the targets (its bias)", "L4",
+       "the untrained model's mean output against the batch's class frequencies or target mean", true,
+       [](const Finding& f) { return output_init(f); }},
       {"sum-reduction", "the loss summed over the batch", "L6", "the gradient's growth when the batch doubles", true,
        GS_CHECK_CONFIRMS("L6")},
       {"rank-loss-logging", "one rank's loss logged as the global loss", "L8", "the logged loss against every rank's", true,
@@ -189,7 +196,11 @@ const std::vector<Cause>& diagnosis_causes() {
        "each parameter and layer output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
       {"init-variance", "activations whose variance shrinks or grows through the layers at initialisation", "M27",
-       "the variance of each ReLU layer's input at initialisation", true, GS_CHECK_CONFIRMS("M27")},
+       "the variance of each ReLU layer's input at initialisation", true,
+       [](const Finding& f) { return is(f, "M27") && !symmetric_init(f); }},
+      {"symmetric-init", "weights initialised symmetric (one value), so a layer's units stay identical", "M27",
+       "the 5th-95th percentile spread of each weight's gradient over the first steps", true,
+       [](const Finding& f) { return symmetric_init(f); }, true},
       {"variance-collapse", "a layer whose output became constant", "M26",
        "the variance of each layer's output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M26") && has(f, "collapsed"); }},
@@ -247,7 +258,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
       "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
       "frozen", "wrong-backward", "all-zero", "variance-collapse", "dead-relu", "saturation", "bad-init", "init-variance",
-      "shared-weights", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
+      "symmetric-init", "shared-weights", "output-init", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
       "zero-grad", "grad-reduction", "replicas-diverged",
       "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
       "no-backward", "lr-schedule", "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss",
@@ -256,16 +267,19 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       {"non-finite", "NaN/Inf values", "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
        [](const Finding& f) { return nonfinite_member(f); },
        {"nonfinite-input", "masked-targets", "nonfinite-op"}},
-      {"initial-loss", "an initial loss far from log(C)", "L4", [](const Finding& f) { return is(f, "L4"); },
-       {"sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast", "final-activation",
+      {"initial-loss", "an initial loss far from log(C)", "L4 (the loss)",
+       [](const Finding& f) { return is(f, "L4") && !output_init(f); },
+       {"output-init", "sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast", "final-activation",
         "double-softmax", "bce-logits", "batch-mixing", "nonfinite-op", "bad-init", "unscaled-inputs", "class-imbalance"}},
+      {"biased-start", "an untrained model whose mean output is far from the targets", "L4 (the initial outputs)",
+       [](const Finding& f) { return output_init(f); }, {"unscaled-inputs", "bad-init", "init-variance"}},
       {"not-learning", "a loss that does not fall (stuck, at chance, cannot overfit one batch)",
        "L1 (stuck, at chance), M14, M15, L7 (underfitting), O6 (too low)",
        [](const Finding& f) { return not_learning(f); }, any_fault},
       {"unstable-loss", "a loss that spikes, oscillates or diverges; weights that keep growing",
        "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
        [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
-       {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "zero-grad", "grad-reduction",
+       {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad", "grad-reduction",
         "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
       {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient), O2 (vanishing)",
        [](const Finding& f) { return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish")); },
@@ -275,9 +289,10 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the input)",
        [](const Finding& f) { return zero_gradient(f); },
        {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "all-zero", "dead-relu", "saturation",
-        "final-activation", "vanishing-gradients"}},
+        "final-activation", "symmetric-init", "vanishing-gradients"}},
       {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
-       {"bad-init", "init-variance", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction", "lr-too-high"}},
+       {"bad-init", "init-variance", "output-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction",
+        "lr-too-high"}},
       {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7") && has(f, "died during training"); },
        {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
@@ -292,7 +307,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
       {"class-errors", "one class predicted far worse than the others", "D3 (per-class recall)",
        [](const Finding& f) { return d3_class_errors(f); },
        {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift", "final-activation",
-        "lr-too-low", "dead-relu"}},
+        "lr-too-low", "dead-relu", "symmetric-init"}},
       {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
        [](const Finding& f) {
          return (is(f, "L7") && !has(f, "underfitting") && !has(f, "suspiciously high")) ||

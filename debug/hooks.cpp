@@ -29,12 +29,13 @@ H timed(H h) {
 }
 }  // namespace
 
-void HookSet::pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h) {
-  handles_.push_back({m, m.get(), m->register_forward_pre_hook(timed(std::move(h))), false});
+void HookSet::pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h, bool time_it) {
+  handles_.push_back(
+      {m, m.get(), m->register_forward_pre_hook(time_it ? timed(std::move(h)) : std::move(h)), false});
 }
 
-void HookSet::post(const nn::ModulePtr& m, nn::Module::ForwardHook h) {
-  handles_.push_back({m, m.get(), m->register_forward_hook(timed(std::move(h))), false});
+void HookSet::post(const nn::ModulePtr& m, nn::Module::ForwardHook h, bool time_it) {
+  handles_.push_back({m, m.get(), m->register_forward_hook(time_it ? timed(std::move(h)) : std::move(h)), false});
 }
 
 void HookSet::loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook h) {
@@ -67,13 +68,19 @@ void ModuleTracker::attach(nn::Module& model) {
     labels_.push_back(std::make_shared<const std::string>(module_label(path, *m)));
     const std::string* label = labels_.back().get();
     const bool root = path.empty();
-    hooks_.pre(m, [this, label, root](nn::Module&, const Tensor&) {
-      if (root) stack_.clear();  // a forward that threw never popped: start clean at the top
-      stack_.push_back(label);
-    });
-    hooks_.post(m, [this](nn::Module&, const Tensor&, const Tensor&) {
-      if (!stack_.empty()) stack_.pop_back();
-    });
+    // O(1): not timed (two clock reads would cost more than the hook).
+    hooks_.pre(
+        m,
+        [this, label, root](nn::Module&, const Tensor&) {
+          if (root) stack_.clear();  // a forward that threw never popped: start clean at the top
+          stack_.push_back(label);
+        },
+        false);
+    hooks_.post(
+        m, [this](nn::Module&, const Tensor&, const Tensor&) {
+          if (!stack_.empty()) stack_.pop_back();
+        },
+        false);
   }
 }
 

@@ -42,8 +42,11 @@ class HookSet {
   HookSet(const HookSet&) = delete;
   HookSet& operator=(const HookSet&) = delete;
 
-  void pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h);
-  void post(const nn::ModulePtr& m, nn::Module::ForwardHook h);
+  // Each call of a hook is timed as the debug module's own work (two clock reads), unless
+  // `timed` is false: for hooks that are O(1) (a stack push) or that return at once when inactive
+  // and time their own real work with a detail::OwnTime (the trackers of the sampled steps).
+  void pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h, bool timed = true);
+  void post(const nn::ModulePtr& m, nn::Module::ForwardHook h, bool timed = true);
   void loss_pre(const std::shared_ptr<nn::Loss>& l, nn::Loss::LossPreHook h);
   void loss_pre(nn::Loss& l, nn::Loss::LossPreHook h);  // the caller keeps l alive while hooked
   void loss_post(nn::Loss& l, nn::Loss::LossHook h);

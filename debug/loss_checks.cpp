@@ -350,6 +350,139 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
 
 // ---- L4 initial loss --------------------------------------------------------------------
 
+// ---- L4: the initial outputs against the targets ----------------------------------------
+namespace {
+
+// The batch's class frequencies f and mean predicted probabilities p (float64), judged by KL.
+std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::vector<double>& p,
+                                       const std::string& what, const LossCheckOptions& opts) {
+  const size_t C = f.size();
+  double kl = 0.0, kl_uniform = 0.0;
+  for (size_t c = 0; c < C; ++c)
+    if (f[c] > 0) {
+      kl += f[c] * std::log(f[c] / std::max(p[c], 1e-300));
+      kl_uniform += f[c] * std::log(f[c] * static_cast<double>(C));
+    }
+  const double excess = kl - kl_uniform;
+  size_t top = 0, rare = 0;
+  for (size_t c = 1; c < C; ++c) {
+    if (p[c] / std::max(f[c], 1e-12) > p[top] / std::max(f[top], 1e-12)) top = c;
+    if (f[c] > 0 && (f[rare] == 0 || f[c] < f[rare])) rare = c;
+  }
+  std::string bias = "[";
+  for (size_t c = 0; c < C && c < 10; ++c) bias += (c ? ", " : "") + fmt_num(std::log(std::max(f[c], 1e-12)));
+  bias += C > 10 ? ", ...]" : "]";
+  if (excess > opts.initial_output_excess) {
+    Finding g = make("L4", Severity::Warning,
+                     "the untrained model's mean prediction is far from the targets: it gives " + what + " " + num(top) +
+                         " a probability of " + fmt_num(p[top]) + " on average, where the batch has " +
+                         fmt_num(f[top]) + " of them (KL " + fmt_num(kl) + " nats, " + fmt_num(excess) +
+                         " more than uniform guessing)");
+    g.evidence = {{"KL(class frequencies || mean prediction)", kl, ""},
+                  {"KL against uniform predictions", kl_uniform, ""},
+                  {"excess over uniform", excess, "> " + fmt_num(opts.initial_output_excess) + " nats warns"},
+                  {"mean predicted probability of " + what + " " + num(top), p[top], ""},
+                  {"its frequency in the batch", f[top], ""}};
+    g.cause = "the final layer starts biased towards some outputs (a bias set by hand, copied from another "
+              "dataset's priors, or a log taken twice), so training first spends its steps undoing it, and the "
+              "first loss is far above log(C)";
+    g.fix = "initialise the final bias to 0 (uniform start), or to the log of the class frequencies, " + bias +
+            " here (Karpathy: \"initialise well\")";
+    return {g};
+  }
+  if (kl > opts.initial_output_kl) {
+    Finding g = make("L4", Severity::Info,
+                     "the classes are imbalanced and the model starts from uniform predictions: a final bias of log "
+                     "frequency would start at the label distribution (KL " + fmt_num(kl) + " nats)");
+    g.evidence = {{"KL(class frequencies || mean prediction)", kl, "> " + fmt_num(opts.initial_output_kl) + " is said"},
+                  {"frequency of the rarest " + what + " (" + num(rare) + ")", f[rare], ""}};
+    g.fix = "initialise the final layer's bias to log(class frequency), " + bias +
+            ", so the first steps do not go to learning the imbalance (the hockey-stick loss)";
+    return {g};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts) {
+  if (!output.defined() || !target.defined() || !output.is_floating_point() || output.dim() < 1 ||
+      output.size(0) < 2)
+    return {};
+  NoGradGuard ng;
+  const Tensor out = output.detach().to(kCPU).to(kFloat64).contiguous();
+  const int64_t N = out.size(0);
+  // Class indices against (N, C) scores.
+  if (target.dtype() == kInt64 && target.dim() == 1 && target.size(0) == N && out.dim() == 2 && out.size(1) >= 2) {
+    const int64_t C = out.size(1);
+    const Tensor t = target.to(kCPU).contiguous();
+    const int64_t* y = t.data_ptr<int64_t>();
+    for (int64_t i = 0; i < N; ++i)
+      if (y[i] < 0 || y[i] >= C) return {};  // ignore_index or labels out of range: D9 and L5 say so
+    const Tensor prob = softmax(out, 1).contiguous();
+    const double* pr = prob.data_ptr<double>();
+    std::vector<double> f(static_cast<size_t>(C), 0.0), p(static_cast<size_t>(C), 0.0);
+    for (int64_t i = 0; i < N; ++i) {
+      f[static_cast<size_t>(y[i])] += 1.0 / static_cast<double>(N);
+      for (int64_t c = 0; c < C; ++c) p[static_cast<size_t>(c)] += pr[i * C + c] / static_cast<double>(N);
+    }
+    return judge_class_start(f, p, "class", opts);
+  }
+  if (!target.is_floating_point() || target.numel() != out.numel()) return {};
+  const Tensor tt = target.detach().to(kCPU).to(kFloat64).contiguous();
+  const double* y = tt.data_ptr<double>();
+  const double* o = out.data_ptr<double>();
+  const int64_t n = out.numel(), k = n / N;
+  bool binary = true, finite = true, probs = true;
+  for (int64_t i = 0; i < n; ++i) {
+    binary = binary && (y[i] == 0.0 || y[i] == 1.0);
+    finite = finite && std::isfinite(y[i]) && std::isfinite(o[i]);
+    probs = probs && o[i] >= 0.0 && o[i] <= 1.0;
+  }
+  if (!finite) return {};  // D2, M12
+  if (binary) {
+    // Targets of 0 and 1: the mean predicted probability of a 1 against the frequency of 1s.
+    double f1 = 0.0, p1 = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      f1 += y[i] / static_cast<double>(n);
+      p1 += (probs ? o[i] : 1.0 / (1.0 + std::exp(-o[i]))) / static_cast<double>(n);
+    }
+    return judge_class_start({1.0 - f1, f1}, {1.0 - p1, p1}, "target value", opts);
+  }
+  // Regression: per column, the mean output against the target's mean, in target stds.
+  double worst_z = 0.0, mo = 0.0, my = 0.0, sy = 0.0;
+  int64_t worst = -1;
+  for (int64_t j = 0; j < k; ++j) {
+    double so = 0.0, s1 = 0.0, s2 = 0.0;
+    for (int64_t i = 0; i < N; ++i) {
+      so += o[i * k + j];
+      s1 += y[i * k + j];
+    }
+    so /= static_cast<double>(N);
+    s1 /= static_cast<double>(N);
+    for (int64_t i = 0; i < N; ++i) s2 += (y[i * k + j] - s1) * (y[i * k + j] - s1);
+    const double sd = std::sqrt(s2 / static_cast<double>(N));
+    if (!(sd > 1e-12 * std::max(1.0, std::fabs(s1)))) continue;  // a constant target: no scale to judge by
+    const double z = std::fabs(so - s1) / sd;
+    if (z > worst_z) worst_z = z, worst = j, mo = so, my = s1, sy = sd;
+  }
+  if (worst < 0 || !(worst_z > opts.initial_output_z)) return {};
+  Finding g = make("L4", Severity::Warning,
+                   "the untrained model's mean output " + fmt_num(mo) + " is " + fmt_num(worst_z) +
+                       " target stds from the targets' mean " + fmt_num(my) +
+                       (k > 1 ? " (output column " + num(worst) + ")" : std::string()));
+  g.evidence = {{"mean output", mo, ""},
+                {"mean target", my, ""},
+                {"target std", sy, ""},
+                {"|mean output - mean target| / target std", worst_z, "> " + fmt_num(opts.initial_output_z) + " warns"}};
+  g.cause = "the targets are far from 0 and the final layer starts near 0 (its bias at 0): the first steps go to "
+            "learning the targets' mean, with a loss and gradients dominated by that offset";
+  g.fix = "initialise the final layer's bias to the targets' mean (" + fmt_num(my) +
+          ") (Karpathy: \"initialise well\"), or standardise the targets (subtract the mean, divide by the std) "
+          "and undo it on the predictions";
+  return {g};
+}
+
 std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const std::string& kind_in,
                                         const LossCheckOptions& opts) {
   std::string kind = kind_in;

@@ -95,6 +95,15 @@ struct LossCheckOptions {
   // against log(10) = 2.30 over 8 seeds); B03 (sum over a batch of 64): ~64.
   double initial_loss_low = 0.5;
   double initial_loss_high = 1.5;
+  // L4 on the initial outputs (check_initial_outputs). Classes: the mean predicted distribution
+  // p over the batch against the batch's class frequencies f; KL(f || p) above KL(f || uniform)
+  // by more than initial_output_excess nats warns (the start is worse than guessing uniformly:
+  // a biased final layer); KL(f || p) above initial_output_kl alone is info (imbalanced classes,
+  // a neutral start: a final bias of log f would save the first steps). Regression: the mean
+  // output of a target column more than initial_output_z target stds from the target mean warns.
+  double initial_output_excess = 0.5;
+  double initial_output_kl = 0.3;
+  double initial_output_z = 3.0;
 
   // ---- L6 reduction ----
   // Gradient norm for the batch twice over / for the batch once: 1 with a mean,
@@ -173,6 +182,15 @@ std::vector<Finding> check_bce_input(const Tensor& input);
 // finite, an info finding with the ratio otherwise.
 std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const std::string& kind = "cross_entropy",
                                         const LossCheckOptions& opts = {});
+
+// L4, the outputs (Karpathy's "initialise well": the final layer's bias against the labels):
+// the untrained model's output (B, C) or (B, k) on its first batch against the batch's targets.
+// Class indices (B) int64 with C >= 2: the mean softmax probability per class against the class
+// frequencies (see LossCheckOptions::initial_output_excess); float targets of 0 and 1 shaped as
+// the output: the mean predicted probability (the output itself when it lies in [0, 1], else its
+// sigmoid) against the frequency of 1; other float targets shaped as the output: each column's
+// mean output against the target mean, in target stds. Silent on other shapes.
+std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts = {});
 
 // L5: class targets (B, ...) int64. A warning when every target equals
 // ignore_index (a mean over no labels is 0 / 0 = NaN, bug B19); an error when

@@ -73,7 +73,7 @@ int64_t ignore_index_of(const nn::Loss& l) {
 // ---- W3 ---------------------------------------------------------------------------------
 Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
     : model_(model), opt_(optimizer), loss_(loss), o_(o), broadcast_(o.broadcast), dead_(o.activations),
-      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), timer_(o.run) {
+      saturation_(o.activations), norms_(o.optim), ratios_(o.optim), zero_(o.run), variance_(o.run), spread_(o.run), rows_(o.data), timer_(o.run) {
   // O5 and M2 are raised by the optimizer and the layers themselves (core
   // warnings): here they become findings.
   warnings_ = std::make_unique<WarningHandlerGuard>([this](const Warning& w) {
@@ -151,12 +151,19 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       for (const Tensor& b : m.buffers(false)) v += b.version();
       return v;
     };
-    hooks_.pre(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&) {
-      if (!probing_) buffer_versions_[i] = buffer_version(self);
-    });
-    hooks_.post(modules_[i].first, [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
-      if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
-    });
+    // A few integer reads: not timed.
+    hooks_.pre(
+        modules_[i].first,
+        [this, i, buffer_version](nn::Module& self, const Tensor&) {
+          if (!probing_) buffer_versions_[i] = buffer_version(self);
+        },
+        false);
+    hooks_.post(
+        modules_[i].first,
+        [this, i, buffer_version](nn::Module& self, const Tensor&, const Tensor&) {
+          if (!probing_ && buffer_version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
+        },
+        false);
   }
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
     if (probing_) return;  // the monitor's own probe of the model
@@ -172,6 +179,9 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     if (GradMode::is_enabled()) {
       last_x_ = x;
       if (!in_step_ && x.defined()) history_.step_inputs.push_back(fingerprint(x));
+      // D5 on every training row: every training forward's batch (several per step when the loop
+      // accumulates gradients).
+      if (x.defined()) rows_.record(x, steps_ + 1);
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
     }
     if (!input_checked_ && x.defined()) {
@@ -449,6 +459,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       add(std::move(f));
     }
   }
+  rows_.end_epoch();
   dead_.end_pass();
   dead_.begin_pass();
 }
@@ -538,6 +549,7 @@ void Monitor::on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& los
 
 void Monitor::on_pre_step(optim::Optimizer&) {
   const bool sample = sampled_step();
+  if (spread_.wants(steps_ + 1)) spread_.record(model_, steps_ + 1);  // M27, the first steps only
   // A non-finite loss (every step) or gradient (sampled steps): find where it
   // came from now, while the weights are still the ones that produced it.
   bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
@@ -645,9 +657,12 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   add(broadcast_.findings());                                                        // M19
   add(zero_.findings(o_.optim.zero_grad_by_construction));                           // M25
   add(variance_.findings());                                                         // M26
+  add(spread_.findings());                                                           // M27 (gradient spread)
+  add(rows_.findings());                                                             // D5 (every training row)
+  if (rows_.rows_seen() > 0) report_.note_ran("D5");
   add(timer_.findings());                                                            // W10
   report_.note_ran("L1, O2, O3, O6, M19, W10");
-  if (steps_ > 0) report_.note_ran("M25, M26");
+  if (steps_ > 0) report_.note_ran("M25, M26, M27");
   if (!dead_.layers().empty()) report_.note_ran("M7");
   if (!saturation_.layers().empty()) report_.note_ran("M8");
   // History for plots, before the trackers go.
@@ -801,6 +816,8 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
         r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
         r.note_ran("L4");
       }
+      r.add(check_initial_outputs(out, y, o.loss));  // L4: the mean output against the targets
+      r.note_ran("L4");
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
           l.backward();
@@ -914,8 +931,67 @@ Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, 
 }
 
 // ---- W1 ---------------------------------------------------------------------------------
+// ---- W1: step fingerprints ----------------------------------------------------------------
+namespace {
+// FNV-1a over the bytes of a host copy, and the float64 sum.
+std::pair<uint64_t, double> fingerprint_of(const Tensor& t) {
+  NoGradGuard ng;
+  const Tensor h = t.detach().to(kCPU).contiguous();
+  const auto* b = static_cast<const unsigned char*>(h.raw_data());
+  uint64_t x = 1469598103934665603ULL;
+  for (size_t i = 0; i < h.nbytes(); ++i) x = (x ^ b[i]) * 1099511628211ULL;
+  const double s = h.numel() == 0 ? 0.0 : sum(h.to(kFloat64)).item<double>();
+  return {x | 1, s};  // never 0, which means "not seen"
+}
+}  // namespace
+
+StepRecorder::StepRecorder(nn::Module& model, optim::Optimizer& optimizer) : model_(model), opt_(optimizer) {
+  for (const auto& [name, p] : model_.named_parameters()) fp_.names.push_back(name);
+  auto root = model_.named_modules().front().second;
+  hooks_.pre(root, [this](nn::Module&, const Tensor&) {
+    if (!GradMode::is_enabled() || open_) return;  // an evaluation, or a second forward of the step
+    std::vector<StepFingerprint>& s = current();
+    size_t i = 0;
+    for (const auto& [name, p] : model_.named_parameters()) {
+      if (i < s.size()) std::tie(s[i].before, s[i].before_sum) = fingerprint_of(p);
+      ++i;
+    }
+  });
+  opt_hooks_.push_back(opt_.add_pre_step_hook([this](optim::Optimizer&) {
+    std::vector<StepFingerprint>& s = current();
+    size_t i = 0;
+    for (const auto& [name, p] : model_.named_parameters()) {
+      const Tensor g = p.grad();
+      if (i < s.size() && g.defined()) std::tie(s[i].grad, s[i].grad_sum) = fingerprint_of(g);
+      ++i;
+    }
+  }));
+  opt_hooks_.push_back(opt_.add_post_step_hook([this](optim::Optimizer&) {
+    std::vector<StepFingerprint>& s = current();
+    size_t i = 0;
+    for (const auto& [name, p] : model_.named_parameters()) {
+      if (i < s.size()) std::tie(s[i].after, s[i].after_sum) = fingerprint_of(p);
+      ++i;
+    }
+    open_ = false;
+  }));
+}
+
+StepRecorder::~StepRecorder() {
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+}
+
+std::vector<StepFingerprint>& StepRecorder::current() {
+  if (!open_) {
+    fp_.steps.emplace_back(fp_.names.size());
+    open_ = true;
+  }
+  return fp_.steps.back();
+}
+
 std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run, uint64_t seed) {
-  return check_reproducible(std::function<ReproRun(uint64_t)>([&run](uint64_t s) { return ReproRun{run(s), nullptr}; }),
+  return check_reproducible(std::function<ReproRun(uint64_t)>([&run](uint64_t s) { return ReproRun{run(s), nullptr, {}}; }),
                             seed);
 }
 
@@ -946,6 +1022,37 @@ ParamDiff compare_parameters(const nn::Module& a, const nn::Module& b) {
   }
   return d;
 }
+// The first (step, parameter, moment) where two runs' fingerprints differ, in the order a step
+// runs: the weight its forward saw, then its gradient, then the updated weight.
+struct StepDiff {
+  int64_t compared = 0;  // steps compared
+  int64_t step = -1;     // 1-based; -1: none differs
+  std::string parameter, moment;
+  double a = 0.0, b = 0.0;  // the two sums
+};
+StepDiff compare_steps(const StepFingerprints& x, const StepFingerprints& y) {
+  StepDiff d;
+  if (x.names != y.names) return d;
+  const size_t n = std::min(x.steps.size(), y.steps.size());
+  d.compared = static_cast<int64_t>(n);
+  for (size_t s = 0; s < n; ++s) {
+    const auto& u = x.steps[s];
+    const auto& v = y.steps[s];
+    for (int m = 0; m < 3; ++m)
+      for (size_t i = 0; i < u.size() && i < v.size(); ++i) {
+        const uint64_t hu = m == 0 ? u[i].before : m == 1 ? u[i].grad : u[i].after;
+        const uint64_t hv = m == 0 ? v[i].before : m == 1 ? v[i].grad : v[i].after;
+        if (hu == hv) continue;
+        d.step = static_cast<int64_t>(s) + 1;
+        d.parameter = x.names[i];
+        d.moment = m == 0 ? "the weight before the step's forward" : m == 1 ? "the gradient" : "the weight after the update";
+        d.a = m == 0 ? u[i].before_sum : m == 1 ? u[i].grad_sum : u[i].after_sum;
+        d.b = m == 0 ? v[i].before_sum : m == 1 ? v[i].grad_sum : v[i].after_sum;
+        return d;
+      }
+  }
+  return d;
+}
 }  // namespace
 
 std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t seed)>& run, uint64_t seed) {
@@ -962,6 +1069,17 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
     }
   const bool models = ra.model && rb.model;
   const ParamDiff pd = models ? compare_parameters(*ra.model, *rb.model) : ParamDiff{};
+  const bool stepwise = !ra.steps.steps.empty() && !rb.steps.steps.empty();
+  const StepDiff sd = stepwise ? compare_steps(ra.steps, rb.steps) : StepDiff{};
+  // Where the runs part step by step, against the losses: "at step 3 the gradient of fc1.weight
+  // differs (sum a vs b), a step before the losses".
+  auto step_evidence = [&] {
+    if (!stepwise || sd.step < 0) return;
+    f.evidence.push_back({"steps whose weights and gradients were compared", static_cast<double>(sd.compared), ""});
+    f.evidence.push_back({"first step where they differ", static_cast<double>(sd.step), ""});
+    f.evidence.push_back({"run 1: sum of " + sd.moment + " of " + sd.parameter, sd.a, ""});
+    f.evidence.push_back({"run 2: the same", sd.b, "must be bit-identical"});
+  };
   auto param_evidence = [&] {
     if (!models) return;
     f.evidence.push_back({"final parameters compared", static_cast<double>(pd.compared), ""});
@@ -969,15 +1087,52 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
     if (pd.differ > 0) f.evidence.push_back({"largest difference in " + pd.first, pd.first_max, "must be 0"});
   };
   const std::string s = std::to_string(seed);
-  if (first == n && a.size() == b.size() && pd.differ == 0) {
+  if (first == n && a.size() == b.size() && pd.differ == 0 && sd.step < 0) {
     f.severity = Severity::Info;
     f.title = "two runs with seed " + s + " gave identical losses (" + std::to_string(n) + " steps)" +
-              (models ? " and identical final parameters (" + std::to_string(pd.compared) + ")" : "");
+              (models ? " and identical final parameters (" + std::to_string(pd.compared) + ")" : "") +
+              (stepwise ? ", with identical weights and gradients at every one of " + std::to_string(sd.compared) +
+                              " steps"
+                        : "");
     f.evidence = {{"steps compared", static_cast<double>(n), ""}};
     param_evidence();
+    if (stepwise) f.evidence.push_back({"steps whose weights and gradients were compared", static_cast<double>(sd.compared), ""});
     return {f};
   }
   f.severity = Severity::Error;
+  // The weights or gradients part before the losses do (or while the losses agree throughout).
+  if (sd.step >= 0 && (first == n || sd.step <= static_cast<int64_t>(first) + 1)) {
+    const bool agree = first == n && a.size() == b.size();
+    const bool earlier = !agree && sd.step < static_cast<int64_t>(first) + 1;
+    f.title = "two runs with the same seed part at step " + std::to_string(sd.step) + ": " + sd.moment + " of " +
+              sd.parameter + " differs" +
+              (agree ? ", though the losses agree at every step"
+                     : earlier ? ", " + std::to_string(first + 1 - sd.step) + " step" + (first + 1 - sd.step == 1 ? "" : "s") +
+                                     " before the losses (step " + std::to_string(first + 1) + ")"
+                               : ", at the step the losses part");
+    f.parameter = sd.parameter;
+    f.step = -1;
+    f.evidence = {{"first step whose loss differs", first < n ? static_cast<double>(first + 1) : std::numeric_limits<double>::quiet_NaN(),
+                   agree ? "none" : ""}};
+    step_evidence();
+    param_evidence();
+    f.cause = sd.moment == "the gradient"
+                  ? "the step's forward saw the same weights, and the gradient came out different: something between "
+                    "the backward and the optimizer's step is not seeded (gradient noise from a generator of its "
+                    "own, an augmentation of the gradient), or the backward's reduction order changes (threads)"
+              : sd.moment == "the weight after the update"
+                  ? "the same weights and gradients were updated into different weights: the optimizer's update is "
+                    "not deterministic (an unseeded noise in the update, a multi-threaded reduction)"
+                  : sd.step == 1
+                  ? "the initial weights differ: the model was built before manual_seed(seed), or a layer draws its "
+                    "initial values from a generator of its own"
+                  : "the weights changed between the last update and this step's forward in different ways: code of "
+                    "the loop writes to the weights outside the optimizer (a perturbation, a reset, a pruning mask) "
+                    "from an unseeded source";
+    f.fix = "seed the generator that part of the loop draws from with the run's seed (a Generator(seed), never "
+            "std::random_device), or run on one thread when bit-exactness matters";
+    return {f};
+  }
   if (first == n && a.size() == b.size()) {
     f.title = "two runs with the same seed give identical losses but end with different parameters: " +
               std::to_string(pd.differ) + " of " + std::to_string(pd.compared) + " differ (first " + pd.first + ")";
@@ -997,6 +1152,8 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
                 {"run 1", first < n ? a[first] : static_cast<double>(a.size()), ""},
                 {"run 2", first < n ? b[first] : static_cast<double>(b.size()), "must equal run 1"}};
   param_evidence();
+  if (stepwise && sd.step < 0)  // the losses part while every weight and gradient agrees: the forward itself
+    f.evidence.push_back({"steps whose weights and gradients agree", static_cast<double>(sd.compared), ""});
   f.cause = "something is not seeded: the initialisation (manual_seed before building the model), the loader's "
             "shuffle seed, dropout, or a multi-threaded reduction whose order changes";
   f.fix = "seed every generator from one value (manual_seed, DataLoaderOptions().seed), and run on one thread "

@@ -1,7 +1,8 @@
 // The training monitor (W3) and the workflow checks around it:
 //   W3 Monitor             attaches to a model, its optimizer and loss (and a
 //                          Trainer) and runs the per-step checks every N steps:
-//                          O1-O6, M7, M8, M25, M26, L1, plus what it hears on every step
+//                          O1-O6, M7, M8, M25, M26, L1 (and M27's gradient spread
+//                          on the first steps, D5 on every training row), plus what it hears on every step
 //                          (O5, M2, M17, M19, L2, L3, L5, M3, D6, W4/M12 when the
 //                          loss turns non-finite);
 //   W2 pretrain_gate       one call before training: devices, trainable
@@ -37,6 +38,7 @@
 #include "debug/activation_stats.h"
 #include "debug/anomaly.h"
 #include "debug/behaviour.h"
+#include "debug/data_checks.h"
 #include "debug/finding.h"
 #include "debug/hooks.h"
 #include "debug/loss_checks.h"
@@ -60,6 +62,7 @@ struct MonitorOptions {
   bool localise_nonfinite = true;
   int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
   RunCheckOptions run;       // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
+  DataCheckOptions data;     // D5 on every training row (RowRangeTracker; a Session passes DiagnoseOptions::data)
 };
 
 // Series for plots (W6).
@@ -141,6 +144,8 @@ class Monitor {
   UpdateRatioTracker ratios_;
   AllZeroTracker zero_;  // M25
   VarianceTracker variance_;  // M26
+  GradientSpreadTracker spread_;  // M27's gradient part (the first steps)
+  RowRangeTracker rows_;          // D5 on every training row
   StepTimer timer_;      // W10
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   // State of the current step.
@@ -187,7 +192,7 @@ struct GateOptions {
 // learning rate (with the optimizer),
 // the train/eval probe (M2: a random layer
 // whose mean training output is not its eval output), the forward with the
-// randomness off (M12 when non-finite), M3, L4 initial loss, the backward (O1
+// randomness off (M12 when non-finite), M3, L4 initial loss and initial outputs against the targets, the backward (O1
 // gradient health, M5 gradient flow), M6 batch mixing, M13 per-layer gradient
 // check (layers with parameters and custom ops; then the whole model's input
 // gradient), L6 reduction and M14 overfit one batch. The model's parameters,
@@ -219,14 +224,53 @@ Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, 
 // bit). An error names the first differing step and both values.
 std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run,
                                         uint64_t seed = 1);
+// W1 step by step: per optimizer step and parameter, a fingerprint of three moments of the step,
+// each an FNV-1a hash of the tensor's bytes (equal hashes: bit-identical) and its float64 sum (to
+// show): the weight as the step's first training forward saw it, its gradient when the optimizer
+// stepped, and the weight after the update.
+struct StepFingerprint {
+  uint64_t before = 0, grad = 0, after = 0;  // 0: not seen (no gradient, no forward)
+  double before_sum = 0.0, grad_sum = 0.0, after_sum = 0.0;
+};
+struct StepFingerprints {
+  std::vector<std::string> names;                   // the parameters, in the model's order
+  std::vector<std::vector<StepFingerprint>> steps;  // [step][parameter]
+};
+// Records them while it lives: a forward pre-hook on the model and the optimizer's step hooks.
+// Construct it after the model and optimizer of a rerun, before its first step; the model and
+// optimizer must outlive it. A read of every parameter (and gradient) three times a step: for the
+// short runs of W1, not for training.
+class StepRecorder {
+ public:
+  StepRecorder(nn::Module& model, optim::Optimizer& optimizer);
+  ~StepRecorder();
+  StepRecorder(const StepRecorder&) = delete;
+  StepRecorder& operator=(const StepRecorder&) = delete;
+  const StepFingerprints& fingerprints() const { return fp_; }
+
+ private:
+  std::vector<StepFingerprint>& current();
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  HookSet hooks_;
+  std::vector<size_t> opt_hooks_;
+  StepFingerprints fp_;
+  bool open_ = false;  // a step began (its first training forward) and has not been stepped
+};
+
 // What a run returns to compare more than its losses: the step losses and the trained model.
 struct ReproRun {
   std::vector<double> losses;
   nn::ModulePtr model;  // its final parameters are compared by name, bit for bit (null: losses only)
+  // Filled from a StepRecorder (recorder.fingerprints()): the weights and gradients of every step
+  // are compared too, and an error names the first step, parameter and moment where the runs part.
+  StepFingerprints steps;
 };
 // The same on runs that return their model: the losses must be identical, and so must every
 // final parameter. An error names the first parameter that differs and the largest difference
-// (also when the losses agree: a parameter the loss never depended on, left unseeded).
+// (also when the losses agree: a parameter the loss never depended on, left unseeded). With step
+// fingerprints, the first step and parameter whose weight (before the forward), gradient or
+// updated weight differ are named too, against the first step whose loss differs.
 std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t seed)>& run, uint64_t seed = 1);
 
 }  // namespace gradsleuth::debug

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -15,6 +16,83 @@ namespace gradsleuth::debug {
 
 using detail::make;
 using detail::num;
+
+// ---- M27: gradient spread in the first steps ---------------------------------------------
+void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
+  if (!wants(step)) return;
+  NoGradGuard ng;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad() || p.dim() < 2 || p.numel() < o_.spread_min_values) continue;
+    const Tensor g = p.grad();
+    if (!g.defined() || !g.is_floating_point()) continue;
+    // Rows are the layer's units (output channels), the rest of each row their inputs. A unit's
+    // gradient row minus the mean row over the units: zero in every entry when the units are copies.
+    const int64_t units = g.size(0), k = g.numel() / std::max<int64_t>(units, 1);
+    if (units < 4) continue;
+    const Tensor h = g.detach().to(kCPU).to(kFloat64).contiguous();
+    const double* v = h.data_ptr<double>();
+    bool finite = true;
+    double sq = 0.0;
+    std::vector<double> mean(static_cast<size_t>(k), 0.0);
+    for (int64_t i = 0; i < units; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        const double x = v[i * k + j];
+        finite = finite && std::isfinite(x);
+        sq += x * x;
+        mean[static_cast<size_t>(j)] += x / static_cast<double>(units);
+      }
+    if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
+    // The percentiles on at most 4096 of the deviations, at a stride coprime with the row length
+    // (so every row and column is reached): the same answer for symmetric units (all ~0), and a
+    // few microseconds instead of two selections over a large layer's every entry.
+    int64_t stride = std::max<int64_t>(1, (h.numel() + 4095) / 4096);
+    while (stride > 1 && std::gcd(stride, k) != 1) ++stride;
+    std::vector<double> dev;
+    dev.reserve(static_cast<size_t>(h.numel() / stride + 1));
+    for (int64_t e = 0; e < h.numel(); e += stride) dev.push_back(v[e] - mean[static_cast<size_t>(e % k)]);
+    const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
+    const double spread = detail::quantile(dev, 0.95) - detail::quantile(dev, 0.05);
+    const double rel = spread / rms;
+    auto it = std::find_if(seen_.begin(), seen_.end(), [&n = name](const Seen& s) { return s.name == n; });
+    if (it == seen_.end()) {
+      seen_.push_back({name, shape_of(p)});
+      it = seen_.end() - 1;
+    }
+    if (it->steps == 0 || rel > it->max_relative) {
+      it->max_relative = rel;
+      it->spread = spread;
+      it->rms = rms;
+      it->units = units;
+    }
+    ++it->steps;
+  }
+}
+
+std::vector<Finding> GradientSpreadTracker::findings() const {
+  std::vector<Finding> out;
+  for (const Seen& s : seen_) {
+    if (s.steps == 0 || !(s.max_relative < o_.spread_relative)) continue;
+    Finding f = make("M27", Severity::Warning,
+                     "the " + num(s.units) + " units of " + s.name + " get the same gradient at each of the first " +
+                         num(s.steps) + " steps: its units are symmetric (5th-95th percentile spread across the "
+                         "units " + fmt_num(s.spread) + " against a root mean square of " + fmt_num(s.rms) + ")");
+    f.parameter = s.name;
+    f.shape = s.shape;
+    f.evidence = {{"largest spread across the units / rms of the gradient over the first steps", s.max_relative,
+                   "< " + fmt_num(o_.spread_relative) + " at every step flags"},
+                  {"5th-95th percentile spread across the units at that step", s.spread, ""},
+                  {"root mean square of the gradient", s.rms, ""},
+                  {"steps judged", static_cast<double>(s.steps), ""},
+                  {"units (rows)", static_cast<double>(s.units), ""}};
+    f.cause = "the weights were initialised symmetric (one constant, or one row copied): every unit of the layer "
+              "computes the same function and gets the same gradient, and gradient descent keeps them identical, "
+              "so the layer works as a single unit";
+    f.fix = "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
+            "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
 
 // ---- M25 ------------------------------------------------------------------------------------
 void AllZeroTracker::see(Seen& s, const Tensor& t) const {
@@ -52,9 +130,14 @@ void AllZeroTracker::attach(nn::Module& model) {
     if (m->type_name() == "ReLU") continue;  // M7
     const size_t i = outputs_.size();
     outputs_.push_back({module_label(path, *m)});
-    hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
-      if (active_ && GradMode::is_enabled()) see(outputs_[i], out);
-    });
+    hooks_.post(
+        m,
+        [this, i](nn::Module&, const Tensor&, const Tensor& out) {
+          if (!active_ || !GradMode::is_enabled()) return;  // untimed while inactive
+          detail::OwnTime own;
+          see(outputs_[i], out);
+        },
+        false);
   }
 }
 
@@ -173,13 +256,14 @@ void VarianceTracker::attach(nn::Module& model) {
     layers_.push_back({module_label(path, *m), {}});
     hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
       if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point()) return;
+      detail::OwnTime own;  // untimed while inactive
       auto& v = layers_[i].variance;
       if (!v.empty() && v.back().first == step_) return;  // once per step
       // One pass over the output (tensor_stats' summary), its variance from the population std;
       // NaN when the output holds a non-finite value (that is M12/W4's finding, not this one's).
       const TensorSummary st = summarize(out.detach());
       v.emplace_back(step_, st.all_finite() ? st.std * st.std : std::numeric_limits<double>::quiet_NaN());
-    });
+    }, false);
   }
 }
 

@@ -4,7 +4,9 @@
 //                       later sampled step (a collapse mid-run);
 //   M26 VarianceTracker a layer output whose variance collapses towards zero or blows up over the
 //                       run, against its variance at the first sampled step;
-//   W10 StepTimer       a step that took far longer than the run's median step (a stall).
+//   W10 StepTimer       a step that took far longer than the run's median step (a stall);
+//   M27 GradientSpreadTracker  a weight whose gradient entries are all (nearly) one value at each
+//                       of the first steps: its units were initialised symmetric.
 //
 //   debug::AllZeroTracker zero;
 //   zero.attach(*model);  zero.set_active(true);   // hooks on the leaf modules' outputs
@@ -54,6 +56,15 @@ struct RunCheckOptions {
   // line on stderr), and the finding is kept for the report. 0: no watchdog.
   double watchdog_seconds = 300.0;
   std::function<void(const std::string&)> on_stall;
+  // ---- M27 (the gradient part) ----
+  // Over the first spread_steps optimizer steps, each trainable weight's gradient (2 or more
+  // dimensions, 4 units (rows) or more, spread_min_values values or more): the spread between the
+  // 5th and 95th percentiles of each entry's difference from its column's mean over the units,
+  // over the gradient's root mean square. Below spread_relative at every one of those steps
+  // warns: the units get copies of one gradient, they are symmetric.
+  int64_t spread_steps = 10;
+  double spread_relative = 1e-3;
+  int64_t spread_min_values = 16;
 };
 
 // M25. ReLU outputs are left to M7 (dead units), which says more about them.
@@ -111,6 +122,32 @@ class VarianceTracker {
   bool active_ = false;
   int64_t step_ = 1;
   std::vector<Layer> layers_;
+};
+
+// M27, its gradient part (SageMaker Debugger's poor_weight_initialization: the 5th-95th
+// percentile spread of the gradients in the first steps). Weights initialised to one value (a
+// constant, or one row copied) make the units of a layer compute the same thing and get the same
+// gradient, and gradient descent keeps them identical: the layer works as one unit. Each unit's
+// gradient row (the weight's first dim) minus the mean row over the units is then zero, so the
+// 5th-95th percentile spread of those differences is ~0 next to the gradient's size. The monitor
+// records the first RunCheckOptions::spread_steps steps (after backward, before the update).
+class GradientSpreadTracker {
+ public:
+  explicit GradientSpreadTracker(RunCheckOptions o = {}) : o_(o) {}
+  bool wants(int64_t step) const { return step >= 1 && step <= o_.spread_steps; }
+  void record(const nn::Module& model, int64_t step);
+  std::vector<Finding> findings() const;
+
+ private:
+  struct Seen {
+    std::string name, shape;
+    int64_t steps = 0;          // steps whose gradient had enough nonzero values to judge
+    double max_relative = 0.0;  // the largest (p95 - p5) / rms over those steps
+    double spread = 0.0, rms = 0.0;  // at that step
+    int64_t units = 0;
+  };
+  RunCheckOptions o_;
+  std::vector<Seen> seen_;  // per weight, by name
 };
 
 // W10. Wall time between the ends of consecutive optimizer steps, less the time the debug

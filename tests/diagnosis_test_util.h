@@ -4,6 +4,7 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -75,6 +76,54 @@ inline std::set<std::string> explained_checks(const dbg::RunReport& r) {
   if (a.lead)
     for (size_t i : a.lead->explains) out.insert(r.findings.findings()[i].check);
   return out;
+}
+
+// ---- the assertions every twin makes -----------------------------------------------------
+
+// The symptom findings (a stuck loss, vanishing gradients, NaN, ...) that do not hang under the
+// lead: each as "check: title".
+std::vector<std::string> symptoms_not_under_lead(const dbg::RunReport& r) {
+  const dbg::CauseAnalysis a = dbg::analyse_causes(r.findings);
+  std::vector<std::string> out;
+  const auto& fs = r.findings.findings();
+  for (size_t i = 0; i < fs.size(); ++i) {
+    if (!fs[i].fires()) continue;
+    // Another probe's finding of the lead's own fault is evidence, not a symptom.
+    const dbg::Cause* c = a.lead ? dbg::find_cause(a.lead->cause) : nullptr;
+    if (c && c->confirms(fs[i])) continue;
+    const bool symptom = std::any_of(dbg::diagnosis_symptoms().begin(), dbg::diagnosis_symptoms().end(),
+                                     [&](const dbg::Symptom& s) { return s.shows(fs[i]); });
+    if (!symptom) continue;
+    const bool under = a.lead && (i == a.lead->index || std::find(a.lead->explains.begin(), a.lead->explains.end(),
+                                                                  i) != a.lead->explains.end());
+    if (!under) out.push_back(fs[i].check + ": " + fs[i].title);
+  }
+  return out;
+}
+
+// The buggy twin: the lead is `cause`, found by `check`, confirmed, its check first among what
+// confirmed it, and every symptom of the run hangs under it: among them the findings of the
+// checks `symptoms` that this bug is known to set off.
+void expect_lead(const dbg::RunReport& r, const std::string& check, const std::string& cause,
+                 std::initializer_list<const char*> symptoms = {}) {
+  INFO(r.str());
+  const json_mini::Value lead = lead_of(r);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == check);
+  CHECK(lead.get("confirmed")->b);
+  CHECK(lead.get("cause")->str == cause);
+  const std::vector<std::string> by = strings(lead.get("confirmed_by"));
+  REQUIRE_FALSE(by.empty());
+  CHECK(by.front() == lead.get("check")->str);
+  for (const std::string& s : symptoms_not_under_lead(r)) CHECK_MESSAGE(false, "symptom not under the lead: " << s);
+  const std::set<std::string> ex = explained_checks(r);
+  for (const char* s : symptoms) CHECK_MESSAGE(ex.count(s), s << " does not hang under the lead");
+}
+
+// The clean twin: nothing fires, no lead.
+void expect_clean(const dbg::RunReport& r) {
+  CHECK_MESSAGE(r.fired_checks().empty(), r.str());
+  CHECK_MESSAGE(lead_of(r).kind == json_mini::Value::Null, r.str());
 }
 
 }  // namespace dtest
