@@ -458,6 +458,55 @@ wb::Shape quick_shape(const cw::Ladder& l) {
   return {0, 100000, 0};
 }
 
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
+// Every CUDA version of every kernel at its GPU size on the roofline of the device it ran on:
+// the device's FP32 peak and memory bandwidth (its own numbers, or the H100 SXM's when the
+// device does not report them).
+int gpu_roofline(const Args& a) {
+  GS_CHECK(!kOnEmulator, "kernels",
+           "roofline --device cuda needs a GPU: this build runs the CUDA kernels on the CPU emulator, which "
+           "validates them but does not time them; use --device cpu for this machine's roofline");
+  GS_CHECK(!a.has("threads") && !a.has("quick"), "kernels", "--threads and --quick are for --device cpu");
+  const std::string path = a.get("out");
+  wb::RunOptions o;
+  if (a.has("repeats")) o.repeats = static_cast<int>(a.get_int_in("repeats", 1, 100000));
+  std::vector<cw::Result> results;
+  cw::Limits lim;
+  lim.isa = "CUDA";
+  lim.threads = 0;
+  lim.peak_label = "FP32 peak";
+  lim.bandwidth_label = "memory";
+  bool all_ok = true;
+  for (const wb::KernelSpec& k : wb::kernels()) {
+    const wb::Shape s = wb::shape_for(k, 0, 0, kOnEmulator);
+    for (const wb::Version& v : k.versions) {
+      std::cerr << "  " << k.name << " v" << v.number << " (" << v.name << ") at " << wb::shape_str(k, s) << "\n";
+      const wb::RunResult r = run_one(k.name, v.number, s, o);
+      cw::Result c;
+      c.kernel = r.kernel;
+      c.name = r.version_name;
+      c.version = r.version;
+      c.shape = r.shape;
+      c.cost = r.cost;
+      c.validation = r.validation;
+      c.repeats = o.repeats;
+      c.ms = c.min_ms = c.max_ms = r.timed ? r.ms : 0.0;
+      results.push_back(c);
+      all_ok = all_ok && r.validation.ok;
+      lim.cpu = r.device;
+      lim.fma_gflops = r.device_fp32_gflops > 0 ? r.device_fp32_gflops : wb::kH100Fp32Gflops;
+      lim.copy_gb_per_s = r.device_gb_per_s > 0 ? r.device_gb_per_s : wb::kH100HbmGbPerS;
+    }
+  }
+  debug::write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
+  std::cout << "roofline of " << results.size() << " CUDA versions on " << lim.cpu << " (FP32 peak "
+            << fmt(lim.fma_gflops, 0) << " GFLOP/s, memory " << fmt(lim.copy_gb_per_s, 0) << " GB/s) written to "
+            << path << "\n";
+  if (!all_ok) std::cout << "some versions FAILED validation: run kernels bench NAME for the details\n";
+  return all_ok ? 0 : 1;
+}
+#endif
+
 int cpu_roofline(const Args& a) {
   GS_CHECK(a.positional().size() == 1, "kernels", "'roofline' takes no kernel name: it runs every version of every kernel");
   GS_CHECK(a.has("out"), "kernels", "roofline needs --out FILE.svg (where to write the picture)");
@@ -546,8 +595,16 @@ int cmd_kernels(const std::vector<std::string>& args) {
   const std::string device = a.has("device") ? a.get("device") : (kCudaBuilt ? "cuda" : "cpu");
   GS_CHECK(device == "cpu" || device == "cuda", "kernels", "--device ", device, ": use cpu or cuda");
   if (pos[0] == "roofline") {
-    GS_CHECK(device == "cpu", "kernels", "roofline --device cuda is not available: the CUDA kernels' timings come from "
-                                         "kernels bench on a GPU; use --device cpu");
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
+    if (device == "cuda") {
+      GS_CHECK(a.positional().size() == 1, "kernels", "'roofline' takes no kernel name: it runs every version of every kernel");
+      GS_CHECK(a.has("out"), "kernels", "roofline needs --out FILE.svg (where to write the picture)");
+      GS_CHECK(!a.has("version") && !a.has("size") && !a.has("rows"), "kernels",
+               "roofline runs every version at its kernel's default size: drop --version, --size and --rows");
+      return gpu_roofline(a);
+    }
+#endif
+    GS_CHECK(device == "cpu", "kernels", "roofline --device cuda: this build has no CUDA; use --device cpu");
     return cpu_roofline(a);
   }
   if (device == "cpu") return cpu_bench(a);

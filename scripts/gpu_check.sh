@@ -187,6 +187,14 @@ for k in matmul softmax reduce layernorm gelu; do
   "$cli" kernels bench "$k" >>"$report" 2>&1 || fail "kernels bench $k"
   echo '```' >>"$report"
 done
+# Every version on the card's roofline (a picture under $OUT); the emulator refuses it.
+if [[ $emulator == 0 ]]; then
+  echo "gpu_check: gradsleuth kernels roofline --device cuda ($(elapsed) so far)" >&2
+  { echo; echo '```'; } >>"$report"
+  "$cli" kernels roofline --device cuda --repeats 3 --out "${OUT:-.}/roofline_gpu.svg" >>"$report" 2>&1 ||
+    fail "kernels roofline --device cuda"
+  echo '```' >>"$report"
+fi
 
 # ---- the training step: the card against its CPU cores and against PyTorch on the card ----
 {

@@ -23,6 +23,8 @@ struct Limits {
   double copy_gb_per_s = 0, triad_gb_per_s = 0;  // best of the repeats; bytes read + written
   double stream_mib = 0;   // the size of each STREAM array
   double l3_mib = 0;       // the last-level cache (0: unknown)
+  // How the roofline names its two ceilings (a GPU's: "FP32 peak", "memory").
+  std::string peak_label = "FMA peak", bandwidth_label = "copy";
 };
 // The ISA level this build's SIMD rungs and FMA peak use: "AVX-512", "AVX2+FMA" or "scalar ...".
 const char* isa_level();

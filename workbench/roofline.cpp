@@ -68,8 +68,9 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
   auto px = [&](double ai) { return L + (std::log10(ai) - xlo) / (xhi - xlo) * PW; };
   auto py = [&](double g) { return T + PH - (std::log10(g) - ylo) / (yhi - ylo) * PH; };
 
-  const std::string title = "Roofline: " + lim.cpu + ", " + lim.isa + ", " + std::to_string(lim.threads) +
-                            (lim.threads == 1 ? " thread" : " threads");
+  const std::string title = "Roofline: " + lim.cpu + ", " + lim.isa +
+                            (lim.threads <= 0 ? std::string()
+                                              : ", " + std::to_string(lim.threads) + (lim.threads == 1 ? " thread" : " threads"));
   std::ostringstream os;
   os << "<svg class=\"plot\" id=\"roofline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
      << "\" viewBox=\"0 0 " << W << " " << H << "\" role=\"img\" aria-label=\"" << esc(title) << "\">\n"
@@ -109,8 +110,8 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
   os << "<polyline class=\"series\" data-name=\"roof\" fill=\"none\" stroke=\"#222\" stroke-width=\"2.2\" points=\""
      << num(px(xs)) << "," << num(py(std::max(ylow, xs * lim.copy_gb_per_s))) << " " << num(px(ridge)) << ","
      << num(py(lim.fma_gflops)) << " " << num(px(x1)) << "," << num(py(lim.fma_gflops)) << "\"/>\n";
-  const std::string peak = "FMA peak " + short_num(lim.fma_gflops) + " GFLOP/s";
-  const std::string bw = "copy " + short_num(lim.copy_gb_per_s) + " GB/s";
+  const std::string peak = lim.peak_label + " " + short_num(lim.fma_gflops) + " GFLOP/s";
+  const std::string bw = lim.bandwidth_label + " " + short_num(lim.copy_gb_per_s) + " GB/s";
   const double peak_x = L + PW - 6 - 6.2 * peak.size(), peak_y = py(lim.fma_gflops) - 6;
   os << "<text class=\"ceiling\" x=\"" << num(peak_x) << "\" y=\"" << num(peak_y) << "\" font-size=\"11\">" << peak << "</text>\n";
   taken.push_back({peak_x, peak_y - 11, peak_x + 6.2 * peak.size(), peak_y + 3});

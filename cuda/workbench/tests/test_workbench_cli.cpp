@@ -2,6 +2,8 @@
 // build whose kernels run on the CPU emulator: validation passes and no timing is ever printed.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tests/cli_test_util.h"
@@ -82,4 +84,17 @@ TEST_CASE("devices: says whether there are GPUs and that the emulator is built")
   CHECK(doc.get("kernels_run_on")->str == "emulator");
   const Run t = run_cli("devices");
   CHECK(t.out.find("CPU emulator (cuda/emu/): built") != std::string::npos);
+}
+
+TEST_CASE("kernels roofline --device cuda on the emulator: refused, naming why, and no file written") {
+  const std::string out = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/gs_cuda_roofline_test.svg";
+  std::remove(out.c_str());
+  const Run r = run_cli("kernels roofline --device cuda --out " + out + " 2>&1");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("needs a GPU") != std::string::npos);
+  CHECK(r.out.find("--device cpu") != std::string::npos);
+  std::FILE* f = std::fopen(out.c_str(), "r");
+  CHECK(f == nullptr);
+  if (f != nullptr) std::fclose(f);
 }
