@@ -31,11 +31,7 @@ struct Fast {
   ~Fast() { gs::set_cpu_fast_kernels(was); }
 };
 
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.detach().to(gs::kFloat64).contiguous();
-  const double* p = static_cast<const double*>(c.raw_data());
-  return std::vector<double>(p, p + c.numel());
-}
+std::vector<double> values(const Tensor& t) { return t.detach().to_vector<double>(); }
 
 Tensor randn(std::vector<int64_t> shape, gs::DType dt, uint64_t seed) {
   gs::Generator g(seed);

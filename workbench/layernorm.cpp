@@ -115,25 +115,19 @@ void v4_row(const float* x, const float* w, const float* b, float* y, int64_t C)
 }
 #endif
 
-KernelFn by_rows(void (*row)(const float*, const float*, const float*, float*, int64_t)) {
-  return [row](const float* const* in, float* out, const Shape& s, int threads) {
+// streamed: the rows write y with streaming stores, so each thread ends with a store fence
+// (the streamed stores are then visible before the caller reads y).
+KernelFn by_rows(void (*row)(const float*, const float*, const float*, float*, int64_t), bool streamed = false) {
+  return [row, streamed](const float* const* in, float* out, const Shape& s, int threads) {
     parallel_for(threads, s.m, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) row(in[0] + r * s.n, in[1], in[2], out + r * s.n, s.n);
+#if GS_WB_SIMD
+      if (streamed) _mm_sfence();
+#endif
     });
   };
 }
 
-#if GS_WB_SIMD
-// by_rows, then a store fence: the streamed stores are visible before the caller reads y.
-KernelFn by_rows_streamed(void (*row)(const float*, const float*, const float*, float*, int64_t)) {
-  return [row](const float* const* in, float* out, const Shape& s, int threads) {
-    parallel_for(threads, s.m, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) row(in[0] + r * s.n, in[1], in[2], out + r * s.n, s.n);
-      _mm_sfence();
-    });
-  };
-}
-#endif
 
 }  // namespace
 
@@ -154,7 +148,7 @@ Ladder layernorm_ladder() {
   l.rungs.push_back({{3, "one-pass statistics", "sum and sum of squares of x - x[0] in one pass: x read twice instead of three times"},
                      by_rows(v3_row), "", {}});
   l.rungs.push_back({{4, "streamed, prefetched", "v3 writing y around the caches (no read-for-ownership: 8 bytes per element instead of 12), the next row prefetched so the memory is never idle"},
-                     by_rows_streamed(v4_row), "", {}});
+                     by_rows(v4_row, /*streamed=*/true), "", {}});
 #else
   l.rungs.push_back({{2, "vectorised", "AVX2/AVX-512 lanes in each pass"}, {}, kNoSimd, {}});
   l.rungs.push_back({{3, "one-pass statistics", "sum and sum of squares in one pass"}, {}, kNoSimd, {}});

@@ -21,7 +21,7 @@ namespace gradsleuth::cpu {
 // h = oh * sH - pH + ki * dH and w = ow * sW - pW + kj * dW, or 0 in the padding.
 // cols (N, C * kH * kW, outH * outW) may be a view with strides (sN, sK, 1).
 void CpuBackend::im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) {
-  if (fast_kernels_enabled() && fast::im2col(cols, in, g)) return;
+  if (cpu_fast_kernels() && fast::im2col(cols, in, g)) return;
   dispatch_dtype(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(in.raw_data());
@@ -50,7 +50,7 @@ void CpuBackend::im2col(const Tensor& cols, const Tensor& in, const Conv2dGeomet
 // from (out must hold zeros, or a partial sum, on entry). Taps in order, so each pixel's
 // contributions are added in one fixed order.
 void CpuBackend::col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) {
-  if (fast_kernels_enabled() && fast::col2im(out, cols, g)) return;
+  if (cpu_fast_kernels() && fast::col2im(out, cols, g)) return;
   dispatch_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* x = static_cast<T*>(out.raw_data());
@@ -78,7 +78,7 @@ void CpuBackend::col2im(const Tensor& out, const Tensor& cols, const Conv2dGeome
 // order wins ties, the first NaN wins outright), argmax its flat index h * W + w in the
 // plane (-1 for a window entirely in the padding).
 void CpuBackend::max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) {
-  if (fast_kernels_enabled() && fast::max_pool2d(out, argmax, in, g)) return;
+  if (cpu_fast_kernels() && fast::max_pool2d(out, argmax, in, g)) return;
   dispatch_dtype(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = static_cast<const T*>(in.raw_data());
@@ -166,17 +166,17 @@ void CpuBackend::avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_o
 // The fused conv2d is a tuned kernel only: its reference is the composite path above
 // (im2col + linalg.cpp's matmul, col2im), which ops/conv.cpp takes when these say no.
 bool CpuBackend::conv2d_fused_supported(const Conv2dGeometry& g, int64_t O, DType dt) const {
-  return fast_kernels_enabled() && fast::conv2d_supported(g, O, dt);
+  return cpu_fast_kernels() && fast::conv2d_supported(g, O, dt);
 }
 
 bool CpuBackend::conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
                                 const Conv2dGeometry& g) {
-  return fast_kernels_enabled() && fast::conv2d_forward(out, x, w, bias, g);
+  return cpu_fast_kernels() && fast::conv2d_forward(out, x, w, bias, g);
 }
 
 bool CpuBackend::conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b,
                                  const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
-  return fast_kernels_enabled() && fast::conv2d_backward(grad_x, grad_w, grad_b, grad_out, x, w, g);
+  return cpu_fast_kernels() && fast::conv2d_backward(grad_x, grad_w, grad_b, grad_out, x, w, g);
 }
 
 }  // namespace gradsleuth::cpu

@@ -105,7 +105,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& out, const Tensor& in) {
           R* o = reinterpret_cast<R*>(p[0]);
           const T* x = reinterpret_cast<const T*>(p[1]);
           if constexpr (std::is_same_v<R, T> && std::is_floating_point_v<T>)
-            if (fast_kernels_enabled() && fast::unary_contiguous(Op, o, x, n)) return;
+            if (cpu_fast_kernels() && fast::unary_contiguous(Op, o, x, n)) return;
           for (int64_t k = 0; k < n; ++k) o[k] = ew::unary_op<Op>(x[k]);
           return;
         }

@@ -57,7 +57,7 @@ void bmm_reference(const Tensor& out, const Tensor& a, const Tensor& b_in) {
 }  // namespace
 
 void CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (fast_kernels_enabled() && fast::bmm(out, a, b)) return;
+  if (cpu_fast_kernels() && fast::bmm(out, a, b)) return;
   dispatch_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) bmm_reference<T>(out, a, b);

@@ -8,17 +8,17 @@
 namespace gradsleuth::cpu {
 
 bool CpuBackend::sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
-  return fast_kernels_enabled() && fast::sgd_step(p, g, buf, s);
+  return cpu_fast_kernels() && fast::sgd_step(p, g, buf, s);
 }
 
 bool CpuBackend::adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                            const AdamStep& s) {
-  return fast_kernels_enabled() && fast::adam_step(p, g, m, v, vmax, s);
+  return cpu_fast_kernels() && fast::adam_step(p, g, m, v, vmax, s);
 }
 
 bool CpuBackend::rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
                               const Tensor& buf, const RmspropStep& s) {
-  return fast_kernels_enabled() && fast::rmsprop_step(p, g, square_avg, grad_avg, buf, s);
+  return cpu_fast_kernels() && fast::rmsprop_step(p, g, square_avg, grad_avg, buf, s);
 }
 
 }  // namespace gradsleuth::cpu

@@ -17,7 +17,7 @@
 namespace gradsleuth::cpu {
 
 void CpuBackend::softmax_lastdim(const Tensor& out, const Tensor& in, bool log) {
-  if (fast_kernels_enabled() && fast::softmax_lastdim(out, in, log)) return;
+  if (cpu_fast_kernels() && fast::softmax_lastdim(out, in, log)) return;
   const int64_t C = in.shape().back(), R = in.numel() / std::max<int64_t>(C, 1);
   dispatch_dtype(in.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -41,8 +41,4 @@ void set_cpu_fast_kernels(bool on) { flag().store(on, std::memory_order_relaxed)
 bool cpu_fast_kernels() { return flag().load(std::memory_order_relaxed); }
 bool cpu_fast_kernels_default() { return GS_FAST_KERNELS != 0; }
 
-namespace cpu {
-bool fast_kernels_enabled() { return flag().load(std::memory_order_relaxed); }
-}  // namespace cpu
-
 }  // namespace gradsleuth

@@ -16,14 +16,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
-
-namespace gradsleuth::cpu {
-
-// Whether the backend calls the kernels below (the process-wide switch behind
-// gradsleuth::cpu_fast_kernels()).
-bool fast_kernels_enabled();
-
-}  // namespace gradsleuth::cpu
+#include "core/ops.h"  // cpu_fast_kernels(): whether the backend calls the kernels below
 
 namespace gradsleuth::cpu::fast {
 
