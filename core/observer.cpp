@@ -29,31 +29,44 @@ struct Notifying {
 };
 }  // namespace
 
-// A copy of the list taken under the lock (another thread may attach or detach
-// meanwhile, and an observer may detach itself from inside its callback), on the
-// stack for the usual handful of observers: no allocation per op.
+// Each thread keeps its own copy of the list and takes a new one under the lock only when the
+// list changed (the generation moved): a notification reads one atomic, not a mutex. An observer
+// may detach itself from inside its callback (the copy is not changed while it is walked:
+// notifications from inside a callback return at once); another thread may attach or detach
+// meanwhile.
+std::atomic<uint64_t> g_generation{1};
+thread_local uint64_t t_generation = 0;
+thread_local std::vector<OpObserver*> t_observers;
+
 template <class F>
 void each_observer(F&& f) {
   if (t_notifying) return;
   Notifying n;
-  const std::thread::id me = std::this_thread::get_id();
-  OpObserver* small[8];
-  std::vector<OpObserver*> large;
-  size_t k = 0;
-  {
+  if (g_generation.load(std::memory_order_acquire) != t_generation) {
+    const std::thread::id me = std::this_thread::get_id();
     std::lock_guard<std::mutex> lock(g_mu);
-    for (const Entry& e : observers()) {
-      if (e.this_thread_only && e.thread != me) continue;
-      if (k < 8) small[k++] = e.o;
-      else large.push_back(e.o);
-    }
+    t_observers.clear();
+    for (const Entry& e : observers())
+      if (!e.this_thread_only || e.thread == me) t_observers.push_back(e.o);
+    t_generation = g_generation.load(std::memory_order_relaxed);
   }
-  for (size_t i = 0; i < k; ++i) f(small[i]);
-  for (OpObserver* o : large) f(o);
+  for (OpObserver* o : t_observers) f(o);
 }
 
 void notify_op(const OpEvent& e) {
   each_observer([&](OpObserver* o) { o->on_op(e); });
+}
+void notify_op_refs(const char* op, const TensorRef* inputs, size_t n, const Tensor& out, uint32_t expanded_mask,
+                    bool inplace) {
+  const Tensor* small[8];
+  std::vector<const Tensor*> large;
+  const Tensor** ptrs = small;
+  if (n > 8) {
+    large.resize(n);
+    ptrs = large.data();
+  }
+  for (size_t i = 0; i < n; ++i) ptrs[i] = inputs[i].t;
+  notify_op(OpEvent{op, ptrs, n, &out, expanded_mask, inplace});
 }
 void notify_op_begin(const char* op) {
   each_observer([&](OpObserver* o) { o->on_op_begin(op); });
@@ -63,10 +76,17 @@ void notify_backward(const BackwardEvent& e) {
 }
 }  // namespace detail
 
+void notify_op(const char* op, const tensor_list& inputs, const Tensor& out, uint32_t expanded_mask, bool inplace) {
+  if (!observers_active()) return;
+  std::vector<TensorRef> refs(inputs.begin(), inputs.end());
+  detail::notify_op_refs(op, refs.data(), refs.size(), out, expanded_mask, inplace);
+}
+
 void add_observer(OpObserver* o, ObserverScope scope) {
   std::lock_guard<std::mutex> lock(detail::g_mu);
   detail::observers().push_back({o, scope == ObserverScope::ThisThread, std::this_thread::get_id()});
   detail::g_observer_count.store(static_cast<int>(detail::observers().size()));
+  detail::g_generation.fetch_add(1, std::memory_order_release);
 }
 
 void remove_observer(OpObserver* o) {
@@ -74,6 +94,7 @@ void remove_observer(OpObserver* o) {
   auto& v = detail::observers();
   v.erase(std::remove_if(v.begin(), v.end(), [o](const detail::Entry& e) { return e.o == o; }), v.end());
   detail::g_observer_count.store(static_cast<int>(v.size()));
+  detail::g_generation.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace gradsleuth

@@ -10,12 +10,13 @@
 namespace gradsleuth {
 
 struct OpEvent {
-  const char* op;            // registry name: "add", "matmul", "relu_"
-  const Tensor* inputs;      // tensor operands (scalars appear as 0-dim tensors)
+  const char* op;               // registry name: "add", "matmul", "relu_"
+  const Tensor* const* inputs;  // the tensor operands, by address (scalars appear as 0-dim tensors)
   size_t num_inputs;
   const Tensor* output;      // the result (for in-place ops, the modified tensor)
   uint32_t expanded_mask;    // bit i set: broadcasting expanded input i to a larger shape
   bool inplace;
+  const Tensor& input(size_t i) const { return *inputs[i]; }
 };
 
 // Called for each node a backward pass runs: its name, the gradient that
@@ -66,16 +67,25 @@ void notify_backward(const BackwardEvent& e);
 
 inline bool observers_active() { return detail::g_observer_count.load(std::memory_order_relaxed) != 0; }
 
+// An operand as an op reports it: its address, so that reporting copies no tensor (an op's
+// `{a, b}` builds these in place, for the length of the call).
+struct TensorRef {
+  const Tensor* t;
+  TensorRef(const Tensor& x) : t(&x) {}  // NOLINT: implicit, for notify_op("add", {a, b}, out)
+};
+
+namespace detail {
+void notify_op_refs(const char* op, const TensorRef* inputs, size_t n, const Tensor& out, uint32_t expanded_mask,
+                    bool inplace);
+}  // namespace detail
+
 // Used by ops: reports the op when someone listens.
-inline void notify_op(const char* op, std::initializer_list<Tensor> inputs, const Tensor& out,
+inline void notify_op(const char* op, std::initializer_list<TensorRef> inputs, const Tensor& out,
                       uint32_t expanded_mask = 0, bool inplace = false) {
   if (observers_active()) [[unlikely]]
-    detail::notify_op(OpEvent{op, inputs.begin(), inputs.size(), &out, expanded_mask, inplace});
+    detail::notify_op_refs(op, inputs.begin(), inputs.size(), out, expanded_mask, inplace);
 }
-inline void notify_op(const char* op, const tensor_list& inputs, const Tensor& out, uint32_t expanded_mask = 0,
-                      bool inplace = false) {
-  if (observers_active()) [[unlikely]]
-    detail::notify_op(OpEvent{op, inputs.data(), inputs.size(), &out, expanded_mask, inplace});
-}
+void notify_op(const char* op, const tensor_list& inputs, const Tensor& out, uint32_t expanded_mask = 0,
+               bool inplace = false);
 
 }  // namespace gradsleuth

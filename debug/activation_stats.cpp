@@ -11,9 +11,48 @@
 namespace gradsleuth::debug {
 
 namespace {
-// Per unit: is it active (> 0) for some input of this batch?  y (B, D) or (B, C, ...).
+// Per unit (dimension 1; a 1-D output is one unit): is it active (> 0) for some input of this
+// batch? y is (B, D) or (B, C, ...). Empty when a value is NaN or Inf: a NaN is not "<= 0", so
+// such a batch says nothing about dead units.
 std::vector<bool> alive_units(const Tensor& y) {
   NoGradGuard ng;
+  if (y.device().is_cpu() && y.is_contiguous() && (y.dtype() == kFloat32 || y.dtype() == kFloat64)) {
+    // One pass over the values in place: the usual case.
+    const int64_t batch = y.dim() >= 2 ? y.size(0) : 1, units = y.dim() >= 2 ? y.size(1) : 1;
+    const int64_t inner = units > 0 && batch > 0 ? y.numel() / (batch * units) : 0;
+    std::vector<char> on(static_cast<size_t>(units), 0);
+    int bad = 0;
+    auto scan = [&](auto* p) {
+      char* o = on.data();
+      if (inner == 1) {  // (B, D): a row at a time, vectorised over the units
+        for (int64_t b = 0; b < batch; ++b) {
+          const auto* q = p + b * units;
+#pragma omp simd reduction(| : bad)
+          for (int64_t u = 0; u < units; ++u) {
+            o[u] |= q[u] > 0 ? 1 : 0;
+            bad |= (q[u] - q[u]) != 0 ? 1 : 0;
+          }
+        }
+        return;
+      }
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t u = 0; u < units; ++u) {
+          const auto* q = p + (b * units + u) * inner;
+          int pos = 0;
+#pragma omp simd reduction(| : pos, bad)
+          for (int64_t k = 0; k < inner; ++k) {
+            pos |= q[k] > 0 ? 1 : 0;
+            bad |= (q[k] - q[k]) != 0 ? 1 : 0;
+          }
+          o[u] |= static_cast<char>(pos);
+        }
+    };
+    if (y.dtype() == kFloat32) scan(static_cast<const float*>(y.raw_data()));
+    else scan(static_cast<const double*>(y.raw_data()));
+    if (bad) return {};
+    return std::vector<bool>(on.begin(), on.end());
+  }
+  if (!all_finite(y)) return {};
   Tensor pos = (y.detach() > 0.0).to(kFloat32);
   Dims over{0};
   for (int64_t d = 2; d < y.dim(); ++d) over.push_back(d);
@@ -48,8 +87,7 @@ void DeadReluTracker::attach(nn::Module& model) {
         [this, idx](nn::Module&, const Tensor&, const Tensor& y) {
           if (!active_) return;  // untimed while inactive (every step but the sampled ones)
           detail::OwnTime own;
-          // A NaN is not "<= 0": batches with non-finite activations say nothing about dead units.
-          if (y.defined() && y.dim() >= 1 && y.is_floating_point() && all_finite(y)) record(idx, y);
+          if (y.defined() && y.dim() >= 1 && y.is_floating_point() && y.numel() > 0) record(idx, y);
         },
         false);
   }
@@ -57,6 +95,7 @@ void DeadReluTracker::attach(nn::Module& model) {
 
 void DeadReluTracker::record(size_t layer, const Tensor& y) {
   const std::vector<bool> alive = alive_units(y);
+  if (alive.empty()) return;  // a non-finite value (or no units)
   DeadLayerStats& s = layers_[layer];
   s.units = static_cast<int64_t>(alive.size());
   const double dead = dead_fraction(alive);

@@ -13,9 +13,10 @@ namespace gradsleuth::debug {
 
 namespace {
 
-std::string shapes_of(const Tensor* ts, size_t n) {
+std::string shapes_of(const OpEvent& e) {
   std::string s;
-  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + (ts[i].defined() ? ts[i].str() : std::string("none"));
+  for (size_t i = 0; i < e.num_inputs; ++i)
+    s += (i ? ", " : "") + (e.input(i).defined() ? e.input(i).str() : std::string("none"));
   return s;
 }
 
@@ -97,7 +98,7 @@ void AnomalyMode::on_op(const OpEvent& e) {
   tainted_.insert(st);
   if (e.inplace && was_tainted) return;
   for (size_t i = e.inplace ? 1 : 0; i < e.num_inputs; ++i)
-    if (!all_finite(e.inputs[i])) return;
+    if (!all_finite(e.input(i))) return;
   const TensorSummary s = summarize(out);
   Finding f;
   f.check = "W4";
@@ -111,7 +112,7 @@ void AnomalyMode::on_op(const OpEvent& e) {
                 {"Inf values", static_cast<double>(s.inf), "any is an error"},
                 {"finite min", s.min, ""},
                 {"finite max", s.max, ""}};
-  f.cause = cause_for_op(e.op, false) + ". Inputs: " + shapes_of(e.inputs, e.num_inputs) + "; output " + s.str(out);
+  f.cause = cause_for_op(e.op, false) + ". Inputs: " + shapes_of(e) + "; output " + s.str(out);
   f.fix = fix_for_op(e.op);
   report(std::move(f));
 }
@@ -193,12 +194,12 @@ void BroadcastDetector::on_op(const OpEvent& e) {
   int expanded = 0;
   const int64_t n_out = e.output->numel();
   for (size_t i = 0; i < e.num_inputs && i < 32; ++i)
-    if ((e.expanded_mask >> i & 1u) && e.inputs[i].numel() > 1 && e.inputs[i].numel() < n_out) ++expanded;
+    if ((e.expanded_mask >> i & 1u) && e.input(i).numel() > 1 && e.input(i).numel() < n_out) ++expanded;
   if (expanded < 2) return;
   Finding f;
   f.check = "M19";
   f.severity = mode_ == BroadcastMode::Raise ? Severity::Error : Severity::Warning;
-  f.title = std::string("'") + e.op + "' broadcast both operands: " + shapes_of(e.inputs, e.num_inputs) + " -> " +
+  f.title = std::string("'") + e.op + "' broadcast both operands: " + shapes_of(e) + " -> " +
             shape_of(*e.output);
   f.module = tracker_.current();
   f.op = e.op;

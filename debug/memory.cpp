@@ -31,7 +31,7 @@ class StorageTracker final : public OpObserver {
   void on_op(const OpEvent& e) override {
     if (e.output && e.output->defined()) see(*e.output, e.op);
     for (size_t i = 0; i < e.num_inputs; ++i)
-      if (e.inputs[i].defined()) see(e.inputs[i], nullptr);
+      if (e.input(i).defined()) see(e.input(i), nullptr);
   }
 
   std::vector<std::string> module_stack;

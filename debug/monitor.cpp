@@ -45,6 +45,29 @@ std::vector<double> fingerprint(const Tensor& x) {
 namespace {
 
 bool is_cross_entropy(const nn::Loss& l) { return l.type_name() == "CrossEntropyLoss"; }
+
+// How many rows of the logits (B, C) have their largest value (the first, on ties) at the target
+// class (B): read in place for float32 logits and int64 targets on the host.
+int64_t correct_predictions(const Tensor& logits, const Tensor& target) {
+  const int64_t B = logits.size(0), C = logits.size(1);
+  if (logits.device().is_cpu() && target.device().is_cpu() && logits.dtype() == kFloat32 && logits.is_contiguous() &&
+      target.is_contiguous() && C > 0) {
+    const float* x = static_cast<const float*>(logits.raw_data());
+    const int64_t* t = static_cast<const int64_t*>(target.raw_data());
+    int64_t hits = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = x + b * C;
+      int64_t best = 0;
+      for (int64_t c = 1; c < C; ++c)
+        if (row[c] > row[best] || (std::isnan(row[c]) && !std::isnan(row[best]))) best = c;  // NaN wins, as argmax's
+      hits += best == t[b] ? 1 : 0;
+    }
+    return hits;
+  }
+  NoGradGuard ng;
+  const Tensor hit = eq(argmax(logits.detach(), 1), target.to(logits.device()));
+  return sum(hit.to(kInt64)).item<int64_t>();
+}
 bool is_nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
 bool is_elementwise(const nn::Loss& l) {
   return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
@@ -110,7 +133,11 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   saturation_.set_active(true);
   dead_.set_step(1);
   saturation_.set_step(1);
-  ratios_.attach(opt_, model_, o_.every);
+  // O6 on the sampled steps (1, every, 2 every, ...), the same steps as the other parameter checks:
+  // its reads of the weights right before and after the update bring them into cache for those.
+  ratios_.attach(opt_, model_, [every = std::max<int64_t>(o_.every, 1)](int64_t step) {
+    return step == 1 || step % every == 0;
+  });
   zero_.attach(model_);
   zero_.set_active(true);
   zero_.set_step(1);
@@ -482,14 +509,15 @@ void Monitor::on_loss_input(nn::Loss& l, const Tensor& input, const Tensor& targ
     // The training accuracy of the epoch, from its sampled batches (for L7's comparison with
     // the validation accuracy).
     if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && input.size(0) == target.size(0)) {
-      NoGradGuard ng;
-      const Tensor hit = eq(argmax(input.detach(), 1), target.to(input.device()));
-      acc_correct_ += sum(hit.to(kInt64)).item<int64_t>();
+      acc_correct_ += correct_predictions(input, target);
       acc_seen_ += target.size(0);
     }
     add(check_cross_entropy_input(input));      // L2
     report_.note_ran("L2");
-    add(check_final_activation(model_, input));  // M3 by values
+    // M3 by values (its structural part ran once, above): only a batch without a negative logit
+    // can show it.
+    const TensorSummary logits = summarize(input);
+    if (logits.finite > 0 && logits.min >= 0.0) add(check_final_activation(model_, input));
   }
   if (l.type_name() == "BCELoss") {
     add(check_bce_input(input));  // L3
@@ -547,7 +575,7 @@ void Monitor::on_loss_value(nn::Loss& l, const Tensor& target, const Tensor& los
   }
 }
 
-void Monitor::on_pre_step(optim::Optimizer&) {
+void Monitor::on_pre_step(optim::Optimizer& opt) {
   const bool sample = sampled_step();
   if (spread_.wants(steps_ + 1)) spread_.record(model_, steps_ + 1);  // M27, the first steps only
   // A non-finite loss (every step) or gradient (sampled steps): find where it
@@ -555,7 +583,7 @@ void Monitor::on_pre_step(optim::Optimizer&) {
   bool bad = loss_seen_this_step_ && !std::isfinite(last_loss_);
   if (sample) {
     SummaryCache once;  // O2/O3's norms and O1 read the same gradients: one pass over each
-    norms_.record(steps_ + 1, model_);  // O2/O3
+    norms_.record(steps_ + 1, model_, [this](const Tensor& p) { return ratios_.measured_norm(p); });  // O2/O3
     zero_.record_parameters(model_);    // M25
     std::vector<Finding> health = check_gradient_health(model_, o_.optim);  // O1 (M5's gradient flow runs in the gate)
     // Once, the first time a 1-D parameter's gradient vanishes: is it a redundant bias (zero
@@ -598,13 +626,18 @@ void Monitor::on_pre_step(optim::Optimizer&) {
   // that made NaN/Inf from a finite loss (log at 0, sqrt at 0) must be caught on
   // its own step, before the update spreads it into the weights. Sampled steps
   // read every element (O1 above).
+  // The optimizer's parameters (what this step will update), read by reference: no list of the
+  // model's parameters is built on every step.
   if (!bad && !localised_ && !sample)
-    for (const Tensor& p : model_.parameters()) {
-      Tensor g = p.grad();
-      if (g.defined() && !sampled_finite(g)) {
-        bad = true;
-        break;
+    for (const optim::ParamGroup& group : opt.param_groups()) {
+      for (const Tensor& p : group.params) {
+        const Tensor g = p.defined() ? p.grad() : Tensor();
+        if (g.defined() && !sampled_finite(g)) {
+          bad = true;
+          break;
+        }
       }
+      if (bad) break;
     }
   if (bad)
     localise((loss_seen_this_step_ && !std::isfinite(last_loss_) ? "the loss turned non-finite"
@@ -620,8 +653,10 @@ void Monitor::on_post_step(optim::Optimizer& op) {
   ++steps_;
   in_step_ = false;
   timer_.step_done(steps_);  // W10
-  if (sampled_step() || steps_ == 1) {
-    add(check_finite_weights(model_));  // O4
+  // O4 after each sampled step's update (the step just taken was sampled when it was the first
+  // or its number is a multiple of `every`), right after O6 read the updated weights.
+  if (steps_ == 1 || steps_ % std::max<int64_t>(o_.every, 1) == 0) {
+    add(check_finite_weights(model_, [this](const Tensor& p) { return ratios_.measured_finite(p); }));  // O4
     report_.note_ran("O4");
   }
   const bool next = sampled_step();

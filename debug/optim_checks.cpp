@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -72,10 +73,17 @@ const char* kFixExploding = "clip gradients (clip_grad_norm 1.0), lower the lear
 // ---- O1 gradient health ---------------------------------------------------------------
 
 std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimCheckOptions& opts) {
-  const auto labels = module_labels(model);
-  const bool has_batchnorm = std::any_of(labels.begin(), labels.end(), [](const auto& kv) {
-    return kv.second.find("(BatchNorm") != std::string::npos;
-  });
+  // The modules' labels, built the first time a finding needs one (a healthy step needs none).
+  std::map<std::string, std::string> labels_built;
+  auto labels_of = [&]() -> const std::map<std::string, std::string>& {
+    if (labels_built.empty()) labels_built = module_labels(model);
+    return labels_built;
+  };
+  auto has_batchnorm = [&] {
+    const auto& labels = labels_of();
+    return std::any_of(labels.begin(), labels.end(),
+                       [](const auto& kv) { return kv.second.find("(BatchNorm") != std::string::npos; });
+  };
   std::vector<Finding> out;
   struct Judged {
     std::string name;
@@ -97,7 +105,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     if (!s.all_finite()) {
       Finding f = at(make("O1", Severity::Error,
                           "the gradient of " + name + " holds NaN/Inf values"),
-                     labels, name, p);
+                     labels_of(), name, p);
       f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
                     {"Inf values", static_cast<double>(s.inf), "any is an error"},
                     {"values", static_cast<double>(s.numel), ""}};
@@ -116,13 +124,13 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     if (s.norm < opts.vanishing_grad_norm) {
       Finding f = at(make("O1", Severity::Warning,
                           "the gradient of " + name + " is vanishing"),
-                     labels, name, p);
+                     labels_of(), name, p);
       f.evidence = {{"gradient norm", s.norm, "< " + fmt_num(opts.vanishing_grad_norm) + " is vanishing"}};
       f.cause = kCauseVanishing;
       if (s.norm == 0.0)
         f.cause = "an exact zero: the parameter is in the graph but nothing flows back (dead ReLUs after it, M7; a "
                   "multiplication by 0; a saturated activation); " + f.cause;
-      if (p.dim() == 1 && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0 && has_batchnorm)
+      if (p.dim() == 1 && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0 && has_batchnorm())
         f.cause += ". The model has a BatchNorm: a bias right before one always gets ~0 (the normalisation "
                    "subtracts the batch mean, so the bias has no effect); then build that layer without bias, "
                    "nothing is wrong with training";
@@ -131,7 +139,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     } else if (s.norm > opts.exploding_grad_norm) {
       Finding f = at(make("O1", Severity::Warning,
                           "the gradient of " + name + " is exploding"),
-                     labels, name, p);
+                     labels_of(), name, p);
       f.evidence = {{"gradient norm", s.norm, "> " + fmt_num(opts.exploding_grad_norm) + " is exploding"}};
       f.cause = kCauseExploding;
       f.fix = kFixExploding;
@@ -151,7 +159,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     out.push_back(f);
   } else {
     for (const auto& [name, p] : missing) {
-      Finding f = at(make("O1", Severity::Warning, "the trainable parameter " + name + " got no gradient"), labels,
+      Finding f = at(make("O1", Severity::Warning, "the trainable parameter " + name + " got no gradient"), labels_of(),
                      name, p);
       f.evidence = {{"gradient defined (1 = yes)", 0.0, "0 after a backward warns"}};
       f.cause = "no gradient reaches it: a detach() (or .data) between it and the loss, a layer the "
@@ -176,7 +184,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = make("O1", Severity::Warning,
                        std::string("gradients ") + (vanish ? "vanish" : "explode") + " towards the input: ||grad " +
                            first.name + "|| / ||grad " + last.name + "|| is " + (vanish ? "tiny" : "large"));
-      f.module = owner(labels, first.name) + " .. " + owner(labels, last.name);
+      f.module = owner(labels_of(), first.name) + " .. " + owner(labels_of(), last.name);
       f.parameter = first.name;
       f.evidence = {{"first weight's gradient norm (" + first.name + ")", first.norm, ""},
                     {"last weight's gradient norm (" + last.name + ")", last.norm, ""},
@@ -217,14 +225,15 @@ NormHistory::Param& NormHistory::param(const std::string& name, const Tensor& p)
   return params_.back();
 }
 
-void NormHistory::record(int64_t step, const nn::Module& model) {
+void NormHistory::record(int64_t step, const nn::Module& model, const std::function<double(const Tensor&)>& weight_norm) {
   NoGradGuard ng;
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
     Param& q = param(name, p);
     const Tensor g = p.grad();
     if (g.defined()) q.grad.emplace_back(step, norm_of(g));
-    q.weight.emplace_back(step, norm_of(p));
+    const double known = weight_norm ? weight_norm(p) : kNaN;
+    q.weight.emplace_back(step, std::isnan(known) ? norm_of(p) : known);
   }
   ++records_;
 }
@@ -385,11 +394,22 @@ NormSeries NormHistory::weight_series() const {
 
 // ---- O4 non-finite weights ----------------------------------------------------------------
 
-std::vector<Finding> check_finite_weights(const nn::Module& model) {
+double UpdateRatioTracker::measured_norm(const Tensor& p) const {
+  if (measuring_step_ < 0 || !p.defined()) return kNaN;
+  for (const Param& q : params_)
+    if (q.tensor.is_same(p)) return q.norm_before;
+  return kNaN;
+}
+
+bool UpdateRatioTracker::measured_finite(const Tensor& p) const {
+  return p.defined() && std::find(finite_after_.begin(), finite_after_.end(), p.impl_ptr().get()) != finite_after_.end();
+}
+
+std::vector<Finding> check_finite_weights(const nn::Module& model, const std::function<bool(const Tensor&)>& known_finite) {
   std::vector<Finding> out;
   std::map<std::string, std::string> labels;
   for (const auto& [name, p] : model.named_parameters()) {
-    if (all_finite(p)) continue;
+    if ((known_finite && known_finite(p)) || all_finite(p)) continue;
     if (labels.empty()) labels = module_labels(model);
     const TensorSummary s = summarize(p);
     Finding f = at(make("O4", Severity::Error,
@@ -512,10 +532,16 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
 // ---- O6 update/weight ratios -----------------------------------------------------------------
 
 void UpdateRatioTracker::attach(optim::Optimizer& opt, const nn::Module& model, int64_t every) {
+  every = std::max<int64_t>(every, 1);
+  attach(opt, model, [every](int64_t step) { return (step - 1) % every == 0; });
+}
+
+void UpdateRatioTracker::attach(optim::Optimizer& opt, const nn::Module& model,
+                                std::function<bool(int64_t step)> measure) {
   detach();
   params_.clear();
   measurements_ = 0;
-  every_ = std::max<int64_t>(every, 1);
+  measure_ = std::move(measure);
   const auto& groups = opt.param_groups();
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
@@ -549,13 +575,42 @@ void UpdateRatioTracker::detach() {
 
 void UpdateRatioTracker::pre_step(optim::Optimizer& opt) {
   const int64_t step = opt.steps_taken() + 1;
-  if ((step - 1) % every_ != 0) return;
+  if (!measure_ || !measure_(step)) return;
   NoGradGuard ng;
-  for (Param& q : params_) q.before = q.tensor.detach().clone();
+  for (Param& q : params_) {
+    const Tensor& t = q.tensor;
+    // The snapshot's buffer is kept from one measured step to the next (a fresh one each time
+    // costs an allocation and, for large weights, page faults).
+    const bool reuse = q.before.defined() && q.before.shape() == t.shape() && q.before.dtype() == t.dtype() &&
+                       q.before.device() == t.device();
+    q.norm_before = kNaN;
+    if (reuse && t.device().is_cpu() && t.is_contiguous() && q.before.is_contiguous() && t.dtype() == kFloat32) {
+      // The copy and the weight's norm in one pass (NormHistory's weight norm: norm_before);
+      // x * 0 is 0 for a finite x and NaN for NaN and Inf.
+      const float* src = static_cast<const float*>(t.raw_data());
+      float* dst = static_cast<float*>(q.before.raw_data());
+      double sq = 0.0;
+      float nonfinite = 0.0f;
+#pragma omp simd reduction(+ : sq, nonfinite)
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const float v = src[i];
+        dst[i] = v;
+        sq += static_cast<double>(v) * static_cast<double>(v);
+        nonfinite += v * 0.0f;
+      }
+      if (nonfinite == 0.0f && std::isfinite(sq)) q.norm_before = std::sqrt(sq);
+    } else if (reuse && t.device().is_cpu() && t.is_contiguous() && q.before.is_contiguous())
+      std::memcpy(q.before.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+    else if (reuse)
+      q.before.copy_(t.detach());
+    else
+      q.before = t.detach().clone();
+  }
   measuring_step_ = step;
 }
 
 void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
+  finite_after_.clear();
   if (measuring_step_ < 0) return;
   NoGradGuard ng;
   for (Param& q : params_) {
@@ -568,15 +623,22 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
       wb = v[0];
       d = v[1];
     } else if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
-      // The common case, in one vectorised pass (the simd reduction may reorder the sums).
+      // The common case, in one vectorised pass (the simd reduction may reorder the sums). It
+      // also tells whether the updated weight is finite (x * 0 is 0 for a finite x, NaN for NaN
+      // and Inf), which spares O4 a read of it (measured_finite).
       const float* a = static_cast<const float*>(after.raw_data());
       const float* b = static_cast<const float*>(q.before.raw_data());
-#pragma omp simd reduction(+ : wb, d)
+      float nonfinite = 0.0f;
+#pragma omp simd reduction(+ : wb, d, nonfinite)
       for (int64_t i = 0; i < after.numel(); ++i) {
-        const double bi = b[i], di = static_cast<double>(a[i]) - bi;
+        const float ai = a[i];
+        const double bi = b[i], di = static_cast<double>(ai) - bi;
         wb += bi * bi;
         d += di * di;
+        nonfinite += ai * 0.0f;
       }
+      const bool bad = nonfinite != 0.0f;
+      if (!bad) finite_after_.push_back(q.tensor.impl_ptr().get());
     } else {
       const std::vector<double> b = q.before.to_vector<double>(), a = after.to_vector<double>();
       for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
@@ -584,7 +646,6 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
         d += (a[i] - b[i]) * (a[i] - b[i]);
       }
     }
-    q.before = Tensor();
     wb = std::sqrt(wb);
     if (!std::isfinite(wb) || wb < o_.min_weight_rms * std::sqrt(static_cast<double>(std::max<int64_t>(q.numel, 1))))
       continue;

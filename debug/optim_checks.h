@@ -25,6 +25,7 @@
 // are recorded for plots but only judged where said).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,7 +132,8 @@ class NormHistory {
   explicit NormHistory(OptimCheckOptions opts = {}) : o_(std::move(opts)) {}
   // Stores each trainable parameter's gradient norm (when it has a gradient)
   // and weight norm under `step`.
-  void record(int64_t step, const nn::Module& model);
+  // `weight_norm` (optional): a weight's norm the caller has just measured (NaN: not known, read it).
+  void record(int64_t step, const nn::Module& model, const std::function<double(const Tensor&)>& weight_norm = {});
   // O2 gradient spikes (error: a non-finite norm; warning: sustained; info:
   // lone spikes) and O3 steadily growing weight norms (warning). Empty when healthy.
   std::vector<Finding> findings() const;
@@ -153,7 +155,10 @@ class NormHistory {
 };
 
 // O4, after a step: an error per parameter holding NaN or Inf, with the counts.
-std::vector<Finding> check_finite_weights(const nn::Module& model);
+// `known_finite` (optional): parameters a pass of the caller's own has just found finite are not
+// read again (debug::Monitor passes UpdateRatioTracker::measured_finite).
+std::vector<Finding> check_finite_weights(const nn::Module& model,
+                                          const std::function<bool(const Tensor&)>& known_finite = {});
 
 // O6 from per-step training losses: a warning "learning rate too high" (NaN/Inf,
 // divergence, spikes above the starting loss, wild oscillation) or "too low"
@@ -173,7 +178,8 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& learning_ra
 std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& opts = {});
 
 // O6 from the updates: attach() adds a pre- and a post-step hook to the
-// optimizer; on every `every`-th step (steps 1, 1 + every, ...) it measures,
+// optimizer; on every `every`-th step (steps 1, 1 + every, ...; or the steps a
+// predicate picks) it measures,
 // per trainable parameter, ||w_after - w_before|| / ||w_before|| (skipping
 // tensors whose rms is below opts.min_weight_rms). findings(): a warning per
 // weight whose median ratio is outside [min_update_ratio, max_update_ratio]
@@ -187,11 +193,21 @@ class UpdateRatioTracker {
   UpdateRatioTracker& operator=(const UpdateRatioTracker&) = delete;
 
   void attach(optim::Optimizer& opt, const nn::Module& model, int64_t every = 10);
+  // The same on the steps `measure(step)` picks (1-based optimizer steps): debug::Monitor measures
+  // on its own sampled steps, so that the other checks of those steps find the weights in cache.
+  void attach(optim::Optimizer& opt, const nn::Module& model, std::function<bool(int64_t step)> measure);
   void detach();
   bool attached() const { return opt_ != nullptr; }
   std::vector<Finding> findings() const;
   NormSeries series() const;  // per parameter: (step, ratio)
   int64_t measurements() const { return measurements_; }
+  // During a measured step (between its pre- and post-step hooks): the norm of `p`'s weight before
+  // the update, read with the snapshot (NaN when `p` is not measured, not float32 on the CPU, or
+  // holds a NaN or Inf).
+  double measured_norm(const Tensor& p) const;
+  // True when `p` was measured on the step just taken (until the next step ends) and every value
+  // of its updated weight is finite: the measurement read it whole.
+  bool measured_finite(const Tensor& p) const;
 
  private:
   struct Param {
@@ -200,6 +216,7 @@ class UpdateRatioTracker {
     int64_t dim = 0, numel = 0;
     int group = -1;  // the optimizer's parameter group holding it (-1: none)
     Tensor before;   // snapshot of the step being measured
+    double norm_before = 0.0;  // its norm, when the snapshot's pass measured it (NaN: not)
     std::vector<std::pair<int64_t, double>> ratios;
     std::vector<double> lrs;  // the group's lr at each measurement
   };
@@ -208,10 +225,11 @@ class UpdateRatioTracker {
   OptimCheckOptions o_;
   optim::Optimizer* opt_ = nullptr;
   std::vector<size_t> hooks_;
-  int64_t every_ = 10;
+  std::function<bool(int64_t)> measure_;  // which steps are measured
   int64_t measuring_step_ = -1;  // the step being measured (-1: none)
   int64_t measurements_ = 0;
   std::vector<Param> params_;
+  std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite
 };
 
 }  // namespace gradsleuth::debug

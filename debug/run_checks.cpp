@@ -29,31 +29,61 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
     // gradient row minus the mean row over the units: zero in every entry when the units are copies.
     const int64_t units = g.size(0), k = g.numel() / std::max<int64_t>(units, 1);
     if (units < 4) continue;
-    const Tensor h = g.detach().to(kCPU).to(kFloat64).contiguous();
-    const double* v = h.data_ptr<double>();
-    bool finite = true;
-    double sq = 0.0;
-    std::vector<double> mean(static_cast<size_t>(k), 0.0);
-    for (int64_t i = 0; i < units; ++i)
-      for (int64_t j = 0; j < k; ++j) {
-        const double x = v[i * k + j];
-        finite = finite && std::isfinite(x);
-        sq += x * x;
-        mean[static_cast<size_t>(j)] += x / static_cast<double>(units);
-      }
-    if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
-    // The percentiles on at most 4096 of the deviations, at a stride coprime with the row length
-    // (so every row and column is reached): the same answer for symmetric units (all ~0), and a
-    // few microseconds instead of two selections over a large layer's every entry.
-    int64_t stride = std::max<int64_t>(1, (h.numel() + 4095) / 4096);
-    while (stride > 1 && std::gcd(stride, k) != 1) ++stride;
-    std::vector<double> dev;
-    dev.reserve(static_cast<size_t>(h.numel() / stride + 1));
-    for (int64_t e = 0; e < h.numel(); e += stride) dev.push_back(v[e] - mean[static_cast<size_t>(e % k)]);
-    const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
-    const double spread = detail::quantile(dev, 0.95) - detail::quantile(dev, 0.05);
-    const double rel = spread / rms;
     auto it = std::find_if(seen_.begin(), seen_.end(), [&n = name](const Seen& s) { return s.name == n; });
+    // Flagged only when below the limit at every step: one step above it rules the weight out
+    // for good, and it is not measured again.
+    if (it != seen_.end() && it->steps > 0 && !(it->max_relative < o_.spread_relative)) continue;
+    // Read in place when the gradient is a contiguous float32/float64 CPU tensor (the usual
+    // case); otherwise one float64 copy.
+    const Tensor h = g.device().is_cpu() && g.is_contiguous() && (g.dtype() == kFloat32 || g.dtype() == kFloat64)
+                         ? g.detach()
+                         : g.detach().to(kCPU).to(kFloat64).contiguous();
+    double sq = 0.0, spread = 0.0;
+    bool finite = true;
+    auto measure = [&](auto tag) {
+      using T = decltype(tag);
+      const T* v = static_cast<const T*>(h.raw_data());
+      // The mean row over the units, and the sum of squares, one row at a time (vectorised).
+      std::vector<double> mean(static_cast<size_t>(k), 0.0);
+      int bad = 0;
+      for (int64_t i = 0; i < units; ++i) {
+        const T* r = v + i * k;
+        double rsq = 0.0;
+#pragma omp simd reduction(+ : rsq) reduction(| : bad)
+        for (int64_t j = 0; j < k; ++j) {
+          const double x = static_cast<double>(r[j]);
+          bad |= (x - x) != 0.0 ? 1 : 0;
+          rsq += x * x;
+          mean[static_cast<size_t>(j)] += x;
+        }
+        sq += rsq;
+      }
+      finite = bad == 0 && std::isfinite(sq);
+      if (!finite || sq == 0.0) return;
+      for (double& m : mean) m /= static_cast<double>(units);
+      // The percentiles on at most 2048 of the deviations, at a stride coprime with the row
+      // length (so every row and column is reached): the same answer for symmetric units (all
+      // ~0), and a few microseconds instead of two selections over a large layer's every entry.
+      int64_t stride = std::max<int64_t>(1, (h.numel() + 2047) / 2048);
+      while (stride > 1 && std::gcd(stride, k) != 1) ++stride;
+      std::vector<double> dev;
+      dev.reserve(static_cast<size_t>(h.numel() / stride + 1));
+      for (int64_t e = 0; e < h.numel(); e += stride)
+        dev.push_back(static_cast<double>(v[e]) - mean[static_cast<size_t>(e % k)]);
+      // Both percentiles from one buffer: the 5th, then the 95th among the values above it.
+      const size_t n = dev.size(), lo = static_cast<size_t>(std::floor(0.05 * static_cast<double>(n - 1))),
+                   hi = static_cast<size_t>(std::floor(0.95 * static_cast<double>(n - 1)));
+      std::nth_element(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.end());
+      const double p5 = dev[lo];
+      std::nth_element(dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.begin() + static_cast<std::ptrdiff_t>(hi),
+                       dev.end());
+      spread = dev[hi] - p5;
+    };
+    if (h.dtype() == kFloat32) measure(float{});
+    else measure(double{});
+    if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
+    const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
+    const double rel = spread / rms;
     if (it == seen_.end()) {
       seen_.push_back({name, shape_of(p)});
       it = seen_.end() - 1;
@@ -99,8 +129,7 @@ void AllZeroTracker::see(Seen& s, const Tensor& t) const {
   if (step_ >= 0 && s.last_step == step_ && s.samples > 0) {
     // The same step again (a module called twice in a step): it was zero only if every call was.
     if (!s.last_zero || !t.defined() || t.numel() == 0) return;
-    const TensorSummary st = summarize(t.detach());
-    if (st.all_finite() && st.zero_fraction == 1.0) return;
+    if (all_zero(t)) return;
     s.last_zero = false;
     if (s.collapsed_at >= 0) --s.zero_after;
     if (s.collapsed_at == step_) s.collapsed_at = -1, s.samples_after = 0;
@@ -109,11 +138,7 @@ void AllZeroTracker::see(Seen& s, const Tensor& t) const {
   }
   s.last_step = step_;
   ++s.samples;
-  bool zero = false;
-  if (t.defined() && t.numel() > 0) {
-    const TensorSummary st = summarize(t.detach());  // one pass; NaN or Inf is not zero
-    zero = st.all_finite() && st.zero_fraction == 1.0;
-  }
+  const bool zero = all_zero(t);  // NaN or Inf is not zero; stops at the first nonzero value
   if (s.nonzero && zero && s.collapsed_at < 0) s.collapsed_at = step_;
   if (s.collapsed_at >= 0) {
     ++s.samples_after;
@@ -254,10 +279,24 @@ void VarianceTracker::attach(nn::Module& model) {
   for (auto& [path, m] : leaf_modules(model)) {
     const size_t i = layers_.size();
     layers_.push_back({module_label(path, *m), {}});
+    // The input's storage and version before the forward: an output on that storage with that
+    // version is the input's own values, unchanged (Flatten, a reshape, an identity). Such a layer
+    // adds no values of its own and is not judged (the layer that made them is); an in-place
+    // layer writes and moves the version, and is judged.
+    hooks_.pre(
+        m,
+        [this, i](nn::Module&, const Tensor& in) {
+          if (!active_) return;
+          layers_[i].in_storage = in.defined() ? in.storage().get() : nullptr;
+          layers_[i].in_version = in.defined() ? in.version() : 0;
+        },
+        false);
     hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
       if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point()) return;
+      Layer& layer = layers_[i];
+      if (layer.in_storage && out.storage().get() == layer.in_storage && out.version() == layer.in_version) return;
       detail::OwnTime own;  // untimed while inactive
-      auto& v = layers_[i].variance;
+      auto& v = layer.variance;
       if (!v.empty() && v.back().first == step_) return;  // once per step
       // One pass over the output (tensor_stats' summary), its variance from the population std;
       // NaN when the output holds a non-finite value (that is M12/W4's finding, not this one's).

@@ -102,7 +102,8 @@ class AllZeroTracker {
   std::vector<Seen> values_, grads_;     // per parameter, by name
 };
 
-// M26. Every leaf module's output (training forwards only, while active).
+// M26. Every leaf module's output (training forwards only, while active), except an output that
+// is the input's own values unchanged (a view of it: Flatten, a reshape).
 class VarianceTracker {
  public:
   explicit VarianceTracker(RunCheckOptions o = {}) : o_(o) {}
@@ -116,6 +117,8 @@ class VarianceTracker {
   struct Layer {
     std::string name;
     std::vector<std::pair<int64_t, double>> variance;  // (step, variance of the output)
+    const Storage* in_storage = nullptr;  // the input's storage and version before the forward
+    uint64_t in_version = 0;
   };
   RunCheckOptions o_;
   HookSet hooks_;
@@ -130,7 +133,9 @@ class VarianceTracker {
 // gradient, and gradient descent keeps them identical: the layer works as one unit. Each unit's
 // gradient row (the weight's first dim) minus the mean row over the units is then zero, so the
 // 5th-95th percentile spread of those differences is ~0 next to the gradient's size. The monitor
-// records the first RunCheckOptions::spread_steps steps (after backward, before the update).
+// records the first RunCheckOptions::spread_steps steps (after backward, before the update). A
+// weight whose spread is above the limit at one step is ruled out and not measured again; each
+// measurement reads the gradient in place and selects the percentiles from at most 2048 entries.
 class GradientSpreadTracker {
  public:
   explicit GradientSpreadTracker(RunCheckOptions o = {}) : o_(o) {}
@@ -141,7 +146,7 @@ class GradientSpreadTracker {
  private:
   struct Seen {
     std::string name, shape;
-    int64_t steps = 0;          // steps whose gradient had enough nonzero values to judge
+    int64_t steps = 0;          // steps judged (a finite, nonzero gradient), until one rules it out
     double max_relative = 0.0;  // the largest (p95 - p5) / rms over those steps
     double spread = 0.0, rms = 0.0;  // at that step
     int64_t units = 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
@@ -39,12 +40,34 @@ namespace {
 // with the careful loop above.
 template <class T>
 bool scan_fast(const T* p, int64_t n, TensorSummary& s) {
-  // OpenMP's simd reductions may reorder the additions: this vectorises.
+  // 32 independent lanes of each running value (the vector units then overlap the additions
+  // instead of waiting on one accumulator), float64 sums; the zero counts are int32 per lane,
+  // emptied every 2^24 elements. The order of the additions differs from a sequential loop.
+  constexpr int L = 32;
+  double ls[L] = {}, lq[L] = {};
+  T lmin[L], lmax[L];
+  int32_t lz[L] = {};
+  for (int l = 0; l < L; ++l) lmin[l] = lmax[l] = p[0];
+  int64_t zeros = 0, i = 0;
+  while (i + L <= n) {
+    const int64_t last = std::min(n - L, i + (int64_t{1} << 24));
+    for (; i <= last; i += L) {
+#pragma omp simd
+      for (int l = 0; l < L; ++l) {
+        const T v = p[i + l];
+        const double d = static_cast<double>(v);
+        ls[l] += d;
+        lq[l] += d * d;
+        lmin[l] = v < lmin[l] ? v : lmin[l];
+        lmax[l] = v > lmax[l] ? v : lmax[l];
+        lz[l] += v == T(0) ? 1 : 0;
+      }
+    }
+    for (int l = 0; l < L; ++l) zeros += std::exchange(lz[l], 0);
+  }
   double sum = 0.0, sq = 0.0;
-  T mn = p[0], mx = p[0];
-  int64_t zeros = 0;
-#pragma omp simd reduction(+ : sum, sq, zeros) reduction(min : mn) reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) {
+  T mn = lmin[0], mx = lmax[0];
+  for (; i < n; ++i) {
     const T v = p[i];
     sum += static_cast<double>(v);
     sq += static_cast<double>(v) * static_cast<double>(v);
@@ -52,7 +75,13 @@ bool scan_fast(const T* p, int64_t n, TensorSummary& s) {
     mx = v > mx ? v : mx;
     zeros += v == T(0) ? 1 : 0;
   }
-  if (!std::isfinite(sum) || !std::isfinite(sq)) return false;
+  for (int l = 0; l < L; ++l) {
+    sum += ls[l];
+    sq += lq[l];
+    mn = lmin[l] < mn ? lmin[l] : mn;
+    mx = lmax[l] > mx ? lmax[l] : mx;
+  }
+  if (!std::isfinite(sum) || !std::isfinite(sq)) return false;  // NaN/Inf: the careful loop counts them
   const double dn = static_cast<double>(n);
   s.finite = n;
   s.min = static_cast<double>(mn);
@@ -170,6 +199,29 @@ bool all_finite(const Tensor& t) {
   const double v = sum(t.detach().to(kFloat64)).item<double>();
   if (std::isfinite(v)) return true;
   return summarize(t).all_finite();
+}
+
+bool all_zero(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return false;
+  if (t.device().is_cpu() && t.is_contiguous() && (t.dtype() == kFloat32 || t.dtype() == kFloat64)) {
+    // Chunks of 256, each vectorised; the first chunk with a nonzero value ends it (on a healthy
+    // tensor, the first). NaN != 0 and Inf != 0: neither is zero.
+    auto zero = [&](auto* p) {
+      const int64_t n = t.numel();
+      for (int64_t b = 0; b < n; b += 256) {
+        const int64_t e = std::min(n, b + 256);
+        int nonzero = 0;
+#pragma omp simd reduction(| : nonzero)
+        for (int64_t i = b; i < e; ++i) nonzero |= p[i] != 0 ? 1 : 0;
+        if (nonzero) return false;
+      }
+      return true;
+    };
+    if (t.dtype() == kFloat32) return zero(static_cast<const float*>(t.raw_data()));
+    return zero(static_cast<const double*>(t.raw_data()));
+  }
+  const TensorSummary st = summarize(t);
+  return st.all_finite() && st.zero_fraction == 1.0;
 }
 
 bool sampled_finite(const Tensor& t) {

@@ -57,6 +57,9 @@ class SummaryCache {
 // Cheap: true when every value is finite (integral and bool tensors always are). On a device:
 // one float64 sum there, one scalar back.
 bool all_finite(const Tensor& t);
+// True when the tensor holds values and every one is exactly zero (NaN and Inf are not zero). On
+// the CPU it stops at the first nonzero value, so a healthy tensor costs a few cache lines.
+bool all_zero(const Tensor& t);
 // Cheaper still, for a check on every training step: every element of tensors up to 4096
 // elements; of larger contiguous ones, every p-th element, p a prime (61, 31, 13 or 7) at most
 // half the last dimension and not dividing it. A NaN from the backward spreads over whole rows

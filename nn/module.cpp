@@ -12,18 +12,17 @@ Tensor Module::forward(const Tensor&) {
 }
 
 Tensor Module::operator()(const Tensor& x) {
-  if (hooks_.empty()) return forward(x);
+  if (!hooks_) return forward(x);
   return call_with_hooks(x, [&] { return forward(x); });
 }
 
 Tensor Module::call_with_hooks(const Tensor& x, const std::function<Tensor()>& body) {
-  if (hooks_.empty()) return body();
-  // Copy: a hook may remove itself.
-  std::vector<Hook> hooks = hooks_;
-  for (auto& h : hooks)
+  if (!hooks_) return body();
+  const std::shared_ptr<const std::vector<Hook>> hooks = hooks_;  // this call's list (see hooks_)
+  for (const Hook& h : *hooks)
     if (h.pre) h.pre(*this, x);
   Tensor y = body();
-  for (auto& h : hooks)
+  for (const Hook& h : *hooks)
     if (h.post) h.post(*this, x, y);
   return y;
 }
@@ -209,16 +208,24 @@ void Module::to(Device d) {
 }
 
 size_t Module::register_forward_pre_hook(ForwardPreHook h) {
-  hooks_.push_back({next_hook_id_, std::move(h), nullptr});
+  auto next = hooks_ ? std::make_shared<std::vector<Hook>>(*hooks_) : std::make_shared<std::vector<Hook>>();
+  next->push_back({next_hook_id_, std::move(h), nullptr});
+  hooks_ = std::move(next);
   return next_hook_id_++;
 }
 size_t Module::register_forward_hook(ForwardHook h) {
-  hooks_.push_back({next_hook_id_, nullptr, std::move(h)});
+  auto next = hooks_ ? std::make_shared<std::vector<Hook>>(*hooks_) : std::make_shared<std::vector<Hook>>();
+  next->push_back({next_hook_id_, nullptr, std::move(h)});
+  hooks_ = std::move(next);
   return next_hook_id_++;
 }
 void Module::remove_forward_hook(size_t handle) {
-  hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(), [&](const Hook& h) { return h.id == handle; }),
-               hooks_.end());
+  if (!hooks_) return;
+  auto next = std::make_shared<std::vector<Hook>>();
+  for (const Hook& h : *hooks_)
+    if (h.id != handle) next->push_back(h);
+  if (next->empty()) hooks_.reset();  // no hooks: the forward's fast path
+  else hooks_ = std::move(next);
 }
 
 std::string Module::repr(int indent) const {

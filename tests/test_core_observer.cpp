@@ -36,7 +36,7 @@ struct Recorder : gs::OpObserver {
 
   void on_op(const gs::OpEvent& e) override {
     Op op{e.op, {}, e.output->shape().vec(), e.output->storage().get(), e.expanded_mask, e.inplace};
-    for (size_t i = 0; i < e.num_inputs; ++i) op.inputs.push_back(e.inputs[i].shape().vec());
+    for (size_t i = 0; i < e.num_inputs; ++i) op.inputs.push_back(e.input(i).shape().vec());
     ops.push_back(op);
   }
   void on_backward(const gs::BackwardEvent& e) override {
