@@ -225,21 +225,18 @@ bool all_zero(const Tensor& t) {
 }
 
 bool sampled_finite(const Tensor& t) {
-  if (!t.defined() || !t.is_floating_point() || t.numel() <= 4096 || !t.is_contiguous() || !t.device().is_cpu())
+  if (!t.defined() || !t.is_floating_point() || t.numel() <= 4096 || t.dim() < 2 || !t.is_contiguous() ||
+      !t.device().is_cpu())
     return all_finite(t);
-  const int64_t row = t.dim() > 0 ? t.size(-1) : t.numel();
-  int64_t stride = 0;
-  for (int64_t p : {61, 31, 13, 7})
-    if (2 * p <= row && row % p != 0) {
-      stride = p;
-      break;
-    }
-  if (stride == 0 || t.numel() / stride < row) return all_finite(t);  // too few samples to reach every column
+  // (rows, k): dimension 0 against the rest. The first row whole, then the first element of
+  // every row.
+  const int64_t rows = t.size(0), k = t.numel() / rows;
   auto check = [&](auto* p) {
     int bad = 0;
-    const int64_t n = t.numel() / stride;
 #pragma omp simd reduction(| : bad)
-    for (int64_t i = 0; i < n; ++i) bad |= (p[i * stride] - p[i * stride]) != 0 ? 1 : 0;
+    for (int64_t j = 0; j < k; ++j) bad |= (p[j] - p[j]) != 0 ? 1 : 0;
+#pragma omp simd reduction(| : bad)
+    for (int64_t r = 1; r < rows; ++r) bad |= (p[r * k] - p[r * k]) != 0 ? 1 : 0;
     return bad == 0;
   };
   if (t.dtype() == kFloat32) return check(static_cast<const float*>(t.raw_data()));

@@ -61,11 +61,12 @@ bool all_finite(const Tensor& t);
 // the CPU it stops at the first nonzero value, so a healthy tensor costs a few cache lines.
 bool all_zero(const Tensor& t);
 // Cheaper still, for a check on every training step: every element of tensors up to 4096
-// elements; of larger contiguous ones, every p-th element, p a prime (61, 31, 13 or 7) at most
-// half the last dimension and not dividing it. A NaN from the backward spreads over whole rows
-// or whole columns of the gradients it reaches: each row holds at least two samples, and since p
-// does not divide the row length the samples walk through every column (given as many samples as
-// columns). Reads about one cache line in four. Last dimensions under 14: every element.
+// elements and of 1-D ones; of larger contiguous ones, seen as (dimension 0, the rest), the first
+// row whole and the first element of every row. A NaN from the backward fills whole rows or whole
+// columns of the weight gradients it reaches (it enters through one output unit's gradient: a
+// row, or one input value: a column, and 0 x NaN is NaN), so one row and one column meet it:
+// about (rows + the rest / 16) cache lines, a few percent of the tensor. A NaN confined to a few
+// entries elsewhere is left to the full read of the sampled steps.
 bool sampled_finite(const Tensor& t);
 
 // "[64, 10]"

@@ -567,7 +567,8 @@ TEST_CASE("SummaryCache: one pass per tensor while its data is unchanged, a fres
 }
 
 TEST_CASE("sampled_finite: a NaN row or a NaN column of a large gradient is found, whatever its index") {
-  // The shapes of linear layers' weight gradients: [out, in], and [rows, a short last dim].
+  // The shapes of linear layers' weight gradients: [out, in], and [rows, a short last dim]; 1-D
+  // tensors are read whole (a "column" is then one element).
   for (const gs::Shape& shape : std::vector<gs::Shape>{{128, 784}, {784, 128}, {10, 1000}, {5000, 10}, {4097}}) {
     const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
     const Tensor clean = gs::randn(shape);
@@ -587,4 +588,24 @@ TEST_CASE("sampled_finite: a NaN row or a NaN column of a large gradient is foun
       CHECK_FALSE(dbg::sampled_finite(g));
     }
   }
+  // A convolution's weight gradient [out, in, kh, kw]: one output channel's whole slice (a row),
+  // or one (in, kh, kw) entry in every output channel (a column).
+  const Tensor conv = gs::randn({64, 32, 3, 3});
+  CHECK(dbg::sampled_finite(conv));
+  for (int64_t o : {int64_t{0}, int64_t{37}}) {
+    Tensor g = conv.clone();
+    g.narrow(0, o, 1).fill_(NAN);
+    CHECK_FALSE(dbg::sampled_finite(g));
+  }
+  for (int64_t e : {int64_t{0}, int64_t{200}, int64_t{32 * 9 - 1}}) {
+    Tensor g = conv.clone();
+    float* p = static_cast<float*>(g.raw_data());
+    for (int64_t o = 0; o < 64; ++o) p[o * 32 * 9 + e] = INFINITY;
+    CHECK_FALSE(dbg::sampled_finite(g));
+  }
+  // What it leaves to the sampled steps' full read: one NaN away from the first row and column.
+  Tensor lone = gs::randn({128, 784});
+  static_cast<float*>(lone.raw_data())[5 * 784 + 9] = NAN;
+  CHECK(dbg::sampled_finite(lone));
+  CHECK_FALSE(dbg::all_finite(lone));
 }
