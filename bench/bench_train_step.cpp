@@ -2,7 +2,7 @@
 // step) of the models `gradsleuth train` uses, on random Fashion-MNIST-shaped
 // data: the gradsleuth side of the peer comparison in scripts/bench_peer.sh
 // (bench/peer_train_step.py times the same steps in PyTorch).
-//   train_step/mlp/64    MLP 784-256-10, batch 64, SGD      (issue 3: <= 0.7x libtorch)
+//   train_step/mlp/64    MLP 784-256-10, batch 64, SGD      (the goal: <= 0.7x libtorch)
 //   train_step/mlp/256   the same at batch 256                 (<= 1.0x libtorch)
 //   train_step_blas/mlp/{64,256}  the same with every GEMM on the BLAS (no sgemm_direct)
 //   train_step/cnn/64    conv32-pool-conv64-pool-fc128-fc10, batch 64, SGD

@@ -205,10 +205,11 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     }
     if (GradMode::is_enabled()) {
       last_x_ = x;
-      if (!in_step_ && x.defined()) history_.step_inputs.push_back(fingerprint(x));
       // D5 on every training row: every training forward's batch (several per step when the loop
-      // accumulates gradients).
+      // accumulates gradients). It reads the batch in order, so the fingerprint's scattered reads
+      // after it hit the cache.
       if (x.defined()) rows_.record(x, steps_ + 1);
+      if (!in_step_ && x.defined()) history_.step_inputs.push_back(fingerprint(x));
       in_step_ = true;  // a training forward: step steps_ + 1 has begun
     }
     if (!input_checked_ && x.defined()) {

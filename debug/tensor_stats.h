@@ -25,8 +25,12 @@ struct TensorSummary {
 // Reads the values (any dtype, any strides) in one pass on the CPU; a device tensor (CUDA) is
 // summarised on its device by tensor ops, and only the resulting scalars are copied back.
 TensorSummary summarize(const Tensor& t);
+// Only the norm and the NaN/Inf counts (numel, finite, nan, inf, norm; the rest as a default
+// TensorSummary has them), in a lighter pass on the CPU: what a gradient's health and its norm
+// history need. Shares a SummaryCache with summarize().
+TensorSummary summarize_norm(const Tensor& t);
 
-// While one is alive on this thread, summarize() remembers its result for each contiguous CPU
+// While one is alive on this thread, summarize() (and summarize_norm()) remembers its result for each contiguous CPU
 // tensor it read and returns it again for the same data (same address, size, dtype and storage
 // version): the monitor's sampled step reads every gradient for O2/O3's norms and again for O1's
 // health, and this makes that one pass. Keep its scope short (one step), where the tensors read
@@ -42,12 +46,14 @@ class SummaryCache {
 
  private:
   friend TensorSummary summarize(const Tensor& t);
+  friend TensorSummary summarize_norm(const Tensor& t);
   struct Entry {
     const void* data;
     int64_t numel;
     DType dtype;
     uint64_t version;
     TensorSummary summary;
+    bool full;  // summarize()'s (else summarize_norm()'s: the norm and the counts only)
   };
   std::vector<Entry> entries_;
   int64_t hits_ = 0;
