@@ -1,6 +1,8 @@
 // The list of op observers (see observer.h).
 #include "core/observer.h"
 
+#include "core/autograd.h"
+
 #include <algorithm>
 #include <mutex>
 #include <thread>
@@ -14,6 +16,7 @@ struct Entry {
   OpObserver* o;
   bool this_thread_only;
   std::thread::id thread;
+  unsigned events;  // OpObserver::events() when it was attached
 };
 std::vector<Entry>& observers() {
   static std::vector<Entry> v;
@@ -35,26 +38,33 @@ struct Notifying {
 // notifications from inside a callback return at once); another thread may attach or detach
 // meanwhile.
 std::atomic<uint64_t> g_generation{1};
+// How many attached observers listen to each kind of event (bit i of OpObserver::Events).
+std::atomic<int> g_listening[3] = {0, 0, 0};
 thread_local uint64_t t_generation = 0;
-thread_local std::vector<OpObserver*> t_observers;
+thread_local std::vector<std::pair<OpObserver*, unsigned>> t_observers;
 
 template <class F>
-void each_observer(F&& f) {
+void each_observer(unsigned kind, F&& f) {
   if (t_notifying) return;
+  const int bit = kind == OpObserver::kOps ? 0 : kind == OpObserver::kBackwardOps ? 1 : 2;
+  if (g_listening[bit].load(std::memory_order_relaxed) == 0) return;
   Notifying n;
   if (g_generation.load(std::memory_order_acquire) != t_generation) {
     const std::thread::id me = std::this_thread::get_id();
     std::lock_guard<std::mutex> lock(g_mu);
     t_observers.clear();
     for (const Entry& e : observers())
-      if (!e.this_thread_only || e.thread == me) t_observers.push_back(e.o);
+      if (!e.this_thread_only || e.thread == me) t_observers.emplace_back(e.o, e.events);
     t_generation = g_generation.load(std::memory_order_relaxed);
   }
-  for (OpObserver* o : t_observers) f(o);
+  for (const auto& [o, events] : t_observers)
+    if (events & kind) f(o);
 }
 
+unsigned op_kind() { return autograd::in_backward() ? OpObserver::kBackwardOps : OpObserver::kOps; }
+
 void notify_op(const OpEvent& e) {
-  each_observer([&](OpObserver* o) { o->on_op(e); });
+  each_observer(op_kind(), [&](OpObserver* o) { o->on_op(e); });
 }
 void notify_op_refs(const char* op, const TensorRef* inputs, size_t n, const Tensor& out, uint32_t expanded_mask,
                     bool inplace) {
@@ -69,10 +79,10 @@ void notify_op_refs(const char* op, const TensorRef* inputs, size_t n, const Ten
   notify_op(OpEvent{op, ptrs, n, &out, expanded_mask, inplace});
 }
 void notify_op_begin(const char* op) {
-  each_observer([&](OpObserver* o) { o->on_op_begin(op); });
+  each_observer(op_kind(), [&](OpObserver* o) { o->on_op_begin(op); });
 }
 void notify_backward(const BackwardEvent& e) {
-  each_observer([&](OpObserver* o) { o->on_backward(e); });
+  each_observer(OpObserver::kBackwardNodes, [&](OpObserver* o) { o->on_backward(e); });
 }
 }  // namespace detail
 
@@ -84,14 +94,21 @@ void notify_op(const char* op, const tensor_list& inputs, const Tensor& out, uin
 
 void add_observer(OpObserver* o, ObserverScope scope) {
   std::lock_guard<std::mutex> lock(detail::g_mu);
-  detail::observers().push_back({o, scope == ObserverScope::ThisThread, std::this_thread::get_id()});
+  const unsigned events = o->events();
+  detail::observers().push_back({o, scope == ObserverScope::ThisThread, std::this_thread::get_id(), events});
   detail::g_observer_count.store(static_cast<int>(detail::observers().size()));
+  for (int bit = 0; bit < 3; ++bit)
+    if (events & (1u << bit)) detail::g_listening[bit].fetch_add(1);
   detail::g_generation.fetch_add(1, std::memory_order_release);
 }
 
 void remove_observer(OpObserver* o) {
   std::lock_guard<std::mutex> lock(detail::g_mu);
   auto& v = detail::observers();
+  for (const detail::Entry& e : v)
+    if (e.o == o)
+      for (int bit = 0; bit < 3; ++bit)
+        if (e.events & (1u << bit)) detail::g_listening[bit].fetch_sub(1);
   v.erase(std::remove_if(v.begin(), v.end(), [o](const detail::Entry& e) { return e.o == o; }), v.end());
   detail::g_observer_count.store(static_cast<int>(v.size()));
   detail::g_generation.fetch_add(1, std::memory_order_release);

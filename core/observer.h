@@ -31,6 +31,13 @@ struct BackwardEvent {
 // Ops an observer runs inside its own callbacks are not reported to anyone.
 class OpObserver {
  public:
+  // What an observer listens to: the ops run outside a backward pass (the forward, the
+  // optimizer), the ops a backward pass runs (its formulas), and the backward's nodes
+  // (on_backward). Read once, when it is attached; it is not called for the others, and an op no
+  // attached observer listens to costs a check of three counts.
+  enum Events : unsigned { kOps = 1u, kBackwardOps = 2u, kBackwardNodes = 4u, kAll = 7u };
+  virtual unsigned events() const { return kAll; }
+
   virtual ~OpObserver() = default;
   virtual void on_op(const OpEvent&) {}
   virtual void on_backward(const BackwardEvent&) {}

@@ -93,6 +93,7 @@ class BroadcastDetector : public OpObserver {
   const std::vector<Finding>& findings() const { return findings_; }
   void clear() { findings_.clear(); }
   void on_op(const OpEvent& e) override;
+  unsigned events() const override { return kOps; }  // the forward's ops: a backward's are not the model's code
 
  private:
   BroadcastMode mode_;
