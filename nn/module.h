@@ -65,6 +65,8 @@ class Module : public std::enable_shared_from_this<Module> {
   void to(Device d);
 
   // ---- hooks -------------------------------------------------------------
+  // A call runs the hooks registered when it began: a hook may remove itself or register
+  // another, which takes effect from the next call.
   using ForwardPreHook = std::function<void(Module& self, const Tensor& input)>;
   using ForwardHook = std::function<void(Module& self, const Tensor& input, const Tensor& output)>;
   size_t register_forward_pre_hook(ForwardPreHook h);
