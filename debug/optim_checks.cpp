@@ -633,29 +633,9 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
       if (std::isfinite(q.norm_before)) {
         // ||w_before|| came with the copy. Each difference is taken in float32 (exact when the
         // two values are within a factor of 2 of each other, as one step's are: Sterbenz) and
-        // squared in float64, over 32 independent lanes.
+        // squared in float64.
         wb = q.norm_before * q.norm_before;
-        constexpr int L = 32;
-        double lanes[L] = {};
-        float lanes_nonfinite[L] = {};
-        int64_t i = 0;
-        for (; i + L <= n; i += L) {
-#pragma omp simd
-          for (int l = 0; l < L; ++l) {
-            const float ai = a[i + l], di = ai - b[i + l];
-            lanes[l] += static_cast<double>(di) * static_cast<double>(di);
-            lanes_nonfinite[l] += ai * 0.0f;
-          }
-        }
-        for (; i < n; ++i) {
-          const double di = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-          d += di * di;
-          nonfinite += a[i] * 0.0f;
-        }
-        for (int l = 0; l < L; ++l) {
-          d += lanes[l];
-          nonfinite += lanes_nonfinite[l];
-        }
+        if (!sum_of_squared_differences(a, b, n, d)) nonfinite = 1.0f;
       } else {
 #pragma omp simd reduction(+ : wb, d, nonfinite)
         for (int64_t i = 0; i < n; ++i) {

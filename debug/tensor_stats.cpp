@@ -169,11 +169,12 @@ TensorSummary summarize(const Tensor& t) {
 }
 
 namespace {
-// The sum of squares in float64 over 32 independent lanes (the additions overlap instead of
-// waiting on one accumulator); false when a value is NaN or Inf (x * 0 is then NaN).
-template <class T>
-bool norm_fast(const T* p, int64_t n, double& squares) {
-  // (Per-lane arrays only: a reduction clause beside them stops GCC from vectorising the loop.)
+// The sum of squares of a (Diff: of a - b, each difference taken in T) in float64 over 32
+// independent lanes (the additions overlap instead of waiting on one accumulator); false when a
+// value of a is NaN or Inf (x * 0 is then NaN).
+// (Per-lane arrays only: a reduction clause beside them stops GCC from vectorising the loop.)
+template <bool Diff, class T>
+bool squares_in_lanes(const T* a, const T* b, int64_t n, double& squares) {
   constexpr int L = 32;
   double lq[L] = {};
   T lf[L] = {};
@@ -181,16 +182,17 @@ bool norm_fast(const T* p, int64_t n, double& squares) {
   for (; i + L <= n; i += L) {
 #pragma omp simd
     for (int l = 0; l < L; ++l) {
-      const T v = p[i + l];
+      const T v = Diff ? a[i + l] - b[i + l] : a[i + l];
       lq[l] += static_cast<double>(v) * static_cast<double>(v);
-      lf[l] += v * T(0);
+      lf[l] += a[i + l] * T(0);
     }
   }
   double sq = 0.0;
   T nonfinite = 0;
   for (; i < n; ++i) {
-    sq += static_cast<double>(p[i]) * static_cast<double>(p[i]);
-    nonfinite += p[i] * T(0);
+    const T v = Diff ? a[i] - b[i] : a[i];
+    sq += static_cast<double>(v) * static_cast<double>(v);
+    nonfinite += a[i] * T(0);
   }
   for (int l = 0; l < L; ++l) {
     sq += lq[l];
@@ -200,6 +202,16 @@ bool norm_fast(const T* p, int64_t n, double& squares) {
   return nonfinite == T(0) && std::isfinite(sq);
 }
 }  // namespace
+
+bool sum_of_squares(const float* a, int64_t n, double& squares) {
+  return squares_in_lanes<false>(a, a, n, squares);
+}
+bool sum_of_squares(const double* a, int64_t n, double& squares) {
+  return squares_in_lanes<false>(a, a, n, squares);
+}
+bool sum_of_squared_differences(const float* a, const float* b, int64_t n, double& squares) {
+  return squares_in_lanes<true>(a, b, n, squares);
+}
 
 TensorSummary summarize_norm(const Tensor& t) {
   if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.numel() == 0 ||
@@ -213,8 +225,8 @@ TensorSummary summarize_norm(const Tensor& t) {
         return e.summary;
       }
   double sq = 0.0;
-  const bool finite = t.dtype() == kFloat32 ? norm_fast(static_cast<const float*>(t.raw_data()), t.numel(), sq)
-                                            : norm_fast(static_cast<const double*>(t.raw_data()), t.numel(), sq);
+  const bool finite = t.dtype() == kFloat32 ? sum_of_squares(static_cast<const float*>(t.raw_data()), t.numel(), sq)
+                                            : sum_of_squares(static_cast<const double*>(t.raw_data()), t.numel(), sq);
   if (!finite) return summarize(t);  // counts the NaN/Inf (and caches the full summary)
   TensorSummary s;
   s.numel = s.finite = t.numel();

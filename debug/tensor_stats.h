@@ -63,6 +63,12 @@ class SummaryCache {
 // Cheap: true when every value is finite (integral and bool tensors always are). On a device:
 // one float64 sum there, one scalar back.
 bool all_finite(const Tensor& t);
+// The sum of squares of n values in float64 (of the differences a - b, each taken in float32),
+// vectorised; false when a value of a is NaN or Inf (the sum is then not meaningful).
+bool sum_of_squares(const float* a, int64_t n, double& squares);
+bool sum_of_squares(const double* a, int64_t n, double& squares);
+bool sum_of_squared_differences(const float* a, const float* b, int64_t n, double& squares);
+
 // True when the tensor holds values and every one is exactly zero (NaN and Inf are not zero). On
 // the CPU it stops at the first nonzero value, so a healthy tensor costs a few cache lines.
 bool all_zero(const Tensor& t);
