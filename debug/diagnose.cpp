@@ -356,7 +356,7 @@ void Session::check_class_errors_at_end() {
 // D8 over the whole run: a training loader with several batches, yet every step (or nearly)
 // trained on the same batch as the step before: the loop reads one batch and reuses it.
 void Session::check_repeated_batches(RunReport& r) {
-  const std::vector<std::vector<double>>& fp = r.history.step_inputs;
+  const std::vector<uint64_t>& fp = r.history.step_inputs;
   if (!data_.train || data_.train->num_batches() < 2 || fp.size() < 10) return;
   r.findings.note_ran("D8");
   int64_t repeats = 0;

@@ -76,9 +76,9 @@ struct TrainingHistory {
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction; // per ReLU layer
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;  // per parameter
   std::vector<double> learning_rates;  // the first group's learning rate at each optimizer step
-  // A fingerprint of each training step's input batch (its shape and 64 values spread over it):
-  // equal fingerprints on consecutive steps mean the same batch was fed again.
-  std::vector<std::vector<double>> step_inputs;
+  // A fingerprint of each training step's input batch (a 64-bit hash of its shape and 64 values
+  // spread over it): equal fingerprints on consecutive steps mean the same batch was fed again.
+  std::vector<uint64_t> step_inputs;
 };
 
 // The model, optimizer and loss are held by reference and must outlive the
