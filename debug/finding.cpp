@@ -89,14 +89,16 @@ std::string Finding::key() const {
 }
 
 void Report::add(Finding f) {
-  const std::string k = f.key();
-  for (Finding& g : findings_) {
-    if (g.key() != k) continue;
+  std::string k = f.key();
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    if (keys_[i] != k) continue;
+    Finding& g = findings_[i];
     g.count += f.count;
     if (f.severity > g.severity) g.severity = f.severity;
     return;
   }
   findings_.push_back(std::move(f));
+  keys_.push_back(std::move(k));
 }
 
 void Report::add(const std::vector<Finding>& fs) {

@@ -95,6 +95,7 @@ class Report {
   }
   void clear() {
     findings_.clear();
+    keys_.clear();
     ran_.clear();
   }
 
@@ -134,6 +135,7 @@ class Report {
 
  private:
   std::vector<Finding> findings_;
+  std::vector<std::string> keys_;  // findings_[i].key(), kept beside it (findings_ only grows through add)
   std::set<std::string> ran_;
 };
 
