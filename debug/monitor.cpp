@@ -57,6 +57,10 @@ uint64_t fingerprint(const Tensor& x) {
 namespace {
 
 bool is_cross_entropy(const nn::Loss& l) { return l.type_name() == "CrossEntropyLoss"; }
+bool is_nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
+bool is_elementwise(const nn::Loss& l) {
+  return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
+}
 
 // How many rows of the logits (B, C) have their largest value (the first, on ties) at the target
 // class (B): read in place for float32 logits and int64 targets on the host.
@@ -80,10 +84,7 @@ int64_t correct_predictions(const Tensor& logits, const Tensor& target) {
   const Tensor hit = eq(argmax(logits.detach(), 1), target.to(logits.device()));
   return sum(hit.to(kInt64)).item<int64_t>();
 }
-bool is_nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
-bool is_elementwise(const nn::Loss& l) {
-  return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
-}
+
 // A loss of the user's own (an nn::Loss subclass the library does not know) that
 // gets logits (B, C) and class indices (B): whatever its formula, the prediction
 // must be scores over classes, not probabilities (L2) and not a ReLU's output
