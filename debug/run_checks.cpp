@@ -43,7 +43,7 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
     auto measure = [&](auto tag) {
       using T = decltype(tag);
       const T* v = static_cast<const T*>(h.raw_data());
-      // The mean row over the units, and the sum of squares, one row at a time (vectorised).
+      // The mean row over the units, and the sum of squares, one row at a time.
       std::vector<double> mean(static_cast<size_t>(k), 0.0);
       int bad = 0;
       for (int64_t i = 0; i < units; ++i) {
