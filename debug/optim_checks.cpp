@@ -581,10 +581,12 @@ void UpdateRatioTracker::pre_step(optim::Optimizer& opt) {
     const Tensor& t = q.tensor;
     // The snapshot's buffer is kept from one measured step to the next (a fresh one each time
     // costs an allocation and, for large weights, page faults).
-    const bool reuse = q.before.defined() && q.before.shape() == t.shape() && q.before.dtype() == t.dtype() &&
-                       q.before.device() == t.device();
+    if (!q.before.defined() || q.before.shape() != t.shape() || q.before.dtype() != t.dtype() ||
+        q.before.device() != t.device())
+      q.before = empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
     q.norm_before = kNaN;
-    if (reuse && t.device().is_cpu() && t.is_contiguous() && q.before.is_contiguous() && t.dtype() == kFloat32) {
+    const bool host = t.device().is_cpu() && t.is_contiguous();  // q.before is contiguous: made by empty()
+    if (host && t.dtype() == kFloat32) {
       // The copy and the weight's norm in one pass (NormHistory's weight norm: norm_before);
       // x * 0 is 0 for a finite x and NaN for NaN and Inf.
       const float* src = static_cast<const float*>(t.raw_data());
@@ -599,12 +601,11 @@ void UpdateRatioTracker::pre_step(optim::Optimizer& opt) {
         nonfinite += v * 0.0f;
       }
       if (nonfinite == 0.0f && std::isfinite(sq)) q.norm_before = std::sqrt(sq);
-    } else if (reuse && t.device().is_cpu() && t.is_contiguous() && q.before.is_contiguous())
+    } else if (host) {
       std::memcpy(q.before.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-    else if (reuse)
+    } else {
       q.before.copy_(t.detach());
-    else
-      q.before = t.detach().clone();
+    }
   }
   measuring_step_ = step;
 }
@@ -623,31 +624,17 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
       wb = v[0];
       d = v[1];
     } else if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
-      // The common case, in one vectorised pass (the simd reduction may reorder the sums). It
-      // also tells whether the updated weight is finite (x * 0 is 0 for a finite x, NaN for NaN
-      // and Inf), which spares O4 a read of it (measured_finite).
+      // The common case (float32 on the host), vectorised. The read of the updated weight also
+      // tells whether it is finite, which spares O4 a read of it (measured_finite).
       const float* a = static_cast<const float*>(after.raw_data());
       const float* b = static_cast<const float*>(q.before.raw_data());
       const int64_t n = after.numel();
-      float nonfinite = 0.0f;
-      if (std::isfinite(q.norm_before)) {
-        // ||w_before|| came with the copy. Each difference is taken in float32 (exact when the
-        // two values are within a factor of 2 of each other, as one step's are: Sterbenz) and
-        // squared in float64.
-        wb = q.norm_before * q.norm_before;
-        if (!sum_of_squared_differences(a, b, n, d)) nonfinite = 1.0f;
-      } else {
-#pragma omp simd reduction(+ : wb, d, nonfinite)
-        for (int64_t i = 0; i < n; ++i) {
-          const float ai = a[i];
-          const double bi = b[i], di = static_cast<double>(ai) - bi;
-          wb += bi * bi;
-          d += di * di;
-          nonfinite += ai * 0.0f;
-        }
-      }
-      const bool bad = nonfinite != 0.0f;
-      if (!bad) finite_after_.push_back(q.tensor.impl_ptr().get());
+      // ||w_before|| came with the copy (when the weight was finite; else it is read again). Each
+      // difference is taken in float32 (exact when the two values are within a factor of 2 of
+      // each other, as one step's are: Sterbenz) and squared in float64.
+      if (std::isfinite(q.norm_before)) wb = q.norm_before * q.norm_before;
+      else sum_of_squares(b, n, wb);
+      if (sum_of_squared_differences(a, b, n, d)) finite_after_.push_back(q.tensor.impl_ptr().get());
     } else {
       const std::vector<double> b = q.before.to_vector<double>(), a = after.to_vector<double>();
       for (size_t i = 0; i < a.size() && i < b.size(); ++i) {

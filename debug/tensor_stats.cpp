@@ -144,6 +144,12 @@ TensorSummary summarize_uncached(const Tensor& t);  // one pass over a CPU tenso
 SummaryCache::SummaryCache() : outer_(active_cache) { active_cache = this; }
 SummaryCache::~SummaryCache() { active_cache = outer_; }
 
+SummaryCache::Entry* SummaryCache::find(const Tensor& t) {
+  for (Entry& e : entries_)
+    if (e.data == t.raw_data() && e.numel == t.numel() && e.dtype == t.dtype() && e.version == t.version()) return &e;
+  return nullptr;
+}
+
 TensorSummary summarize(const Tensor& t) {
   TensorSummary s;
   if (!t.defined()) return s;
@@ -151,16 +157,15 @@ TensorSummary summarize(const Tensor& t) {
   if (!t.device().is_cpu()) return summarize_on_device(t);
   SummaryCache* cache = t.is_contiguous() ? active_cache : nullptr;
   if (cache) {
-    for (SummaryCache::Entry& e : cache->entries_)
-      if (e.data == t.raw_data() && e.numel == t.numel() && e.dtype == t.dtype() && e.version == t.version()) {
-        if (!e.full) {  // only the norm so far: read it whole now, once
-          e.summary = summarize_uncached(t);
-          e.full = true;
-          return e.summary;
-        }
-        ++cache->hits_;
-        return e.summary;
+    if (SummaryCache::Entry* e = cache->find(t)) {
+      if (!e->full) {  // only the norm so far: read it whole now, once
+        e->summary = summarize_uncached(t);
+        e->full = true;
+        return e->summary;
       }
+      ++cache->hits_;
+      return e->summary;
+    }
     s = summarize_uncached(t);
     cache->entries_.push_back({t.raw_data(), t.numel(), t.dtype(), t.version(), s, true});
     return s;
@@ -218,12 +223,10 @@ TensorSummary summarize_norm(const Tensor& t) {
       (t.dtype() != kFloat32 && t.dtype() != kFloat64))
     return summarize(t);
   SummaryCache* cache = active_cache;
-  if (cache)
-    for (const SummaryCache::Entry& e : cache->entries_)
-      if (e.data == t.raw_data() && e.numel == t.numel() && e.dtype == t.dtype() && e.version == t.version()) {
-        ++cache->hits_;
-        return e.summary;
-      }
+  if (const SummaryCache::Entry* e = cache ? cache->find(t) : nullptr) {
+    ++cache->hits_;
+    return e->summary;
+  }
   double sq = 0.0;
   const bool finite = t.dtype() == kFloat32 ? sum_of_squares(static_cast<const float*>(t.raw_data()), t.numel(), sq)
                                             : sum_of_squares(static_cast<const double*>(t.raw_data()), t.numel(), sq);

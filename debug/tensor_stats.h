@@ -55,6 +55,7 @@ class SummaryCache {
     TensorSummary summary;
     bool full;  // summarize()'s (else summarize_norm()'s: the norm and the counts only)
   };
+  Entry* find(const Tensor& t);  // the entry for t's data (address, size, dtype, version), or null
   std::vector<Entry> entries_;
   int64_t hits_ = 0;
   SummaryCache* outer_;

@@ -207,18 +207,14 @@ void Module::to(Device d) {
     if (b.device() != d) set_tensor(n, b.detach().to(d));
 }
 
-size_t Module::register_forward_pre_hook(ForwardPreHook h) {
+size_t Module::add_hook(ForwardPreHook pre, ForwardHook post) {
   auto next = hooks_ ? std::make_shared<std::vector<Hook>>(*hooks_) : std::make_shared<std::vector<Hook>>();
-  next->push_back({next_hook_id_, std::move(h), nullptr});
+  next->push_back({next_hook_id_, std::move(pre), std::move(post)});
   hooks_ = std::move(next);
   return next_hook_id_++;
 }
-size_t Module::register_forward_hook(ForwardHook h) {
-  auto next = hooks_ ? std::make_shared<std::vector<Hook>>(*hooks_) : std::make_shared<std::vector<Hook>>();
-  next->push_back({next_hook_id_, nullptr, std::move(h)});
-  hooks_ = std::move(next);
-  return next_hook_id_++;
-}
+size_t Module::register_forward_pre_hook(ForwardPreHook h) { return add_hook(std::move(h), nullptr); }
+size_t Module::register_forward_hook(ForwardHook h) { return add_hook(nullptr, std::move(h)); }
 void Module::remove_forward_hook(size_t handle) {
   if (!hooks_) return;
   auto next = std::make_shared<std::vector<Hook>>();

@@ -117,6 +117,7 @@ class Module : public std::enable_shared_from_this<Module> {
   // Copy on write: a call holds the list it started with (a hook may remove itself, or add
   // another), and registering replaces the list, so a forward copies one pointer, not the hooks.
   std::shared_ptr<const std::vector<Hook>> hooks_;
+  size_t add_hook(ForwardPreHook pre, ForwardHook post);  // a new list with the hook added
   size_t next_hook_id_ = 0;
 };
 

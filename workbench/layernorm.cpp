@@ -49,6 +49,22 @@ void v2_row(const float* x, const float* w, const float* b, float* y, int64_t C)
     store(y + full, fma(mul(sub(load(x + full, tail), mv), rs), load(w + full, tail), load(b + full, tail)), tail);
 }
 
+// v3 and v4's statistics from the shifted sums of their vector part: a1 = sum(x - x0), a2 =
+// sum((x - x0)^2) over [0, full), completed with the scalar tail [full, C).
+struct RowStats {
+  float mean, rstd;
+};
+RowStats shifted_stats(const float* x, int64_t full, int64_t C, float x0, float a1, float a2) {
+  for (int64_t c = full; c < C; ++c) {
+    const float d = x[c] - x0;
+    a1 += d;
+    a2 += d * d;
+  }
+  const float n = static_cast<float>(C), dm = a1 / n;
+  const float var = std::max(0.0f, a2 / n - dm * dm);
+  return {x0 + dm, 1.0f / std::sqrt(var + kLnEps)};
+}
+
 // v3: the statistics in one pass: sums of d and d^2 with d = x - x[0] (shifting by one sample
 // keeps sum d^2 - (sum d)^2 / C free of the cancellation the raw sum of squares has when the
 // mean is large), then the writing pass: x read twice instead of three times.
@@ -63,15 +79,8 @@ void v3_row(const float* x, const float* w, const float* b, float* y, int64_t C)
     s1 = add(s1, d);
     s2 = fma(d, d, s2);
   }
-  float a1 = hsum(s1), a2 = hsum(s2);
-  for (int64_t c = full; c < C; ++c) {
-    const float d = x[c] - x0;
-    a1 += d;
-    a2 += d * d;
-  }
-  const float n = static_cast<float>(C), dm = a1 / n;
-  const float var = std::max(0.0f, a2 / n - dm * dm);
-  const V mv = splat(x0 + dm), rs = splat(1.0f / std::sqrt(var + kLnEps));
+  const RowStats st = shifted_stats(x, full, C, x0, hsum(s1), hsum(s2));
+  const V mv = splat(st.mean), rs = splat(st.rstd);
   for (int64_t c = 0; c < full; c += kW)
     store(y + c, fma(mul(sub(load(x + c), mv), rs), load(w + c), load(b + c)));
   if (full < C)
@@ -98,15 +107,8 @@ void v4_row(const float* x, const float* w, const float* b, float* y, int64_t C)
     s1[j] = add(s1[j], d);
     s2[j] = fma(d, d, s2[j]);
   }
-  float a1 = hsum(add(s1[0], s1[1])), a2 = hsum(add(s2[0], s2[1]));
-  for (int64_t c = full; c < C; ++c) {
-    const float d = x[c] - x0;
-    a1 += d;
-    a2 += d * d;
-  }
-  const float n = static_cast<float>(C), dm = a1 / n;
-  const float var = std::max(0.0f, a2 / n - dm * dm);
-  const float mean = x0 + dm, rstd = 1.0f / std::sqrt(var + kLnEps);
+  const RowStats st = shifted_stats(x, full, C, x0, hsum(add(s1[0], s1[1])), hsum(add(s2[0], s2[1])));
+  const float mean = st.mean, rstd = st.rstd;
   const V mv = splat(mean), rs = splat(rstd);
   int64_t c = 0;
   for (; c < C && (reinterpret_cast<uintptr_t>(y + c) % (kW * 4)) != 0; ++c) y[c] = (x[c] - mean) * rstd * w[c] + b[c];
