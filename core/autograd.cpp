@@ -526,9 +526,10 @@ void GraphTrace::on_run(Node* n, const Tensor& grad, bool ran) {
   backward_.push_back(std::move(s));
 }
 
-void GraphTrace::on_leaf(const TensorImpl* leaf) {
+void GraphTrace::on_leaf(const std::shared_ptr<TensorImpl>& leaf) {
   if (backward_.empty() || leaf == nullptr) return;
-  backward_.back().leaf = leaf;
+  backward_.back().leaf = leaf.get();
+  backward_.back().leaf_ptr = leaf;
   if (leaf->grad) {
     NoGradGuard ng;
     backward_.back().leaf_grad = Tensor(leaf->grad).detach().clone();
@@ -689,7 +690,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
         if (trace != nullptr) [[unlikely]] trace->on_run(n, g, true);
         grads = n->apply(g);
         if (trace != nullptr) [[unlikely]]
-          if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) trace->on_leaf(acc->leaf_.get());
+          if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) trace->on_leaf(acc->leaf_);
         if (observers_active())
           detail::notify_backward(BackwardEvent{n, &g, grads.data(), grads.size()});
         if (!opt.retain_graph) n->release_saved();

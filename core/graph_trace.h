@@ -61,6 +61,7 @@ struct BackwardStep {
   bool ran = false;   // false: skipped (nothing arrived, or grad() did not need it)
   Tensor leaf_grad;   // AccumulateGrad: a copy of the leaf's .grad after it ran
   const TensorImpl* leaf = nullptr;  // AccumulateGrad: the leaf it accumulates into
+  std::shared_ptr<const TensorImpl> leaf_ptr;  // the same, kept alive (its name, shape, version)
 };
 
 class GraphTrace {
@@ -88,7 +89,7 @@ class GraphTrace {
   void on_pass_begin();
   void on_contribution(Node* to, const Node* from, size_t input, const Tensor& grad);
   void on_run(Node* n, const Tensor& grad, bool ran);
-  void on_leaf(const TensorImpl* leaf);
+  void on_leaf(const std::shared_ptr<TensorImpl>& leaf);
 
  private:
   std::vector<RecordedNode> forward_;
