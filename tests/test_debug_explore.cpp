@@ -21,6 +21,7 @@
 
 #include "core/autograd.h"
 #include "core/json.h"
+#include "debug/diagnose.h"
 #include "debug/monitor.h"
 #include "debug/report/explore.h"
 #include "debug_test_util.h"
@@ -302,4 +303,38 @@ TEST_CASE("explore in Chromium: expand, step backward to a node used twice, repl
     CHECK(f.find("[6, 3]") != std::string::npos);
     CHECK(line_with(lines, "layout").find("overlaps 0") != std::string::npos);
   }
+}
+
+TEST_CASE("diagnose() writes the explorer's page when asked: the gate's batch, the run's replay and findings") {
+  gs::manual_seed(2);
+  const XY tr = blobs(64, 3, 8, 7, 1.5);
+  nn::DataLoader train(std::make_shared<nn::TensorDataset>(tr.x, tr.y), nn::DataLoaderOptions().batch_size(32));
+  auto model = mlp(8, 16, 3, 1);
+  nn::CrossEntropyLoss ce;
+  gs::optim::Adam opt(model->parameters(), gs::optim::AdamOptions(3e-3));
+  dbg::DiagnoseOptions o;
+  o.num_classes = 3;
+  o.epochs = 3;
+  o.baseline = false;
+  o.lr_probe_steps = 0;
+  o.dead_pass = false;
+  o.gate_options.overfit = false;
+  o.gate_options.gradcheck = false;
+  o.explore_path = tmp_dir() + "/diagnose.html";
+  const dbg::RunReport r = dbg::diagnose(*model, ce, opt, train, nullptr, nullptr, o);
+  CHECK(r.explore_path == o.explore_path);
+  CHECK(r.json().find("\"explore\":\"" + o.explore_path + "\"") != std::string::npos);
+  const std::string page = read_file(o.explore_path);
+  REQUIRE_FALSE(page.empty());
+  const size_t a = page.find("<script id=\"gs-data\" type=\"application/json\">");
+  REQUIRE(a != std::string::npos);
+  const size_t s = page.find('>', a) + 1, e = page.find("</script>", s);
+  const auto j = json_mini::parse(page.substr(s, e - s));
+  CHECK(j["replay"]["loss"].arr.size() == static_cast<size_t>(r.steps));
+  CHECK(j["replay"]["weight_norm"]["1.weight"].arr.size() >= 2);  // the sampled steps 1, 10, ...
+  CHECK(j["replay"]["grad_norm"]["1.weight"].arr.size() >= 2);
+  CHECK(j["backward"].arr.size() > 10);
+  CHECK(j["modules"].arr.size() > 5);
+  // The model's gradients are as diagnose left them: explore() restores them.
+  CHECK(j["failure"].kind == json_mini::Value::Null);
 }

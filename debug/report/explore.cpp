@@ -378,7 +378,7 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
     bool fed = false;
     if (f->module_input)
       if (auto it = g.by_node.find(f->module_input); it != g.by_node.end()) {
-        g.edges.push_back({it->second, i, 0, Shape{}});
+        g.edges.push_back({it->second, i, 0, f->module_input->out_shape});
         fed = true;
       }
     if (!f->module.empty() && cap.model())
@@ -398,7 +398,7 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
     if (!fed && f->module.empty()) {
       for (size_t j = i; j-- > 0;)
         if (g.nodes[j].kind == "op" && g.nodes[j].fwd >= 0) {
-          g.edges.push_back({j, i, 0, Shape{}});
+          g.edges.push_back({j, i, 0, g.nodes[j].node->out_shape});
           break;
         }
     }
@@ -541,8 +541,15 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
   if (o.findings) {
     std::optional<Finding> lead = lead_finding(*o.findings);
     bool first = true;
-    for (const Finding& f : o.findings->findings()) {
-      if (!f.fires()) continue;
+    // The lead first, then the others in the report's order.
+    std::vector<const Finding*> order;
+    for (const Finding& f : o.findings->findings())
+      if (f.fires()) order.push_back(&f);
+    std::stable_partition(order.begin(), order.end(), [&](const Finding* f) {
+      return lead && lead->check == f->check && lead->title == f->title && lead->module == f->module;
+    });
+    for (const Finding* fp : order) {
+      const Finding& f = *fp;
       std::vector<std::string> named;
       const std::string mpath = path_of(f.module);
       for (const auto& n : g.nodes) {

@@ -243,11 +243,12 @@
 
   // ---- pan and zoom ---------------------------------------------------------------------------------
   function applyView() { vp.setAttribute('transform', 'translate(' + view.x + ',' + view.y + ') scale(' + view.k + ')'); }
-  function fit() {
+  function fit() {  // the graph's width fits the pane, at a legible scale; a taller graph pans
     var r = svg.getBoundingClientRect();
-    var k = Math.min(1.2, (r.width - 10) / graphSize.w, (r.height - 10) / graphSize.h);
+    var k = Math.min(1, (r.width - 10) / graphSize.w);
+    if (graphSize.h * k < r.height - 10) k = Math.min(1.2, (r.width - 10) / graphSize.w, (r.height - 10) / graphSize.h);
     if (!(k > 0)) k = 1;
-    k = Math.max(k, 0.35);  // stay legible: pan for the rest
+    k = Math.max(k, 0.6);
     view = { k: k, x: Math.max(5, (r.width - graphSize.w * k) / 2), y: 5 };
     applyView();
   }
@@ -424,7 +425,7 @@
           '</td><td>' + tensorHtml(c.grad) + '</td></tr>';
       });
       h += '</table>';
-      h += '<p>' + (s.incoming.length > 1 ? 'Their sum, ' : '') + 'the gradient it ran with:</p><div id="step-sum" class="sum" data-node="' +
+      h += '<p>' + (s.incoming.length > 1 ? 'Their sum, the gradient it ran with:' : 'The gradient it ran with:') + '</p><div id="step-sum" class="sum" data-node="' +
         esc(s.node) + '">' + tensorHtml(s.grad) + '</div>';
       if (s.leaf_grad) h += '<p>What lands in <code>' + esc(s.node) + '.grad</code>' +
         (s.leaf_grad && s.grad && s.leaf_grad.sum !== s.grad.sum ? ' (added to what was there)' : '') +
@@ -438,7 +439,7 @@
       h += nodeTable(n);
     } else if (mode === 'forward' && fsteps.length) {
       var id = selected && nodes[selected] ? selected : fsteps[fstep];
-      h += '<h2>Forward ' + (fsteps.indexOf(id) + 1) + ': <code>' + esc(id) + '</code></h2>';
+      h += '<h2>' + (fsteps.indexOf(id) >= 0 ? 'Forward ' + (fsteps.indexOf(id) + 1) + ': ' : '') + '<code>' + esc(id) + '</code></h2>';
       if (D.failure && id === D.failure.node) h += failureHtml();
       h += nodeTable(nodes[id]);
     } else if (selected && nodes[selected]) {
@@ -507,6 +508,7 @@
     var step = replaySteps[replayIdx];
     $('replay-step').textContent = step;
     $('replay-slider').value = replayIdx;
+    stepLabel();
     // The loss curve with the step marked.
     var L = R.loss || [], w = 340, hgt = 80, lo = Infinity, hi = -Infinity;
     L.forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } });
@@ -524,7 +526,7 @@
         full(gn) + '">' + (gn === undefined ? '' : fmt(gn)) + '</td><td class="num">' + (ur === undefined ? '' : fmt(ur)) +
         '</td><td class="num">' + (wn === undefined ? '' : fmt(wn)) + '</td></tr>';
     });
-    h += '</table><h2>Layers</h2><table id="replay-layers"><tr><th>layer</th><th>mean</th><th>std</th><th>dead</th><th>saturated</th></tr>';
+    h += '</table><h2>Layers</h2><table id="replay-layers"><tr><th>layer</th><th>mean</th><th>std</th><th title="fraction of ReLU units that are 0">dead</th><th title="fraction of Tanh/Sigmoid outputs within 1% of their bounds">sat.</th></tr>';
     var layers = {};
     ['out_mean', 'out_std', 'dead', 'saturation'].forEach(function (k) { Object.keys(R[k] || {}).forEach(function (n) { layers[n] = true; }); });
     Object.keys(layers).forEach(function (name) {
@@ -545,7 +547,11 @@
     var glo = Math.min.apply(null, all.concat([0])), ghi = Math.max.apply(null, all.concat([0]));
     Object.keys(boxes).forEach(function (did) {
       var rect = boxes[did].g.querySelector('rect');
-      var gn = nodes[did] && R.grad_norm && R.grad_norm[did] ? at(R.grad_norm[did], step) : undefined;
+      var gn;  // a parameter's, or for a collapsed module the largest of its parameters'
+      (shown[did] || [did]).forEach(function (id) {
+        var v = R.grad_norm && R.grad_norm[id] ? at(R.grad_norm[id], step) : undefined;
+        if (v !== undefined && (gn === undefined || v > gn)) gn = v;
+      });
       if (gn === undefined) { rect.style.fill = ''; return; }
       var t = gn > 0 ? (Math.log10(gn) - glo) / Math.max(1e-9, ghi - glo) : 0;
       rect.style.fill = 'hsl(' + Math.round(220 - 200 * t) + ', 70%, 55%)';
