@@ -30,7 +30,7 @@ shot() {  # shot NAME PAGE FRAGMENT
 }
 fail=0
 shot explore_twice twice.html "theme:light;backward:a" || fail=1
-shot explore_graph mlp.html "theme:light;select:1.weight;mode:forward" || fail=1
+shot explore_graph mlp.html "theme:light;mode:forward;finding:0" || fail=1
 shot explore_backward mlp.html "theme:light;expand:4;backward:1.weight" || fail=1
 shot explore_replay mlp.html "theme:dark;replay:50:1.weight" || fail=1
 shot explore_failure shape.html "theme:light;failure" || fail=1
