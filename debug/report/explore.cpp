@@ -18,6 +18,7 @@
 #include "debug/diagnosis.h"
 #include "debug/graph.h"
 #include "debug/html_report.h"
+#include "debug/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -79,7 +80,7 @@ namespace {
 double tensor_norm(const Tensor& t) {
   NoGradGuard ng;
   if (!t.defined() || t.numel() == 0) return 0.0;
-  return std::sqrt(sum(square(t.detach().to(kFloat64))).item<double>());
+  return summarize_norm(t.detach()).norm;
 }
 
 bool is_leaf_module(nn::Module& m) { return m.named_children().empty(); }
@@ -97,14 +98,14 @@ ReplayRecorder::ReplayRecorder(nn::Module& model, optim::Optimizer& optimizer, i
       if (!self.is_training() || !GradMode::is_enabled() || !y.defined() || !y.is_floating_point() || y.numel() == 0)
         return;
       NoGradGuard ng;
-      const Tensor v = y.detach().to(kFloat64);
-      const double mean = gradsleuth::mean(v).item<double>();
-      const double sd = std::sqrt(gradsleuth::mean(square(v - mean)).item<double>());
-      add(s_.out_mean, label, mean);
-      add(s_.out_std, label, sd);
-      if (type == "Tanh") add(s_.saturation, label, gradsleuth::mean((abs(v) > 0.99).to(kFloat64)).item<double>());
+      const TensorSummary st = summarize(y);  // one pass over the values, as the monitor's trackers read them
+      add(s_.out_mean, label, st.mean);
+      add(s_.out_std, label, st.std);
+      if (type != "Tanh" && type != "Sigmoid") return;
+      const Tensor v = y.detach();
+      if (type == "Tanh") add(s_.saturation, label, gradsleuth::mean((abs(v) > 0.99).to(kFloat32)).item<double>());
       if (type == "Sigmoid")
-        add(s_.saturation, label, gradsleuth::mean(((v < 0.01).to(kFloat64) + (v > 0.99).to(kFloat64))).item<double>());
+        add(s_.saturation, label, gradsleuth::mean(((v < 0.01).to(kFloat32) + (v > 0.99).to(kFloat32))).item<double>());
     }, false);
   }
   opt_hooks_.push_back(optimizer.add_post_step_hook([this](optim::Optimizer&) {
