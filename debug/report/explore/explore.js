@@ -648,7 +648,7 @@
   build();
   fit();
   refresh();
-  var readyMs = performance.now() - T0;
+  var readyMs = performance.now() - T0, openMs = performance.now();  // since the script began; since navigation began
 
   // ---- the test hook: #test=cmd;cmd;... -------------------------------------------------------------
   // expand:PATH | backward:NODE | forward:NODE | replay:STEP:PARAM | failure | layout | mode:M | theme:T | finding:I | fit
@@ -712,7 +712,7 @@
                    ' message ' + (D.failure ? D.failure.message.slice(0, 200) : ''));
         } else if (a[0] === 'layout') {
           var ov = overlaps();
-          out.push('layout ms ' + Math.round(layoutMs) + ' ready ms ' + Math.round(readyMs) + ' boxes ' + Object.keys(boxes).length +
+          out.push('layout ms ' + Math.round(layoutMs) + ' ready ms ' + Math.round(readyMs) + ' open ms ' + Math.round(openMs) + ' boxes ' + Object.keys(boxes).length +
                    ' labels ' + ov.labels + ' overlaps ' + ov.bad.length + (ov.bad.length ? ' ' + ov.bad.slice(0, 5).join(' | ') : ''));
         } else if (a[0] === 'expandall') {
           $('expand-all').click();
