@@ -172,6 +172,35 @@ TEST_CASE("a failed forward is drawn up to the failing op, with the engine's mes
   CHECK(j["forward"].arr.size() >= 2);  // the first Linear and the tanh ran
 }
 
+TEST_CASE("a backward that fails (an in-place change of a saved tensor) is marked on the node that raised") {
+  Tensor a = gs::tensor({0.5, 1.0}, gs::TensorOptions().dtype(gs::kFloat64).requires_grad(true));
+  dbg::ExploreCapture cap;
+  Tensor e = gs::exp(a * 3.0);  // exp saves its output
+  Tensor loss = e.sum();
+  e.add_(1.0);                  // ... which this changes before the backward
+  bool threw = false;
+  try {
+    loss.backward();
+  } catch (const std::exception& ex) {
+    cap.failed(ex, "backward");
+    threw = true;
+  }
+  CHECK(threw);
+  cap.stop();
+  const std::string json = dbg::explore_json(cap, loss, {});
+  const auto j = json_mini::parse(json);
+  CHECK(j["failure"]["phase"].str == "backward");
+  CHECK(j["failure"]["node"].str == "exp#1");
+  CHECK(j["failure"]["message"].str.find("in-place") != std::string::npos);
+  const std::string page = tmp_dir() + "/inplace.html";
+  dbg::write_explore(page, json, "in-place");
+  const auto lines = drive(page, "failure;layout");
+  const std::string f = line_with(lines, "failure");
+  INFO(f);
+  CHECK(f.find("failure exp#1 marked") != std::string::npos);
+  CHECK(line_with(lines, "layout").find("overlaps 0") != std::string::npos);
+}
+
 TEST_CASE("explore in Chromium: expand, step backward to a node used twice, replay, a failed forward") {
   // 1. Raw ops, as in the autograd lab: h is used three times, a twice.
   const gs::TensorOptions f64 = gs::TensorOptions().dtype(gs::kFloat64);

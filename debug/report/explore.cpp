@@ -215,6 +215,7 @@ struct Graph {
   std::map<std::string, int> counts;
   std::set<std::string> ids;
   size_t left_out = 0;
+  std::string failed_id;  // the node the failure is drawn on
 
   std::string fresh(const std::string& base, bool numbered) {
     if (!numbered && !ids.count(base)) {
@@ -361,8 +362,15 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
   }
   for (const Node* n : deferred)
     if (!g.by_node.count(n)) leaf_node(n, nullptr);
-  // 4. The failed op, drawn after what ran, fed by the failing module's input and parameters.
-  if (const auto& f = cap.failure()) {
+  // 4. A backward that failed: the node whose backward raised (the last one the engine began).
+  const auto& fail = cap.failure();
+  const bool in_backward = fail && fail->phase == "backward" && !cap.trace().backward().empty();
+  if (in_backward)
+    if (auto it = g.by_node.find(cap.trace().backward().back().node.get()); it != g.by_node.end())
+      g.failed_id = g.nodes[it->second].id;
+  // A forward that failed: the failed op, drawn after what ran, fed by the failing module's input and parameters.
+  if (fail && !in_backward) {
+    const auto& f = fail;
     Graph::N n;
     n.kind = "failed";
     n.op = f->op;
@@ -375,6 +383,7 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
       base += c;
     }
     n.id = g.fresh(base.empty() ? "failed" : base, true);
+    g.failed_id = n.id;
     const size_t i = g.add(std::move(n));
     bool fed = false;
     if (f->module_input)
@@ -455,6 +464,7 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const auto& n = g.nodes[i];
     os << (i ? "," : "") << "{\"id\":" << json_str(n.id) << ",\"kind\":" << json_str(n.kind)
+       << (n.id == g.failed_id ? ",\"failed\":true" : "")
        << ",\"op\":" << json_str(n.op) << ",\"module\":" << json_str(n.module) << ",\"fwd\":" << n.fwd;
     if (n.kind == "op") {
       const autograd::RecordedNode* r = n.rec;
@@ -529,10 +539,7 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
   if (root.defined()) os << ",\"loss\":" << tensor_json(root, o.max_values);
   // The failure.
   if (const auto& f = cap.failure()) {
-    std::string id;
-    for (const auto& n : g.nodes)
-      if (n.kind == "failed") id = n.id;
-    os << ",\"failure\":{\"node\":" << json_str(id) << ",\"op\":" << json_str(f->op) << ",\"phase\":" << json_str(f->phase)
+    os << ",\"failure\":{\"node\":" << json_str(g.failed_id) << ",\"op\":" << json_str(f->op) << ",\"phase\":" << json_str(f->phase)
        << ",\"module\":" << json_str(f->module) << ",\"message\":" << json_str(f->message) << "}";
   } else {
     os << ",\"failure\":null";

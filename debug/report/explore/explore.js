@@ -66,7 +66,7 @@
   var stepOf = {};
   bsteps.forEach(function (s, i) { stepOf[s.node] = i; });
   var fsteps = (D.forward || []).slice();
-  if (D.failure && D.failure.node && fsteps.indexOf(D.failure.node) < 0) fsteps.push(D.failure.node);
+  if (D.failure && nodes[D.failure.node] && nodes[D.failure.node].kind === 'failed') fsteps.push(D.failure.node);
 
   // ---- state -------------------------------------------------------------------------------
   var mode = bsteps.length ? 'backward' : 'forward';
@@ -228,6 +228,7 @@
       if (v.indexOf('fold:') === 0) kind = 'fold';
       else if (v.indexOf('mod:') === 0) kind = 'module';
       else kind = nodes[v].kind;
+      if (nodes[v] && nodes[v].failed && kind !== 'failed') kind += ' failed';  // a backward that raised here
       var grp = el('g', { 'class': 'node ' + kind, 'data-id': v, tabindex: '-1' }, vp);
       el('rect', { x: n.x - n.width / 2, y: n.y - n.height / 2, width: n.width, height: n.height, rx: kind === 'op' ? 12 : 4 }, grp);
       var t1 = el('text', { x: n.x, y: n.y - 3, 'text-anchor': 'middle', 'class': 'main' }, grp);
@@ -436,6 +437,7 @@
       bsteps.forEach(function (t, i) { if (i > bstep && got[t.node]) early.push(t.node + ' (' + got[t.node] + ' of ' + t.incoming.length + ')'); });
       if (early.length) h += '<p class="note warn">Waiting: ' + early.map(esc).join(', ') + '. Run now, such a node would ' +
         'pass on only the part of its gradient that has arrived: the rest would be lost.</p>';
+      if (D.failure && s.node === D.failure.node) h += failureHtml();
       h += nodeTable(n);
     } else if (mode === 'forward' && fsteps.length) {
       var id = selected && nodes[selected] ? selected : fsteps[fstep];
@@ -640,8 +642,13 @@
     fb.textContent = 'The ' + D.failure.phase + ' failed at ' + D.failure.node + (D.failure.module ? ' in module ' + D.failure.module : '') +
       ': ' + D.failure.message;
     if (D.failure.node) reveal(D.failure.node);
-    mode = 'forward';
-    fstep = fsteps.length - 1;
+    if (D.failure.phase === 'backward' && stepOf[D.failure.node] !== undefined) {
+      mode = 'backward';
+      bstep = stepOf[D.failure.node];
+    } else {
+      mode = 'forward';
+      fstep = fsteps.length - 1;
+    }
   }
   var firstLead = (D.findings || []).filter(function (f) { return f.lead; })[0];
   setupReplay();
