@@ -20,6 +20,8 @@
 // matmul#3"). Its format is documented in docs/explore.md.
 #pragma once
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
