@@ -82,6 +82,8 @@ int cmd_explore(const std::vector<std::string>& args) {
   a.flag("json", "print the page's data as one JSON object on stdout (the page is still written)");
   a.flag("quiet", "no progress lines on stderr");
   if (!a.parse()) return 0;
+  for (const char* other : {"model", "bug", "steps", "batch-size", "train-examples"})
+    a.refuse_together("example", other, "an example is a small graph of its own, without the zoo's model or a run");
   if (a.has("example")) {
     const std::string out = a.get_nonempty("out");
     a.check_writable_file("out");
