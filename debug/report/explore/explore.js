@@ -660,7 +660,7 @@
   // ---- the test hook: #test=cmd;cmd;... -------------------------------------------------------------
   // expand:PATH | backward:NODE | forward:NODE | replay:STEP:PARAM | failure | layout | mode:M | theme:T | finding:I | fit
   function overlaps() {  // pairs of labels (node texts, cluster names) whose boxes intersect
-    var ts = vp.querySelectorAll('g.node text.main, g.node text.sub, g.cluster text'), bx = [], bad = [];
+    var ts = vp.querySelectorAll('g.node text.main, g.node text.sub, g.node text.badge, g.cluster text'), bx = [], bad = [];
     ts.forEach(function (t) { var r = t.getBoundingClientRect(); if (r.width > 0) bx.push([r, t.textContent]); });
     for (var i = 0; i < bx.length; i++)
       for (var j = i + 1; j < bx.length; j++) {
