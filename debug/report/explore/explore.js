@@ -229,6 +229,7 @@
       else if (v.indexOf('mod:') === 0) kind = 'module';
       else kind = nodes[v].kind;
       if (nodes[v] && nodes[v].failed && kind !== 'failed') kind += ' failed';  // a backward that raised here
+      if (nodes[v] && nodes[v].view) kind += ' view';  // shares its input's storage: drawn dashed
       var grp = el('g', { 'class': 'node ' + kind, 'data-id': v, tabindex: '-1' }, vp);
       el('rect', { x: n.x - n.width / 2, y: n.y - n.height / 2, width: n.width, height: n.height, rx: kind === 'op' ? 12 : 4 }, grp);
       var t1 = el('text', { x: n.x, y: n.y - 3, 'text-anchor': 'middle', 'class': 'main' }, grp);
@@ -649,6 +650,11 @@
       mode = 'forward';
       fstep = fsteps.length - 1;
     }
+  }
+  if (D.left_out) {
+    var lb = $('failure-banner');
+    lb.hidden = false;
+    lb.textContent = (D.failure ? lb.textContent + '\n' : '') + D.left_out + ' more nodes were left out of this page (ExploreOptions::max_nodes).';
   }
   var firstLead = (D.findings || []).filter(function (f) { return f.lead; })[0];
   setupReplay();
