@@ -395,14 +395,12 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
       for (auto& [path, m] : cap.model()->named_modules())
         if (module_label(path, *m) == f->module)
           for (const auto& [pn, p] : m->named_parameters(false)) {
-            const std::string full = path.empty() ? pn : path + "." + pn;
             size_t from = SIZE_MAX;
             if (p.requires_grad() && p.is_leaf()) from = leaf_node(gradient_edge(p).fn.get(), nullptr);
             if (from != SIZE_MAX) {
               if (g.nodes[from].layout.impl == nullptr) g.nodes[from].layout = autograd::GraphTrace::layout_of(p);
               g.edges.push_back({from, i, 1, p.shape()});
             }
-            (void)full;
           }
     // No module to go by: the last op the forward recorded.
     if (!fed && f->module.empty()) {
@@ -470,7 +468,6 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
       const autograd::RecordedNode* r = n.rec;
       if (r) {
         os << layout_json(r->output, storages) << ",\"inplace\":" << json_bool(r->inplace);
-        // A view: which storage it shares with which input.
       } else {
         os << ",\"shape\":" << shape_json(n.node->out_shape) << ",\"dtype\":" << json_str(dtype_name(n.node->out_dtype));
       }
@@ -488,9 +485,6 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
     } else if (n.kind == "param" || n.kind == "input" || n.kind == "output") {
       os << layout_json(n.layout, storages);
       if (n.param.defined()) os << ",\"version_now\":" << n.param.version() << ",\"grad\":" << tensor_json(n.param.grad(), o.max_values);
-      if (n.kind == "input" || n.kind == "output") {
-        // The value of a small input or of the loss.
-      }
     }
     os << "}";
   }

@@ -30,11 +30,8 @@
     return out;
   }
   order.forEach(function (id) { nodes[id].chain = chain(nodes[id].module); });
-  var inEdges = {}, outEdges = {};
-  D.edges.forEach(function (e) {
-    (inEdges[e.to] = inEdges[e.to] || []).push(e);
-    (outEdges[e.from] = outEdges[e.from] || []).push(e);
-  });
+  var inEdges = {};
+  D.edges.forEach(function (e) { (inEdges[e.to] = inEdges[e.to] || []).push(e); });
   // Ops per module subtree: a module's signature, to fold repeated blocks.
   var subtreeOps = {};
   order.forEach(function (id) {
@@ -106,9 +103,6 @@
       }
     }
     return id;
-  }
-  function clusterOf(path) {  // the cluster a box inside module `path`'s parent belongs to
-    return path && expanded[path] ? 'cl:' + path : null;
   }
   function moduleLabel(p) { return p + ' ' + modules[p].class; }
 
@@ -346,7 +340,6 @@
     (D.findings || []).forEach(function (f, i) {
       f.nodes.forEach(function (id) { if (f.lead) leads[displayOf(id)] = true; if (i === findingIdx) hits[displayOf(id)] = true; });
     });
-    if (D.failure && D.failure.node) leads[displayOf(D.failure.node)] = leads[displayOf(D.failure.node)] || false;
     Object.keys(boxes).forEach(function (did) {
       var b = boxes[did], members = shown[did] || [did], st = '';
       var rank = { current: 4, partial: 3, done: 2, future: 1 };
@@ -577,8 +570,6 @@
     else if (mode === 'backward' && bsteps.length) bstep = Math.max(0, Math.min(bsteps.length - 1, bstep + d));
     else if (mode === 'replay' && replaySteps.length) { replayIdx = Math.max(0, Math.min(replaySteps.length - 1, replayIdx + d)); replayView(); return; }
     selected = null;
-    var id = currentId();
-    if (id && displayOf(id) !== id && shown[displayOf(id)] && shown[displayOf(id)].length === 1) { /* single */ }
     refresh();
   }
   function setTheme(t) {
@@ -656,7 +647,6 @@
     lb.hidden = false;
     lb.textContent = (D.failure ? lb.textContent + '\n' : '') + D.left_out + ' more nodes were left out of this page (ExploreOptions::max_nodes).';
   }
-  var firstLead = (D.findings || []).filter(function (f) { return f.lead; })[0];
   setupReplay();
   build();
   fit();
@@ -756,6 +746,5 @@
   var frag = decodeURIComponent(location.hash.slice(1));
   var m = /(?:^|&)(test|view)=([^&]*)/.exec(frag);
   if (m) runTests(m[2].split(';'));
-  else if (firstLead && firstLead.nodes.length) { /* the lead stays marked; n walks the findings */ }
   window.gsExplore = { data: D, run: runTests };
 })();
