@@ -141,6 +141,7 @@ std::vector<Finding> DeadReluTracker::findings() const {
     f.title = fmt_num(100 * dead) + "% of the units of " + s.module + " are dead " +
               (have_pass ? "over a pass through the data" : "over the last batch") +
               (!known_when ? "" : at_init ? " (dead since initialisation)" : " (they died during training)");
+    f.kind = known_when && !at_init ? Kind::DiedInTraining : Kind::DeadUnits;
     f.module = s.module;
     f.evidence = {{have_pass ? "dead fraction over the pass" : "dead fraction over the batch", dead,
                    ">= " + fmt_num(o_.dead_fraction) + " flags a layer"},

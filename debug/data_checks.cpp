@@ -320,6 +320,7 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
   const bool imbalanced = lo >= 0 && ratio > opts.max_imbalance_ratio;
 
   Finding f = make("D3", Severity::Info, "");
+  f.kind = Kind::ClassCounts;
   f.shape = labels.str();
   const bool all_listed = C <= 32;
   for (int64_t c = 0; c < C; ++c)
@@ -385,6 +386,7 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
   // The worst class (the worst failing one when any fails) and the others' mean recall beside it.
   const double worst_others = (sum - recall[worst]) / static_cast<double>(judged.size() - 1);
   Finding f = make("D3", Severity::Info, "");
+  f.kind = Kind::ClassRecallLow;
   const bool all_listed = C <= 32;
   for (int64_t c = 0; c < C; ++c)
     if (examples[c] > 0 && (all_listed || c == worst || c == best))

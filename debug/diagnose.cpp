@@ -327,6 +327,7 @@ void Session::error(const std::exception& e) {
     Finding f2;
     f2.check = "W3";
     f2.severity = Severity::Error;
+    f2.kind = Kind::TrainingFailed;
     f2.title = std::string("training failed: ") + e.what();
     monitor_->report().add(std::move(f2));
   }
@@ -473,11 +474,13 @@ void Session::lr_probe(RunReport& r) {
                 {"learning rate of the run", lrs.empty() ? kNaN : lrs.front(), ""}};
   if (calm && !(probe_fell >= 0.5 * run_fell)) {
     f.severity = Severity::Info;
+    f.kind = Kind::LrProbeInconclusive;
     f.title = "probe (lr / 10): inconclusive: at a tenth of the learning rate the loss is calm but falls less (" +
               fmt_num(100 * probe_fell) + "% against " + fmt_num(100 * run_fell) + "%)";
     f.cause = "neither confirms nor rules out the learning rate";
   } else if (calm) {
     f.severity = Severity::Warning;
+    f.kind = Kind::LrProbeConfirms;
     f.title = "probe (lr / 10): the same run at a tenth of the learning rate trains without spikes or divergence; "
               "the learning rate is too high";
     f.cause = "the run misbehaved at its learning rate and not at a tenth of it, everything else equal, and the loss "
@@ -485,14 +488,16 @@ void Session::lr_probe(RunReport& r) {
     f.fix = "lower the learning rate (try lr / 10), or warm it up; then run the checks again";
   } else {
     f.severity = Severity::Info;
+    f.kind = Kind::LrProbeRulesOut;
     f.title = "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
               "rate is not the cause";
     f.cause = "the loss spikes or diverges at lr / 10 too: look for a fault in the data or the model";
     // The O6 findings it disproves no longer confirm "learning rate too high".
     Report kept;
     for (Finding g : r.findings.findings()) {
-      if (g.check == "O6" && g.fires() && g.title.find("too high") != std::string::npos) {
+      if (g.fires() && g.is("O6", Kind::LrTooHigh)) {
         g.severity = Severity::Info;
+        g.kind = Kind::LrRuledOut;
         g.title = "(ruled out by the lr / 10 probe) " + g.title;
       }
       kept.add(g);

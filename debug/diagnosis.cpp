@@ -3,6 +3,8 @@
 #include "debug/diagnosis.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -15,32 +17,8 @@ namespace gradsleuth::debug {
 
 namespace {
 
-bool has(const Finding& f, const char* text) { return f.title.find(text) != std::string::npos; }
 bool is(const Finding& f, const char* check) { return f.fires() && f.check == check; }
-
-bool word_in(const std::string& s, const char* w) {
-  const std::string needle = w;
-  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) {
-    const bool left = at == 0 || !std::isalpha(static_cast<unsigned char>(s[at - 1]));
-    const size_t end = at + needle.size();
-    const bool right = end >= s.size() || !std::isalpha(static_cast<unsigned char>(s[end]));
-    if (left && right) return true;
-  }
-  return false;
-}
-
-// The finding reports a non-finite value: its own numbers are NaN/Inf, it counts NaN/Inf
-// values, or its title says so.
-bool reports_nonfinite(const Finding& f) {
-  for (const Evidence& e : f.evidence) {
-    if (!std::isfinite(e.value)) return true;
-    if ((word_in(e.name, "NaN") || word_in(e.name, "Inf") || e.name.find("non-finite") != std::string::npos) &&
-        e.value > 0 && e.name.find("first") == std::string::npos)
-      return true;
-  }
-  return word_in(f.title, "NaN") || word_in(f.title, "Inf") || word_in(f.title, "nan") || word_in(f.title, "inf") ||
-         f.title.find("non-finite") != std::string::npos;
-}
+bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.check == check && f.kind == k; }
 
 // The checks that localise where a non-finite value came from.
 bool nonfinite_source(const Finding& f) {
@@ -53,47 +31,54 @@ bool nonfinite_member(const Finding& f) {
   if (!f.fires() || f.check == "M18") return false;
   if (nonfinite_source(f) || f.check == "O4") return true;
   if (f.check == "O1" && f.severity == Severity::Error) return true;  // NaN/Inf gradients
-  return reports_nonfinite(f);
+  return f.reports_nonfinite();
 }
 
 bool o1_vanishing(const Finding& f) {
-  return is(f, "O1") && f.severity == Severity::Warning &&
-         (has(f, "is vanishing") || has(f, "vanish towards the input") || has(f, "got no gradient"));
+  return f.severity == Severity::Warning &&
+         (is(f, "O1", Kind::GradientVanishing) || is(f, "O1", Kind::VanishTowardsInput) ||
+          is(f, "O1", Kind::GradientMissing));
 }
 bool o1_exploding(const Finding& f) {
-  return is(f, "O1") && f.severity == Severity::Warning && (has(f, "is exploding") || has(f, "explode towards"));
+  return f.severity == Severity::Warning &&
+         (is(f, "O1", Kind::GradientExploding) || is(f, "O1", Kind::ExplodeTowardsInput));
 }
-bool cut_graph(const Finding& f) { return is(f, "M5") && has(f, "got no gradient"); }
+bool cut_graph(const Finding& f) { return is(f, "M5", Kind::ParameterUnreached); }
 // M25 about a gradient (the others name a layer output or a parameter's value).
-bool m25_gradient(const Finding& f) { return is(f, "M25") && has(f, "the gradient of"); }
+bool m25_gradient(const Finding& f) { return is(f, "M25", Kind::ZeroGradient); }
 // D3 about the trained model's per-class recall (the others count the labels).
-bool d3_class_errors(const Finding& f) { return is(f, "D3") && has(f, "misses one class"); }
+bool d3_class_errors(const Finding& f) { return is(f, "D3", Kind::ClassRecallLow); }
 bool zero_gradient(const Finding& f) {
-  return (is(f, "M5") && has(f, "all-zero gradient")) || m25_gradient(f) || (is(f, "O6") && has(f, "never changed")) ||
-         (is(f, "M6") && (has(f, "no gradient reaches the input") || has(f, "does not depend on its own input")));
+  return is(f, "M5", Kind::GradientAllZero) || m25_gradient(f) || is(f, "O6", Kind::NeverUpdated) ||
+         is(f, "M6", Kind::InputUnreached) || is(f, "M6", Kind::OutputIgnoresInput);
 }
 // L4 about the initial outputs against the targets (the others judge the initial loss).
-bool output_init(const Finding& f) { return is(f, "L4") && has(f, "the untrained model's mean"); }
+bool output_init(const Finding& f) { return is(f, "L4", Kind::InitialOutputBiased); }
 // M27 about the gradients of the first steps (the others measure activation variance).
-bool symmetric_init(const Finding& f) { return is(f, "M27") && has(f, "units are symmetric"); }
+bool symmetric_init(const Finding& f) { return is(f, "M27", Kind::SymmetricUnits); }
 bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
-// O6 judges the learning rate by what the run did; O8 by its value against the optimizer's
-// usual range before training: both confirm the same cause.
-bool o6_too_high(const Finding& f) { return is(f, "O6") && (has(f, "too high") || has(f, "too large")); }
-bool lr_too_high(const Finding& f) { return o6_too_high(f) || (is(f, "O8") && has(f, "is above the usual range")); }
-bool lr_too_low(const Finding& f) {
-  return (is(f, "O6") && (has(f, "too low") || has(f, "too small"))) || (is(f, "O8") && has(f, "is below the usual range"));
+// O6 judges the learning rate by what the run did (and its lr / 10 probe confirms it); O8 by its
+// value against the optimizer's usual range before training: all confirm the same cause.
+bool o6_too_high(const Finding& f) {
+  return is(f, "O6", Kind::LrTooHigh) || is(f, "O6", Kind::UpdatesTooLarge) || is(f, "O6", Kind::LrProbeConfirms);
 }
-bool lr_schedule(const Finding& f) { return is(f, "O6") && has(f, "learning-rate schedule"); }
+bool lr_too_high(const Finding& f) { return o6_too_high(f) || is(f, "O8", Kind::LrAboveRange); }
+bool lr_too_low(const Finding& f) {
+  return is(f, "O6", Kind::LrTooLow) || is(f, "O6", Kind::UpdatesTooSmall) || is(f, "O8", Kind::LrBelowRange);
+}
+bool lr_schedule(const Finding& f) {
+  return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
+         is(f, "O6", Kind::ScheduleGrows);
+}
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
-         ((is(f, "L1") && (has(f, "spiked") || has(f, "diverging") || has(f, "oscillates"))) ||
-          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || (is(f, "M26") && has(f, "blew up")));
+         (is(f, "L1", Kind::LossSpiking) || is(f, "L1", Kind::LossDiverging) || is(f, "L1", Kind::LossOscillating) ||
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || is(f, "M26", Kind::VarianceBlewUp));
 }
 bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
-  if (f.check == "L1") return has(f, "stuck") || has(f, "plateau") || has(f, "chance");
-  if (f.check == "L7") return has(f, "underfitting");
+  if (f.check == "L1") return f.kind == Kind::LossStuck || f.kind == Kind::LossAtChance;
+  if (f.check == "L7") return f.kind == Kind::Underfitting;
   return f.check == "M14" || f.check == "M15" || lr_too_low(f);
 }
 
@@ -203,7 +188,7 @@ const std::vector<Cause>& diagnosis_causes() {
        [](const Finding& f) { return symmetric_init(f); }, true},
       {"variance-collapse", "a layer whose output became constant", "M26",
        "the variance of each layer's output over the sampled steps of the run", true,
-       [](const Finding& f) { return is(f, "M26") && has(f, "collapsed"); }},
+       [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21", "a checksum of every rank's parameters",
        true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -227,14 +212,14 @@ const std::vector<Cause>& diagnosis_causes() {
        "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
        "whether any trainable parameter holds a gradient when the optimizer steps", true,
-       [](const Finding& f) { return is(f, "O1") && has(f, "no trainable parameter has a gradient"); }},
+       [](const Finding& f) { return is(f, "O1", Kind::NoGradientAtStep); }},
       {"stalled", "a training loop that stalls between steps", "W10", "the wall time of every step", true,
        GS_CHECK_CONFIRMS("W10")},
       {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true, GS_CHECK_CONFIRMS("W1")},
       // ---- symptoms that explain other symptoms ----
       {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
       {"vanishing-gradients", "vanishing gradients", "O1", "", false, [](const Finding& f) {
-         return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish"));
+         return o1_vanishing(f);
        }},
       {"zero-gradients", "all-zero gradients", "M5", "", false, [](const Finding& f) { return zero_gradient(f); }},
       {"exploding-gradients", "exploding gradients", "O1", "", false, [](const Finding& f) { return o1_exploding(f); }},
@@ -281,8 +266,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad", "grad-reduction",
         "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
-      {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient), O2 (vanishing)",
-       [](const Finding& f) { return o1_vanishing(f) || (is(f, "O2") && has(f, "vanish")); },
+      {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient)",
+       [](const Finding& f) { return o1_vanishing(f); },
        {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",
         "double-softmax", "bce-logits", "final-activation", "zero-gradients"}},
       {"zero-gradients", "all-zero gradients; weights that never change",
@@ -294,7 +279,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"bad-init", "init-variance", "output-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction",
         "lr-too-high"}},
       {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
-       [](const Finding& f) { return is(f, "M7") && has(f, "died during training"); },
+       [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
        {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
       {"batch-coupling", "outputs that depend on other examples of the batch", "M6 (the model mixes the batch)",
        [](const Finding& f) { return batch_mixing(f); }, {"batchnorm-stats", "train-mode-eval"}},
@@ -310,17 +295,16 @@ const std::vector<Symptom>& diagnosis_symptoms() {
         "lr-too-low", "dead-relu", "symmetric-init"}},
       {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
        [](const Finding& f) {
-         return (is(f, "L7") && !has(f, "underfitting") && !has(f, "suspiciously high")) ||
-                (is(f, "W3") && has(f, "validation loss rose"));
+         return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose);
        },
        {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "split-preprocessing", "feature-drift",
         "label-drift", "tiny-validation"}},
       {"validation-too-good", "a validation accuracy suspiciously above the training accuracy",
        "L7 (suspiciously high validation accuracy)",
-       [](const Finding& f) { return is(f, "L7") && has(f, "suspiciously high"); },
+       [](const Finding& f) { return is(f, "L7", Kind::ValidationTooGood); },
        {"split-mix", "leakage", "conflicting-labels", "label-drift", "tiny-validation", "train-mode-eval"}},
       {"training-failed", "a training loop that raised an error", "W3 (training failed)",
-       [](const Finding& f) { return is(f, "W3") && has(f, "training failed"); },
+       [](const Finding& f) { return is(f, "W3", Kind::TrainingFailed); },
        {"gate-error", "inplace", "bce-logits", "label-encoding", "label-shape", "dtype-device"}},
       {"gate-failure", "the model or the loss raised an error in the pre-training gate", "W2",
        [](const Finding& f) { return is(f, "W2"); },
@@ -402,8 +386,34 @@ const Cause* fault_confirmed_by(const Finding& f) {
   return nullptr;
 }
 
+
+// TEMPORARY AUDIT
+bool audit_word_in(const std::string& s, const char* w) {
+  const std::string needle = w;
+  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) {
+    const bool left = at == 0 || !std::isalpha(static_cast<unsigned char>(s[at - 1]));
+    const size_t end = at + needle.size();
+    const bool right = end >= s.size() || !std::isalpha(static_cast<unsigned char>(s[end]));
+    if (left && right) return true;
+  }
+  return false;
+}
+bool audit_old_nonfinite(const Finding& f) {
+  for (const Evidence& e : f.evidence) {
+    if (!std::isfinite(e.value)) return true;
+    if ((audit_word_in(e.name, "NaN") || audit_word_in(e.name, "Inf") || e.name.find("non-finite") != std::string::npos) &&
+        e.value > 0 && e.name.find("first") == std::string::npos)
+      return true;
+  }
+  return audit_word_in(f.title, "NaN") || audit_word_in(f.title, "Inf") || audit_word_in(f.title, "nan") || audit_word_in(f.title, "inf") ||
+         f.title.find("non-finite") != std::string::npos;
+}
 CauseAnalysis analyse_causes(const Report& r) {
   const std::vector<Finding>& fs = r.findings();
+  if (std::getenv("GS_KIND_AUDIT"))
+    for (const Finding& f : fs)
+      if (f.fires() && audit_old_nonfinite(f) != f.reports_nonfinite())
+        std::fprintf(stderr, "KIND-AUDIT nonfinite %s old=%d new=%d: %s\n", f.check.c_str(), (int)audit_old_nonfinite(f), (int)f.reports_nonfinite(), f.title.c_str());
   const size_t n = fs.size();
   CauseAnalysis a;
   a.parent.assign(n, -1);
@@ -579,10 +589,9 @@ CauseAnalysis analyse_causes(const Report& r) {
       if (i == l.index || a.root[i] != static_cast<int64_t>(l.index)) continue;
       l.explains.push_back(i);
       if (!c || !c->confirms(fs[i])) continue;
-      // A probe's finding ("probe (lr / 10): ...") is named with its probe: O6 saw the symptom,
-      // the probe confirmed the cause.
-      const std::string& t = fs[i].title;
-      const std::string name = t.rfind("probe (", 0) == 0 ? fs[i].check + " " + t.substr(0, t.find(')') + 1) : fs[i].check;
+      // The lr / 10 probe's finding is named with its probe: O6 saw the symptom, the probe
+      // confirmed the cause.
+      const std::string name = fs[i].kind == Kind::LrProbeConfirms ? fs[i].check + " probe (lr / 10)" : fs[i].check;
       if (by.insert(name).second) l.confirmed_by.push_back(name);
     }
     // Ruled out: for everything it explains, the candidates ranked before the cause that won

@@ -68,7 +68,7 @@ std::string Finding::json() const {
   std::ostringstream os;
   const CheckInfo* c = find_check(check);
   os << "{\"check\":" << json_str(check) << ",\"name\":" << json_str(c ? c->name : "") << ",\"severity\":" << json_str(severity_name(severity))
-     << ",\"title\":" << json_str(title) << ",\"module\":" << json_str(module)
+     << ",\"kind\":" << json_str(std::string(kind_name(kind))) << ",\"title\":" << json_str(title) << ",\"module\":" << json_str(module)
      << ",\"parameter\":" << json_str(parameter) << ",\"op\":" << json_str(op) << ",\"shape\":" << json_str(shape)
      << ",\"evidence\":[";
   for (size_t i = 0; i < evidence.size(); ++i)
@@ -79,13 +79,20 @@ std::string Finding::json() const {
   return os.str();
 }
 
+bool Finding::reports_nonfinite() const {
+  if (nonfinite) return true;
+  for (const Evidence& e : evidence)
+    if (!std::isfinite(e.value)) return true;
+  return false;
+}
+
 std::string Finding::key() const {
   // The title without its numbers: the same problem seen again with other
   // values ("logits in -1.9 .. 0.86", then "-4.4 .. 4.5") is one finding.
   std::string t;
   for (char c : title)
     if (!(c >= '0' && c <= '9') && c != '.' && c != '-' && c != '+') t += c;
-  return check + '\x1f' + t + '\x1f' + module + '\x1f' + parameter + '\x1f' + op;
+  return check + '\x1f' + std::string(kind_name(kind)) + '\x1f' + t + '\x1f' + module + '\x1f' + parameter + '\x1f' + op;
 }
 
 void Report::add(Finding f) {

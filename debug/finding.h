@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "debug/kind.h"
 
 namespace gradsleuth::debug {
 
@@ -38,7 +39,14 @@ struct Evidence {
 struct Finding {
   std::string check;  // "M7"
   Severity severity = Severity::Warning;
-  std::string title;  // one line: what went wrong
+  // What it says, for programs (debug/kind.h): the diagnosis, the zoo and the tests match on
+  // check and kind, never on the title. Kind::None: the check says one thing only.
+  Kind kind = Kind::None;
+  // It reports NaN/Inf values (a count above 0, a loss or norm that is NaN/Inf): the diagnosis
+  // groups it with the other non-finite findings. A number in evidence that is itself NaN/Inf
+  // counts too (reports_nonfinite).
+  bool nonfinite = false;
+  std::string title;  // one line for a person: what went wrong
   // Where (each may be empty).
   std::string module;     // module path ("2", "encoder.fc1"); "(model)" for the root
   std::string parameter;  // parameter path ("0.weight")
@@ -55,6 +63,9 @@ struct Finding {
   bool end_of_run = false;
 
   bool fires() const { return severity != Severity::Info; }
+  bool is(const char* id, Kind k) const { return check == id && kind == k; }
+  // nonfinite, or a number in its evidence that is NaN/Inf.
+  bool reports_nonfinite() const;
   // "module 3 (Linear), parameter 3.weight, op matmul, shape [64, 10]"; "" when nowhere.
   std::string location() const;
   // Several lines for a person:

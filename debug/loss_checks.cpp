@@ -140,6 +140,8 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     Finding f = make("L1", Severity::Error,
                      std::string("the training loss is ") + (nan ? "NaN" : "Inf") + " from step " + num(step) +
                          " (of " + n_steps + ")");
+    f.kind = Kind::LossNonFinite;
+    f.nonfinite = true;
     f.step = step;
     f.evidence = {{std::string("first ") + (nan ? "NaN" : "Inf") + " step", static_cast<double>(step),
                    "any non-finite loss is an error"},
@@ -169,6 +171,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                                  : "the training loss is stuck: it fell " +
                                        fmt_num(100.0 * s.relative_decrease) + "% in " + num(s.finite_steps) +
                                        " steps" + judged);
+    f.kind = s.at_chance ? Kind::LossAtChance : Kind::LossStuck;
     f.evidence = {{"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
                   {"best later window median", best_later, ""},
                   {"relative decrease", s.relative_decrease,
@@ -193,6 +196,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     Finding f = make("L1", Severity::Warning,
                      "the training loss is diverging: its smoothed value rose to " + fmt_num(s.max_rise) +
                          "x its best by step " + num(s.rise_step) + judged);
+    f.kind = Kind::LossDiverging;
     f.step = s.rise_step;
     f.evidence = {{"largest window median / best earlier window median", s.max_rise,
                    "> " + fmt_num(opts.diverge_factor) + " is diverging"},
@@ -212,6 +216,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                      "the training loss spiked above its starting value " + num(s.spikes) + " time" +
                          (s.spikes == 1 ? "" : "s") + ", worst at step " + num(s.worst_spike_step) + ": " +
                          fmt_num(s.worst_spike_loss) + " after starting at " + fmt_num(s.first_loss));
+    f.kind = Kind::LossSpiking;
     f.step = s.worst_spike_step;
     f.evidence = {{"spikes", static_cast<double>(s.spikes), ""},
                   {"worst spike / median of the " + num(s.window) + " steps before", s.worst_spike_ratio,
@@ -231,6 +236,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     Finding f = make("L1", Severity::Warning,
                      "the training loss oscillates wildly: from step to step it moves by " + fmt_num(s.max_swing) +
                          "x its own level (window from step " + num(s.swing_step) + ")");
+    f.kind = Kind::LossOscillating;
     f.step = s.swing_step;
     f.evidence = {{"median |loss[t] - loss[t-1]| / median loss in a window", s.max_swing,
                    "> " + fmt_num(opts.max_relative_swing) + " is wild"},
@@ -260,6 +266,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                        "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) +
                            " at epoch " + num(b + 1) + ", the last " + num(P) + " epochs all above " +
                            fmt_num((1.0 + opts.val_rise) * best));
+      f.kind = Kind::TrainDownValUp;
       f.evidence = {{"best validation loss", best, ""},
                     {"epoch of the best", static_cast<double>(b + 1), ""},
                     {"lowest of the last " + num(P) + " validation losses / best", tail_min / best,
@@ -378,6 +385,7 @@ std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::
                          " a probability of " + fmt_num(p[top]) + " on average, where the batch has " +
                          fmt_num(f[top]) + " of them (KL " + fmt_num(kl) + " nats, " + fmt_num(excess) +
                          " more than uniform guessing)");
+    g.kind = Kind::InitialOutputBiased;
     g.evidence = {{"KL(class frequencies || mean prediction)", kl, ""},
                   {"KL against uniform predictions", kl_uniform, ""},
                   {"excess over uniform", excess, "> " + fmt_num(opts.initial_output_excess) + " nats warns"},
@@ -471,6 +479,7 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
                    "the untrained model's mean output " + fmt_num(mo) + " is " + fmt_num(worst_z) +
                        " target stds from the targets' mean " + fmt_num(my) +
                        (k > 1 ? " (output column " + num(worst) + ")" : std::string()));
+  g.kind = Kind::InitialOutputBiased;
   g.evidence = {{"mean output", mo, ""},
                 {"mean target", my, ""},
                 {"target std", sy, ""},
@@ -506,6 +515,8 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
   }
   if (!std::isfinite(loss)) {
     Finding f = make("L4", Severity::Error, "the initial " + kind_in + " loss is " + fmt_num(loss));
+    f.kind = Kind::InitialLoss;
+    f.nonfinite = true;
     f.evidence = {{"initial loss", loss, "must be finite"}, {"expected", expected, why}};
     f.cause = "the untrained model already produces non-finite outputs or the loss takes a log of 0: weights far "
               "too large, unscaled inputs (D5), log(softmax(x))";
@@ -520,6 +531,7 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
                    : low ? "the initial loss " + fmt_num(loss) + " is only " + fmt_num(ratio) + "x the expected " +
                                fmt_num(expected)
                          : "the initial loss " + fmt_num(loss) + " is close to the expected " + fmt_num(expected));
+  f.kind = Kind::InitialLoss;
   f.evidence = {{"initial loss", loss, ""},
                 {"expected", expected, why},
                 {"loss / expected", ratio,
@@ -697,6 +709,7 @@ std::vector<Finding> check_validation_accuracy(const std::vector<double>& tr, co
   Finding f = make("L7", Severity::Warning,
                    "the validation accuracy is above the training accuracy by " + fmt_num(100 * smallest) +
                        " points or more in each of the last " + num(k) + " epochs: suspiciously high");
+  f.kind = Kind::ValidationTooGood;
   f.evidence = {{"training accuracy (last epoch, train mode)", tr[n - 1], ""},
                 {"validation accuracy (last epoch)", va[n - 1], ""},
                 {"smallest gap over the last epochs", smallest, "> " + fmt_num(opts.val_accuracy_margin) + " warns"}};
@@ -732,6 +745,7 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
   if (tr > opts.underfit_train_loss && E > opts.min_epochs_underfit) {
     f = make("L7", Severity::Warning,
              "underfitting: the training loss is still " + fmt_num(tr) + " after " + num(E) + " epochs");
+    f.kind = Kind::Underfitting;
     ev[1].rule = "> " + fmt_num(opts.underfit_train_loss) + " after > " + num(opts.min_epochs_underfit) +
                  " epochs is underfitting";
     f.cause = "the model cannot fit even the training data: too little capacity, too little training, a "
@@ -741,6 +755,7 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
   } else if (gap > opts.overfit_gap) {
     f = make("L7", Severity::Warning,
              "overfitting: the validation loss is " + fmt_num(gap) + " above the training loss");
+    f.kind = Kind::Overfitting;
     ev[3].rule = "> " + fmt_num(opts.overfit_gap) + " is overfitting";
     f.cause = "the model memorises the training data; also rule out a validation set from another "
               "distribution or preprocessing (D10) and validation run in training mode (M2)";
@@ -748,6 +763,7 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
             "(early stopping)";
   } else if (gap < opts.normal_gap && tr < opts.normal_train_loss) {
     f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
+    f.kind = Kind::FittingNormal;
     ev[3].rule = "< " + fmt_num(opts.normal_gap) + " with train < " + fmt_num(opts.normal_train_loss) + " is normal";
     f.fix = "none needed";
   } else {

@@ -263,6 +263,7 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
     f.severity = Severity::Warning;
     f.title = std::string("trainable parameter '") + name + "' got " + (g.defined() ? "an all-zero" : "no") +
               " gradient from backward";
+    f.kind = g.defined() ? Kind::GradientAllZero : Kind::ParameterUnreached;
     f.parameter = name;
     f.evidence = {{"parameters without gradient", static_cast<double>(missing), "any is suspicious"},
                   {"trainable parameters", static_cast<double>(total), ""}};
@@ -407,6 +408,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     Finding f;
     f.check = "M6";
     f.severity = Severity::Warning;
+    f.kind = Kind::InputUnreached;
     f.title = "no gradient reaches the input: the batch-mixing test cannot run";
     f.shape = shape_of(x);
     f.cause = "the output does not depend on the input through differentiable ops (a detach() near the input?)";
@@ -419,6 +421,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.title = "the output for example " + std::to_string(row) + " depends on " + std::to_string(ev.coupled) +
               (ev.coupled == 1 ? " other example" : " other examples") +
               " of the batch (in eval mode): the model mixes the batch";
+    f.kind = Kind::BatchMixing;
     f.shape = shape_of(x);
     // Where: the module that mixes rows of its own input, when one does (graph --check and the
     // report's graph draw its ops in red).
@@ -443,6 +446,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     Finding f;
     f.check = "M6";
     f.severity = Severity::Warning;
+    f.kind = Kind::OutputIgnoresInput;
     f.title = "the output for example " + std::to_string(blind_row) + " does not depend on its own input";
     f.shape = shape_of(x);
     f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"},
@@ -1251,6 +1255,7 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
                            "at initialisation the variance of the ReLU inputs " + std::string(shrinks ? "shrinks" : "grows") +
                                " " + fmt_num(ratio) + "x across the layers: " + fmt_num(layers[hi].second) + " at " +
                                layers[hi].first + ", " + fmt_num(layers[lo].second) + " at " + layers[lo].first);
+  f.kind = Kind::VarianceDrift;
   f.module = layers[shrinks ? lo : hi].first;
   f.evidence = {{"largest input variance (" + layers[hi].first + ")", layers[hi].second, ""},
                 {"smallest input variance (" + layers[lo].first + ")", layers[lo].second, ""},

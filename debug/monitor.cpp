@@ -493,6 +493,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       Finding f;
       f.check = "W3";
       f.severity = Severity::Warning;
+      f.kind = Kind::ValidationRose;
       f.title = "the validation loss rose two epochs in a row: consider early stopping";
       f.evidence = {{"best validation loss", best, ""}, {"latest validation loss", v.back(), "> best twice"}};
       f.cause = "overfitting, or a learning rate too high for this stage of training";
@@ -604,8 +605,7 @@ void Monitor::on_pre_step(optim::Optimizer& opt) {
     // by construction, BatchNorm after it)? Then it is said once as info, and O1 stays silent.
     if (!redundant_checked_ && loss_ && last_x_.defined() && last_y_.defined() &&
         std::any_of(health.begin(), health.end(), [&](const Finding& f) {
-          return f.check == "O1" && f.severity == Severity::Warning && !f.parameter.empty() &&
-                 f.title.find("is vanishing") != std::string::npos;
+          return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty();
         })) {
       redundant_checked_ = true;
       dead_.set_active(false);  // the probe's forwards are not training statistics
@@ -631,8 +631,7 @@ void Monitor::on_pre_step(optim::Optimizer& opt) {
     }
     report_.note_ran("O1");
     for (Finding& f : health) {
-      bad = bad || (f.severity == Severity::Error && (f.title.find("NaN") != std::string::npos ||
-                                                      f.title.find("Inf") != std::string::npos));
+      bad = bad || (f.severity == Severity::Error && f.kind == Kind::GradientNonFinite);
       add(std::move(f));
     }
   }

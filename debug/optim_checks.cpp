@@ -106,6 +106,8 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = at(make("O1", Severity::Error,
                           "the gradient of " + name + " holds NaN/Inf values"),
                      labels_of(), name, p);
+      f.kind = Kind::GradientNonFinite;
+      f.nonfinite = true;
       f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
                     {"Inf values", static_cast<double>(s.inf), "any is an error"},
                     {"values", static_cast<double>(s.numel), ""}};
@@ -125,6 +127,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = at(make("O1", Severity::Warning,
                           "the gradient of " + name + " is vanishing"),
                      labels_of(), name, p);
+      f.kind = Kind::GradientVanishing;
       f.evidence = {{"gradient norm", s.norm, "< " + fmt_num(opts.vanishing_grad_norm) + " is vanishing"}};
       f.cause = kCauseVanishing;
       if (s.norm == 0.0)
@@ -140,6 +143,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = at(make("O1", Severity::Warning,
                           "the gradient of " + name + " is exploding"),
                      labels_of(), name, p);
+      f.kind = Kind::GradientExploding;
       f.evidence = {{"gradient norm", s.norm, "> " + fmt_num(opts.exploding_grad_norm) + " is exploding"}};
       f.cause = kCauseExploding;
       f.fix = kFixExploding;
@@ -151,6 +155,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
   if (!missing.empty() && static_cast<int64_t>(missing.size()) == trainable) {
     Finding f = make("O1", Severity::Warning,
                      "no trainable parameter has a gradient");
+    f.kind = Kind::NoGradientAtStep;
     f.evidence = {{"parameters without a gradient", static_cast<double>(trainable), "any warns"}};
     f.cause = "backward() has not run since the gradients were cleared (zero_grad sets them to none), or the loss "
               "was computed under no_grad / from detached outputs";
@@ -161,6 +166,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     for (const auto& [name, p] : missing) {
       Finding f = at(make("O1", Severity::Warning, "the trainable parameter " + name + " got no gradient"), labels_of(),
                      name, p);
+      f.kind = Kind::GradientMissing;
       f.evidence = {{"gradient defined (1 = yes)", 0.0, "0 after a backward warns"}};
       f.cause = "no gradient reaches it: a detach() (or .data) between it and the loss, a layer the "
                 "forward never uses, or it should have been frozen (requires_grad false)";
@@ -184,6 +190,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       Finding f = make("O1", Severity::Warning,
                        std::string("gradients ") + (vanish ? "vanish" : "explode") + " towards the input: ||grad " +
                            first.name + "|| / ||grad " + last.name + "|| is " + (vanish ? "tiny" : "large"));
+      f.kind = vanish ? Kind::VanishTowardsInput : Kind::ExplodeTowardsInput;
       f.module = owner(labels_of(), first.name) + " .. " + owner(labels_of(), last.name);
       f.parameter = first.name;
       f.evidence = {{"first weight's gradient norm (" + first.name + ")", first.norm, ""},
@@ -294,6 +301,8 @@ std::vector<Finding> NormHistory::findings() const {
     if (nonfinite_step >= 0) {
       Finding f = make("O2", Severity::Error,
                        "the gradient norm of " + q.name + " became non-finite at step " + num(nonfinite_step));
+      f.kind = Kind::NormNonFinite;
+      f.nonfinite = true;
       f.parameter = q.name;
       f.shape = q.shape;
       f.step = nonfinite_step;
@@ -308,6 +317,7 @@ std::vector<Finding> NormHistory::findings() const {
       Finding f = make("O2", Severity::Warning,
                        "the gradient norm of " + q.name + " jumped " + fmt_num(sus_ratio) + "x at step " +
                            num(sus_step) + " and stayed up: unstable training");
+      f.kind = Kind::NormJump;
       f.parameter = q.name;
       f.shape = q.shape;
       f.step = sus_step;
@@ -447,6 +457,7 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
     std::string list;
     for (size_t i = 0; i < why.size(); ++i) list += (i ? ", " : "") + why[i];
     Finding f = make("O6", Severity::Warning, "the learning rate looks too high: the loss " + list);
+    f.kind = Kind::LrTooHigh;
     f.step = s.spiking ? s.worst_spike_step : s.first_nan_step >= 0 ? s.first_nan_step : s.rise_step;
     f.evidence = {{"first loss", s.first_loss, ""},
                   {"spikes above the first loss", static_cast<double>(s.spikes), "any warns"}};
@@ -468,6 +479,7 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
     Finding f = make("O6", Severity::Warning,
                      "the learning rate may be too low: the loss fell only " + fmt_num(100.0 * s.relative_decrease) +
                          "% in " + num(s.finite_steps) + " steps");
+    f.kind = Kind::LrTooLow;
     f.evidence = {{"relative decrease (first window vs best later)", s.relative_decrease,
                    "< " + fmt_num(lo.min_relative_decrease) + " is flat"},
                   {"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
@@ -493,6 +505,7 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   };
   if (!(start > 0.0)) {
     Finding f = finding("the learning-rate schedule starts at " + fmt_num(start) + ": no step changes the weights");
+    f.kind = Kind::ScheduleStartsAtZero;
     f.cause = "a learning rate of 0 (a warm-up that starts at 0 and was never stepped, an lr read from an empty "
               "setting)";
     f.fix = "set the optimizer's lr to a positive value and check the scheduler's first value";
@@ -505,6 +518,7 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
     Finding f = finding("the learning-rate schedule cuts it " + fmt_num(start / std::max(lrs[i], 1e-300)) +
                         "x by step " + std::to_string(i + 1) + " of " + std::to_string(n) +
                         ": the rest of the run barely trains");
+    f.kind = Kind::ScheduleCollapses;
     f.evidence.push_back({"first step below the limit", static_cast<double>(i + 1),
                           "< " + fmt_num(opts.schedule_collapse_by) + " of the run warns"});
     f.evidence.push_back({"learning rate there / at step 1", lrs[i] / start, "< " + fmt_num(opts.schedule_collapse) + " warns"});
@@ -519,6 +533,7 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   if (*peak > opts.schedule_growth * start) {
     Finding f = finding("the learning-rate schedule raises it " + fmt_num(*peak / start) + "x, to " + fmt_num(*peak) +
                         " at step " + std::to_string(peak - lrs.begin() + 1));
+    f.kind = Kind::ScheduleGrows;
     f.evidence.push_back({"peak / step 1", *peak / start, "> " + fmt_num(opts.schedule_growth) + " warns"});
     f.cause = "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, or a "
               "scheduler applied twice";
@@ -668,6 +683,7 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
                      never   ? q.name + " never changed in " + num(static_cast<int64_t>(r.size())) + " measured steps"
                      : small ? "updates of " + q.name + " are too small: median ||dw|| / ||w|| = " + fmt_num(med)
                              : "updates of " + q.name + " are too large: median ||dw|| / ||w|| = " + fmt_num(med));
+    f.kind = never ? Kind::NeverUpdated : small ? Kind::UpdatesTooSmall : Kind::UpdatesTooLarge;
     f.parameter = q.name;
     f.shape = q.shape;
     f.evidence = {{"median update/weight ratio", med,
@@ -727,6 +743,7 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
                      "the " + kind + " learning rate " + fmt_num(lr) + group + " is " +
                          (high ? "above" : "below") + " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) +
                          "] before training starts");
+    f.kind = high ? Kind::LrAboveRange : Kind::LrBelowRange;
     f.evidence = {{"learning rate", lr, "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags"}};
     f.cause = high ? "a learning rate this high makes the first updates overshoot: the loss jumps, oscillates or "
                      "turns NaN, and ReLU units can die in the first steps"

@@ -106,6 +106,7 @@ std::vector<Finding> GradientSpreadTracker::findings() const {
                      "the " + num(s.units) + " units of " + s.name + " get the same gradient at each of the first " +
                          num(s.steps) + " steps: its units are symmetric (5th-95th percentile spread across the "
                          "units " + fmt_num(s.spread) + " against a root mean square of " + fmt_num(s.rms) + ")");
+    f.kind = Kind::SymmetricUnits;
     f.parameter = s.name;
     f.shape = s.shape;
     f.evidence = {{"largest spread across the units / rms of the gradient over the first steps", s.max_relative,
@@ -190,6 +191,7 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     Finding f = make("M25", Severity::Warning,
                      "the output of " + s.name + " was entirely zero at every one of " + num(s.samples) +
                          " sampled training steps");
+    f.kind = Kind::ZeroValue;
     f.module = s.name;
     f.evidence = {{"sampled steps with an all-zero output", static_cast<double>(s.samples), rule}};
     f.cause = "everything after this layer sees zeros and learns nothing from its input: its weights (or the "
@@ -203,6 +205,7 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     Finding f = make("M25", Severity::Warning,
                      "parameter " + s.name + " stayed entirely zero over the run (" + num(s.samples) +
                          " sampled steps)");
+    f.kind = Kind::ZeroValue;
     f.parameter = s.name;
     f.evidence = {{"sampled steps with an all-zero value", static_cast<double>(s.samples), rule}};
     f.cause = "the parameter was initialised to zero and no update ever moved it: with every weight of a layer at "
@@ -217,6 +220,7 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     Finding f = make("M25", Severity::Warning,
                      what + " became entirely zero at step " + num(s.collapsed_at) + " after being nonzero (zero at " +
                          num(s.zero_after) + " of the " + num(s.samples_after) + " sampled steps from then on)");
+    f.kind = unit == "gradient" ? Kind::ZeroGradient : Kind::ZeroValue;
     f.step = s.collapsed_at;
     f.evidence = {{"first step with an all-zero " + unit, static_cast<double>(s.collapsed_at), collapse_rule},
                   {"sampled steps all-zero from then on", static_cast<double>(s.zero_after), ""},
@@ -262,6 +266,7 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     Finding f = make("M25", Severity::Warning,
                      "the gradient of " + s.name + " was entirely zero at every one of " + num(s.samples) +
                          " sampled training steps");
+    f.kind = Kind::ZeroGradient;
     f.parameter = s.name;
     f.evidence = {{"sampled steps with an all-zero gradient", static_cast<double>(s.samples), rule}};
     f.cause = "the loss does not depend on this parameter through any active path: the units it feeds are dead "
@@ -345,6 +350,7 @@ std::vector<Finding> VarianceTracker::findings() const {
                      "the variance of " + l.name + "'s output " + (collapsed ? "collapsed" : "blew up") + " over the run: " +
                          fmt_num(first) + " at step " + num(v.front().first) + ", " + fmt_num(last) + " by step " +
                          num(v.back().first));
+    f.kind = collapsed ? Kind::VarianceCollapsed : Kind::VarianceBlewUp;
     f.module = l.name;
     f.step = v.back().first;
     f.evidence = {{"variance at the first sampled step", first, ""},
