@@ -8,8 +8,8 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "debug/checks.h"
-#include "debug/diagnosis.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/diagnosis/diagnosis.h"
 
 namespace gradsleuth::cli {
 

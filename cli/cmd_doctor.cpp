@@ -14,14 +14,14 @@
 #include "cli/cli.h"
 #include "core/autograd.h"
 #include "core/json.h"
-#include "debug/activation_stats.h"
-#include "debug/checks.h"
-#include "debug/diagnose.h"
-#include "debug/graph.h"
-#include "debug/html_report.h"
-#include "debug/memory.h"
-#include "debug/profiler.h"
-#include "debug/zoo.h"
+#include "debug/checks/model/activation_stats.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/run/diagnose.h"
+#include "debug/report/graph.h"
+#include "debug/report/html_report.h"
+#include "debug/checks/workflow/memory.h"
+#include "debug/checks/workflow/profiler.h"
+#include "debug/zoo/zoo.h"
 
 namespace gradsleuth::cli {
 

@@ -10,10 +10,10 @@
 #include <set>
 
 #include "core/autograd.h"
-#include "debug/data_checks.h"
-#include "debug/diagnosis.h"
-#include "debug/html_report.h"
-#include "debug/monitor.h"
+#include "debug/checks/data/data_checks.h"
+#include "debug/diagnosis/diagnosis.h"
+#include "debug/report/html_report.h"
+#include "debug/run/monitor.h"
 #include "debug_test_util.h"
 #include "json_mini.h"
 #include "optim/optim.h"

@@ -2,7 +2,7 @@
 // every data-parallel bug B29-B34 is caught by one of its intended checks with the expected
 // severity, no check outside the bug's intended ones fires, and the clean reference is
 // silent. A smaller budget than `gradsleuth zoo --distributed` (30 steps on 2,000 images);
-// the same recipe and checks (debug/dist_zoo.h). Alone (world of 1) it exits 77: skipped.
+// the same recipe and checks (debug/zoo/dist_zoo.h). Alone (world of 1) it exits 77: skipped.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "debug/dist_zoo.h"
+#include "debug/zoo/dist_zoo.h"
 #include "distributed/process_group.h"
 #include "nn/bugs.h"
 #include "nn/fashion_mnist.h"

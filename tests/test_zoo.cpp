@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "debug/zoo.h"
+#include "debug/zoo/zoo.h"
 #include "json_mini.h"
 
 namespace zoo = gs::debug::zoo;

@@ -17,10 +17,10 @@
 #include <tuple>
 
 #include "core/generator.h"
-#include "debug/activation_stats.h"
-#include "debug/hooks.h"
-#include "debug/model_checks.h"
-#include "debug/optim_checks.h"
+#include "debug/checks/model/activation_stats.h"
+#include "debug/checks/hooks.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/checks/optim/optim_checks.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 
