@@ -311,6 +311,7 @@ TEST_CASE("no probe confirms a cause: the lead says so and lists the candidates 
   debug::Report r;
   debug::Finding stuck;
   stuck.check = "L1";
+  stuck.kind = debug::Kind::LossAtChance;
   stuck.severity = debug::Severity::Warning;
   stuck.title = "the training loss is stuck at chance level: 1.1 after 100 steps";
   stuck.end_of_run = true;

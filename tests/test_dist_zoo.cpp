@@ -18,6 +18,7 @@
 
 #include "debug_test_util.h"
 #include "json_mini.h"
+#include "reworded_test_util.h"
 
 namespace dbg = gs::debug;
 namespace dz = gs::debug::dist_zoo;
@@ -114,6 +115,8 @@ TEST_CASE("every data-parallel bug is caught by an intended check; the clean ref
     CHECK(std::find(r.bugs[i].intended.begin(), r.bugs[i].intended.end(), lead->get("check")->str) !=
           r.bugs[i].intended.end());
     CHECK(lead->get("confirmed")->b);
+    // The diagnosis reads kinds, not words: every text reversed, the same chains and lead.
+    reworded::check_diagnosis_ignores_words(r.bugs[i].report);
   }
   CHECK(doc.get("clean")->get("lead")->kind == json_mini::Value::Null);
   // B29: the summed gradient (O7) is the cause; the doubled effective learning rate (W9) hangs under it.

@@ -4,9 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -388,27 +385,6 @@ const Cause* fault_confirmed_by(const Finding& f) {
 }
 
 
-// TEMPORARY AUDIT
-bool audit_word_in(const std::string& s, const char* w) {
-  const std::string needle = w;
-  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) {
-    const bool left = at == 0 || !std::isalpha(static_cast<unsigned char>(s[at - 1]));
-    const size_t end = at + needle.size();
-    const bool right = end >= s.size() || !std::isalpha(static_cast<unsigned char>(s[end]));
-    if (left && right) return true;
-  }
-  return false;
-}
-bool audit_old_nonfinite(const Finding& f) {
-  for (const Evidence& e : f.evidence) {
-    if (!std::isfinite(e.value)) return true;
-    if ((audit_word_in(e.name, "NaN") || audit_word_in(e.name, "Inf") || e.name.find("non-finite") != std::string::npos) &&
-        e.value > 0 && e.name.find("first") == std::string::npos)
-      return true;
-  }
-  return audit_word_in(f.title, "NaN") || audit_word_in(f.title, "Inf") || audit_word_in(f.title, "nan") || audit_word_in(f.title, "inf") ||
-         f.title.find("non-finite") != std::string::npos;
-}
 namespace {
 std::atomic<uint64_t> g_analyses{0};
 }  // namespace
@@ -423,10 +399,6 @@ const CauseAnalysis& Report::diagnosis() const {
 CauseAnalysis analyse_causes(const Report& r) {
   ++g_analyses;
   const std::vector<Finding>& fs = r.findings();
-  if (std::getenv("GS_KIND_AUDIT"))
-    for (const Finding& f : fs)
-      if (f.fires() && audit_old_nonfinite(f) != f.reports_nonfinite())
-        std::fprintf(stderr, "KIND-AUDIT nonfinite %s old=%d new=%d: %s\n", f.check.c_str(), (int)audit_old_nonfinite(f), (int)f.reports_nonfinite(), f.title.c_str());
   const size_t n = fs.size();
   CauseAnalysis a;
   a.parent.assign(n, -1);

@@ -94,7 +94,7 @@ const SourceInfo* find_source(std::string_view short_name) {
 }
 
 const std::vector<CheckInfo>& all_checks() {
-  static const std::vector<CheckInfo> table = {
+  static std::vector<CheckInfo> table = {
       // ---- data --------------------------------------------------------------------------------
       {"D1", "batch sanity report", "data", {"Debugging Training", "debug-training", "Karpathy 2019"},
        "shape, dtype, device, min/max, mean/std of inputs and labels of one batch", "debug::check_batch",
@@ -337,6 +337,85 @@ const std::vector<CheckInfo>& all_checks() {
        "median step and above 2 s, or above 300 s",
        "debug::StepTimer, debug::Monitor", "gradsleuth doctor", true},
   };
+  static const bool homed = [] {
+    // Each check's home (CheckInfo::home): the file of its rule, thresholds and findings.
+    static const std::pair<const char*, const char*> homes[] = {
+      {"D1", "debug/checks/data/batch.cpp"},
+      {"D2", "debug/checks/data/batch.cpp"},
+      {"D3", "debug/checks/data/labels.cpp"},
+      {"D4", "debug/checks/data/alignment.cpp"},
+      {"D5", "debug/checks/data/normalisation.cpp"},
+      {"D6", "debug/checks/data/label_shape.cpp"},
+      {"D7", "debug/checks/data/leakage.cpp"},
+      {"D8", "debug/checks/data/shuffling.cpp"},
+      {"D9", "debug/checks/data/label_encoding.cpp"},
+      {"D10", "debug/checks/data/split_consistency.cpp"},
+      {"D11", "debug/checks/dist/dist_checks.cpp"},
+      {"D12", "debug/checks/data/splits.cpp"},
+      {"D13", "debug/checks/data/splits.cpp"},
+      {"D14", "debug/checks/data/splits.cpp"},
+      {"D15", "debug/checks/data/splits.cpp"},
+      {"D16", "debug/checks/data/splits.cpp"},
+      {"L1", "debug/checks/loss/loss_checks.cpp"},
+      {"L2", "debug/checks/loss/loss_checks.cpp"},
+      {"L3", "debug/checks/loss/loss_checks.cpp"},
+      {"L4", "debug/checks/loss/loss_checks.cpp"},
+      {"L5", "debug/checks/loss/loss_checks.cpp"},
+      {"L6", "debug/checks/loss/loss_checks.cpp"},
+      {"L7", "debug/checks/loss/loss_checks.cpp"},
+      {"L8", "debug/checks/dist/dist_checks.cpp"},
+      {"M1", "debug/checks/model/structure.cpp"},
+      {"M2", "debug/checks/model/behaviour.cpp"},
+      {"M3", "debug/checks/model/structure.cpp"},
+      {"M4", "debug/checks/model/structure.cpp"},
+      {"M5", "debug/checks/model/structure.cpp"},
+      {"M6", "debug/checks/model/batch_mixing.cpp"},
+      {"M7", "debug/checks/model/activation_stats.cpp"},
+      {"M8", "debug/checks/model/activation_stats.cpp"},
+      {"M9", "debug/checks/model/initialisation.cpp"},
+      {"M10", "debug/checks/model/trainable.cpp"},
+      {"M11", "debug/checks/model/devices.cpp"},
+      {"M12", "debug/checks/model/anomaly.cpp"},
+      {"M13", "debug/checks/model/gradcheck_layers.cpp"},
+      {"M14", "debug/checks/model/training_probes.cpp"},
+      {"M15", "debug/checks/model/training_probes.cpp"},
+      {"M16", "debug/checks/model/training_probes.cpp"},
+      {"M17", "debug/checks/model/batchnorm_stats.cpp"},
+      {"M18", "debug/checks/model/anomaly.cpp"},
+      {"M19", "debug/checks/model/anomaly.cpp"},
+      {"M20", "debug/checks/model/anomaly.cpp"},
+      {"M21", "debug/checks/dist/dist_checks.cpp"},
+      {"M22", "debug/checks/dist/dist_checks.cpp"},
+      {"M23", "debug/checks/model/architecture.cpp"},
+      {"M24", "debug/checks/model/architecture.cpp"},
+      {"M25", "debug/checks/model/run_checks.cpp"},
+      {"M26", "debug/checks/model/run_checks.cpp"},
+      {"M27", "debug/checks/model/architecture.cpp"},
+      {"O1", "debug/checks/optim/optim_checks.cpp"},
+      {"O2", "debug/checks/optim/optim_checks.cpp"},
+      {"O3", "debug/checks/optim/optim_checks.cpp"},
+      {"O4", "debug/checks/optim/optim_checks.cpp"},
+      {"O5", "optim/optimizer.cpp"},
+      {"O6", "debug/checks/optim/optim_checks.cpp"},
+      {"O7", "debug/checks/dist/dist_checks.cpp"},
+      {"O8", "debug/checks/optim/optim_checks.cpp"},
+      {"W1", "debug/checks/workflow/reproducibility.cpp"},
+      {"W2", "debug/run/gate.cpp"},
+      {"W3", "debug/run/monitor.cpp"},
+      {"W4", "debug/checks/model/anomaly.cpp"},
+      {"W5", "debug/run/diagnosis_report.cpp"},
+      {"W6", "debug/report/html_report.cpp"},
+      {"W7", "debug/checks/workflow/profiler.cpp"},
+      {"W8", "debug/checks/workflow/memory.cpp"},
+      {"W9", "debug/checks/dist/dist_checks.cpp"},
+      {"W10", "debug/checks/model/run_checks.cpp"},
+    };
+    for (CheckInfo& c : table)
+      for (const auto& [id, path] : homes)
+        if (c.id == id) c.home = path;
+    return true;
+  }();
+  (void)homed;
   return table;
 }
 

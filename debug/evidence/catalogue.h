@@ -41,6 +41,9 @@ struct CheckInfo {
   std::string api;          // the C++ entry point: "debug::DeadReluTracker"
   std::string cli;          // how to reach it from the command line ("" if only from C++)
   bool implemented = false;
+  // Its home: the one file that holds its rule and thresholds and makes its findings
+  // ("debug/checks/model/activation_stats.cpp"); docs/checks.md's section names it too.
+  std::string home;
 };
 
 // All 69 checks, in catalogue order (D, L, M, O, W; by number).

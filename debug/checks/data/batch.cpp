@@ -80,6 +80,7 @@ std::vector<Finding> check_finite_inputs(const Tensor& x, const Tensor& y) {
     Finding f = make("D2", Severity::Error,
                      which + " holds " + num(nan) + " NaN and " + num(inf) + " Inf values (in " +
                          num(static_cast<int64_t>(rows.size())) + " of " + num(B) + " rows)");
+    f.nonfinite = true;
     f.shape = t.str();
     f.evidence = {{"NaN values", static_cast<double>(nan), "any is an error"},
                   {"Inf values", static_cast<double>(inf), "any is an error"},

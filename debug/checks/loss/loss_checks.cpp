@@ -566,6 +566,7 @@ std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_i
   Finding f = make("L5", nan ? Severity::Error : Severity::Warning,
                    "every one of the " + num(masked) + " targets equals ignore_index " + num(ignore_index) +
                        (nan ? ": the loss is NaN (0 / 0)" : ": a mean over no labels is 0 / 0 = NaN"));
+  f.nonfinite = true;  // a mean over no labels is 0 / 0: the loss is NaN
   f.shape = shape_of(target);
   f.evidence = {{"masked targets", static_cast<double>(masked), "all of them warns"},
                 {"targets", static_cast<double>(y.size()), ""},

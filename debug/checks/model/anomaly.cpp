@@ -103,6 +103,7 @@ void AnomalyMode::on_op(const OpEvent& e) {
   Finding f;
   f.check = "W4";
   f.severity = Severity::Error;
+  f.nonfinite = true;
   f.title = std::string("'") + e.op + "' produced " + (s.nan ? "NaN" : "") + (s.nan && s.inf ? " and " : "") +
             (s.inf ? "Inf" : "") + " from finite inputs (forward)";
   f.module = tracker_.current();
@@ -127,6 +128,7 @@ void AnomalyMode::on_backward(const BackwardEvent& e) {
     Finding f;
     f.check = "W4";
     f.severity = Severity::Error;
+    f.nonfinite = true;
     std::string op = e.node->name();
     f.title = "the backward of '" + op + "' produced " + (s.nan ? "NaN" : "Inf") +
               " gradients from a finite incoming gradient (input " + std::to_string(i) + ")";
@@ -157,6 +159,7 @@ std::vector<Finding> find_nonfinite_source(nn::Module& model, const Tensor& x) {
       Finding f;
       f.check = "M12";
       f.severity = Severity::Error;
+      f.nonfinite = true;
       f.title = "the output of " + label + " turned non-finite although its input was finite";
       f.module = label;
       f.shape = shape_of(y);

@@ -425,6 +425,7 @@ std::vector<Finding> check_finite_weights(const nn::Module& model, const std::fu
     Finding f = at(make("O4", Severity::Error,
                         "the parameter " + name + " holds NaN/Inf values"),
                    labels, name, p);
+    f.nonfinite = true;
     f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
                   {"Inf values", static_cast<double>(s.inf), "any is an error"},
                   {"values", static_cast<double>(s.numel), ""},
