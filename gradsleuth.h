@@ -26,26 +26,26 @@
 // The debug module, whole: the checks of docs/checks.md, the gate and the monitor, and
 // debug::diagnose / debug::Session, which run them on your own model, loss, optimizer and data.
 // (No debug/debug.h: that name would collide with libstdc++'s own debug/ headers.)
-#if __has_include("debug/diagnose.h")
-#include "debug/activation_stats.h"
-#include "debug/anomaly.h"
-#include "debug/checks.h"
-#include "debug/data_checks.h"
-#include "debug/diagnose.h"
-#include "debug/diagnosis.h"
-#include "debug/finding.h"
-#include "debug/gradcheck.h"
-#include "debug/graph.h"
-#include "debug/hooks.h"
-#include "debug/html_report.h"
-#include "debug/loss_checks.h"
-#include "debug/memory.h"
-#include "debug/model_checks.h"
-#include "debug/monitor.h"
-#include "debug/optim_checks.h"
-#include "debug/profiler.h"
-#include "debug/tensor_stats.h"
-#include "debug/zoo.h"
-#elif __has_include("debug/gradcheck.h")
-#include "debug/gradcheck.h"
+#if __has_include("debug/run/diagnose.h")
+#include "debug/checks/model/activation_stats.h"
+#include "debug/checks/model/anomaly.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/checks/data/data_checks.h"
+#include "debug/run/diagnose.h"
+#include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/finding.h"
+#include "debug/checks/model/gradcheck.h"
+#include "debug/report/graph.h"
+#include "debug/checks/hooks.h"
+#include "debug/report/html_report.h"
+#include "debug/checks/loss/loss_checks.h"
+#include "debug/checks/workflow/memory.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/run/monitor.h"
+#include "debug/checks/optim/optim_checks.h"
+#include "debug/checks/workflow/profiler.h"
+#include "debug/evidence/tensor_stats.h"
+#include "debug/zoo/zoo.h"
+#elif __has_include("debug/checks/model/gradcheck.h")
+#include "debug/checks/model/gradcheck.h"
 #endif

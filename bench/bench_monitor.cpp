@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "core/generator.h"
-#include "debug/monitor.h"
+#include "debug/run/monitor.h"
 #include "debug/report/explore.h"
 #include "nn/nn.h"
 #include "optim/optim.h"

@@ -8,8 +8,8 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "debug/checks.h"
-#include "debug/diagnosis.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/diagnosis/diagnosis.h"
 
 namespace gradsleuth::cli {
 
@@ -114,7 +114,8 @@ int cmd_checks(const std::vector<std::string>& args) {
       std::cout << (i ? "," : "") << "{\"id\":" << json_str(c.id) << ",\"name\":" << json_str(c.name)
                 << ",\"group\":" << json_str(c.group) << ",\"sources\":" << json_list(titles(c))
                 << ",\"what\":" << json_str(c.what) << ",\"api\":" << json_str(c.api)
-                << ",\"cli\":" << json_str(c.cli) << ",\"implemented\":" << json_bool(c.implemented) << "}";
+                << ",\"cli\":" << json_str(c.cli) << ",\"home\":" << json_str(c.home)
+                << ",\"implemented\":" << json_bool(c.implemented) << "}";
     }
     std::cout << "]\n";
     return 0;
@@ -126,6 +127,7 @@ int cmd_checks(const std::vector<std::string>& args) {
                 c.cli.empty() ? "-" : c.cli.c_str(), c.implemented ? "yes" : "no");
     const std::vector<std::string> t = titles(c);
     for (size_t i = 0; i < t.size(); ++i) std::printf("  %s %s\n", i ? "            " : "sources:    ", t[i].c_str());
+    std::printf("  home:        %s\n", c.home.c_str());
     std::printf("  details:     docs/checks.md, section %s\n", c.id.c_str());
     return 0;
   }

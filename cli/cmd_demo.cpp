@@ -15,7 +15,7 @@
 #include "core/generator.h"
 #include "core/json.h"
 #include "core/ops.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 
 namespace gradsleuth::cli {
 

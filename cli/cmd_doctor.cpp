@@ -14,15 +14,15 @@
 #include "cli/cli.h"
 #include "core/autograd.h"
 #include "core/json.h"
-#include "debug/activation_stats.h"
-#include "debug/checks.h"
-#include "debug/diagnose.h"
-#include "debug/graph.h"
-#include "debug/html_report.h"
-#include "debug/memory.h"
-#include "debug/profiler.h"
+#include "debug/checks/model/activation_stats.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/run/diagnose.h"
+#include "debug/report/graph.h"
+#include "debug/report/html_report.h"
+#include "debug/checks/workflow/memory.h"
+#include "debug/checks/workflow/profiler.h"
 #include "debug/report/explore.h"
-#include "debug/zoo.h"
+#include "debug/zoo/zoo.h"
 
 namespace gradsleuth::cli {
 
@@ -327,8 +327,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
     if (!bx.defined()) return;
     debug::ExploreOptions eo;
     eo.title = html.title;
-    eo.history = &r.history;
-    eo.replay = &replay_series;
+    eo.replay = debug::replay_from(r.history, &replay_series);
     eo.findings = &r.report;
     auto loss = v.loss;
     debug::explore(*v.model, bx, by, [loss](const Tensor& o_, const Tensor& y_) { return (*loss)(o_, y_); },

@@ -11,10 +11,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks.h"
-#include "debug/html_report.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/report/explore.h"
-#include "debug/zoo.h"
+#include "debug/report/html_report.h"
+#include "debug/zoo/zoo.h"
 
 namespace gradsleuth::cli {
 
@@ -125,8 +125,7 @@ int cmd_explore(const std::vector<std::string>& args) {
     say("training " + std::to_string(o.steps) + " steps with the monitor attached (the replay)");
     rec.emplace(*v.model, *v.optimizer, o.monitor_every);
     run = debug::zoo::run_variant(v, o, [&](const std::string& s) { say(s); });
-    eo.history = &run->history;
-    eo.replay = &rec->series();
+    eo.replay = debug::replay_from(run->history, &rec->series());
     eo.findings = &run->report;
     if (const std::optional<debug::Finding> lead = debug::lead_finding(run->report))
       say("the lead finding: " + debug::check_label(lead->check) + ": " + lead->title);

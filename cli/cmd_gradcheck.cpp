@@ -9,7 +9,7 @@
 
 #include "cli/cli.h"
 #include "core/json.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 
 namespace gradsleuth::cli {
 

@@ -1,5 +1,5 @@
 // gradsleuth graph: draws the autograd graph of one training step of the zoo's model
-// (debug/graph.h), optionally with bugs switched on and the gate's findings highlighted.
+// (debug/report/graph.h), optionally with bugs switched on and the gate's findings highlighted.
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -8,10 +8,10 @@
 
 #include "cli/cli.h"
 #include "core/autograd.h"
-#include "debug/checks.h"
-#include "debug/graph.h"
-#include "debug/html_report.h"
-#include "debug/zoo.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/report/graph.h"
+#include "debug/report/html_report.h"
+#include "debug/zoo/zoo.h"
 
 namespace gradsleuth::cli {
 

@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "debug/html_report.h"
+#include "debug/report/html_report.h"
 #include "workbench/cpu_ladder.h"
 
 // Set by cli/CMakeLists.txt: where the kernels run (one of GPU, EMU) and what was built.

@@ -16,7 +16,7 @@
 #include "cli/cli.h"
 #include "core/generator.h"
 #include "core/json.h"
-#include "debug/html_report.h"
+#include "debug/report/html_report.h"
 #include "distributed/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"

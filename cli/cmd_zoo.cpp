@@ -1,6 +1,6 @@
 // gradsleuth zoo: trains the clean reference and each catalogued bug on
 // Fashion-MNIST with every check attached, and prints the detection matrix
-// (docs/catalog.md describes each bug; debug/zoo.h is the library behind it).
+// (docs/catalog.md describes each bug; debug/zoo/zoo.h is the library behind it).
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,11 +11,11 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
-#include "debug/html_report.h"
-#include "debug/zoo.h"
+#include "debug/report/html_report.h"
+#include "debug/zoo/zoo.h"
 #include "optim/progress.h"
 #ifdef GS_WITH_DIST_ZOO
-#include "debug/dist_zoo.h"
+#include "debug/zoo/dist_zoo.h"
 #include "distributed/process_group.h"
 #endif
 

@@ -32,7 +32,7 @@
 
 #include "cli/lab_grade_all.h"
 #include "core/error.h"
-#include "debug/html_report.h"
+#include "debug/report/html_report.h"
 
 namespace gradsleuth::cli {
 namespace {

@@ -18,7 +18,7 @@ WarningHandler& handler() {
 
 namespace {
 // The names of the checks the core library itself warns for, as in the debug
-// module's catalogue (debug/checks.cpp), so the printout names the check by id
+// module's catalogue (debug/evidence/catalogue.cpp), so the printout names the check by id
 // and name; core does not depend on debug.
 std::string check_label(const std::string& id) {
   if (id == "O5") return "O5 forgotten zero_grad";

@@ -2,7 +2,7 @@
 // without zero_grad(), a Dropout still in training mode under no_grad. The
 // library calls warn(); by default each distinct (check, where) pair is printed
 // once on stderr. The debug module installs its own handler to turn warnings
-// into findings (debug/finding.h), so detection works during normal use.
+// into findings (debug/evidence/finding.h), so detection works during normal use.
 //
 //   gs::warn({"O5", "Adam", "step() ran twice without zero_grad() ..."});
 #pragma once

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/generator.h"
-#include "debug/finding.h"
+#include "debug/evidence/finding.h"
 #include "nn/nn.h"
 
 namespace dtest {

@@ -5,7 +5,7 @@
 
 #include "core/generator.h"
 #include "core/op_registry.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 
 using namespace gs::debug;
 

@@ -17,7 +17,7 @@
 #include "core/observer.h"
 #include "core/ops.h"
 #include "core/tensor.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 #include "nn_test_util.h"
 
 namespace {

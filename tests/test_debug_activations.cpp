@@ -1,8 +1,8 @@
-// Dead-ReLU (M7) and saturation (M8) statistics (debug/activation_stats.h).
+// Dead-ReLU (M7) and saturation (M8) statistics (debug/checks/model/activation_stats.h).
 #include <doctest/doctest.h>
 
 #include "core/autograd.h"
-#include "debug/activation_stats.h"
+#include "debug/checks/model/activation_stats.h"
 #include "debug_test_util.h"
 #include "optim/optim.h"
 

@@ -1,11 +1,11 @@
-// Checks that listen to every op (debug/anomaly.h): W4 anomaly mode, M12, M19,
+// Checks that listen to every op (debug/checks/model/anomaly.h): W4 anomaly mode, M12, M19,
 // M18 (emulated half precision) and M20 (the in-place error as a finding).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "core/autograd.h"
-#include "debug/anomaly.h"
+#include "debug/checks/model/anomaly.h"
 #include "debug_test_util.h"
 
 using namespace dtest;

@@ -6,8 +6,8 @@
 
 #include "core/autograd.h"
 #include "core/warning.h"
-#include "debug/behaviour.h"
-#include "debug/monitor.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/run/monitor.h"
 #include "debug_test_util.h"
 #include "optim/optim.h"
 

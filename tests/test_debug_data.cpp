@@ -1,4 +1,4 @@
-// The data checks D1-D10 and D12-D16 (debug/data_checks.h): each fires on the bug it is
+// The data checks D1-D10 and D12-D16 (debug/checks/data/data_checks.h): each fires on the bug it is
 // meant to catch and stays silent on clean data, synthetic and Fashion-MNIST.
 #include <doctest/doctest.h>
 
@@ -11,7 +11,7 @@
 
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/data_checks.h"
+#include "debug/checks/data/data_checks.h"
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"

@@ -13,6 +13,8 @@
 #include <gradsleuth.h>  // the whole debug API with one include
 
 #include "debug_test_util.h"
+#include "json_mini.h"
+#include "reworded_test_util.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
@@ -161,6 +163,59 @@ TEST_CASE("diagnose: one call on a clean hand-written model runs every phase in 
   CHECK(html.str().find("training loss") != std::string::npos);
   CHECK(std::filesystem::exists(o.report_dir + "/metrics.csv"));
   CHECK(r.json().find("\"name\":\"pre-training gate\"") != std::string::npos);
+}
+
+TEST_CASE("a run's diagnosis is made once: every printer, the phases and the HTML report read the one it keeps") {
+  manual_seed(2);
+  Data d = loaders();
+  auto model = std::make_shared<GateNet>();
+  model->mix = true;  // the gate's M6 fires: a run with a lead and findings it explains
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::DiagnoseOptions o;
+  o.epochs = 1;
+  o.report_dir = (std::filesystem::temp_directory_path() / "gs_diagnose_once").string();
+  std::filesystem::remove_all(o.report_dir);
+  const uint64_t before = debug::analyse_causes_runs();
+  const debug::RunReport r = debug::diagnose(*model, ce, opt, *d.train, d.val.get(), nullptr, o);
+  REQUIRE(r.findings.diagnosis().lead.has_value());
+  CHECK(r.findings.diagnosis().lead->check == "M6");
+  const std::string text = r.str(true), json = r.json();
+  CHECK_FALSE(r.findings.str(true, true).empty());
+  CHECK_FALSE(r.findings.groups().empty());
+  CHECK(r.findings.caused_by().size() == r.findings.size());
+  CHECK(r.findings.lead_json() != "null");
+  debug::write_run_report(o.report_dir + "/again.html", r, "again");
+  CHECK(debug::analyse_causes_runs() - before == 1);  // the run's one diagnosis, kept in its report
+
+  // Each phase lists its findings as the run's diagnosis places them: the same index and cause.
+  const json_mini::Value doc = json_mini::parse(json);
+  const auto& all = doc.get("findings")->arr;
+  size_t listed = 0;
+  for (const auto& phase : doc.get("phases")->arr)
+    for (const auto& f : phase.get("findings")->arr) {
+      ++listed;
+      const size_t i = static_cast<size_t>(f.get("index")->num);
+      REQUIRE(i < all.size());
+      CHECK(f.get("title")->str == all[i].get("title")->str);
+      CHECK(f.get("caused_by")->kind == all[i].get("caused_by")->kind);
+      if (f.get("caused_by")->kind == json_mini::Value::Number)
+        CHECK(f.get("caused_by")->num == all[i].get("caused_by")->num);
+    }
+  CHECK(listed >= all.size());  // every finding of the run is in a phase
+
+  // Typed evidence: the same diagnosis with every text of every finding reversed.
+  reworded::check_diagnosis_ignores_words(r.findings);
+  // A report that changes is diagnosed anew, once.
+  debug::Report grown = r.findings;
+  debug::Finding extra;
+  extra.check = "D16";
+  extra.title = "one more";
+  grown.add(extra);
+  const uint64_t mid = debug::analyse_causes_runs();
+  (void)grown.str();
+  (void)grown.json();
+  CHECK(debug::analyse_causes_runs() - mid == 1);
 }
 
 TEST_CASE("diagnose: a loss that rejects its target stops nothing but training, and each phase says so") {

@@ -1,4 +1,4 @@
-// The diagnosis (debug/diagnosis.h) on bugs written as a user writes them: hand-written
+// The diagnosis (debug/diagnosis/diagnosis.h) on bugs written as a user writes them: hand-written
 // modules and hand-written loops, each a buggy twin whose lead must be the root cause (with what
 // confirmed it, and the symptoms it explains hanging under it) and a clean twin that must stay
 // silent. Also the tables themselves: every cause a symptom names exists, and no symptom lists a
@@ -311,6 +311,7 @@ TEST_CASE("no probe confirms a cause: the lead says so and lists the candidates 
   debug::Report r;
   debug::Finding stuck;
   stuck.check = "L1";
+  stuck.kind = debug::Kind::LossAtChance;
   stuck.severity = debug::Severity::Warning;
   stuck.title = "the training loss is stuck at chance level: 1.1 after 100 steps";
   stuck.end_of_run = true;

@@ -1,4 +1,4 @@
-// The diagnosis (debug/diagnosis.h) on more bugs written as a user writes them: for each fault
+// The diagnosis (debug/diagnosis/diagnosis.h) on more bugs written as a user writes them: for each fault
 // cause whose check runs inside debug::Session / debug::diagnose() on one process, a buggy twin
 // whose lead (as lead_json() gives it to the user) must be that cause, confirmed by its own
 // check, with the symptoms the bug sets off hanging under it, and a clean twin (the same code

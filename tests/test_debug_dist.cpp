@@ -1,4 +1,4 @@
-// The data-parallel checks D11, L8, M21, M22, O7 and W9 (debug/dist_checks.h) on
+// The data-parallel checks D11, L8, M21, M22, O7 and W9 (debug/checks/dist/dist_checks.h) on
 // simulated ranks, in one process: each check gets the numbers N ranks would gather,
 // built from real models, gradients, samplers and generators, once from a correct
 // data-parallel step and once from its buggy twin (B29-B34). The buggy twin must
@@ -14,7 +14,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/dist_checks.h"
+#include "debug/checks/dist/dist_checks.h"
 #include "nn/nn.h"
 
 #include "debug_test_util.h"

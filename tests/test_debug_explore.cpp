@@ -21,8 +21,8 @@
 
 #include "core/autograd.h"
 #include "core/json.h"
-#include "debug/diagnose.h"
-#include "debug/monitor.h"
+#include "debug/run/diagnose.h"
+#include "debug/run/monitor.h"
 #include "debug/report/explore.h"
 #include "debug_test_util.h"
 #include "json_mini.h"
@@ -267,8 +267,7 @@ TEST_CASE("explore in Chromium: expand, step backward to a node used twice, repl
     engine_grad = model->named_parameters()[0].second.grad().clone();
     REQUIRE(model->named_parameters()[0].first == "1.weight");
     dbg::ExploreOptions eo;
-    eo.history = &hist;
-    eo.replay = &rec.series();
+    eo.replay = dbg::replay_from(hist, &rec.series());
     eo.findings = &mon.report();
     eo.max_values = 1000;
     json = dbg::explore_json(mcap, l, eo);

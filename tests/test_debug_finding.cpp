@@ -5,8 +5,8 @@
 #include <set>
 
 #include "core/warning.h"
-#include "debug/checks.h"
-#include "debug/finding.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/evidence/finding.h"
 #include "json_mini.h"
 
 namespace dbg = gs::debug;

@@ -9,9 +9,9 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/saved_capture.h"
-#include "debug/finding.h"
-#include "debug/graph.h"
-#include "debug/model_checks.h"
+#include "debug/evidence/finding.h"
+#include "debug/report/graph.h"
+#include "debug/checks/model/model_checks.h"
 #include "nn/nn.h"
 
 namespace nn = gs::nn;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "debug/html_report.h"
+#include "debug/report/html_report.h"
 #include "json_mini.h"
 
 namespace dbg = gs::debug;

@@ -1,4 +1,4 @@
-// The loss checks L1-L7 (debug/loss_checks.h): each fires on the bug it is meant
+// The loss checks L1-L7 (debug/checks/loss/loss_checks.h): each fires on the bug it is meant
 // to catch (B03, B08, B09, B19, B24, synthetic loss curves) and stays silent on
 // clean inputs and on a healthy run of the reference MLP on Fashion-MNIST.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/loss_checks.h"
+#include "debug/checks/loss/loss_checks.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 

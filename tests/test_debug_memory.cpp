@@ -8,7 +8,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/memory.h"
+#include "debug/checks/workflow/memory.h"
 #include "json_mini.h"
 #include "nn/nn.h"
 

@@ -1,10 +1,10 @@
-// The model checks (debug/model_checks.h): each fires on the bug it is for and
+// The model checks (debug/checks/model/model_checks.h): each fires on the bug it is for and
 // stays silent on a clean model.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "debug/model_checks.h"
+#include "debug/checks/model/model_checks.h"
 #include "debug_test_util.h"
 #include "optim/optim.h"
 

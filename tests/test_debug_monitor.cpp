@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "core/autograd.h"
-#include "debug/monitor.h"
+#include "debug/run/monitor.h"
 #include "debug_test_util.h"
 #include "optim/optim.h"
 

@@ -1,4 +1,4 @@
-// The optimisation checks O1-O4 and O6 (debug/optim_checks.h): each fires on the
+// The optimisation checks O1-O4 and O6 (debug/checks/optim/optim_checks.h): each fires on the
 // bug it is meant to catch (B16, B17, B24, an unused layer, injected NaN, spikes,
 // growing weights, lr 1e-7) and stays silent on a healthy run of the reference MLP.
 #include <doctest/doctest.h>
@@ -13,8 +13,8 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/optim_checks.h"
-#include "debug/tensor_stats.h"
+#include "debug/checks/optim/optim_checks.h"
+#include "debug/evidence/tensor_stats.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 

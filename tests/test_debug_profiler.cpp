@@ -10,7 +10,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/profiler.h"
+#include "debug/checks/workflow/profiler.h"
 #include "json_mini.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"

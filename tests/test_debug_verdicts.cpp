@@ -10,10 +10,10 @@
 #include <set>
 
 #include "core/autograd.h"
-#include "debug/data_checks.h"
-#include "debug/diagnosis.h"
-#include "debug/html_report.h"
-#include "debug/monitor.h"
+#include "debug/checks/data/data_checks.h"
+#include "debug/diagnosis/diagnosis.h"
+#include "debug/report/html_report.h"
+#include "debug/run/monitor.h"
 #include "debug_test_util.h"
 #include "json_mini.h"
 #include "optim/optim.h"
@@ -162,31 +162,44 @@ TEST_CASE("grouping rules: a second NaN source at another time stays a root; M5 
     return f;
   };
   dbg::Report r;
+  // Each finding as its check makes it: the kind and the non-finite flag are what the diagnosis
+  // reads (debug/evidence/kind.h), the titles are for people.
   dbg::Finding o1 = make("O1", dbg::Severity::Error, "the gradient of 0.weight holds NaN/Inf values", 3);
+  o1.kind = dbg::Kind::GradientNonFinite;
+  o1.nonfinite = true;
   r.add(o1);
   dbg::Finding w4 = make("W4", dbg::Severity::Error, "forward of 'log' produced Inf", 3);
+  w4.nonfinite = true;
   w4.op = "log";
   w4.module = "2 (Head)";
   r.add(w4);
   dbg::Finding w4b = make("W4", dbg::Severity::Error, "forward of 'div' produced NaN", 9);
+  w4b.nonfinite = true;
   w4b.op = "div";
   w4b.module = "4 (Norm)";
   r.add(w4b);
   dbg::Finding o4 = make("O4", dbg::Severity::Error, "0.weight holds NaN values", 10);
+  o4.nonfinite = true;
   r.add(o4);
   dbg::Finding l1 = make("L1", dbg::Severity::Error, "the training loss is NaN from step 3 (of 12)", 3);
+  l1.kind = dbg::Kind::LossNonFinite;
+  l1.nonfinite = true;
   l1.end_of_run = true;
   r.add(l1);
   dbg::Finding stuck = make("L1", dbg::Severity::Warning, "the training loss is stuck at chance level", -1);
+  stuck.kind = dbg::Kind::LossAtChance;
   stuck.end_of_run = true;
   r.add(stuck);
   dbg::Finding m5 = make("M5", dbg::Severity::Warning, "trainable parameter '1.weight' got no gradient from backward", -1);
+  m5.kind = dbg::Kind::ParameterUnreached;
   m5.parameter = "1.weight";
   r.add(m5);
   dbg::Finding o1cut = make("O1", dbg::Severity::Warning, "the trainable parameter 1.weight got no gradient", -1);
+  o1cut.kind = dbg::Kind::GradientMissing;
   o1cut.parameter = "1.weight";
   r.add(o1cut);
   dbg::Finding o1other = make("O1", dbg::Severity::Warning, "the gradient of 2.bias is vanishing", -1);
+  o1other.kind = dbg::Kind::GradientVanishing;
   o1other.parameter = "2.bias";
   r.add(o1other);
   const std::vector<int64_t> by = r.caused_by();

@@ -2,7 +2,7 @@
 // every data-parallel bug B29-B34 is caught by one of its intended checks with the expected
 // severity, no check outside the bug's intended ones fires, and the clean reference is
 // silent. A smaller budget than `gradsleuth zoo --distributed` (30 steps on 2,000 images);
-// the same recipe and checks (debug/dist_zoo.h). Alone (world of 1) it exits 77: skipped.
+// the same recipe and checks (debug/zoo/dist_zoo.h). Alone (world of 1) it exits 77: skipped.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,13 +11,14 @@
 #include <set>
 #include <string>
 
-#include "debug/dist_zoo.h"
+#include "debug/zoo/dist_zoo.h"
 #include "distributed/process_group.h"
 #include "nn/bugs.h"
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"
 #include "json_mini.h"
+#include "reworded_test_util.h"
 
 namespace dbg = gs::debug;
 namespace dz = gs::debug::dist_zoo;
@@ -114,6 +115,8 @@ TEST_CASE("every data-parallel bug is caught by an intended check; the clean ref
     CHECK(std::find(r.bugs[i].intended.begin(), r.bugs[i].intended.end(), lead->get("check")->str) !=
           r.bugs[i].intended.end());
     CHECK(lead->get("confirmed")->b);
+    // The diagnosis reads kinds, not words: every text reversed, the same chains and lead.
+    reworded::check_diagnosis_ignores_words(r.bugs[i].report);
   }
   CHECK(doc.get("clean")->get("lead")->kind == json_mini::Value::Null);
   // B29: the summed gradient (O7) is the cause; the doubled effective learning rate (W9) hangs under it.

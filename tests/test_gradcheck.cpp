@@ -7,7 +7,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 
 using gs::Tensor;
 using gs::tensor_list;

@@ -16,7 +16,7 @@
 #include "core/ops.h"
 #include "core/ops/op_utils.h"
 #include "nn_test_util.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 #include "nn/loss.h"
 
 namespace F = gs::nn::functional;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/generator.h"
-#include "debug/checks.h"
-#include "debug/finding.h"
-#include "debug/loss_checks.h"
-#include "debug/optim_checks.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/evidence/finding.h"
+#include "debug/checks/loss/loss_checks.h"
+#include "debug/checks/optim/optim_checks.h"
 #include "nn/nn.h"
 
 namespace dbg = gs::debug;

@@ -1,5 +1,5 @@
 // workbench/roofline.cpp: the roofline picture (Williams, Waterman & Patterson 2009) of the CPU
-// ladder's results, as one SVG in the style of the HTML report's plots (debug/html_report.cpp):
+// ladder's results, as one SVG in the style of the HTML report's plots (debug/report/html_report.cpp):
 // x = arithmetic intensity (flops per byte of the napkin-math traffic), y = GFLOP/s, both
 // log-scaled; the roof is min(FMA peak, intensity x copy bandwidth), both measured here.
 // Each version is a dot labelled with its kernel's letter and number ("M7": matmul v7); labels

@@ -15,10 +15,9 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/ops.h"
-#include "debug/diagnosis.h"
-#include "debug/graph.h"
-#include "debug/html_report.h"
-#include "debug/tensor_stats.h"
+#include "debug/evidence/tensor_stats.h"
+#include "debug/report/graph.h"
+#include "debug/report/html_report.h"
 
 namespace gradsleuth::debug {
 
@@ -573,29 +572,30 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
   }
   os << "]";
   // The replay.
-  if (o.history) {
-    const TrainingHistory& h = *o.history;
-    auto group = [&](const char* key, const std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& v) {
+  if (o.replay) {
+    const ReplayData& h = *o.replay;
+    auto group = [&](const char* key, const NamedSeries& v) {
       os << ",\"" << key << "\":{";
       for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << json_str(v[i].first) << ":" << series_json(v[i].second);
       os << "}";
     };
+    auto numbers = [&](const char* key, const std::vector<double>& v) {
+      os << ",\"" << key << "\":[";
+      for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << json_num(v[i]);
+      os << "]";
+    };
     os << ",\"replay\":{\"loss\":[";
-    for (size_t i = 0; i < h.step_losses.size(); ++i) os << (i ? "," : "") << json_num(h.step_losses[i]);
-    os << "],\"epoch_train_loss\":[";
-    for (size_t i = 0; i < h.epoch_train_loss.size(); ++i) os << (i ? "," : "") << json_num(h.epoch_train_loss[i]);
-    os << "],\"epoch_val_loss\":[";
-    for (size_t i = 0; i < h.epoch_val_loss.size(); ++i) os << (i ? "," : "") << json_num(h.epoch_val_loss[i]);
+    for (size_t i = 0; i < h.loss.size(); ++i) os << (i ? "," : "") << json_num(h.loss[i]);
     os << "]";
-    group("grad_norm", h.grad_norms);
+    numbers("epoch_train_loss", h.epoch_train_loss);
+    numbers("epoch_val_loss", h.epoch_val_loss);
+    group("grad_norm", h.grad_norm);
     group("update_ratio", h.update_ratio);
-    group("dead", h.dead_fraction);
-    if (o.replay) {
-      group("weight_norm", o.replay->weight_norm);
-      group("out_mean", o.replay->out_mean);
-      group("out_std", o.replay->out_std);
-      group("saturation", o.replay->saturation);
-    }
+    group("dead", h.dead);
+    group("weight_norm", h.extra.weight_norm);
+    group("out_mean", h.extra.out_mean);
+    group("out_std", h.extra.out_std);
+    group("saturation", h.extra.saturation);
     os << "}";
   } else {
     os << ",\"replay\":null";

@@ -31,9 +31,8 @@
 #include "core/graph_trace.h"
 #include "core/saved_capture.h"
 #include "core/tensor.h"
-#include "debug/finding.h"
-#include "debug/hooks.h"
-#include "debug/monitor.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/finding.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -114,12 +113,33 @@ class ReplayRecorder {
   ReplaySeries s_;
 };
 
+// A training run as the replay draws it: the step losses and, per name, (step, value) series.
+// replay_from() fills it from the monitor's TrainingHistory (debug/run/monitor.h).
+using NamedSeries = std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>;
+struct ReplayData {
+  std::vector<double> loss, epoch_train_loss, epoch_val_loss;
+  NamedSeries grad_norm, update_ratio, dead;  // the monitor's: per parameter, per parameter, per ReLU layer
+  ReplaySeries extra;                         // the ReplayRecorder's
+};
+// From a TrainingHistory (any type with its members) and, when given, a ReplayRecorder's series.
+template <class History>
+ReplayData replay_from(const History& h, const ReplaySeries* extra = nullptr) {
+  ReplayData r;
+  r.loss = h.step_losses;
+  r.epoch_train_loss = h.epoch_train_loss;
+  r.epoch_val_loss = h.epoch_val_loss;
+  r.grad_norm = h.grad_norms;
+  r.update_ratio = h.update_ratio;
+  r.dead = h.dead_fraction;
+  if (extra) r.extra = *extra;
+  return r;
+}
+
 struct ExploreOptions {
   std::string title = "gradsleuth explore";
   // Leaves are named by these (Module::named_parameters()); else by their tensor name.
   std::vector<std::pair<std::string, Tensor>> params;
-  const TrainingHistory* history = nullptr;  // the replay (with `replay` for its extra series)
-  const ReplaySeries* replay = nullptr;
+  std::optional<ReplayData> replay;          // the training run to replay (replay_from(history, &recorder.series()))
   const Report* findings = nullptr;          // linked to the nodes they name; the lead marked
   size_t max_values = 64;    // a gradient of up to this many elements is written out in full
   size_t max_nodes = 4000;   // larger graphs are cut (the JSON says how many nodes were left out)

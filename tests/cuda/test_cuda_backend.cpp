@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "debug/memory.h"
+#include "debug/checks/workflow/memory.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
-#include "debug/anomaly.h"
-#include "debug/model_checks.h"
-#include "debug/monitor.h"
-#include "debug/tensor_stats.h"
+#include "debug/checks/model/anomaly.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/run/monitor.h"
+#include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/data.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "tests/cuda/cuda_test_util.h"
-#include "debug/zoo.h"
+#include "debug/zoo/zoo.h"
 
 namespace zoo = gs::debug::zoo;
 namespace nn = gs::nn;

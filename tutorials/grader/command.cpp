@@ -5,7 +5,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "debug/html_report.h"
+#include "debug/report/html_report.h"
 
 #include "tutorials/grader/grader.h"
 

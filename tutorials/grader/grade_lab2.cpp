@@ -8,7 +8,7 @@
 #include "tutorials/lab2_autograd/lab2.h"
 
 #include "core/generator.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 
 namespace gradsleuth::labs {
 

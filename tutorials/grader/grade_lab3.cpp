@@ -13,7 +13,7 @@
 #include <cstdio>
 
 #include "core/generator.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/gradcheck.h"
 #include "nn/nn.h"
 
 namespace gradsleuth::labs {

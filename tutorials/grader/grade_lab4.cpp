@@ -15,7 +15,7 @@
 #include "core/generator.h"
 #include "core/observer.h"
 #include "core/ops.h"
-#include "debug/anomaly.h"
+#include "debug/checks/model/anomaly.h"
 #include "nn/nn.h"
 #include "nn/synthetic.h"
 

@@ -14,7 +14,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/model_checks.h"
+#include "debug/checks/model/model_checks.h"
 #include "nn/nn.h"
 
 namespace gradsleuth::labs {

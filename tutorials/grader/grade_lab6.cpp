@@ -17,10 +17,10 @@
 #include <tuple>
 
 #include "core/generator.h"
-#include "debug/activation_stats.h"
-#include "debug/hooks.h"
-#include "debug/model_checks.h"
-#include "debug/optim_checks.h"
+#include "debug/checks/model/activation_stats.h"
+#include "debug/checks/hooks.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/checks/optim/optim_checks.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 
@@ -139,10 +139,11 @@ void backward_once(nn::Module& model, int64_t in, int64_t classes, uint64_t seed
   nn::functional::cross_entropy(model(x), y).backward();
 }
 
-// O1's depth finding (a warning whose title says gradients vanish or explode towards the input).
+// O1's depth finding: gradients that vanish or explode towards the input.
 const debug::Finding* depth_warning(const std::vector<debug::Finding>& fs) {
   for (const auto& f : fs)
-    if (f.fires() && f.title.find("towards the input") != std::string::npos) return &f;
+    if (f.fires() && (f.kind == debug::Kind::VanishTowardsInput || f.kind == debug::Kind::ExplodeTowardsInput))
+      return &f;
   return nullptr;
 }
 

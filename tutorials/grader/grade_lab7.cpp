@@ -17,8 +17,8 @@
 
 #include "core/generator.h"
 #include "core/observer.h"
-#include "debug/anomaly.h"
-#include "debug/gradcheck.h"
+#include "debug/checks/model/anomaly.h"
+#include "debug/checks/model/gradcheck.h"
 #include "nn/nn.h"
 #include "optim/clip.h"
 #include "optim/sgd.h"

@@ -18,7 +18,7 @@
 #include <set>
 
 #include "core/generator.h"
-#include "debug/data_checks.h"
+#include "debug/checks/data/data_checks.h"
 #include "nn/nn.h"
 #include "optim/sgd.h"
 

@@ -7,7 +7,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/dist_checks.h"
+#include "debug/checks/dist/dist_checks.h"
 
 namespace gradsleuth::lab10 {
 

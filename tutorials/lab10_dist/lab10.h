@@ -2,7 +2,7 @@
 // Declared once for your code (lab10.cpp) and the reference solution
 // (solution/lab10.cpp); the grader (../grader/grade_lab10.cpp) calls them here and
 // compares with distributed/ (DistributedSampler, DistributedDataParallel) and the debug
-// module's data-parallel checks (debug/dist_checks.h: D11, M21, M22, O7).
+// module's data-parallel checks (debug/checks/dist/dist_checks.h: D11, M21, M22, O7).
 //
 // Tasks 10.2 and 10.3 need several processes: grade them with
 //   mpirun -np 2 build/tutorials/lab10_grader check 10
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "debug/finding.h"
+#include "debug/evidence/finding.h"
 #include "distributed/process_group.h"
 #include "nn/module.h"
 

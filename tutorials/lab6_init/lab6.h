@@ -2,7 +2,7 @@
 // initialisation that prevents them (README.md in this folder). Declared once
 // for your code (lab6.cpp) and the reference solution (solution/lab6.cpp); the
 // grader (../grader/grade_lab6.cpp) calls them here and compares with the debug
-// module's trackers (debug/activation_stats.h M7/M8, debug/optim_checks.h O1).
+// module's trackers (debug/checks/model/activation_stats.h M7/M8, debug/checks/optim/optim_checks.h O1).
 //
 // Dimension letters: B = batch, D = features, C = channels, H/W = height/width,
 // U = units (D of a (B, D) activation, C of a (B, C, H, W) one), M = out features.

@@ -1,7 +1,7 @@
 // Lab 7: hunting a NaN: log-sum-exp, anomaly mode, half precision (README.md
 // in this folder). Declared once for your code (lab7.cpp) and the reference
 // solution (solution/lab7.cpp); the grader (../grader/grade_lab7.cpp) calls them
-// here and compares with the debug module (debug/anomaly.h: W4 AnomalyMode, M18
+// here and compares with the debug module (debug/checks/model/anomaly.h: W4 AnomalyMode, M18
 // round_to_half and HalfPrecisionEmulation).
 //
 // Dimension letters: B = batch, K = classes (the last dim), D = features.

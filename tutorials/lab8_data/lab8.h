@@ -2,7 +2,7 @@
 // sorted batches (README.md in this folder). Declared once for your code
 // (lab8.cpp) and the reference solution (solution/lab8.cpp); the grader
 // (../grader/grade_lab8.cpp) calls them here and compares with the debug
-// module's data checks (debug/data_checks.h: D3, D4, D5, D8, D10).
+// module's data checks (debug/checks/data/data_checks.h: D3, D4, D5, D8, D10).
 //
 // Dimension letters: N = examples in a dataset or split, B = examples in a
 // batch, C = classes, D... = one example's features.

@@ -6,7 +6,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/anomaly.h"
+#include "debug/checks/model/anomaly.h"
 #include "nn/loss.h"
 #include "optim/sgd.h"
 

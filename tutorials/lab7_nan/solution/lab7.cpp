@@ -8,7 +8,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/anomaly.h"
+#include "debug/checks/model/anomaly.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/loss.h"

@@ -1,0 +1,67 @@
+// Small helpers shared by the checks' implementations (internal to debug/):
+// starting a finding, integers in titles, medians and quantiles of samples.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "debug/evidence/finding.h"
+
+namespace gradsleuth::debug::detail {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A finding with its id, severity and title; the caller fills in the rest.
+inline Finding make(const char* check, Severity s, std::string title) {
+  Finding f;
+  f.check = check;
+  f.severity = s;
+  f.title = std::move(title);
+  return f;
+}
+
+inline std::string num(int64_t v) { return std::to_string(v); }
+
+// The median of v (the mean of the two middle values for an even count); NaN when empty.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return kNaN;
+  const size_t k = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  if (v.size() % 2 == 1) return v[k];
+  const double hi = v[k];
+  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k)));
+}
+
+// The value at quantile q of v (nearest rank, lower side): v[floor(q (n-1))] after sorting; NaN when empty.
+inline double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return kNaN;
+  q = std::clamp(q, 0.0, 1.0);
+  const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+// The zoos' tables and JSON (debug/zoo/zoo.cpp, debug/zoo/dist_zoo.cpp):
+// a fraction as "83.2%" ("-" when not finite),
+inline std::string pct(double v) {
+  if (!std::isfinite(v)) return "-";
+  char b[16];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
+  return b;
+}
+// a column padded to `w` characters (and at least one space after it),
+inline std::string pad(const std::string& s, size_t w) {
+  return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
+}
+// ["a","b"] as JSON.
+inline std::string str_list(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + json_str(v[i]);
+  return s + "]";
+}
+
+}  // namespace gradsleuth::debug::detail

@@ -1,0 +1,231 @@
+// D4 input/label alignment: each loaded input hashed back to the dataset and its label compared (see data_checks.h).
+#include "debug/checks/data/data_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/data/data_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace data_detail;
+
+// ---- D4 input/label alignment ----------------------------------------------------------
+
+namespace {
+// Per-feature mean and std of a whole dataset's inputs (float64, read in chunks). The same
+// examples in another order give the same statistics.
+std::pair<Tensor, Tensor> feature_stats(const nn::Dataset& d, int64_t chunk) {
+  Tensor s, sq;
+  const int64_t n = d.size();
+  for (int64_t lo = 0; lo < n; lo += chunk) {
+    const Tensor x = d.get_batch(rows(lo, std::min(n, lo + chunk))).x;
+    const Tensor xb = x.reshape({x.size(0), -1}).to(kFloat64);
+    const Tensor a = sum(xb, {0}), b = sum(xb * xb, {0});
+    s = s.defined() ? s + a : a;
+    sq = sq.defined() ? sq + b : b;
+  }
+  const Tensor mean = s / static_cast<double>(n);
+  return {mean, sqrt(clamp(sq / static_cast<double>(n) - mean * mean, 0.0, std::nullopt))};
+}
+
+// D4 through a per-feature affine transform: the loader may read the reference after a
+// normalisation the reference did not go through ((x - mean) / std, x / 255). Both sides are
+// standardised per feature with their own whole-dataset statistics, which undoes any such
+// transform with a positive scale, and each loader row is looked up by nearest neighbour
+// among the reference's rows. A row matches when the RMS distance of the standardised
+// values is below 1e-2 (the same example: ~1e-6; two different images: ~1).
+struct AffineMatch {
+  int64_t tried = 0, matched = 0, mismatched = 0;
+  std::string example;
+};
+AffineMatch match_after_affine(const nn::Dataset& reference, const nn::Dataset& loaded, const Tensor& rows_x,
+                               const std::vector<Label>& rows_y, const std::vector<std::string>& where, int64_t chunk) {
+  AffineMatch m;
+  NoGradGuard ng;
+  const int64_t K = rows_x.size(0);
+  if (K == 0 || reference.size() == 0 || loaded.size() == 0) return m;
+  const Tensor probe = reference.get_batch({0}).x;
+  if (probe.numel() != rows_x.numel() / K || !probe.is_floating_point() || !rows_x.is_floating_point()) return m;
+  const auto [mr, sr] = feature_stats(reference, chunk);
+  const auto [ml, sl] = feature_stats(loaded, chunk);
+  // Features constant on either side carry nothing to compare.
+  const Tensor use = (gt(sr, 1e-12) * gt(sl, 1e-12)).to(kFloat64);
+  const double F = sum(use).item<double>();
+  if (F < 1) return m;
+  auto standardise = [&](const Tensor& x, const Tensor& mu, const Tensor& sd) {
+    return (x.reshape({x.size(0), -1}).to(kFloat64) - mu) / maximum(sd, 1e-12) * use;
+  };
+  const Tensor zl = standardise(rows_x, ml, sl);
+  const Tensor nl = sum(zl * zl, {1}, true);  // (K, 1)
+  // Per loader row, the labels of every reference row within the distance (duplicates of an
+  // image may carry several labels, as in the byte-for-byte comparison).
+  const double within = 1e-4 * F;  // RMS distance < 1e-2
+  std::vector<std::vector<Label>> found(static_cast<size_t>(K));
+  const int64_t n = reference.size();
+  for (int64_t lo = 0; lo < n; lo += chunk) {
+    const nn::Batch b = reference.get_batch(rows(lo, std::min(n, lo + chunk)));
+    const Tensor zr = standardise(b.x, mr, sr);
+    const Tensor d2 = nl + sum(zr * zr, {1}).reshape({1, -1}) - 2.0 * matmul(zl, zr.transpose(0, 1));
+    const std::vector<double> dv = d2.contiguous().to_vector<double>();
+    const std::vector<Label> yl = row_labels(b.y);
+    const size_t cols = yl.size();
+    for (size_t r = 0; r < static_cast<size_t>(K); ++r)
+      for (size_t c = 0; c < cols; ++c)
+        if (dv[r * cols + c] < within) found[r].push_back(yl[c]);
+  }
+  for (size_t r = 0; r < static_cast<size_t>(K); ++r) {
+    ++m.tried;
+    if (found[r].empty()) continue;
+    ++m.matched;
+    const std::vector<Label>& ls = found[r];
+    if (std::any_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == rows_y[r].hash; })) continue;
+    if (++m.mismatched == 1)
+      m.example = where[r] + " has label " + fmt_num(rows_y[r].value) +
+                  ", but the reference has that image (after the transform) with label " + fmt_num(ls.front().value);
+  }
+  return m;
+}
+}  // namespace
+
+std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::DataLoader& loader,
+                                     const DataCheckOptions& opts) {
+  // x hash -> the labels that image has in the reference (several for duplicates).
+  std::unordered_map<uint64_t, std::vector<Label>> known;
+  const int64_t n = reference.size(), chunk = std::max<int64_t>(1, opts.alignment_chunk);
+  known.reserve(static_cast<size_t>(n));
+  for (int64_t lo = 0; lo < n; lo += chunk) {
+    const nn::Batch b = reference.get_batch(rows(lo, std::min(n, lo + chunk)));
+    const std::vector<uint64_t> xh = row_hashes_x(b.x);
+    const std::vector<Label> yl = row_labels(b.y);
+    for (size_t r = 0; r < xh.size(); ++r) {
+      std::vector<Label>& ls = known[xh[r]];
+      if (std::none_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == yl[r].hash; }))
+        ls.push_back(yl[r]);
+    }
+  }
+
+  const int64_t epoch = loader.epoch(), nb = std::min(opts.alignment_batches, loader.num_batches());
+  int64_t checked = 0, unknown = 0, mismatched = 0;
+  std::string example, shape;
+  // Up to 128 rows not found by hash, for the look-up through an affine transform.
+  std::vector<Tensor> unknown_x;
+  std::vector<Label> unknown_y;
+  std::vector<std::string> unknown_where;
+  for (int64_t i = 0; i < nb; ++i) {
+    const nn::Batch b = loader.batch(epoch, i);
+    if (shape.empty()) shape = "x " + shape_str(b.x.shape()) + ", y " + shape_str(b.y.shape());
+    const std::vector<uint64_t> xh = row_hashes_x(b.x);
+    const std::vector<Label> yl = row_labels(b.y);
+    for (size_t r = 0; r < xh.size(); ++r) {
+      // A masked label (ignore_index) carries no class to compare: not counted (L5 judges masking).
+      if (r < yl.size() && yl[r].value == static_cast<double>(opts.ignore_index)) continue;
+      ++checked;
+      auto it = known.find(xh[r]);
+      if (it == known.end()) {
+        ++unknown;
+        if (unknown_x.size() < 128 && b.x.is_floating_point()) {
+          unknown_x.push_back(b.x.narrow(0, static_cast<int64_t>(r), 1));
+          unknown_y.push_back(yl[r]);
+          unknown_where.push_back("batch " + num(i) + ", row " + num(static_cast<int64_t>(r)) + " (dataset row " +
+                                  num(b.indices[r]) + ")");
+        }
+        continue;
+      }
+      const std::vector<Label>& ls = it->second;
+      if (std::any_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == yl[r].hash; })) continue;
+      if (++mismatched == 1) {
+        std::string have;
+        for (size_t k = 0; k < ls.size(); ++k) have += (k ? " or " : "") + fmt_num(ls[k].value);
+        example = "batch " + num(i) + ", row " + num(static_cast<int64_t>(r)) + " (dataset row " +
+                  num(b.indices[r]) + ") has label " + fmt_num(yl[r].value) +
+                  ", but the reference has that image with label " + have;
+      }
+    }
+  }
+  std::vector<Finding> out;
+  if (checked == 0) return out;
+  const int64_t matched_x = checked - unknown;
+  const double mis_frac = matched_x > 0 ? static_cast<double>(mismatched) / static_cast<double>(matched_x) : 0.0;
+  const double unk_frac = static_cast<double>(unknown) / static_cast<double>(checked);
+  if (mis_frac > opts.max_misaligned_fraction) {
+    Finding f = make("D4", Severity::Error,
+                     num(mismatched) + " of " + num(matched_x) + " examples from " + loader.dataset().name() +
+                         " carry a label their image never has in " + reference.name() +
+                         ": inputs and labels are misaligned");
+    f.shape = shape;
+    f.evidence = {{"examples checked", static_cast<double>(checked), ""},
+                  {"mismatched (x, y) pairs", static_cast<double>(mismatched), ""},
+                  {"mismatched fraction", mis_frac, "> " + fmt_num(opts.max_misaligned_fraction) + " is an error"},
+                  {"inputs not in the reference", static_cast<double>(unknown), ""}};
+    f.cause = "the inputs were shuffled, sorted or filtered without their labels (x[perm] with y "
+              "unpermuted, or two separately shuffled lists); the model is trained on random labels, so the loss "
+              "stays near log(C) while nothing errors. For example: " + example;
+    f.fix = "permute x and y with the same indices (x.index_select(0, p) and y.index_select(0, p)), or keep them "
+            "in one nn::TensorDataset and let the DataLoader shuffle";
+    out.push_back(f);
+  }
+  if (unk_frac > opts.max_unknown_fraction && !unknown_x.empty()) {
+    // A reference that went through different preprocessing: is the loader's data the
+    // reference after a per-feature affine transform? Then compare the pairs through it.
+    const AffineMatch am = match_after_affine(reference, loader.dataset(), cat(unknown_x, 0), unknown_y,
+                                              unknown_where, chunk);
+    if (am.tried > 0 && static_cast<double>(am.matched) >= 0.9 * static_cast<double>(am.tried)) {
+      const double frac = static_cast<double>(am.mismatched) / static_cast<double>(am.matched);
+      const bool bad = frac > opts.max_misaligned_fraction;
+      Finding f = make("D4", bad ? Severity::Error : Severity::Info,
+                       bad ? num(am.mismatched) + " of " + num(am.matched) + " examples from " +
+                                 loader.dataset().name() + " carry a label their image never has in " +
+                                 reference.name() + " (compared through a per-feature affine transform): inputs and "
+                                 "labels are misaligned"
+                           : "the loader's inputs are " + reference.name() + "'s after a per-feature affine "
+                             "transform (a normalisation the reference did not go through): " + num(am.matched) +
+                             " of " + num(am.tried) + " pairs compared through it, every label matches");
+      f.shape = shape;
+      f.evidence = {{"examples checked", static_cast<double>(checked), ""},
+                    {"inputs not in the reference byte for byte", static_cast<double>(unknown), ""},
+                    {"looked up after standardising each feature", static_cast<double>(am.tried), ""},
+                    {"found (RMS distance < 0.01)", static_cast<double>(am.matched), ">= 90% means the same data"},
+                    {"mismatched (x, y) pairs", static_cast<double>(am.mismatched),
+                     "> " + fmt_num(opts.max_misaligned_fraction) + " of those found is an error"}};
+      f.cause = bad ? "the inputs were shuffled, sorted or filtered without their labels; the reference "
+                      "went through different preprocessing, which the check undid. For example: " + am.example
+                    : "the reference was not transformed the way the loader's data is (raw against normalised): the "
+                      "check standardised both per feature and found each loader example in the reference with its "
+                      "label; nothing is wrong with the loader";
+      f.fix = bad ? "permute x and y with the same indices, or keep them in one nn::TensorDataset and let the "
+                    "DataLoader shuffle"
+                  : "none needed; to compare byte for byte, pass the reference through the same transform "
+                    "(norm.transform(raw) when the loader reads norm.transform(raw))";
+      out.push_back(f);
+      return out;
+    }
+  }
+  if (unk_frac > opts.max_unknown_fraction) {
+    Finding f = make("D4", Severity::Warning,
+                     num(unknown) + " of " + num(checked) + " inputs from " + loader.dataset().name() +
+                         " do not occur in " + reference.name() + ": their alignment cannot be checked");
+    f.shape = shape;
+    f.evidence = {{"examples checked", static_cast<double>(checked), ""},
+                  {"inputs not in the reference", static_cast<double>(unknown), ""},
+                  {"unknown fraction", unk_frac, "> " + fmt_num(opts.max_unknown_fraction) + " warns"}};
+    f.cause = "the loader transforms the inputs (augmentation, a non-affine transform) so they no longer equal the "
+              "reference's bytes, even after undoing a per-feature affine transform (a normalisation), or the "
+              "reference is a different dataset";
+    f.fix = "pass as reference the same data the loader reads, before shuffling, with the same transform (e.g. "
+            "norm.transform(raw) when the loader reads norm.transform(raw)), or check a loader without augmentation";
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,249 @@
+// The data checks D1-D10 and D12-D16 (docs/checks.md; D11 is in dist_checks.h): look at
+// batches, labels, loaders, normalisers and splits before training, and say what is wrong
+// with the data and how to fix it.
+//
+//   nn::DataLoader loader(train, nn::DataLoaderOptions().batch_size(64).shuffle(true));
+//   debug::Report r;
+//   r.add(debug::check_loader(loader, 10));                  // D1 D2 D3 D5 D8 D9 on sampled batches
+//   r.add(debug::check_alignment(*raw_train, loader));      // D4: does every (x, y) exist in the data?
+//   r.add(debug::check_leakage(norm, train->size()));       // D7: normaliser fitted on train only?
+//   r.add(debug::check_duplicates(*train));                  // D12: repeated inputs, conflicting labels
+//   r.add(debug::check_splits(*train, *val, "validation"));  // D13-D16: train vs validation
+//   std::cout << r.str();
+//
+// Every check returns the findings it made (empty = nothing to say). Thresholds
+// are the named fields of DataCheckOptions. Dimension letters: N = examples,
+// B = examples in a batch, C = classes, D... = one example's features, F = prod(D...).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "debug/evidence/finding.h"
+#include "nn/data.h"
+
+namespace gradsleuth::debug {
+
+struct DataCheckOptions {
+  // ---- D3 label distribution ----
+  double max_imbalance_ratio = 10.0;  // largest / smallest class count above this warns (so does an empty class)
+  // The per-class errors of the trained model on the validation data: a class with at least
+  // min_class_examples examples whose recall is below min_recall_ratio x the mean recall of the
+  // other classes warns, when that mean is above chance (1 / C) by min_recall_over_chance x.
+  // A fifth, not a half: a hard class of a clean run (Fashion-MNIST's pullovers after 40 steps)
+  // sits near a third of the others' recall.
+  double min_recall_ratio = 0.2;
+  double min_recall_over_chance = 1.5;
+  int64_t min_class_examples = 10;
+  // ---- D4 alignment ----
+  int64_t alignment_batches = 20;          // loader batches compared with the reference
+  double max_misaligned_fraction = 0.01;   // mismatched (x, y) pairs above this fraction are an error
+  double max_unknown_fraction = 0.5;       // inputs not found in the reference above this fraction warn
+  int64_t alignment_chunk = 4096;          // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
+  // ---- D5 normalisation ----
+  // |x| at raw_quantile above raw_max means "not scaled". Scaled data stays below
+  // it: [0, 1] pixels reach 1, standardised Fashion-MNIST ~2; raw pixels reach 255.
+  // A quantile, not the max, so the rare large z-scores of per-feature
+  // standardisation (a pixel that is almost always 0) do not count.
+  double raw_max = 10.0;
+  double raw_quantile = 0.999;
+  // Per-feature std: the largest over the std at scale_low_quantile of the
+  // non-constant features; above max_scale_ratio, features live on scales that
+  // differ by orders of magnitude. The low quantile (not the min) keeps
+  // near-constant border pixels from raising false alarms.
+  double max_scale_ratio = 100.0;
+  double scale_low_quantile = 0.1;
+  double constant_rel_std = 1e-6;  // a feature with std <= this * the largest std counts as constant (ignored)
+  // On every training row (RowRangeTracker, in the monitor): a row whose largest |value| is above
+  // row_range_ratio x the median row's largest |value| of its epoch, and above raw_max, is out of
+  // range; judged from row_range_min_rows rows of an epoch on.
+  double row_range_ratio = 20.0;
+  int64_t row_range_min_rows = 64;
+  // ---- D8 batch diversity ----
+  int64_t diversity_batches = 20;       // batches sampled, evenly spread over the epoch
+  int64_t min_batch_for_diversity = 8;  // smaller batches may hold one class by chance: not judged
+  // Single-class batches are flagged when their fraction exceeds what shuffling
+  // would give (sum over classes of p_c^B) by more than this.
+  double single_class_margin = 0.1;
+  // ---- D9 label encoding (also D3) ----
+  int64_t ignore_index = -100;     // the loss's masked-label value: not a class, not out of range
+  int64_t one_indexed_min_per_class = 5;  // "looks 1-indexed" needs at least this many labels per class
+  // ---- D10 split consistency ----
+  double max_mean_shift = 0.5;  // |mean_other - mean_train| above this many train stds warns
+  double max_std_ratio = 2.0;   // std_other / std_train outside [1/r, r] warns
+  // ---- D12-D16 split integrity ----
+  int64_t integrity_examples = 60000;  // D12-D16 read the first N rows of each split (all of Fashion-MNIST)
+  // ---- D12 duplicates and conflicting labels ----
+  double max_duplicate_fraction = 0.05;    // rows repeating an earlier row's input, above this fraction warns
+  double max_conflict_fraction = 0.001;    // rows whose input also occurs with another label, above this warns
+  // ---- D13 train-test samples mix ----
+  double max_mix_fraction = 0.01;  // validation rows whose input is also a training row, above this warns
+  // ---- D14 feature drift ----
+  // Two-sample Kolmogorov-Smirnov statistic between the splits' per-example mean
+  // (brightness) and per-example std (contrast): above max_drift_ks warns.
+  double max_drift_ks = 0.2;
+  int64_t min_drift_examples = 100;  // D14 and D15 judge only when both splits have this many rows (else D16 speaks)
+  // ---- D15 label drift and new labels ----
+  double max_label_psi = 0.2;  // population-stability index of the class frequencies, above this warns
+  // ---- D16 dataset size comparison ----
+  int64_t min_val_examples = 100;  // a validation split smaller than this warns
+  double min_val_ratio = 0.01;     // validation / train rows below this warns
+};
+
+// D1: one info finding describing a batch: shape, dtype, device of x and y;
+// min/max/mean/std of x; labels' min/max and distinct values (mean/std if float).
+// x (B, D...), y (B) int64 or (B, ...) float.
+std::vector<Finding> check_batch(const Tensor& x, const Tensor& y);
+
+// D2: an error per tensor (x, and y when floating) holding NaN or Inf, with the counts.
+std::vector<Finding> check_finite_inputs(const Tensor& x, const Tensor& y);
+// D2, failing loudly: throws gs::Error with the finding's text when x or y is not finite.
+void require_finite_inputs(const Tensor& x, const Tensor& y);
+
+// D3: class counts and the imbalance ratio (largest / smallest count). A warning
+// when the ratio exceeds opts.max_imbalance_ratio or a class has no example,
+// an info finding with the counts otherwise. labels (N) integral; num_classes <= 0:
+// inferred as max + 1.
+std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes,
+                                              const DataCheckOptions& opts = {});
+
+// D3 on the model's predictions: per class (index = label) the validation examples and how
+// many of them the model predicts right. A warning names the classes whose recall is below
+// opts.min_recall_ratio x the mean recall of the other classes (each class with at least
+// opts.min_class_examples examples; the others' mean above opts.min_recall_over_chance / C);
+// an info finding with the recalls otherwise; nothing with fewer than two classes to compare.
+std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
+                                        const DataCheckOptions& opts = {});
+
+// D4: is every (x, y) the loader yields a pair that exists in `reference`? The
+// reference (the data as loaded, before any pipeline) is hashed chunk by chunk,
+// x -> the set of labels it has (duplicated images may have several). Then the
+// first opts.alignment_batches batches of the loader's current epoch are looked
+// up. An error when more than opts.max_misaligned_fraction of the examples carry
+// a label their image never has (bug B07: inputs shuffled without their labels);
+// a warning when most inputs are not in the reference at all (a transform in the
+// loader, or the wrong reference).
+std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::DataLoader& loader,
+                                     const DataCheckOptions& opts = {});
+
+// D5: x (N, D...) a sample of inputs. Warns on unscaled inputs (raw 0..255 pixels:
+// bug B25) and on features whose scales differ by orders of magnitude. Integral
+// inputs (token ids for an embedding) are not judged.
+std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts = {});
+
+// D6: before the loss: do prediction and target have shapes that broadcasting
+// would silently enlarge? prediction (B, 1) vs target (B) -> (B, B) (bug B01), or
+// the reverse. Silent for equal shapes and for classification: prediction (B, C, ...)
+// floating with an integral target (B, ...).
+std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& target);
+
+// D7: an error when the normaliser was fitted on anything but "train" (bug B06),
+// or on more rows than the training split has (train_size >= 0). For a Global
+// normaliser, count() is in values: pass values_per_example (F) to compare rows.
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size = -1,
+                                   int64_t values_per_example = -1);
+// D7 against the training split itself (its size and example shape).
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train);
+
+// D8: over opts.diversity_batches batches of the loader's current epoch (evenly
+// spread over it, via loader.batch), with int64 class labels: warns when more
+// batches hold a single class than shuffling would give (bug B28: sorted data,
+// shuffle off). Silent for float targets.
+std::vector<Finding> check_batch_diversity(const nn::DataLoader& loader, const DataCheckOptions& opts = {});
+
+// D9: class labels y (N, ...) must be integral, 0-indexed and inside [0, C).
+// Errors: float labels (say how to convert; one-hot rows are recognised), labels
+// outside [0, C) (values equal to opts.ignore_index are masked, not wrong).
+// Warning: 0 never occurs while 1..C do (1-indexed labels, bug B26). num_classes <= 0:
+// unknown, so only the negative and 1-indexed rules apply.
+std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts = {});
+
+// D10: after preprocessing, does `split` ("val", "test") look like train? Warns when
+// the medians differ by more than opts.max_mean_shift robust train stds (the
+// 5%-95% quantile width / 3.29) or those widths by more than a factor
+// opts.max_std_ratio (e.g. train standardised, test left raw). Robust statistics:
+// a few extreme values (per-feature standardisation of a near-constant pixel)
+// do not count.
+// train_x (N, D...), other_x (M, D...).
+std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x,
+                                             const std::string& split = "test", const DataCheckOptions& opts = {});
+
+// D12: within one split (the first opts.integrity_examples rows of `data`), inputs that
+// occur more than once, hashed byte for byte as D4 does. A warning when the repeated rows
+// (every copy after the first) exceed opts.max_duplicate_fraction, or when the rows whose
+// input also occurs with a different label exceed opts.max_conflict_fraction; an info
+// finding with the counts when there are a few; nothing when every input is unique.
+std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOptions& opts = {});
+
+// D13: validation (`split`) rows whose input is byte for byte a training row. Warns above
+// opts.max_mix_fraction of the validation rows read; an info finding for fewer.
+std::vector<Finding> check_train_test_mix(const nn::Dataset& train, const nn::Dataset& other,
+                                          const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D14: feature drift. The two-sample Kolmogorov-Smirnov statistic (the largest distance
+// between the two empirical CDFs) of the per-example mean and of the per-example std of
+// the inputs, train against `split`. Warns when either exceeds opts.max_drift_ks; judged
+// only when both splits have opts.min_drift_examples rows.
+std::vector<Finding> check_feature_drift(const nn::Dataset& train, const nn::Dataset& other,
+                                         const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D15: label drift and new labels, for class labels (one integral value per row). Warns
+// on classes of `split` that never occur in train (new labels), and when the
+// population-stability index sum_c (p_split - p_train) ln(p_split / p_train) over the
+// classes train has exceeds opts.max_label_psi. Judged when both splits have
+// opts.min_drift_examples rows; silent for other targets.
+std::vector<Finding> check_label_drift(const nn::Dataset& train, const nn::Dataset& other,
+                                       const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D16: dataset size comparison. Warns when `split` has fewer than opts.min_val_examples
+// rows, or fewer than opts.min_val_ratio x the training rows (an empty split included).
+std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Dataset& other,
+                                       const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D13, D14, D15 and D16 with each split read once.
+std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other,
+                                  const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D5 on every training row, each epoch (UMLAUT's "input not normalised" takes the min and max of
+// the training inputs each epoch): the monitor hands it every training batch it sees (a forward
+// with gradients on), and it keeps each row's largest |value| (a float per row, one pass over the
+// batch, host float32 batches only) in a fixed amount of memory: a histogram of the row maxima
+// (8 bins per power of 2, for the median) and the kTop largest rows. At the end of an epoch (end_epoch(), and findings() for the
+// last one) a row whose largest |value| is above row_range_ratio x the epoch's median row's and
+// above raw_max is out of range: one warning, the first epoch that has such rows. Data scaled as a
+// whole is silent (every row alike); data never scaled at all is the batch rule's (the median row
+// is then large too): this finds the few rows that skipped the scaling.
+class RowRangeTracker {
+ public:
+  explicit RowRangeTracker(DataCheckOptions o = {}) : o_(o) {}
+  void record(const Tensor& x, int64_t step);  // x (N, D...): one training batch
+  void end_epoch();
+  std::vector<Finding> findings();  // judges the epoch in progress too
+  int64_t rows_seen() const { return rows_total_; }
+
+ private:
+  struct Row {
+    float max_abs;
+    int64_t step, row;
+  };
+  static constexpr int kBins = 2048, kTop = 64;
+  void add_row(float max_abs, int64_t step, int64_t row);
+  DataCheckOptions o_;
+  std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);  // this epoch's row maxima, by log2 x 8
+  std::vector<Row> top_;                                         // its kTop largest rows (a min-heap)
+  int64_t epoch_ = 1, rows_ = 0, rows_total_ = 0;
+  std::vector<Finding> found_;
+};
+
+// D1, D2, D3, D5, D8 and D9 on opts.diversity_batches batches of the loader's
+// current epoch (evenly spread; D1 describes the first of them). num_classes <= 0
+// for regression targets or when unknown (D3 then infers it, D9 checks less).
+std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_classes,
+                                  const DataCheckOptions& opts = {});
+
+// The batch numbers the loader checks look at: min(n, num_batches) of them,
+// evenly spread over [0, num_batches), first and last included.
+std::vector<int64_t> spread_batches(const nn::DataLoader& loader, int64_t n);
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,199 @@
+// Helpers shared by the data checks' files (internal to checks/data/): reading tensors as doubles, row hashes,
+// label rows, broadcasting shapes, and the batch-diversity judgement D8 and the loader checks share.
+#pragma once
+#include "debug/checks/data/data_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/check_util.h"
+
+namespace gradsleuth::debug::data_detail {
+
+
+using detail::kNaN;
+using detail::make;
+using detail::median;
+using detail::num;
+using detail::pct;
+using detail::quantile;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+inline std::vector<double> doubles(const Tensor& t) {
+  NoGradGuard ng;
+  return t.detach().to_vector<double>();
+}
+
+inline std::string on_device(const Tensor& t) { return t.str() + " on " + t.device().str(); }
+
+
+
+// Min/max/mean/std (population) of the finite values, and how many are not finite.
+struct Summary {
+  int64_t n = 0, nan = 0, inf = 0;
+  double min = kNaN, max = kNaN, mean = kNaN, std = kNaN;
+  int64_t finite() const { return n - nan - inf; }
+};
+
+inline Summary summarize(const std::vector<double>& v) {
+  Summary s;
+  s.n = static_cast<int64_t>(v.size());
+  double sum = 0.0, lo = kInf, hi = -kInf;
+  for (double a : v) {
+    if (std::isnan(a)) { ++s.nan; continue; }
+    if (std::isinf(a)) { ++s.inf; continue; }
+    sum += a;
+    lo = std::min(lo, a);
+    hi = std::max(hi, a);
+  }
+  const int64_t k = s.finite();
+  if (k == 0) return s;
+  s.min = lo;
+  s.max = hi;
+  s.mean = sum / static_cast<double>(k);
+  double m2 = 0.0;
+  for (double a : v)
+    if (std::isfinite(a)) m2 += (a - s.mean) * (a - s.mean);
+  s.std = std::sqrt(m2 / static_cast<double>(k));
+  return s;
+}
+
+inline bool is_whole(double v) { return std::isfinite(v) && v == std::floor(v); }
+
+
+// FNV-1a, 64 bit: a fast, well-mixed hash of a byte string.
+inline uint64_t fnv1a(const void* data, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// One hash per row of x (B, D...): its values as contiguous float32, so a
+// float32 and a float64 pipeline holding the same image agree.
+inline std::vector<uint64_t> row_hashes_x(const Tensor& x) {
+  NoGradGuard ng;
+  const int64_t B = x.dim() == 0 ? 1 : x.size(0);
+  std::vector<float> v = x.detach().to_vector<float>();
+  const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
+  std::vector<uint64_t> h(static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r) h[r] = fnv1a(v.data() + r * F, F * sizeof(float));
+  return h;
+}
+
+// A label: the hash of its row (as float64, so int64 3 and float 3.0 agree) and
+// its first value, for messages.
+struct Label {
+  uint64_t hash;
+  double value;
+};
+
+inline std::vector<Label> row_labels(const Tensor& y) {
+  const int64_t B = y.dim() == 0 ? 1 : y.size(0);
+  std::vector<double> v = doubles(y);
+  const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
+  std::vector<Label> out(static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r)
+    out[r] = {fnv1a(v.data() + r * F, F * sizeof(double)), F > 0 ? v[r * F] : kNaN};
+  return out;
+}
+
+// The row numbers lo..hi-1: one chunk of a dataset read chunk by chunk.
+inline std::vector<int64_t> rows(int64_t lo, int64_t hi) {
+  std::vector<int64_t> idx;
+  for (int64_t i = lo; i < hi; ++i) idx.push_back(i);
+  return idx;
+}
+
+inline std::string list_ints(const std::vector<int64_t>& v, size_t max_items = 8) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > max_items) s += ", ... (" + std::to_string(v.size()) + " in all)";
+  return s;
+}
+
+// NumPy broadcasting that reports failure instead of throwing.
+inline bool try_broadcast(const Shape& a, const Shape& b, Shape& out) {
+  const size_t n = std::max(a.size(), b.size());
+  out = Shape(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    out[n - 1 - i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+// D8 on batches already loaded.
+inline std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, const nn::DataLoader& loader,
+                               const DataCheckOptions& opts) {
+  std::vector<std::vector<int64_t>> labels;
+  std::unordered_map<int64_t, int64_t> freq;
+  int64_t total = 0, batch_size = 0;
+  std::string shape;
+  for (const nn::Batch& b : batches) {
+    if (!b.y.defined() || !is_integral(b.y.dtype()) || b.y.dim() != 1) return {};  // not class labels
+    if (b.size() < opts.min_batch_for_diversity) continue;
+    labels.push_back(b.y.to_vector<int64_t>());
+    for (int64_t c : labels.back()) ++freq[c];
+    total += b.size();
+    batch_size = std::max(batch_size, b.size());
+    if (shape.empty()) shape = "x " + shape_str(b.x.shape()) + ", y " + shape_str(b.y.shape());
+  }
+  if (labels.empty()) return {};
+  // Under shuffling a batch of B labels is single-class with probability sum_c p_c^B.
+  int64_t single = 0;
+  double expected = 0.0;
+  for (const auto& l : labels) {
+    if (std::all_of(l.begin(), l.end(), [&](int64_t c) { return c == l[0]; })) ++single;
+    for (const auto& [c, n] : freq)
+      expected += std::pow(static_cast<double>(n) / static_cast<double>(total), static_cast<double>(l.size()));
+  }
+  const double judged = static_cast<double>(labels.size());
+  expected /= judged;
+  const double fraction = static_cast<double>(single) / judged;
+  if (single == 0 || fraction <= expected + opts.single_class_margin) return {};
+
+  const bool shuffles = loader.options().shuffle_;
+  Finding f = make("D8", Severity::Warning,
+                   num(single) + " of " + num(static_cast<int64_t>(labels.size())) +
+                       " sampled batches of " + loader.dataset().name() + " hold a single class" +
+                       (shuffles ? "" : ": the data is sorted and the loader does not shuffle"));
+  f.shape = shape;
+  f.evidence = {{"batches judged (size >= " + num(opts.min_batch_for_diversity) + ")", judged, ""},
+                {"single-class batches", static_cast<double>(single), ""},
+                {"single-class fraction", fraction,
+                 "> expected + " + fmt_num(opts.single_class_margin) + " = " +
+                     fmt_num(expected + opts.single_class_margin) + " warns"},
+                {"expected under shuffling (sum_c p_c^B)", expected, ""},
+                {"classes in the sample", static_cast<double>(freq.size()), ""},
+                {"batch size", static_cast<double>(batch_size), ""},
+                {"loader shuffles (1 = yes)", shuffles ? 1.0 : 0.0, ""}};
+  f.cause = shuffles
+                ? "the loader is set to shuffle, yet its batches hold one class: the order it visits the rows in is "
+                  "not a shuffle (a custom order or sampler, a shuffle flag that is ignored, or a dataset whose "
+                  "get_batch returns rows grouped by class); each step then sees one class, the gradient chases "
+                  "it and the model forgets the others"
+                : "the dataset is sorted by class and shuffling is off: each step sees one class, the "
+                  "gradient chases that class and the model forgets the others; the loss swings from batch to "
+                  "batch and accuracy stays low";
+  f.fix = "shuffle the training data: nn::DataLoaderOptions().shuffle(true), or shuffle the rows once before "
+          "building the dataset (keep shuffle off only for evaluation)";
+  return {f};
+}
+
+
+}  // namespace gradsleuth::debug::data_detail

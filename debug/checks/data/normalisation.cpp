@@ -1,0 +1,229 @@
+// D5 normalisation: per-feature statistics of a batch, and the RowRangeTracker over every training row (see data_checks.h).
+#include "debug/checks/data/data_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/data/data_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace data_detail;
+
+// ---- D5 normalisation -----------------------------------------------------------------
+
+namespace {
+// The histogram bin of a row's largest |value| (>= 0): the float's exponent and the top 3 bits of
+// its mantissa, so 8 bins per power of 2 over every float, read from the bits.
+int row_bin(float v) {
+  uint32_t b = 0;
+  std::memcpy(&b, &v, sizeof b);
+  return static_cast<int>((b >> 20) & 0x7FF);
+}
+double bin_value(int bin) {  // the middle of the bin
+  const uint32_t b = (static_cast<uint32_t>(bin) << 20) | 0x80000u;
+  float v = 0.0f;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+}  // namespace
+
+void RowRangeTracker::add_row(float max_abs, int64_t step, int64_t row) {
+  ++hist_[static_cast<size_t>(row_bin(max_abs))];
+  ++rows_;
+  auto smaller = [](const Row& x, const Row& y) { return x.max_abs > y.max_abs; };  // a min-heap
+  if (static_cast<int>(top_.size()) < kTop) {
+    top_.push_back({max_abs, step, row});
+    std::push_heap(top_.begin(), top_.end(), smaller);
+  } else if (max_abs > top_.front().max_abs) {
+    std::pop_heap(top_.begin(), top_.end(), smaller);
+    top_.back() = {max_abs, step, row};
+    std::push_heap(top_.begin(), top_.end(), smaller);
+  }
+}
+
+void RowRangeTracker::record(const Tensor& x, int64_t step) {
+  if (!x.defined() || x.dim() < 1 || x.numel() == 0 || x.dtype() != kFloat32 || !x.device().is_cpu() ||
+      !x.is_contiguous() || !found_.empty())
+    return;
+  const int64_t n = x.size(0), k = x.numel() / n;
+  const float* p = x.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    // 32 running maxima (four independent vector registers of 8, so the max's latency does not
+    // serialise the loop); NaN compares false and is skipped (D2's).
+    float m[32] = {};
+    const float* row = p + r * k;
+    int64_t j = 0;
+    for (; j + 32 <= k; j += 32)
+      for (int l = 0; l < 32; ++l) {
+        const float a = std::fabs(row[j + l]);
+        m[l] = a > m[l] ? a : m[l];
+      }
+    for (; j < k; ++j) {
+      const float a = std::fabs(row[j]);
+      m[0] = a > m[0] ? a : m[0];
+    }
+    float top = m[0];
+    for (int l = 1; l < 32; ++l) top = m[l] > top ? m[l] : top;
+    add_row(top, step, r);
+  }
+  rows_total_ += n;
+}
+
+void RowRangeTracker::end_epoch() {
+  const int64_t epoch = epoch_++, rows = rows_;
+  std::vector<Row> top;
+  top.swap(top_);
+  std::vector<int64_t> hist(kBins, 0);
+  hist.swap(hist_);
+  rows_ = 0;
+  if (!found_.empty() || rows < o_.row_range_min_rows) return;
+  // The median row's largest |value|, to the histogram's resolution (a bin is 9% wide).
+  int64_t seen = 0;
+  int mid = 0;
+  for (; mid < kBins; ++mid)
+    if ((seen += hist[static_cast<size_t>(mid)]) * 2 >= rows) break;
+  const double med = mid == 0 ? 0.0 : bin_value(mid);
+  const double limit = std::max(o_.row_range_ratio * med, o_.raw_max);
+  // The rows out of range: counted exactly among the kTop largest; beyond them, at least kTop.
+  int64_t out = 0;
+  const Row* worst = nullptr;
+  for (const Row& r : top)
+    if (r.max_abs > limit) {
+      ++out;
+      if (!worst || r.max_abs > worst->max_abs) worst = &r;
+    }
+  if (!worst) return;
+  const bool more = out == kTop;  // every kept row is out of range: there may be more
+  Finding f = make("D5", Severity::Warning,
+                   (more ? "at least " : "") + num(out) + " of the " + num(rows) + " training rows of epoch " +
+                       num(epoch) + " are out of range: values up to " + fmt_num(worst->max_abs) + ", " +
+                       fmt_num(worst->max_abs / std::max(med, 1e-30)) + "x the typical row's largest |value| (" +
+                       fmt_num(med) + "): those rows were not scaled like the rest");
+  f.step = worst->step;
+  f.evidence = {{"rows out of range", static_cast<double>(out),
+                 "largest |value| > max(" + fmt_num(o_.row_range_ratio) + " x the median row's, " + fmt_num(o_.raw_max) +
+                     ") warns" + (more ? "; counted among the " + num(kTop) + " largest rows" : "")},
+                {"training rows seen in the epoch", static_cast<double>(rows), "every row the loop trained on"},
+                {"largest |value| of a row", worst->max_abs, ""},
+                {"median row's largest |value|", med, "to 9%: a histogram of 8 bins per power of 2"},
+                {"step of that row", static_cast<double>(worst->step), ""},
+                {"its row in the batch", static_cast<double>(worst->row), ""}};
+  f.cause = "a few examples skipped the scaling the others had (a second data source, a code path that returns "
+            "before normalising, a corrupted file): sampled batches rarely show them, but each time one is drawn "
+            "its inputs are orders of magnitude larger, so its loss and gradients spike and the weights jump";
+  f.fix = "find the rows (print the batch at that step, or scan the dataset for rows with |x| above the limit) and "
+          "apply the same preprocessing to every example; drop rows you cannot repair";
+  found_.push_back(std::move(f));
+}
+
+std::vector<Finding> RowRangeTracker::findings() {
+  if (rows_ > 0) end_epoch();
+  return found_;
+}
+
+std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts) {
+  GS_CHECK(x.defined(), "check_normalisation", "needs a defined input sample x (N, D...)");
+  if (x.numel() == 0 || !x.is_floating_point()) return {};  // integral inputs are ids (embeddings), not features
+  const int64_t N = x.dim() == 0 ? 1 : x.size(0);
+  const int64_t F = x.numel() / N;
+  const std::vector<double> v = doubles(x);
+  const Summary s = summarize(v);
+  if (s.finite() == 0) return {};  // nothing finite to judge: D2's job
+  std::vector<Finding> out;
+
+  // Rule 1: magnitude. |x| at a high quantile, so a few outliers do not count.
+  std::vector<double> mag;
+  mag.reserve(v.size());
+  bool whole = true;
+  for (double a : v)
+    if (std::isfinite(a)) {
+      mag.push_back(std::fabs(a));
+      whole = whole && std::fabs(a - std::round(a)) < 1e-3;  // 0..255 after float arithmetic
+    }
+  const double q = quantile(mag, opts.raw_quantile);
+  if (q > opts.raw_max) {
+    const bool pixels = s.min >= 0.0 && s.max <= 255.0 && whole;
+    Finding f = make("D5", Severity::Warning,
+                     pixels ? "inputs look like raw 0..255 pixel values: they are not scaled"
+                            : "inputs are not normalised: |x| reaches " + fmt_num(q) + " (at the " +
+                                  fmt_num(100.0 * opts.raw_quantile) + "th percentile)");
+    f.shape = x.str();
+    f.evidence = {{"|x| at the " + fmt_num(100.0 * opts.raw_quantile) + "th percentile", q,
+                   "> " + fmt_num(opts.raw_max) + " warns"},
+                  {"min", s.min, ""},
+                  {"max", s.max, ""},
+                  {"mean", s.mean, ""},
+                  {"std", s.std, ""}};
+    f.cause = pixels ? "the images were never divided by 255 nor standardised; inputs in the hundreds make "
+                       "the first layer's outputs and gradients ~100x too large: saturated units and a learning "
+                       "rate that is suddenly far too high"
+                     : "the features were not scaled; large inputs make the first layer's outputs and gradients "
+                       "large, so training is unstable or needs a tiny learning rate";
+    f.fix = pixels ? "scale to [0, 1] (x / 255; nn::load_fashion_mnist does unless raw(true)), or standardise with "
+                     "nn::Normalizer fitted on the training split"
+                   : "standardise: nn::Normalizer norm; norm.fit(train_x, \"train\"); x = norm.transform(x)";
+    out.push_back(f);
+  }
+
+  // Rule 2: feature scales. Per-feature std over the N examples.
+  if (N >= 2 && F >= 2) {
+    std::vector<double> mean(static_cast<size_t>(F), 0.0), m2(static_cast<size_t>(F), 0.0);
+    std::vector<int64_t> cnt(static_cast<size_t>(F), 0);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t d = 0; d < F; ++d) {
+        const double a = v[r * F + d];
+        if (!std::isfinite(a)) continue;
+        const double delta = a - mean[d];
+        mean[d] += delta / static_cast<double>(++cnt[d]);
+        m2[d] += delta * (a - mean[d]);
+      }
+    std::vector<double> sd(static_cast<size_t>(F), 0.0);
+    int64_t top = 0;
+    for (int64_t d = 0; d < F; ++d) {
+      sd[d] = cnt[d] > 0 ? std::sqrt(m2[d] / static_cast<double>(cnt[d])) : 0.0;
+      if (sd[d] > sd[top]) top = d;
+    }
+    std::vector<int64_t> live;  // non-constant features, by increasing std
+    for (int64_t d = 0; d < F; ++d)
+      if (sd[d] > 0.0 && sd[d] > opts.constant_rel_std * sd[top]) live.push_back(d);
+    std::sort(live.begin(), live.end(), [&](int64_t a, int64_t b) { return sd[a] < sd[b]; });
+    if (live.size() >= 2) {
+      const double qi = std::clamp(opts.scale_low_quantile, 0.0, 1.0);
+      const int64_t low = live[static_cast<size_t>(std::floor(qi * static_cast<double>(live.size() - 1)))];
+      const double ratio = sd[top] / sd[low];
+      if (ratio > opts.max_scale_ratio) {
+        Finding f = make("D5", Severity::Warning,
+                         "feature scales differ by orders of magnitude: feature " + num(top) + " has std " +
+                             fmt_num(sd[top]) + ", feature " + num(low) + " " + fmt_num(sd[low]) + " (ratio " +
+                             fmt_num(ratio) + ")");
+        f.shape = x.str();
+        f.evidence = {{"largest feature std (feature " + num(top) + ")", sd[top], ""},
+                      {"feature std at the " + fmt_num(100.0 * qi) + "th percentile (feature " + num(low) + ")",
+                       sd[low], ""},
+                      {"scale ratio", ratio, "> " + fmt_num(opts.max_scale_ratio) + " warns"},
+                      {"non-constant features compared", static_cast<double>(live.size()), ""},
+                      {"constant features (ignored)", static_cast<double>(F - static_cast<int64_t>(live.size())), ""}};
+        f.cause = "features in different units (an income ~1e4 next to an age ~10) that were not standardised per "
+                  "feature; the large ones dominate the first layer's outputs and gradients, the small ones are "
+                  "practically ignored, and no single learning rate suits both";
+        f.fix = "standardise each feature on the training split: nn::Normalizer norm(nn::Normalizer::Mode::"
+                "PerFeature); norm.fit(train_x, \"train\"); then transform every split (log-transform heavy-tailed "
+                "features first)";
+        out.push_back(f);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

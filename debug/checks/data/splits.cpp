@@ -1,0 +1,392 @@
+// D12-D16 split integrity: duplicates, rows shared between splits, feature and label drift, split sizes (see data_checks.h).
+#include "debug/checks/data/data_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/data/data_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace data_detail;
+
+// ---- D12-D16 split integrity -------------------------------------------------------------------
+
+namespace {
+
+// What D12-D16 read of a split: its first opts.integrity_examples rows, chunk by chunk, as a
+// hash per input (row_hashes_x, byte for byte like D4), the label, and the input's mean and
+// std per example.
+struct SplitSample {
+  std::string name;
+  int64_t size = 0;  // rows in the dataset
+  std::vector<uint64_t> x;
+  std::vector<Label> y;
+  std::vector<double> means, stds;  // per example
+  bool classes = true;  // every label is one whole number: class indices
+  std::string shape;    // one example's input shape
+  int64_t features = -1;  // its number of values (-1 before the first row)
+  int64_t read() const { return static_cast<int64_t>(x.size()); }
+  // " (the first N rows read)" when the sample is not the whole split.
+  std::string partial() const { return read() < size ? " (the first " + num(read()) + " rows read)" : ""; }
+};
+
+SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
+  SplitSample s;
+  s.name = d.name();
+  s.size = d.size();
+  const int64_t n = std::min(s.size, std::max<int64_t>(0, opts.integrity_examples));
+  const int64_t chunk = std::max<int64_t>(1, opts.alignment_chunk);
+  NoGradGuard ng;
+  for (int64_t lo = 0; lo < n; lo += chunk) {
+    const nn::Batch b = d.get_batch(rows(lo, std::min(n, lo + chunk)));
+    const int64_t B = b.size();
+    if (B == 0) continue;
+    if (s.features < 0) {
+      s.shape = shape_str(b.x[0].shape());
+      s.features = b.x[0].numel();
+    }
+    const std::vector<uint64_t> xh = row_hashes_x(b.x);
+    const std::vector<Label> yl = row_labels(b.y);
+    s.x.insert(s.x.end(), xh.begin(), xh.end());
+    s.y.insert(s.y.end(), yl.begin(), yl.end());
+    s.classes = s.classes && b.y.dim() == 1 &&
+                std::all_of(yl.begin(), yl.end(), [](const Label& l) { return is_whole(l.value); });
+    const Tensor xb = b.x.reshape({B, -1}).to(kFloat64);
+    const std::vector<double> m = xb.mean({1}).to_vector<double>();
+    const std::vector<double> sd = xb.std({1}, /*unbiased=*/false).to_vector<double>();
+    s.means.insert(s.means.end(), m.begin(), m.end());
+    s.stds.insert(s.stds.end(), sd.begin(), sd.end());
+  }
+  return s;
+}
+
+// Both splits' examples must hold as many values for their inputs to be compared (the
+// shapes may differ: [1, 28, 28] and [784] hold the same image).
+void require_comparable(const SplitSample& a, const SplitSample& b, const char* check, const std::string& split) {
+  GS_CHECK(a.features < 0 || b.features < 0 || a.features == b.features, check, "the training examples have shape ",
+           a.shape, " (", a.features, " values) but the ", split, " examples ", b.shape, " (", b.features,
+           " values): the splits cannot be compared; give both the same preprocessing (the same resizing, "
+           "cropping and transforms) before comparing them");
+}
+
+// The two-sample Kolmogorov-Smirnov statistic: the largest distance between the empirical
+// CDFs of a and b (non-finite values left out; D2 reports them). NaN when either is empty.
+double ks_statistic(std::vector<double> a, std::vector<double> b) {
+  auto finite = [](std::vector<double>& v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+    std::sort(v.begin(), v.end());
+  };
+  finite(a);
+  finite(b);
+  if (a.empty() || b.empty()) return kNaN;
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  size_t i = 0, j = 0;
+  double d = 0.0;
+  while (i < a.size() && j < b.size()) {
+    const double v = std::min(a[i], b[j]);
+    while (i < a.size() && a[i] <= v) ++i;
+    while (j < b.size() && b[j] <= v) ++j;
+    d = std::max(d, std::fabs(static_cast<double>(i) / na - static_cast<double>(j) / nb));
+  }
+  return d;
+}
+
+std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
+  struct Group {
+    int64_t count = 0, first = -1, second = -1;
+    std::vector<Label> labels;  // the distinct labels this input has
+  };
+  std::unordered_map<uint64_t, Group> groups;
+  groups.reserve(s.x.size());
+  for (int64_t r = 0; r < s.read(); ++r) {
+    Group& g = groups[s.x[r]];
+    if (++g.count == 1) g.first = r;
+    else if (g.second < 0) g.second = r;
+    if (std::none_of(g.labels.begin(), g.labels.end(), [&](const Label& l) { return l.hash == s.y[r].hash; }))
+      g.labels.push_back(s.y[r]);
+  }
+  int64_t repeated = 0, conflicting = 0, conflict_inputs = 0, most = 0;
+  const Group* dup_example = nullptr;
+  const Group* conflict_example = nullptr;
+  for (const auto& [h, g] : groups) {
+    if (g.count < 2) continue;
+    repeated += g.count - 1;
+    most = std::max(most, g.count);
+    if (!dup_example || g.first < dup_example->first) dup_example = &g;
+    if (g.labels.size() < 2) continue;
+    conflicting += g.count;
+    ++conflict_inputs;
+    if (!conflict_example || g.first < conflict_example->first) conflict_example = &g;
+  }
+  if (repeated == 0) return {};
+  const double n = static_cast<double>(s.read());
+  const double dup_frac = static_cast<double>(repeated) / n, conflict_frac = static_cast<double>(conflicting) / n;
+  const bool too_many = dup_frac > opts.max_duplicate_fraction;
+  const bool conflicts = conflict_frac > opts.max_conflict_fraction;
+  auto labels_of = [](const Group& g) {
+    std::string t;
+    for (size_t k = 0; k < g.labels.size(); ++k) t += (k ? ", " : "") + fmt_num(g.labels[k].value);
+    return t;
+  };
+  const Group& ex = conflict_example ? *conflict_example : *dup_example;
+  const std::string example = "rows " + num(ex.first) + " and " + num(ex.second) + " hold the same input (" +
+                              (ex.labels.size() > 1 ? "labels " : "label ") + labels_of(ex) + ")";
+  Finding f = make("D12", conflicts || too_many ? Severity::Warning : Severity::Info, "");
+  if (conflicts)
+    f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name + " share their input with a row " +
+              "of another label (" + num(conflict_inputs) + " inputs with conflicting labels)" + s.partial();
+  else
+    f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
+              pct(dup_frac) + ")" + s.partial();
+  f.shape = "x " + s.shape + " per example";
+  f.evidence = {{"rows read", n, ""},
+                {"repeated rows (copies after the first)", static_cast<double>(repeated), ""},
+                {"duplicate fraction", dup_frac, "> " + fmt_num(opts.max_duplicate_fraction) + " warns"},
+                {"rows whose input has another label elsewhere", static_cast<double>(conflicting), ""},
+                {"conflicting-label fraction", conflict_frac, "> " + fmt_num(opts.max_conflict_fraction) + " warns"},
+                {"most copies of one input", static_cast<double>(most), ""}};
+  if (conflicts)
+    f.cause = "the same input carries different labels: annotation errors, or rows appended twice with the "
+              "labels of another source (a merge of two label files, oversampling that relabelled copies). The "
+              "model is asked to predict two classes for one image, so no model can fit those rows; the loss "
+              "cannot reach zero and accuracy is capped. For example: " + example;
+  else
+    f.cause = "rows were appended more than once (a concatenation done twice, oversampling, a merge of "
+              "overlapping sources): the copies weigh more in the loss than the rest, the epoch is longer than "
+              "the data, and any copy that also lands in the validation split inflates its score. For "
+              "example: " + example;
+  f.fix = conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
+                          num(ex.second) + "), keep one correct label per input and drop the others; then split"
+                    : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
+                      "purpose only inside the training loader (a weighted sampler), never by copying rows";
+  if (!f.fires())
+    f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
+            "); drop the copies if they matter to you";
+  return {f};
+}
+
+std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& other, const std::string& split,
+                                 const DataCheckOptions& opts) {
+  require_comparable(train, other, "check_train_test_mix", split);
+  std::unordered_map<uint64_t, int64_t> first;  // input hash -> its first training row
+  first.reserve(train.x.size());
+  for (int64_t r = 0; r < train.read(); ++r) first.emplace(train.x[r], r);
+  int64_t mixed = 0, relabelled = 0, ex_val = -1, ex_train = -1;
+  for (int64_t r = 0; r < other.read(); ++r) {
+    auto it = first.find(other.x[r]);
+    if (it == first.end()) continue;
+    ++mixed;
+    if (train.y[it->second].hash != other.y[r].hash) ++relabelled;
+    if (ex_val < 0) {
+      ex_val = r;
+      ex_train = it->second;
+    }
+  }
+  if (mixed == 0 || other.read() == 0) return {};
+  const double frac = static_cast<double>(mixed) / static_cast<double>(other.read());
+  const bool fires = frac > opts.max_mix_fraction;
+  Finding f = make("D13", fires ? Severity::Warning : Severity::Info,
+                   num(mixed) + " of " + num(other.read()) + " " + split + " rows (" + pct(frac) +
+                       ") are also training rows: the same input is in both splits" + other.partial());
+  f.shape = "x " + other.shape + " per example";
+  f.evidence = {{split + " rows read", static_cast<double>(other.read()), ""},
+                {"training rows read", static_cast<double>(train.read()), ""},
+                {split + " rows also in train", static_cast<double>(mixed), ""},
+                {"mixed fraction", frac, "> " + fmt_num(opts.max_mix_fraction) + " warns"},
+                {"of them with another label than in train", static_cast<double>(relabelled), ""}};
+  f.cause = "the " + split + " split was not held out: it was drawn from data that includes the training rows "
+            "(split after duplicating or augmenting, two random samples drawn with replacement, a test set "
+            "built from the training file, or the source holds the same image twice). The model has seen those "
+            "inputs with their labels, so its " + split + " score measures memory, not generalisation. For "
+            "example: " + split + " row " + num(ex_val) + " is training row " + num(ex_train);
+  f.fix = fires ? "split once into disjoint sets (nn::train_val_split, or the dataset's own train/test files) after "
+                  "removing duplicate inputs (D12), and drop from " + split + " every row whose input is in train"
+                : "nothing to do at this rate (<= " + pct(opts.max_mix_fraction) + " of the " + split +
+                      " rows); drop those rows from " + split + " for an exact held-out score";
+  return {f};
+}
+
+std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
+                                   const DataCheckOptions& opts) {
+  require_comparable(train, other, "check_feature_drift", split);
+  if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples) return {};
+  const double ks_mean = ks_statistic(train.means, other.means), ks_std = ks_statistic(train.stds, other.stds);
+  const bool mean_off = ks_mean > opts.max_drift_ks, std_off = ks_std > opts.max_drift_ks;
+  if (!mean_off && !std_off) return {};
+  const double mt = median(train.means), mo = median(other.means), st = median(train.stds), so = median(other.stds);
+  Finding f = make("D14", Severity::Warning,
+                   "the " + split + " inputs drifted from train: per-example " +
+                       (mean_off ? "mean (brightness) median " + fmt_num(mo) + " vs " + fmt_num(mt) + ", KS " +
+                                       fmt_num(ks_mean)
+                                 : "std (contrast) median " + fmt_num(so) + " vs " + fmt_num(st) + ", KS " +
+                                       fmt_num(ks_std)));
+  f.shape = "x " + train.shape + " per example";
+  const std::string rule = "> " + fmt_num(opts.max_drift_ks) + " warns";
+  f.evidence = {{"KS statistic, per-example mean", ks_mean, rule},
+                {"KS statistic, per-example std", ks_std, rule},
+                {"train median of the per-example mean", mt, ""},
+                {split + " median of the per-example mean", mo, ""},
+                {"train median of the per-example std", st, ""},
+                {split + " median of the per-example std", so, ""},
+                {"training rows compared", static_cast<double>(train.read()), ""},
+                {split + " rows compared", static_cast<double>(other.read()), ""}};
+  f.cause = "the " + split + " images come from a different distribution than the training images: another "
+            "source or camera, a brightness or contrast change, an augmentation applied to one split only, or "
+            "a split made along a sorted order (by time, by source) instead of at random. The model is scored "
+            "on inputs unlike those it trained on. When D10 fires too, the splits went through different "
+            "preprocessing: fix that first";
+  f.fix = "split the data at random (nn::train_val_split) and apply the same transforms to every split; if the " +
+          split + " data is meant to differ (the deployment domain), expect the score to drop and add such "
+          "images to training (or augment brightness and contrast)";
+  return {f};
+}
+
+std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
+                                 const DataCheckOptions& opts) {
+  if (!train.classes || !other.classes || train.read() == 0 || other.read() == 0) return {};
+  auto count = [&](const SplitSample& s) {
+    std::map<int64_t, int64_t> c;
+    for (const Label& l : s.y)
+      if (l.value != static_cast<double>(opts.ignore_index)) ++c[static_cast<int64_t>(l.value)];
+    return c;
+  };
+  const std::map<int64_t, int64_t> ct = count(train), co = count(other);
+  std::vector<int64_t> fresh;
+  int64_t fresh_rows = 0, shared_rows = 0, nt = 0;
+  for (const auto& [c, k] : co) {
+    if (ct.count(c)) shared_rows += k;
+    else { fresh.push_back(c); fresh_rows += k; }
+  }
+  for (const auto& [c, k] : ct) nt += k;
+  std::vector<Finding> out;
+  if (!fresh.empty()) {
+    Finding f = make("D15", Severity::Warning,
+                     num(static_cast<int64_t>(fresh.size())) +
+                         (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
+                         " in train: class " +
+                         list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
+                         " rows)" + train.partial());
+    f.evidence = {{"new classes", static_cast<double>(fresh.size()), "any warns"},
+                  {split + " rows with a new class", static_cast<double>(fresh_rows), ""},
+                  {"classes in train", static_cast<double>(ct.size()), ""},
+                  {"classes in " + split, static_cast<double>(co.size()), ""}};
+    f.cause = "the splits do not share their classes: the training split was cut from data sorted by class (the "
+              "first N rows hold only some classes), a class was filtered out of train, or the " + split +
+              " labels use another numbering (1-indexed, another label map). The model never saw these classes, "
+              "so every " + split + " example of them is misclassified";
+    f.fix = "split at random after shuffling (nn::train_val_split) so every class is in both splits, and use one "
+            "label map for all splits; if a class is really new, add training examples of it";
+    out.push_back(f);
+  }
+  if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples || nt == 0 || shared_rows == 0)
+    return out;
+  // PSI over the classes train has (the new ones are reported above); a share of 0 counts as 1e-4.
+  double psi = 0.0, tvd = 0.0, worst = -1.0, worst_t = 0.0, worst_o = 0.0;
+  int64_t worst_c = -1;
+  for (const auto& [c, k] : ct) {
+    const double pt = static_cast<double>(k) / static_cast<double>(nt);
+    const double po = static_cast<double>(co.count(c) ? co.at(c) : 0) / static_cast<double>(shared_rows);
+    const double a = std::max(pt, 1e-4), b = std::max(po, 1e-4);
+    psi += (b - a) * std::log(b / a);
+    tvd += 0.5 * std::fabs(po - pt);
+    if (std::fabs(po - pt) > worst) {
+      worst = std::fabs(po - pt);
+      worst_c = c;
+      worst_t = pt;
+      worst_o = po;
+    }
+  }
+  if (psi <= opts.max_label_psi) return out;
+  Finding f = make("D15", Severity::Warning,
+                   "the class frequencies of " + split + " differ from train: PSI " + fmt_num(psi) + " (class " +
+                       num(worst_c) + ": " + pct(worst_o) + " of " + split + " vs " + pct(worst_t) + " of train)");
+  f.evidence = {{"population-stability index", psi, "> " + fmt_num(opts.max_label_psi) + " warns"},
+                {"total-variation distance", tvd, ""},
+                {"class " + num(worst_c) + " share in train", worst_t, ""},
+                {"class " + num(worst_c) + " share in " + split, worst_o, ""},
+                {"training labels counted", static_cast<double>(nt), ""},
+                {split + " labels counted", static_cast<double>(shared_rows), ""}};
+  f.cause = "the splits were not drawn from the same population: a split along a sorted order (by class, by "
+            "time), a " + split + " set filtered or resampled differently, or class balancing applied to one "
+            "split only. Accuracy on " + split + " then weighs the classes differently from training, and a "
+            "model biased toward the training frequencies looks better or worse than it is";
+  f.fix = "split at random, stratified by class (shuffle, then nn::train_val_split), and balance (reweight or "
+          "resample) only the training loader; report per-class accuracy when the frequencies must differ";
+  out.push_back(f);
+  return out;
+}
+
+std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const std::string& split,
+                                 const DataCheckOptions& opts) {
+  const double ratio = train_rows > 0 ? static_cast<double>(other_rows) / static_cast<double>(train_rows) : kNaN;
+  const bool tiny = other_rows < opts.min_val_examples;
+  const bool small = train_rows > 0 && ratio < opts.min_val_ratio;
+  if (!tiny && !small) return {};
+  // The standard error of an accuracy near 0.9 on this many examples: how much the score moves by chance.
+  const double se = other_rows > 0 ? std::sqrt(0.9 * 0.1 / static_cast<double>(other_rows)) : kNaN;
+  Finding f = make("D16", Severity::Warning,
+                   other_rows == 0 ? "the " + split + " split is empty"
+                                   : "the " + split + " split has only " + num(other_rows) + " examples against " +
+                                         num(train_rows) + " in train (ratio " + fmt_num(ratio) + ")");
+  f.evidence = {{"training rows", static_cast<double>(train_rows), ""},
+                {split + " rows", static_cast<double>(other_rows), "< " + num(opts.min_val_examples) + " warns"},
+                {split + " / train ratio", ratio, "< " + fmt_num(opts.min_val_ratio) + " warns"},
+                {"std error of an accuracy of 0.9 on it", se, ""}};
+  f.cause = "too few examples were held out (a val_fraction meant as a percentage, take(n) on the wrong split, "
+            "a filter that removed most of it): the " + split + " score moves by several points from one "
+            "example to the next, so it cannot rank epochs, learning rates or models, and early stopping on it "
+            "stops at random";
+  f.fix = "hold out at least " + num(opts.min_val_examples) + " examples and " + pct(opts.min_val_ratio) +
+          " of the training size (10-20% is common: nn::train_val_split(data, 0.1)), or evaluate on the dataset's "
+          "own test split";
+  return {f};
+}
+
+}  // namespace
+
+std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOptions& opts) {
+  return duplicates(read_split(data, opts), opts);
+}
+
+std::vector<Finding> check_train_test_mix(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
+                                          const DataCheckOptions& opts) {
+  return samples_mix(read_split(train, opts), read_split(other, opts), split, opts);
+}
+
+std::vector<Finding> check_feature_drift(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
+                                         const DataCheckOptions& opts) {
+  return feature_drift(read_split(train, opts), read_split(other, opts), split, opts);
+}
+
+std::vector<Finding> check_label_drift(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
+                                       const DataCheckOptions& opts) {
+  return label_drift(read_split(train, opts), read_split(other, opts), split, opts);
+}
+
+std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
+                                       const DataCheckOptions& opts) {
+  return split_sizes(train.size(), other.size(), split, opts);
+}
+
+std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
+                                  const DataCheckOptions& opts) {
+  std::vector<Finding> out = split_sizes(train.size(), other.size(), split, opts);
+  const SplitSample a = read_split(train, opts), b = read_split(other, opts);
+  auto add = [&](std::vector<Finding> fs) { out.insert(out.end(), fs.begin(), fs.end()); };
+  add(samples_mix(a, b, split, opts));
+  add(feature_drift(a, b, split, opts));
+  add(label_drift(a, b, split, opts));
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,242 @@
+// The loss checks L1-L7 (docs/checks.md): read the loss history, the inputs a loss
+// is fed, its first value, its targets and its reduction, and say what is wrong.
+//
+//   optim::FitResult r = trainer.fit(train_loader, &val_loader);
+//   std::vector<double> val;  for (auto& e : r.epochs) val.push_back(e.val_loss);
+//   debug::Report rep;
+//   rep.add(debug::diagnose_loss_history(r.step_losses, val));   // L1: NaN, stuck, diverging, train down / val up
+//   rep.add(debug::check_initial_loss(r.step_losses[0], 10));     // L4: ~log(10) at initialisation?
+//   rep.add(debug::check_loss_reduction(*model, loss_fn, x, y));  // L6: sum where mean was meant?
+//   std::cout << rep.str();
+//
+// Every check returns the findings it made (empty = nothing to say). Thresholds
+// are the named fields of LossCheckOptions; the numbers next to them were
+// measured on the reference MLP of the bug catalog (Flatten, Linear(784,128),
+// ReLU, BatchNorm1d, 2 x Residual(ReLU, Linear(128,128)), ReLU, Dropout(0.2),
+// Linear(128,10); CrossEntropyLoss, Adam lr 1e-3, batch 64, Fashion-MNIST
+// standardised), "healthy" meaning that recipe, B24 the same with lr 0.1.
+// Dimension letters: B = batch, C = classes, d1.. = extra dims.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "debug/evidence/finding.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+
+namespace gradsleuth::debug {
+
+struct LossCheckOptions {
+  // ---- L7 on accuracies: validation suspiciously better than training ----
+  double val_accuracy_margin = 0.10;  // validation accuracy - training accuracy above this ...
+  int64_t val_accuracy_epochs = 3;    // ... in each of the last this many epochs warns
+
+  // ---- L1 loss history (per-step training losses; per-epoch validation losses) ----
+  // The history is smoothed by the median of consecutive windows of
+  // clamp(steps / 10, window_min, window_max) steps; trends (stuck, diverging)
+  // need at least two windows. Medians, not means, so one bad batch moves nothing.
+  int64_t window_min = 20;
+  int64_t window_max = 100;
+  // The trend verdicts (stuck, diverging) need at least this many finite steps:
+  // over a few dozen steps minibatch noise can hide a real decrease (a slow
+  // synthetic curve falling 15% in 40 steps read as 9% in one case of 20).
+  int64_t min_trend_steps = 100;
+  // Stuck: (first window - best later window) / first window below this. Healthy
+  // runs from step 1: 0.40-0.45 (1000 steps, 5 seeds), 0.59-0.63 (300 steps on
+  // 5000 images, 3 seeds); Adam lr 1e-7: 0.008-0.029.
+  double min_relative_decrease = 0.1;
+  // Stuck at chance: the expected loss of a model that guesses (log(C) for
+  // cross-entropy; NaN = unknown). The last window at or above
+  // (1 - chance_margin) * chance_loss means the model has learnt nothing.
+  double chance_loss = std::numeric_limits<double>::quiet_NaN();
+  double chance_margin = 0.1;
+  // Diverging: a window's median above diverge_factor x the best window before
+  // it. Healthy: 1.03-1.19 from step 1 (8 seeds), at most 1.47 over any
+  // 30-4000-step stretch of 11 healthy runs (windows >= 20); SGD lr 0.2 on a
+  // plain MLP (no BatchNorm): 2.6 before it died. Windows below min_level (see
+  // below) are not judged: a binary task converged to 0.002 wobbles 3.5x.
+  double diverge_factor = 2.0;
+  // Spike: a step whose loss is above spike_factor x the median of the window
+  // before it AND above the first loss of the history (worse than where training
+  // started). Healthy runs never go back above their first loss (8 seeds); B24
+  // (Adam lr 0.1): 14.8-29.5 at step 2 after 2.4-2.6 at step 1, worst spike
+  // 5.9-15.7x its rolling median, in all 8 seeds tried.
+  double spike_factor = 3.0;
+  // Oscillating: in some window, the median |loss[t] - loss[t-1]| above
+  // max_relative_swing x the window's median loss. Minibatch noise of healthy
+  // runs: 0.26-0.34 (batch 64, 8 seeds; 0.47 at most in any window of 11
+  // runs); B24: 0.20-0.39 (its swings are no wilder); SGD lr 1 on a plain MLP:
+  // 60-120.
+  double max_relative_swing = 1.0;
+  // Windows whose median is below min_level x the first loss are not judged for
+  // divergence or oscillation: near 0 relative changes are large and harmless
+  // (a BCE footwear-vs-rest run falls from 0.64 to ~0.002, then moves between
+  // 0.002 and 0.006).
+  double min_level = 0.05;
+  // Train down / val up: every one of the last val_patience validation losses
+  // is above (1 + val_rise) x the best one before them, while the smoothed
+  // training loss kept falling. A single bad validation epoch does not count.
+  int64_t val_patience = 3;
+  double val_rise = 0.1;
+
+  // ---- L2 double softmax ----
+  double prob_sum_tolerance = 1e-3;  // |row sum - 1| at most this counts as "sums to 1" (float32 softmax: ~1e-7)
+
+  // ---- L4 initial loss ----
+  // The expected first loss; NaN = from the kind: log(C) for cross_entropy/nll,
+  // log(2) for bce (a prediction of 0.5 everywhere). Required for other kinds (mse).
+  double expected_initial_loss = std::numeric_limits<double>::quiet_NaN();
+  // loss / expected outside [low, high] warns. Healthy: 1.03-1.10 (2.36-2.54
+  // against log(10) = 2.30 over 8 seeds); B03 (sum over a batch of 64): ~64.
+  double initial_loss_low = 0.5;
+  double initial_loss_high = 1.5;
+  // L4 on the initial outputs (check_initial_outputs). Classes: the mean predicted distribution
+  // p over the batch against the batch's class frequencies f; KL(f || p) above KL(f || uniform)
+  // by more than initial_output_excess nats warns (the start is worse than guessing uniformly:
+  // a biased final layer); KL(f || p) above initial_output_kl alone is info (imbalanced classes,
+  // a neutral start: a final bias of log f would save the first steps). Regression: the mean
+  // output of a target column more than initial_output_z target stds from the target mean warns.
+  double initial_output_excess = 0.5;
+  double initial_output_kl = 0.3;
+  double initial_output_z = 3.0;
+
+  // ---- L6 reduction ----
+  // Gradient norm for the batch twice over / for the batch once: 1 with a mean,
+  // 2 with a sum. Above this warns. Measured: 1.000 (mean) and 2.000 (sum, B03).
+  double reduction_ratio = 1.5;
+
+  // ---- L7 fitting diagnosis ----
+  // gap = val - train, both averaged over the last fitting_window epochs (the
+  // textbook rule reads one epoch; eval-mode validation loss of the reference MLP jumps
+  // by up to 0.4 between epochs, so one epoch alone is too noisy a witness).
+  // Healthy, 300 steps on 3000 images, evaluated every 100: gap 0.04-0.22 over
+  // 12 seeds (one reads as overfitting: that model's eval-mode loss runs high,
+  // ReLU before BatchNorm leaves near-dead channels with running variance ~1e-13).
+  int64_t fitting_window = 3;
+  double underfit_train_loss = 0.5;  // train above this ...
+  int64_t min_epochs_underfit = 50;  // ... after more than this many epochs: underfitting
+  double overfit_gap = 0.2;          // gap above this: overfitting
+  double normal_gap = 0.05;          // gap below this ...
+  double normal_train_loss = 0.1;    // ... with train below this: normal convergence
+};
+
+// The statistics behind L1 (and O6's learning-rate diagnosis), on the finite
+// part of a per-step loss history (the steps before the first NaN/Inf).
+// Steps are counted from 1.
+struct LossHistoryStats {
+  int64_t steps = 0;            // values given
+  int64_t finite_steps = 0;     // steps before the first non-finite loss
+  int64_t first_nan_step = -1;  // -1: none
+  int64_t first_inf_step = -1;
+  double first_loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t window = 0;                 // steps per smoothing window
+  std::vector<double> window_medians;  // one per complete window
+  bool trend_judged = false;           // at least two windows and opts.min_trend_steps steps
+  double relative_decrease = 0.0;      // (first window - best later window) / first window
+  double last_level = std::numeric_limits<double>::quiet_NaN();  // median of the last window
+  double max_rise = 0.0;               // largest window median (>= min_level) / best window median before it
+  int64_t rise_step = -1;              // last step of that window
+  int64_t spikes = 0;                  // steps above spike_factor x rolling median and above the first loss
+  int64_t worst_spike_step = -1;
+  double worst_spike_loss = 0.0, worst_spike_ratio = 0.0;  // its loss, and loss / rolling median
+  double max_swing = 0.0;              // largest median |step-to-step change| / median level of a window
+  int64_t swing_step = -1;             // first step of that window
+  // The verdicts, against the options' thresholds.
+  bool stuck = false, at_chance = false, diverging = false, spiking = false, oscillating = false;
+  bool too_high() const { return first_nan_step >= 0 || first_inf_step >= 0 || diverging || spiking || oscillating; }
+};
+LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, const LossCheckOptions& opts = {});
+
+// L1: from per-step training losses (train_losses[i] is step i + 1) and,
+// optionally, per-epoch validation losses (taken as evenly spaced over the
+// steps, the last one at the end). Pass the history from the first step:
+// "stuck" compares the start with the rest. Findings (each names the likely
+// causes of the loss-debugging cause table in docs/checks.md, L1):
+//   error    NaN loss (first step), Inf loss (first step);
+//   warning  stuck high / stuck at chance, diverging (smoothed loss far above
+//            its best), spikes above the starting loss, wild oscillation,
+//            training loss falling while validation loss rises.
+// Trends on the finite part before the first NaN/Inf. Empty for a healthy history.
+std::vector<Finding> diagnose_loss_history(const std::vector<double>& train_losses,
+                                           const std::vector<double>& val_losses = {},
+                                           const LossCheckOptions& opts = {});
+
+// L2: input (B, C) or (B, C, d1, ...) fed to cross-entropy. An error when every
+// value is >= 0 and every row (over dim 1) sums to 1: probabilities, so
+// cross-entropy applies a second softmax (bug B08). Raw logits are silent.
+std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCheckOptions& opts = {});
+
+// L3: input (any shape) fed to binary cross-entropy. An error when any value is
+// outside [0, 1]: logits fed to BCELoss (bug B09); evidence min and max.
+std::vector<Finding> check_bce_input(const Tensor& input);
+
+// L4: the loss of the untrained model on its first batch. kind: "cross_entropy",
+// "nll" (expected log(num_classes)), "bce" (expected log 2), or anything with
+// opts.expected_initial_loss set. A warning when loss / expected is outside
+// [opts.initial_loss_low, opts.initial_loss_high], an error when the loss is not
+// finite, an info finding with the ratio otherwise.
+std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const std::string& kind = "cross_entropy",
+                                        const LossCheckOptions& opts = {});
+
+// L4, the outputs (Karpathy's "initialise well": the final layer's bias against the labels):
+// the untrained model's output (B, C) or (B, k) on its first batch against the batch's targets.
+// Class indices (B) int64 with C >= 2: the mean softmax probability per class against the class
+// frequencies (see LossCheckOptions::initial_output_excess); float targets of 0 and 1 shaped as
+// the output: the mean predicted probability (the output itself when it lies in [0, 1], else its
+// sigmoid) against the frequency of 1; other float targets shaped as the output: each column's
+// mean output against the target mean, in target stds. Silent on other shapes.
+std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts = {});
+
+// L5: class targets (B, ...) int64. A warning when every target equals
+// ignore_index (a mean over no labels is 0 / 0 = NaN, bug B19); an error when
+// the loss computed on them is given and is NaN. Silent while at least one
+// label counts. (loss_value is optional rather than NaN by default, so that
+// "not given" and "NaN" differ; pass a double as usual.)
+std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_index = -100,
+                                          std::optional<double> loss_value = std::nullopt);
+
+// L6, the gradient-scale test: ||dL/dparams|| for the batch (x, y) and for the
+// batch concatenated with itself along dim 0. A mean gives the same gradient
+// (ratio 1), a sum twice it (ratio 2, bug B03): a warning above
+// opts.reduction_ratio, an info finding with the ratio otherwise. Every layer that
+// is random in train mode (nn::Dropout or a hand-written one, found by
+// probe_mode_dependence) is put in eval mode for the test (its noise would differ
+// between the two passes); BatchNorm-like layers stay in training mode (x twice
+// has the same batch statistics).
+// Afterwards every module's mode, every buffer (BatchNorm running statistics)
+// and every parameter's .grad are as they were.
+//   x (B, ...), y (B, ...); loss(output, target) must return a 0-dim tensor.
+std::vector<Finding> check_loss_reduction(nn::Module& model,
+                                          const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss,
+                                          const Tensor& x, const Tensor& y, const LossCheckOptions& opts = {});
+// L6, statically: a warning when the loss module is declared with
+// Reduction::Sum. It cannot see bug B03, which switches mean to sum inside the
+// forward: the gradient-scale test above does.
+std::vector<Finding> check_loss_reduction(const nn::Loss& loss);
+
+// L7: the fitting rule on per-epoch losses (gap = val - train, last
+// opts.fitting_window epochs averaged; epochs = the number given):
+//   train > underfit_train_loss after > min_epochs_underfit epochs  -> warning: underfitting
+//   gap > overfit_gap                                               -> warning: overfitting
+//   gap < normal_gap and train < normal_train_loss                  -> info: normal convergence
+//   otherwise                                                       -> info: keep watching
+// The loss thresholds are absolute (cross-entropy scale): set them for other losses.
+std::vector<Finding> diagnose_fitting(const std::vector<double>& train_epoch_losses,
+                                      const std::vector<double>& val_epoch_losses,
+                                      const LossCheckOptions& opts = {});
+
+// L7 on accuracies: a validation accuracy above the training accuracy by more than
+// opts.val_accuracy_margin in each of the last opts.val_accuracy_epochs epochs (the training
+// accuracy measured in train mode, so dropout already lowers it a little) is suspiciously high:
+// the validation rows may be training rows, the labels of the two splits may differ in quality,
+// or the split is too small to judge. A warning; empty otherwise.
+std::vector<Finding> check_validation_accuracy(const std::vector<double>& train_epoch_accuracy,
+                                               const std::vector<double>& val_epoch_accuracy,
+                                               const LossCheckOptions& opts = {});
+
+}  // namespace gradsleuth::debug

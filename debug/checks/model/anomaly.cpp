@@ -1,0 +1,415 @@
+// Observer-based numerics checks: W4 anomaly mode, M12, M19, M18, M20 (see anomaly.h).
+#include "debug/checks/model/anomaly.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/evidence/tensor_stats.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+std::string shapes_of(const OpEvent& e) {
+  std::string s;
+  for (size_t i = 0; i < e.num_inputs; ++i)
+    s += (i ? ", " : "") + (e.input(i).defined() ? e.input(i).str() : std::string("none"));
+  return s;
+}
+
+// Causes of a NaN/Inf by the op that produced it (the NaN/Inf rows of the loss-debugging
+// cause table in docs/checks.md, L1 and W4).
+std::string cause_for_op(const std::string& op, bool backward) {
+  if (op == "log" || op == "log_softmax" || op == "log1p")
+    return "log of zero or of a negative number: typically log(softmax(x)) where softmax underflowed to 0, or "
+           "log of a probability that reached 0";
+  if (op == "exp" || op == "softmax" || op == "pow" || op == "square")
+    return "numerical overflow: exp of a large value (a softmax computed without subtracting the maximum, logits "
+           "that grew because the learning rate is too high)";
+  if (op == "div" || op == "reciprocal")
+    return "division by zero (a normalisation by a sum, std or count that was 0)";
+  if (op == "sqrt") return backward ? "the gradient of sqrt at 0 is infinite" : "sqrt of a negative number";
+  if (op == "matmul" || op == "linear" || op == "add" || op == "mul" || op == "sum" || op == "mean")
+    return "overflow of large values: activations or weights that grew without bound (learning rate too high, "
+           "weights initialised far too large)";
+  return "a numerical edge case of this op (overflow, 0/0, log or sqrt outside its domain)";
+}
+
+std::string fix_for_op(const std::string& op) {
+  if (op == "log" || op == "softmax" || op == "exp")
+    return "use the stable forms: log_softmax / cross_entropy on raw logits (log-sum-exp), never log(softmax(x)) "
+           "or exp(x) / sum(exp(x))";
+  if (op == "div" || op == "reciprocal") return "add an epsilon to the denominator, or mask the empty case";
+  if (op == "sqrt") return "add an epsilon inside the sqrt: sqrt(x + 1e-8)";
+  return "lower the learning rate, clip gradients (optim::clip_grad_norm_), check the initialisation";
+}
+
+}  // namespace
+
+// ---- W4 ----------------------------------------------------------------------------------
+void AnomalyMode::attach(nn::Module& model) {
+  tracker_.attach(model);
+  tags_.clear();
+  inputs_.clear();
+  // Ops report themselves before their backward node exists, so a node learns
+  // its module afterwards: when a module finishes, every node between its output
+  // and its input that has no module yet gets this one (inner modules finish
+  // first, so each node keeps the innermost module that made it).
+  for (auto& [path, m] : model.named_modules()) {
+    auto label = std::make_shared<const std::string>(module_label(path, *m));
+    tags_.pre(m, [this](nn::Module&, const Tensor& x) { inputs_.push_back(x.defined() ? x.grad_fn().get() : nullptr); });
+    tags_.post(m, [this, label](nn::Module&, const Tensor&, const Tensor& y) {
+      const Node* stop = inputs_.empty() ? nullptr : inputs_.back();
+      if (!inputs_.empty()) inputs_.pop_back();
+      if (!y.defined() || !y.grad_fn()) return;
+      std::vector<Node*> todo{y.grad_fn().get()};
+      std::unordered_set<const Node*> seen;
+      while (!todo.empty()) {
+        Node* n = todo.back();
+        todo.pop_back();
+        if (!n || n == stop || !seen.insert(n).second) continue;
+        if (n->context.empty()) n->context = *label;
+        for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+      }
+    });
+  }
+}
+
+void AnomalyMode::report(Finding f) {
+  if (findings_.size() >= o_.max_findings) return;
+  findings_.push_back(f);
+  if (o_.raise) GS_FAIL("anomaly mode (W4)", f.str());
+}
+
+void AnomalyMode::on_op(const OpEvent& e) {
+  if (!e.output || !e.output->defined()) return;
+  const Tensor& out = *e.output;
+  if (out.grad_fn() && out.grad_fn()->context.empty()) out.grad_fn()->context = tracker_.current();
+  if (!o_.forward || autograd::in_backward() || !out.is_floating_point()) return;
+  if (all_finite(out)) return;
+  // Only the op that created the problem: its inputs were finite. An in-place
+  // op's input 0 is its output, already modified: it counts as finite unless
+  // an earlier op left that storage non-finite (then this op only carried it on).
+  const Storage* st = out.storage().get();
+  const bool was_tainted = tainted_.count(st) > 0;
+  tainted_.insert(st);
+  if (e.inplace && was_tainted) return;
+  for (size_t i = e.inplace ? 1 : 0; i < e.num_inputs; ++i)
+    if (!all_finite(e.input(i))) return;
+  const TensorSummary s = summarize(out);
+  Finding f;
+  f.check = "W4";
+  f.severity = Severity::Error;
+  f.nonfinite = true;
+  f.title = std::string("'") + e.op + "' produced " + (s.nan ? "NaN" : "") + (s.nan && s.inf ? " and " : "") +
+            (s.inf ? "Inf" : "") + " from finite inputs (forward)";
+  f.module = tracker_.current();
+  f.op = e.op;
+  f.shape = shape_of(out);
+  f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
+                {"Inf values", static_cast<double>(s.inf), "any is an error"},
+                {"finite min", s.min, ""},
+                {"finite max", s.max, ""}};
+  f.cause = cause_for_op(e.op, false) + ". Inputs: " + shapes_of(e) + "; output " + s.str(out);
+  f.fix = fix_for_op(e.op);
+  report(std::move(f));
+}
+
+void AnomalyMode::on_backward(const BackwardEvent& e) {
+  if (!o_.backward) return;
+  if (e.grad_output && !all_finite(*e.grad_output)) return;  // it arrived broken: not this node's doing
+  for (size_t i = 0; i < e.num_grad_inputs; ++i) {
+    const Tensor& g = e.grad_inputs[i];
+    if (!g.defined() || all_finite(g)) continue;
+    const TensorSummary s = summarize(g);
+    Finding f;
+    f.check = "W4";
+    f.severity = Severity::Error;
+    f.nonfinite = true;
+    std::string op = e.node->name();
+    f.title = "the backward of '" + op + "' produced " + (s.nan ? "NaN" : "Inf") +
+              " gradients from a finite incoming gradient (input " + std::to_string(i) + ")";
+    f.module = e.node->context;
+    f.op = op;
+    f.shape = shape_of(g);
+    f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
+                  {"Inf values", static_cast<double>(s.inf), "any is an error"}};
+    f.cause = cause_for_op(op, true) + ". Gradient " + s.str(g);
+    f.fix = fix_for_op(op);
+    report(std::move(f));
+    return;
+  }
+}
+
+// ---- M12 ----------------------------------------------------------------------------------
+std::vector<Finding> find_nonfinite_source(nn::Module& model, const Tensor& x) {
+  std::vector<Finding> out;
+  QuietProbe probe(model);
+  HookSet hooks;
+  bool done = false;
+  for (auto& [path, m] : model.named_modules()) {
+    const std::string label = module_label(path, *m);
+    hooks.post(m, [&, label](nn::Module&, const Tensor& in, const Tensor& y) {
+      if (done || !y.defined() || !y.is_floating_point() || all_finite(y) || !all_finite(in)) return;
+      done = true;
+      const TensorSummary s = summarize(y), si = summarize(in);
+      Finding f;
+      f.check = "M12";
+      f.severity = Severity::Error;
+      f.nonfinite = true;
+      f.title = "the output of " + label + " turned non-finite although its input was finite";
+      f.module = label;
+      f.shape = shape_of(y);
+      f.evidence = {{"NaN in output", static_cast<double>(s.nan), "any is an error"},
+                    {"Inf in output", static_cast<double>(s.inf), "any is an error"},
+                    {"input max |x|", std::max(std::fabs(si.min), std::fabs(si.max)), ""}};
+      f.cause = "this module is the first (in execution order) to produce NaN/Inf: input " + si.str(in) +
+                "; output " + s.str(y);
+      f.fix = "look inside this module for log/exp/div/sqrt on extreme values (W4 anomaly mode names the op)";
+      out.push_back(std::move(f));
+    });
+  }
+  AnomalyMode anomaly(AnomalyOptions{true, false, false, 1});
+  anomaly.attach(model);
+  {
+    NoGradGuard ng;
+    auto on = anomaly.enable();
+    model(x);
+  }
+  for (const Finding& f : anomaly.findings()) {
+    if (!out.empty() && out[0].fix.find("names the op") != std::string::npos) {
+      out[0].op = f.op;
+      out[0].fix = fix_for_op(f.op) + " (the op: '" + f.op + "', W4)";
+    }
+  }
+  return out;
+}
+
+// ---- M19 ----------------------------------------------------------------------------------
+void BroadcastDetector::on_op(const OpEvent& e) {
+  if (mode_ == BroadcastMode::Off || autograd::in_backward() || e.num_inputs < 2) return;
+  // Count operands that broadcasting enlarged, ignoring one-element ones (scalars).
+  // An operand counts when broadcasting repeated its elements (fewer elements
+  // than the result): (2, 3) against (1, 1, 3) only gains a leading 1 and does not.
+  int expanded = 0;
+  const int64_t n_out = e.output->numel();
+  for (size_t i = 0; i < e.num_inputs && i < 32; ++i)
+    if ((e.expanded_mask >> i & 1u) && e.input(i).numel() > 1 && e.input(i).numel() < n_out) ++expanded;
+  if (expanded < 2) return;
+  Finding f;
+  f.check = "M19";
+  f.severity = mode_ == BroadcastMode::Raise ? Severity::Error : Severity::Warning;
+  f.title = std::string("'") + e.op + "' broadcast both operands: " + shapes_of(e) + " -> " +
+            shape_of(*e.output);
+  f.module = tracker_.current();
+  f.op = e.op;
+  f.shape = shape_of(*e.output);
+  f.evidence = {{"expanded operands", static_cast<double>(expanded), ">= 2 flags the op"},
+                {"output elements", static_cast<double>(e.output->numel()), ""}};
+  f.cause = "each operand was stretched along a different dim, e.g. (B, 1) against (B) or (1, B): the result "
+            "combines every element of one with every element of the other, usually a missing or extra "
+            "unsqueeze/squeeze (a prediction (B, 1) against a target (B))";
+  f.fix = "make the shapes equal before the op (target.unsqueeze(1) or prediction.squeeze(1)); if an outer "
+          "product is meant, write it explicitly with unsqueeze on both";
+  if (mode_ == BroadcastMode::Raise) GS_FAIL("broadcasting check (M19)", f.str());
+  for (const Finding& g : findings_)
+    if (g.key() == f.key()) return;
+  findings_.push_back(std::move(f));
+}
+
+std::optional<Finding> loss_shape_finding(const std::string& loss_name, const Tensor& input, const Tensor& target) {
+  if (!input.defined() || !target.defined() || input.shape() == target.shape()) return std::nullopt;
+  Shape b;
+  try {
+    b = broadcast_shapes(input.shape(), target.shape(), "loss");
+  } catch (const Error&) {
+    return std::nullopt;  // the loss will raise its own error
+  }
+  Finding f;
+  f.check = "M19";
+  f.severity = Severity::Warning;
+  f.title = loss_name + " gets a prediction " + shape_of(input) + " and a target " + shape_of(target) +
+            " of different shapes: an elementwise loss broadcasts them to " + shape_str(b);
+  f.module = loss_name;
+  f.shape = shape_str(b);
+  f.evidence = {{"prediction elements", static_cast<double>(input.numel()), ""},
+                {"target elements", static_cast<double>(target.numel()), ""},
+                {"broadcast elements", static_cast<double>(numel_of(b)), "> either operand flags the loss"}};
+  f.cause = "a regression target (B) against a prediction (B, 1): every prediction is compared with every "
+            "target, and the loss trains towards the mean";
+  f.fix = "give both the same shape: target.unsqueeze(1) (or prediction.squeeze(1))";
+  return f;
+}
+
+// ---- M18 ----------------------------------------------------------------------------------
+float round_to_half(float v) {
+  if (std::isnan(v) || std::isinf(v) || v == 0.0f) return v;
+  const float a = std::fabs(v);
+  if (a >= 65520.0f) return std::copysign(INFINITY, v);  // rounds past the largest half, 65504
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  // Half keeps 11 significant bits for normals (exponent >= -14), and a fixed
+  // step of 2^-24 for subnormals.
+  const int step_exp = std::max(e - 11, -24);
+  const float step = std::ldexp(1.0f, step_exp);
+  const float r = std::nearbyint(a / step) * step;  // round half to even (the default rounding mode)
+  return std::copysign(r, v);
+}
+
+void HalfPrecisionEmulation::on_op(const OpEvent& e) {
+  if (!e.output || !e.output->defined() || e.output->dtype() != kFloat32) return;
+  Tensor out = *e.output;
+  // Skipping a device result would leave that op in float32 and the emulation silently partial.
+  GS_CHECK(out.device().is_cpu(), "HalfPrecisionEmulation", "rounds each op's result on the host, but '", e.op,
+           "' produced ", out.str(), " on ", out.device().str(),
+           "; run the forward on the CPU (debug::check_half_precision moves a device model there itself)");
+  if (!out.is_contiguous()) return;  // views share an already-rounded storage
+  float* p = static_cast<float*>(out.raw_data());
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = round_to_half(p[i]);
+}
+
+std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, const LossOf& loss,
+                                          const HalfPrecisionOptions& o) {
+  std::vector<Finding> out;
+  GS_CHECK(x.dtype() == kFloat32, "check_half_precision", "expects a float32 input, got ", x.str());
+  // Half precision is emulated by rounding every op's result on the host, so a model on a device
+  // is compared on a CPU copy (moved back afterwards, exactly). The emulation models fp16
+  // arithmetic, not a device; the device's float32 forward equals the CPU's within rounding
+  // (the CUDA backend's op-by-op tests), so both runs are the ones the device would do. The loss
+  // is called with outputs on the CPU.
+  HostCopyGuard host(model, "check_half_precision (M18)");
+  const Tensor xc = x.detach().to(kCPU);
+  NoGradGuard ng;
+  // Which modules produce non-finite outputs in each run, in execution order.
+  std::vector<std::pair<std::string, bool>> finite_fp32, finite_half;
+  std::vector<std::pair<std::string, bool>>* sink = &finite_fp32;
+  HookSet hooks;
+  for (auto& [path, m] : model.named_modules()) {
+    const std::string label = module_label(path, *m);
+    hooks.post(m, [&, label](nn::Module&, const Tensor&, const Tensor& y) {
+      sink->emplace_back(label, !y.is_floating_point() || all_finite(y));
+    });
+  }
+  Tensor y32 = model(xc);
+  const double l32 = loss ? loss(y32).item<double>() : 0.0;
+  if (!all_finite(y32) || !std::isfinite(l32)) {
+    Finding f;
+    f.check = "M18";
+    f.severity = Severity::Info;
+    f.title = "not compared: the float32 forward is already non-finite (see M12 and W4 for its source)";
+    f.module = "(model)";
+    out.push_back(std::move(f));
+    return out;
+  }
+
+  // Half run: round the parameters (restored below) and the input, then every op's result.
+  std::vector<std::pair<Tensor, Tensor>> saved;
+  for (Tensor& p : model.parameters())
+    if (p.dtype() == kFloat32 && p.is_contiguous()) {
+      saved.emplace_back(p, p.detach().clone());
+      float* d = static_cast<float*>(p.raw_data());
+      for (int64_t i = 0; i < p.numel(); ++i) d[i] = round_to_half(d[i]);
+    }
+  Tensor xh = xc.contiguous().clone();
+  {
+    float* d = static_cast<float*>(xh.raw_data());
+    for (int64_t i = 0; i < xh.numel(); ++i) d[i] = round_to_half(d[i]);
+  }
+  sink = &finite_half;
+  HalfPrecisionEmulation half;
+  Tensor yh;
+  double lh = 0.0;
+  try {
+    Scope on(&half);
+    yh = model(xh);
+    lh = loss ? loss(yh).item<double>() : 0.0;
+  } catch (...) {
+    for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+    throw;
+  }
+  for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+
+  const bool half_broken = !all_finite(yh) || (loss && !std::isfinite(lh));
+  if (half_broken) {
+    std::string culprit = "(model)";
+    for (size_t i = 0; i < finite_half.size(); ++i)
+      if (!finite_half[i].second && (i >= finite_fp32.size() || finite_fp32[i].second)) {
+        culprit = finite_half[i].first;
+        break;
+      }
+    const TensorSummary s32 = summarize(y32);
+    Finding f;
+    f.check = "M18";
+    f.severity = Severity::Error;
+    f.title = "the forward overflows in half precision: " + culprit + " is the first module whose output turns "
+              "NaN/Inf in fp16 (it is finite in float32)";
+    f.module = culprit;
+    f.shape = shape_of(y32);
+    f.evidence = {{"largest |output| in float32", std::max(std::fabs(s32.min), std::fabs(s32.max)), ""},
+                  {"largest half value", 65504.0, "anything above overflows to inf"},
+                  {"loss float32", l32, ""},
+                  {"loss half", lh, "must be finite"}};
+    f.cause = "half precision overflows above 65504: exp(x) for x > 11.1 is already inf, so a softmax computed as "
+              "exp(x) / sum(exp(x)) without subtracting the maximum gives inf / inf = NaN; large activations or "
+              "sums of squares overflow the same way";
+    f.fix = "use the stable softmax/log_softmax (they subtract the row maximum), keep reductions and the loss in "
+            "float32 (mixed precision), and scale the loss for backward (loss scaling)";
+    out.push_back(std::move(f));
+    return out;
+  }
+  if (loss && std::fabs(lh - l32) > o.max_relative_loss_gap * std::max(std::fabs(l32), 1e-12) &&
+      std::fabs(lh - l32) >= o.min_absolute_loss_gap) {
+    Finding f;
+    f.check = "M18";
+    f.severity = Severity::Warning;
+    f.title = "the loss differs between float32 and half precision by more than " +
+              fmt_num(100 * o.max_relative_loss_gap) + "%";
+    f.module = "(model)";
+    f.evidence = {{"loss float32", l32, ""},
+                  {"loss half", lh, ""},
+                  {"relative gap", std::fabs(lh - l32) / std::max(std::fabs(l32), 1e-12),
+                   "> " + fmt_num(o.max_relative_loss_gap) + " warns"},
+                  {"absolute gap", std::fabs(lh - l32), ">= " + fmt_num(o.min_absolute_loss_gap) + " needed"}};
+    f.cause = "values that lose too much precision in fp16 (10-bit mantissa): tiny differences of large numbers, "
+              "small probabilities, long sums";
+    f.fix = "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M20 ----------------------------------------------------------------------------------
+std::optional<Finding> inplace_finding(const std::exception& e) {
+  const std::string msg = e.what();
+  if (msg.find("modified by an in-place operation") == std::string::npos) return std::nullopt;
+  Finding f;
+  f.check = "M20";
+  f.severity = Severity::Error;
+  f.title = "backward failed: a tensor saved for the gradient was modified in place";
+  auto quoted_after = [&](const std::string& key) {
+    const auto at = msg.find(key);
+    if (at == std::string::npos) return std::string();
+    const auto begin = at + key.size(), end = msg.find('\'', begin);
+    return end == std::string::npos ? std::string() : msg.substr(begin, end - begin);
+  };
+  f.op = quoted_after("modified by '");
+  const std::string saver = quoted_after("saved by '");
+  if (!saver.empty()) f.title += ": '" + saver + "' saved it, '" + (f.op.empty() ? "an in-place op" : f.op) + "' changed it";
+  f.cause = msg;
+  // The out-of-place form of the op actually used: the operator for arithmetic (x = x + y
+  // instead of x += y), the method without its '_' otherwise (y = x.relu() instead of x.relu_()).
+  const std::string plain = !f.op.empty() && f.op.back() == '_' ? f.op.substr(0, f.op.size() - 1) : "";
+  const char* sym = plain == "add" ? "+" : plain == "sub" ? "-" : plain == "mul" ? "*" : plain == "div" ? "/" : nullptr;
+  const bool unary = plain == "relu" || plain == "sigmoid" || plain == "tanh" || plain == "exp";
+  f.fix = plain.empty() ? "use the out-of-place op, or clone() the tensor before modifying it"
+          : sym ? "use '" + plain + "' (out of place: x = x " + sym + " y instead of x " + sym + "= y or x." + f.op +
+                      "(y)), or clone() the tensor before modifying it"
+                : "use '" + plain + "' (out of place: y = x." + plain + (unary ? "()" : "(...)") + " instead of x." +
+                      f.op + (unary ? "()" : "(...)") + "), or clone() the tensor before modifying it";
+  return f;
+}
+
+}  // namespace gradsleuth::debug

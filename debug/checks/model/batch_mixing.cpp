@@ -1,0 +1,232 @@
+// M6 batch independence: the Jacobian of one output row with respect to every input row (see model_checks.h).
+#include "debug/checks/model/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+#include "debug/checks/model/model_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace model_detail;
+
+// ---- M6 ------------------------------------------------------------------------------------
+namespace {
+struct MixingResult {
+  bool has_grad = false;
+  double row_i = 0.0, other_max = 0.0;
+  int64_t coupled = 0;
+};
+
+MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double tol) {
+  MixingResult r;
+  Tensor xi = x.detach().clone().requires_grad_(true);
+  Tensor out = model(xi);
+  GS_CHECK(out.dim() >= 1 && out.size(0) == x.size(0), "batch_mixing_test (M6)", "the model's output ",
+           out.str(), " has no batch dim matching the input ", x.str());
+  // A fixed random weighting of row i's outputs: with a plain sum, a softmax
+  // head's row (which always sums to 1) would have a zero gradient everywhere.
+  Tensor row = out.select(0, i);
+  Generator gen(12345);
+  // Drawn on the host and moved: the same weights (and so the same verdict) on every device.
+  Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen).to(row.device());
+  Tensor loss = (row * w).sum();
+  if (!loss.requires_grad()) return r;
+  loss.backward();
+  Tensor g = xi.grad();
+  if (!g.defined()) return r;
+  r.has_grad = true;
+  const std::vector<double> n = row_norms(g);
+  r.row_i = n[static_cast<size_t>(i)];
+  for (size_t j = 0; j < n.size(); ++j) {
+    if (static_cast<int64_t>(j) == i) continue;
+    r.other_max = std::max(r.other_max, n[j]);
+    if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
+  }
+  return r;
+}
+
+// The op of module `m` that makes the batch's rows out of a tensor whose dim 0 was not the
+// batch: a view (every reshape is one) from [M, B] to [B, M] where a transpose was meant. Read off
+// the autograd graph of `m` run alone on `in`; "" when there is no such op, or more than one.
+std::string batch_reshape_op(nn::Module& m, const Tensor& in) {
+  const int64_t B = in.size(0);
+  Tensor xi = in.detach().clone().requires_grad_(true);
+  Tensor out = m(xi);
+  if (!out.defined() || !out.grad_fn()) return "";
+  std::vector<const Node*> todo{out.grad_fn().get()};
+  std::set<const Node*> seen;
+  int found = 0;
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    const bool into_rows = std::strcmp(n->name(), "view") == 0 && !n->out_shape.empty() && n->out_shape[0] == B &&
+                           !n->next_edges.empty() && !n->next_edges[0].shape.empty() &&
+                           n->next_edges[0].shape[0] != B;
+    found += into_rows ? 1 : 0;
+    for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+  }
+  return found == 1 ? "view" : "";
+}
+
+// Where the batch is mixed: the first leaf module, in the order the forward runs them, whose
+// output mixes the rows of its own input (mixing_once on the module alone, with the input it got
+// in the forward), as {module label, op} (the op when batch_reshape_op names one). Both "" when
+// no module does by itself (the mixing happens between modules, in a model's own forward).
+std::pair<std::string, std::string> mixing_module(nn::Module& model, const Tensor& x, int64_t row, double tol) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> ran;  // in call order, with their inputs
+  std::vector<Tensor> inputs;
+  {
+    HookSet hooks;
+    for (const auto& [path, m] : leaf_modules(model))
+      hooks.pre(m, [&ran, &inputs, path = path, m = m](nn::Module&, const Tensor& in) {
+        ran.emplace_back(path, m);
+        inputs.push_back(in.defined() ? in.detach().clone() : in);
+      });
+    NoGradGuard ng;
+    model(x);
+  }
+  for (size_t k = 0; k < ran.size(); ++k) {
+    const Tensor& in = inputs[k];
+    if (!in.defined() || in.dim() < 1 || in.size(0) != x.size(0) || !in.is_floating_point()) continue;
+    try {
+      if (mixing_once(*ran[k].second, in, row, tol).coupled > 0)
+        return {module_label(ran[k].first, *ran[k].second), batch_reshape_op(*ran[k].second, in)};
+    } catch (const std::exception&) {
+      // An output without the input's batch dim: this module alone cannot be tested.
+    }
+  }
+  return {};
+}
+}  // namespace
+
+std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
+  GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
+           x.str());
+  GS_CHECK(x.is_floating_point(), "batch_mixing_test (M6)", "needs a floating-point input, got ", x.str());
+  const int64_t i = std::min<int64_t>(std::max<int64_t>(o.mixing_row, 0), x.size(0) - 1);
+  std::vector<Finding> out;
+  ModeSnapshot modes(model);
+  GradSnapshot grads(model);
+  ParamSnapshot params(model);  // train mode updates BatchNorm's running statistics
+  // Layers whose output depends on the mode, found by their behaviour (a
+  // hand-written BatchNorm-like layer counts as nn::BatchNorm1d does).
+  const ModeProbe probe = probe_mode_dependence(model, x);
+  const bool has_bn = probe.any_deterministic_mode_dependent();
+
+  model.eval();
+  // Probe a few rows (the option's, the middle one, the last): a mix such as
+  // x[i] - x[0] leaves row 0 alone and shows only on the others.
+  const int64_t B = x.size(0);
+  std::vector<int64_t> rows{i};
+  for (int64_t r : {B / 2, B - 1})
+    if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
+  std::vector<MixingResult> probes;
+  for (int64_t r : rows) probes.push_back(mixing_once(model, x, r, o.mixing_tolerance));
+  size_t worst = 0;
+  bool any_grad = false, self_blind = false;
+  int64_t blind_row = -1;
+  for (size_t k = 0; k < probes.size(); ++k) {
+    any_grad = any_grad || probes[k].has_grad;
+    if (probes[k].coupled > probes[worst].coupled) worst = k;
+    if (probes[k].has_grad && probes[k].row_i == 0.0 && !self_blind) {
+      self_blind = true;
+      blind_row = rows[k];
+    }
+  }
+  const MixingResult& ev = probes[worst];
+  const int64_t row = rows[worst];
+  const std::string others = std::to_string(B - 1) + " other rows";
+  if (!any_grad) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Warning;
+    f.kind = Kind::InputUnreached;
+    f.title = "no gradient reaches the input: the batch-mixing test cannot run";
+    f.shape = shape_of(x);
+    f.cause = "the output does not depend on the input through differentiable ops (a detach() near the input?)";
+    f.fix = "remove the detach(); the test needs d(output)/d(input)";
+    out.push_back(std::move(f));
+  } else if (ev.coupled > 0) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Error;
+    f.title = "the output for example " + std::to_string(row) + " depends on " + std::to_string(ev.coupled) +
+              (ev.coupled == 1 ? " other example" : " other examples") +
+              " of the batch (in eval mode): the model mixes the batch";
+    f.kind = Kind::BatchMixing;
+    f.shape = shape_of(x);
+    // Where: the module that mixes rows of its own input, when one does (graph --check and the
+    // report's graph draw its ops in red).
+    std::tie(f.module, f.op) = mixing_module(model, x, row, o.mixing_tolerance);
+    f.evidence = {{"|d out[i] / d x[i]|", ev.row_i, ""},
+                  {"largest |d out[i] / d x[j]|, j != i", ev.other_max,
+                   "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
+                  {"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
+                  {"probed example i", static_cast<double>(row), ""}};
+    f.cause = "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
+              "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
+              "flatten that includes the batch";
+    f.fix = (f.module.empty() ? std::string("find the op whose batch dim is not dim 0 any more")
+             : !f.op.empty()   ? "in " + f.module + " (its output rows mix its input rows when tested alone), its " +
+                                   f.op + " (a reshape) makes rows out of a tensor whose dim 0 is not the batch"
+                               : "in " + f.module + " (its output rows mix its input rows when tested alone), find "
+                                 "the op whose batch dim is not dim 0 any more") +
+            " (print shapes with gradsleuth's shape trace, M1): use transpose/permute to reorder dims, and reduce "
+            "over the feature dims only";
+    out.push_back(std::move(f));
+  } else if (self_blind) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Warning;
+    f.kind = Kind::OutputIgnoresInput;
+    f.title = "the output for example " + std::to_string(blind_row) + " does not depend on its own input";
+    f.shape = shape_of(x);
+    f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"},
+                  {"probed example i", static_cast<double>(blind_row), ""}};
+    f.cause = "the input of this example is cut off (a detach, every unit dead, a multiplication by zero), or its "
+              "output is built from another example (a subtraction of x[0], a shift along the batch)";
+    f.fix = "check the gradient flow (M5) and dead units (M7), and any op that indexes the batch dim";
+    out.push_back(std::move(f));
+  }
+  if (has_bn && ev.has_grad && ev.coupled == 0) {
+    set_mode_without_randomness(model, true, probe);
+    const MixingResult tr = mixing_once(model, x, i, o.mixing_tolerance);
+    if (tr.coupled > 0) {
+      Finding f;
+      f.check = "M6";
+      f.severity = Severity::Info;
+      f.title = "in train mode the examples are coupled through BatchNorm's batch statistics (expected, not a bug)";
+      f.evidence = {{"coupled rows (train mode)", static_cast<double>(tr.coupled), "of the " + others},
+                    {"coupled rows (eval mode)", 0.0, ""}};
+      f.cause = "BatchNorm normalises each example with the batch's mean and variance, so in training every "
+                "output depends a little on the whole batch; in eval mode it uses running statistics";
+      out.push_back(std::move(f));
+    }
+  }
+  params.restore();
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,66 @@
+// M17 BatchNorm running statistics at evaluation (see model_checks.h).
+#include "debug/checks/model/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+#include "debug/checks/model/model_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace model_detail;
+
+// ---- M17 -----------------------------------------------------------------------------------
+std::vector<Finding> check_batchnorm_stats(nn::Module& model) {
+  std::vector<Finding> out;
+  for (auto& [path, m] : model.named_modules()) {
+    auto* bn = dynamic_cast<nn::BatchNormBase*>(m.get());
+    if (!bn) continue;
+    const bool none = !bn->track_running_stats();
+    const int64_t tracked = none ? 0 : bn->num_batches_tracked.item<int64_t>();
+    if (!none && tracked > 0) continue;
+    Finding f;
+    f.check = "M17";
+    f.severity = Severity::Warning;
+    f.module = module_label(path, *m);
+    f.title = none ? "BatchNorm without running statistics: in eval mode it normalises with each batch's own "
+                     "statistics"
+                   : "BatchNorm's running statistics were never updated (num_batches_tracked = 0) but the model "
+                     "is being evaluated";
+    f.evidence = {{"num_batches_tracked", static_cast<double>(tracked), "0 at eval flags"}};
+    if (!none) {
+      const TensorSummary rm = summarize(bn->running_mean), rv = summarize(bn->running_var);
+      f.evidence.push_back({"running_mean mean", rm.mean, ""});
+      f.evidence.push_back({"running_var mean", rv.mean, ""});
+    }
+    f.cause = none ? "track_running_stats=false: a prediction depends on the other examples in the batch and on "
+                     "its size; a single example cannot be evaluated"
+                   : "the layer never ran in training mode with statistics tracking (trained in eval mode, or a "
+                     "forward that skips the update), so eval uses mean 0 / var 1 instead of the data's";
+    f.fix = "keep track_running_stats=true and train in train mode so the running statistics follow the data";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,414 @@
+// Behavioural probes (see behaviour.h): train/eval dependence measured, custom
+// backward nodes found in the graph, and the whole-model input-gradient check.
+#include "debug/checks/model/behaviour.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/observer.h"
+#include "core/op_registry.h"
+#include "core/ops.h"
+#include "debug/checks/hooks.h"
+#include "debug/checks/host_copy.h"
+#include "debug/evidence/tensor_stats.h"
+
+namespace gradsleuth::debug {
+
+// ---- modes -----------------------------------------------------------------------------------
+ModeSnapshot::ModeSnapshot(nn::Module& model) {
+  for (auto& [path, m] : model.named_modules()) modes_.emplace_back(m, m->is_training());
+}
+
+ModeSnapshot::~ModeSnapshot() {
+  for (auto& [m, on] : modes_) m->train(on);
+  for (auto& [m, on] : modes_) set_own_mode(*m, on);
+}
+
+// train() recurses: set the flag, then put each child's own flag back. Children
+// keep theirs exactly because each child's train() is applied to its subtree
+// before its own children are put back, in pre-order.
+void set_own_mode(nn::Module& m, bool training) {
+  if (m.is_training() == training) return;
+  std::vector<std::pair<nn::Module*, bool>> kids;
+  for (auto& [n, c] : m.named_children()) kids.emplace_back(c.get(), c->is_training());
+  m.train(training);
+  for (auto& [c, k] : kids) c->train(k);
+}
+
+namespace {
+
+// The default generator's state, put back on destruction: the probe draws from
+// it (dropout) and must not shift the user's random stream.
+class GeneratorSnapshot {
+ public:
+  GeneratorSnapshot() : saved_(default_generator()) {}
+  ~GeneratorSnapshot() { default_generator() = saved_; }
+
+ private:
+  Generator saved_;
+};
+
+// The .grad of every parameter, to put back after a probe.
+class GradsBack {
+ public:
+  explicit GradsBack(nn::Module& model) {
+    for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.grad());
+  }
+  ~GradsBack() {
+    for (auto& [p, g] : saved_) p.set_grad(g);
+  }
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> saved_;
+};
+
+Tensor host64(const Tensor& t) { return t.detach().to(kCPU).to(kFloat64); }
+
+// max|a - b| relative to max|b|; NaN when either holds a non-finite value.
+double rel_diff(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return std::numeric_limits<double>::infinity();
+  if (a.numel() == 0) return 0.0;
+  const double d = amax(abs(a - b)).item<double>();
+  const double s = amax(abs(b)).item<double>();
+  if (!std::isfinite(d) || !std::isfinite(s)) return std::nan("");
+  return d / (s + 1e-12);
+}
+
+uint64_t buffer_version(const nn::Module& m) {
+  uint64_t v = 0;
+  for (const Tensor& b : m.buffers(false)) v += b.version();
+  return v;
+}
+
+// The first `rows` rows of x (all of a 0-dim tensor).
+Tensor first_rows(const Tensor& x, int64_t rows) {
+  if (x.dim() == 0) return x;
+  return x.narrow(0, 0, std::min<int64_t>(std::max<int64_t>(rows, 1), x.size(0)));
+}
+
+}  // namespace
+
+// ---- the train/eval probe --------------------------------------------------------------------
+ModeProbe probe_mode_dependence(nn::Module& model, const Tensor& x, const ModeProbeOptions& o) {
+  ModeProbe probe;
+  if (!x.defined()) return probe;
+  ModeSnapshot modes(model);
+  GradsBack grads(model);
+  GeneratorSnapshot rng;
+  QuietProbe quiet(model);  // warnings muted, every buffer restored at the end
+  NoGradGuard ng;
+  model.eval();
+
+  // Each module's input in one eval-mode forward (the first call of a module used twice).
+  std::vector<std::pair<std::string, nn::ModulePtr>> mods;
+  std::vector<Tensor> inputs;
+  {
+    HookSet hooks;
+    std::set<const nn::Module*> seen;
+    for (auto& [path, m] : model.named_modules()) {
+      if (!seen.insert(m.get()).second) continue;
+      const size_t idx = mods.size();
+      mods.emplace_back(path, m);
+      inputs.emplace_back();
+      hooks.pre(m, [&inputs, idx](nn::Module&, const Tensor& in) {
+        if (!inputs[idx].defined() && in.defined()) inputs[idx] = in.detach();
+      });
+    }
+    try {
+      model(first_rows(x, o.rows));
+    } catch (const std::exception&) {
+      return probe;  // the forward itself fails: the gate reports that (W2)
+    }
+  }
+
+  for (size_t i = 0; i < mods.size(); ++i) {
+    const auto& [path, m] = mods[i];
+    const Tensor& in = inputs[i];
+    if (!in.defined()) continue;
+    ModuleBehaviour b;
+    b.path = path;
+    b.label = module_label(path, *m);
+    b.module = m;
+    try {
+      // A fresh copy per call: a layer that works in place (x.mul_(mask)) must
+      // not change the input the next call gets.
+      auto call = [&]() { return (*m)(in.clone()); };
+      const Tensor e1 = call(), e2 = call();
+      if (!e1.defined() || !e1.is_floating_point()) continue;
+      const Tensor e = host64(e1);
+      const double eval_diff = rel_diff(host64(e2), e);
+      set_own_mode(*m, true);
+      const uint64_t v0 = buffer_version(*m);
+      const Tensor t1 = host64(call());
+      b.updates_buffers = buffer_version(*m) != v0;
+      const Tensor t2 = host64(call());
+      const double train_diff = rel_diff(t2, t1), mode_diff = rel_diff(t1, e);
+      if (std::isnan(eval_diff) || std::isnan(train_diff) || std::isnan(mode_diff)) {
+        set_own_mode(*m, false);
+        continue;  // non-finite outputs: M12's business, not a mode comparison
+      }
+      b.eval_stochastic = eval_diff > o.tolerance;
+      b.stochastic = !b.eval_stochastic && train_diff > o.tolerance;
+      b.mode_dependent = b.stochastic || (!b.eval_stochastic && mode_diff > o.tolerance);
+      if (b.stochastic) {
+        // E[train(x)] against eval(x): least squares s_k = <y_k, e> / <e, e> per draw.
+        const double ee = sum(e * e).item<double>();
+        if (ee > 0.0) {
+          const int64_t n = std::max<int64_t>(e.numel(), 1);
+          b.draws = std::clamp<int64_t>((o.target_samples + n - 1) / n, o.min_draws, o.max_draws);
+          std::vector<double> s;
+          s.push_back(sum(t1 * e).item<double>() / ee);
+          s.push_back(sum(t2 * e).item<double>() / ee);
+          while (static_cast<int64_t>(s.size()) < b.draws) s.push_back(sum(host64(call()) * e).item<double>() / ee);
+          b.draws = static_cast<int64_t>(s.size());
+          double mean = 0.0, var = 0.0;
+          for (double v : s) mean += v;
+          mean /= static_cast<double>(s.size());
+          for (double v : s) var += (v - mean) * (v - mean);
+          var /= static_cast<double>(s.size() - 1);
+          b.scale = mean;
+          b.scale_se = std::sqrt(var / static_cast<double>(s.size()));
+        }
+      }
+      set_own_mode(*m, false);
+    } catch (const std::exception&) {
+      set_own_mode(*m, false);
+      continue;  // e.g. BatchNorm in train mode on one row: nothing to compare
+    }
+    if (b.mode_dependent || b.eval_stochastic) probe.modules.push_back(std::move(b));
+  }
+  return probe;
+}
+
+std::vector<nn::ModulePtr> ModeProbe::stochastic_modules() const {
+  std::vector<nn::ModulePtr> out;
+  for (const ModuleBehaviour& b : modules)
+    if (b.stochastic) out.push_back(b.module);
+  return out;
+}
+
+bool ModeProbe::any_deterministic_mode_dependent() const {
+  for (const ModuleBehaviour& b : modules)
+    if (b.mode_dependent && !b.stochastic) return true;
+  return false;
+}
+
+const ModuleBehaviour* ModeProbe::find(const nn::Module* m) const {
+  for (const ModuleBehaviour& b : modules)
+    if (b.module.get() == m) return &b;
+  return nullptr;
+}
+
+std::vector<Finding> ModeProbe::findings(const ModeProbeOptions& o) const {
+  std::vector<Finding> out;
+  for (const ModuleBehaviour& b : modules) {
+    if (!b.stochastic || b.draws == 0) continue;
+    const double off = std::fabs(b.scale - 1.0);
+    if (!(off > o.scale_tolerance && off > 4.0 * b.scale_se)) continue;
+    Finding f;
+    f.check = "M2";
+    f.severity = Severity::Error;
+    f.module = b.label;
+    f.title = b.label + " is random in training mode, and its mean training-mode output is " + fmt_num(b.scale) +
+              " x its eval-mode output (1 expected)";
+    f.evidence = {{"E[train(x)] / eval(x) (least squares)", b.scale,
+                   "|s - 1| > " + fmt_num(o.scale_tolerance) + " flags"},
+                  {"standard error", b.scale_se, ""},
+                  {"draws on the same input", static_cast<double>(b.draws), ""}};
+    f.cause = "the layer drops or perturbs activations at random in training without keeping their expected "
+              "value: a hand-written dropout that zeroes with probability p but does not scale the kept values "
+              "by 1/(1-p)" +
+              (b.scale > 0.0 && b.scale < 1.0 ? " (here p ~ " + fmt_num(1.0 - b.scale) + ")" : std::string()) +
+              ". The layers after it learn on activations " + fmt_num(b.scale) +
+              " times the size of those they get in evaluation, so every evaluated prediction is off";
+    f.fix = "scale the kept values by 1/(1-p) in training (inverted dropout, as nn::Dropout and gs::dropout do), "
+            "or use nn::Dropout";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+void set_mode_without_randomness(nn::Module& model, bool training, const ModeProbe& probe) {
+  model.train(training);
+  for (const nn::ModulePtr& m : probe.stochastic_modules()) set_own_mode(*m, false);
+}
+
+// ---- custom ops --------------------------------------------------------------------------------
+namespace {
+// The names of the ops the engine runs in this forward. An op reports itself
+// before its backward node exists, so nodes are recognised by name: an engine
+// node is named after its op (the registry's name, or the one it reported); a
+// gs::record by the user carries the user's own name ("my_square").
+class EngineOps : public OpObserver {
+ public:
+  void on_op(const OpEvent& e) override {
+    if (e.op) names.insert(e.op);
+  }
+  std::unordered_set<std::string> names;
+};
+
+bool engine_node(const Node& n, const EngineOps& seen) {
+  const char* name = n.name();
+  if (!name) return true;
+  const std::string s = name;
+  // Leaves' accumulators, the engine's view bookkeeping, and the nodes an op
+  // records inside itself under another name (the composite conv2d's unfold and
+  // fold, also in the fused conv2d's backward under create_graph; a pooling
+  // layer's backward when differentiated twice). The fused conv2d's own node is
+  // "conv2d", the registry's name.
+  static const std::unordered_set<std::string> internal = {
+      "AccumulateGrad", "CopySlices", "unfold", "fold", "as_strided", "as_strided_scatter", "view_scatter",
+      "to_device", "to_dtype", "clone", "index_add", "scatter_add", "avg_pool2d_backward", "max_pool2d_backward",
+      "binary_cross_entropy"};
+  return internal.count(s) > 0 || seen.names.count(s) > 0 || find_op(s) != nullptr;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module& model, const Tensor& x,
+                                                                     int64_t rows) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> out;
+  if (!x.defined()) return out;
+  ModeSnapshot modes(model);
+  GradsBack grads(model);
+  QuietProbe quiet(model);
+  model.eval();
+  EngineOps engine;
+  std::unordered_map<const Node*, size_t> owner;  // custom node -> index into mods
+  std::vector<std::pair<std::string, nn::ModulePtr>> mods;
+  std::vector<const Node*> stops;  // the current input's grad_fn per active module
+  {
+    HookSet hooks;
+    std::set<const nn::Module*> seen;
+    for (auto& [path, m] : model.named_modules()) {
+      if (!seen.insert(m.get()).second) continue;
+      const size_t idx = mods.size();
+      mods.emplace_back(path, m);
+      hooks.pre(m, [&stops](nn::Module&, const Tensor& in) {
+        stops.push_back(in.defined() ? in.grad_fn().get() : nullptr);
+      });
+      // Inner modules finish first, so each node is owned by the innermost module that ran it.
+      hooks.post(m, [&, idx](nn::Module&, const Tensor&, const Tensor& y) {
+        const Node* stop = stops.empty() ? nullptr : stops.back();
+        if (!stops.empty()) stops.pop_back();
+        if (!y.defined() || !y.grad_fn()) return;
+        std::vector<Node*> todo{y.grad_fn().get()};
+        std::unordered_set<const Node*> visited;
+        while (!todo.empty()) {
+          Node* n = todo.back();
+          todo.pop_back();
+          if (!n || n == stop || !visited.insert(n).second) continue;
+          if (!owner.count(n) && !engine_node(*n, engine)) owner[n] = idx;
+          for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+        }
+      });
+    }
+    Tensor xr = first_rows(x, rows).detach();
+    if (xr.is_floating_point()) xr = xr.clone().requires_grad_(true);
+    EnableGradGuard eg;
+    try {
+      ObserverGuard obs(&engine, ObserverScope::ThisThread);
+      model(xr);
+    } catch (const std::exception&) {
+      return out;
+    }
+  }
+  std::set<size_t> idx;
+  for (auto& [n, i] : owner) idx.insert(i);
+  for (size_t i : idx) out.push_back(mods[i]);
+  return out;
+}
+
+// ---- M13: the whole model's input gradient ----------------------------------------------------
+std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows, int directions,
+                                          GradcheckOptions opts) {
+  std::vector<Finding> out;
+  if (!x.defined() || !x.is_floating_point() || x.dim() == 0) return out;
+  ModeSnapshot modes(model);
+  GradsBack grads(model);
+  HostCopyGuard host(model, "check_input_gradient (M13)");
+  model.eval();
+  DType orig = kFloat32;
+  for (Tensor& p : model.parameters()) {
+    orig = p.dtype();
+    break;
+  }
+  model.to(kFloat64);
+  struct Restore {
+    nn::Module& m;
+    DType t;
+    ~Restore() { m.to(t); }
+  } restore{model, orig};
+
+  Generator gen(opts.seed + 29);
+  // The check is about backward formulas, so the point can move: real inputs
+  // hold ties (a background of equal pixels makes every max-pool window a tie,
+  // and ReLUs sit exactly at their kink), where a one-sided derivative is not
+  // the numeric one. A jitter of 0.1 x the input's spread separates ties by far
+  // more than the step below.
+  Tensor x64 = host64(first_rows(x, rows)).contiguous().clone();
+  {
+    const double spread = x64.numel() > 1 ? summarize(x64).std : 1.0;
+    x64 = (x64 + randn(x64.shape(), kFloat64, &gen) * (0.1 * (spread > 0.0 ? spread : 1.0))).requires_grad_(true);
+  }
+  // A step 10x below gradcheck's: the chance that it crosses a kink left after the
+  // jitter is 10x smaller, and float64 rounding (1e-16 |f| / 1e-7) stays far below rtol.
+  const double eps = std::min(opts.eps, 1e-7);
+  Tensor v;
+  {
+    Tensor y = model(x64);
+    if (!y.defined() || !y.is_floating_point() || !y.requires_grad()) return out;  // no path to the input: M6/M5
+    v = randn(y.shape(), kFloat64, &gen);
+    (y * v).sum().backward();
+  }
+  const Tensor g = x64.grad();
+  if (!g.defined()) return out;
+  auto f = [&](const Tensor& xp) {
+    NoGradGuard ng;
+    return sum(model(xp) * v).item<double>();
+  };
+  double worst = 0.0, worst_a = 0.0, worst_n = 0.0;
+  int failed = 0;
+  const Tensor base = x64.detach();
+  for (int k = 0; k < std::max(directions, 1); ++k) {
+    const Tensor u = randn(base.shape(), kFloat64, &gen);
+    const double a = sum(g * u).item<double>();
+    const double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
+    const double err = std::fabs(a - n);
+    const double rel = err / std::max({std::fabs(a), std::fabs(n), opts.atol});
+    if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
+    if (rel >= worst) {
+      worst = rel;
+      worst_a = a;
+      worst_n = n;
+    }
+  }
+  // A wrong formula fails along every random direction; a lone failure is a kink
+  // crossed by chance (with one direction asked for, that one decides).
+  const int needed = std::max(directions, 1) >= 2 ? 2 : 1;
+  if (failed < needed) return out;
+  Finding fd;
+  fd.check = "M13";
+  fd.severity = Severity::Error;
+  fd.module = module_label("", model);
+  fd.shape = shape_of(x64);
+  fd.title = "the model's gradient with respect to its input disagrees with the directional derivative along a "
+             "random direction (float64): a backward inside the model is wrong";
+  fd.evidence = {{"worst relative error", worst, "> rtol " + fmt_num(opts.rtol) + " (+ atol) fails"},
+                 {"analytic <grad, u>", worst_a, ""},
+                 {"numeric (f(x + eps u) - f(x - eps u)) / 2 eps", worst_n, ""},
+                 {"failed directions", static_cast<double>(failed), "of " + std::to_string(std::max(directions, 1))}};
+  fd.cause = "some op's backward formula computes a wrong gradient; the per-layer check (M13 on every layer with "
+             "parameters or a custom op) found none, so look for a backward written outside any module (an op "
+             "recorded in the model's own forward)";
+  fd.fix = "check each piece with debug::gradcheck_module (a sub-module) or debug::gradcheck (a function) to find "
+           "it, then fix its backward formula";
+  out.push_back(std::move(fd));
+  return out;
+}
+
+}  // namespace gradsleuth::debug

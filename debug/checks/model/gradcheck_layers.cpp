@@ -1,0 +1,177 @@
+// M13 numeric gradient check of every layer with parameters or a custom op, and of the whole model (see model_checks.h).
+#include "debug/checks/model/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+#include "debug/checks/model/model_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace model_detail;
+
+// ---- M13 -----------------------------------------------------------------------------------
+std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const std::string& path,
+                                      GradcheckOptions opts) {
+  std::vector<Finding> out;
+  GS_CHECK(x.is_floating_point(), "gradcheck_module (M13)", "needs a floating-point input, got ", x.str());
+  // Central differences perturb one element at a time through host pointers, so a module on a
+  // device is checked on a CPU copy (moved back afterwards). That is honest: what M13 checks is
+  // the layer's backward formula, the same code on every device, while the device kernels'
+  // agreement with the CPU's, forward and backward, is what the CUDA backend's op-by-op tests
+  // check. And it is cheap: at gate sizes, moving a layer is a few hundred KB, where perturbing
+  // on the device would cost two launch-bound forwards and a host write per element.
+  ModeSnapshot modes(module);
+  GradSnapshot grads(module);
+  HostCopyGuard host(module, "gradcheck_module (M13)");
+  module.eval();
+  DType orig = kFloat32;
+  for (Tensor& p : module.parameters()) { orig = p.dtype(); break; }
+  module.to(kFloat64);
+  struct Restore {
+    nn::Module& m;
+    DType t;
+    ~Restore() { m.to(t); }
+  } restore{module, orig};
+
+  Tensor x64 = x.detach().to(kCPU).to(kFloat64).contiguous().clone().requires_grad_(true);
+  std::vector<std::pair<std::string, Tensor>> targets{{"input", x64}};
+  for (auto& [n, p] : module.named_parameters())
+    if (p.requires_grad()) targets.emplace_back((path.empty() ? "" : path + ".") + n, p);
+  for (auto& [n, t] : targets) t.zero_grad();
+
+  Generator gen(opts.seed + 17);
+  Tensor v;
+  {
+    Tensor y = module(x64);
+    v = randn(y.shape(), kFloat64, &gen);
+    (y * v).sum().backward();
+  }
+  auto f = [&]() {
+    NoGradGuard ng;
+    return sum(module(x64) * v).item<double>();
+  };
+  const int64_t full_limit = 512;  // tensors up to this size are checked element by element
+  for (auto& [name, t] : targets) {
+    GS_CHECK(t.is_contiguous() && t.dtype() == kFloat64, "gradcheck_module", "internal: ", name, " is ", t.str());
+    Tensor g = t.grad();
+    const std::vector<double> ga = g.defined() ? g.to_vector<double>() : std::vector<double>(t.numel(), 0.0);
+    double* d = t.data_ptr<double>();
+    double worst = 0.0, worst_a = 0.0, worst_n = 0.0, max_abs = 0.0;
+    int64_t worst_i = -1, failed = 0, checked = 0;
+    auto judge = [&](int64_t idx, double a, double n) {
+      const double err = std::fabs(a - n);
+      const double scale = std::max({std::fabs(a), std::fabs(n), opts.atol});
+      const double rel = err / scale;
+      max_abs = std::max(max_abs, err);
+      ++checked;
+      if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
+      if (rel > worst || worst_i < 0) { worst = rel; worst_i = idx; worst_a = a; worst_n = n; }
+    };
+    if (t.numel() <= full_limit) {
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const double keep = d[i];
+        d[i] = keep + opts.eps;
+        const double fp = f();
+        d[i] = keep - opts.eps;
+        const double fm = f();
+        d[i] = keep;
+        judge(i, ga[static_cast<size_t>(i)], (fp - fm) / (2 * opts.eps));
+      }
+    } else {
+      const int projections = std::max(opts.fast_projections, 2);
+      for (int k = 0; k < projections; ++k) {
+        std::vector<double> u = randn(t.shape(), kFloat64, &gen).to_vector<double>();
+        const std::vector<double> keep(d, d + t.numel());
+        double a = 0.0;
+        for (size_t i = 0; i < u.size(); ++i) a += ga[i] * u[i];
+        for (size_t i = 0; i < u.size(); ++i) d[i] = keep[i] + opts.eps * u[i];
+        const double fp = f();
+        for (size_t i = 0; i < u.size(); ++i) d[i] = keep[i] - opts.eps * u[i];
+        const double fm = f();
+        std::memcpy(d, keep.data(), keep.size() * sizeof(double));
+        judge(k, a, (fp - fm) / (2 * opts.eps));
+      }
+    }
+    if (failed == 0) continue;
+    Finding fd;
+    fd.check = "M13";
+    fd.severity = Severity::Error;
+    const bool proj = t.numel() > full_limit;
+    fd.title = "the analytic gradient of " + (name == "input" ? std::string("the input") : "'" + name + "'") +
+               " disagrees with central differences" + (proj ? " (random projections v^T J u)" : "");
+    fd.module = module_label(path, module);
+    fd.parameter = name == "input" ? "" : name;
+    fd.shape = shape_of(t);
+    fd.evidence = {{"worst relative error", worst, "> rtol " + fmt_num(opts.rtol) + " (+ atol) fails"},
+                   {proj ? "worst projection" : "worst element (flat index)", static_cast<double>(worst_i), ""},
+                   {"analytic", worst_a, ""},
+                   {"numeric", worst_n, ""},
+                   {"failed", static_cast<double>(failed), "of " + std::to_string(checked)}};
+    fd.cause = "the backward of this layer computes a wrong gradient (a hand-written formula with a missing "
+               "transpose, a wrong sign or factor, a reshape where a transpose was meant)";
+    fd.fix = "fix the backward formula; derive it for a 2x3 example by hand and compare with gs::debug::gradcheck";
+    if (host.moved())
+      fd.cause += " (checked in float64 on a CPU copy of the layer, which lives on " + host.device().str() +
+                  ": the formula is the same code on every device)";
+    out.push_back(std::move(fd));
+  }
+  return out;
+}
+
+std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows, GradcheckOptions opts) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> layers;
+  std::vector<Tensor> inputs;
+  {
+    HookSet hooks;
+    // Layers with parameters, and modules that run a backward of their own.
+    std::set<const nn::Module*> custom;
+    for (auto& [path, m] : custom_op_modules(model, x, rows)) custom.insert(m.get());
+    std::set<const nn::Module*> chosen;
+    for (auto& [path, m] : model.named_modules()) {
+      const bool leaf_with_params = m->named_children().empty() && !m->named_parameters(false).empty();
+      if (!leaf_with_params && !custom.count(m.get())) continue;
+      if (!chosen.insert(m.get()).second) continue;
+      const size_t idx = layers.size();
+      layers.emplace_back(path, m);
+      inputs.emplace_back();
+      hooks.pre(m, [&inputs, idx](nn::Module&, const Tensor& in) {
+        if (!inputs[idx].defined()) inputs[idx] = in.detach().clone();
+      });
+    }
+    ModeSnapshot modes(model);
+    model.eval();
+    NoGradGuard ng;
+    model(x.narrow(0, 0, std::min<int64_t>(std::max<int64_t>(rows, 1), x.size(0))));
+  }
+  std::vector<Finding> out;
+  std::set<const nn::Module*> seen;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].is_floating_point() || !seen.insert(layers[i].second.get()).second) continue;
+    auto fs = gradcheck_module(*layers[i].second, inputs[i], layers[i].first, opts);
+    out.insert(out.end(), fs.begin(), fs.end());
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,217 @@
+// The model checks (docs/checks.md) that look at a model's structure, its
+// parameters and a few probing forward/backward passes:
+//   M1 shape_trace            M3 check_final_activation   M4 check_shared_weights
+//   M5 check_gradient_flow    M6 batch_mixing_test        M9 check_initialisation
+//   M10 check_trainable       M11 check_devices_dtypes    M13 gradcheck_module
+//   M14 overfit_one_batch     M15 input_independent_baseline
+//   M16 capacity_check        M17 check_batchnorm_stats
+//   M23 check_missing_nonlinearity                        M24 check_dropout_rate
+//   M27 check_activation_variance
+// (M2, M7, M8 watch training through hooks: activation_stats.h and monitor.h;
+// M12, M18, M19, M20 listen to ops: anomaly.h.)
+//
+//   debug::Report r;
+//   r.add(debug::check_shared_weights(*model));            // M4
+//   r.add(debug::batch_mixing_test(*model, batch.x));      // M6
+//   std::cout << r.str();
+//
+// Dimension letters: B = batch, C = classes, D... = one example's features.
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "debug/evidence/finding.h"
+#include "debug/checks/model/gradcheck.h"
+#include "debug/checks/host_copy.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace gradsleuth::debug {
+
+struct ModelCheckOptions {
+  // ---- M3 ----
+  int64_t min_rows_final_activation = 8;  // judge non-negative logits only on batches this large
+  double min_zero_fraction_final_activation = 0.1;  // ... and only with this many exact zeros (a ReLU's mark)
+  // ---- M6 ----
+  int64_t mixing_row = 0;           // the example whose output is differentiated
+  double mixing_tolerance = 1e-6;   // another row's |grad| above this fraction of row i's |grad| is coupling
+  // ---- M9 ----
+  // A weight's std outside [lowest expected / f, highest expected * f] is far
+  // off; expected = PyTorch's default 1/sqrt(3 fan_in), Xavier, He.
+  double init_std_factor = 3.0;
+  // ---- M14 / M15 / M16: short training runs from the same starting point ----
+  int64_t overfit_steps = 150;       // the base budget
+  // The budget adapts (a healthy but slower-converging model must not fail because a fixed
+  // budget ran out): once the base budget is spent, M14 goes on a window at a time while the
+  // loss is still falling fast (the mean of the last window below the mean of the window
+  // before by more than overfit_extend_drop), up to overfit_max_steps in all.
+  int64_t overfit_max_steps = 0;     // the hard cap; 0: 4 * overfit_steps
+  int64_t overfit_window = 0;        // steps per window; 0: max(10, overfit_steps / 5)
+  double overfit_extend_drop = 0.1;  // "still falling fast": > 10% lower than the window before
+  double overfit_lr = 3e-3;          // Adam
+  double overfit_loss = 0.05;        // "loss -> ~0"
+  double overfit_accuracy = 1.0;     // "accuracy -> 1" (classification)
+  int64_t baseline_steps = 60;       // M15 and M16 (per model)
+  double baseline_lr = 1e-3;
+  double baseline_margin = 0.05;     // real inputs must beat zeroed inputs by this fraction of the loss
+  double capacity_margin = 0.0;      // the larger model must reach a loss lower by this fraction
+  // ---- M24 ----
+  double max_dropout = 0.5;          // a dropout probability above this drops most activations
+  // ---- M27 ----
+  // The largest variance of a ReLU layer's input over the smallest, at initialisation, above
+  // this flags. A PyTorch-style default initialisation (uniform, 1/sqrt(fan_in)) shrinks the
+  // variance about 6x per ReLU layer, so a lower limit would flag plain 3-layer nets that train
+  // well; 100 is reached from 4 such layers, or by one layer initialised at a wrong scale.
+  double activation_variance_ratio = 100.0;
+};
+
+// Loss of a model's output against a target (a 0-dim tensor).
+using LossFunction = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// ---- M1 ----------------------------------------------------------------------------
+struct ShapeRow {
+  std::string path, type;
+  std::string output_shape;  // "-" when the module did not run
+  int64_t parameters = 0;    // its own (not its children's)
+  int64_t calls = 0;
+};
+struct ShapeTrace {
+  std::vector<ShapeRow> rows;
+  int64_t total_parameters = 0, trainable_parameters = 0;
+  std::string str() const;
+  Finding finding() const;  // an info finding holding the table
+};
+// Runs `sample` through the model (no grad) and records each module's output shape.
+ShapeTrace shape_trace(nn::Module& model, const Tensor& sample);
+
+// ---- M3 ----------------------------------------------------------------------------
+// Logits (B, C) that cannot be negative: the last leaf module is a ReLU/Sigmoid,
+// or every value of a batch is >= 0 (rows summing to 1 are L2's double softmax,
+// not this). `logits` may be undefined (structure only).
+std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o = {});
+
+// ---- M4 ----------------------------------------------------------------------------
+// One module instance or one parameter reachable under two paths.
+std::vector<Finding> check_shared_weights(nn::Module& model);
+
+// ---- M5 ----------------------------------------------------------------------------
+// After a backward: trainable parameters whose .grad is missing or all zero.
+// `skip`: parameters whose zero gradient is by construction (find_redundant_biases).
+std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip = {});
+
+// Redundant biases (reported under O1 at info level): after a backward on (x, y), a 1-D
+// parameter whose gradient is ~0 (below vanishing_grad_norm) is shifted by a constant per
+// entry, as large as its module's output (alternating signs), and the same batch's loss
+// is computed again in training mode (dropout off, no gradients, the values, buffers and
+// gradients put back). A loss that does not move (relative change <= 1e-4) means the
+// parameter cannot affect the loss: a bias whose output goes into a normalisation that
+// subtracts the per-channel mean (Linear/Conv followed by BatchNorm). Found by behaviour,
+// not by layer type; a bias whose gradient vanishes for a real reason (dead units after
+// it, a saturated activation) moves the loss when shifted and is not reported. One info
+// finding per parameter; pass their names to OptimCheckOptions::zero_grad_by_construction
+// and to check_gradient_flow's `skip` so the vanishing-gradient warnings stay silent.
+std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, const Tensor& y,
+                                           const LossFunction& loss, double vanishing_grad_norm = 1e-7);
+
+// ---- M6 ----------------------------------------------------------------------------
+// The batch-mixing test: loss = sum(w * output[i]) for a fixed random w (a plain
+// sum is constant for a softmax row); d(loss)/d(x) must be zero on every row but
+// i, and non-zero on row i. Probes three rows (o.mixing_row, the middle, the
+// last: x[i] - x[0] leaves row 0 alone). Runs in eval mode (no dropout, running
+// BatchNorm statistics); when the model has a BatchNorm-like layer (found by
+// probe_mode_dependence: deterministic, but different in train mode), repeats in
+// train mode with the randomness off and reports the coupling it adds as expected
+// (info), not as a bug. Modes, the parameters' .grad and the buffers are restored.
+// x (B, D...), B >= 2.
+std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
+
+// ---- M9 ----------------------------------------------------------------------------
+// Each Linear/Conv2d weight's std against the expectations for its fans.
+std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOptions& o = {});
+
+// ---- M10 ---------------------------------------------------------------------------
+// Trainable/frozen counts per module (info); frozen parameters the optimizer
+// holds, trainable parameters no optimizer group holds, a frozen output layer.
+std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* optimizer = nullptr);
+
+// ---- M11 ---------------------------------------------------------------------------
+// Parameters on mixed devices or dtypes; an input whose dtype or device differs
+// from the parameters' (float64 data into a float32 model computes in float64).
+std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x = Tensor());
+
+// ---- M13 ---------------------------------------------------------------------------
+// The numeric gradient check of a module: the module and x are copied to
+// float64 (the module is converted back afterwards), the module is put in eval
+// mode, and d(sum(v * module(x)))/d(x and every parameter) is compared with
+// central differences. Returns one finding per failing tensor (error), naming
+// the parameter and the worst element.
+std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const std::string& path = "",
+                                      GradcheckOptions opts = {});
+// Runs gradcheck_module on every leaf module that has parameters and on every
+// module whose forward records a backward of its own (custom_op_modules: a
+// gs::record the engine did not make, with or without parameters), feeding each
+// the input it saw in one forward of `x` (first `rows` rows only).
+std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows = 4,
+                                      GradcheckOptions opts = {});
+
+// ---- M14, M15, M16: short training runs ------------------------------------------
+// Every run starts from the model's current parameters and buffers and puts them
+// back afterwards (a snapshot), with a fresh Adam; every layer that is random in
+// train mode (found by probe_mode_dependence, whatever its type) runs in eval mode.
+class ParamSnapshot {
+ public:
+  explicit ParamSnapshot(nn::Module& model);
+  void restore();  // values, .grad cleared
+ private:
+  std::vector<std::pair<Tensor, Tensor>> saved_;  // (live tensor, copy)
+};
+
+// M14: trains on one batch; the loss must fall below o.overfit_loss (and the
+// accuracy reach o.overfit_accuracy for class targets) within o.overfit_steps,
+// extended a window at a time while the loss is still falling fast (up to
+// o.overfit_max_steps; see ModelCheckOptions). The finding's "steps" evidence is
+// the number of steps used, "budget" the steps allowed in the end.
+std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                                       const ModelCheckOptions& o = {});
+// M15: trains on batches (x_i, y_i) once with real and once with zeroed inputs,
+// then compares the loss on a held-out batch: real inputs must do better.
+std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
+                                                const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
+                                                const ModelCheckOptions& o = {});
+// M16: a small and a large model from `make(width)` trained the same way: the
+// large one must reach the lower training loss.
+std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t width)>& make, int64_t small_width,
+                                    int64_t large_width, const std::vector<std::pair<Tensor, Tensor>>& train,
+                                    const LossFunction& loss, const ModelCheckOptions& o = {});
+
+// ---- M17 ---------------------------------------------------------------------------
+// BatchNorm layers that will use batch statistics at eval (no running
+// statistics), or whose running statistics were never updated, when the model
+// is (or is about to be) evaluated.
+std::vector<Finding> check_batchnorm_stats(nn::Module& model);
+
+// ---- M23 ---------------------------------------------------------------------------
+// Two linear layers (Linear, Conv1d, Conv2d) in a row with no non-linearity between them: in
+// one eval-mode forward of `x` without gradients, a linear layer whose input is exactly the
+// previous linear layer's output (reshaped at most: a Flatten, a view, a dropout in eval mode
+// change no value). The two collapse into one linear map. Found by values, so an activation
+// written as a function in forward() (gs::relu(fc1(x))) counts as well as an nn::ReLU module.
+std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor& x);
+
+// ---- M24 ---------------------------------------------------------------------------
+// Dropout layers (nn::Dropout) whose probability is above o.max_dropout: most of the
+// activations are zeroed at every training step.
+std::vector<Finding> check_dropout_rate(nn::Module& model, const ModelCheckOptions& o = {});
+
+// ---- M27 ---------------------------------------------------------------------------
+// The variance of every ReLU layer's input in one eval-mode forward of `x` (at initialisation,
+// before training): a warning when the largest is more than o.activation_variance_ratio times
+// the smallest. Needs two ReLU layers whose inputs vary.
+std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
+
+}  // namespace gradsleuth::debug

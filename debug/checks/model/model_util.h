@@ -1,0 +1,74 @@
+// Helpers shared by the model checks' files (internal to checks/model/): a snapshot of the gradients to put
+// back after a probe, whether a batch is a classification one, its accuracy, the trainable parameters, row norms.
+#pragma once
+#include "debug/checks/model/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+
+namespace gradsleuth::debug::model_detail {
+
+
+// The .grad of every parameter, to put back after a probe.
+class GradSnapshot {
+ public:
+  explicit GradSnapshot(nn::Module& model) {
+    for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.grad());
+  }
+  ~GradSnapshot() {
+    for (auto& [p, g] : saved_) p.set_grad(g);
+  }
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> saved_;
+};
+
+inline bool is_classification(const Tensor& out, const Tensor& y) {
+  return y.dtype() == kInt64 && y.dim() == 1 && out.dim() == 2 && out.size(0) == y.size(0);
+}
+
+inline double accuracy_of(const Tensor& out, const Tensor& y) {
+  NoGradGuard ng;
+  Tensor hit = eq(argmax(out.detach(), 1), y);
+  return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(y.size(0));
+}
+
+inline std::vector<Tensor> trainable(nn::Module& model) {
+  std::vector<Tensor> out;
+  for (Tensor& p : model.parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+// Row norms of g (B, ...): the L2 norm of each example's slice.
+inline std::vector<double> row_norms(const Tensor& g) {
+  std::vector<double> out;
+  NoGradGuard ng;
+  Tensor flat = g.detach().reshape({g.size(0), -1}).to(kFloat64);
+  const std::vector<double> v = sqrt(sum(flat * flat, {1})).to_vector<double>();
+  return v;
+}
+
+
+}  // namespace gradsleuth::debug::model_detail

@@ -1,0 +1,238 @@
+// M1 shape trace, M3 final activation, M4 shared weights and M5 gradient flow (see model_checks.h).
+#include "debug/checks/model/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+#include "debug/checks/model/model_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace model_detail;
+
+// ---- M1 ------------------------------------------------------------------------------------
+ShapeTrace shape_trace(nn::Module& model, const Tensor& sample) {
+  ShapeTrace t;
+  HookSet hooks;
+  for (auto& [path, m] : model.named_modules()) {
+    ShapeRow r;
+    r.path = path.empty() ? "(model)" : path;
+    r.type = m->type_name();
+    r.output_shape = "-";
+    for (auto& [n, p] : m->named_parameters(false)) r.parameters += p.numel();
+    const size_t idx = t.rows.size();
+    t.rows.push_back(r);
+    hooks.post(m, [&t, idx](nn::Module&, const Tensor&, const Tensor& out) {
+      t.rows[idx].output_shape = out.defined() ? shape_str(out.shape()) : "undefined";
+      ++t.rows[idx].calls;
+    });
+  }
+  t.total_parameters = model.num_parameters();
+  t.trainable_parameters = model.num_parameters(true);
+  ModeSnapshot modes(model);
+  model.eval();  // a probe, not training: BatchNorm's running statistics stay as they are
+  NoGradGuard ng;
+  model(sample);
+  return t;
+}
+
+std::string ShapeTrace::str() const {
+  std::ostringstream os;
+  size_t w = 8;
+  for (const ShapeRow& r : rows) w = std::max(w, r.path.size() + r.type.size() + 3);
+  for (const ShapeRow& r : rows) {
+    const std::string left = r.path + " (" + r.type + ")";
+    os << left << std::string(w - left.size() + 2, ' ') << r.output_shape
+       << std::string(r.output_shape.size() < 20 ? 20 - r.output_shape.size() : 1, ' ') << r.parameters;
+    if (r.calls > 1) os << "  (called " << r.calls << " times)";
+    os << "\n";
+  }
+  os << total_parameters << " parameters, " << trainable_parameters << " trainable";
+  return os.str();
+}
+
+Finding ShapeTrace::finding() const {
+  Finding f;
+  f.check = "M1";
+  f.severity = Severity::Info;
+  f.title = "model summary: " + std::to_string(rows.size()) + " modules, " + std::to_string(total_parameters) +
+            " parameters";
+  f.module = "(model)";
+  f.shape = rows.empty() ? "" : rows.front().output_shape;
+  f.evidence = {{"parameters", static_cast<double>(total_parameters), ""},
+                {"trainable parameters", static_cast<double>(trainable_parameters), ""}};
+  f.cause = "\n" + str();
+  return f;
+}
+
+// ---- M3 ------------------------------------------------------------------------------------
+std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o) {
+  std::vector<Finding> out;
+  const auto leaves = leaf_modules(model);
+  // The last module that is not a (log-)softmax head.
+  for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
+    const std::string& type = it->second->type_name();
+    if (type == "LogSoftmax" || type == "Softmax" || type == "Dropout" || type == "Identity" || type == "Flatten")
+      continue;
+    if (type == "ReLU" || type == "Sigmoid") {
+      Finding f;
+      f.check = "M3";
+      f.severity = Severity::Warning;
+      f.title = "the model's last layer is a " + type + ": its outputs cannot be negative";
+      f.module = module_label(it->first, *it->second);
+      f.cause = "an activation after the final layer limits the logits' range: a class can never get a negative "
+                "score, so cross-entropy cannot push wrong classes down properly";
+      f.fix = "remove the " + type + " after the last Linear: cross-entropy expects raw logits (if the outputs are "
+              "meant to be non-negative, e.g. a regression of counts, ignore this)";
+      out.push_back(std::move(f));
+    }
+    break;
+  }
+  if (!logits.defined() || logits.dim() != 2 || logits.size(0) < o.min_rows_final_activation || logits.size(1) < 2 ||
+      !logits.is_floating_point())
+    return out;
+  NoGradGuard ng;
+  const TensorSummary s = summarize(logits);
+  // A ReLU's signature: no negative value, and many exact zeros (a linear head
+  // whose outputs all happen to be positive has no zeros).
+  if (!s.all_finite() || s.min < 0.0 || s.zero_fraction < o.min_zero_fraction_final_activation) return out;
+  const double row_sum_err = amax(abs(sum(logits.detach().to(kFloat64), {1}) - 1.0)).item<double>();
+  if (row_sum_err < 1e-3) return out;  // probabilities: L2's double softmax
+  Finding f;
+  f.check = "M3";
+  f.severity = Severity::Warning;
+  f.title = "every logit of the batch is >= 0 and many are exactly 0: the outputs look like they passed a ReLU";
+  f.module = out.empty() ? "(model output)" : out[0].module;
+  f.shape = shape_of(logits);
+  f.evidence = {{"min logit", s.min, "< 0 expected for raw logits"},
+                {"fraction exactly 0", s.zero_fraction, ""}};
+  f.cause = "an activation after the final layer (ReLU clips negative logits to 0; sigmoid squeezes them into "
+            "(0, 1)): cross-entropy cannot give a class a negative score";
+  f.fix = "end the model with the last Linear layer and feed its raw logits to the loss";
+  out.push_back(std::move(f));
+  return out;
+}
+
+// ---- M4 ------------------------------------------------------------------------------------
+std::vector<Finding> check_shared_weights(nn::Module& model) {
+  std::vector<Finding> out;
+  std::map<const nn::Module*, std::vector<std::string>> module_paths;
+  std::vector<std::pair<std::string, nn::ModulePtr>> unique;
+  for (auto& [path, m] : model.named_modules()) {
+    auto& v = module_paths[m.get()];
+    if (v.empty()) unique.emplace_back(path, m);
+    v.push_back(path.empty() ? "(model)" : path);
+  }
+  for (auto& [path, m] : unique) {
+    const auto& paths = module_paths[m.get()];
+    if (paths.size() < 2 || m->num_parameters() == 0) continue;
+    Finding f;
+    f.check = "M4";
+    f.severity = Severity::Warning;
+    std::string list;
+    for (const auto& p : paths) list += (list.empty() ? "" : " and ") + p;
+    f.title = "one " + m->type_name() + " instance is used at " + list + ": its " +
+              std::to_string(m->num_parameters()) + " parameters are shared";
+    f.module = module_label(path, *m);
+    f.evidence = {{"paths", static_cast<double>(paths.size()), "> 1 means shared"},
+                  {"shared parameters", static_cast<double>(m->num_parameters()), ""}};
+    f.cause = "the same layer object was added twice (e.g. reusing a variable in a loop or in Sequential) where two "
+              "layers were meant: both places compute with one set of weights, which get the sum of both "
+              "gradients, and the model has fewer parameters than it looks";
+    f.fix = "create a new layer instance for each place (std::make_shared<nn::Linear>(...) twice); if the weights "
+            "are tied on purpose, ignore this";
+    out.push_back(std::move(f));
+  }
+  // Parameters registered in two different modules that share one storage
+  // (register_parameter detaches, so the handles differ but the memory is one).
+  std::map<const Storage*, std::vector<std::string>> param_paths;
+  std::map<const Storage*, Shape> shapes;
+  std::vector<const Storage*> order;
+  for (auto& [path, m] : unique)
+    for (auto& [n, p] : m->named_parameters(false)) {
+      const Storage* st = p.storage().get();
+      auto& v = param_paths[st];
+      if (v.empty()) {
+        order.push_back(st);
+        shapes[st] = p.shape();
+      }
+      v.push_back(path.empty() ? n : path + "." + n);
+    }
+  for (const Storage* t : order) {
+    const auto& paths = param_paths[t];
+    if (paths.size() < 2) continue;
+    Finding f;
+    f.check = "M4";
+    f.severity = Severity::Warning;
+    std::string list;
+    for (const auto& p : paths) list += (list.empty() ? "" : ", ") + p;
+    f.title = "one parameter tensor is registered under " + std::to_string(paths.size()) + " names: " + list;
+    f.parameter = paths[0];
+    f.shape = shape_str(shapes[t]);
+    f.evidence = {{"names", static_cast<double>(paths.size()), "> 1 means shared"}};
+    f.cause = "two layers hold the same tensor (assigned from one to the other): they update together";
+    f.fix = "give each layer its own parameter (clone() it); if the tying is intended, ignore this";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// ---- M5 ------------------------------------------------------------------------------------
+std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip) {
+  std::vector<Finding> out;
+  int64_t total = 0, missing = 0;
+  std::vector<std::pair<std::string, Tensor>> bad;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;  // zero by construction
+    ++total;
+    Tensor g = p.grad();
+    bool none = !g.defined();
+    if (!none) {
+      NoGradGuard ng;
+      none = amax(abs(g.detach())).item<double>() == 0.0;
+    }
+    if (!none) continue;
+    ++missing;
+    bad.emplace_back(name, g);
+  }
+  for (auto& [name, g] : bad) {
+    Finding f;
+    f.check = "M5";
+    f.severity = Severity::Warning;
+    f.title = std::string("trainable parameter '") + name + "' got " + (g.defined() ? "an all-zero" : "no") +
+              " gradient from backward";
+    f.kind = g.defined() ? Kind::GradientAllZero : Kind::ParameterUnreached;
+    f.parameter = name;
+    f.evidence = {{"parameters without gradient", static_cast<double>(missing), "any is suspicious"},
+                  {"trainable parameters", static_cast<double>(total), ""}};
+    f.cause = "the graph from this parameter to the loss is cut: a detach() (or .data) inside the model, a layer "
+              "that is never called in forward, or every unit after it dead";
+    f.fix = "remove the detach() between this layer and the loss, call the layer in forward(), or freeze it on "
+            "purpose with requires_grad_(false)";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

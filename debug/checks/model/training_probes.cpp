@@ -1,0 +1,216 @@
+// M14 overfit one batch, M15 input-independent baseline and M16 capacity (see model_checks.h).
+#include "debug/checks/model/model_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/autograd.h"
+#include "core/generator.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/activation.h"
+#include "nn/conv.h"
+#include "nn/dropout.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/normalization.h"
+#include "optim/adam.h"
+#include "debug/checks/model/model_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace model_detail;
+
+// ---- M14 / M15 / M16 ------------------------------------------------------------------------
+ParamSnapshot::ParamSnapshot(nn::Module& model) {
+  NoGradGuard ng;
+  for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.detach().clone());
+  for (Tensor& b : model.buffers()) saved_.emplace_back(b, b.detach().clone());
+}
+
+void ParamSnapshot::restore() {
+  NoGradGuard ng;
+  for (auto& [live, copy] : saved_) {
+    if (live.device().is_cpu() && live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
+      std::memcpy(live.raw_data(), copy.raw_data(), copy.nbytes());
+    else
+      live.detach().copy_(copy);
+    live.zero_grad();
+  }
+}
+
+namespace {
+// Trains a fresh Adam for `steps` over `batches` (cycled); returns the per-step losses.
+// With `more`, when the budget is spent more(losses) may grant further steps (0: stop).
+std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& batches,
+                              const LossFunction& loss, int64_t steps, double lr, bool zero_inputs,
+                              double stop_below = -1.0, double* final_acc = nullptr, double stop_accuracy = 1.0,
+                              const std::function<int64_t(const std::vector<double>&)>& more = nullptr) {
+  std::vector<double> losses;
+  std::vector<Tensor> ps = trainable(model);
+  if (ps.empty() || batches.empty()) return losses;
+  optim::Adam opt(ps, optim::AdamOptions(lr));
+  // Train mode with the randomness off: every layer found random in train mode
+  // (nn::Dropout or a hand-written one) runs in eval mode; BatchNorm-like layers
+  // keep training mode, which is deterministic.
+  set_mode_without_randomness(model, true, probe_mode_dependence(model, batches.front().first));
+  for (int64_t s = 0; s < steps || (more && s == steps && (steps += more(losses)) > s); ++s) {
+    const auto& [x, y] = batches[static_cast<size_t>(s) % batches.size()];
+    opt.zero_grad();
+    Tensor out = model(zero_inputs ? zeros_like(x) : x);
+    Tensor l = loss(out, y);
+    l.backward();
+    opt.step();
+    losses.push_back(l.item<double>());
+    if (final_acc && is_classification(out, y)) *final_acc = accuracy_of(out, y);
+    if (stop_below > 0 && losses.back() < stop_below && (!final_acc || *final_acc >= stop_accuracy)) break;
+    if (!std::isfinite(losses.back())) break;
+  }
+  return losses;
+}
+
+double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss, bool zero_inputs) {
+  NoGradGuard ng;
+  model.eval();
+  return loss(model(zero_inputs ? zeros_like(b.first) : b.first), b.second).item<double>();
+}
+}  // namespace
+
+std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                                       const ModelCheckOptions& o) {
+  ModeSnapshot modes(model);
+  ParamSnapshot snap(model);
+  double acc = std::nan("");
+  const bool classes = y.dtype() == kInt64 && y.dim() == 1;
+  // The adaptive budget: past the base budget, one more window while the last window's mean
+  // loss is below the window before's by more than overfit_extend_drop, up to the cap.
+  const int64_t base = std::max<int64_t>(o.overfit_steps, 1);
+  const int64_t cap = std::max(base, o.overfit_max_steps > 0 ? o.overfit_max_steps : 4 * base);
+  const int64_t window = o.overfit_window > 0 ? o.overfit_window : std::max<int64_t>(10, base / 5);
+  auto more = [&](const std::vector<double>& l) -> int64_t {
+    const int64_t n = static_cast<int64_t>(l.size());
+    if (n < 2 * window || n >= cap) return 0;
+    double last_w = 0.0, prev_w = 0.0;
+    for (int64_t i = n - window; i < n; ++i) last_w += l[static_cast<size_t>(i)];
+    for (int64_t i = n - 2 * window; i < n - window; ++i) prev_w += l[static_cast<size_t>(i)];
+    if (!std::isfinite(last_w) || !std::isfinite(prev_w) || prev_w <= 0.0) return 0;
+    const bool falling_fast = last_w < (1.0 - o.overfit_extend_drop) * prev_w;
+    return falling_fast ? std::min(window, cap - n) : 0;
+  };
+  std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, o.overfit_loss,
+                                         classes ? &acc : nullptr, o.overfit_accuracy, more);
+  snap.restore();
+  std::vector<Finding> out;
+  if (losses.empty()) return out;
+  const double first = losses.front(), last = losses.back();
+  const double best = *std::min_element(losses.begin(), losses.end());
+  const bool ok = last < o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+  const int64_t used = static_cast<int64_t>(losses.size());
+  const std::string budget = "base budget " + std::to_string(base) + ", extended by " + std::to_string(window) +
+                             " while the loss still falls > " + fmt_num(100 * o.overfit_extend_drop) +
+                             "% per window, at most " + std::to_string(cap);
+  Finding f;
+  f.check = "M14";
+  f.module = "(model)";
+  f.shape = shape_of(x);
+  f.evidence = {{"initial loss", first, ""},
+                {"final loss", last, "< " + fmt_num(o.overfit_loss) + " expected"},
+                {"best loss", best, ""},
+                {"steps used", static_cast<double>(used), budget}};
+  if (classes) f.evidence.push_back({"final accuracy", acc, ">= " + fmt_num(o.overfit_accuracy) + " expected"});
+  const std::string extended = used > base ? " (base budget " + std::to_string(base) + ", extended while the loss was still falling fast)" : "";
+  if (ok) {
+    f.severity = Severity::Info;
+    f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
+              fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
+  } else {
+    f.severity = Severity::Warning;
+    f.title = "cannot overfit one batch of " + std::to_string(x.size(0)) + " examples in " + std::to_string(used) +
+              " steps (loss " + fmt_num(first) + " -> " + fmt_num(last) + ")" +
+              (used >= cap ? " (the cap of the adaptive budget)" : used > base ? extended : "");
+    f.cause = std::string(!std::isfinite(last) ? "the loss became non-finite: numerical instability or a learning "
+                                                 "rate too high. "
+                          : last > first ? "the loss went up: the loss is ill-defined (a flipped sign), the "
+                                           "learning rate is too high, or the computation is unstable. "
+                                         : "") +
+              "A model that cannot memorise a handful of examples has a bug: inputs and labels not aligned, "
+              "gradients that do not reach the layers (detach, frozen, dead units), an output activation that "
+              "limits the logits, or too little capacity";
+    f.fix = "run the gradient-flow (M5), final-activation (M3) and alignment (D4) checks; try a higher learning rate "
+            "for this test only";
+  }
+  return {f};
+}
+
+std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
+                                                const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
+                                                const ModelCheckOptions& o) {
+  ModeSnapshot modes(model);
+  ParamSnapshot snap(model);
+  short_run(model, train, loss, o.baseline_steps, o.baseline_lr, false);
+  const double real = eval_loss(model, held_out, loss, false);
+  snap.restore();
+  short_run(model, train, loss, o.baseline_steps, o.baseline_lr, true);
+  const double zero = eval_loss(model, held_out, loss, true);
+  snap.restore();
+  Finding f;
+  f.check = "M15";
+  f.module = "(model)";
+  f.evidence = {{"held-out loss, real inputs", real, ""},
+                {"held-out loss, zeroed inputs", zero,
+                 "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"}};
+  if (std::isfinite(real) && real < zero * (1.0 - o.baseline_margin)) {
+    f.severity = Severity::Info;
+    f.title = "the model uses its inputs: held-out loss " + fmt_num(real) + " with real inputs vs " + fmt_num(zero) +
+              " with zeroed inputs";
+  } else {
+    f.severity = Severity::Warning;
+    f.title = "training on zeroed inputs does as well as on the real ones: the model learns nothing from its inputs";
+    f.cause = "the inputs carry no usable signal for the labels: inputs and labels misaligned (shuffled "
+              "separately), a bug that drops the input (multiplied by 0, detached), or labels that do not depend "
+              "on the inputs";
+    f.fix = "check the alignment of (x, y) pairs (D4) and the data pipeline; print a few inputs with their labels";
+  }
+  return {f};
+}
+
+std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t width)>& make, int64_t small_width,
+                                    int64_t large_width, const std::vector<std::pair<Tensor, Tensor>>& train,
+                                    const LossFunction& loss, const ModelCheckOptions& o) {
+  auto final_loss = [&](int64_t width) {
+    nn::ModulePtr m = make(width);
+    short_run(*m, train, loss, o.baseline_steps, o.baseline_lr, false);
+    double s = 0.0;
+    for (const auto& b : train) s += eval_loss(*m, b, loss, false);
+    return s / static_cast<double>(std::max<size_t>(train.size(), 1));
+  };
+  const double small = final_loss(small_width), large = final_loss(large_width);
+  Finding f;
+  f.check = "M16";
+  f.module = "(model)";
+  f.evidence = {{"training loss, width " + std::to_string(small_width), small, ""},
+                {"training loss, width " + std::to_string(large_width), large, "must be lower"}};
+  if (std::isfinite(large) && large < small * (1.0 - o.capacity_margin)) {
+    f.severity = Severity::Info;
+    f.title = "more capacity fits better: training loss " + fmt_num(small) + " (width " +
+              std::to_string(small_width) + ") -> " + fmt_num(large) + " (width " + std::to_string(large_width) + ")";
+  } else {
+    f.severity = Severity::Warning;
+    f.title = "a larger model does not reach a lower training loss";
+    f.cause = "capacity is not what limits training: an optimisation problem (learning rate, initialisation), a "
+              "bottleneck elsewhere in the model, or inputs that carry no signal";
+    f.fix = "fix optimisation first (overfit one batch, M14; learning-rate diagnosis, O6), then grow the model";
+  }
+  return {f};
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,235 @@
+// The optimisation checks O1-O4 and O6 (docs/checks.md): gradient health after a
+// backward, gradient- and weight-norm histories, non-finite weights after a
+// step, and the learning-rate diagnosis (loss history and update/weight ratios).
+// (O5, a forgotten zero_grad, is raised by optim::Optimizer::step itself.)
+//
+//   debug::NormHistory norms;                       // O2, O3
+//   debug::UpdateRatioTracker ratios;               // O6
+//   ratios.attach(opt, *model, 10);                 // measures every 10th step
+//   for (...) {
+//     opt.zero_grad(); loss = loss_fn((*model)(x), y); loss.backward();
+//     report.add(debug::check_gradient_health(*model));   // O1 (every N steps)
+//     norms.record(step, *model);
+//     opt.step();
+//     report.add(debug::check_finite_weights(*model));    // O4
+//   }
+//   report.add(norms.findings());
+//   report.add(debug::diagnose_learning_rate(losses));     // O6 from the loss history
+//   report.add(ratios.findings());                          // O6 from the updates
+//
+// Thresholds are the named fields of OptimCheckOptions; the numbers next to
+// them were measured on the reference MLP of the bug catalog (see
+// loss_checks.h: Adam lr 1e-3 = healthy, lr 0.1 = B24, lr 1e-7 = far too low).
+// Parameters are named by their path in the model ("1.weight", "4.inner.1.bias");
+// "weights" are the parameters with dim >= 2 (biases and normalisation scales
+// are recorded for plots but only judged where said).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "debug/evidence/finding.h"
+#include "debug/checks/loss/loss_checks.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace gradsleuth::debug {
+
+struct OptimCheckOptions {
+  // ---- O1 gradient health ----
+  // Per parameter. Healthy reference MLP, 1000 steps: gradient norms 0.02-1.2
+  // (median per parameter), largest single value 50 (its first Linear).
+  double vanishing_grad_norm = 1e-7;  // a gradient norm below this is vanishing
+  // Parameters whose ~0 gradient is explained by construction (redundant biases found by
+  // find_redundant_biases, reported once as info): not vanishing, not warned about.
+  std::vector<std::string> zero_grad_by_construction;
+  double exploding_grad_norm = 1e3;   // above this, exploding
+  // Across depth: ||grad|| of the first weight / of the last weight (registration
+  // order). Healthy: 0.48-39 over every step of 4 runs (3.7 at the first step).
+  double depth_ratio_vanishing = 1e-3;
+  double depth_ratio_exploding = 70.0;
+
+  // ---- O2 gradient-norm spikes ----
+  // A record whose gradient norm is above spike_factor x the median of the
+  // spike_window records before it is a spike (judged from record
+  // spike_window + 1 on). One that stays up (the median of the spike_persist
+  // records from it on is still above the factor) is a warning; a lone spike
+  // that falls straight back is reported as info. The healthy reference MLP has
+  // 2-12 lone 10-98x spikes per 1000-4000 steps in its first Linear (ReLU before
+  // BatchNorm: a channel that barely varies in a batch gets its gradient divided
+  // by a tiny std), never a sustained one; SGD lr 0.2-0.5 on a plain MLP:
+  // sustained 15-425x spikes in every layer before it blew up.
+  double spike_factor = 10.0;
+  int64_t spike_window = 20;
+  int64_t spike_persist = 5;
+  // ... and only when it reaches this fraction of the gradient norm at the start
+  // of training (the largest of the first 5 records): the clean
+  // footwear reference, converged to a loss of 0.002, has 10x jumps of its
+  // output bias's gradient from 5.6e-4 to 5.7e-3, two orders below its start.
+  double spike_min_start_fraction = 0.5;
+
+  // ---- O3 weight-norm growth (weights only) ----
+  // A weight whose norm grew more than weight_growth_factor x from its first
+  // record, rising between at least weight_growth_min_increasing of consecutive
+  // records, over at least min_records records. Healthy: 1.6x in 1000 steps,
+  // 2.7x in 4000 (the first Linear: BatchNorm after it makes its scale free, and
+  // Adam inflates it); Adam lr 1e-2: 9.3x in 1000 steps; B24 (lr 0.1): 31x by
+  // step 100, 52x by step 1000.
+  double weight_growth_factor = 10.0;
+  double weight_growth_min_increasing = 0.6;
+  int64_t min_records = 10;
+
+  // ---- O6 learning rate ----
+  // From the loss history: too high = NaN/Inf, divergence, spikes above the
+  // start or wild oscillation (L1's statistics, with these options); too low =
+  // a flat loss (relative decrease below loss.min_relative_decrease).
+  LossCheckOptions loss;
+  // Update/weight ratio ||w_after - w_before|| / ||w_before|| per weight: its
+  // median over the measured steps outside [min, max] warns (the usual
+  // healthy band [1e-5, 1e-1]). Healthy (Adam 1e-3): medians 2.8e-3-6.5e-3;
+  // lr 1e-7: 1.1e-6-2.6e-6; B24 (lr 0.1): 4.6e-3-1.6e-2 — inside, because the weights grow
+  // as fast as the steps (O3 and the loss history catch B24 instead).
+  double min_update_ratio = 1e-5;
+  double max_update_ratio = 1e-1;
+  double min_weight_rms = 1e-6;       // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
+  int64_t min_update_records = 3;     // measured steps needed before a weight is judged
+  // The schedule (the learning rate at every step): one that falls below
+  // schedule_collapse x its first value before schedule_collapse_by of the run has gone
+  // (a scheduler stepped per batch where it was written per epoch: StepLR(step_size=30)
+  // meant 30 epochs), or rises above schedule_growth x its first value, warns; so does a
+  // learning rate of 0 from the start. Judged from schedule_min_steps steps on.
+  double schedule_collapse = 1e-2;
+  double schedule_collapse_by = 0.5;
+  double schedule_growth = 10.0;
+  int64_t schedule_min_steps = 10;
+
+  // ---- O8 learning rate before training ----
+  // The usual ranges of a starting learning rate: adaptive optimizers (Adam, AdamW, RMSprop)
+  // [1e-5, 1e-2] (their default is 1e-3), SGD [1e-4, 1] (with or without momentum).
+  double adaptive_lr_min = 1e-5;
+  double adaptive_lr_max = 1e-2;
+  double sgd_lr_min = 1e-4;
+  double sgd_lr_max = 1.0;
+};
+
+// Per-parameter series for plots: (parameter path, [(step, value), ...]).
+using NormSeries = std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>;
+
+// O1, after a backward: per trainable parameter, no gradient (warning), NaN/Inf
+// (error), norm below opts.vanishing_grad_norm or above opts.exploding_grad_norm
+// (warnings); across depth, first weight's gradient norm / last weight's outside
+// [depth_ratio_vanishing, depth_ratio_exploding] (warnings). When nothing is
+// wrong, one info finding with the smallest and largest norms and the ratio.
+std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimCheckOptions& opts = {});
+
+// O2 and O3: record() after backward and before step (the gradients of this
+// step, the weights they were computed for), every step or every N steps.
+class NormHistory {
+ public:
+  explicit NormHistory(OptimCheckOptions opts = {}) : o_(std::move(opts)) {}
+  // Stores each trainable parameter's gradient norm (when it has a gradient)
+  // and weight norm under `step`.
+  // `weight_norm` (optional): a weight's norm the caller has just measured (NaN: not known, read it).
+  void record(int64_t step, const nn::Module& model, const std::function<double(const Tensor&)>& weight_norm = {});
+  // O2 gradient spikes (error: a non-finite norm; warning: sustained; info:
+  // lone spikes) and O3 steadily growing weight norms (warning). Empty when healthy.
+  std::vector<Finding> findings() const;
+  NormSeries grad_series() const;
+  NormSeries weight_series() const;
+  int64_t records() const { return records_; }
+  void clear() { params_.clear(); records_ = 0; }
+
+ private:
+  struct Param {
+    std::string name, shape;
+    int64_t dim = 0, numel = 0;
+    std::vector<std::pair<int64_t, double>> grad, weight;
+  };
+  Param& param(const std::string& name, const Tensor& p);
+  OptimCheckOptions o_;
+  std::vector<Param> params_;  // registration order
+  int64_t records_ = 0;
+};
+
+// O4, after a step: an error per parameter holding NaN or Inf, with the counts.
+// `known_finite` (optional): parameters a pass of the caller's own has just found finite are not
+// read again (debug::Monitor passes UpdateRatioTracker::measured_finite).
+std::vector<Finding> check_finite_weights(const nn::Module& model,
+                                          const std::function<bool(const Tensor&)>& known_finite = {});
+
+// O6 from per-step training losses: a warning "learning rate too high" (NaN/Inf,
+// divergence, spikes above the starting loss, wild oscillation) or "too low"
+// (the loss barely moves), with L1's statistics as evidence. Empty otherwise.
+std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses,
+                                            const OptimCheckOptions& opts = {});
+
+// O6 from the schedule: the learning rate at each optimizer step (Monitor records it). A
+// warning when it starts at 0, collapses early (below schedule_collapse x its start before
+// schedule_collapse_by of the steps) or grows past schedule_growth x its start. Empty otherwise.
+std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& learning_rates,
+                                          const OptimCheckOptions& opts = {});
+
+// O8, before training: each parameter group's learning rate against the usual range of its
+// optimizer (Adam/AdamW/RMSprop: [adaptive_lr_min, adaptive_lr_max]; SGD: [sgd_lr_min,
+// sgd_lr_max]); a warning per group outside it. An optimizer of another kind is not judged.
+std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& opts = {});
+
+// O6 from the updates: attach() adds a pre- and a post-step hook to the
+// optimizer; on every `every`-th step (steps 1, 1 + every, ...; or the steps a
+// predicate picks) it measures,
+// per trainable parameter, ||w_after - w_before|| / ||w_before|| (skipping
+// tensors whose rms is below opts.min_weight_rms). findings(): a warning per
+// weight whose median ratio is outside [min_update_ratio, max_update_ratio]
+// (one that never changes is named as never updated). Detach before the
+// optimizer is destroyed; the destructor detaches.
+class UpdateRatioTracker {
+ public:
+  explicit UpdateRatioTracker(OptimCheckOptions opts = {}) : o_(std::move(opts)) {}
+  ~UpdateRatioTracker() { detach(); }
+  UpdateRatioTracker(const UpdateRatioTracker&) = delete;
+  UpdateRatioTracker& operator=(const UpdateRatioTracker&) = delete;
+
+  void attach(optim::Optimizer& opt, const nn::Module& model, int64_t every = 10);
+  // The same on the steps `measure(step)` picks (1-based optimizer steps): debug::Monitor measures
+  // on its own sampled steps, so that the other checks of those steps find the weights in cache.
+  void attach(optim::Optimizer& opt, const nn::Module& model, std::function<bool(int64_t step)> measure);
+  void detach();
+  bool attached() const { return opt_ != nullptr; }
+  std::vector<Finding> findings() const;
+  NormSeries series() const;  // per parameter: (step, ratio)
+  int64_t measurements() const { return measurements_; }
+  // During a measured step (between its pre- and post-step hooks): the norm of `p`'s weight before
+  // the update, read with the snapshot (NaN when `p` is not measured, not float32 on the CPU, or
+  // holds a NaN or Inf).
+  double measured_norm(const Tensor& p) const;
+  // True when `p` was measured on the step just taken (until the next step ends) and every value
+  // of its updated weight is finite: the measurement read it whole.
+  bool measured_finite(const Tensor& p) const;
+
+ private:
+  struct Param {
+    std::string name, shape;
+    Tensor tensor;  // shares state with the model's parameter
+    int64_t dim = 0, numel = 0;
+    int group = -1;  // the optimizer's parameter group holding it (-1: none)
+    Tensor before;   // snapshot of the step being measured
+    double norm_before = 0.0;  // its norm, when the snapshot's pass measured it (NaN: not)
+    std::vector<std::pair<int64_t, double>> ratios;
+    std::vector<double> lrs;  // the group's lr at each measurement
+  };
+  void pre_step(optim::Optimizer& opt);
+  void post_step(optim::Optimizer& opt);
+  OptimCheckOptions o_;
+  optim::Optimizer* opt_ = nullptr;
+  std::vector<size_t> hooks_;
+  std::function<bool(int64_t)> measure_;  // which steps are measured
+  int64_t measuring_step_ = -1;  // the step being measured (-1: none)
+  int64_t measurements_ = 0;
+  std::vector<Param> params_;
+  std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite
+};
+
+}  // namespace gradsleuth::debug

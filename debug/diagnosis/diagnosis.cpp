@@ -1,0 +1,657 @@
+// Diagnosis (see diagnosis.h): the symptom and cause tables, and the search that turns a
+// report's findings into chains of explanation and a lead.
+#include "debug/diagnosis/diagnosis.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "debug/evidence/catalogue.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+bool is(const Finding& f, const char* check) { return f.fires() && f.check == check; }
+bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.check == check && f.kind == k; }
+
+// The checks that localise where a non-finite value came from.
+bool nonfinite_source(const Finding& f) {
+  return f.fires() && (f.check == "D2" || f.check == "M12" || f.check == "W4" ||
+                       (f.check == "L5" && f.severity == Severity::Error));
+}
+// A finding about non-finite values. M18 is left out: it runs its own forward in half
+// precision, and its overflow is a fault of its own.
+bool nonfinite_member(const Finding& f) {
+  if (!f.fires() || f.check == "M18") return false;
+  if (nonfinite_source(f) || f.check == "O4") return true;
+  if (f.check == "O1" && f.severity == Severity::Error) return true;  // NaN/Inf gradients
+  return f.reports_nonfinite();
+}
+
+bool o1_vanishing(const Finding& f) {
+  return f.severity == Severity::Warning &&
+         (is(f, "O1", Kind::GradientVanishing) || is(f, "O1", Kind::VanishTowardsInput) ||
+          is(f, "O1", Kind::GradientMissing));
+}
+bool o1_exploding(const Finding& f) {
+  return f.severity == Severity::Warning &&
+         (is(f, "O1", Kind::GradientExploding) || is(f, "O1", Kind::ExplodeTowardsInput));
+}
+bool cut_graph(const Finding& f) { return is(f, "M5", Kind::ParameterUnreached); }
+// M25 about a gradient (the others name a layer output or a parameter's value).
+bool m25_gradient(const Finding& f) { return is(f, "M25", Kind::ZeroGradient); }
+// D3 about the trained model's per-class recall (the others count the labels).
+bool d3_class_errors(const Finding& f) { return is(f, "D3", Kind::ClassRecallLow); }
+bool zero_gradient(const Finding& f) {
+  return is(f, "M5", Kind::GradientAllZero) || m25_gradient(f) || is(f, "O6", Kind::NeverUpdated) ||
+         is(f, "M6", Kind::InputUnreached) || is(f, "M6", Kind::OutputIgnoresInput);
+}
+// L4 about the initial outputs against the targets (the others judge the initial loss).
+bool output_init(const Finding& f) { return is(f, "L4", Kind::InitialOutputBiased); }
+// M27 about the gradients of the first steps (the others measure activation variance).
+bool symmetric_init(const Finding& f) { return is(f, "M27", Kind::SymmetricUnits); }
+bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
+// O6 judges the learning rate by what the run did (and its lr / 10 probe confirms it); O8 by its
+// value against the optimizer's usual range before training: all confirm the same cause.
+bool o6_too_high(const Finding& f) {
+  return is(f, "O6", Kind::LrTooHigh) || is(f, "O6", Kind::UpdatesTooLarge) || is(f, "O6", Kind::LrProbeConfirms);
+}
+bool lr_too_high(const Finding& f) { return o6_too_high(f) || is(f, "O8", Kind::LrAboveRange); }
+bool lr_too_low(const Finding& f) {
+  return is(f, "O6", Kind::LrTooLow) || is(f, "O6", Kind::UpdatesTooSmall) || is(f, "O8", Kind::LrBelowRange);
+}
+bool lr_schedule(const Finding& f) {
+  return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
+         is(f, "O6", Kind::ScheduleGrows);
+}
+bool loss_unstable(const Finding& f) {
+  return !nonfinite_member(f) &&
+         (is(f, "L1", Kind::LossSpiking) || is(f, "L1", Kind::LossDiverging) || is(f, "L1", Kind::LossOscillating) ||
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || is(f, "M26", Kind::VarianceBlewUp));
+}
+bool not_learning(const Finding& f) {
+  if (!f.fires()) return false;
+  if (f.check == "L1") return f.kind == Kind::LossStuck || f.kind == Kind::LossAtChance;
+  if (f.check == "L7") return f.kind == Kind::Underfitting;
+  return f.check == "M14" || f.check == "M15" || lr_too_low(f);
+}
+
+// Each fault's own findings: every firing finding of its check.
+#define GS_CHECK_CONFIRMS(ID) [](const Finding& f) { return is(f, ID); }
+
+}  // namespace
+
+const std::vector<Cause>& diagnosis_causes() {
+  static const std::vector<Cause> table = {
+      // ---- the data ----
+      {"nonfinite-input", "NaN/Inf in the inputs or labels", "D2", "counts NaN/Inf in a batch", true, GS_CHECK_CONFIRMS("D2")},
+      {"misaligned-labels", "inputs and labels out of step", "D4",
+       "hashes each loaded input back to the dataset and compares its label", true, GS_CHECK_CONFIRMS("D4")},
+      {"label-encoding", "labels outside [0, C) or numbered from 1", "D9", "the labels' range against the output width",
+       true, GS_CHECK_CONFIRMS("D9")},
+      {"label-shape", "labels shaped differently from the prediction", "D6", "the shapes that reach the loss", true,
+       GS_CHECK_CONFIRMS("D6")},
+      {"unscaled-inputs", "inputs not normalised", "D5", "per-feature mean and std of a batch", true, GS_CHECK_CONFIRMS("D5")},
+      {"unshuffled", "batches not shuffled, or one batch fed every step", "D8",
+       "the classes in sampled batches, and whether consecutive steps see the same batch", true,
+       GS_CHECK_CONFIRMS("D8")},
+      {"split-preprocessing", "splits preprocessed differently", "D10", "the statistics of each split", true,
+       GS_CHECK_CONFIRMS("D10")},
+      {"leakage", "normalisation fitted on held-out data", "D7", "what the Normalizer was fitted on", true,
+       GS_CHECK_CONFIRMS("D7")},
+      {"rank-shards", "ranks reading the same data", "D11", "the sample indices of each rank", true, GS_CHECK_CONFIRMS("D11")},
+      {"class-imbalance", "classes missing or badly imbalanced", "D3", "the class counts", true,
+       [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); }},
+      {"conflicting-labels", "duplicated inputs, some with conflicting labels", "D12",
+       "exact duplicates among the training inputs and their labels", true, GS_CHECK_CONFIRMS("D12")},
+      {"split-mix", "validation rows that are also training rows", "D13", "the validation inputs hashed against train",
+       true, GS_CHECK_CONFIRMS("D13")},
+      {"feature-drift", "validation inputs from another distribution", "D14",
+       "the per-image brightness and contrast of each split (KS statistic)", true, GS_CHECK_CONFIRMS("D14")},
+      {"label-drift", "validation classes distributed differently, or new ones", "D15",
+       "the class frequencies of each split (PSI) and classes train never has", true, GS_CHECK_CONFIRMS("D15")},
+      {"tiny-validation", "a validation split too small to judge", "D16", "the sizes of the splits", true,
+       GS_CHECK_CONFIRMS("D16")},
+      // ---- the loss ----
+      {"masked-targets", "every target masked by ignore_index", "L5", "the targets against ignore_index", true,
+       GS_CHECK_CONFIRMS("L5")},
+      {"double-softmax", "probabilities fed to cross-entropy (a second softmax)", "L2",
+       "whether every row of the loss input is a distribution", true, GS_CHECK_CONFIRMS("L2")},
+      {"bce-logits", "logits fed to a loss that expects probabilities", "L3", "the range of the BCE input", true,
+       GS_CHECK_CONFIRMS("L3")},
+      {"output-init", "a final layer that starts far from the targets (its bias)", "L4",
+       "the untrained model's mean output against the batch's class frequencies or target mean", true,
+       [](const Finding& f) { return output_init(f); }},
+      {"sum-reduction", "the loss summed over the batch", "L6", "the gradient's growth when the batch doubles", true,
+       GS_CHECK_CONFIRMS("L6")},
+      {"rank-loss-logging", "one rank's loss logged as the global loss", "L8", "the logged loss against every rank's", true,
+       GS_CHECK_CONFIRMS("L8")},
+      // ---- the model ----
+      {"inplace", "an in-place change to a tensor saved for backward", "M20", "the autograd version counter", true,
+       GS_CHECK_CONFIRMS("M20")},
+      {"gate-error", "the model or the loss raised an error", "W2", "the pre-training gate's forward and backward", true,
+       GS_CHECK_CONFIRMS("W2")},
+      {"cut-graph", "a parameter the gradient does not reach (detach, a frozen or unused layer)", "M5",
+       "which trainable parameters get a gradient from one backward", true, [](const Finding& f) { return cut_graph(f); },
+       true},
+      {"frozen", "the wrong parameters frozen", "M10", "requires_grad against the optimizer's parameters", true,
+       GS_CHECK_CONFIRMS("M10"), true},
+      {"final-activation", "an activation after the final layer", "M3", "the last module and the sign of the logits",
+       true, GS_CHECK_CONFIRMS("M3")},
+      {"batchnorm-stats", "BatchNorm evaluated without running statistics", "M17",
+       "num_batches_tracked of each BatchNorm at evaluation", true, GS_CHECK_CONFIRMS("M17")},
+      {"train-mode-eval", "the wrong train/eval mode (evaluation in training mode, training in eval mode)", "M2",
+       "the mode of dropout/BatchNorm-like layers during evaluation and during training steps", true,
+       GS_CHECK_CONFIRMS("M2")},
+      {"batch-mixing", "examples of the batch mixed (a reshape for a transpose, a reduction over the batch)", "M6",
+       "the Jacobian of one output row with respect to every input row", true,
+       [](const Finding& f) { return batch_mixing(f); }},
+      {"broadcast", "an elementwise op broadcasting two differently shaped operands", "M19",
+       "the shapes of the loss's operands", true, GS_CHECK_CONFIRMS("M19")},
+      {"shared-weights", "one layer instance used twice", "M4", "parameters registered under two paths", true,
+       GS_CHECK_CONFIRMS("M4")},
+      {"nonfinite-op", "a numerically unstable op (log of 0, exp overflow)", "M12",
+       "the first module (and, in anomaly mode W4, the op) whose output turns non-finite", true,
+       [](const Finding& f) { return is(f, "M12") || is(f, "W4"); }},
+      {"dead-relu", "dead ReLU units", "M7", "the fraction of each ReLU layer's units never active over the data", true,
+       GS_CHECK_CONFIRMS("M7")},
+      {"saturation", "saturated or stacked sigmoid/tanh units", "M8",
+       "the saturated fraction of each sigmoid/tanh layer and the product of their mean derivatives", true,
+       GS_CHECK_CONFIRMS("M8")},
+      {"bad-init", "weights initialised at the wrong scale", "M9", "each weight's std against He/Xavier", true,
+       GS_CHECK_CONFIRMS("M9")},
+      {"wrong-backward", "a layer whose backward is wrong", "M13", "analytic against numerical gradients", true,
+       GS_CHECK_CONFIRMS("M13")},
+      {"dtype-device", "inputs of another dtype or device than the model", "M11", "the dtypes and devices of a forward",
+       true, GS_CHECK_CONFIRMS("M11")},
+      {"half-overflow", "a forward that overflows in half precision", "M18", "the forward run in float16", true,
+       GS_CHECK_CONFIRMS("M18")},
+      {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true, GS_CHECK_CONFIRMS("M16")},
+      {"missing-nonlinearity", "two linear layers with no non-linearity between them", "M23",
+       "each linear layer's input against the previous linear layer's output", true, GS_CHECK_CONFIRMS("M23")},
+      {"high-dropout", "a dropout rate above 0.5", "M24", "the probability of each Dropout layer", true,
+       GS_CHECK_CONFIRMS("M24")},
+      {"all-zero", "a weight or a layer output that stays zero", "M25",
+       "each parameter and layer output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
+      {"init-variance", "activations whose variance shrinks or grows through the layers at initialisation", "M27",
+       "the variance of each ReLU layer's input at initialisation", true,
+       [](const Finding& f) { return is(f, "M27") && !symmetric_init(f); }},
+      {"symmetric-init", "weights initialised symmetric (one value), so a layer's units stay identical", "M27",
+       "the 5th-95th percentile spread of each weight's gradient over the first steps", true,
+       [](const Finding& f) { return symmetric_init(f); }, true},
+      {"variance-collapse", "a layer whose output became constant", "M26",
+       "the variance of each layer's output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
+      {"replicas-diverged", "replicas whose weights differ across ranks", "M21", "a checksum of every rank's parameters",
+       true, GS_CHECK_CONFIRMS("M21")},
+      {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
+       GS_CHECK_CONFIRMS("M22")},
+      // ---- the optimisation ----
+      {"zero-grad", "gradients never zeroed between steps", "O5", "the gradient's growth across steps", true,
+       GS_CHECK_CONFIRMS("O5")},
+      {"grad-reduction", "gradients summed across ranks, or a parameter left out of the all-reduce", "O7",
+       "every rank's gradient against the reduced one", true, GS_CHECK_CONFIRMS("O7")},
+      {"effective-batch", "a learning rate not scaled for the effective batch", "W9",
+       "the global batch and learning rate of a data-parallel run", true, GS_CHECK_CONFIRMS("W9")},
+      {"lr-too-high", "a learning rate too high", "O6",
+       "the learning rate against its optimizer's usual range before training (O8), the loss history and each "
+       "parameter's update-to-weight ratio (O6), and, where the run can be repeated, the same run at a tenth of the "
+       "learning rate",
+       true, [](const Finding& f) { return lr_too_high(f); }},
+      {"lr-too-low", "a learning rate too low", "O6", "the learning rate against its optimizer's usual range (O8), the "
+       "loss's relative decrease and the update-to-weight ratios (O6)", true,
+       [](const Finding& f) { return lr_too_low(f); }},
+      {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
+       "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
+      {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
+       "whether any trainable parameter holds a gradient when the optimizer steps", true,
+       [](const Finding& f) { return is(f, "O1", Kind::NoGradientAtStep); }},
+      {"stalled", "a training loop that stalls between steps", "W10", "the wall time of every step", true,
+       GS_CHECK_CONFIRMS("W10")},
+      {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true, GS_CHECK_CONFIRMS("W1")},
+      // ---- symptoms that explain other symptoms ----
+      {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
+      {"vanishing-gradients", "vanishing gradients", "O1", "", false, [](const Finding& f) {
+         return o1_vanishing(f);
+       }},
+      {"zero-gradients", "all-zero gradients", "M5", "", false, [](const Finding& f) { return zero_gradient(f); }},
+      {"exploding-gradients", "exploding gradients", "O1", "", false, [](const Finding& f) { return o1_exploding(f); }},
+      {"unstable-loss", "an unstable loss", "L1", "", false, [](const Finding& f) { return loss_unstable(f); }},
+  };
+  return table;
+}
+
+#undef GS_CHECK_CONFIRMS
+
+const Cause* find_cause(const std::string& id) {
+  for (const Cause& c : diagnosis_causes())
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+const std::vector<Symptom>& diagnosis_symptoms() {
+  // The causes every "it does not learn" symptom can have, most specific first: faults a
+  // check sees directly, then the symptoms that would explain it, then the hyperparameters.
+  static const std::vector<std::string> any_fault = {
+      "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
+      "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
+      "frozen", "wrong-backward", "all-zero", "variance-collapse", "dead-relu", "saturation", "bad-init", "init-variance",
+      "symmetric-init", "shared-weights", "output-init", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
+      "zero-grad", "grad-reduction", "replicas-diverged",
+      "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
+      "no-backward", "lr-schedule", "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss",
+      "lr-too-high", "high-dropout", "missing-nonlinearity", "capacity", "lr-too-low"};
+  static const std::vector<Symptom> table = {
+      {"non-finite", "NaN/Inf values", "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
+       [](const Finding& f) { return nonfinite_member(f); },
+       {"nonfinite-input", "masked-targets", "nonfinite-op"}},
+      {"initial-loss", "an initial loss far from log(C)", "L4 (the loss)",
+       [](const Finding& f) { return is(f, "L4") && !output_init(f); },
+       {"output-init", "sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast", "final-activation",
+        "double-softmax", "bce-logits", "batch-mixing", "nonfinite-op", "bad-init", "unscaled-inputs", "class-imbalance"}},
+      {"biased-start", "an untrained model whose mean output is far from the targets", "L4 (the initial outputs)",
+       [](const Finding& f) { return output_init(f); }, {"unscaled-inputs", "bad-init", "init-variance"}},
+      {"not-learning", "a loss that does not fall (stuck, at chance, cannot overfit one batch)",
+       "L1 (stuck, at chance), M14, M15, L7 (underfitting), O6 (too low)",
+       [](const Finding& f) { return not_learning(f); }, any_fault},
+      {"unstable-loss", "a loss that spikes, oscillates or diverges; weights that keep growing",
+       "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
+       [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
+       {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad", "grad-reduction",
+        "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
+      {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient)",
+       [](const Finding& f) { return o1_vanishing(f); },
+       {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",
+        "double-softmax", "bce-logits", "final-activation", "zero-gradients"}},
+      {"zero-gradients", "all-zero gradients; weights that never change",
+       "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the input)",
+       [](const Finding& f) { return zero_gradient(f); },
+       {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "all-zero", "dead-relu", "saturation",
+        "final-activation", "symmetric-init", "vanishing-gradients"}},
+      {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
+       {"bad-init", "init-variance", "output-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction",
+        "lr-too-high"}},
+      {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
+       [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
+       {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+      {"batch-coupling", "outputs that depend on other examples of the batch", "M6 (the model mixes the batch)",
+       [](const Finding& f) { return batch_mixing(f); }, {"batchnorm-stats", "train-mode-eval"}},
+      {"wrong-gradient", "an analytic gradient that disagrees with the numerical one", "M13",
+       [](const Finding& f) { return is(f, "M13"); }, {"cut-graph", "inplace"}},
+      {"broadcast", "a loss that broadcasts its operands", "M19", [](const Finding& f) { return is(f, "M19"); },
+       {"label-shape"}},
+      {"label-counts", "classes with no examples", "D3", [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); },
+       {"masked-targets", "label-encoding"}},
+      {"class-errors", "one class predicted far worse than the others", "D3 (per-class recall)",
+       [](const Finding& f) { return d3_class_errors(f); },
+       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift", "final-activation",
+        "lr-too-low", "dead-relu", "symmetric-init"}},
+      {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
+       [](const Finding& f) {
+         return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose);
+       },
+       {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "split-preprocessing", "feature-drift",
+        "label-drift", "tiny-validation"}},
+      {"validation-too-good", "a validation accuracy suspiciously above the training accuracy",
+       "L7 (suspiciously high validation accuracy)",
+       [](const Finding& f) { return is(f, "L7", Kind::ValidationTooGood); },
+       {"split-mix", "leakage", "conflicting-labels", "label-drift", "tiny-validation", "train-mode-eval"}},
+      {"training-failed", "a training loop that raised an error", "W3 (training failed)",
+       [](const Finding& f) { return is(f, "W3", Kind::TrainingFailed); },
+       {"gate-error", "inplace", "bce-logits", "label-encoding", "label-shape", "dtype-device"}},
+      {"gate-failure", "the model or the loss raised an error in the pre-training gate", "W2",
+       [](const Finding& f) { return is(f, "W2"); },
+       {"bce-logits", "label-encoding", "label-shape", "dtype-device", "inplace", "double-softmax"}},
+      {"validation-shift", "validation inputs whose statistics differ from the training inputs'", "D14",
+       [](const Finding& f) { return is(f, "D14"); }, {"split-preprocessing", "label-drift"}},
+      {"replicas-apart", "replicas whose weights drift apart", "M21", [](const Finding& f) { return is(f, "M21"); },
+       {"grad-reduction"}},
+      {"effective-lr", "an effective learning rate scaled by the number of ranks", "W9",
+       [](const Finding& f) { return is(f, "W9"); }, {"grad-reduction"}},
+  };
+  return table;
+}
+
+std::string diagnosis_tables_markdown() {
+  std::ostringstream os;
+  os << "| symptom | shown by | candidate causes, most likely first |\n|---|---|---|\n";
+  for (const Symptom& s : diagnosis_symptoms()) {
+    os << "| " << s.name << " | " << s.shown_by << " | ";
+    for (size_t i = 0; i < s.causes.size(); ++i) {
+      const Cause* c = find_cause(s.causes[i]);
+      // A check that confirms two causes (O6: too high, too low) is named with the cause.
+      const bool shared = std::count_if(diagnosis_causes().begin(), diagnosis_causes().end(),
+                                        [&](const Cause& k) { return k.fault && k.check == c->check; }) > 1;
+      os << (i ? ", " : "")
+         << (!c->fault ? "(" + c->name + ")" : shared ? c->check + " (" + c->name + ")" : c->check);
+    }
+    os << " |\n";
+  }
+  os << "\n| cause | confirmed by | the probe measures |\n|---|---|---|\n";
+  for (const Cause& c : diagnosis_causes())
+    if (c.fault) os << "| " << c.name << " | " << c.check << (c.id == "nonfinite-op" ? ", W4" : "") << " | " << c.probe << " |\n";
+  return os.str();
+}
+
+namespace {
+
+// A finding's place in time, for ordering.
+std::pair<int, int64_t> when(const Finding& f) { return finding_time(f); }
+
+int place(const Finding& f) { return (f.op.empty() ? 0 : 2) + (f.module.empty() ? 0 : 1); }
+
+// How well finding b's location matches a's: the same parameter, a module containing it, or nothing.
+int location_match(const Finding& a, const Finding& b) {
+  if (!a.parameter.empty() && a.parameter == b.parameter) return 2;
+  auto path = [](const std::string& m) { return m.substr(0, m.find(' ')); };
+  if (!a.parameter.empty() && !b.module.empty() && a.parameter.rfind(path(b.module) + ".", 0) == 0) return 1;
+  if (!a.module.empty() && a.module == b.module) return 2;
+  return 0;
+}
+
+std::string label(const Cause& c) { return (c.check.empty() ? "" : c.check + ": ") + c.name; }
+
+// The causes only a data-parallel run can have: their checks compare ranks.
+bool data_parallel_only(const Cause& c) {
+  for (const char* id : {"D11", "L8", "M21", "M22", "O7", "W9"})
+    if (c.check == id) return true;
+  return false;
+}
+
+// The causes a finding's symptoms can have, in order, each once.
+std::vector<const Cause*> candidates_of(const Finding& f) {
+  std::vector<const Cause*> out;
+  for (const Symptom& s : diagnosis_symptoms()) {
+    if (!s.shows(f)) continue;
+    for (const std::string& id : s.causes) {
+      const Cause* c = find_cause(id);
+      if (c && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const Cause* fault_confirmed_by(const Finding& f) {
+  for (const Cause& c : diagnosis_causes())
+    if (c.fault && c.confirms(f)) return &c;
+  return nullptr;
+}
+
+
+namespace {
+std::atomic<uint64_t> g_analyses{0};
+}  // namespace
+
+uint64_t analyse_causes_runs() { return g_analyses.load(); }
+
+const CauseAnalysis& Report::diagnosis() const {
+  if (!diagnosis_) diagnosis_ = std::make_shared<const CauseAnalysis>(analyse_causes(*this));
+  return *diagnosis_;
+}
+
+CauseAnalysis analyse_causes(const Report& r) {
+  ++g_analyses;
+  const std::vector<Finding>& fs = r.findings();
+  const size_t n = fs.size();
+  CauseAnalysis a;
+  a.parent.assign(n, -1);
+  a.root.assign(n, -1);
+  a.because.assign(n, "");
+  a.cause_text.assign(n, "");
+  a.fix_text.assign(n, "");
+  std::vector<const Cause*> via(n, nullptr);  // the cause through which the parent explains it
+
+  // 1. Each finding's parent: the first candidate cause (in the table's order) that another
+  //    firing finding confirms. A finding is never explained through a cause it confirms
+  //    itself (the same fault seen twice is grouped in step 3), and a non-finite source is
+  //    explained by another source only at the same time or place, or by the inputs' own NaN
+  //    (a second fault later, elsewhere, is its own root).
+  for (size_t i = 0; i < n; ++i) {
+    const Finding& f = fs[i];
+    if (!f.fires()) continue;
+    for (const Cause* c : candidates_of(f)) {
+      if (c->confirms(f)) continue;
+      int64_t best = -1;
+      auto better = [&](size_t j, size_t k) {  // is j a better explanation than k?
+        const int mj = location_match(f, fs[j]), mk = location_match(f, fs[k]);
+        if (mj != mk) return mj > mk;
+        const bool bj = when(fs[j]) <= when(f), bk = when(fs[k]) <= when(f);
+        if (bj != bk) return bj;                                    // at or before it first
+        if (when(fs[j]) != when(fs[k])) return bj ? when(fs[j]) > when(fs[k]) : when(fs[j]) < when(fs[k]);
+        if (place(fs[j]) != place(fs[k])) return place(fs[j]) > place(fs[k]);
+        return j < k;
+      };
+      for (size_t j = 0; j < n; ++j) {
+        if (j == i || !fs[j].fires() || !c->confirms(fs[j])) continue;
+        // A second non-finite source at another time is a fault of its own, unless it is the same
+        // place (M12 and W4 on one module) or the inputs themselves (D2) feed it.
+        if (nonfinite_source(f) && nonfinite_source(fs[j]) && when(fs[j]) != when(f) && fs[j].check != "D2" &&
+            location_match(f, fs[j]) == 0)
+          continue;
+        if (c->local && (!f.parameter.empty() || !f.module.empty()) && location_match(f, fs[j]) == 0) continue;
+        if (best < 0 || better(j, static_cast<size_t>(best))) best = static_cast<int64_t>(j);
+      }
+      if (best >= 0) {
+        a.parent[i] = best;
+        via[i] = c;
+        break;
+      }
+    }
+  }
+
+  // 2. Roots: follow the parents; a cycle is cut at the finding where it closes.
+  for (size_t i = 0; i < n; ++i) {
+    if (!fs[i].fires()) continue;
+    std::set<size_t> seen;
+    size_t at = i;
+    while (a.parent[at] >= 0 && !seen.count(at)) {
+      seen.insert(at);
+      at = static_cast<size_t>(a.parent[at]);
+    }
+    if (seen.count(at)) {  // a cycle: the finding that closes it becomes a root
+      a.parent[at] = -1;
+      via[at] = nullptr;
+    }
+    a.root[i] = static_cast<int64_t>(at);
+  }
+  for (size_t i = 0; i < n; ++i)  // the cut may have changed earlier roots
+    if (fs[i].fires()) {
+      size_t at = i;
+      while (a.parent[at] >= 0) at = static_cast<size_t>(a.parent[at]);
+      a.root[i] = static_cast<int64_t>(at);
+    }
+
+  // 3. The same fault seen twice (M12 and W4 on one op, M5 on every parameter below a detach,
+  //    O6 and its probe) is one root, and so is one unexplained symptom on several layers at one
+  //    time: the later ones hang under the first.
+  {
+    std::vector<size_t> roots;
+    for (size_t i = 0; i < n; ++i)
+      if (fs[i].fires() && a.root[i] == static_cast<int64_t>(i)) roots.push_back(i);
+    for (size_t x = 0; x < roots.size(); ++x) {
+      const size_t i = roots[x];
+      if (a.root[i] != static_cast<int64_t>(i)) continue;
+      const Cause* ci = fault_confirmed_by(fs[i]);
+      for (size_t y = x + 1; y < roots.size(); ++y) {
+        const size_t j = roots[y];
+        if (a.root[j] != static_cast<int64_t>(j)) continue;
+        // A second non-finite source at another time is a fault of its own; other faults and
+        // symptoms are the same one whenever they are seen.
+        if (when(fs[j]) != when(fs[i]) && (!ci || (nonfinite_source(fs[i]) && location_match(fs[i], fs[j]) == 0)))
+          continue;
+        // A fault: the same cause. An unexplained symptom: the same check (O1 on every layer).
+        if (ci ? fault_confirmed_by(fs[j]) != ci : (fault_confirmed_by(fs[j]) || fs[j].check != fs[i].check)) continue;
+        a.parent[j] = static_cast<int64_t>(i);
+        via[j] = ci;
+        for (size_t k = 0; k < n; ++k)
+          if (a.root[k] == static_cast<int64_t>(j)) a.root[k] = static_cast<int64_t>(i);
+      }
+    }
+  }
+
+  // 4. The roots in lead order: a confirmed fault before an unexplained symptom, then the one
+  //    that explains the most distinct checks, then the earliest, errors first, the one that
+  //    names an op or module, report order.
+  std::map<size_t, std::set<std::string>> explained;
+  for (size_t i = 0; i < n; ++i)
+    if (fs[i].fires() && a.root[i] >= 0 && a.root[i] != static_cast<int64_t>(i))
+      explained[static_cast<size_t>(a.root[i])].insert(fs[i].check);
+  for (size_t i = 0; i < n; ++i)
+    if (fs[i].fires() && a.root[i] == static_cast<int64_t>(i)) a.roots.push_back(i);
+  std::sort(a.roots.begin(), a.roots.end(), [&](size_t x, size_t y) {
+    const bool fx = fault_confirmed_by(fs[x]) != nullptr, fy = fault_confirmed_by(fs[y]) != nullptr;
+    if (fx != fy) return fx;
+    const size_t ex = explained[x].size(), ey = explained[y].size();
+    if (ex != ey) return ex > ey;
+    if (when(fs[x]) != when(fs[y])) return when(fs[x]) < when(fs[y]);
+    if (fs[x].severity != fs[y].severity) return fs[x].severity > fs[y].severity;
+    if (place(fs[x]) != place(fs[y])) return place(fs[x]) > place(fs[y]);
+    return x < y;
+  });
+
+  // 5. The words: "because ..." for every explained finding, and for every symptom the causes
+  //    its probes did not rule out.
+  auto short_title = [&](size_t j) { return fs[j].title + " (" + fs[j].check + ")"; };
+  for (size_t i = 0; i < n; ++i) {
+    if (!fs[i].fires()) continue;
+    if (a.parent[i] >= 0) {
+      const size_t p = static_cast<size_t>(a.parent[i]);
+      const bool same = via[i] ? via[i]->fault && fault_confirmed_by(fs[i]) == via[i] : true;
+      a.because[i] = same ? "the same " + std::string(via[i] ? "fault" : "symptom") + " as " + short_title(p)
+                          : "because " + short_title(p);
+      const size_t root = static_cast<size_t>(a.root[i]);
+      if (!same && !fault_confirmed_by(fs[i])) {
+        const Cause* rc = fault_confirmed_by(fs[root]);
+        a.cause_text[i] = "confirmed: " + std::string(rc ? rc->name + ": " : "") + short_title(root) +
+                          (root == p ? "" : ", through " + short_title(p));
+        if (!fs[root].fix.empty()) a.fix_text[i] = "fix the cause: " + fs[root].fix;
+      }
+      continue;
+    }
+    const std::vector<const Cause*> cands = candidates_of(fs[i]);
+    if (cands.empty()) continue;
+    std::vector<std::string> open, out;
+    for (const Cause* c : cands) {
+      if (c->confirms(fs[i])) continue;
+      if (!c->fault) continue;  // symptoms as causes: nothing to rule out on their own
+      if (data_parallel_only(*c) && !r.ran(c->check)) continue;  // not a data-parallel run
+      const bool seen = std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return c->confirms(g); });
+      if (seen) open.push_back(label(*c) + " (seen, but not where or when this happened)");
+      else (c->check.empty() || !r.ran(c->check) ? open : out).push_back(label(*c));
+    }
+    std::string t = "no probe confirmed a cause";
+    if (!open.empty()) {
+      t += "; candidates not ruled out, most likely first: ";
+      for (size_t k = 0; k < open.size(); ++k) t += (k ? "; " : "") + open[k];
+    }
+    if (!out.empty()) {
+      t += ". Ruled out (their probes ran and were silent): ";
+      for (size_t k = 0; k < out.size(); ++k) t += (k ? "; " : "") + out[k];
+    }
+    a.cause_text[i] = t;
+  }
+
+  // 6. The lead.
+  if (!a.roots.empty()) {
+    Lead l;
+    l.index = a.roots.front();
+    const Finding& f = fs[l.index];
+    l.check = f.check;
+    const Cause* c = fault_confirmed_by(f);
+    l.confirmed = c != nullptr;
+    l.cause = c ? c->id : "";
+    std::set<std::string> by;
+    l.confirmed_by.push_back(f.check);
+    by.insert(f.check);
+    for (size_t i = 0; i < n; ++i) {
+      if (i == l.index || a.root[i] != static_cast<int64_t>(l.index)) continue;
+      l.explains.push_back(i);
+      if (!c || !c->confirms(fs[i])) continue;
+      // The lr / 10 probe's finding is named with its probe: O6 saw the symptom, the probe
+      // confirmed the cause.
+      const std::string name = fs[i].kind == Kind::LrProbeConfirms ? fs[i].check + " probe (lr / 10)" : fs[i].check;
+      if (by.insert(name).second) l.confirmed_by.push_back(name);
+    }
+    // Ruled out: for everything it explains, the candidates ranked before the cause that won
+    // (those a physician would have suspected first) whose probe ran and was silent. For an
+    // unconfirmed lead, its own candidates: ruled out when their probe ran, else left open.
+    std::set<std::string> out_seen, open_seen;
+    auto rule_out = [&](const Cause* k) {
+      if (!k->fault || k == c || k->check.empty()) return;
+      if (data_parallel_only(*k) && !r.ran(k->check)) return;
+      if (std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return k->confirms(g); })) return;
+      if (r.ran(k->check)) {
+        if (out_seen.insert(k->id).second) l.ruled_out.push_back(label(*k));
+      } else if (!l.confirmed && open_seen.insert(k->id).second) {
+        l.candidates.push_back(label(*k));
+      }
+    };
+    for (size_t i : l.explains) {
+      if (!via[i] || static_cast<size_t>(a.parent[i]) == i) continue;
+      for (const Cause* k : candidates_of(fs[i])) {
+        if (k == via[i]) break;
+        if (!k->confirms(fs[i])) rule_out(k);
+      }
+    }
+    if (!l.confirmed)
+      for (const Cause* k : candidates_of(f))
+        if (!k->confirms(f)) rule_out(k);
+    const std::string n_explained =
+        l.explains.empty() ? std::string()
+                           : "; it explains " + std::to_string(l.explains.size()) + " other finding" +
+                                 (l.explains.size() == 1 ? "" : "s") + " (" +
+                                 std::to_string(explained[l.index].size()) + " check" +
+                                 (explained[l.index].size() == 1 ? "" : "s") + ")";
+    l.why = l.confirmed ? "a confirmed cause: " + c->name + ", seen by " + f.check + n_explained
+                        : "no probe confirmed a cause of this symptom" + n_explained;
+    a.lead = std::move(l);
+  }
+  return a;
+}
+
+std::string Lead::str(const Report& r) const {
+  std::ostringstream os;
+  const Finding& f = r.findings()[index];
+  os << (confirmed ? "Diagnosis: " : "Diagnosis (unconfirmed): ") << f.title << " [" << f.check << "]\n";
+  os << "  why it leads: " << why << "\n";
+  if (!confirmed_by.empty() && confirmed) {
+    os << "  confirmed by: ";
+    for (size_t i = 0; i < confirmed_by.size(); ++i) os << (i ? ", " : "") << check_label(confirmed_by[i]);
+    os << "\n";
+  }
+  if (!candidates.empty()) {
+    os << "  candidates left, most likely first: ";
+    for (size_t i = 0; i < candidates.size(); ++i) os << (i ? "; " : "") << candidates[i];
+    os << "\n";
+  }
+  if (!ruled_out.empty()) {
+    os << "  ruled out: ";
+    for (size_t i = 0; i < ruled_out.size(); ++i) os << (i ? "; " : "") << ruled_out[i];
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string Lead::json() const {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + json_str(v[i]);
+    return s + "]";
+  };
+  std::string ex = "[";
+  for (size_t i = 0; i < explains.size(); ++i) ex += (i ? "," : "") + std::to_string(explains[i]);
+  ex += "]";
+  return "{\"index\":" + std::to_string(index) + ",\"check\":" + json_str(check) +
+         ",\"confirmed\":" + (confirmed ? "true" : "false") + ",\"cause\":" + json_str(cause) +
+         ",\"confirmed_by\":" + list(confirmed_by) + ",\"ruled_out\":" + list(ruled_out) +
+         ",\"candidates\":" + list(candidates) + ",\"explains\":" + ex + ",\"why\":" + json_str(why) + "}";
+}
+
+}  // namespace gradsleuth::debug

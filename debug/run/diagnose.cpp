@@ -1,0 +1,649 @@
+// The debug module on the user's own model (see diagnose.h): the data checks, the gate, the
+// monitored run and the end-of-run diagnoses in one pipeline, shared by diagnose(), the Session
+// of a hand-written loop and the bug zoo.
+#include "debug/run/diagnose.h"
+#include "debug/report/explore.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/diagnosis/diagnosis.h"
+#include "debug/report/html_report.h"
+#include "debug/run/diagnose_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace run_detail;
+
+// ---- Session ----------------------------------------------------------------------------
+Session::Session(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, DiagnoseData data, DiagnoseOptions o)
+    : model_(model), loss_module_(&loss), loss_([&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }),
+      opt_(optimizer), data_(data), o_(std::move(o)) {
+  init();
+}
+
+Session::Session(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, DiagnoseData data,
+                 DiagnoseOptions o)
+    : model_(model), loss_(std::move(loss)), opt_(optimizer), data_(data), o_(std::move(o)) {
+  GS_CHECK(static_cast<bool>(loss_), "debug::Session", "the loss function is empty: pass an nn::Loss module or a "
+           "function (output, target) -> loss");
+  init();
+}
+
+Session::~Session() {
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+}
+
+void Session::say(const std::string& s) const {
+  if (o_.progress) o_.progress(s);
+}
+
+void Session::init() {
+  if (o_.num_classes > 0) {
+    o_.gate_options.num_classes = o_.num_classes;
+    o_.monitor.num_classes = o_.num_classes;
+  }
+  o_.monitor.data = o_.data;  // D5 on every training row uses the data checks' limits
+  if (data_.train) {
+    if (o_.data_checks) run_data_checks();
+    if (o_.gate) {
+      const nn::Batch first = data_.train->batch(data_.train->epoch(), 0);
+      run_gate(first.x, first.y);
+    }
+  }
+  start_monitor();
+  // The starting point of the learning-rate probe (after the gate, which restores what it changes).
+  if (data_.train && o_.lr_probe_steps > 0) {
+    NoGradGuard ng;
+    for (const Tensor& p : model_.parameters()) initial_params_.push_back(p.detach().clone());
+    for (const Tensor& b : model_.buffers()) initial_buffers_.push_back(b.detach().clone());
+    initial_opt_state_ = opt_.state_dict();
+    have_initial_ = true;
+  }
+}
+
+Report Session::begin(const Tensor& x, const Tensor& y) {
+  GS_CHECK(!trainer_attached_ && monitor_->steps() == 0 && !finished_, "debug::Session::begin",
+           "begin(x, y) runs the gate before training: call it before the first optimizer step and before "
+           "attach(trainer)");
+  if (data_.train && o_.data_checks && !data_checked_) run_data_checks();
+  if (o_.gate) run_gate(x, y);
+  // The gate's forwards and backwards must not count as training steps: a fresh monitor.
+  start_monitor();
+  return pretraining();
+}
+
+Report Session::pretraining() const {
+  Report r;
+  r.merge(data_phase_.findings);
+  r.merge(gate_phase_.findings);
+  return r;
+}
+
+void Session::run_data_checks() {
+  data_checked_ = true;
+  data_phase_.ran = true;
+  say("data checks");
+  Report& r = data_phase_.findings;
+  const std::string who = "the data checks";
+  const nn::DataLoader& train = *data_.train;
+  const nn::Dataset& reference = data_.reference ? *data_.reference : train.dataset();
+  guarded(r, who, "loader checks", "D1, D2, D3, D5, D8, D9",
+          [&] {
+            r.add(check_loader(train, o_.num_classes, o_.data));
+            r.note_ran("D1, D2, D3, D5, D8, D9");
+          });
+  guarded(r, who, "alignment check", "D4", [&] {
+    r.add(check_alignment(reference, train, o_.data));
+    r.note_ran("D4");
+  });
+  if (data_.normalizer)
+    guarded(r, who, "leakage check", "D7", [&] {
+      r.add(check_leakage(*data_.normalizer, train.dataset()));
+      r.note_ran("D7");
+    });
+  guarded(r, who, "duplicates check", "D12", [&] {
+    r.add(check_duplicates(train.dataset(), o_.data));
+    r.note_ran("D12");
+  });
+  if (data_.val) {
+    guarded(r, who, "split-consistency check", "D10", [&] {
+      r.add(check_split_consistency(first_rows(train.dataset(), o_.split_examples).x,
+                                    first_rows(data_.val->dataset(), o_.split_examples).x, o_.val_split, o_.data));
+      r.note_ran("D10");
+    });
+    guarded(r, who, "train/validation checks", "D13, D14, D15, D16",
+            [&] {
+              r.add(check_splits(train.dataset(), data_.val->dataset(), o_.val_split, o_.data));
+              r.note_ran("D13, D14, D15, D16");
+            });
+  }
+}
+
+void Session::run_gate(const Tensor& x, const Tensor& y) {
+  gate_phase_.ran = true;
+  if (!o_.explore_path.empty()) {
+    explore_x_ = x;
+    explore_y_ = y;
+  }
+  say("pre-training gate");
+  const Device d = model_device(model_);
+  // pretrain_gate turns the errors of its phases into findings; this catches the rest (moving
+  // the batch, a model that cannot list its parameters).
+  guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2", [&] {
+    gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options));
+  });
+  Report& r = gate_phase_.findings;
+  // The checks that train again: on the training loader's first batches.
+  auto batches = [&](int64_t n) {
+    std::vector<std::pair<Tensor, Tensor>> out;
+    const int64_t e = data_.train->epoch();
+    for (int64_t i = 0; i < std::min(n, data_.train->num_batches()); ++i) {
+      const nn::Batch b = data_.train->batch(e, i);
+      out.emplace_back(b.x.to(d), b.y.to(d));
+    }
+    return out;
+  };
+  if (o_.baseline && data_.train && data_.train->num_batches() >= 2) {
+    say("input-independent baseline");
+    guarded(r, "the input-independent baseline", "training runs", "M15", [&] {
+      std::vector<std::pair<Tensor, Tensor>> train = batches(std::min<int64_t>(6, data_.train->num_batches()));
+      const std::pair<Tensor, Tensor> held = train.back();
+      train.pop_back();
+      r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model));
+      r.note_ran("M15");
+    });
+  }
+  if (o_.make_model && data_.train) {
+    say("capacity check");
+    guarded(r, "the capacity check", "training runs", "M16", [&] {
+      r.add(capacity_check(o_.make_model, o_.small_width, o_.large_width, batches(4), loss_, o_.gate_options.model));
+      r.note_ran("M16");
+    });
+  }
+  if (o_.rerun || o_.rerun_model) {
+    say("reproducibility check");
+    guarded(r, "the reproducibility check", "two runs", "W1", [&] {
+      r.add(o_.rerun_model ? check_reproducible(o_.rerun_model, o_.seed) : check_reproducible(o_.rerun, o_.seed));
+      r.note_ran("W1");
+    });
+  }
+}
+
+void Session::start_monitor() {
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  monitor_.reset();
+  monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, o_.monitor);
+  replay_.reset();
+  if (!o_.explore_path.empty()) replay_ = std::make_unique<ReplayRecorder>(model_, opt_, o_.monitor.every);
+  recorded_ = 0;
+  heard_ = last_was_heard_ = false;
+  epoch_first_step_ = 0;
+  if (trainer_attached_) return;
+  // Own loop: the loss module's value is this step's loss (training forwards only: an
+  // evaluation runs without gradients); the optimizer's step records it.
+  if (loss_module_)
+    hooks_.loss_post(*loss_module_, [this](nn::Loss&, const Tensor&, const Tensor&, const Tensor& v) {
+      if (!GradMode::is_enabled() || v.numel() != 1) return;
+      heard_loss_ = v.item<double>();
+      heard_ = true;
+    });
+  // Added after the monitor's own post-step hook: monitor().steps() already counts this step.
+  opt_hooks_.push_back(opt_.add_post_step_hook([this](optim::Optimizer&) {
+    if (heard_ && recorded_ < monitor_->steps()) {
+      monitor_->record_step(heard_loss_);
+      ++recorded_;
+      last_was_heard_ = true;
+    }
+    heard_ = false;
+  }));
+}
+
+void Session::attach(optim::Trainer& trainer) {
+  trainer_attached_ = true;
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  monitor_->attach(trainer);
+}
+
+void Session::step(double loss) {
+  // The step's loss was already heard from the loss module: the same value, not a new step.
+  if (last_was_heard_ && recorded_ == monitor_->steps()) {
+    last_was_heard_ = false;
+    return;
+  }
+  monitor_->record_step(loss);
+  ++recorded_;
+  last_was_heard_ = false;
+}
+
+void Session::step(const Tensor& loss) { step(loss.defined() && loss.numel() == 1 ? loss.item<double>() : kNaN); }
+
+void Session::epoch() {
+  const std::vector<double>& sl = monitor_->history().step_losses;
+  double train_loss = kNaN;
+  if (sl.size() > epoch_first_step_) {
+    double s = 0.0;
+    for (size_t i = epoch_first_step_; i < sl.size(); ++i) s += sl[i];
+    train_loss = s / static_cast<double>(sl.size() - epoch_first_step_);
+  }
+  double val_loss = kNaN, val_acc = kNaN;
+  if (data_.val)
+    guarded(monitor_->report(), "the epoch's evaluation", "validation pass", "L7, the W3 validation check", [&] {
+      const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
+      val_loss = ev.loss;
+      val_acc = ev.accuracy;
+      val_class_examples_ = ev.class_examples;
+      val_class_correct_ = ev.class_correct;
+      val_classes_at_step_ = monitor_->steps();
+    });
+  epoch(train_loss, val_loss, val_acc);
+}
+
+void Session::epoch(double train_loss, double val_loss, double val_accuracy) {
+  ++epochs_;
+  monitor_->record_epoch(train_loss, val_loss, val_accuracy);
+  epoch_first_step_ = monitor_->history().step_losses.size();
+}
+
+void Session::error(const std::exception& e) {
+  if (std::optional<Finding> f = inplace_finding(e)) {
+    monitor_->report().add(*f);
+  } else {
+    Finding f2;
+    f2.check = "W3";
+    f2.severity = Severity::Error;
+    f2.kind = Kind::TrainingFailed;
+    f2.title = std::string("training failed: ") + e.what();
+    monitor_->report().add(std::move(f2));
+  }
+  stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
+}
+
+// D3 on the trained model: the recall of each class on the validation data, from the last
+// epoch's pass when no step came after it, otherwise from a pass of its own.
+void Session::check_class_errors_at_end() {
+  if (!data_.val || !o_.data_checks || monitor_->steps() == 0 || !stopped_.empty()) return;
+  Report& r = monitor_->report();
+  guarded(r, "the end-of-run checks", "per-class validation pass", "D3's per-class recall", [&] {
+    if (val_classes_at_step_ != monitor_->steps()) {
+      const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
+      val_class_examples_ = ev.class_examples;
+      val_class_correct_ = ev.class_correct;
+    }
+    if (val_class_examples_.empty()) return;  // not classification
+    for (Finding f : check_class_errors(val_class_examples_, val_class_correct_, o_.data)) {
+      f.end_of_run = true;
+      r.add(std::move(f));
+    }
+    r.note_ran("D3");
+  });
+}
+
+// D8 over the whole run: a training loader with several batches, yet every step (or nearly)
+// trained on the same batch as the step before: the loop reads one batch and reuses it.
+void Session::check_repeated_batches(RunReport& r) {
+  const std::vector<uint64_t>& fp = r.history.step_inputs;
+  if (!data_.train || data_.train->num_batches() < 2 || fp.size() < 10) return;
+  r.findings.note_ran("D8");
+  int64_t repeats = 0;
+  for (size_t i = 1; i < fp.size(); ++i) repeats += fp[i] == fp[i - 1] ? 1 : 0;
+  const double frac = static_cast<double>(repeats) / static_cast<double>(fp.size() - 1);
+  if (frac < 0.9) return;
+  Finding f;
+  f.check = "D8";
+  f.severity = Severity::Warning;
+  f.end_of_run = true;
+  f.title = "the same batch was fed again at " + std::to_string(repeats) + " of " + std::to_string(fp.size() - 1) +
+            " steps, though the training loader has " + std::to_string(data_.train->num_batches()) +
+            " batches: the loop trains on one batch";
+  f.evidence = {{"steps whose input equals the step before's", frac, ">= 0.9 warns"},
+                {"batches in the training loader", static_cast<double>(data_.train->num_batches()), ""}};
+  f.cause = "the batch is read once, before the loop (a first batch kept for a test, an iterator never advanced), "
+            "and every step reuses it: the model memorises it instead of learning the data";
+  f.fix = "read a new batch inside the loop: for (const nn::Batch& b : loader) { ... }";
+  r.findings.add(f);
+  for (PhaseReport& p : r.phases)
+    if (p.name == "end of run") p.findings.add(f);
+}
+
+// The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
+// learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
+void Session::lr_probe(RunReport& r) {
+  // The diagnosis's own test of "a learning rate too high" (O6 from the run, O8 from its value).
+  const Cause& too_high = *find_cause("lr-too-high");
+  const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
+                                     [&](const Finding& f) { return too_high.confirms(f); });
+  if (!suspected || !have_initial_ || !stopped_.empty() || r.steps < 2) return;
+  const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
+  if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
+  say("learning-rate probe");
+  const int64_t steps = std::min<int64_t>(o_.lr_probe_steps, r.steps);
+  // Set aside what training produced, start again from the initial state at lr / 10.
+  std::vector<Tensor> trained_params, trained_buffers;
+  std::map<std::string, Tensor> trained_state;
+  std::vector<double> lrs;
+  {
+    NoGradGuard ng;
+    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
+    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
+  }
+  trained_state = opt_.state_dict();
+  for (const auto& g : opt_.param_groups()) lrs.push_back(g.lr);
+  auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
+    NoGradGuard ng;
+    for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
+    for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
+  };
+  std::vector<double> losses;
+  std::string failed;
+  const bool was_training = model_.is_training();
+  try {
+    restore(initial_params_, initial_buffers_);
+    opt_.load_state_dict(initial_opt_state_);
+    if (!opt_.state_dict().empty()) throw std::runtime_error("the optimizer's state could not be reset");
+    for (size_t g = 0; g < lrs.size(); ++g) opt_.param_groups()[g].lr = lrs[g] / 10.0;
+    model_.train();
+    const nn::DataLoader& train = *data_.train;
+    const int64_t nb = train.num_batches();
+    const Device d = model_device(model_);
+    for (int64_t i = 0; i < steps && nb > 0; ++i) {
+      const nn::Batch b = train.batch(i / nb, i % nb);
+      opt_.zero_grad();
+      Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
+      l.backward();
+      opt_.step();
+      losses.push_back(l.numel() == 1 ? l.item<double>() : kNaN);
+    }
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  // Back to the trained model, whatever happened.
+  restore(trained_params, trained_buffers);
+  for (size_t g = 0; g < lrs.size(); ++g) opt_.param_groups()[g].lr = lrs[g];
+  try {
+    opt_.load_state_dict(trained_state);
+  } catch (const std::exception&) {
+  }
+  opt_.zero_grad();
+  model_.train(was_training);
+
+  Finding f;
+  f.check = "O6";
+  f.step = -1;
+  f.end_of_run = true;
+  if (!failed.empty()) {
+    f.severity = Severity::Info;
+    f.title = "probe (lr / 10) could not run: " + failed;
+    r.findings.add(f);
+    return;
+  }
+  // The original run's first `steps` losses against the probe's, judged by the same rules.
+  const std::vector<double> first(r.history.step_losses.begin(),
+                                  r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
+  auto unstable = [&](const std::vector<double>& ls) {
+    const std::vector<Finding> fs = diagnose_learning_rate(ls, o_.monitor.optim);
+    return std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return too_high.confirms(g); });
+  };
+  auto fell = [](const std::vector<double>& ls) {
+    if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;
+    double best = ls.front();
+    for (double v : ls)
+      if (std::isfinite(v)) best = std::min(best, v);
+    return (ls.front() - best) / std::fabs(ls.front());
+  };
+  const bool calm = !unstable(losses) && std::all_of(losses.begin(), losses.end(), [](double v) { return std::isfinite(v); });
+  const double probe_fell = fell(losses), run_fell = fell(first);
+  f.evidence = {{"steps compared", static_cast<double>(losses.size()), ""},
+                {"relative decrease at lr / 10", probe_fell, ""},
+                {"relative decrease at the run's lr", run_fell, ""},
+                {"learning rate of the run", lrs.empty() ? kNaN : lrs.front(), ""}};
+  if (calm && !(probe_fell >= 0.5 * run_fell)) {
+    f.severity = Severity::Info;
+    f.kind = Kind::LrProbeInconclusive;
+    f.title = "probe (lr / 10): inconclusive: at a tenth of the learning rate the loss is calm but falls less (" +
+              fmt_num(100 * probe_fell) + "% against " + fmt_num(100 * run_fell) + "%)";
+    f.cause = "neither confirms nor rules out the learning rate";
+  } else if (calm) {
+    f.severity = Severity::Warning;
+    f.kind = Kind::LrProbeConfirms;
+    f.title = "probe (lr / 10): the same run at a tenth of the learning rate trains without spikes or divergence; "
+              "the learning rate is too high";
+    f.cause = "the run misbehaved at its learning rate and not at a tenth of it, everything else equal, and the loss "
+              "fell at least half as far";
+    f.fix = "lower the learning rate (try lr / 10), or warm it up; then run the checks again";
+  } else {
+    f.severity = Severity::Info;
+    f.kind = Kind::LrProbeRulesOut;
+    f.title = "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
+              "rate is not the cause";
+    f.cause = "the loss spikes or diverges at lr / 10 too: look for a fault in the data or the model";
+    // The O6 findings it disproves no longer confirm "learning rate too high", in the whole run
+    // and in the phase that holds them.
+    auto rule_out = [](Report& rep) {
+      Report kept;
+      for (Finding g : rep.findings()) {
+        if (g.fires() && g.is("O6", Kind::LrTooHigh)) {
+          g.severity = Severity::Info;
+          g.kind = Kind::LrRuledOut;
+          g.title = "(ruled out by the lr / 10 probe) " + g.title;
+        }
+        kept.add(g);
+      }
+      for (const std::string& c : rep.ran_checks()) kept.note_ran(c);
+      rep = kept;
+    };
+    rule_out(r.findings);
+    for (PhaseReport& p : r.phases) rule_out(p.findings);
+  }
+  r.findings.add(f);
+  for (PhaseReport& p : r.phases)
+    if (p.name == "end of run") p.findings.add(f);
+}
+
+RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
+  GS_CHECK(!finished_, "debug::Session::finish", "finish() was already called: it runs once, after training");
+  finished_ = true;
+  hooks_.clear();
+  for (size_t id : opt_hooks_) opt_.remove_hook(id);
+  opt_hooks_.clear();
+  RunReport r;
+  const size_t before = monitor_->report().size();
+  PhaseReport training{"training", false, "", {}}, end{"end of run", false, "", {}};
+  training.ran = monitor_->steps() > 0;
+  training.note = !stopped_.empty() ? stopped_ : std::to_string(monitor_->steps()) + " steps";
+  training.findings = monitor_->report();
+  if (o_.end_of_run) {
+    end.ran = true;
+    say("end-of-run checks");
+    Tensor sx = sample_x, sy = sample_y;
+    if (!sx.defined()) {
+      const nn::DataLoader* src = data_.val ? data_.val : data_.train;
+      if (src) {
+        const nn::Batch b = first_rows(src->dataset(), o_.sample_examples);
+        sx = b.x;
+        sy = b.y;
+      }
+    }
+    try {
+      monitor_->finish(sx, sy);
+    } catch (const std::exception& e) {
+      Finding f;
+      f.check = "W3";
+      f.severity = Severity::Info;
+      f.title = std::string("end-of-run checks failed: ") + e.what();
+      monitor_->report().add(std::move(f));
+    }
+    // M7 over the training data with the trained model (the monitor saw only the sampled steps).
+    if (o_.dead_pass && data_.train && stopped_.empty() && monitor_->steps() > 0 && model_device(model_) == kCPU)
+      guarded(monitor_->report(), "the end-of-run checks", "dead-unit pass", "M7's pass over the training data", [&] {
+        for (Finding f : dead_relu_pass(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations)) {
+          if (f.step < 0) f.end_of_run = true;
+          monitor_->report().add(std::move(f));
+        }
+        monitor_->report().note_ran("M7");
+      });
+    check_class_errors_at_end();
+    // Report::add appends a new finding and only counts one it already holds: the end of run's
+    // own findings are those past the training's.
+    const auto& all = monitor_->report().findings();
+    for (size_t i = before; i < all.size(); ++i) end.findings.add(all[i]);
+  } else {
+    end.note = "switched off (DiagnoseOptions::end_of_run)";
+    monitor_->detach();
+  }
+  if (!data_phase_.ran)
+    data_phase_.note = !o_.data_checks ? "switched off (DiagnoseOptions::data_checks)" : "no training loader";
+  if (!gate_phase_.ran)
+    gate_phase_.note = !o_.gate ? "switched off (DiagnoseOptions::gate)" : "no batch: no training loader and no begin(x, y)";
+  r.phases = {data_phase_, gate_phase_, training, end};
+  r.findings.merge(data_phase_.findings);
+  r.findings.merge(gate_phase_.findings);
+  r.findings.merge(monitor_->report());
+  r.history = monitor_->history();
+  r.steps = monitor_->steps();
+  r.stopped = stopped_;
+  check_repeated_batches(r);
+  lr_probe(r);
+
+  // What could not run, and what it needs.
+  auto skip = [&](std::string checks, std::string reason, std::string remedy) {
+    r.skipped.push_back({std::move(checks), std::move(reason), std::move(remedy)});
+  };
+  if (!loss_module_)
+    skip("L2, L3, L5, D6, M3 (by values) and M19 (loss shapes) during training; M18's loss comparison",
+         "the loss is a function, not an nn::Loss module: no hook sees its inputs",
+         "pass the nn::Loss module (nn::CrossEntropyLoss, ...) instead of a lambda");
+  if (!data_.train)
+    skip("D3, D4, D5, D7, D8, D9, D10, D12-D16 (D1, D2 ran on the gate's batch only)",
+         "no training DataLoader was given", "pass it as DiagnoseData::train");
+  else if (!o_.data_checks)
+    skip("D1-D10, D12-D16 on the loaders", "switched off", "DiagnoseOptions::data_checks = true");
+  if (data_.train && o_.data_checks && !data_.normalizer) {
+    // Said in the text report only when the training data went through an nn::Normalizer (its
+    // dataset view is named "...+normalized"): synthetic or unnormalised data has nothing to leak.
+    skip("D7", "no Normalizer was given", "pass the fitted nn::Normalizer as DiagnoseData::normalizer");
+    r.skipped.back().quiet = data_.train->dataset().name().find("+normalized") == std::string::npos;
+  }
+  if (!data_.val)
+    skip("D10, D13-D16 (train against validation), L7, the W3 validation check" +
+             std::string(sample_x.defined() || data_.train ? "" : ", M18"),
+         "no validation DataLoader was given", "pass it as DiagnoseData::val");
+  if (!gate_phase_.ran)
+    skip("W2: M1, M3-M6, M9-M14, L4, L6 before training", gate_phase_.note,
+         o_.gate ? "give DiagnoseData::train, or call begin(x, y) before the loop" : "DiagnoseOptions::gate = true");
+  if (!trainer_attached_ && r.history.step_losses.empty() && r.steps > 0)
+    skip("L1, O6 (loss history)", "no step loss was recorded (the loss is a function and step() was not called)",
+         "call step(loss) after each optimizer step, or attach a Trainer");
+  if (!trainer_attached_ && epochs_ == 0 && r.steps > 0)
+    skip("L7, the W3 validation check, M7's per-epoch pass", "no epoch was recorded",
+         "call epoch() after each epoch, or attach a Trainer");
+  if (o_.end_of_run && data_.train && (!o_.dead_pass || !stopped_.empty() || model_device(model_) != kCPU))
+    skip("M7's pass over the training data",
+         !o_.dead_pass        ? "switched off"
+         : !stopped_.empty()  ? "training stopped early: the model is not a trained one"
+                              : "the model is not on the host (the pass feeds the loader's batches as they are)",
+         !o_.dead_pass ? "DiagnoseOptions::dead_pass = true" : "debug::dead_relu_pass(model, loader) on batches you move");
+  if (!r.findings.ran("M15"))
+    skip("M15 (input-independent baseline)",
+         !o_.baseline ? "switched off" : !data_.train ? "no training DataLoader was given"
+                                       : !gate_phase_.ran ? "the gate did not run"
+                                       : data_.train->num_batches() < 2 ? "the training loader has fewer than 2 batches"
+                                                                         : "it raised an error (see the findings)",
+         !o_.baseline ? "DiagnoseOptions::baseline = true" : "give a training DataLoader of 2 batches or more");
+  if (!o_.make_model)
+    skip("M16 (capacity check)", "it trains new models of two widths, and only your one model was given",
+         "set DiagnoseOptions::make_model (width -> a new model), small_width and large_width");
+  if (!o_.rerun && !o_.rerun_model)
+    skip("W1 (reproducibility)", "it repeats a run from one seed, and only this run was given",
+         "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours), or rerun_model (seed -> its "
+         "losses and trained model)");
+  skip("W5 (diagnosis report)", "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
+       "its numbers", "call debug::diagnosis_report(model, x, y, loss) for the text");
+  skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",
+       "wrap steps of your loop in a debug::Profiler (W7); call debug::memory_report(model, forward_loss) (W8)");
+  if (r.steps == 0)
+    skip("O1-O6, M7, M8, L1 during training",
+         stopped_.empty() ? "no optimizer step was seen" : "training stopped before its first optimizer step",
+         stopped_.empty() ? "construct the Session before the loop, then train with the same optimizer"
+                          : "fix the error that stopped it (the findings above), then run again");
+
+  // The run's diagnosis, made once here and kept in the report: every printer reads it.
+  (void)r.findings.diagnosis();
+  if (!o_.report_dir.empty()) {
+    std::filesystem::create_directories(o_.report_dir);
+    r.html_path = o_.report_dir + "/report.html";
+    write_run_report(r.html_path, r, o_.title);
+    MetricsLog log(o_.report_dir);
+    for (size_t i = 0; i < r.history.step_losses.size(); ++i)
+      log.log(static_cast<int64_t>(i + 1), "loss/train", r.history.step_losses[i]);
+    for (auto& [name, pts] : r.history.grad_norms)
+      for (auto& [st, val] : pts) log.log(st, "grad_norm/" + name, val);
+  }
+  if (!o_.explore_path.empty()) write_explorer(r);
+  return r;
+}
+
+void Session::write_explorer(RunReport& r) {
+  ReplaySeries replay;
+  if (replay_) replay = replay_->series();
+  replay_.reset();  // its hooks off before the explored forward
+  if (!explore_x_.defined()) {
+    r.skipped.push_back(SkippedChecks{"the explorer's page", "no batch was seen before training (no train loader, no begin(x, y), or the gate off)",
+                                      "pass DiagnoseData::train, or call begin(x, y) before the loop, with the gate on"});
+    return;
+  }
+  ExploreOptions eo;
+  eo.title = o_.title;
+  eo.replay = replay_from(r.history, &replay);
+  eo.findings = &r.findings;
+  const Device d = model_device(model_);
+  const std::string err = explore(model_, explore_x_.to(d), explore_y_.to(d), loss_, o_.explore_path, eo);
+  r.explore_path = o_.explore_path;
+  if (!err.empty()) say("the explorer's pass failed (its page draws the graph up to the failing op): " + err);
+}
+
+// ---- diagnose ---------------------------------------------------------------------------
+namespace {
+
+RunReport run(Session& s, nn::Module& model, optim::Optimizer& optimizer, const LossFunction& loss,
+              nn::DataLoader& train, const nn::DataLoader* val, const DiagnoseOptions& o) {
+  optim::TrainerOptions to = o.trainer;
+  to.epochs(o.epochs).max_steps(o.max_steps);
+  optim::Trainer trainer(model, optimizer, to);
+  trainer.set_loss(loss);
+  s.attach(trainer);
+  if (o.progress)
+    o.progress(to.max_steps() > 0 ? "training " + std::to_string(to.max_steps()) + " steps"
+                                  : "training " + std::to_string(to.epochs()) + " epochs");
+  try {
+    trainer.fit(train, o.validate ? val : nullptr);
+  } catch (const std::exception& e) {
+    s.error(e);
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+RunReport diagnose(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, nn::DataLoader& train,
+                   const nn::DataLoader* val, const nn::Normalizer* normalizer, DiagnoseOptions o) {
+  Session s(model, loss, optimizer, {&train, val, normalizer}, o);
+  return run(s, model, optimizer, [&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }, train, val, o);
+}
+
+RunReport diagnose(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, nn::DataLoader& train,
+                   const nn::DataLoader* val, const nn::Normalizer* normalizer, DiagnoseOptions o) {
+  Session s(model, loss, optimizer, {&train, val, normalizer}, o);
+  return run(s, model, optimizer, loss, train, val, o);
+}
+
+}  // namespace gradsleuth::debug

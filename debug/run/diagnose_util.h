@@ -1,0 +1,56 @@
+// Helpers shared by diagnose()'s files (internal to run/): the first rows of a dataset, a model's device,
+// a report's finding counts.
+#pragma once
+#include "debug/run/diagnose.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/diagnosis/diagnosis.h"
+#include "debug/report/html_report.h"
+
+namespace gradsleuth::debug::run_detail {
+
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The first n rows of a dataset (n <= 0 or beyond its size: all of them).
+inline nn::Batch first_rows(const nn::Dataset& d, int64_t n) {
+  const int64_t k = n <= 0 ? d.size() : std::min(n, d.size());
+  std::vector<int64_t> idx(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) idx[static_cast<size_t>(i)] = i;
+  return d.get_batch(idx);
+}
+
+// Where the model lives: its first parameter's device (the host for a parameter-free model).
+inline Device model_device(nn::Module& model) {
+  for (const Tensor& p : model.parameters()) return p.device();
+  return kCPU;
+}
+
+// Runs one check of a phase; an exception becomes a finding (phase_failure) in `r`.
+inline void guarded(Report& r, const std::string& who, const std::string& phase, const std::string& lost,
+             const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    r.add(phase_failure(e, who, phase, lost));
+  }
+}
+
+inline std::string findings_count(const Report& r) {
+  int64_t errors = 0, warnings = 0, info = 0;
+  for (const Finding& f : r.findings())
+    (f.severity == Severity::Error ? errors : f.severity == Severity::Warning ? warnings : info) += 1;
+  std::ostringstream os;
+  os << errors << " error" << (errors == 1 ? "" : "s") << ", " << warnings << " warning"
+     << (warnings == 1 ? "" : "s") << ", " << info << " info";
+  return os.str();
+}
+
+
+}  // namespace gradsleuth::debug::run_detail

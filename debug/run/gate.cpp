@@ -1,0 +1,199 @@
+// W2, the pre-training gate (see gate.h).
+#include "debug/run/gate.h"
+
+#include "debug/checks/model/anomaly.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/data/data_checks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "nn/normalization.h"
+
+namespace gradsleuth::debug {
+
+// ---- W2 ---------------------------------------------------------------------------------
+namespace {
+
+// Runs one phase of the gate. An exception the user's model or loss raises there (a loss that
+// rejects its target, a layer that throws) becomes an error finding naming the phase and the
+// checks that could not run, so the gate reports it with everything else instead of throwing
+// it past the findings it already made. The engine's in-place error becomes M20, with the
+// phase in its cause. Returns false when the phase failed.
+bool gate_phase(Report& r, const std::string& phase, const std::string& lost, const std::function<void()>& run) {
+  try {
+    run();
+    return true;
+  } catch (const std::exception& e) {
+    r.add(phase_failure(e, "the pre-training gate", phase, lost));
+    return false;
+  }
+}
+
+}  // namespace
+
+Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
+                     const std::string& lost) {
+  const std::string not_run = lost.empty() ? "" : " (" + lost + " could not run)";
+  if (std::optional<Finding> f = inplace_finding(e)) {  // M20
+    f->cause += std::string(!f->cause.empty() && f->cause.back() == '.' ? "" : ".") + " Raised in " + who + "'s " +
+                phase + not_run + ".";
+    return *f;
+  }
+  Finding f;
+  f.check = "W2";
+  f.severity = Severity::Error;
+  f.title = who + " could not run the " + phase + ": " + e.what();
+  f.evidence = {};
+  f.cause = "the model or the loss raised this error on the batch it was given" +
+            (lost.empty() ? std::string() : "; " + lost + " could not run");
+  f.fix = "fix the error in the model or the loss (the message above says where), then run the checks again";
+  return f;
+}
+
+Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                     const optim::Optimizer* optimizer, const GateOptions& o) {
+  Report r;
+  gate_phase(r, "device, parameter and input checks", "M11, M10, D1, D2", [&] {
+    r.add(check_devices_dtypes(model, x));  // M11
+    r.add(check_trainable(model, optimizer));  // M10
+    r.add(check_batch(x, y));                   // D1
+    r.add(check_finite_inputs(x, y));           // D2
+    r.note_ran("M11, M10, D1, D2");
+  });
+  try {
+    r.add(shape_trace(model, x).finding());  // M1
+    r.note_ran("M1");
+  } catch (const std::exception& e) {
+    if (std::optional<Finding> f = inplace_finding(e)) r.add(*f);
+    Finding f;
+    f.check = "W2";
+    f.severity = Severity::Error;
+    f.title = std::string("the forward pass fails: ") + e.what();
+    f.cause = "every later check of the gate needs a forward pass: none of them ran";
+    f.fix = "fix the error above before anything else";
+    r.add(std::move(f));
+    return r;
+  }
+  gate_phase(r, "weight checks", "M4, M9", [&] {
+    r.add(check_shared_weights(model));    // M4
+    r.add(check_initialisation(model, o.model));  // M9
+    r.note_ran("M4, M9");
+  });
+  gate_phase(r, "structure checks", "M23, M24, M27", [&] {
+    r.add(check_missing_nonlinearity(model, x));  // M23
+    r.add(check_dropout_rate(model, o.model));    // M24
+    r.add(check_activation_variance(model, x, o.model));  // M27
+    r.note_ran("M23, M24, M27");
+  });
+  if (optimizer) {
+    r.add(check_learning_rate_range(*optimizer, o.optim));  // O8
+    r.note_ran("O8");
+  }
+
+  // M2 by behaviour: which layers are random or different in train mode (a
+  // hand-written dropout as well as nn::Dropout), and whether a random layer's
+  // mean training output matches its evaluation output.
+  ModeProbe probe;  // empty when the probe itself failed: then nothing is switched off
+  gate_phase(r, "train/eval probe", "M2", [&] {
+    probe = probe_mode_dependence(model, x);
+    r.add(probe.findings());
+    r.note_ran("M2");
+  });
+
+  // Forward and backward once, on a copy of the gradients' state, with the
+  // randomness off: L4 judges the loss of the model itself, not of one dropout draw.
+  std::vector<std::pair<Tensor, Tensor>> grads;
+  for (Tensor& p : model.parameters()) {
+    grads.emplace_back(p, p.grad());
+    p.zero_grad();
+  }
+  ParamSnapshot snap(model);  // BatchNorm statistics move in a training forward
+  // Randomness off (found by behaviour, not by type), restored with the modes below.
+  std::optional<ModeSnapshot> modes;
+  modes.emplace(model);
+  set_mode_without_randomness(model, model.is_training(), probe);
+  Tensor out, l;
+  // The loss (L6, M14) and the backward (L6, M14 again) are not run a second time once they failed.
+  bool loss_ok = gate_phase(r, "forward", "M12, M3, L4, O1, M5", [&] { out = model(x); });
+  if (loss_ok && !all_finite(out)) {
+    gate_phase(r, "search for the non-finite output", "M12", [&] {
+      r.add(find_nonfinite_source(model, x));  // M12
+      r.note_ran("M12");
+    });
+  } else if (loss_ok) {
+    gate_phase(r, "final-activation check", "M3", [&] {
+      r.add(check_final_activation(model, out, o.model));  // M3
+      r.note_ran("M3");
+    });
+    loss_ok = gate_phase(r, "loss", "L4, O1, M5, L6, M14", [&] { l = loss(out, y); });
+    if (loss_ok) {
+      const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
+      const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
+      if (C > 1 && y.dtype() == kInt64) {
+        r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
+        r.note_ran("L4");
+      }
+      r.add(check_initial_outputs(out, y, o.loss));  // L4: the mean output against the targets
+      r.note_ran("L4");
+      if (l.requires_grad() && l.numel() == 1)
+        loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
+          l.backward();
+          // A bias whose gradient is zero by construction (BatchNorm after it) is said once, as
+          // info, and is not a vanishing gradient (O1) nor a cut graph (M5).
+          OptimCheckOptions oo = o.optim;
+          for (Finding& f : find_redundant_biases(model, x, y, loss, oo.vanishing_grad_norm)) {
+            oo.zero_grad_by_construction.push_back(f.parameter);
+            r.add(std::move(f));
+          }
+          r.add(check_gradient_health(model, oo));                          // O1 (non-finite, vanishing, exploding gradients)
+          r.add(check_gradient_flow(model, oo.zero_grad_by_construction));  // M5
+          r.note_ran("O1, M5, M20, W2");  // the forward, the loss and the backward ran without an error
+        });
+    }
+  }
+  out = Tensor();
+  l = Tensor();
+  modes.reset();
+  snap.restore();
+  for (auto& [p, g] : grads) p.set_grad(g);
+
+  if (o.batch_mixing && x.dim() >= 1 && x.size(0) >= 2)
+    gate_phase(r, "batch-mixing test", "M6", [&] {
+      r.add(batch_mixing_test(model, x, o.model));  // M6
+      r.note_ran("M6");
+    });
+  if (o.gradcheck)
+    gate_phase(r, "gradient check", "M13", [&] {
+      std::vector<Finding> layers = gradcheck_layers(model, x);  // M13: layers with parameters, custom ops
+      // The whole model's input gradient along random directions: a backstop for
+      // a wrong backward that no single layer check could see. The per-layer
+      // finding, which names the layer, is the more useful one when both fail.
+      if (layers.empty()) layers = check_input_gradient(model, x);
+      r.add(layers);
+      r.note_ran("M13");
+    });
+  if (o.reduction && loss_ok)
+    gate_phase(r, "reduction check", "L6", [&] {
+      r.add(check_loss_reduction(model, loss, x, y, o.loss));  // L6
+      r.note_ran("L6");
+    });
+  if (o.overfit && loss_ok) {
+    gate_phase(r, "overfit-one-batch test", "M14", [&] {
+      const int64_t n = std::min<int64_t>(x.size(0), 32);
+      r.add(overfit_one_batch(model, x.narrow(0, 0, n), y.narrow(0, 0, n), loss, o.model));  // M14
+      r.note_ran("M14");
+    });
+  }
+  return r;
+}
+
+}  // namespace gradsleuth::debug
