@@ -105,7 +105,9 @@ int cmd_doctor(const std::vector<std::string>& args) {
   a.option("bug", "ID", "inject a bug (" + nn::bug_range() + "); repeatable", "", true);
   a.option("steps", "N", "training steps of the monitored run", "150");
   a.option("train-examples", "N", "training images", "6000");
-  a.option("out", "DIR", "where report.html and metrics.csv go", "runs/doctor");
+  a.option("out", "DIR", "where report.html and metrics.csv go (a folder holding an earlier report is refused unless "
+                        "--overwrite)", "runs/doctor");
+  a.flag("overwrite", "replace the report.html and metrics.csv of an earlier run in --out DIR");
   a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
   a.flag("verbose", "also print the info findings (batch summary, model summary, counts)");
@@ -119,6 +121,15 @@ int cmd_doctor(const std::vector<std::string>& args) {
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
   a.check_writable_dir("out");  // before the run: report.html and metrics.csv go there at the end
+  {
+    // An earlier report is a result: replacing it takes --overwrite (checked before any work).
+    std::string existing;
+    for (const char* f : {"report.html", "metrics.csv"})
+      if (std::filesystem::exists(std::filesystem::path(a.get("out")) / f))
+        existing += (existing.empty() ? "" : ", ") + std::string(f);
+    GS_CHECK(existing.empty() || a.has("overwrite"), "doctor", "--out '", a.get("out"), "' holds an earlier report (",
+             existing, "); pass --overwrite to replace it, or choose another folder");
+  }
   GS_CHECK(o.model == "mlp" || o.model == "cnn", "doctor", "unknown --model '", o.model, "': use mlp or cnn");
   GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "doctor",
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);
