@@ -228,7 +228,9 @@ std::string path_under(const fs::path& p, const fs::path& dir) {
   return a.size() > b.size() && a.compare(0, b.size(), b) == 0 && (b.back() == '/' || a[b.size()] == '/') ? a : "";
 }
 
-std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j) {
+// The folders of `j` are bound from descriptors opened before the sandbox's user is set (`fds`: path ->
+// descriptor), so that a uid of its own needs no search permission on the folders above them.
+std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j, const std::map<std::string, int>& fds) {
   std::vector<std::string> a{sb.bwrap_path, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
                              "--cap-drop", "ALL", "--hostname", "grading"};
   for (const char* d : {"/usr", "/etc", "/opt"})
@@ -246,13 +248,16 @@ std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j) {
       a.insert(a.end(), {"--dev-bind-try", e.path().string(), e.path().string()});
   if (sb.scratch_size) a.insert(a.end(), {"--size", std::to_string(kScratchBytes)});
   a.insert(a.end(), {"--tmpfs", "/tmp"});
-  for (const fs::path& p : j.read) a.insert(a.end(), {"--ro-bind", p.string(), p.string()});
+  auto bind = [&](const char* how, const fs::path& p) {
+    a.insert(a.end(), {how, std::to_string(fds.at(p.string())), p.string()});
+  };
+  for (const fs::path& p : j.read) bind("--ro-bind-fd", p);
   for (const fs::path& p : j.hide) a.insert(a.end(), {"--tmpfs", p.string()});
-  for (const fs::path& p : j.late) a.insert(a.end(), {"--ro-bind", p.string(), p.string()});
-  for (const fs::path& p : j.write) a.insert(a.end(), {"--bind", p.string(), p.string()});
+  for (const fs::path& p : j.late) bind("--ro-bind-fd", p);
+  for (const fs::path& p : j.write) bind("--bind-fd", p);
   if (!j.scratch.empty()) {
     if (sb.scratch_size) a.insert(a.end(), {"--size", std::to_string(kScratchBytes), "--tmpfs", j.scratch.string()});
-    else a.insert(a.end(), {"--bind", j.scratch.string(), j.scratch.string()});
+    else bind("--bind-fd", j.scratch);
   }
   a.insert(a.end(), {"--remount-ro", "/", "--chdir", j.cwd.string()});
   if (!sb.prlimit_path.empty()) a.insert(a.end(), {"--", sb.prlimit_path, "--nproc=" + std::to_string(kProcesses)});
@@ -366,10 +371,28 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
     const int e = err == out ? o : ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int in = ::open("/dev/null", O_RDONLY);
     const int ch = channel.empty() ? -1 : ::open(channel.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (o < 0 || e < 0 || in < 0 || (!channel.empty() && ch < 0) || ::chdir(jail.cwd.c_str()) != 0) ::_exit(126);
+    if (o < 0 || e < 0 || in < 0 || (!channel.empty() && ch < 0) || ::chdir(sb.bwrap ? "/" : jail.cwd.c_str()) != 0) {
+      dprintf(e >= 0 ? e : 2, "cannot set up the run: %s\n", std::strerror(errno));
+      ::_exit(126);
+    }
     ::dup2(in, 0), ::dup2(o, 1), ::dup2(e, 2);
     if (ch >= 0) ::dup2(ch, 3);
     for (int fd = ch >= 0 ? 4 : 3; fd < 1024; ++fd) ::close(fd);
+    std::map<std::string, int> fds;  // the jail's folders, opened while this is still grade-all's user
+    if (sb.bwrap) {
+      std::vector<fs::path> all = jail.read;
+      all.insert(all.end(), jail.late.begin(), jail.late.end());
+      all.insert(all.end(), jail.write.begin(), jail.write.end());
+      if (!jail.scratch.empty() && !sb.scratch_size) all.push_back(jail.scratch);
+      for (const fs::path& p : all) {
+        const int fd = ::open(p.c_str(), O_PATH | O_DIRECTORY);
+        if (fd < 0) {
+          dprintf(2, "cannot open %s for the sandbox: %s\n", p.c_str(), std::strerror(errno));
+          ::_exit(126);
+        }
+        fds[p.string()] = fd;
+      }
+    }
     // A clean environment: nothing of the instructor's (a seed, tokens) reaches the student's code.
     ::clearenv();
     ::setenv("PATH", "/usr/local/bin:/usr/bin:/bin", 1);
@@ -389,7 +412,7 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
     if (lim.memory_mb > 0) set_limit(RLIMIT_AS, static_cast<rlim_t>(lim.memory_mb) << 20);
     std::vector<std::string> full;
     if (sb.bwrap) {
-      full = bwrap_argv(sb, jail);
+      full = bwrap_argv(sb, jail, fds);
       if (uid > 0) set_limit(RLIMIT_NPROC, kProcesses + 8);  // its own uid: counts only this sandbox
     } else if (!fallback_dir.empty()) {
       ::setenv("GS_GRADER_SANDBOX", fallback_dir.c_str(), 1);
@@ -433,19 +456,24 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
   return r;
 }
 
-// Whether bubblewrap can make its namespaces here (as `uid` when > 0); "" when it can, else why not.
-std::string try_bwrap(const std::string& bwrap, bool with_size, uid_t uid) {
-  const fs::path log = fs::temp_directory_path() / ("gs_bwrap_probe_" + std::to_string(::getpid()) + ".log");
-  Sandbox sb;
-  Jail j;
-  j.cwd = "/";
-  std::vector<std::string> argv{bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-                                "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"};
-  if (with_size) argv.insert(argv.end(), {"--size", "1048576"});
-  argv.insert(argv.end(), {"--tmpfs", "/tmp", "--", "/bin/sh", "-c", "echo ok > /tmp/x && test -s /tmp/x"});
-  const Run r = run_limited(argv, log, log, Limits{20, 0}, sb, j, {}, {}, {}, uid);
-  std::string why = read_text(log, 4096);
+// Whether bubblewrap runs here as grading needs it (its namespaces, folders bound from descriptors,
+// as `uid` when > 0, a sized scratch tmpfs when `sb.scratch_size`): "" when it does, else why not.
+std::string try_bwrap(const Sandbox& sb, const fs::path& work, const Kit& kit, uid_t uid) {
+  const fs::path probe = work / ".sandbox-probe", log = work / ".sandbox-probe.log";
   std::error_code ec;
+  fs::remove_all(probe, ec);
+  fs::create_directories(probe / "run", ec);
+  if (uid > 0) ::chown(probe.c_str(), uid, uid), ::chown((probe / "run").c_str(), uid, uid);
+  Jail j;
+  j.read = {kit.source_dir, kit.build_dir};
+  j.write = {probe};
+  j.scratch = probe / "run";
+  j.cwd = probe / "run";
+  const std::string test = "test -r '" + (kit.build_dir / "build.ninja").string() +
+                           "' && echo ok > x && test -s x && echo ok > /tmp/y && test -s /tmp/y";
+  const Run r = run_limited({"/bin/sh", "-c", test}, log, log, Limits{20, 0}, sb, j, {}, {}, {}, uid);
+  std::string why = read_text(log, 4096);
+  fs::remove_all(probe, ec);
   fs::remove(log, ec);
   while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
   if (r.status == 0) return "";
@@ -460,23 +488,31 @@ std::string find_program(const char* name) {
   return "";
 }
 
-Sandbox choose_sandbox(const std::string& want) {
+Sandbox choose_sandbox(const std::string& want, const fs::path& work, const Kit& kit) {
   Sandbox sb;
   const bool root = ::geteuid() == 0;
   std::string why_not;
   if (want != "fallback") {
     sb.bwrap_path = find_program("bwrap");
+    sb.prlimit_path = find_program("prlimit");
     if (sb.bwrap_path.empty()) {
       why_not = "bubblewrap (bwrap) is not installed: scripts/setup.sh installs it";
     } else {
       // As root, each job runs as its own unused uid, so that the process limit counts that job only.
-      const uid_t probe_uid = root ? kSandboxUidBase : 0;
-      std::string why = try_bwrap(sb.bwrap_path, true, probe_uid);
-      if (why.empty()) sb.scratch_size = true, sb.drop_uid = root;
-      else if ((why = try_bwrap(sb.bwrap_path, false, probe_uid)).empty()) sb.drop_uid = root;
-      else if (root && try_bwrap(sb.bwrap_path, true, 0).empty()) sb.scratch_size = true;
-      else if (root && try_bwrap(sb.bwrap_path, false, 0).empty()) {
-      } else why_not = "bubblewrap cannot make its namespaces here (" + why + ")";
+      // The first of these that works: its own uid or not, a sized scratch tmpfs or not.
+      sb.bwrap = true;
+      std::string why;
+      for (const auto& [drop, size] : {std::pair{true, true}, {true, false}, {false, true}, {false, false}}) {
+        if (drop && !root) continue;
+        sb.drop_uid = drop, sb.scratch_size = size;
+        const std::string w = try_bwrap(sb, work, kit, drop ? kSandboxUidBase : 0);
+        if (w.empty()) {
+          why.clear();
+          break;
+        }
+        if (why.empty()) why = w;
+      }
+      if (!why.empty()) why_not = "bubblewrap cannot make its namespaces here (" + why + ")";
       sb.bwrap = why_not.empty();
     }
   }
@@ -484,13 +520,15 @@ Sandbox choose_sandbox(const std::string& want) {
     GS_CHECK(sb.bwrap, "lab grade-all", "--sandbox bwrap: ", why_not,
              "; --sandbox auto falls back to Landlock, seccomp and the grader's write guard");
   if (sb.bwrap) {
-    sb.prlimit_path = find_program("prlimit");
     sb.protections = "bubblewrap (mount, PID, network and user namespaces; writes only in the student's build "
                      "and run folders; other students' folders, the submissions and your files unseen)";
     if (sb.drop_uid) sb.protections += ", each job as its own unused uid";
-    if (sb.drop_uid || !sb.prlimit_path.empty())
+    if (sb.drop_uid || (!root && !sb.prlimit_path.empty()))
       sb.protections += ", at most " + std::to_string(kProcesses) + " processes";
-    else sb.protections += "; the process limit does not apply (root, and no prlimit)";
+    else if (root)
+      sb.protections += "; no process limit (as root it needs a uid of its own per job, and that uid cannot reach "
+                        "the build, source or --out folders: make them and their parents readable by others)";
+    else sb.protections += "; no process limit (prlimit, from util-linux, is not installed)";
     if (!sb.scratch_size) sb.protections += "; the run folder is on disk (this bwrap has no --size)";
   } else {
     sb.protections = "fallback: Landlock (writes), seccomp (chmod, chown, truncate, setsid, signals to others) and "
@@ -527,7 +565,7 @@ std::string take_files(const fs::path& src, const std::vector<std::string>& file
     std::error_code ec;
     std::vector<fs::path> entries;
     for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
-    if (ec) return "refused: cannot read " + fs::relative(d, src, ec).string() + " in the submission";
+    if (ec) return "refused: cannot read " + d.lexically_relative(src).string() + " in the submission";
     std::sort(entries.begin(), entries.end());
     for (const fs::path& p : entries) {
       if (++seen > 100000) return "refused: the folder holds more than 100000 files";
@@ -539,7 +577,7 @@ std::string take_files(const fs::path& src, const std::vector<std::string>& file
         continue;
       }
       if (std::find(files.begin(), files.end(), name) == files.end() || found.count(name)) continue;
-      const std::string rel = fs::relative(p, src, ec).string();
+      const std::string rel = p.lexically_relative(src).string();
       if (S_ISLNK(ls.st_mode)) {
         const fs::path to = fs::read_symlink(p, ec);
         return "refused: " + rel + " is a symbolic link (to " + to.string() + "); hand in the file itself";
@@ -749,7 +787,10 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
     cc[u.object_arg] = (work / "build" / (u.file + ".o")).string();
     const Run r = run_limited(cc, work / "compile.log", work / "compile.log", build_limits, sb, build_jail, {}, {}, {}, uid);
     if (r.status != 0 || r.timed_out) {
-      const std::string log = read_text(work / "compile.log", 1 << 20);
+      // The copy's path as the student's own file name.
+      std::string log = read_text(work / "compile.log", 1 << 20);
+      const std::string copy = (work / "src").string() + "/";
+      for (size_t at; (at = log.find(copy)) != std::string::npos;) log.erase(at, copy.size());
       status = r.timed_out ? "did not compile: the compiler ran past " + seconds_str(build_limits.seconds)
                            : "did not compile: " + first_error(log);
       fb << "The compiler's output for " << u.file << ":\n" << log << "\n";
@@ -898,7 +939,7 @@ int lab_grade_all(const GradeAllOptions& opts) {
   fs::create_directories(work);
   fs::create_directories(feedback);
   ::chmod(work.c_str(), 0755);
-  const Sandbox sb = choose_sandbox(o.sandbox);
+  const Sandbox sb = choose_sandbox(o.sandbox, work, kit);
   std::cerr << "lab grade-all: lab " << o.lab << ", " << students.size() << " submissions, " << o.jobs
             << " at a time, " << o.timeout_s << " s and " << o.memory_mb << " MB each\n"
             << "lab grade-all: sandbox: " << sb.protections << "\n";

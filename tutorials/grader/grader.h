@@ -244,7 +244,7 @@ struct CommandOptions {
 // student's code) moves the file to a close-on-exec descriptor, wipes the variable from the
 // environment and keeps the token; every result line then goes there as "@KIND TOKEN REST".
 // What the student's code prints on stdout or stderr is never read as a result.
-void take_results_channel();
+void take_results_channel(char** envp);
 bool has_results_channel();
 // Writes "@kind TOKEN rest\n" to the channel (nothing without one).
 void write_results_channel(const std::string& kind, const std::string& rest);

@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 chmod 755 "$tmp"
 class="$tmp/class" decoy="$tmp/decoy" instructor="$tmp/instructor"
-mkdir -p "$class" "$decoy/sub" "$instructor"
+mkdir -p "$class" "$decoy/sub" "$instructor" "$tmp/out"
 echo "the instructor's notes" > "$decoy/a.txt"
 echo "more notes" > "$decoy/b.txt"
 echo "deeper notes" > "$decoy/sub/c.txt"
@@ -53,11 +53,12 @@ headers='#include <fcntl.h>
 #include <dirent.h>
 #include <string>'
 # The starter with Task 1.1 written and Task 1.2's body replaced by $1 (which ends by failing the task).
+# (Through the environment: awk -v would turn the \n of C strings into newlines.)
 hostile() {
-  awk -v t1="$task1" -v t2="$1" -v h="$headers" '
-    /#include "core\/ops.h"/ { print; print h; next }
-    /not implemented: lab 1 task 1 / { print t1; next }
-    /not implemented: lab 1 task 2 / { print t2; print "  throw Error(\"lab 1\", \"done attacking\");"; next }
+  T1="$task1" T2="$1" H="$headers" awk '
+    /#include "core\/ops.h"/ { print; print ENVIRON["H"]; next }
+    /not implemented: lab 1 task 1 / { print ENVIRON["T1"]; next }
+    /not implemented: lab 1 task 2 / { print ENVIRON["T2"]; print "  throw Error(\"lab 1\", \"done attacking\");"; next }
     { print }' "$starter"
 }
 student() { mkdir -p "$class/$1"; cat > "$class/$1/lab1.cpp"; }
@@ -141,6 +142,7 @@ mkdir -p "$class/symlink_solution" "$class/hardlink_solution"
 ln -s "$solution" "$class/symlink_solution/lab1.cpp"
 cp "$solution" "$instructor/lab1_copy.cpp"
 ln "$instructor/lab1_copy.cpp" "$class/hardlink_solution/lab1.cpp"
+ln -s symlink_loop "$class/symlink_loop"
 mkdir -p "$class/fifo_file"
 mkfifo "$class/fifo_file/lab1.cpp"
 
@@ -161,19 +163,22 @@ row() { grep "^$1," "$book" || echo "(no row for $1)"; }
 head -1 "$book" | grep -q '^student,Task 1.1,Task 1.2,Task 1.3,Task 1.4,Task 1.5,Task 1.6,Task 1.7,total,status$' ||
   { echo "FAIL: the gradebook's columns are not lab 1's tasks: $(head -1 "$book")"; fail=1; }
 check "$(row a_correct)" ',100,graded$'
-check "$(row forge_print)" '^forge_print,10,0,0,0,0,0,0,10,graded$'
+# Task 1.1 done (10 points), Task 1.2 attacks (the cases that expect an error pass), the rest not done.
+part() { echo "^$1,10,[0-9]+,0,0,0,0,0,1[0-9],${2:-}"; }
+check "$(row forge_print)" "$(part forge_print 'graded$')"
 check "$(row forge_channel)" '^forge_channel,,,,,,,,,"?needs review: a line on the results channel without the grader.s token'
-check "$(row kill_grader)" '^kill_grader,10,0,0,0,0,0,0,10,graded$'
-check "$(row truncate_out)" ',10,"?tried to write outside its folder \('"$decoy"'/a.txt, refused\)'
-check "$(row chmod_out)" ',10,"?tried to write outside its folder \('"$decoy"'/b.txt, refused\)'
-check "$(row setsid_daemon)" ',10,graded$'
-check "$(row fork_bomb)" ',10,timed out in Task 1\.2 after 6 s$'
-check "$(row network)" ',10,graded$'
-check "$(row read_secrets)" ',graded$'
-check "$(row closes_stdout)" ',10,graded$'
-check "$(row fills_disk)" ',10,graded$'
+check "$(row kill_grader)" "$(part kill_grader 'graded$')"
+check "$(row truncate_out)" "$(part truncate_out)"'"?tried to write outside its folder \('"$decoy"'/a.txt, refused\)'
+check "$(row chmod_out)" "$(part chmod_out)"'"?tried to write outside its folder \('"$decoy"'/b.txt, refused\)'
+check "$(row setsid_daemon)" "$(part setsid_daemon 'graded$')"
+check "$(row fork_bomb)" '^fork_bomb,10,0,0,0,0,0,0,10,timed out in Task 1\.2 after 6 s$'
+check "$(row network)" "$(part network 'graded$')"
+check "$(row read_secrets)" "$(part read_secrets 'graded$')"
+check "$(row closes_stdout)" "$(part closes_stdout 'graded$')"
+check "$(row fills_disk)" "$(part fills_disk 'graded$')"
 check "$(row symlink_solution)" ',0,"?refused: lab1.cpp is a symbolic link \(to .*solution/lab1.cpp\); hand in the file itself'
 check "$(row hardlink_solution)" ',0,"?refused: lab1.cpp has 2 hard links'
+check "$(row symlink_loop)" ',0,"?refused: the folder cannot be opened \(Too many levels of symbolic links; a symbolic link loop\)'
 check "$(row fifo_file)" ',0,"?refused: lab1.cpp is a named pipe, not a source file'
 rows=$(($(wc -l < "$book") - 1))
 [[ $rows == 16 ]] || { echo "FAIL: $rows rows in the gradebook for 16 students"; fail=1; }
