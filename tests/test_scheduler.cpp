@@ -204,7 +204,9 @@ TEST_CASE("a Mode value outside its enum is refused at construction") {
 TEST_CASE("a factor that is not finite is refused, and an lr that overflows never reaches the weights") {
   TwoGroups g;
   const double inf = std::numeric_limits<double>::infinity();
-  CHECK(has(error_of([&] { optim::StepLR(g.opt, 1, inf); }), "gamma must be finite and > 0, got inf"));
+  const std::string gamma = error_of([&] { optim::StepLR(g.opt, 1, inf); });
+  CHECK(has(gamma, "gamma must be finite and > 0"));
+  CHECK(has(gamma, "got inf"));
   CHECK(has(error_of([&] { optim::StepLR(g.opt, 1, std::nan("")); }), "gamma must be finite"));
   CHECK(has(error_of([&] { optim::CosineAnnealingLR(g.opt, 10, inf); }), "eta_min must be finite"));
   CHECK(has(error_of([&] {
