@@ -121,6 +121,12 @@ int cmd_doctor(const std::vector<std::string>& args) {
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
   a.check_writable_dir("out");  // before the run: report.html and metrics.csv go there at the end
+  GS_CHECK(o.model == "mlp" || o.model == "cnn", "doctor", "unknown --model '", o.model, "': use mlp or cnn");
+  GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "doctor",
+           "--steps must be >= 1 and --train-examples >= ", o.batch_size);
+  nn::BugSet bugs;
+  for (const std::string& id : a.get_all("bug")) bugs.add(nn::parse_bug(id));
+  debug::zoo::check_recipe(bugs.list(), o.model);  // refused before anything is built
   {
     // An earlier report is a result: replacing it takes --overwrite (checked before any work).
     std::string existing;
@@ -130,12 +136,6 @@ int cmd_doctor(const std::vector<std::string>& args) {
     GS_CHECK(existing.empty() || a.has("overwrite"), "doctor", "--out '", a.get("out"), "' holds an earlier report (",
              existing, "); pass --overwrite to replace it, or choose another folder");
   }
-  GS_CHECK(o.model == "mlp" || o.model == "cnn", "doctor", "unknown --model '", o.model, "': use mlp or cnn");
-  GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "doctor",
-           "--steps must be >= 1 and --train-examples >= ", o.batch_size);
-  nn::BugSet bugs;
-  for (const std::string& id : a.get_all("bug")) bugs.add(nn::parse_bug(id));
-  debug::zoo::check_recipe(bugs.list(), o.model);  // refused before anything is built
   const bool json = a.has("json");
   auto progress = [json](const std::string& s) {
     if (!json) std::fprintf(stderr, "doctor: %s\n", s.c_str());
