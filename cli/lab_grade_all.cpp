@@ -197,6 +197,8 @@ struct Sandbox {
   std::string bwrap_path, prlimit_path;
   bool scratch_size = false;  // this bubblewrap has --size (a bounded tmpfs)
   bool drop_uid = false;      // grade-all runs as root: each job runs as its own unused uid
+  // As root without its own uid per job: where each command's pids cgroup goes ("" where none).
+  fs::path cgroup_base;
   std::string protections;    // what runs, for the output
 };
 
@@ -349,6 +351,62 @@ bool seccomp_guard() {
   return ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
+// A pids cgroup under `base` (cgroup v1's pids hierarchy or v2) that holds at most kProcesses
+// processes; "" when it cannot be made (not root, a read-only cgroup file system).
+fs::path make_pids_cgroup(const fs::path& base) {
+  static int serial = 0;
+  const fs::path dir = base / ("gradsleuth-" + std::to_string(::getpid()) + "-" + std::to_string(serial++));
+  if (::mkdir(dir.c_str(), 0755) != 0) return {};
+  std::ofstream(dir / "pids.max") << kProcesses << "\n";
+  if (read_text(dir / "pids.max", 64).rfind(std::to_string(kProcesses), 0) != 0) {
+    ::rmdir(dir.c_str());
+    return {};
+  }
+  return dir;
+}
+
+// Kills every process left in the cgroup (a daemon, a process in a session of its own), then removes it.
+void remove_pids_cgroup(const fs::path& dir) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    std::istringstream procs(read_text(dir / "cgroup.procs", 1 << 20));
+    bool any = false;
+    for (long p; procs >> p;) any = true, ::kill(static_cast<pid_t>(p), SIGKILL);
+    if (!any && ::rmdir(dir.c_str()) == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+fs::path find_pids_cgroup_base() {
+  if (::geteuid() != 0) return {};
+  for (const fs::path base : {fs::path("/sys/fs/cgroup/pids"), fs::path("/sys/fs/cgroup")}) {
+    if (base == "/sys/fs/cgroup") {
+      if (read_text(base / "cgroup.controllers", 4096).find("pids") == std::string::npos) continue;
+      std::ofstream(base / "cgroup.subtree_control") << "+pids\n";
+    } else if (!fs::exists(base / "tasks")) {
+      continue;
+    }
+    const fs::path test = make_pids_cgroup(base);
+    if (test.empty()) continue;
+    remove_pids_cgroup(test);
+    return base;
+  }
+  return {};
+}
+
+// The processes and threads this user runs now (RLIMIT_NPROC counts them all).
+rlim_t user_tasks() {
+  rlim_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st;
+    if (::stat(it->path().c_str(), &st) != 0 || st.st_uid != ::geteuid()) continue;
+    std::istringstream is(read_text(it->path() / "status", 8192));
+    for (std::string line; std::getline(is, line);)
+      if (line.rfind("Threads:", 0) == 0) n += std::strtoul(line.c_str() + 8, nullptr, 10);
+  }
+  return n;
+}
+
 void set_limit(int what, rlim_t v) {
   rlimit r{v, v};
   ::setrlimit(what, &r);
@@ -361,11 +419,13 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
                 const Sandbox& sb, const Jail& jail, const fs::path& fallback_dir, const fs::path& channel,
                 const std::string& channel_token, uid_t uid) {
   Run r;
+  const fs::path cgroup = sb.cgroup_base.empty() ? fs::path() : make_pids_cgroup(sb.cgroup_base);
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   GS_CHECK(pid >= 0, "lab grade-all", "cannot fork: ", std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    if (!cgroup.empty()) std::ofstream(cgroup / "cgroup.procs") << "0\n";  // this process and all it starts
     ::signal(SIGPIPE, SIG_DFL);
     const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = err == out ? o : ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -417,7 +477,8 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
     } else if (!fallback_dir.empty()) {
       ::setenv("GS_GRADER_SANDBOX", fallback_dir.c_str(), 1);
       ::setenv("TMPDIR", fallback_dir.c_str(), 1);
-      if (uid > 0 || ::geteuid() != 0) set_limit(RLIMIT_NPROC, kProcesses + 8);
+      if (uid > 0) set_limit(RLIMIT_NPROC, kProcesses + 8);
+      else if (::geteuid() != 0) set_limit(RLIMIT_NPROC, user_tasks() + kProcesses);  // counts all of this user's
     }
     full.insert(full.end(), argv.begin(), argv.end());
     if (uid > 0) {
@@ -453,6 +514,7 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
   if (!r.timed_out) ::kill(-pid, SIGKILL);  // anything it left running in its group
+  if (!cgroup.empty()) remove_pids_cgroup(cgroup);
   return r;
 }
 
@@ -516,6 +578,8 @@ Sandbox choose_sandbox(const std::string& want, const fs::path& work, const Kit&
       sb.bwrap = why_not.empty();
     }
   }
+  // As root, without a uid of its own per job, a pids cgroup limits the processes instead.
+  if (root && !sb.drop_uid) sb.cgroup_base = find_pids_cgroup_base();
   if (want == "bwrap")
     GS_CHECK(sb.bwrap, "lab grade-all", "--sandbox bwrap: ", why_not,
              "; --sandbox auto falls back to Landlock, seccomp and the grader's write guard");
@@ -525,6 +589,8 @@ Sandbox choose_sandbox(const std::string& want, const fs::path& work, const Kit&
     if (sb.drop_uid) sb.protections += ", each job as its own unused uid";
     if (sb.drop_uid || (!root && !sb.prlimit_path.empty()))
       sb.protections += ", at most " + std::to_string(kProcesses) + " processes";
+    else if (!sb.cgroup_base.empty())
+      sb.protections += ", at most " + std::to_string(kProcesses) + " processes (a pids cgroup per command)";
     else if (root)
       sb.protections += "; no process limit (as root it needs a uid of its own per job, and that uid cannot reach "
                         "the build, source or --out folders: make them and their parents readable by others)";
@@ -534,6 +600,9 @@ Sandbox choose_sandbox(const std::string& want, const fs::path& work, const Kit&
     sb.protections = "fallback: Landlock (writes), seccomp (chmod, chown, truncate, setsid, signals to others) and "
                      "the grader's write guard; reads, the network and other processes are not isolated (" +
                      (why_not.empty() ? std::string("--sandbox fallback") : why_not) + ")";
+    sb.protections += !sb.cgroup_base.empty() ? "; at most " + std::to_string(kProcesses) + " processes (a pids cgroup)"
+                      : root ? "; no process limit (root, and no writable pids cgroup)"
+                             : "; at most " + std::to_string(kProcesses) + " processes more than you run";
   }
   return sb;
 }
