@@ -233,8 +233,8 @@ std::string path_under(const fs::path& p, const fs::path& dir) {
 // The folders of `j` are bound from descriptors opened before the sandbox's user is set (`fds`: path ->
 // descriptor), so that a uid of its own needs no search permission on the folders above them.
 std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j, const std::map<std::string, int>& fds) {
-  std::vector<std::string> a{sb.bwrap_path, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-                             "--cap-drop", "ALL", "--hostname", "grading"};
+  std::vector<std::string> a{sb.bwrap_path, "--unshare-all", "--unshare-user", "--die-with-parent", "--cap-drop", "ALL",
+                             "--hostname", "grading"};
   for (const char* d : {"/usr", "/etc", "/opt"})
     if (fs::is_directory(d)) a.insert(a.end(), {"--ro-bind", d, d});
   for (const char* d : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
@@ -299,7 +299,7 @@ bool landlock_writes_to(const fs::path& dir) {
 }
 
 // Refuses (EPERM) what Landlock does not cover: changing modes and owners, truncating by path,
-// a new session, and signals to any process but this one and its own group (seccomp).
+// setsid(), setpgid(), ptrace, and signals to any process but this one and its own group (seccomp).
 bool seccomp_guard() {
 #if defined(__x86_64__)
   constexpr uint32_t arch = AUDIT_ARCH_X86_64;
@@ -365,7 +365,7 @@ fs::path make_pids_cgroup(const fs::path& base) {
   return dir;
 }
 
-// Kills every process left in the cgroup (a daemon, a process in a session of its own), then removes it.
+// Kills every process left in the cgroup (a daemon, a process after setsid()), then removes it.
 void remove_pids_cgroup(const fs::path& dir) {
   for (int attempt = 0; attempt < 200; ++attempt) {
     std::istringstream procs(read_text(dir / "cgroup.procs", 1 << 20));
@@ -424,7 +424,8 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
   const pid_t pid = ::fork();
   GS_CHECK(pid >= 0, "lab grade-all", "cannot fork: ", std::strerror(errno));
   if (pid == 0) {
-    ::setpgid(0, 0);
+    // Its own process group, and no controlling terminal (nothing can be typed into the instructor's).
+    ::setsid();
     if (!cgroup.empty()) std::ofstream(cgroup / "cgroup.procs") << "0\n";  // this process and all it starts
     ::signal(SIGPIPE, SIG_DFL);
     const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
