@@ -460,7 +460,8 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
     ::setenv("LANG", "C.UTF-8", 1);
     ::setenv("OMP_NUM_THREADS", "1", 1);
     ::setenv("CCACHE_DISABLE", "1", 1);
-    ::setenv("TMPDIR", sb.bwrap ? "/tmp" : jail.cwd.c_str(), 1);
+    // Temporary files: the run folder when grading (the write guard allows it), else /tmp.
+    ::setenv("TMPDIR", jail.scratch.empty() ? "/tmp" : jail.scratch.c_str(), 1);
     ::setenv("HOME", jail.cwd.c_str(), 1);
     for (const std::string& kv : jail.env) ::putenv(const_cast<char*>(kv.c_str()));
     if (ch >= 0) ::setenv("GS_GRADER_CHANNEL", ("3 " + channel_token).c_str(), 1);
