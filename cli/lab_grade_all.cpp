@@ -199,6 +199,9 @@ struct Sandbox {
   bool drop_uid = false;      // grade-all runs as root: each job runs as its own unused uid
   // As root without its own uid per job: where each command's pids cgroup goes ("" where none).
   fs::path cgroup_base;
+  // Files and folders others may not read (in /etc and the source tree), hidden in the sandbox when
+  // it runs as grade-all's own user (a uid of its own cannot read them anyway).
+  std::vector<fs::path> private_files, private_dirs;
   std::string protections;    // what runs, for the output
 };
 
@@ -254,6 +257,17 @@ std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j, const std:
     a.insert(a.end(), {how, std::to_string(fds.at(p.string())), p.string()});
   };
   for (const fs::path& p : j.read) bind("--ro-bind-fd", p);
+  // What others may not read, in what is bound so far, stays unreadable.
+  auto bound = [&](const fs::path& p) {
+    if (!path_under(p, "/etc").empty()) return true;
+    for (const fs::path& r : j.read)
+      if (!path_under(p, r).empty()) return true;
+    return false;
+  };
+  for (const fs::path& d : sb.private_dirs)
+    if (bound(d)) a.insert(a.end(), {"--tmpfs", d.string()});
+  for (const fs::path& f : sb.private_files)
+    if (bound(f)) a.insert(a.end(), {"--ro-bind", "/dev/null", f.string()});
   for (const fs::path& p : j.hide) a.insert(a.end(), {"--tmpfs", p.string()});
   for (const fs::path& p : j.late) bind("--ro-bind-fd", p);
   for (const fs::path& p : j.write) bind("--bind-fd", p);
@@ -265,6 +279,23 @@ std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j, const std:
   if (!sb.prlimit_path.empty()) a.insert(a.end(), {"--", sb.prlimit_path, "--nproc=" + std::to_string(kProcesses)});
   a.push_back("--");
   return a;
+}
+
+// What others may not read under `dir` (not following links), at most `limit` entries; a folder
+// others may not read is listed and not entered.
+void find_private(const fs::path& dir, std::vector<fs::path>& files, std::vector<fs::path>& dirs, size_t limit = 2000) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator() && files.size() + dirs.size() < limit; it.increment(ec)) {
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) != 0 || S_ISLNK(st.st_mode) || (st.st_mode & S_IROTH)) continue;
+    if (S_ISDIR(st.st_mode)) {
+      dirs.push_back(it->path());
+      it.disable_recursion_pending();
+    } else if (S_ISREG(st.st_mode)) {
+      files.push_back(it->path());
+    }
+  }
 }
 
 // The fallback's kernel guards. Writes only under `dir` and /dev (Landlock; false where the kernel
@@ -580,8 +611,11 @@ Sandbox choose_sandbox(const std::string& want, const fs::path& work, const Kit&
       sb.bwrap = why_not.empty();
     }
   }
-  // As root, without a uid of its own per job, a pids cgroup limits the processes instead.
+  // As root, without a uid of its own per job, a pids cgroup limits the processes instead, and what
+  // others may not read in /etc and the source tree is hidden.
   if (root && !sb.drop_uid) sb.cgroup_base = find_pids_cgroup_base();
+  if (sb.bwrap && !sb.drop_uid)
+    for (const fs::path& d : {fs::path("/etc"), kit.source_dir}) find_private(d, sb.private_files, sb.private_dirs);
   if (want == "bwrap")
     GS_CHECK(sb.bwrap, "lab grade-all", "--sandbox bwrap: ", why_not,
              "; --sandbox auto falls back to Landlock, seccomp and the grader's write guard");

@@ -4,7 +4,7 @@
 # gets the status of its kind, the batch finishes with a row for everyone, and nothing outside the
 # submissions changed (a checksum of a decoy tree, modes included), no process outlives the batch, no
 # connection reaches the host, a full disk or a closed stdout stays the submission's own, and no feedback shows the instructor's seed or another student's code.
-#   hostile_class.sh GRADSLEUTH SOURCE_ROOT
+#   hostile_class.sh GRADSLEUTH SOURCE_ROOT     (KEEP=1 keeps its temporary folder, to look at)
 set -euo pipefail
 cli="$1" src="$2"
 starter="$src/tutorials/lab1_tensors/lab1.cpp" solution="$src/tutorials/lab1_tensors/solution/lab1.cpp"
@@ -15,6 +15,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+[[ -n ${KEEP:-} ]] && trap - EXIT
 chmod 755 "$tmp"
 class="$tmp/class" decoy="$tmp/decoy" instructor="$tmp/instructor"
 mkdir -p "$class" "$decoy/sub" "$instructor" "$tmp/out"
@@ -118,7 +119,7 @@ hostile "  const int s = socket(AF_INET, SOCK_STREAM, 0);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const int rc = connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
   std::fprintf(stderr, \"connect: %d\\n\", rc);" | student network
-hostile "  for (const char* p : {\"$instructor/grader_seed\", \"$class/a_correct/lab1.cpp\", \"/proc/self/cmdline\", \"../../../gradebook.csv\"}) {
+hostile "  for (const char* p : {\"$instructor/grader_seed\", \"$class/a_correct/lab1.cpp\", \"/proc/self/cmdline\", \"../../../gradebook.csv\", \"/etc/shadow\"}) {
     if (FILE* f = std::fopen(p, \"r\")) {
       std::string text;
       for (int c; (c = std::fgetc(f)) != EOF;) text += c ? char(c) : char(32);
@@ -193,5 +194,25 @@ if grep -q "$marker" "$tmp/out/gradebook.csv.feedback/read_secrets.txt"; then ec
 [[ "$(sum_tree "$class")" == "$before_class" ]] || { echo "FAIL: the submissions changed"; fail=1; }
 [[ "$(sum_tree "$instructor")" == "$before_instructor" ]] || { echo "FAIL: the instructor's folder changed"; fail=1; }
 grep -q "sandbox: bubblewrap" "$tmp/grade_all.log" || { echo "FAIL: the output does not say which sandbox ran"; fail=1; }
+grep -q "^read /etc/shadow: root:" "$tmp/out/gradebook.csv.feedback/read_secrets.txt" && { echo "FAIL: read /etc/shadow"; fail=1; }
+
+# Again in a folder only its owner may enter: run as root, grade-all cannot give each job a uid of
+# its own there, so a pids cgroup holds the fork bomb and what others may not read stays hidden.
+private="$tmp/private"
+mkdir -p "$private/class" "$private/out"
+chmod 700 "$private"
+cp -r "$class/read_secrets" "$class/fork_bomb" "$private/class/"
+"$cli" lab grade-all 1 "$private/class" --out "$private/out/gradebook.csv" -j 2 --timeout 6 --sandbox bwrap \
+  --seed "$seed" > "$private/grade_all.log" 2>&1 || { echo "FAIL: grade-all in a private folder: status $?"; fail=1; }
+grep "sandbox:" "$private/grade_all.log"
+check "$(grep '^read_secrets,' "$private/out/gradebook.csv")" "$(part read_secrets 'graded$')"
+check "$(grep '^fork_bomb,' "$private/out/gradebook.csv")" '^fork_bomb,10,0,0,0,0,0,0,10,timed out in Task 1\.2 after 6 s$'
+forked="$(grep -ho 'forked [0-9]*' "$private/out/gradebook.csv.feedback/fork_bomb.txt" || echo 'forked ?')"
+[[ $forked =~ ^forked\ ([0-9]+)$ && ${BASH_REMATCH[1]} -lt 80 ]] || { echo "FAIL: the fork bomb (private folder): '$forked'"; fail=1; }
+grep -q "^read /etc/shadow: root:" "$private/out/gradebook.csv.feedback/read_secrets.txt" &&
+  { echo "FAIL: read /etc/shadow (private folder)"; fail=1; }
+grep -rq "$seed" "$private/out/gradebook.csv.feedback" "$private/out/gradebook.csv" &&
+  { echo "FAIL: the seed is in the feedback (private folder)"; fail=1; }
+[[ "$(sum_tree "$decoy")" == "$before_decoy" ]] || { echo "FAIL: the decoy tree changed"; fail=1; }
 [[ $fail == 0 ]] && echo "lab_grade_all_hostile: 16 submissions, every status as expected, nothing outside changed"
 exit $fail
