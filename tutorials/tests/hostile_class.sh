@@ -3,7 +3,9 @@
 # (one attack each, in Task 1.2) graded with the sandbox scripts/setup.sh installs (bubblewrap). Each
 # gets the status of its kind, the batch finishes with a row for everyone, and nothing outside the
 # submissions changed (a checksum of a decoy tree, modes included), no process outlives the batch, no
-# connection reaches the host, a full disk or a closed stdout stays the submission's own, and no feedback shows the instructor's seed or another student's code.
+# connection reaches the host, a full disk or a closed stdout stays the submission's own, and no
+# feedback shows the instructor's seed, another student's code or /etc/shadow. Then two of them
+# again in a folder only its owner may enter (as root: a pids cgroup instead of a uid per job).
 #   hostile_class.sh GRADSLEUTH SOURCE_ROOT     (KEEP=1 keeps its temporary folder, to look at)
 set -euo pipefail
 cli="$1" src="$2"
