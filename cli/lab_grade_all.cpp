@@ -952,6 +952,20 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
     }
     fb << report;
     if (!err.empty()) fb << "\nstderr:\n" << err;
+    // On disk (the fallback, or a bwrap without --size): a run folder over the scratch size is emptied.
+    if (!(sb.bwrap && sb.scratch_size)) {
+      uintmax_t bytes = 0;
+      std::error_code e2;
+      for (auto it = fs::recursive_directory_iterator(work / "run", e2); !e2 && it != fs::recursive_directory_iterator();
+           it.increment(e2))
+        if (it->is_regular_file(e2)) bytes += it->file_size(e2);
+      if (bytes > static_cast<uintmax_t>(kScratchBytes)) {
+        fs::remove_all(work / "run", e2);
+        fs::create_directories(work / "run", e2);
+        fb << "\nThe run folder held " << (bytes >> 20) << " MB (more than " << (kScratchBytes >> 20)
+           << " MB): its files were removed.\n";
+      }
+    }
     if (o.gradescope && !res.gradescope.empty() && !review) {
       std::error_code ec2;
       fs::remove_all(work / "run", ec2);
