@@ -6,9 +6,11 @@
 # connection reaches the host, a full disk or a closed stdout stays the submission's own, and no
 # feedback shows the instructor's seed, another student's code or /etc/shadow. Then two of them
 # again in a folder only its owner may enter (as root: a pids cgroup instead of a uid per job).
-#   hostile_class.sh GRADSLEUTH SOURCE_ROOT     (KEEP=1 keeps its temporary folder, to look at)
+# With `fallback`, the attacks the fallback (Landlock, seccomp, the write guard) is to stop, graded
+# with --sandbox fallback: forging, killing, truncate and chmod outside, a daemon, a fork bomb.
+#   hostile_class.sh GRADSLEUTH SOURCE_ROOT [fallback]   (KEEP=1 keeps its temporary folder, to look at)
 set -euo pipefail
-cli="$1" src="$2"
+cli="$1" src="$2" mode="${3:-bwrap}"
 starter="$src/tutorials/lab1_tensors/lab1.cpp" solution="$src/tutorials/lab1_tensors/solution/lab1.cpp"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/gs_hostile.XXXXXX")"
 listener=""
@@ -149,9 +151,18 @@ ln -s symlink_loop "$class/symlink_loop"
 mkdir -p "$class/fifo_file"
 mkfifo "$class/fifo_file/lab1.cpp"
 
+if [[ $mode == fallback ]]; then
+  for d in "$class"/*; do
+    case "$(basename "$d")" in
+      a_correct | forge_channel | kill_grader | truncate_out | chmod_out | setsid_daemon | fork_bomb) ;;
+      *) rm -rf "$d" ;;
+    esac
+  done
+fi
+students=$(find "$class" -mindepth 1 -maxdepth 1 | wc -l)
 before_decoy="$(sum_tree "$decoy")" before_class="$(sum_tree "$class")" before_instructor="$(sum_tree "$instructor")"
 set +e
-"$cli" lab grade-all 1 "$class" --out "$tmp/out/gradebook.csv" -j 2 --timeout 6 --memory 2048 --sandbox bwrap \
+"$cli" lab grade-all 1 "$class" --out "$tmp/out/gradebook.csv" -j 2 --timeout 6 --memory 2048 --sandbox "$mode" \
   --seed "$seed" > "$tmp/grade_all.log" 2>&1 <&-
 rc=$?
 set -e
@@ -163,38 +174,49 @@ book="$tmp/out/gradebook.csv"
 [[ -s $book ]] || { echo "FAIL: no gradebook"; exit 1; }
 cat "$book"
 row() { grep "^$1," "$book" || echo "(no row for $1)"; }
+# Checks a student's row, when that student is in this run's class.
+check_row() { [[ -e $class/$1 || -L $class/$1 ]] || return 0; check "$(row "$1")" "$2"; }
 head -1 "$book" | grep -q '^student,Task 1.1,Task 1.2,Task 1.3,Task 1.4,Task 1.5,Task 1.6,Task 1.7,total,status$' ||
   { echo "FAIL: the gradebook's columns are not lab 1's tasks: $(head -1 "$book")"; fail=1; }
-check "$(row a_correct)" ',100,graded$'
+check_row a_correct ',100,graded$'
 # Task 1.1 done (10 points), Task 1.2 attacks (the cases that expect an error pass), the rest not done.
 part() { echo "^$1,10,[0-9]+,0,0,0,0,0,1[0-9],${2:-}"; }
-check "$(row forge_print)" "$(part forge_print 'graded$')"
-check "$(row forge_channel)" '^forge_channel,,,,,,,,,"?needs review: a line on the results channel without the grader.s token'
-check "$(row kill_grader)" "$(part kill_grader 'graded$')"
-check "$(row truncate_out)" "$(part truncate_out)"'"?tried to write outside its folder \('"$decoy"'/a.txt, refused\)'
-check "$(row chmod_out)" "$(part chmod_out)"'"?tried to write outside its folder \('"$decoy"'/b.txt, refused\)'
-check "$(row setsid_daemon)" "$(part setsid_daemon 'graded$')"
-check "$(row fork_bomb)" '^fork_bomb,10,0,0,0,0,0,0,10,timed out in Task 1\.2 after 6 s$'
-check "$(row network)" "$(part network 'graded$')"
-check "$(row read_secrets)" "$(part read_secrets 'graded$')"
-check "$(row closes_stdout)" "$(part closes_stdout 'graded$')"
-check "$(row fills_disk)" "$(part fills_disk 'graded$')"
-check "$(row symlink_solution)" ',0,"?refused: lab1.cpp is a symbolic link \(to .*solution/lab1.cpp\); hand in the file itself'
-check "$(row hardlink_solution)" ',0,"?refused: lab1.cpp has 2 hard links'
-check "$(row symlink_loop)" ',0,"?refused: the folder cannot be opened \(Too many levels of symbolic links; a symbolic link loop\)'
-check "$(row fifo_file)" ',0,"?refused: lab1.cpp is a named pipe, not a source file'
+check_row forge_print "$(part forge_print 'graded$')"
+check_row forge_channel '^forge_channel,,,,,,,,,"?needs review: a line on the results channel without the grader.s token'
+check_row kill_grader "$(part kill_grader 'graded$')"
+check_row truncate_out "$(part truncate_out)"'"?tried to write outside its folder \('"$decoy"'/a.txt, refused\)'
+check_row chmod_out "$(part chmod_out)"'"?tried to write outside its folder \('"$decoy"'/b.txt, refused\)'
+check_row setsid_daemon "$(part setsid_daemon 'graded$')"
+check_row fork_bomb '^fork_bomb,10,0,0,0,0,0,0,10,timed out in Task 1\.2 after 6 s$'
+check_row network "$(part network 'graded$')"
+check_row read_secrets "$(part read_secrets 'graded$')"
+check_row closes_stdout "$(part closes_stdout 'graded$')"
+check_row fills_disk "$(part fills_disk 'graded$')"
+check_row symlink_solution ',0,"?refused: lab1.cpp is a symbolic link \(to .*solution/lab1.cpp\); hand in the file itself'
+check_row hardlink_solution ',0,"?refused: lab1.cpp has 2 hard links'
+check_row symlink_loop ',0,"?refused: the folder cannot be opened \(Too many levels of symbolic links; a symbolic link loop\)'
+check_row fifo_file ',0,"?refused: lab1.cpp is a named pipe, not a source file'
 rows=$(($(wc -l < "$book") - 1))
-[[ $rows == 16 ]] || { echo "FAIL: $rows rows in the gradebook for 16 students"; fail=1; }
+[[ $rows == "$students" ]] || { echo "FAIL: $rows rows in the gradebook for $students students"; fail=1; }
 forked="$(grep -ho 'forked [0-9]*' "$tmp/out/gradebook.csv.feedback/fork_bomb.txt" || echo 'forked ?')"
 [[ $forked =~ ^forked\ ([0-9]+)$ && ${BASH_REMATCH[1]} -lt 80 ]] || { echo "FAIL: the fork bomb: '$forked' (limit 64)"; fail=1; }
-grep -q "connect: -1" "$tmp/out/gradebook.csv.feedback/network.txt" || { echo "FAIL: network: connect did not fail"; fail=1; }
-[[ ! -s $tmp/connections ]] || { echo "FAIL: a submission reached the host: $(cat "$tmp/connections")"; fail=1; }
-if pgrep -f "sleep 4242.5" >/dev/null; then echo "FAIL: a daemon outlived grade-all"; pkill -f "sleep 4242.5"; fail=1; fi
-if grep -rq "$seed" "$tmp/out"/gradebook.csv.feedback "$book"; then echo "FAIL: the seed is in the feedback"; fail=1; fi
-if grep -q "$marker" "$tmp/out/gradebook.csv.feedback/read_secrets.txt"; then echo "FAIL: read another student's file"; fail=1; fi
+if pgrep -f "sleep 4242.5" >/dev/null; then
+  echo "FAIL: a daemon outlived grade-all"
+  for p in $(pgrep -f "sleep 4242.5"); do kill "$p"; done
+  fail=1
+fi
 [[ "$(sum_tree "$decoy")" == "$before_decoy" ]] || { echo "FAIL: the decoy tree changed"; ls -laR "$decoy"; fail=1; }
 [[ "$(sum_tree "$class")" == "$before_class" ]] || { echo "FAIL: the submissions changed"; fail=1; }
 [[ "$(sum_tree "$instructor")" == "$before_instructor" ]] || { echo "FAIL: the instructor's folder changed"; fail=1; }
+if [[ $mode == fallback ]]; then
+  grep -q "sandbox: fallback" "$tmp/grade_all.log" || { echo "FAIL: the output does not say which protection ran"; fail=1; }
+  [[ $fail == 0 ]] && echo "lab_grade_all_hostile_fallback: $students submissions, every status as expected, nothing outside changed"
+  exit $fail
+fi
+grep -q "connect: -1" "$tmp/out/gradebook.csv.feedback/network.txt" || { echo "FAIL: network: connect did not fail"; fail=1; }
+[[ ! -s $tmp/connections ]] || { echo "FAIL: a submission reached the host: $(cat "$tmp/connections")"; fail=1; }
+if grep -rq "$seed" "$tmp/out"/gradebook.csv.feedback "$book"; then echo "FAIL: the seed is in the feedback"; fail=1; fi
+if grep -q "$marker" "$tmp/out/gradebook.csv.feedback/read_secrets.txt"; then echo "FAIL: read another student's file"; fail=1; fi
 grep -q "sandbox: bubblewrap" "$tmp/grade_all.log" || { echo "FAIL: the output does not say which sandbox ran"; fail=1; }
 grep -q "^read /etc/shadow: root:" "$tmp/out/gradebook.csv.feedback/read_secrets.txt" && { echo "FAIL: read /etc/shadow"; fail=1; }
 
