@@ -58,7 +58,7 @@ namespace fs = std::filesystem;
 // What one submission may hand in and use.
 constexpr int64_t kMaxSourceBytes = 1 << 20;        // one lab file
 constexpr int64_t kRunOutputBytes = 64ll << 20;     // any one file the grading writes (RLIMIT_FSIZE)
-constexpr int64_t kBuildOutputBytes = 1ll << 30;    // the compiler's and linker's files
+constexpr int64_t kBuildOutputBytes = 256ll << 20;  // the compiler's and linker's files (the grader: ~5 MB)
 constexpr int64_t kScratchBytes = 256ll << 20;      // the run folder and /tmp in the sandbox
 constexpr rlim_t kProcesses = 64;                   // processes and threads (RLIMIT_NPROC)
 constexpr rlim_t kOpenFiles = 256;
@@ -865,7 +865,8 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
   std::string status = "graded";
   Results res;
   bool review = false;
-  const Limits build_limits{std::max(o.timeout_s, 300.0), 0, kBuildOutputBytes};
+  // The compiler gets the same memory as the grading (at least 2 GB): a template bomb stays bounded.
+  const Limits build_limits{std::max(o.timeout_s, 300.0), std::max<int64_t>(o.memory_mb, 2048), kBuildOutputBytes};
 
   // 0. The student's own files only, copied.
   std::vector<std::string> files;
