@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -169,6 +170,8 @@ bool Args::parse() {
     }
     if (o->is_flag) {
       if (inline_value) throw usage_error(command_, "--" + name + " is a flag and takes no value");
+      // As with options: a repeat is refused (it is a typo or a script that lost track).
+      if (o->seen) throw usage_error(command_, "--" + name + " was given twice");
       o->seen = true;
       continue;
     }
@@ -250,8 +253,12 @@ bool parse_whole(const std::string& v, Conv conv, T& out) {
 int Args::get_int(const std::string& name) const {
   const std::string v = get(name);
   int r = 0;
-  if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r))
+  if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r)) {
+    if (is_decimal(v, true))  // digits that do not fit
+      throw usage_error(command_, "--" + name + " is too large: '" + v + "' (the limit is " +
+                                      std::to_string(v[0] == '-' ? INT_MIN : INT_MAX) + ")");
     throw usage_error(command_, "--" + name + " needs an integer, got '" + v + "'" + decimal_hint(v, true));
+  }
   return r;
 }
 
@@ -288,8 +295,11 @@ int64_t Args::get_int_in(const std::string& name, int64_t lo, int64_t hi) const 
   const bool parsed = parse_whole(v, [](const std::string& t, size_t* u) { return std::stoll(t, u); }, r);
   const std::string range = hi == INT64_MAX ? ">= " + std::to_string(lo)
                                             : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (!parsed && is_decimal(v, true))  // digits that do not fit in 64 bits
+    throw usage_error(command_, "--" + name + " is too large: '" + v + "' (it must be an integer " + range + ")");
   if (!parsed || r < lo || r > hi)
-    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'" + decimal_hint(v, true));
+    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'" + decimal_hint(v, true) +
+                                    (parsed && r > hi ? " (too large)" : parsed && r < lo ? " (too small)" : ""));
   return r;
 }
 
@@ -298,6 +308,16 @@ double Args::get_double_in(const std::string& name, double lo, bool lo_open, dou
   double r = 0;
   const bool ok = parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r) && std::isfinite(r) && (lo_open ? r > lo : r >= lo) &&
                   (hi_open ? r < hi : r <= hi);
+  if (!ok && is_decimal(v, false)) {
+    // A number the double type cannot hold as a normal value: say so rather than quote the range.
+    const double d = std::strtod(v.c_str(), nullptr);
+    if (std::isinf(d) || std::fabs(d) > 1.7976931348623157e308)
+      throw usage_error(command_, "--" + name + " is too large: '" + v + "' overflows a double (largest 1.8e308)");
+    if (d == 0.0 ? v.find_first_of("123456789") < v.find_first_of("eE") : !std::isnormal(d))
+      throw usage_error(command_, "--" + name + " is too small: '" + v +
+                                      "' is below the smallest normal double (2.2e-308): it would be a subnormal or 0, "
+                                      "which no computation can use");
+  }
   if (!ok) {
     std::string range;
     if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_str(lo);

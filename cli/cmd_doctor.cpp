@@ -107,7 +107,9 @@ int cmd_doctor(const std::vector<std::string>& args) {
   a.option("bug", "ID", "inject a bug (" + nn::bug_range() + "); repeatable", "", true);
   a.option("steps", "N", "training steps of the monitored run", "150");
   a.option("train-examples", "N", "training images", "6000");
-  a.option("out", "DIR", "where report.html and metrics.csv go", "runs/doctor");
+  a.option("out", "DIR", "where report.html and metrics.csv go (a folder holding an earlier report is refused unless "
+                        "--overwrite)", "runs/doctor");
+  a.flag("overwrite", "replace the report.html and metrics.csv of an earlier run in --out DIR");
   a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
   a.flag("verbose", "also print the info findings (batch summary, model summary, counts)");
@@ -127,6 +129,15 @@ int cmd_doctor(const std::vector<std::string>& args) {
   nn::BugSet bugs;
   for (const std::string& id : a.get_all("bug")) bugs.add(nn::parse_bug(id));
   debug::zoo::check_recipe(bugs.list(), o.model);  // refused before anything is built
+  {
+    // An earlier report is a result: replacing it takes --overwrite (checked before any work).
+    std::string existing;
+    for (const char* f : {"report.html", "metrics.csv"})
+      if (std::filesystem::exists(std::filesystem::path(a.get("out")) / f))
+        existing += (existing.empty() ? "" : ", ") + std::string(f);
+    GS_CHECK(existing.empty() || a.has("overwrite"), "doctor", "--out '", a.get("out"), "' holds an earlier report (",
+             existing, "); pass --overwrite to replace it, or choose another folder");
+  }
   const bool json = a.has("json");
   auto progress = [json](const std::string& s) {
     if (!json) std::fprintf(stderr, "doctor: %s\n", s.c_str());

@@ -373,8 +373,8 @@ int cpu_bench(const Args& a) {
   } else {
     versions.push_back(a.get_int("version"));
   }
-  const int64_t size = a.has("size") ? a.get_int("size") : 0;
-  const int64_t rows = a.has("rows") ? a.get_int("rows") : 0;
+  const int64_t size = a.has("size") ? a.get_int_in("size", 1, int64_t{1} << 30) : 0;
+  const int64_t rows = a.has("rows") ? a.get_int_in("rows", 1, int64_t{1} << 30) : 0;
   GS_CHECK(!a.has("size") || size > 0, "kernels", "--size must be at least 1 (", l->spec.shape_help, ")");
   GS_CHECK(!a.has("rows") || l->spec.default_rows > 0, "kernels", name, " takes no --rows (", l->spec.shape_help, ")");
   GS_CHECK(!a.has("rows") || rows > 0, "kernels", "--rows must be at least 1");
@@ -595,6 +595,8 @@ int cmd_kernels(const std::vector<std::string>& args) {
   const std::string device = a.has("device") ? a.get("device") : (kCudaBuilt ? "cuda" : "cpu");
   GS_CHECK(device == "cpu" || device == "cuda", "kernels", "--device ", device, ": use cpu or cuda");
   if (pos[0] == "roofline") {
+    // The picture is written after seconds of measuring: a path that cannot be written fails first.
+    if (a.has("out")) a.check_writable_file("out");
 #if GS_KERNELS_GPU || GS_KERNELS_EMU
     if (device == "cuda") {
       GS_CHECK(a.positional().size() == 1, "kernels", "'roofline' takes no kernel name: it runs every version of every kernel");

@@ -369,6 +369,10 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
   a.option("timeout", "S", "grade-all: wall-clock seconds for grading one submission (default 60)");
   a.option("memory", "MB", "grade-all: memory limit of one submission's grading, in MB (default 2048)");
   a.option("feedback", "DIR", "grade-all: where the feedback files go (default: OUT.feedback/)");
+  a.flag("overwrite", "grade-all: replace an earlier gradebook and its feedback folder");
+  a.option("sandbox", "auto|bwrap|fallback",
+           "grade-all: bubblewrap, required (bwrap), where it works (auto, the default), or never (fallback: "
+           "Landlock, seccomp and the write guard only)");
   if (!a.parse()) return 0;
   const auto& pos = a.positional();
   GS_CHECK(!pos.empty() && (pos[0] == "list" || pos[0] == "check" || pos[0] == "release" || pos[0] == "grade-all"),
@@ -379,7 +383,7 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
   if (pos[0] == "grade-all")
     GS_CHECK(pos.size() == 3, "lab", "'grade-all' takes two arguments: the lab number and the submissions folder");
   const bool grade_all = pos[0] == "grade-all";
-  for (const char* opt : {"jobs", "timeout", "memory", "feedback"})
+  for (const char* opt : {"jobs", "timeout", "memory", "feedback", "sandbox", "overwrite"})
     GS_CHECK(grade_all || !a.has(opt), "lab", "--", opt, " is an option of grade-all");
   GS_CHECK(pos[0] == "release" || !a.has("labs"), "lab", "--labs is an option of release");
 #ifdef GS_WITH_LABS
@@ -411,6 +415,12 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
     if (a.has("memory")) g.memory_mb = a.get_int_in("memory", 64, 1 << 20);
     if (a.has("seed")) g.seed = std::to_string(a.get_seed("seed"));
     g.gradescope = a.has("gradescope");
+    g.overwrite = a.has("overwrite");
+    if (a.has("sandbox")) {
+      g.sandbox = a.get_nonempty("sandbox");
+      GS_CHECK(g.sandbox == "auto" || g.sandbox == "bwrap" || g.sandbox == "fallback", "lab grade-all", "--sandbox '",
+               g.sandbox, "': use auto, bwrap or fallback");
+    }
     GS_CHECK(!json && !a.has("task") && !a.has("show-hidden"), "lab grade-all",
              "--json, --task and --show-hidden are options of check, not grade-all");
     return lab_grade_all(g);

@@ -16,7 +16,11 @@ struct GradeAllOptions {
   double timeout_s = 60;
   int64_t memory_mb = 2048;
   std::string seed;         // passed to the grader as --seed when set
-  bool gradescope = false;  // each grader also writes OUT.work/<student>/run/results.json
+  bool gradescope = false;  // each grader's results.json also goes to OUT.work/<student>/run/results.json
+  // "auto": bubblewrap where it can make its namespaces, else the fallback (Landlock, seccomp and
+  // the grader's write guard); "bwrap": bubblewrap or an error; "fallback": never bubblewrap.
+  std::string sandbox = "auto";
+  bool overwrite = false;   // replace an earlier gradebook and feedback folder (refused without)
 };
 
 int lab_grade_all(const GradeAllOptions& o);

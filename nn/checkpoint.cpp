@@ -26,7 +26,10 @@ namespace gradsleuth::nn {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'S', 'C', 'K', 'P', 'T', '0', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;        // written; version 1 files (no entry checksums) are still read
+constexpr uint64_t kEntryCheckBytes = 8;  // version 2: each entry ends with its own checksum
+// The entry checksum starts from FNV-1a's basis mixed with "GSENTRY2", so it never equals the file's.
+constexpr uint64_t kEntryBasis = 0xcbf29ce484222325ULL ^ 0x3259525452454e53ULL;
 constexpr uint64_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;  // magic, version, reserved, count, file size
 constexpr uint64_t kChecksumBytes = 8;
 
@@ -35,7 +38,8 @@ std::optional<uint64_t> g_kill_after;  // testing::set_checkpoint_kill_after
 
 // FNV-1a, 64 bit: h = (h xor byte) * prime for every byte.
 struct Fnv1a {
-  uint64_t h = 0xcbf29ce484222325ULL;
+  explicit Fnv1a(uint64_t basis = 0xcbf29ce484222325ULL) : h(basis) {}
+  uint64_t h;
   void update(const uint8_t* p, size_t n) {
     for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
   }
@@ -186,7 +190,7 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
              name, "'");
     GS_CHECK(seen.insert(name).second, "nn::save", "the name '", name, "' appears twice; names must be unique");
     GS_CHECK(t.defined(), "nn::save", "'", name, "' is an undefined tensor; nothing to save");
-    file_size += 4 + name.size() + 1 + 1 + 8 * static_cast<uint64_t>(t.dim()) + 8 + t.nbytes();
+    file_size += 4 + name.size() + 1 + 1 + 8 * static_cast<uint64_t>(t.dim()) + 8 + t.nbytes() + kEntryCheckBytes;
   }
 
   remove_stale_temp_files(path);  // left by saves that were killed
@@ -202,14 +206,24 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
     w.le<uint64_t>(entries.size());
     w.le<uint64_t>(file_size);
     for (const auto& [name, t] : entries) {
-      w.le<uint32_t>(static_cast<uint32_t>(name.size()));
-      w.bytes(name.data(), name.size());
-      w.le<uint8_t>(static_cast<uint8_t>(t.dtype()));
-      w.le<uint8_t>(static_cast<uint8_t>(t.dim()));
-      for (int64_t s : t.shape()) w.le<int64_t>(s);
+      // The entry's bytes (name, dtype, shape, byte count, data) in a buffer, for its own checksum.
+      std::vector<uint8_t> e;
+      auto put = [&](uint64_t v, int n) {
+        for (int i = 0; i < n; ++i) e.push_back(static_cast<uint8_t>(v >> (8 * i)));
+      };
+      put(name.size(), 4);
+      e.insert(e.end(), name.begin(), name.end());
+      put(static_cast<uint8_t>(t.dtype()), 1);
+      put(static_cast<uint8_t>(t.dim()), 1);
+      for (int64_t s : t.shape()) put(static_cast<uint64_t>(s), 8);
       const std::vector<uint8_t> data = le_bytes(t);
-      w.le<uint64_t>(data.size());
+      put(data.size(), 8);
+      w.bytes(e.data(), e.size());
       w.bytes(data.data(), data.size());
+      Fnv1a check(kEntryBasis);
+      check.update(e.data(), e.size());
+      check.update(data.data(), data.size());
+      w.le<uint64_t>(check.h);
     }
     const uint64_t sum = w.checksum();
     w.le<uint64_t>(sum);
@@ -265,23 +279,26 @@ void read_upto(FILE* f, std::vector<uint8_t>& buf, uint64_t n, const std::string
 }
 
 // int64 and float64 have the same size, so an entry whose dtype byte was changed from one to
-// the other still agrees with its shape and byte count. The other direction is told by the
-// values: small integers read as float64 are subnormal numbers (the bits of 1 are 4.9e-324) and
-// negative ones are NaN. A float64 entry whose every nonzero element is subnormal, infinite or
-// NaN, with at least one subnormal, is int64 data under an edited dtype: no computation gives a
-// tensor made only of such values. Stops at the first ordinary number, so real data costs nothing.
+// the other still agrees with its shape and byte count. Version 2 files refuse that by each
+// entry's own checksum; in version 1 files the values tell: small integers read as float64 are
+// subnormal numbers (the bits of 1 are 4.9e-324) and negative ones NaNs with a payload no
+// computation makes (-1 is all ones; a computed NaN is the quiet NaN 0x7ff8... or 0xfff8...). A
+// float64 entry whose every nonzero element is subnormal, infinite or NaN, with at least one
+// subnormal or payload-carrying NaN, is int64 data under an edited dtype. Stops at the first
+// ordinary number, so real data costs nothing. (Large int64 values, 2^60 and up, read as
+// ordinary floats: only a version 2 file's entry checksum catches those.)
 void check_not_relabelled_int64(const uint8_t* data, uint64_t nbytes, const char* op, const std::string& path,
                                 const std::string& where) {
-  uint64_t subnormal = 0;
+  uint64_t int_like = 0;
   for (uint64_t k = 0; k + 8 <= nbytes; k += 8) {
     const uint64_t bits = read_le64(data + k);
-    const uint64_t exponent = (bits >> 52) & 0x7ff;
+    const uint64_t exponent = (bits >> 52) & 0x7ff, mantissa = bits & ((uint64_t{1} << 52) - 1);
     if ((bits << 1) == 0) continue;  // +-0
     if (exponent != 0 && exponent != 0x7ff) return;  // an ordinary number: real float64 data
-    if (exponent == 0) ++subnormal;
+    if (exponent == 0 || (mantissa != 0 && mantissa != (uint64_t{1} << 51))) ++int_like;
   }
-  GS_CHECK(subnormal == 0, op, "'", path, "': ", where, " is recorded as float64 but its nonzero elements are all "
-           "subnormal or NaN, the bit patterns of small integers: the bytes are int64 data under an edited dtype "
+  GS_CHECK(int_like == 0, op, "'", path, "': ", where, " is recorded as float64 but its nonzero elements are all "
+           "subnormal or NaN, the bit patterns of integers: the bytes are int64 data under an edited dtype "
            "field (the checksum was recomputed after the edit, or the file was not written by nn::save). "
            "Use the original file.");
 }
@@ -335,8 +352,8 @@ NamedTensors read_checkpoint(const std::string& path) {
   Reader r(buf, size - kChecksumBytes, path);
   r.take(sizeof(kMagic), "the magic");
   const auto version = r.le<uint32_t>("the version");
-  GS_CHECK(version == kVersion, op, "'", path, "' has format version ", version, "; this build reads version ",
-           kVersion, ". It was written by a different gradsleuth version.");
+  GS_CHECK(version == 1 || version == kVersion, op, "'", path, "' has format version ", version,
+           "; this build reads versions 1 and ", kVersion, ". It was written by a different gradsleuth version.");
   r.le<uint32_t>("the reserved field");
   const auto count = r.le<uint64_t>("the entry count");
   r.le<uint64_t>("the file size");
@@ -350,6 +367,7 @@ NamedTensors read_checkpoint(const std::string& path) {
   std::set<std::string> names;
   for (uint64_t i = 0; i < count; ++i) {
     const std::string at = "entry " + std::to_string(i);
+    const size_t entry_start = r.pos();
     const auto name_len = r.le<uint32_t>(at + "'s name length");
     const uint8_t* np = r.take(name_len, at + "'s name");
     std::string name(reinterpret_cast<const char*>(np), name_len);
@@ -380,6 +398,18 @@ NamedTensors read_checkpoint(const std::string& path) {
     GS_CHECK(nbytes == want, op, "'", path, "': ", where, " ", dtype_name(dt), shape_str(shape), " should hold ", want,
              " bytes but records ", nbytes);
     const uint8_t* data = r.take(nbytes, where + "'s data");  // the bytes are present: only now allocate
+    if (version >= 2) {
+      // The entry's own checksum covers its dtype with its bytes: a dtype byte changed and only the
+      // file's checksum recomputed (int64 relabelled float64, 8 bytes each) is refused here.
+      const size_t entry_end = r.pos();
+      const auto stored_check = r.le<uint64_t>(where + "'s entry checksum");
+      Fnv1a check(kEntryBasis);
+      check.update(buf.data() + entry_start, entry_end - entry_start);
+      GS_CHECK(check.h == stored_check, op, "'", path, "': ", where, " (recorded as ", dtype_name(dt), shape_str(shape),
+               ") does not match its entry checksum (stored ", hex(stored_check), ", computed ", hex(check.h),
+               "): its name, dtype, shape or data changed after nn::save wrote it, and the file's checksum was "
+               "recomputed (for example int64 data relabelled float64). Use the original file.");
+    }
     if (dt == kBool)
       for (uint64_t k = 0; k < nbytes; ++k)
         GS_CHECK(data[k] <= 1, op, "'", path, "': ", where, " is a bool tensor but element ", k, " holds byte ",

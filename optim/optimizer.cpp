@@ -73,6 +73,10 @@ void Optimizer::add_param_group(ParamGroup group) {
 }
 
 void Optimizer::step() {
+  // An lr written straight into param_groups() is checked here (set_group_lr checks the others).
+  for (size_t g = 0; g < groups_.size(); ++g)
+    GS_CHECK(std::isfinite(groups_[g].lr) && groups_[g].lr >= 0.0, name_ + ".step", "group ", g,
+             " has the learning rate ", groups_[g].lr, "; it must be finite and >= 0 (set it with set_lr)");
   std::vector<Hook> hooks = hooks_;
   for (auto& h : hooks)
     if (h.pre) h.fn(*this);
@@ -126,9 +130,16 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::set_lr(double lr) {
-  GS_CHECK(std::isfinite(lr) && lr >= 0.0, name_ + ".set_lr", "invalid learning rate ", lr,
-           "; it must be finite and >= 0 (a schedule that overflowed, or a division by zero?)");
-  for (auto& g : groups_) g.lr = lr;
+  for (size_t g = 0; g < groups_.size(); ++g) set_group_lr(g, lr, name_ + ".set_lr");
+}
+
+void Optimizer::set_group_lr(size_t group, double lr, const std::string& who) {
+  GS_CHECK(group < groups_.size(), who, "parameter group ", group, " does not exist; ", name_, " has ",
+           groups_.size(), " group(s)");
+  GS_CHECK(std::isfinite(lr) && lr >= 0.0, who, "would set the learning rate of group ", group, " to ", lr,
+           "; it must be finite and >= 0 (a schedule factor that overflowed, or a division by zero?). The lr stays ",
+           groups_[group].lr);
+  groups_[group].lr = lr;
 }
 
 size_t Optimizer::add_pre_step_hook(StepHook h) {

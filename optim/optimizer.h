@@ -67,6 +67,9 @@ class Optimizer {
   void add_param_group(ParamGroup group);
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
   void set_lr(double lr);  // every group
+  // The one checked way to change a group's lr (set_lr and every scheduler use it): refuses a value
+  // that is not finite or is negative, naming `who` (the scheduler), the group and the value.
+  void set_group_lr(size_t group, double lr, const std::string& who);
   const std::string& name() const { return name_; }
   int64_t steps_taken() const { return steps_; }
   // True when step() runs without zero_grad() since the previous step (O5).

@@ -22,16 +22,26 @@ void LRScheduler::apply(int64_t t) {
   GS_CHECK(groups.size() == base_lrs_.size(), "LRScheduler.step", "the optimizer had ", base_lrs_.size(),
            " parameter group(s) when the scheduler was made and has ", groups.size(),
            " now; make the scheduler after the last add_param_group()");
+  // Every new lr is computed, then each goes through the optimizer's checked setter.
+  std::vector<double> lrs;
+  for (size_t g = 0; g < groups.size(); ++g) lrs.push_back(lr_at(t, base_lrs_[g]));
+  for (size_t g = 0; g < groups.size(); ++g)
+    GS_CHECK(std::isfinite(lrs[g]) && lrs[g] >= 0.0, name_ + ".step", "step ", t, " gives group ", g,
+             " the learning rate ", lrs[g], " (from the base lr ", base_lrs_[g],
+             "); it must be finite and >= 0: check the schedule's factors. The lrs stay as they were");
+  for (size_t g = 0; g < groups.size(); ++g) opt_.set_group_lr(g, lrs[g], name_ + ".step");
+  last_lr_ = lrs;
   last_epoch_ = t;
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = last_lr_[g] = lr_at(t, base_lrs_[g]);
 }
 
 // ---- StepLR, CosineAnnealingLR -----------------------------------------------------
 
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  name_ = "StepLR";
   GS_CHECK(step_size > 0, "StepLR", "step_size must be > 0 (steps between decays), got ", step_size);
-  GS_CHECK(gamma > 0.0, "StepLR", "gamma must be > 0 (0.1 divides the lr by 10 every step_size steps), got ", gamma);
+  GS_CHECK(std::isfinite(gamma) && gamma > 0.0, "StepLR",
+           "gamma must be finite and > 0 (0.1 divides the lr by 10 every step_size steps), got ", gamma);
   start();
 }
 
@@ -42,7 +52,9 @@ double StepLR::lr_at(int64_t t, double base_lr) const {
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
     : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
   GS_CHECK(T_max > 0, "CosineAnnealingLR", "T_max must be > 0 (steps from base lr down to eta_min), got ", T_max);
-  GS_CHECK(eta_min >= 0.0, "CosineAnnealingLR", "eta_min must be >= 0, got ", eta_min);
+  name_ = "CosineAnnealingLR";
+  GS_CHECK(std::isfinite(eta_min) && eta_min >= 0.0, "CosineAnnealingLR", "eta_min must be finite and >= 0, got ",
+           eta_min);
   start();
 }
 
@@ -56,6 +68,7 @@ double CosineAnnealingLR::lr_at(int64_t t, double base_lr) const {
 LinearWarmup::LinearWarmup(Optimizer& optimizer, int64_t warmup_steps, double start_factor,
                            std::unique_ptr<LRScheduler> after)
     : LRScheduler(optimizer), warmup_steps_(warmup_steps), start_factor_(start_factor), after_(std::move(after)) {
+  name_ = "LinearWarmup";
   GS_CHECK(warmup_steps >= 0, "LinearWarmup", "warmup_steps must be >= 0, got ", warmup_steps);
   GS_CHECK(start_factor > 0.0 && start_factor <= 1.0, "LinearWarmup", "start_factor must be in (0, 1], got ",
            start_factor, " (the first lr is base_lr * start_factor)");
@@ -80,8 +93,12 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOpti
            " (0.1 divides the lr by 10 at each plateau)");
   GS_CHECK(options.patience() >= 0, op, "patience must be >= 0, got ", options.patience());
   GS_CHECK(options.cooldown() >= 0, op, "cooldown must be >= 0, got ", options.cooldown());
-  GS_CHECK(options.threshold() >= 0.0, op, "threshold must be >= 0, got ", options.threshold());
-  GS_CHECK(options.min_lr() >= 0.0, op, "min_lr must be >= 0, got ", options.min_lr());
+  GS_CHECK(std::isfinite(options.threshold()) && options.threshold() >= 0.0, op,
+           "threshold must be finite and >= 0, got ", options.threshold());
+  GS_CHECK(std::isfinite(options.min_lr()) && options.min_lr() >= 0.0, op, "min_lr must be finite and >= 0, got ",
+           options.min_lr());
+  GS_CHECK(std::isfinite(options.eps()) && options.eps() >= 0.0, op, "eps must be finite and >= 0, got ",
+           options.eps());
   GS_CHECK(options.mode() == Mode::Min || options.mode() == Mode::Max, op, "mode value ",
            static_cast<int>(options.mode()), " is not a Mode; pass Mode::Min or Mode::Max");
   using TM = ReduceLROnPlateauOptions::ThresholdMode;
@@ -113,9 +130,9 @@ void ReduceLROnPlateau::step(double metric) {
   }
   auto& groups = opt_.param_groups();
   if (num_bad_ > options_.patience()) {
-    for (auto& g : groups) {
-      const double new_lr = std::max(g.lr * options_.factor(), options_.min_lr());
-      if (g.lr - new_lr > options_.eps()) g.lr = new_lr;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const double new_lr = std::max(groups[g].lr * options_.factor(), options_.min_lr());
+      if (groups[g].lr - new_lr > options_.eps()) opt_.set_group_lr(g, new_lr, "ReduceLROnPlateau.step");
     }
     cooldown_left_ = options_.cooldown();
     num_bad_ = 0;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "optim/optimizer.h"
@@ -39,6 +40,7 @@ class LRScheduler {
   // sets the lrs for t = 0.
   void start() { apply(0); }
   void apply(int64_t t);
+  std::string name_ = "LRScheduler";  // each schedule's own name, for its errors
 
  private:
   Optimizer& opt_;

@@ -22,6 +22,13 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 [[ -n $out ]] || die "give the folder to write, e.g. scripts/release_labs.sh ../course-labs"
+if [[ -L $out ]]; then
+  [[ -e $out ]] || die "'$out' is a symbolic link to '$(readlink "$out")', which does not exist: remove the link or give a new folder"
+  die "'$out' is a symbolic link (to '$(readlink "$out")'): give the folder itself, or a new one"
+fi
+parent="$(dirname "$out")"
+mkdir -p "$parent" 2>/dev/null || die "cannot create the folder '$parent' that is to hold '$out'"
+[[ -w $parent ]] || die "cannot write in '$parent' (checked before the release is built)"
 if [[ -e $out && ( ! -d $out || -n "$(ls -A "$out")" ) ]]; then
   die "'$out' exists and is not an empty folder: give a new one (the release is a fresh repository)"
 fi

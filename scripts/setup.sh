@@ -39,6 +39,10 @@ need_cmd mpirun openmpi-bin
 # Graphviz's `dot`: the autograd graph as an SVG picture (gradsleuth graph, and the graph section of
 # the HTML reports); without it they fall back to the DOT text.
 need_cmd dot graphviz
+# bubblewrap: the sandbox of `gradsleuth lab grade-all` (a mount, PID, network and user namespace
+# per submission); prlimit (util-linux) sets its process limit inside it.
+need_cmd bwrap bubblewrap
+need_cmd prlimit util-linux
 # Python 3: scripts/mutation_test.py (the emulator's checks against deliberately broken kernels).
 need_cmd python3 python3
 # dagre, the graph-layout library the explorer's page embeds (debug/report/explore.h; read at build time).

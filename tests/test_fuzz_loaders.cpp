@@ -101,6 +101,7 @@ std::vector<Field> checkpoint_fields(const Bytes& b) {
     for (size_t d = 0; d < ndim; ++d, p += 8) f.push_back({p, 8});
     f.push_back({p, 8});  // nbytes
     p += 8 + get_le(b, p, 8);
+    p += 8;  // the entry's checksum (format version 2)
   }
   return f;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -134,10 +135,10 @@ TEST_CASE("the byte layout matches docs/checkpoint-format.md") {
   auto b = read_bytes(dir.file("one.ckpt"));
   auto u64 = [&](size_t at) { uint64_t v = 0; for (int i = 0; i < 8; ++i) v |= uint64_t(b[at + i]) << (8 * i); return v; };
   auto u32 = [&](size_t at) { uint32_t v = 0; for (int i = 0; i < 4; ++i) v |= uint32_t(b[at + i]) << (8 * i); return v; };
-  // header 32 + name len 4 + "w" 1 + dtype 1 + ndim 1 + dim 8 + nbytes 8 + data 8 + checksum 8
-  REQUIRE(b.size() == 32 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 8);
+  // header 32 + name len 4 + "w" 1 + dtype 1 + ndim 1 + dim 8 + nbytes 8 + data 8 + entry checksum 8 + checksum 8
+  REQUIRE(b.size() == 32 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 8 + 8);
   CHECK(std::string(b.begin(), b.begin() + 8) == "GSCKPT01");
-  CHECK(u32(8) == 1);            // version
+  CHECK(u32(8) == 2);            // version
   CHECK(u32(12) == 0);           // reserved
   CHECK(u64(16) == 1);           // entry count
   CHECK(u64(24) == b.size());    // file size
@@ -151,6 +152,9 @@ TEST_CASE("the byte layout matches docs/checkpoint-format.md") {
   std::memcpy(f, b.data() + 55, 8);
   CHECK(f[0] == 1.5f);
   CHECK(f[1] == -2.0f);
+  uint64_t e = 0xcbf29ce484222325ULL ^ 0x3259525452454e53ULL;  // the entry's: its bytes from the name length on
+  for (size_t i = 32; i < 63; ++i) e = (e ^ b[i]) * 0x100000001b3ULL;
+  CHECK(u64(63) == e);
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 of everything before the checksum
   for (size_t i = 0; i + 8 < b.size(); ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
   CHECK(u64(b.size() - 8) == h);
@@ -472,6 +476,20 @@ TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum reco
   nntest::check_error([&] { nn::read_checkpoint(p); }, {"nn::load", p.c_str(), "'0.0.step'", "float64", "int64 data"});
   relabel("labels");  // negative integers read as float64 are NaN
   nntest::check_error([&] { nn::read_checkpoint(p); }, {"'labels'", "int64 data"});
+  // Values from 2^60 up read as ordinary float64 numbers (2^60 is 1.3e-231): the entry checksum refuses them too.
+  nn::write_checkpoint(p, {{"big", gs::tensor(std::vector<int64_t>{int64_t{1} << 60, (int64_t{1} << 60) + 5}, {2})}});
+  b = read_bytes(p);
+  relabel("big");
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"'big'", "entry checksum", "int64 data"});
+  // Version 1 files (no entry checksums) still load; there, negative integers relabelled float64
+  // (NaNs with a payload) and small ones (subnormals) are refused from the values.
+  write_bytes(p, craft({{"labels", 3, {2}, 16, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 0, 0, 0}}}));
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"'labels'", "int64 data"});
+  write_bytes(p, craft({{"neg", 3, {1}, 8, {0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}}));  // -2 alone: a NaN
+  nntest::check_error([&] { nn::read_checkpoint(p); }, {"'neg'", "int64 data"});
+  // ... while a computed NaN (the quiet NaN) in a version 1 file is data, and loads.
+  write_bytes(p, craft({{"nan", 3, {1}, 8, {0, 0, 0, 0, 0, 0, 0xf8, 0x7f}}}));
+  CHECK(std::isnan(nn::read_checkpoint(p)[0].second.to_vector<double>()[0]));
   // Real float64 data passes, zeros and a stray subnormal among ordinary numbers included.
   nn::write_checkpoint(p, {{"d", gs::tensor({0.0, 4.9e-324, 1.0, -0.0}, gs::kFloat64)}, {"z", gs::zeros({3}, gs::kFloat64)}});
   auto got = nn::read_checkpoint(p);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -198,4 +199,33 @@ TEST_CASE("EarlyStopping: stops after `patience` steps without a min_delta impro
 
 TEST_CASE("a Mode value outside its enum is refused at construction") {
   CHECK(has(error_of([] { optim::EarlyStopping(3, 0.0, static_cast<optim::Mode>(4)); }), "mode value 4"));
+}
+
+TEST_CASE("a factor that is not finite is refused, and an lr that overflows never reaches the weights") {
+  TwoGroups g;
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::string gamma = error_of([&] { optim::StepLR(g.opt, 1, inf); });
+  CHECK(has(gamma, "gamma must be finite and > 0"));
+  CHECK(has(gamma, "got inf"));
+  CHECK(has(error_of([&] { optim::StepLR(g.opt, 1, std::nan("")); }), "gamma must be finite"));
+  CHECK(has(error_of([&] { optim::CosineAnnealingLR(g.opt, 10, inf); }), "eta_min must be finite"));
+  CHECK(has(error_of([&] {
+              optim::ReduceLROnPlateau(g.opt, optim::ReduceLROnPlateauOptions().min_lr(inf));
+            }),
+            "min_lr must be finite"));
+  // A finite gamma whose powers overflow: the step that would set inf is refused, the lrs stay.
+  optim::StepLR big(g.opt, 1, 1e200);
+  big.step();  // 0.1 * 1e200
+  const std::string e = error_of([&] { big.step(); });
+  CHECK(has(e, "StepLR.step"));
+  CHECK(has(e, "the learning rate inf"));
+  CHECK(g.opt.param_groups()[0].lr == doctest::Approx(1e199));
+  CHECK(std::isfinite(g.opt.param_groups()[1].lr));
+  // The optimizer's own setter, and an lr written straight into a group, are checked too.
+  CHECK(has(error_of([&] { g.opt.set_lr(-1.0); }), "would set the learning rate of group 0 to -1"));
+  CHECK(has(error_of([&] { g.opt.set_group_lr(0, inf, "mine"); }), "mine"));
+  g.opt.param_groups()[1].lr = inf;
+  g.a.set_grad(gs::ones({2}));
+  CHECK(has(error_of([&] { g.opt.step(); }), "group 1 has the learning rate inf"));
+  CHECK(g.a.to_vector<float>()[0] == 0.0f);  // no update ran
 }

@@ -231,10 +231,23 @@ struct CommandOptions {
   bool show_hidden = false;
   // Gradescope: write the autograder's results.json to this path ("-": stdout) instead of the report.
   std::string gradescope;
-  // Print "@task-start N.k" and "@task-done N.k POINTS MAX STATUS" lines on stderr as grading
-  // goes (for `gradsleuth lab grade-all`, which learns from them where a hang or a crash was).
+  // Report each task as it is graded (for `gradsleuth lab grade-all`, which learns from them the
+  // points and where a hang or a crash was): "@task N.k" for each task to grade, then
+  // "@task-done N.k POINTS MAX STATUS" and "@end POINTS MAX", on the results channel when
+  // grade-all opened one (see take_results_channel), else on stderr.
   bool events = false;
 };
+
+// ---- the results channel of `lab grade-all` ----------------------------------------------
+// grade-all hands the grader an open file and a random token in GS_GRADER_CHANNEL ("FD TOKEN").
+// take_results_channel() (run from main.cpp's .preinit_array, before any constructor of the
+// student's code) moves the file to a close-on-exec descriptor, wipes the variable from the
+// environment and keeps the token; every result line then goes there as "@KIND TOKEN REST".
+// What the student's code prints on stdout or stderr is never read as a result.
+void take_results_channel(char** envp);
+bool has_results_channel();
+// Writes "@kind TOKEN rest\n" to the channel (nothing without one).
+void write_results_channel(const std::string& kind, const std::string& rest);
 // The input seed a command line asks for: --seed S, else GS_GRADER_SEED, else the public one.
 // Throws gs::Error naming the value when it is not a decimal integer.
 uint64_t parse_input_seed(const std::string& text, const std::string& where);

@@ -17,6 +17,14 @@
 
 #include "tutorials/grader/grader.h"
 
+// The results channel is taken before any constructor runs (the student's code is linked into
+// this executable): .preinit_array entries run first.
+extern "C" {
+static void gs_take_results_channel(int, char**, char** envp) { gs::labs::take_results_channel(envp); }
+__attribute__((section(".preinit_array"), used)) static void (*gs_preinit_channel)(int, char**, char**) =
+    gs_take_results_channel;
+}
+
 namespace {
 
 std::string read_text(const std::filesystem::path& p) {
@@ -92,6 +100,7 @@ int lint(const std::vector<std::string>& dirs) {
 
 int main(int argc, char** argv) {
   namespace labs = gs::labs;
+  ::unsetenv("GS_GRADER_CHANNEL");  // taken (and wiped) before any constructor ran
   labs::CommandOptions o;
   auto usage = [&] {
     std::cerr << "usage: " << argv[0] << " list [--json]\n       " << argv[0]

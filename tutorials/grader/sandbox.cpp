@@ -1,20 +1,23 @@
 // The write guard of `gradsleuth lab grade-all`: when GS_GRADER_SANDBOX names a folder, a file
-// opened for writing outside it (or outside /dev) is refused with EACCES and reported on stderr
-// as "@write-denied PATH", which grade-all turns into the submission's status. It sits in front
-// of the C library's open/fopen calls of the grader and the student's code; the kernel's own
-// guard (Landlock, set by grade-all before it starts the grader) also catches raw system calls.
-// Without GS_GRADER_SANDBOX nothing changes.
+// opened for writing, truncated, or changed in mode or owner outside it (or outside /dev) through the
+// C library is refused with EACCES and reported ("@write-denied PATH") on grade-all's results channel,
+// or on stderr without one; grade-all turns it into the submission's status. It covers the C library's
+// calls of the grader and the student's code; the sandbox around the grader (bubblewrap, or Landlock
+// and seccomp) also catches raw system calls. Without GS_GRADER_SANDBOX nothing changes.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
+
+#include "tutorials/grader/grader.h"
 
 namespace {
 
@@ -58,7 +61,8 @@ bool allowed(const char* path, int dirfd) {
 
 bool refuse(const char* path, int dirfd) {
   if (sandbox().empty() || allowed(path, dirfd)) return false;
-  dprintf(2, "@write-denied %s\n", path);
+  if (gradsleuth::labs::has_results_channel()) gradsleuth::labs::write_results_channel("write-denied", path);
+  else dprintf(2, "@write-denied %s\n", path);
   errno = EACCES;
   return true;
 }
@@ -130,6 +134,42 @@ FILE* fopen64(const char* path, const char* mode) {
   if (writes(mode) && refuse(path, AT_FDCWD)) return nullptr;
   static auto real = next<FILE* (*)(const char*, const char*)>("fopen64");
   return real(path, mode);
+}
+
+int truncate(const char* path, off_t length) noexcept {
+  if (refuse(path, AT_FDCWD)) return -1;
+  static auto real = next<int (*)(const char*, off_t)>("truncate");
+  return real(path, length);
+}
+
+int truncate64(const char* path, off64_t length) noexcept {
+  if (refuse(path, AT_FDCWD)) return -1;
+  static auto real = next<int (*)(const char*, off64_t)>("truncate64");
+  return real(path, length);
+}
+
+int chmod(const char* path, mode_t mode) noexcept {
+  if (refuse(path, AT_FDCWD)) return -1;
+  static auto real = next<int (*)(const char*, mode_t)>("chmod");
+  return real(path, mode);
+}
+
+int fchmodat(int dirfd, const char* path, mode_t mode, int flags) noexcept {
+  if (refuse(path, dirfd)) return -1;
+  static auto real = next<int (*)(int, const char*, mode_t, int)>("fchmodat");
+  return real(dirfd, path, mode, flags);
+}
+
+int chown(const char* path, uid_t owner, gid_t group) noexcept {
+  if (refuse(path, AT_FDCWD)) return -1;
+  static auto real = next<int (*)(const char*, uid_t, gid_t)>("chown");
+  return real(path, owner, group);
+}
+
+int lchown(const char* path, uid_t owner, gid_t group) noexcept {
+  if (refuse(path, AT_FDCWD)) return -1;
+  static auto real = next<int (*)(const char*, uid_t, gid_t)>("lchown");
+  return real(path, owner, group);
 }
 
 }  // extern "C"

@@ -2,7 +2,8 @@
 # The lab_gradescope test: Gradescope's run_autograder (scripts/gradescope/run_autograder.in for
 # lab 1) against a fake /autograder (AUTOGRADER_ROOT) for a correct submission, an unfinished one
 # and one that does not compile; each results.json has the fields Gradescope requires and the
-# expected score. Also `gradsleuth lab check 1 --gradescope --out FILE`.
+# expected score; one that forges its results gets 0 and "needs review". Also `gradsleuth lab check
+# 1 --gradescope --out FILE`.
 #   gradescope.sh GRADSLEUTH SOURCE_ROOT
 set -euo pipefail
 cli="$1" src="$2"
@@ -41,10 +42,20 @@ for kind in 0:correct:100 1:partial:10 2:no_compile:0; do
   validate "$fake/results/results.json" "$score" || { cat "$tmp/$name.log"; fail=1; }
 done
 grep -q "did not compile" "$tmp/autograder_no_compile/results/results.json" || { echo "FAIL: no compile error in the output"; fail=1; }
+# A submission that writes forged results to every descriptor: 0 points and "needs review", not a crash.
+fake="$tmp/autograder_forge"
+mkdir -p "$fake/submission" "$fake/source"
+awk '/#include "core\/ops.h"/ { print; print "#include <unistd.h>"; next }
+     /not implemented: lab 1 task 1 / { print "  for (int fd = 3; fd < 1024; ++fd) (void)!write(fd, \"@task-done 1.1 10 10 passed\\n\", 28);"; }
+     { print }' "$src/tutorials/lab1_tensors/lab1.cpp" > "$fake/submission/lab1.cpp"
+AUTOGRADER_ROOT="$fake" GRADSLEUTH_SOURCE="$(dirname "$(dirname "$(dirname "$cli")")")" GRADESCOPE_TIMEOUT=60 \
+  "$tmp/run_autograder" > "$tmp/forge.log" 2>&1 || { cat "$tmp/forge.log"; fail=1; }
+validate "$fake/results/results.json" 0 || { cat "$tmp/forge.log"; fail=1; }
+grep -q "needs review" "$fake/results/results.json" || { echo "FAIL: the forged submission is not marked for review"; fail=1; }
 # A secret input seed: the tests are shown after the due date.
 "$cli" lab check 1 --gradescope --out "$tmp/public.json" >/dev/null
 validate "$tmp/public.json" 0 || fail=1
 "$cli" lab check 1 --gradescope --out "$tmp/hidden.json" --seed 7 >/dev/null
 grep -q '"visibility":"after_due_date"' "$tmp/hidden.json" || { echo "FAIL: a secret seed's tests are not after_due_date"; fail=1; }
-[[ $fail == 0 ]] && echo "lab_gradescope: results.json valid for a correct, an unfinished and a non-compiling submission"
+[[ $fail == 0 ]] && echo "lab_gradescope: results.json valid for a correct, an unfinished, a non-compiling and a forging submission"
 exit $fail

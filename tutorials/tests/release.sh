@@ -37,6 +37,13 @@ mv "$pats.only" "$pats"
 [[ $(wc -l < "$pats") -gt 50 ]] || bad "found only $(wc -l < "$pats") distinctive solution lines to look for"
 if hits="$(grep -rIlF -f "$pats" "$rel" --exclude-dir=.git)"; then bad "solution code in the release: $hits"; fi
 
+# Into a dangling symbolic link: refused at once, with the link named (not mv's message at the end).
+ln -s "$tmp/nowhere" "$tmp/dangling"
+start=$SECONDS
+if msg="$("$cli" lab release "$tmp/dangling" 2>&1)"; then bad "a release into a dangling link was accepted"; fi
+grep -q "is a symbolic link to '$tmp/nowhere', which does not exist" <<<"$msg" || bad "dangling link: '$msg'"
+(( SECONDS - start < 5 )) || bad "the dangling link was refused only after $((SECONDS - start)) s"
+
 if [[ $build != --build ]]; then
   [[ $fail == 0 ]] && echo "lab_release: released without solutions (run with --build to build and grade it)"
   exit $fail

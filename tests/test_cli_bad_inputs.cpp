@@ -1,0 +1,81 @@
+// Bad command lines that used to be accepted, fail late or give a raw message: each is refused
+// at once with what was wrong (the CLI as a user runs it).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cli_test_util.h"
+
+namespace fs = std::filesystem;
+using clitest::Run;
+
+namespace {
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+}  // namespace
+
+TEST_CASE("doctor: an --out folder holding an earlier report is refused before any work unless --overwrite") {
+  const fs::path dir = fs::temp_directory_path() / ("gs_cli_doctor_over_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  { std::ofstream(dir / "report.html") << "<p>an earlier report</p>"; }
+  const Run r = clitest::run_cli_all("doctor --out " + dir.string() + " --data-dir /nonexistent");
+  CHECK(r.status != 0);
+  CHECK(has(r.out, "holds an earlier report (report.html)"));
+  CHECK(has(r.out, "--overwrite"));
+  CHECK(!has(r.out, "/nonexistent"));  // refused before the data was looked for
+  CHECK(slurp(dir / "report.html") == "<p>an earlier report</p>");
+  // With --overwrite the check passes and the run goes on (here to the missing data set).
+  const Run o = clitest::run_cli_all("doctor --overwrite --out " + dir.string() + " --data-dir /nonexistent");
+  CHECK(o.status != 0);
+  CHECK(!has(o.out, "earlier report"));
+  CHECK(has(o.out, "/nonexistent"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a repeated flag is refused like a repeated option") {
+  const Run flags = clitest::run_cli_all("ops --json --json");
+  CHECK(flags.status != 0);
+  CHECK(has(flags.out, "--json was given twice"));
+  const Run opts = clitest::run_cli_all("train --seed 1 --seed 2");
+  CHECK(opts.status != 0);
+  CHECK(has(opts.out, "--seed was given twice"));
+  CHECK(clitest::run_cli("ops --json", true).status == 0);
+}
+
+TEST_CASE("numbers too large or too small are named as such, with the limit") {
+  const Run big = clitest::run_cli_all("kernels bench matmul --device cpu --size 1000000000000");
+  CHECK(big.status != 0);
+  CHECK(has(big.out, "--size must be an integer in [1, 1073741824], got '1000000000000' (too large)"));
+  const Run huge = clitest::run_cli_all("kernels bench matmul --device cpu --size 100000000000000000000000");
+  CHECK(huge.status != 0);
+  CHECK(has(huge.out, "--size is too large"));
+  CHECK(!has(huge.out, "needs an integer"));
+  const Run tiny = clitest::run_cli_all("train --lr 1e-320 --data-dir /nonexistent");
+  CHECK(tiny.status != 0);
+  CHECK(has(tiny.out, "--lr is too small: '1e-320' is below the smallest normal double"));
+  const Run over = clitest::run_cli_all("train --lr 1e400 --data-dir /nonexistent");
+  CHECK(over.status != 0);
+  CHECK(has(over.out, "--lr is too large"));
+}
+
+TEST_CASE("kernels roofline: an --out that cannot be written is refused before measuring") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = clitest::run_cli_all("kernels roofline --device cpu --quick --out /nonexistent-dir/roofline.svg");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.status != 0);
+  CHECK(has(r.out, "/nonexistent-dir"));
+  CHECK(has(r.out, "does not exist"));
+  CHECK(s < 3.0);  // no measuring ran (it takes seconds)
+}
