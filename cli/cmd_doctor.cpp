@@ -21,6 +21,7 @@
 #include "debug/report/html_report.h"
 #include "debug/checks/workflow/memory.h"
 #include "debug/checks/workflow/profiler.h"
+#include "debug/report/explore.h"
 #include "debug/zoo/zoo.h"
 
 namespace gradsleuth::cli {
@@ -93,7 +94,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
       "gradient check of every layer, batch mixing, overfit one batch, initial loss, ...), a short training run\n"
       "with the monitor attached (W3), and the end-of-run diagnoses (loss history, fitting, learning rate, dead\n"
       "units, saturation, half precision). Prints the findings (what, where, evidence, likely cause, fix), writes\n"
-      "OUT/report.html (plots: loss, gradient norms per layer, dead-unit fraction per layer, update ratios) and\n"
+      "OUT/report.html (plots: loss, gradient norms per layer, dead-unit fraction per layer, update ratios), the\n"
+      "autograd explorer's page OUT/explore.html (linked from the report; docs/explore.md) and\n"
       "OUT/metrics.csv, and shows where a step's time and memory go (W7, W8). Then, each on a fresh copy of the\n"
       "recipe: dead units over a pass through the data (M7), the diagnosis report (W5, in --verbose), the\n"
       "input-independent baseline (M15), the capacity check (M16) and reproducibility (W1). --bug B13 injects a\n"
@@ -144,7 +146,12 @@ int cmd_doctor(const std::vector<std::string>& args) {
   debug::zoo::Variant v = debug::zoo::build(bugs, o);
   for (const std::string& n : v.notes) progress("recipe: " + n);
   const double chance = v.task == debug::zoo::Task::Classes ? std::log(static_cast<double>(v.num_classes)) : NAN;
+  // The explorer's replay (debug/report/explore.h): weight norms and layer statistics on the monitor's steps.
+  std::optional<debug::ReplayRecorder> replay;
+  replay.emplace(*v.model, *v.optimizer, o.monitor_every);
   debug::zoo::RunResult r = debug::zoo::run_variant(v, o, progress);
+  const debug::ReplaySeries replay_series = replay->series();
+  replay.reset();
   // The clean recipe with the same budget, for the loss plot's overlay.
   std::optional<debug::zoo::RunResult> clean;
   if (!bugs.empty()) {
@@ -318,7 +325,36 @@ int cmd_doctor(const std::vector<std::string>& args) {
     else html.graph_dot = dot;
   });
   std::filesystem::create_directories(out);
-  debug::write_html_report(out + "/report.html", html);
+  // The autograd explorer's page beside the report (docs/explore.md): the graph of one batch through the
+  // trained model, its backward, and this run's replay with the findings linked to the nodes they name.
+  bool explorer = false;
+  guarded("the explorer's page", [&] {
+    Tensor bx, by;
+    for (const nn::Batch& b : *v.train) {
+      bx = b.x.narrow(0, 0, std::min<int64_t>(8, b.x.size(0))).to(v.device);
+      by = b.y.narrow(0, 0, std::min<int64_t>(8, b.y.size(0))).to(v.device);
+      break;
+    }
+    if (!bx.defined()) return;
+    debug::ExploreOptions eo;
+    eo.title = html.title;
+    eo.replay = debug::replay_from(r.history, &replay_series);
+    eo.findings = &r.report;
+    auto loss = v.loss;
+    debug::explore(*v.model, bx, by, [loss](const Tensor& o_, const Tensor& y_) { return (*loss)(o_, y_); },
+                   out + "/explore.html", eo);
+    explorer = true;
+  });
+  {
+    // The report links the explorer's page, right under its title.
+    std::string page = debug::render_html(html);
+    const size_t h1 = page.find("</h1>");
+    if (explorer && h1 != std::string::npos)
+      page.insert(h1 + 5, "\n<p class=\"explore-link\"><a href=\"explore.html\">Explore the autograd graph</a>: step "
+                          "through the forward and the backward, and replay this run (explore.html, beside this "
+                          "report)</p>");
+    debug::write_file_atomic(out + "/report.html", page, "doctor");
+  }
   {
     debug::MetricsLog log(out);
     for (size_t i = 0; i < r.history.step_losses.size(); ++i)
@@ -336,7 +372,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
     for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? "," : "") << json_str(r.fired[i]);
     std::cout << "],\"lead\":" << r.report.lead_json() << ",\"findings\":" << r.report.json()
               << ",\"profile\":" << profile_json
-              << ",\"memory\":" << memory_json << ",\"report\":" << json_str(out + "/report.html") << "}\n";
+              << ",\"memory\":" << memory_json << ",\"report\":" << json_str(out + "/report.html")
+              << ",\"explore\":" << json_str(explorer ? out + "/explore.html" : "") << "}\n";
     return 0;
   }
   std::cout << "gradsleuth doctor: " << o.model << (bugs.empty() ? "" : " with bug " + bugs.str()) << ", "
@@ -349,7 +386,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
   for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? ", " : "") << debug::check_label(r.fired[i]);
   std::cout << "\n\n== where the step time goes (W7 profiler, 10 steps) ==\n" << profile_text << "\n";
   if (!memory_text.empty()) std::cout << "== memory (W8 memory report, one step) ==\n" << memory_text << "\n";
-  std::cout << "report: " << out << "/report.html, metrics: " << out << "/metrics.csv\n";
+  std::cout << "report: " << out << "/report.html, metrics: " << out << "/metrics.csv"
+            << (explorer ? ", explorer: " + out + "/explore.html" : "") << "\n";
   return 0;
 }
 

@@ -11,6 +11,8 @@ std::vector<Command> all_commands() {
        cmd_demo},
       {"devices", "list the CUDA devices this build sees (or why none), and whether the CPU emulator is built",
        cmd_devices},
+      {"explore", "one HTML page to explore the autograd graph, step through backward and replay a training run",
+       cmd_explore},
       {"graph", "draw the autograd graph of the zoo's model (SVG with Graphviz, else DOT), findings in red",
        cmd_graph},
       {"gradcheck", "check every op's backward against central differences (M13 numeric gradient check)", cmd_gradcheck},

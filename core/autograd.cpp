@@ -2,6 +2,7 @@
 // gradient accumulation into leaves, and the iterative backward pass.
 #include "core/autograd.h"
 #include "core/saved_capture.h"
+#include "core/graph_trace.h"
 
 #include <array>
 #include <atomic>
@@ -43,6 +44,7 @@ bool needs_grad(std::initializer_list<const Tensor*> ts) {
 // ---- SavedCapture (core/saved_capture.h) ----------------------------------------------
 namespace {
 thread_local SavedCapture* t_capture = nullptr;
+thread_local autograd::GraphTrace* t_trace = nullptr;  // core/graph_trace.h
 }
 
 SavedCapture::SavedCapture() : prev_(t_capture), active_(true) { t_capture = this; }
@@ -221,12 +223,19 @@ void set_history(Tensor& out, const std::shared_ptr<Node>& node, std::initialize
   node->next_edges.reserve(inputs.size());
   for (const Tensor* t : inputs) node->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
   attach(out, node);
+  if (t_trace != nullptr) [[unlikely]]
+    t_trace->on_record(node, out, std::vector<const Tensor*>(inputs.begin(), inputs.end()), false);
 }
 
 void set_history(Tensor& out, const std::shared_ptr<Node>& node, const tensor_list& inputs) {
   node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   attach(out, node);
+  if (t_trace != nullptr) [[unlikely]] {
+    std::vector<const Tensor*> ins;
+    for (const Tensor& t : inputs) ins.push_back(&t);
+    t_trace->on_record(node, out, ins, false);
+  }
 }
 
 // ---- views and in-place ops ----------------------------------------------------------
@@ -420,6 +429,11 @@ void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& n
     // The node's first input is self's old history; the rest are the other operands.
     node->next_edges.push_back(gradient_edge(self));
     for (const Tensor* t : other_inputs) node->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
+    if (t_trace != nullptr) [[unlikely]] {
+      std::vector<const Tensor*> ins{&self};  // self's layout before the node becomes its history
+      ins.insert(ins.end(), other_inputs.begin(), other_inputs.end());
+      t_trace->on_record(node, self, ins, true);
+    }
     attach(self, node);
     return;
   }
@@ -435,10 +449,94 @@ void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& n
   auto cs = std::make_shared<CopySlices>(node, view_geometry(base.impl(), si));
   cs->next_edges.push_back(gradient_edge(base));
   for (const Tensor* t : other_inputs) cs->next_edges.push_back(t ? gradient_edge(*t) : Edge{});
+  if (t_trace != nullptr) [[unlikely]] {
+    std::vector<const Tensor*> ins{&base};
+    ins.insert(ins.end(), other_inputs.begin(), other_inputs.end());
+    t_trace->on_record(cs, base, ins, true);
+  }
   attach(base, cs);
   si.view_base_fn.reset();
   detail::refresh_view(si);
 }
+
+
+// ---- GraphTrace (core/graph_trace.h) ------------------------------------------------------
+namespace autograd {
+
+GraphTrace::GraphTrace() : prev_(t_trace), active_(true) { t_trace = this; }
+GraphTrace::~GraphTrace() { stop(); }
+
+void GraphTrace::stop() {
+  if (!active_) return;
+  active_ = false;
+  if (t_trace == this) t_trace = prev_;
+  pending_.clear();
+}
+
+GraphTrace* GraphTrace::current() { return t_trace; }
+
+TensorLayout GraphTrace::layout_of(const Tensor& t) {
+  TensorLayout l;
+  if (!t.defined()) return l;
+  const TensorImpl& i = t.impl();
+  l.impl = &i;
+  l.storage = i.storage.get();
+  l.shape = i.shape;
+  l.strides = i.strides;
+  l.offset = i.offset;
+  l.dtype = i.dtype;
+  l.device = t.device();
+  l.version = t.version();
+  l.requires_grad = i.requires_grad;
+  l.is_leaf = i.grad_fn == nullptr;
+  l.is_view = i.is_view;
+  l.name = i.name;
+  return l;
+}
+
+void GraphTrace::on_record(const std::shared_ptr<Node>& node, const Tensor& out, const std::vector<const Tensor*>& inputs,
+                           bool inplace) {
+  RecordedNode r;
+  r.node = node;
+  r.output = layout_of(out);
+  r.inplace = inplace;
+  r.inputs.reserve(inputs.size());
+  for (const Tensor* t : inputs) r.inputs.push_back(t ? layout_of(*t) : TensorLayout{});
+  forward_.push_back(std::move(r));
+}
+
+void GraphTrace::on_pass_begin() {
+  ++passes_;
+  pending_.clear();
+}
+
+void GraphTrace::on_contribution(Node* to, const Node* from, size_t input, const Tensor& grad) {
+  pending_[to].push_back(GradContribution{from, input, grad.detach()});
+}
+
+void GraphTrace::on_run(Node* n, const Tensor& grad, bool ran) {
+  BackwardStep s;
+  s.node = n->shared_from_this();
+  if (auto it = pending_.find(n); it != pending_.end()) {
+    s.incoming = std::move(it->second);
+    pending_.erase(it);
+  }
+  s.grad = grad.defined() ? grad.detach() : Tensor();
+  s.ran = ran;
+  backward_.push_back(std::move(s));
+}
+
+void GraphTrace::on_leaf(const std::shared_ptr<TensorImpl>& leaf) {
+  if (backward_.empty() || leaf == nullptr) return;
+  backward_.back().leaf = leaf.get();
+  backward_.back().leaf_ptr = leaf;
+  if (leaf->grad) {
+    NoGradGuard ng;
+    backward_.back().leaf_grad = Tensor(leaf->grad).detach().clone();
+  }
+}
+
+}  // namespace autograd
 
 // ---- the engine --------------------------------------------------------------------
 namespace autograd {
@@ -479,6 +577,8 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
   GS_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward", "got ", roots.size(),
            " outputs but ", grad_roots.size(), " gradients");
   const uint64_t epoch = ++g_epoch;
+  GraphTrace* const trace = t_trace;  // core/graph_trace.h; null unless someone records
+  if (trace != nullptr) [[unlikely]] trace->on_pass_begin();
   std::vector<Node*> order;  // every reachable node, discovery order
   std::vector<std::shared_ptr<Node>> keep_alive;
 
@@ -542,7 +642,9 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     Tensor g = grad_roots.empty() || !grad_roots[i].defined() ? ones_for(roots[i]) : grad_roots[i];
     GS_CHECK(g.shape() == roots[i].shape(), "backward", "gradient of shape ", shape_str(g.shape()),
              " does not match the output's shape ", shape_str(roots[i].shape()));
-    accumulate(*gradient_edge(roots[i]).fn, opt.create_graph ? g : g.detach());
+    Node* seeded = gradient_edge(roots[i]).fn.get();
+    if (trace != nullptr) [[unlikely]] trace->on_contribution(seeded, nullptr, i, g);
+    accumulate(*seeded, opt.create_graph ? g : g.detach());
   }
 
   // 3. Kahn's algorithm: a node runs once all of its consumers have sent their
@@ -585,12 +687,17 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
           Tensor r = hook(g);
           if (r.defined()) g = r;
         }
+        if (trace != nullptr) [[unlikely]] trace->on_run(n, g, true);
         grads = n->apply(g);
+        if (trace != nullptr) [[unlikely]]
+          if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) trace->on_leaf(acc->leaf_);
         if (observers_active())
           detail::notify_backward(BackwardEvent{n, &g, grads.data(), grads.size()});
         if (!opt.retain_graph) n->release_saved();
         GS_CHECK(grads.empty() || grads.size() == n->next_edges.size(), n->name(), "backward returned ",
                  grads.size(), " gradients for ", n->next_edges.size(), " inputs");
+      } else if (trace != nullptr) [[unlikely]] {
+        trace->on_run(n, g, false);
       }
       for (size_t i = 0; i < n->next_edges.size(); ++i) {
         Edge& e = n->next_edges[i];
@@ -604,6 +711,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
                    ". A backward must return one gradient per input with that input's shape (reduce broadcast "
                    "dims with sum_to).");
           if (gi.dtype() != e.dtype) gi = gi.to(e.dtype);
+          if (trace != nullptr) [[unlikely]] trace->on_contribution(e.fn.get(), n, i, gi);
           accumulate(*e.fn, std::move(gi));
         }
         if (--e.fn->dependencies_ == 0) ready.push_back(e.fn.get());

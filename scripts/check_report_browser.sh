@@ -9,7 +9,7 @@
 #   - with Graphviz installed, the graph is an SVG picture, not the DOT fallback.
 #   scripts/check_report_browser.sh REPORT.html [SCREENSHOT.png]
 # Exit status: 0 good, 1 a problem (printed), 77 Chromium is not installed (CTest: skipped).
-# Install the browser with: apt-get install chromium   (scripts/setup.sh --browser does it)
+# Install the browser with: apt-get install chromium   (scripts/setup.sh does it)
 set -euo pipefail
 
 report="${1:?usage: check_report_browser.sh REPORT.html [SCREENSHOT.png]}"

@@ -2,7 +2,7 @@
 # Checks for the system packages gradsleuth needs and installs the missing ones
 # with apt-get when run as root. Cheap checks only (files and commands), so a
 # second run costs well under a second. Set GS_SKIP_SETUP=1 to skip it entirely.
-#   scripts/setup.sh [--browser]   --browser: also Chromium (an optional extra)
+#   scripts/setup.sh
 set -euo pipefail
 
 if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
@@ -45,11 +45,14 @@ need_cmd bwrap bubblewrap
 need_cmd prlimit util-linux
 # Python 3: scripts/mutation_test.py (the emulator's checks against deliberately broken kernels).
 need_cmd python3 python3
-# Optional extra, only when asked for: --browser installs Chromium (the report_browser test
-# renders doctor's HTML report in it).
+# dagre, the graph-layout library the explorer's page embeds (debug/report/explore.h; read at build time).
+need_file /usr/share/nodejs/dagre/dist/dagre.min.js node-dagre-layout
+# Chromium: the browser tests (test_debug_explore drives the explorer's page; report_browser renders
+# doctor's HTML report) run it headless.
+need_cmd chromium chromium
 for arg in "$@"; do
   case "$arg" in
-    --browser) need_cmd chromium chromium ;;
+    --browser) ;;  # Chromium is always installed; the option is accepted and does nothing more
     *) echo "setup: unknown option '$arg' (known: --browser)" >&2; exit 2 ;;
   esac
 done

@@ -24,6 +24,12 @@ struct Value {
       if (k == key) return &v;
     return nullptr;
   }
+  // The member named `key`, or a null value when there is none.
+  const Value& operator[](const std::string& key) const {
+    static const Value none;
+    const Value* v = get(key);
+    return v ? *v : none;
+  }
 };
 
 class Parser {

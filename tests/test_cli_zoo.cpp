@@ -138,11 +138,15 @@ TEST_CASE("zoo explains a bad bug name; doctor --json reports findings and write
   CHECK(doc.get("memory")->kind == json_mini::Value::Object);
   CHECK(std::filesystem::exists(dir + "/report.html"));
   CHECK(std::filesystem::exists(dir + "/metrics.csv"));
+  CHECK(std::filesystem::exists(dir + "/explore.html"));  // the autograd explorer's page, linked from the report
+  REQUIRE(doc.get("explore"));
+  CHECK(doc.get("explore")->str == dir + "/explore.html");
   std::ifstream html(dir + "/report.html");
   std::stringstream hs;
   hs << html.rdbuf();
   CHECK(hs.str().find("<svg") != std::string::npos);
   CHECK(hs.str().find("M7") != std::string::npos);
+  CHECK(hs.str().find("<a href=\"explore.html\">") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

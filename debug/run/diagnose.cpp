@@ -2,6 +2,7 @@
 // monitored run and the end-of-run diagnoses in one pipeline, shared by diagnose(), the Session
 // of a hand-written loop and the bug zoo.
 #include "debug/run/diagnose.h"
+#include "debug/report/explore.h"
 
 #include <algorithm>
 #include <cmath>
@@ -126,6 +127,10 @@ void Session::run_data_checks() {
 
 void Session::run_gate(const Tensor& x, const Tensor& y) {
   gate_phase_.ran = true;
+  if (!o_.explore_path.empty()) {
+    explore_x_ = x;
+    explore_y_ = y;
+  }
   say("pre-training gate");
   const Device d = model_device(model_);
   // pretrain_gate turns the errors of its phases into findings; this catches the rest (moving
@@ -176,6 +181,8 @@ void Session::start_monitor() {
   opt_hooks_.clear();
   monitor_.reset();
   monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, o_.monitor);
+  replay_.reset();
+  if (!o_.explore_path.empty()) replay_ = std::make_unique<ReplayRecorder>(model_, opt_, o_.monitor.every);
   recorded_ = 0;
   heard_ = last_was_heard_ = false;
   epoch_first_step_ = 0;
@@ -581,7 +588,27 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
     for (auto& [name, pts] : r.history.grad_norms)
       for (auto& [st, val] : pts) log.log(st, "grad_norm/" + name, val);
   }
+  if (!o_.explore_path.empty()) write_explorer(r);
   return r;
+}
+
+void Session::write_explorer(RunReport& r) {
+  ReplaySeries replay;
+  if (replay_) replay = replay_->series();
+  replay_.reset();  // its hooks off before the explored forward
+  if (!explore_x_.defined()) {
+    r.skipped.push_back(SkippedChecks{"the explorer's page", "no batch was seen before training (no train loader, no begin(x, y), or the gate off)",
+                                      "pass DiagnoseData::train, or call begin(x, y) before the loop, with the gate on"});
+    return;
+  }
+  ExploreOptions eo;
+  eo.title = o_.title;
+  eo.replay = replay_from(r.history, &replay);
+  eo.findings = &r.findings;
+  const Device d = model_device(model_);
+  const std::string err = explore(model_, explore_x_.to(d), explore_y_.to(d), loss_, o_.explore_path, eo);
+  r.explore_path = o_.explore_path;
+  if (!err.empty()) say("the explorer's pass failed (its page draws the graph up to the failing op): " + err);
 }
 
 // ---- diagnose ---------------------------------------------------------------------------

@@ -48,6 +48,8 @@
 
 namespace gradsleuth::debug {
 
+class ReplayRecorder;  // debug/report/explore.h
+
 // The data the checks may use. Every member is optional; each one left out costs the checks
 // RunReport::skipped lists.
 struct DiagnoseData {
@@ -111,6 +113,9 @@ struct DiagnoseOptions {
   int64_t dead_pass_batches = 100;
   // ---- output ----
   std::string report_dir;  // when not empty: report.html (W6 plots and findings) and metrics.csv there
+  // When not empty: the autograd explorer's page (debug/report/explore.h) written here by finish():
+  // the graph and backward of the gate's batch through the trained model, and the run's replay.
+  std::string explore_path;
   std::string title = "gradsleuth: diagnosis of your model";
   std::function<void(const std::string&)> progress;  // "data checks", "pre-training gate", ...
 };
@@ -141,6 +146,7 @@ struct RunReport {
   int64_t steps = 0;                 // optimizer steps seen
   std::string stopped;               // why training stopped early ("" when it did not)
   std::string html_path;             // the report written (DiagnoseOptions::report_dir), else ""
+  std::string explore_path;          // the explorer's page written (DiagnoseOptions::explore_path), else ""
 
   bool fired(const std::string& check) const { return findings.fired(check); }
   std::vector<std::string> fired_checks() const { return findings.fired_checks(); }
@@ -205,6 +211,7 @@ class Session {
   void lr_probe(RunReport& r);
   void check_repeated_batches(RunReport& r);
   void check_class_errors_at_end();
+  void write_explorer(RunReport& r);
 
   nn::Module& model_;
   nn::Loss* loss_module_ = nullptr;
@@ -231,6 +238,9 @@ class Session {
   std::vector<Tensor> initial_params_, initial_buffers_;
   std::map<std::string, Tensor> initial_opt_state_;
   bool have_initial_ = false;
+  // The explorer's page (DiagnoseOptions::explore_path): the gate's batch and the replay's extra series.
+  Tensor explore_x_, explore_y_;
+  std::unique_ptr<ReplayRecorder> replay_;
 };
 
 // The one-call form: Session, then optim::Trainer(model, optimizer, o.trainer) with o.epochs

@@ -57,7 +57,8 @@ std::string RunReport::json() const {
        << ",\"remedy\":" << json_str(skipped[i].remedy) << "}";
   // The diagnosis over every phase: the lead, and the findings with their causes (indices into this array).
   os << "],\"lead\":" << findings.lead_json() << ",\"findings\":" << findings.json() << ",\"steps\":" << steps
-     << ",\"stopped\":" << json_str(stopped) << ",\"report\":" << json_str(html_path) << "}";
+     << ",\"stopped\":" << json_str(stopped) << ",\"report\":" << json_str(html_path)
+     << ",\"explore\":" << json_str(explore_path) << "}";
   return os.str();
 }
 
