@@ -46,7 +46,7 @@ std::shared_ptr<nn::Sequential> make_cnn() {
 }
 
 // Defaults per model: what reached the goals in docs/training.md. The CNN's recipe is
-// chosen for time to accuracy (issue 11): a higher peak lr reached by a short warm-up
+// chosen for time to accuracy: a higher peak lr reached by a short warm-up
 // and annealed to 0 step by step, with label smoothing, gets more out of fewer epochs.
 struct Defaults {
   int epochs;
