@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/generator.h"
+#include "core/io.h"
 #include "core/observer.h"
 #include "core/op_registry.h"
 #include "core/ops.h"

@@ -12,8 +12,8 @@
 
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
-#include "debug/report/html_report.h"
 #include "workbench/cpu_ladder.h"
 
 // Set by cli/CMakeLists.txt: where the kernels run (one of GPU, EMU) and what was built.
@@ -498,7 +498,7 @@ int gpu_roofline(const Args& a) {
       lim.copy_gb_per_s = r.device_gb_per_s > 0 ? r.device_gb_per_s : wb::kH100HbmGbPerS;
     }
   }
-  debug::write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
+  write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
   std::cout << "roofline of " << results.size() << " CUDA versions on " << lim.cpu << " (FP32 peak "
             << fmt(lim.fma_gflops, 0) << " GFLOP/s, memory " << fmt(lim.copy_gb_per_s, 0) << " GB/s) written to "
             << path << "\n";
@@ -530,7 +530,7 @@ int cpu_roofline(const Args& a) {
       all_ok = all_ok && results.back().ok();
     }
   }
-  debug::write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
+  write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
   if (json) {
     std::cout << "{\"device\":\"cpu\",\"out\":" << json_str(path) << ",\"quick\":" << json_bool(quick)
               << ",\"limits\":" << limits_json(lim) << ",\"results\":[";

@@ -15,8 +15,8 @@
 
 #include "cli/cli.h"
 #include "core/generator.h"
+#include "core/io.h"
 #include "core/json.h"
-#include "debug/report/html_report.h"
 #include "distributed/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -256,7 +256,7 @@ int cmd_train(const std::vector<std::string>& args) {
      << ",\"train_seconds\":" << json_num(train_seconds) << ",\"examples_per_second\":" << json_num(ex_s) << "}";
   if (!main_rank) return bad_step ? 1 : 0;  // rank 0 reports (every rank saw the same global losses)
   if (!a.get("run-dir").empty())
-    debug::write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
+    write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
                              "train --run-dir");
   if (json) {
     std::cout << js.str() << "\n";

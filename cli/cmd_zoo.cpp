@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
-#include "debug/report/html_report.h"
+#include "core/io.h"
 #include "debug/zoo/zoo.h"
 #include "optim/progress.h"
 #ifdef GS_WITH_DIST_ZOO
@@ -69,7 +69,7 @@ int zoo_distributed(Args& a) {
         std::cout << "\n---- " << v->id << ": " << v->title << "\n" << v->report.str(true);
     std::cout << std::flush;
     if (a.has("json")) {
-      debug::write_file_atomic(a.get("json"), debug::dist_zoo::json(r) + "\n", "zoo --json");
+      write_file_atomic(a.get("json"), debug::dist_zoo::json(r) + "\n", "zoo --json");
       if (!a.has("quiet")) std::fprintf(stderr, "zoo: wrote %s\n", a.get("json").c_str());
     }
   }
@@ -189,7 +189,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
   debug::zoo::Result r = debug::zoo::run(bugs, o, progress);
   std::cout << debug::zoo::matrix(r);
   if (a.has("json")) {
-    debug::write_file_atomic(a.get("json"), debug::zoo::json(r) + "\n", "zoo --json");
+    write_file_atomic(a.get("json"), debug::zoo::json(r) + "\n", "zoo --json");
     if (!quiet) std::fprintf(stderr, "zoo: wrote %s\n", a.get("json").c_str());
   }
   return 0;

@@ -32,7 +32,7 @@
 
 #include "cli/lab_grade_all.h"
 #include "core/error.h"
-#include "debug/report/html_report.h"
+#include "core/io.h"
 
 namespace gradsleuth::cli {
 namespace {
@@ -357,7 +357,7 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const std::string& 
   res.close();
   std::ostringstream head;
   head << "student: " << student << "\nlab " << o.lab << ": " << total << " points\nstatus: " << status << "\n\n";
-  debug::write_file_atomic(feedback.string(), head.str() + fb.str(), "lab grade-all");
+  write_file_atomic(feedback.string(), head.str() + fb.str(), "lab grade-all");
 }
 
 Result read_result(const std::string& student, const fs::path& work) {
@@ -458,7 +458,7 @@ int lab_grade_all(const GradeAllOptions& o) {
     for (const std::string& t : tasks) csvs << "," << (r.points.count(t) ? std::to_string(r.points.at(t)) : "0");
     csvs << "," << r.total << "," << csv(r.status) << "\n";
   }
-  debug::write_file_atomic(out.string(), csvs.str(), "lab grade-all");
+  write_file_atomic(out.string(), csvs.str(), "lab grade-all");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "lab grade-all: " << results.size() << " students graded in " << seconds_str(secs) << "; gradebook "
             << o.out << ", feedback in " << feedback.string() << "/\n";

@@ -5,8 +5,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "debug/report/html_report.h"
-
+#include "core/io.h"
 #include "tutorials/grader/grader.h"
 
 namespace gradsleuth::labs {
@@ -103,7 +102,7 @@ int run_command(const CommandOptions& o, std::ostream& out) {
       const std::string text = gradescope_json(results.back(), seconds) + "\n";
       if (o.gradescope == "-") out << text;
       else {
-        debug::write_file_atomic(o.gradescope, text, "lab check --gradescope");
+        write_file_atomic(o.gradescope, text, "lab check --gradescope");
         out << "lab " << l->number << ": " << results.back().points << "/" << results.back().max_points
             << " points; Gradescope results written to " << o.gradescope << "\n";
       }
