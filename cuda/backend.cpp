@@ -1,6 +1,6 @@
 // cuda/backend.cpp: the CUDA Backend (core/backend.h) for DeviceType::CUDA: turns Tensors into
-// DevTensors and calls the kernels of cuda/*.cu. Plain C++ (it includes core/, which the .cu
-// files cannot: core's `namespace gs = gradsleuth` clashes with cuda/compat.h's gs::cuda).
+// DevTensors and calls the kernels of cuda/*.cu. Plain C++: the one file that sees both core's
+// Tensors and the kernels' descriptors.
 #include <algorithm>
 #include <cstdio>
 #include <initializer_list>
