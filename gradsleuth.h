@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/io.h"
 #include "core/observer.h"

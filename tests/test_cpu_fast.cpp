@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -54,8 +55,8 @@ bool close_ulps(double a, double b, gs::DType dt, double ulps) {
 
 }  // namespace
 
-TEST_CASE("cpu fast: the switch starts at the build's default or GS_CPU_FAST_KERNELS, and works") {
-  const char* env = std::getenv("GS_CPU_FAST_KERNELS");
+TEST_CASE("cpu fast: the switch starts at the build's default or GRADSLEUTH_FAST_KERNELS, and works") {
+  const char* env = std::getenv("GRADSLEUTH_FAST_KERNELS");
   const bool def = env ? std::string(env) != "0" : gs::cpu_fast_kernels_default();
   CHECK(gs::cpu_fast_kernels() == def);
   {

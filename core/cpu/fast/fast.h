@@ -4,9 +4,9 @@
 // an op is computed. This folder holds the speed work: a tuned BLAS and a packing-free
 // SGEMM, Winograd convolution, a fused per-sample conv2d, vectorised transcendental
 // functions, branch-free pooling, fused optimizer steps. A reference kernel hands its
-// work to the tuned one below while tuned kernels are on (cpu_fast_kernels(), core/ops.h:
-// the build's GRADSLEUTH_FAST_KERNELS, ON by default, or set_cpu_fast_kernels at run
-// time); each tuned entry returns false for a case it does not handle, and the
+// work to the tuned one below while tuned kernels are on (cpu_fast_kernels(),
+// core/fast_kernels.h: GRADSLEUTH_FAST_KERNELS, ON by default, or set_cpu_fast_kernels at
+// run time); each tuned entry returns false for a case it does not handle, and the
 // reference loop runs. With GRADSLEUTH_FAST_KERNELS=OFF every op runs the reference
 // loops, and the test suite passes the same way.
 //
@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "core/backend.h"
-#include "core/ops.h"  // cpu_fast_kernels(): whether the backend calls the kernels below
+#include "core/fast_kernels.h"  // cpu_fast_kernels(): whether the backend calls the kernels below
 
 namespace gradsleuth::cpu::fast {
 
