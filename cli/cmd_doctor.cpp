@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "core/autograd.h"
+#include "core/format.h"
 #include "core/json.h"
 #include "debug/checks/model/activation_stats.h"
 #include "debug/evidence/catalogue.h"
@@ -44,11 +45,7 @@ debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug:
   };
   loss.series.push_back(series(clean ? "this run" : "train (per step)", r.history.step_losses));
   if (clean) loss.series.push_back(series("clean reference", clean->history.step_losses));
-  if (std::isfinite(chance)) {
-    char b[64];
-    std::snprintf(b, sizeof b, "chance level ln %.0f = %.3f", std::exp(chance), chance);
-    loss.lines.push_back({chance, b});
-  }
+  if (std::isfinite(chance)) loss.lines.push_back({chance, str_printf("chance level ln %.0f = %.3f", std::exp(chance), chance)});
   loss.caption = std::string("A loss that stays at the chance level has learned nothing; ") +
                  (clean ? "the clean recipe with the same budget shows what training should look like." : "");
   return loss;

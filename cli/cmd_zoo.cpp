@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
+#include "core/format.h"
 #include "core/io.h"
 #include "debug/zoo/zoo.h"
 #include "optim/progress.h"
@@ -138,14 +139,12 @@ int cmd_zoo(const std::vector<std::string>& args) {
       where_w = std::max(where_w, static_cast<int>(b.lives_in.size()));
       caught_w = std::max(caught_w, static_cast<int>(caught(b).size()));
     }
-    char row[400];
-    std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by");
-    std::cout << wrap_last_column(row, "what", width);
-    for (const nn::BugInfo& b : nn::bug_catalog()) {
-      std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
-                    caught(b).c_str());
-      std::cout << wrap_last_column(row, b.title, width);
-    }
+    std::cout << wrap_last_column(str_printf("%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by"),
+                                  "what", width);
+    for (const nn::BugInfo& b : nn::bug_catalog())
+      std::cout << wrap_last_column(str_printf("%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
+                                               caught(b).c_str()),
+                                    b.title, width);
     return 0;
   }
   set_thread_count();

@@ -47,13 +47,6 @@ struct Rung {
   const char* name;
 };
 
-std::string g9(double v) {  // 9 significant digits: floats one rounding apart differ in the 8th or 9th
-  if (std::isnan(v)) return "nan";
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
 std::string dims3(int64_t M, int64_t N, int64_t K) {
   return "M = " + std::to_string(M) + ", N = " + std::to_string(N) + ", K = " + std::to_string(K);
 }
