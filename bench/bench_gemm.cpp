@@ -3,7 +3,7 @@
 // against Eigen's own product (the fallback), at n = 256, 512, 1024, on 1 and on all
 // threads, in one run. The "sgemm_direct" cases time the packing-free kernel
 // (core/cpu/fast/sgemm.h) against the BLAS at the training steps' shapes, and report
-// whether blas_gemm routes each shape to it ("dispatched"). Goals: gradsleuth >= 1.0x the raw BLAS (issue "CPU speed"),
+// whether blas_gemm routes each shape to it ("dispatched"). Goals: gradsleuth >= 1.0x the raw BLAS,
 // and >= 0.9x raw Eigen when built with GRADSLEUTH_BLAS=OFF.
 //
 // Counter "FLOP/s" = 2 n^3 per product. Each gradsleuth case sits next to its

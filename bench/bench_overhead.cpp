@@ -1,6 +1,6 @@
 // Per-op overhead: the fixed cost of one op on a 1-element float32 tensor,
 // where the arithmetic is nothing and the bookkeeping is everything.
-// Goal (issue "Engine"): <= 0.3 us per op with autograd recording
+// Goal: <= 0.3 us per op with autograd recording
 // (libtorch's C++ API is ~1 us).
 //
 // Each iteration runs a chain of kChain adds, y = y + c (y starts at a leaf x

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/json.h"
 #include "debug/evidence/catalogue.h"
 #include "debug/diagnosis/diagnosis.h"
@@ -138,10 +139,8 @@ int cmd_checks(const std::vector<std::string>& args) {
   const bool wide = width >= 150;
   auto prefix = [wide](const std::string& id, const std::string& name, const std::string& group,
                        const std::string& api) {
-    char buf[400];
-    if (wide) std::snprintf(buf, sizeof buf, "%-4s %-36s %-13s %-52s ", id.c_str(), name.c_str(), group.c_str(), api.c_str());
-    else std::snprintf(buf, sizeof buf, "%-4s %-36s %-13s ", id.c_str(), name.c_str(), group.c_str());
-    return std::string(buf);
+    if (wide) return str_printf("%-4s %-36s %-13s %-52s ", id.c_str(), name.c_str(), group.c_str(), api.c_str());
+    return str_printf("%-4s %-36s %-13s ", id.c_str(), name.c_str(), group.c_str());
   };
   std::cout << wrap_last_column(prefix("id", "check", "group", "C++ entry point"),
                                 wide ? "sources" : "C++ entry point (sources)", width);

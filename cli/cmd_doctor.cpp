@@ -13,11 +13,13 @@
 
 #include "cli/cli.h"
 #include "core/autograd.h"
+#include "core/format.h"
 #include "core/json.h"
 #include "debug/checks/model/activation_stats.h"
 #include "debug/evidence/catalogue.h"
 #include "debug/run/diagnose.h"
 #include "debug/report/graph.h"
+#include "core/io.h"
 #include "debug/report/html_report.h"
 #include "debug/checks/workflow/memory.h"
 #include "debug/checks/workflow/profiler.h"
@@ -45,11 +47,7 @@ debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug:
   };
   loss.series.push_back(series(clean ? "this run" : "train (per step)", r.history.step_losses));
   if (clean) loss.series.push_back(series("clean reference", clean->history.step_losses));
-  if (std::isfinite(chance)) {
-    char b[64];
-    std::snprintf(b, sizeof b, "chance level ln %.0f = %.3f", std::exp(chance), chance);
-    loss.lines.push_back({chance, b});
-  }
+  if (std::isfinite(chance)) loss.lines.push_back({chance, str_printf("chance level ln %.0f = %.3f", std::exp(chance), chance)});
   loss.caption = std::string("A loss that stays at the chance level has learned nothing; ") +
                  (clean ? "the clean recipe with the same budget shows what training should look like." : "");
   return loss;
@@ -353,7 +351,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
       page.insert(h1 + 5, "\n<p class=\"explore-link\"><a href=\"explore.html\">Explore the autograd graph</a>: step "
                           "through the forward and the backward, and replay this run (explore.html, beside this "
                           "report)</p>");
-    debug::write_file_atomic(out + "/report.html", page, "doctor");
+    write_file_atomic(out + "/report.html", page, "doctor");
   }
   {
     debug::MetricsLog log(out);

@@ -12,8 +12,9 @@
 
 #include "cli/cli.h"
 #include "core/error.h"
+#include "core/format.h"
+#include "core/io.h"
 #include "core/json.h"
-#include "debug/report/html_report.h"
 #include "workbench/cpu_ladder.h"
 
 // Set by cli/CMakeLists.txt: where the kernels run (one of GPU, EMU) and what was built.
@@ -45,21 +46,9 @@ wb::RunResult run_one(const std::string& kernel, int version, const wb::Shape& s
 }
 #endif
 
-std::string fmt(double v, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
-std::string sci(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.2g", v);
-  return b;
-}
-std::string sci3(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.3g", v);
-  return b;
-}
+std::string fmt(double v, int digits) { return str_printf("%.*f", digits, v); }
+std::string sci(double v) { return str_printf("%.2g", v); }
+std::string sci3(double v) { return str_printf("%.3g", v); }
 std::string human(double v, const char* unit) {  // 1.2 G, 340 M, ...
   const char* p = "";
   if (v >= 1e12) v /= 1e12, p = "T";
@@ -413,19 +402,16 @@ int cpu_bench(const Args& a) {
       js.push_back(cpu_result_json(*l, lim, r, speedup));
       continue;
     }
-    char line[512];
     std::string nm = r.name.substr(0, 22);
     if (!r.skipped.empty()) {
-      std::snprintf(line, sizeof line, "  %d  %-22s  skipped: %s\n", r.version, nm.c_str(), r.skipped.c_str());
-      out << line;
+      out << str_printf("  %d  %-22s  skipped: %s\n", r.version, nm.c_str(), r.skipped.c_str());
       continue;
     }
     const double rate = rate_of(*l, r), limit = limit_of(*l, lim);
     const std::string spread = fmt(r.min_ms, 3) + "-" + fmt(r.max_ms, 3);
-    std::snprintf(line, sizeof line, "  %d  %-22s %10.3f   %-17s %8.1f  %6.1f%%  %8s  %s\n", r.version, nm.c_str(), r.ms,
-                  spread.c_str(), rate, limit > 0 ? 100.0 * rate / limit : 0.0,
-                  speedup > 0 ? (fmt(speedup, 2) + "x").c_str() : "-", r.validation.ok ? "passed" : "FAILED");
-    out << line;
+    out << str_printf("  %d  %-22s %10.3f   %-17s %8.1f  %6.1f%%  %8s  %s\n", r.version, nm.c_str(), r.ms,
+                      spread.c_str(), rate, limit > 0 ? 100.0 * rate / limit : 0.0,
+                      speedup > 0 ? (fmt(speedup, 2) + "x").c_str() : "-", r.validation.ok ? "passed" : "FAILED");
     if (r.has_accuracy)
       out << "       accuracy on " << r.shape.n << " copies of 0.1f: relative error " << sci(r.accuracy_err)
           << ", a priori bound "
@@ -498,7 +484,7 @@ int gpu_roofline(const Args& a) {
       lim.copy_gb_per_s = r.device_gb_per_s > 0 ? r.device_gb_per_s : wb::kH100HbmGbPerS;
     }
   }
-  debug::write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
+  write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
   std::cout << "roofline of " << results.size() << " CUDA versions on " << lim.cpu << " (FP32 peak "
             << fmt(lim.fma_gflops, 0) << " GFLOP/s, memory " << fmt(lim.copy_gb_per_s, 0) << " GB/s) written to "
             << path << "\n";
@@ -530,7 +516,7 @@ int cpu_roofline(const Args& a) {
       all_ok = all_ok && results.back().ok();
     }
   }
-  debug::write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
+  write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
   if (json) {
     std::cout << "{\"device\":\"cpu\",\"out\":" << json_str(path) << ",\"quick\":" << json_bool(quick)
               << ",\"limits\":" << limits_json(lim) << ",\"results\":[";

@@ -15,8 +15,8 @@
 
 #include "cli/cli.h"
 #include "core/generator.h"
+#include "core/io.h"
 #include "core/json.h"
-#include "debug/report/html_report.h"
 #include "distributed/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -46,7 +46,7 @@ std::shared_ptr<nn::Sequential> make_cnn() {
 }
 
 // Defaults per model: what reached the goals in docs/training.md. The CNN's recipe is
-// chosen for time to accuracy (issue 11): a higher peak lr reached by a short warm-up
+// chosen for time to accuracy: a higher peak lr reached by a short warm-up
 // and annealed to 0 step by step, with label smoothing, gets more out of fewer epochs.
 struct Defaults {
   int epochs;
@@ -256,7 +256,7 @@ int cmd_train(const std::vector<std::string>& args) {
      << ",\"train_seconds\":" << json_num(train_seconds) << ",\"examples_per_second\":" << json_num(ex_s) << "}";
   if (!main_rank) return bad_step ? 1 : 0;  // rank 0 reports (every rank saw the same global losses)
   if (!a.get("run-dir").empty())
-    debug::write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
+    write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
                              "train --run-dir");
   if (json) {
     std::cout << js.str() << "\n";

@@ -11,7 +11,8 @@
 #include <stdexcept>
 
 #include "cli/cli.h"
-#include "debug/report/html_report.h"
+#include "core/format.h"
+#include "core/io.h"
 #include "debug/zoo/zoo.h"
 #include "optim/progress.h"
 #ifdef GS_WITH_DIST_ZOO
@@ -69,7 +70,7 @@ int zoo_distributed(Args& a) {
         std::cout << "\n---- " << v->id << ": " << v->title << "\n" << v->report.str(true);
     std::cout << std::flush;
     if (a.has("json")) {
-      debug::write_file_atomic(a.get("json"), debug::dist_zoo::json(r) + "\n", "zoo --json");
+      write_file_atomic(a.get("json"), debug::dist_zoo::json(r) + "\n", "zoo --json");
       if (!a.has("quiet")) std::fprintf(stderr, "zoo: wrote %s\n", a.get("json").c_str());
     }
   }
@@ -138,14 +139,12 @@ int cmd_zoo(const std::vector<std::string>& args) {
       where_w = std::max(where_w, static_cast<int>(b.lives_in.size()));
       caught_w = std::max(caught_w, static_cast<int>(caught(b).size()));
     }
-    char row[400];
-    std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by");
-    std::cout << wrap_last_column(row, "what", width);
-    for (const nn::BugInfo& b : nn::bug_catalog()) {
-      std::snprintf(row, sizeof row, "%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
-                    caught(b).c_str());
-      std::cout << wrap_last_column(row, b.title, width);
-    }
+    std::cout << wrap_last_column(str_printf("%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by"),
+                                  "what", width);
+    for (const nn::BugInfo& b : nn::bug_catalog())
+      std::cout << wrap_last_column(str_printf("%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
+                                               caught(b).c_str()),
+                                    b.title, width);
     return 0;
   }
   set_thread_count();
@@ -189,7 +188,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
   debug::zoo::Result r = debug::zoo::run(bugs, o, progress);
   std::cout << debug::zoo::matrix(r);
   if (a.has("json")) {
-    debug::write_file_atomic(a.get("json"), debug::zoo::json(r) + "\n", "zoo --json");
+    write_file_atomic(a.get("json"), debug::zoo::json(r) + "\n", "zoo --json");
     if (!quiet) std::fprintf(stderr, "zoo: wrote %s\n", a.get("json").c_str());
   }
   return 0;

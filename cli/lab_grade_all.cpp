@@ -40,7 +40,7 @@
 
 #include "cli/lab_grade_all.h"
 #include "core/error.h"
-#include "debug/report/html_report.h"
+#include "core/io.h"
 
 // Landlock rights newer than some kernel headers (the values are the kernel's ABI).
 #ifndef LANDLOCK_ACCESS_FS_REFER
@@ -976,7 +976,7 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
       std::error_code ec2;
       fs::remove_all(work / "run", ec2);
       fs::create_directories(work / "run", ec2);
-      debug::write_file_atomic((work / "run" / "results.json").string(), res.gradescope + "\n", "lab grade-all");
+      write_file_atomic((work / "run" / "results.json").string(), res.gradescope + "\n", "lab grade-all");
     }
   }
   int total = 0;
@@ -986,12 +986,12 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
   if (review) result << "review\n";
   else
     for (const auto& [t, p] : res.points) result << "task " << t << " " << p << "\n";
-  debug::write_file_atomic((work / "result.txt").string(), result.str(), "lab grade-all");
+  write_file_atomic((work / "result.txt").string(), result.str(), "lab grade-all");
   std::ostringstream head;
   head << "student: " << student << "\nlab " << o.lab << ": "
        << (review ? std::string("no points (needs review)") : std::to_string(total) + " points") << "\nstatus: " << status
        << "\n\n";
-  debug::write_file_atomic(feedback.string(), redact(head.str() + fb.str(), o.seed), "lab grade-all");
+  write_file_atomic(feedback.string(), redact(head.str() + fb.str(), o.seed), "lab grade-all");
 }
 
 Result read_result(const std::string& student, const fs::path& work) {
@@ -1134,7 +1134,7 @@ int lab_grade_all(const GradeAllOptions& opts) {
     csvs << "," << (r.review ? std::string() : std::to_string(r.total)) << "," << csv(r.status) << "\n";
     reviews += r.review;
   }
-  debug::write_file_atomic(out.string(), csvs.str(), "lab grade-all");
+  write_file_atomic(out.string(), csvs.str(), "lab grade-all");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "lab grade-all: " << results.size() << " students graded in " << seconds_str(secs) << "; gradebook "
             << o.out << ", feedback in " << feedback.string() << "/"

@@ -3,9 +3,10 @@
 // lab grader's JSON report.
 #pragma once
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
+
+#include "core/format.h"
 
 namespace gradsleuth {
 
@@ -21,9 +22,7 @@ inline std::string json_str(const std::string& s) {
       case '\r': o += "\\r"; break;
       default:
         if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
+          o += str_printf("\\u%04x", c);
         } else {
           o += static_cast<char>(c);
         }
@@ -33,12 +32,7 @@ inline std::string json_str(const std::string& s) {
 }
 
 // A JSON number (10 significant digits); NaN and Inf, which JSON cannot spell, become null.
-inline std::string json_num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
+inline std::string json_num(double v) { return std::isfinite(v) ? str_printf("%.10g", v) : "null"; }
 
 inline const char* json_bool(bool b) { return b ? "true" : "false"; }
 

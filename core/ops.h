@@ -154,16 +154,6 @@ bool conv2d_fused();
 enum class ConvAlgorithm { Auto, Gemm };
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();
-// The CPU backend's tuned kernels (core/cpu/fast/: a BLAS and a packing-free SGEMM,
-// Winograd and the fused per-sample conv2d, vectorised exp/log/tanh/sigmoid and softmax,
-// branch-free pooling, fused optimizer steps) or its reference loops (core/cpu/*.cpp:
-// one short loop per op, the code to read or step through). Results agree within the
-// bounds core/cpu/fast/fast.h gives for each pair. Process-wide. It starts as the build's
-// GRADSLEUTH_FAST_KERNELS (ON unless configured OFF: cpu_fast_kernels_default()), or as
-// the environment variable GS_CPU_FAST_KERNELS says (0/off, 1/on).
-void set_cpu_fast_kernels(bool on);
-bool cpu_fast_kernels();
-bool cpu_fast_kernels_default();
 Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0}, Dims dilation = {1, 1});
 Tensor avg_pool2d(const Tensor& x, Dims kernel, Dims stride = {}, Dims padding = {0, 0});
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (training only).

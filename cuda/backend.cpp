@@ -1,12 +1,12 @@
 // cuda/backend.cpp: the CUDA Backend (core/backend.h) for DeviceType::CUDA: turns Tensors into
-// DevTensors and calls the kernels of cuda/*.cu. Plain C++ (it includes core/, which the .cu
-// files cannot: core's `namespace gs = gradsleuth` clashes with cuda/compat.h's gs::cuda).
+// DevTensors and calls the kernels of cuda/*.cu. Plain C++: the one file that sees both core's
+// Tensors and the kernels' descriptors.
 #include <algorithm>
-#include <cstdio>
 #include <initializer_list>
 #include <string>
 
 #include "core/backend.h"
+#include "core/format.h"
 #include "core/shape.h"
 #include "cuda/cuda.h"
 #include "cuda/kernels.h"
@@ -180,11 +180,7 @@ class CudaBackend final : public Backend {
 
 std::string g_reason;
 
-std::string mib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1 << 20));
-  return buf;
-}
+std::string mib(int64_t b) { return str_printf("%.2f MiB", static_cast<double>(b) / (1 << 20)); }
 
 }  // namespace
 

@@ -40,7 +40,7 @@
   T* name = reinterpret_cast<T*>(gs_dynamic_shared_bytes_)
 #endif
 
-namespace gs::cuda {
+namespace gradsleuth::cuda {
 
 // Launches kernel<<<grid, block, shmem, stream>>>(args...) in both builds. Each argument is
 // converted to the kernel's parameter type first (as <<<>>> would). Returns the launch error
@@ -48,7 +48,7 @@ namespace gs::cuda {
 template <class... KArgs, class... Args>
 cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
                    Args&&... args) {
-  static_assert(sizeof...(KArgs) == sizeof...(Args), "gs::cuda::launch: wrong number of kernel arguments");
+  static_assert(sizeof...(KArgs) == sizeof...(Args), "gradsleuth::cuda::launch: wrong number of kernel arguments");
   std::tuple<std::remove_cv_t<KArgs>...> converted(static_cast<std::remove_cv_t<KArgs>>(std::forward<Args>(args))...);
 #if GS_CUDA_EMU
   return ::gs_emu::launch_tuple(kernel, grid, block, shmem, stream, converted);
@@ -74,7 +74,10 @@ inline void check(cudaError_t err, const char* call, const char* file, int line)
   if (err != cudaSuccess) throw std::runtime_error(detail::cuda_error_message(err, call, file, line));
 }
 
-}  // namespace gs::cuda
+}  // namespace gradsleuth::cuda
+
+// The project's short name (as in core/tensor.h): gs::cuda::launch is gradsleuth::cuda::launch.
+namespace gs = gradsleuth;
 
 // GS_CUDA_CHECK(cudaMalloc(&p, n)); throws std::runtime_error naming the call, file:line and the error.
-#define GS_CUDA_CHECK(expr) ::gs::cuda::check((expr), #expr, __FILE__, __LINE__)
+#define GS_CUDA_CHECK(expr) ::gradsleuth::cuda::check((expr), #expr, __FILE__, __LINE__)

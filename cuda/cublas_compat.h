@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace gs::cuda {
+namespace gradsleuth::cuda {
 inline const char* cublas_status_name(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -33,6 +33,6 @@ inline void check_cublas(cublasStatus_t s, const char* call, const char* file, i
     throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
                              cublas_status_name(s));
 }
-}  // namespace gs::cuda
+}  // namespace gradsleuth::cuda
 
-#define GS_CUBLAS_CHECK(expr) ::gs::cuda::check_cublas((expr), #expr, __FILE__, __LINE__)
+#define GS_CUBLAS_CHECK(expr) ::gradsleuth::cuda::check_cublas((expr), #expr, __FILE__, __LINE__)

@@ -32,7 +32,7 @@ void check_runtime(cudaError_t err, const char* what);
 // gs::cuda::launch on the default stream, then after_launch(op).
 template <class... KArgs, class... Args>
 void launch_op(const char* op, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args&&... args) {
-  after_launch(op, ::gs::cuda::launch(kernel, grid, block, shmem, cudaStream_t{}, std::forward<Args>(args)...));
+  after_launch(op, ::gradsleuth::cuda::launch(kernel, grid, block, shmem, cudaStream_t{}, std::forward<Args>(args)...));
 }
 
 // Calls f(T{}) with T the element type of dtype t (all four dtypes; no default case).

@@ -1,6 +1,6 @@
 // cuda/kernels.h: the host entry points of the CUDA kernels (cuda/*.cu), one per Backend
 // function, on plain descriptors. backend.cpp turns Tensors into DevTensors and calls these;
-// the .cu files never see core/tensor.h (it would clash with cuda/compat.h's gs::cuda).
+// the .cu files never see core/tensor.h, only these descriptors.
 #pragma once
 #include <cstddef>
 #include <cstdint>

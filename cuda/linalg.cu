@@ -16,14 +16,14 @@ cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t x = nullptr;
     const cublasStatus_t s = cublasCreate(&x);
-    if (s != CUBLAS_STATUS_SUCCESS) GS_FAIL("matmul", "cublasCreate failed: ", gs::cuda::cublas_status_name(s));
+    if (s != CUBLAS_STATUS_SUCCESS) GS_FAIL("matmul", "cublasCreate failed: ", cublas_status_name(s));
     return x;
   }();
   return h;
 }
 
-void check_cublas(cublasStatus_t s, const char* call) {
-  if (s != CUBLAS_STATUS_SUCCESS) GS_FAIL("matmul", call, " failed: ", gs::cuda::cublas_status_name(s));
+void check_gemm(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS) GS_FAIL("matmul", call, " failed: ", cublas_status_name(s));
 }
 
 // C[b] (N, M) = A[b] (N, K) @ B[b] (K, M). Grid (ceil(M/16), ceil(N/16), batches), block 16x16:
@@ -55,11 +55,11 @@ void gemm_strided_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int
                           long long sA, const T* B, int ldb, long long sB, T* C, int ldc, long long sC, int batch) {
   const T one = 1, zero = 0;
   if constexpr (std::is_same_v<T, float>)
-    check_cublas(cublasSgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC,
+    check_gemm(cublasSgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC,
                                            batch),
                  "cublasSgemmStridedBatched");
   else
-    check_cublas(cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC,
+    check_gemm(cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC,
                                            batch),
                  "cublasDgemmStridedBatched");
 }

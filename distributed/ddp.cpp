@@ -1,3 +1,4 @@
+// DistributedDataParallel (see ddp.h): gradients bucketed and all-reduced while backward runs.
 #include "distributed/ddp.h"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// DistributedSampler (see sampler.h): each rank's interleaved shard of one shared permutation.
 #include "distributed/sampler.h"
 
 #include <numeric>

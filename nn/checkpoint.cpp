@@ -2,6 +2,7 @@
 // (size, checksum, then entry-by-entry bounds checks). Format: docs/checkpoint-format.md.
 #include "nn/checkpoint.h"
 
+#include "core/io.h"
 #include "core/warning.h"
 
 #include <fcntl.h>
@@ -138,47 +139,12 @@ std::string hex(uint64_t v) {
   return os.str();
 }
 
-// Best effort: make the rename itself durable.
-void fsync_dir_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 namespace testing {
 void set_checkpoint_write_failure(std::optional<uint64_t> after_bytes) { g_fail_after = after_bytes; }
 void set_checkpoint_kill_after(std::optional<uint64_t> after_bytes) { g_kill_after = after_bytes; }
 }  // namespace testing
-
-std::string atomic_temp_path(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
-
-size_t remove_stale_temp_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string prefix = p.filename().string() + ".tmp.";
-  size_t removed = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-    std::error_code rm;
-    if (fs::remove(it->path(), rm)) ++removed;
-  }
-  return removed;
-}
 
 // ---- writing ------------------------------------------------------------------------
 void write_checkpoint(const std::string& path, const NamedTensors& entries) {
@@ -245,7 +211,7 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
     std::remove(tmp.c_str());
     GS_FAIL("nn::save", "cannot move '", tmp, "' over '", path, "': ", err, ". The previous file (if any) is unchanged.");
   }
-  fsync_dir_of(path);
+  fsync_parent_dir(path);
 }
 
 void save(const Module& module, const std::string& path) {

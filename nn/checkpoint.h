@@ -8,7 +8,8 @@
 //
 // The file format ("GSCKPT01", little-endian, FNV-1a 64 checksum) is in
 // docs/checkpoint-format.md. A save writes `path.tmp.<pid>`, flushes it to disk
-// and renames it over `path`: a crash or error mid-save leaves the old file intact.
+// and renames it over `path`: a crash or error mid-save leaves the old file intact
+// (temp files left by killed saves are removed first: core/io.h).
 // Reading is bounded (the header's size, then EOF) and every entry is validated
 // (unique non-empty names, checked sizes, bools 0/1) before anything is allocated.
 #pragma once
@@ -55,14 +56,6 @@ std::map<std::string, Tensor> load_state(const std::string& path);
 // are written; read tensors are contiguous CPU tensors without requires_grad).
 void write_checkpoint(const std::string& path, const NamedTensors& entries);
 NamedTensors read_checkpoint(const std::string& path);
-
-// Atomic saves write `<path>.tmp.<pid>` and rename it over `path`. A process killed
-// mid-save (kill -9, power loss) leaves its temp file behind; every save of `path`
-// (here and debug::write_file_atomic) first removes the `<path>.tmp.<pid>` files
-// whose process no longer exists. Returns how many were removed. (A pid is checked
-// with kill(pid, 0) in this pid namespace: keep one writer namespace per directory.)
-std::string atomic_temp_path(const std::string& path);
-size_t remove_stale_temp_files(const std::string& path);
 
 namespace testing {
 // Test hook: when set, the next saves fail with a gs::Error after writing this many

@@ -11,6 +11,8 @@
 #include <zlib.h>
 #endif
 
+#include "core/format.h"
+
 namespace gradsleuth::nn {
 
 namespace fs = std::filesystem;
@@ -128,8 +130,7 @@ IdxHeader read_idx_header(ByteSource& src, const std::string& path, int expected
   // Magic: 0, 0, type, ndims. We read only unsigned bytes (type 0x08).
   const uint32_t magic = big_endian_u32(bytes.data());
   const int ndims = bytes[3];
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "0x%08X", magic);
+  const std::string hex = str_printf("0x%08X", magic);
   GS_CHECK(bytes[0] == 0 && bytes[1] == 0 && bytes[2] == 0x08 && ndims >= 1, "read_idx", path,
            " has a bad magic number ", hex, ": an unsigned-byte IDX file starts with 0x0000080N (N = number of dims)",
            (bytes[0] == 0x1f && bytes[1] == 0x8b ? "; this looks like a gzip file that was not decompressed" : ""));

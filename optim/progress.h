@@ -2,8 +2,9 @@
 // CLI's long commands (gradsleuth zoo): a bar for a fraction done and the time left.
 #pragma once
 #include <cmath>
-#include <cstdio>
 #include <string>
+
+#include "core/format.h"
 
 namespace gradsleuth::optim {
 
@@ -22,14 +23,9 @@ inline std::string eta(double elapsed_seconds, double fraction) {
   if (!(fraction > 0.0) || !std::isfinite(elapsed_seconds)) return "ETA --";
   const double left = elapsed_seconds * (1.0 - std::fmin(fraction, 1.0)) / fraction;
   const long s = std::lround(left);
-  char b[32];
-  if (s >= 3600)
-    std::snprintf(b, sizeof b, "ETA %ldh%02ldm", s / 3600, (s / 60) % 60);
-  else if (s >= 60)
-    std::snprintf(b, sizeof b, "ETA %ldm%02lds", s / 60, s % 60);
-  else
-    std::snprintf(b, sizeof b, "ETA %lds", s);
-  return b;
+  if (s >= 3600) return str_printf("ETA %ldh%02ldm", s / 3600, (s / 60) % 60);
+  if (s >= 60) return str_printf("ETA %ldm%02lds", s / 60, s % 60);
+  return str_printf("ETA %lds", s);
 }
 
 }  // namespace gradsleuth::optim

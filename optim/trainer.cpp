@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/autograd.h"
+#include "core/format.h"
 #include "core/ops.h"
 #include "nn/loss.h"
 #include "optim/clip.h"
@@ -22,12 +23,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // A JSON number; NaN and Inf (no JSON spelling) become null.
-std::string json_num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.8g", v);
-  return buf;
-}
+std::string json_num(double v) { return std::isfinite(v) ? str_printf("%.8g", v) : "null"; }
 // A CSV field: empty for NaN.
 std::string csv_num(double v) { return std::isnan(v) ? "" : json_num(v); }
 
@@ -89,18 +85,13 @@ class ProgressBar {
                  static_cast<long long>(epochs), e.train_loss, acc_str(e.train_accuracy).c_str());
     if (!std::isnan(e.val_loss))
       std::fprintf(stderr, "  val loss %.4f%s", e.val_loss,
-                   std::isnan(e.val_accuracy) ? "" : (" acc " + fmt(e.val_accuracy)).c_str());
+                   std::isnan(e.val_accuracy) ? "" : (" acc " + str_printf("%.4f", e.val_accuracy)).c_str());
     std::fprintf(stderr, "  lr %.3g  %.1fs  %.0f ex/s\n", e.lr, e.seconds, e.examples_per_second);
     std::fflush(stderr);
   }
 
  private:
-  static std::string fmt(double v) {
-    char b[16];
-    std::snprintf(b, sizeof b, "%.4f", v);
-    return b;
-  }
-  static std::string acc_str(double acc) { return std::isnan(acc) ? "" : "  acc " + fmt(acc); }
+  static std::string acc_str(double acc) { return std::isnan(acc) ? "" : "  acc " + str_printf("%.4f", acc); }
   bool tty_ = false, off_ = false;
   int64_t every_, first_epoch_;
   Clock::time_point start_, last_draw_{};

@@ -8,7 +8,7 @@
 #   build-debug/, build-sanitize-debug/   the same with CMAKE_BUILD_TYPE=Debug
 # --portable turns off -march=native (-DGRADSLEUTH_NATIVE=OFF) in whichever dir.
 # --reference-kernels: the CPU backend runs its reference loops only (-DGRADSLEUTH_FAST_KERNELS=OFF,
-#   core/cpu/fast/fast.h), in build-reference/ (build-sanitize-reference/, ...).
+#   core/fast_kernels.h), in build-reference/ (build-sanitize-reference/, ...).
 # --arch LEVEL compiles for that -march instead (e.g. x86-64-v3: AVX2 code that an
 #   AVX-512 machine runs too) into build-LEVEL/ (build-sanitize-LEVEL/, ...).
 # cmake is only re-run by hand when the dir is new or a requested option differs

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/observer.h"
 #include "core/ops.h"

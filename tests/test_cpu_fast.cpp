@@ -3,7 +3,9 @@
 // the dot-product bound, the transcendental functions and softmax within a few ulps with
 // the special values exact, im2col/col2im and max pooling bit for bit, conv2d within
 // the GEMM's bound (and Winograd's), the optimizer steps bit for bit (SGD) or within a
-// few ulps. Sizes are odd, so no block or vector width divides them.
+// few ulps, binary ops, comparisons, where and relu's backward bit for bit, reductions
+// within accurate_sum.h's bound, large buffers on huge pages. Sizes are odd, so no block or
+// vector width divides them.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -54,8 +57,8 @@ bool close_ulps(double a, double b, gs::DType dt, double ulps) {
 
 }  // namespace
 
-TEST_CASE("cpu fast: the switch starts at the build's default or GS_CPU_FAST_KERNELS, and works") {
-  const char* env = std::getenv("GS_CPU_FAST_KERNELS");
+TEST_CASE("cpu fast: the switch starts at the build's default or GRADSLEUTH_FAST_KERNELS, and works") {
+  const char* env = std::getenv("GRADSLEUTH_FAST_KERNELS");
   const bool def = env ? std::string(env) != "0" : gs::cpu_fast_kernels_default();
   CHECK(gs::cpu_fast_kernels() == def);
   {
@@ -344,5 +347,127 @@ TEST_CASE("cpu fast: the fused optimizer steps agree with the optimizers' tensor
         bad += !(o.ulps == 0 ? same_bits(result[1][i], result[0][i]) : close_ulps(result[1][i], result[0][i], dt, o.ulps));
       CHECK(bad == 0);
     }
+  }
+}
+
+namespace {
+
+// The same values bit for bit (NaN matching NaN).
+int bits_differ(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = values(a), y = values(b);
+  if (x.size() != y.size()) return -1;
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) bad += !same_bits(x[i], y[i]);
+  return bad;
+}
+
+// randn with a few special values (NaN, +-inf, +-0) at odd places, for floating dtypes.
+Tensor with_specials(std::vector<int64_t> shape, gs::DType dt, uint64_t seed) {
+  if (dt == gs::kInt64) return (randn(shape, gs::kFloat64, seed) * 1000.0).to(gs::kInt64);
+  std::vector<double> v = values(randn(shape, gs::kFloat64, seed));
+  const double specials[] = {std::nan(""), INFINITY, -INFINITY, 0.0, -0.0};
+  for (size_t i = 0; i < v.size(); i += 97) v[i] = specials[(i / 97) % 5];
+  return gs::tensor(v, shape, gs::TensorOptions(dt));
+}
+
+}  // namespace
+
+TEST_CASE("cpu fast: binary ops, comparisons, where and relu's backward are bit for bit the reference loops") {
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64, gs::kInt64}) {
+    CAPTURE(std::string(gs::dtype_name(dt)));
+    const Tensor a = with_specials({37, 41}, dt, 21);
+    // b: the same shape, a broadcast scalar, a broadcast row, a broadcast column, transposed.
+    const Tensor bs[] = {with_specials({37, 41}, dt, 22), with_specials({1}, dt, 23), with_specials({41}, dt, 24),
+                         with_specials({37, 1}, dt, 25), with_specials({41, 37}, dt, 26).t()};
+    for (const Tensor& b : bs) {
+      CAPTURE(b.str());
+      std::vector<Tensor> got[2];
+      for (int on = 0; on < 2; ++on) {
+        Fast f(on != 0);
+        got[on] = {gs::add(a, b), gs::mul(a, b), gs::sub(b, a), gs::lt(a, b), gs::le(b, a), gs::eq(a, b),
+                   gs::where(gs::gt(a, b), a, b), gs::where(gs::gt(a, b), b, gs::zeros({1}, gs::TensorOptions(dt))),
+                   gs::where(gs::le(a, b), gs::ones({1}, gs::TensorOptions(dt)), a)};
+        if (dt != gs::kInt64) got[on].push_back(gs::div(a, b));
+      }
+      for (size_t k = 0; k < got[0].size(); ++k) {
+        CAPTURE(k);
+        CHECK(bits_differ(got[1][k], got[0][k]) == 0);
+      }
+    }
+  }
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {  // relu's backward (threshold_backward)
+    CAPTURE(std::string(gs::dtype_name(dt)));
+    Tensor grads[2];
+    for (int on = 0; on < 2; ++on) {
+      Fast f(on != 0);
+      Tensor x = with_specials({3, 5, 67}, dt, 31).requires_grad_(true);
+      gs::relu(x).backward(with_specials({3, 5, 67}, dt, 32));
+      grads[on] = x.grad();
+    }
+    CHECK(bits_differ(grads[1], grads[0]) == 0);
+  }
+}
+
+TEST_CASE("cpu fast: sum, amax and amin agree with the serial reference, over any dims and one long row") {
+  struct Case {
+    std::vector<int64_t> shape;
+    gs::Dims dims;
+  };
+  // A long row (above the parallel grain: per-thread partials), a sum over dim 0 (the
+  // vectorised column rows), over the last dim (rows in parallel), over both, and a middle dim.
+  const Case cases[] = {{{70001}, {0}}, {{301, 257}, {0}}, {{301, 257}, {1}}, {{301, 257}, {0, 1}}, {{7, 33, 29}, {1}}};
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64, gs::kInt64}) {
+    for (const Case& c : cases) {
+      CAPTURE(std::string(gs::dtype_name(dt)));
+      CAPTURE(c.shape.size());
+      CAPTURE(c.shape[0]);
+      CAPTURE(c.dims.size());
+      CAPTURE(c.dims[0]);
+      const Tensor x = dt == gs::kInt64 ? with_specials(c.shape, dt, 41) : randn(c.shape, dt, 41);
+      Tensor sums[2], maxs[2], mins[2];
+      for (int on = 0; on < 2; ++on) {
+        Fast f(on != 0);
+        sums[on] = gs::sum(x, c.dims);
+        maxs[on] = gs::amax(x, c.dims);
+        mins[on] = gs::amin(x, c.dims);
+      }
+      CHECK(bits_differ(maxs[1], maxs[0]) == 0);
+      CHECK(bits_differ(mins[1], mins[0]) == 0);
+      if (dt == gs::kInt64) {
+        CHECK(bits_differ(sums[1], sums[0]) == 0);
+        continue;
+      }
+      // Both within accurate_sum.h's bound of the exact sum (float64), then one rounding to
+      // float32: 1e-13 * sum |x| + 1 ulp of the result.
+      const std::vector<double> f = values(sums[1]), r = values(sums[0]);
+      const std::vector<double> mag = values(gs::sum(gs::abs(x).to(gs::kFloat64), c.dims));
+      const double ulp = dt == gs::kFloat32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -52);
+      REQUIRE(f.size() == r.size());
+      int bad = 0;
+      for (size_t i = 0; i < f.size(); ++i) bad += !(std::fabs(f[i] - r[i]) <= 1e-13 * mag[i] + ulp * std::fabs(r[i]));
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("cpu fast: a buffer of 2 MiB or more is 2 MiB aligned with tuned kernels on, 64-byte aligned either way") {
+  for (bool on : {true, false}) {
+    CAPTURE(on);
+    Tensor big, small;
+    {
+      Fast f(on);
+      big = gs::ones({int64_t{1} << 20});  // 4 MiB of float32
+      small = gs::ones({1000});
+    }
+    const auto addr = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); };
+    CHECK(addr(big) % 64 == 0);
+    CHECK(addr(small) % 64 == 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    if (on) CHECK(addr(big) % (uintptr_t{2} << 20) == 0);
+#endif
+    CHECK(gs::sum(big).item<float>() == float(1 << 20));
+    // Freed with the switch the other way: deallocate finds either block's malloc'd pointer.
+    Fast other(!on);
+    big = Tensor();
   }
 }

@@ -16,6 +16,7 @@
 
 #include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/sgemm.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"

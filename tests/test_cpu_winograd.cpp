@@ -24,6 +24,7 @@
 
 #include "core/autograd.h"
 #include "core/cpu/fast/winograd.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/tensor.h"

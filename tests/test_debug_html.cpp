@@ -2,7 +2,6 @@
 // scale), escaping, well-formed HTML, and an atomic write that never damages the old file.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -355,23 +354,6 @@ TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single p
   const auto pts = points_of(svg, "s");
   REQUIRE(pts.size() == 3);
   CHECK(pts[1].second < pts[0].second);  // 1e308 above -1e308
-}
-
-TEST_CASE("write_file_atomic removes temp files left by killed writers of the same path") {
-  TempDir dir;
-  const std::string path = (dir.path / "report.html").string();
-  const pid_t pid = ::fork();  // a process that is gone by the time we write
-  REQUIRE(pid >= 0);
-  if (pid == 0) ::_exit(0);
-  ::waitpid(pid, nullptr, 0);
-  const std::string stale = path + ".tmp." + std::to_string(pid);
-  std::ofstream(stale) << "half a report";
-  const std::string other = (dir.path / ("other.html.tmp." + std::to_string(pid))).string();
-  std::ofstream(other) << "another file's temp";
-  dbg::write_file_atomic(path, "<html></html>\n", "test");
-  CHECK(!fs::exists(stale));
-  CHECK(fs::exists(other));  // only temp files of the path being written
-  CHECK(read(path) == "<html></html>\n");
 }
 
 TEST_CASE("the report leads with the diagnosis's lead, its plots, and shows bands, reference lines and sections") {

@@ -19,22 +19,13 @@
 #include "core/ops.h"
 #include "nn/checkpoint.h"
 #include "nn/fashion_mnist.h"
+#include "temp_dir.h"
 
 namespace nn = gs::nn;
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("gs_fuzz_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 Bytes read_all(const std::string& p) {
   std::ifstream in(p, std::ios::binary);
@@ -129,7 +120,7 @@ bool must_load_or_explain(const std::string& path, F&& load, const std::string& 
 }  // namespace
 
 TEST_CASE("fuzz: mutated checkpoints load or raise a gs::Error naming the file") {
-  TempDir dir;
+  TempDir dir("fuzz");
   const std::string good_path = (dir.path / "good.ckpt").string();
   nn::write_checkpoint(good_path, {{"w", gs::arange(6).reshape({2, 3}).to(gs::kFloat32)},
                                    {"step", gs::tensor(std::vector<int64_t>{3, 4}, {2})},
@@ -192,7 +183,7 @@ TEST_CASE("fuzz: mutated checkpoints load or raise a gs::Error naming the file")
 }
 
 TEST_CASE("fuzz: mutated IDX files load or raise a gs::Error naming the file") {
-  TempDir dir;
+  TempDir dir("fuzz");
   // 3 images of 4x5 and the matching labels.
   Bytes images = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5};
   for (int i = 0; i < 60; ++i) images.push_back(static_cast<uint8_t>(i * 7));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/format.h"
 #include "core/generator.h"
 #include "core/warning.h"
 #include "nn/nn.h"
@@ -28,9 +29,7 @@ TEST_CASE("the catalog is the table: ids in order, parse_bug accepts B13/b13/13 
     const auto& b = cat[i];
     CAPTURE(b.code);
     CHECK(static_cast<size_t>(b.id) == i + 1);  // numbered in order, no gaps
-    char want[24];  // "B" and any size_t
-    std::snprintf(want, sizeof want, "B%02zu", i + 1);
-    CHECK(b.code == want);
+    CHECK(b.code == gs::str_printf("B%02zu", i + 1));
     CHECK(nn::parse_bug(b.code) == b.id);
     CHECK(codes.insert(b.code).second);
     CHECK_FALSE(b.title.empty());

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/io.h"
 #include "core/warning.h"
 #include "nn/nn.h"
 #include "nn_test_util.h"
@@ -449,7 +450,7 @@ TEST_CASE("kill -9 during saves: the checkpoint survives and the next save remov
   CHECK(dir.entries() == 2);  // the new checkpoint and the live process's file
   CHECK(fs::exists(live));
   fs::remove(live);
-  CHECK(nn::remove_stale_temp_files(path) == 0);
+  CHECK(gs::remove_stale_temp_files(path) == 0);
 }
 
 TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum recomputed) is refused, naming it") {

@@ -216,7 +216,7 @@ TEST_CASE("result_type: tensor-tensor, tensor-0dim, 0dim-tensor, 0dim-0dim, tens
       CHECK(gs::result_type(kNumbers[k], dims_operand(kAll[a])) == kWithNumber[a][k]);
     }
   }
-  // The examples of the issue, spelled out.
+  // The promotion examples of docs/dtypes.md, spelled out.
   const Tensor i64 = gs::tensor(IVec{1, 2, 3}, {3}), f32 = gs::ones({3}), f64 = gs::ones({3}, D);
   const Tensor b = gs::tensor({1, 0, 1}, B);
   CHECK(gs::result_type(i64, 2.0) == F);
@@ -546,7 +546,7 @@ TEST_CASE("in-place ops: the result type must be castable to the tensor's dtype"
       }
     }
   }
-  // The issue's examples, and the fix the message suggests.
+  // In-place ops that cannot hold the result, and the fix the message suggests.
   Tensor i = gs::tensor(IVec{1, 2}, {2});
   const std::string m = error_of([&] { i.add_(1.5); });
   CHECK(has(m, "add_: result type float32 (of int64[2] and the number 1.5) can't be cast to the desired output type int64"));

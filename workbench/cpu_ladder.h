@@ -1,6 +1,6 @@
 // workbench/cpu_ladder.h: the kernel workbench on the CPU. Numbered versions of each kernel,
 // each one step from the last, validated against the float64 reference of the shared
-// workbench (cuda/workbench/workbench.h: Problem, validate_result) and timed against this
+// workbench (workbench/workbench.h: Problem, validate_result) and timed against this
 // machine's own limits, measured here: the FMA peak and a STREAM-like copy/triad bandwidth.
 // The top rungs are the engine's own kernels (core/cpu/fast/sgemm.h, winograd.h, blas.h,
 // conv_cols.h; core/cpu/accurate_sum.h), called through their headers: no second copy.
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/workbench/workbench.h"
+#include "workbench/workbench.h"
 
 namespace gradsleuth::workbench::cpu {
 

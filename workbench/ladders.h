@@ -14,7 +14,7 @@ Ladder layernorm_ladder();
 Ladder gelu_ladder();
 Ladder conv2d_ladder();
 
-// conv2d's problem (the other kernels' come from cuda/workbench/workbench_host.cpp).
+// conv2d's problem (the other kernels' come from workbench/workbench.cpp).
 Problem conv2d_problem(const Shape& s);
 // The a priori bound of Winograd F(2x2, 3x3) for each output of conv2d_problem(s) (see conv2d.cpp).
 std::vector<float> conv2d_winograd_bounds(const Problem& p, const Shape& s);

@@ -7,8 +7,9 @@
 // when they sit away from their dot.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
+
+#include "core/format.h"
 
 #include "workbench/ladders.h"
 
@@ -17,27 +18,14 @@ namespace {
 
 const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
-std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
-}
-std::string short_num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
-  return b;
-}
+std::string num(double v) { return str_printf("%.1f", v); }
+std::string short_num(double v) { return str_printf("%.*f", v >= 100 ? 0 : v >= 10 ? 1 : 2, v); }
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return o;
 }
-std::string tick(double e) {
-  const double v = std::pow(10.0, e);
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
+std::string tick(double e) { return str_printf("%g", std::pow(10.0, e)); }
 
 struct Box {
   double x0, y0, x1, y1;

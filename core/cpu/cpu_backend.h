@@ -42,6 +42,9 @@ class CpuBackend final : public Backend {
   // memory.cpp
   void* allocate(size_t nbytes) override;
   void deallocate(void* p, size_t nbytes) override;
+  // nbytes from malloc, aligned to `align` (a power of two >= 16) by hand, the malloc'd
+  // pointer kept just below the block, where deallocate finds it.
+  static void* aligned_block(size_t nbytes, size_t align);
   [[noreturn]] static void out_of_memory(size_t nbytes);
   void copy_to_host(void* dst, const void* src, size_t n) override;
   void copy_from_host(void* dst, const void* src, size_t n) override;

@@ -4,14 +4,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__linux__)
-#include <sys/mman.h>  // madvise(MADV_HUGEPAGE) for large buffers
-#endif
 #if defined(__GLIBC__)
 #include <malloc.h>  // mallopt, see CpuBackend()
 #endif
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/fast.h"
 
 namespace gradsleuth {
 namespace cpu {
@@ -43,18 +41,13 @@ CpuBackend::CpuBackend() {
 #endif
 }
 
-// Every buffer is 64-byte aligned (a cache line, an AVX-512 register); buffers
-// of 2 MiB or more are 2 MiB aligned and marked MADV_HUGEPAGE, as PyTorch's
-// CPU allocator does with THP_MEM_ALLOC_ENABLE.
-// Performance (docs/benchmarks.md, "Engine"):
-//  - We over-allocate with malloc and align by hand, keeping the malloc'd
-//    pointer just below the block. std::aligned_alloc takes glibc's memalign
-//    path, which skips the per-thread cache (a quarter of the instructions of
-//    a 1-element add) and, for blocks on the heap, kept taking fresh pages
-//    instead of reusing freed ones.
-//  - A fresh buffer is paged in at first touch; with 4 KiB pages those faults
-//    cost more than the op itself (a 64 MiB add: 16k faults). Huge pages take
-//    512x fewer.
+// Every buffer is 64-byte aligned (a cache line, an AVX-512 register); with tuned kernels
+// on, buffers of 2 MiB or more come from fast::allocate_huge (2 MiB aligned, huge pages).
+// Performance (docs/benchmarks.md, "Engine"): we over-allocate with malloc and align by
+// hand, keeping the malloc'd pointer just below the block. std::aligned_alloc takes glibc's
+// memalign path, which skips the per-thread cache (a quarter of the instructions of a
+// 1-element add) and, for blocks on the heap, kept taking fresh pages instead of reusing
+// freed ones.
 // Sanitizer builds: no slack. Each buffer is exactly nbytes (posix_memalign), so
 // ASan reports the first byte read or written past the end; the hand-aligned
 // block below ends up to `align` bytes before its malloc'd end, which hid overruns.
@@ -66,13 +59,7 @@ CpuBackend::CpuBackend() {
 #endif
 #endif
 
-void* CpuBackend::allocate(size_t nbytes) {
-#ifdef GS_CPU_EXACT_ALLOC
-  void* p = nullptr;
-  if (posix_memalign(&p, kAlign, std::max<size_t>(nbytes, 1)) != 0) out_of_memory(nbytes);
-  return p;
-#endif
-  const size_t align = nbytes >= kHugeBytes ? kHugeBytes : kAlign;
+void* CpuBackend::aligned_block(size_t nbytes, size_t align) {
   void* raw = std::malloc(std::max<size_t>(nbytes, 1) + align);
   if (!raw) out_of_memory(nbytes);
   // malloc's result is aligned for max_align_t (16 bytes), so rounding raw + 8
@@ -81,10 +68,18 @@ void* CpuBackend::allocate(size_t nbytes) {
   static_assert(alignof(std::max_align_t) >= 2 * sizeof(void*));
   const uintptr_t a = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + align - 1) & ~uintptr_t{align - 1};
   reinterpret_cast<void**>(a)[-1] = raw;
-#ifdef MADV_HUGEPAGE
-  if (align == kHugeBytes) madvise(reinterpret_cast<void*>(a), nbytes, MADV_HUGEPAGE);  // a hint
-#endif
   return reinterpret_cast<void*>(a);
+}
+
+void* CpuBackend::allocate(size_t nbytes) {
+#ifdef GS_CPU_EXACT_ALLOC
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlign, std::max<size_t>(nbytes, 1)) != 0) out_of_memory(nbytes);
+  return p;
+#endif
+  if (cpu_fast_kernels())
+    if (void* p = fast::allocate_huge(nbytes)) return p;
+  return aligned_block(nbytes, kAlign);
 }
 
 void CpuBackend::deallocate(void* p, size_t) {

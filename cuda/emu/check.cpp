@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/format.h"
 #include "cuda/emu/internal.h"
 
 #if GS_EMU_CHECKS
@@ -158,9 +159,7 @@ std::string where(uintptr_t a, size_t size) {
   uintptr_t base = 0;
   std::string name = data_symbol(reinterpret_cast<const void*>(a), &base);
   if (!name.empty()) return name + "[" + std::to_string(static_cast<long long>(a - base) / esz) + "]";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "address 0x%" PRIxPTR, a);
-  return buf;
+  return gradsleuth::str_printf("address 0x%" PRIxPTR, a);
 }
 
 void report(std::string msg) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/format.h"
 #include "cuda/emu/internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -340,9 +341,8 @@ std::string describe_deadlock() {
       if (g_pool[k]->state == FState::AtWarpOp && same_site(g_pool[k]->site, f->site) && g_pool[k]->mask == f->mask)
         same.push_back(k);
     if (same.empty() || same[0] != i) continue;
-    char mask[16];
-    std::snprintf(mask, sizeof mask, "0x%08x", f->mask);
-    msg += "Threads " + ranges(same) + " wait at " + f->op + "(mask " + mask + ") (" + site_str(f->site) + "). ";
+    msg += "Threads " + ranges(same) + " wait at " + f->op + "(mask " + gradsleuth::str_printf("0x%08x", f->mask) + ") (" +
+           site_str(f->site) + "). ";
     ++shown;
   }
   if (!at_bar.empty() && !exited.empty())

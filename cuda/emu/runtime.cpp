@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include "core/format.h"
 #include "cuda/emu/internal.h"
 
 struct CUstream_st {
@@ -320,9 +321,7 @@ std::string kernel_name(const void* kernel) {
     std::free(dem);
     return name;
   }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "kernel@%p", kernel);
-  return buf;
+  return gradsleuth::str_printf("kernel@%p", kernel);
 }
 }  // namespace internal
 
@@ -367,14 +366,12 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shmem, cuda
       Allocation a;
       if (p == nullptr || (find_locked(p, &a, true) && a.device)) continue;
       const bool pinned = find_locked(p, &a, true);
-      char buf[400];
-      std::snprintf(buf, sizeof buf,
-                    "kernel argument %d is %p, %s; kernels may only dereference device memory: cudaMalloc a buffer "
-                    "and cudaMemcpy the data to it",
-                    ptr_args[i].index, p,
-                    pinned ? "pinned host memory from cudaMallocHost (zero-copy is not emulated)"
-                           : "a host pointer (not inside any cudaMalloc allocation)");
-      bad_arg = buf;
+      bad_arg = gradsleuth::str_printf(
+          "kernel argument %d is %p, %s; kernels may only dereference device memory: cudaMalloc a buffer "
+          "and cudaMemcpy the data to it",
+          ptr_args[i].index, p,
+          pinned ? "pinned host memory from cudaMallocHost (zero-copy is not emulated)"
+                 : "a host pointer (not inside any cudaMalloc allocation)");
     }
   }
   if (!bad_arg.empty()) return reject(cudaErrorInvalidValue, bad_arg);

@@ -3,7 +3,7 @@
 // both builds, and the per-family launchers that run.cu dispatches to.
 #pragma once
 #include "cuda/compat.h"
-#include "cuda/workbench/workbench.h"
+#include "workbench/workbench.h"
 
 #if GS_CUDA_EMU
 #define GS_WB_NS emu

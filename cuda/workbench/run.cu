@@ -2,11 +2,11 @@
 // validates against the CPU reference and, on a real GPU only, times it with CUDA events against
 // its reference row (cuBLAS, or a device-to-device copy of the same bytes). Built twice: as
 // gradsleuth::workbench::emu (the CPU emulator: never timed) and gradsleuth::workbench::gpu (nvcc).
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/format.h"
 #include "cuda/workbench/device.h"
 
 namespace gradsleuth::workbench::GS_WB_NS {
@@ -117,11 +117,9 @@ DeviceReport devices() {
       cudaGetLastError();
       continue;
     }
-    char line[512];
-    std::snprintf(line, sizeof line, "%d: %s (sm_%d%d, %d SMs, %.1f GB)%s", d, p.name, p.major, p.minor,
-                  p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / 1e9,
-                  kEmulator ? " [the CPU emulator: validation only, never timed]" : "");
-    r.devices.push_back(line);
+    r.devices.push_back(str_printf("%d: %s (sm_%d%d, %d SMs, %.1f GB)%s", d, p.name, p.major, p.minor,
+                                   p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / 1e9,
+                                   kEmulator ? " [the CPU emulator: validation only, never timed]" : ""));
   }
   return r;
 }

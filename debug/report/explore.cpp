@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
 #include "core/ops.h"
 #include "debug/evidence/tensor_stats.h"

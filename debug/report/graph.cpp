@@ -13,8 +13,8 @@
 #include <unordered_set>
 
 #include "core/autograd.h"
+#include "core/io.h"
 #include "debug/evidence/finding.h"
-#include "debug/report/html_report.h"
 #include "nn/module.h"
 
 namespace gradsleuth::debug {

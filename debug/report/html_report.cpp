@@ -2,8 +2,8 @@
 // legend, one polyline per series) and the HTML page with its atomic write.
 #include "debug/report/html_report.h"
 
+#include "core/io.h"
 #include "debug/diagnosis/diagnosis.h"
-#include "nn/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -25,8 +25,6 @@
 namespace gradsleuth::debug {
 
 namespace {
-
-std::optional<uint64_t> g_fail_after;  // testing::set_report_write_failure
 
 std::string errno_str() { return std::strerror(errno); }
 
@@ -260,7 +258,7 @@ svg text { font-family: system-ui, Helvetica, Arial, sans-serif; fill: #222; }
 }  // namespace
 
 namespace testing {
-void set_report_write_failure(std::optional<uint64_t> after_bytes) { g_fail_after = after_bytes; }
+void set_report_write_failure(std::optional<uint64_t> after_bytes) { gradsleuth::testing::set_file_write_failure(after_bytes); }
 }  // namespace testing
 
 std::string html_escape(const std::string& s) {
@@ -806,52 +804,6 @@ std::string render_html(const HtmlReport& rep) {
     os << "<h2>" << html_escape(t.title) << "</h2>\n<pre>" << html_escape(t.text) << "</pre>\n";
   os << "</body>\n</html>\n";
   return os.str();
-}
-
-// ---- atomic write ---------------------------------------------------------------------
-void write_file_atomic(const std::string& path, const std::string& contents, const char* op) {
-  GS_CHECK(!path.empty(), op, "the output path is empty");
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    GS_FAIL(op, "'", path, "' is a directory; give a file name inside it, such as '", path,
-            (path.back() == '/' ? "" : "/"), "report.html'");
-
-  nn::remove_stale_temp_files(path);  // left by writes that were killed
-  const std::string tmp = nn::atomic_temp_path(path);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  GS_CHECK(f != nullptr, op, "cannot write '", path, "': creating the temporary file '", tmp, "' failed: ",
-           errno_str(), ". Check that the directory exists and is writable. The previous file (if any) is unchanged.");
-  auto fail = [&](const std::string& why) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    GS_FAIL(op, "cannot write '", path, "': ", why, ". The previous file (if any) is unchanged.");
-  };
-  size_t n = contents.size();
-  if (g_fail_after && *g_fail_after < n) {
-    std::fwrite(contents.data(), 1, static_cast<size_t>(*g_fail_after), f);
-    fail("simulated write failure after " + std::to_string(*g_fail_after) + " bytes of '" + tmp +
-         "' (testing::set_report_write_failure)");
-  }
-  if (n && std::fwrite(contents.data(), 1, n, f) != n) fail("writing '" + tmp + "' failed: " + errno_str() + " (disk full?)");
-  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail("flushing '" + tmp + "' to disk failed: " + errno_str());
-  if (std::fclose(f) != 0) {
-    const std::string err = errno_str();
-    std::remove(tmp.c_str());
-    GS_FAIL(op, "cannot write '", path, "': closing '", tmp, "' failed: ", err, ". The previous file (if any) is unchanged.");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = errno_str();
-    std::remove(tmp.c_str());
-    GS_FAIL(op, "cannot move '", tmp, "' over '", path, "': ", err, ". The previous file (if any) is unchanged.");
-  }
-  // Make the rename itself durable.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
 }
 
 void write_html_report(const std::string& path, const HtmlReport& report) {

@@ -117,8 +117,6 @@ std::string html_escape(const std::string& s);
 // directory, fsync, then rename over `path`. On any failure the old file (if
 // any) is unchanged and gs::Error names the path and the reason.
 void write_html_report(const std::string& path, const HtmlReport& report);
-// The same atomic write for any text; `op` names the caller in errors.
-void write_file_atomic(const std::string& path, const std::string& contents, const char* op);
 
 // Per-step metrics in `dir` (created if missing):
 //   metrics.csv     long format, one row per value:  step,name,value

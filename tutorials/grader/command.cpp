@@ -12,8 +12,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "debug/report/html_report.h"
-
+#include "core/io.h"
 #include "tutorials/grader/grader.h"
 
 namespace gradsleuth::labs {
@@ -162,7 +161,7 @@ int run_command(const CommandOptions& o, std::ostream& out) {
       if (o.events) write_results_channel("gradescope", text.substr(0, text.size() - 1));
       if (o.gradescope == "-") out << text;
       else {
-        debug::write_file_atomic(o.gradescope, text, "lab check --gradescope");
+        write_file_atomic(o.gradescope, text, "lab check --gradescope");
         out << "lab " << l->number << ": " << results.back().points << "/" << results.back().max_points
             << " points; Gradescope results written to " << o.gradescope << "\n";
       }

@@ -1,5 +1,5 @@
 // The grader of lab 11 (make it fast). Correctness first: each rung against the workbench's
-// float64 reference with its a priori error bound per element (cuda/workbench/workbench.h:
+// float64 reference with its a priori error bound per element (workbench/workbench.h:
 // matmul_problem, validate_result), at sizes drawn from the input seed that no block or vector
 // width divides (primes), with C's neighbours watched for stray writes. Then speed, as a ratio
 // to a reference rung of the CPU workbench (workbench/matmul.cpp: v1 naive ijk, v2 loop order
@@ -24,7 +24,6 @@
 #include <random>
 #include <vector>
 
-#include "cuda/workbench/workbench.h"
 #include "workbench/cpu_ladder.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -47,13 +46,6 @@ struct Rung {
   MatmulFn fn;
   const char* name;
 };
-
-std::string g9(double v) {  // 9 significant digits: floats one rounding apart differ in the 8th or 9th
-  if (std::isnan(v)) return "nan";
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
 
 std::string dims3(int64_t M, int64_t N, int64_t K) {
   return "M = " + std::to_string(M) + ", N = " + std::to_string(N) + ", K = " + std::to_string(K);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/format.h"
 #include "core/generator.h"
 #include "core/observer.h"
 #include "debug/checks/model/anomaly.h"
@@ -34,17 +35,7 @@ constexpr int kEpochs = 3;
 constexpr double kMaxLoss = 0.8;
 constexpr double kMinAccuracy = 0.68;
 
-std::string hex(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%04x", v);
-  return buf;
-}
-
-std::string fnum(double v) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
+std::string hex(uint32_t v) { return str_printf("0x%04x", v); }
 
 // Every op name a piece of code runs (forward ops only).
 class OpAudit : public OpObserver {
@@ -255,7 +246,7 @@ Lab make_lab7() {
              const double want = key_decode(h);
              const double got = lab7::half_bits_to_float(static_cast<uint16_t>(h));
              const bool ok = std::isnan(want) ? std::isnan(got) : (got == want && std::signbit(got) == std::signbit(want));
-             c.require(ok, "half_bits_to_float(" + hex(h) + "): expected " + fnum(want) + ", got " + fnum(got) +
+             c.require(ok, "half_bits_to_float(" + hex(h) + "): expected " + g9(want) + ", got " + g9(got) +
                                " (sign " + std::to_string(h >> 15) + ", exponent " + std::to_string((h >> 10) & 31) +
                                ", mantissa " + std::to_string(h & 1023) + ")");
            }
@@ -267,7 +258,7 @@ Lab make_lab7() {
              if (((h >> 10) & 31) == 31) continue;
              const float v = static_cast<float>(key_decode(h));
              const uint32_t got = lab7::float_to_half_bits(v);
-             c.require(got == h, "float_to_half_bits(" + fnum(v) + "): expected " + hex(h) + ", got " + hex(got));
+             c.require(got == h, "float_to_half_bits(" + g9(v) + "): expected " + hex(h) + ", got " + hex(got));
            }
          }},
         {"round to nearest, ties to even, between every pair of neighbours",
@@ -280,14 +271,14 @@ Lab make_lab7() {
                const float mid = static_cast<float>((key_decode(lo) + key_decode(hi)) / 2.0);  // exact in float
                const uint32_t even = (h % 2 == 0) ? lo : hi;
                const uint32_t got = lab7::float_to_half_bits(mid);
-               c.require(got == even, "float_to_half_bits(" + fnum(mid) + "), halfway between " + fnum(key_decode(lo)) +
-                                          " and " + fnum(key_decode(hi)) + ": expected the even one " + hex(even) +
+               c.require(got == even, "float_to_half_bits(" + g9(mid) + "), halfway between " + g9(key_decode(lo)) +
+                                          " and " + g9(key_decode(hi)) + ": expected the even one " + hex(even) +
                                           ", got " + hex(got));
                const float below = std::nextafter(mid, 0.0f), above = std::nextafter(mid, sign ? -INFINITY : INFINITY);
                const uint32_t gb = lab7::float_to_half_bits(below), ga = lab7::float_to_half_bits(above);
-               c.require(gb == lo, "float_to_half_bits(" + fnum(below) + "), just below the midpoint: expected " +
+               c.require(gb == lo, "float_to_half_bits(" + g9(below) + "), just below the midpoint: expected " +
                                        hex(lo) + ", got " + hex(gb));
-               c.require(ga == hi, "float_to_half_bits(" + fnum(above) + "), just above the midpoint: expected " +
+               c.require(ga == hi, "float_to_half_bits(" + g9(above) + "), just above the midpoint: expected " +
                                        hex(hi) + ", got " + hex(ga));
              }
            }
@@ -308,8 +299,8 @@ Lab make_lab7() {
                    "subnormal, 2^-24, 2^-25 (a tie with 0), 3 * 2^-25 (a tie), 1e-10, -1e-10, -0, NaN");
            for (const E& e : edges) {
              const uint32_t got = lab7::float_to_half_bits(e.v);
-             c.require(got == e.want, "float_to_half_bits(" + fnum(e.v) + "): expected " + hex(e.want) + " (" +
-                                          fnum(key_decode(e.want)) + "), got " + hex(got) + " (" + fnum(key_decode(got)) +
+             c.require(got == e.want, "float_to_half_bits(" + g9(e.v) + "): expected " + hex(e.want) + " (" +
+                                          g9(key_decode(e.want)) + "), got " + hex(got) + " (" + g9(key_decode(got)) +
                                           ")");
            }
            const uint32_t n = lab7::float_to_half_bits(NAN);
@@ -326,7 +317,7 @@ Lab make_lab7() {
              const float v = std::copysign(std::ldexp(1.0f + u[i], static_cast<int>(i % 51) - 30), s[i]);
              const float want = debug::round_to_half(v), got = lab7::round_to_half(v);
              c.require(got == want || (std::isnan(got) && std::isnan(want)),
-                       "round_to_half(" + fnum(v) + "): expected " + fnum(want) + ", got " + fnum(got));
+                       "round_to_half(" + g9(v) + "): expected " + g9(want) + ", got " + g9(got));
            }
          }}}});
 
@@ -343,7 +334,7 @@ Lab make_lab7() {
               c.require_close(got, gs::softmax(x, -1), "softmax_half vs the float32 softmax", 3e-3, 1e-3);
               for (float g : got.contiguous().to_vector<float>())
                 c.require(debug::round_to_half(g) == g,
-                          "the result is not rounded to half (" + fnum(g) + " is not a half value): round the quotient");
+                          "the result is not rounded to half (" + g9(g) + " is not a half value): round the quotient");
             }};
   };
   auto softmax_nan_case = [](const std::string& name, std::vector<double> v, Shape s, const std::string& why) -> Case {

@@ -106,13 +106,6 @@ lab9::Validation key_validate(const float* got, const float* want, int64_t n, To
 
 int64_t key_ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
-std::string g9(double v) {  // 9 significant digits: float values that differ in the last bit show it
-  if (std::isnan(v)) return "nan";  // not "-nan" for a negative NaN
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
 std::string dims3(int64_t M, int64_t N, int64_t K) {
   return "M = " + std::to_string(M) + ", N = " + std::to_string(N) + ", K = " + std::to_string(K);
 }

@@ -3,6 +3,7 @@
 #include "tutorials/grader/grader.h"
 
 #include "core/autograd.h"
+#include "core/format.h"
 #include "core/generator.h"
 #include "core/observer.h"
 
@@ -29,17 +30,11 @@
 namespace gradsleuth::labs {
 
 // ---- helpers --------------------------------------------------------------------------
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+std::string fixed(double v, int digits) { return str_printf("%.*f", digits, v); }
 
-std::string sci(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
+std::string sci(double v) { return str_printf("%.3g", v); }
+
+std::string g9(double v) { return std::isnan(v) ? "nan" : str_printf("%.9g", v); }
 
 // ---- the input seed ------------------------------------------------------------------
 namespace {

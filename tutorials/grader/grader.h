@@ -138,6 +138,9 @@ const Tensor& watch_backward(const Tensor& out, const std::string& prefix);
 std::string num(double v);                           // 6 significant digits: "0.333333", "inf", "nan"
 std::string fixed(double v, int digits);             // fixed-point: fixed(0.8123, 2) = "0.81"
 std::string sci(double v);                           // 3 significant digits: "3.7e-07", "0.39"
+// 9 significant digits, so float values one rounding apart differ: "0.100000001"; "nan" for
+// any NaN (not "-nan").
+std::string g9(double v);
 // N(0, scale^2) values from a generator seeded with input_seed(seed): the same inputs on every
 // run and machine for a given input seed.
 Tensor randn_seeded(const Shape& s, uint64_t seed, double scale = 1.0, DType dt = kFloat32);

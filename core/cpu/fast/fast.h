@@ -3,20 +3,22 @@
 // core/cpu/*.cpp is the answer key: one short loop per op, the code to read to see how
 // an op is computed. This folder holds the speed work: a tuned BLAS and a packing-free
 // SGEMM, Winograd convolution, a fused per-sample conv2d, vectorised transcendental
-// functions, branch-free pooling, fused optimizer steps. A reference kernel hands its
-// work to the tuned one below while tuned kernels are on (cpu_fast_kernels(), core/ops.h:
-// the build's GRADSLEUTH_FAST_KERNELS, ON by default, or set_cpu_fast_kernels at run
-// time); each tuned entry returns false for a case it does not handle, and the
+// functions and elementwise rows, threaded reductions, branch-free pooling, fused optimizer
+// steps, huge pages for large buffers. A reference kernel hands its
+// work to the tuned one below while tuned kernels are on (cpu_fast_kernels(),
+// core/fast_kernels.h: GRADSLEUTH_FAST_KERNELS, ON by default, or set_cpu_fast_kernels at
+// run time); each tuned entry returns false for a case it does not handle, and the
 // reference loop runs. With GRADSLEUTH_FAST_KERNELS=OFF every op runs the reference
 // loops, and the test suite passes the same way.
 //
 // Each entry names its reference and how closely it must agree with it;
 // tests/test_cpu_fast.cpp compares every pair with tuned kernels on and off.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "core/backend.h"
-#include "core/ops.h"  // cpu_fast_kernels(): whether the backend calls the kernels below
+#include "core/fast_kernels.h"  // cpu_fast_kernels(): whether the backend calls the kernels below
 
 namespace gradsleuth::cpu::fast {
 
@@ -37,6 +39,40 @@ bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 // (0, +-inf, NaN, underflow) exact.
 bool unary_contiguous(UnaryOp op, float* o, const float* a, int64_t n);
 bool unary_contiguous(UnaryOp op, double* o, const double* a, int64_t n);
+
+// Binary ops and comparisons whose rows are contiguous, or contiguous against a broadcast
+// scalar (x + b, relu's backward comparing with 0), spelled out so the compiler vectorises
+// them; the op is chosen once per call. Declines (false) any other strides. Reference:
+// elementwise.cpp's strided loops (CpuBackend::binary). Agreement: bit for bit.
+bool binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+// where(cond, a, b) with contiguous out and cond, each branch contiguous or a broadcast
+// scalar: a select GCC vectorises (both sides loaded unconditionally, cond read as bytes).
+// Reference: elementwise.cpp's loop (CpuBackend::where). Agreement: bit for bit.
+bool where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+// relu's backward, x <= threshold ? 0 : g, over contiguous rows as a compare and a masked
+// move. Reference: elementwise.cpp's loop (CpuBackend::threshold_backward). Agreement: bit
+// for bit (a select, so an infinite g at x <= threshold gives 0 in both).
+bool threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold);
+
+// ---- reductions (reduce.cpp; core/cpu/reduce_rows.h) --------------------------------------
+// sum/max/min over any set of dims with threads and vectorised rows: one long row split
+// into per-thread partial results, rows with distinct outputs split across threads, a sum
+// over an outer dim (the output moving with the row) through restrict pointers (6x faster
+// for a sum over dim 0), contiguous max/min through Eigen. Reference: reduce.cpp's serial
+// loop over reduce_rows.h's rows. Agreement: integer sums bit for bit; max and min the same
+// value (Eigen may pick the other zero of -0 and +0); float
+// sums within accurate_sum.h's bound (a long row's per-thread partial sums are added in
+// thread order).
+bool reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced);
+
+// ---- memory (memory.cpp) ----------------------------------------------------------------
+// A buffer of 2 MiB or more, 2 MiB aligned and marked MADV_HUGEPAGE (as PyTorch's CPU
+// allocator with THP_MEM_ALLOC_ENABLE): a fresh buffer is paged in at first touch, and with
+// 4 KiB pages those faults cost more than the op itself (a 64 MiB add: 16k faults); huge
+// pages take 512x fewer. nullptr below 2 MiB. Freed by CpuBackend::deallocate like any
+// block. Reference: memory.cpp's 64-byte aligned block (CpuBackend::aligned_block).
+// Agreement: the same bytes, only the alignment and the page size differ.
+void* allocate_huge(size_t nbytes);
 
 // ---- softmax (softmax.cpp) ---------------------------------------------------------------
 // Row-wise softmax / log_softmax over the last dim with Eigen's packet exp. Reference:

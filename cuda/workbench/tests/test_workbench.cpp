@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cuda/emu/emu.h"
-#include "cuda/workbench/workbench.h"
+#include "workbench/workbench.h"
 
 namespace wb = gradsleuth::workbench;
 

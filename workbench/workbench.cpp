@@ -1,6 +1,6 @@
-// cuda/workbench/workbench_host.cpp: the workbench's host side shared by the emulated and the
-// nvcc builds: the kernel registry, shapes, napkin-math costs, inputs, CPU references (summed in
-// double), tolerances and validate_result.
+// workbench/workbench.cpp: what both kernel workbenches share (workbench.h): the kernel registry,
+// shapes, napkin-math costs, inputs, CPU references (summed in double), tolerances and
+// validate_result.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cuda/workbench/workbench.h"
+#include "workbench/workbench.h"
 
 namespace gradsleuth::workbench {
 

@@ -1,11 +1,12 @@
-// cuda/workbench/workbench.h: the kernel workbench (the llm.c way): numbered versions of a few
-// kernels side by side, each validated against one CPU reference and, on a GPU, timed.
-// Plain C++17 (nvcc compiles the .cu files that include it as C++17): no CUDA types here.
+// workbench/workbench.h: what both kernel workbenches share (the llm.c way: numbered versions of a
+// few kernels side by side, each validated against one float64 reference): the registry, the
+// problems and their references, napkin-math costs and validate_result (workbench.cpp).
+// Plain C++17 (nvcc compiles the CUDA workbench's .cu files that include it as C++17): no CUDA types.
 //
-// Two builds of the same .cu sources provide the run functions:
+// The CPU workbench (workbench/cpu_ladder.h) and lab 11's grader use it on the CPU; two builds of
+// the CUDA workbench's .cu sources (cuda/workbench/) provide the run functions declared below:
 //   gradsleuth::workbench::emu::run   the CPU emulator (cuda/emu/): validation only, never a timing;
 //   gradsleuth::workbench::gpu::run   nvcc, on a real GPU: validation, then timing with CUDA events.
-// The registry, the CPU references and validate_result (workbench_host.cpp) are shared.
 #pragma once
 #include <cstdint>
 #include <string>
