@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/format.h"
 #include "debug/evidence/finding.h"
 
 namespace gradsleuth::debug::detail {
@@ -47,11 +48,11 @@ inline double quantile(std::vector<double> v, double q) {
 
 // The zoos' tables and JSON (debug/zoo/zoo.cpp, debug/zoo/dist_zoo.cpp):
 // a fraction as "83.2%" ("-" when not finite),
-inline std::string pct(double v) {
-  if (!std::isfinite(v)) return "-";
-  char b[16];
-  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
-  return b;
+inline std::string pct(double v) { return std::isfinite(v) ? str_printf("%.1f%%", 100.0 * v) : "-"; }
+// a number with three decimals ("-" for NaN, "inf" / "-inf"),
+inline std::string decimals3(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
+  return str_printf("%.3f", v);
 }
 // a column padded to `w` characters (and at least one space after it),
 inline std::string pad(const std::string& s, size_t w) {

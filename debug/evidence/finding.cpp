@@ -1,6 +1,7 @@
 // Findings and reports (see finding.h).
 #include "debug/evidence/finding.h"
 
+#include "core/format.h"
 #include "debug/evidence/catalogue.h"
 
 #include <algorithm>
@@ -24,12 +25,9 @@ const char* severity_name(Severity s) {
 std::string fmt_num(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[32];
   const double a = std::fabs(v);
   if (v == 0.0) return "0";
-  if (a >= 1e-3 && a < 1e5) std::snprintf(buf, sizeof buf, "%.4g", v);
-  else std::snprintf(buf, sizeof buf, "%.2e", v);
-  return buf;
+  return a >= 1e-3 && a < 1e5 ? str_printf("%.4g", v) : str_printf("%.2e", v);
 }
 
 std::string Finding::location() const {

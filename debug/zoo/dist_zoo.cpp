@@ -298,12 +298,7 @@ Result run(const std::vector<Bug>& bugs, const Options& o, dist::ProcessGroup& p
 }
 
 namespace {
-std::string num3(double v) {
-  if (!std::isfinite(v)) return "-";
-  char b[24];
-  std::snprintf(b, sizeof b, "%.3f", v);
-  return b;
-}
+std::string num3(double v) { return detail::decimals3(v); }
 // Only the data-parallel checks' findings: the others are not attached here.
 std::string run_json(const zoo::RunResult& b, bool bug) {
   std::ostringstream os;

@@ -383,12 +383,7 @@ RunResult run_variant(Variant& v, const Options& o, const std::function<void(con
 }
 
 namespace {
-std::string num(double v) {
-  if (!std::isfinite(v)) return std::isnan(v) ? "-" : (v > 0 ? "inf" : "-inf");
-  char b[16];
-  std::snprintf(b, sizeof b, "%.3f", v);
-  return b;
-}
+std::string num(double v) { return detail::decimals3(v); }
 // Text wrapped at word ends to `width` columns, each line starting with `indent`.
 std::string wrap(const std::string& text, size_t width, const std::string& indent) {
   std::istringstream in(text);

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/format.h"
 #include "core/backend.h"
 #include "core/observer.h"
 #include "debug/evidence/finding.h"
@@ -94,12 +95,8 @@ std::string format_bytes(int64_t bytes) {
   double v = static_cast<double>(neg ? -bytes : bytes);
   int u = 0;
   while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
-  char buf[64];
-  if (u == 0)
-    std::snprintf(buf, sizeof(buf), "%s%lld B", neg ? "-" : "", static_cast<long long>(neg ? -bytes : bytes));
-  else
-    std::snprintf(buf, sizeof(buf), "%s%.1f %s", neg ? "-" : "", v, units[u]);
-  return buf;
+  if (u == 0) return str_printf("%s%lld B", neg ? "-" : "", static_cast<long long>(neg ? -bytes : bytes));
+  return str_printf("%s%.1f %s", neg ? "-" : "", v, units[u]);
 }
 
 MemoryReport memory_report(nn::Module& model, const std::function<Tensor()>& forward_loss) {

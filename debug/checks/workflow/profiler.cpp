@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/format.h"
 #include "core/autograd.h"
 #include "debug/evidence/finding.h"
 
@@ -28,11 +29,7 @@ void sort_rows(std::vector<ProfileRow>& rows) {
                    [](const ProfileRow& a, const ProfileRow& b) { return a.total_ms > b.total_ms; });
 }
 
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
+std::string fixed(double v, int decimals) { return str_printf("%.*f", decimals, v); }
 
 std::string pad(const std::string& s, size_t w, bool right = false) {
   if (s.size() >= w) return s;
