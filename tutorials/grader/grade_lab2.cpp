@@ -75,7 +75,11 @@ Case gradcheck_case(const std::string& name, const std::string& node, std::vecto
               require_node(c, mine(probe), node);
             }
             const debug::GradcheckResult r = debug::gradcheck(mine, xs);
-            c.require(r.passed, "gradient check failed: " + r.message);
+            // The explorer names each node by its op and its place among the ops of that name: in a
+            // one-op check, the student's node is the first of its name.
+            c.require(r.passed, "gradient check failed: " + r.message + ". It differs at your node " + node +
+                                    "#1: build/tutorials/explore_lab2 writes a page where you can step the "
+                                    "backward to that node and see the gradient it received and what it sent");
           }};
 }
 
