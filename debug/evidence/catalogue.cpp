@@ -356,13 +356,13 @@ const std::vector<CheckInfo>& all_checks() {
       {"D14", "debug/checks/data/splits.cpp"},
       {"D15", "debug/checks/data/splits.cpp"},
       {"D16", "debug/checks/data/splits.cpp"},
-      {"L1", "debug/checks/loss/loss_checks.cpp"},
+      {"L1", "debug/checks/loss/history.cpp"},
       {"L2", "debug/checks/loss/loss_checks.cpp"},
       {"L3", "debug/checks/loss/loss_checks.cpp"},
       {"L4", "debug/checks/loss/loss_checks.cpp"},
       {"L5", "debug/checks/loss/loss_checks.cpp"},
       {"L6", "debug/checks/loss/loss_checks.cpp"},
-      {"L7", "debug/checks/loss/loss_checks.cpp"},
+      {"L7", "debug/checks/loss/history.cpp"},
       {"L8", "debug/checks/dist/dist_checks.cpp"},
       {"M1", "debug/checks/model/structure.cpp"},
       {"M2", "debug/checks/model/behaviour.cpp"},
@@ -396,7 +396,7 @@ const std::vector<CheckInfo>& all_checks() {
       {"O3", "debug/checks/optim/optim_checks.cpp"},
       {"O4", "debug/checks/optim/optim_checks.cpp"},
       {"O5", "optim/optimizer.cpp"},
-      {"O6", "debug/checks/optim/optim_checks.cpp"},
+      {"O6", "debug/checks/optim/learning_rate.cpp"},
       {"O7", "debug/checks/dist/dist_checks.cpp"},
       {"O8", "debug/checks/optim/optim_checks.cpp"},
       {"W1", "debug/checks/workflow/reproducibility.cpp"},
@@ -408,7 +408,7 @@ const std::vector<CheckInfo>& all_checks() {
       {"W7", "debug/checks/workflow/profiler.cpp"},
       {"W8", "debug/checks/workflow/memory.cpp"},
       {"W9", "debug/checks/dist/dist_checks.cpp"},
-      {"W10", "debug/checks/model/run_checks.cpp"},
+      {"W10", "debug/checks/workflow/step_timer.cpp"},
     };
     for (CheckInfo& c : table)
       for (const auto& [id, path] : homes)

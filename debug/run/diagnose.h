@@ -203,7 +203,6 @@ class Session {
   void start_monitor();
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
-  void check_repeated_batches(RunReport& r);
   void check_class_errors_at_end();
 
   nn::Module& model_;
