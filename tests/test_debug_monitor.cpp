@@ -2,6 +2,9 @@
 // (W5) and the reproducibility check (W1) on small models and data.
 #include <doctest/doctest.h>
 
+#include <set>
+#include <sstream>
+
 #include "core/autograd.h"
 #include "debug/run/monitor.h"
 #include "debug_test_util.h"
@@ -188,4 +191,40 @@ TEST_CASE("W1: a seeded run is reproducible; one that reads an unseeded source i
   CHECK(bad[0].check == "W1");
   CHECK(bad[0].severity == dbg::Severity::Error);
   CHECK(evidence(bad[0], "first differing step") == 1);
+}
+
+TEST_CASE("W3 runs every registered run check: the units the families register are the monitor's, and each notes "
+          "that it ran") {
+  Setup s;
+  dbg::MonitorOptions o;
+  o.every = 2;
+  o.loader_batches = s.loader->num_batches();  // D8 judges the run
+  const dbg::RunCheckList registered = dbg::all_run_checks(o);
+  std::vector<std::string> ids;
+  for (const auto& c : registered) ids.push_back(c->ids());
+  dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
+  CHECK(m.run_check_ids() == ids);
+  s.fit(m, gs::optim::TrainerOptions().epochs(6));
+  m.finish(s.data->x().narrow(0, 0, 32), s.data->y().narrow(0, 0, 32));
+  // What a clean classification run of a ReLU MLP cannot show: a BCELoss (L3), an elementwise loss (D6), a
+  // non-finite value (W4, M12), a layer's own warning (O5), a sigmoid or tanh (M8). M2/M17 and M18 note nothing: the gate
+  // and the diagnosis report say whether their probes ran.
+  const std::set<std::string> needs_more = {"L3", "D6", "W4", "M12", "O5", "M2", "M17", "M18", "M8"};
+  std::set<std::string> all;
+  for (const std::string& group : ids) {
+    std::stringstream ss(group);
+    std::string id;
+    while (std::getline(ss, id, ',')) {
+      id.erase(0, id.find_first_not_of(' '));
+      all.insert(id);
+      CAPTURE(id);
+      if (!needs_more.count(id)) CHECK(m.report().ran(id));
+    }
+  }
+  for (const std::string& id : needs_more) {
+    CAPTURE(id);
+    CHECK(all.count(id) == 1);  // the list above names registered checks only
+  }
+  // Every event a unit listens to is one of RunEvent's.
+  for (const auto& c : registered) CHECK((c->events() & ~((dbg::RunEvent::Trainer << 1) - 1)) == 0u);
 }

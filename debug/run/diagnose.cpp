@@ -253,12 +253,7 @@ void Session::error(const std::exception& e) {
   if (std::optional<Finding> f = inplace_finding(e)) {
     monitor_->report().add(*f);
   } else {
-    Finding f2;
-    f2.check = "W3";
-    f2.severity = Severity::Error;
-    f2.kind = Kind::TrainingFailed;
-    f2.title = std::string("training failed: ") + e.what();
-    monitor_->report().add(std::move(f2));
+    monitor_->training_failed(e.what());
   }
   stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
 }
@@ -348,10 +343,8 @@ void Session::lr_probe(RunReport& r) {
   const std::vector<double> first(r.history.step_losses.begin(),
                                   r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
   const Finding f = judge_lr_probe(first, losses, lrs.empty() ? kNaN : lrs.front(), failed, o_.monitor.optim);
-  if (f.is("O6", Kind::LrProbeRulesOut)) {
-    rule_out_lr_too_high(r.findings);
-    for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings);
-  }
+  rule_out_lr_too_high(r.findings, f);
+  for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
   r.findings.add(f);
   if (!failed.empty()) return;
   for (PhaseReport& p : r.phases)

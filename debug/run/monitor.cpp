@@ -163,6 +163,15 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
   }
 }
 
+void Monitor::training_failed(const std::string& what) {
+  Finding f;
+  f.check = "W3";
+  f.severity = Severity::Error;
+  f.kind = Kind::TrainingFailed;
+  f.title = std::string("training failed: ") + what;
+  report_.add(std::move(f));
+}
+
 void Monitor::dispatch_pre_step(bool sample) {
   for (RunCheck* c : listening(RunEvent::BeforeStep)) c->before_step(ctx_, sample);
 }

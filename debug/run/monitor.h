@@ -76,6 +76,8 @@ class Monitor {
   // training. Detaches every hook. (M17 is heard live, when a BatchNorm layer is evaluated.)
   void finish(const Tensor& sample_x = Tensor(), const Tensor& sample_y = Tensor());
   void detach();
+  // W3: training stopped on an exception (a Session's loop reports it).
+  void training_failed(const std::string& what);
 
   Report& report() { return report_; }
   const Report& report() const { return report_; }

@@ -488,6 +488,9 @@ class InitialLossRunCheck final : public RunCheck {
       c.add_all(check_initial_loss(v.item<double>(), C, "cross_entropy", o_));
     else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1)
       c.add_all(check_initial_loss(v.item<double>(), 2, "bce", o_));
+    else
+      return;
+    c.note_ran("L4");
   }
 
  private:

@@ -373,8 +373,9 @@ Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<
   return f;
 }
 
-void rule_out_lr_too_high(Report& rep) {
+void rule_out_lr_too_high(Report& rep, const Finding& verdict) {
   // The O6 findings the probe disproves no longer say "learning rate too high".
+  if (!verdict.is("O6", Kind::LrProbeRulesOut)) return;
   Report kept;
   for (Finding g : rep.findings()) {
     if (g.fires() && g.is("O6", Kind::LrTooHigh)) {
