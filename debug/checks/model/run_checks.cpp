@@ -1,4 +1,4 @@
-// Checks over a whole training run (see run_checks.h): M25 all-zero tensors, W10 stalled steps.
+// Checks over a whole training run (see run_checks.h): M25 all-zero tensors, M26 tensor variance, and their run checks.
 #include "debug/checks/model/run_checks.h"
 
 #include <algorithm>
