@@ -3,12 +3,15 @@
 // kind belongs to a catalogued check.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "debug/evidence/catalogue.h"
 #include "debug/evidence/kind.h"
@@ -58,4 +61,63 @@ TEST_CASE("every finding kind has a JSON name of its own and belongs to a catalo
   }
   CHECK(dbg::kind_name(dbg::Kind::GradientVanishing) == "gradient-vanishing");
   CHECK(dbg::kind_check(dbg::Kind::GradientVanishing) == "O1");
+}
+
+namespace {
+// The debug sources (.h, .cpp) under `dir`, as paths relative to the repository.
+std::vector<std::string> debug_sources(const std::string& dir) {
+  std::vector<std::string> out;
+  const std::filesystem::path root(GS_SOURCE_DIR);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root / dir)) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".cpp" || ext == ".h"))
+      out.push_back(std::filesystem::relative(e.path(), root).generic_string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("every finding kind is used only in its check's home (the diagnosis matches kinds, evidence declares them)") {
+  // kind.h's list: X(Symbol, "json-name", "check").
+  const std::string kinds = read(std::string(GS_SOURCE_DIR) + "/debug/evidence/kind.h");
+  std::map<std::string, std::string> check_of;
+  const std::regex row(R"re(X\((\w+), "[^"]+", "(\w*)"\))re");
+  for (auto it = std::sregex_iterator(kinds.begin(), kinds.end(), row); it != std::sregex_iterator(); ++it)
+    check_of[(*it)[1]] = (*it)[2];
+  REQUIRE(check_of.size() > 10);
+  size_t uses = 0;
+  const std::regex use(R"re(Kind::(\w+))re");
+  for (const std::string& file : debug_sources("debug")) {
+    if (file.rfind("debug/diagnosis/", 0) == 0 || file.rfind("debug/evidence/", 0) == 0) continue;
+    const std::string text = read(std::string(GS_SOURCE_DIR) + "/" + file);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), use); it != std::sregex_iterator(); ++it) {
+      const std::string sym = (*it)[1];
+      if (sym == "None") continue;
+      CAPTURE(file);
+      CAPTURE(sym);
+      REQUIRE(check_of.count(sym) == 1);
+      const dbg::CheckInfo* c = dbg::find_check(check_of[sym]);
+      REQUIRE(c != nullptr);
+      CHECK(c->home == file);
+      ++uses;
+    }
+  }
+  CHECK(uses > 20);
+}
+
+TEST_CASE("the runner (debug/run/) makes findings of its own checks only (W2, W3, W5)") {
+  const std::regex made(R"re((make\(|\.check = )"([A-Z][0-9]+)")re");
+  size_t own = 0;
+  for (const std::string& file : debug_sources("debug/run")) {
+    const std::string text = read(std::string(GS_SOURCE_DIR) + "/" + file);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), made); it != std::sregex_iterator(); ++it) {
+      const std::string id = (*it)[2];
+      CAPTURE(file);
+      CAPTURE(id);
+      CHECK((id == "W2" || id == "W3" || id == "W5"));
+      ++own;
+    }
+  }
+  CHECK(own > 0);  // the scan sees the runner's own findings
 }

@@ -2,6 +2,10 @@
 // (W5) and the reproducibility check (W1) on small models and data.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <set>
+#include <sstream>
+
 #include "core/autograd.h"
 #include "debug/run/monitor.h"
 #include "debug_test_util.h"
@@ -188,4 +192,88 @@ TEST_CASE("W1: a seeded run is reproducible; one that reads an unseeded source i
   CHECK(bad[0].check == "W1");
   CHECK(bad[0].severity == dbg::Severity::Error);
   CHECK(evidence(bad[0], "first differing step") == 1);
+}
+
+TEST_CASE("W3 runs every registered run check: the units the families register are the monitor's, and each notes "
+          "that it ran") {
+  Setup s;
+  dbg::MonitorOptions o;
+  o.every = 2;
+  o.loader_batches = s.loader->num_batches();  // D8 judges the run
+  const dbg::RunCheckList registered = dbg::all_run_checks(o);
+  std::vector<std::string> ids;
+  for (const auto& c : registered) ids.push_back(c->ids());
+  dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
+  CHECK(m.run_check_ids() == ids);
+  s.fit(m, gs::optim::TrainerOptions().epochs(6));
+  m.finish(s.data->x().narrow(0, 0, 32), s.data->y().narrow(0, 0, 32));
+  // What a clean classification run of a ReLU MLP cannot show: a BCELoss (L3), an elementwise loss (D6), a
+  // non-finite value (W4, M12), a layer's own warning (O5), a sigmoid or tanh (M8). M2/M17 and M18 note nothing: the gate
+  // and the diagnosis report say whether their probes ran.
+  const std::set<std::string> needs_more = {"L3", "D6", "W4", "M12", "O5", "M2", "M17", "M18", "M8"};
+  std::set<std::string> all;
+  for (const std::string& group : ids) {
+    std::stringstream ss(group);
+    std::string id;
+    while (std::getline(ss, id, ',')) {
+      id.erase(0, id.find_first_not_of(' '));
+      all.insert(id);
+      CAPTURE(id);
+      if (!needs_more.count(id)) CHECK(m.report().ran(id));
+    }
+  }
+  for (const std::string& id : needs_more) {
+    CAPTURE(id);
+    CHECK(all.count(id) == 1);  // the list above names registered checks only
+  }
+  // Every event a unit listens to is one of RunEvent's.
+  for (const auto& c : registered) CHECK((c->events() & ~((dbg::RunEvent::Trainer << 1) - 1)) == 0u);
+}
+
+TEST_CASE("O9: clipping below the gradient's norm at every step fires; clipping that acts on some steps and no "
+          "clipping stay silent") {
+  // The bug: max_norm 1e-3, far below this MLP's gradient norm (about 0.1-1): every update has the
+  // same length.
+  {
+    Setup s;
+    dbg::MonitorOptions o;
+    o.every = 2;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
+    s.fit(m, gs::optim::TrainerOptions().clip_grad_norm(1e-3));
+    m.finish();
+    INFO(m.report().str(false));
+    REQUIRE(m.report().fired("O9"));
+    const dbg::Finding& f = m.report().of("O9")[0];
+    CHECK(f.severity == dbg::Severity::Warning);
+    CHECK(f.evidence[1].value == doctest::Approx(1e-3).epsilon(1e-4));
+    CHECK(f.evidence[2].value <= 1e-3);
+  }
+  // The clean twins: the same run without clipping, and with a threshold the gradients reach only
+  // on some steps (the median of their unclipped norms).
+  {
+    Setup s;
+    dbg::MonitorOptions o;
+    o.every = 2;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
+    s.fit(m);
+    m.finish();
+    CHECK(m.report().ran("O9"));
+    CHECK_FALSE(m.report().fired("O9"));
+    std::vector<double> norms;
+    for (const auto& [name, series] : m.history().grad_norms)
+      for (size_t i = 0; i < series.size(); ++i) {
+        if (norms.size() <= i) norms.resize(i + 1, 0.0);
+        norms[i] += series[i].second * series[i].second;
+      }
+    REQUIRE(norms.size() >= 5);
+    for (double& n : norms) n = std::sqrt(n);
+    std::sort(norms.begin(), norms.end());
+    Setup s2;
+    dbg::Monitor m2(*s2.model, *s2.opt, &s2.loss, o);
+    s2.fit(m2, gs::optim::TrainerOptions().clip_grad_norm(norms[norms.size() / 2]));
+    m2.finish();
+    INFO(m2.report().str(false));
+    CHECK(m2.report().ran("O9"));
+    CHECK_FALSE(m2.report().fired("O9"));
+  }
 }

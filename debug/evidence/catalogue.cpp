@@ -60,6 +60,11 @@ const std::vector<SourceInfo>& all_sources() {
        "Priya Goyal, Piotr Doll\u00e1r, Ross Girshick, Pieter Noordhuis, Lukasz Wesolowski, Aapo Kyrola, Andrew "
        "Tulloch, Yangqing Jia, Kaiming He",
        "2017", "arXiv:1706.02677 (https://arxiv.org/abs/1706.02677)", ""},
+      {"Pascanu et al. 2013", "Razvan Pascanu, Tomas Mikolov, Yoshua Bengio, \"On the difficulty of training recurrent "
+       "neural networks\" (ICML 2013)",
+       "gradient norm clipping: rescale the gradient when its norm exceeds a threshold, to tame the rare exploding "
+       "step; the threshold chosen from the average norm over many updates",
+       "Razvan Pascanu, Tomas Mikolov, Yoshua Bengio", "2013", "arXiv:1211.5063 (https://arxiv.org/abs/1211.5063)", ""},
       {"Deepchecks", "Deepchecks documentation: data integrity and train-test validation suites",
        "checks of a dataset and of its train/test split before training: duplicate samples, conflicting labels, "
        "train-test samples mix, feature (image property) drift, label drift, new labels, dataset size comparison",
@@ -302,6 +307,10 @@ const std::vector<CheckInfo>& all_checks() {
        "before training, each parameter group's learning rate against its optimizer's usual range: Adam, AdamW, "
        "RMSprop [1e-5, 1e-2]; SGD [1e-4, 1]",
        "debug::check_learning_rate_range", "gradsleuth doctor --bug B24", true},
+      {"O9", "gradient clipping always active", "optimisation", {"Pascanu et al. 2013"},
+       "during training, the total gradient norm at the sampled steps (after clipping, before the update): the same "
+       "to 1e-3 relative at every one of 5 sampled steps or more means a clip threshold sets every update's length",
+       "debug::Monitor", "gradsleuth doctor", true},
       // ---- workflow ------------------------------------------------------------------------------
       {"W1", "reproducibility", "workflow", {"Debugging Training", "Debugging neural networks", "Karpathy 2019"}, "seed everything; two runs with one seed give identical losses (and, given the models, final parameters; given a "
        "StepRecorder's fingerprints, every step's weights and gradients, naming where the runs part)",
@@ -356,13 +365,13 @@ const std::vector<CheckInfo>& all_checks() {
       {"D14", "debug/checks/data/splits.cpp"},
       {"D15", "debug/checks/data/splits.cpp"},
       {"D16", "debug/checks/data/splits.cpp"},
-      {"L1", "debug/checks/loss/loss_checks.cpp"},
+      {"L1", "debug/checks/loss/history.cpp"},
       {"L2", "debug/checks/loss/loss_checks.cpp"},
       {"L3", "debug/checks/loss/loss_checks.cpp"},
       {"L4", "debug/checks/loss/loss_checks.cpp"},
       {"L5", "debug/checks/loss/loss_checks.cpp"},
       {"L6", "debug/checks/loss/loss_checks.cpp"},
-      {"L7", "debug/checks/loss/loss_checks.cpp"},
+      {"L7", "debug/checks/loss/history.cpp"},
       {"L8", "debug/checks/dist/dist_checks.cpp"},
       {"M1", "debug/checks/model/structure.cpp"},
       {"M2", "debug/checks/model/behaviour.cpp"},
@@ -396,9 +405,10 @@ const std::vector<CheckInfo>& all_checks() {
       {"O3", "debug/checks/optim/optim_checks.cpp"},
       {"O4", "debug/checks/optim/optim_checks.cpp"},
       {"O5", "optim/optimizer.cpp"},
-      {"O6", "debug/checks/optim/optim_checks.cpp"},
+      {"O6", "debug/checks/optim/learning_rate.cpp"},
       {"O7", "debug/checks/dist/dist_checks.cpp"},
       {"O8", "debug/checks/optim/optim_checks.cpp"},
+      {"O9", "debug/checks/optim/clipping.cpp"},
       {"W1", "debug/checks/workflow/reproducibility.cpp"},
       {"W2", "debug/run/gate.cpp"},
       {"W3", "debug/run/monitor.cpp"},
@@ -408,7 +418,7 @@ const std::vector<CheckInfo>& all_checks() {
       {"W7", "debug/checks/workflow/profiler.cpp"},
       {"W8", "debug/checks/workflow/memory.cpp"},
       {"W9", "debug/checks/dist/dist_checks.cpp"},
-      {"W10", "debug/checks/model/run_checks.cpp"},
+      {"W10", "debug/checks/workflow/step_timer.cpp"},
     };
     for (CheckInfo& c : table)
       for (const auto& [id, path] : homes)

@@ -114,7 +114,7 @@ class ReplayRecorder {
 };
 
 // A training run as the replay draws it: the step losses and, per name, (step, value) series.
-// replay_from() fills it from the monitor's TrainingHistory (debug/run/monitor.h).
+// replay_from() fills it from the monitor's TrainingHistory (debug/checks/run_check.h).
 using NamedSeries = std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>;
 struct ReplayData {
   std::vector<double> loss, epoch_train_loss, epoch_val_loss;

@@ -180,7 +180,9 @@ void Session::start_monitor() {
   for (size_t id : opt_hooks_) opt_.remove_hook(id);
   opt_hooks_.clear();
   monitor_.reset();
-  monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, o_.monitor);
+  MonitorOptions mo = o_.monitor;
+  if (data_.train) mo.loader_batches = data_.train->num_batches();  // D8 over the run
+  monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, mo);
   replay_.reset();
   if (!o_.explore_path.empty()) replay_ = std::make_unique<ReplayRecorder>(model_, opt_, o_.monitor.every);
   recorded_ = 0;
@@ -258,12 +260,7 @@ void Session::error(const std::exception& e) {
   if (std::optional<Finding> f = inplace_finding(e)) {
     monitor_->report().add(*f);
   } else {
-    Finding f2;
-    f2.check = "W3";
-    f2.severity = Severity::Error;
-    f2.kind = Kind::TrainingFailed;
-    f2.title = std::string("training failed: ") + e.what();
-    monitor_->report().add(std::move(f2));
+    monitor_->training_failed(e.what());
   }
   stopped_ = std::string("training stopped at step ") + std::to_string(monitor_->steps() + 1) + ": " + e.what();
 }
@@ -286,33 +283,6 @@ void Session::check_class_errors_at_end() {
     }
     r.note_ran("D3");
   });
-}
-
-// D8 over the whole run: a training loader with several batches, yet every step (or nearly)
-// trained on the same batch as the step before: the loop reads one batch and reuses it.
-void Session::check_repeated_batches(RunReport& r) {
-  const std::vector<uint64_t>& fp = r.history.step_inputs;
-  if (!data_.train || data_.train->num_batches() < 2 || fp.size() < 10) return;
-  r.findings.note_ran("D8");
-  int64_t repeats = 0;
-  for (size_t i = 1; i < fp.size(); ++i) repeats += fp[i] == fp[i - 1] ? 1 : 0;
-  const double frac = static_cast<double>(repeats) / static_cast<double>(fp.size() - 1);
-  if (frac < 0.9) return;
-  Finding f;
-  f.check = "D8";
-  f.severity = Severity::Warning;
-  f.end_of_run = true;
-  f.title = "the same batch was fed again at " + std::to_string(repeats) + " of " + std::to_string(fp.size() - 1) +
-            " steps, though the training loader has " + std::to_string(data_.train->num_batches()) +
-            " batches: the loop trains on one batch";
-  f.evidence = {{"steps whose input equals the step before's", frac, ">= 0.9 warns"},
-                {"batches in the training loader", static_cast<double>(data_.train->num_batches()), ""}};
-  f.cause = "the batch is read once, before the loop (a first batch kept for a test, an iterator never advanced), "
-            "and every step reuses it: the model memorises it instead of learning the data";
-  f.fix = "read a new batch inside the loop: for (const nn::Batch& b : loader) { ... }";
-  r.findings.add(f);
-  for (PhaseReport& p : r.phases)
-    if (p.name == "end of run") p.findings.add(f);
 }
 
 // The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
@@ -376,75 +346,14 @@ void Session::lr_probe(RunReport& r) {
   opt_.zero_grad();
   model_.train(was_training);
 
-  Finding f;
-  f.check = "O6";
-  f.step = -1;
-  f.end_of_run = true;
-  if (!failed.empty()) {
-    f.severity = Severity::Info;
-    f.title = "probe (lr / 10) could not run: " + failed;
-    r.findings.add(f);
-    return;
-  }
-  // The original run's first `steps` losses against the probe's, judged by the same rules.
+  // The verdict and what it rules out are O6's (checks/optim/learning_rate.cpp).
   const std::vector<double> first(r.history.step_losses.begin(),
                                   r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
-  auto unstable = [&](const std::vector<double>& ls) {
-    const std::vector<Finding> fs = diagnose_learning_rate(ls, o_.monitor.optim);
-    return std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return too_high.confirms(g); });
-  };
-  auto fell = [](const std::vector<double>& ls) {
-    if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;
-    double best = ls.front();
-    for (double v : ls)
-      if (std::isfinite(v)) best = std::min(best, v);
-    return (ls.front() - best) / std::fabs(ls.front());
-  };
-  const bool calm = !unstable(losses) && std::all_of(losses.begin(), losses.end(), [](double v) { return std::isfinite(v); });
-  const double probe_fell = fell(losses), run_fell = fell(first);
-  f.evidence = {{"steps compared", static_cast<double>(losses.size()), ""},
-                {"relative decrease at lr / 10", probe_fell, ""},
-                {"relative decrease at the run's lr", run_fell, ""},
-                {"learning rate of the run", lrs.empty() ? kNaN : lrs.front(), ""}};
-  if (calm && !(probe_fell >= 0.5 * run_fell)) {
-    f.severity = Severity::Info;
-    f.kind = Kind::LrProbeInconclusive;
-    f.title = "probe (lr / 10): inconclusive: at a tenth of the learning rate the loss is calm but falls less (" +
-              fmt_num(100 * probe_fell) + "% against " + fmt_num(100 * run_fell) + "%)";
-    f.cause = "neither confirms nor rules out the learning rate";
-  } else if (calm) {
-    f.severity = Severity::Warning;
-    f.kind = Kind::LrProbeConfirms;
-    f.title = "probe (lr / 10): the same run at a tenth of the learning rate trains without spikes or divergence; "
-              "the learning rate is too high";
-    f.cause = "the run misbehaved at its learning rate and not at a tenth of it, everything else equal, and the loss "
-              "fell at least half as far";
-    f.fix = "lower the learning rate (try lr / 10), or warm it up; then run the checks again";
-  } else {
-    f.severity = Severity::Info;
-    f.kind = Kind::LrProbeRulesOut;
-    f.title = "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
-              "rate is not the cause";
-    f.cause = "the loss spikes or diverges at lr / 10 too: look for a fault in the data or the model";
-    // The O6 findings it disproves no longer confirm "learning rate too high", in the whole run
-    // and in the phase that holds them.
-    auto rule_out = [](Report& rep) {
-      Report kept;
-      for (Finding g : rep.findings()) {
-        if (g.fires() && g.is("O6", Kind::LrTooHigh)) {
-          g.severity = Severity::Info;
-          g.kind = Kind::LrRuledOut;
-          g.title = "(ruled out by the lr / 10 probe) " + g.title;
-        }
-        kept.add(g);
-      }
-      for (const std::string& c : rep.ran_checks()) kept.note_ran(c);
-      rep = kept;
-    };
-    rule_out(r.findings);
-    for (PhaseReport& p : r.phases) rule_out(p.findings);
-  }
+  const Finding f = judge_lr_probe(first, losses, lrs.empty() ? kNaN : lrs.front(), failed, o_.monitor.optim);
+  rule_out_lr_too_high(r.findings, f);
+  for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
   r.findings.add(f);
+  if (!failed.empty()) return;
   for (PhaseReport& p : r.phases)
     if (p.name == "end of run") p.findings.add(f);
 }
@@ -511,7 +420,6 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.history = monitor_->history();
   r.steps = monitor_->steps();
   r.stopped = stopped_;
-  check_repeated_batches(r);
   lr_probe(r);
 
   // What could not run, and what it needs.

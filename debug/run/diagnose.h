@@ -209,7 +209,6 @@ class Session {
   void start_monitor();
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
-  void check_repeated_batches(RunReport& r);
   void check_class_errors_at_end();
   void write_explorer(RunReport& r);
 

@@ -236,6 +236,13 @@ class RowRangeTracker {
   std::vector<Finding> found_;
 };
 
+// D8 over a run: a fingerprint of a training batch (a 64-bit hash of its shape and 64 values spread
+// over it), and the judgement of a run's fingerprints, one per step: 90% or more of the steps fed
+// the same batch as the step before, though the training loader has `loader_batches` >= 2 batches
+// (judged from 10 steps on).
+uint64_t batch_fingerprint(const Tensor& x);
+std::vector<Finding> check_repeated_batches(const std::vector<uint64_t>& step_inputs, int64_t loader_batches);
+
 // D1, D2, D3, D5, D8 and D9 on opts.diversity_batches batches of the loader's
 // current epoch (evenly spread; D1 describes the first of them). num_classes <= 0
 // for regression targets or when unknown (D3 then infers it, D9 checks less).

@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -62,6 +63,23 @@ std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& t
   f.fix = (p.size() > t.size() ? std::string("prediction.squeeze(-1)") : std::string("target.squeeze(-1)")) +
           " (or view both as (B, 1)) so prediction and target have the same shape before the loss";
   return {f};
+}
+
+// ---- D6 during training: an elementwise loss's prediction and target (the monitor's run check) --
+namespace {
+class LabelShapeRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "D6"; }
+  uint32_t events() const override { return RunEvent::LossInput; }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (!loss_type::elementwise(l)) return;
+    if (!input.defined() || !target.defined() || input.shape() != target.shape()) c.add_all(check_label_shape(input, target));
+  }
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_label_shape_run_check(const MonitorOptions&) {
+  return std::make_unique<LabelShapeRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

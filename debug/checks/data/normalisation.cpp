@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -224,6 +225,32 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
     }
   }
   return out;
+}
+
+// ---- D5 during training: every training row (the monitor's run check) --------------------------
+namespace {
+class RowRangeRunCheck final : public RunCheck {
+ public:
+  explicit RowRangeRunCheck(const DataCheckOptions& o) : rows_(o) {}
+  std::string ids() const override { return "D5"; }
+  uint32_t events() const override { return RunEvent::Forward | RunEvent::Epoch | RunEvent::Finish; }
+  void forward(RunContext& c, const Tensor& x) override {
+    // Every training forward's batch (several per step when the loop accumulates gradients).
+    if (GradMode::is_enabled() && x.defined()) rows_.record(x, c.steps + 1);
+  }
+  void epoch(RunContext&, const EpochRecord&) override { rows_.end_epoch(); }
+  void finish(RunContext& c) override {
+    c.add_all(rows_.findings());
+    if (rows_.rows_seen() > 0) c.note_ran("D5");
+  }
+
+ private:
+  RowRangeTracker rows_;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_row_range_run_check(const MonitorOptions& o) {
+  return std::make_unique<RowRangeRunCheck>(o.data);
 }
 
 }  // namespace gradsleuth::debug

@@ -12,6 +12,7 @@
 #include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/evidence/tensor_stats.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -19,270 +20,18 @@ namespace {
 
 using detail::kNaN;
 using detail::make;
-using detail::median;
 using detail::num;
 
 
 
 
 
-double median_of(const std::vector<double>& v, size_t begin, size_t end) {
-  return median(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(begin),
-                                    v.begin() + static_cast<std::ptrdiff_t>(end)));
-}
-
 std::vector<double> doubles(const Tensor& t) {
   NoGradGuard ng;
   return t.detach().contiguous().to_vector<double>();
 }
 
-// The loss-debugging cause table (docs/checks.md, L1), one line per symptom.
-const char* kCauseNaN = "likely causes of a NaN loss: exploding gradients; log of zero or of a negative number; "
-                        "division by zero; learning rate too high";
-const char* kCauseInf = "likely causes of an Inf loss: numerical overflow; extreme predictions (a probability of "
-                        "exactly 0 inside a log, exp of a large logit)";
-const char* kCauseStuck = "likely causes of a loss stuck high: wrong loss function; learning rate too low; model too "
-                          "simple; data issue (labels shuffled apart from their inputs, unscaled inputs)";
-const char* kCauseOscillating = "likely causes of a loss oscillating wildly: learning rate too high; batch size too "
-                                "small; data shuffling issue (batches sorted by class)";
-const char* kCauseTrainValGap = "likely causes of train loss down, val loss up: overfitting; data leakage in "
-                                "train; train/val distribution mismatch";
-
 }  // namespace
-
-// ---- L1 loss history ------------------------------------------------------------------
-
-LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCheckOptions& opts) {
-  LossHistoryStats s;
-  s.steps = static_cast<int64_t>(l.size());
-  for (size_t i = 0; i < l.size(); ++i) {
-    if (std::isnan(l[i]) && s.first_nan_step < 0) s.first_nan_step = static_cast<int64_t>(i) + 1;
-    if (std::isinf(l[i]) && s.first_inf_step < 0) s.first_inf_step = static_cast<int64_t>(i) + 1;
-  }
-  size_t m = l.size();
-  for (size_t i = 0; i < l.size(); ++i)
-    if (!std::isfinite(l[i])) { m = i; break; }
-  s.finite_steps = static_cast<int64_t>(m);
-  if (m == 0) return s;
-  s.first_loss = l[0];
-
-  // Smoothing windows: medians of consecutive blocks of w steps.
-  const int64_t w = std::clamp<int64_t>(static_cast<int64_t>(m) / 10, std::max<int64_t>(opts.window_min, 2),
-                                        std::max(opts.window_max, opts.window_min));
-  s.window = w;
-  for (size_t i = 0; i + static_cast<size_t>(w) <= m; i += static_cast<size_t>(w))
-    s.window_medians.push_back(median_of(l, i, i + static_cast<size_t>(w)));
-  const auto& med = s.window_medians;
-  s.trend_judged = med.size() >= 2 && static_cast<int64_t>(m) >= opts.min_trend_steps;
-  if (s.trend_judged) {
-    const double best_later = *std::min_element(med.begin() + 1, med.end());
-    s.relative_decrease = med[0] > 0 ? (med[0] - best_later) / med[0] : 0.0;
-    s.last_level = med.back();
-    double best = med[0];
-    const double floor = opts.min_level * std::fabs(l[0]);
-    for (size_t k = 1; k < med.size(); ++k) {
-      if (best > 0 && med[k] >= floor && med[k] / best > s.max_rise) {
-        s.max_rise = med[k] / best;
-        s.rise_step = static_cast<int64_t>(k + 1) * w;
-      }
-      best = std::min(best, med[k]);
-    }
-    s.stuck = s.relative_decrease < opts.min_relative_decrease;
-    s.at_chance = std::isfinite(opts.chance_loss) && s.last_level >= (1.0 - opts.chance_margin) * opts.chance_loss;
-    s.diverging = s.max_rise > opts.diverge_factor;
-  }
-
-  // Spikes: above spike_factor x the median of the previous w steps, and above the first loss.
-  for (size_t t = 1; t < m; ++t) {
-    const size_t from = t > static_cast<size_t>(w) ? t - static_cast<size_t>(w) : 0;
-    const double ref = median_of(l, from, t);
-    if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= l[0]) continue;
-    ++s.spikes;
-    if (l[t] / ref > s.worst_spike_ratio) {
-      s.worst_spike_ratio = l[t] / ref;
-      s.worst_spike_loss = l[t];
-      s.worst_spike_step = static_cast<int64_t>(t) + 1;
-    }
-  }
-  s.spiking = s.spikes > 0;
-
-  // Swings: median |step-to-step change| relative to the level, per window (the
-  // whole finite history when it is shorter than one window).
-  auto swing = [&](size_t a, size_t b) {
-    if (b - a < 3) return;
-    const double level = median_of(l, a, b);
-    if (!(level > 0) || level < opts.min_level * std::fabs(l[0])) return;
-    std::vector<double> d;
-    for (size_t i = a + 1; i < b; ++i) d.push_back(std::fabs(l[i] - l[i - 1]));
-    const double r = median(d) / level;
-    if (r > s.max_swing) {
-      s.max_swing = r;
-      s.swing_step = static_cast<int64_t>(a) + 1;
-    }
-  };
-  if (med.empty()) swing(0, m);
-  for (size_t i = 0; i + static_cast<size_t>(w) <= m; i += static_cast<size_t>(w)) swing(i, i + static_cast<size_t>(w));
-  s.oscillating = s.max_swing > opts.max_relative_swing;
-  return s;
-}
-
-std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, const std::vector<double>& val,
-                                           const LossCheckOptions& opts) {
-  std::vector<Finding> out;
-  const LossHistoryStats s = analyse_loss_history(train, opts);
-  const std::string n_steps = num(s.steps);
-
-  // Non-finite losses.
-  auto non_finite = [&](bool nan, int64_t step) {
-    if (step < 0) return;
-    int64_t count = 0;
-    for (double v : train) count += nan ? std::isnan(v) : std::isinf(v);
-    Finding f = make("L1", Severity::Error,
-                     std::string("the training loss is ") + (nan ? "NaN" : "Inf") + " from step " + num(step) +
-                         " (of " + n_steps + ")");
-    f.kind = Kind::LossNonFinite;
-    f.nonfinite = true;
-    f.step = step;
-    f.evidence = {{std::string("first ") + (nan ? "NaN" : "Inf") + " step", static_cast<double>(step),
-                   "any non-finite loss is an error"},
-                  {nan ? "NaN steps" : "Inf steps", static_cast<double>(count), ""}};
-    if (step >= 2) f.evidence.push_back({"last loss before it", train[static_cast<size_t>(step) - 2], ""});
-    if (s.finite_steps > 0) f.evidence.push_back({"first loss", s.first_loss, ""});
-    f.cause = nan ? kCauseNaN : kCauseInf;
-    f.fix = nan ? "turn on anomaly mode (W4) to name the op and module that made the first NaN; lower the learning "
-                  "rate or clip gradients (TrainerOptions().clip_grad_norm(1.0)); take logs of logits through "
-                  "log_softmax / cross_entropy, never log(softmax(x)); guard divisions with an epsilon"
-                : "turn on anomaly mode (W4) to find the overflowing op; feed logits to the stable losses "
-                  "(cross_entropy, BCEWithLogitsLoss) instead of probabilities; lower the learning rate";
-    out.push_back(f);
-  };
-  non_finite(true, s.first_nan_step);
-  non_finite(false, s.first_inf_step);
-  const std::string judged = s.finite_steps < s.steps ? " (judged on the " + num(s.finite_steps) +
-                                                            " finite steps before it)"
-                                                      : "";
-
-  // Stuck high / at chance.
-  if (s.trend_judged && (s.at_chance || s.stuck)) {
-    const double best_later = *std::min_element(s.window_medians.begin() + 1, s.window_medians.end());
-    Finding f = make("L1", Severity::Warning,
-                     s.at_chance ? "the training loss is stuck at chance level: " + fmt_num(s.last_level) +
-                                       " against " + fmt_num(opts.chance_loss) + " for guessing" + judged
-                                 : "the training loss is stuck: it fell " +
-                                       fmt_num(100.0 * s.relative_decrease) + "% in " + num(s.finite_steps) +
-                                       " steps" + judged);
-    f.kind = s.at_chance ? Kind::LossAtChance : Kind::LossStuck;
-    f.evidence = {{"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
-                  {"best later window median", best_later, ""},
-                  {"relative decrease", s.relative_decrease,
-                   "< " + fmt_num(opts.min_relative_decrease) + " is stuck"},
-                  {"last window median", s.last_level, ""}};
-    if (std::isfinite(opts.chance_loss))
-      f.evidence.push_back({"chance loss", opts.chance_loss,
-                            ">= " + fmt_num(1.0 - opts.chance_margin) + " x chance at the end is chance level"});
-    f.cause = std::string(kCauseStuck) +
-              (s.at_chance ? ". At chance level the output does not depend on the input at all: a model whose "
-                             "updates do nothing (lr far too low, frozen or detached layers), dead units, or "
-                             "labels unrelated to the inputs"
-                           : "");
-    f.fix = "overfit one small batch first (M14): if even that fails, the model or the loss is wrong; check the "
-            "learning rate (O6: update/weight ratios near 1e-3), that gradients reach every layer (O1, M5), that "
-            "labels match inputs (D4) and that inputs are scaled (D5)";
-    out.push_back(f);
-  }
-
-  // Diverging.
-  if (s.diverging) {
-    Finding f = make("L1", Severity::Warning,
-                     "the training loss is diverging: its smoothed value rose to " + fmt_num(s.max_rise) +
-                         "x its best by step " + num(s.rise_step) + judged);
-    f.kind = Kind::LossDiverging;
-    f.step = s.rise_step;
-    f.evidence = {{"largest window median / best earlier window median", s.max_rise,
-                   "> " + fmt_num(opts.diverge_factor) + " is diverging"},
-                  {"window (steps)", static_cast<double>(s.window), ""},
-                  {"last window median", s.last_level, ""}};
-    f.cause = std::string(kCauseOscillating) +
-              "; a rising loss is also the exploding-gradient table's symptom (lr too high, poor initialisation, "
-              "numerical instability in the loss)";
-    f.fix = "lower the learning rate 3-10x (or add a warm-up), clip gradients (clip_grad_norm 1.0), watch the "
-            "gradient and weight norms (O2, O3)";
-    out.push_back(f);
-  }
-
-  // Spikes above the starting loss.
-  if (s.spiking) {
-    Finding f = make("L1", Severity::Warning,
-                     "the training loss spiked above its starting value " + num(s.spikes) + " time" +
-                         (s.spikes == 1 ? "" : "s") + ", worst at step " + num(s.worst_spike_step) + ": " +
-                         fmt_num(s.worst_spike_loss) + " after starting at " + fmt_num(s.first_loss));
-    f.kind = Kind::LossSpiking;
-    f.step = s.worst_spike_step;
-    f.evidence = {{"spikes", static_cast<double>(s.spikes), ""},
-                  {"worst spike / median of the " + num(s.window) + " steps before", s.worst_spike_ratio,
-                   "> " + fmt_num(opts.spike_factor) + " and above the first loss is a spike"},
-                  {"worst spike loss", s.worst_spike_loss, ""},
-                  {"first loss", s.first_loss, ""}};
-    f.cause = std::string(kCauseOscillating) +
-              ". A loss worse than at initialisation means an update threw the weights far away: with Adam the "
-              "first steps move every weight by ~lr, so lr 0.1 ruins the start";
-    f.fix = "lower the learning rate (Adam: 1e-3 is the usual start; SGD: 0.01-0.1), or warm it up over the first "
-            "few hundred steps; clip gradients; a larger batch and shuffled data (D8) also calm the loss";
-    out.push_back(f);
-  }
-
-  // Wild oscillation.
-  if (s.oscillating) {
-    Finding f = make("L1", Severity::Warning,
-                     "the training loss oscillates wildly: from step to step it moves by " + fmt_num(s.max_swing) +
-                         "x its own level (window from step " + num(s.swing_step) + ")");
-    f.kind = Kind::LossOscillating;
-    f.step = s.swing_step;
-    f.evidence = {{"median |loss[t] - loss[t-1]| / median loss in a window", s.max_swing,
-                   "> " + fmt_num(opts.max_relative_swing) + " is wild"},
-                  {"window (steps)", static_cast<double>(s.window), ""}};
-    f.cause = kCauseOscillating;
-    f.fix = "lower the learning rate; use a larger batch; shuffle the training data (D8); clip gradients";
-    out.push_back(f);
-  }
-
-  // Train down, val up.
-  std::vector<double> v;
-  for (double x : val)
-    if (std::isfinite(x)) v.push_back(x);
-  const int64_t E = static_cast<int64_t>(v.size()), P = std::max<int64_t>(opts.val_patience, 1);
-  if (E >= P + 1 && s.finite_steps > 0) {
-    const auto best_it = std::min_element(v.begin(), v.end() - P);
-    const double best = *best_it;
-    const int64_t b = best_it - v.begin();  // epoch index of the best validation loss
-    const double tail_min = *std::min_element(v.end() - P, v.end());
-    // The training loss around the best epoch and at the end (medians of one window).
-    const int64_t m = s.finite_steps, w = std::max<int64_t>(1, std::min<int64_t>(s.window, m));
-    const int64_t at_best = std::clamp<int64_t>((b + 1) * static_cast<int64_t>(train.size()) / E, w, m);
-    const double train_at_best = median_of(train, static_cast<size_t>(at_best - w), static_cast<size_t>(at_best));
-    const double train_end = median_of(train, static_cast<size_t>(m - w), static_cast<size_t>(m));
-    if (tail_min > (1.0 + opts.val_rise) * best && train_end < train_at_best) {
-      Finding f = make("L1", Severity::Warning,
-                       "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) +
-                           " at epoch " + num(b + 1) + ", the last " + num(P) + " epochs all above " +
-                           fmt_num((1.0 + opts.val_rise) * best));
-      f.kind = Kind::TrainDownValUp;
-      f.evidence = {{"best validation loss", best, ""},
-                    {"epoch of the best", static_cast<double>(b + 1), ""},
-                    {"lowest of the last " + num(P) + " validation losses / best", tail_min / best,
-                     "> " + fmt_num(1.0 + opts.val_rise) + " for all of them is rising"},
-                    {"last validation loss", v.back(), ""},
-                    {"training loss near the best epoch (median)", train_at_best, ""},
-                    {"training loss at the end (median)", train_end, "lower: training still improves"}};
-      f.cause = kCauseTrainValGap;
-      f.fix = "keep the weights of the best epoch (early stopping); regularise (dropout, weight decay, data "
-              "augmentation) or get more data; rule out leakage (D7) and a preprocessing mismatch between the "
-              "splits (D10); L7 gives the fitting diagnosis";
-      out.push_back(f);
-    }
-  }
-  return out;
-}
 
 // ---- L2 double softmax ---------------------------------------------------------------
 
@@ -693,89 +442,91 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss) {
   return {f};
 }
 
-// ---- L7 fitting diagnosis --------------------------------------------------------------------
-
-std::vector<Finding> check_validation_accuracy(const std::vector<double>& tr, const std::vector<double>& va,
-                                               const LossCheckOptions& opts) {
-  std::vector<Finding> out;
-  const int64_t k = opts.val_accuracy_epochs;
-  const int64_t n = static_cast<int64_t>(std::min(tr.size(), va.size()));
-  if (k < 1 || n < k) return out;
-  double smallest = std::numeric_limits<double>::infinity();
-  for (int64_t e = n - k; e < n; ++e) {
-    const double gap = va[e] - tr[e];
-    if (!std::isfinite(gap) || gap <= opts.val_accuracy_margin) return out;
-    smallest = std::min(smallest, gap);
-  }
-  Finding f = make("L7", Severity::Warning,
-                   "the validation accuracy is above the training accuracy by " + fmt_num(100 * smallest) +
-                       " points or more in each of the last " + num(k) + " epochs: suspiciously high");
-  f.kind = Kind::ValidationTooGood;
-  f.evidence = {{"training accuracy (last epoch, train mode)", tr[n - 1], ""},
-                {"validation accuracy (last epoch)", va[n - 1], ""},
-                {"smallest gap over the last epochs", smallest, "> " + fmt_num(opts.val_accuracy_margin) + " warns"}};
-  f.cause = "the validation rows are (partly) training rows, the training labels are noisier than the "
-            "validation labels or come from another source, or the validation split is too small to judge; "
-            "dropout alone lowers the training accuracy only a little";
-  f.fix = "check the splits for shared rows (D13) and their labels' quality and distribution (D12, D15), and "
-          "validate on more rows (D16)";
-  out.push_back(std::move(f));
-  return out;
+// ---- L2, L3, L4, L5 during training (the monitor's run checks) --------------------------------
+namespace {
+bool class_scores(const nn::Loss& l, const Tensor& input, const Tensor& target) {
+  return loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target);
 }
 
-std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const std::vector<double>& val,
-                                      const LossCheckOptions& opts) {
-  const int64_t E = static_cast<int64_t>(std::min(train.size(), val.size()));
-  if (E == 0) return {};
-  const int64_t k = std::clamp<int64_t>(opts.fitting_window, 1, E);
-  double tr = 0.0, va = 0.0;
-  for (int64_t e = E - k; e < E; ++e) {
-    tr += train[static_cast<size_t>(e)];
-    va += val[static_cast<size_t>(e)];
+// L2 on the sampled steps' logits.
+class SoftmaxInputRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "L2"; }
+  uint32_t events() const override { return RunEvent::LossInput; }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (!c.sampled() || !class_scores(l, input, target)) return;
+    c.add_all(check_cross_entropy_input(input));
+    c.note_ran("L2");
   }
-  tr /= static_cast<double>(k);
-  va /= static_cast<double>(k);
-  if (!std::isfinite(tr) || !std::isfinite(va)) return {};  // L1 reports non-finite losses
-  const double gap = va - tr;
-  const std::string over = k == 1 ? "epoch " + num(E) : "epochs " + num(E - k + 1) + "-" + num(E);
-  std::vector<Evidence> ev = {{"epochs", static_cast<double>(E), ""},
-                              {"train loss (mean of " + over + ")", tr, ""},
-                              {"val loss (mean of " + over + ")", va, ""},
-                              {"gap = val - train", gap, ""}};
-  Finding f;
-  if (tr > opts.underfit_train_loss && E > opts.min_epochs_underfit) {
-    f = make("L7", Severity::Warning,
-             "underfitting: the training loss is still " + fmt_num(tr) + " after " + num(E) + " epochs");
-    f.kind = Kind::Underfitting;
-    ev[1].rule = "> " + fmt_num(opts.underfit_train_loss) + " after > " + num(opts.min_epochs_underfit) +
-                 " epochs is underfitting";
-    f.cause = "the model cannot fit even the training data: too little capacity, too little training, a "
-              "learning rate too low or too high, or a bug that caps what it can learn (L1, O6, M16)";
-    f.fix = "increase the model's capacity or training time; first check that it can overfit one batch "
-            "(M14) and that a larger model gets lower (M16)";
-  } else if (gap > opts.overfit_gap) {
-    f = make("L7", Severity::Warning,
-             "overfitting: the validation loss is " + fmt_num(gap) + " above the training loss");
-    f.kind = Kind::Overfitting;
-    ev[3].rule = "> " + fmt_num(opts.overfit_gap) + " is overfitting";
-    f.cause = "the model memorises the training data; also rule out a validation set from another "
-              "distribution or preprocessing (D10) and validation run in training mode (M2)";
-    f.fix = "add regularisation (dropout, weight decay, augmentation) or more data; keep the best epoch "
-            "(early stopping)";
-  } else if (gap < opts.normal_gap && tr < opts.normal_train_loss) {
-    f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
-    f.kind = Kind::FittingNormal;
-    ev[3].rule = "< " + fmt_num(opts.normal_gap) + " with train < " + fmt_num(opts.normal_train_loss) + " is normal";
-    f.fix = "none needed";
-  } else {
-    f = make("L7", Severity::Info,
-             "no verdict yet: keep watching (gap " + fmt_num(gap) + ", train " + fmt_num(tr) + ")");
-    ev[3].rule = "overfitting above " + fmt_num(opts.overfit_gap) + "; normal below " + fmt_num(opts.normal_gap) +
-                 " with train < " + fmt_num(opts.normal_train_loss);
-    f.fix = "train on and diagnose again after more epochs";
+};
+
+// L3 on the sampled steps' BCELoss inputs.
+class BceInputRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "L3"; }
+  uint32_t events() const override { return RunEvent::LossInput; }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor&) override {
+    if (!c.sampled() || l.type_name() != "BCELoss") return;
+    c.add_all(check_bce_input(input));
+    c.note_ran("L3");
   }
-  f.evidence = ev;
-  return {f};
+};
+
+// L4 once, on the first step's loss: computed here on a detached copy.
+class InitialLossRunCheck final : public RunCheck {
+ public:
+  explicit InitialLossRunCheck(const MonitorOptions& o) : o_(o.loss), num_classes_(o.num_classes) {}
+  std::string ids() const override { return "L4"; }
+  uint32_t events() const override { return RunEvent::LossInput; }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (done_ || !c.sampled()) return;
+    done_ = true;
+    NoGradGuard ng;
+    const int64_t C = num_classes_ > 0 ? num_classes_ : (input.dim() >= 2 ? input.size(-1) : 2);
+    const Tensor v = l.forward(input.detach(), target);
+    if ((loss_type::cross_entropy(l) || loss_type::nll(l)) && v.numel() == 1)
+      c.add_all(check_initial_loss(v.item<double>(), C, "cross_entropy", o_));
+    else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1)
+      c.add_all(check_initial_loss(v.item<double>(), 2, "bce", o_));
+    else
+      return;
+    c.note_ran("L4");
+  }
+
+ private:
+  LossCheckOptions o_;
+  int64_t num_classes_;
+  bool done_ = false;
+};
+
+// L5 with the loss it produced (a NaN loss from all-masked targets is an error): the sampled
+// steps, and any step whose loss is not finite.
+class MaskedTargetsRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "L5"; }
+  uint32_t events() const override { return RunEvent::LossValue; }
+  void loss_value(RunContext& c, nn::Loss& l, const Tensor& target) override {
+    if (!(c.sampled() || !std::isfinite(c.loss_value)) || !(loss_type::cross_entropy(l) || loss_type::nll(l)) ||
+        target.dtype() != kInt64)
+      return;
+    int64_t ignore = -100;
+    if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) ignore = ce->options().ignore_index_;
+    if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) ignore = nl->options().ignore_index_;
+    c.add_all(check_masked_targets(target, ignore, c.loss_value));
+    c.note_ran("L5");
+  }
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_softmax_input_run_check(const MonitorOptions&) {
+  return std::make_unique<SoftmaxInputRunCheck>();
+}
+std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions&) { return std::make_unique<BceInputRunCheck>(); }
+std::unique_ptr<RunCheck> make_initial_loss_run_check(const MonitorOptions& o) {
+  return std::make_unique<InitialLossRunCheck>(o);
+}
+std::unique_ptr<RunCheck> make_masked_targets_run_check(const MonitorOptions&) {
+  return std::make_unique<MaskedTargetsRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "debug/evidence/tensor_stats.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -271,6 +272,74 @@ std::vector<Finding> SaturationTracker::findings() const {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// ---- M7, M8 during training (the monitor's run checks) ----------------------------------------
+namespace {
+// The first step (initialisation) is always recorded, then the sampled steps; the probes'
+// forwards are not (RunEvent::Pause).
+template <class Tracker>
+class ActivationRunCheck : public RunCheck {
+ public:
+  explicit ActivationRunCheck(const ActivationOptions& o) : t_(o) {}
+  void attach(RunContext& c) override {
+    t_.attach(c.model);
+    t_.set_active(true);
+    t_.set_step(1);
+  }
+  void after_step(RunContext& c, bool) override {
+    t_.set_step(c.steps + 1);
+    t_.set_active(c.sampled());
+  }
+  void pause(RunContext& c, bool on) override { t_.set_active(!on && c.sampled()); }
+  void detach(RunContext&) override { t_.detach(); }
+
+ protected:
+  static constexpr uint32_t kEvents =
+      RunEvent::Attach | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish;
+  Tracker t_;
+};
+
+// M7: dead units per epoch (an epoch is a pass through the data).
+class DeadReluRunCheck final : public ActivationRunCheck<DeadReluTracker> {
+ public:
+  using ActivationRunCheck::ActivationRunCheck;
+  std::string ids() const override { return "M7"; }
+  uint32_t events() const override { return kEvents | RunEvent::Trainer | RunEvent::Epoch | RunEvent::Series; }
+  void trainer(RunContext&) override { t_.begin_pass(); }
+  void epoch(RunContext&, const EpochRecord&) override {
+    t_.end_pass();
+    t_.begin_pass();
+  }
+  void finish(RunContext& c) override {
+    t_.end_pass();
+    c.add_all(t_.findings());
+    if (!t_.layers().empty()) c.note_ran("M7");
+  }
+  void series(TrainingHistory& h) const override {
+    h.dead_fraction.clear();
+    for (const auto& l : t_.layers()) h.dead_fraction.emplace_back(l.module, l.history);
+  }
+};
+
+// M8: saturated sigmoid/tanh units.
+class SaturationRunCheck final : public ActivationRunCheck<SaturationTracker> {
+ public:
+  using ActivationRunCheck::ActivationRunCheck;
+  std::string ids() const override { return "M8"; }
+  uint32_t events() const override { return kEvents; }
+  void finish(RunContext& c) override {
+    c.add_all(t_.findings());
+    if (!t_.layers().empty()) c.note_ran("M8");
+  }
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_dead_relu_run_check(const MonitorOptions& o) {
+  return std::make_unique<DeadReluRunCheck>(o.activations);
+}
+std::unique_ptr<RunCheck> make_saturation_run_check(const MonitorOptions& o) {
+  return std::make_unique<SaturationRunCheck>(o.activations);
 }
 
 }  // namespace gradsleuth::debug

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/evidence/tensor_stats.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -410,6 +411,133 @@ std::optional<Finding> inplace_finding(const std::exception& e) {
                 : "use '" + plain + "' (out of place: y = x." + plain + (unary ? "()" : "(...)") + " instead of x." +
                       f.op + (unary ? "()" : "(...)") + "), or clone() the tensor before modifying it";
   return f;
+}
+
+// ---- M19, W4/M12 and M18 during training (the monitor's run checks) ----------------------------
+namespace {
+// M19: silent broadcasts in the model's ops (not in the probes'), and an elementwise loss's
+// prediction and target shapes.
+class BroadcastRunCheck final : public RunCheck {
+ public:
+  explicit BroadcastRunCheck(BroadcastMode m) : broadcast_(m) {}
+  std::string ids() const override { return "M19"; }
+  uint32_t events() const override {
+    return RunEvent::Attach | RunEvent::LossInput | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish;
+  }
+  void attach(RunContext& c) override {
+    broadcast_.attach(c.model);
+    on_ = broadcast_.enable();
+  }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (!loss_type::elementwise(l)) return;
+    if (auto f = loss_shape_finding(l.type_name(), input, target)) c.add(*f);
+  }
+  void pause(RunContext&, bool on) override {
+    if (on) on_.reset();
+    else if (attached_) on_ = broadcast_.enable();
+  }
+  void detach(RunContext&) override {
+    attached_ = false;
+    on_.reset();
+    broadcast_.detach();
+  }
+  void finish(RunContext& c) override {
+    c.add_all(broadcast_.findings());
+    c.note_ran("M19");
+  }
+
+ private:
+  BroadcastDetector broadcast_;
+  std::unique_ptr<Scope> on_;
+  bool attached_ = true;
+};
+
+// W4/M12: when a step's loss or gradients turn non-finite, the batch runs again with every op
+// checked, before the optimizer step changes the weights, to name the op and the module. Every
+// step cheaply (a strided sample of each large gradient the optimizer will use): a backward that
+// made NaN/Inf from a finite loss must be caught on its own step; the sampled steps read every
+// element (O1).
+class NonFiniteRunCheck final : public RunCheck {
+ public:
+  explicit NonFiniteRunCheck(bool on) : on_(on) {}
+  std::string ids() const override { return "W4, M12"; }
+  uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::NonFinite; }
+  void before_step(RunContext& c, bool sampled) override {
+    if (c.nonfinite || c.localised || sampled) return;
+    for (const optim::ParamGroup& group : c.optimizer.param_groups())
+      for (const Tensor& p : group.params) {
+        const Tensor g = p.defined() ? p.grad() : Tensor();
+        if (g.defined() && !sampled_finite(g)) {
+          c.flag_nonfinite();
+          return;
+        }
+      }
+  }
+  void nonfinite(RunContext& c, const std::string& why) override {
+    if (c.localised || !on_ || !c.x.defined()) return;
+    c.localised = true;
+    // The weights are still those that produced the problem: run the batch again with every op
+    // checked, without touching the gradients.
+    std::vector<std::pair<Tensor, Tensor>> grads;
+    for (Tensor& p : c.model.parameters()) grads.emplace_back(p, p.grad());
+    c.add_all(find_nonfinite_source(c.model, c.x));  // M12
+    QuietProbe probe(c.model);
+    AnomalyMode anomaly;
+    anomaly.attach(c.model);
+    try {
+      auto scope = anomaly.enable();
+      Tensor out = c.model(c.x);
+      if (c.loss && c.y.defined()) {
+        Tensor l = (*c.loss)(out, c.y);
+        if (l.requires_grad()) l.backward();
+      }
+    } catch (const std::exception&) {
+    }
+    for (Finding f : anomaly.findings()) {
+      f.cause = why + ". " + f.cause;
+      c.add(std::move(f));
+    }
+    for (auto& [p, g] : grads) p.set_grad(g);
+  }
+
+ private:
+  bool on_;
+};
+
+// M18 after the run, on a sample batch (float32): the model in half precision against float32.
+// It runs on the host (a model on a device is compared on a CPU copy): the targets follow the output.
+class HalfPrecisionRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "M18"; }
+  uint32_t events() const override { return RunEvent::AfterRun; }
+  void after_run(RunContext& c, const Tensor& x, const Tensor& y) override {
+    if (!x.defined() || x.dtype() != kFloat32) return;
+    LossOf lf;
+    if (c.loss && y.defined()) lf = [&c, &y](const Tensor& out) { return (*c.loss)(out, y.to(out.device())); };
+    const bool was = c.model.is_training();
+    c.model.eval();
+    try {
+      c.add_all(check_half_precision(c.model, x, lf));
+    } catch (const std::exception& e) {
+      Finding f;
+      f.check = "M18";
+      f.severity = Severity::Info;
+      f.title = std::string("not run: ") + e.what();
+      c.add(std::move(f));
+    }
+    c.model.train(was);
+  }
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_broadcast_run_check(const MonitorOptions& o) {
+  return std::make_unique<BroadcastRunCheck>(o.broadcast);
+}
+std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o) {
+  return std::make_unique<NonFiniteRunCheck>(o.localise_nonfinite);
+}
+std::unique_ptr<RunCheck> make_half_precision_run_check(const MonitorOptions&) {
+  return std::make_unique<HalfPrecisionRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

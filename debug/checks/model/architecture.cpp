@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -25,6 +26,8 @@
 #include "nn/normalization.h"
 #include "optim/adam.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/model/run_checks.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -162,6 +165,139 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
   f.fix = "initialise the layers before each ReLU with init::kaiming_normal_ (He: std sqrt(2 / fan_in)), or put a "
           "normalisation (BatchNorm/LayerNorm) before the activations";
   return {f};
+}
+
+// ---- M27: gradient spread in the first steps ---------------------------------------------
+void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
+  if (!wants(step)) return;
+  NoGradGuard ng;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad() || p.dim() < 2 || p.numel() < o_.spread_min_values) continue;
+    const Tensor g = p.grad();
+    if (!g.defined() || !g.is_floating_point()) continue;
+    // Rows are the layer's units (output channels), the rest of each row their inputs. A unit's
+    // gradient row minus the mean row over the units: zero in every entry when the units are copies.
+    const int64_t units = g.size(0), k = g.numel() / std::max<int64_t>(units, 1);
+    if (units < 4) continue;
+    auto it = std::find_if(seen_.begin(), seen_.end(), [&n = name](const Seen& s) { return s.name == n; });
+    // Flagged only when below the limit at every step: one step above it rules the weight out
+    // for good, and it is not measured again.
+    if (it != seen_.end() && it->steps > 0 && !(it->max_relative < o_.spread_relative)) continue;
+    // Read in place when the gradient is a contiguous float32/float64 CPU tensor (the usual
+    // case); otherwise one float64 copy.
+    const Tensor h = g.device().is_cpu() && g.is_contiguous() && (g.dtype() == kFloat32 || g.dtype() == kFloat64)
+                         ? g.detach()
+                         : g.detach().to(kCPU).to(kFloat64).contiguous();
+    double sq = 0.0, spread = 0.0;
+    bool finite = true;
+    auto measure = [&](auto tag) {
+      using T = decltype(tag);
+      const T* v = static_cast<const T*>(h.raw_data());
+      // The mean row over the units, and the sum of squares, one row at a time.
+      std::vector<double> mean(static_cast<size_t>(k), 0.0);
+      int bad = 0;
+      for (int64_t i = 0; i < units; ++i) {
+        const T* r = v + i * k;
+        double rsq = 0.0;
+#pragma omp simd reduction(+ : rsq) reduction(| : bad)
+        for (int64_t j = 0; j < k; ++j) {
+          const double x = static_cast<double>(r[j]);
+          bad |= (x - x) != 0.0 ? 1 : 0;
+          rsq += x * x;
+          mean[static_cast<size_t>(j)] += x;
+        }
+        sq += rsq;
+      }
+      finite = bad == 0 && std::isfinite(sq);
+      if (!finite || sq == 0.0) return;
+      for (double& m : mean) m /= static_cast<double>(units);
+      // The percentiles on at most 2048 of the deviations, at a stride coprime with the row
+      // length (so every row and column is reached): the same answer for symmetric units (all
+      // ~0), and a few microseconds instead of two selections over a large layer's every entry.
+      int64_t stride = std::max<int64_t>(1, (h.numel() + 2047) / 2048);
+      while (stride > 1 && std::gcd(stride, k) != 1) ++stride;
+      std::vector<double> dev;
+      dev.reserve(static_cast<size_t>(h.numel() / stride + 1));
+      for (int64_t e = 0; e < h.numel(); e += stride)
+        dev.push_back(static_cast<double>(v[e]) - mean[static_cast<size_t>(e % k)]);
+      // Both percentiles from one buffer: the 5th, then the 95th among the values above it.
+      const size_t n = dev.size(), lo = static_cast<size_t>(std::floor(0.05 * static_cast<double>(n - 1))),
+                   hi = static_cast<size_t>(std::floor(0.95 * static_cast<double>(n - 1)));
+      std::nth_element(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.end());
+      const double p5 = dev[lo];
+      std::nth_element(dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.begin() + static_cast<std::ptrdiff_t>(hi),
+                       dev.end());
+      spread = dev[hi] - p5;
+    };
+    if (h.dtype() == kFloat32) measure(float{});
+    else measure(double{});
+    if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
+    const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
+    const double rel = spread / rms;
+    if (it == seen_.end()) {
+      seen_.push_back({name, shape_of(p)});
+      it = seen_.end() - 1;
+    }
+    if (it->steps == 0 || rel > it->max_relative) {
+      it->max_relative = rel;
+      it->spread = spread;
+      it->rms = rms;
+      it->units = units;
+    }
+    ++it->steps;
+  }
+}
+
+std::vector<Finding> GradientSpreadTracker::findings() const {
+  std::vector<Finding> out;
+  for (const Seen& s : seen_) {
+    if (s.steps == 0 || !(s.max_relative < o_.spread_relative)) continue;
+    Finding f = detail::make("M27", Severity::Warning,
+                     "the " + detail::num(s.units) + " units of " + s.name + " get the same gradient at each of the first " +
+                         detail::num(s.steps) + " steps: its units are symmetric (5th-95th percentile spread across the "
+                         "units " + fmt_num(s.spread) + " against a root mean square of " + fmt_num(s.rms) + ")");
+    f.kind = Kind::SymmetricUnits;
+    f.parameter = s.name;
+    f.shape = s.shape;
+    f.evidence = {{"largest spread across the units / rms of the gradient over the first steps", s.max_relative,
+                   "< " + fmt_num(o_.spread_relative) + " at every step flags"},
+                  {"5th-95th percentile spread across the units at that step", s.spread, ""},
+                  {"root mean square of the gradient", s.rms, ""},
+                  {"steps judged", static_cast<double>(s.steps), ""},
+                  {"units (rows)", static_cast<double>(s.units), ""}};
+    f.cause = "the weights were initialised symmetric (one constant, or one row copied): every unit of the layer "
+              "computes the same function and gets the same gradient, and gradient descent keeps them identical, "
+              "so the layer works as a single unit";
+    f.fix = "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
+            "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+
+// M27's gradient part during training (the monitor's run check): the first spread_steps steps.
+namespace {
+class GradientSpreadRunCheck final : public RunCheck {
+ public:
+  explicit GradientSpreadRunCheck(const RunCheckOptions& o) : spread_(o) {}
+  std::string ids() const override { return "M27"; }
+  uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::Finish; }
+  void before_step(RunContext& c, bool) override {
+    if (spread_.wants(c.steps + 1)) spread_.record(c.model, c.steps + 1);
+  }
+  void finish(RunContext& c) override {
+    c.add_all(spread_.findings());
+    if (c.steps > 0) c.note_ran("M27");
+  }
+
+ private:
+  GradientSpreadTracker spread_;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_gradient_spread_run_check(const MonitorOptions& o) {
+  return std::make_unique<GradientSpreadRunCheck>(o.run);
 }
 
 }  // namespace gradsleuth::debug

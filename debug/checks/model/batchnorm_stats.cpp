@@ -25,6 +25,7 @@
 #include "nn/normalization.h"
 #include "optim/adam.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -61,6 +62,42 @@ std::vector<Finding> check_batchnorm_stats(nn::Module& model) {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// ---- M17 during training: what the monitor's mode tracker (behaviour.cpp) hears ---------------
+Finding batchnorm_eval_finding(const std::string& label, bool no_running_stats, int64_t steps) {
+  Finding f;
+  f.check = "M17";
+  f.severity = Severity::Warning;
+  f.module = label;
+  f.title = no_running_stats
+                ? label + " is evaluated without running statistics: it uses each batch's own statistics"
+                : label + " is evaluated with running statistics that were never updated (num_batches_tracked "
+                          "= 0 after " + std::to_string(steps) + " training steps)";
+  f.evidence = {{"num_batches_tracked", 0.0, "0 at eval flags"},
+                {"training steps so far", static_cast<double>(steps), ""}};
+  f.cause = no_running_stats
+                ? "track_running_stats=false: predictions depend on the batch they are evaluated with"
+                : "the running statistics are never updated in training (the layer normalises with batch "
+                  "statistics only), so eval uses mean 0 / var 1 instead of the data's";
+  f.fix = "keep track_running_stats=true, and train in train mode so the running statistics follow the data";
+  return f;
+}
+
+Finding stale_buffers_finding(const std::string& label, const std::string& buffers, int64_t steps) {
+  Finding f;
+  f.check = "M17";
+  f.severity = Severity::Warning;
+  f.module = label;
+  f.title = label + " is evaluated with buffers (" + buffers + ") that never changed in " + std::to_string(steps) +
+            " training steps";
+  f.evidence = {{"training steps so far", static_cast<double>(steps), ""},
+                {"buffer updates seen", 0.0, "0 at eval flags"}};
+  f.cause = "the layer computes differently in eval mode (BatchNorm-like) from statistics it keeps in buffers, "
+            "but its training forward never updates them, so eval uses their initial values instead of the "
+            "data's";
+  f.fix = "update the running statistics in the training-mode forward (under no_grad), as nn::BatchNorm does";
+  return f;
 }
 
 }  // namespace gradsleuth::debug

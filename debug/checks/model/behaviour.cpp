@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -16,6 +17,9 @@
 #include "debug/checks/hooks.h"
 #include "debug/checks/host_copy.h"
 #include "debug/evidence/tensor_stats.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/checks/run_check.h"
+#include "nn/normalization.h"
 
 namespace gradsleuth::debug {
 
@@ -410,5 +414,242 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   out.push_back(std::move(fd));
   return out;
 }
+
+// ---- M2 and M17 during training (the monitor's run check) --------------------------------------
+// Which modules ran in training mode in each forward, whether a backward followed (a tensor hook on
+// the output), and whose buffers moved: a pass of forwards that no optimizer step followed before
+// the epoch was recorded is an evaluation. The probe of which layers depend on the mode runs once,
+// when first needed.
+namespace {
+class ModeRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "M2, M17"; }
+  uint32_t events() const override {
+    return RunEvent::Attach | RunEvent::Forward | RunEvent::AfterStep | RunEvent::Epoch | RunEvent::Pause |
+           RunEvent::Warning | RunEvent::Detach;
+  }
+  void attach(RunContext& c) override;
+  void forward(RunContext& c, const Tensor& x) override;
+  void after_step(RunContext& c, bool) override {
+    check_training_mode(c);
+    reset_pass();  // the forwards so far were training forwards
+  }
+  void epoch(RunContext& c, const EpochRecord&) override {
+    check_eval_pass(c);
+    reset_pass();
+  }
+  void pause(RunContext&, bool on) override { probing_ = on; }
+  void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
+    if (w.check != "M2") return;
+    f.title = w.where + " ran in training mode during an evaluation (no_grad)";
+    f.fix = "call model.eval() before evaluating and model.train() afterwards";
+    warned_.push_back(w.where);
+  }
+  void detach(RunContext&) override { hooks_.clear(); }
+
+ private:
+  void ensure_probe(RunContext& c);
+  void check_training_mode(RunContext& c);
+  void check_eval_pass(RunContext& c);
+  void reset_pass() {
+    pass_forwards_ = 0;
+    pass_backward_ = pass_grad_mode_ = false;
+    pass_x_ = Tensor();
+    std::fill(pass_train_.begin(), pass_train_.end(), 0);
+    std::fill(pass_buffers_.begin(), pass_buffers_.end(), 0);
+    std::fill(pass_eval_.begin(), pass_eval_.end(), 0);
+  }
+  HookSet hooks_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the output hooks' weak token
+  std::vector<std::pair<nn::ModulePtr, std::string>> modules_;  // each module once, with its label
+  std::vector<char> pass_train_, pass_buffers_, pass_eval_;     // per module, during the pending pass
+  std::vector<char> buffers_moved_, m17_named_;                 // per module, over the run
+  std::vector<uint64_t> buffer_versions_;                       // per module: before its forward
+  int64_t pass_forwards_ = 0;
+  bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false, eval_in_training_warned_ = false;
+  Tensor pass_x_;                   // the pass's first input, to probe the model with
+  std::optional<ModeProbe> probe_;  // which modules depend on the mode
+  std::vector<std::string> warned_;  // where the layers' own M2 warnings came from
+};
+
+void ModeRunCheck::attach(RunContext& c) {
+  std::set<const nn::Module*> seen;
+  for (auto& [path, m] : c.model.named_modules())
+    if (seen.insert(m.get()).second) modules_.emplace_back(m, module_label(path, *m));
+  for (auto* v : {&pass_train_, &pass_buffers_, &pass_eval_, &buffers_moved_, &m17_named_}) v->assign(modules_.size(), 0);
+  buffer_versions_.assign(modules_.size(), 0);
+  auto root = c.model.named_modules().front().second;
+  std::weak_ptr<bool> alive = alive_;
+  hooks_.post(root, [this, alive](nn::Module&, const Tensor&, const Tensor& y) {
+    // (Only on a graph output: a hook on a leaf would stay for good and pile up.)
+    if (probing_ || !y.defined() || !y.grad_fn()) return;
+    Tensor out = y;
+    out.register_hook([this, alive](const Tensor&) {
+      if (alive.lock()) pass_backward_ = true;
+      return Tensor();
+    });
+  });
+  // Running statistics (any module's buffers) that move during a forward: a few integer reads.
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (modules_[i].first->buffers(false).empty()) continue;
+    auto version = [](const nn::Module& m) {
+      uint64_t v = 0;
+      for (const Tensor& b : m.buffers(false)) v += b.version();
+      return v;
+    };
+    hooks_.pre(
+        modules_[i].first,
+        [this, i, version](nn::Module& self, const Tensor&) {
+          if (!probing_) buffer_versions_[i] = version(self);
+        },
+        false);
+    hooks_.post(
+        modules_[i].first,
+        [this, i, version](nn::Module& self, const Tensor&, const Tensor&) {
+          if (!probing_ && version(self) != buffer_versions_[i]) pass_buffers_[i] = buffers_moved_[i] = 1;
+        },
+        false);
+  }
+  // M17: a BatchNorm evaluated with no (or never updated) running statistics.
+  for (auto& [path, m] : c.model.named_modules()) {
+    if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
+    const std::string label = module_label(path, *m);
+    hooks_.pre(m, [this, label, &c](nn::Module& self, const Tensor&) {
+      if (self.is_training() || probing_) return;
+      auto& bn = static_cast<nn::BatchNormBase&>(self);
+      const bool none = !bn.track_running_stats();
+      if (!none && bn.num_batches_tracked.item<int64_t>() > 0) return;
+      if (!none && c.steps == 0) return;  // evaluating before training: the statistics are legitimately fresh
+      Finding f = batchnorm_eval_finding(label, none, c.steps);
+      f.step = c.step_now();
+      c.add(std::move(f));
+    });
+  }
+}
+
+void ModeRunCheck::forward(RunContext&, const Tensor& x) {
+  if (pass_forwards_++ == 0) {
+    pass_x_ = x;
+    pass_grad_mode_ = GradMode::is_enabled();
+  }
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    const bool on = modules_[i].first->is_training();
+    pass_train_[i] |= on ? 1 : 0;
+    pass_eval_[i] |= on ? 0 : 1;
+  }
+}
+
+void ModeRunCheck::ensure_probe(RunContext& c) {
+  if (probe_) return;
+  c.pause(true);  // the probe's forwards are not the user's
+  try {
+    probe_ = probe_mode_dependence(c.model, pass_x_);
+  } catch (const std::exception&) {
+    probe_ = ModeProbe{};
+  }
+  c.pause(false);
+}
+
+void ModeRunCheck::check_training_mode(RunContext& c) {
+  // A training step (a backward reached the output) whose forward ran layers that compute
+  // differently by mode (dropout, BatchNorm, the user's own) in eval mode: model.eval() was
+  // left on, so dropout never drops and BatchNorm normalises with running statistics.
+  if (eval_in_training_warned_ || pass_forwards_ == 0 || !pass_backward_ || !pass_x_.defined()) return;
+  if (std::none_of(pass_eval_.begin(), pass_eval_.end(), [](char e) { return e != 0; })) return;
+  ensure_probe(c);
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (!pass_eval_[i] || pass_train_[i]) continue;
+    const ModuleBehaviour* b = probe_->find(modules_[i].first.get());
+    if (b && b->mode_dependent) labels.push_back(modules_[i].second);
+  }
+  if (labels.empty()) return;
+  eval_in_training_warned_ = true;
+  std::string list;
+  for (size_t i = 0; i < labels.size() && i < 4; ++i) list += (i ? ", " : "") + labels[i];
+  if (labels.size() > 4) list += ", ...";
+  Finding f;
+  f.check = "M2";
+  f.severity = Severity::Warning;
+  f.module = labels.front();
+  f.title = "training step " + std::to_string(c.steps) + " ran " + list +
+            " in eval mode: the model is trained in evaluation mode";
+  f.evidence = {{"mode-dependent layers in eval mode during a training step", static_cast<double>(labels.size()),
+                 "any warns"}};
+  f.cause = "model.eval() was called (for an evaluation, or by mistake) and model.train() never followed, so dropout "
+            "does not drop and BatchNorm normalises with its running statistics instead of the batch's while "
+            "training";
+  f.fix = "call model.train() before the training loop (and after every evaluation)";
+  c.add(std::move(f));
+}
+
+void ModeRunCheck::check_eval_pass(RunContext& c) {
+  // Forwards that no backward and no optimizer step followed before the epoch was recorded: an
+  // evaluation, under no_grad or not. Modules that ran in training mode in it matter when their
+  // output depends on the mode, which the probe measures (a hand-written dropout or BatchNorm as
+  // well as nn's).
+  const bool eval_pass = pass_forwards_ > 0 && !pass_backward_ && pass_x_.defined();
+  const bool any_train = std::any_of(pass_train_.begin(), pass_train_.end(), [](char t) { return t != 0; });
+  // M17 for a BatchNorm-like layer of the user's own (nn::BatchNorm has its own hook): evaluated
+  // in eval mode after training, with buffers that never moved.
+  auto stale_at = [&](size_t i) {
+    return pass_eval_[i] && !buffers_moved_[i] && !m17_named_[i] &&
+           !dynamic_cast<const nn::BatchNormBase*>(modules_[i].first.get()) &&
+           !modules_[i].first->buffers(false).empty();
+  };
+  bool stale = false;
+  for (size_t i = 0; i < modules_.size(); ++i) stale = stale || stale_at(i);
+  if (!eval_pass || (!any_train && !(stale && c.steps > 0))) return;
+  ensure_probe(c);
+  auto buffer_names = [](const nn::Module& m) {
+    std::string names;
+    for (auto& [n, t] : m.named_buffers(false)) names += (names.empty() ? "" : ", ") + n;
+    return names;
+  };
+  for (size_t i = 0; i < modules_.size() && stale && c.steps > 0; ++i) {
+    if (!stale_at(i)) continue;
+    const ModuleBehaviour* b = probe_->find(modules_[i].first.get());
+    if (!b || !b->mode_dependent || b->stochastic) continue;
+    m17_named_[i] = 1;
+    c.add(stale_buffers_finding(modules_[i].second, buffer_names(*modules_[i].first), c.steps));
+  }
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (!pass_train_[i]) continue;
+    const nn::Module& m = *modules_[i].first;
+    const ModuleBehaviour* b = probe_->find(&m);
+    if (!b || !b->mode_dependent) continue;
+    const bool stats = pass_buffers_[i] != 0;
+    bool warned = false;  // the layer's own M2 warning already said it (nn::Dropout, nn::BatchNorm)
+    for (const std::string& w : warned_) warned = warned || w.rfind(m.type_name() + "(", 0) == 0;
+    if (warned && !stats) continue;
+    const std::string& label = modules_[i].second;
+    const std::string names = buffer_names(m);
+    Finding f;
+    f.check = "M2";
+    f.severity = Severity::Warning;
+    f.module = label;
+    f.title = stats ? label + " ran in training mode during an evaluation pass, and the evaluation data updated its "
+                              "running statistics (" + names + ")"
+                    : label + " ran in training mode during an evaluation pass" +
+                          (pass_grad_mode_ ? "" : " (under no_grad)");
+    f.evidence = {{"forwards in the pass", static_cast<double>(pass_forwards_),
+                   "no backward and no optimizer step followed them before the epoch was recorded"},
+                  {"random in training mode", b->stochastic ? 1.0 : 0.0, ""},
+                  {"buffers changed by the pass", stats ? 1.0 : 0.0, ""}};
+    f.cause = std::string(b->stochastic ? "the layer is random in training mode (dropout-like): the evaluation is "
+                                          "noisy and pessimistic"
+                                        : "the layer computes differently in training mode (BatchNorm-like: the "
+                                          "batch's statistics instead of the running ones)") +
+              (stats ? "; and its buffers " + names + " moved towards the evaluation data, so validation data "
+                       "leaked into the model's running statistics and every later evaluation uses them"
+                     : "");
+    f.fix = "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
+            "change the mode)";
+    c.add(std::move(f));
+  }
+}
+}  // namespace
+
+std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions&) { return std::make_unique<ModeRunCheck>(); }
 
 }  // namespace gradsleuth::debug

@@ -25,6 +25,7 @@
 #include "nn/normalization.h"
 #include "optim/adam.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -86,5 +87,25 @@ std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x) {
   }
   return out;
 }
+
+// ---- M11 during training (the monitor's run check): the first forward's input -------------------
+namespace {
+class DevicesRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "M11"; }
+  uint32_t events() const override { return RunEvent::Forward; }
+  void forward(RunContext& c, const Tensor& x) override {
+    if (checked_ || !x.defined()) return;
+    checked_ = true;
+    c.add_all(check_devices_dtypes(c.model, x));
+    c.note_ran("M11");
+  }
+
+ private:
+  bool checked_ = false;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_devices_run_check(const MonitorOptions&) { return std::make_unique<DevicesRunCheck>(); }
 
 }  // namespace gradsleuth::debug

@@ -194,6 +194,11 @@ std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t wi
 // statistics), or whose running statistics were never updated, when the model
 // is (or is about to be) evaluated.
 std::vector<Finding> check_batchnorm_stats(nn::Module& model);
+// During training (the monitor): a BatchNorm evaluated without running statistics, or with ones
+// never updated after `steps` training steps; a BatchNorm-like layer of the user's own evaluated
+// with buffers that never changed.
+Finding batchnorm_eval_finding(const std::string& label, bool no_running_stats, int64_t steps);
+Finding stale_buffers_finding(const std::string& label, const std::string& buffers, int64_t steps);
 
 // ---- M23 ---------------------------------------------------------------------------
 // Two linear layers (Linear, Conv1d, Conv2d) in a row with no non-linearity between them: in

@@ -1,4 +1,4 @@
-// Checks over a whole training run (see run_checks.h): M25 all-zero tensors, W10 stalled steps.
+// Checks over a whole training run (see run_checks.h): M25 all-zero tensors, M26 tensor variance, and their run checks.
 #include "debug/checks/model/run_checks.h"
 
 #include <algorithm>
@@ -11,119 +11,12 @@
 #include "core/ops.h"
 #include "debug/evidence/tensor_stats.h"
 #include "debug/checks/check_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
 using detail::make;
 using detail::num;
-
-// ---- M27: gradient spread in the first steps ---------------------------------------------
-void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
-  if (!wants(step)) return;
-  NoGradGuard ng;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (!p.requires_grad() || p.dim() < 2 || p.numel() < o_.spread_min_values) continue;
-    const Tensor g = p.grad();
-    if (!g.defined() || !g.is_floating_point()) continue;
-    // Rows are the layer's units (output channels), the rest of each row their inputs. A unit's
-    // gradient row minus the mean row over the units: zero in every entry when the units are copies.
-    const int64_t units = g.size(0), k = g.numel() / std::max<int64_t>(units, 1);
-    if (units < 4) continue;
-    auto it = std::find_if(seen_.begin(), seen_.end(), [&n = name](const Seen& s) { return s.name == n; });
-    // Flagged only when below the limit at every step: one step above it rules the weight out
-    // for good, and it is not measured again.
-    if (it != seen_.end() && it->steps > 0 && !(it->max_relative < o_.spread_relative)) continue;
-    // Read in place when the gradient is a contiguous float32/float64 CPU tensor (the usual
-    // case); otherwise one float64 copy.
-    const Tensor h = g.device().is_cpu() && g.is_contiguous() && (g.dtype() == kFloat32 || g.dtype() == kFloat64)
-                         ? g.detach()
-                         : g.detach().to(kCPU).to(kFloat64).contiguous();
-    double sq = 0.0, spread = 0.0;
-    bool finite = true;
-    auto measure = [&](auto tag) {
-      using T = decltype(tag);
-      const T* v = static_cast<const T*>(h.raw_data());
-      // The mean row over the units, and the sum of squares, one row at a time.
-      std::vector<double> mean(static_cast<size_t>(k), 0.0);
-      int bad = 0;
-      for (int64_t i = 0; i < units; ++i) {
-        const T* r = v + i * k;
-        double rsq = 0.0;
-#pragma omp simd reduction(+ : rsq) reduction(| : bad)
-        for (int64_t j = 0; j < k; ++j) {
-          const double x = static_cast<double>(r[j]);
-          bad |= (x - x) != 0.0 ? 1 : 0;
-          rsq += x * x;
-          mean[static_cast<size_t>(j)] += x;
-        }
-        sq += rsq;
-      }
-      finite = bad == 0 && std::isfinite(sq);
-      if (!finite || sq == 0.0) return;
-      for (double& m : mean) m /= static_cast<double>(units);
-      // The percentiles on at most 2048 of the deviations, at a stride coprime with the row
-      // length (so every row and column is reached): the same answer for symmetric units (all
-      // ~0), and a few microseconds instead of two selections over a large layer's every entry.
-      int64_t stride = std::max<int64_t>(1, (h.numel() + 2047) / 2048);
-      while (stride > 1 && std::gcd(stride, k) != 1) ++stride;
-      std::vector<double> dev;
-      dev.reserve(static_cast<size_t>(h.numel() / stride + 1));
-      for (int64_t e = 0; e < h.numel(); e += stride)
-        dev.push_back(static_cast<double>(v[e]) - mean[static_cast<size_t>(e % k)]);
-      // Both percentiles from one buffer: the 5th, then the 95th among the values above it.
-      const size_t n = dev.size(), lo = static_cast<size_t>(std::floor(0.05 * static_cast<double>(n - 1))),
-                   hi = static_cast<size_t>(std::floor(0.95 * static_cast<double>(n - 1)));
-      std::nth_element(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.end());
-      const double p5 = dev[lo];
-      std::nth_element(dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.begin() + static_cast<std::ptrdiff_t>(hi),
-                       dev.end());
-      spread = dev[hi] - p5;
-    };
-    if (h.dtype() == kFloat32) measure(float{});
-    else measure(double{});
-    if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
-    const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
-    const double rel = spread / rms;
-    if (it == seen_.end()) {
-      seen_.push_back({name, shape_of(p)});
-      it = seen_.end() - 1;
-    }
-    if (it->steps == 0 || rel > it->max_relative) {
-      it->max_relative = rel;
-      it->spread = spread;
-      it->rms = rms;
-      it->units = units;
-    }
-    ++it->steps;
-  }
-}
-
-std::vector<Finding> GradientSpreadTracker::findings() const {
-  std::vector<Finding> out;
-  for (const Seen& s : seen_) {
-    if (s.steps == 0 || !(s.max_relative < o_.spread_relative)) continue;
-    Finding f = make("M27", Severity::Warning,
-                     "the " + num(s.units) + " units of " + s.name + " get the same gradient at each of the first " +
-                         num(s.steps) + " steps: its units are symmetric (5th-95th percentile spread across the "
-                         "units " + fmt_num(s.spread) + " against a root mean square of " + fmt_num(s.rms) + ")");
-    f.kind = Kind::SymmetricUnits;
-    f.parameter = s.name;
-    f.shape = s.shape;
-    f.evidence = {{"largest spread across the units / rms of the gradient over the first steps", s.max_relative,
-                   "< " + fmt_num(o_.spread_relative) + " at every step flags"},
-                  {"5th-95th percentile spread across the units at that step", s.spread, ""},
-                  {"root mean square of the gradient", s.rms, ""},
-                  {"steps judged", static_cast<double>(s.steps), ""},
-                  {"units (rows)", static_cast<double>(s.units), ""}};
-    f.cause = "the weights were initialised symmetric (one constant, or one row copied): every unit of the layer "
-              "computes the same function and gets the same gradient, and gradient descent keeps them identical, "
-              "so the layer works as a single unit";
-    f.fix = "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
-            "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
-    out.push_back(std::move(f));
-  }
-  return out;
-}
 
 // ---- M25 ------------------------------------------------------------------------------------
 void AllZeroTracker::see(Seen& s, const Tensor& t) const {
@@ -371,129 +264,62 @@ std::vector<Finding> VarianceTracker::findings() const {
   return out;
 }
 
-// ---- W10 ------------------------------------------------------------------------------------
-StepTimer::StepTimer(RunCheckOptions o) : o_(std::move(o)) {
-  if (o_.watchdog_seconds > 0.0) watchdog_ = std::thread([this] { watch(); });
-}
-
-StepTimer::~StepTimer() { stop_watching(); }
-
-void StepTimer::stop_watching() {
-  {
-    std::lock_guard<std::mutex> lk(m_);
-    stop_ = true;
+// ---- M25, M26 during training (the monitor's run checks) --------------------------------------
+namespace {
+// The first step and the sampled steps' training forwards; the probes' forwards are not recorded.
+template <class Tracker>
+class SampledRunCheck : public RunCheck {
+ public:
+  explicit SampledRunCheck(const RunCheckOptions& o) : t_(o) {}
+  void attach(RunContext& c) override {
+    t_.attach(c.model);
+    t_.set_active(true);
+    t_.set_step(1);
   }
-  wake_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
-}
-
-// The watchdog: wakes a few times per watchdog_seconds (at least once a second) and reports, once
-// per step, a step that has not returned for longer than that.
-void StepTimer::watch() {
-  using namespace std::chrono;
-  const auto period = duration_cast<steady_clock::duration>(duration<double>(std::min(1.0, o_.watchdog_seconds / 4.0)));
-  std::unique_lock<std::mutex> lk(m_);
-  while (!stop_) {
-    wake_.wait_for(lk, period);
-    if (stop_ || !running_ || reported_) continue;
-    const double waited = duration<double>(steady_clock::now() - last_).count();
-    if (waited <= o_.watchdog_seconds) continue;
-    reported_ = true;
-    const int64_t step = steps_done_ + 1;
-    hung_.emplace_back(step, waited);
-    const std::string msg = "gradsleuth: W10 stalled training: no optimizer step for " + fmt_num(waited) +
-                            " s (step " + num(step) + " has not returned; the limit is " +
-                            fmt_num(o_.watchdog_seconds) + " s)";
-    const auto say = o_.on_stall;
-    lk.unlock();  // the callback may take its time, and must not hold up the training thread
-    if (say) say(msg);
-    else std::fprintf(stderr, "%s\n", msg.c_str());
-    lk.lock();
+  void after_step(RunContext& c, bool) override {
+    t_.set_active(c.sampled());
+    t_.set_step(c.steps + 1);
   }
-}
+  void pause(RunContext& c, bool on) override { t_.set_active(!on && c.sampled()); }
+  void detach(RunContext&) override { t_.detach(); }
 
-void StepTimer::restart() {
-  std::lock_guard<std::mutex> lk(m_);
-  running_ = true;
-  reported_ = false;
-  last_ = std::chrono::steady_clock::now();
-  own_at_last_ = detail::own_seconds();
-}
+ protected:
+  static constexpr uint32_t kEvents =
+      RunEvent::Attach | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish;
+  Tracker t_;
+};
 
-void StepTimer::step_done(int64_t step) {
-  const double own = detail::own_seconds();  // the training thread's: step_done runs on it
-  std::lock_guard<std::mutex> lk(m_);
-  const auto now = std::chrono::steady_clock::now();
-  if (running_)
-    durations_.emplace_back(step, std::max(0.0, std::chrono::duration<double>(now - last_).count() - (own - own_at_last_)));
-  running_ = true;
-  reported_ = false;
-  steps_done_ = step;
-  last_ = now;
-  own_at_last_ = own;
-}
-
-std::vector<std::pair<int64_t, double>> StepTimer::durations() const {
-  std::lock_guard<std::mutex> lk(m_);
-  return durations_;
-}
-
-std::vector<Finding> StepTimer::findings() const {
-  std::lock_guard<std::mutex> lk(m_);
-  std::vector<Finding> out;
-  // A step the watchdog saw hanging that never returned (the run ended with it, or was stopped):
-  // the durations below cannot tell it.
-  for (const auto& [st, waited] : hung_) {
-    const bool returned = std::any_of(durations_.begin(), durations_.end(), [&](const auto& d) { return d.first == st; });
-    if (returned) continue;
-    Finding f = make("W10", Severity::Warning,
-                     "step " + num(st) + " had not returned after " + fmt_num(waited) +
-                         " s: no optimizer step for longer than the watchdog's " + fmt_num(o_.watchdog_seconds) + " s");
-    f.step = st;
-    f.evidence = {{"seconds without an optimizer step", waited, "> " + fmt_num(o_.watchdog_seconds) + " warns"}};
-    f.cause = "the loop is blocked: a data loader waiting on a file, a lock or a worker that died, a collective "
-              "waiting for a rank that left, or an endless loop in the step";
-    f.fix = "look at where the process waits (a debugger's backtrace of every thread); give reads and "
-            "collectives a timeout";
-    out.push_back(std::move(f));
+class AllZeroRunCheck final : public SampledRunCheck<AllZeroTracker> {
+ public:
+  using SampledRunCheck::SampledRunCheck;
+  std::string ids() const override { return "M25"; }
+  uint32_t events() const override { return kEvents | RunEvent::BeforeStep; }
+  void before_step(RunContext& c, bool sampled) override {
+    if (sampled) t_.record_parameters(c.model);
   }
-  if (durations_.empty()) return out;
-  std::vector<double> secs;
-  for (const auto& [st, s] : durations_) secs.push_back(s);
-  const double med = detail::median(secs);
-  // Too few steps for a median to mean much: only the absolute limit.
-  const bool few = static_cast<int64_t>(durations_.size()) < std::max<int64_t>(o_.stall_min_steps, 1);
-  const double limit = few ? o_.stall_max_seconds
-                           : std::min(std::max(o_.stall_factor * med, o_.stall_min_seconds), o_.stall_max_seconds);
-  int64_t slow = 0, worst_step = -1;
-  double worst = 0.0;
-  for (const auto& [st, s] : durations_) {
-    if (!(s > limit)) continue;
-    ++slow;
-    if (s > worst) {
-      worst = s;
-      worst_step = st;
-    }
+  void finish(RunContext& c) override {
+    c.add_all(t_.findings(c.zero_grad_by_construction));
+    if (c.steps > 0) c.note_ran("M25");
   }
-  if (slow == 0) return out;
-  Finding f = make("W10", Severity::Warning,
-                   "step " + num(worst_step) + " took " + fmt_num(worst) + " s, " + fmt_num(worst / med) +
-                       " times the median step (" + fmt_num(med) + " s): training stalled" +
-                       (slow > 1 ? " (" + num(slow) + " slow steps)" : ""));
-  f.step = worst_step;
-  f.evidence = {{"longest step (s)", worst,
-                 "> max(" + fmt_num(o_.stall_factor) + " x median, " + fmt_num(o_.stall_min_seconds) + " s), or > " +
-                     fmt_num(o_.stall_max_seconds) + " s, flags"},
-                {"median step (s)", med, ""},
-                {"slow steps", static_cast<double>(slow), ""},
-                {"steps timed", static_cast<double>(durations_.size()), ""}};
-  f.cause = "something blocked the training loop between two optimizer steps: a data loader waiting on disk or a "
-            "network share, a lock or a collective waiting for another process, swapping, or work done inside the "
-            "loop every few steps (checkpointing, logging large tensors)";
-  f.fix = "time the parts of a slow step (debug::Profiler, W7): the loader, the forward/backward and the code "
-          "around them; move occasional work (checkpoints, evaluation) out of the step or make it asynchronous";
-  out.push_back(std::move(f));
-  return out;
+};
+
+class VarianceRunCheck final : public SampledRunCheck<VarianceTracker> {
+ public:
+  using SampledRunCheck::SampledRunCheck;
+  std::string ids() const override { return "M26"; }
+  uint32_t events() const override { return kEvents; }
+  void finish(RunContext& c) override {
+    c.add_all(t_.findings());
+    if (c.steps > 0) c.note_ran("M26");
+  }
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_all_zero_run_check(const MonitorOptions& o) {
+  return std::make_unique<AllZeroRunCheck>(o.run);
+}
+std::unique_ptr<RunCheck> make_variance_run_check(const MonitorOptions& o) {
+  return std::make_unique<VarianceRunCheck>(o.run);
 }
 
 }  // namespace gradsleuth::debug

@@ -4,9 +4,10 @@
 //                       later sampled step (a collapse mid-run);
 //   M26 VarianceTracker a layer output whose variance collapses towards zero or blows up over the
 //                       run, against its variance at the first sampled step;
-//   W10 StepTimer       a step that took far longer than the run's median step (a stall);
 //   M27 GradientSpreadTracker  a weight whose gradient entries are all (nearly) one value at each
-//                       of the first steps: its units were initialised symmetric.
+//                       of the first steps: its units were initialised symmetric (its home is
+//                       architecture.cpp, with M27's part at initialisation).
+// W10's StepTimer uses RunCheckOptions too: it lives in checks/workflow/step_timer.h.
 //
 //   debug::AllZeroTracker zero;
 //   zero.attach(*model);  zero.set_active(true);   // hooks on the leaf modules' outputs
@@ -153,36 +154,6 @@ class GradientSpreadTracker {
   };
   RunCheckOptions o_;
   std::vector<Seen> seen_;  // per weight, by name
-};
-
-// W10. Wall time between the ends of consecutive optimizer steps, less the time the debug
-// module's own hooks took (detail::own_seconds); restart() after work that is not a step (the
-// gate, an evaluation pass at the end of an epoch). The watchdog counts wall time.
-class StepTimer {
- public:
-  explicit StepTimer(RunCheckOptions o = {});
-  ~StepTimer();  // stops the watchdog
-  StepTimer(const StepTimer&) = delete;
-  StepTimer& operator=(const StepTimer&) = delete;
-  void restart();
-  void step_done(int64_t step);
-  // No more steps to watch (the run is over): the watchdog stops.
-  void stop_watching();
-  std::vector<Finding> findings() const;
-  std::vector<std::pair<int64_t, double>> durations() const;
-
- private:
-  void watch();
-  RunCheckOptions o_;
-  mutable std::mutex m_;  // the watchdog thread reads what the training thread writes
-  std::condition_variable wake_;
-  bool running_ = false, stop_ = false, reported_ = false;
-  int64_t steps_done_ = 0;
-  std::chrono::steady_clock::time_point last_{};
-  double own_at_last_ = 0.0;  // detail::own_seconds() at last_: the checks' time is not the step's
-  std::vector<std::pair<int64_t, double>> durations_;  // (step, seconds)
-  std::vector<std::pair<int64_t, double>> hung_;       // (step, seconds waited) seen by the watchdog
-  std::thread watchdog_;
 };
 
 }  // namespace gradsleuth::debug

@@ -25,6 +25,7 @@
 #include "nn/normalization.h"
 #include "optim/adam.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -233,6 +234,34 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// ---- M3 during training (the monitor's run check) -----------------------------------------------
+namespace {
+// By structure once, at the first training loss; by values on the sampled steps whose logits
+// have no negative value (only such a batch can show it).
+class FinalActivationRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "M3"; }
+  uint32_t events() const override { return RunEvent::LossInput; }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (!structure_checked_) {
+      structure_checked_ = true;
+      c.add_all(check_final_activation(c.model, Tensor()));
+      c.note_ran("M3");
+    }
+    if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
+    const TensorSummary logits = summarize(input);
+    if (logits.finite > 0 && logits.min >= 0.0) c.add_all(check_final_activation(c.model, input));
+  }
+
+ private:
+  bool structure_checked_ = false;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_final_activation_run_check(const MonitorOptions&) {
+  return std::make_unique<FinalActivationRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

@@ -12,6 +12,8 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/evidence/tensor_stats.h"
+#include "debug/checks/model/model_checks.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -404,17 +406,6 @@ NormSeries NormHistory::weight_series() const {
 
 // ---- O4 non-finite weights ----------------------------------------------------------------
 
-double UpdateRatioTracker::measured_norm(const Tensor& p) const {
-  if (measuring_step_ < 0 || !p.defined()) return kNaN;
-  for (const Param& q : params_)
-    if (q.tensor.is_same(p)) return q.norm_before;
-  return kNaN;
-}
-
-bool UpdateRatioTracker::measured_finite(const Tensor& p) const {
-  return p.defined() && std::find(finite_after_.begin(), finite_after_.end(), p.impl_ptr().get()) != finite_after_.end();
-}
-
 std::vector<Finding> check_finite_weights(const nn::Module& model, const std::function<bool(const Tensor&)>& known_finite) {
   std::vector<Finding> out;
   std::map<std::string, std::string> labels;
@@ -437,284 +428,6 @@ std::vector<Finding> check_finite_weights(const nn::Module& model, const std::fu
     out.push_back(f);
   }
   return out;
-}
-
-// ---- O6 learning rate -----------------------------------------------------------------------
-
-std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts) {
-  const LossHistoryStats s = analyse_loss_history(train_losses, opts.loss);
-  const auto& lo = opts.loss;
-  // A loss that is NaN/Inf from the very first step was broken before any
-  // update: the learning rate cannot be the cause (L1 says what else can).
-  if (!train_losses.empty() && !std::isfinite(train_losses.front())) return {};
-  if (s.too_high()) {
-    std::vector<std::string> why;
-    if (s.first_nan_step >= 0) why.push_back("is NaN from step " + num(s.first_nan_step));
-    if (s.first_inf_step >= 0) why.push_back("is Inf from step " + num(s.first_inf_step));
-    if (s.spiking)
-      why.push_back("jumps above its starting value (" + num(s.spikes) + (s.spikes == 1 ? " spike)" : " spikes)"));
-    if (s.diverging) why.push_back("diverges");
-    if (s.oscillating) why.push_back("oscillates wildly");
-    std::string list;
-    for (size_t i = 0; i < why.size(); ++i) list += (i ? ", " : "") + why[i];
-    Finding f = make("O6", Severity::Warning, "the learning rate looks too high: the loss " + list);
-    f.kind = Kind::LrTooHigh;
-    f.step = s.spiking ? s.worst_spike_step : s.first_nan_step >= 0 ? s.first_nan_step : s.rise_step;
-    f.evidence = {{"first loss", s.first_loss, ""},
-                  {"spikes above the first loss", static_cast<double>(s.spikes), "any warns"}};
-    if (s.spiking)
-      f.evidence.push_back({"worst spike loss (step " + num(s.worst_spike_step) + ")", s.worst_spike_loss, ""});
-    if (s.trend_judged)
-      f.evidence.push_back({"smoothed rise above the best", s.max_rise, "> " + fmt_num(lo.diverge_factor) + " warns"});
-    f.evidence.push_back({"step-to-step swing / level", s.max_swing, "> " + fmt_num(lo.max_relative_swing) + " warns"});
-    if (s.first_nan_step >= 0)
-      f.evidence.push_back({"first NaN step", static_cast<double>(s.first_nan_step), "any warns"});
-    f.cause = "a learning rate too high makes the loss oscillate, jump or diverge (NaN). With Adam every "
-              "weight moves by about lr per step whatever its gradient: lr 0.1 throws a fresh network far off at "
-              "step 1";
-    f.fix = "lower the learning rate 3-10x (Adam: start at 1e-3); add a warm-up; clip gradients; then check that "
-            "the update/weight ratios sit near 1e-3 (UpdateRatioTracker)";
-    return {f};
-  }
-  if (s.trend_judged && s.stuck) {
-    Finding f = make("O6", Severity::Warning,
-                     "the learning rate may be too low: the loss fell only " + fmt_num(100.0 * s.relative_decrease) +
-                         "% in " + num(s.finite_steps) + " steps");
-    f.kind = Kind::LrTooLow;
-    f.evidence = {{"relative decrease (first window vs best later)", s.relative_decrease,
-                   "< " + fmt_num(lo.min_relative_decrease) + " is flat"},
-                  {"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
-                  {"last window median", s.last_level, ""}};
-    f.cause = "a learning rate too low leaves the loss flat (it would take forever to move). A flat loss "
-              "has other causes too: frozen or detached layers (M5, M10), dead units (M7), vanishing gradients (O1)";
-    f.fix = "raise the learning rate 10x and compare (an lr range test); check the update/weight ratios "
-            "(UpdateRatioTracker: ~1e-3 is healthy, below 1e-5 nothing moves)";
-    return {f};
-  }
-  return {};
-}
-std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const OptimCheckOptions& opts) {
-  std::vector<Finding> out;
-  const int64_t n = static_cast<int64_t>(lrs.size());
-  if (n < opts.schedule_min_steps) return out;
-  const double start = lrs.front();
-  auto finding = [&](const std::string& title) {
-    Finding f = make("O6", Severity::Warning, title);
-    f.evidence = {{"learning rate at step 1", start, ""}, {"learning rate at the last step", lrs.back(), ""},
-                  {"steps", static_cast<double>(n), ""}};
-    return f;
-  };
-  if (!(start > 0.0)) {
-    Finding f = finding("the learning-rate schedule starts at " + fmt_num(start) + ": no step changes the weights");
-    f.kind = Kind::ScheduleStartsAtZero;
-    f.cause = "a learning rate of 0 (a warm-up that starts at 0 and was never stepped, an lr read from an empty "
-              "setting)";
-    f.fix = "set the optimizer's lr to a positive value and check the scheduler's first value";
-    out.push_back(std::move(f));
-    return out;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (!(lrs[i] < opts.schedule_collapse * start)) continue;
-    if (static_cast<double>(i) >= opts.schedule_collapse_by * static_cast<double>(n)) break;
-    Finding f = finding("the learning-rate schedule cuts it " + fmt_num(start / std::max(lrs[i], 1e-300)) +
-                        "x by step " + std::to_string(i + 1) + " of " + std::to_string(n) +
-                        ": the rest of the run barely trains");
-    f.kind = Kind::ScheduleCollapses;
-    f.evidence.push_back({"first step below the limit", static_cast<double>(i + 1),
-                          "< " + fmt_num(opts.schedule_collapse_by) + " of the run warns"});
-    f.evidence.push_back({"learning rate there / at step 1", lrs[i] / start, "< " + fmt_num(opts.schedule_collapse) + " warns"});
-    f.cause = "a scheduler stepped every batch where its settings count epochs (StepLR's step size, "
-              "CosineAnnealingLR's T_max), or a decay too strong for the run's length";
-    f.fix = "call scheduler.step() once per epoch (or give its step size in optimizer steps), and check the "
-            "learning rate the run ends with";
-    out.push_back(std::move(f));
-    return out;
-  }
-  const auto peak = std::max_element(lrs.begin(), lrs.end());
-  if (*peak > opts.schedule_growth * start) {
-    Finding f = finding("the learning-rate schedule raises it " + fmt_num(*peak / start) + "x, to " + fmt_num(*peak) +
-                        " at step " + std::to_string(peak - lrs.begin() + 1));
-    f.kind = Kind::ScheduleGrows;
-    f.evidence.push_back({"peak / step 1", *peak / start, "> " + fmt_num(opts.schedule_growth) + " warns"});
-    f.cause = "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, or a "
-              "scheduler applied twice";
-    f.fix = "check the scheduler's target and peak learning rate against the optimizer's";
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
-
-// ---- O6 update/weight ratios -----------------------------------------------------------------
-
-void UpdateRatioTracker::attach(optim::Optimizer& opt, const nn::Module& model, int64_t every) {
-  every = std::max<int64_t>(every, 1);
-  attach(opt, model, [every](int64_t step) { return (step - 1) % every == 0; });
-}
-
-void UpdateRatioTracker::attach(optim::Optimizer& opt, const nn::Module& model,
-                                std::function<bool(int64_t step)> measure) {
-  detach();
-  params_.clear();
-  measurements_ = 0;
-  measure_ = std::move(measure);
-  const auto& groups = opt.param_groups();
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (!p.requires_grad()) continue;
-    Param q;
-    q.name = name;
-    q.shape = shape_of(p);
-    q.tensor = p;
-    q.dim = p.dim();
-    q.numel = p.numel();
-    for (size_t g = 0; g < groups.size() && q.group < 0; ++g)
-      for (const Tensor& t : groups[g].params)
-        if (t.is_same(p)) {
-          q.group = static_cast<int>(g);
-          break;
-        }
-    params_.push_back(std::move(q));
-  }
-  opt_ = &opt;
-  hooks_ = {opt.add_pre_step_hook([this](optim::Optimizer& o) { pre_step(o); }),
-            opt.add_post_step_hook([this](optim::Optimizer& o) { post_step(o); })};
-}
-
-void UpdateRatioTracker::detach() {
-  if (opt_ == nullptr) return;
-  for (size_t id : hooks_) opt_->remove_hook(id);
-  hooks_.clear();
-  opt_ = nullptr;
-  measuring_step_ = -1;
-  for (Param& q : params_) q.before = Tensor();
-}
-
-void UpdateRatioTracker::pre_step(optim::Optimizer& opt) {
-  const int64_t step = opt.steps_taken() + 1;
-  if (!measure_ || !measure_(step)) return;
-  NoGradGuard ng;
-  for (Param& q : params_) {
-    const Tensor& t = q.tensor;
-    // The snapshot's buffer is kept from one measured step to the next (a fresh one each time
-    // costs an allocation and, for large weights, page faults).
-    if (!q.before.defined() || q.before.shape() != t.shape() || q.before.dtype() != t.dtype() ||
-        q.before.device() != t.device())
-      q.before = empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
-    q.norm_before = kNaN;
-    const bool host = t.device().is_cpu() && t.is_contiguous();  // q.before is contiguous: made by empty()
-    if (host && t.dtype() == kFloat32) {
-      // The copy and the weight's norm in one pass (NormHistory's weight norm: norm_before);
-      // x * 0 is 0 for a finite x and NaN for NaN and Inf.
-      const float* src = static_cast<const float*>(t.raw_data());
-      float* dst = static_cast<float*>(q.before.raw_data());
-      double sq = 0.0;
-      float nonfinite = 0.0f;
-#pragma omp simd reduction(+ : sq, nonfinite)
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        const float v = src[i];
-        dst[i] = v;
-        sq += static_cast<double>(v) * static_cast<double>(v);
-        nonfinite += v * 0.0f;
-      }
-      if (nonfinite == 0.0f && std::isfinite(sq)) q.norm_before = std::sqrt(sq);
-    } else if (host) {
-      std::memcpy(q.before.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-    } else {
-      q.before.copy_(t.detach());
-    }
-  }
-  measuring_step_ = step;
-}
-
-void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
-  finite_after_.clear();
-  if (measuring_step_ < 0) return;
-  NoGradGuard ng;
-  for (Param& q : params_) {
-    double wb = 0.0, d = 0.0;
-    const Tensor after = q.tensor.detach().contiguous();
-    if (!after.device().is_cpu() && after.numel() == q.before.numel()) {
-      // On a device: the two sums there, in float64; two scalars come back.
-      const Tensor a = after.to(kFloat64), b = q.before.to(kFloat64), diff = a - b;
-      const std::vector<double> v = stack({sum(b * b), sum(diff * diff)}).to_vector<double>();
-      wb = v[0];
-      d = v[1];
-    } else if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
-      // The common case (float32 on the host), vectorised. The read of the updated weight also
-      // tells whether it is finite, which spares O4 a read of it (measured_finite).
-      const float* a = static_cast<const float*>(after.raw_data());
-      const float* b = static_cast<const float*>(q.before.raw_data());
-      const int64_t n = after.numel();
-      // ||w_before|| came with the copy (when the weight was finite; else it is read again). Each
-      // difference is taken in float32 (exact when the two values are within a factor of 2 of
-      // each other, as one step's are: Sterbenz) and squared in float64.
-      if (std::isfinite(q.norm_before)) wb = q.norm_before * q.norm_before;
-      else sum_of_squares(b, n, wb);
-      if (sum_of_squared_differences(a, b, n, d)) finite_after_.push_back(q.tensor.impl_ptr().get());
-    } else {
-      const std::vector<double> b = q.before.to_vector<double>(), a = after.to_vector<double>();
-      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-        wb += b[i] * b[i];
-        d += (a[i] - b[i]) * (a[i] - b[i]);
-      }
-    }
-    wb = std::sqrt(wb);
-    if (!std::isfinite(wb) || wb < o_.min_weight_rms * std::sqrt(static_cast<double>(std::max<int64_t>(q.numel, 1))))
-      continue;
-    q.ratios.emplace_back(measuring_step_, std::sqrt(d) / wb);
-    q.lrs.push_back(q.group >= 0 ? opt.param_groups()[static_cast<size_t>(q.group)].lr : kNaN);
-  }
-  ++measurements_;
-  measuring_step_ = -1;
-}
-
-std::vector<Finding> UpdateRatioTracker::findings() const {
-  std::vector<Finding> out;
-  for (const Param& q : params_) {
-    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
-    std::vector<double> r;
-    for (const auto& [step, v] : q.ratios) r.push_back(v);
-    const double med = median(r);
-    const double hi = *std::max_element(r.begin(), r.end());
-    const bool never = hi == 0.0;
-    const bool small = med < o_.min_update_ratio, large = med > o_.max_update_ratio;
-    if (!(small || large) || std::isnan(med)) continue;
-    const double lr = q.lrs.empty() ? kNaN : q.lrs.back();
-    Finding f = make("O6", Severity::Warning,
-                     never   ? q.name + " never changed in " + num(static_cast<int64_t>(r.size())) + " measured steps"
-                     : small ? "updates of " + q.name + " are too small: median ||dw|| / ||w|| = " + fmt_num(med)
-                             : "updates of " + q.name + " are too large: median ||dw|| / ||w|| = " + fmt_num(med));
-    f.kind = never ? Kind::NeverUpdated : small ? Kind::UpdatesTooSmall : Kind::UpdatesTooLarge;
-    f.parameter = q.name;
-    f.shape = q.shape;
-    f.evidence = {{"median update/weight ratio", med,
-                   "outside [" + fmt_num(o_.min_update_ratio) + ", " + fmt_num(o_.max_update_ratio) + "] warns"},
-                  {"largest ratio", hi, ""},
-                  {"measured steps", static_cast<double>(r.size()), ""}};
-    if (std::isfinite(lr)) f.evidence.push_back({"learning rate (its group, last measured)", lr, ""});
-    if (never) {
-      f.cause = q.group < 0 ? "the parameter is trainable but not in the optimizer's parameter groups (M10)"
-                            : "the optimizer holds it but its gradient is always missing or zero (M5), or its "
-                              "group's learning rate is 0";
-      f.fix = "pass model.parameters() to the optimizer after the model is complete; check gradient flow (M5)";
-    } else if (small) {
-      f.cause = "a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
-                "so training barely moves (a healthy step is ~1e-3)";
-      f.fix = "raise the learning rate (10x at a time) until the ratio is ~1e-3";
-    } else {
-      f.cause = "a learning rate too high; each step changes the weights by more than a tenth of their "
-                "size, so they jump around instead of descending (a healthy step is ~1e-3)";
-      f.fix = "lower the learning rate until the ratio is ~1e-3; add a warm-up";
-    }
-    out.push_back(f);
-  }
-  return out;
-}
-
-NormSeries UpdateRatioTracker::series() const {
-  NormSeries s;
-  for (const Param& q : params_) s.emplace_back(q.name, q.ratios);
-  return s;
 }
 
 // ---- O8 -------------------------------------------------------------------------------------
@@ -756,6 +469,117 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// ---- O1, O2/O3, O4 and O5's wording during training (the monitor's run checks) -----------------
+namespace {
+// O2/O3: each sampled step's gradient and weight norms (the weights' as O6 measured them).
+class NormHistoryRunCheck final : public RunCheck {
+ public:
+  explicit NormHistoryRunCheck(const OptimCheckOptions& o) : norms_(o) {}
+  std::string ids() const override { return "O2, O3"; }
+  uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::Finish | RunEvent::Series; }
+  void before_step(RunContext& c, bool sampled) override {
+    if (sampled) norms_.record(c.steps + 1, c.model, c.measured_norm);
+  }
+  void finish(RunContext& c) override {
+    c.add_all(norms_.findings());
+    c.note_ran("O2, O3");
+  }
+  void series(TrainingHistory& h) const override { h.grad_norms = norms_.grad_series(); }
+
+ private:
+  NormHistory norms_;
+};
+
+// O1 on the sampled steps (M5's gradient flow runs in the gate). Once, the first time a 1-D
+// parameter's gradient vanishes: is it a redundant bias (zero by construction, BatchNorm after
+// it)? Then it is said once as info, O1 stays silent about it, and M25 skips it
+// (RunContext::zero_grad_by_construction).
+class GradientHealthRunCheck final : public RunCheck {
+ public:
+  explicit GradientHealthRunCheck(const OptimCheckOptions& o) : o_(o) {}
+  std::string ids() const override { return "O1"; }
+  uint32_t events() const override { return RunEvent::BeforeStep; }
+  void before_step(RunContext& c, bool sampled) override {
+    if (!sampled) return;
+    o_.zero_grad_by_construction = c.zero_grad_by_construction;
+    std::vector<Finding> health = check_gradient_health(c.model, o_);
+    if (!redundant_checked_ && c.loss && c.x.defined() && c.y.defined() &&
+        std::any_of(health.begin(), health.end(), [&](const Finding& f) {
+          return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty();
+        })) {
+      redundant_checked_ = true;
+      nn::Loss& loss = *c.loss;
+      const LossFunction lf = [&loss](const Tensor& out, const Tensor& t) { return loss(out, t); };
+      std::vector<Finding> red;
+      c.pause(true);  // the probe's forwards are not training statistics
+      try {
+        red = find_redundant_biases(c.model, c.x, c.y, lf, o_.vanishing_grad_norm);
+      } catch (const std::exception&) {
+        red.clear();  // the probe could not run: the warnings stay as they are
+      }
+      c.pause(false);
+      for (Finding& f : red) {
+        c.zero_grad_by_construction.push_back(f.parameter);
+        c.add(std::move(f));
+      }
+      o_.zero_grad_by_construction = c.zero_grad_by_construction;
+      if (!red.empty()) health = check_gradient_health(c.model, o_);
+    }
+    c.note_ran("O1");
+    for (Finding& f : health) {
+      if (f.severity == Severity::Error && f.kind == Kind::GradientNonFinite) c.flag_nonfinite();
+      c.add(std::move(f));
+    }
+  }
+
+ private:
+  OptimCheckOptions o_;
+  bool redundant_checked_ = false;
+};
+
+// O4 after each sampled step's update, right after O6 read the updated weights.
+class FiniteWeightsRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "O4"; }
+  uint32_t events() const override { return RunEvent::AfterStep; }
+  void after_step(RunContext& c, bool sampled) override {
+    if (!sampled) return;
+    c.add_all(check_finite_weights(c.model, c.measured_finite));
+    c.note_ran("O4");
+  }
+};
+
+// O5 is raised by the optimizer itself (a core warning): its findings say what the loop did. A
+// gradient transform (clipping) that ran with no gradient present is O5's other loop-order mistake.
+class AccumulationRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "O5"; }
+  uint32_t events() const override { return RunEvent::Warning; }
+  void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
+    if (w.check != "O5") return;
+    const bool transform = w.where.rfind("clip_grad", 0) == 0;
+    f.title = transform ? w.where + " ran with no gradient present (before backward() or right after zero_grad()): "
+                                    "it changed nothing"
+                        : "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
+    f.fix = transform ? "call it between loss.backward() and optimizer.step()"
+                      : "call optimizer.zero_grad() before every backward()";
+  }
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o) {
+  return std::make_unique<NormHistoryRunCheck>(o.optim);
+}
+std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o) {
+  return std::make_unique<GradientHealthRunCheck>(o.optim);
+}
+std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions&) {
+  return std::make_unique<FiniteWeightsRunCheck>();
+}
+std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions&) {
+  return std::make_unique<AccumulationRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

@@ -232,4 +232,11 @@ class UpdateRatioTracker {
   std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite
 };
 
+// O6's lr / 10 probe (a Session reruns the first steps at a tenth of the learning rate): its
+// verdict from the run's and the probe's losses (`failed`: why the probe could not run), and the O6
+// findings of "a learning rate too high" in `r` demoted to info when `verdict` rules it out.
+Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<double>& probe_losses, double lr,
+                       const std::string& failed, const OptimCheckOptions& o);
+void rule_out_lr_too_high(Report& r, const Finding& verdict);
+
 }  // namespace gradsleuth::debug

@@ -1,0 +1,17 @@
+// The data family's run checks (RunCheck), registered for the training monitor: each unit lives in
+// its check's home file.
+#include "debug/checks/run_check.h"
+
+namespace gradsleuth::debug {
+
+std::unique_ptr<RunCheck> make_row_range_run_check(const MonitorOptions& o);     // D5, normalisation.cpp
+std::unique_ptr<RunCheck> make_label_shape_run_check(const MonitorOptions& o);   // D6, label_shape.cpp
+std::unique_ptr<RunCheck> make_repeated_batch_run_check(const MonitorOptions& o);  // D8, shuffling.cpp
+
+void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {
+  list.push_back(make_row_range_run_check(o));
+  list.push_back(make_label_shape_run_check(o));
+  list.push_back(make_repeated_batch_run_check(o));
+}
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,23 @@
+// The optimisation family's run checks (RunCheck), registered for the training monitor: each unit
+// lives in its check's home file.
+#include "debug/checks/run_check.h"
+
+namespace gradsleuth::debug {
+
+std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o);     // O2, O3, optim_checks.cpp
+std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o);    // O6, learning_rate.cpp
+std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o);  // O1, optim_checks.cpp
+std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions& o);   // O4, optim_checks.cpp
+std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions& o);     // O5's wording, optim_checks.cpp
+std::unique_ptr<RunCheck> make_clipping_run_check(const MonitorOptions& o);         // O9, clipping.cpp
+
+void add_optim_run_checks(RunCheckList& list, const MonitorOptions& o) {
+  list.push_back(make_norm_history_run_check(o));
+  list.push_back(make_learning_rate_run_check(o));
+  list.push_back(make_gradient_health_run_check(o));
+  list.push_back(make_finite_weights_run_check(o));
+  list.push_back(make_accumulation_run_check(o));
+  list.push_back(make_clipping_run_check(o));
+}
+
+}  // namespace gradsleuth::debug

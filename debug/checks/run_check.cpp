@@ -1,0 +1,29 @@
+// The run checks of every family, in the order the monitor calls them (see run_check.h), and the
+// loss types they tell apart.
+#include "debug/checks/run_check.h"
+
+namespace gradsleuth::debug {
+
+RunCheckList all_run_checks(const MonitorOptions& o) {
+  // The order is the order of the end-of-run findings: the loss history first, then the
+  // optimisation, the model, the data and the workflow.
+  RunCheckList list;
+  add_loss_run_checks(list, o);
+  add_optim_run_checks(list, o);
+  add_model_run_checks(list, o);
+  add_data_run_checks(list, o);
+  add_workflow_run_checks(list, o);
+  return list;
+}
+
+namespace loss_type {
+bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target) {
+  const std::string& t = l.type_name();
+  if (t == "CrossEntropyLoss" || t == "NLLLoss" || t == "MSELoss" || t == "BCELoss" || t == "BCEWithLogitsLoss")
+    return false;
+  return input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
+         input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2;
+}
+}  // namespace loss_type
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,186 @@
+// A check that runs during training (a run check): the events a training run has, which of them a
+// check listens to, and what the checks share through the run's context. The monitor (W3) asks each
+// registered unit which events it wants and calls it; it knows no check by name.
+//
+//   RunCheckList list;
+//   add_model_run_checks(list, options);   // each family registers its units (checks/<family>/register.cpp)
+//   for (auto& c : list) if (c->events() & RunEvent::Finish) c->finish(ctx);
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/warning.h"
+#include "debug/checks/data/data_checks.h"
+#include "debug/checks/loss/loss_checks.h"
+#include "debug/checks/model/activation_stats.h"
+#include "debug/checks/model/anomaly.h"
+#include "debug/checks/model/run_checks.h"
+#include "debug/checks/optim/optim_checks.h"
+#include "debug/checks/workflow/step_timer.h"
+#include "debug/evidence/finding.h"
+#include "nn/loss.h"
+#include "optim/optimizer.h"
+
+namespace gradsleuth::debug {
+
+struct MonitorOptions {
+  int64_t every = 10;  // the per-step checks (O1, O2/O3 records, O4, O6 ratios, M7, M8) run every N steps
+  ActivationOptions activations;
+  LossCheckOptions loss;
+  OptimCheckOptions optim;
+  BroadcastMode broadcast = BroadcastMode::Warn;  // M19 during training
+  // W4/M12: when a step's loss or gradients turn non-finite, run that batch again
+  // in anomaly mode (before the optimizer step changes the weights) to name the
+  // op and module.
+  bool localise_nonfinite = true;
+  int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
+  RunCheckOptions run;       // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
+  DataCheckOptions data;     // D5 on every training row (RowRangeTracker; a Session passes DiagnoseOptions::data)
+  int64_t loader_batches = -1;  // D8 over the run: the training loader's batches (-1: unknown, D8 does not judge)
+};
+
+// Series for plots (W6).
+struct TrainingHistory {
+  std::vector<double> step_losses;                              // one per optimizer step
+  std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;
+  // The training accuracy of each epoch, from the sampled steps' batches as the loss saw them
+  // (train mode: dropout on); NaN when no sampled step had class-index targets.
+  std::vector<double> epoch_train_accuracy;
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;    // per parameter
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction; // per ReLU layer
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;  // per parameter
+  std::vector<double> learning_rates;  // the first group's learning rate at each optimizer step
+  // A fingerprint of each training step's input batch (a 64-bit hash of its shape and 64 values
+  // spread over it): equal fingerprints on consecutive steps mean the same batch was fed again.
+  std::vector<uint64_t> step_inputs;
+};
+
+// The events of a training run; a unit's events() is the set it listens to.
+struct RunEvent {
+  static constexpr uint32_t Attach = 1u << 0;      // once: hooks on the model, optimizer, loss
+  static constexpr uint32_t Forward = 1u << 1;     // every training forward (grad mode on), with its input batch
+  static constexpr uint32_t LossInput = 1u << 2;   // the loss module's input and target (training forwards)
+  static constexpr uint32_t LossValue = 1u << 3;   // the loss module's value (training forwards)
+  static constexpr uint32_t BeforeStep = 1u << 4;  // after backward, before the optimizer's update
+  static constexpr uint32_t NonFinite = 1u << 5;   // a unit saw a NaN/Inf this step (RunContext::flag_nonfinite): localise it now
+  static constexpr uint32_t AfterStep = 1u << 6;   // after the optimizer's update
+  static constexpr uint32_t Epoch = 1u << 7;       // an epoch was recorded (its losses and validation accuracy)
+  static constexpr uint32_t Finish = 1u << 8;      // the end of the run, hooks still attached: the end-of-run findings
+  static constexpr uint32_t Series = 1u << 9;      // the unit's series for the history and plots
+  static constexpr uint32_t Detach = 1u << 10;     // remove the unit's hooks
+  static constexpr uint32_t AfterRun = 1u << 11;   // after every hook is gone: checks that run the model again (a sample batch)
+  static constexpr uint32_t Pause = 1u << 12;      // the monitor probes the model with forwards that are not training statistics
+  static constexpr uint32_t Warning = 1u << 13;    // a core warning (check id, where, message) became a finding: the unit may word it
+  static constexpr uint32_t Trainer = 1u << 14;    // an optim::Trainer was attached (its epochs are passes over the data)
+};
+
+// One epoch as the monitor records it.
+struct EpochRecord {
+  double train_loss = std::numeric_limits<double>::quiet_NaN();
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
+  double val_accuracy = std::numeric_limits<double>::quiet_NaN();
+};
+
+// What the units share: the run (model, optimizer, loss, options, the step counters, the current
+// batch), the report, and the state one check hands to another, each named here.
+class RunContext {
+ public:
+  RunContext(nn::Module& m, optim::Optimizer& o, nn::Loss* l, MonitorOptions opts)
+      : model(m), optimizer(o), loss(l), options(std::move(opts)),
+        zero_grad_by_construction(options.optim.zero_grad_by_construction) {}
+  nn::Module& model;
+  optim::Optimizer& optimizer;
+  nn::Loss* loss;  // null: the loss-input checks do not run
+  MonitorOptions options;
+
+  int64_t steps = 0;       // optimizer steps completed
+  bool in_step = false;    // a training forward of step steps + 1 has run
+  Tensor x, y;             // the current step's training batch (its last forward's input, the loss's target)
+  double loss_value = 0.0; // the current step's loss (LossValue)
+  bool loss_seen = false;  // LossValue heard this step
+  const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
+
+  // Whether step `step` (1-based) is sampled: the first, and every `every`-th.
+  static bool sampled_at(int64_t step, int64_t every) { return step == 1 || step % std::max<int64_t>(every, 1) == 0; }
+  // The step in progress (steps + 1) is sampled.
+  bool sampled() const { return sampled_at(steps + 1, options.every); }
+  // The 1-based step findings belong to: the one running, else the last one completed.
+  int64_t step_now() const { return in_step ? steps + 1 : steps; }
+
+  // Findings and the checks that ran go to the monitor's report.
+  std::function<void(Finding)> add;
+  void add_all(const std::vector<Finding>& fs) {
+    for (const Finding& f : fs) add(f);
+  }
+  std::function<void(const std::string&)> note_ran;
+  // Pause (true) or resume (false) every unit that gathers training statistics from forwards,
+  // around forwards of a probe of the model.
+  std::function<void(bool)> pause;
+
+  // ---- shared between checks ----
+  // Parameters whose zero gradient is by construction (a bias before BatchNorm): M25's
+  // redundant-bias probe finds them once; O1 and M25 do not report them.
+  std::vector<std::string> zero_grad_by_construction;
+  // O6 measures every weight's norm and finiteness around the sampled updates: O2/O3 and O4 reuse
+  // them (NaN / false: not measured, compute it).
+  std::function<double(const Tensor&)> measured_norm;
+  std::function<bool(const Tensor&)> measured_finite;
+  // A unit saw a non-finite loss or gradient this step: the NonFinite listeners localise it
+  // before the optimizer's update (W4, M12).
+  void flag_nonfinite() { nonfinite = true; }
+  bool nonfinite = false;
+  bool localised = false;  // the non-finite value was localised (once per run)
+};
+
+// One check (or a small group sharing a home and its hooks) that runs during training.
+class RunCheck {
+ public:
+  virtual ~RunCheck() = default;
+  virtual std::string ids() const = 0;  // "M7", "O2, O3": the checks it runs (it notes them as ran when they do)
+  virtual uint32_t events() const = 0;  // RunEvent bits
+  virtual void attach(RunContext&) {}
+  virtual void forward(RunContext&, const Tensor& /*x*/) {}
+  virtual void loss_input(RunContext&, nn::Loss&, const Tensor& /*input*/, const Tensor& /*target*/) {}
+  virtual void loss_value(RunContext&, nn::Loss&, const Tensor& /*target*/) {}
+  virtual void before_step(RunContext&, bool /*sampled*/) {}
+  virtual void nonfinite(RunContext&, const std::string& /*why*/) {}
+  virtual void after_step(RunContext&, bool /*sampled*/) {}
+  virtual void epoch(RunContext&, const EpochRecord&) {}
+  virtual void finish(RunContext&) {}
+  virtual void series(TrainingHistory&) const {}
+  virtual void detach(RunContext&) {}
+  virtual void after_run(RunContext&, const Tensor& /*sample_x*/, const Tensor& /*sample_y*/) {}
+  virtual void pause(RunContext&, bool /*on*/) {}
+  virtual void warning(RunContext&, const gradsleuth::Warning&, Finding&) {}
+  virtual void trainer(RunContext&) {}
+};
+
+using RunCheckList = std::vector<std::unique_ptr<RunCheck>>;
+
+// Each family registers its run checks, in its own folder (checks/<family>/register.cpp).
+void add_data_run_checks(RunCheckList& list, const MonitorOptions& o);
+void add_loss_run_checks(RunCheckList& list, const MonitorOptions& o);
+void add_optim_run_checks(RunCheckList& list, const MonitorOptions& o);
+void add_model_run_checks(RunCheckList& list, const MonitorOptions& o);
+void add_workflow_run_checks(RunCheckList& list, const MonitorOptions& o);
+// Every family's, in the order the monitor calls them.
+RunCheckList all_run_checks(const MonitorOptions& o);
+
+// The loss types the run checks tell apart (nn::Loss::type_name()).
+namespace loss_type {
+inline bool cross_entropy(const nn::Loss& l) { return l.type_name() == "CrossEntropyLoss"; }
+inline bool nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
+inline bool elementwise(const nn::Loss& l) {
+  return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
+}
+// A loss of the user's own (an nn::Loss subclass the library does not know) that gets logits (B, C)
+// and class indices (B): whatever its formula, the prediction must be scores over classes.
+bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target);
+}  // namespace loss_type
+
+}  // namespace gradsleuth::debug

@@ -1,0 +1,48 @@
+// W10, stalled training: StepTimer times each optimizer step (the debug module's own time left
+// out) and watches, from a thread, for a step that never returns. Its options are RunCheckOptions'.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "debug/checks/model/run_checks.h"
+#include "debug/evidence/finding.h"
+
+namespace gradsleuth::debug {
+
+// W10. Wall time between the ends of consecutive optimizer steps, less the time the debug
+// module's own hooks took (detail::own_seconds); restart() after work that is not a step (the
+// gate, an evaluation pass at the end of an epoch). The watchdog counts wall time.
+class StepTimer {
+ public:
+  explicit StepTimer(RunCheckOptions o = {});
+  ~StepTimer();  // stops the watchdog
+  StepTimer(const StepTimer&) = delete;
+  StepTimer& operator=(const StepTimer&) = delete;
+  void restart();
+  void step_done(int64_t step);
+  // No more steps to watch (the run is over): the watchdog stops.
+  void stop_watching();
+  std::vector<Finding> findings() const;
+  std::vector<std::pair<int64_t, double>> durations() const;
+
+ private:
+  void watch();
+  RunCheckOptions o_;
+  mutable std::mutex m_;  // the watchdog thread reads what the training thread writes
+  std::condition_variable wake_;
+  bool running_ = false, stop_ = false, reported_ = false;
+  int64_t steps_done_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+  double own_at_last_ = 0.0;  // detail::own_seconds() at last_: the checks' time is not the step's
+  std::vector<std::pair<int64_t, double>> durations_;  // (step, seconds)
+  std::vector<std::pair<int64_t, double>> hung_;       // (step, seconds waited) seen by the watchdog
+  std::thread watchdog_;
+};
+
+}  // namespace gradsleuth::debug
