@@ -81,7 +81,8 @@ void BM_im2col(benchmark::State& state, Shape s) {
   for (auto _ : state) {
     for (int64_t n = 0; n < s.N; ++n) {
       im2col(x.data() + n * s.C * HW, cols.data(), s.C, s.H, s.W);
-      gradsleuth::cpu::fast::blas_gemm(false, false, s.O, HW, K, w.data(), K, cols.data(), HW, out.data() + n * s.O * HW, HW);
+      gradsleuth::cpu::fast::blas_gemm(false, false, s.O, HW, K, w.data(), K, cols.data(), HW,
+                                       out.data() + n * s.O * HW, HW);
     }
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
@@ -114,7 +115,7 @@ void BM_wgrad_im2col(benchmark::State& state, Shape s) {
     for (int64_t n = 0; n < s.N; ++n) {
       im2col(x.data() + n * s.C * HW, cols.data(), s.C, s.H, s.W);
       gradsleuth::cpu::fast::blas_gemm(false, true, s.O, K, HW, dy.data() + n * s.O * HW, HW, cols.data(), HW,
-                                 n > 0 ? 1.0f : 0.0f, gw.data(), K);
+                                       n > 0 ? 1.0f : 0.0f, gw.data(), K);
     }
     benchmark::DoNotOptimize(gw.data());
     benchmark::ClobberMemory();
@@ -139,25 +140,29 @@ void BM_wgrad_winograd(benchmark::State& state, Shape s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::pair<const char*, Shape> shapes[] = {
-      {"fwd2", {64, 32, 14, 14, 64}}, {"dgrad2", {64, 64, 14, 14, 32}}, {"fwd1", {64, 1, 28, 28, 32}},
-      {"c2", {64, 2, 14, 14, 64}},     {"c4", {64, 4, 14, 14, 64}},      {"c8", {64, 8, 14, 14, 64}},
-      {"c16", {64, 16, 14, 14, 64}}};
+  const std::pair<const char*, Shape> shapes[] = {{"fwd2", {64, 32, 14, 14, 64}}, {"dgrad2", {64, 64, 14, 14, 32}},
+                                                  {"fwd1", {64, 1, 28, 28, 32}},  {"c2", {64, 2, 14, 14, 64}},
+                                                  {"c4", {64, 4, 14, 14, 64}},    {"c8", {64, 8, 14, 14, 64}},
+                                                  {"c16", {64, 16, 14, 14, 64}}};
   for (const auto& [name, s] : shapes) {
     benchmark::RegisterBenchmark((std::string("conv/winograd/") + name).c_str(), BM_winograd, s)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark((std::string("conv/im2col/") + name).c_str(), BM_im2col, s)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   const std::pair<const char*, Shape> wshapes[] = {
-      {"wgrad2", {64, 32, 14, 14, 64}},  {"wgrad_c4", {64, 4, 14, 14, 64}},  {"wgrad_c8", {64, 8, 14, 14, 64}},
+      {"wgrad2", {64, 32, 14, 14, 64}},    {"wgrad_c4", {64, 4, 14, 14, 64}}, {"wgrad_c8", {64, 8, 14, 14, 64}},
       {"wgrad_c16", {64, 16, 14, 14, 64}}, {"wgrad_o4", {64, 32, 14, 14, 4}}, {"wgrad_o8", {64, 32, 14, 14, 8}},
       {"wgrad_o16", {64, 32, 14, 14, 16}}};
   for (const auto& [name, s] : wshapes) {
     benchmark::RegisterBenchmark((std::string("conv/winograd/") + name).c_str(), BM_wgrad_winograd, s)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark((std::string("conv/im2col/") + name).c_str(), BM_wgrad_im2col, s)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   benchmark::AddCustomContext("gemm_library", gradsleuth::cpu::fast::gemm_library());
   benchmark::Initialize(&argc, argv);

@@ -30,8 +30,8 @@ constexpr int64_t kCols = 1024;  // N for the 2-D cases
 constexpr int64_t kF = sizeof(float);
 
 void set_bytes(benchmark::State& state, int64_t bytes_per_call) {
-  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(bytes_per_call) * state.iterations(),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(bytes_per_call) * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 // Runs `op` (returns a gs::Tensor) under NoGradGuard and reports bytes/s.

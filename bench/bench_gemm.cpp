@@ -40,8 +40,8 @@ void set_threads(int threads) {
 }
 
 void set_flops(benchmark::State& state, int64_t n) {
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 // Counts the copies (clone ops) an op makes internally.
@@ -73,8 +73,10 @@ void BM_eigen(benchmark::State& state, int64_t n, int threads, bool transposed_b
   set_threads(threads);
   RowMat a = RowMat::Random(n, n), b = RowMat::Random(n, n), c(n, n);
   for (auto _ : state) {
-    if (transposed_b) c.noalias() = a * b.transpose();
-    else c.noalias() = a * b;
+    if (transposed_b)
+      c.noalias() = a * b.transpose();
+    else
+      c.noalias() = a * b;
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -108,12 +110,12 @@ struct Product {
   int64_t M, N, K;
 };
 constexpr Product kProducts[] = {
-    {"mlp64_fwd", false, true, 64, 256, 784},     {"mlp64_dW", true, false, 256, 784, 64},
-    {"mlp256_fwd", false, true, 256, 256, 784},   {"mlp256_dW", true, false, 256, 784, 256},
-    {"cnn_fc1_fwd", false, true, 64, 128, 3136},  {"cnn_fc1_dW", true, false, 128, 3136, 64},
-    {"cnn_fc1_dx", false, false, 64, 3136, 128},  {"square256", false, false, 256, 256, 256},
-    {"square512", false, false, 512, 512, 512},   {"square1024", false, false, 1024, 1024, 1024},
-    {"small64", false, false, 64, 64, 64},        {"wino_64x63x32", false, false, 64, 63, 32},
+    {"mlp64_fwd", false, true, 64, 256, 784},    {"mlp64_dW", true, false, 256, 784, 64},
+    {"mlp256_fwd", false, true, 256, 256, 784},  {"mlp256_dW", true, false, 256, 784, 256},
+    {"cnn_fc1_fwd", false, true, 64, 128, 3136}, {"cnn_fc1_dW", true, false, 128, 3136, 64},
+    {"cnn_fc1_dx", false, false, 64, 3136, 128}, {"square256", false, false, 256, 256, 256},
+    {"square512", false, false, 512, 512, 512},  {"square1024", false, false, 1024, 1024, 1024},
+    {"small64", false, false, 64, 64, 64},       {"wino_64x63x32", false, false, 64, 63, 32},
 };
 
 void BM_product(benchmark::State& state, Product p, bool direct) {
@@ -126,8 +128,10 @@ void BM_product(benchmark::State& state, Product p, bool direct) {
   }
   gs::cpu::fast::set_sgemm_direct(false);  // the BLAS case must not be routed to the kernel
   for (auto _ : state) {
-    if (direct) gs::cpu::fast::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
-    else gs::cpu::fast::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
+    if (direct)
+      gs::cpu::fast::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+    else
+      gs::cpu::fast::blas_gemm(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, c.data(), p.N);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -148,12 +152,15 @@ int main(int argc, char** argv) {
       for (int threads : {1, max_threads}) {
         const std::string suffix = "/n:" + std::to_string(n) + "/threads:" + std::to_string(threads);
         benchmark::RegisterBenchmark(("gemm_gs/" + op + suffix).c_str(), BM_gs, n, threads, transposed)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         if (std::strcmp(gs::cpu::fast::gemm_library(), "Eigen") != 0)
           benchmark::RegisterBenchmark(("gemm_blas/" + op + suffix).c_str(), BM_blas, n, threads, transposed)
-              ->Unit(benchmark::kMicrosecond)->UseRealTime();
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
         benchmark::RegisterBenchmark(("gemm_eigen/" + op + suffix).c_str(), BM_eigen, n, threads, transposed)
-            ->Unit(benchmark::kMicrosecond)->UseRealTime();
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         if (max_threads == 1) break;  // one thread only: no second row
       }
     }

@@ -11,8 +11,8 @@
 #include <memory>
 
 #include "core/generator.h"
-#include "debug/run/monitor.h"
 #include "debug/report/explore.h"
+#include "debug/run/monitor.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -26,10 +26,10 @@ std::shared_ptr<nn::Sequential> zoo_mlp() {  // (B, 1, 28, 28) -> (B, 10)
     return std::make_shared<nn::Residual>(
         std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 128)));
   };
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::BatchNorm1d>(128), block(), block(), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::Linear>(128, 10));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::BatchNorm1d>(128), block(),
+                                          block(), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.2),
+                                          std::make_shared<nn::Linear>(128, 10));
 }
 
 // every = 0: no monitor. replay: the explorer's ReplayRecorder too, at the monitor's sampling.

@@ -13,9 +13,9 @@
 
 #include <memory>
 
+#include "bench/models.h"
 #include "core/cpu/fast/sgemm.h"
 #include "core/generator.h"
-#include "bench/models.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -30,10 +30,12 @@ void run_steps(benchmark::State& state, MakeModel make, bool adam) {
   gs::manual_seed(0);
   auto model = make();
   std::unique_ptr<optim::Optimizer> opt;
-  if (adam) opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-3));
-  else opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.01));
-  gs::Tensor x = gs::rand({B, 1, 28, 28});                 // (B, 1, 28, 28)
-  gs::Tensor y = gs::randint(0, 10, {B});                  // (B) int64
+  if (adam)
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-3));
+  else
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.01));
+  gs::Tensor x = gs::rand({B, 1, 28, 28});  // (B, 1, 28, 28)
+  gs::Tensor y = gs::randint(0, 10, {B});   // (B) int64
   for (auto _ : state) {
     opt->zero_grad();
     gs::Tensor loss = nn::functional::cross_entropy((*model)(x), y);

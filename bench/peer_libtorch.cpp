@@ -22,17 +22,16 @@ torch::nn::Sequential mlp() {  // (B, 1, 28, 28) -> (B, 10)
 
 torch::nn::Sequential cnn() {  // the same graph as bench_train_step's cnn()
   namespace tnn = torch::nn;
-  return tnn::Sequential(tnn::Conv2d(tnn::Conv2dOptions(1, 32, 3).padding(1)), tnn::ReLU(),
-                         tnn::MaxPool2d(tnn::MaxPool2dOptions(2)),
-                         tnn::Conv2d(tnn::Conv2dOptions(32, 64, 3).padding(1)), tnn::ReLU(),
-                         tnn::MaxPool2d(tnn::MaxPool2dOptions(2)), tnn::Flatten(), tnn::Linear(64 * 7 * 7, 128),
-                         tnn::ReLU(), tnn::Linear(128, 10));
+  return tnn::Sequential(
+      tnn::Conv2d(tnn::Conv2dOptions(1, 32, 3).padding(1)), tnn::ReLU(), tnn::MaxPool2d(tnn::MaxPool2dOptions(2)),
+      tnn::Conv2d(tnn::Conv2dOptions(32, 64, 3).padding(1)), tnn::ReLU(), tnn::MaxPool2d(tnn::MaxPool2dOptions(2)),
+      tnn::Flatten(), tnn::Linear(64 * 7 * 7, 128), tnn::ReLU(), tnn::Linear(128, 10));
 }
 
 void run_steps(benchmark::State& state, torch::nn::Sequential model) {
   const int64_t B = state.range(0);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
-  torch::Tensor x = torch::rand({B, 1, 28, 28});       // (B, 1, 28, 28)
+  torch::Tensor x = torch::rand({B, 1, 28, 28});               // (B, 1, 28, 28)
   torch::Tensor y = torch::randint(0, 10, {B}, torch::kLong);  // (B)
   for (auto _ : state) {
     opt.zero_grad();
@@ -82,7 +81,8 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);
   for (int64_t n : {256, 512, 1024})
     benchmark::RegisterBenchmark(("gemm_torch/a@b/n:" + std::to_string(n)).c_str(), BM_gemm, n)
-        ->Unit(benchmark::kMicrosecond)->UseRealTime();
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   benchmark::RegisterBenchmark("train_step/mlp", BM_mlp)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("train_step/cnn", BM_cnn)->Arg(64)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("overhead/add/record", BM_add_record);

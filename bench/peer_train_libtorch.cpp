@@ -34,15 +34,15 @@ torch::nn::Sequential make_mlp() {  // x (B, 1, 28, 28) -> 784 -> 256 -> 128 -> 
 
 torch::nn::Sequential make_cnn() {  // as gradsleuth train's make_cnn(), dropout 0.25 included
   namespace tnn = torch::nn;
-  return tnn::Sequential(tnn::Conv2d(tnn::Conv2dOptions(1, 32, 3).padding(1)), tnn::ReLU(),
-                         tnn::MaxPool2d(tnn::MaxPool2dOptions(2)),
-                         tnn::Conv2d(tnn::Conv2dOptions(32, 64, 3).padding(1)), tnn::ReLU(),
-                         tnn::MaxPool2d(tnn::MaxPool2dOptions(2)), tnn::Flatten(), tnn::Linear(64 * 7 * 7, 128),
-                         tnn::ReLU(), tnn::Dropout(0.25), tnn::Linear(128, 10));
+  return tnn::Sequential(
+      tnn::Conv2d(tnn::Conv2dOptions(1, 32, 3).padding(1)), tnn::ReLU(), tnn::MaxPool2d(tnn::MaxPool2dOptions(2)),
+      tnn::Conv2d(tnn::Conv2dOptions(32, 64, 3).padding(1)), tnn::ReLU(), tnn::MaxPool2d(tnn::MaxPool2dOptions(2)),
+      tnn::Flatten(), tnn::Linear(64 * 7 * 7, 128), tnn::ReLU(), tnn::Dropout(0.25), tnn::Linear(128, 10));
 }
 
 // x (N, 1, 28, 28) float32, y (N) int64 of the rows `rows` of a gradsleuth dataset.
-std::pair<torch::Tensor, torch::Tensor> to_torch(const gradsleuth::nn::FashionMnist& d, const std::vector<int64_t>& rows) {
+std::pair<torch::Tensor, torch::Tensor> to_torch(const gradsleuth::nn::FashionMnist& d,
+                                                 const std::vector<int64_t>& rows) {
   gradsleuth::Tensor x = d.x().contiguous(), y = d.y().contiguous();
   const int64_t n = static_cast<int64_t>(rows.size()), px = x.numel() / x.size(0);
   torch::Tensor tx = torch::empty({n, 1, 28, 28}, torch::kFloat32);
@@ -83,9 +83,12 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--model" && i + 1 < argc) model_name = argv[++i];
-    else if (a == "--epochs" && i + 1 < argc) epochs = std::stoi(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
+    if (a == "--model" && i + 1 < argc)
+      model_name = argv[++i];
+    else if (a == "--epochs" && i + 1 < argc)
+      epochs = std::stoi(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc)
+      seed = std::stoull(argv[++i]);
     else {
       std::fprintf(stderr, "usage: peer_train_libtorch --model mlp|cnn [--epochs N] [--seed S]\n");
       return 2;
@@ -142,8 +145,9 @@ int main(int argc, char** argv) {
   const double acc = accuracy(model, xte, yte);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
-  std::printf("{\"model\": \"%s\", \"epochs\": %d, \"val_accuracy\": %.4f, \"test_accuracy\": %.4f, \"seconds\": %.1f, "
-              "\"cpu_seconds\": %.1f, \"torch\": \"%s\"}\n",
-              model_name.c_str(), epochs, val_acc, acc, secs, cpu, TORCH_VERSION);
+  std::printf(
+      "{\"model\": \"%s\", \"epochs\": %d, \"val_accuracy\": %.4f, \"test_accuracy\": %.4f, \"seconds\": %.1f, "
+      "\"cpu_seconds\": %.1f, \"torch\": \"%s\"}\n",
+      model_name.c_str(), epochs, val_acc, acc, secs, cpu, TORCH_VERSION);
   return 0;
 }

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/models.h"
 #include "core/backend.h"
 #include "core/generator.h"
-#include "bench/models.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #if defined(_OPENMP)
@@ -49,8 +49,8 @@ Result time_case(const std::string& name, std::shared_ptr<nn::Module> (*make)(),
   auto model = make();
   model->to(device);
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.01));
-  gs::Tensor x = gs::rand({batch, 1, 28, 28}).to(device);   // (B, 1, 28, 28)
-  gs::Tensor y = gs::randint(0, 10, {batch}).to(device);    // (B) int64
+  gs::Tensor x = gs::rand({batch, 1, 28, 28}).to(device);  // (B, 1, 28, 28)
+  gs::Tensor y = gs::randint(0, 10, {batch}).to(device);   // (B) int64
   auto step = [&] {
     opt.zero_grad();
     gs::Tensor loss = nn::functional::cross_entropy((*model)(x), y);
@@ -102,24 +102,31 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--device") device_name = value("--device");
-    else if (a == "--threads") threads = std::atoi(value("--threads"));
-    else if (a == "--min-time") min_time = std::atof(value("--min-time"));
-    else if (a == "--json") json = true;
-    else if (a == "--only") only = value("--only");
+    if (a == "--device")
+      device_name = value("--device");
+    else if (a == "--threads")
+      threads = std::atoi(value("--threads"));
+    else if (a == "--min-time")
+      min_time = std::atof(value("--min-time"));
+    else if (a == "--json")
+      json = true;
+    else if (a == "--only")
+      only = value("--only");
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--only TEXT] [--json]\n"
-                  "Times one training step (SGD) of an MLP 784-256-10 and a CNN, median of >= 5 blocks.\n");
+      std::printf(
+          "usage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--only TEXT] [--json]\n"
+          "Times one training step (SGD) of an MLP 784-256-10 and a CNN, median of >= 5 blocks.\n");
       return 0;
-    }
-    else return usage(("unknown option '" + a + "'").c_str());
+    } else
+      return usage(("unknown option '" + a + "'").c_str());
   }
   if (threads < 1 || threads > 1024) return usage("--threads must be in [1, 1024]");
   if (!(min_time > 0 && min_time <= 60)) return usage("--min-time must be in (0, 60] seconds");
 #if defined(_OPENMP)
   omp_set_num_threads(threads);
 #else
-  if (threads != 1) std::fprintf(stderr, "bench_step_device: built without OpenMP: --threads %d runs one thread\n", threads);
+  if (threads != 1)
+    std::fprintf(stderr, "bench_step_device: built without OpenMP: --threads %d runs one thread\n", threads);
 #endif
   gs::Device device = gs::kCPU;
   if (device_name == "cuda") {
@@ -158,10 +165,11 @@ int main(int argc, char** argv) {
       std::printf("{\"name\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"us_per_step\":%.2f,\"steps\":%ld}\n",
                   r.name.c_str(), device_name.c_str(), threads, r.us_per_step, r.steps);
     else
-      std::printf("%-22s %-5s %3d threads  %10.1f us/step  (%ld steps)\n", r.name.c_str(), device_name.c_str(),
-                  threads, r.us_per_step, r.steps);
+      std::printf("%-22s %-5s %3d threads  %10.1f us/step  (%ld steps)\n", r.name.c_str(), device_name.c_str(), threads,
+                  r.us_per_step, r.steps);
     std::fflush(stdout);
   }
-  if (!any) return usage(("--only '" + only + "' matches no case (train_step/mlp/64, /256, /4096, cnn/64, /512)").c_str());
+  if (!any)
+    return usage(("--only '" + only + "' matches no case (train_step/mlp/64, /256, /4096, cnn/64, /512)").c_str());
   return 0;
 }

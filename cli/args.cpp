@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -33,8 +33,10 @@ namespace gradsleuth::cli {
 
 void set_thread_count(int threads) {
 #ifdef _OPENMP
-  if (threads > 0) omp_set_num_threads(threads);
-  else if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(1);
+  if (threads > 0)
+    omp_set_num_threads(threads);
+  else if (!std::getenv("OMP_NUM_THREADS"))
+    omp_set_num_threads(1);
 #else
   (void)threads;
 #endif
@@ -51,7 +53,8 @@ Device device_option(const Args& a, const std::string& command, std::string* not
   if (note && gradsleuth::cuda::is_emulated()) *note = " (CPU emulator of CUDA)";
   return kCUDA;
 #else
-  GS_FAIL(command, "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
+  GS_FAIL(command,
+          "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
           "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
 #endif
 }
@@ -151,7 +154,8 @@ bool Args::parse() {
       return false;
     }
     if (a.rfind("--", 0) != 0 || a == "--") {
-      if (!allow_positional_) throw usage_error(command_, "unexpected argument '" + a + "'; this command takes only options");
+      if (!allow_positional_)
+        throw usage_error(command_, "unexpected argument '" + a + "'; this command takes only options");
       positional_.push_back(a);
       continue;
     }
@@ -166,7 +170,8 @@ bool Args::parse() {
     if (!o) {
       std::string valid;
       for (const Opt& x : opts_) valid += (valid.empty() ? "--" : ", --") + x.name;
-      throw usage_error(command_, "unknown option '--" + name + "'; valid options: " + (valid.empty() ? "none" : valid));
+      throw usage_error(command_,
+                        "unknown option '--" + name + "'; valid options: " + (valid.empty() ? "none" : valid));
     }
     if (o->is_flag) {
       if (inline_value) throw usage_error(command_, "--" + name + " is a flag and takes no value");
@@ -176,7 +181,8 @@ bool Args::parse() {
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= raw_.size()) throw usage_error(command_, "--" + name + " needs a value: --" + name + " " + o->metavar);
+      if (i + 1 >= raw_.size())
+        throw usage_error(command_, "--" + name + " needs a value: --" + name + " " + o->metavar);
       value = raw_[++i];
     }
     if (o->seen && !o->repeatable) throw usage_error(command_, "--" + name + " was given twice");
@@ -253,7 +259,8 @@ bool parse_whole(const std::string& v, Conv conv, T& out) {
 int Args::get_int(const std::string& name) const {
   const std::string v = get(name);
   int r = 0;
-  if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r)) {
+  if (!parse_whole(
+          v, [](const std::string& t, size_t* u) { return std::stoi(t, u); }, r)) {
     if (is_decimal(v, true))  // digits that do not fit
       throw usage_error(command_, "--" + name + " is too large: '" + v + "' (the limit is " +
                                       std::to_string(v[0] == '-' ? INT_MIN : INT_MAX) + ")");
@@ -265,7 +272,8 @@ int Args::get_int(const std::string& name) const {
 double Args::get_double(const std::string& name) const {
   const std::string v = get(name);
   double r = 0;
-  if (!parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r))
+  if (!parse_whole(
+          v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r))
     throw usage_error(command_, "--" + name + " needs a number, got '" + v + "'" + decimal_hint(v, false));
   return r;
 }
@@ -280,7 +288,8 @@ std::string num_str(double v) {
 
 // Creates and removes a probe file in `dir`; "" when that works, else the reason.
 std::string probe_dir(const std::string& dir) {
-  const std::string probe = (dir.empty() ? std::string(".") : dir) + "/.gradsleuth-write-test." + std::to_string(::getpid());
+  const std::string probe =
+      (dir.empty() ? std::string(".") : dir) + "/.gradsleuth-write-test." + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return std::strerror(errno);
   ::close(fd);
@@ -292,22 +301,27 @@ std::string probe_dir(const std::string& dir) {
 int64_t Args::get_int_in(const std::string& name, int64_t lo, int64_t hi) const {
   const std::string v = get(name);
   long long r = 0;
-  const bool parsed = parse_whole(v, [](const std::string& t, size_t* u) { return std::stoll(t, u); }, r);
-  const std::string range = hi == INT64_MAX ? ">= " + std::to_string(lo)
-                                            : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  const bool parsed = parse_whole(
+      v, [](const std::string& t, size_t* u) { return std::stoll(t, u); }, r);
+  const std::string range =
+      hi == INT64_MAX ? ">= " + std::to_string(lo) : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   if (!parsed && is_decimal(v, true))  // digits that do not fit in 64 bits
     throw usage_error(command_, "--" + name + " is too large: '" + v + "' (it must be an integer " + range + ")");
   if (!parsed || r < lo || r > hi)
-    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'" + decimal_hint(v, true) +
-                                    (parsed && r > hi ? " (too large)" : parsed && r < lo ? " (too small)" : ""));
+    throw usage_error(command_, "--" + name + " must be an integer " + range + ", got '" + v + "'" +
+                                    decimal_hint(v, true) +
+                                    (parsed && r > hi   ? " (too large)"
+                                     : parsed && r < lo ? " (too small)"
+                                                        : ""));
   return r;
 }
 
 double Args::get_double_in(const std::string& name, double lo, bool lo_open, double hi, bool hi_open) const {
   const std::string v = get(name);
   double r = 0;
-  const bool ok = parse_whole(v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r) && std::isfinite(r) && (lo_open ? r > lo : r >= lo) &&
-                  (hi_open ? r < hi : r <= hi);
+  const bool ok = parse_whole(
+                      v, [](const std::string& t, size_t* u) { return std::stod(t, u); }, r) &&
+                  std::isfinite(r) && (lo_open ? r > lo : r >= lo) && (hi_open ? r < hi : r <= hi);
   if (!ok && is_decimal(v, false)) {
     // A number the double type cannot hold as a normal value: say so rather than quote the range.
     const double d = std::strtod(v.c_str(), nullptr);
@@ -320,16 +334,17 @@ double Args::get_double_in(const std::string& name, double lo, bool lo_open, dou
   }
   if (!ok) {
     std::string range;
-    if (std::isinf(hi)) range = std::string(lo_open ? "> " : ">= ") + num_str(lo);
-    else range = std::string("in ") + (lo_open ? "(" : "[") + num_str(lo) + ", " + num_str(hi) + (hi_open ? ")" : "]");
-    throw usage_error(command_, "--" + name + " must be a finite number " + range + ", got '" + v + "'" + decimal_hint(v, false));
+    if (std::isinf(hi))
+      range = std::string(lo_open ? "> " : ">= ") + num_str(lo);
+    else
+      range = std::string("in ") + (lo_open ? "(" : "[") + num_str(lo) + ", " + num_str(hi) + (hi_open ? ")" : "]");
+    throw usage_error(command_,
+                      "--" + name + " must be a finite number " + range + ", got '" + v + "'" + decimal_hint(v, false));
   }
   return r;
 }
 
-uint64_t Args::get_seed(const std::string& name) const {
-  return static_cast<uint64_t>(get_int_in(name, 0, INT64_MAX));
-}
+uint64_t Args::get_seed(const std::string& name) const { return static_cast<uint64_t>(get_int_in(name, 0, INT64_MAX)); }
 
 std::string Args::get_nonempty(const std::string& name) const {
   const std::string v = get(name);
@@ -368,7 +383,8 @@ void Args::check_writable_dir(const std::string& name) const {
 
 void Args::refuse_together(const std::string& a, const std::string& b, const std::string& why) const {
   if (has(a) && has(b))
-    throw usage_error(command_, "--" + a + " and --" + b + " cannot be used together" + (why.empty() ? "" : ": " + why));
+    throw usage_error(command_,
+                      "--" + a + " and --" + b + " cannot be used together" + (why.empty() ? "" : ": " + why));
 }
 
 void Args::print_help(std::ostream& os) const {

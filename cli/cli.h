@@ -82,10 +82,10 @@ class Args {
   double get_double(const std::string& name) const;
   // Range-checked values, validated before any work: the error names the option,
   // the range and the value ("--lr must be a finite number > 0, got 'inf'").
-  int64_t get_int_in(const std::string& name, int64_t lo, int64_t hi) const;   // lo <= v <= hi
+  int64_t get_int_in(const std::string& name, int64_t lo, int64_t hi) const;  // lo <= v <= hi
   // A finite number in the range: lo/hi are excluded when *_open (e.g. (0, inf), [0, 1)).
   double get_double_in(const std::string& name, double lo, bool lo_open, double hi, bool hi_open) const;
-  uint64_t get_seed(const std::string& name) const;       // an integer in [0, 2^63 - 1] (never a wrapped -1)
+  uint64_t get_seed(const std::string& name) const;         // an integer in [0, 2^63 - 1] (never a wrapped -1)
   std::string get_nonempty(const std::string& name) const;  // a non-empty string (a path, a name)
   // Output paths, checked before the run starts (so a long run never fails at its end):
   // a file path whose directory exists and accepts a new file, or a directory that

@@ -9,8 +9,8 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/json.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/catalogue.h"
 
 namespace gradsleuth::cli {
 
@@ -42,7 +42,8 @@ std::string id_ranges(bool with_groups) {
 int cmd_checks(const std::vector<std::string>& args) {
   Args a("checks", args);
   a.about("Lists every check of the debug module (" + std::to_string(debug::all_checks().size()) + ": " +
-          id_ranges(true) + ")\nwith its C++ entry point and the public sources it comes from (short titles; --id gives them in full,\n"
+          id_ranges(true) +
+          ")\nwith its C++ entry point and the public sources it comes from (short titles; --id gives them in full,\n"
           "--sources with authors, year and URL or DOI). docs/checks.md explains each check: its rule, thresholds\n"
           "and likely causes. --id shows one check in full.");
   a.flag("list", "list the checks (the default)");
@@ -67,8 +68,8 @@ int cmd_checks(const std::vector<std::string>& args) {
       std::cout << "[";
       bool first = true;
       for (const debug::SourceInfo& s : debug::all_sources()) {
-        std::cout << (first ? "" : ",") << "{\"short\":" << json_str(s.short_name) << ",\"title\":"
-                  << json_str(s.title) << ",\"authors\":" << json_str(s.authors) << ",\"year\":" << json_str(s.year)
+        std::cout << (first ? "" : ",") << "{\"short\":" << json_str(s.short_name) << ",\"title\":" << json_str(s.title)
+                  << ",\"authors\":" << json_str(s.authors) << ",\"year\":" << json_str(s.year)
                   << ",\"link\":" << json_str(s.link) << ",\"no_link\":" << json_str(s.no_link)
                   << ",\"compared\":" << json_bool(s.compared) << ",\"about\":" << json_str(s.about) << "}";
         first = false;
@@ -101,8 +102,8 @@ int cmd_checks(const std::vector<std::string>& args) {
   std::vector<const debug::CheckInfo*> rows;
   if (a.has("id")) {
     const debug::CheckInfo* c = debug::find_check(a.get("id"));
-    GS_CHECK(c != nullptr, "checks", "unknown check '", a.get("id"),
-             "': ids are ", id_ranges(false), " (see gradsleuth checks --list)");
+    GS_CHECK(c != nullptr, "checks", "unknown check '", a.get("id"), "': ids are ", id_ranges(false),
+             " (see gradsleuth checks --list)");
     rows.push_back(c);
   } else {
     for (const debug::CheckInfo& c : debug::all_checks()) rows.push_back(&c);
@@ -114,9 +115,8 @@ int cmd_checks(const std::vector<std::string>& args) {
       const debug::CheckInfo& c = *rows[i];
       std::cout << (i ? "," : "") << "{\"id\":" << json_str(c.id) << ",\"name\":" << json_str(c.name)
                 << ",\"group\":" << json_str(c.group) << ",\"sources\":" << json_list(titles(c))
-                << ",\"what\":" << json_str(c.what) << ",\"api\":" << json_str(c.api)
-                << ",\"cli\":" << json_str(c.cli) << ",\"home\":" << json_str(c.home)
-                << ",\"implemented\":" << json_bool(c.implemented) << "}";
+                << ",\"what\":" << json_str(c.what) << ",\"api\":" << json_str(c.api) << ",\"cli\":" << json_str(c.cli)
+                << ",\"home\":" << json_str(c.home) << ",\"implemented\":" << json_bool(c.implemented) << "}";
     }
     std::cout << "]\n";
     return 0;
@@ -149,9 +149,12 @@ int cmd_checks(const std::vector<std::string>& args) {
     const std::string last = wide ? debug::sources_str(*c) : c->api + " (" + debug::sources_str(*c) + ")";
     std::cout << wrap_last_column(prefix(c->id, name, c->group, c->api), last, width);
   }
-  std::cout << wrap_last_column("", std::to_string(rows.size()) + " checks; sources with authors, year and URL: "
+  std::cout << wrap_last_column("",
+                                std::to_string(rows.size()) +
+                                    " checks; sources with authors, year and URL: "
                                     "gradsleuth checks --sources; each check's rule, thresholds and causes: "
-                                    "docs/checks.md", width);
+                                    "docs/checks.md",
+                                width);
   return 0;
 }
 

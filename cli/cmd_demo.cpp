@@ -63,10 +63,11 @@ double accuracy(const Tensor& logits, const Tensor& y) {
 
 int cmd_demo(const std::vector<std::string>& args) {
   Args a("demo", args);
-  a.about("Trains a 2-layer MLP (2 -> H -> 3, ReLU) written with raw ops (gs::linear, gs::relu,\n"
-          "gs::log_softmax + gather for the NLL loss) by hand-written SGD with momentum on a synthetic\n"
-          "3-class spiral of 600 points; then shows the error autograd raises when a tensor saved for\n"
-          "backward is modified in place, and checks the model's gradients numerically (gs::debug::gradcheck).");
+  a.about(
+      "Trains a 2-layer MLP (2 -> H -> 3, ReLU) written with raw ops (gs::linear, gs::relu,\n"
+      "gs::log_softmax + gather for the NLL loss) by hand-written SGD with momentum on a synthetic\n"
+      "3-class spiral of 600 points; then shows the error autograd raises when a tensor saved for\n"
+      "backward is modified in place, and checks the model's gradients numerically (gs::debug::gradcheck).");
   a.option("steps", "N", "full-batch SGD steps", "500");
   a.option("log-every", "K", "print step, loss and accuracy every K steps", "50");
   a.option("seed", "S", "seed for the data and the initial weights", "0");
@@ -100,9 +101,10 @@ int cmd_demo(const std::vector<std::string>& args) {
   for (const Tensor& p : m.params()) velocity.push_back(zeros_like(p));
 
   if (!json)
-    std::printf("training a 2-layer MLP (2 -> %lld -> 3) on a 3-class spiral of %lld points: %d steps of SGD "
-                "(lr %g, momentum %g)\n",
-                static_cast<long long>(H), static_cast<long long>(data.x.size(0)), steps, lr, momentum);
+    std::printf(
+        "training a 2-layer MLP (2 -> %lld -> 3) on a 3-class spiral of %lld points: %d steps of SGD "
+        "(lr %g, momentum %g)\n",
+        static_cast<long long>(H), static_cast<long long>(data.x.size(0)), steps, lr, momentum);
 
   // ---- training: forward, backward, update ---------------------------------------
   double loss_v = 0.0;
@@ -115,7 +117,7 @@ int cmd_demo(const std::vector<std::string>& args) {
       tensor_list ps = m.params();
       for (size_t i = 0; i < ps.size(); ++i) {
         velocity[i].mul_(momentum).add_(ps[i].grad());  // v = momentum v + g
-        ps[i].sub_(velocity[i], lr);                     // p = p - lr v
+        ps[i].sub_(velocity[i], lr);                    // p = p - lr v
         ps[i].zero_grad();
       }
     }
@@ -142,8 +144,7 @@ int cmd_demo(const std::vector<std::string>& args) {
       y.sum().backward();
     } catch (const Error& e) {
       inplace_caught = true;
-      if (!json)
-        std::printf("\nin-place error: y = exp(x); y.add_(1); y.sum().backward() raises\n  %s\n", e.what());
+      if (!json) std::printf("\nin-place error: y = exp(x); y.add_(1); y.sum().backward() raises\n  %s\n", e.what());
     }
   }
 

@@ -14,16 +14,16 @@
 #include "cli/cli.h"
 #include "core/autograd.h"
 #include "core/format.h"
+#include "core/io.h"
 #include "core/json.h"
 #include "debug/checks/model/activation_stats.h"
-#include "debug/evidence/catalogue.h"
-#include "debug/run/diagnose.h"
-#include "debug/report/graph.h"
-#include "core/io.h"
-#include "debug/report/html_report.h"
 #include "debug/checks/workflow/memory.h"
 #include "debug/checks/workflow/profiler.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/report/explore.h"
+#include "debug/report/graph.h"
+#include "debug/report/html_report.h"
+#include "debug/run/diagnose.h"
 #include "debug/zoo/zoo.h"
 
 namespace gradsleuth::cli {
@@ -31,7 +31,8 @@ namespace gradsleuth::cli {
 namespace {
 
 // The loss per step, the clean run's beside it and the chance level of the task.
-debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug::zoo::RunResult>& clean, double chance) {
+debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug::zoo::RunResult>& clean,
+                      double chance) {
   debug::Plot loss;
   loss.title = "training loss";
   loss.x_label = "step";
@@ -47,12 +48,12 @@ debug::Plot loss_plot(const debug::zoo::RunResult& r, const std::optional<debug:
   };
   loss.series.push_back(series(clean ? "this run" : "train (per step)", r.history.step_losses));
   if (clean) loss.series.push_back(series("clean reference", clean->history.step_losses));
-  if (std::isfinite(chance)) loss.lines.push_back({chance, str_printf("chance level ln %.0f = %.3f", std::exp(chance), chance)});
+  if (std::isfinite(chance))
+    loss.lines.push_back({chance, str_printf("chance level ln %.0f = %.3f", std::exp(chance), chance)});
   loss.caption = std::string("A loss that stays at the chance level has learned nothing; ") +
                  (clean ? "the clean recipe with the same budget shows what training should look like." : "");
   return loss;
 }
-
 
 // The batch-mixing Jacobian (M6): cell (i, j) is the size of d output[i] / d input[j] for
 // the first examples of a batch, in eval mode. A model that treats examples independently
@@ -77,9 +78,10 @@ debug::HeatMap batch_mixing_map(const nn::BugSet& bugs, const debug::zoo::Option
       h.values.push_back(std::sqrt((gj * gj).sum().item<double>()));
     }
   }
-  h.caption = "Each output row should depend on its own input only: a diagonal map. Off-diagonal cells mean the "
-              "model mixes examples of the batch (a reshape where a transpose was meant, a statistic over the "
-              "wrong dimension).";
+  h.caption =
+      "Each output row should depend on its own input only: a diagonal map. Off-diagonal cells mean the "
+      "model mixes examples of the batch (a reshape where a transpose was meant, a statistic over the "
+      "wrong dimension).";
   return h;
 }
 }  // namespace
@@ -105,8 +107,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
   a.option("bug", "ID", "inject a bug (" + nn::bug_range() + "); repeatable", "", true);
   a.option("steps", "N", "training steps of the monitored run", "150");
   a.option("train-examples", "N", "training images", "6000");
-  a.option("out", "DIR", "where report.html and metrics.csv go (a folder holding an earlier report is refused unless "
-                        "--overwrite)", "runs/doctor");
+  a.option("out", "DIR",
+           "where report.html and metrics.csv go (a folder holding an earlier report is refused unless "
+           "--overwrite)",
+           "runs/doctor");
   a.flag("overwrite", "replace the report.html and metrics.csv of an earlier run in --out DIR");
   a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
@@ -163,7 +167,7 @@ int cmd_doctor(const std::vector<std::string>& args) {
   // training: their findings are stamped end_of_run, so the grouping (Report::groups) orders
   // them after the training steps.
   debug::Report extra;
-  std::string diagnosis_text;  // W5's report, a section of the HTML page
+  std::string diagnosis_text;    // W5's report, a section of the HTML page
   debug::Report* sink = &extra;  // where a check that could not run is reported
   auto guarded = [&](const char* what, const std::function<void()>& f) {
     try {
@@ -222,23 +226,25 @@ int cmd_doctor(const std::vector<std::string>& args) {
     // W1: the recipe trained twice for 20 steps with one seed: the losses, every step's weights and
     // gradients, and the final parameters.
     guarded("the reproducibility check (W1)", [&] {
-      extra.add(debug::check_reproducible([&](uint64_t seed) -> debug::ReproRun {
-        debug::zoo::Options ro = o;
-        ro.seed = seed;
-        debug::zoo::Variant rv = debug::zoo::build(bugs, ro);
-        debug::StepRecorder rec(*rv.model, *rv.optimizer);
-        std::vector<double> losses;
-        int64_t step = 0;
-        for (const nn::Batch& b : *rv.train) {
-          if (step++ == 20) break;
-          rv.optimizer->zero_grad();
-          Tensor l = (*rv.loss)((*rv.model)(b.x), b.y);
-          l.backward();
-          rv.optimizer->step();
-          losses.push_back(l.item<double>());
-        }
-        return {losses, rv.model, rec.fingerprints()};
-      }, o.seed));
+      extra.add(debug::check_reproducible(
+          [&](uint64_t seed) -> debug::ReproRun {
+            debug::zoo::Options ro = o;
+            ro.seed = seed;
+            debug::zoo::Variant rv = debug::zoo::build(bugs, ro);
+            debug::StepRecorder rec(*rv.model, *rv.optimizer);
+            std::vector<double> losses;
+            int64_t step = 0;
+            for (const nn::Batch& b : *rv.train) {
+              if (step++ == 20) break;
+              rv.optimizer->zero_grad();
+              Tensor l = (*rv.loss)((*rv.model)(b.x), b.y);
+              l.backward();
+              rv.optimizer->step();
+              losses.push_back(l.item<double>());
+            }
+            return {losses, rv.model, rec.fingerprints()};
+          },
+          o.seed));
     });
   }
   for (debug::Finding f : extra.findings()) {
@@ -310,7 +316,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
     html.lead = std::move(l);
   }
   html.plots.insert(html.plots.begin(), loss_plot(r, clean, chance));
-  if (!diagnosis_text.empty()) html.sections.push_back({"Diagnosis report (W5, the fresh model on one batch)", diagnosis_text});
+  if (!diagnosis_text.empty())
+    html.sections.push_back({"Diagnosis report (W5, the fresh model on one batch)", diagnosis_text});
   html.sections.push_back({"Where the step time goes (W7 profiler, 10 steps)", profile_text});
   if (!memory_text.empty()) html.sections.push_back({"Memory (W8 memory report, one step)", memory_text});
   guarded("the autograd graph", [&] {
@@ -319,8 +326,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
     for (const debug::Finding& f : r.report.findings())
       if (f.fires()) d.highlight(f);
     const std::string dot = debug::zoo::graph_dot(bugs, o, 8, d);
-    if (debug::have_graphviz()) html.graph_svg = debug::dot_to_svg(dot);
-    else html.graph_dot = dot;
+    if (debug::have_graphviz())
+      html.graph_svg = debug::dot_to_svg(dot);
+    else
+      html.graph_dot = dot;
   });
   std::filesystem::create_directories(out);
   // The autograd explorer's page beside the report (docs/explore.md): the graph of one batch through the
@@ -339,8 +348,9 @@ int cmd_doctor(const std::vector<std::string>& args) {
     eo.replay = debug::replay_from(r.history, &replay_series);
     eo.findings = &r.report;
     auto loss = v.loss;
-    debug::explore(*v.model, bx, by, [loss](const Tensor& o_, const Tensor& y_) { return (*loss)(o_, y_); },
-                   out + "/explore.html", eo);
+    debug::explore(
+        *v.model, bx, by, [loss](const Tensor& o_, const Tensor& y_) { return (*loss)(o_, y_); }, out + "/explore.html",
+        eo);
     explorer = true;
   });
   {
@@ -348,9 +358,10 @@ int cmd_doctor(const std::vector<std::string>& args) {
     std::string page = debug::render_html(html);
     const size_t h1 = page.find("</h1>");
     if (explorer && h1 != std::string::npos)
-      page.insert(h1 + 5, "\n<p class=\"explore-link\"><a href=\"explore.html\">Explore the autograd graph</a>: step "
-                          "through the forward and the backward, and replay this run (explore.html, beside this "
-                          "report)</p>");
+      page.insert(h1 + 5,
+                  "\n<p class=\"explore-link\"><a href=\"explore.html\">Explore the autograd graph</a>: step "
+                  "through the forward and the backward, and replay this run (explore.html, beside this "
+                  "report)</p>");
     write_file_atomic(out + "/report.html", page, "doctor");
   }
   {
@@ -364,18 +375,18 @@ int cmd_doctor(const std::vector<std::string>& args) {
   }
 
   if (json) {
-    std::cout << "{\"model\":" << json_str(o.model) << ",\"bugs\":" << json_str(bugs.str())
-              << ",\"steps\":" << r.steps << ",\"test_accuracy\":" << json_num(r.test_accuracy)
-              << ",\"final_loss\":" << json_num(r.final_loss) << ",\"fired\":[";
+    std::cout << "{\"model\":" << json_str(o.model) << ",\"bugs\":" << json_str(bugs.str()) << ",\"steps\":" << r.steps
+              << ",\"test_accuracy\":" << json_num(r.test_accuracy) << ",\"final_loss\":" << json_num(r.final_loss)
+              << ",\"fired\":[";
     for (size_t i = 0; i < r.fired.size(); ++i) std::cout << (i ? "," : "") << json_str(r.fired[i]);
     std::cout << "],\"lead\":" << r.report.lead_json() << ",\"findings\":" << r.report.json()
-              << ",\"profile\":" << profile_json
-              << ",\"memory\":" << memory_json << ",\"report\":" << json_str(out + "/report.html")
+              << ",\"profile\":" << profile_json << ",\"memory\":" << memory_json
+              << ",\"report\":" << json_str(out + "/report.html")
               << ",\"explore\":" << json_str(explorer ? out + "/explore.html" : "") << "}\n";
     return 0;
   }
-  std::cout << "gradsleuth doctor: " << o.model << (bugs.empty() ? "" : " with bug " + bugs.str()) << ", "
-            << r.steps << " training steps, test accuracy " << debug::fmt_num(r.test_accuracy) << "\n";
+  std::cout << "gradsleuth doctor: " << o.model << (bugs.empty() ? "" : " with bug " + bugs.str()) << ", " << r.steps
+            << " training steps, test accuracy " << debug::fmt_num(r.test_accuracy) << "\n";
   if (!r.stopped.empty()) std::cout << r.stopped << "\n";
   // The diagnosis first, then each root with what it explains (--verbose lists the follow-ons).
   std::cout << "\n" << r.report.str(a.has("verbose"), a.has("verbose"));

@@ -75,17 +75,17 @@ void print_table(const std::vector<debug::OpCheckRow>& rows) {
               "max_rel_error", "2nd-order");
   for (const auto& r : rows) {
     const char* ok = r.skipped ? "skip" : (r.passed ? "ok" : "FAIL");
-    const char* second = !r.double_backward_checked ? "-"
+    const char* second = !r.double_backward_checked  ? "-"
                          : r.double_backward_refused ? "refused"
-                         : (r.double_backward_passed ? "ok" : "FAIL");
+                                                     : (r.double_backward_passed ? "ok" : "FAIL");
     std::string sample = r.skipped ? "(not differentiable)" : r.sample;
     if (sample.size() > 36) sample = sample.substr(0, 33) + "...";
     if (r.skipped)
       std::printf("%-24s %-12s %-36s %-6s %-13s %-13s %s\n", r.name.c_str(), r.category.c_str(), sample.c_str(), ok,
                   "-", "-", second);
     else
-      std::printf("%-24s %-12s %-36s %-6s %-13.3e %-13.3e %s\n", r.name.c_str(), r.category.c_str(), sample.c_str(),
-                  ok, r.max_abs_error, r.max_rel_error, second);
+      std::printf("%-24s %-12s %-36s %-6s %-13.3e %-13.3e %s\n", r.name.c_str(), r.category.c_str(), sample.c_str(), ok,
+                  r.max_abs_error, r.max_rel_error, second);
   }
   bool header = false;
   for (const auto& r : rows) {
@@ -100,13 +100,14 @@ void print_table(const std::vector<debug::OpCheckRow>& rows) {
 
 int cmd_gradcheck(const std::vector<std::string>& args) {
   Args a("gradcheck", args);
-  a.about("Numeric gradient check (check M13): for every op in the registry and each of its sample inputs\n"
-          "(float64, incl. broadcasting and non-contiguous cases), compares autograd's gradient with central\n"
-          "differences (f(x+eps) - f(x-eps)) / 2eps, element by element, and reports the worst element.\n"
-          "Ops flagged double_backward also get a second-order check (the backward of the backward, w.r.t. the\n"
-          "inputs and the incoming gradient); every other differentiable op must refuse create_graph with a\n"
-          "clear error (shown as 'refused').\n"
-          "Exit status: 0 when every op passes, 1 otherwise.");
+  a.about(
+      "Numeric gradient check (check M13): for every op in the registry and each of its sample inputs\n"
+      "(float64, incl. broadcasting and non-contiguous cases), compares autograd's gradient with central\n"
+      "differences (f(x+eps) - f(x-eps)) / 2eps, element by element, and reports the worst element.\n"
+      "Ops flagged double_backward also get a second-order check (the backward of the backward, w.r.t. the\n"
+      "inputs and the incoming gradient); every other differentiable op must refuse create_graph with a\n"
+      "clear error (shown as 'refused').\n"
+      "Exit status: 0 when every op passes, 1 otherwise.");
   a.flag("all-ops", "check every op in the registry");
   a.option("op", "NAME", "check only this op (see 'gradsleuth ops')");
   a.flag("json", "print one JSON object {\"ops\":[...]} and nothing else on stdout");
@@ -120,8 +121,9 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
   a.refuse_together("all-ops", "op", "--all-ops checks every op, --op NAME one of them; pass one");
   if (a.has("op")) a.get_nonempty("op");
   if (!a.has("all-ops") && !a.has("op"))
-    throw std::invalid_argument("nothing to check: pass --all-ops, or --op NAME for one op (see 'gradsleuth "
-                                "gradcheck --help')");
+    throw std::invalid_argument(
+        "nothing to check: pass --all-ops, or --op NAME for one op (see 'gradsleuth "
+        "gradcheck --help')");
 
   debug::GradcheckOptions o;
   o.fast = a.has("fast");
@@ -143,9 +145,10 @@ int cmd_gradcheck(const std::vector<std::string>& args) {
     print_table(rows);
     int dbl = 0;
     for (const auto& s : ops) dbl += s.dbl_checked;
-    std::printf("\n%d passed, %d failed (ops; %zu samples checked, %d ops also checked to second order, %d "
-                "skipped as not differentiable)\n",
-                passed, failed, rows.size() - static_cast<size_t>(skipped), dbl, skipped);
+    std::printf(
+        "\n%d passed, %d failed (ops; %zu samples checked, %d ops also checked to second order, %d "
+        "skipped as not differentiable)\n",
+        passed, failed, rows.size() - static_cast<size_t>(skipped), dbl, skipped);
   }
   return failed == 0 ? 0 : 1;
 }

@@ -65,7 +65,8 @@ int cmd_graph(const std::vector<std::string>& args) {
       if (f.fires() && (!f.module.empty() || !f.op.empty() || !f.parameter.empty())) {
         dopt.highlight(f);
         ++named;
-        std::fprintf(stderr, "graph: highlighting %s (%s)\n", debug::check_label(f.check).c_str(), f.location().c_str());
+        std::fprintf(stderr, "graph: highlighting %s (%s)\n", debug::check_label(f.check).c_str(),
+                     f.location().c_str());
       }
     if (named == 0) std::fprintf(stderr, "graph: no finding named a module, op or parameter\n");
   }

@@ -51,10 +51,14 @@ std::string sci(double v) { return str_printf("%.2g", v); }
 std::string sci3(double v) { return str_printf("%.3g", v); }
 std::string human(double v, const char* unit) {  // 1.2 G, 340 M, ...
   const char* p = "";
-  if (v >= 1e12) v /= 1e12, p = "T";
-  else if (v >= 1e9) v /= 1e9, p = "G";
-  else if (v >= 1e6) v /= 1e6, p = "M";
-  else if (v >= 1e3) v /= 1e3, p = "k";
+  if (v >= 1e12)
+    v /= 1e12, p = "T";
+  else if (v >= 1e9)
+    v /= 1e9, p = "G";
+  else if (v >= 1e6)
+    v /= 1e6, p = "M";
+  else if (v >= 1e3)
+    v /= 1e3, p = "k";
   return fmt(v, v < 10 ? 2 : 1) + " " + p + unit;
 }
 
@@ -80,7 +84,8 @@ void print_result(std::ostream& os, const wb::KernelSpec& k, const wb::RunResult
     os << "  validation: FAILED: " << v.mismatches << " of " << v.n << " elements differ from the CPU reference; the "
        << "first at index " << v.first_bad << ": expected " << v.first_want << ", got " << v.first_got
        << " (max abs err " << sci(v.max_abs_err) << ", atol " << sci(r.atol) << ", rtol " << sci(r.rtol) << ")\n"
-       << "  fix: " << k.file << ", version " << r.version << "; run the emulator tests (ctest -L cuda_emu) to see it under "
+       << "  fix: " << k.file << ", version " << r.version
+       << "; run the emulator tests (ctest -L cuda_emu) to see it under "
        << "several thread orders\n";
   }
   const Bound b = h100_bound(r.cost);
@@ -95,18 +100,24 @@ void print_result(std::ostream& os, const wb::KernelSpec& k, const wb::RunResult
   os << "  time: " << fmt(r.ms, 4) << " ms (mean of the timed launches, after warm-up)\n";
   if (k.compute_bound) {
     const double gf = r.cost.flops / s / 1e9;
-    os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / wb::kH100Fp32Gflops, 1) << "% of the H100 SXM's 67 TFLOP/s";
-    if (r.device_fp32_gflops > 0) os << ", " << fmt(100.0 * gf / r.device_fp32_gflops, 1) << "% of this device's " << fmt(r.device_fp32_gflops, 0) << " GFLOP/s";
+    os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / wb::kH100Fp32Gflops, 1)
+       << "% of the H100 SXM's 67 TFLOP/s";
+    if (r.device_fp32_gflops > 0)
+      os << ", " << fmt(100.0 * gf / r.device_fp32_gflops, 1) << "% of this device's " << fmt(r.device_fp32_gflops, 0)
+         << " GFLOP/s";
     os << "\n";
   } else {
     const double gb = r.cost.bytes / s / 1e9;
-    os << "  " << fmt(gb, 0) << " GB/s = " << fmt(100.0 * gb / wb::kH100HbmGbPerS, 1) << "% of the H100 SXM's 3.35 TB/s";
-    if (r.device_gb_per_s > 0) os << ", " << fmt(100.0 * gb / r.device_gb_per_s, 1) << "% of this device's " << fmt(r.device_gb_per_s, 0) << " GB/s";
+    os << "  " << fmt(gb, 0) << " GB/s = " << fmt(100.0 * gb / wb::kH100HbmGbPerS, 1)
+       << "% of the H100 SXM's 3.35 TB/s";
+    if (r.device_gb_per_s > 0)
+      os << ", " << fmt(100.0 * gb / r.device_gb_per_s, 1) << "% of this device's " << fmt(r.device_gb_per_s, 0)
+         << " GB/s";
     os << "\n";
   }
   if (r.ref_ms > 0)
-    os << "  vs " << r.ref_name << ": " << fmt(r.ref_ms, 4) << " ms; this version runs at " << fmt(100.0 * r.ref_ms / r.ms, 1)
-       << "% of its speed\n";
+    os << "  vs " << r.ref_name << ": " << fmt(r.ref_ms, 4) << " ms; this version runs at "
+       << fmt(100.0 * r.ref_ms / r.ms, 1) << "% of its speed\n";
 }
 
 std::string result_json(const wb::KernelSpec& k, const wb::RunResult& r) {
@@ -115,8 +126,9 @@ std::string result_json(const wb::KernelSpec& k, const wb::RunResult& r) {
   os << "{\"kernel\":" << json_str(k.name) << ",\"version\":" << r.version << ",\"name\":" << json_str(r.version_name)
      << ",\"shape\":{\"m\":" << r.shape.m << ",\"n\":" << r.shape.n << ",\"k\":" << r.shape.k << "}"
      << ",\"device\":" << json_str(r.device) << ",\"emulator\":" << json_bool(r.emulator)
-     << ",\"validation\":{\"passed\":" << json_bool(v.ok) << ",\"elements\":" << v.n << ",\"mismatches\":" << v.mismatches
-     << ",\"first_bad\":" << v.first_bad << ",\"max_abs_err\":" << json_num(v.max_abs_err) << ",\"atol\":" << json_num(r.atol)
+     << ",\"validation\":{\"passed\":" << json_bool(v.ok) << ",\"elements\":" << v.n
+     << ",\"mismatches\":" << v.mismatches << ",\"first_bad\":" << v.first_bad
+     << ",\"max_abs_err\":" << json_num(v.max_abs_err) << ",\"atol\":" << json_num(r.atol)
      << ",\"rtol\":" << json_num(r.rtol) << "}"
      << ",\"flops\":" << json_num(r.cost.flops) << ",\"bytes\":" << json_num(r.cost.bytes)
      << ",\"h100_bound_us\":" << json_num(h100_bound(r.cost).us) << ",\"timed\":" << json_bool(r.timed);
@@ -160,10 +172,13 @@ std::string cuda_kernels_json() {
 
 void cuda_kernels_text(std::ostream& os) {
   os << "The kernel workbench with CUDA (cuda/workbench/): numbered versions of each kernel, each validated against\n"
-        "one CPU reference" << (kOnEmulator ? "; this build runs them on the CPU emulator (validation only, no timing)"
-                                           : " and timed on the GPU") << ".\n";
+        "one CPU reference"
+     << (kOnEmulator ? "; this build runs them on the CPU emulator (validation only, no timing)"
+                     : " and timed on the GPU")
+     << ".\n";
   for (const wb::KernelSpec& k : wb::kernels()) {
-    os << "\n" << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
+    os << "\n"
+       << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
        << "-bound; reference: " << k.gpu_reference << ")\n  " << k.shape_help << "\n";
     for (const wb::Version& v : k.versions)
       os << "  v" << v.number << "  " << v.name << std::string(v.name.size() < 20 ? 20 - v.name.size() : 1, ' ')
@@ -174,8 +189,10 @@ void cuda_kernels_text(std::ostream& os) {
 
 int kernels_bench(const Args& a) {
   const auto& pos = a.positional();
-  GS_CHECK(pos.size() == 2, "kernels", "bench takes one kernel name: gradsleuth kernels bench NAME [--version V] [--size N]; "
-                                       "the kernels are ", wb::kernel_names());
+  GS_CHECK(pos.size() == 2, "kernels",
+           "bench takes one kernel name: gradsleuth kernels bench NAME [--version V] [--size N]; "
+           "the kernels are ",
+           wb::kernel_names());
   const std::string name = pos[1];
   const wb::KernelSpec* k = wb::find_kernel(name);
   GS_CHECK(k != nullptr, "kernels", "unknown kernel '", name, "': the workbench has ", wb::kernel_names(),
@@ -210,8 +227,10 @@ int kernels_bench(const Args& a) {
   for (int v : versions) {
     const wb::RunResult r = run_one(name, v, shape, o);
     all_ok = all_ok && r.validation.ok;
-    if (json) js.push_back(result_json(*k, r));
-    else print_result(std::cout, *k, r);
+    if (json)
+      js.push_back(result_json(*k, r));
+    else
+      print_result(std::cout, *k, r);
   }
   if (json) {
     std::cout << "{\"runs_on\":" << json_str(kOnEmulator ? "emulator" : "gpu") << ",\"results\":[";
@@ -251,11 +270,12 @@ std::string cpu_kernels_json() {
 void cpu_kernels_text(std::ostream& os) {
   os << "The kernel workbench on the CPU (workbench/): numbered versions of each kernel, each one step from the last,\n"
         "validated against a float64 reference and timed against this machine's measured FMA peak and memory\n"
-        "bandwidth (this build: " << cw::ladders().front().rungs.size() << " matmul versions, ISA level "
-     << cw::isa_level() << ").\n";
+        "bandwidth (this build: "
+     << cw::ladders().front().rungs.size() << " matmul versions, ISA level " << cw::isa_level() << ").\n";
   for (const cw::Ladder& l : cw::ladders()) {
     const wb::KernelSpec& k = l.spec;
-    os << "\n" << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
+    os << "\n"
+       << k.name << ": " << k.what << "  (" << k.file << "; " << (k.compute_bound ? "compute" : "memory")
        << "-bound: % of the " << (k.compute_bound ? "FMA peak" : "copy bandwidth") << ")\n  " << k.shape_help << "\n";
     for (const cw::Rung& r : l.rungs) {
       os << "  v" << r.v.number << "  " << r.v.name << std::string(r.v.name.size() < 22 ? 22 - r.v.name.size() : 1, ' ')
@@ -269,15 +289,17 @@ void cpu_kernels_text(std::ostream& os) {
 
 int kernels_list(bool json) {
   if (json) {
-    std::cout << "{\"runs_on\":" << json_str(GS_KERNELS_GPU ? "gpu" : GS_KERNELS_EMU ? "emulator" : "none")
+    std::cout << "{\"runs_on\":"
+              << json_str(GS_KERNELS_GPU   ? "gpu"
+                          : GS_KERNELS_EMU ? "emulator"
+                                           : "none")
               << ",\"kernels\":";
 #if GS_KERNELS_GPU || GS_KERNELS_EMU
     std::cout << cuda_kernels_json();
 #else
     std::cout << "[]";
 #endif
-    std::cout << ",\"cpu\":{\"isa\":" << json_str(cw::isa_level()) << ",\"kernels\":" << cpu_kernels_json()
-              << "}}\n";
+    std::cout << ",\"cpu\":{\"isa\":" << json_str(cw::isa_level()) << ",\"kernels\":" << cpu_kernels_json() << "}}\n";
     return 0;
   }
 #if GS_KERNELS_GPU || GS_KERNELS_EMU
@@ -304,7 +326,9 @@ void limits_text(std::ostream& os, const cw::Limits& l) {
 }
 
 // The limit a kernel is compared with, and the rate it achieved against it.
-double limit_of(const cw::Ladder& l, const cw::Limits& lim) { return l.spec.compute_bound ? lim.fma_gflops : lim.copy_gb_per_s; }
+double limit_of(const cw::Ladder& l, const cw::Limits& lim) {
+  return l.spec.compute_bound ? lim.fma_gflops : lim.copy_gb_per_s;
+}
 double rate_of(const cw::Ladder& l, const cw::Result& r) { return l.spec.compute_bound ? r.gflops() : r.gb_per_s(); }
 
 std::string cpu_result_json(const cw::Ladder& l, const cw::Limits& lim, const cw::Result& r, double speedup) {
@@ -317,25 +341,24 @@ std::string cpu_result_json(const cw::Ladder& l, const cw::Limits& lim, const cw
     return os.str();
   }
   const wb::Validation& v = r.validation;
-  os << ",\"validation\":{\"passed\":" << json_bool(v.ok) << ",\"elements\":" << v.n << ",\"mismatches\":" << v.mismatches
-     << ",\"first_bad\":" << v.first_bad << ",\"max_abs_err\":" << json_num(v.max_abs_err) << ",\"atol\":" << json_num(r.atol)
+  os << ",\"validation\":{\"passed\":" << json_bool(v.ok) << ",\"elements\":" << v.n
+     << ",\"mismatches\":" << v.mismatches << ",\"first_bad\":" << v.first_bad
+     << ",\"max_abs_err\":" << json_num(v.max_abs_err) << ",\"atol\":" << json_num(r.atol)
      << ",\"rtol\":" << json_num(r.rtol) << ",\"tolerance\":" << json_str(r.tolerance_note) << "}";
   if (r.has_accuracy)
     os << ",\"accuracy\":{\"rel_err\":" << json_num(r.accuracy_err) << ",\"bound\":" << json_num(r.accuracy_bound)
        << ",\"within_bound\":" << json_bool(r.accuracy_ok) << "}";
   const double rate = rate_of(l, r), limit = limit_of(l, lim);
   os << ",\"repeats\":" << r.repeats << ",\"ms\":" << json_num(r.ms) << ",\"min_ms\":" << json_num(r.min_ms)
-     << ",\"max_ms\":" << json_num(r.max_ms) << ",\"gflops\":" << json_num(r.gflops()) << ",\"gb_per_s\":"
-     << json_num(r.gb_per_s()) << ",\"intensity\":" << json_num(r.cost.flops / r.cost.bytes)
+     << ",\"max_ms\":" << json_num(r.max_ms) << ",\"gflops\":" << json_num(r.gflops())
+     << ",\"gb_per_s\":" << json_num(r.gb_per_s()) << ",\"intensity\":" << json_num(r.cost.flops / r.cost.bytes)
      << ",\"limit\":" << json_str(l.spec.compute_bound ? "fma_peak" : "copy_bandwidth")
-     << ",\"pct_of_limit\":" << json_num(limit > 0 ? 100.0 * rate / limit : 0.0) << ",\"speedup_over_previous\":"
-     << (speedup > 0 ? json_num(speedup) : std::string("null")) << "}";
+     << ",\"pct_of_limit\":" << json_num(limit > 0 ? 100.0 * rate / limit : 0.0)
+     << ",\"speedup_over_previous\":" << (speedup > 0 ? json_num(speedup) : std::string("null")) << "}";
   return os.str();
 }
 
-int threads_option(const Args& a) {
-  return a.has("threads") ? static_cast<int>(a.get_int_in("threads", 1, 256)) : 1;
-}
+int threads_option(const Args& a) { return a.has("threads") ? static_cast<int>(a.get_int_in("threads", 1, 256)) : 1; }
 
 cw::Options cpu_options(const Args& a) {
   cw::Options o;
@@ -350,8 +373,10 @@ void progress_line(const std::string& s) { std::cerr << "  ... " << s << "\n"; }
 
 int cpu_bench(const Args& a) {
   const auto& pos = a.positional();
-  GS_CHECK(pos.size() == 2, "kernels", "bench takes one kernel name: gradsleuth kernels bench NAME --device cpu "
-                                       "[--version V] [--size N]; the CPU kernels are ", cw::ladder_names());
+  GS_CHECK(pos.size() == 2, "kernels",
+           "bench takes one kernel name: gradsleuth kernels bench NAME --device cpu "
+           "[--version V] [--size N]; the CPU kernels are ",
+           cw::ladder_names());
   const std::string name = pos[1];
   const cw::Ladder* l = cw::find_ladder(name);
   GS_CHECK(l != nullptr, "kernels", "unknown kernel '", name, "': the CPU workbench has ", cw::ladder_names(),
@@ -382,8 +407,8 @@ int cpu_bench(const Args& a) {
   std::ostringstream out;
   if (!json) {
     limits_text(out, lim);
-    out << name << " at " << cw::shape_str(*l, shape) << ": time is the median of up to " << o.repeats
-        << " runs after " << o.warmup << " warm-up (spread: fastest to slowest); % of the "
+    out << name << " at " << cw::shape_str(*l, shape) << ": time is the median of up to " << o.repeats << " runs after "
+        << o.warmup << " warm-up (spread: fastest to slowest); % of the "
         << (l->spec.compute_bound ? "FMA peak" : "copy bandwidth") << "\n";
     out << "  v  name                    median ms   spread ms          "
         << (l->spec.compute_bound ? "GFLOP/s" : "   GB/s") << "  % limit  speed-up  validation\n";
@@ -415,17 +440,21 @@ int cpu_bench(const Args& a) {
     if (r.has_accuracy)
       out << "       accuracy on " << r.shape.n << " copies of 0.1f: relative error " << sci(r.accuracy_err)
           << ", a priori bound "
-          << (std::isfinite(r.accuracy_bound) ? sci(r.accuracy_bound) : std::string("none (n u >= 1: gamma_n says nothing)")) << (r.accuracy_ok ? "" : "  EXCEEDED") << "\n";
+          << (std::isfinite(r.accuracy_bound) ? sci(r.accuracy_bound)
+                                              : std::string("none (n u >= 1: gamma_n says nothing)"))
+          << (r.accuracy_ok ? "" : "  EXCEEDED") << "\n";
     if (!r.validation.ok) {
       const wb::Validation& vv = r.validation;
-      out << "       " << vv.mismatches << " of " << vv.n << " elements differ from the float64 reference; the first at index "
-          << vv.first_bad << ": expected " << vv.first_want << ", got " << vv.first_got << " (max abs err "
-          << sci(vv.max_abs_err) << "); fix: " << l->spec.file << ", version " << r.version << "\n";
+      out << "       " << vv.mismatches << " of " << vv.n
+          << " elements differ from the float64 reference; the first at index " << vv.first_bad << ": expected "
+          << vv.first_want << ", got " << vv.first_got << " (max abs err " << sci(vv.max_abs_err)
+          << "); fix: " << l->spec.file << ", version " << r.version << "\n";
     }
   }
   if (json) {
-    std::cout << "{\"device\":\"cpu\",\"kernel\":" << json_str(name) << ",\"shape\":" << json_str(cw::shape_str(*l, shape))
-              << ",\"threads\":" << o.threads << ",\"limits\":" << limits_json(lim) << ",\"results\":[";
+    std::cout << "{\"device\":\"cpu\",\"kernel\":" << json_str(name)
+              << ",\"shape\":" << json_str(cw::shape_str(*l, shape)) << ",\"threads\":" << o.threads
+              << ",\"limits\":" << limits_json(lim) << ",\"results\":[";
     for (size_t i = 0; i < js.size(); ++i) std::cout << (i ? "," : "") << js[i];
     std::cout << "],\"passed\":" << json_bool(all_ok) << "}\n";
   } else {
@@ -494,7 +523,8 @@ int gpu_roofline(const Args& a) {
 #endif
 
 int cpu_roofline(const Args& a) {
-  GS_CHECK(a.positional().size() == 1, "kernels", "'roofline' takes no kernel name: it runs every version of every kernel");
+  GS_CHECK(a.positional().size() == 1, "kernels",
+           "'roofline' takes no kernel name: it runs every version of every kernel");
   GS_CHECK(a.has("out"), "kernels", "roofline needs --out FILE.svg (where to write the picture)");
   GS_CHECK(!a.has("version") && !a.has("size") && !a.has("rows"), "kernels",
            "roofline runs every version at its kernel's default size: drop --version, --size and --rows "
@@ -511,7 +541,8 @@ int cpu_roofline(const Args& a) {
   for (const cw::Ladder& l : cw::ladders()) {
     const wb::Shape s = quick ? quick_shape(l) : cw::shape_for(l, 0, 0);
     for (const cw::Rung& r : l.rungs) {
-      std::cerr << "  " << l.spec.name << " v" << r.v.number << " (" << r.v.name << ") at " << cw::shape_str(l, s) << "\n";
+      std::cerr << "  " << l.spec.name << " v" << r.v.number << " (" << r.v.name << ") at " << cw::shape_str(l, s)
+                << "\n";
       results.push_back(cw::run(l.spec.name, r.v.number, s, o));
       all_ok = all_ok && results.back().ok();
     }
@@ -559,16 +590,19 @@ int cmd_kernels(const std::vector<std::string>& args) {
   a.positionals("list | bench NAME | roofline", "what to do");
   a.option("device", "D", "bench, roofline: cpu or cuda");
   a.option("version", "V", "bench: the version number, or all", "all");
-  a.option("size", "N", "bench: the problem size (matmul N x N x N; softmax/layernorm columns; reduce/gelu elements; "
-                        "conv2d image side)");
+  a.option("size", "N",
+           "bench: the problem size (matmul N x N x N; softmax/layernorm columns; reduce/gelu elements; "
+           "conv2d image side)");
   a.option("rows", "R", "bench: rows of softmax and layernorm; conv2d's channels");
   a.option("threads", "T", "on the CPU: threads (each version splits its rows, batch or array; default 1)");
-  a.option("repeats", "K", "timed runs: on the CPU at most K (default 5, at least 3 within a 3 s budget); on a GPU "
-                           "K launches (default 20)");
+  a.option("repeats", "K",
+           "timed runs: on the CPU at most K (default 5, at least 3 within a 3 s budget); on a GPU "
+           "K launches (default 20)");
   a.option("warmup", "K", "untimed runs first (default 1 on the CPU, 3 on a GPU)");
   a.option("out", "FILE", "roofline: the SVG to write");
-  a.flag("quick", "on the CPU: short limit measurements; roofline: small problems, one run each (checks the picture, "
-                  "measures nothing)");
+  a.flag("quick",
+         "on the CPU: short limit measurements; roofline: small problems, one run each (checks the picture, "
+         "measures nothing)");
   a.flag("json", "print one JSON object");
   if (!a.parse()) return 0;
   const auto& pos = a.positional();
@@ -585,7 +619,8 @@ int cmd_kernels(const std::vector<std::string>& args) {
     if (a.has("out")) a.check_writable_file("out");
 #if GS_KERNELS_GPU || GS_KERNELS_EMU
     if (device == "cuda") {
-      GS_CHECK(a.positional().size() == 1, "kernels", "'roofline' takes no kernel name: it runs every version of every kernel");
+      GS_CHECK(a.positional().size() == 1, "kernels",
+               "'roofline' takes no kernel name: it runs every version of every kernel");
       GS_CHECK(a.has("out"), "kernels", "roofline needs --out FILE.svg (where to write the picture)");
       GS_CHECK(!a.has("version") && !a.has("size") && !a.has("rows"), "kernels",
                "roofline runs every version at its kernel's default size: drop --version, --size and --rows");
@@ -600,8 +635,9 @@ int cmd_kernels(const std::vector<std::string>& args) {
 #if GS_KERNELS_GPU || GS_KERNELS_EMU
   return kernels_bench(a);
 #else
-  GS_FAIL("kernels", "this gradsleuth was built without CUDA kernels: --device cuda needs nvcc or the CPU emulator "
-                     "(apt-get install libboost-context-dev, then reconfigure); --device cpu runs the CPU workbench");
+  GS_FAIL("kernels",
+          "this gradsleuth was built without CUDA kernels: --device cuda needs nvcc or the CPU emulator "
+          "(apt-get install libboost-context-dev, then reconfigure); --device cpu runs the CPU workbench");
 #endif
 }
 
@@ -627,9 +663,12 @@ int cmd_devices(const std::vector<std::string>& args) {
     const gradsleuth::workbench::DeviceReport d = gradsleuth::workbench::gpu::devices();
     queried = true;
     devs = d.devices;
-    if (d.status != 0) status = "no CUDA device", error = "cudaGetDeviceCount: " + d.error;
-    else if (devs.empty()) status = "no CUDA device", error = "cudaGetDeviceCount found none";
-    else status = std::to_string(devs.size()) + " CUDA device(s)";
+    if (d.status != 0)
+      status = "no CUDA device", error = "cudaGetDeviceCount: " + d.error;
+    else if (devs.empty())
+      status = "no CUDA device", error = "cudaGetDeviceCount found none";
+    else
+      status = std::to_string(devs.size()) + " CUDA device(s)";
   }
 #endif
 #ifdef GS_KERNELS_WHY
@@ -648,10 +687,12 @@ int cmd_devices(const std::vector<std::string>& args) {
   std::cout << "CUDA (nvcc) build: " << (nvcc ? "yes" : "no (nvcc not found, or GRADSLEUTH_CUDA=OFF)") << "\n";
   std::cout << "GPUs: " << status << (error.empty() ? "" : " (" + error + ")") << "\n";
   for (const std::string& d : devs) std::cout << "  " << d << "\n";
-  std::cout << "CPU emulator (cuda/emu/): " << (emu_built ? "built" : "not built (apt-get install libboost-context-dev)")
-            << "\n";
+  std::cout << "CPU emulator (cuda/emu/): "
+            << (emu_built ? "built" : "not built (apt-get install libboost-context-dev)") << "\n";
   std::cout << "kernels bench and lab 9's GPU tasks run on: "
-            << (runs_on == "gpu" ? "the GPU" : runs_on == "emulator" ? "the CPU emulator (validation only, no timing)" : "nothing (neither is built)")
+            << (runs_on == "gpu"        ? "the GPU"
+                : runs_on == "emulator" ? "the CPU emulator (validation only, no timing)"
+                                        : "nothing (neither is built)")
             << "  (-DGRADSLEUTH_KERNELS_ON=AUTO|GPU|EMU)\n";
   return 0;
 }

@@ -232,8 +232,8 @@ int list(bool json) {
       continue;
     }
     std::string out;
-    const int st = run_grader(n, json ? std::vector<std::string>{"list", "--json"} : std::vector<std::string>{"list"},
-                              !json, out);
+    const int st =
+        run_grader(n, json ? std::vector<std::string>{"list", "--json"} : std::vector<std::string>{"list"}, !json, out);
     if (st != 0) {
       missed.push_back({n, shown(grader_path(n)) + " list exited with status " + std::to_string(st)});
       continue;
@@ -248,10 +248,13 @@ int list(bool json) {
   }
   if (!unbuilt.empty()) {
     const std::string n = std::to_string(unbuilt.front());
-    std::cout << "\n" << (unbuilt.size() == lab_numbers().size() ? std::string("No lab's grader is built yet")
-                                                                 : std::to_string(unbuilt.size()) + " labs' graders are not built yet")
+    std::cout << "\n"
+              << (unbuilt.size() == lab_numbers().size()
+                      ? std::string("No lab's grader is built yet")
+                      : std::to_string(unbuilt.size()) + " labs' graders are not built yet")
               << ". Build and grade a lab with ./run.sh lab check N (e.g. ./run.sh lab check " << n
-              << "), or build its grader alone with cmake --build " << shown(GS_BUILD_DIR) << " --target labN_grader.\n";
+              << "), or build its grader alone with cmake --build " << shown(GS_BUILD_DIR)
+              << " --target labN_grader.\n";
   }
   if (json) {
     std::cout << "{\"labs\":[";
@@ -335,10 +338,12 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
   // -j J / -jJ as make and ninja spell it: --jobs.
   std::vector<std::string> args;
   for (const std::string& s : raw_args) {
-    if (s == "-j") args.push_back("--jobs");
+    if (s == "-j")
+      args.push_back("--jobs");
     else if (s.size() > 2 && s.rfind("-j", 0) == 0 && s.find_first_not_of("0123456789", 2) == std::string::npos)
       args.push_back("--jobs=" + s.substr(2));
-    else args.push_back(s);
+    else
+      args.push_back(s);
   }
   Args a("lab", args);
   a.about(
@@ -360,7 +365,8 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
   a.flag("json", "print one JSON object instead of the text report");
   a.option("task", "K", "grade only task K of the lab");
   a.flag("verbose", "show every check, the passed ones too");
-  a.option("seed", "S", "grade on the inputs drawn from S (instructors; default: $GS_GRADER_SEED, else the public inputs)");
+  a.option("seed", "S",
+           "grade on the inputs drawn from S (instructors; default: $GS_GRADER_SEED, else the public inputs)");
   a.flag("show-hidden", "with a secret --seed: print the values of a failed case's input");
   a.flag("gradescope", "write Gradescope's results.json (to --out, default results.json) instead of the report");
   a.option("out", "FILE", "with --gradescope: where to write results.json; with grade-all: the CSV gradebook");
@@ -444,7 +450,8 @@ int cmd_lab(const std::vector<std::string>& raw_args) {
   if (a.has("task")) grader_args.push_back("--task"), grader_args.push_back(std::to_string(a.get_int("task")));
   if (a.has("seed")) grader_args.push_back("--seed"), grader_args.push_back(a.get_nonempty("seed"));
   if (a.has("show-hidden")) grader_args.push_back("--show-hidden");
-  GS_CHECK(!a.has("out") || a.has("gradescope"), "lab", "--out is where --gradescope writes results.json: add --gradescope");
+  GS_CHECK(!a.has("out") || a.has("gradescope"), "lab",
+           "--out is where --gradescope writes results.json: add --gradescope");
   GS_CHECK(!(a.has("gradescope") && json), "lab", "--gradescope and --json are two output formats: choose one");
   if (a.has("gradescope"))
     grader_args.push_back("--gradescope"), grader_args.push_back(a.has("out") ? a.get_nonempty("out") : "results.json");

@@ -10,8 +10,9 @@ namespace gradsleuth::cli {
 
 int cmd_ops(const std::vector<std::string>& args) {
   Args a("ops", args);
-  a.about("Lists every op of the engine's registry (core/op_registry.cpp): its name, category, whether it is\n"
-          "differentiable and whether its backward is itself differentiable (double backward).");
+  a.about(
+      "Lists every op of the engine's registry (core/op_registry.cpp): its name, category, whether it is\n"
+      "differentiable and whether its backward is itself differentiable (double backward).");
   a.flag("json", "print one JSON object {\"ops\":[...]} instead of the table");
   if (!a.parse()) return 0;
   const auto& ops = op_registry();

@@ -5,8 +5,8 @@
 // Dimension letters: B = batch, C = channels, H/W = 28x28 pixels, K = 10 classes.
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -27,9 +27,9 @@ namespace {
 
 // x (B, 1, 28, 28) -> flatten (B, 784) -> 256 -> 128 -> K logits.
 std::shared_ptr<nn::Sequential> make_mlp() {
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(256, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 128),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
 }
 
 // x (B, 1, 28, 28) -> conv 32 3x3 pad 1 + ReLU -> pool 2  (B, 32, 14, 14)
@@ -38,11 +38,10 @@ std::shared_ptr<nn::Sequential> make_mlp() {
 std::shared_ptr<nn::Sequential> make_cnn() {
   return std::make_shared<nn::Sequential>(
       std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3).padding(1)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Dropout>(0.25), std::make_shared<nn::Linear>(128, 10));
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.25),
+      std::make_shared<nn::Linear>(128, 10));
 }
 
 // Defaults per model: what reached the goals in docs/training.md. The CNN's recipe is
@@ -87,11 +86,13 @@ int cmd_train(const std::vector<std::string>& args) {
            "cosine: the lr decays to 0 over the run, stepped per epoch; warmup-cosine: rises linearly from a\n"
            "tenth over the first half epoch, then decays to 0 step by step (default: per model)");
   a.option("label-smoothing", "X", "the training loss's label smoothing, in [0, 1) (default: per model)");
-  a.option("device", "cpu|cuda", "where the model trains (cuda: the CUDA backend, on a GPU or its CPU emulator)", "cpu");
+  a.option("device", "cpu|cuda", "where the model trains (cuda: the CUDA backend, on a GPU or its CPU emulator)",
+           "cpu");
   a.option("threads", "N", "CPU threads for the engine (default: OMP_NUM_THREADS if set, else 1)");
   a.option("seed", "S", "seeds the initialisation, shuffling and dropout (per process under mpirun)", "1");
-  a.option("run-dir", "DIR", "write steps.csv, epochs.jsonl and summary.json here (a folder holding an earlier run's is "
-                            "refused unless --overwrite)");
+  a.option("run-dir", "DIR",
+           "write steps.csv, epochs.jsonl and summary.json here (a folder holding an earlier run's is "
+           "refused unless --overwrite)");
   a.flag("overwrite", "with --run-dir: replace the files of an earlier run in DIR");
   a.option("data-dir", "D", "folder with the IDX files", nn::kFashionMnistDefaultDir);
   a.option("limit-train", "N", "train on the first N images only (quick runs)");
@@ -102,11 +103,9 @@ int cmd_train(const std::vector<std::string>& args) {
   if (!a.parse()) return 0;
 
   const std::string model_name = a.get("model");
-  GS_CHECK(model_name == "mlp" || model_name == "cnn", "train", "unknown --model '", model_name,
-           "': use mlp or cnn");
+  GS_CHECK(model_name == "mlp" || model_name == "cnn", "train", "unknown --model '", model_name, "': use mlp or cnn");
   const std::string opt_name = a.get("optimizer");
-  GS_CHECK(opt_name == "adam" || opt_name == "sgd", "train", "unknown --optimizer '", opt_name,
-           "': use adam or sgd");
+  GS_CHECK(opt_name == "adam" || opt_name == "sgd", "train", "unknown --optimizer '", opt_name, "': use adam or sgd");
   const Defaults d = defaults_for(model_name);
   // Every option is range-checked here, before any data is read or any step is taken.
   const int epochs = a.has("epochs") ? static_cast<int>(a.get_int_in("epochs", 1, 1000000)) : d.epochs;
@@ -125,8 +124,8 @@ int cmd_train(const std::vector<std::string>& args) {
     for (const char* f : {"steps.csv", "epochs.jsonl", "summary.json"})
       if (std::filesystem::exists(std::filesystem::path(a.get("run-dir")) / f))
         existing += (existing.empty() ? "" : ", ") + std::string(f);
-    GS_CHECK(existing.empty() || a.has("overwrite"), "train", "--run-dir '", a.get("run-dir"), "' holds an earlier run (",
-             existing, "); pass --overwrite to replace it, or choose another folder");
+    GS_CHECK(existing.empty() || a.has("overwrite"), "train", "--run-dir '", a.get("run-dir"),
+             "' holds an earlier run (", existing, "); pass --overwrite to replace it, or choose another folder");
   } else {
     GS_CHECK(!a.has("overwrite"), "train", "--overwrite applies to --run-dir only; drop it, or add --run-dir DIR");
   }
@@ -185,19 +184,24 @@ int cmd_train(const std::vector<std::string>& args) {
     manual_seed(dist::rank_seed(seed, pg));
   }
   std::unique_ptr<optim::Optimizer> opt;
-  if (opt_name == "adam") opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(lr));
-  else opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(lr).momentum(0.9));
+  if (opt_name == "adam")
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(lr));
+  else
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(lr).momentum(0.9));
   if (!json && main_rank) {
     std::cout << "train: " << model_name << " (" << model->num_parameters() << " parameters), " << train->size()
-              << " training / " << (val ? val->size() : 0) << " validation / " << test->size() << " test images, " << epochs << " epochs, batch " << batch << ", "
-              << opt_name << " lr " << lr << ", seed " << seed << ", on " << device.str() << device_note;
+              << " training / " << (val ? val->size() : 0) << " validation / " << test->size() << " test images, "
+              << epochs << " epochs, batch " << batch << ", " << opt_name << " lr " << lr << ", seed " << seed
+              << ", on " << device.str() << device_note;
     if (world > 1) std::cout << ", " << world << " processes (global batch " << batch * world << ")";
     std::cout << "\n";
     std::cout.flush();
   }
 
   optim::TrainerOptions to;
-  to.device(device).epochs(epochs).run_dir(main_rank ? a.get("run-dir") : "")
+  to.device(device)
+      .epochs(epochs)
+      .run_dir(main_rank ? a.get("run-dir") : "")
       .progress(a.has("quiet") || !main_rank ? optim::Progress::Off : optim::Progress::Auto);
   to.scheduler_per_step(schedule == "warmup-cosine");
   if (world > 1) to.reduce_mean([&pg](double v) { return pg.all_reduce(v, dist::ReduceOp::Avg); }).processes(world);
@@ -235,8 +239,8 @@ int cmd_train(const std::vector<std::string>& args) {
   double train_seconds = 0.0;
   for (const auto& e : r.epochs) train_seconds += e.seconds;
   const optim::EpochInfo last = r.last();
-  const double ex_s = static_cast<double>(train->size()) * static_cast<double>(r.epochs.size()) /
-                      std::max(train_seconds, 1e-9);
+  const double ex_s =
+      static_cast<double>(train->size()) * static_cast<double>(r.epochs.size()) / std::max(train_seconds, 1e-9);
 
   std::ostringstream js;
   js << "{\"model\":" << json_str(model_name) << ",\"optimizer\":" << json_str(opt_name) << ",\"epochs\":" << epochs
@@ -246,9 +250,8 @@ int cmd_train(const std::vector<std::string>& args) {
   // Under mpirun: the seconds rank 0's backward passes waited for the gradient all-reduce.
   if (auto* ddp = dynamic_cast<dist::DistributedDataParallel*>(trained.get()))
     js << ",\"allreduce_wait_seconds\":" << json_num(ddp->wait_seconds());
-  js << ",\"val_fraction\":" << json_num(val_fraction)
-     << ",\"train_examples\":" << train->size() << ",\"val_examples\":" << (val ? val->size() : 0)
-     << ",\"test_examples\":" << test->size()
+  js << ",\"val_fraction\":" << json_num(val_fraction) << ",\"train_examples\":" << train->size()
+     << ",\"val_examples\":" << (val ? val->size() : 0) << ",\"test_examples\":" << test->size()
      << ",\"train_loss\":" << json_num(last.train_loss) << ",\"train_accuracy\":" << json_num(last.train_accuracy)
      << ",\"val_loss\":" << json_num(last.val_loss) << ",\"val_accuracy\":" << json_num(last.val_accuracy)
      << ",\"test_loss\":" << json_num(test_result.loss) << ",\"test_accuracy\":" << json_num(test_result.accuracy)
@@ -257,13 +260,13 @@ int cmd_train(const std::vector<std::string>& args) {
   if (!main_rank) return bad_step ? 1 : 0;  // rank 0 reports (every rank saw the same global losses)
   if (!a.get("run-dir").empty())
     write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
-                             "train --run-dir");
+                      "train --run-dir");
   if (json) {
     std::cout << js.str() << "\n";
   } else {
     if (val) std::printf("val accuracy %.4f  val loss %.4f  (last epoch)\n", last.val_accuracy, last.val_loss);
-    std::printf("test accuracy %.4f  test loss %.4f  train loss %.4f  %.1f s (%.0f examples/s)\n",
-                test_result.accuracy, test_result.loss, last.train_loss, seconds, ex_s);
+    std::printf("test accuracy %.4f  test loss %.4f  train loss %.4f  %.1f s (%.0f examples/s)\n", test_result.accuracy,
+                test_result.loss, last.train_loss, seconds, ex_s);
   }
   if (bad_step) {
     std::cerr << "gradsleuth train: error: the training loss became non-finite (" << bad_loss << ") at step "

@@ -65,9 +65,10 @@ std::string cuda_mode() {
 
 int cmd_version(const std::vector<std::string>& args) {
   Args a("version", args);
-  a.about("Prints this gradsleuth's version and how it was built: git commit (at configure time), build type,\n"
-          "ISA level (-march and the widest vector extension compiled in), the BLAS the CPU GEMM uses, the CUDA\n"
-          "backend's mode (gpu, emulator or off) and whether MPI is linked. Also: gradsleuth --version.");
+  a.about(
+      "Prints this gradsleuth's version and how it was built: git commit (at configure time), build type,\n"
+      "ISA level (-march and the widest vector extension compiled in), the BLAS the CPU GEMM uses, the CUDA\n"
+      "backend's mode (gpu, emulator or off) and whether MPI is linked. Also: gradsleuth --version.");
   a.flag("json", "print one JSON object instead");
   if (!a.parse()) return 0;
   const std::string blas = std::string(GS_BLAS).empty() ? "none (Eigen's own kernel)" : GS_BLAS;
@@ -79,10 +80,11 @@ int cmd_version(const std::vector<std::string>& args) {
               << ",\"mpi\":" << json_bool(mpi) << "}\n";
     return 0;
   }
-  std::printf("gradsleuth %s\n  commit:     %s\n  build type: %s\n  ISA level:  %s\n  BLAS:       %s\n"
-              "  CUDA:       %s\n  MPI:        %s\n",
-              GS_VERSION, GS_GIT_COMMIT, GS_BUILD_TYPE, isa_level().c_str(), blas.c_str(), cuda_mode().c_str(),
-              mpi ? "yes" : "no");
+  std::printf(
+      "gradsleuth %s\n  commit:     %s\n  build type: %s\n  ISA level:  %s\n  BLAS:       %s\n"
+      "  CUDA:       %s\n  MPI:        %s\n",
+      GS_VERSION, GS_GIT_COMMIT, GS_BUILD_TYPE, isa_level().c_str(), blas.c_str(), cuda_mode().c_str(),
+      mpi ? "yes" : "no");
   return 0;
 }
 

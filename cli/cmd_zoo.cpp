@@ -33,7 +33,9 @@ int zoo_distributed(Args& a) {
   auto& pg = dist::ProcessGroup::world();
   GS_CHECK(pg.world_size() >= 2, "zoo --distributed",
            "the distributed zoo trains data-parallel replicas and needs at least 2 ranks, but this process is alone "
-           "(world size 1", dist::mpi_available() ? "" : "; this build has no MPI", "): run it as\n"
+           "(world size 1",
+           dist::mpi_available() ? "" : "; this build has no MPI",
+           "): run it as\n"
            "  mpirun -np 2 gradsleuth zoo --distributed\n(or more ranks; as root in a container add "
            "--allow-run-as-root or set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
   debug::dist_zoo::Options o;
@@ -43,8 +45,8 @@ int zoo_distributed(Args& a) {
   o.data_dir = a.get_nonempty("data-dir");
   GS_CHECK(a.get("model") == "mlp" && a.get("device") == "cpu", "zoo --distributed",
            "the distributed zoo trains the MLP on the CPU: drop --model/--device");
-  GS_CHECK(o.train_examples >= o.batch_size * pg.world_size(), "zoo --distributed", "--train-examples must be >= ",
-           o.batch_size * pg.world_size(), " (a batch of ", o.batch_size, " per rank)");
+  GS_CHECK(o.train_examples >= o.batch_size * pg.world_size(), "zoo --distributed",
+           "--train-examples must be >= ", o.batch_size * pg.world_size(), " (a batch of ", o.batch_size, " per rank)");
   if (a.has("json") && pg.rank() == 0) a.check_writable_file("json");
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
@@ -84,7 +86,8 @@ int zoo_distributed(Args& a) {
 int cmd_zoo(const std::vector<std::string>& args) {
   Args a("zoo", args);
   a.about(
-      "Trains the clean reference model and one variant per selected bug (by default every bug the model reproduces) on Fashion-MNIST,\n"
+      "Trains the clean reference model and one variant per selected bug (by default every bug the model reproduces) "
+      "on Fashion-MNIST,\n"
       "with every check of the debug module attached (data checks, the pre-training gate, the training monitor,\n"
       "the end-of-run diagnoses), and prints the detection matrix: per bug, the checks meant to catch it, every\n"
       "check that fired, whether an intended one did, and the test accuracy and final loss next to the clean\n"
@@ -100,7 +103,10 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "replica of the MLP with DistributedDataParallel on its shard (100 steps, batch 64 per rank, 4,000 images,\n"
       "SGD lr 0.02 momentum 0.9), with the data-parallel checks D11 L8 M21 M22 O7 W9 attached; rank 0 prints the\n"
       "matrix. Run alone (world size 1) it refuses and says how to start it.");
-  a.option("bug", "ID", "a bug to run (" + nn::bug_range() + "); repeat for several (default: every bug the model's recipe reproduces)", "", true);
+  a.option(
+      "bug", "ID",
+      "a bug to run (" + nn::bug_range() + "); repeat for several (default: every bug the model's recipe reproduces)",
+      "", true);
   a.flag("quick", "the small budget (the main job of ./run.sh)");
   a.option("json", "FILE", "also write the results as JSON to FILE (written atomically)");
   a.option("model", "mlp|cnn",
@@ -110,8 +116,8 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.option("steps", "N", "optimizer steps per variant (overrides the budget)");
   a.option("train-examples", "N", "training images per variant (overrides the budget)");
   a.option("seed", "S", "seeds initialisation, shuffling and dropout", "1");
-  a.option("device", "cpu|cuda", "where the models train and the checks run (cuda: the CUDA backend, on a GPU or its CPU emulator)",
-           "cpu");
+  a.option("device", "cpu|cuda",
+           "where the models train and the checks run (cuda: the CUDA backend, on a GPU or its CPU emulator)", "cpu");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
   a.flag("distributed", "the data-parallel bugs B29-B34, under mpirun -np 2 (or more)");
   a.flag("verbose", "with --distributed: after the matrix, every finding of each variant (info ones too)");
@@ -123,8 +129,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
     a.refuse_together("list", run_option, "--list prints the catalog and runs nothing");
   a.refuse_together("distributed", "quick", "the distributed zoo has one budget (100 steps per variant)");
   if (a.has("verbose") && !a.has("distributed"))
-    throw std::invalid_argument("--verbose applies to --distributed only (the zoo's matrix already lists every "
-                                "finding); drop it, or add --distributed (see 'gradsleuth zoo --help')");
+    throw std::invalid_argument(
+        "--verbose applies to --distributed only (the zoo's matrix already lists every "
+        "finding); drop it, or add --distributed (see 'gradsleuth zoo --help')");
 
   if (a.has("list")) {
     // The title goes last and wraps to the terminal's width.
@@ -142,9 +149,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
     std::cout << wrap_last_column(str_printf("%-4s %-*s %-*s ", "bug", where_w, "lives in", caught_w, "caught by"),
                                   "what", width);
     for (const nn::BugInfo& b : nn::bug_catalog())
-      std::cout << wrap_last_column(str_printf("%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w,
-                                               caught(b).c_str()),
-                                    b.title, width);
+      std::cout << wrap_last_column(
+          str_printf("%-4s %-*s %-*s ", b.code.c_str(), where_w, b.lives_in.c_str(), caught_w, caught(b).c_str()),
+          b.title, width);
     return 0;
   }
   set_thread_count();
@@ -158,8 +165,8 @@ int cmd_zoo(const std::vector<std::string>& args) {
   std::string device_note;  // " (CPU emulator of CUDA)" in the emulated build
   o.device = device_option(a, "zoo", &device_note);
   if (a.has("json")) a.check_writable_file("json");  // before the run, not after it
-  GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "zoo", "--steps must be >= 1 and --train-examples >= ",
-           o.batch_size);
+  GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "zoo",
+           "--steps must be >= 1 and --train-examples >= ", o.batch_size);
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
   if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);

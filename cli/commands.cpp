@@ -13,9 +13,9 @@ std::vector<Command> all_commands() {
        cmd_devices},
       {"explore", "one HTML page to explore the autograd graph, step through backward and replay a training run",
        cmd_explore},
-      {"graph", "draw the autograd graph of the zoo's model (SVG with Graphviz, else DOT), findings in red",
-       cmd_graph},
-      {"gradcheck", "check every op's backward against central differences (M13 numeric gradient check)", cmd_gradcheck},
+      {"graph", "draw the autograd graph of the zoo's model (SVG with Graphviz, else DOT), findings in red", cmd_graph},
+      {"gradcheck", "check every op's backward against central differences (M13 numeric gradient check)",
+       cmd_gradcheck},
       {"kernels", "the kernel workbench: numbered CUDA kernel versions, validated (emulator) or timed (GPU)",
        cmd_kernels},
       {"lab", "list the course labs (tutorials/) and grade your code for one: gradsleuth lab check N", cmd_lab},
@@ -23,8 +23,7 @@ std::vector<Command> all_commands() {
       {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},
       {"version", "this build: version, git commit, build type, ISA level, BLAS, CUDA mode, MPI (also --version)",
        cmd_version},
-      {"zoo", "train the clean model and each catalogued bug with every check attached: the detection matrix",
-       cmd_zoo},
+      {"zoo", "train the clean model and each catalogued bug with every check attached: the detection matrix", cmd_zoo},
   };
 }
 

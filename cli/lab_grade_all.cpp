@@ -62,14 +62,14 @@ constexpr int64_t kBuildOutputBytes = 256ll << 20;  // the compiler's and linker
 constexpr int64_t kScratchBytes = 256ll << 20;      // the run folder and /tmp in the sandbox
 constexpr rlim_t kProcesses = 64;                   // processes and threads (RLIMIT_NPROC)
 constexpr rlim_t kOpenFiles = 256;
-constexpr uid_t kSandboxUidBase = 0x3f000;          // when grade-all runs as root: one unused uid per job
+constexpr uid_t kSandboxUidBase = 0x3f000;  // when grade-all runs as root: one unused uid per job
 
 // At most `limit` bytes of a file (a submission's output can be large).
 std::string read_text(const fs::path& p, size_t limit = 16u << 20) {
   std::ifstream f(p, std::ios::binary);
   std::string s;
   char buf[65536];
-  while (s.size() < limit && f.read(buf, static_cast<std::streamsize>(std::min(sizeof buf, limit - s.size()))) ,
+  while (s.size() < limit && f.read(buf, static_cast<std::streamsize>(std::min(sizeof buf, limit - s.size()))),
          f.gcount() > 0)
     s.append(buf, static_cast<size_t>(f.gcount()));
   return s;
@@ -98,13 +98,13 @@ std::string capture(const std::string& cmd) {
 // of the lab's starter files, and the link command with those objects in it.
 struct Kit {
   struct Unit {
-    std::string file;                 // "lab1.cpp": the name the student's copy has
-    std::vector<std::string> compile; // argv; the source and object paths are replaced per student
+    std::string file;                  // "lab1.cpp": the name the student's copy has
+    std::vector<std::string> compile;  // argv; the source and object paths are replaced per student
     size_t source_arg = 0, object_arg = 0;
-    std::string object;               // the starter's object in the link command
+    std::string object;  // the starter's object in the link command
   };
   std::vector<Unit> units;
-  std::vector<std::string> link;      // argv
+  std::vector<std::string> link;  // argv
   size_t exe_arg = 0;
   fs::path build_dir, source_dir;
 };
@@ -114,14 +114,14 @@ Kit make_kit(int lab, const std::string& lab_dir) {
   kit.build_dir = GS_BUILD_DIR;
   kit.source_dir = GS_SOURCE_DIR;
   const std::string target = "lab" + std::to_string(lab) + "_grader";
-  GS_CHECK(fs::exists(kit.build_dir / "build.ninja"), "lab grade-all",
-           "grade-all reuses lab ", lab, "'s grader as built in ", kit.build_dir.string(),
+  GS_CHECK(fs::exists(kit.build_dir / "build.ninja"), "lab grade-all", "grade-all reuses lab ", lab,
+           "'s grader as built in ", kit.build_dir.string(),
            " with Ninja (scripts/build.sh configures it so), and there is no build.ninja there");
   GS_CHECK(fs::exists(kit.build_dir / "tutorials" / target), "lab grade-all", "lab ", lab,
            "'s grader is not built: cmake --build ", kit.build_dir.string(), " --target ", target,
            " (grade-all compiles only each student's files and links them with its objects)");
-  const std::string text = capture("'" + std::string(GS_NINJA) + "' -C '" + kit.build_dir.string() +
-                                   "' -t commands " + target + " 2>&1");
+  const std::string text =
+      capture("'" + std::string(GS_NINJA) + "' -C '" + kit.build_dir.string() + "' -t commands " + target + " 2>&1");
   const std::string own = "/tutorials/" + lab_dir + "/";
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
@@ -193,7 +193,7 @@ TaskList read_task_list(int lab, const fs::path& source_dir) {
 
 // ---- the sandbox ------------------------------------------------------------------------------
 struct Sandbox {
-  bool bwrap = false;         // else the fallback: Landlock, seccomp and the write guard
+  bool bwrap = false;  // else the fallback: Landlock, seccomp and the write guard
   std::string bwrap_path, prlimit_path;
   bool scratch_size = false;  // this bubblewrap has --size (a bounded tmpfs)
   bool drop_uid = false;      // grade-all runs as root: each job runs as its own unused uid
@@ -202,7 +202,7 @@ struct Sandbox {
   // Files and folders others may not read (in /etc and the source tree), hidden in the sandbox when
   // it runs as grade-all's own user (a uid of its own cannot read them anyway).
   std::vector<fs::path> private_files, private_dirs;
-  std::string protections;    // what runs, for the output
+  std::string protections;  // what runs, for the output
 };
 
 struct Limits {
@@ -213,17 +213,17 @@ struct Limits {
 
 // Where a command may read and write in the sandbox (bubblewrap); the system folders are read-only.
 struct Jail {
-  std::vector<fs::path> read;     // read-only, at their own path
-  std::vector<fs::path> hide;     // emptied (a tmpfs) after `read`: folders inside those that stay unseen
-  std::vector<fs::path> late;     // read-only, after `hide`
-  std::vector<fs::path> write;    // writable, at their own path, after `hide`
-  fs::path scratch;               // a writable tmpfs at this path (the run folder), or empty
+  std::vector<fs::path> read;   // read-only, at their own path
+  std::vector<fs::path> hide;   // emptied (a tmpfs) after `read`: folders inside those that stay unseen
+  std::vector<fs::path> late;   // read-only, after `hide`
+  std::vector<fs::path> write;  // writable, at their own path, after `hide`
+  fs::path scratch;             // a writable tmpfs at this path (the run folder), or empty
   fs::path cwd;
-  std::vector<std::string> env;   // KEY=VALUE added to a clean environment
+  std::vector<std::string> env;  // KEY=VALUE added to a clean environment
 };
 
 struct Run {
-  int status = 0;          // exit status, or 128 + signal
+  int status = 0;  // exit status, or 128 + signal
   bool timed_out = false;
   double seconds = 0;
 };
@@ -236,14 +236,16 @@ std::string path_under(const fs::path& p, const fs::path& dir) {
 // The folders of `j` are bound from descriptors opened before the sandbox's user is set (`fds`: path ->
 // descriptor), so that a uid of its own needs no search permission on the folders above them.
 std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j, const std::map<std::string, int>& fds) {
-  std::vector<std::string> a{sb.bwrap_path, "--unshare-all", "--unshare-user", "--die-with-parent", "--cap-drop", "ALL",
-                             "--hostname", "grading"};
+  std::vector<std::string> a{sb.bwrap_path, "--unshare-all", "--unshare-user", "--die-with-parent",
+                             "--cap-drop",  "ALL",           "--hostname",     "grading"};
   for (const char* d : {"/usr", "/etc", "/opt"})
     if (fs::is_directory(d)) a.insert(a.end(), {"--ro-bind", d, d});
   for (const char* d : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
     std::error_code ec;
-    if (fs::is_symlink(d, ec)) a.insert(a.end(), {"--symlink", fs::read_symlink(d, ec).string(), d});
-    else if (fs::is_directory(d, ec)) a.insert(a.end(), {"--ro-bind", d, d});
+    if (fs::is_symlink(d, ec))
+      a.insert(a.end(), {"--symlink", fs::read_symlink(d, ec).string(), d});
+    else if (fs::is_directory(d, ec))
+      a.insert(a.end(), {"--ro-bind", d, d});
   }
   a.insert(a.end(), {"--ro-bind-try", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"});
   // A GPU for lab 9, where there is one.
@@ -272,8 +274,10 @@ std::vector<std::string> bwrap_argv(const Sandbox& sb, const Jail& j, const std:
   for (const fs::path& p : j.late) bind("--ro-bind-fd", p);
   for (const fs::path& p : j.write) bind("--bind-fd", p);
   if (!j.scratch.empty()) {
-    if (sb.scratch_size) a.insert(a.end(), {"--size", std::to_string(kScratchBytes), "--tmpfs", j.scratch.string()});
-    else bind("--bind-fd", j.scratch);
+    if (sb.scratch_size)
+      a.insert(a.end(), {"--size", std::to_string(kScratchBytes), "--tmpfs", j.scratch.string()});
+    else
+      bind("--bind-fd", j.scratch);
   }
   a.insert(a.end(), {"--remount-ro", "/", "--chdir", j.cwd.string()});
   if (!sb.prlimit_path.empty()) a.insert(a.end(), {"--", sb.prlimit_path, "--nproc=" + std::to_string(kProcesses)});
@@ -304,9 +308,9 @@ bool landlock_writes_to(const fs::path& dir) {
   const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 1) return false;
   uint64_t write_rights = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
-                          LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
-                          LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |
-                          LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+                          LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
+                          LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                          LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
   if (abi >= 2) write_rights |= LANDLOCK_ACCESS_FS_REFER;
   if (abi >= 3) write_rights |= LANDLOCK_ACCESS_FS_TRUNCATE;
   landlock_ruleset_attr attr{};
@@ -366,7 +370,7 @@ bool seccomp_guard() {
 #ifdef __NR_fchmodat2
       __NR_fchmodat2,
 #endif
-      __NR_fchmod, __NR_fchmodat, __NR_fchown, __NR_fchownat, __NR_truncate, __NR_setsid, __NR_setpgid, __NR_ptrace};
+      __NR_fchmod,    __NR_fchmodat, __NR_fchown, __NR_fchownat, __NR_truncate, __NR_setsid, __NR_setpgid, __NR_ptrace};
   for (long nr : denied) {
     jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);
     stmt(BPF_RET | BPF_K, deny);
@@ -515,8 +519,10 @@ Run run_limited(const std::vector<std::string>& argv, const fs::path& out, const
     } else if (!fallback_dir.empty()) {
       ::setenv("GS_GRADER_SANDBOX", fallback_dir.c_str(), 1);
       ::setenv("TMPDIR", fallback_dir.c_str(), 1);
-      if (uid > 0) set_limit(RLIMIT_NPROC, kProcesses + 8);
-      else if (::geteuid() != 0) set_limit(RLIMIT_NPROC, user_tasks() + kProcesses);  // counts all of this user's
+      if (uid > 0)
+        set_limit(RLIMIT_NPROC, kProcesses + 8);
+      else if (::geteuid() != 0)
+        set_limit(RLIMIT_NPROC, user_tasks() + kProcesses);  // counts all of this user's
     }
     full.insert(full.end(), argv.begin(), argv.end());
     if (uid > 0) {
@@ -625,24 +631,28 @@ Sandbox choose_sandbox(const std::string& want, const fs::path& work, const Kit&
     GS_CHECK(sb.bwrap, "lab grade-all", "--sandbox bwrap: ", why_not,
              "; --sandbox auto falls back to Landlock, seccomp and the grader's write guard");
   if (sb.bwrap) {
-    sb.protections = "bubblewrap (mount, PID, network and user namespaces; writes only in the student's build "
-                     "and run folders; other students' folders, the submissions and your files unseen)";
+    sb.protections =
+        "bubblewrap (mount, PID, network and user namespaces; writes only in the student's build "
+        "and run folders; other students' folders, the submissions and your files unseen)";
     if (sb.drop_uid) sb.protections += ", each job as its own unused uid";
     if (sb.drop_uid || (!root && !sb.prlimit_path.empty()))
       sb.protections += ", at most " + std::to_string(kProcesses) + " processes";
     else if (!sb.cgroup_base.empty())
       sb.protections += ", at most " + std::to_string(kProcesses) + " processes (a pids cgroup per command)";
     else if (root)
-      sb.protections += "; no process limit (as root it needs a uid of its own per job, and that uid cannot reach "
-                        "the build, source or --out folders: make them and their parents readable by others)";
-    else sb.protections += "; no process limit (prlimit, from util-linux, is not installed)";
+      sb.protections +=
+          "; no process limit (as root it needs a uid of its own per job, and that uid cannot reach "
+          "the build, source or --out folders: make them and their parents readable by others)";
+    else
+      sb.protections += "; no process limit (prlimit, from util-linux, is not installed)";
     if (!sb.scratch_size) sb.protections += "; the run folder is on disk (this bwrap has no --size)";
   } else {
-    sb.protections = "fallback: Landlock (writes), seccomp (chmod, chown, truncate, setsid, signals to others) and "
-                     "the grader's write guard; reads, the network and other processes are not isolated (" +
-                     (why_not.empty() ? std::string("--sandbox fallback") : why_not) + ")";
+    sb.protections =
+        "fallback: Landlock (writes), seccomp (chmod, chown, truncate, setsid, signals to others) and "
+        "the grader's write guard; reads, the network and other processes are not isolated (" +
+        (why_not.empty() ? std::string("--sandbox fallback") : why_not) + ")";
     sb.protections += !sb.cgroup_base.empty() ? "; at most " + std::to_string(kProcesses) + " processes (a pids cgroup)"
-                      : root ? "; no process limit (root, and no writable pids cgroup)"
+                      : root                  ? "; no process limit (root, and no writable pids cgroup)"
                              : "; at most " + std::to_string(kProcesses) + " processes more than you run";
   }
   return sb;
@@ -708,7 +718,8 @@ std::string take_files(const fs::path& src, const std::vector<std::string>& file
   for (const auto& [name, p] : found) {
     const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat fst;
-    if (fd < 0 || ::fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || fst.st_nlink > 1 || fst.st_size > kMaxSourceBytes) {
+    if (fd < 0 || ::fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || fst.st_nlink > 1 ||
+        fst.st_size > kMaxSourceBytes) {
       if (fd >= 0) ::close(fd);
       return "refused: " + name + " changed while it was read (a link or not a regular file)";
     }
@@ -738,7 +749,7 @@ struct Results {
   std::string review;                // why the results cannot be trusted ("" when they can)
   std::string denied;                // a write the guard refused
   bool ended = false;
-  std::string gradescope;            // results.json, from the channel
+  std::string gradescope;  // results.json, from the channel
 };
 
 // Reads the channel: every line must carry the token and agree with the lab's task list.
@@ -754,7 +765,8 @@ Results read_channel(const std::string& text, const std::string& token, const Ta
     if (line.empty()) continue;
     const size_t sp1 = line.find(' '), sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
     const std::string kind = line.substr(0, sp1);
-    const std::string tok = sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 == std::string::npos ? sp2 : sp2 - sp1 - 1);
+    const std::string tok =
+        sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 == std::string::npos ? sp2 : sp2 - sp1 - 1);
     const std::string rest = sp2 == std::string::npos ? "" : line.substr(sp2 + 1);
     if (tok != token) {
       review("a line on the results channel without the grader's token");
@@ -762,8 +774,10 @@ Results read_channel(const std::string& text, const std::string& token, const Ta
     }
     const std::vector<std::string> w = split_words(rest);
     if (kind == "@task" && w.size() == 1) {
-      if (!list.max.count(w[0])) review("a result for Task " + w[0] + ", which lab has no such task");
-      else r.started.push_back(w[0]);
+      if (!list.max.count(w[0]))
+        review("a result for Task " + w[0] + ", which lab has no such task");
+      else
+        r.started.push_back(w[0]);
     } else if (kind == "@task-done" && w.size() == 4) {
       int p = 0, m = 0;
       try {
@@ -773,14 +787,17 @@ Results read_channel(const std::string& text, const std::string& token, const Ta
         continue;
       }
       const auto it = list.max.find(w[0]);
-      if (it == list.max.end()) review("a result for Task " + w[0] + ", which the lab does not have");
-      else if (r.points.count(w[0])) review("two results for Task " + w[0]);
+      if (it == list.max.end())
+        review("a result for Task " + w[0] + ", which the lab does not have");
+      else if (r.points.count(w[0]))
+        review("two results for Task " + w[0]);
       else if (!(m == it->second || (w[3] == "skipped" && m == 0)))
         review("Task " + w[0] + " reported out of " + std::to_string(m) + " points; it is worth " +
                std::to_string(it->second));
       else if (p < 0 || p > m)
         review("Task " + w[0] + " reported " + std::to_string(p) + " points out of " + std::to_string(m));
-      else r.points[w[0]] = p, max_seen[w[0]] = m;
+      else
+        r.points[w[0]] = p, max_seen[w[0]] = m;
     } else if (kind == "@end" && w.size() == 2) {
       try {
         end_points = std::stoi(w[0]), end_max = std::stoi(w[1]);
@@ -848,7 +865,8 @@ void chown_tree(const fs::path& p, uid_t uid) {
   if (uid == 0) return;
   ::lchown(p.c_str(), uid, uid);
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
     ::lchown(it->path().c_str(), uid, uid);
 }
 
@@ -883,7 +901,8 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
   build_jail.read = {kit.source_dir, kit.build_dir};
   for (const fs::path& h : {subs_root, work_root})
     for (const fs::path& r : {kit.source_dir, kit.build_dir})
-      if (!path_under(h, r).empty() && std::find(build_jail.hide.begin(), build_jail.hide.end(), h) == build_jail.hide.end())
+      if (!path_under(h, r).empty() &&
+          std::find(build_jail.hide.begin(), build_jail.hide.end(), h) == build_jail.hide.end())
         build_jail.hide.push_back(h);
   build_jail.late = {work / "src"};
   build_jail.write = {work / "build"};
@@ -896,7 +915,8 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
     std::vector<std::string> cc = u.compile;
     cc[u.source_arg] = (work / "src" / u.file).string();
     cc[u.object_arg] = (work / "build" / (u.file + ".o")).string();
-    const Run r = run_limited(cc, work / "compile.log", work / "compile.log", build_limits, sb, build_jail, {}, {}, {}, uid);
+    const Run r =
+        run_limited(cc, work / "compile.log", work / "compile.log", build_limits, sb, build_jail, {}, {}, {}, uid);
     if (r.status != 0 || r.timed_out) {
       // The copy's path as the student's own file name.
       std::string log = read_text(work / "compile.log", 1 << 20);
@@ -912,7 +932,8 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
       if (a == u.object) a = cc[u.object_arg];
   }
   if (built) {
-    const Run r = run_limited(link, work / "link.log", work / "link.log", build_limits, sb, build_jail, {}, {}, {}, uid);
+    const Run r =
+        run_limited(link, work / "link.log", work / "link.log", build_limits, sb, build_jail, {}, {}, {}, uid);
     if (r.status != 0) {
       const std::string log = read_text(work / "link.log", 1 << 20);
       status = "did not link: " + first_error(log);
@@ -944,14 +965,21 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
         break;
       }
     const std::string in_task = running.empty() ? "" : " in Task " + running;
-    if (r.timed_out) status = "timed out" + in_task + " after " + seconds_str(o.timeout_s);
-    else if (r.status == 128 + SIGXCPU) status = "ran out of CPU time" + in_task;
-    else if (r.status == 128 + SIGXFSZ) status = "wrote a file over " + std::to_string(kRunOutputBytes >> 20) + " MB" + in_task;
-    else if (r.status > 128) status = "crashed" + in_task + ": " + signal_name(r.status - 128);
-    else if (r.status != 0) status = "the grader exited with status " + std::to_string(r.status) + in_task;
-    else if (!res.ended && res.review.empty()) res.review = "the grader finished without its summary line";
+    if (r.timed_out)
+      status = "timed out" + in_task + " after " + seconds_str(o.timeout_s);
+    else if (r.status == 128 + SIGXCPU)
+      status = "ran out of CPU time" + in_task;
+    else if (r.status == 128 + SIGXFSZ)
+      status = "wrote a file over " + std::to_string(kRunOutputBytes >> 20) + " MB" + in_task;
+    else if (r.status > 128)
+      status = "crashed" + in_task + ": " + signal_name(r.status - 128);
+    else if (r.status != 0)
+      status = "the grader exited with status " + std::to_string(r.status) + in_task;
+    else if (!res.ended && res.review.empty())
+      res.review = "the grader finished without its summary line";
     if (!res.denied.empty())
-      status = "tried to write outside its folder (" + res.denied + ", refused)" + (status == "graded" ? "" : "; " + status);
+      status =
+          "tried to write outside its folder (" + res.denied + ", refused)" + (status == "graded" ? "" : "; " + status);
     if (!res.review.empty()) {
       review = true;
       status = "needs review: " + res.review + " (" + status + ")";
@@ -962,8 +990,8 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
     if (!(sb.bwrap && sb.scratch_size)) {
       uintmax_t bytes = 0;
       std::error_code e2;
-      for (auto it = fs::recursive_directory_iterator(work / "run", e2); !e2 && it != fs::recursive_directory_iterator();
-           it.increment(e2))
+      for (auto it = fs::recursive_directory_iterator(work / "run", e2);
+           !e2 && it != fs::recursive_directory_iterator(); it.increment(e2))
         if (it->is_regular_file(e2)) bytes += it->file_size(e2);
       if (bytes > static_cast<uintmax_t>(kScratchBytes)) {
         fs::remove_all(work / "run", e2);
@@ -983,14 +1011,15 @@ void grade_student(const GradeAllOptions& o, const Kit& kit, const TaskList& lis
   for (const auto& [t, p] : res.points) total += p;
   std::ostringstream result;
   result << "status " << redact(status, o.seed) << "\n";
-  if (review) result << "review\n";
+  if (review)
+    result << "review\n";
   else
     for (const auto& [t, p] : res.points) result << "task " << t << " " << p << "\n";
   write_file_atomic((work / "result.txt").string(), result.str(), "lab grade-all");
   std::ostringstream head;
   head << "student: " << student << "\nlab " << o.lab << ": "
-       << (review ? std::string("no points (needs review)") : std::to_string(total) + " points") << "\nstatus: " << status
-       << "\n\n";
+       << (review ? std::string("no points (needs review)") : std::to_string(total) + " points")
+       << "\nstatus: " << status << "\n\n";
   write_file_atomic(feedback.string(), redact(head.str() + fb.str(), o.seed), "lab grade-all");
 }
 
@@ -1005,7 +1034,8 @@ Result read_result(const std::string& student, const fs::path& work) {
     int p = 0;
     if (std::sscanf(line.c_str(), "task %31s %d", id, &p) == 2) r.points[id] = p, r.total += p;
   }
-  if (r.status.empty()) r.status = "not graded: its grading process failed (see " + (work / "worker.log").string() + ")";
+  if (r.status.empty())
+    r.status = "not graded: its grading process failed (see " + (work / "worker.log").string() + ")";
   return r;
 }
 
@@ -1065,8 +1095,8 @@ int lab_grade_all(const GradeAllOptions& opts) {
   fs::create_directories(feedback);
   ::chmod(work.c_str(), 0755);
   const Sandbox sb = choose_sandbox(o.sandbox, work, kit);
-  std::cerr << "lab grade-all: lab " << o.lab << ", " << students.size() << " submissions, " << o.jobs
-            << " at a time, " << o.timeout_s << " s and " << o.memory_mb << " MB each\n"
+  std::cerr << "lab grade-all: lab " << o.lab << ", " << students.size() << " submissions, " << o.jobs << " at a time, "
+            << o.timeout_s << " s and " << o.memory_mb << " MB each\n"
             << "lab grade-all: sandbox: " << sb.protections << "\n";
 
   // A pool of worker processes, one per student at a time; each job slot has its own uid (as root).
@@ -1085,7 +1115,8 @@ int lab_grade_all(const GradeAllOptions& opts) {
     ++done;
     const Result r = read_result(it->second.first, work / it->second.first);
     std::cerr << "  [" << done << "/" << students.size() << "] " << r.student << ": "
-              << (r.review ? std::string("no points") : std::to_string(r.total) + " points") << ", " << r.status << "\n";
+              << (r.review ? std::string("no points") : std::to_string(r.total) + " points") << ", " << r.status
+              << "\n";
     free_slots.insert(it->second.second);
     running.erase(it);
   };

@@ -20,7 +20,7 @@ struct GradeAllOptions {
   // "auto": bubblewrap where it can make its namespaces, else the fallback (Landlock, seccomp and
   // the grader's write guard); "bwrap": bubblewrap or an error; "fallback": never bubblewrap.
   std::string sandbox = "auto";
-  bool overwrite = false;   // replace an earlier gradebook and feedback folder (refused without)
+  bool overwrite = false;  // replace an earlier gradebook and feedback folder (refused without)
 };
 
 int lab_grade_all(const GradeAllOptions& o);

@@ -20,7 +20,8 @@ void usage(std::ostream& os) {
   os << "usage: gradsleuth <command> [options]\n\n"
         "gradsleuth: a tensor/autograd engine for learning how deep learning works and how it silently goes "
         "wrong.\n\ncommands:\n";
-  for (const auto& c : commands()) os << "  " << c.name << std::string(c.name.size() < 14 ? 14 - c.name.size() : 1, ' ') << c.summary << "\n";
+  for (const auto& c : commands())
+    os << "  " << c.name << std::string(c.name.size() < 14 ? 14 - c.name.size() : 1, ' ') << c.summary << "\n";
   os << "\nRun 'gradsleuth <command> --help' for a command's options.\n";
 }
 

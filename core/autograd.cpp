@@ -1,8 +1,8 @@
 // The autograd engine: graph recording, saved-tensor version checks,
 // gradient accumulation into leaves, and the iterative backward pass.
 #include "core/autograd.h"
-#include "core/saved_capture.h"
 #include "core/graph_trace.h"
+#include "core/saved_capture.h"
 
 #include <array>
 #include <atomic>
@@ -45,7 +45,7 @@ bool needs_grad(std::initializer_list<const Tensor*> ts) {
 namespace {
 thread_local SavedCapture* t_capture = nullptr;
 thread_local autograd::GraphTrace* t_trace = nullptr;  // core/graph_trace.h
-}
+}  // namespace
 
 SavedCapture::SavedCapture() : prev_(t_capture), active_(true) { t_capture = this; }
 
@@ -84,7 +84,8 @@ SavedTensor::SavedTensor(const Tensor& t, const char* saved_by, bool is_output)
     : version_(t.defined() ? t.version() : 0), saved_by_(saved_by), is_output_(is_output) {
   if (!t.defined()) return;
   data_ = is_output ? t.detach() : t;
-  if (t_capture != nullptr) [[unlikely]] SavedCapture::on_saved(t, saved_by, is_output);
+  if (t_capture != nullptr) [[unlikely]]
+    SavedCapture::on_saved(t, saved_by, is_output);
 }
 
 namespace {
@@ -94,9 +95,11 @@ namespace {
 // when the op is unknown or not named like an in-place op.
 std::string out_of_place_hint(const char* op) {
   const std::string s = op ? op : "";
-  if (s.size() <= 1 || s.back() != '_') return " (the op without its trailing '_': relu instead of relu_, add instead of add_)";
+  if (s.size() <= 1 || s.back() != '_')
+    return " (the op without its trailing '_': relu instead of relu_, add instead of add_)";
   const std::string plain = s.substr(0, s.size() - 1);
-  static const std::pair<const char*, const char*> kOperators[] = {{"add", "+"}, {"sub", "-"}, {"mul", "*"}, {"div", "/"}};
+  static const std::pair<const char*, const char*> kOperators[] = {
+      {"add", "+"}, {"sub", "-"}, {"mul", "*"}, {"div", "/"}};
   for (const auto& [name, sym] : kOperators)
     if (plain == name)
       return " ('" + plain + "' instead of '" + s + "': x = x " + sym + " y instead of x " + sym + "= y)";
@@ -109,9 +112,13 @@ Tensor SavedTensor::unpack(Node& node) const {
   const uint64_t now = data_.version();
   if (now != version_) {
     const char* by = data_.storage()->modifier_after(version_);
-    GS_FAIL(node.name(), "one of the tensors needed for its gradient has been modified by an in-place operation. "
-            "The ", data_.str(), " tensor was saved by '", saved_by_, "' at version ", version_, " and is now at "
-            "version ", now, "; it was modified by '", by ? by : data_.storage()->last_modifier(), "'",
+    GS_FAIL(node.name(),
+            "one of the tensors needed for its gradient has been modified by an in-place operation. "
+            "The ",
+            data_.str(), " tensor was saved by '", saved_by_, "' at version ", version_,
+            " and is now at "
+            "version ",
+            now, "; it was modified by '", by ? by : data_.storage()->last_modifier(), "'",
             (now - version_ > 1 ? " (first of " + std::to_string(now - version_) + " in-place modifications)" : ""),
             ". Fix: use the out-of-place op", out_of_place_hint(by ? by : data_.storage()->last_modifier()),
             ", or clone() the tensor before modifying it.");
@@ -211,7 +218,8 @@ Edge gradient_edge(const Tensor& t) {
 }
 
 static void attach(Tensor& out, const std::shared_ptr<Node>& node) {
-  if (t_capture != nullptr) [[unlikely]] SavedCapture::on_node(node);
+  if (t_capture != nullptr) [[unlikely]]
+    SavedCapture::on_node(node);
   node->out_shape = out.shape();
   node->out_dtype = out.dtype();
   TensorImpl& impl = out.impl();
@@ -318,9 +326,8 @@ Tensor gather_region(const Tensor& g, const ViewGeometryPtr& geo, bool reduced) 
   const Geometry& v = reduced ? geo->reduced : geo->view;
   Tensor out = detail::make_alias(buf, v.shape, v.strides, v.offset);
   if (needs_grad(g))
-    record("as_strided", out, {&g}, [geo, reduced](const Tensor& gg, Node&) {
-      return tensor_list{scatter_region(gg, geo, reduced)};
-    });
+    record("as_strided", out, {&g},
+           [geo, reduced](const Tensor& gg, Node&) { return tensor_list{scatter_region(gg, geo, reduced)}; });
   return out;
 }
 
@@ -346,7 +353,8 @@ Tensor scatter_region(const Tensor& g, const ViewGeometryPtr& geo, bool reduced)
 // other operands); edge 0 is the base's old history.
 class CopySlices final : public Node {
  public:
-  CopySlices(std::shared_ptr<Node> fn, ViewGeometryPtr geo) : Node("CopySlices"), fn_(std::move(fn)), geo_(std::move(geo)) {}
+  CopySlices(std::shared_ptr<Node> fn, ViewGeometryPtr geo)
+      : Node("CopySlices"), fn_(std::move(fn)), geo_(std::move(geo)) {}
   tensor_list apply(const Tensor& g) override {
     tensor_list r = fn_->apply(gather_region(g, geo_, true));
     GS_CHECK(r.size() == next_edges.size(), fn_->name(), "backward returned ", r.size(), " gradients for ",
@@ -354,7 +362,8 @@ class CopySlices final : public Node {
     Tensor in_view;
     {
       NoGradGuard ng;  // which elements the view covers: a constant
-      in_view = scatter_region(ones(geo_->reduced.shape, TensorOptions(g.dtype()).device(g.device())), geo_, true) != 0.0;
+      in_view =
+          scatter_region(ones(geo_->reduced.shape, TensorOptions(g.dtype()).device(g.device())), geo_, true) != 0.0;
     }
     // where(), not arithmetic: an infinite gradient outside the view must not turn
     // into NaN inside it (inf - inf).
@@ -387,13 +396,13 @@ void detail::refresh_view(TensorImpl& v) {
   // The base's history changed (an in-place op on it or on one of its views): the
   // view's values now come from the base's new history.
   GS_CHECK(!may_overlap(b.shape, b.strides), "view", "cannot re-derive the history of a view of ",
-           Tensor(v.view_base).str(), ": that tensor has overlapping memory (an expanded tensor that was "
+           Tensor(v.view_base).str(),
+           ": that tensor has overlapping memory (an expanded tensor that was "
            "detached); call clone() on it before taking views.");
   v.view_base_fn = b.grad_fn;
   auto node = std::make_shared<LambdaNode<std::function<tensor_list(const Tensor&, Node&)>>>(
-      "AsStridedBackward", [geo = view_geometry(b, v)](const Tensor& g, Node&) {
-        return tensor_list{scatter_region(g, geo, false)};
-      });
+      "AsStridedBackward",
+      [geo = view_geometry(b, v)](const Tensor& g, Node&) { return tensor_list{scatter_region(g, geo, false)}; });
   node->next_edges.push_back(gradient_edge(Tensor(v.view_base)));
   node->out_shape = v.shape;
   node->out_dtype = v.dtype;
@@ -409,10 +418,12 @@ void check_inplace(const Tensor& self, const char* op) {
            "update, do it inside a gs::NoGradGuard; otherwise use the out-of-place op.");
   if (const auto& bp = self.impl().view_base) {
     Tensor base(bp);
-    GS_CHECK(!(base.requires_grad() && base.is_leaf()), op, view_and_base(self, base), " is being modified in "
+    GS_CHECK(!(base.requires_grad() && base.is_leaf()), op, view_and_base(self, base),
+             " is being modified in "
              "place, but that base is a leaf that requires grad: the op would change the leaf itself, whose value "
              "autograd needs (as in PyTorch, this is refused). If this is a parameter update, do it inside a "
-             "gs::NoGradGuard; otherwise modify a copy: y = x.clone(), then y.narrow(...).", op, "(...).");
+             "gs::NoGradGuard; otherwise modify a copy: y = x.clone(), then y.narrow(...).",
+             op, "(...).");
     GS_CHECK(!(base.requires_grad() && may_overlap(base.shape(), base.strides())), op, view_and_base(self, base),
              " is being modified in place, but the base has overlapping memory (an expanded tensor), so the "
              "gradient of its elements is ambiguous. Call clone() on the base first.");
@@ -441,7 +452,8 @@ void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& n
   // own is re-derived from it right away.
   Tensor base(si.view_base);
   if (!(base.requires_grad() || self.requires_grad() || needs_grad(other_inputs))) return;
-  GS_CHECK(!may_overlap(base.shape(), base.strides()), op, view_and_base(self, base), " was modified in place with "
+  GS_CHECK(!may_overlap(base.shape(), base.strides()), op, view_and_base(self, base),
+           " was modified in place with "
            "an operand that requires grad, but the base has overlapping memory (an expanded tensor), so the "
            "gradient of its elements is ambiguous. Call clone() on the base first.");
   node->out_shape = self.shape();
@@ -458,7 +470,6 @@ void finish_inplace(Tensor& self, const char* op, const std::shared_ptr<Node>& n
   si.view_base_fn.reset();
   detail::refresh_view(si);
 }
-
 
 // ---- GraphTrace (core/graph_trace.h) ------------------------------------------------------
 namespace autograd {
@@ -494,8 +505,8 @@ TensorLayout GraphTrace::layout_of(const Tensor& t) {
   return l;
 }
 
-void GraphTrace::on_record(const std::shared_ptr<Node>& node, const Tensor& out, const std::vector<const Tensor*>& inputs,
-                           bool inplace) {
+void GraphTrace::on_record(const std::shared_ptr<Node>& node, const Tensor& out,
+                           const std::vector<const Tensor*>& inputs, bool inplace) {
   RecordedNode r;
   r.node = node;
   r.output = layout_of(out);
@@ -553,16 +564,21 @@ namespace {
 std::atomic<uint64_t> g_epoch{0};
 
 Tensor ones_for(const Tensor& root) {
-  GS_CHECK(root.numel() == 1, "backward", "grad can be implicitly created only for one-element outputs, but the "
-           "output is ", root.str(), ". Reduce it to a scalar first (e.g. loss = out.sum() or out.mean()), or pass "
+  GS_CHECK(root.numel() == 1, "backward",
+           "grad can be implicitly created only for one-element outputs, but the "
+           "output is ",
+           root.str(),
+           ". Reduce it to a scalar first (e.g. loss = out.sum() or out.mean()), or pass "
            "the gradient of the output explicitly: out.backward(grad).");
   return ones_like(root.detach());
 }
 
 // Adds g into node's pending gradient (undefined + g = g).
 void accumulate(Node& n, Tensor g) {
-  if (!n.pending_grad_.defined()) n.pending_grad_ = std::move(g);
-  else n.pending_grad_ = n.pending_grad_ + g;
+  if (!n.pending_grad_.defined())
+    n.pending_grad_ = std::move(g);
+  else
+    n.pending_grad_ = n.pending_grad_ + g;
 }
 
 struct RunOptions {
@@ -574,11 +590,12 @@ struct RunOptions {
 };
 
 void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptions& opt) {
-  GS_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward", "got ", roots.size(),
-           " outputs but ", grad_roots.size(), " gradients");
+  GS_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward", "got ", roots.size(), " outputs but ",
+           grad_roots.size(), " gradients");
   const uint64_t epoch = ++g_epoch;
   GraphTrace* const trace = t_trace;  // core/graph_trace.h; null unless someone records
-  if (trace != nullptr) [[unlikely]] trace->on_pass_begin();
+  if (trace != nullptr) [[unlikely]]
+    trace->on_pass_begin();
   std::vector<Node*> order;  // every reachable node, discovery order
   std::vector<std::shared_ptr<Node>> keep_alive;
 
@@ -596,8 +613,11 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     }
   };
   for (const Tensor& r : roots) {
-    GS_CHECK(r.defined() && r.requires_grad(), "backward", "element of the outputs does not require grad and has no "
-             "grad_fn (", r.defined() ? r.str() : "undefined", "): nothing to differentiate. Did you compute it "
+    GS_CHECK(r.defined() && r.requires_grad(), "backward",
+             "element of the outputs does not require grad and has no "
+             "grad_fn (",
+             r.defined() ? r.str() : "undefined",
+             "): nothing to differentiate. Did you compute it "
              "under a NoGradGuard, detach() it, or forget requires_grad_() on the inputs?");
     Edge e = gradient_edge(r);
     keep_alive.push_back(e.fn);
@@ -621,7 +641,10 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     for (const Tensor& r : roots) st.push_back({r.grad_fn() ? r.grad_fn().get() : gradient_edge(r).fn.get(), 0});
     while (!st.empty()) {
       auto& [n, i] = st.back();
-      if (i == 0 && done.count(n)) { st.pop_back(); continue; }
+      if (i == 0 && done.count(n)) {
+        st.pop_back();
+        continue;
+      }
       if (i < n->next_edges.size()) {
         Node* c = n->next_edges[i++].fn.get();
         if (c && !done.count(c)) st.push_back({c, 0});
@@ -643,7 +666,8 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     GS_CHECK(g.shape() == roots[i].shape(), "backward", "gradient of shape ", shape_str(g.shape()),
              " does not match the output's shape ", shape_str(roots[i].shape()));
     Node* seeded = gradient_edge(roots[i]).fn.get();
-    if (trace != nullptr) [[unlikely]] trace->on_contribution(seeded, nullptr, i, g);
+    if (trace != nullptr) [[unlikely]]
+      trace->on_contribution(seeded, nullptr, i, g);
     accumulate(*seeded, opt.create_graph ? g : g.detach());
   }
 
@@ -687,15 +711,15 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
           Tensor r = hook(g);
           if (r.defined()) g = r;
         }
-        if (trace != nullptr) [[unlikely]] trace->on_run(n, g, true);
+        if (trace != nullptr) [[unlikely]]
+          trace->on_run(n, g, true);
         grads = n->apply(g);
         if (trace != nullptr) [[unlikely]]
           if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) trace->on_leaf(acc->leaf_);
-        if (observers_active())
-          detail::notify_backward(BackwardEvent{n, &g, grads.data(), grads.size()});
+        if (observers_active()) detail::notify_backward(BackwardEvent{n, &g, grads.data(), grads.size()});
         if (!opt.retain_graph) n->release_saved();
-        GS_CHECK(grads.empty() || grads.size() == n->next_edges.size(), n->name(), "backward returned ",
-                 grads.size(), " gradients for ", n->next_edges.size(), " inputs");
+        GS_CHECK(grads.empty() || grads.size() == n->next_edges.size(), n->name(), "backward returned ", grads.size(),
+                 " gradients for ", n->next_edges.size(), " inputs");
       } else if (trace != nullptr) [[unlikely]] {
         trace->on_run(n, g, false);
       }
@@ -706,12 +730,13 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
           Tensor gi = std::move(grads[i]);
           // Validate what the op's backward produced: the most common bug in a
           // hand-written backward is a gradient of the wrong shape.
-          GS_CHECK(gi.shape() == e.shape, n->name(), "backward produced a gradient of shape ",
-                   shape_str(gi.shape()), " for input ", i, " of shape ", shape_str(e.shape),
+          GS_CHECK(gi.shape() == e.shape, n->name(), "backward produced a gradient of shape ", shape_str(gi.shape()),
+                   " for input ", i, " of shape ", shape_str(e.shape),
                    ". A backward must return one gradient per input with that input's shape (reduce broadcast "
                    "dims with sum_to).");
           if (gi.dtype() != e.dtype) gi = gi.to(e.dtype);
-          if (trace != nullptr) [[unlikely]] trace->on_contribution(e.fn.get(), n, i, gi);
+          if (trace != nullptr) [[unlikely]]
+            trace->on_contribution(e.fn.get(), n, i, gi);
           accumulate(*e.fn, std::move(gi));
         }
         if (--e.fn->dependencies_ == 0) ready.push_back(e.fn.get());
@@ -739,7 +764,8 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
 bool in_backward() { return t_backward_depth > 0; }
 
 void queue_callback(std::function<void()> cb) {
-  GS_CHECK(!t_callbacks.empty(), "autograd::queue_callback", "called outside a backward pass: queue a callback "
+  GS_CHECK(!t_callbacks.empty(), "autograd::queue_callback",
+           "called outside a backward pass: queue a callback "
            "from a tensor hook while backward() runs (it then runs when that backward finishes)");
   t_callbacks.back().push_back(std::move(cb));
 }

@@ -25,6 +25,7 @@ class NoGradGuard {
  public:
   NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
   ~NoGradGuard() { GradMode::set_enabled(prev_); }
+
  private:
   bool prev_;
 };
@@ -32,6 +33,7 @@ class EnableGradGuard {
  public:
   EnableGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(true); }
   ~EnableGradGuard() { GradMode::set_enabled(prev_); }
+
  private:
   bool prev_;
 };
@@ -169,8 +171,7 @@ void backward(const tensor_list& roots, const tensor_list& grad_roots = {}, bool
 // Functional gradients: d(outputs)/d(inputs), returned instead of accumulated
 // into .grad. allow_unused=false raises when an input is not reached.
 tensor_list grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs = {},
-                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
-                 bool allow_unused = false);
+                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false, bool allow_unused = false);
 
 // True while a backward pass is running nodes on this thread (observers use it
 // to tell the ops of a backward formula from forward ops).

@@ -101,15 +101,13 @@ class Backend {
   // Whether conv2d_forward/backward take this case (O output channels, every tensor of
   // dtype dt). Asked before the output is allocated: the default (no fused kernel) sends
   // conv2d straight to its composite path.
-  virtual bool conv2d_fused_supported(const Conv2dGeometry& /*g*/, int64_t /*O*/, DType /*dt*/) const {
-    return false;
-  }
+  virtual bool conv2d_fused_supported(const Conv2dGeometry& /*g*/, int64_t /*O*/, DType /*dt*/) const { return false; }
   // out (N, O, outH, outW) = conv2d(x (N, C, H, W), w (O, C, kH, kW)) + bias (O), or no
   // bias when `bias` is undefined. All contiguous, one floating dtype, on this device.
   // Return false, touching nothing, when this backend has no fused kernel for the case:
   // ops/conv.cpp then runs the composite (unfold + matmul) path.
-  virtual bool conv2d_forward(const Tensor& /*out*/, const Tensor& /*x*/, const Tensor& /*w*/,
-                              const Tensor& /*bias*/, const Conv2dGeometry& /*g*/) {
+  virtual bool conv2d_forward(const Tensor& /*out*/, const Tensor& /*x*/, const Tensor& /*w*/, const Tensor& /*bias*/,
+                              const Conv2dGeometry& /*g*/) {
     return false;
   }
   // Its first-order backward for the incoming gradient grad_out (N, O, outH, outW): writes

@@ -33,8 +33,9 @@ size_t dtype_size(DType t) {
 }
 
 void check_dtype(DType t, const char* op) {
-  GS_CHECK(t == DType::Bool || t == DType::Int64 || t == DType::Float32 || t == DType::Float64, op,
-           "dtype value ", static_cast<int>(t), " is not a gradsleuth DType (bool 0, int64 1, float32 2, float64 3); "
+  GS_CHECK(t == DType::Bool || t == DType::Int64 || t == DType::Float32 || t == DType::Float64, op, "dtype value ",
+           static_cast<int>(t),
+           " is not a gradsleuth DType (bool 0, int64 1, float32 2, float64 3); "
            "pass one of gs::kBool, gs::kInt64, gs::kFloat32, gs::kFloat64");
 }
 
@@ -91,13 +92,14 @@ void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
   const double d = value.to_double();
   switch (dtype) {
     case DType::Bool:
-      GS_CHECK(d == 0.0 || d == 1.0, op, "the value ", value, " cannot be stored in a bool tensor: only 0, 1, "
+      GS_CHECK(d == 0.0 || d == 1.0, op, "the value ", value,
+               " cannot be stored in a bool tensor: only 0, 1, "
                "true and false can. Use a comparison (x != 0) for a mask, or an int64 tensor for counts.");
       return;
     case DType::Int64:
       // 2^63 is exact in double; the range of int64 is [-2^63, 2^63).
-      GS_CHECK(std::isfinite(d) && d == std::trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0,
-               op, "the value ", value, " cannot be stored in an int64 tensor without changing it",
+      GS_CHECK(std::isfinite(d) && d == std::trunc(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0, op,
+               "the value ", value, " cannot be stored in an int64 tensor without changing it",
                std::isfinite(d) ? (d == std::trunc(d) ? " (out of range)" : " (it has a fractional part)")
                                 : " (int64 has no NaN or infinity)",
                ". Store it in a floating tensor (gs::kFloat32; x.to(gs::kFloat32) for an existing one), or pass a "
@@ -105,7 +107,8 @@ void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
       return;
     case DType::Float32:
       GS_CHECK(!std::isfinite(d) || std::fabs(d) <= std::numeric_limits<float>::max(), op, "the value ", value,
-               " overflows float32 (largest finite ", std::numeric_limits<float>::max(), "); use a float64 "
+               " overflows float32 (largest finite ", std::numeric_limits<float>::max(),
+               "); use a float64 "
                "tensor or pass inf explicitly if that is what you mean");
       return;
     case DType::Float64: return;

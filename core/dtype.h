@@ -1,7 +1,7 @@
 // Element types, devices and the dtype promotion rules.
 #pragma once
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <ostream>
 #include <string>
@@ -72,12 +72,26 @@ inline DType result_type(std::initializer_list<PromotionOperand> operands) {
 inline bool can_cast(DType from, DType to) { return dtype_category(from) <= dtype_category(to); }
 
 // C++ type <-> DType.
-template <class T> struct dtype_of;
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <class T> inline constexpr DType dtype_of_v = dtype_of<T>::value;
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <class T>
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
 // Calls f(T{}) with T the C++ type of `t`: the one place dtypes meet templates.
 template <class F>

@@ -28,13 +28,17 @@ GS_HOST_DEVICE constexpr MathT<T> to_math(T x) {
 }
 template <class T>
 GS_HOST_DEVICE constexpr bool is_nan(T x) {
-  if constexpr (std::is_floating_point_v<T>) return x != x;
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return x != x;
+  else
+    return false;
 }
 template <class T>
 GS_HOST_DEVICE constexpr bool is_inf(T x) {
-  if constexpr (std::is_floating_point_v<T>) return x == static_cast<T>(INFINITY) || x == -static_cast<T>(INFINITY);
-  else return false;
+  if constexpr (std::is_floating_point_v<T>)
+    return x == static_cast<T>(INFINITY) || x == -static_cast<T>(INFINITY);
+  else
+    return false;
 }
 template <auto>
 inline constexpr bool kNoFormula = false;
@@ -49,23 +53,31 @@ template <class T>
 using WrapU = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 template <class T>
 GS_HOST_DEVICE constexpr T wrap_add(T a, T b) {
-  if constexpr (kWraps<T>) return static_cast<T>(static_cast<WrapU<T>>(a) + static_cast<WrapU<T>>(b));
-  else return static_cast<T>(a + b);
+  if constexpr (kWraps<T>)
+    return static_cast<T>(static_cast<WrapU<T>>(a) + static_cast<WrapU<T>>(b));
+  else
+    return static_cast<T>(a + b);
 }
 template <class T>
 GS_HOST_DEVICE constexpr T wrap_sub(T a, T b) {
-  if constexpr (kWraps<T>) return static_cast<T>(static_cast<WrapU<T>>(a) - static_cast<WrapU<T>>(b));
-  else return static_cast<T>(a - b);
+  if constexpr (kWraps<T>)
+    return static_cast<T>(static_cast<WrapU<T>>(a) - static_cast<WrapU<T>>(b));
+  else
+    return static_cast<T>(a - b);
 }
 template <class T>
 GS_HOST_DEVICE constexpr T wrap_mul(T a, T b) {
-  if constexpr (kWraps<T>) return static_cast<T>(static_cast<WrapU<T>>(a) * static_cast<WrapU<T>>(b));
-  else return static_cast<T>(a * b);
+  if constexpr (kWraps<T>)
+    return static_cast<T>(static_cast<WrapU<T>>(a) * static_cast<WrapU<T>>(b));
+  else
+    return static_cast<T>(a * b);
 }
 template <class T>
 GS_HOST_DEVICE constexpr T wrap_neg(T x) {
-  if constexpr (kWraps<T>) return wrap_sub(T(0), x);
-  else return static_cast<T>(-x);
+  if constexpr (kWraps<T>)
+    return wrap_sub(T(0), x);
+  else
+    return static_cast<T>(-x);
 }
 // a ** b for integers, by squaring, wrapping like wrap_mul. A negative exponent has no integer
 // result: ops/ refuses it before any kernel runs; here it gives PyTorch's kernel values
@@ -86,17 +98,24 @@ GS_HOST_DEVICE constexpr T int_pow(T a, T b) {
 // gradsleuth:: declares exp(const Tensor&) and so on, which would hide them.
 template <UnaryOp Op, class T>
 GS_HOST_DEVICE inline auto unary_formula(T x) {
-  if constexpr (Op == UnaryOp::Neg) return wrap_neg(x);
-  else if constexpr (Op == UnaryOp::Exp) return static_cast<T>(::exp(to_math(x)));
-  else if constexpr (Op == UnaryOp::Log) return static_cast<T>(::log(to_math(x)));
-  else if constexpr (Op == UnaryOp::Sqrt) return static_cast<T>(::sqrt(to_math(x)));
+  if constexpr (Op == UnaryOp::Neg)
+    return wrap_neg(x);
+  else if constexpr (Op == UnaryOp::Exp)
+    return static_cast<T>(::exp(to_math(x)));
+  else if constexpr (Op == UnaryOp::Log)
+    return static_cast<T>(::log(to_math(x)));
+  else if constexpr (Op == UnaryOp::Sqrt)
+    return static_cast<T>(::sqrt(to_math(x)));
   else if constexpr (Op == UnaryOp::Abs) {
     // fabs clears the sign bit: abs(-0.0) is +0.0 (x < 0 ? -x : x would keep -0.0).
-    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(::fabs(to_math(x)));
-    else return x < 0 ? wrap_neg(x) : x;  // abs(int64 min) wraps to itself
-  }
-  else if constexpr (Op == UnaryOp::Sign) return static_cast<T>((x > 0) - (x < 0));
-  else if constexpr (Op == UnaryOp::Relu) return x <= T(0) ? T(0) : x;  // NaN propagates (as in PyTorch)
+    if constexpr (std::is_floating_point_v<T>)
+      return static_cast<T>(::fabs(to_math(x)));
+    else
+      return x < 0 ? wrap_neg(x) : x;  // abs(int64 min) wraps to itself
+  } else if constexpr (Op == UnaryOp::Sign)
+    return static_cast<T>((x > 0) - (x < 0));
+  else if constexpr (Op == UnaryOp::Relu)
+    return x <= T(0) ? T(0) : x;  // NaN propagates (as in PyTorch)
   else if constexpr (Op == UnaryOp::Sigmoid) {
     // Stable for large |x|: never exponentiates a positive number.
     using M = MathT<T>;
@@ -104,52 +123,82 @@ GS_HOST_DEVICE inline auto unary_formula(T x) {
     if (m >= 0) return static_cast<T>(M(1) / (M(1) + ::exp(-m)));
     const M e = ::exp(m);
     return static_cast<T>(e / (M(1) + e));
-  }
-  else if constexpr (Op == UnaryOp::Tanh) return static_cast<T>(::tanh(to_math(x)));
-  else if constexpr (Op == UnaryOp::Erf) return static_cast<T>(::erf(to_math(x)));
-  else if constexpr (Op == UnaryOp::Reciprocal) return static_cast<T>(MathT<T>(1) / to_math(x));
-  else if constexpr (Op == UnaryOp::Square) return wrap_mul(x, x);
-  else if constexpr (Op == UnaryOp::Log1p) return static_cast<T>(::log1p(to_math(x)));
-  else if constexpr (Op == UnaryOp::Expm1) return static_cast<T>(::expm1(to_math(x)));
-  else if constexpr (Op == UnaryOp::Sin) return static_cast<T>(::sin(to_math(x)));
-  else if constexpr (Op == UnaryOp::Cos) return static_cast<T>(::cos(to_math(x)));
-  else if constexpr (Op == UnaryOp::Rsqrt) return static_cast<T>(MathT<T>(1) / ::sqrt(to_math(x)));
-  else if constexpr (Op == UnaryOp::LogicalNot) return static_cast<T>(x == 0);
-  else if constexpr (Op == UnaryOp::IsNan) return is_nan(x);
-  else if constexpr (Op == UnaryOp::IsInf) return is_inf(x);
-  else if constexpr (Op == UnaryOp::IsFinite) return !is_nan(x) && !is_inf(x);
-  else static_assert(kNoFormula<Op>, "a GS_UNARY_OPS entry has no formula in unary_formula");
+  } else if constexpr (Op == UnaryOp::Tanh)
+    return static_cast<T>(::tanh(to_math(x)));
+  else if constexpr (Op == UnaryOp::Erf)
+    return static_cast<T>(::erf(to_math(x)));
+  else if constexpr (Op == UnaryOp::Reciprocal)
+    return static_cast<T>(MathT<T>(1) / to_math(x));
+  else if constexpr (Op == UnaryOp::Square)
+    return wrap_mul(x, x);
+  else if constexpr (Op == UnaryOp::Log1p)
+    return static_cast<T>(::log1p(to_math(x)));
+  else if constexpr (Op == UnaryOp::Expm1)
+    return static_cast<T>(::expm1(to_math(x)));
+  else if constexpr (Op == UnaryOp::Sin)
+    return static_cast<T>(::sin(to_math(x)));
+  else if constexpr (Op == UnaryOp::Cos)
+    return static_cast<T>(::cos(to_math(x)));
+  else if constexpr (Op == UnaryOp::Rsqrt)
+    return static_cast<T>(MathT<T>(1) / ::sqrt(to_math(x)));
+  else if constexpr (Op == UnaryOp::LogicalNot)
+    return static_cast<T>(x == 0);
+  else if constexpr (Op == UnaryOp::IsNan)
+    return is_nan(x);
+  else if constexpr (Op == UnaryOp::IsInf)
+    return is_inf(x);
+  else if constexpr (Op == UnaryOp::IsFinite)
+    return !is_nan(x) && !is_inf(x);
+  else
+    static_assert(kNoFormula<Op>, "a GS_UNARY_OPS entry has no formula in unary_formula");
 }
 
 template <BinaryOp Op, class T>
 GS_HOST_DEVICE inline auto binary_formula(T a, T b) {
-  if constexpr (Op == BinaryOp::Add) return wrap_add(a, b);  // bool: or
-  else if constexpr (Op == BinaryOp::Sub) return wrap_sub(a, b);  // bool: xor
-  else if constexpr (Op == BinaryOp::Mul) return wrap_mul(a, b);  // bool: and
+  if constexpr (Op == BinaryOp::Add)
+    return wrap_add(a, b);  // bool: or
+  else if constexpr (Op == BinaryOp::Sub)
+    return wrap_sub(a, b);  // bool: xor
+  else if constexpr (Op == BinaryOp::Mul)
+    return wrap_mul(a, b);  // bool: and
   else if constexpr (Op == BinaryOp::Div) {
-    if constexpr (std::is_same_v<T, bool>) return a;  // ops/ divides bools as floats (true division)
-    else if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : b == T(-1) ? wrap_neg(a) : static_cast<T>(a / b);  // ops/ sends no ints
-    else return a / b;
+    if constexpr (std::is_same_v<T, bool>)
+      return a;  // ops/ divides bools as floats (true division)
+    else if constexpr (std::is_integral_v<T>)
+      return b == 0 ? T(0) : b == T(-1) ? wrap_neg(a) : static_cast<T>(a / b);  // ops/ sends no ints
+    else
+      return a / b;
   } else if constexpr (Op == BinaryOp::Pow) {
-    if constexpr (std::is_same_v<T, bool>) return a;  // ops/ rejects pow of bools
-    else if constexpr (std::is_integral_v<T>) return int_pow(a, b);
-    else return static_cast<T>(::pow(to_math(a), to_math(b)));
+    if constexpr (std::is_same_v<T, bool>)
+      return a;  // ops/ rejects pow of bools
+    else if constexpr (std::is_integral_v<T>)
+      return int_pow(a, b);
+    else
+      return static_cast<T>(::pow(to_math(a), to_math(b)));
   } else if constexpr (Op == BinaryOp::Maximum) {
     if (is_nan(a) || is_nan(b)) return static_cast<T>(a + b);  // NaN wins (floating only)
-    return a > b ? a : b;  // bool: or
+    return a > b ? a : b;                                      // bool: or
   } else if constexpr (Op == BinaryOp::Minimum) {
     if (is_nan(a) || is_nan(b)) return static_cast<T>(a + b);
     return a < b ? a : b;  // bool: and
-  }
-  else if constexpr (Op == BinaryOp::Eq) return a == b;
-  else if constexpr (Op == BinaryOp::Ne) return a != b;
-  else if constexpr (Op == BinaryOp::Lt) return a < b;
-  else if constexpr (Op == BinaryOp::Le) return a <= b;
-  else if constexpr (Op == BinaryOp::Gt) return a > b;
-  else if constexpr (Op == BinaryOp::Ge) return a >= b;
-  else if constexpr (Op == BinaryOp::LogicalAnd) return (a != T(0)) && (b != T(0));
-  else if constexpr (Op == BinaryOp::LogicalOr) return (a != T(0)) || (b != T(0));
-  else static_assert(kNoFormula<Op>, "a GS_BINARY_OPS entry has no formula in binary_formula");
+  } else if constexpr (Op == BinaryOp::Eq)
+    return a == b;
+  else if constexpr (Op == BinaryOp::Ne)
+    return a != b;
+  else if constexpr (Op == BinaryOp::Lt)
+    return a < b;
+  else if constexpr (Op == BinaryOp::Le)
+    return a <= b;
+  else if constexpr (Op == BinaryOp::Gt)
+    return a > b;
+  else if constexpr (Op == BinaryOp::Ge)
+    return a >= b;
+  else if constexpr (Op == BinaryOp::LogicalAnd)
+    return (a != T(0)) && (b != T(0));
+  else if constexpr (Op == BinaryOp::LogicalOr)
+    return (a != T(0)) || (b != T(0));
+  else
+    static_assert(kNoFormula<Op>, "a GS_BINARY_OPS entry has no formula in binary_formula");
 }
 
 // Whether the op's formula gives bool (decided on doubles: on bools every formula does).
@@ -158,8 +207,8 @@ inline constexpr bool kUnaryPredicate = std::is_same_v<decltype(unary_formula<Op
 template <BinaryOp Op>
 inline constexpr bool kBinaryComparison = std::is_same_v<decltype(binary_formula<Op>(1.0, 1.0)), bool>;
 // is_comparison (core/op_kinds.h) routes a binary op to the bool kernels by its position in the list.
-#define GS_CHECK_COMPARISON(e, name)                                                         \
-  static_assert(kBinaryComparison<BinaryOp::e> == (BinaryOp::e >= BinaryOp::Eq),            \
+#define GS_CHECK_COMPARISON(e, name)                                             \
+  static_assert(kBinaryComparison<BinaryOp::e> == (BinaryOp::e >= BinaryOp::Eq), \
                 "binary_formula gives bool exactly for the comparisons (Eq onwards in GS_BINARY_OPS)");
 GS_BINARY_OPS(GS_CHECK_COMPARISON)
 #undef GS_CHECK_COMPARISON
@@ -168,8 +217,10 @@ GS_BINARY_OPS(GS_CHECK_COMPARISON)
 // bool itself, logical_not negates it, and ops/ computes the floating ops of bools in float32.
 template <UnaryOp Op, class T>
 GS_HOST_DEVICE inline auto unary_op(T x) {
-  if constexpr (std::is_same_v<T, bool> && !kUnaryPredicate<Op> && Op != UnaryOp::LogicalNot) return x;
-  else return unary_formula<Op>(x);
+  if constexpr (std::is_same_v<T, bool> && !kUnaryPredicate<Op> && Op != UnaryOp::LogicalNot)
+    return x;
+  else
+    return unary_formula<Op>(x);
 }
 template <BinaryOp Op, class T>
 GS_HOST_DEVICE inline auto binary_op(T a, T b) {
@@ -213,10 +264,12 @@ GS_HOST_DEVICE constexpr bool is_predicate(UnaryOp op) {
 template <class T>
 GS_HOST_DEVICE inline T unary_value(UnaryOp op, T x) {
   switch (op) {
-#define GS_CASE(e, name)                                                           \
-  case UnaryOp::e:                                                                 \
-    if constexpr (kUnaryPredicate<UnaryOp::e>) return x;                           \
-    else return unary_op<UnaryOp::e>(x);
+#define GS_CASE(e, name)                       \
+  case UnaryOp::e:                             \
+    if constexpr (kUnaryPredicate<UnaryOp::e>) \
+      return x;                                \
+    else                                       \
+      return unary_op<UnaryOp::e>(x);
     GS_UNARY_OPS(GS_CASE)
 #undef GS_CASE
     case UnaryOp::kCount: return x;
@@ -227,10 +280,12 @@ GS_HOST_DEVICE inline T unary_value(UnaryOp op, T x) {
 template <class T>
 GS_HOST_DEVICE inline bool unary_predicate(UnaryOp op, T x) {
   switch (op) {
-#define GS_CASE(e, name)                                                           \
-  case UnaryOp::e:                                                                 \
-    if constexpr (kUnaryPredicate<UnaryOp::e>) return unary_op<UnaryOp::e>(x);     \
-    else return false;
+#define GS_CASE(e, name)                       \
+  case UnaryOp::e:                             \
+    if constexpr (kUnaryPredicate<UnaryOp::e>) \
+      return unary_op<UnaryOp::e>(x);          \
+    else                                       \
+      return false;
     GS_UNARY_OPS(GS_CASE)
 #undef GS_CASE
     case UnaryOp::kCount: return false;
@@ -241,10 +296,12 @@ GS_HOST_DEVICE inline bool unary_predicate(UnaryOp op, T x) {
 template <class T>
 GS_HOST_DEVICE inline T binary_value(BinaryOp op, T a, T b) {
   switch (op) {
-#define GS_CASE(e, name)                                                           \
-  case BinaryOp::e:                                                                \
-    if constexpr (kBinaryComparison<BinaryOp::e>) return a;                        \
-    else return binary_op<BinaryOp::e>(a, b);
+#define GS_CASE(e, name)                          \
+  case BinaryOp::e:                               \
+    if constexpr (kBinaryComparison<BinaryOp::e>) \
+      return a;                                   \
+    else                                          \
+      return binary_op<BinaryOp::e>(a, b);
     GS_BINARY_OPS(GS_CASE)
 #undef GS_CASE
     case BinaryOp::kCount: return a;
@@ -255,10 +312,12 @@ GS_HOST_DEVICE inline T binary_value(BinaryOp op, T a, T b) {
 template <class T>
 GS_HOST_DEVICE inline bool compare_value(BinaryOp op, T a, T b) {
   switch (op) {
-#define GS_CASE(e, name)                                                           \
-  case BinaryOp::e:                                                                \
-    if constexpr (kBinaryComparison<BinaryOp::e>) return binary_op<BinaryOp::e>(a, b); \
-    else return false;
+#define GS_CASE(e, name)                          \
+  case BinaryOp::e:                               \
+    if constexpr (kBinaryComparison<BinaryOp::e>) \
+      return binary_op<BinaryOp::e>(a, b);        \
+    else                                          \
+      return false;
     GS_BINARY_OPS(GS_CASE)
 #undef GS_CASE
     case BinaryOp::kCount: return false;

@@ -10,8 +10,7 @@ namespace gradsleuth {
 // name ("matmul", "Tensor::view", "backward"...); what() is "op: message".
 class Error : public std::runtime_error {
  public:
-  Error(std::string op, const std::string& message)
-      : std::runtime_error(op + ": " + message), op_(std::move(op)) {}
+  Error(std::string op, const std::string& message) : std::runtime_error(op + ": " + message), op_(std::move(op)) {}
   const std::string& op() const { return op_; }
 
  private:
@@ -30,9 +29,9 @@ std::string str_cat(const Args&... args) {
 }  // namespace gradsleuth
 
 // GS_CHECK(cond, "op", "message parts", ...): throws gradsleuth::Error when cond is false.
-#define GS_CHECK(cond, op, ...)                                                  \
-  do {                                                                          \
-    if (!(cond)) [[unlikely]]                                                   \
+#define GS_CHECK(cond, op, ...)                                                    \
+  do {                                                                             \
+    if (!(cond)) [[unlikely]]                                                      \
       throw ::gradsleuth::Error((op), ::gradsleuth::detail::str_cat(__VA_ARGS__)); \
   } while (0)
 

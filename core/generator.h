@@ -32,7 +32,10 @@ struct Philox4x32 {
       k0 += 0x9E3779B9u;
       k1 += 0xBB67AE85u;
     }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
   }
   // Element i of the stream (seed, offset): word i%4 of block offset + i/4.
   GS_HOST_DEVICE static uint32_t word(uint64_t seed, uint64_t offset, uint64_t i) {
@@ -70,9 +73,12 @@ GS_HOST_DEVICE inline void uniform_block(T* o, int64_t n, int64_t blk, double lo
     Philox4x32::round4(seed, offset + blk, r);
     for (int j = 0; j < 4 && blk * 4 + j < n; ++j) {
       const double u = Philox4x32::uniform_float(r[j]);
-      if constexpr (std::is_same_v<T, bool>) o[blk * 4 + j] = u < 0.5;
-      else if constexpr (std::is_integral_v<T>) o[blk * 4 + j] = static_cast<T>(::floor(lo + (hi - lo) * u));
-      else o[blk * 4 + j] = static_cast<T>(lo + (hi - lo) * u);
+      if constexpr (std::is_same_v<T, bool>)
+        o[blk * 4 + j] = u < 0.5;
+      else if constexpr (std::is_integral_v<T>)
+        o[blk * 4 + j] = static_cast<T>(::floor(lo + (hi - lo) * u));
+      else
+        o[blk * 4 + j] = static_cast<T>(lo + (hi - lo) * u);
     }
   }
 }
@@ -98,7 +104,10 @@ GS_HOST_DEVICE inline void normal_pair(T* o, int64_t n, int64_t j, double mean, 
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x5eed) { manual_seed(seed); }
-  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
   // Reserves `n` 32-bit words and returns the first counter block to use.

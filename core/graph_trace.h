@@ -57,20 +57,20 @@ struct GradContribution {
 struct BackwardStep {
   std::shared_ptr<Node> node;
   std::vector<GradContribution> incoming;  // in arrival order
-  Tensor grad;        // their sum, what the node's backward was called with (undefined: none arrived)
-  bool ran = false;   // false: skipped (nothing arrived, or grad() did not need it)
-  Tensor leaf_grad;   // AccumulateGrad: a copy of the leaf's .grad after it ran
+  Tensor grad;                       // their sum, what the node's backward was called with (undefined: none arrived)
+  bool ran = false;                  // false: skipped (nothing arrived, or grad() did not need it)
+  Tensor leaf_grad;                  // AccumulateGrad: a copy of the leaf's .grad after it ran
   const TensorImpl* leaf = nullptr;  // AccumulateGrad: the leaf it accumulates into
   std::shared_ptr<const TensorImpl> leaf_ptr;  // the same, kept alive (its name, shape, version)
 };
 
 class GraphTrace {
  public:
-  GraphTrace();   // active on this thread from here (nested traces: the innermost records)
+  GraphTrace();  // active on this thread from here (nested traces: the innermost records)
   ~GraphTrace();
   GraphTrace(const GraphTrace&) = delete;
   GraphTrace& operator=(const GraphTrace&) = delete;
-  void stop();    // stops recording; what was recorded stays
+  void stop();  // stops recording; what was recorded stays
   bool active() const { return active_; }
 
   // Every node recorded while active, in the order the forward made them.

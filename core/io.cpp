@@ -70,8 +70,8 @@ void write_file_atomic(const std::string& path, const std::string& contents, con
   remove_stale_temp_files(path);  // left by writes that were killed
   const std::string tmp = atomic_temp_path(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  GS_CHECK(f != nullptr, op, "cannot write '", path, "': creating the temporary file '", tmp, "' failed: ",
-           errno_str(), ". Check that the directory exists and is writable. The previous file (if any) is unchanged.");
+  GS_CHECK(f != nullptr, op, "cannot write '", path, "': creating the temporary file '", tmp, "' failed: ", errno_str(),
+           ". Check that the directory exists and is writable. The previous file (if any) is unchanged.");
   auto fail = [&](const std::string& why) {
     std::fclose(f);
     std::remove(tmp.c_str());
@@ -83,12 +83,14 @@ void write_file_atomic(const std::string& path, const std::string& contents, con
     fail("simulated write failure after " + std::to_string(*g_fail_after) + " bytes of '" + tmp +
          "' (testing::set_file_write_failure)");
   }
-  if (n && std::fwrite(contents.data(), 1, n, f) != n) fail("writing '" + tmp + "' failed: " + errno_str() + " (disk full?)");
+  if (n && std::fwrite(contents.data(), 1, n, f) != n)
+    fail("writing '" + tmp + "' failed: " + errno_str() + " (disk full?)");
   if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) fail("flushing '" + tmp + "' to disk failed: " + errno_str());
   if (std::fclose(f) != 0) {
     const std::string err = errno_str();
     std::remove(tmp.c_str());
-    GS_FAIL(op, "cannot write '", path, "': closing '", tmp, "' failed: ", err, ". The previous file (if any) is unchanged.");
+    GS_FAIL(op, "cannot write '", path, "': closing '", tmp, "' failed: ", err,
+            ". The previous file (if any) is unchanged.");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = errno_str();

@@ -13,8 +13,8 @@ struct OpEvent {
   const char* op;               // registry name: "add", "matmul", "relu_"
   const Tensor* const* inputs;  // the tensor operands, by address (scalars appear as 0-dim tensors)
   size_t num_inputs;
-  const Tensor* output;      // the result (for in-place ops, the modified tensor)
-  uint32_t expanded_mask;    // bit i set: broadcasting expanded input i to a larger shape
+  const Tensor* output;    // the result (for in-place ops, the modified tensor)
+  uint32_t expanded_mask;  // bit i set: broadcasting expanded input i to a larger shape
   bool inplace;
   const Tensor& input(size_t i) const { return *inputs[i]; }
 };
@@ -61,6 +61,7 @@ class ObserverGuard {
   ~ObserverGuard() { remove_observer(o_); }
   ObserverGuard(const ObserverGuard&) = delete;
   ObserverGuard& operator=(const ObserverGuard&) = delete;
+
  private:
   OpObserver* o_;
 };

@@ -14,6 +14,8 @@
 
 namespace gradsleuth {
 
+// The op lists, several to a line:
+// clang-format off
 #define GS_UNARY_OPS(X)                                                                            \
   X(Neg, neg) X(Exp, exp) X(Log, log) X(Sqrt, sqrt) X(Abs, abs) X(Sign, sign)                      \
   X(Relu, relu) X(Sigmoid, sigmoid) X(Tanh, tanh) X(Erf, erf) X(Reciprocal, reciprocal)            \
@@ -25,6 +27,7 @@ namespace gradsleuth {
   X(Minimum, minimum) X(Eq, eq) X(Ne, ne) X(Lt, lt) X(Le, le) X(Gt, gt) X(Ge, ge)                  \
   X(LogicalAnd, logical_and) X(LogicalOr, logical_or)
 #define GS_REDUCE_OPS(X) X(Sum, sum) X(Max, max) X(Min, min)
+// clang-format on
 
 #define GS_OP_ENUMERATOR(e, name) e,
 enum class UnaryOp : uint8_t { GS_UNARY_OPS(GS_OP_ENUMERATOR) kCount };
@@ -38,8 +41,8 @@ inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 // Convolution geometry, NCHW. Output size: (H + 2*pad - dil*(k-1) - 1) / stride + 1.
 struct Conv2dGeometry {
-  int64_t N, C, H, W;        // input
-  int64_t kH, kW;            // kernel
+  int64_t N, C, H, W;  // input
+  int64_t kH, kW;      // kernel
   int64_t sH, sW, pH, pW, dH, dW;
   int64_t outH, outW;
 };

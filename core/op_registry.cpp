@@ -88,22 +88,24 @@ struct KernelRowTraits {
   bool double_backward = true;
   const char* category = "elementwise";
 };
-constexpr KernelRowTraits kNotDifferentiable{.differentiable = false, .double_backward = false, .category = "comparison"};
+constexpr KernelRowTraits kNotDifferentiable{
+    .differentiable = false, .double_backward = false, .category = "comparison"};
 
 namespace unary_traits {
 constexpr KernelRowTraits Neg{}, Exp{}, Square{}, Expm1{};
 constexpr KernelRowTraits Log{.lo = 0.5, .hi = 2.0}, Sqrt{.lo = 0.5, .hi = 2.0}, Rsqrt{.lo = 0.5, .hi = 2.0};
 constexpr KernelRowTraits Abs{.sampling = Sampling::AwayFromZero}, Reciprocal{.sampling = Sampling::AwayFromZero};
 constexpr KernelRowTraits Relu{.sampling = Sampling::AwayFromZero};
-constexpr KernelRowTraits Sign{.sampling = Sampling::AwayFromZero, .differentiable = false,
+constexpr KernelRowTraits Sign{.sampling = Sampling::AwayFromZero,
+                               .differentiable = false,
                                .double_backward = false};  // piecewise constant: nothing to differentiate
 constexpr KernelRowTraits Sigmoid{.lo = -3.0, .hi = 3.0}, Tanh{.lo = -2.0, .hi = 2.0};
 constexpr KernelRowTraits Erf{.lo = -1.5, .hi = 1.5}, Log1p{.lo = -0.5, .hi = 1.0};
 constexpr KernelRowTraits Sin{.lo = -2.0, .hi = 2.0}, Cos{.lo = -2.0, .hi = 2.0};
-constexpr KernelRowTraits LogicalNot{.sampling = Sampling::Logical, .differentiable = false,
-                                     .double_backward = false, .category = "comparison"};
-constexpr KernelRowTraits IsNan{.sampling = Sampling::Special, .differentiable = false, .double_backward = false,
-                                .category = "comparison"};
+constexpr KernelRowTraits LogicalNot{
+    .sampling = Sampling::Logical, .differentiable = false, .double_backward = false, .category = "comparison"};
+constexpr KernelRowTraits IsNan{
+    .sampling = Sampling::Special, .differentiable = false, .double_backward = false, .category = "comparison"};
 constexpr KernelRowTraits IsInf = IsNan, IsFinite = IsNan;
 }  // namespace unary_traits
 
@@ -113,8 +115,8 @@ constexpr KernelRowTraits Div{.blo = 0.5, .bhi = 1.5}, Pow{.lo = 0.5, .hi = 1.5}
 constexpr KernelRowTraits Maximum{.sampling = Sampling::Distinct}, Minimum{.sampling = Sampling::Distinct};
 constexpr KernelRowTraits Eq = kNotDifferentiable, Ne = kNotDifferentiable, Lt = kNotDifferentiable,
                           Le = kNotDifferentiable, Gt = kNotDifferentiable, Ge = kNotDifferentiable;
-constexpr KernelRowTraits LogicalAnd{.sampling = Sampling::Logical, .differentiable = false, .double_backward = false,
-                                     .category = "comparison"};
+constexpr KernelRowTraits LogicalAnd{
+    .sampling = Sampling::Logical, .differentiable = false, .double_backward = false, .category = "comparison"};
 constexpr KernelRowTraits LogicalOr = LogicalAnd;
 }  // namespace binary_traits
 
@@ -187,97 +189,120 @@ std::vector<OpInfo> build() {
     r.push_back(op(name, k.category, std::move(fn), std::move(samples), k.differentiable, k.double_backward));
   };
   // ---- elementwise: one row per kernel op code ----
-#define GS_UNARY_ROW(e, name)                                                                  \
-  kernel_row(#name, [](const tensor_list& x) { return gradsleuth::name(x[0]); },                \
-             [](Generator& g, DType t) { return unary_kernel_samples(unary_traits::e, g, t); }, \
-             unary_traits::e);
-#define GS_BINARY_ROW(e, name)                                                                  \
-  kernel_row(#name, [](const tensor_list& x) { return gradsleuth::name(x[0], x[1]); },           \
-             [](Generator& g, DType t) { return binary_kernel_samples(binary_traits::e, g, t); }, \
-             binary_traits::e);
+#define GS_UNARY_ROW(e, name)                                             \
+  kernel_row(                                                             \
+      #name, [](const tensor_list& x) { return gradsleuth::name(x[0]); }, \
+      [](Generator& g, DType t) { return unary_kernel_samples(unary_traits::e, g, t); }, unary_traits::e);
+#define GS_BINARY_ROW(e, name)                                                  \
+  kernel_row(                                                                   \
+      #name, [](const tensor_list& x) { return gradsleuth::name(x[0], x[1]); }, \
+      [](Generator& g, DType t) { return binary_kernel_samples(binary_traits::e, g, t); }, binary_traits::e);
   GS_UNARY_OPS(GS_UNARY_ROW)
   GS_BINARY_OPS(GS_BINARY_ROW)
 #undef GS_UNARY_ROW
 #undef GS_BINARY_ROW
 
   // ---- elementwise ops whose public function takes more than tensors, or that compose kernels ----
-  r.push_back(op("pow_scalar", "elementwise", [](const tensor_list& x) { return pow(x[0], 2.5); },
-                 [](Generator& g, DType t) { return unary_samples(g, t, 0.5, 1.5); }));
-  r.push_back(op("clamp", "elementwise", [](const tensor_list& x) { return clamp(x[0], -0.5, 0.5); },
-                 [](Generator& g, DType t) {
-                   // keep values away from the clamp edges, where the derivative jumps
-                   Tensor v = away_from_zero(g, {3, 4}, t) * 0.9;
-                   return Samples{{"(3,4)", {where(abs(abs(v) - 0.5) < 0.05, v * 0.5, v)}}};
-                 }));
-  r.push_back(op("leaky_relu", "elementwise", [](const tensor_list& x) { return leaky_relu(x[0], 0.1); },
-                 [](Generator& g, DType t) { return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}}; }));
-  r.push_back(op("gelu", "elementwise", [](const tensor_list& x) { return gelu(x[0]); },
-                 [](Generator& g, DType t) { return unary_samples(g, t, -2, 2); }));
-  r.push_back(op("softplus", "elementwise", [](const tensor_list& x) { return softplus(x[0]); },
-                 [](Generator& g, DType t) { return unary_samples(g, t, -3, 3); }));
-  r.push_back(op("where", "elementwise",
-                 [](const tensor_list& x) { return where(x[0] > 0.0, x[1], x[2]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"broadcast cond (3,4), a (3,1), b (4)",
-                                   {away_from_zero(g, {3, 4}, t), rnd(g, {3, 1}, t), rnd(g, {4}, t)}}};
-                 }));
-  r.push_back(op("masked_fill", "elementwise",
-                 [](const tensor_list& x) { return masked_fill(x[0], x[1] > 0.0, 2.0); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4) mask (4)", {rnd(g, {3, 4}, t), away_from_zero(g, {4}, t)}}};
-                 }));
+  r.push_back(op(
+      "pow_scalar", "elementwise", [](const tensor_list& x) { return pow(x[0], 2.5); },
+      [](Generator& g, DType t) { return unary_samples(g, t, 0.5, 1.5); }));
+  r.push_back(op(
+      "clamp", "elementwise", [](const tensor_list& x) { return clamp(x[0], -0.5, 0.5); },
+      [](Generator& g, DType t) {
+        // keep values away from the clamp edges, where the derivative jumps
+        Tensor v = away_from_zero(g, {3, 4}, t) * 0.9;
+        return Samples{{"(3,4)", {where(abs(abs(v) - 0.5) < 0.05, v * 0.5, v)}}};
+      }));
+  r.push_back(op(
+      "leaky_relu", "elementwise", [](const tensor_list& x) { return leaky_relu(x[0], 0.1); },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4) away from 0", {away_from_zero(g, {3, 4}, t)}}};
+      }));
+  r.push_back(op(
+      "gelu", "elementwise", [](const tensor_list& x) { return gelu(x[0]); },
+      [](Generator& g, DType t) { return unary_samples(g, t, -2, 2); }));
+  r.push_back(op(
+      "softplus", "elementwise", [](const tensor_list& x) { return softplus(x[0]); },
+      [](Generator& g, DType t) { return unary_samples(g, t, -3, 3); }));
+  r.push_back(op(
+      "where", "elementwise", [](const tensor_list& x) { return where(x[0] > 0.0, x[1], x[2]); },
+      [](Generator& g, DType t) {
+        return Samples{{"broadcast cond (3,4), a (3,1), b (4)",
+                        {away_from_zero(g, {3, 4}, t), rnd(g, {3, 1}, t), rnd(g, {4}, t)}}};
+      }));
+  r.push_back(op(
+      "masked_fill", "elementwise", [](const tensor_list& x) { return masked_fill(x[0], x[1] > 0.0, 2.0); },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4) mask (4)", {rnd(g, {3, 4}, t), away_from_zero(g, {4}, t)}}};
+      }));
   // A float32 round trip rounds x (spacing ~1e-7 near 1, vs eps = 1e-6), so central
   // differences through it are noise. Straight-through instead: the values are x
   // exactly, while autograd's path runs through both casts' backward.
-  r.push_back(op("to_dtype", "elementwise",
-                 [](const tensor_list& x) {
-                   Tensor r = to_dtype(to_dtype(x[0], kFloat32), x[0].dtype());
-                   return (r + (x[0] - r).detach()) * 3.0;
-                 },
-                 [](Generator& g, DType t) { return unary_samples(g, t, -1, 1); }));
+  r.push_back(op(
+      "to_dtype", "elementwise",
+      [](const tensor_list& x) {
+        Tensor r = to_dtype(to_dtype(x[0], kFloat32), x[0].dtype());
+        return (r + (x[0] - r).detach()) * 3.0;
+      },
+      [](Generator& g, DType t) { return unary_samples(g, t, -1, 1); }));
 
   // ---- reductions ----
   auto red = [&](std::string name, Fn fn, bool distinct_values = false, bool dbl = true) {
-    r.push_back(op(name, "reduction", fn,
-                   [distinct_values](Generator& g, DType t) {
-                     auto mk = [&](const Shape& s) { return distinct_values ? distinct(g, s, t) : rnd(g, s, t); };
-                     Tensor nc = mk({4, 3}).t();
-                     return Samples{{"(2,3,4)", {mk({2, 3, 4})}}, {"non-contiguous (3,4)", {nc}}};
-                   },
-                   true, dbl));
+    r.push_back(op(
+        name, "reduction", fn,
+        [distinct_values](Generator& g, DType t) {
+          auto mk = [&](const Shape& s) { return distinct_values ? distinct(g, s, t) : rnd(g, s, t); };
+          Tensor nc = mk({4, 3}).t();
+          return Samples{{"(2,3,4)", {mk({2, 3, 4})}}, {"non-contiguous (3,4)", {nc}}};
+        },
+        true, dbl));
   };
   red("sum", [](const tensor_list& x) { return sum(x[0]); });
   red("sum_dim", [](const tensor_list& x) { return sum(x[0], {0, -1}, true); });
   red("mean", [](const tensor_list& x) { return mean(x[0], {1}); });
-  red("amax", [](const tensor_list& x) { return amax(x[0], {-1}); }, true);
-  red("amin", [](const tensor_list& x) { return amin(x[0]); }, true);
-  red("max_dim", [](const tensor_list& x) { return max(x[0], 1); }, true);
-  red("min_dim", [](const tensor_list& x) { return min(x[0], 0, true); }, true);
+  red(
+      "amax", [](const tensor_list& x) { return amax(x[0], {-1}); }, true);
+  red(
+      "amin", [](const tensor_list& x) { return amin(x[0]); }, true);
+  red(
+      "max_dim", [](const tensor_list& x) { return max(x[0], 1); }, true);
+  red(
+      "min_dim", [](const tensor_list& x) { return min(x[0], 0, true); }, true);
   red("var", [](const tensor_list& x) { return var(x[0], {-1}); });
   red("std", [](const tensor_list& x) { return std(x[0], {0}, false); });
   red("softmax", [](const tensor_list& x) { return softmax(x[0], -1) * softmax(x[0], 0); });
   red("log_softmax", [](const tensor_list& x) { return log_softmax(x[0], -1) + log_softmax(x[0], 0); });
   red("logsumexp", [](const tensor_list& x) { return logsumexp(x[0], {-1}); });
-  r.push_back(op("argmax", "reduction", [](const tensor_list& x) { return argmax(x[0], 1); },
-                 [](Generator& g, DType t) { return Samples{{"(3,4)", {distinct(g, {3, 4}, t)}}}; }, false, false));
-  r.push_back(op("argmin", "reduction", [](const tensor_list& x) { return argmin(x[0]); },
-                 [](Generator& g, DType t) { return Samples{{"(3,4)", {distinct(g, {3, 4}, t)}}}; }, false, false));
+  r.push_back(op(
+      "argmax", "reduction", [](const tensor_list& x) { return argmax(x[0], 1); },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4)", {distinct(g, {3, 4}, t)}}};
+      },
+      false, false));
+  r.push_back(op(
+      "argmin", "reduction", [](const tensor_list& x) { return argmin(x[0]); },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4)", {distinct(g, {3, 4}, t)}}};
+      },
+      false, false));
 
   // ---- linear algebra ----
-  r.push_back(op("matmul", "linalg", [](const tensor_list& x) { return matmul(x[0], x[1]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4)@(4,2)", {rnd(g, {3, 4}, t), rnd(g, {4, 2}, t)}},
-                                  {"transposed (3,4)@(4,2)", {noncontig(g, {3, 4}, t), noncontig(g, {4, 2}, t)}},
-                                  {"batched broadcast (2,3,4)@(4,2)", {rnd(g, {2, 3, 4}, t), rnd(g, {4, 2}, t)}},
-                                  {"batched (2,1,3,4)@(3,4,2)", {rnd(g, {2, 1, 3, 4}, t), rnd(g, {3, 4, 2}, t)}},
-                                  {"vector (4)@(4,2)", {rnd(g, {4}, t), rnd(g, {4, 2}, t)}},
-                                  {"(3,4)@vector (4)", {rnd(g, {3, 4}, t), rnd(g, {4}, t)}},
-                                  {"dot (4)@(4)", {rnd(g, {4}, t), rnd(g, {4}, t)}}};
-                 }));
-  r.push_back(op("linear", "linalg", [](const tensor_list& x) { return linear(x[0], x[1], x[2]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"x (5,4), W (3,4), b (3)", {rnd(g, {5, 4}, t), rnd(g, {3, 4}, t), rnd(g, {3}, t)}}};
-                 }));
+  r.push_back(op(
+      "matmul", "linalg", [](const tensor_list& x) { return matmul(x[0], x[1]); },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4)@(4,2)", {rnd(g, {3, 4}, t), rnd(g, {4, 2}, t)}},
+                       {"transposed (3,4)@(4,2)", {noncontig(g, {3, 4}, t), noncontig(g, {4, 2}, t)}},
+                       {"batched broadcast (2,3,4)@(4,2)", {rnd(g, {2, 3, 4}, t), rnd(g, {4, 2}, t)}},
+                       {"batched (2,1,3,4)@(3,4,2)", {rnd(g, {2, 1, 3, 4}, t), rnd(g, {3, 4, 2}, t)}},
+                       {"vector (4)@(4,2)", {rnd(g, {4}, t), rnd(g, {4, 2}, t)}},
+                       {"(3,4)@vector (4)", {rnd(g, {3, 4}, t), rnd(g, {4}, t)}},
+                       {"dot (4)@(4)", {rnd(g, {4}, t), rnd(g, {4}, t)}}};
+      }));
+  r.push_back(op(
+      "linear", "linalg", [](const tensor_list& x) { return linear(x[0], x[1], x[2]); },
+      [](Generator& g, DType t) {
+        return Samples{{"x (5,4), W (3,4), b (3)", {rnd(g, {5, 4}, t), rnd(g, {3, 4}, t), rnd(g, {3}, t)}}};
+      }));
 
   // ---- views ----
   auto view_op = [&](std::string name, Fn fn, Shape s) {
@@ -286,8 +311,11 @@ std::vector<OpInfo> build() {
     }));
   };
   view_op("view", [](const tensor_list& x) { return x[0].view({4, 6}); }, {2, 3, 4});
-  r.push_back(op("reshape", "view", [](const tensor_list& x) { return x[0].reshape({-1}); },
-                 [](Generator& g, DType t) { return Samples{{"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}}; }));
+  r.push_back(op(
+      "reshape", "view", [](const tensor_list& x) { return x[0].reshape({-1}); },
+      [](Generator& g, DType t) {
+        return Samples{{"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}};
+      }));
   view_op("flatten", [](const tensor_list& x) { return x[0].flatten(1); }, {2, 3, 4});
   view_op("transpose", [](const tensor_list& x) { return x[0].transpose(0, 2); }, {2, 3, 4});
   view_op("permute", [](const tensor_list& x) { return x[0].permute({2, 0, 1}); }, {2, 3, 4});
@@ -297,81 +325,129 @@ std::vector<OpInfo> build() {
   view_op("expand", [](const tensor_list& x) { return x[0].expand({2, 3, 4}); }, {3, 1});
   view_op("squeeze", [](const tensor_list& x) { return x[0].squeeze(); }, {2, 1, 4});
   view_op("unsqueeze", [](const tensor_list& x) { return x[0].unsqueeze(1); }, {2, 4});
-  r.push_back(op("contiguous", "view", [](const tensor_list& x) { return x[0].contiguous(); },
-                 [](Generator& g, DType t) { return Samples{{"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}}; }));
+  r.push_back(op(
+      "contiguous", "view", [](const tensor_list& x) { return x[0].contiguous(); },
+      [](Generator& g, DType t) {
+        return Samples{{"non-contiguous (4,3)", {noncontig(g, {4, 3}, t)}}};
+      }));
   view_op("clone", [](const tensor_list& x) { return x[0].clone(); }, {3, 2});
 
   // ---- indexing and joining ----
-  r.push_back(op("gather", "indexing", [](const tensor_list& x) { return gather(x[0], 1, x[1]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(3,4) idx (3,2)", {rnd(g, {3, 4}, t), randint(0, 4, {3, 2}, kInt64, &g)}}};
-                 }));
-  r.push_back(op("index_select", "indexing", [](const tensor_list& x) { return index_select(x[0], 0, x[1]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(4,3) idx [2,0,2]", {rnd(g, {4, 3}, t), tensor(std::vector<int64_t>{2, 0, 2}, {3})}}};
-                 }));
-  r.push_back(op("embedding", "indexing", [](const tensor_list& x) { return embedding(x[0], x[1]); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"V=5 D=3, idx (2,2)", {rnd(g, {5, 3}, t), tensor(std::vector<int64_t>{1, 4, 1, 0}, {2, 2})}}};
-                 }));
-  r.push_back(op("cat", "indexing", [](const tensor_list& x) { return cat({x[0], x[1]}, 1); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"(2,3)+(2,2) dim 1", {rnd(g, {2, 3}, t), noncontig(g, {2, 2}, t)}}};
-                 }));
-  r.push_back(op("stack", "indexing", [](const tensor_list& x) { return stack({x[0], x[1]}, 0); },
-                 [](Generator& g, DType t) { return Samples{{"2x(2,3)", {rnd(g, {2, 3}, t), rnd(g, {2, 3}, t)}}}; }));
-  r.push_back(op("split", "indexing",
-                 [](const tensor_list& x) {
-                   auto p = split(x[0], 2, 1);
-                   return p[0] * 2.0 + p[1].sum({1}, true);
-                 },
-                 [](Generator& g, DType t) { return Samples{{"(3,4)", {rnd(g, {3, 4}, t)}}}; }));
+  r.push_back(op(
+      "gather", "indexing", [](const tensor_list& x) { return gather(x[0], 1, x[1]); },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4) idx (3,2)", {rnd(g, {3, 4}, t), randint(0, 4, {3, 2}, kInt64, &g)}}};
+      }));
+  r.push_back(op(
+      "index_select", "indexing", [](const tensor_list& x) { return index_select(x[0], 0, x[1]); },
+      [](Generator& g, DType t) {
+        return Samples{{"(4,3) idx [2,0,2]", {rnd(g, {4, 3}, t), tensor(std::vector<int64_t>{2, 0, 2}, {3})}}};
+      }));
+  r.push_back(op(
+      "embedding", "indexing", [](const tensor_list& x) { return embedding(x[0], x[1]); },
+      [](Generator& g, DType t) {
+        return Samples{{"V=5 D=3, idx (2,2)", {rnd(g, {5, 3}, t), tensor(std::vector<int64_t>{1, 4, 1, 0}, {2, 2})}}};
+      }));
+  r.push_back(op(
+      "cat", "indexing",
+      [](const tensor_list& x) {
+        return cat({x[0], x[1]}, 1);
+      },
+      [](Generator& g, DType t) {
+        return Samples{{"(2,3)+(2,2) dim 1", {rnd(g, {2, 3}, t), noncontig(g, {2, 2}, t)}}};
+      }));
+  r.push_back(op(
+      "stack", "indexing",
+      [](const tensor_list& x) {
+        return stack({x[0], x[1]}, 0);
+      },
+      [](Generator& g, DType t) {
+        return Samples{{"2x(2,3)", {rnd(g, {2, 3}, t), rnd(g, {2, 3}, t)}}};
+      }));
+  r.push_back(op(
+      "split", "indexing",
+      [](const tensor_list& x) {
+        auto p = split(x[0], 2, 1);
+        return p[0] * 2.0 + p[1].sum({1}, true);
+      },
+      [](Generator& g, DType t) {
+        return Samples{{"(3,4)", {rnd(g, {3, 4}, t)}}};
+      }));
 
   // ---- convolution, pooling, dropout ----
-  r.push_back(op("conv2d", "nn",
-                 [](const tensor_list& x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"x (2,2,5,5) w (3,2,3,3) pad 1",
-                                   {rnd(g, {2, 2, 5, 5}, t), rnd(g, {3, 2, 3, 3}, t), rnd(g, {3}, t)}}};
-                 }));
-  r.push_back(op("conv2d_strided_grouped", "nn",
-                 [](const tensor_list& x) { return conv2d(x[0], x[1], Tensor(), {2, 2}, {1, 1}, {2, 2}, 2); },
-                 [](Generator& g, DType t) {
-                   return Samples{{"x (1,4,7,7) w (4,2,3,3) stride 2 dil 2 groups 2",
-                                   {rnd(g, {1, 4, 7, 7}, t), rnd(g, {4, 2, 3, 3}, t)}}};
-                 }));
-  r.push_back(op("max_pool2d", "nn", [](const tensor_list& x) { return max_pool2d(x[0], {2, 2}); },
-                 [](Generator& g, DType t) { return Samples{{"(2,2,4,4)", {distinct(g, {2, 2, 4, 4}, t)}}}; }));
-  r.push_back(op("avg_pool2d", "nn", [](const tensor_list& x) { return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}); },
-                 [](Generator& g, DType t) { return Samples{{"(1,2,5,5) k3 s2 p1", {rnd(g, {1, 2, 5, 5}, t)}}}; }));
-  r.push_back(op("dropout", "nn",
-                 [](const tensor_list& x) {
-                   Generator fixed(7);  // the same mask on every call, so numeric differences are meaningful
-                   return dropout(x[0], 0.3, true, &fixed);
-                 },
-                 [](Generator& g, DType t) { return Samples{{"(4,5)", {rnd(g, {4, 5}, t)}}}; }));
+  r.push_back(op(
+      "conv2d", "nn",
+      [](const tensor_list& x) {
+        return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1});
+      },
+      [](Generator& g, DType t) {
+        return Samples{
+            {"x (2,2,5,5) w (3,2,3,3) pad 1", {rnd(g, {2, 2, 5, 5}, t), rnd(g, {3, 2, 3, 3}, t), rnd(g, {3}, t)}}};
+      }));
+  r.push_back(op(
+      "conv2d_strided_grouped", "nn",
+      [](const tensor_list& x) {
+        return conv2d(x[0], x[1], Tensor(), {2, 2}, {1, 1}, {2, 2}, 2);
+      },
+      [](Generator& g, DType t) {
+        return Samples{
+            {"x (1,4,7,7) w (4,2,3,3) stride 2 dil 2 groups 2", {rnd(g, {1, 4, 7, 7}, t), rnd(g, {4, 2, 3, 3}, t)}}};
+      }));
+  r.push_back(op(
+      "max_pool2d", "nn",
+      [](const tensor_list& x) {
+        return max_pool2d(x[0], {2, 2});
+      },
+      [](Generator& g, DType t) {
+        return Samples{{"(2,2,4,4)", {distinct(g, {2, 2, 4, 4}, t)}}};
+      }));
+  r.push_back(op(
+      "avg_pool2d", "nn",
+      [](const tensor_list& x) {
+        return avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1});
+      },
+      [](Generator& g, DType t) {
+        return Samples{{"(1,2,5,5) k3 s2 p1", {rnd(g, {1, 2, 5, 5}, t)}}};
+      }));
+  r.push_back(op(
+      "dropout", "nn",
+      [](const tensor_list& x) {
+        Generator fixed(7);  // the same mask on every call, so numeric differences are meaningful
+        return dropout(x[0], 0.3, true, &fixed);
+      },
+      [](Generator& g, DType t) {
+        return Samples{{"(4,5)", {rnd(g, {4, 5}, t)}}};
+      }));
 
   // ---- in-place ops (differentiated through a clone) ----
   auto inplace = [&](std::string name, std::function<void(Tensor&, const tensor_list&)> f, int n_inputs) {
-    r.push_back(op(name, "inplace",
-                   [f](const tensor_list& x) {
-                     Tensor y = x[0] * 1.0;  // a non-leaf that may be modified in place
-                     f(y, x);
-                     return y;
-                   },
-                   [n_inputs](Generator& g, DType t) {
-                     tensor_list in{away_from_zero(g, {3, 4}, t)};
-                     if (n_inputs > 1) in.push_back(away_from_zero(g, {4}, t));
-                     return Samples{{n_inputs > 1 ? "(3,4) with (4)" : "(3,4)", in}};
-                   }));
+    r.push_back(op(
+        name, "inplace",
+        [f](const tensor_list& x) {
+          Tensor y = x[0] * 1.0;  // a non-leaf that may be modified in place
+          f(y, x);
+          return y;
+        },
+        [n_inputs](Generator& g, DType t) {
+          tensor_list in{away_from_zero(g, {3, 4}, t)};
+          if (n_inputs > 1) in.push_back(away_from_zero(g, {4}, t));
+          return Samples{{n_inputs > 1 ? "(3,4) with (4)" : "(3,4)", in}};
+        }));
   };
-  inplace("add_", [](Tensor& y, const tensor_list& x) { y.add_(x[1], 0.5); }, 2);
-  inplace("mul_", [](Tensor& y, const tensor_list& x) { y.mul_(x[1]); }, 2);
-  inplace("div_", [](Tensor& y, const tensor_list& x) { y.div_(x[1]); }, 2);
-  inplace("relu_", [](Tensor& y, const tensor_list&) { y.relu_(); }, 1);
-  inplace("clamp_", [](Tensor& y, const tensor_list&) { y.clamp_(-0.8, 0.8); }, 1);
-  inplace("copy_", [](Tensor& y, const tensor_list& x) { y.copy_(x[1]); }, 2);
-  inplace("masked_fill_", [](Tensor& y, const tensor_list& x) { y.masked_fill_(x[0] > 0.0, 0.0); }, 1);
+  inplace(
+      "add_", [](Tensor& y, const tensor_list& x) { y.add_(x[1], 0.5); }, 2);
+  inplace(
+      "mul_", [](Tensor& y, const tensor_list& x) { y.mul_(x[1]); }, 2);
+  inplace(
+      "div_", [](Tensor& y, const tensor_list& x) { y.div_(x[1]); }, 2);
+  inplace(
+      "relu_", [](Tensor& y, const tensor_list&) { y.relu_(); }, 1);
+  inplace(
+      "clamp_", [](Tensor& y, const tensor_list&) { y.clamp_(-0.8, 0.8); }, 1);
+  inplace(
+      "copy_", [](Tensor& y, const tensor_list& x) { y.copy_(x[1]); }, 2);
+  inplace(
+      "masked_fill_", [](Tensor& y, const tensor_list& x) { y.masked_fill_(x[0] > 0.0, 0.0); }, 1);
   return r;
 }
 

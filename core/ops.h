@@ -20,10 +20,18 @@ inline PromotionOperand promotion_operand(const Tensor& t) {
   return {t.dtype(), t.dim() > 0 ? PromotionTier::Dimensioned : PromotionTier::ZeroDim};
 }
 inline PromotionOperand promotion_operand(const Scalar& s) { return {s.dtype(), PromotionTier::Number}; }
-inline DType result_type(const Tensor& a, const Tensor& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
-inline DType result_type(const Tensor& a, const Scalar& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
-inline DType result_type(const Scalar& a, const Tensor& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
-inline DType result_type(const Scalar& a, const Scalar& b) { return result_type({promotion_operand(a), promotion_operand(b)}); }
+inline DType result_type(const Tensor& a, const Tensor& b) {
+  return result_type({promotion_operand(a), promotion_operand(b)});
+}
+inline DType result_type(const Tensor& a, const Scalar& b) {
+  return result_type({promotion_operand(a), promotion_operand(b)});
+}
+inline DType result_type(const Scalar& a, const Tensor& b) {
+  return result_type({promotion_operand(a), promotion_operand(b)});
+}
+inline DType result_type(const Scalar& a, const Scalar& b) {
+  return result_type({promotion_operand(a), promotion_operand(b)});
+}
 
 // ---- elementwise, with NumPy broadcasting (ops/elementwise.cpp) -------------
 // The binary ops take a tensor or a C++ number (Scalar) on the right; a number computes
@@ -34,7 +42,7 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);  // a - a
 Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Scalar& b);
-Tensor div(const Tensor& a, const Tensor& b);    // true division: integers give float32
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
 Tensor div(const Tensor& a, const Scalar& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Scalar& exponent);
@@ -50,7 +58,7 @@ Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);  // 1 / sqrt(x)
 Tensor abs(const Tensor& x);
-Tensor sign(const Tensor& x);   // not differentiable (zero gradient)
+Tensor sign(const Tensor& x);  // not differentiable (zero gradient)
 Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor erf(const Tensor& x);
@@ -64,7 +72,7 @@ Tensor relu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
-Tensor gelu(const Tensor& x);                   // exact: x * Phi(x)
+Tensor gelu(const Tensor& x);  // exact: x * Phi(x)
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 // Comparisons give bool tensors and are not differentiable; they compare in result_type.
 Tensor eq(const Tensor& a, const Tensor& b);

@@ -19,8 +19,8 @@ struct SgdStep {
 };
 struct AdamStep {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, lr = 0;
-  double step_size = 0;  // lr / (1 - beta1^t)
-  double bc2_sqrt = 1;   // sqrt(1 - beta2^t)
+  double step_size = 0;    // lr / (1 - beta1^t)
+  double bc2_sqrt = 1;     // sqrt(1 - beta2^t)
   bool l2 = false;         // Adam's weight decay: g += wd * p
   bool decoupled = false;  // AdamW's: p *= 1 - lr * wd
   bool amsgrad = false;
@@ -51,7 +51,9 @@ template <class T>
 struct SgdCoeffs {
   T lr, wd, mom, keep;  // keep = 1 - dampening
   explicit SgdCoeffs(const SgdStep& s)
-      : lr(static_cast<T>(s.lr)), wd(static_cast<T>(s.weight_decay)), mom(static_cast<T>(s.momentum)),
+      : lr(static_cast<T>(s.lr)),
+        wd(static_cast<T>(s.weight_decay)),
+        mom(static_cast<T>(s.momentum)),
         keep(static_cast<T>(1.0 - s.dampening)) {}
 };
 
@@ -82,10 +84,15 @@ template <class T>
 struct AdamCoeffs {
   T beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, step_size, bc2_sqrt, decay;
   explicit AdamCoeffs(const AdamStep& s)
-      : beta1(static_cast<T>(s.beta1)), beta2(static_cast<T>(s.beta2)), one_minus_beta1(static_cast<T>(1.0 - s.beta1)),
-        one_minus_beta2(static_cast<T>(1.0 - s.beta2)), eps(static_cast<T>(s.eps)),
-        weight_decay(static_cast<T>(s.weight_decay)), step_size(static_cast<T>(s.step_size)),
-        bc2_sqrt(static_cast<T>(s.bc2_sqrt)), decay(static_cast<T>(1.0 - s.lr * s.weight_decay)) {}
+      : beta1(static_cast<T>(s.beta1)),
+        beta2(static_cast<T>(s.beta2)),
+        one_minus_beta1(static_cast<T>(1.0 - s.beta1)),
+        one_minus_beta2(static_cast<T>(1.0 - s.beta2)),
+        eps(static_cast<T>(s.eps)),
+        weight_decay(static_cast<T>(s.weight_decay)),
+        step_size(static_cast<T>(s.step_size)),
+        bc2_sqrt(static_cast<T>(s.bc2_sqrt)),
+        decay(static_cast<T>(1.0 - s.lr * s.weight_decay)) {}
 };
 
 // Element j of Adam/AdamW. vmax is unused without AMSGrad.
@@ -111,8 +118,12 @@ template <class T>
 struct RmspropCoeffs {
   T lr, alpha, one_minus_alpha, eps, weight_decay, momentum;
   explicit RmspropCoeffs(const RmspropStep& s)
-      : lr(static_cast<T>(s.lr)), alpha(static_cast<T>(s.alpha)), one_minus_alpha(static_cast<T>(1.0 - s.alpha)),
-        eps(static_cast<T>(s.eps)), weight_decay(static_cast<T>(s.weight_decay)), momentum(static_cast<T>(s.momentum)) {}
+      : lr(static_cast<T>(s.lr)),
+        alpha(static_cast<T>(s.alpha)),
+        one_minus_alpha(static_cast<T>(1.0 - s.alpha)),
+        eps(static_cast<T>(s.eps)),
+        weight_decay(static_cast<T>(s.weight_decay)),
+        momentum(static_cast<T>(s.momentum)) {}
 };
 
 // Element j of RMSprop. a is unused unless Centered, buf unless Momentum.

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/shape.h"
 #include "core/dtype.h"
+#include "core/shape.h"
 
 namespace gradsleuth {
 
@@ -24,7 +24,7 @@ struct SavedInfo {
   std::string saved_by;  // the op that saved it ("mul", "relu")
   Shape shape;
   DType dtype = DType::Float32;
-  uint64_t version = 0;  // the storage's version when it was saved
+  uint64_t version = 0;    // the storage's version when it was saved
   bool is_output = false;  // the op saved its own result
 };
 
@@ -34,7 +34,7 @@ class SavedCapture {
   ~SavedCapture();  // inactive (the table stays readable until destruction)
   SavedCapture(const SavedCapture&) = delete;
   SavedCapture& operator=(const SavedCapture&) = delete;
-  void stop();      // stops recording; what was recorded stays
+  void stop();  // stops recording; what was recorded stays
 
   // What node `n` saved, or nullptr when it was not recorded under this capture.
   const std::vector<SavedInfo>* saved(const Node* n) const;

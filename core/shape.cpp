@@ -34,7 +34,8 @@ int64_t numel_of(const Shape& s, const char* op) {
   for (int64_t d : s) {
     zero |= d == 0;
     if (__builtin_mul_overflow(n, d == 0 ? int64_t{1} : d, &n)) [[unlikely]]
-      GS_FAIL(op, "shape ", shape_str(s), " has more elements than a 64-bit size can count (the product of its "
+      GS_FAIL(op, "shape ", shape_str(s),
+              " has more elements than a 64-bit size can count (the product of its "
               "sizes overflows int64); no tensor this large can exist. Check the sizes (a wrapped negative "
               "number? a corrupted file?).");
   }
@@ -45,8 +46,11 @@ int64_t checked_nbytes(const Shape& s, size_t elem_size, const char* op) {
   const int64_t n = numel_of(s, op);
   int64_t bytes;
   if (__builtin_mul_overflow(n, static_cast<int64_t>(elem_size), &bytes) || bytes > kMaxTensorBytes) [[unlikely]]
-    GS_FAIL(op, "shape ", shape_str(s), " (", n, " elements of ", elem_size, " bytes) needs more bytes than the "
-            "address space holds (at most ", kMaxTensorBytes, "); no tensor this large can be allocated. "
+    GS_FAIL(op, "shape ", shape_str(s), " (", n, " elements of ", elem_size,
+            " bytes) needs more bytes than the "
+            "address space holds (at most ",
+            kMaxTensorBytes,
+            "); no tensor this large can be allocated. "
             "Check the sizes.");
   return bytes;
 }
@@ -75,8 +79,11 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
     int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
     GS_CHECK(da == db || da == 1 || db == 1, op, "shapes ", shape_str(a), " and ", shape_str(b),
-             " cannot be broadcast: at dim ", static_cast<int64_t>(n - 1 - i), " (counting from the left of the "
-             "broadcast shape) sizes ", da, " and ", db, " differ and neither is 1. Hint: reshape/unsqueeze one "
+             " cannot be broadcast: at dim ", static_cast<int64_t>(n - 1 - i),
+             " (counting from the left of the "
+             "broadcast shape) sizes ",
+             da, " and ", db,
+             " differ and neither is 1. Hint: reshape/unsqueeze one "
              "operand so that matching dims line up from the right.");
     out[n - 1 - i] = da == 1 ? db : da;
   }

@@ -28,7 +28,9 @@ class DimVector {
   DimVector(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }
   DimVector(size_t n, int64_t value) { resize(n, value); }
   template <class It>
-  DimVector(It first, It last) { assign(first, last); }
+  DimVector(It first, It last) {
+    assign(first, last);
+  }
 
   template <class It>
   void assign(It first, It last) {

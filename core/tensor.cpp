@@ -17,7 +17,8 @@
 namespace gradsleuth {
 
 TensorImpl& Tensor::impl() const {
-  GS_CHECK(impl_ != nullptr, "Tensor", "this tensor is undefined (default-constructed, or a gradient that was never "
+  GS_CHECK(impl_ != nullptr, "Tensor",
+           "this tensor is undefined (default-constructed, or a gradient that was never "
            "computed). Check defined() before using it.");
   return *impl_;
 }
@@ -70,9 +71,8 @@ T Tensor::item() const {
   GS_CHECK(numel() == 1, "Tensor::item", "only a one-element tensor can be converted to a scalar, got ", str(),
            ". Reduce it first (sum(), mean(), ...) or index one element.");
   Tensor c = device().is_cpu() ? *this : cpu();
-  return dispatch_dtype(c.dtype(), [&](auto tag) -> T {
-    return static_cast<T>(*static_cast<const decltype(tag)*>(c.raw_data()));
-  });
+  return dispatch_dtype(
+      c.dtype(), [&](auto tag) -> T { return static_cast<T>(*static_cast<const decltype(tag)*>(c.raw_data())); });
 }
 
 template <class T>
@@ -82,9 +82,9 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + c.numel());
 }
 
-#define GS_INSTANTIATE(T)                            \
-  template T* Tensor::data_ptr<T>() const;           \
-  template T Tensor::item<T>() const;                \
+#define GS_INSTANTIATE(T)                  \
+  template T* Tensor::data_ptr<T>() const; \
+  template T Tensor::item<T>() const;      \
   template std::vector<T> Tensor::to_vector<T>() const;
 GS_INSTANTIATE(float)
 GS_INSTANTIATE(double)
@@ -175,8 +175,10 @@ Tensor empty(const Shape& shape, TensorOptions opts) {
   check_dtype(opts.dtype_, "tensor factory (empty/zeros/ones/full/rand...)");
   check_device(opts.device_, "tensor factory (empty/zeros/ones/full/rand...)");
   for (int64_t s : shape)
-    GS_CHECK(s >= 0, "tensor factory (empty/zeros/ones/full/rand...)", "negative size in shape ", shape_str(shape), "; sizes must be >= 0");
-  const int64_t nbytes = checked_nbytes(shape, dtype_size(opts.dtype_), "tensor factory (empty/zeros/ones/full/rand...)");
+    GS_CHECK(s >= 0, "tensor factory (empty/zeros/ones/full/rand...)", "negative size in shape ", shape_str(shape),
+             "; sizes must be >= 0");
+  const int64_t nbytes =
+      checked_nbytes(shape, dtype_size(opts.dtype_), "tensor factory (empty/zeros/ones/full/rand...)");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), opts.device_);
   impl->shape = shape;
@@ -229,8 +231,8 @@ Tensor arange(double start, double end, double step, TensorOptions opts) {
   GS_CHECK((end - start) / step >= 0, "arange", "range [", start, ", ", end, ") is empty for step ", step,
            "; swap start and end or change the sign of step");
   const double count = std::ceil((end - start) / step);
-  GS_CHECK(std::isfinite(count) && count < 9.2e18, "arange", "range [", start, ", ", end, ") with step ", step,
-           " has ", count, " elements, more than a tensor can hold");
+  GS_CHECK(std::isfinite(count) && count < 9.2e18, "arange", "range [", start, ", ", end, ") with step ", step, " has ",
+           count, " elements, more than a tensor can hold");
   const int64_t n = static_cast<int64_t>(count);
   Tensor t = empty({n}, opts.requires_grad(false));
   backend_of(t).arange(t, start, step);
@@ -256,8 +258,8 @@ Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
 
 template <class T>
 static Tensor from_values(const T* values, size_t count, const Shape& shape, TensorOptions opts, const char* op) {
-  GS_CHECK(static_cast<int64_t>(count) == numel_of(shape), op, count, " values cannot fill shape ",
-           shape_str(shape), " (", numel_of(shape), " elements)");
+  GS_CHECK(static_cast<int64_t>(count) == numel_of(shape), op, count, " values cannot fill shape ", shape_str(shape),
+           " (", numel_of(shape), " elements)");
   Tensor src = empty(shape, TensorOptions(dtype_of_v<T>));
   if (count) std::memcpy(src.raw_data(), values, count * sizeof(T));
   Tensor t = src.to(opts.dtype_);
@@ -271,9 +273,15 @@ Tensor tensor(std::initializer_list<double> v, TensorOptions o) {
 Tensor tensor(std::initializer_list<double> v, const Shape& s, TensorOptions o) {
   return from_values(v.begin(), v.size(), s, o, "tensor");
 }
-Tensor tensor(const std::vector<double>& v, const Shape& s, TensorOptions o) { return from_values(v.data(), v.size(), s, o, "tensor"); }
-Tensor tensor(const std::vector<float>& v, const Shape& s, TensorOptions o) { return from_values(v.data(), v.size(), s, o, "tensor"); }
-Tensor tensor(const std::vector<int64_t>& v, const Shape& s, TensorOptions o) { return from_values(v.data(), v.size(), s, o, "tensor"); }
+Tensor tensor(const std::vector<double>& v, const Shape& s, TensorOptions o) {
+  return from_values(v.data(), v.size(), s, o, "tensor");
+}
+Tensor tensor(const std::vector<float>& v, const Shape& s, TensorOptions o) {
+  return from_values(v.data(), v.size(), s, o, "tensor");
+}
+Tensor tensor(const std::vector<int64_t>& v, const Shape& s, TensorOptions o) {
+  return from_values(v.data(), v.size(), s, o, "tensor");
+}
 
 Tensor from_blob(void* data, const Shape& shape, TensorOptions opts) {
   // Copy semantics keep ownership simple: the caller may free `data` afterwards.
@@ -310,10 +318,13 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts
   Generator& g = gen ? *gen : default_generator();
   // Uniform doubles in [0, high - low): truncation to int64 is then a floor.
   Tensor u = empty(shape, TensorOptions(kFloat64).device(opts.device_));
-  backend_of(u).uniform(u, 0.0, static_cast<double>(high - low), g.seed(), g.reserve(uniform_words(kFloat64, u.numel())));
+  backend_of(u).uniform(u, 0.0, static_cast<double>(high - low), g.seed(),
+                        g.reserve(uniform_words(kFloat64, u.numel())));
   Tensor i = empty(shape, TensorOptions(kInt64).device(opts.device_));
   backend_of(u).copy(i, u);
-  if (low != 0) backend_of(i).binary(BinaryOp::Add, i, i, full(shape, static_cast<double>(low), TensorOptions(kInt64).device(opts.device_)));
+  if (low != 0)
+    backend_of(i).binary(BinaryOp::Add, i, i,
+                         full(shape, static_cast<double>(low), TensorOptions(kInt64).device(opts.device_)));
   return opts.dtype_ == kInt64 ? i : i.to(opts.dtype_);
 }
 Tensor randperm(int64_t n, Generator* gen) {
@@ -354,9 +365,12 @@ static Tensor copy_raw(const Tensor& x, DType t, Device d) {
     // Cross-device: make the source contiguous on its device, then move bytes.
     Tensor c = empty(x.shape(), TensorOptions(t).device(x.device()));
     backend_of(x).copy(c, x);
-    if (x.device().is_cpu()) backend_for(d).copy_from_host(out.unsafe_data(), c.raw_data(), c.nbytes());
-    else if (d.is_cpu()) backend_of(x).copy_to_host(out.raw_data(), c.unsafe_data(), c.nbytes());
-    else return copy_raw(copy_raw(x, t, kCPU), t, d);  // between two devices: through the host
+    if (x.device().is_cpu())
+      backend_for(d).copy_from_host(out.unsafe_data(), c.raw_data(), c.nbytes());
+    else if (d.is_cpu())
+      backend_of(x).copy_to_host(out.raw_data(), c.unsafe_data(), c.nbytes());
+    else
+      return copy_raw(copy_raw(x, t, kCPU), t, d);  // between two devices: through the host
   }
   return out;
 }
@@ -437,8 +451,8 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* op, cons
              " elements) as ", shape_str(shape));
     s[infer] = numel / known;
   }
-  GS_CHECK(numel_of(s) == numel, op, "shape ", shape_str(shape), " is invalid for a tensor of shape ",
-           shape_str(from), " (", numel, " elements vs ", numel_of(s), ")");
+  GS_CHECK(numel_of(s) == numel, op, "shape ", shape_str(shape), " is invalid for a tensor of shape ", shape_str(from),
+           " (", numel, " elements vs ", numel_of(s), ")");
   return s;
 }
 
@@ -446,7 +460,10 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* op, cons
 // (the same rule as PyTorch: each new dim must lie inside one contiguous chunk).
 static bool view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& shape, Strides& out) {
   out = Strides(shape.size(), 0);
-  if (numel_of(old_shape) <= 1 || old_shape.empty()) { out = contiguous_strides(shape); return true; }
+  if (numel_of(old_shape) <= 1 || old_shape.empty()) {
+    out = contiguous_strides(shape);
+    return true;
+  }
   int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
   int64_t chunk_base_stride = old_strides.empty() ? 1 : old_strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
@@ -472,8 +489,8 @@ static bool view_strides(const Shape& old_shape, const Strides& old_strides, con
 Tensor Tensor::view(const Shape& shape_in) const {
   Shape s = infer_shape(shape_in, numel(), "view", shape());
   Strides st;
-  GS_CHECK(is_contiguous() ? (st = contiguous_strides(s), true) : view_strides(shape(), strides(), s, st), "view", "cannot view ", str(), " with strides ",
-           shape_str(strides()), " as ", shape_str(s),
+  GS_CHECK(is_contiguous() ? (st = contiguous_strides(s), true) : view_strides(shape(), strides(), s, st), "view",
+           "cannot view ", str(), " with strides ", shape_str(strides()), " as ", shape_str(s),
            " without copying: the tensor is not contiguous in the dims being merged. Use reshape() (which copies "
            "when it must) or call contiguous() first.");
   Shape in_shape = shape();
@@ -519,8 +536,8 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::permute(const Dims& order) const {
-  GS_CHECK(static_cast<int64_t>(order.size()) == dim(), "permute", "order ", shape_str(order), " has ",
-           order.size(), " entries but the tensor ", str(), " has ", dim(), " dims");
+  GS_CHECK(static_cast<int64_t>(order.size()) == dim(), "permute", "order ", shape_str(order), " has ", order.size(),
+           " entries but the tensor ", str(), " has ", dim(), " dims");
   Shape s(order.size(), 0);
   Strides st(order.size(), 0);
   Dims inverse(order.size(), -1);
@@ -537,7 +554,8 @@ Tensor Tensor::permute(const Dims& order) const {
 
 // Backward of narrow/slice/select: scatter the gradient into zeros of the input's
 // shape through the same view. Recorded itself, so double backward works.
-static Tensor view_scatter(const Tensor& g, const Shape& in_shape, const std::function<Tensor(const Tensor&)>& view_fn) {
+static Tensor view_scatter(const Tensor& g, const Shape& in_shape,
+                           const std::function<Tensor(const Tensor&)>& view_fn) {
   Tensor out = zeros(in_shape, TensorOptions(g.dtype()).device(g.device()));
   {
     Tensor dst = view_fn(out.detach());
@@ -558,7 +576,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for a huge step
+  s[d] = end == start ? 0 : (end - start - 1) / step + 1;   // no overflow for a huge step
   if (s[d] > 1) st[d] = checked_mul(st[d], step, "slice");  // a single element's stride never matters
   Shape in_shape = shape();
   auto fn = [d, start, end, step](const Tensor& t) { return t.slice(d, start, end, step); };
@@ -583,8 +601,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   const int64_t n = shape()[d];
-  GS_CHECK(index >= -n && index < n, "select", "index ", index, " is out of range for dim ", d, " of size ", n,
-           " in ", str());
+  GS_CHECK(index >= -n && index < n, "select", "index ", index, " is out of range for dim ", d, " of size ", n, " in ",
+           str());
   if (index < 0) index += n;
   Shape s = shape();
   Strides st = strides();
@@ -650,7 +668,9 @@ Tensor Tensor::unsqueeze(int64_t d) const {
                      [d](const Tensor& g, Node&) { return tensor_list{g.squeeze(d)}; });
 }
 
-std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const { return gradsleuth::split(*this, split_size, d); }
+std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
+  return gradsleuth::split(*this, split_size, d);
+}
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
   GS_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
   const int64_t n = size(d);
@@ -676,9 +696,12 @@ static void print_rec(std::ostream& os, const Tensor& t, int64_t d, std::vector<
       dispatch_dtype(t.dtype(), [&](auto tag) {
         using T = decltype(tag);
         T v = static_cast<const T*>(t.storage()->data())[off];
-        if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
-        else if constexpr (std::is_integral_v<T>) os << v;
-        else os << std::setw(9) << std::setprecision(4) << std::fixed << v;
+        if constexpr (std::is_same_v<T, bool>)
+          os << (v ? "true" : "false");
+        else if constexpr (std::is_integral_v<T>)
+          os << v;
+        else
+          os << std::setw(9) << std::setprecision(4) << std::fixed << v;
       });
       if (i + 1 < n) os << ", ";
     } else {
@@ -706,8 +729,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t0) {
   os.flags(f);
   os << ", dtype=" << dtype_name(t0.dtype()) << ", shape=" << shape_str(t0.shape());
   if (!t0.device().is_cpu()) os << ", device=" << t0.device();
-  if (t0.grad_fn()) os << ", grad_fn=" << t0.grad_fn()->name();
-  else if (t0.requires_grad()) os << ", requires_grad=true";
+  if (t0.grad_fn())
+    os << ", grad_fn=" << t0.grad_fn()->name();
+  else if (t0.requires_grad())
+    os << ", requires_grad=true";
   return os << ')';
 }
 

@@ -38,9 +38,22 @@ struct TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t), has_dtype_(true) {}
   TensorOptions(Device d) : device_(d) {}
-  TensorOptions dtype(DType t) const { auto o = *this; o.dtype_ = t; o.has_dtype_ = true; return o; }
-  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
-  TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
+  TensorOptions dtype(DType t) const {
+    auto o = *this;
+    o.dtype_ = t;
+    o.has_dtype_ = true;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
+  TensorOptions requires_grad(bool r = true) const {
+    auto o = *this;
+    o.requires_grad_ = r;
+    return o;
+  }
 };
 inline TensorOptions dtype(DType t) { return TensorOptions(t); }
 inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
@@ -53,13 +66,13 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::Float32;
   bool requires_grad = false;
-  bool is_view = false;       // made by a view op from another tensor's storage
-  bool retains_grad = false;  // non-leaf that keeps .grad (retain_grad())
-  std::shared_ptr<Node> grad_fn;             // the op that produced this tensor (null for leaves)
-  std::weak_ptr<Node> grad_accumulator;      // leaves: the node that accumulates into .grad
-  std::shared_ptr<TensorImpl> grad;          // accumulated gradient (leaves, or retain_grad)
-  std::vector<GradHook> leaf_hooks;          // hooks on leaves (non-leaf hooks live on grad_fn)
-  std::string name;                          // optional, shown in errors and debug reports
+  bool is_view = false;                  // made by a view op from another tensor's storage
+  bool retains_grad = false;             // non-leaf that keeps .grad (retain_grad())
+  std::shared_ptr<Node> grad_fn;         // the op that produced this tensor (null for leaves)
+  std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into .grad
+  std::shared_ptr<TensorImpl> grad;      // accumulated gradient (leaves, or retain_grad)
+  std::vector<GradHook> leaf_hooks;      // hooks on leaves (non-leaf hooks live on grad_fn)
+  std::string name;                      // optional, shown in errors and debug reports
   // Views (made by a view op; see docs/autograd.md): the root tensor whose storage
   // this view reads (never itself a view), and the base's grad_fn when this view's
   // own history was last derived. An in-place op on the base or on any view of it
@@ -105,31 +118,37 @@ class Tensor {
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
   std::string str() const;  // "float32[2, 3]" — used in error messages
   const std::string& name() const { return impl().name; }
-  Tensor& set_name(std::string n) { impl().name = std::move(n); return *this; }
+  Tensor& set_name(std::string n) {
+    impl().name = std::move(n);
+    return *this;
+  }
 
   // Raw element access (CPU only). data_ptr<T>() checks the dtype; writes through
   // it are invisible to autograd's version counter.
-  template <class T> T* data_ptr() const;
+  template <class T>
+  T* data_ptr() const;
   void* raw_data() const;  // pointer to element 0 (storage + offset); an error for a non-CPU tensor
   // The address of element 0 on whatever device the tensor lives on, unchecked: for
   // backends (a CUDA kernel's operand), never to be dereferenced on the host for device tensors.
   void* unsafe_data() const;
-  template <class T> T item() const;  // the value of a 1-element tensor, converted to T
+  template <class T>
+  T item() const;  // the value of a 1-element tensor, converted to T
   double item_double() const { return item<double>(); }
-  template <class T> std::vector<T> to_vector() const;  // values in row-major order
+  template <class T>
+  std::vector<T> to_vector() const;  // values in row-major order
 
   // ---- autograd ---------------------------------------------------------
   bool requires_grad() const { return synced().requires_grad; }
   Tensor& requires_grad_(bool r = true);
   bool is_leaf() const { return synced().grad_fn == nullptr; }
   const std::shared_ptr<Node>& grad_fn() const { return synced().grad_fn; }
-  Tensor grad() const;              // undefined until a backward reaches this tensor
-  void set_grad(const Tensor& g);   // replace .grad (undefined Tensor clears it)
-  void zero_grad();                 // .grad = undefined
-  void retain_grad();               // keep .grad on a non-leaf
+  Tensor grad() const;             // undefined until a backward reaches this tensor
+  void set_grad(const Tensor& g);  // replace .grad (undefined Tensor clears it)
+  void zero_grad();                // .grad = undefined
+  void retain_grad();              // keep .grad on a non-leaf
   // backward(): this must hold one element unless `gradient` is given.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
-  Tensor detach() const;            // same storage, no history
+  Tensor detach() const;  // same storage, no history
   Tensor& detach_();
   // Registers a hook called with this tensor's gradient during backward; it may
   // return a replacement. Returns a handle for remove_hook().
@@ -145,17 +164,17 @@ class Tensor {
   Tensor contiguous() const;
 
   // ---- views (share storage; differentiable) ---------------------------
-  Tensor view(const Shape& shape) const;      // needs compatible strides; -1 infers one size
-  Tensor reshape(const Shape& shape) const;   // a view when possible, else a copy
+  Tensor view(const Shape& shape) const;     // needs compatible strides; -1 infers one size
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor t() const;                           // 2-D transpose
+  Tensor t() const;  // 2-D transpose
   Tensor permute(const Dims& order) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;  // removes `dim`
   Tensor operator[](int64_t index) const { return select(0, index); }
-  Tensor expand(const Shape& shape) const;    // -1 keeps a size; stride 0 on expanded dims
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size; stride 0 on expanded dims
   Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
@@ -320,7 +339,7 @@ Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
 Tensor empty_like(const Tensor& t);
 Tensor scalar_tensor(const Scalar& value, TensorOptions opts = {});  // 0-dim, float32 unless opts say (PyTorch)
-Tensor arange(double end, TensorOptions opts = {});            // [0, end)
+Tensor arange(double end, TensorOptions opts = {});                  // [0, end)
 Tensor arange(double start, double end, double step = 1.0, TensorOptions opts = {});
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
 Tensor eye(int64_t n, TensorOptions opts = {});
@@ -339,7 +358,7 @@ class Generator;
 Tensor rand(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);   // U[0, 1)
 Tensor randn(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);  // N(0, 1)
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opts = kInt64,
-               Generator* gen = nullptr);  // integers in [low, high)
+               Generator* gen = nullptr);              // integers in [low, high)
 Tensor randperm(int64_t n, Generator* gen = nullptr);  // int64
 
 // True when all elements are within atol + rtol * |b| (NaN never close).

@@ -21,7 +21,9 @@ Tensor Tensor::abs() const { return gradsleuth::abs(*this); }
 Tensor Tensor::sign() const { return gradsleuth::sign(*this); }
 Tensor Tensor::square() const { return gradsleuth::square(*this); }
 Tensor Tensor::reciprocal() const { return gradsleuth::reciprocal(*this); }
-Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return gradsleuth::clamp(*this, lo, hi); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
+  return gradsleuth::clamp(*this, lo, hi);
+}
 Tensor Tensor::relu() const { return gradsleuth::relu(*this); }
 Tensor Tensor::sigmoid() const { return gradsleuth::sigmoid(*this); }
 Tensor Tensor::tanh() const { return gradsleuth::tanh(*this); }
@@ -41,7 +43,9 @@ Tensor Tensor::gt(const Tensor& o) const { return gradsleuth::gt(*this, o); }
 Tensor Tensor::gt(const Scalar& o) const { return gradsleuth::gt(*this, o); }
 Tensor Tensor::ge(const Tensor& o) const { return gradsleuth::ge(*this, o); }
 Tensor Tensor::ge(const Scalar& o) const { return gradsleuth::ge(*this, o); }
-Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& v) const { return gradsleuth::masked_fill(*this, mask, v); }
+Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& v) const {
+  return gradsleuth::masked_fill(*this, mask, v);
+}
 Tensor Tensor::isnan() const { return gradsleuth::isnan(*this); }
 Tensor Tensor::isinf() const { return gradsleuth::isinf(*this); }
 Tensor Tensor::isfinite() const { return gradsleuth::isfinite(*this); }

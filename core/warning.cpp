@@ -45,8 +45,10 @@ void warn(const Warning& w) {
     std::lock_guard<std::mutex> lock(g_mu);
     h = handler();
   }
-  if (h) h(w);
-  else print_warning_once(w);
+  if (h)
+    h(w);
+  else
+    print_warning_once(w);
 }
 
 WarningHandler set_warning_handler(WarningHandler h) {

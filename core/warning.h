@@ -12,7 +12,8 @@
 namespace gradsleuth {
 
 struct Warning {
-  std::string check;    // the id of the debug check this belongs to ("O5", "M2"; docs/checks.md), or "" for a general warning
+  std::string
+      check;  // the id of the debug check this belongs to ("O5", "M2"; docs/checks.md), or "" for a general warning
   std::string where;    // what raised it: "Adam", "Dropout(p=0.5)", a module path
   std::string message;  // what happened, why it matters, and the fix
 };

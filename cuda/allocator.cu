@@ -69,7 +69,9 @@ void* device_allocate(size_t nbytes) {
     return p;
   }
   const int64_t limit = c.stats.limit_bytes;
-  auto over_limit = [&] { return limit > 0 && c.stats.bytes_in_use + c.stats.bytes_cached + static_cast<int64_t>(size) > limit; };
+  auto over_limit = [&] {
+    return limit > 0 && c.stats.bytes_in_use + c.stats.bytes_cached + static_cast<int64_t>(size) > limit;
+  };
   if (over_limit()) release_cached(c);
   void* p = nullptr;
   cudaError_t err = cudaSuccess;
@@ -89,8 +91,8 @@ void* device_allocate(size_t nbytes) {
     GS_FAIL("cuda allocate", "out of device memory allocating ", nbytes, " bytes (", mib(static_cast<int64_t>(nbytes)),
             ") on cuda:0. Allocator: ", mib(s.bytes_in_use), " in use by tensors, ", mib(s.bytes_cached),
             " cached, peak ", mib(s.peak_bytes_in_use), ", ", s.malloc_calls, " cudaMalloc calls, ", s.cache_hits,
-            " cache hits", limit > 0 ? ", limit " + mib(limit) : std::string(), "; device: ", mib(static_cast<int64_t>(free_b)),
-            " free of ", mib(static_cast<int64_t>(total_b)),
+            " cache hits", limit > 0 ? ", limit " + mib(limit) : std::string(),
+            "; device: ", mib(static_cast<int64_t>(free_b)), " free of ", mib(static_cast<int64_t>(total_b)),
             (err != cudaSuccess ? std::string(" (") + cudaGetErrorName(err) + ")" : std::string()),
             ". Use a smaller batch, free tensors you no longer need, or keep part of the model on the cpu.");
   }

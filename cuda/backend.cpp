@@ -14,7 +14,8 @@
 
 namespace gradsleuth::cuda {
 
-static_assert(::gradsleuth::kMaxDims == ::gradsleuth::cuda::kMaxDims, "cuda/strided.h's kMaxDims must match core/shape.h");
+static_assert(::gradsleuth::kMaxDims == ::gradsleuth::cuda::kMaxDims,
+              "cuda/strided.h's kMaxDims must match core/shape.h");
 
 namespace {
 

@@ -46,8 +46,7 @@ namespace gradsleuth::cuda {
 // converted to the kernel's parameter type first (as <<<>>> would). Returns the launch error
 // (cudaSuccess, cudaErrorInvalidConfiguration, ...) and sets cudaGetLastError like <<<>>>.
 template <class... KArgs, class... Args>
-cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
-                   Args&&... args) {
+cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(KArgs) == sizeof...(Args), "gradsleuth::cuda::launch: wrong number of kernel arguments");
   std::tuple<std::remove_cv_t<KArgs>...> converted(static_cast<std::remove_cv_t<KArgs>>(std::forward<Args>(args))...);
 #if GS_CUDA_EMU
@@ -64,8 +63,8 @@ cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem
 
 namespace detail {
 inline std::string cuda_error_message(cudaError_t err, const char* call, const char* file, int line) {
-  return std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + cudaGetErrorName(err) +
-         " (" + cudaGetErrorString(err) + ")";
+  return std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + cudaGetErrorName(err) + " (" +
+         cudaGetErrorString(err) + ")";
 }
 }  // namespace detail
 

@@ -60,8 +60,8 @@ __global__ void max_pool_kernel(T* out, int64_t* argmax, const T* x, Conv2dGeome
   }
 }
 
-// grad_in[nc, argmax] += grad_out into the zero-filled grad_in. One thread per output gradient, grid-stride; windows may
-// overlap (stride < kernel), hence the atomic.
+// grad_in[nc, argmax] += grad_out into the zero-filled grad_in. One thread per output gradient, grid-stride; windows
+// may overlap (stride < kernel), hence the atomic.
 template <class T>
 __global__ void max_pool_backward_kernel(T* gi, const T* go, const int64_t* argmax, Conv2dGeometry g, int64_t n) {
   const int64_t L = g.outH * g.outW;

@@ -30,8 +30,8 @@ inline const char* cublas_status_name(cublasStatus_t s) {
 // Throws std::runtime_error("file:line: call failed: CUBLAS_STATUS_X") unless s is CUBLAS_STATUS_SUCCESS.
 inline void check_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
-                             cublas_status_name(s));
+    throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call +
+                             " failed: " + cublas_status_name(s));
 }
 }  // namespace gradsleuth::cuda
 

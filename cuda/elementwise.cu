@@ -51,8 +51,8 @@ __global__ void map2_kernel(TO* o, Strided so, const TI* a, Strided sa, const TI
 
 // o[i] = c[i] ? a[i] : b[i]. 1-D grid-stride.
 template <class T>
-__global__ void where_kernel(T* o, Strided so, const bool* c, Strided sc, const T* a, Strided sa, const T* b, Strided sb,
-                             int64_t n) {
+__global__ void where_kernel(T* o, Strided so, const bool* c, Strided sc, const T* a, Strided sa, const T* b,
+                             Strided sb, int64_t n) {
   for (GS_GRID_STRIDE(i, n)) o[so.offset(i)] = c[sc.offset(i)] ? a[sa.offset(i)] : b[sb.offset(i)];
 }
 
@@ -113,8 +113,10 @@ void arange(const DevTensor& out, double start, double step) {
 void unary(UnaryOp op, const DevTensor& out, const DevTensor& in) {
   dispatch(in.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (ew::is_predicate(op)) map1<bool, T>(unary_op_name(op), out, in, PredF<T>{op});
-    else map1<T, T>(unary_op_name(op), out, in, UnaryF<T>{op});
+    if (ew::is_predicate(op))
+      map1<bool, T>(unary_op_name(op), out, in, PredF<T>{op});
+    else
+      map1<T, T>(unary_op_name(op), out, in, UnaryF<T>{op});
   });
 }
 

@@ -66,7 +66,8 @@ void gather(const DevTensor& out, const DevTensor& in, int64_t dim, const DevTen
   dispatch(in.dtype, [&](auto tag) {
     using T = decltype(tag);
     launch_op("gather", gather_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), out.g,
-              static_cast<const T*>(in.data), xs, in.g.strides[dim], static_cast<const int64_t*>(index.data), index.g, n);
+              static_cast<const T*>(in.data), xs, in.g.strides[dim], static_cast<const int64_t*>(index.data), index.g,
+              n);
   });
 }
 
@@ -78,7 +79,8 @@ void scatter_add(const DevTensor& out, int64_t dim, const DevTensor& index, cons
   dispatch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     launch_op("scatter_add", scatter_add_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), os,
-              out.g.strides[dim], static_cast<const int64_t*>(index.data), index.g, static_cast<const T*>(src.data), ss, n);
+              out.g.strides[dim], static_cast<const int64_t*>(index.data), index.g, static_cast<const T*>(src.data), ss,
+              n);
   });
 }
 

@@ -13,7 +13,7 @@
 
 namespace gradsleuth::cuda {
 
-inline constexpr int kThreads = 256;   // threads per block of the elementwise kernels
+inline constexpr int kThreads = 256;        // threads per block of the elementwise kernels
 inline constexpr int64_t kMaxBlocks = 256;  // grid cap: kernels loop (grid-stride) over the rest
 
 // Blocks for n elements: ceil(n / threads), at most kMaxBlocks (grid-stride loops cover any n).
@@ -69,8 +69,10 @@ __device__ inline void atomic_add(T* p, T v) {
 
 template <class T>
 __device__ inline bool is_nan(T v) {
-  if constexpr (is_float_v<T>) return v != v;
-  else return false;
+  if constexpr (is_float_v<T>)
+    return v != v;
+  else
+    return false;
 }
 
 }  // namespace gradsleuth::cuda
@@ -93,8 +95,9 @@ inline bool all_contiguous(const D&... ts) {
 }
 
 // Grid-stride loop over [0, n): `for (GS_GRID_STRIDE(i, n))`.
-#define GS_GRID_STRIDE(i, n)                                                       \
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+#define GS_GRID_STRIDE(i, n)                                               \
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; \
+  i < (n);                                                                 \
   i += static_cast<int64_t>(gridDim.x) * blockDim.x
 
 }  // namespace gradsleuth::cuda

@@ -22,26 +22,26 @@ struct DevTensor {
 
 // ---- allocator.cu: the caching allocator ----
 struct AllocatorStats {
-  int64_t bytes_in_use = 0;     // blocks handed out and not yet freed
-  int64_t bytes_cached = 0;     // freed blocks kept for reuse
+  int64_t bytes_in_use = 0;  // blocks handed out and not yet freed
+  int64_t bytes_cached = 0;  // freed blocks kept for reuse
   int64_t peak_bytes_in_use = 0;
-  int64_t malloc_calls = 0;     // cudaMalloc calls (cache misses)
-  int64_t cache_hits = 0;       // allocations served from the cache
+  int64_t malloc_calls = 0;  // cudaMalloc calls (cache misses)
+  int64_t cache_hits = 0;    // allocations served from the cache
   int64_t frees = 0;
-  int64_t limit_bytes = 0;      // 0: no limit but the device's
+  int64_t limit_bytes = 0;  // 0: no limit but the device's
 };
 void* device_allocate(size_t nbytes);  // throws gradsleuth::Error (op "cuda allocate") when out of memory
 void device_free(void* p, size_t nbytes);
 AllocatorStats allocator_stats();
 void reset_allocator_peak();
-void empty_cache();                     // cudaFree every cached block
-void set_memory_limit(int64_t bytes);   // caps bytes_in_use + bytes_cached (0: none); for tests and sharing a GPU
+void empty_cache();                    // cudaFree every cached block
+void set_memory_limit(int64_t bytes);  // caps bytes_in_use + bytes_cached (0: none); for tests and sharing a GPU
 
 // ---- memory.cu ----
 bool device_available(std::string* why);  // a device exists (cudaGetDeviceCount succeeded with >= 1)
 void memcpy_d2h(void* dst, const void* src, size_t n);
 void memcpy_h2d(void* dst, const void* src, size_t n);
-void synchronize();                     // reports an asynchronous error with the op that launched last
+void synchronize();  // reports an asynchronous error with the op that launched last
 void copy(const DevTensor& out, const DevTensor& in);
 void fill(const DevTensor& out, double value);
 

@@ -55,13 +55,13 @@ void gemm_strided_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int
                           long long sA, const T* B, int ldb, long long sB, T* C, int ldc, long long sC, int batch) {
   const T one = 1, zero = 0;
   if constexpr (std::is_same_v<T, float>)
-    check_gemm(cublasSgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC,
-                                           batch),
-                 "cublasSgemmStridedBatched");
+    check_gemm(
+        cublasSgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC, batch),
+        "cublasSgemmStridedBatched");
   else
-    check_gemm(cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC,
-                                           batch),
-                 "cublasDgemmStridedBatched");
+    check_gemm(
+        cublasDgemmStridedBatched(handle(), ta, tb, m, n, k, &one, A, lda, sA, B, ldb, sB, &zero, C, ldc, sC, batch),
+        "cublasDgemmStridedBatched");
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ void after_launch(const char* op, cudaError_t err) {
 void check_runtime(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   GS_FAIL(what, cudaGetErrorName(err), " (", cudaGetErrorString(err), "), reported here; the last kernel launched was ",
-          g_last_op, "'s. Kernels run asynchronously: the error may come from that op; debug builds check every launch.");
+          g_last_op,
+          "'s. Kernels run asynchronously: the error may come from that op; debug builds check every launch.");
 }
 
 bool device_available(std::string* why) {
@@ -75,8 +76,9 @@ void copy(const DevTensor& out, const DevTensor& in) {
   const int64_t n = out.numel();
   if (n == 0) return;
   if (out.dtype == in.dtype && out.g.contiguous() && in.g.contiguous()) {
-    check_runtime(cudaMemcpy(out.data, in.data, static_cast<size_t>(n) * dtype_size(out.dtype), cudaMemcpyDeviceToDevice),
-                  "copy");
+    check_runtime(
+        cudaMemcpy(out.data, in.data, static_cast<size_t>(n) * dtype_size(out.dtype), cudaMemcpyDeviceToDevice),
+        "copy");
     return;
   }
   dispatch(out.dtype, [&](auto o) {

@@ -50,8 +50,9 @@ void sgd_step(DType t, int64_t n, void* p, const void* g, void* buf, const SgdSt
     const optim_step::SgdCoeffs<T> c(s);
     optim_step::with_flags(
         [&](auto decay, auto mom, auto nesterov, auto first) {
-          launch_op("SGD.step", sgd_kernel<T, decltype(decay)::value, decltype(mom)::value, decltype(nesterov)::value,
-                                           decltype(first)::value>,
+          launch_op("SGD.step",
+                    sgd_kernel<T, decltype(decay)::value, decltype(mom)::value, decltype(nesterov)::value,
+                               decltype(first)::value>,
                     blocks_for(n), kThreads, 0, static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(buf), n,
                     c);
         },
@@ -66,7 +67,8 @@ void adam_step(DType t, int64_t n, void* p, const void* g, void* m, void* v, voi
     const optim_step::AdamCoeffs<T> c(s);
     optim_step::with_flags(
         [&](auto l2, auto decoupled, auto amsgrad) {
-          launch_op("Adam.step", adam_kernel<T, decltype(l2)::value, decltype(decoupled)::value, decltype(amsgrad)::value>,
+          launch_op("Adam.step",
+                    adam_kernel<T, decltype(l2)::value, decltype(decoupled)::value, decltype(amsgrad)::value>,
                     blocks_for(n), kThreads, 0, static_cast<T*>(p), static_cast<const T*>(g), static_cast<T*>(m),
                     static_cast<T*>(v), static_cast<T*>(vmax), n, c);
         },

@@ -34,8 +34,10 @@ template <class A>
 __device__ A combine(ReduceOp op, A a, A b) {
   switch (op) {
     case ReduceOp::Sum:
-      if constexpr (std::is_same_v<A, bool>) return a || b;
-      else return ew::wrap_add(a, b);  // an int64 sum wraps, like int64 add (core/elementwise_math.h)
+      if constexpr (std::is_same_v<A, bool>)
+        return a || b;
+      else
+        return ew::wrap_add(a, b);  // an int64 sum wraps, like int64 add (core/elementwise_math.h)
     case ReduceOp::Max:
       if (is_nan(a) || is_nan(b)) return is_nan(a) ? a : b;  // NaN propagates
       return a > b ? a : b;
@@ -56,7 +58,8 @@ __global__ void reduce_kernel(ReduceOp op, TO* out, const T* in, Strided kept, S
   for (int64_t j = blockIdx.x; j < n_out; j += gridDim.x) {
     const T* base = in + kept.offset(j);
     A acc = identity<A>(op);
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
+      acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
     buf[threadIdx.x] = acc;
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
@@ -79,8 +82,10 @@ __global__ void arg_reduce_kernel(bool is_max, int64_t* out, const T* in, Stride
     for (int64_t i = 1; i < n; ++i) {
       const T v = base[i * st];
       bool better = is_max ? v > bv : v < bv;
-      if (is_nan(bv)) better = false;  // first NaN wins, as in PyTorch
-      else if (is_nan(v)) better = true;
+      if (is_nan(bv))
+        better = false;  // first NaN wins, as in PyTorch
+      else if (is_nan(v))
+        better = true;
       if (better) {
         bv = v;
         best = i;

@@ -24,8 +24,10 @@ __global__ void softmax_kernel(T* y, const T* x, int64_t R, int64_t C, bool log_
     T m = -static_cast<T>(INFINITY);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const T v = xr[c];
-      if (v != v || m != m) m = (v != v) ? v : m;
-      else m = v > m ? v : m;
+      if (v != v || m != m)
+        m = (v != v) ? v : m;
+      else
+        m = v > m ? v : m;
     }
     mbuf[threadIdx.x] = m;
     __syncthreads();
@@ -53,9 +55,12 @@ __global__ void softmax_kernel(T* y, const T* x, int64_t R, int64_t C, bool log_
     const T sum = static_cast<T>(sbuf[0]);
     const T nan = static_cast<T>(NAN);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      if (!finite) yr[c] = nan;
-      else if (log_out) yr[c] = (xr[c] - m) - static_cast<T>(log(sum));
-      else yr[c] = yr[c] / sum;
+      if (!finite)
+        yr[c] = nan;
+      else if (log_out)
+        yr[c] = (xr[c] - m) - static_cast<T>(log(sum));
+      else
+        yr[c] = yr[c] / sum;
     }
     __syncthreads();  // the buffers are reused by the next row
   }

@@ -37,7 +37,8 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
     // rank wraps the same model on the same device, checked above, so every rank fails alike).
     for (auto& [name, t] : module_->named_parameters())
       GS_CHECK(!t.is_cuda(), "DistributedDataParallel", "parameter '", name, "' (", t.str(), ") lives on ",
-               t.device().str(), ", but this build of gradsleuth_dist has no NCCL, which a model on a CUDA device "
+               t.device().str(),
+               ", but this build of gradsleuth_dist has no NCCL, which a model on a CUDA device "
                "needs for its broadcast and its gradient all-reduces (",
                "dist::nccl_available() is false). Train the model on the CPU (model->to(gs::kCPU) "
                "before wrapping it), or configure on a machine with a GPU, nvcc and NCCL "
@@ -82,7 +83,8 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module, ProcessGr
     // After the gradients, one counter per parameter: 1 when this rank's backward produced its
     // gradient. Summed with the gradients, it tells every rank how many ranks used each
     // parameter without a collective of its own (small integers are exact in float32).
-    b.buffer = zeros({b.numel + static_cast<int64_t>(b.params.size())}, TensorOptions(first.dtype()).device(first.device()));
+    b.buffer =
+        zeros({b.numel + static_cast<int64_t>(b.params.size())}, TensorOptions(first.dtype()).device(first.device()));
   }
   for (size_t k = 0; k < params_.size(); ++k) {
     if (params_[k].bucket < 0) continue;
@@ -186,7 +188,8 @@ void DistributedDataParallel::on_grad(size_t i, const Tensor& g) {
   Param& p = params_[i];
   GS_CHECK(!p.ready, "DistributedDataParallel", "parameter ", p.name, " received two gradients in one backward");
   Bucket& b = buckets_[static_cast<size_t>(p.bucket)];
-  GS_CHECK(!b.launched, "DistributedDataParallel", "parameter ", p.name, "'s gradient arrived after its bucket was "
+  GS_CHECK(!b.launched, "DistributedDataParallel", "parameter ", p.name,
+           "'s gradient arrived after its bucket was "
            "all-reduced");
   {
     NoGradGuard ng;
@@ -206,9 +209,9 @@ void DistributedDataParallel::on_grad(size_t i, const Tensor& g) {
 void DistributedDataParallel::launch(size_t k) {
   Bucket& b = buckets_[k];
   b.launched = true;
-  b.work = pg_.all_reduce_async(b.buffer, "gradient bucket " + std::to_string(k) + " (" +
-                                              std::to_string(b.params.size()) + " parameters, first " +
-                                              params_[b.params.front()].name + ")");
+  b.work =
+      pg_.all_reduce_async(b.buffer, "gradient bucket " + std::to_string(k) + " (" + std::to_string(b.params.size()) +
+                                         " parameters, first " + params_[b.params.front()].name + ")");
   ++reduce_calls_;
 }
 
@@ -261,7 +264,8 @@ void DistributedDataParallel::finish_backward() {
         list += (list.empty() ? "" : ", ") + std::to_string(r);
       }
       GS_FAIL("DistributedDataParallel", "parameter ", params_[k].name, " got a gradient on rank(s) ", with,
-              " but none on rank(s) ", without, " in this backward: those ranks' forward did not use it. "
+              " but none on rank(s) ", without,
+              " in this backward: those ranks' forward did not use it. "
               "The averaged gradient would be wrong, and a rank whose forward skips a layer usually means the "
               "ranks ran different code paths. If some parameters are legitimately unused in some steps, pass "
               "DDPOptions{.find_unused_parameters = true} (their missing gradient then counts as zero).");

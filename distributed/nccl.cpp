@@ -83,8 +83,8 @@ void nccl_all_reduce(ProcessGroup& pg, Tensor& t, ReduceOp op) {
 
 void nccl_broadcast(ProcessGroup& pg, Tensor& t, int root) {
   Tensor buf = t.is_contiguous() ? t : t.contiguous();
-  check_nccl(ncclBroadcast(buf.unsafe_data(), buf.unsafe_data(), static_cast<size_t>(buf.numel()),
-                           nccl_type(t.dtype()), root, comm_for(pg), cudaStreamLegacy),
+  check_nccl(ncclBroadcast(buf.unsafe_data(), buf.unsafe_data(), static_cast<size_t>(buf.numel()), nccl_type(t.dtype()),
+                           root, comm_for(pg), cudaStreamLegacy),
              "dist::broadcast", pg);
   check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "dist::broadcast", pg);
   write_back(t, buf, "dist::broadcast");
@@ -95,8 +95,8 @@ Tensor nccl_all_gather(ProcessGroup& pg, const Tensor& t) {
   Shape s{pg.world_size()};
   for (int64_t d : t.shape()) s.push_back(d);
   Tensor out = empty(s, TensorOptions(t.dtype()).device(t.device()));
-  check_nccl(ncclAllGather(src.unsafe_data(), out.unsafe_data(), static_cast<size_t>(src.numel()),
-                           nccl_type(t.dtype()), comm_for(pg), cudaStreamLegacy),
+  check_nccl(ncclAllGather(src.unsafe_data(), out.unsafe_data(), static_cast<size_t>(src.numel()), nccl_type(t.dtype()),
+                           comm_for(pg), cudaStreamLegacy),
              "dist::all_gather", pg);
   check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "dist::all_gather", pg);
   return out;

@@ -223,8 +223,7 @@ std::vector<double> ProcessGroup::all_gather(double v) {
   std::vector<double> out(static_cast<size_t>(world_size_), v);
   if (!impl_) return out;
   MPI_Request req;
-  check_mpi(MPI_Iallgather(&v, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, impl_->comm, &req), "dist::all_gather",
-            *this);
+  check_mpi(MPI_Iallgather(&v, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, impl_->comm, &req), "dist::all_gather", *this);
   wait_for(req, "dist::all_gather", "a scalar all-gather", *this);
   return out;
 }
@@ -244,7 +243,7 @@ static void check_signature(ProcessGroup& pg, MPI_Comm comm, const char* op, con
   sig[1] = t.is_cuda() ? 1 : 0;
   sig[2] = t.dim();
   sig[3] = t.numel();
-  sig[4] = extra;  // the reduce op, or broadcast's root
+  sig[4] = extra;    // the reduce op, or broadcast's root
   int64_t tail = 0;  // dims past kSigDims folded into one number
   for (int64_t i = 0; i < t.dim(); ++i) {
     if (i < kSigDims)
@@ -265,7 +264,8 @@ static void check_signature(ProcessGroup& pg, MPI_Comm comm, const char* op, con
   os << "the ranks passed different tensors:";
   for (int r = 0; r < pg.world_size(); ++r) {
     const int64_t* s = &all[static_cast<size_t>(r) * kSigLen];
-    os << (r ? "," : "") << " rank " << r << " " << signature_str(static_cast<DType>(s[0]), std::min<int64_t>(s[2], kSigDims), s + 6, s[1] != 0);
+    os << (r ? "," : "") << " rank " << r << " "
+       << signature_str(static_cast<DType>(s[0]), std::min<int64_t>(s[2], kSigDims), s + 6, s[1] != 0);
     if (std::strcmp(op, "dist::all_reduce") == 0) os << " (" << reduce_op_name(static_cast<ReduceOp>(s[4])) << ")";
     if (std::strcmp(op, "dist::broadcast") == 0) os << " (root " << s[4] << ")";
   }
@@ -279,7 +279,8 @@ namespace {
 void check_reducible(const Tensor& t, ReduceOp op) {
   GS_CHECK(t.defined(), "dist::all_reduce", "got an undefined tensor");
   if (t.dtype() == DType::Bool)
-    GS_CHECK(op == ReduceOp::Max, "dist::all_reduce", "a bool tensor (", t.str(), ") can only be reduced with Max "
+    GS_CHECK(op == ReduceOp::Max, "dist::all_reduce", "a bool tensor (", t.str(),
+             ") can only be reduced with Max "
              "(a logical or); convert it with .to(gs::kInt64) to count");
   if (op == ReduceOp::Avg)
     GS_CHECK(t.is_floating_point(), "dist::all_reduce", "Avg of an integer tensor (", t.str(),

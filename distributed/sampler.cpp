@@ -16,7 +16,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int rank, int world
 }
 
 int64_t DistributedSampler::num_samples() const {
-  if (o_.bugs.has(nn::Bug::B31)) [[unlikely]] return n_;
+  if (o_.bugs.has(nn::Bug::B31)) [[unlikely]]
+    return n_;
   return o_.drop_last ? n_ / world_size_ : (n_ + world_size_ - 1) / world_size_;
 }
 

@@ -43,8 +43,8 @@ class DistributedSampler : public nn::Sampler {
   DistributedSampler(int64_t dataset_size, int rank, int world_size, DistributedSamplerOptions o = {});
   void set_epoch(int64_t epoch) override { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
-  std::vector<int64_t> indices() const override;  // this rank's rows for the current epoch
-  int64_t num_samples() const override;           // per rank
+  std::vector<int64_t> indices() const override;                      // this rank's rows for the current epoch
+  int64_t num_samples() const override;                               // per rank
   int64_t total_size() const { return num_samples() * world_size_; }  // padded (or cut) epoch length
   int64_t dataset_size() const { return n_; }
   int rank() const { return rank_; }

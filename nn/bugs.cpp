@@ -31,8 +31,8 @@ const std::vector<BugInfo>& bug_catalog() {
 
 const BugInfo& bug_info(Bug b) {
   const auto i = static_cast<size_t>(b);
-  GS_CHECK(i >= 1 && i <= bug_catalog().size(), "bug_info", "no bug with number ", i, " (the catalog has ",
-           bug_range(), ")");
+  GS_CHECK(i >= 1 && i <= bug_catalog().size(), "bug_info", "no bug with number ", i, " (the catalog has ", bug_range(),
+           ")");
   return bug_catalog()[i - 1];
 }
 
@@ -46,8 +46,8 @@ Bug parse_bug(std::string_view name) {
   bool ok = !digits.empty() && digits.size() <= 4;
   for (char c : digits) ok = ok && std::isdigit(static_cast<unsigned char>(c));
   const int n = ok ? std::atoi(std::string(digits).c_str()) : 0;
-  GS_CHECK(n >= 1 && n <= kNumBugs, "parse_bug", "unknown bug '", std::string(name), "': the catalog has ",
-           bug_range(), " (gradsleuth zoo --list, docs/catalog.md)");
+  GS_CHECK(n >= 1 && n <= kNumBugs, "parse_bug", "unknown bug '", std::string(name), "': the catalog has ", bug_range(),
+           " (gradsleuth zoo --list, docs/catalog.md)");
   return static_cast<Bug>(n);
 }
 

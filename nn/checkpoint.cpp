@@ -27,7 +27,7 @@ namespace gradsleuth::nn {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'S', 'C', 'K', 'P', 'T', '0', '1'};
-constexpr uint32_t kVersion = 2;        // written; version 1 files (no entry checksums) are still read
+constexpr uint32_t kVersion = 2;          // written; version 1 files (no entry checksums) are still read
 constexpr uint64_t kEntryCheckBytes = 8;  // version 2: each entry ends with its own checksum
 // The entry checksum starts from FNV-1a's basis mixed with "GSENTRY2", so it never equals the file's.
 constexpr uint64_t kEntryBasis = 0xcbf29ce484222325ULL ^ 0x3259525452454e53ULL;
@@ -103,7 +103,8 @@ class Writer {
 // Bounds-checked little-endian reads from the file's bytes.
 class Reader {
  public:
-  Reader(const std::vector<uint8_t>& buf, size_t end, std::string path) : buf_(buf), end_(end), path_(std::move(path)) {}
+  Reader(const std::vector<uint8_t>& buf, size_t end, std::string path)
+      : buf_(buf), end_(end), path_(std::move(path)) {}
   const uint8_t* take(size_t n, const std::string& what) {
     GS_CHECK(n <= end_ - pos_, "nn::load", "'", path_, "' is truncated or corrupted: reading ", what, " needs ", n,
              " bytes at offset ", pos_, " but the data ends at ", end_);
@@ -152,8 +153,8 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
   std::set<std::string> seen;
   uint64_t file_size = kHeaderBytes + kChecksumBytes;
   for (const auto& [name, t] : entries) {
-    GS_CHECK(!name.empty() && name.size() < (1u << 16), "nn::save", "entry names must be 1..65535 bytes, got '",
-             name, "'");
+    GS_CHECK(!name.empty() && name.size() < (1u << 16), "nn::save", "entry names must be 1..65535 bytes, got '", name,
+             "'");
     GS_CHECK(seen.insert(name).second, "nn::save", "the name '", name, "' appears twice; names must be unique");
     GS_CHECK(t.defined(), "nn::save", "'", name, "' is an undefined tensor; nothing to save");
     file_size += 4 + name.size() + 1 + 1 + 8 * static_cast<uint64_t>(t.dim()) + 8 + t.nbytes() + kEntryCheckBytes;
@@ -193,9 +194,10 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
     }
     const uint64_t sum = w.checksum();
     w.le<uint64_t>(sum);
-    GS_CHECK(w.written() == file_size, "nn::save", "internal error: wrote ", w.written(), " bytes, expected ", file_size);
-    GS_CHECK(std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0, "nn::save", "flushing '", tmp, "' to disk failed: ",
-             errno_str());
+    GS_CHECK(w.written() == file_size, "nn::save", "internal error: wrote ", w.written(), " bytes, expected ",
+             file_size);
+    GS_CHECK(std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0, "nn::save", "flushing '", tmp,
+             "' to disk failed: ", errno_str());
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());
@@ -209,7 +211,8 @@ void write_checkpoint(const std::string& path, const NamedTensors& entries) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = errno_str();
     std::remove(tmp.c_str());
-    GS_FAIL("nn::save", "cannot move '", tmp, "' over '", path, "': ", err, ". The previous file (if any) is unchanged.");
+    GS_FAIL("nn::save", "cannot move '", tmp, "' over '", path, "': ", err,
+            ". The previous file (if any) is unchanged.");
   }
   fsync_parent_dir(path);
 }
@@ -259,11 +262,12 @@ void check_not_relabelled_int64(const uint8_t* data, uint64_t nbytes, const char
   for (uint64_t k = 0; k + 8 <= nbytes; k += 8) {
     const uint64_t bits = read_le64(data + k);
     const uint64_t exponent = (bits >> 52) & 0x7ff, mantissa = bits & ((uint64_t{1} << 52) - 1);
-    if ((bits << 1) == 0) continue;  // +-0
+    if ((bits << 1) == 0) continue;                  // +-0
     if (exponent != 0 && exponent != 0x7ff) return;  // an ordinary number: real float64 data
     if (exponent == 0 || (mantissa != 0 && mantissa != (uint64_t{1} << 51))) ++int_like;
   }
-  GS_CHECK(int_like == 0, op, "'", path, "': ", where, " is recorded as float64 but its nonzero elements are all "
+  GS_CHECK(int_like == 0, op, "'", path, "': ", where,
+           " is recorded as float64 but its nonzero elements are all "
            "subnormal or NaN, the bit patterns of integers: the bytes are int64 data under an edited dtype "
            "field (the checksum was recomputed after the edit, or the file was not written by nn::save). "
            "Use the original file.");
@@ -277,7 +281,8 @@ NamedTensors read_checkpoint(const std::string& path) {
   // read that grows without limit.
   struct stat st {};
   const bool have_stat = ::stat(path.c_str(), &st) == 0;
-  GS_CHECK(!(have_stat && S_ISDIR(st.st_mode)), op, "'", path, "' is a directory, not a checkpoint file; pass the "
+  GS_CHECK(!(have_stat && S_ISDIR(st.st_mode)), op, "'", path,
+           "' is a directory, not a checkpoint file; pass the "
            "path of the file nn::save wrote (e.g. run/model.ckpt)");
   FILE* f = std::fopen(path.c_str(), "rb");
   GS_CHECK(f != nullptr, op, "cannot open '", path, "': ", errno_str(),
@@ -292,7 +297,8 @@ NamedTensors read_checkpoint(const std::string& path) {
            " bytes, fewer than the 8-byte magic \"GSCKPT01\"");
   if (std::memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
     std::string head;
-    for (size_t i = 0; i < sizeof(kMagic); ++i) head += (buf[i] >= 32 && buf[i] < 127) ? static_cast<char>(buf[i]) : '.';
+    for (size_t i = 0; i < sizeof(kMagic); ++i)
+      head += (buf[i] >= 32 && buf[i] < 127) ? static_cast<char>(buf[i]) : '.';
     GS_FAIL(op, "'", path, "' is not a gradsleuth checkpoint: it starts with \"", head, "\" instead of \"GSCKPT01\"",
             (buf[0] == 'P' && buf[1] == 'K' ? " (a zip archive: PyTorch .pt files cannot be read)" : ""));
   }
@@ -337,7 +343,8 @@ NamedTensors read_checkpoint(const std::string& path) {
     const auto name_len = r.le<uint32_t>(at + "'s name length");
     const uint8_t* np = r.take(name_len, at + "'s name");
     std::string name(reinterpret_cast<const char*>(np), name_len);
-    GS_CHECK(!name.empty(), op, "'", path, "': ", at, " has an empty name; every entry needs a unique, non-empty "
+    GS_CHECK(!name.empty(), op, "'", path, "': ", at,
+             " has an empty name; every entry needs a unique, non-empty "
              "name (the file was not written by nn::save)");
     GS_CHECK(names.insert(name).second, op, "'", path, "': ", at, " repeats the name '", name,
              "'; names must be unique (the file was not written by nn::save)");

@@ -43,7 +43,8 @@ Residual::Residual(ModulePtr inner) : Module("Residual"), inner_(std::move(inner
 Tensor Residual::forward(const Tensor& x) {
   Tensor fx = (*inner_)(x);
   GS_CHECK(fx.shape() == x.shape(), "Residual", "the inner module (", inner_->type_name(), ") maps ",
-           shape_str(x.shape()), " to ", shape_str(fx.shape()), ", but x + inner(x) needs the same shape in and "
+           shape_str(x.shape()), " to ", shape_str(fx.shape()),
+           ", but x + inner(x) needs the same shape in and "
            "out (broadcasting would silently mix values). Keep the sizes equal inside the block, or project the "
            "skip path with a Linear/1x1 Conv2d in a custom module.");
   if (has_bug(Bug::B02)) [[unlikely]] {

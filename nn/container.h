@@ -32,7 +32,9 @@ class Sequential : public Module {
   bool empty() const { return layers_.empty(); }
   const ModulePtr& operator[](size_t i) const;
   template <class M>
-  std::shared_ptr<M> at(size_t i) const { return std::dynamic_pointer_cast<M>((*this)[i]); }  // null if not an M
+  std::shared_ptr<M> at(size_t i) const {
+    return std::dynamic_pointer_cast<M>((*this)[i]);
+  }  // null if not an M
   const std::vector<ModulePtr>& layers() const { return layers_; }
 
  private:

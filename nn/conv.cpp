@@ -57,22 +57,32 @@ void check_output_size(const Tensor& x, const Dims& k, const Dims& s, const Dims
 
 Conv2dOptions::Conv2dOptions(int64_t in_channels, int64_t out_channels, Dims kernel_size)
     : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(pair_dims(kernel_size, "kernel_size")) {}
-Conv2dOptions& Conv2dOptions::stride(Dims s) { stride_ = pair_dims(s, "stride"); return *this; }
-Conv2dOptions& Conv2dOptions::padding(Dims p) { padding_ = pair_dims(p, "padding"); return *this; }
-Conv2dOptions& Conv2dOptions::dilation(Dims d) { dilation_ = pair_dims(d, "dilation"); return *this; }
+Conv2dOptions& Conv2dOptions::stride(Dims s) {
+  stride_ = pair_dims(s, "stride");
+  return *this;
+}
+Conv2dOptions& Conv2dOptions::padding(Dims p) {
+  padding_ = pair_dims(p, "padding");
+  return *this;
+}
+Conv2dOptions& Conv2dOptions::dilation(Dims d) {
+  dilation_ = pair_dims(d, "dilation");
+  return *this;
+}
 
 // ---- Conv2d ----------------------------------------------------------------------
 Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), options_(o) {
   const auto& k = o.kernel_size_;
-  GS_CHECK(o.in_channels_ > 0 && o.out_channels_ > 0, "Conv2d", "channels must be positive, got in_channels=",
-           o.in_channels_, ", out_channels=", o.out_channels_);
+  GS_CHECK(o.in_channels_ > 0 && o.out_channels_ > 0, "Conv2d",
+           "channels must be positive, got in_channels=", o.in_channels_, ", out_channels=", o.out_channels_);
   GS_CHECK(o.groups_ > 0 && o.in_channels_ % o.groups_ == 0 && o.out_channels_ % o.groups_ == 0, "Conv2d",
-           "groups=", o.groups_, " must divide both in_channels=", o.in_channels_, " and out_channels=", o.out_channels_);
-  GS_CHECK(k[0] > 0 && k[1] > 0 && o.stride_[0] > 0 && o.stride_[1] > 0 && o.dilation_[0] > 0 &&
-               o.dilation_[1] > 0 && o.padding_[0] >= 0 && o.padding_[1] >= 0,
-           "Conv2d", "kernel_size, stride and dilation must be positive and padding non-negative, got kernel_size=",
-           pair_str(k), ", stride=", pair_str(o.stride_), ", padding=", pair_str(o.padding_),
-           ", dilation=", pair_str(o.dilation_));
+           "groups=", o.groups_, " must divide both in_channels=", o.in_channels_,
+           " and out_channels=", o.out_channels_);
+  GS_CHECK(k[0] > 0 && k[1] > 0 && o.stride_[0] > 0 && o.stride_[1] > 0 && o.dilation_[0] > 0 && o.dilation_[1] > 0 &&
+               o.padding_[0] >= 0 && o.padding_[1] >= 0,
+           "Conv2d",
+           "kernel_size, stride and dilation must be positive and padding non-negative, got kernel_size=", pair_str(k),
+           ", stride=", pair_str(o.stride_), ", padding=", pair_str(o.padding_), ", dilation=", pair_str(o.dilation_));
   weight = register_parameter("weight", empty({o.out_channels_, o.in_channels_ / o.groups_, k[0], k[1]}));
   if (o.bias_) bias = register_parameter("bias", empty({o.out_channels_}));
   reset_parameters();
@@ -107,8 +117,8 @@ static void check_pool_options(const Dims& k, const Dims& s, const Dims& p, cons
   GS_CHECK(k[0] > 0 && k[1] > 0 && (s.empty() || (s[0] > 0 && s[1] > 0)) && p[0] >= 0 && p[1] >= 0, who,
            "kernel_size and stride must be positive and padding non-negative, got kernel_size=", pair_str(k),
            ", stride=", pair_str(s), ", padding=", pair_str(p));
-  GS_CHECK(2 * p[0] <= k[0] && 2 * p[1] <= k[1], who, "padding ", pair_str(p),
-           " must be at most half the kernel size ", pair_str(k));
+  GS_CHECK(2 * p[0] <= k[0] && 2 * p[1] <= k[1], who, "padding ", pair_str(p), " must be at most half the kernel size ",
+           pair_str(k));
 }
 
 static Dims as_pair(const Dims& d) { return d.size() == 1 ? Dims{d[0], d[0]} : d; }

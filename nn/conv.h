@@ -17,21 +17,36 @@ struct Conv2dOptions {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_{kernel_size, kernel_size} {}
   Conv2dOptions(int64_t in_channels, int64_t out_channels, Dims kernel_size);
-  Conv2dOptions& stride(int64_t s) { stride_ = {s, s}; return *this; }
+  Conv2dOptions& stride(int64_t s) {
+    stride_ = {s, s};
+    return *this;
+  }
   Conv2dOptions& stride(Dims s);
-  Conv2dOptions& padding(int64_t p) { padding_ = {p, p}; return *this; }
+  Conv2dOptions& padding(int64_t p) {
+    padding_ = {p, p};
+    return *this;
+  }
   Conv2dOptions& padding(Dims p);
-  Conv2dOptions& dilation(int64_t d) { dilation_ = {d, d}; return *this; }
+  Conv2dOptions& dilation(int64_t d) {
+    dilation_ = {d, d};
+    return *this;
+  }
   Conv2dOptions& dilation(Dims d);
-  Conv2dOptions& groups(int64_t g) { groups_ = g; return *this; }
-  Conv2dOptions& bias(bool b) { bias_ = b; return *this; }
+  Conv2dOptions& groups(int64_t g) {
+    groups_ = g;
+    return *this;
+  }
+  Conv2dOptions& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
 
   int64_t in_channels_, out_channels_;
-  Dims kernel_size_;             // {kH, kW}
+  Dims kernel_size_;  // {kH, kW}
   Dims stride_{1, 1};
-  Dims padding_{0, 0};           // zeros on every side
+  Dims padding_{0, 0};  // zeros on every side
   Dims dilation_{1, 1};
-  int64_t groups_ = 1;           // in and out channels split into this many independent groups
+  int64_t groups_ = 1;  // in and out channels split into this many independent groups
   bool bias_ = true;
 };
 
@@ -60,13 +75,31 @@ class Conv2d : public Module {
 // defaults to the kernel size (non-overlapping windows). Padding counts as -inf.
 struct MaxPool2dOptions {
   MaxPool2dOptions(int64_t kernel_size) : kernel_size_{kernel_size, kernel_size} {}  // NOLINT: implicit on purpose
-  MaxPool2dOptions(Dims kernel_size) : kernel_size_(kernel_size) {}                   // NOLINT
-  MaxPool2dOptions& stride(int64_t s) { stride_ = {s, s}; return *this; }
-  MaxPool2dOptions& stride(Dims s) { stride_ = s; return *this; }
-  MaxPool2dOptions& padding(int64_t p) { padding_ = {p, p}; return *this; }
-  MaxPool2dOptions& padding(Dims p) { padding_ = p; return *this; }
-  MaxPool2dOptions& dilation(int64_t d) { dilation_ = {d, d}; return *this; }
-  MaxPool2dOptions& dilation(Dims d) { dilation_ = d; return *this; }
+  MaxPool2dOptions(Dims kernel_size) : kernel_size_(kernel_size) {}                  // NOLINT
+  MaxPool2dOptions& stride(int64_t s) {
+    stride_ = {s, s};
+    return *this;
+  }
+  MaxPool2dOptions& stride(Dims s) {
+    stride_ = s;
+    return *this;
+  }
+  MaxPool2dOptions& padding(int64_t p) {
+    padding_ = {p, p};
+    return *this;
+  }
+  MaxPool2dOptions& padding(Dims p) {
+    padding_ = p;
+    return *this;
+  }
+  MaxPool2dOptions& dilation(int64_t d) {
+    dilation_ = {d, d};
+    return *this;
+  }
+  MaxPool2dOptions& dilation(Dims d) {
+    dilation_ = d;
+    return *this;
+  }
   Dims kernel_size_, stride_{}, padding_{0, 0}, dilation_{1, 1};  // empty stride = kernel_size
 };
 
@@ -85,11 +118,23 @@ class MaxPool2d : public Module {
 // zeros in the mean (PyTorch's count_include_pad=true).
 struct AvgPool2dOptions {
   AvgPool2dOptions(int64_t kernel_size) : kernel_size_{kernel_size, kernel_size} {}  // NOLINT
-  AvgPool2dOptions(Dims kernel_size) : kernel_size_(kernel_size) {}                   // NOLINT
-  AvgPool2dOptions& stride(int64_t s) { stride_ = {s, s}; return *this; }
-  AvgPool2dOptions& stride(Dims s) { stride_ = s; return *this; }
-  AvgPool2dOptions& padding(int64_t p) { padding_ = {p, p}; return *this; }
-  AvgPool2dOptions& padding(Dims p) { padding_ = p; return *this; }
+  AvgPool2dOptions(Dims kernel_size) : kernel_size_(kernel_size) {}                  // NOLINT
+  AvgPool2dOptions& stride(int64_t s) {
+    stride_ = {s, s};
+    return *this;
+  }
+  AvgPool2dOptions& stride(Dims s) {
+    stride_ = s;
+    return *this;
+  }
+  AvgPool2dOptions& padding(int64_t p) {
+    padding_ = {p, p};
+    return *this;
+  }
+  AvgPool2dOptions& padding(Dims p) {
+    padding_ = p;
+    return *this;
+  }
   Dims kernel_size_, stride_{}, padding_{0, 0};
 };
 

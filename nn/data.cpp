@@ -111,7 +111,7 @@ std::vector<int64_t> permutation(int64_t n, uint64_t seed) { return shuffle_orde
 }  // namespace
 
 std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> train_val_split(DatasetPtr d, double val_fraction,
-                                                                           uint64_t seed) {
+                                                                            uint64_t seed) {
   GS_CHECK(d != nullptr, "train_val_split", "needs a dataset");
   GS_CHECK(val_fraction >= 0.0 && val_fraction <= 1.0, "train_val_split", "val_fraction must be in [0, 1], got ",
            val_fraction);
@@ -144,8 +144,8 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
     GS_CHECK(static_cast<int64_t>(rows.size()) == opts_.sampler_->num_samples(), "DataLoader", "the sampler gave ",
              rows.size(), " indices for epoch ", epoch, " but num_samples() says ", opts_.sampler_->num_samples());
     for (int64_t r : rows)
-      GS_CHECK(r >= 0 && r < n, "DataLoader", "the sampler gave row ", r, " of ", dataset_->name(), ", which has ",
-               n, " rows: was the sampler made for another dataset size?");
+      GS_CHECK(r >= 0 && r < n, "DataLoader", "the sampler gave row ", r, " of ", dataset_->name(), ", which has ", n,
+               " rows: was the sampler made for another dataset size?");
     return rows;
   }
   if (opts_.bugs_.has(Bug::B28)) [[unlikely]] {
@@ -158,12 +158,14 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
         std::vector<int64_t> idx(static_cast<size_t>(std::min(n, lo + 4096) - lo));
         std::iota(idx.begin(), idx.end(), lo);
         const std::vector<double> y = dataset_->get_batch(idx).y.to(kFloat64).to_vector<double>();
-        for (size_t i = 0; i < idx.size() && i < y.size(); ++i) label[static_cast<size_t>(lo) + i] = static_cast<int64_t>(y[i]);
+        for (size_t i = 0; i < idx.size() && i < y.size(); ++i)
+          label[static_cast<size_t>(lo) + i] = static_cast<int64_t>(y[i]);
       }
       b28_sorted_rows_.resize(static_cast<size_t>(n));
       std::iota(b28_sorted_rows_.begin(), b28_sorted_rows_.end(), int64_t{0});
-      std::stable_sort(b28_sorted_rows_.begin(), b28_sorted_rows_.end(),
-                       [&](int64_t a, int64_t b) { return label[static_cast<size_t>(a)] < label[static_cast<size_t>(b)]; });
+      std::stable_sort(b28_sorted_rows_.begin(), b28_sorted_rows_.end(), [&](int64_t a, int64_t b) {
+        return label[static_cast<size_t>(a)] < label[static_cast<size_t>(b)];
+      });
     }
     return b28_sorted_rows_;
   }
@@ -199,7 +201,8 @@ void DataLoader::Iterator::load() const {
 
 Batch DataLoader::load_rows(const std::vector<int64_t>& rows) const {
   Batch b = dataset_->get_batch(rows);
-  if (opts_.bugs_.empty()) [[likely]] return b;
+  if (opts_.bugs_.empty()) [[likely]]
+    return b;
   if (opts_.bugs_.has(Bug::B07)) {
     // BUG B07: the inputs were shuffled once on their own (np.random.shuffle(X))
     // and the labels were not: row i yields (X[perm[i]], Y[i]). Correct: one

@@ -59,7 +59,7 @@ class TensorDataset : public Dataset {
  public:
   TensorDataset(Tensor x, Tensor y, std::string name = "tensors");
   int64_t size() const override { return x_.size(0); }
-  Example get(int64_t index) const override;             // views of row `index`
+  Example get(int64_t index) const override;                            // views of row `index`
   Batch get_batch(const std::vector<int64_t>& indices) const override;  // one index_select each
   std::string name() const override { return name_; }
   const Tensor& x() const { return x_; }
@@ -94,7 +94,7 @@ DatasetPtr take(DatasetPtr d, int64_t n);
 // Splits `d` into (train, val): a seeded random permutation, the last
 // round(val_fraction * N) rows going to val. The two are disjoint and cover d.
 std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> train_val_split(DatasetPtr d, double val_fraction,
-                                                                           uint64_t seed = 0);
+                                                                            uint64_t seed = 0);
 
 // A seeded random permutation of 0..n-1 (Fisher-Yates on a Philox stream): the order a
 // shuffling DataLoader visits epoch e in is shuffle_order(n, seed + e).
@@ -125,12 +125,36 @@ struct DataLoaderOptions {
   // When set, the rows and their order come from the sampler (shuffle_ and seed_ are then
   // unused: the sampler shuffles with its own seed); the loader calls its set_epoch.
   SamplerPtr sampler_;
-  DataLoaderOptions batch_size(int64_t b) const { auto o = *this; o.batch_size_ = b; return o; }
-  DataLoaderOptions shuffle(bool s) const { auto o = *this; o.shuffle_ = s; return o; }
-  DataLoaderOptions seed(uint64_t s) const { auto o = *this; o.seed_ = s; return o; }
-  DataLoaderOptions drop_last(bool d) const { auto o = *this; o.drop_last_ = d; return o; }
-  DataLoaderOptions bug(Bug b) const { auto o = *this; o.bugs_.add(b); return o; }
-  DataLoaderOptions sampler(SamplerPtr s) const { auto o = *this; o.sampler_ = std::move(s); return o; }
+  DataLoaderOptions batch_size(int64_t b) const {
+    auto o = *this;
+    o.batch_size_ = b;
+    return o;
+  }
+  DataLoaderOptions shuffle(bool s) const {
+    auto o = *this;
+    o.shuffle_ = s;
+    return o;
+  }
+  DataLoaderOptions seed(uint64_t s) const {
+    auto o = *this;
+    o.seed_ = s;
+    return o;
+  }
+  DataLoaderOptions drop_last(bool d) const {
+    auto o = *this;
+    o.drop_last_ = d;
+    return o;
+  }
+  DataLoaderOptions bug(Bug b) const {
+    auto o = *this;
+    o.bugs_.add(b);
+    return o;
+  }
+  DataLoaderOptions sampler(SamplerPtr s) const {
+    auto o = *this;
+    o.sampler_ = std::move(s);
+    return o;
+  }
 };
 
 // Iterates a dataset in batches. Each range-for over the loader is one epoch;
@@ -148,9 +172,19 @@ class DataLoader {
     using value_type = Batch;
     using difference_type = std::ptrdiff_t;
     Iterator() = default;
-    const Batch& operator*() const { load(); return batch_; }
-    const Batch* operator->() const { load(); return &batch_; }
-    Iterator& operator++() { ++pos_; loaded_ = false; return *this; }
+    const Batch& operator*() const {
+      load();
+      return batch_;
+    }
+    const Batch* operator->() const {
+      load();
+      return &batch_;
+    }
+    Iterator& operator++() {
+      ++pos_;
+      loaded_ = false;
+      return *this;
+    }
     bool operator==(const Iterator& o) const { return pos_ == o.pos_; }
     bool operator!=(const Iterator& o) const { return pos_ != o.pos_; }
 
@@ -233,8 +267,8 @@ class Normalizer {
  private:
   Mode mode_;
   double eps_;
-  int64_t count_ = 0;      // examples (PerFeature) or values (Global) folded in
-  Shape feature_shape_;    // D... (empty for Global)
+  int64_t count_ = 0;              // examples (PerFeature) or values (Global) folded in
+  Shape feature_shape_;            // D... (empty for Global)
   std::vector<double> mean_, m2_;  // running mean and sum of squared deviations, per feature
   std::vector<std::string> fitted_on_;
 };

@@ -9,8 +9,8 @@ namespace gradsleuth::nn {
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
     : Module("Embedding"), num_(num_embeddings), dim_(embedding_dim) {
-  GS_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding", "sizes must be positive, got num_embeddings=",
-           num_embeddings, ", embedding_dim=", embedding_dim);
+  GS_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding",
+           "sizes must be positive, got num_embeddings=", num_embeddings, ", embedding_dim=", embedding_dim);
   weight = register_parameter("weight", empty({num_, dim_}));  // (V, D)
   reset_parameters();
 }

@@ -81,7 +81,8 @@ class ByteSource {
     const size_t got = std::fread(dst, 1, n, f_);
     GS_CHECK(got == n || !std::ferror(f_), "read_idx", "reading ", path_, " failed");
     if (first_ && got >= 2 && dst[0] == 0x1f && dst[1] == 0x8b)
-      GS_FAIL("read_idx", path_, " is gzipped but gradsleuth was built without zlib: gunzip it, or install "
+      GS_FAIL("read_idx", path_,
+              " is gzipped but gradsleuth was built without zlib: gunzip it, or install "
               "zlib1g-dev and rebuild");
     first_ = false;
     return got;
@@ -135,10 +136,10 @@ IdxHeader read_idx_header(ByteSource& src, const std::string& path, int expected
            " has a bad magic number ", hex, ": an unsigned-byte IDX file starts with 0x0000080N (N = number of dims)",
            (bytes[0] == 0x1f && bytes[1] == 0x8b ? "; this looks like a gzip file that was not decompressed" : ""));
   if (expected_dims > 0)
-    GS_CHECK(ndims == expected_dims, "read_idx", path, " has ", ndims, " dims (magic ", hex, ") but ",
-             expected_dims, " were expected (images are idx3, labels idx1)");
-  GS_CHECK(ndims <= kMaxDims - 1, "read_idx", path, " has ", ndims, " dims (magic ", hex, "); at most ",
-           kMaxDims - 1, " are supported");
+    GS_CHECK(ndims == expected_dims, "read_idx", path, " has ", ndims, " dims (magic ", hex, ") but ", expected_dims,
+             " were expected (images are idx3, labels idx1)");
+  GS_CHECK(ndims <= kMaxDims - 1, "read_idx", path, " has ", ndims, " dims (magic ", hex, "); at most ", kMaxDims - 1,
+           " are supported");
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
   src.read(bytes, header - 4);
   GS_CHECK(bytes.size() >= header, "read_idx", path, " is truncated: its header needs ", header,
@@ -166,8 +167,8 @@ IdxHeader read_idx_header(ByteSource& src, const std::string& path, int expected
 std::vector<uint8_t> read_idx_body(ByteSource& src, const IdxHeader& h, const std::string& path) {
   std::vector<uint8_t> data;
   src.read(data, h.count);
-  GS_CHECK(data.size() == h.count, "read_idx", path, " is truncated: its header promises ", h.dims_str, " = ",
-           h.count, " bytes of data but only ", data.size(), " follow");
+  GS_CHECK(data.size() == h.count, "read_idx", path, " is truncated: its header promises ", h.dims_str, " = ", h.count,
+           " bytes of data but only ", data.size(), " follow");
   GS_CHECK(src.at_end(), "read_idx", path, " has unexpected bytes after the ", h.dims_str,
            " data its header describes");
   return data;
@@ -191,8 +192,8 @@ std::pair<Tensor, Tensor> read_idx_images_labels(const std::string& images_path,
   IdxHeader im = read_idx_header(im_src, images_path, 3);
   IdxHeader lb = read_idx_header(lb_src, labels_path, 1);
   const int64_t n = im.dims[0], rows = im.dims[1], cols = im.dims[2];
-  GS_CHECK(n == lb.dims[0], "fashion_mnist", "the images and labels disagree on the number of examples: ",
-           images_path, " holds ", n, " images but ", labels_path, " holds ", lb.dims[0], " labels");
+  GS_CHECK(n == lb.dims[0], "fashion_mnist", "the images and labels disagree on the number of examples: ", images_path,
+           " holds ", n, " images but ", labels_path, " holds ", lb.dims[0], " labels");
   const std::vector<uint8_t> im_data = read_idx_body(im_src, im, images_path);
   const std::vector<uint8_t> lb_data = read_idx_body(lb_src, lb, labels_path);
   Tensor x = empty({n, 1, rows, cols}, kFloat32);
@@ -203,8 +204,8 @@ std::pair<Tensor, Tensor> read_idx_images_labels(const std::string& images_path,
   int64_t* py = y.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     py[i] = lb_data[static_cast<size_t>(i)];
-    GS_CHECK(py[i] < num_classes, "fashion_mnist", labels_path, ": label ", py[i], " of example ", i,
-             " is outside 0..", num_classes - 1);
+    GS_CHECK(py[i] < num_classes, "fashion_mnist", labels_path, ": label ", py[i], " of example ", i, " is outside 0..",
+             num_classes - 1);
   }
   return {x, y};
 }
@@ -216,11 +217,11 @@ std::shared_ptr<FashionMnist> load_fashion_mnist(const std::string& split, const
   const std::string dir = opts.data_dir_.empty() ? kFashionMnistDefaultDir : opts.data_dir_;
   const std::string images = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels = find_file(dir, prefix + "-labels-idx1-ubyte");
-  for (const auto& [path, base] : {std::pair{images, prefix + "-images-idx3-ubyte"},
-                                   std::pair{labels, prefix + "-labels-idx1-ubyte"}}) {
+  for (const auto& [path, base] :
+       {std::pair{images, prefix + "-images-idx3-ubyte"}, std::pair{labels, prefix + "-labels-idx1-ubyte"}}) {
     GS_CHECK(!path.empty(), "fashion_mnist", "cannot find ", base, " (or ", base, ".gz) in ", dir,
-             ". Install the dataset with `apt-get install dataset-fashion-mnist` (it goes to ",
-             kFashionMnistDefaultDir, "), or pass --data-dir DIR pointing at a folder that holds the IDX files.");
+             ". Install the dataset with `apt-get install dataset-fashion-mnist` (it goes to ", kFashionMnistDefaultDir,
+             "), or pass --data-dir DIR pointing at a folder that holds the IDX files.");
   }
 
   // The cache: decoding 60,000 gzipped images takes a moment, so each file pair

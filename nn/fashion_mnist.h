@@ -27,8 +27,16 @@ const std::vector<std::string>& fashion_mnist_classes();
 struct FashionMnistOptions {
   std::string data_dir_ = kFashionMnistDefaultDir;
   bool raw_ = false;  // keep pixel values 0..255 (still float32) instead of scaling to [0, 1]
-  FashionMnistOptions data_dir(std::string d) const { auto o = *this; o.data_dir_ = std::move(d); return o; }
-  FashionMnistOptions raw(bool r) const { auto o = *this; o.raw_ = r; return o; }
+  FashionMnistOptions data_dir(std::string d) const {
+    auto o = *this;
+    o.data_dir_ = std::move(d);
+    return o;
+  }
+  FashionMnistOptions raw(bool r) const {
+    auto o = *this;
+    o.raw_ = r;
+    return o;
+  }
 };
 
 // A split of Fashion-MNIST: x (N, 1, 28, 28) float32, y (N) int64.
@@ -51,8 +59,8 @@ std::shared_ptr<FashionMnist> load_fashion_mnist(const std::string& split, const
 
 // ---- the IDX reader, exposed for tests and other IDX datasets ----------------
 struct IdxArray {
-  std::vector<int64_t> dims;   // e.g. {N, 28, 28}
-  std::vector<uint8_t> data;   // product(dims) bytes, row-major
+  std::vector<int64_t> dims;  // e.g. {N, 28, 28}
+  std::vector<uint8_t> data;  // product(dims) bytes, row-major
 };
 // Reads an unsigned-byte IDX file, gzipped or raw, and checks it: the magic
 // number, `expected_dims` dims (0 = any), and that the file holds every element.

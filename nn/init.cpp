@@ -50,8 +50,8 @@ double calculate_gain(Nonlinearity n, double param) {
 
 std::pair<int64_t, int64_t> calculate_fan_in_and_fan_out(const Tensor& w) {
   GS_CHECK(w.defined() && w.dim() >= 2, "init::calculate_fan_in_and_fan_out",
-           "fan in and fan out need a weight with at least 2 dims (out, in, ...), got ", w.defined() ? w.str() : "undefined",
-           ". Biases have no fan: initialise them with uniform_/zeros_ instead.");
+           "fan in and fan out need a weight with at least 2 dims (out, in, ...), got ",
+           w.defined() ? w.str() : "undefined", ". Biases have no fan: initialise them with uniform_/zeros_ instead.");
   int64_t receptive = 1;  // kH * kW for a conv weight
   for (int64_t d = 2; d < w.dim(); ++d) receptive *= w.size(d);
   return {w.size(1) * receptive, w.size(0) * receptive};

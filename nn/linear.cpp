@@ -8,8 +8,8 @@ namespace gradsleuth::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
     : Module("Linear"), in_features_(in_features), out_features_(out_features) {
-  GS_CHECK(in_features >= 0 && out_features >= 0, "Linear", "sizes must be non-negative, got in_features=",
-           in_features, ", out_features=", out_features);
+  GS_CHECK(in_features >= 0 && out_features >= 0, "Linear", "sizes must be non-negative, got in_features=", in_features,
+           ", out_features=", out_features);
   checked_nbytes({out_features, in_features}, sizeof(float), "Linear");  // a weight this large is an error, not a wrap
   weight = register_parameter("weight", empty({out_features, in_features}));  // (M, D)
   if (with_bias) bias = register_parameter("bias", empty({out_features}));    // (M)
@@ -47,12 +47,12 @@ Tensor linear_wrong_backward(const Tensor& x, const Tensor& w, const Tensor& b) 
   }
   if (needs_grad({&x, &w, &b})) {
     record("linear_B22", y, {&x, &w, &b},
-           [sx = SavedTensor(x, "linear_B22"), sw = SavedTensor(w, "linear_B22"), has_b = b.defined()](
-               const Tensor& g, Node& n) {
+           [sx = SavedTensor(x, "linear_B22"), sw = SavedTensor(w, "linear_B22"), has_b = b.defined()](const Tensor& g,
+                                                                                                       Node& n) {
              Tensor xv = sx.unpack(n), wv = sw.unpack(n);
-             Tensor gx = matmul(g, wv);                                            // (B, D): correct
-             Tensor gw = matmul(xv.t(), g).reshape({wv.size(0), wv.size(1)});      // BUG: (D, M) reshaped
-             Tensor gb = has_b ? sum(g, {0}) : Tensor();                           // (M): correct
+             Tensor gx = matmul(g, wv);                                        // (B, D): correct
+             Tensor gw = matmul(xv.t(), g).reshape({wv.size(0), wv.size(1)});  // BUG: (D, M) reshaped
+             Tensor gb = has_b ? sum(g, {0}) : Tensor();                       // (M): correct
              return tensor_list{gx, gw, gb};
            });
   }
@@ -106,8 +106,8 @@ Tensor Flatten::forward(const Tensor& x) {
   const int64_t n = x.dim();
   const int64_t s = start_dim_ < 0 ? start_dim_ + n : start_dim_;
   const int64_t e = end_dim_ < 0 ? end_dim_ + n : end_dim_;
-  GS_CHECK(n > 0 && s >= 0 && e < n && s <= e, who, "cannot flatten dims ", start_dim_, "..", end_dim_,
-           " of ", x.str(), " (", n, " dims). A Flatten(1) expects a batch dim first: (B, ...).");
+  GS_CHECK(n > 0 && s >= 0 && e < n && s <= e, who, "cannot flatten dims ", start_dim_, "..", end_dim_, " of ", x.str(),
+           " (", n, " dims). A Flatten(1) expects a batch dim first: (B, ...).");
   return x.flatten(s, e);
 }
 

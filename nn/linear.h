@@ -22,9 +22,7 @@ class Linear : public Module {
   // Re-draws the parameters with the default initialisation.
   void reset_parameters();
   // B12 detach, B13 reshape-for-transpose, B16 huge init, B18 dying bias, B22 wrong backward.
-  std::vector<Bug> injectable_bugs() const override {
-    return {Bug::B12, Bug::B13, Bug::B16, Bug::B18, Bug::B22};
-  }
+  std::vector<Bug> injectable_bugs() const override { return {Bug::B12, Bug::B13, Bug::B16, Bug::B18, Bug::B22}; }
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }

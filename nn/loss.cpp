@@ -33,7 +33,8 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
     case Reduction::None: return loss;
     case Reduction::Sum: return loss.sum();
-    case Reduction::Mean: return loss.numel() == 0 ? full({}, NAN, TensorOptions(loss.dtype()).device(loss.device())) : loss.mean();
+    case Reduction::Mean:
+      return loss.numel() == 0 ? full({}, NAN, TensorOptions(loss.dtype()).device(loss.device())) : loss.mean();
   }
   return loss;
 }
@@ -51,9 +52,15 @@ void check_pair(const Tensor& input, const Tensor& target, const char* who) {
 void check_class_target(const Tensor& input, const Tensor& target, const char* who, int64_t ignore_index) {
   if (target.is_floating_point() || target.dtype() == kBool) {
     if (target.shape() == input.shape() && input.dim() >= 2)
-      GS_FAIL(who, "target ", target.str(), " has the input's shape, so it looks like one-hot vectors or "
+      GS_FAIL(who, "target ", target.str(),
+              " has the input's shape, so it looks like one-hot vectors or "
               "probabilities. This loss takes class indices: pass target.argmax(1), an int64 tensor of shape ",
-              shape_str([&] { Shape s = input.shape(); s.erase(s.begin() + 1); return s; }()), ".");
+              shape_str([&] {
+                Shape s = input.shape();
+                s.erase(s.begin() + 1);
+                return s;
+              }()),
+              ".");
     // Float labels of shape (B, 1) (read as a column) need the extra dim squeezed too: converting
     // the dtype alone only trades this error for the shape error below.
     Shape expected = input.shape();
@@ -86,8 +93,9 @@ void check_class_target(const Tensor& input, const Tensor& target, const char* w
       const int64_t bad = lo < 0 ? lo : hi;
       GS_FAIL(who, "target holds class ", bad, " but the input has ", C, " classes (valid 0..", C - 1, ", or ",
               ignore_index, " = ignore_index to skip an example).",
-              (hi == C && lo >= 1 ? " The labels look 1-indexed: subtract 1." : " Check the label encoding, or the "
-               "number of outputs of the last layer."));
+              (hi == C && lo >= 1 ? " The labels look 1-indexed: subtract 1."
+                                  : " Check the label encoding, or the "
+                                    "number of outputs of the last layer."));
     }
     return;
   }
@@ -117,13 +125,16 @@ Tensor nll_core(const Tensor& log_probs, const Tensor& target, const Tensor& wei
                 Reduction reduction, double smoothing) {
   check_reduction(reduction, "nll_loss / cross_entropy");
   const int64_t C = log_probs.size(1);
-  Tensor valid = target != static_cast<double>(ignore_index);                  // (B, d1..) bool
-  Tensor safe = where(valid, target, full({}, 0.0, TensorOptions(kInt64).device(target.device())));                    // ignored -> class 0 (masked below)
-  Tensor picked = log_probs.gather(1, safe.unsqueeze(1)).squeeze(1);            // (B, d1..) log p[target]
+  Tensor valid = target != static_cast<double>(ignore_index);  // (B, d1..) bool
+  Tensor safe =
+      where(valid, target,
+            full({}, 0.0, TensorOptions(kInt64).device(target.device())));  // ignored -> class 0 (masked below)
+  Tensor picked = log_probs.gather(1, safe.unsqueeze(1)).squeeze(1);        // (B, d1..) log p[target]
   const Tensor zero = zeros({}, TensorOptions(log_probs.dtype()).device(log_probs.device()));
   // Per-target weight w_t: the class weight, or 1; 0 where ignored.
-  Tensor w_t = weight.defined() ? weight.to(log_probs.dtype()).index_select(0, safe.reshape({-1})).reshape(target.shape())
-                                : ones(target.shape(), TensorOptions(log_probs.dtype()).device(log_probs.device()));
+  Tensor w_t = weight.defined()
+                   ? weight.to(log_probs.dtype()).index_select(0, safe.reshape({-1})).reshape(target.shape())
+                   : ones(target.shape(), TensorOptions(log_probs.dtype()).device(log_probs.device()));
   w_t = where(valid, w_t.detach(), zero);
   // where, not a multiply: an ignored position must not leak inf/NaN (0 * inf = NaN).
   Tensor nll = where(valid, -picked * w_t, zero);
@@ -186,8 +197,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossOptions&
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& o) {
   const char* who = "NLLLoss";
   check_pair(log_probs, target, who);
-  if (unbatched(log_probs, target))
-    return nll_loss(log_probs.unsqueeze(0), target.unsqueeze(0), o).reshape({});
+  if (unbatched(log_probs, target)) return nll_loss(log_probs.unsqueeze(0), target.unsqueeze(0), o).reshape({});
   check_class_target(log_probs, target, who, o.ignore_index_);
   check_class_weight(o.weight_, log_probs, who);
   return nll_core(log_probs, target, o.weight_, o.ignore_index_, o.reduction_, 0.0);
@@ -202,12 +212,16 @@ namespace {
 // Unlike PyTorch, targets that are not distributions (negative, or rows not summing
 // to 1: all-zero rows, unnormalised scores) are an error rather than a silently
 // meaningless loss.
-Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& o, const char* who) {
+Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& o,
+                           const char* who) {
   GS_CHECK(input.dim() >= 1, who, "expects input (B, C) of scores per class, got ", input.str());
   const int64_t cdim = input.dim() == 1 ? 0 : 1;
   const int64_t C = input.size(cdim);
-  GS_CHECK(o.ignore_index_ == -100, who, "ignore_index (", o.ignore_index_, ") applies only to class-index "
-           "targets; with class-probability targets ", target.str(), " give an ignored position a zero row instead "
+  GS_CHECK(o.ignore_index_ == -100, who, "ignore_index (", o.ignore_index_,
+           ") applies only to class-index "
+           "targets; with class-probability targets ",
+           target.str(),
+           " give an ignored position a zero row instead "
            "(and reduction Sum, or divide by the number of kept positions yourself).");
   check_class_weight(o.weight_, input.dim() == 1 ? input.unsqueeze(0) : input, who);
   Tensor t = target.to(input.dtype());
@@ -216,12 +230,20 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Cros
     const double lo = amin(t).item<double>();
     Tensor row_sums = t.sum({cdim});
     const double worst = amax(abs(row_sums - 1.0)).item<double>();
-    GS_CHECK(lo >= 0.0 && worst <= 1e-3, who, "target ", target.str(), " has the input's shape, so it is read as "
-             "class probabilities (soft labels) over dim ", cdim, ", but ",
+    GS_CHECK(lo >= 0.0 && worst <= 1e-3, who, "target ", target.str(),
+             " has the input's shape, so it is read as "
+             "class probabilities (soft labels) over dim ",
+             cdim, ", but ",
              (lo < 0.0 ? "it holds a negative value (" + std::to_string(lo) + ")"
                        : "its rows sum to values up to " + std::to_string(worst) + " away from 1"),
-             ". Normalise each row (e.g. softmax of scores, or target / target.sum(", cdim, ", true)); for one label "
-             "per example pass int64 class indices of shape ", shape_str([&] { Shape sh = input.shape(); sh.erase(sh.begin() + cdim); return sh; }()),
+             ". Normalise each row (e.g. softmax of scores, or target / target.sum(", cdim,
+             ", true)); for one label "
+             "per example pass int64 class indices of shape ",
+             shape_str([&] {
+               Shape sh = input.shape();
+               sh.erase(sh.begin() + cdim);
+               return sh;
+             }()),
              " (target.argmax(", cdim, ") of one-hot rows).");
   }
   if (o.label_smoothing_ > 0.0) t = t * (1.0 - o.label_smoothing_) + o.label_smoothing_ / static_cast<double>(C);
@@ -274,7 +296,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCE
     if (input.numel() > 0) {
       const double lo = amin(input).item<double>(), hi = amax(input).item<double>();
       GS_CHECK(lo >= 0.0 && hi <= 1.0, who, "expects probabilities in [0, 1] but the input ", input.str(), " spans [",
-               lo, ", ", hi, "]: these look like raw logits. Use nn::BCEWithLogitsLoss on them (numerically "
+               lo, ", ", hi,
+               "]: these look like raw logits. Use nn::BCEWithLogitsLoss on them (numerically "
                "stable), or apply a sigmoid first.");
     }
     Tensor logp = clamp(log(input), -100.0, std::nullopt);
@@ -290,8 +313,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCE
              Tensor gw = w.defined() ? g * w : g;
              Tensor gp = gw * (p - y) / clamp(p * (1.0 - p), 1e-12, std::nullopt);
              Tensor gy;
-             if (want_y)
-               gy = gw * (clamp(log(1.0 - p), -100.0, std::nullopt) - clamp(log(p), -100.0, std::nullopt));
+             if (want_y) gy = gw * (clamp(log(1.0 - p), -100.0, std::nullopt) - clamp(log(p), -100.0, std::nullopt));
              return tensor_list{sum_to(gp, p.shape()), gy.defined() ? sum_to(gy, y.shape()) : Tensor()};
            });
   }
@@ -397,7 +419,8 @@ Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
   // BUG B09: raw logits fed to BCE, and the "input must be in [0, 1]" error
   // silenced by clamping: logits above 1 or below 0 get no gradient at all.
   // Correct: nn::BCEWithLogitsLoss on the logits (or a sigmoid before BCELoss).
-  if (has_bug(Bug::B09)) return F::binary_cross_entropy(clamp(input, 1e-7, 1.0 - 1e-7), target, with_bugs(*this, options_));
+  if (has_bug(Bug::B09))
+    return F::binary_cross_entropy(clamp(input, 1e-7, 1.0 - 1e-7), target, with_bugs(*this, options_));
   return F::binary_cross_entropy(input, target, with_bugs(*this, options_));
 }
 std::vector<Bug> BCELoss::injectable_bugs() const { return {Bug::B03, Bug::B09}; }

@@ -25,11 +25,17 @@ const char* reduction_name(Reduction r);  // "none", "mean", "sum"
 struct MSELossOptions {
   MSELossOptions() = default;
   MSELossOptions(Reduction r) : reduction_(r) {}  // NOLINT: implicit on purpose
-  MSELossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  MSELossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   // Off (the default): prediction and target must have the same shape, and
   // (B, 1) vs (B) is an error. On: they broadcast like in PyTorch, which only
   // warns — (B, 1) - (B) silently becomes (B, B) (bug B01).
-  MSELossOptions& allow_broadcast(bool a) { allow_broadcast_ = a; return *this; }
+  MSELossOptions& allow_broadcast(bool a) {
+    allow_broadcast_ = a;
+    return *this;
+  }
   Reduction reduction_ = Reduction::Mean;
   bool allow_broadcast_ = false;
 };
@@ -37,10 +43,19 @@ struct MSELossOptions {
 struct NLLLossOptions {
   NLLLossOptions() = default;
   NLLLossOptions(Reduction r) : reduction_(r) {}  // NOLINT
-  NLLLossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  NLLLossOptions& ignore_index(int64_t i) { ignore_index_ = i; return *this; }
-  NLLLossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
-  Tensor weight_;              // (C) per-class weight, optional
+  NLLLossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  NLLLossOptions& ignore_index(int64_t i) {
+    ignore_index_ = i;
+    return *this;
+  }
+  NLLLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
+  Tensor weight_;                // (C) per-class weight, optional
   int64_t ignore_index_ = -100;  // targets with this value add nothing and are not counted
   Reduction reduction_ = Reduction::Mean;
 };
@@ -48,11 +63,23 @@ struct NLLLossOptions {
 struct CrossEntropyLossOptions {
   CrossEntropyLossOptions() = default;
   CrossEntropyLossOptions(Reduction r) : reduction_(r) {}  // NOLINT
-  CrossEntropyLossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  CrossEntropyLossOptions& ignore_index(int64_t i) { ignore_index_ = i; return *this; }
-  CrossEntropyLossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  CrossEntropyLossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  CrossEntropyLossOptions& ignore_index(int64_t i) {
+    ignore_index_ = i;
+    return *this;
+  }
+  CrossEntropyLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   // eps in [0, 1]: the target becomes (1 - eps) on the true class + eps / C on every class.
-  CrossEntropyLossOptions& label_smoothing(double eps) { label_smoothing_ = eps; return *this; }
+  CrossEntropyLossOptions& label_smoothing(double eps) {
+    label_smoothing_ = eps;
+    return *this;
+  }
   Tensor weight_;
   int64_t ignore_index_ = -100;
   Reduction reduction_ = Reduction::Mean;
@@ -62,8 +89,14 @@ struct CrossEntropyLossOptions {
 struct BCELossOptions {
   BCELossOptions() = default;
   BCELossOptions(Reduction r) : reduction_(r) {}  // NOLINT
-  BCELossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
-  BCELossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  BCELossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
+  BCELossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   Tensor weight_;  // broadcasts to the input's shape, optional
   Reduction reduction_ = Reduction::Mean;
 };
@@ -71,11 +104,20 @@ struct BCELossOptions {
 struct BCEWithLogitsLossOptions {
   BCEWithLogitsLossOptions() = default;
   BCEWithLogitsLossOptions(Reduction r) : reduction_(r) {}  // NOLINT
-  BCEWithLogitsLossOptions& weight(Tensor w) { weight_ = std::move(w); return *this; }
+  BCEWithLogitsLossOptions& weight(Tensor w) {
+    weight_ = std::move(w);
+    return *this;
+  }
   // Weight of the positive term, per class (broadcast along the last dim):
   // pos_weight = negatives / positives balances a rare positive class.
-  BCEWithLogitsLossOptions& pos_weight(Tensor w) { pos_weight_ = std::move(w); return *this; }
-  BCEWithLogitsLossOptions& reduction(Reduction r) { reduction_ = r; return *this; }
+  BCEWithLogitsLossOptions& pos_weight(Tensor w) {
+    pos_weight_ = std::move(w);
+    return *this;
+  }
+  BCEWithLogitsLossOptions& reduction(Reduction r) {
+    reduction_ = r;
+    return *this;
+  }
   Tensor weight_, pos_weight_;
   Reduction reduction_ = Reduction::Mean;
 };
@@ -176,7 +218,8 @@ class NLLLoss : public Loss {
 // Takes raw logits (no softmax before it: bug B08).
 class CrossEntropyLoss : public Loss {
  public:
-  CrossEntropyLoss(CrossEntropyLossOptions options = {}) : Loss("CrossEntropyLoss"), options_(std::move(options)) {}  // NOLINT
+  CrossEntropyLoss(CrossEntropyLossOptions options = {})
+      : Loss("CrossEntropyLoss"), options_(std::move(options)) {}  // NOLINT
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string extra_repr() const override;  // "ignore_index=-100, reduction=mean, label_smoothing=0"
   Reduction reduction() const override { return options_.reduction_; }
@@ -202,7 +245,8 @@ class BCELoss : public Loss {
 
 class BCEWithLogitsLoss : public Loss {
  public:
-  BCEWithLogitsLoss(BCEWithLogitsLossOptions options = {}) : Loss("BCEWithLogitsLoss"), options_(std::move(options)) {}  // NOLINT
+  BCEWithLogitsLoss(BCEWithLogitsLossOptions options = {})
+      : Loss("BCEWithLogitsLoss"), options_(std::move(options)) {}  // NOLINT
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::string extra_repr() const override;
   Reduction reduction() const override { return options_.reduction_; }

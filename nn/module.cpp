@@ -7,7 +7,8 @@
 namespace gradsleuth::nn {
 
 Tensor Module::forward(const Tensor&) {
-  GS_FAIL(type_name_, "this module has no single-input forward(x); call it with the arguments it expects "
+  GS_FAIL(type_name_,
+          "this module has no single-input forward(x); call it with the arguments it expects "
           "(for example loss(input, target))");
 }
 
@@ -30,8 +31,7 @@ Tensor Module::call_with_hooks(const Tensor& x, const std::function<Tensor()>& b
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   GS_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_, "invalid parameter name '", name,
            "': names must be non-empty and contain no '.'");
-  for (auto& [n, p] : params_)
-    GS_CHECK(n != name, type_name_, "a parameter named '", name, "' is already registered");
+  for (auto& [n, p] : params_) GS_CHECK(n != name, type_name_, "a parameter named '", name, "' is already registered");
   if (t.defined()) {
     t = t.detach();
     if (requires_grad) t.requires_grad_(true);
@@ -42,8 +42,7 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor t) {
-  for (auto& [n, b] : buffers_)
-    GS_CHECK(n != name, type_name_, "a buffer named '", name, "' is already registered");
+  for (auto& [n, b] : buffers_) GS_CHECK(n != name, type_name_, "a buffer named '", name, "' is already registered");
   if (t.defined()) t = t.detach();
   buffers_.emplace_back(name, t);
   return t;
@@ -65,9 +64,11 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
   // Iterative DFS, preserving registration order.
   std::shared_ptr<Module> self = weak_from_this().lock();
-  GS_CHECK(self != nullptr, type_name_, "named_modules() needs a model owned by a std::shared_ptr (hooks and "
+  GS_CHECK(self != nullptr, type_name_,
+           "named_modules() needs a model owned by a std::shared_ptr (hooks and "
            "debug tools keep the modules alive through it), but this one was created on the stack or with new. "
-           "Create it with std::make_shared<", type_name_, ">(...).");
+           "Create it with std::make_shared<",
+           type_name_, ">(...).");
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> stack{{prefix, self}};
   while (!stack.empty()) {
     auto cur = stack.back();
@@ -220,8 +221,10 @@ void Module::remove_forward_hook(size_t handle) {
   auto next = std::make_shared<std::vector<Hook>>();
   for (const Hook& h : *hooks_)
     if (h.id != handle) next->push_back(h);
-  if (next->empty()) hooks_.reset();  // no hooks: the forward's fast path
-  else hooks_ = std::move(next);
+  if (next->empty())
+    hooks_.reset();  // no hooks: the forward's fast path
+  else
+    hooks_ = std::move(next);
 }
 
 std::string Module::repr(int indent) const {
@@ -238,7 +241,10 @@ std::string Module::repr(int indent) const {
 }
 
 std::string Module::summary(const Tensor& sample) {
-  struct Row { std::string path, type, shape; int64_t params; };
+  struct Row {
+    std::string path, type, shape;
+    int64_t params;
+  };
   std::vector<Row> rows;
   std::vector<std::pair<ModulePtr, size_t>> attached;
   for (auto& [path, m] : named_modules()) {
@@ -266,8 +272,8 @@ std::string Module::summary(const Tensor& sample) {
   for (auto& r : rows) w = std::max(w, r.path.size() + r.type.size() + 3);
   for (auto& r : rows) {
     std::string left = r.path + " (" + r.type + ")";
-    os << left << std::string(w - left.size() + 2, ' ') << r.shape << std::string(r.shape.size() < 22 ? 22 - r.shape.size() : 1, ' ')
-       << r.params << "\n";
+    os << left << std::string(w - left.size() + 2, ' ') << r.shape
+       << std::string(r.shape.size() < 22 ? 22 - r.shape.size() : 1, ' ') << r.params << "\n";
   }
   os << "total parameters: " << num_parameters() << " (trainable " << num_parameters(true) << ")\n";
   return os.str();

@@ -56,9 +56,9 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  void zero_grad();                 // clears .grad of every parameter
-  void requires_grad_(bool on);     // freezes (false) or unfreezes every parameter
-  void to(DType t);                 // converts parameters and floating buffers
+  void zero_grad();              // clears .grad of every parameter
+  void requires_grad_(bool on);  // freezes (false) or unfreezes every parameter
+  void to(DType t);              // converts parameters and floating buffers
   // Moves every parameter and buffer to `d` in place: the Tensor handles (the layer's members,
   // an optimizer's list) keep their identity and see the moved values, as in PyTorch.
   // Make the optimizer's state after moving (its buffers are made on the parameters' device).

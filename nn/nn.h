@@ -1,16 +1,16 @@
 // gradsleuth::nn: everything for building and training models.
 #pragma once
-#include "nn/module.h"
 #include "nn/activation.h"
 #include "nn/checkpoint.h"
 #include "nn/container.h"
-#include "nn/data.h"
 #include "nn/conv.h"
+#include "nn/data.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/fashion_mnist.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/module.h"
 #include "nn/normalization.h"
 #include "nn/synthetic.h"

@@ -25,8 +25,8 @@ BatchNormBase::BatchNormBase(std::string type_name, const BatchNormOptions& o)
     bias = register_parameter("bias", empty({C}));      // (C)
   }
   if (o.track_running_stats_) {
-    running_mean = register_buffer("running_mean", zeros({C}));                   // (C)
-    running_var = register_buffer("running_var", ones({C}));                      // (C)
+    running_mean = register_buffer("running_mean", zeros({C}));                       // (C)
+    running_var = register_buffer("running_var", ones({C}));                          // (C)
     num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));  // ()
   }
   reset_parameters();
@@ -51,8 +51,10 @@ void BatchNormBase::reset_parameters() {
 std::string BatchNormBase::extra_repr() const {
   std::ostringstream os;
   os << options_.num_features_ << ", eps=" << options_.eps_ << ", momentum=";
-  if (options_.momentum_) os << *options_.momentum_;
-  else os << "none";
+  if (options_.momentum_)
+    os << *options_.momentum_;
+  else
+    os << "none";
   os << ", affine=" << (options_.affine_ ? "true" : "false")
      << ", track_running_stats=" << (options_.track_running_stats_ ? "true" : "false");
   return os.str();
@@ -119,8 +121,9 @@ Tensor BatchNormBase::forward(const Tensor& x) {
   const bool b23 = has_bug(Bug::B23);
   Tensor mean, var;  // (1, C, 1, ...)
   if (is_training() || !track_running_stats() || b23) {
-    GS_CHECK(!is_training() || n > 1, type_name() + "(" + std::to_string(C) + ")", "expected more than 1 value per channel when training, got input ",
-             shape_str(x.shape()), ": the variance of one value is 0. Use a batch size > 1, or call model.eval() "
+    GS_CHECK(!is_training() || n > 1, type_name() + "(" + std::to_string(C) + ")",
+             "expected more than 1 value per channel when training, got input ", shape_str(x.shape()),
+             ": the variance of one value is 0. Use a batch size > 1, or call model.eval() "
              "to use the running statistics.");
     mean = x.mean(reduce, true);
     Tensor centered = x - mean;
@@ -128,8 +131,8 @@ Tensor BatchNormBase::forward(const Tensor& x) {
     if (is_training() && track_running_stats() && !b23) {
       NoGradGuard ng;
       num_batches_tracked.add_(1);  // an integer: 1.0 into the int64 counter is an error (as in PyTorch)
-      const double f = options_.momentum_ ? *options_.momentum_
-                                          : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+      const double f =
+          options_.momentum_ ? *options_.momentum_ : 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
       const double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
       running_mean.mul_(1.0 - f).add_(mean.detach().reshape({C}).to(running_mean.dtype()), f);
       running_var.mul_(1.0 - f).add_(var.detach().reshape({C}).to(running_var.dtype()), f * unbias);
@@ -177,18 +180,19 @@ Tensor LayerNorm::forward(const Tensor& x) {
   if (!ok) {
     if (k == 1 && x.dim() >= 2 && x.size(1) == normalized_shape_[0])
       GS_FAIL(who, "normalises the last dim, which must be ", normalized_shape_[0], ", but the input is ",
-              shape_str(x.shape()), ". The features are in dim 1: move them last (e.g. x.transpose(1, -1)) or use "
+              shape_str(x.shape()),
+              ". The features are in dim 1: move them last (e.g. x.transpose(1, -1)) or use "
               "nn::BatchNorm1d/2d for per-channel statistics.");
     GS_FAIL(who, "expects the input's last ", k, " dim(s) to be ", shape_str(normalized_shape_), " but got ",
             shape_str(x.shape()), ". Set normalized_shape to the trailing dims of the input.");
   }
   Dims dims;
   for (int64_t i = 0; i < k; ++i) dims.push_back(x.dim() - k + i);
-  Tensor mean = x.mean(dims, true);                      // (..., 1, ..., 1)
+  Tensor mean = x.mean(dims, true);  // (..., 1, ..., 1)
   Tensor centered = x - mean;
-  Tensor var = (centered * centered).mean(dims, true);   // biased
+  Tensor var = (centered * centered).mean(dims, true);  // biased
   Tensor y = centered / sqrt(var + eps_);
-  if (weight.defined()) y = y * weight + bias;           // normalized_shape broadcasts over the leading dims
+  if (weight.defined()) y = y * weight + bias;  // normalized_shape broadcasts over the leading dims
   return y;
 }
 

@@ -27,10 +27,22 @@ namespace gradsleuth::nn {
 // BatchNormOptions(64).momentum(0.01).affine(false); an int converts implicitly.
 struct BatchNormOptions {
   BatchNormOptions(int64_t num_features) : num_features_(num_features) {}  // NOLINT: implicit on purpose
-  BatchNormOptions& eps(double e) { eps_ = e; return *this; }
-  BatchNormOptions& momentum(std::optional<double> m) { momentum_ = m; return *this; }
-  BatchNormOptions& affine(bool a) { affine_ = a; return *this; }
-  BatchNormOptions& track_running_stats(bool t) { track_running_stats_ = t; return *this; }
+  BatchNormOptions& eps(double e) {
+    eps_ = e;
+    return *this;
+  }
+  BatchNormOptions& momentum(std::optional<double> m) {
+    momentum_ = m;
+    return *this;
+  }
+  BatchNormOptions& affine(bool a) {
+    affine_ = a;
+    return *this;
+  }
+  BatchNormOptions& track_running_stats(bool t) {
+    track_running_stats_ = t;
+    return *this;
+  }
 
   int64_t num_features_;
   double eps_ = 1e-5;
@@ -52,8 +64,8 @@ class BatchNormBase : public Module {
   int64_t num_features() const { return options_.num_features_; }
   bool track_running_stats() const { return options_.track_running_stats_; }
 
-  Tensor weight, bias;                                      // (C), undefined when affine=false
-  Tensor running_mean, running_var, num_batches_tracked;    // (C), (C), (); undefined without tracking
+  Tensor weight, bias;                                    // (C), undefined when affine=false
+  Tensor running_mean, running_var, num_batches_tracked;  // (C), (C), (); undefined without tracking
 
  protected:
   BatchNormBase(std::string type_name, const BatchNormOptions& options);

@@ -24,8 +24,8 @@ std::shared_ptr<TensorDataset> make_spirals(int64_t n_per_class, int64_t num_cla
     for (int64_t i = 0; i < n_per_class; ++i) {
       const int64_t row = k * n_per_class + i;
       const double r = n_per_class > 1 ? static_cast<double>(i) / static_cast<double>(n_per_class - 1) : 1.0;
-      const double t = two_pi * static_cast<double>(k) / static_cast<double>(num_classes) + turns * two_pi * r +
-                       noise * eps[row];
+      const double t =
+          two_pi * static_cast<double>(k) / static_cast<double>(num_classes) + turns * two_pi * r + noise * eps[row];
       x[2 * row] = static_cast<float>(r * std::sin(t));
       x[2 * row + 1] = static_cast<float>(r * std::cos(t));
       y[row] = k;
@@ -59,9 +59,9 @@ RegressionSet make_linear_regression(int64_t n, int64_t in_features, double nois
   GS_CHECK(n > 0 && in_features > 0, "make_linear_regression", "needs n > 0 and in_features > 0, got ", n, " and ",
            in_features);
   Generator gen(seed);
-  Tensor w = randn({in_features, 1}, kFloat32, &gen);  // (D, 1)
-  Tensor b = randn({1}, kFloat32, &gen);               // (1)
-  Tensor x = randn({n, in_features}, kFloat32, &gen);  // (N, D)
+  Tensor w = randn({in_features, 1}, kFloat32, &gen);                   // (D, 1)
+  Tensor b = randn({1}, kFloat32, &gen);                                // (1)
+  Tensor x = randn({n, in_features}, kFloat32, &gen);                   // (N, D)
   Tensor y = matmul(x, w) + b + randn({n, 1}, kFloat32, &gen) * noise;  // (N, 1)
   return RegressionSet{std::make_shared<TensorDataset>(x, y, "linear-regression"), w, b};
 }

@@ -134,8 +134,8 @@ void Optimizer::set_lr(double lr) {
 }
 
 void Optimizer::set_group_lr(size_t group, double lr, const std::string& who) {
-  GS_CHECK(group < groups_.size(), who, "parameter group ", group, " does not exist; ", name_, " has ",
-           groups_.size(), " group(s)");
+  GS_CHECK(group < groups_.size(), who, "parameter group ", group, " does not exist; ", name_, " has ", groups_.size(),
+           " group(s)");
   GS_CHECK(std::isfinite(lr) && lr >= 0.0, who, "would set the learning rate of group ", group, " to ", lr,
            "; it must be finite and >= 0 (a schedule factor that overflowed, or a division by zero?). The lr stays ",
            groups_[group].lr);

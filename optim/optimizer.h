@@ -128,8 +128,7 @@ class Optimizer {
   // modified as `op`, then runs fused(ref, st, step) when fusable(p, grad), and
   // reference(ref, st, step), the tensor ops, unless the fused step returned true.
   template <class S, class Prepare, class Fused, class Reference>
-  void for_each_param(const char* op, PerParamState<S>& state, Prepare&& prepare, Fused&& fused,
-                      Reference&& reference);
+  void for_each_param(const char* op, PerParamState<S>& state, Prepare&& prepare, Fused&& fused, Reference&& reference);
 
   // True when p (and its gradient g) can take the fused loop: fused() is on,
   // both are contiguous CPU tensors of the same float dtype.

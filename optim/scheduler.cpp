@@ -103,7 +103,8 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOpti
            static_cast<int>(options.mode()), " is not a Mode; pass Mode::Min or Mode::Max");
   using TM = ReduceLROnPlateauOptions::ThresholdMode;
   GS_CHECK(options.threshold_mode() == TM::Rel || options.threshold_mode() == TM::Abs, op, "threshold_mode value ",
-           static_cast<int>(options.threshold_mode()), " is not a ThresholdMode; pass ThresholdMode::Rel or ThresholdMode::Abs");
+           static_cast<int>(options.threshold_mode()),
+           " is not a ThresholdMode; pass ThresholdMode::Rel or ThresholdMode::Abs");
   const double inf = std::numeric_limits<double>::infinity();
   best_ = options.mode() == Mode::Min ? inf : -inf;
   for (const auto& g : opt_.param_groups()) last_lr_.push_back(g.lr);

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "core/ops.h"
 #include "core/backend.h"
+#include "core/ops.h"
 
 namespace gradsleuth::optim {
 
@@ -42,7 +42,8 @@ void SGD::update() {
       },
       [&](const ParamRef& r, State& st, const SgdStep& step) {
         Tensor& p = r.param;
-        if (mom != 0.0 && step.first) st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+        if (mom != 0.0 && step.first)
+          st.momentum_buffer = empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
         if (backend_of(p).sgd_step(p, r.grad, st.momentum_buffer, step)) return true;
         if (step.first) st.momentum_buffer = Tensor();  // not fused after all: the tensor ops start it
         return false;

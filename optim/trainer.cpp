@@ -69,8 +69,8 @@ class ProgressBar {
       const double in_epoch = static_cast<double>(batch + 1) / static_cast<double>(std::max<int64_t>(batches, 1));
       std::fprintf(stderr, "\repoch %lld/%lld %s %lld/%lld  loss %.4f%s  %.0f ex/s  %s   ",
                    static_cast<long long>(epoch), static_cast<long long>(epochs), progress_bar(in_epoch).c_str(),
-                   static_cast<long long>(batch + 1), static_cast<long long>(batches), loss, acc_str(acc).c_str(),
-                   ex_s, eta.c_str());
+                   static_cast<long long>(batch + 1), static_cast<long long>(batches), loss, acc_str(acc).c_str(), ex_s,
+                   eta.c_str());
       std::fflush(stderr);
     } else if ((batch + 1) % every_ == 0) {
       std::fprintf(stderr, "epoch %lld/%lld  step %lld/%lld  loss %.4f%s  %.0f ex/s  %s\n",
@@ -104,8 +104,8 @@ LossFn cross_entropy_loss() {
 }
 
 double accuracy(const Tensor& output, const Tensor& target) {
-  GS_CHECK(is_classification(output, target), "accuracy",
-           "needs logits (B, C) and int64 class targets (B), got ", output.str(), " and ", target.str());
+  GS_CHECK(is_classification(output, target), "accuracy", "needs logits (B, C) and int64 class targets (B), got ",
+           output.str(), " and ", target.str());
   NoGradGuard ng;
   Tensor hit = eq(argmax(output.detach(), 1), target);
   return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(target.size(0));

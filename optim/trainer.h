@@ -71,14 +71,14 @@ struct StepInfo {
 
 // What an epoch callback sees, after evaluation.
 struct EpochInfo {
-  int64_t epoch = 0;            // from 1
-  int64_t steps = 0;            // optimizer steps so far
-  double train_loss = kNoValue;     // mean over the epoch's batches, weighted by batch size
+  int64_t epoch = 0;             // from 1
+  int64_t steps = 0;             // optimizer steps so far
+  double train_loss = kNoValue;  // mean over the epoch's batches, weighted by batch size
   double train_accuracy = kNoValue;
-  double val_loss = kNoValue;       // NaN without a validation loader
+  double val_loss = kNoValue;  // NaN without a validation loader
   double val_accuracy = kNoValue;
-  double lr = 0.0;                  // the lr used during this epoch
-  double seconds = 0.0;             // training time of the epoch (evaluation excluded)
+  double lr = 0.0;       // the lr used during this epoch
+  double seconds = 0.0;  // training time of the epoch (evaluation excluded)
   double examples_per_second = 0.0;
 };
 
@@ -126,8 +126,8 @@ struct FitResult {
   std::vector<EpochInfo> epochs;
   std::vector<double> step_losses;  // one per optimizer step, in order
   int64_t steps = 0;
-  double seconds = 0.0;             // wall time of the whole fit, evaluation included
-  bool stopped_early = false;       // a callback called request_stop(), or max_steps was reached
+  double seconds = 0.0;        // wall time of the whole fit, evaluation included
+  bool stopped_early = false;  // a callback called request_stop(), or max_steps was reached
   EpochInfo last() const { return epochs.empty() ? EpochInfo{} : epochs.back(); }
 };
 

@@ -28,10 +28,10 @@ inline std::shared_ptr<nn::Sequential> mlp(int64_t D, int64_t H, int64_t C, uint
     return std::make_shared<nn::Residual>(
         std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(H, H)));
   };
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(D, H), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::BatchNorm1d>(H), block(), block(), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::Linear>(H, C));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(D, H),
+                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::BatchNorm1d>(H), block(),
+                                          block(), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.2),
+                                          std::make_shared<nn::Linear>(H, C));
 }
 
 // Gaussian blobs: x (C * n, D) float32, y (C * n) int64 in a fixed shuffled order.
@@ -103,8 +103,8 @@ inline std::vector<dbg::Finding> titled(const std::vector<dbg::Finding>& fs, con
 }  // namespace dtest
 
 // Skips the rest of a test case (with a message) when Fashion-MNIST is not installed.
-#define REQUIRE_FASHION_MNIST()                                                                  \
-  if (!dtest::have_fashion_mnist()) {                                                            \
+#define REQUIRE_FASHION_MNIST()                                                                         \
+  if (!dtest::have_fashion_mnist()) {                                                                   \
     MESSAGE("dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist): skipped"); \
-    return;                                                                                      \
+    return;                                                                                             \
   }

@@ -33,8 +33,8 @@ inline Split loaders(const Tensor& xtr, const Tensor& ytr, const Tensor& xva, co
 // Three Gaussian blobs in 6 dimensions: the first 480 rows for training, the next 120 for validation.
 inline Split split(uint64_t seed = 3, double spread = 1.0) {
   const XY all = blobs(200, 3, 6, seed, spread);
-  return loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
-                 all.y.narrow(0, 480, 120), seed);
+  return loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120),
+                 seed);
 }
 
 // The user's own loop: `epochs` passes, zero_grad / forward / loss / backward / step; an error

@@ -79,7 +79,10 @@ class Parser {
         std::string key = string();
         expect(':');
         v.obj.emplace_back(std::move(key), value());
-        if (peek() == ',') { ++i_; continue; }
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
         expect('}');
         return v;
       }
@@ -90,7 +93,10 @@ class Parser {
       if (peek() == ']') return ++i_, v;
       for (;;) {
         v.arr.push_back(value());
-        if (peek() == ',') { ++i_; continue; }
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
         expect(']');
         return v;
       }
@@ -100,8 +106,15 @@ class Parser {
       v.str = string();
       return v;
     }
-    if (literal("true")) { v.kind = Value::Bool; v.b = true; return v; }
-    if (literal("false")) { v.kind = Value::Bool; return v; }
+    if (literal("true")) {
+      v.kind = Value::Bool;
+      v.b = true;
+      return v;
+    }
+    if (literal("false")) {
+      v.kind = Value::Bool;
+      return v;
+    }
     if (literal("null")) return v;
     if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
       const char* begin = s_.c_str() + i_;
@@ -131,7 +144,9 @@ class Parser {
           case 'b': out += '\b'; break;
           case 'f': out += '\f'; break;
           case 'u': out += "\\u"; break;  // kept escaped
-          case '"': case '\\': case '/': out += e; break;
+          case '"':
+          case '\\':
+          case '/': out += e; break;
           default: fail(std::string("bad escape \\") + e);
         }
         continue;

@@ -124,9 +124,9 @@ void check_error(F&& fn, std::initializer_list<const char*> parts) {
 
 }  // namespace nntest
 
-#define GS_CHECK_GRADS(f, wrt)                                      \
-  do {                                                             \
-    auto rep_ = ::nntest::grad_check((f), (wrt));                  \
-    INFO("worst: " << rep_.worst);                                 \
-    CHECK(rep_.max_err < 1e-6);                                    \
+#define GS_CHECK_GRADS(f, wrt)                    \
+  do {                                            \
+    auto rep_ = ::nntest::grad_check((f), (wrt)); \
+    INFO("worst: " << rep_.worst);                \
+    CHECK(rep_.max_err < 1e-6);                   \
   } while (0)

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <string>
 
-#include "core/op_registry.h"
 #include "cli_test_util.h"
+#include "core/op_registry.h"
 #include "json_mini.h"
 
 namespace {
@@ -125,24 +125,24 @@ TEST_CASE("gradcheck and demo range-check their options before any work") {
     const char* args;
     const char* message;
   };
-  for (const Bad& b : {Bad{"gradcheck --all-ops --eps 0", "--eps must be a finite number in (0, 0.1], got '0'"},
-                       Bad{"gradcheck --all-ops --eps nan", "--eps must be a finite number in (0, 0.1]"},
-                       Bad{"gradcheck --all-ops --eps 1e10", "--eps must be a finite number in (0, 0.1], got '1e10'"},
-                       Bad{"gradcheck --all-ops --eps 0x1p-20", "no hex, inf or nan"},
-                       Bad{"gradcheck --all-ops --eps '1e-6 '", "got '1e-6 '"},
-                       Bad{"gradcheck --all-ops --eps 1e-6x", "got '1e-6x'"},
-                       Bad{"gradcheck --all-ops --op add", "--all-ops and --op cannot be used together"},
-                       Bad{"gradcheck --op ''", "--op must not be empty"},
-                       Bad{"gradcheck --op add --seed 0x10", "--seed must be an integer >= 0, got '0x10' (decimal digits only"},
-                       Bad{"gradcheck --all-ops --rtol nan", "--rtol must be a finite number in [0, 1]"},
-                       Bad{"gradcheck --all-ops --atol -1", "--atol must be a finite number in [0, 1]"},
-                       Bad{"gradcheck --all-ops --seed -1", "--seed must be an integer >= 0"},
-                       Bad{"demo --lr nan", "--lr must be a finite number in (0, 10]"},
-                       Bad{"demo --lr 1e308", "--lr must be a finite number in (0, 10], got '1e308'"},
-                       Bad{"demo --momentum 2", "--momentum must be a finite number in [0, 1), got '2'"},
-                       Bad{"demo --momentum -0.5", "--momentum must be a finite number in [0, 1)"},
-                       Bad{"demo --log-every 0", "--log-every must be an integer in [1, "},
-                       Bad{"demo --steps -1", "--steps must be an integer in [0, "}}) {
+  for (const Bad& b :
+       {Bad{"gradcheck --all-ops --eps 0", "--eps must be a finite number in (0, 0.1], got '0'"},
+        Bad{"gradcheck --all-ops --eps nan", "--eps must be a finite number in (0, 0.1]"},
+        Bad{"gradcheck --all-ops --eps 1e10", "--eps must be a finite number in (0, 0.1], got '1e10'"},
+        Bad{"gradcheck --all-ops --eps 0x1p-20", "no hex, inf or nan"},
+        Bad{"gradcheck --all-ops --eps '1e-6 '", "got '1e-6 '"}, Bad{"gradcheck --all-ops --eps 1e-6x", "got '1e-6x'"},
+        Bad{"gradcheck --all-ops --op add", "--all-ops and --op cannot be used together"},
+        Bad{"gradcheck --op ''", "--op must not be empty"},
+        Bad{"gradcheck --op add --seed 0x10", "--seed must be an integer >= 0, got '0x10' (decimal digits only"},
+        Bad{"gradcheck --all-ops --rtol nan", "--rtol must be a finite number in [0, 1]"},
+        Bad{"gradcheck --all-ops --atol -1", "--atol must be a finite number in [0, 1]"},
+        Bad{"gradcheck --all-ops --seed -1", "--seed must be an integer >= 0"},
+        Bad{"demo --lr nan", "--lr must be a finite number in (0, 10]"},
+        Bad{"demo --lr 1e308", "--lr must be a finite number in (0, 10], got '1e308'"},
+        Bad{"demo --momentum 2", "--momentum must be a finite number in [0, 1), got '2'"},
+        Bad{"demo --momentum -0.5", "--momentum must be a finite number in [0, 1)"},
+        Bad{"demo --log-every 0", "--log-every must be an integer in [1, "},
+        Bad{"demo --steps -1", "--steps must be an integer in [0, "}}) {
     CAPTURE(b.args);
     clitest::Run r = clitest::run_cli_all(b.args);
     CHECK(r.status == 1);
@@ -163,7 +163,8 @@ TEST_CASE("--version and version --json say how this binary was built") {
   for (const char* key : {"version", "commit", "build_type", "isa", "blas", "cuda", "mpi"})
     CHECK_MESSAGE(doc.get(key) != nullptr, key);
   const std::string commit = doc.get("commit")->str;
-  CHECK((commit == "unknown" || (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos)));
+  CHECK((commit == "unknown" ||
+         (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos)));
   const std::string cuda = doc.get("cuda")->str;
   CHECK((cuda == "gpu" || cuda == "emulator" || cuda == "off"));
   CHECK(clitest::run_cli("--version --bogus", true).status != 0);

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -106,26 +106,27 @@ TEST_CASE("train: every numeric option is range-checked before any work, naming 
     const char* args;
     const char* message;
   };
-  for (const Bad& b : {Bad{"--lr inf", "--lr must be a finite number in (0, 10], got 'inf' (a decimal number"},
-                       Bad{"--lr nan", "--lr must be a finite number in (0, 10]"},
-                       Bad{"--lr 0", "--lr must be a finite number in (0, 10]"},
-                       Bad{"--lr 1e308", "--lr must be a finite number in (0, 10], got '1e308'"},
-                       Bad{"--lr 0x10", "--lr must be a finite number in (0, 10], got '0x10' (a decimal number"},
-                       Bad{"--lr 0.01abc", "got '0.01abc'"},
-                       Bad{"--epochs 0x2", "--epochs must be an integer in [1, 1000000], got '0x2' (decimal digits only"},
-                       Bad{"--limit-train -5", "--limit-train must be an integer >= 1, got '-5'"},
-                       Bad{"--limit-test 0", "--limit-test must be an integer >= 1"},
-                       Bad{"--threads 0", "--threads must be an integer in [1, 1024]"},
-                       Bad{"--data-dir ''", "--data-dir must not be empty"},
-                       Bad{"--seed -1", "--seed must be an integer >= 0, got '-1'"},
-                       Bad{"--epochs 0", "--epochs must be an integer in [1, "},
-                       Bad{"--batch-size -3", "--batch-size must be an integer in [1, "},
-                       Bad{"--val-fraction 0.7", "--val-fraction must be a finite number in [0, 0.5]"},
-                       Bad{"--val-fraction -0.1", "--val-fraction must be a finite number in [0, 0.5]"},
-                       Bad{"--label-smoothing 1", "--label-smoothing must be a finite number in [0, 1), got '1'"},
-                       Bad{"--label-smoothing -0.1", "--label-smoothing must be a finite number in [0, 1)"},
-                       Bad{"--schedule onecycle", "unknown --schedule 'onecycle': use cosine, warmup-cosine or none"},
-                       Bad{"--run-dir /proc/gradsleuth-cannot-exist", "--run-dir"}}) {
+  for (const Bad& b :
+       {Bad{"--lr inf", "--lr must be a finite number in (0, 10], got 'inf' (a decimal number"},
+        Bad{"--lr nan", "--lr must be a finite number in (0, 10]"},
+        Bad{"--lr 0", "--lr must be a finite number in (0, 10]"},
+        Bad{"--lr 1e308", "--lr must be a finite number in (0, 10], got '1e308'"},
+        Bad{"--lr 0x10", "--lr must be a finite number in (0, 10], got '0x10' (a decimal number"},
+        Bad{"--lr 0.01abc", "got '0.01abc'"},
+        Bad{"--epochs 0x2", "--epochs must be an integer in [1, 1000000], got '0x2' (decimal digits only"},
+        Bad{"--limit-train -5", "--limit-train must be an integer >= 1, got '-5'"},
+        Bad{"--limit-test 0", "--limit-test must be an integer >= 1"},
+        Bad{"--threads 0", "--threads must be an integer in [1, 1024]"},
+        Bad{"--data-dir ''", "--data-dir must not be empty"},
+        Bad{"--seed -1", "--seed must be an integer >= 0, got '-1'"},
+        Bad{"--epochs 0", "--epochs must be an integer in [1, "},
+        Bad{"--batch-size -3", "--batch-size must be an integer in [1, "},
+        Bad{"--val-fraction 0.7", "--val-fraction must be a finite number in [0, 0.5]"},
+        Bad{"--val-fraction -0.1", "--val-fraction must be a finite number in [0, 0.5]"},
+        Bad{"--label-smoothing 1", "--label-smoothing must be a finite number in [0, 1), got '1'"},
+        Bad{"--label-smoothing -0.1", "--label-smoothing must be a finite number in [0, 1)"},
+        Bad{"--schedule onecycle", "unknown --schedule 'onecycle': use cosine, warmup-cosine or none"},
+        Bad{"--run-dir /proc/gradsleuth-cannot-exist", "--run-dir"}}) {
     CAPTURE(b.args);
     // --data-dir /nonexistent: a check that ran after loading the data would report the dataset instead.
     const std::string extra = std::string(b.args).find("--data-dir") == 0 ? "" : " --data-dir /nonexistent";
@@ -140,8 +141,9 @@ TEST_CASE("train: every numeric option is range-checked before any work, naming 
 // the data is read. (Within (0, 10] these models' losses grow but stay finite on Fashion-MNIST,
 // so no test here reaches the CLI's non-finite-loss exit.)
 TEST_CASE("train: a learning rate that can only diverge is refused before any work") {
-  Run r = clitest::run_cli_all("train --optimizer sgd --lr 1e30 --schedule none --epochs 1 --limit-train 256 "
-                               "--limit-test 64 --quiet --data-dir /nonexistent");
+  Run r = clitest::run_cli_all(
+      "train --optimizer sgd --lr 1e30 --schedule none --epochs 1 --limit-train 256 "
+      "--limit-test 64 --quiet --data-dir /nonexistent");
   CHECK(r.status == 1);
   CHECK(r.out.find("--lr must be a finite number in (0, 10], got '1e30'") != std::string::npos);
   CHECK(r.out.find("/nonexistent") == std::string::npos);  // refused before the data was looked for
@@ -149,8 +151,9 @@ TEST_CASE("train: a learning rate that can only diverge is refused before any wo
 
 TEST_CASE("train: the validation split comes from the training images; the test set is evaluated once") {
   skip_without_dataset();
-  const std::string common = "train --model mlp --epochs 1 --limit-train 640 --limit-test 300 --seed 5 --threads 1 "
-                             "--json --quiet ";
+  const std::string common =
+      "train --model mlp --epochs 1 --limit-train 640 --limit-test 300 --seed 5 --threads 1 "
+      "--json --quiet ";
   Run none = run_cli(common + "--val-fraction 0");
   REQUIRE(none.status == 0);
   json_mini::Value d0 = json_mini::parse(last_line(none.out));
@@ -172,8 +175,9 @@ TEST_CASE("train --schedule warmup-cosine: the lr rises over half an epoch, then
   skip_without_dataset();
   const fs::path base = fs::temp_directory_path() / ("gs_cli_train_wc_" + std::to_string(::getpid()));
   fs::remove_all(base);
-  const std::string common = "train --model mlp --epochs 2 --limit-train 640 --limit-test 100 --seed 3 --threads 1 "
-                             "--lr 0.002 --schedule warmup-cosine --json --quiet ";
+  const std::string common =
+      "train --model mlp --epochs 2 --limit-train 640 --limit-test 100 --seed 3 --threads 1 "
+      "--lr 0.002 --schedule warmup-cosine --json --quiet ";
   Run a = run_cli(common + "--label-smoothing 0.1 --run-dir " + (base / "a").string());
   REQUIRE(a.status == 0);
   json_mini::Value doc = json_mini::parse(last_line(a.out));
@@ -203,14 +207,14 @@ TEST_CASE("train: a --run-dir holding an earlier run is refused before any work 
   const fs::path dir = fs::temp_directory_path() / ("gs_cli_train_over_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string run = "train --epochs 1 --limit-train 128 --limit-test 64 --val-fraction 0 --quiet --run-dir " +
-                          dir.string();
+  const std::string run =
+      "train --epochs 1 --limit-train 128 --limit-test 64 --val-fraction 0 --quiet --run-dir " + dir.string();
   { std::ofstream(dir / "steps.csv") << "step,epoch,loss,accuracy,lr\n1,1,0.5,0.5,0.001\n"; }
   Run r = clitest::run_cli_all(run + " --data-dir /nonexistent");
   CHECK(r.status == 1);
   CHECK(r.out.find("holds an earlier run (steps.csv)") != std::string::npos);
   CHECK(r.out.find("--overwrite") != std::string::npos);
-  CHECK(r.out.find("/nonexistent") == std::string::npos);  // refused before the data was looked for
+  CHECK(r.out.find("/nonexistent") == std::string::npos);                // refused before the data was looked for
   CHECK(slurp(dir / "steps.csv").find("0.5,0.5") != std::string::npos);  // untouched
   Run o = clitest::run_cli_all("train --overwrite --quiet --data-dir /nonexistent");
   CHECK(o.status == 1);

@@ -74,8 +74,8 @@ TEST_CASE("zoo --device cuda: the matrix and the JSON say cuda:0, and B22 is cau
   // Two training steps: B22's check runs in the pre-training gate. A whole zoo run: the emulator's
   // memcheck only (racecheck checks these kernels one by one in test_cuda_backend_emu).
   setenv("GS_EMU_CHECKS", "memcheck", 1);
-  const clitest::Run r =
-      clitest::run_cli("zoo --device cuda --quick --bug B22 --steps 2 --train-examples 128 --quiet --json " + path, true);
+  const clitest::Run r = clitest::run_cli(
+      "zoo --device cuda --quick --bug B22 --steps 2 --train-examples 128 --quiet --json " + path, true);
   REQUIRE_MESSAGE(r.status == 0, r.out);
   CHECK(r.out.find("model mlp on cuda:0") != std::string::npos);
   CHECK(r.out.find("1/1 bugs caught") != std::string::npos);

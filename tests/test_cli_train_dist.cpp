@@ -58,13 +58,14 @@ int count(const std::string& s, const std::string& what) {
 }  // namespace
 
 TEST_CASE("mpirun -np 2 at batch B takes the same steps as one process at batch 2B") {
-  const std::string common = " train --model mlp --limit-train 768 --limit-test 200 --epochs 2 --val-fraction 0 --seed 3 --quiet";
+  const std::string common =
+      " train --model mlp --limit-train 768 --limit-test 200 --epochs 2 --val-fraction 0 --seed 3 --quiet";
   const fs::path one = fresh_dir("one"), two = fresh_dir("two");
   auto r1 = clitest::run_cli(common + " --batch-size 64 --run-dir \"" + one.string() + "\"");
   REQUIRE(r1.status == 0);
   // The whole command line goes through mpirun: the test runs the CLI twice, under it.
-  const std::string cmd = kMpirun + "\"" + GS_CLI_PATH + "\"" + common + " --batch-size 32 --run-dir \"" +
-                          two.string() + "\"";
+  const std::string cmd =
+      kMpirun + "\"" + GS_CLI_PATH + "\"" + common + " --batch-size 32 --run-dir \"" + two.string() + "\"";
   const clitest::Run r2 = clitest::run_command(cmd);
   const std::string& out = r2.out;
   REQUIRE(r2.status == 0);
@@ -108,8 +109,8 @@ TEST_CASE("mpirun -np 2 trains the CNN (dropout seeded per rank) and reports onc
 TEST_CASE("a command that fails under mpirun ends the whole job, naming the rank") {
   // Every rank fails here (no data); each prints which rank failed and MPI_Abort ends the job
   // instead of one rank returning while the other waits in a collective.
-  const std::string cmd = kMpirun + "\"" + GS_CLI_PATH + "\"" +
-                          " train --model mlp --data-dir /nonexistent-gradsleuth-data --quiet 2>&1";
+  const std::string cmd =
+      kMpirun + "\"" + GS_CLI_PATH + "\"" + " train --model mlp --data-dir /nonexistent-gradsleuth-data --quiet 2>&1";
   const clitest::Run r = clitest::run_command(cmd);
   const std::string& out = r.out;
   CHECK(r.status != 0);  // a failure exit or a signal (-1)

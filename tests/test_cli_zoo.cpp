@@ -23,9 +23,7 @@ namespace {
 using clitest::Run;
 inline Run run_cli(const std::string& args) { return clitest::run_cli(args, true); }
 
-bool have_data() {
-  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-}
+bool have_data() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
 
 size_t count_of(const std::string& s, const std::string& what) {
   size_t n = 0;
@@ -93,7 +91,7 @@ TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
   Run r = run_cli("zoo --quick --quiet --bug B13 --bug b28 --json " + path);
   CHECK(r.status == 0);
   CHECK(r.out.find("2/2 bugs caught") != std::string::npos);
-  CHECK(r.out.find("gradsleuth checks --list") != std::string::npos);  // the legend of check ids
+  CHECK(r.out.find("gradsleuth checks --list") != std::string::npos);       // the legend of check ids
   CHECK(r.out.find("M6 batch-mixing gradient test") != std::string::npos);  // B13's intended check, named
   std::ifstream f(path);
   REQUIRE(f.good());
@@ -233,7 +231,7 @@ TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding 
   CHECK(mix_red >= 2);
   CHECK(reshape_red);
   CHECK(mix.out.find("op view") != std::string::npos);  // the lead names the reshape
-  CHECK(count_of(mix.out, "peripheries=2") == 1);        // and only that view is marked, not the Flatten's
+  CHECK(count_of(mix.out, "peripheries=2") == 1);       // and only that view is marked, not the Flatten's
   Run bad = clitest::run_cli_all("graph --model rnn");
   CHECK(bad.status != 0);
   CHECK(bad.out.find("unknown --model 'rnn'") != std::string::npos);
@@ -308,7 +306,8 @@ TEST_CASE("checks --help and the --id error give the id ranges of the check tabl
       CHECK(r.status == 0);
       std::istringstream lines(r.out);
       size_t rows = 0;
-      for (std::string line; std::getline(lines, line); ++rows) CHECK(line.size() <= static_cast<size_t>(std::stoi(width)));
+      for (std::string line; std::getline(lines, line); ++rows)
+        CHECK(line.size() <= static_cast<size_t>(std::stoi(width)));
       CHECK(rows > 30);
     }
   }

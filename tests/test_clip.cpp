@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "optim/clip.h"
 #include "nn_test_util.h"
+#include "optim/clip.h"
 
 namespace optim = gs::optim;
 using gs::Tensor;

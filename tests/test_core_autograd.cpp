@@ -37,7 +37,6 @@ Tensor leaf(std::initializer_list<double> v) { return gs::tensor(v, kLeaf); }
 Tensor cst(std::initializer_list<double> v, const gs::Shape& s) { return gs::tensor(v, s, kF64); }
 Tensor cst(std::initializer_list<double> v) { return gs::tensor(v, kF64); }
 
-
 void check_vec(const Vec& got, const Vec& want, double tol = 1e-12) {
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -443,8 +442,8 @@ TEST_CASE("autograd::grad") {
     Tensor h = x * 2.0;
     Tensor out = (h * h).sum();
     gs::tensor_list g = gs::autograd::grad({out}, {h, x});
-    check_vec(vals(g[0]), {4, 8});    // 2h
-    check_vec(vals(g[1]), {8, 16});   // 8x
+    check_vec(vals(g[0]), {4, 8});   // 2h
+    check_vec(vals(g[1]), {8, 16});  // 8x
     CHECK_FALSE(x.grad().defined());
     CHECK_FALSE(h.grad().defined());
   }
@@ -860,9 +859,8 @@ TEST_CASE("custom nodes made with gs::record") {
   SUBCASE("a backward that returns a wrong-shaped gradient is an error naming the op") {
     Tensor x = leaf({1, 2, 3});
     Tensor out = x.detach() * 2.0;
-    gs::record("my_bad_op", out, {&x}, [](const Tensor&, gs::Node&) {
-      return gs::tensor_list{gs::zeros({5}, gs::kFloat64)};
-    });
+    gs::record("my_bad_op", out, {&x},
+               [](const Tensor&, gs::Node&) { return gs::tensor_list{gs::zeros({5}, gs::kFloat64)}; });
     std::string msg;
     try {
       out.sum().backward();
@@ -908,7 +906,7 @@ TEST_CASE("autograd::queue_callback runs after every leaf's .grad is accumulated
   ((a * b).sum() * b.sum()).backward();
   CHECK(log == std::vector<std::string>{"hook b", "hook a", "callback", "queued by a callback"});
   CHECK(seen_a == std::vector<double>{9.0, 9.0});  // d/da = b^2
-  CHECK(seen_b == std::vector<double>{18.0});       // d/db = 2 b sum(a)
+  CHECK(seen_b == std::vector<double>{18.0});      // d/db = 2 b sum(a)
   // Outside a backward there is nothing to run it after.
   CHECK_THROWS_WITH_AS(gs::autograd::queue_callback([] {}), doctest::Contains("outside a backward"), gs::Error);
   // A failed backward drops its callbacks.

@@ -28,8 +28,8 @@ namespace {
 const bool kTunedKernelsOn = (gradsleuth::set_cpu_fast_kernels(true), true);
 
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 
 // Forces the composite path for its lifetime.
 struct CompositeGuard {
@@ -80,8 +80,7 @@ void check_near(const Vec& got, const Vec& want, double tol, const char* what) {
   }
 }
 
-void compare(const Tensor& x, const Tensor& w, const Tensor& b, const Conv& c, bool need_x = true,
-             bool need_w = true) {
+void compare(const Tensor& x, const Tensor& w, const Tensor& b, const Conv& c, bool need_x = true, bool need_w = true) {
   const Result f = run(true, x, w, b, c, need_x, need_w), r = run(false, x, w, b, c, need_x, need_w);
   CHECK(f.node == "conv2d");  // the fused node really ran ...
   CHECK(r.node != "conv2d");  // ... and the reference did not
@@ -188,7 +187,8 @@ TEST_CASE("fused conv2d: numerical gradients in float64") {
   for (const G& g : geos) {
     CAPTURE(gs::shape_str(g.x));
     CAPTURE(gs::shape_str(g.w));
-    Tensor x = rnd(g.x, gs::kFloat64, ++seed), w = rnd(g.w, gs::kFloat64, ++seed), b = rnd({g.w[0]}, gs::kFloat64, ++seed);
+    Tensor x = rnd(g.x, gs::kFloat64, ++seed), w = rnd(g.w, gs::kFloat64, ++seed),
+           b = rnd({g.w[0]}, gs::kFloat64, ++seed);
     const Conv c = g.c;
     auto fn = [c](const gs::tensor_list& in) {
       Tensor out = gs::conv2d(in[0], in[1], in[2], c.stride, c.padding, c.dilation);
@@ -209,7 +209,10 @@ TEST_CASE("fused conv2d: second derivatives (create_graph) stay correct") {
     Tensor x = rnd({2, C, 5, 5}, gs::kFloat64, 51), w = rnd({2, C, 3, 3}, gs::kFloat64, 52);
     Tensor b = rnd({2}, gs::kFloat64, 53);
     auto r = gradgradcheck(
-        [](const gs::tensor_list& in) { return gs::conv2d(in[0], in[1], in[2], {1, 1}, {1, 1}); }, {x, w, b});
+        [](const gs::tensor_list& in) {
+          return gs::conv2d(in[0], in[1], in[2], {1, 1}, {1, 1});
+        },
+        {x, w, b});
     INFO(r.message);
     CHECK(r.passed);
   }

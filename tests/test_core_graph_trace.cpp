@@ -110,9 +110,9 @@ TEST_CASE("views, in-place ops and versions are recorded as the forward saw them
   Tensor b = a * 2.0;
   Tensor t = b.transpose(0, 1);  // a view of b: same storage, swapped strides
   Tensor c = b.exp();
-  c.mul_(3.0);                   // in place: c's version moves to 1
+  c.mul_(3.0);  // in place: c's version moves to 1
   trace.stop();
-  Tensor d = c + 1.0;            // after stop(): not recorded
+  Tensor d = c + 1.0;  // after stop(): not recorded
   const auto& f = trace.forward();
   REQUIRE(f.size() == 4);
   CHECK(std::string(f[1].node->name()) != "");

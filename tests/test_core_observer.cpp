@@ -118,10 +118,10 @@ TEST_CASE("expanded_mask marks the operands broadcasting expanded") {
   {
     gs::ObserverGuard guard(&rec);
     Tensor outer = gs::zeros({100, 1}) + gs::zeros({1, 100});  // both expanded
-    Tensor bias = gs::zeros({8, 5}) + gs::zeros({5});           // (B, N) + (N): only the bias
-    Tensor first = gs::zeros({5}) * gs::zeros({8, 5});          // only the first
+    Tensor bias = gs::zeros({8, 5}) + gs::zeros({5});          // (B, N) + (N): only the bias
+    Tensor first = gs::zeros({5}) * gs::zeros({8, 5});         // only the first
     Tensor none = gs::zeros({8, 5}) - gs::zeros({8, 5});
-    Tensor ones_dim = gs::zeros({1, 5}) * gs::zeros({1, 5});    // size-1 dims but nothing expanded
+    Tensor ones_dim = gs::zeros({1, 5}) * gs::zeros({1, 5});  // size-1 dims but nothing expanded
     Tensor w = gs::where(gs::zeros({4, 1}, gs::kBool), gs::zeros({1, 6}), gs::zeros({4, 6}));
   }
   REQUIRE(rec.ops.size() >= 6);

@@ -68,7 +68,8 @@ Ref ref_permute(const Ref& x, const IVec& order) {
 }
 
 // Reduces x over `dims` (all when empty) with `combine`, starting from `init`.
-Ref ref_reduce(const Ref& x, IVec dims, bool keepdim, double init, const std::function<double(double, double)>& combine) {
+Ref ref_reduce(const Ref& x, IVec dims, bool keepdim, double init,
+               const std::function<double(double, double)>& combine) {
   const int64_t nd = static_cast<int64_t>(x.shape.size());
   std::vector<bool> red(nd, dims.empty());
   for (int64_t d : dims) red[d < 0 ? d + nd : d] = true;
@@ -106,9 +107,7 @@ void check_close(const Tensor& got, const Ref& want, double tol = 1e-12) {
     CHECK(std::fabs(g[i] - want.v[i]) <= tol * (1.0 + std::fabs(want.v[i])));
   }
 }
-void check_close(const Tensor& got, const Vec& want, double tol = 1e-12) {
-  check_close(got, Ref{shp(got), want}, tol);
-}
+void check_close(const Tensor& got, const Vec& want, double tol = 1e-12) { check_close(got, Ref{shp(got), want}, tol); }
 
 // Elementwise reference for a unary function.
 Ref map(const Ref& x, double (*f)(double)) {
@@ -253,9 +252,9 @@ TEST_CASE("unary math matches <cmath> (contiguous and strided paths)") {
     CAPTURE(c.name);
     Tensor in = c.positive_only ? pos : any;
     Ref r = map(Ref::of(in), c.ref);
-    check_close(c.op(in), r, 1e-12);                                        // contiguous
-    check_close(c.op(in.t()), ref_permute(r, {1, 0}), 1e-12);               // strided
-    check_close(c.op(in.to(gs::kFloat32)), r, 2e-6);                        // float32
+    check_close(c.op(in), r, 1e-12);                           // contiguous
+    check_close(c.op(in.t()), ref_permute(r, {1, 0}), 1e-12);  // strided
+    check_close(c.op(in.to(gs::kFloat32)), r, 2e-6);           // float32
     check_close(c.op(in.to(gs::kFloat32).t()), ref_permute(r, {1, 0}), 2e-6);
   }
   Tensor x = gs::tensor({-2, 0.5, 3}, gs::kFloat64);
@@ -332,7 +331,8 @@ TEST_CASE("activations: relu, leaky_relu, sigmoid, tanh, gelu, softplus") {
     Ref want = map(Ref::of(g), [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); });
     check_close(gs::gelu(g), want, 1e-13);
     // At x = 1 the tanh approximation is off by 1.5e-4.
-    CHECK(gs::gelu(gs::tensor({1.0}, gs::kFloat64)).item<double>() == doctest::Approx(0.8413447460685429).epsilon(1e-12));
+    CHECK(gs::gelu(gs::tensor({1.0}, gs::kFloat64)).item<double>() ==
+          doctest::Approx(0.8413447460685429).epsilon(1e-12));
     check_close(gs::gelu(g.to(gs::kFloat32)), want, 1e-6);
   }
   SUBCASE("softplus, including large inputs") {
@@ -458,9 +458,12 @@ TEST_CASE("where: the contiguous fast paths (both sides, a scalar side, two scal
       cv[i] = (i * 7919) % 5 < 2;
     }
     if (dt != gs::kInt64) {
-      av[3] = NAN; cv[3] = 0;        // a NaN in the side not taken
-      bv[4] = INFINITY; cv[4] = 1;
-      av[5] = -INFINITY; cv[5] = 1;  // and one that is taken
+      av[3] = NAN;
+      cv[3] = 0;  // a NaN in the side not taken
+      bv[4] = INFINITY;
+      cv[4] = 1;
+      av[5] = -INFINITY;
+      cv[5] = 1;  // and one that is taken
     }
     Tensor c = gs::tensor(cv, {n}, gs::kBool), a = gs::tensor(av, {n}, dt), b = gs::tensor(bv, {n}, dt);
     Tensor s1 = gs::scalar_tensor(2, dt), s2 = gs::scalar_tensor(-7, dt);
@@ -474,8 +477,10 @@ TEST_CASE("where: the contiguous fast paths (both sides, a scalar side, two scal
       REQUIRE(got.size() == want.size());
       for (size_t i = 0; i < got.size(); ++i) {
         CAPTURE(i);
-        if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
-        else CHECK(got[i] == want[i]);
+        if (std::isnan(want[i]))
+          CHECK(std::isnan(got[i]));
+        else
+          CHECK(got[i] == want[i]);
       }
     };
     same(vals(gs::where(c, a, b)), expect(false, false));
@@ -702,12 +707,16 @@ TEST_CASE("float sums meet accurate_sum.h's documented bound on hard inputs") {
   // compare against a long double sum of the same float values.
   for (int64_t n : {int64_t{7}, int64_t{1000}, int64_t{4099}, int64_t{1} << 18}) {
     gs::Generator g(40 + n);
-    Tensor u = gs::randn({n}, gs::kFloat64, &g) * gs::pow(gs::full({n}, 10.0, gs::kFloat64), gs::randn({n}, gs::kFloat64, &g) * 3.0);
+    Tensor u = gs::randn({n}, gs::kFloat64, &g) *
+               gs::pow(gs::full({n}, 10.0, gs::kFloat64), gs::randn({n}, gs::kFloat64, &g) * 3.0);
     for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
       Tensor x = u.to(dt);
       std::vector<double> xv = vals(x);
       long double exact = 0, abs_sum = 0;
-      for (double v : xv) { exact += v; abs_sum += std::fabs(v); }
+      for (double v : xv) {
+        exact += v;
+        abs_sum += std::fabs(v);
+      }
       const double levels = std::ceil(std::log2(std::max(1.0, double(n) / 1024)));
       const double bound = (37 + levels) * std::ldexp(1.0, -53) * double(abs_sum);
       // The float64 result is the accumulator itself; a float32 one is rounded once more.
@@ -873,8 +882,8 @@ TEST_CASE("matmul against a naive triple loop") {
     check_close(c, naive_matmul(Ref::of(a), Ref::of(b)));
     Tensor x = randn64({5, 3, 4}, 27), w = randn64({4, 6}, 28);
     check_close(gs::matmul(x, w), naive_matmul(Ref::of(x), Ref::of(w)));
-    check_close(gs::matmul(w.t(), x.transpose(1, 2)), naive_matmul(ref_permute(Ref::of(w), {1, 0}),
-                                                                   ref_permute(Ref::of(x), {0, 2, 1})));
+    check_close(gs::matmul(w.t(), x.transpose(1, 2)),
+                naive_matmul(ref_permute(Ref::of(w), {1, 0}), ref_permute(Ref::of(x), {0, 2, 1})));
     // Batch dims that are not laid out back to back (a permuted batch).
     Tensor y = randn64({3, 2, 4, 5}, 29);
     Tensor yp = y.permute({1, 0, 2, 3});  // (2, 3, 4, 5)
@@ -1133,7 +1142,11 @@ TEST_CASE("conv2d against a direct convolution loop") {
       {"dilation 2", {1, 2, 9, 9}, {3, 2, 3, 3}, {1, 1, 0, 0, 2, 2, 1}, false},
       {"groups 2", {2, 4, 6, 6}, {6, 2, 3, 3}, {1, 1, 1, 1, 1, 1, 2}, true},
       {"depthwise", {1, 3, 5, 5}, {3, 1, 3, 3}, {1, 1, 1, 1, 1, 1, 3}, true},
-      {"rectangular kernel, asymmetric stride/padding/dilation", {2, 2, 8, 10}, {3, 2, 2, 3}, {2, 1, 1, 2, 1, 2, 1}, true},
+      {"rectangular kernel, asymmetric stride/padding/dilation",
+       {2, 2, 8, 10},
+       {3, 2, 2, 3},
+       {2, 1, 1, 2, 1, 2, 1},
+       true},
       {"everything at once", {2, 4, 11, 9}, {4, 2, 3, 2}, {2, 3, 2, 1, 2, 1, 2}, true},
   };
   for (const Case& c : cases) {
@@ -1141,7 +1154,8 @@ TEST_CASE("conv2d against a direct convolution loop") {
     Tensor x = randn64(gs::Shape(c.xs), 50), w = randn64(gs::Shape(c.ws), 51), b = randn64({c.ws[0]}, 52);
     Ref rb = Ref::of(b);
     Ref want = naive_conv2d(Ref::of(x), Ref::of(w), c.bias ? &rb : nullptr, c.a);
-    Tensor y = gs::conv2d(x, w, c.bias ? b : Tensor(), {c.a.sH, c.a.sW}, {c.a.pH, c.a.pW}, {c.a.dH, c.a.dW}, c.a.groups);
+    Tensor y =
+        gs::conv2d(x, w, c.bias ? b : Tensor(), {c.a.sH, c.a.sW}, {c.a.pH, c.a.pW}, {c.a.dH, c.a.dW}, c.a.groups);
     check_close(y, want, 1e-12);
     Tensor y32 = gs::conv2d(x.to(gs::kFloat32), w.to(gs::kFloat32), c.bias ? b.to(gs::kFloat32) : Tensor(),
                             {c.a.sH, c.a.sW}, {c.a.pH, c.a.pW}, {c.a.dH, c.a.dW}, c.a.groups);
@@ -1155,7 +1169,8 @@ TEST_CASE("conv2d against a direct convolution loop") {
   check_close(gs::conv2d(xt, w), naive_conv2d(ref_permute(Ref::of(xb), {0, 1, 3, 2}), Ref::of(w), nullptr, {}));
   // Single-entry lists mean the same value for H and W.
   Tensor x = randn64({1, 3, 7, 7}, 55);
-  check_close(gs::conv2d(x, w, Tensor(), {2}, {1}, {1}), naive_conv2d(Ref::of(x), Ref::of(w), nullptr, {2, 2, 1, 1, 1, 1, 1}));
+  check_close(gs::conv2d(x, w, Tensor(), {2}, {1}, {1}),
+              naive_conv2d(Ref::of(x), Ref::of(w), nullptr, {2, 2, 1, 1, 1, 1, 1}));
   // Hand example: a 2x2 all-ones kernel sums each window.
   Tensor h = gs::arange(9).view({1, 1, 3, 3});
   CHECK(vals(gs::conv2d(h, gs::ones({1, 1, 2, 2}))) == Vec{0 + 1 + 3 + 4, 1 + 2 + 4 + 5, 3 + 4 + 6 + 7, 4 + 5 + 7 + 8});
@@ -1192,8 +1207,8 @@ TEST_CASE("max_pool2d and avg_pool2d against loops") {
   check_close(gs::avg_pool2d(xt, {2, 3}, {1, 2}), naive_pool(rt, 2, 3, 1, 2, 0, 0, 1, 1, false));
   // float32 and all-negative windows with padding (a padded zero must not win).
   Tensor neg = -(gs::abs(x) + 1.0);
-  check_close(gs::max_pool2d(neg.to(gs::kFloat32), {3}, {2}, {1}), naive_pool(Ref::of(neg), 3, 3, 2, 2, 1, 1, 1, 1, true),
-              1e-6);
+  check_close(gs::max_pool2d(neg.to(gs::kFloat32), {3}, {2}, {1}),
+              naive_pool(Ref::of(neg), 3, 3, 2, 2, 1, 1, 1, 1, true), 1e-6);
   // Hand example.
   Tensor h = gs::arange(16).view({1, 1, 4, 4});
   CHECK(vals(gs::max_pool2d(h, {2})) == Vec{5, 7, 13, 15});
@@ -1216,8 +1231,10 @@ TEST_CASE("dropout") {
       const float scale = static_cast<float>(1.0 / (1.0 - p));
       int64_t zeros = 0, bad = 0;
       for (double e : v) {
-        if (e == 0.0) ++zeros;
-        else bad += !(std::fabs(e - scale) <= 1e-6 * scale);
+        if (e == 0.0)
+          ++zeros;
+        else
+          bad += !(std::fabs(e - scale) <= 1e-6 * scale);
       }
       CHECK(bad == 0);
       // 100k elements: standard error of the fraction <= 0.0016.
@@ -1257,15 +1274,22 @@ TEST_CASE("dropout") {
 TEST_CASE("every unary op gives the same result for NaN on every path (contiguous, strided, one element)") {
   using F = std::function<Tensor(const Tensor&)>;
   const std::vector<std::pair<std::string, F>> ops = {
-      {"neg", [](const Tensor& x) { return gs::neg(x); }},     {"exp", [](const Tensor& x) { return gs::exp(x); }},
-      {"log", [](const Tensor& x) { return gs::log(x); }},     {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }},
-      {"abs", [](const Tensor& x) { return gs::abs(x); }},     {"sign", [](const Tensor& x) { return gs::sign(x); }},
+      {"neg", [](const Tensor& x) { return gs::neg(x); }},
+      {"exp", [](const Tensor& x) { return gs::exp(x); }},
+      {"log", [](const Tensor& x) { return gs::log(x); }},
+      {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }},
+      {"abs", [](const Tensor& x) { return gs::abs(x); }},
+      {"sign", [](const Tensor& x) { return gs::sign(x); }},
       {"square", [](const Tensor& x) { return gs::square(x); }},
       {"reciprocal", [](const Tensor& x) { return gs::reciprocal(x); }},
-      {"erf", [](const Tensor& x) { return gs::erf(x); }},     {"log1p", [](const Tensor& x) { return gs::log1p(x); }},
-      {"sin", [](const Tensor& x) { return gs::sin(x); }},     {"cos", [](const Tensor& x) { return gs::cos(x); }},
-      {"relu", [](const Tensor& x) { return gs::relu(x); }},   {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }},
-      {"tanh", [](const Tensor& x) { return gs::tanh(x); }},   {"gelu", [](const Tensor& x) { return gs::gelu(x); }},
+      {"erf", [](const Tensor& x) { return gs::erf(x); }},
+      {"log1p", [](const Tensor& x) { return gs::log1p(x); }},
+      {"sin", [](const Tensor& x) { return gs::sin(x); }},
+      {"cos", [](const Tensor& x) { return gs::cos(x); }},
+      {"relu", [](const Tensor& x) { return gs::relu(x); }},
+      {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }},
+      {"tanh", [](const Tensor& x) { return gs::tanh(x); }},
+      {"gelu", [](const Tensor& x) { return gs::gelu(x); }},
       {"leaky_relu", [](const Tensor& x) { return gs::leaky_relu(x); }},
       {"softplus", [](const Tensor& x) { return gs::softplus(x); }},
       {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); }},
@@ -1297,7 +1321,8 @@ TEST_CASE("every unary op gives the same result for NaN on every path (contiguou
           CHECK(std::isnan(vc[i]) == expect_nan);
           CHECK(std::isnan(vs[i]) == std::isnan(vc[i]));
         } else {
-          const bool same = (std::isnan(vs[i]) && std::isnan(vc[i])) || vs[i] == vc[i] || vs[i] == doctest::Approx(vc[i]);
+          const bool same =
+              (std::isnan(vs[i]) && std::isnan(vc[i])) || vs[i] == vc[i] || vs[i] == doctest::Approx(vc[i]);
           CHECK(same);
         }
       }
@@ -1336,15 +1361,20 @@ TEST_CASE("functional pooling and conv validate output sizes: a kernel larger th
     }
     return std::string("<no error>");
   };
-  for (const std::string& m : {msg([&] { gs::max_pool2d(x, {5}); }), msg([&] { gs::max_pool2d(x, {3, 3}, {1}); }),
-                               msg([&] { gs::avg_pool2d(x, {5}); }),
-                               msg([&] { gs::conv2d(x, gs::ones({1, 1, 5, 5}), Tensor()); })}) {
+  for (const std::string& m : {msg([&] { gs::max_pool2d(x, {5}); }), msg([&] {
+                                 gs::max_pool2d(x, {3, 3}, {1});
+                               }),
+                               msg([&] { gs::avg_pool2d(x, {5}); }), msg([&] {
+                                 gs::conv2d(x, gs::ones({1, 1, 5, 5}), Tensor());
+                               })}) {
     CAPTURE(m);
     CHECK(m.find("is too small for a") != std::string::npos);
     CHECK(m.find("[1, 1, 1, 2]") != std::string::npos);
   }
   // Dilation that spans past the input.
-  CHECK(msg([&] { gs::max_pool2d(gs::ones({1, 1, 4, 4}), {2}, {1}, {0}, {4}); }).find("too small") != std::string::npos);
+  CHECK(msg([&] {
+          gs::max_pool2d(gs::ones({1, 1, 4, 4}), {2}, {1}, {0}, {4});
+        }).find("too small") != std::string::npos);
   // avg_pool2d checks padding like max_pool2d.
   CHECK(msg([&] { gs::avg_pool2d(gs::ones({1, 1, 4, 4}), {2}, {1}, {2}); }).find("at most half") != std::string::npos);
   // Overflowing geometry is an error, not a wrap.

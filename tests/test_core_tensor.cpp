@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
 #include "core/autograd.h"
+#include "core/backend.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "nn_test_util.h"
@@ -432,7 +432,7 @@ TEST_CASE("narrow, slice (with step) and select") {
   CHECK(vals(s3) == Vec{0, 3, 6, 9});
   CHECK(vals(gs::arange(10).slice(0, -3, 10)) == Vec{7, 8, 9});
   CHECK(vals(gs::arange(10).slice(0, 8, 100)) == Vec{8, 9});  // end is clamped
-  Tensor ss = s3.slice(0, 1, 4, 2);  // a slice of a slice: 3, 9
+  Tensor ss = s3.slice(0, 1, 4, 2);                           // a slice of a slice: 3, 9
   CHECK(strd(ss) == IVec{6});
   CHECK(ss.offset() == 3);
   CHECK(vals(ss) == Vec{3, 9});
@@ -663,8 +663,8 @@ TEST_CASE("allclose and equal") {
   CHECK(gs::allclose(a, a));
   CHECK(gs::allclose(a, a + 1e-9));
   CHECK_FALSE(gs::allclose(a, a + 1e-3));
-  CHECK(gs::allclose(a, a + 1e-3, 1e-2));     // rtol
-  CHECK(gs::allclose(a, a + 1e-3, 0, 2e-3));  // atol
+  CHECK(gs::allclose(a, a + 1e-3, 1e-2));                              // rtol
+  CHECK(gs::allclose(a, a + 1e-3, 0, 2e-3));                           // atol
   CHECK_FALSE(gs::allclose(a, gs::tensor({1.0, 2.0}, gs::kFloat64)));  // shape differs
   Tensor n = gs::tensor({1.0, NAN, 3.0}, gs::kFloat64);
   CHECK_FALSE(gs::allclose(n, n));  // NaN is never close

@@ -76,7 +76,7 @@ TEST_CASE("a view taken before an in-place op on its base sees the op's history"
     h.mul_(s);
     (col * col).sum().backward();
     const double h00 = x00 * w00 + x01 * w10, h10 = x10 * w00 + x11 * w10;  // 4.5, 9.5
-    const double d0 = 2 * s0 * s0 * h00, d1 = 2 * s0 * s0 * h10;              // dL/dh_00, dL/dh_10
+    const double d0 = 2 * s0 * s0 * h00, d1 = 2 * s0 * s0 * h10;            // dL/dh_00, dL/dh_10
     check_grad(s, {2 * s0 * (h00 * h00 + h10 * h10), 0});                   // [331.5, 0]
     check_grad(x, {d0 * w00, d0 * w10, d1 * w00, d1 * w10});
     check_grad(W, {x00 * d0 + x10 * d1, 0, x01 * d0 + x11 * d1, 0});
@@ -207,8 +207,8 @@ TEST_CASE("in-place ops on views rewrite the base's history (CopySlices)") {
     y.narrow(0, 0, 1).mul_(s);
     Tensor L = (y * y).sum();
     Tensor g = gs::autograd::grad({L}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
-    check_vec(vals(g), {2 * sv * sv * xv[0], 2 * sv * sv * xv[1], 2 * sv * sv * xv[2], 2 * xv[3], 2 * xv[4],
-                        2 * xv[5]});
+    check_vec(vals(g),
+              {2 * sv * sv * xv[0], 2 * sv * sv * xv[1], 2 * sv * sv * xv[2], 2 * xv[3], 2 * xv[4], 2 * xv[5]});
     g.sum().backward();
     check_grad(s, {4 * sv * (xv[0] + xv[1] + xv[2])});
     check_grad(x, {2 * sv * sv, 2 * sv * sv, 2 * sv * sv, 2, 2, 2});
@@ -406,8 +406,8 @@ struct Step {
 
 struct Program {
   gs::Shape base_shape;
-  bool base_requires_grad = true;  // y = x * c with x a leaf; else y is a constant
-  Tensor c;                        // y = x * c
+  bool base_requires_grad = true;                 // y = x * c with x a leaf; else y is a constant
+  Tensor c;                                       // y = x * c
   std::vector<std::pair<gs::Shape, Vec>> leaves;  // leaf 0 is x when base_requires_grad
   std::vector<Step> steps;
   // Every view taken (by a make_view step), as a chain from the base, with the
@@ -423,10 +423,15 @@ std::string chain_text(const Chain& c) {
   std::string s;
   for (const ViewStep& v : c) {
     switch (v.kind) {
-      case ViewKind::Narrow: s += ".narrow(" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c) + ")"; break;
+      case ViewKind::Narrow:
+        s += ".narrow(" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c) + ")";
+        break;
       case ViewKind::Select: s += ".select(" + std::to_string(v.a) + "," + std::to_string(v.b) + ")"; break;
       case ViewKind::Transpose: s += ".transpose(" + std::to_string(v.a) + "," + std::to_string(v.b) + ")"; break;
-      case ViewKind::Slice: s += ".slice(" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c) + "," + std::to_string(v.d) + ")"; break;
+      case ViewKind::Slice:
+        s += ".slice(" + std::to_string(v.a) + "," + std::to_string(v.b) + "," + std::to_string(v.c) + "," +
+             std::to_string(v.d) + ")";
+        break;
       case ViewKind::Flatten: s += ".view(-1)"; break;
       case ViewKind::Unsqueeze: s += ".unsqueeze(" + std::to_string(v.a) + ")"; break;
       case ViewKind::Expand: s += ".expand(" + gs::shape_str(v.shape) + ")"; break;
@@ -482,9 +487,7 @@ class Generator {
           if (n == 0) continue;
           s.a = d, s.b = uniform(0, n - 1), s.c = uniform(s.b + 1, n), s.d = uniform(1, 2);
           break;
-        case ViewKind::Transpose:
-          s.a = d, s.b = uniform(0, nd - 1);
-          break;
+        case ViewKind::Transpose: s.a = d, s.b = uniform(0, nd - 1); break;
         case ViewKind::Flatten: break;
         case ViewKind::Unsqueeze: s.a = uniform(0, nd); break;
         case ViewKind::Expand: {
@@ -529,8 +532,8 @@ class Generator {
       Tensor idx = chain(from, st.chain, st.make_view);
       Chain full = prefix;
       full.insert(full.end(), st.chain.begin(), st.chain.end());
-      const std::string where = (st.parent >= 0 ? "view" + std::to_string(st.parent) : std::string("base")) +
-                                chain_text(st.chain);
+      const std::string where =
+          (st.parent >= 0 ? "view" + std::to_string(st.parent) : std::string("base")) + chain_text(st.chain);
       if (st.make_view) {
         bool writable = st.parent < 0 || p.writable[st.parent];
         for (const ViewStep& s : st.chain) writable = writable && s.kind != ViewKind::Expand;
@@ -648,17 +651,21 @@ Tensor run_functional(const Program& p, const std::vector<Tensor>& leaves) {
     // Scatter the new values back: position k of the flat base takes element pos[k] of the view.
     const std::vector<int64_t> iv = idx.reshape({-1}).to_vector<int64_t>();
     std::vector<int64_t> pos(static_cast<size_t>(N), 0), in(static_cast<size_t>(N), 0);
-    for (size_t j = 0; j < iv.size(); ++j) pos[static_cast<size_t>(iv[j])] = static_cast<int64_t>(j), in[static_cast<size_t>(iv[j])] = 1;
+    for (size_t j = 0; j < iv.size(); ++j)
+      pos[static_cast<size_t>(iv[j])] = static_cast<int64_t>(j), in[static_cast<size_t>(iv[j])] = 1;
     Tensor scattered = gs::index_select(nv.reshape({-1}), 0, gs::tensor(pos, {N}));
     S = gs::where(gs::tensor(in, {N}).to(gs::kBool), scattered, S);
   }
   (void)nviews;
   Tensor loss = (S.reshape(p.base_shape) * p.base_coef).sum();
-  for (size_t k = 0; k < p.full_chain.size(); ++k) loss = loss + (read(apply_chain(index, p.full_chain[k])) * p.coef[k]).sum();
+  for (size_t k = 0; k < p.full_chain.size(); ++k)
+    loss = loss + (read(apply_chain(index, p.full_chain[k])) * p.coef[k]).sum();
   return loss;
 }
 
-Vec grad_or_zeros(const Tensor& t) { return t.grad().defined() ? vals(t.grad()) : Vec(static_cast<size_t>(t.numel()), 0.0); }
+Vec grad_or_zeros(const Tensor& t) {
+  return t.grad().defined() ? vals(t.grad()) : Vec(static_cast<size_t>(t.numel()), 0.0);
+}
 
 }  // namespace
 

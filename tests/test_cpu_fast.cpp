@@ -49,7 +49,8 @@ bool same_bits(double a, double b) {
 
 // Within `ulps` units in the last place of `dt` (relative), or both the same special value.
 bool close_ulps(double a, double b, gs::DType dt, double ulps) {
-  if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b) || a == 0 || b == 0) return same_bits(a, b) || a == b;
+  if (std::isnan(a) || std::isnan(b) || std::isinf(a) || std::isinf(b) || a == 0 || b == 0)
+    return same_bits(a, b) || a == b;
   const double eps = dt == gs::kFloat32 ? std::ldexp(1.0, -23) : std::ldexp(1.0, -52);
   const double tiny = dt == gs::kFloat32 ? 1e-44 : 1e-320;  // denormal results: absolute
   return std::fabs(a - b) <= ulps * eps * std::max(std::fabs(a), std::fabs(b)) + tiny;
@@ -73,8 +74,8 @@ TEST_CASE("cpu fast: matmul agrees with the reference loop within the dot-produc
     int64_t B, N, K, M;
     bool ta, tb;  // a, b as transposed views
   };
-  const Case cases[] = {{1, 37, 53, 29, false, false}, {3, 17, 65, 33, false, true}, {2, 31, 9, 47, true, false},
-                        {1, 5, 257, 3, true, true},     {1, 64, 784, 70, false, true}, {4, 1, 13, 1, false, false}};
+  const Case cases[] = {{1, 37, 53, 29, false, false}, {3, 17, 65, 33, false, true},  {2, 31, 9, 47, true, false},
+                        {1, 5, 257, 3, true, true},    {1, 64, 784, 70, false, true}, {4, 1, 13, 1, false, false}};
   for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
     for (const Case& c : cases) {
       CAPTURE(std::string(gs::dtype_name(dt)));
@@ -123,8 +124,9 @@ TEST_CASE("cpu fast: the vectorised unary functions agree with the formula, spec
   for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
     const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
     const double dmin = dt == gs::kFloat32 ? 1.17549435e-38 : 2.2250738585072014e-308;
-    std::vector<double> v = {0.0, -0.0, inf, -inf, nan, dmin, dmin / 8, -dmin / 8, 1e-30, -1e-30, 88.5, -88.5,
-                             89.0, -104.0, 709.0, -745.0, 1000.0, -1000.0, 20.0, -20.0, 40.0, -40.0, 0.5, -0.5};
+    std::vector<double> v = {0.0,    -0.0,    inf,  -inf,  nan,  dmin,   dmin / 8, -dmin / 8,
+                             1e-30,  -1e-30,  88.5, -88.5, 89.0, -104.0, 709.0,    -745.0,
+                             1000.0, -1000.0, 20.0, -20.0, 40.0, -40.0,  0.5,      -0.5};
     gs::Generator g(7);
     Tensor r = gs::randn({1021}, gs::TensorOptions(gs::kFloat64), &g) * 8.0;
     for (double x : values(r)) v.push_back(x);
@@ -134,10 +136,11 @@ TEST_CASE("cpu fast: the vectorised unary functions agree with the formula, spec
       Tensor (*f)(const Tensor&);
       double ulps;  // 0: bit for bit
     };
-    const Fn fns[] = {{"exp", gs::exp, 4},       {"log", gs::log, 4},   {"tanh", gs::tanh, 4},
-                      {"sigmoid", gs::sigmoid, 4}, {"sqrt", gs::sqrt, 0}, {"neg", gs::neg, 0},
-                      {"relu", gs::relu, 0},     {"square", gs::square, 0}, {"abs", gs::abs, 0},
-                      {"reciprocal", gs::reciprocal, 0}};
+    const Fn fns[] = {{"exp", gs::exp, 4},   {"log", gs::log, 4},
+                      {"tanh", gs::tanh, 4}, {"sigmoid", gs::sigmoid, 4},
+                      {"sqrt", gs::sqrt, 0}, {"neg", gs::neg, 0},
+                      {"relu", gs::relu, 0}, {"square", gs::square, 0},
+                      {"abs", gs::abs, 0},   {"reciprocal", gs::reciprocal, 0}};
     for (const Fn& fn : fns) {
       CAPTURE(std::string(fn.name));
       CAPTURE(std::string(gs::dtype_name(dt)));
@@ -153,7 +156,8 @@ TEST_CASE("cpu fast: the vectorised unary functions agree with the formula, spec
       int bad = 0;
       for (size_t i = 0; i < v.size(); ++i) {
         const bool ok = fn.ulps == 0 ? same_bits(fast[i], ref[i]) : close_ulps(fast[i], ref[i], dt, fn.ulps);
-        if (!ok && bad++ < 3) MESSAGE(std::string(fn.name) << "(" << v[i] << "): tuned " << fast[i] << ", reference " << ref[i]);
+        if (!ok && bad++ < 3)
+          MESSAGE(std::string(fn.name) << "(" << v[i] << "): tuned " << fast[i] << ", reference " << ref[i]);
       }
       CHECK(bad == 0);
     }
@@ -177,11 +181,11 @@ TEST_CASE("cpu fast: softmax and log_softmax agree with the reference loop, mask
     Tensor x = randn({7, 133}, dt, 3) * 6.0;
     const double inf = std::numeric_limits<double>::infinity();
     std::vector<double> xs = values(x);
-    for (int64_t c = 0; c < 133; c += 5) xs[c] = -inf;               // row 0: masked logits
-    for (int64_t c = 0; c < 133; ++c) xs[133 + c] = -inf;            // row 1: all masked
-    xs[2 * 133 + 17] = std::numeric_limits<double>::quiet_NaN();     // row 2: a NaN
-    xs[3 * 133 + 4] = inf;                                           // row 3: +inf
-    xs[4 * 133 + 9] = -200.0;                                        // row 4: exp underflows
+    for (int64_t c = 0; c < 133; c += 5) xs[c] = -inf;            // row 0: masked logits
+    for (int64_t c = 0; c < 133; ++c) xs[133 + c] = -inf;         // row 1: all masked
+    xs[2 * 133 + 17] = std::numeric_limits<double>::quiet_NaN();  // row 2: a NaN
+    xs[3 * 133 + 4] = inf;                                        // row 3: +inf
+    xs[4 * 133 + 9] = -200.0;                                     // row 4: exp underflows
     x = gs::tensor(xs, {7, 133}, gs::TensorOptions(dt));
     for (bool log : {false, true}) {
       CAPTURE(log);
@@ -198,7 +202,7 @@ TEST_CASE("cpu fast: softmax and log_softmax agree with the reference loop, mask
       int bad = 0;
       for (size_t i = 0; i < fast.size(); ++i) bad += !close_ulps(fast[i], ref[i], dt, 8);
       CHECK(bad == 0);
-      CHECK(std::isnan(ref[133]));       // the all-masked row
+      CHECK(std::isnan(ref[133]));          // the all-masked row
       CHECK(ref[0] == (log ? -inf : 0.0));  // a masked logit: probability 0 exactly
     }
   }
@@ -223,7 +227,8 @@ TEST_CASE("cpu fast: im2col and col2im are bit for bit the reference loops") {
       CAPTURE(q.kH);
       Tensor x = randn({g.N, g.C, g.H, g.W}, dt, 4);
       const int64_t K = g.C * g.kH * g.kW, L = g.outH * g.outW;
-      Tensor cols_fast = gs::zeros({g.N, K, L}, gs::TensorOptions(dt)), cols_ref = gs::zeros({g.N, K, L}, gs::TensorOptions(dt));
+      Tensor cols_fast = gs::zeros({g.N, K, L}, gs::TensorOptions(dt)),
+             cols_ref = gs::zeros({g.N, K, L}, gs::TensorOptions(dt));
       Tensor back_fast = gs::zeros({g.N, g.C, g.H, g.W}, gs::TensorOptions(dt));
       Tensor back_ref = gs::zeros({g.N, g.C, g.H, g.W}, gs::TensorOptions(dt));
       {
@@ -236,7 +241,8 @@ TEST_CASE("cpu fast: im2col and col2im are bit for bit the reference loops") {
         gs::backend_of(x).im2col(cols_ref, x, g);
         gs::backend_of(x).col2im(back_ref, cols_ref, g);
       }
-      const std::vector<double> cf = values(cols_fast), cr = values(cols_ref), bf = values(back_fast), br = values(back_ref);
+      const std::vector<double> cf = values(cols_fast), cr = values(cols_ref), bf = values(back_fast),
+                                br = values(back_ref);
       int bad = 0;
       for (size_t i = 0; i < cf.size(); ++i) bad += !same_bits(cf[i], cr[i]);
       for (size_t i = 0; i < bf.size(); ++i) bad += !same_bits(bf[i], br[i]);
@@ -262,7 +268,8 @@ TEST_CASE("cpu fast: max pooling is bit for bit the reference loop, argmax, ties
         Fast f(on);
         Tensor xi = x.detach().clone().requires_grad_(true);
         Tensor y = gs::max_pool2d(xi, p.k, p.s, {0, 0}, p.d);
-        gs::sum(y * gs::arange(0, static_cast<double>(y.numel()), 1, gs::TensorOptions(dt)).reshape(y.shape())).backward();
+        gs::sum(y * gs::arange(0, static_cast<double>(y.numel()), 1, gs::TensorOptions(dt)).reshape(y.shape()))
+            .backward();
         (on ? of : orr) = values(y);
         (on ? gf : gr) = values(xi.grad());  // where each window's gradient went: its argmax
       }
@@ -278,8 +285,10 @@ TEST_CASE("cpu fast: conv2d (the fused kernel, Winograd) agrees with the referen
   struct Conv {
     int64_t C, O, H, W, k, s, p;
   };
-  const Conv convs[] = {{9, 10, 13, 11, 3, 1, 1},   // Winograd-eligible (float32, >= 8 channels)
-                        {3, 5, 9, 12, 3, 2, 1}, {2, 4, 7, 7, 1, 1, 0}, {5, 3, 8, 9, 5, 1, 2}};
+  const Conv convs[] = {{9, 10, 13, 11, 3, 1, 1},  // Winograd-eligible (float32, >= 8 channels)
+                        {3, 5, 9, 12, 3, 2, 1},
+                        {2, 4, 7, 7, 1, 1, 0},
+                        {5, 3, 8, 9, 5, 1, 2}};
   for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
     for (const Conv& c : convs) {
       CAPTURE(std::string(gs::dtype_name(dt)));
@@ -329,10 +338,11 @@ TEST_CASE("cpu fast: the fused optimizer steps agree with the optimizers' tensor
         Tensor p = randn({257}, dt, 11).requires_grad_(true);
         std::unique_ptr<gs::optim::Optimizer> opt;
         if (std::string(o.name) == "sgd")
-          opt = std::make_unique<gs::optim::SGD>(std::vector<Tensor>{p},
-                                                 gs::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0.01));
+          opt = std::make_unique<gs::optim::SGD>(
+              std::vector<Tensor>{p}, gs::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0.01));
         else if (std::string(o.name) == "adam")
-          opt = std::make_unique<gs::optim::Adam>(std::vector<Tensor>{p}, gs::optim::AdamOptions(0.01).amsgrad(true).weight_decay(0.01));
+          opt = std::make_unique<gs::optim::Adam>(std::vector<Tensor>{p},
+                                                  gs::optim::AdamOptions(0.01).amsgrad(true).weight_decay(0.01));
         else
           opt = std::make_unique<gs::optim::RMSprop>(std::vector<Tensor>{p},
                                                      gs::optim::RMSpropOptions(0.01).centered(true).momentum(0.5));
@@ -344,7 +354,8 @@ TEST_CASE("cpu fast: the fused optimizer steps agree with the optimizers' tensor
       }
       int bad = 0;
       for (size_t i = 0; i < result[0].size(); ++i)
-        bad += !(o.ulps == 0 ? same_bits(result[1][i], result[0][i]) : close_ulps(result[1][i], result[0][i], dt, o.ulps));
+        bad +=
+            !(o.ulps == 0 ? same_bits(result[1][i], result[0][i]) : close_ulps(result[1][i], result[0][i], dt, o.ulps));
       CHECK(bad == 0);
     }
   }
@@ -384,8 +395,14 @@ TEST_CASE("cpu fast: binary ops, comparisons, where and relu's backward are bit 
       std::vector<Tensor> got[2];
       for (int on = 0; on < 2; ++on) {
         Fast f(on != 0);
-        got[on] = {gs::add(a, b), gs::mul(a, b), gs::sub(b, a), gs::lt(a, b), gs::le(b, a), gs::eq(a, b),
-                   gs::where(gs::gt(a, b), a, b), gs::where(gs::gt(a, b), b, gs::zeros({1}, gs::TensorOptions(dt))),
+        got[on] = {gs::add(a, b),
+                   gs::mul(a, b),
+                   gs::sub(b, a),
+                   gs::lt(a, b),
+                   gs::le(b, a),
+                   gs::eq(a, b),
+                   gs::where(gs::gt(a, b), a, b),
+                   gs::where(gs::gt(a, b), b, gs::zeros({1}, gs::TensorOptions(dt))),
                    gs::where(gs::le(a, b), gs::ones({1}, gs::TensorOptions(dt)), a)};
         if (dt != gs::kInt64) got[on].push_back(gs::div(a, b));
       }

@@ -77,8 +77,8 @@ std::vector<float> chain(const Case& c, float beta) {
 
 std::vector<float> run(const Case& c, float beta) {
   std::vector<float> out = c.C;
-  REQUIRE(cpu::fast::sgemm_direct(c.a_col, c.b_col, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, beta, out.data(),
-                            c.ldc));
+  REQUIRE(cpu::fast::sgemm_direct(c.a_col, c.b_col, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, beta,
+                                  out.data(), c.ldc));
   return out;
 }
 
@@ -102,7 +102,8 @@ TEST_CASE("sgemm_direct: built exactly when the build has AVX2 and FMA") {
   std::mt19937 gen(1);
   Case c = make(false, false, 40, 40, 40, gen);
   std::vector<float> out = c.C;
-  CHECK_FALSE(cpu::fast::sgemm_direct(false, false, 40, 40, 40, c.A.data(), c.lda, c.B.data(), c.ldb, 0.0f, out.data(), c.ldc));
+  CHECK_FALSE(
+      cpu::fast::sgemm_direct(false, false, 40, 40, 40, c.A.data(), c.lda, c.B.data(), c.ldb, 0.0f, out.data(), c.ldc));
   CHECK(out == c.C);
 }
 
@@ -218,8 +219,10 @@ TEST_CASE("blas_gemm routes a one-thread float32 product to the kernel by the me
   CHECK_FALSE(cpu::fast::sgemm_direct_enabled());
   REQUIRE(cpu::fast::blas_gemm(false, true, c.M, c.N, c.K, c.A.data(), c.lda, c.B.data(), c.ldb, off.data(), c.ldc));
   cpu::fast::set_sgemm_direct(true);
-  if (kDispatches) CHECK(same_bits(on, chain(c, 0.0f), c.ldc));
-  else CHECK(same_bits(on, off, c.ldc));
+  if (kDispatches)
+    CHECK(same_bits(on, chain(c, 0.0f), c.ldc));
+  else
+    CHECK(same_bits(on, off, c.ldc));
   double worst = 0.0;
   for (size_t e = 0; e < on.size(); ++e) worst = std::max(worst, static_cast<double>(std::fabs(on[e] - off[e])));
   CHECK(worst < 2 * 784 * std::ldexp(1.0, -24) * 784);  // |a|, |b| < 1: sum|a b| < K

@@ -54,7 +54,8 @@ struct Problem {
 std::vector<float> values(size_t n, std::mt19937& gen, bool adversarial) {
   std::uniform_real_distribution<double> d(-1.0, 1.0), e(-40.0, 40.0);
   std::vector<float> v(n);
-  for (float& f : v) f = adversarial ? static_cast<float>(std::copysign(std::exp2(e(gen)), d(gen))) : static_cast<float>(d(gen));
+  for (float& f : v)
+    f = adversarial ? static_cast<float>(std::copysign(std::exp2(e(gen)), d(gen))) : static_cast<float>(d(gen));
   return v;
 }
 
@@ -127,7 +128,8 @@ std::vector<double> winograd_abs_scale(const Problem& p) {
             for (int b = 0; b < 4; ++b) {
               double s = 0;
               for (int i = 0; i < 4; ++i)
-                for (int j = 0; j < 4; ++j) s += Bt[a][i] * std::abs(at(p, n, c, 2 * ty - 1 + i, 2 * tx - 1 + j)) * Bt[b][j];
+                for (int j = 0; j < 4; ++j)
+                  s += Bt[a][i] * std::abs(at(p, n, c, 2 * ty - 1 + i, 2 * tx - 1 + j)) * Bt[b][j];
               Va[c * 16 + a * 4 + b] = s;
             }
         for (int64_t o = 0; o < p.O; ++o) {
@@ -163,9 +165,9 @@ double check_against_reference(const Problem& p) {
     const double err = std::abs(out[i] - ref[i]);
     if (!(err <= tol)) {
       if (bad++ < 3)
-        FAIL_CHECK("N=" << p.N << " C=" << p.C << " H=" << p.H << " W=" << p.W << " O=" << p.O << " bias="
-                        << !p.b.empty() << " element " << i << ": " << out[i] << " vs " << ref[i] << " (error " << err
-                        << " > bound " << tol << ")");
+        FAIL_CHECK("N=" << p.N << " C=" << p.C << " H=" << p.H << " W=" << p.W << " O=" << p.O
+                        << " bias=" << !p.b.empty() << " element " << i << ": " << out[i] << " vs " << ref[i]
+                        << " (error " << err << " > bound " << tol << ")");
     }
     if (tol > 0) worst = std::max(worst, err / tol);
   }
@@ -185,13 +187,34 @@ TEST_CASE("winograd_eligible: 3x3, stride 1, dilation 1, padding 1 (same size) o
     f(h);
     return winograd_eligible(h);
   };
-  CHECK_FALSE(with([](auto& h) { h.kH = h.kW = 5; h.pH = h.pW = 2; }));
-  CHECK_FALSE(with([](auto& h) { h.sH = 2; h.outH = 7; }));
-  CHECK_FALSE(with([](auto& h) { h.sW = 2; h.outW = 7; }));
-  CHECK_FALSE(with([](auto& h) { h.dH = 2; h.pH = 2; }));
-  CHECK_FALSE(with([](auto& h) { h.pH = h.pW = 0; h.outH = h.outW = 12; }));
-  CHECK_FALSE(with([](auto& h) { h.pW = 2; h.outW = 16; }));
-  CHECK_FALSE(with([](auto& h) { h.kH = 1; h.pH = 0; }));
+  CHECK_FALSE(with([](auto& h) {
+    h.kH = h.kW = 5;
+    h.pH = h.pW = 2;
+  }));
+  CHECK_FALSE(with([](auto& h) {
+    h.sH = 2;
+    h.outH = 7;
+  }));
+  CHECK_FALSE(with([](auto& h) {
+    h.sW = 2;
+    h.outW = 7;
+  }));
+  CHECK_FALSE(with([](auto& h) {
+    h.dH = 2;
+    h.pH = 2;
+  }));
+  CHECK_FALSE(with([](auto& h) {
+    h.pH = h.pW = 0;
+    h.outH = h.outW = 12;
+  }));
+  CHECK_FALSE(with([](auto& h) {
+    h.pW = 2;
+    h.outW = 16;
+  }));
+  CHECK_FALSE(with([](auto& h) {
+    h.kH = 1;
+    h.pH = 0;
+  }));
 }
 
 TEST_CASE("winograd_conv3x3 vs a float64 direct convolution: random data, all the small sizes, within the bound") {
@@ -249,8 +272,11 @@ TEST_CASE("winograd_conv3x3 vs a float64 direct convolution: adversarial data (2
 
 TEST_CASE("winograd_conv3x3 vs gs::conv2d in float32 (stride 1, padding 1)") {
   unsigned seed = 200;
-  for (auto [N, C, H, W, O] : {std::array<int64_t, 5>{3, 4, 7, 6, 5}, {1, 1, 1, 1, 1}, {2, 32, 14, 14, 64},
-                               {5, 3, 15, 5, 2}, {4, 1, 28, 28, 8}})
+  for (auto [N, C, H, W, O] : {std::array<int64_t, 5>{3, 4, 7, 6, 5},
+                               {1, 1, 1, 1, 1},
+                               {2, 32, 14, 14, 64},
+                               {5, 3, 15, 5, 2},
+                               {4, 1, 28, 28, 8}})
     for (bool bias : {false, true}) {
       const Problem p = make(N, C, H, W, O, bias, false, seed++);
       const std::vector<float> out = run_winograd(p);
@@ -275,8 +301,8 @@ TEST_CASE("winograd_conv3x3 vs gs::conv2d in float32 (stride 1, padding 1)") {
 
 TEST_CASE("flip_transpose_3x3: the input gradient of conv2d is a Winograd conv of dY with the flipped weight") {
   unsigned seed = 300;
-  for (auto [N, C, H, W, O] : {std::array<int64_t, 5>{2, 3, 7, 5, 4}, {1, 1, 1, 1, 1}, {3, 5, 14, 15, 2},
-                               {2, 32, 14, 14, 64}})
+  for (auto [N, C, H, W, O] :
+       {std::array<int64_t, 5>{2, 3, 7, 5, 4}, {1, 1, 1, 1, 1}, {3, 5, 14, 15, 2}, {2, 32, 14, 14, 64}})
     for (bool bias : {false, true}) {
       const Problem p = make(N, C, H, W, O, bias, false, seed++);
       std::mt19937 gen(seed++);
@@ -326,8 +352,10 @@ TEST_CASE("winograd_conv3x3: Inf/NaN and intermediate overflow land as in the di
   direct(p, ref, sdir);
   const std::vector<float> out = run_winograd(p);
   for (size_t i = 0; i < out.size(); ++i) {
-    if (std::isinf(ref[i])) CHECK(out[i] == inf);
-    else CHECK(std::abs(out[i] - ref[i]) <= 1e-4 * (1 + sdir[i]));  // finite: including sample 1's
+    if (std::isinf(ref[i]))
+      CHECK(out[i] == inf);
+    else
+      CHECK(std::abs(out[i] - ref[i]) <= 1e-4 * (1 + sdir[i]));  // finite: including sample 1's
   }
   // A NaN in x: NaN exactly in the outputs whose window holds it.
   p = make(2, 1, 5, 5, 1, false, false, 401);
@@ -466,7 +494,8 @@ std::vector<double> wgrad_abs_scale(const WProblem& p) {
             for (int b = 0; b < 4; ++b) {
               double s = 0;
               for (int i = 0; i < 4; ++i)
-                for (int j = 0; j < 4; ++j) s += Bt[a][i] * std::abs(xat(p, n, c, 2 * ty - 1 + i, 2 * tx - 1 + j)) * Bt[b][j];
+                for (int j = 0; j < 4; ++j)
+                  s += Bt[a][i] * std::abs(xat(p, n, c, 2 * ty - 1 + i, 2 * tx - 1 + j)) * Bt[b][j];
               Va[c * 16 + a * 4 + b] = s;
             }
         for (int64_t o = 0; o < p.O; ++o)
@@ -506,8 +535,8 @@ double check_wgrad(const WProblem& p, double* err_gemm_scale = nullptr) {
     const double tol = wgrad_tol(p, S[i]);
     const double err = std::abs(gw[i] - ref[i]);
     if (!(err <= tol) && bad++ < 3)
-      FAIL_CHECK("N=" << p.N << " C=" << p.C << " H=" << p.H << " W=" << p.W << " O=" << p.O << " element " << i
-                      << ": " << gw[i] << " vs " << ref[i] << " (error " << err << " > bound " << tol << ")");
+      FAIL_CHECK("N=" << p.N << " C=" << p.C << " H=" << p.H << " W=" << p.W << " O=" << p.O << " element " << i << ": "
+                      << gw[i] << " vs " << ref[i] << " (error " << err << " > bound " << tol << ")");
     if (tol > 0) worst = std::max(worst, err / tol);
     if (err_gemm_scale && sdir[i] > 0) *err_gemm_scale = std::max(*err_gemm_scale, err / (kU * sdir[i]));
   }
@@ -533,9 +562,8 @@ TEST_CASE("winograd_conv3x3_weight_grad vs a float64 direct weight gradient: ran
   worst = std::max(worst, check_wgrad(wmake(5, 9, 15, 15, 4, false, seed++)));
   double gemm_units = 0;
   worst = std::max(worst, check_wgrad(wmake(4, 32, 14, 14, 64, false, seed++), &gemm_units));
-  MESSAGE("random data: largest error / bound = " << worst
-                                                  << "; at (4, 32, 14, 14) -> 64, largest error / (u sum|dy||x|) = "
-                                                  << gemm_units);
+  MESSAGE("random data: largest error / bound = "
+          << worst << "; at (4, 32, 14, 14) -> 64, largest error / (u sum|dy||x|) = " << gemm_units);
 }
 
 TEST_CASE("winograd_conv3x3_weight_grad vs float64: wide dynamic range, cancellation, many blocks") {
@@ -552,7 +580,8 @@ TEST_CASE("winograd_conv3x3_weight_grad vs float64: wide dynamic range, cancella
     double mean = 0;
     for (int64_t k = 0; k < p.H * p.W; ++k) mean += p.dy[i * p.H * p.W + k];
     mean /= static_cast<double>(p.H * p.W);
-    for (int64_t k = 0; k < p.H * p.W; ++k) p.dy[i * p.H * p.W + k] = static_cast<float>(p.dy[i * p.H * p.W + k] - mean);
+    for (int64_t k = 0; k < p.H * p.W; ++k)
+      p.dy[i * p.H * p.W + k] = static_cast<float>(p.dy[i * p.H * p.W + k] - mean);
   }
   worst = std::max(worst, check_wgrad(p));
   // A long sum: 64 samples, 3136 tiles in 13 blocks: the bound keeps k = 261, not 3141.
@@ -571,9 +600,12 @@ TEST_CASE("winograd_conv3x3_weight_grad: Inf/NaN land as in the GEMM path; inter
     int64_t nonfinite = 0;
     for (size_t i = 0; i < gw.size(); ++i) {
       INFO("element " << i << ": " << gw[i] << " vs " << ref[i]);
-      if (std::isnan(ref[i])) CHECK(std::isnan(gw[i]));
-      else if (std::isinf(ref[i])) CHECK(gw[i] == static_cast<float>(ref[i]));
-      else CHECK(std::abs(gw[i] - ref[i]) <= gamma_k(static_cast<double>(p.N * p.H * p.W + 2)) * sdir[i]);
+      if (std::isnan(ref[i]))
+        CHECK(std::isnan(gw[i]));
+      else if (std::isinf(ref[i]))
+        CHECK(gw[i] == static_cast<float>(ref[i]));
+      else
+        CHECK(std::abs(gw[i] - ref[i]) <= gamma_k(static_cast<double>(p.N * p.H * p.W + 2)) * sdir[i]);
       nonfinite += !std::isfinite(ref[i]);
     }
     return nonfinite;
@@ -583,7 +615,7 @@ TEST_CASE("winograd_conv3x3_weight_grad: Inf/NaN land as in the GEMM path; inter
   WProblem p = wmake(3, 3, 6, 5, 2, false, 700);
   for (float& v : p.dy) v = std::abs(v) + 0.25f;
   p.x[(1 * 3 + 2) * 30 + 2 * 5 + 3] = inf;  // sample 1, channel 2, (2, 3)
-  CHECK(check_pattern(p) == 2 * 9);          // gw[:, 2] all +Inf
+  CHECK(check_pattern(p) == 2 * 9);         // gw[:, 2] all +Inf
   // An Inf in x at the corner: taps whose window misses it for every dY position stay finite.
   p = wmake(2, 2, 5, 5, 2, false, 701);
   for (float& v : p.dy) v = std::abs(v) + 0.25f;

@@ -141,8 +141,8 @@ TEST_CASE("round_to_half matches IEEE binary16") {
   CHECK(std::isinf(dbg::round_to_half(65520.0f)));
   CHECK(dbg::round_to_half(65519.0f) == 65504.0f);
   CHECK(dbg::round_to_half(1.0f / 3.0f) == 0.333251953125f);
-  CHECK(dbg::round_to_half(1.0e-8f) == 0.0f);                         // below half the smallest subnormal
-  CHECK(dbg::round_to_half(6.0e-8f) == std::ldexp(1.0f, -24));         // the smallest subnormal
+  CHECK(dbg::round_to_half(1.0e-8f) == 0.0f);                           // below half the smallest subnormal
+  CHECK(dbg::round_to_half(6.0e-8f) == std::ldexp(1.0f, -24));          // the smallest subnormal
   CHECK(dbg::round_to_half(1.0009765625f + 0.0004f) == 1.0009765625f);  // 1 + 2^-10 is representable
   CHECK(dbg::round_to_half(-2.5f) == -2.5f);
   CHECK(dbg::round_to_half(std::exp(12.0f)) == std::numeric_limits<float>::infinity());

@@ -187,7 +187,8 @@ TEST_CASE("M6: a hand-written BatchNorm-like layer gets the train-mode coupling 
   CHECK(coupled_info);
   // Without the layer, nothing couples the batch even in train mode.
   gs::manual_seed(3);
-  auto plain = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::Linear>(16, 3));
+  auto plain =
+      std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::Linear>(16, 3));
   CHECK(dbg::batch_mixing_test(*plain, d.x).empty());
 }
 
@@ -309,10 +310,9 @@ enum class Eval { Correct, TrainNoGrad, TrainWithGrad };
 dbg::Report run_loop(Eval how, bool update_stats = true) {
   XY d = blobs(32, 3, 8, 9, 1.5);
   gs::manual_seed(6);
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16),
-                                                std::make_shared<MyCentering>(16, update_stats),
-                                                std::make_shared<nn::ReLU>(), std::make_shared<MyDropout>(0.3, true),
-                                                std::make_shared<nn::Linear>(16, 3));
+  auto model = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::Linear>(8, 16), std::make_shared<MyCentering>(16, update_stats),
+      std::make_shared<nn::ReLU>(), std::make_shared<MyDropout>(0.3, true), std::make_shared<nn::Linear>(16, 3));
   nn::CrossEntropyLoss loss;
   optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
   dbg::Monitor mon(*model, opt, &loss);
@@ -411,7 +411,8 @@ TEST_CASE("M2: nn::BatchNorm1d updated by validation data in the Trainer (B05) i
 }
 
 // ---- gradient transforms with no gradient present -------------------------------------------
-TEST_CASE("O5: clipping before backward (or right after zero_grad) warns, naming the call; after backward it is silent") {
+TEST_CASE(
+    "O5: clipping before backward (or right after zero_grad) warns, naming the call; after backward it is silent") {
   XY d = blobs(8, 3, 8);
   auto model = with_dropout(true);
   nn::CrossEntropyLoss loss;

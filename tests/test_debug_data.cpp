@@ -28,14 +28,10 @@ using dtest::ev;
 using dtest::has;
 using dtest::titled;
 
-
 // The first n training images: x (n, 1, 28, 28) in [0, 1], y (n) int64.
 nn::DatasetPtr fmnist(int64_t n, bool raw = false) {
   return nn::take(nn::load_fashion_mnist("train", nn::FashionMnistOptions().raw(raw)), n);
 }
-
-
-
 
 // The same rows, sorted by label (stable): bug B28's data.
 nn::DatasetPtr sorted_by_class(const nn::Dataset& d) {
@@ -102,9 +98,9 @@ TEST_CASE("D1 check_batch on a Fashion-MNIST batch") {
 TEST_CASE("D2 check_finite_inputs: counts NaN and Inf, fails loudly; silent on finite data") {
   Tensor x = gs::zeros({4, 3});
   float* p = x.data_ptr<float>();
-  p[4] = NAN;        // row 1
-  p[5] = NAN;        // row 1
-  p[9] = INFINITY;   // row 3
+  p[4] = NAN;       // row 1
+  p[5] = NAN;       // row 1
+  p[9] = INFINITY;  // row 3
   Tensor y = gs::tensor({0.5, NAN, 1.0, 2.0}, {4});
   auto fs = dbg::check_finite_inputs(x, y);
   REQUIRE(fs.size() == 2);
@@ -208,13 +204,14 @@ TEST_CASE("D4 check_alignment: inputs shuffled without their labels (B07) on Fas
   CHECK(fs[0].check == "D4");
   CHECK(fs[0].severity == dbg::Severity::Error);
   CHECK(ev(fs[0], "examples checked") == 1000.0);  // 20 batches of 50
-  CHECK(ev(fs[0], "mismatched fraction") > 0.8);  // ~0.9: a random label matches 1 time in 10
+  CHECK(ev(fs[0], "mismatched fraction") > 0.8);   // ~0.9: a random label matches 1 time in 10
   CHECK(ev(fs[0], "inputs not in the reference") == 0.0);
   CHECK(fs[0].cause.find("batch ") != std::string::npos);
   CHECK(bad.epoch() == 0);  // the loader's epoch counter is untouched
 
   // Clean: the same pairs, shuffled together.
-  nn::DataLoader good(std::make_shared<nn::TensorDataset>(all.x, all.y), nn::DataLoaderOptions().batch_size(50).shuffle(true));
+  nn::DataLoader good(std::make_shared<nn::TensorDataset>(all.x, all.y),
+                      nn::DataLoaderOptions().batch_size(50).shuffle(true));
   CHECK(dbg::check_alignment(reference, good).empty());
   // Clean, permuted the right way (x and y with the same indices), small reference chunks.
   auto both = std::make_shared<nn::TensorDataset>(all.x.index_select(0, perm), all.y.index_select(0, perm));
@@ -282,12 +279,14 @@ TEST_CASE("D5 check_normalisation on Fashion-MNIST: silent on [0, 1] and standar
 
 TEST_CASE("D5 check_normalisation on tabular data: features ~1 and ~1e4") {
   gs::Generator g(5);
-  Tensor a = gs::randn({500, 1}, {}, &g);             // std ~1
+  Tensor a = gs::randn({500, 1}, {}, &g);              // std ~1
   Tensor b = gs::randn({500, 1}, {}, &g) * 1e4 + 3e4;  // std ~1e4
   Tensor c = gs::randn({500, 1}, {}, &g) * 2.0;
   Tensor x = gs::cat({a, b, c}, 1);  // (500, 3)
   auto fs = dbg::check_normalisation(x);
-  auto it = std::find_if(fs.begin(), fs.end(), [](const dbg::Finding& f) { return f.title.find("orders of magnitude") != std::string::npos; });
+  auto it = std::find_if(fs.begin(), fs.end(), [](const dbg::Finding& f) {
+    return f.title.find("orders of magnitude") != std::string::npos;
+  });
   REQUIRE(it != fs.end());
   CHECK(it->severity == dbg::Severity::Warning);
   CHECK(ev(*it, "scale ratio") == doctest::Approx(1e4).epsilon(0.2));
@@ -392,7 +391,8 @@ TEST_CASE("D8 check_batch_diversity: Fashion-MNIST sorted by class without shuff
   CHECK(bad.epoch() == 0);
 
   // The same sorted data, shuffled: silent. And the original order, unshuffled: silent.
-  CHECK(dbg::check_batch_diversity(nn::DataLoader(sorted, nn::DataLoaderOptions().batch_size(64).shuffle(true))).empty());
+  CHECK(
+      dbg::check_batch_diversity(nn::DataLoader(sorted, nn::DataLoaderOptions().batch_size(64).shuffle(true))).empty());
   CHECK(dbg::check_batch_diversity(nn::DataLoader(fmnist(3000), nn::DataLoaderOptions().batch_size(64))).empty());
 }
 
@@ -649,8 +649,8 @@ TEST_CASE("D13 check_train_test_mix: a validation split that holds training rows
   const nn::Batch t = train->all(), v = val->all();
   // 300 held-out rows and 60 training rows (one of them relabelled): 60 of 360 mixed.
   Tensor ty = rows_of(t.y, 0, 60).clone();
-  auto leaky = dataset(gs::cat({rows_of(v.x, 0, 300), rows_of(t.x, 0, 60)}),
-                       gs::cat({rows_of(v.y, 0, 300), ty}), "leaky");
+  auto leaky =
+      dataset(gs::cat({rows_of(v.x, 0, 300), rows_of(t.x, 0, 60)}), gs::cat({rows_of(v.y, 0, 300), ty}), "leaky");
   auto fs = dbg::check_train_test_mix(*train, *leaky, "validation");
   REQUIRE(fs.size() == 1);
   INFO(fs[0].str());
@@ -662,8 +662,8 @@ TEST_CASE("D13 check_train_test_mix: a validation split that holds training rows
   CHECK(has(fs[0].title, "60 of 360 validation rows (16.7%) are also training rows"));
   CHECK(has(fs[0].cause, "validation row 300 is training row 0"));
   // Two training rows in 400 (0.5% <= 1%): info.
-  auto two = dataset(gs::cat({rows_of(v.x, 0, 398), rows_of(t.x, 5, 2)}), gs::cat({rows_of(v.y, 0, 398), rows_of(t.y, 5, 2)}),
-                     "two");
+  auto two = dataset(gs::cat({rows_of(v.x, 0, 398), rows_of(t.x, 5, 2)}),
+                     gs::cat({rows_of(v.y, 0, 398), rows_of(t.y, 5, 2)}), "two");
   auto tw = dbg::check_train_test_mix(*train, *two);
   REQUIRE(tw.size() == 1);
   CHECK(tw[0].severity == dbg::Severity::Info);
@@ -676,8 +676,10 @@ TEST_CASE("D13 check_train_test_mix: a validation split that holds training rows
   auto cropped = dataset(v.x.reshape({400, 64}).narrow(1, 0, 32).contiguous(), v.y, "cropped");
   for (const char* which : {"check_train_test_mix", "check_feature_drift"}) {
     try {
-      if (std::string(which) == "check_train_test_mix") dbg::check_train_test_mix(*train, *cropped);
-      else dbg::check_feature_drift(*train, *cropped);
+      if (std::string(which) == "check_train_test_mix")
+        dbg::check_train_test_mix(*train, *cropped);
+      else
+        dbg::check_feature_drift(*train, *cropped);
       FAIL("no error from " << which);
     } catch (const gs::Error& e) {
       CHECK(has(e.what(), which));
@@ -697,8 +699,7 @@ TEST_CASE("D14 check_feature_drift: a brightened validation split, a low-contras
   CHECK(fs[0].check == "D14");
   CHECK(fs[0].severity == dbg::Severity::Warning);
   CHECK(ev(fs[0], "KS statistic, per-example mean") > 0.9);  // the two brightness distributions hardly overlap
-  CHECK(ev(fs[0], "validation median of the per-example mean") -
-            ev(fs[0], "train median of the per-example mean") ==
+  CHECK(ev(fs[0], "validation median of the per-example mean") - ev(fs[0], "train median of the per-example mean") ==
         doctest::Approx(0.15).epsilon(0.1));
   CHECK(has(fs[0].title, "the validation inputs drifted from train: per-example mean (brightness)"));
   // Contrast halved around the same mean: the std drifts, the mean does not.
@@ -740,7 +741,8 @@ TEST_CASE("D15 check_label_drift: a class missing from train; a validation split
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < v.size(); ++i) rows.push_back(i);  // every row once...
   for (int64_t i = 0; i < v.size(); ++i)
-    if (vy[i] == 0) for (int r = 0; r < 3; ++r) rows.push_back(i);  // ...class 0 four times
+    if (vy[i] == 0)
+      for (int r = 0; r < 3; ++r) rows.push_back(i);  // ...class 0 four times
   Tensor ri = gs::tensor(rows, {static_cast<int64_t>(rows.size())});
   auto skewed = dataset(v.x.index_select(0, ri), v.y.index_select(0, ri), "skewed");
   auto sk = dbg::check_label_drift(*tr, *skewed, "validation");

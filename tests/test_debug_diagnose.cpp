@@ -34,8 +34,10 @@ struct GateNet : nn::Module {
     Tensor h = (*fc1)(x);
     if (mix) h = h - mean(h, {0}, true);
     Tensor g = sigmoid(h);
-    if (inplace) g.mul_(2.0);
-    else g = g * 2.0;
+    if (inplace)
+      g.mul_(2.0);
+    else
+      g = g * 2.0;
     return (*fc2)(h * g);
   }
 };
@@ -230,7 +232,7 @@ TEST_CASE("diagnose: a loss that rejects its target stops nothing but training, 
   o.num_classes = 3;
   debug::RunReport r;
   CHECK_NOTHROW(r = debug::diagnose(*model, ce, opt, train, nullptr, nullptr, o));
-  CHECK(fired(r.phases[1].findings, "W2") != nullptr);    // the gate's loss phase
+  CHECK(fired(r.phases[1].findings, "W2") != nullptr);           // the gate's loss phase
   const debug::Finding* w3 = fired(r.phases[2].findings, "W3");  // the Trainer's first step
   REQUIRE(w3 != nullptr);
   CHECK(w3->title.rfind("training failed: ", 0) == 0);
@@ -265,8 +267,8 @@ TEST_CASE("Session on an own loop: the loss module's hook records every step; st
   REQUIRE(r.history.epoch_val_loss.size() == 2);
   CHECK(std::isfinite(r.history.epoch_val_loss[1]));
   CHECK(r.history.epoch_val_accuracy[1] > 0.9);
-  CHECK(std::abs(r.history.epoch_train_loss[1] -
-                 std::accumulate(losses.begin() + 24, losses.end(), 0.0) / 24.0) < 1e-9);
+  CHECK(std::abs(r.history.epoch_train_loss[1] - std::accumulate(losses.begin() + 24, losses.end(), 0.0) / 24.0) <
+        1e-9);
   CHECK_MESSAGE(r.fired_checks().empty(), r.str());
   CHECK_FALSE(skipped(r, "L1"));
   CHECK_THROWS_AS(dbg.finish(), Error);  // once
@@ -399,7 +401,8 @@ TEST_CASE("the lead's plots show what it names: its parameters, its module's, or
   // starting with the named series; the zeros are drawn at the floor, not dropped.
   debug::TrainingHistory h;
   h.dead_fraction = {{"4 (ReLU)", {{1, 0.1}, {2, 0.1}}}, {"2 (ReLU)", {{1, 0.9}, {2, 1.0}}}};
-  h.grad_norms = {{"3.weight", {{1, 0.5}, {2, 0.4}}}, {"0.weight", {{1, 0.0}, {2, 0.0}}}, {"0.bias", {{1, 0.0}, {2, 0.0}}}};
+  h.grad_norms = {
+      {"3.weight", {{1, 0.5}, {2, 0.4}}}, {"0.weight", {{1, 0.0}, {2, 0.0}}}, {"0.bias", {{1, 0.0}, {2, 0.0}}}};
   m7.module = "2 (ReLU)";
   const std::vector<debug::Plot> plots = debug::lead_plots(m7, h);
   REQUIRE(plots.size() == 2);
@@ -430,11 +433,14 @@ TEST_CASE("the lead's plots show what it names: its parameters, its module's, or
   CHECK(debug::lead_plots(l1, h).empty());
 }
 
-TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 when given what they need), M7's pass after training, and lists the rest") {
+TEST_CASE(
+    "diagnose runs the pipeline's checks that retrain (M15; M16 and W1 when given what they need), M7's pass after "
+    "training, and lists the rest") {
   manual_seed(2);
   Data d = loaders();
   nn::CrossEntropyLoss ce;
-  SUBCASE("defaults: M15 runs on the user's model and leaves it as it was; M16, W1, W5, W7, W8 are listed with a remedy") {
+  SUBCASE(
+      "defaults: M15 runs on the user's model and leaves it as it was; M16, W1, W5, W7, W8 are listed with a remedy") {
     auto model = std::make_shared<GateNet>();
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     debug::DiagnoseOptions o;
@@ -447,7 +453,7 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
     std::vector<float> after;
     for (const Tensor& p : model->parameters())
       for (float v : p.to_vector<float>()) after.push_back(v);
-    CHECK(before == after);  // the baseline's training runs restored the parameters
+    CHECK(before == after);            // the baseline's training runs restored the parameters
     for (int64_t i = 0; i < 3; ++i) {  // a few steps of the user's own loop
       const nn::Batch b = d.train->batch(0, i);
       opt.zero_grad();
@@ -467,7 +473,9 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
         }
     }
   }
-  SUBCASE("with make_model and rerun: M16 and W1 run; with baseline and dead_pass off, M15 and M7's pass are listed with their flags") {
+  SUBCASE(
+      "with make_model and rerun: M16 and W1 run; with baseline and dead_pass off, M15 and M7's pass are listed with "
+      "their flags") {
     auto model = std::make_shared<GateNet>();
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
     debug::DiagnoseOptions o;
@@ -475,8 +483,9 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
     o.baseline = false;
     o.dead_pass = false;
     o.make_model = [](int64_t width) {
-      return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-          std::make_shared<nn::Linear>(6, width), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(width, 3)});
+      return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{std::make_shared<nn::Linear>(6, width),
+                                                                         std::make_shared<nn::ReLU>(),
+                                                                         std::make_shared<nn::Linear>(width, 3)});
     };
     int runs = 0;
     o.rerun = [&](uint64_t seed) {
@@ -506,7 +515,8 @@ TEST_CASE("diagnose runs the pipeline's checks that retrain (M15; M16 and W1 whe
       if (sk.checks.rfind("M15", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::baseline") != std::string::npos);
     REQUIRE(skipped(r, "M7's pass"));
     for (const debug::SkippedChecks& sk : r.skipped)
-      if (sk.checks.rfind("M7's pass", 0) == 0) CHECK(sk.remedy.find("DiagnoseOptions::dead_pass") != std::string::npos);
+      if (sk.checks.rfind("M7's pass", 0) == 0)
+        CHECK(sk.remedy.find("DiagnoseOptions::dead_pass") != std::string::npos);
     CHECK_MESSAGE(r.fired_checks().empty(), r.str());
   }
 }

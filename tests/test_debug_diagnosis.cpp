@@ -69,7 +69,6 @@ struct SigmoidStack : nn::Module {
   }
 };
 
-
 }  // namespace
 
 TEST_CASE("the tables: every cause a symptom names exists, once per symptom; each cause has a check or is a symptom") {
@@ -165,7 +164,8 @@ TEST_CASE("a deep sigmoid stack: M8 measures the gradient's attenuation through 
   }
 }
 
-TEST_CASE("every target masked in a hand-written loop: L5 leads; the NaN loss, zero gradients and class counts follow") {
+TEST_CASE(
+    "every target masked in a hand-written loop: L5 leads; the NaN loss, zero gradients and class counts follow") {
   manual_seed(4);
   const dtest::XY xy = blobs(64, 3, 6);
   SUBCASE("buggy twin: the labels were all replaced by the ignore value") {
@@ -206,19 +206,19 @@ TEST_CASE("every target masked in a hand-written loop: L5 leads; the NaN loss, z
 TEST_CASE("a loss summed by hand in a lambda: L6 leads, the inflated initial loss (L4) hangs under it") {
   manual_seed(4);
   const Split d = split();
-  auto summed = [](const Tensor& out, const Tensor& y) -> Tensor { return nn::functional::cross_entropy(out, y) * static_cast<double>(out.size(0));
+  auto summed = [](const Tensor& out, const Tensor& y) -> Tensor {
+    return nn::functional::cross_entropy(out, y) * static_cast<double>(out.size(0));
   };
   auto averaged = [](const Tensor& out, const Tensor& y) -> Tensor { return nn::functional::cross_entropy(out, y); };
   SUBCASE("buggy twin") {
     auto owner = std::make_shared<ReluNet>();
     ReluNet& model = *owner;
     optim::SGD opt(model.parameters(), optim::SGDOptions(0.01));
-    debug::Session dbg(model, debug::LossFunction(summed), opt, {.train = d.train.get(), .val = d.val.get()},
-                       [] {
-                         debug::DiagnoseOptions o;
-                         o.num_classes = 3;
-                         return o;
-                       }());
+    debug::Session dbg(model, debug::LossFunction(summed), opt, {.train = d.train.get(), .val = d.val.get()}, [] {
+      debug::DiagnoseOptions o;
+      o.num_classes = 3;
+      return o;
+    }());
     for (const nn::Batch& b : *d.train) {
       opt.zero_grad();
       Tensor l = summed(model(b.x), b.y);
@@ -237,12 +237,11 @@ TEST_CASE("a loss summed by hand in a lambda: L6 leads, the inflated initial los
     auto owner = std::make_shared<ReluNet>();
     ReluNet& model = *owner;
     optim::SGD opt(model.parameters(), optim::SGDOptions(0.1));
-    debug::Session dbg(model, debug::LossFunction(averaged), opt, {.train = d.train.get(), .val = d.val.get()},
-                       [] {
-                         debug::DiagnoseOptions o;
-                         o.num_classes = 3;
-                         return o;
-                       }());
+    debug::Session dbg(model, debug::LossFunction(averaged), opt, {.train = d.train.get(), .val = d.val.get()}, [] {
+      debug::DiagnoseOptions o;
+      o.num_classes = 3;
+      return o;
+    }());
     for (int e = 0; e < 2; ++e)
       for (const nn::Batch& b : *d.train) {
         opt.zero_grad();
@@ -256,7 +255,9 @@ TEST_CASE("a loss summed by hand in a lambda: L6 leads, the inflated initial los
   }
 }
 
-TEST_CASE("a learning rate far too high in a hand-written loop: O8 leads before training; O6 and the lr / 10 probe confirm it") {
+TEST_CASE(
+    "a learning rate far too high in a hand-written loop: O8 leads before training; O6 and the lr / 10 probe confirm "
+    "it") {
   manual_seed(4);
   const Split d = split();
   nn::CrossEntropyLoss ce;
@@ -521,13 +522,16 @@ struct DropoutNet : nn::Module {
   std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
   std::shared_ptr<nn::Dropout> drop;
   std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 3));
-  explicit DropoutNet(double p) : Module("DropoutNet") { drop = register_module("drop", std::make_shared<nn::Dropout>(p)); }
+  explicit DropoutNet(double p) : Module("DropoutNet") {
+    drop = register_module("drop", std::make_shared<nn::Dropout>(p));
+  }
   Tensor forward(const Tensor& x) override { return (*fc2)((*drop)((*act)((*fc1)(x)))); }
 };
 
 bool fired_at(const debug::RunReport& r, const char* check, const std::string& where) {
   for (const debug::Finding& f : r.findings.findings())
-    if (f.fires() && f.check == check && (f.module.find(where) != std::string::npos || f.parameter == where)) return true;
+    if (f.fires() && f.check == check && (f.module.find(where) != std::string::npos || f.parameter == where))
+      return true;
   return false;
 }
 
@@ -737,8 +741,10 @@ struct DeepRelu : nn::Module {
     }
     head = register_module("head", std::make_shared<nn::Linear>(32, 3));
     for (auto& fc : fcs) {
-      if (init_std > 0.0) nn::init::normal_(fc->weight, 0.0, init_std);
-      else nn::init::kaiming_normal_(fc->weight);
+      if (init_std > 0.0)
+        nn::init::normal_(fc->weight, 0.0, init_std);
+      else
+        nn::init::kaiming_normal_(fc->weight);
       nn::init::zeros_(fc->bias);
     }
   }
@@ -777,7 +783,8 @@ TEST_CASE("M27: weights drawn with std 0.01 shrink the activations layer after l
   }
 }
 
-TEST_CASE("M7's pass after training: diagnose() runs the trained model over the training data, dead units named there too") {
+TEST_CASE(
+    "M7's pass after training: diagnose() runs the trained model over the training data, dead units named there too") {
   manual_seed(4);
   const Split d = split();
   nn::CrossEntropyLoss ce;
@@ -797,8 +804,10 @@ TEST_CASE("M7's pass after training: diagnose() runs the trained model over the 
             e.value == static_cast<double>(d.train->num_batches()))
           ++end_of_run_m7;
     INFO(r.str());
-    if (pass) CHECK(end_of_run_m7 >= 1);
-    else CHECK(end_of_run_m7 == 0);
+    if (pass)
+      CHECK(end_of_run_m7 >= 1);
+    else
+      CHECK(end_of_run_m7 == 0);
   }
 }
 
@@ -855,7 +864,8 @@ TEST_CASE("D3 after training: a class kept at a twentieth of the others is misse
     const debug::Finding* missed = nullptr;
     size_t at = 0;
     for (size_t i = 0; i < r.findings.findings().size(); ++i)
-      if (r.findings.findings()[i].fires() && r.findings.findings()[i].title.find("misses one class") != std::string::npos) {
+      if (r.findings.findings()[i].fires() &&
+          r.findings.findings()[i].title.find("misses one class") != std::string::npos) {
         missed = &r.findings.findings()[i];
         at = i;
       }
@@ -1142,7 +1152,8 @@ TEST_CASE("W10's watchdog reports a step that has not returned while it is still
   CHECK(fs[0].title.find("step 2 had not returned after") == 0);
 }
 
-TEST_CASE("M26's absolute limits: the first sampled step outside variance_max / variance_min, per layer; off by default") {
+TEST_CASE(
+    "M26's absolute limits: the first sampled step outside variance_max / variance_min, per layer; off by default") {
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 3));
   auto run = [&](debug::RunCheckOptions o) {
     debug::VarianceTracker t(o);

@@ -19,14 +19,14 @@
 
 using namespace gradsleuth;
 using dtest::blobs;
+using dtest::expect_clean;
+using dtest::expect_lead;
 using dtest::explained_checks;
 using dtest::lead_of;
 using dtest::loaders;
 using dtest::Split;
 using dtest::strings;
 using dtest::train_own_loop;
-using dtest::expect_clean;
-using dtest::expect_lead;
 
 namespace {
 
@@ -264,9 +264,9 @@ struct BinaryNet : nn::Module {
 namespace {
 debug::RunReport run_bce(bool bug) {
   manual_seed(4);
-  const dtest::XY all = blobs(300, 2, 6, 3, 2 * kSpread);  // two classes that overlap
+  const dtest::XY all = blobs(300, 2, 6, 3, 2 * kSpread);                         // two classes that overlap
   const Tensor x = (all.x - all.x.mean({0}, true)) / all.x.std({0}, true, true);  // standardised
-  const Tensor y = all.y.to(kFloat32).unsqueeze(1);  // (B, 1) in {0, 1}
+  const Tensor y = all.y.to(kFloat32).unsqueeze(1);                               // (B, 1) in {0, 1}
   const Split d = split_rows(x, y);
   nn::BCELoss bce;
   auto model = std::make_shared<BinaryNet>(!bug);  // the bug: the sigmoid was left out
@@ -397,7 +397,7 @@ struct ColumnNet : nn::Module {
   }
   Tensor forward(const Tensor& x) override {
     const Tensor cols = reshape_bug ? x.reshape({x.size(1), x.size(0)}) : x.t();  // the bug: reshape
-    const Tensor h = weight.matmul(cols).t() + bias;                                // (B, 32)
+    const Tensor h = weight.matmul(cols).t() + bias;                              // (B, 32)
     return (*fc2)(h.relu());
   }
 };
@@ -672,8 +672,8 @@ TEST_CASE("a class filtered out of the data: D3 leads with class-imbalance") {
   for (const bool bug : {true, false}) {
     CAPTURE(bug);
     // the bug: a filter meant to drop bad rows drops every row of class 2
-    const Tensor keep = bug ? rows_where(all.y, [](int64_t c) { return c != 2; })
-                            : rows_where(all.y, [](int64_t) { return true; });
+    const Tensor keep =
+        bug ? rows_where(all.y, [](int64_t c) { return c != 2; }) : rows_where(all.y, [](int64_t) { return true; });
     const Tensor x = all.x.index_select(0, keep), y = all.y.index_select(0, keep);
     const int64_t n = x.size(0), ntr = n * 4 / 5;
     const Split d =
@@ -1023,9 +1023,9 @@ TEST_CASE("rows sorted by class and a loader that does not shuffle: D8 leads wit
   const dtest::XY all = data(200, 3);
   const Tensor xtr = all.x.narrow(0, 0, 480), ytr = all.y.narrow(0, 0, 480);
   // The rows as a file sorted by class holds them.
-  const Tensor by_class = cat({rows_where(ytr, [](int64_t c) { return c == 0; }),
-                               rows_where(ytr, [](int64_t c) { return c == 1; }),
-                               rows_where(ytr, [](int64_t c) { return c == 2; })});
+  const Tensor by_class =
+      cat({rows_where(ytr, [](int64_t c) { return c == 0; }), rows_where(ytr, [](int64_t c) { return c == 1; }),
+           rows_where(ytr, [](int64_t c) { return c == 2; })});
   nn::CrossEntropyLoss ce;
   for (const bool bug : {true, false}) {
     CAPTURE(bug);

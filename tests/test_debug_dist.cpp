@@ -37,11 +37,13 @@ std::vector<std::vector<int64_t>> strided_shards(int64_t n, int world, uint64_t 
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = perm[i].item<int64_t>();
   const int64_t per = (n + world - 1) / world;
-  for (int64_t i = 0; static_cast<int64_t>(order.size()) < per * world; ++i) order.push_back(order[static_cast<size_t>(i)]);
+  for (int64_t i = 0; static_cast<int64_t>(order.size()) < per * world; ++i)
+    order.push_back(order[static_cast<size_t>(i)]);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
     const int rank = same_rank ? 0 : r;  // B31: every rank reads rank 0's positions
-    for (int64_t i = rank; i < per * world; i += world) out[static_cast<size_t>(r)].push_back(order[static_cast<size_t>(i)]);
+    for (int64_t i = rank; i < per * world; i += world)
+      out[static_cast<size_t>(r)].push_back(order[static_cast<size_t>(i)]);
   }
   return out;
 }

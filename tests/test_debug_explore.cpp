@@ -21,9 +21,9 @@
 
 #include "core/autograd.h"
 #include "core/json.h"
+#include "debug/report/explore.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/monitor.h"
-#include "debug/report/explore.h"
 #include "debug_test_util.h"
 #include "json_mini.h"
 #include "optim/optim.h"
@@ -57,7 +57,8 @@ std::string read_file(const std::string& p) {
 }
 
 std::string unescape(std::string s) {
-  const std::pair<const char*, const char*> ents[] = {{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&amp;", "&"}};
+  const std::pair<const char*, const char*> ents[] = {
+      {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}, {"&amp;", "&"}};
   for (const auto& [e, c] : ents)
     for (size_t p = s.find(e); p != std::string::npos; p = s.find(e, p + 1)) s.replace(p, std::string(e).size(), c);
   return s;
@@ -66,7 +67,8 @@ std::string unescape(std::string s) {
 // Opens `page` with `#test=commands` in headless Chromium and returns the test hook's lines.
 std::vector<std::string> drive(const std::string& page, const std::string& commands) {
   const std::string b = browser();
-  REQUIRE_MESSAGE(!b.empty(), "no Chromium on this machine: install it with scripts/setup.sh (apt-get install chromium)");
+  REQUIRE_MESSAGE(!b.empty(),
+                  "no Chromium on this machine: install it with scripts/setup.sh (apt-get install chromium)");
   const std::string dom = page + ".dom.html", log = page + ".console.log";
   std::string flags = "--headless --disable-gpu --disable-dev-shm-usage --no-first-run --user-data-dir=" + tmp_dir() +
                       "/profile --virtual-time-budget=5000 --window-size=1280,800";
@@ -160,9 +162,10 @@ TEST_CASE("a failed forward is drawn up to the failing op, with the engine's mes
   auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::Tanh>(),
                                                 std::make_shared<nn::Linear>(5, 2));  // 3 -> 5: a shape error
   std::string json;
-  const std::string err = dbg::explore(*model, gs::randn({6, 4}), gs::zeros({6}, gs::TensorOptions().dtype(gs::kInt64)),
-                                       [](const Tensor& o, const Tensor& y) { return nn::functional::cross_entropy(o, y); },
-                                       tmp_dir() + "/failed.html", {}, &json);
+  const std::string err = dbg::explore(
+      *model, gs::randn({6, 4}), gs::zeros({6}, gs::TensorOptions().dtype(gs::kInt64)),
+      [](const Tensor& o, const Tensor& y) { return nn::functional::cross_entropy(o, y); }, tmp_dir() + "/failed.html",
+      {}, &json);
   CHECK_FALSE(err.empty());
   const auto j = json_mini::parse(json);
   REQUIRE(j["failure"].kind == json_mini::Value::Object);
@@ -177,7 +180,7 @@ TEST_CASE("a backward that fails (an in-place change of a saved tensor) is marke
   dbg::ExploreCapture cap;
   Tensor e = gs::exp(a * 3.0);  // exp saves its output
   Tensor loss = e.sum();
-  e.add_(1.0);                  // ... which this changes before the backward
+  e.add_(1.0);  // ... which this changes before the backward
   bool threw = false;
   try {
     loss.backward();
@@ -319,8 +322,9 @@ TEST_CASE("explore in Chromium: expand, step backward to a node used twice, repl
   auto bad = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::Tanh>(),
                                               std::make_shared<nn::Linear>(5, 2));
   const std::string failed_page = tmp_dir() + "/failed_model.html";
-  dbg::explore(*bad, gs::randn({6, 4}), gs::zeros({6}, gs::TensorOptions().dtype(gs::kInt64)),
-               [](const Tensor& o, const Tensor& t) { return nn::functional::cross_entropy(o, t); }, failed_page);
+  dbg::explore(
+      *bad, gs::randn({6, 4}), gs::zeros({6}, gs::TensorOptions().dtype(gs::kInt64)),
+      [](const Tensor& o, const Tensor& t) { return nn::functional::cross_entropy(o, t); }, failed_page);
   {
     const auto lines = drive(failed_page, "failure;layout");
     const std::string f = line_with(lines, "failure");

@@ -9,9 +9,9 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "core/saved_capture.h"
+#include "debug/checks/model/model_checks.h"
 #include "debug/evidence/finding.h"
 #include "debug/report/graph.h"
-#include "debug/checks/model/model_checks.h"
 #include "nn/nn.h"
 
 namespace nn = gs::nn;
@@ -119,8 +119,8 @@ TEST_CASE("M6 names the module that mixes the batch, and the graph draws that mo
   gs::manual_seed(3);
   auto mixer = std::make_shared<nn::Linear>(5, 4);
   mixer->inject_bug(nn::Bug::B13);  // reshape where a transpose was meant
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>(),
-                                                mixer, std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 3));
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 5), std::make_shared<nn::ReLU>(), mixer,
+                                                std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(4, 3));
   Tensor x = gs::randn({8, 6});
   const std::vector<debug::Finding> fs = debug::batch_mixing_test(*model, x);
   auto err = std::find_if(fs.begin(), fs.end(), [](const debug::Finding& f) { return f.fires(); });

@@ -6,9 +6,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -144,7 +144,8 @@ TEST_CASE("the HTML report is well formed, escaped, with one svg per plot and on
   CHECK(check_balanced("<p><b></p></b>") != "");  // the checker itself can fail
 }
 
-TEST_CASE("plots draw NaN and Inf values at the floor with a marker, draw inside the axes, and put larger values higher") {
+TEST_CASE(
+    "plots draw NaN and Inf values at the floor with a marker, draw inside the axes, and put larger values higher") {
   dbg::Plot p{"t", "step", "v", false, {}, {}, {}, ""};
   p.series.push_back({"s", {0, 1, 2, 3, 4, std::nan("")}, {1.0, std::nan(""), 3.0, INFINITY, 2.0, 5.0}});
   const std::string svg = dbg::render_svg(p);
@@ -152,8 +153,8 @@ TEST_CASE("plots draw NaN and Inf values at the floor with a marker, draw inside
   const auto pts = points_of(svg, "s");
   REQUIRE(pts.size() == 5);  // (0,1), (1,floor), (2,3), (3,floor), (4,2); the point at x = NaN cannot be placed
   for (size_t i = 1; i < pts.size(); ++i) CHECK(pts[i - 1].first < pts[i].first);
-  CHECK(pts[2].second < pts[4].second);  // 3 is above 2 (SVG y grows downwards)
-  CHECK(pts[4].second < pts[0].second);  // 2 is above 1
+  CHECK(pts[2].second < pts[4].second);                   // 3 is above 2 (SVG y grows downwards)
+  CHECK(pts[4].second < pts[0].second);                   // 2 is above 1
   CHECK(pts[1].second == doctest::Approx(400.0 - 58.0));  // NaN at the floor of the plot area
   CHECK(pts[3].second == doctest::Approx(400.0 - 58.0));  // Inf too
   CHECK(pts[0].second < 400.0 - 58.0);
@@ -177,7 +178,7 @@ TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and draws va
   p.series.push_back({"g", {1, 2, 3, 4, 5}, {1.0, 10.0, 100.0, 0.0, -1.0}});
   const std::string svg = dbg::render_svg(p);
   const auto pts = points_of(svg, "g");
-  REQUIRE(pts.size() == 5);  // 0 and -1 at the floor
+  REQUIRE(pts.size() == 5);                                                                // 0 and -1 at the floor
   CHECK(pts[0].second - pts[1].second == doctest::Approx(pts[1].second - pts[2].second));  // equal decade steps
   CHECK(pts[3].second == doctest::Approx(400.0 - 58.0));
   CHECK(pts[4].second == doctest::Approx(400.0 - 58.0));
@@ -323,16 +324,13 @@ TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single p
     std::vector<double> x, y;
     bool log;
   };
-  for (const Case& c : {Case{"huge y span", {0, 1, 2}, {-big, 0.0, big}, false},
-                        Case{"huge x span", {-big, big}, {1.0, 2.0}, false},
-                        Case{"max doubles", {0, 1}, {-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()}, false},
-                        Case{"denormal span", {0, 1}, {0.0, tiny}, false},
-                        Case{"denormal x", {0.0, tiny}, {1.0, 2.0}, false},
-                        Case{"all NaN", {0, 1}, {nan, nan}, false},
-                        Case{"single point", {3}, {7.0}, false},
-                        Case{"single huge point", {1e300}, {-1e308}, false},
-                        Case{"log denormal to huge", {0, 1, 2}, {tiny, 1.0, big}, true},
-                        Case{"log single point", {0}, {tiny}, true}}) {
+  for (const Case& c :
+       {Case{"huge y span", {0, 1, 2}, {-big, 0.0, big}, false}, Case{"huge x span", {-big, big}, {1.0, 2.0}, false},
+        Case{"max doubles", {0, 1}, {-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()}, false},
+        Case{"denormal span", {0, 1}, {0.0, tiny}, false}, Case{"denormal x", {0.0, tiny}, {1.0, 2.0}, false},
+        Case{"all NaN", {0, 1}, {nan, nan}, false}, Case{"single point", {3}, {7.0}, false},
+        Case{"single huge point", {1e300}, {-1e308}, false},
+        Case{"log denormal to huge", {0, 1, 2}, {tiny, 1.0, big}, true}, Case{"log single point", {0}, {tiny}, true}}) {
     CAPTURE(c.name);
     dbg::Plot p{"t", "x", "y", c.log, {}, {}, {}, ""};
     p.series.push_back({"s", c.x, c.y});
@@ -495,8 +493,10 @@ std::vector<TextBox> text_boxes(const std::string& svg) {
       const double x = std::stod(attr(tag, "x")), y = std::stod(attr(tag, "y"));
       size_t glyphs = 0;
       for (size_t k = 0; k < text.size(); ++k)
-        if (text[k] == '&') k = text.find(';', k), ++glyphs;
-        else glyphs += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
+        if (text[k] == '&')
+          k = text.find(';', k), ++glyphs;
+        else
+          glyphs += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
       const double w = static_cast<double>(glyphs) * font * 0.5;
       const std::string a = attr(tag, "text-anchor");
       const double x0 = a == "middle" ? x - w / 2 : a == "end" ? x - w : x;
@@ -521,7 +521,8 @@ TEST_CASE("no two labels of a plot overlap: legend rows, thinned tick labels, re
   dbg::Plot p{"update-to-weight ratio per parameter", "step", "||dw|| / ||w||", true, {}, {}, {}, ""};
   for (int i = 0; i < 12; ++i)
     p.series.push_back({"encoder.block" + std::to_string(i) + ".attention.query_projection.weight",
-                        {1e6, 2e6, 3e6}, {1e-3 * (i + 1), 2e-3, 3e-3}});
+                        {1e6, 2e6, 3e6},
+                        {1e-3 * (i + 1), 2e-3, 3e-3}});
   p.series[3].y = {0.0, 0.0, 0.0};  // a dead layer: at the floor
   p.lines = {{1e-5, "O6: too low below 1e-5"}, {1.2e-5, "another line right beside it"}, {1e-1, "O6: too high"}};
   p.bands = {{1e-4, 1e-2, "healthy: about 1e-3"}};
@@ -579,9 +580,10 @@ TEST_CASE("multi-line text keeps its line breaks: a model summary in a cause, a 
   CHECK(html.find("td, .lead p { white-space: pre-wrap; }") != std::string::npos);
   // A cause of three lines or more gets a full-width row of its own under the finding.
   CHECK(html.find("<td class=\"note\">(below)</td>") != std::string::npos);
-  CHECK(html.find("<tr class=\"sev-warning detail\"><td></td><td colspan=\"7\"><div class=\"lines\">likely cause:\n"
-                  "0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 &lt;none&gt;\n2 (Linear)  [8, 2]  10</div></td></tr>") !=
-        std::string::npos);
+  CHECK(
+      html.find("<tr class=\"sev-warning detail\"><td></td><td colspan=\"7\"><div class=\"lines\">likely cause:\n"
+                "0 (Linear)  [8, 4]  20\n1 (ReLU)    [8, 4]  0 &lt;none&gt;\n2 (Linear)  [8, 2]  10</div></td></tr>") !=
+      std::string::npos);
   // Two lines stay in their cell.
   dbg::Finding two = f;
   two.check = "M7";

@@ -113,7 +113,8 @@ TEST_CASE("two rows of 3200 that skipped the scaling: D5 on every row finds them
       expect_lead(r, "D5", "unscaled-inputs");
       bool rows = false;
       for (const debug::Finding& f : r.findings.findings())
-        if (f.check == "D5" && f.fires() && f.title.find("training rows of epoch 1 are out of range") != std::string::npos) {
+        if (f.check == "D5" && f.fires() &&
+            f.title.find("training rows of epoch 1 are out of range") != std::string::npos) {
           rows = true;
           CHECK(f.evidence.front().value == 2);  // both rows, and only them
           CHECK(f.evidence[1].value == 3200);    // every row was judged
@@ -201,7 +202,9 @@ TEST_CASE("a regression onto targets near 50 with the final bias at 0: L4's init
 
 // ---- W1 step by step -----------------------------------------------------------------------
 
-TEST_CASE("gradient noise from std::random_device after a warm-up: W1 names the step and parameter where the runs part, a step before the losses") {
+TEST_CASE(
+    "gradient noise from std::random_device after a warm-up: W1 names the step and parameter where the runs part, a "
+    "step before the losses") {
   manual_seed(4);
   const Split d = dtest::split(3, 2.0);
   nn::CrossEntropyLoss ce;
@@ -261,8 +264,8 @@ TEST_CASE("gradient noise from std::random_device after a warm-up: W1 names the 
       expect_clean(r);
       bool said = false;
       for (const debug::Finding& g : r.findings.findings())
-        said = said || (g.check == "W1" && g.title.find("identical weights and gradients at every one of 6 steps") !=
-                                                 std::string::npos);
+        said = said || (g.check == "W1" &&
+                        g.title.find("identical weights and gradients at every one of 6 steps") != std::string::npos);
       CHECK_MESSAGE(said, r.str());
     }
   }
@@ -328,7 +331,8 @@ TEST_CASE("W1 step by step names the moment: weights written between steps, and 
   }
 }
 
-TEST_CASE("D5's row tracker: silent on standardised and [0, 1] data of many rows, exact on a few rows, bounded on many") {
+TEST_CASE(
+    "D5's row tracker: silent on standardised and [0, 1] data of many rows, exact on a few rows, bounded on many") {
   Generator g(7);
   SUBCASE("standardised Gaussian rows and [0, 1] pixels: silent") {
     for (const bool pixels : {false, true}) {

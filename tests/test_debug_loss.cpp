@@ -32,12 +32,6 @@ using dtest::ev;
 using dtest::has;
 using dtest::titled;
 
-
-
-
-
-
-
 // A healthy-looking minibatch loss curve: (floor + (start - floor) e^(-t / tau)) x
 // lognormal noise (sigma 0.25, about the reference MLP's batch-to-batch noise).
 std::vector<double> healthy_curve(int n, unsigned seed, double start = 2.3, double floor = 0.35, double tau = 80) {
@@ -55,10 +49,10 @@ std::shared_ptr<nn::Sequential> reference_mlp() {
     auto inner = make_shared<nn::Sequential>(make_shared<nn::ReLU>(), make_shared<nn::Linear>(128, 128));
     return make_shared<nn::Residual>(inner);
   };
-  return make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-      make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 128), make_shared<nn::ReLU>(),
-      make_shared<nn::BatchNorm1d>(128), block(), block(), make_shared<nn::ReLU>(), make_shared<nn::Dropout>(0.2),
-      make_shared<nn::Linear>(128, 10)});
+  return make_shared<nn::Sequential>(
+      std::vector<nn::ModulePtr>{make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 128), make_shared<nn::ReLU>(),
+                                 make_shared<nn::BatchNorm1d>(128), block(), block(), make_shared<nn::ReLU>(),
+                                 make_shared<nn::Dropout>(0.2), make_shared<nn::Linear>(128, 10)});
 }
 
 // A plain MLP (no BatchNorm, no dropout): the healthy twin of the fitting checks. The reference
@@ -67,9 +61,9 @@ std::shared_ptr<nn::Sequential> reference_mlp() {
 // activation at eval is then multiplied by 1/sqrt(eps) ~ 300, so its train/val gap (0.04-0.27
 // over seeds, and over the tuned and reference CPU kernels) straddles L7's 0.2.
 std::shared_ptr<nn::Sequential> plain_mlp() {
-  return make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-      make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 128), make_shared<nn::ReLU>(),
-      make_shared<nn::Linear>(128, 10)});
+  return make_shared<nn::Sequential>(
+      std::vector<nn::ModulePtr>{make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 128), make_shared<nn::ReLU>(),
+                                 make_shared<nn::Linear>(128, 10)});
 }
 
 // Standardised Fashion-MNIST: the first n training images, and 1000 held-out rows (50000..50999).
@@ -91,8 +85,7 @@ struct Run {
   std::vector<double> steps, epoch_train, epoch_val;
 };
 // Adam at `lr`, batch 64, `n_steps` steps on `d.train`; the validation loss every `eval_every` steps.
-Run train_reference(const Data& d, double lr, int64_t n_steps, uint64_t seed, int64_t eval_every,
-                    bool plain = false) {
+Run train_reference(const Data& d, double lr, int64_t n_steps, uint64_t seed, int64_t eval_every, bool plain = false) {
   gs::manual_seed(seed);
   auto model = plain ? plain_mlp() : reference_mlp();
   optim::Adam opt(model->parameters(), optim::AdamOptions(lr));
@@ -423,7 +416,7 @@ TEST_CASE("L5 check_masked_targets: every label masked warns (B19); a NaN loss m
   CHECK(std::isnan(ev(fs[0], "loss")));
 
   Tensor one = gs::tensor(std::vector<int64_t>{-100, -100, 3, -100}, {4});
-  CHECK(dbg::check_masked_targets(one).empty());  // one label counts
+  CHECK(dbg::check_masked_targets(one).empty());                                      // one label counts
   CHECK(dbg::check_masked_targets(gs::full({4}, -1.0, gs::kInt64), -1).size() == 1);  // another ignore_index
   CHECK(dbg::check_masked_targets(gs::full({4}, -100.0, gs::kInt64), -1).empty());
 }
@@ -467,13 +460,15 @@ TEST_CASE("L6 check_loss_reduction: ratio 1 for mean, 2 for sum (B03); modes, bu
   const auto running = model->named_buffers()[0].second.to_vector<double>();
   model->at<nn::Dropout>(3)->train(true);
 
-  auto fs = dbg::check_loss_reduction(*model, [&](const Tensor& o, const Tensor& t) { return mean_loss(o, t); }, x, y);
+  auto fs = dbg::check_loss_reduction(
+      *model, [&](const Tensor& o, const Tensor& t) { return mean_loss(o, t); }, x, y);
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].check == "L6");
   CHECK(fs[0].severity == dbg::Severity::Info);
   CHECK(ev(fs[0], "ratio") == doctest::Approx(1.0).epsilon(1e-4));
 
-  fs = dbg::check_loss_reduction(*model, [&](const Tensor& o, const Tensor& t) { return sum_loss(o, t); }, x, y);
+  fs = dbg::check_loss_reduction(
+      *model, [&](const Tensor& o, const Tensor& t) { return sum_loss(o, t); }, x, y);
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].severity == dbg::Severity::Warning);
   CHECK(ev(fs[0], "ratio") == doctest::Approx(2.0).epsilon(1e-4));
@@ -496,7 +491,8 @@ TEST_CASE("L6 check_loss_reduction: ratio 1 for mean, 2 for sum (B03); modes, bu
 
   // A model in eval mode stays in eval mode.
   model->eval();
-  dbg::check_loss_reduction(*model, [&](const Tensor& o, const Tensor& t) { return mean_loss(o, t); }, x, y);
+  dbg::check_loss_reduction(
+      *model, [&](const Tensor& o, const Tensor& t) { return mean_loss(o, t); }, x, y);
   CHECK_FALSE(model->is_training());
   CHECK_FALSE(model->at<nn::Dropout>(3)->is_training());
 }
@@ -523,8 +519,10 @@ TEST_CASE("L6 on the reference MLP (BatchNorm, Dropout, Fashion-MNIST): mean 1.0
   auto model = reference_mlp();
   nn::CrossEntropyLoss ce, b03;
   b03.inject_bug(nn::Bug::B03);
-  auto mean = dbg::check_loss_reduction(*model, [&](const Tensor& o, const Tensor& t) { return ce(o, t); }, b.x, b.y);
-  auto sum = dbg::check_loss_reduction(*model, [&](const Tensor& o, const Tensor& t) { return b03(o, t); }, b.x, b.y);
+  auto mean = dbg::check_loss_reduction(
+      *model, [&](const Tensor& o, const Tensor& t) { return ce(o, t); }, b.x, b.y);
+  auto sum = dbg::check_loss_reduction(
+      *model, [&](const Tensor& o, const Tensor& t) { return b03(o, t); }, b.x, b.y);
   CHECK_FALSE(any_fires(mean));
   CHECK(ev(mean[0], "ratio") == doctest::Approx(1.0).epsilon(1e-3));
   REQUIRE(any_fires(sum));

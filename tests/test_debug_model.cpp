@@ -90,7 +90,7 @@ TEST_CASE("M5: a detach inside the model leaves the earlier layers without gradi
   auto fs = dbg::check_gradient_flow(*bad);
   REQUIRE(find(fs, "M5") != nullptr);
   CHECK(fs[0].parameter == "1.weight");
-  CHECK(evidence(fs[0], "parameters without gradient") == 8);  // fc1 w,b; bn w,b; two blocks x (w,b)
+  CHECK(evidence(fs[0], "parameters without gradient") == 8);       // fc1 w,b; bn w,b; two blocks x (w,b)
   for (const auto& f : fs) CHECK(f.parameter.rfind("8.", 0) != 0);  // the head itself still learns
 }
 
@@ -262,8 +262,8 @@ TEST_CASE("M17: BatchNorm whose running statistics were never updated, or that h
   CHECK(fs[0].module == "3 (BatchNorm1d)");
   CHECK(evidence(fs[0], "num_batches_tracked") == 0);
 
-  auto none = std::make_shared<nn::Sequential>(std::make_shared<nn::BatchNorm1d>(
-      nn::BatchNormOptions(6).track_running_stats(false)));
+  auto none = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::BatchNorm1d>(nn::BatchNormOptions(6).track_running_stats(false)));
   auto fn = dbg::check_batchnorm_stats(*none);
   REQUIRE(fn.size() == 1);
   CHECK(fn[0].title.find("without running statistics") != std::string::npos);

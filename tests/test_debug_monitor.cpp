@@ -21,7 +21,8 @@ struct Setup {
   std::unique_ptr<nn::DataLoader> loader;
   nn::CrossEntropyLoss loss;
   std::unique_ptr<gs::optim::Adam> opt;
-  explicit Setup(uint64_t seed = 1, gs::nn::DataLoaderOptions lo = nn::DataLoaderOptions().batch_size(32).shuffle(true)) {
+  explicit Setup(uint64_t seed = 1,
+                 gs::nn::DataLoaderOptions lo = nn::DataLoaderOptions().batch_size(32).shuffle(true)) {
     XY d = blobs(64, 3, 8, 7, 1.5);
     data = std::make_shared<nn::TensorDataset>(d.x, d.y);
     loader = std::make_unique<nn::DataLoader>(data, lo);
@@ -93,7 +94,8 @@ TEST_CASE("W3 with W4/M12: a loss that turns non-finite is localised to the op a
   s.model->push_back(head);
   nn::NLLLoss nll;
   dbg::Monitor m(*s.model, *s.opt, &nll);
-  gs::optim::Trainer t(*s.model, *s.opt, gs::optim::TrainerOptions().epochs(1).max_steps(3).progress(gs::optim::Progress::Off));
+  gs::optim::Trainer t(*s.model, *s.opt,
+                       gs::optim::TrainerOptions().epochs(1).max_steps(3).progress(gs::optim::Progress::Off));
   t.set_loss([&](const Tensor& out, const Tensor& y) { return nll(out, y); });
   m.attach(t);
   t.fit(*s.loader);
@@ -194,8 +196,9 @@ TEST_CASE("W1: a seeded run is reproducible; one that reads an unseeded source i
   CHECK(evidence(bad[0], "first differing step") == 1);
 }
 
-TEST_CASE("W3 runs every registered run check: the units the families register are the monitor's, and each notes "
-          "that it ran") {
+TEST_CASE(
+    "W3 runs every registered run check: the units the families register are the monitor's, and each notes "
+    "that it ran") {
   Setup s;
   dbg::MonitorOptions o;
   o.every = 2;
@@ -208,8 +211,8 @@ TEST_CASE("W3 runs every registered run check: the units the families register a
   s.fit(m, gs::optim::TrainerOptions().epochs(6));
   m.finish(s.data->x().narrow(0, 0, 32), s.data->y().narrow(0, 0, 32));
   // What a clean classification run of a ReLU MLP cannot show: a BCELoss (L3), an elementwise loss (D6), a
-  // non-finite value (W4, M12), a layer's own warning (O5), a sigmoid or tanh (M8). M2/M17 and M18 note nothing: the gate
-  // and the diagnosis report say whether their probes ran.
+  // non-finite value (W4, M12), a layer's own warning (O5), a sigmoid or tanh (M8). M2/M17 and M18 note nothing: the
+  // gate and the diagnosis report say whether their probes ran.
   const std::set<std::string> needs_more = {"L3", "D6", "W4", "M12", "O5", "M2", "M17", "M18", "M8"};
   std::set<std::string> all;
   for (const std::string& group : ids) {
@@ -230,8 +233,9 @@ TEST_CASE("W3 runs every registered run check: the units the families register a
   for (const auto& c : registered) CHECK((c->events() & ~((dbg::RunEvent::Trainer << 1) - 1)) == 0u);
 }
 
-TEST_CASE("O9: clipping below the gradient's norm at every step fires; clipping that acts on some steps and no "
-          "clipping stay silent") {
+TEST_CASE(
+    "O9: clipping below the gradient's norm at every step fires; clipping that acts on some steps and no "
+    "clipping stay silent") {
   // The bug: max_norm 1e-3, far below this MLP's gradient norm (about 0.1-1): every update has the
   // same length.
   {

@@ -34,11 +34,6 @@ using dtest::ev;
 using dtest::has;
 using dtest::titled;
 
-
-
-
-
-
 std::vector<dbg::Finding> of(const std::vector<dbg::Finding>& fs, const std::string& check,
                              dbg::Severity min = dbg::Severity::Info) {
   std::vector<dbg::Finding> out;
@@ -77,10 +72,10 @@ std::shared_ptr<nn::Sequential> reference_mlp() {
     auto inner = make_shared<nn::Sequential>(make_shared<nn::ReLU>(), make_shared<nn::Linear>(128, 128));
     return make_shared<nn::Residual>(inner);
   };
-  return make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-      make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 128), make_shared<nn::ReLU>(),
-      make_shared<nn::BatchNorm1d>(128), block(), block(), make_shared<nn::ReLU>(), make_shared<nn::Dropout>(0.2),
-      make_shared<nn::Linear>(128, 10)});
+  return make_shared<nn::Sequential>(
+      std::vector<nn::ModulePtr>{make_shared<nn::Flatten>(), make_shared<nn::Linear>(784, 128), make_shared<nn::ReLU>(),
+                                 make_shared<nn::BatchNorm1d>(128), block(), block(), make_shared<nn::ReLU>(),
+                                 make_shared<nn::Dropout>(0.2), make_shared<nn::Linear>(128, 10)});
 }
 
 // Standardised Fashion-MNIST, the first n training images (loaded once).
@@ -479,7 +474,7 @@ TEST_CASE("O6 UpdateRatioTracker: too large and never-updated weights; detach st
     opt.step();
     CHECK(t.measurements() == 4);
     t.attach(opt, *net, 1);  // re-attaching starts afresh
-  }  // the destructor detaches: the optimizer steps on without it
+  }                          // the destructor detaches: the optimizer steps on without it
   opt.step();
   CHECK(opt.steps_taken() == 9);
 }

@@ -92,7 +92,7 @@ TEST_CASE("the profiler charges a slow module more than a cheap one and counts c
     CHECK(cheap->calls == kCalls);
     CHECK(root->calls == kCalls);
     CHECK(root->total_ms >= slow->total_ms + cheap->total_ms);  // inclusive: children nest in the parent
-    CHECK(r.modules.front().name == "(model) (Net)");            // sorted, largest first
+    CHECK(r.modules.front().name == "(model) (Net)");           // sorted, largest first
 
     // Ops: every matmul counted once, in the forward phase.
     const auto* mm = row(r.ops, "matmul", "forward");

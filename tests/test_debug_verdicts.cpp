@@ -71,7 +71,8 @@ TEST_CASE("a NaN cascade is grouped under the op/module that started it; an unre
   gs::manual_seed(5);
   XY d = blobs(16, 3, 6, 11, 1.0);
   Tensor raw = (d.x.abs() * 60.0).clamp(0.0, 255.0).to(gs::kInt64).to(gs::kFloat32);  // whole 0..255
-  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 3), std::make_shared<NaiveLogSoftmax>());
+  auto model =
+      std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 3), std::make_shared<NaiveLogSoftmax>());
   dbg::Report r = train_with_monitor(*model, raw, d.y, 6, 0.5);
   r.add(dbg::check_normalisation(raw));
   INFO(r.str(true, true));
@@ -135,7 +136,6 @@ TEST_CASE("a NaN cascade is grouped under the op/module that started it; an unre
   rep.findings = r;
   const std::string html = dbg::render_html(rep);
   CHECK(html.find("<details><summary>" + n) != std::string::npos);
-
 }
 
 TEST_CASE("the clean twin of the NaN cascade: standardised inputs, the stable log-softmax: nothing fires or groups") {
@@ -143,7 +143,8 @@ TEST_CASE("the clean twin of the NaN cascade: standardised inputs, the stable lo
   XY d = blobs(16, 3, 6, 11, 1.0);
   nn::Normalizer norm;
   const Tensor xs = norm.fit(d.x).transform(d.x);
-  auto clean = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 3), std::make_shared<StableLogSoftmax>());
+  auto clean =
+      std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 3), std::make_shared<StableLogSoftmax>());
   dbg::Report c = train_with_monitor(*clean, xs, d.y, 6, 0.05);
   c.add(dbg::check_normalisation(xs));
   INFO(c.str(false));
@@ -190,7 +191,8 @@ TEST_CASE("grouping rules: a second NaN source at another time stays a root; M5 
   stuck.kind = dbg::Kind::LossAtChance;
   stuck.end_of_run = true;
   r.add(stuck);
-  dbg::Finding m5 = make("M5", dbg::Severity::Warning, "trainable parameter '1.weight' got no gradient from backward", -1);
+  dbg::Finding m5 =
+      make("M5", dbg::Severity::Warning, "trainable parameter '1.weight' got no gradient from backward", -1);
   m5.kind = dbg::Kind::ParameterUnreached;
   m5.parameter = "1.weight";
   r.add(m5);
@@ -249,8 +251,9 @@ TEST_CASE("a Linear bias right before BatchNorm is one info finding 'redundant b
   {
     // Linear -> BatchNorm1d: the bias of 0 has a zero gradient by construction.
     gs::manual_seed(2);
-    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::BatchNorm1d>(16),
-                                                  std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 3));
+    auto model =
+        std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::BatchNorm1d>(16),
+                                         std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 3));
     dbg::Report r = dbg::pretrain_gate(*model, d.x, d.y, loss, nullptr, g);
     INFO(r.str(true));
     std::vector<const dbg::Finding*> red;
@@ -293,14 +296,15 @@ TEST_CASE("a Linear bias right before BatchNorm is one info finding 'redundant b
       gs::NoGradGuard ng;
       fc->bias.fill_(-100.0);
     }
-    auto model = std::make_shared<nn::Sequential>(fc, std::make_shared<nn::ReLU>(), std::make_shared<nn::BatchNorm1d>(16),
-                                                  std::make_shared<nn::Linear>(16, 3));
+    auto model = std::make_shared<nn::Sequential>(
+        fc, std::make_shared<nn::ReLU>(), std::make_shared<nn::BatchNorm1d>(16), std::make_shared<nn::Linear>(16, 3));
     dbg::Report r = dbg::pretrain_gate(*model, d.x, d.y, loss, nullptr, g);
     INFO(r.str(true));
     for (const auto& f : r.findings()) CHECK(f.title.find("redundant bias") == std::string::npos);
     CHECK(r.fired("O1"));
     bool warned = false;
-    for (const auto& f : r.findings()) warned = warned || (f.fires() && f.parameter == "0.bias" && (f.check == "O1" || f.check == "M5"));
+    for (const auto& f : r.findings())
+      warned = warned || (f.fires() && f.parameter == "0.bias" && (f.check == "O1" || f.check == "M5"));
     CHECK(warned);
   }
   {
@@ -341,14 +345,16 @@ struct AttentionPool : nn::Module {
     head = register_module("head", std::make_shared<nn::Linear>(D, C));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor w = gs::softmax(gs::matmul(x, q), 1);          // (B, T, 1)
-    Tensor pooled = gs::sum(x * w, {1});                  // (B, D)
+    Tensor w = gs::softmax(gs::matmul(x, q), 1);  // (B, T, 1)
+    Tensor pooled = gs::sum(x * w, {1});          // (B, D)
     return (*head)(pooled);
   }
 };
 }  // namespace
 
-TEST_CASE("M14's budget extends while the loss still falls fast, reports the steps used, and still fails a model that cannot fit") {
+TEST_CASE(
+    "M14's budget extends while the loss still falls fast, reports the steps used, and still fails a model that cannot "
+    "fit") {
   gs::manual_seed(4);
   Tensor x = gs::randn({16, 5, 6});
   Tensor y = gs::randint(0, 4, {16});

@@ -35,15 +35,19 @@ using nntest::error_or_empty;
 // A small float64 MLP whose initial weights depend on `seed`.
 std::shared_ptr<gs::nn::Sequential> make_mlp(uint64_t seed) {
   gs::manual_seed(seed);
-  auto m = std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(5, 4), std::make_shared<gs::nn::Tanh>(),
-                                               std::make_shared<gs::nn::Linear>(4, 3));
+  auto m = std::make_shared<gs::nn::Sequential>(
+      std::make_shared<gs::nn::Linear>(5, 4), std::make_shared<gs::nn::Tanh>(), std::make_shared<gs::nn::Linear>(4, 3));
   m->to(gs::kFloat64);
   return m;
 }
 
 // The global batch every rank can compute: 2 * world_size rows; rank r owns rows [2r, 2r + 2).
-Tensor global_x(int world) { return (gs::arange(10.0 * world, gs::kFloat64) * 0.7 - 3.0).tanh().reshape({2 * world, 5}); }
-Tensor global_y(int world) { return (gs::arange(6.0 * world, gs::kFloat64) * -0.45 + 2.0).tanh().reshape({2 * world, 3}); }
+Tensor global_x(int world) {
+  return (gs::arange(10.0 * world, gs::kFloat64) * 0.7 - 3.0).tanh().reshape({2 * world, 5});
+}
+Tensor global_y(int world) {
+  return (gs::arange(6.0 * world, gs::kFloat64) * -0.45 + 2.0).tanh().reshape({2 * world, 3});
+}
 Tensor mse(const Tensor& a, const Tensor& b) { return (a - b).square().mean(); }
 
 // The single-process reference: the same weights, the whole global batch, float64.

@@ -38,8 +38,8 @@ namespace dist = gs::dist;
 using gs::Tensor;
 using nntest::check_close;
 using nntest::has;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 
 namespace {
 
@@ -66,10 +66,11 @@ const bool ready = [] {
   // One machine (CTest's mpirun): rank r takes GPU r. NCCL needs a GPU of its own per rank.
   if (w.world_size() > gpus) {
     if (w.is_main())
-      std::printf("%s: %d ranks but %d GPU(s): NCCL needs one GPU per rank (two ranks of one communicator on "
-                  "the same GPU are refused): skipped; test_dist_nccl_gpu_1rank runs the same checks with "
-                  "`mpirun -np 1`\n",
-                  kProgram, w.world_size(), gpus);
+      std::printf(
+          "%s: %d ranks but %d GPU(s): NCCL needs one GPU per rank (two ranks of one communicator on "
+          "the same GPU are refused): skipped; test_dist_nccl_gpu_1rank runs the same checks with "
+          "`mpirun -np 1`\n",
+          kProgram, w.world_size(), gpus);
     std::exit(77);
   }
   if (cudaSetDevice(w.rank()) != cudaSuccess) {
@@ -96,23 +97,27 @@ Tensor rank_values(gs::DType dt, int r) {
 // A small MLP whose initial weights depend on `seed`.
 std::shared_ptr<gs::nn::Sequential> make_mlp(uint64_t seed, gs::DType dt) {
   gs::manual_seed(seed);
-  auto m = std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(5, 4), std::make_shared<gs::nn::Tanh>(),
-                                               std::make_shared<gs::nn::Linear>(4, 3));
+  auto m = std::make_shared<gs::nn::Sequential>(
+      std::make_shared<gs::nn::Linear>(5, 4), std::make_shared<gs::nn::Tanh>(), std::make_shared<gs::nn::Linear>(4, 3));
   m->to(dt);
   return m;
 }
-Tensor batch_x(int r, gs::DType dt) { return (gs::arange(10.0, gs::kFloat64) * 0.7 - 3.0 + r).tanh().reshape({2, 5}).to(dt); }
-Tensor batch_y(int r, gs::DType dt) { return (gs::arange(6.0, gs::kFloat64) * -0.45 + 2.0 - r).tanh().reshape({2, 3}).to(dt); }
+Tensor batch_x(int r, gs::DType dt) {
+  return (gs::arange(10.0, gs::kFloat64) * 0.7 - 3.0 + r).tanh().reshape({2, 5}).to(dt);
+}
+Tensor batch_y(int r, gs::DType dt) {
+  return (gs::arange(6.0, gs::kFloat64) * -0.45 + 2.0 - r).tanh().reshape({2, 3}).to(dt);
+}
 
 // The pieces every "no NCCL" message must carry: the op, the tensor and its device, why, the fix.
 void check_no_nccl_message(const std::string& e, const std::string& op, const Tensor& t) {
   INFO("message: " << e);
   CHECK(has(e, op));
-  CHECK(has(e, t.str()));                               // the tensor, "@cuda:0" included
-  CHECK(has(e, "lives on " + gs::kCUDA.str()));          // the device
-  CHECK(has(e, "NCCL"));                                 // why
-  CHECK(has(e, "t.cpu()"));                              // the fix here and now
-  CHECK(has(e, "GRADSLEUTH_KERNELS_ON=GPU"));            // the fix at configure time
+  CHECK(has(e, t.str()));                        // the tensor, "@cuda:0" included
+  CHECK(has(e, "lives on " + gs::kCUDA.str()));  // the device
+  CHECK(has(e, "NCCL"));                         // why
+  CHECK(has(e, "t.cpu()"));                      // the fix here and now
+  CHECK(has(e, "GRADSLEUTH_KERNELS_ON=GPU"));    // the fix at configure time
 }
 
 }  // namespace
@@ -124,8 +129,9 @@ TEST_CASE("the world is the one the launcher started, and the build is the one e
     CHECK(pg().world_size() == std::atoi(want));
   }
   if (GS_DIST_NCCL_GPU) CHECK(dist::nccl_available());  // the GPU program links the NCCL half
-  const std::string mode = std::string(kProgram) + ": NCCL " +
-                           (dist::nccl_available() ? "linked: comparing device and cpu results" : "not linked: checking the errors");
+  const std::string mode =
+      std::string(kProgram) + ": NCCL " +
+      (dist::nccl_available() ? "linked: comparing device and cpu results" : "not linked: checking the errors");
   MESSAGE(mode);
 }
 
@@ -142,7 +148,7 @@ TEST_CASE("all_reduce, broadcast, all_gather on device tensors: the cpu's result
       pg().all_reduce(c, op);
       Tensor d = x.to(gs::kCUDA);
       Tensor base = x.t().contiguous().to(gs::kCUDA);  // (4, 3) on the device
-      Tensor dnc = base.t();                            // x's values through a non-contiguous view
+      Tensor dnc = base.t();                           // x's values through a non-contiguous view
       if (dist::nccl_available()) {
         pg().all_reduce(d, op);
         pg().all_reduce(dnc, op);
@@ -202,7 +208,8 @@ TEST_CASE("DDP around a model on the device: the cpu DDP's gradients, or a clear
     dev_model->to(gs::kCUDA);
     auto cpu_ddp = std::make_shared<dist::DistributedDataParallel>(cpu_model, pg());
     gs::nn::ModulePtr dev_ddp;
-    const std::string e = nntest::error_or_empty([&] { dev_ddp = std::make_shared<dist::DistributedDataParallel>(dev_model, pg()); });
+    const std::string e =
+        nntest::error_or_empty([&] { dev_ddp = std::make_shared<dist::DistributedDataParallel>(dev_model, pg()); });
     {
       Tensor loss = ((*cpu_ddp)(batch_x(r, dt)) - batch_y(r, dt)).square().mean();
       loss.backward();

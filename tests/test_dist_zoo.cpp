@@ -133,6 +133,5 @@ TEST_CASE("every data-parallel bug is caught by an intended check; the clean ref
 
 TEST_CASE("a bug that is not data-parallel is refused before anything trains") {
   auto& pg = ranks_or_skip();
-  CHECK_THROWS_WITH_AS(dz::run({nn::Bug::B13}, small(), pg),
-                       doctest::Contains("not a data-parallel bug"), gs::Error);
+  CHECK_THROWS_WITH_AS(dz::run({nn::Bug::B13}, small(), pg), doctest::Contains("not a data-parallel bug"), gs::Error);
 }

@@ -85,7 +85,7 @@ std::vector<Field> checkpoint_fields(const Bytes& b) {
     f.push_back({p, 4});
     const size_t name_len = get_le(b, p, 4);
     p += 4 + name_len;
-    f.push_back({p, 1});  // dtype
+    f.push_back({p, 1});      // dtype
     f.push_back({p + 1, 1});  // ndim
     const size_t ndim = b[p + 1];
     p += 2;
@@ -97,8 +97,9 @@ std::vector<Field> checkpoint_fields(const Bytes& b) {
   return f;
 }
 
-const std::vector<uint64_t> kExtremes = {0, 1, 2, 7, 255, 65535, 0x7fffffffULL, 0xffffffffULL, 1ULL << 32,
-                                         1ULL << 40, 1ULL << 62, 1ULL << 63, ~0ULL, ~0ULL - 1, 0x4000000000000001ULL};
+const std::vector<uint64_t> kExtremes = {
+    0,          1,          2,          7,          255,   65535,     0x7fffffffULL,        0xffffffffULL,
+    1ULL << 32, 1ULL << 40, 1ULL << 62, 1ULL << 63, ~0ULL, ~0ULL - 1, 0x4000000000000001ULL};
 
 // Loads `path`; true when it loaded, false on a gs::Error that names the file. Anything else fails the test.
 template <class F>
@@ -170,10 +171,13 @@ TEST_CASE("fuzz: mutated checkpoints load or raise a gs::Error naming the file")
     const size_t at = rng.below(m.size());
     switch (rng.below(3)) {
       case 0:
-        for (size_t k = 0, n = 1 + rng.below(16); k < n && at + k < m.size(); ++k) m[at + k] = static_cast<uint8_t>(rng.next());
+        for (size_t k = 0, n = 1 + rng.below(16); k < n && at + k < m.size(); ++k)
+          m[at + k] = static_cast<uint8_t>(rng.next());
         break;
       case 1: m.insert(m.begin() + static_cast<long>(at), 1 + rng.below(12), static_cast<uint8_t>(rng.next())); break;
-      default: m.erase(m.begin() + static_cast<long>(at), m.begin() + static_cast<long>(std::min(m.size(), at + 1 + rng.below(12))));
+      default:
+        m.erase(m.begin() + static_cast<long>(at),
+                m.begin() + static_cast<long>(std::min(m.size(), at + 1 + rng.below(12))));
     }
     attempt(fix_checkpoint(m), "random mutation " + std::to_string(i));
   }
@@ -193,7 +197,8 @@ TEST_CASE("fuzz: mutated IDX files load or raise a gs::Error naming the file") {
   auto attempt = [&](const Bytes& im, const Bytes& lb, const std::string& what) {
     write_all(ip, im);
     write_all(lp, lb);
-    const bool ok = must_load_or_explain(ip, [&] { (void)nn::read_idx(ip); }, what);
+    const bool ok = must_load_or_explain(
+        ip, [&] { (void)nn::read_idx(ip); }, what);
     if (ok) {
       try {
         auto [x, y] = nn::read_idx_images_labels(ip, lp);
@@ -204,7 +209,8 @@ TEST_CASE("fuzz: mutated IDX files load or raise a gs::Error naming the file") {
     (ok ? loaded : rejected)++;
   };
   for (size_t keep = 0; keep <= images.size(); ++keep)
-    attempt(Bytes(images.begin(), images.begin() + static_cast<long>(keep)), labels, "truncated to " + std::to_string(keep));
+    attempt(Bytes(images.begin(), images.begin() + static_cast<long>(keep)), labels,
+            "truncated to " + std::to_string(keep));
   for (size_t i = 0; i < images.size(); ++i)
     for (int bit = 0; bit < 8; ++bit) {
       Bytes m = images;
@@ -221,7 +227,8 @@ TEST_CASE("fuzz: mutated IDX files load or raise a gs::Error naming the file") {
   for (int i = 0; i < 500 * rounds(); ++i) {
     Bytes m = images;
     const size_t at = rng.below(16);  // mostly the header
-    for (size_t k = 0, n = 1 + rng.below(4); k < n && at + k < m.size(); ++k) m[at + k] = static_cast<uint8_t>(rng.next());
+    for (size_t k = 0, n = 1 + rng.below(4); k < n && at + k < m.size(); ++k)
+      m[at + k] = static_cast<uint8_t>(rng.next());
     attempt(m, labels, "random header mutation " + std::to_string(i));
   }
   MESSAGE("IDX fuzz: " << loaded << " loaded, " << rejected << " rejected");

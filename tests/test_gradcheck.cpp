@@ -70,7 +70,7 @@ TEST_CASE("gradcheck passes on x*y + exp(x) with broadcasting and a non-contiguo
   CHECK(r.max_abs_error < 1e-7);
   CHECK(r.elements_checked == 12 + 4);
   CHECK(r.elements_failed == 0);
-  CHECK(saw_noncontiguous);              // the check kept the input's strides
+  CHECK(saw_noncontiguous);                  // the check kept the input's strides
   CHECK(x.to_vector<double>() == x_before);  // and never modified the caller's tensor
   CHECK(r.message.find("passed") != std::string::npos);
 }
@@ -136,7 +136,8 @@ TEST_CASE("gradcheck fast mode agrees with the full check") {
   CHECK(r.passed);
   CHECK(r.elements_checked == 6);
 
-  GradcheckResult bad = gradcheck([](const tensor_list& in) { return wrong_triple(in[0], -1); }, {rnd({3, 4}, 11)}, fast);
+  GradcheckResult bad =
+      gradcheck([](const tensor_list& in) { return wrong_triple(in[0], -1); }, {rnd({3, 4}, 11)}, fast);
   INFO(bad.message);
   CHECK_FALSE(bad.passed);
   CHECK(bad.message.find("fast") != std::string::npos);
@@ -146,8 +147,8 @@ TEST_CASE("gradgradcheck: second derivatives of tanh and matmul, and a backward 
   GradcheckResult t = gradgradcheck([](const tensor_list& in) { return gs::tanh(in[0]); }, {rnd({3, 4}, 12)});
   INFO(t.message);
   CHECK(t.passed);
-  GradcheckResult m = gradgradcheck([](const tensor_list& in) { return gs::matmul(in[0], in[1]); },
-                                    {rnd({3, 4}, 13), rnd({4, 2}, 14)});
+  GradcheckResult m =
+      gradgradcheck([](const tensor_list& in) { return gs::matmul(in[0], in[1]); }, {rnd({3, 4}, 13), rnd({4, 2}, 14)});
   INFO(m.message);
   CHECK(m.passed);
 

@@ -24,11 +24,32 @@ using LD = long double;
 template <class T>
 std::vector<T> edge_values() {
   using L = std::numeric_limits<T>;
-  return {T(0),         -T(0),         L::infinity(), -L::infinity(), L::quiet_NaN(), L::denorm_min(),
-          -L::denorm_min(), L::min() / T(4), T(1e-38),  T(-1e-38),      T(1e38),        T(-1e38),
-          T(1000),      T(-1000),      T(1),          T(-1),          T(0.5),         T(-2.5),
-          T(88.5),      T(-88.5),      T(-100),       T(709.5),       T(-709.5),      T(-745.5),
-          T(20.5),      T(3)};
+  return {T(0),
+          -T(0),
+          L::infinity(),
+          -L::infinity(),
+          L::quiet_NaN(),
+          L::denorm_min(),
+          -L::denorm_min(),
+          L::min() / T(4),
+          T(1e-38),
+          T(-1e-38),
+          T(1e38),
+          T(-1e38),
+          T(1000),
+          T(-1000),
+          T(1),
+          T(-1),
+          T(0.5),
+          T(-2.5),
+          T(88.5),
+          T(-88.5),
+          T(-100),
+          T(709.5),
+          T(-709.5),
+          T(-745.5),
+          T(20.5),
+          T(3)};
 }
 
 // Same value, or both NaN, or within a few units in the last place. Denormal
@@ -100,7 +121,10 @@ std::vector<std::pair<std::string, Tensor>> layouts(const std::vector<T>& v) {
   Tensor contiguous = gs::tensor(ld, {n}, dt);
   // (n, 2) storage, column 0: stride 2 elements.
   std::vector<double> wide;
-  for (double x : ld) { wide.push_back(x); wide.push_back(7.0); }
+  for (double x : ld) {
+    wide.push_back(x);
+    wide.push_back(7.0);
+  }
   Tensor strided = gs::tensor(wide, {n, 2}, dt).select(1, 0);
   return {{"contiguous (" + std::to_string(n) + ")", contiguous}, {"strided", strided}};
 }
@@ -114,8 +138,8 @@ void check_unary(const Unary& u, const std::vector<T>& values) {
     REQUIRE(out.size() == in.size());
     for (size_t i = 0; i < in.size(); ++i) {
       const LD want = u.ref(static_cast<LD>(in[i]));
-      INFO(std::string(u.name), " ", std::string(gs::dtype_name(dt)), " ", layout, " x = ", in[i], ": got ", out[i], ", want ",
-           static_cast<T>(want));
+      INFO(std::string(u.name), " ", std::string(gs::dtype_name(dt)), " ", layout, " x = ", in[i], ": got ", out[i],
+           ", want ", static_cast<T>(want));
       CHECK(close<T>(out[i], want));
     }
   };
@@ -157,7 +181,8 @@ std::vector<Binary> binary_ops() {
       {"sub", [](const Tensor& a, const Tensor& b) { return gs::sub(a, b); }, [](LD a, LD b) { return a - b; }},
       {"mul", [](const Tensor& a, const Tensor& b) { return gs::mul(a, b); }, [](LD a, LD b) { return a * b; }},
       {"div", [](const Tensor& a, const Tensor& b) { return gs::div(a, b); }, [](LD a, LD b) { return a / b; }},
-      {"pow", [](const Tensor& a, const Tensor& b) { return gs::pow(a, b); }, [](LD a, LD b) { return std::pow(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return gs::pow(a, b); },
+       [](LD a, LD b) { return std::pow(a, b); }},
       {"maximum", [](const Tensor& a, const Tensor& b) { return gs::maximum(a, b); },
        [](LD a, LD b) { return nan_wins(a, b, true); }},
       {"minimum", [](const Tensor& a, const Tensor& b) { return gs::minimum(a, b); },
@@ -187,15 +212,18 @@ void check_binary(const Binary& op) {
     for (size_t i = 0; i < m; ++i) {
       const T xi = x.size() == 1 ? x[0] : x[i], yi = y.size() == 1 ? y[0] : y[i];
       const LD want = op.ref(static_cast<LD>(xi), static_cast<LD>(yi));
-      INFO(std::string(op.name), " ", std::string(gs::dtype_name(dt)), " ", layout, " (", xi, ", ", yi, "): got ", out[i], ", want ",
-           static_cast<T>(want));
+      INFO(std::string(op.name), " ", std::string(gs::dtype_name(dt)), " ", layout, " (", xi, ", ", yi, "): got ",
+           out[i], ", want ", static_cast<T>(want));
       CHECK(close<T>(out[i], want));
     }
   };
   Tensor a = gs::tensor(av, {n}, dt), b = gs::tensor(bv, {n}, dt);
   check("contiguous", a, b);
   std::vector<double> aw;
-  for (double x : av) { aw.push_back(x); aw.push_back(3.0); }
+  for (double x : av) {
+    aw.push_back(x);
+    aw.push_back(3.0);
+  }
   check("strided", gs::tensor(aw, {n, 2}, dt).select(1, 0), b);
   // A broadcast scalar operand on either side (the kernels' stride-0 fast paths).
   for (T s : v) {

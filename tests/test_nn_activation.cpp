@@ -11,8 +11,8 @@
 
 namespace nn = gs::nn;
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 using Params = std::vector<std::pair<std::string, Tensor>>;
 
 TEST_CASE("elementwise activations: values and gradients") {
@@ -38,9 +38,8 @@ TEST_CASE("elementwise activations: values and gradients") {
   CHECK(gelu.extra_repr() == "approximate='none'");
   expect(gelu, [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); });
   nn::GELU gelu_tanh("tanh");
-  expect(gelu_tanh, [](double v) {
-    return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-  });
+  expect(gelu_tanh,
+         [](double v) { return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); });
   nntest::check_error([] { nn::GELU("fast"); }, {"GELU", "'none' or 'tanh'"});
   nntest::check_error([&] { relu(gs::tensor(std::vector<int64_t>{1, 2}, {2})); }, {"ReLU", "floating-point"});
 }
@@ -94,8 +93,10 @@ TEST_CASE("relu backward in one pass equals where(x <= 0, 0, g): NaN, inf, -0, e
         CAPTURE(i);
         CHECK(nntest::same_bits(G[i], Wt[i]));
         // And the rule itself: NaN and positive x pass g (bit for bit), the rest give +0.
-        if (std::isnan(xv[i]) || xv[i] > 0) CHECK(nntest::same_bits(G[i], gg[i]));
-        else CHECK(nntest::same_bits(G[i], 0.0));
+        if (std::isnan(xv[i]) || xv[i] > 0)
+          CHECK(nntest::same_bits(G[i], gg[i]));
+        else
+          CHECK(nntest::same_bits(G[i], 0.0));
       }
     }
   }

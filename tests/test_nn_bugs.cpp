@@ -42,7 +42,8 @@ TEST_CASE("the catalog is the table: ids in order, parse_bug accepts B13/b13/13 
   CHECK(nn::parse_bug("13") == Bug::B13);
   const std::string range = nn::bug_range();
   CHECK(range == cat.front().code + ".." + cat.back().code);
-  CHECK_THROWS_WITH_AS(nn::parse_bug("B" + std::to_string(nn::kNumBugs + 1)), doctest::Contains(range.c_str()), gs::Error);
+  CHECK_THROWS_WITH_AS(nn::parse_bug("B" + std::to_string(nn::kNumBugs + 1)), doctest::Contains(range.c_str()),
+                       gs::Error);
   CHECK_THROWS_AS(nn::parse_bug("B0"), gs::Error);
   CHECK_THROWS_AS(nn::parse_bug("x"), gs::Error);
   nn::BugSet s{Bug::B13, Bug::B03};
@@ -243,8 +244,9 @@ TEST_CASE("Trainer B04 skips zero_grad (O5 warns); B05 evaluates in training mod
     std::vector<gs::Warning> got;
     gs::WarningHandlerGuard g([&](const gs::Warning& w) { got.push_back(w); });
     gs::manual_seed(1);
-    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(),
-                                                  std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Linear>(8, 3));
+    auto model =
+        std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>(),
+                                         std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Linear>(8, 3));
     gs::optim::Adam opt(model->parameters());
     gs::optim::Trainer t(*model, opt, gs::optim::TrainerOptions().epochs(1).progress(gs::optim::Progress::Off).bug(b));
     t.fit(loader, &loader);

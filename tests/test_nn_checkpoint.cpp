@@ -41,7 +41,9 @@ struct TempDir {
   }
   ~TempDir() { fs::remove_all(path); }
   std::string file(const std::string& name) const { return (path / name).string(); }
-  size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
+  size_t entries() const {
+    return static_cast<size_t>(std::distance(fs::directory_iterator(path), fs::directory_iterator()));
+  }
 };
 
 std::vector<uint8_t> read_bytes(const std::string& p) {
@@ -134,21 +136,29 @@ TEST_CASE("the byte layout matches docs/checkpoint-format.md") {
   TempDir dir;
   nn::write_checkpoint(dir.file("one.ckpt"), {{"w", gs::tensor({1.5, -2.0}, gs::kFloat32)}});
   auto b = read_bytes(dir.file("one.ckpt"));
-  auto u64 = [&](size_t at) { uint64_t v = 0; for (int i = 0; i < 8; ++i) v |= uint64_t(b[at + i]) << (8 * i); return v; };
-  auto u32 = [&](size_t at) { uint32_t v = 0; for (int i = 0; i < 4; ++i) v |= uint32_t(b[at + i]) << (8 * i); return v; };
+  auto u64 = [&](size_t at) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t(b[at + i]) << (8 * i);
+    return v;
+  };
+  auto u32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(b[at + i]) << (8 * i);
+    return v;
+  };
   // header 32 + name len 4 + "w" 1 + dtype 1 + ndim 1 + dim 8 + nbytes 8 + data 8 + entry checksum 8 + checksum 8
   REQUIRE(b.size() == 32 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 8 + 8);
   CHECK(std::string(b.begin(), b.begin() + 8) == "GSCKPT01");
-  CHECK(u32(8) == 2);            // version
-  CHECK(u32(12) == 0);           // reserved
-  CHECK(u64(16) == 1);           // entry count
-  CHECK(u64(24) == b.size());    // file size
-  CHECK(u32(32) == 1);           // name length
+  CHECK(u32(8) == 2);          // version
+  CHECK(u32(12) == 0);         // reserved
+  CHECK(u64(16) == 1);         // entry count
+  CHECK(u64(24) == b.size());  // file size
+  CHECK(u32(32) == 1);         // name length
   CHECK(b[36] == 'w');
-  CHECK(b[37] == 2);             // dtype code: float32
-  CHECK(b[38] == 1);             // ndim
-  CHECK(u64(39) == 2);           // dim 0
-  CHECK(u64(47) == 8);           // data bytes
+  CHECK(b[37] == 2);    // dtype code: float32
+  CHECK(b[38] == 1);    // ndim
+  CHECK(u64(39) == 2);  // dim 0
+  CHECK(u64(47) == 8);  // data bytes
   float f[2];
   std::memcpy(f, b.data() + 55, 8);
   CHECK(f[0] == 1.5f);
@@ -254,8 +264,8 @@ TEST_CASE("mismatched models: shapes, dtypes, missing and unexpected names") {
   // Missing and unexpected names; strict=false loads what matches.
   nn::Sequential seq{std::make_shared<nn::Linear>(4, 16)};
   nntest::check_error([&] { nn::load(seq, path); },
-                      {"missing from the checkpoint: 0.weight, 0.bias", "in the checkpoint but not in the model: fc1.weight",
-                       "different architecture"});
+                      {"missing from the checkpoint: 0.weight, 0.bias",
+                       "in the checkpoint but not in the model: fc1.weight", "different architecture"});
   nn::Linear fc1(4, 16);
   nn::write_checkpoint(dir.file("part.ckpt"), {{"weight", wide->fc1->weight}, {"extra", gs::ones({2})}});
   nntest::check_error([&] { nn::load(fc1, dir.file("part.ckpt")); }, {"missing from the checkpoint: bias", "extra"});
@@ -265,8 +275,11 @@ TEST_CASE("mismatched models: shapes, dtypes, missing and unexpected names") {
 
 TEST_CASE("write_checkpoint rejects bad entry lists before touching the disk") {
   TempDir dir;
-  nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"a", gs::ones({1})}, {"a", gs::ones({1})}}); },
-                      {"'a' appears twice"});
+  nntest::check_error(
+      [&] {
+        nn::write_checkpoint(dir.file("x"), {{"a", gs::ones({1})}, {"a", gs::ones({1})}});
+      },
+      {"'a' appears twice"});
   nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"a", Tensor()}}); }, {"'a' is an undefined tensor"});
   nntest::check_error([&] { nn::write_checkpoint(dir.file("x"), {{"", gs::ones({1})}}); }, {"names must be"});
   CHECK(dir.entries() == 0);
@@ -352,9 +365,11 @@ TEST_CASE("crafted checkpoints: empty and duplicate names, bool bytes other than
 TEST_CASE("reads are bounded: /dev/zero, a directory, a file longer than its header") {
   TempDir dir;
   if (fs::exists("/dev/zero"))
-    nntest::check_error([&] { nn::read_checkpoint("/dev/zero"); }, {"nn::load", "/dev/zero", "not a gradsleuth checkpoint"});
+    nntest::check_error([&] { nn::read_checkpoint("/dev/zero"); },
+                        {"nn::load", "/dev/zero", "not a gradsleuth checkpoint"});
   nn::Linear fc(2, 2);
-  nntest::check_error([&] { nn::load(fc, dir.path.string()); }, {"nn::load", dir.path.string().c_str(), "is a directory"});
+  nntest::check_error([&] { nn::load(fc, dir.path.string()); },
+                      {"nn::load", dir.path.string().c_str(), "is a directory"});
   const std::string p = dir.file("long.ckpt");
   write_bytes(p, craft({f32("a", {1}, 1)}, /*size_delta=*/-4));  // the header says 4 bytes fewer than present
   nntest::check_error([&] { nn::read_checkpoint(p); }, {"corrupted", "header says"});
@@ -457,7 +472,8 @@ TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum reco
   TempDir dir;
   const std::string p = dir.file("edited.ckpt");
   // What nn::save writes for an optimizer's step counter and a label tensor ...
-  nn::write_checkpoint(p, {{"w", gs::tensor({0.5, -1.25})}, {"0.0.step", gs::tensor(std::vector<int64_t>{3, 0, 100, 7}, {4})},
+  nn::write_checkpoint(p, {{"w", gs::tensor({0.5, -1.25})},
+                           {"0.0.step", gs::tensor(std::vector<int64_t>{3, 0, 100, 7}, {4})},
                            {"labels", gs::tensor(std::vector<int64_t>{-1, 2}, {2})}});
   std::vector<uint8_t> b = read_bytes(p);
   REQUIRE(nn::read_checkpoint(p).size() == 3);
@@ -484,7 +500,8 @@ TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum reco
   nntest::check_error([&] { nn::read_checkpoint(p); }, {"'big'", "entry checksum", "int64 data"});
   // Version 1 files (no entry checksums) still load; there, negative integers relabelled float64
   // (NaNs with a payload) and small ones (subnormals) are refused from the values.
-  write_bytes(p, craft({{"labels", 3, {2}, 16, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 0, 0, 0}}}));
+  write_bytes(
+      p, craft({{"labels", 3, {2}, 16, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 0, 0, 0}}}));
   nntest::check_error([&] { nn::read_checkpoint(p); }, {"'labels'", "int64 data"});
   write_bytes(p, craft({{"neg", 3, {1}, 8, {0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}}));  // -2 alone: a NaN
   nntest::check_error([&] { nn::read_checkpoint(p); }, {"'neg'", "int64 data"});
@@ -492,7 +509,8 @@ TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum reco
   write_bytes(p, craft({{"nan", 3, {1}, 8, {0, 0, 0, 0, 0, 0, 0xf8, 0x7f}}}));
   CHECK(std::isnan(nn::read_checkpoint(p)[0].second.to_vector<double>()[0]));
   // Real float64 data passes, zeros and a stray subnormal among ordinary numbers included.
-  nn::write_checkpoint(p, {{"d", gs::tensor({0.0, 4.9e-324, 1.0, -0.0}, gs::kFloat64)}, {"z", gs::zeros({3}, gs::kFloat64)}});
+  nn::write_checkpoint(
+      p, {{"d", gs::tensor({0.0, 4.9e-324, 1.0, -0.0}, gs::kFloat64)}, {"z", gs::zeros({3}, gs::kFloat64)}});
   auto got = nn::read_checkpoint(p);
   CHECK(got[0].second.to_vector<double>()[1] == 4.9e-324);
 }

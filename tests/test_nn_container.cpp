@@ -84,8 +84,8 @@ TEST_CASE("ResidualBlock: conv-bn-relu-conv-bn + skip + relu") {
   CHECK(block.extra_repr() == "channels=2");
   std::vector<std::string> names;
   for (auto& [n, p] : block.named_parameters()) names.push_back(n);
-  CHECK(names == std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight",
-                                          "bn2.bias"});
+  CHECK(names ==
+        std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight", "bn2.bias"});
   CHECK(block.named_buffers().size() == 6);
   Tensor x = gs::randn({2, 2, 5, 5});
   Tensor y = block(x);
@@ -95,7 +95,10 @@ TEST_CASE("ResidualBlock: conv-bn-relu-conv-bn + skip + relu") {
   // The same computation spelled out with the block's own children (eval: fixed statistics).
   block.eval();
   auto kids = block.named_children();
-  auto& conv1 = *kids[0].second; auto& bn1 = *kids[1].second; auto& conv2 = *kids[2].second; auto& bn2 = *kids[3].second;
+  auto& conv1 = *kids[0].second;
+  auto& bn1 = *kids[1].second;
+  auto& conv2 = *kids[2].second;
+  auto& bn2 = *kids[3].second;
   nntest::check_close(block(x), vals(gs::relu(x + bn2(conv2(gs::relu(bn1(conv1(x))))))), 1e-6);
 
   block.train();

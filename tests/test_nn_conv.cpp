@@ -12,8 +12,8 @@
 
 namespace nn = gs::nn;
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 using Params = std::vector<std::pair<std::string, Tensor>>;
 
 namespace {
@@ -68,11 +68,21 @@ TEST_CASE("Conv2d: options, parameters, repr") {
 }
 
 TEST_CASE("Conv2d: forward matches direct convolution") {
-  struct Case { int C, O, k, s, p, d, g; bool bias; };
+  struct Case {
+    int C, O, k, s, p, d, g;
+    bool bias;
+  };
   for (Case cs : {Case{1, 2, 3, 1, 0, 1, 1, true}, Case{2, 3, 3, 2, 1, 1, 1, true}, Case{2, 2, 2, 1, 2, 2, 1, false},
                   Case{4, 6, 3, 1, 1, 1, 2, true}, Case{3, 3, 3, 2, 1, 2, 3, true}}) {
-    CAPTURE(cs.C); CAPTURE(cs.O); CAPTURE(cs.k); CAPTURE(cs.s); CAPTURE(cs.p); CAPTURE(cs.d); CAPTURE(cs.g);
-    nn::Conv2d conv(nn::Conv2dOptions(cs.C, cs.O, cs.k).stride(cs.s).padding(cs.p).dilation(cs.d).groups(cs.g).bias(cs.bias));
+    CAPTURE(cs.C);
+    CAPTURE(cs.O);
+    CAPTURE(cs.k);
+    CAPTURE(cs.s);
+    CAPTURE(cs.p);
+    CAPTURE(cs.d);
+    CAPTURE(cs.g);
+    nn::Conv2d conv(
+        nn::Conv2dOptions(cs.C, cs.O, cs.k).stride(cs.s).padding(cs.p).dilation(cs.d).groups(cs.g).bias(cs.bias));
     Tensor x = gs::randn({2, cs.C, 7, 6});
     Tensor y = conv(x);
     int64_t oH, oW;
@@ -89,12 +99,20 @@ TEST_CASE("conv2d: stride 1 with the output as wide as the input (one flat loop 
   // rows that shrink while the width stays, taps with no valid row or column at all
   // (1-pixel-high and 2-pixel-wide images), odd sizes and a non-contiguous input;
   // forward against the direct sum in float64, gradients by central differences.
-  struct Case { int64_t H, W, kH, kW, pH, pW, dH, dW; };
+  struct Case {
+    int64_t H, W, kH, kW, pH, pW, dH, dW;
+  };
   for (Case cs : {Case{6, 7, 3, 3, 1, 1, 1, 1}, Case{5, 9, 5, 5, 2, 2, 1, 1}, Case{7, 6, 3, 3, 2, 2, 2, 2},
                   Case{4, 5, 1, 1, 0, 0, 1, 1}, Case{6, 7, 3, 5, 0, 2, 1, 1}, Case{5, 5, 2, 3, 0, 1, 1, 1},
                   Case{5, 1, 3, 1, 1, 0, 1, 1}, Case{1, 5, 3, 3, 1, 1, 1, 1}, Case{3, 2, 3, 3, 3, 3, 3, 3}}) {
-    CAPTURE(cs.H); CAPTURE(cs.W); CAPTURE(cs.kH); CAPTURE(cs.kW); CAPTURE(cs.pH); CAPTURE(cs.pW);
-    CAPTURE(cs.dH); CAPTURE(cs.dW);
+    CAPTURE(cs.H);
+    CAPTURE(cs.W);
+    CAPTURE(cs.kH);
+    CAPTURE(cs.kW);
+    CAPTURE(cs.pH);
+    CAPTURE(cs.pW);
+    CAPTURE(cs.dH);
+    CAPTURE(cs.dW);
     const int64_t N = 2, C = 3, O = 2;
     // A (N, C, W, H) tensor transposed: the conv reads a non-contiguous view.
     Tensor x = gs::randn({N, C, cs.W, cs.H}, gs::kFloat64).transpose(2, 3);
@@ -120,12 +138,16 @@ TEST_CASE("conv2d: stride 1 with the output as wide as the input (one flat loop 
           }
     nntest::check_close(y, want, 1e-12, 1e-12);
     // Float32 takes the same paths: same values to float precision.
-    nntest::check_close(gs::conv2d(x.to(gs::kFloat32), w.to(gs::kFloat32), b.to(gs::kFloat32), {1, 1},
-                                   {cs.pH, cs.pW}, {cs.dH, cs.dW}),
-                        want, 1e-4, 1e-4);
-    Tensor xl = x.contiguous().detach().requires_grad_(), wl = w.detach().requires_grad_();  // the check perturbs raw data
-    GS_CHECK_GRADS([&] { return gs::conv2d(xl, wl, Tensor(), {1, 1}, {cs.pH, cs.pW}, {cs.dH, cs.dW}); },
-                   (Params{{"x", xl}, {"weight", wl}}));
+    nntest::check_close(
+        gs::conv2d(x.to(gs::kFloat32), w.to(gs::kFloat32), b.to(gs::kFloat32), {1, 1}, {cs.pH, cs.pW}, {cs.dH, cs.dW}),
+        want, 1e-4, 1e-4);
+    Tensor xl = x.contiguous().detach().requires_grad_(),
+           wl = w.detach().requires_grad_();  // the check perturbs raw data
+    GS_CHECK_GRADS(
+        [&] {
+          return gs::conv2d(xl, wl, Tensor(), {1, 1}, {cs.pH, cs.pW}, {cs.dH, cs.dW});
+        },
+        (Params{{"x", xl}, {"weight", wl}}));
   }
 }
 
@@ -226,11 +248,15 @@ TEST_CASE("max_pool2d 2x2: every output width (overrunning and exact rows) again
   for (int64_t W : {14, 15, 16, 17, 28, 29, 32, 33, 6, 3}) {
     for (int64_t H : {W % 2 ? int64_t{5} : int64_t{4}, int64_t{2}, int64_t{3}}) {
       for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
-        CAPTURE(W); CAPTURE(H); CAPTURE(dt);
+        CAPTURE(W);
+        CAPTURE(H);
+        CAPTURE(dt);
         const int64_t N = 2, C = 3, oH = H / 2, oW = W / 2;
         Vec xv(N * C * H * W);
         for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
-        xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
+        xv[5] = NAN;
+        xv[xv.size() / 2] = NAN;
+        xv[xv.size() - 3] = NAN;
         Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
         Tensor y = gs::max_pool2d(x, {2, 2});
         REQUIRE(y.shape() == gs::Shape{N, C, oH, oW});
@@ -243,13 +269,19 @@ TEST_CASE("max_pool2d 2x2: every output width (overrunning and exact rows) again
               for (int64_t a = 0; a < 2; ++a)
                 for (int64_t c = 0; c < 2; ++c) {
                   const int64_t k = (nc * H + 2 * i + a) * W + 2 * j + c;
-                  if (best < 0) best = k;
-                  else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best])) best = k;
+                  if (best < 0)
+                    best = k;
+                  else if (!std::isnan(xv[best]) && (std::isnan(xv[k]) || xv[k] > xv[best]))
+                    best = k;
                 }
               const double got = Y[(nc * oH + i) * oW + j];
-              CAPTURE(nc); CAPTURE(i); CAPTURE(j);
-              if (std::isnan(xv[best])) CHECK(std::isnan(got));
-              else CHECK(got == xv[best]);
+              CAPTURE(nc);
+              CAPTURE(i);
+              CAPTURE(j);
+              if (std::isnan(xv[best]))
+                CHECK(std::isnan(got));
+              else
+                CHECK(got == xv[best]);
               wantG[best] += 1.0;
             }
         CHECK(G == wantG);
@@ -263,10 +295,14 @@ TEST_CASE("max_pool2d: ties go to the first element, the first NaN wins, on ever
   // middle (NaN out, gradient to the NaN), and a plain maximum in the last slot.
   // The 2x2/stride-2 window, the general no-padding path (3x3 stride 3) and the
   // padded path (2x2 stride 2, padding 1) are written by separate code.
-  struct Case { int k, s, p; };
+  struct Case {
+    int k, s, p;
+  };
   for (Case cs : {Case{2, 2, 0}, Case{3, 3, 0}, Case{2, 2, 1}}) {
     for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
-      CAPTURE(cs.k); CAPTURE(cs.p); CAPTURE(dt);
+      CAPTURE(cs.k);
+      CAPTURE(cs.p);
+      CAPTURE(dt);
       const int H = cs.k, W = 3 * cs.k;  // one row of three windows (no padding)
       // Window 0: all equal (1.0); window 1: a NaN at its second element; window 2: max at its last.
       std::vector<double> xv(H * W);
@@ -287,10 +323,10 @@ TEST_CASE("max_pool2d: ties go to the first element, the first NaN wins, on ever
         CHECK(Y[0] == 1.0);
         CHECK(std::isnan(Y[1]));
         CHECK(Y[2] == 9.0);
-        CHECK(G[0] == 1.0);                        // the tie: first element only
+        CHECK(G[0] == 1.0);  // the tie: first element only
         for (int i = 1; i < cs.k; ++i) CHECK(G[i] == 0.0);
-        CHECK(G[cs.k + 1] == 1.0);                 // the NaN takes window 1's gradient
-        CHECK(G[(H - 1) * W + W - 1] == 1.0);     // window 2's maximum
+        CHECK(G[cs.k + 1] == 1.0);             // the NaN takes window 1's gradient
+        CHECK(G[(H - 1) * W + W - 1] == 1.0);  // window 2's maximum
       } else {
         // Padded: every output is still a real element, never the padding.
         for (double v : Y) CHECK((std::isnan(v) || v >= 1.0));
@@ -309,21 +345,32 @@ TEST_CASE("max_pool2d backward writes every element of its uninitialised buffer,
   // gradient holds -0 (written as 0 + -0 = +0, as a scatter into zeros does), NaN and inf,
   // checked bit for bit against a loop. Ties and NaNs in x as in the tests above; odd sizes
   // leave rows and columns that no 2x2 window covers.
-  struct Case { int64_t k, s, p; };
+  struct Case {
+    int64_t k, s, p;
+  };
   for (Case cs : {Case{2, 2, 0}, Case{3, 2, 0}, Case{2, 1, 0}, Case{3, 2, 1}, Case{3, 3, 0}}) {
     for (int64_t W : {14, 15, 7, 28, 29, 9}) {
       for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
-        CAPTURE(cs.k); CAPTURE(cs.s); CAPTURE(cs.p); CAPTURE(W); CAPTURE(dt);
+        CAPTURE(cs.k);
+        CAPTURE(cs.s);
+        CAPTURE(cs.p);
+        CAPTURE(W);
+        CAPTURE(dt);
         const int64_t N = 2, C = 3, H = W % 2 ? 7 : 6;
         Vec xv(N * C * H * W);
         for (size_t i = 0; i < xv.size(); ++i) xv[i] = double((i * 2654435761u >> 7) % 4);
-        xv[5] = NAN; xv[xv.size() / 2] = NAN; xv[xv.size() - 3] = NAN;
+        xv[5] = NAN;
+        xv[xv.size() / 2] = NAN;
+        xv[xv.size() - 3] = NAN;
         Tensor x = gs::tensor(xv, {N, C, H, W}, dt).requires_grad_();
         Tensor y = gs::max_pool2d(x, {cs.k, cs.k}, {cs.s, cs.s}, {cs.p, cs.p});
         const int64_t oH = y.size(2), oW = y.size(3);
         Vec gv(static_cast<size_t>(y.numel()));
         for (size_t i = 0; i < gv.size(); ++i) gv[i] = double((i * 40503u >> 3) % 7) - 3.0;
-        gv[1] = -0.0; gv[2] = NAN; gv[gv.size() - 1] = INFINITY; gv[gv.size() / 3] = -0.0;
+        gv[1] = -0.0;
+        gv[2] = NAN;
+        gv[gv.size() - 1] = INFINITY;
+        gv[gv.size() / 3] = -0.0;
         Tensor g = gs::tensor(gv, y.shape(), dt);
         { Tensor junk = gs::full({N, C, H, W}, NAN, dt); }
         Tensor gx = gs::autograd::grad({y}, {x}, {g})[0];
@@ -339,8 +386,10 @@ TEST_CASE("max_pool2d backward writes every element of its uninitialised buffer,
                   const int64_t h = i * cs.s - cs.p + a, w = j * cs.s - cs.p + c;
                   if (h < 0 || h >= H || w < 0 || w >= W) continue;
                   const int64_t e = (nc * H + h) * W + w;
-                  if (best < 0) best = e;
-                  else if (!std::isnan(xv[best]) && (std::isnan(xv[e]) || xv[e] > xv[best])) best = e;
+                  if (best < 0)
+                    best = e;
+                  else if (!std::isnan(xv[best]) && (std::isnan(xv[e]) || xv[e] > xv[best]))
+                    best = e;
                 }
               want[best] += gv[(nc * oH + i) * oW + j];
             }

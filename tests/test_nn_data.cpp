@@ -124,7 +124,7 @@ TEST_CASE("DataLoader: same seed, same order; each epoch reshuffles; epochs are 
   CHECK(a1 == b1);
   CHECK(a0 != a1);
   CHECK(a.epoch() == 2);
-  CHECK(a.order(1) == a1);      // epoch e is a pure function of (seed, e)
+  CHECK(a.order(1) == a1);  // epoch e is a pure function of (seed, e)
   a.set_epoch(0);
   CHECK(epoch_indices(a) == a0);
   nn::DataLoader c(ds, opts.seed(8));
@@ -147,7 +147,7 @@ TEST_CASE("Subset, take and train_val_split: disjoint and complete") {
   std::set<int64_t> seen;
   for (int64_t i : train->indices()) seen.insert(i);
   for (int64_t i : val->indices()) CHECK(seen.insert(i).second);  // disjoint
-  CHECK(seen.size() == 100);                                       // complete
+  CHECK(seen.size() == 100);                                      // complete
   // Same seed, same split; another seed, another split.
   CHECK(nn::train_val_split(ds, 0.2, 5).second->indices() == val->indices());
   CHECK(nn::train_val_split(ds, 0.2, 6).second->indices() != val->indices());
@@ -218,7 +218,8 @@ TEST_CASE("Synthetic: spirals, blobs and regression are shaped, seeded and separ
   CHECK(gs::equal(nn::make_spirals(100, 3, 0.2, 42)->x(), s->x()));
   CHECK_FALSE(gs::equal(nn::make_spirals(100, 3, 0.2, 43)->x(), s->x()));
   CHECK(s->x().abs().max().item<double>() <= 1.0 + 1e-6);
-  for (int64_t k = 0; k < 3; ++k) CHECK(gs::eq(s->y(), gs::full({300}, k, gs::kInt64)).to(gs::kInt64).sum().item<int64_t>() == 100);
+  for (int64_t k = 0; k < 3; ++k)
+    CHECK(gs::eq(s->y(), gs::full({300}, k, gs::kInt64)).to(gs::kInt64).sum().item<int64_t>() == 100);
 
   // Blobs far apart: nearest-centre classification is (almost) perfect.
   auto b = nn::make_blobs(50, 4, 3, 0.5, 9, 10.0);
@@ -226,7 +227,7 @@ TEST_CASE("Synthetic: spirals, blobs and regression are shaped, seeded and separ
   CHECK(gs::equal(nn::make_blobs(50, 4, 3, 0.5, 9, 10.0)->x(), b->x()));
   Tensor centres = gs::stack({b->x().narrow(0, 0, 50).mean({0}), b->x().narrow(0, 50, 50).mean({0}),
                               b->x().narrow(0, 100, 50).mean({0}), b->x().narrow(0, 150, 50).mean({0})});  // (4, 3)
-  Tensor d2 = (b->x().unsqueeze(1) - centres.unsqueeze(0)).square().sum({2});                               // (200, 4)
+  Tensor d2 = (b->x().unsqueeze(1) - centres.unsqueeze(0)).square().sum({2});                              // (200, 4)
   double acc = gs::eq(d2.argmin(1), b->y()).to(gs::kFloat64).mean().item<double>();
   CHECK(acc >= 0.9);
 

@@ -20,8 +20,10 @@ TEST_CASE("Dropout: training mode zeroes about p and scales the rest by 1/(1-p)"
   auto v = vals(y);
   int zeros = 0, wrong_scale = 0;
   for (double e : v) {
-    if (e == 0.0) ++zeros;
-    else if (std::fabs(e - 1.0 / 0.7) > 1e-6) ++wrong_scale;
+    if (e == 0.0)
+      ++zeros;
+    else if (std::fabs(e - 1.0 / 0.7) > 1e-6)
+      ++wrong_scale;
   }
   CHECK(wrong_scale == 0);
   CHECK(zeros / 20000.0 == doctest::Approx(0.3).epsilon(0.05));  // 6000 +- ~65 expected

@@ -9,8 +9,8 @@
 
 namespace nn = gs::nn;
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 
 TEST_CASE("Embedding: lookup and shape (..., D)") {
   nn::Embedding emb(10, 4);
@@ -49,7 +49,10 @@ TEST_CASE("Embedding: gradient adds up over repeated ids; others get zero") {
 TEST_CASE("Embedding: id errors") {
   nn::Embedding emb(10, 4);
   nntest::check_error([&] { emb(gs::tensor({1.0, 2.0})); }, {"Embedding(10, 4)", "int64", "to(gs::kInt64)"});
-  nntest::check_error([&] { emb(gs::tensor(std::vector<int64_t>{2, 12}, {2})); },
-                      {"Embedding(10, 4)", "[2, 12]", "0..9", "num_embeddings"});
+  nntest::check_error(
+      [&] {
+        emb(gs::tensor(std::vector<int64_t>{2, 12}, {2}));
+      },
+      {"Embedding(10, 4)", "[2, 12]", "0..9", "num_embeddings"});
   nntest::check_error([&] { emb(gs::tensor(std::vector<int64_t>{-1}, {1})); }, {"Embedding", "[-1, -1]"});
 }

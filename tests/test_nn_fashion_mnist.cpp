@@ -73,7 +73,8 @@ void write_gz(const std::string& path, const Bytes& b) {
   gzwrite(f, b.data(), static_cast<unsigned>(b.size()));
   gzclose(f);
 #else
-  (void)path; (void)b;
+  (void)path;
+  (void)b;
 #endif
 }
 
@@ -142,13 +143,12 @@ TEST_CASE("read_idx_images_labels: count mismatch and label range") {
   TempDir dir("pair");
   write_raw(dir / "im", images(6, 2, 2));
   write_raw(dir / "lb5", labels(5));
-  CHECK_THROWS_WITH_AS(nn::read_idx_images_labels(dir / "im", dir / "lb5"),
-                       doctest::Contains("holds 6 images but"), gs::Error);
+  CHECK_THROWS_WITH_AS(nn::read_idx_images_labels(dir / "im", dir / "lb5"), doctest::Contains("holds 6 images but"),
+                       gs::Error);
   Bytes bad = labels(6);
   bad.back() = 12;
   write_raw(dir / "lbbad", bad);
-  CHECK_THROWS_WITH_AS(nn::read_idx_images_labels(dir / "im", dir / "lbbad"), doctest::Contains("label 12"),
-                       gs::Error);
+  CHECK_THROWS_WITH_AS(nn::read_idx_images_labels(dir / "im", dir / "lbbad"), doctest::Contains("label 12"), gs::Error);
   write_raw(dir / "lb6", labels(6));
   auto [x, y] = nn::read_idx_images_labels(dir / "im", dir / "lb6");
   CHECK(x.shape() == gs::Shape{6, 1, 2, 2});

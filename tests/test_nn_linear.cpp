@@ -10,8 +10,8 @@
 
 namespace nn = gs::nn;
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 
 TEST_CASE("Linear: parameters, default init bounds, repr") {
   auto fc = std::make_shared<nn::Linear>(784, 256);
@@ -63,14 +63,17 @@ TEST_CASE("Linear: gradients w.r.t. weight, bias and input (float64)") {
   auto fc = std::make_shared<nn::Linear>(4, 3);
   fc->to(gs::kFloat64);
   Tensor x = gs::randn({5, 4}, gs::kFloat64).requires_grad_();
-  GS_CHECK_GRADS([&] { return (*fc)(x); }, (std::vector<std::pair<std::string, Tensor>>{
-                                               {"weight", fc->weight}, {"bias", fc->bias}, {"x", x}}));
+  GS_CHECK_GRADS([&] { return (*fc)(x); },
+                 (std::vector<std::pair<std::string, Tensor>>{{"weight", fc->weight}, {"bias", fc->bias}, {"x", x}}));
 }
 
 TEST_CASE("Linear: shape errors explain the fix") {
   auto fc = std::make_shared<nn::Linear>(784, 256);
-  nntest::check_error([&] { (*fc)(gs::zeros({64, 28, 28})); },
-                      {"Linear(in_features=784", "[64, 28, 28]", "784", "nn::Flatten"});
+  nntest::check_error(
+      [&] {
+        (*fc)(gs::zeros({64, 28, 28}));
+      },
+      {"Linear(in_features=784", "[64, 28, 28]", "784", "nn::Flatten"});
   nntest::check_error([&] { (*fc)(gs::zeros({64, 100})); }, {"Linear", "[64, 100]", "in_features=100"});
   nntest::check_error([&] { (*fc)(gs::zeros({64, 784}, gs::kInt64)); }, {"Linear", "floating-point", "int64"});
   nntest::check_error([&] { (*fc)(Tensor()); }, {"Linear", "undefined"});

@@ -15,8 +15,8 @@
 namespace nn = gs::nn;
 namespace F = gs::nn::functional;
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 using Params = std::vector<std::pair<std::string, Tensor>>;
 using IVec = std::vector<int64_t>;
 
@@ -183,18 +183,34 @@ TEST_CASE("CrossEntropyLoss: (B, C, d1) inputs") {
 TEST_CASE("CrossEntropyLoss: target errors explain the fix") {
   Tensor x = gs::randn({4, 10});
   // A float target of the input's shape is read as class probabilities; all-zero rows are not.
-  nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4, 10})); },
-                      {"CrossEntropyLoss", "probabilities", "one-hot", "argmax(1)", "[4]"});
+  nntest::check_error(
+      [&] {
+        F::cross_entropy(x, gs::zeros({4, 10}));
+      },
+      {"CrossEntropyLoss", "probabilities", "one-hot", "argmax(1)", "[4]"});
   nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4})); }, {"CrossEntropyLoss", "int64", "to(gs::kInt64)"});
-  nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4, 1}, gs::kInt64)); },
-                      {"CrossEntropyLoss", "[4, 1]", "squeeze(1)"});
-  nntest::check_error([&] { F::cross_entropy(x, labels({1, 10, 3, 4})); }, {"CrossEntropyLoss", "class 10", "1-indexed"});
+  nntest::check_error(
+      [&] {
+        F::cross_entropy(x, gs::zeros({4, 1}, gs::kInt64));
+      },
+      {"CrossEntropyLoss", "[4, 1]", "squeeze(1)"});
+  nntest::check_error(
+      [&] {
+        F::cross_entropy(x, labels({1, 10, 3, 4}));
+      },
+      {"CrossEntropyLoss", "class 10", "1-indexed"});
   nntest::check_error([&] { F::cross_entropy(x, labels({0, 12, 3, 4})); }, {"CrossEntropyLoss", "class 12", "0..9"});
   nntest::check_error([&] { F::cross_entropy(x, labels({0, 1})); }, {"CrossEntropyLoss", "4 examples", "has 2"});
-  nntest::check_error([&] { F::cross_entropy(gs::randn({4}), labels({0, 1, 0, 1})); },
-                      {"CrossEntropyLoss", "BCEWithLogitsLoss"});
-  nntest::check_error([&] { F::cross_entropy(x, labels({0, 1, 2, 3}), nn::CrossEntropyLossOptions().weight(gs::ones({3}))); },
-                      {"CrossEntropyLoss", "one value per class (10)"});
+  nntest::check_error(
+      [&] {
+        F::cross_entropy(gs::randn({4}), labels({0, 1, 0, 1}));
+      },
+      {"CrossEntropyLoss", "BCEWithLogitsLoss"});
+  nntest::check_error(
+      [&] {
+        F::cross_entropy(x, labels({0, 1, 2, 3}), nn::CrossEntropyLossOptions().weight(gs::ones({3})));
+      },
+      {"CrossEntropyLoss", "one value per class (10)"});
 }
 
 TEST_CASE("NLLLoss: equals cross-entropy on log-probabilities; weights; ignore_index") {
@@ -224,7 +240,7 @@ TEST_CASE("BCELoss: hand values, the -100 log clamp, finite gradients at 0 and 1
   Vec g = vals(p.grad());
   CHECK(g[0] == doctest::Approx(0.1 / (0.1 * 0.9)));  // (p - y) / (p (1 - p))
   CHECK(g[3] == 0.0);
-  CHECK(g[5] == doctest::Approx(-1e12));              // PyTorch's 1e-12 floor
+  CHECK(g[5] == doctest::Approx(-1e12));  // PyTorch's 1e-12 floor
 
   // Weighted, and gradients in the interior w.r.t. input and target.
   Tensor pd = gs::rand({3, 2}, gs::kFloat64) * 0.8 + 0.1;
@@ -234,9 +250,16 @@ TEST_CASE("BCELoss: hand values, the -100 log clamp, finite gradients at 0 and 1
   GS_CHECK_GRADS([&] { return F::binary_cross_entropy(pd, yd, nn::BCELossOptions().weight(wd)); },
                  (Params{{"input", pd}, {"target", yd}}));
 
-  nntest::check_error([&] { nn::BCELoss()(gs::tensor({-2.0, 3.0}), gs::tensor({0.0, 1.0})); },
-                      {"BCELoss", "[0, 1]", "logits", "BCEWithLogitsLoss"});
-  nntest::check_error([&] { nn::BCELoss()(gs::rand({4, 1}), gs::rand({4})); }, {"BCELoss", "same shape", "squeeze(-1)"});
+  nntest::check_error(
+      [&] {
+        nn::BCELoss()(gs::tensor({-2.0, 3.0}), gs::tensor({0.0, 1.0}));
+      },
+      {"BCELoss", "[0, 1]", "logits", "BCEWithLogitsLoss"});
+  nntest::check_error(
+      [&] {
+        nn::BCELoss()(gs::rand({4, 1}), gs::rand({4}));
+      },
+      {"BCELoss", "same shape", "squeeze(-1)"});
 }
 
 TEST_CASE("BCEWithLogitsLoss: agrees with BCE on sigmoid, stable at +-1000, pos_weight") {
@@ -247,7 +270,8 @@ TEST_CASE("BCEWithLogitsLoss: agrees with BCE on sigmoid, stable at +-1000, pos_
   CHECK(a.item<double>() == doctest::Approx(b.item<double>()).epsilon(1e-9));
   Tensor ga = gs::autograd::grad({a}, {x})[0], gb = gs::autograd::grad({b}, {x})[0];
   nntest::check_close(ga, vals(gb), 1e-9, 1e-7);
-  GS_CHECK_GRADS([&] { return F::binary_cross_entropy_with_logits(x, y, nn::Reduction::None); }, (Params{{"input", x}}));
+  GS_CHECK_GRADS([&] { return F::binary_cross_entropy_with_logits(x, y, nn::Reduction::None); },
+                 (Params{{"input", x}}));
 
   // Extreme logits: exact values, finite gradients.
   Tensor xe = gs::tensor({1000.0, -1000.0, 1000.0, -1000.0}).requires_grad_();
@@ -264,7 +288,8 @@ TEST_CASE("BCEWithLogitsLoss: agrees with BCE on sigmoid, stable at +-1000, pos_
 
   // pos_weight: -(pw y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))), per class (last dim).
   Tensor pw = gs::tensor({2.0, 0.5, 1.0}, gs::kFloat64);
-  Tensor lp = F::binary_cross_entropy_with_logits(x, y, nn::BCEWithLogitsLossOptions().pos_weight(pw).reduction(nn::Reduction::None));
+  Tensor lp = F::binary_cross_entropy_with_logits(
+      x, y, nn::BCEWithLogitsLossOptions().pos_weight(pw).reduction(nn::Reduction::None));
   Vec X = vals(x), Y = vals(y), P = vals(pw), want;
   for (int i = 0; i < 12; ++i) {
     const double s = 1.0 / (1.0 + std::exp(-X[i]));
@@ -272,13 +297,21 @@ TEST_CASE("BCEWithLogitsLoss: agrees with BCE on sigmoid, stable at +-1000, pos_
   }
   nntest::check_close(lp, want, 1e-9, 1e-9);
   Tensor wd = gs::rand({4, 1}, gs::kFloat64);
-  GS_CHECK_GRADS([&] {
-    return F::binary_cross_entropy_with_logits(x, y, nn::BCEWithLogitsLossOptions().pos_weight(pw).weight(wd));
-  }, (Params{{"input", x}}));
-  nntest::check_error([&] { nn::BCEWithLogitsLoss()(gs::randn({4, 1}), gs::rand({4})); },
-                      {"BCEWithLogitsLoss", "[4, 1]", "[4]", "squeeze(-1)"});
-  nntest::check_error([&] { nn::BCEWithLogitsLoss()(gs::randn({4}), labels({0, 1, 1, 0})); },
-                      {"BCEWithLogitsLoss", "floating-point target"});
+  GS_CHECK_GRADS(
+      [&] {
+        return F::binary_cross_entropy_with_logits(x, y, nn::BCEWithLogitsLossOptions().pos_weight(pw).weight(wd));
+      },
+      (Params{{"input", x}}));
+  nntest::check_error(
+      [&] {
+        nn::BCEWithLogitsLoss()(gs::randn({4, 1}), gs::rand({4}));
+      },
+      {"BCEWithLogitsLoss", "[4, 1]", "[4]", "squeeze(-1)"});
+  nntest::check_error(
+      [&] {
+        nn::BCEWithLogitsLoss()(gs::randn({4}), labels({0, 1, 1, 0}));
+      },
+      {"BCEWithLogitsLoss", "floating-point target"});
 }
 
 TEST_CASE("Loss modules: forward hooks see the input, loss hooks see input and target") {

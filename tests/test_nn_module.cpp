@@ -22,9 +22,9 @@ struct Net : nn::Module {
   std::shared_ptr<nn::Sequential> body;
   Net() : Module("Net") {
     fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 8));
-    body = register_module("body", std::make_shared<nn::Sequential>(std::make_shared<nn::BatchNorm1d>(8),
-                                                                    std::make_shared<nn::ReLU>(),
-                                                                    std::make_shared<nn::Dropout>(0.5)));
+    body = register_module(
+        "body", std::make_shared<nn::Sequential>(std::make_shared<nn::BatchNorm1d>(8), std::make_shared<nn::ReLU>(),
+                                                 std::make_shared<nn::Dropout>(0.5)));
     fc2 = register_module("fc2", std::make_shared<nn::Linear>(8, 3));
   }
   Tensor forward(const Tensor& x) override { return (*fc2)((*body)((*fc1)(x))); }
@@ -40,8 +40,8 @@ std::vector<std::string> names(const std::vector<std::pair<std::string, Tensor>>
 
 TEST_CASE("named_parameters and named_buffers: dotted paths in registration order") {
   auto net = std::make_shared<Net>();
-  CHECK(names(net->named_parameters()) == std::vector<std::string>{"fc1.weight", "fc1.bias", "body.0.weight",
-                                                                   "body.0.bias", "fc2.weight", "fc2.bias"});
+  CHECK(names(net->named_parameters()) ==
+        std::vector<std::string>{"fc1.weight", "fc1.bias", "body.0.weight", "body.0.bias", "fc2.weight", "fc2.bias"});
   CHECK(names(net->named_buffers()) ==
         std::vector<std::string>{"body.0.running_mean", "body.0.running_var", "body.0.num_batches_tracked"});
   CHECK(net->num_parameters() == 4 * 8 + 8 + 8 + 8 + 8 * 3 + 3);
@@ -116,9 +116,11 @@ TEST_CASE("to(float64) converts parameters and floating buffers, not counters") 
 TEST_CASE("forward hooks: pre and post fire around forward, and can be removed") {
   nn::Linear fc(3, 2);
   std::vector<std::string> log;
-  size_t pre = fc.register_forward_pre_hook([&](nn::Module&, const Tensor& in) { log.push_back("pre" + gs::shape_str(in.shape())); });
-  size_t post = fc.register_forward_hook(
-      [&](nn::Module& m, const Tensor&, const Tensor& out) { log.push_back(m.type_name() + gs::shape_str(out.shape())); });
+  size_t pre = fc.register_forward_pre_hook(
+      [&](nn::Module&, const Tensor& in) { log.push_back("pre" + gs::shape_str(in.shape())); });
+  size_t post = fc.register_forward_hook([&](nn::Module& m, const Tensor&, const Tensor& out) {
+    log.push_back(m.type_name() + gs::shape_str(out.shape()));
+  });
   fc(gs::randn({4, 3}));
   CHECK(log == std::vector<std::string>{"pre[4, 3]", "Linear[4, 2]"});
   fc.remove_forward_hook(pre);

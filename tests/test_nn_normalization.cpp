@@ -13,14 +13,17 @@
 
 namespace nn = gs::nn;
 using gs::Tensor;
-using nntest::Vec;
 using nntest::vals;
+using nntest::Vec;
 using Params = std::vector<std::pair<std::string, Tensor>>;
 
 namespace {
 
 // Per-channel statistics of x (B, C, rest...) as plain loops: {mean, biased var, n}.
-struct Stats { Vec mean, var; int64_t n; };
+struct Stats {
+  Vec mean, var;
+  int64_t n;
+};
 Stats channel_stats(const Tensor& x) {
   const int64_t B = x.size(0), C = x.size(1), R = x.numel() / (B * C);
   Vec X = vals(x), m(C, 0.0), v(C, 0.0);

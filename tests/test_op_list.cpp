@@ -52,9 +52,10 @@ TEST_CASE("every Tensor function of core/ops.h is in op_registry() or a document
     CAPTURE(n);
     const auto alias = kRegisteredAs.find(n);
     const std::string as = alias == kRegisteredAs.end() ? n : alias->second;
-    CHECK_MESSAGE((registered.count(as) == 1 || kNotOps.count(n) == 1),
-                  "core/ops.h declares `Tensor ", n, "(` but op_registry() (core/op_registry.cpp) has no entry '", n,
-                  "': register it (forward, backward, samples) or, if it is not an op, add it to kNotOps here with why");
+    CHECK_MESSAGE(
+        (registered.count(as) == 1 || kNotOps.count(n) == 1), "core/ops.h declares `Tensor ", n,
+        "(` but op_registry() (core/op_registry.cpp) has no entry '", n,
+        "': register it (forward, backward, samples) or, if it is not an op, add it to kNotOps here with why");
   }
   for (const std::string& n : kNotOps) {
     CAPTURE(n);
@@ -95,7 +96,8 @@ std::set<std::string> run_rows(const std::vector<std::string>& rows) {
     for (const OpSample& s : samples) {
       CAPTURE(s.label);
       tensor_list in;
-      for (const Tensor& t : s.inputs) in.push_back(t.is_floating_point() ? t.detach().requires_grad_(op->differentiable) : t);
+      for (const Tensor& t : s.inputs)
+        in.push_back(t.is_floating_point() ? t.detach().requires_grad_(op->differentiable) : t);
       ObserverGuard on(&names);
       Tensor out = op->fn(in);
       CHECK(out.defined());

@@ -4,16 +4,16 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "optim/optim.h"
 #include "nn_test_util.h"
+#include "optim/optim.h"
 
 namespace optim = gs::optim;
 using gs::Tensor;
@@ -517,7 +517,9 @@ TEST_CASE("load_state_dict refuses state that does not fit") {
   CHECK(has(error_of([&] { opt.load_state_dict({{"0.0.momentum_buffer", gs::zeros({3})}}); }), "unknown state"));
   CHECK(has(error_of([&] { opt.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "incomplete"));
   // A crafted key with a number past size_t: a gs::Error naming the key, not std::out_of_range from stoul.
-  CHECK(has(error_of([&] { opt.load_state_dict({{"99999999999999999999999.0.exp_avg", gs::zeros({3})}}); }),
+  CHECK(has(error_of([&] {
+              opt.load_state_dict({{"99999999999999999999999.0.exp_avg", gs::zeros({3})}});
+            }),
             "too large to be a group or parameter index"));
   optim::SGD sgd({p}, optim::SGDOptions(0.1).momentum(0.9));
   CHECK(has(error_of([&] { sgd.load_state_dict({{"0.0.exp_avg", gs::zeros({3})}}); }), "momentum_buffer"));

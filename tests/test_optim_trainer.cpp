@@ -24,9 +24,9 @@ using gs::Tensor;
 namespace {
 
 std::shared_ptr<nn::Sequential> mlp(int64_t in, int64_t hidden, int64_t out, double dropout = 0.0) {
-  auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(in, hidden), std::make_shared<nn::ReLU>(),
-                                              std::make_shared<nn::Linear>(hidden, hidden),
-                                              std::make_shared<nn::ReLU>());
+  auto net =
+      std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(in, hidden), std::make_shared<nn::ReLU>(),
+                                       std::make_shared<nn::Linear>(hidden, hidden), std::make_shared<nn::ReLU>());
   if (dropout > 0) net->push_back(std::make_shared<nn::Dropout>(dropout));
   net->push_back(std::make_shared<nn::Linear>(hidden, out));
   return net;
@@ -60,16 +60,15 @@ TEST_CASE("Trainer: a small MLP learns the 3-class spirals (>= 0.95 accuracy in 
   optim::Adam opt(net->parameters(), optim::AdamOptions(0.01));
   nn::DataLoader train(data, nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(0));
   nn::DataLoader eval(data, nn::DataLoaderOptions().batch_size(128));
-  optim::FitResult r = optim::fit(*net, opt, train, &eval,
-                                  optim::TrainerOptions().epochs(80).progress(optim::Progress::Off));
+  optim::FitResult r =
+      optim::fit(*net, opt, train, &eval, optim::TrainerOptions().epochs(80).progress(optim::Progress::Off));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("spirals: accuracy " << r.last().val_accuracy << " after " << r.epochs.size() << " epochs, " << secs
-                               << " s");
+  MESSAGE("spirals: accuracy " << r.last().val_accuracy << " after " << r.epochs.size() << " epochs, " << secs << " s");
   CHECK(r.epochs.size() == 80);
   CHECK(r.steps == 80 * 10);
   CHECK(r.last().val_accuracy >= 0.95);
   CHECK(r.last().train_loss < r.epochs.front().train_loss);
-  CHECK(secs < 60.0);  // ~0.2 s on an idle core; generous for a loaded CI machine
+  CHECK(secs < 60.0);         // ~0.2 s on an idle core; generous for a loaded CI machine
   CHECK(net->is_training());  // evaluate() restored the mode
 }
 

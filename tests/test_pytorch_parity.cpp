@@ -15,9 +15,9 @@
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "core/ops/op_utils.h"
-#include "nn_test_util.h"
 #include "debug/checks/model/gradcheck.h"
 #include "nn/loss.h"
+#include "nn_test_util.h"
 
 namespace F = gs::nn::functional;
 using gs::Tensor;
@@ -312,7 +312,11 @@ TEST_CASE("cross_entropy with probability targets: gradients w.r.t. logits and t
 
 TEST_CASE("cross_entropy rejects probability targets that are not distributions") {
   Tensor x = gs::randn({4, 10});
-  check_error([&] { F::cross_entropy(x, gs::zeros({4, 10})); }, {"CrossEntropyLoss", "probabilities", "sum", "argmax(1)"});
+  check_error(
+      [&] {
+        F::cross_entropy(x, gs::zeros({4, 10}));
+      },
+      {"CrossEntropyLoss", "probabilities", "sum", "argmax(1)"});
   check_error([&] { F::cross_entropy(x, gs::full({4, 10}, 0.2)); }, {"CrossEntropyLoss", "sum to values"});
   std::vector<double> nv(40, 0.0);
   for (int r = 0; r < 4; ++r) {
@@ -321,9 +325,8 @@ TEST_CASE("cross_entropy rejects probability targets that are not distributions"
   }
   Tensor neg = gs::tensor(nv, {4, 10}, gs::kFloat32);
   check_error([&] { F::cross_entropy(x, neg); }, {"CrossEntropyLoss", "negative"});
-  check_error([&] {
-    F::cross_entropy(x, gs::softmax(x, 1), gs::nn::CrossEntropyLossOptions().ignore_index(0));
-  }, {"CrossEntropyLoss", "ignore_index", "class-index"});
+  check_error([&] { F::cross_entropy(x, gs::softmax(x, 1), gs::nn::CrossEntropyLossOptions().ignore_index(0)); },
+              {"CrossEntropyLoss", "ignore_index", "class-index"});
 }
 
 // ---- higher order: right or refused ---------------------------------------------------------------------------
@@ -362,7 +365,8 @@ TEST_CASE("gradgradcheck catches a backward whose result has no graph back to th
   // f(x) = sum(v * 2 x^3) through the silent op: the first derivative 6 v x^2 is right, but
   // its graph misses the op's term, so the Hessian-vector product loses it.
   Tensor x = gs::tensor({0.5, -1.0, 1.5}, {3}, gs::kFloat64);
-  auto r = gs::debug::gradgradcheck([](const gs::tensor_list& in) { return twice_raw_silent(in[0] * in[0] * in[0]); }, {x});
+  auto r =
+      gs::debug::gradgradcheck([](const gs::tensor_list& in) { return twice_raw_silent(in[0] * in[0] * in[0]); }, {x});
   CHECK_FALSE(r.passed);
   CHECK(r.message.find("grad_outputs") != std::string::npos);
   auto ok = gs::debug::gradgradcheck([](const gs::tensor_list& in) { return in[0] * in[0] * in[0] * 2.0; }, {x});
@@ -376,7 +380,7 @@ TEST_CASE("a backward that is not differentiable refuses create_graph, naming th
   Tensor y = twice_raw(x * x).sum();
   CHECK(vals(gs::autograd::grad({y}, {x})[0]) == Vec{4, 8, 12});
   check_error([&] { gs::autograd::grad({twice_raw(x * x).sum()}, {x}, {}, std::nullopt, true); },
-               {"twice_raw", "second derivatives are not supported"});
+              {"twice_raw", "second derivatives are not supported"});
   check_error([&] { twice_raw(x).sum().backward(Tensor(), false, true); }, {"twice_raw", "second derivatives"});
 }
 
@@ -415,8 +419,8 @@ TEST_CASE("documented differences: second backward refused without saved tensors
 TEST_CASE("every loss supports second derivatives (gradgradcheck, float64)") {
   gs::Generator gen(3);
   Tensor x = gs::randn({4, 3}, gs::kFloat64, &gen);
-  Tensor p = gs::rand({4, 3}, gs::kFloat64, &gen) * 0.8 + 0.1;   // probabilities away from 0 and 1
-  Tensor y = gs::rand({4, 3}, gs::kFloat64, &gen);                // soft binary targets
+  Tensor p = gs::rand({4, 3}, gs::kFloat64, &gen) * 0.8 + 0.1;  // probabilities away from 0 and 1
+  Tensor y = gs::rand({4, 3}, gs::kFloat64, &gen);              // soft binary targets
   Tensor soft = gs::softmax(gs::randn({4, 3}, gs::kFloat64, &gen), 1);
   Tensor idx = gs::tensor(std::vector<int64_t>{0, 2, 1, 2}, {4});
   struct Case {
@@ -432,10 +436,13 @@ TEST_CASE("every loss supports second derivatives (gradgradcheck, float64)") {
          return F::cross_entropy(a[0], a[1], gs::nn::CrossEntropyLossOptions().label_smoothing(0.2));
        },
        {x, idx}},
-      {"cross_entropy (probabilities)", [](const gs::tensor_list& a) { return F::cross_entropy(a[0], a[1]); }, {x, soft}},
+      {"cross_entropy (probabilities)",
+       [](const gs::tensor_list& a) { return F::cross_entropy(a[0], a[1]); },
+       {x, soft}},
       {"binary_cross_entropy", [](const gs::tensor_list& a) { return F::binary_cross_entropy(a[0], a[1]); }, {p, y}},
       {"binary_cross_entropy_with_logits",
-       [](const gs::tensor_list& a) { return F::binary_cross_entropy_with_logits(a[0], a[1]); }, {x, y}},
+       [](const gs::tensor_list& a) { return F::binary_cross_entropy_with_logits(a[0], a[1]); },
+       {x, y}},
   };
   for (const Case& c : cases) {
     auto r = gs::debug::gradgradcheck(c.fn, c.in);

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "optim/optim.h"
 #include "nn_test_util.h"
+#include "optim/optim.h"
 
 namespace optim = gs::optim;
 using gs::Tensor;
@@ -164,8 +164,8 @@ TEST_CASE("ReduceLROnPlateau: max mode with a relative threshold; NaN is never b
   sched.step(std::nan(""));  // bad 1
   sched.step(0.1);           // bad 2 > 1: lr * 0.1
   CHECK(sched.get_last_lr()[0] == doctest::Approx(0.01));
-  CHECK(has(error_of([&] { optim::ReduceLROnPlateau(m.opt, optim::ReduceLROnPlateauOptions().factor(1.0)); }),
-            "factor"));
+  CHECK(
+      has(error_of([&] { optim::ReduceLROnPlateau(m.opt, optim::ReduceLROnPlateauOptions().factor(1.0)); }), "factor"));
 }
 
 TEST_CASE("EarlyStopping: stops after `patience` steps without a min_delta improvement") {
@@ -209,9 +209,7 @@ TEST_CASE("a factor that is not finite is refused, and an lr that overflows neve
   CHECK(has(gamma, "got inf"));
   CHECK(has(error_of([&] { optim::StepLR(g.opt, 1, std::nan("")); }), "gamma must be finite"));
   CHECK(has(error_of([&] { optim::CosineAnnealingLR(g.opt, 10, inf); }), "eta_min must be finite"));
-  CHECK(has(error_of([&] {
-              optim::ReduceLROnPlateau(g.opt, optim::ReduceLROnPlateauOptions().min_lr(inf));
-            }),
+  CHECK(has(error_of([&] { optim::ReduceLROnPlateau(g.opt, optim::ReduceLROnPlateauOptions().min_lr(inf)); }),
             "min_lr must be finite"));
   // A finite gamma whose powers overflow: the step that would set inf is refused, the lrs stay.
   optim::StepLR big(g.opt, 1, 1e200);

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/generator.h"
-#include "debug/evidence/catalogue.h"
-#include "debug/evidence/finding.h"
 #include "debug/checks/loss/loss_checks.h"
 #include "debug/checks/optim/optim_checks.h"
+#include "debug/evidence/catalogue.h"
+#include "debug/evidence/finding.h"
 #include "nn/nn.h"
 
 namespace dbg = gs::debug;
@@ -103,8 +103,10 @@ TEST_CASE("the sources are the public titles, each cited by some check or listed
     INFO(s.short_name);
     CHECK(cited != s.compared);  // the compared tools are not cited by a check
     // The compared tools come after the cited sources (docs/checks.md lists them in that order).
-    if (s.compared) compared_seen = true;
-    else CHECK_FALSE(compared_seen);
+    if (s.compared)
+      compared_seen = true;
+    else
+      CHECK_FALSE(compared_seen);
   }
   REQUIRE(dbg::find_source("Debugging Training") != nullptr);
   CHECK(dbg::find_source("Debugging Training")->title.find("Debugging Training") != std::string::npos);

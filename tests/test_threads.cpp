@@ -68,7 +68,10 @@ TEST_CASE("manual_seed + model construction in two threads reproduces the sequen
   gs::manual_seed(5);
   const float before = gs::rand({1}).item<float>();
   gs::manual_seed(5);
-  std::thread([] { gs::manual_seed(999); (void)gs::rand({100}); }).join();
+  std::thread([] {
+    gs::manual_seed(999);
+    (void)gs::rand({100});
+  }).join();
   CHECK(gs::rand({1}).item<float>() == before);
 }
 

@@ -109,8 +109,8 @@ std::vector<BinaryCase> binary_cases() {
       {"add", [](const Tensor& a, const Tensor& b) { return gs::add(a, b); },
        [](const Tensor& a, const Scalar& b) { return gs::add(a, b); }, [](double a, double b) { return a + b; }, false,
        false},
-      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](const Tensor& a, const Scalar& b) { return a - b; },
-       [](double a, double b) { return a - b; }, true, false},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; },
+       [](const Tensor& a, const Scalar& b) { return a - b; }, [](double a, double b) { return a - b; }, true, false},
       {"mul", [](const Tensor& a, const Tensor& b) { return gs::mul(a, b); },
        [](const Tensor& a, const Scalar& b) { return a * b; }, [](double a, double b) { return a * b; }, false, false},
       {"div", [](const Tensor& a, const Tensor& b) { return gs::div(a, b); },
@@ -158,7 +158,7 @@ void check_comparisons(const Tensor& a, double b_value, DType ct, const std::fun
     const Vec got = vals(out.reshape({-1}));
     for (size_t k = 0; k < av.size(); ++k) {
       const double x = in_dtype(av[k], ct);
-      const bool want[6] = {x == bv, x != bv, x < bv, x <= bv, x > bv, x >= bv};
+      const bool want[6] = {x == bv, x != bv, x<bv, x <= bv, x> bv, x >= bv};
       CHECK(got[k] == (want[which] ? 1.0 : 0.0));
     }
   }
@@ -196,7 +196,7 @@ TEST_CASE("result_type: tensor-tensor, tensor-0dim, 0dim-tensor, 0dim-0dim, tens
       const std::string left = gs::dtype_name(kAll[a]);
       CAPTURE(left);
       const std::string right = gs::dtype_name(kAll[b]);
-        CAPTURE(right);
+      CAPTURE(right);
       const Tensor da = dims_operand(kAll[a]), db = dims_operand(kAll[b]);
       const Tensor za = zero_dim_operand(kAll[a]), zb = zero_dim_operand(kAll[b]);
       CHECK(gs::result_type(da, db) == kSameTier[a][b]);
@@ -210,7 +210,7 @@ TEST_CASE("result_type: tensor-tensor, tensor-0dim, 0dim-tensor, 0dim-0dim, tens
       const std::string left = gs::dtype_name(kAll[a]);
       CAPTURE(left);
       const std::string number = kNumberNames[k];
-        CAPTURE(number);
+      CAPTURE(number);
       CHECK(gs::result_type(dims_operand(kAll[a]), kNumbers[k]) == kWithNumber[a][k]);
       CHECK(gs::result_type(zero_dim_operand(kAll[a]), kNumbers[k]) == kWithNumber[a][k]);
       CHECK(gs::result_type(kNumbers[k], dims_operand(kAll[a])) == kWithNumber[a][k]);
@@ -233,7 +233,8 @@ TEST_CASE("result_type: tensor-tensor, tensor-0dim, 0dim-tensor, 0dim-0dim, tens
   CHECK(gs::result_type(Scalar(2), Scalar(2.5)) == F);
   CHECK(gs::result_type(Scalar(true), Scalar(2)) == I);
   // Three operands (clamp's x, min, max): the same tiers.
-  CHECK(gs::result_type({gs::promotion_operand(i64), gs::promotion_operand(Scalar(0)), gs::promotion_operand(Scalar(0.5))}) == F);
+  CHECK(gs::result_type(
+            {gs::promotion_operand(i64), gs::promotion_operand(Scalar(0)), gs::promotion_operand(Scalar(0.5))}) == F);
   CHECK(gs::result_type({gs::promotion_operand(f32), gs::promotion_operand(gs::scalar_tensor(0.0, D)),
                          gs::promotion_operand(Scalar(1))}) == F);
   CHECK(gs::result_type({gs::promotion_operand(b), gs::promotion_operand(gs::scalar_tensor(1.0, I)),
@@ -261,7 +262,7 @@ TEST_CASE("add, sub, mul, div, maximum: output dtype and values for every dtype 
         check_binary(c, da, value_of(zb), kDimsWithZeroDim[a][b], [&] { return c.tt(da, zb); });
         check_binary(c, za, value_of(zb), kSameTier[a][b], [&] { return c.tt(za, zb); });
         // 0-dim on the left with dims on the right: the dimensioned tensor still outranks it.
-        if (c.name != std::string("div")) {  // (values: da holds a 0, a division by it is inf/nan)
+        if (c.name != std::string("div")) {           // (values: da holds a 0, a division by it is inf/nan)
           const DType want = kDimsWithZeroDim[a][b];  // row: the dimensioned operand
           const Tensor out = [&] {
             if (c.refuses_bool && want == B) return Tensor();
@@ -287,7 +288,7 @@ TEST_CASE("number on the left (2.5 * t, 2 - t, true + t, 2 / t): the same table"
       const std::string left = gs::dtype_name(kAll[a]);
       CAPTURE(left);
       const std::string number = kNumberNames[k];
-        CAPTURE(number);
+      CAPTURE(number);
       const Scalar& n = kNumbers[k];
       const Tensor t = zero_dim_operand(kAll[a]);  // nonzero: division is defined
       const DType want = kWithNumber[a][k];
@@ -313,11 +314,11 @@ TEST_CASE("number on the left (2.5 * t, 2 - t, true + t, 2 / t): the same table"
 TEST_CASE("comparisons compute in the result type and return bool, for every operand form") {
   for (int a = 0; a < 4; ++a) {
     const std::string left = gs::dtype_name(kAll[a]);
-      CAPTURE(left);
+    CAPTURE(left);
     const Tensor da = dims_operand(kAll[a]), za = zero_dim_operand(kAll[a]);
     for (int b = 0; b < 4; ++b) {
       const std::string right = gs::dtype_name(kAll[b]);
-        CAPTURE(right);
+      CAPTURE(right);
       const Tensor zb = zero_dim_operand(kAll[b]);
       const Tensor db0 = dims_operand(kAll[b]).narrow(0, 0, 1);
       check_comparisons(da, vals(db0)[0], kSameTier[a][b], [&](int w) { return compare(w, da, db0); });
@@ -326,7 +327,7 @@ TEST_CASE("comparisons compute in the result type and return bool, for every ope
     }
     for (int k = 0; k < 3; ++k) {
       const std::string number = kNumberNames[k];
-        CAPTURE(number);
+      CAPTURE(number);
       const Scalar& n = kNumbers[k];
       check_comparisons(da, numeric_value(n), kWithNumber[a][k], [&](int w) { return compare(w, da, n); });
       check_comparisons(za, numeric_value(n), kWithNumber[a][k], [&](int w) { return compare(w, za, n); });
@@ -451,8 +452,8 @@ TEST_CASE("floating unary ops of int64 and bool tensors give float32 with correc
   for (const Case& c : cases) {
     const std::string op = c.name;
     CAPTURE(op);
-    for (const Tensor& x : {gs::tensor(ints, {5}), gs::tensor(ints, {5}).reshape({5, 1}).t(),
-                            gs::tensor({1, 0, 1}, B), gs::scalar_tensor(3, I)}) {
+    for (const Tensor& x : {gs::tensor(ints, {5}), gs::tensor(ints, {5}).reshape({5, 1}).t(), gs::tensor({1, 0, 1}, B),
+                            gs::scalar_tensor(3, I)}) {
       CAPTURE(x.str());
       const Tensor y = c.op(x);
       CHECK(y.dtype() == F);
@@ -519,7 +520,10 @@ TEST_CASE("in-place ops: the result type must be castable to the tensor's dtype"
       if (kInPlaceTensorOk[s][o]) {
         self.add_(other);
         CHECK(self.dtype() == kAll[s]);
-        CHECK(vals(self) == Vec{in_dtype(in_dtype(vals(dims_operand(kAll[s]))[0], kSameTier[s][o]) + in_dtype(vals(other)[0], kSameTier[s][o]), kAll[s]), 0});
+        CHECK(vals(self) == Vec{in_dtype(in_dtype(vals(dims_operand(kAll[s]))[0], kSameTier[s][o]) +
+                                             in_dtype(vals(other)[0], kSameTier[s][o]),
+                                         kAll[s]),
+                                0});
       } else {
         const std::string m = error_of([&] { self.add_(other); });
         CHECK(has(m, "add_"));
@@ -531,13 +535,14 @@ TEST_CASE("in-place ops: the result type must be castable to the tensor's dtype"
     }
     for (int k = 0; k < 3; ++k) {
       const std::string number = kNumberNames[k];
-        CAPTURE(number);
+      CAPTURE(number);
       Tensor self = dims_operand(kAll[s]).clone();
       if (kInPlaceNumberOk[s][k]) {
         self.mul_(kNumbers[k]);
         CHECK(self.dtype() == kAll[s]);
         CHECK(vals(self)[0] == in_dtype(in_dtype(vals(dims_operand(kAll[s]))[0], kWithNumber[s][k]) *
-                                            in_dtype(numeric_value(kNumbers[k]), kWithNumber[s][k]), kAll[s]));
+                                            in_dtype(numeric_value(kNumbers[k]), kWithNumber[s][k]),
+                                        kAll[s]));
       } else {
         const std::string m = error_of([&] { self.mul_(kNumbers[k]); });
         CHECK(has(m, "mul_"));
@@ -549,7 +554,8 @@ TEST_CASE("in-place ops: the result type must be castable to the tensor's dtype"
   // In-place ops that cannot hold the result, and the fix the message suggests.
   Tensor i = gs::tensor(IVec{1, 2}, {2});
   const std::string m = error_of([&] { i.add_(1.5); });
-  CHECK(has(m, "add_: result type float32 (of int64[2] and the number 1.5) can't be cast to the desired output type int64"));
+  CHECK(has(
+      m, "add_: result type float32 (of int64[2] and the number 1.5) can't be cast to the desired output type int64"));
   CHECK(has(m, "to(gs::kFloat32)"));
   CHECK(has(error_of([&] { i += 1.5; }), "can't be cast"));
   CHECK(has(error_of([&] { i /= 2; }), "div_"));  // true division gives float32
@@ -595,7 +601,11 @@ TEST_CASE("Scalar keeps the kind of the C++ number it was made from") {
   std::ostringstream os;
   os << Scalar(2) << " " << Scalar(2.0) << " " << Scalar(2.5) << " " << Scalar(true) << " " << Scalar(1e20);
   CHECK(os.str() == "2 2.0 2.5 true 1e+20");
-  CHECK(has(error_of([] { Scalar s(~uint64_t{0}); (void)s; }), "does not fit int64"));
+  CHECK(has(error_of([] {
+              Scalar s(~uint64_t{0});
+              (void)s;
+            }),
+            "does not fit int64"));
 }
 
 TEST_CASE("full infers its dtype from the value; values must fit the dtype they are stored in") {
@@ -663,13 +673,14 @@ void check_grad(const std::function<Tensor(const Tensor&)>& f, const Vec& x0, co
 TEST_CASE("gradients through promoted ops match central differences in float64") {
   const Tensor ints = gs::tensor(IVec{2, -3, 5}, {3});
   const Vec x0 = {0.7, -1.3, 2.1};
-  check_grad([&](const Tensor& x) { return x * ints; }, x0, {3});                 // float64 * int64 tensor
-  check_grad([&](const Tensor& x) { return ints / x; }, x0, {3});                 // int64 / float64
-  check_grad([&](const Tensor& x) { return gs::pow(x, 3); }, x0, {3});            // integral exponent
-  check_grad([&](const Tensor& x) { return gs::add(x, ints, 2); }, x0, {3});      // integral alpha
-  check_grad([&](const Tensor& x) { return gs::clamp(x, -1, 1); }, x0, {3});      // integral bounds
-  check_grad([&](const Tensor& x) { return gs::maximum(x, 0); }, x0, {3});        // integral number
-  check_grad([&](const Tensor& x) { return 2 - x * gs::scalar_tensor(1.5, F); }, x0, {3});  // float32 0-dim: stays float64
+  check_grad([&](const Tensor& x) { return x * ints; }, x0, {3});             // float64 * int64 tensor
+  check_grad([&](const Tensor& x) { return ints / x; }, x0, {3});             // int64 / float64
+  check_grad([&](const Tensor& x) { return gs::pow(x, 3); }, x0, {3});        // integral exponent
+  check_grad([&](const Tensor& x) { return gs::add(x, ints, 2); }, x0, {3});  // integral alpha
+  check_grad([&](const Tensor& x) { return gs::clamp(x, -1, 1); }, x0, {3});  // integral bounds
+  check_grad([&](const Tensor& x) { return gs::maximum(x, 0); }, x0, {3});    // integral number
+  check_grad([&](const Tensor& x) { return 2 - x * gs::scalar_tensor(1.5, F); }, x0,
+             {3});  // float32 0-dim: stays float64
   check_grad([&](const Tensor& x) { return gs::where(x > 0, x, ints); }, x0, {3});
   // A float64 0-dim weight times an int64 tensor: float64 (a floating 0-dim lifts the integers).
   check_grad([&](const Tensor& w) { return ints * w; }, {0.25}, {});
@@ -688,7 +699,10 @@ TEST_CASE("gradients through promoted ops match central differences in float64")
 // uint64, where overflow is defined (core/elementwise_math.h), so a UBSan build reports nothing.
 TEST_CASE("int64 add, sub, mul, neg, abs, square, pow and sum wrap around on overflow") {
   constexpr int64_t kMax = INT64_MAX, kMin = INT64_MIN;
-  auto t = [](IVec v) { const auto n = static_cast<int64_t>(v.size()); return gs::tensor(std::move(v), {n}); };
+  auto t = [](IVec v) {
+    const auto n = static_cast<int64_t>(v.size());
+    return gs::tensor(std::move(v), {n});
+  };
   CHECK((t({kMax, kMin, 5}) + t({1, -1, 7})).to_vector<int64_t>() == IVec{kMin, kMax, 12});
   CHECK((t({kMin, kMax}) - t({1, -1})).to_vector<int64_t>() == IVec{kMax, kMin});
   CHECK((t({kMax, int64_t{1} << 62, -3}) * t({2, 4, 3})).to_vector<int64_t>() == IVec{-2, 0, -9});

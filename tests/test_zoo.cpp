@@ -99,7 +99,8 @@ TEST_CASE("every catalogued bug is caught by an intended check, and the diagnosi
       const std::string said = f.title + " " + f.cause + " " + f.fix;
       std::smatch m;
       const bool found = std::regex_search(said, m, catalogue_id);
-      CHECK_MESSAGE(!found, f.check << ": ..." << (found ? said.substr(m.position() > 60 ? m.position() - 60 : 0, 90) : ""));
+      CHECK_MESSAGE(!found,
+                    f.check << ": ..." << (found ? said.substr(m.position() > 60 ? m.position() - 60 : 0, 90) : ""));
     }
     // The diagnosis reads kinds, not words: every text reversed, the same chains and lead.
     reworded::check_diagnosis_ignores_words(r.report);

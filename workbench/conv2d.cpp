@@ -126,8 +126,9 @@ Problem conv2d_problem(const Shape& s) {
       }
     }
   p.atol = widest;
-  p.tolerance_note = "per element, |err| <= gamma_9C sum |w x| + u |y| (gamma_k = k u / (1 - k u)): the a priori "
-                     "bound of a 9C-term dot product in any order; atol shows the widest";
+  p.tolerance_note =
+      "per element, |err| <= gamma_9C sum |w x| + u |y| (gamma_k = k u / (1 - k u)): the a priori "
+      "bound of a 9C-term dot product in any order; atol shows the widest";
   return p;
 }
 
@@ -142,7 +143,9 @@ std::vector<float> conv2d_winograd_bounds(const Problem& p, const Shape& s) {
   const double Ku = static_cast<double>(C + 8) * kU, gamma = Ku / (1.0 - Ku);
   std::vector<double> wmax(static_cast<size_t>(C * C), 0.0);  // max |w[o, c, :, :]|
   for (int64_t oc = 0; oc < C * C; ++oc)
-    for (int64_t t = 0; t < 9; ++t) wmax[static_cast<size_t>(oc)] = std::max<double>(wmax[static_cast<size_t>(oc)], std::fabs(w[static_cast<size_t>(oc * 9 + t)]));
+    for (int64_t t = 0; t < 9; ++t)
+      wmax[static_cast<size_t>(oc)] =
+          std::max<double>(wmax[static_cast<size_t>(oc)], std::fabs(w[static_cast<size_t>(oc * 9 + t)]));
   std::vector<float> out(p.want.size());
   std::vector<double> tmax(static_cast<size_t>(C));
   for (int64_t b = 0; b < B; ++b)
@@ -180,11 +183,21 @@ Ladder conv2d_ladder() {
   l.spec.default_size = 32;
   l.spec.default_rows = 64;
   l.rungs.push_back({{1, "direct", "the definition: 9C taps per output, a bounds test per tap, one element at a time"},
-                     batch_split(v1_direct), "", {}});
-  l.rungs.push_back({{2, "im2col + GEMM", "the engine's im2col (core/cpu/fast/conv_cols.h) then one GEMM per sample (core/cpu/fast/blas.h): the convolution runs at matmul speed"},
-                     batch_split(v2_im2col), "", {}});
-  l.rungs.push_back({{3, "Winograd F(2x2,3x3)", "the engine's (core/cpu/fast/winograd.h): 16 multiplies per 2x2 outputs instead of 36, as 16 GEMMs over channels"},
-                     batch_split(v3_winograd), "", {}});
+                     batch_split(v1_direct),
+                     "",
+                     {}});
+  l.rungs.push_back({{2, "im2col + GEMM",
+                      "the engine's im2col (core/cpu/fast/conv_cols.h) then one GEMM per sample "
+                      "(core/cpu/fast/blas.h): the convolution runs at matmul speed"},
+                     batch_split(v2_im2col),
+                     "",
+                     {}});
+  l.rungs.push_back({{3, "Winograd F(2x2,3x3)",
+                      "the engine's (core/cpu/fast/winograd.h): 16 multiplies per 2x2 outputs instead of 36, as 16 "
+                      "GEMMs over channels"},
+                     batch_split(v3_winograd),
+                     "",
+                     {}});
   return l;
 }
 

@@ -16,13 +16,13 @@ namespace gradsleuth::workbench::cpu {
 
 // ---- the machine's limits ----
 struct Limits {
-  std::string cpu;         // the model name from /proc/cpuinfo
-  std::string isa;         // the ISA level of this build: "AVX-512", "AVX2+FMA", "scalar ..."
+  std::string cpu;  // the model name from /proc/cpuinfo
+  std::string isa;  // the ISA level of this build: "AVX-512", "AVX2+FMA", "scalar ..."
   int threads = 1;
-  double fma_gflops = 0;   // peak float32 FMA rate, all threads together
+  double fma_gflops = 0;                         // peak float32 FMA rate, all threads together
   double copy_gb_per_s = 0, triad_gb_per_s = 0;  // best of the repeats; bytes read + written
-  double stream_mib = 0;   // the size of each STREAM array
-  double l3_mib = 0;       // the last-level cache (0: unknown)
+  double stream_mib = 0;                         // the size of each STREAM array
+  double l3_mib = 0;                             // the last-level cache (0: unknown)
   // How the roofline names its two ceilings (a GPU's: "FP32 peak", "memory").
   std::string peak_label = "FMA peak", bandwidth_label = "copy";
 };
@@ -53,7 +53,7 @@ struct Ladder {
 // Every CPU kernel: matmul, softmax, reduce, layernorm, gelu, conv2d.
 const std::vector<Ladder>& ladders();
 const Ladder* find_ladder(const std::string& name);  // nullptr when unknown
-std::string ladder_names();                           // "matmul, softmax, ..."
+std::string ladder_names();                          // "matmul, softmax, ..."
 
 // conv2d's shape: m = channels in = channels out, n = height = width, k = batch; 3x3, padding 1.
 Shape shape_for(const Ladder& l, int64_t size, int64_t rows);  // size/rows <= 0: the defaults

@@ -80,10 +80,17 @@ Ladder gelu_ladder() {
   l.spec.default_size = int64_t{1} << 25;
   l.rungs.push_back({{1, "scalar tanh", "the formula with std::tanh: a libm call per element"}, chunked(v1), "", {}});
 #if GS_WB_SIMD
-  l.rungs.push_back({{2, "vectorised", std::string(simd::isa_name()) + ": x / (1 + e^(-2t)) with a polynomial exp; relative error <= (6|2t| + 8) u"},
-                     chunked(v2), "", {}});
-  l.rungs.push_back({{3, "streaming stores", "v2 writing y around the caches: no read-for-ownership of y, 8 bytes per element instead of 12"},
-                     chunked(v3), "", {}});
+  l.rungs.push_back(
+      {{2, "vectorised",
+        std::string(simd::isa_name()) + ": x / (1 + e^(-2t)) with a polynomial exp; relative error <= (6|2t| + 8) u"},
+       chunked(v2),
+       "",
+       {}});
+  l.rungs.push_back({{3, "streaming stores",
+                      "v2 writing y around the caches: no read-for-ownership of y, 8 bytes per element instead of 12"},
+                     chunked(v3),
+                     "",
+                     {}});
 #else
   l.rungs.push_back({{2, "vectorised", "x / (1 + e^(-2t)) in vector lanes"}, {}, kNoSimd, {}});
   l.rungs.push_back({{3, "streaming stores", "v2 writing around the caches"}, {}, kNoSimd, {}});

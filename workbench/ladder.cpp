@@ -93,7 +93,8 @@ const Ladder& check_args(const std::string& kernel, int version, const Shape& s)
   if (!l)
     throw std::invalid_argument("unknown kernel '" + kernel + "': the CPU workbench has " + ladder_names() +
                                 " (gradsleuth kernels list)");
-  const bool known = std::any_of(l->rungs.begin(), l->rungs.end(), [&](const Rung& r) { return r.v.number == version; });
+  const bool known =
+      std::any_of(l->rungs.begin(), l->rungs.end(), [&](const Rung& r) { return r.v.number == version; });
   if (!known)
     throw std::invalid_argument(kernel + " has no CPU version " + std::to_string(version) + ": its versions are " +
                                 version_list(l->spec));
@@ -102,15 +103,19 @@ const Ladder& check_args(const std::string& kernel, int version, const Shape& s)
     throw std::invalid_argument(kernel + " v" + std::to_string(version) + ": the size must be at least 1 (" +
                                 l->spec.shape_help + ")");
   // The problem and its float64 reference are held in memory: refuse what would not fit comfortably.
-  const double elems = kernel == "matmul" ? 3.0 * static_cast<double>(std::max({s.m, s.n, s.k})) * std::max({s.m, s.n, s.k})
+  const double elems = kernel == "matmul"
+                           ? 3.0 * static_cast<double>(std::max({s.m, s.n, s.k})) * std::max({s.m, s.n, s.k})
                        : kernel == "conv2d" ? 2.0 * static_cast<double>(s.k) * s.m * s.n * s.n
-                       : rows ? static_cast<double>(s.m) * s.n : static_cast<double>(s.n);
+                       : rows               ? static_cast<double>(s.m) * s.n
+                                            : static_cast<double>(s.n);
   if (elems > 1.5e9)
     throw std::invalid_argument(kernel + " v" + std::to_string(version) + " at " + shape_str(*l, s) +
                                 ": over 1.5e9 elements (the inputs, the reference and the output are held in memory); "
-                                "use a smaller --size" + (rows ? " or --rows" : ""));
+                                "use a smaller --size" +
+                                (rows ? " or --rows" : ""));
   if (kernel == "matmul" && static_cast<double>(s.m) * s.n * s.k > 8.6e9)
-    throw std::invalid_argument("matmul at " + shape_str(*l, s) + ": the float64 reference alone would take minutes "
+    throw std::invalid_argument("matmul at " + shape_str(*l, s) +
+                                ": the float64 reference alone would take minutes "
                                 "(over 2048^3 multiply-adds); use --size 2048 or less");
   return *l;
 }
@@ -148,7 +153,8 @@ Result run(const std::string& kernel, int version, const Shape& s, const Options
     throw std::invalid_argument("kernels bench: --threads must be 1 to 1024, got " + std::to_string(o.threads));
   if (o.repeats < 1 || o.warmup < 0)
     throw std::invalid_argument("kernels bench: --repeats must be at least 1 and --warmup at least 0");
-  const Rung& rung = *std::find_if(l.rungs.begin(), l.rungs.end(), [&](const Rung& r) { return r.v.number == version; });
+  const Rung& rung =
+      *std::find_if(l.rungs.begin(), l.rungs.end(), [&](const Rung& r) { return r.v.number == version; });
   Result r;
   r.kernel = kernel;
   r.version = version;
@@ -164,8 +170,9 @@ Result run(const std::string& kernel, int version, const Shape& s, const Options
   Problem p = make_problem(l, s);
   if (kernel == "conv2d" && rung.v.name.find("Winograd") != std::string::npos) {
     p.atol_each = conv2d_winograd_bounds(p, s);
-    p.tolerance_note = "per element, |err| <= gamma_(C+8) 81 sum_c max|w_oc| max|x_c over the 4x4 tile| + u |y|: the a "
-                       "priori bound of Winograd F(2x2, 3x3) (core/cpu/winograd.cpp, Numerics)";
+    p.tolerance_note =
+        "per element, |err| <= gamma_(C+8) 81 sum_c max|w_oc| max|x_c over the 4x4 tile| + u |y|: the a "
+        "priori bound of Winograd F(2x2, 3x3) (core/cpu/winograd.cpp, Numerics)";
     p.atol = *std::max_element(p.atol_each.begin(), p.atol_each.end());
   }
   std::vector<const float*> in;

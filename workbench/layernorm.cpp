@@ -43,8 +43,7 @@ void v2_row(const float* x, const float* w, const float* b, float* y, int64_t C)
   float q = hsum(vq);
   for (int64_t c = full; c < C; ++c) q += (x[c] - mean) * (x[c] - mean);
   const V rs = splat(1.0f / std::sqrt(q / static_cast<float>(C) + kLnEps));
-  for (int64_t c = 0; c < full; c += kW)
-    store(y + c, fma(mul(sub(load(x + c), mv), rs), load(w + c), load(b + c)));
+  for (int64_t c = 0; c < full; c += kW) store(y + c, fma(mul(sub(load(x + c), mv), rs), load(w + c), load(b + c)));
   if (full < C)
     store(y + full, fma(mul(sub(load(x + full, tail), mv), rs), load(w + full, tail), load(b + full, tail)), tail);
 }
@@ -81,8 +80,7 @@ void v3_row(const float* x, const float* w, const float* b, float* y, int64_t C)
   }
   const RowStats st = shifted_stats(x, full, C, x0, hsum(s1), hsum(s2));
   const V mv = splat(st.mean), rs = splat(st.rstd);
-  for (int64_t c = 0; c < full; c += kW)
-    store(y + c, fma(mul(sub(load(x + c), mv), rs), load(w + c), load(b + c)));
+  for (int64_t c = 0; c < full; c += kW) store(y + c, fma(mul(sub(load(x + c), mv), rs), load(w + c), load(b + c)));
   if (full < C)
     store(y + full, fma(mul(sub(load(x + full, tail), mv), rs), load(w + full, tail), load(b + full, tail)), tail);
 }
@@ -130,7 +128,6 @@ KernelFn by_rows(void (*row)(const float*, const float*, const float*, float*, i
   };
 }
 
-
 }  // namespace
 
 Ladder layernorm_ladder() {
@@ -142,19 +139,33 @@ Ladder layernorm_ladder() {
   l.spec.gpu_reference = "the copy bandwidth";
   l.spec.default_size = 4096;
   l.spec.default_rows = 4096;
-  l.rungs.push_back({{1, "scalar two-pass", "mean, then variance, then y: three scalar passes, one float running sum each"},
-                     by_rows(v1_row), "", {}});
+  l.rungs.push_back(
+      {{1, "scalar two-pass", "mean, then variance, then y: three scalar passes, one float running sum each"},
+       by_rows(v1_row),
+       "",
+       {}});
 #if GS_WB_SIMD
-  l.rungs.push_back({{2, "vectorised", std::string(simd::isa_name()) + " lanes in each pass (kW partial sums), y as one FMA"},
-                     by_rows(v2_row), "", {}});
-  l.rungs.push_back({{3, "one-pass statistics", "sum and sum of squares of x - x[0] in one pass: x read twice instead of three times"},
-                     by_rows(v3_row), "", {}});
-  l.rungs.push_back({{4, "streamed, prefetched", "v3 writing y around the caches (no read-for-ownership: 8 bytes per element instead of 12), the next row prefetched so the memory is never idle"},
-                     by_rows(v4_row, /*streamed=*/true), "", {}});
+  l.rungs.push_back(
+      {{2, "vectorised", std::string(simd::isa_name()) + " lanes in each pass (kW partial sums), y as one FMA"},
+       by_rows(v2_row),
+       "",
+       {}});
+  l.rungs.push_back({{3, "one-pass statistics",
+                      "sum and sum of squares of x - x[0] in one pass: x read twice instead of three times"},
+                     by_rows(v3_row),
+                     "",
+                     {}});
+  l.rungs.push_back({{4, "streamed, prefetched",
+                      "v3 writing y around the caches (no read-for-ownership: 8 bytes per element instead of 12), the "
+                      "next row prefetched so the memory is never idle"},
+                     by_rows(v4_row, /*streamed=*/true),
+                     "",
+                     {}});
 #else
   l.rungs.push_back({{2, "vectorised", "AVX2/AVX-512 lanes in each pass"}, {}, kNoSimd, {}});
   l.rungs.push_back({{3, "one-pass statistics", "sum and sum of squares in one pass"}, {}, kNoSimd, {}});
-  l.rungs.push_back({{4, "streamed, prefetched", "v3 writing y around the caches, the next row prefetched"}, {}, kNoSimd, {}});
+  l.rungs.push_back(
+      {{4, "streamed, prefetched", "v3 writing y around the caches, the next row prefetched"}, {}, kNoSimd, {}});
 #endif
   return l;
 }

@@ -21,9 +21,7 @@
 namespace gradsleuth::workbench::cpu {
 namespace {
 
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Runs body(thread) on `threads` threads at once; returns the wall time in seconds.
 template <class F>
@@ -148,7 +146,8 @@ Limits measure(int threads, bool quick) {
   });
   double best_copy = 0, best_triad = 0;
   for (int rep = 0; rep < (quick ? 3 : 10); ++rep) {
-    const double tc = on_threads(threads, [&](int t) { part(t, [&](int64_t i0, int64_t m) { copy(a.get() + i0, c.get() + i0, m); }); });
+    const double tc = on_threads(
+        threads, [&](int t) { part(t, [&](int64_t i0, int64_t m) { copy(a.get() + i0, c.get() + i0, m); }); });
     best_copy = std::max(best_copy, 8.0 * static_cast<double>(n) / tc / 1e9);
     const double tt = on_threads(threads, [&](int t) {
       part(t, [&](int64_t i0, int64_t m) { triad(a.get() + i0, b.get() + i0, c.get() + i0, 0.5f, m); });

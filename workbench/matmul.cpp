@@ -237,20 +237,40 @@ Ladder matmul_ladder() {
   l.spec.gpu_reference = "the FMA peak";
   l.spec.default_size = 512;
   const std::string simd_skip = simd::kHaveSimd ? "" : "this build has no AVX2 (-march=native or x86-64-v3 builds it)";
-  l.rungs.push_back({{1, "naive ijk", "the definition: a dot product per element; B is read down a column, one cache line per k"},
-                     rows_split(v1_naive), "", {}});
-  l.rungs.push_back({{2, "loop order ikj", "k outside j: B and C rows read with unit stride, whole cache lines, and vectorised"},
-                     rows_split(v2_ikj), "", {}});
-  l.rungs.push_back({{3, "cache blocking", "64 x 128 blocks of B (32 KB) reused from L1 by every row instead of all of B from L2 or memory"},
-                     rows_split(v3_blocked), "", {}});
-  l.rungs.push_back({{4, "register tile", "a 4 x 32 tile of C in registers over a k-block: each B load serves 4 rows, C touched once per block"},
-                     rows_split(v4_register), "", {}});
+  l.rungs.push_back(
+      {{1, "naive ijk", "the definition: a dot product per element; B is read down a column, one cache line per k"},
+       rows_split(v1_naive),
+       "",
+       {}});
+  l.rungs.push_back(
+      {{2, "loop order ikj", "k outside j: B and C rows read with unit stride, whole cache lines, and vectorised"},
+       rows_split(v2_ikj),
+       "",
+       {}});
+  l.rungs.push_back({{3, "cache blocking",
+                      "64 x 128 blocks of B (32 KB) reused from L1 by every row instead of all of B from L2 or memory"},
+                     rows_split(v3_blocked),
+                     "",
+                     {}});
+  l.rungs.push_back(
+      {{4, "register tile",
+        "a 4 x 32 tile of C in registers over a k-block: each B load serves 4 rows, C touched once per block"},
+       rows_split(v4_register),
+       "",
+       {}});
 #if GS_WB_SIMD
-  l.rungs.push_back({{5, "SIMD micro-kernel", std::string("explicit ") + simd::isa_name() + ": a " + std::to_string(kMr) +
-                         " x 2-vector tile, broadcast A, 2 loads of B per " + std::to_string(2 * kMr) + " FMAs"},
-                     rows_split(v5_simd), "", {}});
-  l.rungs.push_back({{6, "packed (BLIS)", "A and B blocks copied into the panels the micro-kernel reads: unit stride, L1/L2-resident, no TLB misses"},
-                     rows_split(v6_packed), "", {}});
+  l.rungs.push_back({{5, "SIMD micro-kernel",
+                      std::string("explicit ") + simd::isa_name() + ": a " + std::to_string(kMr) +
+                          " x 2-vector tile, broadcast A, 2 loads of B per " + std::to_string(2 * kMr) + " FMAs"},
+                     rows_split(v5_simd),
+                     "",
+                     {}});
+  l.rungs.push_back(
+      {{6, "packed (BLIS)",
+        "A and B blocks copied into the panels the micro-kernel reads: unit stride, L1/L2-resident, no TLB misses"},
+       rows_split(v6_packed),
+       "",
+       {}});
 #else
   l.rungs.push_back({{5, "SIMD micro-kernel", "explicit AVX2/AVX-512 register tile"}, {}, simd_skip, {}});
   l.rungs.push_back({{6, "packed (BLIS)", "A and B copied into micro-panels"}, {}, simd_skip, {}});
@@ -259,28 +279,37 @@ Ladder matmul_ladder() {
   KernelFn engine = [](const float* const* in, float* out, const Shape& s, int threads) {
     parallel_for(threads, s.m, [&](int64_t i0, int64_t i1) {
       gradsleuth::cpu::fast::sgemm_direct(false, false, i1 - i0, s.n, s.k, in[0] + i0 * s.k, s.k, in[1], s.n, 0.0f,
-                                    out + i0 * s.n, s.n);
+                                          out + i0 * s.n, s.n);
     });
   };
-  l.rungs.push_back({{7, "engine (packing-free)", "core/cpu/fast/sgemm.h, the CPU backend's kernel: v5's tile over k-blocks sized to L1, no packing, tuned edges"},
+  l.rungs.push_back({{7, "engine (packing-free)",
+                      "core/cpu/fast/sgemm.h, the CPU backend's kernel: v5's tile over k-blocks sized to L1, no "
+                      "packing, tuned edges"},
                      gradsleuth::cpu::fast::sgemm_direct_available() ? engine : KernelFn{},
-                     gradsleuth::cpu::fast::sgemm_direct_available() ? "" : "core/cpu/fast/sgemm.h is not built in (it needs AVX2 + FMA)", {}});
+                     gradsleuth::cpu::fast::sgemm_direct_available()
+                         ? ""
+                         : "core/cpu/fast/sgemm.h is not built in (it needs AVX2 + FMA)",
+                     {}});
   KernelFn blas = [](const float* const* in, float* out, const Shape& s, int threads) {
     const bool direct = gradsleuth::cpu::fast::sgemm_direct_enabled();
     gradsleuth::cpu::fast::set_sgemm_direct(false);  // the BLAS itself, not the engine's routing
     parallel_for(threads, s.m, [&](int64_t i0, int64_t i1) {
       gradsleuth::cpu::fast::BlasSingleThread one;
       gradsleuth::cpu::fast::blas_gemm(false, false, i1 - i0, s.n, s.k, in[0] + i0 * s.k, s.k, in[1], s.n, 0.0f,
-                                 out + i0 * s.n, s.n);
+                                       out + i0 * s.n, s.n);
     });
     gradsleuth::cpu::fast::set_sgemm_direct(direct);
   };
   const std::string lib = gradsleuth::cpu::fast::gemm_library();
   const bool have_blas = lib != "Eigen";
-  l.rungs.push_back({{8, have_blas ? lib + " (reference)" : "BLAS (reference)",
-                      "the tuned BLAS the engine links (core/cpu/fast/blas.h), one thread per row block: the reference row"},
-                     have_blas ? blas : KernelFn{},
-                     have_blas ? "" : "this build has no BLAS (GRADSLEUTH_BLAS=OFF or OpenBLAS not found: apt-get install libopenblas-dev)", {}});
+  l.rungs.push_back(
+      {{8, have_blas ? lib + " (reference)" : "BLAS (reference)",
+        "the tuned BLAS the engine links (core/cpu/fast/blas.h), one thread per row block: the reference row"},
+       have_blas ? blas : KernelFn{},
+       have_blas
+           ? ""
+           : "this build has no BLAS (GRADSLEUTH_BLAS=OFF or OpenBLAS not found: apt-get install libopenblas-dev)",
+       {}});
   return l;
 }
 

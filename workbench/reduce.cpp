@@ -103,7 +103,8 @@ KernelFn chunked(float (*f)(const float*, int64_t)) {
   return [f](const float* const* in, float* out, const Shape& s, int threads) {
     std::vector<float> part(static_cast<size_t>(threads > 0 ? threads : 1), 0.0f);
     const int64_t per = (s.n + threads - 1) / threads;
-    parallel_for(threads, s.n, [&](int64_t i0, int64_t i1) { part[static_cast<size_t>(i0 / per)] = f(in[0] + i0, i1 - i0); });
+    parallel_for(threads, s.n,
+                 [&](int64_t i0, int64_t i1) { part[static_cast<size_t>(i0 / per)] = f(in[0] + i0, i1 - i0); });
     float total = 0.0f;
     for (float p : part) total += p;
     out[0] = total;
@@ -120,26 +121,44 @@ Ladder reduce_ladder() {
   l.spec.shape_help = "--size N: elements";
   l.spec.gpu_reference = "the copy bandwidth";
   l.spec.default_size = int64_t{1} << 26;
-  l.rungs.push_back({{1, "naive", "one running sum: each add waits for the previous one's latency"}, chunked(v1), "",
-                     [](int64_t n) { return gamma(static_cast<double>(n)); }});
-  l.rungs.push_back({{2, "8 accumulators", "8 independent running sums: 8 adds in flight hide the latency"}, chunked(v2), "",
+  l.rungs.push_back(
+      {{1, "naive", "one running sum: each add waits for the previous one's latency"}, chunked(v1), "", [](int64_t n) {
+         return gamma(static_cast<double>(n));
+       }});
+  l.rungs.push_back({{2, "8 accumulators", "8 independent running sums: 8 adds in flight hide the latency"},
+                     chunked(v2),
+                     "",
                      [](int64_t n) { return gamma(std::ceil(n / 8.0) + 16); }});
 #if GS_WB_SIMD
-  l.rungs.push_back({{3, "SIMD", std::string(simd::isa_name()) + ": " + std::to_string(kAcc) + " vector accumulators, " +
-                         std::to_string(kLanes) + " lanes added per " + std::to_string(kAcc) + " instructions"},
-                     chunked(simd_sum), "", [](int64_t n) { return gamma(std::ceil(n / double(kW)) + 2 * kW + 4); }});
-  l.rungs.push_back({{4, "pairwise", "v3 on 4096-element blocks combined as a balanced tree: same speed, error ~log2(n) not ~n"},
-                     chunked(pairwise), "",
-                     [](int64_t n) { return gamma(kBlock / double(kW) + 2 * kW + 4 + std::ceil(std::log2(std::max(1.0, n / double(kBlock)))) + 1); }});
-  l.rungs.push_back({{5, "Kahan", "compensated sum per lane: 4 flops per element, still memory-bound; error ~2u, not growing with n"},
-                     chunked(kahan), "", [](int64_t n) { return 2 * kU + n * kU * kU + gamma(2) + 1e-15 * kW; }});
+  l.rungs.push_back({{3, "SIMD",
+                      std::string(simd::isa_name()) + ": " + std::to_string(kAcc) + " vector accumulators, " +
+                          std::to_string(kLanes) + " lanes added per " + std::to_string(kAcc) + " instructions"},
+                     chunked(simd_sum),
+                     "",
+                     [](int64_t n) { return gamma(std::ceil(n / double(kW)) + 2 * kW + 4); }});
+  l.rungs.push_back(
+      {{4, "pairwise", "v3 on 4096-element blocks combined as a balanced tree: same speed, error ~log2(n) not ~n"},
+       chunked(pairwise),
+       "",
+       [](int64_t n) {
+         return gamma(kBlock / double(kW) + 2 * kW + 4 + std::ceil(std::log2(std::max(1.0, n / double(kBlock)))) + 1);
+       }});
+  l.rungs.push_back(
+      {{5, "Kahan", "compensated sum per lane: 4 flops per element, still memory-bound; error ~2u, not growing with n"},
+       chunked(kahan),
+       "",
+       [](int64_t n) { return 2 * kU + n * kU * kU + gamma(2) + 1e-15 * kW; }});
 #else
   l.rungs.push_back({{3, "SIMD", "vector accumulators"}, {}, kNoSimd, {}});
   l.rungs.push_back({{4, "pairwise", "v3 on blocks combined as a tree"}, {}, kNoSimd, {}});
   l.rungs.push_back({{5, "Kahan", "compensated sum per lane"}, {}, kNoSimd, {}});
 #endif
-  l.rungs.push_back({{6, "engine (float64 lanes)", "core/cpu/accurate_sum.h: 32 float64 lanes, pairwise blocks: the CPU backend's sum, one float rounding"},
-                     chunked(engine), "", [](int64_t n) { return kU + (37 + std::ceil(std::log2(std::max(1.0, n / 1024.0)))) * 1.1102230246251565e-16; }});
+  l.rungs.push_back(
+      {{6, "engine (float64 lanes)",
+        "core/cpu/accurate_sum.h: 32 float64 lanes, pairwise blocks: the CPU backend's sum, one float rounding"},
+       chunked(engine),
+       "",
+       [](int64_t n) { return kU + (37 + std::ceil(std::log2(std::max(1.0, n / 1024.0)))) * 1.1102230246251565e-16; }});
   return l;
 }
 

@@ -22,7 +22,8 @@ std::string num(double v) { return str_printf("%.1f", v); }
 std::string short_num(double v) { return str_printf("%.*f", v >= 100 ? 0 : v >= 10 ? 1 : 2, v); }
 std::string esc(const std::string& s) {
   std::string o;
-  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  for (char c : s)
+    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return o;
 }
 std::string tick(double e) { return str_printf("%g", std::pow(10.0, e)); }
@@ -47,7 +48,8 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
     if (r.skipped.empty() && r.ms > 0 && r.cost.flops > 0 && r.cost.bytes > 0) pts.push_back(&r);
   // Axis ranges: whole decades around the points, the ridge and the peak.
   const double ridge = lim.copy_gb_per_s > 0 ? lim.fma_gflops / lim.copy_gb_per_s : 1.0;
-  double xlo = std::log10(std::max(1e-3, ridge)), xhi = xlo, ylo = std::log10(std::max(1e-3, lim.fma_gflops)), yhi = ylo;
+  double xlo = std::log10(std::max(1e-3, ridge)), xhi = xlo, ylo = std::log10(std::max(1e-3, lim.fma_gflops)),
+         yhi = ylo;
   for (const Result* r : pts) {
     const double ai = std::log10(r->cost.flops / r->cost.bytes), g = std::log10(std::max(1e-6, r->gflops()));
     xlo = std::min(xlo, ai), xhi = std::max(xhi, ai), ylo = std::min(ylo, g), yhi = std::max(yhi, g);
@@ -56,9 +58,10 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
   auto px = [&](double ai) { return L + (std::log10(ai) - xlo) / (xhi - xlo) * PW; };
   auto py = [&](double g) { return T + PH - (std::log10(g) - ylo) / (yhi - ylo) * PH; };
 
-  const std::string title = "Roofline: " + lim.cpu + ", " + lim.isa +
-                            (lim.threads <= 0 ? std::string()
-                                              : ", " + std::to_string(lim.threads) + (lim.threads == 1 ? " thread" : " threads"));
+  const std::string title =
+      "Roofline: " + lim.cpu + ", " + lim.isa +
+      (lim.threads <= 0 ? std::string()
+                        : ", " + std::to_string(lim.threads) + (lim.threads == 1 ? " thread" : " threads"));
   std::ostringstream os;
   os << "<svg class=\"plot\" id=\"roofline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
      << "\" viewBox=\"0 0 " << W << " " << H << "\" role=\"img\" aria-label=\"" << esc(title) << "\">\n"
@@ -81,16 +84,17 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
      << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << T + PH << "\"/>\n</g>\n";
   for (double e = xlo; e <= xhi; ++e) {
     const double x = px(std::pow(10, e));
-    os << "<text class=\"tick\" x=\"" << num(x) << "\" y=\"" << T + PH + 20 << "\" text-anchor=\"middle\" font-size=\"11\">"
-       << tick(e) << "</text>\n";
+    os << "<text class=\"tick\" x=\"" << num(x) << "\" y=\"" << T + PH + 20
+       << "\" text-anchor=\"middle\" font-size=\"11\">" << tick(e) << "</text>\n";
   }
   for (double e = ylo; e <= yhi; ++e)
     os << "<text class=\"tick\" x=\"" << L - 6 << "\" y=\"" << num(py(std::pow(10, e)) + 4)
        << "\" text-anchor=\"end\" font-size=\"11\">" << tick(e) << "</text>\n";
   os << "<text x=\"" << num(L + PW / 2) << "\" y=\"" << H - 12
      << "\" text-anchor=\"middle\" font-size=\"12\">arithmetic intensity (flops per byte moved, at least)</text>\n"
-     << "<text x=\"16\" y=\"" << num(T + PH / 2) << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 16 "
-     << num(T + PH / 2) << ")\">GFLOP/s</text>\n";
+     << "<text x=\"16\" y=\"" << num(T + PH / 2)
+     << "\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 16 " << num(T + PH / 2)
+     << ")\">GFLOP/s</text>\n";
   // The roof: bandwidth slope up to the ridge, then the FMA peak.
   const double x0 = std::pow(10, xlo), x1 = std::pow(10, xhi);
   const double ylow = std::pow(10, ylo);
@@ -101,25 +105,27 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
   const std::string peak = lim.peak_label + " " + short_num(lim.fma_gflops) + " GFLOP/s";
   const std::string bw = lim.bandwidth_label + " " + short_num(lim.copy_gb_per_s) + " GB/s";
   const double peak_x = L + PW - 6 - 6.2 * peak.size(), peak_y = py(lim.fma_gflops) - 6;
-  os << "<text class=\"ceiling\" x=\"" << num(peak_x) << "\" y=\"" << num(peak_y) << "\" font-size=\"11\">" << peak << "</text>\n";
+  os << "<text class=\"ceiling\" x=\"" << num(peak_x) << "\" y=\"" << num(peak_y) << "\" font-size=\"11\">" << peak
+     << "</text>\n";
   taken.push_back({peak_x, peak_y - 11, peak_x + 6.2 * peak.size(), peak_y + 3});
   // The bandwidth label just above the slope, a third of the way along it.
   const double bx = std::pow(10, std::log10(xs) + (std::log10(ridge) - std::log10(xs)) / 3);
   const double lx = px(bx), ly = py(bx * lim.copy_gb_per_s) - 8;
-  os << "<text class=\"ceiling\" x=\"" << num(lx) << "\" y=\"" << num(ly) << "\" font-size=\"11\" text-anchor=\"end\">" << bw
-     << "</text>\n";
+  os << "<text class=\"ceiling\" x=\"" << num(lx) << "\" y=\"" << num(ly) << "\" font-size=\"11\" text-anchor=\"end\">"
+     << bw << "</text>\n";
   taken.push_back({lx - 6.2 * bw.size(), ly - 11, lx, ly + 3});
   // The legend, right of the plot.
   std::vector<std::string> kernels;
   for (const Result* r : pts)
     if (std::find(kernels.begin(), kernels.end(), r->kernel) == kernels.end()) kernels.push_back(r->kernel);
   const double gx = L + PW + 20;
-  os << "<g class=\"legend\">\n<text x=\"" << gx << "\" y=\"" << T + 4 << "\" font-size=\"12\" font-weight=\"bold\">kernels</text>\n";
+  os << "<g class=\"legend\">\n<text x=\"" << gx << "\" y=\"" << T + 4
+     << "\" font-size=\"12\" font-weight=\"bold\">kernels</text>\n";
   for (size_t i = 0; i < kernels.size(); ++i) {
     const double y = T + 24 + 18 * static_cast<double>(i);
     os << "<circle cx=\"" << gx + 5 << "\" cy=\"" << y - 4 << "\" r=\"4.5\" fill=\"" << kPalette[i % 8] << "\"/>"
-       << "<text x=\"" << gx + 16 << "\" y=\"" << y << "\" font-size=\"12\">" << letter(kernels[i]) << "n: " << kernels[i]
-       << " vn</text>\n";
+       << "<text x=\"" << gx + 16 << "\" y=\"" << y << "\" font-size=\"12\">" << letter(kernels[i])
+       << "n: " << kernels[i] << " vn</text>\n";
   }
   os << "</g>\n";
   taken.push_back({gx - 4, T - 10, W, T + 30 + 18 * static_cast<double>(kernels.size())});
@@ -138,9 +144,9 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
     taken.push_back({d.x - 4.5, d.y - 4.5, d.x + 4.5, d.y + 4.5});
     os << "<circle class=\"point\" data-kernel=\"" << r->kernel << "\" data-version=\"" << r->version << "\" cx=\""
        << num(d.x) << "\" cy=\"" << num(d.y) << "\" r=\"4\" fill=\"" << kPalette[ci % 8] << "\" stroke=\"#fff\" "
-       << "stroke-width=\"0.8\"><title>" << esc(r->kernel + " v" + std::to_string(r->version) + " (" + r->name + "): " +
-                                               short_num(r->gflops()) + " GFLOP/s, " + short_num(r->gb_per_s()) +
-                                               " GB/s, intensity " + short_num(r->cost.flops / r->cost.bytes))
+       << "stroke-width=\"0.8\"><title>"
+       << esc(r->kernel + " v" + std::to_string(r->version) + " (" + r->name + "): " + short_num(r->gflops()) +
+              " GFLOP/s, " + short_num(r->gb_per_s()) + " GB/s, intensity " + short_num(r->cost.flops / r->cost.bytes))
        << "</title></circle>\n";
   }
   os << "</g>\n<g class=\"labels\">\n";
@@ -163,11 +169,12 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
         taken.push_back(b);
         placed = true;
         if (ring > 1)
-          os << "<line class=\"leader\" x1=\"" << num(d.x) << "\" y1=\"" << num(d.y) << "\" x2=\"" << num((b.x0 + b.x1) / 2)
-             << "\" y2=\"" << num((b.y0 + b.y1) / 2) << "\" stroke=\"" << kPalette[d.colour % 8]
-             << "\" stroke-width=\"0.7\" opacity=\"0.6\"/>\n";
-        os << "<text class=\"label\" x=\"" << num(b.x0 + 1) << "\" y=\"" << num(b.y1 - 3) << "\" font-size=\"11\" fill=\""
-           << kPalette[d.colour % 8] << "\" style=\"fill: " << kPalette[d.colour % 8] << "\">" << text << "</text>\n";
+          os << "<line class=\"leader\" x1=\"" << num(d.x) << "\" y1=\"" << num(d.y) << "\" x2=\""
+             << num((b.x0 + b.x1) / 2) << "\" y2=\"" << num((b.y0 + b.y1) / 2) << "\" stroke=\""
+             << kPalette[d.colour % 8] << "\" stroke-width=\"0.7\" opacity=\"0.6\"/>\n";
+        os << "<text class=\"label\" x=\"" << num(b.x0 + 1) << "\" y=\"" << num(b.y1 - 3)
+           << "\" font-size=\"11\" fill=\"" << kPalette[d.colour % 8] << "\" style=\"fill: " << kPalette[d.colour % 8]
+           << "\">" << text << "</text>\n";
       }
     }
     if (!placed)  // no free place within 130 px: the dot's tooltip still names it

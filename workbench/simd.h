@@ -54,8 +54,7 @@ constexpr int kW = 8;
 using V = __m256;
 struct Mask {
   __m256i m;
-  explicit Mask(int n)
-      : m(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
+  explicit Mask(int n) : m(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
 };
 inline V load(const float* p) { return _mm256_loadu_ps(p); }
 inline V load(const float* p, Mask k) { return _mm256_maskload_ps(p, k.m); }

@@ -158,15 +158,30 @@ Ladder softmax_ladder() {
   l.spec.gpu_reference = "the copy bandwidth";
   l.spec.default_size = 4096;
   l.spec.default_rows = 4096;
-  l.rungs.push_back({{1, "scalar three-pass", "max, then sum of exp (std::exp), then a division per element: one element at a time"},
-                     by_rows(v1_row), "", {}});
+  l.rungs.push_back(
+      {{1, "scalar three-pass", "max, then sum of exp (std::exp), then a division per element: one element at a time"},
+       by_rows(v1_row),
+       "",
+       {}});
 #if GS_WB_SIMD
-  l.rungs.push_back({{2, "vectorised", std::string(simd::isa_name()) + " lanes, a polynomial exp (< 2 ulp), one reciprocal per row instead of a division per element"},
-                     by_rows(v2_row), "", {}});
-  l.rungs.push_back({{3, "online one-pass", "running max and rescaled sum in one pass: x read twice instead of three times, y written once"},
-                     by_rows(v3_row), "", {}});
-  l.rungs.push_back({{4, "overlapped", "v2 with the next row prefetched during the exp pass, so memory and arithmetic overlap; 4 running maxima"},
-                     by_rows_next(v4_row), "", {}});
+  l.rungs.push_back(
+      {{2, "vectorised",
+        std::string(simd::isa_name()) +
+            " lanes, a polynomial exp (< 2 ulp), one reciprocal per row instead of a division per element"},
+       by_rows(v2_row),
+       "",
+       {}});
+  l.rungs.push_back({{3, "online one-pass",
+                      "running max and rescaled sum in one pass: x read twice instead of three times, y written once"},
+                     by_rows(v3_row),
+                     "",
+                     {}});
+  l.rungs.push_back(
+      {{4, "overlapped",
+        "v2 with the next row prefetched during the exp pass, so memory and arithmetic overlap; 4 running maxima"},
+       by_rows_next(v4_row),
+       "",
+       {}});
 #else
   l.rungs.push_back({{2, "vectorised", "AVX2/AVX-512 lanes and a polynomial exp"}, {}, kNoSimd, {}});
   l.rungs.push_back({{3, "online one-pass", "running max and rescaled sum in one pass"}, {}, kNoSimd, {}});

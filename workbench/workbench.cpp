@@ -19,42 +19,84 @@ constexpr double kEps = 1.1920928955078125e-07;  // 2^-23: float32 machine epsil
 
 std::vector<KernelSpec> make_registry() {
   std::vector<KernelSpec> r;
-  r.push_back({"matmul", "C (M, N) = A (M, K) @ B (K, N), float32, row-major", "cuda/workbench/matmul.cu",
-               "--size N: M = N = K = N", true, "cuBLAS SGEMM",
-               {{1, "naive", "one thread per element of C, threadIdx.x along the rows: uncoalesced loads of A"},
-                {2, "coalesced", "threadIdx.x along the columns: a warp reads 128 contiguous bytes of B, 8x fewer sectors"},
-                {3, "shared-memory tiled", "32 x 32 tiles of A and B staged in shared memory: 32x less global traffic"},
-                {4, "2-D register tiled", "64 x 64 block tile, 4 x 4 outputs per thread in registers: 0.5 shared loads per FMA"},
-                {5, "vectorised", "v4 with float4 global and shared accesses: 4x fewer load/store instructions"},
-                {6, "warp tiled", "a 32 x 32 tile per warp, 8 x 4 per thread: 0.375 shared loads per FMA, conflict-free"},
-                {7, "cuBLAS", "cublasSgemm, the reference row (the emulator's is a CPU reference GEMM)"}},
-               4096, 64, 0, 0, 256.0 * 256.0 * 256.0});
-  r.push_back({"softmax", "row softmax of x (rows, cols), float32", "cuda/workbench/softmax.cu",
-               "--size C: columns per row; --rows R (default 4096 on a GPU, 64 on the emulator)", false,
+  r.push_back(
+      {"matmul",
+       "C (M, N) = A (M, K) @ B (K, N), float32, row-major",
+       "cuda/workbench/matmul.cu",
+       "--size N: M = N = K = N",
+       true,
+       "cuBLAS SGEMM",
+       {{1, "naive", "one thread per element of C, threadIdx.x along the rows: uncoalesced loads of A"},
+        {2, "coalesced", "threadIdx.x along the columns: a warp reads 128 contiguous bytes of B, 8x fewer sectors"},
+        {3, "shared-memory tiled", "32 x 32 tiles of A and B staged in shared memory: 32x less global traffic"},
+        {4, "2-D register tiled",
+         "64 x 64 block tile, 4 x 4 outputs per thread in registers: 0.5 shared loads per FMA"},
+        {5, "vectorised", "v4 with float4 global and shared accesses: 4x fewer load/store instructions"},
+        {6, "warp tiled", "a 32 x 32 tile per warp, 8 x 4 per thread: 0.375 shared loads per FMA, conflict-free"},
+        {7, "cuBLAS", "cublasSgemm, the reference row (the emulator's is a CPU reference GEMM)"}},
+       4096,
+       64,
+       0,
+       0,
+       256.0 * 256.0 * 256.0});
+  r.push_back({"softmax",
+               "row softmax of x (rows, cols), float32",
+               "cuda/workbench/softmax.cu",
+               "--size C: columns per row; --rows R (default 4096 on a GPU, 64 on the emulator)",
+               false,
                "cudaMemcpy device-to-device",
                {{1, "naive", "one thread per row, three passes: few threads, uncoalesced"},
                 {2, "block per row", "256 threads per row, coalesced, max and sum as shared-memory tree reductions"},
-                {3, "warp online", "one warp per row, online max/sum in one pass, warp shuffles: no shared memory, no barrier"}},
-               4096, 1000, 4096, 64, 4.0e6});
-  r.push_back({"reduce", "sum of n float32 values into one float", "cuda/workbench/reduce.cu",
-               "--size N: elements", false, "cudaMemcpy device-to-device",
-               {{1, "atomic", "one atomicAdd per element on one address: fully serialised"},
-                {2, "shared tree", "a shared-memory tree per block of 512 elements, one atomic per block"},
-                {3, "warp shuffle", "grid-stride loop in registers, warp shuffles, one barrier and one atomic per block"}},
-               int64_t{1} << 26, 100000, 0, 0, 4.0e6});
-  r.push_back({"layernorm", "layer norm of x (rows, cols) over the columns, with weight and bias", "cuda/workbench/layernorm.cu",
-               "--size C: columns per row; --rows R (default 4096 on a GPU, 64 on the emulator)", false,
+                {3, "warp online",
+                 "one warp per row, online max/sum in one pass, warp shuffles: no shared memory, no barrier"}},
+               4096,
+               1000,
+               4096,
+               64,
+               4.0e6});
+  r.push_back(
+      {"reduce",
+       "sum of n float32 values into one float",
+       "cuda/workbench/reduce.cu",
+       "--size N: elements",
+       false,
+       "cudaMemcpy device-to-device",
+       {{1, "atomic", "one atomicAdd per element on one address: fully serialised"},
+        {2, "shared tree", "a shared-memory tree per block of 512 elements, one atomic per block"},
+        {3, "warp shuffle", "grid-stride loop in registers, warp shuffles, one barrier and one atomic per block"}},
+       int64_t{1} << 26,
+       100000,
+       0,
+       0,
+       4.0e6});
+  r.push_back({"layernorm",
+               "layer norm of x (rows, cols) over the columns, with weight and bias",
+               "cuda/workbench/layernorm.cu",
+               "--size C: columns per row; --rows R (default 4096 on a GPU, 64 on the emulator)",
+               false,
                "cudaMemcpy device-to-device",
                {{1, "naive", "one thread per row, two-pass mean and variance: few threads, uncoalesced"},
                 {2, "block per row", "256 threads per row, two-pass, shared-memory reductions"},
                 {3, "warp welford", "one warp per row, Welford in one pass, merged with warp shuffles"}},
-               4096, 1000, 4096, 64, 4.0e6});
-  r.push_back({"gelu", "GELU (tanh approximation) of n float32 values: the elementwise op", "cuda/workbench/gelu.cu",
-               "--size N: elements", false, "cudaMemcpy device-to-device",
+               4096,
+               1000,
+               4096,
+               64,
+               4.0e6});
+  r.push_back({"gelu",
+               "GELU (tanh approximation) of n float32 values: the elementwise op",
+               "cuda/workbench/gelu.cu",
+               "--size N: elements",
+               false,
+               "cudaMemcpy device-to-device",
                {{1, "plain", "one thread per element"},
                 {2, "grid-stride", "a grid sized to the machine loops over the array"},
                 {3, "float4", "16-byte loads and stores in the grid-stride loop: 4x fewer memory instructions"}},
-               int64_t{1} << 26, 100000, 0, 0, 4.0e6});
+               int64_t{1} << 26,
+               100000,
+               0,
+               0,
+               4.0e6});
   return r;
 }
 
@@ -123,7 +165,8 @@ const KernelSpec& check_args(const std::string& kernel, int version, const Shape
   if (!k)
     throw std::invalid_argument("unknown kernel '" + kernel + "': the workbench has " + kernel_names() +
                                 " (gradsleuth kernels list)");
-  const bool known = std::any_of(k->versions.begin(), k->versions.end(), [&](const Version& v) { return v.number == version; });
+  const bool known =
+      std::any_of(k->versions.begin(), k->versions.end(), [&](const Version& v) { return v.number == version; });
   if (!known)
     throw std::invalid_argument(kernel + " has no version " + std::to_string(version) + ": its versions are " +
                                 version_list(*k));
@@ -131,9 +174,10 @@ const KernelSpec& check_args(const std::string& kernel, int version, const Shape
   if (s.n <= 0 || (row && s.m <= 0) || (k->name == "matmul" && (s.m <= 0 || s.k <= 0)))
     throw std::invalid_argument(kernel + " v" + std::to_string(version) + ": the size must be at least 1 (" +
                                 k->shape_help + ")");
-  const double elems = k->name == "matmul" ? std::max({static_cast<double>(s.m) * s.k, static_cast<double>(s.k) * s.n,
-                                                       static_cast<double>(s.m) * s.n})
-                                           : (row ? static_cast<double>(s.m) * s.n : static_cast<double>(s.n));
+  const double elems =
+      k->name == "matmul"
+          ? std::max({static_cast<double>(s.m) * s.k, static_cast<double>(s.k) * s.n, static_cast<double>(s.m) * s.n})
+          : (row ? static_cast<double>(s.m) * s.n : static_cast<double>(s.n));
   if (elems > static_cast<double>(std::numeric_limits<int>::max()) || s.m > std::numeric_limits<int>::max() ||
       s.n > std::numeric_limits<int>::max() || s.k > std::numeric_limits<int>::max())
     throw std::invalid_argument(kernel + " v" + std::to_string(version) + " at " + shape_str(*k, s) +
@@ -142,7 +186,8 @@ const KernelSpec& check_args(const std::string& kernel, int version, const Shape
     const double work = k->name == "matmul" ? static_cast<double>(s.m) * s.n * s.k : elems;
     if (work > k->emu_max_work) {
       std::ostringstream os;
-      os << kernel << " v" << version << " at " << shape_str(*k, s) << " is too big for the CPU emulator (it would take "
+      os << kernel << " v" << version << " at " << shape_str(*k, s)
+         << " is too big for the CPU emulator (it would take "
          << "minutes): it validates up to ";
       if (k->name == "matmul")
         os << "--size " << static_cast<int64_t>(std::cbrt(k->emu_max_work) + 0.5);
@@ -194,8 +239,9 @@ Problem matmul_problem(std::vector<float> a, std::vector<float> b, const Shape& 
   }
   p.atol = widest;  // shown; each element is checked against its own bound
   p.rtol = 0.0;
-  p.tolerance_note = "per element, |err| <= gamma_K sum_k |a_ik b_kj| + u |c_ij| (gamma_K = K u / (1 - K u), "
-                     "u = eps / 2): the a priori bound of a K-term dot product in any order; atol shows the widest";
+  p.tolerance_note =
+      "per element, |err| <= gamma_K sum_k |a_ik b_kj| + u |c_ij| (gamma_K = K u / (1 - K u), "
+      "u = eps / 2): the a priori bound of a K-term dot product in any order; atol shows the widest";
   return p;
 }
 
@@ -215,11 +261,13 @@ Problem build_problem(const KernelSpec& k, const Shape& s) {
       double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
       for (int64_t c = 0; c < C; ++c) m = std::max(m, static_cast<double>(xr[c]));
       for (int64_t c = 0; c < C; ++c) sum += std::exp(xr[c] - m);
-      for (int64_t c = 0; c < C; ++c) p.want[static_cast<size_t>(r * C + c)] = static_cast<float>(std::exp(xr[c] - m) / sum);
+      for (int64_t c = 0; c < C; ++c)
+        p.want[static_cast<size_t>(r * C + c)] = static_cast<float>(std::exp(xr[c] - m) / sum);
     }
     p.atol = 1e-12;
     p.rtol = kEps * static_cast<double>(C + 16);
-    p.tolerance_note = "rtol = eps * (C + 16): the C-term sum of exponentials, plus a few ulp for expf and the division";
+    p.tolerance_note =
+        "rtol = eps * (C + 16): the C-term sum of exponentials, plus a few ulp for expf and the division";
   } else if (name == "layernorm") {
     const int64_t R = s.m, C = s.n;
     std::vector<float> x = uniform(name, 0, R * C, -1.0f, 1.0f);
@@ -260,8 +308,9 @@ Problem build_problem(const KernelSpec& k, const Shape& s) {
     p.rtol = 0.0;
     if (sum < 16777216.0) {
       p.atol = 0.0;
-      p.tolerance_note = "exact: the inputs are small non-negative integers summing to < 2^24, so every partial sum, "
-                         "in any order, is exact in float";
+      p.tolerance_note =
+          "exact: the inputs are small non-negative integers summing to < 2^24, so every partial sum, "
+          "in any order, is exact in float";
     } else {  // not reached by the inputs above; the a priori bound of any summation order
       p.atol = kEps * static_cast<double>(n) * sum;
       p.tolerance_note = "atol = eps * n * sum |x|: the worst-case bound of recursive summation in any order";
@@ -309,9 +358,12 @@ Validation validate_result(const float* got, const float* want, int64_t n, doubl
     const double g = got[i], w = want[i];
     const double err = std::fabs(g - w);
     bool ok;
-    if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
-    else if (std::isinf(w) || std::isinf(g)) ok = g == w;
-    else ok = err <= (atol_each ? static_cast<double>(atol_each[i]) : atol) + rtol * std::fabs(w);
+    if (std::isnan(w) || std::isnan(g))
+      ok = std::isnan(w) && std::isnan(g);
+    else if (std::isinf(w) || std::isinf(g))
+      ok = g == w;
+    else
+      ok = err <= (atol_each ? static_cast<double>(atol_each[i]) : atol) + rtol * std::fabs(w);
     if (std::isfinite(err)) {
       v.max_abs_err = std::max(v.max_abs_err, err);
       if (w != 0.0) v.max_rel_err = std::max(v.max_rel_err, err / std::fabs(w));

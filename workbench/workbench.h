@@ -26,10 +26,10 @@ struct Version {
 };
 
 struct KernelSpec {
-  std::string name;         // "matmul", "softmax", "reduce", "layernorm", "gelu"
-  std::string what;         // one line: what it computes
-  std::string file;         // cuda/workbench/<family>.cu
-  std::string shape_help;   // what --size (and --rows) mean
+  std::string name;            // "matmul", "softmax", "reduce", "layernorm", "gelu"
+  std::string what;            // one line: what it computes
+  std::string file;            // cuda/workbench/<family>.cu
+  std::string shape_help;      // what --size (and --rows) mean
   bool compute_bound = false;  // GFLOP/s against the FP32 peak; else GB/s against HBM
   std::string gpu_reference;   // the timing reference row: "cuBLAS SGEMM" or "cudaMemcpy device-to-device"
   std::vector<Version> versions;
@@ -115,9 +115,9 @@ struct RunResult {
 
 // Devices as seen by one build.
 struct DeviceReport {
-  bool built = false;   // this build exists in the binary
-  int status = 0;       // cudaGetDeviceCount's error (0 = success)
-  std::string error;    // its name and description when status != 0
+  bool built = false;                // this build exists in the binary
+  int status = 0;                    // cudaGetDeviceCount's error (0 = success)
+  std::string error;                 // its name and description when status != 0
   std::vector<std::string> devices;  // one line per device: "0: NVIDIA H100 ... (sm_90, 132 SMs, 80 GB)"
 };
 

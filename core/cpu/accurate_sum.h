@@ -76,7 +76,8 @@ double accurate_sum_strided(const char* p, int64_t n, int64_t stride_bytes) {
   while (i < n) {
     const int64_t e = i + kSumBlock < n ? i + kSumBlock : n;
     for (int64_t j = 0; j < kSumLanes; ++j) acc[j] = 0;
-    for (int64_t k = i; k < e; ++k) acc[(k - i) % kSumLanes] += static_cast<double>(*reinterpret_cast<const T*>(p + k * stride_bytes));
+    for (int64_t k = i; k < e; ++k)
+      acc[(k - i) % kSumLanes] += static_cast<double>(*reinterpret_cast<const T*>(p + k * stride_bytes));
     total += detail_sum::combine_lanes(acc);
     i = e;
   }

@@ -10,9 +10,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/pool_math.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/fast/fast.h"
+#include "core/pool_math.h"
 
 namespace gradsleuth::cpu {
 
@@ -98,7 +98,7 @@ void CpuBackend::max_pool2d(const Tensor& out, const Tensor& argmax, const Tenso
 }
 
 void CpuBackend::max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
-                         const Conv2dGeometry& g) {
+                                     const Conv2dGeometry& g) {
   dispatch_dtype(grad_in.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* gi = static_cast<T*>(grad_in.raw_data());
@@ -138,7 +138,8 @@ void CpuBackend::avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeo
       for (int64_t nc = b; nc < e; ++nc) {
         const T* xp = x + nc * g.H * g.W;
         for (int64_t oh = 0; oh < g.outH; ++oh)
-          for (int64_t ow = 0; ow < g.outW; ++ow) o[nc * g.outH * g.outW + oh * g.outW + ow] = avg_pool_at(xp, g, oh, ow);
+          for (int64_t ow = 0; ow < g.outW; ++ow)
+            o[nc * g.outH * g.outW + oh * g.outW + ow] = avg_pool_at(xp, g, oh, ow);
       }
     });
   });

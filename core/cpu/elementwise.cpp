@@ -36,8 +36,10 @@ void compare_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tenso
     for_each_row<3>(out.shape(), {&out, &a, &b}, [&](char** p, int64_t n, const int64_t* st) {
       for (int64_t i = 0; i < n; ++i) {
         bool& o = *at<bool>(p[0], i, st[0]);
-        if constexpr (ew::kBinaryComparison<Op>) o = ew::binary_op<Op>(*at<T>(p[1], i, st[1]), *at<T>(p[2], i, st[2]));
-        else o = false;
+        if constexpr (ew::kBinaryComparison<Op>)
+          o = ew::binary_op<Op>(*at<T>(p[1], i, st[1]), *at<T>(p[2], i, st[2]));
+        else
+          o = false;
       }
     });
   });
@@ -103,7 +105,8 @@ void CpuBackend::threshold_backward(const Tensor& out, const Tensor& grad, const
     using T = decltype(tag);
     const T th = static_cast<T>(threshold);  // as the compare with a wrapped scalar: in x's dtype
     for_each_row<3>(out.shape(), {&out, &grad, &x}, [&](char** p, int64_t n, const int64_t* st) {
-      for (int64_t k = 0; k < n; ++k) *at<T>(p[0], k, st[0]) = *at<T>(p[2], k, st[2]) <= th ? T(0) : *at<T>(p[1], k, st[1]);
+      for (int64_t k = 0; k < n; ++k)
+        *at<T>(p[0], k, st[0]) = *at<T>(p[2], k, st[2]) <= th ? T(0) : *at<T>(p[1], k, st[1]);
     });
   });
 }

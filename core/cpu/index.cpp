@@ -46,8 +46,7 @@ void CpuBackend::index_select(const Tensor& out, const Tensor& in, int64_t dim, 
   // Copy slice in[..., index[j], ...] to out[..., j, ...] for each j.
   const int64_t* ix = static_cast<const int64_t*>(index.raw_data());
   const int64_t ist = index.dim() ? index.strides()[0] : 0;
-  for (int64_t j = 0; j < index.numel(); ++j)
-    copy(slice_raw(out, dim, j), slice_raw(in, dim, ix[j * ist]));
+  for (int64_t j = 0; j < index.numel(); ++j) copy(slice_raw(out, dim, j), slice_raw(in, dim, ix[j * ist]));
 }
 
 void CpuBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {

@@ -47,14 +47,12 @@ struct StridedIter {
   char* base[N];
 
   StridedIter(const Shape& shape, const std::array<const Tensor*, N>& ts) {
-    for (int k = 0; k < N; ++k)
-      base[k] = static_cast<char*>(ts[k]->raw_data());
+    for (int k = 0; k < N; ++k) base[k] = static_cast<char*>(ts[k]->raw_data());
     // Copy non-trivial dims, innermost last.
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] == 1) continue;
       sizes[ndim] = shape[d];
-      for (int k = 0; k < N; ++k)
-        strides[k][ndim] = ts[k]->strides()[d] * static_cast<int64_t>(ts[k]->element_size());
+      for (int k = 0; k < N; ++k) strides[k][ndim] = ts[k]->strides()[d] * static_cast<int64_t>(ts[k]->element_size());
       ++ndim;
     }
     // Merge dim i into i+1 when every operand has stride[i] == stride[i+1] * size[i+1].
@@ -62,8 +60,7 @@ struct StridedIter {
     for (int i = 0; i < ndim; ++i) {
       if (w > 0) {
         bool mergeable = true;
-        for (int k = 0; k < N; ++k)
-          mergeable &= strides[k][w - 1] == strides[k][i] * sizes[i];
+        for (int k = 0; k < N; ++k) mergeable &= strides[k][w - 1] == strides[k][i] * sizes[i];
         if (mergeable) {
           sizes[w - 1] *= sizes[i];
           for (int k = 0; k < N; ++k) strides[k][w - 1] = strides[k][i];

@@ -125,8 +125,10 @@ void CpuBackend::fill(const Tensor& out, double value) {
     using T = decltype(tag);
     const T v = static_cast<T>(value);
     for_each_row<1>(out.shape(), {&out}, [&](char** p, int64_t n, const int64_t* st) {
-      if (st[0] == sizeof(T)) std::fill_n(reinterpret_cast<T*>(p[0]), n, v);
-      else for (int64_t k = 0; k < n; ++k) *at<T>(p[0], k, st[0]) = v;
+      if (st[0] == sizeof(T))
+        std::fill_n(reinterpret_cast<T*>(p[0]), n, v);
+      else
+        for (int64_t k = 0; k < n; ++k) *at<T>(p[0], k, st[0]) = v;
     });
   });
 }

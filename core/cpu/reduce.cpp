@@ -58,10 +58,15 @@ void CpuBackend::arg_reduce(bool is_max, const Tensor& out, const Tensor& in, in
         T v = base[off + i * st];
         bool better = is_max ? v > bv : v < bv;
         if constexpr (std::is_floating_point_v<T>) {
-          if (std::isnan(bv)) better = false;  // first NaN wins, as in PyTorch
-          else if (std::isnan(v)) better = true;
+          if (std::isnan(bv))
+            better = false;  // first NaN wins, as in PyTorch
+          else if (std::isnan(v))
+            better = true;
         }
-        if (better) { bv = v; best = i; }
+        if (better) {
+          bv = v;
+          best = i;
+        }
       }
       o[k++] = best;
     });

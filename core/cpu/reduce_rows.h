@@ -26,8 +26,10 @@ T reduce_identity(ReduceOp op) {
 template <class T>
 T combine(ReduceOp op, T a, T b) {
   if (op == ReduceOp::Sum) {
-    if constexpr (std::is_same_v<T, bool>) return a || b;
-    else return ew::wrap_add(a, b);  // an int64 sum wraps, like int64 add
+    if constexpr (std::is_same_v<T, bool>)
+      return a || b;
+    else
+      return ew::wrap_add(a, b);  // an int64 sum wraps, like int64 add
   }
   if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();  // NaN propagates
@@ -69,8 +71,7 @@ StridedIter<2> reduce_iter(ReduceOp op, const Tensor& out, const Tensor& in, con
 // output stride 0) is reduced to one value first (by row_value); otherwise the output moves
 // along the row (a sum over dim 0) and is combined element by element.
 template <class T, class A, class RowValue = A (*)(ReduceOp, const char*, int64_t, int64_t)>
-void fold_rows(ReduceOp op, const StridedIter<2>& it, int64_t b, int64_t e,
-               RowValue row_value = &reduce_row_as<T, A>) {
+void fold_rows(ReduceOp op, const StridedIter<2>& it, int64_t b, int64_t e, RowValue row_value = &reduce_row_as<T, A>) {
   const int64_t inner = it.inner_size(), so = it.strides[0][it.ndim - 1], si = it.strides[1][it.ndim - 1];
   char* p[2];
   for (int64_t r = b; r < e; ++r) {

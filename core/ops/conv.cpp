@@ -36,24 +36,35 @@ Conv2dGeometry geometry(const Tensor& x, int64_t kH, int64_t kW, const Dims& str
   GS_CHECK(x.dim() == 4, op, "expects a 4-D input (N, C, H, W), got ", x.str(),
            (x.dim() == 3 ? ". For a single image add the batch dim with unsqueeze(0)." : ""));
   Conv2dGeometry g{};
-  g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
-  g.kH = kH; g.kW = kW;
-  auto [sH, sW] = pair_of(stride, op, "stride", stride_defaults_to_kernel ? std::make_pair(kH, kW) : std::make_pair<int64_t, int64_t>(1, 1));
+  g.N = x.size(0);
+  g.C = x.size(1);
+  g.H = x.size(2);
+  g.W = x.size(3);
+  g.kH = kH;
+  g.kW = kW;
+  auto [sH, sW] = pair_of(stride, op, "stride",
+                          stride_defaults_to_kernel ? std::make_pair(kH, kW) : std::make_pair<int64_t, int64_t>(1, 1));
   auto [pH, pW] = pair_of(padding, op, "padding", {0, 0});
   auto [dH, dW] = pair_of(dilation, op, "dilation", {1, 1});
-  g.sH = sH; g.sW = sW; g.pH = pH; g.pW = pW; g.dH = dH; g.dW = dW;
+  g.sH = sH;
+  g.sW = sW;
+  g.pH = pH;
+  g.pW = pW;
+  g.dH = dH;
+  g.dW = dW;
   GS_CHECK(kH > 0 && kW > 0 && sH > 0 && sW > 0 && dH > 0 && dW > 0 && pH >= 0 && pW >= 0, op,
-           "kernel, stride and dilation must be positive and padding non-negative (kernel ", kH, "x", kW,
-           ", stride ", sH, "x", sW, ", padding ", pH, "x", pW, ", dilation ", dH, "x", dW, ")");
+           "kernel, stride and dilation must be positive and padding non-negative (kernel ", kH, "x", kW, ", stride ",
+           sH, "x", sW, ", padding ", pH, "x", pW, ", dilation ", dH, "x", dW, ")");
   // Checked, and floor (not truncating) division: a kernel larger than the padded
   // input has a negative numerator, which C++ would truncate to an output of 1.
-  const int64_t spanH = checked_add(checked_mul(dH, kH - 1, op), 1, op), spanW = checked_add(checked_mul(dW, kW - 1, op), 1, op);
+  const int64_t spanH = checked_add(checked_mul(dH, kH - 1, op), 1, op),
+                spanW = checked_add(checked_mul(dW, kW - 1, op), 1, op);
   const int64_t inH = checked_add(g.H, checked_mul(2, pH, op), op), inW = checked_add(g.W, checked_mul(2, pW, op), op);
   g.outH = inH < spanH ? 0 : (inH - spanH) / sH + 1;
   g.outW = inW < spanW ? 0 : (inW - spanW) / sW + 1;
   GS_CHECK(g.outH > 0 && g.outW > 0, op, "the input ", x.str(), " is too small for a ", kH, "x", kW,
-           " kernel with padding ", pH, "x", pW, " and dilation ", dH, "x", dW, ": the output would be ", g.outH,
-           "x", g.outW, ". Add padding or use a smaller kernel.");
+           " kernel with padding ", pH, "x", pW, " and dilation ", dH, "x", dW, ": the output would be ", g.outH, "x",
+           g.outW, ". Add padding or use a smaller kernel.");
   return g;
 }
 
@@ -77,7 +88,8 @@ Tensor fold(const Tensor& cols, const Conv2dGeometry& g) {
   // The kernel takes any strides along N and CK, but unit stride along L.
   const bool unit_l = cols.stride(2) == 1 || cols.size(2) == 1;
   backend_of(cols).col2im(out, unit_l ? cols : detail::contiguous_raw(cols), g);
-  if (needs_grad(cols)) record("fold", out, {&cols}, [g](const Tensor& gr, Node&) { return tensor_list{unfold(gr, g)}; });
+  if (needs_grad(cols))
+    record("fold", out, {&cols}, [g](const Tensor& gr, Node&) { return tensor_list{unfold(gr, g)}; });
   return out;
 }
 
@@ -99,7 +111,8 @@ Tensor conv2d_composite(const Tensor& x, const Tensor& weight, const Tensor& bia
     const int64_t Og = O / groups;
     tensor_list parts;
     for (int64_t gi = 0; gi < groups; ++gi)
-      parts.push_back(matmul(weight.narrow(0, gi * Og, Og).reshape({Og, Cg * kk}), cols.narrow(1, gi * Cg * kk, Cg * kk)));
+      parts.push_back(
+          matmul(weight.narrow(0, gi * Og, Og).reshape({Og, Cg * kk}), cols.narrow(1, gi * Cg * kk, Cg * kk)));
     out = cat(parts, 1);
   }
   out = out.reshape({g.N, O, g.outH, g.outW});
@@ -137,20 +150,21 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, c
                                     bias.defined() ? detail::contiguous_raw(bias) : Tensor(), g))
     return Tensor();
   // One op for the observers (the profiler, anomaly mode, half-precision emulation).
-  if (bias.defined()) notify_op("conv2d", {x, weight, bias}, out);
-  else notify_op("conv2d", {x, weight}, out);
+  if (bias.defined())
+    notify_op("conv2d", {x, weight, bias}, out);
+  else
+    notify_op("conv2d", {x, weight}, out);
   const bool nx = needs_grad(x), nw = needs_grad(weight), nb = needs_grad(bias);
   if (!(nx || nw || nb)) return out;
   // x is needed for dW only and W for dx only: a frozen weight keeps no input alive.
   // Saved, not captured: an in-place change of x or W before backward is an error.
   record("conv2d", out, {&x, &weight, bias.defined() ? &bias : nullptr},
-         [sx = SavedTensor(nw ? x : Tensor(), "conv2d"), sw = SavedTensor(nx ? weight : Tensor(), "conv2d"), g, nx,
-          nw, nb, wshape = weight.shape(), O, dt = x.dtype()](const Tensor& gr, Node& n) {
+         [sx = SavedTensor(nw ? x : Tensor(), "conv2d"), sw = SavedTensor(nx ? weight : Tensor(), "conv2d"), g, nx, nw,
+          nb, wshape = weight.shape(), O, dt = x.dtype()](const Tensor& gr, Node& n) {
            const Tensor xv = sx.defined() ? sx.unpack(n) : Tensor();
            const Tensor wv = sw.defined() ? sw.unpack(n) : Tensor();
            // create_graph: the backward must itself be differentiable.
-           if (GradMode::is_enabled() || gr.dtype() != dt)
-             return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
+           if (GradMode::is_enabled() || gr.dtype() != dt) return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
            const TensorOptions opt = TensorOptions(gr.dtype()).device(gr.device());
            Tensor gx = nx ? empty({g.N, g.C, g.H, g.W}, opt) : Tensor();
            Tensor gw = nw ? empty(wshape, opt) : Tensor();
@@ -240,7 +254,8 @@ Tensor avg_pool2d_backward(const Tensor& gr, const Conv2dGeometry& g) {
   Tensor gi = zeros({g.N, g.C, g.H, g.W}, TensorOptions(gr.dtype()).device(gr.device()));
   backend_of(gr).avg_pool2d_backward(gi, detail::contiguous_raw(gr), g);
   if (needs_grad(gr))
-    record("avg_pool2d_backward", gi, {&gr}, [g](const Tensor& ggi, Node&) { return tensor_list{avg_pool2d_forward(ggi, g)}; });
+    record("avg_pool2d_backward", gi, {&gr},
+           [g](const Tensor& ggi, Node&) { return tensor_list{avg_pool2d_forward(ggi, g)}; });
   return gi;
 }
 
@@ -257,9 +272,8 @@ Tensor max_pool2d(const Tensor& x, Dims kernel, Dims stride, Dims padding, Dims 
   backend_of(x).max_pool2d(out, argmax, xc, g);
   notify_op("max_pool2d", {x}, out);
   if (needs_grad(x))  // the gradient goes to the element that won each window
-    record("max_pool2d", out, {&x}, [argmax, g](const Tensor& gr, Node&) {
-      return tensor_list{max_pool2d_backward(gr, argmax, g)};
-    });
+    record("max_pool2d", out, {&x},
+           [argmax, g](const Tensor& gr, Node&) { return tensor_list{max_pool2d_backward(gr, argmax, g)}; });
   return out;
 }
 
@@ -281,7 +295,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Generator& G = gen ? *gen : default_generator();
   // keep ~ Bernoulli(1 - p), scaled so that E[output] = x.
   Tensor u = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
-  backend_of(x).uniform(u, 0.0, 1.0, G.seed(), G.reserve(static_cast<uint64_t>(x.numel()) * (x.dtype() == kFloat64 ? 2 : 1)));
+  backend_of(x).uniform(u, 0.0, 1.0, G.seed(),
+                        G.reserve(static_cast<uint64_t>(x.numel()) * (x.dtype() == kFloat64 ? 2 : 1)));
   Tensor keep = (u >= p).to(x.dtype()) * (1.0 / (1.0 - p));
   return x * keep;
 }

@@ -31,8 +31,9 @@ static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, con
   DType ct = result_type(a, b);
   if (op == BinaryOp::Div && !is_floating(ct)) ct = kDefaultFloat;  // true division
   if (op == BinaryOp::LogicalAnd || op == BinaryOp::LogicalOr) ct = promote_types(ct, kBool);
-  GS_CHECK(!(ct == kBool && (op == BinaryOp::Sub || op == BinaryOp::Pow)), name,
-           "not defined for bool tensors (", a.str(), ", ", b.str(), "); convert with .to(gs::kInt64) or use "
+  GS_CHECK(!(ct == kBool && (op == BinaryOp::Sub || op == BinaryOp::Pow)), name, "not defined for bool tensors (",
+           a.str(), ", ", b.str(),
+           "); convert with .to(gs::kInt64) or use "
            "logical ops");
   Tensor out = empty(shape, TensorOptions(is_comparison(op) ? kBool : ct).device(a.device()));
   backend_of(a).binary(op, out, prepare(a, ct, shape), prepare(b, ct, shape));
@@ -47,8 +48,8 @@ static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, con
 // float32, as PyTorch's do: exp(int64) is a float32 result, neither an error nor exp
 // truncated back to integers. (Integer tensors never require grad, so no backward needs it.)
 static Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, bool float_only = true) {
-  const bool pred = op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite ||
-                    op == UnaryOp::LogicalNot;
+  const bool pred =
+      op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::IsFinite || op == UnaryOp::LogicalNot;
   const Tensor in = float_only && !x.is_floating_point() ? prepare(x, kDefaultFloat, x.shape()) : x;
   Tensor out = empty(x.shape(), TensorOptions(pred ? kBool : in.dtype()).device(x.device()));
   if (op == UnaryOp::LogicalNot && x.dtype() != kBool) {
@@ -66,7 +67,8 @@ static Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, bool 
 void detail::check_alpha(const char* name, const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const DType rt = result_type(a, b);
   GS_CHECK(!(alpha.is_floating() && !is_floating(rt)), name, "alpha ", alpha, " is floating point but ", a.str(),
-           " and ", b.str(), " give a result of dtype ", dtype_name(rt), "; pass an integral alpha or convert an "
+           " and ", b.str(), " give a result of dtype ", dtype_name(rt),
+           "; pass an integral alpha or convert an "
            "input with .to(gs::kFloat32)");
   GS_CHECK(!(alpha.is_bool() && rt != kBool), name, "a bool alpha (", alpha, ") only scales bool results, and ",
            a.str(), " and ", b.str(), " give ", dtype_name(rt), "; pass alpha as a number");
@@ -106,10 +108,12 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     // d(ab) = g b, g a: each input's gradient needs the other input.
     SavedTensor sa(b.requires_grad() ? a : Tensor(), "mul"), sb(a.requires_grad() ? b : Tensor(), "mul");
-    record("mul", out, {&a, &b}, [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
-                                  shb = b.shape()](const Tensor& g, Node& n) {
-      return tensor_list{ra ? sum_to(g * sb.unpack(n), sha) : Tensor(), rb ? sum_to(g * sa.unpack(n), shb) : Tensor()};
-    });
+    record("mul", out, {&a, &b},
+           [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(), shb = b.shape()](const Tensor& g,
+                                                                                                      Node& n) {
+             return tensor_list{ra ? sum_to(g * sb.unpack(n), sha) : Tensor(),
+                                rb ? sum_to(g * sa.unpack(n), shb) : Tensor()};
+           });
   }
   return out;
 }
@@ -120,12 +124,13 @@ Tensor div(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     // d(a/b) = g / b,  -g a / b^2
     SavedTensor sa(b.requires_grad() ? a : Tensor(), "div"), sb(b, "div");
-    record("div", out, {&a, &b}, [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
-                                  shb = b.shape()](const Tensor& g, Node& n) {
-      Tensor bv = sb.unpack(n);
-      return tensor_list{ra ? sum_to(g / bv, sha) : Tensor(),
-                         rb ? sum_to(-g * sa.unpack(n) / (bv * bv), shb) : Tensor()};
-    });
+    record("div", out, {&a, &b},
+           [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(), shb = b.shape()](const Tensor& g,
+                                                                                                      Node& n) {
+             Tensor bv = sb.unpack(n);
+             return tensor_list{ra ? sum_to(g / bv, sha) : Tensor(),
+                                rb ? sum_to(-g * sa.unpack(n) / (bv * bv), shb) : Tensor()};
+           });
   }
   return out;
 }
@@ -162,27 +167,29 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     //   d/db is 0 where a == 0 and b >= 0 (a^b log a -> 0 as a -> 0+), and
     //     a^b log(a) = inf * -inf = -inf where a == 0 and b < 0.
     SavedTensor sa(a, "pow"), sb(b, "pow"), so(b.requires_grad() ? out : Tensor(), "pow", true);
-    record("pow", out, {&a, &b}, [sa, sb, so, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
-                                  shb = b.shape()](const Tensor& g, Node& n) {
-      Tensor av = sa.unpack(n), bv = sb.unpack(n);
-      Tensor ga, gb;
-      const Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
-      if (ra) ga = sum_to(where(bv.detach() == 0.0, zero, g * bv * pow(av, bv - 1.0)), sha);
-      if (rb) {
-        Tensor at_zero = logical_and(av.detach() == 0.0, bv.detach() >= 0.0);
-        gb = sum_to(where(at_zero, zero, g * so.unpack(n) * log(av)), shb);
-      }
-      return tensor_list{ga, gb};
-    });
+    record("pow", out, {&a, &b},
+           [sa, sb, so, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(), shb = b.shape()](
+               const Tensor& g, Node& n) {
+             Tensor av = sa.unpack(n), bv = sb.unpack(n);
+             Tensor ga, gb;
+             const Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
+             if (ra) ga = sum_to(where(bv.detach() == 0.0, zero, g * bv * pow(av, bv - 1.0)), sha);
+             if (rb) {
+               Tensor at_zero = logical_and(av.detach() == 0.0, bv.detach() >= 0.0);
+               gb = sum_to(where(at_zero, zero, g * so.unpack(n) * log(av)), shb);
+             }
+             return tensor_list{ga, gb};
+           });
   }
   return out;
 }
 
 Tensor pow(const Tensor& a, const Scalar& exponent) {
   // An integral result has no 2^-1: PyTorch refuses it rather than give 0.
-  GS_CHECK(is_floating(result_type(a, exponent)) || exponent.to_int64() >= 0, "pow", "integers to negative integer "
-           "powers are not allowed: ", a.str(), " ** ", exponent, ". Convert first: x.to(gs::kFloat32).pow(",
-           exponent, ")");
+  GS_CHECK(is_floating(result_type(a, exponent)) || exponent.to_int64() >= 0, "pow",
+           "integers to negative integer "
+           "powers are not allowed: ",
+           a.str(), " ** ", exponent, ". Convert first: x.to(gs::kFloat32).pow(", exponent, ")");
   Tensor out = binary_forward(BinaryOp::Pow, "pow", a, detail::wrap_scalar(exponent, a));
   if (needs_grad(a)) {
     const double e = exponent.to_double();
@@ -198,17 +205,18 @@ Tensor pow(const Tensor& a, const Scalar& exponent) {
 static Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(op, name, a, b);
   if (needs_grad(a, b)) {
-    record(name, out, {&a, &b}, [sa = SavedTensor(a, name), sb = SavedTensor(b, name), op, sha = a.shape(),
-                                 shb = b.shape()](const Tensor& g, Node& n) {
-      Tensor av = sa.unpack(n).detach(), bv = sb.unpack(n).detach();
-      // a's share is 1 unless b wins (or ties: half); b's likewise. Where either is NaN
-      // neither wins nor ties, so both get the whole gradient (as in PyTorch) and the
-      // NaN is not hidden from either input.
-      Tensor a_loses = (op == BinaryOp::Maximum ? lt(av, bv) : gt(av, bv)).to(g.dtype());
-      Tensor b_loses = (op == BinaryOp::Maximum ? gt(av, bv) : lt(av, bv)).to(g.dtype());
-      Tensor tie = eq(av, bv).to(g.dtype()) * 0.5;
-      return tensor_list{sum_to(g * (1.0 - a_loses - tie), sha), sum_to(g * (1.0 - b_loses - tie), shb)};
-    });
+    record(name, out, {&a, &b},
+           [sa = SavedTensor(a, name), sb = SavedTensor(b, name), op, sha = a.shape(), shb = b.shape()](const Tensor& g,
+                                                                                                        Node& n) {
+             Tensor av = sa.unpack(n).detach(), bv = sb.unpack(n).detach();
+             // a's share is 1 unless b wins (or ties: half); b's likewise. Where either is NaN
+             // neither wins nor ties, so both get the whole gradient (as in PyTorch) and the
+             // NaN is not hidden from either input.
+             Tensor a_loses = (op == BinaryOp::Maximum ? lt(av, bv) : gt(av, bv)).to(g.dtype());
+             Tensor b_loses = (op == BinaryOp::Maximum ? gt(av, bv) : lt(av, bv)).to(g.dtype());
+             Tensor tie = eq(av, bv).to(g.dtype()) * 0.5;
+             return tensor_list{sum_to(g * (1.0 - a_loses - tie), sha), sum_to(g * (1.0 - b_loses - tie), shb)};
+           });
   }
   return out;
 }
@@ -253,18 +261,16 @@ Tensor neg(const Tensor& x) {
 Tensor exp(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Exp, "exp", x);
   if (needs_grad(x))  // dy/dx = y
-    record("exp", y, {&x}, [sy = SavedTensor(y, "exp", true)](const Tensor& g, Node& n) {
-      return tensor_list{g * sy.unpack(n)};
-    });
+    record("exp", y, {&x},
+           [sy = SavedTensor(y, "exp", true)](const Tensor& g, Node& n) { return tensor_list{g * sy.unpack(n)}; });
   return y;
 }
 
 Tensor log(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Log, "log", x);
   if (needs_grad(x))  // dy/dx = 1/x
-    record("log", y, {&x}, [sx = SavedTensor(x, "log")](const Tensor& g, Node& n) {
-      return tensor_list{g / sx.unpack(n)};
-    });
+    record("log", y, {&x},
+           [sx = SavedTensor(x, "log")](const Tensor& g, Node& n) { return tensor_list{g / sx.unpack(n)}; });
   return y;
 }
 
@@ -303,9 +309,8 @@ Tensor square(const Tensor& x) {
   if (x.dtype() == kBool) return square(prepare(x, result_type(x, 2), x.shape()));
   Tensor y = unary_forward(UnaryOp::Square, "square", x, false);
   if (needs_grad(x))
-    record("square", y, {&x}, [sx = SavedTensor(x, "square")](const Tensor& g, Node& n) {
-      return tensor_list{g * sx.unpack(n) * 2.0};
-    });
+    record("square", y, {&x},
+           [sx = SavedTensor(x, "square")](const Tensor& g, Node& n) { return tensor_list{g * sx.unpack(n) * 2.0}; });
   return y;
 }
 
@@ -332,9 +337,8 @@ Tensor erf(const Tensor& x) {
 Tensor log1p(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Log1p, "log1p", x);
   if (needs_grad(x))
-    record("log1p", y, {&x}, [sx = SavedTensor(x, "log1p")](const Tensor& g, Node& n) {
-      return tensor_list{g / (sx.unpack(n) + 1.0)};
-    });
+    record("log1p", y, {&x},
+           [sx = SavedTensor(x, "log1p")](const Tensor& g, Node& n) { return tensor_list{g / (sx.unpack(n) + 1.0)}; });
   return y;
 }
 
@@ -351,18 +355,16 @@ Tensor expm1(const Tensor& x) {
 Tensor sin(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Sin, "sin", x);
   if (needs_grad(x))
-    record("sin", y, {&x}, [sx = SavedTensor(x, "sin")](const Tensor& g, Node& n) {
-      return tensor_list{g * cos(sx.unpack(n))};
-    });
+    record("sin", y, {&x},
+           [sx = SavedTensor(x, "sin")](const Tensor& g, Node& n) { return tensor_list{g * cos(sx.unpack(n))}; });
   return y;
 }
 
 Tensor cos(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Cos, "cos", x);
   if (needs_grad(x))
-    record("cos", y, {&x}, [sx = SavedTensor(x, "cos")](const Tensor& g, Node& n) {
-      return tensor_list{-g * sin(sx.unpack(n))};
-    });
+    record("cos", y, {&x},
+           [sx = SavedTensor(x, "cos")](const Tensor& g, Node& n) { return tensor_list{-g * sin(sx.unpack(n))}; });
   return y;
 }
 
@@ -386,7 +388,8 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   if (needs_grad(x))  // gradient passes where lo <= x <= hi
     record("clamp", y, {&x}, [sx = SavedTensor(x, "clamp"), l, h](const Tensor& g, Node& n) {
       Tensor xv = sx.unpack(n).detach();
-      return tensor_list{g * logical_and(ge(xv, detail::wrap_scalar(l, xv)), le(xv, detail::wrap_scalar(h, xv))).to(g.dtype())};
+      return tensor_list{
+          g * logical_and(ge(xv, detail::wrap_scalar(l, xv)), le(xv, detail::wrap_scalar(h, xv))).to(g.dtype())};
     });
   return y;
 }
@@ -479,10 +482,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     notify_op("where", {cond, a, b}, out,
               (cond.shape() != shape ? 1u : 0u) | (a.shape() != shape ? 2u : 0u) | (b.shape() != shape ? 4u : 0u));
   if (needs_grad(a, b)) {
-    record("where", out, {nullptr, &a, &b}, [c = cond.detach(), sha = a.shape(), shb = b.shape()](const Tensor& g, Node&) {
-      Tensor z = zeros_like(g.detach());
-      return tensor_list{Tensor(), sum_to(where(c, g, z), sha), sum_to(where(c, z, g), shb)};
-    });
+    record("where", out, {nullptr, &a, &b},
+           [c = cond.detach(), sha = a.shape(), shb = b.shape()](const Tensor& g, Node&) {
+             Tensor z = zeros_like(g.detach());
+             return tensor_list{Tensor(), sum_to(where(c, g, z), sha), sum_to(where(c, z, g), shb)};
+           });
   }
   return out;
 }

@@ -8,15 +8,14 @@ namespace {
 // Indices must be int64 and in range; an out-of-range index would read outside
 // the tensor, so it is checked on the host before any kernel runs.
 void check_indices(const Tensor& index, int64_t limit, const char* op, const Tensor& x, int64_t dim) {
-  GS_CHECK(index.dtype() == kInt64, op, "indices must be int64, got ", index.str(),
-           ". Convert with .to(gs::kInt64).");
+  GS_CHECK(index.dtype() == kInt64, op, "indices must be int64, got ", index.str(), ". Convert with .to(gs::kInt64).");
   detail::check_same_device(op, x, index);
   if (index.numel() == 0) return;
   NoGradGuard ng;
   Tensor lo = amin(index.to(kInt64)), hi = amax(index);
   const int64_t mn = lo.item<int64_t>(), mx = hi.item<int64_t>();
-  GS_CHECK(mn >= 0 && mx < limit, op, "index out of range: indices span [", mn, ", ", mx, "] but dim ", dim,
-           " of ", x.str(), " has size ", limit, " (valid indices are 0..", limit - 1, ")");
+  GS_CHECK(mn >= 0 && mx < limit, op, "index out of range: indices span [", mn, ", ", mx, "] but dim ", dim, " of ",
+           x.str(), " has size ", limit, " (valid indices are 0..", limit - 1, ")");
 }
 
 }  // namespace
@@ -47,7 +46,8 @@ Tensor scatter_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const
   Tensor out = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
   backend_of(g).scatter_add(out, dim, index, detail::contiguous_raw(g));
   if (needs_grad(g))
-    record("scatter_add", out, {&g}, [index, dim](const Tensor& gg, Node&) { return tensor_list{gather(gg, dim, index)}; });
+    record("scatter_add", out, {&g},
+           [index, dim](const Tensor& gg, Node&) { return tensor_list{gather(gg, dim, index)}; });
   return out;
 }
 
@@ -55,7 +55,8 @@ Tensor index_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const S
   Tensor out = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
   backend_of(g).index_add(out, dim, index, g);
   if (needs_grad(g))
-    record("index_add", out, {&g}, [index, dim](const Tensor& gg, Node&) { return tensor_list{index_select(gg, dim, index)}; });
+    record("index_add", out, {&g},
+           [index, dim](const Tensor& gg, Node&) { return tensor_list{index_select(gg, dim, index)}; });
   return out;
 }
 }  // namespace detail
@@ -70,9 +71,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   backend_of(x).index_select(out, x, d, index.reshape({-1}));
   notify_op("index_select", {x, index}, out);
   if (needs_grad(x))
-    record("index_select", out, {&x, nullptr}, [idx = index.detach().reshape({-1}), d, shx = x.shape()](const Tensor& g, Node&) {
-      return tensor_list{detail::index_add_grad(g, idx, d, shx), Tensor()};
-    });
+    record("index_select", out, {&x, nullptr},
+           [idx = index.detach().reshape({-1}), d, shx = x.shape()](const Tensor& g, Node&) {
+             return tensor_list{detail::index_add_grad(g, idx, d, shx), Tensor()};
+           });
   return out;
 }
 
@@ -98,8 +100,8 @@ Tensor cat(const tensor_list& ts, int64_t dim) {
     GS_CHECK(t.dim() == first.dim(), "cat", "tensor ", i, " ", t.str(), " has ", t.dim(), " dims but tensor 0 ",
              first.str(), " has ", first.dim());
     for (int64_t k = 0; k < t.dim(); ++k)
-      GS_CHECK(k == d || t.shape()[k] == first.shape()[k], "cat", "sizes must match except in dim ", d,
-               ": tensor ", i, " is ", t.str(), ", tensor 0 is ", first.str());
+      GS_CHECK(k == d || t.shape()[k] == first.shape()[k], "cat", "sizes must match except in dim ", d, ": tensor ", i,
+               " is ", t.str(), ", tensor 0 is ", first.str());
     operands.push_back(promotion_operand(t));
     total += t.shape()[d];
   }

@@ -44,8 +44,8 @@ void inplace_binary(BinaryOp bop, Tensor& self, const Tensor& o, const char* op)
   detail::check_no_overlap(self, op);
   detail::check_same_device(op, self, o);
   Shape s = broadcast_shapes(self.shape(), o.shape(), op);
-  GS_CHECK(s == self.shape(), op, "the result of shape ", shape_str(s), " cannot be stored in place into ",
-           self.str(), ": an in-place op cannot change the tensor's shape. Use the out-of-place op.");
+  GS_CHECK(s == self.shape(), op, "the result of shape ", shape_str(s), " cannot be stored in place into ", self.str(),
+           ": an in-place op cannot change the tensor's shape. Use the out-of-place op.");
   const DType rt = inplace_result_type(bop, self, o);
   check_castable(op, self, rt, o);
   // An operand that shares memory with self element for element (x.add_(x)) is fine:
@@ -155,8 +155,8 @@ Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   // A bound can only change the result type by raising its category (int64 x, bound 0.5),
   // which is never castable back; so a castable clamp_ computes in self's dtype.
   check_castable("clamp_", *this, detail::clamp_result_type(*this, lo, hi),
-                 detail::str_cat("the bounds min=", lo ? detail::str_cat(*lo) : "none", ", max=",
-                                 hi ? detail::str_cat(*hi) : "none"));
+                 detail::str_cat("the bounds min=", lo ? detail::str_cat(*lo) : "none",
+                                 ", max=", hi ? detail::str_cat(*hi) : "none"));
   Tensor d = detach();
   Tensor mask = needs_grad(*this) ? logical_and(d >= l, d <= h) : Tensor();
   backend_of(*this).clamp(*this, *this, l, h);
@@ -195,12 +195,13 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // copy() casts; a source overlapping the destination is copied out first.
   if (from.storage() == storage()) from = from.detach().clone();
   backend_of(*this).copy(*this, detail::prepare(from, from.dtype(), shape()));
-  finish_inplace(*this, "copy_", {&src}, [ss = src.shape(), sd = src.dtype(), dev = src.device()](const Tensor& g, Node&) {
-    Tensor gs = sum_to(g, ss);
-    if (gs.dtype() != sd) gs = gs.to(sd);
-    if (gs.device() != dev) gs = gs.to(dev);
-    return tensor_list{Tensor(), gs};
-  });
+  finish_inplace(*this, "copy_", {&src},
+                 [ss = src.shape(), sd = src.dtype(), dev = src.device()](const Tensor& g, Node&) {
+                   Tensor gs = sum_to(g, ss);
+                   if (gs.dtype() != sd) gs = gs.to(sd);
+                   if (gs.device() != dev) gs = gs.to(dev);
+                   return tensor_list{Tensor(), gs};
+                 });
   notify_op("copy_", {*this, src}, *this, src.shape() != shape() ? 2u : 0u, true);
   return *this;
 }

@@ -9,7 +9,8 @@ namespace {
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   const int64_t N = a.size(-2), K = a.size(-1), K2 = b.size(-2), M = b.size(-1);
   GS_CHECK(K == K2, "matmul", "shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
-           " cannot be multiplied: the inner dims differ (", K, " vs ", K2, "). For x @ W with W (out, in), "
+           " cannot be multiplied: the inner dims differ (", K, " vs ", K2,
+           "). For x @ W with W (out, in), "
            "did you mean x @ W.t()?");
   Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   Shape batch = broadcast_shapes(ba, bb, "matmul");
@@ -17,8 +18,10 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   DType ct = result_type(a, b);
   GS_CHECK(ct != kBool, "matmul", "not defined for bool tensors");
   Shape sa = batch, sb = batch;
-  sa.push_back(N); sa.push_back(K);
-  sb.push_back(K); sb.push_back(M);
+  sa.push_back(N);
+  sa.push_back(K);
+  sb.push_back(K);
+  sb.push_back(M);
   // Broadcast to the full batch, then fold batch dims into one when the
   // operand's layout allows it (it always does for contiguous or expanded dims).
   auto fold = [&](const Tensor& t, const Shape& s, int64_t r, int64_t c) {
@@ -64,41 +67,41 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     // C = A B:  dA = dC B^T,  dB = A^T dC  (batch dims that were broadcast are summed by sum_to).
     SavedTensor sa(b.requires_grad() ? a : Tensor(), "matmul"), sb(a.requires_grad() ? b : Tensor(), "matmul");
-    record("matmul", out, {&a, &b}, [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(),
-                                     shb = b.shape(), sb_layout = b.strides()](const Tensor& g, Node& n) {
-      Tensor ga, gb;
-      // Restore the 1-D operands' dims so the 2-D formulas apply.
-      Tensor g2 = g;
-      if (sha.size() == 1) g2 = g2.unsqueeze(sha.size() == 1 && shb.size() == 1 ? 0 : -2);
-      if (shb.size() == 1) g2 = g2.unsqueeze(-1);
-      if (ra) {
-        Tensor bv = sb.unpack(n);
-        Tensor b2 = shb.size() == 1 ? bv.unsqueeze(-1) : bv;
-        ga = sum_to(matmul(g2, b2.transpose(-1, -2)), sha.size() == 1 ? Shape{1, sha[0]} : sha).reshape(sha);
-      }
-      if (rb) {
-        Tensor av = sa.unpack(n);
-        Tensor a2v = sha.size() == 1 ? av.unsqueeze(0) : av;
-        if (shb.size() == 2 && g2.dim() == 2 && transposed_2d(sb_layout)) {
-          // b is a transposed view (linear's w.t()): compute dB^T = dC^T A, so the
-          // gradient has the layout of b and reaches w contiguous, without the
-          // strided copy AccumulateGrad would otherwise make (a quarter of an MLP step).
-          gb = matmul(g2.transpose(0, 1), a2v).transpose(0, 1);
-        } else {
-          gb = sum_to(matmul(a2v.transpose(-1, -2), g2), shb.size() == 1 ? Shape{shb[0], 1} : shb).reshape(shb);
-        }
-      }
-      return tensor_list{ga, gb};
-    });
+    record("matmul", out, {&a, &b},
+           [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(), shb = b.shape(),
+            sb_layout = b.strides()](const Tensor& g, Node& n) {
+             Tensor ga, gb;
+             // Restore the 1-D operands' dims so the 2-D formulas apply.
+             Tensor g2 = g;
+             if (sha.size() == 1) g2 = g2.unsqueeze(sha.size() == 1 && shb.size() == 1 ? 0 : -2);
+             if (shb.size() == 1) g2 = g2.unsqueeze(-1);
+             if (ra) {
+               Tensor bv = sb.unpack(n);
+               Tensor b2 = shb.size() == 1 ? bv.unsqueeze(-1) : bv;
+               ga = sum_to(matmul(g2, b2.transpose(-1, -2)), sha.size() == 1 ? Shape{1, sha[0]} : sha).reshape(sha);
+             }
+             if (rb) {
+               Tensor av = sa.unpack(n);
+               Tensor a2v = sha.size() == 1 ? av.unsqueeze(0) : av;
+               if (shb.size() == 2 && g2.dim() == 2 && transposed_2d(sb_layout)) {
+                 // b is a transposed view (linear's w.t()): compute dB^T = dC^T A, so the
+                 // gradient has the layout of b and reaches w contiguous, without the
+                 // strided copy AccumulateGrad would otherwise make (a quarter of an MLP step).
+                 gb = matmul(g2.transpose(0, 1), a2v).transpose(0, 1);
+               } else {
+                 gb = sum_to(matmul(a2v.transpose(-1, -2), g2), shb.size() == 1 ? Shape{shb[0], 1} : shb).reshape(shb);
+               }
+             }
+             return tensor_list{ga, gb};
+           });
   }
   return out;
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   GS_CHECK(w.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got ", w.str());
-  GS_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear", "input ", x.str(), " has ",
-           x.dim() ? x.size(-1) : 0, " features but the weight ", w.str(), " expects ", w.size(1),
-           " (weight is (out_features, in_features))");
+  GS_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear", "input ", x.str(), " has ", x.dim() ? x.size(-1) : 0,
+           " features but the weight ", w.str(), " expects ", w.size(1), " (weight is (out_features, in_features))");
   Tensor y = matmul(x, w.t());
   return b.defined() ? y + b : y;
 }

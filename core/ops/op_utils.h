@@ -66,7 +66,8 @@ inline Tensor contiguous_raw(const Tensor& t) {
 inline void check_no_overlap(const Tensor& t, const char* op) {
   for (int64_t d = 0; d < t.dim(); ++d)
     GS_CHECK(t.strides()[d] != 0 || t.shape()[d] <= 1, op, "cannot write in place into ", t.str(),
-             ": it is an expanded view whose dim ", d, " repeats one element (stride 0). Call contiguous() or "
+             ": it is an expanded view whose dim ", d,
+             " repeats one element (stride 0). Call contiguous() or "
              "clone() first.");
 }
 
@@ -82,9 +83,12 @@ Tensor index_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const S
 template <class F>
 auto first_order_only(const char* op, F f) {
   return [op, f = std::move(f)](const Tensor& g, Node& n) {
-    GS_CHECK(!GradMode::is_enabled(), op, "second derivatives are not supported for '", op, "': its backward is not "
+    GS_CHECK(!GradMode::is_enabled(), op, "second derivatives are not supported for '", op,
+             "': its backward is not "
              "itself differentiable, so backward(create_graph=true) through it would give a higher-order gradient "
-             "without its term. Compute first derivatives without create_graph, or replace '", op, "' by ops that "
+             "without its term. Compute first derivatives without create_graph, or replace '",
+             op,
+             "' by ops that "
              "support double backward ('gradsleuth gradcheck --all-ops' lists them).");
     return f(g, n);
   };

@@ -64,9 +64,8 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   out = detail::make_alias(out, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
   notify_op("sum", {x}, out);
   if (needs_grad(x))  // each input element contributed once: gradient = g broadcast back
-    record("sum", out, {&x}, [keep, in = x.shape()](const Tensor& g, Node&) {
-      return tensor_list{expand_grad(g, keep, in)};
-    });
+    record("sum", out, {&x},
+           [keep, in = x.shape()](const Tensor& g, Node&) { return tensor_list{expand_grad(g, keep, in)}; });
   return out;
 }
 
@@ -82,7 +81,10 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
     if (r[d]) count *= x.shape()[d];
   // An empty selection gives 0 / 0 = NaN, as in PyTorch (sum is 0, the count 0).
   Tensor s = reduce_raw(ReduceOp::Sum, x, r, x.dtype());
-  backend_of(s).binary(BinaryOp::Div, s, s, detail::prepare(full({}, static_cast<double>(count), TensorOptions(s.dtype()).device(s.device())), s.dtype(), s.shape()));
+  backend_of(s).binary(
+      BinaryOp::Div, s, s,
+      detail::prepare(full({}, static_cast<double>(count), TensorOptions(s.dtype()).device(s.device())), s.dtype(),
+                      s.shape()));
   s = detail::make_alias(s, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
   notify_op("mean", {x}, s);
   if (needs_grad(x))
@@ -96,9 +98,12 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
 // A max/min over an empty dim has no value (sum has 0, logsumexp -inf): raise, as PyTorch does.
 static void check_nonempty_reduction(const Tensor& x, const std::vector<bool>& r, const char* name) {
   for (int64_t d = 0; d < x.dim(); ++d)
-    GS_CHECK(!r[d] || x.shape()[d] > 0, name, "cannot reduce over dim ", d, " of ", x.str(), ": it is empty, so "
-             "there is no ", (std::string(name).find("max") != std::string::npos ? "maximum" : "minimum"),
-             " to return. Check the size first (x.size(", d, ") > 0), or use a reduction that has a value on "
+    GS_CHECK(!r[d] || x.shape()[d] > 0, name, "cannot reduce over dim ", d, " of ", x.str(),
+             ": it is empty, so "
+             "there is no ",
+             (std::string(name).find("max") != std::string::npos ? "maximum" : "minimum"),
+             " to return. Check the size first (x.size(", d,
+             ") > 0), or use a reduction that has a value on "
              "an empty set (sum gives 0, logsumexp -inf).");
 }
 
@@ -113,17 +118,22 @@ static Tensor extreme(ReduceOp op, const char* name, const Tensor& x, const Dims
     std::vector<int64_t> rd;
     for (int64_t d = 0; d < x.dim(); ++d)
       if (r[d]) rd.push_back(d);
-    record(name, out, {&x}, [sx = SavedTensor(x, name), so = SavedTensor(out, name, true), keep, rd](const Tensor& g, Node& n) {
-      Tensor xv = sx.unpack(n), m = so.unpack(n).reshape(keep);
-      Tensor hit = (xv.detach() == m.detach()).to(g.dtype());
-      Tensor count = sum(hit, Dims(rd), true);
-      return tensor_list{g.reshape(keep) * hit / count};
-    });
+    record(name, out, {&x},
+           [sx = SavedTensor(x, name), so = SavedTensor(out, name, true), keep, rd](const Tensor& g, Node& n) {
+             Tensor xv = sx.unpack(n), m = so.unpack(n).reshape(keep);
+             Tensor hit = (xv.detach() == m.detach()).to(g.dtype());
+             Tensor count = sum(hit, Dims(rd), true);
+             return tensor_list{g.reshape(keep) * hit / count};
+           });
   }
   return out;
 }
-Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return extreme(ReduceOp::Max, "amax", x, dims, keepdim); }
-Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) { return extreme(ReduceOp::Min, "amin", x, dims, keepdim); }
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) {
+  return extreme(ReduceOp::Max, "amax", x, dims, keepdim);
+}
+Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) {
+  return extreme(ReduceOp::Min, "amin", x, dims, keepdim);
+}
 
 // Index of the max (min) along `dim`; over the flattened tensor when dim is absent.
 static Tensor arg_extreme(bool is_max, const char* name, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
@@ -139,8 +149,12 @@ static Tensor arg_extreme(bool is_max, const char* name, const Tensor& x, std::o
   notify_op(name, {x}, out);
   return out;
 }
-Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(true, "argmax", x, dim, keepdim); }
-Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) { return arg_extreme(false, "argmin", x, dim, keepdim); }
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extreme(true, "argmax", x, dim, keepdim);
+}
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  return arg_extreme(false, "argmin", x, dim, keepdim);
+}
 
 // max(x, dim): the values; gather's backward sends the gradient to the first maximum.
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
@@ -167,8 +181,8 @@ Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
   int64_t n = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (r[d]) n *= x.shape()[d];
-  GS_CHECK(n - (unbiased ? 1 : 0) > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ",
-           n, " in ", x.str(), (unbiased ? "; pass unbiased=false for a single element" : ""));
+  GS_CHECK(n - (unbiased ? 1 : 0) > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ", n,
+           " in ", x.str(), (unbiased ? "; pass unbiased=false for a single element" : ""));
   Tensor c = x - mean(x, dims, true);
   return sum(c * c, dims, keepdim) / static_cast<double>(n - (unbiased ? 1 : 0));
 }

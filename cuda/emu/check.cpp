@@ -35,9 +35,9 @@ namespace {
 
 struct Range {
   uintptr_t lo, live_end, end, red_lo, red_hi;  // [lo, live_end) is in bounds; the rest up to red_hi is red
-  int arg = -1;                                  // the kernel argument pointing into it (-1: none)
+  int arg = -1;                                 // the kernel argument pointing into it (-1: none)
   uintptr_t arg_ptr = 0;
-  bool shared = false;                           // dynamic shared memory
+  bool shared = false;  // dynamic shared memory
 };
 
 struct Acc {
@@ -51,7 +51,7 @@ struct Cell {
   Acc w, r1, r2;
 };
 
-unsigned g_enabled = 0;    // the checks on for this process (kMemcheck | kRacecheck)
+unsigned g_enabled = 0;  // the checks on for this process (kMemcheck | kRacecheck)
 bool g_enabled_init = false;
 thread_local bool t_active = false;  // a checked kernel runs on this OS thread
 const void* g_kernel = nullptr;
@@ -114,7 +114,8 @@ const Range* find_range(uintptr_t a) {
   for (const Range* r : g_recent)
     if (r && a >= r->red_lo && a < r->red_hi) return r;
   if (a >= g_gap_lo && a < g_gap_hi) return nullptr;  // kernel arguments on the launching stack, statics
-  auto it = std::upper_bound(g_ranges.begin(), g_ranges.end(), a, [](uintptr_t x, const Range& r) { return x < r.red_lo; });
+  auto it =
+      std::upper_bound(g_ranges.begin(), g_ranges.end(), a, [](uintptr_t x, const Range& r) { return x < r.red_lo; });
   g_gap_hi = it == g_ranges.end() ? UINTPTR_MAX : it->red_lo;
   if (it == g_ranges.begin()) {
     g_gap_lo = 0;
@@ -155,7 +156,9 @@ std::string where(uintptr_t a, size_t size) {
   if (r && r->arg >= 0)
     return "kernel argument " + std::to_string(r->arg) + "[" +
            std::to_string((static_cast<long long>(a) - static_cast<long long>(r->arg_ptr)) / esz) + "]";
-  if (r) return "device memory at offset " + std::to_string(a - r->lo) + " of a " + std::to_string(r->end - r->lo) + "-byte allocation";
+  if (r)
+    return "device memory at offset " + std::to_string(a - r->lo) + " of a " + std::to_string(r->end - r->lo) +
+           "-byte allocation";
   uintptr_t base = 0;
   std::string name = data_symbol(reinterpret_cast<const void*>(a), &base);
   if (!name.empty()) return name + "[" + std::to_string(static_cast<long long>(a - base) / esz) + "]";
@@ -178,12 +181,14 @@ void memcheck(uintptr_t a, size_t size, bool write) {
   if (a >= r->lo && a + size <= r->live_end) return;
   g_memcheck_hit = true;
   const detail::ThreadState* t = detail::g_current;
-  std::string what = std::string(write ? "wrote " : "read ") + std::to_string(size) + " bytes at " + where(a, size) + ": ";
+  std::string what =
+      std::string(write ? "wrote " : "read ") + std::to_string(size) + " bytes at " + where(a, size) + ": ";
   const size_t live = r->live_end - r->lo;
   const char* kind = r->shared ? "dynamic shared memory of" : "device allocation of";
   std::string advice = "Check the bounds guard (i < n, not i <= n), the index arithmetic and the grid size";
   if (a < r->lo) {
-    what += std::to_string(r->lo - a) + " bytes before the start of the " + std::string(kind) + " " + std::to_string(live) + " bytes";
+    what += std::to_string(r->lo - a) + " bytes before the start of the " + std::string(kind) + " " +
+            std::to_string(live) + " bytes";
   } else if (r->live_end == r->lo && r->end > r->lo) {
     what += "inside a freed block (kept by the caching allocator): a use after free";
     advice = "The tensor was freed before the kernel ran: keep it alive until the kernel has finished";
@@ -193,8 +198,9 @@ void memcheck(uintptr_t a, size_t size, bool write) {
             std::string(kind) + " " + std::to_string(live) + " bytes";
     if (r->live_end < r->end) what += " (the caching allocator's block is larger; the tensor owns only these)";
   }
-  report("memcheck: thread " + (t ? thread_str(t->linear) : std::string("?")) + " of block " + block_str(g_block) + " " +
-         what + "; on a GPU this is an illegal address (compute-sanitizer --tool memcheck reports it). " + advice);
+  report("memcheck: thread " + (t ? thread_str(t->linear) : std::string("?")) + " of block " + block_str(g_block) +
+         " " + what + "; on a GPU this is an illegal address (compute-sanitizer --tool memcheck reports it). " +
+         advice);
 }
 
 void racecheck(uintptr_t a, size_t size, bool write, bool atomic) {
@@ -205,7 +211,8 @@ void racecheck(uintptr_t a, size_t size, bool write, bool atomic) {
   const uint32_t T = t->linear, W = g_wepoch.empty() ? 0 : g_wepoch[t->warp];
   Cell& c = cell(a);
   auto unordered = [&](const Acc& p) {
-    return p.valid && p.block == g_block && p.thread != T && p.epoch == g_epoch && !(p.thread / 32 == t->warp && p.wepoch != W);
+    return p.valid && p.block == g_block && p.thread != T && p.epoch == g_epoch &&
+           !(p.thread / 32 == t->warp && p.wepoch != W);
   };
   auto name = [&](const Acc& p) { return "thread " + thread_str(p.thread); };
   const std::string here = "thread " + thread_str(T);
@@ -214,8 +221,9 @@ void racecheck(uintptr_t a, size_t size, bool write, bool atomic) {
   // atomicCAS): not reported, as on a GPU where the CAS corrects a stale read. Every other pair with
   // a write, unless both are atomic, is.
   if (unordered(c.w) && !(c.w.atomic && (atomic || !write))) {
-    report("racecheck: " + name(c.w) + (write ? " and " + here + " of block " + block_str(g_block) + " both wrote "
-                                              : " wrote and " + here + " of block " + block_str(g_block) + " read ") +
+    report("racecheck: " + name(c.w) +
+           (write ? " and " + here + " of block " + block_str(g_block) + " both wrote "
+                  : " wrote and " + here + " of block " + block_str(g_block) + " read ") +
            where(a, size) + " with no barrier between them" + (write ? " and without an atomic" : "") + fix);
   } else if (write && global && c.w.valid && c.w.block != g_block && !(c.w.atomic && atomic)) {
     report("racecheck: thread " + thread_str(c.w.thread) + " of block " + block_str(c.w.block) + " and " + here +
@@ -226,8 +234,8 @@ void racecheck(uintptr_t a, size_t size, bool write, bool atomic) {
   if (write) {
     for (const Acc* p : {&c.r1, &c.r2})
       if (unordered(*p) && !atomic) {
-        report("racecheck: " + name(*p) + " read and " + here + " of block " + block_str(g_block) + " wrote " + where(a, size) +
-               " with no barrier between them" + fix);
+        report("racecheck: " + name(*p) + " read and " + here + " of block " + block_str(g_block) + " wrote " +
+               where(a, size) + " with no barrier between them" + fix);
         break;
       }
   }
@@ -337,8 +345,10 @@ unsigned checks() {
       if (s.find("memcheck") != std::string::npos) m |= kMemcheck;
       if (s.find("racecheck") != std::string::npos) m |= kRacecheck;
       if (s != "none" && s != "off" && s != "0" && m == 0)
-        std::fprintf(stderr, "gs_emu: GS_EMU_CHECKS='%s' names no check: use memcheck, racecheck, both (comma-separated) "
-                     "or none; keeping both\n", e);
+        std::fprintf(stderr,
+                     "gs_emu: GS_EMU_CHECKS='%s' names no check: use memcheck, racecheck, both (comma-separated) "
+                     "or none; keeping both\n",
+                     e);
       else
         internal::g_enabled = m;
     }
@@ -365,14 +375,14 @@ void __tsan_vptr_read(void**) {}
 void __tsan_read_range(void* p, unsigned long n) { access(p, n, false, false); }
 void __tsan_write_range(void* p, unsigned long n) { access(p, n, true, false); }
 
-#define GS_TSAN_RW(N)                                                                  \
-  void __tsan_read##N(void* p) { access(p, N, false, false); }                         \
-  void __tsan_write##N(void* p) { access(p, N, true, false); }                         \
-  void __tsan_unaligned_read##N(void* p) { access(p, N, false, false); }               \
-  void __tsan_unaligned_write##N(void* p) { access(p, N, true, false); }               \
-  void __tsan_volatile_read##N(void* p) { access(p, N, false, false); }                \
-  void __tsan_volatile_write##N(void* p) { access(p, N, true, false); }                \
-  void __tsan_unaligned_volatile_read##N(void* p) { access(p, N, false, false); }      \
+#define GS_TSAN_RW(N)                                                             \
+  void __tsan_read##N(void* p) { access(p, N, false, false); }                    \
+  void __tsan_write##N(void* p) { access(p, N, true, false); }                    \
+  void __tsan_unaligned_read##N(void* p) { access(p, N, false, false); }          \
+  void __tsan_unaligned_write##N(void* p) { access(p, N, true, false); }          \
+  void __tsan_volatile_read##N(void* p) { access(p, N, false, false); }           \
+  void __tsan_volatile_write##N(void* p) { access(p, N, true, false); }           \
+  void __tsan_unaligned_volatile_read##N(void* p) { access(p, N, false, false); } \
   void __tsan_unaligned_volatile_write##N(void* p) { access(p, N, true, false); }
 GS_TSAN_RW(1)
 GS_TSAN_RW(2)
@@ -383,55 +393,55 @@ GS_TSAN_RW(16)
 
 // Atomics: record the access as atomic, then do the operation (sequentially consistent: stronger
 // than any order asked for, which is always allowed).
-#define GS_TSAN_ATOMIC(N, T)                                                                                     \
-  T __tsan_atomic##N##_load(const volatile T* a, int) {                                                          \
-    access(a, sizeof(T), false, true);                                                                           \
-    return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                                 \
-  }                                                                                                              \
-  void __tsan_atomic##N##_store(volatile T* a, T v, int) {                                                       \
-    access(a, sizeof(T), true, true);                                                                            \
-    __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                                    \
-  }                                                                                                              \
-  T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                                                       \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                          \
-  }                                                                                                              \
-  T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) {                                                      \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                           \
-  }                                                                                                              \
-  T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) {                                                      \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                                           \
-  }                                                                                                              \
-  T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) {                                                      \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                                           \
-  }                                                                                                              \
-  T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) {                                                       \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                                            \
-  }                                                                                                              \
-  T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) {                                                      \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                                           \
-  }                                                                                                              \
-  T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) {                                                     \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                          \
-  }                                                                                                              \
-  int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {                           \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                      \
-  }                                                                                                              \
-  int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {                             \
-    access(a, sizeof(T), true, true);                                                                            \
-    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                      \
-  }                                                                                                              \
-  T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {                                 \
-    access(a, sizeof(T), true, true);                                                                            \
-    __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                            \
-    return c;                                                                                                    \
+#define GS_TSAN_ATOMIC(N, T)                                                                \
+  T __tsan_atomic##N##_load(const volatile T* a, int) {                                     \
+    access(a, sizeof(T), false, true);                                                      \
+    return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                            \
+  }                                                                                         \
+  void __tsan_atomic##N##_store(volatile T* a, T v, int) {                                  \
+    access(a, sizeof(T), true, true);                                                       \
+    __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                               \
+  }                                                                                         \
+  T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                                  \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                     \
+  }                                                                                         \
+  T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) {                                 \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                      \
+  }                                                                                         \
+  T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) {                                 \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                      \
+  }                                                                                         \
+  T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) {                                 \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                      \
+  }                                                                                         \
+  T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) {                                  \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                       \
+  }                                                                                         \
+  T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) {                                 \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                      \
+  }                                                                                         \
+  T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) {                                \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                     \
+  }                                                                                         \
+  int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {      \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+  }                                                                                         \
+  int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {        \
+    access(a, sizeof(T), true, true);                                                       \
+    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+  }                                                                                         \
+  T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {            \
+    access(a, sizeof(T), true, true);                                                       \
+    __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+    return c;                                                                               \
   }
 GS_TSAN_ATOMIC(8, uint8_t)
 GS_TSAN_ATOMIC(16, uint16_t)

@@ -79,12 +79,14 @@ bool check_extent(const char* call, const char* name, const T* p, int rows, int 
   if (rows == 0 || cols == 0 || batch == 0) return true;
   gs_emu::Allocation a;
   if (!p || !gs_emu::find_allocation(p, &a) || !a.device) {
-    std::fprintf(stderr, "gs_emu: %s: %s = %p is not device memory; cuBLAS reads and writes matrices in cudaMalloc "
-                 "memory (copy the data there first)\n", call, name, static_cast<const void*>(p));
+    std::fprintf(stderr,
+                 "gs_emu: %s: %s = %p is not device memory; cuBLAS reads and writes matrices in cudaMalloc "
+                 "memory (copy the data there first)\n",
+                 call, name, static_cast<const void*>(p));
     return false;
   }
-  const long long last = static_cast<long long>(cols - 1) * ld + (rows - 1) +
-                         static_cast<long long>(batch - 1) * std::max(stride, 0LL);
+  const long long last =
+      static_cast<long long>(cols - 1) * ld + (rows - 1) + static_cast<long long>(batch - 1) * std::max(stride, 0LL);
   const long long avail = static_cast<long long>(
       (reinterpret_cast<uintptr_t>(a.base) + a.size - reinterpret_cast<uintptr_t>(p)) / sizeof(T));
   if (last >= avail) {
@@ -101,24 +103,31 @@ bool check_extent(const char* call, const char* name, const T* p, int rows, int 
 }
 
 template <class T>
-cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const T* alpha, const T* A, int lda, long long sA, const T* B, int ldb, long long sB,
-                    const T* beta, T* C, int ldc, long long sC, int batch) {
+cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    const T* alpha, const T* A, int lda, long long sA, const T* B, int ldb, long long sB, const T* beta,
+                    T* C, int ldc, long long sC, int batch) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   auto bad_op = [](cublasOperation_t op) { return op != CUBLAS_OP_N && op != CUBLAS_OP_T && op != CUBLAS_OP_C; };
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
   const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
   std::string why;
-  if (bad_op(ta) || bad_op(tb)) why = "transa/transb must be CUBLAS_OP_N, CUBLAS_OP_T or CUBLAS_OP_C";
-  else if (m < 0 || n < 0 || k < 0) why = "m, n and k must be >= 0";
-  else if (lda < std::max(1, a_rows)) why = "lda must be >= max(1, " + std::string(ta == CUBLAS_OP_N ? "m" : "k") + ")";
-  else if (ldb < std::max(1, b_rows)) why = "ldb must be >= max(1, " + std::string(tb == CUBLAS_OP_N ? "k" : "n") + ")";
-  else if (ldc < std::max(1, m)) why = "ldc must be >= max(1, m)";
-  else if (batch < 0) why = "batchCount must be >= 0";
-  else if (!alpha || !beta) why = "alpha and beta must not be null";
+  if (bad_op(ta) || bad_op(tb))
+    why = "transa/transb must be CUBLAS_OP_N, CUBLAS_OP_T or CUBLAS_OP_C";
+  else if (m < 0 || n < 0 || k < 0)
+    why = "m, n and k must be >= 0";
+  else if (lda < std::max(1, a_rows))
+    why = "lda must be >= max(1, " + std::string(ta == CUBLAS_OP_N ? "m" : "k") + ")";
+  else if (ldb < std::max(1, b_rows))
+    why = "ldb must be >= max(1, " + std::string(tb == CUBLAS_OP_N ? "k" : "n") + ")";
+  else if (ldc < std::max(1, m))
+    why = "ldc must be >= max(1, m)";
+  else if (batch < 0)
+    why = "batchCount must be >= 0";
+  else if (!alpha || !beta)
+    why = "alpha and beta must not be null";
   if (!why.empty()) {
-    std::fprintf(stderr, "gs_emu: %s(op%s, op%s, m=%d, n=%d, k=%d, lda=%d, ldb=%d, ldc=%d): %s\n", call,
-                 op_name(ta), op_name(tb), m, n, k, lda, ldb, ldc, why.c_str());
+    std::fprintf(stderr, "gs_emu: %s(op%s, op%s, m=%d, n=%d, k=%d, lda=%d, ldb=%d, ldc=%d): %s\n", call, op_name(ta),
+                 op_name(tb), m, n, k, lda, ldb, ldc, why.c_str());
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
@@ -128,7 +137,8 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
   if (use_ab && (!check_extent(call, "A", A, a_rows, a_cols, lda, sA, batch, how_a) ||
                  !check_extent(call, "B", B, b_rows, b_cols, ldb, sB, batch, how_b)))
     return CUBLAS_STATUS_INVALID_VALUE;
-  if (!check_extent(call, "C", static_cast<const T*>(C), m, n, ldc, sC, batch, "m=" + std::to_string(m) + " n=" + std::to_string(n)))
+  if (!check_extent(call, "C", static_cast<const T*>(C), m, n, ldc, sC, batch,
+                    "m=" + std::to_string(m) + " n=" + std::to_string(n)))
     return CUBLAS_STATUS_INVALID_VALUE;
   const double al = static_cast<double>(*alpha), be = static_cast<double>(*beta);
   for (int b = 0; b < batch; ++b) {
@@ -140,8 +150,10 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
         double acc = 0.0;
         if (use_ab) {
           for (int p = 0; p < k; ++p) {
-            const double a = ta == CUBLAS_OP_N ? Ab[i + static_cast<long long>(p) * lda] : Ab[p + static_cast<long long>(i) * lda];
-            const double bv = tb == CUBLAS_OP_N ? Bb[p + static_cast<long long>(j) * ldb] : Bb[j + static_cast<long long>(p) * ldb];
+            const double a =
+                ta == CUBLAS_OP_N ? Ab[i + static_cast<long long>(p) * lda] : Ab[p + static_cast<long long>(i) * lda];
+            const double bv =
+                tb == CUBLAS_OP_N ? Bb[p + static_cast<long long>(j) * ldb] : Bb[j + static_cast<long long>(p) * ldb];
             acc += a * bv;
           }
         }
@@ -162,8 +174,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
   return gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 cublasStatus_t cublasDgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                           const double* alpha, const double* A, int lda, const double* B, int ldb,
-                           const double* beta, double* C, int ldc) {
+                           const double* alpha, const double* A, int lda, const double* B, int ldb, const double* beta,
+                           double* C, int ldc) {
   return gemm("cublasDgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -174,7 +186,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 }
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                          int k, const double* alpha, const double* A, int lda, long long sA,
-                                         const double* B, int ldb, long long sB, const double* beta, double* C,
-                                         int ldc, long long sC, int batch) {
+                                         const double* B, int ldb, long long sB, const double* beta, double* C, int ldc,
+                                         long long sC, int batch) {
   return gemm("cublasDgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 }

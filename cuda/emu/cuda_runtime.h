@@ -102,7 +102,8 @@ inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
   return ::gs_emu::detail::from_bits<T>(
       ::gs_emu::detail::warp_exchange(mask, ::gs_emu::detail::to_bits(var), src, nullptr, "__shfl_xor_sync", loc));
 }
-inline unsigned __ballot_sync(unsigned mask, int pred, const std::source_location& loc = std::source_location::current()) {
+inline unsigned __ballot_sync(unsigned mask, int pred,
+                              const std::source_location& loc = std::source_location::current()) {
   unsigned ballot = 0;
   ::gs_emu::detail::warp_exchange(mask, pred != 0, -1, &ballot, "__ballot_sync", loc);
   return ballot;
@@ -210,7 +211,9 @@ inline float __uint_as_float(unsigned x) { return ::gs_emu::detail::from_bits<fl
 inline long long __double_as_longlong(double x) {
   return ::gs_emu::detail::from_bits<long long>(::gs_emu::detail::to_bits(x));
 }
-inline double __longlong_as_double(long long x) { return ::gs_emu::detail::from_bits<double>(::gs_emu::detail::to_bits(x)); }
+inline double __longlong_as_double(long long x) {
+  return ::gs_emu::detail::from_bits<double>(::gs_emu::detail::to_bits(x));
+}
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __sinf(float x) { return std::sin(x); }

@@ -64,8 +64,8 @@ void set_accessible_size(const void* base, size_t bytes);
 
 // Counters since the last reset_stats().
 struct Stats {
-  uint64_t launches = 0;        // successful kernel launches
-  uint64_t failed_launches = 0; // launches rejected before running
+  uint64_t launches = 0;         // successful kernel launches
+  uint64_t failed_launches = 0;  // launches rejected before running
   uint64_t blocks = 0;
   uint64_t threads = 0;
   uint64_t fiber_switches = 0;
@@ -141,13 +141,13 @@ void collect_pointer(const T& v, int index, PointerArg* out, int& n) {
 // types. Returns the launch error; kernel faults (divergent barriers, deadlocks, exceptions)
 // become a sticky cudaErrorLaunchFailure returned by the next synchronising call.
 template <class... P, class Tuple>
-cudaError_t launch_tuple(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
-                         Tuple& args) {
+cudaError_t launch_tuple(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, Tuple& args) {
   detail::PointerArg ptrs[sizeof...(P) + 1];
   int n = 0;
   [&]<size_t... I>(std::index_sequence<I...>) {
     (detail::collect_pointer(std::get<I>(args), static_cast<int>(I), ptrs, n), ...);
-  }(std::make_index_sequence<sizeof...(P)>{});
+  }
+  (std::make_index_sequence<sizeof...(P)>{});
   auto body = [&] { std::apply(kernel, args); };
   return detail::launch(reinterpret_cast<const void*>(kernel), grid, block, shmem, stream, ptrs, n,
                         &detail::invoke_body<decltype(body)>, &body);

@@ -58,7 +58,7 @@ dim3 g_grid_dim;
 namespace internal {
 Stats g_stats;
 uintptr_t g_stack_lo = 0, g_stack_hi = 0;
-}
+}  // namespace internal
 
 namespace {
 
@@ -85,7 +85,8 @@ void init_schedule() {
       g_sched.mode = Schedule::Random;
       g_sched.seed = std::strtoull(s.c_str() + 7, nullptr, 0);
     } else {
-      std::fprintf(stderr, "gs_emu: GS_EMU_SCHEDULE='%s' not understood (use inorder, random or random:SEED); using random:1\n",
+      std::fprintf(stderr,
+                   "gs_emu: GS_EMU_SCHEDULE='%s' not understood (use inorder, random or random:SEED); using random:1\n",
                    env);
     }
   }
@@ -186,7 +187,8 @@ void fiber_main(bctx::transfer_t t) {
     try {
       g_body(g_closure);
     } catch (const std::exception& e) {
-      g_fault = std::string("the kernel threw an exception in thread ") + std::to_string(f->ts.linear) + ": " + e.what();
+      g_fault =
+          std::string("the kernel threw an exception in thread ") + std::to_string(f->ts.linear) + ": " + e.what();
     } catch (...) {
       g_fault = "the kernel threw an exception in thread " + std::to_string(f->ts.linear);
     }
@@ -277,11 +279,11 @@ void release_block_barrier() {
   for (unsigned i = 1; i < g_nthreads; ++i) {
     if (!same_site(g_pool[i]->site, first->site)) {
       std::vector<unsigned> a, b;
-      for (unsigned k = 0; k < g_nthreads; ++k)
-        (same_site(g_pool[k]->site, first->site) ? a : b).push_back(k);
-      g_fault = "divergent __syncthreads: threads " + ranges(a) + " wait at " + site_str(first->site) + " but threads " +
-                ranges(b) + " wait at another __syncthreads (first at " + site_str(g_pool[b[0]]->site) +
-                "); every thread of the block must reach the same __syncthreads (keep barriers out of divergent branches)";
+      for (unsigned k = 0; k < g_nthreads; ++k) (same_site(g_pool[k]->site, first->site) ? a : b).push_back(k);
+      g_fault =
+          "divergent __syncthreads: threads " + ranges(a) + " wait at " + site_str(first->site) + " but threads " +
+          ranges(b) + " wait at another __syncthreads (first at " + site_str(g_pool[b[0]]->site) +
+          "); every thread of the block must reach the same __syncthreads (keep barriers out of divergent branches)";
       return;
     }
   }
@@ -341,16 +343,18 @@ std::string describe_deadlock() {
       if (g_pool[k]->state == FState::AtWarpOp && same_site(g_pool[k]->site, f->site) && g_pool[k]->mask == f->mask)
         same.push_back(k);
     if (same.empty() || same[0] != i) continue;
-    msg += "Threads " + ranges(same) + " wait at " + f->op + "(mask " + gradsleuth::str_printf("0x%08x", f->mask) + ") (" +
-           site_str(f->site) + "). ";
+    msg += "Threads " + ranges(same) + " wait at " + f->op + "(mask " + gradsleuth::str_printf("0x%08x", f->mask) +
+           ") (" + site_str(f->site) + "). ";
     ++shown;
   }
   if (!at_bar.empty() && !exited.empty())
-    msg += "This is a divergent __syncthreads: some threads returned (or branched around it) while others wait; "
-           "every thread of the block must reach every __syncthreads.";
+    msg +=
+        "This is a divergent __syncthreads: some threads returned (or branched around it) while others wait; "
+        "every thread of the block must reach every __syncthreads.";
   else
-    msg += "A warp operation waits for lanes named in its mask that exited or wait elsewhere; every lane in the "
-           "mask must call the same warp operation.";
+    msg +=
+        "A warp operation waits for lanes named in its mask that exited or wait elsewhere; every lane in the "
+        "mask must call the same warp operation.";
   return msg;
 }
 

@@ -6,16 +6,16 @@
 #include <link.h>
 
 #include <chrono>
-#include <fstream>
-#include <iterator>
-#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/format.h"
 #include "cuda/emu/internal.h"
@@ -241,10 +241,12 @@ const Symtab& symtab() {
     if (eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr) > img.size()) return t;
     const auto* sh = reinterpret_cast<const Elf64_Shdr*>(img.data() + eh->e_shoff);
     uintptr_t bias = 0;
-    dl_iterate_phdr([](dl_phdr_info* info, size_t, void* out) {
-      *static_cast<uintptr_t*>(out) = info->dlpi_addr;
-      return 1;  // the first object is the executable
-    }, &bias);
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+          *static_cast<uintptr_t*>(out) = info->dlpi_addr;
+          return 1;  // the first object is the executable
+        },
+        &bias);
     for (int i = 0; i < eh->e_shnum; ++i) {
       if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
       const Elf64_Shdr& strs = sh[sh[i].sh_link];
@@ -253,7 +255,8 @@ const Symtab& symtab() {
       for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
         if (!syms[k].st_value || syms[k].st_name >= strs.sh_size) continue;
         const char* name = img.data() + strs.sh_offset + syms[k].st_name;
-        if (ELF64_ST_TYPE(syms[k].st_info) == STT_FUNC) t.funcs[bias + syms[k].st_value] = name;
+        if (ELF64_ST_TYPE(syms[k].st_info) == STT_FUNC)
+          t.funcs[bias + syms[k].st_value] = name;
         else if (ELF64_ST_TYPE(syms[k].st_info) == STT_OBJECT && syms[k].st_size)
           t.objects[bias + syms[k].st_value] = {syms[k].st_size, name};
       }
@@ -346,7 +349,8 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shmem, cuda
     return reject(cudaErrorInvalidConfiguration,
                   "gridDim must be between 1 and (2^31-1, 65535, 65535); for large 2-D problems put the long "
                   "dimension in x");
-  if (!valid_stream(stream)) return reject(cudaErrorInvalidResourceHandle, "the stream was not created or was destroyed");
+  if (!valid_stream(stream))
+    return reject(cudaErrorInvalidResourceHandle, "the stream was not created or was destroyed");
   size_t limit = kSharedPerBlock;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -355,7 +359,8 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shmem, cuda
   }
   if (shmem > limit)
     return reject(cudaErrorInvalidValue,
-                  std::to_string(shmem) + " bytes of dynamic shared memory exceed the limit of " + std::to_string(limit) +
+                  std::to_string(shmem) + " bytes of dynamic shared memory exceed the limit of " +
+                      std::to_string(limit) +
                       "; above 48 KiB call cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                       "bytes) first (at most 227 KiB)");
   std::string bad_arg;
@@ -393,8 +398,8 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, size_t shmem, cuda
   std::free(smem_raw);
   const std::string name = (!ok || !findings.empty()) ? internal::kernel_name(kernel) : std::string();
   if (!ok)
-    std::fprintf(stderr, "gs_emu: kernel %s<<<%s, %s, %zu>>> failed: %s\n", name.c_str(),
-                 dim_str(grid).c_str(), dim_str(block).c_str(), shmem, error.c_str());
+    std::fprintf(stderr, "gs_emu: kernel %s<<<%s, %s, %zu>>> failed: %s\n", name.c_str(), dim_str(grid).c_str(),
+                 dim_str(block).c_str(), shmem, error.c_str());
   if (!findings.empty()) {
     const std::string text = "kernel " + name + "<<<" + dim_str(grid) + ", " + dim_str(block) + ", " +
                              std::to_string(shmem) + ">>>:\n  " + findings;
@@ -631,8 +636,10 @@ static cudaError_t release(void* p, bool device, const char* call) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_allocs.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_allocs.end() || it->second.device != device) {
-    std::fprintf(stderr, "gs_emu: %s(%p): not the start of a live %s allocation (double free, or the wrong free "
-                 "function?)\n", call, p, device ? "cudaMalloc" : "cudaMallocHost");
+    std::fprintf(stderr,
+                 "gs_emu: %s(%p): not the start of a live %s allocation (double free, or the wrong free "
+                 "function?)\n",
+                 call, p, device ? "cudaMalloc" : "cudaMallocHost");
     t_last = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
@@ -721,7 +728,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!ms) return fail(cudaErrorInvalidValue);
   if (!valid_event(start) || !valid_event(end)) return fail(cudaErrorInvalidResourceHandle);
   if ((start->flags | end->flags) & cudaEventDisableTiming || !start->recorded || !end->recorded) {
-    std::fprintf(stderr, "gs_emu: cudaEventElapsedTime: both events must be recorded and created without "
+    std::fprintf(stderr,
+                 "gs_emu: cudaEventElapsedTime: both events must be recorded and created without "
                  "cudaEventDisableTiming\n");
     return fail(cudaErrorInvalidResourceHandle);
   }

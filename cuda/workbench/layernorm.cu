@@ -106,11 +106,13 @@ __global__ void layernorm_v3(const float* x, const float* w, const float* b, flo
 cudaError_t launch_layernorm(int version, const float* const* in, float* out, const Shape& s, cudaStream_t stream) {
   const int R = static_cast<int>(s.m), C = static_cast<int>(s.n);
   switch (version) {
-    case 1: return gs::cuda::launch(layernorm_v1, dim3(ceil_div(R, 128)), dim3(128), 0, stream, in[0], in[1], in[2], out, R, C);
+    case 1:
+      return gs::cuda::launch(layernorm_v1, dim3(ceil_div(R, 128)), dim3(128), 0, stream, in[0], in[1], in[2], out, R,
+                              C);
     case 2: return gs::cuda::launch(layernorm_v2, dim3(R), dim3(kV2Threads), 0, stream, in[0], in[1], in[2], out, R, C);
     case 3:
-      return gs::cuda::launch(layernorm_v3, dim3(ceil_div(R, kV3Threads / 32)), dim3(kV3Threads), 0, stream, in[0], in[1],
-                              in[2], out, R, C);
+      return gs::cuda::launch(layernorm_v3, dim3(ceil_div(R, kV3Threads / 32)), dim3(kV3Threads), 0, stream, in[0],
+                              in[1], in[2], out, R, C);
     default: throw std::invalid_argument("layernorm: no version " + std::to_string(version));
   }
 }

@@ -258,20 +258,24 @@ cudaError_t launch_matmul(int version, const float* const* in, float* out, const
   const float* B = in[1];
   const int M = static_cast<int>(s.m), N = static_cast<int>(s.n), K = static_cast<int>(s.k);
   switch (version) {
-    case 1: return gs::cuda::launch(matmul_v1, dim3(ceil_div(M, 32), ceil_div(N, 8)), dim3(32, 8), 0, stream, A, B, out, M, N, K);
-    case 2: return gs::cuda::launch(matmul_v2, dim3(ceil_div(N, 32), ceil_div(M, 8)), dim3(32, 8), 0, stream, A, B, out, M, N, K);
+    case 1:
+      return gs::cuda::launch(matmul_v1, dim3(ceil_div(M, 32), ceil_div(N, 8)), dim3(32, 8), 0, stream, A, B, out, M, N,
+                              K);
+    case 2:
+      return gs::cuda::launch(matmul_v2, dim3(ceil_div(N, 32), ceil_div(M, 8)), dim3(32, 8), 0, stream, A, B, out, M, N,
+                              K);
     case 3:
-      return gs::cuda::launch(matmul_v3, dim3(ceil_div(N, kT3), ceil_div(M, kT3)), dim3(kT3, kT3), 0, stream, A, B, out, M,
-                              N, K);
+      return gs::cuda::launch(matmul_v3, dim3(ceil_div(N, kT3), ceil_div(M, kT3)), dim3(kT3, kT3), 0, stream, A, B, out,
+                              M, N, K);
     case 4:
-      return gs::cuda::launch(matmul_v4, dim3(ceil_div(N, kBN), ceil_div(M, kBM)), dim3(kThreads45), 0, stream, A, B, out,
-                              M, N, K);
+      return gs::cuda::launch(matmul_v4, dim3(ceil_div(N, kBN), ceil_div(M, kBM)), dim3(kThreads45), 0, stream, A, B,
+                              out, M, N, K);
     case 5:
-      return gs::cuda::launch(matmul_v5, dim3(ceil_div(N, kBN), ceil_div(M, kBM)), dim3(kThreads45), 0, stream, A, B, out,
-                              M, N, K);
+      return gs::cuda::launch(matmul_v5, dim3(ceil_div(N, kBN), ceil_div(M, kBM)), dim3(kThreads45), 0, stream, A, B,
+                              out, M, N, K);
     case 6:
-      return gs::cuda::launch(matmul_v6, dim3(ceil_div(N, kBN), ceil_div(M, kBM)), dim3(kWThreads), 0, stream, A, B, out,
-                              M, N, K);
+      return gs::cuda::launch(matmul_v6, dim3(ceil_div(N, kBN), ceil_div(M, kBM)), dim3(kWThreads), 0, stream, A, B,
+                              out, M, N, K);
     case 7: {
       // cuBLAS is column-major: row-major C (M, N) is column-major C^T (N, M) = B^T A^T.
       if (!g_cublas) GS_CUBLAS_CHECK(cublasCreate(&g_cublas));

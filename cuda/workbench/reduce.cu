@@ -86,7 +86,8 @@ cudaError_t launch_reduce(int version, const float* const* in, float* out, const
   if (const cudaError_t e = cudaMemsetAsync(out, 0, sizeof(float), stream)) return e;
   switch (version) {
     case 1: return gs::cuda::launch(reduce_v1, dim3(ceil_div(n, 256)), dim3(256), 0, stream, in[0], out, n);
-    case 2: return gs::cuda::launch(reduce_v2, dim3(ceil_div(n, 2 * kV2Threads)), dim3(kV2Threads), 0, stream, in[0], out, n);
+    case 2:
+      return gs::cuda::launch(reduce_v2, dim3(ceil_div(n, 2 * kV2Threads)), dim3(kV2Threads), 0, stream, in[0], out, n);
     case 3: {
       const unsigned blocks = std::min(ceil_div(n, kV3Threads), static_cast<unsigned>(2 * sm_count()));
       return gs::cuda::launch(reduce_v3, dim3(blocks), dim3(kV3Threads), 0, stream, in[0], out, n);

@@ -14,19 +14,18 @@ namespace {
 
 constexpr bool kEmulator = GS_CUDA_EMU != 0;
 
-std::string err_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-}
+std::string err_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")"; }
 
 // Throws std::runtime_error naming the problem and the failed call.
 struct Ctx {
   std::string what;  // "matmul v3 at 64 x 64 x 64 (M x N x K)"
   void check(cudaError_t e, const char* call) const {
     if (e != cudaSuccess)
-      throw std::runtime_error(what + ": " + call + " failed: " + err_text(e) +
-                               (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure
-                                    ? "; a kernel read or wrote outside its buffers: check its bounds tests and index math"
-                                    : ""));
+      throw std::runtime_error(
+          what + ": " + call + " failed: " + err_text(e) +
+          (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure
+               ? "; a kernel read or wrote outside its buffers: check its bounds tests and index math"
+               : ""));
   }
 };
 
@@ -161,7 +160,8 @@ RunResult run(const std::string& kernel, int version, const Shape& shape, const 
   } cleanup{bufs};
   for (const std::vector<float>& h : p.inputs) {
     bufs.push_back(new DeviceBuf(c, h.size()));
-    c.check(cudaMemcpy(bufs.back()->p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy (inputs)");
+    c.check(cudaMemcpy(bufs.back()->p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice),
+            "cudaMemcpy (inputs)");
     in.push_back(bufs.back()->p);
   }
   bufs.push_back(new DeviceBuf(c, p.want.size()));
@@ -182,14 +182,16 @@ RunResult run(const std::string& kernel, int version, const Shape& shape, const 
     r.ms = time_ms(c, launch, opt.warmup, opt.repeats);
     if (kernel == "matmul") {
       r.ref_name = "cuBLAS SGEMM";
-      r.ref_ms = time_ms(c, [&] { return dispatch(kernel, 7, in.data(), out, shape, nullptr); }, opt.warmup, opt.repeats);
+      r.ref_ms = time_ms(
+          c, [&] { return dispatch(kernel, 7, in.data(), out, shape, nullptr); }, opt.warmup, opt.repeats);
     } else {
       // A copy that reads and writes bytes / 2 each moves the same bytes as the kernel.
       const size_t half = static_cast<size_t>(r.cost.bytes / 2.0);
       DeviceBuf a(c, half / sizeof(float) + 1), b(c, half / sizeof(float) + 1);
       r.ref_name = "cudaMemcpy device-to-device of the same bytes";
-      r.ref_ms = time_ms(c, [&] { return cudaMemcpyAsync(b.p, a.p, half, cudaMemcpyDeviceToDevice, nullptr); }, opt.warmup,
-                         opt.repeats);
+      r.ref_ms = time_ms(
+          c, [&] { return cudaMemcpyAsync(b.p, a.p, half, cudaMemcpyDeviceToDevice, nullptr); }, opt.warmup,
+          opt.repeats);
     }
     device_peaks(&r.device_fp32_gflops, &r.device_gb_per_s);
   }

@@ -106,7 +106,8 @@ cudaError_t launch_softmax(int version, const float* const* in, float* out, cons
     case 1: return gs::cuda::launch(softmax_v1, dim3(ceil_div(R, 128)), dim3(128), 0, stream, in[0], out, R, C);
     case 2: return gs::cuda::launch(softmax_v2, dim3(R), dim3(kV2Threads), 0, stream, in[0], out, R, C);
     case 3:
-      return gs::cuda::launch(softmax_v3, dim3(ceil_div(R, kV3Threads / 32)), dim3(kV3Threads), 0, stream, in[0], out, R, C);
+      return gs::cuda::launch(softmax_v3, dim3(ceil_div(R, kV3Threads / 32)), dim3(kV3Threads), 0, stream, in[0], out,
+                              R, C);
     default: throw std::invalid_argument("softmax: no version " + std::to_string(version));
   }
 }

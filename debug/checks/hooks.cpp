@@ -11,7 +11,9 @@ thread_local double t_own = 0.0;
 thread_local int t_depth = 0;
 }  // namespace
 double own_seconds() { return t_own; }
-OwnTime::OwnTime() : outer_(t_depth++ == 0), start_(outer_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
+OwnTime::OwnTime()
+    : outer_(t_depth++ == 0),
+      start_(outer_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
 OwnTime::~OwnTime() {
   --t_depth;
   if (outer_) t_own += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -30,8 +32,7 @@ H timed(H h) {
 }  // namespace
 
 void HookSet::pre(const nn::ModulePtr& m, nn::Module::ForwardPreHook h, bool time_it) {
-  handles_.push_back(
-      {m, m.get(), m->register_forward_pre_hook(time_it ? timed(std::move(h)) : std::move(h)), false});
+  handles_.push_back({m, m.get(), m->register_forward_pre_hook(time_it ? timed(std::move(h)) : std::move(h)), false});
 }
 
 void HookSet::post(const nn::ModulePtr& m, nn::Module::ForwardHook h, bool time_it) {
@@ -52,8 +53,10 @@ void HookSet::loss_post(nn::Loss& l, nn::Loss::LossHook h) {
 
 void HookSet::clear() {
   for (Handle& h : handles_) {
-    if (h.loss) static_cast<nn::Loss*>(h.raw)->remove_loss_hook(h.id);
-    else h.raw->remove_forward_hook(h.id);
+    if (h.loss)
+      static_cast<nn::Loss*>(h.raw)->remove_loss_hook(h.id);
+    else
+      h.raw->remove_forward_hook(h.id);
   }
   handles_.clear();
 }
@@ -77,7 +80,8 @@ void ModuleTracker::attach(nn::Module& model) {
         },
         false);
     hooks_.post(
-        m, [this](nn::Module&, const Tensor&, const Tensor&) {
+        m,
+        [this](nn::Module&, const Tensor&, const Tensor&) {
           if (!stack_.empty()) stack_.pop_back();
         },
         false);

@@ -55,7 +55,7 @@ class HookSet {
 
  private:
   struct Handle {
-    nn::ModulePtr module;     // keeps the module alive until the hook is removed
+    nn::ModulePtr module;  // keeps the module alive until the hook is removed
     nn::Module* raw = nullptr;
     size_t id = 0;
     bool loss = false;
@@ -82,7 +82,7 @@ class ModuleTracker {
  private:
   HookSet hooks_;
   std::vector<std::shared_ptr<const std::string>> labels_;  // one per module, owned here
-  std::vector<const std::string*> stack_;                 // no string copies on the hot path
+  std::vector<const std::string*> stack_;                   // no string copies on the hot path
 };
 
 // A check's own probing run of a model: while it lives, library warnings (M2,

@@ -38,22 +38,22 @@ struct MonitorOptions {
   // in anomaly mode (before the optimizer step changes the weights) to name the
   // op and module.
   bool localise_nonfinite = true;
-  int64_t num_classes = -1;  // for L4 (initial loss ~ log C); -1: the output's last dim
-  RunCheckOptions run;       // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
-  DataCheckOptions data;     // D5 on every training row (RowRangeTracker; a Session passes DiagnoseOptions::data)
+  int64_t num_classes = -1;     // for L4 (initial loss ~ log C); -1: the output's last dim
+  RunCheckOptions run;          // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
+  DataCheckOptions data;        // D5 on every training row (RowRangeTracker; a Session passes DiagnoseOptions::data)
   int64_t loader_batches = -1;  // D8 over the run: the training loader's batches (-1: unknown, D8 does not judge)
 };
 
 // Series for plots (W6).
 struct TrainingHistory {
-  std::vector<double> step_losses;                              // one per optimizer step
+  std::vector<double> step_losses;  // one per optimizer step
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;
   // The training accuracy of each epoch, from the sampled steps' batches as the loss saw them
   // (train mode: dropout on); NaN when no sampled step had class-index targets.
   std::vector<double> epoch_train_accuracy;
-  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;    // per parameter
-  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction; // per ReLU layer
-  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;  // per parameter
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;     // per parameter
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction;  // per ReLU layer
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;   // per parameter
   std::vector<double> learning_rates;  // the first group's learning rate at each optimizer step
   // A fingerprint of each training step's input batch (a 64-bit hash of its shape and 64 values
   // spread over it): equal fingerprints on consecutive steps mean the same batch was fed again.
@@ -67,16 +67,20 @@ struct RunEvent {
   static constexpr uint32_t LossInput = 1u << 2;   // the loss module's input and target (training forwards)
   static constexpr uint32_t LossValue = 1u << 3;   // the loss module's value (training forwards)
   static constexpr uint32_t BeforeStep = 1u << 4;  // after backward, before the optimizer's update
-  static constexpr uint32_t NonFinite = 1u << 5;   // a unit saw a NaN/Inf this step (RunContext::flag_nonfinite): localise it now
-  static constexpr uint32_t AfterStep = 1u << 6;   // after the optimizer's update
-  static constexpr uint32_t Epoch = 1u << 7;       // an epoch was recorded (its losses and validation accuracy)
-  static constexpr uint32_t Finish = 1u << 8;      // the end of the run, hooks still attached: the end-of-run findings
-  static constexpr uint32_t Series = 1u << 9;      // the unit's series for the history and plots
-  static constexpr uint32_t Detach = 1u << 10;     // remove the unit's hooks
-  static constexpr uint32_t AfterRun = 1u << 11;   // after every hook is gone: checks that run the model again (a sample batch)
-  static constexpr uint32_t Pause = 1u << 12;      // the monitor probes the model with forwards that are not training statistics
-  static constexpr uint32_t Warning = 1u << 13;    // a core warning (check id, where, message) became a finding: the unit may word it
-  static constexpr uint32_t Trainer = 1u << 14;    // an optim::Trainer was attached (its epochs are passes over the data)
+  static constexpr uint32_t NonFinite =
+      1u << 5;  // a unit saw a NaN/Inf this step (RunContext::flag_nonfinite): localise it now
+  static constexpr uint32_t AfterStep = 1u << 6;  // after the optimizer's update
+  static constexpr uint32_t Epoch = 1u << 7;      // an epoch was recorded (its losses and validation accuracy)
+  static constexpr uint32_t Finish = 1u << 8;     // the end of the run, hooks still attached: the end-of-run findings
+  static constexpr uint32_t Series = 1u << 9;     // the unit's series for the history and plots
+  static constexpr uint32_t Detach = 1u << 10;    // remove the unit's hooks
+  static constexpr uint32_t AfterRun =
+      1u << 11;  // after every hook is gone: checks that run the model again (a sample batch)
+  static constexpr uint32_t Pause =
+      1u << 12;  // the monitor probes the model with forwards that are not training statistics
+  static constexpr uint32_t Warning =
+      1u << 13;  // a core warning (check id, where, message) became a finding: the unit may word it
+  static constexpr uint32_t Trainer = 1u << 14;  // an optim::Trainer was attached (its epochs are passes over the data)
 };
 
 // One epoch as the monitor records it.
@@ -91,18 +95,21 @@ struct EpochRecord {
 class RunContext {
  public:
   RunContext(nn::Module& m, optim::Optimizer& o, nn::Loss* l, MonitorOptions opts)
-      : model(m), optimizer(o), loss(l), options(std::move(opts)),
+      : model(m),
+        optimizer(o),
+        loss(l),
+        options(std::move(opts)),
         zero_grad_by_construction(options.optim.zero_grad_by_construction) {}
   nn::Module& model;
   optim::Optimizer& optimizer;
   nn::Loss* loss;  // null: the loss-input checks do not run
   MonitorOptions options;
 
-  int64_t steps = 0;       // optimizer steps completed
-  bool in_step = false;    // a training forward of step steps + 1 has run
-  Tensor x, y;             // the current step's training batch (its last forward's input, the loss's target)
-  double loss_value = 0.0; // the current step's loss (LossValue)
-  bool loss_seen = false;  // LossValue heard this step
+  int64_t steps = 0;        // optimizer steps completed
+  bool in_step = false;     // a training forward of step steps + 1 has run
+  Tensor x, y;              // the current step's training batch (its last forward's input, the loss's target)
+  double loss_value = 0.0;  // the current step's loss (LossValue)
+  bool loss_seen = false;   // LossValue heard this step
   const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
 
   // Whether step `step` (1-based) is sampled: the first, and every `every`-th.

@@ -20,8 +20,8 @@ bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.che
 
 // The checks that localise where a non-finite value came from.
 bool nonfinite_source(const Finding& f) {
-  return f.fires() && (f.check == "D2" || f.check == "M12" || f.check == "W4" ||
-                       (f.check == "L5" && f.severity == Severity::Error));
+  return f.fires() &&
+         (f.check == "D2" || f.check == "M12" || f.check == "W4" || (f.check == "L5" && f.severity == Severity::Error));
 }
 // A finding about non-finite values. M18 is left out: it runs its own forward in half
 // precision, and its overflow is a fault of its own.
@@ -88,14 +88,16 @@ bool not_learning(const Finding& f) {
 const std::vector<Cause>& diagnosis_causes() {
   static const std::vector<Cause> table = {
       // ---- the data ----
-      {"nonfinite-input", "NaN/Inf in the inputs or labels", "D2", "counts NaN/Inf in a batch", true, GS_CHECK_CONFIRMS("D2")},
+      {"nonfinite-input", "NaN/Inf in the inputs or labels", "D2", "counts NaN/Inf in a batch", true,
+       GS_CHECK_CONFIRMS("D2")},
       {"misaligned-labels", "inputs and labels out of step", "D4",
        "hashes each loaded input back to the dataset and compares its label", true, GS_CHECK_CONFIRMS("D4")},
       {"label-encoding", "labels outside [0, C) or numbered from 1", "D9", "the labels' range against the output width",
        true, GS_CHECK_CONFIRMS("D9")},
       {"label-shape", "labels shaped differently from the prediction", "D6", "the shapes that reach the loss", true,
        GS_CHECK_CONFIRMS("D6")},
-      {"unscaled-inputs", "inputs not normalised", "D5", "per-feature mean and std of a batch", true, GS_CHECK_CONFIRMS("D5")},
+      {"unscaled-inputs", "inputs not normalised", "D5", "per-feature mean and std of a batch", true,
+       GS_CHECK_CONFIRMS("D5")},
       {"unshuffled", "batches not shuffled, or one batch fed every step", "D8",
        "the classes in sampled batches, and whether consecutive steps see the same batch", true,
        GS_CHECK_CONFIRMS("D8")},
@@ -103,7 +105,8 @@ const std::vector<Cause>& diagnosis_causes() {
        GS_CHECK_CONFIRMS("D10")},
       {"leakage", "normalisation fitted on held-out data", "D7", "what the Normalizer was fitted on", true,
        GS_CHECK_CONFIRMS("D7")},
-      {"rank-shards", "ranks reading the same data", "D11", "the sample indices of each rank", true, GS_CHECK_CONFIRMS("D11")},
+      {"rank-shards", "ranks reading the same data", "D11", "the sample indices of each rank", true,
+       GS_CHECK_CONFIRMS("D11")},
       {"class-imbalance", "classes missing or badly imbalanced", "D3", "the class counts", true,
        [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); }},
       {"conflicting-labels", "duplicated inputs, some with conflicting labels", "D12",
@@ -128,16 +131,16 @@ const std::vector<Cause>& diagnosis_causes() {
        [](const Finding& f) { return output_init(f); }},
       {"sum-reduction", "the loss summed over the batch", "L6", "the gradient's growth when the batch doubles", true,
        GS_CHECK_CONFIRMS("L6")},
-      {"rank-loss-logging", "one rank's loss logged as the global loss", "L8", "the logged loss against every rank's", true,
-       GS_CHECK_CONFIRMS("L8")},
+      {"rank-loss-logging", "one rank's loss logged as the global loss", "L8", "the logged loss against every rank's",
+       true, GS_CHECK_CONFIRMS("L8")},
       // ---- the model ----
       {"inplace", "an in-place change to a tensor saved for backward", "M20", "the autograd version counter", true,
        GS_CHECK_CONFIRMS("M20")},
-      {"gate-error", "the model or the loss raised an error", "W2", "the pre-training gate's forward and backward", true,
-       GS_CHECK_CONFIRMS("W2")},
+      {"gate-error", "the model or the loss raised an error", "W2", "the pre-training gate's forward and backward",
+       true, GS_CHECK_CONFIRMS("W2")},
       {"cut-graph", "a parameter the gradient does not reach (detach, a frozen or unused layer)", "M5",
-       "which trainable parameters get a gradient from one backward", true, [](const Finding& f) { return cut_graph(f); },
-       true},
+       "which trainable parameters get a gradient from one backward", true,
+       [](const Finding& f) { return cut_graph(f); }, true},
       {"frozen", "the wrong parameters frozen", "M10", "requires_grad against the optimizer's parameters", true,
        GS_CHECK_CONFIRMS("M10"), true},
       {"final-activation", "an activation after the final layer", "M3", "the last module and the sign of the logits",
@@ -170,7 +173,8 @@ const std::vector<Cause>& diagnosis_causes() {
        true, GS_CHECK_CONFIRMS("M11")},
       {"half-overflow", "a forward that overflows in half precision", "M18", "the forward run in float16", true,
        GS_CHECK_CONFIRMS("M18")},
-      {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true, GS_CHECK_CONFIRMS("M16")},
+      {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true,
+       GS_CHECK_CONFIRMS("M16")},
       {"missing-nonlinearity", "two linear layers with no non-linearity between them", "M23",
        "each linear layer's input against the previous linear layer's output", true, GS_CHECK_CONFIRMS("M23")},
       {"high-dropout", "a dropout rate above 0.5", "M24", "the probability of each Dropout layer", true,
@@ -187,8 +191,8 @@ const std::vector<Cause>& diagnosis_causes() {
       {"variance-collapse", "a layer whose output became constant", "M26",
        "the variance of each layer's output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
-      {"replicas-diverged", "replicas whose weights differ across ranks", "M21", "a checksum of every rank's parameters",
-       true, GS_CHECK_CONFIRMS("M21")},
+      {"replicas-diverged", "replicas whose weights differ across ranks", "M21",
+       "a checksum of every rank's parameters", true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
        GS_CHECK_CONFIRMS("M22")},
       // ---- the optimisation ----
@@ -203,9 +207,10 @@ const std::vector<Cause>& diagnosis_causes() {
        "parameter's update-to-weight ratio (O6), and, where the run can be repeated, the same run at a tenth of the "
        "learning rate",
        true, [](const Finding& f) { return lr_too_high(f); }},
-      {"lr-too-low", "a learning rate too low", "O6", "the learning rate against its optimizer's usual range (O8), the "
-       "loss's relative decrease and the update-to-weight ratios (O6)", true,
-       [](const Finding& f) { return lr_too_low(f); }},
+      {"lr-too-low", "a learning rate too low", "O6",
+       "the learning rate against its optimizer's usual range (O8), the "
+       "loss's relative decrease and the update-to-weight ratios (O6)",
+       true, [](const Finding& f) { return lr_too_low(f); }},
       {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
        "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
@@ -213,12 +218,11 @@ const std::vector<Cause>& diagnosis_causes() {
        [](const Finding& f) { return is(f, "O1", Kind::NoGradientAtStep); }},
       {"stalled", "a training loop that stalls between steps", "W10", "the wall time of every step", true,
        GS_CHECK_CONFIRMS("W10")},
-      {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true, GS_CHECK_CONFIRMS("W1")},
+      {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true,
+       GS_CHECK_CONFIRMS("W1")},
       // ---- symptoms that explain other symptoms ----
       {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
-      {"vanishing-gradients", "vanishing gradients", "O1", "", false, [](const Finding& f) {
-         return o1_vanishing(f);
-       }},
+      {"vanishing-gradients", "vanishing gradients", "O1", "", false, [](const Finding& f) { return o1_vanishing(f); }},
       {"zero-gradients", "all-zero gradients", "M5", "", false, [](const Finding& f) { return zero_gradient(f); }},
       {"exploding-gradients", "exploding gradients", "O1", "", false, [](const Finding& f) { return o1_exploding(f); }},
       {"unstable-loss", "an unstable loss", "L1", "", false, [](const Finding& f) { return loss_unstable(f); }},
@@ -237,82 +241,168 @@ const Cause* find_cause(const std::string& id) {
 const std::vector<Symptom>& diagnosis_symptoms() {
   // The causes every "it does not learn" symptom can have, most specific first: faults a
   // check sees directly, then the symptoms that would explain it, then the hyperparameters.
-  static const std::vector<std::string> any_fault = {
-      "nonfinite-values", "gate-error", "inplace", "masked-targets", "misaligned-labels", "label-encoding",
-      "label-shape", "broadcast", "double-softmax", "bce-logits", "final-activation", "batch-mixing", "cut-graph",
-      "frozen", "wrong-backward", "all-zero", "variance-collapse", "dead-relu", "saturation", "bad-init", "init-variance",
-      "symmetric-init", "shared-weights", "output-init", "sum-reduction", "unscaled-inputs", "unshuffled", "nonfinite-input", "conflicting-labels",
-      "zero-grad", "grad-reduction", "replicas-diverged",
-      "rank-shards", "batchnorm-stats", "train-mode-eval", "dtype-device", "split-preprocessing", "effective-batch",
-      "no-backward", "lr-schedule", "zero-gradients", "vanishing-gradients", "exploding-gradients", "unstable-loss",
-      "lr-too-high", "high-dropout", "missing-nonlinearity", "capacity", "lr-too-low"};
+  static const std::vector<std::string> any_fault = {"nonfinite-values",
+                                                     "gate-error",
+                                                     "inplace",
+                                                     "masked-targets",
+                                                     "misaligned-labels",
+                                                     "label-encoding",
+                                                     "label-shape",
+                                                     "broadcast",
+                                                     "double-softmax",
+                                                     "bce-logits",
+                                                     "final-activation",
+                                                     "batch-mixing",
+                                                     "cut-graph",
+                                                     "frozen",
+                                                     "wrong-backward",
+                                                     "all-zero",
+                                                     "variance-collapse",
+                                                     "dead-relu",
+                                                     "saturation",
+                                                     "bad-init",
+                                                     "init-variance",
+                                                     "symmetric-init",
+                                                     "shared-weights",
+                                                     "output-init",
+                                                     "sum-reduction",
+                                                     "unscaled-inputs",
+                                                     "unshuffled",
+                                                     "nonfinite-input",
+                                                     "conflicting-labels",
+                                                     "zero-grad",
+                                                     "grad-reduction",
+                                                     "replicas-diverged",
+                                                     "rank-shards",
+                                                     "batchnorm-stats",
+                                                     "train-mode-eval",
+                                                     "dtype-device",
+                                                     "split-preprocessing",
+                                                     "effective-batch",
+                                                     "no-backward",
+                                                     "lr-schedule",
+                                                     "zero-gradients",
+                                                     "vanishing-gradients",
+                                                     "exploding-gradients",
+                                                     "unstable-loss",
+                                                     "lr-too-high",
+                                                     "high-dropout",
+                                                     "missing-nonlinearity",
+                                                     "capacity",
+                                                     "lr-too-low"};
   static const std::vector<Symptom> table = {
-      {"non-finite", "NaN/Inf values", "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
+      {"non-finite",
+       "NaN/Inf values",
+       "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
        [](const Finding& f) { return nonfinite_member(f); },
        {"nonfinite-input", "masked-targets", "nonfinite-op"}},
-      {"initial-loss", "an initial loss far from log(C)", "L4 (the loss)",
+      {"initial-loss",
+       "an initial loss far from log(C)",
+       "L4 (the loss)",
        [](const Finding& f) { return is(f, "L4") && !output_init(f); },
-       {"output-init", "sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast", "final-activation",
-        "double-softmax", "bce-logits", "batch-mixing", "nonfinite-op", "bad-init", "unscaled-inputs", "class-imbalance"}},
-      {"biased-start", "an untrained model whose mean output is far from the targets", "L4 (the initial outputs)",
-       [](const Finding& f) { return output_init(f); }, {"unscaled-inputs", "bad-init", "init-variance"}},
+       {"output-init", "sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast",
+        "final-activation", "double-softmax", "bce-logits", "batch-mixing", "nonfinite-op", "bad-init",
+        "unscaled-inputs", "class-imbalance"}},
+      {"biased-start",
+       "an untrained model whose mean output is far from the targets",
+       "L4 (the initial outputs)",
+       [](const Finding& f) { return output_init(f); },
+       {"unscaled-inputs", "bad-init", "init-variance"}},
       {"not-learning", "a loss that does not fall (stuck, at chance, cannot overfit one batch)",
        "L1 (stuck, at chance), M14, M15, L7 (underfitting), O6 (too low)",
        [](const Finding& f) { return not_learning(f); }, any_fault},
-      {"unstable-loss", "a loss that spikes, oscillates or diverges; weights that keep growing",
+      {"unstable-loss",
+       "a loss that spikes, oscillates or diverges; weights that keep growing",
        "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
        [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
-       {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad", "grad-reduction",
-        "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
-      {"vanishing-gradients", "gradients that vanish or never arrive", "O1 (vanishing, no gradient)",
+       {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad",
+        "grad-reduction", "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
+      {"vanishing-gradients",
+       "gradients that vanish or never arrive",
+       "O1 (vanishing, no gradient)",
        [](const Finding& f) { return o1_vanishing(f); },
        {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",
         "double-softmax", "bce-logits", "final-activation", "zero-gradients"}},
-      {"zero-gradients", "all-zero gradients; weights that never change",
-       "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the input)",
+      {"zero-gradients",
+       "all-zero gradients; weights that never change",
+       "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the "
+       "input)",
        [](const Finding& f) { return zero_gradient(f); },
        {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "all-zero", "dead-relu", "saturation",
         "final-activation", "symmetric-init", "vanishing-gradients"}},
-      {"exploding-gradients", "gradients that explode", "O1 (exploding)", [](const Finding& f) { return o1_exploding(f); },
+      {"exploding-gradients",
+       "gradients that explode",
+       "O1 (exploding)",
+       [](const Finding& f) { return o1_exploding(f); },
        {"bad-init", "init-variance", "output-init", "unscaled-inputs", "sum-reduction", "zero-grad", "grad-reduction",
         "lr-too-high"}},
-      {"dead-in-training", "ReLU units that died during training", "M7 (died during training)",
+      {"dead-in-training",
+       "ReLU units that died during training",
+       "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
        {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
-      {"batch-coupling", "outputs that depend on other examples of the batch", "M6 (the model mixes the batch)",
-       [](const Finding& f) { return batch_mixing(f); }, {"batchnorm-stats", "train-mode-eval"}},
-      {"wrong-gradient", "an analytic gradient that disagrees with the numerical one", "M13",
-       [](const Finding& f) { return is(f, "M13"); }, {"cut-graph", "inplace"}},
-      {"broadcast", "a loss that broadcasts its operands", "M19", [](const Finding& f) { return is(f, "M19"); },
+      {"batch-coupling",
+       "outputs that depend on other examples of the batch",
+       "M6 (the model mixes the batch)",
+       [](const Finding& f) { return batch_mixing(f); },
+       {"batchnorm-stats", "train-mode-eval"}},
+      {"wrong-gradient",
+       "an analytic gradient that disagrees with the numerical one",
+       "M13",
+       [](const Finding& f) { return is(f, "M13"); },
+       {"cut-graph", "inplace"}},
+      {"broadcast",
+       "a loss that broadcasts its operands",
+       "M19",
+       [](const Finding& f) { return is(f, "M19"); },
        {"label-shape"}},
-      {"label-counts", "classes with no examples", "D3", [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); },
+      {"label-counts",
+       "classes with no examples",
+       "D3",
+       [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); },
        {"masked-targets", "label-encoding"}},
-      {"class-errors", "one class predicted far worse than the others", "D3 (per-class recall)",
+      {"class-errors",
+       "one class predicted far worse than the others",
+       "D3 (per-class recall)",
        [](const Finding& f) { return d3_class_errors(f); },
-       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift", "final-activation",
-        "lr-too-low", "dead-relu", "symmetric-init"}},
-      {"validation-gap", "a validation loss far above the training loss", "L7 (overfitting, validation rising), W3 (validation rising)",
-       [](const Finding& f) {
-         return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose);
-       },
+       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift",
+        "final-activation", "lr-too-low", "dead-relu", "symmetric-init"}},
+      {"validation-gap",
+       "a validation loss far above the training loss",
+       "L7 (overfitting, validation rising), W3 (validation rising)",
+       [](const Finding& f) { return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose); },
        {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "split-preprocessing", "feature-drift",
         "label-drift", "tiny-validation"}},
-      {"validation-too-good", "a validation accuracy suspiciously above the training accuracy",
+      {"validation-too-good",
+       "a validation accuracy suspiciously above the training accuracy",
        "L7 (suspiciously high validation accuracy)",
        [](const Finding& f) { return is(f, "L7", Kind::ValidationTooGood); },
        {"split-mix", "leakage", "conflicting-labels", "label-drift", "tiny-validation", "train-mode-eval"}},
-      {"training-failed", "a training loop that raised an error", "W3 (training failed)",
+      {"training-failed",
+       "a training loop that raised an error",
+       "W3 (training failed)",
        [](const Finding& f) { return is(f, "W3", Kind::TrainingFailed); },
        {"gate-error", "inplace", "bce-logits", "label-encoding", "label-shape", "dtype-device"}},
-      {"gate-failure", "the model or the loss raised an error in the pre-training gate", "W2",
+      {"gate-failure",
+       "the model or the loss raised an error in the pre-training gate",
+       "W2",
        [](const Finding& f) { return is(f, "W2"); },
        {"bce-logits", "label-encoding", "label-shape", "dtype-device", "inplace", "double-softmax"}},
-      {"validation-shift", "validation inputs whose statistics differ from the training inputs'", "D14",
-       [](const Finding& f) { return is(f, "D14"); }, {"split-preprocessing", "label-drift"}},
-      {"replicas-apart", "replicas whose weights drift apart", "M21", [](const Finding& f) { return is(f, "M21"); },
+      {"validation-shift",
+       "validation inputs whose statistics differ from the training inputs'",
+       "D14",
+       [](const Finding& f) { return is(f, "D14"); },
+       {"split-preprocessing", "label-drift"}},
+      {"replicas-apart",
+       "replicas whose weights drift apart",
+       "M21",
+       [](const Finding& f) { return is(f, "M21"); },
        {"grad-reduction"}},
-      {"effective-lr", "an effective learning rate scaled by the number of ranks", "W9",
-       [](const Finding& f) { return is(f, "W9"); }, {"grad-reduction"}},
+      {"effective-lr",
+       "an effective learning rate scaled by the number of ranks",
+       "W9",
+       [](const Finding& f) { return is(f, "W9"); },
+       {"grad-reduction"}},
   };
   return table;
 }
@@ -327,14 +417,14 @@ std::string diagnosis_tables_markdown() {
       // A check that confirms two causes (O6: too high, too low) is named with the cause.
       const bool shared = std::count_if(diagnosis_causes().begin(), diagnosis_causes().end(),
                                         [&](const Cause& k) { return k.fault && k.check == c->check; }) > 1;
-      os << (i ? ", " : "")
-         << (!c->fault ? "(" + c->name + ")" : shared ? c->check + " (" + c->name + ")" : c->check);
+      os << (i ? ", " : "") << (!c->fault ? "(" + c->name + ")" : shared ? c->check + " (" + c->name + ")" : c->check);
     }
     os << " |\n";
   }
   os << "\n| cause | confirmed by | the probe measures |\n|---|---|---|\n";
   for (const Cause& c : diagnosis_causes())
-    if (c.fault) os << "| " << c.name << " | " << c.check << (c.id == "nonfinite-op" ? ", W4" : "") << " | " << c.probe << " |\n";
+    if (c.fault)
+      os << "| " << c.name << " | " << c.check << (c.id == "nonfinite-op" ? ", W4" : "") << " | " << c.probe << " |\n";
   return os.str();
 }
 
@@ -384,7 +474,6 @@ const Cause* fault_confirmed_by(const Finding& f) {
   return nullptr;
 }
 
-
 namespace {
 std::atomic<uint64_t> g_analyses{0};
 }  // namespace
@@ -423,7 +512,7 @@ CauseAnalysis analyse_causes(const Report& r) {
         const int mj = location_match(f, fs[j]), mk = location_match(f, fs[k]);
         if (mj != mk) return mj > mk;
         const bool bj = when(fs[j]) <= when(f), bk = when(fs[k]) <= when(f);
-        if (bj != bk) return bj;                                    // at or before it first
+        if (bj != bk) return bj;  // at or before it first
         if (when(fs[j]) != when(fs[k])) return bj ? when(fs[j]) > when(fs[k]) : when(fs[j]) < when(fs[k]);
         if (place(fs[j]) != place(fs[k])) return place(fs[j]) > place(fs[k]);
         return j < k;
@@ -540,11 +629,13 @@ CauseAnalysis analyse_causes(const Report& r) {
     std::vector<std::string> open, out;
     for (const Cause* c : cands) {
       if (c->confirms(fs[i])) continue;
-      if (!c->fault) continue;  // symptoms as causes: nothing to rule out on their own
+      if (!c->fault) continue;                                   // symptoms as causes: nothing to rule out on their own
       if (data_parallel_only(*c) && !r.ran(c->check)) continue;  // not a data-parallel run
       const bool seen = std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return c->confirms(g); });
-      if (seen) open.push_back(label(*c) + " (seen, but not where or when this happened)");
-      else (c->check.empty() || !r.ran(c->check) ? open : out).push_back(label(*c));
+      if (seen)
+        open.push_back(label(*c) + " (seen, but not where or when this happened)");
+      else
+        (c->check.empty() || !r.ran(c->check) ? open : out).push_back(label(*c));
     }
     std::string t = "no probe confirmed a cause";
     if (!open.empty()) {
@@ -603,12 +694,12 @@ CauseAnalysis analyse_causes(const Report& r) {
     if (!l.confirmed)
       for (const Cause* k : candidates_of(f))
         if (!k->confirms(f)) rule_out(k);
-    const std::string n_explained =
-        l.explains.empty() ? std::string()
-                           : "; it explains " + std::to_string(l.explains.size()) + " other finding" +
-                                 (l.explains.size() == 1 ? "" : "s") + " (" +
-                                 std::to_string(explained[l.index].size()) + " check" +
-                                 (explained[l.index].size() == 1 ? "" : "s") + ")";
+    const std::string n_explained = l.explains.empty()
+                                        ? std::string()
+                                        : "; it explains " + std::to_string(l.explains.size()) + " other finding" +
+                                              (l.explains.size() == 1 ? "" : "s") + " (" +
+                                              std::to_string(explained[l.index].size()) + " check" +
+                                              (explained[l.index].size() == 1 ? "" : "s") + ")";
     l.why = l.confirmed ? "a confirmed cause: " + c->name + ", seen by " + f.check + n_explained
                         : "no probe confirmed a cause of this symptom" + n_explained;
     a.lead = std::move(l);

@@ -81,14 +81,14 @@ struct Lead {
   std::string why;               // one sentence: why this one leads
 
   std::string str(const Report& r) const;  // a few lines for a person
-  std::string json() const;  // {"index":..,"check":..,"confirmed":..,"cause":..,"confirmed_by":[..],...}
+  std::string json() const;                // {"index":..,"check":..,"confirmed":..,"cause":..,"confirmed_by":[..],...}
 };
 
 // The diagnosis of a whole report.
 struct CauseAnalysis {
   // Per finding (parallel to Report::findings()); -1 where none.
-  std::vector<int64_t> parent;  // the finding that explains it directly
-  std::vector<int64_t> root;    // the root of its chain (itself for a root; -1 for info findings)
+  std::vector<int64_t> parent;       // the finding that explains it directly
+  std::vector<int64_t> root;         // the root of its chain (itself for a root; -1 for info findings)
   std::vector<std::string> because;  // "because 100% of the units of 2 (ReLU) are dead (M7)"
   // The symptom's cause text with only what its probes did not rule out (empty: keep the
   // finding's own cause text, as for findings that name a fault).

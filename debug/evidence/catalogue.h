@@ -33,17 +33,17 @@ const std::vector<SourceInfo>& all_sources();
 const SourceInfo* find_source(std::string_view short_name);
 
 struct CheckInfo {
-  std::string id;           // "M7"
-  std::string name;         // "dead-ReLU statistics"
-  std::string group;        // "data", "loss", "model", "optimisation", "workflow"
+  std::string id;                    // "M7"
+  std::string name;                  // "dead-ReLU statistics"
+  std::string group;                 // "data", "loss", "model", "optimisation", "workflow"
   std::vector<std::string> sources;  // short names of its sources (SourceInfo::short_name), main one first
-  std::string what;         // what it must do: the rule in one line
-  std::string api;          // the C++ entry point: "debug::DeadReluTracker"
-  std::string cli;          // how to reach it from the command line ("" if only from C++)
+  std::string what;                  // what it must do: the rule in one line
+  std::string api;                   // the C++ entry point: "debug::DeadReluTracker"
+  std::string cli;                   // how to reach it from the command line ("" if only from C++)
   bool implemented = false;
   // Its home: the one file that holds its rule and thresholds and makes its findings
   // ("debug/checks/model/activation_stats.cpp"); docs/checks.md's section names it too.
-  std::string home;
+  std::string home = {};
 };
 
 // All 70 checks, in catalogue order (D, L, M, O, W; by number).

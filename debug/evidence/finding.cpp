@@ -64,8 +64,9 @@ std::string Finding::str() const {
 std::string Finding::json() const {
   std::ostringstream os;
   const CheckInfo* c = find_check(check);
-  os << "{\"check\":" << json_str(check) << ",\"name\":" << json_str(c ? c->name : "") << ",\"severity\":" << json_str(severity_name(severity))
-     << ",\"kind\":" << json_str(std::string(kind_name(kind))) << ",\"title\":" << json_str(title) << ",\"module\":" << json_str(module)
+  os << "{\"check\":" << json_str(check) << ",\"name\":" << json_str(c ? c->name : "")
+     << ",\"severity\":" << json_str(severity_name(severity)) << ",\"kind\":" << json_str(std::string(kind_name(kind)))
+     << ",\"title\":" << json_str(title) << ",\"module\":" << json_str(module)
      << ",\"parameter\":" << json_str(parameter) << ",\"op\":" << json_str(op) << ",\"shape\":" << json_str(shape)
      << ",\"evidence\":[";
   for (size_t i = 0; i < evidence.size(); ++i)
@@ -89,7 +90,8 @@ std::string Finding::key() const {
   std::string t;
   for (char c : title)
     if (!(c >= '0' && c <= '9') && c != '.' && c != '-' && c != '+') t += c;
-  return check + '\x1f' + std::string(kind_name(kind)) + '\x1f' + t + '\x1f' + module + '\x1f' + parameter + '\x1f' + op;
+  return check + '\x1f' + std::string(kind_name(kind)) + '\x1f' + t + '\x1f' + module + '\x1f' + parameter + '\x1f' +
+         op;
 }
 
 int64_t Report::index_of(const Finding& f) const {

@@ -14,75 +14,75 @@
 namespace gradsleuth::debug {
 
 // X(symbol, "json-name", "check"): every kind with the check that emits it.
-#define GS_FINDING_KINDS(X)                                                                                   \
-  X(None, "none", "")                                                                                         \
-  /* D3 class balance: the label counts, or the trained model's per-class recall */                           \
-  X(ClassCounts, "class-counts", "D3")                                                                        \
-  X(ClassRecallLow, "class-recall-low", "D3")                                                                 \
-  /* L1 loss history */                                                                                       \
-  X(LossNonFinite, "loss-nonfinite", "L1")                                                                    \
-  X(LossStuck, "loss-stuck", "L1")                                                                            \
-  X(LossAtChance, "loss-at-chance", "L1")                                                                     \
-  X(LossDiverging, "loss-diverging", "L1")                                                                    \
-  X(LossSpiking, "loss-spiking", "L1")                                                                        \
-  X(LossOscillating, "loss-oscillating", "L1")                                                                \
-  X(TrainDownValUp, "train-down-val-up", "L1")                                                                \
-  /* L4 the initial loss, and the untrained model's mean output */                                            \
-  X(InitialLoss, "initial-loss", "L4")                                                                        \
-  X(InitialOutputBiased, "initial-output-biased", "L4")                                                       \
-  /* L7 fitting */                                                                                            \
-  X(Underfitting, "underfitting", "L7")                                                                       \
-  X(Overfitting, "overfitting", "L7")                                                                         \
-  X(ValidationTooGood, "validation-too-good", "L7")                                                           \
-  X(FittingNormal, "fitting-normal", "L7")                                                                    \
-  /* M5 gradient flow */                                                                                      \
-  X(ParameterUnreached, "parameter-unreached", "M5")                                                          \
-  X(GradientAllZero, "gradient-all-zero", "M5")                                                               \
-  /* M6 batch independence */                                                                                 \
-  X(BatchMixing, "batch-mixing", "M6")                                                                        \
-  X(InputUnreached, "input-unreached", "M6")                                                                  \
-  X(OutputIgnoresInput, "output-ignores-input", "M6")                                                         \
-  /* M7 dead units */                                                                                         \
-  X(DeadUnits, "dead-units", "M7")                                                                            \
-  X(DiedInTraining, "died-in-training", "M7")                                                                 \
-  /* M25 all-zero tensors over the run */                                                                     \
-  X(ZeroValue, "zero-value", "M25")                                                                           \
-  X(ZeroGradient, "zero-gradient", "M25")                                                                     \
-  /* M26 layer-output variance over the run */                                                                \
-  X(VarianceCollapsed, "variance-collapsed", "M26")                                                           \
-  X(VarianceBlewUp, "variance-blew-up", "M26")                                                                \
-  /* M27 initialisation: activation variance through depth, symmetric units */                                \
-  X(VarianceDrift, "variance-drift", "M27")                                                                   \
-  X(SymmetricUnits, "symmetric-units", "M27")                                                                 \
-  /* O1 gradient health */                                                                                    \
-  X(GradientNonFinite, "gradient-nonfinite", "O1")                                                            \
-  X(GradientVanishing, "gradient-vanishing", "O1")                                                            \
-  X(GradientExploding, "gradient-exploding", "O1")                                                            \
-  X(GradientMissing, "gradient-missing", "O1")                                                                \
-  X(NoGradientAtStep, "no-gradient-at-step", "O1")                                                            \
-  X(VanishTowardsInput, "vanish-towards-input", "O1")                                                         \
-  X(ExplodeTowardsInput, "explode-towards-input", "O1")                                                       \
-  /* O2 gradient-norm history */                                                                              \
-  X(NormNonFinite, "norm-nonfinite", "O2")                                                                    \
-  X(NormJump, "norm-jump", "O2")                                                                              \
-  /* O6 learning rate: the loss history, the update/weight ratios, the schedule, the lr / 10 probe */         \
-  X(LrTooHigh, "lr-too-high", "O6")                                                                           \
-  X(LrTooLow, "lr-too-low", "O6")                                                                             \
-  X(UpdatesTooLarge, "updates-too-large", "O6")                                                               \
-  X(UpdatesTooSmall, "updates-too-small", "O6")                                                               \
-  X(NeverUpdated, "never-updated", "O6")                                                                      \
-  X(ScheduleStartsAtZero, "schedule-starts-at-zero", "O6")                                                    \
-  X(ScheduleCollapses, "schedule-collapses", "O6")                                                            \
-  X(ScheduleGrows, "schedule-grows", "O6")                                                                    \
-  X(LrProbeConfirms, "lr-probe-confirms", "O6")                                                               \
-  X(LrProbeRulesOut, "lr-probe-rules-out", "O6")                                                              \
-  X(LrProbeInconclusive, "lr-probe-inconclusive", "O6")                                                       \
-  X(LrRuledOut, "lr-ruled-out", "O6")                                                                         \
-  /* O8 the learning rate against its optimizer's usual range */                                              \
-  X(LrAboveRange, "lr-above-range", "O8")                                                                     \
-  X(LrBelowRange, "lr-below-range", "O8")                                                                     \
-  /* W3 the monitored run */                                                                                  \
-  X(ValidationRose, "validation-rose", "W3")                                                                  \
+#define GS_FINDING_KINDS(X)                                                                           \
+  X(None, "none", "")                                                                                 \
+  /* D3 class balance: the label counts, or the trained model's per-class recall */                   \
+  X(ClassCounts, "class-counts", "D3")                                                                \
+  X(ClassRecallLow, "class-recall-low", "D3")                                                         \
+  /* L1 loss history */                                                                               \
+  X(LossNonFinite, "loss-nonfinite", "L1")                                                            \
+  X(LossStuck, "loss-stuck", "L1")                                                                    \
+  X(LossAtChance, "loss-at-chance", "L1")                                                             \
+  X(LossDiverging, "loss-diverging", "L1")                                                            \
+  X(LossSpiking, "loss-spiking", "L1")                                                                \
+  X(LossOscillating, "loss-oscillating", "L1")                                                        \
+  X(TrainDownValUp, "train-down-val-up", "L1")                                                        \
+  /* L4 the initial loss, and the untrained model's mean output */                                    \
+  X(InitialLoss, "initial-loss", "L4")                                                                \
+  X(InitialOutputBiased, "initial-output-biased", "L4")                                               \
+  /* L7 fitting */                                                                                    \
+  X(Underfitting, "underfitting", "L7")                                                               \
+  X(Overfitting, "overfitting", "L7")                                                                 \
+  X(ValidationTooGood, "validation-too-good", "L7")                                                   \
+  X(FittingNormal, "fitting-normal", "L7")                                                            \
+  /* M5 gradient flow */                                                                              \
+  X(ParameterUnreached, "parameter-unreached", "M5")                                                  \
+  X(GradientAllZero, "gradient-all-zero", "M5")                                                       \
+  /* M6 batch independence */                                                                         \
+  X(BatchMixing, "batch-mixing", "M6")                                                                \
+  X(InputUnreached, "input-unreached", "M6")                                                          \
+  X(OutputIgnoresInput, "output-ignores-input", "M6")                                                 \
+  /* M7 dead units */                                                                                 \
+  X(DeadUnits, "dead-units", "M7")                                                                    \
+  X(DiedInTraining, "died-in-training", "M7")                                                         \
+  /* M25 all-zero tensors over the run */                                                             \
+  X(ZeroValue, "zero-value", "M25")                                                                   \
+  X(ZeroGradient, "zero-gradient", "M25")                                                             \
+  /* M26 layer-output variance over the run */                                                        \
+  X(VarianceCollapsed, "variance-collapsed", "M26")                                                   \
+  X(VarianceBlewUp, "variance-blew-up", "M26")                                                        \
+  /* M27 initialisation: activation variance through depth, symmetric units */                        \
+  X(VarianceDrift, "variance-drift", "M27")                                                           \
+  X(SymmetricUnits, "symmetric-units", "M27")                                                         \
+  /* O1 gradient health */                                                                            \
+  X(GradientNonFinite, "gradient-nonfinite", "O1")                                                    \
+  X(GradientVanishing, "gradient-vanishing", "O1")                                                    \
+  X(GradientExploding, "gradient-exploding", "O1")                                                    \
+  X(GradientMissing, "gradient-missing", "O1")                                                        \
+  X(NoGradientAtStep, "no-gradient-at-step", "O1")                                                    \
+  X(VanishTowardsInput, "vanish-towards-input", "O1")                                                 \
+  X(ExplodeTowardsInput, "explode-towards-input", "O1")                                               \
+  /* O2 gradient-norm history */                                                                      \
+  X(NormNonFinite, "norm-nonfinite", "O2")                                                            \
+  X(NormJump, "norm-jump", "O2")                                                                      \
+  /* O6 learning rate: the loss history, the update/weight ratios, the schedule, the lr / 10 probe */ \
+  X(LrTooHigh, "lr-too-high", "O6")                                                                   \
+  X(LrTooLow, "lr-too-low", "O6")                                                                     \
+  X(UpdatesTooLarge, "updates-too-large", "O6")                                                       \
+  X(UpdatesTooSmall, "updates-too-small", "O6")                                                       \
+  X(NeverUpdated, "never-updated", "O6")                                                              \
+  X(ScheduleStartsAtZero, "schedule-starts-at-zero", "O6")                                            \
+  X(ScheduleCollapses, "schedule-collapses", "O6")                                                    \
+  X(ScheduleGrows, "schedule-grows", "O6")                                                            \
+  X(LrProbeConfirms, "lr-probe-confirms", "O6")                                                       \
+  X(LrProbeRulesOut, "lr-probe-rules-out", "O6")                                                      \
+  X(LrProbeInconclusive, "lr-probe-inconclusive", "O6")                                               \
+  X(LrRuledOut, "lr-ruled-out", "O6")                                                                 \
+  /* O8 the learning rate against its optimizer's usual range */                                      \
+  X(LrAboveRange, "lr-above-range", "O8")                                                             \
+  X(LrBelowRange, "lr-below-range", "O8")                                                             \
+  /* W3 the monitored run */                                                                          \
+  X(ValidationRose, "validation-rose", "W3")                                                          \
   X(TrainingFailed, "training-failed", "W3")
 
 enum class Kind : uint16_t {

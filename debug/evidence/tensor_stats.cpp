@@ -21,8 +21,14 @@ void scan(const T* p, int64_t n, TensorSummary& s, double& sum, double& sumsq) {
   double mn = std::numeric_limits<double>::infinity(), mx = -mn;
   for (int64_t i = 0; i < n; ++i) {
     const double v = static_cast<double>(p[i]);
-    if (std::isnan(v)) { ++s.nan; continue; }
-    if (std::isinf(v)) { ++s.inf; continue; }
+    if (std::isnan(v)) {
+      ++s.nan;
+      continue;
+    }
+    if (std::isinf(v)) {
+      ++s.inf;
+      continue;
+    }
     mn = v < mn ? v : mn;
     mx = v > mx ? v : mx;
     sum += v;
@@ -208,12 +214,8 @@ bool squares_in_lanes(const T* a, const T* b, int64_t n, double& squares) {
 }
 }  // namespace
 
-bool sum_of_squares(const float* a, int64_t n, double& squares) {
-  return squares_in_lanes<false>(a, a, n, squares);
-}
-bool sum_of_squares(const double* a, int64_t n, double& squares) {
-  return squares_in_lanes<false>(a, a, n, squares);
-}
+bool sum_of_squares(const float* a, int64_t n, double& squares) { return squares_in_lanes<false>(a, a, n, squares); }
+bool sum_of_squares(const double* a, int64_t n, double& squares) { return squares_in_lanes<false>(a, a, n, squares); }
 bool sum_of_squared_differences(const float* a, const float* b, int64_t n, double& squares) {
   return squares_in_lanes<true>(a, b, n, squares);
 }
@@ -243,8 +245,10 @@ TensorSummary summarize_uncached(const Tensor& t) {
   NoGradGuard ng;
   Tensor c = t.detach().contiguous();
   s.numel = c.numel();
-  if (c.numel() > 0 && c.dtype() == kFloat32 && scan_fast(static_cast<const float*>(c.raw_data()), s.numel, s)) return s;
-  if (c.numel() > 0 && c.dtype() == kFloat64 && scan_fast(static_cast<const double*>(c.raw_data()), s.numel, s)) return s;
+  if (c.numel() > 0 && c.dtype() == kFloat32 && scan_fast(static_cast<const float*>(c.raw_data()), s.numel, s))
+    return s;
+  if (c.numel() > 0 && c.dtype() == kFloat64 && scan_fast(static_cast<const double*>(c.raw_data()), s.numel, s))
+    return s;
   double sum = 0.0, sumsq = 0.0;
   dispatch_dtype(c.dtype(), [&](auto tag) {
     using T = decltype(tag);

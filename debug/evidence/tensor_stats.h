@@ -11,12 +11,12 @@ namespace gradsleuth::debug {
 
 struct TensorSummary {
   int64_t numel = 0;
-  int64_t nan = 0, inf = 0;        // non-finite counts
-  int64_t finite = 0;              // numel - nan - inf
-  double min = 0.0, max = 0.0;     // over the finite values (0 when there are none)
-  double mean = 0.0, std = 0.0;    // population std over the finite values
-  double norm = 0.0;               // L2 norm over the finite values
-  double zero_fraction = 0.0;      // fraction of exact zeros
+  int64_t nan = 0, inf = 0;      // non-finite counts
+  int64_t finite = 0;            // numel - nan - inf
+  double min = 0.0, max = 0.0;   // over the finite values (0 when there are none)
+  double mean = 0.0, std = 0.0;  // population std over the finite values
+  double norm = 0.0;             // L2 norm over the finite values
+  double zero_fraction = 0.0;    // fraction of exact zeros
   bool all_finite() const { return nan == 0 && inf == 0; }
   // "float32[64, 10]: 3 NaN, 0 Inf; finite values in [-2.1, 7.4], mean 0.13, std 1.2"
   std::string str(const Tensor& t) const;

@@ -38,12 +38,18 @@ ExploreCapture::ExploreCapture(nn::Module& model) : model_(&model) {
   tags_ = std::make_unique<GraphModuleTags>(model);
   for (auto& [path, m] : model.named_modules()) {
     const std::string label = module_label(path, *m);
-    hooks_.pre(m, [this, label](nn::Module&, const Tensor& x) {
-      open_.push_back(Open{label, x.defined() ? x.grad_fn().get() : nullptr});
-    }, false);
-    hooks_.post(m, [this](nn::Module&, const Tensor&, const Tensor&) {
-      if (!open_.empty()) open_.pop_back();
-    }, false);
+    hooks_.pre(
+        m,
+        [this, label](nn::Module&, const Tensor& x) {
+          open_.push_back(Open{label, x.defined() ? x.grad_fn().get() : nullptr});
+        },
+        false);
+    hooks_.post(
+        m,
+        [this](nn::Module&, const Tensor&, const Tensor&) {
+          if (!open_.empty()) open_.pop_back();
+        },
+        false);
   }
 }
 
@@ -61,7 +67,8 @@ void ExploreCapture::failed(const std::exception& e, const std::string& phase) {
   if (const auto* ge = dynamic_cast<const Error*>(&e)) {
     f.op = ge->op();
     const std::string w = e.what();
-    f.message = w.size() > f.op.size() + 2 && w.compare(0, f.op.size() + 2, f.op + ": ") == 0 ? w.substr(f.op.size() + 2) : w;
+    f.message =
+        w.size() > f.op.size() + 2 && w.compare(0, f.op.size() + 2, f.op + ": ") == 0 ? w.substr(f.op.size() + 2) : w;
   } else {
     f.op = "error";
     f.message = e.what();
@@ -93,20 +100,25 @@ ReplayRecorder::ReplayRecorder(nn::Module& model, optim::Optimizer& optimizer, i
     if (!is_leaf_module(*m)) continue;
     const std::string label = module_label(path, *m);
     const std::string type = m->type_name();
-    hooks_.post(m, [this, label, type](nn::Module& self, const Tensor&, const Tensor& y) {
-      if (!(steps_ == 0 || (steps_ + 1) % every_ == 0)) return;  // the monitor's sampled steps
-      if (!self.is_training() || !GradMode::is_enabled() || !y.defined() || !y.is_floating_point() || y.numel() == 0)
-        return;
-      NoGradGuard ng;
-      const TensorSummary st = summarize(y);  // one pass over the values, as the monitor's trackers read them
-      add(s_.out_mean, label, st.mean);
-      add(s_.out_std, label, st.std);
-      if (type != "Tanh" && type != "Sigmoid") return;
-      const Tensor v = y.detach();
-      if (type == "Tanh") add(s_.saturation, label, gradsleuth::mean((abs(v) > 0.99).to(kFloat32)).item<double>());
-      if (type == "Sigmoid")
-        add(s_.saturation, label, gradsleuth::mean(((v < 0.01).to(kFloat32) + (v > 0.99).to(kFloat32))).item<double>());
-    }, false);
+    hooks_.post(
+        m,
+        [this, label, type](nn::Module& self, const Tensor&, const Tensor& y) {
+          if (!(steps_ == 0 || (steps_ + 1) % every_ == 0)) return;  // the monitor's sampled steps
+          if (!self.is_training() || !GradMode::is_enabled() || !y.defined() || !y.is_floating_point() ||
+              y.numel() == 0)
+            return;
+          NoGradGuard ng;
+          const TensorSummary st = summarize(y);  // one pass over the values, as the monitor's trackers read them
+          add(s_.out_mean, label, st.mean);
+          add(s_.out_std, label, st.std);
+          if (type != "Tanh" && type != "Sigmoid") return;
+          const Tensor v = y.detach();
+          if (type == "Tanh") add(s_.saturation, label, gradsleuth::mean((abs(v) > 0.99).to(kFloat32)).item<double>());
+          if (type == "Sigmoid")
+            add(s_.saturation, label,
+                gradsleuth::mean(((v < 0.01).to(kFloat32) + (v > 0.99).to(kFloat32))).item<double>());
+        },
+        false);
   }
   opt_hooks_.push_back(optimizer.add_post_step_hook([this](optim::Optimizer&) {
     if (steps_ == 0 || (steps_ + 1) % every_ == 0)
@@ -128,8 +140,10 @@ void ReplayRecorder::add(std::vector<std::pair<std::string, std::vector<std::pai
     v.push_back({name, {}});
     it = v.end() - 1;
   }
-  if (!it->second.empty() && it->second.back().first == step) it->second.back().second = value;  // the step's last forward
-  else it->second.push_back({step, value});
+  if (!it->second.empty() && it->second.back().first == step)
+    it->second.back().second = value;  // the step's last forward
+  else
+    it->second.push_back({step, value});
 }
 
 // ---- the JSON ------------------------------------------------------------------------------
@@ -153,7 +167,8 @@ std::string tensor_json(const Tensor& t, size_t max_values) {
   if (!t.defined()) return "null";
   NoGradGuard ng;
   const Tensor h = t.detach().cpu();
-  std::vector<double> v = h.is_floating_point() ? h.to(kFloat64).contiguous().to_vector<double>() : std::vector<double>{};
+  std::vector<double> v =
+      h.is_floating_point() ? h.to(kFloat64).contiguous().to_vector<double>() : std::vector<double>{};
   double s = 0, sq = 0, lo = INFINITY, hi = -INFINITY;
   for (double x : v) {
     s += x;
@@ -163,8 +178,8 @@ std::string tensor_json(const Tensor& t, size_t max_values) {
   }
   std::ostringstream os;
   os << "{\"shape\":" << shape_json(t.shape()) << ",\"dtype\":" << json_str(dtype_name(t.dtype()))
-     << ",\"norm\":" << json_num(std::sqrt(sq)) << ",\"sum\":" << json_num(s) << ",\"min\":"
-     << json_num(v.empty() ? NAN : lo) << ",\"max\":" << json_num(v.empty() ? NAN : hi);
+     << ",\"norm\":" << json_num(std::sqrt(sq)) << ",\"sum\":" << json_num(s)
+     << ",\"min\":" << json_num(v.empty() ? NAN : lo) << ",\"max\":" << json_num(v.empty() ? NAN : hi);
   if (!v.empty() && v.size() <= max_values) {
     os << ",\"values\":[";
     for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << json_num(v[i]);
@@ -176,7 +191,8 @@ std::string tensor_json(const Tensor& t, size_t max_values) {
 
 std::string series_json(const std::vector<std::pair<int64_t, double>>& s) {
   std::string o = "[";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? ",[" : "[") + std::to_string(s[i].first) + "," + json_num(s[i].second) + "]";
+  for (size_t i = 0; i < s.size(); ++i)
+    o += (i ? ",[" : "[") + std::to_string(s[i].first) + "," + json_num(s[i].second) + "]";
   return o + "]";
 }
 
@@ -199,9 +215,9 @@ struct Graph {
     int64_t fwd = -1;
     const Node* node = nullptr;
     const autograd::RecordedNode* rec = nullptr;
-    Tensor param;                      // param: the leaf, when known
-    autograd::TensorLayout layout;     // param/input: its layout
-    std::vector<double> consts;        // scalar operands (0-dim constants)
+    Tensor param;                   // param: the leaf, when known
+    autograd::TensorLayout layout;  // param/input: its layout
+    std::vector<double> consts;     // scalar operands (0-dim constants)
   };
   struct E {
     size_t from, to;
@@ -264,13 +280,17 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
       n.layout = autograd::GraphTrace::layout_of(it->second);
     } else if (l) {
       n.layout = *l;
-      if (auto pn = param_name.find(l->impl); pn != param_name.end()) name = pn->second;
-      else name = l->name;
+      if (auto pn = param_name.find(l->impl); pn != param_name.end())
+        name = pn->second;
+      else
+        name = l->name;
     } else if (auto li = leaf_impl.find(acc); li != leaf_impl.end()) {
       // Known from the backward only: the leaf is alive (its accumulator holds it).
       n.layout = autograd::GraphTrace::layout_of(Tensor(std::const_pointer_cast<TensorImpl>(li->second)));
-      if (auto pn = param_name.find(li->second.get()); pn != param_name.end()) name = pn->second;
-      else name = li->second->name;
+      if (auto pn = param_name.find(li->second.get()); pn != param_name.end())
+        name = pn->second;
+      else
+        name = li->second->name;
     }
     n.id = g.fresh(name.empty() ? "leaf" : name, name.empty());
     const size_t i = g.add(std::move(n));
@@ -318,8 +338,10 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
         ++g.left_out;
         continue;
       }
-      if (is_acc(n)) deferred.push_back(n);  // named from the edges below, which know its layout
-      else op_node(n, nullptr, -1);
+      if (is_acc(n))
+        deferred.push_back(n);  // named from the edges below, which know its layout
+      else
+        op_node(n, nullptr, -1);
     }
     for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
   }
@@ -333,9 +355,12 @@ Graph build_graph(const ExploreCapture& cap, const Tensor& root, const ExploreOp
       const autograd::TensorLayout* l = rec && j < rec->inputs.size() ? &rec->inputs[j] : nullptr;
       if (e.fn) {
         size_t from;
-        if (auto it = g.by_node.find(e.fn.get()); it != g.by_node.end()) from = it->second;
-        else if (is_acc(e.fn.get())) from = leaf_node(e.fn.get(), l);
-        else continue;  // cut by max_nodes
+        if (auto it = g.by_node.find(e.fn.get()); it != g.by_node.end())
+          from = it->second;
+        else if (is_acc(e.fn.get()))
+          from = leaf_node(e.fn.get(), l);
+        else
+          continue;  // cut by max_nodes
         if (g.nodes[from].kind == "param" && l && g.nodes[from].layout.impl == nullptr) g.nodes[from].layout = *l;
         g.edges.push_back({from, i, static_cast<int64_t>(j), e.shape});
       } else if (l && l->impl) {
@@ -462,14 +487,15 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const auto& n = g.nodes[i];
     os << (i ? "," : "") << "{\"id\":" << json_str(n.id) << ",\"kind\":" << json_str(n.kind)
-       << (n.id == g.failed_id ? ",\"failed\":true" : "")
-       << ",\"op\":" << json_str(n.op) << ",\"module\":" << json_str(n.module) << ",\"fwd\":" << n.fwd;
+       << (n.id == g.failed_id ? ",\"failed\":true" : "") << ",\"op\":" << json_str(n.op)
+       << ",\"module\":" << json_str(n.module) << ",\"fwd\":" << n.fwd;
     if (n.kind == "op") {
       const autograd::RecordedNode* r = n.rec;
       if (r) {
         os << layout_json(r->output, storages) << ",\"inplace\":" << json_bool(r->inplace);
       } else {
-        os << ",\"shape\":" << shape_json(n.node->out_shape) << ",\"dtype\":" << json_str(dtype_name(n.node->out_dtype));
+        os << ",\"shape\":" << shape_json(n.node->out_shape)
+           << ",\"dtype\":" << json_str(dtype_name(n.node->out_dtype));
       }
       os << ",\"released\":" << json_bool(n.node->released());
       if (const std::vector<SavedInfo>* saved = cap.saved().saved(n.node)) {
@@ -484,7 +510,8 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
       }
     } else if (n.kind == "param" || n.kind == "input" || n.kind == "output") {
       os << layout_json(n.layout, storages);
-      if (n.param.defined()) os << ",\"version_now\":" << n.param.version() << ",\"grad\":" << tensor_json(n.param.grad(), o.max_values);
+      if (n.param.defined())
+        os << ",\"version_now\":" << n.param.version() << ",\"grad\":" << tensor_json(n.param.grad(), o.max_values);
     }
     os << "}";
   }
@@ -521,8 +548,9 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
       os << (i ? "," : "") << "{\"node\":" << json_str(id_of(s.node.get())) << ",\"ran\":" << json_bool(s.ran)
          << ",\"incoming\":[";
       for (size_t c = 0; c < s.incoming.size(); ++c)
-        os << (c ? "," : "") << "{\"from\":" << json_str(id_of(s.incoming[c].from)) << ",\"input\":" << s.incoming[c].input
-           << ",\"grad\":" << tensor_json(s.incoming[c].grad, o.max_values) << "}";
+        os << (c ? "," : "") << "{\"from\":" << json_str(id_of(s.incoming[c].from))
+           << ",\"input\":" << s.incoming[c].input << ",\"grad\":" << tensor_json(s.incoming[c].grad, o.max_values)
+           << "}";
       os << "],\"grad\":" << tensor_json(s.grad, o.max_values);
       if (s.leaf) os << ",\"leaf_grad\":" << tensor_json(s.leaf_grad, o.max_values);
       os << "}";
@@ -533,8 +561,9 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
   if (root.defined()) os << ",\"loss\":" << tensor_json(root, o.max_values);
   // The failure.
   if (const auto& f = cap.failure()) {
-    os << ",\"failure\":{\"node\":" << json_str(g.failed_id) << ",\"op\":" << json_str(f->op) << ",\"phase\":" << json_str(f->phase)
-       << ",\"module\":" << json_str(f->module) << ",\"message\":" << json_str(f->message) << "}";
+    os << ",\"failure\":{\"node\":" << json_str(g.failed_id) << ",\"op\":" << json_str(f->op)
+       << ",\"phase\":" << json_str(f->phase) << ",\"module\":" << json_str(f->module)
+       << ",\"message\":" << json_str(f->message) << "}";
   } else {
     os << ",\"failure\":null";
   }
@@ -557,17 +586,18 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
       for (const auto& n : g.nodes) {
         bool hit = false;
         if (!f.parameter.empty() && n.kind == "param" && n.id == f.parameter) hit = true;
-        if (!mpath.empty() && n.kind != "param" && in_module(n.module, mpath) && (f.op.empty() || f.op == n.op)) hit = true;
+        if (!mpath.empty() && n.kind != "param" && in_module(n.module, mpath) && (f.op.empty() || f.op == n.op))
+          hit = true;
         if (!mpath.empty() && n.kind == "param" && in_module(n.id, mpath)) hit = true;
         if (mpath.empty() && f.parameter.empty() && !f.op.empty() && n.op == f.op) hit = true;
         if (hit) named.push_back(n.id);
       }
       const bool is_lead = lead && lead->check == f.check && lead->title == f.title && lead->module == f.module;
-      os << (first ? "" : ",") << "{\"check\":" << json_str(f.check) << ",\"severity\":"
-         << json_str(f.severity == Severity::Error ? "error" : "warning") << ",\"title\":" << json_str(f.title)
-         << ",\"where\":" << json_str(f.location()) << ",\"cause\":" << json_str(is_lead ? lead->cause : f.cause)
-         << ",\"fix\":" << json_str(f.fix) << ",\"step\":" << f.step << ",\"lead\":" << json_bool(is_lead)
-         << ",\"nodes\":" << json_list(named) << "}";
+      os << (first ? "" : ",") << "{\"check\":" << json_str(f.check)
+         << ",\"severity\":" << json_str(f.severity == Severity::Error ? "error" : "warning")
+         << ",\"title\":" << json_str(f.title) << ",\"where\":" << json_str(f.location())
+         << ",\"cause\":" << json_str(is_lead ? lead->cause : f.cause) << ",\"fix\":" << json_str(f.fix)
+         << ",\"step\":" << f.step << ",\"lead\":" << json_bool(is_lead) << ",\"nodes\":" << json_list(named) << "}";
       first = false;
     }
   }
@@ -577,7 +607,8 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
     const ReplayData& h = *o.replay;
     auto group = [&](const char* key, const NamedSeries& v) {
       os << ",\"" << key << "\":{";
-      for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << json_str(v[i].first) << ":" << series_json(v[i].second);
+      for (size_t i = 0; i < v.size(); ++i)
+        os << (i ? "," : "") << json_str(v[i].first) << ":" << series_json(v[i].second);
       os << "}";
     };
     auto numbers = [&](const char* key, const std::vector<double>& v) {
@@ -672,7 +703,8 @@ size_t write_explore(const std::string& path, const std::string& json, const std
 
 std::string explore(nn::Module& model, const Tensor& x, const Tensor& y, const ExploreLoss& loss_fn,
                     const std::string& path, ExploreOptions o, std::string* json_out) {
-  GS_CHECK(loss_fn != nullptr, "explore", "no loss function given: pass one, e.g. [](const Tensor& out, const Tensor& y) "
+  GS_CHECK(loss_fn != nullptr, "explore",
+           "no loss function given: pass one, e.g. [](const Tensor& out, const Tensor& y) "
            "{ return gs::cross_entropy(out, y); }");
   // The model's gradients are put back as they were.
   std::vector<std::pair<Tensor, Tensor>> grads;

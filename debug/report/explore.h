@@ -62,7 +62,7 @@ class ExploreCapture {
 
   struct Failure {
     std::string op, message, phase;
-    std::string module;            // the innermost module open when it failed ("2 (Linear)"; "" none)
+    std::string module;                  // the innermost module open when it failed ("2 (Linear)"; "" none)
     const Node* module_input = nullptr;  // that module's input's grad_fn (null: a leaf or constant)
     bool module_input_leaf = false;
   };
@@ -88,7 +88,8 @@ class ExploreCapture {
 // fraction of a Tanh or Sigmoid's outputs within 1% of its bounds).
 struct ReplaySeries {
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> weight_norm;  // per parameter
-  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> out_mean, out_std, saturation;  // per layer
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> out_mean, out_std,
+      saturation;  // per layer
 };
 
 // Attach before training; it samples every `every` optimizer steps (the monitor's default, 10):
@@ -139,10 +140,10 @@ struct ExploreOptions {
   std::string title = "gradsleuth explore";
   // Leaves are named by these (Module::named_parameters()); else by their tensor name.
   std::vector<std::pair<std::string, Tensor>> params;
-  std::optional<ReplayData> replay;          // the training run to replay (replay_from(history, &recorder.series()))
-  const Report* findings = nullptr;          // linked to the nodes they name; the lead marked
-  size_t max_values = 64;    // a gradient of up to this many elements is written out in full
-  size_t max_nodes = 4000;   // larger graphs are cut (the JSON says how many nodes were left out)
+  std::optional<ReplayData> replay;  // the training run to replay (replay_from(history, &recorder.series()))
+  const Report* findings = nullptr;  // linked to the nodes they name; the lead marked
+  size_t max_values = 64;            // a gradient of up to this many elements is written out in full
+  size_t max_nodes = 4000;           // larger graphs are cut (the JSON says how many nodes were left out)
 };
 
 // The page's data as one JSON object (docs/explore.md): nodes, edges, modules, the forward and

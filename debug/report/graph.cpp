@@ -44,7 +44,8 @@ std::string path_of(const std::string& label) {
 // A module path is highlighted when it is one of the named ones or inside one ("3" covers "3.inner").
 bool in_module(const std::string& path, const std::set<std::string>& modules) {
   for (const std::string& m : modules)
-    if (path == m || m == "(model)" || (path.size() > m.size() && path.compare(0, m.size(), m) == 0 && path[m.size()] == '.'))
+    if (path == m || m == "(model)" ||
+        (path.size() > m.size() && path.compare(0, m.size(), m) == 0 && path[m.size()] == '.'))
       return true;
   return false;
 }
@@ -53,8 +54,10 @@ bool in_module(const std::string& path, const std::set<std::string>& modules) {
 
 DotOptions& DotOptions::highlight(const Finding& f) {
   if (!f.module.empty()) modules_.insert(path_of(f.module));  // "1 (Linear)" -> "1"
-  if (!f.op.empty() && !f.module.empty()) module_ops_.insert({path_of(f.module), f.op});
-  else if (!f.op.empty()) ops_.insert(f.op);
+  if (!f.op.empty() && !f.module.empty())
+    module_ops_.insert({path_of(f.module), f.op});
+  else if (!f.op.empty())
+    ops_.insert(f.op);
   if (!f.parameter.empty()) parameters_.insert(f.parameter);
   return *this;
 }
@@ -72,9 +75,12 @@ std::string to_dot(const Tensor& root, const DotOptions& o) {
   if (!o.title_.empty()) os << "  labelloc=t; label=" << q(o.title_) << ";\n";
   // The output tensor.
   os << "  out [shape=box, style=filled, fillcolor=\"#e8f0fe\", label="
-     << q("output " + std::string(dtype_name(root.dtype())) + shape_str(root.shape()) + "\nversion " + std::to_string(root.version())) << "];\n";
+     << q("output " + std::string(dtype_name(root.dtype())) + shape_str(root.shape()) + "\nversion " +
+          std::to_string(root.version()))
+     << "];\n";
   if (!root.grad_fn()) {
-    os << "  note [shape=plaintext, label=" << q(root.requires_grad() ? "a leaf: no history" : "no graph: the tensor does not require grad") << "];\n}\n";
+    os << "  note [shape=plaintext, label="
+       << q(root.requires_grad() ? "a leaf: no history" : "no graph: the tensor does not require grad") << "];\n}\n";
     return os.str();
   }
 
@@ -152,8 +158,9 @@ std::string to_dot(const Tensor& root, const DotOptions& o) {
       if (e.fn && id.count(e.fn.get()))
         os << "  n" << id.at(e.fn.get()) << " -> n" << id.at(n) << " [tooltip=" << q(shape_str(e.shape)) << "];\n";
   if (left_out > 0)
-    os << "  cut [shape=plaintext, label=" << q(std::to_string(left_out) + " more nodes not drawn (max_nodes " +
-                                                std::to_string(o.max_nodes_) + ")") << "];\n";
+    os << "  cut [shape=plaintext, label="
+       << q(std::to_string(left_out) + " more nodes not drawn (max_nodes " + std::to_string(o.max_nodes_) + ")")
+       << "];\n";
   os << "}\n";
   return os.str();
 }
@@ -171,8 +178,9 @@ GraphModuleTags::~GraphModuleTags() {
 bool have_graphviz() { return std::system("command -v dot >/dev/null 2>&1") == 0; }
 
 std::string dot_to_svg(const std::string& dot) {
-  GS_CHECK(have_graphviz(), "dot_to_svg", "Graphviz's `dot` is not installed (apt-get install graphviz); write the "
-                                          "DOT text instead (write_graph does that by itself)");
+  GS_CHECK(have_graphviz(), "dot_to_svg",
+           "Graphviz's `dot` is not installed (apt-get install graphviz); write the "
+           "DOT text instead (write_graph does that by itself)");
   char in_path[] = "/tmp/gradsleuth_graph_XXXXXX";
   const int fd = ::mkstemp(in_path);
   GS_CHECK(fd >= 0, "dot_to_svg", "cannot create a temporary file in /tmp");

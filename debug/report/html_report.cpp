@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +29,9 @@ namespace gradsleuth::debug {
 using namespace html_detail;
 
 namespace testing {
-void set_report_write_failure(std::optional<uint64_t> after_bytes) { gradsleuth::testing::set_file_write_failure(after_bytes); }
+void set_report_write_failure(std::optional<uint64_t> after_bytes) {
+  gradsleuth::testing::set_file_write_failure(after_bytes);
+}
 }  // namespace testing
 
 std::string html_escape(const std::string& s) {
@@ -57,10 +59,10 @@ std::string embeddable_svg(const std::string& svg) {
 
 // Text of several lines (a model summary in a finding's cause, a report) is set in a fixed-width
 // font, so its columns line up; the style sheet keeps the line breaks of every table cell.
-const char* lines_class(const std::string& s) {
-  return s.find('\n') == std::string::npos ? "" : " class=\"lines\"";
+const char* lines_class(const std::string& s) { return s.find('\n') == std::string::npos ? "" : " class=\"lines\""; }
+std::string text_cell(const std::string& s) {
+  return std::string("<td") + lines_class(s) + ">" + html_escape(s) + "</td>";
 }
-std::string text_cell(const std::string& s) { return std::string("<td") + lines_class(s) + ">" + html_escape(s) + "</td>"; }
 // Three lines or more: shown in a full-width row of its own (see render_html's findings table).
 bool is_long_text(const std::string& s) {
   const std::string t = s.substr(0, s.find_last_not_of('\n') + 1);
@@ -74,11 +76,13 @@ std::string trim_newlines(const std::string& s) {
 
 std::string figure(const Plot& p) {
   return "<figure>\n" + render_svg(p) + "\n" +
-         (p.caption.empty() ? std::string() : "<figcaption>" + html_escape(p.caption) + "</figcaption>\n") + "</figure>\n";
+         (p.caption.empty() ? std::string() : "<figcaption>" + html_escape(p.caption) + "</figcaption>\n") +
+         "</figure>\n";
 }
 std::string figure(const HeatMap& h) {
   return "<figure>\n" + render_heatmap(h) + "\n" +
-         (h.caption.empty() ? std::string() : "<figcaption>" + html_escape(h.caption) + "</figcaption>\n") + "</figure>\n";
+         (h.caption.empty() ? std::string() : "<figcaption>" + html_escape(h.caption) + "</figcaption>\n") +
+         "</figure>\n";
 }
 }  // namespace
 
@@ -116,8 +120,7 @@ std::string render_html(const HtmlReport& rep) {
 
   if (!rep.summary.empty()) {
     os << "<h2>Summary</h2>\n<table class=\"summary\">\n";
-    for (const auto& [k, v] : rep.summary)
-      os << "<tr><th>" << html_escape(k) << "</th>" << text_cell(v) << "</tr>\n";
+    for (const auto& [k, v] : rep.summary) os << "<tr><th>" << html_escape(k) << "</th>" << text_cell(v) << "</tr>\n";
     os << "</table>\n";
   }
 
@@ -145,14 +148,16 @@ std::string render_html(const HtmlReport& rep) {
         << (long_fix ? "<td class=\"note\">(below)</td>" : text_cell(f.fix)) << "<td>" << f.count
         << (f.step >= 0 ? " (step " + std::to_string(f.step) + ")" : "") << "</td></tr>\n";
       for (const auto& [label, text] : {std::pair<const char*, const std::string*>{"likely cause", &f.cause},
-                                         std::pair<const char*, const std::string*>{"fix", &f.fix}})
+                                        std::pair<const char*, const std::string*>{"fix", &f.fix}})
         if (is_long_text(*text))
-          r << "<tr class=\"" << severity_class(f.severity) << " detail\"><td></td><td colspan=\"7\"><div class=\"lines\">"
-            << label << ":\n" << html_escape(trim_newlines(*text)) << "</div></td></tr>\n";
+          r << "<tr class=\"" << severity_class(f.severity)
+            << " detail\"><td></td><td colspan=\"7\"><div class=\"lines\">" << label << ":\n"
+            << html_escape(trim_newlines(*text)) << "</div></td></tr>\n";
       return r.str();
     };
-    const std::string head = "<tr><th>severity</th><th>check</th><th>what</th><th>where</th><th>evidence</th>"
-                             "<th>likely cause</th><th>fix</th><th>seen</th></tr>\n";
+    const std::string head =
+        "<tr><th>severity</th><th>check</th><th>what</th><th>where</th><th>evidence</th>"
+        "<th>likely cause</th><th>fix</th><th>seen</th></tr>\n";
     os << "<table class=\"findings\">\n" << head;
     const std::vector<Finding>& all = rep.findings.findings();
     // Each finding as the diagnosis words it: a symptom's cause line names only what its probes
@@ -160,8 +165,10 @@ std::string render_html(const HtmlReport& rep) {
     const CauseAnalysis& a = rep.findings.diagnosis();
     auto shown = [&](size_t i) {
       Finding f = all[i];
-      if (!a.cause_text[i].empty()) f.cause = a.cause_text[i];
-      else if (!a.because[i].empty()) f.cause = a.because[i] + (f.cause.empty() ? "" : "; " + f.cause);
+      if (!a.cause_text[i].empty())
+        f.cause = a.cause_text[i];
+      else if (!a.because[i].empty())
+        f.cause = a.because[i] + (f.cause.empty() ? "" : "; " + f.cause);
       if (!a.fix_text[i].empty()) f.fix = a.fix_text[i];
       return f;
     };
@@ -170,8 +177,9 @@ std::string render_html(const HtmlReport& rep) {
       if (g.follow_on.empty()) continue;
       // Collapsed: a <details> element needs no script.
       os << "<tr class=\"follow-on\"><td colspan=\"8\"><details><summary>and " << g.follow_on.size()
-         << " follow-on finding" << (g.follow_on.size() == 1 ? "" : "s") << " (explained by "
-         << html_escape(g.rule) << ")</summary>\n<table class=\"findings\">\n" << head;
+         << " follow-on finding" << (g.follow_on.size() == 1 ? "" : "s") << " (explained by " << html_escape(g.rule)
+         << ")</summary>\n<table class=\"findings\">\n"
+         << head;
       for (size_t i : g.follow_on) os << row(shown(i));
       os << "</table>\n</details></td></tr>\n";
     }
@@ -192,8 +200,8 @@ std::string render_html(const HtmlReport& rep) {
       os << "<h2>Autograd graph (fallback: DOT text, no picture)</h2>\n<p class=\"fallback\"><strong>Graphviz is "
             "not installed</strong>, so the graph could not be drawn. Install it (scripts/setup.sh, or apt-get "
             "install graphviz) and run again for a picture; until then, the graph in Graphviz's DOT language "
-            "(paste it into any DOT viewer):</p>\n<pre class=\"dot-fallback\">" << html_escape(rep.graph_dot)
-         << "</pre>\n";
+            "(paste it into any DOT viewer):</p>\n<pre class=\"dot-fallback\">"
+         << html_escape(rep.graph_dot) << "</pre>\n";
     }
   }
   for (const TextSection& t : rep.sections)
@@ -223,9 +231,12 @@ std::vector<std::string> csv_split(const std::string& line) {
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
-      else if (c == '"') quoted = false;
-      else out.back() += c;
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        out.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        out.back() += c;
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
@@ -253,8 +264,8 @@ MetricsLog::MetricsLog(const std::string& dir, bool append) : dir_(dir.empty() ?
   const char* op = "debug::MetricsLog";
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  GS_CHECK(!ec && std::filesystem::is_directory(dir_), op, "cannot create the metrics directory '", dir_, "': ",
-           ec ? ec.message() : "a file with that name exists", ".");
+  GS_CHECK(!ec && std::filesystem::is_directory(dir_), op, "cannot create the metrics directory '", dir_,
+           "': ", ec ? ec.message() : "a file with that name exists", ".");
   const bool had_csv = std::filesystem::exists(csv_path());
   if (append && had_csv)
     for (Series& s : read_metrics_csv(csv_path())) {
@@ -362,8 +373,8 @@ std::vector<Series> read_metrics_csv(const std::string& path) {
   for (int64_t lineno = 2; std::getline(in, line); ++lineno) {
     if (line.empty() || line == "\r") continue;
     const std::vector<std::string> f = csv_split(line);
-    GS_CHECK(f.size() == 3, op, "'", path, "' line ", lineno, " has ", f.size(), " fields, expected 3 (step,name,value): ",
-             line);
+    GS_CHECK(f.size() == 3, op, "'", path, "' line ", lineno, " has ", f.size(),
+             " fields, expected 3 (step,name,value): ", line);
     double step, value;
     try {
       step = parse_value(f[0]);

@@ -51,7 +51,7 @@ struct Plot {
   std::vector<Series> series;  // each drawn in its own colour and dash pattern, so overlapping lines stay legible
   std::vector<RefLine> lines;
   std::vector<Band> bands;
-  std::string caption;         // a sentence under the plot saying what to look for
+  std::string caption;  // a sentence under the plot saying what to look for
 };
 
 // One line per named series of (step, value) pairs (a TrainingHistory's grad_norms,
@@ -71,8 +71,8 @@ struct HeatMap {
 // The finding that explains the run, shown first with the plots made for it.
 struct LeadFinding {
   Finding finding;
-  std::string why;               // why this one leads (lead_why)
-  int64_t follow_on = 0;         // how many findings are its consequences (Report::groups)
+  std::string why;        // why this one leads (lead_why)
+  int64_t follow_on = 0;  // how many findings are its consequences (Report::groups)
   std::vector<Plot> plots;
   std::vector<HeatMap> heatmaps;
 };

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,7 +25,6 @@
 #include "debug/evidence/catalogue.h"
 
 namespace gradsleuth::debug::html_detail {
-
 
 inline std::string errno_str() { return std::strerror(errno); }
 
@@ -49,7 +48,7 @@ inline std::string tick_text(double v) {
 
 // The colours of matplotlib's "tab10": distinct, readable, colour-blind aware.
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 
 // A step of 1, 2 or 5 x 10^k near range / target (range finite and > 0).
@@ -249,6 +248,5 @@ svg text { font-family: system-ui, Helvetica, Arial, sans-serif; fill: #222; }
 .note { color: #666; font-size: 0.9em; }
 .fallback { background: #fff1d6; border: 1px solid #e0c080; padding: 0.4em 0.6em; }
 )";
-
 
 }  // namespace gradsleuth::debug::html_detail

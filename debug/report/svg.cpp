@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -241,10 +241,11 @@ std::string render_svg(const Plot& plot) {
       if (usable(b.lo) && usable(b.hi)) entries.push_back({Entry::Band, 0, b.label});
   }
   if (floored)
-    entries.push_back({Entry::Floor, 0, std::string(plot.log_y ? "0 / non-finite" : "non-finite") + " drawn at the floor"});
+    entries.push_back(
+        {Entry::Floor, 0, std::string(plot.log_y ? "0 / non-finite" : "non-finite") + " drawn at the floor"});
   if (dropped)
-    entries.push_back({Entry::Note, 0, std::to_string(dropped) + " point" + (dropped == 1 ? "" : "s") +
-                                           " not drawn (x not finite)"});
+    entries.push_back(
+        {Entry::Note, 0, std::to_string(dropped) + " point" + (dropped == 1 ? "" : "s") + " not drawn (x not finite)"});
   os << "<g class=\"legend\" font-size=\"" << kLegend << "\">\n";
   const double lx = L + PW + 14, row = 16, text_x = lx + 26;
   const size_t per_row = static_cast<size_t>((W - text_x - 4) / (kLegend * kGlyphEm));
@@ -255,8 +256,7 @@ std::string render_svg(const Plot& plot) {
     const bool last = e + 1 == entries.size();
     // Room for this entry, and (unless it is the last) for the "... more" row after it.
     if (ly + row * static_cast<double>(lines.size() - 1 + (last ? 0 : 1)) > H - 8) {
-      os << "<text x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\">... " << entries.size() - e
-         << " more</text>\n";
+      os << "<text x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\">... " << entries.size() - e << " more</text>\n";
       break;
     }
     const double my = ly - 4;
@@ -297,9 +297,8 @@ std::string render_heatmap(const HeatMap& h) {
   GS_CHECK(h.rows >= 0 && h.cols >= 0 && h.values.size() == static_cast<size_t>(h.rows * h.cols), "render_heatmap",
            "values hold ", h.values.size(), " numbers for a ", h.rows, "x", h.cols, " map");
   constexpr double T = 42, R = 110, B = 50, cell_max = 28, kTick = 10;
-  const double cell = h.rows > 0 && h.cols > 0
-                          ? std::min(cell_max, 600.0 / static_cast<double>(std::max(h.rows, h.cols)))
-                          : cell_max;
+  const double cell =
+      h.rows > 0 && h.cols > 0 ? std::min(cell_max, 600.0 / static_cast<double>(std::max(h.rows, h.cols))) : cell_max;
   // Left to right: the rotated y-axis title, a gap, the row indices, the cells.
   const double ytick_w = h.rows > 0 ? text_width(std::to_string(h.rows - 1), kTick) : 0.0;
   const double L = std::max(60.0, ytick_w + 34.0);
@@ -309,13 +308,15 @@ std::string render_heatmap(const HeatMap& h) {
   double vmax = 0.0;
   size_t nonfinite = 0;
   for (double v : h.values) {
-    if (std::isfinite(v)) vmax = std::max(vmax, std::fabs(v));
-    else ++nonfinite;
+    if (std::isfinite(v))
+      vmax = std::max(vmax, std::fabs(v));
+    else
+      ++nonfinite;
   }
   std::ostringstream os;
-  os << "<svg class=\"heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << coord(W) << "\" height=\""
-     << coord(H) << "\" viewBox=\"0 0 " << coord(W) << " " << coord(H) << "\" role=\"img\" aria-label=\""
-     << html_escape(h.title) << "\">\n<title>" << html_escape(h.title) << "</title>\n";
+  os << "<svg class=\"heatmap\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << coord(W) << "\" height=\"" << coord(H)
+     << "\" viewBox=\"0 0 " << coord(W) << " " << coord(H) << "\" role=\"img\" aria-label=\"" << html_escape(h.title)
+     << "\">\n<title>" << html_escape(h.title) << "</title>\n";
   os << "<text x=\"" << coord(L) << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">" << html_escape(h.title)
      << "</text>\n";
   for (int64_t i = 0; i < h.rows; ++i)
@@ -327,10 +328,10 @@ std::string render_heatmap(const HeatMap& h) {
         fill = str_printf("#%02x%02x%02x", static_cast<int>(255 - 75 * t), static_cast<int>(255 - 235 * t),
                           static_cast<int>(255 - 235 * t));
       }
-      os << "<rect x=\"" << coord(L + cell * static_cast<double>(j)) << "\" y=\"" << coord(T + cell * static_cast<double>(i))
-         << "\" width=\"" << coord(cell) << "\" height=\"" << coord(cell) << "\" fill=\"" << fill
-         << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << i << ", " << j << ": " << html_escape(fmt_num(v))
-         << "</title></rect>\n";
+      os << "<rect x=\"" << coord(L + cell * static_cast<double>(j)) << "\" y=\""
+         << coord(T + cell * static_cast<double>(i)) << "\" width=\"" << coord(cell) << "\" height=\"" << coord(cell)
+         << "\" fill=\"" << fill << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << i << ", " << j << ": "
+         << html_escape(fmt_num(v)) << "</title></rect>\n";
     }
   // Example indices on both axes, thinned like a plot's tick labels when the cells are small.
   os << "<g class=\"tick-labels\" font-size=\"" << kTick << "\">\n";
@@ -359,14 +360,17 @@ std::string render_heatmap(const HeatMap& h) {
   // Scale: white = 0, dark red = the largest |value|.
   const double sx = L + PW + 20;
   os << "<rect x=\"" << coord(sx) << "\" y=\"" << coord(T) << "\" width=\"14\" height=\"14\" fill=\"#b41414\"/>"
-     << "<text x=\"" << coord(sx + 20) << "\" y=\"" << coord(T + 11) << "\" font-size=\"11\">" << html_escape(fmt_num(vmax))
-     << "</text>\n<rect x=\"" << coord(sx) << "\" y=\"" << coord(T + 22) << "\" width=\"14\" height=\"14\" fill=\"#ffffff\" "
-     << "stroke=\"#ccc\"/><text x=\"" << coord(sx + 20) << "\" y=\"" << coord(T + 33) << "\" font-size=\"11\">0</text>\n";
+     << "<text x=\"" << coord(sx + 20) << "\" y=\"" << coord(T + 11) << "\" font-size=\"11\">"
+     << html_escape(fmt_num(vmax)) << "</text>\n<rect x=\"" << coord(sx) << "\" y=\"" << coord(T + 22)
+     << "\" width=\"14\" height=\"14\" fill=\"#ffffff\" "
+     << "stroke=\"#ccc\"/><text x=\"" << coord(sx + 20) << "\" y=\"" << coord(T + 33)
+     << "\" font-size=\"11\">0</text>\n";
   if (nonfinite)
     os << "<text x=\"" << coord(sx) << "\" y=\"" << coord(T + 56) << "\" font-size=\"11\" fill=\"#666\">" << nonfinite
        << " non-finite (grey)</text>\n";
   if (h.rows == 0 || h.cols == 0)
-    os << "<text x=\"" << coord(L) << "\" y=\"" << coord(T + 20) << "\" font-size=\"13\" fill=\"#999\">empty matrix</text>\n";
+    os << "<text x=\"" << coord(L) << "\" y=\"" << coord(T + 20)
+       << "\" font-size=\"13\" fill=\"#999\">empty matrix</text>\n";
   os << "</svg>";
   return os.str();
 }

@@ -67,8 +67,10 @@ std::string Report::str(bool include_info, bool verbose) const {
     for (size_t i : g.follow_on) {
       const std::string& c = findings_[i].check;
       auto it = std::find_if(ids.begin(), ids.end(), [&](const auto& p) { return p.first == c; });
-      if (it == ids.end()) ids.emplace_back(c, 1);
-      else ++it->second;
+      if (it == ids.end())
+        ids.emplace_back(c, 1);
+      else
+        ++it->second;
     }
     std::string list;
     for (const auto& [c, k] : ids) list += (list.empty() ? "" : ", ") + c + (k > 1 ? " x" + std::to_string(k) : "");

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"
 #include "debug/run/diagnose_util.h"
 
@@ -21,15 +21,20 @@ using namespace run_detail;
 
 // ---- Session ----------------------------------------------------------------------------
 Session::Session(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, DiagnoseData data, DiagnoseOptions o)
-    : model_(model), loss_module_(&loss), loss_([&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }),
-      opt_(optimizer), data_(data), o_(std::move(o)) {
+    : model_(model),
+      loss_module_(&loss),
+      loss_([&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }),
+      opt_(optimizer),
+      data_(data),
+      o_(std::move(o)) {
   init();
 }
 
 Session::Session(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, DiagnoseData data,
                  DiagnoseOptions o)
     : model_(model), loss_(std::move(loss)), opt_(optimizer), data_(data), o_(std::move(o)) {
-  GS_CHECK(static_cast<bool>(loss_), "debug::Session", "the loss function is empty: pass an nn::Loss module or a "
+  GS_CHECK(static_cast<bool>(loss_), "debug::Session",
+           "the loss function is empty: pass an nn::Loss module or a "
            "function (output, target) -> loss");
   init();
 }
@@ -93,11 +98,10 @@ void Session::run_data_checks() {
   const std::string who = "the data checks";
   const nn::DataLoader& train = *data_.train;
   const nn::Dataset& reference = data_.reference ? *data_.reference : train.dataset();
-  guarded(r, who, "loader checks", "D1, D2, D3, D5, D8, D9",
-          [&] {
-            r.add(check_loader(train, o_.num_classes, o_.data));
-            r.note_ran("D1, D2, D3, D5, D8, D9");
-          });
+  guarded(r, who, "loader checks", "D1, D2, D3, D5, D8, D9", [&] {
+    r.add(check_loader(train, o_.num_classes, o_.data));
+    r.note_ran("D1, D2, D3, D5, D8, D9");
+  });
   guarded(r, who, "alignment check", "D4", [&] {
     r.add(check_alignment(reference, train, o_.data));
     r.note_ran("D4");
@@ -117,11 +121,10 @@ void Session::run_data_checks() {
                                     first_rows(data_.val->dataset(), o_.split_examples).x, o_.val_split, o_.data));
       r.note_ran("D10");
     });
-    guarded(r, who, "train/validation checks", "D13, D14, D15, D16",
-            [&] {
-              r.add(check_splits(train.dataset(), data_.val->dataset(), o_.val_split, o_.data));
-              r.note_ran("D13, D14, D15, D16");
-            });
+    guarded(r, who, "train/validation checks", "D13, D14, D15, D16", [&] {
+      r.add(check_splits(train.dataset(), data_.val->dataset(), o_.val_split, o_.data));
+      r.note_ran("D13, D14, D15, D16");
+    });
   }
 }
 
@@ -135,9 +138,8 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
   const Device d = model_device(model_);
   // pretrain_gate turns the errors of its phases into findings; this catches the rest (moving
   // the batch, a model that cannot list its parameters).
-  guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2", [&] {
-    gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options));
-  });
+  guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2",
+          [&] { gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options)); });
   Report& r = gate_phase_.findings;
   // The checks that train again: on the training loader's first batches.
   auto batches = [&](int64_t n) {
@@ -347,8 +349,9 @@ void Session::lr_probe(RunReport& r) {
   model_.train(was_training);
 
   // The verdict and what it rules out are O6's (checks/optim/learning_rate.cpp).
-  const std::vector<double> first(r.history.step_losses.begin(),
-                                  r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
+  const std::vector<double> first(
+      r.history.step_losses.begin(),
+      r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
   const Finding f = judge_lr_probe(first, losses, lrs.empty() ? kNaN : lrs.front(), failed, o_.monitor.optim);
   rule_out_lr_too_high(r.findings, f);
   for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
@@ -412,7 +415,8 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!data_phase_.ran)
     data_phase_.note = !o_.data_checks ? "switched off (DiagnoseOptions::data_checks)" : "no training loader";
   if (!gate_phase_.ran)
-    gate_phase_.note = !o_.gate ? "switched off (DiagnoseOptions::gate)" : "no batch: no training loader and no begin(x, y)";
+    gate_phase_.note =
+        !o_.gate ? "switched off (DiagnoseOptions::gate)" : "no batch: no training loader and no begin(x, y)";
   r.phases = {data_phase_, gate_phase_, training, end};
   r.findings.merge(data_phase_.findings);
   r.findings.merge(gate_phase_.findings);
@@ -456,16 +460,18 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
          "call epoch() after each epoch, or attach a Trainer");
   if (o_.end_of_run && data_.train && (!o_.dead_pass || !stopped_.empty() || model_device(model_) != kCPU))
     skip("M7's pass over the training data",
-         !o_.dead_pass        ? "switched off"
-         : !stopped_.empty()  ? "training stopped early: the model is not a trained one"
-                              : "the model is not on the host (the pass feeds the loader's batches as they are)",
-         !o_.dead_pass ? "DiagnoseOptions::dead_pass = true" : "debug::dead_relu_pass(model, loader) on batches you move");
+         !o_.dead_pass       ? "switched off"
+         : !stopped_.empty() ? "training stopped early: the model is not a trained one"
+                             : "the model is not on the host (the pass feeds the loader's batches as they are)",
+         !o_.dead_pass ? "DiagnoseOptions::dead_pass = true"
+                       : "debug::dead_relu_pass(model, loader) on batches you move");
   if (!r.findings.ran("M15"))
     skip("M15 (input-independent baseline)",
-         !o_.baseline ? "switched off" : !data_.train ? "no training DataLoader was given"
-                                       : !gate_phase_.ran ? "the gate did not run"
-                                       : data_.train->num_batches() < 2 ? "the training loader has fewer than 2 batches"
-                                                                         : "it raised an error (see the findings)",
+         !o_.baseline                     ? "switched off"
+         : !data_.train                   ? "no training DataLoader was given"
+         : !gate_phase_.ran               ? "the gate did not run"
+         : data_.train->num_batches() < 2 ? "the training loader has fewer than 2 batches"
+                                          : "it raised an error (see the findings)",
          !o_.baseline ? "DiagnoseOptions::baseline = true" : "give a training DataLoader of 2 batches or more");
   if (!o_.make_model)
     skip("M16 (capacity check)", "it trains new models of two widths, and only your one model was given",
@@ -474,8 +480,10 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
     skip("W1 (reproducibility)", "it repeats a run from one seed, and only this run was given",
          "set DiagnoseOptions::rerun (seed -> the step losses of a short run of yours), or rerun_model (seed -> its "
          "losses and trained model)");
-  skip("W5 (diagnosis report)", "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
-       "its numbers", "call debug::diagnosis_report(model, x, y, loss) for the text");
+  skip("W5 (diagnosis report)",
+       "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
+       "its numbers",
+       "call debug::diagnosis_report(model, x, y, loss) for the text");
   skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",
        "wrap steps of your loop in a debug::Profiler (W7); call debug::memory_report(model, forward_loss) (W8)");
   if (r.steps == 0)
@@ -505,8 +513,9 @@ void Session::write_explorer(RunReport& r) {
   if (replay_) replay = replay_->series();
   replay_.reset();  // its hooks off before the explored forward
   if (!explore_x_.defined()) {
-    r.skipped.push_back(SkippedChecks{"the explorer's page", "no batch was seen before training (no train loader, no begin(x, y), or the gate off)",
-                                      "pass DiagnoseData::train, or call begin(x, y) before the loop, with the gate on"});
+    r.skipped.push_back(SkippedChecks{
+        "the explorer's page", "no batch was seen before training (no train loader, no begin(x, y), or the gate off)",
+        "pass DiagnoseData::train, or call begin(x, y) before the loop, with the gate on"});
     return;
   }
   ExploreOptions eo;
@@ -545,7 +554,8 @@ RunReport run(Session& s, nn::Module& model, optim::Optimizer& optimizer, const 
 RunReport diagnose(nn::Module& model, nn::Loss& loss, optim::Optimizer& optimizer, nn::DataLoader& train,
                    const nn::DataLoader* val, const nn::Normalizer* normalizer, DiagnoseOptions o) {
   Session s(model, loss, optimizer, {&train, val, normalizer}, o);
-  return run(s, model, optimizer, [&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }, train, val, o);
+  return run(
+      s, model, optimizer, [&loss](const Tensor& out, const Tensor& y) { return loss(out, y); }, train, val, o);
 }
 
 RunReport diagnose(nn::Module& model, LossFunction loss, optim::Optimizer& optimizer, nn::DataLoader& train,

@@ -53,8 +53,8 @@ class ReplayRecorder;  // debug/report/explore.h
 // The data the checks may use. Every member is optional; each one left out costs the checks
 // RunReport::skipped lists.
 struct DiagnoseData {
-  nn::DataLoader* train = nullptr;           // D1-D9 on its batches, the gate's batch (its first), D4/D7's reference, D12
-  const nn::DataLoader* val = nullptr;       // D10, D13-D16 against train, epoch() evaluation, L7, M18's sample
+  nn::DataLoader* train = nullptr;      // D1-D9 on its batches, the gate's batch (its first), D4/D7's reference, D12
+  const nn::DataLoader* val = nullptr;  // D10, D13-D16 against train, epoch() evaluation, L7, M18's sample
   const nn::Normalizer* normalizer = nullptr;  // D7: fitted on the training split only?
   // D4's reference: the (x, y) pairs as loaded, before the loader; default: the train loader's dataset.
   const nn::Dataset* reference = nullptr;
@@ -67,8 +67,8 @@ struct DiagnoseOptions {
   bool end_of_run = true;   // the monitor's end-of-run diagnoses (L1, L7, O2, O3, O6, M7, M8, M18, M19)
   // ---- the training run of diagnose() ----
   int64_t epochs = 1;
-  int64_t max_steps = -1;   // < 0: every batch of every epoch
-  bool validate = true;     // evaluate on DiagnoseData::val after each epoch (when given)
+  int64_t max_steps = -1;  // < 0: every batch of every epoch
+  bool validate = true;    // evaluate on DiagnoseData::val after each epoch (when given)
   // The Trainer's other settings (clip_grad_norm, device, run_dir, ...); epochs and max_steps above
   // replace its own. Progress is off by default.
   optim::TrainerOptions trainer = optim::TrainerOptions().progress(optim::Progress::Off);
@@ -77,12 +77,12 @@ struct DiagnoseOptions {
   // -1: inferred (the labels' max + 1 for D3, the output's last dim for L4).
   int64_t num_classes = -1;
   DataCheckOptions data;
-  GateOptions gate_options;   // its num_classes is set from num_classes when that is > 0
-  MonitorOptions monitor;     // likewise
-  int64_t split_examples = 2000;   // D10 compares the first N rows of the train and val datasets
+  GateOptions gate_options;       // its num_classes is set from num_classes when that is > 0
+  MonitorOptions monitor;         // likewise
+  int64_t split_examples = 2000;  // D10 compares the first N rows of the train and val datasets
   // D12-D16 read the first data.integrity_examples rows of each dataset (60000 by default).
   std::string val_split = "validation";  // what D10 and D13-D16 call the val loader's split ("test", ...)
-  int64_t sample_examples = 1000;  // M18 runs on the first N rows of val (else train) at finish()
+  int64_t sample_examples = 1000;        // M18 runs on the first N rows of val (else train) at finish()
   // The learning-rate probe: when O6 or O8 says the learning rate is too high, finish() trains the same
   // model again from its initial weights at a tenth of the learning rate for this many steps (on
   // the train loader, with the same optimizer, its state reset) and compares: a run that trains
@@ -132,21 +132,21 @@ struct SkippedChecks {
 
 // One phase's findings, in the order found.
 struct PhaseReport {
-  std::string name;   // "data checks", "pre-training gate", "training", "end of run"
+  std::string name;  // "data checks", "pre-training gate", "training", "end of run"
   bool ran = false;
-  std::string note;   // why it did not run, or how it ended ("stopped at step 12: ...")
+  std::string note;  // why it did not run, or how it ended ("stopped at step 12: ...")
   Report findings;
 };
 
 struct RunReport {
-  Report findings;                   // every phase's findings, phase by phase (data, gate, training, end of run)
-  std::vector<PhaseReport> phases;   // the same, per phase
+  Report findings;                  // every phase's findings, phase by phase (data, gate, training, end of run)
+  std::vector<PhaseReport> phases;  // the same, per phase
   std::vector<SkippedChecks> skipped;
   TrainingHistory history;
-  int64_t steps = 0;                 // optimizer steps seen
-  std::string stopped;               // why training stopped early ("" when it did not)
-  std::string html_path;             // the report written (DiagnoseOptions::report_dir), else ""
-  std::string explore_path;          // the explorer's page written (DiagnoseOptions::explore_path), else ""
+  int64_t steps = 0;         // optimizer steps seen
+  std::string stopped;       // why training stopped early ("" when it did not)
+  std::string html_path;     // the report written (DiagnoseOptions::report_dir), else ""
+  std::string explore_path;  // the explorer's page written (DiagnoseOptions::explore_path), else ""
 
   bool fired(const std::string& check) const { return findings.fired(check); }
   std::vector<std::string> fired_checks() const { return findings.fired_checks(); }
@@ -227,7 +227,7 @@ class Session {
   double heard_loss_ = 0.0;
   bool heard_ = false, last_was_heard_ = false;
   int64_t recorded_ = 0;
-  size_t epoch_first_step_ = 0;   // index into the history's step losses where this epoch began
+  size_t epoch_first_step_ = 0;  // index into the history's step losses where this epoch began
   int64_t epochs_ = 0;
   // The per-class counts of the last validation pass of epoch(), and the step count it saw.
   std::vector<int64_t> val_class_examples_, val_class_correct_;

@@ -9,12 +9,11 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"
 
 namespace gradsleuth::debug::run_detail {
-
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -34,7 +33,7 @@ inline Device model_device(nn::Module& model) {
 
 // Runs one check of a phase; an exception becomes a finding (phase_failure) in `r`.
 inline void guarded(Report& r, const std::string& who, const std::string& phase, const std::string& lost,
-             const std::function<void()>& run) {
+                    const std::function<void()>& run) {
   try {
     run();
   } catch (const std::exception& e) {
@@ -47,10 +46,9 @@ inline std::string findings_count(const Report& r) {
   for (const Finding& f : r.findings())
     (f.severity == Severity::Error ? errors : f.severity == Severity::Warning ? warnings : info) += 1;
   std::ostringstream os;
-  os << errors << " error" << (errors == 1 ? "" : "s") << ", " << warnings << " warning"
-     << (warnings == 1 ? "" : "s") << ", " << info << " info";
+  os << errors << " error" << (errors == 1 ? "" : "s") << ", " << warnings << " warning" << (warnings == 1 ? "" : "s")
+     << ", " << info << " info";
   return os.str();
 }
-
 
 }  // namespace gradsleuth::debug::run_detail

@@ -13,8 +13,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/normalization.h"
 
@@ -50,8 +50,7 @@ Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, 
   const double lv = l.item<double>();
   os << "== initial loss ==\n  " << fmt_num(lv);
   if (out.dim() == 2 && y.dtype() == kInt64)
-    os << " (log(C) = " << fmt_num(std::log(static_cast<double>(out.size(1)))) << " for " << out.size(1)
-       << " classes)";
+    os << " (log(C) = " << fmt_num(std::log(static_cast<double>(out.size(1)))) << " for " << out.size(1) << " classes)";
   os << "\n== gradients ==\n";
   if (l.requires_grad()) {
     l.backward();
@@ -63,8 +62,7 @@ Diagnosis diagnosis_report(nn::Module& model, const Tensor& x, const Tensor& y, 
       }
       const TensorSummary s = summarize(g);
       os << "  " << n << ": norm " << fmt_num(s.norm) << ", min " << fmt_num(s.min) << ", max " << fmt_num(s.max)
-         << ", mean " << fmt_num(s.mean) << ", std " << fmt_num(s.std) << (s.all_finite() ? "" : " NON-FINITE")
-         << "\n";
+         << ", mean " << fmt_num(s.mean) << ", std " << fmt_num(s.std) << (s.all_finite() ? "" : " NON-FINITE") << "\n";
     }
     d.findings.add(check_gradient_health(model));
   }

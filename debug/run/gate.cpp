@@ -13,8 +13,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/normalization.h"
 
@@ -41,7 +41,7 @@ bool gate_phase(Report& r, const std::string& phase, const std::string& lost, co
 }  // namespace
 
 Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
-                     const std::string& lost) {
+                      const std::string& lost) {
   const std::string not_run = lost.empty() ? "" : " (" + lost + " could not run)";
   if (std::optional<Finding> f = inplace_finding(e)) {  // M20
     f->cause += std::string(!f->cause.empty() && f->cause.back() == '.' ? "" : ".") + " Raised in " + who + "'s " +
@@ -63,10 +63,10 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
                      const optim::Optimizer* optimizer, const GateOptions& o) {
   Report r;
   gate_phase(r, "device, parameter and input checks", "M11, M10, D1, D2", [&] {
-    r.add(check_devices_dtypes(model, x));  // M11
+    r.add(check_devices_dtypes(model, x));     // M11
     r.add(check_trainable(model, optimizer));  // M10
-    r.add(check_batch(x, y));                   // D1
-    r.add(check_finite_inputs(x, y));           // D2
+    r.add(check_batch(x, y));                  // D1
+    r.add(check_finite_inputs(x, y));          // D2
     r.note_ran("M11, M10, D1, D2");
   });
   try {
@@ -84,13 +84,13 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     return r;
   }
   gate_phase(r, "weight checks", "M4, M9", [&] {
-    r.add(check_shared_weights(model));    // M4
+    r.add(check_shared_weights(model));           // M4
     r.add(check_initialisation(model, o.model));  // M9
     r.note_ran("M4, M9");
   });
   gate_phase(r, "structure checks", "M23, M24, M27", [&] {
-    r.add(check_missing_nonlinearity(model, x));  // M23
-    r.add(check_dropout_rate(model, o.model));    // M24
+    r.add(check_missing_nonlinearity(model, x));          // M23
+    r.add(check_dropout_rate(model, o.model));            // M24
     r.add(check_activation_variance(model, x, o.model));  // M27
     r.note_ran("M23, M24, M27");
   });
@@ -154,7 +154,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
             oo.zero_grad_by_construction.push_back(f.parameter);
             r.add(std::move(f));
           }
-          r.add(check_gradient_health(model, oo));                          // O1 (non-finite, vanishing, exploding gradients)
+          r.add(check_gradient_health(model, oo));  // O1 (non-finite, vanishing, exploding gradients)
           r.add(check_gradient_flow(model, oo.zero_grad_by_construction));  // M5
           r.note_ran("O1, M5, M20, W2");  // the forward, the loss and the backward ran without an error
         });

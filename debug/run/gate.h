@@ -20,11 +20,12 @@ struct GateOptions {
   ModelCheckOptions model;
   LossCheckOptions loss;
   OptimCheckOptions optim;
-  bool overfit = true;        // M14 (the slowest part: o.model.overfit_steps steps on the batch)
-  bool gradcheck = true;      // M13 on every layer with parameters or a custom op, then the whole model's input gradient (float64, a few rows)
-  bool batch_mixing = true;   // M6
-  bool reduction = true;      // L6
-  int64_t num_classes = -1;   // L4; -1: the output's last dim for class targets
+  bool overfit = true;       // M14 (the slowest part: o.model.overfit_steps steps on the batch)
+  bool gradcheck = true;     // M13 on every layer with parameters or a custom op, then the whole model's input gradient
+                             // (float64, a few rows)
+  bool batch_mixing = true;  // M6
+  bool reduction = true;     // L6
+  int64_t num_classes = -1;  // L4; -1: the output's last dim for class targets
 };
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10

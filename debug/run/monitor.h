@@ -47,10 +47,10 @@
 #include "debug/checks/run_check.h"
 #include "debug/checks/workflow/reproducibility.h"
 #include "debug/evidence/finding.h"
-#include "nn/loss.h"
-#include "optim/trainer.h"
 #include "debug/run/diagnosis_report.h"
 #include "debug/run/gate.h"
+#include "nn/loss.h"
+#include "optim/trainer.h"
 
 namespace gradsleuth::debug {
 

@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"
 #include "debug/run/diagnose_util.h"
 
@@ -27,9 +27,7 @@ std::string module_path(const std::string& label) {
   return p == std::string::npos ? label : label.substr(0, p);
 }
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-}
+bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
 // A parameter of module `m` or of a module inside it: "1.weight", "1.inner.bias" for "1".
 bool inside(const std::string& name, const std::string& m) {
@@ -75,7 +73,7 @@ bool names_series(const Finding& f, const std::string& name, const std::vector<s
   if (!f.parameter.empty() && name == f.parameter) return true;
   if (f.module.empty()) return false;
   const std::string m = module_path(f.module);
-  if (m.empty() || m == "(model)") return false;  // the whole model: nothing in particular
+  if (m.empty() || m == "(model)") return false;               // the whole model: nothing in particular
   if (module_path(name) == m || inside(name, m)) return true;  // the layer's own series, or its parameters
   // A module with no parameters among `names` (a ReLU) stands for the nearest earlier sibling
   // with some: in a Sequential "a.2" is fed by "a.1".
@@ -101,19 +99,23 @@ bool names_series(const Finding& f, const std::string& name, const std::vector<s
 Plot grad_norm_plot(const TrainingHistory& h, const Finding* focus) {
   std::vector<std::string> named;
   Plot p = series_plot("gradient norm per parameter", "||grad||", true, focused(h.grad_norms, focus, &named));
-  p.caption = "The gradient norm of each parameter at each step. A parameter whose gradient is exactly 0 (its units "
-              "dead, or the layer cut off from the loss) runs along the floor, marked x; one that grows by decades "
-              "is exploding." + named_note(named);
+  p.caption =
+      "The gradient norm of each parameter at each step. A parameter whose gradient is exactly 0 (its units "
+      "dead, or the layer cut off from the loss) runs along the floor, marked x; one that grows by decades "
+      "is exploding." +
+      named_note(named);
   return p;
 }
 
 Plot dead_unit_plot(const TrainingHistory& h, const Finding* focus) {
   std::vector<std::string> named;
-  Plot p = series_plot("dead-unit fraction per ReLU layer", "dead fraction", false,
-                       focused(h.dead_fraction, focus, &named));
+  Plot p =
+      series_plot("dead-unit fraction per ReLU layer", "dead fraction", false, focused(h.dead_fraction, focus, &named));
   p.lines.push_back({0.7, "M7 flags a layer at 0.7"});
-  p.caption = "The share of each ReLU layer's units that output 0 for every example of a batch. Healthy layers "
-              "stay near 0 (their lines overlap there; each has its own dash pattern)." + named_note(named);
+  p.caption =
+      "The share of each ReLU layer's units that output 0 for every example of a batch. Healthy layers "
+      "stay near 0 (their lines overlap there; each has its own dash pattern)." +
+      named_note(named);
   return p;
 }
 
@@ -124,9 +126,10 @@ Plot update_ratio_plot(const TrainingHistory& h, const Finding* focus) {
   p.bands.push_back({1e-4, 1e-2, "healthy: about 1e-3"});
   p.lines.push_back({1e-5, "O6: too low below 1e-5"});
   p.lines.push_back({1e-1, "O6: too high above 1e-1"});
-  p.caption = "How much each step changes a weight relative to its size. Around 1e-3 is healthy (Karpathy, "
-              "CS231n); far above means the learning rate is too high, far below too low or a frozen layer." +
-              named_note(named);
+  p.caption =
+      "How much each step changes a weight relative to its size. Around 1e-3 is healthy (Karpathy, "
+      "CS231n); far above means the learning rate is too high, far below too low or a frozen layer." +
+      named_note(named);
   return p;
 }
 
@@ -150,7 +153,8 @@ void write_run_report(const std::string& path, const RunReport& r, const std::st
   html.title = title;
   std::string fired;
   for (const std::string& c : r.fired_checks()) fired += (fired.empty() ? "" : ", ") + check_label(c);
-  html.summary.push_back({"training", std::to_string(r.steps) + " steps" + (r.stopped.empty() ? "" : "; " + r.stopped)});
+  html.summary.push_back(
+      {"training", std::to_string(r.steps) + " steps" + (r.stopped.empty() ? "" : "; " + r.stopped)});
   for (const PhaseReport& p : r.phases)
     html.summary.push_back({p.name, p.ran ? findings_count(p.findings) : "did not run: " + p.note});
   html.summary.push_back({"checks that fired", fired.empty() ? "none" : fired});

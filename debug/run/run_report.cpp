@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"
 #include "debug/run/diagnose_util.h"
 
@@ -20,8 +20,8 @@ using namespace run_detail;
 std::string RunReport::str(bool include_info) const {
   std::ostringstream os;
   for (const PhaseReport& p : phases)
-    os << p.name << ": " << (p.ran ? findings_count(p.findings) : "did not run") << (p.note.empty() ? "" : " (" + p.note + ")")
-       << "\n";
+    os << p.name << ": " << (p.ran ? findings_count(p.findings) : "did not run")
+       << (p.note.empty() ? "" : " (" + p.note + ")") << "\n";
   if (findings.fired_checks().empty())
     os << "\nno check fired" << (include_info ? "" : " (the info findings: str(true))") << "\n";
   const std::string body = findings.str(include_info);
@@ -48,13 +48,14 @@ std::string RunReport::json() const {
       if (k >= 0 && std::find(which.begin(), which.end(), static_cast<size_t>(k)) == which.end())
         which.push_back(static_cast<size_t>(k));
     }
-    os << (i ? "," : "") << "{\"name\":" << json_str(phases[i].name) << ",\"ran\":" << (phases[i].ran ? "true" : "false")
-       << ",\"note\":" << json_str(phases[i].note) << ",\"findings\":" << findings.json(which) << "}";
+    os << (i ? "," : "") << "{\"name\":" << json_str(phases[i].name)
+       << ",\"ran\":" << (phases[i].ran ? "true" : "false") << ",\"note\":" << json_str(phases[i].note)
+       << ",\"findings\":" << findings.json(which) << "}";
   }
   os << "],\"skipped\":[";
   for (size_t i = 0; i < skipped.size(); ++i)
-    os << (i ? "," : "") << "{\"checks\":" << json_str(skipped[i].checks) << ",\"reason\":" << json_str(skipped[i].reason)
-       << ",\"remedy\":" << json_str(skipped[i].remedy) << "}";
+    os << (i ? "," : "") << "{\"checks\":" << json_str(skipped[i].checks)
+       << ",\"reason\":" << json_str(skipped[i].reason) << ",\"remedy\":" << json_str(skipped[i].remedy) << "}";
   // The diagnosis over every phase: the lead, and the findings with their causes (indices into this array).
   os << "],\"lead\":" << findings.lead_json() << ",\"findings\":" << findings.json() << ",\"steps\":" << steps
      << ",\"stopped\":" << json_str(stopped) << ",\"report\":" << json_str(html_path)

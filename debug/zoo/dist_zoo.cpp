@@ -12,8 +12,8 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/checks/dist/dist_checks.h"
+#include "debug/evidence/catalogue.h"
 #include "distributed/ddp.h"
 #include "distributed/sampler.h"
 #include "nn/nn.h"
@@ -44,8 +44,7 @@ PerRank gather(dist::ProcessGroup& pg, const std::vector<double>& mine) {
   const int64_t n = static_cast<int64_t>(mine.size());
   const int ws = pg.world_size();
   Tensor all = pg.all_gather(tensor(mine, {n}, kFloat64)).contiguous().to(kFloat64);
-  GS_CHECK(all.numel() == n * ws, "dist_zoo", "all_gather returned ", all.numel(), " values for ", ws, " ranks of ",
-           n);
+  GS_CHECK(all.numel() == n * ws, "dist_zoo", "all_gather returned ", all.numel(), " values for ", ws, " ranks of ", n);
   const double* d = all.data_ptr<double>();
   PerRank out(static_cast<size_t>(ws));
   for (int r = 0; r < ws; ++r) out[static_cast<size_t>(r)].assign(d + r * n, d + (r + 1) * n);
@@ -126,7 +125,8 @@ zoo::RunResult run_variant(const nn::BugSet& bugs, const Options& o, dist::Proce
   // ---- data: the same pipeline on every rank; the sampler splits it -----------------
   auto fm = nn::FashionMnistOptions().data_dir(o.data_dir);
   auto train_full = nn::load_fashion_mnist("train", fm), test_full = nn::load_fashion_mnist("test", fm);
-  const int64_t ntr = std::min(o.train_examples, train_full->size()), nte = std::min(o.test_examples, test_full->size());
+  const int64_t ntr = std::min(o.train_examples, train_full->size()),
+                nte = std::min(o.test_examples, test_full->size());
   nn::Normalizer norm(nn::Normalizer::Mode::Global);
   Tensor xtr = train_full->x().narrow(0, 0, ntr), ytr = train_full->y().narrow(0, 0, ntr);
   norm.fit(xtr, "train");
@@ -186,8 +186,9 @@ zoo::RunResult run_variant(const nn::BugSet& bugs, const Options& o, dist::Proce
     for (int64_t b = 0; b < batches && step < o.steps; ++b) {
       ++step;
       const bool checked = step == 1 || (step - 1) % o.check_every == 0;
-      std::vector<int64_t> bi(idx.begin() + b * o.batch_size,
-                              idx.begin() + std::min<int64_t>((b + 1) * o.batch_size, static_cast<int64_t>(idx.size())));
+      std::vector<int64_t> bi(
+          idx.begin() + b * o.batch_size,
+          idx.begin() + std::min<int64_t>((b + 1) * o.batch_size, static_cast<int64_t>(idx.size())));
       const nn::Batch batch = data->get_batch(bi);
       std::vector<Tensor> averaged;
       if (checked) {
@@ -263,7 +264,8 @@ zoo::RunResult run_variant(const nn::BugSet& bugs, const Options& o, dist::Proce
 
 Result run(const std::vector<Bug>& bugs, const Options& o, dist::ProcessGroup& pg,
            const std::function<void(size_t, size_t, const std::string&)>& progress) {
-  GS_CHECK(pg.world_size() >= 2, "zoo --distributed", "the distributed zoo needs at least 2 ranks, this process is "
+  GS_CHECK(pg.world_size() >= 2, "zoo --distributed",
+           "the distributed zoo needs at least 2 ranks, this process is "
            "alone (world size 1): run it as `mpirun -np 2 gradsleuth zoo --distributed` (or more ranks)");
   for (Bug b : bugs) {
     const nn::BugInfo& info = nn::bug_info(b);
@@ -282,7 +284,10 @@ Result run(const std::vector<Bug>& bugs, const Options& o, dist::ProcessGroup& p
   auto say = [&](size_t done, const zoo::RunResult& r) {
     if (!progress) return;
     std::ostringstream os;
-    os << r.id << ": " << (r.id == "clean" ? (r.fired.empty() ? "silent" : "NOT silent") : r.caught ? "caught" : "MISSED")
+    os << r.id << ": "
+       << (r.id == "clean" ? (r.fired.empty() ? "silent" : "NOT silent")
+           : r.caught      ? "caught"
+                           : "MISSED")
        << (r.fired.empty() ? " (no check fired)" : " (fired: " + join(r.fired) + ")") << ", " << fmt_num(r.seconds)
        << " s";
     progress(done, total, os.str());
@@ -303,12 +308,14 @@ std::string num3(double v) { return detail::decimals3(v); }
 std::string run_json(const zoo::RunResult& b, bool bug) {
   std::ostringstream os;
   os << "{";
-  if (bug) os << "\"id\":" << json_str(b.id) << ",\"title\":" << json_str(b.title) << ",\"intended\":" << str_list(b.intended) << ",";
+  if (bug)
+    os << "\"id\":" << json_str(b.id) << ",\"title\":" << json_str(b.title) << ",\"intended\":" << str_list(b.intended)
+       << ",";
   os << "\"fired\":" << str_list(b.fired);
   if (bug) os << ",\"caught\":" << (b.caught ? "true" : "false");
   os << ",\"test_accuracy\":" << json_num(b.test_accuracy) << ",\"final_loss\":" << json_num(b.final_loss)
-     << ",\"seconds\":" << json_num(b.seconds) << ",\"steps\":" << b.steps << ",\"lead\":" << b.report.lead_json() << ",\"findings\":" << b.report.json()
-     << "}";
+     << ",\"seconds\":" << json_num(b.seconds) << ",\"steps\":" << b.steps << ",\"lead\":" << b.report.lead_json()
+     << ",\"findings\":" << b.report.json() << "}";
   return os.str();
 }
 }  // namespace

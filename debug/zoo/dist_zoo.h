@@ -41,7 +41,7 @@ struct Options {
   int64_t batch_size = 64;        // per rank
   double lr = 0.02;               // SGD with momentum 0.9
   uint64_t seed = 1;
-  int64_t check_every = 10;       // the checked steps: 1, 1 + check_every, ...
+  int64_t check_every = 10;  // the checked steps: 1, 1 + check_every, ...
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
 };
 

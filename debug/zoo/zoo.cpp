@@ -16,8 +16,8 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/evidence/catalogue.h"
 #include "debug/run/diagnose.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -64,7 +64,8 @@ std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std:
     notes.push_back("B17: the MLP becomes 9 sigmoid layers of 64 units without skip connections or normalisation");
     auto s = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 64),
                                               std::make_shared<nn::Sigmoid>());
-    for (int i = 0; i < 8; ++i) s->push_back(std::make_shared<nn::Linear>(64, 64)).push_back(std::make_shared<nn::Sigmoid>());
+    for (int i = 0; i < 8; ++i)
+      s->push_back(std::make_shared<nn::Linear>(64, 64)).push_back(std::make_shared<nn::Sigmoid>());
     s->push_back(std::make_shared<nn::Linear>(64, K));
     return s;
   }
@@ -86,8 +87,8 @@ std::shared_ptr<nn::Sequential> make_mlp(const nn::BugSet& bugs, int64_t K, std:
   if (bugs.has(Bug::B23)) bn->inject_bug(Bug::B23);
   if (bugs.has(Bug::B02)) b1->inject_bug(Bug::B02);
   return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), fc1, std::make_shared<nn::ReLU>(), bn, b1,
-                                          block(fc_b), std::make_shared<nn::ReLU>(),
-                                          std::make_shared<nn::Dropout>(0.2), head);
+                                          block(fc_b), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.2),
+                                          head);
 }
 
 // The CNN of `gradsleuth train` (x (B, 1, 28, 28) -> (B, K)); fc = layer 7, head = layer 10.
@@ -119,8 +120,10 @@ void check_recipe(const std::vector<Bug>& bugs, const std::string& model) {
     if (std::find(info.recipes.begin(), info.recipes.end(), model) != info.recipes.end()) continue;
     // The data-parallel bugs need N processes: the distributed zoo under mpirun reproduces them.
     GS_CHECK(std::find(info.recipes.begin(), info.recipes.end(), "dist") == info.recipes.end(), "zoo::check_recipe",
-             "bug ", info.code, " (", info.title, ") is a data-parallel bug: it needs several ranks, run it as `mpirun -np 2 "
-             "gradsleuth zoo --distributed --bug ", info.code, "`");
+             "bug ", info.code, " (", info.title,
+             ") is a data-parallel bug: it needs several ranks, run it as `mpirun -np 2 "
+             "gradsleuth zoo --distributed --bug ",
+             info.code, "`");
     std::string where;
     for (const std::string& r : info.recipes) where += (where.empty() ? "" : " or ") + r;
     GS_CHECK(false, "zoo::check_recipe", "bug ", info.code, " (", info.title, ") lives in ", info.lives_in,
@@ -163,7 +166,8 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
   const bool raw = bugs.has(Bug::B25);
   auto fm = nn::FashionMnistOptions().data_dir(o.data_dir).raw(raw);
   auto train_full = nn::load_fashion_mnist("train", fm), test_full = nn::load_fashion_mnist("test", fm);
-  const int64_t ntr = std::min(o.train_examples, train_full->size()), nte = std::min(o.test_examples, test_full->size());
+  const int64_t ntr = std::min(o.train_examples, train_full->size()),
+                nte = std::min(o.test_examples, test_full->size());
   Tensor xtr = train_full->x().narrow(0, 0, ntr), ytr = train_full->y().narrow(0, 0, ntr);
   Tensor xte = test_full->x().narrow(0, 0, nte), yte = test_full->y().narrow(0, 0, nte);
   if (raw) v.notes.push_back("B25: the pixels stay 0..255 (no scaling, no standardisation)");
@@ -288,7 +292,10 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
     v.notes.push_back("B15: the output layer is frozen (the first layer was meant)");
   }
   const int64_t batches = std::max<int64_t>(v.train->num_batches(), 1);
-  v.trainer.epochs((o.steps + batches - 1) / batches).max_steps(o.steps).progress(optim::Progress::Off).device(o.device);
+  v.trainer.epochs((o.steps + batches - 1) / batches)
+      .max_steps(o.steps)
+      .progress(optim::Progress::Off)
+      .device(o.device);
   for (Bug b : {Bug::B04, Bug::B05})
     if (bugs.has(b)) v.trainer.bug(b);
   return v;
@@ -320,7 +327,8 @@ double test_accuracy(Variant& v) {
 
 }  // namespace
 
-RunResult run_variant(const nn::BugSet& bugs, const Options& o, const std::function<void(const std::string&)>& progress) {
+RunResult run_variant(const nn::BugSet& bugs, const Options& o,
+                      const std::function<void(const std::string&)>& progress) {
   Variant v = build(bugs, o);
   return run_variant(v, o, progress);
 }
@@ -435,7 +443,10 @@ Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<v
     if (!progress) return;
     std::ostringstream os;
     const CauseAnalysis& a = r.report.diagnosis();
-    os << r.id << ": " << (r.id.rfind("clean", 0) == 0 ? "" : r.caught ? "caught" : "MISSED")
+    os << r.id << ": "
+       << (r.id.rfind("clean", 0) == 0 ? ""
+           : r.caught                  ? "caught"
+                                       : "MISSED")
        << (a.lead ? std::string(r.id.rfind("clean", 0) == 0 ? "" : ", ") + "lead " + a.lead->check : std::string())
        << (r.fired.empty() ? " (no check fired)" : " (fired: " + join(r.fired) + ")") << ", test accuracy "
        << pct(r.test_accuracy) << ", " << fmt_num(r.seconds) << " s";
@@ -457,16 +468,17 @@ Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<v
   return res;
 }
 
-
 std::string matrix(const Result& r) {
   std::ostringstream os;
-  os << "Detection matrix: " << r.bugs.size() << " bug" << (r.bugs.size() == 1 ? "" : "s") << ", "
-     << r.options.steps << " steps each on " << r.options.train_examples << " training images (test: "
-     << r.options.test_examples << " images), model " << r.options.model
-     << (r.options.device.is_cpu() ? "" : " on " + r.options.device.str()) << "\n\n";
+  os << "Detection matrix: " << r.bugs.size() << " bug" << (r.bugs.size() == 1 ? "" : "s") << ", " << r.options.steps
+     << " steps each on " << r.options.train_examples << " training images (test: " << r.options.test_examples
+     << " images), model " << r.options.model << (r.options.device.is_cpu() ? "" : " on " + r.options.device.str())
+     << "\n\n";
   os << pad("bug", 5) << pad("intended", 10) << pad("caught", 7) << pad("test acc (ref)", 21) << pad("loss", 8)
      << "fired\n";
-  auto ref_of = [&](const RunResult& b) -> const RunResult& { return b.reference == "clean-footwear" ? r.clean_footwear : r.clean; };
+  auto ref_of = [&](const RunResult& b) -> const RunResult& {
+    return b.reference == "clean-footwear" ? r.clean_footwear : r.clean;
+  };
   int caught = 0;
   for (const RunResult& b : r.bugs) {
     const RunResult& ref = ref_of(b);
@@ -484,7 +496,9 @@ std::string matrix(const Result& r) {
       const size_t k = l.explains.size();
       os << wrap(std::string(l.confirmed ? "lead: " : "lead (unconfirmed): ") + "[" + f.check + " " +
                      severity_name(f.severity) + "] " + f.title + (where.empty() ? "" : " (" + where + ")") +
-                     (f.step >= 0 ? " at step " + std::to_string(f.step) : f.end_of_run ? " at the end" : " before training") +
+                     (f.step >= 0    ? " at step " + std::to_string(f.step)
+                      : f.end_of_run ? " at the end"
+                                     : " before training") +
                      (k ? "; explains " + std::to_string(k) + " other finding" + (k == 1 ? "" : "s") : "") +
                      (a.roots.size() > 1 ? "; " + std::to_string(a.roots.size() - 1) + " unrelated finding" +
                                                (a.roots.size() == 2 ? "" : "s")
@@ -494,8 +508,7 @@ std::string matrix(const Result& r) {
   }
   // The legend: every check id the matrix shows, with its name, wrapped at ~100 columns.
   std::set<std::string> shown;
-  for (const RunResult* x : {&r.clean, &r.clean_footwear})
-    shown.insert(x->fired.begin(), x->fired.end());
+  for (const RunResult* x : {&r.clean, &r.clean_footwear}) shown.insert(x->fired.begin(), x->fired.end());
   for (const RunResult& b : r.bugs) {
     shown.insert(b.intended.begin(), b.intended.end());
     shown.insert(b.fired.begin(), b.fired.end());
@@ -523,13 +536,12 @@ std::string matrix(const Result& r) {
     for (const std::string& x : v) l.push_back(check_label(x));
     return join(l, ", ");
   };
-  os << "\nclean reference: test accuracy " << pct(r.clean.test_accuracy) << ", final loss "
-     << num(r.clean.final_loss) << ", checks fired: "
-     << (r.clean.fired.empty() ? "none" : labels(r.clean.fired)) << "\n";
+  os << "\nclean reference: test accuracy " << pct(r.clean.test_accuracy) << ", final loss " << num(r.clean.final_loss)
+     << ", checks fired: " << (r.clean.fired.empty() ? "none" : labels(r.clean.fired)) << "\n";
   if (!r.clean_footwear.id.empty())
     os << "clean footwear reference: test accuracy " << pct(r.clean_footwear.test_accuracy) << ", final loss "
-       << num(r.clean_footwear.final_loss) << ", checks fired: "
-       << (r.clean_footwear.fired.empty() ? "none" : labels(r.clean_footwear.fired)) << "\n";
+       << num(r.clean_footwear.final_loss)
+       << ", checks fired: " << (r.clean_footwear.fired.empty() ? "none" : labels(r.clean_footwear.fired)) << "\n";
   os << caught << "/" << r.bugs.size() << " bugs caught by their intended checks; " << num(r.seconds) << " s\n";
   return os.str();
 }
@@ -538,7 +550,9 @@ namespace {
 std::string run_json(const RunResult& b, bool bug) {
   std::ostringstream os;
   os << "{";
-  if (bug) os << "\"id\":" << json_str(b.id) << ",\"title\":" << json_str(b.title) << ",\"intended\":" << str_list(b.intended) << ",";
+  if (bug)
+    os << "\"id\":" << json_str(b.id) << ",\"title\":" << json_str(b.title) << ",\"intended\":" << str_list(b.intended)
+       << ",";
   os << "\"fired\":" << str_list(b.fired);
   if (bug) os << ",\"caught\":" << (b.caught ? "true" : "false") << ",\"reference\":" << json_str(b.reference);
   os << ",\"test_accuracy\":" << json_num(b.test_accuracy) << ",\"final_loss\":" << json_num(b.final_loss)
@@ -552,8 +566,8 @@ std::string json(const Result& r) {
   std::ostringstream os;
   os << "{\"options\":{\"steps\":" << r.options.steps << ",\"train_examples\":" << r.options.train_examples
      << ",\"test_examples\":" << r.options.test_examples << ",\"model\":" << json_str(r.options.model)
-     << ",\"device\":" << json_str(r.options.device.str())
-     << ",\"seed\":" << r.options.seed << "},\"clean\":" << run_json(r.clean, false);
+     << ",\"device\":" << json_str(r.options.device.str()) << ",\"seed\":" << r.options.seed
+     << "},\"clean\":" << run_json(r.clean, false);
   if (!r.clean_footwear.id.empty()) os << ",\"clean_footwear\":" << run_json(r.clean_footwear, false);
   os << ",\"bugs\":[";
   for (size_t i = 0; i < r.bugs.size(); ++i) os << (i ? "," : "") << run_json(r.bugs[i], true);

@@ -39,25 +39,25 @@ struct Options {
   int64_t test_examples = 10000;   // the first N test images (evaluation)
   int64_t steps = 1000;            // optimizer steps per variant (the budget)
   int64_t batch_size = 64;
-  double lr = 1e-3;                // Adam
+  double lr = 1e-3;  // Adam
   uint64_t seed = 1;
-  int64_t monitor_every = 10;      // the monitor's sampled steps
-  int64_t overfit_steps = 150;     // the gate's overfit-one-batch (M14)
-  std::string model = "mlp";       // "mlp" or "cnn"
+  int64_t monitor_every = 10;   // the monitor's sampled steps
+  int64_t overfit_steps = 150;  // the gate's overfit-one-batch (M14)
+  std::string model = "mlp";    // "mlp" or "cnn"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  bool gate = true;                // run the pre-training gate (W2)
-  bool footwear = false;           // the footwear task even without B01/B09 (its clean reference)
+  bool gate = true;       // run the pre-training gate (W2)
+  bool footwear = false;  // the footwear task even without B01/B09 (its clean reference)
   // Where the models train and every check runs: kCPU, or kCUDA (the CUDA backend, on a GPU or its
   // CPU emulator; register it first with gradsleuth::cuda::init() from cuda/cuda.h). The data
   // pipeline and its checks (D1-D10, D12-D16) stay on the host; M13 and M18 check a CPU copy of the model.
   Device device = kCPU;
-  static Options quick();          // 6000 / 2000 images, 150 steps
-  static Options full();           // 60000 / 10000 images, 1000 steps
+  static Options quick();  // 6000 / 2000 images, 150 steps
+  static Options full();   // 60000 / 10000 images, 1000 steps
 };
 
 // Everything one variant trains with.
 struct Variant {
-  std::string id;          // "clean", "clean-footwear", "B13"
+  std::string id;  // "clean", "clean-footwear", "B13"
   nn::BugSet bugs;
   Task task = Task::Classes;
   int64_t num_classes = 10;
@@ -66,11 +66,11 @@ struct Variant {
   std::unique_ptr<optim::Optimizer> optimizer;
   optim::TrainerOptions trainer;
   std::shared_ptr<nn::DataLoader> train, test;
-  nn::DatasetPtr train_data;                 // what the loader reads (D4's reference)
+  nn::DatasetPtr train_data;                   // what the loader reads (D4's reference)
   std::shared_ptr<nn::Normalizer> normalizer;  // null when the pipeline has none (B25)
-  Tensor test_x;                             // the evaluation inputs after the pipeline (D10, M18)
-  std::vector<std::string> notes;            // how the recipe set the bug up
-  Device device = kCPU;                      // where the model lives and trains (Options::device)
+  Tensor test_x;                               // the evaluation inputs after the pipeline (D10, M18)
+  std::vector<std::string> notes;              // how the recipe set the bug up
+  Device device = kCPU;                        // where the model lives and trains (Options::device)
 };
 
 // Builds the reference recipe with `bugs` switched on (and the task they need), with the model
@@ -89,11 +89,11 @@ struct RunResult {
   std::vector<std::string> fired;     // every check that fired (warning or error)
   bool caught = false;                // an intended check fired
   double test_accuracy = kNaN;
-  double final_loss = kNaN;           // mean training loss of the last 20 steps
+  double final_loss = kNaN;  // mean training loss of the last 20 steps
   double seconds = 0.0;
   int64_t steps = 0;
-  std::string reference;              // the clean run to compare with ("clean" or "clean-footwear")
-  std::string stopped;                // why training stopped early ("" if it ran its budget)
+  std::string reference;  // the clean run to compare with ("clean" or "clean-footwear")
+  std::string stopped;    // why training stopped early ("" if it ran its budget)
   Report report;
   TrainingHistory history;
 };

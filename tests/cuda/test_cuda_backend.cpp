@@ -30,7 +30,8 @@ void same_on_both(F f) {
 }
 
 Tensor seq(const gs::Shape& s, gs::DType t, gs::Device d, double scale = 0.25) {
-  return (gs::arange(0, static_cast<double>(gs::numel_of(s)), 1, gs::TensorOptions(gs::kFloat64).device(d)) * scale - 1.0)
+  return (gs::arange(0, static_cast<double>(gs::numel_of(s)), 1, gs::TensorOptions(gs::kFloat64).device(d)) * scale -
+          1.0)
       .reshape(s)
       .to(t);
 }
@@ -118,12 +119,16 @@ TEST_CASE("int64 overflow wraps on the device as on the cpu; negative integer po
 }
 TEST_CASE("type promotion (result_type, decided before dispatch) gives the same dtypes and values on both devices") {
   auto on = [](gs::DType t, gs::Device d) { return gs::TensorOptions(t).device(d); };
-  same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2.5; });       // float32
-  same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2; });         // int64
-  same_on_both([](gs::Device d) { return (seq({2, 3}, gs::kFloat32, d) > 0.0) * 3; });    // bool * int: int64
-  same_on_both([&](gs::Device d) { return seq({2, 3}, gs::kFloat32, d) + gs::scalar_tensor(0.1, on(gs::kFloat64, d)); });
-  same_on_both([&](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) + gs::scalar_tensor(0.5, on(gs::kFloat32, d)); });
-  same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 0.5).exp(); });          // float32
+  same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2.5; });     // float32
+  same_on_both([](gs::Device d) { return seq({2, 3}, gs::kInt64, d, 3.0) * 2; });       // int64
+  same_on_both([](gs::Device d) { return (seq({2, 3}, gs::kFloat32, d) > 0.0) * 3; });  // bool * int: int64
+  same_on_both([&](gs::Device d) {
+    return seq({2, 3}, gs::kFloat32, d) + gs::scalar_tensor(0.1, on(gs::kFloat64, d));
+  });
+  same_on_both([&](gs::Device d) {
+    return seq({2, 3}, gs::kInt64, d, 3.0) + gs::scalar_tensor(0.5, on(gs::kFloat32, d));
+  });
+  same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 0.5).exp(); });  // float32
   same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 3.0) / (seq({6}, gs::kInt64, d, 1.0).abs() + 1); });
   same_on_both([](gs::Device d) { return seq({6}, gs::kInt64, d, 3.0).clamp(0.5, std::nullopt); });
   same_on_both([&](gs::Device d) { return gs::full({3}, (int64_t{1} << 60) + 1, on(gs::kInt64, d)); });
@@ -155,20 +160,26 @@ TEST_CASE("every unary op treats NaN, +-inf and -0 as the CPU does, contiguous a
   // The CPU propagates NaN through relu (x <= 0 ? 0 : x) and friends; the device must too.
   // Also the ends of exp's and log's range (underflow to 0, overflow to inf, denormal
   // inputs and results), repeated so that the CPU's vectorised loop sees every value.
-  std::vector<double> edge = {NAN,   INFINITY, -INFINITY, -0.0, 0.0,   -2.5,   2.5,    1e-300, 1e-40, 1e-310,
-                              -1000, 1000,     -100,      88.5, -88.5, 709.5,  -745.5, 1e38,   -1e38, 0.5};
+  std::vector<double> edge = {NAN,   INFINITY, -INFINITY, -0.0, 0.0,   -2.5,  2.5,    1e-300, 1e-40, 1e-310,
+                              -1000, 1000,     -100,      88.5, -88.5, 709.5, -745.5, 1e38,   -1e38, 0.5};
   for (int rep = 0; rep < 2; ++rep)
     for (size_t i = 0; i < 20; ++i) edge.push_back(edge[i]);
   using Fn = Tensor (*)(const Tensor&);
   const std::vector<std::pair<const char*, Fn>> ops = {
-      {"relu", [](const Tensor& x) { return gs::relu(x); }},       {"neg", [](const Tensor& x) { return gs::neg(x); }},
-      {"abs", [](const Tensor& x) { return gs::abs(x); }},         {"sign", [](const Tensor& x) { return gs::sign(x); }},
-      {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }}, {"tanh", [](const Tensor& x) { return gs::tanh(x); }},
-      {"exp", [](const Tensor& x) { return gs::exp(x); }},         {"square", [](const Tensor& x) { return gs::square(x); }},
+      {"relu", [](const Tensor& x) { return gs::relu(x); }},
+      {"neg", [](const Tensor& x) { return gs::neg(x); }},
+      {"abs", [](const Tensor& x) { return gs::abs(x); }},
+      {"sign", [](const Tensor& x) { return gs::sign(x); }},
+      {"sigmoid", [](const Tensor& x) { return gs::sigmoid(x); }},
+      {"tanh", [](const Tensor& x) { return gs::tanh(x); }},
+      {"exp", [](const Tensor& x) { return gs::exp(x); }},
+      {"square", [](const Tensor& x) { return gs::square(x); }},
       {"clamp", [](const Tensor& x) { return gs::clamp(x, -1.0, 1.0); }},
-      {"log", [](const Tensor& x) { return gs::log(x); }},         {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }},
+      {"log", [](const Tensor& x) { return gs::log(x); }},
+      {"sqrt", [](const Tensor& x) { return gs::sqrt(x); }},
       {"reciprocal", [](const Tensor& x) { return gs::reciprocal(x); }},
-      {"log1p", [](const Tensor& x) { return gs::log1p(x); }},     {"erf", [](const Tensor& x) { return gs::erf(x); }},
+      {"log1p", [](const Tensor& x) { return gs::log1p(x); }},
+      {"erf", [](const Tensor& x) { return gs::erf(x); }},
       {"softplus", [](const Tensor& x) { return gs::softplus(x); }},
       {"log(exp)", [](const Tensor& x) { return gs::log(gs::exp(x)); }}};
   for (const auto& [name, f] : ops) {
@@ -187,7 +198,8 @@ TEST_CASE("every unary op treats NaN, +-inf and -0 as the CPU does, contiguous a
   }
 }
 TEST_CASE("binary ops on every pair of edge values agree with the cpu") {
-  const std::vector<double> edge = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 1e-310, 1e-40, 1e38, -1e38, 1000, -1000, 2.5, -0.5};
+  const std::vector<double> edge = {NAN,  INFINITY, -INFINITY, -0.0,  0.0, 1e-310, 1e-40,
+                                    1e38, -1e38,    1000,      -1000, 2.5, -0.5};
   std::vector<double> av, bv;
   for (double a : edge)
     for (double b : edge) {
@@ -209,7 +221,8 @@ TEST_CASE("binary ops on every pair of edge values agree with the cpu") {
       CAPTURE(name);
       CAPTURE(dt);
       same_on_both([&, f = f](gs::Device d) {
-        return f(gs::tensor(av, {n}, gs::TensorOptions(dt).device(d)), gs::tensor(bv, {n}, gs::TensorOptions(dt).device(d)));
+        return f(gs::tensor(av, {n}, gs::TensorOptions(dt).device(d)),
+                 gs::tensor(bv, {n}, gs::TensorOptions(dt).device(d)));
       });
     }
 }
@@ -275,8 +288,12 @@ TEST_CASE("softmax and log_softmax rows, including a row of -inf") {
   same_on_both([](gs::Device d) { return seq({3, 7}, gs::kFloat32, d).softmax(1); });
   same_on_both([](gs::Device d) { return seq({3, 7}, gs::kFloat64, d).log_softmax(-1); });
   same_on_both([](gs::Device d) { return seq({4, 3}, gs::kFloat64, d).softmax(0); });  // not the last dim
-  same_on_both([](gs::Device d) { return gs::full({2, 3}, -INFINITY, gs::TensorOptions(gs::kFloat32).device(d)).softmax(1); });
-  same_on_both([](gs::Device d) { return seq({2, 300}, gs::kFloat32, d, 0.01).softmax(1); });  // more columns than threads
+  same_on_both([](gs::Device d) {
+    return gs::full({2, 3}, -INFINITY, gs::TensorOptions(gs::kFloat32).device(d)).softmax(1);
+  });
+  same_on_both([](gs::Device d) {
+    return seq({2, 300}, gs::kFloat32, d, 0.01).softmax(1);
+  });  // more columns than threads
 }
 
 // ---- linear algebra ----------------------------------------------------------------
@@ -290,7 +307,9 @@ TEST_CASE("matmul of int64 and of arbitrarily strided operands (tiled kernel)") 
   same_on_both([](gs::Device d) { return seq({5, 17}, gs::kInt64, d, 3.0).matmul(seq({17, 18}, gs::kInt64, d, 2.0)); });
   // Several 16 x 16 tiles in every direction, none of the sizes a multiple of the tile: a grid one
   // tile short, or a missing bound check on the last partial tile, changes these.
-  same_on_both([](gs::Device d) { return seq({37, 45}, gs::kInt64, d, 3.0).matmul(seq({45, 50}, gs::kInt64, d, 2.0)); });
+  same_on_both([](gs::Device d) {
+    return seq({37, 45}, gs::kInt64, d, 3.0).matmul(seq({45, 50}, gs::kInt64, d, 2.0));
+  });
   same_on_both([](gs::Device d) {
     return seq({3, 20, 17}, gs::kInt64, d, 3.0).matmul(seq({3, 17, 35}, gs::kInt64, d, 2.0));
   });
@@ -339,7 +358,8 @@ TEST_CASE("conv2d forward and backward with padding, stride and dilation") {
       same_on_both([&](gs::Device d) {
         Tensor x = seq({1, 2, 6, 6}, t, d, 0.05).requires_grad_();
         Tensor w = seq({3, 2, 3, 3}, t, d, 0.02).requires_grad_();
-        Tensor y = gs::conv2d(x, w, Tensor(), gs::Dims{k == 1 ? 2 : 1, k == 1 ? 2 : 1}, gs::Dims{1, 1}, gs::Dims{k == 2 ? 2 : 1, k == 2 ? 2 : 1});
+        Tensor y = gs::conv2d(x, w, Tensor(), gs::Dims{k == 1 ? 2 : 1, k == 1 ? 2 : 1}, gs::Dims{1, 1},
+                              gs::Dims{k == 2 ? 2 : 1, k == 2 ? 2 : 1});
         (y * y).sum().backward();
         return k == 0 ? y : (k == 1 ? x.grad() : w.grad());
       });
@@ -350,16 +370,20 @@ TEST_CASE("max_pool2d forward, argmax ties and backward with overlapping windows
     gs::max_pool2d(x, {3, 3}, {1, 1}).sum().backward();
     return x.grad();
   });
-  same_on_both([](gs::Device d) { return gs::max_pool2d(gs::sin(seq({2, 1, 5, 5}, gs::kFloat64, d)), {3, 3}, {2, 2}, {1, 1}); });
+  same_on_both([](gs::Device d) {
+    return gs::max_pool2d(gs::sin(seq({2, 1, 5, 5}, gs::kFloat64, d)), {3, 3}, {2, 2}, {1, 1});
+  });
 }
-TEST_CASE("max_pool2d backward fills its uninitialised buffer on both devices: 2x2 with odd sizes, overlapping windows") {
+TEST_CASE(
+    "max_pool2d backward fills its uninitialised buffer on both devices: 2x2 with odd sizes, overlapping windows") {
   // The backward's buffer is not pre-zeroed (core/backend.h): each kernel writes every element.
   // Odd sizes leave rows/columns no 2x2 window covers; the gradient holds -0, NaN and inf.
   for (int64_t k : {2, 3}) {
     CAPTURE(k);
     same_on_both([k](gs::Device d) {
       // Values -1, 0 and 1 (the sine truncated toward zero): many ties.
-      Tensor x = (gs::sin(seq({2, 3, 7, 9}, gs::kFloat32, d) * 0.37) * 1.9).to(gs::kInt64).to(gs::kFloat32).requires_grad_();
+      Tensor x =
+          (gs::sin(seq({2, 3, 7, 9}, gs::kFloat32, d) * 0.37) * 1.9).to(gs::kInt64).to(gs::kFloat32).requires_grad_();
       Tensor y = gs::max_pool2d(x, {k, k}, {2, 2});
       Tensor g = seq(y.shape(), gs::kFloat32, d, 0.5);
       g = gs::where(g == 0.5, gs::full({}, -0.0, gs::TensorOptions(gs::kFloat32).device(d)), g);
@@ -378,8 +402,11 @@ TEST_CASE("relu backward (threshold_backward) on both devices: NaN, inf, -0 and 
       same_on_both([t, strided](gs::Device d) {
         const auto o = gs::TensorOptions(t).device(d);
         Tensor x = gs::tensor({NAN, -1.0, 2.0, 0.0, -0.0, INFINITY, -INFINITY, 1e-30, -1e-30, 3.0, NAN, 0.0}, o)
-                       .reshape({3, 4}).detach().requires_grad_();
-        Tensor gv = gs::tensor({1.0, INFINITY, -INFINITY, NAN, 5.0, -0.0, 2.0, -3.0, INFINITY, NAN, -INFINITY, -0.0}, o);
+                       .reshape({3, 4})
+                       .detach()
+                       .requires_grad_();
+        Tensor gv =
+            gs::tensor({1.0, INFINITY, -INFINITY, NAN, 5.0, -0.0, 2.0, -3.0, INFINITY, NAN, -INFINITY, -0.0}, o);
         Tensor g = strided ? gv.reshape({4, 3}).t() : gv.reshape({3, 4});
         return gs::autograd::grad({gs::relu(x)}, {x}, {g})[0];
       });
@@ -401,8 +428,11 @@ TEST_CASE("second derivatives through max_pool2d and avg_pool2d agree with the c
 }
 TEST_CASE("logsumexp of an all -inf row is -inf with a NaN gradient on both devices") {
   same_on_both([](gs::Device d) {
-    Tensor x = gs::cat({gs::full({1, 20}, -INFINITY, gs::TensorOptions(gs::kFloat32).device(d)),
-                        seq({1, 20}, gs::kFloat32, d)}, 0).detach().requires_grad_();
+    Tensor x =
+        gs::cat(
+            {gs::full({1, 20}, -INFINITY, gs::TensorOptions(gs::kFloat32).device(d)), seq({1, 20}, gs::kFloat32, d)}, 0)
+            .detach()
+            .requires_grad_();
     Tensor y = gs::logsumexp(x, {1});
     y.sum().backward();
     return gs::cat({y.detach().reshape({2, 1}), x.grad()}, 1);
@@ -557,7 +587,8 @@ TEST_CASE("Module::to(device) moves parameters in place, keeping their identity"
 TEST_CASE("a small MLP trained with SGD on cuda follows the cpu losses") {
   auto make = [] {
     gs::manual_seed(gs::Generator().seed());
-    return std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(6, 16), std::make_shared<gs::nn::ReLU>(),
+    return std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(6, 16),
+                                                std::make_shared<gs::nn::ReLU>(),
                                                 std::make_shared<gs::nn::Linear>(16, 3));
   };
   gs::Generator g;

@@ -77,7 +77,8 @@ TEST_CASE("every registered op runs on cuda and matches the cpu, forward and bac
           try {
             Run dev = run_on(op, s.inputs, gs::kCUDA, up, seed);
             if (!dev.out.is_cuda()) failures += where + "output is on " + dev.out.device().str() + "\n";
-            if (std::string m = cuda_test::compare(dev.out, cpu.out); !m.empty()) failures += where + "forward: " + m + "\n";
+            if (std::string m = cuda_test::compare(dev.out, cpu.out); !m.empty())
+              failures += where + "forward: " + m + "\n";
             if (dev.grads.size() != cpu.grads.size()) {
               failures += where + "backward: " + std::to_string(dev.grads.size()) + " gradients vs " +
                           std::to_string(cpu.grads.size()) + "\n";

@@ -10,11 +10,10 @@
 #include <memory>
 #include <vector>
 
-#include "tests/cuda/cuda_test_util.h"
 #include "debug/checks/model/anomaly.h"
 #include "debug/checks/model/model_checks.h"
-#include "debug/run/monitor.h"
 #include "debug/evidence/tensor_stats.h"
+#include "debug/run/monitor.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/data.h"
@@ -24,6 +23,7 @@
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
 #include "optim/trainer.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace {
 
@@ -98,7 +98,8 @@ TEST_CASE("Adam and AdamW steps on cuda equal the cpu's (weight decay, amsgrad)"
   same_steps("adam l2", adam(AdamOptions(1e-2).weight_decay(0.1)));
   same_steps("adam amsgrad", adam(AdamOptions(1e-2).amsgrad(true).weight_decay(0.05)));
   same_steps("adamw", [](std::vector<Tensor> p) {
-    return std::make_unique<gs::optim::AdamW>(std::move(p), gs::optim::AdamWOptions(1e-2).weight_decay(0.1).amsgrad(true));
+    return std::make_unique<gs::optim::AdamW>(std::move(p),
+                                              gs::optim::AdamWOptions(1e-2).weight_decay(0.1).amsgrad(true));
   });
 }
 
@@ -120,12 +121,14 @@ TEST_CASE("Trainer device option: the model and batches move to cuda, the losses
   auto data = std::make_shared<gs::nn::TensorDataset>(x, y);
   auto fit_on = [&](gs::Device d, gs::optim::FitResult& r) {
     gs::manual_seed(7);
-    auto model = std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(6, 16),
-                                                      std::make_shared<gs::nn::ReLU>(), std::make_shared<gs::nn::Linear>(16, 3));
+    auto model =
+        std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(6, 16), std::make_shared<gs::nn::ReLU>(),
+                                             std::make_shared<gs::nn::Linear>(16, 3));
     gs::optim::Adam opt(model->parameters(), gs::optim::AdamOptions(1e-2));  // made before the move: fine
     gs::nn::DataLoader train(data, gs::nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3));
     gs::nn::DataLoader val(data, gs::nn::DataLoaderOptions().batch_size(50));
-    gs::optim::Trainer t(*model, opt, gs::optim::TrainerOptions().device(d).epochs(2).progress(gs::optim::Progress::Off));
+    gs::optim::Trainer t(*model, opt,
+                         gs::optim::TrainerOptions().device(d).epochs(2).progress(gs::optim::Progress::Off));
     bool batches_on_device = true;
     t.on_step([&](const gs::optim::StepInfo& s) { batches_on_device = batches_on_device && s.batch->x.device() == d; });
     r = t.fit(train, &val);
@@ -138,7 +141,8 @@ TEST_CASE("Trainer device option: the model and batches move to cuda, the losses
   fit_on(kCUDA, rd);
   REQUIRE(rc.step_losses.size() == 6);
   REQUIRE(rd.step_losses.size() == rc.step_losses.size());
-  for (size_t i = 0; i < rc.step_losses.size(); ++i) CHECK(rd.step_losses[i] == doctest::Approx(rc.step_losses[i]).epsilon(1e-4));
+  for (size_t i = 0; i < rc.step_losses.size(); ++i)
+    CHECK(rd.step_losses[i] == doctest::Approx(rc.step_losses[i]).epsilon(1e-4));
   CHECK(rd.last().val_loss == doctest::Approx(rc.last().val_loss).epsilon(1e-4));
   CHECK(rd.last().val_accuracy == rc.last().val_accuracy);
 }
@@ -213,14 +217,15 @@ TEST_CASE("M13 (gradcheck_module) on a module on cuda: the cpu's findings; the m
     const Tensor w_before = dev->weight.cpu().clone();
     const Tensor gw = gs::randn({2, 3}, {}, &g);
     dev->weight.set_grad(gw.to(kCUDA));
-    const auto fc = gs::debug::gradcheck_module(*cpu, x, "lin"), fd = gs::debug::gradcheck_module(*dev, x.to(kCUDA), "lin");
+    const auto fc = gs::debug::gradcheck_module(*cpu, x, "lin"),
+               fd = gs::debug::gradcheck_module(*dev, x.to(kCUDA), "lin");
     REQUIRE(fd.size() == fc.size());
     CHECK(fc.size() == (buggy ? 1u : 0u));
     for (size_t i = 0; i < fc.size(); ++i) {
       CHECK(fd[i].check == "M13");
       CHECK(fd[i].parameter == fc[i].parameter);
       CHECK(fd[i].evidence.at(1).value == fc[i].evidence.at(1).value);  // the same worst element
-      CHECK(fd[i].cause.find("CPU copy") != std::string::npos);           // says where it was checked
+      CHECK(fd[i].cause.find("CPU copy") != std::string::npos);         // says where it was checked
       CHECK(fc[i].cause.find("CPU copy") == std::string::npos);
     }
     // Back on cuda, in float32, with the same values and the gradient it had.
@@ -293,14 +298,16 @@ TEST_CASE("the host-only checks refuse a module spread over two devices, and the
 
 namespace {
 // The finding ids a monitored short run reports, on device d, with a bug injected by `setup`.
-std::vector<std::string> monitored_run(gs::Device d, const std::function<void(gs::optim::TrainerOptions&, gs::nn::Sequential&)>& setup) {
+std::vector<std::string> monitored_run(
+    gs::Device d, const std::function<void(gs::optim::TrainerOptions&, gs::nn::Sequential&)>& setup) {
   gs::Generator g;
   Tensor x = gs::randn({64, 8}, {}, &g);
   Tensor y = gs::randint(0, 3, {64}, gs::kInt64, &g);
   auto data = std::make_shared<gs::nn::TensorDataset>(x, y);
   gs::manual_seed(11);
-  auto model = std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(8, 16),
-                                                    std::make_shared<gs::nn::ReLU>(), std::make_shared<gs::nn::Linear>(16, 3));
+  auto model =
+      std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(8, 16), std::make_shared<gs::nn::ReLU>(),
+                                           std::make_shared<gs::nn::Linear>(16, 3));
   gs::optim::TrainerOptions o = gs::optim::TrainerOptions().device(d).epochs(3).progress(gs::optim::Progress::Off);
   setup(o, *model);
   model->to(d);

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <string>
 
-#include "tests/cuda/cuda_test_util.h"
 #include "debug/zoo/zoo.h"
+#include "tests/cuda/cuda_test_util.h"
 
 namespace zoo = gs::debug::zoo;
 namespace nn = gs::nn;
@@ -64,8 +64,8 @@ TEST_CASE("zoo on cuda: the clean reference and bugs B12, B21, B22 get the cpu's
   }
   // B22 is caught by M13 and B21 by M18, the two checks that run on a CPU copy of a device
   // model; B12 by M5 (gradient flow), from gradients computed on the device.
-  for (const nn::BugSet& bugs : {nn::BugSet{}, nn::BugSet{nn::Bug::B12}, nn::BugSet{nn::Bug::B21},
-                                 nn::BugSet{nn::Bug::B22}}) {
+  for (const nn::BugSet& bugs :
+       {nn::BugSet{}, nn::BugSet{nn::Bug::B12}, nn::BugSet{nn::Bug::B21}, nn::BugSet{nn::Bug::B22}}) {
     const std::string id = bugs.empty() ? "clean" : bugs.str();
     CAPTURE(id);
     const zoo::RunResult cpu = run_on(bugs, gs::kCPU), dev = run_on(bugs, gs::kCUDA);

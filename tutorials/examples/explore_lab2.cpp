@@ -102,17 +102,19 @@ int main(int argc, char** argv) {
       const double d = max_diff(mine.steps[i].second.grad(), ref.steps[i].second.grad());
       if (d <= tol) break;
       const std::string sender = s.incoming.empty() ? "?" : name_of(s.incoming[0].from);
-      std::printf("explore_lab2: the gradient first differs at node %s (the output of %s): the gradient it "
-                  "received from %s is off by up to %.3g; check the backward of %s\n",
-                  name_of(s.node.get()).c_str(), mine.steps[i].first.c_str(), sender.c_str(), d, sender.c_str());
+      std::printf(
+          "explore_lab2: the gradient first differs at node %s (the output of %s): the gradient it "
+          "received from %s is off by up to %.3g; check the backward of %s\n",
+          name_of(s.node.get()).c_str(), mine.steps[i].first.c_str(), sender.c_str(), d, sender.c_str());
       return 1;
     }
     for (const auto& [w, rw, name] : {std::tuple{mine.w1, ref.w1, "w1"}, std::tuple{mine.w2, ref.w2, "w2"}})
       if (s.leaf == &w.impl() && max_diff(w.grad(), rw.grad()) > tol) {
         const std::string sender = s.incoming.empty() ? "?" : name_of(s.incoming[0].from);
-        std::printf("explore_lab2: your gradient for %s differs first at node %s: it arrived from %s, off by up to "
-                    "%.3g; check the backward of %s\n",
-                    name, name_of(s.node.get()).c_str(), sender.c_str(), max_diff(w.grad(), rw.grad()), sender.c_str());
+        std::printf(
+            "explore_lab2: your gradient for %s differs first at node %s: it arrived from %s, off by up to "
+            "%.3g; check the backward of %s\n",
+            name, name_of(s.node.get()).c_str(), sender.c_str(), max_diff(w.grad(), rw.grad()), sender.c_str());
         return 1;
       }
   }

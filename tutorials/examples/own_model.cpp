@@ -26,8 +26,10 @@ struct Gate : nn::Module {
   Tensor forward(const Tensor& x) override {
     Tensor g = sigmoid(x);
     // BUG inplace: mul_ changes the output the sigmoid saved for its backward. Correct: g * 2.0.
-    if (bug == "inplace") g.mul_(2.0);
-    else g = g * 2.0;
+    if (bug == "inplace")
+      g.mul_(2.0);
+    else
+      g = g * 2.0;
     return x * g;
   }
 };
@@ -55,9 +57,12 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--bug" && i + 1 < argc) bug = argv[++i];
-    else if (a == "--out" && i + 1 < argc) out = argv[++i];
-    else if (a == "--json") json = true;
+    if (a == "--bug" && i + 1 < argc)
+      bug = argv[++i];
+    else if (a == "--out" && i + 1 < argc)
+      out = argv[++i];
+    else if (a == "--json")
+      json = true;
     else {
       std::cerr << "usage: own_model [--bug no-zero-grad|eval-mode|inplace] [--out DIR] [--json]\n";
       return 2;
@@ -111,7 +116,9 @@ int main(int argc, char** argv) {
     dbg.error(e);  // the loop's error becomes a finding (M20 for an in-place error)
   }
   debug::RunReport r = dbg.finish();
-  if (json) std::cout << r.json() << "\n";
-  else std::cout << r.str() << "report: " << r.html_path << "\n";
+  if (json)
+    std::cout << r.json() << "\n";
+  else
+    std::cout << r.str() << "report: " << r.html_path << "\n";
   return 0;
 }

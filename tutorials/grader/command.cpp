@@ -66,8 +66,7 @@ void write_results_channel(const std::string& kind, const std::string& rest) {
 namespace {
 
 // The exit status that `expect` asks for (see CommandOptions).
-int expected_status(const std::vector<LabResult>& results, const std::string& expect, std::ostream& out,
-                    bool json) {
+int expected_status(const std::vector<LabResult>& results, const std::string& expect, std::ostream& out, bool json) {
   if (expect.empty()) return 0;
   GS_CHECK(expect == "full" || expect == "consistent", "lab", "unknown --expect '", expect,
            "': use full or consistent");
@@ -87,8 +86,8 @@ int expected_status(const std::vector<LabResult>& results, const std::string& ex
       }
       if (expect == "consistent" && t.status == Status::NotImplemented &&
           (t.points != 0 || t.feedback.rfind("not implemented yet", 0) != 0)) {
-        log << "expect consistent: " << id << " is not implemented but got " << t.points
-            << " points and feedback '" << t.feedback << "'\n";
+        log << "expect consistent: " << id << " is not implemented but got " << t.points << " points and feedback '"
+            << t.feedback << "'\n";
         status = 1;
       }
     }
@@ -104,8 +103,10 @@ int expected_status(const std::vector<LabResult>& results, const std::string& ex
 
 int run_command(const CommandOptions& o, std::ostream& out) {
   if (o.action == "list") {
-    if (o.json) out << list_json() << "\n";
-    else print_list(out);
+    if (o.json)
+      out << list_json() << "\n";
+    else
+      print_list(out);
     return 0;
   }
   GS_CHECK(o.action == "check", "lab", "unknown action '", o.action, "': use list or check");
@@ -142,8 +143,10 @@ int run_command(const CommandOptions& o, std::ostream& out) {
   // channel; stderr, unbuffered, without one).
   auto event = [&](const std::string& kind, const std::string& rest) {
     if (!o.events) return;
-    if (has_results_channel()) write_results_channel(kind, rest);
-    else std::fprintf(stderr, "@%s %s\n", kind.c_str(), rest.c_str());
+    if (has_results_channel())
+      write_results_channel(kind, rest);
+    else
+      std::fprintf(stderr, "@%s %s\n", kind.c_str(), rest.c_str());
   };
   auto on_event = [&](const TaskResult& t) {
     event("task-done", std::to_string(t.lab) + "." + std::to_string(t.number) + " " + std::to_string(t.points) + " " +
@@ -159,7 +162,8 @@ int run_command(const CommandOptions& o, std::ostream& out) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const std::string text = gradescope_json(results.back(), seconds) + "\n";
       if (o.events) write_results_channel("gradescope", text.substr(0, text.size() - 1));
-      if (o.gradescope == "-") out << text;
+      if (o.gradescope == "-")
+        out << text;
       else {
         write_file_atomic(o.gradescope, text, "lab check --gradescope");
         out << "lab " << l->number << ": " << results.back().points << "/" << results.back().max_points

@@ -69,8 +69,8 @@ Case transpose_case(const std::string& name, std::function<Tensor()> make, int64
 Case narrow_case(const std::string& name, std::function<Tensor()> make, int64_t dim, int64_t start, int64_t len) {
   return {name, [=](Check& c) {
             const Tensor t = make();
-            c.input("t = " + describe(t) + ", dim " + std::to_string(dim) + ", start " +
-                    std::to_string(start) + ", length " + std::to_string(len));
+            c.input("t = " + describe(t) + ", dim " + std::to_string(dim) + ", start " + std::to_string(start) +
+                    ", length " + std::to_string(len));
             require_view(c, lab1::narrow_view(t, dim, start, len), t.narrow(dim, start, len), t, "narrow_view");
           }};
 }
@@ -129,16 +129,34 @@ Lab make_lab1() {
   lab.title = "Tensors, views, strides and broadcasting";
   lab.starter = "tutorials/lab1_tensors/lab1.cpp";
 
-  lab.tasks.push_back({1, "row-major strides", 10, "contiguous_strides()",
+  lab.tasks.push_back({1,
+                       "row-major strides",
+                       10,
+                       "contiguous_strides()",
                        {strides_case({2, 3, 4}), strides_case({5}), strides_case({}), strides_case({3, 1, 2}),
                         strides_case({1, 1}), strides_case({4, 5, 6, 7})}});
 
   lab.tasks.push_back(
-      {2, "the storage position of an element", 10, "storage_index()",
-       {storage_index_case("contiguous (2, 3, 4)", [] { return av({2, 3, 4}); }),
-        storage_index_case("transposed (3, 4) -> (4, 3)", [] { return av({3, 4}).t(); }),
-        storage_index_case("narrowed (4, 5) -> (2, 3), offset 7", [] { return av({4, 5}).narrow(0, 1, 2).narrow(1, 2, 3); }),
-        storage_index_case("expanded (3, 1) -> (3, 4), stride 0", [] { return av({3, 1}).expand(vary(Shape{3, 4})); }),
+      {2,
+       "the storage position of an element",
+       10,
+       "storage_index()",
+       {storage_index_case("contiguous (2, 3, 4)",
+                           [] {
+                             return av({2, 3, 4});
+                           }),
+        storage_index_case("transposed (3, 4) -> (4, 3)",
+                           [] {
+                             return av({3, 4}).t();
+                           }),
+        storage_index_case("narrowed (4, 5) -> (2, 3), offset 7",
+                           [] {
+                             return av({4, 5}).narrow(0, 1, 2).narrow(1, 2, 3);
+                           }),
+        storage_index_case("expanded (3, 1) -> (3, 4), stride 0",
+                           [] {
+                             return av({3, 1}).expand(vary(Shape{3, 4}));
+                           }),
         storage_index_case("0-dim scalar", [] { return scalar_tensor(5.0); }),
         {"an index of the wrong length throws",
          [](Check& c) {
@@ -152,12 +170,40 @@ Lab make_lab1() {
          }}}});
 
   lab.tasks.push_back(
-      {3, "transpose as a view", 15, "transpose_view()",
-       {transpose_case("(2, 3), swap 0 and 1", [] { return av({2, 3}); }, 0, 1),
-        transpose_case("(2, 3, 4), swap 0 and 2", [] { return av({2, 3, 4}); }, 0, 2),
-        transpose_case("(2, 3, 4), swap 2 and 1", [] { return av({2, 3, 4}); }, 2, 1),
-        transpose_case("a narrowed (offset 5) tensor", [] { return av({4, 5}).narrow(0, 1, 3); }, 0, 1),
-        transpose_case("a dim with itself", [] { return av({2, 3}); }, 1, 1),
+      {3,
+       "transpose as a view",
+       15,
+       "transpose_view()",
+       {transpose_case(
+            "(2, 3), swap 0 and 1",
+            [] {
+              return av({2, 3});
+            },
+            0, 1),
+        transpose_case(
+            "(2, 3, 4), swap 0 and 2",
+            [] {
+              return av({2, 3, 4});
+            },
+            0, 2),
+        transpose_case(
+            "(2, 3, 4), swap 2 and 1",
+            [] {
+              return av({2, 3, 4});
+            },
+            2, 1),
+        transpose_case(
+            "a narrowed (offset 5) tensor",
+            [] {
+              return av({4, 5}).narrow(0, 1, 3);
+            },
+            0, 1),
+        transpose_case(
+            "a dim with itself",
+            [] {
+              return av({2, 3});
+            },
+            1, 1),
         {"a write through the view shows in the original", [](Check& c) {
            Tensor t = ar({2, 3});
            c.input("t = arange(6).view(2, 3); v = transpose_view(t, 0, 1); v[2] = -1 (v's row 2 is t's column 2)");
@@ -168,12 +214,40 @@ Lab make_lab1() {
          }}}});
 
   lab.tasks.push_back(
-      {4, "narrow as a view", 15, "narrow_view()",
-       {narrow_case("(3, 4), dim 1, start 1, length 2", [] { return av({3, 4}); }, 1, 1, 2),
-        narrow_case("(3, 4), dim 0, start 1, length 2", [] { return av({3, 4}); }, 0, 1, 2),
-        narrow_case("(2, 3, 4), dim 2, start 3, length 1", [] { return av({2, 3, 4}); }, 2, 3, 1),
-        narrow_case("a transposed (5, 4) tensor, dim 0, start 2, length 3", [] { return av({4, 5}).t(); }, 0, 2, 3),
-        narrow_case("a narrowed tensor, narrowed again", [] { return av({6, 4}).narrow(0, 2, 4); }, 0, 1, 2),
+      {4,
+       "narrow as a view",
+       15,
+       "narrow_view()",
+       {narrow_case(
+            "(3, 4), dim 1, start 1, length 2",
+            [] {
+              return av({3, 4});
+            },
+            1, 1, 2),
+        narrow_case(
+            "(3, 4), dim 0, start 1, length 2",
+            [] {
+              return av({3, 4});
+            },
+            0, 1, 2),
+        narrow_case(
+            "(2, 3, 4), dim 2, start 3, length 1",
+            [] {
+              return av({2, 3, 4});
+            },
+            2, 3, 1),
+        narrow_case(
+            "a transposed (5, 4) tensor, dim 0, start 2, length 3",
+            [] {
+              return av({4, 5}).t();
+            },
+            0, 2, 3),
+        narrow_case(
+            "a narrowed tensor, narrowed again",
+            [] {
+              return av({6, 4}).narrow(0, 2, 4);
+            },
+            0, 1, 2),
         {"out of range throws",
          [](Check& c) {
            c.input("t (3, 4): dim 1 start 3 length 2; dim 0 start -1 length 1");
@@ -186,37 +260,71 @@ Lab make_lab1() {
            Tensor v = lab1::narrow_view(t, 1, 1, 2);
            require_view(c, v, t.narrow(1, 1, 2), t, "narrow_view");
            v.fill_(-1.0);
-           c.require_close(t, tensor({0, -1, -1, 3, 4, -1, -1, 7, 8, -1, -1, 11}, {3, 4}), "t after v.fill_(-1)",
-                           0.0, 0.0);
+           c.require_close(t, tensor({0, -1, -1, 3, 4, -1, -1, 7, 8, -1, -1, 11}, {3, 4}), "t after v.fill_(-1)", 0.0,
+                           0.0);
          }}}});
 
-  lab.tasks.push_back(
-      {5, "a contiguous copy, element by element", 20, "contiguous_copy()",
-       {copy_case("contiguous (2, 3)", [] { return av({2, 3}); }),
-        copy_case("transposed (3, 4) -> (4, 3)", [] { return av({3, 4}).t(); }),
-        copy_case("narrowed and permuted (3, 4, 5) -> (5, 2, 3), offset 5",
-                  [] { return av({3, 4, 5}).narrow(1, 1, 2).permute({2, 1, 0}); }),
-        copy_case("expanded (3, 1) -> (3, 4), stride 0", [] { return av({3, 1}).expand(vary(Shape{3, 4})); }),
-        copy_case("0-dim scalar", [] { return scalar_tensor(3.5); }),
-        copy_case("empty (0, 3)", [] { return zeros(vary({0, 3})); })}});
+  lab.tasks.push_back({5,
+                       "a contiguous copy, element by element",
+                       20,
+                       "contiguous_copy()",
+                       {copy_case("contiguous (2, 3)",
+                                  [] {
+                                    return av({2, 3});
+                                  }),
+                        copy_case("transposed (3, 4) -> (4, 3)",
+                                  [] {
+                                    return av({3, 4}).t();
+                                  }),
+                        copy_case("narrowed and permuted (3, 4, 5) -> (5, 2, 3), offset 5",
+                                  [] {
+                                    return av({3, 4, 5}).narrow(1, 1, 2).permute({2, 1, 0});
+                                  }),
+                        copy_case("expanded (3, 1) -> (3, 4), stride 0",
+                                  [] {
+                                    return av({3, 1}).expand(vary(Shape{3, 4}));
+                                  }),
+                        copy_case("0-dim scalar", [] { return scalar_tensor(3.5); }), copy_case("empty (0, 3)", [] {
+                          return zeros(vary({0, 3}));
+                        })}});
 
   lab.tasks.push_back(
-      {6, "the broadcast shape", 15, "broadcast_shape()",
-       {broadcast_shape_case({3, 1}, {1, 4}), broadcast_shape_case({2, 3, 4}, {4}),
-        broadcast_shape_case({}, {2, 2}), broadcast_shape_case({5, 1, 3}, {4, 1}),
-        broadcast_shape_case({1}, {1}), broadcast_shape_case({2, 1, 1}, {3, 1}),
-        broadcast_shape_error_case({2, 3}, {3, 2}), broadcast_shape_error_case({3}, {4}),
-        broadcast_shape_error_case({2, 3, 4}, {2, 4})}});
+      {6,
+       "the broadcast shape",
+       15,
+       "broadcast_shape()",
+       {broadcast_shape_case({3, 1}, {1, 4}), broadcast_shape_case({2, 3, 4}, {4}), broadcast_shape_case({}, {2, 2}),
+        broadcast_shape_case({5, 1, 3}, {4, 1}), broadcast_shape_case({1}, {1}),
+        broadcast_shape_case({2, 1, 1}, {3, 1}), broadcast_shape_error_case({2, 3}, {3, 2}),
+        broadcast_shape_error_case({3}, {4}), broadcast_shape_error_case({2, 3, 4}, {2, 4})}});
 
   lab.tasks.push_back(
-      {7, "broadcasting as a view (stride 0)", 15, "broadcast_to()",
-       {broadcast_to_case("(3, 1) -> (3, 4)", [] { return av({3, 1}); }, {3, 4}),
+      {7,
+       "broadcasting as a view (stride 0)",
+       15,
+       "broadcast_to()",
+       {broadcast_to_case("(3, 1) -> (3, 4)",
+                          [] {
+                            return av({3, 1});
+                          },
+                          {3, 4}),
         broadcast_to_case("(3) -> (2, 3)", [] { return av({3}); }, {2, 3}),
         broadcast_to_case("0-dim -> (2, 2)", [] { return scalar_tensor(7.0); }, {2, 2}),
-        broadcast_to_case("transposed (3, 2) -> (4, 3, 2)", [] { return av({2, 3}).t(); }, {4, 3, 2}),
+        broadcast_to_case("transposed (3, 2) -> (4, 3, 2)",
+                          [] {
+                            return av({2, 3}).t();
+                          },
+                          {4, 3, 2}),
         broadcast_to_case("(2, 1, 3) -> (2, 5, 3), narrowed input (offset 3)",
-                          [] { return av({4, 1, 3}).narrow(0, 1, vary(2)); }, {2, 5, 3}),
-        broadcast_to_case("(2, 3) -> (2, 3), nothing to do", [] { return av({2, 3}); }, {2, 3}),
+                          [] {
+                            return av({4, 1, 3}).narrow(0, 1, vary(2));
+                          },
+                          {2, 5, 3}),
+        broadcast_to_case("(2, 3) -> (2, 3), nothing to do",
+                          [] {
+                            return av({2, 3});
+                          },
+                          {2, 3}),
         {"shapes that do not broadcast throw", [](Check& c) {
            c.input("(3) -> (4); (2, 3) -> (3); (2, 3) -> (2, 1)");
            c.require_throws([] { lab1::broadcast_to(ar({3}), {4}); }, "broadcast_to (3) -> (4)");

@@ -16,8 +16,8 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/evidence/catalogue.h"
 #include "debug/checks/dist/dist_checks.h"
+#include "debug/evidence/catalogue.h"
 #include "distributed/ddp.h"
 #include "distributed/sampler.h"
 #include "nn/nn.h"
@@ -61,14 +61,14 @@ std::string list_str(const std::vector<int64_t>& v, size_t k = 12) {
 // to another.
 void shards_case(Check& c, int64_t n, int ws, uint64_t public_seed, int64_t epoch) {
   const uint64_t seed = input_seed(public_seed);
-  c.input("n = " + std::to_string(n) + ", " + std::to_string(ws) + " ranks, seed " + std::to_string(seed) +
-          ", epoch " + std::to_string(epoch));
+  c.input("n = " + std::to_string(n) + ", " + std::to_string(ws) + " ranks, seed " + std::to_string(seed) + ", epoch " +
+          std::to_string(epoch));
   std::vector<std::vector<int64_t>> got;
   for (int r = 0; r < ws; ++r) {
     got.push_back(lab10::shard_indices(n, r, ws, seed, epoch));
     const std::vector<int64_t> want = key_shard(n, r, ws, seed, epoch);
-    c.require(got.back() == want, "rank " + std::to_string(r) + ": expected " + list_str(want) + ", got " +
-                                      list_str(got.back()));
+    c.require(got.back() == want,
+              "rank " + std::to_string(r) + ": expected " + list_str(want) + ", got " + list_str(got.back()));
   }
   const auto d11 = debug::check_shards(got, n, epoch);
   c.require(!d11.empty() && !d11.front().fires(), "internal: D11 fired on the key's shards");
@@ -113,8 +113,8 @@ void average_case(Check& c, bool freeze_first) {
   auto& pg = world();
   const int ws = pg.world_size();
   c.input(std::string("Linear(6, 32), ReLU, Linear(32, 3), the same weights on every rank") +
-          (freeze_first ? ", the first Linear frozen (no gradient)" : "") + "; rank r's batch: 8 blobs examples of its own; " +
-          std::to_string(ws) + " ranks");
+          (freeze_first ? ", the first Linear frozen (no gradient)" : "") +
+          "; rank r's batch: 8 blobs examples of its own; " + std::to_string(ws) + " ranks");
   manual_seed(21);
   auto m = small_mlp(false);
   if (freeze_first) (*m)[0]->requires_grad_(false);
@@ -140,8 +140,7 @@ void average_case(Check& c, bool freeze_first) {
   in.scale = debug::reduction_scales(grads_of(*m), want);
   in.world_size = ws;
   const auto o7 = debug::check_gradient_reduction(in);
-  if (!o7.empty())
-    c.fail("O7 (debug::check_gradient_reduction) on your gradients:\n" + o7.front().str());
+  if (!o7.empty()) c.fail("O7 (debug::check_gradient_reduction) on your gradients:\n" + o7.front().str());
   const std::vector<Tensor> got = grads_of(*m);
   const auto names = debug::trainable_names(*m);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -190,7 +189,8 @@ RunOut run_recipe(char which) {
     // The student's checks, then the reference (the library's), on the same state. The student's
     // reads the generator after the step: the forward advanced it by the same amount on every rank.
     out.students.add(lab10::check_replicas(*m, pg, step));
-    out.reference.add(debug::check_params_in_sync(debug::trainable_names(*m), gather(debug::fingerprint_params(*m)), step));
+    out.reference.add(
+        debug::check_params_in_sync(debug::trainable_names(*m), gather(debug::fingerprint_params(*m)), step));
     out.reference.add(debug::check_rank_randomness(gen, true, step));
   }
   return out;
@@ -219,9 +219,8 @@ void replica_case(Check& c, char which, const std::string& must_fire) {
               "check_rank_randomness (M22), the info ones too");
     c.note("your checks on the correct run: nothing fired");
   } else {
-    c.require(r.students.fired(must_fire),
-              "the reference checks find this bug with " + debug::check_label(must_fire) +
-                  ", yours did not fire it; yours fired:" + fired_str(r.students));
+    c.require(r.students.fired(must_fire), "the reference checks find this bug with " + debug::check_label(must_fire) +
+                                               ", yours did not fire it; yours fired:" + fired_str(r.students));
     const std::vector<debug::Finding> fs = r.students.of(must_fire);
     for (const auto& f : fs)
       if (f.fires()) {
@@ -245,7 +244,10 @@ Lab make_lab10() {
   lab.starter = "tutorials/lab10_dist/lab10.cpp";
 
   lab.tasks.push_back(
-      {1, "one shard per rank", 25, "lab10::shard_indices()",
+      {1,
+       "one shard per rank",
+       25,
+       "lab10::shard_indices()",
        {{"2 ranks, n = 10 (no padding)", [](Check& c) { shards_case(c, 10, 2, 3, 0); }},
         {"3 ranks, n = 1001 (padded with 2)", [](Check& c) { shards_case(c, 1001, 3, 5, 4); }},
         {"4 ranks, n = 7 (padded with 1)", [](Check& c) { shards_case(c, 7, 4, 1, 2); }},
@@ -264,31 +266,36 @@ Lab make_lab10() {
            c.require_throws([] { lab10::shard_indices(10, 0, 0, 0, 0); }, "shard_indices(world_size 0)");
            c.require_throws([] { lab10::shard_indices(-1, 0, 2, 0, 0); }, "shard_indices(n = -1)");
          }},
-        {"every rank on rank 0's shard is what D11 catches (bug B31)",
-         [](Check& c) {
+        {"every rank on rank 0's shard is what D11 catches (bug B31)", [](Check& c) {
            c.input("n = 100, 2 ranks: both ranks call shard_indices with rank 0");
            const auto s = lab10::shard_indices(100, 0, 2, 2, 0);
            const auto d11 = debug::check_shards({s, s}, 100, 0);
-           c.require(!d11.empty() && d11.front().fires(), "D11 did not fire on two identical shards of " +
-                                                              list_str(s) + ": are your shards half the dataset?");
+           c.require(!d11.empty() && d11.front().fires(), "D11 did not fire on two identical shards of " + list_str(s) +
+                                                              ": are your shards half the dataset?");
            c.note("D11 on rank 0's shard read twice: " + d11.front().title);
          }}}});
 
-  lab.tasks.push_back(
-      {2, "average the gradients", 25, "lab10::average_gradients()",
-       {{"every parameter, averaged over the ranks", [](Check& c) { average_case(c, false); }, 2},
-        {"a frozen layer is skipped", [](Check& c) { average_case(c, true); }}}});
+  lab.tasks.push_back({2,
+                       "average the gradients",
+                       25,
+                       "lab10::average_gradients()",
+                       {{"every parameter, averaged over the ranks", [](Check& c) { average_case(c, false); }, 2},
+                        {"a frozen layer is skipped", [](Check& c) { average_case(c, true); }}}});
+
+  lab.tasks.push_back({3,
+                       "check the replicas",
+                       30,
+                       "lab10::check_replicas()",
+                       {{"a correct run: silent", [](Check& c) { replica_case(c, 'C', ""); }},
+                        {"mystery A is caught", [](Check& c) { replica_case(c, 'A', "M21"); }},
+                        {"mystery B is caught", [](Check& c) { replica_case(c, 'B', "M22"); }}}});
 
   lab.tasks.push_back(
-      {3, "check the replicas", 30, "lab10::check_replicas()",
-       {{"a correct run: silent", [](Check& c) { replica_case(c, 'C', ""); }},
-        {"mystery A is caught", [](Check& c) { replica_case(c, 'A', "M21"); }},
-        {"mystery B is caught", [](Check& c) { replica_case(c, 'B', "M22"); }}}});
-
-  lab.tasks.push_back(
-      {4, "name the two bugs", 20, "lab10::mystery_bugs()",
-       {{"mystery A and mystery B",
-         [](Check& c) {
+      {4,
+       "name the two bugs",
+       20,
+       "lab10::mystery_bugs()",
+       {{"mystery A and mystery B", [](Check& c) {
            c.input("the ids of mystery A's and mystery B's bugs, in that order");
            const std::vector<std::string> got = lab10::mystery_bugs();
            c.require_eq(static_cast<int64_t>(got.size()), 2, "the number of ids");

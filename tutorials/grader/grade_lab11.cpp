@@ -97,8 +97,9 @@ void run_and_check(Check& c, const Rung& r, const wb::Problem& p, const wb::Shap
       c.fail(std::string(r.name) + " wrote before C's first element (C[" + std::to_string(g - kGuard) +
              "]): check the start of your row and column loops");
     if (!is_fill(buf[static_cast<size_t>(kGuard + n + g)]))
-      c.fail(std::string(r.name) + " wrote past C's last element (C[" + std::to_string(n + g) + "], C has M * N = " +
-             std::to_string(n) + " elements): a tile or vector store that runs over the edge; the last rows and "
+      c.fail(std::string(r.name) + " wrote past C's last element (C[" + std::to_string(n + g) +
+             "], C has M * N = " + std::to_string(n) +
+             " elements): a tile or vector store that runs over the edge; the last rows and "
              "columns need their own, narrower path");
   }
   const wb::Validation v = wb::validate_result(C, p.want.data(), n, 0.0, 0.0, p.atol_each.data());
@@ -106,13 +107,14 @@ void run_and_check(Check& c, const Rung& r, const wb::Problem& p, const wb::Shap
   const int64_t i = v.first_bad / std::max<int64_t>(s.n, 1), j = v.first_bad % std::max<int64_t>(s.n, 1);
   std::string msg = "C: " + std::to_string(v.mismatches) + " of " + std::to_string(n) +
                     " elements outside their error bound; the first at (" + std::to_string(i) + ", " +
-                    std::to_string(j) + "): expected " + g9(v.first_want) + ", got " + g9(v.first_got) +
-                    " (bound " + g9(p.atol_each[static_cast<size_t>(v.first_bad)]) +
+                    std::to_string(j) + "): expected " + g9(v.first_want) + ", got " + g9(v.first_got) + " (bound " +
+                    g9(p.atol_each[static_cast<size_t>(v.first_bad)]) +
                     ": gamma_K sum_k |A(i, k) B(k, j)| + u |C(i, j)|, the a priori bound of a K-term float dot product "
                     "in any order)";
   if (std::isnan(v.first_got))
-    msg += ". C held NaN before the call: an element you never wrote, or one you added to (+=) without "
-           "setting C to 0 first, reads NaN";
+    msg +=
+        ". C held NaN before the call: an element you never wrote, or one you added to (+=) without "
+        "setting C to 0 first, reads NaN";
   c.fail(msg);
 }
 
@@ -138,9 +140,13 @@ std::vector<Case> product_cases(const Rung& r) {
       product_case(r, "1 x 1 x 1", base + 0, fixed_shape(1, 1, 1)),
       product_case(r, "K = 0: C is all zeros", base + 1, fixed_shape(5, 7, 0)),
       product_case(r, "one row of C (M = 1), N and K drawn", base + 2,
-                   [](std::mt19937_64& g) { return wb::Shape{1, draw_prime(g, 37, 131), draw_prime(g, 37, 131)}; }),
+                   [](std::mt19937_64& g) {
+                     return wb::Shape{1, draw_prime(g, 37, 131), draw_prime(g, 37, 131)};
+                   }),
       product_case(r, "one column of C (N = 1), M and K drawn", base + 3,
-                   [](std::mt19937_64& g) { return wb::Shape{draw_prime(g, 37, 131), 1, draw_prime(g, 37, 131)}; }),
+                   [](std::mt19937_64& g) {
+                     return wb::Shape{draw_prime(g, 37, 131), 1, draw_prime(g, 37, 131)};
+                   }),
       product_case(r, "smaller than one tile: every size a prime under 16", base + 4,
                    [](std::mt19937_64& g) {
                      return wb::Shape{draw_prime(g, 2, 13), draw_prime(g, 2, 13), draw_prime(g, 2, 13)};
@@ -161,9 +167,7 @@ std::vector<Case> product_cases(const Rung& r) {
 }
 
 // ---- speed ----------------------------------------------------------------------------------
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -211,73 +215,77 @@ Case speed_case(const Rung& r, int ref_version, double min_ratio, const std::str
           : "v" + std::to_string(ref_version);
   const std::string name = "speed at 255 x 257 x 253: at least " + fixed(min_ratio, min_ratio < 1 ? 1 : 0) +
                            "x the workbench's " + ref_name + ", timed in the same run";
-  return {name,
-          [=](Check& c) {
-            c.require(ladder != nullptr, "the CPU workbench has no matmul ladder (workbench/matmul.cpp)");
-            const wbc::Rung& ref = ladder->rungs[static_cast<size_t>(ref_version - 1)];
-            const wb::Shape s{kTimedM, kTimedN, kTimedK};
-            c.input(std::string(r.name) + "(A, B, C, " + dims3(s.m, s.n, s.k) +
-                    "), the workbench's inputs (uniform in [-1, 1)); the reference: workbench/matmul.cpp " + ref_name);
-            const wb::Problem p = wbc::make_problem(*ladder, s);
-            run_and_check(c, r, p, s);  // correct before it is timed
+  return {
+      name,
+      [=](Check& c) {
+        c.require(ladder != nullptr, "the CPU workbench has no matmul ladder (workbench/matmul.cpp)");
+        const wbc::Rung& ref = ladder->rungs[static_cast<size_t>(ref_version - 1)];
+        const wb::Shape s{kTimedM, kTimedN, kTimedK};
+        c.input(std::string(r.name) + "(A, B, C, " + dims3(s.m, s.n, s.k) +
+                "), the workbench's inputs (uniform in [-1, 1)); the reference: workbench/matmul.cpp " + ref_name);
+        const wb::Problem p = wbc::make_problem(*ladder, s);
+        run_and_check(c, r, p, s);  // correct before it is timed
 #if !GS_LAB11_SIMD
-            if (r.task == 3) {
-              c.note(std::string("this build has no AVX2 + FMA (") + wbc::isa_level() +
-                     "; -march=native on an AVX2 machine, or scripts/build.sh --arch x86-64-v3, has them): "
-                     "Task 11.3 is graded for correctness only, its speed is not measured");
-              return;
-            }
+        if (r.task == 3) {
+          c.note(std::string("this build has no AVX2 + FMA (") + wbc::isa_level() +
+                 "; -march=native on an AVX2 machine, or scripts/build.sh --arch x86-64-v3, has them): "
+                 "Task 11.3 is graded for correctness only, its speed is not measured");
+          return;
+        }
 #endif
-            const Buffer a = aligned_floats(s.m * s.k, p.inputs[0].data()), b = aligned_floats(s.k * s.n, p.inputs[1].data());
-            const Buffer out = aligned_floats(s.m * s.n), out_ref = aligned_floats(s.m * s.n);
-            const float* A = a.get();
-            const float* B = b.get();
-            const float* in[2] = {A, B};
-            auto time_mine = [&] {
-              const double t0 = seconds();
-              r.fn(A, B, out.get(), s.m, s.n, s.k);
-              return seconds() - t0;
-            };
-            auto time_ref = [&] {
-              const double t0 = seconds();
-              ref.fn(in, out_ref.get(), s, 1);
-              return seconds() - t0;
-            };
-            double ratio = 0.0, ms = 0.0, ms_ref = 0.0;
-            int pairs = 0, attempt = 0;
-            while (attempt < kAttempts) {
-              ++attempt;
-              time_ref(), time_mine();  // warm-up: caches, page faults
-              std::vector<double> mine, refs;
-              const double start = seconds();
-              for (;;) {
-                refs.push_back(time_ref());
-                mine.push_back(time_mine());
-                const double spent = seconds() - start;
-                if ((mine.size() >= 7 && spent >= 0.25) || (mine.size() >= 3 && spent >= 3.0) || mine.size() >= 400) break;
-              }
-              const double m = median(mine), mr = median(refs);
-              if (m > 0 && mr / m > ratio) ratio = mr / m, ms = 1e3 * m, ms_ref = 1e3 * mr, pairs = static_cast<int>(mine.size());
-              if (ratio >= min_ratio) break;
-            }
-            const wb::Cost cost = wbc::cost(*ladder, s);
-            const double gf = cost.flops / (ms * 1e6), gf_ref = cost.flops / (ms_ref * 1e6), peak = fma_peak();
-            const std::string attempts = attempt > 1 ? ", best of " + std::to_string(attempt) + " attempts" : "";
-            c.note(std::string(r.name) + ": " + fixed(ms, 3) + " ms, " + fixed(ratio, 2) + "x the workbench's " + ref_name +
-                   " (" + fixed(ms_ref, 3) + " ms; medians of " + std::to_string(pairs) + " interleaved runs each" +
-                   attempts + "; needed: " + fixed(min_ratio, 1) + "x)");
-            c.note("roofline: " + fixed(gf, 1) + " GFLOP/s at " + fixed(cost.flops / cost.bytes, 1) +
-                   " flop/byte (A and B read once, C written once; a current core's ridge lies at 5-20 flop/byte, so the roof "
-                   "here is the FMA peak) = " +
-                   fixed(100.0 * gf / peak, 1) + "% of this core's FMA peak, " + fixed(peak, 0) + " GFLOP/s (" +
-                   wbc::isa_level() + ", measured now by workbench/limits.cpp); " + ref_name + ": " + fixed(gf_ref, 1) +
-                   " GFLOP/s = " + fixed(100.0 * gf_ref / peak, 1) + "%");
-            if (ratio < min_ratio)
-              c.fail(std::string(r.name) + " is " + fixed(ratio, 2) + "x as fast as the workbench's " + ref_name +
-                     " on this machine (" + fixed(ms, 3) + " ms against " + fixed(ms_ref, 3) + " ms), below the " +
-                     fixed(min_ratio, 1) + "x this task asks for. " + why_slow);
-          },
-          8};
+        const Buffer a = aligned_floats(s.m * s.k, p.inputs[0].data()),
+                     b = aligned_floats(s.k * s.n, p.inputs[1].data());
+        const Buffer out = aligned_floats(s.m * s.n), out_ref = aligned_floats(s.m * s.n);
+        const float* A = a.get();
+        const float* B = b.get();
+        const float* in[2] = {A, B};
+        auto time_mine = [&] {
+          const double t0 = seconds();
+          r.fn(A, B, out.get(), s.m, s.n, s.k);
+          return seconds() - t0;
+        };
+        auto time_ref = [&] {
+          const double t0 = seconds();
+          ref.fn(in, out_ref.get(), s, 1);
+          return seconds() - t0;
+        };
+        double ratio = 0.0, ms = 0.0, ms_ref = 0.0;
+        int pairs = 0, attempt = 0;
+        while (attempt < kAttempts) {
+          ++attempt;
+          time_ref(), time_mine();  // warm-up: caches, page faults
+          std::vector<double> mine, refs;
+          const double start = seconds();
+          for (;;) {
+            refs.push_back(time_ref());
+            mine.push_back(time_mine());
+            const double spent = seconds() - start;
+            if ((mine.size() >= 7 && spent >= 0.25) || (mine.size() >= 3 && spent >= 3.0) || mine.size() >= 400) break;
+          }
+          const double m = median(mine), mr = median(refs);
+          if (m > 0 && mr / m > ratio)
+            ratio = mr / m, ms = 1e3 * m, ms_ref = 1e3 * mr, pairs = static_cast<int>(mine.size());
+          if (ratio >= min_ratio) break;
+        }
+        const wb::Cost cost = wbc::cost(*ladder, s);
+        const double gf = cost.flops / (ms * 1e6), gf_ref = cost.flops / (ms_ref * 1e6), peak = fma_peak();
+        const std::string attempts = attempt > 1 ? ", best of " + std::to_string(attempt) + " attempts" : "";
+        c.note(std::string(r.name) + ": " + fixed(ms, 3) + " ms, " + fixed(ratio, 2) + "x the workbench's " + ref_name +
+               " (" + fixed(ms_ref, 3) + " ms; medians of " + std::to_string(pairs) + " interleaved runs each" +
+               attempts + "; needed: " + fixed(min_ratio, 1) + "x)");
+        c.note(
+            "roofline: " + fixed(gf, 1) + " GFLOP/s at " + fixed(cost.flops / cost.bytes, 1) +
+            " flop/byte (A and B read once, C written once; a current core's ridge lies at 5-20 flop/byte, so the roof "
+            "here is the FMA peak) = " +
+            fixed(100.0 * gf / peak, 1) + "% of this core's FMA peak, " + fixed(peak, 0) + " GFLOP/s (" +
+            wbc::isa_level() + ", measured now by workbench/limits.cpp); " + ref_name + ": " + fixed(gf_ref, 1) +
+            " GFLOP/s = " + fixed(100.0 * gf_ref / peak, 1) + "%");
+        if (ratio < min_ratio)
+          c.fail(std::string(r.name) + " is " + fixed(ratio, 2) + "x as fast as the workbench's " + ref_name +
+                 " on this machine (" + fixed(ms, 3) + " ms against " + fixed(ms_ref, 3) + " ms), below the " +
+                 fixed(min_ratio, 1) + "x this task asks for. " + why_slow);
+      },
+      8};
 }
 
 }  // namespace
@@ -294,8 +302,8 @@ Lab make_lab11() {
   const Rung simd{3, lab11::matmul_simd, "matmul_simd"};
 
   std::vector<Case> t1 = product_cases(ikj);
-  t1.push_back(speed_case(ikj, 1, 2.0,
-                          "Is the inner loop over j (unit stride in B and C)? With k innermost it is the naive loop again."));
+  t1.push_back(speed_case(
+      ikj, 1, 2.0, "Is the inner loop over j (unit stride in B and C)? With k innermost it is the naive loop again."));
   lab.tasks.push_back({1, "the loop order: ikj", 30, "lab11::matmul_ikj()", std::move(t1)});
 
   std::vector<Case> t2 = product_cases(blocked);

@@ -45,9 +45,8 @@ Case forward_case(const std::string& name, std::vector<Shape> shapes, Fn mine, F
 // (which records the library's backward) would pass gradcheck without any work.
 void require_node(Check& c, const Tensor& out, const std::string& node) {
   c.require(out.defined(), "the op returned an undefined Tensor");
-  c.require(out.grad_fn() != nullptr,
-            "the output has no grad_fn although an input requires grad: call record(\"" + node +
-                "\", out, {...}, backward) after the forward");
+  c.require(out.grad_fn() != nullptr, "the output has no grad_fn although an input requires grad: call record(\"" +
+                                          node + "\", out, {...}, backward) after the forward");
   c.require(out.grad_fn()->name() == node,
             std::string("the output's grad_fn is '") + out.grad_fn()->name() + "', expected your node '" + node +
                 "': compute the forward under NoGradGuard and record() your own backward");
@@ -98,8 +97,9 @@ Case no_graph_case(std::vector<Shape> shapes, Fn mine) {
             c.input(shapes_str(ys) + ", requiring grad, inside a NoGradGuard");
             NoGradGuard no_grad;
             const Tensor out2 = mine(ys);
-            c.require(out2.grad_fn() == nullptr, "inside a NoGradGuard the op still recorded a node: guard the "
-                                                 "record() call with needs_grad(...), which is false there");
+            c.require(out2.grad_fn() == nullptr,
+                      "inside a NoGradGuard the op still recorded a node: guard the "
+                      "record() call with needs_grad(...), which is false there");
           }};
 }
 
@@ -163,9 +163,11 @@ Lab make_lab2() {
   const Fn mul = watched([](const tensor_list& x) { return lab2::mul(x[0], x[1]); });
   const Fn ref_mul = [](const tensor_list& x) { return x[0] * x[1]; };
   lab.tasks.push_back(
-      {1, "mul, with broadcasting", 20, "lab2::mul()",
-       {forward_case("(3, 4) * (3, 4)", {{3, 4}, {3, 4}}, mul, ref_mul),
-        node_case("lab2::mul", {{3, 4}, {3, 4}}, mul),
+      {1,
+       "mul, with broadcasting",
+       20,
+       "lab2::mul()",
+       {forward_case("(3, 4) * (3, 4)", {{3, 4}, {3, 4}}, mul, ref_mul), node_case("lab2::mul", {{3, 4}, {3, 4}}, mul),
         gradcheck_case("(3, 4) * (3, 4)", "lab2::mul", {{3, 4}, {3, 4}}, mul),
         gradcheck_case("broadcast (3, 1) * (1, 4)", "lab2::mul", {{3, 1}, {1, 4}}, mul),
         gradcheck_case("broadcast (2, 3, 4) * (4)", "lab2::mul", {{2, 3, 4}, {4}}, mul),
@@ -175,44 +177,52 @@ Lab make_lab2() {
         inplace_case("mul", {{3, 4}, {3, 4}}, mul)}});
 
   const Fn tanh = unary(lab2::tanh);
-  lab.tasks.push_back(
-      {2, "tanh, saving its output", 15, "lab2::tanh()",
-       {forward_case("tanh (4, 5)", {{4, 5}}, tanh, unary(gs::tanh)),
-        node_case("lab2::tanh", {{4, 5}}, tanh),
-        gradcheck_case("tanh (4, 5)", "lab2::tanh", {{4, 5}}, tanh),
-        gradcheck_case("tanh(tanh(x)) (6)", "lab2::tanh", {{6}},
-                       watched([](const tensor_list& x) { return lab2::tanh(lab2::tanh(x[0])); })),
-        {"saturated inputs (|x| up to 40): gradients near 0, not NaN",
-         [](Check& c) {
-           Tensor x = tensor({-40, -10, -1, 0, 1, 10, 40}).requires_grad_(true);
-           Tensor y = x.detach().clone().requires_grad_(true);
-           c.input("x = " + values_str(x));
-           Tensor out = watch_backward(lab2::tanh(x), "lab2::");
-           require_node(c, out, "lab2::tanh");
-           out.sum().backward();
-           gs::tanh(y).sum().backward();
-           c.require(x.grad().defined(), "x.grad is undefined after backward()");
-           c.require_close(x.grad(), y.grad(), "x.grad", 1e-5, 1e-6);
-         }},
-        no_graph_case({{4, 5}}, tanh)}});
+  lab.tasks.push_back({2,
+                       "tanh, saving its output",
+                       15,
+                       "lab2::tanh()",
+                       {forward_case("tanh (4, 5)", {{4, 5}}, tanh, unary(gs::tanh)),
+                        node_case("lab2::tanh", {{4, 5}}, tanh),
+                        gradcheck_case("tanh (4, 5)", "lab2::tanh", {{4, 5}}, tanh),
+                        gradcheck_case("tanh(tanh(x)) (6)", "lab2::tanh", {{6}},
+                                       watched([](const tensor_list& x) { return lab2::tanh(lab2::tanh(x[0])); })),
+                        {"saturated inputs (|x| up to 40): gradients near 0, not NaN",
+                         [](Check& c) {
+                           Tensor x = tensor({-40, -10, -1, 0, 1, 10, 40}).requires_grad_(true);
+                           Tensor y = x.detach().clone().requires_grad_(true);
+                           c.input("x = " + values_str(x));
+                           Tensor out = watch_backward(lab2::tanh(x), "lab2::");
+                           require_node(c, out, "lab2::tanh");
+                           out.sum().backward();
+                           gs::tanh(y).sum().backward();
+                           c.require(x.grad().defined(), "x.grad is undefined after backward()");
+                           c.require_close(x.grad(), y.grad(), "x.grad", 1e-5, 1e-6);
+                         }},
+                        no_graph_case({{4, 5}}, tanh)}});
 
   const Fn mm = watched([](const tensor_list& x) { return lab2::matmul(x[0], x[1]); });
   const Fn ref_mm = [](const tensor_list& x) { return gs::matmul(x[0], x[1]); };
   lab.tasks.push_back(
-      {3, "matmul (2-D)", 20, "lab2::matmul()",
+      {3,
+       "matmul (2-D)",
+       20,
+       "lab2::matmul()",
        {forward_case("(3, 4) @ (4, 5)", {{3, 4}, {4, 5}}, mm, ref_mm),
         node_case("lab2::matmul", {{3, 4}, {4, 5}}, mm),
         gradcheck_case("(3, 4) @ (4, 5)", "lab2::matmul", {{3, 4}, {4, 5}}, mm),
         gradcheck_case("(1, 3) @ (3, 1)", "lab2::matmul", {{1, 3}, {3, 1}}, mm),
         gradcheck_case("transposed (non-contiguous) inputs (3, 4) @ (4, 2)", "lab2::matmul", {{4, 3}, {2, 4}}, mm,
-                       [](tensor_list x) { return tensor_list{x[0].t(), x[1].t()}; }),
+                       [](tensor_list x) {
+                         return tensor_list{x[0].t(), x[1].t()};
+                       }),
         one_input_case("(3, 4) @ (4, 2)", {{3, 4}, {4, 2}}, mm, ref_mm),
         {"mismatched shapes throw",
          [](Check& c) {
            c.input("(3, 4) @ (3, 4)");
            c.require_throws([] { lab2::matmul(ones({3, 4}), ones({3, 4})); }, "matmul (3, 4) @ (3, 4)");
          }},
-        no_graph_case({{3, 4}, {4, 5}}, mm), inplace_case("matmul (3, 4) @ (4, 2)", {{3, 4}, {4, 2}}, mm)}});
+        no_graph_case({{3, 4}, {4, 5}}, mm),
+        inplace_case("matmul (3, 4) @ (4, 2)", {{3, 4}, {4, 2}}, mm)}});
 
   auto sum_fn = [](int64_t dim, bool keepdim) -> Fn {
     return watched([=](const tensor_list& x) { return lab2::sum(x[0], dim, keepdim); });
@@ -220,32 +230,34 @@ Lab make_lab2() {
   auto ref_sum = [](int64_t dim, bool keepdim) -> Fn {
     return [=](const tensor_list& x) { return gs::sum(x[0], {dim}, keepdim); };
   };
-  lab.tasks.push_back(
-      {4, "sum over one dim", 20, "lab2::sum()",
-       {forward_case("sum dim 1 of (3, 4, 5)", {{3, 4, 5}}, sum_fn(1, false), ref_sum(1, false)),
-        forward_case("sum dim 1 of (3, 4, 5), keepdim", {{3, 4, 5}}, sum_fn(1, true), ref_sum(1, true)),
-        forward_case("sum dim -1 of (3, 4)", {{3, 4}}, sum_fn(-1, false), ref_sum(-1, false)),
-        node_case("lab2::sum", {{3, 4}}, sum_fn(0, false)),
-        gradcheck_case("sum dim 0 of (3, 4)", "lab2::sum", {{3, 4}}, sum_fn(0, false)),
-        gradcheck_case("sum dim 1 of (2, 3, 4), keepdim", "lab2::sum", {{2, 3, 4}}, sum_fn(1, true)),
-        gradcheck_case("sum dim -1 of (2, 3)", "lab2::sum", {{2, 3}}, sum_fn(-1, false)),
-        gradcheck_case("sum dim 0 of (5) -> 0-dim", "lab2::sum", {{5}}, sum_fn(0, false)),
-        no_graph_case({{3, 4}}, sum_fn(1, false))}});
+  lab.tasks.push_back({4,
+                       "sum over one dim",
+                       20,
+                       "lab2::sum()",
+                       {forward_case("sum dim 1 of (3, 4, 5)", {{3, 4, 5}}, sum_fn(1, false), ref_sum(1, false)),
+                        forward_case("sum dim 1 of (3, 4, 5), keepdim", {{3, 4, 5}}, sum_fn(1, true), ref_sum(1, true)),
+                        forward_case("sum dim -1 of (3, 4)", {{3, 4}}, sum_fn(-1, false), ref_sum(-1, false)),
+                        node_case("lab2::sum", {{3, 4}}, sum_fn(0, false)),
+                        gradcheck_case("sum dim 0 of (3, 4)", "lab2::sum", {{3, 4}}, sum_fn(0, false)),
+                        gradcheck_case("sum dim 1 of (2, 3, 4), keepdim", "lab2::sum", {{2, 3, 4}}, sum_fn(1, true)),
+                        gradcheck_case("sum dim -1 of (2, 3)", "lab2::sum", {{2, 3}}, sum_fn(-1, false)),
+                        gradcheck_case("sum dim 0 of (5) -> 0-dim", "lab2::sum", {{5}}, sum_fn(0, false)),
+                        no_graph_case({{3, 4}}, sum_fn(1, false))}});
 
-  auto sm = [](int64_t dim) -> Fn {
-    return watched([=](const tensor_list& x) { return lab2::softmax(x[0], dim); });
-  };
+  auto sm = [](int64_t dim) -> Fn { return watched([=](const tensor_list& x) { return lab2::softmax(x[0], dim); }); };
   auto ref_sm = [](int64_t dim) -> Fn { return [=](const tensor_list& x) { return gs::softmax(x[0], dim); }; };
-  lab.tasks.push_back(
-      {5, "softmax", 25, "lab2::softmax()",
-       {forward_case("softmax dim 1 of (3, 5)", {{3, 5}}, sm(1), ref_sm(1)),
-        forward_case("softmax dim 1 of (3, 5), values up to ~3000 (overflow without the max trick)", {{3, 5}},
-                     sm(1), ref_sm(1), 1000.0),
-        node_case("lab2::softmax", {{3, 5}}, sm(1)),
-        gradcheck_case("softmax dim 1 of (3, 5)", "lab2::softmax", {{3, 5}}, sm(1)),
-        gradcheck_case("softmax dim 0 of (4, 3)", "lab2::softmax", {{4, 3}}, sm(0)),
-        gradcheck_case("softmax dim -2 of (2, 3, 4)", "lab2::softmax", {{2, 3, 4}}, sm(-2)),
-        no_graph_case({{3, 5}}, sm(1))}});
+  lab.tasks.push_back({5,
+                       "softmax",
+                       25,
+                       "lab2::softmax()",
+                       {forward_case("softmax dim 1 of (3, 5)", {{3, 5}}, sm(1), ref_sm(1)),
+                        forward_case("softmax dim 1 of (3, 5), values up to ~3000 (overflow without the max trick)",
+                                     {{3, 5}}, sm(1), ref_sm(1), 1000.0),
+                        node_case("lab2::softmax", {{3, 5}}, sm(1)),
+                        gradcheck_case("softmax dim 1 of (3, 5)", "lab2::softmax", {{3, 5}}, sm(1)),
+                        gradcheck_case("softmax dim 0 of (4, 3)", "lab2::softmax", {{4, 3}}, sm(0)),
+                        gradcheck_case("softmax dim -2 of (2, 3, 4)", "lab2::softmax", {{2, 3, 4}}, sm(-2)),
+                        no_graph_case({{3, 5}}, sm(1))}});
   return lab;
 }
 

@@ -79,8 +79,8 @@ double test_accuracy(nn::Module& model, const nn::DatasetPtr& data) {
   int64_t right = 0, total = 0;
   for (const nn::Batch& b : loader) {
     const Tensor out = model(b.x);
-    GS_CHECK(out.dim() == 2 && out.size(0) == b.size() && out.size(1) == 10, "grader",
-             "the model's output is ", out.str(), ", expected (", b.size(), ", 10)");
+    GS_CHECK(out.dim() == 2 && out.size(0) == b.size() && out.size(1) == 10, "grader", "the model's output is ",
+             out.str(), ", expected (", b.size(), ", 10)");
     right += out.argmax(1).eq(b.y).sum().item<int64_t>();
     total += b.size();
   }
@@ -109,8 +109,12 @@ Lab make_lab3() {
             }};
   };
   lab.tasks.push_back(
-      {1, "Linear::forward", 10, "lab3::Linear::forward()",
-       {linear_forward_case("x (5, 4) -> y (5, 3)", 5, 4, 3), linear_forward_case("a batch of one: (1, 6) -> (1, 2)", 1, 6, 2),
+      {1,
+       "Linear::forward",
+       10,
+       "lab3::Linear::forward()",
+       {linear_forward_case("x (5, 4) -> y (5, 3)", 5, 4, 3),
+        linear_forward_case("a batch of one: (1, 6) -> (1, 2)", 1, 6, 2),
         {"gradients reach weight and bias", [](Check& c) {
            manual_seed(1);
            lab3::Linear lin(4, 3);
@@ -118,7 +122,8 @@ Lab make_lab3() {
            c.input("x (5, 4), loss = sum(y * v) for a fixed random v (5, 3)");
            const Tensor v = randn_seeded({5, 3}, 4);
            (lin(x) * v).sum().backward();
-           Tensor w = lin.weight.detach().clone().requires_grad_(true), b = lin.bias.detach().clone().requires_grad_(true);
+           Tensor w = lin.weight.detach().clone().requires_grad_(true),
+                  b = lin.bias.detach().clone().requires_grad_(true);
            (gs::linear(x, w, b) * v).sum().backward();
            c.require(lin.weight.grad().defined() && lin.bias.grad().defined(),
                      "weight.grad or bias.grad is undefined after backward(): build y from weight and bias with "
@@ -129,14 +134,30 @@ Lab make_lab3() {
 
   // ---- Task 3.2 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {2, "logsumexp without overflow", 15, "lab3::logsumexp()",
-       {logsumexp_case("random (3, 5)", [] { return randn_seeded({3, 5}, 5); }),
+      {2,
+       "logsumexp without overflow",
+       15,
+       "lab3::logsumexp()",
+       {logsumexp_case("random (3, 5)",
+                       [] {
+                         return randn_seeded({3, 5}, 5);
+                       }),
         logsumexp_case("large values 1000 + N(0, 1) (exp overflows float32 past ~88)",
-                       [] { return randn_seeded({2, 4}, 6) + 1000.0; }),
+                       [] {
+                         return randn_seeded({2, 4}, 6) + 1000.0;
+                       }),
         logsumexp_case("very negative values -1000 + N(0, 1) (exp underflows to 0)",
-                       [] { return randn_seeded({2, 4}, 7) - 1000.0; }),
-        logsumexp_case("one row [0, -1000, 1000]", [] { return tensor({0, -1000, 1000}, {1, 3}); }),
-        logsumexp_case("a single element (1, 1)", [] { return tensor({3.5}, {1, 1}); }),
+                       [] {
+                         return randn_seeded({2, 4}, 7) - 1000.0;
+                       }),
+        logsumexp_case("one row [0, -1000, 1000]",
+                       [] {
+                         return tensor({0, -1000, 1000}, {1, 3});
+                       }),
+        logsumexp_case("a single element (1, 1)",
+                       [] {
+                         return tensor({3.5}, {1, 1});
+                       }),
         {"gradcheck (float64): the gradient is softmax(x)", [](Check& c) {
            const Tensor x = randn_seeded({3, 4}, 8, 1.0, kFloat64);
            c.input("x " + x.str());
@@ -146,28 +167,47 @@ Lab make_lab3() {
          }}}});
 
   // ---- Task 3.3 ------------------------------------------------------------------------
-  lab.tasks.push_back(
-      {3, "cross-entropy from log-sum-exp", 15, "lab3::cross_entropy()",
-       {cross_entropy_case("logits (4, 10), random", [] { return randn_seeded({4, 10}, 9); },
-                           [] { return randint_seeded(10, {4}, 10); }),
-        cross_entropy_case("a batch of one", [] { return randn_seeded({1, 3}, 11); },
-                           [] { return tensor(std::vector<int64_t>{2}, {1}); }),
-        cross_entropy_case("large logits (x 1000)", [] { return randn_seeded({3, 5}, 12, 1000.0); },
-                           [] { return tensor(std::vector<int64_t>{0, 4, 2}, {3}); }),
-        {"the gradient is (softmax - one_hot) / B", [](Check& c) {
-           const Tensor l0 = randn_seeded({4, 6}, 13);
-           const Tensor t = randint_seeded(6, {4}, 14);
-           c.input("logits " + l0.str() + ", targets " + values_str(t));
-           Tensor l1 = l0.clone().requires_grad_(true), l2 = l0.clone().requires_grad_(true);
-           lab3::cross_entropy(l1, t).backward();
-           ref_cross_entropy(l2, t).backward();
-           c.require(l1.grad().defined(), "logits.grad is undefined after backward()");
-           c.require_close(l1.grad(), l2.grad(), "logits.grad", 1e-4, 1e-6);
-         }}}});
+  lab.tasks.push_back({3,
+                       "cross-entropy from log-sum-exp",
+                       15,
+                       "lab3::cross_entropy()",
+                       {cross_entropy_case(
+                            "logits (4, 10), random",
+                            [] {
+                              return randn_seeded({4, 10}, 9);
+                            },
+                            [] { return randint_seeded(10, {4}, 10); }),
+                        cross_entropy_case(
+                            "a batch of one",
+                            [] {
+                              return randn_seeded({1, 3}, 11);
+                            },
+                            [] { return tensor(std::vector<int64_t>{2}, {1}); }),
+                        cross_entropy_case(
+                            "large logits (x 1000)",
+                            [] {
+                              return randn_seeded({3, 5}, 12, 1000.0);
+                            },
+                            [] {
+                              return tensor(std::vector<int64_t>{0, 4, 2}, {3});
+                            }),
+                        {"the gradient is (softmax - one_hot) / B", [](Check& c) {
+                           const Tensor l0 = randn_seeded({4, 6}, 13);
+                           const Tensor t = randint_seeded(6, {4}, 14);
+                           c.input("logits " + l0.str() + ", targets " + values_str(t));
+                           Tensor l1 = l0.clone().requires_grad_(true), l2 = l0.clone().requires_grad_(true);
+                           lab3::cross_entropy(l1, t).backward();
+                           ref_cross_entropy(l2, t).backward();
+                           c.require(l1.grad().defined(), "logits.grad is undefined after backward()");
+                           c.require_close(l1.grad(), l2.grad(), "logits.grad", 1e-4, 1e-6);
+                         }}}});
 
   // ---- Task 3.4 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {4, "SGD: zero_grad and step", 15, "lab3::SGD::zero_grad(), lab3::SGD::step()",
+      {4,
+       "SGD: zero_grad and step",
+       15,
+       "lab3::SGD::zero_grad(), lab3::SGD::step()",
        {{"step: p <- p - lr * grad, in place",
          [](Check& c) {
            Tensor p1 = param({3}, 15), p2 = param({2, 2}, 16);
@@ -188,7 +228,8 @@ Lab make_lab3() {
                      "after step, p1 is no longer a leaf that requires grad: the update was recorded in the "
                      "graph; do it inside a NoGradGuard");
          }},
-        {"the learning rate scales the step", [](Check& c) {
+        {"the learning rate scales the step",
+         [](Check& c) {
            Tensor p = param({4}, 19);
            const Tensor g = randn_seeded({4}, 20);
            p.set_grad(g);
@@ -197,7 +238,8 @@ Lab make_lab3() {
            lab3::SGD(std::vector<Tensor>{p}, 0.5).step();
            c.require_close(p, before - g * 0.5, "p after step", 1e-6, 1e-7);
          }},
-        {"a parameter without a gradient is left alone", [](Check& c) {
+        {"a parameter without a gradient is left alone",
+         [](Check& c) {
            Tensor p1 = param({3}, 21), p2 = param({2}, 22);
            p1.set_grad(randn_seeded({3}, 23));
            const Tensor before = p2.detach().clone();
@@ -222,7 +264,10 @@ Lab make_lab3() {
 
   // ---- Task 3.5 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {5, "the training step", 15, "lab3::train_step()",
+      {5,
+       "the training step",
+       15,
+       "lab3::train_step()",
        {{"one step: the loss before the update, and p - lr * grad",
          [](Check& c) {
            manual_seed(3);
@@ -261,9 +306,9 @@ Lab make_lab3() {
            const double first = lab3::train_step(model, opt, x, y);
            double last = first;
            for (int i = 0; i < 29; ++i) last = lab3::train_step(model, opt, x, y);
-           c.require(std::isfinite(last) && last < 0.5 * first,
-                     "the loss went from " + num(first) + " to " + num(last) +
-                         " after 30 steps; expected it to at least halve");
+           c.require(std::isfinite(last) && last < 0.5 * first, "the loss went from " + num(first) + " to " +
+                                                                    num(last) +
+                                                                    " after 30 steps; expected it to at least halve");
          }}}});
 
   // ---- Task 3.6 ------------------------------------------------------------------------
@@ -280,24 +325,31 @@ Lab make_lab3() {
               c.require_close(got, want, "logits", 1e-4, 1e-5);
             }};
   };
-  lab.tasks.push_back(
-      {6, "MLP::forward", 10, "lab3::MLP::forward()",
-       {mlp_case("x (5, 1, 28, 28) -> logits (5, 10)", 5), mlp_case("a batch of one", 1),
-        {"gradients reach all four parameters", [](Check& c) {
-           manual_seed(6);
-           lab3::MLP model(16);
-           Generator gen(33);
-           const Tensor x = rand({3, 1, 28, 28}, kFloat32, &gen);
-           c.input("MLP(16), x (3, 1, 28, 28), loss = sum of the logits");
-           model(x).sum().backward();
-           for (const auto& [name, p] : model.named_parameters())
-             c.require(p.grad().defined(), "parameter '" + name + "' got no gradient: is every layer used, and "
-                                           "is the graph unbroken (no detach, no NoGradGuard)?");
-         }}}});
+  lab.tasks.push_back({6,
+                       "MLP::forward",
+                       10,
+                       "lab3::MLP::forward()",
+                       {mlp_case("x (5, 1, 28, 28) -> logits (5, 10)", 5),
+                        mlp_case("a batch of one", 1),
+                        {"gradients reach all four parameters", [](Check& c) {
+                           manual_seed(6);
+                           lab3::MLP model(16);
+                           Generator gen(33);
+                           const Tensor x = rand({3, 1, 28, 28}, kFloat32, &gen);
+                           c.input("MLP(16), x (3, 1, 28, 28), loss = sum of the logits");
+                           model(x).sum().backward();
+                           for (const auto& [name, p] : model.named_parameters())
+                             c.require(p.grad().defined(), "parameter '" + name +
+                                                               "' got no gradient: is every layer used, and "
+                                                               "is the graph unbroken (no detach, no NoGradGuard)?");
+                         }}}});
 
   // ---- Task 3.7 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {7, "fit: train on Fashion-MNIST", 20, "lab3::fit()",
+      {7,
+       "fit: train on Fashion-MNIST",
+       20,
+       "lab3::fit()",
        {{"one mean loss per epoch, matching a reference loop",
          [](Check& c) {
            auto data = nn::make_blobs(20, 3, 2, 1.0, 7);  // x (60, 2), y (60): 4 batches of 15
@@ -346,8 +398,7 @@ Lab make_lab3() {
            }
            c.input("lab3::MLP(128) trained with your fit on the first " + std::to_string(kTrainImages) +
                    " training images, " + std::to_string(kEpochs) + " epochs, batch " + std::to_string(kBatch) +
-                   ", SGD lr " + num(kLr) + "; accuracy on the first " + std::to_string(kTestImages) +
-                   " test images");
+                   ", SGD lr " + num(kLr) + "; accuracy on the first " + std::to_string(kTestImages) + " test images");
            const auto t0 = std::chrono::steady_clock::now();
            manual_seed(0);
            lab3::MLP model(128);
@@ -358,8 +409,8 @@ Lab make_lab3() {
            const double acc = test_accuracy(model, test);
            std::string curve;
            for (double l : losses) curve += (curve.empty() ? "" : ", ") + fixed(l, 3);
-           c.note("test accuracy " + fixed(acc, 3) + " (goal " + fixed(kMinAccuracy, 2) + "), epoch losses [" +
-                  curve + "], " + fixed(seconds, 1) + " s of training");
+           c.note("test accuracy " + fixed(acc, 3) + " (goal " + fixed(kMinAccuracy, 2) + "), epoch losses [" + curve +
+                  "], " + fixed(seconds, 1) + " s of training");
            c.require(acc >= kMinAccuracy, "test accuracy " + fixed(acc, 3) + " is below the goal " +
                                               fixed(kMinAccuracy, 2) + " (epoch losses [" + curve + "])");
            c.require(seconds <= kMaxSeconds, "training took " + fixed(seconds, 1) + " s, more than the " +

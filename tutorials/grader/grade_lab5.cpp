@@ -166,8 +166,8 @@ Case probe_case(const std::string& name, ModelFn make, Shape xs, int64_t i, bool
             const nn::ModulePtr model = make();
             model->train(train);
             const Tensor x = randn_seeded(xs, 32);
-            c.input(name + " (" + (train ? "training" : "eval") + " mode), x " + x.str() + ", i = " +
-                    std::to_string(i) + probe);
+            c.input(name + " (" + (train ? "training" : "eval") + " mode), x " + x.str() +
+                    ", i = " + std::to_string(i) + probe);
             // Both probes see the same state (a training-mode BatchNorm moves its statistics).
             const auto saved = model->buffers();
             std::vector<Tensor> copies;
@@ -214,15 +214,15 @@ Case classify_pair(const std::string& name, const Layer& clean, const Layer& mix
 // ---- Task 5.3 ------------------------------------------------------------------------------------
 
 Case time_average_case(const std::string& name, Shape xs, int64_t m, bool transposed_input = false) {
-  return {name, [=](Check& c) {
-            manual_seed(35);
-            auto layer = std::make_shared<lab5::TimeAverage>(xs[2], m);
-            Tensor x = transposed_input ? randn_seeded({xs[1], xs[0], xs[2]}, 36).transpose(0, 1)
-                                        : randn_seeded(xs, 36);
-            c.input("TimeAverage(" + std::to_string(xs[2]) + ", " + std::to_string(m) + "), x " + describe(x));
-            const Tensor got = (*layer)(x);
-            c.require_close(got, ref_time_average(x, layer->weight, layer->bias).detach(), "y", 1e-4, 1e-5);
-          }};
+  return {
+      name, [=](Check& c) {
+        manual_seed(35);
+        auto layer = std::make_shared<lab5::TimeAverage>(xs[2], m);
+        Tensor x = transposed_input ? randn_seeded({xs[1], xs[0], xs[2]}, 36).transpose(0, 1) : randn_seeded(xs, 36);
+        c.input("TimeAverage(" + std::to_string(xs[2]) + ", " + std::to_string(m) + "), x " + describe(x));
+        const Tensor got = (*layer)(x);
+        c.require_close(got, ref_time_average(x, layer->weight, layer->bias).detach(), "y", 1e-4, 1e-5);
+      }};
 }
 
 // ---- Task 5.4 ------------------------------------------------------------------------------------
@@ -298,9 +298,9 @@ struct StateSnapshot {
   }
 };
 
-Case verdict_case(const std::string& name, ModelFn make, bool train, const std::string& hint = "",
-                  int weight = 1) {
-  return {name, [=](Check& c) {
+Case verdict_case(const std::string& name, ModelFn make, bool train, const std::string& hint = "", int weight = 1) {
+  return {name,
+          [=](Check& c) {
             manual_seed(37);
             const nn::ModulePtr model = make();
             model->train(train);
@@ -334,27 +334,30 @@ Case verdict_case(const std::string& name, ModelFn make, bool train, const std::
             }
             model->remove_forward_hook(hook);
             const StateSnapshot after(*model);
-            c.require(eval_runs > 0, "check_batch_mixing never ran the model in eval mode: probe its rows after "
-                                     "model.eval()");
+            c.require(eval_runs > 0,
+                      "check_batch_mixing never ran the model in eval mode: probe its rows after "
+                      "model.eval()");
             c.require(!is_batchnorm_model(*model) || !want_rows.empty() || train_runs > 0,
                       "the model has BatchNorm and is clean in eval mode, but check_batch_mixing never ran it in "
                       "training mode");
             // The library's test, for comparison (it probes row 0 only).
             const std::string lib = "debug::batch_mixing_test: " + findings_str(debug::batch_mixing_test(*model, x));
             c.note(lib);
-            c.require(got.mixes == !want_rows.empty() && got.mixing_rows == want_rows &&
-                          got.batchnorm_coupling == want_bn,
-                      "expected " + verdict_str(!want_rows.empty(), want_rows, want_bn) + ", got " +
-                          verdict_str(got.mixes, got.mixing_rows, got.batchnorm_coupling) +
-                          (hint.empty() ? "" : ". " + hint) + "\n" + lib);
+            c.require(
+                got.mixes == !want_rows.empty() && got.mixing_rows == want_rows && got.batchnorm_coupling == want_bn,
+                "expected " + verdict_str(!want_rows.empty(), want_rows, want_bn) + ", got " +
+                    verdict_str(got.mixes, got.mixing_rows, got.batchnorm_coupling) +
+                    (hint.empty() ? "" : ". " + hint) + "\n" + lib);
             // The model is left as it was.
-            c.require(after.modes == before.modes,
-                      "the modules' modes changed: the model was in " + std::string(train ? "training" : "eval") +
-                          " mode and must be again afterwards, every submodule included");
+            c.require(after.modes == before.modes, "the modules' modes changed: the model was in " +
+                                                       std::string(train ? "training" : "eval") +
+                                                       " mode and must be again afterwards, every submodule included");
             for (size_t k = 0; k < before.buffers.size(); ++k)
               c.require_close(after.buffers[k], before.buffers[k],
-                              "buffer " + std::to_string(k) + " (a training-mode forward moves BatchNorm's running "
-                              "statistics; put them back)", 0.0, 0.0);
+                              "buffer " + std::to_string(k) +
+                                  " (a training-mode forward moves BatchNorm's running "
+                                  "statistics; put them back)",
+                              0.0, 0.0);
           },
           weight};
 }
@@ -377,26 +380,32 @@ Lab make_lab5() {
 
   // ---- Task 5.1 ------------------------------------------------------------------------------
   lab.tasks.push_back(
-      {1, "the batch-mixing probe", 20, "lab5::batch_mixing_probe()",
+      {1,
+       "the batch-mixing probe",
+       20,
+       "lab5::batch_mixing_probe()",
        {probe_case("nn::Linear(4, 3), x (5, 4)", linear43, {5, 4}, 0),
         probe_case("nn::Linear(4, 3), x (5, 4)", linear43, {5, 4}, 4),
         probe_case("nn::Linear(4, 3) with bug B13, x (5, 4)", b13_43, {5, 4}, 0),
         probe_case("nn::Linear(4, 3) with bug B13, x (5, 4)", b13_43, {5, 4}, 3),
-        probe_case("nn::LogSoftmax(1) with bug B14, x (4, 3)",
-                   [] {
-                     auto l = std::make_shared<nn::LogSoftmax>(1);
-                     l->inject_bug(nn::Bug::B14);
-                     return nn::ModulePtr(l);
-                   },
-                   {4, 3}, 1),
+        probe_case(
+            "nn::LogSoftmax(1) with bug B14, x (4, 3)",
+            [] {
+              auto l = std::make_shared<nn::LogSoftmax>(1);
+              l->inject_bug(nn::Bug::B14);
+              return nn::ModulePtr(l);
+            },
+            {4, 3}, 1),
         probe_case("nn::BatchNorm1d(3), x (5, 3)", bn3, {5, 3}, 2, true),
         probe_case("nn::BatchNorm1d(3), x (5, 3)", bn3, {5, 3}, 2, false),
-        probe_case("lab5::TimeAverageBuggy(2, 3), x (3, 4, 2) (3-D input)",
-                   [] { return nn::ModulePtr(std::make_shared<lab5::TimeAverageBuggy>(2, 3)); }, {3, 4, 2}, 1),
+        probe_case(
+            "lab5::TimeAverageBuggy(2, 3), x (3, 4, 2) (3-D input)",
+            [] { return nn::ModulePtr(std::make_shared<lab5::TimeAverageBuggy>(2, 3)); }, {3, 4, 2}, 1),
         probe_case("nn::Linear(4, 3), x (5, 4)", linear43, {5, 4}, 2, true, 7),
         probe_case("nn::Linear(6, 4) with bug B13, then nn::Softmax(1), x (5, 6)", b13_softmax, {5, 6}, 0, true, 7),
-        probe_case("DetachedInput: Linear(x.detach()), x (4, 3): no gradient reaches x",
-                   [] { return nn::ModulePtr(std::make_shared<DetachedInput>(3)); }, {4, 3}, 0),
+        probe_case(
+            "DetachedInput: Linear(x.detach()), x (4, 3): no gradient reaches x",
+            [] { return nn::ModulePtr(std::make_shared<DetachedInput>(3)); }, {4, 3}, 0),
         {"leaves no trace: x and the parameters' gradients",
          [](Check& c) {
            manual_seed(39);
@@ -404,14 +413,16 @@ Lab make_lab5() {
            const Tensor x = randn_seeded({5, 4}, 40);
            const Tensor g = randn_seeded({3, 4}, 41);
            model->weight.set_grad(g.clone());
-           c.input("nn::Linear(4, 3) whose weight.grad holds an earlier gradient and whose bias.grad is undefined, "
-                   "x (5, 4), i = 1");
+           c.input(
+               "nn::Linear(4, 3) whose weight.grad holds an earlier gradient and whose bias.grad is undefined, "
+               "x (5, 4), i = 1");
            const lab5::MixingProbe got = lab5::batch_mixing_probe(*model, x, 1);
            c.require(got.rows == std::vector<int64_t>{1}, "rows: expected {1}, got " + rows_str(got.rows));
            c.require(!x.grad().defined() && !x.requires_grad(),
                      "x now requires grad or has a .grad: probe a copy, x.detach().clone().requires_grad_(true)");
            c.require(model->weight.grad().defined(), "weight.grad is undefined after the probe: put it back");
-           c.require_close(model->weight.grad(), g, "weight.grad after the probe (the probe's backward must not add "
+           c.require_close(model->weight.grad(), g,
+                           "weight.grad after the probe (the probe's backward must not add "
                            "into it: backward accumulates in place, so set it aside before and put it back after)",
                            0.0, 0.0);
            const Tensor bg = model->bias.grad();
@@ -421,13 +432,17 @@ Lab make_lab5() {
         {"bad input throws", [](Check& c) {
            manual_seed(42);
            auto lin = std::make_shared<nn::Linear>(4, 3);
-           c.input("Linear(4, 3): i = 5 and i = -1 with x (5, 4); x (1, 4); a model returning x.sum() (no batch "
-                   "dim); a model returning (B + 1, D)");
+           c.input(
+               "Linear(4, 3): i = 5 and i = -1 with x (5, 4); x (1, 4); a model returning x.sum() (no batch "
+               "dim); a model returning (B + 1, D)");
            const Tensor x = randn_seeded({5, 4}, 43);
            c.require_throws([&] { lab5::batch_mixing_probe(*lin, x, 5); }, "i = 5 for a batch of 5");
            c.require_throws([&] { lab5::batch_mixing_probe(*lin, x, -1); }, "i = -1");
-           c.require_throws([&] { lab5::batch_mixing_probe(*lin, randn_seeded({1, 4}, 44), 0); },
-                            "a batch of one (nothing to mix with)");
+           c.require_throws(
+               [&] {
+                 lab5::batch_mixing_probe(*lin, randn_seeded({1, 4}, 44), 0);
+               },
+               "a batch of one (nothing to mix with)");
            auto sum_all = std::make_shared<SumAll>();
            c.require_throws([&] { lab5::batch_mixing_probe(*sum_all, x, 0); }, "an output without a batch dim");
            auto append = std::make_shared<AppendFirst>();
@@ -454,7 +469,10 @@ Lab make_lab5() {
     return seq({std::make_shared<nn::Linear>(6, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
   };
   lab.tasks.push_back(
-      {2, "which layers mix the batch", 15, "lab5::mixes_batch()",
+      {2,
+       "which layers mix the batch",
+       15,
+       "lab5::mixes_batch()",
        {classify_pair("nn::Linear(6, 4) without and with bug B13", {"nn::Linear(6, 4)", lin(6, 4, false)},
                       {"nn::Linear(6, 4) with bug B13", lin(6, 4, true)}, {5, 6}),
         classify_pair("bug B13 with one output feature and with four",
@@ -481,16 +499,19 @@ Lab make_lab5() {
         classify_pair("an MLP and out[i] = x[i] - x[0]", {"Linear(6, 8), ReLU, Linear(8, 3)", mlp6},
                       {"SubtractFirst", [] { return nn::ModulePtr(std::make_shared<SubtractFirst>()); }}, {5, 6},
                       "Did you probe every row? This layer couples only some of them"),
-        classify_pair("a time-major running mean with transposes and with reshapes (TimeAverageBuggy)",
-                      {"GraderTimeAverage(3, 2)",
-                       [] { return nn::ModulePtr(std::make_shared<GraderTimeAverage>(3, 2)); }},
-                      {"lab5::TimeAverageBuggy(3, 2)",
-                       [] { return nn::ModulePtr(std::make_shared<lab5::TimeAverageBuggy>(3, 2)); }},
-                      {4, 5, 3})}});
+        classify_pair(
+            "a time-major running mean with transposes and with reshapes (TimeAverageBuggy)",
+            {"GraderTimeAverage(3, 2)", [] { return nn::ModulePtr(std::make_shared<GraderTimeAverage>(3, 2)); }},
+            {"lab5::TimeAverageBuggy(3, 2)",
+             [] { return nn::ModulePtr(std::make_shared<lab5::TimeAverageBuggy>(3, 2)); }},
+            {4, 5, 3})}});
 
   // ---- Task 5.3 ------------------------------------------------------------------------------
   lab.tasks.push_back(
-      {3, "fix the time-major layer", 25, "lab5::TimeAverage::forward()",
+      {3,
+       "fix the time-major layer",
+       25,
+       "lab5::TimeAverage::forward()",
        {time_average_case("x (3, 4, 5) -> (3, 4, 2)", {3, 4, 5}, 2),
         time_average_case("a batch of one: x (1, 3, 2)", {1, 3, 2}, 3),
         time_average_case("one time step: x (4, 1, 3)", {4, 1, 3}, 2),
@@ -518,8 +539,9 @@ Lab make_lab5() {
            manual_seed(48);
            auto layer = std::make_shared<lab5::TimeAverage>(3, 2);
            const Tensor x = randn_seeded({4, 5, 3}, 49);
-           c.input("TimeAverage(3, 2), x (4, 5, 3); the grader's own probe of each row, and "
-                   "debug::batch_mixing_test");
+           c.input(
+               "TimeAverage(3, 2), x (4, 5, 3); the grader's own probe of each row, and "
+               "debug::batch_mixing_test");
            c.require_tensor((*layer)(x), {4, 5, 2}, "y");
            for (int64_t i = 0; i < x.size(0); ++i) {
              const RefProbe p = ref_probe(*layer, x, i);
@@ -533,7 +555,10 @@ Lab make_lab5() {
 
   // ---- Task 5.4 ------------------------------------------------------------------------------
   lab.tasks.push_back(
-      {4, "BatchNorm's two modes", 15, "lab5::batchnorm_forward()",
+      {4,
+       "BatchNorm's two modes",
+       15,
+       "lab5::batchnorm_forward()",
        {bn_case("training mode: the batch's statistics", 6, 3, true, true),
         bn_case("eval mode: the running statistics", 6, 3, true, false),
         bn_case("training mode without weight and bias", 5, 4, false, true),
@@ -548,7 +573,8 @@ Lab make_lab5() {
            const RefProbe tr = ref_probe(*layer, x, 2);
            c.require(tr.rows == std::vector<int64_t>{0, 1, 2, 3, 4},
                      "in training mode row 2's output should depend on every row (through the batch's mean and "
-                     "variance); got rows " + rows_str(tr.rows));
+                     "variance); got rows " +
+                         rows_str(tr.rows));
            layer->eval();
            const RefProbe ev = ref_probe(*layer, x, 2);
            c.require(ev.rows == std::vector<int64_t>{2},
@@ -567,44 +593,56 @@ Lab make_lab5() {
     };
   };
   lab.tasks.push_back(
-      {5, "a verdict that knows BatchNorm", 25, "lab5::check_batch_mixing()",
+      {5,
+       "a verdict that knows BatchNorm",
+       25,
+       "lab5::check_batch_mixing()",
        {verdict_case("an MLP, Linear(4, 8), ReLU, Linear(8, 3)", mlp, true),
         verdict_case("an MLP with BatchNorm1d(8)", bn_mlp(true), true,
                      "BatchNorm couples the rows in training mode only: probe in eval mode first"),
         verdict_case("an MLP with BatchNorm1d(8)", bn_mlp(true), false),
-        verdict_case("an MLP whose first Linear has bug B13",
-                     [] {
-                       return seq({buggy_linear(4, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
-                     },
-                     true),
-        verdict_case("an MLP with BatchNorm1d(8) and bug B13 in its first Linear",
-                     [] {
-                       return seq({buggy_linear(4, 8), std::make_shared<nn::BatchNorm1d>(8),
-                                   std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
-                     },
-                     true),
+        verdict_case(
+            "an MLP whose first Linear has bug B13",
+            [] {
+              return seq({buggy_linear(4, 8), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
+            },
+            true),
+        verdict_case(
+            "an MLP with BatchNorm1d(8) and bug B13 in its first Linear",
+            [] {
+              return seq({buggy_linear(4, 8), std::make_shared<nn::BatchNorm1d>(8), std::make_shared<nn::ReLU>(),
+                          std::make_shared<nn::Linear>(8, 3)});
+            },
+            true),
         verdict_case("an MLP with BatchNorm1d(8, track_running_stats = false): batch statistics in eval too (B23)",
                      bn_mlp(false), true),
-        verdict_case("Dropout(0.5), Linear(4, 3)",
-                     [] { return seq({std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Linear>(4, 3)}); }, true,
-                     "eval mode switches dropout off; put the training mode back afterwards"),
-        verdict_case("SubtractFirst, Linear(4, 3): row 0 looks fine, every other row depends on row 0",
-                     [] { return seq({std::make_shared<SubtractFirst>(), std::make_shared<nn::Linear>(4, 3)}); }, true,
-                     "probe every row: a probe of row 0 alone (what debug::batch_mixing_test does) misses it", 2),
-        verdict_case("Linear(4, 8), SwapFirstTwo, ReLU, Linear(8, 3): only rows 0 and 1 are mixed",
-                     [] {
-                       return seq({std::make_shared<nn::Linear>(4, 8), std::make_shared<SwapFirstTwo>(),
-                                   std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
-                     },
-                     true, "mixing_rows lists the rows whose output depends on another row, from a probe of each row",
-                     2),
-        verdict_case("Linear(4, 8), BatchNorm1d(8), SwapFirstTwo, ReLU, Linear(8, 3)",
-                     [] {
-                       return seq({std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::BatchNorm1d>(8),
-                                   std::make_shared<SwapFirstTwo>(), std::make_shared<nn::ReLU>(),
-                                   std::make_shared<nn::Linear>(8, 3)});
-                     },
-                     false, "in eval mode BatchNorm is innocent, and the swap is a bug", 2)}});
+        verdict_case(
+            "Dropout(0.5), Linear(4, 3)",
+            [] {
+              return seq({std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Linear>(4, 3)});
+            },
+            true, "eval mode switches dropout off; put the training mode back afterwards"),
+        verdict_case(
+            "SubtractFirst, Linear(4, 3): row 0 looks fine, every other row depends on row 0",
+            [] {
+              return seq({std::make_shared<SubtractFirst>(), std::make_shared<nn::Linear>(4, 3)});
+            },
+            true, "probe every row: a probe of row 0 alone (what debug::batch_mixing_test does) misses it", 2),
+        verdict_case(
+            "Linear(4, 8), SwapFirstTwo, ReLU, Linear(8, 3): only rows 0 and 1 are mixed",
+            [] {
+              return seq({std::make_shared<nn::Linear>(4, 8), std::make_shared<SwapFirstTwo>(),
+                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(8, 3)});
+            },
+            true, "mixing_rows lists the rows whose output depends on another row, from a probe of each row", 2),
+        verdict_case(
+            "Linear(4, 8), BatchNorm1d(8), SwapFirstTwo, ReLU, Linear(8, 3)",
+            [] {
+              return seq({std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::BatchNorm1d>(8),
+                          std::make_shared<SwapFirstTwo>(), std::make_shared<nn::ReLU>(),
+                          std::make_shared<nn::Linear>(8, 3)});
+            },
+            false, "in eval mode BatchNorm is innocent, and the swap is a bug", 2)}});
   return lab;
 }
 

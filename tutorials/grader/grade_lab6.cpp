@@ -17,8 +17,8 @@
 #include <tuple>
 
 #include "core/generator.h"
-#include "debug/checks/model/activation_stats.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/activation_stats.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/optim/optim_checks.h"
 #include "nn/nn.h"
@@ -54,9 +54,7 @@ std::vector<double> key_dead(const std::vector<Tensor>& ys) {
   return alive;
 }
 
-Tensor as_mask(const std::vector<double>& dead) {
-  return tensor(dead, {static_cast<int64_t>(dead.size())}, kFloat64);
-}
+Tensor as_mask(const std::vector<double>& dead) { return tensor(dead, {static_cast<int64_t>(dead.size())}, kFloat64); }
 
 // The student's dead-unit tensor, shape-checked, as float64 0/1 values.
 Tensor got_mask(const Check& c, const Tensor& got, int64_t units) {
@@ -88,14 +86,14 @@ void require_normal(const Check& c, const Tensor& w, double want_std, const std:
   const Moments m = moments(w);
   c.require(std::isfinite(m.std), what + ": the weight holds NaN or Inf");
   const double rel_tol = std::max(0.04, 5.0 / std::sqrt(2.0 * static_cast<double>(m.n)));
-  c.require(std::fabs(m.std - want_std) <= rel_tol * want_std,
-            what + ": std expected " + sci(want_std) + " (within " + fixed(100 * rel_tol, 0) + "%), got " +
-                sci(m.std) + " over " + std::to_string(m.n) + " values");
+  c.require(std::fabs(m.std - want_std) <= rel_tol * want_std, what + ": std expected " + sci(want_std) + " (within " +
+                                                                   fixed(100 * rel_tol, 0) + "%), got " + sci(m.std) +
+                                                                   " over " + std::to_string(m.n) + " values");
   c.require(std::fabs(m.mean) <= 5.0 * want_std / std::sqrt(static_cast<double>(m.n)) + 1e-12,
             what + ": mean expected ~0, got " + sci(m.mean) + " (std " + sci(m.std) + ")");
-  c.require(m.beyond2 > 0.03 && m.beyond2 < 0.065,
-            what + ": " + fixed(100 * m.beyond2, 2) + "% of the values lie beyond 2 std; a normal distribution has "
-                   "4.55% there (a uniform one none): draw with randn");
+  c.require(m.beyond2 > 0.03 && m.beyond2 < 0.065, what + ": " + fixed(100 * m.beyond2, 2) +
+                                                       "% of the values lie beyond 2 std; a normal distribution has "
+                                                       "4.55% there (a uniform one none): draw with randn");
 }
 
 // Gradient norms of the weights (dim >= 2, requires grad) in float64; 0 without a gradient.
@@ -147,16 +145,16 @@ const debug::Finding* depth_warning(const std::vector<debug::Finding>& fs) {
   return nullptr;
 }
 
-std::vector<Tensor> layer_types_check(const Check& c, const nn::Sequential& m, int64_t in, int64_t width,
-                                      int64_t depth, int64_t out, const std::string& act) {
+std::vector<Tensor> layer_types_check(const Check& c, const nn::Sequential& m, int64_t in, int64_t width, int64_t depth,
+                                      int64_t out, const std::string& act) {
   c.require(m.size() == static_cast<size_t>(2 * depth + 1),
             "the stack has " + std::to_string(m.size()) + " layers, expected 2 * depth + 1 = " +
                 std::to_string(2 * depth + 1) + " (Linear, " + act + ", ..., Linear)");
   std::vector<Tensor> weights;
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string want = i % 2 == 0 ? "Linear" : act;
-    c.require(m[i]->type_name() == want, "layer " + std::to_string(i) + " is a " + m[i]->type_name() + ", expected " +
-                                             want);
+    c.require(m[i]->type_name() == want,
+              "layer " + std::to_string(i) + " is a " + m[i]->type_name() + ", expected " + want);
     if (i % 2 == 0) {
       auto fc = m.at<nn::Linear>(i);
       const int64_t fin = i == 0 ? in : width, fout = i + 1 == m.size() ? out : width;
@@ -205,7 +203,8 @@ std::vector<double> train_sgd(nn::Module& model, const nn::DatasetPtr& data, int
 
 std::pair<nn::DatasetPtr, nn::DatasetPtr> fashion() {
   try {
-    return {nn::take(nn::load_fashion_mnist("train"), kTrainImages), nn::take(nn::load_fashion_mnist("test"), kTestImages)};
+    return {nn::take(nn::load_fashion_mnist("train"), kTrainImages),
+            nn::take(nn::load_fashion_mnist("test"), kTestImages)};
   } catch (const Error& e) {
     throw Skip(std::string("Fashion-MNIST could not be loaded: ") + e.what());
   }
@@ -258,22 +257,27 @@ Lab make_lab6() {
             }};
   };
   lab.tasks.push_back(
-      {1, "dead units per feature and per channel", 15, "lab6::dead_units(), lab6::dead_fraction()",
+      {1,
+       "dead units per feature and per channel",
+       15,
+       "lab6::dead_units(), lab6::dead_fraction()",
        {dead_case("(B, D): features 1 and 3 never fire",
                   [] {
-                    return std::vector<Tensor>{tensor({0.5, 0, 1.0, 0, 0,   //
-                                                       0.0, 0, 2.0, 0, 0,   //
-                                                       0.0, 0, 0.0, 0, 3,   //
+                    return std::vector<Tensor>{tensor({0.5, 0, 1.0, 0, 0,  //
+                                                       0.0, 0, 2.0, 0, 0,  //
+                                                       0.0, 0, 0.0, 0, 3,  //
                                                        0.1, 0, 0.0, 0, 0},
                                                       {4, 5})};
                   }),
         dead_case("exact zeros and negative values (a LeakyReLU's outputs) are not active",
-                  [] { return std::vector<Tensor>{tensor({0.0, -0.01, 2.0, 0.0, -0.3, 0.0}, {2, 3})}; }),
+                  [] {
+                    return std::vector<Tensor>{tensor({0.0, -0.01, 2.0, 0.0, -0.3, 0.0}, {2, 3})};
+                  }),
         dead_case("(B, C, H, W): a unit is a channel; channel 2 fires at one pixel only",
                   [] {
                     std::vector<double> v(2 * 3 * 2 * 2, -1.0);
                     for (int i = 0; i < 4; ++i) v[i] = 0.5;  // channel 0, example 0: alive
-                    v[(1 * 3 + 2) * 4 + 3] = 0.25;          // channel 2, example 1, pixel (1, 1)
+                    v[(1 * 3 + 2) * 4 + 3] = 0.25;           // channel 2, example 1, pixel (1, 1)
                     return std::vector<Tensor>{tensor(v, {2, 3, 2, 2})};
                   }),
         dead_case("over a pass: a unit alive in any batch is alive",
@@ -286,8 +290,11 @@ Lab make_lab6() {
            c.input("an empty list; a 1-D tensor (5); batches (2, 3) and (2, 4)");
            c.require_throws([] { lab6::dead_units({}); }, "dead_units of an empty list");
            c.require_throws([] { lab6::dead_units({zeros({5})}); }, "dead_units of a 1-D tensor (no unit dim)");
-           c.require_throws([] { lab6::dead_units({zeros({2, 3}), zeros({2, 4})}); },
-                            "dead_units of batches with 3 and 4 units");
+           c.require_throws(
+               [] {
+                 lab6::dead_units({zeros({2, 3}), zeros({2, 4})});
+               },
+               "dead_units of batches with 3 and 4 units");
          }},
         {"agrees with debug::DeadReluTracker (M7) over one batch and over a pass", [](Check& c) {
            manual_seed(61);
@@ -311,8 +318,9 @@ Lab make_lab6() {
              for (uint64_t s = 0; s < 6; ++s) (*model)(randn_seeded({8, 8}, 620 + s));
            }
            tracker.end_pass();
-           c.input("Linear(8, 16) with bias -3 on units 0..7, -1 on units 8..11, 0 on 12..15; ReLU; Linear(16, 3); "
-                   "6 batches x (8, 8) of N(0, 1)");
+           c.input(
+               "Linear(8, 16) with bias -3 on units 0..7, -1 on units 8..11, 0 on 12..15; ReLU; Linear(16, 3); "
+               "6 batches x (8, 8) of N(0, 1)");
            const auto& st = tracker.layers().at(0);
            const double pass = lab6::dead_fraction(outs), first = lab6::dead_fraction({outs[0]});
            c.note("DeadReluTracker: dead in the first batch " + fixed(st.init_dead, 4) + ", over the pass " +
@@ -342,10 +350,13 @@ Lab make_lab6() {
                   shape[0] * (shape.size() > 2 ? numel_of(Shape(shape.begin() + 2, shape.end())) : 1)};
               const double want = he ? std::sqrt(2.0 / fi) : std::sqrt(2.0 / (fi + fo));
               c.input(std::string(he ? "he_normal_" : "xavier_normal_") + " on a registered parameter " + w.str() +
-                      " of zeros (fan_in " + std::to_string(fi) + ", fan_out " + std::to_string(fo) + "), Generator(7)");
+                      " of zeros (fan_in " + std::to_string(fi) + ", fan_out " + std::to_string(fo) +
+                      "), Generator(7)");
               Generator gen(7);
-              if (he) lab6::he_normal_(w, gen);
-              else lab6::xavier_normal_(w, gen);
+              if (he)
+                lab6::he_normal_(w, gen);
+              else
+                lab6::xavier_normal_(w, gen);
               c.require_tensor(handle, shape, "the parameter after the call");
               c.require(moments(handle).std > 0.0,
                         "the parameter is still all zeros: change it in place (w.copy_(...)); `w = ...` only rebinds "
@@ -356,7 +367,10 @@ Lab make_lab6() {
             }};
   };
   lab.tasks.push_back(
-      {2, "fans, He and Xavier initialisation", 20, "lab6::fan_in_and_out(), lab6::he_normal_(), lab6::xavier_normal_()",
+      {2,
+       "fans, He and Xavier initialisation",
+       20,
+       "lab6::fan_in_and_out(), lab6::he_normal_(), lab6::xavier_normal_()",
        {fans_case("a Linear weight (5, 3): (fan_in, fan_out) = (3, 5)", {5, 3}, 3, 5),
         fans_case("a Conv2d weight (8, 4, 3, 3): (36, 72)", {8, 4, 3, 3}, 36, 72),
         {"a bias (1-D) has no fan",
@@ -368,15 +382,18 @@ Lab make_lab6() {
         init_case("he_normal_ on a conv weight (64, 16, 3, 3): std sqrt(2 / 144)", {64, 16, 3, 3}, true),
         init_case("xavier_normal_ on (300, 100): std sqrt(2 / 400)", {300, 100}, false),
         {"reproducible: every draw comes from gen", [](Check& c) {
-           c.input("he_normal_ and xavier_normal_ on (64, 32), each twice with Generator(5) (the global generator "
-                   "seeded differently before each call), and once with Generator(6)");
+           c.input(
+               "he_normal_ and xavier_normal_ on (64, 32), each twice with Generator(5) (the global generator "
+               "seeded differently before each call), and once with Generator(6)");
            for (bool he : {true, false}) {
              auto run = [he](uint64_t global_seed, uint64_t gen_seed) {
                manual_seed(global_seed);
                Tensor w = zeros({64, 32});
                Generator gen(gen_seed);
-               if (he) lab6::he_normal_(w, gen);
-               else lab6::xavier_normal_(w, gen);
+               if (he)
+                 lab6::he_normal_(w, gen);
+               else
+                 lab6::xavier_normal_(w, gen);
                return w;
              };
              const Tensor a = run(1, 5), b = run(2, 5), d = run(1, 6);
@@ -396,14 +413,17 @@ Lab make_lab6() {
     auto m = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::ReLU>(),
                                               std::make_shared<nn::Linear>(4, 2));
     auto ps = m->named_parameters();
-    ps[0].second.set_grad(ones({4, 3}));            // norm sqrt(12)
-    ps[1].second.set_grad(randn_seeded({4}, 64));   // a bias: not a weight
-    ps[2].second.set_grad(full({2, 4}, 2.0));       // norm sqrt(32)
+    ps[0].second.set_grad(ones({4, 3}));           // norm sqrt(12)
+    ps[1].second.set_grad(randn_seeded({4}, 64));  // a bias: not a weight
+    ps[2].second.set_grad(full({2, 4}, 2.0));      // norm sqrt(32)
     ps[3].second.set_grad(randn_seeded({2}, 65));
     return m;
   };
   lab.tasks.push_back(
-      {3, "gradient norms across depth", 15, "lab6::weight_grad_norms(), lab6::first_last_ratio()",
+      {3,
+       "gradient norms across depth",
+       15,
+       "lab6::weight_grad_norms(), lab6::first_last_ratio()",
        {{"weights only, in registration order",
          [=](Check& c) {
            auto m = two_linears();
@@ -413,8 +433,9 @@ Lab make_lab6() {
         {"a weight without a gradient counts 0; a frozen weight is left out",
          [](Check& c) {
            manual_seed(66);
-           auto m = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::Linear>(4, 4),
-                                                     std::make_shared<nn::Linear>(4, 2));
+           auto m =
+               std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::Linear>(4, 4),
+                                                std::make_shared<nn::Linear>(4, 2));
            m->at<nn::Linear>(1)->requires_grad_(false);
            m->named_parameters()[0].second.set_grad(full({4, 3}, 0.5));
            c.input("Linear(3, 4) with a gradient, Linear(4, 4) frozen, Linear(4, 2) without a gradient");
@@ -423,8 +444,9 @@ Lab make_lab6() {
         {"a conv weight (4-D) is a weight",
          [](Check& c) {
            manual_seed(67);
-           auto m = std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(1, 2, 3), std::make_shared<nn::Flatten>(),
-                                                     std::make_shared<nn::Linear>(8, 3));
+           auto m =
+               std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(1, 2, 3), std::make_shared<nn::Flatten>(),
+                                                std::make_shared<nn::Linear>(8, 3));
            (*m)(randn_seeded({2, 1, 4, 4}, 68)).sum().backward();
            c.input("Conv2d(1, 2, 3), Flatten, Linear(8, 3); loss = sum of the outputs of x (2, 1, 4, 4)");
            require_norms(c, lab6::weight_grad_norms(*m), key_norms(*m));
@@ -512,13 +534,19 @@ Lab make_lab6() {
             },
             2};
   };
-  lab.tasks.push_back({4, "a deep sigmoid stack against ReLU with He", 20, "lab6::deep_stack()",
+  lab.tasks.push_back({4,
+                       "a deep sigmoid stack against ReLU with He",
+                       20,
+                       "lab6::deep_stack()",
                        {structure_case(lab6::Stack::Sigmoid), structure_case(lab6::Stack::ReLUHe),
                         depth_case(lab6::Stack::Sigmoid), depth_case(lab6::Stack::ReLUHe)}});
 
   // ---- Task 6.5 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {5, "repair a network that dies and saturates", 30, "lab6::fix_initialisation()",
+      {5,
+       "repair a network that dies and saturates",
+       30,
+       "lab6::fix_initialisation()",
        {{"the architecture and the parameter tensors are kept",
          [](Check& c) {
            auto m = lab6::make_broken_mlp(6);
@@ -528,8 +556,8 @@ Lab make_lab6() {
            Generator gen(11);
            c.input("make_broken_mlp(6), fix_initialisation(model, Generator(11))");
            lab6::fix_initialisation(*m, gen);
-           c.require(m->size() == types.size(), "the model has " + std::to_string(m->size()) + " layers, it had " +
-                                                   std::to_string(types.size()));
+           c.require(m->size() == types.size(),
+                     "the model has " + std::to_string(m->size()) + " layers, it had " + std::to_string(types.size()));
            for (size_t i = 0; i < types.size(); ++i)
              c.require((*m)[i]->type_name() == types[i], "layer " + std::to_string(i) + " is a " +
                                                              (*m)[i]->type_name() + ", it was a " + types[i] +
@@ -537,10 +565,11 @@ Lab make_lab6() {
            const auto after = m->named_parameters();
            c.require(after.size() == before.size(), "the number of parameters changed");
            for (size_t i = 0; i < before.size(); ++i)
-             c.require(after[i].second.is_same(before[i].second) &&
-                           after[i].second.storage() == before[i].second.storage(),
-                       "parameter " + before[i].first + " is a new tensor: change the values in place (copy_, zero_) "
-                       "so that every handle, and an optimizer built earlier, sees them");
+             c.require(
+                 after[i].second.is_same(before[i].second) && after[i].second.storage() == before[i].second.storage(),
+                 "parameter " + before[i].first +
+                     " is a new tensor: change the values in place (copy_, zero_) "
+                     "so that every handle, and an optimizer built earlier, sees them");
          }},
         {"He before the ReLU, Xavier elsewhere, biases zero",
          [](Check& c) {
@@ -563,9 +592,9 @@ Lab make_lab6() {
                c.fail(what + ": std expected " + sci(he ? s_he : s_xavier) + ", got " + sci(got) + ", which is " +
                       (he ? "Xavier's" : "He's") + " std for this layer: look at the layer after it");
              require_normal(c, fc->weight, he ? s_he : s_xavier, what);
-             c.require(moments(fc->bias).std == 0.0 && moments(fc->bias).mean == 0.0,
-                       "the bias of layer " + std::to_string(i) + " is not zero (mean " + sci(moments(fc->bias).mean) +
-                           ")");
+             c.require(
+                 moments(fc->bias).std == 0.0 && moments(fc->bias).mean == 0.0,
+                 "the bias of layer " + std::to_string(i) + " is not zero (mean " + sci(moments(fc->bias).mean) + ")");
            }
          }},
         {"the debug module is silent at initialisation (M7, M8, M9)",
@@ -574,8 +603,9 @@ Lab make_lab6() {
            std::vector<int64_t> rows(256);
            for (int64_t i = 0; i < 256; ++i) rows[i] = i;
            const Tensor x = train->get_batch(rows).x;
-           c.input("the first 256 Fashion-MNIST training images through make_broken_mlp(6), before and after "
-                   "fix_initialisation(model, Generator(11))");
+           c.input(
+               "the first 256 Fashion-MNIST training images through make_broken_mlp(6), before and after "
+               "fix_initialisation(model, Generator(11))");
            auto m = lab6::make_broken_mlp(6);
            double dead = 0, sat = 0;
            int m9 = 0;
@@ -592,9 +622,10 @@ Lab make_lab6() {
         {"the repaired network trains on Fashion-MNIST",
          [](Check& c) {
            const auto [train, test] = fashion();
-           c.input("make_broken_mlp(6) repaired with Generator(11); " + std::to_string(kEpochs) + " epochs of SGD (lr " +
-                   num(kLr) + ", momentum " + num(kMomentum) + ", batch 64) on the first " + std::to_string(kTrainImages) +
-                   " training images; accuracy on the first " + std::to_string(kTestImages) + " test images");
+           c.input("make_broken_mlp(6) repaired with Generator(11); " + std::to_string(kEpochs) +
+                   " epochs of SGD (lr " + num(kLr) + ", momentum " + num(kMomentum) + ", batch 64) on the first " +
+                   std::to_string(kTrainImages) + " training images; accuracy on the first " +
+                   std::to_string(kTestImages) + " test images");
            const auto t0 = std::chrono::steady_clock::now();
            auto broken = lab6::make_broken_mlp(6);
            const std::vector<double> bl = train_sgd(*broken, train, 1);
@@ -606,9 +637,11 @@ Lab make_lab6() {
            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
            std::string curve;
            for (double l : losses) curve += (curve.empty() ? "" : ", ") + fixed(l, 3);
-           c.note("repaired: epoch losses [" + curve + "], test accuracy " + fixed(acc, 3) + " (goal: last loss <= " +
-                  fixed(kMaxLoss, 2) + ", accuracy >= " + fixed(kMinAccuracy, 2) + "); the broken network's first "
-                  "epoch: loss " + fixed(bl[0], 3) + "; " + fixed(seconds, 1) + " s");
+           c.note("repaired: epoch losses [" + curve + "], test accuracy " + fixed(acc, 3) +
+                  " (goal: last loss <= " + fixed(kMaxLoss, 2) + ", accuracy >= " + fixed(kMinAccuracy, 2) +
+                  "); the broken network's first "
+                  "epoch: loss " +
+                  fixed(bl[0], 3) + "; " + fixed(seconds, 1) + " s");
            c.require(std::isfinite(losses.back()) && losses.back() <= kMaxLoss,
                      "the last epoch's loss is " + fixed(losses.back(), 3) + " (epoch losses [" + curve +
                          "]), the goal is <= " + fixed(kMaxLoss, 2));

@@ -161,13 +161,34 @@ Lab make_lab7() {
             }};
   };
   lab.tasks.push_back(
-      {1, "a stable log_softmax", 15, "lab7::log_softmax()",
-       {lsm_case("random (3, 5)", [] { return randn_seeded({3, 5}, 71); }),
-        lsm_case("logits near +1000 (exp overflows float32 past ~88)", [] { return randn_seeded({2, 4}, 72) + 1000.0; }),
-        lsm_case("logits near -1000 (exp underflows to 0)", [] { return randn_seeded({2, 4}, 73) - 1000.0; }),
-        lsm_case("one row [0, -1000, 1000]", [] { return tensor({0, -1000, 1000}, {1, 3}); }),
-        lsm_case("3-D (2, 3, 4): over the last dim", [] { return randn_seeded({2, 3, 4}, 74, 3.0); }),
-        lsm_case("a single class (2, 1): log 1 = 0", [] { return tensor({5.0, -7.0}, {2, 1}); }),
+      {1,
+       "a stable log_softmax",
+       15,
+       "lab7::log_softmax()",
+       {lsm_case("random (3, 5)",
+                 [] {
+                   return randn_seeded({3, 5}, 71);
+                 }),
+        lsm_case("logits near +1000 (exp overflows float32 past ~88)",
+                 [] {
+                   return randn_seeded({2, 4}, 72) + 1000.0;
+                 }),
+        lsm_case("logits near -1000 (exp underflows to 0)",
+                 [] {
+                   return randn_seeded({2, 4}, 73) - 1000.0;
+                 }),
+        lsm_case("one row [0, -1000, 1000]",
+                 [] {
+                   return tensor({0, -1000, 1000}, {1, 3});
+                 }),
+        lsm_case("3-D (2, 3, 4): over the last dim",
+                 [] {
+                   return randn_seeded({2, 3, 4}, 74, 3.0);
+                 }),
+        lsm_case("a single class (2, 1): log 1 = 0",
+                 [] {
+                   return tensor({5.0, -7.0}, {2, 1});
+                 }),
         {"gradcheck (float64): the gradient is one_hot - softmax", [](Check& c) {
            const Tensor x = randn_seeded({3, 4}, 75, 2.0, kFloat64);
            c.input("x " + x.str() + ", loss = sum(v * log_softmax(x)) for a fixed random v");
@@ -178,7 +199,10 @@ Lab make_lab7() {
 
   // ---- Task 7.2 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {2, "name the op and module with anomaly mode", 15, "lab7::find_nan_source()",
+      {2,
+       "name the op and module with anomaly mode",
+       15,
+       "lab7::find_nan_source()",
        {{"log(softmax(x)) (bug B20): forward 'log' in '1 (LogSoftmax)'",
          [](Check& c) {
            auto ls = std::make_shared<nn::LogSoftmax>(1);
@@ -223,8 +247,9 @@ Lab make_lab7() {
            c.require(s.op == "sqrt", "op: expected 'sqrt', got '" + s.op + "'");
            c.require(s.backward, "backward: expected true, the forward is finite");
            // The debug module may or may not name the module of a backward node: both are accepted.
-           c.require(s.module.empty() || s.module == "2 (RMSNorm)",
-                     "module: expected '2 (RMSNorm)' (or '' when the debug module cannot tell), got '" + s.module + "'");
+           c.require(
+               s.module.empty() || s.module == "2 (RMSNorm)",
+               "module: expected '2 (RMSNorm)' (or '' when the debug module cannot tell), got '" + s.module + "'");
          }},
         {"a healthy model: found = false", [](Check& c) {
            auto model = std::make_shared<nn::Sequential>(identity_linear(3), std::make_shared<nn::LogSoftmax>(1));
@@ -232,28 +257,34 @@ Lab make_lab7() {
            const Tensor y = tensor(std::vector<int64_t>{0, 2}, {2});
            c.input("Sequential(Linear(3, 3) = identity, LogSoftmax(1) (stable)), x " + values_str(x));
            const lab7::NanSource s = lab7::find_nan_source(*model, x, y);
-           c.require(!s.found, "found = true (op '" + s.op + "', module '" + s.module +
-                                   "') although every value stays finite");
+           c.require(!s.found,
+                     "found = true (op '" + s.op + "', module '" + s.module + "') although every value stays finite");
          }}}});
 
   // ---- Task 7.3 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {3, "IEEE half precision by hand", 20, "lab7::half_bits_to_float(), lab7::float_to_half_bits(), lab7::round_to_half()",
+      {3,
+       "IEEE half precision by hand",
+       20,
+       "lab7::half_bits_to_float(), lab7::float_to_half_bits(), lab7::round_to_half()",
        {{"half_bits_to_float: all 65536 bit patterns",
          [](Check& c) {
            c.input("every uint16 pattern 0x0000 .. 0xffff");
            for (uint32_t h = 0; h < 65536; ++h) {
              const double want = key_decode(h);
              const double got = lab7::half_bits_to_float(static_cast<uint16_t>(h));
-             const bool ok = std::isnan(want) ? std::isnan(got) : (got == want && std::signbit(got) == std::signbit(want));
-             c.require(ok, "half_bits_to_float(" + hex(h) + "): expected " + g9(want) + ", got " + g9(got) +
-                               " (sign " + std::to_string(h >> 15) + ", exponent " + std::to_string((h >> 10) & 31) +
+             const bool ok =
+                 std::isnan(want) ? std::isnan(got) : (got == want && std::signbit(got) == std::signbit(want));
+             c.require(ok, "half_bits_to_float(" + hex(h) + "): expected " + g9(want) + ", got " + g9(got) + " (sign " +
+                               std::to_string(h >> 15) + ", exponent " + std::to_string((h >> 10) & 31) +
                                ", mantissa " + std::to_string(h & 1023) + ")");
            }
          }},
         {"float_to_half_bits: every finite half value maps to its own pattern",
          [](Check& c) {
-           c.input("v = the value of each finite pattern h (subnormals, +-0 included); expected float_to_half_bits(v) == h");
+           c.input(
+               "v = the value of each finite pattern h (subnormals, +-0 included); expected float_to_half_bits(v) == "
+               "h");
            for (uint32_t h = 0; h < 65536; ++h) {
              if (((h >> 10) & 31) == 31) continue;
              const float v = static_cast<float>(key_decode(h));
@@ -263,8 +294,9 @@ Lab make_lab7() {
          }},
         {"round to nearest, ties to even, between every pair of neighbours",
          [](Check& c) {
-           c.input("for each pair of neighbouring finite halves a < b: their midpoint (a tie), and the floats just "
-                   "below and above it");
+           c.input(
+               "for each pair of neighbouring finite halves a < b: their midpoint (a tie), and the floats just "
+               "below and above it");
            for (uint32_t h = 0; h < 0x7bff; ++h) {
              for (uint32_t sign : {0u, 0x8000u}) {
                const uint32_t lo = h | sign, hi = (h + 1) | sign;
@@ -289,14 +321,28 @@ Lab make_lab7() {
              float v;
              uint32_t want;
            };
-           const std::vector<E> edges = {
-               {65504.0f, 0x7bff}, {std::nextafter(65520.0f, 0.0f), 0x7bff}, {65520.0f, 0x7c00}, {1e30f, 0x7c00},
-               {-1e30f, 0xfc00}, {INFINITY, 0x7c00}, {-INFINITY, 0xfc00}, {1.0f, 0x3c00}, {-2.0f, 0xc000},
-               {0.1f, 0x2e66}, {0x1p-14f, 0x0400}, {0x1p-14f - 0x1p-24f, 0x03ff}, {0x1p-24f, 0x0001},
-               {0x1p-25f, 0x0000}, {std::nextafter(0x1p-25f, 1.0f), 0x0001}, {3 * 0x1p-25f, 0x0002},
-               {1e-10f, 0x0000}, {-1e-10f, 0x8000}, {-0.0f, 0x8000}};
-           c.input("edge values: 65504, just below 65520, 65520, +-1e30, +-inf, 1, -2, 0.1, 2^-14, the largest "
-                   "subnormal, 2^-24, 2^-25 (a tie with 0), 3 * 2^-25 (a tie), 1e-10, -1e-10, -0, NaN");
+           const std::vector<E> edges = {{65504.0f, 0x7bff},
+                                         {std::nextafter(65520.0f, 0.0f), 0x7bff},
+                                         {65520.0f, 0x7c00},
+                                         {1e30f, 0x7c00},
+                                         {-1e30f, 0xfc00},
+                                         {INFINITY, 0x7c00},
+                                         {-INFINITY, 0xfc00},
+                                         {1.0f, 0x3c00},
+                                         {-2.0f, 0xc000},
+                                         {0.1f, 0x2e66},
+                                         {0x1p-14f, 0x0400},
+                                         {0x1p-14f - 0x1p-24f, 0x03ff},
+                                         {0x1p-24f, 0x0001},
+                                         {0x1p-25f, 0x0000},
+                                         {std::nextafter(0x1p-25f, 1.0f), 0x0001},
+                                         {3 * 0x1p-25f, 0x0002},
+                                         {1e-10f, 0x0000},
+                                         {-1e-10f, 0x8000},
+                                         {-0.0f, 0x8000}};
+           c.input(
+               "edge values: 65504, just below 65520, 65520, +-1e30, +-inf, 1, -2, 0.1, 2^-14, the largest "
+               "subnormal, 2^-24, 2^-25 (a tie with 0), 3 * 2^-25 (a tie), 1e-10, -1e-10, -0, NaN");
            for (const E& e : edges) {
              const uint32_t got = lab7::float_to_half_bits(e.v);
              c.require(got == e.want, "float_to_half_bits(" + g9(e.v) + "): expected " + hex(e.want) + " (" +
@@ -304,8 +350,10 @@ Lab make_lab7() {
                                           ")");
            }
            const uint32_t n = lab7::float_to_half_bits(NAN);
-           c.require(is_half_nan(n), "float_to_half_bits(NaN): expected a NaN pattern (exponent 31, mantissa != 0), "
-                                     "got " + hex(n));
+           c.require(is_half_nan(n),
+                     "float_to_half_bits(NaN): expected a NaN pattern (exponent 31, mantissa != 0), "
+                     "got " +
+                         hex(n));
            c.require(std::isnan(lab7::round_to_half(NAN)), "round_to_half(NaN) is not NaN");
          }},
         {"round_to_half agrees with debug::round_to_half on 20000 floats", [](Check& c) {
@@ -349,7 +397,10 @@ Lab make_lab7() {
             }};
   };
   lab.tasks.push_back(
-      {4, "softmax in half precision", 15, "lab7::to_half(), lab7::softmax_half(), lab7::half_exp_overflow()",
+      {4,
+       "softmax in half precision",
+       15,
+       "lab7::to_half(), lab7::softmax_half(), lab7::half_exp_overflow()",
        {{"to_half rounds a copy",
          [](Check& c) {
            const Tensor x = tensor({1.0, 0.1, 65504, 70000, 1e-8, -3.14159, 2049, 1e-5}, {2, 4});
@@ -374,7 +425,8 @@ Lab make_lab7() {
            const Tensor x = tensor({10.5, 10.5}, {1, 2});
            c.input("naive softmax_half(x), x " + values_str(x) + ": exp(10.5) = 36316, the sum 72631 > 65504");
            const Tensor got = lab7::softmax_half(x, false);
-           c.require_close(got, zeros({1, 2}), "naive softmax_half (e / inf = 0: round the row sums to half)", 0.0, 0.0);
+           c.require_close(got, zeros({1, 2}), "naive softmax_half (e / inf = 0: round the row sums to half)", 0.0,
+                           0.0);
            c.require_close(lab7::softmax_half(x, true), full({1, 2}, 0.5), "stable softmax_half", 0.0, 0.0);
          }},
         {"half_exp_overflow: ln(65520) = 11.0901",
@@ -387,8 +439,9 @@ Lab make_lab7() {
            auto head = std::make_shared<nn::LogSoftmax>(1);
            head->inject_bug(nn::Bug::B21);  // log(exp(x) / sum(exp(x)))
            auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Identity>(), head);
-           c.input("Sequential(Identity, LogSoftmax(1) computed as log(exp(x) / sum(exp(x))) (bug B21)) on rows "
-                   "[5, 0], [11.2, 0], [-20, -25]");
+           c.input(
+               "Sequential(Identity, LogSoftmax(1) computed as log(exp(x) / sum(exp(x))) (bug B21)) on rows "
+               "[5, 0], [11.2, 0], [-20, -25]");
            for (const auto& row : std::vector<std::vector<double>>{{5, 0}, {11.2, 0}, {-20, -25}}) {
              const Tensor x = tensor(row, {1, 2});
              bool m18 = false;
@@ -408,8 +461,7 @@ Lab make_lab7() {
   // ---- Task 7.5 ------------------------------------------------------------------------
   auto guarded_case = [](const std::string& name, lab7::Recipe r, int64_t images, int64_t batch, int epochs,
                          bool expect_nan) -> Case {
-    return {name,
-            [=](Check& c) {
+    return {name, [=](Check& c) {
               const nn::DatasetPtr data = fashion("train", images);
               auto opts = nn::DataLoaderOptions().batch_size(batch).shuffle(true).seed(7);
               c.input("make_recipe_model(" + recipe_str(r) + ", seed 1), the first " + std::to_string(images) +
@@ -431,8 +483,8 @@ Lab make_lab7() {
                           "internal: clipping does not change this run");
               }
               if (want.nan_step >= 0 && got.nan_step == want.nan_step + 1)
-                c.fail("nan_step: expected " + std::to_string(want.nan_step) + ", got " +
-                       std::to_string(got.nan_step) + ": the loss of step " + std::to_string(want.nan_step) +
+                c.fail("nan_step: expected " + std::to_string(want.nan_step) + ", got " + std::to_string(got.nan_step) +
+                       ": the loss of step " + std::to_string(want.nan_step) +
                        " was finite but its gradients were not, and the step made every weight NaN; check the "
                        "gradients before opt.step() too");
               c.require_eq(got.nan_step, want.nan_step,
@@ -448,10 +500,11 @@ Lab make_lab7() {
                         "gradients (check them too: a finite loss can have NaN gradients)");
               if (expect_nan) {
                 c.note("broken recipe: the loss or the gradients are first non-finite at step " +
-                       std::to_string(got.nan_step) +
-                       "; anomaly mode: op '" + got.source.op + "' in '" + got.source.module + "'");
-                c.require(got.source.found, "source.found = false at the non-finite step: run find_nan_source on "
-                                            "that batch, before any step changes the weights");
+                       std::to_string(got.nan_step) + "; anomaly mode: op '" + got.source.op + "' in '" +
+                       got.source.module + "'");
+                c.require(got.source.found,
+                          "source.found = false at the non-finite step: run find_nan_source on "
+                          "that batch, before any step changes the weights");
                 c.require(got.source.op == "log" && got.source.module == "4 (LogSoftmax)" && !got.source.backward,
                           "source: expected the forward 'log' in '4 (LogSoftmax)', got '" + got.source.op + "' in '" +
                               got.source.module + "'" + (got.source.backward ? " (backward)" : ""));
@@ -461,7 +514,10 @@ Lab make_lab7() {
             }};
   };
   lab.tasks.push_back(
-      {5, "a training loop that stops at the first NaN", 20, "lab7::train_guarded()",
+      {5,
+       "a training loop that stops at the first NaN",
+       20,
+       "lab7::train_guarded()",
        {guarded_case("a healthy recipe: every loss, in order", lab7::Recipe{true, 0.1, 0.0}, 320, 64, 2, false),
         guarded_case("with gradient clipping (clip_norm 0.5)", lab7::Recipe{true, 0.5, 0.5}, 640, 64, 1, false),
         guarded_case("the broken recipe: stops at the first non-finite loss and names its source",
@@ -469,7 +525,10 @@ Lab make_lab7() {
 
   // ---- Task 7.6 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {6, "repair the recipe", 15, "lab7::fix_recipe()",
+      {6,
+       "repair the recipe",
+       15,
+       "lab7::fix_recipe()",
        {{"the output layer survives extreme logits",
          [](Check& c) {
            const lab7::Recipe r = lab7::fix_recipe(lab7::broken_recipe());
@@ -486,7 +545,8 @@ Lab make_lab7() {
                      "the last layer gives " + values_str(out) +
                          ": log(softmax(x)) is still there, and a lower learning rate only makes its -inf rarer");
          }},
-        {"the repaired recipe trains on Fashion-MNIST", [](Check& c) {
+        {"the repaired recipe trains on Fashion-MNIST",
+         [](Check& c) {
            const nn::DatasetPtr train = fashion("train", kTrainImages), test = fashion("test", kTestImages);
            const lab7::Recipe r = lab7::fix_recipe(lab7::broken_recipe());
            c.input("fix_recipe(broken_recipe()) = " + recipe_str(r) + ", " + std::to_string(kEpochs) +
@@ -517,10 +577,12 @@ Lab make_lab7() {
                   fixed(kMaxLoss, 2) + ", accuracy >= " + fixed(kMinAccuracy, 2) + "); the broken recipe: " +
                   (b.nan_step >= 0 ? "non-finite at step " + std::to_string(b.nan_step) : std::string("finite")) +
                   "; " + fixed(seconds, 1) + " s");
-           c.require(epochs.back() <= kMaxLoss, "the last epoch's loss is " + fixed(epochs.back(), 3) + " (epoch losses [" +
-                                                    curve + "]), the goal is <= " + fixed(kMaxLoss, 2) +
+           c.require(epochs.back() <= kMaxLoss, "the last epoch's loss is " + fixed(epochs.back(), 3) +
+                                                    " (epoch losses [" + curve +
+                                                    "]), the goal is <= " + fixed(kMaxLoss, 2) +
                                                     (r.lr > 0.5 ? ": is the learning rate still too high?" : ""));
-           c.require(acc >= kMinAccuracy, "test accuracy " + fixed(acc, 3) + " is below the goal " + fixed(kMinAccuracy, 2));
+           c.require(acc >= kMinAccuracy,
+                     "test accuracy " + fixed(acc, 3) + " is below the goal " + fixed(kMinAccuracy, 2));
          },
          2}}});
   return lab;

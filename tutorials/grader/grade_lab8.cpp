@@ -69,8 +69,10 @@ lab8::AlignmentCounts key_alignment(const nn::Dataset& reference, const nn::Data
     for (size_t r = 0; r < bx.size(); ++r) {
       ++c.checked;
       const auto it = labels_of.find(bx[r]);
-      if (it == labels_of.end()) ++c.unknown;
-      else if (!it->second.count(by[r])) ++c.misaligned;
+      if (it == labels_of.end())
+        ++c.unknown;
+      else if (!it->second.count(by[r]))
+        ++c.misaligned;
     }
   }
   return c;
@@ -134,7 +136,8 @@ std::pair<double, double> train_and_measure(const nn::DatasetPtr& data, const nn
 // ---- Task 8.5's keys ------------------------------------------------------------------
 std::vector<std::vector<int64_t>> key_batches(const nn::DataLoader& loader) {
   std::vector<std::vector<int64_t>> out;
-  for (int64_t i = 0; i < loader.num_batches(); ++i) out.push_back(loader.batch(loader.epoch(), i).y.to_vector<int64_t>());
+  for (int64_t i = 0; i < loader.num_batches(); ++i)
+    out.push_back(loader.batch(loader.epoch(), i).y.to_vector<int64_t>());
   return out;
 }
 
@@ -198,8 +201,8 @@ Lab make_lab8() {
                 bool error = false;
                 for (const auto& f : debug::check_alignment(*ref, loader))
                   if (f.severity == debug::Severity::Error) error = true;
-                c.note("yours: " + counts_str(got) + "; D4 (debug::check_alignment): " +
-                       (error ? "error, misaligned" : "no misalignment"));
+                c.note("yours: " + counts_str(got) +
+                       "; D4 (debug::check_alignment): " + (error ? "error, misaligned" : "no misalignment"));
                 c.require(error == (debug_d4 == 1), "internal: D4 disagrees with the expected verdict");
               }
             }};
@@ -207,30 +210,35 @@ Lab make_lab8() {
   auto blobs = [] { return nn::DatasetPtr(nn::make_blobs(30, 4, 3, 1.0, 81)); };
   auto same = [](const nn::DatasetPtr& d) { return d; };
   lab.tasks.push_back(
-      {1, "are inputs and labels aligned?", 20, "lab8::count_misaligned()",
+      {1,
+       "are inputs and labels aligned?",
+       20,
+       "lab8::count_misaligned()",
        {align_case("a clean shuffled loader: nothing misaligned", blobs, same,
                    nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(3),
                    "reference: nn::make_blobs(30 per class, 4 classes, 3-D); the loader reads the same data", 0),
         align_case("inputs shuffled without their labels (bug B07)", blobs, same,
                    nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(3).bug(nn::Bug::B07),
                    "reference: nn::make_blobs(30, 4, 3); the loader has bug B07", 1),
-        align_case("a duplicated image with two labels is aligned under either",
-                   [] {
-                     Tensor x = randn_seeded({12, 3}, 82), y = tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}, {12});
-                     x[9].copy_(x[5]);  // rows 5 (label 2) and 9 (label 0) hold the same image
-                     return nn::DatasetPtr(std::make_shared<nn::TensorDataset>(x, y, "dups"));
-                   },
-                   same, nn::DataLoaderOptions().batch_size(4).shuffle(true).seed(3),
-                   "reference: 12 random 3-D points, rows 5 and 9 the same image with labels 2 and 0; a clean loader",
-                   -1),
-        align_case("transformed inputs (x * 2) are unknown, not misaligned", blobs,
-                   [](const nn::DatasetPtr& d) { return nn::DatasetPtr(std::make_shared<Doubled>(d)); },
-                   nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(3),
-                   "reference: nn::make_blobs(30, 4, 3); the loader reads x * 2", -1),
-        align_case("Fashion-MNIST with bug B07",
-                   [] { return fashion("train", 2000); }, same,
-                   nn::DataLoaderOptions().batch_size(64).shuffle(true).seed(3).bug(nn::Bug::B07),
-                   "reference: the first 2000 Fashion-MNIST training images; the loader has bug B07", 1)}});
+        align_case(
+            "a duplicated image with two labels is aligned under either",
+            [] {
+              Tensor x = randn_seeded({12, 3}, 82),
+                     y = tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}, {12});
+              x[9].copy_(x[5]);  // rows 5 (label 2) and 9 (label 0) hold the same image
+              return nn::DatasetPtr(std::make_shared<nn::TensorDataset>(x, y, "dups"));
+            },
+            same, nn::DataLoaderOptions().batch_size(4).shuffle(true).seed(3),
+            "reference: 12 random 3-D points, rows 5 and 9 the same image with labels 2 and 0; a clean loader", -1),
+        align_case(
+            "transformed inputs (x * 2) are unknown, not misaligned", blobs,
+            [](const nn::DatasetPtr& d) { return nn::DatasetPtr(std::make_shared<Doubled>(d)); },
+            nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(3),
+            "reference: nn::make_blobs(30, 4, 3); the loader reads x * 2", -1),
+        align_case(
+            "Fashion-MNIST with bug B07", [] { return fashion("train", 2000); }, same,
+            nn::DataLoaderOptions().batch_size(64).shuffle(true).seed(3).bug(nn::Bug::B07),
+            "reference: the first 2000 Fashion-MNIST training images; the loader has bug B07", 1)}});
 
   // ---- Task 8.2 ------------------------------------------------------------------------
   auto fit_case = [](const std::string& name, Shape shape) -> Case {
@@ -254,9 +262,12 @@ Lab make_lab8() {
     return s;
   };
   lab.tasks.push_back(
-      {2, "standardise with training statistics only", 20,
+      {2,
+       "standardise with training statistics only",
+       20,
        "lab8::fit_standardiser(), lab8::standardise(), lab8::standardise_splits()",
-       {fit_case("per feature over N: (50, 3)", {50, 3}), fit_case("features of any shape: (40, 2, 3)", {40, 2, 3}),
+       {fit_case("per feature over N: (50, 3)", {50, 3}),
+        fit_case("features of any shape: (40, 2, 3)", {40, 2, 3}),
         {"standardise: (x - mean) / max(std, eps); a constant feature stays finite",
          [](Check& c) {
            const Tensor x = tensor({1, 5, 2, 2, 5, 4, 3, 5, 6}, {3, 3});  // feature 1 is constant
@@ -269,8 +280,9 @@ Lab make_lab8() {
         {"standardise_splits: every split with the training statistics",
          [=](Check& c) {
            const lab8::Splits raw = splits();
-           c.input("train (60, 4), val (20, 4), test (20, 4), all 2 N(0, 1) + 1; answer key nn::Normalizer fitted on "
-                   "train");
+           c.input(
+               "train (60, 4), val (20, 4), test (20, 4), all 2 N(0, 1) + 1; answer key nn::Normalizer fitted on "
+               "train");
            nn::Normalizer key;
            key.fit(raw.train, "train");
            const lab8::Splits got = lab8::standardise_splits(raw);
@@ -316,7 +328,8 @@ Lab make_lab8() {
          }}}});
 
   // ---- Task 8.3 ------------------------------------------------------------------------
-  auto raw_case = [](const std::string& name, std::function<Tensor()> make, bool want, const std::string& what) -> Case {
+  auto raw_case = [](const std::string& name, std::function<Tensor()> make, bool want,
+                     const std::string& what) -> Case {
     return {name, [=](Check& c) {
               const Tensor x = make();
               c.input(what + ": " + x.str() + (x.numel() <= 12 ? " = " + values_str(x) : std::string()));
@@ -328,7 +341,10 @@ Lab make_lab8() {
             }};
   };
   lab.tasks.push_back(
-      {3, "raw 0..255 pixels", 10, "lab8::looks_like_raw_pixels(), lab8::scale_pixels()",
+      {3,
+       "raw 0..255 pixels",
+       10,
+       "lab8::looks_like_raw_pixels(), lab8::scale_pixels()",
        {{"raw Fashion-MNIST: detected, and scaled exactly like the loader does",
          [](Check& c) {
            const Tensor raw = fashion("test", 300, true)->all().x, scaled = fashion("test", 300)->all().x;
@@ -340,46 +356,75 @@ Lab make_lab8() {
            bool d5_raw = false, d5_scaled = false;
            for (const auto& f : debug::check_normalisation(raw)) d5_raw = d5_raw || f.fires();
            for (const auto& f : debug::check_normalisation(scaled)) d5_scaled = d5_scaled || f.fires();
-           c.note(std::string("D5 (debug::check_normalisation): raw ") + (d5_raw ? "warns" : "silent") +
-                  ", scaled " + (d5_scaled ? "warns" : "silent"));
+           c.note(std::string("D5 (debug::check_normalisation): raw ") + (d5_raw ? "warns" : "silent") + ", scaled " +
+                  (d5_scaled ? "warns" : "silent"));
          }},
-        raw_case("standardised data (negative values) is not raw", [] { return randn_seeded({20, 5}, 85); }, false,
-                 "N(0, 1) values"),
-        raw_case("a {0, 1} mask is not raw", [] { return tensor({0, 1, 1, 0, 1, 0}, {2, 3}); }, false,
-                 "whole numbers with maximum 1"),
-        raw_case("whole numbers up to 255, NaN ignored", [] { return tensor({0, 17, 255, NAN, 3, 128}, {2, 3}); }, true,
-                 "0..255 with one NaN"),
-        raw_case("values above 255 are not pixels", [] { return tensor({0, 300, 12, 5}, {2, 2}); }, false,
-                 "whole numbers up to 300"),
-        raw_case("fractional values are not raw", [] { return tensor({0.5, 200, 12, 5}, {2, 2}); }, false,
-                 "one value 0.5")}});
+        raw_case(
+            "standardised data (negative values) is not raw",
+            [] {
+              return randn_seeded({20, 5}, 85);
+            },
+            false, "N(0, 1) values"),
+        raw_case(
+            "a {0, 1} mask is not raw",
+            [] {
+              return tensor({0, 1, 1, 0, 1, 0}, {2, 3});
+            },
+            false, "whole numbers with maximum 1"),
+        raw_case(
+            "whole numbers up to 255, NaN ignored",
+            [] {
+              return tensor({0, 17, 255, NAN, 3, 128}, {2, 3});
+            },
+            true, "0..255 with one NaN"),
+        raw_case(
+            "values above 255 are not pixels",
+            [] {
+              return tensor({0, 300, 12, 5}, {2, 2});
+            },
+            false, "whole numbers up to 300"),
+        raw_case(
+            "fractional values are not raw",
+            [] {
+              return tensor({0.5, 200, 12, 5}, {2, 2});
+            },
+            false, "one value 0.5")}});
 
   // ---- Task 8.4 ------------------------------------------------------------------------
   lab.tasks.push_back(
-      {4, "class imbalance: counts, weights, recall", 30,
+      {4,
+       "class imbalance: counts, weights, recall",
+       30,
        "lab8::class_counts(), lab8::imbalance_ratio(), lab8::class_weights(), lab8::per_class_recall()",
        {{"class_counts, with an empty class and a bad label",
          [](Check& c) {
            const Tensor y = tensor(std::vector<int64_t>{0, 2, 2, 4, 0, 2}, {6});
            c.input("y " + values_str(y) + ", 5 classes (1 and 3 empty)");
            const std::vector<int64_t> got = lab8::class_counts(y, 5), want = {2, 0, 3, 0, 1};
-           c.require(got == want, "class_counts: expected [2, 0, 3, 0, 1], got " + std::to_string(got.size()) +
-                                      " counts" + (got.size() == 5 ? " [" + std::to_string(got[0]) + ", " +
-                                                                         std::to_string(got[1]) + ", " + std::to_string(got[2]) +
-                                                                         ", " + std::to_string(got[3]) + ", " +
-                                                                         std::to_string(got[4]) + "]"
-                                                                   : std::string()));
-           c.require_throws([] { lab8::class_counts(tensor(std::vector<int64_t>{0, 5}, {2}), 5); },
-                            "class_counts with a label 5 for 5 classes");
-           c.require_throws([] { lab8::class_counts(tensor(std::vector<int64_t>{-1, 0}, {2}), 5); },
-                            "class_counts with a label -1");
+           c.require(got == want,
+                     "class_counts: expected [2, 0, 3, 0, 1], got " + std::to_string(got.size()) + " counts" +
+                         (got.size() == 5 ? " [" + std::to_string(got[0]) + ", " + std::to_string(got[1]) + ", " +
+                                                std::to_string(got[2]) + ", " + std::to_string(got[3]) + ", " +
+                                                std::to_string(got[4]) + "]"
+                                          : std::string()));
+           c.require_throws(
+               [] {
+                 lab8::class_counts(tensor(std::vector<int64_t>{0, 5}, {2}), 5);
+               },
+               "class_counts with a label 5 for 5 classes");
+           c.require_throws(
+               [] {
+                 lab8::class_counts(tensor(std::vector<int64_t>{-1, 0}, {2}), 5);
+               },
+               "class_counts with a label -1");
          }},
         {"imbalance_ratio",
          [](Check& c) {
            c.input("counts [10, 5, 20]; [3, 0, 4]");
            c.require_near(lab8::imbalance_ratio({10, 5, 20}), 4.0, 1e-12, "imbalance_ratio([10, 5, 20])");
            const double r = lab8::imbalance_ratio({3, 0, 4});
-           c.require(std::isinf(r) && r > 0, "imbalance_ratio([3, 0, 4]): expected inf (an empty class), got " + num(r));
+           c.require(std::isinf(r) && r > 0,
+                     "imbalance_ratio([3, 0, 4]): expected inf (an empty class), got " + num(r));
          }},
         {"class_weights: N / (C n_c), 0 for an empty class",
          [](Check& c) {
@@ -429,16 +474,18 @@ Lab make_lab8() {
            c.input("the first " + std::to_string(kImbalancedFrom) + " training images with only " +
                    std::to_string(kMinorityKept) + " bags (class 8) kept; MLP 784-64-10, " + std::to_string(kEpochs) +
                    " epochs of SGD lr 0.1, batch 64, cross-entropy weighted with class_weights(class_counts(y, 10)); "
-                   "the first " + std::to_string(kTestImages) + " test images");
-           const Tensor w = lab8::class_weights(lab8::class_counts(tensor(labels, {static_cast<int64_t>(labels.size())}), 10));
+                   "the first " +
+                   std::to_string(kTestImages) + " test images");
+           const Tensor w =
+               lab8::class_weights(lab8::class_counts(tensor(labels, {static_cast<int64_t>(labels.size())}), 10));
            c.require_tensor(w, {10}, "class_weights");
            const auto t0 = std::chrono::steady_clock::now();
            const auto [r0, a0] = train_and_measure(data, test, Tensor());
            const auto [r1, a1] = train_and_measure(data, test, w.to(kFloat32));
            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-           c.note("bag recall: unweighted " + fixed(r0, 3) + ", weighted " + fixed(r1, 3) + " (goal >= " +
-                  fixed(kMinRecall, 2) + "); accuracy: " + fixed(a0, 3) + ", " + fixed(a1, 3) + " (goal >= " +
-                  fixed(kMinAccuracy, 2) + "); " + fixed(seconds, 1) + " s");
+           c.note("bag recall: unweighted " + fixed(r0, 3) + ", weighted " + fixed(r1, 3) +
+                  " (goal >= " + fixed(kMinRecall, 2) + "); accuracy: " + fixed(a0, 3) + ", " + fixed(a1, 3) +
+                  " (goal >= " + fixed(kMinAccuracy, 2) + "); " + fixed(seconds, 1) + " s");
            c.require(r1 >= kMinRecall, "with your class weights the bag recall is " + fixed(r1, 3) + " (unweighted " +
                                            fixed(r0, 3) + "), the goal is >= " + fixed(kMinRecall, 2));
            c.require(a1 >= kMinAccuracy, "with your class weights the accuracy fell to " + fixed(a1, 3) +
@@ -471,24 +518,32 @@ Lab make_lab8() {
             }};
   };
   lab.tasks.push_back(
-      {5, "batches sorted by class", 20,
+      {5,
+       "batches sorted by class",
+       20,
        "lab8::single_class_fraction(), lab8::expected_single_class_fraction(), lab8::batches_look_sorted()",
-       {sorted_case("sorted by class, no shuffling (bug B28)", [] { return nn::DatasetPtr(nn::make_blobs(40, 3, 2, 1.0, 86)); },
-                    nn::DataLoaderOptions().batch_size(10).bug(nn::Bug::B28), true,
-                    "nn::make_blobs(40 per class, 3 classes), batch 10, bug B28"),
-        sorted_case("shuffled", [] { return nn::DatasetPtr(nn::make_blobs(40, 3, 2, 1.0, 86)); },
-                    nn::DataLoaderOptions().batch_size(10).shuffle(true).seed(4), false,
-                    "nn::make_blobs(40, 3), batch 10, shuffled"),
-        sorted_case("batches of one hold one class by chance", [] { return nn::DatasetPtr(nn::make_blobs(5, 3, 2, 1.0, 87)); },
-                    nn::DataLoaderOptions().batch_size(1).shuffle(true), false, "15 points, batch 1"),
-        sorted_case("a single class: every batch is pure, and that is expected",
-                    [] { return labelled(std::vector<int64_t>(24, 3)); }, nn::DataLoaderOptions().batch_size(6), false,
-                    "24 examples all of class 3, batch 6"),
-        sorted_case("every batch counts: Fashion-MNIST with bug B28, 47 batches and a short last one",
-                    [] { return fashion("train", 3000); }, nn::DataLoaderOptions().batch_size(64).bug(nn::Bug::B28),
-                    true, "the first 3000 training images, batch 64, bug B28"),
-        sorted_case("Fashion-MNIST as stored, without shuffling, is not sorted", [] { return fashion("train", 3000); },
-                    nn::DataLoaderOptions().batch_size(64), false, "the first 3000 training images, batch 64, no shuffle")}});
+       {sorted_case(
+            "sorted by class, no shuffling (bug B28)", [] { return nn::DatasetPtr(nn::make_blobs(40, 3, 2, 1.0, 86)); },
+            nn::DataLoaderOptions().batch_size(10).bug(nn::Bug::B28), true,
+            "nn::make_blobs(40 per class, 3 classes), batch 10, bug B28"),
+        sorted_case(
+            "shuffled", [] { return nn::DatasetPtr(nn::make_blobs(40, 3, 2, 1.0, 86)); },
+            nn::DataLoaderOptions().batch_size(10).shuffle(true).seed(4), false,
+            "nn::make_blobs(40, 3), batch 10, shuffled"),
+        sorted_case(
+            "batches of one hold one class by chance", [] { return nn::DatasetPtr(nn::make_blobs(5, 3, 2, 1.0, 87)); },
+            nn::DataLoaderOptions().batch_size(1).shuffle(true), false, "15 points, batch 1"),
+        sorted_case(
+            "a single class: every batch is pure, and that is expected",
+            [] { return labelled(std::vector<int64_t>(24, 3)); }, nn::DataLoaderOptions().batch_size(6), false,
+            "24 examples all of class 3, batch 6"),
+        sorted_case(
+            "every batch counts: Fashion-MNIST with bug B28, 47 batches and a short last one",
+            [] { return fashion("train", 3000); }, nn::DataLoaderOptions().batch_size(64).bug(nn::Bug::B28), true,
+            "the first 3000 training images, batch 64, bug B28"),
+        sorted_case(
+            "Fashion-MNIST as stored, without shuffling, is not sorted", [] { return fashion("train", 3000); },
+            nn::DataLoaderOptions().batch_size(64), false, "the first 3000 training images, batch 64, no shuffle")}});
   return lab;
 }
 

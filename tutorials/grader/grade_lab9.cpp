@@ -71,7 +71,8 @@ std::vector<float> key_matmul(const std::vector<float>& A, const std::vector<flo
 }
 
 // One element of the product, in double.
-[[maybe_unused]] double key_dot(const std::vector<float>& A, const std::vector<float>& B, int64_t N, int64_t K, int64_t i, int64_t j) {
+[[maybe_unused]] double key_dot(const std::vector<float>& A, const std::vector<float>& B, int64_t N, int64_t K,
+                                int64_t i, int64_t j) {
   double acc = 0.0;
   for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(A[i * K + k]) * B[k * N + j];
   return acc;
@@ -112,7 +113,8 @@ std::string dims3(int64_t M, int64_t N, int64_t K) {
 
 // "(row, col)" of a flat index into a matrix with `cols` columns; "[i]" when cols = 0.
 std::string where_str(int64_t i, int64_t cols) {
-  return cols > 0 ? "(" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ")" : "[" + std::to_string(i) + "]";
+  return cols > 0 ? "(" + std::to_string(i / cols) + ", " + std::to_string(i % cols) + ")"
+                  : "[" + std::to_string(i) + "]";
 }
 
 // Every element within atol + rtol |want| (or the same NaN or infinity); the
@@ -175,7 +177,8 @@ Simulation simulate_tiled(const std::vector<float>& A, const std::vector<float>&
       for (int64_t ty = 0; ty < T; ++ty)
         for (int64_t tx = 0; tx < T; ++tx) {
           const RowCol o = lab9::tile_output(by, bx, ty, tx, T);
-          if (o.row >= 0 && o.row < M && o.col >= 0 && o.col < N) s.C[o.row * N + o.col] = static_cast<float>(acc[ty * T + tx]);
+          if (o.row >= 0 && o.row < M && o.col >= 0 && o.col < N)
+            s.C[o.row * N + o.col] = static_cast<float>(acc[ty * T + tx]);
         }
     }
   return s;
@@ -198,7 +201,8 @@ Case validate_case(const std::string& name, std::vector<float> got, std::vector<
   return {name, [=](Check& c) {
             c.input("got " + floats_str(got) + ", want " + floats_str(want) + " (n = " + std::to_string(got.size()) +
                     "), atol " + g9(tol.atol) + ", rtol " + g9(tol.rtol));
-            const lab9::Validation v = lab9::validate_result(got.data(), want.data(), static_cast<int64_t>(got.size()), tol);
+            const lab9::Validation v =
+                lab9::validate_result(got.data(), want.data(), static_cast<int64_t>(got.size()), tol);
             const lab9::Validation k = key_validate(got.data(), want.data(), static_cast<int64_t>(got.size()), tol);
             auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
             const bool equal = v.ok == k.ok && v.mismatches == k.mismatches && v.first_bad == k.first_bad &&
@@ -255,7 +259,8 @@ class DeviceBuffer {
   }
   DeviceBuffer(Check& c, const std::vector<float>& host, const std::string& what)
       : DeviceBuffer(c, static_cast<int64_t>(host.size()), what) {
-    if (const int e = gpu::upload(get(), host.data(), n_)) c.fail("copying " + what + " to the GPU failed: " + cuda_text(e));
+    if (const int e = gpu::upload(get(), host.data(), n_))
+      c.fail("copying " + what + " to the GPU failed: " + cuda_text(e));
   }
   ~DeviceBuffer() { gpu::release(base_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -273,8 +278,9 @@ class DeviceBuffer {
       uint32_t bits;
       std::memcpy(&bits, &all[static_cast<size_t>(at)], sizeof bits);
       if (bits != kFillBits)
-        c.fail(what + ": the kernel wrote outside the buffer, at index " + std::to_string(at - kGuard) + " of a buffer of " +
-               std::to_string(n_) + " elements: a thread past the end must not write (check i < n, row < M, col < N)");
+        c.fail(what + ": the kernel wrote outside the buffer, at index " + std::to_string(at - kGuard) +
+               " of a buffer of " + std::to_string(n_) +
+               " elements: a thread past the end must not write (check i < n, row < M, col < N)");
     }
     return std::vector<float>(all.begin() + kGuard, all.begin() + kGuard + n_);
   }
@@ -294,8 +300,8 @@ void check_launch(Check& c, int rc, int task, const std::string& what) {
     if (cuda_text(rc).find("NoKernelImage") != std::string::npos) {
       const gpu::DeviceInfo& d = gpu::device_info();
       hint = "\nthe kernels were compiled for CUDA architecture(s) " GS_LAB9_CUDA_ARCHS ", this GPU is sm_" +
-             std::to_string(d.cc_major) + std::to_string(d.cc_minor) + ": reconfigure with -DCMAKE_CUDA_ARCHITECTURES=" +
-             std::to_string(d.cc_major) + std::to_string(d.cc_minor);
+             std::to_string(d.cc_major) + std::to_string(d.cc_minor) +
+             ": reconfigure with -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(d.cc_major) + std::to_string(d.cc_minor);
     }
     c.fail(what + " reported a failed launch: " + cuda_text(rc) + hint);
   }
@@ -318,9 +324,9 @@ void require_valid(Check& c, const std::vector<float>& got, const std::vector<fl
   std::memcpy(&bits, &got[static_cast<size_t>(v.first_bad)], sizeof bits);
   const std::string where = where_str(v.first_bad, cols);
   std::string m = what + ": " + std::to_string(v.mismatches) + " of " + std::to_string(got.size()) +
-                  " elements differ from the CPU answer key (tolerance atol = rtol = " + g9(tol.atol) + "); the first at " +
-                  where + ": expected " + g9(v.first_want) + ", got " + g9(v.first_got) + "; max abs error " +
-                  g9(v.max_abs_err);
+                  " elements differ from the CPU answer key (tolerance atol = rtol = " + g9(tol.atol) +
+                  "); the first at " + where + ": expected " + g9(v.first_want) + ", got " + g9(v.first_got) +
+                  "; max abs error " + g9(v.max_abs_err);
   if (bits == kFillBits)
     m += "\nthat element was never written (the grader fills the output with NaN before the launch): does the grid "
          "cover every element?";
@@ -377,8 +383,8 @@ Case axpy_gpu_case(const std::string& name, int n, int block) {
   return {name, [=](Check& c) {
             require_gpu();
 #if GS_LAB9_CUDA
-            c.input("axpy_gpu(n = " + std::to_string(n) + ", alpha = 2.5, x, y uniform in [-1, 1), out, block = " +
-                    std::to_string(block) + ")");
+            c.input("axpy_gpu(n = " + std::to_string(n) +
+                    ", alpha = 2.5, x, y uniform in [-1, 1), out, block = " + std::to_string(block) + ")");
             const std::vector<float> x = uniform(n, 901), y = uniform(n, 902);
             DeviceBuffer dx(c, x, "x"), dy(c, y, "y"), dout(c, n, "out");
             check_launch(c, lab9::axpy_gpu(n, 2.5f, dx.get(), dy.get(), dout.get(), block), 5, "axpy_gpu");
@@ -408,101 +414,106 @@ Case matmul_gpu_case(const std::string& name, int task, int M, int N, int K) {
 // On the emulator: 160 x 144 x 192 checked the same way (key and cuBLAS, the emulator's
 // reference GEMM), not timed.
 Case matmul_timing_case(int task) {
-  return {GS_LAB9_EMU ? "timing (emulator: 160 x 144 x 192 against the key and cuBLAS, validation only)"
-                      : "timing: 2048 x 2048 x 2048 against cuBLAS SGEMM (checked first)",
-          [=](Check& c) {
-            require_gpu();
+  return {
+      GS_LAB9_EMU ? "timing (emulator: 160 x 144 x 192 against the key and cuBLAS, validation only)"
+                  : "timing: 2048 x 2048 x 2048 against cuBLAS SGEMM (checked first)",
+      [=](Check& c) {
+        require_gpu();
 #if GS_LAB9_CUDA
-            const auto f = task == 6 ? lab9::matmul_naive_gpu : lab9::matmul_tiled_gpu;
-            const std::string fname = task == 6 ? "matmul_naive_gpu" : "matmul_tiled_gpu";
+        const auto f = task == 6 ? lab9::matmul_naive_gpu : lab9::matmul_tiled_gpu;
+        const std::string fname = task == 6 ? "matmul_naive_gpu" : "matmul_tiled_gpu";
 #if GS_LAB9_EMU
-            constexpr int M = 160, N = 144, K = 192;
+        constexpr int M = 160, N = 144, K = 192;
 #else
-            constexpr int M = 2048, N = 2048, K = 2048;
+        constexpr int M = 2048, N = 2048, K = 2048;
 #endif
-            c.input(fname + "(A, B, C, " + dims3(M, N, K) + "), A and B uniform in [-1, 1)");
-            const std::vector<float> A = uniform(int64_t{M} * K, 921), B = uniform(int64_t{K} * N, 922);
-            DeviceBuffer dA(c, A, "A"), dB(c, B, "B"), dC(c, int64_t{M} * N, "C"), dRef(c, int64_t{M} * N, "C (cuBLAS)");
-            check_launch(c, f(dA.get(), dB.get(), dC.get(), M, N, K), task, fname);
-            const std::vector<float> got = dC.read(c, "C");
-            // 4096 sampled elements against the double key.
-            std::mt19937 pick(923);
-            std::vector<float> got_s, want_s;
-            std::vector<int64_t> at;
-            for (int s = 0; s < 4096; ++s) {
-              const int64_t i = pick() % M, j = pick() % N;
-              at.push_back(i * N + j);
-              got_s.push_back(got[static_cast<size_t>(i * N + j)]);
-              want_s.push_back(static_cast<float>(key_dot(A, B, N, K, i, j)));
-            }
-            const Tolerance tol = key_tolerance(kFloat32, K);
-            const lab9::Validation vs = key_validate(got_s.data(), want_s.data(), 4096, tol);
-            if (!vs.ok) {
-              const int64_t bad = at[static_cast<size_t>(vs.first_bad)];
-              c.fail("C: " + std::to_string(vs.mismatches) + " of 4096 sampled elements differ from the CPU answer key; the "
-                     "first at (" + std::to_string(bad / N) + ", " + std::to_string(bad % N) + "): expected " +
-                     g9(vs.first_want) + ", got " + g9(vs.first_got));
-            }
-            // cuBLAS: the reference for speed, and for the whole result.
-            const double flops = 2.0 * M * N * K;
-            MatmulArgs ref{dA.get(), dB.get(), dRef.get(), M, N, K};
-            float ms_ref = 0.0f;
-            if (const int e = launch_cublas(&ref)) c.fail("cuBLAS SGEMM failed: " + error_or_status(e));
-            if (const int e = gpu::synchronize()) c.fail("cuBLAS SGEMM failed while it ran: " + cuda_text(e));
-            const std::vector<float> blas = dRef.read(c, "C (cuBLAS)");
-            std::vector<float> blas_s;
-            for (int64_t i : at) blas_s.push_back(blas[static_cast<size_t>(i)]);
-            if (key_validate(blas_s.data(), want_s.data(), 4096, tol).ok) {
-              // Two float32 results, each within tol of the key: within 2 tol of each other.
-              const Tolerance tol2 = key_tolerance(kFloat32, 2 * K);
-              const lab9::Validation vb = key_validate(got.data(), blas.data(), int64_t{M} * N, tol2);
-              if (!vb.ok)
-                c.fail("C: " + std::to_string(vb.mismatches) + " elements differ from cuBLAS SGEMM; the first at (" +
-                       std::to_string(vb.first_bad / N) + ", " + std::to_string(vb.first_bad % N) + "): cuBLAS " +
-                       g9(vb.first_want) + ", yours " + g9(vb.first_got));
-            } else {
-              c.note("cuBLAS SGEMM disagrees with the CPU key (TF32 math, NVIDIA_TF32_OVERRIDE?): not compared with it");
-            }
+        c.input(fname + "(A, B, C, " + dims3(M, N, K) + "), A and B uniform in [-1, 1)");
+        const std::vector<float> A = uniform(int64_t{M} * K, 921), B = uniform(int64_t{K} * N, 922);
+        DeviceBuffer dA(c, A, "A"), dB(c, B, "B"), dC(c, int64_t{M} * N, "C"), dRef(c, int64_t{M} * N, "C (cuBLAS)");
+        check_launch(c, f(dA.get(), dB.get(), dC.get(), M, N, K), task, fname);
+        const std::vector<float> got = dC.read(c, "C");
+        // 4096 sampled elements against the double key.
+        std::mt19937 pick(923);
+        std::vector<float> got_s, want_s;
+        std::vector<int64_t> at;
+        for (int s = 0; s < 4096; ++s) {
+          const int64_t i = pick() % M, j = pick() % N;
+          at.push_back(i * N + j);
+          got_s.push_back(got[static_cast<size_t>(i * N + j)]);
+          want_s.push_back(static_cast<float>(key_dot(A, B, N, K, i, j)));
+        }
+        const Tolerance tol = key_tolerance(kFloat32, K);
+        const lab9::Validation vs = key_validate(got_s.data(), want_s.data(), 4096, tol);
+        if (!vs.ok) {
+          const int64_t bad = at[static_cast<size_t>(vs.first_bad)];
+          c.fail("C: " + std::to_string(vs.mismatches) +
+                 " of 4096 sampled elements differ from the CPU answer key; the "
+                 "first at (" +
+                 std::to_string(bad / N) + ", " + std::to_string(bad % N) + "): expected " + g9(vs.first_want) +
+                 ", got " + g9(vs.first_got));
+        }
+        // cuBLAS: the reference for speed, and for the whole result.
+        const double flops = 2.0 * M * N * K;
+        MatmulArgs ref{dA.get(), dB.get(), dRef.get(), M, N, K};
+        float ms_ref = 0.0f;
+        if (const int e = launch_cublas(&ref)) c.fail("cuBLAS SGEMM failed: " + error_or_status(e));
+        if (const int e = gpu::synchronize()) c.fail("cuBLAS SGEMM failed while it ran: " + cuda_text(e));
+        const std::vector<float> blas = dRef.read(c, "C (cuBLAS)");
+        std::vector<float> blas_s;
+        for (int64_t i : at) blas_s.push_back(blas[static_cast<size_t>(i)]);
+        if (key_validate(blas_s.data(), want_s.data(), 4096, tol).ok) {
+          // Two float32 results, each within tol of the key: within 2 tol of each other.
+          const Tolerance tol2 = key_tolerance(kFloat32, 2 * K);
+          const lab9::Validation vb = key_validate(got.data(), blas.data(), int64_t{M} * N, tol2);
+          if (!vb.ok)
+            c.fail("C: " + std::to_string(vb.mismatches) + " elements differ from cuBLAS SGEMM; the first at (" +
+                   std::to_string(vb.first_bad / N) + ", " + std::to_string(vb.first_bad % N) + "): cuBLAS " +
+                   g9(vb.first_want) + ", yours " + g9(vb.first_got));
+        } else {
+          c.note("cuBLAS SGEMM disagrees with the CPU key (TF32 math, NVIDIA_TF32_OVERRIDE?): not compared with it");
+        }
 #if GS_LAB9_EMU
-            c.note("emulator: validation only, no timing (on a GPU this case times 2048 x 2048 x 2048 against cuBLAS); "
-                   "its points are for the correct result");
-            return;
+        c.note(
+            "emulator: validation only, no timing (on a GPU this case times 2048 x 2048 x 2048 against cuBLAS); "
+            "its points are for the correct result");
+        return;
 #endif
-            if (const int e = gpu::time_ms(launch_cublas, &ref, 2, 20, &ms_ref))
-              c.fail("timing cuBLAS failed: " + error_or_status(e));
-            MatmulArgs mine{dA.get(), dB.get(), dC.get(), M, N, K};
-            float ms = 0.0f;
-            if (const int e = gpu::time_ms(task == 6 ? launch_naive : launch_tiled, &mine, 1, 5, &ms)) {
-              g_poisoned = true;
-              c.fail("timing " + fname + " failed: " + cuda_text(e));
-            }
-            const double g = gflops(flops, ms), g_ref = gflops(flops, ms_ref);
-            std::string line = fname + ": " + fixed(ms, 3) + " ms, " + fixed(g, 0) + " GFLOP/s = " +
-                               fixed(100.0 * g / g_ref, 1) + "% of cuBLAS SGEMM (" + fixed(ms_ref, 3) + " ms, " +
-                               fixed(g_ref, 0) + " GFLOP/s)";
-            if (task == 7) {  // against version 1, when it is written
-              float ms_naive = 0.0f;
-              const int e = gpu::time_ms(launch_naive, &mine, 1, 5, &ms_naive);
-              if (e == 0 && ms_naive > 0)
-                line += "; " + fixed(ms_naive / ms, 2) + "x as fast as the naive kernel (" + fixed(ms_naive, 3) + " ms)";
-              if (e > 0) g_poisoned = true;  // the naive kernel faulted: reset before the next GPU case
-            }
-            c.note(line);
-            const Traffic naive = lab9::Traffic{flops, 4.0 * (2.0 * M * N * K + 1.0 * M * N)};
-            const Traffic tiled = lab9::Traffic{
-                flops, 4.0 * (1.0 * M * K * key_ceil_div(N, lab9::kTile) + 1.0 * K * N * key_ceil_div(M, lab9::kTile) + 1.0 * M * N)};
-            const Traffic& t = task == 6 ? naive : tiled;
-            const double gbs = t.bytes / (ms * 1e6), peak = gpu::device_info().peak_gb_per_s;
-            std::string napkin = "napkin: it issues " + fixed(t.bytes / 1e9, 1) + " GB of global loads and stores (" +
-                                 fixed(t.flops / t.bytes, 2) + " flop/byte); at " + fixed(ms, 3) + " ms that is " +
-                                 fixed(gbs, 0) + " GB/s";
-            if (peak > 0)
-              napkin += gbs > peak ? ", more than the " + fixed(peak, 0) + " GB/s the DRAM can deliver: the L1 and L2 "
+        if (const int e = gpu::time_ms(launch_cublas, &ref, 2, 20, &ms_ref))
+          c.fail("timing cuBLAS failed: " + error_or_status(e));
+        MatmulArgs mine{dA.get(), dB.get(), dC.get(), M, N, K};
+        float ms = 0.0f;
+        if (const int e = gpu::time_ms(task == 6 ? launch_naive : launch_tiled, &mine, 1, 5, &ms)) {
+          g_poisoned = true;
+          c.fail("timing " + fname + " failed: " + cuda_text(e));
+        }
+        const double g = gflops(flops, ms), g_ref = gflops(flops, ms_ref);
+        std::string line = fname + ": " + fixed(ms, 3) + " ms, " + fixed(g, 0) +
+                           " GFLOP/s = " + fixed(100.0 * g / g_ref, 1) + "% of cuBLAS SGEMM (" + fixed(ms_ref, 3) +
+                           " ms, " + fixed(g_ref, 0) + " GFLOP/s)";
+        if (task == 7) {  // against version 1, when it is written
+          float ms_naive = 0.0f;
+          const int e = gpu::time_ms(launch_naive, &mine, 1, 5, &ms_naive);
+          if (e == 0 && ms_naive > 0)
+            line += "; " + fixed(ms_naive / ms, 2) + "x as fast as the naive kernel (" + fixed(ms_naive, 3) + " ms)";
+          if (e > 0) g_poisoned = true;  // the naive kernel faulted: reset before the next GPU case
+        }
+        c.note(line);
+        const Traffic naive = lab9::Traffic{flops, 4.0 * (2.0 * M * N * K + 1.0 * M * N)};
+        const Traffic tiled = lab9::Traffic{flops, 4.0 * (1.0 * M * K * key_ceil_div(N, lab9::kTile) +
+                                                          1.0 * K * N * key_ceil_div(M, lab9::kTile) + 1.0 * M * N)};
+        const Traffic& t = task == 6 ? naive : tiled;
+        const double gbs = t.bytes / (ms * 1e6), peak = gpu::device_info().peak_gb_per_s;
+        std::string napkin = "napkin: it issues " + fixed(t.bytes / 1e9, 1) + " GB of global loads and stores (" +
+                             fixed(t.flops / t.bytes, 2) + " flop/byte); at " + fixed(ms, 3) + " ms that is " +
+                             fixed(gbs, 0) + " GB/s";
+        if (peak > 0)
+          napkin += gbs > peak ? ", more than the " + fixed(peak, 0) +
+                                     " GB/s the DRAM can deliver: the L1 and L2 "
                                      "caches serve most of it"
-                                   : ", " + fixed(100.0 * gbs / peak, 0) + "% of the " + fixed(peak, 0) + " GB/s DRAM peak";
-            c.note(napkin);
+                               : ", " + fixed(100.0 * gbs / peak, 0) + "% of the " + fixed(peak, 0) + " GB/s DRAM peak";
+        c.note(napkin);
 #endif
-          }};
+      }};
 }
 
 }  // namespace
@@ -537,8 +548,12 @@ Lab make_lab9() {
             }};
   };
   lab.tasks.push_back(
-      {1, "the CPU answer key", 15, "lab9::axpy_cpu(), lab9::matmul_cpu(), lab9::tolerance()",
-       {axpy_cpu_case("axpy, n = 1", 1, 2.5f), axpy_cpu_case("axpy, n = 1000, alpha = -0.75", 1000, -0.75f),
+      {1,
+       "the CPU answer key",
+       15,
+       "lab9::axpy_cpu(), lab9::matmul_cpu(), lab9::tolerance()",
+       {axpy_cpu_case("axpy, n = 1", 1, 2.5f),
+        axpy_cpu_case("axpy, n = 1000, alpha = -0.75", 1000, -0.75f),
         axpy_cpu_case("axpy, n = 4099, alpha = 3", 4099, 3.0f),
         {"matmul on integers: [[1, 2], [3, 4]] @ [[5, 6, 7], [8, 9, 10]]",
          [](Check& c) {
@@ -548,7 +563,8 @@ Lab make_lab9() {
            lab9::matmul_cpu(A.data(), B.data(), C.data(), 2, 3, 2);
            require_floats(c, C, {21, 24, 27, 47, 54, 61}, 3, "C", 0.0, 0.0);
          }},
-        matmul_cpu_case("matmul 1 x 1 x 1", 1, 1, 1), matmul_cpu_case("matmul (5, 7) from K = 3", 5, 7, 3),
+        matmul_cpu_case("matmul 1 x 1 x 1", 1, 1, 1),
+        matmul_cpu_case("matmul (5, 7) from K = 3", 5, 7, 3),
         matmul_cpu_case("matmul 17 x 31 x 45 (nothing is a multiple of anything)", 17, 31, 45),
         {"matmul with K = 0: C is all zeros",
          [](Check& c) {
@@ -558,11 +574,13 @@ Lab make_lab9() {
            lab9::matmul_cpu(&dummy, &dummy, C.data(), 3, 4, 0);
            require_floats(c, C, std::vector<float>(12, 0.0f), 4, "C", 0.0, 0.0);
          }},
-        matmul_cpu_case("matmul 4 x 6 x 4096: a float32 sum is off by many roundings here, a double one is not", 4, 6, 4096),
-        {"tolerance(dtype, k): eps(dtype) * max(k, 1); exact for integers", [](Check& c) {
+        matmul_cpu_case("matmul 4 x 6 x 4096: a float32 sum is off by many roundings here, a double one is not", 4, 6,
+                        4096),
+        {"tolerance(dtype, k): eps(dtype) * max(k, 1); exact for integers",
+         [](Check& c) {
            const std::vector<std::pair<DType, int64_t>> args{{kFloat32, 0},    {kFloat32, 1},    {kFloat32, 2},
-                                                            {kFloat32, 1024}, {kFloat32, 4096}, {kFloat64, 1},
-                                                            {kFloat64, 300},  {kInt64, 50},     {kBool, 3}};
+                                                             {kFloat32, 1024}, {kFloat32, 4096}, {kFloat64, 1},
+                                                             {kFloat64, 300},  {kInt64, 50},     {kBool, 3}};
            for (const auto& [dt, k] : args) {
              c.input(std::string("tolerance(") + dtype_name(dt) + ", " + std::to_string(k) + ")");
              const Tolerance got = lab9::tolerance(dt, k), want = key_tolerance(dt, k);
@@ -574,8 +592,9 @@ Lab make_lab9() {
          }},
         {"tolerance(float32, K) accepts float32 sums in any order and rejects a dropped term", [](Check& c) {
            constexpr int64_t M = 64, N = 64, K = 2048;
-           c.input("A (64, 2048), B (2048, 64) uniform in [-1, 1); C summed in float32 forwards, backwards and in 16 "
-                   "tiles; and C with the last k term left out; compared with the key by validate (the grader's)");
+           c.input(
+               "A (64, 2048), B (2048, 64) uniform in [-1, 1); C summed in float32 forwards, backwards and in 16 "
+               "tiles; and C with the last k term left out; compared with the key by validate (the grader's)");
            const std::vector<float> A = uniform(M * K, 121), B = uniform(K * N, 122);
            const std::vector<float> want = key_matmul(A, B, M, N, K);
            const Tolerance tol = lab9::tolerance(kFloat32, K);
@@ -607,12 +626,21 @@ Lab make_lab9() {
 
   // ---- Task 9.2: launch geometry and index math -------------------------------------------
   lab.tasks.push_back(
-      {2, "launch geometry and index math", 20,
+      {2,
+       "launch geometry and index math",
+       20,
        "lab9::ceil_div(), launch_1d(), global_index(), launch_matmul(), k_phases(), tile_output(), tile_load_a/b()",
        {{"ceil_div on exact and inexact divisions, and its errors",
          [](Check& c) {
-           for (const auto& [n, d] : std::vector<std::pair<int64_t, int64_t>>{
-                    {0, 1}, {1, 1}, {7, 2}, {8, 2}, {255, 256}, {256, 256}, {257, 256}, {1000003, 256}, {int64_t{1} << 40, 3}}) {
+           for (const auto& [n, d] : std::vector<std::pair<int64_t, int64_t>>{{0, 1},
+                                                                              {1, 1},
+                                                                              {7, 2},
+                                                                              {8, 2},
+                                                                              {255, 256},
+                                                                              {256, 256},
+                                                                              {257, 256},
+                                                                              {1000003, 256},
+                                                                              {int64_t{1} << 40, 3}}) {
              c.input("ceil_div(" + std::to_string(n) + ", " + std::to_string(d) + ")");
              c.require_eq(lab9::ceil_div(n, d), key_ceil_div(n, d), "ceil_div");
            }
@@ -624,7 +652,8 @@ Lab make_lab9() {
         {"launch_1d: the fewest blocks that cover n, for n around the block size and blocks of 32 to 1024",
          [](Check& c) {
            for (int64_t block : {32, 96, 256, 1024})
-             for (int64_t n : {int64_t{0}, int64_t{1}, block - 1, block, block + 1, int64_t{1000003}, int64_t{1} << 24}) {
+             for (int64_t n :
+                  {int64_t{0}, int64_t{1}, block - 1, block, block + 1, int64_t{1000003}, int64_t{1} << 24}) {
                c.input("launch_1d(" + std::to_string(n) + ", " + std::to_string(block) + ")");
                const lab9::Launch1D l = lab9::launch_1d(n, block);
                c.require_eq(l.block, block, "block");
@@ -649,20 +678,29 @@ Lab make_lab9() {
          }},
         {"launch_matmul and k_phases: x along the columns, y along the rows",
          [](Check& c) {
-           for (const auto& [M, N, T] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-                    {1, 1, 16}, {16, 16, 16}, {17, 33, 16}, {33, 17, 16}, {2048, 2048, 16}, {100, 1, 8}, {0, 5, 16}, {5, 7, 32}}) {
-             c.input("launch_matmul(M = " + std::to_string(M) + ", N = " + std::to_string(N) + ", tile = " + std::to_string(T) + ")");
+           for (const auto& [M, N, T] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 16},
+                                                                                           {16, 16, 16},
+                                                                                           {17, 33, 16},
+                                                                                           {33, 17, 16},
+                                                                                           {2048, 2048, 16},
+                                                                                           {100, 1, 8},
+                                                                                           {0, 5, 16},
+                                                                                           {5, 7, 32}}) {
+             c.input("launch_matmul(M = " + std::to_string(M) + ", N = " + std::to_string(N) +
+                     ", tile = " + std::to_string(T) + ")");
              const lab9::Launch2D l = lab9::launch_matmul(M, N, T);
              c.require_eq(l.grid_x, key_ceil_div(N, T), "grid_x (blocks along the N columns)");
              c.require_eq(l.grid_y, key_ceil_div(M, T), "grid_y (blocks along the M rows)");
              c.require_eq(l.block_x, T, "block_x");
              c.require_eq(l.block_y, T, "block_y");
            }
-           for (const auto& [K, T] : std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {1, 16}, {16, 16}, {17, 16}, {2048, 16}, {9, 4}}) {
+           for (const auto& [K, T] :
+                std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {1, 16}, {16, 16}, {17, 16}, {2048, 16}, {9, 4}}) {
              c.input("k_phases(K = " + std::to_string(K) + ", tile = " + std::to_string(T) + ")");
              c.require_eq(lab9::k_phases(K, T), key_ceil_div(K, T), "k_phases");
            }
-           c.input("launch_matmul(4, 4, 0), launch_matmul(4, 4, 33) (33 x 33 = 1089 threads), launch_matmul(-1, 4, 16)");
+           c.input(
+               "launch_matmul(4, 4, 0), launch_matmul(4, 4, 33) (33 x 33 = 1089 threads), launch_matmul(-1, 4, 16)");
            c.require_throws([] { lab9::launch_matmul(4, 4, 0); }, "tile 0");
            c.require_throws([] { lab9::launch_matmul(4, 4, 33); }, "tile 33: a block of 1089 threads");
            c.require_throws([] { lab9::launch_matmul(-1, 4, 16); }, "M < 0");
@@ -680,61 +718,75 @@ Lab make_lab9() {
                    for (int64_t tx = 0; tx < T; ++tx) {
                      const RowCol o = lab9::tile_output(by, bx, ty, tx, T);
                      const std::string who = "thread (ty " + std::to_string(ty) + ", tx " + std::to_string(tx) +
-                                             ") of block (by " + std::to_string(by) + ", bx " + std::to_string(bx) + ")";
+                                             ") of block (by " + std::to_string(by) + ", bx " + std::to_string(bx) +
+                                             ")";
                      c.require(o.row == by * T + ty && o.col == bx * T + tx,
-                               who + ": expected (row " + std::to_string(by * T + ty) + ", col " + std::to_string(bx * T + tx) +
-                                   "), got (row " + std::to_string(o.row) + ", col " + std::to_string(o.col) +
+                               who + ": expected (row " + std::to_string(by * T + ty) + ", col " +
+                                   std::to_string(bx * T + tx) + "), got (row " + std::to_string(o.row) + ", col " +
+                                   std::to_string(o.col) +
                                    ") (x, the fast-moving index, runs along the columns: neighbouring threads, "
                                    "neighbouring addresses)");
                      if (o.row < M && o.col < N) ++hits[{o.row, o.col}];
                    }
              for (int64_t i = 0; i < M; ++i)
                for (int64_t j = 0; j < N; ++j)
-                 c.require_eq(hits[{i, j}], 1, "threads computing C[" + std::to_string(i) + "][" + std::to_string(j) + "]");
+                 c.require_eq(hits[{i, j}], 1,
+                              "threads computing C[" + std::to_string(i) + "][" + std::to_string(j) + "]");
            }
          }},
         {"tile_load_a and tile_load_b: a CPU simulation of the tiled kernel built from them computes A @ B",
          [](Check& c) {
            for (const auto& [M, N, K, T] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
                     {5, 7, 9, 2}, {6, 6, 6, 3}, {1, 9, 4, 4}, {13, 3, 11, 5}, {16, 16, 16, 4}, {33, 17, 40, 16}}) {
-             c.input("the tiled kernel run on the CPU (every block, phase and thread) with your tile_output, tile_load_a "
-                     "and tile_load_b: " + dims3(M, N, K) + ", tile " + std::to_string(T));
-             for (const auto& [by, bx, ty, tx, p] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
+             c.input(
+                 "the tiled kernel run on the CPU (every block, phase and thread) with your tile_output, tile_load_a "
+                 "and tile_load_b: " +
+                 dims3(M, N, K) + ", tile " + std::to_string(T));
+             for (const auto& [by, bx, ty, tx, p] :
+                  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>{
                       {0, 0, 0, 0, 0}, {0, 0, 1, 0, 0}, {0, 0, 0, 1, 0}, {1, 2, 1, 0, 1}, {2, 1, 0, 1, 2}}) {
                if (T < 2) continue;
                const RowCol a = lab9::tile_load_a(by, ty, tx, p, T), b = lab9::tile_load_b(bx, ty, tx, p, T);
-               const std::string who = " for thread (ty " + std::to_string(ty) + ", tx " + std::to_string(tx) + ") of block (by " +
-                                       std::to_string(by) + ", bx " + std::to_string(bx) + ") in phase " + std::to_string(p);
+               const std::string who = " for thread (ty " + std::to_string(ty) + ", tx " + std::to_string(tx) +
+                                       ") of block (by " + std::to_string(by) + ", bx " + std::to_string(bx) +
+                                       ") in phase " + std::to_string(p);
                c.require(a.row == by * T + ty && a.col == p * T + tx,
-                         "tile_load_a" + who + ": expected A[" + std::to_string(by * T + ty) + "][" + std::to_string(p * T + tx) +
-                             "], got A[" + std::to_string(a.row) + "][" + std::to_string(a.col) + "]");
+                         "tile_load_a" + who + ": expected A[" + std::to_string(by * T + ty) + "][" +
+                             std::to_string(p * T + tx) + "], got A[" + std::to_string(a.row) + "][" +
+                             std::to_string(a.col) + "]");
                c.require(b.row == p * T + ty && b.col == bx * T + tx,
-                         "tile_load_b" + who + ": expected B[" + std::to_string(p * T + ty) + "][" + std::to_string(bx * T + tx) +
-                             "], got B[" + std::to_string(b.row) + "][" + std::to_string(b.col) + "]");
+                         "tile_load_b" + who + ": expected B[" + std::to_string(p * T + ty) + "][" +
+                             std::to_string(bx * T + tx) + "], got B[" + std::to_string(b.row) + "][" +
+                             std::to_string(b.col) + "]");
              }
              const std::vector<float> A = uniform(M * K, 131 + static_cast<uint32_t>(M)), B = uniform(K * N, 132);
              const Simulation s = simulate_tiled(A, B, M, N, K, T);
              require_floats(c, s.C, key_matmul(A, B, M, N, K), N, "C from the simulated tiled kernel", 1e-6, 1e-6);
              for (int64_t i = 0; i < M * K; ++i)
-               c.require_eq(s.loads_a[i], key_ceil_div(N, T),
-                            "loads of A[" + std::to_string(i / K) + "][" + std::to_string(i % K) + "] (once per block column)");
+               c.require_eq(
+                   s.loads_a[i], key_ceil_div(N, T),
+                   "loads of A[" + std::to_string(i / K) + "][" + std::to_string(i % K) + "] (once per block column)");
              for (int64_t i = 0; i < K * N; ++i)
-               c.require_eq(s.loads_b[i], key_ceil_div(M, T),
-                            "loads of B[" + std::to_string(i / N) + "][" + std::to_string(i % N) + "] (once per block row)");
+               c.require_eq(
+                   s.loads_b[i], key_ceil_div(M, T),
+                   "loads of B[" + std::to_string(i / N) + "][" + std::to_string(i % N) + "] (once per block row)");
            }
          }}}});
 
   // ---- Task 9.3: validate_result --------------------------------------------------------
   const float nan = std::nanf(""), inf = INFINITY;
   lab.tasks.push_back(
-      {3, "validate_result", 10, "lab9::validate_result()",
+      {3,
+       "validate_result",
+       10,
+       "lab9::validate_result()",
        {validate_case("identical", {1, -2, 3.5f, 0}, {1, -2, 3.5f, 0}, {1e-6, 1e-6}),
         validate_case("small differences inside the tolerance: max_abs_err and max_rel_err",
                       {1.0f, 2.00001f, -4.0f, 0.5f}, {1.0f, 2.0f, -4.00002f, 0.5f}, {1e-4, 1e-4}),
         validate_case("one mismatch at index 5", {0, 1, 2, 3, 4, 5.5f, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
                       {1e-3, 1e-3}),
-        validate_case("three mismatches: the first is the lowest index", {0, 1.5f, 2, 3.5f, 4, 5.5f}, {0, 1, 2, 3, 4, 5},
-                      {1e-3, 1e-3}),
+        validate_case("three mismatches: the first is the lowest index", {0, 1.5f, 2, 3.5f, 4, 5.5f},
+                      {0, 1, 2, 3, 4, 5}, {1e-3, 1e-3}),
         validate_case("on the boundary: |got - want| = atol + rtol |want| matches; just above does not",
                       {1.5f, 1.50001f}, {1.0f, 1.0f}, {0.25, 0.25}),
         validate_case("want = 0: no relative error, atol decides", {1e-7f, -1e-5f}, {0.0f, 0.0f}, {1e-6, 1e-6}),
@@ -764,7 +816,9 @@ Lab make_lab9() {
     c.require_near(got.bytes, want.bytes, want.bytes * 1e-12, what + ".bytes");
   };
   lab.tasks.push_back(
-      {4, "napkin math: traffic and the roofline", 10,
+      {4,
+       "napkin math: traffic and the roofline",
+       10,
        "lab9::axpy_traffic(), matmul_naive_traffic(), matmul_tiled_traffic(), roofline_gflops(), warp_sectors()",
        {{"axpy_traffic: 2 flops and 12 bytes per element",
          [=](Check& c) {
@@ -775,7 +829,8 @@ Lab make_lab9() {
          }},
         {"matmul_naive_traffic: every thread reads a row of A and a column of B",
          [=](Check& c) {
-           for (const auto& [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {3, 5, 7}, {2048, 2048, 2048}}) {
+           for (const auto& [M, N, K] :
+                std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {3, 5, 7}, {2048, 2048, 2048}}) {
              c.input("matmul_naive_traffic(" + dims3(M, N, K) + ")");
              const double m = M, n = N, k = K;
              require_traffic(c, lab9::matmul_naive_traffic(M, N, K), {2 * m * n * k, 4 * (2 * m * n * k + m * n)},
@@ -784,8 +839,12 @@ Lab make_lab9() {
          }},
         {"matmul_tiled_traffic: each block column reads A once, each block row reads B once",
          [=](Check& c) {
-           for (const auto& [M, N, K, T] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
-                    {16, 16, 16, 16}, {17, 33, 9, 16}, {2048, 2048, 2048, 16}, {2048, 2048, 2048, 32}, {100, 3, 50, 8}}) {
+           for (const auto& [M, N, K, T] :
+                std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{{16, 16, 16, 16},
+                                                                            {17, 33, 9, 16},
+                                                                            {2048, 2048, 2048, 16},
+                                                                            {2048, 2048, 2048, 32},
+                                                                            {100, 3, 50, 8}}) {
              c.input("matmul_tiled_traffic(" + dims3(M, N, K) + ", tile " + std::to_string(T) + ")");
              const double m = M, n = N, k = K;
              require_traffic(c, lab9::matmul_tiled_traffic(M, N, K, T),
@@ -797,11 +856,12 @@ Lab make_lab9() {
          [](Check& c) {
            // H100 SXM, round numbers: 67 TFLOP/s FP32 (no tensor cores), 3350 GB/s HBM3.
            const std::vector<std::pair<Traffic, double>> cases{
-               {{2.0e6, 12.0e6}, 3350.0 / 6.0},       // axpy: 1/6 flop per byte
+               {{2.0e6, 12.0e6}, 3350.0 / 6.0},                               // axpy: 1/6 flop per byte
                {{2.0 * 2048 * 2048 * 2048, 4.0 * 3 * 2048 * 2048}, 67000.0},  // ideal matmul traffic: 341 flop/byte
-               {{1.0e9, 1.0e8}, 33500.0}};             // 10 flop/byte: still under the ridge at 20
+               {{1.0e9, 1.0e8}, 33500.0}};  // 10 flop/byte: still under the ridge at 20
            for (const auto& [t, want] : cases) {
-             c.input("roofline_gflops({flops " + g9(t.flops) + ", bytes " + g9(t.bytes) + "}, peak 67000 GFLOP/s, 3350 GB/s)");
+             c.input("roofline_gflops({flops " + g9(t.flops) + ", bytes " + g9(t.bytes) +
+                     "}, peak 67000 GFLOP/s, 3350 GB/s)");
              c.require_near(lab9::roofline_gflops(t, 67000.0, 3350.0), want, want * 1e-9, "GFLOP/s");
            }
            c.input("roofline_gflops({0, 100}, ...), roofline_gflops({100, 0}, ...)");
@@ -815,8 +875,18 @@ Lab make_lab9() {
                for (int64_t b = i * stride * eb; b < i * stride * eb + eb; ++b) s.insert(b / 32);
              return static_cast<int64_t>(s.size());
            };
-           for (const auto& [stride, eb] : std::vector<std::pair<int64_t, int64_t>>{
-                    {1, 4}, {0, 4}, {2, 4}, {3, 4}, {8, 4}, {32, 4}, {2048, 4}, {1, 8}, {1, 2}, {1, 1}, {1, 64}, {5, 3}}) {
+           for (const auto& [stride, eb] : std::vector<std::pair<int64_t, int64_t>>{{1, 4},
+                                                                                    {0, 4},
+                                                                                    {2, 4},
+                                                                                    {3, 4},
+                                                                                    {8, 4},
+                                                                                    {32, 4},
+                                                                                    {2048, 4},
+                                                                                    {1, 8},
+                                                                                    {1, 2},
+                                                                                    {1, 1},
+                                                                                    {1, 64},
+                                                                                    {5, 3}}) {
              c.input("warp_sectors(stride " + std::to_string(stride) + ", elem_bytes " + std::to_string(eb) + ")");
              c.require_eq(lab9::warp_sectors(stride, eb), key(stride, eb), "sectors");
            }
@@ -827,11 +897,16 @@ Lab make_lab9() {
 
   // ---- Task 9.5: the axpy kernel (GPU) -----------------------------------------------------
   lab.tasks.push_back(
-      {5, "GPU: an axpy kernel", 10, "axpy_kernel, axpy_gpu()",
-       {axpy_gpu_case("n = 1", 1, 256), axpy_gpu_case("n = 256: one full block", 256, 256),
+      {5,
+       "GPU: an axpy kernel",
+       10,
+       "axpy_kernel, axpy_gpu()",
+       {axpy_gpu_case("n = 1", 1, 256),
+        axpy_gpu_case("n = 256: one full block", 256, 256),
         axpy_gpu_case("n = 257: one thread in a second block", 257, 256),
         axpy_gpu_case("n = 1000003, block 96 (not a power of 2)", 1000003, 96),
-        axpy_gpu_case("n = 1000003, block 1024", 1000003, 1024), axpy_gpu_case("n = 100000, block 32", 100000, 32),
+        axpy_gpu_case("n = 1000003, block 1024", 1000003, 1024),
+        axpy_gpu_case("n = 100000, block 32", 100000, 32),
         {"n = 0: nothing to launch, and no error",
          [](Check& c) {
            require_gpu();
@@ -851,8 +926,9 @@ Lab make_lab9() {
            const int rc = lab9::axpy_gpu(4096, 2.5f, x.get(), x.get(), out.get(), 2048);
            if (rc == lab9::kNotImplemented) check_launch(c, rc, 5, "axpy_gpu");
            gpu::clear_error();
-           c.require(rc != 0, "axpy_gpu returned 0 (success), but a block of 2048 threads cannot launch: return "
-                              "cudaGetLastError() after the launch, so that a failed launch is not silent");
+           c.require(rc != 0,
+                     "axpy_gpu returned 0 (success), but a block of 2048 threads cannot launch: return "
+                     "cudaGetLastError() after the launch, so that a failed launch is not silent");
 #endif
          }},
         {GS_LAB9_EMU ? "timing (emulator: n = 2^18, block 256, validation only)"
@@ -871,8 +947,9 @@ Lab make_lab9() {
            check_launch(c, lab9::axpy_gpu(n, 2.5f, dx.get(), dy.get(), dout.get(), 256), 5, "axpy_gpu");
            require_valid(c, dout.read(c, "out"), key_axpy(2.5f, x, y), 2, 0, "out");
 #if GS_LAB9_EMU
-           c.note("emulator: validation only, no timing (on a GPU this case times n = 2^25 against the DRAM peak); "
-                  "its points are for the correct result");
+           c.note(
+               "emulator: validation only, no timing (on a GPU this case times n = 2^25 against the DRAM peak); "
+               "its points are for the correct result");
            return;
 #endif
            AxpyArgs args{n, 2.5f, dx.get(), dy.get(), dout.get(), 256};
@@ -883,8 +960,8 @@ Lab make_lab9() {
            }
            const double gbs = 12.0 * n / (ms * 1e6), peak = gpu::device_info().peak_gb_per_s;
            c.note("axpy n = 2^25: " + fixed(ms, 3) + " ms, " + fixed(gbs, 0) + " GB/s (12 bytes per element)" +
-                  (peak > 0 ? " = " + fixed(100.0 * gbs / peak, 0) + "% of the " + fixed(peak, 0) + " GB/s DRAM peak of the " +
-                                  gpu::device_info().name
+                  (peak > 0 ? " = " + fixed(100.0 * gbs / peak, 0) + "% of the " + fixed(peak, 0) +
+                                  " GB/s DRAM peak of the " + gpu::device_info().name
                             : std::string()));
 #endif
          }}}});
@@ -905,29 +982,32 @@ Lab make_lab9() {
     naive.cases.push_back(matmul_gpu_case(name, 6, M, N, K));
     tiled.cases.push_back(matmul_gpu_case(name, 7, M, N, K));
   }
-  tiled.cases.push_back(matmul_gpu_case("300 x 49 x 513: many tiles and phases, none full at the edges", 7, 300, 49, 513));
-  tiled.cases.push_back({"the kernel holds its two tiles in shared memory", [](Check& c) {
-                           require_gpu();
+  tiled.cases.push_back(
+      matmul_gpu_case("300 x 49 x 513: many tiles and phases, none full at the edges", 7, 300, 49, 513));
+  tiled.cases.push_back(
+      {"the kernel holds its two tiles in shared memory", [](Check& c) {
+         require_gpu();
 #if GS_LAB9_CUDA
-                           c.input("matmul_tiled_shared_bytes() (cudaFuncGetAttributes of matmul_tiled_kernel)");
-                           DeviceBuffer d(c, 1, "a 1 x 1 matrix");
-                           check_launch(c, lab9::matmul_tiled_gpu(d.get(), d.get(), d.get(), 1, 1, 1), 7, "matmul_tiled_gpu");
-                           const int bytes = lab9::matmul_tiled_shared_bytes();
+         c.input("matmul_tiled_shared_bytes() (cudaFuncGetAttributes of matmul_tiled_kernel)");
+         DeviceBuffer d(c, 1, "a 1 x 1 matrix");
+         check_launch(c, lab9::matmul_tiled_gpu(d.get(), d.get(), d.get(), 1, 1, 1), 7, "matmul_tiled_gpu");
+         const int bytes = lab9::matmul_tiled_shared_bytes();
 #if GS_LAB9_EMU
-                           if (bytes == -2) {  // the emulator cannot see static __shared__ arrays
-                             c.note("emulator: a kernel's static shared memory is not visible here; this check runs on a "
-                                    "GPU (cudaFuncGetAttributes), the tiled results above are checked on both");
-                             return;
-                           }
+         if (bytes == -2) {  // the emulator cannot see static __shared__ arrays
+           c.note(
+               "emulator: a kernel's static shared memory is not visible here; this check runs on a "
+               "GPU (cudaFuncGetAttributes), the tiled results above are checked on both");
+           return;
+         }
 #endif
-                           const int need = 2 * lab9::kTile * lab9::kTile * static_cast<int>(sizeof(float));
-                           c.require(bytes >= need, "matmul_tiled_kernel declares " + std::to_string(bytes) +
-                                                        " bytes of shared memory; its two kTile x kTile float tiles "
-                                                        "need " + std::to_string(need) +
-                                                        " (__shared__ float As[kTile][kTile], Bs[kTile][kTile])");
-                           c.note("shared memory: " + std::to_string(bytes) + " bytes per block");
+         const int need = 2 * lab9::kTile * lab9::kTile * static_cast<int>(sizeof(float));
+         c.require(bytes >= need, "matmul_tiled_kernel declares " + std::to_string(bytes) +
+                                      " bytes of shared memory; its two kTile x kTile float tiles "
+                                      "need " +
+                                      std::to_string(need) + " (__shared__ float As[kTile][kTile], Bs[kTile][kTile])");
+         c.note("shared memory: " + std::to_string(bytes) + " bytes per block");
 #endif
-                         }});
+       }});
   naive.cases.push_back(matmul_timing_case(6));
   tiled.cases.push_back(matmul_timing_case(7));
   lab.tasks.push_back(naive);

@@ -78,8 +78,9 @@ Shape vary(const Shape& s) {
 uint64_t parse_input_seed(const std::string& text, const std::string& where) {
   bool ok = !text.empty() && text.size() <= 19;
   for (char ch : text) ok = ok && ch >= '0' && ch <= '9';
-  GS_CHECK(ok, "lab", where, " '", text, "' is not an input seed: give a decimal integer from 0 to 999999999999999999 (",
-           kPublicInputs, " is the public one)");
+  GS_CHECK(ok, "lab", where, " '", text,
+           "' is not an input seed: give a decimal integer from 0 to 999999999999999999 (", kPublicInputs,
+           " is the public one)");
   return std::stoull(text);
 }
 
@@ -349,7 +350,8 @@ extern "C" void on_crash(int sig) {
 }
 
 struct CrashReporter {
-  struct sigaction old_segv {}, old_bus {}, old_fpe {};
+  struct sigaction old_segv {
+  }, old_bus{}, old_fpe{};
   CrashReporter() {
     struct sigaction sa {};
     sa.sa_handler = on_crash;
@@ -445,8 +447,10 @@ TaskResult run_task(const Lab& lab, const Task& t) {
       CrashReporter::now_running(lab, t, c);
       r.cases.push_back(run_case(c, stub));
       total_w += c.weight;
-      if (r.cases.back().passed) passed_w += c.weight;
-      else ++failed;
+      if (r.cases.back().passed)
+        passed_w += c.weight;
+      else
+        ++failed;
     }
     if (stub.lab != 0) {  // unfinished: this task's stub, or one of a task it builds on
       r.points = 0;
@@ -459,16 +463,14 @@ TaskResult run_task(const Lab& lab, const Task& t) {
           file = stub.message.substr(at, stub.message.find_first_of(") ,", at) - at);
         r.feedback = "not implemented yet: write " + t.writes + " in " + file + " (TODO(lab " +
                      std::to_string(lab.number) + ", task " + std::to_string(t.number) + "))";
-      }
-      else
+      } else
         r.feedback = "not implemented yet: this task needs Task " + std::to_string(stub.lab) + "." +
                      std::to_string(stub.task) + " first (" + stub.message + ")";
     } else {
       r.points = total_w == 0 ? 0 : t.points * passed_w / total_w;
       r.status = passed_w == total_w ? Status::Passed : passed_w == 0 ? Status::Failed : Status::Partial;
       r.feedback = failed == 0 ? "all " + std::to_string(r.cases.size()) + " checks passed"
-                               : std::to_string(failed) + " of " + std::to_string(r.cases.size()) +
-                                     " checks failed";
+                               : std::to_string(failed) + " of " + std::to_string(r.cases.size()) + " checks failed";
     }
   } catch (const Skip& s) {
     // Neither passed nor failed: 0/0, so the lab's total is what this machine could grade.
@@ -522,15 +524,16 @@ void print_task(std::ostream& os, const TaskResult& t, bool verbose) {
   head << "Task " << t.lab << "." << t.number << "  " << t.title;
   std::string h = head.str();
   if (h.size() < 50) h += std::string(50 - h.size(), ' ');
-  os << "  " << h << std::setw(3) << t.points << "/" << std::left << std::setw(3) << t.max_points << std::right
-     << "  " << t.feedback << "\n";
+  os << "  " << h << std::setw(3) << t.points << "/" << std::left << std::setw(3) << t.max_points << std::right << "  "
+     << t.feedback << "\n";
   for (const CaseResult& c : t.cases) {
     if (c.passed && !verbose && c.notes.empty()) continue;
     // An unfinished task: its stub's error is already the task's feedback.
     if (!verbose && c.message.rfind("not implemented yet", 0) == 0) continue;
-    os << "      " << (c.passed ? "ok   " : "FAIL ") << c.name << (c.hidden && !c.passed ? "  (the instructor's input)" : "")
-       << "\n";
-    if (!c.passed) os << "           " << indented(c.message, "           ") << "\n";
+    os << "      " << (c.passed ? "ok   " : "FAIL ") << c.name
+       << (c.hidden && !c.passed ? "  (the instructor's input)" : "") << "\n";
+    if (!c.passed)
+      os << "           " << indented(c.message, "           ") << "\n";
     else
       for (const std::string& n : c.notes) os << "           " << n << "\n";
   }
@@ -579,15 +582,17 @@ std::string gradescope_json(const LabResult& r, double execution_seconds) {
   const char* visibility = hidden_inputs() ? "after_due_date" : "visible";
   std::ostringstream os;
   os << "{\"score\":" << r.points << ",\"execution_time\":" << static_cast<long>(std::ceil(execution_seconds))
-     << ",\"output\":" << json_str("lab " + std::to_string(r.number) + ": " + r.title + ": " + std::to_string(r.points) + "/" +
-                                   std::to_string(r.max_points) + " points" +
-                                   (hidden_inputs() ? " (graded on the instructor's inputs)" : ""))
+     << ",\"output\":"
+     << json_str("lab " + std::to_string(r.number) + ": " + r.title + ": " + std::to_string(r.points) + "/" +
+                 std::to_string(r.max_points) + " points" +
+                 (hidden_inputs() ? " (graded on the instructor's inputs)" : ""))
      << ",\"visibility\":\"visible\",\"stdout_visibility\":\"hidden\",\"tests\":[";
   for (size_t i = 0; i < r.tasks.size(); ++i) {
     const TaskResult& t = r.tasks[i];
     std::ostringstream out;
     print_task(out, t);
-    os << (i ? "," : "") << "{\"name\":" << json_str("Task " + std::to_string(r.number) + "." + std::to_string(t.number) + ": " + t.title)
+    os << (i ? "," : "")
+       << "{\"name\":" << json_str("Task " + std::to_string(r.number) + "." + std::to_string(t.number) + ": " + t.title)
        << ",\"number\":" << json_str(std::to_string(r.number) + "." + std::to_string(t.number))
        << ",\"score\":" << t.points << ",\"max_score\":" << t.max_points
        << ",\"status\":" << json_str(t.points == t.max_points ? "passed" : "failed")

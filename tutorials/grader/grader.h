@@ -40,8 +40,8 @@ namespace gradsleuth::labs {
 constexpr uint64_t kPublicInputs = 0;
 // Sets the input seed and whether hidden values may be printed. Call before all_labs().
 void set_input_seed(uint64_t seed, bool show_hidden_values = false);
-uint64_t input_seed();                 // kPublicInputs unless set
-bool hidden_inputs();                  // input_seed() != kPublicInputs
+uint64_t input_seed();  // kPublicInputs unless set
+bool hidden_inputs();   // input_seed() != kPublicInputs
 bool show_hidden_values();
 // The generator seed for the grader's stream `stream`: `stream` itself with the public
 // inputs (what the graders always used), a mix of it and the secret seed otherwise.
@@ -105,22 +105,22 @@ class Check {
 struct Case {
   std::string name;  // "shape (2, 3, 4)", "gradcheck, broadcast (3, 1) * (1, 4)"
   std::function<void(Check&)> run;
-  int weight = 1;    // its share of the task's points
+  int weight = 1;  // its share of the task's points
 };
 
 struct Task {
-  int number = 0;        // k in "Task N.k"
-  std::string title;     // "row-major strides"
+  int number = 0;     // k in "Task N.k"
+  std::string title;  // "row-major strides"
   int points = 0;
-  std::string writes;    // what the student writes: "contiguous_strides()", "Linear::forward()"
+  std::string writes;  // what the student writes: "contiguous_strides()", "Linear::forward()"
   std::vector<Case> cases;
 };
 
 struct Lab {
   int number = 0;
-  std::string dir;       // "lab1_tensors", under tutorials/
+  std::string dir;  // "lab1_tensors", under tutorials/
   std::string title;
-  std::string starter;   // the file the student edits: "tutorials/lab1_tensors/lab1.cpp"
+  std::string starter;  // the file the student edits: "tutorials/lab1_tensors/lab1.cpp"
   std::vector<Task> tasks;
   int max_points() const;
 };
@@ -135,9 +135,9 @@ struct Lab {
 const Tensor& watch_backward(const Tensor& out, const std::string& prefix);
 
 // ---- helpers for writing feedback -------------------------------------------------------
-std::string num(double v);                           // 6 significant digits: "0.333333", "inf", "nan"
-std::string fixed(double v, int digits);             // fixed-point: fixed(0.8123, 2) = "0.81"
-std::string sci(double v);                           // 3 significant digits: "3.7e-07", "0.39"
+std::string num(double v);                // 6 significant digits: "0.333333", "inf", "nan"
+std::string fixed(double v, int digits);  // fixed-point: fixed(0.8123, 2) = "0.81"
+std::string sci(double v);                // 3 significant digits: "3.7e-07", "0.39"
 // 9 significant digits, so float values one rounding apart differ: "0.100000001"; "nan" for
 // any NaN (not "-nan").
 std::string g9(double v);
@@ -166,8 +166,8 @@ const char* status_name(Status s);  // "passed", "partial", "failed", "not_imple
 struct CaseResult {
   std::string name;
   bool passed = false;
-  bool hidden = false;             // graded on the instructor's inputs (a secret input seed)
-  std::string message;             // why it failed (with the input), empty when passed
+  bool hidden = false;  // graded on the instructor's inputs (a secret input seed)
+  std::string message;  // why it failed (with the input), empty when passed
   std::vector<std::string> notes;
 };
 
@@ -191,8 +191,7 @@ struct LabResult {
 
 // Grades every task of `lab` (or only task `only_task` when > 0), calling
 // `on_task` after each one (to print as it goes). Never throws.
-LabResult grade(const Lab& lab, int only_task = 0,
-                const std::function<void(const TaskResult&)>& on_task = nullptr);
+LabResult grade(const Lab& lab, int only_task = 0, const std::function<void(const TaskResult&)>& on_task = nullptr);
 
 // "not implemented: lab 3 task 4 ..." -> {3, 4}; {0, 0} when `message` is not a
 // starter stub's error.
@@ -218,11 +217,11 @@ std::string list_json();
 
 // ---- the command line of a lab's grader (build/tutorials/labN_grader, run by `gradsleuth lab`) ----
 struct CommandOptions {
-  std::string action;       // "list" or "check"
-  std::string lab;          // "1", "2", ... or "all" (check)
+  std::string action;  // "list" or "check"
+  std::string lab;     // "1", "2", ... or "all" (check)
   bool json = false;
-  int task = 0;             // > 0: grade only this task
-  bool verbose = false;     // list every case, passed ones too
+  int task = 0;          // > 0: grade only this task
+  bool verbose = false;  // list every case, passed ones too
   // For tests: "full" exits 1 unless every task got full points (77 when a task
   // was skipped); "consistent" exits 1 unless every not-implemented task got 0
   // points and said so. Empty: exit 0 whenever grading ran.

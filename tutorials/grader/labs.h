@@ -5,15 +5,15 @@
 
 namespace gradsleuth::labs {
 
-Lab make_lab1();  // tensors, views, strides, broadcasting
-Lab make_lab2();  // autograd by hand
-Lab make_lab3();  // an MLP on Fashion-MNIST
-Lab make_lab4();  // broadcasting and in-place bugs
-Lab make_lab5();  // batches that mix examples
-Lab make_lab6();  // dead ReLUs, saturation, vanishing gradients, initialisation
-Lab make_lab7();  // hunting a NaN: log-sum-exp, anomaly mode, half precision
-Lab make_lab8();  // data bugs: misalignment, leakage, normalisation, class imbalance
-Lab make_lab9();  // CUDA kernels: axpy, a naive and a tiled matmul, against the CPU and cuBLAS
+Lab make_lab1();   // tensors, views, strides, broadcasting
+Lab make_lab2();   // autograd by hand
+Lab make_lab3();   // an MLP on Fashion-MNIST
+Lab make_lab4();   // broadcasting and in-place bugs
+Lab make_lab5();   // batches that mix examples
+Lab make_lab6();   // dead ReLUs, saturation, vanishing gradients, initialisation
+Lab make_lab7();   // hunting a NaN: log-sum-exp, anomaly mode, half precision
+Lab make_lab8();   // data bugs: misalignment, leakage, normalisation, class imbalance
+Lab make_lab9();   // CUDA kernels: axpy, a naive and a tiled matmul, against the CPU and cuBLAS
 Lab make_lab10();  // data-parallel training: sharding, gradient averaging, the replica checks
 Lab make_lab11();  // make it fast: the matmul ladder on the CPU (loop order, blocking, a SIMD micro-kernel)
 

@@ -21,8 +21,8 @@
 // this executable): .preinit_array entries run first.
 extern "C" {
 static void gs_take_results_channel(int, char**, char** envp) { gs::labs::take_results_channel(envp); }
-__attribute__((section(".preinit_array"), used)) static void (*gs_preinit_channel)(int, char**, char**) =
-    gs_take_results_channel;
+__attribute__((section(".preinit_array"), used)) static void (*gs_preinit_channel)(int, char**,
+                                                                                   char**) = gs_take_results_channel;
 }
 
 namespace {
@@ -55,8 +55,8 @@ int lint(const std::vector<std::string>& dirs) {
   size_t present = 0;  // a released tree may hold some of the labs only
   for (const std::string& d : dirs) present += fs::is_directory(root / "tutorials" / d);
   if (present != graders)
-    error("tutorials/CMakeLists.txt lists " + std::to_string(present) + " lab folders that exist, tutorials/grader/ has " +
-          std::to_string(graders) + " grade_labN.cpp files");
+    error("tutorials/CMakeLists.txt lists " + std::to_string(present) +
+          " lab folders that exist, tutorials/grader/ has " + std::to_string(graders) + " grade_labN.cpp files");
   for (const gs::labs::Lab& l : gs::labs::all_labs()) {
     const std::string n = std::to_string(l.number);
     if (l.number < 1 || l.number > static_cast<int>(dirs.size()))
@@ -74,7 +74,8 @@ int lint(const std::vector<std::string>& dirs) {
       const std::string id = n + "." + std::to_string(t.number);
       if (text.find("Task " + id) == std::string::npos) error("lab " + n + ": README.md has no section for Task " + id);
       const std::string todo = "TODO(lab " + n + ", task " + std::to_string(t.number) + ")";
-      if (starter.find(todo) == std::string::npos) std::cout << "warning: " << l.starter << " has no " << todo << " marker\n";
+      if (starter.find(todo) == std::string::npos)
+        std::cout << "warning: " << l.starter << " has no " << todo << " marker\n";
     }
     // tutorials/labs.txt (what `gradsleuth lab list` shows before the graders are built) must
     // hold this lab's list as this grader prints it.
@@ -84,9 +85,11 @@ int lint(const std::vector<std::string>& dirs) {
       const std::string listed = read_text(root / "tutorials" / "labs.txt");
       const size_t at = listed.find("\nlab " + n + ": ");
       const size_t end = at == std::string::npos ? at : listed.find("\nlab ", at + 1);
-      const std::string block = at == std::string::npos ? "" : listed.substr(at + 1, end == std::string::npos ? std::string::npos : end - at);
+      const std::string block =
+          at == std::string::npos ? "" : listed.substr(at + 1, end == std::string::npos ? std::string::npos : end - at);
       if (block != mine.str())
-        error("lab " + n + ": tutorials/labs.txt does not list this lab's tasks and points as its grader does: run "
+        error("lab " + n +
+              ": tutorials/labs.txt does not list this lab's tasks and points as its grader does: run "
               "scripts/update_lab_list.sh");
     }
     std::cout << "lab " << n << " (tutorials/" << l.dir << "): " << l.tasks.size() << " tasks, " << l.max_points()
@@ -107,7 +110,8 @@ int main(int argc, char** argv) {
               << " check N [--json | --gradescope FILE|-] [--task K] [--verbose] [--expect full|consistent]\n"
               << "          [--seed S [--show-hidden]] [--events]\n       " << argv[0] << " lint LAB_DIR...\n"
               << "--seed S grades on the inputs drawn from S (default: GS_GRADER_SEED, else the public inputs, "
-              << gs::labs::kPublicInputs << "); with a seed other than the public one a failed case hides its "
+              << gs::labs::kPublicInputs
+              << "); with a seed other than the public one a failed case hides its "
                  "values unless --show-hidden.\n";
     return 2;
   };
@@ -115,23 +119,37 @@ int main(int argc, char** argv) {
   std::string seed;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json") o.json = true;
-    else if (a == "--seed" && i + 1 < argc) seed = argv[++i];
-    else if (a == "--show-hidden") o.show_hidden = true;
-    else if (a == "--events") o.events = true;
-    else if (a == "--gradescope" && i + 1 < argc) o.gradescope = argv[++i];
-    else if (a == "--verbose") o.verbose = true;
-    else if (a == "--task" && i + 1 < argc) o.task = std::atoi(argv[++i]);
-    else if (a == "--expect" && i + 1 < argc) o.expect = argv[++i];
-    else if (a == "--help" || a == "-h") return usage(), 0;
-    else if (a.rfind("--", 0) == 0) return usage();
-    else if (o.action.empty()) o.action = a;
-    else if (o.lab.empty()) o.lab = a;
-    else return usage();
+    if (a == "--json")
+      o.json = true;
+    else if (a == "--seed" && i + 1 < argc)
+      seed = argv[++i];
+    else if (a == "--show-hidden")
+      o.show_hidden = true;
+    else if (a == "--events")
+      o.events = true;
+    else if (a == "--gradescope" && i + 1 < argc)
+      o.gradescope = argv[++i];
+    else if (a == "--verbose")
+      o.verbose = true;
+    else if (a == "--task" && i + 1 < argc)
+      o.task = std::atoi(argv[++i]);
+    else if (a == "--expect" && i + 1 < argc)
+      o.expect = argv[++i];
+    else if (a == "--help" || a == "-h")
+      return usage(), 0;
+    else if (a.rfind("--", 0) == 0)
+      return usage();
+    else if (o.action.empty())
+      o.action = a;
+    else if (o.lab.empty())
+      o.lab = a;
+    else
+      return usage();
   }
   if (o.action.empty() || (o.action == "check" && o.lab.empty())) return usage();
   try {
-    if (!seed.empty()) o.seed = labs::parse_input_seed(seed, "--seed"), o.has_seed = true;
+    if (!seed.empty())
+      o.seed = labs::parse_input_seed(seed, "--seed"), o.has_seed = true;
     else if (const char* env = std::getenv("GS_GRADER_SEED"); env && *env)
       o.seed = labs::parse_input_seed(env, "GS_GRADER_SEED"), o.has_seed = true;
     labs::set_input_seed(o.seed, o.show_hidden);

@@ -10,8 +10,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,8 +61,10 @@ bool allowed(const char* path, int dirfd) {
 
 bool refuse(const char* path, int dirfd) {
   if (sandbox().empty() || allowed(path, dirfd)) return false;
-  if (gradsleuth::labs::has_results_channel()) gradsleuth::labs::write_results_channel("write-denied", path);
-  else dprintf(2, "@write-denied %s\n", path);
+  if (gradsleuth::labs::has_results_channel())
+    gradsleuth::labs::write_results_channel("write-denied", path);
+  else
+    dprintf(2, "@write-denied %s\n", path);
   errno = EACCES;
   return true;
 }

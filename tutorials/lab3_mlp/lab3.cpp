@@ -52,9 +52,7 @@ void SGD::zero_grad() {
 // p.sub_(p.grad(), lr_) inside a NoGradGuard. In place, so that the model, which
 // holds the same tensor, sees the new values; under NoGradGuard, because the
 // update is not part of any computation to differentiate.
-void SGD::step() {
-  throw Error("lab 3", "not implemented: lab 3 task 4 (SGD::step in tutorials/lab3_mlp/lab3.cpp)");
-}
+void SGD::step() { throw Error("lab 3", "not implemented: lab 3 task 4 (SGD::step in tutorials/lab3_mlp/lab3.cpp)"); }
 
 // TODO(lab 3, task 5): the five lines every framework shares:
 //   zero_grad, forward (model(x)), loss (cross_entropy), backward, step;

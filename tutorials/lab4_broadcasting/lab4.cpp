@@ -55,8 +55,7 @@ BroadcastReport locate_broadcast(nn::Module& model, const std::function<void()>&
 }
 
 // ---- given: the training loop with bug B01 --------------------------------------------------
-std::vector<double> train_regression_buggy(nn::Module& model, const Tensor& x, const Tensor& y, int steps,
-                                           double lr) {
+std::vector<double> train_regression_buggy(nn::Module& model, const Tensor& x, const Tensor& y, int steps, double lr) {
   // MSELoss refused (N, 1) against (N) with an error, so broadcasting was switched on "to make it run".
   nn::MSELoss loss_fn(nn::MSELossOptions().allow_broadcast(true));
   optim::SGD opt(model.parameters(), optim::SGDOptions(lr));

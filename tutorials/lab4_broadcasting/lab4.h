@@ -38,7 +38,7 @@ struct Stretch {
   Shape result;              // the shape a and b broadcast to
   bool a_stretched = false;  // the result has more elements than a: a's elements are repeated
   bool b_stretched = false;
-  bool suspicious = false;   // both stretched: the case check M19 is about
+  bool suspicious = false;  // both stretched: the case check M19 is about
 };
 // Task 4.1: the Stretch of a op b. Throws a gs::Error naming both shapes when they
 // do not broadcast.      (64, 1) and (64) -> result (64, 64), both stretched, suspicious
@@ -54,12 +54,12 @@ Tensor safe_mse(const Tensor& pred, const Tensor& target);
 // ---- Task 4.3 --------------------------------------------------------------------------------
 // What debug::BroadcastDetector found while a piece of code ran.
 struct BroadcastReport {
-  bool found = false;    // at least one op broadcast both of its operands
-  int64_t count = 0;     // the number of findings (the detector lists each op and module once)
-  std::string op;        // the first finding's op: "sub", "mul", ...
-  std::string module;    // where it ran, "head (GatedHead)"; "" outside every module (a loss)
-  std::string shape;     // the op's output shape, "[8, 8]"
-  std::string message;   // the first finding as a person reads it (Finding::str())
+  bool found = false;   // at least one op broadcast both of its operands
+  int64_t count = 0;    // the number of findings (the detector lists each op and module once)
+  std::string op;       // the first finding's op: "sub", "mul", ...
+  std::string module;   // where it ran, "head (GatedHead)"; "" outside every module (a loss)
+  std::string shape;    // the op's output shape, "[8, 8]"
+  std::string message;  // the first finding as a person reads it (Finding::str())
 };
 // Task 4.3: runs `run` (which calls `model` and usually a loss) with a
 // debug::BroadcastDetector in Warn mode attached to `model`, and reports its
@@ -71,8 +71,7 @@ BroadcastReport locate_broadcast(nn::Module& model, const std::function<void()>&
 // Given: a regression training loop with bug B01. x (N, D) inputs, y (N) targets,
 // model(x) -> (N, 1). SGD with learning rate lr; returns the loss of each step
 // (before its update). It runs without a word and learns almost nothing.
-std::vector<double> train_regression_buggy(nn::Module& model, const Tensor& x, const Tensor& y, int steps,
-                                           double lr);
+std::vector<double> train_regression_buggy(nn::Module& model, const Tensor& x, const Tensor& y, int steps, double lr);
 
 // Task 4.4: the same loop, fixed. y may be (N) or (N, 1); any other shape throws a
 // gs::Error naming it. Returns each step's mean squared error, before its update.

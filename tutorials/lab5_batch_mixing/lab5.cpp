@@ -56,10 +56,10 @@ Tensor TimeAverageBuggy::forward(const Tensor& x) {
   GS_CHECK(x.dim() == 3 && x.size(2) == weight.size(1), "lab5::TimeAverage", "expects x (B, T, ", weight.size(1),
            "), got ", x.str());
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2), M = weight.size(0);
-  Tensor xt = x.reshape({T, B * D});                                  // "time-major" (BUG: see Task 5.3)
+  Tensor xt = x.reshape({T, B * D});                                // "time-major" (BUG: see Task 5.3)
   Tensor h = running_mean_matrix(T).matmul(xt).reshape({T, B, D});  // (T, B, D)
-  Tensor y = linear(h, weight, bias);                                 // (T, B, M)
-  return y.reshape({B, T, M});                                        // back to batch-major (BUG)
+  Tensor y = linear(h, weight, bias);                               // (T, B, M)
+  return y.reshape({B, T, M});                                      // back to batch-major (BUG)
 }
 
 // TODO(lab 5, task 3): the same computation without mixing the batch. A reshape
@@ -75,8 +75,8 @@ Tensor TimeAverage::forward(const Tensor& x) {
 // variance is the mean of the squared deviations) in training, from the running
 // statistics in eval; then normalise, scale by weight and shift by bias when they
 // are defined. Tensor ops only, so that autograd records the gradient.
-Tensor batchnorm_forward(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& weight, const Tensor& bias, double eps, bool training) {
+Tensor batchnorm_forward(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                         const Tensor& bias, double eps, bool training) {
   throw Error("lab 5", "not implemented: lab 5 task 4 (batchnorm_forward in tutorials/lab5_batch_mixing/lab5.cpp)");
 }
 

@@ -75,8 +75,8 @@ class TimeAverageBuggy : public TimeAverage {
 // eval:     mean = running_mean, var = running_var.
 // weight and bias (C) may be undefined (a BatchNorm without affine parameters).
 // Does not change running_mean or running_var.
-Tensor batchnorm_forward(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& weight, const Tensor& bias, double eps, bool training);
+Tensor batchnorm_forward(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                         const Tensor& bias, double eps, bool training);
 
 // ---- Task 5.5 --------------------------------------------------------------------------------
 struct MixingVerdict {

@@ -76,13 +76,13 @@ std::shared_ptr<nn::Sequential> deep_stack(int64_t in, int64_t width, int64_t de
 // ---- given: the network of Task 6.5 ----------------------------------------------------
 std::shared_ptr<nn::Sequential> make_broken_mlp(uint64_t seed) {
   manual_seed(seed);
-  auto model = std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128), std::make_shared<nn::Sigmoid>(),
-      std::make_shared<nn::Linear>(128, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128),
+                                                std::make_shared<nn::Sigmoid>(), std::make_shared<nn::Linear>(128, 128),
+                                                std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
   NoGradGuard no_grad;
   Generator gen(seed);
   model->at<nn::Linear>(1)->weight.copy_(randn({128, 784}, kFloat32, &gen));  // N(0, 1): B16's pattern
-  model->at<nn::Linear>(3)->bias.fill_(-4.0);                                  // B18's pattern
+  model->at<nn::Linear>(3)->bias.fill_(-4.0);                                 // B18's pattern
   return model;
 }
 

@@ -30,8 +30,8 @@ Tensor log_softmax(const Tensor& x);
 // whether it came from the backward. found = false when everything stayed finite.
 struct NanSource {
   bool found = false;
-  std::string op;       // registry name of the op: "log", "sqrt", "div"
-  std::string module;   // the module path with its type, as the debug module names it: "4 (LogSoftmax)"
+  std::string op;      // registry name of the op: "log", "sqrt", "div"
+  std::string module;  // the module path with its type, as the debug module names it: "4 (LogSoftmax)"
   bool backward = false;
 };
 NanSource find_nan_source(nn::Module& model, const Tensor& x, const Tensor& y);

@@ -88,10 +88,10 @@ RowCol tile_load_b(int64_t bx, int64_t ty, int64_t tx, int64_t p, int64_t tile);
 // both are the same infinity. (A NaN or an infinity never matches a finite value,
 // however large the tolerance: inf <= atol + rtol * inf would say it does.)
 struct Validation {
-  bool ok = true;             // every element matched
-  int64_t mismatches = 0;     // how many did not
-  int64_t first_bad = -1;     // the index of the first that did not; -1 when none
-  float first_got = 0.0f;     // got[first_bad] and want[first_bad] (0 when none)
+  bool ok = true;          // every element matched
+  int64_t mismatches = 0;  // how many did not
+  int64_t first_bad = -1;  // the index of the first that did not; -1 when none
+  float first_got = 0.0f;  // got[first_bad] and want[first_bad] (0 when none)
   float first_want = 0.0f;
   // The largest |got - want| over the elements that are not a matching NaN or
   // infinity; inf when a NaN or an infinity stands where it does not belong.

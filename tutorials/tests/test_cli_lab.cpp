@@ -8,12 +8,12 @@
 
 #include <sys/wait.h>
 
+#include <unistd.h>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "tests/cli_test_util.h"
 #include "tests/json_mini.h"
@@ -205,8 +205,8 @@ TEST_CASE("lab list with no grader built: every lab and task from tutorials/labs
   const size_t hint = r.out.find("No lab's grader is built yet");
   REQUIRE(hint != std::string::npos);
   CHECK(r.out.find("./run.sh lab check", hint) != std::string::npos);
-  CHECK(r.out.find("not built", hint + 1) == std::string::npos);   // said once
-  CHECK(r.out.find("is not built") == std::string::npos);           // no per-lab message
+  CHECK(r.out.find("not built", hint + 1) == std::string::npos);  // said once
+  CHECK(r.out.find("is not built") == std::string::npos);         // no per-lab message
   fs::remove_all(dir);
 }
 

@@ -23,7 +23,8 @@ struct Result {
 
 Result run(const std::string& bug) {
   const std::string out =
-      (std::filesystem::temp_directory_path() / ("gs_own_model_" + (bug.empty() ? std::string("clean") : bug))).string();
+      (std::filesystem::temp_directory_path() / ("gs_own_model_" + (bug.empty() ? std::string("clean") : bug)))
+          .string();
   std::filesystem::remove_all(out);
   clitest::Run r = clitest::run_cli((bug.empty() ? "" : "--bug " + bug) + " --json --out " + out, true);
   REQUIRE(r.status == 0);
@@ -94,9 +95,9 @@ TEST_CASE("own_model --bug inplace: M20 from the gate and the loop, naming mul_;
   // The gate's backward raised the engine's in-place error: a finding, not an exception.
   bool gate_m20 = false;
   for (const auto& f : phases[1].get("findings")->arr)
-    gate_m20 = gate_m20 || (f.get("check")->str == "M20" && f.get("severity")->str == "error" &&
-                            f.get("op")->str == "mul_" &&
-                            f.get("cause")->str.find("the pre-training gate's backward") != std::string::npos);
+    gate_m20 =
+        gate_m20 || (f.get("check")->str == "M20" && f.get("severity")->str == "error" && f.get("op")->str == "mul_" &&
+                     f.get("cause")->str.find("the pre-training gate's backward") != std::string::npos);
   CHECK(gate_m20);
   // The loop's first backward raised it again: training stopped at step 1, reported.
   CHECK(r.doc.get("stopped")->str.find("training stopped at step 1") != std::string::npos);

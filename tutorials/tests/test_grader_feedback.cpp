@@ -79,34 +79,41 @@ gl::Lab fake_lab() {
   lab.dir = "fake";
   lab.title = "made-up lab with deliberate mistakes";
   lab.starter = "fake.cpp";
-  lab.tasks.push_back({1, "mul, correct", 10, "mul()", {{"broadcast (3, 1) * (1, 4)", [](gl::Check& c) {
-                                                            mul_case(c, true);
+  lab.tasks.push_back(
+      {1, "mul, correct", 10, "mul()", {{"broadcast (3, 1) * (1, 4)", [](gl::Check& c) { mul_case(c, true); }}}});
+  lab.tasks.push_back(
+      {2, "mul, broadcast dim not summed", 10, "mul()", {{"broadcast (3, 1) * (1, 4)", [](gl::Check& c) {
+                                                            mul_case(c, false);
                                                           }}}});
-  lab.tasks.push_back({2, "mul, broadcast dim not summed", 10, "mul()",
-                       {{"broadcast (3, 1) * (1, 4)", [](gl::Check& c) { mul_case(c, false); }}}});
-  lab.tasks.push_back({3, "matmul, backward raises", 10, "matmul()",
+  lab.tasks.push_back({3,
+                       "matmul, backward raises",
+                       10,
+                       "matmul()",
                        {{"(3, 4) @ (4, 5)", [](gl::Check& c) {
-                          Tensor a = gl::randn_seeded({3, 4}, 3).requires_grad_(true);
-                          Tensor b = gl::randn_seeded({4, 5}, 4).requires_grad_(true);
-                          c.input("a " + a.str() + " @ b " + b.str());
-                          gl::watch_backward(student_matmul_bad_backward(a, b), "fake::").sum().backward();
-                        }}}});
-  lab.tasks.push_back({4, "forward raises", 10, "matmul()",
-                       {{"(3, 4) @ (3, 4)", [](gl::Check& c) {
-                          // A backward that ran (and finished) earlier in the case is not blamed.
-                          Tensor a = gl::randn_seeded({3, 1}, 1).requires_grad_(true);
-                          gl::watch_backward(student_mul(a, a, true), "fake::").sum().backward();
-                          c.input("(3, 4) @ (3, 4)");
-                          student_matmul_bad_backward(gs::ones({3, 4}), gs::ones({3, 4}));
-                        }}}});
-  lab.tasks.push_back({5, "forward broadcasts to the wrong shape", 10, "add()",
+                           Tensor a = gl::randn_seeded({3, 4}, 3).requires_grad_(true);
+                           Tensor b = gl::randn_seeded({4, 5}, 4).requires_grad_(true);
+                           c.input("a " + a.str() + " @ b " + b.str());
+                           gl::watch_backward(student_matmul_bad_backward(a, b), "fake::").sum().backward();
+                         }}}});
+  lab.tasks.push_back(
+      {4, "forward raises", 10, "matmul()", {{"(3, 4) @ (3, 4)", [](gl::Check& c) {
+                                                // A backward that ran (and finished) earlier in the case is not blamed.
+                                                Tensor a = gl::randn_seeded({3, 1}, 1).requires_grad_(true);
+                                                gl::watch_backward(student_mul(a, a, true), "fake::").sum().backward();
+                                                c.input("(3, 4) @ (3, 4)");
+                                                student_matmul_bad_backward(gs::ones({3, 4}), gs::ones({3, 4}));
+                                              }}}});
+  lab.tasks.push_back({5,
+                       "forward broadcasts to the wrong shape",
+                       10,
+                       "add()",
                        {{"(3, 4) + (4)", [](gl::Check& c) {
-                          Tensor x = gl::randn_seeded({3, 4}, 5), y = gl::randn_seeded({4}, 6);
-                          c.input("x " + x.str() + " + y " + y.str());
-                          // The mistake: summing over the wrong dim keeps a size-1 dim that broadcasts.
-                          Tensor got = gs::sum(x, {1}, true) + y;
-                          c.require_close(got, x + y, "x + y");
-                        }}}});
+                           Tensor x = gl::randn_seeded({3, 4}, 5), y = gl::randn_seeded({4}, 6);
+                           c.input("x " + x.str() + " + y " + y.str());
+                           // The mistake: summing over the wrong dim keeps a size-1 dim that broadcasts.
+                           Tensor got = gs::sum(x, {1}, true) + y;
+                           c.require_close(got, x + y, "x + y");
+                         }}}});
   return lab;
 }
 

@@ -38,8 +38,8 @@ void check_all_versions(const std::string& kernel, const wb::Shape& s, int threa
       continue;
     }
     INFO("mismatches ", r.validation.mismatches, " of ", r.validation.n, "; first at ", r.validation.first_bad,
-         ": want ", r.validation.first_want, ", got ", r.validation.first_got, "; max abs err ", r.validation.max_abs_err,
-         " (atol ", r.atol, ", rtol ", r.rtol, ")");
+         ": want ", r.validation.first_want, ", got ", r.validation.first_got, "; max abs err ",
+         r.validation.max_abs_err, " (atol ", r.atol, ", rtol ", r.rtol, ")");
     CHECK(r.validation.ok);
     CHECK(r.validation.n > 0);
     CHECK(r.repeats == 1);
@@ -56,7 +56,9 @@ void check_all_versions(const std::string& kernel, const wb::Shape& s, int threa
 TEST_CASE("cpu workbench: matmul, every version, odd sizes") {
   SUBCASE("37 x 70 x 45: nothing a multiple of a tile or a vector") { check_all_versions("matmul", {37, 70, 45}); }
   SUBCASE("1 x 1 x 1") { check_all_versions("matmul", {1, 1, 1}); }
-  SUBCASE("13 x 33 x 300: K past one k-block, N one past a 2-vector panel") { check_all_versions("matmul", {13, 33, 300}); }
+  SUBCASE("13 x 33 x 300: K past one k-block, N one past a 2-vector panel") {
+    check_all_versions("matmul", {13, 33, 300});
+  }
   SUBCASE("101 x 131 x 67 on 3 threads: uneven row blocks") { check_all_versions("matmul", {101, 131, 67}, 3); }
 }
 
@@ -154,7 +156,8 @@ TEST_CASE("cpu workbench: gelu v2's vectorised formula is within its a priori bo
   CHECK(checked > 100000);
 }
 
-TEST_CASE("cpu workbench: the registry: versions numbered 1..n, each says what it changes; the top rungs are the engine's") {
+TEST_CASE(
+    "cpu workbench: the registry: versions numbered 1..n, each says what it changes; the top rungs are the engine's") {
   REQUIRE(cw::ladders().size() == 6);
   for (const cw::Ladder& l : cw::ladders()) {
     INFO(l.spec.name);
@@ -194,7 +197,9 @@ TEST_CASE("cpu workbench: bad arguments are refused before any work, naming the 
   CHECK(version.find("3 (online one-pass)") != std::string::npos);
   CHECK(message([] { cw::run("gelu", 1, {0, 0, 0}, fast()); }).find("at least 1") != std::string::npos);
   CHECK(message([] { cw::run("gelu", 1, {0, 10, 0}, fast(0)); }).find("--threads") != std::string::npos);
-  CHECK(message([] { cw::run("matmul", 1, {4096, 4096, 4096}, fast()); }).find("--size 2048 or less") != std::string::npos);
+  CHECK(message([] {
+          cw::run("matmul", 1, {4096, 4096, 4096}, fast());
+        }).find("--size 2048 or less") != std::string::npos);
 }
 
 TEST_CASE("cpu workbench: a broken version fails validation") {

@@ -71,8 +71,10 @@ TEST_CASE("kernels bench matmul --device cpu --json: validated, timed, against t
     CHECK(x.get("gflops")->num > 0);
     CHECK(x.get("pct_of_limit")->num > 0);
     CHECK(x.get("limit")->str == "fma_peak");
-    if (first) CHECK(x.get("speedup_over_previous")->kind == json_mini::Value::Null);
-    else CHECK(x.get("speedup_over_previous")->num > 0);
+    if (first)
+      CHECK(x.get("speedup_over_previous")->kind == json_mini::Value::Null);
+    else
+      CHECK(x.get("speedup_over_previous")->num > 0);
     first = false;
   }
 }
@@ -141,8 +143,10 @@ TEST_CASE("kernels roofline --device cpu --quick: an SVG with a dot per built ve
   CHECK(dots == built);
   CHECK(text.find("no room for the label") == std::string::npos);
   // The SVG is well-formed XML (python3 is part of scripts/setup.sh).
-  const Run xml = run_command("python3 -c \"import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); "
-                              "print(len(d.getElementsByTagName('circle')))\" '" + svg + "' 2>&1");
+  const Run xml = run_command(
+      "python3 -c \"import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); "
+      "print(len(d.getElementsByTagName('circle')))\" '" +
+      svg + "' 2>&1");
   INFO(xml.out);
   CHECK(xml.status == 0);
   // In headless Chromium, as the HTML report is checked: no console error, the roof drawn, no two
@@ -153,7 +157,8 @@ TEST_CASE("kernels roofline --device cpu --quick: an SVG with a dot per built ve
     h << "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>roofline</title></head><body><h1>roofline</h1>\n"
       << text << "</body></html>\n";
   }
-  const Run browser = run_command("'" + std::string(GS_SOURCE_DIR) + "/scripts/check_report_browser.sh' '" + html + "' 2>&1");
+  const Run browser =
+      run_command("'" + std::string(GS_SOURCE_DIR) + "/scripts/check_report_browser.sh' '" + html + "' 2>&1");
   INFO(browser.out);
   if (browser.status == 77) {
     MESSAGE("no Chromium: the browser check was skipped (scripts/setup.sh --browser installs it)");

@@ -29,10 +29,10 @@ class BlasSingleThread {
 // packing-free kernel of sgemm.h instead of the BLAS.
 // The general form: C = A @ B + beta * C (beta = 1 accumulates into C: the fused conv2d
 // adds per-sample products into one weight gradient, and a prefilled bias into out).
-bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda,
-               const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc);
+bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
+               int64_t ldb, double beta, double* C, int64_t ldc);
 // beta = 0: C is overwritten, never read.
 inline bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float* C, int64_t ldc) {

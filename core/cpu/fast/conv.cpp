@@ -55,8 +55,9 @@ namespace {
 // the loop could not vectorise.
 template <class T>
 inline T blend(bool take, T v, T keep) {
-  using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, std::conditional_t<sizeof(T) == 4, uint32_t,
-                                  std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
+  using Bits = std::conditional_t<
+      sizeof(T) == 8, uint64_t,
+      std::conditional_t<sizeof(T) == 4, uint32_t, std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
   static_assert(sizeof(Bits) == sizeof(T));
   Bits bv, bk;
   std::memcpy(&bv, &v, sizeof(T));
@@ -67,7 +68,9 @@ inline T blend(bool take, T v, T keep) {
   return keep;
 }
 template <class T>
-inline bool beats(T v, T best) { return (v > best) | ((v != v) & (best == best)); }  // v != v: NaN
+inline bool beats(T v, T best) {
+  return (v > best) | ((v != v) & (best == best));
+}  // v != v: NaN
 
 // n outputs of one output row: r0, r1 the window's two input rows, base = the flat index
 // of r0[0] in the plane (argmax is h * W + w there).
@@ -121,9 +124,12 @@ bool max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const
     int64_t* am = static_cast<int64_t*>(argmax.raw_data());
     parallel_for(g.N * g.C, 4, [&](int64_t b, int64_t e) {
       if (g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.dH == 1 && g.dW == 1) {
-        if (g.outW > 4 && g.outW <= 8) max_pool_2x2_planes<T, 8>(x, o, am, g, b, e);
-        else if (g.outW > 8 && g.outW <= 16) max_pool_2x2_planes<T, 16>(x, o, am, g, b, e);
-        else max_pool_2x2_planes<T, 0>(x, o, am, g, b, e);
+        if (g.outW > 4 && g.outW <= 8)
+          max_pool_2x2_planes<T, 8>(x, o, am, g, b, e);
+        else if (g.outW > 8 && g.outW <= 16)
+          max_pool_2x2_planes<T, 16>(x, o, am, g, b, e);
+        else
+          max_pool_2x2_planes<T, 0>(x, o, am, g, b, e);
         return;
       }
       // No padding: every window lies inside the plane: no bounds checks and no

@@ -38,10 +38,10 @@
 #include <type_traits>
 
 #include "core/cpu/accurate_sum.h"
-#include "core/cpu/fast/blas.h"
-#include "core/cpu/fast/fast.h"
-#include "core/cpu/fast/conv_cols.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/conv_cols.h"
+#include "core/cpu/fast/fast.h"
 #include "core/cpu/fast/winograd.h"
 #include "core/ops.h"
 
@@ -83,8 +83,8 @@ std::unique_ptr<T[], AlignedFree> scratch(int64_t n) {
 // C (M, N) row-major, leading dimension ldc, = A @ B (+ C when accumulate). A and
 // B row- or column-major as in blas_gemm. The BLAS when built in, else Eigen.
 template <class T>
-void gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-          int64_t ldb, bool accumulate, T* C, int64_t ldc) {
+void gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+          bool accumulate, T* C, int64_t ldc) {
   if (blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc)) return;
   using Dyn = Eigen::Stride<Eigen::Dynamic, 1>;
   using RowM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -92,14 +92,20 @@ void gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, i
   Eigen::Map<RowM, 0, Dyn> Cm(C, M, N, Dyn(ldc, 1));
   auto with_b = [&](const auto& Am) {
     auto run = [&](const auto& Bm) {
-      if (accumulate) Cm.noalias() += Am * Bm;
-      else Cm.noalias() = Am * Bm;
+      if (accumulate)
+        Cm.noalias() += Am * Bm;
+      else
+        Cm.noalias() = Am * Bm;
     };
-    if (b_col) run(Eigen::Map<const ColM, 0, Dyn>(B, K, N, Dyn(ldb, 1)));
-    else run(Eigen::Map<const RowM, 0, Dyn>(B, K, N, Dyn(ldb, 1)));
+    if (b_col)
+      run(Eigen::Map<const ColM, 0, Dyn>(B, K, N, Dyn(ldb, 1)));
+    else
+      run(Eigen::Map<const RowM, 0, Dyn>(B, K, N, Dyn(ldb, 1)));
   };
-  if (a_col) with_b(Eigen::Map<const ColM, 0, Dyn>(A, M, K, Dyn(lda, 1)));
-  else with_b(Eigen::Map<const RowM, 0, Dyn>(A, M, K, Dyn(lda, 1)));
+  if (a_col)
+    with_b(Eigen::Map<const ColM, 0, Dyn>(A, M, K, Dyn(lda, 1)));
+  else
+    with_b(Eigen::Map<const RowM, 0, Dyn>(A, M, K, Dyn(lda, 1)));
 }
 
 template <class T>
@@ -214,16 +220,15 @@ bool fused_conv_applies(const Conv2dGeometry& g, int64_t O, DType dt) {
 
 }  // namespace
 
-bool conv2d_supported(const Conv2dGeometry& g, int64_t O, DType dt) {
-  return fused_conv_applies(g, O, dt);
-}
+bool conv2d_supported(const Conv2dGeometry& g, int64_t O, DType dt) { return fused_conv_applies(g, O, dt); }
 
-bool conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const Conv2dGeometry& g) {
+bool conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dGeometry& g) {
   if (!fused_conv_applies(g, w.size(0), x.dtype())) return false;
   BlasSingleThread one_blas_thread;
-  if (x.dtype() == kFloat32) forward_typed<float>(out, x, w, bias, g);
-  else forward_typed<double>(out, x, w, bias, g);
+  if (x.dtype() == kFloat32)
+    forward_typed<float>(out, x, w, bias, g);
+  else
+    forward_typed<double>(out, x, w, bias, g);
   return true;
 }
 
@@ -231,8 +236,10 @@ bool conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& g
                      const Tensor& x, const Tensor& w, const Conv2dGeometry& g) {
   if (!fused_conv_applies(g, grad_out.size(1), grad_out.dtype())) return false;
   BlasSingleThread one_blas_thread;
-  if (grad_out.dtype() == kFloat32) backward_typed<float>(grad_x, grad_w, grad_b, grad_out, x, w, g);
-  else backward_typed<double>(grad_x, grad_w, grad_b, grad_out, x, w, g);
+  if (grad_out.dtype() == kFloat32)
+    backward_typed<float>(grad_x, grad_w, grad_b, grad_out, x, w, g);
+  else
+    backward_typed<double>(grad_x, grad_w, grad_b, grad_out, x, w, g);
   return true;
 }
 

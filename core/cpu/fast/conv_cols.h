@@ -109,8 +109,10 @@ void im2col_sample(const T* x, T* c, int64_t sK, const Conv2dGeometry& g, const 
           }
           const T* src = xp + h * g.W;  // input column of output column ow: ow * sW + off
           std::fill_n(dst, ow0, T(0));
-          if (g.sW == 1) std::copy(src + ow0 + off, src + ow1 + off, dst + ow0);
-          else for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow] = src[ow * g.sW + off];
+          if (g.sW == 1)
+            std::copy(src + ow0 + off, src + ow1 + off, dst + ow0);
+          else
+            for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow] = src[ow * g.sW + off];
           std::fill_n(dst + ow1, g.outW - ow1, T(0));
         }
       }
@@ -152,8 +154,10 @@ void col2im_sample(T* x, const T* c, int64_t sK, const Conv2dGeometry& g, const 
           if (h < 0 || h >= g.H) continue;
           T* dst = xp + h * g.W;
           const T* src = cp + oh * g.outW;
-          if (g.sW == 1) for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow + off] += src[ow];
-          else for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow * g.sW + off] += src[ow];
+          if (g.sW == 1)
+            for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow + off] += src[ow];
+          else
+            for (int64_t ow = ow0; ow < ow1; ++ow) dst[ow * g.sW + off] += src[ow];
         }
       }
   }

@@ -122,7 +122,8 @@ bool binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   int64_t st[3];
   inner_strides<3>(out, {&out, &a, &b}, st);
   const int64_t e = static_cast<int64_t>(a.element_size());
-  const bool rows_ok = st[0] == (to_bool ? 1 : e) && ((st[1] == e && (st[2] == e || st[2] == 0)) || (st[1] == 0 && st[2] == e));
+  const bool rows_ok =
+      st[0] == (to_bool ? 1 : e) && ((st[1] == e && (st[2] == e || st[2] == 0)) || (st[1] == 0 && st[2] == e));
   if (!rows_ok) return false;
   dispatch_dtype(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -159,10 +160,14 @@ bool where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
       const uint8_t* c = reinterpret_cast<const uint8_t*>(p[1]);  // a bool is one byte, 0 or 1
       const T* x = reinterpret_cast<const T*>(p[2]);
       const T* y = reinterpret_cast<const T*>(p[3]);
-      if (s[2] != 0 && s[3] != 0) where_row<T, true, true>(o, c, x, y, n);
-      else if (s[2] != 0) where_row<T, true, false>(o, c, x, y, n);
-      else if (s[3] != 0) where_row<T, false, true>(o, c, x, y, n);
-      else where_row<T, false, false>(o, c, x, y, n);
+      if (s[2] != 0 && s[3] != 0)
+        where_row<T, true, true>(o, c, x, y, n);
+      else if (s[2] != 0)
+        where_row<T, true, false>(o, c, x, y, n);
+      else if (s[3] != 0)
+        where_row<T, false, true>(o, c, x, y, n);
+      else
+        where_row<T, false, false>(o, c, x, y, n);
     });
   });
   return true;

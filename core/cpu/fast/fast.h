@@ -112,7 +112,7 @@ bool conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& g
 bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s);
 bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                const AdamStep& s);
-bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
-                  const Tensor& buf, const RmspropStep& s);
+bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg, const Tensor& buf,
+                  const RmspropStep& s);
 
 }  // namespace gradsleuth::cpu::fast

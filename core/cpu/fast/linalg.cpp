@@ -27,8 +27,14 @@ void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   // Layout of the last two dims: 0 = row-major, 1 = column-major, -1 = neither.
   auto layout = [](const Tensor& t, int64_t rows, int64_t cols, int64_t& ld) {
     const int64_t sr = t.strides()[1], sc = t.strides()[2];
-    if (sc == 1 || cols == 1) { ld = std::max<int64_t>(rows == 1 ? cols : sr, cols); return (rows == 1 || sr >= cols) ? 0 : -1; }
-    if (sr == 1 || rows == 1) { ld = std::max<int64_t>(cols == 1 ? rows : sc, rows); return (cols == 1 || sc >= rows) ? 1 : -1; }
+    if (sc == 1 || cols == 1) {
+      ld = std::max<int64_t>(rows == 1 ? cols : sr, cols);
+      return (rows == 1 || sr >= cols) ? 0 : -1;
+    }
+    if (sr == 1 || rows == 1) {
+      ld = std::max<int64_t>(cols == 1 ? rows : sc, rows);
+      return (cols == 1 || sc >= rows) ? 1 : -1;
+    }
     return -1;
   };
   int64_t lda = 0, ldb = 0;
@@ -47,20 +53,27 @@ void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
     // Eigen's product: without a BLAS, and for sizes CBLAS's int cannot hold.
     Eigen::Map<RowM> C(o + i * N * M, N, M);
     auto run = [&](const auto& Am) {
-      if (lb == 0) C.noalias() = Am * Eigen::Map<const RowM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
-      else C.noalias() = Am * Eigen::Map<const ColM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
+      if (lb == 0)
+        C.noalias() = Am * Eigen::Map<const RowM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
+      else
+        C.noalias() = Am * Eigen::Map<const ColM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
     };
-    if (la == 0) run(Eigen::Map<const RowM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
-    else run(Eigen::Map<const ColM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
+    if (la == 0)
+      run(Eigen::Map<const RowM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
+    else
+      run(Eigen::Map<const ColM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
   }
 }
 
 }  // namespace
 
 bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (out.dtype() == kFloat32) bmm_typed<float>(out, a, b);
-  else if (out.dtype() == kFloat64) bmm_typed<double>(out, a, b);
-  else return false;  // integer products: the reference loop
+  if (out.dtype() == kFloat32)
+    bmm_typed<float>(out, a, b);
+  else if (out.dtype() == kFloat64)
+    bmm_typed<double>(out, a, b);
+  else
+    return false;  // integer products: the reference loop
   return true;
 }
 

@@ -62,7 +62,7 @@ bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep
 }
 
 bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
-                           const AdamStep& s) {
+               const AdamStep& s) {
   if (!fusable(p, {&g, &m, &v, &vmax}) || !m.defined() || !v.defined() || (s.amsgrad && !vmax.defined())) return false;
   return with_float_type(p.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -81,8 +81,8 @@ bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
   });
 }
 
-bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
-                              const Tensor& buf, const RmspropStep& s) {
+bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg, const Tensor& buf,
+                  const RmspropStep& s) {
   const bool momentum = s.momentum > 0.0;
   if (!fusable(p, {&g, &square_avg, &grad_avg, &buf}) || !square_avg.defined() || (s.centered && !grad_avg.defined()) ||
       (momentum && !buf.defined()))

@@ -35,7 +35,8 @@ A row_value(ReduceOp op, const char* p, int64_t n, int64_t st) {
 template <class T, class A>
 void fold_rows_fast(ReduceOp op, const StridedIter<2>& it, int64_t b, int64_t e) {
   const int64_t inner = it.inner_size(), so = it.strides[0][it.ndim - 1], si = it.strides[1][it.ndim - 1];
-  if (!(op == ReduceOp::Sum && so == sizeof(A) && si == sizeof(T))) return fold_rows<T, A>(op, it, b, e, &row_value<T, A>);
+  if (!(op == ReduceOp::Sum && so == sizeof(A) && si == sizeof(T)))
+    return fold_rows<T, A>(op, it, b, e, &row_value<T, A>);
   char* p[2];
   for (int64_t r = b; r < e; ++r) {
     it.row_ptrs(r, p);

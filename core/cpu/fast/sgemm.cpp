@@ -42,7 +42,7 @@ namespace {
 
 #if defined(__AVX512F__)
 using Vec = __m512;
-constexpr int kW = 16;    // floats per vector
+constexpr int kW = 16;     // floats per vector
 constexpr int kRows = 12;  // rows per register tile
 struct Mask {              // the first n lanes
   __mmask16 m;
@@ -112,9 +112,12 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
   const auto load_col = [&](const float* q, int v) { return (Partial && v == NV - 1) ? load(q, last) : load(q); };
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) {
-      if (p.beta == 0.0f) acc[r][v] = zero();
-      else if (p.beta == 1.0f) acc[r][v] = load_col(C + r * ldc + v * kW, v);
-      else acc[r][v] = mul(splat(p.beta), load_col(C + r * ldc + v * kW, v));
+      if (p.beta == 0.0f)
+        acc[r][v] = zero();
+      else if (p.beta == 1.0f)
+        acc[r][v] = load_col(C + r * ldc + v * kW, v);
+      else
+        acc[r][v] = mul(splat(p.beta), load_col(C + r * ldc + v * kW, v));
     }
   // Row r of A is read at base[r / 4] + (r % 4) * si: three offsets and one base per
   // four rows, so a strided A keeps its addresses in registers (with one offset per row,
@@ -140,8 +143,10 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
   }
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) {
-      if (Partial && v == NV - 1) store(C + r * ldc + v * kW, acc[r][v], last);
-      else store(C + r * ldc + v * kW, acc[r][v]);
+      if (Partial && v == NV - 1)
+        store(C + r * ldc + v * kW, acc[r][v], last);
+      else
+        store(C + r * ldc + v * kW, acc[r][v]);
     }
 }
 
@@ -149,10 +154,14 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
 template <int R, bool UnitRows>
 void tile_panel(int64_t K, StridedA a, const Panel& p) {
   const int n = static_cast<int>(p.n);
-  if (n == 2 * kW) tile<R, 2, false, UnitRows>(K, a, p, Mask(kW));
-  else if (n > kW) tile<R, 2, true, UnitRows>(K, a, p, Mask(n - kW));
-  else if (n == kW) tile<R, 1, false, UnitRows>(K, a, p, Mask(kW));
-  else tile<R, 1, true, UnitRows>(K, a, p, Mask(n));
+  if (n == 2 * kW)
+    tile<R, 2, false, UnitRows>(K, a, p, Mask(kW));
+  else if (n > kW)
+    tile<R, 2, true, UnitRows>(K, a, p, Mask(n - kW));
+  else if (n == kW)
+    tile<R, 1, false, UnitRows>(K, a, p, Mask(kW));
+  else
+    tile<R, 1, true, UnitRows>(K, a, p, Mask(n));
 }
 
 // A tile of exactly m <= R rows (R, R - 1, ... are compiled).
@@ -160,8 +169,10 @@ template <int R>
 void tile_rows(int64_t m, int64_t K, StridedA a, const Panel& p) {
   if constexpr (R > 0) {
     if (m != R) return tile_rows<R - 1>(m, K, a, p);
-    if (a.si == 1) tile_panel<R, true>(K, a, p);
-    else tile_panel<R, false>(K, a, p);
+    if (a.si == 1)
+      tile_panel<R, true>(K, a, p);
+    else
+      tile_panel<R, false>(K, a, p);
   }
 }
 
@@ -224,8 +235,8 @@ class Scratch {
 
 bool sgemm_direct_available() { return true; }
 
-bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return true;
   if (K <= 0) {  // C = beta * C, with C unread when beta = 0
     for (int64_t i = 0; i < M; ++i)

@@ -40,7 +40,7 @@ bool sgemm_direct_enabled();
 // The layouts are blas_gemm's: a_col = false stores A(i, k) at A[i*lda + k], true at
 // A[k*lda + i]; likewise B. beta = 0 never reads C (NaN there does not propagate).
 // Returns false, touching nothing, when the kernel is not built in.
-bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float beta, float* C, int64_t ldc);
 
 }  // namespace gradsleuth::cpu::fast

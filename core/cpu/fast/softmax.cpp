@@ -35,8 +35,10 @@ bool softmax_lastdim(const Tensor& out, const Tensor& in, bool log) {
           for (int64_t c = 0; c < C; ++c)
             if (!(x[r * C + c] - m >= exp_lo)) y[r * C + c] = std::exp(x[r * C + c] - m);
           const T s = static_cast<T>(accurate_sum(y + r * C, C));  // the same at every SIMD width
-          if (log) yr = (xr - m) - std::log(s);
-          else yr /= s;
+          if (log)
+            yr = (xr - m) - std::log(s);
+          else
+            yr /= s;
         }
       });
     }

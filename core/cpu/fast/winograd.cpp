@@ -115,14 +115,16 @@ void padded_row(const float* x, float* row, int64_t C, int64_t H, int64_t W, int
 // The input transform's loop over channels: q<r><k>[c] = d[r][k] of channel c, v<xi>[c] =
 // (B^T d B)[xi / 4][xi % 4]. One restrict pointer per stream: with the outputs as offsets
 // of one pointer, GCC needs more run-time alias checks than it allows and keeps it scalar.
-inline void input_tile_kernel(const float* __restrict q00, const float* __restrict q01, const float* __restrict q02, const float* __restrict q03,
-                              const float* __restrict q10, const float* __restrict q11, const float* __restrict q12, const float* __restrict q13,
-                              const float* __restrict q20, const float* __restrict q21, const float* __restrict q22, const float* __restrict q23,
-                              const float* __restrict q30, const float* __restrict q31, const float* __restrict q32, const float* __restrict q33,
-                              float* __restrict v0, float* __restrict v1, float* __restrict v2, float* __restrict v3,
-                              float* __restrict v4, float* __restrict v5, float* __restrict v6, float* __restrict v7,
-                              float* __restrict v8, float* __restrict v9, float* __restrict v10, float* __restrict v11,
-                              float* __restrict v12, float* __restrict v13, float* __restrict v14, float* __restrict v15, int64_t C) {
+inline void input_tile_kernel(const float* __restrict q00, const float* __restrict q01, const float* __restrict q02,
+                              const float* __restrict q03, const float* __restrict q10, const float* __restrict q11,
+                              const float* __restrict q12, const float* __restrict q13, const float* __restrict q20,
+                              const float* __restrict q21, const float* __restrict q22, const float* __restrict q23,
+                              const float* __restrict q30, const float* __restrict q31, const float* __restrict q32,
+                              const float* __restrict q33, float* __restrict v0, float* __restrict v1,
+                              float* __restrict v2, float* __restrict v3, float* __restrict v4, float* __restrict v5,
+                              float* __restrict v6, float* __restrict v7, float* __restrict v8, float* __restrict v9,
+                              float* __restrict v10, float* __restrict v11, float* __restrict v12,
+                              float* __restrict v13, float* __restrict v14, float* __restrict v15, int64_t C) {
   for (int64_t c = 0; c < C; ++c) {
     // B^T d: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3), column by column.
     const float a0 = q00[c] - q20[c], a1 = q01[c] - q21[c], a2 = q02[c] - q22[c], a3 = q03[c] - q23[c];
@@ -263,7 +265,6 @@ void direct_sample(const float* x, const float* w, const float* bias, float* out
   }
 }
 
-
 // --- Weight gradient ---
 
 // A g A^T for dY's 2x2 tiles g = (g00, g01; g10, g11), on floats or on Vec8 (eight tiles):
@@ -331,15 +332,17 @@ void dy_plane_tiles(const float* plane, int64_t H, int64_t W, int64_t ty0, int64
 
 // C (M, N) row-major = A (M, K) row-major @ B^T, B (N, K) row-major, + C when accumulate:
 // the GEMM path's dW product, for the weight gradient's non-finite fallback.
-void gemm_bt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-             bool accumulate, float* C, int64_t ldc) {
+void gemm_bt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, bool accumulate,
+             float* C, int64_t ldc) {
   if (blas_gemm(false, true, M, N, K, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc)) return;
   using RowM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Str = Eigen::OuterStride<>;
   Eigen::Map<RowM, 0, Str> c(C, M, N, Str(ldc));
   Eigen::Map<const RowM, 0, Str> a(A, M, K, Str(lda)), b(B, N, K, Str(ldb));
-  if (accumulate) c.noalias() += a * b.transpose();
-  else c.noalias() = a * b.transpose();
+  if (accumulate)
+    c.noalias() += a * b.transpose();
+  else
+    c.noalias() = a * b.transpose();
 }
 
 // gw by the GEMM path itself (per-sample im2col, then dW += dY[n] @ cols^T), for a weight
@@ -386,7 +389,7 @@ void winograd_conv3x3(const float* x, const float* w, const float* bias, float* 
       std::max<int64_t>(1, kBlockBytes / (16 * static_cast<int64_t>(sizeof(float)) * (C + O) * tW));
   const int64_t total_rows = N * tH;
   const int64_t Tb = std::min(rows_per_block, total_rows) * tW;  // tiles per block (the ld of M)
-  const int64_t Tv = (Tb + 7) / 8 * 8;  // the ld of V: whole groups of 8 tiles
+  const int64_t Tv = (Tb + 7) / 8 * 8;                           // the ld of V: whole groups of 8 tiles
 
   std::unique_ptr<float[]> U(new float[16 * O * C]);
   std::unique_ptr<float[]> strip(new float[4 * Wp * C]);  // padded input rows 2ty-1 .. 2ty+2
@@ -498,12 +501,12 @@ void winograd_conv3x3_weight_grad(const float* x, const float* dy, float* gw, in
   const int64_t total_rows = N * tH;
   const int64_t Tb = std::min(rows_per_block, total_rows) * tW;  // tiles per block: U's ld
 
-  std::unique_ptr<float[]> strip(new float[4 * Wp * C]);  // padded input rows 2ty-1 .. 2ty+2
-  std::unique_ptr<float[]> V(new float[16 * Tb * C]);     // V[xi][t][c]
-  std::unique_ptr<float[]> U(new float[16 * O * Tb]);     // U[xi][o][t]
-  std::unique_ptr<float[]> Mb(new float[16 * O * C]);     // one block's M[xi][o][c]
+  std::unique_ptr<float[]> strip(new float[4 * Wp * C]);     // padded input rows 2ty-1 .. 2ty+2
+  std::unique_ptr<float[]> V(new float[16 * Tb * C]);        // V[xi][t][c]
+  std::unique_ptr<float[]> U(new float[16 * O * Tb]);        // U[xi][o][t]
+  std::unique_ptr<float[]> Mb(new float[16 * O * C]);        // one block's M[xi][o][c]
   std::unique_ptr<double[]> Macc(new double[16 * O * C]());  // the sum of the blocks' M
-  std::unique_ptr<float[]> e(new float[4 * Tb]);          // dY tiles' corners, dy_plane_tiles
+  std::unique_ptr<float[]> e(new float[4 * Tb]);             // dY tiles' corners, dy_plane_tiles
   float* rows[4] = {strip.get(), strip.get() + Wp * C, strip.get() + 2 * Wp * C, strip.get() + 3 * Wp * C};
 
   for (int64_t r0 = 0; r0 < total_rows; r0 += rows_per_block) {

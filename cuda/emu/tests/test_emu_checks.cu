@@ -79,7 +79,8 @@ bool has(const std::string& s, const char* what) {
 
 }  // namespace
 
-TEST_CASE("emu memcheck: one element past the end (i <= n) is an illegal address naming kernel, thread, block, element") {
+TEST_CASE(
+    "emu memcheck: one element past the end (i <= n) is an illegal address naming kernel, thread, block, element") {
   if (!checks_here()) return;
   gs_emu::set_checks(gs_emu::kMemcheck | gs_emu::kRacecheck);
   {
@@ -119,7 +120,7 @@ TEST_CASE("emu memcheck: a caching allocator's rounding does not hide an overrun
   if (!checks_here()) return;
   gs_emu::set_checks(gs_emu::kMemcheck);
   float* y = nullptr;
-  GS_CUDA_CHECK(cudaMalloc(&y, 512));           // the allocator's rounded block
+  GS_CUDA_CHECK(cudaMalloc(&y, 512));                   // the allocator's rounded block
   gs_emu::set_accessible_size(y, 100 * sizeof(float));  // the tensor owns 100 floats of it
   std::string r = expect_fault([&] { gs::cuda::launch(fill_guard_le, dim3(1), dim3(128), 0, nullptr, y, 100); },
                                cudaErrorIllegalAddress);
@@ -128,7 +129,8 @@ TEST_CASE("emu memcheck: a caching allocator's rounding does not hide an overrun
 
   GS_CUDA_CHECK(cudaMalloc(&y, 512));
   gs_emu::set_accessible_size(y, 0);  // back in the cache
-  r = expect_fault([&] { gs::cuda::launch(fill_guard_lt, dim3(1), dim3(32), 0, nullptr, y, 32); }, cudaErrorIllegalAddress);
+  r = expect_fault([&] { gs::cuda::launch(fill_guard_lt, dim3(1), dim3(32), 0, nullptr, y, 32); },
+                   cudaErrorIllegalAddress);
   CHECK(has(r, "use after free"));
   gs_emu::set_checks(gs_emu::kMemcheck | gs_emu::kRacecheck);
 }

@@ -85,8 +85,8 @@ TEST_CASE("emu cuBLAS: strided batched gemm (float and double)") {
   const auto gotf = fC.get();
   for (size_t i = 0; i < Cf.size(); ++i) CHECK(gotf[i] == doctest::Approx(Cf[i]).epsilon(1e-5));
   // A batch stride reaching past the allocation is flagged.
-  CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, fA.p, m, sA + 1, fB.p, k, sB, &zero,
-                                  fC.p, m, sC, batch) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, fA.p, m, sA + 1, fB.p, k, sB, &zero, fC.p,
+                                  m, sC, batch) == CUBLAS_STATUS_INVALID_VALUE);
   cublasDestroy(h);
 }
 

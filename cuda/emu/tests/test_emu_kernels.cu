@@ -36,8 +36,8 @@ __global__ void block_reduce(const double* x, double* out, int n) {
   if (threadIdx.x == 0) out[blockIdx.x] = s[0];
 }
 
-__global__ void warp_ops(const float* x, float* sum_down, float* sum_xor, int* scan_up, float* bcast,
-                         unsigned* ballot, int* any_all) {
+__global__ void warp_ops(const float* x, float* sum_down, float* sum_xor, int* scan_up, float* bcast, unsigned* ballot,
+                         int* any_all) {
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   float v = x[threadIdx.x];
@@ -210,9 +210,10 @@ TEST_CASE("emu: dynamic shared memory and the 48 KiB opt-in rule") {
   CHECK(cudaFuncSetAttribute(dyn_shared_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) ==
         cudaErrorInvalidValue);
   cudaGetLastError();
-  REQUIRE(cudaFuncSetAttribute(dyn_shared_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(big)) ==
-          cudaSuccess);
+  REQUIRE(cudaFuncSetAttribute(dyn_shared_reverse, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(big)) == cudaSuccess);
   CHECK(gs::cuda::launch(dyn_shared_reverse, dim3(1), dim3(n), big, nullptr, dx.p, dy.p, n) == cudaSuccess);
-  CHECK(gs::cuda::launch(dyn_shared_reverse, dim3(1), dim3(n), big + 4, nullptr, dx.p, dy.p, n) == cudaErrorInvalidValue);
+  CHECK(gs::cuda::launch(dyn_shared_reverse, dim3(1), dim3(n), big + 4, nullptr, dx.p, dy.p, n) ==
+        cudaErrorInvalidValue);
   cudaGetLastError();
 }

@@ -52,7 +52,7 @@ TEST_CASE("emu: launch limits return cudaErrorInvalidConfiguration and set the l
   CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration);
   CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration);  // peek does not reset
   CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
-  CHECK(cudaGetLastError() == cudaSuccess);                       // get does
+  CHECK(cudaGetLastError() == cudaSuccess);  // get does
   CHECK(gs::cuda::launch(touch, dim3(1), dim3(1, 1, 65), 0, nullptr, d.p, 2048) == cudaErrorInvalidConfiguration);
   CHECK(gs::cuda::launch(touch, dim3(1), dim3(0), 0, nullptr, d.p, 2048) == cudaErrorInvalidConfiguration);
   CHECK(gs::cuda::launch(touch, dim3(1, 65536), dim3(32), 0, nullptr, d.p, 2048) == cudaErrorInvalidConfiguration);

@@ -21,8 +21,8 @@ void check_run(const std::string& kernel, int version, const wb::Shape& s) {
   INFO(kernel, " v", version, " at ", wb::shape_str(*k, s));
   const wb::RunResult r = wb::emu::run(kernel, version, s, wb::RunOptions{});
   INFO("mismatches ", r.validation.mismatches, " of ", r.validation.n, "; first at ", r.validation.first_bad, ": want ",
-       r.validation.first_want, ", got ", r.validation.first_got, "; max abs err ", r.validation.max_abs_err,
-       " (atol ", r.atol, ", rtol ", r.rtol, ")");
+       r.validation.first_want, ", got ", r.validation.first_got, "; max abs err ", r.validation.max_abs_err, " (atol ",
+       r.atol, ", rtol ", r.rtol, ")");
   CHECK(r.validation.ok);
   CHECK(r.emulator);
   CHECK_FALSE(r.timed);  // the emulator never times
@@ -124,9 +124,9 @@ TEST_CASE("workbench: shared-memory and warp versions are race-free under severa
     const char* kernel;
     int version;
     wb::Shape shape;
-  } runs[] = {{"matmul", 3, {40, 70, 45}},   {"matmul", 5, {40, 70, 44}}, {"matmul", 6, {70, 40, 45}},
-              {"softmax", 2, {5, 300, 0}},   {"softmax", 3, {9, 100, 0}}, {"reduce", 2, {0, 5000, 0}},
-              {"reduce", 3, {0, 70000, 0}},  {"layernorm", 2, {5, 300, 0}}, {"layernorm", 3, {9, 100, 0}}};
+  } runs[] = {{"matmul", 3, {40, 70, 45}},  {"matmul", 5, {40, 70, 44}},   {"matmul", 6, {70, 40, 45}},
+              {"softmax", 2, {5, 300, 0}},  {"softmax", 3, {9, 100, 0}},   {"reduce", 2, {0, 5000, 0}},
+              {"reduce", 3, {0, 70000, 0}}, {"layernorm", 2, {5, 300, 0}}, {"layernorm", 3, {9, 100, 0}}};
   for (uint64_t order = 2; order <= 5; ++order) {
     gs_emu::set_schedule(gs_emu::Schedule::Random, order);
     for (const auto& r : runs) {

@@ -87,7 +87,8 @@ TEST_CASE("devices: says whether there are GPUs and that the emulator is built")
 }
 
 TEST_CASE("kernels roofline --device cuda on the emulator: refused, naming why, and no file written") {
-  const std::string out = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/gs_cuda_roofline_test.svg";
+  const std::string out =
+      std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/gs_cuda_roofline_test.svg";
   std::remove(out.c_str());
   const Run r = run_cli("kernels roofline --device cuda --out " + out + " 2>&1");
   INFO(r.out);

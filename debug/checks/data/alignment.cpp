@@ -109,8 +109,7 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
     const std::vector<Label> yl = row_labels(b.y);
     for (size_t r = 0; r < xh.size(); ++r) {
       std::vector<Label>& ls = known[xh[r]];
-      if (std::none_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == yl[r].hash; }))
-        ls.push_back(yl[r]);
+      if (std::none_of(ls.begin(), ls.end(), [&](const Label& l) { return l.hash == yl[r].hash; })) ls.push_back(yl[r]);
     }
   }
 
@@ -146,9 +145,8 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
       if (++mismatched == 1) {
         std::string have;
         for (size_t k = 0; k < ls.size(); ++k) have += (k ? " or " : "") + fmt_num(ls[k].value);
-        example = "batch " + num(i) + ", row " + num(static_cast<int64_t>(r)) + " (dataset row " +
-                  num(b.indices[r]) + ") has label " + fmt_num(yl[r].value) +
-                  ", but the reference has that image with label " + have;
+        example = "batch " + num(i) + ", row " + num(static_cast<int64_t>(r)) + " (dataset row " + num(b.indices[r]) +
+                  ") has label " + fmt_num(yl[r].value) + ", but the reference has that image with label " + have;
       }
     }
   }
@@ -158,38 +156,43 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
   const double mis_frac = matched_x > 0 ? static_cast<double>(mismatched) / static_cast<double>(matched_x) : 0.0;
   const double unk_frac = static_cast<double>(unknown) / static_cast<double>(checked);
   if (mis_frac > opts.max_misaligned_fraction) {
-    Finding f = make("D4", Severity::Error,
-                     num(mismatched) + " of " + num(matched_x) + " examples from " + loader.dataset().name() +
-                         " carry a label their image never has in " + reference.name() +
-                         ": inputs and labels are misaligned");
+    Finding f =
+        make("D4", Severity::Error,
+             num(mismatched) + " of " + num(matched_x) + " examples from " + loader.dataset().name() +
+                 " carry a label their image never has in " + reference.name() + ": inputs and labels are misaligned");
     f.shape = shape;
     f.evidence = {{"examples checked", static_cast<double>(checked), ""},
                   {"mismatched (x, y) pairs", static_cast<double>(mismatched), ""},
                   {"mismatched fraction", mis_frac, "> " + fmt_num(opts.max_misaligned_fraction) + " is an error"},
                   {"inputs not in the reference", static_cast<double>(unknown), ""}};
-    f.cause = "the inputs were shuffled, sorted or filtered without their labels (x[perm] with y "
-              "unpermuted, or two separately shuffled lists); the model is trained on random labels, so the loss "
-              "stays near log(C) while nothing errors. For example: " + example;
-    f.fix = "permute x and y with the same indices (x.index_select(0, p) and y.index_select(0, p)), or keep them "
-            "in one nn::TensorDataset and let the DataLoader shuffle";
+    f.cause =
+        "the inputs were shuffled, sorted or filtered without their labels (x[perm] with y "
+        "unpermuted, or two separately shuffled lists); the model is trained on random labels, so the loss "
+        "stays near log(C) while nothing errors. For example: " +
+        example;
+    f.fix =
+        "permute x and y with the same indices (x.index_select(0, p) and y.index_select(0, p)), or keep them "
+        "in one nn::TensorDataset and let the DataLoader shuffle";
     out.push_back(f);
   }
   if (unk_frac > opts.max_unknown_fraction && !unknown_x.empty()) {
     // A reference that went through different preprocessing: is the loader's data the
     // reference after a per-feature affine transform? Then compare the pairs through it.
-    const AffineMatch am = match_after_affine(reference, loader.dataset(), cat(unknown_x, 0), unknown_y,
-                                              unknown_where, chunk);
+    const AffineMatch am =
+        match_after_affine(reference, loader.dataset(), cat(unknown_x, 0), unknown_y, unknown_where, chunk);
     if (am.tried > 0 && static_cast<double>(am.matched) >= 0.9 * static_cast<double>(am.tried)) {
       const double frac = static_cast<double>(am.mismatched) / static_cast<double>(am.matched);
       const bool bad = frac > opts.max_misaligned_fraction;
-      Finding f = make("D4", bad ? Severity::Error : Severity::Info,
-                       bad ? num(am.mismatched) + " of " + num(am.matched) + " examples from " +
-                                 loader.dataset().name() + " carry a label their image never has in " +
-                                 reference.name() + " (compared through a per-feature affine transform): inputs and "
-                                 "labels are misaligned"
-                           : "the loader's inputs are " + reference.name() + "'s after a per-feature affine "
-                             "transform (a normalisation the reference did not go through): " + num(am.matched) +
-                             " of " + num(am.tried) + " pairs compared through it, every label matches");
+      Finding f =
+          make("D4", bad ? Severity::Error : Severity::Info,
+               bad ? num(am.mismatched) + " of " + num(am.matched) + " examples from " + loader.dataset().name() +
+                         " carry a label their image never has in " + reference.name() +
+                         " (compared through a per-feature affine transform): inputs and "
+                         "labels are misaligned"
+                   : "the loader's inputs are " + reference.name() +
+                         "'s after a per-feature affine "
+                         "transform (a normalisation the reference did not go through): " +
+                         num(am.matched) + " of " + num(am.tried) + " pairs compared through it, every label matches");
       f.shape = shape;
       f.evidence = {{"examples checked", static_cast<double>(checked), ""},
                     {"inputs not in the reference byte for byte", static_cast<double>(unknown), ""},
@@ -198,7 +201,8 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
                     {"mismatched (x, y) pairs", static_cast<double>(am.mismatched),
                      "> " + fmt_num(opts.max_misaligned_fraction) + " of those found is an error"}};
       f.cause = bad ? "the inputs were shuffled, sorted or filtered without their labels; the reference "
-                      "went through different preprocessing, which the check undid. For example: " + am.example
+                      "went through different preprocessing, which the check undid. For example: " +
+                          am.example
                     : "the reference was not transformed the way the loader's data is (raw against normalised): the "
                       "check standardised both per feature and found each loader example in the reference with its "
                       "label; nothing is wrong with the loader";
@@ -218,11 +222,13 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
     f.evidence = {{"examples checked", static_cast<double>(checked), ""},
                   {"inputs not in the reference", static_cast<double>(unknown), ""},
                   {"unknown fraction", unk_frac, "> " + fmt_num(opts.max_unknown_fraction) + " warns"}};
-    f.cause = "the loader transforms the inputs (augmentation, a non-affine transform) so they no longer equal the "
-              "reference's bytes, even after undoing a per-feature affine transform (a normalisation), or the "
-              "reference is a different dataset";
-    f.fix = "pass as reference the same data the loader reads, before shuffling, with the same transform (e.g. "
-            "norm.transform(raw) when the loader reads norm.transform(raw)), or check a loader without augmentation";
+    f.cause =
+        "the loader transforms the inputs (augmentation, a non-affine transform) so they no longer equal the "
+        "reference's bytes, even after undoing a per-feature affine transform (a normalisation), or the "
+        "reference is a different dataset";
+    f.fix =
+        "pass as reference the same data the loader reads, before shuffling, with the same transform (e.g. "
+        "norm.transform(raw) when the loader reads norm.transform(raw)), or check a loader without augmentation";
     out.push_back(f);
   }
   return out;

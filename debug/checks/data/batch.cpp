@@ -42,8 +42,9 @@ std::vector<Finding> check_batch(const Tensor& x, const Tensor& y) {
     f.evidence.push_back({"y mean", sy.mean, ""});
     f.evidence.push_back({"y std", sy.std, ""});
   }
-  f.fix = "compare with what the model expects: x scaled to [0, 1] or mean ~0 / std ~1 (D5), class labels int64 "
-          "in [0, C) (D9), regression targets the shape of the prediction (D6)";
+  f.fix =
+      "compare with what the model expects: x scaled to [0, 1] or mean ~0 / std ~1 (D5), class labels int64 "
+      "in [0, C) (D9), regression targets the shape of the prediction (D6)";
   std::vector<Finding> out{f};
   if (x.dim() >= 1 && y.dim() >= 1 && x.size(0) != y.size(0)) {
     Finding g = make("D1", Severity::Error,
@@ -86,9 +87,10 @@ std::vector<Finding> check_finite_inputs(const Tensor& x, const Tensor& y) {
                   {"Inf values", static_cast<double>(inf), "any is an error"},
                   {"rows affected", static_cast<double>(rows.size()), ""},
                   {"first bad row", static_cast<double>(first), ""}};
-    f.cause = "missing values in the source (empty cells read as NaN), a division by zero or log(0) in "
-              "preprocessing (standardising a constant feature with std 0), or an overflow; one NaN input turns "
-              "the loss, then every gradient and weight, into NaN";
+    f.cause =
+        "missing values in the source (empty cells read as NaN), a division by zero or log(0) in "
+        "preprocessing (standardising a constant feature with std 0), or an overflow; one NaN input turns "
+        "the loss, then every gradient and weight, into NaN";
     f.fix = "look at the bad rows (first: row " + num(first) +
             "), then drop, impute or fix them at the source; guard divisions in preprocessing with an eps; call "
             "debug::require_finite_inputs(x, y) in the data pipeline so it fails where the values appear";

@@ -37,10 +37,10 @@ struct DataCheckOptions {
   double min_recall_over_chance = 1.5;
   int64_t min_class_examples = 10;
   // ---- D4 alignment ----
-  int64_t alignment_batches = 20;          // loader batches compared with the reference
-  double max_misaligned_fraction = 0.01;   // mismatched (x, y) pairs above this fraction are an error
-  double max_unknown_fraction = 0.5;       // inputs not found in the reference above this fraction warn
-  int64_t alignment_chunk = 4096;          // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
+  int64_t alignment_batches = 20;         // loader batches compared with the reference
+  double max_misaligned_fraction = 0.01;  // mismatched (x, y) pairs above this fraction are an error
+  double max_unknown_fraction = 0.5;      // inputs not found in the reference above this fraction warn
+  int64_t alignment_chunk = 4096;         // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
   // ---- D5 normalisation ----
   // |x| at raw_quantile above raw_max means "not scaled". Scaled data stays below
   // it: [0, 1] pixels reach 1, standardised Fashion-MNIST ~2; raw pixels reach 255.
@@ -67,7 +67,7 @@ struct DataCheckOptions {
   // would give (sum over classes of p_c^B) by more than this.
   double single_class_margin = 0.1;
   // ---- D9 label encoding (also D3) ----
-  int64_t ignore_index = -100;     // the loss's masked-label value: not a class, not out of range
+  int64_t ignore_index = -100;            // the loss's masked-label value: not a class, not out of range
   int64_t one_indexed_min_per_class = 5;  // "looks 1-indexed" needs at least this many labels per class
   // ---- D10 split consistency ----
   double max_mean_shift = 0.5;  // |mean_other - mean_train| above this many train stds warns
@@ -75,8 +75,8 @@ struct DataCheckOptions {
   // ---- D12-D16 split integrity ----
   int64_t integrity_examples = 60000;  // D12-D16 read the first N rows of each split (all of Fashion-MNIST)
   // ---- D12 duplicates and conflicting labels ----
-  double max_duplicate_fraction = 0.05;    // rows repeating an earlier row's input, above this fraction warns
-  double max_conflict_fraction = 0.001;    // rows whose input also occurs with another label, above this warns
+  double max_duplicate_fraction = 0.05;  // rows repeating an earlier row's input, above this fraction warns
+  double max_conflict_fraction = 0.001;  // rows whose input also occurs with another label, above this warns
   // ---- D13 train-test samples mix ----
   double max_mix_fraction = 0.01;  // validation rows whose input is also a training row, above this warns
   // ---- D14 feature drift ----
@@ -209,8 +209,8 @@ std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& o
 // the training inputs each epoch): the monitor hands it every training batch it sees (a forward
 // with gradients on), and it keeps each row's largest |value| (a float per row, one pass over the
 // batch, host float32 batches only) in a fixed amount of memory: a histogram of the row maxima
-// (8 bins per power of 2, for the median) and the kTop largest rows. At the end of an epoch (end_epoch(), and findings() for the
-// last one) a row whose largest |value| is above row_range_ratio x the epoch's median row's and
+// (8 bins per power of 2, for the median) and the kTop largest rows. At the end of an epoch (end_epoch(), and
+// findings() for the last one) a row whose largest |value| is above row_range_ratio x the epoch's median row's and
 // above raw_max is out of range: one warning, the first epoch that has such rows. Data scaled as a
 // whole is silent (every row alike); data never scaled at all is the batch rule's (the median row
 // is then large too): this finds the few rows that skipped the scaling.
@@ -231,7 +231,7 @@ class RowRangeTracker {
   void add_row(float max_abs, int64_t step, int64_t row);
   DataCheckOptions o_;
   std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);  // this epoch's row maxima, by log2 x 8
-  std::vector<Row> top_;                                         // its kTop largest rows (a min-heap)
+  std::vector<Row> top_;                                        // its kTop largest rows (a min-heap)
   int64_t epoch_ = 1, rows_ = 0, rows_total_ = 0;
   std::vector<Finding> found_;
 };
@@ -246,8 +246,7 @@ std::vector<Finding> check_repeated_batches(const std::vector<uint64_t>& step_in
 // D1, D2, D3, D5, D8 and D9 on opts.diversity_batches batches of the loader's
 // current epoch (evenly spread; D1 describes the first of them). num_classes <= 0
 // for regression targets or when unknown (D3 then infers it, D9 checks less).
-std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_classes,
-                                  const DataCheckOptions& opts = {});
+std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_classes, const DataCheckOptions& opts = {});
 
 // The batch numbers the loader checks look at: min(n, num_batches) of them,
 // evenly spread over [0, num_batches), first and last included.

@@ -18,7 +18,6 @@
 
 namespace gradsleuth::debug::data_detail {
 
-
 using detail::kNaN;
 using detail::make;
 using detail::median;
@@ -35,8 +34,6 @@ inline std::vector<double> doubles(const Tensor& t) {
 
 inline std::string on_device(const Tensor& t) { return t.str() + " on " + t.device().str(); }
 
-
-
 // Min/max/mean/std (population) of the finite values, and how many are not finite.
 struct Summary {
   int64_t n = 0, nan = 0, inf = 0;
@@ -49,8 +46,14 @@ inline Summary summarize(const std::vector<double>& v) {
   s.n = static_cast<int64_t>(v.size());
   double sum = 0.0, lo = kInf, hi = -kInf;
   for (double a : v) {
-    if (std::isnan(a)) { ++s.nan; continue; }
-    if (std::isinf(a)) { ++s.inf; continue; }
+    if (std::isnan(a)) {
+      ++s.nan;
+      continue;
+    }
+    if (std::isinf(a)) {
+      ++s.inf;
+      continue;
+    }
     sum += a;
     lo = std::min(lo, a);
     hi = std::max(hi, a);
@@ -68,7 +71,6 @@ inline Summary summarize(const std::vector<double>& v) {
 }
 
 inline bool is_whole(double v) { return std::isfinite(v) && v == std::floor(v); }
-
 
 // FNV-1a, 64 bit: a fast, well-mixed hash of a byte string.
 inline uint64_t fnv1a(const void* data, size_t n) {
@@ -105,8 +107,7 @@ inline std::vector<Label> row_labels(const Tensor& y) {
   std::vector<double> v = doubles(y);
   const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
   std::vector<Label> out(static_cast<size_t>(B));
-  for (int64_t r = 0; r < B; ++r)
-    out[r] = {fnv1a(v.data() + r * F, F * sizeof(double)), F > 0 ? v[r * F] : kNaN};
+  for (int64_t r = 0; r < B; ++r) out[r] = {fnv1a(v.data() + r * F, F * sizeof(double)), F > 0 ? v[r * F] : kNaN};
   return out;
 }
 
@@ -139,7 +140,7 @@ inline bool try_broadcast(const Shape& a, const Shape& b, Shape& out) {
 
 // D8 on batches already loaded.
 inline std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, const nn::DataLoader& loader,
-                               const DataCheckOptions& opts) {
+                                      const DataCheckOptions& opts) {
   std::vector<std::vector<int64_t>> labels;
   std::unordered_map<int64_t, int64_t> freq;
   int64_t total = 0, batch_size = 0;
@@ -169,8 +170,8 @@ inline std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, con
 
   const bool shuffles = loader.options().shuffle_;
   Finding f = make("D8", Severity::Warning,
-                   num(single) + " of " + num(static_cast<int64_t>(labels.size())) +
-                       " sampled batches of " + loader.dataset().name() + " hold a single class" +
+                   num(single) + " of " + num(static_cast<int64_t>(labels.size())) + " sampled batches of " +
+                       loader.dataset().name() + " hold a single class" +
                        (shuffles ? "" : ": the data is sorted and the loader does not shuffle"));
   f.shape = shape;
   f.evidence = {{"batches judged (size >= " + num(opts.min_batch_for_diversity) + ")", judged, ""},
@@ -190,10 +191,10 @@ inline std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, con
                 : "the dataset is sorted by class and shuffling is off: each step sees one class, the "
                   "gradient chases that class and the model forgets the others; the loss swings from batch to "
                   "batch and accuracy stays low";
-  f.fix = "shuffle the training data: nn::DataLoaderOptions().shuffle(true), or shuffle the rows once before "
-          "building the dataset (keep shuffle off only for evaluation)";
+  f.fix =
+      "shuffle the training data: nn::DataLoaderOptions().shuffle(true), or shuffle the rows once before "
+      "building the dataset (keep shuffle off only for evaluation)";
   return {f};
 }
-
 
 }  // namespace gradsleuth::debug::data_detail

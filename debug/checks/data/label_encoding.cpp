@@ -41,32 +41,39 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
         one_hot = one_hot && sum == 1.0;
       }
     // 0/1 float targets of a binary task (BCE, BCEWithLogits) are not class indices: nothing to say.
-    const bool binary = C <= 2 && !one_hot && std::all_of(v.begin(), v.end(), [](double a) { return a == 0.0 || a == 1.0; });
+    const bool binary =
+        C <= 2 && !one_hot && std::all_of(v.begin(), v.end(), [](double a) { return a == 0.0 || a == 1.0; });
     if (binary) return out;
     Finding f = make("D9", Severity::Error, "");
     f.shape = y.str();
     if (one_hot) {
       f.title = "labels are one-hot rows " + shape_str(y.shape()) + ", not class indices";
-      f.cause = "the labels were one-hot encoded; cross_entropy would read them as class probabilities (the same "
-                "loss), but accuracy, nll_loss and the label checks need int64 class indices (B)";
+      f.cause =
+          "the labels were one-hot encoded; cross_entropy would read them as class probabilities (the same "
+          "loss), but accuracy, nll_loss and the label checks need int64 class indices (B)";
       f.fix = "pass y.argmax(1) (int64 class indices in " + range + ")";
     } else if (whole) {
       f.title = "class labels are " + std::string(dtype_name(y.dtype())) + ", not int64";
-      f.cause = "the labels were read or built as floats (a CSV column, a torch-style tensor of floats); "
-                "cross_entropy indexes the logits with them and needs int64";
+      f.cause =
+          "the labels were read or built as floats (a CSV column, a torch-style tensor of floats); "
+          "cross_entropy indexes the logits with them and needs int64";
       // A column of labels (B, 1) also needs its extra dim squeezed: the class-index losses take (B).
-      f.fix = y.dim() == 2 && y.size(1) == 1 ? "squeeze the extra dim and convert: y.squeeze(1).to(gs::kInt64) (shape " +
-                                                   shape_str(y.shape()) + " -> [" + num(y.size(0)) + "])"
-                                             : "convert: y.to(gs::kInt64)";
+      f.fix = y.dim() == 2 && y.size(1) == 1
+                  ? "squeeze the extra dim and convert: y.squeeze(1).to(gs::kInt64) (shape " + shape_str(y.shape()) +
+                        " -> [" + num(y.size(0)) + "])"
+                  : "convert: y.to(gs::kInt64)";
     } else {
       f.title = "labels are not whole numbers: these are not class indices";
-      f.cause = "regression targets, probabilities or normalised labels were passed where class indices belong "
-                "(or the labels went through the input normaliser)";
-      f.fix = "use int64 class indices in " + range + " for classification, or a regression loss (MSE) for "
+      f.cause =
+          "regression targets, probabilities or normalised labels were passed where class indices belong "
+          "(or the labels went through the input normaliser)";
+      f.fix = "use int64 class indices in " + range +
+              " for classification, or a regression loss (MSE) for "
               "continuous targets";
     }
     const Summary s = summarize(v);
-    f.evidence = {{"min label", s.min, ""}, {"max label", s.max, ""},
+    f.evidence = {{"min label", s.min, ""},
+                  {"max label", s.max, ""},
                   {"whole numbers (1 = yes)", whole ? 1.0 : 0.0, "labels must be int64"}};
     out.push_back(f);
     if (!whole || one_hot) return out;
@@ -77,12 +84,17 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
   int64_t neg = 0, over = 0;
   std::set<int64_t> present;
   for (int64_t c : v) {
-    if (c == opts.ignore_index) { ++masked; continue; }
+    if (c == opts.ignore_index) {
+      ++masked;
+      continue;
+    }
     ++n;
     mn = std::min(mn, c);
     mx = std::max(mx, c);
-    if (c < 0) ++neg;
-    else if (C > 0 && c >= C) ++over;
+    if (c < 0)
+      ++neg;
+    else if (C > 0 && c >= C)
+      ++over;
     if (c >= 0 && (C <= 0 || c <= C)) present.insert(c);  // the 1-indexed rule looks at 0..C only
   }
   if (n == 0) return out;  // every label masked: L5's business
@@ -96,15 +108,18 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     f.evidence = {{"min label", static_cast<double>(mn), ""}, {"max label", static_cast<double>(mx), ""}};
     if (C > 0) f.evidence.push_back({"classes C", static_cast<double>(C), ""});
     f.evidence.push_back({"labels checked", static_cast<double>(n), ""});
-    if (masked > 0) f.evidence.push_back({"masked labels (== ignore_index)", static_cast<double>(masked), "not counted"});
+    if (masked > 0)
+      f.evidence.push_back({"masked labels (== ignore_index)", static_cast<double>(masked), "not counted"});
   };
   if (neg + over > 0) {
     Finding f = make("D9", Severity::Error, "");
     common(f);
     f.evidence.push_back({"labels outside " + range, static_cast<double>(neg + over), "any is an error"});
     if (one_indexed && neg == 0) {
-      f.title = "labels run 1.." + num(mx) + ": they look 1-indexed, and " + num(over) + " labels fall outside " + range;
-      f.cause = "the labels are numbered from 1: label " + num(C) + " has no output, and output 0 is never "
+      f.title =
+          "labels run 1.." + num(mx) + ": they look 1-indexed, and " + num(over) + " labels fall outside " + range;
+      f.cause = "the labels are numbered from 1: label " + num(C) +
+                " has no output, and output 0 is never "
                 "a target";
       f.fix = "subtract 1: y = y - 1, so labels run 0.." + num(C - 1);
     } else {
@@ -125,10 +140,11 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
                      "labels look 1-indexed: 0 never occurs among " + num(n) + " labels while 1.." +
                          num(C > 0 ? K - 1 : K) + " all do");
     common(f);
-    f.evidence.push_back({"labels equal to 0", 0.0, "none among >= " + num(opts.one_indexed_min_per_class) +
-                                                         " labels per class warns"});
-    f.cause = "labels numbered from 1: output 0 is never a target, so the model wastes a class, and a "
-              "label equal to the class count would be out of range";
+    f.evidence.push_back(
+        {"labels equal to 0", 0.0, "none among >= " + num(opts.one_indexed_min_per_class) + " labels per class warns"});
+    f.cause =
+        "labels numbered from 1: output 0 is never a target, so the model wastes a class, and a "
+        "label equal to the class count would be out of range";
     f.fix = "y = y - 1 so labels run 0..C-1 (if class 0 is really absent from this sample, ignore this)";
     out.push_back(f);
   }

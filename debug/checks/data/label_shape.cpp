@@ -39,8 +39,9 @@ std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& t
     f.title = "prediction " + shape_str(p) + " and target " + shape_str(t) + " cannot be broadcast: the loss will fail";
     f.evidence = {{"prediction elements", static_cast<double>(numel_of(p)), ""},
                   {"target elements", static_cast<double>(numel_of(t)), "must match the prediction's"}};
-    f.cause = "the target has a different layout from the model's output (a flattened image, a missing or extra "
-              "dim, one-hot vs class indices, the wrong number of outputs)";
+    f.cause =
+        "the target has a different layout from the model's output (a flattened image, a missing or extra "
+        "dim, one-hot vs class indices, the wrong number of outputs)";
     f.fix = "reshape the target or change the model's last layer so both have the same shape";
     return {f};
   }
@@ -57,9 +58,12 @@ std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& t
   }
   f.title = "prediction " + shape_str(p) + " and target " + shape_str(t) + " broadcast to " + shape_str(b) +
             ": the loss would compare every prediction with every target";
-  f.cause = "a (B, 1) output against (B) targets, or the reverse: the loss silently averages over the "
-            "enlarged " + shape_str(b) + " grid, every prediction is pulled toward every target, and the model "
-            "learns to predict the mean; the loss still goes down a little and nothing errors";
+  f.cause =
+      "a (B, 1) output against (B) targets, or the reverse: the loss silently averages over the "
+      "enlarged " +
+      shape_str(b) +
+      " grid, every prediction is pulled toward every target, and the model "
+      "learns to predict the mean; the loss still goes down a little and nothing errors";
   f.fix = (p.size() > t.size() ? std::string("prediction.squeeze(-1)") : std::string("target.squeeze(-1)")) +
           " (or view both as (B, 1)) so prediction and target have the same shape before the loss";
   return {f};
@@ -73,7 +77,8 @@ class LabelShapeRunCheck final : public RunCheck {
   uint32_t events() const override { return RunEvent::LossInput; }
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!loss_type::elementwise(l)) return;
-    if (!input.defined() || !target.defined() || input.shape() != target.shape()) c.add_all(check_label_shape(input, target));
+    if (!input.defined() || !target.defined() || input.shape() != target.shape())
+      c.add_all(check_label_shape(input, target));
   }
 };
 }  // namespace

@@ -21,8 +21,7 @@ using namespace data_detail;
 
 // ---- D3 label distribution -----------------------------------------------------------
 
-std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes,
-                                              const DataCheckOptions& opts) {
+std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes, const DataCheckOptions& opts) {
   GS_CHECK(labels.defined(), "check_label_distribution", "needs a defined labels tensor");
   if (labels.is_floating_point()) {
     const std::vector<double> v = doubles(labels);
@@ -39,14 +38,20 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
   std::vector<int64_t> counts(static_cast<size_t>(C), 0);
   for (int64_t c : v) {
     if (c == opts.ignore_index) continue;
-    if (c < 0 || c >= C) { ++outside; continue; }
+    if (c < 0 || c >= C) {
+      ++outside;
+      continue;
+    }
     ++counts[static_cast<size_t>(c)];
     ++n;
   }
   std::vector<int64_t> empty;
   int64_t lo = -1, hi = -1;  // the rarest non-empty and the most common class
   for (int64_t c = 0; c < C; ++c) {
-    if (counts[c] == 0) { empty.push_back(c); continue; }
+    if (counts[c] == 0) {
+      empty.push_back(c);
+      continue;
+    }
     if (lo < 0 || counts[c] < counts[lo]) lo = c;
     if (hi < 0 || counts[c] > counts[hi]) hi = c;
   }
@@ -65,33 +70,37 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
   if (outside > 0)
     f.evidence.push_back({"labels outside [0, " + num(C) + ")", static_cast<double>(outside), "D9 reports these"});
   if (empty.empty() && !imbalanced) {
-    f.title = "class counts of " + num(n) + " labels over " + num(C) + " classes (largest / smallest = " +
-              fmt_num(ratio) + ")";
+    f.title = "class counts of " + num(n) + " labels over " + num(C) +
+              " classes (largest / smallest = " + fmt_num(ratio) + ")";
     return {f};
   }
   f.severity = Severity::Warning;
   if (!empty.empty())
-    f.title = num(static_cast<int64_t>(empty.size())) + " of " + num(C) + " classes have no example among " +
-              num(n) + " labels (class " + list_ints(empty) + ")";
+    f.title = num(static_cast<int64_t>(empty.size())) + " of " + num(C) + " classes have no example among " + num(n) +
+              " labels (class " + list_ints(empty) + ")";
   else
     f.title = "classes are imbalanced: class " + num(hi) + " has " + num(counts[hi]) + " examples, class " + num(lo) +
               " only " + num(counts[lo]) + " (ratio " + fmt_num(ratio) + ")";
-  f.cause = "the data is imbalanced (rare classes), or the labels come from a sorted dataset or a subset that "
-            "misses classes (take(n) of sorted data, no shuffling); a model can score high accuracy by predicting "
-            "the common classes only";
+  f.cause =
+      "the data is imbalanced (rare classes), or the labels come from a sorted dataset or a subset that "
+      "misses classes (take(n) of sorted data, no shuffling); a model can score high accuracy by predicting "
+      "the common classes only";
   if (outside > 0 && !empty.empty() && empty.front() == 0)
-    f.cause += ". Here labels also fall outside [0, " + num(C) + ") while class 0 is empty: the labels may be "
+    f.cause += ". Here labels also fall outside [0, " + num(C) +
+               ") while class 0 is empty: the labels may be "
                "1-indexed (see D9)";
-  f.fix = "make sure the sample is representative (shuffle before taking a subset, split with "
-          "nn::train_val_split); for real imbalance weight the loss by class, oversample the rare classes, and "
-          "report per-class accuracy rather than accuracy alone";
+  f.fix =
+      "make sure the sample is representative (shuffle before taking a subset, split with "
+      "nn::train_val_split); for real imbalance weight the loss by class, oversample the rare classes, and "
+      "report per-class accuracy rather than accuracy alone";
   return {f};
 }
 
 std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
                                         const DataCheckOptions& opts) {
-  GS_CHECK(examples.size() == correct.size(), "check_class_errors", "needs one count of right predictions per class, got ",
-           correct.size(), " for ", examples.size(), " classes");
+  GS_CHECK(examples.size() == correct.size(), "check_class_errors",
+           "needs one count of right predictions per class, got ", correct.size(), " for ", examples.size(),
+           " classes");
   const int64_t C = static_cast<int64_t>(examples.size());
   std::vector<double> recall(static_cast<size_t>(C), kNaN);
   std::vector<int64_t> judged;  // classes with enough examples
@@ -108,7 +117,8 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
   int64_t worst = judged.front(), best = judged.front();
   for (int64_t c : judged) {
     const double others = (sum - recall[c]) / static_cast<double>(judged.size() - 1);
-    if (others > opts.min_recall_over_chance * chance && recall[c] < opts.min_recall_ratio * others) failing.push_back(c);
+    if (others > opts.min_recall_over_chance * chance && recall[c] < opts.min_recall_ratio * others)
+      failing.push_back(c);
     if (recall[c] < recall[worst]) worst = c;
     if (recall[c] > recall[best]) best = c;
   }
@@ -133,7 +143,8 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
                         "< " + fmt_num(opts.min_recall_ratio) + " warns"});
   if (failing.empty()) {
     f.title = "per-class recall on the validation data: lowest class " + num(worst) + " at " +
-              fmt_num(100 * recall[worst]) + "%, highest class " + num(best) + " at " + fmt_num(100 * recall[best]) + "%";
+              fmt_num(100 * recall[worst]) + "%, highest class " + num(best) + " at " + fmt_num(100 * recall[best]) +
+              "%";
     return {f};
   }
   f.severity = Severity::Warning;
@@ -141,11 +152,13 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
             fmt_num(100 * recall[worst]) + "% on the validation data, the other classes " +
             fmt_num(100 * worst_others) + "% on average" +
             (failing.size() > 1 ? " (classes far below the others' recall: " + list_ints(failing) + ")" : "");
-  f.cause = "the model rarely predicts this class: it is rare in the training data (the loss gains little from it), "
-            "its training labels are wrong or mapped to another class, or its examples look unlike the rest";
-  f.fix = "compare the class counts of the training data (an imbalance shows in the class counts); weight the loss by "
-          "class or oversample the rare classes; check the labels of this class; report per-class accuracy rather "
-          "than accuracy alone";
+  f.cause =
+      "the model rarely predicts this class: it is rare in the training data (the loss gains little from it), "
+      "its training labels are wrong or mapped to another class, or its examples look unlike the rest";
+  f.fix =
+      "compare the class counts of the training data (an imbalance shows in the class counts); weight the loss by "
+      "class or oversample the rare classes; check the labels of this class; report per-class accuracy rather "
+      "than accuracy alone";
   return {f};
 }
 

@@ -32,8 +32,9 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
   }
   const bool global = norm.mode() == nn::Normalizer::Mode::Global;
   const int64_t rows = !global ? norm.count() : values_per_example > 0 ? norm.count() / values_per_example : -1;
-  const std::string fix = "fit the statistics on the training split only (norm.fit(train_x, \"train\")), then "
-                          "transform train, val and test with them; split the data before any fitting";
+  const std::string fix =
+      "fit the statistics on the training split only (norm.fit(train_x, \"train\")), then "
+      "transform train, val and test with them; split the data before any fitting";
   if (!other.empty()) {
     std::string names;
     for (size_t i = 0; i < other.size(); ++i) names += (i ? ", " : "") + other[i];
@@ -42,20 +43,22 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
     f.evidence = {{"splits fitted on", static_cast<double>(norm.fitted_on().size()), "only \"train\" is allowed"},
                   {global ? "values fitted" : "rows fitted", static_cast<double>(norm.count()), ""}};
     if (train_size >= 0) f.evidence.push_back({"training rows", static_cast<double>(train_size), ""});
-    f.cause = "the scaler was fitted on train + " + names + " (or on the whole dataset before splitting): "
+    f.cause = "the scaler was fitted on train + " + names +
+              " (or on the whole dataset before splitting): "
               "statistics of the evaluation data leak into training, so validation/test scores are optimistic "
               "and will not hold on new data";
     f.fix = fix;
     out.push_back(f);
   }
   if (train_size >= 0 && rows > train_size) {
-    Finding f = make("D7", Severity::Error,
-                     "normalisation statistics were fitted on " + num(rows) + " rows but the training split has " +
-                         num(train_size));
+    Finding f = make(
+        "D7", Severity::Error,
+        "normalisation statistics were fitted on " + num(rows) + " rows but the training split has " + num(train_size));
     f.evidence = {{"rows fitted", static_cast<double>(rows), "> training rows is an error"},
                   {"training rows", static_cast<double>(train_size), ""}};
-    f.cause = "the statistics include rows from outside the training split (fitted on the full dataset and "
-              "labelled \"train\", or partial_fit called on more data than train)";
+    f.cause =
+        "the statistics include rows from outside the training split (fitted on the full dataset and "
+        "labelled \"train\", or partial_fit called on more data than train)";
     f.fix = fix;
     out.push_back(f);
   }

@@ -1,4 +1,5 @@
-// D5 normalisation: per-feature statistics of a batch, and the RowRangeTracker over every training row (see data_checks.h).
+// D5 normalisation: per-feature statistics of a batch, and the RowRangeTracker over every training row (see
+// data_checks.h).
 #include "debug/checks/data/data_checks.h"
 
 #include <algorithm>
@@ -111,19 +112,22 @@ void RowRangeTracker::end_epoch() {
                        fmt_num(worst->max_abs / std::max(med, 1e-30)) + "x the typical row's largest |value| (" +
                        fmt_num(med) + "): those rows were not scaled like the rest");
   f.step = worst->step;
-  f.evidence = {{"rows out of range", static_cast<double>(out),
-                 "largest |value| > max(" + fmt_num(o_.row_range_ratio) + " x the median row's, " + fmt_num(o_.raw_max) +
-                     ") warns" + (more ? "; counted among the " + num(kTop) + " largest rows" : "")},
-                {"training rows seen in the epoch", static_cast<double>(rows), "every row the loop trained on"},
-                {"largest |value| of a row", worst->max_abs, ""},
-                {"median row's largest |value|", med, "to 9%: a histogram of 8 bins per power of 2"},
-                {"step of that row", static_cast<double>(worst->step), ""},
-                {"its row in the batch", static_cast<double>(worst->row), ""}};
-  f.cause = "a few examples skipped the scaling the others had (a second data source, a code path that returns "
-            "before normalising, a corrupted file): sampled batches rarely show them, but each time one is drawn "
-            "its inputs are orders of magnitude larger, so its loss and gradients spike and the weights jump";
-  f.fix = "find the rows (print the batch at that step, or scan the dataset for rows with |x| above the limit) and "
-          "apply the same preprocessing to every example; drop rows you cannot repair";
+  f.evidence = {
+      {"rows out of range", static_cast<double>(out),
+       "largest |value| > max(" + fmt_num(o_.row_range_ratio) + " x the median row's, " + fmt_num(o_.raw_max) +
+           ") warns" + (more ? "; counted among the " + num(kTop) + " largest rows" : "")},
+      {"training rows seen in the epoch", static_cast<double>(rows), "every row the loop trained on"},
+      {"largest |value| of a row", worst->max_abs, ""},
+      {"median row's largest |value|", med, "to 9%: a histogram of 8 bins per power of 2"},
+      {"step of that row", static_cast<double>(worst->step), ""},
+      {"its row in the batch", static_cast<double>(worst->row), ""}};
+  f.cause =
+      "a few examples skipped the scaling the others had (a second data source, a code path that returns "
+      "before normalising, a corrupted file): sampled batches rarely show them, but each time one is drawn "
+      "its inputs are orders of magnitude larger, so its loss and gradients spike and the weights jump";
+  f.fix =
+      "find the rows (print the batch at that step, or scan the dataset for rows with |x| above the limit) and "
+      "apply the same preprocessing to every example; drop rows you cannot repair";
   found_.push_back(std::move(f));
 }
 
@@ -203,23 +207,25 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
       const int64_t low = live[static_cast<size_t>(std::floor(qi * static_cast<double>(live.size() - 1)))];
       const double ratio = sd[top] / sd[low];
       if (ratio > opts.max_scale_ratio) {
-        Finding f = make("D5", Severity::Warning,
-                         "feature scales differ by orders of magnitude: feature " + num(top) + " has std " +
-                             fmt_num(sd[top]) + ", feature " + num(low) + " " + fmt_num(sd[low]) + " (ratio " +
-                             fmt_num(ratio) + ")");
+        Finding f =
+            make("D5", Severity::Warning,
+                 "feature scales differ by orders of magnitude: feature " + num(top) + " has std " + fmt_num(sd[top]) +
+                     ", feature " + num(low) + " " + fmt_num(sd[low]) + " (ratio " + fmt_num(ratio) + ")");
         f.shape = x.str();
-        f.evidence = {{"largest feature std (feature " + num(top) + ")", sd[top], ""},
-                      {"feature std at the " + fmt_num(100.0 * qi) + "th percentile (feature " + num(low) + ")",
-                       sd[low], ""},
-                      {"scale ratio", ratio, "> " + fmt_num(opts.max_scale_ratio) + " warns"},
-                      {"non-constant features compared", static_cast<double>(live.size()), ""},
-                      {"constant features (ignored)", static_cast<double>(F - static_cast<int64_t>(live.size())), ""}};
-        f.cause = "features in different units (an income ~1e4 next to an age ~10) that were not standardised per "
-                  "feature; the large ones dominate the first layer's outputs and gradients, the small ones are "
-                  "practically ignored, and no single learning rate suits both";
-        f.fix = "standardise each feature on the training split: nn::Normalizer norm(nn::Normalizer::Mode::"
-                "PerFeature); norm.fit(train_x, \"train\"); then transform every split (log-transform heavy-tailed "
-                "features first)";
+        f.evidence = {
+            {"largest feature std (feature " + num(top) + ")", sd[top], ""},
+            {"feature std at the " + fmt_num(100.0 * qi) + "th percentile (feature " + num(low) + ")", sd[low], ""},
+            {"scale ratio", ratio, "> " + fmt_num(opts.max_scale_ratio) + " warns"},
+            {"non-constant features compared", static_cast<double>(live.size()), ""},
+            {"constant features (ignored)", static_cast<double>(F - static_cast<int64_t>(live.size())), ""}};
+        f.cause =
+            "features in different units (an income ~1e4 next to an age ~10) that were not standardised per "
+            "feature; the large ones dominate the first layer's outputs and gradients, the small ones are "
+            "practically ignored, and no single learning rate suits both";
+        f.fix =
+            "standardise each feature on the training split: nn::Normalizer norm(nn::Normalizer::Mode::"
+            "PerFeature); norm.fit(train_x, \"train\"); then transform every split (log-transform heavy-tailed "
+            "features first)";
         out.push_back(f);
       }
     }

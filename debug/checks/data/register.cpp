@@ -4,8 +4,8 @@
 
 namespace gradsleuth::debug {
 
-std::unique_ptr<RunCheck> make_row_range_run_check(const MonitorOptions& o);     // D5, normalisation.cpp
-std::unique_ptr<RunCheck> make_label_shape_run_check(const MonitorOptions& o);   // D6, label_shape.cpp
+std::unique_ptr<RunCheck> make_row_range_run_check(const MonitorOptions& o);       // D5, normalisation.cpp
+std::unique_ptr<RunCheck> make_label_shape_run_check(const MonitorOptions& o);     // D6, label_shape.cpp
 std::unique_ptr<RunCheck> make_repeated_batch_run_check(const MonitorOptions& o);  // D8, shuffling.cpp
 
 void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {

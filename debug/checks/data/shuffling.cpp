@@ -88,8 +88,9 @@ std::vector<Finding> check_repeated_batches(const std::vector<uint64_t>& fp, int
   f.end_of_run = true;
   f.evidence = {{"steps whose input equals the step before's", frac, ">= 0.9 warns"},
                 {"batches in the training loader", static_cast<double>(loader_batches), ""}};
-  f.cause = "the batch is read once, before the loop (a first batch kept for a test, an iterator never advanced), "
-            "and every step reuses it: the model memorises it instead of learning the data";
+  f.cause =
+      "the batch is read once, before the loop (a first batch kept for a test, an iterator never advanced), "
+      "and every step reuses it: the model memorises it instead of learning the data";
   f.fix = "read a new batch inside the loop: for (const nn::Batch& b : loader) { ... }";
   return {f};
 }

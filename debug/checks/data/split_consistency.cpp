@@ -63,8 +63,9 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
   f.cause = "the splits went through different preprocessing: train was scaled/standardised and " + split +
             " was not (or was scaled twice, or with its own statistics), or the " + split +
             " data comes from a different source; the model sees inputs unlike anything it trained on";
-  f.fix = "apply one pipeline to every split: fit the transform on train (norm.fit(train_x, \"train\")) and call "
-          "norm.transform(...) on train, val and test alike";
+  f.fix =
+      "apply one pipeline to every split: fit the transform on train (norm.fit(train_x, \"train\")) and call "
+      "norm.transform(...) on train, val and test alike";
   return {f};
 }
 

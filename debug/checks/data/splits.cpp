@@ -1,4 +1,5 @@
-// D12-D16 split integrity: duplicates, rows shared between splits, feature and label drift, split sizes (see data_checks.h).
+// D12-D16 split integrity: duplicates, rows shared between splits, feature and label drift, split sizes (see
+// data_checks.h).
 #include "debug/checks/data/data_checks.h"
 
 #include <algorithm>
@@ -32,9 +33,9 @@ struct SplitSample {
   std::vector<uint64_t> x;
   std::vector<Label> y;
   std::vector<double> means, stds;  // per example
-  bool classes = true;  // every label is one whole number: class indices
-  std::string shape;    // one example's input shape
-  int64_t features = -1;  // its number of values (-1 before the first row)
+  bool classes = true;              // every label is one whole number: class indices
+  std::string shape;                // one example's input shape
+  int64_t features = -1;            // its number of values (-1 before the first row)
   int64_t read() const { return static_cast<int64_t>(x.size()); }
   // " (the first N rows read)" when the sample is not the whole split.
   std::string partial() const { return read() < size ? " (the first " + num(read()) + " rows read)" : ""; }
@@ -110,8 +111,10 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   groups.reserve(s.x.size());
   for (int64_t r = 0; r < s.read(); ++r) {
     Group& g = groups[s.x[r]];
-    if (++g.count == 1) g.first = r;
-    else if (g.second < 0) g.second = r;
+    if (++g.count == 1)
+      g.first = r;
+    else if (g.second < 0)
+      g.second = r;
     if (std::none_of(g.labels.begin(), g.labels.end(), [&](const Label& l) { return l.hash == s.y[r].hash; }))
       g.labels.push_back(s.y[r]);
   }
@@ -156,15 +159,19 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
                 {"conflicting-label fraction", conflict_frac, "> " + fmt_num(opts.max_conflict_fraction) + " warns"},
                 {"most copies of one input", static_cast<double>(most), ""}};
   if (conflicts)
-    f.cause = "the same input carries different labels: annotation errors, or rows appended twice with the "
-              "labels of another source (a merge of two label files, oversampling that relabelled copies). The "
-              "model is asked to predict two classes for one image, so no model can fit those rows; the loss "
-              "cannot reach zero and accuracy is capped. For example: " + example;
+    f.cause =
+        "the same input carries different labels: annotation errors, or rows appended twice with the "
+        "labels of another source (a merge of two label files, oversampling that relabelled copies). The "
+        "model is asked to predict two classes for one image, so no model can fit those rows; the loss "
+        "cannot reach zero and accuracy is capped. For example: " +
+        example;
   else
-    f.cause = "rows were appended more than once (a concatenation done twice, oversampling, a merge of "
-              "overlapping sources): the copies weigh more in the loss than the rest, the epoch is longer than "
-              "the data, and any copy that also lands in the validation split inflates its score. For "
-              "example: " + example;
+    f.cause =
+        "rows were appended more than once (a concatenation done twice, oversampling, a merge of "
+        "overlapping sources): the copies weigh more in the loss than the rest, the epoch is longer than "
+        "the data, and any copy that also lands in the validation split inflates its score. For "
+        "example: " +
+        example;
   f.fix = conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
                           num(ex.second) + "), keep one correct label per input and drop the others; then split"
                     : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
@@ -204,13 +211,18 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
                 {split + " rows also in train", static_cast<double>(mixed), ""},
                 {"mixed fraction", frac, "> " + fmt_num(opts.max_mix_fraction) + " warns"},
                 {"of them with another label than in train", static_cast<double>(relabelled), ""}};
-  f.cause = "the " + split + " split was not held out: it was drawn from data that includes the training rows "
+  f.cause = "the " + split +
+            " split was not held out: it was drawn from data that includes the training rows "
             "(split after duplicating or augmenting, two random samples drawn with replacement, a test set "
             "built from the training file, or the source holds the same image twice). The model has seen those "
-            "inputs with their labels, so its " + split + " score measures memory, not generalisation. For "
-            "example: " + split + " row " + num(ex_val) + " is training row " + num(ex_train);
+            "inputs with their labels, so its " +
+            split +
+            " score measures memory, not generalisation. For "
+            "example: " +
+            split + " row " + num(ex_val) + " is training row " + num(ex_train);
   f.fix = fires ? "split once into disjoint sets (nn::train_val_split, or the dataset's own train/test files) after "
-                  "removing duplicate inputs (D12), and drop from " + split + " every row whose input is in train"
+                  "removing duplicate inputs (D12), and drop from " +
+                      split + " every row whose input is in train"
                 : "nothing to do at this rate (<= " + pct(opts.max_mix_fraction) + " of the " + split +
                       " rows); drop those rows from " + split + " for an exact held-out score";
   return {f};
@@ -224,12 +236,11 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
   const bool mean_off = ks_mean > opts.max_drift_ks, std_off = ks_std > opts.max_drift_ks;
   if (!mean_off && !std_off) return {};
   const double mt = median(train.means), mo = median(other.means), st = median(train.stds), so = median(other.stds);
-  Finding f = make("D14", Severity::Warning,
-                   "the " + split + " inputs drifted from train: per-example " +
-                       (mean_off ? "mean (brightness) median " + fmt_num(mo) + " vs " + fmt_num(mt) + ", KS " +
-                                       fmt_num(ks_mean)
-                                 : "std (contrast) median " + fmt_num(so) + " vs " + fmt_num(st) + ", KS " +
-                                       fmt_num(ks_std)));
+  Finding f =
+      make("D14", Severity::Warning,
+           "the " + split + " inputs drifted from train: per-example " +
+               (mean_off ? "mean (brightness) median " + fmt_num(mo) + " vs " + fmt_num(mt) + ", KS " + fmt_num(ks_mean)
+                         : "std (contrast) median " + fmt_num(so) + " vs " + fmt_num(st) + ", KS " + fmt_num(ks_std)));
   f.shape = "x " + train.shape + " per example";
   const std::string rule = "> " + fmt_num(opts.max_drift_ks) + " warns";
   f.evidence = {{"KS statistic, per-example mean", ks_mean, rule},
@@ -240,13 +251,15 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
                 {split + " median of the per-example std", so, ""},
                 {"training rows compared", static_cast<double>(train.read()), ""},
                 {split + " rows compared", static_cast<double>(other.read()), ""}};
-  f.cause = "the " + split + " images come from a different distribution than the training images: another "
+  f.cause = "the " + split +
+            " images come from a different distribution than the training images: another "
             "source or camera, a brightness or contrast change, an augmentation applied to one split only, or "
             "a split made along a sorted order (by time, by source) instead of at random. The model is scored "
             "on inputs unlike those it trained on. When D10 fires too, the splits went through different "
             "preprocessing: fix that first";
   f.fix = "split the data at random (nn::train_val_split) and apply the same transforms to every split; if the " +
-          split + " data is meant to differ (the deployment domain), expect the score to drop and add such "
+          split +
+          " data is meant to differ (the deployment domain), expect the score to drop and add such "
           "images to training (or augment brightness and contrast)";
   return {f};
 }
@@ -264,28 +277,36 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   std::vector<int64_t> fresh;
   int64_t fresh_rows = 0, shared_rows = 0, nt = 0;
   for (const auto& [c, k] : co) {
-    if (ct.count(c)) shared_rows += k;
-    else { fresh.push_back(c); fresh_rows += k; }
+    if (ct.count(c))
+      shared_rows += k;
+    else {
+      fresh.push_back(c);
+      fresh_rows += k;
+    }
   }
   for (const auto& [c, k] : ct) nt += k;
   std::vector<Finding> out;
   if (!fresh.empty()) {
-    Finding f = make("D15", Severity::Warning,
-                     num(static_cast<int64_t>(fresh.size())) +
-                         (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
-                         " in train: class " +
-                         list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
-                         " rows)" + train.partial());
+    Finding f = make(
+        "D15", Severity::Warning,
+        num(static_cast<int64_t>(fresh.size())) +
+            (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
+            " in train: class " + list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
+            " rows)" + train.partial());
     f.evidence = {{"new classes", static_cast<double>(fresh.size()), "any warns"},
                   {split + " rows with a new class", static_cast<double>(fresh_rows), ""},
                   {"classes in train", static_cast<double>(ct.size()), ""},
                   {"classes in " + split, static_cast<double>(co.size()), ""}};
-    f.cause = "the splits do not share their classes: the training split was cut from data sorted by class (the "
-              "first N rows hold only some classes), a class was filtered out of train, or the " + split +
-              " labels use another numbering (1-indexed, another label map). The model never saw these classes, "
-              "so every " + split + " example of them is misclassified";
-    f.fix = "split at random after shuffling (nn::train_val_split) so every class is in both splits, and use one "
-            "label map for all splits; if a class is really new, add training examples of it";
+    f.cause =
+        "the splits do not share their classes: the training split was cut from data sorted by class (the "
+        "first N rows hold only some classes), a class was filtered out of train, or the " +
+        split +
+        " labels use another numbering (1-indexed, another label map). The model never saw these classes, "
+        "so every " +
+        split + " example of them is misclassified";
+    f.fix =
+        "split at random after shuffling (nn::train_val_split) so every class is in both splits, and use one "
+        "label map for all splits; if a class is really new, add training examples of it";
     out.push_back(f);
   }
   if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples || nt == 0 || shared_rows == 0)
@@ -316,12 +337,18 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
                 {"class " + num(worst_c) + " share in " + split, worst_o, ""},
                 {"training labels counted", static_cast<double>(nt), ""},
                 {split + " labels counted", static_cast<double>(shared_rows), ""}};
-  f.cause = "the splits were not drawn from the same population: a split along a sorted order (by class, by "
-            "time), a " + split + " set filtered or resampled differently, or class balancing applied to one "
-            "split only. Accuracy on " + split + " then weighs the classes differently from training, and a "
-            "model biased toward the training frequencies looks better or worse than it is";
-  f.fix = "split at random, stratified by class (shuffle, then nn::train_val_split), and balance (reweight or "
-          "resample) only the training loader; report per-class accuracy when the frequencies must differ";
+  f.cause =
+      "the splits were not drawn from the same population: a split along a sorted order (by class, by "
+      "time), a " +
+      split +
+      " set filtered or resampled differently, or class balancing applied to one "
+      "split only. Accuracy on " +
+      split +
+      " then weighs the classes differently from training, and a "
+      "model biased toward the training frequencies looks better or worse than it is";
+  f.fix =
+      "split at random, stratified by class (shuffle, then nn::train_val_split), and balance (reweight or "
+      "resample) only the training loader; report per-class accuracy when the frequencies must differ";
   out.push_back(f);
   return out;
 }
@@ -342,10 +369,13 @@ std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const s
                 {split + " rows", static_cast<double>(other_rows), "< " + num(opts.min_val_examples) + " warns"},
                 {split + " / train ratio", ratio, "< " + fmt_num(opts.min_val_ratio) + " warns"},
                 {"std error of an accuracy of 0.9 on it", se, ""}};
-  f.cause = "too few examples were held out (a val_fraction meant as a percentage, take(n) on the wrong split, "
-            "a filter that removed most of it): the " + split + " score moves by several points from one "
-            "example to the next, so it cannot rank epochs, learning rates or models, and early stopping on it "
-            "stops at random";
+  f.cause =
+      "too few examples were held out (a val_fraction meant as a percentage, take(n) on the wrong split, "
+      "a filter that removed most of it): the " +
+      split +
+      " score moves by several points from one "
+      "example to the next, so it cannot rank epochs, learning rates or models, and early stopping on it "
+      "stops at random";
   f.fix = "hold out at least " + num(opts.min_val_examples) + " examples and " + pct(opts.min_val_ratio) +
           " of the training size (10-20% is common: nn::train_val_split(data, 0.1)), or evaluate on the dataset's "
           "own test split";

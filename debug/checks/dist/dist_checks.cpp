@@ -155,8 +155,8 @@ std::vector<double> randomness_fingerprint() {
 
 // ---- D11 --------------------------------------------------------------------------------
 
-std::vector<Finding> check_shards(const std::vector<std::vector<int64_t>>& indices, int64_t dataset_size,
-                                  int64_t epoch, const DistCheckOptions&) {
+std::vector<Finding> check_shards(const std::vector<std::vector<int64_t>>& indices, int64_t dataset_size, int64_t epoch,
+                                  const DistCheckOptions&) {
   GS_CHECK(!indices.empty(), "check_shards", "no rank's indices were given");
   GS_CHECK(dataset_size >= 0, "check_shards", "dataset_size must be >= 0, got ", dataset_size);
   const int64_t world = static_cast<int64_t>(indices.size());
@@ -209,12 +209,14 @@ std::vector<Finding> check_shards(const std::vector<std::vector<int64_t>>& indic
                           : "the ranks' shards overlap or leave examples out: " + num(shared) +
                                 " indices read by several ranks, " + num(unread) + " by none");
     evidence(f);
-    f.cause = "the distributed sampler does not split by rank: it was built with the same rank on every process "
-              "(rank 0, a hard-coded value), ignores the rank, or each rank builds a plain shuffling loader with the "
-              "same seed; the ranks then average N copies of one gradient, so N processes train like one on 1/N of "
-              "the data";
-    f.fix = "give each process its own shard: dist::DistributedSampler(n, pg.rank(), pg.world_size()) with the same "
-            "seed on every rank and set_epoch(e) before each epoch, and pass it to the DataLoader";
+    f.cause =
+        "the distributed sampler does not split by rank: it was built with the same rank on every process "
+        "(rank 0, a hard-coded value), ignores the rank, or each rank builds a plain shuffling loader with the "
+        "same seed; the ranks then average N copies of one gradient, so N processes train like one on 1/N of "
+        "the data";
+    f.fix =
+        "give each process its own shard: dist::DistributedSampler(n, pg.rank(), pg.world_size()) with the same "
+        "seed on every rank and set_epoch(e) before each epoch, and pass it to the DataLoader";
     out.push_back(f);
   } else {
     Finding f = make("D11", Severity::Info,
@@ -285,21 +287,24 @@ std::vector<Finding> LoggedLossCheck::findings() const {
   if (one_rank == off) {
     title = "the logged loss is rank " + std::to_string(one_rank_id) + "'s local loss, not the global mean (" +
             num(off) + " of " + num(n) + " compared steps)";
-    cause = "the loop logs the loss of the process that prints (rank 0) without reducing it: with each rank on "
-            "its own shard the number is one shard's loss, noisier than the global one by ~sqrt(N) and biased "
-            "wherever the shards differ; curves, early stopping and learning-rate schedules driven by it see "
-            "1/N of the data";
+    cause =
+        "the loop logs the loss of the process that prints (rank 0) without reducing it: with each rank on "
+        "its own shard the number is one shard's loss, noisier than the global one by ~sqrt(N) and biased "
+        "wherever the shards differ; curves, early stopping and learning-rate schedules driven by it see "
+        "1/N of the data";
   } else if (divided == off) {
     title = "the logged loss is the global mean divided by the world size (averaged twice) (" + num(off) + " of " +
             num(n) + " compared steps)";
-    cause = "the loss is all-reduced with an average and then divided by the world size again (or summed after "
-            "an average and divided twice): every logged value is 1/N of the true loss, so the curve looks "
-            "better than it is and does not compare with a single-process run";
+    cause =
+        "the loss is all-reduced with an average and then divided by the world size again (or summed after "
+        "an average and divided twice): every logged value is 1/N of the true loss, so the curve looks "
+        "better than it is and does not compare with a single-process run";
   } else {
     title = "the logged loss is not the global mean of the ranks' losses (" + num(off) + " of " + num(n) +
             " compared steps)";
-    cause = "the logged value is not the all-reduced, batch-weighted mean of the ranks' losses: a rank's local "
-            "loss, a double average, a sum, or a mean that ignores unequal batch sizes";
+    cause =
+        "the logged value is not the all-reduced, batch-weighted mean of the ranks' losses: a rank's local "
+        "loss, a double average, a sum, or a mean that ignores unequal batch sizes";
   }
   Finding f = make("L8", Severity::Warning, title);
   f.step = first_off;
@@ -311,16 +316,17 @@ std::vector<Finding> LoggedLossCheck::findings() const {
                 {"world size", world, ""},
                 {"ranks' loss spread (max - min) / global, median", median(spread), "context"}};
   f.cause = cause;
-  f.fix = "log the global loss: all-reduce the batch-weighted sum of the local losses and the batch sizes (or "
-          "all_reduce(loss, Avg) when every rank has the same batch size) once, and print that on rank 0";
+  f.fix =
+      "log the global loss: all-reduce the batch-weighted sum of the local losses and the batch sizes (or "
+      "all_reduce(loss, Avg) when every rank has the same batch size) once, and print that on rank 0";
   out.push_back(f);
   return out;
 }
 
 // ---- M21 ---------------------------------------------------------------------------------
 
-std::vector<Finding> check_params_in_sync(const std::vector<std::string>& names, const PerRank& per_rank,
-                                          int64_t step, const DistCheckOptions& opts) {
+std::vector<Finding> check_params_in_sync(const std::vector<std::string>& names, const PerRank& per_rank, int64_t step,
+                                          const DistCheckOptions& opts) {
   check_per_rank(per_rank, 2 * names.size(), "check_params_in_sync");
   std::vector<Finding> out;
   if (per_rank.size() < 2) return out;
@@ -341,13 +347,15 @@ std::vector<Finding> check_params_in_sync(const std::vector<std::string>& names,
   // points at the start too (a parameter initialised to a constant, like BatchNorm's, starts equal
   // by chance), a few at a reduction that skipped them.
   const bool start = step == 0 || 2 * d.names.size() >= names.size();
-  const char* kStart = "the replicas did not start from the same weights: no broadcast from rank 0 when the wrapper "
-                       "was built (or a hand-written loop without one) while each rank initialised with its own "
-                       "seed; the same averaged update applied to different weights keeps them apart for ever "
-                       "(parameters initialised to a constant, like BatchNorm's, agree by chance)";
-  const char* kReduce = "their gradients were not all-reduced (left out of the reduction, a parameter created or "
-                        "unfrozen after DDP was built, find_unused_parameters off with a branch one rank skips), so "
-                        "each rank applies its local gradient to them; or a parameter is changed on one rank only";
+  const char* kStart =
+      "the replicas did not start from the same weights: no broadcast from rank 0 when the wrapper "
+      "was built (or a hand-written loop without one) while each rank initialised with its own "
+      "seed; the same averaged update applied to different weights keeps them apart for ever "
+      "(parameters initialised to a constant, like BatchNorm's, agree by chance)";
+  const char* kReduce =
+      "their gradients were not all-reduced (left out of the reduction, a parameter created or "
+      "unfrozen after DDP was built, find_unused_parameters off with a branch one rank skips), so "
+      "each rank applies its local gradient to them; or a parameter is changed on one rank only";
   if (step == 0) f.title += " before the first step";
   f.cause = start ? std::string(kStart) + (step == 0 ? "" : "; less likely: " + std::string(kReduce))
                   : std::string(kReduce) + "; less likely: " + kStart;
@@ -378,23 +386,26 @@ std::vector<Finding> check_rank_randomness(const PerRank& per_rank, bool random_
       }
     }
   if (same_pairs > 0 && random_layers) {
-    Finding f = make("M22", Severity::Warning,
-                     "ranks draw the same random numbers: their dropout masks are identical (ranks " + some(pairs) + ")");
+    Finding f =
+        make("M22", Severity::Warning,
+             "ranks draw the same random numbers: their dropout masks are identical (ranks " + some(pairs) + ")");
     f.step = step;
     f.evidence = {{"rank pairs with identical generators", static_cast<double>(same_pairs), "> 0 warns"},
                   {"rank pairs", static_cast<double>(possible), ""}};
-    f.cause = "every rank seeds its random generator with the same value (manual_seed(seed) copied from a "
-              "single-process script): dropout drops the same units on every rank, and random augmentation applies "
-              "the same transform; the N shards are then regularised as one, which wastes part of the noise "
-              "data parallelism would average out";
-    f.fix = "seed the model's initialisation with the shared seed (so the replicas start equal, or rely on DDP's "
-            "broadcast), then seed the per-rank randomness with a seed of its own (dist::rank_seed(seed, pg): "
-            "different for every rank) before training";
+    f.cause =
+        "every rank seeds its random generator with the same value (manual_seed(seed) copied from a "
+        "single-process script): dropout drops the same units on every rank, and random augmentation applies "
+        "the same transform; the N shards are then regularised as one, which wastes part of the noise "
+        "data parallelism would average out";
+    f.fix =
+        "seed the model's initialisation with the shared seed (so the replicas start equal, or rely on DDP's "
+        "broadcast), then seed the per-rank randomness with a seed of its own (dist::rank_seed(seed, pg): "
+        "different for every rank) before training";
     out.push_back(f);
   } else {
     Finding f = make("M22", Severity::Info,
-                     random_layers ? "each rank draws its own random numbers (" + num(static_cast<int64_t>(per_rank.size())) +
-                                         " ranks, no two generators alike)"
+                     random_layers ? "each rank draws its own random numbers (" +
+                                         num(static_cast<int64_t>(per_rank.size())) + " ranks, no two generators alike)"
                                    : "the model has no random layer in training mode: nothing for the ranks to draw "
                                      "differently");
     f.step = step;
@@ -433,22 +444,23 @@ std::vector<Finding> check_gradient_reduction(const GradReduction& in, const Dis
   // 1. Gradients that differ across ranks after the reduction: they were never all-reduced.
   const Divergence d = diverged(in.names, in.reduced, opts.sync_tolerance);
   if (!d.names.empty()) {
-    Finding f = make("O7", Severity::Error,
-                     num(static_cast<int64_t>(d.names.size())) + " of " + num(static_cast<int64_t>(in.names.size())) +
-                         " gradients differ across ranks after the all-reduce: they were not reduced (" +
-                         some(d.names) + ")");
+    Finding f =
+        make("O7", Severity::Error,
+             num(static_cast<int64_t>(d.names.size())) + " of " + num(static_cast<int64_t>(in.names.size())) +
+                 " gradients differ across ranks after the all-reduce: they were not reduced (" + some(d.names) + ")");
     f.parameter = d.names.front();
     f.step = in.step;
     f.evidence = {{"gradients that differ across ranks", static_cast<double>(d.names.size()), "> 0 is an error"},
-                  {"largest relative gap of a fingerprint", d.worst,
-                   "> " + fmt_num(opts.sync_tolerance) + " differs"},
+                  {"largest relative gap of a fingerprint", d.worst, "> " + fmt_num(opts.sync_tolerance) + " differs"},
                   {"ranks", N, ""}};
-    f.cause = "the all-reduce skipped these parameters: left out of DDP's buckets (registered after DDP was "
-              "built, filtered by a name or requires_grad test, a bucket never flushed) or a hand-written loop "
-              "that reduces a list missing them; each rank then steps them with its local gradient and the "
-              "replicas drift apart (M21)";
-    f.fix = "reduce every trainable parameter's gradient: compare DistributedDataParallel::reduced_parameters() "
-            "with the model's trainable parameters, build DDP after the model is final";
+    f.cause =
+        "the all-reduce skipped these parameters: left out of DDP's buckets (registered after DDP was "
+        "built, filtered by a name or requires_grad test, a bucket never flushed) or a hand-written loop "
+        "that reduces a list missing them; each rank then steps them with its local gradient and the "
+        "replicas drift apart (M21)";
+    f.fix =
+        "reduce every trainable parameter's gradient: compare DistributedDataParallel::reduced_parameters() "
+        "with the model's trainable parameters, build DDP after the model is final";
     out.push_back(f);
   }
   // 2. DDP's own list against the trainable parameters.
@@ -461,8 +473,7 @@ std::vector<Finding> check_gradient_reduction(const GradReduction& in, const Dis
       Finding f = make("O7", Severity::Warning,
                        num(static_cast<int64_t>(missing.size())) +
                            (missing.size() == 1 ? " trainable parameter is" : " trainable parameters are") +
-                           " not in the data-parallel wrapper's reduced list (" +
-                           some(missing) + ")");
+                           " not in the data-parallel wrapper's reduced list (" + some(missing) + ")");
       f.parameter = missing.front();
       f.step = in.step;
       f.evidence = {{"trainable parameters not reduced", static_cast<double>(missing.size()), "> 0 warns"},
@@ -492,8 +503,9 @@ std::vector<Finding> check_gradient_reduction(const GradReduction& in, const Dis
                          "one process overshoots"
                        : "the reduction divides by the wrong count (a world size taken from another group, the "
                          "number of buckets), or the gradient is scaled again after the all-reduce";
-      f.fix = "average: all_reduce(grad, Sum) then divide by world_size (or ReduceOp::Avg); if the sum is meant "
-              "(a loss already divided by the global batch), scale the learning rate down by N instead";
+      f.fix =
+          "average: all_reduce(grad, Sum) then divide by world_size (or ReduceOp::Avg); if the sum is meant "
+          "(a loss already divided by the global batch), scale the learning rate down by N instead";
       out.push_back(f);
     }
   }
@@ -522,11 +534,13 @@ std::vector<Finding> report_effective_batch(int world_size, int64_t per_rank_bat
                 {"measured gradient scale (O7)", scale, summed ? "= world size warns" : "1 when averaged"},
                 {"effective learning rate", eff_lr, ""}};
   if (summed) {
-    f.cause = "the gradients are summed, not averaged (O7): each step is world_size times larger than the "
-              "learning rate says, as if lr had been multiplied by N without the warm-up the linear scaling rule "
-              "asks for";
-    f.fix = "average the gradients (divide the all-reduced sum by world_size); then scale lr with the effective "
-            "batch deliberately (linear scaling with warm-up) if you want the larger batch's speed";
+    f.cause =
+        "the gradients are summed, not averaged (O7): each step is world_size times larger than the "
+        "learning rate says, as if lr had been multiplied by N without the warm-up the linear scaling rule "
+        "asks for";
+    f.fix =
+        "average the gradients (divide the all-reduced sum by world_size); then scale lr with the effective "
+        "batch deliberately (linear scaling with warm-up) if you want the larger batch's speed";
   }
   out.push_back(f);
   return out;

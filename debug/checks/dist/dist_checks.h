@@ -129,8 +129,8 @@ std::vector<Finding> check_rank_randomness(const PerRank& per_rank, bool random_
 // ---- O7 every gradient reduced and averaged ------------------------------------------
 
 struct GradReduction {
-  std::vector<std::string> names;   // trainable parameters, registration order
-  PerRank reduced;                  // [rank]: fingerprint_grads after the all-reduce (2 per parameter)
+  std::vector<std::string> names;  // trainable parameters, registration order
+  PerRank reduced;                 // [rank]: fingerprint_grads after the all-reduce (2 per parameter)
   // Per parameter, on this rank: <g_reduced, g_avg> / <g_avg, g_avg>, where g_avg is the average over
   // the ranks of the local gradients of the same step (NaN when it was not measured).
   std::vector<double> scale;
@@ -153,7 +153,7 @@ double reduction_scale(const GradReduction& in, const DistCheckOptions& opts = {
 // An info finding: the effective batch world_size x per_rank_batch and the learning rate; a
 // warning when the measured reduction scale (O7's, NaN when not measured) is ~world_size > 1:
 // the gradient is summed, so the effective learning rate is lr x world_size.
-std::vector<Finding> report_effective_batch(int world_size, int64_t per_rank_batch, double lr,
-                                            double reduction_scale, const DistCheckOptions& opts = {});
+std::vector<Finding> report_effective_batch(int world_size, int64_t per_rank_batch, double lr, double reduction_scale,
+                                            const DistCheckOptions& opts = {});
 
 }  // namespace gradsleuth::debug

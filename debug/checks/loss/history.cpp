@@ -20,27 +20,27 @@ using detail::make;
 using detail::median;
 using detail::num;
 
-
-
-
-
 double median_of(const std::vector<double>& v, size_t begin, size_t end) {
   return median(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(begin),
                                     v.begin() + static_cast<std::ptrdiff_t>(end)));
 }
 
-
 // The loss-debugging cause table (docs/checks.md, L1), one line per symptom.
-const char* kCauseNaN = "likely causes of a NaN loss: exploding gradients; log of zero or of a negative number; "
-                        "division by zero; learning rate too high";
-const char* kCauseInf = "likely causes of an Inf loss: numerical overflow; extreme predictions (a probability of "
-                        "exactly 0 inside a log, exp of a large logit)";
-const char* kCauseStuck = "likely causes of a loss stuck high: wrong loss function; learning rate too low; model too "
-                          "simple; data issue (labels shuffled apart from their inputs, unscaled inputs)";
-const char* kCauseOscillating = "likely causes of a loss oscillating wildly: learning rate too high; batch size too "
-                                "small; data shuffling issue (batches sorted by class)";
-const char* kCauseTrainValGap = "likely causes of train loss down, val loss up: overfitting; data leakage in "
-                                "train; train/val distribution mismatch";
+const char* kCauseNaN =
+    "likely causes of a NaN loss: exploding gradients; log of zero or of a negative number; "
+    "division by zero; learning rate too high";
+const char* kCauseInf =
+    "likely causes of an Inf loss: numerical overflow; extreme predictions (a probability of "
+    "exactly 0 inside a log, exp of a large logit)";
+const char* kCauseStuck =
+    "likely causes of a loss stuck high: wrong loss function; learning rate too low; model too "
+    "simple; data issue (labels shuffled apart from their inputs, unscaled inputs)";
+const char* kCauseOscillating =
+    "likely causes of a loss oscillating wildly: learning rate too high; batch size too "
+    "small; data shuffling issue (batches sorted by class)";
+const char* kCauseTrainValGap =
+    "likely causes of train loss down, val loss up: overfitting; data leakage in "
+    "train; train/val distribution mismatch";
 
 }  // namespace
 
@@ -55,7 +55,10 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
   }
   size_t m = l.size();
   for (size_t i = 0; i < l.size(); ++i)
-    if (!std::isfinite(l[i])) { m = i; break; }
+    if (!std::isfinite(l[i])) {
+      m = i;
+      break;
+    }
   s.finite_steps = static_cast<int64_t>(m);
   if (m == 0) return s;
   s.first_loss = l[0];
@@ -152,9 +155,8 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
   };
   non_finite(true, s.first_nan_step);
   non_finite(false, s.first_inf_step);
-  const std::string judged = s.finite_steps < s.steps ? " (judged on the " + num(s.finite_steps) +
-                                                            " finite steps before it)"
-                                                      : "";
+  const std::string judged =
+      s.finite_steps < s.steps ? " (judged on the " + num(s.finite_steps) + " finite steps before it)" : "";
 
   // Stuck high / at chance.
   if (s.trend_judged && (s.at_chance || s.stuck)) {
@@ -162,14 +164,12 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     Finding f = make("L1", Severity::Warning,
                      s.at_chance ? "the training loss is stuck at chance level: " + fmt_num(s.last_level) +
                                        " against " + fmt_num(opts.chance_loss) + " for guessing" + judged
-                                 : "the training loss is stuck: it fell " +
-                                       fmt_num(100.0 * s.relative_decrease) + "% in " + num(s.finite_steps) +
-                                       " steps" + judged);
+                                 : "the training loss is stuck: it fell " + fmt_num(100.0 * s.relative_decrease) +
+                                       "% in " + num(s.finite_steps) + " steps" + judged);
     f.kind = s.at_chance ? Kind::LossAtChance : Kind::LossStuck;
     f.evidence = {{"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
                   {"best later window median", best_later, ""},
-                  {"relative decrease", s.relative_decrease,
-                   "< " + fmt_num(opts.min_relative_decrease) + " is stuck"},
+                  {"relative decrease", s.relative_decrease, "< " + fmt_num(opts.min_relative_decrease) + " is stuck"},
                   {"last window median", s.last_level, ""}};
     if (std::isfinite(opts.chance_loss))
       f.evidence.push_back({"chance loss", opts.chance_loss,
@@ -179,9 +179,10 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                              "updates do nothing (lr far too low, frozen or detached layers), dead units, or "
                              "labels unrelated to the inputs"
                            : "");
-    f.fix = "overfit one small batch first (M14): if even that fails, the model or the loss is wrong; check the "
-            "learning rate (O6: update/weight ratios near 1e-3), that gradients reach every layer (O1, M5), that "
-            "labels match inputs (D4) and that inputs are scaled (D5)";
+    f.fix =
+        "overfit one small batch first (M14): if even that fails, the model or the loss is wrong; check the "
+        "learning rate (O6: update/weight ratios near 1e-3), that gradients reach every layer (O1, M5), that "
+        "labels match inputs (D4) and that inputs are scaled (D5)";
     out.push_back(f);
   }
 
@@ -199,8 +200,9 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     f.cause = std::string(kCauseOscillating) +
               "; a rising loss is also the exploding-gradient table's symptom (lr too high, poor initialisation, "
               "numerical instability in the loss)";
-    f.fix = "lower the learning rate 3-10x (or add a warm-up), clip gradients (clip_grad_norm 1.0), watch the "
-            "gradient and weight norms (O2, O3)";
+    f.fix =
+        "lower the learning rate 3-10x (or add a warm-up), clip gradients (clip_grad_norm 1.0), watch the "
+        "gradient and weight norms (O2, O3)";
     out.push_back(f);
   }
 
@@ -220,8 +222,9 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     f.cause = std::string(kCauseOscillating) +
               ". A loss worse than at initialisation means an update threw the weights far away: with Adam the "
               "first steps move every weight by ~lr, so lr 0.1 ruins the start";
-    f.fix = "lower the learning rate (Adam: 1e-3 is the usual start; SGD: 0.01-0.1), or warm it up over the first "
-            "few hundred steps; clip gradients; a larger batch and shuffled data (D8) also calm the loss";
+    f.fix =
+        "lower the learning rate (Adam: 1e-3 is the usual start; SGD: 0.01-0.1), or warm it up over the first "
+        "few hundred steps; clip gradients; a larger batch and shuffled data (D8) also calm the loss";
     out.push_back(f);
   }
 
@@ -256,10 +259,10 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     const double train_at_best = median_of(train, static_cast<size_t>(at_best - w), static_cast<size_t>(at_best));
     const double train_end = median_of(train, static_cast<size_t>(m - w), static_cast<size_t>(m));
     if (tail_min > (1.0 + opts.val_rise) * best && train_end < train_at_best) {
-      Finding f = make("L1", Severity::Warning,
-                       "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) +
-                           " at epoch " + num(b + 1) + ", the last " + num(P) + " epochs all above " +
-                           fmt_num((1.0 + opts.val_rise) * best));
+      Finding f =
+          make("L1", Severity::Warning,
+               "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) + " at epoch " +
+                   num(b + 1) + ", the last " + num(P) + " epochs all above " + fmt_num((1.0 + opts.val_rise) * best));
       f.kind = Kind::TrainDownValUp;
       f.evidence = {{"best validation loss", best, ""},
                     {"epoch of the best", static_cast<double>(b + 1), ""},
@@ -269,15 +272,15 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                     {"training loss near the best epoch (median)", train_at_best, ""},
                     {"training loss at the end (median)", train_end, "lower: training still improves"}};
       f.cause = kCauseTrainValGap;
-      f.fix = "keep the weights of the best epoch (early stopping); regularise (dropout, weight decay, data "
-              "augmentation) or get more data; rule out leakage (D7) and a preprocessing mismatch between the "
-              "splits (D10); L7 gives the fitting diagnosis";
+      f.fix =
+          "keep the weights of the best epoch (early stopping); regularise (dropout, weight decay, data "
+          "augmentation) or get more data; rule out leakage (D7) and a preprocessing mismatch between the "
+          "splits (D10); L7 gives the fitting diagnosis";
       out.push_back(f);
     }
   }
   return out;
 }
-
 
 // ---- L7 fitting diagnosis --------------------------------------------------------------------
 
@@ -300,11 +303,13 @@ std::vector<Finding> check_validation_accuracy(const std::vector<double>& tr, co
   f.evidence = {{"training accuracy (last epoch, train mode)", tr[n - 1], ""},
                 {"validation accuracy (last epoch)", va[n - 1], ""},
                 {"smallest gap over the last epochs", smallest, "> " + fmt_num(opts.val_accuracy_margin) + " warns"}};
-  f.cause = "the validation rows are (partly) training rows, the training labels are noisier than the "
-            "validation labels or come from another source, or the validation split is too small to judge; "
-            "dropout alone lowers the training accuracy only a little";
-  f.fix = "check the splits for shared rows (D13) and their labels' quality and distribution (D12, D15), and "
-          "validate on more rows (D16)";
+  f.cause =
+      "the validation rows are (partly) training rows, the training labels are noisier than the "
+      "validation labels or come from another source, or the validation split is too small to judge; "
+      "dropout alone lowers the training accuracy only a little";
+  f.fix =
+      "check the splits for shared rows (D13) and their labels' quality and distribution (D12, D15), and "
+      "validate on more rows (D16)";
   out.push_back(std::move(f));
   return out;
 }
@@ -335,19 +340,23 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
     f.kind = Kind::Underfitting;
     ev[1].rule = "> " + fmt_num(opts.underfit_train_loss) + " after > " + num(opts.min_epochs_underfit) +
                  " epochs is underfitting";
-    f.cause = "the model cannot fit even the training data: too little capacity, too little training, a "
-              "learning rate too low or too high, or a bug that caps what it can learn (L1, O6, M16)";
-    f.fix = "increase the model's capacity or training time; first check that it can overfit one batch "
-            "(M14) and that a larger model gets lower (M16)";
+    f.cause =
+        "the model cannot fit even the training data: too little capacity, too little training, a "
+        "learning rate too low or too high, or a bug that caps what it can learn (L1, O6, M16)";
+    f.fix =
+        "increase the model's capacity or training time; first check that it can overfit one batch "
+        "(M14) and that a larger model gets lower (M16)";
   } else if (gap > opts.overfit_gap) {
     f = make("L7", Severity::Warning,
              "overfitting: the validation loss is " + fmt_num(gap) + " above the training loss");
     f.kind = Kind::Overfitting;
     ev[3].rule = "> " + fmt_num(opts.overfit_gap) + " is overfitting";
-    f.cause = "the model memorises the training data; also rule out a validation set from another "
-              "distribution or preprocessing (D10) and validation run in training mode (M2)";
-    f.fix = "add regularisation (dropout, weight decay, augmentation) or more data; keep the best epoch "
-            "(early stopping)";
+    f.cause =
+        "the model memorises the training data; also rule out a validation set from another "
+        "distribution or preprocessing (D10) and validation run in training mode (M2)";
+    f.fix =
+        "add regularisation (dropout, weight decay, augmentation) or more data; keep the best epoch "
+        "(early stopping)";
   } else if (gap < opts.normal_gap && tr < opts.normal_train_loss) {
     f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
     f.kind = Kind::FittingNormal;
@@ -363,7 +372,6 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
   f.evidence = ev;
   return {f};
 }
-
 
 // ---- L1 and L7 over the run (the monitor's run check) -----------------------------------------
 namespace {
@@ -414,7 +422,7 @@ class LossHistoryRunCheck final : public RunCheck {
     const TrainingHistory& h = *c.history;
     c.add_all(diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_));  // L1
     if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back()))
-      c.add_all(diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_));  // L7
+      c.add_all(diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_));    // L7
     c.add_all(check_validation_accuracy(accuracy_, h.epoch_val_accuracy, o_));  // L7
     if (!h.epoch_val_accuracy.empty()) c.note_ran("L7");
     c.note_ran("L1");

@@ -9,10 +9,10 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
-#include "debug/evidence/tensor_stats.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -21,10 +21,6 @@ namespace {
 using detail::kNaN;
 using detail::make;
 using detail::num;
-
-
-
-
 
 std::vector<double> doubles(const Tensor& t) {
   NoGradGuard ng;
@@ -65,12 +61,14 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
                 {"largest |row sum - 1|", worst, "<= " + fmt_num(opts.prob_sum_tolerance) + ": rows sum to 1"},
                 {"rows", static_cast<double>(B * R), ""},
                 {"classes", static_cast<double>(C), ""}};
-  f.cause = "a softmax before cross-entropy: cross_entropy(x) computes log_softmax(x) itself, so the model "
-            "is trained through softmax(softmax(logits)); the inputs lie in [0, 1], so even a perfect prediction "
-            "(1 for the true class, 0 elsewhere) leaves a loss of log(1 + (C - 1) / e) (1.46 for 10 classes), and "
-            "the gradients shrink: training crawls";
-  f.fix = "remove the final Softmax and give cross_entropy the raw logits; keep softmax only for reporting "
-          "probabilities (or use LogSoftmax + NLLLoss)";
+  f.cause =
+      "a softmax before cross-entropy: cross_entropy(x) computes log_softmax(x) itself, so the model "
+      "is trained through softmax(softmax(logits)); the inputs lie in [0, 1], so even a perfect prediction "
+      "(1 for the true class, 0 elsewhere) leaves a loss of log(1 + (C - 1) / e) (1.46 for 10 classes), and "
+      "the gradients shrink: training crawls";
+  f.fix =
+      "remove the final Softmax and give cross_entropy the raw logits; keep softmax only for reporting "
+      "probabilities (or use LogSoftmax + NLLLoss)";
   return {f};
 }
 
@@ -94,12 +92,13 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
                    "binary cross-entropy is fed values outside [0, 1] (" + fmt_num(lo) + " .. " + fmt_num(hi) +
                        "): logits, not probabilities");
   f.shape = shape_of(input);
-  f.evidence = {{"min", lo, ">= 0 for probabilities"},
-                {"max", hi, "<= 1 for probabilities"},
-                {"fraction outside [0, 1]", static_cast<double>(outside) / static_cast<double>(finite),
-                 "any is an error"}};
-  f.cause = "the model's raw scores go to BCELoss, which expects sigmoid outputs; with the values "
-            "clamped into [0, 1] the loss runs silently but half of the logits give no gradient";
+  f.evidence = {
+      {"min", lo, ">= 0 for probabilities"},
+      {"max", hi, "<= 1 for probabilities"},
+      {"fraction outside [0, 1]", static_cast<double>(outside) / static_cast<double>(finite), "any is an error"}};
+  f.cause =
+      "the model's raw scores go to BCELoss, which expects sigmoid outputs; with the values "
+      "clamped into [0, 1] the loss runs silently but half of the logits give no gradient";
   f.fix = "give the logits to BCEWithLogitsLoss (sigmoid and log in one stable step), or apply sigmoid before BCELoss";
   return {f};
 }
@@ -129,20 +128,21 @@ std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::
   for (size_t c = 0; c < C && c < 10; ++c) bias += (c ? ", " : "") + fmt_num(std::log(std::max(f[c], 1e-12)));
   bias += C > 10 ? ", ...]" : "]";
   if (excess > opts.initial_output_excess) {
-    Finding g = make("L4", Severity::Warning,
-                     "the untrained model's mean prediction is far from the targets: it gives " + what + " " + num(top) +
-                         " a probability of " + fmt_num(p[top]) + " on average, where the batch has " +
-                         fmt_num(f[top]) + " of them (KL " + fmt_num(kl) + " nats, " + fmt_num(excess) +
-                         " more than uniform guessing)");
+    Finding g =
+        make("L4", Severity::Warning,
+             "the untrained model's mean prediction is far from the targets: it gives " + what + " " + num(top) +
+                 " a probability of " + fmt_num(p[top]) + " on average, where the batch has " + fmt_num(f[top]) +
+                 " of them (KL " + fmt_num(kl) + " nats, " + fmt_num(excess) + " more than uniform guessing)");
     g.kind = Kind::InitialOutputBiased;
     g.evidence = {{"KL(class frequencies || mean prediction)", kl, ""},
                   {"KL against uniform predictions", kl_uniform, ""},
                   {"excess over uniform", excess, "> " + fmt_num(opts.initial_output_excess) + " nats warns"},
                   {"mean predicted probability of " + what + " " + num(top), p[top], ""},
                   {"its frequency in the batch", f[top], ""}};
-    g.cause = "the final layer starts biased towards some outputs (a bias set by hand, copied from another "
-              "dataset's priors, or a log taken twice), so training first spends its steps undoing it, and the "
-              "first loss is far above log(C)";
+    g.cause =
+        "the final layer starts biased towards some outputs (a bias set by hand, copied from another "
+        "dataset's priors, or a log taken twice), so training first spends its steps undoing it, and the "
+        "first loss is far above log(C)";
     g.fix = "initialise the final bias to 0 (uniform start), or to the log of the class frequencies, " + bias +
             " here (Karpathy: \"initialise well\")";
     return {g};
@@ -150,7 +150,8 @@ std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::
   if (kl > opts.initial_output_kl) {
     Finding g = make("L4", Severity::Info,
                      "the classes are imbalanced and the model starts from uniform predictions: a final bias of log "
-                     "frequency would start at the label distribution (KL " + fmt_num(kl) + " nats)");
+                     "frequency would start at the label distribution (KL " +
+                         fmt_num(kl) + " nats)");
     g.evidence = {{"KL(class frequencies || mean prediction)", kl, "> " + fmt_num(opts.initial_output_kl) + " is said"},
                   {"frequency of the rarest " + what + " (" + num(rare) + ")", f[rare], ""}};
     g.fix = "initialise the final layer's bias to log(class frequency), " + bias +
@@ -163,8 +164,7 @@ std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::
 }  // namespace
 
 std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts) {
-  if (!output.defined() || !target.defined() || !output.is_floating_point() || output.dim() < 1 ||
-      output.size(0) < 2)
+  if (!output.defined() || !target.defined() || !output.is_floating_point() || output.dim() < 1 || output.size(0) < 2)
     return {};
   NoGradGuard ng;
   const Tensor out = output.detach().to(kCPU).to(kFloat64).contiguous();
@@ -229,12 +229,14 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
                        " target stds from the targets' mean " + fmt_num(my) +
                        (k > 1 ? " (output column " + num(worst) + ")" : std::string()));
   g.kind = Kind::InitialOutputBiased;
-  g.evidence = {{"mean output", mo, ""},
-                {"mean target", my, ""},
-                {"target std", sy, ""},
-                {"|mean output - mean target| / target std", worst_z, "> " + fmt_num(opts.initial_output_z) + " warns"}};
-  g.cause = "the targets are far from 0 and the final layer starts near 0 (its bias at 0): the first steps go to "
-            "learning the targets' mean, with a loss and gradients dominated by that offset";
+  g.evidence = {
+      {"mean output", mo, ""},
+      {"mean target", my, ""},
+      {"target std", sy, ""},
+      {"|mean output - mean target| / target std", worst_z, "> " + fmt_num(opts.initial_output_z) + " warns"}};
+  g.cause =
+      "the targets are far from 0 and the final layer starts near 0 (its bias at 0): the first steps go to "
+      "learning the targets' mean, with a loss and gradients dominated by that offset";
   g.fix = "initialise the final layer's bias to the targets' mean (" + fmt_num(my) +
           ") (Karpathy: \"initialise well\"), or standardise the targets (subtract the mean, divide by the std) "
           "and undo it on the predictions";
@@ -267,34 +269,38 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
     f.kind = Kind::InitialLoss;
     f.nonfinite = true;
     f.evidence = {{"initial loss", loss, "must be finite"}, {"expected", expected, why}};
-    f.cause = "the untrained model already produces non-finite outputs or the loss takes a log of 0: weights far "
-              "too large, unscaled inputs (D5), log(softmax(x))";
+    f.cause =
+        "the untrained model already produces non-finite outputs or the loss takes a log of 0: weights far "
+        "too large, unscaled inputs (D5), log(softmax(x))";
     f.fix = "turn on anomaly mode (W4) to find the op; check the inputs (D2, D5) and the initialisation (M9)";
     return {f};
   }
   const double ratio = loss / expected;
   const bool high = ratio > opts.initial_loss_high, low = ratio < opts.initial_loss_low;
-  Finding f = make("L4", high || low ? Severity::Warning : Severity::Info,
-                   high  ? "the initial loss " + fmt_num(loss) + " is " + fmt_num(ratio) + "x the expected " +
-                              fmt_num(expected)
-                   : low ? "the initial loss " + fmt_num(loss) + " is only " + fmt_num(ratio) + "x the expected " +
-                               fmt_num(expected)
-                         : "the initial loss " + fmt_num(loss) + " is close to the expected " + fmt_num(expected));
+  Finding f = make(
+      "L4", high || low ? Severity::Warning : Severity::Info,
+      high  ? "the initial loss " + fmt_num(loss) + " is " + fmt_num(ratio) + "x the expected " + fmt_num(expected)
+      : low ? "the initial loss " + fmt_num(loss) + " is only " + fmt_num(ratio) + "x the expected " + fmt_num(expected)
+            : "the initial loss " + fmt_num(loss) + " is close to the expected " + fmt_num(expected));
   f.kind = Kind::InitialLoss;
   f.evidence = {{"initial loss", loss, ""},
                 {"expected", expected, why},
                 {"loss / expected", ratio,
                  "outside [" + fmt_num(opts.initial_loss_low) + ", " + fmt_num(opts.initial_loss_high) + "] warns"}};
   if (high) {
-    f.cause = "the untrained model is confidently wrong: logits far from 0 (weights initialised too large; a "
-              "large final-layer scale or bias; unscaled inputs, D5) — or the loss is summed over the batch instead "
-              "of averaged (the ratio is then about the batch size)";
-    f.fix = "initialise the last layer small (default or 1/sqrt(fan_in) init, bias 0), scale the inputs, use "
-            "reduction mean (L6); then the first loss is ~" + fmt_num(expected);
+    f.cause =
+        "the untrained model is confidently wrong: logits far from 0 (weights initialised too large; a "
+        "large final-layer scale or bias; unscaled inputs, D5) — or the loss is summed over the batch instead "
+        "of averaged (the ratio is then about the batch size)";
+    f.fix =
+        "initialise the last layer small (default or 1/sqrt(fan_in) init, bias 0), scale the inputs, use "
+        "reduction mean (L6); then the first loss is ~" +
+        fmt_num(expected);
   } else if (low) {
-    f.cause = "the untrained model already does much better than guessing: the label leaks into the inputs, the "
-              "model was not freshly initialised, num_classes is wrong, or the loss is divided by more than the "
-              "batch";
+    f.cause =
+        "the untrained model already does much better than guessing: the label leaks into the inputs, the "
+        "model was not freshly initialised, num_classes is wrong, or the loss is divided by more than the "
+        "batch";
     f.fix = "check what the inputs contain (D4, D7), that the model is new, and the number of classes";
   } else {
     f.fix = "none needed: an untrained model that guesses gives about this loss";
@@ -321,11 +327,13 @@ std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_i
                 {"targets", static_cast<double>(y.size()), ""},
                 {"ignore_index", static_cast<double>(ignore_index), ""}};
   if (loss_value.has_value()) f.evidence.push_back({"loss", *loss_value, "NaN is an error"});
-  f.cause = "the whole batch is masked (a collate or padding step sets every label to ignore_index, a label "
-            "mapping that misses every class): mean reduction divides a sum over zero labels by zero labels, as "
-            "PyTorch does, and one NaN loss turns every weight into NaN at the next step";
-  f.fix = "find the step that masks the labels (check a batch with D1/D9); skip batches with no valid label, or "
-          "divide the summed loss by max(count, 1)";
+  f.cause =
+      "the whole batch is masked (a collate or padding step sets every label to ignore_index, a label "
+      "mapping that misses every class): mean reduction divides a sum over zero labels by zero labels, as "
+      "PyTorch does, and one NaN loss turns every weight into NaN at the next step";
+  f.fix =
+      "find the step that masks the labels (check a batch with D1/D9); skip batches with no valid label, or "
+      "divide the summed loss by max(count, 1)";
   return {f};
 }
 
@@ -409,20 +417,22 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
     return {f};
   }
   const bool sum = ratio > opts.reduction_ratio;
-  Finding f = make("L6", sum ? Severity::Warning : Severity::Info,
-                   sum ? "the loss is summed over the batch, not averaged: the gradient grows " + fmt_num(ratio) +
-                             "x when the batch is doubled"
-                       : "the loss is averaged over the batch: doubling the batch leaves the gradient at " +
-                             fmt_num(ratio) + "x");
+  Finding f = make(
+      "L6", sum ? Severity::Warning : Severity::Info,
+      sum ? "the loss is summed over the batch, not averaged: the gradient grows " + fmt_num(ratio) +
+                "x when the batch is doubled"
+          : "the loss is averaged over the batch: doubling the batch leaves the gradient at " + fmt_num(ratio) + "x");
   f.shape = "x " + shape_of(x) + ", y " + shape_of(y);
   f.evidence = {{"gradient norm, batch (B = " + num(x.size(0)) + ")", g1, ""},
                 {"gradient norm, the batch twice (2B)", g2, ""},
                 {"ratio", ratio, "1 for mean, 2 for sum; > " + fmt_num(opts.reduction_ratio) + " warns"}};
   if (sum) {
-    f.cause = "the loss uses reduction sum where mean was meant: the gradient, and so the step size, "
-              "grows with the batch size; a learning rate tuned for one batch size diverges at a larger one";
-    f.fix = "use Reduction::Mean (the default), or divide the summed loss by the batch size; if the sum is "
-            "intended, scale the learning rate by 1 / B";
+    f.cause =
+        "the loss uses reduction sum where mean was meant: the gradient, and so the step size, "
+        "grows with the batch size; a learning rate tuned for one batch size diverges at a larger one";
+    f.fix =
+        "use Reduction::Mean (the default), or divide the summed loss by the batch size; if the sum is "
+        "intended, scale the learning rate by 1 / B";
   } else {
     f.fix = "none needed";
   }
@@ -435,9 +445,10 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss) {
                    loss.type_name() + " is declared with reduction=sum: the gradient scale grows with the batch size");
   f.module = loss.type_name();
   f.evidence = {{"reduction is sum (1 = yes)", 1.0, "sum warns; mean is the convention"}};
-  f.cause = "Reduction::Sum adds the per-example losses: doubling the batch doubles the gradient, so the learning "
-            "rate silently depends on the batch size (loss.mean() vs loss.sum() changes the gradient "
-            "scale)";
+  f.cause =
+      "Reduction::Sum adds the per-example losses: doubling the batch doubles the gradient, so the learning "
+      "rate silently depends on the batch size (loss.mean() vs loss.sum() changes the gradient "
+      "scale)";
   f.fix = "use Reduction::Mean, or keep Sum on purpose and scale the learning rate by 1 / B";
   return {f};
 }
@@ -521,7 +532,9 @@ class MaskedTargetsRunCheck final : public RunCheck {
 std::unique_ptr<RunCheck> make_softmax_input_run_check(const MonitorOptions&) {
   return std::make_unique<SoftmaxInputRunCheck>();
 }
-std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions&) { return std::make_unique<BceInputRunCheck>(); }
+std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions&) {
+  return std::make_unique<BceInputRunCheck>();
+}
 std::unique_ptr<RunCheck> make_initial_loss_run_check(const MonitorOptions& o) {
   return std::make_unique<InitialLossRunCheck>(o);
 }

@@ -134,18 +134,18 @@ struct LossHistoryStats {
   int64_t first_nan_step = -1;  // -1: none
   int64_t first_inf_step = -1;
   double first_loss = std::numeric_limits<double>::quiet_NaN();
-  int64_t window = 0;                 // steps per smoothing window
-  std::vector<double> window_medians;  // one per complete window
-  bool trend_judged = false;           // at least two windows and opts.min_trend_steps steps
-  double relative_decrease = 0.0;      // (first window - best later window) / first window
+  int64_t window = 0;                                            // steps per smoothing window
+  std::vector<double> window_medians;                            // one per complete window
+  bool trend_judged = false;                                     // at least two windows and opts.min_trend_steps steps
+  double relative_decrease = 0.0;                                // (first window - best later window) / first window
   double last_level = std::numeric_limits<double>::quiet_NaN();  // median of the last window
-  double max_rise = 0.0;               // largest window median (>= min_level) / best window median before it
-  int64_t rise_step = -1;              // last step of that window
-  int64_t spikes = 0;                  // steps above spike_factor x rolling median and above the first loss
+  double max_rise = 0.0;   // largest window median (>= min_level) / best window median before it
+  int64_t rise_step = -1;  // last step of that window
+  int64_t spikes = 0;      // steps above spike_factor x rolling median and above the first loss
   int64_t worst_spike_step = -1;
   double worst_spike_loss = 0.0, worst_spike_ratio = 0.0;  // its loss, and loss / rolling median
-  double max_swing = 0.0;              // largest median |step-to-step change| / median level of a window
-  int64_t swing_step = -1;             // first step of that window
+  double max_swing = 0.0;   // largest median |step-to-step change| / median level of a window
+  int64_t swing_step = -1;  // first step of that window
   // The verdicts, against the options' thresholds.
   bool stuck = false, at_chance = false, diverging = false, spiking = false, oscillating = false;
   bool too_high() const { return first_nan_step >= 0 || first_inf_step >= 0 || diverging || spiking || oscillating; }
@@ -190,7 +190,8 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
 // the output: the mean predicted probability (the output itself when it lies in [0, 1], else its
 // sigmoid) against the frequency of 1; other float targets shaped as the output: each column's
 // mean output against the target mean, in target stds. Silent on other shapes.
-std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts = {});
+std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target,
+                                           const LossCheckOptions& opts = {});
 
 // L5: class targets (B, ...) int64. A warning when every target equals
 // ignore_index (a mean over no labels is 0 / 0 = NaN, bug B19); an error when
@@ -227,8 +228,7 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss);
 //   otherwise                                                       -> info: keep watching
 // The loss thresholds are absolute (cross-entropy scale): set them for other losses.
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train_epoch_losses,
-                                      const std::vector<double>& val_epoch_losses,
-                                      const LossCheckOptions& opts = {});
+                                      const std::vector<double>& val_epoch_losses, const LossCheckOptions& opts = {});
 
 // L7 on accuracies: a validation accuracy above the training accuracy by more than
 // opts.val_accuracy_margin in each of the last opts.val_accuracy_epochs epochs (the training

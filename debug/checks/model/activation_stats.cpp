@@ -6,8 +6,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/evidence/tensor_stats.h"
 #include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -48,8 +48,10 @@ std::vector<bool> alive_units(const Tensor& y) {
           o[u] |= static_cast<char>(pos);
         }
     };
-    if (y.dtype() == kFloat32) scan(static_cast<const float*>(y.raw_data()));
-    else scan(static_cast<const double*>(y.raw_data()));
+    if (y.dtype() == kFloat32)
+      scan(static_cast<const float*>(y.raw_data()));
+    else
+      scan(static_cast<const double*>(y.raw_data()));
     if (bad) return {};
     return std::vector<bool>(on.begin(), on.end());
   }
@@ -141,7 +143,9 @@ std::vector<Finding> DeadReluTracker::findings() const {
     f.severity = Severity::Warning;
     f.title = fmt_num(100 * dead) + "% of the units of " + s.module + " are dead " +
               (have_pass ? "over a pass through the data" : "over the last batch") +
-              (!known_when ? "" : at_init ? " (dead since initialisation)" : " (they died during training)");
+              (!known_when ? ""
+               : at_init   ? " (dead since initialisation)"
+                           : " (they died during training)");
     f.kind = known_when && !at_init ? Kind::DiedInTraining : Kind::DeadUnits;
     f.module = s.module;
     f.evidence = {{have_pass ? "dead fraction over the pass" : "dead fraction over the batch", dead,
@@ -153,15 +157,19 @@ std::vector<Finding> DeadReluTracker::findings() const {
       f.evidence.push_back({"first step at the threshold", static_cast<double>(s.first_flagged_step), ""});
     // When the units died decides the cause; a pass that did not see the initialisation cannot
     // tell, and says both (a monitor attached from the first step tells them apart).
-    const std::string init_cause = "the units' pre-activations start below zero for every input: a large negative "
-                                   "bias or badly scaled weights/inputs at initialisation, so they never pass a gradient";
-    const std::string train_cause = "a large update (learning rate too high, a gradient spike) pushed the weights so "
-                                    "that the pre-activations are negative for every input; a dead ReLU gets no "
-                                    "gradient and never recovers";
-    const std::string init_fix = "initialise biases at (or near) zero and weights with init::kaiming_normal_; "
-                                 "normalise the inputs";
-    const std::string train_fix = "lower the learning rate (or warm it up), clip gradients, or use LeakyReLU/GELU "
-                                  "which keep a gradient for negative inputs";
+    const std::string init_cause =
+        "the units' pre-activations start below zero for every input: a large negative "
+        "bias or badly scaled weights/inputs at initialisation, so they never pass a gradient";
+    const std::string train_cause =
+        "a large update (learning rate too high, a gradient spike) pushed the weights so "
+        "that the pre-activations are negative for every input; a dead ReLU gets no "
+        "gradient and never recovers";
+    const std::string init_fix =
+        "initialise biases at (or near) zero and weights with init::kaiming_normal_; "
+        "normalise the inputs";
+    const std::string train_fix =
+        "lower the learning rate (or warm it up), clip gradients, or use LeakyReLU/GELU "
+        "which keep a gradient for negative inputs";
     f.cause = !known_when ? "this pass did not see the initialisation, so either: " + init_cause + "; or " + train_cause
               : at_init   ? init_cause
                           : train_cause;
@@ -201,25 +209,28 @@ void SaturationTracker::attach(nn::Module& model) {
     s.module = module_label(path, *m);
     s.type = type;
     layers_.push_back(s);
-    hooks_.pre(m, [this, idx, type](nn::Module&, const Tensor& x) {
-      if (!active_ || !x.defined() || !x.is_floating_point() || x.numel() == 0) return;
-      detail::OwnTime own;
-      NoGradGuard ng;
-      const double frac =
-          sum((abs(x.detach()) > o_.saturation_threshold).to(kFloat64)).item<double>() / static_cast<double>(x.numel());
-      // The derivative at these inputs: s (1 - s) for the sigmoid (at most 0.25), 1 - t^2 for tanh.
-      const Tensor xd = x.detach().to(kFloat64);
-      const Tensor d = type == "Sigmoid" ? sigmoid(xd) * (1.0 - sigmoid(xd)) : 1.0 - tanh(xd) * tanh(xd);
-      const double deriv = mean(d).item<double>();
-      SaturationLayerStats& st = layers_[idx];
-      st.last = frac;
-      if (st.batches == 0) st.order = next_order_++;
-      st.mean_derivative =
-          (st.mean_derivative * static_cast<double>(st.batches) + deriv) / static_cast<double>(st.batches + 1);
-      st.mean = (st.mean * static_cast<double>(st.batches) + frac) / static_cast<double>(st.batches + 1);
-      ++st.batches;
-      st.history.emplace_back(step_, frac);
-    }, false);
+    hooks_.pre(
+        m,
+        [this, idx, type](nn::Module&, const Tensor& x) {
+          if (!active_ || !x.defined() || !x.is_floating_point() || x.numel() == 0) return;
+          detail::OwnTime own;
+          NoGradGuard ng;
+          const double frac = sum((abs(x.detach()) > o_.saturation_threshold).to(kFloat64)).item<double>() /
+                              static_cast<double>(x.numel());
+          // The derivative at these inputs: s (1 - s) for the sigmoid (at most 0.25), 1 - t^2 for tanh.
+          const Tensor xd = x.detach().to(kFloat64);
+          const Tensor d = type == "Sigmoid" ? sigmoid(xd) * (1.0 - sigmoid(xd)) : 1.0 - tanh(xd) * tanh(xd);
+          const double deriv = mean(d).item<double>();
+          SaturationLayerStats& st = layers_[idx];
+          st.last = frac;
+          if (st.batches == 0) st.order = next_order_++;
+          st.mean_derivative =
+              (st.mean_derivative * static_cast<double>(st.batches) + deriv) / static_cast<double>(st.batches + 1);
+          st.mean = (st.mean * static_cast<double>(st.batches) + frac) / static_cast<double>(st.batches + 1);
+          ++st.batches;
+          st.history.emplace_back(step_, frac);
+        },
+        false);
   }
 }
 
@@ -236,10 +247,12 @@ std::vector<Finding> SaturationTracker::findings() const {
     f.evidence = {{"saturated fraction (mean over batches)", s.mean, "> " + fmt_num(o_.saturated_fraction) + " flags"},
                   {"saturated fraction (last batch)", s.last, ""},
                   {"batches", static_cast<double>(s.batches), ""}};
-    f.cause = "inputs to the " + s.type + " are too large (weights initialised too large, unnormalised inputs): "
+    f.cause = "inputs to the " + s.type +
+              " are too large (weights initialised too large, unnormalised inputs): "
               "its gradient there is ~0, so the layers below stop learning (vanishing gradients)";
-    f.fix = "use Xavier initialisation for sigmoid/tanh layers, normalise inputs, add normalisation layers, or "
-            "use ReLU/GELU";
+    f.fix =
+        "use Xavier initialisation for sigmoid/tanh layers, normalise inputs, add normalisation layers, or "
+        "use ReLU/GELU";
     out.push_back(std::move(f));
   }
   // The stack as a whole: backward multiplies the gradient by each layer's derivative, so N
@@ -264,11 +277,13 @@ std::vector<Finding> SaturationTracker::findings() const {
                   {"sigmoid/tanh layers", static_cast<double>(seen.size()), ""},
                   {"mean derivative, first layer", seen.front()->mean_derivative, ""},
                   {"mean derivative, last layer", seen.back()->mean_derivative, ""}};
-    f.cause = "each sigmoid multiplies the backward gradient by its derivative, at most 0.25 (tanh: at most 1, "
-              "less away from 0); stacked this deep, the layers near the input get a gradient " +
-              fmt_num(1.0 / product) + "x smaller than the output's (vanishing gradients by depth)";
-    f.fix = "use ReLU/GELU in the hidden layers, fewer sigmoid layers, residual connections or normalisation "
-            "layers between them";
+    f.cause =
+        "each sigmoid multiplies the backward gradient by its derivative, at most 0.25 (tanh: at most 1, "
+        "less away from 0); stacked this deep, the layers near the input get a gradient " +
+        fmt_num(1.0 / product) + "x smaller than the output's (vanishing gradients by depth)";
+    f.fix =
+        "use ReLU/GELU in the hidden layers, fewer sigmoid layers, residual connections or normalisation "
+        "layers between them";
     out.push_back(std::move(f));
   }
   return out;

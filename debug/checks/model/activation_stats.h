@@ -19,30 +19,31 @@
 #include <utility>
 #include <vector>
 
-#include "debug/evidence/finding.h"
 #include "debug/checks/hooks.h"
+#include "debug/evidence/finding.h"
 #include "nn/data.h"
 
 namespace gradsleuth::debug {
 
 struct ActivationOptions {
-  double dead_fraction = 0.7;          // M7: a layer with >= this fraction of dead units is flagged (published detectors' level)
-  double saturation_threshold = 5.0;   // M8: |pre-activation| beyond this is saturated
-  double saturated_fraction = 0.5;     // M8: a layer above this fraction is flagged
+  double dead_fraction =
+      0.7;  // M7: a layer with >= this fraction of dead units is flagged (published detectors' level)
+  double saturation_threshold = 5.0;  // M8: |pre-activation| beyond this is saturated
+  double saturated_fraction = 0.5;    // M8: a layer above this fraction is flagged
   // M8: stacked sigmoid/tanh layers whose mean derivatives multiply to less than this shrink
   // the gradient reaching the input by that factor (vanishing gradients by depth).
   double attenuation = 1e-3;
 };
 
 struct DeadLayerStats {
-  std::string module;     // "2 (ReLU)"
+  std::string module;  // "2 (ReLU)"
   int64_t units = 0;
   double init_dead = std::numeric_limits<double>::quiet_NaN();   // the first batch seen (at initialisation)
   double batch_dead = std::numeric_limits<double>::quiet_NaN();  // the last batch seen
   double pass_dead = std::numeric_limits<double>::quiet_NaN();   // the last completed pass
-  int64_t first_flagged_step = -1;  // the first recorded step whose batch reached the threshold
-  int64_t pass_batches = 0;         // batches behind pass_dead (a monitor records every N-th step's)
-  int64_t pass_batches_seen = 0;    // (the pass being gathered)
+  int64_t first_flagged_step = -1;                  // the first recorded step whose batch reached the threshold
+  int64_t pass_batches = 0;                         // batches behind pass_dead (a monitor records every N-th step's)
+  int64_t pass_batches_seen = 0;                    // (the pass being gathered)
   std::vector<std::pair<int64_t, double>> history;  // (step, batch dead fraction)
 };
 
@@ -86,10 +87,10 @@ std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loa
 struct SaturationLayerStats {
   std::string module, type;  // "3 (Sigmoid)", "Sigmoid"
   double last = std::numeric_limits<double>::quiet_NaN();
-  double mean = 0.0;          // over the recorded batches
+  double mean = 0.0;             // over the recorded batches
   double mean_derivative = 0.0;  // the activation's derivative at its inputs, mean over units and batches
   int64_t batches = 0;
-  int64_t order = -1;         // when it first ran, among the tracker's layers (the chain's order)
+  int64_t order = -1;                               // when it first ran, among the tracker's layers (the chain's order)
   std::vector<std::pair<int64_t, double>> history;  // (step, saturated fraction)
 };
 

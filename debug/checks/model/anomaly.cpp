@@ -7,8 +7,8 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "debug/checks/model/model_checks.h"
-#include "debug/evidence/tensor_stats.h"
 #include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -30,8 +30,7 @@ std::string cause_for_op(const std::string& op, bool backward) {
   if (op == "exp" || op == "softmax" || op == "pow" || op == "square")
     return "numerical overflow: exp of a large value (a softmax computed without subtracting the maximum, logits "
            "that grew because the learning rate is too high)";
-  if (op == "div" || op == "reciprocal")
-    return "division by zero (a normalisation by a sum, std or count that was 0)";
+  if (op == "div" || op == "reciprocal") return "division by zero (a normalisation by a sum, std or count that was 0)";
   if (op == "sqrt") return backward ? "the gradient of sqrt at 0 is infinite" : "sqrt of a negative number";
   if (op == "matmul" || op == "linear" || op == "add" || op == "mul" || op == "sum" || op == "mean")
     return "overflow of large values: activations or weights that grew without bound (learning rate too high, "
@@ -61,7 +60,8 @@ void AnomalyMode::attach(nn::Module& model) {
   // first, so each node keeps the innermost module that made it).
   for (auto& [path, m] : model.named_modules()) {
     auto label = std::make_shared<const std::string>(module_label(path, *m));
-    tags_.pre(m, [this](nn::Module&, const Tensor& x) { inputs_.push_back(x.defined() ? x.grad_fn().get() : nullptr); });
+    tags_.pre(m,
+              [this](nn::Module&, const Tensor& x) { inputs_.push_back(x.defined() ? x.grad_fn().get() : nullptr); });
     tags_.post(m, [this, label](nn::Module&, const Tensor&, const Tensor& y) {
       const Node* stop = inputs_.empty() ? nullptr : inputs_.back();
       if (!inputs_.empty()) inputs_.pop_back();
@@ -167,8 +167,8 @@ std::vector<Finding> find_nonfinite_source(nn::Module& model, const Tensor& x) {
       f.evidence = {{"NaN in output", static_cast<double>(s.nan), "any is an error"},
                     {"Inf in output", static_cast<double>(s.inf), "any is an error"},
                     {"input max |x|", std::max(std::fabs(si.min), std::fabs(si.max)), ""}};
-      f.cause = "this module is the first (in execution order) to produce NaN/Inf: input " + si.str(in) +
-                "; output " + s.str(y);
+      f.cause = "this module is the first (in execution order) to produce NaN/Inf: input " + si.str(in) + "; output " +
+                s.str(y);
       f.fix = "look inside this module for log/exp/div/sqrt on extreme values (W4 anomaly mode names the op)";
       out.push_back(std::move(f));
     });
@@ -203,18 +203,19 @@ void BroadcastDetector::on_op(const OpEvent& e) {
   Finding f;
   f.check = "M19";
   f.severity = mode_ == BroadcastMode::Raise ? Severity::Error : Severity::Warning;
-  f.title = std::string("'") + e.op + "' broadcast both operands: " + shapes_of(e) + " -> " +
-            shape_of(*e.output);
+  f.title = std::string("'") + e.op + "' broadcast both operands: " + shapes_of(e) + " -> " + shape_of(*e.output);
   f.module = tracker_.current();
   f.op = e.op;
   f.shape = shape_of(*e.output);
   f.evidence = {{"expanded operands", static_cast<double>(expanded), ">= 2 flags the op"},
                 {"output elements", static_cast<double>(e.output->numel()), ""}};
-  f.cause = "each operand was stretched along a different dim, e.g. (B, 1) against (B) or (1, B): the result "
-            "combines every element of one with every element of the other, usually a missing or extra "
-            "unsqueeze/squeeze (a prediction (B, 1) against a target (B))";
-  f.fix = "make the shapes equal before the op (target.unsqueeze(1) or prediction.squeeze(1)); if an outer "
-          "product is meant, write it explicitly with unsqueeze on both";
+  f.cause =
+      "each operand was stretched along a different dim, e.g. (B, 1) against (B) or (1, B): the result "
+      "combines every element of one with every element of the other, usually a missing or extra "
+      "unsqueeze/squeeze (a prediction (B, 1) against a target (B))";
+  f.fix =
+      "make the shapes equal before the op (target.unsqueeze(1) or prediction.squeeze(1)); if an outer "
+      "product is meant, write it explicitly with unsqueeze on both";
   if (mode_ == BroadcastMode::Raise) GS_FAIL("broadcasting check (M19)", f.str());
   for (const Finding& g : findings_)
     if (g.key() == f.key()) return;
@@ -239,8 +240,9 @@ std::optional<Finding> loss_shape_finding(const std::string& loss_name, const Te
   f.evidence = {{"prediction elements", static_cast<double>(input.numel()), ""},
                 {"target elements", static_cast<double>(target.numel()), ""},
                 {"broadcast elements", static_cast<double>(numel_of(b)), "> either operand flags the loss"}};
-  f.cause = "a regression target (B) against a prediction (B, 1): every prediction is compared with every "
-            "target, and the loss trains towards the mean";
+  f.cause =
+      "a regression target (B) against a prediction (B, 1): every prediction is compared with every "
+      "target, and the loss trains towards the mean";
   f.fix = "give both the same shape: target.unsqueeze(1) (or prediction.squeeze(1))";
   return f;
 }
@@ -345,7 +347,8 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     Finding f;
     f.check = "M18";
     f.severity = Severity::Error;
-    f.title = "the forward overflows in half precision: " + culprit + " is the first module whose output turns "
+    f.title = "the forward overflows in half precision: " + culprit +
+              " is the first module whose output turns "
               "NaN/Inf in fp16 (it is finite in float32)";
     f.module = culprit;
     f.shape = shape_of(y32);
@@ -353,11 +356,13 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
                   {"largest half value", 65504.0, "anything above overflows to inf"},
                   {"loss float32", l32, ""},
                   {"loss half", lh, "must be finite"}};
-    f.cause = "half precision overflows above 65504: exp(x) for x > 11.1 is already inf, so a softmax computed as "
-              "exp(x) / sum(exp(x)) without subtracting the maximum gives inf / inf = NaN; large activations or "
-              "sums of squares overflow the same way";
-    f.fix = "use the stable softmax/log_softmax (they subtract the row maximum), keep reductions and the loss in "
-            "float32 (mixed precision), and scale the loss for backward (loss scaling)";
+    f.cause =
+        "half precision overflows above 65504: exp(x) for x > 11.1 is already inf, so a softmax computed as "
+        "exp(x) / sum(exp(x)) without subtracting the maximum gives inf / inf = NaN; large activations or "
+        "sums of squares overflow the same way";
+    f.fix =
+        "use the stable softmax/log_softmax (they subtract the row maximum), keep reductions and the loss in "
+        "float32 (mixed precision), and scale the loss for backward (loss scaling)";
     out.push_back(std::move(f));
     return out;
   }
@@ -374,8 +379,9 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
                   {"relative gap", std::fabs(lh - l32) / std::max(std::fabs(l32), 1e-12),
                    "> " + fmt_num(o.max_relative_loss_gap) + " warns"},
                   {"absolute gap", std::fabs(lh - l32), ">= " + fmt_num(o.min_absolute_loss_gap) + " needed"}};
-    f.cause = "values that lose too much precision in fp16 (10-bit mantissa): tiny differences of large numbers, "
-              "small probabilities, long sums";
+    f.cause =
+        "values that lose too much precision in fp16 (10-bit mantissa): tiny differences of large numbers, "
+        "small probabilities, long sums";
     f.fix = "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32";
     out.push_back(std::move(f));
   }
@@ -398,7 +404,8 @@ std::optional<Finding> inplace_finding(const std::exception& e) {
   };
   f.op = quoted_after("modified by '");
   const std::string saver = quoted_after("saved by '");
-  if (!saver.empty()) f.title += ": '" + saver + "' saved it, '" + (f.op.empty() ? "an in-place op" : f.op) + "' changed it";
+  if (!saver.empty())
+    f.title += ": '" + saver + "' saved it, '" + (f.op.empty() ? "an in-place op" : f.op) + "' changed it";
   f.cause = msg;
   // The out-of-place form of the op actually used: the operator for arithmetic (x = x + y
   // instead of x += y), the method without its '_' otherwise (y = x.relu() instead of x.relu_()).
@@ -433,8 +440,10 @@ class BroadcastRunCheck final : public RunCheck {
     if (auto f = loss_shape_finding(l.type_name(), input, target)) c.add(*f);
   }
   void pause(RunContext&, bool on) override {
-    if (on) on_.reset();
-    else if (attached_) on_ = broadcast_.enable();
+    if (on)
+      on_.reset();
+    else if (attached_)
+      on_ = broadcast_.enable();
   }
   void detach(RunContext&) override {
     attached_ = false;

@@ -14,13 +14,13 @@
 #pragma once
 #include <functional>
 #include <optional>
-#include <unordered_set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/observer.h"
-#include "debug/evidence/finding.h"
 #include "debug/checks/hooks.h"
+#include "debug/evidence/finding.h"
 
 namespace gradsleuth::debug {
 

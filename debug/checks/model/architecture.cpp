@@ -14,9 +14,12 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
+#include "debug/checks/model/run_checks.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -25,9 +28,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
-#include "debug/checks/model/run_checks.h"
-#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -79,15 +79,17 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
     // A non-linearity changes the values: a ReLU zeroes the negative half of a layer's output.
     if (!(scale > 0.0) || diff > 1e-6 * scale) continue;
     Finding f = detail::make("M23", Severity::Warning,
-                             b.label + " takes " + a.label + "'s output with no non-linearity between them: the two "
-                                       "layers collapse into one linear map");
+                             b.label + " takes " + a.label +
+                                 "'s output with no non-linearity between them: the two "
+                                 "layers collapse into one linear map");
     f.module = b.label;
     f.shape = shape_str(b.input.shape());
     f.evidence = {{"max |input of the second - output of the first|", diff, "0 (the same values) flags"},
                   {"max |output of the first|", scale, ""}};
-    f.cause = "an activation is missing between two linear layers (forgotten in forward(), or left out of a "
-              "Sequential): however many such layers are stacked, the model can only learn a linear function of its "
-              "input";
+    f.cause =
+        "an activation is missing between two linear layers (forgotten in forward(), or left out of a "
+        "Sequential): however many such layers are stacked, the model can only learn a linear function of its "
+        "input";
     f.fix = "put a non-linearity (nn::ReLU, gs::relu, nn::Tanh, ...) between " + a.label + " and " + b.label;
     out.push_back(std::move(f));
   }
@@ -105,9 +107,10 @@ std::vector<Finding> check_dropout_rate(nn::Module& model, const ModelCheckOptio
                              label + " drops " + fmt_num(100.0 * d->p()) + "% of its inputs at every training step");
     f.module = label;
     f.evidence = {{"dropout probability p", d->p(), "> " + fmt_num(o.max_dropout) + " flags"}};
-    f.cause = "a dropout probability above 0.5 keeps less than half of the activations (and of the gradient through "
-              "them) at each step: the model trains on a small random part of itself and may not learn at all; p is "
-              "the probability of dropping, not of keeping";
+    f.cause =
+        "a dropout probability above 0.5 keeps less than half of the activations (and of the gradient through "
+        "them) at each step: the model trains on a small random part of itself and may not learn at all; p is "
+        "the probability of dropping, not of keeping";
     f.fix = "use p between 0.1 and 0.5 (0.2-0.3 is usual); if p was meant as the keep probability, pass 1 - p";
     out.push_back(std::move(f));
   }
@@ -148,22 +151,25 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
   const double ratio = layers[hi].second / layers[lo].second;
   if (!(ratio > o.activation_variance_ratio)) return {};
   const bool shrinks = lo > hi;  // the smaller variance comes later in the forward
-  Finding f = detail::make("M27", Severity::Warning,
-                           "at initialisation the variance of the ReLU inputs " + std::string(shrinks ? "shrinks" : "grows") +
-                               " " + fmt_num(ratio) + "x across the layers: " + fmt_num(layers[hi].second) + " at " +
-                               layers[hi].first + ", " + fmt_num(layers[lo].second) + " at " + layers[lo].first);
+  Finding f =
+      detail::make("M27", Severity::Warning,
+                   "at initialisation the variance of the ReLU inputs " + std::string(shrinks ? "shrinks" : "grows") +
+                       " " + fmt_num(ratio) + "x across the layers: " + fmt_num(layers[hi].second) + " at " +
+                       layers[hi].first + ", " + fmt_num(layers[lo].second) + " at " + layers[lo].first);
   f.kind = Kind::VarianceDrift;
   f.module = layers[shrinks ? lo : hi].first;
   f.evidence = {{"largest input variance (" + layers[hi].first + ")", layers[hi].second, ""},
                 {"smallest input variance (" + layers[lo].first + ")", layers[lo].second, ""},
                 {"ratio", ratio, "> " + fmt_num(o.activation_variance_ratio) + " flags"},
                 {"ReLU layers measured", static_cast<double>(layers.size()), ""}};
-  f.cause = shrinks ? "the weights are initialised too small for the depth: each layer shrinks the signal, so the last "
-                      "layers see almost constant inputs and the first ones get vanishing gradients"
-                    : "the weights are initialised too large for the depth: each layer amplifies the signal, so the last "
-                      "layers saturate or overflow and the gradients explode";
-  f.fix = "initialise the layers before each ReLU with init::kaiming_normal_ (He: std sqrt(2 / fan_in)), or put a "
-          "normalisation (BatchNorm/LayerNorm) before the activations";
+  f.cause = shrinks
+                ? "the weights are initialised too small for the depth: each layer shrinks the signal, so the last "
+                  "layers see almost constant inputs and the first ones get vanishing gradients"
+                : "the weights are initialised too large for the depth: each layer amplifies the signal, so the last "
+                  "layers saturate or overflow and the gradients explode";
+  f.fix =
+      "initialise the layers before each ReLU with init::kaiming_normal_ (He: std sqrt(2 / fan_in)), or put a "
+      "normalisation (BatchNorm/LayerNorm) before the activations";
   return {f};
 }
 
@@ -229,8 +235,10 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
                        dev.end());
       spread = dev[hi] - p5;
     };
-    if (h.dtype() == kFloat32) measure(float{});
-    else measure(double{});
+    if (h.dtype() == kFloat32)
+      measure(float{});
+    else
+      measure(double{});
     if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
     const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
     const double rel = spread / rms;
@@ -253,9 +261,11 @@ std::vector<Finding> GradientSpreadTracker::findings() const {
   for (const Seen& s : seen_) {
     if (s.steps == 0 || !(s.max_relative < o_.spread_relative)) continue;
     Finding f = detail::make("M27", Severity::Warning,
-                     "the " + detail::num(s.units) + " units of " + s.name + " get the same gradient at each of the first " +
-                         detail::num(s.steps) + " steps: its units are symmetric (5th-95th percentile spread across the "
-                         "units " + fmt_num(s.spread) + " against a root mean square of " + fmt_num(s.rms) + ")");
+                             "the " + detail::num(s.units) + " units of " + s.name +
+                                 " get the same gradient at each of the first " + detail::num(s.steps) +
+                                 " steps: its units are symmetric (5th-95th percentile spread across the "
+                                 "units " +
+                                 fmt_num(s.spread) + " against a root mean square of " + fmt_num(s.rms) + ")");
     f.kind = Kind::SymmetricUnits;
     f.parameter = s.name;
     f.shape = s.shape;
@@ -265,16 +275,17 @@ std::vector<Finding> GradientSpreadTracker::findings() const {
                   {"root mean square of the gradient", s.rms, ""},
                   {"steps judged", static_cast<double>(s.steps), ""},
                   {"units (rows)", static_cast<double>(s.units), ""}};
-    f.cause = "the weights were initialised symmetric (one constant, or one row copied): every unit of the layer "
-              "computes the same function and gets the same gradient, and gradient descent keeps them identical, "
-              "so the layer works as a single unit";
-    f.fix = "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
-            "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
+    f.cause =
+        "the weights were initialised symmetric (one constant, or one row copied): every unit of the layer "
+        "computes the same function and gets the same gradient, and gradient descent keeps them identical, "
+        "so the layer works as a single unit";
+    f.fix =
+        "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
+        "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
     out.push_back(std::move(f));
   }
   return out;
 }
-
 
 // M27's gradient part during training (the monitor's run check): the first spread_steps steps.
 namespace {

@@ -13,9 +13,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,7 +25,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug {
 
@@ -42,8 +42,8 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   MixingResult r;
   Tensor xi = x.detach().clone().requires_grad_(true);
   Tensor out = model(xi);
-  GS_CHECK(out.dim() >= 1 && out.size(0) == x.size(0), "batch_mixing_test (M6)", "the model's output ",
-           out.str(), " has no batch dim matching the input ", x.str());
+  GS_CHECK(out.dim() >= 1 && out.size(0) == x.size(0), "batch_mixing_test (M6)", "the model's output ", out.str(),
+           " has no batch dim matching the input ", x.str());
   // A fixed random weighting of row i's outputs: with a plain sum, a softmax
   // head's row (which always sums to 1) would have a zero gradient everywhere.
   Tensor row = out.select(0, i);
@@ -82,8 +82,7 @@ std::string batch_reshape_op(nn::Module& m, const Tensor& in) {
     todo.pop_back();
     if (!n || !seen.insert(n).second) continue;
     const bool into_rows = std::strcmp(n->name(), "view") == 0 && !n->out_shape.empty() && n->out_shape[0] == B &&
-                           !n->next_edges.empty() && !n->next_edges[0].shape.empty() &&
-                           n->next_edges[0].shape[0] != B;
+                           !n->next_edges.empty() && !n->next_edges[0].shape.empty() && n->next_edges[0].shape[0] != B;
     found += into_rows ? 1 : 0;
     for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
   }
@@ -185,14 +184,16 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
                    "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
                   {"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
                   {"probed example i", static_cast<double>(row), ""}};
-    f.cause = "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
-              "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
-              "flatten that includes the batch";
+    f.cause =
+        "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
+        "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
+        "flatten that includes the batch";
     f.fix = (f.module.empty() ? std::string("find the op whose batch dim is not dim 0 any more")
-             : !f.op.empty()   ? "in " + f.module + " (its output rows mix its input rows when tested alone), its " +
+             : !f.op.empty()  ? "in " + f.module + " (its output rows mix its input rows when tested alone), its " +
                                    f.op + " (a reshape) makes rows out of a tensor whose dim 0 is not the batch"
-                               : "in " + f.module + " (its output rows mix its input rows when tested alone), find "
-                                 "the op whose batch dim is not dim 0 any more") +
+                             : "in " + f.module +
+                                   " (its output rows mix its input rows when tested alone), find "
+                                   "the op whose batch dim is not dim 0 any more") +
             " (print shapes with gradsleuth's shape trace, M1): use transpose/permute to reorder dims, and reduce "
             "over the feature dims only";
     out.push_back(std::move(f));
@@ -205,8 +206,9 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.shape = shape_of(x);
     f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"},
                   {"probed example i", static_cast<double>(blind_row), ""}};
-    f.cause = "the input of this example is cut off (a detach, every unit dead, a multiplication by zero), or its "
-              "output is built from another example (a subtraction of x[0], a shift along the batch)";
+    f.cause =
+        "the input of this example is cut off (a detach, every unit dead, a multiplication by zero), or its "
+        "output is built from another example (a subtraction of x[0], a shift along the batch)";
     f.fix = "check the gradient flow (M5) and dead units (M7), and any op that indexes the batch dim";
     out.push_back(std::move(f));
   }
@@ -220,8 +222,9 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
       f.title = "in train mode the examples are coupled through BatchNorm's batch statistics (expected, not a bug)";
       f.evidence = {{"coupled rows (train mode)", static_cast<double>(tr.coupled), "of the " + others},
                     {"coupled rows (eval mode)", 0.0, ""}};
-      f.cause = "BatchNorm normalises each example with the batch's mean and variance, so in training every "
-                "output depends a little on the whole batch; in eval mode it uses running statistics";
+      f.cause =
+          "BatchNorm normalises each example with the batch's mean and variance, so in training every "
+          "output depends a little on the whole batch; in eval mode it uses running statistics";
       out.push_back(std::move(f));
     }
   }

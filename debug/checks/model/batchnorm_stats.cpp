@@ -13,9 +13,11 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,8 +26,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
-#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -70,16 +70,16 @@ Finding batchnorm_eval_finding(const std::string& label, bool no_running_stats, 
   f.check = "M17";
   f.severity = Severity::Warning;
   f.module = label;
-  f.title = no_running_stats
-                ? label + " is evaluated without running statistics: it uses each batch's own statistics"
-                : label + " is evaluated with running statistics that were never updated (num_batches_tracked "
-                          "= 0 after " + std::to_string(steps) + " training steps)";
+  f.title = no_running_stats ? label + " is evaluated without running statistics: it uses each batch's own statistics"
+                             : label +
+                                   " is evaluated with running statistics that were never updated (num_batches_tracked "
+                                   "= 0 after " +
+                                   std::to_string(steps) + " training steps)";
   f.evidence = {{"num_batches_tracked", 0.0, "0 at eval flags"},
                 {"training steps so far", static_cast<double>(steps), ""}};
-  f.cause = no_running_stats
-                ? "track_running_stats=false: predictions depend on the batch they are evaluated with"
-                : "the running statistics are never updated in training (the layer normalises with batch "
-                  "statistics only), so eval uses mean 0 / var 1 instead of the data's";
+  f.cause = no_running_stats ? "track_running_stats=false: predictions depend on the batch they are evaluated with"
+                             : "the running statistics are never updated in training (the layer normalises with batch "
+                               "statistics only), so eval uses mean 0 / var 1 instead of the data's";
   f.fix = "keep track_running_stats=true, and train in train mode so the running statistics follow the data";
   return f;
 }
@@ -93,9 +93,10 @@ Finding stale_buffers_finding(const std::string& label, const std::string& buffe
             " training steps";
   f.evidence = {{"training steps so far", static_cast<double>(steps), ""},
                 {"buffer updates seen", 0.0, "0 at eval flags"}};
-  f.cause = "the layer computes differently in eval mode (BatchNorm-like) from statistics it keeps in buffers, "
-            "but its training forward never updates them, so eval uses their initial values instead of the "
-            "data's";
+  f.cause =
+      "the layer computes differently in eval mode (BatchNorm-like) from statistics it keeps in buffers, "
+      "but its training forward never updates them, so eval uses their initial values instead of the "
+      "data's";
   f.fix = "update the running statistics in the training-mode forward (under no_grad), as nn::BatchNorm does";
   return f;
 }

@@ -16,9 +16,9 @@
 #include "core/ops.h"
 #include "debug/checks/hooks.h"
 #include "debug/checks/host_copy.h"
-#include "debug/evidence/tensor_stats.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
 #include "nn/normalization.h"
 
 namespace gradsleuth::debug {
@@ -220,18 +220,20 @@ std::vector<Finding> ModeProbe::findings(const ModeProbeOptions& o) const {
     f.module = b.label;
     f.title = b.label + " is random in training mode, and its mean training-mode output is " + fmt_num(b.scale) +
               " x its eval-mode output (1 expected)";
-    f.evidence = {{"E[train(x)] / eval(x) (least squares)", b.scale,
-                   "|s - 1| > " + fmt_num(o.scale_tolerance) + " flags"},
-                  {"standard error", b.scale_se, ""},
-                  {"draws on the same input", static_cast<double>(b.draws), ""}};
-    f.cause = "the layer drops or perturbs activations at random in training without keeping their expected "
-              "value: a hand-written dropout that zeroes with probability p but does not scale the kept values "
-              "by 1/(1-p)" +
-              (b.scale > 0.0 && b.scale < 1.0 ? " (here p ~ " + fmt_num(1.0 - b.scale) + ")" : std::string()) +
-              ". The layers after it learn on activations " + fmt_num(b.scale) +
-              " times the size of those they get in evaluation, so every evaluated prediction is off";
-    f.fix = "scale the kept values by 1/(1-p) in training (inverted dropout, as nn::Dropout and gs::dropout do), "
-            "or use nn::Dropout";
+    f.evidence = {
+        {"E[train(x)] / eval(x) (least squares)", b.scale, "|s - 1| > " + fmt_num(o.scale_tolerance) + " flags"},
+        {"standard error", b.scale_se, ""},
+        {"draws on the same input", static_cast<double>(b.draws), ""}};
+    f.cause =
+        "the layer drops or perturbs activations at random in training without keeping their expected "
+        "value: a hand-written dropout that zeroes with probability p but does not scale the kept values "
+        "by 1/(1-p)" +
+        (b.scale > 0.0 && b.scale < 1.0 ? " (here p ~ " + fmt_num(1.0 - b.scale) + ")" : std::string()) +
+        ". The layers after it learn on activations " + fmt_num(b.scale) +
+        " times the size of those they get in evaluation, so every evaluated prediction is off";
+    f.fix =
+        "scale the kept values by 1/(1-p) in training (inverted dropout, as nn::Dropout and gs::dropout do), "
+        "or use nn::Dropout";
     out.push_back(std::move(f));
   }
   return out;
@@ -265,16 +267,26 @@ bool engine_node(const Node& n, const EngineOps& seen) {
   // fold, also in the fused conv2d's backward under create_graph; a pooling
   // layer's backward when differentiated twice). The fused conv2d's own node is
   // "conv2d", the registry's name.
-  static const std::unordered_set<std::string> internal = {
-      "AccumulateGrad", "CopySlices", "unfold", "fold", "as_strided", "as_strided_scatter", "view_scatter",
-      "to_device", "to_dtype", "clone", "index_add", "scatter_add", "avg_pool2d_backward", "max_pool2d_backward",
-      "binary_cross_entropy"};
+  static const std::unordered_set<std::string> internal = {"AccumulateGrad",
+                                                           "CopySlices",
+                                                           "unfold",
+                                                           "fold",
+                                                           "as_strided",
+                                                           "as_strided_scatter",
+                                                           "view_scatter",
+                                                           "to_device",
+                                                           "to_dtype",
+                                                           "clone",
+                                                           "index_add",
+                                                           "scatter_add",
+                                                           "avg_pool2d_backward",
+                                                           "max_pool2d_backward",
+                                                           "binary_cross_entropy"};
   return internal.count(s) > 0 || seen.names.count(s) > 0 || find_op(s) != nullptr;
 }
 }  // namespace
 
-std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module& model, const Tensor& x,
-                                                                     int64_t rows) {
+std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module& model, const Tensor& x, int64_t rows) {
   std::vector<std::pair<std::string, nn::ModulePtr>> out;
   if (!x.defined()) return out;
   ModeSnapshot modes(model);
@@ -292,9 +304,8 @@ std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module&
       if (!seen.insert(m.get()).second) continue;
       const size_t idx = mods.size();
       mods.emplace_back(path, m);
-      hooks.pre(m, [&stops](nn::Module&, const Tensor& in) {
-        stops.push_back(in.defined() ? in.grad_fn().get() : nullptr);
-      });
+      hooks.pre(
+          m, [&stops](nn::Module&, const Tensor& in) { stops.push_back(in.defined() ? in.grad_fn().get() : nullptr); });
       // Inner modules finish first, so each node is owned by the innermost module that ran it.
       hooks.post(m, [&, idx](nn::Module&, const Tensor&, const Tensor& y) {
         const Node* stop = stops.empty() ? nullptr : stops.back();
@@ -400,17 +411,20 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   fd.severity = Severity::Error;
   fd.module = module_label("", model);
   fd.shape = shape_of(x64);
-  fd.title = "the model's gradient with respect to its input disagrees with the directional derivative along a "
-             "random direction (float64): a backward inside the model is wrong";
+  fd.title =
+      "the model's gradient with respect to its input disagrees with the directional derivative along a "
+      "random direction (float64): a backward inside the model is wrong";
   fd.evidence = {{"worst relative error", worst, "> rtol " + fmt_num(opts.rtol) + " (+ atol) fails"},
                  {"analytic <grad, u>", worst_a, ""},
                  {"numeric (f(x + eps u) - f(x - eps u)) / 2 eps", worst_n, ""},
                  {"failed directions", static_cast<double>(failed), "of " + std::to_string(std::max(directions, 1))}};
-  fd.cause = "some op's backward formula computes a wrong gradient; the per-layer check (M13 on every layer with "
-             "parameters or a custom op) found none, so look for a backward written outside any module (an op "
-             "recorded in the model's own forward)";
-  fd.fix = "check each piece with debug::gradcheck_module (a sub-module) or debug::gradcheck (a function) to find "
-           "it, then fix its backward formula";
+  fd.cause =
+      "some op's backward formula computes a wrong gradient; the per-layer check (M13 on every layer with "
+      "parameters or a custom op) found none, so look for a backward written outside any module (an op "
+      "recorded in the model's own forward)";
+  fd.fix =
+      "check each piece with debug::gradcheck_module (a sub-module) or debug::gradcheck (a function) to find "
+      "it, then fix its backward formula";
   out.push_back(std::move(fd));
   return out;
 }
@@ -467,8 +481,8 @@ class ModeRunCheck final : public RunCheck {
   std::vector<uint64_t> buffer_versions_;                       // per module: before its forward
   int64_t pass_forwards_ = 0;
   bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false, eval_in_training_warned_ = false;
-  Tensor pass_x_;                   // the pass's first input, to probe the model with
-  std::optional<ModeProbe> probe_;  // which modules depend on the mode
+  Tensor pass_x_;                    // the pass's first input, to probe the model with
+  std::optional<ModeProbe> probe_;   // which modules depend on the mode
   std::vector<std::string> warned_;  // where the layers' own M2 warnings came from
 };
 
@@ -476,7 +490,8 @@ void ModeRunCheck::attach(RunContext& c) {
   std::set<const nn::Module*> seen;
   for (auto& [path, m] : c.model.named_modules())
     if (seen.insert(m.get()).second) modules_.emplace_back(m, module_label(path, *m));
-  for (auto* v : {&pass_train_, &pass_buffers_, &pass_eval_, &buffers_moved_, &m17_named_}) v->assign(modules_.size(), 0);
+  for (auto* v : {&pass_train_, &pass_buffers_, &pass_eval_, &buffers_moved_, &m17_named_})
+    v->assign(modules_.size(), 0);
   buffer_versions_.assign(modules_.size(), 0);
   auto root = c.model.named_modules().front().second;
   std::weak_ptr<bool> alive = alive_;
@@ -574,11 +589,12 @@ void ModeRunCheck::check_training_mode(RunContext& c) {
   f.module = labels.front();
   f.title = "training step " + std::to_string(c.steps) + " ran " + list +
             " in eval mode: the model is trained in evaluation mode";
-  f.evidence = {{"mode-dependent layers in eval mode during a training step", static_cast<double>(labels.size()),
-                 "any warns"}};
-  f.cause = "model.eval() was called (for an evaluation, or by mistake) and model.train() never followed, so dropout "
-            "does not drop and BatchNorm normalises with its running statistics instead of the batch's while "
-            "training";
+  f.evidence = {
+      {"mode-dependent layers in eval mode during a training step", static_cast<double>(labels.size()), "any warns"}};
+  f.cause =
+      "model.eval() was called (for an evaluation, or by mistake) and model.train() never followed, so dropout "
+      "does not drop and BatchNorm normalises with its running statistics instead of the batch's while "
+      "training";
   f.fix = "call model.train() before the training loop (and after every evaluation)";
   c.add(std::move(f));
 }
@@ -628,10 +644,12 @@ void ModeRunCheck::check_eval_pass(RunContext& c) {
     f.check = "M2";
     f.severity = Severity::Warning;
     f.module = label;
-    f.title = stats ? label + " ran in training mode during an evaluation pass, and the evaluation data updated its "
-                              "running statistics (" + names + ")"
-                    : label + " ran in training mode during an evaluation pass" +
-                          (pass_grad_mode_ ? "" : " (under no_grad)");
+    f.title =
+        stats ? label +
+                    " ran in training mode during an evaluation pass, and the evaluation data updated its "
+                    "running statistics (" +
+                    names + ")"
+              : label + " ran in training mode during an evaluation pass" + (pass_grad_mode_ ? "" : " (under no_grad)");
     f.evidence = {{"forwards in the pass", static_cast<double>(pass_forwards_),
                    "no backward and no optimizer step followed them before the epoch was recorded"},
                   {"random in training mode", b->stochastic ? 1.0 : 0.0, ""},
@@ -640,11 +658,13 @@ void ModeRunCheck::check_eval_pass(RunContext& c) {
                                           "noisy and pessimistic"
                                         : "the layer computes differently in training mode (BatchNorm-like: the "
                                           "batch's statistics instead of the running ones)") +
-              (stats ? "; and its buffers " + names + " moved towards the evaluation data, so validation data "
-                       "leaked into the model's running statistics and every later evaluation uses them"
+              (stats ? "; and its buffers " + names +
+                           " moved towards the evaluation data, so validation data "
+                           "leaked into the model's running statistics and every later evaluation uses them"
                      : "");
-    f.fix = "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
-            "change the mode)";
+    f.fix =
+        "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
+        "change the mode)";
     c.add(std::move(f));
   }
 }

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "debug/evidence/finding.h"
 #include "debug/checks/model/gradcheck.h"
+#include "debug/evidence/finding.h"
 #include "nn/module.h"
 
 namespace gradsleuth::debug {
@@ -50,8 +50,8 @@ class ModeSnapshot {
 void set_own_mode(nn::Module& m, bool training);
 
 struct ModeProbeOptions {
-  int64_t rows = 16;         // the probe runs on the first rows of x
-  double tolerance = 1e-6;   // outputs differ when max|a - b| > tolerance * (max|b| + tolerance)
+  int64_t rows = 16;        // the probe runs on the first rows of x
+  double tolerance = 1e-6;  // outputs differ when max|a - b| > tolerance * (max|b| + tolerance)
   // The mean train-mode output of a random module is estimated from repeated draws
   // on the same input: at least min_draws, and more (up to max_draws) until
   // draws x output elements reaches target_samples.
@@ -121,7 +121,7 @@ std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module&
 // min(opts.eps, 1e-7)). An error finding names the model when at least two
 // directions fail (one when only one is asked for); empty when it agrees, or
 // when x is not floating.
-std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows = 4,
-                                          int directions = 3, GradcheckOptions opts = {});
+std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows = 4, int directions = 3,
+                                          GradcheckOptions opts = {});
 
 }  // namespace gradsleuth::debug

@@ -13,9 +13,11 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,8 +26,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
-#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -40,7 +40,11 @@ std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x) {
   bool first = true;
   for (auto& [n, p] : model.named_parameters()) {
     by_kind[std::string(dtype_name(p.dtype())) + " on " + p.device().str()].push_back(n);
-    if (first) { pdt = p.dtype(); pdev = p.device(); first = false; }
+    if (first) {
+      pdt = p.dtype();
+      pdev = p.device();
+      first = false;
+    }
   }
   if (by_kind.size() > 1) {
     Finding f;
@@ -75,11 +79,12 @@ std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x) {
       f.shape = shape_of(x);
       f.evidence = {{"input bytes per value", static_cast<double>(dtype_size(x.dtype())), ""},
                     {"parameter bytes per value", static_cast<double>(dtype_size(pdt)), ""}};
-      f.cause = std::string(x.dtype() == kFloat64 ? "data loaded as float64 (NumPy's default) into a float32 model: "
-                                                  "type promotion makes each op compute in float64, twice the "
-                                                  "memory, slower arithmetic (float64 GEMM runs at about half the float32 rate) and "
-                                                  "outputs that come back float64"
-                                                : "data in a lower precision than the model");
+      f.cause = std::string(x.dtype() == kFloat64
+                                ? "data loaded as float64 (NumPy's default) into a float32 model: "
+                                  "type promotion makes each op compute in float64, twice the "
+                                  "memory, slower arithmetic (float64 GEMM runs at about half the float32 rate) and "
+                                  "outputs that come back float64"
+                                : "data in a lower precision than the model");
       f.fix = std::string("convert the data once, where it is loaded: x.to(gs::") +
               (pdt == kFloat32 ? "kFloat32" : "kFloat64") + ")";
       out.push_back(std::move(f));

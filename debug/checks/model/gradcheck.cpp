@@ -88,20 +88,24 @@ void validate_inputs(const tensor_list& inputs, const char* who) {
              "; gradcheck perturbs values on the host. Fix: pass x.cpu() (check the CUDA backend against the CPU "
              "separately).");
     if (!t.is_floating_point()) continue;
-    GS_CHECK(t.dtype() == kFloat64, who, "input ", i, " is ", t.str(), ", but numeric differentiation needs "
+    GS_CHECK(t.dtype() == kFloat64, who, "input ", i, " is ", t.str(),
+             ", but numeric differentiation needs "
              "float64: in float32 the central difference (f(x+eps) - f(x-eps)) / 2eps is dominated by rounding "
              "error. Fix: pass x.to(gs::kFloat64) (and make fn compute in float64).");
     any = true;
   }
-  GS_CHECK(any, who, "none of the ", inputs.size(), " inputs is floating-point, so there is nothing to "
+  GS_CHECK(any, who, "none of the ", inputs.size(),
+           " inputs is floating-point, so there is nothing to "
            "differentiate; pass float64 tensors for the arguments to check");
 }
 
 void validate_output(const Tensor& out, const char* who) {
   GS_CHECK(out.defined(), who, "fn returned an undefined tensor; it must return the function's result");
-  GS_CHECK(out.is_floating_point(), who, "fn returned ", out.str(), ", which has no gradient (comparisons, "
+  GS_CHECK(out.is_floating_point(), who, "fn returned ", out.str(),
+           ", which has no gradient (comparisons, "
            "argmax and indices are not differentiable); return a floating-point result");
-  GS_CHECK(out.dtype() == kFloat64, who, "fn returned ", out.str(), " from float64 inputs; the check needs the "
+  GS_CHECK(out.dtype() == kFloat64, who, "fn returned ", out.str(),
+           " from float64 inputs; the check needs the "
            "whole computation in float64. Fix: remove the cast to float32 inside fn, or .to(gs::kFloat64) its "
            "result (at the cost of float32 precision).");
 }
@@ -110,8 +114,10 @@ void validate_output(const Tensor& out, const char* who) {
 double project(const DiffFn& fn, const tensor_list& args, const std::vector<double>& v, const char* who) {
   Tensor out = fn(args);
   validate_output(out, who);
-  GS_CHECK(static_cast<size_t>(out.numel()) == v.size(), who, "fn returned ", out.str(), " on a perturbed input "
-           "but ", v.size(), " elements the first time; its output shape must depend only on input shapes");
+  GS_CHECK(static_cast<size_t>(out.numel()) == v.size(), who, "fn returned ", out.str(),
+           " on a perturbed input "
+           "but ",
+           v.size(), " elements the first time; its output shape must depend only on input shapes");
   std::vector<double> o = out.to_vector<double>();
   double s = 0.0;
   for (size_t k = 0; k < o.size(); ++k) s += v[k] * o[k];
@@ -161,18 +167,22 @@ std::string diagnose(const std::vector<double>& a, const std::vector<double>& n,
   for (size_t k = 0; k < a.size() && constant; ++k) {
     if (!bad[k] || std::abs(n[k]) < 10 * o.atol) continue;
     double r = a[k] / n[k];
-    if (std::isnan(ratio)) ratio = r;
-    else if (std::abs(r - ratio) > 1e-3 * std::abs(ratio)) constant = false;
+    if (std::isnan(ratio))
+      ratio = r;
+    else if (std::abs(r - ratio) > 1e-3 * std::abs(ratio))
+      constant = false;
   }
   const bool has_ratio = constant && !std::isnan(ratio);
   if (nbad * 4 < static_cast<int64_t>(a.size()))
     return "only " + std::to_string(nbad) + " of " + std::to_string(a.size()) + " elements disagree" +
-           (has_ratio ? " (analytic = " + fmt(ratio) + " x numeric there)" : "") + ": a wrong index or broadcast "
+           (has_ratio ? " (analytic = " + fmt(ratio) + " x numeric there)" : "") +
+           ": a wrong index or broadcast "
            "reduction in a backward, or a kink (relu at 0, abs at 0, max ties, clamp edges) within eps of the "
            "sample point; if fn is not smooth there, move the sample away from the kink.";
   if (has_ratio) {
     if (std::abs(ratio + 1.0) < 1e-3) return "analytic = -numeric: a sign error in a backward formula.";
-    return "analytic = " + fmt(ratio) + " x numeric on every failing element: a wrong constant factor in a "
+    return "analytic = " + fmt(ratio) +
+           " x numeric on every failing element: a wrong constant factor in a "
            "backward formula (e.g. d(3x)/dx written as 2, a missing 1/N in a mean, or a gradient added twice).";
   }
   return "many elements disagree with no common factor: the backward formula itself is wrong (or reads a "
@@ -249,10 +259,13 @@ GradcheckResult run_check(const DiffFn& fn, const tensor_list& inputs, const Gra
     const double abs_err = std::abs(a - n);
     const double rel_err = abs_err / std::max({std::abs(a), std::abs(n), o.atol, 1e-300});
     const double tol = o.atol + o.rtol * std::abs(n);
-    const double ratio = std::isfinite(abs_err) ? abs_err / std::max(tol, 1e-300) : std::numeric_limits<double>::infinity();
+    const double ratio =
+        std::isfinite(abs_err) ? abs_err / std::max(tol, 1e-300) : std::numeric_limits<double>::infinity();
     const bool ok = abs_err <= tol;  // false for NaN
-    r.max_abs_error = std::max(r.max_abs_error, std::isnan(abs_err) ? std::numeric_limits<double>::infinity() : abs_err);
-    r.max_rel_error = std::max(r.max_rel_error, std::isnan(rel_err) ? std::numeric_limits<double>::infinity() : rel_err);
+    r.max_abs_error =
+        std::max(r.max_abs_error, std::isnan(abs_err) ? std::numeric_limits<double>::infinity() : abs_err);
+    r.max_rel_error =
+        std::max(r.max_rel_error, std::isnan(rel_err) ? std::numeric_limits<double>::infinity() : rel_err);
     ++r.elements_checked;
     if (!ok) ++r.elements_failed;
     if (ratio > c.worst_ratio) {
@@ -301,11 +314,12 @@ GradcheckResult run_check(const DiffFn& fn, const tensor_list& inputs, const Gra
     for (size_t j = 0; j < slots.size(); ++j)
       if (slots[j].index == r.worst_input) wj = j;
     const std::string where = "input " + std::to_string(r.worst_input) + " (" + inputs[r.worst_input].str() +
-                              "), element " + coords_str(r.worst_coords) + " [flat " + std::to_string(r.worst_index) + "]";
+                              "), element " + coords_str(r.worst_coords) + " [flat " + std::to_string(r.worst_index) +
+                              "]";
     if (r.passed) {
       msg << "gradcheck passed: " << r.elements_checked << " elements in " << slots.size()
-          << " input(s), max abs error " << r.max_abs_error << ", max rel error " << r.max_rel_error << " ("
-          << tol_str << ")";
+          << " input(s), max abs error " << r.max_abs_error << ", max rel error " << r.max_rel_error << " (" << tol_str
+          << ")";
     } else {
       int64_t bad_here = 0;
       for (char b : bad[wj]) bad_here += b;
@@ -434,10 +448,14 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
     Tensor out = fn(args);
     Tensor total = zeros({}, kFloat64);
     if (!out.requires_grad()) return total;
-    GS_CHECK(out.shape() == in[n_in].shape(), "gradgradcheck", "fn returned ", out.str(), " on a perturbed input "
-             "but shape ", shape_str(in[n_in].shape()), " the first time; its output shape must depend only on "
+    GS_CHECK(out.shape() == in[n_in].shape(), "gradgradcheck", "fn returned ", out.str(),
+             " on a perturbed input "
+             "but shape ",
+             shape_str(in[n_in].shape()),
+             " the first time; its output shape must depend only on "
              "input shapes");
-    tensor_list g = autograd::grad({out}, diff, {in[n_in] * kVScale}, true, /*create_graph=*/true, /*allow_unused=*/true);
+    tensor_list g =
+        autograd::grad({out}, diff, {in[n_in] * kVScale}, true, /*create_graph=*/true, /*allow_unused=*/true);
     for (size_t j = 0; j < g.size(); ++j)
       if (g[j].defined()) total = total + (g[j] * w[idx[j]]).sum();
     return total;
@@ -451,7 +469,8 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
   GradcheckResult r = run_check(first_order, with_v, opts, "gradgradcheck");
   r.message = "second order (gradgradcheck, the backward of the backward, create_graph=true): " + r.message;
   if (!r.passed && r.worst_input == n_in)
-    r.message += "\n  (input " + std::to_string(n_in) + " is the gradient fed into fn's output, grad_outputs: "
+    r.message += "\n  (input " + std::to_string(n_in) +
+                 " is the gradient fed into fn's output, grad_outputs: "
                  "most likely a backward computes its result with a raw kernel, so the result has no graph back to "
                  "that gradient; record that backward as an op of its own, or refuse create_graph with "
                  "detail::first_order_only)";
@@ -521,10 +540,12 @@ std::vector<OpCheckRow> gradcheck_all_ops(const GradcheckOptions& opts, const st
         try {
           gradgradcheck(op.fn, s.inputs, first);
           row.double_backward_passed = false;
-          row.message += (row.message.empty() ? "" : "\n") + std::string("registered without double backward, but "
-                         "backward(create_graph=true) through it did not refuse: a second derivative would be "
-                         "silently wrong. Wrap its backward in detail::first_order_only, or make it differentiable "
-                         "and flag it double_backward.");
+          row.message += (row.message.empty() ? "" : "\n") +
+                         std::string(
+                             "registered without double backward, but "
+                             "backward(create_graph=true) through it did not refuse: a second derivative would be "
+                             "silently wrong. Wrap its backward in detail::first_order_only, or make it differentiable "
+                             "and flag it double_backward.");
         } catch (const std::exception& e) {
           const std::string what = e.what();
           row.double_backward_refused = what.find("second derivatives are not supported") != std::string::npos;

@@ -68,9 +68,9 @@ GradcheckResult gradgradcheck(const DiffFn& fn, const tensor_list& inputs, Gradc
 struct OpCheckRow {
   std::string name, category, sample;
   bool passed = true;
-  bool skipped = false;  // not differentiable: nothing to check
+  bool skipped = false;                             // not differentiable: nothing to check
   double max_abs_error = 0.0, max_rel_error = 0.0;  // first order
-  std::string message;   // why it failed, or why it was skipped
+  std::string message;                              // why it failed, or why it was skipped
   bool double_backward_checked = false;
   bool double_backward_passed = true;
   // An op registered without double backward: create_graph raised the clear

@@ -1,4 +1,5 @@
-// M13 numeric gradient check of every layer with parameters or a custom op, and of the whole model (see model_checks.h).
+// M13 numeric gradient check of every layer with parameters or a custom op, and of the whole model (see
+// model_checks.h).
 #include "debug/checks/model/model_checks.h"
 
 #include <algorithm>
@@ -13,9 +14,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,7 +26,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug {
 
@@ -46,7 +47,10 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
   HostCopyGuard host(module, "gradcheck_module (M13)");
   module.eval();
   DType orig = kFloat32;
-  for (Tensor& p : module.parameters()) { orig = p.dtype(); break; }
+  for (Tensor& p : module.parameters()) {
+    orig = p.dtype();
+    break;
+  }
   module.to(kFloat64);
   struct Restore {
     nn::Module& m;
@@ -86,7 +90,12 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
       max_abs = std::max(max_abs, err);
       ++checked;
       if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
-      if (rel > worst || worst_i < 0) { worst = rel; worst_i = idx; worst_a = a; worst_n = n; }
+      if (rel > worst || worst_i < 0) {
+        worst = rel;
+        worst_i = idx;
+        worst_a = a;
+        worst_n = n;
+      }
     };
     if (t.numel() <= full_limit) {
       for (int64_t i = 0; i < t.numel(); ++i) {
@@ -128,8 +137,9 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
                    {"analytic", worst_a, ""},
                    {"numeric", worst_n, ""},
                    {"failed", static_cast<double>(failed), "of " + std::to_string(checked)}};
-    fd.cause = "the backward of this layer computes a wrong gradient (a hand-written formula with a missing "
-               "transpose, a wrong sign or factor, a reshape where a transpose was meant)";
+    fd.cause =
+        "the backward of this layer computes a wrong gradient (a hand-written formula with a missing "
+        "transpose, a wrong sign or factor, a reshape where a transpose was meant)";
     fd.fix = "fix the backward formula; derive it for a 2x3 example by hand and compare with gs::debug::gradcheck";
     if (host.moved())
       fd.cause += " (checked in float64 on a CPU copy of the layer, which lives on " + host.device().str() +

@@ -13,9 +13,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,7 +25,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug {
 
@@ -35,8 +35,10 @@ std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOpt
   std::vector<Finding> out;
   for (auto& [path, m] : model.named_modules()) {
     Tensor w;
-    if (auto* l = dynamic_cast<nn::Linear*>(m.get())) w = l->weight;
-    else if (auto* c = dynamic_cast<nn::Conv2d*>(m.get())) w = c->weight;
+    if (auto* l = dynamic_cast<nn::Linear*>(m.get()))
+      w = l->weight;
+    else if (auto* c = dynamic_cast<nn::Conv2d*>(m.get()))
+      w = c->weight;
     if (!w.defined() || w.dim() < 2 || w.numel() < 16) continue;
     const auto [fan_in, fan_out] = nn::init::calculate_fan_in_and_fan_out(w);
     const double std = summarize(w).std;
@@ -63,8 +65,9 @@ std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOpt
     f.cause = big ? "weights drawn without the 1/sqrt(fan_in) scale (e.g. randn): each layer multiplies the "
                     "activations' scale, the logits and gradients explode and saturating units stop learning"
                   : "weights so small that activations and gradients shrink layer after layer (vanishing signal)";
-    f.fix = "use the layer's default initialisation, or init::kaiming_normal_ (ReLU nets) / init::xavier_uniform_ "
-            "(tanh/sigmoid nets)";
+    f.fix =
+        "use the layer's default initialisation, or init::kaiming_normal_ (ReLU nets) / init::xavier_uniform_ "
+        "(tanh/sigmoid nets)";
     out.push_back(std::move(f));
   }
   return out;

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "debug/evidence/finding.h"
-#include "debug/checks/model/gradcheck.h"
 #include "debug/checks/host_copy.h"
+#include "debug/checks/model/gradcheck.h"
+#include "debug/evidence/finding.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -35,17 +35,17 @@ namespace gradsleuth::debug {
 
 struct ModelCheckOptions {
   // ---- M3 ----
-  int64_t min_rows_final_activation = 8;  // judge non-negative logits only on batches this large
+  int64_t min_rows_final_activation = 8;            // judge non-negative logits only on batches this large
   double min_zero_fraction_final_activation = 0.1;  // ... and only with this many exact zeros (a ReLU's mark)
   // ---- M6 ----
-  int64_t mixing_row = 0;           // the example whose output is differentiated
-  double mixing_tolerance = 1e-6;   // another row's |grad| above this fraction of row i's |grad| is coupling
+  int64_t mixing_row = 0;          // the example whose output is differentiated
+  double mixing_tolerance = 1e-6;  // another row's |grad| above this fraction of row i's |grad| is coupling
   // ---- M9 ----
   // A weight's std outside [lowest expected / f, highest expected * f] is far
   // off; expected = PyTorch's default 1/sqrt(3 fan_in), Xavier, He.
   double init_std_factor = 3.0;
   // ---- M14 / M15 / M16: short training runs from the same starting point ----
-  int64_t overfit_steps = 150;       // the base budget
+  int64_t overfit_steps = 150;  // the base budget
   // The budget adapts (a healthy but slower-converging model must not fail because a fixed
   // budget ran out): once the base budget is spent, M14 goes on a window at a time while the
   // loss is still falling fast (the mean of the last window below the mean of the window
@@ -58,10 +58,10 @@ struct ModelCheckOptions {
   double overfit_accuracy = 1.0;     // "accuracy -> 1" (classification)
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
-  double baseline_margin = 0.05;     // real inputs must beat zeroed inputs by this fraction of the loss
-  double capacity_margin = 0.0;      // the larger model must reach a loss lower by this fraction
+  double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
+  double capacity_margin = 0.0;   // the larger model must reach a loss lower by this fraction
   // ---- M24 ----
-  double max_dropout = 0.5;          // a dropout probability above this drops most activations
+  double max_dropout = 0.5;  // a dropout probability above this drops most activations
   // ---- M27 ----
   // The largest variance of a ReLU layer's input over the smallest, at initialisation, above
   // this flags. A PyTorch-style default initialisation (uniform, 1/sqrt(fan_in)) shrinks the
@@ -156,8 +156,7 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
 // module whose forward records a backward of its own (custom_op_modules: a
 // gs::record the engine did not make, with or without parameters), feeding each
 // the input it saw in one forward of `x` (first `rows` rows only).
-std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows = 4,
-                                      GradcheckOptions opts = {});
+std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_t rows = 4, GradcheckOptions opts = {});
 
 // ---- M14, M15, M16: short training runs ------------------------------------------
 // Every run starts from the model's current parameters and buffers and puts them

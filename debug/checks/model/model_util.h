@@ -15,9 +15,9 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -28,7 +28,6 @@
 #include "optim/adam.h"
 
 namespace gradsleuth::debug::model_detail {
-
 
 // The .grad of every parameter, to put back after a probe.
 class GradSnapshot {
@@ -69,6 +68,5 @@ inline std::vector<double> row_norms(const Tensor& g) {
   const std::vector<double> v = sqrt(sum(flat * flat, {1})).to_vector<double>();
   return v;
 }
-
 
 }  // namespace gradsleuth::debug::model_detail

@@ -1,4 +1,5 @@
-// Redundant biases (O1's info): a bias whose gradient is zero by construction, a BatchNorm right after it (see model_checks.h).
+// Redundant biases (O1's info): a bias whose gradient is zero by construction, a BatchNorm right after it (see
+// model_checks.h).
 #include "debug/checks/model/model_checks.h"
 
 #include <algorithm>
@@ -13,9 +14,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,7 +26,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug {
 
@@ -68,7 +69,8 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     HookSet hooks;
     hooks.post(it->second, [&](nn::Module&, const Tensor& in, const Tensor& o) {
       // In place on the module's own result (never on its input, should the output alias it).
-      if (noise.defined() && o.defined() && o.shape() == noise.shape() && (!in.defined() || o.raw_data() != in.raw_data()))
+      if (noise.defined() && o.defined() && o.shape() == noise.shape() &&
+          (!in.defined() || o.raw_data() != in.raw_data()))
         const_cast<Tensor&>(o).add_(noise.to(o.dtype()));
       seen = o.defined() ? o.detach().to(kFloat64) : Tensor();
     });
@@ -85,7 +87,8 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     if (cdim < 0) continue;
     const Tensor saved = p.detach().clone();
     std::vector<double> d(static_cast<size_t>(C));
-    for (size_t k = 0; k < d.size(); ++k) d[k] = (k % 2 ? -1.0 : 1.0) * scale * (1.0 + 0.25 * static_cast<double>(k % 3));
+    for (size_t k = 0; k < d.size(); ++k)
+      d[k] = (k % 2 ? -1.0 : 1.0) * scale * (1.0 + 0.25 * static_cast<double>(k % 3));
     const Tensor delta = tensor(d, {C}, kFloat64);
     p.detach().add_(delta.to(p.dtype()).to(p.device()));
     const double shifted = loss_now();
@@ -117,21 +120,22 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     f.module = label;
     f.parameter = name;
     f.shape = shape_of(p);
-    f.evidence = {{"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
-                   "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
-                  {"loss", base, ""},
-                  {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
-                   "unchanged (relative 1e-4) means redundant"},
-                  {"loss with noise of that size on the module's output", noisy,
-                   "must change: the output itself is used"}};
+    f.evidence = {
+        {"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
+         "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
+        {"loss", base, ""},
+        {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
+         "unchanged (relative 1e-4) means redundant"},
+        {"loss with noise of that size on the module's output", noisy, "must change: the output itself is used"}};
     f.cause = "what comes after " + (owner.empty() ? std::string("this module") : "module " + label) +
               " removes any per-channel constant from its output while still using the output: a normalisation "
               "that subtracts the per-channel mean (BatchNorm right after a Linear or a Conv). Adding any constant "
               "changes nothing, so the bias has no effect: harmless for training, but its parameters are wasted "
               "(and weight decay still shrinks them). With no normalisation after it, look for a softmax or a mean "
               "taken over the batch dimension";
-    f.fix = "build that layer without a bias (bias=false: nn::Linear(in, out, false), Conv2dOptions().bias(false)); "
-            "nothing else needs to change";
+    f.fix =
+        "build that layer without a bias (bias=false: nn::Linear(in, out, false), Conv2dOptions().bias(false)); "
+        "nothing else needs to change";
     out.push_back(std::move(f));
   }
   return out;

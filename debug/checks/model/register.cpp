@@ -4,17 +4,17 @@
 
 namespace gradsleuth::debug {
 
-std::unique_ptr<RunCheck> make_dead_relu_run_check(const MonitorOptions& o);     // M7, activation_stats.cpp
-std::unique_ptr<RunCheck> make_saturation_run_check(const MonitorOptions& o);    // M8, activation_stats.cpp
-std::unique_ptr<RunCheck> make_broadcast_run_check(const MonitorOptions& o);     // M19, anomaly.cpp
-std::unique_ptr<RunCheck> make_all_zero_run_check(const MonitorOptions& o);      // M25, run_checks.cpp
-std::unique_ptr<RunCheck> make_variance_run_check(const MonitorOptions& o);      // M26, run_checks.cpp
-std::unique_ptr<RunCheck> make_gradient_spread_run_check(const MonitorOptions& o);  // M27, architecture.cpp
-std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions& o);          // M2, M17, behaviour.cpp
+std::unique_ptr<RunCheck> make_dead_relu_run_check(const MonitorOptions& o);         // M7, activation_stats.cpp
+std::unique_ptr<RunCheck> make_saturation_run_check(const MonitorOptions& o);        // M8, activation_stats.cpp
+std::unique_ptr<RunCheck> make_broadcast_run_check(const MonitorOptions& o);         // M19, anomaly.cpp
+std::unique_ptr<RunCheck> make_all_zero_run_check(const MonitorOptions& o);          // M25, run_checks.cpp
+std::unique_ptr<RunCheck> make_variance_run_check(const MonitorOptions& o);          // M26, run_checks.cpp
+std::unique_ptr<RunCheck> make_gradient_spread_run_check(const MonitorOptions& o);   // M27, architecture.cpp
+std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions& o);              // M2, M17, behaviour.cpp
 std::unique_ptr<RunCheck> make_final_activation_run_check(const MonitorOptions& o);  // M3, structure.cpp
-std::unique_ptr<RunCheck> make_devices_run_check(const MonitorOptions& o);       // M11, devices.cpp
-std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o);     // W4, M12, anomaly.cpp
-std::unique_ptr<RunCheck> make_half_precision_run_check(const MonitorOptions& o);  // M18, anomaly.cpp
+std::unique_ptr<RunCheck> make_devices_run_check(const MonitorOptions& o);           // M11, devices.cpp
+std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o);         // W4, M12, anomaly.cpp
+std::unique_ptr<RunCheck> make_half_precision_run_check(const MonitorOptions& o);    // M18, anomaly.cpp
 
 void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_dead_relu_run_check(o));

@@ -9,9 +9,9 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/evidence/tensor_stats.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -81,30 +81,34 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
   const std::string rule = "zero at every sampled step flags (from " + num(need) + " samples)";
   for (const Seen& s : outputs_) {
     if (s.nonzero || s.samples < need) continue;
-    Finding f = make("M25", Severity::Warning,
-                     "the output of " + s.name + " was entirely zero at every one of " + num(s.samples) +
-                         " sampled training steps");
+    Finding f = make(
+        "M25", Severity::Warning,
+        "the output of " + s.name + " was entirely zero at every one of " + num(s.samples) + " sampled training steps");
     f.kind = Kind::ZeroValue;
     f.module = s.name;
     f.evidence = {{"sampled steps with an all-zero output", static_cast<double>(s.samples), rule}};
-    f.cause = "everything after this layer sees zeros and learns nothing from its input: its weights (or the "
-              "layers before it) are zero and stay zero, its input is zeroed, or a mask multiplies it away";
-    f.fix = "look at the layer's weights and input (a zero initialisation, a mask that is all 0); initialise "
-            "weights randomly (the layer's default, or init::kaiming_normal_)";
+    f.cause =
+        "everything after this layer sees zeros and learns nothing from its input: its weights (or the "
+        "layers before it) are zero and stay zero, its input is zeroed, or a mask multiplies it away";
+    f.fix =
+        "look at the layer's weights and input (a zero initialisation, a mask that is all 0); initialise "
+        "weights randomly (the layer's default, or init::kaiming_normal_)";
     out.push_back(std::move(f));
   }
   for (const Seen& s : values_) {
     if (s.nonzero || s.samples < need) continue;
-    Finding f = make("M25", Severity::Warning,
-                     "parameter " + s.name + " stayed entirely zero over the run (" + num(s.samples) +
-                         " sampled steps)");
+    Finding f =
+        make("M25", Severity::Warning,
+             "parameter " + s.name + " stayed entirely zero over the run (" + num(s.samples) + " sampled steps)");
     f.kind = Kind::ZeroValue;
     f.parameter = s.name;
     f.evidence = {{"sampled steps with an all-zero value", static_cast<double>(s.samples), rule}};
-    f.cause = "the parameter was initialised to zero and no update ever moved it: with every weight of a layer at "
-              "zero its units compute the same thing (zero), and in front of a ReLU they get no gradient at all";
-    f.fix = "do not initialise weights to zero: keep the layer's default initialisation (or init::kaiming_normal_ "
-            "/ init::xavier_uniform_); only biases may start at zero";
+    f.cause =
+        "the parameter was initialised to zero and no update ever moved it: with every weight of a layer at "
+        "zero its units compute the same thing (zero), and in front of a ReLU they get no gradient at all";
+    f.fix =
+        "do not initialise weights to zero: keep the layer's default initialisation (or init::kaiming_normal_ "
+        "/ init::xavier_uniform_); only biases may start at zero";
     out.push_back(std::move(f));
   }
   // A collapse mid-run: nonzero at a sampled step, entirely zero at a later one.
@@ -124,22 +128,26 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     if (!s.nonzero || s.collapsed_at < 0) continue;
     Finding f = collapsed(s, "the output of " + s.name, "output");
     f.module = s.name;
-    f.cause = "something set this layer's output to zero during training: its weights were zeroed (pruning with a "
-              "threshold too high, a weight decay or a manual reset), its input went to zero, or a mask or gate "
-              "switched it off; everything after it then learns nothing from its input";
-    f.fix = "look at what your loop does to this layer around that step (pruning, masks, resets, a schedule that "
-            "scales it); check its weights and its input at that step";
+    f.cause =
+        "something set this layer's output to zero during training: its weights were zeroed (pruning with a "
+        "threshold too high, a weight decay or a manual reset), its input went to zero, or a mask or gate "
+        "switched it off; everything after it then learns nothing from its input";
+    f.fix =
+        "look at what your loop does to this layer around that step (pruning, masks, resets, a schedule that "
+        "scales it); check its weights and its input at that step";
     out.push_back(std::move(f));
   }
   for (const Seen& s : values_) {
     if (!s.nonzero || s.collapsed_at < 0) continue;
     Finding f = collapsed(s, "parameter " + s.name, "value");
     f.parameter = s.name;
-    f.cause = "the weights were nonzero and something set every one of them to zero: a pruning step whose "
-              "threshold is above every weight, a reset or a mask applied to the wrong tensor, a weight decay far "
-              "too strong";
-    f.fix = "check what your loop writes to this parameter around that step (a pruning threshold, an in-place "
-            "mul_ or zero_); prune a fraction of the weights, not those below an absolute threshold";
+    f.cause =
+        "the weights were nonzero and something set every one of them to zero: a pruning step whose "
+        "threshold is above every weight, a reset or a mask applied to the wrong tensor, a weight decay far "
+        "too strong";
+    f.fix =
+        "check what your loop writes to this parameter around that step (a pruning threshold, an in-place "
+        "mul_ or zero_); prune a fraction of the weights, not those below an absolute threshold";
     out.push_back(std::move(f));
   }
   for (const Seen& s : grads_) {
@@ -147,10 +155,12 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     if (std::find(skip.begin(), skip.end(), s.name) != skip.end()) continue;
     Finding f = collapsed(s, "the gradient of " + s.name, "gradient");
     f.parameter = s.name;
-    f.cause = "the loss stopped depending on this parameter: the layers after it were zeroed, the units it feeds "
-              "died, or the targets of that batch were masked";
-    f.fix = "find what blocks the path from that step on: a layer zeroed mid-run (its own M25 finding), dead ReLUs "
-            "(M7), masked targets (L5)";
+    f.cause =
+        "the loss stopped depending on this parameter: the layers after it were zeroed, the units it feeds "
+        "died, or the targets of that batch were masked";
+    f.fix =
+        "find what blocks the path from that step on: a layer zeroed mid-run (its own M25 finding), dead ReLUs "
+        "(M7), masked targets (L5)";
     out.push_back(std::move(f));
   }
   for (const Seen& s : grads_) {
@@ -162,8 +172,9 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     f.kind = Kind::ZeroGradient;
     f.parameter = s.name;
     f.evidence = {{"sampled steps with an all-zero gradient", static_cast<double>(s.samples), rule}};
-    f.cause = "the loss does not depend on this parameter through any active path: the units it feeds are dead "
-              "(ReLU) or zeroed, or every target is masked; it never learns";
+    f.cause =
+        "the loss does not depend on this parameter through any active path: the units it feeds are dead "
+        "(ReLU) or zeroed, or every target is masked; it never learns";
     f.fix = "find what blocks the path: dead ReLUs (M7), an all-zero layer output (M25), masked targets (L5)";
     out.push_back(std::move(f));
   }
@@ -189,18 +200,22 @@ void VarianceTracker::attach(nn::Module& model) {
           layers_[i].in_version = in.defined() ? in.version() : 0;
         },
         false);
-    hooks_.post(m, [this, i](nn::Module&, const Tensor&, const Tensor& out) {
-      if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point()) return;
-      Layer& layer = layers_[i];
-      if (layer.in_storage && out.storage().get() == layer.in_storage && out.version() == layer.in_version) return;
-      detail::OwnTime own;  // untimed while inactive
-      auto& v = layer.variance;
-      if (!v.empty() && v.back().first == step_) return;  // once per step
-      // One pass over the output (tensor_stats' summary), its variance from the population std;
-      // NaN when the output holds a non-finite value (that is M12/W4's finding, not this one's).
-      const TensorSummary st = summarize(out.detach());
-      v.emplace_back(step_, st.all_finite() ? st.std * st.std : std::numeric_limits<double>::quiet_NaN());
-    }, false);
+    hooks_.post(
+        m,
+        [this, i](nn::Module&, const Tensor&, const Tensor& out) {
+          if (!active_ || !GradMode::is_enabled() || !out.defined() || out.numel() < 2 || !out.is_floating_point())
+            return;
+          Layer& layer = layers_[i];
+          if (layer.in_storage && out.storage().get() == layer.in_storage && out.version() == layer.in_version) return;
+          detail::OwnTime own;  // untimed while inactive
+          auto& v = layer.variance;
+          if (!v.empty() && v.back().first == step_) return;  // once per step
+          // One pass over the output (tensor_stats' summary), its variance from the population std;
+          // NaN when the output holds a non-finite value (that is M12/W4's finding, not this one's).
+          const TensorSummary st = summarize(out.detach());
+          v.emplace_back(step_, st.all_finite() ? st.std * st.std : std::numeric_limits<double>::quiet_NaN());
+        },
+        false);
   }
 }
 
@@ -213,16 +228,18 @@ std::vector<Finding> VarianceTracker::findings() const {
       const bool above = o_.variance_max > 0.0 && var > o_.variance_max;
       const bool below = o_.variance_min > 0.0 && var < o_.variance_min;
       if (!above && !below) continue;
-      Finding f = make("M26", Severity::Warning,
-                       "the variance of " + l.name + "'s output was " + fmt_num(var) + " at step " + num(st) + ", " +
-                           (above ? "above the limit " + fmt_num(o_.variance_max) : "below the limit " + fmt_num(o_.variance_min)) +
-                           " set for it");
+      Finding f = make(
+          "M26", Severity::Warning,
+          "the variance of " + l.name + "'s output was " + fmt_num(var) + " at step " + num(st) + ", " +
+              (above ? "above the limit " + fmt_num(o_.variance_max) : "below the limit " + fmt_num(o_.variance_min)) +
+              " set for it");
       f.module = l.name;
       f.step = st;
       f.evidence = {{"variance of the output", var,
                      (o_.variance_max > 0.0 ? "> " + fmt_num(o_.variance_max) : std::string()) +
                          (o_.variance_max > 0.0 && o_.variance_min > 0.0 ? " or " : "") +
-                         (o_.variance_min > 0.0 ? "< " + fmt_num(o_.variance_min) : std::string()) + " flags (your limits)"}};
+                         (o_.variance_min > 0.0 ? "< " + fmt_num(o_.variance_min) : std::string()) +
+                         " flags (your limits)"}};
       f.cause = above ? "the layer's activations are larger than this model should produce: weights initialised too "
                         "large or growing (a learning rate too high), or inputs not normalised"
                       : "the layer's output is (nearly) constant: units dead or saturated, weights shrunk to ~0, or "
@@ -237,12 +254,12 @@ std::vector<Finding> VarianceTracker::findings() const {
     const double last = detail::median({v[v.size() - 1].second, v[v.size() - 2].second, v[v.size() - 3].second});
     if (!std::isfinite(first) || !std::isfinite(last) || !(first > 0.0)) continue;  // NaN is M12/W4's
     const double ratio = last / first;
-    const bool collapsed = ratio < o_.variance_collapse, blew_up = ratio > o_.variance_growth;
+    const bool collapsed = ratio<o_.variance_collapse, blew_up = ratio> o_.variance_growth;
     if (!collapsed && !blew_up) continue;
     Finding f = make("M26", Severity::Warning,
-                     "the variance of " + l.name + "'s output " + (collapsed ? "collapsed" : "blew up") + " over the run: " +
-                         fmt_num(first) + " at step " + num(v.front().first) + ", " + fmt_num(last) + " by step " +
-                         num(v.back().first));
+                     "the variance of " + l.name + "'s output " + (collapsed ? "collapsed" : "blew up") +
+                         " over the run: " + fmt_num(first) + " at step " + num(v.front().first) + ", " +
+                         fmt_num(last) + " by step " + num(v.back().first));
     f.kind = collapsed ? Kind::VarianceCollapsed : Kind::VarianceBlewUp;
     f.module = l.name;
     f.step = v.back().first;

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "debug/evidence/finding.h"
 #include "debug/checks/hooks.h"
+#include "debug/evidence/finding.h"
 #include "nn/module.h"
 
 namespace gradsleuth::debug {
@@ -87,20 +87,20 @@ class AllZeroTracker {
   struct Seen {
     std::string name;
     int64_t samples = 0;
-    bool nonzero = false;        // nonzero at some sampled step so far
-    int64_t collapsed_at = -1;   // the first step it was entirely zero after being nonzero
-    int64_t zero_after = 0;      // sampled steps entirely zero from collapsed_at on
-    int64_t samples_after = 0;   // sampled steps from collapsed_at on
-    int64_t last_step = -1;      // the step of the last sample (an output seen twice in a step counts once)
-    bool last_zero = false;      // that sample was entirely zero
+    bool nonzero = false;       // nonzero at some sampled step so far
+    int64_t collapsed_at = -1;  // the first step it was entirely zero after being nonzero
+    int64_t zero_after = 0;     // sampled steps entirely zero from collapsed_at on
+    int64_t samples_after = 0;  // sampled steps from collapsed_at on
+    int64_t last_step = -1;     // the step of the last sample (an output seen twice in a step counts once)
+    bool last_zero = false;     // that sample was entirely zero
   };
   void see(Seen& s, const Tensor& t) const;
   RunCheckOptions o_;
   HookSet hooks_;
   bool active_ = false;
-  int64_t step_ = -1;  // -1: no set_step(), every record is a sampled step of its own
-  std::vector<Seen> outputs_;            // per leaf module
-  std::vector<Seen> values_, grads_;     // per parameter, by name
+  int64_t step_ = -1;                 // -1: no set_step(), every record is a sampled step of its own
+  std::vector<Seen> outputs_;         // per leaf module
+  std::vector<Seen> values_, grads_;  // per parameter, by name
 };
 
 // M26. Every leaf module's output (training forwards only, while active), except an output that
@@ -118,7 +118,7 @@ class VarianceTracker {
   struct Layer {
     std::string name;
     std::vector<std::pair<int64_t, double>> variance;  // (step, variance of the output)
-    const Storage* in_storage = nullptr;  // the input's storage and version before the forward
+    const Storage* in_storage = nullptr;               // the input's storage and version before the forward
     uint64_t in_version = 0;
   };
   RunCheckOptions o_;
@@ -147,8 +147,8 @@ class GradientSpreadTracker {
  private:
   struct Seen {
     std::string name, shape;
-    int64_t steps = 0;          // steps judged (a finite, nonzero gradient), until one rules it out
-    double max_relative = 0.0;  // the largest (p95 - p5) / rms over those steps
+    int64_t steps = 0;               // steps judged (a finite, nonzero gradient), until one rules it out
+    double max_relative = 0.0;       // the largest (p95 - p5) / rms over those steps
     double spread = 0.0, rms = 0.0;  // at that step
     int64_t units = 0;
   };

@@ -13,9 +13,11 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,8 +26,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
-#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -76,8 +76,8 @@ Finding ShapeTrace::finding() const {
   Finding f;
   f.check = "M1";
   f.severity = Severity::Info;
-  f.title = "model summary: " + std::to_string(rows.size()) + " modules, " + std::to_string(total_parameters) +
-            " parameters";
+  f.title =
+      "model summary: " + std::to_string(rows.size()) + " modules, " + std::to_string(total_parameters) + " parameters";
   f.module = "(model)";
   f.shape = rows.empty() ? "" : rows.front().output_shape;
   f.evidence = {{"parameters", static_cast<double>(total_parameters), ""},
@@ -101,9 +101,11 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
       f.severity = Severity::Warning;
       f.title = "the model's last layer is a " + type + ": its outputs cannot be negative";
       f.module = module_label(it->first, *it->second);
-      f.cause = "an activation after the final layer limits the logits' range: a class can never get a negative "
-                "score, so cross-entropy cannot push wrong classes down properly";
-      f.fix = "remove the " + type + " after the last Linear: cross-entropy expects raw logits (if the outputs are "
+      f.cause =
+          "an activation after the final layer limits the logits' range: a class can never get a negative "
+          "score, so cross-entropy cannot push wrong classes down properly";
+      f.fix = "remove the " + type +
+              " after the last Linear: cross-entropy expects raw logits (if the outputs are "
               "meant to be non-negative, e.g. a regression of counts, ignore this)";
       out.push_back(std::move(f));
     }
@@ -125,10 +127,10 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
   f.title = "every logit of the batch is >= 0 and many are exactly 0: the outputs look like they passed a ReLU";
   f.module = out.empty() ? "(model output)" : out[0].module;
   f.shape = shape_of(logits);
-  f.evidence = {{"min logit", s.min, "< 0 expected for raw logits"},
-                {"fraction exactly 0", s.zero_fraction, ""}};
-  f.cause = "an activation after the final layer (ReLU clips negative logits to 0; sigmoid squeezes them into "
-            "(0, 1)): cross-entropy cannot give a class a negative score";
+  f.evidence = {{"min logit", s.min, "< 0 expected for raw logits"}, {"fraction exactly 0", s.zero_fraction, ""}};
+  f.cause =
+      "an activation after the final layer (ReLU clips negative logits to 0; sigmoid squeezes them into "
+      "(0, 1)): cross-entropy cannot give a class a negative score";
   f.fix = "end the model with the last Linear layer and feed its raw logits to the loss";
   out.push_back(std::move(f));
   return out;
@@ -157,11 +159,13 @@ std::vector<Finding> check_shared_weights(nn::Module& model) {
     f.module = module_label(path, *m);
     f.evidence = {{"paths", static_cast<double>(paths.size()), "> 1 means shared"},
                   {"shared parameters", static_cast<double>(m->num_parameters()), ""}};
-    f.cause = "the same layer object was added twice (e.g. reusing a variable in a loop or in Sequential) where two "
-              "layers were meant: both places compute with one set of weights, which get the sum of both "
-              "gradients, and the model has fewer parameters than it looks";
-    f.fix = "create a new layer instance for each place (std::make_shared<nn::Linear>(...) twice); if the weights "
-            "are tied on purpose, ignore this";
+    f.cause =
+        "the same layer object was added twice (e.g. reusing a variable in a loop or in Sequential) where two "
+        "layers were meant: both places compute with one set of weights, which get the sum of both "
+        "gradients, and the model has fewer parameters than it looks";
+    f.fix =
+        "create a new layer instance for each place (std::make_shared<nn::Linear>(...) twice); if the weights "
+        "are tied on purpose, ignore this";
     out.push_back(std::move(f));
   }
   // Parameters registered in two different modules that share one storage
@@ -227,10 +231,12 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
     f.parameter = name;
     f.evidence = {{"parameters without gradient", static_cast<double>(missing), "any is suspicious"},
                   {"trainable parameters", static_cast<double>(total), ""}};
-    f.cause = "the graph from this parameter to the loss is cut: a detach() (or .data) inside the model, a layer "
-              "that is never called in forward, or every unit after it dead";
-    f.fix = "remove the detach() between this layer and the loss, call the layer in forward(), or freeze it on "
-            "purpose with requires_grad_(false)";
+    f.cause =
+        "the graph from this parameter to the loss is cut: a detach() (or .data) inside the model, a layer "
+        "that is never called in forward, or every unit after it dead";
+    f.fix =
+        "remove the detach() between this layer and the loss, call the layer in forward(), or freeze it on "
+        "purpose with requires_grad_(false)";
     out.push_back(std::move(f));
   }
   return out;

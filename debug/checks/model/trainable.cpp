@@ -13,9 +13,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,7 +25,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug {
 
@@ -43,8 +43,13 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
     per_module << "\n  " << module_label(path, *m) << ": " << tr << " trainable, " << fr << " frozen";
   }
   for (auto& [n, p] : params) {
-    if (p.requires_grad()) { trainable_n += p.numel(); ++trainable_t; }
-    else { frozen_n += p.numel(); ++frozen_t; }
+    if (p.requires_grad()) {
+      trainable_n += p.numel();
+      ++trainable_t;
+    } else {
+      frozen_n += p.numel();
+      ++frozen_t;
+    }
   }
   Finding info;
   info.check = "M10";
@@ -80,21 +85,25 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
                 "): it expects to train them, but they never get a gradient: " + list(frozen_held);
       f.parameter = frozen_held[0];
       f.evidence = {{"frozen parameters held by the optimizer", static_cast<double>(frozen_held.size()), "> 0 warns"}};
-      f.cause = "requires_grad_(false) was applied to layers the optimizer was built to train: often the wrong "
-                "module was frozen (the head instead of the backbone)";
-      f.fix = "freeze exactly the modules you mean to keep fixed, and build the optimizer from the trainable "
-              "parameters only";
+      f.cause =
+          "requires_grad_(false) was applied to layers the optimizer was built to train: often the wrong "
+          "module was frozen (the head instead of the backbone)";
+      f.fix =
+          "freeze exactly the modules you mean to keep fixed, and build the optimizer from the trainable "
+          "parameters only";
       out.push_back(std::move(f));
     }
     if (!missing.empty()) {
       Finding f;
       f.check = "M10";
       f.severity = Severity::Warning;
-      f.title = std::to_string(missing.size()) + " trainable parameters are in no optimizer group: they get "
-                "gradients but never change: " + list(missing);
+      f.title = std::to_string(missing.size()) +
+                " trainable parameters are in no optimizer group: they get "
+                "gradients but never change: " +
+                list(missing);
       f.parameter = missing[0];
-      f.evidence = {{"trainable parameters missing from the optimizer", static_cast<double>(missing.size()),
-                     "> 0 warns"}};
+      f.evidence = {
+          {"trainable parameters missing from the optimizer", static_cast<double>(missing.size()), "> 0 warns"}};
       f.cause = "the optimizer was built before these layers existed, or from a sub-module's parameters only";
       f.fix = "build the optimizer from model.parameters() (or add_param_group for layers added later)";
       out.push_back(std::move(f));
@@ -112,12 +121,12 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
         Finding f;
         f.check = "M10";
         f.severity = Severity::Warning;
-        f.title = "the output layer " + module_label(it->first, *it->second) +
-                  " is frozen while earlier layers train";
+        f.title = "the output layer " + module_label(it->first, *it->second) + " is frozen while earlier layers train";
         f.module = module_label(it->first, *it->second);
         f.evidence = {{"frozen output parameters", static_cast<double>(own.size()), ""}};
-        f.cause = "when fine-tuning one freezes the pretrained backbone and trains the new head; this is the "
-                  "reverse: the randomly initialised head is fixed";
+        f.cause =
+            "when fine-tuning one freezes the pretrained backbone and trains the new head; this is the "
+            "reverse: the randomly initialised head is fixed";
         f.fix = "freeze the backbone and leave the head trainable";
         out.push_back(std::move(f));
       }

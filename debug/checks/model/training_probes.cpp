@@ -13,9 +13,10 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -24,7 +25,6 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
-#include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug {
 
@@ -127,7 +127,8 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
                 {"best loss", best, ""},
                 {"steps used", static_cast<double>(used), budget}};
   if (classes) f.evidence.push_back({"final accuracy", acc, ">= " + fmt_num(o.overfit_accuracy) + " expected"});
-  const std::string extended = used > base ? " (base budget " + std::to_string(base) + ", extended while the loss was still falling fast)" : "";
+  const std::string extended =
+      used > base ? " (base budget " + std::to_string(base) + ", extended while the loss was still falling fast)" : "";
   if (ok) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
@@ -136,17 +137,20 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     f.severity = Severity::Warning;
     f.title = "cannot overfit one batch of " + std::to_string(x.size(0)) + " examples in " + std::to_string(used) +
               " steps (loss " + fmt_num(first) + " -> " + fmt_num(last) + ")" +
-              (used >= cap ? " (the cap of the adaptive budget)" : used > base ? extended : "");
+              (used >= cap   ? " (the cap of the adaptive budget)"
+               : used > base ? extended
+                             : "");
     f.cause = std::string(!std::isfinite(last) ? "the loss became non-finite: numerical instability or a learning "
                                                  "rate too high. "
-                          : last > first ? "the loss went up: the loss is ill-defined (a flipped sign), the "
-                                           "learning rate is too high, or the computation is unstable. "
-                                         : "") +
+                          : last > first       ? "the loss went up: the loss is ill-defined (a flipped sign), the "
+                                                 "learning rate is too high, or the computation is unstable. "
+                                               : "") +
               "A model that cannot memorise a handful of examples has a bug: inputs and labels not aligned, "
               "gradients that do not reach the layers (detach, frozen, dead units), an output activation that "
               "limits the logits, or too little capacity";
-    f.fix = "run the gradient-flow (M5), final-activation (M3) and alignment (D4) checks; try a higher learning rate "
-            "for this test only";
+    f.fix =
+        "run the gradient-flow (M5), final-activation (M3) and alignment (D4) checks; try a higher learning rate "
+        "for this test only";
   }
   return {f};
 }
@@ -165,9 +169,9 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
   Finding f;
   f.check = "M15";
   f.module = "(model)";
-  f.evidence = {{"held-out loss, real inputs", real, ""},
-                {"held-out loss, zeroed inputs", zero,
-                 "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"}};
+  f.evidence = {
+      {"held-out loss, real inputs", real, ""},
+      {"held-out loss, zeroed inputs", zero, "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"}};
   if (std::isfinite(real) && real < zero * (1.0 - o.baseline_margin)) {
     f.severity = Severity::Info;
     f.title = "the model uses its inputs: held-out loss " + fmt_num(real) + " with real inputs vs " + fmt_num(zero) +
@@ -175,9 +179,10 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
   } else {
     f.severity = Severity::Warning;
     f.title = "training on zeroed inputs does as well as on the real ones: the model learns nothing from its inputs";
-    f.cause = "the inputs carry no usable signal for the labels: inputs and labels misaligned (shuffled "
-              "separately), a bug that drops the input (multiplied by 0, detached), or labels that do not depend "
-              "on the inputs";
+    f.cause =
+        "the inputs carry no usable signal for the labels: inputs and labels misaligned (shuffled "
+        "separately), a bug that drops the input (multiplied by 0, detached), or labels that do not depend "
+        "on the inputs";
     f.fix = "check the alignment of (x, y) pairs (D4) and the data pipeline; print a few inputs with their labels";
   }
   return {f};
@@ -201,13 +206,14 @@ std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t wi
                 {"training loss, width " + std::to_string(large_width), large, "must be lower"}};
   if (std::isfinite(large) && large < small * (1.0 - o.capacity_margin)) {
     f.severity = Severity::Info;
-    f.title = "more capacity fits better: training loss " + fmt_num(small) + " (width " +
-              std::to_string(small_width) + ") -> " + fmt_num(large) + " (width " + std::to_string(large_width) + ")";
+    f.title = "more capacity fits better: training loss " + fmt_num(small) + " (width " + std::to_string(small_width) +
+              ") -> " + fmt_num(large) + " (width " + std::to_string(large_width) + ")";
   } else {
     f.severity = Severity::Warning;
     f.title = "a larger model does not reach a lower training loss";
-    f.cause = "capacity is not what limits training: an optimisation problem (learning rate, initialisation), a "
-              "bottleneck elsewhere in the model, or inputs that carry no signal";
+    f.cause =
+        "capacity is not what limits training: an optimisation problem (learning rate, initialisation), a "
+        "bottleneck elsewhere in the model, or inputs that carry no signal";
     f.fix = "fix optimisation first (overfit one batch, M14; learning-rate diagnosis, O6), then grow the model";
   }
   return {f};

@@ -63,11 +63,13 @@ class ClippingRunCheck final : public RunCheck {
     f.evidence = {{"sampled steps", static_cast<double>(v.size()), ">= 5 judged"},
                   {"gradient norm (median)", median, ""},
                   {"(max - min) / median of the norms", spread, "<= 1e-3 warns"}};
-    f.cause = "clip_grad_norm_ (or TrainerOptions::clip_grad_norm) with a max_norm below the gradient's norm at "
-              "every step: every update has the same length, max_norm x the learning rate, whatever the loss says, "
-              "so training is slower where the gradient is large and noisier near a minimum";
-    f.fix = "raise max_norm above the usual gradient norm (O2's history shows it; clipping should act only on "
-            "rare spikes), or remove the clipping";
+    f.cause =
+        "clip_grad_norm_ (or TrainerOptions::clip_grad_norm) with a max_norm below the gradient's norm at "
+        "every step: every update has the same length, max_norm x the learning rate, whatever the loss says, "
+        "so training is slower where the gradient is large and noisier near a minimum";
+    f.fix =
+        "raise max_norm above the usual gradient norm (O2's history shows it; clipping should act only on "
+        "rare spikes), or remove the clipping";
     c.add(std::move(f));
   }
 
@@ -77,6 +79,8 @@ class ClippingRunCheck final : public RunCheck {
 
 }  // namespace
 
-std::unique_ptr<RunCheck> make_clipping_run_check(const MonitorOptions&) { return std::make_unique<ClippingRunCheck>(); }
+std::unique_ptr<RunCheck> make_clipping_run_check(const MonitorOptions&) {
+  return std::make_unique<ClippingRunCheck>();
+}
 
 }  // namespace gradsleuth::debug

@@ -29,9 +29,9 @@ double UpdateRatioTracker::measured_norm(const Tensor& p) const {
 }
 
 bool UpdateRatioTracker::measured_finite(const Tensor& p) const {
-  return p.defined() && std::find(finite_after_.begin(), finite_after_.end(), p.impl_ptr().get()) != finite_after_.end();
+  return p.defined() &&
+         std::find(finite_after_.begin(), finite_after_.end(), p.impl_ptr().get()) != finite_after_.end();
 }
-
 
 // ---- O6 learning rate -----------------------------------------------------------------------
 
@@ -63,11 +63,13 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
     f.evidence.push_back({"step-to-step swing / level", s.max_swing, "> " + fmt_num(lo.max_relative_swing) + " warns"});
     if (s.first_nan_step >= 0)
       f.evidence.push_back({"first NaN step", static_cast<double>(s.first_nan_step), "any warns"});
-    f.cause = "a learning rate too high makes the loss oscillate, jump or diverge (NaN). With Adam every "
-              "weight moves by about lr per step whatever its gradient: lr 0.1 throws a fresh network far off at "
-              "step 1";
-    f.fix = "lower the learning rate 3-10x (Adam: start at 1e-3); add a warm-up; clip gradients; then check that "
-            "the update/weight ratios sit near 1e-3 (UpdateRatioTracker)";
+    f.cause =
+        "a learning rate too high makes the loss oscillate, jump or diverge (NaN). With Adam every "
+        "weight moves by about lr per step whatever its gradient: lr 0.1 throws a fresh network far off at "
+        "step 1";
+    f.fix =
+        "lower the learning rate 3-10x (Adam: start at 1e-3); add a warm-up; clip gradients; then check that "
+        "the update/weight ratios sit near 1e-3 (UpdateRatioTracker)";
     return {f};
   }
   if (s.trend_judged && s.stuck) {
@@ -79,10 +81,12 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
                    "< " + fmt_num(lo.min_relative_decrease) + " is flat"},
                   {"median of the first " + num(s.window) + " steps", s.window_medians[0], ""},
                   {"last window median", s.last_level, ""}};
-    f.cause = "a learning rate too low leaves the loss flat (it would take forever to move). A flat loss "
-              "has other causes too: frozen or detached layers (M5, M10), dead units (M7), vanishing gradients (O1)";
-    f.fix = "raise the learning rate 10x and compare (an lr range test); check the update/weight ratios "
-            "(UpdateRatioTracker: ~1e-3 is healthy, below 1e-5 nothing moves)";
+    f.cause =
+        "a learning rate too low leaves the loss flat (it would take forever to move). A flat loss "
+        "has other causes too: frozen or detached layers (M5, M10), dead units (M7), vanishing gradients (O1)";
+    f.fix =
+        "raise the learning rate 10x and compare (an lr range test); check the update/weight ratios "
+        "(UpdateRatioTracker: ~1e-3 is healthy, below 1e-5 nothing moves)";
     return {f};
   }
   return {};
@@ -94,15 +98,17 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   const double start = lrs.front();
   auto finding = [&](const std::string& title) {
     Finding f = make("O6", Severity::Warning, title);
-    f.evidence = {{"learning rate at step 1", start, ""}, {"learning rate at the last step", lrs.back(), ""},
+    f.evidence = {{"learning rate at step 1", start, ""},
+                  {"learning rate at the last step", lrs.back(), ""},
                   {"steps", static_cast<double>(n), ""}};
     return f;
   };
   if (!(start > 0.0)) {
     Finding f = finding("the learning-rate schedule starts at " + fmt_num(start) + ": no step changes the weights");
     f.kind = Kind::ScheduleStartsAtZero;
-    f.cause = "a learning rate of 0 (a warm-up that starts at 0 and was never stepped, an lr read from an empty "
-              "setting)";
+    f.cause =
+        "a learning rate of 0 (a warm-up that starts at 0 and was never stepped, an lr read from an empty "
+        "setting)";
     f.fix = "set the optimizer's lr to a positive value and check the scheduler's first value";
     out.push_back(std::move(f));
     return out;
@@ -110,17 +116,20 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   for (int64_t i = 0; i < n; ++i) {
     if (!(lrs[i] < opts.schedule_collapse * start)) continue;
     if (static_cast<double>(i) >= opts.schedule_collapse_by * static_cast<double>(n)) break;
-    Finding f = finding("the learning-rate schedule cuts it " + fmt_num(start / std::max(lrs[i], 1e-300)) +
-                        "x by step " + std::to_string(i + 1) + " of " + std::to_string(n) +
-                        ": the rest of the run barely trains");
+    Finding f =
+        finding("the learning-rate schedule cuts it " + fmt_num(start / std::max(lrs[i], 1e-300)) + "x by step " +
+                std::to_string(i + 1) + " of " + std::to_string(n) + ": the rest of the run barely trains");
     f.kind = Kind::ScheduleCollapses;
     f.evidence.push_back({"first step below the limit", static_cast<double>(i + 1),
                           "< " + fmt_num(opts.schedule_collapse_by) + " of the run warns"});
-    f.evidence.push_back({"learning rate there / at step 1", lrs[i] / start, "< " + fmt_num(opts.schedule_collapse) + " warns"});
-    f.cause = "a scheduler stepped every batch where its settings count epochs (StepLR's step size, "
-              "CosineAnnealingLR's T_max), or a decay too strong for the run's length";
-    f.fix = "call scheduler.step() once per epoch (or give its step size in optimizer steps), and check the "
-            "learning rate the run ends with";
+    f.evidence.push_back(
+        {"learning rate there / at step 1", lrs[i] / start, "< " + fmt_num(opts.schedule_collapse) + " warns"});
+    f.cause =
+        "a scheduler stepped every batch where its settings count epochs (StepLR's step size, "
+        "CosineAnnealingLR's T_max), or a decay too strong for the run's length";
+    f.fix =
+        "call scheduler.step() once per epoch (or give its step size in optimizer steps), and check the "
+        "learning rate the run ends with";
     out.push_back(std::move(f));
     return out;
   }
@@ -130,14 +139,14 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
                         " at step " + std::to_string(peak - lrs.begin() + 1));
     f.kind = Kind::ScheduleGrows;
     f.evidence.push_back({"peak / step 1", *peak / start, "> " + fmt_num(opts.schedule_growth) + " warns"});
-    f.cause = "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, or a "
-              "scheduler applied twice";
+    f.cause =
+        "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, or a "
+        "scheduler applied twice";
     f.fix = "check the scheduler's target and peak learning rate against the optimizer's";
     out.push_back(std::move(f));
   }
   return out;
 }
-
 
 // ---- O6 update/weight ratios -----------------------------------------------------------------
 
@@ -242,8 +251,10 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
       // ||w_before|| came with the copy (when the weight was finite; else it is read again). Each
       // difference is taken in float32 (exact when the two values are within a factor of 2 of
       // each other, as one step's are: Sterbenz) and squared in float64.
-      if (std::isfinite(q.norm_before)) wb = q.norm_before * q.norm_before;
-      else sum_of_squares(b, n, wb);
+      if (std::isfinite(q.norm_before))
+        wb = q.norm_before * q.norm_before;
+      else
+        sum_of_squares(b, n, wb);
       if (sum_of_squared_differences(a, b, n, d)) finite_after_.push_back(q.tensor.impl_ptr().get());
     } else {
       const std::vector<double> b = q.before.to_vector<double>(), a = after.to_vector<double>();
@@ -271,7 +282,7 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
     const double med = median(r);
     const double hi = *std::max_element(r.begin(), r.end());
     const bool never = hi == 0.0;
-    const bool small = med < o_.min_update_ratio, large = med > o_.max_update_ratio;
+    const bool small = med<o_.min_update_ratio, large = med> o_.max_update_ratio;
     if (!(small || large) || std::isnan(med)) continue;
     const double lr = q.lrs.empty() ? kNaN : q.lrs.back();
     Finding f = make("O6", Severity::Warning,
@@ -292,12 +303,14 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
                               "group's learning rate is 0";
       f.fix = "pass model.parameters() to the optimizer after the model is complete; check gradient flow (M5)";
     } else if (small) {
-      f.cause = "a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
-                "so training barely moves (a healthy step is ~1e-3)";
+      f.cause =
+          "a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
+          "so training barely moves (a healthy step is ~1e-3)";
       f.fix = "raise the learning rate (10x at a time) until the ratio is ~1e-3";
     } else {
-      f.cause = "a learning rate too high; each step changes the weights by more than a tenth of their "
-                "size, so they jump around instead of descending (a healthy step is ~1e-3)";
+      f.cause =
+          "a learning rate too high; each step changes the weights by more than a tenth of their "
+          "size, so they jump around instead of descending (a healthy step is ~1e-3)";
       f.fix = "lower the learning rate until the ratio is ~1e-3; add a warm-up";
     }
     out.push_back(f);
@@ -310,8 +323,6 @@ NormSeries UpdateRatioTracker::series() const {
   for (const Param& q : params_) s.emplace_back(q.name, q.ratios);
   return s;
 }
-
-
 
 // ---- O6's lr / 10 probe: its verdict ------------------------------------------------------------
 // The run's first losses against the same run's at a tenth of the learning rate (from the same
@@ -358,16 +369,19 @@ Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<
   } else if (calm) {
     f.severity = Severity::Warning;
     f.kind = Kind::LrProbeConfirms;
-    f.title = "probe (lr / 10): the same run at a tenth of the learning rate trains without spikes or divergence; "
-              "the learning rate is too high";
-    f.cause = "the run misbehaved at its learning rate and not at a tenth of it, everything else equal, and the loss "
-              "fell at least half as far";
+    f.title =
+        "probe (lr / 10): the same run at a tenth of the learning rate trains without spikes or divergence; "
+        "the learning rate is too high";
+    f.cause =
+        "the run misbehaved at its learning rate and not at a tenth of it, everything else equal, and the loss "
+        "fell at least half as far";
     f.fix = "lower the learning rate (try lr / 10), or warm it up; then run the checks again";
   } else {
     f.severity = Severity::Info;
     f.kind = Kind::LrProbeRulesOut;
-    f.title = "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
-              "rate is not the cause";
+    f.title =
+        "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
+        "rate is not the cause";
     f.cause = "the loss spikes or diverges at lr / 10 too: look for a fault in the data or the model";
   }
   return f;

@@ -11,9 +11,9 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
-#include "debug/evidence/tensor_stats.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
 
 namespace gradsleuth::debug {
 
@@ -23,10 +23,6 @@ using detail::kNaN;
 using detail::make;
 using detail::median;
 using detail::num;
-
-
-
-
 
 // The L2 norm; NaN when any value is NaN, Inf when any is Inf.
 double norm_of(const Tensor& t) {
@@ -60,15 +56,19 @@ Finding at(Finding f, const std::map<std::string, std::string>& labels, const st
   return f;
 }
 
-const char* kCauseVanishing = "likely causes of vanishing gradients: sigmoid/tanh saturation; too many layers "
-                              "without skip connections; poor weight initialisation; very small learning rate";
-const char* kFixVanishing = "use ReLU/GELU activations, skip connections, He/Xavier initialisation, batch/layer "
-                            "normalisation, or fewer layers";
-const char* kCauseExploding = "likely causes of exploding gradients: learning rate too high; poor initialisation "
-                              "(weights too large); deep nets without normalisation or clipping; numerical "
-                              "instability in the loss";
-const char* kFixExploding = "clip gradients (clip_grad_norm 1.0), lower the learning rate, use a proper "
-                            "initialisation (M9) and normalisation layers";
+const char* kCauseVanishing =
+    "likely causes of vanishing gradients: sigmoid/tanh saturation; too many layers "
+    "without skip connections; poor weight initialisation; very small learning rate";
+const char* kFixVanishing =
+    "use ReLU/GELU activations, skip connections, He/Xavier initialisation, batch/layer "
+    "normalisation, or fewer layers";
+const char* kCauseExploding =
+    "likely causes of exploding gradients: learning rate too high; poor initialisation "
+    "(weights too large); deep nets without normalisation or clipping; numerical "
+    "instability in the loss";
+const char* kFixExploding =
+    "clip gradients (clip_grad_norm 1.0), lower the learning rate, use a proper "
+    "initialisation (M9) and normalisation layers";
 
 }  // namespace
 
@@ -105,9 +105,8 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     }
     const TensorSummary s = summarize_norm(g);  // the norm and the NaN/Inf counts
     if (!s.all_finite()) {
-      Finding f = at(make("O1", Severity::Error,
-                          "the gradient of " + name + " holds NaN/Inf values"),
-                     labels_of(), name, p);
+      Finding f =
+          at(make("O1", Severity::Error, "the gradient of " + name + " holds NaN/Inf values"), labels_of(), name, p);
       f.kind = Kind::GradientNonFinite;
       f.nonfinite = true;
       f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
@@ -115,36 +114,35 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
                     {"values", static_cast<double>(s.numel), ""}};
       f.cause = std::string("a non-finite loss or an overflow in the backward: ") + kCauseExploding +
                 "; log or division of 0 in the loss";
-      f.fix = "turn on anomaly mode (W4) to name the op whose backward made it; clip gradients and lower the "
-              "learning rate";
+      f.fix =
+          "turn on anomaly mode (W4) to name the op whose backward made it; clip gradients and lower the "
+          "learning rate";
       out.push_back(f);
       continue;
     }
     judged.push_back({name, s.norm, p.dim() >= 2});
-    const bool by_construction = std::find(opts.zero_grad_by_construction.begin(),
-                                           opts.zero_grad_by_construction.end(),
+    const bool by_construction = std::find(opts.zero_grad_by_construction.begin(), opts.zero_grad_by_construction.end(),
                                            name) != opts.zero_grad_by_construction.end();
     if (s.norm < opts.vanishing_grad_norm && by_construction) continue;  // a redundant bias: said once, as info
     if (s.norm < opts.vanishing_grad_norm) {
-      Finding f = at(make("O1", Severity::Warning,
-                          "the gradient of " + name + " is vanishing"),
-                     labels_of(), name, p);
+      Finding f = at(make("O1", Severity::Warning, "the gradient of " + name + " is vanishing"), labels_of(), name, p);
       f.kind = Kind::GradientVanishing;
       f.evidence = {{"gradient norm", s.norm, "< " + fmt_num(opts.vanishing_grad_norm) + " is vanishing"}};
       f.cause = kCauseVanishing;
       if (s.norm == 0.0)
-        f.cause = "an exact zero: the parameter is in the graph but nothing flows back (dead ReLUs after it, M7; a "
-                  "multiplication by 0; a saturated activation); " + f.cause;
+        f.cause =
+            "an exact zero: the parameter is in the graph but nothing flows back (dead ReLUs after it, M7; a "
+            "multiplication by 0; a saturated activation); " +
+            f.cause;
       if (p.dim() == 1 && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0 && has_batchnorm())
-        f.cause += ". The model has a BatchNorm: a bias right before one always gets ~0 (the normalisation "
-                   "subtracts the batch mean, so the bias has no effect); then build that layer without bias, "
-                   "nothing is wrong with training";
+        f.cause +=
+            ". The model has a BatchNorm: a bias right before one always gets ~0 (the normalisation "
+            "subtracts the batch mean, so the bias has no effect); then build that layer without bias, "
+            "nothing is wrong with training";
       f.fix = kFixVanishing;
       out.push_back(f);
     } else if (s.norm > opts.exploding_grad_norm) {
-      Finding f = at(make("O1", Severity::Warning,
-                          "the gradient of " + name + " is exploding"),
-                     labels_of(), name, p);
+      Finding f = at(make("O1", Severity::Warning, "the gradient of " + name + " is exploding"), labels_of(), name, p);
       f.kind = Kind::GradientExploding;
       f.evidence = {{"gradient norm", s.norm, "> " + fmt_num(opts.exploding_grad_norm) + " is exploding"}};
       f.cause = kCauseExploding;
@@ -155,14 +153,15 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
 
   // No gradient at all: one finding, not one per parameter.
   if (!missing.empty() && static_cast<int64_t>(missing.size()) == trainable) {
-    Finding f = make("O1", Severity::Warning,
-                     "no trainable parameter has a gradient");
+    Finding f = make("O1", Severity::Warning, "no trainable parameter has a gradient");
     f.kind = Kind::NoGradientAtStep;
     f.evidence = {{"parameters without a gradient", static_cast<double>(trainable), "any warns"}};
-    f.cause = "backward() has not run since the gradients were cleared (zero_grad sets them to none), or the loss "
-              "was computed under no_grad / from detached outputs";
-    f.fix = "call check_gradient_health after loss.backward() and before optimizer.zero_grad(); check that the "
-            "loss requires grad";
+    f.cause =
+        "backward() has not run since the gradients were cleared (zero_grad sets them to none), or the loss "
+        "was computed under no_grad / from detached outputs";
+    f.fix =
+        "call check_gradient_health after loss.backward() and before optimizer.zero_grad(); check that the "
+        "loss requires grad";
     out.push_back(f);
   } else {
     for (const auto& [name, p] : missing) {
@@ -170,10 +169,12 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
                      name, p);
       f.kind = Kind::GradientMissing;
       f.evidence = {{"gradient defined (1 = yes)", 0.0, "0 after a backward warns"}};
-      f.cause = "no gradient reaches it: a detach() (or .data) between it and the loss, a layer the "
-                "forward never uses, or it should have been frozen (requires_grad false)";
-      f.fix = "find where the graph is cut (M5 gradient flow names the first module without gradient); freeze "
-              "it on purpose with requires_grad_(false), or remove the unused layer";
+      f.cause =
+          "no gradient reaches it: a detach() (or .data) between it and the loss, a layer the "
+          "forward never uses, or it should have been frozen (requires_grad false)";
+      f.fix =
+          "find where the graph is cut (M5 gradient flow names the first module without gradient); freeze "
+          "it on purpose with requires_grad_(false), or remove the unused layer";
       out.push_back(f);
     }
   }
@@ -187,7 +188,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     const Judged& first = *weights.front();
     const Judged& last = *weights.back();
     ratio = last.norm > 0 ? first.norm / last.norm : (first.norm > 0 ? std::numeric_limits<double>::infinity() : kNaN);
-    const bool vanish = ratio < opts.depth_ratio_vanishing, explode = ratio > opts.depth_ratio_exploding;
+    const bool vanish = ratio<opts.depth_ratio_vanishing, explode = ratio> opts.depth_ratio_exploding;
     if (vanish || explode) {
       Finding f = make("O1", Severity::Warning,
                        std::string("gradients ") + (vanish ? "vanish" : "explode") + " towards the input: ||grad " +
@@ -212,13 +213,12 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
                                         [](const Judged& a, const Judged& b) { return a.norm < b.norm; });
     Finding f = make("O1", Severity::Info, "gradients look healthy (no NaN/Inf, none vanishing or exploding)");
     f.evidence = {{"parameters with a gradient", static_cast<double>(judged.size()), ""},
-                  {"smallest gradient norm (" + lo->name + ")", lo->norm,
-                   ">= " + fmt_num(opts.vanishing_grad_norm)},
+                  {"smallest gradient norm (" + lo->name + ")", lo->norm, ">= " + fmt_num(opts.vanishing_grad_norm)},
                   {"largest gradient norm (" + hi->name + ")", hi->norm, "<= " + fmt_num(opts.exploding_grad_norm)}};
     if (std::isfinite(ratio))
-      f.evidence.push_back({"first / last weight gradient norm", ratio,
-                            "inside [" + fmt_num(opts.depth_ratio_vanishing) + ", " +
-                                fmt_num(opts.depth_ratio_exploding) + "]"});
+      f.evidence.push_back(
+          {"first / last weight gradient norm", ratio,
+           "inside [" + fmt_num(opts.depth_ratio_vanishing) + ", " + fmt_num(opts.depth_ratio_exploding) + "]"});
     f.fix = "none needed";
     out.push_back(f);
   }
@@ -234,7 +234,8 @@ NormHistory::Param& NormHistory::param(const std::string& name, const Tensor& p)
   return params_.back();
 }
 
-void NormHistory::record(int64_t step, const nn::Module& model, const std::function<double(const Tensor&)>& weight_norm) {
+void NormHistory::record(int64_t step, const nn::Module& model,
+                         const std::function<double(const Tensor&)>& weight_norm) {
   NoGradGuard ng;
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
@@ -311,8 +312,9 @@ std::vector<Finding> NormHistory::findings() const {
       f.evidence = {{"first non-finite step", static_cast<double>(nonfinite_step), "any is an error"},
                     {"records", static_cast<double>(n), ""}};
       f.cause = kCauseExploding;
-      f.fix = "look at the steps before it in grad_series(): a growing norm means an lr too high (O6); anomaly "
-              "mode (W4) names the op that produced the first NaN/Inf";
+      f.fix =
+          "look at the steps before it in grad_series(): a growing norm means an lr too high (O6); anomaly "
+          "mode (W4) names the op that produced the first NaN/Inf";
       out.push_back(f);
     }
     if (sustained > 0) {
@@ -329,24 +331,23 @@ std::vector<Finding> NormHistory::findings() const {
                     {"gradient norm after (median)", sus_level, ""},
                     {"records in sustained spikes", static_cast<double>(sustained), ""},
                     {"lone spikes", static_cast<double>(lone), ""}};
-      f.cause = std::string("gradient-norm spikes announce unstable training before it diverges; ") +
-                kCauseExploding;
+      f.cause = std::string("gradient-norm spikes announce unstable training before it diverges; ") + kCauseExploding;
       f.fix = std::string(kFixExploding) + "; weight decay also bounds the weights";
       out.push_back(f);
     } else if (lone > 0) {
       Finding f = make("O2", Severity::Info,
-                       num(lone) + " lone gradient spike" + (lone == 1 ? "" : "s") + " in " + q.name +
-                           " (worst " + fmt_num(lone_worst) + "x at step " + num(lone_step) +
-                           "), each back to normal at once");
+                       num(lone) + " lone gradient spike" + (lone == 1 ? "" : "s") + " in " + q.name + " (worst " +
+                           fmt_num(lone_worst) + "x at step " + num(lone_step) + "), each back to normal at once");
       f.parameter = q.name;
       f.shape = q.shape;
       f.step = lone_step;
       f.evidence = {{"lone spikes", static_cast<double>(lone), ""},
                     {"worst spike / median of the " + num(W) + " records before", lone_worst,
                      "> " + fmt_num(o_.spike_factor) + " is a spike; it warns only when it lasts"}};
-      f.cause = "single batches with an unusual gradient. Typical right before a BatchNorm: a channel that barely "
-                "varies within a batch has its gradient divided by its tiny std (the healthy reference MLP shows "
-                "several per 1000 steps in its first Linear)";
+      f.cause =
+          "single batches with an unusual gradient. Typical right before a BatchNorm: a channel that barely "
+          "varies within a batch has its gradient divided by its tiny std (the healthy reference MLP shows "
+          "several per 1000 steps in its first Linear)";
       f.fix = "none needed while they stay isolated; clip gradients if they grow more frequent";
       out.push_back(f);
     }
@@ -368,24 +369,26 @@ std::vector<Finding> NormHistory::findings() const {
     const double growth = w.back().second / w[i0].second;
     const double inc = static_cast<double>(up) / static_cast<double>(w.size() - i0 - 1);
     if (growth > o_.weight_growth_factor && inc >= o_.weight_growth_min_increasing) {
-      Finding f = make("O3", Severity::Warning,
-                       "the weight norm of " + q.name + " grew " + fmt_num(growth) + "x (" + fmt_num(w[i0].second) +
-                           " -> " + fmt_num(w.back().second) + ") between steps " + num(w[i0].first) + " and " +
-                           num(w.back().first));
+      Finding f =
+          make("O3", Severity::Warning,
+               "the weight norm of " + q.name + " grew " + fmt_num(growth) + "x (" + fmt_num(w[i0].second) + " -> " +
+                   fmt_num(w.back().second) + ") between steps " + num(w[i0].first) + " and " + num(w.back().first));
       f.parameter = q.name;
       f.shape = q.shape;
       f.step = w.back().first;
-      f.evidence = {{"last / first weight norm", growth, "> " + fmt_num(o_.weight_growth_factor) + " warns"},
-                    {"fraction of records where it grew", inc,
-                     ">= " + fmt_num(o_.weight_growth_min_increasing) + " is steady"},
-                    {"first weight norm", w[i0].second, ""},
-                    {"last weight norm", w.back().second, ""},
-                    {"records", static_cast<double>(w.size() - i0), ""}};
-      f.cause = "a weight norm that keeps increasing is an early sign of divergent training: steps too "
-                "large for the weights (learning rate too high). Before a normalisation layer the scale "
-                "of a weight is free, so oversized steps inflate it instead of blowing up the loss";
-      f.fix = "lower the learning rate; add or increase weight decay (it constrains the weights' "
-              "magnitude); clip gradients";
+      f.evidence = {
+          {"last / first weight norm", growth, "> " + fmt_num(o_.weight_growth_factor) + " warns"},
+          {"fraction of records where it grew", inc, ">= " + fmt_num(o_.weight_growth_min_increasing) + " is steady"},
+          {"first weight norm", w[i0].second, ""},
+          {"last weight norm", w.back().second, ""},
+          {"records", static_cast<double>(w.size() - i0), ""}};
+      f.cause =
+          "a weight norm that keeps increasing is an early sign of divergent training: steps too "
+          "large for the weights (learning rate too high). Before a normalisation layer the scale "
+          "of a weight is free, so oversized steps inflate it instead of blowing up the loss";
+      f.fix =
+          "lower the learning rate; add or increase weight decay (it constrains the weights' "
+          "magnitude); clip gradients";
       out.push_back(f);
     }
   }
@@ -406,25 +409,26 @@ NormSeries NormHistory::weight_series() const {
 
 // ---- O4 non-finite weights ----------------------------------------------------------------
 
-std::vector<Finding> check_finite_weights(const nn::Module& model, const std::function<bool(const Tensor&)>& known_finite) {
+std::vector<Finding> check_finite_weights(const nn::Module& model,
+                                          const std::function<bool(const Tensor&)>& known_finite) {
   std::vector<Finding> out;
   std::map<std::string, std::string> labels;
   for (const auto& [name, p] : model.named_parameters()) {
     if ((known_finite && known_finite(p)) || all_finite(p)) continue;
     if (labels.empty()) labels = module_labels(model);
     const TensorSummary s = summarize(p);
-    Finding f = at(make("O4", Severity::Error,
-                        "the parameter " + name + " holds NaN/Inf values"),
-                   labels, name, p);
+    Finding f = at(make("O4", Severity::Error, "the parameter " + name + " holds NaN/Inf values"), labels, name, p);
     f.nonfinite = true;
     f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
                   {"Inf values", static_cast<double>(s.inf), "any is an error"},
                   {"values", static_cast<double>(s.numel), ""},
                   {"non-finite fraction", static_cast<double>(s.nan + s.inf) / static_cast<double>(s.numel), ""}};
-    f.cause = "an update with a non-finite gradient or a step so large that it overflowed (exploding "
-              "gradients, learning rate too high); once a weight is NaN every output and gradient after it is too";
-    f.fix = "stop and go back to the last finite checkpoint; find the first non-finite loss or gradient (L1, O1, "
-            "anomaly mode W4); lower the learning rate and clip gradients";
+    f.cause =
+        "an update with a non-finite gradient or a step so large that it overflowed (exploding "
+        "gradients, learning rate too high); once a weight is NaN every output and gradient after it is too";
+    f.fix =
+        "stop and go back to the last finite checkpoint; find the first non-finite loss or gradient (L1, O1, "
+        "anomaly mode W4); lower the learning rate and clip gradients";
     out.push_back(f);
   }
   return out;
@@ -449,14 +453,13 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
     const double lr = groups[i].lr;
     if (lr >= lo && lr <= hi) continue;
     const bool high = lr > hi;
-    const std::string group = groups.size() == 1 ? std::string()
-                                                 : " (parameter group " +
-                                                       (groups[i].name.empty() ? num(static_cast<int64_t>(i))
-                                                                               : groups[i].name) + ")";
+    const std::string group =
+        groups.size() == 1
+            ? std::string()
+            : " (parameter group " + (groups[i].name.empty() ? num(static_cast<int64_t>(i)) : groups[i].name) + ")";
     Finding f = make("O8", Severity::Warning,
-                     "the " + kind + " learning rate " + fmt_num(lr) + group + " is " +
-                         (high ? "above" : "below") + " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) +
-                         "] before training starts");
+                     "the " + kind + " learning rate " + fmt_num(lr) + group + " is " + (high ? "above" : "below") +
+                         " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts");
     f.kind = high ? Kind::LrAboveRange : Kind::LrBelowRange;
     f.evidence = {{"learning rate", lr, "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags"}};
     f.cause = high ? "a learning rate this high makes the first updates overshoot: the loss jumps, oscillates or "
@@ -464,8 +467,9 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
                    : "a learning rate this low moves the weights so little that the loss barely falls within a "
                      "normal budget of steps";
     f.fix = kind == "SGD" ? "start SGD between 1e-3 and 0.1 (0.01-0.1 with momentum 0.9), then tune by factors of 3"
-                          : "start " + kind + " at its default 1e-3 (3e-4 is a common choice), then tune by factors "
-                            "of 3";
+                          : "start " + kind +
+                                " at its default 1e-3 (3e-4 is a common choice), then tune by factors "
+                                "of 3";
     out.push_back(std::move(f));
   }
   return out;
@@ -560,8 +564,9 @@ class AccumulationRunCheck final : public RunCheck {
   void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
     if (w.check != "O5") return;
     const bool transform = w.where.rfind("clip_grad", 0) == 0;
-    f.title = transform ? w.where + " ran with no gradient present (before backward() or right after zero_grad()): "
-                                    "it changed nothing"
+    f.title = transform ? w.where +
+                              " ran with no gradient present (before backward() or right after zero_grad()): "
+                              "it changed nothing"
                         : "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
     f.fix = transform ? "call it between loss.backward() and optimizer.step()"
                       : "call optimizer.zero_grad() before every backward()";

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "debug/evidence/finding.h"
 #include "debug/checks/loss/loss_checks.h"
+#include "debug/evidence/finding.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -46,7 +46,7 @@ struct OptimCheckOptions {
   // Parameters whose ~0 gradient is explained by construction (redundant biases found by
   // find_redundant_biases, reported once as info): not vanishing, not warned about.
   std::vector<std::string> zero_grad_by_construction;
-  double exploding_grad_norm = 1e3;   // above this, exploding
+  double exploding_grad_norm = 1e3;  // above this, exploding
   // Across depth: ||grad|| of the first weight / of the last weight (registration
   // order). Healthy: 0.48-39 over every step of 4 runs (3.7 at the first step).
   double depth_ratio_vanishing = 1e-3;
@@ -94,8 +94,8 @@ struct OptimCheckOptions {
   // as fast as the steps (O3 and the loss history catch B24 instead).
   double min_update_ratio = 1e-5;
   double max_update_ratio = 1e-1;
-  double min_weight_rms = 1e-6;       // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
-  int64_t min_update_records = 3;     // measured steps needed before a weight is judged
+  double min_weight_rms = 1e-6;    // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
+  int64_t min_update_records = 3;  // measured steps needed before a weight is judged
   // The schedule (the learning rate at every step): one that falls below
   // schedule_collapse x its first value before schedule_collapse_by of the run has gone
   // (a scheduler stepped per batch where it was written per epoch: StepLR(step_size=30)
@@ -140,7 +140,10 @@ class NormHistory {
   NormSeries grad_series() const;
   NormSeries weight_series() const;
   int64_t records() const { return records_; }
-  void clear() { params_.clear(); records_ = 0; }
+  void clear() {
+    params_.clear();
+    records_ = 0;
+  }
 
  private:
   struct Param {
@@ -214,8 +217,8 @@ class UpdateRatioTracker {
     std::string name, shape;
     Tensor tensor;  // shares state with the model's parameter
     int64_t dim = 0, numel = 0;
-    int group = -1;  // the optimizer's parameter group holding it (-1: none)
-    Tensor before;   // snapshot of the step being measured
+    int group = -1;            // the optimizer's parameter group holding it (-1: none)
+    Tensor before;             // snapshot of the step being measured
     double norm_before = 0.0;  // its norm, when the snapshot's pass measured it (NaN: not)
     std::vector<std::pair<int64_t, double>> ratios;
     std::vector<double> lrs;  // the group's lr at each measurement
@@ -226,7 +229,7 @@ class UpdateRatioTracker {
   optim::Optimizer* opt_ = nullptr;
   std::vector<size_t> hooks_;
   std::function<bool(int64_t)> measure_;  // which steps are measured
-  int64_t measuring_step_ = -1;  // the step being measured (-1: none)
+  int64_t measuring_step_ = -1;           // the step being measured (-1: none)
   int64_t measurements_ = 0;
   std::vector<Param> params_;
   std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite

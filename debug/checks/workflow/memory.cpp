@@ -9,8 +9,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/format.h"
 #include "core/backend.h"
+#include "core/format.h"
 #include "core/observer.h"
 #include "debug/evidence/finding.h"
 
@@ -101,7 +101,8 @@ std::string format_bytes(int64_t bytes) {
 
 MemoryReport memory_report(nn::Module& model, const std::function<Tensor()>& forward_loss) {
   const char* op = "debug::memory_report";
-  GS_CHECK(static_cast<bool>(forward_loss), op, "forward_loss is empty; pass a function that runs the model and "
+  GS_CHECK(static_cast<bool>(forward_loss), op,
+           "forward_loss is empty; pass a function that runs the model and "
            "returns the loss, e.g. [&] { return loss_fn(model(x), y); }");
   MemoryReport r;
   const auto named_params = model.named_parameters();
@@ -169,9 +170,11 @@ MemoryReport memory_report(nn::Module& model, const std::function<Tensor()>& for
   r.held_after_forward = after_forward.current_bytes - before.current_bytes;
 
   GS_CHECK(loss.defined(), op, "forward_loss returned an undefined tensor; it must return the loss");
-  GS_CHECK(loss.numel() == 1, op, "forward_loss returned ", loss.str(), "; it must return a one-element loss "
+  GS_CHECK(loss.numel() == 1, op, "forward_loss returned ", loss.str(),
+           "; it must return a one-element loss "
            "(reduce it with .mean() or .sum())");
-  GS_CHECK(loss.requires_grad(), op, "the loss ", loss.str(), " does not require grad, so there is no graph to "
+  GS_CHECK(loss.requires_grad(), op, "the loss ", loss.str(),
+           " does not require grad, so there is no graph to "
            "measure. Was the forward run under NoGradGuard, or are all parameters frozen?");
 
   // 3. What the graph holds.
@@ -223,11 +226,10 @@ std::string MemoryReport::str() const {
        std::to_string(activations.size()) + " tensors held by the autograd graph after the forward");
   if (input_bytes) line("inputs", input_bytes, "tensors from before the forward that it read (the batch)");
   line("loss", loss_bytes, "");
-  if (unseen_bytes)
-    line("unseen", unseen_bytes, "allocated by the forward, still alive, read or made by no op");
+  if (unseen_bytes) line("unseen", unseen_bytes, "allocated by the forward, still alive, read or made by no op");
   line("peak", peak_bytes, "live bytes at the highest point of forward + backward");
-  line("  above baseline", peak_above_baseline(), "the peak minus what was alive before the forward (" +
-                                                       format_bytes(baseline_bytes) + ")");
+  line("  above baseline", peak_above_baseline(),
+       "the peak minus what was alive before the forward (" + format_bytes(baseline_bytes) + ")");
   if (!allocator.empty()) os << "  " << allocator << "\n";
 
   auto table = [&](const std::vector<MemoryRow>& rows, const char* heading, bool with_module, size_t max_rows) {

@@ -43,25 +43,25 @@ struct MemoryRow {
 };
 
 struct MemoryReport {
-  std::string device;  // the device type measured: the parameters' ("cpu")
+  std::string device;                  // the device type measured: the parameters' ("cpu")
   std::vector<MemoryRow> parameters;   // in named_parameters() order
   std::vector<MemoryRow> buffers;      // running statistics and other buffers
   std::vector<MemoryRow> gradients;    // after the backward, parameters with a gradient
   std::vector<MemoryRow> activations;  // saved for backward, largest first
   std::vector<MemoryRow> inputs;       // tensors from before the forward that it read and that are still alive
-  int64_t parameter_bytes = 0;   // unique storages (a shared weight counts once)
+  int64_t parameter_bytes = 0;         // unique storages (a shared weight counts once)
   int64_t buffer_bytes = 0;
   int64_t gradient_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t input_bytes = 0;
-  int64_t loss_bytes = 0;        // the returned loss tensor's storage
+  int64_t loss_bytes = 0;  // the returned loss tensor's storage
   // From the live-bytes counter: bytes allocated by the forward and still held
   // when it returned (= activation_bytes + loss_bytes + unseen_bytes).
   int64_t held_after_forward = 0;
-  int64_t unseen_bytes = 0;      // held_after_forward - activation_bytes - loss_bytes
-  int64_t baseline_bytes = 0;    // live bytes before the forward (parameters, inputs, everything else alive)
-  int64_t peak_bytes = 0;        // highest live bytes during forward + backward
-  std::string allocator;         // the device allocator's own line (cuda: cached bytes, cudaMalloc calls), or ""
+  int64_t unseen_bytes = 0;    // held_after_forward - activation_bytes - loss_bytes
+  int64_t baseline_bytes = 0;  // live bytes before the forward (parameters, inputs, everything else alive)
+  int64_t peak_bytes = 0;      // highest live bytes during forward + backward
+  std::string allocator;       // the device allocator's own line (cuda: cached bytes, cudaMalloc calls), or ""
   int64_t peak_above_baseline() const { return peak_bytes - baseline_bytes; }
 
   std::string str() const;

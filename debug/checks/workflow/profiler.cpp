@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "core/format.h"
 #include "core/autograd.h"
+#include "core/format.h"
 #include "debug/evidence/finding.h"
 
 namespace gradsleuth::debug {
@@ -41,9 +41,8 @@ std::string rows_json(const std::vector<ProfileRow>& rows) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const ProfileRow& r = rows[i];
     s += (i ? "," : "");
-    s += "{\"name\":" + json_str(r.name) + ",\"phase\":" + json_str(r.phase) +
-         ",\"calls\":" + std::to_string(r.calls) + ",\"total_ms\":" + json_num(r.total_ms) +
-         ",\"percent\":" + json_num(r.percent) + "}";
+    s += "{\"name\":" + json_str(r.name) + ",\"phase\":" + json_str(r.phase) + ",\"calls\":" + std::to_string(r.calls) +
+         ",\"total_ms\":" + json_num(r.total_ms) + ",\"percent\":" + json_num(r.percent) + "}";
   }
   return s + "]";
 }
@@ -78,8 +77,8 @@ std::string ProfileReport::str(size_t max_rows) const {
 
   auto table = [&](const std::vector<ProfileRow>& rows, const char* heading, bool with_phase) {
     os << "\n" << heading << "\n";
-    os << pad("name", 40) << (with_phase ? pad("phase", 16) : "") << pad("calls", 8, true)
-       << pad("total ms", 12, true) << pad("ms/call", 11, true) << pad("% of time", 11, true) << "\n";
+    os << pad("name", 40) << (with_phase ? pad("phase", 16) : "") << pad("calls", 8, true) << pad("total ms", 12, true)
+       << pad("ms/call", 11, true) << pad("% of time", 11, true) << "\n";
     const size_t n = std::min(rows.size(), max_rows);
     for (size_t i = 0; i < n; ++i) {
       const ProfileRow& r = rows[i];
@@ -91,15 +90,16 @@ std::string ProfileReport::str(size_t max_rows) const {
   };
   if (!modules.empty()) table(modules, "modules (inclusive: a parent's time includes its children)", false);
   if (!ops.empty())
-    table(ops, "ops and backward nodes (self time: the gap since the previous event, see debug/checks/workflow/profiler.h)", true);
+    table(ops,
+          "ops and backward nodes (self time: the gap since the previous event, see debug/checks/workflow/profiler.h)",
+          true);
   return os.str();
 }
 
 std::string ProfileReport::json() const {
   return "{\"wall_ms\":" + json_num(wall_ms) + ",\"steps\":" + std::to_string(steps) +
          ",\"ms_per_step\":" + json_num(ms_per_step()) + ",\"events\":" + std::to_string(events) +
-         ",\"phases\":" + rows_json(phases) + ",\"modules\":" + rows_json(modules) + ",\"ops\":" + rows_json(ops) +
-         "}";
+         ",\"phases\":" + rows_json(phases) + ",\"modules\":" + rows_json(modules) + ",\"ops\":" + rows_json(ops) + "}";
 }
 
 // ---- attaching ----------------------------------------------------------------------
@@ -113,7 +113,8 @@ void Profiler::attach(nn::Module& model) {
   try {
     all = model.named_modules();
   } catch (const std::bad_weak_ptr&) {
-    GS_FAIL("debug::Profiler::attach", "the ", model.type_name(), " is not owned by a std::shared_ptr, so its "
+    GS_FAIL("debug::Profiler::attach", "the ", model.type_name(),
+            " is not owned by a std::shared_ptr, so its "
             "modules cannot be listed. Create the model with std::make_shared.");
   }
   std::unordered_map<const nn::Module*, size_t> known;  // modules seen by an earlier attach
@@ -133,12 +134,10 @@ void Profiler::attach(nn::Module& model) {
       idx = it->second;
       if (!modules_[idx].hooks.empty()) continue;  // hooked already (a shared module: timed once, first path)
     }
-    modules_[idx].hooks.push_back(m->register_forward_pre_hook([this, idx](nn::Module& self, const Tensor&) {
-      module_pre(self, idx);
-    }));
-    modules_[idx].hooks.push_back(m->register_forward_hook([this, idx](nn::Module& self, const Tensor&, const Tensor&) {
-      module_post(self, idx);
-    }));
+    modules_[idx].hooks.push_back(
+        m->register_forward_pre_hook([this, idx](nn::Module& self, const Tensor&) { module_pre(self, idx); }));
+    modules_[idx].hooks.push_back(m->register_forward_hook(
+        [this, idx](nn::Module& self, const Tensor&, const Tensor&) { module_post(self, idx); }));
   }
 }
 
@@ -330,8 +329,8 @@ ProfileReport Profiler::report() const {
   phase_calls[static_cast<int>(Phase::OptimizerStep)] = steps_;  // calls of a phase: its rows' calls, or steps
   for (int p = 0; p < 4; ++p) {
     const double ms = phase_ns[p] * 1e-6;
-    r.phases.push_back(ProfileRow{phase_name(static_cast<Phase>(p)), phase_name(static_cast<Phase>(p)),
-                                  phase_calls[p], ms, ms * pct});
+    r.phases.push_back(
+        ProfileRow{phase_name(static_cast<Phase>(p)), phase_name(static_cast<Phase>(p)), phase_calls[p], ms, ms * pct});
   }
   for (const ModuleInfo& mi : modules_) {
     if (mi.calls == 0) continue;

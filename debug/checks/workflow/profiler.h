@@ -53,8 +53,8 @@ enum class Phase { Forward = 0, Backward = 1, OptimizerStep = 2, Other = 3 };
 const char* phase_name(Phase p);  // "forward", "backward", "optimizer step", "other"
 
 struct ProfileRow {
-  std::string name;    // "matmul", "backward: matmul", "0.fc1 (Linear)", "forward"
-  std::string phase;   // phase_name() of the row; "" for module rows
+  std::string name;   // "matmul", "backward: matmul", "0.fc1 (Linear)", "forward"
+  std::string phase;  // phase_name() of the row; "" for module rows
   int64_t calls = 0;
   double total_ms = 0.0;
   double percent = 0.0;  // of the profiled wall time

@@ -6,6 +6,8 @@ namespace gradsleuth::debug {
 
 std::unique_ptr<RunCheck> make_step_timer_run_check(const MonitorOptions& o);  // W10, step_timer.cpp
 
-void add_workflow_run_checks(RunCheckList& list, const MonitorOptions& o) { list.push_back(make_step_timer_run_check(o)); }
+void add_workflow_run_checks(RunCheckList& list, const MonitorOptions& o) {
+  list.push_back(make_step_timer_run_check(o));
+}
 
 }  // namespace gradsleuth::debug

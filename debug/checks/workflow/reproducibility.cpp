@@ -11,8 +11,8 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "debug/checks/model/behaviour.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/normalization.h"
 
@@ -79,7 +79,9 @@ std::vector<StepFingerprint>& StepRecorder::current() {
 }
 
 std::vector<Finding> check_reproducible(const std::function<std::vector<double>(uint64_t seed)>& run, uint64_t seed) {
-  return check_reproducible(std::function<ReproRun(uint64_t)>([&run](uint64_t s) { return ReproRun{run(s), nullptr, {}}; }),
+  return check_reproducible(std::function<ReproRun(uint64_t)>([&run](uint64_t s) {
+                              return ReproRun{run(s), nullptr, {}};
+                            }),
                             seed);
 }
 
@@ -133,7 +135,9 @@ StepDiff compare_steps(const StepFingerprints& x, const StepFingerprints& y) {
         if (hu == hv) continue;
         d.step = static_cast<int64_t>(s) + 1;
         d.parameter = x.names[i];
-        d.moment = m == 0 ? "the weight before the step's forward" : m == 1 ? "the gradient" : "the weight after the update";
+        d.moment = m == 0   ? "the weight before the step's forward"
+                   : m == 1 ? "the gradient"
+                            : "the weight after the update";
         d.a = m == 0 ? u[i].before_sum : m == 1 ? u[i].grad_sum : u[i].after_sum;
         d.b = m == 0 ? v[i].before_sum : m == 1 ? v[i].grad_sum : v[i].after_sum;
         return d;
@@ -177,14 +181,15 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
   const std::string s = std::to_string(seed);
   if (first == n && a.size() == b.size() && pd.differ == 0 && sd.step < 0) {
     f.severity = Severity::Info;
-    f.title = "two runs with seed " + s + " gave identical losses (" + std::to_string(n) + " steps)" +
-              (models ? " and identical final parameters (" + std::to_string(pd.compared) + ")" : "") +
-              (stepwise ? ", with identical weights and gradients at every one of " + std::to_string(sd.compared) +
-                              " steps"
-                        : "");
+    f.title =
+        "two runs with seed " + s + " gave identical losses (" + std::to_string(n) + " steps)" +
+        (models ? " and identical final parameters (" + std::to_string(pd.compared) + ")" : "") +
+        (stepwise ? ", with identical weights and gradients at every one of " + std::to_string(sd.compared) + " steps"
+                  : "");
     f.evidence = {{"steps compared", static_cast<double>(n), ""}};
     param_evidence();
-    if (stepwise) f.evidence.push_back({"steps whose weights and gradients were compared", static_cast<double>(sd.compared), ""});
+    if (stepwise)
+      f.evidence.push_back({"steps whose weights and gradients were compared", static_cast<double>(sd.compared), ""});
     return {f};
   }
   f.severity = Severity::Error;
@@ -192,15 +197,17 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
   if (sd.step >= 0 && (first == n || sd.step <= static_cast<int64_t>(first) + 1)) {
     const bool agree = first == n && a.size() == b.size();
     const bool earlier = !agree && sd.step < static_cast<int64_t>(first) + 1;
-    f.title = "two runs with the same seed part at step " + std::to_string(sd.step) + ": " + sd.moment + " of " +
-              sd.parameter + " differs" +
-              (agree ? ", though the losses agree at every step"
-                     : earlier ? ", " + std::to_string(first + 1 - sd.step) + " step" + (first + 1 - sd.step == 1 ? "" : "s") +
-                                     " before the losses (step " + std::to_string(first + 1) + ")"
-                               : ", at the step the losses part");
+    f.title =
+        "two runs with the same seed part at step " + std::to_string(sd.step) + ": " + sd.moment + " of " +
+        sd.parameter + " differs" +
+        (agree     ? ", though the losses agree at every step"
+         : earlier ? ", " + std::to_string(first + 1 - sd.step) + " step" + (first + 1 - sd.step == 1 ? "" : "s") +
+                         " before the losses (step " + std::to_string(first + 1) + ")"
+                   : ", at the step the losses part");
     f.parameter = sd.parameter;
     f.step = -1;
-    f.evidence = {{"first step whose loss differs", first < n ? static_cast<double>(first + 1) : std::numeric_limits<double>::quiet_NaN(),
+    f.evidence = {{"first step whose loss differs",
+                   first < n ? static_cast<double>(first + 1) : std::numeric_limits<double>::quiet_NaN(),
                    agree ? "none" : ""}};
     step_evidence();
     param_evidence();
@@ -211,14 +218,15 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
               : sd.moment == "the weight after the update"
                   ? "the same weights and gradients were updated into different weights: the optimizer's update is "
                     "not deterministic (an unseeded noise in the update, a multi-threaded reduction)"
-                  : sd.step == 1
+              : sd.step == 1
                   ? "the initial weights differ: the model was built before manual_seed(seed), or a layer draws its "
                     "initial values from a generator of its own"
                   : "the weights changed between the last update and this step's forward in different ways: code of "
                     "the loop writes to the weights outside the optimizer (a perturbation, a reset, a pruning mask) "
                     "from an unseeded source";
-    f.fix = "seed the generator that part of the loop draws from with the run's seed (a Generator(seed), never "
-            "std::random_device), or run on one thread when bit-exactness matters";
+    f.fix =
+        "seed the generator that part of the loop draws from with the run's seed (a Generator(seed), never "
+        "std::random_device), or run on one thread when bit-exactness matters";
     return {f};
   }
   if (first == n && a.size() == b.size()) {
@@ -227,11 +235,13 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
     f.parameter = pd.first;
     f.evidence = {{"steps compared", static_cast<double>(n), ""}};
     param_evidence();
-    f.cause = "a parameter the loss did not depend on during these steps (a layer used only at inference, a head "
-              "switched off) was initialised from a generator that is not seeded, or what runs after the last "
-              "loss (the last step) is not deterministic; the trained models differ although the losses agree";
-    f.fix = "create every layer after manual_seed(seed) and draw its initial values from the seeded generator "
-            "(no std::random_device, no generator of its own); seed every generator from one value";
+    f.cause =
+        "a parameter the loss did not depend on during these steps (a layer used only at inference, a head "
+        "switched off) was initialised from a generator that is not seeded, or what runs after the last "
+        "loss (the last step) is not deterministic; the trained models differ although the losses agree";
+    f.fix =
+        "create every layer after manual_seed(seed) and draw its initial values from the seeded generator "
+        "(no std::random_device, no generator of its own); seed every generator from one value";
     return {f};
   }
   f.title = "two runs with the same seed differ" +
@@ -242,10 +252,12 @@ std::vector<Finding> check_reproducible(const std::function<ReproRun(uint64_t se
   param_evidence();
   if (stepwise && sd.step < 0)  // the losses part while every weight and gradient agrees: the forward itself
     f.evidence.push_back({"steps whose weights and gradients agree", static_cast<double>(sd.compared), ""});
-  f.cause = "something is not seeded: the initialisation (manual_seed before building the model), the loader's "
-            "shuffle seed, dropout, or a multi-threaded reduction whose order changes";
-  f.fix = "seed every generator from one value (manual_seed, DataLoaderOptions().seed), and run on one thread "
-          "when bit-exactness matters";
+  f.cause =
+      "something is not seeded: the initialisation (manual_seed before building the model), the loader's "
+      "shuffle seed, dropout, or a multi-threaded reduction whose order changes";
+  f.fix =
+      "seed every generator from one value (manual_seed, DataLoaderOptions().seed), and run on one thread "
+      "when bit-exactness matters";
   return {f};
 }
 

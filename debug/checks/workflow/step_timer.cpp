@@ -16,7 +16,6 @@ namespace gradsleuth::debug {
 using detail::make;
 using detail::num;
 
-
 // ---- W10 ------------------------------------------------------------------------------------
 StepTimer::StepTimer(RunCheckOptions o) : o_(std::move(o)) {
   if (o_.watchdog_seconds > 0.0) watchdog_ = std::thread([this] { watch(); });
@@ -47,13 +46,14 @@ void StepTimer::watch() {
     reported_ = true;
     const int64_t step = steps_done_ + 1;
     hung_.emplace_back(step, waited);
-    const std::string msg = "gradsleuth: W10 stalled training: no optimizer step for " + fmt_num(waited) +
-                            " s (step " + num(step) + " has not returned; the limit is " +
-                            fmt_num(o_.watchdog_seconds) + " s)";
+    const std::string msg = "gradsleuth: W10 stalled training: no optimizer step for " + fmt_num(waited) + " s (step " +
+                            num(step) + " has not returned; the limit is " + fmt_num(o_.watchdog_seconds) + " s)";
     const auto say = o_.on_stall;
     lk.unlock();  // the callback may take its time, and must not hold up the training thread
-    if (say) say(msg);
-    else std::fprintf(stderr, "%s\n", msg.c_str());
+    if (say)
+      say(msg);
+    else
+      std::fprintf(stderr, "%s\n", msg.c_str());
     lk.lock();
   }
 }
@@ -71,7 +71,8 @@ void StepTimer::step_done(int64_t step) {
   std::lock_guard<std::mutex> lk(m_);
   const auto now = std::chrono::steady_clock::now();
   if (running_)
-    durations_.emplace_back(step, std::max(0.0, std::chrono::duration<double>(now - last_).count() - (own - own_at_last_)));
+    durations_.emplace_back(step,
+                            std::max(0.0, std::chrono::duration<double>(now - last_).count() - (own - own_at_last_)));
   running_ = true;
   reported_ = false;
   steps_done_ = step;
@@ -90,17 +91,20 @@ std::vector<Finding> StepTimer::findings() const {
   // A step the watchdog saw hanging that never returned (the run ended with it, or was stopped):
   // the durations below cannot tell it.
   for (const auto& [st, waited] : hung_) {
-    const bool returned = std::any_of(durations_.begin(), durations_.end(), [&](const auto& d) { return d.first == st; });
+    const bool returned =
+        std::any_of(durations_.begin(), durations_.end(), [&](const auto& d) { return d.first == st; });
     if (returned) continue;
     Finding f = make("W10", Severity::Warning,
                      "step " + num(st) + " had not returned after " + fmt_num(waited) +
                          " s: no optimizer step for longer than the watchdog's " + fmt_num(o_.watchdog_seconds) + " s");
     f.step = st;
     f.evidence = {{"seconds without an optimizer step", waited, "> " + fmt_num(o_.watchdog_seconds) + " warns"}};
-    f.cause = "the loop is blocked: a data loader waiting on a file, a lock or a worker that died, a collective "
-              "waiting for a rank that left, or an endless loop in the step";
-    f.fix = "look at where the process waits (a debugger's backtrace of every thread); give reads and "
-            "collectives a timeout";
+    f.cause =
+        "the loop is blocked: a data loader waiting on a file, a lock or a worker that died, a collective "
+        "waiting for a rank that left, or an endless loop in the step";
+    f.fix =
+        "look at where the process waits (a debugger's backtrace of every thread); give reads and "
+        "collectives a timeout";
     out.push_back(std::move(f));
   }
   if (durations_.empty()) return out;
@@ -133,15 +137,16 @@ std::vector<Finding> StepTimer::findings() const {
                 {"median step (s)", med, ""},
                 {"slow steps", static_cast<double>(slow), ""},
                 {"steps timed", static_cast<double>(durations_.size()), ""}};
-  f.cause = "something blocked the training loop between two optimizer steps: a data loader waiting on disk or a "
-            "network share, a lock or a collective waiting for another process, swapping, or work done inside the "
-            "loop every few steps (checkpointing, logging large tensors)";
-  f.fix = "time the parts of a slow step (debug::Profiler, W7): the loader, the forward/backward and the code "
-          "around them; move occasional work (checkpoints, evaluation) out of the step or make it asynchronous";
+  f.cause =
+      "something blocked the training loop between two optimizer steps: a data loader waiting on disk or a "
+      "network share, a lock or a collective waiting for another process, swapping, or work done inside the "
+      "loop every few steps (checkpointing, logging large tensors)";
+  f.fix =
+      "time the parts of a slow step (debug::Profiler, W7): the loader, the forward/backward and the code "
+      "around them; move occasional work (checkpoints, evaluation) out of the step or make it asynchronous";
   out.push_back(std::move(f));
   return out;
 }
-
 
 // @@UNITS@@
 
@@ -151,10 +156,12 @@ class StepTimerRunCheck final : public RunCheck {
  public:
   explicit StepTimerRunCheck(const RunCheckOptions& o) : timer_(o) {}
   std::string ids() const override { return "W10"; }
-  uint32_t events() const override { return RunEvent::AfterStep | RunEvent::Epoch | RunEvent::Detach | RunEvent::Finish; }
+  uint32_t events() const override {
+    return RunEvent::AfterStep | RunEvent::Epoch | RunEvent::Detach | RunEvent::Finish;
+  }
   void after_step(RunContext& c, bool) override { timer_.step_done(c.steps); }
   void epoch(RunContext&, const EpochRecord&) override { timer_.restart(); }  // the epoch's evaluation is not a step
-  void detach(RunContext&) override { timer_.stop_watching(); }  // no more steps to watch (the watchdog)
+  void detach(RunContext&) override { timer_.stop_watching(); }               // no more steps to watch (the watchdog)
   void finish(RunContext& c) override {
     c.add_all(timer_.findings());
     c.note_ran("W10");

@@ -52,7 +52,8 @@ std::vector<debug::Finding> check_replicas(const nn::Module& model, dist::Proces
   std::vector<debug::Finding> out =
       debug::check_params_in_sync(debug::trainable_names(model), gather(pg, debug::fingerprint_params(model)), step);
   const bool random_layers = model.is_training() && has_dropout(model);
-  for (debug::Finding& f : debug::check_rank_randomness(gather(pg, debug::randomness_fingerprint()), random_layers, step))
+  for (debug::Finding& f :
+       debug::check_rank_randomness(gather(pg, debug::randomness_fingerprint()), random_layers, step))
     out.push_back(std::move(f));
   return out;
 }

@@ -66,7 +66,8 @@ constexpr int64_t kKc3 = 256;
 // acc0[r], acc1[r]: columns 0-7 and 8-15 of row r of the tile. Inlined into the loop over the
 // tiles: as a separate function, GCC 12 kept the 12 accumulators in a stack array, stored on
 // every k (half the speed; `objdump -d` shows `vmovaps %ymm.., (%rsp)` inside the k loop).
-[[gnu::always_inline]] inline void micro_6x16(int64_t kc, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+[[gnu::always_inline]] inline void micro_6x16(int64_t kc, const float* A, int64_t lda, const float* B, int64_t ldb,
+                                              float* C, int64_t ldc) {
   __m256 acc0[kMr], acc1[kMr];
   for (int r = 0; r < kMr; ++r) {
     acc0[r] = _mm256_loadu_ps(C + r * ldc);

@@ -21,8 +21,8 @@ int64_t storage_index(const Tensor& t, const std::vector<int64_t>& index) {
            " entries, but ", t.str(), " has ", t.dim(), " dims");
   int64_t pos = t.offset();
   for (int64_t d = 0; d < t.dim(); ++d) {
-    GS_CHECK(index[d] >= 0 && index[d] < t.size(d), "lab1::storage_index", "index ", index[d], " is out of range for dim ",
-             d, " of size ", t.size(d), " in ", t.str());
+    GS_CHECK(index[d] >= 0 && index[d] < t.size(d), "lab1::storage_index", "index ", index[d],
+             " is out of range for dim ", d, " of size ", t.size(d), " in ", t.str());
     pos += index[d] * t.stride(d);
   }
   return pos;

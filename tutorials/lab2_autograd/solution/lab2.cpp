@@ -55,8 +55,8 @@ Tensor tanh(const Tensor& x) {
 
 // Task 2.3: out (N, M) = a (N, K) @ b (K, M).
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  GS_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "lab2::matmul",
-           "expects (N, K) @ (K, M), got ", a.str(), " @ ", b.str());
+  GS_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "lab2::matmul", "expects (N, K) @ (K, M), got ",
+           a.str(), " @ ", b.str());
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -66,8 +66,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     record("lab2::matmul", out, {&a, &b},
            [sa = SavedTensor(a, "lab2::matmul"), sb = SavedTensor(b, "lab2::matmul")](const Tensor& g, Node& n) {
              Tensor av = sa.unpack(n), bv = sb.unpack(n);
-             return tensor_list{gs::matmul(g, bv.t()),    // g (N, M) @ b^T (M, K) -> (N, K)
-                                gs::matmul(av.t(), g)};   // a^T (K, N) @ g (N, M) -> (K, M)
+             return tensor_list{gs::matmul(g, bv.t()),   // g (N, M) @ b^T (M, K) -> (N, K)
+                                gs::matmul(av.t(), g)};  // a^T (K, N) @ g (N, M) -> (K, M)
            });
   }
   return out;

@@ -93,8 +93,7 @@ BroadcastReport locate_broadcast(nn::Module& model, const std::function<void()>&
 }
 
 // Given (the same as in the starter).
-std::vector<double> train_regression_buggy(nn::Module& model, const Tensor& x, const Tensor& y, int steps,
-                                           double lr) {
+std::vector<double> train_regression_buggy(nn::Module& model, const Tensor& x, const Tensor& y, int steps, double lr) {
   nn::MSELoss loss_fn(nn::MSELossOptions().allow_broadcast(true));
   optim::SGD opt(model.parameters(), optim::SGDOptions(lr));
   std::vector<double> losses;
@@ -163,9 +162,9 @@ Tensor ResidualMLPInplace::forward(const Tensor& x) {
 // Task 4.6: a new tensor for the sum; x stays as the caller (and fc1's saved copy) knows it.
 // The relu_ on fc1's fresh output may stay in place: no op saved that tensor.
 Tensor ResidualMLP::forward(const Tensor& x) {
-  Tensor h = (*fc1)(x);            // (B, D)
+  Tensor h = (*fc1)(x);  // (B, D)
   h.relu_();
-  return relu(x + (*fc2)(h));      // (B, D)
+  return relu(x + (*fc2)(h));  // (B, D)
 }
 
 }  // namespace gradsleuth::lab4

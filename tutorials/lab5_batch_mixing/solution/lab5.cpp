@@ -106,21 +106,21 @@ Tensor TimeAverage::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2);
   Tensor xt = x.transpose(0, 1).reshape({T, B * D});                // (T, B, D) -> (T, B*D), a copy
   Tensor h = running_mean_matrix(T).matmul(xt).reshape({T, B, D});  // h[t, b] = mean_{s<=t} x[b, s]
-  Tensor y = linear(h, weight, bias);                                 // (T, B, M)
-  return y.transpose(0, 1);                                           // (B, T, M)
+  Tensor y = linear(h, weight, bias);                               // (T, B, M)
+  return y.transpose(0, 1);                                         // (B, T, M)
 }
 
 // Task 5.4
-Tensor batchnorm_forward(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& weight, const Tensor& bias, double eps, bool training) {
+Tensor batchnorm_forward(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                         const Tensor& bias, double eps, bool training) {
   GS_CHECK(x.dim() == 2, "lab5::batchnorm_forward", "expects x (B, C), got ", x.str());
   Tensor mean, var;  // (C)
   if (training) {
-    mean = x.mean({0});              // every row's output now depends on every row
+    mean = x.mean({0});  // every row's output now depends on every row
     const Tensor c = x - mean;
-    var = (c * c).mean({0});         // biased: divide by B
+    var = (c * c).mean({0});  // biased: divide by B
   } else {
-    mean = running_mean;             // constants: each row on its own
+    mean = running_mean;  // constants: each row on its own
     var = running_var;
   }
   Tensor y = (x - mean) / (var + eps).sqrt();

@@ -20,12 +20,12 @@ Tensor dead_units(const std::vector<Tensor>& activations) {
     GS_CHECK(y.defined() && y.dim() >= 2, "lab6::dead_units", "expects activations (B, U, ...), got ",
              y.defined() ? y.str() : "an undefined tensor");
     const Tensor positive = y.detach().transpose(0, 1).flatten(1) > 0.0;  // (U, B * ...) bool
-    Tensor a = amax(positive.to(kFloat32), {1}) > 0.0;                     // (U): positive somewhere
+    Tensor a = amax(positive.to(kFloat32), {1}) > 0.0;                    // (U): positive somewhere
     if (!alive.defined()) {
       alive = a;
     } else {
-      GS_CHECK(a.shape() == alive.shape(), "lab6::dead_units", "the batches have different numbers of units: ",
-               alive.size(0), " and ", a.size(0));
+      GS_CHECK(a.shape() == alive.shape(), "lab6::dead_units",
+               "the batches have different numbers of units: ", alive.size(0), " and ", a.size(0));
       alive = alive || a;
     }
   }
@@ -39,8 +39,9 @@ double dead_fraction(const std::vector<Tensor>& activations) {
 
 // Task 6.2
 std::pair<int64_t, int64_t> fan_in_and_out(const Tensor& w) {
-  GS_CHECK(w.defined() && w.dim() >= 2, "lab6::fan_in_and_out", "needs a weight with at least 2 dims (out, in, k...), got ",
-           w.defined() ? w.str() : "an undefined tensor", ": a bias has no fan");
+  GS_CHECK(w.defined() && w.dim() >= 2, "lab6::fan_in_and_out",
+           "needs a weight with at least 2 dims (out, in, k...), got ", w.defined() ? w.str() : "an undefined tensor",
+           ": a bias has no fan");
   int64_t receptive = 1;  // prod(k): the kernel's positions
   for (int64_t d = 2; d < w.dim(); ++d) receptive *= w.size(d);
   return {w.size(1) * receptive, w.size(0) * receptive};
@@ -88,15 +89,19 @@ std::shared_ptr<nn::Sequential> deep_stack(int64_t in, int64_t width, int64_t de
   int64_t d = in;
   for (int64_t i = 0; i < depth; ++i, d = width) {
     auto fc = std::make_shared<nn::Linear>(d, width);
-    if (kind == Stack::ReLUHe) he_normal_(fc->weight, gen);
-    else xavier_normal_(fc->weight, gen);
+    if (kind == Stack::ReLUHe)
+      he_normal_(fc->weight, gen);
+    else
+      xavier_normal_(fc->weight, gen);
     {
       NoGradGuard no_grad;
       fc->bias.zero_();
     }
     model->push_back(fc);
-    if (kind == Stack::ReLUHe) model->push_back(std::make_shared<nn::ReLU>());
-    else model->push_back(std::make_shared<nn::Sigmoid>());
+    if (kind == Stack::ReLUHe)
+      model->push_back(std::make_shared<nn::ReLU>());
+    else
+      model->push_back(std::make_shared<nn::Sigmoid>());
   }
   auto head = std::make_shared<nn::Linear>(d, out);
   xavier_normal_(head->weight, gen);
@@ -109,13 +114,13 @@ std::shared_ptr<nn::Sequential> deep_stack(int64_t in, int64_t width, int64_t de
 // Given (the same as in the starter).
 std::shared_ptr<nn::Sequential> make_broken_mlp(uint64_t seed) {
   manual_seed(seed);
-  auto model = std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128), std::make_shared<nn::Sigmoid>(),
-      std::make_shared<nn::Linear>(128, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 128),
+                                                std::make_shared<nn::Sigmoid>(), std::make_shared<nn::Linear>(128, 128),
+                                                std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
   NoGradGuard no_grad;
   Generator gen(seed);
   model->at<nn::Linear>(1)->weight.copy_(randn({128, 784}, kFloat32, &gen));  // N(0, 1): B16's pattern
-  model->at<nn::Linear>(3)->bias.fill_(-4.0);                                  // B18's pattern
+  model->at<nn::Linear>(3)->bias.fill_(-4.0);                                 // B18's pattern
   return model;
 }
 
@@ -126,8 +131,10 @@ void fix_initialisation(nn::Sequential& model, Generator& gen) {
     auto fc = std::dynamic_pointer_cast<nn::Linear>(layers[i]);
     if (!fc) continue;
     const bool relu_next = i + 1 < layers.size() && layers[i + 1]->type_name() == "ReLU";
-    if (relu_next) he_normal_(fc->weight, gen);
-    else xavier_normal_(fc->weight, gen);
+    if (relu_next)
+      he_normal_(fc->weight, gen);
+    else
+      xavier_normal_(fc->weight, gen);
     NoGradGuard no_grad;
     if (fc->bias.defined()) fc->bias.zero_();
   }

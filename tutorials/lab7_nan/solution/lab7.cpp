@@ -22,7 +22,7 @@ Tensor log_softmax(const Tensor& x) {
   GS_CHECK(x.defined() && x.dim() >= 1 && x.is_floating_point(), "lab7::log_softmax",
            "expects a floating-point tensor (..., K), got ", x.defined() ? x.str() : "an undefined tensor");
   const Tensor m = x.max(-1, /*keepdim=*/true).detach();  // (..., 1)
-  const Tensor shifted = x - m;                            // every entry <= 0: exp cannot overflow
+  const Tensor shifted = x - m;                           // every entry <= 0: exp cannot overflow
   return shifted - shifted.exp().sum({-1}, /*keepdim=*/true).log();
 }
 
@@ -56,9 +56,12 @@ float half_bits_to_float(uint16_t h) {
   const int exp = (h >> 10) & 0x1f;
   const int mant = h & 0x3ff;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);                           // subnormal (or 0)
-  else if (exp == 31) v = mant == 0 ? INFINITY : NAN;                                    // inf or NaN
-  else v = std::ldexp(static_cast<float>(1024 + mant), exp - 25);                        // (1 + m/1024) 2^(e-15)
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24);  // subnormal (or 0)
+  else if (exp == 31)
+    v = mant == 0 ? INFINITY : NAN;  // inf or NaN
+  else
+    v = std::ldexp(static_cast<float>(1024 + mant), exp - 25);  // (1 + m/1024) 2^(e-15)
   return neg ? -v : v;
 }
 
@@ -108,8 +111,10 @@ double half_exp_overflow() {
   double lo = 0.0, hi = 20.0;
   while (hi - lo > 1e-6) {
     const double mid = 0.5 * (lo + hi);
-    if (std::isinf(round_to_half(static_cast<float>(std::exp(mid))))) hi = mid;
-    else lo = mid;
+    if (std::isinf(round_to_half(static_cast<float>(std::exp(mid)))))
+      hi = mid;
+    else
+      lo = mid;
   }
   return hi;
 }

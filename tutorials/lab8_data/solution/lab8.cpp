@@ -51,8 +51,10 @@ AlignmentCounts count_misaligned(const nn::Dataset& reference, const nn::DataLoa
     for (size_t r = 0; r < bh.size(); ++r) {
       ++c.checked;
       const auto it = labels_of.find(bh[r]);
-      if (it == labels_of.end()) ++c.unknown;
-      else if (std::find(it->second.begin(), it->second.end(), by[r]) == it->second.end()) ++c.misaligned;
+      if (it == labels_of.end())
+        ++c.unknown;
+      else if (std::find(it->second.begin(), it->second.end(), by[r]) == it->second.end())
+        ++c.misaligned;
     }
   }
   return c;
@@ -64,8 +66,8 @@ Standardiser fit_standardiser(const Tensor& x) {
            "needs data (N, D...) with N >= 1, got ", x.defined() ? x.str() : "an undefined tensor");
   NoGradGuard no_grad;
   const Tensor x64 = x.detach().to(kFloat64);
-  const Tensor mean = x64.mean({0});                              // (D...)
-  const Tensor std = (x64 - mean).square().mean({0}).sqrt();      // population: divide by N
+  const Tensor mean = x64.mean({0});                          // (D...)
+  const Tensor std = (x64 - mean).square().mean({0}).sqrt();  // population: divide by N
   return {mean.to(kFloat32), std.to(kFloat32)};
 }
 

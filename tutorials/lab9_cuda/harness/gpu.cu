@@ -22,7 +22,7 @@ DeviceInfo query() {
   info.count = err == cudaSuccess ? count : 0;
   if (err != cudaSuccess) {
     std::snprintf(info.error, sizeof info.error, "%.250s", error_text(err));  // long texts are cut
-    cudaGetLastError();  // clear it
+    cudaGetLastError();                                                       // clear it
     return info;
   }
   if (count == 0) return info;
@@ -82,9 +82,7 @@ int download(float* dst, const float* src, int64_t n) {
   return cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
-int fill_bytes(float* p, int64_t n, int byte) {
-  return cudaMemset(p, byte, static_cast<size_t>(n) * sizeof(float));
-}
+int fill_bytes(float* p, int64_t n, int byte) { return cudaMemset(p, byte, static_cast<size_t>(n) * sizeof(float)); }
 
 int synchronize() { return cudaDeviceSynchronize(); }
 

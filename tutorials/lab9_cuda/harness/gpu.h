@@ -9,10 +9,10 @@
 namespace gradsleuth::lab9::gpu {
 
 struct DeviceInfo {
-  int status = 0;          // what cudaGetDeviceCount returned (0 = cudaSuccess)
-  int count = 0;           // devices found (0 when status != 0)
-  char error[256] = {};    // "cudaErrorInsufficientDriver (35): CUDA driver version is insufficient ..."
-  char name[256] = {};     // device 0
+  int status = 0;                  // what cudaGetDeviceCount returned (0 = cudaSuccess)
+  int count = 0;                   // devices found (0 when status != 0)
+  char error[256] = {};            // "cudaErrorInsufficientDriver (35): CUDA driver version is insufficient ..."
+  char name[256] = {};             // device 0
   int cc_major = 0, cc_minor = 0;  // compute capability of device 0 (9.0: H100, H200)
   int sm_count = 0;
   double peak_gb_per_s = 0.0;  // 2 (DDR) * memory clock * bus width / 8, from the device attributes
@@ -24,13 +24,13 @@ const DeviceInfo& device_info();
 const char* error_text(int err);
 const char* cublas_status_text(int status);
 
-int alloc(float** p, int64_t n);                               // n floats of device memory
-void release(float* p);                                        // cudaFree; errors ignored and cleared
-int upload(float* dst, const float* src, int64_t n);           // host -> device
-int download(float* dst, const float* src, int64_t n);         // device -> host
-int fill_bytes(float* p, int64_t n, int byte);                 // cudaMemset of n floats' bytes
-int synchronize();                                             // cudaDeviceSynchronize
-int clear_error();                                             // cudaGetLastError: returns and clears it
+int alloc(float** p, int64_t n);                        // n floats of device memory
+void release(float* p);                                 // cudaFree; errors ignored and cleared
+int upload(float* dst, const float* src, int64_t n);    // host -> device
+int download(float* dst, const float* src, int64_t n);  // device -> host
+int fill_bytes(float* p, int64_t n, int byte);          // cudaMemset of n floats' bytes
+int synchronize();                                      // cudaDeviceSynchronize
+int clear_error();                                      // cudaGetLastError: returns and clears it
 // After an error that poisons the context (an illegal address in a kernel):
 // drops the cuBLAS handle and calls cudaDeviceReset, so later cases can run.
 int reset();

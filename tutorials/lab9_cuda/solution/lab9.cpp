@@ -51,8 +51,8 @@ int64_t global_index(int64_t block_idx, int64_t block_dim, int64_t thread_idx) {
 }
 
 Launch2D launch_matmul(int64_t M, int64_t N, int64_t tile) {
-  GS_CHECK(tile >= 1 && tile * tile <= 1024, "lab9::launch_matmul", "a tile x tile block must hold 1 to 1024 threads, got tile ",
-           tile);
+  GS_CHECK(tile >= 1 && tile * tile <= 1024, "lab9::launch_matmul",
+           "a tile x tile block must hold 1 to 1024 threads, got tile ", tile);
   GS_CHECK(M >= 0 && N >= 0, "lab9::launch_matmul", "M and N must be >= 0, got ", M, " and ", N);
   return {ceil_div(N, tile), ceil_div(M, tile), tile, tile};
 }
