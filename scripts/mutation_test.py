@@ -71,8 +71,8 @@ MUTATIONS = [
          what="the backend's tiled matmul launched with a grid one tile short along the columns",
          target="tests/test_cuda_backend_emu", args=["-aa=1"], expect="TEST CASE:  matmul of int64"),
     dict(name="workbench_reduce_grid_short", file="cuda/workbench/reduce.cu",
-         old="case 2: return gs::cuda::launch(reduce_v2, dim3(ceil_div(n, 2 * kV2Threads)),",
-         new="case 2: return gs::cuda::launch(reduce_v2, dim3(ceil_div(n, 2 * kV2Threads) - 1),",
+         old="return gs::cuda::launch(reduce_v2, dim3(ceil_div(n, 2 * kV2Threads)),",
+         new="return gs::cuda::launch(reduce_v2, dim3(ceil_div(n, 2 * kV2Threads) - 1),",
          what="the workbench reduce v2 launched with a grid one block short",
          target="tests/test_workbench_emu", args=["-aa=1"], expect="TEST CASE:  workbench: reduce v2"),
     dict(name="lab9_axpy_le", file="tutorials/lab9_cuda/solution/lab9_kernels.cu",
@@ -183,8 +183,22 @@ def run_mutation(m, build, scratch, deps, log):
         return dict(caught=False, error=f"no link command for {m['target']}")
     exe = os.path.join(scratch, m["name"], os.path.basename(m["target"]))
     link = link.replace(f" -o {m['target']} ", f" -o {exe} ", 1)
-    first_obj = re.search(r" (\S+\.o) ", link)
-    link = link[:first_obj.start()] + " " + " ".join(new_objs) + link[first_obj.start():]
+    # The mutated objects take the place of the originals: right before the archive that holds
+    # them (they then replace its members of the same name), or first when the originals are
+    # linked as objects. Everything linked before that place keeps its precedence, so inline
+    # functions (std::string's, say) still come from the same, uninstrumented objects as in the
+    # real link.
+    at = None
+    members = {os.path.basename(o) for o in objs}
+    for lib in re.finditer(r" (\S+\.a)(?= )", link):
+        path = lib.group(1) if os.path.isabs(lib.group(1)) else os.path.join(build, lib.group(1))
+        listed = subprocess.run(["ar", "t", path], capture_output=True, text=True).stdout.split()
+        if members & set(listed):
+            at = lib.start()
+            break
+    if at is None:
+        at = re.search(r" (\S+\.o) ", link).start()
+    link = link[:at] + " " + " ".join(new_objs) + link[at:]
     r = subprocess.run(link, cwd=build, shell=True, capture_output=True, text=True)
     if r.returncode != 0:
         return dict(caught=False, error=f"relinking {m['target']} failed:\n{r.stderr[-2000:]}")
