@@ -2,6 +2,7 @@
 // starting a finding, integers in titles, medians and quantiles of samples.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -58,11 +59,20 @@ inline std::string decimals3(double v) {
 inline std::string pad(const std::string& s, size_t w) {
   return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' ');
 }
-// ["a","b"] as JSON.
+// ["a","b"] as JSON,
 inline std::string str_list(const std::vector<std::string>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + json_str(v[i]);
   return s + "]";
 }
+// "a, b" (the items joined by `sep`),
+inline std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+// and the seconds since t0 on the steady clock.
+using Clock = std::chrono::steady_clock;
+inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace gradsleuth::debug::detail

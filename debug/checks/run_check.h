@@ -167,6 +167,32 @@ class RunCheck {
   virtual void trainer(RunContext&) {}
 };
 
+// A run check around a statistics tracker that hooks the model's forwards (M7, M8, M25, M26):
+// the first step (initialisation) is always recorded, then the sampled steps; the monitor's probe
+// forwards are not (RunEvent::Pause). The subclass adds its ids, events and findings.
+template <class Tracker>
+class TrackerRunCheck : public RunCheck {
+ public:
+  template <class Options>
+  explicit TrackerRunCheck(const Options& o) : t_(o) {}
+  void attach(RunContext& c) override {
+    t_.attach(c.model);
+    t_.set_active(true);
+    t_.set_step(1);
+  }
+  void after_step(RunContext& c, bool) override {
+    t_.set_step(c.steps + 1);
+    t_.set_active(c.sampled());
+  }
+  void pause(RunContext& c, bool on) override { t_.set_active(!on && c.sampled()); }
+  void detach(RunContext&) override { t_.detach(); }
+
+ protected:
+  static constexpr uint32_t kEvents =
+      RunEvent::Attach | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish;
+  Tracker t_;
+};
+
 using RunCheckList = std::vector<std::unique_ptr<RunCheck>>;
 
 // Each family registers its run checks, in its own folder (checks/<family>/register.cpp).

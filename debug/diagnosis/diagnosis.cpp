@@ -16,7 +16,7 @@ namespace gradsleuth::debug {
 namespace {
 
 bool is(const Finding& f, const char* check) { return f.fires() && f.check == check; }
-bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.check == check && f.kind == k; }
+bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.is(check, k); }
 
 // The checks that localise where a non-finite value came from.
 bool nonfinite_source(const Finding& f) {

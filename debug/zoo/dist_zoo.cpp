@@ -29,14 +29,9 @@ using detail::pad;
 using detail::pct;
 using detail::str_list;
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
+using detail::Clock;
+using detail::join;
+using detail::since;
 
 // Every rank's `mine` (the same length on every rank): [rank][i]. One all_gather of a float64 tensor;
 // the indices and fingerprints it carries are exact in float64 (integers below 2^53).
@@ -303,7 +298,6 @@ Result run(const std::vector<Bug>& bugs, const Options& o, dist::ProcessGroup& p
 }
 
 namespace {
-std::string num3(double v) { return detail::decimals3(v); }
 // Only the data-parallel checks' findings: the others are not attached here.
 std::string run_json(const zoo::RunResult& b, bool bug) {
   std::ostringstream os;
@@ -332,8 +326,8 @@ std::string matrix(const Result& r) {
   for (const zoo::RunResult& b : r.bugs) {
     caught += b.caught ? 1 : 0;
     os << pad(b.id, 5) << pad(join(b.intended, ","), 10) << pad(b.caught ? "yes" : "NO", 7)
-       << pad(pct(b.test_accuracy) + " (" + pct(r.clean.test_accuracy) + ")", 21) << pad(num3(b.final_loss), 8)
-       << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
+       << pad(pct(b.test_accuracy) + " (" + pct(r.clean.test_accuracy) + ")", 21)
+       << pad(detail::decimals3(b.final_loss), 8) << (b.fired.empty() ? "-" : join(b.fired, " ")) << "\n";
     os << "     " << b.title << "\n";
   }
   os << "\ntest acc (ref): rank 0's replica on the test images, and in brackets the clean reference's\n";
@@ -344,9 +338,10 @@ std::string matrix(const Result& r) {
   os << line << "\n";
   std::vector<std::string> labels;
   for (const auto& c : r.clean.fired) labels.push_back(check_label(c));
-  os << "\nclean reference: test accuracy " << pct(r.clean.test_accuracy) << ", final loss " << num3(r.clean.final_loss)
-     << ", checks fired: " << (labels.empty() ? "none" : join(labels)) << "\n";
-  os << caught << "/" << r.bugs.size() << " bugs caught by their intended checks; " << num3(r.seconds) << " s\n";
+  os << "\nclean reference: test accuracy " << pct(r.clean.test_accuracy) << ", final loss "
+     << detail::decimals3(r.clean.final_loss) << ", checks fired: " << (labels.empty() ? "none" : join(labels)) << "\n";
+  os << caught << "/" << r.bugs.size() << " bugs caught by their intended checks; " << detail::decimals3(r.seconds)
+     << " s\n";
   return os.str();
 }
 

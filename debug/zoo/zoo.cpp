@@ -32,8 +32,9 @@ using detail::pad;
 using detail::pct;
 using detail::str_list;
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using detail::Clock;
+using detail::join;
+using detail::since;
 
 // logits * factor: the temperature of a sharpened softmax (1 / T), as in
 // distillation and contrastive losses. Bug B20's recipe uses T = 0.05.
@@ -104,12 +105,6 @@ std::shared_ptr<nn::Sequential> make_cnn(const nn::BugSet& bugs, int64_t K, int6
       std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)),
       std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(), fc,
       std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.25), head);
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
 }
 
 }  // namespace

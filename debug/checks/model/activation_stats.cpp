@@ -291,34 +291,11 @@ std::vector<Finding> SaturationTracker::findings() const {
 
 // ---- M7, M8 during training (the monitor's run checks) ----------------------------------------
 namespace {
-// The first step (initialisation) is always recorded, then the sampled steps; the probes'
-// forwards are not (RunEvent::Pause).
-template <class Tracker>
-class ActivationRunCheck : public RunCheck {
- public:
-  explicit ActivationRunCheck(const ActivationOptions& o) : t_(o) {}
-  void attach(RunContext& c) override {
-    t_.attach(c.model);
-    t_.set_active(true);
-    t_.set_step(1);
-  }
-  void after_step(RunContext& c, bool) override {
-    t_.set_step(c.steps + 1);
-    t_.set_active(c.sampled());
-  }
-  void pause(RunContext& c, bool on) override { t_.set_active(!on && c.sampled()); }
-  void detach(RunContext&) override { t_.detach(); }
-
- protected:
-  static constexpr uint32_t kEvents =
-      RunEvent::Attach | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish;
-  Tracker t_;
-};
 
 // M7: dead units per epoch (an epoch is a pass through the data).
-class DeadReluRunCheck final : public ActivationRunCheck<DeadReluTracker> {
+class DeadReluRunCheck final : public TrackerRunCheck<DeadReluTracker> {
  public:
-  using ActivationRunCheck::ActivationRunCheck;
+  using TrackerRunCheck::TrackerRunCheck;
   std::string ids() const override { return "M7"; }
   uint32_t events() const override { return kEvents | RunEvent::Trainer | RunEvent::Epoch | RunEvent::Series; }
   void trainer(RunContext&) override { t_.begin_pass(); }
@@ -338,9 +315,9 @@ class DeadReluRunCheck final : public ActivationRunCheck<DeadReluTracker> {
 };
 
 // M8: saturated sigmoid/tanh units.
-class SaturationRunCheck final : public ActivationRunCheck<SaturationTracker> {
+class SaturationRunCheck final : public TrackerRunCheck<SaturationTracker> {
  public:
-  using ActivationRunCheck::ActivationRunCheck;
+  using TrackerRunCheck::TrackerRunCheck;
   std::string ids() const override { return "M8"; }
   uint32_t events() const override { return kEvents; }
   void finish(RunContext& c) override {

@@ -17,6 +17,7 @@
 #include "debug/checks/hooks.h"
 #include "debug/checks/host_copy.h"
 #include "debug/checks/model/model_checks.h"
+#include "debug/checks/model/model_util.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/normalization.h"
@@ -57,19 +58,7 @@ class GeneratorSnapshot {
   Generator saved_;
 };
 
-// The .grad of every parameter, to put back after a probe.
-class GradsBack {
- public:
-  explicit GradsBack(nn::Module& model) {
-    for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.grad());
-  }
-  ~GradsBack() {
-    for (auto& [p, g] : saved_) p.set_grad(g);
-  }
-
- private:
-  std::vector<std::pair<Tensor, Tensor>> saved_;
-};
+using model_detail::GradSnapshot;  // the .grad of every parameter, put back after a probe
 
 Tensor host64(const Tensor& t) { return t.detach().to(kCPU).to(kFloat64); }
 
@@ -102,7 +91,7 @@ ModeProbe probe_mode_dependence(nn::Module& model, const Tensor& x, const ModePr
   ModeProbe probe;
   if (!x.defined()) return probe;
   ModeSnapshot modes(model);
-  GradsBack grads(model);
+  GradSnapshot grads(model);
   GeneratorSnapshot rng;
   QuietProbe quiet(model);  // warnings muted, every buffer restored at the end
   NoGradGuard ng;
@@ -290,7 +279,7 @@ std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module&
   std::vector<std::pair<std::string, nn::ModulePtr>> out;
   if (!x.defined()) return out;
   ModeSnapshot modes(model);
-  GradsBack grads(model);
+  GradSnapshot grads(model);
   QuietProbe quiet(model);
   model.eval();
   EngineOps engine;
@@ -344,7 +333,7 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   std::vector<Finding> out;
   if (!x.defined() || !x.is_floating_point() || x.dim() == 0) return out;
   ModeSnapshot modes(model);
-  GradsBack grads(model);
+  GradSnapshot grads(model);
   HostCopyGuard host(model, "check_input_gradient (M13)");
   model.eval();
   DType orig = kFloat32;

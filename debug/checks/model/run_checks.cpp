@@ -283,32 +283,10 @@ std::vector<Finding> VarianceTracker::findings() const {
 
 // ---- M25, M26 during training (the monitor's run checks) --------------------------------------
 namespace {
-// The first step and the sampled steps' training forwards; the probes' forwards are not recorded.
-template <class Tracker>
-class SampledRunCheck : public RunCheck {
- public:
-  explicit SampledRunCheck(const RunCheckOptions& o) : t_(o) {}
-  void attach(RunContext& c) override {
-    t_.attach(c.model);
-    t_.set_active(true);
-    t_.set_step(1);
-  }
-  void after_step(RunContext& c, bool) override {
-    t_.set_active(c.sampled());
-    t_.set_step(c.steps + 1);
-  }
-  void pause(RunContext& c, bool on) override { t_.set_active(!on && c.sampled()); }
-  void detach(RunContext&) override { t_.detach(); }
 
- protected:
-  static constexpr uint32_t kEvents =
-      RunEvent::Attach | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish;
-  Tracker t_;
-};
-
-class AllZeroRunCheck final : public SampledRunCheck<AllZeroTracker> {
+class AllZeroRunCheck final : public TrackerRunCheck<AllZeroTracker> {
  public:
-  using SampledRunCheck::SampledRunCheck;
+  using TrackerRunCheck::TrackerRunCheck;
   std::string ids() const override { return "M25"; }
   uint32_t events() const override { return kEvents | RunEvent::BeforeStep; }
   void before_step(RunContext& c, bool sampled) override {
@@ -320,9 +298,9 @@ class AllZeroRunCheck final : public SampledRunCheck<AllZeroTracker> {
   }
 };
 
-class VarianceRunCheck final : public SampledRunCheck<VarianceTracker> {
+class VarianceRunCheck final : public TrackerRunCheck<VarianceTracker> {
  public:
-  using SampledRunCheck::SampledRunCheck;
+  using TrackerRunCheck::TrackerRunCheck;
   std::string ids() const override { return "M26"; }
   uint32_t events() const override { return kEvents; }
   void finish(RunContext& c) override {
