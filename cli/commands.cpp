@@ -6,6 +6,8 @@ namespace gradsleuth::cli {
 std::vector<Command> all_commands() {
   return {
       {"checks", "list the debug module's checks: id, name, C++ entry point, sources (docs/checks.md)", cmd_checks},
+      {"corpus", "run the healthy-practice corpus: correct training programs on which no check may warn",
+       cmd_corpus},
       {"doctor", "run every check on a model (optionally with injected bugs) and write an HTML report", cmd_doctor},
       {"demo", "train a small MLP on a spiral with raw ops, then show an in-place error and a gradient check",
        cmd_demo},

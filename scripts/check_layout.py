@@ -15,7 +15,7 @@ import re
 import sys
 
 LIBRARY_FLOORS = {"core": 0, "nn": 1, "optim": 2, "debug": 3}
-DEBUG_ROOMS = {"evidence": 0, "checks": 1, "diagnosis": 2, "report": 3, "run": 4, "zoo": 5}
+DEBUG_ROOMS = {"evidence": 0, "checks": 1, "diagnosis": 2, "report": 3, "run": 4, "zoo": 5, "corpus": 5}
 MAX_DEBUG_LINES = 800
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
