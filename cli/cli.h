@@ -28,8 +28,10 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_checks(const std::vector<std::string>& args);
 int cmd_zoo(const std::vector<std::string>& args);
 int cmd_graph(const std::vector<std::string>& args);
-int cmd_explore(const std::vector<std::string>& args);  // cli/cmd_explore.cpp
-int cmd_corpus(const std::vector<std::string>& args);  // cli/cmd_corpus.cpp
+int cmd_explore(const std::vector<std::string>& args);    // cli/cmd_explore.cpp
+int cmd_corpus(const std::vector<std::string>& args);     // cli/cmd_corpus.cpp
+int cmd_mutate(const std::vector<std::string>& args);     // cli/cmd_mutate.cpp
+int cmd_scorecard(const std::vector<std::string>& args);  // cli/cmd_scorecard.cpp
 int cmd_doctor(const std::vector<std::string>& args);
 int cmd_lab(const std::vector<std::string>& args);
 int cmd_kernels(const std::vector<std::string>& args);  // cli/cmd_kernels.cpp

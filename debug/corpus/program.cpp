@@ -119,7 +119,10 @@ Built build_model(const Program& p, int64_t outputs) {
   Built b;
   std::vector<nn::ModulePtr> layers;
   const bool remove_bias = m.fault_bias < 0;
-  auto linear = [&](int64_t in, int64_t out) { return std::make_shared<nn::Linear>(in, out, !remove_bias); };
+  // BatchNorm's shift makes the bias of the layer before it redundant: that layer has none (as in
+  // torchvision's models) unless a fault adds one.
+  const bool hidden_bias = !remove_bias && (m.norm != "batch" || m.fault_bias > 0);
+  auto linear = [&](int64_t in, int64_t out) { return std::make_shared<nn::Linear>(in, out, hidden_bias); };
   auto act_for = [&](size_t i) {
     return static_cast<int64_t>(i) == m.fault_layer && !m.fault_activation.empty() ? m.fault_activation : m.activation;
   };
@@ -129,8 +132,7 @@ Built build_model(const Program& p, int64_t outputs) {
   if (m.arch == "cnn") {
     int64_t c_in = 1, hw = 12;
     for (size_t i = 0; i < m.hidden.size(); ++i) {
-      auto conv = std::make_shared<nn::Conv2d>(
-          nn::Conv2dOptions(c_in, m.hidden[i], 3).padding(1).bias(!remove_bias && m.norm != "batch"));
+      auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(c_in, m.hidden[i], 3).padding(1).bias(hidden_bias));
       init_layer(*conv, init_for(i), act_for(i));
       if (!b.first) b.first = conv;
       layers.push_back(conv);
@@ -145,7 +147,7 @@ Built build_model(const Program& p, int64_t outputs) {
       hw /= 2;
     }
     layers.push_back(std::make_shared<nn::Flatten>());
-    auto fc = linear(c_in * hw * hw, m.fc);
+    auto fc = std::make_shared<nn::Linear>(c_in * hw * hw, m.fc, !remove_bias);
     init_layer(*fc, m.init, m.activation);
     layers.push_back(fc);
     layers.push_back(activation(m.activation));
@@ -179,7 +181,7 @@ Built build_model(const Program& p, int64_t outputs) {
   if (m.dropout > 0) layers.push_back(std::make_shared<nn::Dropout>(m.dropout));
   b.body = layers;
   const int64_t last = m.arch == "cnn" ? m.fc : m.hidden.empty() ? p.data.features : m.hidden.back();
-  auto head = std::make_shared<nn::Linear>(last, outputs, !remove_bias || m.fault_bias > 0);
+  auto head = std::make_shared<nn::Linear>(last, outputs, !remove_bias);
   init_layer(*head, m.init == "kaiming" ? "xavier" : m.init, "identity");
   if (!m.fault_init.empty() && m.fault_layer == static_cast<int64_t>(m.hidden.size()))
     init_layer(*head, m.fault_init, "identity");

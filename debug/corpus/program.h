@@ -86,7 +86,7 @@ struct ModelSpec {
   std::string fault_activation = "";      // that layer's activation replaced ("identity": removed)
   std::string fault_add_activation = "";  // an activation added after the head ("relu", "softmax", "sigmoid")
   std::string fault_init = "";            // that layer's initialisation replaced
-  int fault_bias = 0;                     // +1: bias added to the head; -1: every layer's bias removed
+  int fault_bias = 0;                     // +1: a bias on the layers BatchNorm follows; -1: every layer's bias removed
 };
 
 // ---- the loss --------------------------------------------------------------------------------
