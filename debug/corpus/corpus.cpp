@@ -207,8 +207,8 @@ std::vector<Program> make_programs() {
     p.model.pretrained = true;
     p.model.freeze_body = true;
     p.optim.kind = "momentum";
-    p.optim.lr = 0.01;
-    p.loop.epochs = 5;
+    p.optim.lr = 0.02;
+    p.loop.epochs = 10;
     add(p);
   }
 
@@ -245,6 +245,7 @@ std::vector<Program> make_programs() {
     p.data.generator = "planes";
     p.data.classes = 3;
     p.data.features = 8;
+    p.optim.lr = 5e-3;
     p.loop.epochs = 12;
     add(p);
   }
@@ -305,7 +306,7 @@ std::vector<Program> make_programs() {
     p.data.generator = "images";
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
-    p.loop.epochs = 5;
+    p.loop.epochs = 10;
     add(p);
   }
   {
@@ -381,7 +382,7 @@ std::vector<Program> make_programs() {
     p.model.norm = "batch";
     p.optim.kind = "momentum";
     p.optim.lr = 0.02;
-    p.loop.epochs = 5;
+    p.loop.epochs = 10;
     add(p);
   }
 
@@ -430,7 +431,8 @@ std::vector<Program> make_programs() {
     p.data.augment = "flip";
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
-    p.loop.epochs = 5;
+    p.loop.epochs = 10;
+    p.optim.lr = 3e-3;
     add(p);
   }
   {

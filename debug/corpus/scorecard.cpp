@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "debug/corpus/corpus.h"
 #include "debug/diagnosis/diagnosis.h"
+#include "debug/evidence/kind.h"
 
 namespace gradsleuth::debug::corpus {
 namespace {
@@ -67,13 +68,22 @@ double t_upper(double t, double df) {
   return t > 0 ? tail : 1.0 - tail;
 }
 
-// The lead names the mutated component: the lead's check, or a check confirming it, is one of causes.
+// The lead names the mutated component: the lead's check (with its kind, for a "CHECK:kind" entry), or
+// a check confirming it, is one of causes.
 bool diagnosed_by(const RunReport& r, const std::vector<std::string>& causes) {
   const CauseAnalysis& a = r.findings.diagnosis();
   if (!a.lead) return false;
-  auto named = [&](const std::string& c) { return std::find(causes.begin(), causes.end(), c) != causes.end(); };
-  if (named(a.lead->check)) return true;
-  return std::any_of(a.lead->confirmed_by.begin(), a.lead->confirmed_by.end(), named);
+  const std::string kind(kind_name(r.findings.findings()[a.lead->index].kind));
+  for (const std::string& c : causes) {
+    const size_t colon = c.find(':');
+    if (colon != std::string::npos) {
+      if (c.substr(0, colon) == a.lead->check && c.substr(colon + 1) == kind) return true;
+    } else if (c == a.lead->check ||
+               std::find(a.lead->confirmed_by.begin(), a.lead->confirmed_by.end(), c) != a.lead->confirmed_by.end()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string lead_of(const RunReport& r) {

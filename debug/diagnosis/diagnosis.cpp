@@ -62,7 +62,8 @@ bool o6_too_high(const Finding& f) {
 }
 bool lr_too_high(const Finding& f) { return o6_too_high(f) || is(f, "O8", Kind::LrAboveRange); }
 bool lr_too_low(const Finding& f) {
-  return is(f, "O6", Kind::LrTooLow) || is(f, "O6", Kind::UpdatesTooSmall) || is(f, "O8", Kind::LrBelowRange);
+  return is(f, "O6", Kind::LrTooLow) || is(f, "O6", Kind::UpdatesTooSmall) || is(f, "O8", Kind::LrBelowRange) ||
+         is(f, "L9", Kind::LrProbeTooLow);
 }
 bool lr_schedule(const Finding& f) {
   return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
@@ -77,7 +78,7 @@ bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
   if (f.check == "L1") return f.kind == Kind::LossStuck || f.kind == Kind::LossAtChance;
   if (f.check == "L7") return f.kind == Kind::Underfitting;
-  return f.check == "M14" || f.check == "M15" || lr_too_low(f);
+  return f.check == "M14" || f.check == "M15" || (lr_too_low(f) && f.check != "L9");  // L9's is a probe's verdict
 }
 
 // Each fault's own findings: every firing finding of its check.
@@ -211,6 +212,15 @@ const std::vector<Cause>& diagnosis_causes() {
        "the learning rate against its optimizer's usual range (O8), the "
        "loss's relative decrease and the update-to-weight ratios (O6)",
        true, [](const Finding& f) { return lr_too_low(f); }},
+      {"noisy-train-labels", "training labels (or inputs) wrong in a share of the training split", "L9",
+       "the trained model's accuracy on its training split against validation, both in eval mode", true,
+       [](const Finding& f) { return is(f, "L9", Kind::TrainLabelsDisagree); }},
+      {"memorised", "too little data or regularisation: the training split memorised", "L9",
+       "the trained model's accuracy on its training split against validation, both in eval mode", true,
+       [](const Finding& f) { return is(f, "L9", Kind::GeneralisationGap); }},
+      {"undertrained", "too few optimizer steps: the run ended while the loss still fell", "L9",
+       "the last epoch's training loss, and the run repeated at 10x the learning rate", true,
+       [](const Finding& f) { return is(f, "L9", Kind::Undertrained); }},
       {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
        "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",

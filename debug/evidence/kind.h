@@ -35,6 +35,12 @@ namespace gradsleuth::debug {
   X(Overfitting, "overfitting", "L7")                                                                 \
   X(ValidationTooGood, "validation-too-good", "L7")                                                   \
   X(FittingNormal, "fitting-normal", "L7")                                                            \
+  /* L9 the trained model on both splits */                                                           \
+  X(TrainLabelsDisagree, "train-labels-disagree", "L9")                                               \
+  X(GeneralisationGap, "generalisation-gap", "L9")                                                    \
+  X(Undertrained, "undertrained", "L9")                                                               \
+  X(LrProbeTooLow, "lr-probe-too-low", "L9")                                                          \
+  X(FitMeasured, "fit-measured", "L9")                                                                \
   /* M5 gradient flow */                                                                              \
   X(ParameterUnreached, "parameter-unreached", "M5")                                                  \
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \

@@ -68,6 +68,7 @@ void Session::init() {
     for (const Tensor& p : model_.parameters()) initial_params_.push_back(p.detach().clone());
     for (const Tensor& b : model_.buffers()) initial_buffers_.push_back(b.detach().clone());
     initial_opt_state_ = opt_.state_dict();
+    for (const auto& g : opt_.param_groups()) initial_lrs_.push_back(g.lr);
     have_initial_ = true;
   }
 }
@@ -299,54 +300,11 @@ void Session::lr_probe(RunReport& r) {
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
   say("learning-rate probe");
   const int64_t steps = std::min<int64_t>(o_.lr_probe_steps, r.steps);
-  // Set aside what training produced, start again from the initial state at lr / 10.
-  std::vector<Tensor> trained_params, trained_buffers;
-  std::map<std::string, Tensor> trained_state;
-  std::vector<double> lrs;
-  {
-    NoGradGuard ng;
-    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
-    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
-  }
-  trained_state = opt_.state_dict();
+  std::vector<double> lrs, tenth;
   for (const auto& g : opt_.param_groups()) lrs.push_back(g.lr);
-  auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
-    NoGradGuard ng;
-    for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
-    for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
-  };
-  std::vector<double> losses;
+  for (double lr : lrs) tenth.push_back(lr / 10.0);
   std::string failed;
-  const bool was_training = model_.is_training();
-  try {
-    restore(initial_params_, initial_buffers_);
-    opt_.load_state_dict(initial_opt_state_);
-    if (!opt_.state_dict().empty()) throw std::runtime_error("the optimizer's state could not be reset");
-    for (size_t g = 0; g < lrs.size(); ++g) opt_.param_groups()[g].lr = lrs[g] / 10.0;
-    model_.train();
-    const nn::DataLoader& train = *data_.train;
-    const int64_t nb = train.num_batches();
-    const Device d = model_device(model_);
-    for (int64_t i = 0; i < steps && nb > 0; ++i) {
-      const nn::Batch b = train.batch(i / nb, i % nb);
-      opt_.zero_grad();
-      Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
-      l.backward();
-      opt_.step();
-      losses.push_back(l.numel() == 1 ? l.item<double>() : kNaN);
-    }
-  } catch (const std::exception& e) {
-    failed = e.what();
-  }
-  // Back to the trained model, whatever happened.
-  restore(trained_params, trained_buffers);
-  for (size_t g = 0; g < lrs.size(); ++g) opt_.param_groups()[g].lr = lrs[g];
-  try {
-    opt_.load_state_dict(trained_state);
-  } catch (const std::exception&) {
-  }
-  opt_.zero_grad();
-  model_.train(was_training);
+  const std::vector<double> losses = rerun_from_start(tenth, steps, failed);
 
   // The verdict and what it rules out are O6's (checks/optim/learning_rate.cpp).
   const std::vector<double> first(
@@ -425,6 +383,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.steps = monitor_->steps();
   r.stopped = stopped_;
   lr_probe(r);
+  if (o_.end_of_run) check_fit_at_end(r);
 
   // What could not run, and what it needs.
   auto skip = [&](std::string checks, std::string reason, std::string remedy) {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/loss/end_fit.h"
 #include "debug/evidence/finding.h"
 #include "debug/report/html_report.h"
 #include "debug/run/monitor.h"
@@ -90,6 +91,8 @@ struct DiagnoseOptions {
   // out. The trained weights and the optimizer's state are restored afterwards. 0: off. Needs
   // DiagnoseData::train and an optimizer whose state_dict()/load_state_dict() round-trip.
   int64_t lr_probe_steps = 100;
+  // L9 (the trained model on both splits, and the higher-learning-rate probe when the loss still fell).
+  EndFitOptions fit;
   // ---- the checks that train the model again (before training, with the gate) ----
   // M15: the model trained on the first (up to 5) training batches with real and with zeroed
   // inputs, judged on the next batch; the model's parameters are restored afterwards. Needs a
@@ -209,6 +212,10 @@ class Session {
   void start_monitor();
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
+  // The same training again from the initial weights with the groups' learning rates `lrs`, for
+  // `steps` steps on the train loader; returns its step losses (the trained state is restored).
+  std::vector<double> rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed);
+  void check_fit_at_end(RunReport& r);  // L9 (debug/run/end_fit_pass.cpp)
   void check_class_errors_at_end();
   void write_explorer(RunReport& r);
 
@@ -236,6 +243,7 @@ class Session {
   // The model and optimizer before training, for the learning-rate probe.
   std::vector<Tensor> initial_params_, initial_buffers_;
   std::map<std::string, Tensor> initial_opt_state_;
+  std::vector<double> initial_lrs_;  // each group's
   bool have_initial_ = false;
   // The explorer's page (DiagnoseOptions::explore_path): the gate's batch and the replay's extra series.
   Tensor explore_x_, explore_y_;

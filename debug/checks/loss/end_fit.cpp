@@ -1,0 +1,156 @@
+// L9's home (debug/checks/loss/end_fit.h): its rules, thresholds and findings.
+#include "debug/checks/loss/end_fit.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/format.h"
+
+namespace gradsleuth::debug {
+namespace {
+
+Finding make(Kind k, Severity s, std::string title) {
+  Finding f;
+  f.check = "L9";
+  f.kind = k;
+  f.severity = s;
+  f.title = std::move(title);
+  f.end_of_run = true;
+  return f;
+}
+
+std::string pct(double v) { return str_printf("%.1f%%", 100 * v); }
+
+}  // namespace
+
+std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling) {
+  std::vector<Finding> out;
+  const bool acc = std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy);
+  auto split_evidence = [&](Finding& f) {
+    if (acc) {
+      f.evidence.push_back({"training accuracy (eval mode)", m.train_accuracy, ""});
+      f.evidence.push_back({"validation accuracy", m.val_accuracy, ""});
+    }
+    f.evidence.push_back({"training loss (eval mode)", m.train_loss, ""});
+    f.evidence.push_back({"validation loss", m.val_loss, ""});
+    f.evidence.push_back({"training examples", static_cast<double>(m.train_examples), ""});
+    f.evidence.push_back({"validation examples", static_cast<double>(m.val_examples), ""});
+  };
+  if (acc && m.val_accuracy - m.train_accuracy > o.labels_margin) {
+    Finding f = make(Kind::TrainLabelsDisagree, Severity::Warning,
+                     "the trained model is right on " + pct(m.val_accuracy) + " of validation but only " +
+                         pct(m.train_accuracy) + " of its own training data: the training labels disagree with it");
+    split_evidence(f);
+    f.evidence.push_back({"validation - training accuracy", m.val_accuracy - m.train_accuracy,
+                          "> " + str_printf("%g", o.labels_margin) + " warns"});
+    f.cause =
+        "a share of the training labels is wrong (labels changed, shifted or noisy in the training split only), or the "
+        "training inputs are corrupted (noise added to the training split): a model fits clean training data at least "
+        "as "
+        "well as data it never saw";
+    f.fix =
+        "look at the training examples the trained model gets wrong with high confidence: relabel or drop them, and "
+        "check that the training split is built like the validation one";
+    out.push_back(f);
+  } else if (acc && m.train_accuracy - m.val_accuracy > o.gap_margin) {
+    Finding f = make(Kind::GeneralisationGap, Severity::Warning,
+                     "the trained model is right on " + pct(m.train_accuracy) + " of its training data but " +
+                         pct(m.val_accuracy) + " of validation: it memorised the training split");
+    split_evidence(f);
+    f.evidence.push_back({"training - validation accuracy", m.train_accuracy - m.val_accuracy,
+                          "> " + str_printf("%g", o.gap_margin) + " warns"});
+    f.cause =
+        "too little training data for the model, or too little regularisation (weight decay, dropout, "
+        "augmentation, early stopping)";
+    f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
+    out.push_back(f);
+  } else if (!acc && std::isfinite(m.train_loss) && std::isfinite(m.val_loss) &&
+             m.val_loss > o.gap_loss_ratio * m.train_loss && m.val_loss - m.train_loss > o.gap_loss_min) {
+    Finding f = make(Kind::GeneralisationGap, Severity::Warning,
+                     "the trained model's validation loss is " + str_printf("%.3g", m.val_loss / m.train_loss) +
+                         "x its training loss (both in eval mode): it memorised the training split");
+    split_evidence(f);
+    f.evidence.push_back({"validation / training loss", m.val_loss / m.train_loss,
+                          "> " + str_printf("%g", o.gap_loss_ratio) + " warns"});
+    f.cause = "too little training data for the model, or too little regularisation";
+    f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
+    out.push_back(f);
+  }
+  if (out.empty() && (acc || (std::isfinite(m.train_loss) && std::isfinite(m.val_loss)))) {
+    Finding f = make(Kind::FitMeasured, Severity::Info,
+                     acc ? "the trained model is right on " + pct(m.train_accuracy) + " of its training data and " +
+                               pct(m.val_accuracy) + " of validation"
+                         : "the trained model's loss is " + str_printf("%.4g", m.train_loss) +
+                               " on its training data and " + str_printf("%.4g", m.val_loss) + " on validation");
+    split_evidence(f);
+    out.push_back(f);
+  }
+
+  // Still falling at the end.
+  const auto& e = m.epoch_train_loss;
+  const size_t n = e.size();
+  const auto& v = m.epoch_val_loss;
+  bool falling = false;
+  double drop = 0, val_drop = 0;
+  // Windows of w epochs (2 from 4 epochs on, so one epoch's wobble is not a trend): the last against
+  // the one before.
+  const size_t w = n >= 4 ? 2 : 1;
+  auto window = [&](const std::vector<double>& x, size_t end) {
+    double sum = 0;
+    for (size_t i = end - w; i < end; ++i) sum += x[i];
+    return sum / static_cast<double>(w);
+  };
+  auto finite = [](const std::vector<double>& x) {
+    return std::all_of(x.begin(), x.end(), [](double d) { return std::isfinite(d) && d > 0; });
+  };
+  if (static_cast<int64_t>(n) >= o.min_epochs && v.size() == n && finite(e) && finite(v)) {
+    const double e_now = window(e, n), e_before = window(e, n - w), v_now = window(v, n), v_before = window(v, n - w);
+    drop = (e_before - e_now) / e_before;
+    val_drop = (v_before - v_now) / v_before;
+    // the run's mean relative drop per window
+    const double pace = (v[0] - v[n - 1]) / v[0] / static_cast<double>(n - 1) * static_cast<double>(w);
+    falling = drop > o.still_falling && val_drop > o.still_falling_val && val_drop > o.still_pace * pace;
+    const auto& a = m.epoch_val_accuracy;
+    if (falling && a.size() == n && std::all_of(a.begin(), a.end(), [](double d) { return std::isfinite(d); }))
+      falling = window(a, n) - window(a, n - w) >= o.still_rising_accuracy;
+  }
+  if (still_falling) *still_falling = falling;
+  if (falling) {
+    const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(m.run_window_loss);
+    const bool lr_low = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
+                        m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
+                        !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
+    // Unconfirmed, "undertrained" stays info: a budget that ends before the curve flattens can be a choice.
+    Finding f =
+        make(lr_low ? Kind::LrProbeTooLow : Kind::Undertrained, lr_low ? Severity::Warning : Severity::Info,
+             lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
+                          str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
+                          pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
+                    : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
+                          pct(val_drop) + "): the model is undertrained");
+    f.evidence.push_back({"last epoch's training loss", e[n - 1], ""});
+    f.evidence.push_back({"the epoch before", e[n - 2], ""});
+    f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
+                          "> " + str_printf("%g", o.still_falling) + " and"});
+    f.evidence.push_back({"validation loss's drop, likewise", val_drop,
+                          "> " + str_printf("%g", o.still_falling_val) + " and > " + str_printf("%g", o.still_pace) +
+                              " x the mean per epoch warns"});
+    if (probed) {
+      f.evidence.push_back({"probe steps", static_cast<double>(m.probe_steps), ""});
+      f.evidence.push_back({"run's loss over its first steps", m.run_first_loss, ""});
+      f.evidence.push_back({"run's loss over its last steps", m.run_window_loss,
+                            "> " + str_printf("%g", o.lr_low_kept) + " x its first loss, and"});
+      f.evidence.push_back({str_printf("loss at %gx the learning rate", o.probe_factor), m.probe_window_loss,
+                            "< " + str_printf("%g", o.probe_better) + " x the run's: the lr is too low"});
+    }
+    f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
+                     : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "
+                       "epoch), or a stopping rule that ended the run early";
+    f.fix = lr_low ? "raise the learning rate (try 3-10x; Adam's usual start is 1e-3, SGD's 0.01-0.1)"
+                   : "train for more steps (more epochs, smaller batches) until the training loss levels off";
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace gradsleuth::debug

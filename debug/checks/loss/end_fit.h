@@ -1,0 +1,58 @@
+// L9, the trained model on both splits: the training split evaluated like the validation split (eval
+// mode, no gradients) at the end of the run, and the last epochs' training loss. Three properties:
+// training labels the model disagrees with (train worse than validation), a generalisation gap (train
+// far better than validation), and a run that ended while its loss still fell (with the learning-rate
+// probe's verdict: too few steps, or a learning rate too low).
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "debug/evidence/finding.h"
+
+namespace gradsleuth::debug {
+
+struct EndFitOptions {
+  // Classification: validation accuracy above the training split's (both in eval mode) by more than
+  // this warns: the training labels (or inputs) disagree with what the model learned.
+  double labels_margin = 0.06;
+  // Training accuracy above validation accuracy by more than this warns (a generalisation gap).
+  double gap_margin = 0.2;
+  // Non-classification: a validation loss above gap_loss_ratio x the training loss (and above it by
+  // gap_loss_min) warns.
+  double gap_loss_ratio = 3.0, gap_loss_min = 0.1;
+  // Still improving at the end: the last epoch's relative drop of the validation loss above
+  // still_falling_val and above still_pace x the run's mean relative drop per epoch (the curve has
+  // not flattened), the training loss falling too (still_falling), and, for classification, the
+  // validation accuracy up by still_rising_accuracy.
+  double still_falling = 0.02, still_falling_val = 0.05, still_pace = 0.5;
+  double still_rising_accuracy = 0.005;
+  int64_t min_epochs = 2;
+  // The probe (at probe_factor x the learning rate, from the initial weights, up to 300 steps): a
+  // final loss below probe_better x the run's own final loss says the learning rate was too low.
+  // (and below it by probe_min_gain in loss units). Without that confirmation the verdict
+  // "undertrained" is info.
+  double probe_factor = 10.0, probe_better = 0.5, probe_min_gain = 0.05;
+  // ... and only when the run kept more than lr_low_kept of its first loss (mean of its first tenth of
+  // steps): a run that learned most of the way at its own lr is slow, not misconfigured.
+  double lr_low_kept = 0.5;
+};
+
+// What the end-of-run pass measured (NaN where it could not).
+struct EndFitMeasure {
+  double train_loss = std::numeric_limits<double>::quiet_NaN(), val_loss = std::numeric_limits<double>::quiet_NaN();
+  double train_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  int64_t train_examples = 0, val_examples = 0;
+  std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;  // per epoch, as training saw them
+  // The probe: the run's mean loss over its last steps and the probe's over its own (NaN: not run).
+  double run_window_loss = std::numeric_limits<double>::quiet_NaN();
+  double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
+  double run_first_loss = std::numeric_limits<double>::quiet_NaN();  // the run's first tenth of steps
+  int64_t probe_steps = 0;
+};
+
+// The rule. `still_falling` (out) says whether the probe is worth running (call again with its result).
+std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr);
+
+}  // namespace gradsleuth::debug

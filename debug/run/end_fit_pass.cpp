@@ -1,0 +1,166 @@
+// The end-of-run pass of L9 (debug/checks/loss/end_fit.h) on the user's model: the training split
+// evaluated like validation, and, when the loss still fell at the end, the run repeated from its
+// initial weights at a higher learning rate (Session::rerun_from_start, shared with O6's probe).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/ops.h"
+#include "debug/checks/loss/end_fit.h"
+#include "debug/run/diagnose.h"
+#include "debug/run/diagnose_util.h"
+
+namespace gradsleuth::debug {
+using namespace run_detail;
+namespace {
+
+struct SplitScore {
+  double loss = std::nan(""), accuracy = std::nan("");
+  int64_t examples = 0;
+};
+
+// Loss and accuracy of up to max_batches batches of `loader`, in eval mode without gradients. Accuracy:
+// argmax for (B, C) outputs with int64 (B) targets; a threshold (0 on logits, 0.5 on probabilities) for
+// float targets of the output's shape.
+SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
+                 double threshold) {
+  SplitScore s;
+  NoGradGuard ng;
+  const bool was = model.is_training();
+  model.eval();
+  const Device d = model_device(model);
+  double loss_sum = 0, right = 0, counted = 0;
+  const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
+  for (int64_t i = 0; i < nb; ++i) {
+    const nn::Batch b = loader.batch(0, i);
+    const Tensor out = model(b.x.to(d)), y = b.y.to(d);
+    const int64_t n = b.x.size(0);
+    const Tensor l = loss(out, y);
+    if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
+    s.examples += n;
+    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
+      right += optim::accuracy(out, y) * static_cast<double>(n);
+      counted += static_cast<double>(n);
+    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
+      right += eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32).mean().item<double>() *
+               static_cast<double>(n);
+      counted += static_cast<double>(n);
+    }
+  }
+  model.train(was);
+  if (s.examples > 0) s.loss = loss_sum / static_cast<double>(s.examples);
+  if (counted > 0) s.accuracy = right / counted;
+  return s;
+}
+
+}  // namespace
+
+std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed) {
+  const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
+  std::vector<double> losses;
+  if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) {
+    failed = "the model's parameters changed since training began";
+    return losses;
+  }
+  std::vector<Tensor> trained_params, trained_buffers;
+  std::vector<double> run_lrs;
+  {
+    NoGradGuard ng;
+    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
+    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
+  }
+  const std::map<std::string, Tensor> trained_state = opt_.state_dict();
+  for (const auto& g : opt_.param_groups()) run_lrs.push_back(g.lr);
+  auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
+    NoGradGuard ng;
+    for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
+    for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
+  };
+  const bool was_training = model_.is_training();
+  try {
+    restore(initial_params_, initial_buffers_);
+    opt_.load_state_dict(initial_opt_state_);
+    if (!opt_.state_dict().empty()) throw std::runtime_error("the optimizer's state could not be reset");
+    for (size_t g = 0; g < lrs.size() && g < opt_.param_groups().size(); ++g) opt_.param_groups()[g].lr = lrs[g];
+    model_.train();
+    const nn::DataLoader& train = *data_.train;
+    const int64_t nb = train.num_batches();
+    const Device d = model_device(model_);
+    for (int64_t i = 0; i < steps && nb > 0; ++i) {
+      const nn::Batch b = train.batch(i / nb, i % nb);
+      opt_.zero_grad();
+      Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
+      l.backward();
+      opt_.step();
+      losses.push_back(l.numel() == 1 ? l.item<double>() : kNaN);
+    }
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  // Back to the trained model, whatever happened.
+  restore(trained_params, trained_buffers);
+  for (size_t g = 0; g < run_lrs.size(); ++g) opt_.param_groups()[g].lr = run_lrs[g];
+  try {
+    opt_.load_state_dict(trained_state);
+  } catch (const std::exception&) {
+  }
+  opt_.zero_grad();
+  model_.train(was_training);
+  return losses;
+}
+
+void Session::check_fit_at_end(RunReport& r) {
+  if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2 || model_device(model_) != kCPU) return;
+  Report found;
+  guarded(found, "the end-of-run checks", "L9's pass over both splits", "L9", [&] {
+    const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
+                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
+                                                                                : std::nan("");
+    EndFitMeasure m;
+    const SplitScore tr = score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold);
+    const SplitScore va = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold);
+    m.train_loss = tr.loss;
+    m.train_accuracy = tr.accuracy;
+    m.train_examples = tr.examples;
+    m.val_loss = va.loss;
+    m.val_accuracy = va.accuracy;
+    m.val_examples = va.examples;
+    m.epoch_train_loss = r.history.epoch_train_loss;
+    m.epoch_val_loss = r.history.epoch_val_loss;
+    m.epoch_val_accuracy = r.history.epoch_val_accuracy;
+    bool falling = false;
+    std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling);
+    if (falling && have_initial_ && !r.history.step_losses.empty()) {
+      say("learning-rate probe (higher)");
+      const int64_t steps =
+          std::min<int64_t>(std::min<int64_t>(r.steps, 300), static_cast<int64_t>(r.history.step_losses.size()));
+      std::vector<double> lrs;
+      for (double lr : initial_lrs_) lrs.push_back(lr * o_.fit.probe_factor);
+      std::string failed;
+      const std::vector<double> probe = rerun_from_start(lrs, steps, failed);
+      const int64_t k = std::max<int64_t>(1, steps / 10);
+      if (failed.empty() && static_cast<int64_t>(probe.size()) == steps) {
+        auto tail = [&](const std::vector<double>& v, int64_t end) {
+          double s = 0;
+          for (int64_t i = end - k; i < end; ++i) s += v[static_cast<size_t>(i)];
+          return s / static_cast<double>(k);
+        };
+        const auto& sl = r.history.step_losses;
+        m.run_window_loss = tail(sl, static_cast<int64_t>(sl.size()));
+        const size_t first = std::max<size_t>(1, sl.size() / 10);
+        m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(first), 0.0) /
+                           static_cast<double>(first);
+        m.probe_window_loss = tail(probe, steps);
+        m.probe_steps = steps;
+        fs = check_end_fit(m, o_.fit);
+      }
+    }
+    for (Finding& f : fs) found.add(std::move(f));
+  });
+  found.note_ran("L9");
+  r.findings.merge(found);
+  for (PhaseReport& p : r.phases)
+    if (p.name == "end of run") p.findings.merge(found);
+}
+
+}  // namespace gradsleuth::debug
