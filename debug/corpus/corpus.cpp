@@ -431,7 +431,7 @@ std::vector<Program> make_programs() {
     p.data.augment = "flip";
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
-    p.loop.epochs = 10;
+    p.loop.epochs = 20;
     p.optim.lr = 3e-3;
     add(p);
   }

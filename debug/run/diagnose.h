@@ -212,9 +212,11 @@ class Session {
   void start_monitor();
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
-  // The same training again from the initial weights with the groups' learning rates `lrs`, for
-  // `steps` steps on the train loader; returns its step losses (the trained state is restored).
-  std::vector<double> rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed);
+  // The same training again from the initial weights (from_start) or on from the trained ones, with
+  // the groups' learning rates `lrs`, for `steps` steps on the train loader; at_end (when given) sees
+  // the model after them. Returns its step losses; the trained state is restored.
+  std::vector<double> rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
+                                       bool from_start = true, const std::function<void()>& at_end = nullptr);
   void check_fit_at_end(RunReport& r);  // L9 (debug/run/end_fit_pass.cpp)
   void check_class_errors_at_end();
   void write_explorer(RunReport& r);

@@ -55,7 +55,8 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
 
 }  // namespace
 
-std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed) {
+std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
+                                              bool from_start, const std::function<void()>& at_end) {
   const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
   std::vector<double> losses;
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) {
@@ -78,9 +79,11 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
   };
   const bool was_training = model_.is_training();
   try {
-    restore(initial_params_, initial_buffers_);
-    opt_.load_state_dict(initial_opt_state_);
-    if (!opt_.state_dict().empty()) throw std::runtime_error("the optimizer's state could not be reset");
+    if (from_start) {
+      restore(initial_params_, initial_buffers_);
+      opt_.load_state_dict(initial_opt_state_);
+      if (!opt_.state_dict().empty()) throw std::runtime_error("the optimizer's state could not be reset");
+    }
     for (size_t g = 0; g < lrs.size() && g < opt_.param_groups().size(); ++g) opt_.param_groups()[g].lr = lrs[g];
     model_.train();
     const nn::DataLoader& train = *data_.train;
@@ -94,6 +97,7 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
       opt_.step();
       losses.push_back(l.numel() == 1 ? l.item<double>() : kNaN);
     }
+    if (at_end) at_end();
   } catch (const std::exception& e) {
     failed = e.what();
   }
@@ -152,8 +156,17 @@ void Session::check_fit_at_end(RunReport& r) {
                            static_cast<double>(first);
         m.probe_window_loss = tail(probe, steps);
         m.probe_steps = steps;
-        fs = check_end_fit(m, o_.fit);
       }
+      // Not a rate too low: does training on from here still help? The same number of steps again
+      // at the run's final learning rates, then the validation loss.
+      std::vector<double> final_lrs;
+      for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
+      std::string failed_on;
+      rerun_from_start(final_lrs, steps, failed_on, false, [&] {
+        m.continued_val_loss = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold).loss;
+      });
+      if (!failed_on.empty()) m.continued_val_loss = std::nan("");
+      fs = check_end_fit(m, o_.fit);
     }
     for (Finding& f : fs) found.add(std::move(f));
   });

@@ -120,14 +120,18 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const bool lr_low = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
                         m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
                         !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
-    // Unconfirmed, "undertrained" stays info: a budget that ends before the curve flattens can be a choice.
-    Finding f =
-        make(lr_low ? Kind::LrProbeTooLow : Kind::Undertrained, lr_low ? Severity::Warning : Severity::Info,
-             lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
-                          str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
-                          pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
-                    : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
-                          pct(val_drop) + "): the model is undertrained");
+    // "Undertrained" warns only when training on confirms it; unconfirmed it stays info: a budget that
+    // ends before the curve flattens can be a choice.
+    const bool more_helps = !lr_low && std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
+                            m.continued_val_loss < (1 - o.continue_gain) * m.val_loss &&
+                            m.val_loss - m.continued_val_loss > o.continue_min_gain;
+    Finding f = make(
+        lr_low ? Kind::LrProbeTooLow : Kind::Undertrained, lr_low || more_helps ? Severity::Warning : Severity::Info,
+        lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
+                     str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
+                     pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
+               : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
+                     pct(val_drop) + "): the model is undertrained");
     f.evidence.push_back({"last epoch's training loss", e[n - 1], ""});
     f.evidence.push_back({"the epoch before", e[n - 2], ""});
     f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
@@ -142,6 +146,11 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                             "> " + str_printf("%g", o.lr_low_kept) + " x its first loss, and"});
       f.evidence.push_back({str_printf("loss at %gx the learning rate", o.probe_factor), m.probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's: the lr is too low"});
+    }
+    if (!lr_low && std::isfinite(m.continued_val_loss)) {
+      f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
+      f.evidence.push_back({"validation loss after as many steps again", m.continued_val_loss,
+                            "< " + str_printf("%g", 1 - o.continue_gain) + " x the end's: undertrained (warns)"});
     }
     f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
                      : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "

@@ -36,6 +36,10 @@ struct EndFitOptions {
   // ... and only when the run kept more than lr_low_kept of its first loss (mean of its first tenth of
   // steps): a run that learned most of the way at its own lr is slow, not misconfigured.
   double lr_low_kept = 0.5;
+  // Otherwise training goes on from the trained weights for as many steps at the run's final rates:
+  // a validation loss that falls by more than continue_gain of its value and by continue_min_gain in
+  // loss units says "undertrained" (a warning); without that confirmation it is info.
+  double continue_gain = 0.2, continue_min_gain = 0.05;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
@@ -48,7 +52,8 @@ struct EndFitMeasure {
   // The probe: the run's mean loss over its last steps and the probe's over its own (NaN: not run).
   double run_window_loss = std::numeric_limits<double>::quiet_NaN();
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
-  double run_first_loss = std::numeric_limits<double>::quiet_NaN();  // the run's first tenth of steps
+  double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
+  double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
   int64_t probe_steps = 0;
 };
 
