@@ -89,6 +89,7 @@ int cmd_version(const std::vector<std::string>& args) {
               << ",\"blas\":" << json_str(std::string(GS_BLAS)) << ",\"blas_version\":" << json_str(blas.version)
               << ",\"blas_core\":" << json_str(blas.core) << ",\"blas_generic\":" << json_bool(blas.generic)
               << ",\"blas_below_cpu\":" << json_bool(blas.below_cpu)
+              << ",\"blas_far_below\":" << json_bool(blas.far_below)
               << ",\"blas_suggested_core\":" << json_str(blas.suggested_core)
               << ",\"gemm\":" << json_str(engine ? "engine" : "blas") << ",\"cuda\":" << json_str(cuda_mode())
               << ",\"mpi\":" << json_bool(mpi) << "}\n";

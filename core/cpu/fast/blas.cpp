@@ -196,6 +196,7 @@ const BlasInfo& blas_info() {
     b.core_level = core_level_of(b.core);
     b.below_cpu = b.core_level > 0 && b.core_level < cpu.level();
     b.generic = b.core_level == 1 && cpu.level() >= 3;
+    b.far_below = b.generic || (b.core_level > 0 && cpu.level() - b.core_level >= 2);
     if (b.library == "OpenBLAS") {
       if (cpu.level() == 4)
         b.suggested_core = "SkylakeX";
@@ -363,8 +364,8 @@ void engine_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const 
 GemmDecision decide() {
   GemmDecision d;
   const BlasInfo& info = blas_info();
-  if (!info.below_cpu) {
-    d.why = info.str() + ": the BLAS keeps the products";
+  if (!info.far_below) {
+    d.why = "the BLAS's kernels suit this CPU: it keeps the products";
     return d;
   }
   if (!sgemm_direct_available()) {

@@ -34,6 +34,7 @@ struct BlasInfo {
   std::string core;     // "Prescott", "Haswell", "SkylakeX", ...; "" when it does not say
   int core_level = 0;
   bool below_cpu = false;  // core_level < the CPU's level
+  bool far_below = false;  // two levels or more below (AVX kernels on AVX-512), or generic
   bool generic = false;
   // The library's core type that suits this CPU, for OPENBLAS_CORETYPE ("" for another BLAS).
   std::string suggested_core;
@@ -49,11 +50,13 @@ void set_gemm_route(GemmRoute r);  // Auto re-runs the decision at the next prod
 GemmRoute gemm_route();
 
 // The decision for Auto, made once at the first float32 product: when the BLAS's kernels are
-// below the CPU's ISA (BlasInfo::below_cpu) a probe GEMM (128^3, one thread, best of a few, about
-// a millisecond) times the BLAS against the engine's packing-free kernel (sgemm.h); when the BLAS
-// reaches under kEngineRatio of the engine's rate, every float32 product that would go to the
-// BLAS goes to the engine's kernel instead (on every thread count), and a note with the fix
-// (OPENBLAS_CORETYPE=...) goes to stderr once.
+// far below the CPU's ISA (BlasInfo::far_below) a probe GEMM (128^3, one thread, best of a few,
+// about a millisecond) times the BLAS against the engine's packing-free kernel (sgemm.h); when
+// the BLAS reaches under kEngineRatio of the engine's rate, every float32 product that would go
+// to the BLAS goes to the engine's kernel instead (on every thread count), and a note with the
+// fix (OPENBLAS_CORETYPE=...) goes to stderr once. Kernels one level below (AVX2 ones on an
+// AVX-512 CPU) keep the products without a probe: the training steps ran about as fast on them
+// (docs/benchmarks.md), and a choice made by timing near its threshold could differ between runs.
 struct GemmDecision {
   bool engine = false;     // products go to the engine's kernel
   bool probed = false;     // the probe ran
