@@ -58,7 +58,7 @@ std::string cuda_mode() {
 #if defined(GS_WITH_CUDA_BACKEND)
   return cuda::is_emulated() ? "emulator" : "gpu";
 #else
-  return "off";
+  return cuda_left_out().empty() ? "off" : "left out";
 #endif
 }
 
