@@ -55,8 +55,10 @@ GemmRoute gemm_route();
 // the BLAS reaches under kEngineRatio of the engine's rate, every float32 product that would go
 // to the BLAS goes to the engine's kernel instead (on every thread count), and a note with the
 // fix (OPENBLAS_CORETYPE=...) goes to stderr once. Kernels one level below (AVX2 ones on an
-// AVX-512 CPU) keep the products without a probe: the training steps ran about as fast on them
-// (docs/benchmarks.md), and a choice made by timing near its threshold could differ between runs.
+// AVX-512 CPU) keep the products without a probe: there the BLAS reaches about half the engine's
+// rate at 128^3, too near the threshold for a timing to choose the same path in every run, and
+// the two paths round differently (docs/benchmarks.md has the steps on both; GRADSLEUTH_GEMM=engine
+// chooses the engine's kernel).
 struct GemmDecision {
   bool engine = false;     // products go to the engine's kernel
   bool probed = false;     // the probe ran
