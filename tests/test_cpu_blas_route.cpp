@@ -139,7 +139,7 @@ TEST_CASE("the BLAS names its version and kernels beside the CPU's ISA") {
 #endif
   CHECK(cpu.level() >= 1);
   if (!openblas()) return;
-  CHECK(b.version.rfind("0.", 0) == 0);
+  CHECK_FALSE(b.version.empty());
   CHECK_FALSE(b.core.empty());
   CHECK(b.core_level > 0);
   if (expectation() != "library") {  // OPENBLAS_CORETYPE=Prescott
