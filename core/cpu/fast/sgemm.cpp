@@ -11,7 +11,8 @@
 // per 24 FMAs (AVX-512). On Zen 5 it runs at 100-112 GFLOP/s with the operands in cache,
 // against an FMA peak of 111 (bench_gemm's sgemm_direct cases).
 //
-// Nothing is packed when B is row-major. A BLAS copies the operands into panels first
+// Nothing is packed when B is row-major (but a last column panel narrower than the tile, copied
+// zero-padded so the loads need no mask). A BLAS copies the operands into panels first
 // and zeroes C when beta = 0: in an MLP's training step (784-256-10, batch 64) OpenBLAS's
 // packing and zeroing were 8% of the step. The cost of not packing is strided reads of A
 // (one element per row per k), which the L1 cache absorbs as long as the tile's kRows
