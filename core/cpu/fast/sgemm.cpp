@@ -193,7 +193,7 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int6
   // Blocks of equal length (784 = 4 x 196, not 3 x 256 + 16): a short last block would
   // pay a whole pass of tile loads and stores for a few k's.
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
-  // The last panel, when narrower than 2 vectors, is copied into 2 vectors' width, zero-padded,
+  // The last panel, when it ends in a partial vector, is copied into 2 vectors' width, zero-padded,
   // so that the micro-kernel loads B's rows without a mask: masked loads in the k loop made
   // such a panel 2-2.5x slower on Zen 5 (64 x 63 x 32, the Winograd tiles' product: 2.8 against
   // 1.6 us for 64 x 64 x 32). The padded lanes' sums are never stored.
@@ -204,7 +204,7 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int6
       const int64_t n = std::min<int64_t>(2 * kW, N - j);
       const float* Bp = B + k0 * ldb + j;
       int64_t ldp = ldb;
-      if (n < 2 * kW) {
+      if (n % kW != 0) {  // a partial vector: the last panel, fewer than 2 vectors wide
         if (padded.size() < static_cast<size_t>(kb * 2 * kW)) padded.resize(static_cast<size_t>(kb * 2 * kW));
         for (int64_t k = 0; k < kb; ++k) {
           float* row = padded.data() + k * 2 * kW;
