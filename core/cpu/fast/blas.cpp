@@ -264,7 +264,8 @@ int gemm_notes_printed() { return g_notes.load(); }
 namespace {
 // Whether float32 products go to the engine's kernel (blas_gemm's first question).
 bool engine_route() {
-  if (!sgemm_direct_available() || !sgemm_direct_enabled()) return false;
+  // Without a BLAS the float32 products take Eigen's kernel (blas_gemm declines): no route to take.
+  if (GS_CBLAS == 0 || !sgemm_direct_available() || !sgemm_direct_enabled()) return false;
   switch (gemm_route()) {
     case GemmRoute::Blas: return false;
     case GemmRoute::Engine: return true;

@@ -69,7 +69,7 @@ struct GemmDecision {
 inline constexpr double kEngineRatio = 0.6;
 const GemmDecision& gemm_decision();
 // Whether float32 products go to the engine's kernel now (the route, or Auto's decision; never
-// while set_sgemm_direct(false) or in a build without the kernel).
+// while set_sgemm_direct(false), in a build without the kernel, or in one without a BLAS).
 bool gemm_uses_engine();
 // How many times the note went to stderr in this process (0 or 1). The note is printed only
 // when Auto chose the engine.
