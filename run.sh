@@ -40,10 +40,23 @@ if [[ $# -ge 2 && $1 == lab && ( $2 == check || $2 == list ) ]]; then
   fi
 fi
 
+# The CLI's CUDA emulator (-DGRADSLEUTH_CLI_CUDA_EMU, cli/CMakeLists.txt): built when the command uses
+# CUDA (--device cuda, kernels, devices); a first build for another command leaves it out (the main
+# job runs on the CPU), and a later `./run.sh ... --device cuda` adds it.
+cuda_opt=()
+for a in "$@"; do
+  case "$a" in
+    cuda|--device=cuda|kernels|devices) cuda_opt=(-- -DGRADSLEUTH_CLI_CUDA_EMU=ON) ;;
+  esac
+done
+if [[ ${#cuda_opt[@]} -eq 0 && ! -f build/CMakeCache.txt ]]; then
+  cuda_opt=(-- -DGRADSLEUTH_CLI_CUDA_EMU=OFF)
+fi
+
 scripts/setup.sh
-echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and the CUDA"
-echo "run: emulator it links; not the tests, benchmarks or labs: ./test.sh builds and runs those)"
-scripts/build.sh --target "$cli_target"
+echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and what the"
+echo "run: command needs; not the tests, benchmarks or labs: ./test.sh builds and runs those)"
+scripts/build.sh --target "$cli_target" "${cuda_opt[@]}"
 
 # The labs' graders in this build (lab1_grader, lab2_grader, ...).
 graders="$(cmake --build build --target help | grep -oE '^lab[0-9]+_grader\b' | sort -uV || true)"

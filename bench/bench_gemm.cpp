@@ -172,6 +172,15 @@ int main(int argc, char** argv) {
                                      BM_product, p, direct)
             ->Unit(benchmark::kMicrosecond);
   benchmark::AddCustomContext("gemm_library", gs::cpu::fast::gemm_library());
+  // The BLAS's kernels beside the CPU's ISA (core/cpu/fast/blas.h): scripts/bench_peer.sh reads them to
+  // report both peers' cores and to give the peer the right core type.
+  const gs::cpu::fast::BlasInfo& blas = gs::cpu::fast::blas_info();
+  benchmark::AddCustomContext("blas", blas.str());
+  benchmark::AddCustomContext("blas_core", blas.core);
+  benchmark::AddCustomContext("blas_far_below", blas.far_below ? "true" : "false");
+  benchmark::AddCustomContext("blas_suggested_core", blas.suggested_core);
+  benchmark::AddCustomContext("cpu_isa", gs::cpu::fast::cpu_isa().str());
+  benchmark::AddCustomContext("gemm_route", gs::cpu::fast::gemm_uses_engine() ? "engine" : "blas");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

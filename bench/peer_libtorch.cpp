@@ -9,6 +9,7 @@
 //   overhead/add/record       1-element add with autograd recording, per op
 // One thread: torch::set_num_threads(1) (and OMP/OPENBLAS_NUM_THREADS=1 from the script).
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <string>
@@ -77,8 +78,19 @@ void BM_add_record(benchmark::State& state) {
 
 }  // namespace
 
+// The kernels of the OpenBLAS under libtorch, when it is OpenBLAS (looked up at run time): bench_peer.sh
+// reports them beside gradsleuth's.
+std::string blas_core() {
+  using Text = char* (*)();
+  auto core = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  auto config = reinterpret_cast<Text>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  if (!core) return "";
+  return std::string(config ? config() : "OpenBLAS") + " (core " + core() + ")";
+}
+
 int main(int argc, char** argv) {
   torch::set_num_threads(1);
+  benchmark::AddCustomContext("blas", blas_core());
   for (int64_t n : {256, 512, 1024})
     benchmark::RegisterBenchmark(("gemm_torch/a@b/n:" + std::to_string(n)).c_str(), BM_gemm, n)
         ->Unit(benchmark::kMicrosecond)

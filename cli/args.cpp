@@ -53,9 +53,20 @@ Device device_option(const Args& a, const std::string& command, std::string* not
   if (note && gradsleuth::cuda::is_emulated()) *note = " (CPU emulator of CUDA)";
   return kCUDA;
 #else
+  GS_CHECK(cuda_left_out().empty(), command, "--device cuda: ", cuda_left_out());
   GS_FAIL(command,
           "--device cuda: this gradsleuth was built without the CUDA backend (neither nvcc nor the "
           "CPU emulator's Boost.Context was found at configure time); use --device cpu, or rebuild with one");
+#endif
+}
+
+std::string cuda_left_out() {
+#if defined(GS_CLI_EMU_LEFT_OUT)
+  return "this gradsleuth was built without its CUDA emulator (./run.sh leaves it out of a first build "
+         "whose command does not use CUDA); build it with `./run.sh COMMAND --device cuda` (./run.sh builds it "
+         "when the command names cuda) or `scripts/build.sh --target gradsleuth_cli -- -DGRADSLEUTH_CLI_CUDA_EMU=ON`";
+#else
+  return "";
 #endif
 }
 

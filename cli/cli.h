@@ -57,6 +57,9 @@ class Args;
 // naming the command and the fix. For cuda the backend is registered; `note` (when given) gets
 // " (CPU emulator of CUDA)" in the emulated build, for a header line.
 Device device_option(const Args& a, const std::string& command, std::string* note = nullptr);
+// "" when the CLI has its CUDA backend or was built where none can be; otherwise how to build the
+// emulator that ./run.sh left out of a first build (GRADSLEUTH_CLI_CUDA_EMU=OFF).
+std::string cuda_left_out();
 
 // Parses "--flag", "--key value" and "--key=value". Unknown options are an
 // error naming the option and the command's valid ones. Names are given

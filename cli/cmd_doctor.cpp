@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "core/autograd.h"
+#include "core/cpu/fast/blas.h"
 #include "core/format.h"
 #include "core/io.h"
 #include "core/json.h"
@@ -144,6 +145,8 @@ int cmd_doctor(const std::vector<std::string>& args) {
   auto progress = [json](const std::string& s) {
     if (!json) std::fprintf(stderr, "doctor: %s\n", s.c_str());
   };
+  progress("CPU " + cpu::fast::cpu_isa().str() + "; BLAS " + cpu::fast::blas_info().str() +
+           (cpu::fast::gemm_uses_engine() ? "; float32 products on gradsleuth's own kernel" : ""));
 
   debug::zoo::Variant v = debug::zoo::build(bugs, o);
   for (const std::string& n : v.notes) progress("recipe: " + n);

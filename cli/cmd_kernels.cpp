@@ -627,6 +627,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
       return gpu_roofline(a);
     }
 #endif
+    GS_CHECK(device == "cpu" || cuda_left_out().empty(), "kernels", "roofline --device cuda: ", cuda_left_out());
     GS_CHECK(device == "cpu", "kernels", "roofline --device cuda: this build has no CUDA; use --device cpu");
     return cpu_roofline(a);
   }
@@ -635,6 +636,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
 #if GS_KERNELS_GPU || GS_KERNELS_EMU
   return kernels_bench(a);
 #else
+  GS_CHECK(cuda_left_out().empty(), "kernels", "--device cuda: ", cuda_left_out());
   GS_FAIL("kernels",
           "this gradsleuth was built without CUDA kernels: --device cuda needs nvcc or the CPU emulator "
           "(apt-get install libboost-context-dev, then reconfigure); --device cpu runs the CPU workbench");
@@ -688,11 +690,15 @@ int cmd_devices(const std::vector<std::string>& args) {
   std::cout << "GPUs: " << status << (error.empty() ? "" : " (" + error + ")") << "\n";
   for (const std::string& d : devs) std::cout << "  " << d << "\n";
   std::cout << "CPU emulator (cuda/emu/): "
-            << (emu_built ? "built" : "not built (apt-get install libboost-context-dev)") << "\n";
+            << (emu_built                  ? "built"
+                : !cuda_left_out().empty() ? "left out of this build: " + cuda_left_out()
+                                           : std::string("not built (apt-get install libboost-context-dev)"))
+            << "\n";
   std::cout << "kernels bench and lab 9's GPU tasks run on: "
-            << (runs_on == "gpu"        ? "the GPU"
-                : runs_on == "emulator" ? "the CPU emulator (validation only, no timing)"
-                                        : "nothing (neither is built)")
+            << (runs_on == "gpu"           ? "the GPU"
+                : runs_on == "emulator"    ? "the CPU emulator (validation only, no timing)"
+                : !cuda_left_out().empty() ? "nothing in this build (the emulator was left out: above)"
+                                           : "nothing (neither is built)")
             << "  (-DGRADSLEUTH_KERNELS_ON=AUTO|GPU|EMU)\n";
   return 0;
 }

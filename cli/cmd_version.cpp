@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/cli.h"
+#include "core/cpu/fast/blas.h"
 #include "core/json.h"
 #include "distributed/process_group.h"
 #if defined(GS_WITH_CUDA_BACKEND)
@@ -57,7 +58,7 @@ std::string cuda_mode() {
 #if defined(GS_WITH_CUDA_BACKEND)
   return cuda::is_emulated() ? "emulator" : "gpu";
 #else
-  return "off";
+  return cuda_left_out().empty() ? "off" : "left out";
 #endif
 }
 
@@ -67,24 +68,38 @@ int cmd_version(const std::vector<std::string>& args) {
   Args a("version", args);
   a.about(
       "Prints this gradsleuth's version and how it was built: git commit (at configure time), build type,\n"
-      "ISA level (-march and the widest vector extension compiled in), the BLAS the CPU GEMM uses, the CUDA\n"
-      "backend's mode (gpu, emulator or off) and whether MPI is linked. Also: gradsleuth --version.");
+      "ISA level (-march and the widest vector extension compiled in), the CPU's own ISA, the BLAS the CPU GEMM\n"
+      "uses with its version and kernels (generic ones on a CPU newer than the library), which GEMM float32\n"
+      "products take, the CUDA backend's mode (gpu, emulator or off) and whether MPI is linked.\n"
+      "Also: gradsleuth --version.");
   a.flag("json", "print one JSON object instead");
   if (!a.parse()) return 0;
-  const std::string blas = std::string(GS_BLAS).empty() ? "none (Eigen's own kernel)" : GS_BLAS;
   const bool mpi = dist::mpi_available();
+  namespace fast = cpu::fast;
+  const fast::CpuIsa& isa = fast::cpu_isa();
+  const fast::BlasInfo& blas = fast::blas_info();
+  const bool engine = fast::gemm_uses_engine();  // the first product's decision (a probe of ~1 ms when needed)
+  const std::string cpu = (isa.brand.empty() ? std::string("unknown CPU") : isa.brand) + ": " + isa.str();
+  const std::string gemm = engine ? "gradsleuth's own kernel for float32 (" + fast::gemm_decision().why + ")"
+                                  : std::string(fast::gemm_library() == std::string("Eigen") ? "Eigen" : "the BLAS");
   if (a.has("json")) {
     std::cout << "{\"version\":" << json_str(GS_VERSION) << ",\"commit\":" << json_str(GS_GIT_COMMIT)
               << ",\"build_type\":" << json_str(GS_BUILD_TYPE) << ",\"isa\":" << json_str(isa_level())
-              << ",\"blas\":" << json_str(std::string(GS_BLAS)) << ",\"cuda\":" << json_str(cuda_mode())
+              << ",\"cpu\":" << json_str(isa.brand) << ",\"cpu_isa\":" << json_str(isa.str())
+              << ",\"blas\":" << json_str(std::string(GS_BLAS)) << ",\"blas_version\":" << json_str(blas.version)
+              << ",\"blas_core\":" << json_str(blas.core) << ",\"blas_generic\":" << json_bool(blas.generic)
+              << ",\"blas_below_cpu\":" << json_bool(blas.below_cpu)
+              << ",\"blas_far_below\":" << json_bool(blas.far_below)
+              << ",\"blas_suggested_core\":" << json_str(blas.suggested_core)
+              << ",\"gemm\":" << json_str(engine ? "engine" : "blas") << ",\"cuda\":" << json_str(cuda_mode())
               << ",\"mpi\":" << json_bool(mpi) << "}\n";
     return 0;
   }
   std::printf(
-      "gradsleuth %s\n  commit:     %s\n  build type: %s\n  ISA level:  %s\n  BLAS:       %s\n"
-      "  CUDA:       %s\n  MPI:        %s\n",
-      GS_VERSION, GS_GIT_COMMIT, GS_BUILD_TYPE, isa_level().c_str(), blas.c_str(), cuda_mode().c_str(),
-      mpi ? "yes" : "no");
+      "gradsleuth %s\n  commit:     %s\n  build type: %s\n  ISA level:  %s\n  CPU:        %s\n  BLAS:       %s\n"
+      "  GEMM:       %s\n  CUDA:       %s\n  MPI:        %s\n",
+      GS_VERSION, GS_GIT_COMMIT, GS_BUILD_TYPE, isa_level().c_str(), cpu.c_str(), blas.str().c_str(), gemm.c_str(),
+      cuda_mode().c_str(), mpi ? "yes" : "no");
   return 0;
 }
 

@@ -10,6 +10,10 @@
 # Needs Google Benchmark (setup.sh installs it) and Debian's libtorch-dev (not needed
 # by ./test.sh; CMake builds bench/peer_libtorch.cpp when it is installed):
 #   apt-get install -y --no-install-recommends libtorch-dev libopenblas0-pthread
+# Both peers' BLAS kernels are reported. Where gradsleuth's OpenBLAS runs kernels far below the CPU
+# (generic ones on a CPU newer than the library, bench_gemm's "blas_far_below"), libtorch would run
+# the same crippled kernels and flatter every ratio: the peer then runs with OPENBLAS_CORETYPE set to
+# the core type that suits this CPU ("blas_suggested_core"), and the report says so.
 # Exit 77 when the peer is missing.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +23,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds="$2"; shift ;;
     --min-time) min_time="$2"; shift ;;
     --json) json="$2"; shift ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "bench_peer: unknown option '$1'" >&2; exit 2 ;;
     *) bdir="$1" ;;
   esac
@@ -40,22 +44,42 @@ fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-run() {  # run NAME PROGRAM FILTER
-  "$bdir/bin/$2" --benchmark_filter="$3" --benchmark_min_time="$min_time" --benchmark_format=json \
+run() {  # run NAME PROGRAM FILTER [VAR=VALUE...]: the program with those variables set
+  env "${@:4}" "$bdir/bin/$2" --benchmark_filter="$3" --benchmark_min_time="$min_time" --benchmark_format=json \
     >"$tmp/$1.$r.json" 2>/dev/null
 }
+context() {  # context FILE KEY: a value of a benchmark program's JSON context ("" when absent)
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("context", {}).get(sys.argv[2], ""))' "$1" "$2"
+}
+peer_env=()
 for ((r = 1; r <= rounds; r++)); do
   echo "bench_peer: round $r/$rounds: gradsleuth" >&2
   run gs_step bench_train_step 'train_step/(mlp|cnn)/'
   run gs_gemm bench_gemm 'gemm_(gs|blas)/a@b/.*threads:1'
   run gs_over bench_overhead 'overhead/add/record$'
+  if [[ $r == 1 && "$(context "$tmp/gs_gemm.1.json" blas_far_below)" == true ]]; then
+    core="$(context "$tmp/gs_gemm.1.json" blas_suggested_core)"
+    if [[ -n $core ]]; then
+      peer_env=(OPENBLAS_CORETYPE="$core")
+      echo "bench_peer: the BLAS runs kernels far below this CPU ($(context "$tmp/gs_gemm.1.json" blas)):" \
+           "the peer runs with OPENBLAS_CORETYPE=$core" >&2
+    fi
+  fi
   echo "bench_peer: round $r/$rounds: libtorch" >&2
-  run torch peer_libtorch '.'
+  run torch peer_libtorch '.' "${peer_env[@]}"
 done
 
-python3 - "$tmp" "$rounds" "$json" <<'PY'
+python3 - "$tmp" "$rounds" "$json" "${peer_env[*]}" <<'PY'
 import glob, json, os, platform, re, statistics, sys
-tmp, rounds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+tmp, rounds, out, peer_env = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def ctx(name):
+    try:
+        return json.load(open(os.path.join(tmp, name + ".1.json"))).get("context", {})
+    except (OSError, ValueError):
+        return {}
+gs_ctx, peer_ctx = ctx("gs_gemm"), ctx("torch")
+blas = {"gradsleuth": gs_ctx.get("blas", ""), "gradsleuth_gemm_route": gs_ctx.get("gemm_route", ""),
+        "cpu_isa": gs_ctx.get("cpu_isa", ""), "peer": peer_ctx.get("blas", ""), "peer_env": peer_env}
 series = {}  # (side, name) -> [values]
 context = {}
 for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
@@ -109,9 +133,12 @@ for r in rows:
     print(f"{r['name']:<34}{r['gradsleuth']:>12.1f}{r['libtorch']:>12.1f}{r['ratio']:>8.2f}  {goal}   [{r['unit']}]")
 print(f"(peer: libtorch 1.13 C++ API unless noted; CPU: {cpu}; "
       f"GEMM rows are throughput, higher is better; the others are time, lower is better)")
+print(f"BLAS: gradsleuth: {blas['gradsleuth'] or 'unknown'} (float32 products on "
+      f"{'its own kernel' if blas['gradsleuth_gemm_route'] == 'engine' else 'the BLAS'}); "
+      f"peer: {blas['peer'] or 'unknown'}{' with ' + peer_env if peer_env else ''}; CPU ISA: {blas['cpu_isa']}")
 if out:
     tmpf = out + ".tmp"
     with open(tmpf, "w") as f:
-        json.dump({"cpu": cpu, "rounds": rounds, "rows": rows}, f, indent=1)
+        json.dump({"cpu": cpu, "rounds": rounds, "blas": blas, "rows": rows}, f, indent=1)
     os.replace(tmpf, out)
 PY

@@ -15,6 +15,9 @@
 # from its cache; otherwise `cmake --build` re-configures by itself when needed.
 # --target T (repeatable) builds only those targets and what they need (./run.sh builds
 #   gradsleuth_cli, and a lab's grader labN_grader); without it, everything (./test.sh).
+# Compiles through ccache when it is installed (scripts/setup.sh installs it) and no compiler launcher
+#   is set: CMAKE_CXX_COMPILER_LAUNCHER (and CUDA's) for a new dir, CCACHE_BASEDIR=<repo> unless set, so
+#   a clone elsewhere (the suite's fresh-clone and release builds) finds the same objects.
 # The chosen build dir is printed on the last line ("build: dir <path>").
 set -euo pipefail
 
@@ -36,7 +39,7 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 && -n "$2" ]] || { echo "build: --target needs a target name, e.g. --target gradsleuth_cli" >&2; exit 2; }
       targets+=("$2"); shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "build: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -107,8 +110,18 @@ else
   done
 fi
 
+use_ccache=0
+if command -v ccache >/dev/null 2>&1 && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
+  use_ccache=1
+  # Paths under the repository are hashed relative to the build dir: a clone elsewhere hits too.
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+fi
+
 if [[ $configure == 1 ]]; then
   args=(-S "$root" -B "$bdir")
+  if [[ $use_ccache == 1 && ! -f "$cache" ]]; then
+    args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
   # The generator is fixed once a dir exists; pick one only for a new dir.
   if [[ ! -f "$cache" ]] && command -v ninja >/dev/null 2>&1; then
     args+=(-G Ninja)

@@ -8,7 +8,7 @@
 #   - the lead's plots include the series of the parameters or module the lead names;
 #   - with Graphviz installed, the graph is an SVG picture, not the DOT fallback.
 #   scripts/check_report_browser.sh REPORT.html [SCREENSHOT.png]
-# Exit status: 0 good, 1 a problem (printed), 77 Chromium is not installed (CTest: skipped).
+# Exit status: 0 good, 1 a problem (printed), Chromium missing included.
 # Install the browser with: apt-get install chromium   (scripts/setup.sh does it)
 set -euo pipefail
 
@@ -19,8 +19,8 @@ for b in chromium chromium-browser google-chrome; do
   if command -v "$b" >/dev/null 2>&1; then browser="$b"; break; fi
 done
 if [[ -z $browser ]]; then
-  echo "check_report_browser: no Chromium on this machine (apt-get install chromium); skipped" >&2
-  exit 77
+  echo "check_report_browser: no Chromium on this machine: install it with scripts/setup.sh (apt-get install chromium)" >&2
+  exit 1
 fi
 [[ -f $report ]] || { echo "check_report_browser: no such file: $report" >&2; exit 1; }
 abs="$(cd "$(dirname "$report")" && pwd)/$(basename "$report")"

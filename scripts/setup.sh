@@ -24,6 +24,9 @@ need_cmd g++ g++
 if ! command -v ninja >/dev/null 2>&1 && ! command -v make >/dev/null 2>&1; then
   missing+=(ninja-build)
 fi
+# ccache: scripts/build.sh compiles through it, so the suite's builds of a fresh clone and of a released
+# lab tree (install_fresh_clone, lab_release_build) reuse what the main build compiled.
+need_cmd ccache ccache
 need_file /usr/include/eigen3/Eigen/Core libeigen3-dev
 need_file /usr/include/doctest/doctest.h doctest-dev
 need_file /usr/include/benchmark/benchmark.h libbenchmark-dev

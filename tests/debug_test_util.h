@@ -11,6 +11,7 @@
 
 #include "core/generator.h"
 #include "debug/evidence/finding.h"
+#include "fashion_mnist_required.h"
 #include "nn/nn.h"
 
 namespace dtest {
@@ -74,11 +75,7 @@ inline std::string all_text(const std::vector<dbg::Finding>& fs) {
 
 // ---- shared by the check tests ----------------------------------------------------
 
-inline bool have_fashion_mnist() {
-  const std::string dir = nn::kFashionMnistDefaultDir;
-  return std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
-         std::filesystem::exists(dir + "/train-images-idx3-ubyte");
-}
+using testdata::have_fashion_mnist;
 
 // The evidence value called `name` (a prefix is enough); fails the test when absent.
 inline double ev(const dbg::Finding& f, const std::string& name) {
@@ -102,9 +99,6 @@ inline std::vector<dbg::Finding> titled(const std::vector<dbg::Finding>& fs, con
 
 }  // namespace dtest
 
-// Skips the rest of a test case (with a message) when Fashion-MNIST is not installed.
-#define REQUIRE_FASHION_MNIST()                                                                         \
-  if (!dtest::have_fashion_mnist()) {                                                                   \
-    MESSAGE("dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist): skipped"); \
-    return;                                                                                             \
-  }
+// Fails the test program (saying how to install it) when Fashion-MNIST is not installed:
+// scripts/setup.sh installs it, so no test skips for want of it.
+#define REQUIRE_FASHION_MNIST() testdata::require_fashion_mnist()

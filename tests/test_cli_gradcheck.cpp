@@ -166,6 +166,35 @@ TEST_CASE("--version and version --json say how this binary was built") {
   CHECK((commit == "unknown" ||
          (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos)));
   const std::string cuda = doc.get("cuda")->str;
-  CHECK((cuda == "gpu" || cuda == "emulator" || cuda == "off"));
+  CHECK((cuda == "gpu" || cuda == "emulator" || cuda == "off" || cuda == "left out"));
   CHECK(clitest::run_cli("--version --bogus", true).status != 0);
+}
+
+TEST_CASE("--version names the BLAS's kernels beside the CPU's ISA, generic ones included") {
+  Run r = run_cli("--version");
+  CHECK(r.out.find("CPU:") != std::string::npos);
+  CHECK(r.out.find("GEMM:") != std::string::npos);
+  json_mini::Value doc = json_mini::parse(run_cli("version --json").out);
+  for (const char* key : {"cpu_isa", "blas_version", "blas_core", "blas_generic", "gemm"})
+    CHECK_MESSAGE(doc.get(key) != nullptr, key);
+  if (doc.get("blas")->str != "OpenBLAS") return;
+  // OpenBLAS's generic kernels, forced: on a CPU with AVX2 they are below it, and the products go to
+  // gradsleuth's own kernel where the build has one (an -march=native build on such a CPU).
+  const std::string env = "OPENBLAS_CORETYPE=Prescott GRADSLEUTH_GEMM=auto ";
+  Run g = clitest::run_command(env + "\"" + GS_CLI_PATH + "\" --version 2>&1");
+  CHECK(g.status == 0);
+  INFO(g.out);
+  CHECK(g.out.find(", core Prescott (") != std::string::npos);
+  json_mini::Value gj =
+      json_mini::parse(clitest::run_command(env + "\"" + GS_CLI_PATH + "\" version --json 2>/dev/null").out);
+  const std::string isa = doc.get("cpu_isa")->str;
+  if (isa.find("AVX2+FMA") != std::string::npos) {
+    CHECK(g.out.find("core Prescott (generic: this CPU is newer than the library)") != std::string::npos);
+    CHECK(gj.get("blas_generic")->kind == json_mini::Value::Bool);
+    CHECK(gj.get("blas_generic")->b);
+    CHECK(g.out.find("OPENBLAS_CORETYPE=" + gj.get("blas_suggested_core")->str) != std::string::npos);
+#if defined(__AVX2__) && defined(__FMA__)
+    CHECK(gj.get("gemm")->str == "engine");
+#endif
+  }
 }

@@ -1,6 +1,6 @@
 // Tests of `gradsleuth train` on a small slice of Fashion-MNIST: the --json
 // line, the run directory, the same seed giving the same losses, bad options.
-// Exits with 77 (CTest's "skipped") when dataset-fashion-mnist is not installed.
+// Fails, saying how to install it, when dataset-fashion-mnist is not installed.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "fashion_mnist_required.h"
 #include "json_mini.h"
 
 namespace fs = std::filesystem;
@@ -40,17 +41,10 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-void skip_without_dataset() {
-  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-    std::printf("skipped: dataset-fashion-mnist is not installed\n");
-    std::exit(77);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("train --json: the last stdout line is one JSON object; same seed, same losses") {
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   const fs::path base = fs::temp_directory_path() / ("gs_cli_train_" + std::to_string(::getpid()));
   fs::remove_all(base);
   const std::string common =
@@ -85,7 +79,7 @@ TEST_CASE("train --json: the last stdout line is one JSON object; same seed, sam
 }
 
 TEST_CASE("train: bad options and a missing dataset are clear errors") {
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   CHECK(run_cli("train --model resnet").status == 1);
   CHECK(run_cli("train --optimizer lion").status == 1);
   Run r = run_cli("train --data-dir /nonexistent --json");
@@ -150,7 +144,7 @@ TEST_CASE("train: a learning rate that can only diverge is refused before any wo
 }
 
 TEST_CASE("train: the validation split comes from the training images; the test set is evaluated once") {
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   const std::string common =
       "train --model mlp --epochs 1 --limit-train 640 --limit-test 300 --seed 5 --threads 1 "
       "--json --quiet ";
@@ -172,7 +166,7 @@ TEST_CASE("train: the validation split comes from the training images; the test 
 TEST_CASE("train --schedule warmup-cosine: the lr rises over half an epoch, then decays to 0 step by step") {
   // 576 training images at batch 64: 9 steps per epoch, 18 in all, a warm-up of 4 steps
   // from a tenth of the lr. steps.csv logs, after each step, the lr the next step uses.
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   const fs::path base = fs::temp_directory_path() / ("gs_cli_train_wc_" + std::to_string(::getpid()));
   fs::remove_all(base);
   const std::string common =
@@ -219,7 +213,7 @@ TEST_CASE("train: a --run-dir holding an earlier run is refused before any work 
   Run o = clitest::run_cli_all("train --overwrite --quiet --data-dir /nonexistent");
   CHECK(o.status == 1);
   CHECK(o.out.find("--overwrite applies to --run-dir only") != std::string::npos);
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   Run ok = clitest::run_cli_all(run + " --overwrite");
   CHECK(ok.status == 0);
   CHECK(slurp(dir / "steps.csv").find("0.5,0.5") == std::string::npos);  // replaced by this run

@@ -2,7 +2,7 @@
 // reaches the same train/test losses as the same run on --device cpu; a bad --device is refused.
 // `gradsleuth zoo --device cuda` on one bug with a token budget: the run is on the device and the
 // bug is caught (the verdicts against the CPU's are tests/cuda/test_cuda_zoo.cpp's job).
-// Exits with 77 (CTest's "skipped") when dataset-fashion-mnist is not installed.
+// Fails, saying how to install it, when dataset-fashion-mnist is not installed.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cli_test_util.h"
+#include "fashion_mnist_required.h"
 #include "json_mini.h"
 
 namespace {
@@ -23,13 +24,6 @@ std::string last_line(const std::string& s) {
   while (!t.empty() && t.back() == '\n') t.pop_back();
   const size_t nl = t.rfind('\n');
   return nl == std::string::npos ? t : t.substr(nl + 1);
-}
-
-void skip_without_dataset() {
-  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-    std::printf("skipped: dataset-fashion-mnist is not installed\n");
-    std::exit(77);
-  }
 }
 
 json_mini::Value train_json(const std::string& device) {
@@ -52,7 +46,7 @@ void check_close(double cuda, double cpu, const char* what) {
 }  // namespace
 
 TEST_CASE("train --device cuda: an MLP reaches the CPU run's losses") {
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   const json_mini::Value cpu = train_json("cpu"), cuda = train_json("cuda");
   CHECK(cpu.get("device")->str == "cpu");
   CHECK(cuda.get("device")->str == "cuda:0");
@@ -68,7 +62,7 @@ TEST_CASE("train --device: an unknown device is refused before any work") {
 }
 
 TEST_CASE("zoo --device cuda: the matrix and the JSON say cuda:0, and B22 is caught (M13 on a CPU copy)") {
-  skip_without_dataset();
+  testdata::require_fashion_mnist();
   const std::string path = "zoo_device_test.json";
   std::filesystem::remove(path);
   // Two training steps: B22's check runs in the pre-training gate. A whole zoo run: the emulator's

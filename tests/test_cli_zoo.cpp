@@ -16,14 +16,13 @@
 #include <string>
 
 #include "cli_test_util.h"
+#include "fashion_mnist_required.h"
 #include "json_mini.h"
 
 namespace {
 
 using clitest::Run;
 inline Run run_cli(const std::string& args) { return clitest::run_cli(args, true); }
-
-bool have_data() { return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); }
 
 size_t count_of(const std::string& s, const std::string& what) {
   size_t n = 0;
@@ -85,7 +84,7 @@ TEST_CASE("checks --sources prints each source's authors, year and URL or DOI, a
 }
 
 TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
-  if (!have_data()) return;
+  testdata::require_fashion_mnist();
   const std::string path = "zoo_subset_test.json";
   std::filesystem::remove(path);
   Run r = run_cli("zoo --quick --quiet --bug B13 --bug b28 --json " + path);
@@ -122,7 +121,7 @@ TEST_CASE("zoo --json FILE on B13 and B28 writes the detection results") {
 TEST_CASE("zoo explains a bad bug name; doctor --json reports findings and writes the HTML report") {
   Run bad = run_cli("zoo --bug B99");
   CHECK(bad.status == 1);
-  if (!have_data()) return;
+  testdata::require_fashion_mnist();
   const std::string dir = "doctor_test_out";
   std::filesystem::remove_all(dir);
   Run r = run_cli("doctor --bug B18 --steps 40 --train-examples 2000 --json --out " + dir);
@@ -178,7 +177,7 @@ TEST_CASE("zoo refuses a bug the model's recipe cannot reproduce before anything
 }
 
 TEST_CASE("zoo's matrix names the reference each bug is compared with and wraps notes at word ends") {
-  if (!have_data()) return;
+  testdata::require_fashion_mnist();
   Run r = run_cli("zoo --quick --bug B09 --steps 20 --train-examples 640 --quiet");
   REQUIRE(r.status == 0);
   CHECK(r.out.find("test acc (ref)") != std::string::npos);
@@ -192,7 +191,7 @@ TEST_CASE("zoo's matrix names the reference each bug is compared with and wraps 
 }
 
 TEST_CASE("graph --dot draws the zoo's model; with --check the module a finding names is red") {
-  if (!have_data()) return;
+  testdata::require_fashion_mnist();
   Run plain = run_cli("graph --dot --model mlp");
   REQUIRE(plain.status == 0);
   CHECK(plain.out.rfind("digraph autograd {", 0) == 0);

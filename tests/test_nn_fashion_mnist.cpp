@@ -18,6 +18,7 @@
 #endif
 
 #include "core/ops.h"
+#include "fashion_mnist_required.h"
 #include "nn/fashion_mnist.h"
 
 namespace nn = gs::nn;
@@ -202,11 +203,8 @@ TEST_CASE("load_fashion_mnist: from --data-dir, gz and raw mixed; missing files 
                        doctest::Contains("t10k-labels-idx1-ubyte holds 11 labels"), gs::Error);
 }
 
-TEST_CASE("load_fashion_mnist: the real dataset, when installed") {
-  if (!fs::exists(std::string(nn::kFashionMnistDefaultDir) + "/t10k-images-idx3-ubyte.gz")) {
-    MESSAGE("dataset-fashion-mnist is not installed: skipped");
-    return;
-  }
+TEST_CASE("load_fashion_mnist: the real dataset (scripts/setup.sh installs it)") {
+  testdata::require_fashion_mnist();
   auto test = nn::load_fashion_mnist("test");
   CHECK(test->size() == 10000);
   CHECK(test->x().shape() == gs::Shape{10000, 1, 28, 28});

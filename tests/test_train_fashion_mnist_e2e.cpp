@@ -1,6 +1,6 @@
 // End to end on real data: a small MLP trained for one epoch on 2,000
-// Fashion-MNIST images must beat 0.6 test accuracy (chance is 0.1). Exits with
-// 77 (CTest's "skipped") when dataset-fashion-mnist is not installed.
+// Fashion-MNIST images must beat 0.6 test accuracy (chance is 0.1). Fails, saying
+// how to install it, when dataset-fashion-mnist is not installed.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/generator.h"
+#include "fashion_mnist_required.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -16,12 +17,7 @@ namespace nn = gs::nn;
 namespace optim = gs::optim;
 
 TEST_CASE("Fashion-MNIST: 2,000 images, one epoch, MLP 784-128-10 beats 0.6 test accuracy") {
-  const std::string dir = nn::kFashionMnistDefaultDir;
-  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
-      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
-    std::printf("skipped: dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)\n");
-    std::exit(77);
-  }
+  testdata::require_fashion_mnist();
   const auto t0 = std::chrono::steady_clock::now();
   gs::manual_seed(1);
   nn::DatasetPtr train = nn::take(nn::load_fashion_mnist("train"), 2000);

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "debug/zoo/zoo.h"
+#include "fashion_mnist_required.h"
 #include "json_mini.h"
 #include "reworded_test_util.h"
 
@@ -15,10 +16,6 @@ namespace zoo = gs::debug::zoo;
 namespace nn = gs::nn;
 
 namespace {
-bool have_data() {
-  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") ||
-         std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte");
-}
 std::string fired_text(const zoo::RunResult& r) {
   std::string s;
   for (const auto& c : r.fired) s += c + " ";
@@ -27,10 +24,7 @@ std::string fired_text(const zoo::RunResult& r) {
 }  // namespace
 
 TEST_CASE("the clean references fire no check") {
-  if (!have_data()) {
-    MESSAGE("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): skipped");
-    return;
-  }
+  testdata::require_fashion_mnist();
   const zoo::Options o = zoo::Options::quick();
   const zoo::RunResult clean = zoo::run_variant({}, o);
   INFO(fired_text(clean));
@@ -47,7 +41,7 @@ TEST_CASE("the clean references fire no check") {
 }
 
 TEST_CASE("the clean CNN fires no check either (gate, monitor, end-of-run diagnoses)") {
-  if (!have_data()) return;
+  testdata::require_fashion_mnist();
   zoo::Options o = zoo::Options::quick();
   o.model = "cnn";
   o.steps = 40;
@@ -74,7 +68,7 @@ constexpr size_t kBugStride = 1;
 #endif
 
 TEST_CASE("every catalogued bug is caught by an intended check, and the diagnosis leads with it") {
-  if (!have_data()) return;
+  testdata::require_fashion_mnist();
   const zoo::Options o = zoo::Options::quick();
   const auto& catalog = nn::bug_catalog();
   zoo::Result all;  // what `gradsleuth zoo --json` writes, for the lead of each bug

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../fashion_mnist_required.h"
 #include "debug/zoo/zoo.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -16,11 +17,6 @@ namespace zoo = gs::debug::zoo;
 namespace nn = gs::nn;
 
 namespace {
-
-bool have_data() {
-  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz") ||
-         std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte");
-}
 
 // The quick recipe, smaller, so the emulator runs a variant in seconds: 30 steps on 1,280 images,
 // 60 steps for the gate's overfit-one-batch (M14), 500 test images. Adam's lr is 3e-3 (not 1e-3)
@@ -58,10 +54,7 @@ zoo::RunResult run_on(const nn::BugSet& bugs, gs::Device d) {
 }  // namespace
 
 TEST_CASE("zoo on cuda: the clean reference and bugs B12, B21, B22 get the cpu's verdicts") {
-  if (!have_data()) {
-    MESSAGE("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): skipped");
-    return;
-  }
+  testdata::require_fashion_mnist();
   // B22 is caught by M13 and B21 by M18, the two checks that run on a CPU copy of a device
   // model; B12 by M5 (gradient flow), from gradients computed on the device.
   for (const nn::BugSet& bugs :

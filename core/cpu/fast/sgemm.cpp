@@ -11,7 +11,8 @@
 // per 24 FMAs (AVX-512). On Zen 5 it runs at 100-112 GFLOP/s with the operands in cache,
 // against an FMA peak of 111 (bench_gemm's sgemm_direct cases).
 //
-// Nothing is packed when B is row-major. A BLAS copies the operands into panels first
+// Nothing is packed when B is row-major (but a last column panel narrower than the tile, copied
+// zero-padded so the loads need no mask). A BLAS copies the operands into panels first
 // and zeroes C when beta = 0: in an MLP's training step (784-256-10, batch 64) OpenBLAS's
 // packing and zeroing were 8% of the step. The cost of not packing is strided reads of A
 // (one element per row per k), which the L1 cache absorbs as long as the tile's kRows
@@ -130,7 +131,7 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
   for (int64_t k = 0; k < K; ++k, bk += p.ldb) {
     Vec b[NV];
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) b[v] = load_col(bk + v * kW, v);
+    for (int v = 0; v < NV; ++v) b[v] = load(bk + v * kW);  // a partial panel's B is padded (gemm_rows)
     __builtin_prefetch(bk + p.ahead, 0, 3);  // the next column panel's row k
     __builtin_prefetch(bk + p.ahead + kW, 0, 3);
 #pragma GCC unroll 16
@@ -192,12 +193,29 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int6
   // Blocks of equal length (784 = 4 x 196, not 3 x 256 + 16): a short last block would
   // pay a whole pass of tile loads and stores for a few k's.
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
+  // The last panel, when it ends in a partial vector, is copied into 2 vectors' width, zero-padded,
+  // so that the micro-kernel loads B's rows without a mask: masked loads in the k loop made
+  // such a panel 2-2.5x slower on Zen 5 (64 x 63 x 32, the Winograd tiles' product: 2.8 against
+  // 1.6 us for 64 x 64 x 32). The padded lanes' sums are never stored.
+  thread_local std::vector<float> padded;
   for (int64_t k0 = 0; k0 < K; k0 += step) {
     const int64_t kb = std::min(step, K - k0);
     for (int64_t j = 0; j < N; j += 2 * kW) {
       const int64_t n = std::min<int64_t>(2 * kW, N - j);
+      const float* Bp = B + k0 * ldb + j;
+      int64_t ldp = ldb;
+      if (n % kW != 0) {  // a partial vector: the last panel, fewer than 2 vectors wide
+        if (padded.size() < static_cast<size_t>(kb * 2 * kW)) padded.resize(static_cast<size_t>(kb * 2 * kW));
+        for (int64_t k = 0; k < kb; ++k) {
+          float* row = padded.data() + k * 2 * kW;
+          std::copy(Bp + k * ldb, Bp + k * ldb + n, row);
+          std::fill(row + n, row + 2 * kW, 0.0f);
+        }
+        Bp = padded.data();
+        ldp = 2 * kW;
+      }
       // Later k-blocks resume from the partial C (beta 1).
-      const Panel p{B + k0 * ldb + j, ldb, C + j, ldc, k0 == 0 ? beta : 1.0f, n, j + n < N ? n : 0};
+      const Panel p{Bp, ldp, C + j, ldc, k0 == 0 ? beta : 1.0f, n, j + n < N ? n : 0};
       const auto rows = [&](int64_t i, int64_t m) {
         const Panel pi{p.B, p.ldb, p.C + i * ldc, p.ldc, p.beta, p.n, p.ahead};
         tile_rows<kRows>(m, kb, {A.p + i * A.si + k0 * A.sk, A.si, A.sk}, pi);
