@@ -132,6 +132,15 @@ void Session::check_fit_at_end(RunReport& r) {
     m.epoch_train_loss = r.history.epoch_train_loss;
     m.epoch_val_loss = r.history.epoch_val_loss;
     m.epoch_val_accuracy = r.history.epoch_val_accuracy;
+    // The run's own first and last tenth of steps.
+    const auto& sl = r.history.step_losses;
+    const size_t tenth = std::max<size_t>(1, sl.size() / 10);
+    if (!sl.empty()) {
+      m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(tenth), 0.0) /
+                         static_cast<double>(tenth);
+      m.run_window_loss =
+          std::accumulate(sl.end() - static_cast<std::ptrdiff_t>(tenth), sl.end(), 0.0) / static_cast<double>(tenth);
+    }
     bool falling = false;
     std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling);
     if (falling && have_initial_ && !r.history.step_losses.empty()) {
@@ -149,11 +158,6 @@ void Session::check_fit_at_end(RunReport& r) {
           for (int64_t i = end - k; i < end; ++i) s += v[static_cast<size_t>(i)];
           return s / static_cast<double>(k);
         };
-        const auto& sl = r.history.step_losses;
-        m.run_window_loss = tail(sl, static_cast<int64_t>(sl.size()));
-        const size_t first = std::max<size_t>(1, sl.size() / 10);
-        m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(first), 0.0) /
-                           static_cast<double>(first);
         m.probe_window_loss = tail(probe, steps);
         m.probe_steps = steps;
       }

@@ -109,10 +109,15 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     val_drop = (v_before - v_now) / v_before;
     // the run's mean relative drop per window
     const double pace = (v[0] - v[n - 1]) / v[0] / static_cast<double>(n - 1) * static_cast<double>(w);
-    falling = drop > o.still_falling && val_drop > o.still_falling_val && val_drop > o.still_pace * pace;
+    // A run that barely moved (it kept more than barely_kept of its first loss) counts as still falling
+    // on any steady drop: its whole curve is the slope.
+    const bool barely = m.run_window_loss > o.barely_kept * m.run_first_loss;
+    const double need_train = barely ? o.barely_falling : o.still_falling;
+    const double need_val = barely ? o.barely_falling : o.still_falling_val;
+    falling = drop > need_train && val_drop > need_val && val_drop > o.still_pace * pace;
     const auto& a = m.epoch_val_accuracy;
     if (falling && a.size() == n && std::all_of(a.begin(), a.end(), [](double d) { return std::isfinite(d); }))
-      falling = window(a, n) - window(a, n - w) >= o.still_rising_accuracy;
+      falling = window(a, n) - window(a, n - w) >= (barely ? 0.0 : o.still_rising_accuracy);
   }
   if (still_falling) *still_falling = falling;
   if (falling) {

@@ -27,6 +27,9 @@ struct EndFitOptions {
   // validation accuracy up by still_rising_accuracy.
   double still_falling = 0.02, still_falling_val = 0.05, still_pace = 0.5;
   double still_rising_accuracy = 0.005;
+  // A run whose last steps kept more than barely_kept of its first steps' loss barely trained: any
+  // drop above barely_falling (both losses, at the same pace) counts, and no accuracy gain is asked.
+  double barely_kept = 0.7, barely_falling = 0.005;
   int64_t min_epochs = 2;
   // The probe (at probe_factor x the learning rate, from the initial weights, up to 300 steps): a
   // final loss below probe_better x the run's own final loss says the learning rate was too low.
