@@ -298,7 +298,7 @@ TEST_CASE("an MSE regression with output (B, 1) and target (B,): D6 leads with l
     auto model = std::make_shared<Mlp>(6, 1);
     nn::MSELoss mse(nn::MSELossOptions().allow_broadcast(true));  // ported from PyTorch, which broadcasts
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
-    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 3);
+    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 6);  // to convergence (L9)
     if (bug) {
       expect_lead(r, "D6", "label-shape", {"M19", "M14"});
     } else {
@@ -518,7 +518,7 @@ TEST_CASE("no zero_grad in the loop: O5 leads with zero-grad") {
     auto model = std::make_shared<Mlp>();
     optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
     debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
-    for (int e = 0; e < 2; ++e) {
+    for (int e = 0; e < 4; ++e) {  // to convergence (L9)
       for (const nn::Batch& b : *d.train) {
         if (!bug) opt.zero_grad();  // the bug: never called
         Tensor l = ce((*model)(b.x), b.y);

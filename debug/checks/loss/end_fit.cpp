@@ -26,6 +26,14 @@ std::string pct(double v) { return str_printf("%.1f%%", 100 * v); }
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling) {
   std::vector<Finding> out;
   const bool acc = std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy);
+  // The two-proportion z statistic of the accuracies (pooled).
+  double z = 0;
+  if (acc && m.train_examples > 0 && m.val_examples > 0) {
+    const double nt = static_cast<double>(m.train_examples), nv = static_cast<double>(m.val_examples);
+    const double p = (m.train_accuracy * nt + m.val_accuracy * nv) / (nt + nv);
+    const double se = std::sqrt(std::max(p * (1 - p), 1e-12) * (1 / nt + 1 / nv));
+    z = std::abs(m.val_accuracy - m.train_accuracy) / se;
+  }
   auto split_evidence = [&](Finding& f) {
     if (acc) {
       f.evidence.push_back({"training accuracy (eval mode)", m.train_accuracy, ""});
@@ -36,13 +44,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.evidence.push_back({"training examples", static_cast<double>(m.train_examples), ""});
     f.evidence.push_back({"validation examples", static_cast<double>(m.val_examples), ""});
   };
-  if (acc && m.val_accuracy - m.train_accuracy > o.labels_margin) {
+  if (acc && m.val_accuracy - m.train_accuracy > o.labels_margin && z >= o.min_z) {
     Finding f = make(Kind::TrainLabelsDisagree, Severity::Warning,
                      "the trained model is right on " + pct(m.val_accuracy) + " of validation but only " +
                          pct(m.train_accuracy) + " of its own training data: the training labels disagree with it");
     split_evidence(f);
     f.evidence.push_back({"validation - training accuracy", m.val_accuracy - m.train_accuracy,
-                          "> " + str_printf("%g", o.labels_margin) + " warns"});
+                          "> " + str_printf("%g", o.labels_margin) + " and"});
+    f.evidence.push_back({"z (two proportions)", z, ">= " + str_printf("%g", o.min_z) + " warns"});
     f.cause =
         "a share of the training labels is wrong (labels changed, shifted or noisy in the training split only), or the "
         "training inputs are corrupted (noise added to the training split): a model fits clean training data at least "
@@ -52,13 +61,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
         "look at the training examples the trained model gets wrong with high confidence: relabel or drop them, and "
         "check that the training split is built like the validation one";
     out.push_back(f);
-  } else if (acc && m.train_accuracy - m.val_accuracy > o.gap_margin) {
+  } else if (acc && m.train_accuracy - m.val_accuracy > o.gap_margin && z >= o.min_z) {
     Finding f = make(Kind::GeneralisationGap, Severity::Warning,
                      "the trained model is right on " + pct(m.train_accuracy) + " of its training data but " +
                          pct(m.val_accuracy) + " of validation: it memorised the training split");
     split_evidence(f);
     f.evidence.push_back({"training - validation accuracy", m.train_accuracy - m.val_accuracy,
-                          "> " + str_printf("%g", o.gap_margin) + " warns"});
+                          "> " + str_printf("%g", o.gap_margin) + " and"});
+    f.evidence.push_back({"z (two proportions)", z, ">= " + str_printf("%g", o.min_z) + " warns"});
     f.cause =
         "too little training data for the model, or too little regularisation (weight decay, dropout, "
         "augmentation, early stopping)";

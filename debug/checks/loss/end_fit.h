@@ -18,6 +18,9 @@ struct EndFitOptions {
   double labels_margin = 0.06;
   // Training accuracy above validation accuracy by more than this warns (a generalisation gap).
   double gap_margin = 0.2;
+  // Both accuracy rules also need the difference to stand out from the splits' sampling noise: a
+  // two-proportion z statistic (pooled) of at least min_z.
+  double min_z = 3.0;
   // Non-classification: a validation loss above gap_loss_ratio x the training loss (and above it by
   // gap_loss_min) warns.
   double gap_loss_ratio = 3.0, gap_loss_min = 0.1;
