@@ -65,7 +65,7 @@ std::vector<Operator> make_operators() {
                  kDeepCrime,
                  {0.5, 0.8, 0.9},
                  "share of training examples removed",
-                 {"D16", "L7", "L9:generalisation-gap"},
+                 {"D16", "L7", "L9:generalisation-gap", "L9:undertrained"},
                  false,
                  "",
                  always,

@@ -130,6 +130,8 @@ void Session::check_fit_at_end(RunReport& r) {
     m.val_accuracy = va.accuracy;
     m.val_examples = va.examples;
     m.epoch_train_loss = r.history.epoch_train_loss;
+    m.clipping_caps_steps = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
+                                        [](const Finding& f) { return f.check == "O9" && f.fires(); });
     m.epoch_val_loss = r.history.epoch_val_loss;
     m.epoch_val_accuracy = r.history.epoch_val_accuracy;
     // The run's own first and last tenth of steps.

@@ -167,6 +167,9 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       f.evidence.push_back({"validation loss after as many steps again", m.continued_val_loss,
                             "< " + str_printf("%g", 1 - o.continue_gain) + " x the end's: undertrained (warns)"});
     }
+    if (m.clipping_caps_steps)
+      f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
+                            "info: the clipping, not the learning rate, caps the steps"});
     f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
                      : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "
                        "epoch), or a stopping rule that ended the run early";

@@ -60,6 +60,8 @@ struct EndFitMeasure {
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
+  // Gradient clipping was active at nearly every step (O9): it, not the rate, caps the steps.
+  bool clipping_caps_steps = false;
   int64_t probe_steps = 0;
 };
 
