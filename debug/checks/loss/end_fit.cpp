@@ -140,13 +140,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const bool more_helps = !lr_low && std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
                             m.continued_val_loss < (1 - o.continue_gain) * m.val_loss &&
                             m.val_loss - m.continued_val_loss > o.continue_min_gain;
-    Finding f = make(
-        lr_low ? Kind::LrProbeTooLow : Kind::Undertrained, lr_low || more_helps ? Severity::Warning : Severity::Info,
-        lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
-                     str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
-                     pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
-               : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
-                     pct(val_drop) + "): the model is undertrained");
+    Finding f =
+        make(lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
+             (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
+             lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
+                          str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
+                          pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
+                    : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
+                          pct(val_drop) + "): the model is undertrained");
     f.evidence.push_back({"last epoch's training loss", e[n - 1], ""});
     f.evidence.push_back({"the epoch before", e[n - 2], ""});
     f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
