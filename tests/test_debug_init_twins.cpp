@@ -142,7 +142,7 @@ TEST_CASE("a final bias copied from another dataset's class priors: L4's initial
       model->fc2->bias.copy_(tensor(std::vector<float>{std::log(0.9f), std::log(0.05f), std::log(0.05f)}, {3}));
     }
     optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
-    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 6);  // to convergence (L9)
     if (bug) {
       expect_lead(r, "L4", "output-init", {"L4"});  // the initial loss (2x log 3) hangs under it
     } else {
@@ -190,7 +190,7 @@ TEST_CASE("a regression onto targets near 50 with the final bias at 0: L4's init
       model->fc2->bias.fill_(mean / static_cast<double>(n));
     }
     optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
-    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 2);
+    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 6);  // to convergence (L9)
     if (bug) {
       expect_lead(r, "L4", "output-init");
     } else {

@@ -133,11 +133,17 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
   }
   if (hooks.empty()) return {};
   {
+    // In training mode, as training sees the signal: a BatchNorm before a ReLU normalises it with the
+    // batch's statistics (in eval mode, at initialisation, it is the identity). The running statistics
+    // that forward updates are put back.
     QuietProbe quiet(model);
     ModeSnapshot modes(model);
-    model.eval();
+    std::vector<Tensor> buffers = model.buffers(), saved;
+    for (const Tensor& b : buffers) saved.push_back(b.detach().clone());
+    model.train();
     NoGradGuard ng;
     model(x);
+    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].detach().copy_(saved[i]);
   }
   hooks.clear();
   size_t lo = layers.size(), hi = layers.size();
