@@ -73,6 +73,10 @@ struct LossCheckOptions {
   // runs); B24: 0.20-0.39 (its swings are no wilder); SGD lr 1 on a plain MLP:
   // 60-120.
   double max_relative_swing = 1.0;
+  // The swing is measured against the larger of the window's median and swing_floor x the first
+  // loss: near convergence a loss of 0.05 that moves by 0.1 from batch to batch is a few hard
+  // examples per batch, small beside the distance training came (see docs/checks.md, L1).
+  double swing_floor = 0.25;
   // Windows whose median is below min_level x the first loss are not judged for
   // divergence or oscillation: near 0 relative changes are large and harmless
   // (a BCE footwear-vs-rest run falls from 0.64 to ~0.002, then moves between
@@ -83,6 +87,14 @@ struct LossCheckOptions {
   // training loss kept falling. A single bad validation epoch does not count.
   int64_t val_patience = 3;
   double val_rise = 0.1;
+  // W3 (the monitor, live): the latest validation loss above (1 + val_rise_w3) x the best before
+  // the last two epochs, after rising two epochs in a row.
+  double val_rise_w3 = 0.1;
+  // The accuracy probe behind W3, L1's train down / val up and L7's overfitting: where the
+  // validation accuracy is known, a validation loss that rises warns only when the accuracy also
+  // fell from its best by more than this (a loss that rises while the accuracy holds is confidence
+  // growing on the examples the model gets wrong, not a model getting worse).
+  double val_accuracy_drop = 0.05;
 
   // ---- L2 double softmax ----
   double prob_sum_tolerance = 1e-3;  // |row sum - 1| at most this counts as "sums to 1" (float32 softmax: ~1e-7)
@@ -124,6 +136,9 @@ struct LossCheckOptions {
   double normal_gap = 0.05;          // gap below this ...
   double normal_train_loss = 0.1;    // ... with train below this: normal convergence
 };
+
+// The best validation accuracy of the run minus the latest (NaN when the latest is unknown).
+double validation_accuracy_drop(const std::vector<double>& val_accuracy);
 
 // The statistics behind L1 (and O6's learning-rate diagnosis), on the finite
 // part of a per-step loss history (the steps before the first NaN/Inf).
