@@ -86,7 +86,8 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
     double best = med[0];
     const double floor = opts.min_level * std::fabs(l[0]);
     for (size_t k = 1; k < med.size(); ++k) {
-      if (best > 0 && med[k] >= floor && med[k] / best > s.max_rise) {
+      if (best > 0 && med[k] >= floor && med[k] - best > opts.diverge_gain * std::fabs(l[0]) &&
+          med[k] / best > s.max_rise) {
         s.max_rise = med[k] / best;
         s.rise_step = static_cast<int64_t>(k + 1) * w;
       }
@@ -101,7 +102,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
   for (size_t t = 1; t < m; ++t) {
     const size_t from = t > static_cast<size_t>(w) ? t - static_cast<size_t>(w) : 0;
     const double ref = median_of(l, from, t);
-    if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= l[0]) continue;
+    if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= opts.spike_over_first * l[0]) continue;
     ++s.spikes;
     if (l[t] / ref > s.worst_spike_ratio) {
       s.worst_spike_ratio = l[t] / ref;
@@ -225,6 +226,8 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     f.evidence = {{"spikes", static_cast<double>(s.spikes), ""},
                   {"worst spike / median of the " + num(s.window) + " steps before", s.worst_spike_ratio,
                    "> " + fmt_num(opts.spike_factor) + " and above the first loss is a spike"},
+                  {"worst spike loss / first loss", s.worst_spike_loss / s.first_loss,
+                   "> " + fmt_num(opts.spike_over_first) + " (with the ratio above) is a spike"},
                   {"worst spike loss", s.worst_spike_loss, ""},
                   {"first loss", s.first_loss, ""}};
     f.cause = std::string(kCauseOscillating) +
@@ -407,6 +410,26 @@ int64_t correct_predictions(const Tensor& logits, const Tensor& target) {
   return sum(hit.to(kInt64)).item<int64_t>();
 }
 
+// L1 when nothing is wrong with the loss history: its statistics against their rules, as info.
+Finding loss_history_summary(const std::vector<double>& losses, const LossCheckOptions& o) {
+  const LossHistoryStats s = analyse_loss_history(losses, o);
+  Finding f = make("L1", Severity::Info,
+                   s.trend_judged ? "the training loss history looks healthy: it fell " +
+                                        fmt_num(100.0 * s.relative_decrease) + "% in " + num(s.finite_steps) + " steps"
+                                  : "the training loss history is too short to judge its trend (" +
+                                        num(s.finite_steps) + " steps)");
+  if (s.trend_judged)
+    f.evidence = {{"relative decrease", s.relative_decrease, "< " + fmt_num(o.min_relative_decrease) + " is stuck"},
+                  {"largest window median / best earlier window median", s.max_rise,
+                   "> " + fmt_num(o.diverge_factor) + " is diverging"}};
+  f.evidence.push_back({"median |loss[t] - loss[t-1]| / max(median loss, " + fmt_num(o.swing_floor) +
+                            " x first loss) in a window",
+                        s.max_swing, "> " + fmt_num(o.max_relative_swing) + " is wild"});
+  f.evidence.push_back({"spikes", static_cast<double>(s.spikes), "any warns"});
+  f.fix = "none needed";
+  return f;
+}
+
 // The accuracy probe of a validation loss that rises (L1) or sits far above the training loss
 // (L7): where the validation accuracy is known and did not fall from its best by more than
 // val_accuracy_drop, the model got more confident on its mistakes, not worse at the task: info.
@@ -445,6 +468,7 @@ class LossHistoryRunCheck final : public RunCheck {
   void finish(RunContext& c) override {
     const TrainingHistory& h = *c.history;
     std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_);  // L1
+    if (fs.empty()) fs.push_back(loss_history_summary(h.step_losses, o_));
     if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back())) {
       std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7
       fs.insert(fs.end(), fit.begin(), fit.end());

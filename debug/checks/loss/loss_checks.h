@@ -61,12 +61,20 @@ struct LossCheckOptions {
   // plain MLP (no BatchNorm): 2.6 before it died. Windows below min_level (see
   // below) are not judged: a binary task converged to 0.002 wobbles 3.5x.
   double diverge_factor = 2.0;
+  // ... and that window gave back more than diverge_gain x the first loss (its median minus the
+  // best before it): a loss converged to 0.03 that wobbles to 0.08 doubled but gave back 3% of a
+  // first loss of 1.4 (the corpus' grad-accumulation); a diverging run climbs back most of the way.
+  double diverge_gain = 0.1;
   // Spike: a step whose loss is above spike_factor x the median of the window
   // before it AND above the first loss of the history (worse than where training
   // started). Healthy runs never go back above their first loss (8 seeds); B24
   // (Adam lr 0.1): 14.8-29.5 at step 2 after 2.4-2.6 at step 1, worst spike
   // 5.9-15.7x its rolling median, in all 8 seeds tried.
   double spike_factor = 3.0;
+  // ... and above spike_over_first x the first loss. A binary task starts near log 2 = 0.69 and
+  // one batch of 32 with a few noisy labels reaches 0.85 late in a healthy run (1.24x; the corpus'
+  // largest); B24's spike is ~6x its first loss.
+  double spike_over_first = 1.5;
   // Oscillating: in some window, the median |loss[t] - loss[t-1]| above
   // max_relative_swing x the window's median loss. Minibatch noise of healthy
   // runs: 0.26-0.34 (batch 64, 8 seeds; 0.47 at most in any window of 11
