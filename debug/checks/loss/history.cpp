@@ -102,7 +102,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
   for (size_t t = 1; t < m; ++t) {
     const size_t from = t > static_cast<size_t>(w) ? t - static_cast<size_t>(w) : 0;
     const double ref = median_of(l, from, t);
-    if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= opts.spike_over_first * l[0]) continue;
+    if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= l[0]) continue;
     ++s.spikes;
     if (l[t] / ref > s.worst_spike_ratio) {
       s.worst_spike_ratio = l[t] / ref;
@@ -226,9 +226,8 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     f.evidence = {{"spikes", static_cast<double>(s.spikes), ""},
                   {"worst spike / median of the " + num(s.window) + " steps before", s.worst_spike_ratio,
                    "> " + fmt_num(opts.spike_factor) + " and above the first loss is a spike"},
-                  {"worst spike loss / first loss", s.worst_spike_loss / s.first_loss,
-                   "> " + fmt_num(opts.spike_over_first) + " (with the ratio above) is a spike"},
                   {"worst spike loss", s.worst_spike_loss, ""},
+                  {"worst spike / first loss", s.worst_spike_loss / s.first_loss, ""},
                   {"first loss", s.first_loss, ""}};
     f.cause = std::string(kCauseOscillating) +
               ". A loss worse than at initialisation means an update threw the weights far away: with Adam the "
