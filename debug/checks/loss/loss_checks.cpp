@@ -244,11 +244,11 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
 }
 
 std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const std::string& kind_in,
-                                        const LossCheckOptions& opts) {
+                                        const LossCheckOptions& opts, const std::string& expected_why) {
   std::string kind = kind_in;
   std::transform(kind.begin(), kind.end(), kind.begin(), [](unsigned char c) { return std::tolower(c); });
   double expected = opts.expected_initial_loss;
-  std::string why = "opts.expected_initial_loss";
+  std::string why = expected_why.empty() ? "opts.expected_initial_loss" : expected_why;
   if (!std::isfinite(expected)) {
     if (kind == "cross_entropy" || kind == "crossentropy" || kind == "ce" || kind == "nll") {
       GS_CHECK(num_classes >= 2, "check_initial_loss", "kind '", kind_in, "' needs num_classes >= 2, got ",
@@ -306,6 +306,24 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
     f.fix = "none needed: an untrained model that guesses gives about this loss";
   }
   return {f};
+}
+
+void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts) {
+  for (Finding& f : findings) {
+    if (!f.fires() || !f.is("L4", Kind::InitialLoss) || f.nonfinite || cause_confirmed) continue;
+    double ratio = 0.0;
+    for (const Evidence& e : f.evidence)
+      if (e.name == "loss / expected") ratio = e.value;
+    if (!(ratio > opts.initial_loss_high && ratio <= opts.initial_loss_confirm)) continue;
+    f.severity = Severity::Info;
+    f.title += ": confident logits from the initialisation, no probe found a cause";
+    f.evidence.push_back({"loss / expected, confirmed without a probe above", opts.initial_loss_confirm,
+                          "a ratio in (" + fmt_num(opts.initial_loss_high) + ", " +
+                              fmt_num(opts.initial_loss_confirm) + "] warns only with a cause found"});
+    f.cause = "ReLU-family networks at their default initialisation often start with logits of a few units "
+              "(activations >= 0 that add up through the layers); the first steps bring the loss down";
+    f.fix = "none needed; to start at the expected loss, scale the final layer's weights down (or zero them)";
+  }
 }
 
 // ---- L5 masked targets ---------------------------------------------------------------------
@@ -495,12 +513,29 @@ class InitialLossRunCheck final : public RunCheck {
     NoGradGuard ng;
     const int64_t C = num_classes_ > 0 ? num_classes_ : (input.dim() >= 2 ? input.size(-1) : 2);
     const Tensor v = l.forward(input.detach(), target);
-    if ((loss_type::cross_entropy(l) || loss_type::nll(l)) && v.numel() == 1)
-      c.add_all(check_initial_loss(v.item<double>(), C, "cross_entropy", o_));
-    else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1)
-      c.add_all(check_initial_loss(v.item<double>(), 2, "bce", o_));
-    else
+    // The expected first loss is the loss's own value for a prediction that knows nothing (0.5 for
+    // every target, uniform over the classes), on this batch: a BCE pos_weight or class weights
+    // raise it above log 2 by design.
+    LossCheckOptions o = o_;
+    auto neutral = [&](const Tensor& pred) {
+      if (std::isfinite(o.expected_initial_loss)) return;
+      const Tensor n = l.forward(pred, target);
+      if (n.numel() == 1 && std::isfinite(n.item<double>())) o.expected_initial_loss = n.item<double>();
+    };
+    if ((loss_type::cross_entropy(l) || loss_type::nll(l)) && v.numel() == 1) {
+      std::vector<Finding> fs = check_initial_loss(v.item<double>(), C, "cross_entropy", o_);
+      confirm_initial_loss(fs, false, o_);  // the gate's probe of the final bias confirms it there
+      c.add_all(fs);
+    } else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1) {
+      const Tensor in = input.detach();
+      neutral(l.type_name() == "BCEWithLogitsLoss" ? zeros_like(in) : full_like(in, 0.5));
+      std::vector<Finding> fs = check_initial_loss(
+          v.item<double>(), 2, "bce", o, "the loss of a prediction of 0.5 for every target, with the loss's own weights");
+      confirm_initial_loss(fs, false, o_);
+      c.add_all(fs);
+    } else {
       return;
+    }
     c.note_ran("L4");
   }
 

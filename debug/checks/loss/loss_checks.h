@@ -113,6 +113,11 @@ struct LossCheckOptions {
   // against log(10) = 2.30 over 8 seeds); B03 (sum over a batch of 64): ~64.
   double initial_loss_low = 0.5;
   double initial_loss_high = 1.5;
+  // A ratio in (initial_loss_high, initial_loss_confirm] warns only when a probe names its cause
+  // (the final bias, L4's initial outputs); otherwise it is info. ReLU-family networks at their
+  // default or Kaiming initialisation start with confident logits: 1.34-1.98 on the healthy
+  // corpus (residual and deep ReLU MLPs); B16 (weights 10x too large) ~7, B03 (sum) ~64.
+  double initial_loss_confirm = 3.0;
   // L4 on the initial outputs (check_initial_outputs). Classes: the mean predicted distribution
   // p over the batch against the batch's class frequencies f; KL(f || p) above KL(f || uniform)
   // by more than initial_output_excess nats warns (the start is worse than guessing uniformly:
@@ -200,9 +205,15 @@ std::vector<Finding> check_bce_input(const Tensor& input);
 // "nll" (expected log(num_classes)), "bce" (expected log 2), or anything with
 // opts.expected_initial_loss set. A warning when loss / expected is outside
 // [opts.initial_loss_low, opts.initial_loss_high], an error when the loss is not
-// finite, an info finding with the ratio otherwise.
+// finite, an info finding with the ratio otherwise. expected_why: where an
+// opts.expected_initial_loss came from, in words (the evidence's rule).
 std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const std::string& kind = "cross_entropy",
-                                        const LossCheckOptions& opts = {});
+                                        const LossCheckOptions& opts = {}, const std::string& expected_why = "");
+
+// L4's confirmation: a high initial-loss warning whose ratio is at most
+// opts.initial_loss_confirm stays a warning only when `cause_confirmed` (the final bias was found
+// to skew the start); otherwise it becomes info (confident logits from the initialisation).
+void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts = {});
 
 // L4, the outputs (Karpathy's "initialise well": the final layer's bias against the labels):
 // the untrained model's output (B, C) or (B, k) on its first batch against the batch's targets.
