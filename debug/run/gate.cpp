@@ -38,53 +38,6 @@ bool gate_phase(Report& r, const std::string& phase, const std::string& lost, co
   }
 }
 
-// Float targets of 0 and 1 only (binary or multi-label).
-bool binary_targets(const Tensor& y) {
-  NoGradGuard ng;
-  const Tensor t = y.detach().to(kCPU).to(kFloat64).contiguous();
-  const double* v = t.data_ptr<double>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (v[i] != 0.0 && v[i] != 1.0) return false;
-  return true;
-}
-
-// L4's probe of a skewed start: the same forward with the final layer's bias at 0 (the last bias
-// with one value per output). A start that leans towards some classes because of that bias (set
-// by hand, copied from another dataset's priors) straightens out; one that leans because of the
-// features through random final weights (ReLU activations all >= 0, a residual stream that adds
-// up) does not, and is info: no bias to fix, and the initial loss L4 judges says what it costs.
-void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out, Finding& f,
-                        const LossCheckOptions& o) {
-  const int64_t outputs = out.dim() >= 1 ? out.size(-1) : 1;
-  Tensor bias;
-  for (auto& [name, p] : model.named_parameters())
-    if (p.dim() == 1 && p.size(0) == outputs && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0)
-      bias = p;
-  bool from_bias = false;
-  if (bias.defined()) {
-    NoGradGuard ng;
-    const Tensor saved = bias.detach().clone();
-    bias.detach().zero_();
-    try {
-      const std::vector<Finding> again = check_initial_outputs(model(x), y, o);
-      from_bias = std::none_of(again.begin(), again.end(), [](const Finding& g) {
-        return g.fires() && g.is("L4", Kind::InitialOutputBiased);
-      });
-    } catch (const std::exception&) {
-      from_bias = true;  // the probe could not run: the finding stands
-    }
-    bias.detach().copy_(saved);
-  }
-  f.evidence.push_back({"skew gone with the final bias at 0", from_bias ? 1.0 : 0.0, "1 confirms the bias"});
-  if (from_bias) return;
-  f.severity = Severity::Info;
-  f.title += "; with the final bias at 0 it stays: the lean comes from the features through the random final "
-             "weights, not from a bias";
-  f.cause = "an untrained network whose last hidden activations share a non-zero mean (ReLU outputs are >= 0, "
-            "a residual stream adds its blocks) leans towards some classes until the first steps centre it";
-  f.fix = "none needed; the initial loss (L4) says whether the start costs anything";
-}
-
 }  // namespace
 
 Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
@@ -186,9 +139,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
       const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
       std::vector<Finding> start = check_initial_outputs(out, y, o.loss);  // L4: the mean output against the targets
-      for (Finding& f : start)
-        if (f.is("L4", Kind::InitialOutputBiased) && !(y.is_floating_point() && !binary_targets(y)))
-          confirm_final_bias(model, x, y, out, f, o.loss);
+      confirm_final_bias(model, x, y, out, start, o.loss);  // L4's probe of a skewed start
       if (C > 1 && y.dtype() == kInt64) {
         std::vector<Finding> initial = check_initial_loss(lv, C, "cross_entropy", o.loss);  // L4
         confirm_initial_loss(initial, std::any_of(start.begin(), start.end(), [](const Finding& f) { return f.fires(); }),

@@ -215,6 +215,12 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
 // to skew the start); otherwise it becomes info (confident logits from the initialisation).
 void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts = {});
 
+// L4's probe of a skewed start (an InitialOutputBiased warning among `start`, class or 0/1
+// targets): the forward again with the model's final bias (the last bias with one value per
+// output) at 0. When the skew stays, it comes from the features, not a bias: info.
+void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out,
+                        std::vector<Finding>& start, const LossCheckOptions& opts = {});
+
 // L4, the outputs (Karpathy's "initialise well": the final layer's bias against the labels):
 // the untrained model's output (B, C) or (B, k) on its first batch against the batch's targets.
 // Class indices (B) int64 with C >= 2: the mean softmax probability per class against the class
