@@ -206,9 +206,12 @@ std::vector<Program> make_programs() {
     p.model.hidden = {8, 16};
     p.model.pretrained = true;
     p.model.freeze_body = true;
-    p.optim.kind = "momentum";
-    p.optim.lr = 0.01;
-    p.loop.epochs = 5;
+    // A linear probe: Adam on the head alone until it converges (5 epochs of SGD at 0.01 left it
+    // short). Features pretrained on the classes folded in pairs carry little of what tells a
+    // pair apart, so the probe's ceiling sits near 0.75-0.8.
+    p.optim.kind = "adam";
+    p.optim.lr = 3e-3;
+    p.loop.epochs = 15;
     add(p);
   }
 
@@ -297,6 +300,10 @@ std::vector<Program> make_programs() {
     p.data.raw_offset = 0.0;
     p.model.hidden = {64, 64, 64};
     p.optim.lr = 5e-3;
+    // Decayed over the run, as the recipe's "tune the learning rate decay" asks: at a constant 5e-3
+    // Adam throws the converged network off (validation accuracy falling 7-18 points for a few
+    // epochs, the gradient norm up 12-100x), which the checks rightly report.
+    p.schedule.kind = "cosine";
     p.loop.epochs = 20;
     add(p);
   }
