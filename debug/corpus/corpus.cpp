@@ -325,13 +325,13 @@ std::vector<Program> make_programs() {
     p.data.raw_scale = 1.0;
     p.data.raw_offset = 0.0;
     p.model.hidden = {64, 64, 64};
-    p.optim.lr = 5e-3;
-    // Decayed over the run, as the recipe's "tune the learning rate decay" asks: at a constant 5e-3
-    // Adam throws the converged network off (validation accuracy falling 7-18 points for a few
+    p.optim.lr = 2e-3;
+    // 2e-3, decayed over the run, as the recipe's "tune the learning rate decay" asks: at a constant
+    // 5e-3 Adam throws the converged network off (validation accuracy falling 7-18 points for a few
     // epochs, the gradient norm up 12-100x), which the checks rightly report.
     p.schedule.kind = "cosine";
     p.loop.epochs = 20;
-    p.expected_metric = 0.96;  // 3 training runs reach 0.997 at least
+    p.expected_metric = 0.96;  // 3 training runs reach 0.996 at least
     add(p);
   }
   {
