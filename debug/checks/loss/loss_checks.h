@@ -81,7 +81,8 @@ struct LossCheckOptions {
   double max_relative_swing = 1.0;
   // The swing is measured against the larger of the window's median and swing_floor x the first
   // loss: near convergence a loss of 0.05 that moves by 0.1 from batch to batch is a few hard
-  // examples per batch, small beside the distance training came (see docs/checks.md, L1).
+  // examples per batch, small beside the distance training came, and mixup's loss moves with each
+  // batch's mixing weight. Healthy corpus: 0.05-0.46 (docs/checks.md, L1).
   double swing_floor = 0.5;
   // Windows whose median is below min_level x the first loss are not judged for
   // divergence or oscillation: near 0 relative changes are large and harmless
