@@ -1,7 +1,9 @@
 // gradsleuth corpus: lists and runs the healthy-practice corpus (debug/corpus/corpus.h): correct
 // training programs through debug::Session / diagnose(), each of which must train well with no check
 // warning on it.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/cli.h"
@@ -9,6 +11,7 @@
 #include "core/io.h"
 #include "core/json.h"
 #include "debug/corpus/corpus.h"
+#include "debug/corpus/null_distribution.h"
 
 namespace gradsleuth::cli {
 
@@ -26,6 +29,11 @@ int cmd_corpus(const std::vector<std::string>& args) {
   a.option("seed", "S", "the training seed (initialisation, shuffling, dropout)", "1");
   a.option("json", "FILE", "also write the results as JSON to FILE");
   a.flag("verbose", "print each program's report (info findings included)");
+  a.flag("null",
+         "the null distribution of the checks' evidence: run the programs over --seeds and print, per check and "
+         "evidence, the values seen in every finding (info ones included): min, median, max, the rule's threshold "
+         "and the margin to it");
+  a.option("seeds", "LIST", "with --null: the training seeds, comma-separated", "1,2,3");
   if (!a.parse()) return 0;
   if (a.has("json")) a.check_writable_file("json");
   set_thread_count();
@@ -43,6 +51,27 @@ int cmd_corpus(const std::vector<std::string>& args) {
     for (const auto* p : selected)
       std::cout << str_printf("%-26s %-15s %s\n%42s(%s)\n", p->name.c_str(), p->family.c_str(), p->summary.c_str(), "",
                               p->source.c_str());
+    return 0;
+  }
+  if (a.has("null")) {
+    std::vector<uint64_t> seeds;
+    const std::string list = a.get("seeds");
+    for (size_t i = 0; i <= list.size();) {
+      const size_t end = std::min(list.find(',', i), list.size());
+      const std::string item = list.substr(i, end - i);
+      char* stop = nullptr;
+      const unsigned long long v = std::strtoull(item.c_str(), &stop, 10);
+      GS_CHECK(!item.empty() && stop && *stop == '\0', "corpus --seeds", "'", item, "' in '", list,
+               "' is not a seed: give non-negative integers separated by commas, e.g. --seeds 1,2,3");
+      seeds.push_back(v);
+      i = end + 1;
+    }
+    const debug::corpus::NullDistribution nd =
+        debug::corpus::measure_null(selected, seeds, [](size_t i, size_t n, const std::string& what) {
+          std::fprintf(stderr, "corpus --null: [%zu/%zu] %s\n", i, n, what.c_str());
+        });
+    std::cout << debug::corpus::null_text(nd) << std::flush;
+    if (a.has("json")) write_file_atomic(a.get("json"), debug::corpus::null_json(nd) + "\n", "corpus --null --json");
     return 0;
   }
   const uint64_t seed = a.get_seed("seed");

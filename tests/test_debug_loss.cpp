@@ -208,7 +208,8 @@ TEST_CASE("L1: a loss that climbs back up is diverging") {
   CHECK(dbg::analyse_loss_history(tiny).max_rise < 1.0);  // no window above the floor rose over its best
   CHECK(dbg::diagnose_loss_history(tiny).empty());
   dbg::LossCheckOptions o;
-  o.min_level = 0.0;  // judged anyway: the relative rise alone would call it diverging
+  o.min_level = 0.0;     // judged anyway: the relative rise alone would call it diverging
+  o.diverge_gain = 0.0;
   CHECK(titled(dbg::diagnose_loss_history(tiny, {}, o), "diverging").size() == 1);
 }
 

@@ -46,6 +46,7 @@ std::vector<Program> make_programs() {
     p.schedule.step_size = 3;
     p.schedule.gamma = 0.5;
     p.loop.epochs = 10;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.919 at least
     add(p);
   }
   {
@@ -58,6 +59,7 @@ std::vector<Program> make_programs() {
     p.schedule.step_size = 3;  // epochs' worth of steps
     p.schedule.gamma = 0.5;
     p.loop.epochs = 10;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.919 at least
     add(p);
   }
   {
@@ -67,6 +69,7 @@ std::vector<Program> make_programs() {
     p.optim.weight_decay = 1e-4;
     p.schedule.kind = "cosine";
     p.loop.epochs = 10;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.920 at least
     add(p);
   }
   {
@@ -76,6 +79,7 @@ std::vector<Program> make_programs() {
     p.optim.weight_decay = 0.05;
     p.schedule.kind = "cosine";
     p.schedule.per_batch = true;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.919 at least
     add(p);
   }
   {
@@ -87,6 +91,7 @@ std::vector<Program> make_programs() {
     p.schedule.kind = "warmup_cosine";
     p.schedule.per_batch = true;
     p.schedule.warmup = 40;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.918 at least
     add(p);
   }
   {
@@ -98,6 +103,7 @@ std::vector<Program> make_programs() {
     p.schedule.kind = "warmup_cosine";
     p.schedule.warmup = 2;
     p.loop.epochs = 10;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.919 at least
     add(p);
   }
   {
@@ -107,6 +113,7 @@ std::vector<Program> make_programs() {
     p.optim.lr = 0.1;
     p.schedule.kind = "onecycle";
     p.schedule.per_batch = true;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.918 at least
     add(p);
   }
   {
@@ -114,6 +121,7 @@ std::vector<Program> make_programs() {
     p.optim.lr = 1e-2;
     p.schedule.kind = "onecycle";
     p.schedule.per_batch = true;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.919 at least
     add(p);
   }
   {
@@ -123,6 +131,7 @@ std::vector<Program> make_programs() {
     p.optim.lr = 2e-3;
     p.schedule.kind = "linear";
     p.schedule.per_batch = true;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.919 at least
     add(p);
   }
   {
@@ -131,6 +140,7 @@ std::vector<Program> make_programs() {
     p.schedule.kind = "exponential";
     p.schedule.gamma = 0.8;
     p.loop.epochs = 10;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.917 at least
     add(p);
   }
   {
@@ -141,6 +151,7 @@ std::vector<Program> make_programs() {
     p.schedule.kind = "plateau";
     p.schedule.gamma = 0.5;
     p.loop.epochs = 12;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.921 at least
     add(p);
   }
 
@@ -152,6 +163,7 @@ std::vector<Program> make_programs() {
     p.model.freeze_body = true;
     p.optim.kind = "momentum";
     p.optim.lr = 0.01;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.917 at least
     add(p);
   }
   {
@@ -163,6 +175,7 @@ std::vector<Program> make_programs() {
     p.schedule.kind = "step";
     p.schedule.step_size = 4;
     p.schedule.gamma = 0.1;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.927 at least
     add(p);
   }
   {
@@ -174,6 +187,7 @@ std::vector<Program> make_programs() {
     p.optim.head_lr_mult = 10.0;
     p.schedule.kind = "linear";
     p.schedule.per_batch = true;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.923 at least
     add(p);
   }
   {
@@ -185,6 +199,7 @@ std::vector<Program> make_programs() {
     p.model.norm = "batch";
     p.optim.kind = "momentum";
     p.optim.lr = 0.01;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.920 at least
     add(p);
   }
   {
@@ -195,6 +210,7 @@ std::vector<Program> make_programs() {
     p.model.norm = "batch";
     p.optim.lr = 1e-4;
     p.optim.head_lr_mult = 10.0;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.922 at least
     add(p);
   }
   {
@@ -206,9 +222,13 @@ std::vector<Program> make_programs() {
     p.model.hidden = {8, 16};
     p.model.pretrained = true;
     p.model.freeze_body = true;
-    p.optim.kind = "momentum";
-    p.optim.lr = 0.02;
-    p.loop.epochs = 10;
+    // A linear probe: Adam on the head alone until it converges (5 epochs of SGD at 0.01 left it
+    // short). Features pretrained on the classes folded in pairs carry little of what tells a
+    // pair apart, so the probe's ceiling sits near 0.75-0.8.
+    p.optim.kind = "adam";
+    p.optim.lr = 3e-3;
+    p.loop.epochs = 15;
+    p.expected_metric = 0.71;  // 3 training runs reach 0.745 at least
     add(p);
   }
 
@@ -219,6 +239,7 @@ std::vector<Program> make_programs() {
     p.data.generator = "planes";
     p.data.classes = 1;
     p.data.label_noise = 0.03;
+    p.expected_metric = 0.86;  // 3 training runs reach 0.895 at least
     add(p);
   }
   {
@@ -228,6 +249,7 @@ std::vector<Program> make_programs() {
     p.data.classes = 2;
     p.data.imbalance = 8.0;
     p.loss.class_weights = true;
+    p.expected_metric = 0.92;  // 3 training runs reach 0.957 at least
     add(p);
   }
   {
@@ -236,6 +258,7 @@ std::vector<Program> make_programs() {
     p.data.generator = "planes";
     p.data.classes = 6;
     p.data.label_noise = 0.02;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.928 at least
     add(p);
   }
   {
@@ -247,6 +270,7 @@ std::vector<Program> make_programs() {
     p.data.features = 8;
     p.optim.lr = 5e-3;
     p.loop.epochs = 12;
+    p.expected_metric = 0.79;  // 3 training runs reach 0.828 at least
     add(p);
   }
   {
@@ -260,6 +284,7 @@ std::vector<Program> make_programs() {
     p.optim.lr = 0.02;
     p.optim.weight_decay = 1e-4;
     p.loop.epochs = 12;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.914 at least
     add(p);
   }
   {
@@ -268,17 +293,20 @@ std::vector<Program> make_programs() {
     p.data.imbalance = 10.0;
     p.data.classes = 5;
     p.loss.class_weights = true;
+    p.expected_metric = 0.87;  // 3 training runs reach 0.906 at least
     add(p);
   }
   {
     Program p =
         base("imbalanced-plain", "tasks", "a mild 3x imbalance trained with plain cross-entropy", kPyTorchExamples);
     p.data.imbalance = 3.0;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.917 at least
     add(p);
   }
   {
     Program p = base("hard-class", "tasks", "one class sits beside another and is hard by nature", kKarpathy);
     p.data.hard_class = 3;
+    p.expected_metric = 0.78;  // 3 training runs reach 0.814 at least
     add(p);
   }
   {
@@ -287,6 +315,7 @@ std::vector<Program> make_programs() {
     p.data.features = 24;
     p.data.train = 2000;
     p.model.hidden = {128, 128};
+    p.expected_metric = 0.81;  // 3 training runs reach 0.844 at least
     add(p);
   }
   {
@@ -297,8 +326,13 @@ std::vector<Program> make_programs() {
     p.data.raw_scale = 1.0;
     p.data.raw_offset = 0.0;
     p.model.hidden = {64, 64, 64};
-    p.optim.lr = 5e-3;
+    p.optim.lr = 2e-3;
+    // 2e-3, decayed over the run, as the recipe's "tune the learning rate decay" asks: at a constant
+    // 5e-3 Adam throws the converged network off (validation accuracy falling 7-18 points for a few
+    // epochs, the gradient norm up 12-100x), which the checks rightly report.
+    p.schedule.kind = "cosine";
     p.loop.epochs = 20;
+    p.expected_metric = 0.96;  // 3 training runs reach 0.996 at least
     add(p);
   }
   {
@@ -307,12 +341,14 @@ std::vector<Program> make_programs() {
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
     p.loop.epochs = 10;
+    p.expected_metric = 0.84;  // 3 training runs reach 0.878 at least
     add(p);
   }
   {
     Program p = base("nll-logsoftmax", "tasks", "LogSoftmax in the model, NLLLoss (the MNIST example's pairing)",
                      kPyTorchExamples);
     p.loss.kind = "nll";
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
     add(p);
   }
 
@@ -322,6 +358,7 @@ std::vector<Program> make_programs() {
     p.model.hidden = std::vector<int64_t>(8, 64);
     p.model.init = "kaiming";
     p.optim.lr = 5e-4;
+    p.expected_metric = 0.85;  // 3 training runs reach 0.886 at least
     add(p);
   }
   {
@@ -330,6 +367,7 @@ std::vector<Program> make_programs() {
     p.model.activation = "tanh";
     p.model.init = "xavier";
     p.optim.lr = 5e-4;
+    p.expected_metric = 0.87;  // 3 training runs reach 0.902 at least
     add(p);
   }
   {
@@ -339,6 +377,7 @@ std::vector<Program> make_programs() {
     p.model.init = "xavier";
     p.optim.lr = 2e-3;
     p.loop.epochs = 12;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.917 at least
     add(p);
   }
   {
@@ -346,6 +385,7 @@ std::vector<Program> make_programs() {
     p.model.arch = "resmlp";
     p.model.hidden = std::vector<int64_t>(6, 64);
     p.model.norm = "layer";
+    p.expected_metric = 0.87;  // 3 training runs reach 0.905 at least
     add(p);
   }
   {
@@ -355,6 +395,7 @@ std::vector<Program> make_programs() {
     p.model.norm = "batch";
     p.optim.kind = "momentum";
     p.optim.lr = 0.05;
+    p.expected_metric = 0.87;  // 3 training runs reach 0.909 at least
     add(p);
   }
   {
@@ -364,6 +405,7 @@ std::vector<Program> make_programs() {
     p.model.norm = "layer";
     p.optim.kind = "adamw";
     p.optim.weight_decay = 0.05;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
     add(p);
   }
   {
@@ -371,6 +413,7 @@ std::vector<Program> make_programs() {
     p.model.hidden = {64, 64, 64};
     p.model.activation = "leaky_relu";
     p.model.init = "kaiming";
+    p.expected_metric = 0.87;  // 3 training runs reach 0.907 at least
     add(p);
   }
   {
@@ -383,6 +426,7 @@ std::vector<Program> make_programs() {
     p.optim.kind = "momentum";
     p.optim.lr = 0.02;
     p.loop.epochs = 10;
+    p.expected_metric = 0.86;  // 3 training runs reach 0.899 at least
     add(p);
   }
 
@@ -391,11 +435,13 @@ std::vector<Program> make_programs() {
     Program p = base("dropout", "regularisation", "dropout 0.3 between the hidden layers", kKarpathy);
     p.model.dropout = 0.3;
     p.model.hidden = {128, 128};
+    p.expected_metric = 0.89;  // 3 training runs reach 0.924 at least
     add(p);
   }
   {
     Program p = base("label-smoothing", "regularisation", "cross-entropy with label smoothing 0.1", kTorchvision);
     p.loss.label_smoothing = 0.1;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.918 at least
     add(p);
   }
   {
@@ -404,24 +450,28 @@ std::vector<Program> make_programs() {
     p.optim.kind = "momentum";
     p.optim.lr = 0.05;
     p.optim.weight_decay = 5e-4;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.913 at least
     add(p);
   }
   {
     Program p = base("weight-decay-decoupled", "regularisation", "AdamW with decoupled weight decay 0.05", kTimm);
     p.optim.kind = "adamw";
     p.optim.weight_decay = 0.05;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
     add(p);
   }
   {
     Program p = base("mixup", "regularisation", "mixup (alpha 0.2) on the training batches only, soft targets", kTimm);
     p.data.mixup = 0.2;
     p.loop.epochs = 10;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.917 at least
     add(p);
   }
   {
     Program p =
         base("noise-augmentation", "regularisation", "gaussian input noise on the training batches only", kKarpathy);
     p.data.augment = "noise";
+    p.expected_metric = 0.89;  // 3 training runs reach 0.928 at least
     add(p);
   }
   {
@@ -433,6 +483,7 @@ std::vector<Program> make_programs() {
     p.model.hidden = {8, 16};
     p.loop.epochs = 20;
     p.optim.lr = 3e-3;
+    p.expected_metric = 0.76;  // 3 training runs reach 0.794 at least
     add(p);
   }
   {
@@ -440,6 +491,7 @@ std::vector<Program> make_programs() {
     p.optim.kind = "rmsprop";
     p.optim.lr = 1e-3;
     p.optim.weight_decay = 1e-5;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.922 at least
     add(p);
   }
 
@@ -451,11 +503,13 @@ std::vector<Program> make_programs() {
     p.loop.accumulate = 4;
     p.optim.lr = 2e-3;
     p.loop.epochs = 10;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.922 at least
     add(p);
   }
   {
     Program p = base("clip-norm", "loop", "gradients clipped to norm 1.0 before each step", kTimm);
     p.loop.clip_norm = 1.0;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
     add(p);
   }
   {
@@ -464,6 +518,7 @@ std::vector<Program> make_programs() {
     p.optim.kind = "momentum";
     p.optim.lr = 0.05;
     p.loop.clip_norm = 5.0;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.910 at least
     add(p);
   }
   {
@@ -471,6 +526,7 @@ std::vector<Program> make_programs() {
     p.loop.batch_size = 8;
     p.optim.lr = 3e-4;
     p.loop.epochs = 5;
+    p.expected_metric = 0.89;  // 3 training runs reach 0.924 at least
     add(p);
   }
   {
@@ -478,18 +534,21 @@ std::vector<Program> make_programs() {
     p.loop.batch_size = 256;
     p.optim.lr = 5e-3;
     p.loop.epochs = 30;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.913 at least
     add(p);
   }
   {
     Program p = base("early-stopping", "loop", "early stopping on the validation loss, patience 3", kKarpathy);
     p.loop.epochs = 25;
     p.loop.patience = 3;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.918 at least
     add(p);
   }
   {
     Program p = base("small-val", "loop", "a validation split 1/8 the size of train", kPyTorchExamples);
     p.data.train = 1600;
     p.data.val = 200;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.912 at least
     add(p);
   }
   {
@@ -497,18 +556,21 @@ std::vector<Program> make_programs() {
     p.data.train = 800;
     p.data.val = 1200;
     p.loop.epochs = 10;
+    p.expected_metric = 0.87;  // 3 training runs reach 0.909 at least
     add(p);
   }
   {
     Program p =
         base("trainer-diagnose", "loop", "the library's Trainer through diagnose(), one call", kPyTorchExamples);
     p.loop.api = "diagnose";
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
     add(p);
   }
   {
     Program p = base("trainer-clip", "loop", "diagnose() with the Trainer clipping at norm 2.0", kPyTorchExamples);
     p.loop.api = "diagnose";
     p.loop.clip_norm = 2.0;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
     add(p);
   }
   {
@@ -517,6 +579,7 @@ std::vector<Program> make_programs() {
     p.data.standardise = false;
     p.data.raw_scale = 60.0;
     p.data.raw_offset = 128.0;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.915 at least
     add(p);
   }
   return ps;

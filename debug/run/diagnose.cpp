@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -100,7 +102,12 @@ void Session::run_data_checks() {
   const nn::DataLoader& train = *data_.train;
   const nn::Dataset& reference = data_.reference ? *data_.reference : train.dataset();
   guarded(r, who, "loader checks", "D1, D2, D3, D5, D8, D9", [&] {
-    r.add(check_loader(train, o_.num_classes, o_.data));
+    std::vector<Finding> fs = check_loader(train, o_.num_classes, o_.data);
+    Tensor class_weight;  // D3: a loss that weighs its classes may compensate an imbalance
+    if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(loss_module_)) class_weight = ce->options().weight_;
+    if (auto* nl = dynamic_cast<const nn::NLLLoss*>(loss_module_)) class_weight = nl->options().weight_;
+    weigh_class_counts(fs, class_weight, o_.data);
+    r.add(fs);
     r.note_ran("D1, D2, D3, D5, D8, D9");
   });
   guarded(r, who, "alignment check", "D4", [&] {

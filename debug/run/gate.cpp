@@ -138,11 +138,16 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     if (loss_ok) {
       const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
       const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
+      std::vector<Finding> start = check_initial_outputs(out, y, o.loss);  // L4: the mean output against the targets
+      confirm_final_bias(model, x, y, out, start, o.loss);  // L4's probe of a skewed start
       if (C > 1 && y.dtype() == kInt64) {
-        r.add(check_initial_loss(lv, C, "cross_entropy", o.loss));  // L4
+        std::vector<Finding> initial = check_initial_loss(lv, C, "cross_entropy", o.loss);  // L4
+        confirm_initial_loss(initial, std::any_of(start.begin(), start.end(), [](const Finding& f) { return f.fires(); }),
+                             o.loss);
+        r.add(initial);
         r.note_ran("L4");
       }
-      r.add(check_initial_outputs(out, y, o.loss));  // L4: the mean output against the targets
+      r.add(start);
       r.note_ran("L4");
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {

@@ -145,19 +145,35 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
   history_.epoch_val_accuracy.push_back(val_accuracy);
   const EpochRecord e{train_loss, val_loss, val_accuracy};
   for (RunCheck* c : listening(RunEvent::Epoch)) c->epoch(ctx_, e);
-  // W3: validation no longer improving.
+  // W3: validation no longer improving: the loss rose two epochs in a row, well above its best, and
+  // (where the validation accuracy is known) the accuracy fell from its best too. A loss that rises
+  // while the accuracy holds is a model growing more confident on the examples it gets wrong.
   const auto& v = history_.epoch_val_loss;
   if (v.size() >= 3 && std::isfinite(v.back())) {
     const double best = *std::min_element(v.begin(), v.end() - 2);
     if (v[v.size() - 2] > best && v.back() > v[v.size() - 2]) {
+      const LossCheckOptions& lo = ctx_.options.loss;
+      const double rise = v.back() / best;
+      const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
+      const bool big = rise > 1.0 + lo.val_rise_w3;
+      const bool worse = !std::isfinite(drop) || drop > lo.val_accuracy_drop;
       Finding f;
       f.check = "W3";
-      f.severity = Severity::Warning;
-      f.kind = Kind::ValidationRose;
-      f.title = "the validation loss rose two epochs in a row: consider early stopping";
-      f.evidence = {{"best validation loss", best, ""}, {"latest validation loss", v.back(), "> best twice"}};
+      f.severity = big && worse ? Severity::Warning : Severity::Info;
+      f.kind = big && worse ? Kind::ValidationRose : Kind::None;
+      f.title = big && worse ? "the validation loss rose two epochs in a row: consider early stopping"
+                : !big       ? "the validation loss rose two epochs in a row, within the noise of a healthy run"
+                             : "the validation loss rose two epochs in a row but the validation accuracy held: the "
+                               "model grows more confident on the examples it gets wrong, not worse at the task";
+      f.evidence = {{"best validation loss", best, ""},
+                    {"latest validation loss", v.back(), "> best twice"},
+                    {"latest / best validation loss", rise, "> " + fmt_num(1.0 + lo.val_rise_w3) + " warns"}};
+      if (std::isfinite(drop))
+        f.evidence.push_back({"validation accuracy: best - latest", drop,
+                              "> " + fmt_num(lo.val_accuracy_drop) + " (with the rise) warns"});
       f.cause = "overfitting, or a learning rate too high for this stage of training";
-      f.fix = "optim::EarlyStopping with patience, keep the best checkpoint, or lower the learning rate";
+      f.fix = big && worse ? "optim::EarlyStopping with patience, keep the best checkpoint, or lower the learning rate"
+                           : "none needed; early stopping on the validation metric keeps the best epoch";
       add(std::move(f));
     }
   }

@@ -108,6 +108,11 @@ void require_finite_inputs(const Tensor& x, const Tensor& y);
 std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_classes,
                                               const DataCheckOptions& opts = {});
 
+// D3's probe of an imbalance: a loss with per-class weights gives each class a mass count x
+// weight; when those masses are within opts.max_imbalance_ratio the loss compensates on purpose,
+// and check_label_distribution's imbalance warning among `findings` becomes info.
+void weigh_class_counts(std::vector<Finding>& findings, const Tensor& class_weight, const DataCheckOptions& opts = {});
+
 // D3 on the model's predictions: per class (index = label) the validation examples and how
 // many of them the model predicts right. A warning names the classes whose recall is below
 // opts.min_recall_ratio x the mean recall of the other classes (each class with at least

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -160,6 +161,36 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
       "class or oversample the rare classes; check the labels of this class; report per-class accuracy rather "
       "than accuracy alone";
   return {f};
+}
+
+}  // namespace gradsleuth::debug
+
+namespace gradsleuth::debug {
+
+void weigh_class_counts(std::vector<Finding>& fs, const Tensor& class_weight, const DataCheckOptions& o) {
+  if (!class_weight.defined()) return;
+  const std::vector<double> wv = class_weight.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
+  for (Finding& f : fs) {
+    if (!f.fires() || !f.is("D3", Kind::ClassCounts)) continue;
+    double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
+    bool empty = false;
+    for (const Evidence& e : f.evidence) {
+      if (e.name == "classes with no example" && e.value > 0) empty = true;
+      if (e.name.rfind("class ", 0) != 0 || e.name.find(' ', 6) != std::string::npos) continue;
+      const size_t c = static_cast<size_t>(std::atoll(e.name.c_str() + 6));
+      if (c >= wv.size() || e.value <= 0) continue;
+      lo = std::min(lo, e.value * wv[c]);
+      hi = std::max(hi, e.value * wv[c]);
+    }
+    if (empty || !(hi > 0) || !std::isfinite(lo)) continue;
+    const double ratio = hi / lo;
+    f.evidence.push_back({"imbalance ratio of count x the loss's class weight", ratio,
+                          "<= " + fmt_num(o.max_imbalance_ratio) + ": the loss compensates"});
+    if (ratio > o.max_imbalance_ratio) continue;
+    f.severity = Severity::Info;
+    f.title += ", compensated by the loss's class weights";
+    f.fix = "none needed: each class carries a similar total weight in the loss";
+  }
 }
 
 }  // namespace gradsleuth::debug

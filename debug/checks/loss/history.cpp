@@ -44,6 +44,14 @@ const char* kCauseTrainValGap =
 
 }  // namespace
 
+double validation_accuracy_drop(const std::vector<double>& a) {
+  if (a.empty() || !std::isfinite(a.back())) return kNaN;
+  double best = a.back();
+  for (double x : a)
+    if (std::isfinite(x)) best = std::max(best, x);
+  return best - a.back();
+}
+
 // ---- L1 loss history ------------------------------------------------------------------
 
 LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCheckOptions& opts) {
@@ -78,7 +86,8 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
     double best = med[0];
     const double floor = opts.min_level * std::fabs(l[0]);
     for (size_t k = 1; k < med.size(); ++k) {
-      if (best > 0 && med[k] >= floor && med[k] / best > s.max_rise) {
+      if (best > 0 && med[k] >= floor && med[k] - best > opts.diverge_gain * std::fabs(l[0]) &&
+          med[k] / best > s.max_rise) {
         s.max_rise = med[k] / best;
         s.rise_step = static_cast<int64_t>(k + 1) * w;
       }
@@ -111,7 +120,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
     if (!(level > 0) || level < opts.min_level * std::fabs(l[0])) return;
     std::vector<double> d;
     for (size_t i = a + 1; i < b; ++i) d.push_back(std::fabs(l[i] - l[i - 1]));
-    const double r = median(d) / level;
+    const double r = median(d) / std::max(level, opts.swing_floor * std::fabs(l[0]));
     if (r > s.max_swing) {
       s.max_swing = r;
       s.swing_step = static_cast<int64_t>(a) + 1;
@@ -218,6 +227,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                   {"worst spike / median of the " + num(s.window) + " steps before", s.worst_spike_ratio,
                    "> " + fmt_num(opts.spike_factor) + " and above the first loss is a spike"},
                   {"worst spike loss", s.worst_spike_loss, ""},
+                  {"worst spike / first loss", s.worst_spike_loss / s.first_loss, ""},
                   {"first loss", s.first_loss, ""}};
     f.cause = std::string(kCauseOscillating) +
               ". A loss worse than at initialisation means an update threw the weights far away: with Adam the "
@@ -235,7 +245,8 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                          "x its own level (window from step " + num(s.swing_step) + ")");
     f.kind = Kind::LossOscillating;
     f.step = s.swing_step;
-    f.evidence = {{"median |loss[t] - loss[t-1]| / median loss in a window", s.max_swing,
+    f.evidence = {{"median |loss[t] - loss[t-1]| / max(median loss, " + fmt_num(opts.swing_floor) + " x first loss) in a window",
+                    s.max_swing,
                    "> " + fmt_num(opts.max_relative_swing) + " is wild"},
                   {"window (steps)", static_cast<double>(s.window), ""}};
     f.cause = kCauseOscillating;
@@ -398,6 +409,41 @@ int64_t correct_predictions(const Tensor& logits, const Tensor& target) {
   return sum(hit.to(kInt64)).item<int64_t>();
 }
 
+// L1 when nothing is wrong with the loss history: its statistics against their rules, as info.
+Finding loss_history_summary(const std::vector<double>& losses, const LossCheckOptions& o) {
+  const LossHistoryStats s = analyse_loss_history(losses, o);
+  Finding f = make("L1", Severity::Info,
+                   s.trend_judged ? "the training loss history looks healthy: it fell " +
+                                        fmt_num(100.0 * s.relative_decrease) + "% in " + num(s.finite_steps) + " steps"
+                                  : "the training loss history is too short to judge its trend (" +
+                                        num(s.finite_steps) + " steps)");
+  if (s.trend_judged)
+    f.evidence = {{"relative decrease", s.relative_decrease, "< " + fmt_num(o.min_relative_decrease) + " is stuck"},
+                  {"largest window median / best earlier window median", s.max_rise,
+                   "> " + fmt_num(o.diverge_factor) + " is diverging"}};
+  f.evidence.push_back({"median |loss[t] - loss[t-1]| / max(median loss, " + fmt_num(o.swing_floor) +
+                            " x first loss) in a window",
+                        s.max_swing, "> " + fmt_num(o.max_relative_swing) + " is wild"});
+  f.evidence.push_back({"spikes", static_cast<double>(s.spikes), "any warns"});
+  f.fix = "none needed";
+  return f;
+}
+
+// The accuracy probe of a validation loss that rises (L1) or sits far above the training loss
+// (L7): where the validation accuracy is known and did not fall from its best by more than
+// val_accuracy_drop, the model got more confident on its mistakes, not worse at the task: info.
+void confirm_by_accuracy(Finding& f, const std::vector<double>& val_accuracy, const LossCheckOptions& o) {
+  if (!f.fires() || !(f.is("L1", Kind::TrainDownValUp) || f.is("L7", Kind::Overfitting))) return;
+  const double drop = validation_accuracy_drop(val_accuracy);
+  if (!std::isfinite(drop)) return;
+  f.evidence.push_back(
+      {"validation accuracy: best - last epoch", drop, "> " + fmt_num(o.val_accuracy_drop) + " confirms"});
+  if (drop > o.val_accuracy_drop) return;
+  f.severity = Severity::Info;
+  f.title += " (the validation accuracy held: not a model getting worse)";
+  f.fix = "none needed; to keep the best epoch by loss as well, stop early on the validation loss";
+}
+
 // L1 on the step losses, L7 on the epochs' losses and on the training accuracy of each epoch (from
 // the sampled steps' batches as the loss saw them) against the validation accuracy.
 class LossHistoryRunCheck final : public RunCheck {
@@ -420,9 +466,14 @@ class LossHistoryRunCheck final : public RunCheck {
   }
   void finish(RunContext& c) override {
     const TrainingHistory& h = *c.history;
-    c.add_all(diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_));  // L1
-    if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back()))
-      c.add_all(diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_));    // L7
+    std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_);  // L1
+    if (fs.empty()) fs.push_back(loss_history_summary(h.step_losses, o_));
+    if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back())) {
+      std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7
+      fs.insert(fs.end(), fit.begin(), fit.end());
+    }
+    for (Finding& f : fs) confirm_by_accuracy(f, h.epoch_val_accuracy, o_);
+    c.add_all(fs);
     c.add_all(check_validation_accuracy(accuracy_, h.epoch_val_accuracy, o_));  // L7
     if (!h.epoch_val_accuracy.empty()) c.note_ran("L7");
     c.note_ran("L1");

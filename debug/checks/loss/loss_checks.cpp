@@ -244,11 +244,11 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
 }
 
 std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const std::string& kind_in,
-                                        const LossCheckOptions& opts) {
+                                        const LossCheckOptions& opts, const std::string& expected_why) {
   std::string kind = kind_in;
   std::transform(kind.begin(), kind.end(), kind.begin(), [](unsigned char c) { return std::tolower(c); });
   double expected = opts.expected_initial_loss;
-  std::string why = "opts.expected_initial_loss";
+  std::string why = expected_why.empty() ? "opts.expected_initial_loss" : expected_why;
   if (!std::isfinite(expected)) {
     if (kind == "cross_entropy" || kind == "crossentropy" || kind == "ce" || kind == "nll") {
       GS_CHECK(num_classes >= 2, "check_initial_loss", "kind '", kind_in, "' needs num_classes >= 2, got ",
@@ -306,6 +306,81 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
     f.fix = "none needed: an untrained model that guesses gives about this loss";
   }
   return {f};
+}
+
+namespace {
+// Float targets of 0 and 1 only (binary or multi-label).
+bool binary_targets(const Tensor& y) {
+  NoGradGuard ng;
+  const Tensor t = y.detach().to(kCPU).to(kFloat64).contiguous();
+  const double* v = t.data_ptr<double>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (v[i] != 0.0 && v[i] != 1.0) return false;
+  return true;
+}
+
+// L4's probe of a skewed start: the same forward with the final layer's bias at 0 (the last bias
+// with one value per output). A start that leans towards some classes because of that bias (set
+// by hand, copied from another dataset's priors) straightens out; one that leans because of the
+// features through random final weights (ReLU activations all >= 0, a residual stream that adds
+// up) does not, and is info: no bias to fix, and the initial loss L4 judges says what it costs.
+void confirm_one_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out, Finding& f,
+                            const LossCheckOptions& o) {
+  const int64_t outputs = out.dim() >= 1 ? out.size(-1) : 1;
+  Tensor bias;
+  for (auto& [name, p] : model.named_parameters())
+    if (p.dim() == 1 && p.size(0) == outputs && name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0)
+      bias = p;
+  bool from_bias = false;
+  if (bias.defined()) {
+    NoGradGuard ng;
+    const Tensor saved = bias.detach().clone();
+    bias.detach().zero_();
+    try {
+      const std::vector<Finding> again = check_initial_outputs(model(x), y, o);
+      from_bias = std::none_of(again.begin(), again.end(), [](const Finding& g) {
+        return g.fires() && g.is("L4", Kind::InitialOutputBiased);
+      });
+    } catch (const std::exception&) {
+      from_bias = true;  // the probe could not run: the finding stands
+    }
+    bias.detach().copy_(saved);
+  }
+  f.evidence.push_back({"skew gone with the final bias at 0", from_bias ? 1.0 : 0.0, "1 confirms the bias"});
+  if (from_bias) return;
+  f.severity = Severity::Info;
+  f.title += "; with the final bias at 0 it stays: the lean comes from the features through the random final "
+             "weights, not from a bias";
+  f.cause = "an untrained network whose last hidden activations share a non-zero mean (ReLU outputs are >= 0, "
+            "a residual stream adds its blocks) leans towards some classes until the first steps centre it";
+  f.fix = "none needed; the initial loss (L4) says whether the start costs anything";
+}
+
+}  // namespace
+
+void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out,
+                        std::vector<Finding>& start, const LossCheckOptions& o) {
+  for (Finding& f : start)
+    if (f.is("L4", Kind::InitialOutputBiased) && !(y.is_floating_point() && !binary_targets(y)))
+      confirm_one_final_bias(model, x, y, out, f, o);
+}
+
+void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts) {
+  for (Finding& f : findings) {
+    if (!f.fires() || !f.is("L4", Kind::InitialLoss) || f.nonfinite || cause_confirmed) continue;
+    double ratio = 0.0;
+    for (const Evidence& e : f.evidence)
+      if (e.name == "loss / expected") ratio = e.value;
+    if (!(ratio > opts.initial_loss_high && ratio <= opts.initial_loss_confirm)) continue;
+    f.severity = Severity::Info;
+    f.title += ": confident logits from the initialisation, no probe found a cause";
+    f.evidence.push_back({"loss / expected, confirmed without a probe above", opts.initial_loss_confirm,
+                          "a ratio in (" + fmt_num(opts.initial_loss_high) + ", " +
+                              fmt_num(opts.initial_loss_confirm) + "] warns only with a cause found"});
+    f.cause = "ReLU-family networks at their default initialisation often start with logits of a few units "
+              "(activations >= 0 that add up through the layers); the first steps bring the loss down";
+    f.fix = "none needed; to start at the expected loss, scale the final layer's weights down (or zero them)";
+  }
 }
 
 // ---- L5 masked targets ---------------------------------------------------------------------
@@ -495,12 +570,29 @@ class InitialLossRunCheck final : public RunCheck {
     NoGradGuard ng;
     const int64_t C = num_classes_ > 0 ? num_classes_ : (input.dim() >= 2 ? input.size(-1) : 2);
     const Tensor v = l.forward(input.detach(), target);
-    if ((loss_type::cross_entropy(l) || loss_type::nll(l)) && v.numel() == 1)
-      c.add_all(check_initial_loss(v.item<double>(), C, "cross_entropy", o_));
-    else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1)
-      c.add_all(check_initial_loss(v.item<double>(), 2, "bce", o_));
-    else
+    // The expected first loss is the loss's own value for a prediction that knows nothing (0.5 for
+    // every target, uniform over the classes), on this batch: a BCE pos_weight or class weights
+    // raise it above log 2 by design.
+    LossCheckOptions o = o_;
+    auto neutral = [&](const Tensor& pred) {
+      if (std::isfinite(o.expected_initial_loss)) return;
+      const Tensor n = l.forward(pred, target);
+      if (n.numel() == 1 && std::isfinite(n.item<double>())) o.expected_initial_loss = n.item<double>();
+    };
+    if ((loss_type::cross_entropy(l) || loss_type::nll(l)) && v.numel() == 1) {
+      std::vector<Finding> fs = check_initial_loss(v.item<double>(), C, "cross_entropy", o_);
+      confirm_initial_loss(fs, false, o_);  // the gate's probe of the final bias confirms it there
+      c.add_all(fs);
+    } else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1) {
+      const Tensor in = input.detach();
+      neutral(l.type_name() == "BCEWithLogitsLoss" ? zeros_like(in) : full_like(in, 0.5));
+      std::vector<Finding> fs = check_initial_loss(
+          v.item<double>(), 2, "bce", o, "the loss of a prediction of 0.5 for every target, with the loss's own weights");
+      confirm_initial_loss(fs, false, o_);
+      c.add_all(fs);
+    } else {
       return;
+    }
     c.note_ran("L4");
   }
 

@@ -572,14 +572,29 @@ void ModeRunCheck::check_training_mode(RunContext& c) {
   std::string list;
   for (size_t i = 0; i < labels.size() && i < 4; ++i) list += (i ? ", " : "") + labels[i];
   if (labels.size() > 4) list += ", ...";
+  // model.eval() left on puts the whole model, its root included, in eval mode; a model in
+  // training mode with some of its parts switched to eval (BatchNorm frozen while fine-tuning)
+  // was set so on purpose.
+  const bool root_training = pass_train_[0] && !pass_eval_[0];
   Finding f;
   f.check = "M2";
-  f.severity = Severity::Warning;
+  f.severity = root_training ? Severity::Info : Severity::Warning;
   f.module = labels.front();
-  f.title = "training step " + std::to_string(c.steps) + " ran " + list +
-            " in eval mode: the model is trained in evaluation mode";
+  f.title = root_training ? "training step " + std::to_string(c.steps) + " ran " + list +
+                                " in eval mode inside a model in training mode: parts kept in eval mode on "
+                                "purpose (BatchNorm frozen while fine-tuning)"
+                          : "training step " + std::to_string(c.steps) + " ran " + list +
+                                " in eval mode: the model is trained in evaluation mode";
   f.evidence = {
-      {"mode-dependent layers in eval mode during a training step", static_cast<double>(labels.size()), "any warns"}};
+      {"mode-dependent layers in eval mode during a training step", static_cast<double>(labels.size()), "any warns"},
+      {"the model itself in training mode", root_training ? 1.0 : 0.0, "1: parts set to eval on purpose (info)"}};
+  if (root_training) {
+    f.cause = "the model is in training mode and only these layers were switched to eval: their running "
+              "statistics stay as they are, as fine-tuning with frozen BatchNorm intends";
+    f.fix = "none needed when intended; if not, call model.train() after setting the parts' modes";
+    c.add(std::move(f));
+    return;
+  }
   f.cause =
       "model.eval() was called (for an evaluation, or by mistake) and model.train() never followed, so dropout "
       "does not drop and BatchNorm normalises with its running statistics instead of the batch's while "

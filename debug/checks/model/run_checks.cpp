@@ -254,7 +254,10 @@ std::vector<Finding> VarianceTracker::findings() const {
     const double last = detail::median({v[v.size() - 1].second, v[v.size() - 2].second, v[v.size() - 3].second});
     if (!std::isfinite(first) || !std::isfinite(last) || !(first > 0.0)) continue;  // NaN is M12/W4's
     const double ratio = last / first;
-    const bool collapsed = ratio<o_.variance_collapse, blew_up = ratio> o_.variance_growth;
+    // Growth is measured from at least variance_floor: a classifier's logits start near 0 (variance
+    // ~1e-3) and end confident (~1e2) without anything blowing up.
+    const double growth = last / std::max(first, o_.variance_floor);
+    const bool collapsed = ratio < o_.variance_collapse, blew_up = growth > o_.variance_growth;
     if (!collapsed && !blew_up) continue;
     Finding f = make("M26", Severity::Warning,
                      "the variance of " + l.name + "'s output " + (collapsed ? "collapsed" : "blew up") +
@@ -265,8 +268,9 @@ std::vector<Finding> VarianceTracker::findings() const {
     f.step = v.back().first;
     f.evidence = {{"variance at the first sampled step", first, ""},
                   {"variance at the last sampled steps (median of 3)", last, ""},
-                  {"ratio last / first", ratio,
-                   "< " + fmt_num(o_.variance_collapse) + " or > " + fmt_num(o_.variance_growth) + " flags"}};
+                  {"ratio last / first", ratio, "< " + fmt_num(o_.variance_collapse) + " flags"},
+                  {"ratio last / max(first, " + fmt_num(o_.variance_floor) + ")", growth,
+                   "> " + fmt_num(o_.variance_growth) + " flags"}};
     f.cause = collapsed ? "the layer's output became (nearly) constant: every input gives the same activation, so the "
                           "layers after it get no information; weights shrunk to ~0 (too much weight decay), units "
                           "that died or saturated, or a normalisation that divides by a growing scale"

@@ -38,6 +38,9 @@ struct RunCheckOptions {
   // step, judged from variance_min_records samples on.
   double variance_collapse = 1e-4;
   double variance_growth = 1e4;
+  // Growth is judged from max(first, variance_floor): on the healthy corpus a binary head's
+  // logits go from 0.003-0.007 to 38-98 (x1.8e4 from its first value, x98 from the floor).
+  double variance_floor = 1.0;
   int64_t variance_min_records = 5;
   // Absolute limits you set for your model (0: off): a sampled layer output whose variance is
   // above variance_max, or below variance_min, is reported at the first step it crossed. The

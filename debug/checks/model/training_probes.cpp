@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -85,6 +86,44 @@ double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const Lo
 }
 }  // namespace
 
+namespace {
+struct LossFloor {
+  bool valid = false;
+  double floor = 0.0;
+};
+// The least loss outputs trained freely (Adam on a leaf of the model's output shape) reach on the
+// batch; valid when they predict every class (class targets) or have the targets' shape.
+LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss, bool classes) {
+  LossFloor fl;
+  try {
+    Tensor z;
+    {
+      NoGradGuard ng;
+      z = model(x).detach().to(kFloat32).contiguous().clone();
+    }
+    if (!classes && z.shape() != y.shape()) return fl;
+    z.requires_grad_(true);
+    optim::Adam opt({z}, optim::AdamOptions(0.1));
+    double best = std::numeric_limits<double>::infinity();
+    for (int s = 0; s < 300; ++s) {
+      opt.zero_grad();
+      Tensor l = loss(z, y);
+      const double v = l.item<double>();
+      if (!std::isfinite(v)) break;
+      best = std::min(best, v);
+      l.backward();
+      opt.step();
+    }
+    if (!std::isfinite(best)) return fl;
+    if (classes && !(accuracy_of(z.detach(), y) >= 1.0)) return fl;
+    fl.valid = true;
+    fl.floor = best;
+  } catch (const std::exception&) {
+  }
+  return fl;
+}
+}  // namespace
+
 std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                                        const ModelCheckOptions& o) {
   ModeSnapshot modes(model);
@@ -113,7 +152,42 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   if (losses.empty()) return out;
   const double first = losses.front(), last = losses.back();
   const double best = *std::min_element(losses.begin(), losses.end());
-  const bool ok = last < o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+  bool ok = last < o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+  std::vector<Evidence> probes;
+  // The loss's own floor: outputs trained freely on the batch. Label smoothing (or soft targets)
+  // keeps a perfect prediction's loss above 0; the model is then judged against that floor. Only
+  // a floor whose free outputs predict every class right (class targets) or match the targets'
+  // shape counts: a loss that broadcasts its operands also has a floor, and that one is a bug.
+  if (!ok && std::isfinite(last)) {
+    const LossFloor fl = loss_floor(model, x, y, loss, classes);
+    if (fl.valid && fl.floor > o.overfit_loss) {
+      probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
+                        "final loss within " + fmt_num(o.overfit_loss) + " of it passes"});
+      ok = last < fl.floor + o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+    }
+  }
+  // Frozen parameters on purpose (a frozen pretrained body under a new head) limit what the
+  // trainable part can fit: the same test with every parameter trained tells a freeze that
+  // limits the fit from a model that cannot learn at all.
+  bool frozen_limits = false;
+  if (!ok && std::isfinite(last)) {
+    std::vector<Tensor> frozen;
+    for (Tensor& p : model.parameters())
+      if (!p.requires_grad()) frozen.push_back(p);
+    if (!frozen.empty()) {
+      for (Tensor& p : frozen) p.requires_grad_(true);
+      double full_acc = std::nan("");
+      std::vector<double> full = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, o.overfit_loss,
+                                           classes ? &full_acc : nullptr, o.overfit_accuracy, more);
+      for (Tensor& p : frozen) p.requires_grad_(false);
+      snap.restore();
+      if (!full.empty()) {
+        probes.push_back({"final loss with the frozen parameters trained too", full.back(),
+                          "< " + fmt_num(o.overfit_loss) + ": the freeze limits the fit"});
+        frozen_limits = full.back() < o.overfit_loss && (!classes || full_acc >= o.overfit_accuracy);
+      }
+    }
+  }
   const int64_t used = static_cast<int64_t>(losses.size());
   const std::string budget = "base budget " + std::to_string(base) + ", extended by " + std::to_string(window) +
                              " while the loss still falls > " + fmt_num(100 * o.overfit_extend_drop) +
@@ -127,9 +201,16 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
                 {"best loss", best, ""},
                 {"steps used", static_cast<double>(used), budget}};
   if (classes) f.evidence.push_back({"final accuracy", acc, ">= " + fmt_num(o.overfit_accuracy) + " expected"});
+  f.evidence.insert(f.evidence.end(), probes.begin(), probes.end());
   const std::string extended =
       used > base ? " (base budget " + std::to_string(base) + ", extended while the loss was still falling fast)" : "";
-  if (ok) {
+  if (!ok && frozen_limits) {
+    f.severity = Severity::Info;
+    f.title = "the trainable parameters alone cannot overfit one batch of " + std::to_string(x.size(0)) +
+              " (loss " + fmt_num(first) + " -> " + fmt_num(last) +
+              "), the whole model can: the frozen parameters limit the fit, as a frozen pretrained body does";
+    f.fix = "none needed when the freeze is intended; unfreeze (or fine-tune at a lower lr) for a closer fit";
+  } else if (ok) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
               fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
@@ -160,18 +241,32 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
                                                 const ModelCheckOptions& o) {
   ModeSnapshot modes(model);
   ParamSnapshot snap(model);
-  short_run(model, train, loss, o.baseline_steps, o.baseline_lr, false);
-  const double real = eval_loss(model, held_out, loss, false);
-  snap.restore();
-  short_run(model, train, loss, o.baseline_steps, o.baseline_lr, true);
-  const double zero = eval_loss(model, held_out, loss, true);
-  snap.restore();
+  auto compare = [&](int64_t steps) {
+    short_run(model, train, loss, steps, o.baseline_lr, false);
+    const double r = eval_loss(model, held_out, loss, false);
+    snap.restore();
+    short_run(model, train, loss, steps, o.baseline_lr, true);
+    const double z = eval_loss(model, held_out, loss, true);
+    snap.restore();
+    return std::make_pair(r, z);
+  };
+  int64_t steps = o.baseline_steps;
+  auto [real, zero] = compare(steps);
+  // A model still on its starting plateau (a sigmoid stack) has learnt nothing yet, from real
+  // inputs or zeroed ones: before it is said to learn nothing from its inputs, the comparison
+  // runs again with a budget 4x as long.
+  if (!(std::isfinite(real) && real < zero * (1.0 - o.baseline_margin))) {
+    steps *= 4;
+    std::tie(real, zero) = compare(steps);
+  }
   Finding f;
   f.check = "M15";
   f.module = "(model)";
   f.evidence = {
       {"held-out loss, real inputs", real, ""},
-      {"held-out loss, zeroed inputs", zero, "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"}};
+      {"held-out loss, zeroed inputs", zero, "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"},
+      {"training steps of each run", static_cast<double>(steps),
+       "base " + std::to_string(o.baseline_steps) + ", 4x when the base budget shows no difference"}};
   if (std::isfinite(real) && real < zero * (1.0 - o.baseline_margin)) {
     f.severity = Severity::Info;
     f.title = "the model uses its inputs: held-out loss " + fmt_num(real) + " with real inputs vs " + fmt_num(zero) +

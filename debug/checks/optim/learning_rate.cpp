@@ -423,8 +423,22 @@ class LearningRateRunCheck final : public RunCheck {
   }
   void detach(RunContext&) override { ratios_.detach(); }
   void finish(RunContext& c) override {
-    c.add_all(diagnose_learning_rate(c.history->step_losses, o_));   // the loss history
-    c.add_all(diagnose_lr_schedule(c.history->learning_rates, o_));  // the schedule
+    const std::vector<Finding> by_loss = diagnose_learning_rate(c.history->step_losses, o_);  // the loss history
+    c.add_all(by_loss);
+    std::vector<Finding> schedule = diagnose_lr_schedule(c.history->learning_rates, o_);  // the schedule
+    const bool misbehaved = std::any_of(by_loss.begin(), by_loss.end(), [](const Finding& f) {
+      return f.fires() && f.kind == Kind::LrTooHigh;
+    });
+    for (Finding& f : schedule)
+      if (f.is("O6", Kind::ScheduleGrows) && !misbehaved) {
+        // A warm-up or a one-cycle schedule raises the lr on purpose: it is a mistake only when
+        // the loss misbehaves at the raised rate.
+        f.severity = Severity::Info;
+        f.title += ", and the loss stayed calm (no spike, divergence or wild swings): a warm-up or cyclic "
+                   "schedule as designed";
+        f.fix = "none needed";
+      }
+    c.add_all(schedule);
     c.add_all(ratios_.findings());                                   // the update ratios
     c.note_ran("O6");
   }
