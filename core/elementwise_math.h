@@ -1,7 +1,7 @@
 // core/elementwise_math.h: the scalar formula of every unary and binary kernel op of
 // core/op_kinds.h, written once and called by both backends: the CPU loops
-// (core/cpu/elementwise.cpp) and the CUDA kernels (cuda/elementwise.cu). Plain C++ that nvcc
-// also compiles: no core/tensor.h here.
+// (core/cpu/elementwise_unary.cpp, elementwise_binary.cpp) and the CUDA kernels
+// (cuda/elementwise.cu). Plain C++ that nvcc also compiles: no core/tensor.h here.
 //
 // unary_formula<Op>(x) and binary_formula<Op>(a, b) hold the math, one `if constexpr` branch
 // per op. An op of GS_UNARY_OPS / GS_BINARY_OPS without its branch stops every build at the

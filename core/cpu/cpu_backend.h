@@ -2,7 +2,6 @@
 // live one family per file (memory, elementwise, reduce, softmax, linalg, index,
 // conv, random), side by side with cuda/'s files of the same names.
 #pragma once
-#include <Eigen/Core>
 #include <cstddef>
 #include <cstdint>
 
@@ -10,11 +9,6 @@
 #include "core/cpu/loops.h"
 
 namespace gradsleuth::cpu {
-
-template <class T>
-using EArr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ECArr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // The size-1 slice at `i` along `dim`, as a plain alias (no autograd, no observer).
 inline Tensor slice_raw(const Tensor& t, int64_t dim, int64_t i) {
@@ -50,7 +44,7 @@ class CpuBackend final : public Backend {
   void copy_from_host(void* dst, const void* src, size_t n) override;
   void copy(const Tensor& out, const Tensor& in) override;
   void fill(const Tensor& out, double value) override;
-  // elementwise.cpp
+  // elementwise.cpp, elementwise_unary.cpp (unary), elementwise_binary.cpp (binary)
   void arange(const Tensor& out, double start, double step) override;
   void unary(UnaryOp op, const Tensor& out, const Tensor& in) override;
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;

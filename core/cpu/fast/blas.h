@@ -1,6 +1,6 @@
 // The CPU backend's GEMM through a tuned BLAS (OpenBLAS, or BLIS) when the build
 // found one (GRADSLEUTH_BLAS, see the top-level CMakeLists.txt); Eigen's own product
-// in linalg.cpp is the fallback and the readable reference. Only the CBLAS `?gemm`
+// (eigen_gemm, in eigen_gemm.cpp) is the fallback and the readable reference. Only the CBLAS `?gemm`
 // entry points are used, declared here, so no vendor header is needed.
 #pragma once
 #include <cstdint>
@@ -109,5 +109,11 @@ inline bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, c
                       const double* B, int64_t ldb, double* C, int64_t ldc) {
   return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
+
+// Eigen's own product, where blas_gemm declines: C (M, N) row-major, leading dimension ldc,
+// = A @ B (+ C when accumulate), A and B as above. T is float or double (eigen_gemm.cpp).
+template <class T>
+void eigen_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                int64_t ldb, bool accumulate, T* C, int64_t ldc);
 
 }  // namespace gradsleuth::cpu::fast

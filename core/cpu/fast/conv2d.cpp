@@ -86,26 +86,7 @@ template <class T>
 void gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
           bool accumulate, T* C, int64_t ldc) {
   if (blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc)) return;
-  using Dyn = Eigen::Stride<Eigen::Dynamic, 1>;
-  using RowM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ColM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-  Eigen::Map<RowM, 0, Dyn> Cm(C, M, N, Dyn(ldc, 1));
-  auto with_b = [&](const auto& Am) {
-    auto run = [&](const auto& Bm) {
-      if (accumulate)
-        Cm.noalias() += Am * Bm;
-      else
-        Cm.noalias() = Am * Bm;
-    };
-    if (b_col)
-      run(Eigen::Map<const ColM, 0, Dyn>(B, K, N, Dyn(ldb, 1)));
-    else
-      run(Eigen::Map<const RowM, 0, Dyn>(B, K, N, Dyn(ldb, 1)));
-  };
-  if (a_col)
-    with_b(Eigen::Map<const ColM, 0, Dyn>(A, M, K, Dyn(lda, 1)));
-  else
-    with_b(Eigen::Map<const RowM, 0, Dyn>(A, M, K, Dyn(lda, 1)));
+  eigen_gemm<T>(a_col, b_col, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
 }
 
 template <class T>

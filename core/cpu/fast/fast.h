@@ -29,11 +29,11 @@ namespace gradsleuth::cpu::fast {
 // within the dot-product bound K * u * sum_k |a_ik| |b_kj| per element.
 bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 
-// ---- elementwise (elementwise.cpp) -------------------------------------------------------
+// ---- elementwise (elementwise.cpp: unary; elementwise_binary.cpp: the rest) --------------
 // o[0, n) = op(a[0, n)) for exp, log, sqrt, tanh, sigmoid, relu, square, abs and
 // reciprocal, with Eigen's vectorised packet math; float and double only. Inputs outside
 // the packet functions' exact range (exp's underflow and overflow, log of denormals, NaN)
-// are recomputed with the formula. Reference: elementwise.cpp's loop over
+// are recomputed with the formula. Reference: elementwise_unary.cpp's loop over
 // elementwise_math.h's formula. Agreement: exact for relu, square, abs, sqrt and
 // reciprocal; within a few ulps for exp, log, tanh and sigmoid; the special values
 // (0, +-inf, NaN, underflow) exact.
@@ -43,7 +43,7 @@ bool unary_contiguous(UnaryOp op, double* o, const double* a, int64_t n);
 // Binary ops and comparisons whose rows are contiguous, or contiguous against a broadcast
 // scalar (x + b, relu's backward comparing with 0), spelled out so the compiler vectorises
 // them; the op is chosen once per call. Declines (false) any other strides. Reference:
-// elementwise.cpp's strided loops (CpuBackend::binary). Agreement: bit for bit.
+// elementwise_binary.cpp's strided loops (CpuBackend::binary). Agreement: bit for bit.
 bool binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);
 // where(cond, a, b) with contiguous out and cond, each branch contiguous or a broadcast
 // scalar: a select GCC vectorises (both sides loaded unconditionally, cond read as bytes).

@@ -1,9 +1,8 @@
 // Tuned batched matrix multiply (fast.h): through a tuned BLAS when one is built in
 // (blas.h: OpenBLAS by default, or the packing-free SGEMM of sgemm.h for the products it
-// wins), else through Eigen's GEMM on maps of the operands' own memory. Either way a
+// wins), else through Eigen's GEMM (eigen_gemm.cpp) on the operands' own memory. Either way a
 // row- or column-major view (a transposed weight, a batch slice) is used in place,
 // without a copy. The reference is core/cpu/linalg.cpp's loop.
-#include <Eigen/Core>
 #include <algorithm>
 #include <type_traits>
 
@@ -15,13 +14,10 @@ namespace gradsleuth::cpu::fast {
 
 namespace {
 
-// GEMM through Eigen maps of the operands' own memory: a row-major or a
-// column-major (transposed view) operand is mapped without a copy.
+// GEMM on the operands' own memory (the BLAS, else eigen_gemm): a row-major or a
+// column-major (transposed view) operand is used without a copy.
 template <class T>
 void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
-  using Dyn = Eigen::Stride<Eigen::Dynamic, 1>;
-  using RowM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ColM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   const int64_t B = out.shape()[0], N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
   T* o = static_cast<T*>(out.raw_data());
   // Layout of the last two dims: 0 = row-major, 1 = column-major, -1 = neither.
@@ -51,17 +47,7 @@ void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
       if (N > 0 && M > 0 && K > 0 && blas_gemm(la == 1, lb == 1, N, M, K, ai, lda, bi, ldb, o + i * N * M, M)) continue;
     }
     // Eigen's product: without a BLAS, and for sizes CBLAS's int cannot hold.
-    Eigen::Map<RowM> C(o + i * N * M, N, M);
-    auto run = [&](const auto& Am) {
-      if (lb == 0)
-        C.noalias() = Am * Eigen::Map<const RowM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
-      else
-        C.noalias() = Am * Eigen::Map<const ColM, 0, Dyn>(bi, K, M, Dyn(ldb, 1));
-    };
-    if (la == 0)
-      run(Eigen::Map<const RowM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
-    else
-      run(Eigen::Map<const ColM, 0, Dyn>(ai, N, K, Dyn(lda, 1)));
+    eigen_gemm<T>(la == 1, lb == 1, N, M, K, ai, lda, bi, ldb, false, o + i * N * M, M);
   }
 }
 

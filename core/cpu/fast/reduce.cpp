@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/eigen_maps.h"
 #include "core/cpu/fast/fast.h"
 #include "core/cpu/reduce_rows.h"
 

@@ -7,6 +7,7 @@
 
 #include "core/cpu/accurate_sum.h"
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/eigen_maps.h"
 #include "core/cpu/fast/fast.h"
 
 namespace gradsleuth::cpu::fast {
