@@ -268,7 +268,7 @@ std::vector<Program> make_programs() {
     p.data.generator = "planes";
     p.data.classes = 3;
     p.data.features = 8;
-    p.optim.lr = 5e-3;
+    p.optim.lr = 3e-3;
     p.loop.epochs = 12;
     p.expected_metric = 0.79;  // 3 training runs reach 0.828 at least
     add(p);
@@ -340,7 +340,7 @@ std::vector<Program> make_programs() {
     p.data.generator = "images";
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
-    p.loop.epochs = 10;
+    p.loop.epochs = 8;
     p.expected_metric = 0.84;  // 3 training runs reach 0.878 at least
     add(p);
   }
@@ -424,7 +424,7 @@ std::vector<Program> make_programs() {
     p.model.hidden = {8, 16};
     p.model.norm = "batch";
     p.optim.kind = "momentum";
-    p.optim.lr = 0.02;
+    p.optim.lr = 0.01;
     p.loop.epochs = 10;
     p.expected_metric = 0.86;  // 3 training runs reach 0.899 at least
     add(p);
@@ -481,8 +481,8 @@ std::vector<Program> make_programs() {
     p.data.augment = "flip";
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
-    p.loop.epochs = 20;
-    p.optim.lr = 3e-3;
+    p.loop.epochs = 12;
+    p.optim.lr = 2e-3;
     p.expected_metric = 0.76;  // 3 training runs reach 0.794 at least
     add(p);
   }
