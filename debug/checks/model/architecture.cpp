@@ -122,6 +122,11 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
   std::vector<std::pair<std::string, double>> layers;  // (ReLU layer, variance of its input), forward order
   HookSet hooks;
   for (auto& [path, m] : leaf_modules(model)) {
+    // A normalisation layer resets the scale: the drift is judged between two of them (a marker).
+    if (m->type_name().find("Norm") != std::string::npos) {
+      hooks.pre(m, [&layers](nn::Module&, const Tensor&) { layers.emplace_back("", -1.0); });
+      continue;
+    }
     if (m->type_name() != "ReLU") continue;
     const std::string label = module_label(path, *m);
     hooks.pre(m, [&layers, label](nn::Module&, const Tensor& in) {
@@ -146,15 +151,29 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
     for (size_t i = 0; i < buffers.size(); ++i) buffers[i].detach().copy_(saved[i]);
   }
   hooks.clear();
+  // The segment (between normalisation layers) with the largest spread.
   size_t lo = layers.size(), hi = layers.size();
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const double v = layers[i].second;
-    if (!std::isfinite(v) || !(v > 0.0)) continue;  // NaN is M12's; a constant input is M25's
-    if (lo == layers.size() || v < layers[lo].second) lo = i;
-    if (hi == layers.size() || v > layers[hi].second) hi = i;
+  double ratio = 0;
+  int64_t relus = 0;
+  for (size_t start = 0; start < layers.size();) {
+    size_t end = start;
+    while (end < layers.size() && layers[end].second != -1.0) ++end;
+    size_t slo = end, shi = end;
+    for (size_t i = start; i < end; ++i) {
+      const double v = layers[i].second;
+      ++relus;
+      if (!std::isfinite(v) || !(v > 0.0)) continue;  // NaN is M12's; a constant input is M25's
+      if (slo == end || v < layers[slo].second) slo = i;
+      if (shi == end || v > layers[shi].second) shi = i;
+    }
+    if (slo != end && slo != shi && layers[shi].second / layers[slo].second > ratio) {
+      ratio = layers[shi].second / layers[slo].second;
+      lo = slo;
+      hi = shi;
+    }
+    start = end + 1;
   }
   if (lo == layers.size() || lo == hi) return {};
-  const double ratio = layers[hi].second / layers[lo].second;
   if (!(ratio > o.activation_variance_ratio)) return {};
   const bool shrinks = lo > hi;  // the smaller variance comes later in the forward
   Finding f =
@@ -167,7 +186,7 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
   f.evidence = {{"largest input variance (" + layers[hi].first + ")", layers[hi].second, ""},
                 {"smallest input variance (" + layers[lo].first + ")", layers[lo].second, ""},
                 {"ratio", ratio, "> " + fmt_num(o.activation_variance_ratio) + " flags"},
-                {"ReLU layers measured", static_cast<double>(layers.size()), ""}};
+                {"ReLU layers measured", static_cast<double>(relus), ""}};
   f.cause = shrinks
                 ? "the weights are initialised too small for the depth: each layer shrinks the signal, so the last "
                   "layers see almost constant inputs and the first ones get vanishing gradients"
