@@ -29,7 +29,7 @@ Mutant mutant(const Program& p, const std::string& id, const std::string& what) 
 
 bool classifies(const Program& p) { return p.data.task == Task::Multiclass || p.data.task == Task::Binary; }
 bool multiclass(const Program& p) { return p.data.task == Task::Multiclass; }
-bool own_loop(const Program& p) { return p.loop.api == "session"; }
+bool own_loop(const Program& p) { return p.loop.api == "own-loop"; }
 bool has_hidden(const Program& p) { return !p.model.hidden.empty() && p.model.arch != "resmlp"; }
 bool always(const Program&) { return true; }
 std::string act_name(double s) {

@@ -129,7 +129,8 @@ struct ScheduleSpec {
 
 // ---- the loop --------------------------------------------------------------------------------
 struct LoopSpec {
-  std::string api = "session";  // "session": the user's own loop; "diagnose": diagnose() and the Trainer
+  std::string api =
+      "own-loop";  // "own-loop": the user's loop with a debug::Session; "diagnose": diagnose() and the Trainer
   int64_t epochs = 8;
   int64_t batch_size = 32;
   int64_t accumulate = 1;  // micro-batches per optimizer step (each loss divided by it)
