@@ -114,7 +114,7 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
 }
 
 void Session::check_fit_at_end(RunReport& r) {
-  if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2 || model_device(model_) != kCPU) return;
+  if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2) return;
   Report found;
   guarded(found, "the end-of-run checks", "L9's pass over both splits", "L9", [&] {
     const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
