@@ -153,26 +153,26 @@ void Session::check_fit_at_end(RunReport& r) {
       for (double lr : initial_lrs_) lrs.push_back(lr * o_.fit.probe_factor);
       std::string failed;
       const std::vector<double> probe = rerun_from_start(lrs, steps, failed);
-      const int64_t k = std::max<int64_t>(1, steps / 10);
       if (failed.empty() && static_cast<int64_t>(probe.size()) == steps) {
-        auto tail = [&](const std::vector<double>& v, int64_t end) {
-          double s = 0;
-          for (int64_t i = end - k; i < end; ++i) s += v[static_cast<size_t>(i)];
-          return s / static_cast<double>(k);
-        };
-        m.probe_window_loss = tail(probe, steps);
+        const int64_t k = std::max<int64_t>(1, steps / 10);
+        m.probe_window_loss = std::accumulate(probe.end() - k, probe.end(), 0.0) / static_cast<double>(k);
         m.probe_steps = steps;
       }
-      // Not a rate too low: does training on from here still help? The same number of steps again
-      // at the run's final learning rates, then the validation loss.
-      std::vector<double> final_lrs;
-      for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
-      std::string failed_on;
-      rerun_from_start(final_lrs, steps, failed_on, false, [&] {
-        m.continued_val_loss = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold).loss;
-      });
-      if (!failed_on.empty()) m.continued_val_loss = std::nan("");
       fs = check_end_fit(m, o_.fit);
+      const bool lr_low =
+          std::any_of(fs.begin(), fs.end(), [](const Finding& f) { return f.kind == Kind::LrProbeTooLow; });
+      if (!lr_low) {
+        // Not a rate too low: does training on from here still help? The same number of steps again
+        // at the run's final learning rates, then the validation loss.
+        std::vector<double> final_lrs;
+        for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
+        std::string failed_on;
+        rerun_from_start(final_lrs, steps, failed_on, false, [&] {
+          m.continued_val_loss = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold).loss;
+        });
+        if (!failed_on.empty()) m.continued_val_loss = std::nan("");
+        fs = check_end_fit(m, o_.fit);
+      }
     }
     for (Finding& f : fs) found.add(std::move(f));
   });
