@@ -159,8 +159,7 @@ void Session::check_fit_at_end(RunReport& r) {
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);
-      const bool lr_low =
-          std::any_of(fs.begin(), fs.end(), [](const Finding& f) { return f.kind == Kind::LrProbeTooLow; });
+      const bool lr_low = end_fit_blames_rate(fs);
       if (!lr_low) {
         // Not a rate too low: does training on from here still help? The same number of steps again
         // at the run's final learning rates, then the validation loss.

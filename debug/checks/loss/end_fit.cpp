@@ -181,4 +181,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   return out;
 }
 
+bool end_fit_blames_rate(const std::vector<Finding>& findings) {
+  return std::any_of(findings.begin(), findings.end(), [](const Finding& f) { return f.kind == Kind::LrProbeTooLow; });
+}
+
 }  // namespace gradsleuth::debug

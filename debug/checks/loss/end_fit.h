@@ -68,4 +68,7 @@ struct EndFitMeasure {
 // The rule. `still_falling` (out) says whether the probe is worth running (call again with its result).
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr);
 
+// Whether the rule's findings blame a learning rate too low (the 10x probe confirmed it).
+bool end_fit_blames_rate(const std::vector<Finding>& findings);
+
 }  // namespace gradsleuth::debug
