@@ -55,7 +55,9 @@ int cmd_mutate(const std::vector<std::string>& args) {
   const uint64_t seed = a.get_seed("seed");
   const Mutant m = op.mutate(recipe, strength, seed);
   std::fprintf(stderr, "mutate: %s on %s: %s\n", op.id.c_str(), recipe.name.c_str(), m.description.c_str());
-  const Outcome healthy = run_program(recipe, seed, {.checks = false});
+  RunOptions unchecked;
+  unchecked.checks = false;
+  const Outcome healthy = run_program(recipe, seed, unchecked);
   const Outcome mut = run_program(m.program, seed);
   const auto& d = mut.report.findings.diagnosis();
   if (a.has("json")) {

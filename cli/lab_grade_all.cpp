@@ -418,7 +418,7 @@ void remove_pids_cgroup(const fs::path& dir) {
 
 fs::path find_pids_cgroup_base() {
   if (::geteuid() != 0) return {};
-  for (const fs::path base : {fs::path("/sys/fs/cgroup/pids"), fs::path("/sys/fs/cgroup")}) {
+  for (const fs::path& base : {fs::path("/sys/fs/cgroup/pids"), fs::path("/sys/fs/cgroup")}) {
     if (base == "/sys/fs/cgroup") {
       if (read_text(base / "cgroup.controllers", 4096).find("pids") == std::string::npos) continue;
       std::ofstream(base / "cgroup.subtree_control") << "+pids\n";

@@ -29,15 +29,6 @@ double normal(Rng& g) { return std::normal_distribution<double>(0.0, 1.0)(g); }
 double uniform(Rng& g) { return std::uniform_real_distribution<double>(0.0, 1.0)(g); }
 
 bool classifies(Task t) { return t == Task::Multiclass || t == Task::Binary; }
-int64_t outputs_of(const DataSpec& d) {
-  switch (d.task) {
-    case Task::Multiclass: return d.classes;
-    case Task::Binary: return 1;
-    case Task::Multilabel: return d.classes;
-    case Task::Regression: return 1;
-  }
-  return 1;
-}
 
 // ---- the generators ---------------------------------------------------------------------------
 
