@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <unordered_set>
 
 #include "core/autograd.h"
 #include "core/warning.h"
@@ -259,8 +260,7 @@ size_t GradScaler::add_update_hook(UpdateHook h) {
 }
 
 void GradScaler::remove_hook(size_t id) {
-  hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(), [&](const Hook& h) { return h.id == id; }),
-               hooks_.end());
+  hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(), [&](const Hook& h) { return h.id == id; }), hooks_.end());
 }
 
 // ---- clipping scaled gradients (O10) --------------------------------------------------
@@ -272,33 +272,30 @@ void note_gradient_transform(const std::vector<Tensor>& params, const char* op) 
 
 void GradScaler::note_transform(const std::vector<Tensor>& params, const char* op) {
   if (!enabled_ || !scaled_since_update_) return;
-  PendingClip c{op, {}};
-  for (const Tensor& p : params)
-    if (p.defined() && p.grad().defined()) c.params.push_back(p.impl_ptr().get());
   // Parameters of an optimizer already unscaled this iteration hold true gradients.
+  std::unordered_set<const TensorImpl*> unscaled;
   for (const PerOptimizer& s : per_opt_) {
     if (s.stage == Stage::Ready) continue;
     for (const ParamGroup& g : s.opt->param_groups())
-      for (const Tensor& p : g.params)
-        c.params.erase(std::remove(c.params.begin(), c.params.end(), p.impl_ptr().get()), c.params.end());
+      for (const Tensor& p : g.params) unscaled.insert(p.impl_ptr().get());
   }
+  PendingClip c{op, {}};
+  for (const Tensor& p : params)
+    if (p.defined() && p.grad().defined() && !unscaled.count(p.impl_ptr().get())) c.params.insert(p.impl_ptr().get());
   if (!c.params.empty()) pending_clips_.push_back(std::move(c));
 }
 
 void GradScaler::check_pending_clips(const Optimizer& opt) {
   if (pending_clips_.empty()) return;
-  std::vector<const TensorImpl*> mine;
-  for (const ParamGroup& g : opt.param_groups())
-    for (const Tensor& p : g.params) mine.push_back(p.impl_ptr().get());
   for (const PendingClip& c : pending_clips_) {
-    const bool hit = std::any_of(c.params.begin(), c.params.end(),
-                                 [&](const TensorImpl* p) { return std::find(mine.begin(), mine.end(), p) != mine.end(); });
+    bool hit = false;
+    for (const ParamGroup& g : opt.param_groups())
+      for (const Tensor& p : g.params) hit = hit || c.params.count(p.impl_ptr().get()) > 0;
     if (!hit || std::find(clip_warned_.begin(), clip_warned_.end(), c.op) != clip_warned_.end()) continue;
     clip_warned_.push_back(c.op);
     warn({"O10", c.op,
           "ran on gradients still multiplied by the GradScaler's scale (" + num(scale_) + "): scaler.unscale_(" +
-              opt.name() +
-              ") came after it, so the clipping threshold was compared with a norm " + num(scale_) +
+              opt.name() + ") came after it, so the clipping threshold was compared with a norm " + num(scale_) +
               " times too large and cut the gradients far more than meant. Call scaler.unscale_(optimizer) "
               "after backward() and before clipping."});
   }

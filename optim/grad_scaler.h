@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/tensor.h"
@@ -40,11 +41,11 @@ struct NonFiniteGrad {
 struct ScalerUpdate {
   int64_t index = 0;  // 1-based count of update() calls
   double scale_before = 0.0, scale_after = 0.0;
-  int64_t growth_tracker = 0;  // clean steps in a row after this update
-  bool found_inf = false;      // some gradient was inf/NaN: the scale backed off
-  bool explicit_scale = false;  // update(new_scale) set it
-  std::vector<std::string> skipped;       // optimizers whose step() was skipped (by name)
-  int64_t stepped = 0;                    // optimizer steps taken through step() since the last update
+  int64_t growth_tracker = 0;            // clean steps in a row after this update
+  bool found_inf = false;                // some gradient was inf/NaN: the scale backed off
+  bool explicit_scale = false;           // update(new_scale) set it
+  std::vector<std::string> skipped;      // optimizers whose step() was skipped (by name)
+  int64_t stepped = 0;                   // optimizer steps taken through step() since the last update
   std::vector<NonFiniteGrad> nonfinite;  // the parameters whose gradient was inf/NaN
 };
 
@@ -106,7 +107,7 @@ class GradScaler {
   };
   struct PendingClip {
     std::string op;
-    std::vector<const TensorImpl*> params;
+    std::unordered_set<const TensorImpl*> params;
   };
   PerOptimizer& state_of(const Optimizer& opt);
   const PerOptimizer* find_state(const Optimizer& opt) const;

@@ -143,8 +143,8 @@ TEST_CASE("GradScaler: unscale_ then clip gives the same gradients as clipping u
       s.scale(loss).backward();
       s.unscale_(opt);
       const double total = optim::clip_grad_norm_({a, b}, 1.0);
-      return std::make_pair(total, Vec{nntest::vals(a.grad())[0], nntest::vals(a.grad())[1],
-                                       nntest::vals(a.grad())[2], nntest::vals(b.grad())[0]});
+      return std::make_pair(total, Vec{nntest::vals(a.grad())[0], nntest::vals(a.grad())[1], nntest::vals(a.grad())[2],
+                                       nntest::vals(b.grad())[0]});
     };
     const auto [t_scaled, g_scaled] = run(true);
     const auto [t_plain, g_plain] = run(false);
@@ -282,9 +282,9 @@ TEST_CASE("GradScaler: its state round-trips through a checkpoint with the optim
   Tensor p = param_with({1.0, -1.0});
   optim::Adam opt({p}, optim::AdamOptions(1e-2));
   optim::GradScaler s(optim::GradScalerOptions().init_scale(256.0).growth_interval(5).growth_factor(4.0));
-  iteration(s, opt, p, {kInf, 0.0});   // 128
-  iteration(s, opt, p, {0.5, 0.25});   // tracker 1
-  iteration(s, opt, p, {0.5, 0.25});   // tracker 2
+  iteration(s, opt, p, {kInf, 0.0});  // 128
+  iteration(s, opt, p, {0.5, 0.25});  // tracker 1
+  iteration(s, opt, p, {0.5, 0.25});  // tracker 2
   REQUIRE(s.get_scale() == 128.0);
   REQUIRE(s.get_growth_tracker() == 2);
   nn::save_state(optim::training_state_dict(opt, s), path);

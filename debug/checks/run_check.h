@@ -24,8 +24,11 @@
 #include "debug/checks/workflow/step_timer.h"
 #include "debug/evidence/finding.h"
 #include "nn/loss.h"
-#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+
+namespace gradsleuth::optim {
+class GradScaler;  // optim/grad_scaler.h
+}  // namespace gradsleuth::optim
 
 namespace gradsleuth::debug {
 

@@ -184,7 +184,7 @@ class Session {
   // A Trainer reports each step and epoch itself (step()/epoch() are then not needed).
   void attach(optim::Trainer& trainer);
   // O10: the loop's loss scaler (mixed precision), its scale and the steps it skips. The scaler
-  // must outlive the session. Its clipping-before-unscale_ warning is heard without this.
+  // must outlive the Session. Its clipping-before-unscale_ warning is heard without this.
   void watch(optim::GradScaler& scaler);
 
   // Your own loop: the loss of the step just taken, after optimizer.step(). Needed only when

@@ -50,7 +50,6 @@
 #include "debug/run/diagnosis_report.h"
 #include "debug/run/gate.h"
 #include "nn/loss.h"
-#include "optim/grad_scaler.h"
 #include "optim/trainer.h"
 
 namespace gradsleuth::debug {

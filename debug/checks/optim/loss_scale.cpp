@@ -1,5 +1,5 @@
 // O10, the loss scaler: the trace of a GradScaler's updates, its rules and findings, and its run
-// check (session.watch(scaler)); it also words the scaler's own warning about clipping scaled
+// check (debug::Session::watch(scaler)); it also words the scaler's own warning about clipping scaled
 // gradients.
 #include "debug/checks/optim/loss_scale.h"
 
@@ -109,12 +109,12 @@ std::vector<Finding> ScalerTrace::findings() const {
                   {"last scale", last.scale_after, ""},
                   {"longest run of backoffs", static_cast<double>(longest), ">= 10 warns"}};
     if (judged > 0)
-      f.evidence.push_back({"share of steps skipped after the first backoffs", skip_share,
-                            "> 0.5 over >= 20 updates warns"});
+      f.evidence.push_back(
+          {"share of steps skipped after the first backoffs", skip_share, "> 0.5 over >= 20 updates warns"});
     if (!worst.empty()) {
       f.parameter = worst;
-      f.evidence.push_back({"updates where " + worst + "'s gradient was inf/NaN", static_cast<double>(worst_count),
-                            ""});
+      f.evidence.push_back(
+          {"updates where " + worst + "'s gradient was inf/NaN", static_cast<double>(worst_count), ""});
     }
     if (longest > 0 && last.step >= 0) f.step = records_[static_cast<size_t>(run_end)].step;  // the longest run's end
   };
@@ -126,11 +126,10 @@ std::vector<Finding> ScalerTrace::findings() const {
       "overflowing exp); the scaler only hides it by skipping steps";
 
   std::vector<Finding> out;
-  if (min_scale < kScaleFloor) {
+  if (skipped > 0 && min_scale < kScaleFloor) {  // not a scale set below 1 on purpose
     Finding f = detail::make("O10", Severity::Warning,
                              "the loss scale fell to " + scale_str(min_scale) + " (below 1): " + detail::num(skipped) +
-                                 " of " + detail::num(n) + " steps were skipped for inf/NaN gradients" +
-                                 culprit_words);
+                                 " of " + detail::num(n) + " steps were skipped for inf/NaN gradients" + culprit_words);
     f.kind = Kind::ScaleCollapsed;
     base(f);
     f.cause =
@@ -141,16 +140,19 @@ std::vector<Finding> ScalerTrace::findings() const {
     out.push_back(std::move(f));
   } else if (longest >= kBackoffRun) {
     Finding f = detail::make("O10", Severity::Warning,
-                             "the loss scale was halved " + detail::num(longest) +
-                                 " updates in a row, down to " + scale_str(min_scale) + ": every one of those steps "
-                                 "was skipped for an inf/NaN gradient" + culprit_words);
+                             "the loss scale was halved " + detail::num(longest) + " updates in a row, down to " +
+                                 scale_str(min_scale) +
+                                 ": every one of those steps "
+                                 "was skipped for an inf/NaN gradient" +
+                                 culprit_words);
     f.kind = Kind::ScaleHalving;
     base(f);
     f.cause =
         "gradients that overflow at every step even as the scale shrinks: inf/NaN made by the model or the loss, or "
         "gradients far larger than the scaled dtype holds (above 2^(n-1) after n halvings from 2^16 in float16)";
-    f.fix = fix_nonfinite + "; if the gradients are finite but huge, lower the learning rate or clip them (after "
-                            "scaler.unscale_)";
+    f.fix = fix_nonfinite +
+            "; if the gradients are finite but huge, lower the learning rate or clip them (after "
+            "scaler.unscale_)";
     out.push_back(std::move(f));
   } else if (judged >= kSkipMinUpdates && skip_share > kSkipFraction) {
     Finding f = detail::make("O10", Severity::Warning,
@@ -165,13 +167,12 @@ std::vector<Finding> ScalerTrace::findings() const {
     f.fix = fix_nonfinite + "; keep growth_interval at its default 2000";
     out.push_back(std::move(f));
   } else {
-    Finding f = detail::make("O10", Severity::Info,
-                             "the loss scale went from " + scale_str(first.scale_before) + " to " +
-                                 scale_str(last.scale_after) + " over " + detail::num(n) + " updates; " +
-                                 detail::num(skipped) + " step(s) skipped" +
-                                 (calibration > 0 ? " (the first " + detail::num(calibration) +
-                                                        " while the scale found its range)"
-                                                  : std::string()));
+    Finding f = detail::make(
+        "O10", Severity::Info,
+        "the loss scale went from " + scale_str(first.scale_before) + " to " + scale_str(last.scale_after) + " over " +
+            detail::num(n) + " updates; " + detail::num(skipped) + " step(s) skipped" +
+            (calibration > 0 ? " (the first " + detail::num(calibration) + " while the scale found its range)"
+                             : std::string()));
     f.kind = Kind::ScalerSummary;
     base(f);
     f.parameter.clear();

@@ -7,7 +7,7 @@
 //   for (...) { scaler.scale(loss).backward(); scaler.step(opt); scaler.update(); }
 //   report.add(trace.findings());
 //
-// debug::Session and debug::Monitor do the same with session.watch(scaler). Clipping applied to
+// debug::Session::watch(scaler) and debug::Monitor::watch(scaler) do the same. Clipping applied to
 // still-scaled gradients is raised by the scaler itself (a core warning with check O10, which a
 // Monitor turns into a finding).
 #pragma once
@@ -28,7 +28,7 @@ struct ScalerRecord {
   int64_t update = 0;  // 1-based
   int64_t step = -1;   // the training step it belongs to, when a Monitor knows it (-1: not known)
   double scale_before = 0.0, scale_after = 0.0;
-  bool backoff = false;  // an inf/NaN gradient: the step was skipped and the scale backed off
+  bool backoff = false;                // an inf/NaN gradient: the step was skipped and the scale backed off
   std::vector<std::string> nonfinite;  // the parameters whose gradient was inf/NaN (model paths when known)
 };
 
