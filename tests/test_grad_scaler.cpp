@@ -380,3 +380,28 @@ TEST_CASE("GradScaler: a training run with the scaler (no overflow) matches the 
     nntest::check_close(w_scaled, w_plain, 1e-5, 1e-4);
   }
 }
+
+TEST_CASE("GradScaler: unscale_ takes any layout through tensor ops (a strided gradient), with the same counts") {
+  for (bool strided : {false, true}) {
+    CAPTURE(strided);
+    Tensor p = gs::zeros({2, 3}, gs::TensorOptions(gs::kFloat32)).requires_grad_();
+    optim::SGD opt({p}, optim::SGDOptions(0.1));
+    optim::GradScaler s(optim::GradScalerOptions().init_scale(4.0));
+    std::vector<optim::ScalerUpdate> seen;
+    s.add_update_hook([&](const optim::GradScaler&, const optim::ScalerUpdate& u) { seen.push_back(u); });
+    s.scale(p.sum());  // starts the scale; the gradient is set by hand below
+    const double nan = std::nan("");
+    Tensor g = gs::tensor(Vec{4.0, 8.0, kInf, nan, -12.0, nan}, {3, 2}, gs::TensorOptions(gs::kFloat32));
+    p.set_grad(strided ? g.transpose(0, 1) : g.reshape({2, 3}).contiguous());
+    REQUIRE(p.grad().is_contiguous() == !strided);
+    CHECK_FALSE(s.step(opt));
+    s.update();
+    REQUIRE(seen.size() == 1);
+    REQUIRE(seen[0].nonfinite.size() == 1);
+    CHECK(seen[0].nonfinite[0].nan == 2);
+    CHECK(seen[0].nonfinite[0].inf == 1);
+    const Vec got = nntest::vals(p.grad().contiguous());
+    const Vec want = strided ? Vec{1.0, kInf, -3.0, 2.0, nan, nan} : Vec{1.0, 2.0, kInf, nan, -3.0, nan};
+    for (size_t i = 0; i < want.size(); ++i) CHECK(nntest::same_bits(got[i], want[i]));
+  }
+}
