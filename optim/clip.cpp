@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/warning.h"
+#include "optim/grad_scaler.h"
 
 namespace gradsleuth::optim {
 
@@ -97,6 +98,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   const char* op = "clip_grad_norm_";
   GS_CHECK(max_norm >= 0.0, op, "max_norm must be >= 0, got ", max_norm,
            " (a negative max_norm would flip every gradient's sign)");
+  note_gradient_transform(params, op);  // O10: a GradScaler warns if these gradients are still scaled
   const Norms n = compute_norms(params, norm_type, op);
   if (!params.empty() && (n.partials.empty() || n.total == 0.0)) [[unlikely]]
     warn_no_gradient(op, params.size(), n.partials.size());
@@ -128,6 +130,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   GS_CHECK(clip_value >= 0.0, "clip_grad_value_", "clip_value must be >= 0, got ", clip_value,
            "; gradients are clamped into [-clip_value, clip_value]");
+  note_gradient_transform(params, "clip_grad_value_");  // O10, as clip_grad_norm_
   NoGradGuard ng;
   size_t with_grad = 0;
   bool nonzero = false;

@@ -2,7 +2,8 @@
 // every parameter's .grad in place, between backward() and optimizer.step().
 // Both warn (check O5, through gs::warn) when they find no gradient to transform:
 // every .grad undefined or zero means the call sits before backward() or right
-// after zero_grad(), where it silently does nothing.
+// after zero_grad(), where it silently does nothing. Both also tell a live optim::GradScaler
+// which gradients they change: on still-scaled gradients it warns (check O10, grad_scaler.h).
 #pragma once
 #include <limits>
 #include <vector>

@@ -2,6 +2,7 @@
 #pragma once
 #include "optim/adam.h"
 #include "optim/clip.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"
 #include "optim/scheduler.h"

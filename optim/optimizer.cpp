@@ -173,6 +173,9 @@ std::tuple<size_t, size_t, std::string> Optimizer::parse_state_key(const std::st
   auto is_num = [](const std::string& s) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
+  GS_CHECK(full_key.compare(0, 7, "scaler.") != 0, name_ + ".load_state_dict", "key '", full_key,
+           "' is a GradScaler's state: this dict holds the optimizer's and a scaler's (optim::training_state_dict). "
+           "Load it with optim::load_training_state_dict(state, optimizer, scaler).");
   GS_CHECK(d2 != std::string::npos && is_num(full_key.substr(0, d1)) && is_num(full_key.substr(d1 + 1, d2 - d1 - 1)),
            name_ + ".load_state_dict", "key '", full_key,
            "' is not of the form 'group.index.name' (e.g. '0.3.exp_avg'); was this dict made by state_dict()?");

@@ -1,11 +1,13 @@
 // The optimisation checks O1-O4 and O6 (debug/checks/optim/optim_checks.h): each fires on the
 // bug it is meant to catch (B16, B17, B24, an unused layer, injected NaN, spikes,
-// growing weights, lr 1e-7) and stays silent on a healthy run of the reference MLP.
+// growing weights, lr 1e-7) and stays silent on a healthy run of the reference MLP; O10's
+// thresholds on synthetic sequences of a GradScaler's clean and inf/NaN steps.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "debug/checks/optim/loss_scale.h"
 #include "debug/checks/optim/optim_checks.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/nn.h"
@@ -603,4 +606,91 @@ TEST_CASE("sampled_finite: a NaN row or a NaN column of a large gradient is foun
   static_cast<float*>(lone.raw_data())[5 * 784 + 9] = NAN;
   CHECK(dbg::sampled_finite(lone));
   CHECK_FALSE(dbg::all_finite(lone));
+}
+
+// ---- O10: the loss scaler's trace ----------------------------------------------------------
+
+namespace {
+
+// A GradScaler stepping a one-parameter SGD through a sequence of updates, each clean or with an
+// inf gradient; the trace's findings after it.
+std::vector<dbg::Finding> scaler_findings(const std::vector<bool>& inf, optim::GradScalerOptions o = {}) {
+  Tensor p = gs::tensor(std::vector<double>{1.0}, {1}, gs::TensorOptions(gs::kFloat32)).requires_grad_();
+  optim::SGD opt({p}, optim::SGDOptions(0.01));
+  optim::GradScaler s(o);
+  dbg::ScalerTrace trace;
+  trace.attach(s);
+  for (bool bad : inf) {
+    opt.zero_grad();
+    const double g = bad ? std::numeric_limits<double>::infinity() : 0.5;
+    s.scale((p * gs::tensor(std::vector<double>{g}, {1}, gs::TensorOptions(gs::kFloat32))).sum()).backward();
+    s.step(opt);
+    s.update();
+  }
+  REQUIRE(trace.records().size() == inf.size());
+  return trace.findings();
+}
+
+dbg::Kind only_kind(const std::vector<dbg::Finding>& fs) {
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "O10");
+  return fs[0].kind;
+}
+
+std::vector<bool> seq(std::initializer_list<std::pair<int, bool>> runs) {
+  std::vector<bool> v;
+  for (auto [n, bad] : runs) v.insert(v.end(), static_cast<size_t>(n), bad);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("O10: a few backoffs while the scale calibrates, and the periodic overflow of growth, are info") {
+  // 5 backoffs from 2^16, then clean steps; growth every 10 clean steps with an overflow after each.
+  std::vector<bool> v = seq({{5, true}, {40, false}});
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<bool> more = seq({{10, false}, {1, true}});
+    v.insert(v.end(), more.begin(), more.end());
+  }
+  const auto fs = scaler_findings(v, optim::GradScalerOptions().growth_interval(10));
+  CHECK(only_kind(fs) == dbg::Kind::ScalerSummary);
+  CHECK_FALSE(fs[0].fires());
+  CHECK(fs[0].title.find("the first 5") != std::string::npos);
+  // A run without any backoff: info too.
+  CHECK(only_kind(scaler_findings(seq({{30, false}}))) == dbg::Kind::ScalerSummary);
+}
+
+TEST_CASE("O10: 10 backoffs in a row warn, 9 do not; a scale below 1 warns") {
+  // From 2^20: ten halvings end at 2^10, far above the floor.
+  const auto o = optim::GradScalerOptions().init_scale(1048576.0);
+  const auto nine = scaler_findings(seq({{3, false}, {9, true}, {10, false}}), o);
+  CHECK(only_kind(nine) == dbg::Kind::ScalerSummary);
+  const auto ten = scaler_findings(seq({{3, false}, {10, true}, {10, false}}), o);
+  CHECK(only_kind(ten) == dbg::Kind::ScaleHalving);
+  CHECK(ten[0].fires());
+  CHECK(ten[0].title.find("halved 10 updates in a row") != std::string::npos);
+  // From 4: three halvings reach 0.5.
+  const auto low = scaler_findings(seq({{2, false}, {3, true}, {5, false}}), optim::GradScalerOptions().init_scale(4.0));
+  CHECK(only_kind(low) == dbg::Kind::ScaleCollapsed);
+  CHECK(low[0].title.find("0.5") != std::string::npos);
+  // Two halvings from 4 stop at 1: not below the floor.
+  const auto one = scaler_findings(seq({{2, false}, {2, true}, {5, false}}), optim::GradScalerOptions().init_scale(4.0));
+  CHECK(only_kind(one) == dbg::Kind::ScalerSummary);
+}
+
+TEST_CASE("O10: most steps skipped after the calibration warns; half of them does not") {
+  // Alternating clean / inf with growth after every clean step keeps the scale up: 50% skipped.
+  const auto o = optim::GradScalerOptions().growth_interval(1);
+  std::vector<bool> half, most;
+  for (int k = 0; k < 15; ++k) half.insert(half.end(), {false, true});
+  CHECK(only_kind(scaler_findings(half, o)) == dbg::Kind::ScalerSummary);
+  // Two inf for every clean step (2/3 skipped), never 10 in a row, scale above 1.
+  for (int k = 0; k < 10; ++k) most.insert(most.end(), {false, true, true});
+  const auto fs = scaler_findings(most, optim::GradScalerOptions().growth_interval(1).init_scale(1e30));
+  CHECK(only_kind(fs) == dbg::Kind::StepsSkipped);
+  // Too few updates to judge: silent.
+  std::vector<bool> few;
+  for (int k = 0; k < 5; ++k) few.insert(few.end(), {false, true, true});
+  CHECK(only_kind(scaler_findings(few, optim::GradScalerOptions().growth_interval(1).init_scale(1e30))) ==
+        dbg::Kind::ScalerSummary);
 }

@@ -26,6 +26,10 @@
 #include "nn/loss.h"
 #include "optim/optimizer.h"
 
+namespace gradsleuth::optim {
+class GradScaler;  // optim/grad_scaler.h
+}  // namespace gradsleuth::optim
+
 namespace gradsleuth::debug {
 
 struct MonitorOptions {
@@ -81,6 +85,7 @@ struct RunEvent {
   static constexpr uint32_t Warning =
       1u << 13;  // a core warning (check id, where, message) became a finding: the unit may word it
   static constexpr uint32_t Trainer = 1u << 14;  // an optim::Trainer was attached (its epochs are passes over the data)
+  static constexpr uint32_t Scaler = 1u << 15;   // an optim::GradScaler is watched (RunContext::scaler)
 };
 
 // One epoch as the monitor records it.
@@ -104,6 +109,7 @@ class RunContext {
   optim::Optimizer& optimizer;
   nn::Loss* loss;  // null: the loss-input checks do not run
   MonitorOptions options;
+  optim::GradScaler* scaler = nullptr;  // the loss scaler watched (Monitor::watch), if any
 
   int64_t steps = 0;        // optimizer steps completed
   bool in_step = false;     // a training forward of step steps + 1 has run
@@ -165,6 +171,7 @@ class RunCheck {
   virtual void pause(RunContext&, bool /*on*/) {}
   virtual void warning(RunContext&, const gradsleuth::Warning&, Finding&) {}
   virtual void trainer(RunContext&) {}
+  virtual void scaler(RunContext&) {}
 };
 
 // A run check around a statistics tracker that hooks the model's forwards (M7, M8, M25, M26):

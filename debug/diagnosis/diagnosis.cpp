@@ -60,6 +60,10 @@ bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
 bool o6_too_high(const Finding& f) {
   return is(f, "O6", Kind::LrTooHigh) || is(f, "O6", Kind::UpdatesTooLarge) || is(f, "O6", Kind::LrProbeConfirms);
 }
+// O10 about the steps a loss scaler skipped (the others: its summary, clipping before unscale_).
+bool scaler_skips(const Finding& f) {
+  return is(f, "O10", Kind::ScaleCollapsed) || is(f, "O10", Kind::ScaleHalving) || is(f, "O10", Kind::StepsSkipped);
+}
 bool lr_too_high(const Finding& f) { return o6_too_high(f) || is(f, "O8", Kind::LrAboveRange); }
 bool lr_too_low(const Finding& f) {
   return is(f, "O6", Kind::LrTooLow) || is(f, "O6", Kind::UpdatesTooSmall) || is(f, "O8", Kind::LrBelowRange) ||
@@ -199,6 +203,13 @@ const std::vector<Cause>& diagnosis_causes() {
       // ---- the optimisation ----
       {"zero-grad", "gradients never zeroed between steps", "O5", "the gradient's growth across steps", true,
        GS_CHECK_CONFIRMS("O5")},
+      {"scaled-clipping", "gradients clipped while still multiplied by the loss scale (before scaler.unscale_)", "O10",
+       "whether clip_grad_norm_ / clip_grad_value_ ran on the parameters of an optimizer between "
+       "scaler.scale(loss).backward() and scaler.unscale_",
+       true, [](const Finding& f) { return is(f, "O10", Kind::ClippedScaledGradients); }},
+      {"scaler-skips", "a loss scaler that skips most steps (its scale collapses or keeps halving)", "O10",
+       "the scaler's scale at every update and the steps it skipped for inf/NaN gradients", true,
+       [](const Finding& f) { return scaler_skips(f); }},
       {"grad-reduction", "gradients summed across ranks, or a parameter left out of the all-reduce", "O7",
        "every rank's gradient against the reduced one", true, GS_CHECK_CONFIRMS("O7")},
       {"effective-batch", "a learning rate not scaled for the effective batch", "W9",
@@ -281,6 +292,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "nonfinite-input",
                                                      "conflicting-labels",
                                                      "zero-grad",
+                                                     "scaler-skips",
+                                                     "scaled-clipping",
                                                      "grad-reduction",
                                                      "replicas-diverged",
                                                      "rank-shards",
@@ -338,8 +351,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the "
        "input)",
        [](const Finding& f) { return zero_gradient(f); },
-       {"no-backward", "cut-graph", "frozen", "lr-schedule", "masked-targets", "all-zero", "dead-relu", "saturation",
-        "final-activation", "symmetric-init", "vanishing-gradients"}},
+       {"no-backward", "cut-graph", "frozen", "scaler-skips", "lr-schedule", "masked-targets", "all-zero", "dead-relu",
+        "saturation", "final-activation", "symmetric-init", "vanishing-gradients"}},
       {"exploding-gradients",
        "gradients that explode",
        "O1 (exploding)",

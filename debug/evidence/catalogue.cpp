@@ -539,6 +539,16 @@ const std::vector<CheckInfo>& all_checks() {
        "debug::Monitor",
        "gradsleuth doctor",
        true},
+      {"O10",
+       "loss scaler",
+       "optimisation",
+       {"Micikevicius et al. 2018", "PyTorch AMP"},
+       "a GradScaler's scale at every update and each skipped step with the parameter whose gradient was inf/NaN: "
+       "the scale below 1, halved 10 updates in a row, or more than half the steps after the first backoffs "
+       "skipped warns; clipping before unscale_ warns",
+       "debug::ScalerTrace, debug::Session::watch, optim::GradScaler warnings",
+       "",
+       true},
       // ---- workflow ------------------------------------------------------------------------------
       {"W1",
        "reproducibility",
@@ -692,6 +702,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"O7", "debug/checks/dist/dist_checks.cpp"},
         {"O8", "debug/checks/optim/optim_checks.cpp"},
         {"O9", "debug/checks/optim/clipping.cpp"},
+        {"O10", "debug/checks/optim/loss_scale.cpp"},
         {"W1", "debug/checks/workflow/reproducibility.cpp"},
         {"W2", "debug/run/gate.cpp"},
         {"W3", "debug/run/monitor.cpp"},

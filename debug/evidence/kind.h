@@ -87,6 +87,12 @@ namespace gradsleuth::debug {
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \
+  /* O10 the loss scaler */                                                                           \
+  X(ScaleCollapsed, "scale-collapsed", "O10")                                                         \
+  X(ScaleHalving, "scale-halving", "O10")                                                             \
+  X(StepsSkipped, "steps-skipped", "O10")                                                             \
+  X(ClippedScaledGradients, "clipped-scaled-gradients", "O10")                                        \
+  X(ScalerSummary, "scaler-summary", "O10")                                                           \
   /* W3 the monitored run */                                                                          \
   X(ValidationRose, "validation-rose", "W3")                                                          \
   X(TrainingFailed, "training-failed", "W3")

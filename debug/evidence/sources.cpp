@@ -67,6 +67,18 @@ const std::vector<SourceInfo>& all_sources() {
        "gradient norm clipping: rescale the gradient when its norm exceeds a threshold, to tame the rare exploding "
        "step; the threshold chosen from the average norm over many updates",
        "Razvan Pascanu, Tomas Mikolov, Yoshua Bengio", "2013", "arXiv:1211.5063 (https://arxiv.org/abs/1211.5063)", ""},
+      {"Micikevicius et al. 2018", "Paulius Micikevicius et al., \"Mixed Precision Training\" (ICLR 2018)",
+       "float16 training with float32 master weights and loss scaling: gradients too small for float16 are "
+       "shifted into its range by scaling the loss, and a dynamic scale backs off and skips the step when a "
+       "gradient overflows",
+       "Paulius Micikevicius, Sharan Narang, Jonah Alben, Gregory Diamos, Erich Elsen, David Garcia, Boris Ginsburg, "
+       "Michael Houston, Oleksii Kuchaiev, Ganesh Venkatesh, Hao Wu",
+       "2018", "arXiv:1710.03740 (https://arxiv.org/abs/1710.03740)", ""},
+      {"PyTorch AMP", "PyTorch documentation: Automatic Mixed Precision (torch.amp) and its examples",
+       "GradScaler's dynamic loss scale (init 2^16, x0.5 on an inf/NaN gradient with the step skipped, x2 after "
+       "2000 clean steps) and its use: unscale_ before clipping, one update per iteration",
+       "PyTorch contributors", "current",
+       "https://pytorch.org/docs/stable/amp.html; https://pytorch.org/docs/stable/notes/amp_examples.html", ""},
       {"Deepchecks", "Deepchecks documentation: data integrity and train-test validation suites",
        "checks of a dataset and of its train/test split before training: duplicate samples, conflicting labels, "
        "train-test samples mix, feature (image property) drift, label drift, new labels, dataset size comparison",

@@ -193,6 +193,7 @@ void Session::start_monitor() {
   MonitorOptions mo = o_.monitor;
   if (data_.train) mo.loader_batches = data_.train->num_batches();  // D8 over the run
   monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, mo);
+  if (scaler_) monitor_->watch(*scaler_);
   replay_.reset();
   if (!o_.explore_path.empty()) replay_ = std::make_unique<ReplayRecorder>(model_, opt_, o_.monitor.every);
   recorded_ = 0;
@@ -224,6 +225,12 @@ void Session::attach(optim::Trainer& trainer) {
   for (size_t id : opt_hooks_) opt_.remove_hook(id);
   opt_hooks_.clear();
   monitor_->attach(trainer);
+}
+
+void Session::watch(optim::GradScaler& scaler) {
+  GS_CHECK(!finished_, "debug::Session::watch", "finish() was already called; watch the scaler before training");
+  scaler_ = &scaler;
+  monitor_->watch(scaler);
 }
 
 void Session::step(double loss) {

@@ -183,6 +183,9 @@ class Session {
 
   // A Trainer reports each step and epoch itself (step()/epoch() are then not needed).
   void attach(optim::Trainer& trainer);
+  // O10: the loop's loss scaler (mixed precision), its scale and the steps it skips. The scaler
+  // must outlive the Session. Its clipping-before-unscale_ warning is heard without this.
+  void watch(optim::GradScaler& scaler);
 
   // Your own loop: the loss of the step just taken, after optimizer.step(). Needed only when
   // the loss is a function (an nn::Loss module's value is heard by its hook); harmless otherwise.
@@ -231,6 +234,7 @@ class Session {
   std::unique_ptr<Monitor> monitor_;
   HookSet hooks_;
   std::vector<size_t> opt_hooks_;
+  optim::GradScaler* scaler_ = nullptr;  // watch()
   bool trainer_attached_ = false, finished_ = false, data_checked_ = false;
   // Step losses: heard from the loss module, or given to step().
   double heard_loss_ = 0.0;

@@ -11,7 +11,7 @@
 namespace gradsleuth::debug {
 
 namespace {
-constexpr size_t kEvents = 15;  // RunEvent's bits
+constexpr size_t kEvents = 16;  // RunEvent's bits
 int bit_of(uint32_t event) {
   int b = 0;
   while (event > 1) event >>= 1, ++b;
@@ -24,7 +24,7 @@ const std::vector<RunCheck*>& Monitor::listening(uint32_t event) const { return 
 // ---- W3 ---------------------------------------------------------------------------------
 Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss, MonitorOptions o)
     : ctx_(model, optimizer, loss, o), checks_(all_run_checks(o)) {
-  static_assert(RunEvent::Trainer == 1u << (kEvents - 1), "one listener list per RunEvent bit");
+  static_assert(RunEvent::Scaler == 1u << (kEvents - 1), "one listener list per RunEvent bit");
   ctx_.history = &history_;
   ctx_.add = [this](Finding f) { add(std::move(f)); };
   ctx_.note_ran = [this](const std::string& c) { report_.note_ran(c); };
@@ -109,6 +109,13 @@ void Monitor::add(Finding f) {
 void Monitor::pause(bool on) {
   probing_ = on;
   for (RunCheck* c : listening(RunEvent::Pause)) c->pause(ctx_, on);
+}
+
+void Monitor::watch(optim::GradScaler& scaler) {
+  GS_CHECK(attached_ && !finished_, "debug::Monitor::watch", "the monitor is detached or finished; watch the scaler "
+           "before training");
+  ctx_.scaler = &scaler;
+  for (RunCheck* c : listening(RunEvent::Scaler)) c->scaler(ctx_);
 }
 
 void Monitor::attach(optim::Trainer& trainer) {

@@ -67,6 +67,8 @@ class Monitor {
   // Step losses and epoch summaries come from the Trainer's callbacks (and the
   // dead-unit statistics are gathered per epoch, as a pass through the data).
   void attach(optim::Trainer& trainer);
+  // O10: the loss scaler of the loop (its scale and skipped steps); it must outlive the monitor.
+  void watch(optim::GradScaler& scaler);
   // Without a Trainer, report them yourself.
   void record_step(double loss);
   void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN());
@@ -97,7 +99,7 @@ class Monitor {
   Report report_;
   RunCheckList checks_;
   // The units that listen to each event, in registration order (one list per RunEvent bit).
-  std::vector<RunCheck*> listeners_[15];
+  std::vector<RunCheck*> listeners_[16];
   const std::vector<RunCheck*>& listening(uint32_t event) const;
   HookSet hooks_;
   std::vector<size_t> opt_hooks_;

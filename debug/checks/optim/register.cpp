@@ -10,6 +10,7 @@ std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o
 std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions& o);   // O4, optim_checks.cpp
 std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions& o);     // O5's wording, optim_checks.cpp
 std::unique_ptr<RunCheck> make_clipping_run_check(const MonitorOptions& o);         // O9, clipping.cpp
+std::unique_ptr<RunCheck> make_loss_scale_run_check(const MonitorOptions& o);       // O10, loss_scale.cpp
 
 void add_optim_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_norm_history_run_check(o));
@@ -18,6 +19,7 @@ void add_optim_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_finite_weights_run_check(o));
   list.push_back(make_accumulation_run_check(o));
   list.push_back(make_clipping_run_check(o));
+  list.push_back(make_loss_scale_run_check(o));
 }
 
 }  // namespace gradsleuth::debug
