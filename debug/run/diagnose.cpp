@@ -147,7 +147,11 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
   // pretrain_gate turns the errors of its phases into findings; this catches the rest (moving
   // the batch, a model that cannot list its parameters).
   guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2",
-          [&] { gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options)); });
+          [&] {
+            GateOptions go = o_.gate_options;
+            if (loss_module_ && go.loss_type.empty()) go.loss_type = loss_module_->type_name();
+            gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go));
+          });
   Report& r = gate_phase_.findings;
   // The checks that train again: on the training loader's first batches.
   auto batches = [&](int64_t n) {
