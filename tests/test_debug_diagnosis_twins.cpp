@@ -1054,3 +1054,81 @@ TEST_CASE("rows sorted by class and a loader that does not shuffle: D8 leads wit
     }
   }
 }
+
+// ---- rules judged against the corpus's healthy programs (docs/corpus.md) -------------------
+
+// MSE against one-hot rows of the class labels, written as a loss of the user's own.
+struct OneHotMse : nn::Loss {
+  int64_t classes;
+  explicit OneHotMse(int64_t c) : Loss("OneHotMse"), classes(c) {}
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    const Tensor t = target.contiguous();
+    std::vector<float> rows(static_cast<size_t>(t.numel() * classes), 0.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) rows[static_cast<size_t>(i * classes + t.data_ptr<int64_t>()[i])] = 1.0f;
+    return nn::functional::mse_loss(input, tensor(rows, {t.numel(), classes}));
+  }
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }
+};
+
+TEST_CASE("a loss of the user's own on class indices: L4 expects its value for an output of zeros, not log C") {
+  manual_seed(4);
+  const Split d = split();
+  OneHotMse mse(3);
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<Mlp>();
+    if (bug) {  // the bug: the last layer initialised 30x too large, a confidently wrong start
+      NoGradGuard ng;
+      model->fc3->weight.mul_(30.0);
+    }
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 3, classes(3));
+    INFO(r.str());
+    std::vector<debug::Finding> l4;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "L4" && f.kind == debug::Kind::InitialLoss) l4.push_back(f);
+    REQUIRE(l4.size() == 1);
+    // MSE on one-hot rows of 3 classes for an output of zeros: 1/3, whatever the labels.
+    CHECK(l4[0].evidence[1].value == doctest::Approx(1.0 / 3.0).epsilon(1e-4));
+    if (bug) {
+      CHECK(l4[0].severity == debug::Severity::Warning);
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+// SGD: clipping at every step sets every update's length; Adam divides each coordinate by its
+// running RMS, so the same clipping leaves the step's length alone.
+TEST_CASE("gradients clipped at every step under SGD: O9 warns; the same clipping under Adam stays silent") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<Mlp>();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (bug)
+      opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    else
+      opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(*model, ce, *opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 4; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt->zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        optim::clip_grad_norm_(model->parameters(), 1e-3);  // the same threshold in both twins
+        opt->step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    if (bug) {
+      INFO(r.str());
+      CHECK(r.fired("O9"));
+    } else {
+      expect_clean(r);
+    }
+  }
+}
