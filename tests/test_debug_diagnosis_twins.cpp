@@ -1132,3 +1132,43 @@ TEST_CASE("gradients clipped at every step under SGD: O9 warns; the same clippin
     }
   }
 }
+
+// A binary task's float targets (N, 1) of 0. and 1.: D3 counts its two classes, D15 compares their
+// frequencies between the splits.
+TEST_CASE("a binary task whose training positives were filtered to 1 in 20: D3 and D15 see the float labels") {
+  manual_seed(4);
+  const dtest::XY all = data(300, 2);
+  nn::BCEWithLogitsLoss bce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    const Tensor xtr = all.x.narrow(0, 0, 480), ytr = all.y.narrow(0, 0, 480);
+    // the bug: a filter meant for bad rows keeps one training positive in 20
+    std::vector<int64_t> keep;
+    const std::vector<int64_t> labels = ytr.to_vector<int64_t>();
+    int64_t positives = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(labels.size()); ++i)
+      if (!bug || labels[i] == 0 || positives++ % 20 == 0) keep.push_back(i);
+    const Tensor idx = tensor(keep, {static_cast<int64_t>(keep.size())});
+    auto as_target = [](const Tensor& y) { return y.to(kFloat32).reshape({-1, 1}); };
+    const Split d = loaders(xtr.index_select(0, idx), as_target(ytr.index_select(0, idx)), all.x.narrow(0, 480, 120),
+                            as_target(all.y.narrow(0, 480, 120)));
+    auto model = std::make_shared<Mlp>(6, 1);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, bce, opt, d, 3);
+    INFO(r.str());
+    const debug::Finding* counts = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.is("D3", debug::Kind::ClassCounts)) counts = &f;
+    REQUIRE(counts != nullptr);  // the float labels are counted as two classes
+    if (bug) {
+      CHECK(counts->severity == debug::Severity::Warning);
+      CHECK(counts->title.find("class 1 only") != std::string::npos);
+      CHECK(r.fired("D15"));
+      const std::string lead = lead_of(r).get("check")->str;
+      CHECK_MESSAGE((lead == "D3" || lead == "D15"), "lead " << lead);
+    } else {
+      CHECK(counts->title.find("over 2 classes") != std::string::npos);
+      expect_clean(r);
+    }
+  }
+}
