@@ -16,6 +16,8 @@
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 #include "json_mini.h"
+#include "debug/corpus/corpus.h"
+#include "debug/corpus/operators.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
@@ -1171,4 +1173,24 @@ TEST_CASE("a binary task whose training positives were filtered to 1 in 20: D3 a
       expect_clean(r);
     }
   }
+}
+
+// The whole training set in one batch (the fault operator HDB on the corpus's binary classifier):
+// 8 optimizer steps in 8 epochs. Training on from the end for 150 steps (M14's base budget for one
+// batch) shows how far the run was from done; its own 8 steps again do not.
+TEST_CASE("the whole training set in one batch: L9 leads with undertrained; the corpus program stays silent") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("binary");
+  const corpus::Mutant bug = corpus::fault_operator("HDB").mutate(clean, 1, 1);
+  const corpus::Outcome buggy = corpus::run_program(bug.program, 1);
+  INFO(buggy.report.str());
+  const json_mini::Value lead = lead_of(buggy.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "undertrained");
+  corpus::RunOptions eight;
+  eight.diagnose.fit.continue_min_steps = 0;
+  const corpus::Outcome short_probe = corpus::run_program(bug.program, 1, eight);
+  CHECK_MESSAGE(!short_probe.report.fired("L9"), short_probe.report.str());
+  expect_clean(corpus::run_program(clean, 1).report);
 }
