@@ -466,8 +466,10 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
   } else if (S.kind == "cosine") {
     sched = std::make_unique<optim::CosineAnnealingLR>(*opt, units);
   } else if (S.kind == "warmup_cosine") {
-    sched = std::make_unique<optim::LinearWarmup>(*opt, S.warmup, 0.1,
-                                                  std::make_unique<optim::CosineAnnealingLR>(*opt, units - S.warmup));
+    // A run shorter than the warm-up (a mutant with less data) ends in it, its cosine one step long.
+    const int64_t warmup = std::min<int64_t>(S.warmup, std::max<int64_t>(units - 1, 1));
+    sched = std::make_unique<optim::LinearWarmup>(
+        *opt, warmup, 0.1, std::make_unique<optim::CosineAnnealingLR>(*opt, std::max<int64_t>(units - warmup, 1)));
   } else if (S.kind == "onecycle") {
     sched = std::make_unique<OneCycle>(*opt, units);
   } else if (S.kind == "linear") {

@@ -213,7 +213,15 @@ Scorecard run_scorecard(const ScorecardOptions& o) {
       for (int k = from; k <= to; ++k) {
         const Mutant mu = j.op->mutate(*j.recipe, j.strength, static_cast<uint64_t>(k));
         if (k == 1) m.description = mu.description;
-        const Outcome out = run_program(mu.program, static_cast<uint64_t>(k));
+        // A mutant that makes the program raise before its loop (a schedule it cannot build) ran and
+        // failed: the worst metric, no check heard.
+        Outcome out;
+        try {
+          out = run_program(mu.program, static_cast<uint64_t>(k));
+        } catch (const std::exception& e) {
+          out.error = e.what();
+          out.metric = j.recipe->data.task == Task::Regression ? -1.0 : 0.0;
+        }
         metrics.push_back(out.metric);
         ++m.runs;
         const bool fired = !out.report.fired_checks().empty();
