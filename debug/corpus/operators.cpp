@@ -640,9 +640,15 @@ std::vector<Operator> make_operators() {
   // The faults that stay faults where the test metric does not move (docs/corpus.md, "Flags on
   // equivalent mutants").
   const std::pair<const char*, const char*> blind[] = {
+      {"TCL",
+       "a share of the training labels wrong: the supervision contradicts the data (L9: the trained model is "
+       "right on more of validation than of its own training data), whatever a large-margin task's metric"},
       {"TRD",
        "examples lost to a filter or a split: the model learns from less than the program holds; an easy task "
        "still reaches its test metric, the gap between the splits grows (D16, L7, L9)"},
+      {"TUD",
+       "the training classes sampled at other frequencies than the population the model is scored on: a prior "
+       "shift between the splits (D3, D15), whatever the metric"},
       {"TAN",
        "noise written into the stored training inputs (not a fresh draw per batch, as augmentation is): the "
        "training split no longer follows the validation and test distribution (D14), whatever the metric"},
