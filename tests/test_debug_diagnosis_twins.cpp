@@ -16,6 +16,8 @@
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 #include "json_mini.h"
+#include "debug/corpus/corpus.h"
+#include "debug/corpus/operators.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
@@ -1053,4 +1055,142 @@ TEST_CASE("rows sorted by class and a loader that does not shuffle: D8 leads wit
       expect_clean(r);
     }
   }
+}
+
+// ---- rules judged against the corpus's healthy programs (docs/corpus.md) -------------------
+
+// MSE against one-hot rows of the class labels, written as a loss of the user's own.
+struct OneHotMse : nn::Loss {
+  int64_t classes;
+  explicit OneHotMse(int64_t c) : Loss("OneHotMse"), classes(c) {}
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    const Tensor t = target.contiguous();
+    std::vector<float> rows(static_cast<size_t>(t.numel() * classes), 0.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) rows[static_cast<size_t>(i * classes + t.data_ptr<int64_t>()[i])] = 1.0f;
+    return nn::functional::mse_loss(input, tensor(rows, {t.numel(), classes}));
+  }
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }
+};
+
+TEST_CASE("a loss of the user's own on class indices: L4 expects its value for an output of zeros, not log C") {
+  manual_seed(4);
+  const Split d = split();
+  OneHotMse mse(3);
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<Mlp>();
+    if (bug) {  // the bug: the last layer initialised 30x too large, a confidently wrong start
+      NoGradGuard ng;
+      model->fc3->weight.mul_(30.0);
+    }
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, mse, opt, d, 3, classes(3));
+    INFO(r.str());
+    std::vector<debug::Finding> l4;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "L4" && f.kind == debug::Kind::InitialLoss) l4.push_back(f);
+    REQUIRE(l4.size() == 1);
+    // MSE on one-hot rows of 3 classes for an output of zeros: 1/3, whatever the labels.
+    CHECK(l4[0].evidence[1].value == doctest::Approx(1.0 / 3.0).epsilon(1e-4));
+    if (bug) {
+      CHECK(l4[0].severity == debug::Severity::Warning);
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+// SGD: clipping at every step sets every update's length; Adam divides each coordinate by its
+// running RMS, so the same clipping leaves the step's length alone.
+TEST_CASE("gradients clipped at every step under SGD: O9 warns; the same clipping under Adam stays silent") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<Mlp>();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (bug)
+      opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    else
+      opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-2));
+    debug::Session dbg(*model, ce, *opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 4; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt->zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        optim::clip_grad_norm_(model->parameters(), 1e-3);  // the same threshold in both twins
+        opt->step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    if (bug) {
+      INFO(r.str());
+      CHECK(r.fired("O9"));
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+// A binary task's float targets (N, 1) of 0. and 1.: D3 counts its two classes, D15 compares their
+// frequencies between the splits.
+TEST_CASE("a binary task whose training positives were filtered to 1 in 20: D3 and D15 see the float labels") {
+  manual_seed(4);
+  const dtest::XY all = data(300, 2);
+  nn::BCEWithLogitsLoss bce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    const Tensor xtr = all.x.narrow(0, 0, 480), ytr = all.y.narrow(0, 0, 480);
+    // the bug: a filter meant for bad rows keeps one training positive in 20
+    std::vector<int64_t> keep;
+    const std::vector<int64_t> labels = ytr.to_vector<int64_t>();
+    int64_t positives = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(labels.size()); ++i)
+      if (!bug || labels[i] == 0 || positives++ % 20 == 0) keep.push_back(i);
+    const Tensor idx = tensor(keep, {static_cast<int64_t>(keep.size())});
+    auto as_target = [](const Tensor& y) { return y.to(kFloat32).reshape({-1, 1}); };
+    const Split d = loaders(xtr.index_select(0, idx), as_target(ytr.index_select(0, idx)), all.x.narrow(0, 480, 120),
+                            as_target(all.y.narrow(0, 480, 120)));
+    auto model = std::make_shared<Mlp>(6, 1);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, bce, opt, d, 3);
+    INFO(r.str());
+    const debug::Finding* counts = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.is("D3", debug::Kind::ClassCounts)) counts = &f;
+    REQUIRE(counts != nullptr);  // the float labels are counted as two classes
+    if (bug) {
+      CHECK(counts->severity == debug::Severity::Warning);
+      CHECK(counts->title.find("class 1 only") != std::string::npos);
+      CHECK(r.fired("D15"));
+      const std::string lead = lead_of(r).get("check")->str;
+      CHECK_MESSAGE((lead == "D3" || lead == "D15"), "lead " << lead);
+    } else {
+      CHECK(counts->title.find("over 2 classes") != std::string::npos);
+      expect_clean(r);
+    }
+  }
+}
+
+// The whole training set in one batch (the fault operator HDB on the corpus's binary classifier):
+// 8 optimizer steps in 8 epochs. Training on from the end for 150 steps (M14's base budget for one
+// batch) shows how far the run was from done; its own 8 steps again do not.
+TEST_CASE("the whole training set in one batch: L9 leads with undertrained; the corpus program stays silent") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("binary");
+  const corpus::Mutant bug = corpus::fault_operator("HDB").mutate(clean, 1, 1);
+  const corpus::Outcome buggy = corpus::run_program(bug.program, 1);
+  INFO(buggy.report.str());
+  const json_mini::Value lead = lead_of(buggy.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "undertrained");
+  corpus::RunOptions eight;
+  eight.diagnose.fit.continue_min_steps = 0;
+  const corpus::Outcome short_probe = corpus::run_program(bug.program, 1, eight);
+  CHECK_MESSAGE(!short_probe.report.fired("L9"), short_probe.report.str());
+  expect_clean(corpus::run_program(clean, 1).report);
 }

@@ -20,7 +20,7 @@ struct Setup {
   std::shared_ptr<nn::TensorDataset> data;
   std::unique_ptr<nn::DataLoader> loader;
   nn::CrossEntropyLoss loss;
-  std::unique_ptr<gs::optim::Adam> opt;
+  std::unique_ptr<gs::optim::Optimizer> opt;
   explicit Setup(uint64_t seed = 1,
                  gs::nn::DataLoaderOptions lo = nn::DataLoaderOptions().batch_size(32).shuffle(true)) {
     XY d = blobs(64, 3, 8, 7, 1.5);
@@ -28,6 +28,10 @@ struct Setup {
     loader = std::make_unique<nn::DataLoader>(data, lo);
     model = mlp(8, 16, 3, seed);
     opt = std::make_unique<gs::optim::Adam>(model->parameters(), gs::optim::AdamOptions(3e-3));
+  }
+  // SGD with momentum in place of Adam (O9: the threshold sets an SGD step's length).
+  void use_sgd(double lr = 0.05) {
+    opt = std::make_unique<gs::optim::SGD>(model->parameters(), gs::optim::SGDOptions(lr).momentum(0.9));
   }
   gs::optim::FitResult fit(dbg::Monitor& m, gs::optim::TrainerOptions o = {}) {
     gs::optim::Trainer t(*model, *opt, o.epochs(o.epochs() > 1 ? o.epochs() : 4).progress(gs::optim::Progress::Off));
@@ -236,10 +240,11 @@ TEST_CASE(
 TEST_CASE(
     "O9: clipping below the gradient's norm at every step fires; clipping that acts on some steps and no "
     "clipping stay silent") {
-  // The bug: max_norm 1e-3, far below this MLP's gradient norm (about 0.1-1): every update has the
-  // same length.
+  // The bug: max_norm 1e-3, far below this MLP's gradient norm (about 0.1-1), under SGD: every
+  // update has the same length.
   {
     Setup s;
+    s.use_sgd();
     dbg::MonitorOptions o;
     o.every = 2;
     dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
@@ -251,6 +256,22 @@ TEST_CASE(
     CHECK(f.severity == dbg::Severity::Warning);
     CHECK(f.evidence[1].value == doctest::Approx(1e-3).epsilon(1e-4));
     CHECK(f.evidence[2].value <= 1e-3);
+  }
+  // The same threshold under Adam: each coordinate is divided by its running RMS, so the
+  // threshold does not set the step's length; said as info, not a warning.
+  {
+    Setup s;
+    dbg::MonitorOptions o;
+    o.every = 2;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss, o);
+    s.fit(m, gs::optim::TrainerOptions().clip_grad_norm(1e-3));
+    m.finish();
+    INFO(m.report().str(false));
+    CHECK_FALSE(m.report().fired("O9"));
+    REQUIRE(m.report().of("O9").size() == 1);
+    const dbg::Finding& f = m.report().of("O9")[0];
+    CHECK(f.severity == dbg::Severity::Info);
+    CHECK(f.evidence[3].value >= 1e-6);  // the clipped gradient's RMS per coordinate, above Adam's epsilon
   }
   // The clean twins: the same run without clipping, and with a threshold the gradients reach only
   // on some steps (the median of their unclipped norms).

@@ -637,6 +637,43 @@ std::vector<Operator> make_operators() {
                    m.program.loop.fault_no_zero_grad = true;
                    return m;
                  }});
+  // The faults that stay faults where the test metric does not move (docs/corpus.md, "Flags on
+  // equivalent mutants").
+  const std::pair<const char*, const char*> blind[] = {
+      {"TCL",
+       "a share of the training labels wrong: the supervision contradicts the data (L9: the trained model is "
+       "right on more of validation than of its own training data), whatever a large-margin task's metric"},
+      {"TRD",
+       "examples lost to a filter or a split: the model learns from less than the program holds; an easy task "
+       "still reaches its test metric, the gap between the splits grows (D16, L7, L9)"},
+      {"TUD",
+       "the training classes sampled at other frequencies than the population the model is scored on: a prior "
+       "shift between the splits (D3, D15), whatever the metric"},
+      {"TAN",
+       "noise written into the stored training inputs (not a fresh draw per batch, as augmentation is): the "
+       "training split no longer follows the validation and test distribution (D14), whatever the metric"},
+      {"TCO",
+       "the same inputs under two labels: contradictory supervision no model can fit (D12), whatever the metric"},
+      {"ARM",
+       "two linear layers with no activation between them compose to one linear map: the layer's parameters add "
+       "no capacity (M23), whatever the metric"},
+      {"AAL",
+       "an activation after the output layer, before a loss that expects raw scores (softmax into cross-entropy, "
+       "sigmoid into BCE with logits, ReLU on logits): the loss reads the wrong quantity and its gradients "
+       "shrink (M3, L2, L3); a separable task still trains"},
+      {"WCI",
+       "a layer initialised at zero, at std 1 whatever its fan-in, or at 1e-4: the signal's scale is wrong from "
+       "the first step (M9); BatchNorm or an adaptive optimizer rescues the metric, not the initialisation"},
+      {"RCD",
+       "a drop probability of 0.8 or more is the keep probability written where the drop probability goes "
+       "(TensorFlow 1's keep_prob against p): most units are dropped (M24), whatever a wide model's metric"},
+      {"OCH",
+       "an optimizer swapped without retuning its learning rate runs outside the range its step is made for "
+       "(O8: Adam at 0.05, SGD at 0.001); a forgiving task survives it"},
+  };
+  for (const auto& [id, why] : blind)
+    for (Operator& o : ops)
+      if (o.id == id) o.metric_blind = why;
   return ops;
 }
 

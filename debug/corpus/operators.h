@@ -43,6 +43,10 @@ struct Operator {
 
   bool (*applies)(const Program& p) = nullptr;
   Mutant (*apply)(const Program& p, double strength, uint64_t seed) = nullptr;
+  // Why the fault is a mistake even where the test metric does not move ("" when the operator can be
+  // harmless, or is always a mistake): a check that flags an equivalent mutant of it with a lead
+  // naming one of causes flags a real fault the metric cannot see, not a false alarm.
+  std::string metric_blind;
 
   // The mutant; throws gs::Error naming the operator and the program when it does not apply.
   Mutant mutate(const Program& p, double strength, uint64_t seed) const;

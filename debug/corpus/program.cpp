@@ -250,6 +250,22 @@ Tensor one_hot(const Tensor& y, int64_t C) {
   return tensor(v, {n, C});
 }
 
+// MSE against one-hot rows of class-index labels, as a user writes it as a loss of their own
+// (mse(out, one_hot(y))): the checks hand it the loader's labels, as they do any loss.
+class OneHotMSELoss final : public nn::Loss {
+ public:
+  OneHotMSELoss(int64_t classes, nn::Reduction r) : Loss("OneHotMSELoss"), classes_(classes), options_(r) {}
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    const Tensor t = target.dtype() == kInt64 && target.dim() == 1 ? one_hot(target, classes_) : target;
+    return nn::functional::mse_loss(input, t, options_);
+  }
+  nn::Reduction reduction() const override { return options_.reduction_; }
+
+ private:
+  int64_t classes_;
+  nn::MSELossOptions options_;
+};
+
 // Images (N, 1, H, W) mirrored left to right.
 Tensor flip_width(const Tensor& x) {
   const int64_t w = x.size(3);
@@ -405,13 +421,13 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
     loss = std::make_shared<nn::BCEWithLogitsLoss>(bo);
   } else if (loss_kind == "bce_probs") {
     loss = std::make_shared<nn::BCELoss>(nn::BCELossOptions(red));
-  } else if (loss_kind == "mse" || loss_kind == "mse_onehot") {
+  } else if (loss_kind == "mse") {
     loss = std::make_shared<nn::MSELoss>(nn::MSELossOptions(red));
+  } else if (loss_kind == "mse_onehot") {
+    loss = std::make_shared<OneHotMSELoss>(d.classes, red);
   } else {
     throw Error("corpus program '" + p.name + "'", "unknown loss '" + loss_kind + "'");
   }
-  const bool onehot = loss_kind == "mse_onehot";
-  auto target_for = [&](const Tensor& y) { return onehot ? one_hot(y, d.classes) : y; };
 
   // ---- the optimizer ----
   std::vector<optim::ParamGroup> groups;
@@ -450,8 +466,10 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
   } else if (S.kind == "cosine") {
     sched = std::make_unique<optim::CosineAnnealingLR>(*opt, units);
   } else if (S.kind == "warmup_cosine") {
-    sched = std::make_unique<optim::LinearWarmup>(*opt, S.warmup, 0.1,
-                                                  std::make_unique<optim::CosineAnnealingLR>(*opt, units - S.warmup));
+    // A run shorter than the warm-up (a mutant with less data) ends in it, its cosine one step long.
+    const int64_t warmup = std::min<int64_t>(S.warmup, std::max<int64_t>(units - 1, 1));
+    sched = std::make_unique<optim::LinearWarmup>(
+        *opt, warmup, 0.1, std::make_unique<optim::CosineAnnealingLR>(*opt, std::max<int64_t>(units - warmup, 1)));
   } else if (S.kind == "onecycle") {
     sched = std::make_unique<OneCycle>(*opt, units);
   } else if (S.kind == "linear") {
@@ -515,7 +533,7 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
         int64_t n = 0, micro = 0;
         if (!L.fault_no_zero_grad) opt->zero_grad();
         for (const nn::Batch& bt : train_loader) {
-          Tensor x = bt.x, y = target_for(bt.y);
+          Tensor x = bt.x, y = bt.y;
           if (d.augment == "noise") x = add(x, mul(randn(x.shape(), {}, &aug), 0.3));
           if (d.augment == "flip" && is_image(d) && uniform(mix_rng) < 0.5) x = flip_width(x);
           if (d.mixup > 0 && d.task == Task::Multiclass) {
@@ -549,7 +567,7 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
         if (own_val) {
           NoGradGuard ng;
           if (!L.fault_train_mode_eval) model.eval();
-          vloss = (*loss)(model(x_val), target_for(y_val)).item_double();
+          vloss = (*loss)(model(x_val), y_val).item_double();
           if (!L.fault_train_mode_eval && !L.fault_eval_left_on) model.train();
         }
         if (session) {

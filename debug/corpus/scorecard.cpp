@@ -207,35 +207,64 @@ Scorecard run_scorecard(const ScorecardOptions& o) {
     m.recipe = j.recipe->name;
     m.strength = j.strength;
     m.always_mistake = j.op->always_mistake;
+    m.metric_blind = !j.op->metric_blind.empty();
     std::vector<double> metrics;
-    for (int k = 1; k <= o.seeds; ++k) {
-      const Mutant mu = j.op->mutate(*j.recipe, j.strength, static_cast<uint64_t>(k));
-      if (k == 1) m.description = mu.description;
-      const Outcome out = run_program(mu.program, static_cast<uint64_t>(k));
-      metrics.push_back(out.metric);
-      ++m.runs;
-      const bool fired = !out.report.fired_checks().empty();
-      m.detected_runs += fired;
-      m.diagnosed_runs += fired && diagnosed_by(out.report, j.op->causes);
-      if (k == 1) {
-        m.fired = out.report.fired_checks();
-        m.lead = lead_of(out.report);
+    auto run_seeds = [&](int from, int to) {
+      for (int k = from; k <= to; ++k) {
+        const Mutant mu = j.op->mutate(*j.recipe, j.strength, static_cast<uint64_t>(k));
+        if (k == 1) m.description = mu.description;
+        // A mutant that makes the program raise before its loop (a schedule it cannot build) ran and
+        // failed: the worst metric, no check heard.
+        Outcome out;
+        try {
+          out = run_program(mu.program, static_cast<uint64_t>(k));
+        } catch (const std::exception& e) {
+          out.error = e.what();
+          out.metric = j.recipe->data.task == Task::Regression ? -1.0 : 0.0;
+        }
+        metrics.push_back(out.metric);
+        ++m.runs;
+        const bool fired = !out.report.fired_checks().empty();
+        m.detected_runs += fired;
+        m.diagnosed_runs += fired && diagnosed_by(out.report, j.op->causes);
+        if (k == 1) {
+          m.fired = out.report.fired_checks();
+          m.lead = lead_of(out.report);
+        }
       }
+    };
+    // The killing criterion on the seeds run so far; true when it cannot decide (the effect size
+    // and the drop are there, the p-value is not).
+    auto judge = [&]() {
+      // The healthy recipe on the same seeds as the mutant.
+      const std::vector<double>& all = healthy[j.recipe->name];
+      const std::vector<double> h(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(
+                                                                 std::min(all.size(), metrics.size())));
+      m.seeds = static_cast<int>(metrics.size());
+      m.healthy_mean = mean(h);
+      m.healthy_sd = std::sqrt(variance(h));
+      m.mutant_mean = mean(metrics);
+      m.mutant_sd = std::sqrt(variance(metrics));
+      m.p_value = welch_p_greater(h, metrics);
+      const double pooled = std::sqrt((variance(h) + variance(metrics)) / 2);
+      const double diff = m.healthy_mean - m.mutant_mean;
+      m.effect = pooled > 0 ? diff / pooled : diff > 0 ? 1e9 : 0.0;
+      m.effective = m.p_value < o.alpha && m.effect >= o.min_effect && diff >= o.min_drop;
+      return !m.effective && m.effect >= o.min_effect && diff >= o.min_drop;
+    };
+    run_seeds(1, o.seeds);
+    if (judge() && o.confirm_undecided) {
+      std::vector<double>& h = healthy[j.recipe->name];
+      for (int k = static_cast<int>(h.size()) + 1; k <= 2 * o.seeds; ++k)
+        h.push_back(run_program(*j.recipe, static_cast<uint64_t>(k), {}).metric);
+      run_seeds(o.seeds + 1, 2 * o.seeds);
+      judge();
     }
-    const std::vector<double>& h = healthy[j.recipe->name];
-    m.healthy_mean = mean(h);
-    m.healthy_sd = std::sqrt(variance(h));
-    m.mutant_mean = mean(metrics);
-    m.mutant_sd = std::sqrt(variance(metrics));
-    m.p_value = welch_p_greater(h, metrics);
-    const double pooled = std::sqrt((variance(h) + variance(metrics)) / 2);
-    const double diff = m.healthy_mean - m.mutant_mean;
-    m.effect = pooled > 0 ? diff / pooled : diff > 0 ? 1e9 : 0.0;
-    m.effective = m.p_value < o.alpha && m.effect >= o.min_effect && diff >= o.min_drop;
     m.detected = 2 * m.detected_runs > m.runs;
     m.diagnosed = 2 * m.diagnosed_runs > m.runs;
     tell(m.op + " " + str_printf("%g", m.strength) + " on " + m.recipe + ": " +
          (m.effective ? str_printf("effective (%.3f -> %.3f)", m.healthy_mean, m.mutant_mean) : "equivalent") +
+         (m.seeds > o.seeds ? str_printf(" on %d seeds", m.seeds) : "") +
          (m.detected ? ", detected" : ", silent") + (m.diagnosed ? ", lead right" : ""));
     s.mutants.push_back(m);
   }
@@ -262,7 +291,10 @@ Scorecard run_scorecard(const ScorecardOptions& o) {
         f->diagnosed += m.diagnosed;
       } else {
         ++f->equivalent;
-        if (m.detected) (m.always_mistake ? f->equivalent_flagged_mistakes : f->equivalent_false_alarms) += 1;
+        if (m.detected)
+          (m.always_mistake                  ? f->equivalent_flagged_mistakes
+           : m.metric_blind && m.diagnosed ? f->equivalent_true_flags
+                                           : f->equivalent_false_alarms) += 1;
       }
     }
   }
@@ -275,24 +307,26 @@ std::string scorecard_text(const Scorecard& s) {
   auto pc = [](double v) { return std::isfinite(v) ? str_printf("%5.1f%%", 100 * v) : std::string("    -"); };
   std::string t = str_printf("%d operators x %d recipes, %d seeds per mutant: %zu mutants in %.0f s\n\n", s.operators,
                              s.recipes, s.seeds, s.mutants.size(), s.seconds);
-  t += str_printf("%-15s %7s %9s %10s %9s %9s %12s\n", "family", "mutants", "effective", "equivalent", "detected",
-                  "diagnosed", "false alarms");
+  t += str_printf("%-15s %7s %9s %10s %9s %9s %10s %12s\n", "family", "mutants", "effective", "equivalent", "detected",
+                  "diagnosed", "true flags", "false alarms");
   for (const FamilyScore* f : [&] {
          std::vector<const FamilyScore*> v;
          for (const auto& x : s.families) v.push_back(&x);
          v.push_back(&s.overall);
          return v;
        }()) {
-    if (f == &s.overall) t += std::string(78, '-') + "\n";
-    t += str_printf("%-15s %7d %9d %10d %9s %9s %12d\n", f->family.c_str(), f->mutants, f->effective, f->equivalent,
-                    pc(ratio(f->detected, f->effective)).c_str(), pc(ratio(f->diagnosed, f->effective)).c_str(),
-                    f->equivalent_false_alarms);
+    if (f == &s.overall) t += std::string(89, '-') + "\n";
+    t += str_printf("%-15s %7d %9d %10d %9s %9s %10d %12d\n", f->family.c_str(), f->mutants, f->effective,
+                    f->equivalent, pc(ratio(f->detected, f->effective)).c_str(),
+                    pc(ratio(f->diagnosed, f->effective)).c_str(),
+                    f->equivalent_flagged_mistakes + f->equivalent_true_flags, f->equivalent_false_alarms);
   }
   t += str_printf(
-      "\ndetection recall %s, diagnosis recall %s on %d effective mutants; %d equivalent mutants (%d of "
-      "them real mistakes flagged, %d harmless ones flagged: false alarms)\n",
+      "\ndetection recall %s, diagnosis recall %s on %d effective mutants; %d equivalent mutants: %d "
+      "mistakes flagged (always mistakes), %d true flags the metric cannot see (the fault named), %d false "
+      "alarms\n",
       pc(s.detection_recall()).c_str(), pc(s.diagnosis_recall()).c_str(), s.overall.effective, s.overall.equivalent,
-      s.overall.equivalent_flagged_mistakes, s.overall.equivalent_false_alarms);
+      s.overall.equivalent_flagged_mistakes, s.overall.equivalent_true_flags, s.overall.equivalent_false_alarms);
   if (s.corpus_programs > 0)
     t += str_printf("healthy corpus: %d programs, %d with a warning or error\n", s.corpus_programs,
                     s.corpus_false_alarms);
@@ -311,6 +345,16 @@ std::string scorecard_text(const Scorecard& s) {
                     m.healthy_mean, m.mutant_mean, m.detected ? ("lead " + m.lead).c_str() : "silent",
                     f.empty() ? "" : ("[" + f + "]").c_str());
   }
+  header = false;
+  for (const MutantResult& m : s.mutants) {
+    if (m.effective || !m.detected || m.always_mistake || (m.metric_blind && m.diagnosed)) continue;
+    if (!header) t += "\nFalse alarms on equivalent mutants:\n";
+    header = true;
+    std::string f;
+    for (const auto& c : m.fired) f += (f.empty() ? "" : " ") + c;
+    t += str_printf("  %-4s %-6g %-24s %.3f -> %.3f  lead %s  [%s]\n", m.op.c_str(), m.strength, m.recipe.c_str(),
+                    m.healthy_mean, m.mutant_mean, m.lead.c_str(), f.c_str());
+  }
   for (const FamilyScore& f : s.families)
     if (!f.blind_spot.empty()) t += "\nNot visible from inside training: " + f.blind_spot + "\n";
   return t;
@@ -324,6 +368,7 @@ std::string scorecard_json(const Scorecard& s) {
            ",\"detection_recall\":" + json_num(ratio(f.detected, f.effective)) +
            ",\"diagnosis_recall\":" + json_num(ratio(f.diagnosed, f.effective)) +
            ",\"equivalent_flagged_mistakes\":" + std::to_string(f.equivalent_flagged_mistakes) +
+           ",\"equivalent_true_flags\":" + std::to_string(f.equivalent_true_flags) +
            ",\"equivalent_false_alarms\":" + std::to_string(f.equivalent_false_alarms) +
            ",\"blind_spot\":" + json_str(f.blind_spot) + "}";
   };
@@ -333,6 +378,8 @@ std::string scorecard_json(const Scorecard& s) {
                   ",\"corpus_false_alarms\":" + std::to_string(s.corpus_false_alarms) +
                   ",\"effective_mutants\":" + std::to_string(s.overall.effective) +
                   ",\"equivalent_mutants\":" + std::to_string(s.overall.equivalent) +
+                  ",\"equivalent_flagged_mistakes\":" + std::to_string(s.overall.equivalent_flagged_mistakes) +
+                  ",\"equivalent_true_flags\":" + std::to_string(s.overall.equivalent_true_flags) +
                   ",\"equivalent_false_alarms\":" + std::to_string(s.overall.equivalent_false_alarms) +
                   ",\"operators\":" + std::to_string(s.operators) + ",\"recipes\":" + std::to_string(s.recipes) +
                   ",\"seeds\":" + std::to_string(s.seeds) + ",\"seconds\":" + json_num(s.seconds) +
@@ -345,7 +392,13 @@ std::string scorecard_json(const Scorecard& s) {
          ",\"recipe\":" + json_str(m.recipe) + ",\"strength\":" + json_num(m.strength) +
          ",\"description\":" + json_str(m.description) + ",\"healthy_mean\":" + json_num(m.healthy_mean) +
          ",\"mutant_mean\":" + json_num(m.mutant_mean) + ",\"p_value\":" + json_num(m.p_value) +
-         ",\"effect\":" + json_num(m.effect) + ",\"effective\":" + json_bool(m.effective) +
+         ",\"effect\":" + json_num(m.effect) + ",\"seeds\":" + std::to_string(m.seeds) +
+         ",\"effective\":" + json_bool(m.effective) +
+         ",\"flag\":" +
+         json_str(m.effective || !m.detected ? ""
+                  : m.always_mistake         ? "mistake"
+                  : m.metric_blind && m.diagnosed ? "metric-blind"
+                                                  : "false-alarm") +
          ",\"detected\":" + json_bool(m.detected) + ",\"diagnosed\":" + json_bool(m.diagnosed) +
          ",\"fired\":" + json_list(m.fired) + ",\"lead\":" + json_str(m.lead) + "}";
   }

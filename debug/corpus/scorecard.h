@@ -9,7 +9,11 @@
 //   detection recall: effective mutants with a warning or error (in most of their seeds' runs);
 //   diagnosis recall: effective mutants whose lead names the mutated component (Operator::causes);
 //   false alarms: warnings on the corpus's healthy programs and on equivalent mutants of harmless
-//   operators.
+//   operators. A flag on an equivalent mutant of an operator whose fault stays a fault where the
+//   metric does not move (Operator::metric_blind) is a true flag when its lead names the fault, and
+//   is counted apart ("true flags the metric cannot see").
+// A mutant that passes the effect size and the drop but not the p-value is undecided, not harmless:
+// it gets as many seeds again (and so does its healthy recipe) and the test runs on all of them.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,6 +31,7 @@ struct ScorecardOptions {
   bool all_strengths = true;           // false: each operator's middle strength only
   bool corpus = true;                  // also run every corpus program once (the false alarms on it)
   double alpha = 0.05, min_effect = 0.5, min_drop = 0.01;
+  bool confirm_undecided = true;  // an undecided mutant gets `seeds` more seeds before it is judged
   std::function<void(const std::string& line, size_t done, size_t total)> progress;
 
   // The subset of ./test.sh: 5 recipes, the middle strength, 3 seeds.
@@ -44,6 +49,8 @@ struct MutantResult {
   double p_value = 1.0, effect = 0.0;  // one-sided Welch t-test; Cohen's d (healthy - mutant)
   bool effective = false;
   bool always_mistake = false;
+  bool metric_blind = false;  // the operator's fault stays a fault where the metric does not move
+  int seeds = 0;              // the seeds the killing criterion used (more when the first were undecided)
   int runs = 0, detected_runs = 0, diagnosed_runs = 0;
   bool detected = false, diagnosed = false;  // in most runs
   std::vector<std::string> fired;            // the first seed's checks that fired
@@ -54,7 +61,8 @@ struct FamilyScore {
   std::string family;
   int mutants = 0, effective = 0, equivalent = 0, detected = 0, diagnosed = 0;
   int equivalent_flagged_mistakes = 0;  // equivalent mutants of always-mistake operators, flagged (right)
-  int equivalent_false_alarms = 0;      // equivalent mutants of harmless operators, flagged (wrong)
+  int equivalent_true_flags = 0;        // equivalent mutants of metric-blind faults, flagged with the right lead
+  int equivalent_false_alarms = 0;      // every other flag on an equivalent mutant (wrong)
   std::string blind_spot;               // why part of it cannot be seen from inside training
 };
 

@@ -106,6 +106,13 @@ void Session::run_data_checks() {
     Tensor class_weight;  // D3: a loss that weighs its classes may compensate an imbalance
     if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(loss_module_)) class_weight = ce->options().weight_;
     if (auto* nl = dynamic_cast<const nn::NLLLoss*>(loss_module_)) class_weight = nl->options().weight_;
+    // A binary task's pos_weight: class 0 weighs 1, class 1 pos_weight.
+    if (auto* bl = dynamic_cast<const nn::BCEWithLogitsLoss*>(loss_module_))
+      if (bl->options().pos_weight_.defined() && bl->options().pos_weight_.numel() == 1) {
+        NoGradGuard ng;
+        const double pw = bl->options().pos_weight_.detach().to(kCPU).to(kFloat64).item<double>();
+        class_weight = tensor(std::vector<double>{1.0, pw}, {2});
+      }
     weigh_class_counts(fs, class_weight, o_.data);
     r.add(fs);
     r.note_ran("D1, D2, D3, D5, D8, D9");
@@ -147,7 +154,11 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
   // pretrain_gate turns the errors of its phases into findings; this catches the rest (moving
   // the batch, a model that cannot list its parameters).
   guarded(gate_phase_.findings, "the pre-training gate", "gate", "W2",
-          [&] { gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, o_.gate_options)); });
+          [&] {
+            GateOptions go = o_.gate_options;
+            if (loss_module_ && go.loss_type.empty()) go.loss_type = loss_module_->type_name();
+            gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go));
+          });
   Report& r = gate_phase_.findings;
   // The checks that train again: on the training loader's first batches.
   auto batches = [&](int64_t n) {

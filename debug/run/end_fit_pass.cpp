@@ -162,11 +162,14 @@ void Session::check_fit_at_end(RunReport& r) {
       const bool lr_low = end_fit_blames_rate(fs);
       if (!lr_low) {
         // Not a rate too low: does training on from here still help? The same number of steps again
-        // at the run's final learning rates, then the validation loss.
+        // at the run's final learning rates, then the validation loss; continue_min_steps at least
+        // for a run that barely moved from its first loss (a handful of steps).
         std::vector<double> final_lrs;
         for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
+        const bool barely = m.run_window_loss > o_.fit.barely_kept * m.run_first_loss;
         std::string failed_on;
-        rerun_from_start(final_lrs, steps, failed_on, false, [&] {
+        const int64_t more = barely ? std::max(steps, o_.fit.continue_min_steps) : steps;
+        rerun_from_start(final_lrs, more, failed_on, false, [&] {
           m.continued_val_loss = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold).loss;
         });
         if (!failed_on.empty()) m.continued_val_loss = std::nan("");

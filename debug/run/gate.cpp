@@ -140,8 +140,23 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
       std::vector<Finding> start = check_initial_outputs(out, y, o.loss);  // L4: the mean output against the targets
       confirm_final_bias(model, x, y, out, start, o.loss);  // L4's probe of a skewed start
-      if (C > 1 && y.dtype() == kInt64) {
-        std::vector<Finding> initial = check_initial_loss(lv, C, "cross_entropy", o.loss);  // L4
+      // L4's expectation: log C for cross-entropy, NLL and a plain loss function; for an nn::Loss of
+      // the user's own on class indices (MSE on one-hot rows, a hinge), its own value for an output of
+      // zeros (no preference among the classes): log C is cross-entropy's number, not every loss's.
+      LossCheckOptions lo = o.loss;
+      std::string why;
+      bool judge = C > 1 && y.dtype() == kInt64;
+      const bool ce_family = o.loss_type.empty() || o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
+      if (judge && !ce_family && !std::isfinite(lo.expected_initial_loss)) {
+        NoGradGuard ng;
+        const Tensor n = loss(zeros_like(out.detach()), y);
+        const double e = n.numel() == 1 ? n.item<double>() : std::nan("");
+        judge = std::isfinite(e) && e > 0;
+        lo.expected_initial_loss = e;
+        why = "the loss's value for an output of zeros (no preference among the classes)";
+      }
+      if (judge) {
+        std::vector<Finding> initial = check_initial_loss(lv, C, "cross_entropy", lo, why);  // L4
         confirm_initial_loss(initial, std::any_of(start.begin(), start.end(), [](const Finding& f) { return f.fires(); }),
                              o.loss);
         r.add(initial);

@@ -26,6 +26,9 @@ struct GateOptions {
   bool batch_mixing = true;  // M6
   bool reduction = true;     // L6
   int64_t num_classes = -1;  // L4; -1: the output's last dim for class targets
+  // L4: the nn::Loss's type name ("CrossEntropyLoss") when the loss is one; "" for a plain function,
+  // which L4 judges against log C when it gets class indices.
+  std::string loss_type;
 };
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10

@@ -60,8 +60,12 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
     const std::vector<Label> yl = row_labels(b.y);
     s.x.insert(s.x.end(), xh.begin(), xh.end());
     s.y.insert(s.y.end(), yl.begin(), yl.end());
-    s.classes = s.classes && b.y.dim() == 1 &&
-                std::all_of(yl.begin(), yl.end(), [](const Label& l) { return is_whole(l.value); });
+    // Class indices (N), or a binary task's float targets (N, 1) of 0 and 1.
+    s.classes = s.classes && ((b.y.dim() == 1 && std::all_of(yl.begin(), yl.end(),
+                                                             [](const Label& l) { return is_whole(l.value); })) ||
+                              (b.y.dim() == 2 && b.y.size(1) == 1 && std::all_of(yl.begin(), yl.end(), [](const Label& l) {
+                                 return l.value == 0.0 || l.value == 1.0;
+                               })));
     const Tensor xb = b.x.reshape({B, -1}).to(kFloat64);
     const std::vector<double> m = xb.mean({1}).to_vector<double>();
     const std::vector<double> sd = xb.std({1}, /*unbiased=*/false).to_vector<double>();

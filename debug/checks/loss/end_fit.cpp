@@ -165,7 +165,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     }
     if (!lr_low && std::isfinite(m.continued_val_loss)) {
       f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
-      f.evidence.push_back({"validation loss after as many steps again", m.continued_val_loss,
+      f.evidence.push_back({"validation loss after as many steps again (" +
+                                str_printf("%lld", static_cast<long long>(o.continue_min_steps)) +
+                                " at least when the run barely moved)",
+                            m.continued_val_loss,
                             "< " + str_printf("%g", 1 - o.continue_gain) + " x the end's: undertrained (warns)"});
     }
     if (m.clipping_caps_steps)

@@ -46,6 +46,11 @@ struct EndFitOptions {
   // a validation loss that falls by more than continue_gain of its value and by continue_min_gain in
   // loss units says "undertrained" (a warning); without that confirmation it is info.
   double continue_gain = 0.2, continue_min_gain = 0.05;
+  // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
+  // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
+  // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
+  // A run that learned most of the way is judged on its own length.
+  int64_t continue_min_steps = 150;
 };
 
 // What the end-of-run pass measured (NaN where it could not).

@@ -23,6 +23,17 @@ namespace {
 // 1e-3 sits three orders of magnitude from both.
 constexpr int64_t kClipMinSteps = 5;
 constexpr double kClipSpread = 1e-3;
+// Under an adaptive optimizer (Adam, AdamW, RMSprop, Adagrad) the step divides each coordinate's
+// gradient by its running RMS, so a gradient scaled by max_norm / total comes out the same length:
+// the threshold does not set the update's length, and the clipping is info. It still warns when
+// the clipped gradient's RMS per coordinate falls below kClipAdaptiveRms (100x Adam's default
+// epsilon of 1e-8), where the epsilon, not the gradient, sets the step.
+constexpr double kClipAdaptiveRms = 1e-6;
+
+bool adaptive(const optim::Optimizer& o) {
+  const std::string& n = o.name();
+  return n == "Adam" || n == "AdamW" || n == "RMSprop" || n == "Adagrad";
+}
 
 class ClippingRunCheck final : public RunCheck {
  public:
@@ -33,6 +44,7 @@ class ClippingRunCheck final : public RunCheck {
     // The optimizer's parameters, read by reference; in the sampled step's summary cache, where
     // O1 and O2/O3 already read each gradient.
     double squares = 0.0;
+    int64_t count = 0;
     bool any = false;
     for (const optim::ParamGroup& group : c.optimizer.param_groups())
       for (const Tensor& p : group.params) {
@@ -41,9 +53,12 @@ class ClippingRunCheck final : public RunCheck {
         const TensorSummary s = summarize_norm(g);
         if (!s.all_finite()) return;  // O1's
         squares += s.norm * s.norm;
+        count += g.numel();
         any = true;
       }
-    if (any) norms_.emplace_back(c.steps + 1, std::sqrt(squares));
+    if (!any) return;
+    norms_.emplace_back(c.steps + 1, std::sqrt(squares));
+    numel_ = count;
   }
   void finish(RunContext& c) override {
     std::vector<double> v;
@@ -55,6 +70,25 @@ class ClippingRunCheck final : public RunCheck {
     const double median = detail::median(v);
     const double spread = (*hi - *lo) / median;
     if (!(spread <= kClipSpread)) return;
+    const double rms = numel_ > 0 ? median / std::sqrt(static_cast<double>(numel_)) : 0.0;
+    if (adaptive(c.optimizer) && rms >= kClipAdaptiveRms) {
+      Finding f = detail::make("O9", Severity::Info,
+                               "the gradient norm is " + fmt_num(median) + " at every one of " +
+                                   detail::num(static_cast<int64_t>(v.size())) + " sampled steps: clipped at every step; " +
+                                   c.optimizer.name() +
+                                   " divides each coordinate by its running RMS, so the threshold does not set the "
+                                   "update's length");
+      f.evidence = {{"sampled steps", static_cast<double>(v.size()), ">= 5 judged"},
+                    {"gradient norm (median)", median, ""},
+                    {"(max - min) / median of the norms", spread, "<= 1e-3 is clipped at every step"},
+                    {"clipped gradient RMS per coordinate", rms,
+                     "< " + fmt_num(kClipAdaptiveRms) + " warns under an adaptive optimizer"}};
+      f.fix =
+          "none needed for the step's length; to keep clipping for rare spikes only, raise max_norm above the "
+          "usual gradient norm (O2's history shows it)";
+      c.add(std::move(f));
+      return;
+    }
     Finding f = detail::make("O9", Severity::Warning,
                              "the gradient norm is " + fmt_num(median) + " at every one of " +
                                  detail::num(static_cast<int64_t>(v.size())) +
@@ -63,6 +97,9 @@ class ClippingRunCheck final : public RunCheck {
     f.evidence = {{"sampled steps", static_cast<double>(v.size()), ">= 5 judged"},
                   {"gradient norm (median)", median, ""},
                   {"(max - min) / median of the norms", spread, "<= 1e-3 warns"}};
+    if (adaptive(c.optimizer))
+      f.evidence.push_back({"clipped gradient RMS per coordinate", rms,
+                            "< " + fmt_num(kClipAdaptiveRms) + " warns under an adaptive optimizer"});
     f.cause =
         "clip_grad_norm_ (or TrainerOptions::clip_grad_norm) with a max_norm below the gradient's norm at "
         "every step: every update has the same length, max_norm x the learning rate, whatever the loss says, "
@@ -75,6 +112,7 @@ class ClippingRunCheck final : public RunCheck {
 
  private:
   std::vector<std::pair<int64_t, double>> norms_;  // (step, total gradient norm) at the sampled steps
+  int64_t numel_ = 0;                               // the gradients' elements at the last sampled step
 };
 
 }  // namespace
