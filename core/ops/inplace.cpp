@@ -15,6 +15,8 @@ const char* dtype_constant(DType t) {
     case DType::Bool: return "gs::kBool";
     case DType::Int64: return "gs::kInt64";
     case DType::Float32: return "gs::kFloat32";
+    case DType::Float16: return "gs::kFloat16";
+    case DType::BFloat16: return "gs::kBFloat16";
     case DType::Float64: break;
   }
   return "gs::kFloat64";
