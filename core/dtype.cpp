@@ -51,8 +51,7 @@ float to_float(Half h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen
 float to_float(BFloat16 h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(h.bits)); }
 
 void dispatch_reduced_float(DType t) {
-  GS_FAIL("dispatch_dtype", "internal error: a kernel without a ", dtype_name(t),
-          " loop was given a ", dtype_name(t),
+  GS_FAIL("dispatch_dtype", "internal error: a kernel without a ", dtype_name(t), " loop was given a ", dtype_name(t),
           " tensor (the CPU backend computes 16-bit floats in float32 before its kernels run); "
           "convert with .to(gs::kFloat32) meanwhile");
 }
@@ -149,7 +148,8 @@ void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
     case DType::BFloat16: {
       // An error only when the value would round to infinity (beyond the largest finite value
       // by half a unit or more); an ordinary number just rounds, as it does into float32.
-      const float r = dtype == kFloat16 ? to_float(Half(static_cast<float>(d))) : to_float(BFloat16(static_cast<float>(d)));
+      const float r =
+          dtype == kFloat16 ? to_float(Half(static_cast<float>(d))) : to_float(BFloat16(static_cast<float>(d)));
       GS_CHECK(!std::isfinite(d) || std::isfinite(r), op, "the value ", value, " overflows ", dtype_name(dtype),
                " (largest finite ", dtype == kFloat16 ? "65504" : "3.38953e+38",
                "); use a float32 tensor or pass inf explicitly if that is what you mean");

@@ -90,8 +90,8 @@ T Tensor::item() const {
            ". Reduce it first (sum(), mean(), ...) or index one element.");
   Tensor c = device().is_cpu() ? *this : cpu();
   if (is_reduced_float(c.dtype())) return element_cast<T>(reduced_element(c.dtype(), c.raw_data(), 0));
-  return dispatch_dtype(c.dtype(),
-                        [&](auto tag) -> T { return element_cast<T>(*static_cast<const decltype(tag)*>(c.raw_data())); });
+  return dispatch_dtype(
+      c.dtype(), [&](auto tag) -> T { return element_cast<T>(*static_cast<const decltype(tag)*>(c.raw_data())); });
 }
 
 template <class T>
@@ -383,9 +383,13 @@ static Tensor copy_raw(const Tensor& x, DType t, Device d) {
   if (d == x.device()) {
     backend_of(x).copy(out, x);
   } else {
-    // Cross-device: make the source contiguous on its device, then move bytes.
-    Tensor c = empty(x.shape(), TensorOptions(t).device(x.device()));
-    backend_of(x).copy(c, x);
+    // Cross-device: make the source contiguous on its device (unless it is: a device without
+    // kernels for the dtype, CUDA for float16, still moves it), then move bytes.
+    Tensor c = x;
+    if (!x.is_contiguous() || t != x.dtype()) {
+      c = empty(x.shape(), TensorOptions(t).device(x.device()));
+      backend_of(x).copy(c, x);
+    }
     if (x.device().is_cpu())
       backend_for(d).copy_from_host(out.unsafe_data(), c.raw_data(), c.nbytes());
     else if (d.is_cpu())
@@ -715,17 +719,19 @@ static void print_rec(std::ostream& os, const Tensor& t, int64_t d, std::vector<
       int64_t off = t.offset();
       for (int64_t k = 0; k < t.dim(); ++k) off += idx[k] * t.strides()[k];
       if (is_reduced_float(t.dtype())) {
-        os << std::setw(9) << std::setprecision(4) << std::fixed << reduced_element(t.dtype(), t.storage()->data(), off);
-      } else dispatch_dtype(t.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        T v = static_cast<const T*>(t.storage()->data())[off];
-        if constexpr (std::is_same_v<T, bool>)
-          os << (v ? "true" : "false");
-        else if constexpr (std::is_integral_v<T>)
-          os << v;
-        else
-          os << std::setw(9) << std::setprecision(4) << std::fixed << v;
-      });
+        os << std::setw(9) << std::setprecision(4) << std::fixed
+           << reduced_element(t.dtype(), t.storage()->data(), off);
+      } else
+        dispatch_dtype(t.dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          T v = static_cast<const T*>(t.storage()->data())[off];
+          if constexpr (std::is_same_v<T, bool>)
+            os << (v ? "true" : "false");
+          else if constexpr (std::is_integral_v<T>)
+            os << v;
+          else
+            os << std::setw(9) << std::setprecision(4) << std::fixed << v;
+        });
       if (i + 1 < n) os << ", ";
     } else {
       print_rec(os, t, d + 1, idx, indent + 1, summarize);

@@ -65,17 +65,17 @@ TEST_CASE("dtype facts: names, sizes, enum values, constants") {
 TEST_CASE("float16 conversions: known bit patterns") {
   CHECK(half_bits(1.0f) == 0x3C00);
   CHECK(half_bits(-2.0f) == 0xC000);
-  CHECK(half_bits(65504.0f) == 0x7BFF);                       // the largest finite float16
-  CHECK(half_bits(65519.0f) == 0x7BFF);                       // below the midpoint to 65536: rounds down
-  CHECK(half_bits(65520.0f) == 0x7C00);                       // the midpoint: to even, which is inf
-  CHECK(half_bits(1e6f) == 0x7C00);                           // overflow: inf
+  CHECK(half_bits(65504.0f) == 0x7BFF);  // the largest finite float16
+  CHECK(half_bits(65519.0f) == 0x7BFF);  // below the midpoint to 65536: rounds down
+  CHECK(half_bits(65520.0f) == 0x7C00);  // the midpoint: to even, which is inf
+  CHECK(half_bits(1e6f) == 0x7C00);      // overflow: inf
   CHECK(half_bits(-1e6f) == 0xFC00);
-  CHECK(half_bits(std::ldexp(1.0f, -24)) == 0x0001);          // the smallest subnormal
-  CHECK(half_bits(std::ldexp(1.0f, -14)) == 0x0400);          // the smallest normal
-  CHECK(half_bits(std::ldexp(1.0f, -25)) == 0x0000);          // half the smallest subnormal: tie to even 0
-  CHECK(half_bits(std::ldexp(3.0f, -26)) == 0x0001);          // above that tie: up
-  CHECK(half_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);   // tie between 1 and 1+2^-10: even (1)
-  CHECK(half_bits(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);   // tie between 1+2^-10 and 1+2^-9: even
+  CHECK(half_bits(std::ldexp(1.0f, -24)) == 0x0001);         // the smallest subnormal
+  CHECK(half_bits(std::ldexp(1.0f, -14)) == 0x0400);         // the smallest normal
+  CHECK(half_bits(std::ldexp(1.0f, -25)) == 0x0000);         // half the smallest subnormal: tie to even 0
+  CHECK(half_bits(std::ldexp(3.0f, -26)) == 0x0001);         // above that tie: up
+  CHECK(half_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie between 1 and 1+2^-10: even (1)
+  CHECK(half_bits(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);  // tie between 1+2^-10 and 1+2^-9: even
   CHECK(half_bits(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)) == 0x3C01);  // past the tie
   CHECK(std::isnan(gs::to_float(gs::Half(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isnan(gs::to_float(gs::Half(from_bits_f32(0x7F800001u)))));  // a NaN with low payload only
@@ -86,13 +86,13 @@ TEST_CASE("float16 conversions: known bit patterns") {
 
 TEST_CASE("bfloat16 conversions: known bit patterns") {
   CHECK(bf16_bits(1.0f) == 0x3F80);
-  CHECK(bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);    // tie between 1 and 1+2^-7: even (1)
-  CHECK(bf16_bits(1.0f + std::ldexp(3.0f, -8)) == 0x3F82);    // tie between 1+2^-7 and 1+2^-6: even
+  CHECK(bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);  // tie between 1 and 1+2^-7: even (1)
+  CHECK(bf16_bits(1.0f + std::ldexp(3.0f, -8)) == 0x3F82);  // tie between 1+2^-7 and 1+2^-6: even
   CHECK(bf16_bits(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) == 0x3F81);
   CHECK(bf16_bits(std::numeric_limits<float>::max()) == 0x7F80);  // rounds past the largest: inf
   CHECK(gs::to_float(gs::BFloat16::from_bits(0x7F7F)) == from_bits_f32(0x7F7F0000u));
-  CHECK(bf16_bits(from_bits_f32(0x00000001u)) == 0x0000);     // float32's smallest subnormal: to 0
-  CHECK(bf16_bits(from_bits_f32(0x00010000u)) == 0x0001);     // a bfloat16 subnormal is kept
+  CHECK(bf16_bits(from_bits_f32(0x00000001u)) == 0x0000);  // float32's smallest subnormal: to 0
+  CHECK(bf16_bits(from_bits_f32(0x00010000u)) == 0x0001);  // a bfloat16 subnormal is kept
   CHECK(std::isnan(gs::to_float(gs::BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isnan(gs::to_float(gs::BFloat16(from_bits_f32(0x7F800001u)))));  // not truncated to inf
 }
@@ -176,7 +176,7 @@ TEST_CASE("factories and overflow checks") {
   }
   CHECK_THROWS_AS(gs::full({2}, 70000.0, gs::kFloat16), gs::Error);
   CHECK_THROWS_AS(gs::full({2}, 100000, gs::kFloat16), gs::Error);  // an integer too
-  CHECK_NOTHROW(gs::full({2}, 65519.0, gs::kFloat16));                // rounds to 65504
+  CHECK_NOTHROW(gs::full({2}, 65519.0, gs::kFloat16));              // rounds to 65504
   CHECK_NOTHROW(gs::full({2}, 70000.0, gs::kBFloat16));
   CHECK_NOTHROW(gs::full({2}, std::numeric_limits<double>::infinity(), gs::kFloat16));
   try {
@@ -196,11 +196,11 @@ namespace {
 // output is at most k * eps * (the output's largest magnitude, at least 1 for values that
 // cancel). Gradients take the backward's roundings too: k doubled plus two.
 int roundings(const std::string& op) {
-  static const std::map<std::string, int> k{
-      {"softmax", 3},  {"log_softmax", 3}, {"split", 3},   {"gelu", 4},       {"softplus", 4},
-      {"var", 2},      {"std", 3},         {"linear", 2},  {"conv2d", 2},     {"to_dtype", 3},
-      {"dropout", 2},  {"leaky_relu", 2},  {"add_", 2},    {"mul_", 2},       {"div_", 2},
-      {"pow", 2},      {"pow_scalar", 2},  {"logsumexp", 1}, {"sum_dim", 1}, {"masked_fill", 2}};
+  static const std::map<std::string, int> k{{"softmax", 3},    {"log_softmax", 3}, {"split", 3},   {"gelu", 4},
+                                            {"softplus", 4},   {"var", 2},         {"std", 3},     {"linear", 2},
+                                            {"conv2d", 2},     {"to_dtype", 3},    {"dropout", 2}, {"leaky_relu", 2},
+                                            {"add_", 2},       {"mul_", 2},        {"div_", 2},    {"pow", 2},
+                                            {"pow_scalar", 2}, {"logsumexp", 1},   {"sum_dim", 1}, {"masked_fill", 2}};
   auto it = k.find(op);
   return it == k.end() ? 2 : it->second;
 }
@@ -258,10 +258,12 @@ TEST_CASE("every registry op computes float16/bfloat16 like float64 on the same 
         want = op.fn(in64);
         const DType expect = want.is_floating_point() ? t : want.dtype();
         if (got.dtype() != expect) {
-          failures += "[" + s.label + "] gave " + gs::dtype_name(got.dtype()) + ", expected " + gs::dtype_name(expect) + "\n";
+          failures +=
+              "[" + s.label + "] gave " + gs::dtype_name(got.dtype()) + ", expected " + gs::dtype_name(expect) + "\n";
           continue;
         }
-        if (std::string d = compare(got, want, t, roundings(op.name)); !d.empty()) failures += "[" + s.label + "] " + d + "\n";
+        if (std::string d = compare(got, want, t, roundings(op.name)); !d.empty())
+          failures += "[" + s.label + "] " + d + "\n";
         ++ops_checked;
         if (!op.differentiable) continue;
         // Gradients: a weighted sum of the output (weights exact in t), backward in both dtypes.
@@ -360,8 +362,10 @@ TEST_CASE("losses and their gradients in float16/bfloat16") {
     const Loss losses[] = {
         {"mse", [&](const Tensor& x, const Tensor& y) { return gs::nn::functional::mse_loss(x, y); }},
         {"cross_entropy", [&](const Tensor& x, const Tensor&) { return gs::nn::functional::cross_entropy(x, target); }},
-        {"nll", [&](const Tensor& x, const Tensor&) { return gs::nn::functional::nll_loss(gs::log_softmax(x, 1), target); }},
-        {"bce", [&](const Tensor& x, const Tensor& y) { return gs::nn::functional::binary_cross_entropy(gs::sigmoid(x), y); }},
+        {"nll",
+         [&](const Tensor& x, const Tensor&) { return gs::nn::functional::nll_loss(gs::log_softmax(x, 1), target); }},
+        {"bce",
+         [&](const Tensor& x, const Tensor& y) { return gs::nn::functional::binary_cross_entropy(gs::sigmoid(x), y); }},
         {"bce_with_logits",
          [&](const Tensor& x, const Tensor& y) { return gs::nn::functional::binary_cross_entropy_with_logits(x, y); }},
     };
@@ -382,7 +386,7 @@ TEST_CASE("losses and their gradients in float16/bfloat16") {
 TEST_CASE("model.to(bfloat16) converts parameters and buffers; a step trains in it") {
   gs::manual_seed(1);
   gs::nn::Sequential model(std::make_shared<gs::nn::Linear>(4, 3), std::make_shared<gs::nn::ReLU>(),
-                          std::make_shared<gs::nn::Linear>(3, 2));
+                           std::make_shared<gs::nn::Linear>(3, 2));
   model.to(gs::kBFloat16);
   for (const auto& [name, p] : model.named_parameters()) {
     INFO(name);

@@ -297,8 +297,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   // the same mask as a float32 x, compared with p unrounded.
   const DType udt = is_reduced_float(x.dtype()) ? kFloat32 : x.dtype();
   Tensor u = empty(x.shape(), TensorOptions(udt).device(x.device()));
-  backend_of(x).uniform(u, 0.0, 1.0, G.seed(),
-                        G.reserve(static_cast<uint64_t>(x.numel()) * (udt == kFloat64 ? 2 : 1)));
+  backend_of(x).uniform(u, 0.0, 1.0, G.seed(), G.reserve(static_cast<uint64_t>(x.numel()) * (udt == kFloat64 ? 2 : 1)));
   Tensor keep = (u >= p).to(x.dtype()) * (1.0 / (1.0 - p));
   return x * keep;
 }

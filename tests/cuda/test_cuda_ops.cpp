@@ -103,3 +103,45 @@ TEST_CASE("every registered op runs on cuda and matches the cpu, forward and bac
   }
   CHECK(ops > 20);
 }
+
+// float16/bfloat16 have no CUDA kernels: every registry op given them on the device refuses with
+// a gradsleuth::Error naming the op, the dtype and the device (never a silent no-op kernel), and
+// the tensors still move between the devices bit for bit.
+TEST_CASE("float16/bfloat16 on cuda: every registered op refuses by name; moving works") {
+  for (gs::DType t : {gs::kFloat16, gs::kBFloat16}) {
+    const std::string dt = gs::dtype_name(t);
+    for (const gs::OpInfo& op : gs::op_registry()) {
+      gs::Generator gen(0);
+      bool has_16bit_operand = false;
+      for (const gs::OpSample& s : op.samples(gen, gs::kFloat64)) {
+        gs::tensor_list xs;
+        for (const gs::Tensor& x : s.inputs) {
+          gs::Tensor y = x.is_floating_point() ? x.to(t) : x;
+          has_16bit_operand |= y.dtype() == t;
+          xs.push_back(y.to(gs::kCUDA));
+        }
+        if (!has_16bit_operand) continue;
+        INFO("op: ", op.name, " [", s.label, "] ", dt);
+        try {
+          gs::Tensor r = op.fn(xs);
+          FAIL("ran without refusing: ", r.str());
+        } catch (const gs::Error& e) {
+          const std::string msg = e.what();
+          CHECK(msg.find(dt) != std::string::npos);
+          CHECK(msg.find("cuda:0") != std::string::npos);
+          CHECK(msg.find(".cpu()") != std::string::npos);
+          CHECK_FALSE(e.op().empty());
+          if (gs::find_op(op.name) && (op.category == "elementwise" || op.category == "comparison") &&
+              op.name.find('_') == std::string::npos && op.name != "where" && op.name != "clamp" && op.name != "gelu" &&
+              op.name != "softplus")
+            CHECK(e.op() == op.name);  // a kernel op's row refuses under its own name
+        }
+      }
+    }
+    // Moving: cpu -> cuda -> cpu keeps every bit, including a non-contiguous source on the cpu.
+    gs::Tensor h = gs::tensor({65504.0, 1e-7, -0.0, 1.0 / 3, INFINITY, 2.5}, {2, 3}, t);
+    gs::Tensor back = h.t().to(gs::kCUDA).cpu();
+    CHECK(back.dtype() == t);
+    CHECK(gs::equal(back.to(gs::kFloat32), h.t().to(gs::kFloat32)));
+  }
+}
