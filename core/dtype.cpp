@@ -7,8 +7,6 @@
 #include <optional>
 #include <system_error>
 
-#include <Eigen/Core>
-
 #include "core/error.h"
 #include "core/scalar.h"
 
@@ -43,12 +41,6 @@ void check_dtype(DType t, const char* op) {
            " is not a gradsleuth DType (bool 0, int64 1, float32 2, float64 3, float16 4, bfloat16 5); "
            "pass one of gs::kBool, gs::kInt64, gs::kFloat32, gs::kFloat64, gs::kFloat16, gs::kBFloat16");
 }
-
-// The conversions are Eigen's (round to nearest even, overflow to inf, subnormals kept).
-Half::Half(float f) : bits(Eigen::numext::bit_cast<uint16_t>(Eigen::half(f))) {}
-BFloat16::BFloat16(float f) : bits(Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(f))) {}
-float to_float(Half h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h.bits)); }
-float to_float(BFloat16 h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(h.bits)); }
 
 void dispatch_reduced_float(DType t) {
   GS_FAIL("dispatch_dtype", "internal error: a kernel without a ", dtype_name(t), " loop was given a ", dtype_name(t),

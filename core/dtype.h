@@ -26,8 +26,9 @@ inline constexpr DType kHalf = DType::Float16;
 inline constexpr DType kBFloat16 = DType::BFloat16;
 
 // The host type of a float16 / bfloat16 element: its 16 bits and nothing else (no
-// arithmetic; compute in float). to_float and the constructors from float round to nearest,
-// ties to even, overflow to +-inf and keep subnormals (core/dtype.cpp, through Eigen).
+// arithmetic; compute in float). The constructors from float round to nearest, ties to even,
+// overflow to +-inf and keep subnormals; to_float is exact (Eigen's conversions, defined in
+// core/cpu/reduced_float.cpp).
 struct Half {
   uint16_t bits = 0;
   Half() = default;

@@ -159,6 +159,24 @@ TEST_CASE("promotion with float16 and bfloat16 (PyTorch's rules)") {
   CHECK(acc.to_vector<float>() == std::vector<float>{0.5f, 0.5f, 0.5f});
 }
 
+TEST_CASE("a number beside a 16-bit tensor with dims enters the arithmetic in float32, unrounded") {
+  for (DType t : kReduced) {
+    INFO(std::string(gs::dtype_name(t)));
+    Tensor x = gs::tensor({0.001, 2.0}, t);
+    const float x0 = x.to_vector<float>()[0];
+    // 65536 is beyond float16's range: rounded first it would be inf and x * it inf.
+    Tensor y = x * 65536.0;
+    CHECK(y.dtype() == t);
+    const float want =
+        t == gs::kFloat16 ? gs::to_float(gs::Half(x0 * 65536.0f)) : gs::to_float(gs::BFloat16(x0 * 65536.0f));
+    CHECK(y.to_vector<float>()[0] == want);
+    CHECK(std::isfinite(want));
+    Tensor z = x.clone();
+    z.mul_(65536.0);
+    CHECK(z.to_vector<float>()[0] == want);
+  }
+}
+
 TEST_CASE("factories and overflow checks") {
   for (DType t : kReduced) {
     INFO(std::string(gs::dtype_name(t)));

@@ -6,7 +6,16 @@
 
 #include "core/cpu/cpu_backend.h"
 
-namespace gradsleuth::cpu {
+namespace gradsleuth {
+
+// The scalar conversions of core/dtype.h, here with the loops that share Eigen's types (so no
+// other file of the engine parses <Eigen/Core> for them).
+Half::Half(float f) : bits(Eigen::numext::bit_cast<uint16_t>(Eigen::half(f))) {}
+BFloat16::BFloat16(float f) : bits(Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(f))) {}
+float to_float(Half h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h.bits)); }
+float to_float(BFloat16 h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(h.bits)); }
+
+namespace cpu {
 
 namespace {
 
@@ -332,4 +341,5 @@ class ReducedFloatBackend final : public Backend {
 
 std::unique_ptr<Backend> with_reduced_floats(Backend& inner) { return std::make_unique<ReducedFloatBackend>(inner); }
 
-}  // namespace gradsleuth::cpu
+}  // namespace cpu
+}  // namespace gradsleuth

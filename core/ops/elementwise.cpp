@@ -36,7 +36,10 @@ static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, con
            "); convert with .to(gs::kInt64) or use "
            "logical ops");
   Tensor out = empty(shape, TensorOptions(is_comparison(op) ? kBool : ct).device(a.device()));
-  backend_of(a).binary(op, out, prepare(a, ct, shape), prepare(b, ct, shape));
+  const bool arithmetic =
+      op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul || op == BinaryOp::Div || op == BinaryOp::Pow;
+  backend_of(a).binary(op, out, prepare(a, arithmetic ? detail::scalar_operand_dtype(a, ct) : ct, shape),
+                       prepare(b, arithmetic ? detail::scalar_operand_dtype(b, ct) : ct, shape));
   if (observers_active()) {
     const uint32_t mask = (a.shape() != shape ? 1u : 0u) | (b.shape() != shape ? 2u : 0u);
     notify_op(name, {a, b}, out, mask);
