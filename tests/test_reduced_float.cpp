@@ -17,6 +17,9 @@
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "nn/nn.h"
+#include "optim/adam.h"
+#include "optim/rmsprop.h"
+#include "optim/sgd.h"
 
 namespace {
 
@@ -433,4 +436,40 @@ TEST_CASE("model.to(bfloat16) converts parameters and buffers; a step trains in 
   CHECK(bn.forward(gs::randn({4, 3}, gs::kFloat16)).dtype() == gs::kFloat16);
   model.to(gs::kFloat32);
   for (const auto& [name, p] : model.named_parameters()) CHECK(p.dtype() == gs::kFloat32);
+}
+
+TEST_CASE("SGD, Adam and RMSprop step float16/bfloat16 parameters like float32, rounded") {
+  for (DType t : kReduced) {
+    INFO(std::string(gs::dtype_name(t)));
+    for (int which = 0; which < 3; ++which) {
+      INFO(std::string(which == 0 ? "SGD" : which == 1 ? "Adam" : "RMSprop"));
+      gs::Generator gen(5);
+      const Tensor init = gs::randn({4, 3}, gs::kFloat32, &gen).to(t);
+      const Tensor grad = gs::randn({4, 3}, gs::kFloat32, &gen).to(t);
+      Tensor p16 = init.clone().requires_grad_(true), p32 = init.to(gs::kFloat32).requires_grad_(true);
+      std::unique_ptr<gs::optim::Optimizer> o16, o32;
+      if (which == 0) {
+        o16 = std::make_unique<gs::optim::SGD>(std::vector<Tensor>{p16}, gs::optim::SGDOptions(0.1).momentum(0.9));
+        o32 = std::make_unique<gs::optim::SGD>(std::vector<Tensor>{p32}, gs::optim::SGDOptions(0.1).momentum(0.9));
+      } else if (which == 2) {
+        o16 = std::make_unique<gs::optim::RMSprop>(std::vector<Tensor>{p16},
+                                                   gs::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
+        o32 = std::make_unique<gs::optim::RMSprop>(std::vector<Tensor>{p32},
+                                                   gs::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
+      } else {
+        o16 = std::make_unique<gs::optim::Adam>(std::vector<Tensor>{p16}, gs::optim::AdamOptions(0.01));
+        o32 = std::make_unique<gs::optim::Adam>(std::vector<Tensor>{p32}, gs::optim::AdamOptions(0.01));
+      }
+      for (int step = 0; step < 3; ++step) {
+        p16.set_grad(grad.clone());
+        p32.set_grad(grad.to(gs::kFloat32));
+        o16->step();
+        o32->step();
+      }
+      CHECK(p16.dtype() == t);
+      CHECK(!gs::equal(p16.detach(), init));  // it moved
+      // Each step rounds p (and the state) to 16 bits: three steps, a few roundings each.
+      CHECK(compare(p16, p32, t, 6) == "");
+    }
+  }
 }
