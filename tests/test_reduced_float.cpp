@@ -177,6 +177,27 @@ TEST_CASE("a number beside a 16-bit tensor with dims enters the arithmetic in fl
     Tensor z = x.clone();
     z.mul_(65536.0);
     CHECK(z.to_vector<float>()[0] == want);
+    CHECK((65536.0 * x).to_vector<float>()[0] == want);
+    // A 0-dim 16-bit tensor (a loss) too: the number stays a number in promotion.
+    Tensor loss = gs::scalar_tensor(0.001, t);
+    Tensor scaled = loss * 65536.0;
+    CHECK(scaled.dtype() == t);
+    CHECK(scaled.item<float>() == want);
+    CHECK((scaled / 65536.0).item<float>() == x0);  // back exactly: a power of two
+    Tensor l2 = loss.clone();
+    l2.mul_(65536.0);
+    CHECK(l2.item<float>() == want);
+    CHECK((loss + 1).dtype() == t);
+    CHECK(gs::add(loss, 1.0, 2.0).dtype() == t);
+    auto round_t = [&](float v) {
+      return t == gs::kFloat16 ? gs::to_float(gs::Half(v)) : gs::to_float(gs::BFloat16(v));
+    };
+    CHECK(gs::sub(loss, 70000.0, 0.5).item<float>() == round_t(x0 - 35000.0f));  // 70000 beyond float16 too
+    // Gradients through it keep the 16-bit dtype.
+    Tensor w = gs::scalar_tensor(0.5, t).requires_grad_(true);
+    (w * 65536.0).backward();
+    CHECK(w.grad().dtype() == t);
+    CHECK(std::isinf(w.grad().item<float>()) == (t == gs::kFloat16));  // 65536 itself overflows float16
   }
 }
 

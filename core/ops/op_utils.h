@@ -18,17 +18,16 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
 // again (it is never below like's dtype), so the tensor-tensor op computes exactly what
 // PyTorch's tensor-scalar op does: int64 * 2 in int64, int64 * 2.0 in float32, float32 * 2.5
 // in float32 (and int64 / 2 in float32 by div's own true-division rule).
-// Beside a float16/bfloat16 tensor with dims the number is a float32 0-dim tensor instead:
-// the result dtype is the same (a 0-dim operand of the same category does not widen), and the
-// arithmetic ops take it unrounded (scalar_operand_dtype): x * 65536.0 scales x in float32 and
-// rounds once, as PyTorch does, where a float16 65536 would be inf. A 0-dim `like` keeps the
-// number in its own dtype (a float32 0-dim would promote the result to float32).
+// Beside a float16/bfloat16 tensor the number is a float32 0-dim tensor marked as a wrapped
+// number instead: it promotes as the number it is (the result stays float16), and the arithmetic
+// ops take it unrounded (scalar_operand_dtype): x * 65536.0 scales x in float32 and rounds once,
+// as PyTorch does, where a float16 65536 would be inf.
 inline Tensor wrap_scalar(const Scalar& s, const Tensor& like) {
   // Unchecked: float32 * 1e300 is inf, as in PyTorch (arithmetic may overflow; storing may not).
-  DType dt = result_type(like, s);
-  if (is_reduced_float(dt) && like.dim() > 0) dt = kFloat32;
-  Tensor t = empty({}, TensorOptions(dt).device(like.device()));
+  const DType rt = result_type(like, s);
+  Tensor t = empty({}, TensorOptions(is_reduced_float(rt) ? kFloat32 : rt).device(like.device()));
   fill_unchecked(t, s);
+  if (is_reduced_float(rt)) t.impl().wrapped_number = true;
   return t;
 }
 
