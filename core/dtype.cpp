@@ -45,7 +45,7 @@ void check_dtype(DType t, const char* op) {
 void dispatch_reduced_float(DType t) {
   GS_FAIL("dispatch_dtype", "internal error: a kernel without a ", dtype_name(t), " loop was given a ", dtype_name(t),
           " tensor (the CPU backend computes 16-bit floats in float32 before its kernels run); "
-          "convert with .to(gs::kFloat32) meanwhile");
+          "convert the tensor with .to(gs::kFloat32) first");
 }
 
 void check_device(const Device& d, const char* op) {
