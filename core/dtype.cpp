@@ -18,6 +18,8 @@ const char* dtype_name(DType t) {
     case DType::Int64: return "int64";
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
   }
   return "?";
 }
@@ -28,15 +30,22 @@ size_t dtype_size(DType t) {
     case DType::Int64: return sizeof(int64_t);
     case DType::Float32: return sizeof(float);
     case DType::Float64: return sizeof(double);
+    case DType::Float16:
+    case DType::BFloat16: return 2;
   }
   return 0;
 }
 
 void check_dtype(DType t, const char* op) {
-  GS_CHECK(t == DType::Bool || t == DType::Int64 || t == DType::Float32 || t == DType::Float64, op, "dtype value ",
-           static_cast<int>(t),
-           " is not a gradsleuth DType (bool 0, int64 1, float32 2, float64 3); "
-           "pass one of gs::kBool, gs::kInt64, gs::kFloat32, gs::kFloat64");
+  GS_CHECK(static_cast<int>(t) <= static_cast<int>(DType::BFloat16), op, "dtype value ", static_cast<int>(t),
+           " is not a gradsleuth DType (bool 0, int64 1, float32 2, float64 3, float16 4, bfloat16 5); "
+           "pass one of gs::kBool, gs::kInt64, gs::kFloat32, gs::kFloat64, gs::kFloat16, gs::kBFloat16");
+}
+
+void dispatch_reduced_float(DType t) {
+  GS_FAIL("dispatch_dtype", "internal error: a kernel without a ", dtype_name(t), " loop was given a ", dtype_name(t),
+          " tensor (the CPU backend computes 16-bit floats in float32 before its kernels run); "
+          "convert the tensor with .to(gs::kFloat32) first");
 }
 
 void check_device(const Device& d, const char* op) {
@@ -45,8 +54,24 @@ void check_device(const Device& d, const char* op) {
   GS_CHECK(d.index >= 0, op, "device index ", d.index, " is negative; devices count from 0 (cuda:0)");
 }
 
-// The chain bool < int64 < float32 < float64: the enum values are in that order.
-DType promote_types(DType a, DType b) { return a > b ? a : b; }
+// bool < int64 < {float16, bfloat16} < float32 < float64; float16 + bfloat16 -> float32.
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::Bool: return 0;
+      case DType::Int64: return 1;
+      case DType::Float16:
+      case DType::BFloat16: return 2;
+      case DType::Float32: return 3;
+      case DType::Float64: break;
+    }
+    return 4;
+  };
+  const int ra = rank(a), rb = rank(b);
+  if (ra == rb) return DType::Float32;  // float16 with bfloat16: the smallest dtype holding both
+  return ra > rb ? a : b;
+}
 
 // PyTorch's ResultTypeState: promote within each tier, then let each lower tier in only
 // where it brings a higher category (combine_categories). The tiers exist so that a
@@ -86,7 +111,7 @@ std::ostream& operator<<(std::ostream& os, const Scalar& s) {
 }
 
 void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
-  if (dtype == kFloat64 || !value.is_floating()) {
+  if (dtype == kFloat64 || (!value.is_floating() && !is_reduced_float(dtype))) {
     if (dtype != kBool || value.is_bool()) return;
   }
   const double d = value.to_double();
@@ -111,6 +136,17 @@ void check_scalar_fits(const Scalar& value, DType dtype, const char* op) {
                "); use a float64 "
                "tensor or pass inf explicitly if that is what you mean");
       return;
+    case DType::Float16:
+    case DType::BFloat16: {
+      // An error only when the value would round to infinity (beyond the largest finite value
+      // by half a unit or more); an ordinary number just rounds, as it does into float32.
+      const float r =
+          dtype == kFloat16 ? to_float(Half(static_cast<float>(d))) : to_float(BFloat16(static_cast<float>(d)));
+      GS_CHECK(!std::isfinite(d) || std::isfinite(r), op, "the value ", value, " overflows ", dtype_name(dtype),
+               " (largest finite ", dtype == kFloat16 ? "65504" : "3.38953e+38",
+               "); use a float32 tensor or pass inf explicitly if that is what you mean");
+      return;
+    }
     case DType::Float64: return;
   }
 }

@@ -17,6 +17,7 @@ namespace gradsleuth {
 // outrank 0-dim tensors, which outrank C++ numbers, except where a lower tier brings a
 // higher category (bool < integral < floating). Every op below decides its dtype here.
 inline PromotionOperand promotion_operand(const Tensor& t) {
+  if (t.impl().wrapped_number) return {t.dtype(), PromotionTier::Number};
   return {t.dtype(), t.dim() > 0 ? PromotionTier::Dimensioned : PromotionTier::ZeroDim};
 }
 inline PromotionOperand promotion_operand(const Scalar& s) { return {s.dtype(), PromotionTier::Number}; }

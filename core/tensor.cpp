@@ -66,13 +66,32 @@ T* Tensor::data_ptr() const {
   return static_cast<T*>(raw_data());
 }
 
+// The float value of the float16/bfloat16 element `i` of `data`.
+static float reduced_element(DType t, const void* data, int64_t i) {
+  const uint16_t bits = static_cast<const uint16_t*>(data)[i];
+  return t == kFloat16 ? to_float(Half::from_bits(bits)) : to_float(BFloat16::from_bits(bits));
+}
+
+// static_cast between element types, through float for the 16-bit floats (they have no
+// arithmetic of their own).
+template <class T, class S>
+static T element_cast(S v) {
+  if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>)
+    return element_cast<T>(to_float(v));
+  else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    return T(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
+
 template <class T>
 T Tensor::item() const {
   GS_CHECK(numel() == 1, "Tensor::item", "only a one-element tensor can be converted to a scalar, got ", str(),
            ". Reduce it first (sum(), mean(), ...) or index one element.");
   Tensor c = device().is_cpu() ? *this : cpu();
+  if (is_reduced_float(c.dtype())) return element_cast<T>(reduced_element(c.dtype(), c.raw_data(), 0));
   return dispatch_dtype(
-      c.dtype(), [&](auto tag) -> T { return static_cast<T>(*static_cast<const decltype(tag)*>(c.raw_data())); });
+      c.dtype(), [&](auto tag) -> T { return element_cast<T>(*static_cast<const decltype(tag)*>(c.raw_data())); });
 }
 
 template <class T>
@@ -90,6 +109,8 @@ GS_INSTANTIATE(float)
 GS_INSTANTIATE(double)
 GS_INSTANTIATE(int64_t)
 GS_INSTANTIATE(bool)
+GS_INSTANTIATE(Half)
+GS_INSTANTIATE(BFloat16)
 #undef GS_INSTANTIATE
 
 // ---- autograd accessors ---------------------------------------------------
@@ -362,9 +383,13 @@ static Tensor copy_raw(const Tensor& x, DType t, Device d) {
   if (d == x.device()) {
     backend_of(x).copy(out, x);
   } else {
-    // Cross-device: make the source contiguous on its device, then move bytes.
-    Tensor c = empty(x.shape(), TensorOptions(t).device(x.device()));
-    backend_of(x).copy(c, x);
+    // Cross-device: make the source contiguous on its device (unless it is: a device without
+    // kernels for the dtype, CUDA for float16, still moves it), then move bytes.
+    Tensor c = x;
+    if (!x.is_contiguous() || t != x.dtype()) {
+      c = empty(x.shape(), TensorOptions(t).device(x.device()));
+      backend_of(x).copy(c, x);
+    }
     if (x.device().is_cpu())
       backend_for(d).copy_from_host(out.unsafe_data(), c.raw_data(), c.nbytes());
     else if (d.is_cpu())
@@ -693,16 +718,20 @@ static void print_rec(std::ostream& os, const Tensor& t, int64_t d, std::vector<
     if (d + 1 == t.dim()) {
       int64_t off = t.offset();
       for (int64_t k = 0; k < t.dim(); ++k) off += idx[k] * t.strides()[k];
-      dispatch_dtype(t.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        T v = static_cast<const T*>(t.storage()->data())[off];
-        if constexpr (std::is_same_v<T, bool>)
-          os << (v ? "true" : "false");
-        else if constexpr (std::is_integral_v<T>)
-          os << v;
-        else
-          os << std::setw(9) << std::setprecision(4) << std::fixed << v;
-      });
+      if (is_reduced_float(t.dtype())) {
+        os << std::setw(9) << std::setprecision(4) << std::fixed
+           << reduced_element(t.dtype(), t.storage()->data(), off);
+      } else
+        dispatch_dtype(t.dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          T v = static_cast<const T*>(t.storage()->data())[off];
+          if constexpr (std::is_same_v<T, bool>)
+            os << (v ? "true" : "false");
+          else if constexpr (std::is_integral_v<T>)
+            os << v;
+          else
+            os << std::setw(9) << std::setprecision(4) << std::fixed << v;
+        });
       if (i + 1 < n) os << ", ";
     } else {
       print_rec(os, t, d + 1, idx, indent + 1, summarize);
@@ -719,7 +748,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t0) {
   os << "tensor(";
   if (t.dim() == 0) {
     std::vector<int64_t> idx;
-    dispatch_dtype(t.dtype(), [&](auto tag) { os << +*static_cast<const decltype(tag)*>(t.raw_data()); });
+    if (is_reduced_float(t.dtype()))
+      os << reduced_element(t.dtype(), t.raw_data(), 0);
+    else
+      dispatch_dtype(t.dtype(), [&](auto tag) { os << +*static_cast<const decltype(tag)*>(t.raw_data()); });
   } else if (t.numel() == 0) {
     os << "[]";
   } else {

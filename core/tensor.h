@@ -83,6 +83,9 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> view_base;
   std::weak_ptr<Node> view_base_fn;
   uint64_t view_version = 0;
+  // A C++ number beside a float16/bfloat16 tensor, held in float32 (detail::wrap_scalar): it
+  // promotes as the number it is (result_type's Number tier), not as a float32 0-dim tensor.
+  bool wrapped_number = false;
 };
 
 namespace detail {

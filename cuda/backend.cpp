@@ -19,7 +19,12 @@ static_assert(::gradsleuth::kMaxDims == ::gradsleuth::cuda::kMaxDims,
 
 namespace {
 
-DevTensor dev(const Tensor& t) {
+// The kernels' view of t, for the op `op` (named in errors). CUDA has no float16/bfloat16
+// kernels: a 16-bit operand is refused here, before any kernel or dispatch sees it.
+DevTensor dev(const char* op, const Tensor& t) {
+  GS_CHECK(!is_reduced_float(t.dtype()), op, "the CUDA backend has no ", dtype_name(t.dtype()), " kernels: ", t.str(),
+           " is on ", t.device().str(), ". Compute on the cpu, where ", dtype_name(t.dtype()),
+           " ops run in float32 (x.cpu()), or convert there for the GPU: x.cpu().to(gs::kFloat32).to(x.device())");
   GS_CHECK(t.device().is_cuda(), "cuda backend", "a CUDA kernel was given ", t.str(), " on ", t.device().str(),
            ": an op made a helper tensor without .device(...) (pass TensorOptions().device(x.device())), or mixed "
            "devices slipped past its check");
@@ -74,85 +79,119 @@ class CudaBackend final : public Backend {
   void synchronize() override { cuda::synchronize(); }
   std::string memory_summary() const override { return cuda::memory_summary(); }
 
-  void copy(const Tensor& out, const Tensor& in) override { cuda::copy(dev(out), dev(in)); }
-  void fill(const Tensor& out, double value) override { cuda::fill(dev(out), value); }
-  void arange(const Tensor& out, double start, double step) override { cuda::arange(dev(out), start, step); }
+  void copy(const Tensor& out, const Tensor& in) override {
+    const char* k = "copy";
+    cuda::copy(dev(k, out), dev(k, in));
+  }
+  void fill(const Tensor& out, double value) override {
+    const char* k = "fill";
+    cuda::fill(dev(k, out), value);
+  }
+  void arange(const Tensor& out, double start, double step) override {
+    const char* k = "arange";
+    cuda::arange(dev(k, out), start, step);
+  }
 
-  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override { cuda::unary(op, dev(out), dev(in)); }
+  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override {
+    const char* k = unary_op_name(op);
+    cuda::unary(op, dev(k, out), dev(k, in));
+  }
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
-    cuda::binary(op, dev(out), dev(a), dev(b));
+    const char* k = binary_op_name(op);
+    cuda::binary(op, dev(k, out), dev(k, a), dev(k, b));
   }
   void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
-    cuda::where(dev(out), dev(cond), dev(a), dev(b));
+    const char* k = "where";
+    cuda::where(dev(k, out), dev(k, cond), dev(k, a), dev(k, b));
   }
   void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override {
-    cuda::clamp(dev(out), dev(in), lo, hi);
+    const char* k = "clamp";
+    cuda::clamp(dev(k, out), dev(k, in), lo, hi);
   }
   void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override {
-    cuda::threshold_backward(dev(out), dev(grad), dev(x), threshold);
+    const char* k = "relu backward (threshold_backward)";
+    cuda::threshold_backward(dev(k, out), dev(k, grad), dev(k, x), threshold);
   }
 
   void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* reduced) override {
-    cuda::reduce(op, dev(out), dev(in), reduced);
+    const char* k = reduce_op_name(op);
+    cuda::reduce(op, dev(k, out), dev(k, in), reduced);
   }
   void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) override {
-    cuda::arg_reduce(is_max, dev(out), dev(in), dim);
+    const char* k = (is_max ? "argmax" : "argmin");
+    cuda::arg_reduce(is_max, dev(k, out), dev(k, in), dim);
   }
   void softmax_lastdim(const Tensor& out, const Tensor& in, bool log) override {
-    cuda::softmax_lastdim(dev(out), dev(in), log);
+    const char* k = (log ? "log_softmax" : "softmax");
+    cuda::softmax_lastdim(dev(k, out), dev(k, in), log);
   }
 
   void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
+    const char* k = "matmul (bmm)";
+    (void)dev(k, a);  // a 16-bit operand is refused before a.contiguous() below
+    (void)dev(k, b);
     const int64_t N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
     if (!is_floating(out.dtype())) {  // int64: the tiled kernel reads any strides
-      cuda::bmm(dev(out), dev(a), -1, 0, dev(b), -1, 0);
+      cuda::bmm(dev(k, out), dev(k, a), -1, 0, dev(k, b), -1, 0);
       return;
     }
     int64_t lda = 0, ldb = 0;
     const Tensor A = layout(a, N, K, lda) < 0 ? a.contiguous() : a;
     const Tensor B = layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
     const int la = layout(A, N, K, lda), lb = layout(B, K, M, ldb);
-    cuda::bmm(dev(out), dev(A), la, lda, dev(B), lb, ldb);
+    cuda::bmm(dev(k, out), dev(k, A), la, lda, dev(k, B), lb, ldb);
   }
 
   void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override {
-    cuda::gather(dev(out), dev(in), dim, dev(index));
+    const char* k = "gather";
+    cuda::gather(dev(k, out), dev(k, in), dim, dev(k, index));
   }
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override {
-    cuda::scatter_add(dev(out), dim, dev(index), dev(src));
+    const char* k = "scatter_add";
+    cuda::scatter_add(dev(k, out), dim, dev(k, index), dev(k, src));
   }
   void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override {
-    cuda::index_select(dev(out), dev(in), dim, dev(index));
+    const char* k = "index_select";
+    cuda::index_select(dev(k, out), dev(k, in), dim, dev(k, index));
   }
   void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override {
-    cuda::index_add(dev(out), dim, dev(index), dev(src));
+    const char* k = "index_add";
+    cuda::index_add(dev(k, out), dim, dev(k, index), dev(k, src));
   }
 
   void im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) override {
-    cuda::im2col(dev(cols), dev(in), g);
+    const char* k = "conv2d (im2col)";
+    cuda::im2col(dev(k, cols), dev(k, in), g);
   }
   void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) override {
-    cuda::col2im(dev(out), dev(cols), g);
+    const char* k = "conv2d backward (col2im)";
+    cuda::col2im(dev(k, out), dev(k, cols), g);
   }
   void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) override {
-    cuda::max_pool2d(dev(out), dev(argmax), dev(in), g);
+    const char* k = "max_pool2d";
+    cuda::max_pool2d(dev(k, out), dev(k, argmax), dev(k, in), g);
   }
   void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
                            const Conv2dGeometry& g) override {
-    cuda::max_pool2d_backward(dev(grad_in), dev(grad_out), dev(argmax), g);
+    const char* k = "max_pool2d backward";
+    cuda::max_pool2d_backward(dev(k, grad_in), dev(k, grad_out), dev(k, argmax), g);
   }
   void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) override {
-    cuda::avg_pool2d(dev(out), dev(in), g);
+    const char* k = "avg_pool2d";
+    cuda::avg_pool2d(dev(k, out), dev(k, in), g);
   }
   void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) override {
-    cuda::avg_pool2d_backward(dev(grad_in), dev(grad_out), g);
+    const char* k = "avg_pool2d backward";
+    cuda::avg_pool2d_backward(dev(k, grad_in), dev(k, grad_out), g);
   }
 
   void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override {
-    cuda::uniform(dev(out), lo, hi, seed, offset);
+    const char* k = "rand (uniform)";
+    cuda::uniform(dev(k, out), lo, hi, seed, offset);
   }
   void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override {
-    cuda::normal(dev(out), mean, std, seed, offset);
+    const char* k = "randn (normal)";
+    cuda::normal(dev(k, out), mean, std, seed, offset);
   }
 
   // Fused optimizer steps (cuda/optim.cu): every operand contiguous, p's dtype, on the device.

@@ -35,7 +35,9 @@ void launch_op(const char* op, void (*kernel)(KArgs...), dim3 grid, dim3 block, 
   after_launch(op, ::gradsleuth::cuda::launch(kernel, grid, block, shmem, cudaStream_t{}, std::forward<Args>(args)...));
 }
 
-// Calls f(T{}) with T the element type of dtype t (all four dtypes; no default case).
+// Calls f(T{}) with T the element type of dtype t (the four computing dtypes). float16 and
+// bfloat16 have no kernels here: cuda/backend.cpp refuses them by op name before any kernel
+// runs, and a dtype that still gets here is an internal error, never a silent no-op.
 template <class F>
 void dispatch(DType t, F&& f) {
   switch (t) {
@@ -43,7 +45,11 @@ void dispatch(DType t, F&& f) {
     case DType::Int64: f(int64_t{}); return;
     case DType::Float32: f(float{}); return;
     case DType::Float64: f(double{}); return;
+    case DType::Float16:
+    case DType::BFloat16: break;
   }
+  GS_FAIL("cuda", "internal error: no CUDA kernel for dtype ", dtype_name(t),
+          " (the backend refuses 16-bit floats before dispatch)");
 }
 
 template <class T>

@@ -48,14 +48,17 @@ ncclComm_t comm_for(ProcessGroup& pg) {
   return comm;
 }
 
-ncclDataType_t nccl_type(DType t) {
+ncclDataType_t nccl_type(DType t, const char* op) {
   switch (t) {
     case DType::Float32: return ncclFloat32;
     case DType::Float64: return ncclFloat64;
     case DType::Int64: return ncclInt64;
     case DType::Bool: return ncclUint8;
+    case DType::Float16:
+    case DType::BFloat16: break;
   }
-  return ncclUint8;
+  GS_FAIL(op, "no NCCL collective for ", dtype_name(t),
+          " tensors here (the CUDA backend has no 16-bit kernels); convert with .to(gs::kFloat32) first");
 }
 
 void write_back(Tensor& t, const Tensor& buf, const char* op) {
@@ -74,8 +77,8 @@ bool nccl_built() { return true; }
 void nccl_all_reduce(ProcessGroup& pg, Tensor& t, ReduceOp op) {
   Tensor buf = t.is_contiguous() ? t : t.contiguous();
   const ncclRedOp_t nop = op == ReduceOp::Max ? ncclMax : (op == ReduceOp::Avg ? ncclAvg : ncclSum);
-  check_nccl(ncclAllReduce(buf.unsafe_data(), buf.unsafe_data(), static_cast<size_t>(buf.numel()), nccl_type(t.dtype()),
-                           nop, comm_for(pg), cudaStreamLegacy),
+  check_nccl(ncclAllReduce(buf.unsafe_data(), buf.unsafe_data(), static_cast<size_t>(buf.numel()),
+                           nccl_type(t.dtype(), "dist::all_reduce"), nop, comm_for(pg), cudaStreamLegacy),
              "dist::all_reduce", pg);
   check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "dist::all_reduce", pg);
   write_back(t, buf, "dist::all_reduce");
@@ -83,8 +86,8 @@ void nccl_all_reduce(ProcessGroup& pg, Tensor& t, ReduceOp op) {
 
 void nccl_broadcast(ProcessGroup& pg, Tensor& t, int root) {
   Tensor buf = t.is_contiguous() ? t : t.contiguous();
-  check_nccl(ncclBroadcast(buf.unsafe_data(), buf.unsafe_data(), static_cast<size_t>(buf.numel()), nccl_type(t.dtype()),
-                           root, comm_for(pg), cudaStreamLegacy),
+  check_nccl(ncclBroadcast(buf.unsafe_data(), buf.unsafe_data(), static_cast<size_t>(buf.numel()),
+                           nccl_type(t.dtype(), "dist::broadcast"), root, comm_for(pg), cudaStreamLegacy),
              "dist::broadcast", pg);
   check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "dist::broadcast", pg);
   write_back(t, buf, "dist::broadcast");
@@ -95,8 +98,8 @@ Tensor nccl_all_gather(ProcessGroup& pg, const Tensor& t) {
   Shape s{pg.world_size()};
   for (int64_t d : t.shape()) s.push_back(d);
   Tensor out = empty(s, TensorOptions(t.dtype()).device(t.device()));
-  check_nccl(ncclAllGather(src.unsafe_data(), out.unsafe_data(), static_cast<size_t>(src.numel()), nccl_type(t.dtype()),
-                           comm_for(pg), cudaStreamLegacy),
+  check_nccl(ncclAllGather(src.unsafe_data(), out.unsafe_data(), static_cast<size_t>(src.numel()),
+                           nccl_type(t.dtype(), "dist::all_gather"), comm_for(pg), cudaStreamLegacy),
              "dist::all_gather", pg);
   check_cuda(cudaStreamSynchronize(cudaStreamLegacy), "dist::all_gather", pg);
   return out;

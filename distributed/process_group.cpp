@@ -133,8 +133,11 @@ MPI_Datatype mpi_type(DType t, const char* op) {
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int64: return MPI_INT64_T;
     case DType::Bool: return MPI_C_BOOL;
+    case DType::Float16:
+    case DType::BFloat16: break;
   }
-  GS_FAIL(op, "unsupported dtype");
+  GS_FAIL(op, "no MPI collective for ", dtype_name(t), " tensors (MPI has no 16-bit float type); convert with ",
+          ".to(gs::kFloat32) first, and back after");
 }
 
 }  // namespace

@@ -272,6 +272,15 @@ void check_not_relabelled_int64(const uint8_t* data, uint64_t nbytes, const char
            "field (the checksum was recomputed after the edit, or the file was not written by nn::save). "
            "Use the original file.");
 }
+// The C++ constant of a floating dtype, for the fix a message suggests.
+const char* dtype_constant(DType t) {
+  switch (t) {
+    case DType::Float64: return "gs::kFloat64";
+    case DType::Float16: return "gs::kFloat16";
+    case DType::BFloat16: return "gs::kBFloat16";
+    default: return "gs::kFloat32";
+  }
+}
 }  // namespace
 
 NamedTensors read_checkpoint(const std::string& path) {
@@ -350,8 +359,8 @@ NamedTensors read_checkpoint(const std::string& path) {
              "'; names must be unique (the file was not written by nn::save)");
     const std::string where = "'" + name + "'";
     const auto code = r.le<uint8_t>(where + "'s dtype");
-    GS_CHECK(code <= static_cast<uint8_t>(DType::Float64), op, "'", path, "': ", where, " has unknown dtype code ",
-             int(code));
+    GS_CHECK(code <= static_cast<uint8_t>(DType::BFloat16), op, "'", path, "': ", where, " has unknown dtype code ",
+             int(code), " (0 bool, 1 int64, 2 float32, 3 float64, 4 float16, 5 bfloat16)");
     const DType dt = static_cast<DType>(code);
     const auto ndim = r.le<uint8_t>(where + "'s ndim");
     GS_CHECK(ndim <= kMaxDims, op, "'", path, "': ", where, " has ", int(ndim), " dims (at most ", kMaxDims, ")");
@@ -431,8 +440,8 @@ LoadReport load(Module& module, const std::string& path, bool strict) {
                            shape_str(cur.shape()));
     else if (v.dtype() != cur.dtype())
       mismatched.push_back(name + ": checkpoint has dtype " + dtype_name(v.dtype()) + ", model expects " +
-                           dtype_name(cur.dtype()) + " (convert the model with model.to(gs::k" +
-                           (v.dtype() == kFloat64 ? "Float64" : "Float32") + ") before loading)");
+                           dtype_name(cur.dtype()) + " (convert the model with model.to(" + dtype_constant(v.dtype()) +
+                           ") before loading)");
   }
   for (auto& [name, t] : file)
     if (!expected_names.count(name)) unexpected.push_back(name);

@@ -66,19 +66,31 @@ void Adam::update() {
         return backend_of(r.param).adam_step(r.param, r.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq, step);
       },
       [&](const ParamRef& r, State& st, const AdamStep& step) {
-        // The formulas of adam.h as tensor ops.
-        Tensor& p = r.param;
-        Tensor grad = step.l2 ? r.grad.add(p, step.weight_decay) : r.grad;
-        if (step.decoupled) p.mul_(1.0 - step.lr * step.weight_decay);
-        st.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
-        st.exp_avg_sq.mul_(beta2).add_(grad * grad, 1.0 - beta2);
-        Tensor v = st.exp_avg_sq;
-        if (amsgrad) {
-          st.max_exp_avg_sq.copy_(maximum(st.max_exp_avg_sq, st.exp_avg_sq));
-          v = st.max_exp_avg_sq;
-        }
-        Tensor denom = v.sqrt() / step.bc2_sqrt + eps;
-        p.add_(st.exp_avg / denom, -step.step_size);
+        // The formulas of adam.h as tensor ops, on (p, g, exp_avg, exp_avg_sq, max_exp_avg_sq).
+        auto update = [&](Tensor& p, const Tensor& g, Tensor& m, Tensor& v2, Tensor& vmax) {
+          Tensor grad = step.l2 ? g.add(p, step.weight_decay) : g;
+          if (step.decoupled) p.mul_(1.0 - step.lr * step.weight_decay);
+          m.mul_(beta1).add_(grad, 1.0 - beta1);
+          v2.mul_(beta2).add_(grad * grad, 1.0 - beta2);
+          Tensor v = v2;
+          if (amsgrad) {
+            vmax.copy_(maximum(vmax, v2));
+            v = vmax;
+          }
+          Tensor denom = v.sqrt() / step.bc2_sqrt + eps;
+          p.add_(m / denom, -step.step_size);
+        };
+        if (!is_reduced_float(r.param.dtype()))
+          return update(r.param, r.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq);
+        // float16/bfloat16: in float32, each tensor rounded once at the end, as the fused step does
+        // (a tiny g * g in a 16-bit exp_avg_sq, and eps = 1e-8, would round to 0 on the way).
+        auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
+        Tensor p = wide(r.param), m = wide(st.exp_avg), v2 = wide(st.exp_avg_sq), vmax = wide(st.max_exp_avg_sq);
+        update(p, wide(r.grad), m, v2, vmax);
+        r.param.copy_(p);
+        st.exp_avg.copy_(m);
+        st.exp_avg_sq.copy_(v2);
+        if (vmax.defined()) st.max_exp_avg_sq.copy_(vmax);
       });
 }
 

@@ -156,9 +156,14 @@ void Optimizer::remove_hook(size_t id) {
 
 // ---- helpers for the update rules ------------------------------------------------
 
+// float16/bfloat16 parameters on the CPU take the fused step too: it runs in float32 there
+// (core/cpu/reduced_float.cpp), so a step's intermediates (Adam's sqrt(v) + eps, with eps = 1e-8
+// below float16's smallest subnormal) are not rounded to 16 bits; only p and the state are.
 bool Optimizer::fusable(const Tensor& p, const Tensor& g) const {
-  return fused_ && p.device() == g.device() && p.dtype() == g.dtype() &&
-         (p.dtype() == kFloat32 || p.dtype() == kFloat64) && p.is_contiguous() && g.is_contiguous();
+  const bool dtype_ok =
+      p.dtype() == kFloat32 || p.dtype() == kFloat64 || (is_reduced_float(p.dtype()) && p.device().is_cpu());
+  return fused_ && p.device() == g.device() && p.dtype() == g.dtype() && dtype_ok && p.is_contiguous() &&
+         g.is_contiguous();
 }
 
 void Optimizer::mark_modified(const Tensor& p, const char* op) { p.storage()->bump_version(op); }

@@ -52,23 +52,34 @@ void RMSprop::update() {
         return backend_of(r.param).rmsprop_step(r.param, r.grad, st.square_avg, st.grad_avg, st.momentum_buffer, step);
       },
       [&](const ParamRef& r, State& st, const RmspropStep& step) {
-        // The formulas of rmsprop.h as tensor ops.
-        Tensor& p = r.param;
-        Tensor grad = step.weight_decay != 0.0 ? r.grad.add(p, step.weight_decay) : r.grad;
-        st.square_avg.mul_(alpha).add_(grad * grad, 1.0 - alpha);
-        Tensor avg;
-        if (centered) {
-          st.grad_avg.mul_(alpha).add_(grad, 1.0 - alpha);
-          avg = (st.square_avg - st.grad_avg * st.grad_avg).sqrt() + eps;
-        } else {
-          avg = st.square_avg.sqrt() + eps;
-        }
-        if (mom > 0.0) {
-          st.momentum_buffer.mul_(mom).add_(grad / avg);
-          p.add_(st.momentum_buffer, -step.lr);
-        } else {
-          p.add_(grad / avg, -step.lr);
-        }
+        // The formulas of rmsprop.h as tensor ops, on (p, g, square_avg, grad_avg, momentum_buffer).
+        auto update = [&](Tensor& p, const Tensor& g, Tensor& sq, Tensor& ga, Tensor& buf) {
+          Tensor grad = step.weight_decay != 0.0 ? g.add(p, step.weight_decay) : g;
+          sq.mul_(alpha).add_(grad * grad, 1.0 - alpha);
+          Tensor avg;
+          if (centered) {
+            ga.mul_(alpha).add_(grad, 1.0 - alpha);
+            avg = (sq - ga * ga).sqrt() + eps;
+          } else {
+            avg = sq.sqrt() + eps;
+          }
+          if (mom > 0.0) {
+            buf.mul_(mom).add_(grad / avg);
+            p.add_(buf, -step.lr);
+          } else {
+            p.add_(grad / avg, -step.lr);
+          }
+        };
+        if (!is_reduced_float(r.param.dtype()))
+          return update(r.param, r.grad, st.square_avg, st.grad_avg, st.momentum_buffer);
+        // float16/bfloat16: in float32, each tensor rounded once at the end, as the fused step does.
+        auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
+        Tensor p = wide(r.param), sq = wide(st.square_avg), ga = wide(st.grad_avg), buf = wide(st.momentum_buffer);
+        update(p, wide(r.grad), sq, ga, buf);
+        r.param.copy_(p);
+        st.square_avg.copy_(sq);
+        if (ga.defined()) st.grad_avg.copy_(ga);
+        if (buf.defined()) st.momentum_buffer.copy_(buf);
       });
 }
 

@@ -514,3 +514,67 @@ TEST_CASE("crafted checkpoints: an int64 entry relabelled float64 (checksum reco
   auto got = nn::read_checkpoint(p);
   CHECK(got[0].second.to_vector<double>()[1] == 4.9e-324);
 }
+
+// ---- float16 and bfloat16 ------------------------------------------------------------
+TEST_CASE("float16/bfloat16: round trip bit for bit, the layout, model.to, mismatch message") {
+  TempDir dir;
+  // 65504, the smallest subnormal, -0, inf and NaN: every 16-bit pattern comes back as written.
+  const Tensor h = gs::tensor({65504.0, std::ldexp(1.0, -24), -0.0, INFINITY, NAN, 1.5}, {2, 3}, gs::kFloat16);
+  const Tensor b = gs::tensor({3e38, std::ldexp(1.0, -130), -1.0, 1.0 / 3}, {4}, gs::kBFloat16);
+  nn::write_checkpoint(dir.file("half.ckpt"), {{"h", h}, {"b", b}, {"t", h.t()}});
+  auto back = nn::read_checkpoint(dir.file("half.ckpt"));
+  REQUIRE(back.size() == 3);
+  auto bits = [](const Tensor& t) {
+    Tensor c = t.contiguous();
+    std::vector<uint8_t> v(static_cast<size_t>(c.nbytes()));
+    std::memcpy(v.data(), c.raw_data(), v.size());
+    return v;
+  };
+  CHECK(back[0].second.dtype() == gs::kFloat16);
+  CHECK(back[1].second.dtype() == gs::kBFloat16);
+  CHECK(back[0].second.shape().vec() == std::vector<int64_t>{2, 3});
+  CHECK(bits(back[0].second) == bits(h));
+  CHECK(bits(back[1].second) == bits(b));
+  CHECK(bits(back[2].second) == bits(h.t()));  // written contiguous from a transposed view
+
+  // Layout: dtype byte 4, two little-endian bytes per element (1.5 is 0x3E00).
+  nn::write_checkpoint(dir.file("one.ckpt"), {{"w", gs::tensor({1.5, -2.0}, gs::kFloat16)}});
+  auto raw = read_bytes(dir.file("one.ckpt"));
+  REQUIRE(raw.size() == 32 + 4 + 1 + 1 + 1 + 8 + 8 + 4 + 8 + 8);
+  CHECK(raw[37] == 4);
+  CHECK(raw[47] == 4);  // data bytes
+  CHECK(raw[55] == 0x00);
+  CHECK(raw[56] == 0x3E);
+  CHECK(raw[57] == 0x00);
+  CHECK(raw[58] == 0xC0);  // -2.0 is 0xC000
+
+  // A model in bfloat16 saves and loads; a float32 model is told which conversion to make.
+  auto net = std::make_shared<Net>(8);
+  net->to(gs::kBFloat16);
+  nn::save(*net, dir.file("bf16.ckpt"));
+  auto again = std::make_shared<Net>(8);
+  again->to(gs::kBFloat16);
+  nn::load(*again, dir.file("bf16.ckpt"));
+  CHECK(bits(again->fc1->weight) == bits(net->fc1->weight));
+  auto f32model = std::make_shared<Net>(8);
+  nntest::check_error([&] { nn::load(*f32model, dir.file("bf16.ckpt")); },
+                      {"checkpoint has dtype bfloat16, model expects float32", "model.to(gs::kBFloat16)"});
+  // An unknown code names the codes that exist.
+  write_bytes(dir.file("bad.ckpt"), craft({{"x", 6, {1}, 2, {0, 0}}}));
+  nntest::check_error([&] { nn::read_checkpoint(dir.file("bad.ckpt")); }, {"unknown dtype code 6", "5 bfloat16"});
+}
+
+TEST_CASE("a file written before float16 existed (version 1, float32/int64/bool) still loads") {
+  TempDir dir;
+  std::vector<uint8_t> one(4);
+  const float v = 2.5f;
+  std::memcpy(one.data(), &v, 4);
+  write_bytes(dir.file("old.ckpt"),
+              craft({{"w", 2, {1}, 4, one}, {"n", 1, {}, 8, std::vector<uint8_t>(8, 0)}, {"m", 0, {2}, 2, {1, 0}}}));
+  auto got = nn::read_checkpoint(dir.file("old.ckpt"));
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].second.dtype() == gs::kFloat32);
+  CHECK(got[0].second.item<float>() == 2.5f);
+  CHECK(got[1].second.dtype() == gs::kInt64);
+  CHECK(got[2].second.dtype() == gs::kBool);
+}

@@ -91,6 +91,8 @@ double in_dtype(double v, DType t) {
     case DType::Bool: return v != 0 ? 1 : 0;
     case DType::Int64: return static_cast<double>(static_cast<int64_t>(v));
     case DType::Float32: return static_cast<double>(static_cast<float>(v));
+    case DType::Float16: return static_cast<double>(gs::to_float(gs::Half(static_cast<float>(v))));
+    case DType::BFloat16: return static_cast<double>(gs::to_float(gs::BFloat16(static_cast<float>(v))));
     case DType::Float64: break;
   }
   return v;

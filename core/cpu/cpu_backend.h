@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/backend.h"
 #include "core/cpu/loops.h"
@@ -22,6 +23,10 @@ template <class T>
 T* at(char* p, int64_t i, int64_t stride) {
   return reinterpret_cast<T*>(p + i * stride);
 }
+
+// `inner` behind a Backend that gives it float32 copies of float16/bfloat16 operands and rounds
+// its results back (reduced_float.cpp): the kernels themselves know the four other dtypes only.
+std::unique_ptr<Backend> with_reduced_floats(Backend& inner);
 
 // The reference implementation of every kernel in core/backend.h.
 class CpuBackend final : public Backend {

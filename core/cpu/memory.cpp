@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #if defined(__GLIBC__)
 #include <malloc.h>  // mallopt, see CpuBackend()
@@ -135,9 +136,12 @@ void CpuBackend::fill(const Tensor& out, double value) {
 
 }  // namespace cpu
 
+// The CPU backend, behind the layer that runs its kernels in float32 for float16/bfloat16
+// tensors (reduced_float.cpp).
 Backend& cpu_backend() {
   static cpu::CpuBackend b;
-  return b;
+  static const std::unique_ptr<Backend> with_16bit = cpu::with_reduced_floats(b);
+  return *with_16bit;
 }
 
 }  // namespace gradsleuth

@@ -293,10 +293,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   if (p == 1.0) return x * 0.0;
   Generator& G = gen ? *gen : default_generator();
-  // keep ~ Bernoulli(1 - p), scaled so that E[output] = x.
-  Tensor u = empty(x.shape(), TensorOptions(x.dtype()).device(x.device()));
-  backend_of(x).uniform(u, 0.0, 1.0, G.seed(),
-                        G.reserve(static_cast<uint64_t>(x.numel()) * (x.dtype() == kFloat64 ? 2 : 1)));
+  // keep ~ Bernoulli(1 - p), scaled so that E[output] = x. float16/bfloat16 draw in float32:
+  // the same mask as a float32 x, compared with p unrounded.
+  const DType udt = is_reduced_float(x.dtype()) ? kFloat32 : x.dtype();
+  Tensor u = empty(x.shape(), TensorOptions(udt).device(x.device()));
+  backend_of(x).uniform(u, 0.0, 1.0, G.seed(), G.reserve(static_cast<uint64_t>(x.numel()) * (udt == kFloat64 ? 2 : 1)));
   Tensor keep = (u >= p).to(x.dtype()) * (1.0 / (1.0 - p));
   return x * keep;
 }

@@ -36,7 +36,10 @@ static Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, con
            "); convert with .to(gs::kInt64) or use "
            "logical ops");
   Tensor out = empty(shape, TensorOptions(is_comparison(op) ? kBool : ct).device(a.device()));
-  backend_of(a).binary(op, out, prepare(a, ct, shape), prepare(b, ct, shape));
+  const bool arithmetic =
+      op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul || op == BinaryOp::Div || op == BinaryOp::Pow;
+  backend_of(a).binary(op, out, prepare(a, arithmetic ? detail::scalar_operand_dtype(a, ct) : ct, shape),
+                       prepare(b, arithmetic ? detail::scalar_operand_dtype(b, ct) : ct, shape));
   if (observers_active()) {
     const uint32_t mask = (a.shape() != shape ? 1u : 0u) | (b.shape() != shape ? 2u : 0u);
     notify_op(name, {a, b}, out, mask);
@@ -74,11 +77,18 @@ void detail::check_alpha(const char* name, const Tensor& a, const Tensor& b, con
            a.str(), " and ", b.str(), " give ", dtype_name(rt), "; pass alpha as a number");
 }
 
+// b * alpha for add/sub. The product of a wrapped number (op_utils.h) is still a number.
+static Tensor times_alpha(const Tensor& b, const Scalar& alpha) {
+  Tensor r = mul(b, detail::wrap_scalar(alpha, b));
+  if (b.impl().wrapped_number) r.impl().wrapped_number = true;
+  return r;
+}
+
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   detail::check_alpha("add", a, b, alpha);
   const bool one = alpha.to_double() == 1.0;
-  Tensor out = one ? binary_forward(BinaryOp::Add, "add", a, b)
-                   : binary_forward(BinaryOp::Add, "add", a, mul(b, detail::wrap_scalar(alpha, b)));
+  Tensor out =
+      one ? binary_forward(BinaryOp::Add, "add", a, b) : binary_forward(BinaryOp::Add, "add", a, times_alpha(b, alpha));
   if (needs_grad(a, b)) {
     // d(a + alpha b) = g, alpha g; broadcast dims are summed away.
     record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha, one](const Tensor& g, Node&) {
@@ -92,8 +102,8 @@ Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha) { return add(a
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   detail::check_alpha("sub", a, b, alpha);
   const bool one = alpha.to_double() == 1.0;
-  Tensor out = one ? binary_forward(BinaryOp::Sub, "sub", a, b)
-                   : binary_forward(BinaryOp::Sub, "sub", a, mul(b, detail::wrap_scalar(alpha, b)));
+  Tensor out =
+      one ? binary_forward(BinaryOp::Sub, "sub", a, b) : binary_forward(BinaryOp::Sub, "sub", a, times_alpha(b, alpha));
   if (needs_grad(a, b)) {
     record("sub", out, {&a, &b}, [sa = a.shape(), sb = b.shape(), alpha](const Tensor& g, Node&) {
       return tensor_list{sum_to(g, sa), sum_to(g * -alpha, sb)};

@@ -15,6 +15,8 @@ const char* dtype_constant(DType t) {
     case DType::Bool: return "gs::kBool";
     case DType::Int64: return "gs::kInt64";
     case DType::Float32: return "gs::kFloat32";
+    case DType::Float16: return "gs::kFloat16";
+    case DType::BFloat16: return "gs::kBFloat16";
     case DType::Float64: break;
   }
   return "gs::kFloat64";
@@ -59,7 +61,7 @@ void inplace_binary(BinaryOp bop, Tensor& self, const Tensor& o, const char* op)
     backend_of(o).copy(src, o);
   }
   if (rt == self.dtype()) {
-    backend_of(self).binary(bop, self, self, detail::prepare(src, rt, self.shape()));
+    backend_of(self).binary(bop, self, self, detail::prepare(src, detail::scalar_operand_dtype(src, rt), self.shape()));
   } else {
     // Computed in the result type, then cast: float32.add_(float64 y) rounds x + y once, as PyTorch does.
     Tensor tmp = empty(self.shape(), TensorOptions(rt).device(self.device()));

@@ -18,11 +18,25 @@ inline void check_same_device(const char* op, const Tensor& a, const Tensor& b) 
 // again (it is never below like's dtype), so the tensor-tensor op computes exactly what
 // PyTorch's tensor-scalar op does: int64 * 2 in int64, int64 * 2.0 in float32, float32 * 2.5
 // in float32 (and int64 / 2 in float32 by div's own true-division rule).
+// Beside a float16/bfloat16 tensor the number is a float32 0-dim tensor marked as a wrapped
+// number instead: it promotes as the number it is (the result stays float16), and the arithmetic
+// ops take it unrounded (scalar_operand_dtype): x * 65536.0 scales x in float32 and rounds once,
+// as PyTorch does, where a float16 65536 would be inf.
 inline Tensor wrap_scalar(const Scalar& s, const Tensor& like) {
   // Unchecked: float32 * 1e300 is inf, as in PyTorch (arithmetic may overflow; storing may not).
-  Tensor t = empty({}, TensorOptions(result_type(like, s)).device(like.device()));
+  const DType rt = result_type(like, s);
+  Tensor t = empty({}, TensorOptions(is_reduced_float(rt) ? kFloat32 : rt).device(like.device()));
   fill_unchecked(t, s);
+  if (is_reduced_float(rt)) t.impl().wrapped_number = true;
   return t;
+}
+
+// The dtype operand `t` enters a kernel in for an arithmetic op (add, sub, mul, div, pow)
+// computing in `ct`: ct, except that a float32/float64 0-dim operand of a float16/bfloat16 op
+// enters as float32, unrounded (the CPU computes 16-bit ops in float32; PyTorch too reads a
+// 0-dim operand at its own precision there).
+inline DType scalar_operand_dtype(const Tensor& t, DType ct) {
+  return is_reduced_float(ct) && t.dim() == 0 && (t.dtype() == kFloat32 || t.dtype() == kFloat64) ? kFloat32 : ct;
 }
 
 // The dtype clamp computes in: the bounds take part in promotion, so clamp(int64 x, 0.5)

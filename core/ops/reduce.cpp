@@ -79,12 +79,20 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   int64_t count = 1;
   for (int64_t d = 0; d < x.dim(); ++d)
     if (r[d]) count *= x.shape()[d];
-  // An empty selection gives 0 / 0 = NaN, as in PyTorch (sum is 0, the count 0).
-  Tensor s = reduce_raw(ReduceOp::Sum, x, r, x.dtype());
+  // An empty selection gives 0 / 0 = NaN, as in PyTorch (sum is 0, the count 0). A float16 or
+  // bfloat16 mean sums and divides in float32 and rounds once: the mean of values near the
+  // largest float16 is finite even where their sum is not.
+  const DType compute = is_reduced_float(x.dtype()) ? kFloat32 : x.dtype();
+  Tensor s = reduce_raw(ReduceOp::Sum, x, r, compute);
   backend_of(s).binary(
       BinaryOp::Div, s, s,
       detail::prepare(full({}, static_cast<double>(count), TensorOptions(s.dtype()).device(s.device())), s.dtype(),
                       s.shape()));
+  if (compute != x.dtype()) {
+    Tensor rounded = empty(s.shape(), TensorOptions(x.dtype()).device(x.device()));
+    backend_of(s).copy(rounded, s);
+    s = rounded;
+  }
   s = detail::make_alias(s, result_shape(x, r, keepdim), contiguous_strides(result_shape(x, r, keepdim)), 0);
   notify_op("mean", {x}, s);
   if (needs_grad(x))
@@ -183,6 +191,8 @@ Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
     if (r[d]) n *= x.shape()[d];
   GS_CHECK(n - (unbiased ? 1 : 0) > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ", n,
            " in ", x.str(), (unbiased ? "; pass unbiased=false for a single element" : ""));
+  // float16/bfloat16: the two passes in float32, one rounding at the end.
+  if (is_reduced_float(x.dtype())) return var(x.to(kFloat32), dims, unbiased, keepdim).to(x.dtype());
   Tensor c = x - mean(x, dims, true);
   return sum(c * c, dims, keepdim) / static_cast<double>(n - (unbiased ? 1 : 0));
 }
@@ -256,6 +266,8 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
     for (int64_t d = 0; d < x.dim(); ++d)
       if (r[d] && x.shape()[d] == 0) return sum(x, dims, keepdim) - std::numeric_limits<double>::infinity();
   }
+  // float16/bfloat16: exp and the sum in float32, one rounding at the end.
+  if (is_reduced_float(x.dtype())) return logsumexp(x.to(kFloat32), dims, keepdim).to(x.dtype());
   Tensor m = amax(x.detach(), dims, true);
   m = where(isinf(m), zeros_like(m), m);  // all -inf rows: avoid inf - inf
   Tensor s = log(sum(exp(x - m), dims, true)) + m;

@@ -244,6 +244,7 @@ TensorSummary summarize_uncached(const Tensor& t) {
   TensorSummary s;
   NoGradGuard ng;
   Tensor c = t.detach().contiguous();
+  if (is_reduced_float(c.dtype())) c = c.to(kFloat32);  // exact: float32 holds every 16-bit value
   s.numel = c.numel();
   if (c.numel() > 0 && c.dtype() == kFloat32 && scan_fast(static_cast<const float*>(c.raw_data()), s.numel, s))
     return s;

@@ -103,3 +103,59 @@ TEST_CASE("every registered op runs on cuda and matches the cpu, forward and bac
   }
   CHECK(ops > 20);
 }
+
+// float16/bfloat16 have no CUDA kernels: every registry op that runs a kernel on them on the device
+// refuses with a gradsleuth::Error naming the op, the dtype and the device (never a silent no-op
+// kernel); the views, which run none, give what the cpu gives; the tensors move between the
+// devices bit for bit.
+TEST_CASE("float16/bfloat16 on cuda: every registered op refuses by name; moving works") {
+  int refused = 0, views = 0;
+  for (gs::DType t : {gs::kFloat16, gs::kBFloat16}) {
+    const std::string dt = gs::dtype_name(t);
+    for (const gs::OpInfo& op : gs::op_registry()) {
+      gs::Generator gen(0);
+      for (const gs::OpSample& s : op.samples(gen, gs::kFloat64)) {
+        gs::tensor_list xs, cpu;
+        bool has_16bit_operand = false;
+        for (const gs::Tensor& x : s.inputs) {
+          gs::Tensor y = x.is_floating_point() ? x.to(t) : x;
+          has_16bit_operand |= y.dtype() == t;
+          cpu.push_back(y);
+          xs.push_back(y.to(gs::kCUDA));
+        }
+        if (!has_16bit_operand) continue;
+        INFO("op: ", op.name, " [", s.label, "] ", dt);
+        gs::Tensor r;
+        try {
+          r = op.fn(xs);
+        } catch (const gs::Error& e) {
+          const std::string msg = e.what();
+          CHECK(msg.find(dt) != std::string::npos);
+          CHECK(msg.find("cuda:0") != std::string::npos);
+          CHECK(msg.find(".cpu()") != std::string::npos);
+          CHECK_FALSE(e.op().empty());
+          if (op.name == "exp" || op.name == "add" || op.name == "mul" || op.name == "eq" || op.name == "isnan")
+            CHECK(e.op() == op.name);  // a kernel op's row refuses under its own name
+          ++refused;
+          continue;
+        }
+        // No kernel ran: a view, whose elements are the cpu's.
+        CHECK(op.category == "view");
+        CHECK(r.dtype() == t);
+        CHECK(r.is_cuda());
+        const gs::Tensor want = op.fn(cpu);
+        CHECK(r.shape() == want.shape());
+        CHECK(r.strides() == want.strides());
+        if (r.is_contiguous()) CHECK(gs::equal(r.cpu().to(gs::kFloat32), want.to(gs::kFloat32)));
+        ++views;
+      }
+    }
+    // Moving: cpu -> cuda -> cpu keeps every bit, including a non-contiguous source on the cpu.
+    gs::Tensor h = gs::tensor({65504.0, 1e-7, -0.0, 1.0 / 3, INFINITY, 2.5}, {2, 3}, t);
+    gs::Tensor back = h.t().to(gs::kCUDA).cpu();
+    CHECK(back.dtype() == t);
+    CHECK(gs::equal(back.to(gs::kFloat32), h.t().to(gs::kFloat32)));
+  }
+  CHECK(refused > 100);
+  CHECK(views > 0);
+}

@@ -1,0 +1,345 @@
+// CPU backend, float16 and bfloat16: a Backend in front of the CPU backend that runs every kernel
+// given a 16-bit float operand in float32 (operands widened, results rounded back once), so
+// the kernel files keep their four dtypes (docs/dtypes.md, "float16 and bfloat16").
+#include <Eigen/Core>
+#include <memory>
+
+#include "core/cpu/cpu_backend.h"
+
+namespace gradsleuth {
+
+// The scalar conversions of core/dtype.h, here with the loops that share Eigen's types (so no
+// other file of the engine parses <Eigen/Core> for them).
+Half::Half(float f) : bits(Eigen::numext::bit_cast<uint16_t>(Eigen::half(f))) {}
+BFloat16::BFloat16(float f) : bits(Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(f))) {}
+float to_float(Half h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(h.bits)); }
+float to_float(BFloat16 h) { return static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(h.bits)); }
+
+namespace cpu {
+
+namespace {
+
+bool reduced(const Tensor& t) { return t.defined() && is_reduced_float(t.dtype()); }
+
+// The C++ type Eigen converts with: round to nearest even, overflow to inf, subnormals kept.
+template <class F>
+void with_eigen_type(DType t, F&& f) {
+  if (t == kFloat16)
+    f(Eigen::half{});
+  else
+    f(Eigen::bfloat16{});
+}
+
+// out (float32) <- in (16-bit float), both of one shape and any strides.
+void widen(const Tensor& out, const Tensor& in) {
+  with_eigen_type(in.dtype(), [&](auto tag) {
+    using H = decltype(tag);
+    for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
+      for (int64_t k = 0; k < n; ++k) *at<float>(p[0], k, st[0]) = static_cast<float>(*at<H>(p[1], k, st[1]));
+    });
+  });
+}
+
+// out (16-bit float) <- in (float32), rounding each value once.
+void narrow(const Tensor& out, const Tensor& in) {
+  with_eigen_type(out.dtype(), [&](auto tag) {
+    using H = decltype(tag);
+    for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
+      for (int64_t k = 0; k < n; ++k) *at<H>(p[0], k, st[0]) = H(*at<float>(p[1], k, st[1]));
+    });
+  });
+}
+
+// A float32 copy of a 16-bit operand; any other tensor (undefined included) as it is.
+Tensor up(const Tensor& t) {
+  if (!reduced(t)) return t;
+  Tensor f = empty(t.shape(), kFloat32);
+  widen(f, t);
+  return f;
+}
+
+// Where a kernel writes a 16-bit result: a float32 buffer (holding the old values when the
+// kernel accumulates into them), rounded into the real output by done().
+struct Result {
+  Tensor out, f32;
+  Result(const Tensor& o, bool accumulates) : out(o), f32(o) {
+    if (!reduced(o)) return;
+    f32 = empty(o.shape(), kFloat32);
+    if (accumulates) widen(f32, o);
+  }
+  void done() const {
+    if (reduced(out)) narrow(out, f32);
+  }
+};
+
+template <class... T>
+bool any_reduced(const T&... t) {
+  return (reduced(t) || ...);
+}
+
+class ReducedFloatBackend final : public Backend {
+ public:
+  explicit ReducedFloatBackend(Backend& inner) : b_(inner) {}
+  DeviceType type() const override { return b_.type(); }
+  const char* name() const override { return b_.name(); }
+
+  void* allocate(size_t n) override { return b_.allocate(n); }
+  void deallocate(void* p, size_t n) override { b_.deallocate(p, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { b_.copy_to_host(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n) override { b_.copy_from_host(dst, src, n); }
+  void synchronize() override { b_.synchronize(); }
+  std::string memory_summary() const override { return b_.memory_summary(); }
+
+  void copy(const Tensor& out, const Tensor& in) override {
+    if (!any_reduced(out, in)) return b_.copy(out, in);
+    if (out.dtype() == in.dtype()) {  // the 16 bits as they are
+      for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
+        for (int64_t k = 0; k < n; ++k) *at<uint16_t>(p[0], k, st[0]) = *at<uint16_t>(p[1], k, st[1]);
+      });
+      return;
+    }
+    // Through float32, which holds every float16 and bfloat16 value: one rounding into a
+    // 16-bit float from float32, bool and float16/bfloat16; two (through float32) from float64
+    // and int64, as PyTorch's conversions do.
+    Tensor mid = in;
+    if (in.dtype() != kFloat32) {
+      mid = empty(in.shape(), kFloat32);
+      if (reduced(in))
+        widen(mid, in);
+      else
+        b_.copy(mid, in);
+    }
+    if (reduced(out))
+      narrow(out, mid);
+    else
+      b_.copy(out, mid);
+  }
+  void fill(const Tensor& out, double value) override {
+    if (!reduced(out)) return b_.fill(out, value);
+    with_eigen_type(out.dtype(), [&](auto tag) {
+      using H = decltype(tag);
+      const H v(static_cast<float>(value));
+      for_each_row<1>(out.shape(), {&out}, [&](char** p, int64_t n, const int64_t* st) {
+        for (int64_t k = 0; k < n; ++k) *at<H>(p[0], k, st[0]) = v;
+      });
+    });
+  }
+  void arange(const Tensor& out, double start, double step) override {
+    if (!reduced(out)) return b_.arange(out, start, step);
+    Result r(out, false);
+    b_.arange(r.f32, start, step);
+    r.done();
+  }
+
+  void unary(UnaryOp op, const Tensor& out, const Tensor& in) override {
+    if (!any_reduced(out, in)) return b_.unary(op, out, in);
+    Result r(out, false);
+    b_.unary(op, r.f32, up(in));
+    r.done();
+  }
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
+    if (!any_reduced(out, a, b)) return b_.binary(op, out, a, b);
+    Result r(out, false);
+    b_.binary(op, r.f32, up(a), up(b));
+    r.done();
+  }
+  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
+    if (!any_reduced(out, a, b)) return b_.where(out, cond, a, b);
+    Result r(out, false);
+    b_.where(r.f32, cond, up(a), up(b));
+    r.done();
+  }
+  void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override {
+    if (!any_reduced(out, in)) return b_.clamp(out, in, lo, hi);
+    Result r(out, false);
+    b_.clamp(r.f32, up(in), lo, hi);
+    r.done();
+  }
+  void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override {
+    if (!any_reduced(out, grad, x)) return b_.threshold_backward(out, grad, x, threshold);
+    Result r(out, false);
+    b_.threshold_backward(r.f32, up(grad), up(x), threshold);
+    r.done();
+  }
+
+  // Sums accumulate in float32 (the float32 kernel's accurate sum) and round once.
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const bool* dims) override {
+    if (!any_reduced(out, in)) return b_.reduce(op, out, in, dims);
+    Result r(out, false);
+    b_.reduce(op, r.f32, up(in), dims);
+    r.done();
+  }
+  void arg_reduce(bool is_max, const Tensor& out, const Tensor& in, int64_t dim) override {
+    if (!reduced(in)) return b_.arg_reduce(is_max, out, in, dim);
+    b_.arg_reduce(is_max, out, up(in), dim);
+  }
+  // The row's max, exp and sum in float32: logits thousands apart neither overflow nor
+  // lose the row's small terms.
+  void softmax_lastdim(const Tensor& out, const Tensor& in, bool log) override {
+    if (!any_reduced(out, in)) return b_.softmax_lastdim(out, in, log);
+    Result r(out, false);
+    b_.softmax_lastdim(r.f32, up(in), log);
+    r.done();
+  }
+
+  // Products and their sums in float32, each result rounded once.
+  void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
+    if (!any_reduced(out, a, b)) return b_.bmm(out, a, b);
+    Result r(out, false);
+    b_.bmm(r.f32, up(a), up(b));
+    r.done();
+  }
+
+  void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override {
+    if (!any_reduced(out, in)) return b_.gather(out, in, dim, index);
+    Result r(out, false);
+    b_.gather(r.f32, up(in), dim, index);
+    r.done();
+  }
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override {
+    if (!any_reduced(out, src)) return b_.scatter_add(out, dim, index, src);
+    Result r(out, true);
+    b_.scatter_add(r.f32, dim, index, up(src));
+    r.done();
+  }
+  void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index) override {
+    if (!any_reduced(out, in)) return b_.index_select(out, in, dim, index);
+    Result r(out, false);
+    b_.index_select(r.f32, up(in), dim, index);
+    r.done();
+  }
+  void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override {
+    if (!any_reduced(out, src)) return b_.index_add(out, dim, index, src);
+    Result r(out, true);
+    b_.index_add(r.f32, dim, index, up(src));
+    r.done();
+  }
+
+  void im2col(const Tensor& cols, const Tensor& in, const Conv2dGeometry& g) override {
+    if (!any_reduced(cols, in)) return b_.im2col(cols, in, g);
+    Result r(cols, false);
+    b_.im2col(r.f32, up(in), g);
+    r.done();
+  }
+  void col2im(const Tensor& out, const Tensor& cols, const Conv2dGeometry& g) override {
+    if (!any_reduced(out, cols)) return b_.col2im(out, cols, g);
+    Result r(out, true);
+    b_.col2im(r.f32, up(cols), g);
+    r.done();
+  }
+  void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) override {
+    if (!any_reduced(out, in)) return b_.max_pool2d(out, argmax, in, g);
+    Result r(out, false);
+    b_.max_pool2d(r.f32, argmax, up(in), g);
+    r.done();
+  }
+  void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
+                           const Conv2dGeometry& g) override {
+    if (!any_reduced(grad_in, grad_out)) return b_.max_pool2d_backward(grad_in, grad_out, argmax, g);
+    Result r(grad_in, false);
+    b_.max_pool2d_backward(r.f32, up(grad_out), argmax, g);
+    r.done();
+  }
+  void avg_pool2d(const Tensor& out, const Tensor& in, const Conv2dGeometry& g) override {
+    if (!any_reduced(out, in)) return b_.avg_pool2d(out, in, g);
+    Result r(out, false);
+    b_.avg_pool2d(r.f32, up(in), g);
+    r.done();
+  }
+  void avg_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Conv2dGeometry& g) override {
+    if (!any_reduced(grad_in, grad_out)) return b_.avg_pool2d_backward(grad_in, grad_out, g);
+    Result r(grad_in, true);  // the kernel adds into grad_in
+    b_.avg_pool2d_backward(r.f32, up(grad_out), g);
+    r.done();
+  }
+
+  bool conv2d_fused_supported(const Conv2dGeometry& g, int64_t O, DType dt) const override {
+    return b_.conv2d_fused_supported(g, O, is_reduced_float(dt) ? kFloat32 : dt);
+  }
+  bool conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Conv2dGeometry& g) override {
+    if (!any_reduced(out, x, w, bias)) return b_.conv2d_forward(out, x, w, bias, g);
+    Result r(out, false);
+    if (!b_.conv2d_forward(r.f32, up(x), up(w), up(bias), g)) return false;
+    r.done();
+    return true;
+  }
+  bool conv2d_backward(const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_b, const Tensor& grad_out,
+                       const Tensor& x, const Tensor& w, const Conv2dGeometry& g) override {
+    if (!any_reduced(grad_x, grad_w, grad_b, grad_out, x, w))
+      return b_.conv2d_backward(grad_x, grad_w, grad_b, grad_out, x, w, g);
+    Result rx(grad_x, false), rw(grad_w, false), rb(grad_b, false);
+    if (!b_.conv2d_backward(rx.f32, rw.f32, rb.f32, up(grad_out), up(x), up(w), g)) return false;
+    rx.done();
+    rw.done();
+    rb.done();
+    return true;
+  }
+
+  // Drawn in float32 (the same stream as a float32 tensor) and rounded; a value that rounds
+  // up to `hi` is moved to the 16-bit float just below it, so the range stays [lo, hi).
+  void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override {
+    if (!reduced(out)) return b_.uniform(out, lo, hi, seed, offset);
+    Result r(out, false);
+    b_.uniform(r.f32, lo, hi, seed, offset);
+    r.done();
+    with_eigen_type(out.dtype(), [&](auto tag) {
+      using H = decltype(tag);
+      H* p = static_cast<H*>(out.raw_data());  // freshly allocated: contiguous
+      for (int64_t k = 0; k < out.numel(); ++k) {
+        if (!(static_cast<double>(static_cast<float>(p[k])) >= hi)) continue;
+        const auto bits = Eigen::numext::bit_cast<uint16_t>(p[k]);
+        // Sign and magnitude: one step towards -inf is bits - 1 above zero, bits + 1 below.
+        p[k] = Eigen::numext::bit_cast<H>(static_cast<uint16_t>(hi > 0 ? bits - 1 : bits + 1));
+      }
+    });
+  }
+  void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override {
+    if (!reduced(out)) return b_.normal(out, mean, std, seed, offset);
+    Result r(out, false);
+    b_.normal(r.f32, mean, std, seed, offset);
+    r.done();
+  }
+
+  // The fused steps in float32; every tensor the step updates is rounded back.
+  bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override {
+    if (!any_reduced(p, g, buf)) return b_.sgd_step(p, g, buf, s);
+    Result rp(p, true), rbuf(buf, true);
+    if (!b_.sgd_step(rp.f32, up(g), rbuf.f32, s)) return false;
+    rp.done();
+    rbuf.done();
+    return true;
+  }
+  bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                 const AdamStep& s) override {
+    if (!any_reduced(p, g, m, v, vmax)) return b_.adam_step(p, g, m, v, vmax, s);
+    Result rp(p, true), rm(m, true), rv(v, true), rvmax(vmax, true);
+    if (!b_.adam_step(rp.f32, up(g), rm.f32, rv.f32, rvmax.f32, s)) return false;
+    rp.done();
+    rm.done();
+    rv.done();
+    rvmax.done();
+    return true;
+  }
+  bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
+                    const Tensor& buf, const RmspropStep& s) override {
+    if (!any_reduced(p, g, square_avg, grad_avg, buf)) return b_.rmsprop_step(p, g, square_avg, grad_avg, buf, s);
+    Result rp(p, true), rsq(square_avg, true), rga(grad_avg, true), rbuf(buf, true);
+    if (!b_.rmsprop_step(rp.f32, up(g), rsq.f32, rga.f32, rbuf.f32, s)) return false;
+    rp.done();
+    rsq.done();
+    rga.done();
+    rbuf.done();
+    return true;
+  }
+
+ private:
+  Backend& b_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> with_reduced_floats(Backend& inner) { return std::make_unique<ReducedFloatBackend>(inner); }
+
+}  // namespace cpu
+}  // namespace gradsleuth
