@@ -248,19 +248,7 @@ std::optional<Finding> loss_shape_finding(const std::string& loss_name, const Te
 }
 
 // ---- M18 ----------------------------------------------------------------------------------
-float round_to_half(float v) {
-  if (std::isnan(v) || std::isinf(v) || v == 0.0f) return v;
-  const float a = std::fabs(v);
-  if (a >= 65520.0f) return std::copysign(INFINITY, v);  // rounds past the largest half, 65504
-  int e = 0;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  // Half keeps 11 significant bits for normals (exponent >= -14), and a fixed
-  // step of 2^-24 for subnormals.
-  const int step_exp = std::max(e - 11, -24);
-  const float step = std::ldexp(1.0f, step_exp);
-  const float r = std::nearbyint(a / step) * step;  // round half to even (the default rounding mode)
-  return std::copysign(r, v);
-}
+float round_to_half(float v) { return to_float(Half(v)); }  // the engine's float16 conversion
 
 void HalfPrecisionEmulation::on_op(const OpEvent& e) {
   if (!e.output || !e.output->defined() || e.output->dtype() != kFloat32) return;
