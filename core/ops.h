@@ -8,6 +8,7 @@
 #pragma once
 #include <optional>
 
+#include "core/autocast.h"
 #include "core/tensor.h"
 
 namespace gradsleuth {
