@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/observer.h"
 #include "core/ops.h"

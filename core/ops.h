@@ -8,7 +8,6 @@
 #pragma once
 #include <optional>
 
-#include "core/autocast.h"
 #include "core/tensor.h"
 
 namespace gradsleuth {

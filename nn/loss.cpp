@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/autocast.h"
 #include "nn/layer_checks.h"
 
 namespace gradsleuth::nn {

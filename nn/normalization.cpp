@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "core/autocast.h"
 #include "core/warning.h"
 #include "nn/init.h"
 #include "nn/layer_checks.h"
