@@ -21,7 +21,7 @@ const char* autocast_policy_name(AutocastPolicy p);  // "lower precision", "floa
 // One row of the policy table (core/autocast.cpp; docs/dtypes.md reproduces it). An op not in the
 // table runs in the dtype of its inputs, promoted as usual.
 struct AutocastRule {
-  const char* op;  // the op's name as errors and the op registry spell it
+  const char* op;  // the op's name (gs::matmul, nn::functional::cross_entropy; nn::LayerNorm is layer_norm)
   AutocastPolicy policy;
 };
 // The whole table, in the order docs/dtypes.md lists it.
