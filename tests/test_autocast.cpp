@@ -256,9 +256,9 @@ TEST_CASE("autocast: float32 parameters get float32 gradients close to a float32
     return g;
   };
   const auto ref = grads(false, gs::kBFloat16, false);
-  // Tolerance: a few roundings of the 16-bit dtype through two products and a norm, relative to
-  // each gradient's largest entry (bfloat16 eps 2^-7 = 0.0078, float16 2^-10).
-  for (auto [t, tol] : {std::pair{gs::kBFloat16, 0.08}, std::pair{gs::kFloat16, 0.01}}) {
+  // Tolerance: four roundings of the 16-bit dtype (eps: bfloat16 2^-7 = 0.0078, float16 2^-10 =
+  // 0.00098) relative to each gradient's largest entry; measured: about 1.2 eps for both.
+  for (auto [t, tol] : {std::pair{gs::kBFloat16, 0.03}, std::pair{gs::kFloat16, 0.004}}) {
     CAPTURE(t);
     const auto got = grads(true, t, false);
     const auto inside = grads(true, t, true);
@@ -354,8 +354,8 @@ TEST_CASE("autocast: an MLP trains to float32's accuracy under bfloat16 and floa
   const double f32 = train_spirals(0), bf16 = train_spirals(1), fp16 = train_spirals(2);
   MESSAGE("spirals accuracy: float32 " << f32 << ", bfloat16 autocast " << bf16 << ", float16 autocast + scaler " << fp16);
   CHECK(f32 > 95.0);
-  // Held out: 1500 points, so half a point is 7 of them; float32 and the two autocast runs differ
-  // by 0 to 1 points here (the 16-bit roundings move a few points near the arms' boundaries).
+  // Held out: 1500 points, so half a point is 7 of them. Over 7 initialisations of the model the
+  // autocast runs ended at most 0.07 points below float32 (one point near the arms' boundaries).
   CHECK(bf16 >= f32 - 0.5);
   CHECK(fp16 >= f32 - 0.5);
 }
@@ -407,7 +407,8 @@ TEST_CASE("autocast: a small CNN trains to float32's accuracy under bfloat16 and
   const double f32 = train_cnn(0), bf16 = train_cnn(1), fp16 = train_cnn(2);
   MESSAGE("blob-image CNN accuracy: float32 " << f32 << ", bfloat16 autocast " << bf16 << ", float16 autocast + scaler "
                                              << fp16);
-  // 400 held-out images: half a point is 2 of them; the three runs differ by 0 or 1 here.
+  // 400 held-out images: half a point is 2 of them. Over 7 initialisations of the model the
+  // autocast runs ended at most 0.25 points (one image) below float32.
   CHECK(f32 > 90.0);
   CHECK(bf16 >= f32 - 0.5);
   CHECK(fp16 >= f32 - 0.5);
