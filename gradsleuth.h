@@ -6,6 +6,7 @@
 //   auto loss = gs::log_softmax(x.matmul(w), 1).mean();
 //   loss.backward();   // w.grad() now holds d(loss)/dw
 #pragma once
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/dtype.h"

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/observer.h"
 #include "core/ops.h"
@@ -593,6 +594,9 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
   GS_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward", "got ", roots.size(), " outputs but ",
            grad_roots.size(), " gradients");
   const uint64_t epoch = ++g_epoch;
+  // Each gradient op runs in the dtype its forward op ran in, whether or not backward() is
+  // called inside an autocast scope (docs/dtypes.md, "Autocast").
+  detail::AutocastSuspend no_autocast;
   GraphTrace* const trace = t_trace;  // core/graph_trace.h; null unless someone records
   if (trace != nullptr) [[unlikely]]
     trace->on_pass_begin();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/autocast.h"
 #include "nn/layer_checks.h"
 
 namespace gradsleuth::nn {
@@ -165,6 +166,10 @@ bool unbatched(const Tensor& input, const Tensor& target) { return input.dim() =
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossOptions& o) {
+  if (autocast_enabled()) [[unlikely]] {
+    gradsleuth::detail::AutocastScope ac("mse_loss");
+    return mse_loss(ac.cast(input), ac.cast(target), o);
+  }
   const char* who = "MSELoss";
   check_pair(input, target, who);
   GS_CHECK(target.is_floating_point(), who, "expects a floating-point target, got ", target.str(),
@@ -195,6 +200,12 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossOptions&
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& o) {
+  if (autocast_enabled()) [[unlikely]] {
+    gradsleuth::detail::AutocastScope ac("nll_loss");
+    NLLLossOptions o32 = o;
+    o32.weight_ = ac.cast(o.weight_);
+    return nll_loss(ac.cast(log_probs), target, o32);
+  }
   const char* who = "NLLLoss";
   check_pair(log_probs, target, who);
   if (unbatched(log_probs, target)) return nll_loss(log_probs.unsqueeze(0), target.unsqueeze(0), o).reshape({});
@@ -259,6 +270,12 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Cros
 }  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& o) {
+  if (autocast_enabled()) [[unlikely]] {
+    gradsleuth::detail::AutocastScope ac("cross_entropy");
+    CrossEntropyLossOptions o32 = o;
+    o32.weight_ = ac.cast(o.weight_);
+    return cross_entropy(ac.cast(input), ac.cast(target), o32);
+  }
   const char* who = "CrossEntropyLoss";
   check_pair(input, target, who);
   GS_CHECK(o.label_smoothing_ >= 0.0 && o.label_smoothing_ <= 1.0, who, "label_smoothing must be in [0, 1], got ",
@@ -288,6 +305,9 @@ static void check_binary_pair(const Tensor& input, const Tensor& target, const c
 //   dL/dp = (p - y) / max(p (1 - p), 1e-12)        dL/dy = log(1 - p) - log(p)   (clamped logs)
 // Differentiating the clamped logs would give 0 * inf = NaN at p = 0 or 1.
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCELossOptions& o) {
+  if (autocast_enabled()) [[unlikely]] {
+    gradsleuth::detail::AutocastScope ac("binary_cross_entropy");  // refused: throws, with the fix
+  }
   const char* who = "BCELoss";
   check_binary_pair(input, target, who, "prediction's");
   Tensor value;  // per element, no graph yet
@@ -321,6 +341,13 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCE
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BCEWithLogitsLossOptions& o) {
+  if (autocast_enabled()) [[unlikely]] {
+    gradsleuth::detail::AutocastScope ac("binary_cross_entropy_with_logits");
+    BCEWithLogitsLossOptions o32 = o;
+    o32.weight_ = ac.cast(o.weight_);
+    o32.pos_weight_ = ac.cast(o.pos_weight_);
+    return binary_cross_entropy_with_logits(ac.cast(input), ac.cast(target), o32);
+  }
   const char* who = "BCEWithLogitsLoss";
   check_binary_pair(input, target, who, "logits'");
   if (o.pos_weight_.defined())

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "core/autocast.h"
 #include "core/warning.h"
 #include "nn/init.h"
 #include "nn/layer_checks.h"
@@ -99,6 +100,10 @@ void BatchNorm2d::check_input_shape(const Tensor& x) const {
 }
 
 Tensor BatchNormBase::forward(const Tensor& x) {
+  if (autocast_enabled()) [[unlikely]] {  // batch_norm runs in float32 (docs/dtypes.md, "Autocast")
+    gradsleuth::detail::AutocastScope ac("batch_norm");
+    return forward(ac.cast(x));
+  }
   detail::check_input(x, type_name() + "(" + std::to_string(num_features()) + ")");
   check_input_shape(x);
   const int64_t C = num_features();
@@ -172,6 +177,10 @@ std::string LayerNorm::extra_repr() const {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
+  if (autocast_enabled()) [[unlikely]] {  // layer_norm runs in float32 (docs/dtypes.md, "Autocast")
+    gradsleuth::detail::AutocastScope ac("layer_norm");
+    return forward(ac.cast(x));
+  }
   const std::string who = "LayerNorm(" + extra_repr() + ")";
   detail::check_input(x, who);
   const int64_t k = static_cast<int64_t>(normalized_shape_.size());

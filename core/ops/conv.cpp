@@ -194,6 +194,10 @@ bool conv2d_fused() { return g_conv2d_fused.load(std::memory_order_relaxed); }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims stride, Dims padding, Dims dilation,
               int64_t groups) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("conv2d");
+    return conv2d(ac.cast(x), ac.cast(weight), ac.cast(bias), stride, padding, dilation, groups);
+  }
   detail::check_same_device("conv2d", x, weight);
   GS_CHECK(weight.dim() == 4, "conv2d", "weight must be 4-D (out_channels, in_channels/groups, kH, kW), got ",
            weight.str());

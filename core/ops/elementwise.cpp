@@ -162,6 +162,10 @@ static int64_t min_int64(const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("pow");
+    return pow(ac.cast(a), ac.cast(b));
+  }
   // An integral result has no 2^-1: PyTorch refuses it rather than give 0. Checked on the
   // host before the kernel is launched, on every backend.
   if (result_type(a, b) == kInt64 && b.dtype() == kInt64 && b.numel() > 0) {
@@ -195,6 +199,10 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Scalar& exponent) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("pow");
+    return pow(ac.cast(a), exponent);
+  }
   // An integral result has no 2^-1: PyTorch refuses it rather than give 0.
   GS_CHECK(is_floating(result_type(a, exponent)) || exponent.to_int64() >= 0, "pow",
            "integers to negative integer "
@@ -269,6 +277,10 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("exp");
+    return exp(ac.cast(x));
+  }
   Tensor y = unary_forward(UnaryOp::Exp, "exp", x);
   if (needs_grad(x))  // dy/dx = y
     record("exp", y, {&x},
@@ -277,6 +289,10 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("log");
+    return log(ac.cast(x));
+  }
   Tensor y = unary_forward(UnaryOp::Log, "log", x);
   if (needs_grad(x))  // dy/dx = 1/x
     record("log", y, {&x},
@@ -463,6 +479,7 @@ Tensor gelu(const Tensor& x) {
 // backward is written out (dy/dx = sigmoid(beta x)): differentiating that
 // composition would give relu'(0) + abs'(0) terms, i.e. 0 instead of 0.5 at x = 0.
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  detail::AutocastSuspend no_autocast;  // not in the autocast table: its inner exp runs in x's dtype
   if (!x.is_floating_point()) return softplus(prepare(x, kDefaultFloat, x.shape()), beta, threshold);
   Tensor y;
   {

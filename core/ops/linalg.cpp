@@ -50,6 +50,10 @@ bool transposed_2d(const Strides& st) { return st.size() == 2 && st[0] == 1 && s
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("matmul");
+    return matmul(ac.cast(a), ac.cast(b));
+  }
   detail::check_same_device("matmul", a, b);
   GS_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul", "both operands need at least 1 dim, got ", a.str(), " and ",
            b.str());
@@ -99,6 +103,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("linear");
+    return linear(ac.cast(x), ac.cast(w), ac.cast(b));
+  }
   GS_CHECK(w.dim() == 2, "linear", "weight must be 2-D (out_features, in_features), got ", w.str());
   GS_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear", "input ", x.str(), " has ", x.dim() ? x.size(-1) : 0,
            " features but the weight ", w.str(), " expects ", w.size(1), " (weight is (out_features, in_features))");

@@ -1,5 +1,6 @@
 // Helpers shared by the op implementations (not part of the public API).
 #pragma once
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/observer.h"

@@ -56,6 +56,10 @@ Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& in_sha
 }  // namespace
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("sum");
+    return sum(ac.cast(x), dims, keepdim);
+  }
   auto r = reduced_flags(x, dims, "sum");
   // Integer and bool sums accumulate in int64, as in PyTorch.
   DType dt = is_floating(x.dtype()) ? x.dtype() : kInt64;
@@ -70,6 +74,10 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("mean");
+    return mean(ac.cast(x), dims, keepdim);
+  }
   // As in PyTorch, an integer mean has no output dtype to infer (truncating it would be wrong,
   // and silently picking float32 would hide that the data are integers).
   GS_CHECK(x.is_floating_point(), "mean", "could not infer the output dtype: the input ", x.str(),
@@ -233,6 +241,10 @@ static Tensor softmax_forward(const Tensor& x, int64_t d, bool log, const char* 
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("softmax");
+    return softmax(ac.cast(x), dim);
+  }
   const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "softmax");
   Tensor y = softmax_forward(x, d, false, "softmax");
   notify_op("softmax", {x}, y);
@@ -245,6 +257,10 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("log_softmax");
+    return log_softmax(ac.cast(x), dim);
+  }
   const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "log_softmax");
   Tensor y = softmax_forward(x, d, true, "log_softmax");
   notify_op("log_softmax", {x}, y);
@@ -258,6 +274,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
 
 // logsumexp = m + log(sum(exp(x - m))) with m the (detached) max: never overflows.
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  if (autocast_enabled()) [[unlikely]] {
+    detail::AutocastScope ac("logsumexp");
+    return logsumexp(ac.cast(x), dims, keepdim);
+  }
   GS_CHECK(x.is_floating_point(), "logsumexp", "expects a floating-point tensor, got ", x.str(),
            "; convert first: x.to(gs::kFloat32)");
   {

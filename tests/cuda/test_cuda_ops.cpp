@@ -159,3 +159,31 @@ TEST_CASE("float16/bfloat16 on cuda: every registered op refuses by name; moving
   CHECK(refused > 100);
   CHECK(views > 0);
 }
+
+// Autocast (core/autocast.h) decides the same on every device, but an op it would run in 16 bits
+// on a CUDA tensor is refused there by autocast itself, naming the op and the device; the float32
+// rows cast up and run; switched off, the op runs in float32.
+TEST_CASE("autocast on cuda: lower-precision ops refuse clearly, float32 ones run") {
+  const gs::Tensor a = gs::randn({3, 4}).to(gs::kCUDA), b = gs::randn({4, 2}).to(gs::kCUDA);
+  auto ac = gs::autocast(gs::kBFloat16);
+  std::string msg;
+  try {
+    gs::matmul(a, b);
+  } catch (const gs::Error& e) {
+    msg = e.what();
+    CHECK(e.op() == "matmul");
+  }
+  INFO(msg);
+  CHECK(msg.find("autocast would run it in bfloat16 on cuda:0") != std::string::npos);
+  CHECK(msg.find("gs::autocast(gs::autocast_dtype(), false)") != std::string::npos);
+  CHECK(gs::autocast_enabled());
+  const gs::Tensor s = gs::softmax(a, 1);
+  CHECK(s.dtype() == gs::kFloat32);
+  CHECK(s.is_cuda());
+  {
+    auto off = gs::autocast(gs::kBFloat16, false);
+    const gs::Tensor c = gs::matmul(a, b);
+    CHECK(c.dtype() == gs::kFloat32);
+    CHECK(c.is_cuda());
+  }
+}

@@ -1,0 +1,87 @@
+// Autocast (mixed precision, like torch.autocast): a thread-local scope in which chosen ops cast
+// their floating inputs to float16/bfloat16 or up to float32 (docs/dtypes.md, "Autocast").
+#pragma once
+#include <cstddef>
+#include <string_view>
+
+#include "core/dtype.h"
+
+namespace gradsleuth {
+
+class Tensor;
+
+// What an op does with its floating inputs inside an enabled autocast scope.
+enum class AutocastPolicy : uint8_t {
+  LowerPrecision,  // float32/float16/bfloat16 inputs are cast to the autocast dtype (float64 is left alone)
+  Float32,         // float16/bfloat16 inputs are cast up to float32
+  Refuse,          // the op is an error under autocast (binary_cross_entropy: unsafe to autocast)
+};
+const char* autocast_policy_name(AutocastPolicy p);  // "lower precision", "float32", "refused"
+
+// One row of the policy table (core/autocast.cpp; docs/dtypes.md reproduces it). An op not in the
+// table runs in the dtype of its inputs, promoted as usual.
+struct AutocastRule {
+  const char* op;  // the op's name (gs::matmul, nn::functional::cross_entropy; nn::LayerNorm is layer_norm)
+  AutocastPolicy policy;
+};
+// The whole table, in the order docs/dtypes.md lists it.
+const AutocastRule* autocast_rules(size_t* count);
+// The policy of `op`, or nullptr when the op is not in the table.
+const AutocastRule* find_autocast_rule(std::string_view op);
+
+// The RAII scope. `auto ac = gs::autocast(gs::kBFloat16);` turns autocast on for this thread until
+// `ac` is destroyed; `gs::autocast(dtype, false)` turns it off for a region (an unstable op) inside
+// an enabled one. Nested guards restore the state they found. The dtype must be float16 or
+// bfloat16 (anything else is an error, enabled or not).
+class [[nodiscard]] AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool prev_enabled_;
+  DType prev_dtype_;
+};
+[[nodiscard]] inline AutocastGuard autocast(DType dtype, bool enabled = true) { return AutocastGuard(dtype, enabled); }
+
+// This thread's state: whether autocast is on, and its dtype (bfloat16 when no guard set one).
+bool autocast_enabled();
+DType autocast_dtype();
+
+namespace detail {
+// Used at the entry of each op of the table: applies `op`'s policy to its inputs and turns
+// autocast off until destroyed, so the op's own inner ops (linear's matmul, a loss's
+// log_softmax) are not cast again. Throws for a Refuse op. Construct only when
+// autocast_enabled().
+class AutocastScope {
+ public:
+  explicit AutocastScope(const char* op);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+  // The input as the policy wants it: a differentiable to(dtype) of a floating tensor, the
+  // tensor itself otherwise (undefined, integer, bool, float64, or already of that dtype).
+  Tensor cast(const Tensor& t) const;
+
+ private:
+  const char* op_;
+  AutocastPolicy policy_;
+  DType dtype_;
+};
+// Turns autocast off on this thread until destroyed (the backward pass runs under one: each
+// gradient op runs in the dtype its forward op ran in).
+class AutocastSuspend {
+ public:
+  AutocastSuspend();
+  ~AutocastSuspend();
+  AutocastSuspend(const AutocastSuspend&) = delete;
+  AutocastSuspend& operator=(const AutocastSuspend&) = delete;
+
+ private:
+  bool prev_;
+};
+}  // namespace detail
+
+}  // namespace gradsleuth
