@@ -8,6 +8,9 @@
 //   train_step/cnn/64    conv32-pool-conv64-pool-fc128-fc10, batch 64, SGD
 //   train_step/mlp3/64   the CLI's MLP 784-256-128-10, Adam
 //   conv2d/cnn{1,2}/...  the CNN's two convolutions alone, fused kernel (/1) or composite (/0)
+//   train_step_bf16/{mlp,cnn}/..., train_step_fp16/...  the same steps under gs::autocast (float32
+//     parameters, the products in 16 bits); train_step_bf16_weights/mlp/...: the model itself in bfloat16
+//     (the goal: within 1.1x of the float32 step)
 // Run single-threaded for the comparison: OMP_NUM_THREADS=1 ./bench_train_step
 #include <benchmark/benchmark.h>
 
@@ -15,6 +18,7 @@
 
 #include "bench/models.h"
 #include "core/cpu/fast/sgemm.h"
+#include "core/autocast.h"
 #include "core/generator.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -24,11 +28,15 @@ namespace {
 namespace nn = gs::nn;
 namespace optim = gs::optim;
 
+// `autocast`: the forward and the loss under gs::autocast(that dtype) (kFloat32: off); `weights`: the
+// model's parameters converted to that dtype first (kFloat32: as made).
 template <class MakeModel>
-void run_steps(benchmark::State& state, MakeModel make, bool adam) {
+void run_steps(benchmark::State& state, MakeModel make, bool adam, gs::DType autocast = gs::kFloat32,
+               gs::DType weights = gs::kFloat32) {
   const int64_t B = state.range(0);
   gs::manual_seed(0);
   auto model = make();
+  if (weights != gs::kFloat32) model->to(weights);
   std::unique_ptr<optim::Optimizer> opt;
   if (adam)
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-3));
@@ -36,9 +44,14 @@ void run_steps(benchmark::State& state, MakeModel make, bool adam) {
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.01));
   gs::Tensor x = gs::rand({B, 1, 28, 28});  // (B, 1, 28, 28)
   gs::Tensor y = gs::randint(0, 10, {B});   // (B) int64
+  if (weights != gs::kFloat32) x = x.to(weights);
   for (auto _ : state) {
     opt->zero_grad();
-    gs::Tensor loss = nn::functional::cross_entropy((*model)(x), y);
+    gs::Tensor loss;
+    {
+      auto ac = gs::autocast(autocast == gs::kFloat32 ? gs::kBFloat16 : autocast, autocast != gs::kFloat32);
+      loss = nn::functional::cross_entropy((*model)(x), y);
+    }
     loss.backward();
     opt->step();
     benchmark::DoNotOptimize(loss.raw_data());
@@ -55,6 +68,12 @@ void BM_mlp_blas(benchmark::State& s) {
 }
 void BM_cnn(benchmark::State& s) { run_steps(s, gs_bench::cnn, false); }
 void BM_mlp3_adam(benchmark::State& s) { run_steps(s, gs_bench::mlp3, true); }
+void BM_mlp_bf16(benchmark::State& s) { run_steps(s, gs_bench::mlp2, false, gs::kBFloat16); }
+void BM_mlp_fp16(benchmark::State& s) { run_steps(s, gs_bench::mlp2, false, gs::kFloat16); }
+void BM_cnn_bf16(benchmark::State& s) { run_steps(s, gs_bench::cnn, false, gs::kBFloat16); }
+void BM_mlp_bf16_weights(benchmark::State& s) {
+  run_steps(s, gs_bench::mlp2, false, gs::kFloat32, gs::kBFloat16);
+}
 
 }  // namespace
 
@@ -83,6 +102,10 @@ BENCHMARK(BM_mlp)->Name("train_step/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kM
 BENCHMARK(BM_mlp_blas)->Name("train_step_blas/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cnn)->Name("train_step/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp3_adam)->Name("train_step/mlp3")->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_bf16)->Name("train_step_bf16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_fp16)->Name("train_step_fp16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cnn_bf16)->Name("train_step_bf16/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mlp_bf16_weights)->Name("train_step_bf16_weights/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv1_fwd)->Name("conv2d/cnn1/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv1_fwd_bwd)->Name("conv2d/cnn1/fwd_bwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv2_fwd)->Name("conv2d/cnn2/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -35,6 +35,11 @@ void widen(const Tensor& out, const Tensor& in) {
   with_eigen_type(in.dtype(), [&](auto tag) {
     using H = decltype(tag);
     for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
+      if (st[0] == sizeof(float) && st[1] == sizeof(H)) {  // a contiguous row: Eigen's vectorised cast
+        Eigen::Map<Eigen::ArrayXf>(reinterpret_cast<float*>(p[0]), n) =
+            Eigen::Map<const Eigen::Array<H, Eigen::Dynamic, 1>>(reinterpret_cast<const H*>(p[1]), n).template cast<float>();
+        return;
+      }
       for (int64_t k = 0; k < n; ++k) *at<float>(p[0], k, st[0]) = static_cast<float>(*at<H>(p[1], k, st[1]));
     });
   });
@@ -45,6 +50,11 @@ void narrow(const Tensor& out, const Tensor& in) {
   with_eigen_type(out.dtype(), [&](auto tag) {
     using H = decltype(tag);
     for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
+      if (st[0] == sizeof(H) && st[1] == sizeof(float)) {  // a contiguous row: Eigen's vectorised cast
+        Eigen::Map<Eigen::Array<H, Eigen::Dynamic, 1>>(reinterpret_cast<H*>(p[0]), n) =
+            Eigen::Map<const Eigen::ArrayXf>(reinterpret_cast<const float*>(p[1]), n).template cast<H>();
+        return;
+      }
       for (int64_t k = 0; k < n; ++k) *at<H>(p[0], k, st[0]) = H(*at<float>(p[1], k, st[1]));
     });
   });
