@@ -168,6 +168,31 @@ bool Optimizer::fusable(const Tensor& p, const Tensor& g) const {
 
 void Optimizer::mark_modified(const Tensor& p, const char* op) { p.storage()->bump_version(op); }
 
+void Optimizer::set_master_weights(bool on) {
+  GS_CHECK(steps_ == 0 || on == master_weights_, name_ + ".set_master_weights", "called after ", steps_,
+           " step(s): the state already made is in the parameters' dtype; choose master weights before the first "
+           "step (right after constructing the optimizer)");
+  master_weights_ = on;
+}
+
+Tensor Optimizer::master_weight(size_t group, size_t index) const {
+  auto it = masters_.find({group, index});
+  return it == masters_.end() ? Tensor() : it->second.weight;
+}
+
+Tensor& Optimizer::master_for(size_t gi, size_t i, const Tensor& p) {
+  Master& m = masters_[{gi, i}];
+  if (!m.weight.defined() || m.version != p.storage()->version() || m.weight.shape() != p.shape())
+    m.weight = p.detach().to(kFloat32).contiguous();
+  return m.weight;
+}
+
+void Optimizer::round_into(size_t gi, size_t i, Tensor& p) {
+  Master& m = masters_.at({gi, i});
+  p.copy_(m.weight);
+  m.version = p.storage()->version();
+}
+
 std::string Optimizer::state_key(size_t group, size_t index, const std::string& key) {
   return std::to_string(group) + "." + std::to_string(index) + "." + key;
 }

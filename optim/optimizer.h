@@ -88,6 +88,17 @@ class Optimizer {
   // everywhere (the reference path the fused loops are tested against).
   void set_fused(bool on) { fused_ = on; }
   bool fused() const { return fused_; }
+  // float32 master weights for float16/bfloat16 parameters (Micikevicius et al., "Mixed Precision
+  // Training", 2018): each update runs on a float32 copy kept across steps and is rounded into the
+  // 16-bit parameter after it, so updates smaller than half the parameter's last bit add up instead of
+  // vanishing, and the state (momenta, moments) is float32. Off by default, as in PyTorch, whose
+  // optimizers step a 16-bit parameter in its own dtype. Set before the first step. A parameter
+  // changed from outside (a checkpoint loaded into it) restarts its copy from the new value; the
+  // copies are not saved in state_dict().
+  void set_master_weights(bool on);
+  bool master_weights() const { return master_weights_; }
+  // The float32 copy of parameter `index` of group `group`; undefined before its first step or when off.
+  Tensor master_weight(size_t group, size_t index) const;
 
   // Listeners run before and after each step (the debug monitor attaches here).
   using StepHook = std::function<void(Optimizer&)>;
@@ -161,6 +172,15 @@ class Optimizer {
   bool accumulating_ = false;
   bool accumulation_detected_ = false;
   bool fused_ = true;
+  bool master_weights_ = false;
+  struct Master {
+    Tensor weight;          // float32
+    uint64_t version = 0;   // the parameter's storage version after the last rounding into it
+  };
+  std::map<std::pair<size_t, size_t>, Master> masters_;
+  // The float32 copy of p (group gi, index i), made from p when it is new or p changed from outside.
+  Tensor& master_for(size_t gi, size_t i, const Tensor& p);
+  void round_into(size_t gi, size_t i, Tensor& p);
   std::vector<std::pair<const TensorImpl*, uint64_t>> grads_after_step_;  // (buffer, version) after the last step
   void remember_grads();
   bool accumulated_since_step() const;
@@ -205,6 +225,18 @@ void Optimizer::for_each_param(const char* op, PerParamState<S>& state, Prepare&
       if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
       GS_CHECK(g.shape() == p.shape(), op, "parameter ", i, " of group ", gi, " is ", p.str(), " but its gradient is ",
                g.str(), "; something replaced .grad with a tensor of another shape");
+      if (master_weights_ && is_reduced_float(p.dtype())) {
+        // The step on the float32 copy, then rounded once into p.
+        Tensor& w = master_for(gi, i, p);
+        Tensor g32 = g.to(kFloat32);
+        const ParamRef mref{group, gi, i, w, g32};
+        S& st = state.at(gi, i);
+        const auto step = prepare(mref, st);
+        mark_modified(p, op);
+        if (!(fusable(w, g32) && fused(mref, st, step))) reference(mref, st, step);
+        round_into(gi, i, p);
+        continue;
+      }
       const ParamRef ref{group, gi, i, p, g};
       S& st = state.at(gi, i);
       const auto step = prepare(ref, st);

@@ -705,3 +705,57 @@ TEST_CASE("convergence: linear regression reaches the noise floor") {
   CHECK(adam < 2e-4);
   MESSAGE("final MSE: SGD+momentum ", sgd, ", Adam ", adam);
 }
+
+// ---- float32 master weights for 16-bit parameters ------------------------------------------------
+namespace {
+// 100 SGD steps of a constant gradient 1 at lr 1e-4 on a bfloat16 weight of 1: each update (1e-4) is far
+// below half of bfloat16's step at 1 (2^-9), so without master weights it vanishes every time.
+gs::Tensor bf16_after_steps(bool master, gs::Tensor* master_out = nullptr) {
+  gs::Tensor w = gs::ones({4}).to(gs::kBFloat16).requires_grad_(true);
+  gs::optim::SGD opt({w}, gs::optim::SGDOptions(1e-4));
+  opt.set_master_weights(master);
+  for (int s = 0; s < 100; ++s) {
+    opt.zero_grad();
+    w.sum().backward();
+    opt.step();
+  }
+  if (master_out) *master_out = opt.master_weight(0, 0);
+  return w;
+}
+}  // namespace
+
+TEST_CASE("master weights: bfloat16 updates below half a step add up in float32, and vanish without") {
+  const gs::Tensor plain = bf16_after_steps(false);
+  CHECK(plain.dtype() == gs::kBFloat16);
+  CHECK(plain.to(gs::kFloat64).max().item<double>() == 1.0);  // every update rounded away
+  gs::Tensor m;
+  const gs::Tensor kept = bf16_after_steps(true, &m);
+  REQUIRE(m.defined());
+  CHECK(m.dtype() == gs::kFloat32);
+  CHECK(m.to(gs::kFloat64).max().item<double>() == doctest::Approx(0.99).epsilon(1e-5));
+  // The parameter is the master rounded once: 0.99 lies between bfloat16's 0.98828125 and 0.9921875,
+  // 0.0017 from the first.
+  CHECK(kept.dtype() == gs::kBFloat16);
+  CHECK(kept.to(gs::kFloat64).max().item<double>() == 0.98828125);
+}
+
+TEST_CASE("master weights: Adam's moments are float32, and a parameter changed from outside restarts the copy") {
+  gs::Tensor w = gs::full({3}, 2.0).to(gs::kFloat16).requires_grad_(true);
+  gs::optim::Adam opt({w}, gs::optim::AdamOptions(1e-3));
+  opt.set_master_weights(true);
+  opt.zero_grad();
+  (w * w).sum().backward();
+  opt.step();
+  for (const auto& [key, t] : opt.state_dict())
+    if (key.find("exp_avg") != std::string::npos) CHECK(t.dtype() == gs::kFloat32);
+  {
+    gs::NoGradGuard ng;
+    w.fill_(5.0);  // e.g. a checkpoint loaded into the model
+  }
+  opt.zero_grad();
+  (w * w).sum().backward();
+  opt.step();
+  // Adam's first steps move by about lr: from 5, not from the old copy near 2.
+  CHECK(opt.master_weight(0, 0).to(gs::kFloat64).max().item<double>() == doctest::Approx(5.0).epsilon(2e-3));
+  CHECK_THROWS_WITH_AS(opt.set_master_weights(false), doctest::Contains("before the first step"), gs::Error);
+}
