@@ -465,8 +465,9 @@ const std::vector<CheckInfo>& all_checks() {
        "model",
        {"Micikevicius et al. 2018", "PyTorch AMP"},
        "per layer that runs in float16/bfloat16 (autocast or 16-bit parameters), over the sampled steps: its "
-       "parameter gradients as the backward made them (scaled, under a loss scaler): more than 10% of the values "
-       "zero in the dtype (below 2^-24 in float16) warns; a 16-bit parameter whose update leaves more than half of "
+       "parameter gradients as the backward made them (scaled, under a loss scaler): more than 10% of the nonzero "
+       "values flushed or in the 3 octaves above zero ([2^-24, 2^-21) in float16), or all of them zero, warns; a "
+       "16-bit parameter whose update leaves more than half of "
        "its elements with a nonzero gradient unchanged warns; its activations' and output gradients' subnormal and "
        "overflowing shares and exponent histogram are evidence",
        "debug::RangeWatch, debug::Monitor",
