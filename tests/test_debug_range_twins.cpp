@@ -177,3 +177,33 @@ TEST_CASE("RangeCounts against float16's and bfloat16's range") {
   CHECK(b.subnormal == 0);
   CHECK(b.overflow == 0);
 }
+
+TEST_CASE("RangeWatch on its own: attach(model) and attach(optimizer)") {
+  auto run = [](DType dt, double lr) {
+    manual_seed(4);
+    auto lin = std::make_shared<nn::Linear>(8, 4);
+    lin->to(dt);
+    optim::SGD opt(lin->parameters(), optim::SGDOptions(lr));
+    debug::RangeWatch w;
+    w.attach(*lin);
+    w.attach(opt);
+    for (int s = 0; s < 3; ++s) {
+      opt.zero_grad();
+      Tensor y = (*lin)(randn({16, 8}).to(dt));
+      (y * y).mean().backward();
+      opt.step();
+    }
+    std::vector<debug::Finding> fs = w.findings();
+    w.detach();
+    return fs;
+  };
+  // bfloat16 weights, lr 1e-4: every update is far below half a bfloat16 spacing.
+  const std::vector<debug::Finding> bf = run(kBFloat16, 1e-4);
+  bool vanish = false;
+  for (const debug::Finding& f : bf) vanish = vanish || f.is("M28", debug::Kind::UpdatesVanish);
+  CHECK(vanish);
+  // bfloat16 weights, lr 1: the updates land.
+  for (const debug::Finding& f : run(kBFloat16, 1.0)) CHECK_FALSE(f.fires());
+  // float32: nothing measured, no finding.
+  CHECK(run(kFloat32, 1e-4).empty());
+}
