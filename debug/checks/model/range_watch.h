@@ -63,7 +63,8 @@ class RangeWatch {
   RangeWatch& operator=(const RangeWatch&) = delete;
 
   void attach(nn::Module& model);
-  void attach(optim::Optimizer& optimizer);  // after attach(model)
+  void attach(
+      optim::Optimizer& optimizer);  // after attach(model); the optimizer must outlive the watch (or detach() first)
   void detach();
   // Measure the next forwards/backwards/updates (true) or not (false); `step` (1-based) goes into findings.
   void set_active(bool on) { active_ = on; }
