@@ -460,6 +460,19 @@ const std::vector<CheckInfo>& all_checks() {
        "debug::check_activation_variance, debug::GradientSpreadTracker, debug::Monitor",
        "gradsleuth doctor",
        true},
+      {"M28",
+       "reduced-precision range watch",
+       "model",
+       {"Micikevicius et al. 2018", "PyTorch AMP"},
+       "per layer that runs in float16/bfloat16 (autocast or 16-bit parameters), over the sampled steps: its "
+       "parameter gradients as the backward made them (scaled, under a loss scaler): more than 10% of the nonzero "
+       "values flushed or in the 3 octaves above zero ([2^-24, 2^-21) in float16), or all of them zero, warns; a "
+       "16-bit parameter whose update leaves more than half of "
+       "its elements with a nonzero gradient unchanged warns; its activations' and output gradients' subnormal and "
+       "overflowing shares and exponent histogram are evidence",
+       "debug::RangeWatch, debug::Monitor",
+       "gradsleuth doctor",
+       true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1",
        "gradient health",
@@ -693,6 +706,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"M25", "debug/checks/model/run_checks.cpp"},
         {"M26", "debug/checks/model/run_checks.cpp"},
         {"M27", "debug/checks/model/architecture.cpp"},
+        {"M28", "debug/checks/model/range_watch.cpp"},
         {"O1", "debug/checks/optim/optim_checks.cpp"},
         {"O2", "debug/checks/optim/optim_checks.cpp"},
         {"O3", "debug/checks/optim/optim_checks.cpp"},

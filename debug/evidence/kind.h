@@ -60,6 +60,10 @@ namespace gradsleuth::debug {
   /* M27 initialisation: activation variance through depth, symmetric units */                        \
   X(VarianceDrift, "variance-drift", "M27")                                                           \
   X(SymmetricUnits, "symmetric-units", "M27")                                                         \
+  /* M28 the range watch of reduced precision */                                                      \
+  X(GradientUnderflow, "gradient-underflow", "M28")                                                   \
+  X(UpdatesVanish, "updates-vanish", "M28")                                                           \
+  X(RangeSummary, "range-summary", "M28")                                                             \
   /* O1 gradient health */                                                                            \
   X(GradientNonFinite, "gradient-nonfinite", "O1")                                                    \
   X(GradientVanishing, "gradient-vanishing", "O1")                                                    \
