@@ -165,6 +165,21 @@ TEST_CASE("M11: float64 inputs into a float32 model, and mixed parameter dtypes"
   CHECK(find(dbg::check_devices_dtypes(*m), "M11") != nullptr);
 }
 
+TEST_CASE("M11: a float32 loader batch beside bfloat16 parameters is left to the first forward's input") {
+  auto m = mlp(6, 8, 3);
+  m->to(gs::kBFloat16);
+  XY d = blobs(4, 3, 6);
+  // The gate's loader batch: a loop that converts each batch (x.to(kBFloat16)) is correct code.
+  CHECK_FALSE(fires(dbg::check_devices_dtypes(*m, d.x, /*loader_batch=*/true)));
+  // The input the model really got (the run check's first forward): float32 into bfloat16 warns.
+  auto fs = dbg::check_devices_dtypes(*m, d.x);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].title.find("bfloat16") != std::string::npos);
+  CHECK_FALSE(fires(dbg::check_devices_dtypes(*m, d.x.to(gs::kBFloat16))));
+  // float64 data stays judged in the gate too.
+  CHECK(fires(dbg::check_devices_dtypes(*m, d.x.to(gs::kFloat64), true)));
+}
+
 TEST_CASE("M13: gradcheck_module catches a Linear with a wrong backward and passes correct layers") {
   XY d = blobs(2, 3, 6);
   auto fc = std::make_shared<nn::Linear>(6, 4);

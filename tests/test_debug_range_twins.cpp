@@ -80,22 +80,25 @@ debug::RunReport run_fp16(bool bug) {
 
 // SGD with a small learning rate. Bug: the parameters are bfloat16, so each update is rounded to
 // bfloat16 in the weight (8 significant bits) and most of them are lost. Clean: float32
-// parameters under bfloat16 autocast (float32 master weights).
+// parameters under bfloat16 autocast, or bfloat16 parameters with the optimizer's float32 master
+// weights (`masters`).
 constexpr double kLr = 0.05;
 constexpr int kEpochs = 8;
-debug::RunReport run_bf16(bool bug) {
+debug::RunReport run_bf16(bool bug, bool masters = false) {
   manual_seed(4);
   const Split d = dtest::split(3, 2.0);
   nn::CrossEntropyLoss ce;
   auto model = std::make_shared<Mlp>();
-  if (bug) model->to(kBFloat16);
+  const bool bf16_params = bug || masters;
+  if (bf16_params) model->to(kBFloat16);
   optim::SGD opt(model->parameters(), optim::SGDOptions(kLr));
+  opt.set_master_weights(masters);
   debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
   for (int e = 0; e < kEpochs; ++e) {
     for (const nn::Batch& b : *d.train) {
       opt.zero_grad();
       Tensor l;
-      if (bug) {
+      if (bf16_params) {
         l = ce((*model)(b.x.to(kBFloat16)), b.y);
       } else {
         auto ac = autocast(kBFloat16);
@@ -146,6 +149,13 @@ TEST_CASE("float32 master weights under bfloat16 autocast: the clean twin stays 
   const debug::RunReport r = run_bf16(false);
   expect_clean(r);
   CHECK(r.findings.ran("M28"));
+}
+
+TEST_CASE("bfloat16 parameters with the optimizer's float32 master weights: the updates add up there, silent") {
+  const debug::RunReport r = run_bf16(false, true);
+  expect_clean(r);
+  CHECK(r.findings.ran("M28"));
+  CHECK(first_of(r, debug::Kind::UpdatesVanish) == nullptr);
 }
 
 TEST_CASE("nothing 16-bit: M28 has nothing to say") {

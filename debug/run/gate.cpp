@@ -63,7 +63,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
                      const optim::Optimizer* optimizer, const GateOptions& o) {
   Report r;
   gate_phase(r, "device, parameter and input checks", "M11, M10, D1, D2", [&] {
-    r.add(check_devices_dtypes(model, x));     // M11
+    r.add(check_devices_dtypes(model, x, true));  // M11
     r.add(check_trainable(model, optimizer));  // M10
     r.add(check_batch(x, y));                  // D1
     r.add(check_finite_inputs(x, y));          // D2

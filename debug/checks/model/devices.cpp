@@ -32,7 +32,7 @@ namespace gradsleuth::debug {
 using namespace model_detail;
 
 // ---- M11 -----------------------------------------------------------------------------------
-std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x) {
+std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x, bool loader_batch) {
   std::vector<Finding> out;
   std::map<std::string, std::vector<std::string>> by_kind;  // "float32 on cpu" -> parameter names
   DType pdt = kFloat32;
@@ -70,7 +70,8 @@ std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x) {
       f.fix = "move the batch: x = x.to(device) (and the labels)";
       out.push_back(std::move(f));
     }
-    if (x.is_floating_point() && x.dtype() != pdt) {
+    const bool converted_in_loop = loader_batch && x.dtype() == kFloat32 && is_reduced_float(pdt);
+    if (x.is_floating_point() && x.dtype() != pdt && !converted_in_loop) {
       Finding f;
       f.check = "M11";
       f.severity = Severity::Warning;

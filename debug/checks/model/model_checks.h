@@ -142,7 +142,10 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
 // ---- M11 ---------------------------------------------------------------------------
 // Parameters on mixed devices or dtypes; an input whose dtype or device differs
 // from the parameters' (float64 data into a float32 model computes in float64).
-std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x = Tensor());
+// `loader_batch`: x is a batch as the loader gives it, before the training loop's own conversions; a
+// float32 batch beside float16/bfloat16 parameters is then not judged (a loop converts it per batch;
+// the run check judges the input of the first forward).
+std::vector<Finding> check_devices_dtypes(nn::Module& model, const Tensor& x = Tensor(), bool loader_batch = false);
 
 // ---- M13 ---------------------------------------------------------------------------
 // The numeric gradient check of a module: the module and x are copied to

@@ -127,7 +127,11 @@ void RangeWatch::attach(nn::Module& model) {
 
 void RangeWatch::attach(optim::Optimizer& optimizer) {
   opt_ = &optimizer;
-  opt_hooks_.push_back(optimizer.add_pre_step_hook([this](optim::Optimizer&) { before_update(); }));
+  masters_ = optimizer.master_weights();
+  opt_hooks_.push_back(optimizer.add_pre_step_hook([this](optim::Optimizer& o) {
+    masters_ = o.master_weights();
+    before_update();
+  }));
   opt_hooks_.push_back(optimizer.add_post_step_hook([this](optim::Optimizer&) { after_update(); }));
 }
 
@@ -152,7 +156,8 @@ void RangeWatch::before_update() {
     stats_[i].param_grads.merge(c);
     c = RangeCounts{};
   }
-  if (!active_) return;
+  for (ParamRef& r : params_) r.before.clear();
+  if (!active_ || masters_) return;
   for (ParamRef& r : params_) {
     r.before.clear();
     r.moved.clear();
@@ -316,7 +321,10 @@ class RangeWatchRunCheck final : public RunCheck {
     w_.set_step(1);
     w_.set_active(true);
   }
-  void before_step(RunContext&, bool) override { w_.before_update(); }
+  void before_step(RunContext& c, bool) override {
+    w_.set_master_weights(c.optimizer.master_weights());
+    w_.before_update();
+  }
   void after_step(RunContext& c, bool) override {
     w_.after_update();
     w_.set_step(c.steps + 1);

@@ -68,6 +68,9 @@ class RangeWatch {
   void detach();
   // Measure the next forwards/backwards/updates (true) or not (false); `step` (1-based) goes into findings.
   void set_active(bool on) { active_ = on; }
+  // The optimizer keeps float32 master weights (optim::Optimizer::set_master_weights): an update too
+  // small to move a 16-bit parameter is kept in its float32 copy, so no update is counted as vanished.
+  void set_master_weights(bool on) { masters_ = on; }
   void set_step(int64_t step) { step_ = step; }
   // Around an optimizer update, when no optimizer was attached (a Monitor calls these).
   void before_update();
@@ -99,6 +102,7 @@ class RangeWatch {
   optim::Optimizer* opt_ = nullptr;
   std::vector<size_t> opt_hooks_;
   bool active_ = true;
+  bool masters_ = false;
   int64_t step_ = -1;
 };
 
