@@ -16,6 +16,26 @@
 
 namespace dtest {
 
+// Linear -> ReLU -> Linear -> ReLU -> Linear (in -> 32 -> 32 -> out), written by hand.
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
+  std::shared_ptr<nn::ReLU> act1 = register_module("act1", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::ReLU> act2 = register_module("act2", std::make_shared<nn::ReLU>());
+  explicit Mlp(int64_t in = 6, int64_t out = 3) : Module("Mlp") {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(in, 32));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
+    fc3 = register_module("fc3", std::make_shared<nn::Linear>(32, out));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc3)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
+};
+
+// The run's first finding of `check` with this kind; nullptr when there is none.
+inline const dbg::Finding* first_of(const dbg::RunReport& r, const char* check, dbg::Kind k) {
+  for (const dbg::Finding& f : r.findings.findings())
+    if (f.is(check, k)) return &f;
+  return nullptr;
+}
+
 struct Split {
   std::shared_ptr<nn::DataLoader> train, val;
 };

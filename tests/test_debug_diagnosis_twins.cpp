@@ -26,6 +26,7 @@ using dtest::expect_lead;
 using dtest::explained_checks;
 using dtest::lead_of;
 using dtest::loaders;
+using dtest::Mlp;
 using dtest::Split;
 using dtest::strings;
 using dtest::train_own_loop;
@@ -52,21 +53,6 @@ debug::DiagnoseOptions classes(int64_t c) {
   o.num_classes = c;
   return o;
 }
-
-// ---- the users' models -------------------------------------------------------------------
-
-// Linear -> ReLU -> Linear -> ReLU -> Linear (6 -> 32 -> 32 -> C), written by hand.
-struct Mlp : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
-  std::shared_ptr<nn::ReLU> act1 = register_module("act1", std::make_shared<nn::ReLU>());
-  std::shared_ptr<nn::ReLU> act2 = register_module("act2", std::make_shared<nn::ReLU>());
-  explicit Mlp(int64_t in = 6, int64_t out = 3) : Module("Mlp") {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(in, 32));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
-    fc3 = register_module("fc3", std::make_shared<nn::Linear>(32, out));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc3)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
-};
 
 }  // namespace
 

@@ -16,28 +16,12 @@
 using namespace gradsleuth;
 using dtest::expect_clean;
 using dtest::expect_lead;
+using dtest::Mlp;
 using dtest::Split;
 
 namespace {
 
-// Linear -> ReLU -> Linear -> ReLU -> Linear (6 -> 32 -> 32 -> 3).
-struct Mlp : nn::Module {
-  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
-  std::shared_ptr<nn::ReLU> act1 = register_module("act1", std::make_shared<nn::ReLU>());
-  std::shared_ptr<nn::ReLU> act2 = register_module("act2", std::make_shared<nn::ReLU>());
-  Mlp() : Module("Mlp") {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
-    fc3 = register_module("fc3", std::make_shared<nn::Linear>(32, 3));
-  }
-  Tensor forward(const Tensor& x) override { return (*fc3)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
-};
-
-const debug::Finding* first_of(const debug::RunReport& r, debug::Kind k) {
-  for (const debug::Finding& f : r.findings.findings())
-    if (f.is("M28", k)) return &f;
-  return nullptr;
-}
+const debug::Finding* first_of(const debug::RunReport& r, debug::Kind k) { return dtest::first_of(r, "M28", k); }
 
 // The loss weighted by 1e-6 (a term among others, in the user's units) under float16 autocast,
 // Adam (whose step does not depend on the gradient's scale). Without a scaler (bug) the
