@@ -80,17 +80,7 @@ void Adam::update() {
           Tensor denom = v.sqrt() / step.bc2_sqrt + eps;
           p.add_(m / denom, -step.step_size);
         };
-        if (!is_reduced_float(r.param.dtype()))
-          return update(r.param, r.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq);
-        // float16/bfloat16: in float32, each tensor rounded once at the end, as the fused step does
-        // (a tiny g * g in a 16-bit exp_avg_sq, and eps = 1e-8, would round to 0 on the way).
-        auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
-        Tensor p = wide(r.param), m = wide(st.exp_avg), v2 = wide(st.exp_avg_sq), vmax = wide(st.max_exp_avg_sq);
-        update(p, wide(r.grad), m, v2, vmax);
-        r.param.copy_(p);
-        st.exp_avg.copy_(m);
-        st.exp_avg_sq.copy_(v2);
-        if (vmax.defined()) st.max_exp_avg_sq.copy_(vmax);
+        in_float32(update, r.param, r.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq);
       });
 }
 

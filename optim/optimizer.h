@@ -2,6 +2,7 @@
 // (each with its own learning rate), zeroes gradients, and tells listeners
 // (the debug module) about every step so checks run during normal use.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -144,6 +145,22 @@ class Optimizer {
   // True when p (and its gradient g) can take the fused loop: fused() is on,
   // both are contiguous CPU tensors of the same float dtype.
   bool fusable(const Tensor& p, const Tensor& g) const;
+
+  // The tensor-op update(p, g, state...) of a reference path: on the tensors themselves, or, for a
+  // float16/bfloat16 parameter, on float32 copies of all of them, each rounded back once at the end
+  // as the fused step does (a step's intermediates, a tiny g * g or Adam's eps = 1e-8, would round
+  // to 16 bits on the way). Undefined state tensors stay undefined.
+  template <class F, class... S>
+  static void in_float32(F&& update, Tensor& p, const Tensor& g, S&... state) {
+    if (!is_reduced_float(p.dtype())) return update(p, g, state...);
+    auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
+    Tensor pw = wide(p);
+    std::array<Tensor, sizeof...(S)> sw{wide(state)...};
+    std::apply([&](auto&... w) { update(pw, wide(g), w...); }, sw);
+    p.copy_(pw);
+    size_t k = 0;
+    ((sw[k].defined() ? (void)state.copy_(sw[k]) : (void)0, ++k), ...);
+  }
   // Marks p as changed by this optimizer's step: bumps its storage version,
   // logged as `op` (a string literal such as "SGD.step"), so a tensor saved
   // for backward that is p raises if that backward runs after the step.

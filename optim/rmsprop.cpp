@@ -70,16 +70,7 @@ void RMSprop::update() {
             p.add_(grad / avg, -step.lr);
           }
         };
-        if (!is_reduced_float(r.param.dtype()))
-          return update(r.param, r.grad, st.square_avg, st.grad_avg, st.momentum_buffer);
-        // float16/bfloat16: in float32, each tensor rounded once at the end, as the fused step does.
-        auto wide = [](const Tensor& t) { return t.defined() ? t.to(kFloat32) : t; };
-        Tensor p = wide(r.param), sq = wide(st.square_avg), ga = wide(st.grad_avg), buf = wide(st.momentum_buffer);
-        update(p, wide(r.grad), sq, ga, buf);
-        r.param.copy_(p);
-        st.square_avg.copy_(sq);
-        if (ga.defined()) st.grad_avg.copy_(ga);
-        if (buf.defined()) st.momentum_buffer.copy_(buf);
+        in_float32(update, r.param, r.grad, st.square_avg, st.grad_avg, st.momentum_buffer);
       });
 }
 

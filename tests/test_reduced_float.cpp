@@ -462,17 +462,20 @@ TEST_CASE("model.to(bfloat16) converts parameters and buffers; a step trains in 
 TEST_CASE("SGD, Adam and RMSprop step float16/bfloat16 parameters like float32, rounded") {
   for (DType t : kReduced) {
     INFO(std::string(gs::dtype_name(t)));
-    for (int which = 0; which < 3; ++which) {
-      INFO(std::string(which == 0 ? "SGD" : which == 1 ? "Adam" : "RMSprop"));
+    for (int which = 0; which < 6; ++which) {
+      const bool fused = which < 3;  // then the tensor-op reference path (set_fused(false))
+      const std::string what =
+          std::string(which % 3 == 0 ? "SGD" : which % 3 == 1 ? "Adam" : "RMSprop") + (fused ? "" : ", reference");
+      INFO(what);
       gs::Generator gen(5);
       const Tensor init = gs::randn({4, 3}, gs::kFloat32, &gen).to(t);
       const Tensor grad = gs::randn({4, 3}, gs::kFloat32, &gen).to(t);
       Tensor p16 = init.clone().requires_grad_(true), p32 = init.to(gs::kFloat32).requires_grad_(true);
       std::unique_ptr<gs::optim::Optimizer> o16, o32;
-      if (which == 0) {
+      if (which % 3 == 0) {
         o16 = std::make_unique<gs::optim::SGD>(std::vector<Tensor>{p16}, gs::optim::SGDOptions(0.1).momentum(0.9));
         o32 = std::make_unique<gs::optim::SGD>(std::vector<Tensor>{p32}, gs::optim::SGDOptions(0.1).momentum(0.9));
-      } else if (which == 2) {
+      } else if (which % 3 == 2) {
         o16 = std::make_unique<gs::optim::RMSprop>(std::vector<Tensor>{p16},
                                                    gs::optim::RMSpropOptions(0.01).momentum(0.5).centered(true));
         o32 = std::make_unique<gs::optim::RMSprop>(std::vector<Tensor>{p32},
@@ -481,6 +484,8 @@ TEST_CASE("SGD, Adam and RMSprop step float16/bfloat16 parameters like float32, 
         o16 = std::make_unique<gs::optim::Adam>(std::vector<Tensor>{p16}, gs::optim::AdamOptions(0.01));
         o32 = std::make_unique<gs::optim::Adam>(std::vector<Tensor>{p32}, gs::optim::AdamOptions(0.01));
       }
+      o16->set_fused(fused);
+      o32->set_fused(fused);
       for (int step = 0; step < 3; ++step) {
         p16.set_grad(grad.clone());
         p32.set_grad(grad.to(gs::kFloat32));
