@@ -242,24 +242,15 @@ void Optimizer::for_each_param(const char* op, PerParamState<S>& state, Prepare&
       if (!g.defined()) continue;  // no gradient reached p: leave it and its state alone
       GS_CHECK(g.shape() == p.shape(), op, "parameter ", i, " of group ", gi, " is ", p.str(), " but its gradient is ",
                g.str(), "; something replaced .grad with a tensor of another shape");
-      if (master_weights_ && is_reduced_float(p.dtype())) {
-        // The step on the float32 copy, then rounded once into p.
-        Tensor& w = master_for(gi, i, p);
-        Tensor g32 = g.to(kFloat32);
-        const ParamRef mref{group, gi, i, w, g32};
-        S& st = state.at(gi, i);
-        const auto step = prepare(mref, st);
-        mark_modified(p, op);
-        if (!(fusable(w, g32) && fused(mref, st, step))) reference(mref, st, step);
-        round_into(gi, i, p);
-        continue;
-      }
-      const ParamRef ref{group, gi, i, p, g};
+      // With master weights, the step runs on p's float32 copy and is rounded once into p after it.
+      const bool master = master_weights_ && is_reduced_float(p.dtype());
+      Tensor step_grad = master ? g.to(kFloat32) : g;
+      const ParamRef ref{group, gi, i, master ? master_for(gi, i, p) : p, step_grad};
       S& st = state.at(gi, i);
       const auto step = prepare(ref, st);
       mark_modified(p, op);
-      if (fusable(p, g) && fused(ref, st, step)) continue;
-      reference(ref, st, step);
+      if (!(fusable(ref.param, ref.grad) && fused(ref, st, step))) reference(ref, st, step);
+      if (master) round_into(gi, i, p);
     }
   }
 }
