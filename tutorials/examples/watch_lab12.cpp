@@ -51,6 +51,9 @@ void print_histogram(const gs::debug::RangeCounts& c) {
     const char* mark = e < -24 ? "  (below float16's smallest subnormal)" : e < -14 ? "  (float16 subnormal)" : "";
     std::printf("      2^%-8d %7lld  %s%s\n", e, static_cast<long long>(n), bar(n).c_str(), mark);
   }
+  if (c.overflow > 0)
+    std::printf("      %-10s %7lld  %s  (past float16's largest finite value, 65504)\n", "inf/NaN",
+                static_cast<long long>(c.overflow), bar(c.overflow).c_str());
 }
 
 // One step: forward under autocast(float16), backward scaled by `scaler` (none: unscaled), the
@@ -67,8 +70,10 @@ bool run(const char* title, lab12::LossScaler* scaler, const Tensor& x, const Te
     auto ac = gs::autocast(gs::kFloat16);
     loss = nn::functional::mse_loss((*model)(x), y) * kLossFactor;
   }
-  std::printf("   loss %.6g%s\n", loss.item<double>(),
-              scaler ? (", scaled by " + std::to_string(scaler->get_scale()) + " before backward").c_str() : "");
+  if (scaler)
+    std::printf("   loss %.6g, scaled by %g before backward\n", loss.item<double>(), scaler->get_scale());
+  else
+    std::printf("   loss %.6g\n", loss.item<double>());
   if (scaler)
     scaler->scale(loss).backward();
   else
@@ -90,9 +95,12 @@ bool run(const char* title, lab12::LossScaler* scaler, const Tensor& x, const Te
   if (!fired) std::printf("   M28: no warning\n");
   if (scaler) {
     scaler->unscale_(opt);
-    std::printf("   after your unscale_: the gradients are the true ones again; step() %s\n",
-                scaler->step(opt) ? "ran" : "was skipped (an inf/NaN gradient)");
+    const bool stepped = scaler->step(opt);
     scaler->update();
+    std::printf("   %s; your scale is now %g\n",
+                stepped ? "step() ran on the unscaled (true) gradients"
+                        : "step() was skipped: a gradient overflowed to inf/NaN (the scale is too large)",
+                scaler->get_scale());
   }
   return true;
 }
