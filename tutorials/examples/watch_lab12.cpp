@@ -43,7 +43,8 @@ void print_histogram(const gs::debug::RangeCounts& c) {
     const int width = c.values ? static_cast<int>(std::lround(40.0 * static_cast<double>(n) / c.values)) : 0;
     return std::string(static_cast<size_t>(width), '#') + (n > 0 && width == 0 ? "." : "");
   };
-  std::printf("      %-10s %7lld  %s\n", "zero", static_cast<long long>(c.values - c.nonzero), bar(c.values - c.nonzero).c_str());
+  std::printf("      %-10s %7lld  %s\n", "zero", static_cast<long long>(c.values - c.nonzero),
+              bar(c.values - c.nonzero).c_str());
   for (int i = 0; i < static_cast<int>(c.exponents.size()); ++i) {
     const int64_t n = c.exponents[static_cast<size_t>(i)];
     if (n == 0) continue;

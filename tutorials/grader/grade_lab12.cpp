@@ -2,8 +2,8 @@
 // gs::BFloat16 (Eigen's conversions) for Tasks 12.1-12.2, every one of the 2^16 bit patterns back
 // and ties, edges and random float32 inputs forth; optim::GradScaler for Task 12.3, run step by
 // step beside the student's scaler on two copies of the same parameters, on schedules of clean,
-// inf, NaN and overflowing gradients drawn from the input seed; the autocast table and casts of
-// core/autocast.cpp for Task 12.4.
+// inf, NaN and overflowing gradients drawn at random (the public inputs or the instructor's); the
+// autocast table and casts of core/autocast.cpp for Task 12.4.
 #include "tutorials/grader/grader.h"
 #include "tutorials/grader/labs.h"
 #include "tutorials/lab12_precision/lab12.h"
@@ -41,8 +41,8 @@ std::string fstr(float f) { return g9(f) + " (" + hex32(bits_of(f)) + ")"; }
 
 // ---- Tasks 12.1-12.2: a 16-bit format, the student's conversions and the engine's ----------
 struct Format {
-  const char* name;   // "float16"
-  const char* to;     // the student's functions' names
+  const char* name;  // "float16"
+  const char* to;    // the student's functions' names
   const char* from;
   uint16_t (*mine_to)(float);
   float (*mine_from)(uint16_t);
@@ -125,24 +125,25 @@ void require_forth(Check& c, const Format& F, float f) {
 }
 
 Case back_all(const Format& F) {
-  return {std::string(F.from) + ": all 65536 bit patterns", [&F](Check& c) {
-            c.input(std::string("every uint16 pattern 0x0000 .. 0xffff, against the engine's ") + F.name + " -> float");
-            for (uint32_t h = 0; h < 65536; ++h) {
-              const float want = F.key_from(static_cast<uint16_t>(h)), got = F.mine_from(static_cast<uint16_t>(h));
-              const bool ok = std::isnan(want) ? std::isnan(got) : bits_of(got) == bits_of(want);
-              if (ok) continue;
-              std::string why = F.is_nan(static_cast<uint16_t>(h))  ? "a NaN pattern must give a NaN"
-                                : F.is_inf(static_cast<uint16_t>(h)) ? "exponent all ones, mantissa 0: inf"
-                                : F.is_subnormal(static_cast<uint16_t>(h))
-                                    ? std::string("exponent 0: a subnormal, m x 2^-") +
-                                          (F.exp_mask == 0x7c00 ? "24 (no hidden 1)" : "133 (no hidden 1)")
-                                : (h & 0x7fffu) == 0 ? "+-0: keep the sign"
-                                                     : "a normal number: check the exponent bias and the mantissa shift";
-              c.fail(std::string(F.from) + "(" + hex(h) + "): expected " + fstr(want) + ", got " + fstr(got) + ": " +
-                     why);
-            }
-          },
-          2};
+  return {
+      std::string(F.from) + ": all 65536 bit patterns",
+      [&F](Check& c) {
+        c.input(std::string("every uint16 pattern 0x0000 .. 0xffff, against the engine's ") + F.name + " -> float");
+        for (uint32_t h = 0; h < 65536; ++h) {
+          const float want = F.key_from(static_cast<uint16_t>(h)), got = F.mine_from(static_cast<uint16_t>(h));
+          const bool ok = std::isnan(want) ? std::isnan(got) : bits_of(got) == bits_of(want);
+          if (ok) continue;
+          std::string why = F.is_nan(static_cast<uint16_t>(h))   ? "a NaN pattern must give a NaN"
+                            : F.is_inf(static_cast<uint16_t>(h)) ? "exponent all ones, mantissa 0: inf"
+                            : F.is_subnormal(static_cast<uint16_t>(h))
+                                ? std::string("exponent 0: a subnormal, m x 2^-") +
+                                      (F.exp_mask == 0x7c00 ? "24 (no hidden 1)" : "133 (no hidden 1)")
+                            : (h & 0x7fffu) == 0 ? "+-0: keep the sign"
+                                                 : "a normal number: check the exponent bias and the mantissa shift";
+          c.fail(std::string(F.from) + "(" + hex(h) + "): expected " + fstr(want) + ", got " + fstr(got) + ": " + why);
+        }
+      },
+      2};
 }
 
 Case each_value(const Format& F) {
@@ -236,7 +237,7 @@ std::string options_str(const lab12::ScalerOptions& o) {
          num(o.backoff_factor) + ", growth_interval " + std::to_string(o.growth_interval);
 }
 
-// A schedule drawn from the input seed: the options, and n steps with at least one of each kind.
+// A schedule drawn at random: the options, and n steps with at least one of each kind.
 Schedule draw_schedule(uint64_t stream, int n) {
   std::mt19937_64 gen(input_seed(stream));
   Schedule s;
@@ -468,10 +469,34 @@ Lab make_lab12() {
        "lab12::float_to_half_bits(), lab12::half_bits_to_float()",
        {back_all(h), each_value(h), ties(h),
         edges(h,
-              {65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f, -65520.0f, 1e30f, -1e30f, 3.4028235e38f, INFINITY,
-               -INFINITY, 1.0f, -2.0f, 0.1f, 0x1p-14f, 0x1p-14f - 0x1p-24f, std::nextafter(0x1p-14f, 0.0f), 0x1p-24f,
-               0x1p-25f, std::nextafter(0x1p-25f, 1.0f), 3 * 0x1p-25f, 1e-10f, -1e-10f, 0x1p-149f, 0.0f, -0.0f,
-               float_of(0x7fc00000u), float_of(0xffc00000u), float_of(0x7f800001u), float_of(0x7fbfffffu),
+              {65504.0f,
+               std::nextafter(65520.0f, 0.0f),
+               65520.0f,
+               -65520.0f,
+               1e30f,
+               -1e30f,
+               3.4028235e38f,
+               INFINITY,
+               -INFINITY,
+               1.0f,
+               -2.0f,
+               0.1f,
+               0x1p-14f,
+               0x1p-14f - 0x1p-24f,
+               std::nextafter(0x1p-14f, 0.0f),
+               0x1p-24f,
+               0x1p-25f,
+               std::nextafter(0x1p-25f, 1.0f),
+               3 * 0x1p-25f,
+               1e-10f,
+               -1e-10f,
+               0x1p-149f,
+               0.0f,
+               -0.0f,
+               float_of(0x7fc00000u),
+               float_of(0xffc00000u),
+               float_of(0x7f800001u),
+               float_of(0x7fbfffffu),
                float_of(0xff800100u)},
               "65504, just below 65520, +-65520, +-1e30, the largest float32, +-inf, 1, -2, 0.1, 2^-14, the largest "
               "subnormal, just below 2^-14, 2^-24, 2^-25 (a tie with 0), just above 2^-25, 3 x 2^-25 (a tie), "
@@ -487,11 +512,32 @@ Lab make_lab12() {
        "lab12::float_to_bfloat16_bits(), lab12::bfloat16_bits_to_float()",
        {back_all(b), each_value(b), ties(b),
         edges(b,
-              {3.3895314e38f, 3.4028235e38f, -3.4028235e38f, float_of(0x7f7f7fffu), float_of(0x7f7f8000u),
-               float_of(0x7f7f8001u), INFINITY, -INFINITY, 1.0f, 0.1f, -3.14159265f, float_of(0x3f808000u),
-               float_of(0x3f818000u), 0x1p-126f, 0x1p-133f, 0x1p-149f, float_of(0x00008000u), float_of(0x00018000u),
-               float_of(0x00007fffu), 0.0f, -0.0f, float_of(0x7fc00000u), float_of(0x7f800001u), float_of(0xff800001u),
-               float_of(0x7f80ffffu), float_of(0x7fffffffu)},
+              {3.3895314e38f,
+               3.4028235e38f,
+               -3.4028235e38f,
+               float_of(0x7f7f7fffu),
+               float_of(0x7f7f8000u),
+               float_of(0x7f7f8001u),
+               INFINITY,
+               -INFINITY,
+               1.0f,
+               0.1f,
+               -3.14159265f,
+               float_of(0x3f808000u),
+               float_of(0x3f818000u),
+               0x1p-126f,
+               0x1p-133f,
+               0x1p-149f,
+               float_of(0x00008000u),
+               float_of(0x00018000u),
+               float_of(0x00007fffu),
+               0.0f,
+               -0.0f,
+               float_of(0x7fc00000u),
+               float_of(0x7f800001u),
+               float_of(0xff800001u),
+               float_of(0x7f80ffffu),
+               float_of(0x7fffffffu)},
               "the largest finite bfloat16, the largest float32 (+-), the floats around the midpoint to inf, +-inf, "
               "1, 0.1, -pi, the ties 1 + 2^-8 (to even: down) and 1 + 3 x 2^-8 (up), 2^-126, 2^-133, 2^-149, "
               "float32 subnormals at and around a tie, +-0, NaNs whose payload is only in the low 16 bits"),
@@ -524,8 +570,9 @@ Lab make_lab12() {
          }},
         {"options out of range are refused",
          [](Check& c) {
-           c.input("init_scale 0, -1, inf, 1e39 (inf in float32); growth_factor 1, 0.5, inf; backoff_factor 0, 1, "
-                   "1.5; growth_interval 0, -3");
+           c.input(
+               "init_scale 0, -1, inf, 1e39 (inf in float32); growth_factor 1, 0.5, inf; backoff_factor 0, 1, "
+               "1.5; growth_interval 0, -3");
            auto bad = [&](const std::string& what, auto set) {
              lab12::ScalerOptions o;
              set(o);
@@ -590,16 +637,16 @@ Lab make_lab12() {
                         s.steps = {Kind::Clean, Kind::Clean, Kind::NaN, Kind::Clean, Kind::Clean, Kind::Clean};
                         return s;
                       }),
-        schedule_case("a schedule of 30 steps drawn from the input seed (1)", [] { return draw_schedule(1232, 30); },
-                      3),
-        schedule_case("a schedule of 30 steps drawn from the input seed (2)", [] { return draw_schedule(1233, 30); },
-                      3),
-        schedule_case("a schedule of 40 steps drawn from the input seed (3)", [] { return draw_schedule(1234, 40); },
-                      3)}});
+        schedule_case(
+            "a schedule of 30 steps drawn at random (1)", [] { return draw_schedule(1232, 30); }, 3),
+        schedule_case(
+            "a schedule of 30 steps drawn at random (2)", [] { return draw_schedule(1233, 30); }, 3),
+        schedule_case(
+            "a schedule of 40 steps drawn at random (3)", [] { return draw_schedule(1234, 40); }, 3)}});
 
   // ---- Task 12.4 ------------------------------------------------------------------------
-  const std::vector<std::string> unlisted = {"relu", "tanh",    "sigmoid", "gelu", "add",     "mul",
-                                             "sub",  "div",     "sqrt",    "abs",  "dropout", "embedding",
+  const std::vector<std::string> unlisted = {"relu", "tanh",    "sigmoid",   "gelu", "add",     "mul",
+                                             "sub",  "div",     "sqrt",      "abs",  "dropout", "embedding",
                                              "max",  "reshape", "transpose", "clamp"};
   lab.tasks.push_back(
       {4,

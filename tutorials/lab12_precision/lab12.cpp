@@ -60,8 +60,7 @@ Tensor LossScaler::scale(const Tensor& loss) {
 // multiply each defined gradient in place by static_cast<float>(1.0 / scale_) (g.mul_(...)), and
 // set found_inf_ when one holds inf or NaN (g.isnan(), g.isinf()). Then unscaled_ = true.
 void LossScaler::unscale_(optim::Optimizer& opt) {
-  throw Error("lab 12",
-              "not implemented: lab 12 task 3 (LossScaler::unscale_ in tutorials/lab12_precision/lab12.cpp)");
+  throw Error("lab 12", "not implemented: lab 12 task 3 (LossScaler::unscale_ in tutorials/lab12_precision/lab12.cpp)");
 }
 
 // TODO(lab 12, task 3): refuse a second call; unscale_ unless it ran; skip opt.step() when
@@ -92,8 +91,7 @@ int64_t LossScaler::get_growth_tracker() const {
 // or bfloat16 alone; then your table: the products to autocast_dtype, the range-sensitive ops to
 // float32, every other op unchanged (lab12.h lists them; README.md says why).
 DType autocast_input_dtype(const std::string& op, DType input, DType autocast_dtype) {
-  throw Error("lab 12",
-              "not implemented: lab 12 task 4 (autocast_input_dtype in tutorials/lab12_precision/lab12.cpp)");
+  throw Error("lab 12", "not implemented: lab 12 task 4 (autocast_input_dtype in tutorials/lab12_precision/lab12.cpp)");
 }
 
 }  // namespace gradsleuth::lab12

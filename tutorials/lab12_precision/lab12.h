@@ -43,9 +43,9 @@ float bfloat16_bits_to_float(uint16_t h);
 //   scaler.step(opt);                  // opt.step(), skipped when a gradient is inf/NaN
 //   scaler.update();                   // back off after an overflow, grow after clean steps
 struct ScalerOptions {
-  double init_scale = 65536.0;  // > 0 and finite in float32
-  double growth_factor = 2.0;   // > 1 and finite
-  double backoff_factor = 0.5;  // in (0, 1)
+  double init_scale = 65536.0;     // > 0 and finite in float32
+  double growth_factor = 2.0;      // > 1 and finite
+  double backoff_factor = 0.5;     // in (0, 1)
   int64_t growth_interval = 2000;  // >= 1: clean steps in a row before the scale grows
 };
 

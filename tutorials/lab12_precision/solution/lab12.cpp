@@ -35,8 +35,8 @@ uint16_t float_to_half_bits(float f) {
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 (and inf): inf
   const int exp = static_cast<int>(mag >> 23) - 127;                     // unbiased float32 exponent
   if (exp < -25) return static_cast<uint16_t>(sign);  // below half the smallest subnormal (float32 subnormals too): 0
-  uint32_t mant = (mag & 0x7fffffu) | 0x800000u;                         // 24 bits with the hidden 1
-  int shift = 13;                                                        // normal: drop 13 bits
+  uint32_t mant = (mag & 0x7fffffu) | 0x800000u;      // 24 bits with the hidden 1
+  int shift = 13;                                     // normal: drop 13 bits
   uint32_t base = static_cast<uint32_t>(exp + 15) << 10;
   if (exp < -14) {  // subnormal in float16: fewer mantissa bits survive
     shift = 13 + (-14 - exp);
@@ -55,9 +55,9 @@ uint16_t float_to_half_bits(float f) {
 float half_bits_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 31) return float_of(sign | 0x7f800000u | (m << 13));                     // inf, NaN (payload kept)
-  if (e != 0) return float_of(sign | ((e - 15 + 127) << 23) | (m << 13));           // normal
-  const float v = std::ldexp(static_cast<float>(m), -24);                           // subnormal or 0: exact
+  if (e == 31) return float_of(sign | 0x7f800000u | (m << 13));            // inf, NaN (payload kept)
+  if (e != 0) return float_of(sign | ((e - 15 + 127) << 23) | (m << 13));  // normal
+  const float v = std::ldexp(static_cast<float>(m), -24);                  // subnormal or 0: exact
   return sign ? -v : v;
 }
 
@@ -88,8 +88,9 @@ LossScaler::LossScaler(const ScalerOptions& o) : options_(o) {
 Tensor LossScaler::scale(const Tensor& loss) { return loss.mul(scale_); }
 
 void LossScaler::unscale_(optim::Optimizer& opt) {
-  GS_CHECK(!unscaled_, "LossScaler.unscale_", "already called since the last update(): the gradients would be "
-                                              "divided by the scale twice");
+  GS_CHECK(!unscaled_, "LossScaler.unscale_",
+           "already called since the last update(): the gradients would be "
+           "divided by the scale twice");
   GS_CHECK(!stepped_, "LossScaler.unscale_", "called after step(): call it before step(), or update() first");
   const float inv = static_cast<float>(1.0 / scale_);
   NoGradGuard no_grad;
@@ -104,8 +105,9 @@ void LossScaler::unscale_(optim::Optimizer& opt) {
 }
 
 bool LossScaler::step(optim::Optimizer& opt) {
-  GS_CHECK(!stepped_, "LossScaler.step", "already called since the last update(): call update() once per "
-                                         "iteration, after step()");
+  GS_CHECK(!stepped_, "LossScaler.step",
+           "already called since the last update(): call update() once per "
+           "iteration, after step()");
   if (!unscaled_) unscale_(opt);
   stepped_ = true;
   if (found_inf_) return false;
@@ -137,9 +139,13 @@ DType autocast_input_dtype(const std::string& op, DType input, DType autocast_dt
   GS_CHECK(autocast_dtype == kFloat16 || autocast_dtype == kBFloat16, "autocast",
            "the autocast dtype must be float16 or bfloat16, got ", dtype_name(autocast_dtype));
   static const char* const low[] = {"matmul", "linear", "conv2d"};
-  static const char* const f32[] = {"exp",     "log",         "pow",       "sum",        "mean",
-                                    "softmax", "log_softmax", "logsumexp", "layer_norm", "batch_norm",
-                                    "mse_loss", "nll_loss",   "cross_entropy", "binary_cross_entropy_with_logits"};
+  static const char* const f32[] = {"exp",           "log",
+                                    "pow",           "sum",
+                                    "mean",          "softmax",
+                                    "log_softmax",   "logsumexp",
+                                    "layer_norm",    "batch_norm",
+                                    "mse_loss",      "nll_loss",
+                                    "cross_entropy", "binary_cross_entropy_with_logits"};
   GS_CHECK(op != "binary_cross_entropy", op,
            "is unsafe to autocast: use binary_cross_entropy_with_logits on the logits, or switch autocast off "
            "around it");
