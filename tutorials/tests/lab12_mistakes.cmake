@@ -1,7 +1,7 @@
-# The lab12_mistakes test: lab 12 graded with four deliberate mistakes (lab12_make_mistakes.cmake)
-# must lose points on each task, with feedback that says what is wrong: float16 ties rounded away
-# from zero, a bfloat16 NaN that comes out as inf, a loss scaler that steps on NaN gradients, and
-# softmax under autocast in 16 bits.
+# The lab12_mistakes test: lab 12 graded with four deliberate mistakes, made from the reference
+# solution by lab12_precision/solution/make_mistakes.cmake. Each task must lose points, with
+# feedback that says what is wrong: float16 ties rounded away from zero, a bfloat16 NaN that comes
+# out as inf, a loss scaler that steps on NaN gradients, and softmax under autocast in 16 bits.
 #   cmake -DGRADER=build/tutorials/lab12_grader_mistakes -P lab12_mistakes.cmake
 cmake_minimum_required(VERSION 3.20)
 execute_process(COMMAND ${GRADER} check 12 RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
