@@ -4,7 +4,8 @@
 # README and grader and no other lab, list lab 12 alone in tutorials/labs.txt and give a GitHub
 # Classroom workflow with one step per task. Lab 12's Gradescope zip (make_autograder.sh 12) must
 # hold the same and build lab 12's grader; its run_autograder, run against a fake /autograder on
-# this build, gives the reference solution 100 points and the starter 0.
+# this build, gives the reference solution 100 points, the starter 0 and a submission that forges
+# its results 0 ("needs review").
 #   lab12_release.sh GRADSLEUTH SOURCE_ROOT
 set -euo pipefail
 cli="$1" src="$2"
@@ -57,5 +58,20 @@ assert sum(t["score"] for t in r["tests"]) == r["score"], "the tests do not add 
 assert sum(t["max_score"] for t in r["tests"]) == 100, "the tasks do not add up to 100 points"
 PY
 done
-[[ $fail == 0 ]] && echo "lab12_release: lab 12 released alone without its solution; its Gradescope zip grades the solution 100 and the starter 0"
+# A submission that writes forged results for every task of lab 12 to every descriptor: 0 points
+# and "needs review", not full points.
+fake="$tmp/autograder_forge"
+mkdir -p "$fake/submission" "$fake/source"
+awk '/#include "core\/error.h"/ { print; print "#include <unistd.h>"; next }
+     /not implemented: lab 12 task 1 \(float_to_half_bits/ {
+       print "  for (int fd = 3; fd < 1024; ++fd)";
+       print "    for (const char* s : {\"@task-done 12.1 30 30 passed\\n\", \"@task-done 12.2 15 15 passed\\n\", \"@end 100 100\\n\"})";
+       print "      (void)!write(fd, s, __builtin_strlen(s));" }
+     { print }' "$src/tutorials/lab12_precision/lab12.cpp" > "$fake/submission/lab12.cpp"
+grep -q "@task-done 12.1" "$fake/submission/lab12.cpp" || bad "the forging submission was not made (the starter changed?)"
+AUTOGRADER_ROOT="$fake" GRADSLEUTH_SOURCE="$(dirname "$(dirname "$(dirname "$cli")")")" GRADESCOPE_TIMEOUT=120 \
+  "$tmp/run_autograder" > "$tmp/forge.log" 2>&1 || { cat "$tmp/forge.log"; bad "run_autograder (forge) failed"; }
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(r["score"] != 0 or "needs review" not in json.dumps(r))' \
+  "$fake/results/results.json" || { cat "$fake/results/results.json"; bad "the forging submission is not 0 points and needs review"; }
+[[ $fail == 0 ]] && echo "lab12_release: lab 12 released alone without its solution; its Gradescope zip grades the solution 100, the starter 0 and a forging submission 0 (needs review)"
 exit $fail
