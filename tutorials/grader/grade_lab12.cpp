@@ -416,6 +416,9 @@ void require_autocast(Check& c, const std::string& op, DType input, DType ac) {
     c.fail(student_raised(call, e));
   }
   if (got == *want) return;
+  if (std::string(dtype_name(got)) == "?")
+    c.fail(call + ": expected " + dtype_name(*want) + ", got DType value " + std::to_string(static_cast<int>(got)) +
+           ", which is none of the six dtypes");
   const AutocastRule* rule = find_autocast_rule(op);
   std::string why = !is_floating(input) || input == kFloat64 ? "only float32, float16 and bfloat16 inputs are cast"
                     : rule == nullptr ? "'" + op + "' is not in the autocast table: its inputs keep their dtype"
