@@ -115,7 +115,7 @@ std::string forth_hint(const Format& F, float f, uint16_t want, uint16_t got) {
 std::string forth_error(const Format& F, float f) {
   const uint16_t want = F.key_to(f), got = F.mine_to(f);
   if (F.is_nan(want) ? F.is_nan(got) : got == want) return "";
-  return std::string(F.to) + "(" + fstr(f) + "): expected " + (F.is_nan(want) ? "a NaN pattern" : F.show(want)) +
+  return std::string(F.to) + ": for f = " + fstr(f) + " expected " + (F.is_nan(want) ? "a NaN pattern" : F.show(want)) +
          ", got " + F.show(got) + ": " + forth_hint(F, f, want, got);
 }
 
@@ -125,25 +125,26 @@ void require_forth(Check& c, const Format& F, float f) {
 }
 
 Case back_all(const Format& F) {
-  return {
-      std::string(F.from) + ": all 65536 bit patterns",
-      [&F](Check& c) {
-        c.input(std::string("every uint16 pattern 0x0000 .. 0xffff, against the engine's ") + F.name + " -> float");
-        for (uint32_t h = 0; h < 65536; ++h) {
-          const float want = F.key_from(static_cast<uint16_t>(h)), got = F.mine_from(static_cast<uint16_t>(h));
-          const bool ok = std::isnan(want) ? std::isnan(got) : bits_of(got) == bits_of(want);
-          if (ok) continue;
-          std::string why = F.is_nan(static_cast<uint16_t>(h))   ? "a NaN pattern must give a NaN"
-                            : F.is_inf(static_cast<uint16_t>(h)) ? "exponent all ones, mantissa 0: inf"
-                            : F.is_subnormal(static_cast<uint16_t>(h))
-                                ? std::string("exponent 0: a subnormal, m x 2^-") +
-                                      (F.exp_mask == 0x7c00 ? "24 (no hidden 1)" : "133 (no hidden 1)")
-                            : (h & 0x7fffu) == 0 ? "+-0: keep the sign"
-                                                 : "a normal number: check the exponent bias and the mantissa shift";
-          c.fail(std::string(F.from) + "(" + hex(h) + "): expected " + fstr(want) + ", got " + fstr(got) + ": " + why);
-        }
-      },
-      2};
+  return {std::string(F.from) + ": all 65536 bit patterns",
+          [&F](Check& c) {
+            c.input(std::string("every uint16 pattern 0x0000 .. 0xffff, against the engine's ") + F.name + " -> float");
+            for (uint32_t h = 0; h < 65536; ++h) {
+              const float want = F.key_from(static_cast<uint16_t>(h)), got = F.mine_from(static_cast<uint16_t>(h));
+              const bool ok = std::isnan(want) ? std::isnan(got) : bits_of(got) == bits_of(want);
+              if (ok) continue;
+              std::string why = F.is_nan(static_cast<uint16_t>(h))   ? "a NaN pattern must give a NaN"
+                                : F.is_inf(static_cast<uint16_t>(h)) ? "exponent all ones, mantissa 0: inf"
+                                : F.is_subnormal(static_cast<uint16_t>(h))
+                                    ? std::string("exponent 0: a subnormal, m x 2^-") +
+                                          (F.exp_mask == 0x7c00 ? "24 (no hidden 1)" : "133 (no hidden 1)")
+                                : (h & 0x7fffu) == 0
+                                    ? "+-0: keep the sign"
+                                    : "a normal number: check the exponent bias and the mantissa shift";
+              c.fail(std::string(F.from) + ": for h = " + hex(h) + " expected " + fstr(want) + ", got " + fstr(got) +
+                     ": " + why);
+            }
+          },
+          2};
 }
 
 Case each_value(const Format& F) {
@@ -272,9 +273,23 @@ struct Side {
   }
 };
 
-std::string student_raised(const std::string& where, const Error& e) {
+// "WHERE raised gs::Error: MESSAGE (CONTEXT)". Under the instructor's inputs only the text before
+// the first ':' is shown, so WHERE names the call and CONTEXT (which may hold input values) comes
+// last. A starter stub's error is passed on (the task then reads "not implemented yet").
+std::string student_raised(const std::string& where, const Error& e, const std::string& context = "") {
   if (not_implemented_task(e.what()).first != 0) throw e;
-  return where + " raised gs::Error: " + e.what();
+  return where + " raised gs::Error: " + e.what() + (context.empty() ? "" : " (" + context + ")");
+}
+
+// Runs `check`; its failure then reads "LABEL: at AT, <its message>" (the step and its kind after
+// the first ':', so that they stay hidden with the instructor's inputs).
+void at_step(const std::string& label, const std::string& at, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (CaseFailed& f) {
+    f.message = label + ": at " + at + ", " + f.message;
+    throw;
+  }
 }
 
 // Runs the schedule on optim::GradScaler and on the student's LossScaler, comparing after every
@@ -294,7 +309,7 @@ void run_schedule(Check& c, const Schedule& s) {
   try {
     scaler = std::make_unique<lab12::LossScaler>(s.options);
   } catch (const Error& e) {
-    c.fail(student_raised("LossScaler(" + options_str(s.options) + ")", e));
+    c.fail(student_raised("LossScaler(options)", e, options_str(s.options)));
   }
   c.require_near(scaler->get_scale(), key.get_scale(), 0.0, "get_scale() before the first step");
   std::mt19937_64 gen(input_seed(s.stream + 3));
@@ -324,25 +339,27 @@ void run_schedule(Check& c, const Schedule& s) {
     try {
       scaler->scale((mine.w * x).sum() + (mine.v * y).sum()).backward();
     } catch (const Error& e) {
-      c.fail(student_raised(at + ": scale(loss).backward()", e));
+      c.fail(student_raised("scale(loss).backward()", e, at));
     }
     if (k == Kind::UnscaleFirst) {
       try {
         scaler->unscale_(*mine.opt);
       } catch (const Error& e) {
-        c.fail(student_raised(at + ": unscale_(opt)", e));
+        c.fail(student_raised("unscale_(opt)", e, at));
       }
-      c.require(mine.w.grad().defined() && mine.v.grad().defined(), at + ": unscale_ cleared a gradient");
-      c.require_close(mine.w.grad(), ref_gw, at + ": w's gradient after unscale_ (expected the true one)", 1e-6, 0.0);
-      c.require_close(mine.v.grad(), ref_gv, at + ": v's gradient after unscale_", 1e-6, 0.0);
+      at_step("the gradients after unscale_", at, [&] {
+        c.require(mine.w.grad().defined() && mine.v.grad().defined(), "unscale_ cleared a gradient");
+        c.require_close(mine.w.grad(), ref_gw, "w's gradient (expected the true one)", 1e-6, 0.0);
+        c.require_close(mine.v.grad(), ref_gv, "v's gradient (expected the true one)", 1e-6, 0.0);
+      });
     }
     try {
       stepped = scaler->step(*mine.opt);
     } catch (const Error& e) {
-      c.fail(student_raised(at + ": step(opt)" + (k == Kind::UnscaleFirst ? " after unscale_(opt)" : ""), e));
+      c.fail(student_raised(k == Kind::UnscaleFirst ? "step(opt) after unscale_(opt)" : "step(opt)", e, at));
     }
     if (stepped != ref_stepped)
-      c.fail(at + ": step() returned " + (stepped ? "true" : "false") + ", expected " +
+      c.fail("step(): at " + at + " it returned " + (stepped ? "true" : "false") + ", expected " +
              (ref_stepped ? "true" : "false") +
              (ref_stepped ? ": every gradient was finite after unscaling, so the step runs"
                           : ": a gradient was inf or NaN (" +
@@ -350,24 +367,31 @@ void run_schedule(Check& c, const Schedule& s) {
                                                                 : "look at both parameters, NaN included") +
                                 "), so the step is skipped"));
     if (ref_stepped && k != Kind::UnscaleFirst) {
-      c.require_close(mine.w.grad(), ref_gw, at + ": w's gradient after step (unscaled: true gradient)", 1e-6, 0.0);
-      c.require_close(mine.v.grad(), ref_gv, at + ": v's gradient after step", 1e-6, 0.0);
+      at_step("the gradients after step()", at, [&] {
+        c.require_close(mine.w.grad(), ref_gw, "w's gradient (unscaled: the true one)", 1e-6, 0.0);
+        c.require_close(mine.v.grad(), ref_gv, "v's gradient (unscaled: the true one)", 1e-6, 0.0);
+      });
     }
     try {
       scaler->update();
     } catch (const Error& e) {
-      c.fail(student_raised(at + ": update()", e));
+      c.fail(student_raised("update()", e, at));
     }
     const double want = key.get_scale(), got = scaler->get_scale();
     if (got != want && !(std::abs(got - want) <= 1e-6 * want))
-      c.fail(at + ": get_scale() after update() is " + g9(got) + ", expected " + g9(want) + " (it was " + g9(before) +
+      c.fail("get_scale() after update(): at " + at + " it is " + g9(got) + ", expected " + g9(want) + " (it was " +
+             g9(before) +
              (ref_stepped ? "; it grows by growth_factor after growth_interval clean steps in a row, unless that is "
                             "inf in float32, and stays otherwise)"
                           : "; an inf/NaN gradient multiplies it by backoff_factor)"));
-    c.require_eq(scaler->get_growth_tracker(), key.get_growth_tracker(),
-                 at + ": get_growth_tracker() after update() (clean steps in a row since the scale changed)");
-    c.require_close(mine.w.detach(), ref.w.detach(), at + ": w after the step", 1e-5, 0.0);
-    c.require_close(mine.v.detach(), ref.v.detach(), at + ": v after the step", 1e-5, 0.0);
+    at_step("get_growth_tracker() after update()", at, [&] {
+      c.require_eq(scaler->get_growth_tracker(), key.get_growth_tracker(),
+                   "clean steps in a row since the scale changed");
+    });
+    at_step("the parameters after the step", at, [&] {
+      c.require_close(mine.w.detach(), ref.w.detach(), "w", 1e-5, 0.0);
+      c.require_close(mine.v.detach(), ref.v.detach(), "v", 1e-5, 0.0);
+    });
   }
 }
 
@@ -594,7 +618,7 @@ Lab make_lab12() {
            try {
              lab12::LossScaler s(ok);
            } catch (const Error& e) {
-             c.fail(student_raised("LossScaler(" + options_str(ok) + ") (valid options)", e));
+             c.fail(student_raised("LossScaler(valid options)", e, options_str(ok)));
            }
          }},
         {"misuse is refused: unscale_ twice, unscale_ after step, step twice, update without a step",
