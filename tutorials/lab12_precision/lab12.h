@@ -83,9 +83,9 @@ class LossScaler {
 };
 
 // ---- Task 12.4: the autocast policy ----------------------------------------------------
-// Inside gs::autocast(autocast_dtype), the dtype that op `op` casts a `input` input to before it
-// runs (op names as the engine's ops and modules call themselves: "matmul", "linear", "softmax",
-// "cross_entropy", "relu", "add", ...):
+// Inside gs::autocast(autocast_dtype), the dtype to which op `op` casts an input of dtype `input`
+// before it runs (op names as the engine's ops and modules call themselves: "matmul", "linear",
+// "softmax", "cross_entropy", "relu", "add", ...):
 //   - the products (matmul, linear, conv2d): autocast_dtype, their speed is in them;
 //   - range- or accumulation-sensitive ops (exp, log, pow, sum, mean, softmax, log_softmax,
 //     logsumexp, layer_norm, batch_norm and the losses mse_loss, nll_loss, cross_entropy,
