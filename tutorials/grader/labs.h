@@ -16,5 +16,6 @@ Lab make_lab8();   // data bugs: misalignment, leakage, normalisation, class imb
 Lab make_lab9();   // CUDA kernels: axpy, a naive and a tiled matmul, against the CPU and cuBLAS
 Lab make_lab10();  // data-parallel training: sharding, gradient averaging, the replica checks
 Lab make_lab11();  // make it fast: the matmul ladder on the CPU (loop order, blocking, a SIMD micro-kernel)
+Lab make_lab12();  // reduced precision: float16/bfloat16 by hand, dynamic loss scaling, the autocast policy
 
 }  // namespace gradsleuth::labs
