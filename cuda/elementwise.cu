@@ -103,9 +103,8 @@ void map2(const char* op, const DevTensor& out, const DevTensor& a, const DevTen
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool c = all_contiguous(out, a, b);
-  launch_op(op, map2_kernel<TO, TA, TB, F>, blocks_for(n), kThreads, 0, static_cast<TO*>(out.data),
-            c ? flat(n) : out.g, static_cast<const TA*>(a.data), c ? flat(n) : a.g, static_cast<const TB*>(b.data),
-            c ? flat(n) : b.g, n, f);
+  launch_op(op, map2_kernel<TO, TA, TB, F>, blocks_for(n), kThreads, 0, static_cast<TO*>(out.data), c ? flat(n) : out.g,
+            static_cast<const TA*>(a.data), c ? flat(n) : a.g, static_cast<const TB*>(b.data), c ? flat(n) : b.g, n, f);
 }
 
 }  // namespace

@@ -54,7 +54,8 @@ void synchronize() { check_runtime(cudaDeviceSynchronize(), "cuda synchronize");
 
 namespace {
 
-// out[i] = in[i] converted to TO (a 16-bit TO through float32, rounded once) for n elements in row-major order of the shared shape. 1-D grid-stride.
+// out[i] = in[i] converted to TO (a 16-bit TO through float32, rounded once) for n elements in
+// row-major order of the shared shape. 1-D grid-stride.
 template <class TO, class TI>
 __global__ void copy_kernel(TO* out, Strided so, const TI* in, Strided si, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -96,8 +97,8 @@ void fill(const DevTensor& out, double value) {
   if (n == 0) return;
   dispatch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch_op("fill", fill_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), out.g,
-              convert<T>(value), n);
+    launch_op("fill", fill_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), out.g, convert<T>(value),
+              n);
   });
 }
 

@@ -116,8 +116,8 @@ struct RunResult {
   double ms = 0.0, ref_ms = 0.0;
   std::string ref_name;
   double device_fp32_gflops = 0.0, device_gb_per_s = 0.0;  // the device's own peaks (0: unknown)
-  double device_bf16_gflops = 0.0;  // its dense bf16 tensor-core peak (sm_80, sm_90; 0: unknown)
-  bool tensor_core = false;         // the version runs on tensor cores (Version::tensor_core)
+  double device_bf16_gflops = 0.0;                         // its dense bf16 tensor-core peak (sm_80, sm_90; 0: unknown)
+  bool tensor_core = false;                                // the version runs on tensor cores (Version::tensor_core)
 };
 
 // Devices as seen by one build.

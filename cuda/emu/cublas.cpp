@@ -236,8 +236,9 @@ cublasStatus_t gemm_ex(const char* call, cublasHandle_t h, cublasOperation_t ta,
                    compute == CUBLAS_COMPUTE_32F_FAST_16F || compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
                    compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   const bool half_in = at == CUDA_R_16F || at == CUDA_R_16BF;
-  const bool ok = at == bt && ((c32 && (at == CUDA_R_32F ? ct == CUDA_R_32F : half_in && (ct == at || ct == CUDA_R_32F))) ||
-                               (compute == CUBLAS_COMPUTE_64F && at == CUDA_R_64F && ct == CUDA_R_64F));
+  const bool ok =
+      at == bt && ((c32 && (at == CUDA_R_32F ? ct == CUDA_R_32F : half_in && (ct == at || ct == CUDA_R_32F))) ||
+                   (compute == CUBLAS_COMPUTE_64F && at == CUDA_R_64F && ct == CUDA_R_64F));
   if (!ok) {
     std::fprintf(stderr,
                  "gs_emu: %s: A %s, B %s, C %s with compute type %d is not a combination the emulator runs (A and B "

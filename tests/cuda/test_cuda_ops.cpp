@@ -1,8 +1,9 @@
 // Coverage: every op in the registry runs on the CUDA device and agrees with the CPU, forward
 // and backward (the gradient of every floating input under a random upstream gradient), on
 // every sample, in float32 and float64, and forward in int64 and bool where the CPU runs the
-// sample in those dtypes; then float16 and bfloat16 under the 16-bit tolerance rule. One SUBCASE per op, so a failure names the op; an op whose every
-// sample throws on the cpu (nothing compared) fails too.
+// sample in those dtypes; then float16 and bfloat16 under the 16-bit tolerance rule. One SUBCASE
+// per op, so a failure names the op; an op whose every sample throws on the cpu (nothing compared)
+// fails too.
 #include "tests/cuda/cuda_test_util.h"
 
 #include "core/op_registry.h"
