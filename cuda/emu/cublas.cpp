@@ -122,11 +122,12 @@ T from_double(double v) {
 }
 
 // C = alpha op(A) op(B) + beta C. T: A's and B's element type, TC: C's, S: alpha's and beta's.
-// round_f32: the sum is rounded to float32 (a 32F compute type) before it is stored.
+// round_f32: the sum is rounded to float32 (a 32F compute type) before it is stored; acc16: every
+// multiply-add is rounded to float16 (CUBLAS_COMPUTE_16F: a 16-bit accumulator).
 template <class T, class TC = T, class S = T>
 cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                     const S* alpha, const T* A, int lda, long long sA, const T* B, int ldb, long long sB, const S* beta,
-                    TC* C, int ldc, long long sC, int batch, bool round_f32 = false) {
+                    TC* C, int ldc, long long sC, int batch, bool round_f32 = false, bool acc16 = false) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   auto bad_op = [](cublasOperation_t op) { return op != CUBLAS_OP_N && op != CUBLAS_OP_T && op != CUBLAS_OP_C; };
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
@@ -152,7 +153,7 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-  const bool use_ab = k > 0 && *alpha != S(0);
+  const bool use_ab = k > 0 && to_double(*alpha) != 0.0;
   const std::string how_a = std::string("op ") + op_name(ta) + ", m=" + std::to_string(m) + " k=" + std::to_string(k);
   const std::string how_b = std::string("op ") + op_name(tb) + ", k=" + std::to_string(k) + " n=" + std::to_string(n);
   if (use_ab && (!check_extent(call, "A", A, a_rows, a_cols, lda, sA, batch, how_a) ||
@@ -161,7 +162,8 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
   if (!check_extent(call, "C", static_cast<const TC*>(C), m, n, ldc, sC, batch,
                     "m=" + std::to_string(m) + " n=" + std::to_string(n)))
     return CUBLAS_STATUS_INVALID_VALUE;
-  const double al = static_cast<double>(*alpha), be = static_cast<double>(*beta);
+  const double al = to_double(*alpha), be = to_double(*beta);
+  auto half16 = [](double v) { return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(v)))); };
   for (int b = 0; b < batch; ++b) {
     const T* Ab = A + static_cast<long long>(b) * sA;
     const T* Bb = B + static_cast<long long>(b) * sB;
@@ -175,13 +177,13 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cu
                                                          : Ab[p + static_cast<long long>(i) * lda]);
             const double bv = to_double(tb == CUBLAS_OP_N ? Bb[p + static_cast<long long>(j) * ldb]
                                                           : Bb[j + static_cast<long long>(p) * ldb]);
-            acc += a * bv;
+            acc = acc16 ? half16(acc + a * bv) : acc + a * bv;
           }
         }
         TC& c = Cb[i + static_cast<long long>(j) * ldc];
         const double prev = be == 0.0 ? 0.0 : be * to_double(c);  // beta == 0: C is not read
         const double r = al * acc + prev;
-        c = from_double<TC>(round_f32 ? static_cast<double>(static_cast<float>(r)) : r);
+        c = from_double<TC>(acc16 ? half16(r) : round_f32 ? static_cast<double>(static_cast<float>(r)) : r);
       }
     }
   }
@@ -236,19 +238,24 @@ cublasStatus_t gemm_ex(const char* call, cublasHandle_t h, cublasOperation_t ta,
                    compute == CUBLAS_COMPUTE_32F_FAST_16F || compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
                    compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   const bool half_in = at == CUDA_R_16F || at == CUDA_R_16BF;
+  const bool c16 = compute == CUBLAS_COMPUTE_16F && at == CUDA_R_16F && ct == CUDA_R_16F;
   const bool ok =
-      at == bt && ((c32 && (at == CUDA_R_32F ? ct == CUDA_R_32F : half_in && (ct == at || ct == CUDA_R_32F))) ||
+      at == bt && (c16 || (c32 && (at == CUDA_R_32F ? ct == CUDA_R_32F : half_in && (ct == at || ct == CUDA_R_32F))) ||
                    (compute == CUBLAS_COMPUTE_64F && at == CUDA_R_64F && ct == CUDA_R_64F));
   if (!ok) {
     std::fprintf(stderr,
                  "gs_emu: %s: A %s, B %s, C %s with compute type %d is not a combination the emulator runs (A and B "
                  "alike; CUBLAS_COMPUTE_32F with 16F/16BF inputs and C of their type or 32F, or 32F throughout; "
-                 "CUBLAS_COMPUTE_64F with 64F throughout)\n",
+                 "CUBLAS_COMPUTE_16F with 16F throughout; CUBLAS_COMPUTE_64F with 64F throughout)\n",
                  call, type_name(at), type_name(bt), type_name(ct), static_cast<int>(compute));
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   const auto* fa = static_cast<const float*>(alpha);
   const auto* fb = static_cast<const float*>(beta);
+  if (c16)  // alpha and beta are __half for a 16F compute type
+    return gemm(call, h, ta, tb, m, n, k, static_cast<const __half*>(alpha), static_cast<const __half*>(A), lda, sA,
+                static_cast<const __half*>(B), ldb, sB, static_cast<const __half*>(beta), static_cast<__half*>(C), ldc,
+                sC, batch, false, true);
   switch (at) {
     case CUDA_R_64F:
       return gemm(call, h, ta, tb, m, n, k, static_cast<const double*>(alpha), static_cast<const double*>(A), lda, sA,

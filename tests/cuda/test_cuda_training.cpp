@@ -24,6 +24,7 @@
 #include "optim/sgd.h"
 #include "optim/trainer.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/reduced_float_tolerance.h"
 
 namespace {
 
@@ -58,6 +59,19 @@ void same_steps(const char* name, const MakeOpt& make) {
       CAPTURE(s);
       CHECK(cuda_test::compare(dev[s], cpu[s]) == "");
       CHECK(cuda_test::compare(dev_ops[s], cpu[s]) == "");  // the tensor-op path agrees too
+    }
+  }
+  // 16-bit parameters: the device takes the optimizer's float32 reference path, the cpu its fused
+  // step in float32; each step rounds p and the state once: a few roundings per step apart at most.
+  for (gs::DType t : {gs::kFloat16, gs::kBFloat16}) {
+    CAPTURE(name);
+    CAPTURE(t);
+    const auto cpu = run(make, t, kCPU), dev = run(make, t, kCUDA);
+    REQUIRE(cpu.size() == dev.size());
+    for (size_t s = 0; s < cpu.size(); ++s) {
+      CAPTURE(s);
+      CHECK(dev[s].dtype() == t);
+      CHECK(reduced_float::compare(dev[s], cpu[s], t, 2 * static_cast<int>(s + 1)) == "");
     }
   }
 }
