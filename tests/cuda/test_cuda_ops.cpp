@@ -111,7 +111,7 @@ TEST_CASE("every registered op runs on cuda and matches the cpu, forward and bac
 // normwise; 2k + 2 for gradients), with the 16-bit result dtype and the same NaN/inf pattern; an op
 // that refuses must name itself, the dtype and the device. The tensors move between the devices
 // bit for bit.
-TEST_CASE("float16/bfloat16 on cuda: every registered op matches the cpu within the tolerance rule; moving works") {
+TEST_CASE("float16/bfloat16 on cuda: every registered op matches the cpu (tolerance rule), moving keeps every bit") {
   const uint64_t seed = gs::Generator().seed();
   int compared = 0, grads = 0;
   for (gs::DType t : {gs::kFloat16, gs::kBFloat16}) {
