@@ -4,7 +4,10 @@
 // libbenchmark). bench/peer_train_step.py --device cuda times the same steps in PyTorch.
 //
 //   bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--only TEXT] [--json]
-//   (--only: the cases whose name contains TEXT, e.g. mlp/64)
+//                     [--autocast bf16|fp16]
+//   (--only: the cases whose name contains TEXT, e.g. mlp/64; --autocast: the forward and the loss
+//   under gs::autocast in that dtype, the fp16 step with an optim::GradScaler, as PyTorch's
+//   torch.autocast + GradScaler step that peer_train_step.py --autocast times)
 //
 // Each step ends with the device synchronised (the loss is read back to the host, as a training
 // loop that logs its loss does), so the time is the step's wall time, launches and all. Per case:
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "bench/models.h"
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/generator.h"
 #include "nn/nn.h"
@@ -42,8 +46,9 @@ struct Result {
   long steps;
 };
 
+// autocast: kFloat32 for none, else the 16-bit dtype the forward runs under.
 Result time_case(const std::string& name, std::shared_ptr<nn::Module> (*make)(), int64_t batch, gs::Device device,
-                 double min_time) {
+                 double min_time, gs::DType autocast) {
   using clock = std::chrono::steady_clock;
   gs::manual_seed(0);
   auto model = make();
@@ -51,11 +56,23 @@ Result time_case(const std::string& name, std::shared_ptr<nn::Module> (*make)(),
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.01));
   gs::Tensor x = gs::rand({batch, 1, 28, 28}).to(device);  // (B, 1, 28, 28)
   gs::Tensor y = gs::randint(0, 10, {batch}).to(device);   // (B) int64
+  optim::GradScaler scaler;
+  const bool mixed = autocast != gs::kFloat32, scaled = autocast == gs::kFloat16;
   auto step = [&] {
     opt.zero_grad();
-    gs::Tensor loss = nn::functional::cross_entropy((*model)(x), y);
-    loss.backward();
-    opt.step();
+    gs::Tensor loss;
+    {
+      auto ac = gs::autocast(mixed ? autocast : gs::kBFloat16, mixed);
+      loss = nn::functional::cross_entropy((*model)(x), y);
+    }
+    if (scaled) {
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
     return loss.item<float>();  // reads the loss back: the device is synchronised
   };
   for (int i = 0; i < 10; ++i) step();
@@ -80,7 +97,7 @@ Result time_case(const std::string& name, std::shared_ptr<nn::Module> (*make)(),
 int usage(const char* why) {
   std::fprintf(stderr,
                "bench_step_device: %s\nusage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] "
-               "[--only TEXT] [--json]\n",
+               "[--only TEXT] [--json] [--autocast bf16|fp16]\n",
                why);
   return 2;
 }
@@ -92,7 +109,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   double min_time = 1.0;
   bool json = false;
-  std::string only;
+  std::string only, autocast_name;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* opt) -> const char* {
@@ -112,16 +129,28 @@ int main(int argc, char** argv) {
       json = true;
     else if (a == "--only")
       only = value("--only");
+    else if (a == "--autocast")
+      autocast_name = value("--autocast");
     else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: bench_step_device [--device cpu|cuda] [--threads N] [--min-time S] [--only TEXT] [--json]\n"
-          "Times one training step (SGD) of an MLP 784-256-10 and a CNN, median of >= 5 blocks.\n");
+          "                         [--autocast bf16|fp16]\n"
+          "Times one training step (SGD) of an MLP 784-256-10 and a CNN, median of >= 5 blocks.\n"
+          "--autocast: forward and loss under gs::autocast (fp16 with an optim::GradScaler).\n");
       return 0;
     } else
       return usage(("unknown option '" + a + "'").c_str());
   }
   if (threads < 1 || threads > 1024) return usage("--threads must be in [1, 1024]");
   if (!(min_time > 0 && min_time <= 60)) return usage("--min-time must be in (0, 60] seconds");
+  gs::DType autocast = gs::kFloat32;
+  if (autocast_name == "bf16")
+    autocast = gs::kBFloat16;
+  else if (autocast_name == "fp16")
+    autocast = gs::kFloat16;
+  else if (!autocast_name.empty())
+    return usage(("unknown --autocast '" + autocast_name + "': use bf16 or fp16").c_str());
+  const std::string suffix = autocast_name.empty() ? "" : "/" + autocast_name;
 #if defined(_OPENMP)
   omp_set_num_threads(threads);
 #else
@@ -160,7 +189,7 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
     any = true;
-    const Result r = time_case(c.name, c.make, c.batch, device, min_time);
+    const Result r = time_case(c.name + suffix, c.make, c.batch, device, min_time, autocast);
     if (json)
       std::printf("{\"name\":\"%s\",\"device\":\"%s\",\"threads\":%d,\"us_per_step\":%.2f,\"steps\":%ld}\n",
                   r.name.c_str(), device_name.c_str(), threads, r.us_per_step, r.steps);

@@ -98,7 +98,15 @@ void print_result(std::ostream& os, const wb::KernelSpec& k, const wb::RunResult
   if (!r.timed) return;
   const double s = r.ms * 1e-3;
   os << "  time: " << fmt(r.ms, 4) << " ms (mean of the timed launches, after warm-up)\n";
-  if (k.compute_bound) {
+  if (k.compute_bound && r.tensor_core) {
+    const double gf = r.cost.flops / s / 1e9;
+    os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / wb::kH100Bf16DenseGflops, 1)
+       << "% of the H100 SXM's 989.5 TFLOP/s bf16 dense (tensor cores)";
+    if (r.device_bf16_gflops > 0)
+      os << ", " << fmt(100.0 * gf / r.device_bf16_gflops, 1) << "% of this device's " << fmt(r.device_bf16_gflops, 0)
+         << " GFLOP/s bf16 dense";
+    os << "\n";
+  } else if (k.compute_bound) {
     const double gf = r.cost.flops / s / 1e9;
     os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / wb::kH100Fp32Gflops, 1)
        << "% of the H100 SXM's 67 TFLOP/s";
@@ -138,6 +146,9 @@ std::string result_json(const wb::KernelSpec& k, const wb::RunResult& r) {
        << ",\"gb_per_s\":" << json_num(r.cost.bytes / s / 1e9)
        << ",\"pct_h100_fp32\":" << json_num(100.0 * r.cost.flops / s / 1e9 / wb::kH100Fp32Gflops)
        << ",\"pct_h100_hbm\":" << json_num(100.0 * r.cost.bytes / s / 1e9 / wb::kH100HbmGbPerS)
+       << ",\"pct_h100_bf16_dense\":" << json_num(100.0 * r.cost.flops / s / 1e9 / wb::kH100Bf16DenseGflops)
+       << ",\"pct_device_bf16_dense\":"
+       << json_num(r.device_bf16_gflops > 0 ? 100.0 * r.cost.flops / s / 1e9 / r.device_bf16_gflops : 0.0)
        << ",\"reference\":" << json_str(r.ref_name) << ",\"reference_ms\":" << json_num(r.ref_ms)
        << ",\"pct_of_reference\":" << json_num(r.ref_ms > 0 ? 100.0 * r.ref_ms / r.ms : 0.0);
   } else {
@@ -198,8 +209,14 @@ int kernels_bench(const Args& a) {
   GS_CHECK(k != nullptr, "kernels", "unknown kernel '", name, "': the workbench has ", wb::kernel_names(),
            " (gradsleuth kernels list)");
   std::vector<int> versions;
+  std::vector<std::string> skipped;  // tensor-core versions, which the emulator cannot run
   if (!a.has("version") || a.get("version") == "all") {
-    for (const wb::Version& v : k->versions) versions.push_back(v.number);
+    for (const wb::Version& v : k->versions) {
+      if (v.tensor_core && kOnEmulator)
+        skipped.push_back("v" + std::to_string(v.number) + " (" + v.name + ")");
+      else
+        versions.push_back(v.number);
+    }
   } else {
     versions.push_back(static_cast<int>(a.get_int_in("version", 1, 99)));
   }
@@ -232,9 +249,15 @@ int kernels_bench(const Args& a) {
     else
       print_result(std::cout, *k, r);
   }
+  for (const std::string& v : skipped)
+    if (!json)
+      std::cout << name << " " << v << ": skipped: it runs on tensor cores, which the CPU emulator does not have "
+                << "(validated on a GPU only)\n";
   if (json) {
     std::cout << "{\"runs_on\":" << json_str(kOnEmulator ? "emulator" : "gpu") << ",\"results\":[";
     for (size_t i = 0; i < js.size(); ++i) std::cout << (i ? "," : "") << js[i];
+    std::cout << "],\"skipped\":[";
+    for (size_t i = 0; i < skipped.size(); ++i) std::cout << (i ? "," : "") << json_str(skipped[i]);
     std::cout << "],\"passed\":" << json_bool(all_ok) << "}\n";
   }
   return all_ok ? 0 : 1;

@@ -106,11 +106,6 @@ Tensor AutocastScope::cast(const Tensor& t) const {
   if (!t.defined() || !t.is_floating_point() || t.dtype() == kFloat64) return t;
   const DType to = policy_ == AutocastPolicy::LowerPrecision ? dtype_ : kFloat32;
   if (t.dtype() == to) return t;
-  // The CUDA backend has no 16-bit kernels: say so here, where the cause is autocast.
-  GS_CHECK(!(is_reduced_float(to) && t.device().is_cuda()), op_, "autocast would run it in ", dtype_name(to),
-           " on ", t.device().str(), " (input ", t.str(),
-           "), but the CUDA backend has no float16/bfloat16 kernels: autocast applies to CPU tensors. Switch it "
-           "off around CUDA code (auto off = gs::autocast(gs::autocast_dtype(), false);) or compute on the CPU.");
   return t.to(to);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "core/host_device.h"
 #include "core/op_kinds.h"
@@ -24,10 +25,15 @@ GS_HOST_DEVICE inline void for_each_in_window(const Conv2dGeometry& g, int64_t o
   }
 }
 
+// The plane P of the two functions below is a pointer to its elements, or anything indexed like one
+// (cuda/conv.cu's widening reader of 16-bit planes); the result has the type plane[k] gives.
+template <class P>
+using plane_value_t = std::decay_t<decltype(std::declval<P>()[0])>;
+
 // avg_pool2d's output (oh, ow) of one (H, W) plane: the window's sum in float64 over kH * kW
 // (padding counts as zeros, as PyTorch's count_include_pad=True).
-template <class T>
-GS_HOST_DEVICE inline T avg_pool_at(const T* plane, const Conv2dGeometry& g, int64_t oh, int64_t ow) {
+template <class P, class T = plane_value_t<P>>
+GS_HOST_DEVICE inline T avg_pool_at(P plane, const Conv2dGeometry& g, int64_t oh, int64_t ow) {
   double s = 0;
   for_each_in_window(g, oh, ow, [&](int64_t k) { s += static_cast<double>(plane[k]); });
   return static_cast<T>(s * (1.0 / static_cast<double>(g.kH * g.kW)));
@@ -36,8 +42,8 @@ GS_HOST_DEVICE inline T avg_pool_at(const T* plane, const Conv2dGeometry& g, int
 // max_pool2d's output (oh, ow) of one (H, W) plane, with dilation: the first maximum wins ties and
 // the first NaN wins outright (as in PyTorch). *index gets the offset h * W + w of the element
 // taken, -1 for a window entirely in the padding (which ops/ rejects): then -inf (0 for integers).
-template <class T>
-GS_HOST_DEVICE inline T max_pool_at(const T* plane, const Conv2dGeometry& g, int64_t oh, int64_t ow, int64_t* index) {
+template <class P, class T = plane_value_t<P>>
+GS_HOST_DEVICE inline T max_pool_at(P plane, const Conv2dGeometry& g, int64_t oh, int64_t ow, int64_t* index) {
   T best = T(0);
   int64_t bi = -1;
   for (int64_t ki = 0; ki < g.kH; ++ki) {

@@ -19,12 +19,9 @@ static_assert(::gradsleuth::kMaxDims == ::gradsleuth::cuda::kMaxDims,
 
 namespace {
 
-// The kernels' view of t, for the op `op` (named in errors). CUDA has no float16/bfloat16
-// kernels: a 16-bit operand is refused here, before any kernel or dispatch sees it.
+// The kernels' view of t, for the op `op` (named in errors). Every dtype has kernels (float16 and
+// bfloat16 computed in float32, rounded once on store).
 DevTensor dev(const char* op, const Tensor& t) {
-  GS_CHECK(!is_reduced_float(t.dtype()), op, "the CUDA backend has no ", dtype_name(t.dtype()), " kernels: ", t.str(),
-           " is on ", t.device().str(), ". Compute on the cpu, where ", dtype_name(t.dtype()),
-           " ops run in float32 (x.cpu()), or convert there for the GPU: x.cpu().to(gs::kFloat32).to(x.device())");
   GS_CHECK(t.device().is_cuda(), "cuda backend", "a CUDA kernel was given ", t.str(), " on ", t.device().str(),
            ": an op made a helper tensor without .device(...) (pass TensorOptions().device(x.device())), or mixed "
            "devices slipped past its check");
@@ -43,7 +40,8 @@ DevTensor dev(const char* op, const Tensor& t) {
 void* addr(const Tensor& t) { return t.defined() ? t.unsafe_data() : nullptr; }
 
 // p contiguous float32/float64 on a CUDA device, every defined operand contiguous, same dtype and
-// device as p: what cuda/optim.cu's kernels read.
+// device as p: what cuda/optim.cu's kernels read. A 16-bit p takes the optimizer's reference path,
+// whose ops compute in float32 (optim/optimizer.h).
 bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
   if (!p.device().is_cuda() || !p.is_contiguous() || (p.dtype() != DType::Float32 && p.dtype() != DType::Float64))
     return false;
@@ -128,8 +126,6 @@ class CudaBackend final : public Backend {
 
   void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
     const char* k = "matmul (bmm)";
-    (void)dev(k, a);  // a 16-bit operand is refused before a.contiguous() below
-    (void)dev(k, b);
     const int64_t N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
     if (!is_floating(out.dtype())) {  // int64: the tiled kernel reads any strides
       cuda::bmm(dev(k, out), dev(k, a), -1, 0, dev(k, b), -1, 0);

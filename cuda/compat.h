@@ -17,8 +17,12 @@
 #endif
 
 #if GS_CUDA_EMU
+#include "cuda/emu/cuda_bf16.h"
+#include "cuda/emu/cuda_fp16.h"
 #include "cuda/emu/cuda_runtime.h"
 #else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #endif
 

@@ -1,7 +1,8 @@
 // cuda/elementwise.cu: unary and binary ops, comparisons, where, clamp and arange on the
 // device. Each op's scalar formula is core/elementwise_math.h's, the one the CPU backend
 // calls (NaN wins in maximum/minimum, integer division by zero gives 0, bool add/mul are
-// or/and); one kernel per dtype serves every op, chosen per element by a switch.
+// or/and); one kernel per dtype serves every op, chosen per element by a switch. A float16 or
+// bfloat16 element is widened to float32, computed by the float32 formula and rounded once on store.
 #include "cuda/compat.h"
 
 #include <math.h>
@@ -13,28 +14,34 @@ namespace gradsleuth::cuda {
 
 namespace {
 
+// T is the stored type; C = compute_t<T> the one the formula runs in (float for 16-bit T).
 template <class T>
 struct UnaryF {
   UnaryOp op;
-  __device__ T operator()(T x) const { return ew::unary_value<T>(op, x); }
+  __device__ T operator()(T x) const { return narrow<T>(ew::unary_value<compute_t<T>>(op, widen(x))); }
 };
 
 template <class T>
 struct PredF {
   UnaryOp op;
-  __device__ bool operator()(T x) const { return ew::unary_predicate<T>(op, x); }
+  __device__ bool operator()(T x) const { return ew::unary_predicate<compute_t<T>>(op, widen(x)); }
 };
 
+// A and B are T, or float for the unrounded float32 number beside a 16-bit T (core/ops/op_utils.h,
+// scalar_operand_dtype).
 template <class T>
 struct BinaryF {
   BinaryOp op;
-  __device__ T operator()(T a, T b) const { return ew::binary_value<T>(op, a, b); }
+  template <class A, class B>
+  __device__ T operator()(A a, B b) const {
+    return narrow<T>(ew::binary_value<compute_t<T>>(op, widen(a), widen(b)));
+  }
 };
 
 template <class T>
 struct CompareF {
   BinaryOp op;
-  __device__ bool operator()(T a, T b) const { return ew::compare_value<T>(op, a, b); }
+  __device__ bool operator()(T a, T b) const { return ew::compare_value<compute_t<T>>(op, widen(a), widen(b)); }
 };
 
 // o[i] = f(a[i]) over n elements (row-major order of the shared shape). 1-D grid-stride.
@@ -44,8 +51,8 @@ __global__ void map1_kernel(TO* o, Strided so, const TI* a, Strided sa, int64_t 
 }
 
 // o[i] = f(a[i], b[i]). 1-D grid-stride.
-template <class TO, class TI, class F>
-__global__ void map2_kernel(TO* o, Strided so, const TI* a, Strided sa, const TI* b, Strided sb, int64_t n, F f) {
+template <class TO, class TA, class TB, class F>
+__global__ void map2_kernel(TO* o, Strided so, const TA* a, Strided sa, const TB* b, Strided sb, int64_t n, F f) {
   for (GS_GRID_STRIDE(i, n)) o[so.offset(i)] = f(a[sa.offset(i)], b[sb.offset(i)]);
 }
 
@@ -61,24 +68,25 @@ template <class T>
 __global__ void clamp_kernel(T* o, Strided so, const T* a, Strided sa, int64_t n, double lo, double hi) {
   for (GS_GRID_STRIDE(i, n)) {
     const T x = a[sa.offset(i)];
-    const double v = static_cast<double>(x);
-    o[so.offset(i)] = v < lo ? static_cast<T>(lo) : (v > hi ? static_cast<T>(hi) : x);
+    const double v = static_cast<double>(widen(x));
+    o[so.offset(i)] = v < lo ? convert<T>(lo) : (v > hi ? convert<T>(hi) : x);
   }
 }
 
 // o[i] = x[i] <= th ? 0 : g[i] (relu's backward): a NaN x passes g, an infinite g where
-// x <= th gives 0. The threshold arrives as T (a double compare would differ from the CPU's
-// for a float threshold that T cannot hold exactly). 1-D grid-stride.
+// x <= th gives 0. The threshold arrives as compute_t<T> (a double compare would differ from the
+// CPU's for a float threshold that T cannot hold exactly). 1-D grid-stride.
 template <class T>
 __global__ void threshold_backward_kernel(T* o, Strided so, const T* g, Strided sg, const T* x, Strided sx, int64_t n,
-                                          T th) {
-  for (GS_GRID_STRIDE(i, n)) o[so.offset(i)] = x[sx.offset(i)] <= th ? T(0) : g[sg.offset(i)];
+                                          compute_t<T> th) {
+  const T zero = narrow<T>(compute_t<T>(0));
+  for (GS_GRID_STRIDE(i, n)) o[so.offset(i)] = widen(x[sx.offset(i)]) <= th ? zero : g[sg.offset(i)];
 }
 
 // o[i] = start + i * step, contiguous. 1-D grid-stride.
 template <class T>
 __global__ void arange_kernel(T* o, int64_t n, double start, double step) {
-  for (GS_GRID_STRIDE(i, n)) o[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  for (GS_GRID_STRIDE(i, n)) o[i] = convert<T>(start + static_cast<double>(i) * step);
 }
 
 template <class TO, class TI, class F>
@@ -90,13 +98,13 @@ void map1(const char* op, const DevTensor& out, const DevTensor& a, F f) {
             static_cast<const TI*>(a.data), c ? flat(n) : a.g, n, f);
 }
 
-template <class TO, class TI, class F>
+template <class TO, class TA, class TB = TA, class F>
 void map2(const char* op, const DevTensor& out, const DevTensor& a, const DevTensor& b, F f) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool c = all_contiguous(out, a, b);
-  launch_op(op, map2_kernel<TO, TI, F>, blocks_for(n), kThreads, 0, static_cast<TO*>(out.data), c ? flat(n) : out.g,
-            static_cast<const TI*>(a.data), c ? flat(n) : a.g, static_cast<const TI*>(b.data), c ? flat(n) : b.g, n, f);
+  launch_op(op, map2_kernel<TO, TA, TB, F>, blocks_for(n), kThreads, 0, static_cast<TO*>(out.data), c ? flat(n) : out.g,
+            static_cast<const TA*>(a.data), c ? flat(n) : a.g, static_cast<const TB*>(b.data), c ? flat(n) : b.g, n, f);
 }
 
 }  // namespace
@@ -121,8 +129,24 @@ void unary(UnaryOp op, const DevTensor& out, const DevTensor& in) {
 }
 
 void binary(BinaryOp op, const DevTensor& out, const DevTensor& a, const DevTensor& b) {
-  dispatch(a.dtype, [&](auto tag) {
+  // Operands of two dtypes: a 16-bit tensor and the float32 number beside it (add/sub/mul/div/pow).
+  const bool mixed = a.dtype != b.dtype;
+  const DType ct = mixed && is_reduced_float(b.dtype) ? b.dtype : a.dtype;
+  dispatch(ct, [&](auto tag) {
     using T = decltype(tag);
+    if (mixed) {
+      const DType other = ct == a.dtype ? b.dtype : a.dtype;
+      GS_CHECK(is_half_v<T> && other == DType::Float32 && out.dtype == ct, binary_op_name(op),
+               "internal error: CUDA operands of dtypes ", dtype_name(a.dtype), " and ", dtype_name(b.dtype), " into ",
+               dtype_name(out.dtype), " (only a 16-bit tensor with a float32 number mixes)");
+      if constexpr (is_half_v<T>) {
+        if (a.dtype == ct)
+          map2<T, T, float>(binary_op_name(op), out, a, b, BinaryF<T>{op});
+        else
+          map2<T, float, T>(binary_op_name(op), out, a, b, BinaryF<T>{op});
+      }
+      return;
+    }
     if (is_comparison(op) || (out.dtype == DType::Bool && a.dtype != DType::Bool))
       map2<bool, T>(binary_op_name(op), out, a, b, CompareF<T>{op});
     else
@@ -160,7 +184,7 @@ void threshold_backward(const DevTensor& out, const DevTensor& grad, const DevTe
     const bool c = all_contiguous(out, grad, x);
     launch_op("threshold_backward", threshold_backward_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data),
               c ? flat(n) : out.g, static_cast<const T*>(grad.data), c ? flat(n) : grad.g,
-              static_cast<const T*>(x.data), c ? flat(n) : x.g, n, static_cast<T>(threshold));
+              static_cast<const T*>(x.data), c ? flat(n) : x.g, n, static_cast<compute_t<T>>(threshold));
   });
 }
 

@@ -35,9 +35,9 @@ void launch_op(const char* op, void (*kernel)(KArgs...), dim3 grid, dim3 block, 
   after_launch(op, ::gradsleuth::cuda::launch(kernel, grid, block, shmem, cudaStream_t{}, std::forward<Args>(args)...));
 }
 
-// Calls f(T{}) with T the element type of dtype t (the four computing dtypes). float16 and
-// bfloat16 have no kernels here: cuda/backend.cpp refuses them by op name before any kernel
-// runs, and a dtype that still gets here is an internal error, never a silent no-op.
+// Calls f(T{}) with T the element type of dtype t: bool, int64_t, float, double, and the storage
+// types __half (float16) and __nv_bfloat16 (bfloat16), which kernels widen to float32 on load
+// (widen) and round once on store (narrow).
 template <class F>
 void dispatch(DType t, F&& f) {
   switch (t) {
@@ -45,11 +45,81 @@ void dispatch(DType t, F&& f) {
     case DType::Int64: f(int64_t{}); return;
     case DType::Float32: f(float{}); return;
     case DType::Float64: f(double{}); return;
-    case DType::Float16:
-    case DType::BFloat16: break;
+    case DType::Float16: f(__half{}); return;
+    case DType::BFloat16: f(__nv_bfloat16{}); return;
   }
-  GS_FAIL("cuda", "internal error: no CUDA kernel for dtype ", dtype_name(t),
-          " (the backend refuses 16-bit floats before dispatch)");
+  GS_FAIL("cuda", "internal error: unknown dtype code ", static_cast<int>(t));
+}
+
+// The 16-bit storage types: loaded into float32, computed there, rounded once on store.
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+// The type a kernel computes an element of T in: float for the 16-bit types, T itself otherwise.
+template <class T>
+using compute_t = std::conditional_t<is_half_v<T>, float, T>;
+
+// A stored element as the value computed with (exact: float32 holds every 16-bit value).
+template <class T>
+__host__ __device__ inline compute_t<T> widen(T v) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(v);
+  else
+    return v;
+}
+// A computed value as stored: the one rounding of a 16-bit result (to nearest, ties to even).
+template <class T>
+__host__ __device__ inline T narrow(compute_t<T> v) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(v);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(v);
+  else
+    return v;
+}
+// Any element type to any other, as the CPU converts (core/cpu/reduced_float.cpp): into a 16-bit
+// type through float32 (float64 and int64 round twice, as in PyTorch), out of one from its float32
+// value.
+template <class TO, class TI>
+__host__ __device__ inline TO convert(TI v) {
+  if constexpr (std::is_same_v<TO, TI>)
+    return v;
+  else if constexpr (is_half_v<TO> && std::is_same_v<TI, bool>)
+    return narrow<TO>(v ? 1.0f : 0.0f);
+  else if constexpr (is_half_v<TO>)
+    return narrow<TO>(static_cast<float>(widen(v)));
+  else if constexpr (is_half_v<TI>)
+    return static_cast<TO>(widen(v));
+  else
+    return static_cast<TO>(v);
+}
+
+// A kernel that adds into `out` from several threads (atomics) or over several launches: for a
+// 16-bit out, f accumulates into a contiguous float32 copy of it (allocated here, holding out's
+// values when `keep`, else uninitialised) that is rounded into out once, after f; any other out
+// is passed as it is. So a 16-bit sum rounds once, as on the CPU.
+class Float32Scratch {
+ public:
+  Float32Scratch(const DevTensor& like, bool keep);
+  ~Float32Scratch();
+  Float32Scratch(const Float32Scratch&) = delete;
+  Float32Scratch& operator=(const Float32Scratch&) = delete;
+  const DevTensor& tensor() const { return t_; }
+
+ private:
+  DevTensor t_;
+  size_t bytes_ = 0;
+};
+template <class F>
+void accumulate_in_float32(const DevTensor& out, bool keep, F&& f) {
+  if (!is_reduced_float(out.dtype)) {
+    f(out);
+    return;
+  }
+  Float32Scratch s(out, keep);
+  f(s.tensor());
+  copy(out, s.tensor());
 }
 
 template <class T>

@@ -54,12 +54,13 @@ void synchronize() { check_runtime(cudaDeviceSynchronize(), "cuda synchronize");
 
 namespace {
 
-// out[i] = TO(in[i]) for n elements in row-major order of the shared shape. 1-D grid-stride.
+// out[i] = in[i] converted to TO (a 16-bit TO through float32, rounded once) for n elements in
+// row-major order of the shared shape. 1-D grid-stride.
 template <class TO, class TI>
 __global__ void copy_kernel(TO* out, Strided so, const TI* in, Strided si, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[so.offset(i)] = static_cast<TO>(in[si.offset(i)]);
+    out[so.offset(i)] = convert<TO>(in[si.offset(i)]);
 }
 
 // out[i] = v. 1-D grid-stride.
@@ -96,9 +97,26 @@ void fill(const DevTensor& out, double value) {
   if (n == 0) return;
   dispatch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch_op("fill", fill_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), out.g,
-              static_cast<T>(value), n);
+    launch_op("fill", fill_kernel<T>, blocks_for(n), kThreads, 0, static_cast<T*>(out.data), out.g, convert<T>(value),
+              n);
   });
+}
+
+Float32Scratch::Float32Scratch(const DevTensor& like, bool keep) {
+  t_.dtype = DType::Float32;
+  t_.g.ndim = like.g.ndim;
+  int64_t stride = 1;
+  for (int d = like.g.ndim - 1; d >= 0; --d) {
+    t_.g.sizes[d] = like.g.sizes[d];
+    t_.g.strides[d] = stride;
+    stride *= like.g.sizes[d];
+  }
+  bytes_ = static_cast<size_t>(t_.numel()) * sizeof(float);
+  t_.data = bytes_ ? device_allocate(bytes_) : nullptr;
+  if (keep) copy(t_, like);
+}
+Float32Scratch::~Float32Scratch() {
+  if (t_.data) device_free(t_.data, bytes_);
 }
 
 }  // namespace gradsleuth::cuda

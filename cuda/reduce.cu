@@ -1,6 +1,8 @@
 // cuda/reduce.cu: sum/max/min over any set of dims and argmax/argmin along one dim, with
 // the CPU's semantics (core/cpu/reduce.cpp): float32 sums accumulate in float64, NaN
 // propagates through max/min, argmax/argmin take the first index on ties and the first NaN.
+// float16/bfloat16 are widened on load: their sums accumulate in float64 like float32's, max/min
+// compare in float32, and the result is rounded once on store.
 #include "cuda/compat.h"
 
 #include <math.h>
@@ -14,9 +16,9 @@ namespace {
 
 constexpr int kReduceThreads = 128;
 
-// Accumulation type: float64 for floating sums, the element type otherwise.
+// Accumulation type of a sum: float64 for float32 and the 16-bit floats, the element type otherwise.
 template <class T>
-using AccT = std::conditional_t<std::is_same_v<T, float>, double, T>;
+using AccT = std::conditional_t<std::is_same_v<compute_t<T>, float>, double, T>;
 
 template <class A>
 __device__ A identity(ReduceOp op) {
@@ -59,14 +61,14 @@ __global__ void reduce_kernel(ReduceOp op, TO* out, const T* in, Strided kept, S
     const T* base = in + kept.offset(j);
     A acc = identity<A>(op);
     for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
-      acc = combine<A>(op, acc, static_cast<A>(base[red.offset(r)]));
+      acc = combine<A>(op, acc, convert<A>(widen(base[red.offset(r)])));
     buf[threadIdx.x] = acc;
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
       if (threadIdx.x < s) buf[threadIdx.x] = combine<A>(op, buf[threadIdx.x], buf[threadIdx.x + s]);
       __syncthreads();
     }
-    if (threadIdx.x == 0) out[j] = static_cast<TO>(buf[0]);
+    if (threadIdx.x == 0) out[j] = convert<TO>(buf[0]);
     __syncthreads();  // buf is reused by the next output
   }
 }
@@ -78,9 +80,9 @@ __global__ void arg_reduce_kernel(bool is_max, int64_t* out, const T* in, Stride
   for (GS_GRID_STRIDE(j, n_out)) {
     const T* base = in + kept.offset(j);
     int64_t best = 0;
-    T bv = base[0];
+    compute_t<T> bv = widen(base[0]);
     for (int64_t i = 1; i < n; ++i) {
-      const T v = base[i * st];
+      const compute_t<T> v = widen(base[i * st]);
       bool better = is_max ? v > bv : v < bv;
       if (is_nan(bv))
         better = false;  // first NaN wins, as in PyTorch
@@ -129,7 +131,7 @@ void reduce(ReduceOp op, const DevTensor& out, const DevTensor& in, const bool* 
         launch_op(reduce_name(op), reduce_kernel<T, AccT<T>, TO>, grid, threads, 0, op, static_cast<TO*>(out.data),
                   static_cast<const T*>(in.data), kept, red, n_out, R);
       else
-        launch_op(reduce_name(op), reduce_kernel<T, T, TO>, grid, threads, 0, op, static_cast<TO*>(out.data),
+        launch_op(reduce_name(op), reduce_kernel<T, compute_t<T>, TO>, grid, threads, 0, op, static_cast<TO*>(out.data),
                   static_cast<const T*>(in.data), kept, red, n_out, R);
     });
   });

@@ -58,7 +58,8 @@ ncclDataType_t nccl_type(DType t, const char* op) {
     case DType::BFloat16: break;
   }
   GS_FAIL(op, "no NCCL collective for ", dtype_name(t),
-          " tensors here (the CUDA backend has no 16-bit kernels); convert with .to(gs::kFloat32) first");
+          " tensors here (its collectives take float32, float64, int64 and bool); convert with "
+          ".to(gs::kFloat32) first");
 }
 
 void write_back(Tensor& t, const Tensor& buf, const char* op) {

@@ -2,7 +2,8 @@
 # scripts/gpu_check.sh: one prepared command for a machine with a CUDA GPU. It builds the CUDA
 # backend with nvcc (sm_90 by default), runs the real-GPU tests, the kernel workbench at its GPU
 # sizes, the MLP/CNN training step on the card against the CPU (and against PyTorch on the same
-# card where PyTorch with CUDA is installed), then compute-sanitizer's memcheck and racecheck over
+# card where PyTorch with CUDA is installed), the same step under bf16 and fp16 autocast (against
+# PyTorch's autocast), then compute-sanitizer's memcheck and racecheck over
 # the backend's GPU test, and writes one Markdown report. Each step is appended to the report as
 # it finishes, so a run stopped at a time limit still leaves what it measured.
 #
@@ -211,12 +212,36 @@ only=()
   fail "bench_step_device --device cpu --threads 1"
 OMP_WAIT_POLICY=passive "$step" --device cpu --threads "$(nproc)" --min-time "$step_time" "${only[@]}" >>"$report" 2>&1 ||
   fail "bench_step_device --device cpu --threads $(nproc)"
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+have_torch=0
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && have_torch=1
+if [[ $have_torch == 1 ]]; then
   PYTHONUNBUFFERED=1 python3 "$root/bench/peer_train_step.py" "$step_time" --device cuda >>"$report" 2>&1 ||
     fail "peer_train_step.py --device cuda"
 else
   echo "(PyTorch with CUDA is not installed here: no PyTorch peer)" >>"$report"
 fi
+echo '```' >>"$report"
+
+# ---- the same step in mixed precision: autocast bf16, and fp16 with a GradScaler, against PyTorch's ----
+{
+  echo
+  echo "## Training step under autocast (bf16; fp16 with a loss scaler), gradsleuth and PyTorch on the card"
+  echo
+  echo '```'
+} >>"$report"
+autocasts=(bf16 fp16)
+# The emulator: bf16 only (its fp16 step adds the loss scaler's launches: over a minute there).
+[[ $emulator == 1 ]] && autocasts=(bf16)
+for ac in "${autocasts[@]}"; do
+  echo "gpu_check: training steps under autocast $ac ($(elapsed) so far)" >&2
+  "$step" --device cuda --autocast "$ac" --min-time "$step_time" "${only[@]}" >>"$report" 2>&1 ||
+    fail "bench_step_device --device cuda --autocast $ac"
+  if [[ $have_torch == 1 ]]; then
+    PYTHONUNBUFFERED=1 python3 "$root/bench/peer_train_step.py" "$step_time" --device cuda --autocast "$ac" \
+      >>"$report" 2>&1 || fail "peer_train_step.py --device cuda --autocast $ac"
+  fi
+done
+[[ $have_torch == 1 ]] || echo "(PyTorch with CUDA is not installed here: no PyTorch peer)" >>"$report"
 echo '```' >>"$report"
 
 # ---- compute-sanitizer over the backend's GPU test ----

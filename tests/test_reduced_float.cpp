@@ -20,6 +20,7 @@
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
+#include "tests/reduced_float_tolerance.h"
 
 namespace {
 
@@ -29,8 +30,7 @@ using gs::tensor_list;
 
 const DType kReduced[] = {gs::kFloat16, gs::kBFloat16};
 
-// Machine epsilon: the spacing just above 1.
-double eps_of(DType t) { return t == gs::kFloat16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7); }
+using reduced_float::eps_of;
 
 uint16_t half_bits(float f) { return gs::Half(f).bits; }
 uint16_t bf16_bits(float f) { return gs::BFloat16(f).bits; }
@@ -232,45 +232,14 @@ TEST_CASE("factories and overflow checks") {
 // ---- every registry op, float16 and bfloat16 against float64 on the same rounded inputs -------
 namespace {
 
-// The roundings an op's path can take in a 16-bit dtype, counting the final one: 1 for a single
-// kernel (its float32 result rounded once), more for an op composed of several rounded steps
-// (softmax(x,-1) * softmax(x,0): three). The tolerance is normwise: the largest error over the
-// output is at most k * eps * (the output's largest magnitude, at least 1 for values that
-// cancel). Gradients take the backward's roundings too: k doubled plus two.
-int roundings(const std::string& op) {
-  // (var, logsumexp and mean compute in float32 and round once: k = 1, the default.)
-  static const std::map<std::string, int> k{
-      {"softmax", 3}, {"log_softmax", 3}, {"split", 3},  {"to_dtype", 3}, {"gelu", 4}, {"softplus", 4},
-      {"std", 2},     {"linear", 2},      {"conv2d", 2}, {"dropout", 2},  {"add_", 2}, {"leaky_relu", 2},
-  };
-  auto it = k.find(op);
-  return it == k.end() ? 1 : it->second;
-}
+using reduced_float::roundings;
 
 Tensor cast_floating(const Tensor& t, DType to) { return t.is_floating_point() ? t.to(to) : t; }
-
-// Largest |x| over a floating tensor (0 for an empty one), NaN and inf skipped.
-double max_abs_finite(const Tensor& t) {
-  double m = 0;
-  for (double v : t.detach().to(gs::kFloat64).contiguous().to_vector<double>())
-    if (std::isfinite(v)) m = std::max(m, std::abs(v));
-  return m;
-}
 
 // "" when got (16-bit) matches want (float64) within k * eps normwise, with the same
 // NaN/inf pattern; else what differs.
 std::string compare(const Tensor& got, const Tensor& want, DType t, int k) {
-  if (got.shape() != want.shape()) return "shape " + gs::shape_str(got.shape()) + " vs " + gs::shape_str(want.shape());
-  const auto g = got.detach().to(gs::kFloat64).contiguous().to_vector<double>();
-  const auto w = want.detach().to(gs::kFloat64).contiguous().to_vector<double>();
-  const double tol = k * eps_of(t) * std::max(1.0, max_abs_finite(want));
-  for (size_t i = 0; i < g.size(); ++i) {
-    const bool same_special = (std::isnan(g[i]) && std::isnan(w[i])) || (std::isinf(w[i]) && g[i] == w[i]);
-    if (same_special) continue;
-    if (!std::isfinite(g[i]) || !std::isfinite(w[i]) || std::abs(g[i] - w[i]) > tol)
-      return gs::detail::str_cat("element ", i, ": ", g[i], " vs float64 ", w[i], " (tolerance ", tol, ")");
-  }
-  return "";
+  return reduced_float::compare(got, want, t, k);
 }
 
 }  // namespace

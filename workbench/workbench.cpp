@@ -33,7 +33,12 @@ std::vector<KernelSpec> make_registry() {
          "64 x 64 block tile, 4 x 4 outputs per thread in registers: 0.5 shared loads per FMA"},
         {5, "vectorised", "v4 with float4 global and shared accesses: 4x fewer load/store instructions"},
         {6, "warp tiled", "a 32 x 32 tile per warp, 8 x 4 per thread: 0.375 shared loads per FMA, conflict-free"},
-        {7, "cuBLAS", "cublasSgemm, the reference row (the emulator's is a CPU reference GEMM)"}},
+        {7, "cuBLAS", "cublasSgemm, the reference row (the emulator's is a CPU reference GEMM)"},
+        {8, "tensor cores (bf16)",
+         "WMMA 16x16x16 bf16 fragments, float32 accumulate, 32 x 32 per warp; GPU only: the emulator has no tensor "
+         "cores and refuses it, so it is validated on a GPU (against the float64 product of the bf16-rounded inputs); "
+         "% of the bf16 dense peak",
+         true}},
        4096,
        64,
        0,
@@ -170,6 +175,13 @@ const KernelSpec& check_args(const std::string& kernel, int version, const Shape
   if (!known)
     throw std::invalid_argument(kernel + " has no version " + std::to_string(version) + ": its versions are " +
                                 version_list(*k));
+  for (const Version& v : k->versions)
+    if (v.number == version && v.tensor_core && emulator)
+      throw std::invalid_argument(
+          kernel + " v" + std::to_string(version) + " (" + v.name +
+          ") runs on a GPU only: the CPU emulator has no tensor cores (WMMA/mma.sync), so it can neither run nor "
+          "validate it. Run it on a GPU machine (gradsleuth built with -DGRADSLEUTH_KERNELS_ON=GPU; "
+          "scripts/gpu_check.sh does), or bench versions 1-7 here");
   const bool row = row_kernel(*k);
   if (s.n <= 0 || (row && s.m <= 0) || (k->name == "matmul" && (s.m <= 0 || s.k <= 0)))
     throw std::invalid_argument(kernel + " v" + std::to_string(version) + ": the size must be at least 1 (" +

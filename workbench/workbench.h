@@ -18,11 +18,16 @@ namespace gradsleuth::workbench {
 // datasheet, "H100 SXM" column: FP32 67 teraFLOPS, GPU memory bandwidth 3.35 TB/s).
 constexpr double kH100Fp32Gflops = 67000.0;
 constexpr double kH100HbmGbPerS = 3350.0;
+// The same datasheet's BF16 Tensor Core rate, dense (the 1,979 teraFLOPS it lists are with sparsity).
+constexpr double kH100Bf16DenseGflops = 989500.0;
 
 struct Version {
   int number = 0;
   std::string name;    // "naive", "shared-memory tiled", ...
   std::string change;  // what it changes against the previous version, and why it should be faster
+  // Runs on tensor cores (bf16 in, float32 accumulate): GPU only (the CPU emulator has no tensor
+  // cores and refuses it), measured against the bf16 dense peak.
+  bool tensor_core = false;
 };
 
 struct KernelSpec {
@@ -111,6 +116,8 @@ struct RunResult {
   double ms = 0.0, ref_ms = 0.0;
   std::string ref_name;
   double device_fp32_gflops = 0.0, device_gb_per_s = 0.0;  // the device's own peaks (0: unknown)
+  double device_bf16_gflops = 0.0;                         // its dense bf16 tensor-core peak (sm_80, sm_90; 0: unknown)
+  bool tensor_core = false;                                // the version runs on tensor cores (Version::tensor_core)
 };
 
 // Devices as seen by one build.
@@ -133,7 +140,8 @@ DeviceReport devices();
 }  // namespace gpu
 
 // Checks kernel, version and shape before any work; throws std::invalid_argument naming the
-// valid choices (the emulator's size limit when emulator).
+// valid choices (the emulator's size limit when emulator, and that a tensor-core version runs on a
+// GPU only).
 const KernelSpec& check_args(const std::string& kernel, int version, const Shape& shape, bool emulator);
 
 }  // namespace gradsleuth::workbench

@@ -3,6 +3,21 @@
 #pragma once
 #include "cuda/emu/cuda_runtime_api.h"
 
+// <library_types.h>'s element types, the subset the Ex GEMMs take here.
+typedef enum cudaDataType_t { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
+// The compute types of the Ex GEMMs (values as in <cublas_api.h>); the emulator runs 16F (16F data
+// only), 32F (and its 32F_* variants, computed as 32F) and 64F.
+typedef enum {
+  CUBLAS_COMPUTE_16F = 64,
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+  CUBLAS_COMPUTE_64F = 70,
+  CUBLAS_COMPUTE_32F_FAST_16F = 74,
+  CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+} cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+
 typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,
@@ -53,3 +68,18 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const double* alpha, const double* A, int lda,
                                          long long strideA, const double* B, int ldb, long long strideB,
                                          const double* beta, double* C, int ldc, long long strideC, int batchCount);
+
+// The mixed-precision GEMMs: A, B and C of the given types (16F, 16BF, 32F or 64F; A and B alike),
+// alpha/beta of the compute type's scalar (__half for 16F, float for CUBLAS_COMPUTE_32F*, double for
+// 64F). The emulator sums the products in double, rounds to float for a 32F compute type, then once
+// into C; a 16F compute type rounds every multiply-add to float16, as a 16-bit accumulator does.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo);

@@ -1,5 +1,6 @@
 // cuda/workbench/matmul.cu: SGEMM C (M, N) = A (M, K) @ B (K, N), row-major float32, in six
-// numbered versions from naive to warp-tiled, plus cuBLAS as version 7 (the reference row).
+// numbered versions from naive to warp-tiled, plus cuBLAS as version 7 (the reference row), and a
+// tensor-core version 8 (bf16 in, float32 accumulate; GPU only).
 //
 // Napkin math (H100 SXM, NVIDIA H100 Tensor Core GPU datasheet: FP32 67 TFLOP/s without tensor
 // cores, HBM3 3.35 TB/s; ridge 67,000 / 3,350 = 20 flop/byte). For M = N = K = 4096:
@@ -17,6 +18,9 @@
 
 #include "cuda/cublas_compat.h"
 #include "cuda/workbench/device.h"
+#if !GS_CUDA_EMU
+#include <mma.h>
+#endif
 
 namespace gradsleuth::workbench::GS_WB_NS {
 namespace {
@@ -244,6 +248,59 @@ __global__ void matmul_v6(const float* A, const float* B, float* C, int M, int N
   }
 }
 
+// ---- v8: tensor cores. WMMA 16 x 16 x 16 bf16 fragments with float32 accumulators. ----------
+// The v6 layout on tensor cores: 128 threads (4 warps in 2 x 2) per 64 x 64 block tile, each warp
+// a 32 x 32 tile of 2 x 2 accumulator fragments, K in steps of 16. Each phase stages a 64 x 16 tile
+// of A and a 16 x 64 tile of B in shared memory, rounded to bf16 on the way (the products of two
+// bf16 values are exact in float32, so only the inputs' rounding and the float32 sums differ from
+// SGEMM); each warp loads 2 A and 2 B fragments and issues 4 mma_sync. The accumulators go through
+// shared memory to C, so edge tiles need no special case. Napkin: per phase 2 x 64 x 64 x 16 flops
+// for 2 x 64 x 16 loads (v4-v6's 16 flop/byte of global traffic); the H100's bf16 dense peak is
+// about 15x its FP32 rate, so this simple version is limited by its staging loads, not the MMAs.
+// Needs sm_80 (bf16 WMMA). The emulator has no tensor cores: launch_matmul refuses version 8 there.
+constexpr int kT8 = 64, kK8 = 16, kThreads8 = 128;
+constexpr int kLdA8 = kK8 + 8, kLdB8 = kT8 + 8, kLdC8 = kT8 + 4;  // padded leading dims (multiples of 8 / 4)
+#if !GS_CUDA_EMU
+__global__ void matmul_v8(const float* A, const float* B, float* C, int M, int N, int K) {
+  using namespace nvcuda;
+  __shared__ __align__(32) __nv_bfloat16 As[kT8][kLdA8];
+  __shared__ __align__(32) __nv_bfloat16 Bs[kK8][kLdB8];
+  __shared__ __align__(32) float Cs[kT8][kLdC8];
+  const int t = threadIdx.x, warp = t / 32;
+  const int wr = warp / 2, wc = warp % 2;
+  const int row0 = blockIdx.y * kT8, col0 = blockIdx.x * kT8;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  for (int k0 = 0; k0 < K; k0 += kK8) {
+    for (int i = t; i < kT8 * kK8; i += kThreads8) {  // A: 16 consecutive k per row
+      const int r = i / kK8, c = i % kK8, gr = row0 + r, gc = k0 + c;
+      As[r][c] = __float2bfloat16_rn(gr < M && gc < K ? A[static_cast<size_t>(gr) * K + gc] : 0.0f);
+    }
+    for (int i = t; i < kK8 * kT8; i += kThreads8) {  // B: 64 consecutive columns per row
+      const int r = i / kT8, c = i % kT8, gr = k0 + r, gc = col0 + c;
+      Bs[r][c] = __float2bfloat16_rn(gr < K && gc < N ? B[static_cast<size_t>(gr) * N + gc] : 0.0f);
+    }
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b[2];
+    for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &As[wr * 32 + i * 16][0], kLdA8);
+    for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], &Bs[0][wc * 32 + j * 16], kLdB8);
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+    __syncthreads();
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(&Cs[wr * 32 + i * 16][wc * 32 + j * 16], acc[i][j], kLdC8, wmma::mem_row_major);
+  __syncthreads();
+  for (int i = t; i < kT8 * kT8; i += kThreads8) {
+    const int r = i / kT8, c = i % kT8;
+    if (row0 + r < M && col0 + c < N) C[static_cast<size_t>(row0 + r) * N + col0 + c] = Cs[r][c];
+  }
+}
+#endif
+
 cublasHandle_t g_cublas = nullptr;
 
 }  // namespace
@@ -284,6 +341,14 @@ cudaError_t launch_matmul(int version, const float* const* in, float* out, const
       GS_CUBLAS_CHECK(cublasSgemm(g_cublas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, N, A, K, &zero, out, N));
       return cudaGetLastError();
     }
+    case 8:
+#if GS_CUDA_EMU
+      throw std::invalid_argument(
+          "matmul v8 (tensor cores) runs on a GPU only: the CPU emulator has no tensor cores (WMMA)");
+#else
+      return gs::cuda::launch(matmul_v8, dim3(ceil_div(N, kT8), ceil_div(M, kT8)), dim3(kThreads8), 0, stream, A, B,
+                              out, M, N, K);
+#endif
     default: throw std::invalid_argument("matmul: no version " + std::to_string(version));
   }
 }

@@ -2,6 +2,8 @@
 // validates against the CPU reference and, on a real GPU only, times it with CUDA events against
 // its reference row (cuBLAS, or a device-to-device copy of the same bytes). Built twice: as
 // gradsleuth::workbench::emu (the CPU emulator: never timed) and gradsleuth::workbench::gpu (nvcc).
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -58,10 +60,21 @@ std::string device_name() {
   return prop.name;
 }
 
+// x rounded to bf16 (to nearest, ties to even) and back: the values a bf16 tensor-core version reads.
+float round_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;  // NaN
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 // The device's own peaks from its attributes (0 when unknown): DRAM 2 x memory clock x bus
-// width; FP32 SMs x FP32 lanes per SM x 2 (an FMA) x clock.
-void device_peaks(double* gflops, double* gb_per_s) {
-  *gflops = *gb_per_s = 0.0;
+// width; FP32 SMs x FP32 lanes per SM x 2 (an FMA) x clock; dense bf16 tensor-core flops per SM
+// per clock: 2048 on sm_80 (A100: 312 TFLOP/s), 4096 on sm_90 (H100/H200: 989 TFLOP/s at 1.83 GHz).
+void device_peaks(double* gflops, double* gb_per_s, double* bf16_gflops) {
+  *gflops = *gb_per_s = *bf16_gflops = 0.0;
 #if !GS_CUDA_EMU
   int sms = 0, clock_khz = 0, mem_khz = 0, bus_bits = 0, major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess &&
@@ -70,6 +83,8 @@ void device_peaks(double* gflops, double* gb_per_s) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess) {
     const int lanes = (major == 8 && minor == 0) || major < 8 ? 64 : 128;  // A100 and older: 64 FP32 lanes per SM
     *gflops = 2.0 * sms * lanes * clock_khz * 1e3 / 1e9;
+    const int bf16_per_clock = major == 8 && minor == 0 ? 2048 : (major == 9 && minor == 0 ? 4096 : 0);
+    *bf16_gflops = static_cast<double>(sms) * bf16_per_clock * clock_khz * 1e3 / 1e9;
   }
   if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess)
@@ -144,10 +159,19 @@ RunResult run(const std::string& kernel, int version, const Shape& shape, const 
     if (v.number == version) r.version_name = v.name;
   r.shape = shape;
   r.cost = cost(k, shape);
+  for (const Version& v : k.versions)
+    if (v.number == version) r.tensor_core = v.tensor_core;
   r.emulator = kEmulator;
   r.device = device_name();
 
-  const Problem p = make_problem(k, shape);
+  Problem p = make_problem(k, shape);
+  if (r.tensor_core) {
+    // bf16 in: the reference is the float64 product of the bf16-rounded inputs, and the float32
+    // bound on the sums applies as to SGEMM (a product of two bf16 values is exact in float32).
+    for (std::vector<float>& x : p.inputs)
+      for (float& v : x) v = round_to_bf16(v);
+    p = matmul_problem(p.inputs[0], p.inputs[1], shape);
+  }
   r.atol = p.atol;
   r.rtol = p.rtol;
   std::vector<DeviceBuf*> bufs;
@@ -193,7 +217,7 @@ RunResult run(const std::string& kernel, int version, const Shape& shape, const 
           c, [&] { return cudaMemcpyAsync(b.p, a.p, half, cudaMemcpyDeviceToDevice, nullptr); }, opt.warmup,
           opt.repeats);
     }
-    device_peaks(&r.device_fp32_gflops, &r.device_gb_per_s);
+    device_peaks(&r.device_fp32_gflops, &r.device_gb_per_s, &r.device_bf16_gflops);
   }
   return r;
 }

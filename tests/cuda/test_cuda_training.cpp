@@ -24,6 +24,7 @@
 #include "optim/sgd.h"
 #include "optim/trainer.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/reduced_float_tolerance.h"
 
 namespace {
 
@@ -58,6 +59,19 @@ void same_steps(const char* name, const MakeOpt& make) {
       CAPTURE(s);
       CHECK(cuda_test::compare(dev[s], cpu[s]) == "");
       CHECK(cuda_test::compare(dev_ops[s], cpu[s]) == "");  // the tensor-op path agrees too
+    }
+  }
+  // 16-bit parameters: the device takes the optimizer's float32 reference path, the cpu its fused
+  // step in float32; each step rounds p and the state once: a few roundings per step apart at most.
+  for (gs::DType t : {gs::kFloat16, gs::kBFloat16}) {
+    CAPTURE(name);
+    CAPTURE(t);
+    const auto cpu = run(make, t, kCPU), dev = run(make, t, kCUDA);
+    REQUIRE(cpu.size() == dev.size());
+    for (size_t s = 0; s < cpu.size(); ++s) {
+      CAPTURE(s);
+      CHECK(dev[s].dtype() == t);
+      CHECK(reduced_float::compare(dev[s], cpu[s], t, 2 * static_cast<int>(s + 1)) == "");
     }
   }
 }
@@ -145,6 +159,52 @@ TEST_CASE("Trainer device option: the model and batches move to cuda, the losses
     CHECK(rd.step_losses[i] == doctest::Approx(rc.step_losses[i]).epsilon(1e-4));
   CHECK(rd.last().val_loss == doctest::Approx(rc.last().val_loss).epsilon(1e-4));
   CHECK(rd.last().val_accuracy == rc.last().val_accuracy);
+}
+
+// Mixed precision on the device: a 2-layer MLP trained 12 Adam steps under bfloat16 autocast on cuda
+// follows the cpu's run (the same initial weights and batches). Both compute each 16-bit op in
+// float32 and round once, so the losses agree within a few bfloat16 roundings; the parameters and
+// their gradients stay float32 on the device.
+TEST_CASE("bfloat16 autocast training on cuda follows the cpu's losses") {
+  gs::Generator g(11);
+  const Tensor x = gs::randn({64, 8}, {}, &g);
+  const Tensor y = gs::randint(0, 3, {64}, gs::kInt64, &g);
+  auto train_on = [&](gs::Device d) {
+    gs::manual_seed(5);
+    auto model =
+        std::make_shared<gs::nn::Sequential>(std::make_shared<gs::nn::Linear>(8, 32), std::make_shared<gs::nn::ReLU>(),
+                                             std::make_shared<gs::nn::Linear>(32, 3));
+    model->to(d);
+    gs::optim::Adam opt(model->parameters(), gs::optim::AdamOptions(1e-2));
+    const Tensor xd = x.to(d), yd = y.to(d);
+    std::vector<double> losses;
+    for (int step = 0; step < 12; ++step) {
+      opt.zero_grad();
+      Tensor loss;
+      {
+        auto ac = gs::autocast(gs::kBFloat16);
+        const Tensor logits = model->forward(xd);
+        CHECK(logits.dtype() == gs::kBFloat16);
+        loss = gs::nn::functional::cross_entropy(logits, yd);
+      }
+      CHECK(loss.dtype() == gs::kFloat32);
+      loss.backward();
+      for (const Tensor& p : model->parameters()) {
+        CHECK(p.device() == d);
+        CHECK(p.grad().dtype() == gs::kFloat32);
+      }
+      opt.step();
+      losses.push_back(loss.item<double>());
+    }
+    return losses;
+  };
+  const std::vector<double> cpu = train_on(kCPU), dev = train_on(kCUDA);
+  REQUIRE(cpu.size() == dev.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    CAPTURE(i);
+    CHECK(dev[i] == doctest::Approx(cpu[i]).epsilon(4 * std::ldexp(1.0, -7)));  // four bfloat16 roundings
+  }
+  CHECK(dev.back() < 0.8 * dev.front());  // it learns
 }
 
 // ---- debug checks on device tensors ---------------------------------------------------------

@@ -1,5 +1,5 @@
 // cuda/emu/tests/test_emu_cublas.cu: the emulator's cuBLAS subset against a naive loop, its argument
-// checks, and the extent check that flags a row-major/column-major mix-up.
+// checks, the extent check that flags a row-major/column-major mix-up, and the 16-bit Ex GEMMs.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -140,4 +140,58 @@ TEST_CASE("emu cuBLAS: the extent check flags a row-major / column-major mix-up"
       CHECK(C[i * N + j] == ref);
     }
   cublasDestroy(h);
+}
+
+// The Ex GEMMs with 16-bit operands: CUBLAS_COMPUTE_32F sums in float32 and rounds C once (the
+// float64 sum of the 16-bit inputs, rounded to float32 and then to C's type, here); 16F compute
+// rounds every multiply-add to float16 (a long sum drifts); a combination cuBLAS does not take
+// (bf16 with 16F compute, A and B of different types) is CUBLAS_STATUS_NOT_SUPPORTED.
+TEST_CASE("emu cuBLAS: GemmEx / GemmStridedBatchedEx with float16 and bfloat16, 32F and 16F compute") {
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const int m = 3, n = 2, k = 400;  // C (m, n) = A (m, k) B (k, n), column-major, untransposed
+  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.25f + 0.125f * static_cast<float>(i % 5);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.5f + 0.25f * static_cast<float>(i % 3);
+  std::vector<double> want(static_cast<size_t>(m) * n, 0.0);  // exact: every value is a few bits
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i)
+      for (int p = 0; p < k; ++p) want[i + j * m] += static_cast<double>(a[i + p * m]) * b[p + j * k];
+  const float one = 1.0f, zero = 0.0f;
+  {  // float16 in, float16 out, 32F compute
+    std::vector<__half> ha, hb;
+    for (float v : a) ha.push_back(__float2half_rn(v));
+    for (float v : b) hb.push_back(__float2half_rn(v));
+    DevBuf<__half> dA(ha), dB(hb), dC(static_cast<size_t>(m) * n);
+    REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA.p, CUDA_R_16F, m, dB.p, CUDA_R_16F, k, &zero,
+                         dC.p, CUDA_R_16F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+    const auto got = dC.get();
+    for (size_t i = 0; i < got.size(); ++i)
+      CHECK(__half2float(got[i]) == __half2float(__float2half_rn(static_cast<float>(want[i]))));
+    // 16F compute: the accumulator rounds to float16 after every term (spacing 0.125 to 0.25 here).
+    const __half hone = __float2half_rn(1.0f), hzero = __float2half_rn(0.0f);
+    REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &hone, dA.p, CUDA_R_16F, m, dB.p, CUDA_R_16F, k, &hzero,
+                         dC.p, CUDA_R_16F, m, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+    const auto drift = dC.get();
+    bool differs = false;
+    for (size_t i = 0; i < drift.size(); ++i) differs |= __half2float(drift[i]) != __half2float(got[i]);
+    CHECK(differs);
+  }
+  {  // bfloat16 in, float32 out, strided batched (one batch)
+    std::vector<__nv_bfloat16> ha, hb;
+    for (float v : a) ha.push_back(__float2bfloat16_rn(v));
+    for (float v : b) hb.push_back(__float2bfloat16_rn(v));
+    DevBuf<__nv_bfloat16> dA(ha), dB(hb);
+    DevBuf<float> dC(static_cast<size_t>(m) * n);
+    REQUIRE(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA.p, CUDA_R_16BF, m, 0, dB.p,
+                                       CUDA_R_16BF, k, 0, &zero, dC.p, CUDA_R_32F, m, 0, 1, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+    const auto got = dC.get();
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == static_cast<float>(want[i]));
+    CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA.p, CUDA_R_16BF, m, dB.p, CUDA_R_16BF, k, &zero,
+                       dC.p, CUDA_R_32F, m, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA.p, CUDA_R_16BF, m, dB.p, CUDA_R_16F, k, &zero,
+                       dC.p, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
+  }
+  CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
 }

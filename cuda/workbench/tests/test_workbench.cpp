@@ -83,7 +83,23 @@ TEST_CASE("workbench: the registry: versions numbered 1..n, costs positive, defa
     CHECK(wb::cost(k, gpu).bytes > 0);
     CHECK(wb::cost(k, gpu).flops > 0);
   }
-  CHECK(wb::find_kernel("matmul")->versions.size() == 7);
+  CHECK(wb::find_kernel("matmul")->versions.size() == 8);
+  CHECK(wb::find_kernel("matmul")->versions[7].tensor_core);
+}
+
+// The tensor-core version cannot run on the emulator (no WMMA there): it is refused before any
+// work, saying why and where it runs; the GPU build accepts the same arguments.
+TEST_CASE("workbench: matmul v8 (tensor cores) is refused by the emulator with the reason, accepted for a GPU") {
+  std::string msg = "(no error)";
+  try {
+    wb::emu::run("matmul", 8, {32, 32, 32}, {});
+  } catch (const std::invalid_argument& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(msg.find("matmul v8 (tensor cores (bf16)) runs on a GPU only") != std::string::npos);
+  CHECK(msg.find("no tensor cores") != std::string::npos);
+  CHECK_NOTHROW(wb::check_args("matmul", 8, {64, 64, 64}, false));
 }
 
 TEST_CASE("workbench: bad arguments are refused before any work, naming the valid choices") {

@@ -24,7 +24,7 @@ TEST_CASE("kernels list --json: every kernel with its numbered versions") {
   REQUIRE(ks);
   REQUIRE(ks->arr.size() == 5);
   CHECK(ks->arr[0].get("name")->str == "matmul");
-  CHECK(ks->arr[0].get("versions")->arr.size() == 7);
+  CHECK(ks->arr[0].get("versions")->arr.size() == 8);
   for (const auto& k : ks->arr) {
     INFO(k.get("name")->str);
     const auto& vs = k.get("versions")->arr;
@@ -42,6 +42,19 @@ TEST_CASE("kernels bench matmul --version 3 --size 64 on the emulator: validated
   CHECK(r.out.find(" ms") == std::string::npos);
   CHECK(r.out.find("GFLOP/s") == std::string::npos);
   CHECK(r.out.find("% of") == std::string::npos);
+}
+
+// All versions on the emulator: the tensor-core version is listed as skipped, not failed.
+TEST_CASE("kernels bench matmul --json on the emulator: versions 1-7 pass, the tensor-core version is skipped") {
+  const Run r = run_cli("kernels bench matmul --size 32 --json");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  json_mini::Value doc;
+  REQUIRE_NOTHROW(doc = json_mini::parse(r.out));
+  CHECK(doc.get("passed")->b);
+  CHECK(doc.get("results")->arr.size() == 7);
+  REQUIRE(doc.get("skipped")->arr.size() == 1);
+  CHECK(doc.get("skipped")->arr[0].str == "v8 (tensor cores (bf16))");
 }
 
 TEST_CASE("kernels bench softmax --json: every version passes, none timed") {
@@ -63,9 +76,13 @@ TEST_CASE("kernels bench: unknown kernels, versions and oversized problems are e
   Run r = run_cli("kernels bench conv 2>&1");
   CHECK(r.status == 1);
   CHECK(r.out.find("unknown kernel 'conv'") != std::string::npos);
-  r = run_cli("kernels bench matmul --version 8 2>&1");
+  r = run_cli("kernels bench matmul --version 9 2>&1");
   CHECK(r.status == 1);
   CHECK(r.out.find("7 (cuBLAS)") != std::string::npos);
+  CHECK(r.out.find("8 (tensor cores (bf16))") != std::string::npos);
+  r = run_cli("kernels bench matmul --version 8 2>&1");  // tensor cores: the emulator has none
+  CHECK(r.status == 1);
+  CHECK(r.out.find("runs on a GPU only") != std::string::npos);
   r = run_cli("kernels bench matmul --version 3 --size 4096 2>&1");
   CHECK(r.status == 1);
   CHECK(r.out.find("too big for the CPU emulator") != std::string::npos);
