@@ -196,7 +196,7 @@ TEST_CASE("Trainer: mixed precision (autocast, a GradScaler, unscale_ before cli
     nn::DataLoader loader(data, nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(3));
     optim::GradScaler scaler;
     optim::TrainerOptions to = base;
-    to.epochs(6).progress(optim::Progress::Off).grad_scaler(&scaler).clip_grad_norm(1.0);
+    to.epochs(15).progress(optim::Progress::Off).grad_scaler(&scaler).clip_grad_norm(1.0);
     if (b36) to.bug(nn::Bug::B36);
     gs::WarningHandlerGuard guard([&](const gs::Warning& w) { ws.push_back(w); });
     optim::Trainer t(*net, opt, to);
@@ -204,13 +204,15 @@ TEST_CASE("Trainer: mixed precision (autocast, a GradScaler, unscale_ before cli
     gs::DType seen = gs::kFloat32;
     t.on_step([&](const optim::StepInfo& s) { seen = s.output.dtype(); });
     t.fit(loader);
-    CHECK(seen == gs::kFloat16);
+    CHECK(seen == (base.autocast() ? *base.autocast() : gs::kFloat32));
     CHECK(scaler.get_scale() > 1.0);  // it scaled the loss and did not collapse
     return optim::evaluate(*net, loader).accuracy;
   };
-  std::vector<gs::Warning> clean_ws, bug_ws;
+  std::vector<gs::Warning> clean_ws, bug_ws, fp32_ws;
   const double acc = run(optim::TrainerOptions().autocast(gs::kFloat16), false, clean_ws);
-  CHECK(acc > 0.8);
+  const double acc32 = run(optim::TrainerOptions(), false, fp32_ws);  // the same loop in float32
+  CHECK(acc32 > 0.7);
+  CHECK(acc > acc32 - 0.05);
   CHECK(clean_ws.empty());  // unscale_ came before clip_grad_norm_
   run(optim::TrainerOptions().autocast(gs::kFloat16), true, bug_ws);
   REQUIRE(bug_ws.size() == 1);  // once per clipping function
