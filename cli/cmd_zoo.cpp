@@ -180,7 +180,14 @@ int cmd_zoo(const std::vector<std::string>& args) {
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
-  if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);
+  if (bugs.empty()) {
+    bugs = debug::zoo::catalog_for(o.model);
+    // On a device, the float32 bugs only: the mixed-precision recipes train on the CPU.
+    if (!o.device.is_cpu())
+      std::erase_if(bugs, [](nn::Bug b) {
+        return debug::zoo::precision_of(nn::BugSet{b}, debug::zoo::Options()) != "float32";
+      });
+  }
   debug::zoo::check_recipe(bugs, o.model);  // refused before the plan is printed
   const bool quiet = a.has("quiet");
   if (!quiet)

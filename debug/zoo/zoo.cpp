@@ -554,6 +554,12 @@ std::vector<Bug> catalog_for(const std::string& model) {
 
 Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<void(const Progress&)>& progress) {
   check_recipe(bugs, o.model);  // before the clean reference trains, not after
+  for (Bug b : bugs)  // likewise the 16-bit recipes, which train on the CPU only
+    GS_CHECK(o.device.is_cpu() || precision_of(nn::BugSet{b}, o) == "float32", "zoo", "bug ", nn::bug_code(b),
+             " trains in ", precision_of(nn::BugSet{b}, o),
+             ", which runs on the CPU only (the CUDA backend refuses 16-bit ops): use --device cpu");
+  GS_CHECK(o.device.is_cpu() || o.precision == "float32", "zoo", "the ", o.precision,
+           " recipe trains on the CPU only (the CUDA backend refuses 16-bit ops): use --device cpu");
   const auto t0 = Clock::now();
   Result res;
   res.options = o;
