@@ -647,7 +647,8 @@ std::string matrix(const Result& r) {
     return x[0] != y[0] ? x[0] < y[0] : std::atoi(x.c_str() + 1) < std::atoi(y.c_str() + 1);
   });
   os << "\ntest acc (ref): the bug's test accuracy, and in brackets the clean reference's it is compared with"
-     << (r.clean_footwear.id.empty() ? "" : "\n  (fw: the clean footwear model; B01, B09 and B40 train the footwear task)")
+     << (r.clean_footwear.id.empty() ? ""
+                                     : "\n  (fw: the clean footwear model; B01, B09 and B40 train the footwear task)")
      << "\n";
   os << "\nchecks (id name; every check with its rule: gradsleuth checks --list):\n";
   std::string line = " ";
