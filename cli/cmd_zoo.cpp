@@ -99,6 +99,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "one its CPU emulator, where a variant costs ~30x the CPU time: use --bug and --steps); the data pipeline and\n"
       "its checks stay on the host, and M13 (gradient check) and M18 (half precision) check a CPU copy of the\n"
       "model, which goes back to the device afterwards.\n"
+      "The mixed-precision bugs B35-B40 train in float16 (autocast with a GradScaler, unscale_ then clipping to\n"
+      "norm 5) or with bfloat16 parameters (Adam with float32 master weights), on the CPU; --precision trains the\n"
+      "clean reference that way (their clean twins).\n"
       "--distributed (under `mpirun -np 2` or more): the data-parallel bugs B29-B34 instead. Every rank trains a\n"
       "replica of the MLP with DistributedDataParallel on its shard (100 steps, batch 64 per rank, 4,000 images,\n"
       "SGD lr 0.02 momentum 0.9), with the data-parallel checks D11 L8 M21 M22 O7 W9 attached; rank 0 prints the\n"
@@ -119,13 +122,18 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.option("device", "cpu|cuda",
            "where the models train and the checks run (cuda: the CUDA backend, on a GPU or its CPU emulator)", "cpu");
   a.option("data-dir", "D", "folder with the Fashion-MNIST IDX files", "/usr/share/datasets/fashion-mnist");
+  a.option("precision", "float32|float16|bfloat16",
+           "the precision the clean reference and the float32 bugs train in: float16 = autocast with a GradScaler, "
+           "bfloat16 = bfloat16 parameters with float32 master weights (B35-B40 always train in their own)",
+           "float32");
   a.flag("distributed", "the data-parallel bugs B29-B34, under mpirun -np 2 (or more)");
   a.flag("verbose", "with --distributed: after the matrix, every finding of each variant (info ones too)");
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
   if (!a.parse()) return 0;
   // Contradictions, refused before any work (the run options mean nothing to --list).
-  for (const char* run_option : {"bug", "quick", "json", "model", "steps", "train-examples", "device", "distributed"})
+  for (const char* run_option :
+       {"bug", "quick", "json", "model", "steps", "train-examples", "device", "precision", "distributed"})
     a.refuse_together("list", run_option, "--list prints the catalog and runs nothing");
   a.refuse_together("distributed", "quick", "the distributed zoo has one budget (100 steps per variant)");
   if (a.has("verbose") && !a.has("distributed"))
@@ -162,6 +170,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
   o.model = a.get("model");
   o.seed = a.get_seed("seed");
   o.data_dir = a.get_nonempty("data-dir");
+  o.precision = a.get("precision");
+  if (o.precision != "float32" && o.precision != "float16" && o.precision != "bfloat16")
+    throw std::invalid_argument("unknown --precision '" + o.precision + "': use float32, float16 or bfloat16");
   std::string device_note;  // " (CPU emulator of CUDA)" in the emulated build
   o.device = device_option(a, "zoo", &device_note);
   if (a.has("json")) a.check_writable_file("json");  // before the run, not after it
@@ -169,7 +180,14 @@ int cmd_zoo(const std::vector<std::string>& args) {
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);
   std::vector<nn::Bug> bugs;
   for (const std::string& id : a.get_all("bug")) bugs.push_back(nn::parse_bug(id));
-  if (bugs.empty()) bugs = debug::zoo::catalog_for(o.model);
+  if (bugs.empty()) {
+    bugs = debug::zoo::catalog_for(o.model);
+    // On a device, the float32 bugs only: the mixed-precision recipes train on the CPU.
+    if (!o.device.is_cpu())
+      std::erase_if(bugs, [](nn::Bug b) {
+        return debug::zoo::precision_of(nn::BugSet{b}, debug::zoo::Options()) != "float32";
+      });
+  }
   debug::zoo::check_recipe(bugs, o.model);  // refused before the plan is printed
   const bool quiet = a.has("quiet");
   if (!quiet)

@@ -45,4 +45,10 @@
   X(B31, "every rank reads the same data", "dist::DistributedSampler", "D11", "dist")                                \
   X(B32, "the same dropout seed on every rank", "recipe (per-rank seeding)", "M22", "dist")                          \
   X(B33, "a parameter left out of the all-reduce", "dist::DistributedDataParallel", "O7 M21", "dist")                \
-  X(B34, "one rank's loss logged as the global loss", "recipe (metric logging)", "L8", "dist")
+  X(B34, "one rank's loss logged as the global loss", "recipe (metric logging)", "L8", "dist")                       \
+  X(B35, "float16 autocast without loss scaling (gradients underflow)", "recipe (mixed precision)", "M28", "mlp")    \
+  X(B36, "gradients clipped before the loss scaler's unscale_", "optim::Trainer", "O10", "mlp")                      \
+  X(B37, "a hand-written softmax run in float16 (autocast bypassed)", "model (recipe)", "M18 W4", "mlp")             \
+  X(B38, "bfloat16 weights updated without float32 master weights", "recipe (optimizer)", "M28", "mlp")              \
+  X(B39, "an inf gradient at every step: the loss scale collapses", "recipe (loss)", "O10 W4", "mlp")                \
+  X(B40, "BCE on float16 sigmoid outputs (autocast worked around)", "recipe (loss)", "L3", "mlp")

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/format.h"
 #include "core/ops.h"
@@ -159,6 +160,9 @@ Trainer::Trainer(nn::Module& model, Optimizer& optimizer, TrainerOptions options
   const Progress pr = options_.progress();
   GS_CHECK(pr == Progress::Auto || pr == Progress::Lines || pr == Progress::Off, "Trainer", "progress value ",
            static_cast<int>(pr), " is not a Progress; pass Progress::Auto, Progress::Lines or Progress::Off");
+  if (options_.autocast())
+    GS_CHECK(is_reduced_float(*options_.autocast()), "Trainer", "autocast runs in float16 or bfloat16, got ",
+             dtype_name(*options_.autocast()), ": pass TrainerOptions().autocast(gs::kFloat16) or gs::kBFloat16");
 }
 
 Trainer::~Trainer() = default;
@@ -249,13 +253,30 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
       // BUG B04: zero_grad() forgotten: each backward adds to the gradients of all
       // earlier batches. Correct: clear them first, every step.
       if (!options_.bugs().has(nn::Bug::B04)) opt_.zero_grad();
-      Tensor out = model_(b.x);
-      Tensor loss = loss_(out, b.y);
+      Tensor out, loss;
+      {
+        std::optional<AutocastGuard> ac;  // mixed precision: the forward and the loss only
+        if (options_.autocast()) ac.emplace(*options_.autocast());
+        out = model_(b.x);
+        loss = loss_(out, b.y);
+      }
       GS_CHECK(loss.numel() == 1, "Trainer::fit", "the loss function must return one value, got ", loss.str(),
                " (did you pass a reduction of 'none'?)");
-      loss.backward();
-      if (options_.clip_grad_norm() > 0) clip_grad_norm_(params, options_.clip_grad_norm());
-      opt_.step();
+      GradScaler* scaler = options_.grad_scaler();
+      (scaler ? scaler->scale(loss) : loss).backward();
+      if (options_.clip_grad_norm() > 0) {
+        // BUG B36: unscale_ forgotten before clipping: the norm compared with max_norm is the
+        // scaled one (x 65536), so every gradient is cut far more than meant. Correct: unscale_
+        // first (scaler.step then does not divide again).
+        if (scaler && !options_.bugs().has(nn::Bug::B36)) scaler->unscale_(opt_);
+        clip_grad_norm_(params, options_.clip_grad_norm());
+      }
+      if (scaler) {
+        scaler->step(opt_);  // skipped when a gradient is inf/NaN
+        scaler->update();
+      } else {
+        opt_.step();
+      }
       if (scheduler_ && options_.scheduler_per_step()) scheduler_->step();
 
       // Bookkeeping.
@@ -303,6 +324,8 @@ FitResult Trainer::fit(nn::DataLoader& train, const nn::DataLoader* val) {
       // BUG B05: validation run in training mode (model.eval() forgotten): Dropout
       // keeps zeroing activations and BatchNorm uses (and updates from) the
       // validation batches. Correct: evaluate() switches to eval mode.
+      std::optional<AutocastGuard> ac;  // evaluated in the precision it trains in
+      if (options_.autocast()) ac.emplace(*options_.autocast());
       EvalResult ev = evaluate(model_, *val, loss_, /*eval_mode=*/!options_.bugs().has(nn::Bug::B05));
       info.val_loss = ev.loss;
       info.val_accuracy = ev.accuracy;

@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "nn/data.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 
@@ -86,6 +88,8 @@ struct EpochInfo {
 // stderr is a terminal, otherwise a line every log_every steps and at each epoch end.
 enum class Progress { Auto, Lines, Off };
 
+using GradScalerPtr = GradScaler*;
+
 struct TrainerOptions {
   GS_OPTIM_ARG(int64_t, epochs) = 1;
   // Where steps.csv and epochs.jsonl go ("" writes no files). Created if missing.
@@ -94,8 +98,17 @@ struct TrainerOptions {
   GS_OPTIM_ARG(int64_t, log_every) = 100;  // steps between progress lines when not a terminal
   // Steps the scheduler once per batch instead of once per epoch.
   GS_OPTIM_ARG(bool, scheduler_per_step) = false;
-  // clip_grad_norm_ before every step when > 0.
+  // clip_grad_norm_ before every step when > 0 (on the true gradients: after grad_scaler's unscale_).
   GS_OPTIM_ARG(double, clip_grad_norm) = 0.0;
+  // Mixed precision (docs/dtypes.md, "Autocast"): the forward and the loss run under
+  // gs::autocast(dtype), kFloat16 or kBFloat16; the backward and the step run outside it.
+  // Unset (the default): no autocast. Evaluation runs under the same autocast.
+  GS_OPTIM_ARG(std::optional<DType>, autocast);
+  // A loss scaler (float16 mixed precision; docs/optim.md, "GradScaler"): each step is
+  //   scaler.scale(loss).backward(); scaler.unscale_(opt) (when clipping); clip; scaler.step(opt);
+  //   scaler.update();
+  // It must outlive the Trainer. nullptr (the default): the loss is not scaled.
+  GS_OPTIM_ARG(GradScalerPtr, grad_scaler) = nullptr;
   // Stop after this many optimizer steps in all (< 0: no limit).
   GS_OPTIM_ARG(int64_t, max_steps) = -1;
   // Where training runs. fit() moves the model there first (Module::to: in place, so the
@@ -112,7 +125,7 @@ struct TrainerOptions {
   // How many processes train on disjoint shards (examples per second counts all of them).
   GS_OPTIM_ARG(int64_t, processes) = 1;
   // Injectable training-loop bugs (nn/bugs.h): B04 zero_grad() never called,
-  // B05 validation run in training mode.
+  // B05 validation run in training mode, B36 clipping before the loss scaler's unscale_.
   GS_OPTIM_ARG(nn::BugSet, bugs);
 
  public:

@@ -244,6 +244,12 @@ TEST_CASE("zoo --device: documented in --help; an unknown device is refused befo
   CHECK(r.status == 1);
   CHECK(r.out.find("unknown --device 'tpu': use cpu or cuda") != std::string::npos);
   CHECK(r.out.find("clean reference") == std::string::npos);  // nothing ran
+  // --precision: documented; an unknown one refused before any work.
+  CHECK(help.out.find("--precision float32|float16|bfloat16") != std::string::npos);
+  clitest::Run p = clitest::run_cli_all("zoo --precision float8 --bug B13 --quick --data-dir /nonexistent");
+  CHECK(p.status == 1);
+  CHECK(p.out.find("unknown --precision 'float8': use float32, float16 or bfloat16") != std::string::npos);
+  CHECK(p.out.find("clean reference") == std::string::npos);
 }
 
 TEST_CASE("zoo and doctor refuse a data-parallel bug before printing their plan, prefixed by the command") {

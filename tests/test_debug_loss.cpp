@@ -337,6 +337,34 @@ TEST_CASE("L3 check_bce_input: logits fire (bug B09), sigmoid outputs do not") {
   CHECK(seen[0].check == "L3");
 }
 
+TEST_CASE("L3 check_bce_input: probabilities rounded to 16 bits warn, float32 ones do not") {
+  gs::manual_seed(4);
+  const Tensor logits = gs::randn({64, 1}) * 6.0;
+  const Tensor p32 = logits.sigmoid();
+  CHECK(dbg::check_bce_input(p32).empty());  // float32: 13 more mantissa bits than float16
+  for (gs::DType dt : {gs::kFloat16, gs::kBFloat16}) {
+    CAPTURE(gs::dtype_name(dt));
+    // A float16 sigmoid cast to float32 (BCELoss run outside autocast), and the 16-bit tensor itself.
+    for (const Tensor& p : {logits.to(dt).sigmoid().to(gs::kFloat32), logits.to(dt).sigmoid()}) {
+      auto fs = dbg::check_bce_input(p);
+      REQUIRE(fs.size() == 1);
+      CHECK(fs[0].check == "L3");
+      CHECK(fs[0].kind == dbg::Kind::BceRounded16);
+      CHECK(fs[0].severity == dbg::Severity::Warning);
+      CHECK(has(fs[0].title, gs::dtype_name(dt)));
+      CHECK(has(fs[0].fix, "BCEWithLogitsLoss"));
+    }
+  }
+  // Saturated at exactly 1 in float16 above 8.3: counted.
+  const Tensor big = gs::full({40, 1}, 9.0);
+  const Tensor sat = gs::cat({logits, big}, 0).to(gs::kFloat16).sigmoid();
+  auto fs = dbg::check_bce_input(sat.to(gs::kFloat32));
+  REQUIRE(fs.size() == 1);
+  CHECK(ev(fs[0], "share exactly 1") >= 40.0 / 104.0);
+  // Too few values strictly inside (0, 1) to tell: silent.
+  CHECK(dbg::check_bce_input(gs::tensor(std::vector<float>{0.25f, 0.5f, 1.0f, 0.0f}, {4})).empty());
+}
+
 // ---- L4 initial loss --------------------------------------------------------------------
 
 TEST_CASE("L4 check_initial_loss: log(C) for cross-entropy, log 2 for BCE, a stated expectation otherwise") {

@@ -51,6 +51,13 @@ TEST_CASE("M3: a ReLU after the final layer is found by structure and by the log
   soft->push_back(std::make_shared<nn::Softmax>(1));
   soft->eval();
   CHECK_FALSE(fires(dbg::check_final_activation(*soft, (*soft)(d.x))));
+  // A Sigmoid before BCELoss gives the probabilities that loss expects; before anything else it is
+  // an activation too many.
+  auto sig = mlp(6, 8, 1);
+  sig->push_back(std::make_shared<nn::Sigmoid>());
+  CHECK_FALSE(fires(dbg::check_final_activation(*sig, Tensor(), {}, "BCELoss")));
+  CHECK(fires(dbg::check_final_activation(*sig, Tensor(), {}, "MSELoss")));
+  CHECK(fires(dbg::check_final_activation(*sig, Tensor())));
 }
 
 TEST_CASE("M4: one layer instance used twice, and one tensor under two names; clean is silent") {

@@ -13,6 +13,7 @@
 
 #include "core/generator.h"
 #include "core/ops.h"
+#include "core/warning.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -184,4 +185,43 @@ TEST_CASE("Trainer: regression with an MSE loss (no accuracy) finds the true wei
   CHECK(std::isnan(r.last().val_accuracy));
   CHECK(r.last().val_loss < 1e-3);
   CHECK(gs::allclose(lin->weight.detach().t(), rs.true_weight, 0.0, 0.02));
+}
+
+TEST_CASE("Trainer: mixed precision (autocast, a GradScaler, unscale_ before clipping; B36 clips first)") {
+  auto run = [](const optim::TrainerOptions& base, bool b36, std::vector<gs::Warning>& ws) {
+    gs::manual_seed(3);
+    auto data = nn::make_spirals(60, 3, 0.1, 2);
+    auto net = mlp(2, 32, 3);
+    optim::Adam opt(net->parameters(), optim::AdamOptions(0.01));
+    nn::DataLoader loader(data, nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(3));
+    optim::GradScaler scaler;
+    optim::TrainerOptions to = base;
+    to.epochs(15).progress(optim::Progress::Off).grad_scaler(&scaler).clip_grad_norm(1.0);
+    if (b36) to.bug(nn::Bug::B36);
+    gs::WarningHandlerGuard guard([&](const gs::Warning& w) { ws.push_back(w); });
+    optim::Trainer t(*net, opt, to);
+    // The forward runs under autocast: the first Linear's output is float16.
+    gs::DType seen = gs::kFloat32;
+    t.on_step([&](const optim::StepInfo& s) { seen = s.output.dtype(); });
+    t.fit(loader);
+    CHECK(seen == (base.autocast() ? *base.autocast() : gs::kFloat32));
+    CHECK(scaler.get_scale() > 1.0);  // it scaled the loss and did not collapse
+    return optim::evaluate(*net, loader).accuracy;
+  };
+  std::vector<gs::Warning> clean_ws, bug_ws, fp32_ws;
+  const double acc = run(optim::TrainerOptions().autocast(gs::kFloat16), false, clean_ws);
+  const double acc32 = run(optim::TrainerOptions(), false, fp32_ws);  // the same loop in float32
+  CHECK(acc32 > 0.7);
+  CHECK(acc > acc32 - 0.05);
+  CHECK(clean_ws.empty());  // unscale_ came before clip_grad_norm_
+  run(optim::TrainerOptions().autocast(gs::kFloat16), true, bug_ws);
+  REQUIRE(bug_ws.size() == 1);  // once per clipping function
+  CHECK(bug_ws[0].check == "O10");
+  CHECK(bug_ws[0].where == "clip_grad_norm_");
+  // Only float16 and bfloat16 autocast.
+  gs::manual_seed(3);
+  auto net = mlp(2, 8, 3);
+  optim::Adam opt(net->parameters());
+  CHECK_THROWS_WITH_AS(optim::Trainer(*net, opt, optim::TrainerOptions().autocast(gs::kFloat64)),
+                       doctest::Contains("autocast runs in float16 or bfloat16"), gs::Error);
 }

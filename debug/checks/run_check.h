@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,11 +112,12 @@ class RunContext {
   MonitorOptions options;
   optim::GradScaler* scaler = nullptr;  // the loss scaler watched (Monitor::watch), if any
 
-  int64_t steps = 0;        // optimizer steps completed
-  bool in_step = false;     // a training forward of step steps + 1 has run
-  Tensor x, y;              // the current step's training batch (its last forward's input, the loss's target)
-  double loss_value = 0.0;  // the current step's loss (LossValue)
-  bool loss_seen = false;   // LossValue heard this step
+  int64_t steps = 0;              // optimizer steps completed
+  bool in_step = false;           // a training forward of step steps + 1 has run
+  Tensor x, y;                    // the current step's training batch (its last forward's input, the loss's target)
+  std::optional<DType> autocast;  // the autocast dtype that forward ran under (none: autocast was off)
+  double loss_value = 0.0;        // the current step's loss (LossValue)
+  bool loss_seen = false;         // LossValue heard this step
   const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
 
   // Whether step `step` (1-based) is sampled: the first, and every `every`-th.
@@ -147,7 +149,8 @@ class RunContext {
   // before the optimizer's update (W4, M12).
   void flag_nonfinite() { nonfinite = true; }
   bool nonfinite = false;
-  bool localised = false;  // the non-finite value was localised (once per run)
+  bool localised = false;    // the non-finite value was localised (once per run)
+  bool scaler_skip = false;  // the NonFinite event is a step the loss scaler skipped (Monitor::watch)
 };
 
 // One check (or a small group sharing a home and its hooks) that runs during training.

@@ -17,6 +17,8 @@ constexpr const char* kTransfer = "PyTorch tutorial \"Transfer Learning for Comp
 constexpr const char* kFinetune = "Hugging Face course, \"Fine-tuning a pretrained model\"";
 constexpr const char* kKarpathy = "Karpathy, \"A Recipe for Training Neural Networks\" (2019)";
 constexpr const char* kHe = "He et al., \"Delving Deep into Rectifiers\" (2015)";
+constexpr const char* kAmp = "PyTorch \"Automatic Mixed Precision examples\" (torch.amp)";
+constexpr const char* kMicikevicius = "Micikevicius et al., \"Mixed Precision Training\" (ICLR 2018)";
 constexpr const char* kGlorot =
     "Glorot and Bengio, \"Understanding the difficulty of training deep feedforward neural networks\" (2010)";
 
@@ -580,6 +582,39 @@ std::vector<Program> make_programs() {
     p.data.raw_scale = 60.0;
     p.data.raw_offset = 128.0;
     p.expected_metric = 0.88;  // 3 training runs reach 0.915 at least
+    add(p);
+  }
+
+  // ---------------- precision ----------------
+  {
+    Program p = base("bf16-autocast", "precision", "the forward and the loss under bfloat16 autocast", kAmp);
+    p.loop.precision = "bf16-autocast";
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
+    add(p);
+  }
+  {
+    Program p = base("fp16-autocast-scaler", "precision",
+                     "float16 autocast with a GradScaler, unscale_ before clipping to norm 1.0", kAmp);
+    p.loop.precision = "fp16-autocast";
+    p.loop.clip_norm = 1.0;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
+    add(p);
+  }
+  {
+    Program p = base("trainer-fp16", "precision", "diagnose() with the Trainer in float16 autocast and a GradScaler",
+                     kAmp);
+    p.loop.api = "diagnose";
+    p.loop.precision = "fp16-autocast";
+    p.expected_metric = 0.88;  // 3 training runs reach 0.916 at least
+    add(p);
+  }
+  {
+    Program p = base("bf16-master-weights", "precision",
+                     "bfloat16 parameters and inputs, SGD + momentum stepping float32 master weights", kMicikevicius);
+    p.loop.precision = "bf16-weights";
+    p.optim.kind = "momentum";
+    p.optim.lr = 0.05;
+    p.expected_metric = 0.88;  // 3 training runs reach 0.912 at least
     add(p);
   }
   return ps;

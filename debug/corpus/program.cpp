@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 
+#include "core/autocast.h"
 #include "core/error.h"
 #include "core/generator.h"
 #include "core/ops.h"
@@ -429,6 +431,19 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
     throw Error("corpus program '" + p.name + "'", "unknown loss '" + loss_kind + "'");
   }
 
+  // ---- the precision ----
+  const std::string& prec = L.precision;
+  if (prec != "float32" && prec != "bf16-autocast" && prec != "fp16-autocast" && prec != "bf16-weights")
+    throw Error("corpus program '" + p.name + "'", "unknown precision '" + prec + "'");
+  if (prec == "bf16-weights" && L.api != "own-loop")
+    throw Error("corpus program '" + p.name + "'", "bf16-weights converts each batch in the program's own loop");
+  if (prec == "bf16-weights") model.to(kBFloat16);  // in place: the groups below hold the bfloat16 parameters
+  std::optional<DType> autocast_to;
+  if (prec == "bf16-autocast") autocast_to = kBFloat16;
+  if (prec == "fp16-autocast") autocast_to = kFloat16;
+  std::unique_ptr<optim::GradScaler> scaler;
+  if (prec == "fp16-autocast") scaler = std::make_unique<optim::GradScaler>();
+
   // ---- the optimizer ----
   std::vector<optim::ParamGroup> groups;
   std::vector<Tensor> body_params = params_of(b.body), head_params = b.head->parameters();
@@ -452,6 +467,7 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
     groups.emplace_back(all);
   }
   auto opt = make_optimizer(p.optim, groups);
+  opt->set_master_weights(prec == "bf16-weights");
 
   // ---- the schedule ----
   const int64_t steps_per_epoch =
@@ -495,7 +511,7 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
 
   if (L.api == "diagnose") {
     dopts.epochs = L.epochs;
-    dopts.trainer = dopts.trainer.clip_grad_norm(L.clip_norm);
+    dopts.trainer = dopts.trainer.clip_grad_norm(L.clip_norm).autocast(autocast_to).grad_scaler(scaler.get());
     if (ro.checks) {
       say("diagnose()");
       out.report = debug::diagnose(model, *loss, *opt, train_loader, dd.val, dd.normalizer, dopts);
@@ -515,6 +531,7 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
   } else {
     std::unique_ptr<debug::Session> session;
     if (ro.checks) session = std::make_unique<debug::Session>(model, *loss, *opt, dd, dopts);
+    if (session && scaler) session->watch(*scaler);
     optim::EarlyStopping stopper(std::max<int64_t>(L.patience, 1));
     Generator aug(seed * 7 + 1);
     std::gamma_distribution<double> mix_a(std::max(d.mixup, 1e-3), 1.0);
@@ -544,17 +561,29 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
             Tensor oh = one_hot(bt.y, d.classes);
             y = add(mul(oh, lam), mul(oh.index_select(0, perm), 1 - lam));
           }
-          Tensor l = (*loss)(model(x), y);
+          if (prec == "bf16-weights") x = x.to(kBFloat16);
+          Tensor l;
+          {
+            std::optional<AutocastGuard> ac;
+            if (autocast_to) ac.emplace(*autocast_to);
+            l = (*loss)(model(x), y);
+          }
           sum += l.item_double();
           ++n;
           Tensor lb = l;
           if (p.loss.scale != 1.0) lb = mul(lb, p.loss.scale);
           if (L.accumulate > 1 && !L.fault_accumulate_unscaled) lb = div(lb, static_cast<double>(L.accumulate));
-          lb.backward();
+          (scaler ? scaler->scale(lb) : lb).backward();
           if (++micro < L.accumulate) continue;
           micro = 0;
+          if (scaler && L.clip_norm > 0) scaler->unscale_(*opt);  // the true gradients are clipped
           if (L.clip_norm > 0) optim::clip_grad_norm_(clip_params, L.clip_norm);
-          opt->step();
+          if (scaler) {
+            scaler->step(*opt);
+            scaler->update();
+          } else {
+            opt->step();
+          }
           if (session && L.accumulate > 1) session->step(l);
           if (!L.fault_no_zero_grad) opt->zero_grad();
           if (sched && step_per_batch) sched->step();

@@ -136,6 +136,11 @@ struct LoopSpec {
   int64_t accumulate = 1;  // micro-batches per optimizer step (each loss divided by it)
   double clip_norm = 0.0;  // clip_grad_norm_ before each step (0: none)
   int64_t patience = 0;    // early stopping on the validation loss (0: none)
+  // The precision it trains in: "float32"; "bf16-autocast" (the forward and the loss under bfloat16
+  // autocast); "fp16-autocast" (float16 autocast and a GradScaler, its unscale_ before any clipping);
+  // "bf16-weights" (bfloat16 parameters and inputs, the optimizer keeping float32 master weights;
+  // the own loop only)
+  std::string precision = "float32";
   // ---- faults ----
   bool fault_accumulate_unscaled = false;  // the micro-batch losses not divided by `accumulate`
   bool fault_eval_left_on = false;         // model.eval() for validation, never model.train() again

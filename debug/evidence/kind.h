@@ -27,6 +27,9 @@ namespace gradsleuth::debug {
   X(LossSpiking, "loss-spiking", "L1")                                                                \
   X(LossOscillating, "loss-oscillating", "L1")                                                        \
   X(TrainDownValUp, "train-down-val-up", "L1")                                                        \
+  /* L3 the BCE input: logits, or probabilities rounded to 16 bits */                                 \
+  X(BceLogits, "bce-logits", "L3")                                                                    \
+  X(BceRounded16, "bce-rounded-16bit", "L3")                                                          \
   /* L4 the initial loss, and the untrained model's mean output */                                    \
   X(InitialLoss, "initial-loss", "L4")                                                                \
   X(InitialOutputBiased, "initial-output-biased", "L4")                                               \

@@ -236,6 +236,7 @@ void Session::attach(optim::Trainer& trainer) {
   for (size_t id : opt_hooks_) opt_.remove_hook(id);
   opt_hooks_.clear();
   monitor_->attach(trainer);
+  if (trainer.options().grad_scaler()) watch(*trainer.options().grad_scaler());
 }
 
 void Session::watch(optim::GradScaler& scaler) {

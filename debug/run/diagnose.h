@@ -181,7 +181,8 @@ class Session {
   // findings made before training so far.
   Report begin(const Tensor& x, const Tensor& y);
 
-  // A Trainer reports each step and epoch itself (step()/epoch() are then not needed).
+  // A Trainer reports each step and epoch itself (step()/epoch() are then not needed); its
+  // loss scaler (TrainerOptions::grad_scaler), when it has one, is watched as by watch().
   void attach(optim::Trainer& trainer);
   // O10: the loop's loss scaler (mixed precision), its scale and the steps it skips. The scaler
   // must outlive the Session. Its clipping-before-unscale_ warning is heard without this.

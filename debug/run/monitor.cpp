@@ -2,9 +2,11 @@
 // checks each family registered on the events they listen to. See monitor.h.
 #include "debug/run/monitor.h"
 
+
 #include <algorithm>
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "debug/evidence/tensor_stats.h"
 
@@ -54,7 +56,10 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   hooks_.pre(root, [this](nn::Module&, const Tensor& x) {
     if (probing_) return;
     const bool training = GradMode::is_enabled();
-    if (training) ctx_.x = x;
+    if (training) {
+      ctx_.x = x;
+      ctx_.autocast = autocast_enabled() ? std::optional<DType>(autocast_dtype()) : std::nullopt;
+    }
     for (RunCheck* c : listening(RunEvent::Forward)) c->forward(ctx_, x);
     if (training) ctx_.in_step = true;  // a training forward: step steps + 1 has begun
   });
@@ -96,6 +101,7 @@ void Monitor::detach() {
   hooks_.clear();
   for (size_t id : opt_hooks_) ctx_.optimizer.remove_hook(id);
   opt_hooks_.clear();
+  if (ctx_.scaler) ctx_.scaler->remove_hook(scaler_hook_);
   for (RunCheck* c : listening(RunEvent::Detach)) c->detach(ctx_);
   warnings_.reset();
 }
@@ -112,10 +118,26 @@ void Monitor::pause(bool on) {
 }
 
 void Monitor::watch(optim::GradScaler& scaler) {
-  GS_CHECK(attached_ && !finished_, "debug::Monitor::watch", "the monitor is detached or finished; watch the scaler "
+  GS_CHECK(attached_ && !finished_, "debug::Monitor::watch",
+           "the monitor is detached or finished; watch the scaler "
            "before training");
+  if (ctx_.scaler == &scaler) return;  // watched already (a Session's watch() and its Trainer's scaler)
+  if (ctx_.scaler) ctx_.scaler->remove_hook(scaler_hook_);
   ctx_.scaler = &scaler;
   for (RunCheck* c : listening(RunEvent::Scaler)) c->scaler(ctx_);
+  // A step the scaler skips for inf/NaN gradients never reaches the optimizer's hooks: the
+  // non-finite checks hear of it here, while the weights are still those that produced it. A
+  // skip that the scaling alone caused (the calibration from init_scale) is localised to nothing.
+  scaler_hook_ = scaler.add_update_hook([this](const optim::GradScaler&, const optim::ScalerUpdate& u) {
+    if (!attached_ || finished_ || probing_ || !u.found_inf || u.skipped.empty() || !ctx_.in_step) return;
+    const std::string why =
+        "the loss scaler skipped step " + std::to_string(ctx_.steps + 1) + " for inf/NaN gradients" +
+        (ctx_.loss_seen && !std::isfinite(ctx_.loss_value) ? " (the loss itself was non-finite)" : "");
+    ctx_.scaler_skip = true;
+    for (RunCheck* c : listening(RunEvent::NonFinite)) c->nonfinite(ctx_, why);
+    ctx_.scaler_skip = false;
+    ctx_.loss_seen = false;
+  });
 }
 
 void Monitor::attach(optim::Trainer& trainer) {

@@ -103,6 +103,7 @@ class Monitor {
   const std::vector<RunCheck*>& listening(uint32_t event) const;
   HookSet hooks_;
   std::vector<size_t> opt_hooks_;
+  size_t scaler_hook_ = 0;  // watch(): the skipped steps, for the non-finite checks
   std::unique_ptr<WarningHandlerGuard> warnings_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   bool finished_ = false, attached_ = true, probing_ = false;

@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/backend.h"
 #include "core/generator.h"
@@ -48,7 +50,69 @@ class Scale : public nn::Module {
   double factor_;
 };
 
-bool footwear_bug(const nn::BugSet& b) { return b.has(Bug::B01) || b.has(Bug::B09); }
+// A user's own log-softmax head, written as a custom op: autocast is turned off inside (as for an
+// op whose numerics it does not know), so the module picks its own precision.
+class HandLogSoftmax : public nn::Module {
+ public:
+  explicit HandLogSoftmax(bool in_float16) : Module("HandLogSoftmax"), in_float16_(in_float16) {}
+  Tensor forward(const Tensor& x) override {
+    auto off = autocast(autocast_dtype(), false);
+    // BUG B37 (in the recipe): the softmax runs on the float16 logits, where exp(x) is inf above
+    // 11.1 and the row becomes inf / inf = NaN. Correct: x.to(kFloat32) first (what autocast's
+    // policy does for softmax), or nn::LogSoftmax.
+    const Tensor z = in_float16_ ? x : x.to(kFloat32);
+    const Tensor e = exp(z);
+    return log(e / sum(e, {1}, true));
+  }
+  std::string extra_repr() const override { return in_float16_ ? "in the input's dtype" : "in float32"; }
+
+ private:
+  bool in_float16_;
+};
+
+// Cross-entropy plus a sparsity penalty lambda * sum(sqrt(|w|)) over the given parameters.
+class SparsityPenalisedLoss : public nn::CrossEntropyLoss {
+ public:
+  SparsityPenalisedLoss(std::vector<Tensor> params, double lambda) : params_(std::move(params)), lambda_(lambda) {}
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    Tensor l = nn::CrossEntropyLoss::forward(input, target);
+    // BUG B39 (in the recipe): sqrt(|w|) has an infinite slope at w = 0, and BatchNorm's shift
+    // starts at 0: its gradient is inf/NaN at every step, the GradScaler skips every step and its
+    // scale collapses. Correct: sqrt(w * w + eps), finite everywhere.
+    for (const Tensor& p : params_) l = l + sum(sqrt(abs(p))) * lambda_;
+    return l;
+  }
+
+ private:
+  std::vector<Tensor> params_;
+  double lambda_;
+};
+
+// One term of a weighted objective: cross-entropy x weight (the objective's other terms are left
+// out of the recipe).
+class WeightedTermLoss : public nn::Loss {
+ public:
+  explicit WeightedTermLoss(double weight) : Loss("WeightedTermLoss"), weight_(weight) {}
+  Tensor forward(const Tensor& input, const Tensor& target) override {
+    return nn::functional::cross_entropy(input, target) * weight_;
+  }
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }
+  std::string extra_repr() const override { return "cross_entropy x " + fmt_num(weight_); }
+
+ private:
+  double weight_;
+};
+
+// BCELoss (which autocast refuses) run in an autocast-off region on probabilities cast to float32.
+class BceOutsideAutocast : public nn::BCELoss {
+ public:
+  Tensor forward(const Tensor& p, const Tensor& y) override {
+    auto off = autocast(autocast_dtype(), false);
+    return nn::BCELoss::forward(p.to(kFloat32), y);
+  }
+};
+
+bool footwear_bug(const nn::BugSet& b) { return b.has(Bug::B01) || b.has(Bug::B09) || b.has(Bug::B40); }
 
 std::shared_ptr<nn::Residual> block(const std::shared_ptr<nn::Linear>& fc) {
   return std::make_shared<nn::Residual>(std::make_shared<nn::Sequential>(std::make_shared<nn::ReLU>(), fc));
@@ -144,6 +208,22 @@ Options Options::quick() {
 
 Options Options::full() { return Options(); }
 
+std::string precision_of(const nn::BugSet& bugs, const Options& o) {
+  GS_CHECK(o.precision == "float32" || o.precision == "float16" || o.precision == "bfloat16", "zoo",
+           "unknown precision '", o.precision, "': use float32, float16 or bfloat16");
+  std::string p;
+  for (Bug b : bugs.list()) {
+    const char* need = b == Bug::B38                                                                       ? "bfloat16"
+                       : b == Bug::B35 || b == Bug::B36 || b == Bug::B37 || b == Bug::B39 || b == Bug::B40 ? "float16"
+                                                                                                           : nullptr;
+    if (!need) continue;
+    GS_CHECK(p.empty() || p == need, "zoo", "bugs ", bugs.str(), " train in different precisions (float16 and ",
+             "bfloat16): run them one at a time");
+    p = need;
+  }
+  return p.empty() ? o.precision : p;
+}
+
 Variant build(const nn::BugSet& bugs, const Options& o) {
   GS_CHECK(has_backend(o.device.type), "zoo", "Options::device is ", o.device.str(),
            " but no backend is registered for it: call gradsleuth::cuda::init() (cuda/cuda.h) first and check "
@@ -153,6 +233,10 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
   Variant v;
   v.bugs = bugs;
   v.device = o.device;
+  v.precision = precision_of(bugs, o);
+  const bool fp16 = v.precision == "float16", bf16 = v.precision == "bfloat16";
+  GS_CHECK(v.precision == "float32" || o.device.is_cpu(), "zoo", "the ", v.precision,
+           " recipe trains on the CPU only (the CUDA backend refuses 16-bit ops): use --device cpu");
   v.id = bugs.empty() ? "clean" : bugs.str();
   v.task = footwear_bug(bugs) || o.footwear ? Task::Footwear : Task::Classes;
 
@@ -208,6 +292,12 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
     xte = xte.to(kFloat64);
     v.notes.push_back("B27: the images are float64, the model float32");
   }
+  // The bfloat16 recipe: the images in the parameters' dtype (a float32 batch would promote the
+  // forward back to float32).
+  if (bf16) {
+    xtr = xtr.to(kBFloat16);
+    xte = xte.to(kBFloat16);
+  }
   v.test_x = xte;
   v.train_data = std::make_shared<nn::TensorDataset>(xtr, ytr, "fashion-mnist/train");
   auto lo = nn::DataLoaderOptions().batch_size(o.batch_size).shuffle(true).seed(o.seed);
@@ -247,6 +337,19 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
     model->push_back(head);
     nll = true;
   }
+  if (bugs.has(Bug::B37)) {
+    model->push_back(std::make_shared<HandLogSoftmax>(true));
+    v.notes.push_back("B37: the model ends with a hand-written log-softmax that runs on the float16 logits");
+    nll = true;
+  }
+  // BUG B40 (in the recipe): probabilities out of the model (a Sigmoid run in float16 under
+  // autocast) into BCELoss, with autocast turned off around the loss to get past its refusal.
+  // Correct: the logits into BCEWithLogitsLoss, which autocast runs in float32.
+  if (bugs.has(Bug::B40)) {
+    model->push_back(std::make_shared<nn::Sigmoid>());
+    v.notes.push_back("B40: a Sigmoid ends the model and BCELoss runs outside autocast on its float16 output");
+  }
+  if (bf16) model->to(kBFloat16);
   // On the device before the optimizer is made (its state follows the parameters); the data
   // pipeline stays on the host and the trainer moves each batch.
   model->to(o.device);
@@ -263,11 +366,21 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
       v.loss = std::make_shared<nn::BCELoss>();
       v.loss->inject_bug(Bug::B09);
       v.notes.push_back("B09: BCELoss (which expects probabilities) on the model's raw logits");
+    } else if (bugs.has(Bug::B40)) {
+      v.loss = std::make_shared<BceOutsideAutocast>();
     } else {
       v.loss = std::make_shared<nn::BCEWithLogitsLoss>();
     }
   } else if (nll) {
     v.loss = std::make_shared<nn::NLLLoss>();
+  } else if (bugs.has(Bug::B35)) {
+    // B35's objective: its gradients are 1000 times smaller than the plain loss's, so many of them
+    // are below float16's range unless the loss is scaled.
+    v.loss = std::make_shared<WeightedTermLoss>(1e-3);
+    v.notes.push_back("B35: the loss is cross-entropy weighted by 1e-3 (a term of a weighted objective)");
+  } else if (bugs.has(Bug::B39)) {
+    v.loss = std::make_shared<SparsityPenalisedLoss>(model->parameters(), 1e-6);
+    v.notes.push_back("B39: the loss adds a sparsity penalty 1e-6 * sum(sqrt(|w|)) over every parameter");
   } else {
     v.loss = std::make_shared<nn::CrossEntropyLoss>();
   }
@@ -278,6 +391,11 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
   const double lr = bugs.has(Bug::B24) ? o.lr * 100.0 : o.lr;
   if (bugs.has(Bug::B24)) v.notes.push_back("B24: Adam with lr " + fmt_num(lr) + " instead of " + fmt_num(o.lr));
   v.optimizer = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(lr));
+  // BUG B38 (in the recipe): bfloat16 parameters stepped in their own dtype: an update below half
+  // the weight's spacing rounds away. Correct: float32 master weights.
+  if (bf16) v.optimizer->set_master_weights(!bugs.has(Bug::B38));
+  if (bugs.has(Bug::B38))
+    v.notes.push_back("B38: bfloat16 parameters, and the optimizer keeps no float32 master weights");
   // BUG B15 (in the recipe): meaning to freeze the first layer (as a pretrained
   // backbone), the head is frozen instead; the optimizer holds every parameter.
   if (bugs.has(Bug::B15)) {
@@ -291,8 +409,16 @@ Variant build(const nn::BugSet& bugs, const Options& o) {
       .max_steps(o.steps)
       .progress(optim::Progress::Off)
       .device(o.device);
-  for (Bug b : {Bug::B04, Bug::B05})
+  for (Bug b : {Bug::B04, Bug::B05, Bug::B36})
     if (bugs.has(b)) v.trainer.bug(b);
+  if (fp16) {
+    // BUG B35 (in the recipe): float16 autocast with no loss scaler: gradients below 2^-24 become
+    // 0. Correct: a GradScaler.
+    if (!bugs.has(Bug::B35)) v.scaler = std::make_unique<optim::GradScaler>();
+    v.trainer.autocast(kFloat16).grad_scaler(v.scaler.get()).clip_grad_norm(5.0);
+    if (bugs.has(Bug::B35)) v.notes.push_back("B35: float16 autocast and no GradScaler");
+    if (bugs.has(Bug::B36)) v.notes.push_back("B36: clip_grad_norm_ runs before scaler.unscale_");
+  }
   return v;
 }
 
@@ -305,6 +431,8 @@ double test_accuracy(Variant& v) {
   v.model->eval();
   double hits = 0.0, n = 0.0;
   const bool probs = v.loss->type_name() == "BCELoss" || v.loss->type_name() == "MSELoss";
+  std::optional<AutocastGuard> ac;  // evaluated in the precision it trained in
+  if (v.trainer.autocast()) ac.emplace(*v.trainer.autocast());
   for (const nn::Batch& b : *v.test) {
     Tensor out = (*v.model)(b.x.to(v.device));
     const Tensor y = b.y.to(v.device);
@@ -426,6 +554,12 @@ std::vector<Bug> catalog_for(const std::string& model) {
 
 Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<void(const Progress&)>& progress) {
   check_recipe(bugs, o.model);  // before the clean reference trains, not after
+  for (Bug b : bugs)  // likewise the 16-bit recipes, which train on the CPU only
+    GS_CHECK(o.device.is_cpu() || precision_of(nn::BugSet{b}, o) == "float32", "zoo", "bug ", nn::bug_code(b),
+             " trains in ", precision_of(nn::BugSet{b}, o),
+             ", which runs on the CPU only (the CUDA backend refuses 16-bit ops): use --device cpu");
+  GS_CHECK(o.device.is_cpu() || o.precision == "float32", "zoo", "the ", o.precision,
+           " recipe trains on the CPU only (the CUDA backend refuses 16-bit ops): use --device cpu");
   const auto t0 = Clock::now();
   Result res;
   res.options = o;
@@ -513,7 +647,8 @@ std::string matrix(const Result& r) {
     return x[0] != y[0] ? x[0] < y[0] : std::atoi(x.c_str() + 1) < std::atoi(y.c_str() + 1);
   });
   os << "\ntest acc (ref): the bug's test accuracy, and in brackets the clean reference's it is compared with"
-     << (r.clean_footwear.id.empty() ? "" : "\n  (fw: the clean footwear model; B01 and B09 train the footwear task)")
+     << (r.clean_footwear.id.empty() ? ""
+                                     : "\n  (fw: the clean footwear model; B01, B09 and B40 train the footwear task)")
      << "\n";
   os << "\nchecks (id name; every check with its rule: gradsleuth checks --list):\n";
   std::string line = " ";

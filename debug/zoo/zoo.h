@@ -46,7 +46,12 @@ struct Options {
   std::string model = "mlp";    // "mlp" or "cnn"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   bool gate = true;       // run the pre-training gate (W2)
-  bool footwear = false;  // the footwear task even without B01/B09 (its clean reference)
+  bool footwear = false;  // the footwear task even without B01/B09/B40 (its clean reference)
+  // The precision the recipe trains in: "float32"; "float16" (float16 autocast, a GradScaler, the
+  // gradients unscaled and then clipped to norm 5); "bfloat16" (bfloat16 parameters, Adam with
+  // float32 master weights). The mixed-precision bugs B35-B40 train in theirs whatever this says;
+  // set it for their clean references.
+  std::string precision = "float32";
   // Where the models train and every check runs: kCPU, or kCUDA (the CUDA backend, on a GPU or its
   // CPU emulator; register it first with gradsleuth::cuda::init() from cuda/cuda.h). The data
   // pipeline and its checks (D1-D10, D12-D16) stay on the host; M13 and M18 check a CPU copy of the model.
@@ -71,7 +76,13 @@ struct Variant {
   Tensor test_x;                               // the evaluation inputs after the pipeline (D10, M18)
   std::vector<std::string> notes;              // how the recipe set the bug up
   Device device = kCPU;                        // where the model lives and trains (Options::device)
+  std::string precision = "float32";           // Options::precision, or the one the bugs need
+  std::unique_ptr<optim::GradScaler> scaler;   // the float16 recipe's (trainer.grad_scaler() points here)
 };
+
+// The precision `bugs` train in (B35-B37, B39, B40: "float16"; B38: "bfloat16"), else o.precision.
+// Refuses (gs::Error) a set of bugs that needs two, or an unknown o.precision.
+std::string precision_of(const nn::BugSet& bugs, const Options& o);
 
 // Builds the reference recipe with `bugs` switched on (and the task they need), with the model
 // on o.device. Throws when o.device has no backend registered.

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -74,6 +75,63 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
 
 // ---- L3 BCE on logits -------------------------------------------------------------------
 
+namespace {
+// Probabilities that were rounded to 16 bits before the loss: a float16/bfloat16 input, or one whose
+// values strictly inside (0, 1) (at least kMinRoundedValues of them, 0.5 aside) are all float16 (or
+// all bfloat16) values. A float32 sigmoid output has 13 (16) more mantissa bits; that every one of
+// 32 values has them all zero does not happen by chance.
+constexpr int64_t kMinRoundedValues = 32;
+std::optional<Finding> bce_rounded_16bit(const Tensor& input, const std::vector<double>& v) {
+  std::optional<DType> grid;
+  if (is_reduced_float(input.dtype())) {
+    grid = input.dtype();
+  } else {
+    NoGradGuard ng;
+    const Tensor d = input.detach();
+    const std::vector<double> as_half = doubles(d.to(kFloat16)), as_bf16 = doubles(d.to(kBFloat16));
+    int64_t inside = 0;
+    bool half = true, bf16 = true;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!(v[i] > 0.0 && v[i] < 1.0) || v[i] == 0.5) continue;
+      ++inside;
+      half = half && as_half[i] == v[i];
+      bf16 = bf16 && as_bf16[i] == v[i];
+    }
+    if (inside < kMinRoundedValues || !(half || bf16)) return std::nullopt;
+    grid = half ? kFloat16 : kBFloat16;
+  }
+  int64_t ones = 0, zeros = 0, finite = 0;
+  for (double x : v) {
+    finite += std::isfinite(x) ? 1 : 0;
+    ones += x == 1.0 ? 1 : 0;
+    zeros += x == 0.0 ? 1 : 0;
+  }
+  const bool half = *grid == kFloat16;
+  Finding f = make("L3", Severity::Warning,
+                   std::string("binary cross-entropy gets probabilities rounded to ") + dtype_name(*grid) +
+                       ": a sigmoid output is exactly 1 above " + (half ? "8.3" : "6.2") +
+                       (half ? " and exactly 0 below -17.3" : "") + ", where the loss loses its gradient");
+  f.kind = Kind::BceRounded16;
+  f.shape = shape_of(input);
+  const double n = static_cast<double>(std::max<int64_t>(finite, 1));
+  f.evidence = {{std::string("input is ") + dtype_name(*grid) + " (1), or float32 with every value on its grid (0)",
+                 input.dtype() == *grid ? 1.0 : 0.0,
+                 "either warns (float32: at least " + std::to_string(kMinRoundedValues) + " values inside (0, 1))"},
+                {"share exactly 1", static_cast<double>(ones) / n, ""},
+                {"share exactly 0", static_cast<double>(zeros) / n, ""}};
+  f.cause = std::string("the probabilities were computed in ") + dtype_name(*grid) +
+            " (a sigmoid under autocast) and only then given to BCELoss (autocast refuses it, so it was run "
+            "outside autocast on a cast copy): 1 - p keeps " +
+            (half ? "11" : "8") +
+            " bits, a confident prediction rounds to exactly 1 (or 0), its loss is clamped and its gradient "
+            "is 0, or, for a wrong one, inf/NaN";
+  f.fix =
+      "drop the final Sigmoid and give the logits to BCEWithLogitsLoss, which autocast runs in float32 "
+      "(sigmoid and log in one stable step)";
+  return f;
+}
+}  // namespace
+
 std::vector<Finding> check_bce_input(const Tensor& input) {
   GS_CHECK(input.defined(), "check_bce_input", "needs a defined input of probabilities");
   if (!input.is_floating_point() || input.numel() == 0) return {};
@@ -87,10 +145,14 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
     hi = std::max(hi, x);
     outside += x < 0.0 || x > 1.0;
   }
-  if (outside == 0) return {};
+  if (outside == 0) {
+    if (std::optional<Finding> r = bce_rounded_16bit(input, v)) return {*r};
+    return {};
+  }
   Finding f = make("L3", Severity::Error,
                    "binary cross-entropy is fed values outside [0, 1] (" + fmt_num(lo) + " .. " + fmt_num(hi) +
                        "): logits, not probabilities");
+  f.kind = Kind::BceLogits;
   f.shape = shape_of(input);
   f.evidence = {
       {"min", lo, ">= 0 for probabilities"},

@@ -1,9 +1,11 @@
 // Observer-based numerics checks: W4 anomaly mode, M12, M19, M18, M20 (see anomaly.h).
 #include "debug/checks/model/anomaly.h"
 
+
 #include <cmath>
 #include <cstring>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "debug/checks/model/model_checks.h"
@@ -471,13 +473,22 @@ class NonFiniteRunCheck final : public RunCheck {
       }
   }
   void nonfinite(RunContext& c, const std::string& why) override {
-    if (c.localised || !on_ || !c.x.defined()) return;
-    c.localised = true;
+    // A step the loss scaler skipped with a finite loss may be its calibration (the scaling alone
+    // overflowed): tried every time, not counted.
+    const bool maybe_calibration = c.scaler_skip && !(c.loss_seen && !std::isfinite(c.loss_value));
+    if (c.localised || !on_ || !c.x.defined() || (!maybe_calibration && tries_ >= kMaxTries)) return;
+    if (!maybe_calibration) ++tries_;
     // The weights are still those that produced the problem: run the batch again with every op
     // checked, without touching the gradients.
     std::vector<std::pair<Tensor, Tensor>> grads;
     for (Tensor& p : c.model.parameters()) grads.emplace_back(p, p.grad());
-    c.add_all(find_nonfinite_source(c.model, c.x));  // M12
+    // In the precision the step ran in: under the step's autocast (a float16 overflow is not one
+    // in float32).
+    std::optional<AutocastGuard> ac;
+    if (c.autocast) ac.emplace(*c.autocast);
+    const std::vector<Finding> sources = find_nonfinite_source(c.model, c.x);  // M12
+    const size_t found = sources.size();
+    c.add_all(sources);
     QuietProbe probe(c.model);
     AnomalyMode anomaly;
     anomaly.attach(c.model);
@@ -494,11 +505,16 @@ class NonFiniteRunCheck final : public RunCheck {
       f.cause = why + ". " + f.cause;
       c.add(std::move(f));
     }
+    // Localised once: when an op was named (a step the loss scaler skipped because the scaling
+    // alone overflowed names none, and a later step may still), or after kMaxTries tries.
+    c.localised = c.localised || found > 0 || !anomaly.findings().empty();
     for (auto& [p, g] : grads) p.set_grad(g);
   }
 
  private:
+  static constexpr int kMaxTries = 8;
   bool on_;
+  int tries_ = 0;
 };
 
 // M18 after the run, on a sample batch (float32): the model in half precision against float32.

@@ -92,8 +92,11 @@ ShapeTrace shape_trace(nn::Module& model, const Tensor& sample);
 // ---- M3 ----------------------------------------------------------------------------
 // Logits (B, C) that cannot be negative: the last leaf module is a ReLU/Sigmoid,
 // or every value of a batch is >= 0 (rows summing to 1 are L2's double softmax,
-// not this). `logits` may be undefined (structure only).
-std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o = {});
+// not this). `logits` may be undefined (structure only). `loss_type` is the type name of the
+// loss the outputs go to: a Sigmoid before a BCELoss (which expects probabilities) is its input,
+// not an activation too many.
+std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o = {},
+                                            const std::string& loss_type = "");
 
 // ---- M4 ----------------------------------------------------------------------------
 // One module instance or one parameter reachable under two paths.

@@ -87,7 +87,8 @@ Finding ShapeTrace::finding() const {
 }
 
 // ---- M3 ------------------------------------------------------------------------------------
-std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o) {
+std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o,
+                                            const std::string& loss_type) {
   std::vector<Finding> out;
   const auto leaves = leaf_modules(model);
   // The last module that is not a (log-)softmax head.
@@ -95,6 +96,7 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
     const std::string& type = it->second->type_name();
     if (type == "LogSoftmax" || type == "Softmax" || type == "Dropout" || type == "Identity" || type == "Flatten")
       continue;
+    if (type == "Sigmoid" && loss_type == "BCELoss") break;  // the probabilities BCELoss expects
     if (type == "ReLU" || type == "Sigmoid") {
       Finding f;
       f.check = "M3";
@@ -253,7 +255,7 @@ class FinalActivationRunCheck final : public RunCheck {
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!structure_checked_) {
       structure_checked_ = true;
-      c.add_all(check_final_activation(c.model, Tensor()));
+      c.add_all(check_final_activation(c.model, Tensor(), {}, l.type_name()));
       c.note_ran("M3");
     }
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
