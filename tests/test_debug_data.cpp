@@ -509,6 +509,37 @@ TEST_CASE("D10 check_split_consistency: train standardised, test left unscaled")
   nn::Normalizer per_pixel(nn::Normalizer::Mode::PerFeature);
   per_pixel.fit(small, "train");
   CHECK(dbg::check_split_consistency(per_pixel.transform(small), per_pixel.transform(test), "test").empty());
+
+  // A log on one split (monotone per pixel) is still preprocessing: the warning stays, and the
+  // rank correlations between pixels agree.
+  auto logged = dbg::check_split_consistency(train, gs::log(test * 255.0 + 1.0), "test");
+  REQUIRE(logged.size() == 1);
+  CHECK(logged[0].severity == dbg::Severity::Warning);
+  CHECK(ev(logged[0], "mean |rank correlation| between features, train") ==
+        doctest::Approx(ev(logged[0], "the same, test")).epsilon(0.15));
+}
+
+TEST_CASE("D10: noise written into one split's inputs is no preprocessing step: info, and the rank structure says so") {
+  // Blobs with correlated features (one latent factor per row), train with noise of 2 feature stds.
+  gs::Generator g(3);
+  auto make = [&](int64_t n) {
+    Tensor z = gs::randn({n, 1}, {}, &g);
+    return z * gs::ones({1, 12}) + 0.5 * gs::randn({n, 12}, {}, &g);
+  };
+  Tensor train = make(1200), val = make(400);
+  Tensor noisy = train + 2.0 * gs::randn({1200, 12}, {}, &g) * 1.12;  // each feature's std is ~1.12
+  auto fs = dbg::check_split_consistency(noisy, val, "val");
+  INFO(all_str(fs));
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].check == "D10");
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(fs[0].title.find("in more than their preprocessing") != std::string::npos);
+  CHECK(ev(fs[0], "mean |rank correlation| between features, train") <
+        0.7 * ev(fs[0], "the same, val"));
+  // The same rows scaled 3x (a preprocessing step): a warning.
+  auto scaled = dbg::check_split_consistency(train, val * 3.0, "val");
+  REQUIRE(scaled.size() == 1);
+  CHECK(scaled[0].severity == dbg::Severity::Warning);
 }
 
 // ---- check_loader ----------------------------------------------------------------

@@ -230,6 +230,29 @@ TEST_CASE("L1: a jump above the starting loss is a spike; wild step-to-step swin
   l[200] = 1.6;  // ~4x the level there, but below the first loss 2.3
   CHECK(dbg::diagnose_loss_history(l).empty());
 
+  // Above the first loss after the run has fallen, and back at once: one hard batch (info).
+  l = healthy_curve(300, 5);
+  l[200] = 6.0;
+  fs = dbg::diagnose_loss_history(l);
+  INFO(all_str(fs));
+  CHECK_FALSE(any_fires(fs));
+  auto tr = titled(fs, "came back each time");
+  REQUIRE(tr.size() == 1);
+  CHECK(tr[0].severity == dbg::Severity::Info);
+  CHECK(tr[0].step == 201);
+  CHECK(ev(tr[0], "jumps the run came back from") == 1);
+  // ... but not when the steps after it stay up ...
+  for (int t = 200; t < 240; ++t) l[t] = t == 200 ? 6.0 : 2.0;
+  fs = dbg::diagnose_loss_history(l);
+  CHECK(titled(fs, "spiked").size() == 1);
+  // ... nor at the last step when it lands 4.5x above the first loss (below that, with nothing after
+  // it to judge, it is one batch).
+  l = healthy_curve(300, 5);
+  l[299] = 6.0;
+  CHECK_FALSE(any_fires(dbg::diagnose_loss_history(l)));
+  l[299] = 12.0;
+  CHECK(titled(dbg::diagnose_loss_history(l), "spiked").size() == 1);
+
   std::vector<double> zigzag;
   for (int t = 0; t < 200; ++t) zigzag.push_back(t % 2 ? 0.2 : 1.5);
   fs = dbg::diagnose_loss_history(zigzag);

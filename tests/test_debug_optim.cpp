@@ -316,6 +316,52 @@ struct Scripted {
 };
 }  // namespace
 
+TEST_CASE("O2 NormHistory: a heavy-tailed norm's run of high records, and one layer's jump alone, are info") {
+  // Small-batch noise: most records near 1, one in four between 8 and 20. Five records in a row at
+  // 15x the window's median (as batches of 4 give) stay below 2x the window's largest (20): no new level.
+  dbg::NormHistory noisy;
+  Scripted m;
+  for (int64_t s = 1; s <= 80; ++s) {
+    const double tail = (s % 4 == 0) ? 8.0 + static_cast<double>(s % 13) : 1.0;
+    m.set(s >= 60 && s < 65 ? 15.0 : tail);
+    noisy.record(s, *m.lin);
+  }
+  auto fs = noisy.findings();
+  INFO(all_str(fs));
+  CHECK_FALSE(any_fires(fs));
+  REQUIRE_FALSE(fs.empty());
+
+  // The same 30x jump as below, in one of four layers' parameters: info, naming how many moved.
+  auto net = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < 4; ++i) net->push_back(std::make_shared<nn::Linear>(4, 4));
+  dbg::NormHistory one, all;
+  for (int64_t s = 1; s <= 60; ++s) {
+    int k = 0;
+    for (auto& [name, p] : net->named_parameters()) {
+      const double scale = s >= 40 && k == 0 ? 30.0 : 1.0;
+      p.set_grad(gs::full(p.shape(), scale / std::sqrt(static_cast<double>(p.numel()))));
+      ++k;
+    }
+    one.record(s, *net);
+    for (auto& [name, p] : net->named_parameters())
+      p.set_grad(gs::full(p.shape(), (s >= 40 ? 30.0 : 1.0) / std::sqrt(static_cast<double>(p.numel()))));
+    all.record(s, *net);
+  }
+  fs = one.findings();
+  INFO(all_str(fs));
+  CHECK_FALSE(any_fires(fs));
+  auto alone = titled(fs, "stayed up, alone");
+  REQUIRE(alone.size() == 1);
+  CHECK(alone[0].step == 40);
+  CHECK(ev(alone[0], "parameters whose norm stayed up with it") == 1);
+  // Every layer jumping together is instability: each parameter warns.
+  fs = all.findings();
+  auto w = of(fs, "O2", dbg::Severity::Warning);
+  CHECK(w.size() == 8);
+  REQUIRE_FALSE(w.empty());
+  CHECK(ev(w[0], "parameters whose norm stayed up with it") == 8);
+}
+
 TEST_CASE("O2 NormHistory: a lone spike is info, a sustained one a warning, a non-finite norm an error") {
   dbg::NormHistory h;
   Scripted m;

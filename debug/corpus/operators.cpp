@@ -673,6 +673,12 @@ std::vector<Operator> make_operators() {
       {"OCH",
        "an optimizer swapped without retuning its learning rate runs outside the range its step is made for "
        "(O8: Adam at 0.05, SGD at 0.001); a forgiving task survives it"},
+      {"HLR",
+       "a learning rate moved 30x up or 100x down leaves the range its optimizer's step is made for, as OCH "
+       "does (O8: Adam at 0.03-0.06, where 86% of a ReLU layer of `spirals` dies); a forgiving task survives it"},
+      {"OCG",
+       "a clipping threshold below every step's gradient norm clips every step: the run takes steps of a fixed "
+       "length, at another learning rate than it sets (O9), whatever a forgiving task's metric"},
   };
   for (const auto& [id, why] : blind)
     for (Operator& o : ops)

@@ -173,9 +173,23 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
   if (o_.baseline && data_.train && data_.train->num_batches() >= 2) {
     say("input-independent baseline");
     guarded(r, "the input-independent baseline", "training runs", "M15", [&] {
-      std::vector<std::pair<Tensor, Tensor>> train = batches(std::min<int64_t>(6, data_.train->num_batches()));
-      const std::pair<Tensor, Tensor> held = train.back();
-      train.pop_back();
+      // Five batches to train on and one held out, where a batch smaller than
+      // baseline_min_examples counts with the next ones (diagnose.h).
+      const int64_t bs = std::max<int64_t>(data_.train->batch(data_.train->epoch(), 0).x.size(0), 1);
+      const int64_t per = std::max<int64_t>(1, (o_.baseline_min_examples + bs - 1) / bs);
+      const int64_t have = std::min<int64_t>(6 * per, data_.train->num_batches());
+      const int64_t units = std::max<int64_t>(2, have / per);
+      const int64_t take = std::min<int64_t>(have, units * per);
+      std::vector<std::pair<Tensor, Tensor>> all = batches(take);
+      const int64_t held_from = std::max<int64_t>(1, take - per);
+      std::vector<std::pair<Tensor, Tensor>> train(all.begin(), all.begin() + held_from);
+      tensor_list hx, hy;
+      for (int64_t i = held_from; i < take; ++i) {
+        hx.push_back(all[static_cast<size_t>(i)].first);
+        hy.push_back(all[static_cast<size_t>(i)].second);
+      }
+      const std::pair<Tensor, Tensor> held =
+          hx.size() == 1 ? std::make_pair(hx[0], hy[0]) : std::make_pair(gs::cat(hx, 0), gs::cat(hy, 0));
       r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model));
       r.note_ran("M15");
     });

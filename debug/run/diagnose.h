@@ -96,8 +96,12 @@ struct DiagnoseOptions {
   // ---- the checks that train the model again (before training, with the gate) ----
   // M15: the model trained on the first (up to 5) training batches with real and with zeroed
   // inputs, judged on the next batch; the model's parameters are restored afterwards. Needs a
-  // training loader of 2 batches or more.
+  // training loader of 2 batches or more. Batches smaller than baseline_min_examples count
+  // together: k of them (k x batch >= baseline_min_examples) stand for one, so a batch of 4 trains
+  // on up to 40 batches and is judged on the next 8 joined.
   bool baseline = true;
+  // ... the examples that stand for one batch (the held-out loss of 4 examples is noise).
+  int64_t baseline_min_examples = 32;
   // M16: a new model of a given width (hidden units); when set, the models at small_width and
   // large_width are trained on the first 4 training batches and the larger must do better.
   std::function<nn::ModulePtr(int64_t width)> make_model;

@@ -72,6 +72,15 @@ struct DataCheckOptions {
   // ---- D10 split consistency ----
   double max_mean_shift = 0.5;  // |mean_other - mean_train| above this many train stds warns
   double max_std_ratio = 2.0;   // std_other / std_train outside [1/r, r] warns
+  // ... unless the features' rank structure differs too (no preprocessing keeps it then: info):
+  // the mean |Spearman rho| over pairs of up to rank_features features (first rank_rows rows) of
+  // one split below max_rank_structure_ratio x the other's, the larger at least
+  // min_rank_structure. Noise of 1-2 feature stds written into train (the corpus' TAN) divides it
+  // by 2-5; a standardisation, a scale or a log leaves it as it is.
+  double min_rank_structure = 0.1;
+  double max_rank_structure_ratio = 0.7;
+  int64_t rank_rows = 2000;
+  int64_t rank_features = 32;
   // ---- D12-D16 split integrity ----
   int64_t integrity_examples = 60000;  // D12-D16 read the first N rows of each split (all of Fashion-MNIST)
   // ---- D12 duplicates and conflicting labels ----

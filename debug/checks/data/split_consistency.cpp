@@ -21,6 +21,57 @@ using namespace data_detail;
 
 // ---- D10 same preprocessing for every split ---------------------------------------------------
 
+namespace {
+// The mean |Spearman correlation| over the pairs of up to max_features features (evenly spaced)
+// of the first max_rows rows of x (N, D...), NaN when there are fewer than 2 features or 20 rows.
+// A monotone per-feature transform (a shift, a scale, a standardisation, a log) leaves it
+// unchanged; noise added to the values, or another source, does not.
+double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_rows, int64_t max_features) {
+  const int64_t n = std::min(rows, max_rows);
+  if (rows <= 0 || n < 20) return std::numeric_limits<double>::quiet_NaN();
+  const int64_t F = static_cast<int64_t>(v.size()) / rows;
+  if (F < 2) return std::numeric_limits<double>::quiet_NaN();
+  const int64_t k = std::min(F, max_features);
+  std::vector<std::vector<double>> ranks(static_cast<size_t>(k), std::vector<double>(static_cast<size_t>(n)));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t col = j * F / k;
+    auto at = [&](int64_t i) {
+      const double x = v[static_cast<size_t>(i * F + col)];
+      return std::isfinite(x) ? x : 0.0;
+    };
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return at(a) < at(b); });
+    auto& r = ranks[static_cast<size_t>(j)];
+    for (int64_t i = 0; i < n;) {  // ties share their mean rank
+      int64_t e = i + 1;
+      while (e < n && at(order[static_cast<size_t>(e)]) == at(order[static_cast<size_t>(i)])) ++e;
+      for (int64_t t = i; t < e; ++t) r[static_cast<size_t>(order[static_cast<size_t>(t)])] = 0.5 * static_cast<double>(i + e - 1);
+      i = e;
+    }
+  }
+  const double mid = 0.5 * static_cast<double>(n - 1);
+  double total = 0.0;
+  int64_t pairs = 0;
+  for (int64_t a = 0; a < k; ++a)
+    for (int64_t b = a + 1; b < k; ++b) {
+      double sab = 0, saa = 0, sbb = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = ranks[static_cast<size_t>(a)][static_cast<size_t>(i)] - mid;
+        const double y = ranks[static_cast<size_t>(b)][static_cast<size_t>(i)] - mid;
+        sab += x * y;
+        saa += x * x;
+        sbb += y * y;
+      }
+      if (saa > 0 && sbb > 0) {
+        total += std::fabs(sab / std::sqrt(saa * sbb));
+        ++pairs;
+      }
+    }
+  return pairs > 0 ? total / static_cast<double>(pairs) : std::numeric_limits<double>::quiet_NaN();
+}
+}  // namespace
+
 std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x, const std::string& split,
                                              const DataCheckOptions& opts) {
   GS_CHECK(train_x.defined() && other_x.defined(), "check_split_consistency", "needs defined train and ", split,
@@ -47,6 +98,13 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
   const bool mean_off = shift > opts.max_mean_shift;
   const bool std_off = ratio > opts.max_std_ratio || ratio < 1.0 / opts.max_std_ratio;
   if (!mean_off && !std_off) return {};
+  // A preprocessing step maps each feature monotonically and keeps the features' rank
+  // correlations; when they differ too, the values themselves differ (noise, another source): D14.
+  const double ra = rank_structure(va, train_x.dim() > 0 ? train_x.size(0) : 0, opts.rank_rows, opts.rank_features);
+  const double rb = rank_structure(vb, other_x.dim() > 0 ? other_x.size(0) : 0, opts.rank_rows, opts.rank_features);
+  const bool structure_differs = std::isfinite(ra) && std::isfinite(rb) &&
+                                 std::max(ra, rb) >= opts.min_rank_structure &&
+                                 std::min(ra, rb) < opts.max_rank_structure_ratio * std::max(ra, rb);
   Finding f = make("D10", Severity::Warning,
                    "the " + split + " inputs do not look like train after preprocessing: mean " + fmt_num(b.mean) +
                        " vs " + fmt_num(a.mean) + ", std " + fmt_num(b.std) + " vs " + fmt_num(a.std));
@@ -60,6 +118,23 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
                 {"std ratio (" + split + " / train)", ratio,
                  "of the 5%-95% quantile widths; outside [" + fmt_num(1.0 / opts.max_std_ratio) + ", " +
                      fmt_num(opts.max_std_ratio) + "] warns"}};
+  if (std::isfinite(ra) && std::isfinite(rb)) {
+    f.evidence.push_back({"mean |rank correlation| between features, train", ra, ""});
+    f.evidence.push_back({"the same, " + split, rb,
+                          "a preprocessing step keeps it; below " + fmt_num(opts.max_rank_structure_ratio) +
+                              "x the other's (either at " + fmt_num(opts.min_rank_structure) +
+                              " or more) is no preprocessing: info"});
+  }
+  if (structure_differs) {
+    f.severity = Severity::Info;
+    f.title = "the " + split + " inputs differ from train in more than their preprocessing: the features' rank " +
+              "correlations differ too (" + fmt_num(rb) + " vs " + fmt_num(ra) + ")";
+    f.cause = "a per-feature transform (scaling, shift, standardisation, a log) keeps the rank correlations between "
+              "features; these changed, so the values themselves differ: noise written into one split's inputs, or "
+              "another source (D14 compares the distributions)";
+    f.fix = "compare a few raw inputs of both splits; see D14 (feature drift) and L9 (the model on both splits)";
+    return {f};
+  }
   f.cause = "the splits went through different preprocessing: train was scaled/standardised and " + split +
             " was not (or was scaled twice, or with its own statistics), or the " + split +
             " data comes from a different source; the model sees inputs unlike anything it trained on";

@@ -103,6 +103,22 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
     const size_t from = t > static_cast<size_t>(w) ? t - static_cast<size_t>(w) : 0;
     const double ref = median_of(l, from, t);
     if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= l[0]) continue;
+    // Transient: after the loss had fallen below transient_level x its start, and the window after
+    // it still below that (a rise that lasts is the divergence rule's).
+    const size_t to = std::min(m, t + 1 + static_cast<size_t>(w));
+    const bool judged_after = to - (t + 1) >= std::min<size_t>(3, static_cast<size_t>(w));
+    // A jump in the last steps, with nothing after it to judge, is transient unless it lies
+    // spike_factor x above the first loss.
+    const bool came_back = judged_after ? median_of(l, t + 1, to) < opts.transient_level * std::fabs(l[0])
+                                        : m == l.size() && l[t] <= opts.spike_factor * std::fabs(l[0]);
+    if (ref < opts.transient_level * std::fabs(l[0]) && came_back) {
+      ++s.transient_spikes;
+      if (l[t] > s.worst_transient_loss) {
+        s.worst_transient_loss = l[t];
+        s.worst_transient_step = static_cast<int64_t>(t) + 1;
+      }
+      continue;
+    }
     ++s.spikes;
     if (l[t] / ref > s.worst_spike_ratio) {
       s.worst_spike_ratio = l[t] / ref;
@@ -236,6 +252,25 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
         "lower the learning rate (Adam: 1e-3 is the usual start; SGD: 0.01-0.1), or warm it up over the first "
         "few hundred steps; clip gradients; a larger batch and shuffled data (D8) also calm the loss";
     out.push_back(f);
+  }
+  if (!s.spiking && s.transient_spikes > 0) {
+    Finding t = make("L1", Severity::Info,
+                     "the training loss jumped above its starting value " + num(s.transient_spikes) + " time" +
+                         (s.transient_spikes == 1 ? "" : "s") + " and came back each time, worst at step " +
+                         num(s.worst_transient_step) + ": " + fmt_num(s.worst_transient_loss) +
+                         " after starting at " + fmt_num(s.first_loss));
+    t.kind = Kind::LossSpiking;
+    t.step = s.worst_transient_step;
+    t.evidence = {{"jumps the run came back from", static_cast<double>(s.transient_spikes), ""},
+                  {"worst jump loss", s.worst_transient_loss, ""},
+                  {"first loss", s.first_loss, ""}};
+    t.cause =
+        "one hard batch after the loss had fallen below " + fmt_num(opts.transient_level) +
+        "x its start, with the next " + num(s.window) +
+        " steps back at the level before it: small batches make such batches common. A learning rate too high "
+        "makes the jumps stay (the smoothed loss rises: L1's divergence) or start before the loss has fallen";
+    t.fix = "none needed; if they grow more frequent, lower the learning rate or raise the batch size";
+    out.push_back(t);
   }
 
   // Wild oscillation.

@@ -73,6 +73,15 @@ struct LossCheckOptions {
   // a binary task (first loss 0.69) with one noisy batch at 0.85, 3.25x its rolling median; a
   // forgotten zero_grad: 11.4x; B24 5.9x at least. The factor sits at 4.5 between them.
   double spike_factor = 4.5;
+  // A spike is transient (info, not a warning) when the run had already fallen below
+  // transient_level x its first loss before it, and the median of the window after it is still
+  // below that: one hard batch the next steps shrug off (a rise that lasts is the divergence rule's).
+  // A jump in the last steps, with fewer than 3 after it, is transient below spike_factor x the
+  // first loss. Batches of 4 on the corpus' programs (an eighth of their recipes' batch size) give
+  // 3-139 such jumps per run, 1.0-4.8x the first loss (a converged spirals run: 0.002 before a batch
+  // at 5.28, 0.01 over the 100 steps after); B24's jump at step 2 comes before any fall and stays a
+  // spike.
+  double transient_level = 0.5;
   // Oscillating: in some window, the median |loss[t] - loss[t-1]| above
   // max_relative_swing x the window's median loss. Minibatch noise of healthy
   // runs: 0.26-0.34 (batch 64, 8 seeds; 0.47 at most in any window of 11
@@ -171,6 +180,9 @@ struct LossHistoryStats {
   int64_t spikes = 0;      // steps above spike_factor x rolling median and above the first loss
   int64_t worst_spike_step = -1;
   double worst_spike_loss = 0.0, worst_spike_ratio = 0.0;  // its loss, and loss / rolling median
+  int64_t transient_spikes = 0;  // the same jumps, after the loss had fallen, that the run came back from
+  int64_t worst_transient_step = -1;
+  double worst_transient_loss = 0.0;
   double max_swing = 0.0;   // largest median |step-to-step change| / median level of a window
   int64_t swing_step = -1;  // first step of that window
   // The verdicts, against the options' thresholds.

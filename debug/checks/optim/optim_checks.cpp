@@ -3,6 +3,8 @@
 #include "debug/checks/optim/optim_checks.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -248,58 +250,117 @@ void NormHistory::record(int64_t step, const nn::Module& model,
   ++records_;
 }
 
+namespace {
+// One parameter's gradient-norm record, scanned for O2's spikes.
+struct SpikeScan {
+  int64_t lone = 0, nonfinite_step = -1, lone_step = -1;
+  double lone_worst = 0.0;
+  struct Jump {
+    int64_t step;
+    double ratio, level, ref;
+  };
+  std::vector<Jump> sustained;  // every record from which the norm stayed up, in order
+};
+
+SpikeScan scan_spikes(const std::vector<std::pair<int64_t, double>>& g, const OptimCheckOptions& o) {
+  SpikeScan r;
+  const int64_t W = std::max<int64_t>(o.spike_window, 1), P = std::max<int64_t>(o.spike_persist, 1);
+  const int64_t n = static_cast<int64_t>(g.size());
+  // The gradient scale at the start of training: a spike that stays far below
+  // it (a converged model's tiny gradients rising on a few hard examples) is
+  // not instability.
+  double start_level = kNaN;
+  for (int64_t j = 0; j < std::min<int64_t>(n, 5); ++j)
+    if (std::isfinite(g[j].second) && !(g[j].second <= start_level)) start_level = g[j].second;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(g[i].second)) {
+      if (r.nonfinite_step < 0) r.nonfinite_step = g[i].first;
+      continue;
+    }
+    if (i < W) continue;
+    std::vector<double> prev;
+    for (int64_t j = i - W; j < i; ++j)
+      if (std::isfinite(g[j].second)) prev.push_back(g[j].second);
+    const double ref = median(prev);
+    if (!(ref > 0) || g[i].second <= o.spike_factor * ref) continue;
+    if (std::isfinite(start_level) && g[i].second < o.spike_min_start_fraction * start_level) continue;
+    const double ratio = g[i].second / ref;
+    double after = kNaN;
+    if (i + P <= n) {
+      std::vector<double> next;
+      for (int64_t j = i; j < i + P; ++j) next.push_back(g[j].second);
+      after = median(next);  // a NaN inside counts as high: std::nth_element with NaN is unordered, so guard
+      for (double v : next)
+        if (std::isnan(v)) after = std::numeric_limits<double>::infinity();
+    }
+    const double window_max = *std::max_element(prev.begin(), prev.end());
+    const bool near_start = !std::isfinite(start_level) || after >= o.spike_min_start_fraction * start_level;
+    if (after > o.spike_factor * ref && after > o.spike_window_max * window_max && near_start) {
+      r.sustained.push_back({g[i].first, after / ref, after, ref});
+    } else {
+      ++r.lone;
+      if (ratio > r.lone_worst) {
+        r.lone_worst = ratio;
+        r.lone_step = g[i].first;
+      }
+    }
+  }
+  return r;
+}
+}  // namespace
+
 std::vector<Finding> NormHistory::findings() const {
   std::vector<Finding> out;
   const int64_t W = std::max<int64_t>(o_.spike_window, 1), P = std::max<int64_t>(o_.spike_persist, 1);
+  // O2 first pass: every parameter's spikes, so that a jump can be set beside the others'.
+  std::vector<SpikeScan> scans;
+  int64_t judged = 0;  // parameters with enough records to judge a sustained jump
   for (const Param& q : params_) {
+    scans.push_back(scan_spikes(q.grad, o_));
+    judged += static_cast<int64_t>(q.grad.size()) >= W + P;
+  }
+  const int64_t needed = std::max<int64_t>(1, (judged + 1) / 2);
+  // The parameters whose norm also stayed up within spike_persist records of `step`.
+  auto jumping_with = [&](int64_t step) {
+    int64_t k = 0;
+    for (size_t j = 0; j < params_.size(); ++j) {
+      const auto& g = params_[j].grad;
+      if (g.size() < 2) continue;
+      const double spacing =
+          static_cast<double>(g.back().first - g.front().first) / static_cast<double>(g.size() - 1);
+      for (const auto& e : scans[j].sustained)
+        if (std::fabs(static_cast<double>(e.step - step)) <= static_cast<double>(P) * spacing) {
+          ++k;
+          break;
+        }
+    }
+    return k;
+  };
+  for (size_t qi = 0; qi < params_.size(); ++qi) {
+    const Param& q = params_[qi];
+    const SpikeScan& sc = scans[qi];
     // ---- O2: spikes in the gradient norm ----
-    const auto& g = q.grad;
-    const int64_t n = static_cast<int64_t>(g.size());
-    int64_t lone = 0, sustained = 0, nonfinite_step = -1;
-    double lone_worst = 0.0, sus_ratio = 0.0, sus_level = 0.0, sus_ref = 0.0;
-    int64_t lone_step = -1, sus_step = -1;
-    // The gradient scale at the start of training: a spike that stays far below
-    // it (a converged model's tiny gradients rising on a few hard examples) is
-    // not instability.
-    double start_level = kNaN;
-    for (int64_t j = 0; j < std::min<int64_t>(n, 5); ++j)
-      if (std::isfinite(g[j].second) && !(g[j].second <= start_level)) start_level = g[j].second;
-    for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(g[i].second)) {
-        if (nonfinite_step < 0) nonfinite_step = g[i].first;
+    const int64_t n = static_cast<int64_t>(q.grad.size());
+    const int64_t lone = sc.lone, nonfinite_step = sc.nonfinite_step, lone_step = sc.lone_step;
+    const double lone_worst = sc.lone_worst;
+    // A sustained jump warns when at least half the parameters jumped with it (an update that
+    // threw the network off moves every layer's gradient); alone, it is one layer meeting new inputs.
+    int64_t sustained = 0, sus_step = -1, with = 0, alone = 0;
+    double sus_ratio = 0.0, sus_level = 0.0, sus_ref = 0.0;
+    for (const auto& e : sc.sustained) {
+      const int64_t k = jumping_with(e.step);
+      if (k < needed) {
+        ++alone;
         continue;
       }
-      if (i < W) continue;
-      std::vector<double> prev;
-      for (int64_t j = i - W; j < i; ++j)
-        if (std::isfinite(g[j].second)) prev.push_back(g[j].second);
-      const double ref = median(prev);
-      if (!(ref > 0) || g[i].second <= o_.spike_factor * ref) continue;
-      if (std::isfinite(start_level) && g[i].second < o_.spike_min_start_fraction * start_level) continue;
-      const double ratio = g[i].second / ref;
-      double after = kNaN;
-      if (i + P <= n) {
-        std::vector<double> next;
-        for (int64_t j = i; j < i + P; ++j) next.push_back(g[j].second);
-        after = median(next);  // a NaN inside counts as high: std::nth_element with NaN is unordered, so guard
-        for (double v : next)
-          if (std::isnan(v)) after = std::numeric_limits<double>::infinity();
+      if (sustained == 0) {
+        sus_step = e.step;
+        sus_ratio = e.ratio;
+        sus_level = e.level;
+        sus_ref = e.ref;
+        with = k;
       }
-      if (after > o_.spike_factor * ref) {
-        if (sustained == 0) {
-          sus_step = g[i].first;
-          sus_ratio = after / ref;
-          sus_level = after;
-          sus_ref = ref;
-        }
-        ++sustained;
-      } else {
-        ++lone;
-        if (ratio > lone_worst) {
-          lone_worst = ratio;
-          lone_step = g[i].first;
-        }
-      }
+      ++sustained;
     }
     if (nonfinite_step >= 0) {
       Finding f = make("O2", Severity::Error,
@@ -326,13 +387,34 @@ std::vector<Finding> NormHistory::findings() const {
       f.shape = q.shape;
       f.step = sus_step;
       f.evidence = {{"median of the " + num(P) + " records from the spike / median of the " + num(W) + " before",
-                     sus_ratio, "> " + fmt_num(o_.spike_factor) + " is a sustained spike"},
+                     sus_ratio, "> " + fmt_num(o_.spike_factor) + " (and > " + fmt_num(o_.spike_window_max) +
+                         "x the largest before) is a sustained spike"},
                     {"gradient norm before (median)", sus_ref, ""},
                     {"gradient norm after (median)", sus_level, ""},
+                    {"parameters whose norm stayed up with it", static_cast<double>(with),
+                     ">= " + num(needed) + " of " + num(judged) + " warns"},
                     {"records in sustained spikes", static_cast<double>(sustained), ""},
                     {"lone spikes", static_cast<double>(lone), ""}};
       f.cause = std::string("gradient-norm spikes announce unstable training before it diverges; ") + kCauseExploding;
       f.fix = std::string(kFixExploding) + "; weight decay also bounds the weights";
+      out.push_back(f);
+    } else if (alone > 0) {
+      const SpikeScan::Jump& e = sc.sustained.front();
+      Finding f = make("O2", Severity::Info,
+                       "the gradient norm of " + q.name + " jumped " + fmt_num(e.ratio) + "x at step " + num(e.step) +
+                           " and stayed up, alone: the other parameters' norms did not move with it");
+      f.parameter = q.name;
+      f.shape = q.shape;
+      f.step = e.step;
+      f.evidence = {{"median of the " + num(P) + " records from the spike / median of the " + num(W) + " before",
+                     e.ratio, ""},
+                    {"parameters whose norm stayed up with it", static_cast<double>(jumping_with(e.step)),
+                     ">= " + num(needed) + " of " + num(judged) + " warns"},
+                    {"such jumps", static_cast<double>(alone), ""}};
+      f.cause =
+          "one layer's gradient on a run of unusual batches (small batches make them common); an update that "
+          "throws the network off moves every layer's gradient at once";
+      f.fix = "none needed while the other layers stay calm; clip gradients if the jumps grow more frequent";
       out.push_back(f);
     } else if (lone > 0) {
       Finding f = make("O2", Severity::Info,

@@ -70,6 +70,13 @@ struct OptimCheckOptions {
   // footwear reference, converged to a loss of 0.002, has 10x jumps of its
   // output bias's gradient from 5.6e-4 to 5.7e-3, two orders below its start.
   double spike_min_start_fraction = 0.5;
+  // ... and a sustained one must also rise above spike_window_max x the largest record of the
+  // window before it: a new level, not the window's own tail. Batches of 4 (the corpus' programs
+  // at an eighth of their batch size) give gradient norms whose 90th percentile sits 4-48x their
+  // median; 5 records in a row reach 10-26x the median by chance, yet their median stays below 1.7x
+  // the largest of the 20 before. A jump to a new level (30x in the test, 15-425x for SGD lr 0.2-0.5)
+  // clears both.
+  double spike_window_max = 2.0;
 
   // ---- O3 weight-norm growth (weights only) ----
   // A weight whose norm grew more than weight_growth_factor x from its first
