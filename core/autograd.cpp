@@ -108,7 +108,29 @@ std::string out_of_place_hint(const char* op) {
 }
 }  // namespace
 
+namespace detail {
+namespace {
+thread_local bool t_widened = false;
+}
+WidenedBackward::WidenedBackward() : prev_(t_widened) { t_widened = true; }
+WidenedBackward::~WidenedBackward() { t_widened = prev_; }
+bool backward_widened() { return t_widened; }
+void round_to_inputs(tensor_list& grads, const Node& node) {
+  for (size_t i = 0; i < grads.size() && i < node.next_edges.size(); ++i) {
+    const DType want = node.next_edges[i].dtype;
+    if (grads[i].defined() && node.next_edges[i].fn && is_reduced_float(want) && grads[i].dtype() != want)
+      grads[i] = grads[i].to(want);
+  }
+}
+}  // namespace detail
+
 Tensor SavedTensor::unpack(Node& node) const {
+  Tensor t = unpack_as_saved(node);
+  if (detail::backward_widened() && t.defined() && is_reduced_float(t.dtype())) return t.to(kFloat32);
+  return t;
+}
+
+Tensor SavedTensor::unpack_as_saved(Node& node) const {
   if (!data_.defined()) return Tensor();
   const uint64_t now = data_.version();
   if (now != version_) {

@@ -126,7 +126,7 @@ Tensor& Tensor::div_(const Tensor& o) {
   inplace_binary(BinaryOp::Div, *this, o, "div_");
   finish_inplace(*this, "div_", {&o}, [so = SavedTensor(o, "div_"), old, sho = o.shape()](const Tensor& g, Node& n) {
     Tensor ov = so.unpack(n);
-    return tensor_list{g / ov, old.defined() ? sum_to(-g * old / (ov * ov), sho) : Tensor()};
+    return tensor_list{g / ov, old.defined() ? sum_to(detail::div_grad_b(g, old, ov), sho) : Tensor()};
   });
   notify_op("div_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
   return *this;
