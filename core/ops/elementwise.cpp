@@ -330,10 +330,10 @@ Tensor sqrt(const Tensor& x) {
 
 Tensor rsqrt(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Rsqrt, "rsqrt", x);
-  if (needs_grad(x))  // dy/dx = -x^(-3/2) / 2 = -y^3 / 2
+  if (needs_grad(x))  // dy/dx = -x^(-3/2) / 2 = -y^3 / 2, g first: y^3 alone overflows where g y^3 need not
     record("rsqrt", y, {&x}, [sy = SavedTensor(y, "rsqrt", true)](const Tensor& g, Node& n) {
       Tensor yv = sy.unpack(n);
-      return tensor_list{g * (yv * yv * yv) * -0.5};
+      return tensor_list{g * -0.5 * yv * yv * yv};
     });
   return y;
 }

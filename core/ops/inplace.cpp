@@ -159,7 +159,8 @@ Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   check_castable("clamp_", *this, detail::clamp_result_type(*this, lo, hi),
                  detail::str_cat("the bounds min=", lo ? detail::str_cat(*lo) : "none",
                                  ", max=", hi ? detail::str_cat(*hi) : "none"));
-  Tensor d = detach();
+  // float16/bfloat16 compare in float32 with the bounds unrounded, as clamp's backward does.
+  Tensor d = is_reduced_float(dtype()) ? detach().to(kFloat32) : detach();
   Tensor mask = needs_grad(*this) ? logical_and(d >= l, d <= h) : Tensor();
   backend_of(*this).clamp(*this, *this, l, h);
   finish_inplace(*this, "clamp_", {}, [mask](const Tensor& g, Node&) { return tensor_list{g * mask.to(g.dtype())}; });

@@ -268,8 +268,9 @@ Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
                const Tensor& g, Node& n) {
              Tensor xv = sx.unpack(n);
              auto [c, s] = centered(xv, dims);
-             // (x - mean) k, with k applied before s can overflow
-             return tensor_list{g.reshape(keep) * (k <= 1 ? c * (s * k) : (c * s) * k)};
+             // g 2 (x - mean) / (n - u), g first: (x - mean) 2 alone overflows near the max
+             const Tensor gc = g.reshape(keep) * c;
+             return tensor_list{k <= 1 ? gc * (s * k) : (gc * s) * k};
            });
   return v;
 }
@@ -290,15 +291,17 @@ Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
   }
   if (needs_grad(x))
     record("std", out, {&x},
-           [sx = SavedTensor(x, "std"), so = SavedTensor(out, "std", true), dims, keep = keepdim_shape(x, sp.r),
-            denom = static_cast<double>(sp.denom)](const Tensor& g, Node& n) {
-             Tensor xv = sx.unpack(n), sd = so.unpack(n).reshape(keep);
-             auto [c, s] = centered(xv, dims);
-             Tensor flat = sd.detach() == 0.0;
+           [sx = SavedTensor(x, "std"), dims, keep = keepdim_shape(x, sp.r), denom = static_cast<double>(sp.denom)](
+               const Tensor& g, Node& n) {
+             // g (x - mean) / ((n - u) std) = g c / ((n - u) sqrt(q)) in the scaled terms (s cancels):
+             // neither the rounded std (few digits when subnormal) nor x - mean (overflows) enters.
+             auto [c, s] = centered(sx.unpack(n), dims);
+             Tensor rq = sqrt(sum(c * c, dims, true) / denom);
+             Tensor flat = rq.detach() == 0.0;
              // 1 in the masked places keeps the unused branch finite (no inf in a double backward).
-             Tensor safe = where(flat, ones_like(sd.detach()), sd);
+             Tensor safe = where(flat, ones_like(rq.detach()), rq);
              Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
-             return tensor_list{where(flat, zero, g.reshape(keep) * ((c * (s / safe)) / denom))};
+             return tensor_list{where(flat, zero, (g.reshape(keep) * c) / (safe * denom))};
            });
   return out;
 }
