@@ -135,6 +135,55 @@ inline std::string check_case(const gs::OpInfo& op, const Spec& spec, DType t, d
   return "";
 }
 
+// Runs `spec` of `op` in dtype t (float32 or float64) on the CPU and on `dev`, forward and, for a
+// differentiable op, backward under the same weighted sum; "" when the device matches the CPU within
+// `k` roundings of t (normwise, as compare_rounded; sums of products relative to their terms).
+inline std::string check_on_device(const gs::OpInfo& op, const Spec& spec, DType t, gs::Device dev, double k) {
+  Case c = make(op, spec, t, t);
+  auto run = [&](gs::Device d, Tensor* out, tensor_list* grads) {
+    tensor_list xs;
+    for (const Tensor& x : c.inputs) {
+      Tensor y = x.detach().to(d);
+      if (op.differentiable && y.is_floating_point()) y = y.requires_grad_(true);
+      xs.push_back(y);
+    }
+    gs::manual_seed(spec.seed);  // ops that draw random numbers draw the same on both
+    *out = c.fn(xs);
+    if (!op.differentiable || !out->requires_grad()) return;
+    gs::Generator wg(spec.seed);
+    Tensor w = gs::rand(out->shape(), gs::TensorOptions(out->dtype()), &wg) + 1.0;
+    if (spec.mode == Mode::Huge || spec.mode == Mode::Spread) w = w * (1.0 / 64);
+    gs::sum(*out * w.to(d)).backward();
+    for (const Tensor& x : xs)
+      if (x.requires_grad()) grads->push_back(x.grad().defined() ? x.grad().to(gs::kCPU) : gs::zeros_like(x).to(gs::kCPU));
+  };
+  Tensor o_cpu, o_dev;
+  tensor_list g_cpu, g_dev;
+  try {
+    run(gs::kCPU, &o_cpu, &g_cpu);
+  } catch (const gs::Error&) {
+    return "";  // not a valid input on the cpu either
+  }
+  run(dev, &o_dev, &g_dev);
+  double floor = spec.mode == Mode::Tiny ? 0.0 : 1.0, m = 0;
+  for (const Tensor& x : c.inputs)
+    if (x.is_floating_point()) m = std::max(m, max_abs_finite(x));
+  if (op.category == "reduction" || op.category == "linalg" || op.category == "nn") floor = std::max(floor, m);
+  if ((op.category == "linalg" || is_conv(op.name)) && c.inputs.size() >= 2) {
+    int64_t longest = 1;
+    for (const Tensor& x : c.inputs) longest = std::max(longest, x.numel());
+    floor = std::max(floor, m * m * static_cast<double>(longest));
+  }
+  if (std::string d = compare_rounded(o_dev.to(gs::kCPU), o_cpu, t, k, floor); !d.empty()) return "forward: " + d;
+  if (g_dev.size() != g_cpu.size()) return "a different number of gradients";
+  // An output that overflowed has no gradient to match.
+  if (gs::sum(gs::isfinite(o_cpu)).item<int64_t>() != o_cpu.numel()) return "";
+  for (size_t i = 0; i < g_cpu.size(); ++i)
+    if (std::string d = compare_rounded(g_dev[i], g_cpu[i], t, 2 * k + 2, floor); !d.empty())
+      return "gradient of input " + std::to_string(i) + ": " + d;
+  return "";
+}
+
 // Draws `n` cases of `op` from `seed`; "" when all pass, else the first failure shrunk to the
 // smallest failing case found by halving sizes and magnitudes, with the spec that rebuilds it.
 inline std::string check_op(const gs::OpInfo& op, uint64_t seed, int n, DType t, double k) {

@@ -6,6 +6,7 @@
 #include "tests/cuda/cuda_test_util.h"
 
 #include "core/op_registry.h"
+#include "tests/prop_check.h"
 
 namespace {
 
@@ -102,6 +103,34 @@ TEST_CASE("every registered op runs on cuda and matches the cpu, forward and bac
     }
   }
   CHECK(ops > 20);
+}
+
+// The same walk on property-drawn inputs (tests/prop_gen.h): values near the dtype's max,
+// subnormals, wide spreads, odd and prime sizes, views, asymmetric conv/pool geometry; float32 and
+// float64, six draws per op and dtype, the first failure shrunk by halving.
+TEST_CASE("every registered op on property-drawn inputs: cuda matches the cpu, forward and backward") {
+  for (const gs::OpInfo& op : gs::op_registry())
+    for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+      std::string failure;
+      for (const proptest::Spec& s : proptest::draw(op, 1, 6)) {
+        auto fails = [&](const proptest::Spec& x) {
+          return !proptest::check_on_device(op, x, dt, gs::kCUDA, 16).empty();
+        };
+        std::string why;
+        try {
+          why = proptest::check_on_device(op, s, dt, gs::kCUDA, 16);
+        } catch (const std::exception& e) {
+          why = std::string("threw: ") + e.what();
+        }
+        if (why.empty()) continue;
+        const proptest::Spec small = proptest::shrink(s, fails);
+        failure = "[" + proptest::describe(op, s) + "] " + why + "\n  smallest failing case found: [" +
+                  proptest::describe(op, small) + "]";
+        break;
+      }
+      INFO("op: ", op.name, " ", gs::dtype_name(dt), "\n", failure);
+      CHECK(failure.empty());
+    }
 }
 
 // float16/bfloat16 have no CUDA kernels: every registry op that runs a kernel on them on the device
