@@ -339,7 +339,7 @@ inline std::vector<Spec> draw(const gs::OpInfo& op, uint64_t seed, int n) {
         s.sizes.push_back({seen[k], std::max<int64_t>(z, 1)});
       }
     }
-    s.view = static_cast<View>(r.below(4));
+    s.view = op.name == "view" ? View::None : static_cast<View>(r.below(4));  // view() needs viewable strides
     gs::Generator reg3(s.seed);
     const size_t n_inputs = s.conv ? 2 : s.pool ? 1 : op.samples(reg3, gs::kFloat64)[s.sample].inputs.size();
     s.view_input = static_cast<size_t>(r.below(static_cast<int64_t>(std::max<size_t>(n_inputs, 1))));

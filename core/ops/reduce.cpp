@@ -56,6 +56,13 @@ bool has_inf(const Tensor& t) {
   return false;
 }
 
+bool has_inf64(const Tensor& t) {
+  const double* p = static_cast<const double*>(t.raw_data());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::isinf(p[i])) return true;
+  return false;
+}
+
 // Gradient g of a reduced result, expanded back to x's shape.
 Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& in_shape) {
   return g.reshape(keep_shape).expand(in_shape);
@@ -111,6 +118,14 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
     Tensor wide = reduce_raw(ReduceOp::Sum, x, r, kFloat64);
     divide(wide);
     backend_of(s).copy(s, wide);
+  } else if (compute == kFloat64 && s.device().is_cpu() && has_inf64(s)) {
+    // The same in float64: the terms scaled by 2^-64 (exact for normal values), summed, divided.
+    Tensor scaled = reduce_raw(ReduceOp::Sum, x * std::ldexp(1.0, -64), r, kFloat64);
+    divide(scaled);
+    backend_of(scaled).binary(
+        BinaryOp::Mul, scaled, scaled,
+        detail::prepare(full({}, std::ldexp(1.0, 64), TensorOptions(kFloat64)), kFloat64, scaled.shape()));
+    backend_of(s).copy(s, scaled);
   } else {
     divide(s);
   }
