@@ -205,6 +205,8 @@ class WidenedBackward {
 };
 bool backward_widened();
 void round_to_inputs(tensor_list& grads, const Node& node);
+// t.to(want), keeping a transposed (permuted dense) layout outside create_graph.
+Tensor to_keeping_layout(const Tensor& t, DType want);
 }  // namespace detail
 
 // ---- template definitions ---------------------------------------------------
@@ -218,7 +220,7 @@ tensor_list LambdaNode<F>::apply(const Tensor& grad) {
   tensor_list r;
   {
     detail::WidenedBackward widened;
-    r = (*f_)(grad.to(DType::Float32), *this);
+    r = (*f_)(detail::to_keeping_layout(grad, DType::Float32), *this);
   }
   detail::round_to_inputs(r, *this);
   return r;
