@@ -191,8 +191,10 @@ void queue_callback(std::function<void()> cb);
 }  // namespace autograd
 
 namespace detail {
-// A float16/bfloat16 op's backward runs in float32, like its forward: the gradient and the saved
-// tensors it unpacks are widened, and each input's gradient is rounded once (docs/dtypes.md).
+// A float16/bfloat16 op's backward runs in float32, like its forward: the saved tensors it unpacks
+// are widened (the gradient joins them in float32 by promotion at its first product with one; a
+// gradient only passed on, as by a view or an add, is never converted), and each input's
+// gradient is rounded once (docs/dtypes.md).
 class WidenedBackward {
  public:
   WidenedBackward();
@@ -220,7 +222,7 @@ tensor_list LambdaNode<F>::apply(const Tensor& grad) {
   tensor_list r;
   {
     detail::WidenedBackward widened;
-    r = (*f_)(detail::to_keeping_layout(grad, DType::Float32), *this);
+    r = (*f_)(grad, *this);
   }
   detail::round_to_inputs(r, *this);
   return r;

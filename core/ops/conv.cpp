@@ -164,9 +164,10 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, c
            const Tensor xv = sx.defined() ? sx.unpack(n) : Tensor();
            const Tensor wv = sw.defined() ? sw.unpack(n) : Tensor();
            // create_graph: the backward must itself be differentiable.
-           // Inside a 16-bit backward the gradient and the saved tensors come widened to float32.
-           const DType run_dt = detail::backward_widened() && is_reduced_float(dt) ? kFloat32 : dt;
-           if (GradMode::is_enabled() || gr.dtype() != run_dt)
+           // Inside a 16-bit backward the saved tensors come widened to float32; the backend's kernel
+           // takes the 16-bit gradient beside them (it widens it) and rounds its results once.
+           const bool widened = detail::backward_widened() && is_reduced_float(dt);
+           if (GradMode::is_enabled() || (gr.dtype() != dt && !widened))
              return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
            const TensorOptions opt = TensorOptions(gr.dtype()).device(gr.device());
            Tensor gx = nx ? empty({g.N, g.C, g.H, g.W}, opt) : Tensor();
