@@ -113,6 +113,9 @@ TEST_CASE("every registered op on property-drawn inputs: cuda matches the cpu, f
     for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
       std::string failure;
       for (const proptest::Spec& s : proptest::draw(op, 1, 6)) {
+        // The cpu's mean sums again in float64 when its float32 sum overflows; the device's does
+        // not (docs/dtypes.md), so values near the max are compared on the cpu only.
+        if (op.name == "mean" && s.mode == proptest::Mode::Huge) continue;
         auto fails = [&](const proptest::Spec& x) {
           return !proptest::check_on_device(op, x, dt, gs::kCUDA, 16).empty();
         };
@@ -128,7 +131,7 @@ TEST_CASE("every registered op on property-drawn inputs: cuda matches the cpu, f
                   proptest::describe(op, small) + "]";
         break;
       }
-      INFO("op: ", op.name, " ", gs::dtype_name(dt), "\n", failure);
+      INFO("op: ", op.name, " ", std::string(gs::dtype_name(dt)), "\n", failure);
       CHECK(failure.empty());
     }
 }
