@@ -6,10 +6,13 @@
 //   gemm_torch/a@b/n:N        torch::mm on contiguous float32 (N, N), N = 256, 512, 1024
 //   train_step/mlp/64, /256   MLP 784-256-10, SGD, batch 64 / 256
 //   train_step/cnn/64         conv32-pool-conv64-pool-fc128-fc10, SGD, batch 64
+//   train_step_bf16/{mlp,cnn}/...  the same steps under CPU autocast to bfloat16 (float32 parameters),
+//                             beside bench_train_step's train_step_bf16
 //   overhead/add/record       1-element add with autograd recording, per op
 // One thread: torch::set_num_threads(1) (and OMP/OPENBLAS_NUM_THREADS=1 from the script).
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <string>
@@ -29,14 +32,20 @@ torch::nn::Sequential cnn() {  // the same graph as bench_train_step's cnn()
       tnn::Flatten(), tnn::Linear(64 * 7 * 7, 128), tnn::ReLU(), tnn::Linear(128, 10));
 }
 
-void run_steps(benchmark::State& state, torch::nn::Sequential model) {
+// `bf16`: the forward and the loss under CPU autocast to bfloat16 (torch.autocast("cpu")), its cast
+// cache cleared after each step as leaving the autocast region does.
+void run_steps(benchmark::State& state, torch::nn::Sequential model, bool bf16 = false) {
   const int64_t B = state.range(0);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
   torch::Tensor x = torch::rand({B, 1, 28, 28});               // (B, 1, 28, 28)
   torch::Tensor y = torch::randint(0, 10, {B}, torch::kLong);  // (B)
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
   for (auto _ : state) {
     opt.zero_grad();
+    at::autocast::set_cpu_enabled(bf16);
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    at::autocast::set_cpu_enabled(false);
+    if (bf16) at::autocast::clear_cache();
     loss.backward();
     opt.step();
     benchmark::DoNotOptimize(loss.data_ptr());
@@ -51,6 +60,14 @@ void BM_mlp(benchmark::State& s) {
 void BM_cnn(benchmark::State& s) {
   torch::manual_seed(0);
   run_steps(s, cnn());
+}
+void BM_mlp_bf16(benchmark::State& s) {
+  torch::manual_seed(0);
+  run_steps(s, mlp(), true);
+}
+void BM_cnn_bf16(benchmark::State& s) {
+  torch::manual_seed(0);
+  run_steps(s, cnn(), true);
 }
 
 void BM_gemm(benchmark::State& state, int64_t n) {
@@ -97,6 +114,8 @@ int main(int argc, char** argv) {
         ->UseRealTime();
   benchmark::RegisterBenchmark("train_step/mlp", BM_mlp)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("train_step/cnn", BM_cnn)->Arg(64)->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("train_step_bf16/mlp", BM_mlp_bf16)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("train_step_bf16/cnn", BM_cnn_bf16)->Arg(64)->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("overhead/add/record", BM_add_record);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -108,7 +108,48 @@ std::string out_of_place_hint(const char* op) {
 }
 }  // namespace
 
+namespace detail {
+namespace {
+thread_local bool t_widened = false;
+}
+WidenedBackward::WidenedBackward() : prev_(t_widened) { t_widened = true; }
+WidenedBackward::~WidenedBackward() { t_widened = prev_; }
+bool backward_widened() { return t_widened; }
+Tensor to_keeping_layout(const Tensor& t, DType want) {
+  const int64_t nd = t.dim();
+  if (t.is_contiguous() || nd < 2 || GradMode::is_enabled()) return t.to(want);
+  // A permutation of a dense layout (a transposed gradient): converted in its memory order, so
+  // that both sides are read and written row by row.
+  Dims order(nd, 0);
+  for (int64_t i = 0; i < nd; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
+  Shape ps(nd, 0);
+  Strides pst(nd, 0);
+  for (int64_t i = 0; i < nd; ++i) ps[i] = t.shape()[order[i]], pst[i] = t.strides()[order[i]];
+  const Tensor p = detail::make_alias(t, ps, pst, t.offset());
+  if (!p.is_contiguous()) return t.to(want);
+  const Tensor c = p.to(want);
+  Strides st(nd, 0);
+  for (int64_t i = 0; i < nd; ++i) st[order[i]] = c.strides()[i];
+  return detail::make_alias(c, t.shape(), st, 0);
+}
+void round_to_inputs(tensor_list& grads, const Node& node) {
+  for (size_t i = 0; i < grads.size() && i < node.next_edges.size(); ++i) {
+    const DType want = node.next_edges[i].dtype;
+    if (grads[i].defined() && node.next_edges[i].fn && is_reduced_float(want) && grads[i].dtype() != want)
+      grads[i] = to_keeping_layout(grads[i], want);
+  }
+}
+}  // namespace detail
+
 Tensor SavedTensor::unpack(Node& node) const {
+  Tensor t = unpack_as_saved(node);
+  if (detail::backward_widened() && t.defined() && is_reduced_float(t.dtype()))
+    return detail::to_keeping_layout(t, kFloat32);
+  return t;
+}
+
+Tensor SavedTensor::unpack_as_saved(Node& node) const {
   if (!data_.defined()) return Tensor();
   const uint64_t now = data_.version();
   if (now != version_) {

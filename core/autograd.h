@@ -91,11 +91,14 @@ class SavedTensor {
   // would make a reference cycle (result -> node -> result), so we keep a
   // detached alias and re-attach it to the node when unpacked.
   SavedTensor(const Tensor& t, const char* saved_by, bool is_output = false);
+  // Inside a float16/bfloat16 op's backward (detail::WidenedBackward) a 16-bit tensor comes back
+  // widened to float32.
   Tensor unpack(Node& node) const;
   bool defined() const { return data_.defined(); }
   void reset() { data_ = Tensor(); }
 
  private:
+  Tensor unpack_as_saved(Node& node) const;
   Tensor data_;
   uint64_t version_ = 0;
   const char* saved_by_ = nullptr;
@@ -187,13 +190,42 @@ void queue_callback(std::function<void()> cb);
 
 }  // namespace autograd
 
+namespace detail {
+// A float16/bfloat16 op's backward runs in float32, like its forward: the saved tensors it unpacks
+// are widened (the gradient joins them in float32 by promotion at its first product with one; a
+// gradient only passed on, as by a view or an add, is never converted), and each input's
+// gradient is rounded once (docs/dtypes.md).
+class WidenedBackward {
+ public:
+  WidenedBackward();
+  ~WidenedBackward();
+  WidenedBackward(const WidenedBackward&) = delete;
+  WidenedBackward& operator=(const WidenedBackward&) = delete;
+
+ private:
+  bool prev_;
+};
+bool backward_widened();
+void round_to_inputs(tensor_list& grads, const Node& node);
+// t.to(want), keeping a transposed (permuted dense) layout outside create_graph.
+Tensor to_keeping_layout(const Tensor& t, DType want);
+}  // namespace detail
+
 // ---- template definitions ---------------------------------------------------
 template <class F>
 tensor_list LambdaNode<F>::apply(const Tensor& grad) {
   GS_CHECK(f_.has_value(), name(),
            "trying to backward through the graph a second time; its saved tensors were freed after the first "
            "backward. Pass retain_graph=true to the first backward() if you need to call it twice.");
-  return (*f_)(grad, *this);
+  if (!grad.defined() || !is_reduced_float(grad.dtype())) [[likely]]
+    return (*f_)(grad, *this);
+  tensor_list r;
+  {
+    detail::WidenedBackward widened;
+    r = (*f_)(grad, *this);
+  }
+  detail::round_to_inputs(r, *this);
+  return r;
 }
 
 }  // namespace gradsleuth

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
+#include "tests/prop_check.h"
 #include "tests/reduced_float_tolerance.h"
 
 namespace {
@@ -98,6 +100,39 @@ TEST_CASE("bfloat16 conversions: known bit patterns") {
   CHECK(bf16_bits(from_bits_f32(0x00010000u)) == 0x0001);  // a bfloat16 subnormal is kept
   CHECK(std::isnan(gs::to_float(gs::BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isnan(gs::to_float(gs::BFloat16(from_bits_f32(0x7F800001u)))));  // not truncated to inf
+}
+
+TEST_CASE("tensor rounding (vectorised rows, strided rows) matches the scalar conversion bit for bit") {
+  // Random bit patterns (every exponent: subnormals, near-ties, overflow to inf) and the specials.
+  std::vector<float> v;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < 40000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v.push_back(from_bits_f32(static_cast<uint32_t>(x)));
+  }
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0x7F7F8000u, 0x7F7F7FFFu,
+                     0x00008000u, 0x00018000u, 0x3F808000u, 0x3F818000u, 0x7F800001u, 0xFFC00000u, 0x00000001u})
+    v.push_back(from_bits_f32(b));
+  const int64_t n = static_cast<int64_t>(v.size());
+  const Tensor f = gs::tensor(v, {n}, gs::kFloat32);
+  const Tensor strided = gs::tensor(v, {n / 2, 2}, gs::kFloat32).t();  // rows read with stride 2
+  for (DType t : kReduced) {
+    INFO(std::string(gs::dtype_name(t)));
+    const auto rows = bits_of(f.to(t));
+    const auto cols = bits_of(strided.to(t).t().contiguous().reshape({-1}));
+    int mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t want = t == gs::kFloat16 ? half_bits(v[i]) : bf16_bits(v[i]);
+      const bool nan = std::isnan(v[i]);
+      const auto is_nan16 = [&](uint16_t b) {
+        return t == gs::kFloat16 ? std::isnan(gs::to_float(gs::Half::from_bits(b)))
+                                 : std::isnan(gs::to_float(gs::BFloat16::from_bits(b)));
+      };
+      if (nan ? !is_nan16(rows[i]) : rows[i] != want) ++mismatches;
+      if (i < n / 2 * 2 && (nan ? !is_nan16(cols[i]) : cols[i] != want)) ++mismatches;
+    }
+    CHECK(mismatches == 0);
+  }
 }
 
 TEST_CASE("tensor conversions round once, to nearest even, and back exactly") {
@@ -309,6 +344,20 @@ TEST_CASE("every registry op computes float16/bfloat16 like float64 on the same 
   }
   CHECK(ops_checked > 100);
   CHECK(grads_checked > 100);
+}
+
+TEST_CASE("every registry op computes float16/bfloat16 like float64 on property-drawn inputs, or refuses") {
+  // Drawn from each op's whole domain (tests/prop_gen.h): values near the dtype's max, subnormals,
+  // spreads over its whole range, logits thousands apart, odd and prime sizes, views, asymmetric
+  // conv/pool geometry. A failure names the draw and the smallest failing case found by halving.
+  const char* env = std::getenv("GRADSLEUTH_PROP_SEED");
+  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : 1;
+  for (const gs::OpInfo& op : gs::op_registry())
+    for (DType t : kReduced) {
+      const std::string failure = proptest::check_op(op, seed, 15, t, roundings(op.name));
+      INFO("op: ", op.name, " dtype: ", std::string(gs::dtype_name(t)), " (run seed ", seed, ")\n", failure);
+      CHECK(failure.empty());
+    }
 }
 
 TEST_CASE("edges: values near 65504, subnormals, far-apart logits") {

@@ -65,6 +65,26 @@ void narrow_row(H* out, const float* in, int64_t n) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k),
                        _mm256_cvtps_ph(_mm256_loadu_ps(in + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
+#ifdef __AVX2__
+  // bfloat16: the upper 16 bits after adding 0x7FFF plus the kept part's lowest bit (round to
+  // nearest even, as Eigen's scalar conversion; overflow to inf, subnormals kept); a NaN keeps its
+  // sign and becomes the quiet NaN 0x7FC0.
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i quiet = _mm256_set1_epi32(0x7FC0);
+    for (; k + 8 <= n; k += 8) {
+      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(in + k));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), lsb), 16);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
+      const __m256i nan_bits = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)), quiet);
+      r = _mm256_blendv_epi8(r, nan_bits, nan);
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);  // qwords 0, 2
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm256_castsi256_si128(packed));
+    }
+  }
+#endif
   Eigen::Map<Eigen::Array<H, Eigen::Dynamic, 1>>(out + k, n - k) =
       Eigen::Map<const Eigen::ArrayXf>(in + k, n - k).template cast<H>();
 }
@@ -90,6 +110,15 @@ void narrow(const Tensor& out, const Tensor& in) {
     for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
       if (st[0] == sizeof(H) && st[1] == sizeof(float)) {  // a contiguous row: Eigen's vectorised cast
         narrow_row(reinterpret_cast<H*>(p[0]), reinterpret_cast<const float*>(p[1]), n);
+        return;
+      }
+      if (st[0] == sizeof(H)) {  // a strided float32 row into a contiguous one: gathered, then rounded
+        float buf[256];
+        for (int64_t k0 = 0; k0 < n; k0 += 256) {
+          const int64_t m = std::min<int64_t>(256, n - k0);
+          for (int64_t k = 0; k < m; ++k) buf[k] = *at<float>(p[1], k0 + k, st[1]);
+          narrow_row(reinterpret_cast<H*>(p[0]) + k0, buf, m);
+        }
         return;
       }
       for (int64_t k = 0; k < n; ++k) *at<H>(p[0], k, st[0]) = H(*at<float>(p[1], k, st[1]));

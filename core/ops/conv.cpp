@@ -164,7 +164,11 @@ Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, c
            const Tensor xv = sx.defined() ? sx.unpack(n) : Tensor();
            const Tensor wv = sw.defined() ? sw.unpack(n) : Tensor();
            // create_graph: the backward must itself be differentiable.
-           if (GradMode::is_enabled() || gr.dtype() != dt) return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
+           // Inside a 16-bit backward the saved tensors come widened to float32; the backend's kernel
+           // takes the 16-bit gradient beside them (it widens it) and rounds its results once.
+           const bool widened = detail::backward_widened() && is_reduced_float(dt);
+           if (GradMode::is_enabled() || (gr.dtype() != dt && !widened))
+             return conv2d_backward_composite(gr, xv, wv, g, nx, nw, nb);
            const TensorOptions opt = TensorOptions(gr.dtype()).device(gr.device());
            Tensor gx = nx ? empty({g.N, g.C, g.H, g.W}, opt) : Tensor();
            Tensor gw = nw ? empty(wshape, opt) : Tensor();
@@ -217,6 +221,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Dims st
     Tensor out = conv2d_fused(x, weight, bias, g);
     if (out.defined()) return out;
   }
+  // float16/bfloat16 without the fused kernel: the composite in float32, rounded once (its inner
+  // gradients would otherwise be rounded between its ops and overflow near the max).
+  if (is_reduced_float(x.dtype()) && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()))
+    return conv2d_composite(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias, g, groups)
+        .to(x.dtype());
   return conv2d_composite(x, weight, bias, g, groups);
 }
 

@@ -129,17 +129,27 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 Tensor mul(const Tensor& a, const Scalar& b) { return mul(a, detail::wrap_scalar(b, a)); }
 
+// -g a / b^2 without a spurious overflow or underflow (b^2 overflows for |b| past the square root
+// of the max where the gradient need not): for |b| >= 1 as -g ((a / b) / b); for |b| < 1 each
+// step grows towards the result, -((g a) / b) / b, but for |a| < 1, where g a could lose digits
+// below the smallest normal, -(g (a / b)) / b.
+Tensor detail::div_grad_b(const Tensor& g, const Tensor& a, const Tensor& b) {
+  Tensor q = a / b;
+  const Tensor big_b = abs(b.detach()) >= 1.0, big_a = abs(a.detach()) >= 1.0;
+  return where(big_b, -g * (q / b), where(big_a, -((g * a) / b) / b, -(g * q) / b));
+}
+
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(BinaryOp::Div, "div", a, b);
   if (needs_grad(a, b)) {
-    // d(a/b) = g / b,  -g a / b^2
+    // d(a/b) = g / b,  -g a / b^2 (detail::div_grad_b)
     SavedTensor sa(b.requires_grad() ? a : Tensor(), "div"), sb(b, "div");
     record("div", out, {&a, &b},
            [sa, sb, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(), shb = b.shape()](const Tensor& g,
                                                                                                       Node& n) {
              Tensor bv = sb.unpack(n);
              return tensor_list{ra ? sum_to(g / bv, sha) : Tensor(),
-                                rb ? sum_to(-g * sa.unpack(n) / (bv * bv), shb) : Tensor()};
+                                rb ? sum_to(detail::div_grad_b(g, sa.unpack(n), bv), shb) : Tensor()};
            });
   }
   return out;
@@ -180,14 +190,23 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     //     b a^(b-1) would be 0 * inf = NaN);
     //   d/db is 0 where a == 0 and b >= 0 (a^b log a -> 0 as a -> 0+), and
     //     a^b log(a) = inf * -inf = -inf where a == 0 and b < 0.
-    SavedTensor sa(a, "pow"), sb(b, "pow"), so(b.requires_grad() ? out : Tensor(), "pow", true);
+    SavedTensor sa(a, "pow"), sb(b, "pow"), so(out, "pow", true);
     record("pow", out, {&a, &b},
            [sa, sb, so, ra = a.requires_grad(), rb = b.requires_grad(), sha = a.shape(), shb = b.shape()](
                const Tensor& g, Node& n) {
              Tensor av = sa.unpack(n), bv = sb.unpack(n);
              Tensor ga, gb;
              const Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
-             if (ra) ga = sum_to(where(bv.detach() == 0.0, zero, g * bv * pow(av, bv - 1.0)), sha);
+             if (ra) {
+               // b a^(b-1) as (b / a) a^b, from the forward's a^b: a^(b-1) is inf for a near the
+               // dtype's smallest values and b near 0, where the derivative is moderate, and b - 1
+               // rounds for large b. At a == 0, or where that is not finite, b a^(b-1).
+               Tensor a0 = av.detach() == 0.0;
+               Tensor safe_a = where(a0, ones_like(av.detach()), av);
+               Tensor d = g * (bv / safe_a) * so.unpack(n);
+               d = where(logical_or(a0, logical_not(isfinite(d.detach()))), g * bv * pow(av, bv - 1.0), d);
+               ga = sum_to(where(bv.detach() == 0.0, zero, d), sha);
+             }
              if (rb) {
                Tensor at_zero = logical_and(av.detach() == 0.0, bv.detach() >= 0.0);
                gb = sum_to(where(at_zero, zero, g * so.unpack(n) * log(av)), shb);
@@ -311,10 +330,10 @@ Tensor sqrt(const Tensor& x) {
 
 Tensor rsqrt(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Rsqrt, "rsqrt", x);
-  if (needs_grad(x))  // dy/dx = -x^(-3/2) / 2 = -y^3 / 2
+  if (needs_grad(x))  // dy/dx = -x^(-3/2) / 2 = -y^3 / 2, g first: y^3 alone overflows where g y^3 need not
     record("rsqrt", y, {&x}, [sy = SavedTensor(y, "rsqrt", true)](const Tensor& g, Node& n) {
       Tensor yv = sy.unpack(n);
-      return tensor_list{g * (yv * yv * yv) * -0.5};
+      return tensor_list{g * -0.5 * yv * yv * yv};
     });
   return y;
 }
@@ -469,9 +488,27 @@ Tensor tanh(const Tensor& x) {
 
 // gelu(x) = x * Phi(x) = x/2 (1 + erf(x / sqrt 2)), built from differentiable ops.
 // An integer x computes in float32, like the other floating ops.
+// gelu(x) = x Phi(x), with Phi(x) = (1 + erf(x / sqrt 2)) / 2 taken first (x * 2 would overflow
+// near the dtype's max); float16/bfloat16 compute in float32 and round once. The backward is
+// written out, g (Phi(x) + x phi(x)): composed, its inner gradients overflow near the max.
 Tensor gelu(const Tensor& x) {
   if (!x.is_floating_point()) return gelu(prepare(x, kDefaultFloat, x.shape()));
-  return x * (erf(x * M_SQRT1_2) + 1.0) * 0.5;
+  Tensor y;
+  {
+    NoGradGuard ng;
+    const Tensor xf = is_reduced_float(x.dtype()) ? x.to(kFloat32) : x;
+    y = xf * ((erf(xf * M_SQRT1_2) + 1.0) * 0.5);
+    if (y.dtype() != x.dtype()) y = y.to(x.dtype());
+  }
+  if (needs_grad(x))
+    record("gelu", y, {&x}, [sx = SavedTensor(x, "gelu")](const Tensor& g, Node& n) {
+      Tensor xv = sx.unpack(n);
+      Tensor cdf = (erf(xv * M_SQRT1_2) + 1.0) * 0.5;
+      // x * x is inf past the square root of the max, where exp gives phi = 0 exactly.
+      Tensor pdf = exp(xv * xv * -0.5) * 0.3989422804014327;  // 1 / sqrt(2 pi)
+      return tensor_list{g * (cdf + xv * pdf)};
+    });
+  return y;
 }
 
 // softplus(x) = 1/beta log(1 + exp(beta x)), linear above the threshold; the value

@@ -126,7 +126,7 @@ Tensor& Tensor::div_(const Tensor& o) {
   inplace_binary(BinaryOp::Div, *this, o, "div_");
   finish_inplace(*this, "div_", {&o}, [so = SavedTensor(o, "div_"), old, sho = o.shape()](const Tensor& g, Node& n) {
     Tensor ov = so.unpack(n);
-    return tensor_list{g / ov, old.defined() ? sum_to(-g * old / (ov * ov), sho) : Tensor()};
+    return tensor_list{g / ov, old.defined() ? sum_to(detail::div_grad_b(g, old, ov), sho) : Tensor()};
   });
   notify_op("div_", {*this, o}, *this, o.shape() != shape() ? 2u : 0u, true);
   return *this;
@@ -159,7 +159,8 @@ Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) {
   check_castable("clamp_", *this, detail::clamp_result_type(*this, lo, hi),
                  detail::str_cat("the bounds min=", lo ? detail::str_cat(*lo) : "none",
                                  ", max=", hi ? detail::str_cat(*hi) : "none"));
-  Tensor d = detach();
+  // float16/bfloat16 compare in float32 with the bounds unrounded, as clamp's backward does.
+  Tensor d = is_reduced_float(dtype()) ? detach().to(kFloat32) : detach();
   Tensor mask = needs_grad(*this) ? logical_and(d >= l, d <= h) : Tensor();
   backend_of(*this).clamp(*this, *this, l, h);
   finish_inplace(*this, "clamp_", {}, [mask](const Tensor& g, Node&) { return tensor_list{g * mask.to(g.dtype())}; });

@@ -89,6 +89,8 @@ inline void check_no_overlap(const Tensor& t, const char* op) {
 // Recorded helpers for backward formulas (ops/index.cpp).
 Tensor scatter_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const Shape& shape);
 Tensor index_add_grad(const Tensor& g, const Tensor& index, int64_t dim, const Shape& shape);
+// d(a/b)/db = -g a / b^2 without spurious overflow (ops/elementwise.cpp; div and div_).
+Tensor div_grad_b(const Tensor& g, const Tensor& a, const Tensor& b);
 
 // Wraps a backward that is written with raw kernels and so is not itself
 // differentiable: under create_graph (grad mode on while the backward runs) it

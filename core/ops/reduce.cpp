@@ -48,6 +48,21 @@ Tensor reduce_raw(ReduceOp op, const Tensor& x, const std::vector<bool>& r, DTyp
   return out;
 }
 
+// Whether a contiguous float32 CPU tensor holds an infinity.
+bool has_inf(const Tensor& t) {
+  const float* p = static_cast<const float*>(t.raw_data());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::isinf(p[i])) return true;
+  return false;
+}
+
+bool has_inf64(const Tensor& t) {
+  const double* p = static_cast<const double*>(t.raw_data());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::isinf(p[i])) return true;
+  return false;
+}
+
 // Gradient g of a reduced result, expanded back to x's shape.
 Tensor expand_grad(const Tensor& g, const Shape& keep_shape, const Shape& in_shape) {
   return g.reshape(keep_shape).expand(in_shape);
@@ -92,10 +107,28 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   // largest float16 is finite even where their sum is not.
   const DType compute = is_reduced_float(x.dtype()) ? kFloat32 : x.dtype();
   Tensor s = reduce_raw(ReduceOp::Sum, x, r, compute);
-  backend_of(s).binary(
-      BinaryOp::Div, s, s,
-      detail::prepare(full({}, static_cast<double>(count), TensorOptions(s.dtype()).device(s.device())), s.dtype(),
-                      s.shape()));
+  auto divide = [&](const Tensor& t) {
+    backend_of(t).binary(
+        BinaryOp::Div, t, t,
+        detail::prepare(full({}, static_cast<double>(count), TensorOptions(t.dtype()).device(t.device())), t.dtype(),
+                        t.shape()));
+  };
+  if (compute == kFloat32 && s.device().is_cpu() && has_inf(s)) {
+    // The float32 sum overflowed, yet the mean of finite values is in range: sum in float64.
+    Tensor wide = reduce_raw(ReduceOp::Sum, x, r, kFloat64);
+    divide(wide);
+    backend_of(s).copy(s, wide);
+  } else if (compute == kFloat64 && s.device().is_cpu() && has_inf64(s)) {
+    // The same in float64: the terms scaled by 2^-64 (exact for normal values), summed, divided.
+    Tensor scaled = reduce_raw(ReduceOp::Sum, x * std::ldexp(1.0, -64), r, kFloat64);
+    divide(scaled);
+    backend_of(scaled).binary(
+        BinaryOp::Mul, scaled, scaled,
+        detail::prepare(full({}, std::ldexp(1.0, 64), TensorOptions(kFloat64)), kFloat64, scaled.shape()));
+    backend_of(s).copy(s, scaled);
+  } else {
+    divide(s);
+  }
   if (compute != x.dtype()) {
     Tensor rounded = empty(s.shape(), TensorOptions(x.dtype()).device(x.device()));
     backend_of(s).copy(rounded, s);
@@ -188,43 +221,104 @@ Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
   return keepdim ? v : v.squeeze(d);
 }
 
-// var = sum((x - mean)^2) / (n - unbiased), composed from differentiable ops
-// (two passes: numerically safer than E[x^2] - E[x]^2).
-Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
-  GS_CHECK(x.is_floating_point(), "var", "std and var only support floating-point tensors (as in PyTorch), got ",
+// var = sum((x - mean)^2) / (n - unbiased), two passes (numerically safer than E[x^2] - E[x]^2)
+// on x divided by its largest magnitude per slice, so that neither the deviations nor their
+// squares overflow or underflow where the variance, or the std, is in range: var = q s^2 and
+// std = sqrt(q) s, q the variance of x / s. The backwards are written out (g 2 (x - mean) / (n - u)
+// and g (x - mean) / ((n - u) std)), finite wherever the results are.
+namespace {
+struct Spread {
+  std::vector<bool> r;
+  int64_t n = 1, denom = 1;
+};
+Spread spread_of(const Tensor& x, const Dims& dims, bool unbiased, const char* op) {
+  GS_CHECK(x.is_floating_point(), op, "std and var only support floating-point tensors (as in PyTorch), got ",
            x.str(), "; convert first: x.to(gs::kFloat32)");
-  auto r = reduced_flags(x, dims, "var");
-  int64_t n = 1;
+  Spread sp;
+  sp.r = reduced_flags(x, dims, op);
   for (int64_t d = 0; d < x.dim(); ++d)
-    if (r[d]) n *= x.shape()[d];
-  GS_CHECK(n - (unbiased ? 1 : 0) > 0, "var", "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ", n,
-           " in ", x.str(), (unbiased ? "; pass unbiased=false for a single element" : ""));
-  // float16/bfloat16: the two passes in float32, one rounding at the end.
-  if (is_reduced_float(x.dtype())) return var(x.to(kFloat32), dims, unbiased, keepdim).to(x.dtype());
-  Tensor c = x - mean(x, dims, true);
-  return sum(c * c, dims, keepdim) / static_cast<double>(n - (unbiased ? 1 : 0));
+    if (sp.r[d]) sp.n *= x.shape()[d];
+  sp.denom = sp.n - (unbiased ? 1 : 0);
+  GS_CHECK(sp.denom > 0, op, "needs at least ", unbiased ? 2 : 1, " elements per reduction, got ", sp.n, " in ",
+           x.str(), (unbiased ? "; pass unbiased=false for a single element" : ""));
+  return sp;
 }
-
-// std = sqrt(var), but at zero spread (a constant row) the derivative of sqrt,
-// 1 / (2 sqrt(v)), is infinite and var's is 0: the chain rule would give inf * 0 =
-// NaN. Like PyTorch, the gradient there is the subgradient 0.
-Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
-  Tensor v = var(x, dims, unbiased, keepdim);
+// x - mean(x) as (x / s - mean(x / s)) and s, s the detached largest |x| per slice: x - mean
+// overflows for values of both signs near the max. Differentiable (s is a constant).
+std::pair<Tensor, Tensor> centered(const Tensor& x, const Dims& dims) {
   Tensor s;
   {
     NoGradGuard ng;
-    s = sqrt(v);
+    Tensor m = amax(abs(x.detach()), dims, true);
+    s = where(logical_and(m > 0.0, isfinite(m)), m, ones_like(m));
   }
-  if (needs_grad(v))
-    record("std", s, {&v}, [ss = SavedTensor(s, "std", true)](const Tensor& g, Node& n) {
-      Tensor sv = ss.unpack(n);
-      Tensor flat = sv.detach() == 0.0;
-      Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
-      // 1 in the masked places keeps the unused branch finite (no inf in a double backward).
-      Tensor denom = where(flat, ones_like(sv.detach()), sv) * 2.0;
-      return tensor_list{where(flat, zero, g / denom)};
-    });
-  return s;
+  Tensor c = x / s;
+  return {c - mean(c, dims, true), s};
+}
+// q and s (keepdim shapes), without autograd.
+std::pair<Tensor, Tensor> scaled_variance(const Tensor& x, const Dims& dims, const Spread& sp) {
+  NoGradGuard ng;
+  Tensor m = amax(abs(x), dims, true);
+  Tensor s = where(logical_and(m > 0.0, isfinite(m)), m, ones_like(m));
+  Tensor c = x / s;
+  c = c - mean(c, dims, true);
+  return {sum(c * c, dims, true) / static_cast<double>(sp.denom), s};
+}
+}  // namespace
+
+Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
+  // float16/bfloat16: in float32, one rounding at the end.
+  if (x.is_floating_point() && is_reduced_float(x.dtype()))
+    return var(x.to(kFloat32), dims, unbiased, keepdim).to(x.dtype());
+  const Spread sp = spread_of(x, dims, unbiased, "var");
+  auto [q, s] = scaled_variance(x, dims, sp);
+  Tensor v;
+  {
+    NoGradGuard ng;
+    v = (q * s * s).reshape(result_shape(x, sp.r, keepdim));
+  }
+  if (needs_grad(x))
+    record("var", v, {&x},
+           [sx = SavedTensor(x, "var"), dims, keep = keepdim_shape(x, sp.r), k = 2.0 / static_cast<double>(sp.denom)](
+               const Tensor& g, Node& n) {
+             Tensor xv = sx.unpack(n);
+             auto [c, s] = centered(xv, dims);
+             // g 2 (x - mean) / (n - u), g first: (x - mean) 2 alone overflows near the max
+             const Tensor gc = g.reshape(keep) * c;
+             return tensor_list{k <= 1 ? gc * (s * k) : (gc * s) * k};
+           });
+  return v;
+}
+
+// std = sqrt(var). At zero spread (a constant row) the derivative of sqrt is infinite and var's
+// is 0; like PyTorch, the gradient there is the subgradient 0.
+Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
+  // float16/bfloat16: in float32, one rounding at the end (not the sqrt of a rounded variance,
+  // which underflows to 0 for a spread near the dtype's smallest values).
+  if (x.is_floating_point() && is_reduced_float(x.dtype()))
+    return std(x.to(kFloat32), dims, unbiased, keepdim).to(x.dtype());
+  const Spread sp = spread_of(x, dims, unbiased, "std");
+  auto [q, s] = scaled_variance(x, dims, sp);
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = (sqrt(q) * s).reshape(result_shape(x, sp.r, keepdim));
+  }
+  if (needs_grad(x))
+    record("std", out, {&x},
+           [sx = SavedTensor(x, "std"), dims, keep = keepdim_shape(x, sp.r), denom = static_cast<double>(sp.denom)](
+               const Tensor& g, Node& n) {
+             // g (x - mean) / ((n - u) std) = g c / ((n - u) sqrt(q)) in the scaled terms (s cancels):
+             // neither the rounded std (few digits when subnormal) nor x - mean (overflows) enters.
+             auto [c, s] = centered(sx.unpack(n), dims);
+             Tensor rq = sqrt(sum(c * c, dims, true) / denom);
+             Tensor flat = rq.detach() == 0.0;
+             // 1 in the masked places keeps the unused branch finite (no inf in a double backward).
+             Tensor safe = where(flat, ones_like(rq.detach()), rq);
+             Tensor zero = zeros({}, TensorOptions(g.dtype()).device(g.device()));
+             return tensor_list{where(flat, zero, (g.reshape(keep) * c) / (safe * denom))};
+           });
+  return out;
 }
 
 // ---- softmax family --------------------------------------------------------------
