@@ -1,0 +1,608 @@
+// M29 (the first op out of the 16-bit range) and M30 (the per-op comparison against float32): their
+// rules, thresholds, findings and run check (see precision.h; docs/checks.md, M29 and M30).
+#include "debug/checks/model/precision.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/host_copy.h"
+#include "debug/checks/model/range_watch.h"
+#include "debug/checks/run_check.h"
+#include "debug/evidence/tensor_stats.h"
+
+namespace gradsleuth::debug {
+
+namespace {
+
+std::vector<float> host_values(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
+
+RangeCounts counts_of(const Tensor& t, DType dt) {
+  RangeCounts c;
+  for (float v : host_values(t)) c.add(v, dt);
+  return c;
+}
+
+// "float16[32, 8], |x| in [6.1e-05, 7.2e+04], 3 inf/NaN": a tensor's range, for causes.
+std::string range_str(const Tensor& t) {
+  if (!t.defined()) return "none";
+  std::ostringstream s;
+  s << dtype_name(t.dtype()) << shape_of(t);
+  if (!t.is_floating_point()) return s.str();
+  double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
+  int64_t bad = 0, zero = 0;
+  for (float v : host_values(t)) {
+    if (!std::isfinite(v)) {
+      ++bad;
+      continue;
+    }
+    const double a = std::fabs(static_cast<double>(v));
+    if (a == 0.0) {
+      ++zero;
+      continue;
+    }
+    lo = std::min(lo, a), hi = std::max(hi, a);
+  }
+  if (hi > 0.0)
+    s << ", nonzero |x| in [" << fmt_num(lo) << ", " << fmt_num(hi) << "]";
+  else
+    s << ", every finite value 0";
+  if (zero > 0 && hi > 0.0) s << ", " << zero << " zeros";
+  if (bad > 0) s << ", " << bad << " inf/NaN";
+  return s.str();
+}
+
+double max_abs_of(const Tensor& t) {
+  double m = 0.0;
+  for (float v : host_values(t))
+    if (std::isfinite(v)) m = std::max(m, std::fabs(static_cast<double>(v)));
+  return m;
+}
+
+bool is_cast(const char* op) { return std::string_view(op) == "to_dtype"; }
+
+}  // namespace
+
+// ---- OpSites -------------------------------------------------------------------------------------
+void OpSites::clear() {
+  sites_.clear();
+  pending_.clear();
+  nodes_.clear();
+  count_ = 0;
+}
+
+void OpSites::resolve() {
+  for (size_t i = 0; i < pending_.size();) {
+    const Tensor& out = pending_[i].first;
+    if (out.grad_fn()) {
+      nodes_.emplace(out.grad_fn().get(), pending_[i].second);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  // An op whose output never gets a node (no gradient needed) leaves the list after a few ops.
+  if (pending_.size() > 4) pending_.erase(pending_.begin(), pending_.end() - 4);
+}
+
+const OpSite& OpSites::record(const char* op, const Tensor& out, const std::string& module) {
+  resolve();
+  sites_.push_back({++count_, op, module});
+  const size_t idx = sites_.size() - 1;
+  if (out.grad_fn())
+    nodes_.emplace(out.grad_fn().get(), idx);
+  else if (out.requires_grad() || GradMode::is_enabled())
+    pending_.emplace_back(out, idx);
+  return sites_[idx];
+}
+
+const OpSite* OpSites::of(const Node* node) {
+  resolve();
+  const auto it = nodes_.find(node);
+  return it == nodes_.end() ? nullptr : &sites_[it->second];
+}
+
+// ---- M29 -----------------------------------------------------------------------------------------
+namespace {
+
+// The bottom of a dtype's range in words: "below 2^-21" (float16's lowest three octaves).
+std::string bottom_of(DType dt) {
+  return "below 2^" + std::to_string(dt == kBFloat16 ? -130 : -21) + ", the lowest 3 octaves above " +
+         (dt == kBFloat16 ? "2^-133" : "2^-24") + " where " + dtype_name(dt) + " flushes to zero";
+}
+
+void range_evidence(Finding& f, const RangeCounts& c, DType dt, const OpSite* site) {
+  f.evidence.push_back({"dtype " + std::string(dtype_name(dt)) + " (1 = float16, 2 = bfloat16)",
+                        dt == kFloat16 ? 1.0 : 2.0, ""});
+  if (site) f.evidence.push_back({"position of the op among the forward's ops", static_cast<double>(site->index), ""});
+  f.evidence.push_back({"values", static_cast<double>(c.values), ""});
+  f.evidence.push_back({"values inf/NaN or above the range", static_cast<double>(c.overflow), "any, from finite inputs"});
+  f.evidence.push_back({"share of nonzero values in the lowest 3 octaves (1 when all are zero)", c.lost_share(),
+                        "> 0.1, from inputs in range"});
+  f.evidence.push_back({"share of values zero", c.values ? static_cast<double>(c.zero) / c.values : 0.0, ""});
+}
+
+}  // namespace
+
+void RangeTrace::clear() {
+  forward_.reset();
+  backward_.reset();
+  held_.reset();
+  sites_.clear();
+}
+
+void RangeTrace::confirm_step() {
+  if (held_ && !backward_) backward_ = std::move(held_);
+  held_.reset();
+}
+
+void RangeTrace::discard_step() { held_.reset(); }
+
+void RangeTrace::begin_forward() { sites_.clear(); }
+
+void RangeTrace::on_op(const OpEvent& e) {
+  if (!active_ || !e.output || !e.output->defined() || autograd::in_backward()) return;
+  const Tensor& out = *e.output;
+  const OpSite& site = sites_.record(e.op, out, tracker_.current());
+  if (!o_.forward || forward_ || !out.is_floating_point() || !is_reduced_float(out.dtype()) || !out.device().is_cpu())
+    return;
+  detail::OwnTime own;
+  const DType dt = out.dtype();
+  const RangeCounts c = counts_of(out, dt);
+  bool inputs_finite = true, inputs_in_range = true, wider_nonzero = false;
+  std::string inputs;
+  for (size_t i = e.inplace ? 1 : 0; i < e.num_inputs; ++i) {
+    const Tensor& x = e.input(i);
+    if (!x.defined() || !x.is_floating_point()) continue;
+    if (!x.device().is_cpu()) return;
+    const RangeCounts ci = counts_of(x, is_reduced_float(x.dtype()) ? x.dtype() : kFloat32);
+    inputs_finite = inputs_finite && ci.overflow == 0;
+    if (is_reduced_float(x.dtype()))
+      inputs_in_range = inputs_in_range && ci.overflow == 0 && ci.lost_share() <= o_.underflow_share;
+    else
+      wider_nonzero = wider_nonzero || ci.nonzero > 0;
+    inputs += (inputs.empty() ? "" : "; ") + range_str(x);
+  }
+  const bool overflow = c.overflow > 0 && inputs_finite;
+  const bool underflow = !overflow && inputs_in_range && c.values > 0 &&
+                         (c.nonzero > 0 ? c.lost_share() > o_.underflow_share : wider_nonzero);
+  if (!overflow && !underflow) return;
+  const std::string where = site.module.empty() ? "" : " in " + site.module;
+  Finding f = detail::make(
+      "M29", Severity::Warning,
+      std::string("'") + e.op + "'" + where + " is the first op whose " + dtype_name(dt) + " result left the range " +
+          (overflow ? "at the top: " + detail::num(c.overflow) + " of its " + detail::num(c.values) +
+                          " values are inf/NaN although its inputs were finite (forward, op #" +
+                          detail::num(site.index) + ")"
+                    : "at the bottom: " +
+                          (c.nonzero > 0 ? fmt_num(100.0 * c.lost_share()) + "% of its nonzero values are " +
+                                               bottom_of(dt)
+                                         : std::string("every value is 0 although its float32 input was not")) +
+                          " (forward, op #" + detail::num(site.index) + ")"));
+  f.kind = Kind::ForwardOutOfRange;
+  f.nonfinite = overflow;
+  f.op = e.op;
+  f.module = site.module;
+  f.shape = shape_of(out);
+  f.step = step_;
+  range_evidence(f, c, dt, &site);
+  f.cause = std::string(overflow ? dtype_name(dt) + std::string(" holds nothing above ") +
+                                       (dt == kFloat16 ? "65504" : "3.39e38") + ": the op's result is larger"
+                                 : dtype_name(dt) + std::string(" keeps too few bits of values this small")) +
+            ". Inputs: " + (inputs.empty() ? "none floating" : inputs) + "; output " + range_str(out);
+  f.fix = overflow ? "run this op in float32 (gs::autocast(dtype, false) around it, or cast its inputs up), bring "
+                     "its inputs into range (normalise the data, a smaller initialisation), or use bfloat16 "
+                     "(float32's range)"
+                   : "keep this op in float32, scale the values up before it, or use bfloat16 (float32's range)";
+  forward_ = std::move(f);
+}
+
+void RangeTrace::on_backward(const BackwardEvent& e) {
+  if (!active_ || !o_.backward || backward_ || !e.node) return;
+  const Tensor* gi = e.grad_output;
+  if (gi && gi->defined() && !gi->device().is_cpu()) return;
+  for (size_t i = 0; i < e.num_grad_inputs; ++i) {
+    const Tensor& g = e.grad_inputs[i];
+    if (!g.defined() || !g.is_floating_point() || !is_reduced_float(g.dtype()) || !g.device().is_cpu()) continue;
+    detail::OwnTime own;
+    const DType dt = g.dtype();
+    const RangeCounts c = counts_of(g, dt);
+    bool in_finite = true, in_range = true, in_wider_nonzero = false;
+    if (gi && gi->defined() && gi->is_floating_point()) {
+      const RangeCounts ci = counts_of(*gi, is_reduced_float(gi->dtype()) ? gi->dtype() : kFloat32);
+      in_finite = ci.overflow == 0;
+      if (is_reduced_float(gi->dtype()))
+        in_range = in_finite && ci.lost_share() <= o_.underflow_share;
+      else
+        in_wider_nonzero = ci.nonzero > 0;
+    }
+    const bool overflow = c.overflow > 0 && in_finite;
+    const bool underflow = !overflow && in_range && c.values > 0 &&
+                           (c.nonzero > 0 ? c.lost_share() > o_.underflow_share : in_wider_nonzero);
+    if (!overflow && !underflow) continue;
+    const OpSite* site = sites_.of(e.node);
+    const std::string op = e.node->name();
+    const std::string module = site ? site->module : e.node->context;
+    const std::string where = module.empty() ? "" : " in " + module;
+    const std::string pos = site ? ", recorded as op #" + detail::num(site->index) + " of the forward" : "";
+    Finding f = detail::make(
+        "M29", Severity::Warning,
+        "the backward of '" + op + "'" + where + " is the first to leave " + dtype_name(dt) + "'s range " +
+            (overflow ? "at the top: " + detail::num(c.overflow) + " of the " + detail::num(c.values) +
+                            " gradient values for its input " + std::to_string(i) +
+                            " are inf/NaN from a finite incoming gradient"
+                      : "at the bottom: " +
+                            (c.nonzero > 0 ? fmt_num(100.0 * c.lost_share()) + "% of the nonzero gradient values for "
+                                                                                 "its input " +
+                                                 std::to_string(i) + " are " + bottom_of(dt)
+                                           : "every gradient value for its input " + std::to_string(i) +
+                                                 " is 0 although the float32 gradient it received was not")) +
+            " (backward" + pos + ")");
+    f.kind = Kind::BackwardOutOfRange;
+    f.nonfinite = overflow;
+    f.op = op;
+    f.module = module;
+    f.shape = shape_of(g);
+    f.step = step_;
+    range_evidence(f, c, dt, site);
+    f.cause = std::string(overflow ? "the gradient grew beyond " + std::string(dtype_name(dt)) + "'s largest value"
+                                   : std::string("gradients this small flush to zero in ") + dtype_name(dt)) +
+              ". Incoming gradient: " + (gi ? range_str(*gi) : std::string("none")) + "; produced " + range_str(g);
+    f.fix = overflow ? "lower the loss scale (optim::GradScaler lowers it by itself when its step() sees inf), "
+                       "clip gradients after scaler.unscale_(), or keep this op in float32"
+                     : "scale the loss: optim::GradScaler (scaler.scale(loss).backward(); scaler.step(opt); "
+                       "scaler.update()), or autocast to bfloat16";
+    if (overflow && o_.hold_backward_overflow) {
+      if (!held_) held_ = std::move(f);
+    } else {
+      backward_ = std::move(f);
+    }
+    return;
+  }
+}
+
+std::vector<Finding> RangeTrace::findings() const {
+  std::vector<Finding> out;
+  if (forward_) out.push_back(*forward_);
+  if (backward_) out.push_back(*backward_);
+  if (!o_.hold_backward_overflow && held_) out.push_back(*held_);
+  return out;
+}
+
+// ---- M30 -----------------------------------------------------------------------------------------
+namespace {
+
+// One run's record: every forward op's result and every gradient the backward's nodes produced,
+// as float32 values (the dtype casts left out).
+struct RunRecord {
+  struct Entry {
+    OpSite site;
+    bool backward = false;
+    size_t input = 0;
+    DType dtype = kFloat32;
+    Shape shape;
+    std::vector<float> values;
+    bool floating = false;
+  };
+  std::vector<Entry> entries;
+};
+
+class Recorder : public OpObserver {
+ public:
+  explicit Recorder(RunRecord& r) : r_(r) {}
+  ModuleTracker tracker;
+  void on_op(const OpEvent& e) override {
+    if (!e.output || !e.output->defined() || autograd::in_backward()) return;
+    const OpSite site = sites_.record(e.op, *e.output, tracker.current());
+    if (is_cast(e.op)) return;
+    add(site, false, 0, *e.output);
+  }
+  void on_backward(const BackwardEvent& e) override {
+    if (!e.node || is_cast(e.node->name())) return;
+    const OpSite* s = sites_.of(e.node);
+    const OpSite site = s ? *s : OpSite{0, e.node->name(), e.node->context};
+    for (size_t i = 0; i < e.num_grad_inputs; ++i)
+      if (e.grad_inputs[i].defined()) add({site.index, e.node->name(), site.module}, true, i, e.grad_inputs[i]);
+  }
+
+ private:
+  void add(const OpSite& site, bool backward, size_t input, const Tensor& t) {
+    RunRecord::Entry en;
+    en.site = site;
+    en.backward = backward;
+    en.input = input;
+    en.dtype = t.dtype();
+    en.shape = t.shape();
+    en.floating = t.is_floating_point();
+    if (en.floating) en.values = host_values(t);
+    r_.entries.push_back(std::move(en));
+  }
+  RunRecord& r_;
+  OpSites sites_;
+};
+
+double rel_error(const std::vector<float>& low, const std::vector<float>& ref, double* low_max) {
+  double num = 0.0, den = 0.0, lm = 0.0;
+  bool low_bad = false;
+  for (size_t i = 0; i < low.size() && i < ref.size(); ++i) {
+    const double a = low[i], b = ref[i];
+    if (!std::isfinite(a)) {
+      low_bad = true;
+      continue;
+    }
+    lm = std::max(lm, std::fabs(a));
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  *low_max = lm;
+  if (low_bad) return std::numeric_limits<double>::infinity();
+  if (den == 0.0) return num == 0.0 ? 0.0 : 1.0;
+  return std::sqrt(num / den);
+}
+
+bool all_finite_values(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+}  // namespace
+
+const OpComparison* PrecisionComparison::worst() const {
+  const OpComparison* w = nullptr;
+  for (const OpComparison& c : ops)
+    if (!w || c.rel_error > w->rel_error) w = &c;
+  return w;
+}
+
+std::string PrecisionComparison::str(size_t rows) const {
+  std::ostringstream s;
+  s << "per-op comparison, " << (setting.autocast ? "autocast " : "parameters in ") << dtype_name(setting.dtype)
+    << " against float32: " << ops.size() << " results compared"
+    << (matched ? "" : " (" + note + ")") << "\n";
+  std::vector<const OpComparison*> order;
+  for (const OpComparison& c : ops) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const OpComparison* a, const OpComparison* b) { return a->rel_error > b->rel_error; });
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-10s %-6s %-24s %-28s %-9s %-14s %s\n", "rel.error", "op#", "op", "module",
+                "dtype", "shape", "max |x| f32");
+  s << line;
+  for (size_t i = 0; i < order.size() && i < rows; ++i) {
+    const OpComparison& c = *order[i];
+    const std::string op = c.backward ? c.site.op + " (grad " + std::to_string(c.input) + ")" : c.site.op;
+    std::snprintf(line, sizeof line, "  %-10s %-6s %-24s %-28s %-9s %-14s %s\n", fmt_num(c.rel_error).c_str(),
+                  c.site.index > 0 ? std::to_string(c.site.index).c_str() : "-", op.c_str(),
+                  c.site.module.empty() ? "-" : c.site.module.c_str(), dtype_name(c.dtype), c.shape.c_str(),
+                  fmt_num(c.max_abs).c_str());
+    s << line;
+  }
+  return s.str();
+}
+
+PrecisionComparison compare_precision(nn::Module& model, const Tensor& x, const LossOf& loss,
+                                      const PrecisionSetting& setting) {
+  GS_CHECK(is_reduced_float(setting.dtype), "compare_precision (M30)", "compares a 16-bit setting with float32, got ",
+           dtype_name(setting.dtype), "; pass kFloat16 or kBFloat16");
+  GS_CHECK(x.defined() && x.is_floating_point(), "compare_precision (M30)", "needs a floating input batch, got ",
+           x.defined() ? x.str() : std::string("an undefined tensor"));
+  PrecisionComparison out;
+  out.setting = setting;
+  HostCopyGuard host(model, "compare_precision (M30)");
+  QuietProbe probe(model);
+  // Each run starts without gradients; the caller's are put back afterwards, also on an error.
+  struct Grads {
+    std::vector<std::pair<Tensor, Tensor>> saved;
+    explicit Grads(nn::Module& m) {
+      for (Tensor& p : m.parameters()) saved.emplace_back(p, p.grad());
+    }
+    void clear() {
+      for (auto& [p, g] : saved) p.set_grad(Tensor());
+    }
+    ~Grads() {
+      for (auto& [p, g] : saved) p.set_grad(g);
+    }
+  } grads(model);
+  const Tensor xc = x.detach().to(kCPU);
+  auto run = [&](bool low, RunRecord& rec) -> double {
+    grads.clear();
+    Recorder r(rec);
+    r.tracker.attach(model);
+    double lv = 0.0;
+    ObserverGuard on(&r, ObserverScope::ThisThread);
+    Tensor xin = xc;
+    std::optional<AutocastGuard> ac;
+    if (low && setting.autocast)
+      ac.emplace(setting.dtype);
+    else if (low)
+      xin = xc.to(setting.dtype);
+    else
+      xin = xc.to(kFloat32);
+    Tensor y = model(xin);
+    Tensor l;
+    if (loss) l = loss(y);
+    ac.reset();
+    if (l.defined()) {
+      lv = l.to(kFloat32).item<double>();
+      if (l.requires_grad()) l.backward();
+    }
+    r.tracker.detach();
+    return lv;
+  };
+  RunRecord low, ref;
+  {
+    // The 16-bit run: autocast over the model as it is, or its parameters in the dtype.
+    std::optional<DtypeGuard> cast;
+    if (!setting.autocast) cast.emplace(model, setting.dtype);
+    out.loss_low = run(true, low);
+  }
+  {
+    DtypeGuard f32(model, kFloat32);  // 16-bit parameters widen exactly; float32 ones are untouched
+    out.loss_f32 = run(false, ref);
+  }
+  const size_t n = std::min(low.entries.size(), ref.entries.size());
+  for (size_t i = 0; i < n; ++i) {
+    const RunRecord::Entry& a = low.entries[i];
+    const RunRecord::Entry& b = ref.entries[i];
+    if (a.site.op != b.site.op || a.backward != b.backward || a.shape != b.shape) {
+      out.matched = false;
+      out.note = "the runs diverge at " + std::string(a.backward ? "the backward of '" : "op '") + a.site.op +
+                 "' against '" + b.site.op + "'; the results before it are compared";
+      break;
+    }
+    if (!a.floating || !b.floating || !all_finite_values(b.values)) continue;
+    OpComparison c;
+    c.site = a.site;
+    c.backward = a.backward;
+    c.input = a.input;
+    c.dtype = a.dtype;
+    c.shape = shape_str(a.shape);
+    c.rel_error = rel_error(a.values, b.values, &c.low_max_abs);
+    for (float v : b.values) c.max_abs = std::max(c.max_abs, std::fabs(static_cast<double>(v)));
+    out.ops.push_back(std::move(c));
+  }
+  if (out.matched && low.entries.size() != ref.entries.size()) {
+    out.matched = false;
+    out.note = "the 16-bit run recorded " + std::to_string(low.entries.size()) + " results, float32 " +
+               std::to_string(ref.entries.size());
+  }
+  return out;
+}
+
+std::vector<Finding> precision_findings(const PrecisionComparison& c, const PrecisionCompareOptions& o) {
+  std::vector<Finding> out;
+  const OpComparison* w = c.worst();
+  if (!w) return out;
+  const std::string dt = dtype_name(c.setting.dtype);
+  const std::string setting = (c.setting.autocast ? "autocast " : "parameters in ") + dt;
+  const std::string what = w->backward ? "the gradient the backward of '" + w->site.op + "' produced for its input " +
+                                             std::to_string(w->input)
+                                       : "'" + w->site.op + "'";
+  const std::string where = (w->site.module.empty() ? "" : " in " + w->site.module) +
+                            (w->site.index > 0 ? " (op #" + detail::num(w->site.index) + " of the forward)" : "");
+  const bool fires = !std::isfinite(w->rel_error) || w->rel_error > o.warn_rel_error;
+  Finding f = detail::make(
+      "M30", fires ? Severity::Warning : Severity::Info,
+      fires ? what + where + " differs most from float32 under " + setting + ": relative error " +
+                  fmt_num(w->rel_error) + (std::isfinite(w->rel_error) ? "" : " (non-finite in 16 bits only)")
+            : "under " + setting + " every op stays close to float32: the largest relative error is " +
+                  fmt_num(w->rel_error) + ", " + what + where);
+  f.op = w->site.op;
+  f.module = w->site.module;
+  f.shape = w->shape;
+  f.nonfinite = !std::isfinite(w->rel_error);
+  f.evidence = {{"relative error of the worst result (||low - f32|| / ||f32||)", w->rel_error,
+                 "> " + fmt_num(o.warn_rel_error) + " warns"},
+                {"largest |value| in float32", w->max_abs, ""},
+                {"largest finite |value| in " + dt, w->low_max_abs, ""},
+                {"results compared", static_cast<double>(c.ops.size()), ""},
+                {"the op sequences matched (1) or diverged (0)", c.matched ? 1.0 : 0.0, ""}};
+  if (w->site.index > 0) f.evidence.push_back({"position of the op among the forward's ops",
+                                               static_cast<double>(w->site.index), ""});
+  f.evidence.push_back({"loss float32", c.loss_f32, ""});
+  f.evidence.push_back({"loss " + dt, c.loss_low, ""});
+  // The next worst, for the reader.
+  std::vector<const OpComparison*> order;
+  for (const OpComparison& x : c.ops) order.push_back(&x);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const OpComparison* a, const OpComparison* b) { return a->rel_error > b->rel_error; });
+  for (size_t i = 1; i < order.size() && i < 5; ++i)
+    f.evidence.push_back({"relative error of " + std::string(order[i]->backward ? "the gradient of '" : "'") +
+                              order[i]->site.op + "'" +
+                              (order[i]->site.module.empty() ? "" : " in " + order[i]->site.module),
+                          order[i]->rel_error, ""});
+  f.cause = fires ? "the 16-bit result keeps little of the float32 one: a difference of nearly equal values "
+                    "(cancellation: 11 significant bits in float16, 8 in bfloat16), values flushed to zero below "
+                    "the range, or values above it" +
+                        (c.matched ? std::string() : ". " + c.note)
+                  : "each op's 16-bit result is within its rounding of float32";
+  f.fix = fires ? "run this op in float32 (gs::autocast(dtype, false) around it, or cast its inputs up); centre the "
+                  "values before a subtraction of large numbers; scale the loss when gradients flush to zero"
+                : "nothing to do";
+  out.push_back(std::move(f));
+  return out;
+}
+
+std::vector<Finding> check_precision_ops(nn::Module& model, const Tensor& x, const LossOf& loss,
+                                         const PrecisionSetting& setting, const PrecisionCompareOptions& o) {
+  return precision_findings(compare_precision(model, x, loss, setting), o);
+}
+
+// ---- the run check: M29 on the sampled steps, M30 on the sample batch after the run --------------
+namespace {
+
+class PrecisionRunCheck final : public RunCheck {
+ public:
+  PrecisionRunCheck() : trace_(RangeTraceOptions{0.10, true, true, true}) {}
+  std::string ids() const override { return "M29, M30"; }
+  uint32_t events() const override {
+    return RunEvent::Attach | RunEvent::Forward | RunEvent::BeforeStep | RunEvent::AfterStep | RunEvent::Pause |
+           RunEvent::Finish | RunEvent::Detach | RunEvent::AfterRun;
+  }
+  void attach(RunContext& c) override {
+    trace_.attach(c.model);
+    trace_.set_step(1);
+    trace_.set_active(true);
+    on_ = trace_.enable();
+  }
+  void forward(RunContext& c, const Tensor&) override {
+    trace_.begin_forward();
+    if (!GradMode::is_enabled()) return;  // an evaluation
+    // A new step's forward: a held overflow of a step the scaler skipped is dropped.
+    if (c.steps + 1 != held_step_) trace_.discard_step();
+    held_step_ = c.steps + 1;
+    if (autocast_enabled()) autocast_ = autocast_dtype();
+    for (const Tensor& p : c.model.parameters())
+      if (is_reduced_float(p.dtype())) params16_ = p.dtype();
+  }
+  void before_step(RunContext&, bool) override { trace_.confirm_step(); }
+  void after_step(RunContext& c, bool) override {
+    trace_.set_step(c.steps + 1);
+    trace_.set_active(c.sampled());
+  }
+  void pause(RunContext& c, bool on) override { trace_.set_active(!on && c.sampled()); }
+  void finish(RunContext& c) override {
+    if (!autocast_ && !params16_) return;
+    c.note_ran("M29");
+    c.add_all(trace_.findings());
+  }
+  void detach(RunContext&) override {
+    on_.reset();
+    trace_.detach();
+  }
+  void after_run(RunContext& c, const Tensor& x, const Tensor& y) override {
+    if ((!autocast_ && !params16_) || !x.defined() || !x.is_floating_point()) return;
+    const PrecisionSetting s = autocast_ ? PrecisionSetting{*autocast_, true} : PrecisionSetting{*params16_, false};
+    LossOf lf;
+    if (c.loss && y.defined()) lf = [&c, &y](const Tensor& out) { return (*c.loss)(out, y.to(out.device())); };
+    const bool was = c.model.is_training();
+    c.model.eval();
+    try {
+      c.add_all(check_precision_ops(c.model, x, lf, s));
+      c.note_ran("M30");
+    } catch (const std::exception& e) {
+      Finding f = detail::make("M30", Severity::Info, std::string("not run: ") + e.what());
+      c.add(std::move(f));
+    }
+    c.model.train(was);
+  }
+
+ private:
+  RangeTrace trace_;
+  std::unique_ptr<Scope> on_;
+  std::optional<DType> autocast_, params16_;
+  int64_t held_step_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<RunCheck> make_precision_run_check(const MonitorOptions&) {
+  return std::make_unique<PrecisionRunCheck>();
+}
+
+}  // namespace gradsleuth::debug
