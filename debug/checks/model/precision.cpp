@@ -12,7 +12,6 @@
 #include "core/autograd.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/host_copy.h"
-#include "debug/checks/model/range_watch.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 
@@ -21,12 +20,6 @@ namespace gradsleuth::debug {
 namespace {
 
 std::vector<float> host_values(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
-
-RangeCounts counts_of(const Tensor& t, DType dt) {
-  RangeCounts c;
-  for (float v : host_values(t)) c.add(v, dt);
-  return c;
-}
 
 // "float16[32, 8], |x| in [6.1e-05, 7.2e+04], 3 inf/NaN": a tensor's range, for causes.
 std::string range_str(const Tensor& t) {
@@ -57,11 +50,19 @@ std::string range_str(const Tensor& t) {
   return s.str();
 }
 
-double max_abs_of(const Tensor& t) {
-  double m = 0.0;
-  for (float v : host_values(t))
-    if (std::isfinite(v)) m = std::max(m, std::fabs(static_cast<double>(v)));
-  return m;
+// The share of a tensor's L1 mass (sum of |x| over its finite values) carried by values at the
+// bottom of dt's range: below 8 x its smallest subnormal (flushed, or in the lowest three octaves
+// above zero); 0 when every value is 0.
+double bottom_mass(const std::vector<float>& v, DType dt) {
+  const double edge = 8.0 * (dt == kBFloat16 ? std::ldexp(1.0, -133) : std::ldexp(1.0, -24));
+  double low = 0.0, all = 0.0;
+  for (float x : v) {
+    if (!std::isfinite(x)) continue;
+    const double a = std::fabs(static_cast<double>(x));
+    all += a;
+    if (a < edge) low += a;
+  }
+  return all > 0.0 ? low / all : 0.0;
 }
 
 bool is_cast(const char* op) { return std::string_view(op) == "to_dtype"; }
@@ -110,21 +111,68 @@ const OpSite* OpSites::of(const Node* node) {
 // ---- M29 -----------------------------------------------------------------------------------------
 namespace {
 
-// The bottom of a dtype's range in words: "below 2^-21" (float16's lowest three octaves).
+// The bottom of a dtype's range in words (float16: the lowest three octaves above 2^-24).
 std::string bottom_of(DType dt) {
-  return "below 2^" + std::to_string(dt == kBFloat16 ? -130 : -21) + ", the lowest 3 octaves above " +
-         (dt == kBFloat16 ? "2^-133" : "2^-24") + " where " + dtype_name(dt) + " flushes to zero";
+  return std::string("below 2^") + (dt == kBFloat16 ? "-130" : "-21") + " (the lowest 3 octaves above " +
+         (dt == kBFloat16 ? "2^-133" : "2^-24") + ", where " + dtype_name(dt) + " flushes to zero)";
 }
 
-void range_evidence(Finding& f, const RangeCounts& c, DType dt, const OpSite* site) {
+// One tensor as M29 judges it against a 16-bit dtype.
+struct Judged {
+  int64_t values = 0, nonfinite = 0;
+  double bottom = 0.0;  // bottom_mass
+};
+Judged judge(const Tensor& t, DType dt) {
+  Judged j;
+  const std::vector<float> v = host_values(t);
+  j.values = static_cast<int64_t>(v.size());
+  for (float x : v)
+    if (!std::isfinite(x)) ++j.nonfinite;
+  j.bottom = bottom_mass(v, dt);
+  return j;
+}
+
+// Whether a result left the range: at the top (inf/NaN from finite inputs), or at the bottom (more
+// than `share` of the mass of what it was made from at the bottom of the dtype's range, from inputs
+// in range). `wider` is an input of a wider dtype and the result's shape (a cast to 16 bits): its
+// values are the exact ones, flushed values included; otherwise the result's own values are read.
+struct Verdict {
+  bool overflow = false, underflow = false;
+  Judged result;
+  double bottom = 0.0;  // the judged bottom mass
+};
+Verdict decide(const Tensor& out, const std::vector<const Tensor*>& inputs, double share) {
+  Verdict v;
+  const DType dt = out.dtype();
+  v.result = judge(out, dt);
+  bool finite = true, in_range = true;
+  const Tensor* wider = nullptr;
+  for (const Tensor* x : inputs) {
+    if (!x->defined() || !x->is_floating_point()) continue;
+    if (is_reduced_float(x->dtype())) {
+      const Judged j = judge(*x, x->dtype());
+      finite = finite && j.nonfinite == 0;
+      in_range = in_range && j.nonfinite == 0 && j.bottom <= share;
+    } else {
+      const Judged j = judge(*x, kFloat32);
+      finite = finite && j.nonfinite == 0;
+      if (x->shape() == out.shape()) wider = x;
+    }
+  }
+  v.overflow = v.result.nonfinite > 0 && finite;
+  v.bottom = wider ? bottom_mass(host_values(*wider), dt) : v.result.bottom;
+  v.underflow = !v.overflow && finite && in_range && v.bottom > share;
+  return v;
+}
+
+void range_evidence(Finding& f, const Verdict& v, DType dt, const OpSite* site) {
   f.evidence.push_back({"dtype " + std::string(dtype_name(dt)) + " (1 = float16, 2 = bfloat16)",
                         dt == kFloat16 ? 1.0 : 2.0, ""});
   if (site) f.evidence.push_back({"position of the op among the forward's ops", static_cast<double>(site->index), ""});
-  f.evidence.push_back({"values", static_cast<double>(c.values), ""});
-  f.evidence.push_back({"values inf/NaN or above the range", static_cast<double>(c.overflow), "any, from finite inputs"});
-  f.evidence.push_back({"share of nonzero values in the lowest 3 octaves (1 when all are zero)", c.lost_share(),
-                        "> 0.1, from inputs in range"});
-  f.evidence.push_back({"share of values zero", c.values ? static_cast<double>(c.zero) / c.values : 0.0, ""});
+  f.evidence.push_back({"values", static_cast<double>(v.result.values), ""});
+  f.evidence.push_back({"values inf/NaN", static_cast<double>(v.result.nonfinite), "any, from finite inputs, warns"});
+  f.evidence.push_back({"share of the mass (sum of |x|) at the bottom of the range", v.bottom,
+                        "> 0.1, from inputs in range, warns"});
 }
 
 }  // namespace
@@ -153,52 +201,43 @@ void RangeTrace::on_op(const OpEvent& e) {
     return;
   detail::OwnTime own;
   const DType dt = out.dtype();
-  const RangeCounts c = counts_of(out, dt);
-  bool inputs_finite = true, inputs_in_range = true, wider_nonzero = false;
-  std::string inputs;
+  std::vector<const Tensor*> inputs;
+  std::string in_text;
+  // An in-place op's input 0 is its output, already modified: its other inputs are judged.
   for (size_t i = e.inplace ? 1 : 0; i < e.num_inputs; ++i) {
     const Tensor& x = e.input(i);
     if (!x.defined() || !x.is_floating_point()) continue;
     if (!x.device().is_cpu()) return;
-    const RangeCounts ci = counts_of(x, is_reduced_float(x.dtype()) ? x.dtype() : kFloat32);
-    inputs_finite = inputs_finite && ci.overflow == 0;
-    if (is_reduced_float(x.dtype()))
-      inputs_in_range = inputs_in_range && ci.overflow == 0 && ci.lost_share() <= o_.underflow_share;
-    else
-      wider_nonzero = wider_nonzero || ci.nonzero > 0;
-    inputs += (inputs.empty() ? "" : "; ") + range_str(x);
+    inputs.push_back(&x);
+    in_text += (in_text.empty() ? "" : "; ") + range_str(x);
   }
-  const bool overflow = c.overflow > 0 && inputs_finite;
-  const bool underflow = !overflow && inputs_in_range && c.values > 0 &&
-                         (c.nonzero > 0 ? c.lost_share() > o_.underflow_share : wider_nonzero);
-  if (!overflow && !underflow) return;
+  const Verdict v = decide(out, inputs, o_.underflow_share);
+  if (!v.overflow && !v.underflow) return;
   const std::string where = site.module.empty() ? "" : " in " + site.module;
+  const std::string pos = " (forward, op #" + detail::num(site.index) + ")";
   Finding f = detail::make(
       "M29", Severity::Warning,
       std::string("'") + e.op + "'" + where + " is the first op whose " + dtype_name(dt) + " result left the range " +
-          (overflow ? "at the top: " + detail::num(c.overflow) + " of its " + detail::num(c.values) +
-                          " values are inf/NaN although its inputs were finite (forward, op #" +
-                          detail::num(site.index) + ")"
-                    : "at the bottom: " +
-                          (c.nonzero > 0 ? fmt_num(100.0 * c.lost_share()) + "% of its nonzero values are " +
-                                               bottom_of(dt)
-                                         : std::string("every value is 0 although its float32 input was not")) +
-                          " (forward, op #" + detail::num(site.index) + ")"));
-  f.kind = Kind::ForwardOutOfRange;
-  f.nonfinite = overflow;
+          (v.overflow ? "at the top: " + detail::num(v.result.nonfinite) + " of its " + detail::num(v.result.values) +
+                            " values are inf/NaN although its inputs were finite"
+                      : "at the bottom: " + fmt_num(100.0 * v.bottom) + "% of the mass of its values is " +
+                            bottom_of(dt)) +
+          pos);
+  f.kind = v.overflow ? Kind::ForwardOverflow : Kind::ForwardUnderflow;
+  f.nonfinite = v.overflow;
   f.op = e.op;
   f.module = site.module;
   f.shape = shape_of(out);
   f.step = step_;
-  range_evidence(f, c, dt, &site);
-  f.cause = std::string(overflow ? dtype_name(dt) + std::string(" holds nothing above ") +
-                                       (dt == kFloat16 ? "65504" : "3.39e38") + ": the op's result is larger"
-                                 : dtype_name(dt) + std::string(" keeps too few bits of values this small")) +
-            ". Inputs: " + (inputs.empty() ? "none floating" : inputs) + "; output " + range_str(out);
-  f.fix = overflow ? "run this op in float32 (gs::autocast(dtype, false) around it, or cast its inputs up), bring "
-                     "its inputs into range (normalise the data, a smaller initialisation), or use bfloat16 "
-                     "(float32's range)"
-                   : "keep this op in float32, scale the values up before it, or use bfloat16 (float32's range)";
+  range_evidence(f, v, dt, &site);
+  f.cause = (v.overflow ? std::string(dtype_name(dt)) + " holds nothing above " +
+                              (dt == kFloat16 ? "65504" : "3.39e38") + ": the op's result is larger"
+                        : std::string(dtype_name(dt)) + " keeps few or no bits of values this small") +
+            ". Inputs: " + (in_text.empty() ? "none floating" : in_text) + "; output " + range_str(out);
+  f.fix = v.overflow ? "run this op in float32 (gs::autocast(dtype, false) around it, or cast its inputs up), bring "
+                       "its inputs into range (normalise the data, a smaller initialisation), or use bfloat16 "
+                       "(float32's range)"
+                     : "keep this op in float32, scale the values up before it, or use bfloat16 (float32's range)";
   forward_ = std::move(f);
 }
 
@@ -211,20 +250,10 @@ void RangeTrace::on_backward(const BackwardEvent& e) {
     if (!g.defined() || !g.is_floating_point() || !is_reduced_float(g.dtype()) || !g.device().is_cpu()) continue;
     detail::OwnTime own;
     const DType dt = g.dtype();
-    const RangeCounts c = counts_of(g, dt);
-    bool in_finite = true, in_range = true, in_wider_nonzero = false;
-    if (gi && gi->defined() && gi->is_floating_point()) {
-      const RangeCounts ci = counts_of(*gi, is_reduced_float(gi->dtype()) ? gi->dtype() : kFloat32);
-      in_finite = ci.overflow == 0;
-      if (is_reduced_float(gi->dtype()))
-        in_range = in_finite && ci.lost_share() <= o_.underflow_share;
-      else
-        in_wider_nonzero = ci.nonzero > 0;
-    }
-    const bool overflow = c.overflow > 0 && in_finite;
-    const bool underflow = !overflow && in_range && c.values > 0 &&
-                           (c.nonzero > 0 ? c.lost_share() > o_.underflow_share : in_wider_nonzero);
-    if (!overflow && !underflow) continue;
+    std::vector<const Tensor*> inputs;
+    if (gi && gi->defined()) inputs.push_back(gi);
+    const Verdict v = decide(g, inputs, o_.underflow_share);
+    if (!v.overflow && !v.underflow) continue;
     const OpSite* site = sites_.of(e.node);
     const std::string op = e.node->name();
     const std::string module = site ? site->module : e.node->context;
@@ -233,31 +262,27 @@ void RangeTrace::on_backward(const BackwardEvent& e) {
     Finding f = detail::make(
         "M29", Severity::Warning,
         "the backward of '" + op + "'" + where + " is the first to leave " + dtype_name(dt) + "'s range " +
-            (overflow ? "at the top: " + detail::num(c.overflow) + " of the " + detail::num(c.values) +
-                            " gradient values for its input " + std::to_string(i) +
-                            " are inf/NaN from a finite incoming gradient"
-                      : "at the bottom: " +
-                            (c.nonzero > 0 ? fmt_num(100.0 * c.lost_share()) + "% of the nonzero gradient values for "
-                                                                                 "its input " +
-                                                 std::to_string(i) + " are " + bottom_of(dt)
-                                           : "every gradient value for its input " + std::to_string(i) +
-                                                 " is 0 although the float32 gradient it received was not")) +
+            (v.overflow ? "at the top: " + detail::num(v.result.nonfinite) + " of the " +
+                              detail::num(v.result.values) + " gradient values for its input " + std::to_string(i) +
+                              " are inf/NaN from a finite incoming gradient"
+                        : "at the bottom: " + fmt_num(100.0 * v.bottom) + "% of the mass of the gradient for its input " +
+                              std::to_string(i) + " is " + bottom_of(dt)) +
             " (backward" + pos + ")");
-    f.kind = Kind::BackwardOutOfRange;
-    f.nonfinite = overflow;
+    f.kind = v.overflow ? Kind::BackwardOverflow : Kind::BackwardUnderflow;
+    f.nonfinite = v.overflow;
     f.op = op;
     f.module = module;
     f.shape = shape_of(g);
     f.step = step_;
-    range_evidence(f, c, dt, site);
-    f.cause = std::string(overflow ? "the gradient grew beyond " + std::string(dtype_name(dt)) + "'s largest value"
-                                   : std::string("gradients this small flush to zero in ") + dtype_name(dt)) +
+    range_evidence(f, v, dt, site);
+    f.cause = (v.overflow ? "the gradient grew beyond " + std::string(dtype_name(dt)) + "'s largest value"
+                          : std::string("gradients this small flush to zero in ") + dtype_name(dt)) +
               ". Incoming gradient: " + (gi ? range_str(*gi) : std::string("none")) + "; produced " + range_str(g);
-    f.fix = overflow ? "lower the loss scale (optim::GradScaler lowers it by itself when its step() sees inf), "
-                       "clip gradients after scaler.unscale_(), or keep this op in float32"
-                     : "scale the loss: optim::GradScaler (scaler.scale(loss).backward(); scaler.step(opt); "
-                       "scaler.update()), or autocast to bfloat16";
-    if (overflow && o_.hold_backward_overflow) {
+    f.fix = v.overflow ? "lower the loss scale (optim::GradScaler lowers it by itself when its step() sees inf), "
+                         "clip gradients after scaler.unscale_(), or keep this op in float32"
+                       : "scale the loss: optim::GradScaler (scaler.scale(loss).backward(); scaler.step(opt); "
+                         "scaler.update()), or autocast to bfloat16";
+    if (v.overflow && o_.hold_backward_overflow) {
       if (!held_) held_ = std::move(f);
     } else {
       backward_ = std::move(f);
@@ -354,10 +379,13 @@ bool all_finite_values(const std::vector<float>& v) {
 }  // namespace
 
 const OpComparison* PrecisionComparison::worst() const {
-  const OpComparison* w = nullptr;
+  double m = -1.0;
+  for (const OpComparison& c : ops) m = std::max(m, c.rel_error);
+  if (m < 0.0) return nullptr;
+  // The ops after it inherit an op's error: the first one within 10% of the largest is where it arose.
   for (const OpComparison& c : ops)
-    if (!w || c.rel_error > w->rel_error) w = &c;
-  return w;
+    if (c.rel_error >= 0.9 * m) return &c;
+  return nullptr;
 }
 
 std::string PrecisionComparison::str(size_t rows) const {
@@ -446,6 +474,12 @@ PrecisionComparison compare_precision(nn::Module& model, const Tensor& x, const 
     out.loss_f32 = run(false, ref);
   }
   const size_t n = std::min(low.entries.size(), ref.entries.size());
+  // A float32 result below 2^-20 of the largest value of its pass (forward or backward) is float32's
+  // own rounding noise (a sum that cancels to zero): its relative error means nothing.
+  double largest[2] = {0.0, 0.0};
+  for (size_t i = 0; i < n; ++i)
+    for (float v : ref.entries[i].values)
+      if (std::isfinite(v)) largest[ref.entries[i].backward] = std::max(largest[ref.entries[i].backward], std::fabs(double(v)));
   for (size_t i = 0; i < n; ++i) {
     const RunRecord::Entry& a = low.entries[i];
     const RunRecord::Entry& b = ref.entries[i];
@@ -464,6 +498,7 @@ PrecisionComparison compare_precision(nn::Module& model, const Tensor& x, const 
     c.shape = shape_str(a.shape);
     c.rel_error = rel_error(a.values, b.values, &c.low_max_abs);
     for (float v : b.values) c.max_abs = std::max(c.max_abs, std::fabs(static_cast<double>(v)));
+    if (c.max_abs < std::ldexp(largest[b.backward], -20)) continue;
     out.ops.push_back(std::move(c));
   }
   if (out.matched && low.entries.size() != ref.entries.size()) {
@@ -553,9 +588,9 @@ class PrecisionRunCheck final : public RunCheck {
   void forward(RunContext& c, const Tensor&) override {
     trace_.begin_forward();
     if (!GradMode::is_enabled()) return;  // an evaluation
-    // A new step's forward: a held overflow of a step the scaler skipped is dropped.
-    if (c.steps + 1 != held_step_) trace_.discard_step();
-    held_step_ = c.steps + 1;
+    // A new forward: a held overflow the optimizer did not step with (a loss scaler skipped the
+    // step) is dropped.
+    trace_.discard_step();
     if (autocast_enabled()) autocast_ = autocast_dtype();
     for (const Tensor& p : c.model.parameters())
       if (is_reduced_float(p.dtype())) params16_ = p.dtype();
@@ -596,7 +631,6 @@ class PrecisionRunCheck final : public RunCheck {
   RangeTrace trace_;
   std::unique_ptr<Scope> on_;
   std::optional<DType> autocast_, params16_;
-  int64_t held_step_ = -1;
 };
 
 }  // namespace

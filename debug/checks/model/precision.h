@@ -54,8 +54,9 @@ class OpSites {
 
 // ---- M29 ---------------------------------------------------------------------------------------
 struct RangeTraceOptions {
-  // An op's 16-bit result has left the range at the bottom when more than this share of its nonzero
-  // values sits in the dtype's lowest three octaves above zero (M28's measure, RangeCounts::lost_share).
+  // An op's 16-bit result has left the range at the bottom when more than this share of its mass
+  // (the sum of |x|; for a cast to 16 bits, of the values it was given) lies below 8 x the dtype's
+  // smallest subnormal: flushed, or in the lowest three octaves above zero.
   double underflow_share = 0.10;
   bool forward = true, backward = true;
   // Hold a backward overflow until confirm_step(): under a loss scaler, a step whose gradients
@@ -123,7 +124,9 @@ struct PrecisionComparison {
   bool matched = true;
   std::string note;
   double loss_f32 = 0.0, loss_low = 0.0;  // when a loss was given
-  const OpComparison* worst() const;      // the largest rel_error; nullptr when nothing was compared
+  // The op with the largest rel_error (the first within 10% of it: the ops after an op inherit its
+  // error); nullptr when nothing was compared.
+  const OpComparison* worst() const;
   std::string str(size_t rows = 10) const;
 };
 
