@@ -286,8 +286,14 @@ Plot update_ratio_plot(const TrainingHistory& h, const Finding* focus = nullptr)
 // in a Sequential), whose gradient is what a dead ReLU stops.
 bool names_series(const Finding& f, const std::string& name, const std::vector<std::string>& names);
 
+// M28's pictures of a run in 16 bits (the report's plots when the history has them): the exponent
+// histogram of the 16-bit layers' values against the dtype's representable band, and the heat map
+// of layers x sampled steps of the share of their values out of range.
+Plot range_histogram_plot(const TrainingHistory& h);
+HeatMap range_heatmap(const TrainingHistory& h);
+
 // The plots under the lead finding, from the run's history: its check's own plot (M7: dead units;
-// O1, O6, M9: update ratios) and, when it names parameters or a module that the history has
+// M28, M29: the exponent histogram; O1, O6, M9: update ratios) and, when it names parameters or a module that the history has
 // gradient norms of, their gradient norms; in each, the series it names first. The caller adds
 // the loss plot (and M6's heat map).
 std::vector<Plot> lead_plots(const Finding& lead, const TrainingHistory& h);
