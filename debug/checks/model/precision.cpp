@@ -582,9 +582,11 @@ class PrecisionRunCheck final : public RunCheck {
   void attach(RunContext& c) override {
     trace_.attach(c.model);
     trace_.set_step(1);
-    trace_.set_active(true);
+    trace_.set_active(false);
     on_ = trace_.enable();
   }
+  // The trace reads the ops of the sampled steps' forwards and backwards, in a run that uses 16 bits
+  // (known at each training forward, before its ops run).
   void forward(RunContext& c, const Tensor&) override {
     trace_.begin_forward();
     if (!GradMode::is_enabled()) return;  // an evaluation
@@ -592,15 +594,20 @@ class PrecisionRunCheck final : public RunCheck {
     // step) is dropped.
     trace_.discard_step();
     if (autocast_enabled()) autocast_ = autocast_dtype();
-    for (const Tensor& p : c.model.parameters())
-      if (is_reduced_float(p.dtype())) params16_ = p.dtype();
+    if (!params16_)
+      for (const Tensor& p : c.model.parameters())
+        if (is_reduced_float(p.dtype())) params16_ = p.dtype();
+    live_ = sampled_ && (autocast_ || params16_);
+    trace_.set_active(live_);
   }
   void before_step(RunContext&, bool) override { trace_.confirm_step(); }
   void after_step(RunContext& c, bool) override {
     trace_.set_step(c.steps + 1);
-    trace_.set_active(c.sampled());
+    sampled_ = c.sampled();
+    live_ = false;  // until the next training forward
+    trace_.set_active(false);
   }
-  void pause(RunContext& c, bool on) override { trace_.set_active(!on && c.sampled()); }
+  void pause(RunContext&, bool on) override { trace_.set_active(!on && live_); }
   void finish(RunContext& c) override {
     if (!autocast_ && !params16_) return;
     c.note_ran("M29");
@@ -631,6 +638,8 @@ class PrecisionRunCheck final : public RunCheck {
   RangeTrace trace_;
   std::unique_ptr<Scope> on_;
   std::optional<DType> autocast_, params16_;
+  bool sampled_ = true;  // the step in progress is sampled (step 1 is)
+  bool live_ = false;    // the trace reads this step's ops
 };
 
 }  // namespace
