@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 #include "json_mini.h"
+#include "temp_dir.h"
 
 using namespace gradsleuth;
 using dtest::expect_clean;
@@ -53,7 +56,7 @@ std::vector<debug::Finding> trace_linear(DType dt, float x, float w, float b) {
 
 // The loop of M28's float16 twin: a loss weighted by 1e-6 under float16 autocast, without (bug) or
 // with a GradScaler (clean).
-debug::RunReport run_fp16(bool bug) {
+debug::RunReport run_fp16(bool bug, const std::string& report_dir = "") {
   manual_seed(4);
   const Split d = dtest::split(3, 2.0);
   nn::CrossEntropyLoss ce;
@@ -62,6 +65,7 @@ debug::RunReport run_fp16(bool bug) {
   optim::GradScaler scaler;
   debug::DiagnoseOptions o;
   o.monitor.optim.vanishing_grad_norm = 1e-13;
+  o.report_dir = report_dir;
   debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
   if (!bug) dbg.watch(scaler);
   for (int e = 0; e < 4; ++e) {
@@ -159,7 +163,15 @@ TEST_CASE("M29 in a run: float16 without loss scaling flushes the loss's gradien
 }
 
 TEST_CASE("M29 and M30 in a run with a GradScaler: scaled gradients stay in range, silent") {
-  const debug::RunReport r = run_fp16(false);
+  TempDir dir("precision_twins");
+  const debug::RunReport r = run_fp16(false, dir.path.string());
+  // The report has the range watch's pictures: the exponent histogram with float16's band, the heat map.
+  std::ifstream in(dir.path / "report.html");
+  std::stringstream page;
+  page << in.rdbuf();
+  CHECK(page.str().find("class=\"xband\"") != std::string::npos);
+  CHECK(page.str().find("out of range, per sampled step") != std::string::npos);
+  CHECK(page.str().find(">fc1 (Linear)</text>") != std::string::npos);
   expect_clean(r);
   CHECK(r.findings.ran("M29"));
   CHECK(r.findings.ran("M30"));

@@ -144,9 +144,13 @@ Plot range_histogram_plot(const TrainingHistory& h) {
   for (const auto& [name, counts] : h.range_exponents) {
     Series s;
     s.name = name;
-    for (const auto& [e, n] : counts) {
-      s.x.push_back(static_cast<double>(e));
-      s.y.push_back(n);
+    // From the first to the last power of two that holds a value (a 0 between them is drawn at the floor).
+    size_t a = 0, b = counts.size();
+    while (a < b && counts[a].second == 0.0) ++a;
+    while (b > a && counts[b - 1].second == 0.0) --b;
+    for (size_t k = a; k < b; ++k) {
+      s.x.push_back(static_cast<double>(counts[k].first));
+      s.y.push_back(counts[k].second);
     }
     p.series.push_back(std::move(s));
   }
