@@ -64,7 +64,7 @@ namespace gradsleuth::debug {
   X(GradientUnderflow, "gradient-underflow", "M28")                                                   \
   X(UpdatesVanish, "updates-vanish", "M28")                                                           \
   X(RangeSummary, "range-summary", "M28")                                                             \
-  /* M29 the first op whose 16-bit result or gradient left the range */                                \
+  /* M29 the first op whose 16-bit result or gradient left the range */                               \
   X(ForwardOverflow, "forward-overflow", "M29")                                                       \
   X(ForwardUnderflow, "forward-underflow", "M29")                                                     \
   X(BackwardOverflow, "backward-overflow", "M29")                                                     \

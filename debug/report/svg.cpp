@@ -66,7 +66,8 @@ std::string render_svg(const Plot& plot) {
   };
   if (drawn > 0) {
     for (const XBand& b : plot.x_bands)
-      if (std::isfinite(b.lo) && std::isfinite(b.hi)) xlo = std::min({xlo, b.lo, b.hi}), xhi = std::max({xhi, b.lo, b.hi});
+      if (std::isfinite(b.lo) && std::isfinite(b.hi))
+        xlo = std::min({xlo, b.lo, b.hi}), xhi = std::max({xhi, b.lo, b.hi});
     for (const RefLine& l : plot.lines) take_y(l.y);
     for (const Band& b : plot.bands) take_y(b.lo), take_y(b.hi);
     // The floor sits below the smallest value drawn (a decade on a log axis), so a point at
@@ -171,7 +172,8 @@ std::string render_svg(const Plot& plot) {
       if (!std::isfinite(b.lo) || !std::isfinite(b.hi)) continue;
       const double x1 = px(std::min(b.lo, b.hi)), x2 = px(std::max(b.lo, b.hi));
       os << "<rect class=\"xband\" x=\"" << coord(x1) << "\" y=\"" << coord(T) << "\" width=\""
-         << coord(std::max(x2 - x1, 1.0)) << "\" height=\"" << coord(PH) << "\" fill=\"#1f77b4\" fill-opacity=\"0.10\"/>\n";
+         << coord(std::max(x2 - x1, 1.0)) << "\" height=\"" << coord(PH)
+         << "\" fill=\"#1f77b4\" fill-opacity=\"0.10\"/>\n";
     }
     for (const Band& b : plot.bands) {
       if (!usable(b.lo) || !usable(b.hi)) continue;

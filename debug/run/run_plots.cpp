@@ -163,11 +163,12 @@ Plot range_histogram_plot(const TrainingHistory& h) {
     p.x_bands.push_back({-24.0, -14.0, "float16 subnormal: 2^-24 .. 2^-14 (few bits)"});
     p.x_bands.push_back({-14.0, 16.0, "float16 normal: 2^-14 .. 65504"});
   }
-  p.caption = "How many of the 16-bit layers' values (over the sampled steps) fall in each power of two, with the "
-              "dtype's representable band shaded. Values below it are 0 in " +
-              h.range_dtype + " (" + std::to_string(h.range_zeros) +
-              " values were zero, exact zeros included, and are not drawn); values above it are inf. Gradients "
-              "piled against the left edge of the band are what loss scaling moves back into range (M28).";
+  p.caption =
+      "How many of the 16-bit layers' values (over the sampled steps) fall in each power of two, with the "
+      "dtype's representable band shaded. Values below it are 0 in " +
+      h.range_dtype + " (" + std::to_string(h.range_zeros) +
+      " values were zero, exact zeros included, and are not drawn); values above it are inf. Gradients "
+      "piled against the left edge of the band are what loss scaling moves back into range (M28).";
   return p;
 }
 
@@ -194,7 +195,8 @@ HeatMap range_heatmap(const TrainingHistory& h) {
   }
   for (int64_t st : steps) m.col_labels.push_back(std::to_string(st));
   m.caption = "Each cell: the share of the layer's nonzero activations and gradients at that step that are above " +
-              h.range_dtype + "'s range, flushed to zero or in its lowest three octaves (darker: more). A row that "
+              h.range_dtype +
+              "'s range, flushed to zero or in its lowest three octaves (darker: more). A row that "
               "darkens over the run is a layer whose values drift out of range.";
   return m;
 }

@@ -375,8 +375,8 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     Finding f;
     f.check = "M18";
     f.severity = Severity::Error;
-    f.title = "the forward overflows " + run + ": " + culprit + " is the first module whose output turns NaN/Inf (it is " +
-              "finite in float32)";
+    f.title = "the forward overflows " + run + ": " + culprit +
+              " is the first module whose output turns NaN/Inf (it is " + "finite in float32)";
     f.module = culprit;
     f.shape = shape_of(y32);
     f.evidence = {{"largest |output| in float32", std::max(std::fabs(s32.min), std::fabs(s32.max)), ""},
@@ -409,8 +409,9 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     f.cause = std::string("values that lose too much precision in ") + dtype_name(dt) + " (" +
               (dt == kFloat16 ? "10" : "7") +
               "-bit mantissa): tiny differences of large numbers, small probabilities, long sums";
-    f.fix = "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32 (M30 names the op "
-            "that differs most)";
+    f.fix =
+        "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32 (M30 names the op "
+        "that differs most)";
     out.push_back(std::move(f));
   }
   return out;
@@ -558,8 +559,10 @@ class HalfPrecisionRunCheck final : public RunCheck {
   void after_run(RunContext& c, const Tensor& x, const Tensor& y) override {
     if (!x.defined() || !x.is_floating_point()) return;
     HalfPrecisionOptions o;
-    if (autocast_) o.dtype = *autocast_, o.autocast = true;
-    else if (params16_) o.dtype = *params16_;
+    if (autocast_)
+      o.dtype = *autocast_, o.autocast = true;
+    else if (params16_)
+      o.dtype = *params16_;
     LossOf lf;
     if (c.loss && y.defined()) lf = [&c, &y](const Tensor& out) { return (*c.loss)(out, y.to(out.device())); };
     const bool was = c.model.is_training();

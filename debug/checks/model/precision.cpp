@@ -166,13 +166,13 @@ Verdict decide(const Tensor& out, const std::vector<const Tensor*>& inputs, doub
 }
 
 void range_evidence(Finding& f, const Verdict& v, DType dt, const OpSite* site) {
-  f.evidence.push_back({"dtype " + std::string(dtype_name(dt)) + " (1 = float16, 2 = bfloat16)",
-                        dt == kFloat16 ? 1.0 : 2.0, ""});
+  f.evidence.push_back(
+      {"dtype " + std::string(dtype_name(dt)) + " (1 = float16, 2 = bfloat16)", dt == kFloat16 ? 1.0 : 2.0, ""});
   if (site) f.evidence.push_back({"position of the op among the forward's ops", static_cast<double>(site->index), ""});
   f.evidence.push_back({"values", static_cast<double>(v.result.values), ""});
   f.evidence.push_back({"values inf/NaN", static_cast<double>(v.result.nonfinite), "any, from finite inputs, warns"});
-  f.evidence.push_back({"share of the mass (sum of |x|) at the bottom of the range", v.bottom,
-                        "> 0.1, from inputs in range, warns"});
+  f.evidence.push_back(
+      {"share of the mass (sum of |x|) at the bottom of the range", v.bottom, "> 0.1, from inputs in range, warns"});
 }
 
 }  // namespace
@@ -218,10 +218,10 @@ void RangeTrace::on_op(const OpEvent& e) {
   Finding f = detail::make(
       "M29", Severity::Warning,
       std::string("'") + e.op + "'" + where + " is the first op whose " + dtype_name(dt) + " result left the range " +
-          (v.overflow ? "at the top: " + detail::num(v.result.nonfinite) + " of its " + detail::num(v.result.values) +
-                            " values are inf/NaN although its inputs were finite"
-                      : "at the bottom: " + fmt_num(100.0 * v.bottom) + "% of the mass of its values is " +
-                            bottom_of(dt)) +
+          (v.overflow
+               ? "at the top: " + detail::num(v.result.nonfinite) + " of its " + detail::num(v.result.values) +
+                     " values are inf/NaN although its inputs were finite"
+               : "at the bottom: " + fmt_num(100.0 * v.bottom) + "% of the mass of its values is " + bottom_of(dt)) +
           pos);
   f.kind = v.overflow ? Kind::ForwardOverflow : Kind::ForwardUnderflow;
   f.nonfinite = v.overflow;
@@ -259,15 +259,16 @@ void RangeTrace::on_backward(const BackwardEvent& e) {
     const std::string module = site ? site->module : e.node->context;
     const std::string where = module.empty() ? "" : " in " + module;
     const std::string pos = site ? ", recorded as op #" + detail::num(site->index) + " of the forward" : "";
-    Finding f = detail::make(
-        "M29", Severity::Warning,
-        "the backward of '" + op + "'" + where + " is the first to leave " + dtype_name(dt) + "'s range " +
-            (v.overflow ? "at the top: " + detail::num(v.result.nonfinite) + " of the " +
-                              detail::num(v.result.values) + " gradient values for its input " + std::to_string(i) +
-                              " are inf/NaN from a finite incoming gradient"
-                        : "at the bottom: " + fmt_num(100.0 * v.bottom) + "% of the mass of the gradient for its input " +
-                              std::to_string(i) + " is " + bottom_of(dt)) +
-            " (backward" + pos + ")");
+    Finding f =
+        detail::make("M29", Severity::Warning,
+                     "the backward of '" + op + "'" + where + " is the first to leave " + dtype_name(dt) + "'s range " +
+                         (v.overflow ? "at the top: " + detail::num(v.result.nonfinite) + " of the " +
+                                           detail::num(v.result.values) + " gradient values for its input " +
+                                           std::to_string(i) + " are inf/NaN from a finite incoming gradient"
+                                     : "at the bottom: " + fmt_num(100.0 * v.bottom) +
+                                           "% of the mass of the gradient for its input " + std::to_string(i) + " is " +
+                                           bottom_of(dt)) +
+                         " (backward" + pos + ")");
     f.kind = v.overflow ? Kind::BackwardOverflow : Kind::BackwardUnderflow;
     f.nonfinite = v.overflow;
     f.op = op;
@@ -391,8 +392,7 @@ const OpComparison* PrecisionComparison::worst() const {
 std::string PrecisionComparison::str(size_t rows) const {
   std::ostringstream s;
   s << "per-op comparison, " << (setting.autocast ? "autocast " : "parameters in ") << dtype_name(setting.dtype)
-    << " against float32: " << ops.size() << " results compared"
-    << (matched ? "" : " (" + note + ")") << "\n";
+    << " against float32: " << ops.size() << " results compared" << (matched ? "" : " (" + note + ")") << "\n";
   std::vector<const OpComparison*> order;
   for (const OpComparison& c : ops) order.push_back(&c);
   std::stable_sort(order.begin(), order.end(),
@@ -479,7 +479,8 @@ PrecisionComparison compare_precision(nn::Module& model, const Tensor& x, const 
   double largest[2] = {0.0, 0.0};
   for (size_t i = 0; i < n; ++i)
     for (float v : ref.entries[i].values)
-      if (std::isfinite(v)) largest[ref.entries[i].backward] = std::max(largest[ref.entries[i].backward], std::fabs(double(v)));
+      if (std::isfinite(v))
+        largest[ref.entries[i].backward] = std::max(largest[ref.entries[i].backward], std::fabs(double(v)));
   for (size_t i = 0; i < n; ++i) {
     const RunRecord::Entry& a = low.entries[i];
     const RunRecord::Entry& b = ref.entries[i];
@@ -537,8 +538,8 @@ std::vector<Finding> precision_findings(const PrecisionComparison& c, const Prec
                 {"largest finite |value| in " + dt, w->low_max_abs, ""},
                 {"results compared", static_cast<double>(c.ops.size()), ""},
                 {"the op sequences matched (1) or diverged (0)", c.matched ? 1.0 : 0.0, ""}};
-  if (w->site.index > 0) f.evidence.push_back({"position of the op among the forward's ops",
-                                               static_cast<double>(w->site.index), ""});
+  if (w->site.index > 0)
+    f.evidence.push_back({"position of the op among the forward's ops", static_cast<double>(w->site.index), ""});
   f.evidence.push_back({"loss float32", c.loss_f32, ""});
   f.evidence.push_back({"loss " + dt, c.loss_low, ""});
   // The next worst, for the reader.

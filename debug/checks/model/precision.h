@@ -106,9 +106,9 @@ struct PrecisionSetting {
 
 // One op (forward) or one gradient a backward node produced, compared across the two runs.
 struct OpComparison {
-  OpSite site;         // where the forward recorded it (for a gradient: the op whose node made it)
+  OpSite site;  // where the forward recorded it (for a gradient: the op whose node made it)
   bool backward = false;
-  size_t input = 0;    // for a gradient: which input of the node
+  size_t input = 0;        // for a gradient: which input of the node
   DType dtype = kFloat32;  // its dtype in the 16-bit run
   std::string shape;
   double rel_error = 0.0;  // ||low - f32|| / ||f32|| over the elements (inf: non-finite in 16 bits only)
