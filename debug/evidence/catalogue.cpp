@@ -478,10 +478,10 @@ const std::vector<CheckInfo>& all_checks() {
        "model",
        {"Micikevicius et al. 2018", "PyTorch docs", "PyTorch AMP"},
        "on the sampled steps of a run in float16/bfloat16, the first op whose 16-bit result (forward) or gradient "
-       "(backward) holds inf/NaN from finite inputs, or has more than 10% of its nonzero values in the dtype's "
-       "lowest 3 octaves (or all of them zero from a nonzero float32 input) from inputs in range, warns, naming the "
-       "op, its module, its position among the forward's ops, dtype, shape and the input ranges; a backward "
-       "overflow counts only when the optimizer steps with it (a loss scaler skips such steps)",
+       "(backward) holds inf/NaN from finite inputs, or has more than 10% of its mass (sum of |x|; for a cast, of "
+       "its float32 input) below 8 x the dtype's smallest subnormal from inputs in range, warns, naming the op, its "
+       "module, its position among the forward's ops, dtype, shape and the input ranges; an overflow counts when it "
+       "reaches the step: a non-finite loss, or non-finite gradients the optimizer steps with",
        "debug::RangeTrace, debug::Monitor",
        "gradsleuth doctor",
        true},

@@ -180,16 +180,22 @@ void range_evidence(Finding& f, const Verdict& v, DType dt, const OpSite* site) 
 void RangeTrace::clear() {
   forward_.reset();
   backward_.reset();
+  held_forward_.reset();
   held_.reset();
   sites_.clear();
 }
 
-void RangeTrace::confirm_step() {
-  if (held_ && !backward_) backward_ = std::move(held_);
+void RangeTrace::confirm_step(bool forward, bool backward) {
+  if (forward && held_forward_ && !forward_) forward_ = std::move(held_forward_);
+  if (backward && held_ && !backward_) backward_ = std::move(held_);
+  held_forward_.reset();
   held_.reset();
 }
 
-void RangeTrace::discard_step() { held_.reset(); }
+void RangeTrace::discard_step() {
+  held_forward_.reset();
+  held_.reset();
+}
 
 void RangeTrace::begin_forward() { sites_.clear(); }
 
@@ -197,7 +203,8 @@ void RangeTrace::on_op(const OpEvent& e) {
   if (!active_ || !e.output || !e.output->defined() || autograd::in_backward()) return;
   const Tensor& out = *e.output;
   const OpSite& site = sites_.record(e.op, out, tracker_.current());
-  if (!o_.forward || forward_ || !out.is_floating_point() || !is_reduced_float(out.dtype()) || !out.device().is_cpu())
+  if (!o_.forward || forward_ || held_forward_ || !out.is_floating_point() || !is_reduced_float(out.dtype()) ||
+      !out.device().is_cpu())
     return;
   detail::OwnTime own;
   const DType dt = out.dtype();
@@ -238,7 +245,10 @@ void RangeTrace::on_op(const OpEvent& e) {
                        "its inputs into range (normalise the data, a smaller initialisation), or use bfloat16 "
                        "(float32's range)"
                      : "keep this op in float32, scale the values up before it, or use bfloat16 (float32's range)";
-  forward_ = std::move(f);
+  if (v.overflow && o_.hold_overflow)
+    held_forward_ = std::move(f);
+  else
+    forward_ = std::move(f);
 }
 
 void RangeTrace::on_backward(const BackwardEvent& e) {
@@ -283,7 +293,7 @@ void RangeTrace::on_backward(const BackwardEvent& e) {
                          "clip gradients after scaler.unscale_(), or keep this op in float32"
                        : "scale the loss: optim::GradScaler (scaler.scale(loss).backward(); scaler.step(opt); "
                          "scaler.update()), or autocast to bfloat16";
-    if (v.overflow && o_.hold_backward_overflow) {
+    if (v.overflow && o_.hold_overflow) {
       if (!held_) held_ = std::move(f);
     } else {
       backward_ = std::move(f);
@@ -296,7 +306,7 @@ std::vector<Finding> RangeTrace::findings() const {
   std::vector<Finding> out;
   if (forward_) out.push_back(*forward_);
   if (backward_) out.push_back(*backward_);
-  if (!o_.hold_backward_overflow && held_) out.push_back(*held_);
+
   return out;
 }
 
@@ -577,8 +587,8 @@ class PrecisionRunCheck final : public RunCheck {
   PrecisionRunCheck() : trace_(RangeTraceOptions{0.10, true, true, true}) {}
   std::string ids() const override { return "M29, M30"; }
   uint32_t events() const override {
-    return RunEvent::Attach | RunEvent::Forward | RunEvent::BeforeStep | RunEvent::AfterStep | RunEvent::Pause |
-           RunEvent::Finish | RunEvent::Detach | RunEvent::AfterRun;
+    return RunEvent::Attach | RunEvent::Forward | RunEvent::BeforeStep | RunEvent::NonFinite | RunEvent::AfterStep |
+           RunEvent::Pause | RunEvent::Finish | RunEvent::Detach | RunEvent::AfterRun;
   }
   void attach(RunContext& c) override {
     trace_.attach(c.model);
@@ -591,8 +601,7 @@ class PrecisionRunCheck final : public RunCheck {
   void forward(RunContext& c, const Tensor&) override {
     trace_.begin_forward();
     if (!GradMode::is_enabled()) return;  // an evaluation
-    // A new forward: a held overflow the optimizer did not step with (a loss scaler skipped the
-    // step) is dropped.
+    // A new forward: an overflow held from the last one that did not matter is dropped.
     trace_.discard_step();
     if (autocast_enabled()) autocast_ = autocast_dtype();
     if (!params16_)
@@ -601,7 +610,21 @@ class PrecisionRunCheck final : public RunCheck {
     live_ = sampled_ && (autocast_ || params16_);
     trace_.set_active(live_);
   }
-  void before_step(RunContext&, bool) override { trace_.confirm_step(); }
+  // An overflow held this step counts when it reached what the step uses: a non-finite loss, or
+  // non-finite gradients the optimizer is about to step with.
+  void before_step(RunContext& c, bool) override {
+    if (!trace_.holding()) return;
+    bool grads = false;
+    for (const optim::ParamGroup& group : c.optimizer.param_groups())
+      for (const Tensor& p : group.params)
+        if (p.defined() && p.grad().defined() && !all_finite(p.grad())) grads = true;
+    trace_.confirm_step(grads || (c.loss_seen && !std::isfinite(c.loss_value)), grads);
+  }
+  // A step the loss scaler skipped (or a non-finite loss): the forward's overflow counts when the loss
+  // itself turned non-finite; the backward's is the scaler working.
+  void nonfinite(RunContext& c, const std::string&) override {
+    if (trace_.holding()) trace_.confirm_step(c.loss_seen && !std::isfinite(c.loss_value), false);
+  }
   void after_step(RunContext& c, bool) override {
     trace_.set_step(c.steps + 1);
     sampled_ = c.sampled();

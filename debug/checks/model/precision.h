@@ -59,10 +59,12 @@ struct RangeTraceOptions {
   // smallest subnormal: flushed, or in the lowest three octaves above zero.
   double underflow_share = 0.10;
   bool forward = true, backward = true;
-  // Hold a backward overflow until confirm_step(): under a loss scaler, a step whose gradients
-  // overflow is skipped (and the scale lowered), which is the scaler working; only gradients the
-  // optimizer goes on to use are a finding. discard_step() drops it. The monitor sets this.
-  bool hold_backward_overflow = false;
+  // Hold an overflow until confirm_step() says it mattered: under a loss scaler a step whose
+  // gradients overflow is skipped (and the scale lowered), which is the scaler working, and an inf
+  // that a later op masks (a ReLU's backward, 1 / inf = 0) changes nothing. The monitor confirms a
+  // forward overflow when the step's loss or gradients turn non-finite, a backward one when the
+  // optimizer is about to step with non-finite gradients; discard_step() drops both.
+  bool hold_overflow = false;
 };
 
 class RangeTrace : public OpObserver {
@@ -73,8 +75,10 @@ class RangeTrace : public OpObserver {
   [[nodiscard]] std::unique_ptr<Scope> enable() { return std::make_unique<Scope>(this, ObserverScope::ThisThread); }
   void set_active(bool on) { active_ = on; }
   void set_step(int64_t step) { step_ = step; }
-  void confirm_step();  // the optimizer used this step's gradients: a held overflow is a finding
-  void discard_step();  // the step was skipped: a held overflow is dropped
+  // The held forward and/or backward overflow of this step is a finding.
+  void confirm_step(bool forward, bool backward);
+  void discard_step();  // the held overflows are dropped
+  bool holding() const { return held_forward_.has_value() || held_.has_value(); }
   // A new forward begins: ops are numbered from 1 again (the monitor calls it at each forward).
   void begin_forward();
   // At most one forward and one backward finding: the first op of each that left the range.
@@ -93,7 +97,7 @@ class RangeTrace : public OpObserver {
   OpSites sites_;
   bool active_ = true;
   int64_t step_ = -1;
-  std::optional<Finding> forward_, backward_, held_;
+  std::optional<Finding> forward_, backward_, held_forward_, held_;
 };
 
 // ---- M30 ---------------------------------------------------------------------------------------
