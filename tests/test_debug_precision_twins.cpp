@@ -253,3 +253,32 @@ TEST_CASE("M30 with 16-bit parameters: the model, its gradients and its dtype ar
   CHECK_THROWS_WITH_AS(debug::compare_precision(*m, x, nullptr, {kFloat32, true}),
                        doctest::Contains("compare_precision"), Error);
 }
+
+TEST_CASE("M29 holding overflows (as the monitor does): one counts only when confirmed") {
+  auto lin = std::make_shared<nn::Linear>(6, 8);
+  {
+    NoGradGuard ng;
+    lin->weight.fill_(2.f);
+    lin->bias.fill_(0.f);
+  }
+  debug::RangeTraceOptions o;
+  o.hold_overflow = true;
+  debug::RangeTrace trace(o);
+  trace.attach(*lin);
+  auto run = [&] {
+    auto on = trace.enable();
+    auto ac = autocast(kFloat16);
+    (void)(*lin)(full({4, 6}, 10000.0));
+  };
+  run();
+  CHECK(trace.holding());
+  CHECK(trace.findings().empty());
+  trace.confirm_step(false, false);  // it did not reach the loss or the gradients
+  CHECK_FALSE(trace.holding());
+  CHECK(trace.findings().empty());
+  run();
+  trace.confirm_step(true, false);
+  REQUIRE(trace.findings().size() == 1);
+  CHECK(trace.findings()[0].is("M29", debug::Kind::ForwardOverflow));
+  trace.detach();
+}
