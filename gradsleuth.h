@@ -37,6 +37,7 @@
 #include "debug/checks/model/anomaly.h"
 #include "debug/checks/model/gradcheck.h"
 #include "debug/checks/model/model_checks.h"
+#include "debug/checks/model/precision.h"
 #include "debug/checks/model/range_watch.h"
 #include "debug/checks/optim/loss_scale.h"
 #include "debug/checks/optim/optim_checks.h"

@@ -39,12 +39,12 @@ std::vector<std::string> strings(const json_mini::Value* v) {
 
 }  // namespace
 
-TEST_CASE("checks --list --json lists the 73 checks with id, name and implemented") {
+TEST_CASE("checks --list --json lists the 75 checks with id, name and implemented") {
   Run r = run_cli("checks --list --json");
   CHECK(r.status == 0);
   json_mini::Value doc = json_mini::parse(r.out);
   REQUIRE(doc.kind == json_mini::Value::Array);
-  CHECK(doc.arr.size() == 73);
+  CHECK(doc.arr.size() == 75);
   CHECK(doc.arr[0].get("id")->str == "D1");
   CHECK(doc.arr[0].get("name")->str == "batch sanity report");
   for (const auto& c : doc.arr) CHECK(c.get("implemented")->kind == json_mini::Value::Bool);

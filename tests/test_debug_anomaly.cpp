@@ -1,5 +1,5 @@
 // Checks that listen to every op (debug/checks/model/anomaly.h): W4 anomaly mode, M12, M19,
-// M18 (emulated half precision) and M20 (the in-place error as a finding).
+// M18 (the forward in float16, bfloat16 or under autocast, against float32) and M20 (the in-place error as a finding).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -178,6 +178,47 @@ TEST_CASE("M18: a softmax without the max overflows in half precision; the stabl
   auto already = dbg::check_half_precision(*naive, x * 100.0, loss);
   REQUIRE(already.size() == 1);
   CHECK_FALSE(already[0].fires());
+}
+
+TEST_CASE("M18 in the real dtypes: float16 and its emulation agree; bfloat16 and autocast hold the naive softmax") {
+  auto make = [] {
+    auto fc = std::make_shared<nn::Linear>(3, 3);
+    {
+      gs::NoGradGuard ng;
+      fc->weight.copy_(gs::eye(3));
+      fc->bias.zero_();
+    }
+    auto head = std::make_shared<nn::LogSoftmax>(1);
+    head->inject_bug(nn::Bug::B21);
+    return std::make_shared<nn::Sequential>(fc, head);
+  };
+  Tensor x = gs::tensor({20.0, 0.0, 1.0, 2.0, 3.0, 1.0, -4.0, 15.0, 0.5}, {3, 3});
+  Tensor y = gs::tensor(std::vector<int64_t>{0, 1, 1}, {3});
+  auto loss = [&](const Tensor& out) { return nn::functional::nll_loss(out, y); };
+  auto naive = make();
+  const auto real = dbg::check_half_precision(*naive, x, loss);
+  const auto emulated = dbg::check_half_precision(*naive, x, loss, {.emulate = true});
+  REQUIRE(real.size() == 1);
+  REQUIRE(emulated.size() == 1);
+  CHECK(real[0].severity == dbg::Severity::Error);
+  CHECK(emulated[0].severity == dbg::Severity::Error);
+  CHECK(real[0].module == emulated[0].module);
+  CHECK(emulated[0].title.find("emulated") != std::string::npos);
+  CHECK(real[0].title.find("emulated") == std::string::npos);
+  // bfloat16 has float32's range: exp(20) fits.
+  CHECK_FALSE(fires(dbg::check_half_precision(*naive, x, loss, {.dtype = gs::kBFloat16})));
+  // Autocast keeps exp and the reductions in float32, as PyTorch's does.
+  CHECK_FALSE(fires(dbg::check_half_precision(*naive, x, loss, {.autocast = true})));
+  // 16-bit parameters: compared as they are, left in their dtype with their values.
+  naive->to(gs::kFloat16);
+  const Tensor w = naive->parameters()[0].clone();
+  const auto p16 = dbg::check_half_precision(*naive, x.to(gs::kFloat16), loss);
+  REQUIRE(p16.size() == 1);
+  CHECK(p16[0].severity == dbg::Severity::Error);
+  CHECK(naive->parameters()[0].dtype() == gs::kFloat16);
+  CHECK(gs::equal(naive->parameters()[0], w));
+  CHECK_THROWS_WITH_AS(dbg::check_half_precision(*naive, x, loss, {.dtype = gs::kFloat32}),
+                       doctest::Contains("16-bit dtype"), gs::Error);
 }
 
 TEST_CASE("M18: a loss gap that matters warns; a loss near 0 that half precision rounds a little does not") {

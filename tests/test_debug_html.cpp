@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "debug/report/html_report.h"
+#include "debug/run/diagnose.h"
 #include "json_mini.h"
 
 namespace dbg = gs::debug;
@@ -597,4 +598,50 @@ TEST_CASE("multi-line text keeps its line breaks: a model summary in a cause, a 
   CHECK(html.find("<p class=\"lines\">likely cause: \n0 (Linear)") != std::string::npos);
   // The follow-on rows' wrapper cell does not keep the markup's own line breaks.
   CHECK(html.find("tr.follow-on > td { white-space: normal; }") != std::string::npos);
+}
+
+TEST_CASE("the range watch's pictures: the exponent histogram against the dtype's band, the layers x steps heat map") {
+  dbg::TrainingHistory h;
+  h.range_dtype = "float16";
+  h.range_zeros = 40;
+  std::vector<std::pair<int64_t, double>> grads, acts;
+  for (int e = -40; e <= 20; ++e) {
+    grads.emplace_back(e, e >= -30 && e <= -10 ? 100.0 : 0.0);  // a pile partly below 2^-24
+    acts.emplace_back(e, e >= -4 && e <= 4 ? 500.0 : 0.0);
+  }
+  h.range_exponents = {{"activation gradients", grads}, {"activations", acts}};
+  h.range_share = {{"fc1 (Linear)", {{1, 0.02}, {10, 0.3}, {20, 0.9}}}, {"fc2 (Linear)", {{1, 0.0}, {20, 0.05}}}};
+  const dbg::Plot p = dbg::range_histogram_plot(h);
+  const std::string svg = dbg::render_svg(p);
+  CHECK(check_balanced(svg) == "");
+  CHECK(count(svg, "class=\"xband\"") == 2);  // subnormal and normal
+  CHECK(svg.find("float16 normal") != std::string::npos);
+  CHECK(count(svg, "<polyline") == 2);
+  CHECK(overlapping_texts(svg) == "");
+  CHECK(p.caption.find("40 values were zero") != std::string::npos);
+  h.range_dtype = "bfloat16";
+  CHECK(count(dbg::render_svg(dbg::range_histogram_plot(h)), "class=\"xband\"") == 1);
+
+  const dbg::HeatMap m = dbg::range_heatmap(h);
+  CHECK(m.rows == 2);
+  CHECK(m.cols == 3);  // steps 1, 10, 20
+  REQUIRE(m.values.size() == 6);
+  CHECK(m.values[2] == doctest::Approx(0.9));  // fc1 at step 20
+  CHECK(m.values[4] == 0.0);                   // fc2 has no value at step 10
+  const std::string hm = dbg::render_heatmap(m);
+  CHECK(check_balanced(hm) == "");
+  CHECK(hm.find(">fc1 (Linear)</text>") != std::string::npos);
+  CHECK(hm.find(">20</text>") != std::string::npos);
+  CHECK(overlapping_texts(hm) == "");
+  // Labels that do not match the matrix are an error, not a silently wrong picture.
+  dbg::HeatMap bad = m;
+  bad.row_labels.pop_back();
+  CHECK_THROWS_WITH_AS(dbg::render_heatmap(bad), doctest::Contains("row labels"), gs::Error);
+  // In the page: under the plots.
+  dbg::HtmlReport rep;
+  rep.plots.push_back(p);
+  rep.heatmaps.push_back(m);
+  const std::string page = dbg::render_html(rep);
+  CHECK(page.find("class=\"heatmap\"") != std::string::npos);
+  CHECK(page.find("<h2>Plots</h2>") < page.find("class=\"heatmap\""));
 }

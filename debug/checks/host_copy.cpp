@@ -1,4 +1,4 @@
-// HostCopyGuard (see host_copy.h).
+// HostCopyGuard and DtypeGuard (see host_copy.h).
 #include "debug/checks/host_copy.h"
 
 #include <exception>
@@ -50,6 +50,34 @@ HostCopyGuard::~HostCopyGuard() noexcept(false) {
     return;
   }
   restore();  // a failure here is reported: the model must not stay on the CPU silently
+}
+
+DtypeGuard::DtypeGuard(nn::Module& module, DType dtype) : module_(module) {
+  for (Tensor& p : module.parameters()) grads_.emplace_back(p, p.grad());
+  for (auto& [n, p] : module.named_parameters())
+    if (p.is_floating_point() && p.dtype() != dtype) saved_.emplace_back(n, p.detach().clone());
+  for (auto& [n, b] : module.named_buffers())
+    if (b.is_floating_point() && b.dtype() != dtype) saved_.emplace_back(n, b.detach().clone());
+  try {
+    module.to(dtype);
+  } catch (...) {
+    restore();
+    throw;
+  }
+}
+
+void DtypeGuard::restore() {
+  for (auto& [n, v] : saved_) module_.set_tensor(n, v);
+  saved_.clear();
+  for (auto& [p, g] : grads_) p.set_grad(g);
+  grads_.clear();
+}
+
+DtypeGuard::~DtypeGuard() {
+  try {
+    restore();
+  } catch (...) {
+  }
 }
 
 }  // namespace gradsleuth::debug

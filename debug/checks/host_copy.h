@@ -1,8 +1,10 @@
 // HostCopyGuard: a device module on the CPU for the length of a check. Used by the model
 // checks (model_checks.h, M13), the behavioural probes (behaviour.h, M13's whole-model check)
-// and the anomaly checks (anomaly.h, M18).
+// and the anomaly checks (anomaly.h, M18). DtypeGuard: a module in another floating dtype (M18, M30).
 #pragma once
 #include <exception>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,24 @@ class HostCopyGuard {
   bool moved_ = false;
   std::vector<std::pair<Tensor, Tensor>> grads_;
   int exceptions_ = std::uncaught_exceptions();  // in flight at construction
+};
+
+// For the checks that run a model in another precision (M18 in float16, M30 in float32): converts
+// every floating parameter and buffer to `dtype` for the guard's lifetime, and puts back each one's
+// own dtype and exact values (and every parameter's .grad) afterwards, also when the check throws.
+// Conversion is in place (Module::set_tensor), so handles held elsewhere stay valid.
+class DtypeGuard {
+ public:
+  DtypeGuard(nn::Module& module, DType dtype);
+  ~DtypeGuard();
+  DtypeGuard(const DtypeGuard&) = delete;
+  DtypeGuard& operator=(const DtypeGuard&) = delete;
+  void restore();  // the original dtypes and values now (idempotent)
+
+ private:
+  nn::Module& module_;
+  std::vector<std::pair<std::string, Tensor>> saved_;  // dotted name, a copy of the original value
+  std::vector<std::pair<Tensor, Tensor>> grads_;
 };
 
 }  // namespace gradsleuth::debug

@@ -59,6 +59,16 @@ struct TrainingHistory {
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> grad_norms;     // per parameter
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> dead_fraction;  // per ReLU layer
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> update_ratio;   // per parameter
+  // M28, per 16-bit layer: the share of its nonzero values (activations, output and parameter
+  // gradients) out of its dtype's range (above it, flushed, or in the lowest 3 octaves) at each
+  // sampled step.
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> range_share;
+  // M28's exponent histograms over every 16-bit layer and sampled step: per kind of value
+  // ("activation gradients", ...), (floor(log2 |x|), count); `range_dtype` is their dtype and
+  // `range_zeros` the values that were zero in it.
+  std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> range_exponents;
+  std::string range_dtype;
+  int64_t range_zeros = 0;
   std::vector<double> learning_rates;  // the first group's learning rate at each optimizer step
   // A fingerprint of each training step's input batch (a 64-bit hash of its shape and 64 values
   // spread over it): equal fingerprints on consecutive steps mean the same batch was fed again.

@@ -473,6 +473,28 @@ const std::vector<CheckInfo>& all_checks() {
        "debug::RangeWatch, debug::Monitor",
        "gradsleuth doctor",
        true},
+      {"M29",
+       "first op out of the 16-bit range",
+       "model",
+       {"Micikevicius et al. 2018", "PyTorch docs", "PyTorch AMP"},
+       "on the sampled steps of a run in float16/bfloat16, the first op whose 16-bit result (forward) or gradient "
+       "(backward) holds inf/NaN from finite inputs, or has more than 10% of its mass (sum of |x|; for a cast, of "
+       "its float32 input) below 8 x the dtype's smallest subnormal from inputs in range, warns, naming the op, its "
+       "module, its position among the forward's ops, dtype, shape and the input ranges; an overflow counts when it "
+       "reaches the step: a non-finite loss, or non-finite gradients the optimizer steps with",
+       "debug::RangeTrace, debug::Monitor",
+       "gradsleuth doctor",
+       true},
+      {"M30",
+       "per-op comparison against float32",
+       "model",
+       {"Micikevicius et al. 2018", "PyTorch AMP"},
+       "one batch's forward and backward in the run's 16-bit setting (autocast or 16-bit parameters) and in float32, "
+       "matched op for op: the op (or a backward node's gradient) whose relative error ||low - f32|| / ||f32|| is "
+       "largest is named; above 0.5, or non-finite in 16 bits only, it warns",
+       "debug::compare_precision, debug::check_precision_ops, debug::Monitor",
+       "gradsleuth doctor",
+       true},
       // ---- optimisation -------------------------------------------------------------------------
       {"O1",
        "gradient health",
@@ -707,6 +729,8 @@ const std::vector<CheckInfo>& all_checks() {
         {"M26", "debug/checks/model/run_checks.cpp"},
         {"M27", "debug/checks/model/architecture.cpp"},
         {"M28", "debug/checks/model/range_watch.cpp"},
+        {"M29", "debug/checks/model/precision.cpp"},
+        {"M30", "debug/checks/model/precision.cpp"},
         {"O1", "debug/checks/optim/optim_checks.cpp"},
         {"O2", "debug/checks/optim/optim_checks.cpp"},
         {"O3", "debug/checks/optim/optim_checks.cpp"},

@@ -1,5 +1,5 @@
 // The catalogue of checks: one row per check of the debug module (D1-D16,
-// L1-L8, M1-M28, O1-O10, W1-W10), with where it lives in the C++ API and on the
+// L1-L8, M1-M30, O1-O10, W1-W10), with where it lives in the C++ API and on the
 // command line, and the public sources it comes from. `gradsleuth checks
 // --list` prints it; docs/checks.md explains each one (rule, thresholds,
 // causes, sources).
@@ -46,7 +46,7 @@ struct CheckInfo {
   std::string home = {};
 };
 
-// All 73 checks, in catalogue order (D, L, M, O, W; by number).
+// All 75 checks, in catalogue order (D, L, M, O, W; by number).
 const std::vector<CheckInfo>& all_checks();
 // The row for `id` ("M7", case-insensitive), or nullptr.
 const CheckInfo* find_check(std::string_view id);

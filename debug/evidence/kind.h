@@ -67,6 +67,11 @@ namespace gradsleuth::debug {
   X(GradientUnderflow, "gradient-underflow", "M28")                                                   \
   X(UpdatesVanish, "updates-vanish", "M28")                                                           \
   X(RangeSummary, "range-summary", "M28")                                                             \
+  /* M29 the first op whose 16-bit result or gradient left the range */                               \
+  X(ForwardOverflow, "forward-overflow", "M29")                                                       \
+  X(ForwardUnderflow, "forward-underflow", "M29")                                                     \
+  X(BackwardOverflow, "backward-overflow", "M29")                                                     \
+  X(BackwardUnderflow, "backward-underflow", "M29")                                                   \
   /* O1 gradient health */                                                                            \
   X(GradientNonFinite, "gradient-nonfinite", "O1")                                                    \
   X(GradientVanishing, "gradient-vanishing", "O1")                                                    \

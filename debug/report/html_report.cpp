@@ -188,9 +188,10 @@ std::string render_html(const HtmlReport& rep) {
     os << "</table>\n";
   }
 
-  if (!rep.plots.empty()) {
+  if (!rep.plots.empty() || !rep.heatmaps.empty()) {
     os << "<h2>Plots</h2>\n";
     for (const Plot& p : rep.plots) os << figure(p);
+    for (const HeatMap& h : rep.heatmaps) os << figure(h);
   }
   if (!rep.graph_svg.empty() || !rep.graph_dot.empty()) {
     if (!rep.graph_svg.empty()) {

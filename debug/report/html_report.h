@@ -44,6 +44,11 @@ struct Band {
   double lo = 0.0, hi = 0.0;
   std::string label;
 };
+// A shaded vertical band over an x range ("float16's range: 2^-24 .. 2^15").
+struct XBand {
+  double lo = 0.0, hi = 0.0;
+  std::string label;
+};
 
 struct Plot {
   std::string title, x_label, y_label;
@@ -52,6 +57,7 @@ struct Plot {
   std::vector<RefLine> lines;
   std::vector<Band> bands;
   std::string caption;  // a sentence under the plot saying what to look for
+  std::vector<XBand> x_bands;
 };
 
 // One line per named series of (step, value) pairs (a TrainingHistory's grad_norms,
@@ -66,6 +72,8 @@ struct HeatMap {
   std::string title, x_label, y_label, caption;
   int64_t rows = 0, cols = 0;
   std::vector<double> values;  // rows * cols, row-major
+  // Names for the rows and columns ("fc1 (Linear)", "step 10"); empty: their indices.
+  std::vector<std::string> row_labels, col_labels;
 };
 
 // The finding that explains the run, shown first with the plots made for it.
@@ -87,6 +95,7 @@ struct HtmlReport {
   std::vector<std::pair<std::string, std::string>> summary;  // key, value rows ("epochs", "5")
   std::optional<LeadFinding> lead;
   std::vector<Plot> plots;
+  std::vector<HeatMap> heatmaps;  // after the plots
   Report findings;
   // The autograd graph: an SVG document from Graphviz (embedded as is), or DOT text
   // (shown as text) when Graphviz is not installed. Empty: no graph section.

@@ -65,6 +65,9 @@ std::string render_svg(const Plot& plot) {
     ylo = std::min(ylo, v), yhi = std::max(yhi, v);
   };
   if (drawn > 0) {
+    for (const XBand& b : plot.x_bands)
+      if (std::isfinite(b.lo) && std::isfinite(b.hi))
+        xlo = std::min({xlo, b.lo, b.hi}), xhi = std::max({xhi, b.lo, b.hi});
     for (const RefLine& l : plot.lines) take_y(l.y);
     for (const Band& b : plot.bands) take_y(b.lo), take_y(b.hi);
     // The floor sits below the smallest value drawn (a decade on a log axis), so a point at
@@ -165,6 +168,13 @@ std::string render_svg(const Plot& plot) {
   }
   // Bands and reference lines under the data.
   if (drawn > 0) {
+    for (const XBand& b : plot.x_bands) {
+      if (!std::isfinite(b.lo) || !std::isfinite(b.hi)) continue;
+      const double x1 = px(std::min(b.lo, b.hi)), x2 = px(std::max(b.lo, b.hi));
+      os << "<rect class=\"xband\" x=\"" << coord(x1) << "\" y=\"" << coord(T) << "\" width=\""
+         << coord(std::max(x2 - x1, 1.0)) << "\" height=\"" << coord(PH)
+         << "\" fill=\"#1f77b4\" fill-opacity=\"0.10\"/>\n";
+    }
     for (const Band& b : plot.bands) {
       if (!usable(b.lo) || !usable(b.hi)) continue;
       const double y1 = py(std::max(b.lo, b.hi)), y2 = py(std::min(b.lo, b.hi));
@@ -228,7 +238,7 @@ std::string render_svg(const Plot& plot) {
   // notes; each entry on rows of its own (a long name wraps), so no two overlap. What does not
   // fit the column's height is counted on a last row.
   struct Entry {
-    enum Kind { Line, Ref, Band, Floor, Note } kind;
+    enum Kind { Line, Ref, Band, XBand, Floor, Note } kind;
     size_t series;
     std::string text;
   };
@@ -239,6 +249,8 @@ std::string render_svg(const Plot& plot) {
       if (usable(l.y)) entries.push_back({Entry::Ref, 0, l.label});
     for (const Band& b : plot.bands)
       if (usable(b.lo) && usable(b.hi)) entries.push_back({Entry::Band, 0, b.label});
+    for (const XBand& b : plot.x_bands)
+      if (std::isfinite(b.lo) && std::isfinite(b.hi)) entries.push_back({Entry::XBand, 0, b.label});
   }
   if (floored)
     entries.push_back(
@@ -274,6 +286,10 @@ std::string render_svg(const Plot& plot) {
         os << "<rect x=\"" << coord(lx) << "\" y=\"" << coord(my - 5) << "\" width=\"20\" height=\"10\" "
            << "fill=\"#2ca02c\" fill-opacity=\"0.25\"/>\n";
         break;
+      case Entry::XBand:
+        os << "<rect x=\"" << coord(lx) << "\" y=\"" << coord(my - 5) << "\" width=\"20\" height=\"10\" "
+           << "fill=\"#1f77b4\" fill-opacity=\"0.25\"/>\n";
+        break;
       case Entry::Floor:
         os << "<path d=\"M" << coord(lx + 6.5) << " " << coord(my - 3.5) << "l7 7m0 -7l-7 7\" stroke=\"#444\" "
            << "stroke-width=\"1.6\" fill=\"none\"/>\n";
@@ -300,7 +316,14 @@ std::string render_heatmap(const HeatMap& h) {
   const double cell =
       h.rows > 0 && h.cols > 0 ? std::min(cell_max, 600.0 / static_cast<double>(std::max(h.rows, h.cols))) : cell_max;
   // Left to right: the rotated y-axis title, a gap, the row indices, the cells.
-  const double ytick_w = h.rows > 0 ? text_width(std::to_string(h.rows - 1), kTick) : 0.0;
+  GS_CHECK(h.row_labels.empty() || h.row_labels.size() == static_cast<size_t>(h.rows), "render_heatmap", "has ",
+           h.row_labels.size(), " row labels for ", h.rows, " rows");
+  GS_CHECK(h.col_labels.empty() || h.col_labels.size() == static_cast<size_t>(h.cols), "render_heatmap", "has ",
+           h.col_labels.size(), " column labels for ", h.cols, " columns");
+  auto row_text = [&](int64_t i) { return h.row_labels.empty() ? std::to_string(i) : h.row_labels[size_t(i)]; };
+  auto col_text = [&](int64_t j) { return h.col_labels.empty() ? std::to_string(j) : h.col_labels[size_t(j)]; };
+  double ytick_w = 0.0;
+  for (int64_t i = 0; i < h.rows; ++i) ytick_w = std::max(ytick_w, text_width(row_text(i), kTick));
   const double L = std::max(60.0, ytick_w + 34.0);
   const double PW = cell * static_cast<double>(h.cols), PH = cell * static_cast<double>(h.rows);
   const double W = std::max(L + std::max(PW, 200.0) + R, L + text_width(h.title, 15, true) + 12);
@@ -330,21 +353,21 @@ std::string render_heatmap(const HeatMap& h) {
       }
       os << "<rect x=\"" << coord(L + cell * static_cast<double>(j)) << "\" y=\""
          << coord(T + cell * static_cast<double>(i)) << "\" width=\"" << coord(cell) << "\" height=\"" << coord(cell)
-         << "\" fill=\"" << fill << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << i << ", " << j << ": "
-         << html_escape(fmt_num(v)) << "</title></rect>\n";
+         << "\" fill=\"" << fill << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>" << html_escape(row_text(i))
+         << ", " << html_escape(col_text(j)) << ": " << html_escape(fmt_num(v)) << "</title></rect>\n";
     }
   // Example indices on both axes, thinned like a plot's tick labels when the cells are small.
   os << "<g class=\"tick-labels\" font-size=\"" << kTick << "\">\n";
   {
     Layout xl, yl;
     for (int64_t j = 0; j < h.cols; ++j) {
-      const std::string s = std::to_string(j);
+      const std::string s = col_text(j);
       const double x = L + cell * (static_cast<double>(j) + 0.5), y = T + PH + 13;
       if (xl.place(text_box(s, x, y, kTick, Anchor::Middle), 3.0))
         os << "<text x=\"" << coord(x) << "\" y=\"" << coord(y) << "\" text-anchor=\"middle\">" << s << "</text>\n";
     }
     for (int64_t i = 0; i < h.rows; ++i) {
-      const std::string s = std::to_string(i);
+      const std::string s = row_text(i);
       const double y = T + cell * (static_cast<double>(i) + 0.5) + 3.5;
       if (yl.place(text_box(s, L - 5, y, kTick, Anchor::End), 1.0))
         os << "<text x=\"" << coord(L - 5) << "\" y=\"" << coord(y) << "\" text-anchor=\"end\">" << s << "</text>\n";

@@ -83,7 +83,8 @@ struct DiagnoseOptions {
   int64_t split_examples = 2000;  // D10 compares the first N rows of the train and val datasets
   // D12-D16 read the first data.integrity_examples rows of each dataset (60000 by default).
   std::string val_split = "validation";  // what D10 and D13-D16 call the val loader's split ("test", ...)
-  int64_t sample_examples = 1000;        // M18 runs on the first N rows of val (else train) at finish()
+  int64_t sample_examples =
+      1000;  // M18 (and M30 in a 16-bit run) run on the first N rows of val (else train) at finish()
   // The learning-rate probe: when O6 or O8 says the learning rate is too high, finish() trains the same
   // model again from its initial weights at a tenth of the learning rate for this many steps (on
   // the train loader, with the same optimizer, its state reset) and compares: a run that trains
@@ -291,10 +292,16 @@ Plot update_ratio_plot(const TrainingHistory& h, const Finding* focus = nullptr)
 // in a Sequential), whose gradient is what a dead ReLU stops.
 bool names_series(const Finding& f, const std::string& name, const std::vector<std::string>& names);
 
+// M28's pictures of a run in 16 bits (the report's plots when the history has them): the exponent
+// histogram of the 16-bit layers' values against the dtype's representable band, and the heat map
+// of layers x sampled steps of the share of their values out of range.
+Plot range_histogram_plot(const TrainingHistory& h);
+HeatMap range_heatmap(const TrainingHistory& h);
+
 // The plots under the lead finding, from the run's history: its check's own plot (M7: dead units;
-// O1, O6, M9: update ratios) and, when it names parameters or a module that the history has
-// gradient norms of, their gradient norms; in each, the series it names first. The caller adds
-// the loss plot (and M6's heat map).
+// M28, M29: the exponent histogram; O1, O6, M9: update ratios) and, when it names parameters or a module that the
+// history has gradient norms of, their gradient norms; in each, the series it names first. The caller adds the loss
+// plot (and M6's heat map).
 std::vector<Plot> lead_plots(const Finding& lead, const TrainingHistory& h);
 
 }  // namespace gradsleuth::debug

@@ -133,10 +133,79 @@ Plot update_ratio_plot(const TrainingHistory& h, const Finding* focus) {
   return p;
 }
 
+// M28's exponent histogram against the dtype's band (Micikevicius et al.'s Figure 3: the activation
+// gradients' exponents, with float16's representable range marked).
+Plot range_histogram_plot(const TrainingHistory& h) {
+  Plot p;
+  p.title = "exponents of the 16-bit values (" + h.range_dtype + ") against its range";
+  p.x_label = "exponent: floor(log2 |x|)";
+  p.y_label = "values";
+  p.log_y = true;
+  for (const auto& [name, counts] : h.range_exponents) {
+    Series s;
+    s.name = name;
+    // From the first to the last power of two that holds a value (a 0 between them is drawn at the floor).
+    size_t a = 0, b = counts.size();
+    while (a < b && counts[a].second == 0.0) ++a;
+    while (b > a && counts[b - 1].second == 0.0) --b;
+    for (size_t k = a; k < b; ++k) {
+      s.x.push_back(static_cast<double>(counts[k].first));
+      s.y.push_back(counts[k].second);
+    }
+    p.series.push_back(std::move(s));
+  }
+  const bool bf16 = h.range_dtype == "bfloat16";
+  // float16: subnormals from 2^-24, normals from 2^-14, the largest 65504 < 2^16. bfloat16 holds
+  // float32's range, wider than the histogram's [2^-40, 2^20].
+  if (bf16) {
+    p.x_bands.push_back({-40.0, 20.0, "bfloat16's range covers all of this axis (2^-133 .. 2^127)"});
+  } else {
+    p.x_bands.push_back({-24.0, -14.0, "float16 subnormal: 2^-24 .. 2^-14 (few bits)"});
+    p.x_bands.push_back({-14.0, 16.0, "float16 normal: 2^-14 .. 65504"});
+  }
+  p.caption =
+      "How many of the 16-bit layers' values (over the sampled steps) fall in each power of two, with the "
+      "dtype's representable band shaded. Values below it are 0 in " +
+      h.range_dtype + " (" + std::to_string(h.range_zeros) +
+      " values were zero, exact zeros included, and are not drawn); values above it are inf. Gradients "
+      "piled against the left edge of the band are what loss scaling moves back into range (M28).";
+  return p;
+}
+
+// M28's heat map: layers (rows) by sampled steps (columns), the share of each layer's values out of range.
+HeatMap range_heatmap(const TrainingHistory& h) {
+  HeatMap m;
+  m.title = "share of each 16-bit layer's values out of range, per sampled step";
+  m.x_label = "sampled step";
+  m.y_label = "layer";
+  std::vector<int64_t> steps;
+  for (const auto& [name, s] : h.range_share)
+    for (const auto& [step, v] : s) steps.push_back(step);
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  m.rows = static_cast<int64_t>(h.range_share.size());
+  m.cols = static_cast<int64_t>(steps.size());
+  m.values.assign(static_cast<size_t>(m.rows * m.cols), 0.0);
+  for (size_t i = 0; i < h.range_share.size(); ++i) {
+    m.row_labels.push_back(h.range_share[i].first);
+    for (const auto& [step, v] : h.range_share[i].second) {
+      const size_t j = static_cast<size_t>(std::lower_bound(steps.begin(), steps.end(), step) - steps.begin());
+      m.values[i * steps.size() + j] = v;
+    }
+  }
+  for (int64_t st : steps) m.col_labels.push_back(std::to_string(st));
+  m.caption = "Each cell: the share of the layer's nonzero activations and gradients at that step that are above " +
+              h.range_dtype +
+              "'s range, flushed to zero or in its lowest three octaves (darker: more). A row that "
+              "darkens over the run is a layer whose values drift out of range.";
+  return m;
+}
+
 std::vector<Plot> lead_plots(const Finding& lead, const TrainingHistory& h) {
   std::vector<Plot> out;
   const std::string& c = lead.check;
   if (c == "M7" && !h.dead_fraction.empty()) out.push_back(dead_unit_plot(h, &lead));
+  if ((c == "M28" || c == "M29") && !h.range_exponents.empty()) out.push_back(range_histogram_plot(h));
   if ((c == "O6" || c == "O1" || c == "M9") && !h.update_ratio.empty()) out.push_back(update_ratio_plot(h, &lead));
   const std::vector<std::string> names = names_of(h.grad_norms);
   for (const std::string& n : names)
@@ -174,6 +243,8 @@ void write_run_report(const std::string& path, const RunReport& r, const std::st
   if (!r.history.grad_norms.empty()) html.plots.push_back(grad_norm_plot(r.history));
   if (!r.history.dead_fraction.empty()) html.plots.push_back(dead_unit_plot(r.history));
   if (!r.history.update_ratio.empty()) html.plots.push_back(update_ratio_plot(r.history));
+  if (!r.history.range_exponents.empty()) html.plots.push_back(range_histogram_plot(r.history));
+  if (!r.history.range_share.empty()) html.heatmaps.push_back(range_heatmap(r.history));
   html.findings = r.findings;
   if (const std::optional<Finding> lead = lead_finding(r.findings)) {
     LeadFinding l;

@@ -8,6 +8,7 @@
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "debug/checks/host_copy.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
@@ -267,12 +268,15 @@ void HalfPrecisionEmulation::on_op(const OpEvent& e) {
 std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, const LossOf& loss,
                                           const HalfPrecisionOptions& o) {
   std::vector<Finding> out;
-  GS_CHECK(x.dtype() == kFloat32, "check_half_precision", "expects a float32 input, got ", x.str());
-  // Half precision is emulated by rounding every op's result on the host, so a model on a device
-  // is compared on a CPU copy (moved back afterwards, exactly). The emulation models fp16
-  // arithmetic, not a device; the device's float32 forward equals the CPU's within rounding
-  // (the CUDA backend's op-by-op tests), so both runs are the ones the device would do. The loss
-  // is called with outputs on the CPU.
+  GS_CHECK(x.defined() && x.is_floating_point(), "check_half_precision", "expects a floating input, got ",
+           x.defined() ? x.str() : std::string("an undefined tensor"));
+  GS_CHECK(is_reduced_float(o.dtype), "check_half_precision", "compares float32 with a 16-bit dtype, got ",
+           dtype_name(o.dtype), "; set HalfPrecisionOptions::dtype to kFloat16 or kBFloat16");
+  GS_CHECK(!o.emulate || o.dtype == kFloat16, "check_half_precision", "emulates float16 only, not ",
+           dtype_name(o.dtype), "; leave HalfPrecisionOptions::emulate off for the real dtype");
+  // The runs are on the host: a model on a device is compared on a CPU copy (moved back afterwards,
+  // exactly). The device's float32 forward equals the CPU's within rounding (the CUDA backend's
+  // op-by-op tests), and the device refuses 16-bit ops. The loss is called with outputs on the CPU.
   HostCopyGuard host(model, "check_half_precision (M18)");
   const Tensor xc = x.detach().to(kCPU);
   NoGradGuard ng;
@@ -286,8 +290,13 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
       sink->emplace_back(label, !y.is_floating_point() || all_finite(y));
     });
   }
-  Tensor y32 = model(xc);
-  const double l32 = loss ? loss(y32).item<double>() : 0.0;
+  Tensor y32;
+  double l32 = 0.0;
+  {
+    DtypeGuard f32(model, kFloat32);  // 16-bit parameters widen exactly; float32 ones are untouched
+    y32 = model(xc.to(kFloat32));
+    l32 = loss ? loss(y32).to(kFloat32).item<double>() : 0.0;
+  }
   if (!all_finite(y32) || !std::isfinite(l32)) {
     Finding f;
     f.check = "M18";
@@ -298,32 +307,62 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     return out;
   }
 
-  // Half run: round the parameters (restored below) and the input, then every op's result.
-  std::vector<std::pair<Tensor, Tensor>> saved;
-  for (Tensor& p : model.parameters())
-    if (p.dtype() == kFloat32 && p.is_contiguous()) {
-      saved.emplace_back(p, p.detach().clone());
-      float* d = static_cast<float*>(p.raw_data());
-      for (int64_t i = 0; i < p.numel(); ++i) d[i] = round_to_half(d[i]);
-    }
-  Tensor xh = xc.contiguous().clone();
-  {
-    float* d = static_cast<float*>(xh.raw_data());
-    for (int64_t i = 0; i < xh.numel(); ++i) d[i] = round_to_half(d[i]);
-  }
-  sink = &finite_half;
-  HalfPrecisionEmulation half;
+  // The 16-bit run, in the real dtype: the parameters and the input converted (or autocast).
+  const DType dt = o.dtype;
   Tensor yh;
   double lh = 0.0;
-  try {
-    Scope on(&half);
-    yh = model(xh);
-    lh = loss ? loss(yh).item<double>() : 0.0;
-  } catch (...) {
-    for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
-    throw;
+  bool emulated = o.emulate;
+  if (!emulated) {
+    sink = &finite_half;
+    try {
+      std::optional<DtypeGuard> cast;
+      std::optional<AutocastGuard> ac;
+      Tensor xin = xc;
+      if (o.autocast) {
+        ac.emplace(dt);
+      } else {
+        cast.emplace(model, dt);
+        xin = xc.to(dt);
+      }
+      yh = model(xin);
+      lh = loss ? loss(yh).to(kFloat32).item<double>() : 0.0;
+    } catch (const Error&) {
+      // An op that refuses the dtype: float16 falls back on the emulation, bfloat16 has none.
+      if (dt != kFloat16 || o.autocast) throw;
+      emulated = true;
+      finite_half.clear();
+    }
   }
-  for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+  if (emulated) {
+    // Emulated float16: the parameters and the input rounded (restored below), then every op's result.
+    DtypeGuard f32(model, kFloat32);
+    std::vector<std::pair<Tensor, Tensor>> saved;
+    for (Tensor& p : model.parameters())
+      if (p.dtype() == kFloat32 && p.is_contiguous()) {
+        saved.emplace_back(p, p.detach().clone());
+        float* d = static_cast<float*>(p.raw_data());
+        for (int64_t i = 0; i < p.numel(); ++i) d[i] = round_to_half(d[i]);
+      }
+    Tensor xh = xc.to(kFloat32).contiguous().clone();
+    {
+      float* d = static_cast<float*>(xh.raw_data());
+      for (int64_t i = 0; i < xh.numel(); ++i) d[i] = round_to_half(d[i]);
+    }
+    sink = &finite_half;
+    HalfPrecisionEmulation half;
+    try {
+      Scope on(&half);
+      yh = model(xh);
+      lh = loss ? loss(yh).item<double>() : 0.0;
+    } catch (...) {
+      for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+      throw;
+    }
+    for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+  }
+  const std::string run = std::string(o.autocast ? "under autocast to " : "in ") + dtype_name(dt) +
+                          (emulated ? " (emulated: each float32 result rounded)" : "");
+  const double largest = dt == kFloat16 ? 65504.0 : 3.3895313892515355e38;
 
   const bool half_broken = !all_finite(yh) || (loss && !std::isfinite(lh));
   if (half_broken) {
@@ -337,15 +376,14 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     Finding f;
     f.check = "M18";
     f.severity = Severity::Error;
-    f.title = "the forward overflows in half precision: " + culprit +
-              " is the first module whose output turns "
-              "NaN/Inf in fp16 (it is finite in float32)";
+    f.title = "the forward overflows " + run + ": " + culprit +
+              " is the first module whose output turns NaN/Inf (it is " + "finite in float32)";
     f.module = culprit;
     f.shape = shape_of(y32);
     f.evidence = {{"largest |output| in float32", std::max(std::fabs(s32.min), std::fabs(s32.max)), ""},
-                  {"largest half value", 65504.0, "anything above overflows to inf"},
+                  {std::string("largest ") + dtype_name(dt) + " value", largest, "anything above overflows to inf"},
                   {"loss float32", l32, ""},
-                  {"loss half", lh, "must be finite"}};
+                  {std::string("loss ") + dtype_name(dt), lh, "must be finite"}};
     f.cause =
         "half precision overflows above 65504: exp(x) for x > 11.1 is already inf, so a softmax computed as "
         "exp(x) / sum(exp(x)) without subtracting the maximum gives inf / inf = NaN; large activations or "
@@ -361,18 +399,20 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     Finding f;
     f.check = "M18";
     f.severity = Severity::Warning;
-    f.title = "the loss differs between float32 and half precision by more than " +
-              fmt_num(100 * o.max_relative_loss_gap) + "%";
+    f.title = "the loss differs between float32 and " + std::string(dt == kFloat16 ? "half precision" : "bfloat16") +
+              (o.autocast ? " (autocast)" : "") + " by more than " + fmt_num(100 * o.max_relative_loss_gap) + "%";
     f.module = "(model)";
     f.evidence = {{"loss float32", l32, ""},
-                  {"loss half", lh, ""},
+                  {std::string("loss ") + dtype_name(dt), lh, ""},
                   {"relative gap", std::fabs(lh - l32) / std::max(std::fabs(l32), 1e-12),
                    "> " + fmt_num(o.max_relative_loss_gap) + " warns"},
                   {"absolute gap", std::fabs(lh - l32), ">= " + fmt_num(o.min_absolute_loss_gap) + " needed"}};
-    f.cause =
-        "values that lose too much precision in fp16 (10-bit mantissa): tiny differences of large numbers, "
-        "small probabilities, long sums";
-    f.fix = "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32";
+    f.cause = std::string("values that lose too much precision in ") + dtype_name(dt) + " (" +
+              (dt == kFloat16 ? "10" : "7") +
+              "-bit mantissa): tiny differences of large numbers, small probabilities, long sums";
+    f.fix =
+        "keep the sensitive parts (softmax, normalisation statistics, the loss) in float32 (M30 names the op "
+        "that differs most)";
     out.push_back(std::move(f));
   }
   return out;
@@ -517,20 +557,33 @@ class NonFiniteRunCheck final : public RunCheck {
   int tries_ = 0;
 };
 
-// M18 after the run, on a sample batch (float32): the model in half precision against float32.
+// M18 after the run, on a sample batch: the model in 16 bits against float32. In the run's own
+// setting when it used autocast or 16-bit parameters, else in float16 (would it survive the move?).
 // It runs on the host (a model on a device is compared on a CPU copy): the targets follow the output.
 class HalfPrecisionRunCheck final : public RunCheck {
  public:
   std::string ids() const override { return "M18"; }
-  uint32_t events() const override { return RunEvent::AfterRun; }
+  uint32_t events() const override { return RunEvent::Forward | RunEvent::AfterRun; }
+  void forward(RunContext& c, const Tensor&) override {
+    if (!GradMode::is_enabled()) return;  // an evaluation
+    if (autocast_enabled()) autocast_ = autocast_dtype();
+    if (!params16_)
+      for (const Tensor& p : c.model.parameters())
+        if (is_reduced_float(p.dtype())) params16_ = p.dtype();
+  }
   void after_run(RunContext& c, const Tensor& x, const Tensor& y) override {
-    if (!x.defined() || x.dtype() != kFloat32) return;
+    if (!x.defined() || !x.is_floating_point()) return;
+    HalfPrecisionOptions o;
+    if (autocast_)
+      o.dtype = *autocast_, o.autocast = true;
+    else if (params16_)
+      o.dtype = *params16_;
     LossOf lf;
     if (c.loss && y.defined()) lf = [&c, &y](const Tensor& out) { return (*c.loss)(out, y.to(out.device())); };
     const bool was = c.model.is_training();
     c.model.eval();
     try {
-      c.add_all(check_half_precision(c.model, x, lf));
+      c.add_all(check_half_precision(c.model, x, lf, o));
     } catch (const std::exception& e) {
       Finding f;
       f.check = "M18";
@@ -540,6 +593,9 @@ class HalfPrecisionRunCheck final : public RunCheck {
     }
     c.model.train(was);
   }
+
+ private:
+  std::optional<DType> autocast_, params16_;
 };
 }  // namespace
 

@@ -3,8 +3,8 @@
 //       from finite inputs, with its module, shapes, dtype and a value summary;
 //   M12 find_nonfinite_source: the first module whose output turned non-finite;
 //   M19 BroadcastDetector: elementwise ops whose operands were both expanded;
-//   M18 check_half_precision: the forward again with every op's result rounded
-//       to IEEE half precision, to find the module that overflows;
+//   M18 check_half_precision: the forward again in float16 (or bfloat16, or under
+//       autocast), to find the module that overflows;
 //   M20 inplace_finding: the engine's in-place error as a finding.
 //
 //   debug::AnomalyMode anomaly;
@@ -121,6 +121,13 @@ class HalfPrecisionEmulation : public OpObserver {
 };
 
 struct HalfPrecisionOptions {
+  // The 16-bit run: the model's parameters and the input in `dtype` with every op running in it (the
+  // engine's 16-bit kernels), or, with `autocast`, the model as it is under gs::autocast(dtype).
+  DType dtype = kFloat16;
+  bool autocast = false;
+  // Round each float32 op's result to float16 instead (HalfPrecisionEmulation). Also used, for
+  // float16, when the model cannot run in the real dtype (an op that refuses it).
+  bool emulate = false;
   double max_relative_loss_gap = 0.05;  // |loss_half - loss_fp32| / |loss_fp32| above this warns
   // ... and only when the gap is at least this large in absolute terms: a loss near 0 (a model
   // that fits its batch) differs by a large fraction of itself from its half-precision value
@@ -128,10 +135,11 @@ struct HalfPrecisionOptions {
   double min_absolute_loss_gap = 1e-3;
 };
 
-// M18: the same forward (and loss, when given) in float32 and in emulated half
-// precision. Error when the half forward turns NaN/Inf, naming the first module
-// whose output did; warning when the losses differ by more than the option.
-// The model's parameters are rounded for the half run and restored afterwards.
+// M18: the same forward (and loss, when given) in float32 and in 16 bits (HalfPrecisionOptions:
+// float16 by default, in the real dtype). Error when the 16-bit forward turns NaN/Inf, naming the
+// first module whose output did; warning when the losses differ by more than the option. The
+// model's parameters are converted for the runs and restored afterwards, exactly; x may be float32
+// or in the parameters' dtype.
 using LossOf = std::function<Tensor(const Tensor& output)>;
 std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, const LossOf& loss = nullptr,
                                           const HalfPrecisionOptions& o = {});

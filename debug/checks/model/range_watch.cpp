@@ -60,6 +60,13 @@ double RangeCounts::lost_share() const {
   return static_cast<double>(flushed + edge) / static_cast<double>(nonzero);
 }
 
+double RangeCounts::out_of_range_share() const {
+  if (values == 0) return 0.0;
+  if (nonzero == 0) return 1.0;
+  const int64_t flushed = zero - (values - nonzero);
+  return static_cast<double>(flushed + edge + overflow) / static_cast<double>(nonzero);
+}
+
 void RangeCounts::merge(const RangeCounts& o) {
   values += o.values, nonzero += o.nonzero, zero += o.zero, subnormal += o.subnormal, overflow += o.overflow;
   edge += o.edge;
@@ -102,24 +109,25 @@ void RangeWatch::attach(nn::Module& model) {
       stats_[idx].dtype = out.dtype();
       seen16_[idx] = true;
       const DType dt = out.dtype();
-      for (float v : host_values(out)) stats_[idx].activations.add(v, dt);
+      for (float v : host_values(out)) stats_[idx].activations.add(v, dt), step_all_[idx].add(v, dt);
       if (!out.requires_grad()) return;
       Tensor o = out;
       o.register_hook([this, idx, dt](const Tensor& g) {
         if (active_ && g.defined() && g.device().is_cpu())
-          for (float v : host_values(g)) stats_[idx].output_grads.add(v, dt);
+          for (float v : host_values(g)) stats_[idx].output_grads.add(v, dt), step_all_[idx].add(v, dt);
         return Tensor();
       });
     });
   }
   step_grads_.assign(stats_.size(), RangeCounts{});
+  step_all_.assign(stats_.size(), RangeCounts{});
   for (size_t k = 0; k < params_.size(); ++k) {
     params_[k].hook = params_[k].p.register_hook([this, k](const Tensor& g) {
       const size_t idx = params_[k].module;
       if (!active_ || !seen16_[idx] || !g.defined() || !g.device().is_cpu()) return Tensor();
       detail::OwnTime own;
       const DType dt = stats_[idx].dtype;
-      for (float v : host_values(g)) step_grads_[idx].add(v, dt);
+      for (float v : host_values(g)) step_grads_[idx].add(v, dt), step_all_[idx].add(v, dt);
       return Tensor();
     });
   }
@@ -155,6 +163,10 @@ void RangeWatch::before_update() {
       stats_[i].worst_grad_share = share, stats_[i].worst_grad_step = step_;
     stats_[i].param_grads.merge(c);
     c = RangeCounts{};
+  }
+  for (size_t i = 0; i < step_all_.size(); ++i) {
+    if (step_all_[i].values > 0) stats_[i].step_share.emplace_back(step_, step_all_[i].out_of_range_share());
+    step_all_[i] = RangeCounts{};
   }
   for (ParamRef& r : params_) r.before.clear();
   if (!active_ || masters_) return;
@@ -305,6 +317,29 @@ std::vector<Finding> RangeWatch::findings() const {
   return out;
 }
 
+void RangeWatch::series(std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& share,
+                        std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& exponents,
+                        std::string& dtype, int64_t& zeros) const {
+  RangeCounts act, out_g, par_g;
+  for (size_t i = 0; i < stats_.size(); ++i) {
+    if (!seen16_[i]) continue;
+    if (!stats_[i].step_share.empty()) share.emplace_back(stats_[i].label, stats_[i].step_share);
+    act.merge(stats_[i].activations), out_g.merge(stats_[i].output_grads), par_g.merge(stats_[i].param_grads);
+    dtype = dtype_name(stats_[i].dtype);
+  }
+  auto hist = [&](const char* name, const RangeCounts& c) {
+    if (c.values == 0) return;
+    std::vector<std::pair<int64_t, double>> h;
+    for (size_t k = 0; k < c.exponents.size(); ++k)
+      h.emplace_back(static_cast<int64_t>(k) + kExpLo, static_cast<double>(c.exponents[k]));
+    exponents.emplace_back(name, std::move(h));
+    zeros += c.zero;
+  };
+  hist("activation gradients", out_g);
+  hist("parameter gradients", par_g);
+  hist("activations", act);
+}
+
 // ---- the run check ---------------------------------------------------------------------------
 
 namespace {
@@ -314,7 +349,11 @@ class RangeWatchRunCheck final : public RunCheck {
   std::string ids() const override { return "M28"; }
   uint32_t events() const override {
     return RunEvent::Attach | RunEvent::BeforeStep | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Finish |
-           RunEvent::Detach;
+           RunEvent::Detach | RunEvent::Series;
+  }
+  void series(TrainingHistory& h) const override {
+    h.range_share.clear(), h.range_exponents.clear(), h.range_zeros = 0;
+    w_.series(h.range_share, h.range_exponents, h.range_dtype, h.range_zeros);
   }
   void attach(RunContext& c) override {
     w_.attach(c.model);

@@ -40,6 +40,9 @@ struct RangeCounts {
   // estimate of the share the rounding flushed: see docs/checks.md, M28); 1 when every value is
   // zero; 0 when nothing was seen. M28 judges gradients on it.
   double lost_share() const;
+  // The share of the nonzero values out of the range: above it (or non-finite), flushed, or in the
+  // lowest three octaves; 1 when every value is zero; 0 when nothing was seen.
+  double out_of_range_share() const;
   void merge(const RangeCounts& o);
 };
 
@@ -53,6 +56,7 @@ struct RangeModuleStats {
   int64_t vanished = 0;      // ... whose value did not change in the update
   int64_t worst_grad_step = -1, worst_update_step = -1;
   double worst_grad_share = 0.0;  // the largest lost_share() of its parameter gradients at one sampled step
+  std::vector<std::pair<int64_t, double>> step_share;  // per sampled step: out_of_range_share() of all its values
 };
 
 class RangeWatch {
@@ -77,6 +81,10 @@ class RangeWatch {
   void after_update();
 
   const std::vector<RangeModuleStats>& modules() const { return stats_; }
+  // The series of the run's HTML report: per 16-bit module, its step_share; the exponent histograms.
+  void series(std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& share,
+              std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>>& exponents,
+              std::string& dtype, int64_t& zeros) const;
   // Warnings: a module whose 16-bit parameter gradients have more than 10% of their nonzero values
   // below the dtype's normal range, or are all zero (GradientUnderflow), a 16-bit parameter whose updates round away in
   // more than half of its elements (UpdatesVanish); otherwise one info finding (RangeSummary). Empty when nothing
@@ -99,6 +107,7 @@ class RangeWatch {
   std::vector<bool> seen16_;  // the module ran in 16 bits (output or parameters)
   std::vector<ParamRef> params_;
   std::vector<RangeCounts> step_grads_;  // this step's parameter gradients per module
+  std::vector<RangeCounts> step_all_;    // this step's values of every kind per module
   optim::Optimizer* opt_ = nullptr;
   std::vector<size_t> opt_hooks_;
   bool active_ = true;

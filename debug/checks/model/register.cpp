@@ -16,6 +16,7 @@ std::unique_ptr<RunCheck> make_devices_run_check(const MonitorOptions& o);      
 std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o);         // W4, M12, anomaly.cpp
 std::unique_ptr<RunCheck> make_half_precision_run_check(const MonitorOptions& o);    // M18, anomaly.cpp
 std::unique_ptr<RunCheck> make_range_watch_run_check(const MonitorOptions& o);       // M28, range_watch.cpp
+std::unique_ptr<RunCheck> make_precision_run_check(const MonitorOptions& o);         // M29, M30, precision.cpp
 
 void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_dead_relu_run_check(o));
@@ -30,6 +31,7 @@ void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_nonfinite_run_check(o));
   list.push_back(make_half_precision_run_check(o));
   list.push_back(make_range_watch_run_check(o));
+  list.push_back(make_precision_run_check(o));
 }
 
 }  // namespace gradsleuth::debug
