@@ -48,7 +48,7 @@
   X(B34, "one rank's loss logged as the global loss", "recipe (metric logging)", "L8", "dist")                       \
   X(B35, "float16 autocast without loss scaling (gradients underflow)", "recipe (mixed precision)", "M28", "mlp")    \
   X(B36, "gradients clipped before the loss scaler's unscale_", "optim::Trainer", "O10", "mlp")                      \
-  X(B37, "a hand-written softmax run in float16 (autocast bypassed)", "model (recipe)", "M18 W4", "mlp")             \
+  X(B37, "a hand-written softmax run in float16 (autocast bypassed)", "model (recipe)", "M18 M12 W4", "mlp")         \
   X(B38, "bfloat16 weights updated without float32 master weights", "recipe (optimizer)", "M28", "mlp")              \
   X(B39, "an inf gradient at every step: the loss scale collapses", "recipe (loss)", "O10 W4", "mlp")                \
   X(B40, "BCE on float16 sigmoid outputs (autocast worked around)", "recipe (loss)", "L3", "mlp")

@@ -6,25 +6,12 @@
 
 #include "core/autograd.h"
 #include "tests/prop_gen.h"
+#include "tests/reduced_float_tolerance.h"
 
 namespace proptest {
 
-// Machine epsilon: the spacing just above 1.
-inline double eps_of(DType t) {
-  switch (t) {
-    case gs::kFloat16: return std::ldexp(1.0, -10);
-    case gs::kBFloat16: return std::ldexp(1.0, -7);
-    case gs::kFloat32: return std::ldexp(1.0, -23);
-    default: return std::ldexp(1.0, -52);
-  }
-}
-
-inline double max_abs_finite(const Tensor& t) {
-  double m = 0;
-  for (double v : t.detach().to(gs::kFloat64).contiguous().to_vector<double>())
-    if (std::isfinite(v)) m = std::max(m, std::abs(v));
-  return m;
-}
+using reduced_float::eps_of;
+using reduced_float::max_abs_finite;
 
 // "" when `got` (dtype t) matches `want` (float64) within k * eps normwise — the norm being the
 // largest finite magnitude of the reference rounded to t, at least `floor` — plus k subnormal

@@ -11,7 +11,14 @@
 namespace reduced_float {
 
 // Machine epsilon: the spacing just above 1.
-inline double eps_of(gs::DType t) { return t == gs::kFloat16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7); }
+inline double eps_of(gs::DType t) {
+  switch (t) {
+    case gs::kFloat16: return std::ldexp(1.0, -10);
+    case gs::kBFloat16: return std::ldexp(1.0, -7);
+    case gs::kFloat32: return std::ldexp(1.0, -23);
+    default: return std::ldexp(1.0, -52);
+  }
+}
 
 // The roundings an op's path can take in a 16-bit dtype, counting the final one: 1 for a single
 // kernel (its float32 result rounded once), more for an op composed of several rounded steps

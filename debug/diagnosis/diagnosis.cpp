@@ -330,7 +330,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "NaN/Inf values",
        "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
        [](const Finding& f) { return nonfinite_member(f); },
-       {"nonfinite-input", "masked-targets", "nonfinite-op"}},
+       {"nonfinite-input", "masked-targets", "bce-16bit", "nonfinite-op"}},
       {"initial-loss",
        "an initial loss far from log(C)",
        "L4 (the loss)",

@@ -14,6 +14,7 @@
 #include "debug/checks/host_copy.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
+#include "optim/grad_scaler.h"
 
 namespace gradsleuth::debug {
 
@@ -644,8 +645,18 @@ class PrecisionRunCheck final : public RunCheck {
   void after_run(RunContext& c, const Tensor& x, const Tensor& y) override {
     if ((!autocast_ && !params16_) || !x.defined() || !x.is_floating_point()) return;
     const PrecisionSetting s = autocast_ ? PrecisionSetting{*autocast_, true} : PrecisionSetting{*params16_, false};
+    // The run's own 16-bit setting includes its loss scale: a watched GradScaler's scale multiplies
+    // the loss in both runs, as scaler.scale(loss) did in training (the relative errors do not
+    // depend on it; the 16-bit gradients' range does).
+    double scale = 1.0;
+    if (c.scaler && c.scaler->is_enabled() && std::isfinite(c.scaler->get_scale()) && c.scaler->get_scale() > 0)
+      scale = c.scaler->get_scale();
     LossOf lf;
-    if (c.loss && y.defined()) lf = [&c, &y](const Tensor& out) { return (*c.loss)(out, y.to(out.device())); };
+    if (c.loss && y.defined())
+      lf = [&c, &y, scale](const Tensor& out) {
+        Tensor l = (*c.loss)(out, y.to(out.device()));
+        return scale == 1.0 ? l : l * scale;
+      };
     const bool was = c.model.is_training();
     c.model.eval();
     try {
