@@ -1,4 +1,4 @@
-// Helpers of the diagnosis tests (test_debug_diagnosis, test_debug_diagnosis_twins): loaders over
+// Helpers of the diagnosis and twin tests (test_debug_diagnosis*, the range, scaler and precision twins): loaders over
 // tensors, a training loop written as a user writes it with a debug::Session attached, and the
 // lead as `--json` gives it.
 #pragma once
@@ -75,6 +75,45 @@ dbg::RunReport train_own_loop(nn::Module& model, Loss& loss, gs::optim::Optimize
     }
   } catch (const std::exception& ex) {
     session.error(ex);
+  }
+  return session.finish();
+}
+
+// M28's float16 twin, shared by the range and precision twin tests: the loss weighted by 1e-6 (a
+// term among others, in the user's units) under float16 autocast, Adam (whose step does not depend
+// on the gradient's scale). Without a scaler (bug) the gradients, around 1e-8, are below float16's
+// 2^-24 and flush to zero; with a GradScaler (clean) they are multiplied by 65536 during backward
+// and stay in range. O1 is told the float32 gradients are small by design.
+inline dbg::RunReport run_fp16_weighted(bool bug, const std::string& report_dir = "") {
+  gs::manual_seed(4);
+  const Split d = split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  auto model = std::make_shared<Mlp>();
+  gs::optim::Adam opt(model->parameters(), gs::optim::AdamOptions(1e-2).eps(1e-14));
+  gs::optim::GradScaler scaler;
+  dbg::DiagnoseOptions o;
+  o.monitor.optim.vanishing_grad_norm = 1e-13;
+  o.report_dir = report_dir;
+  dbg::Session session(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+  if (!bug) session.watch(scaler);
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l;
+      {
+        auto ac = gs::autocast(gs::kFloat16);
+        l = ce((*model)(b.x), b.y) * 1e-6;
+      }
+      if (bug) {
+        l.backward();
+        opt.step();
+      } else {
+        scaler.scale(l).backward();
+        scaler.step(opt);
+        scaler.update();
+      }
+    }
+    session.epoch();
   }
   return session.finish();
 }

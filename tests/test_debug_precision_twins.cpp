@@ -54,40 +54,10 @@ std::vector<debug::Finding> trace_linear(DType dt, float x, float w, float b) {
   return trace.findings();
 }
 
-// The loop of M28's float16 twin: a loss weighted by 1e-6 under float16 autocast, without (bug) or
-// with a GradScaler (clean).
+// M28's float16 twin (diagnosis_test_util.h): a loss weighted by 1e-6 under float16 autocast,
+// without (bug) or with a GradScaler (clean).
 debug::RunReport run_fp16(bool bug, const std::string& report_dir = "") {
-  manual_seed(4);
-  const Split d = dtest::split(3, 2.0);
-  nn::CrossEntropyLoss ce;
-  auto model = std::make_shared<Mlp>();
-  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2).eps(1e-14));
-  optim::GradScaler scaler;
-  debug::DiagnoseOptions o;
-  o.monitor.optim.vanishing_grad_norm = 1e-13;
-  o.report_dir = report_dir;
-  debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
-  if (!bug) dbg.watch(scaler);
-  for (int e = 0; e < 4; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l;
-      {
-        auto ac = autocast(kFloat16);
-        l = ce((*model)(b.x), b.y) * 1e-6;
-      }
-      if (bug) {
-        l.backward();
-        opt.step();
-      } else {
-        scaler.scale(l).backward();
-        scaler.step(opt);
-        scaler.update();
-      }
-    }
-    dbg.epoch();
-  }
-  return dbg.finish();
+  return dtest::run_fp16_weighted(bug, report_dir);
 }
 
 // Subtracts each row's mean: the centring step of a hand-written normalisation.

@@ -23,44 +23,8 @@ namespace {
 
 const debug::Finding* first_of(const debug::RunReport& r, debug::Kind k) { return dtest::first_of(r, "M28", k); }
 
-// The loss weighted by 1e-6 (a term among others, in the user's units) under float16 autocast,
-// Adam (whose step does not depend on the gradient's scale). Without a scaler (bug) the
-// gradients, around 1e-8, are below float16's 2^-24 and flush to zero; with a GradScaler (clean)
-// they are multiplied by 65536 during backward and stay in range.
-constexpr double kLossWeight = 1e-6;
-debug::RunReport run_fp16(bool bug) {
-  manual_seed(4);
-  const Split d = dtest::split(3, 2.0);
-  nn::CrossEntropyLoss ce;
-  auto model = std::make_shared<Mlp>();
-  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2).eps(1e-14));
-  optim::GradScaler scaler;
-  // O1 is told the float32 gradients are small by design (below its default 1e-7 norm).
-  debug::DiagnoseOptions o;
-  o.monitor.optim.vanishing_grad_norm = 1e-13;
-  debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()}, o);
-  if (!bug) dbg.watch(scaler);
-  for (int e = 0; e < 4; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l;
-      {
-        auto ac = autocast(kFloat16);
-        l = ce((*model)(b.x), b.y) * kLossWeight;
-      }
-      if (bug) {
-        l.backward();
-        opt.step();
-      } else {
-        scaler.scale(l).backward();
-        scaler.step(opt);
-        scaler.update();
-      }
-    }
-    dbg.epoch();
-  }
-  return dbg.finish();
-}
+// The float16 twin: a loss weighted by 1e-6, without (bug) or with a GradScaler (diagnosis_test_util.h).
+debug::RunReport run_fp16(bool bug) { return dtest::run_fp16_weighted(bug); }
 
 // SGD with a small learning rate. Bug: the parameters are bfloat16, so each update is rounded to
 // bfloat16 in the weight (8 significant bits) and most of them are lost. Clean: float32
