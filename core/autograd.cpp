@@ -120,13 +120,8 @@ Tensor to_keeping_layout(const Tensor& t, DType want) {
   if (t.is_contiguous() || nd < 2 || GradMode::is_enabled()) return t.to(want);
   // A permutation of a dense layout (a transposed gradient): converted in its memory order, so
   // that both sides are read and written row by row.
-  Dims order(nd, 0);
-  for (int64_t i = 0; i < nd; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
-  Shape ps(nd, 0);
-  Strides pst(nd, 0);
-  for (int64_t i = 0; i < nd; ++i) ps[i] = t.shape()[order[i]], pst[i] = t.strides()[order[i]];
-  const Tensor p = detail::make_alias(t, ps, pst, t.offset());
+  Dims order;
+  const Tensor p = detail::memory_order_alias(t, order);
   if (!p.is_contiguous()) return t.to(want);
   const Tensor c = p.to(want);
   Strides st(nd, 0);

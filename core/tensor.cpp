@@ -181,6 +181,17 @@ void Tensor::remove_hook(size_t handle) {
 
 // ---- making tensors ---------------------------------------------------------
 namespace detail {
+Tensor memory_order_alias(const Tensor& t, Dims& order) {
+  const int64_t nd = t.dim();
+  order = Dims(static_cast<size_t>(nd), 0);
+  for (int64_t i = 0; i < nd; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
+  Shape ps(nd, 0);
+  Strides pst(nd, 0);
+  for (int64_t i = 0; i < nd; ++i) ps[i] = t.shape()[order[i]], pst[i] = t.strides()[order[i]];
+  return make_alias(t, ps, pst, t.offset());
+}
+
 Tensor make_alias(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.storage();

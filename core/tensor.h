@@ -372,6 +372,9 @@ namespace detail {
 // A tensor sharing t's storage with the given geometry: no autograd, no observer.
 // The building block of every view; kernels use it for sub-blocks.
 Tensor make_alias(const Tensor& t, const Shape& shape, const Strides& strides, int64_t offset);
+// t's dims reordered by falling stride (its memory order), as an alias; `order[i]` is the dim of t
+// at place i. A permutation of a dense layout (a transposed matrix) comes out contiguous.
+Tensor memory_order_alias(const Tensor& t, Dims& order);
 // Writes `value` into every element of t (no autograd, no check_scalar_fits): an int64
 // value beyond 2^53 is stored exactly, not through a double.
 void fill_unchecked(const Tensor& t, const Scalar& value);

@@ -133,15 +133,10 @@ Tensor up(const Tensor& t) {
   if (!reduced(t)) return t;
   const int64_t nd = t.dim();
   if (!t.is_contiguous() && nd >= 2) {
-    Dims order(nd, 0);
-    for (int64_t i = 0; i < nd; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
-    Shape ps(nd, 0);
-    Strides pst(nd, 0);
-    for (int64_t i = 0; i < nd; ++i) ps[i] = t.shape()[order[i]], pst[i] = t.strides()[order[i]];
-    const Tensor p = detail::make_alias(t, ps, pst, t.offset());
+    Dims order;
+    const Tensor p = detail::memory_order_alias(t, order);
     if (p.is_contiguous()) {
-      Tensor f = empty(ps, kFloat32);
+      Tensor f = empty(p.shape(), kFloat32);
       widen(f, p);
       Strides st(nd, 0);
       for (int64_t i = 0; i < nd; ++i) st[order[i]] = f.strides()[i];
