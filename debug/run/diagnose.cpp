@@ -175,7 +175,7 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
     guarded(r, "the input-independent baseline", "training runs", "M15", [&] {
       // Five batches to train on and one held out, where a batch smaller than
       // baseline_min_examples counts with the next ones (diagnose.h).
-      const int64_t bs = std::max<int64_t>(data_.train->batch(data_.train->epoch(), 0).x.size(0), 1);
+      const int64_t bs = std::max<int64_t>(data_.train->options().batch_size_, 1);  // 2+ batches: the first is full
       const int64_t per = std::max<int64_t>(1, (o_.baseline_min_examples + bs - 1) / bs);
       const int64_t have = std::min<int64_t>(6 * per, data_.train->num_batches());
       const int64_t units = std::max<int64_t>(2, have / per);

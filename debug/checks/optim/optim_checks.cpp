@@ -345,12 +345,12 @@ std::vector<Finding> NormHistory::findings() const {
     const double lone_worst = sc.lone_worst;
     // A sustained jump warns when at least half the parameters jumped with it (an update that
     // threw the network off moves every layer's gradient); alone, it is one layer meeting new inputs.
-    int64_t sustained = 0, sus_step = -1, with = 0, alone = 0;
+    int64_t sustained = 0, sus_step = -1, with = 0, alone = 0, alone_with = 0;
     double sus_ratio = 0.0, sus_level = 0.0, sus_ref = 0.0;
     for (const auto& e : sc.sustained) {
       const int64_t k = jumping_with(e.step);
       if (k < needed) {
-        ++alone;
+        if (alone++ == 0) alone_with = k;
         continue;
       }
       if (sustained == 0) {
@@ -408,7 +408,7 @@ std::vector<Finding> NormHistory::findings() const {
       f.step = e.step;
       f.evidence = {{"median of the " + num(P) + " records from the spike / median of the " + num(W) + " before",
                      e.ratio, ""},
-                    {"parameters whose norm stayed up with it", static_cast<double>(jumping_with(e.step)),
+                    {"parameters whose norm stayed up with it", static_cast<double>(alone_with),
                      ">= " + num(needed) + " of " + num(judged) + " warns"},
                     {"such jumps", static_cast<double>(alone), ""}};
       f.cause =
