@@ -48,6 +48,7 @@ wb::RunResult run_one(const std::string& kernel, int version, const wb::Shape& s
 
 std::string fmt(double v, int digits) { return str_printf("%.*f", digits, v); }
 std::string sci(double v) { return str_printf("%.2g", v); }
+#if GS_KERNELS_GPU || GS_KERNELS_EMU
 std::string sci3(double v) { return str_printf("%.3g", v); }
 std::string human(double v, const char* unit) {  // 1.2 G, 340 M, ...
   const char* p = "";
@@ -62,7 +63,6 @@ std::string human(double v, const char* unit) {  // 1.2 G, 340 M, ...
   return fmt(v, v < 10 ? 2 : 1) + " " + p + unit;
 }
 
-#if GS_KERNELS_GPU || GS_KERNELS_EMU
 // The H100 SXM roofline for this problem: the lower bound on its time.
 struct Bound {
   double us = 0.0;

@@ -148,7 +148,8 @@ IdxHeader read_idx_header(ByteSource& src, const std::string& path, int expected
   int64_t count = 1;
   for (int d = 0; d < ndims; ++d) {
     h.dims.push_back(big_endian_u32(bytes.data() + 4 + 4 * d));
-    h.dims_str += (d ? "x" : "") + std::to_string(h.dims.back());
+    if (d) h.dims_str += 'x';
+    h.dims_str += std::to_string(h.dims.back());
   }
   for (int d = 0; d < ndims; ++d) {
     const int64_t limit = d == 0 ? kIdxMaxCount : kIdxMaxSize;

@@ -66,7 +66,7 @@ Tensor private_copy(const Tensor& x) {
   }
   if (overlaps || x.numel() == 0) return x.detach().clone();
   Tensor buf = empty({extent}, x.dtype());
-  Tensor copy = detail::make_alias(buf, x.shape(), x.strides(), 0);
+  Tensor copy = gradsleuth::detail::make_alias(buf, x.shape(), x.strides(), 0);
   copy.copy_(x.detach());
   return copy;
 }
