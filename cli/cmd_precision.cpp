@@ -104,7 +104,7 @@ int cmd_precision(const std::vector<std::string>& args) {
   const nn::Batch b = loader.batch(0, index);
   const Tensor x = b.x.to(device), y = b.y.to(device);
   debug::LossOf loss = [&y, loss_scale](const Tensor& out) {
-    Tensor l = nn::functional::cross_entropy(out, y);
+    Tensor l = nn::functional::cross_entropy(out, y.to(out.device()));  // compare_precision may run on a copy elsewhere
     return loss_scale == 1.0 ? l : l * loss_scale;
   };
   const debug::PrecisionSetting setting{dt, !weights};

@@ -313,7 +313,7 @@ int cmd_train(const std::vector<std::string>& args) {
      << ",\"precision\":" << json_str(precision_name(precision)) << ",\"master_weights\":" << (master_weights ? "true" : "false");
   // The loss scaler (fp16): its initial and final scale, updates and the steps it skipped.
   if (scaler)
-    js << ",\"loss_scale\":{\"initial\":" << json_num(loss_scale) << ",\"final\":" << json_num(scaler->get_scale())
+    js << ",\"loss_scale\":{\"initial\":" << scale_str(loss_scale) << ",\"final\":" << scale_str(scaler->get_scale())
        << ",\"updates\":" << scale_trace.size() << ",\"skipped_steps\":" << skipped << "}";
   else
     js << ",\"loss_scale\":null";
@@ -345,7 +345,7 @@ int cmd_train(const std::vector<std::string>& args) {
       std::ostringstream csv;
       csv << "update,step,scale_before,scale_after,skipped\n";
       for (const ScaleRow& row : scale_trace)
-        csv << row.update << "," << row.step << "," << json_num(row.before) << "," << json_num(row.after) << ","
+        csv << row.update << "," << row.step << "," << scale_str(row.before) << "," << scale_str(row.after) << ","
             << (row.skipped ? 1 : 0) << "\n";
       write_file_atomic((std::filesystem::path(a.get("run-dir")) / "scale.csv").string(), csv.str(), "train --run-dir");
     }
