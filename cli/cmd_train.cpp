@@ -28,12 +28,14 @@ namespace gradsleuth::cli {
 
 namespace {
 
-// A loss scale for people: 65536, 0.5 (exact for the powers of two a GradScaler moves through).
+// A loss scale, shortest first: 65536, 0.5, 1e-06 (the fewest digits that read back as the same double).
 std::string scale_str(double v) {
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  return os.str();
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 // Defaults per model: what reached the goals in docs/training.md. The CNN's recipe is

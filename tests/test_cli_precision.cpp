@@ -99,6 +99,25 @@ TEST_CASE("train --precision fp16: the GradScaler's scale, its skipped steps and
   fs::remove_all(dir);
 }
 
+TEST_CASE("train --precision fp16 with a loss scale of 1e-6: the gradients underflow and M28, M29, M30 warn") {
+  testdata::require_fashion_mnist();
+  const json_mini::Value doc = run_json("train --precision fp16 --loss-scale 0.000001" + kSmall);
+  std::vector<std::string> warned;
+  for (const json_mini::Value& f : doc.get("precision_checks")->arr)
+    if (f.get("severity")->str == "warning") warned.push_back(f.get("check")->str);
+  CHECK(has(warned, "M28"));  // every gradient value zero in float16
+  CHECK(has(warned, "M29"));  // the first backward op whose gradient left the range at the bottom
+  CHECK(has(warned, "M30"));  // the gradients lost against float32
+  // The text names them too, one line each.
+  const clitest::Run r = clitest::run_cli("train --precision fp16 --loss-scale 0.000001" +
+                                              std::string(" --model mlp --epochs 1 --limit-train 640 --limit-test 300 "
+                                                          "--threads 1 --quiet"),
+                                          true);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("[M29 warning] the backward of") != std::string::npos);
+  CHECK(r.out.find("loss scale 1e-06 -> ") != std::string::npos);
+}
+
 TEST_CASE("train --precision bf16 --master-weights: 16-bit parameters with float32 masters still learn") {
   testdata::require_fashion_mnist();
   const json_mini::Value doc = run_json("train --precision bf16 --master-weights" + kSmall);
