@@ -1,6 +1,6 @@
 // `gradsleuth train --device cuda` on the CUDA backend (its CPU emulator here): a short MLP run
 // reaches the same train/test losses as the same run on --device cpu; a bad --device is refused.
-// `gradsleuth precision --device cuda`: M30's table names the op the CPU's does.
+// `gradsleuth precision --device cuda`: the device model's M30 table (compared on a CPU copy) is the CPU's.
 // `gradsleuth zoo --device cuda` on one bug with a token budget: the run is on the device and the
 // bug is caught (the verdicts against the CPU's are tests/cuda/test_cuda_zoo.cpp's job).
 // Fails, saying how to install it, when dataset-fashion-mnist is not installed.
@@ -102,7 +102,7 @@ TEST_CASE("precision --device cuda: M30's table on the CUDA backend matches the 
   REQUIRE(cuda.get("ops")->arr.size() == cpu.get("ops")->arr.size());
   const json_mini::Value *wc = cuda.get("worst"), *wp = cpu.get("worst");
   REQUIRE(wc->kind == json_mini::Value::Object);
-  // The same op is the worst, with an error of the same size (the 16-bit kernels round alike).
+  // M30 compares a device model on a CPU copy: the same op is the worst, with the same error.
   CHECK(wc->get("op")->str == wp->get("op")->str);
   CHECK(wc->get("index")->num == wp->get("index")->num);
   CHECK(std::abs(wc->get("rel_error")->num - wp->get("rel_error")->num) <= 0.25 * wp->get("rel_error")->num);
