@@ -28,9 +28,9 @@ std::string op_json(const debug::OpComparison& c) {
 }
 
 std::string op_label(const debug::OpComparison& c) {
-  std::string s = c.backward ? "the gradient the backward of '" + c.site.op + "' produced for its input " +
-                                   std::to_string(c.input)
-                             : "'" + c.site.op + "'";
+  std::string s =
+      c.backward ? "the gradient the backward of '" + c.site.op + "' produced for its input " + std::to_string(c.input)
+                 : "'" + c.site.op + "'";
   if (!c.site.module.empty()) s += " in " + c.site.module;
   if (c.site.index > 0) s += " (op #" + std::to_string(c.site.index) + " of the forward)";
   return s;

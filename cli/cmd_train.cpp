@@ -210,7 +210,8 @@ int cmd_train(const std::vector<std::string>& args) {
   if (master_weights) opt->set_master_weights(true);
   // float16's range needs the loss scaled; bfloat16 has float32's.
   std::unique_ptr<optim::GradScaler> scaler;
-  if (precision == kFloat16) scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions().init_scale(loss_scale));
+  if (precision == kFloat16)
+    scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions().init_scale(loss_scale));
   if (!json && main_rank) {
     std::cout << "train: " << model_name << " (" << model->num_parameters() << " parameters), " << train->size()
               << " training / " << (val ? val->size() : 0) << " validation / " << test->size() << " test images, "
@@ -312,7 +313,8 @@ int cmd_train(const std::vector<std::string>& args) {
      << ",\"batch_size\":" << batch << ",\"lr\":" << json_num(lr) << ",\"schedule\":" << json_str(schedule)
      << ",\"label_smoothing\":" << json_num(label_smoothing) << ",\"seed\":" << seed
      << ",\"device\":" << json_str(device.str()) << ",\"processes\":" << world
-     << ",\"precision\":" << json_str(precision_name(precision)) << ",\"master_weights\":" << (master_weights ? "true" : "false");
+     << ",\"precision\":" << json_str(precision_name(precision))
+     << ",\"master_weights\":" << (master_weights ? "true" : "false");
   // The loss scaler (fp16): its initial and final scale, updates and the steps it skipped.
   if (scaler)
     js << ",\"loss_scale\":{\"initial\":" << scale_str(loss_scale) << ",\"final\":" << scale_str(scaler->get_scale())

@@ -41,7 +41,9 @@ std::vector<std::string> checks_of(const json_mini::Value& doc) {
   for (const json_mini::Value& f : pc->arr) out.push_back(f.get("check")->str);
   return out;
 }
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 const std::string kSmall = " --model mlp --epochs 1 --limit-train 640 --limit-test 300 --threads 1 --quiet --json";
 
@@ -81,8 +83,8 @@ TEST_CASE("train --precision fp16: the GradScaler's scale, its skipped steps and
   CHECK(ls->get("final")->num < ls->get("initial")->num);
   const double skipped = ls->get("skipped_steps")->num, updates = ls->get("updates")->num;
   CHECK(skipped >= 1);
-  CHECK(skipped < updates);                    // the scale came down far enough to step
-  CHECK(updates == doc.get("steps")->num);     // one update per training step, skipped or not
+  CHECK(skipped < updates);                 // the scale came down far enough to step
+  CHECK(updates == doc.get("steps")->num);  // one update per training step, skipped or not
   CHECK(has(checks_of(doc), "O10"));
   // scale.csv: a header and one row per update, the skipped ones marked.
   std::ifstream f(dir / "scale.csv");
@@ -145,14 +147,16 @@ TEST_CASE("train: mixed-precision options that do not fit together are refused b
 
 TEST_CASE("precision: the per-op table against float32 names the op with the largest error") {
   testdata::require_fashion_mnist();
-  for (const char* args : {"precision --model mlp --dtype bf16 --json", "precision --model cnn --dtype fp16 "
-                                                                         "--batch-size 8 --json",
+  for (const char* args : {"precision --model mlp --dtype bf16 --json",
+                           "precision --model cnn --dtype fp16 "
+                           "--batch-size 8 --json",
                            "precision --model mlp --dtype fp16 --weights --json"}) {
     CAPTURE(args);
     const json_mini::Value doc = run_json(args);
     const bool fp16 = std::string(args).find("fp16") != std::string::npos;
     CHECK(doc.get("dtype")->str == (fp16 ? "float16" : "bfloat16"));
-    CHECK(doc.get("setting")->str == (std::string(args).find("--weights") != std::string::npos ? "weights" : "autocast"));
+    CHECK(doc.get("setting")->str ==
+          (std::string(args).find("--weights") != std::string::npos ? "weights" : "autocast"));
     const json_mini::Value* ops = doc.get("ops");
     REQUIRE(ops != nullptr);
     REQUIRE(ops->arr.size() > 10);  // every forward op and backward gradient

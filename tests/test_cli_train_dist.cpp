@@ -94,8 +94,9 @@ TEST_CASE("mpirun -np 2 at batch B takes the same steps as one process at batch 
 }
 
 TEST_CASE("mpirun -np 2 with bfloat16 parameters (16-bit gradients all-reduced) follows one process at batch 2B") {
-  const std::string common = " train --model mlp --limit-train 768 --limit-test 200 --epochs 2 --val-fraction 0 "
-                             "--seed 3 --quiet --precision bf16 --master-weights";
+  const std::string common =
+      " train --model mlp --limit-train 768 --limit-test 200 --epochs 2 --val-fraction 0 "
+      "--seed 3 --quiet --precision bf16 --master-weights";
   const fs::path one = fresh_dir("bf16_one"), two = fresh_dir("bf16_two");
   auto r1 = clitest::run_cli(common + " --batch-size 64 --run-dir \"" + one.string() + "\"");
   REQUIRE(r1.status == 0);

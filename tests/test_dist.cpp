@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <tuple>
 #include <string>
+#include <tuple>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
