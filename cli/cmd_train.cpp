@@ -106,6 +106,10 @@ int cmd_train(const std::vector<std::string>& args) {
          "(Optimizer::set_master_weights)");
   a.option("loss-scale", "S", "with fp16: the GradScaler's initial scale, > 0 (default 65536 = 2^16)");
   a.flag("no-precision-checks", "with bf16|fp16: no training monitor, no M28/M29/M30/O10 findings (bare speed)");
+  a.option("check-every", "N",
+           "with bf16|fp16: the monitor's sampled steps (M28's and M29's measures, the other per-step checks) "
+           "are step 1 and every N-th step",
+           "100");
   a.flag("quiet", "no progress on stderr");
   a.flag("json", "end with one JSON line: model, epochs, test_accuracy, test_loss, seconds, ...");
   if (!a.parse()) return 0;
@@ -149,6 +153,10 @@ int cmd_train(const std::vector<std::string>& args) {
            "--loss-scale applies to --precision fp16 (a loss scaler); bfloat16 has float32's range and needs none");
   GS_CHECK(precision || !a.has("no-precision-checks"), "train",
            "--no-precision-checks applies to --precision bf16|fp16 only; drop it");
+  GS_CHECK(precision || !a.has("check-every"), "train", "--check-every applies to --precision bf16|fp16 only; drop it");
+  GS_CHECK(!a.has("no-precision-checks") || !a.has("check-every"), "train",
+           "--check-every sets the precision checks' sampling, which --no-precision-checks turns off; keep one");
+  const int64_t check_every = a.get_int_in("check-every", 1, 1000000000);
   const double loss_scale = a.has("loss-scale") ? a.get_double_in("loss-scale", 0.0, true, 3.4e38, false) : 65536.0;
   const bool master_weights = a.has("master-weights");
   const bool json = a.has("json");
@@ -257,7 +265,9 @@ int cmd_train(const std::vector<std::string>& args) {
   // M28, M29, M30 and O10 (and the monitor's other checks, which this command does not print).
   std::unique_ptr<debug::Monitor> monitor;
   if (checks) {
-    monitor = std::make_unique<debug::Monitor>(*model, *opt, &loss_module);
+    debug::MonitorOptions mo;
+    mo.every = check_every;
+    monitor = std::make_unique<debug::Monitor>(*model, *opt, &loss_module, mo);
     monitor->attach(trainer);
     if (scaler) monitor->watch(*scaler);
   }

@@ -134,6 +134,9 @@ TEST_CASE("train: mixed-precision options that do not fit together are refused b
       {"train --precision bf16 --loss-scale 1024", "--loss-scale applies to --precision fp16"},
       {"train --precision fp16 --loss-scale 0", "--loss-scale"},
       {"train --no-precision-checks", "--no-precision-checks applies to --precision bf16|fp16"},
+      {"train --check-every 10", "--check-every applies to --precision bf16|fp16"},
+      {"train --precision bf16 --check-every 0", "--check-every"},
+      {"train --precision bf16 --no-precision-checks --check-every 10", "keep one"},
       {"precision --dtype float32", "unknown --dtype 'float32'"},
       {"precision --model resnet", "unknown --model 'resnet'"},
   };
