@@ -332,6 +332,11 @@ int cmd_train(const std::vector<std::string>& args) {
   else
     js << ",\"loss_scale\":null";
   if (precision) {
+    js << ",\"check_every\":";
+    if (monitor)
+      js << check_every;
+    else
+      js << "null";
     js << ",\"precision_checks\":";
     if (!monitor) {
       js << "null";

@@ -60,6 +60,12 @@ TEST_CASE("train --precision bf16: autocast, no loss scaler, the range watch and
   CHECK(has(checks, "M28"));
   CHECK(has(checks, "M30"));
   CHECK_FALSE(has(checks, "O10"));  // no scaler, no O10
+  CHECK(doc.get("check_every")->num == 100);
+  // --no-precision-checks: no monitor, and the JSON says so.
+  const json_mini::Value bare = run_json("train --precision bf16 --no-precision-checks" + kSmall);
+  CHECK(bare.get("precision_checks")->kind == json_mini::Value::Null);
+  CHECK(bare.get("check_every")->kind == json_mini::Value::Null);
+  CHECK(bare.get("train_loss")->num == doc.get("train_loss")->num);  // the monitor does not change the run
   // float32: no precision keys beyond the name, nothing scaled.
   const json_mini::Value f32 = run_json("train" + kSmall);
   CHECK(f32.get("precision")->str == "float32");
