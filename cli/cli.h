@@ -31,6 +31,7 @@ int cmd_graph(const std::vector<std::string>& args);
 int cmd_explore(const std::vector<std::string>& args);    // cli/cmd_explore.cpp
 int cmd_corpus(const std::vector<std::string>& args);     // cli/cmd_corpus.cpp
 int cmd_mutate(const std::vector<std::string>& args);     // cli/cmd_mutate.cpp
+int cmd_precision(const std::vector<std::string>& args);  // cli/cmd_precision.cpp
 int cmd_scorecard(const std::vector<std::string>& args);  // cli/cmd_scorecard.cpp
 int cmd_doctor(const std::vector<std::string>& args);
 int cmd_lab(const std::vector<std::string>& args);

@@ -14,9 +14,12 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "cli/train_models.h"
+#include "core/autocast.h"
 #include "core/generator.h"
 #include "core/io.h"
 #include "core/json.h"
+#include "debug/run/monitor.h"
 #include "distributed/dist.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -25,23 +28,14 @@ namespace gradsleuth::cli {
 
 namespace {
 
-// x (B, 1, 28, 28) -> flatten (B, 784) -> 256 -> 128 -> K logits.
-std::shared_ptr<nn::Sequential> make_mlp() {
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(784, 256),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 128),
-                                          std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(128, 10));
-}
-
-// x (B, 1, 28, 28) -> conv 32 3x3 pad 1 + ReLU -> pool 2  (B, 32, 14, 14)
-//                  -> conv 64 3x3 pad 1 + ReLU -> pool 2  (B, 64, 7, 7)
-//                  -> flatten (B, 3136) -> fc 128 + ReLU + dropout -> K logits.
-std::shared_ptr<nn::Sequential> make_cnn() {
-  return std::make_shared<nn::Sequential>(
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 32, 3).padding(1)), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(32, 64, 3).padding(1)),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(64 * 7 * 7, 128), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.25),
-      std::make_shared<nn::Linear>(128, 10));
+// A loss scale, shortest first: 65536, 0.5, 1e-06 (the fewest digits that read back as the same double).
+std::string scale_str(double v) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 // Defaults per model: what reached the goals in docs/training.md. The CNN's recipe is
@@ -73,7 +67,14 @@ int cmd_train(const std::vector<std::string>& args) {
       "The same --seed gives the same run, loss for loss.\n"
       "Data-parallel: under mpirun -np N each process trains on its shard of every batch (--batch-size is per\n"
       "process: a global batch of N*B) with gradients averaged across processes; rank 0 alone prints and writes\n"
-      "--run-dir, and every loss shown is the mean over the processes (docs/distributed.md).");
+      "--run-dir, and every loss shown is the mean over the processes (docs/distributed.md).\n"
+      "Mixed precision (--precision bf16|fp16; docs/dtypes.md, \"Autocast\"): the forward and the loss run under\n"
+      "autocast (matmuls and convolutions in 16 bits, reductions and the loss in float32), the parameters stay\n"
+      "float32 (or 16-bit with float32 master copies: --master-weights); fp16 scales the loss with a GradScaler\n"
+      "(its scale at every update goes to --run-dir/scale.csv). The validation and test sets are evaluated under\n"
+      "the same autocast. A 16-bit run attaches the training monitor and ends with the precision checks' findings:\n"
+      "M28 (values out of the 16-bit range), M29 (the first op out of range), M30 (the op furthest from float32\n"
+      "on one batch) and O10 (the loss scaler) (--no-precision-checks: none; under mpirun they are not run).");
   a.option("model", "mlp|cnn",
            "the network to train: mlp = Linear 784-256-128-10 with ReLU (not the zoo's mlp of doctor/zoo/graph); "
            "cnn = two 3x3 convs (32, 64) with pooling, fc 128, dropout 0.25 (the zoo's cnn)",
@@ -98,6 +99,17 @@ int cmd_train(const std::vector<std::string>& args) {
   a.option("limit-train", "N", "train on the first N images only (quick runs)");
   a.option("limit-test", "N", "evaluate on the first N test images only");
   a.option("val-fraction", "F", "share of the training images held out for validation, in [0, 0.5] (0: none)", "0.1");
+  a.option("precision", "float32|bf16|fp16",
+           "float32, or mixed precision: autocast to bfloat16, or to float16 with a GradScaler", "float32");
+  a.flag("master-weights",
+         "with bf16|fp16: store the parameters in 16 bits, the optimizer stepping float32 master copies "
+         "(Optimizer::set_master_weights)");
+  a.option("loss-scale", "S", "with fp16: the GradScaler's initial scale, > 0 (default 65536 = 2^16)");
+  a.flag("no-precision-checks", "with bf16|fp16: no training monitor, no M28/M29/M30/O10 findings (bare speed)");
+  a.option("check-every", "N",
+           "with bf16|fp16: the monitor's sampled steps (M28's and M29's measures, the other per-step checks) "
+           "are step 1 and every N-th step",
+           "100");
   a.flag("quiet", "no progress on stderr");
   a.flag("json", "end with one JSON line: model, epochs, test_accuracy, test_loss, seconds, ...");
   if (!a.parse()) return 0;
@@ -134,6 +146,19 @@ int cmd_train(const std::vector<std::string>& args) {
            schedule, "': use cosine, warmup-cosine or none");
   const double label_smoothing =
       a.has("label-smoothing") ? a.get_double_in("label-smoothing", 0.0, false, 1.0, true) : d.label_smoothing;
+  const std::optional<DType> precision = parse_precision(a.get("precision"), "train", "precision");
+  GS_CHECK(precision || !a.has("master-weights"), "train",
+           "--master-weights needs 16-bit parameters: add --precision bf16 or --precision fp16");
+  GS_CHECK(precision == kFloat16 || !a.has("loss-scale"), "train",
+           "--loss-scale applies to --precision fp16 (a loss scaler); bfloat16 has float32's range and needs none");
+  GS_CHECK(precision || !a.has("no-precision-checks"), "train",
+           "--no-precision-checks applies to --precision bf16|fp16 only; drop it");
+  GS_CHECK(precision || !a.has("check-every"), "train", "--check-every applies to --precision bf16|fp16 only; drop it");
+  GS_CHECK(!a.has("no-precision-checks") || !a.has("check-every"), "train",
+           "--check-every sets the precision checks' sampling, which --no-precision-checks turns off; keep one");
+  const int64_t check_every = a.get_int_in("check-every", 1, 1000000000);
+  const double loss_scale = a.has("loss-scale") ? a.get_double_in("loss-scale", 0.0, true, 3.4e38, false) : 65536.0;
+  const bool master_weights = a.has("master-weights");
   const bool json = a.has("json");
   std::string device_note;  // " (CPU emulator of CUDA)" in the header line of the emulated build
   const Device device = device_option(a, "train", &device_note);
@@ -173,7 +198,9 @@ int cmd_train(const std::vector<std::string>& args) {
 
   // Model and optimizer (initialisation draws from the seeded global generator).
   manual_seed(seed);
-  std::shared_ptr<nn::Sequential> model = model_name == "cnn" ? make_cnn() : make_mlp();
+  std::shared_ptr<nn::Sequential> model = make_train_model(model_name, "train");
+  // Master weights: the parameters themselves in 16 bits (autocast still casts each batch to them).
+  if (master_weights) model->to(*precision);
   // The module the Trainer runs: the model, or DDP around it (rank 0's weights broadcast, gradients
   // averaged during backward). Dropout then draws from a per-rank stream: the same masks on every
   // rank would make N ranks drop the same units (bug B32).
@@ -188,12 +215,21 @@ int cmd_train(const std::vector<std::string>& args) {
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(lr));
   else
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(lr).momentum(0.9));
+  if (master_weights) opt->set_master_weights(true);
+  // float16's range needs the loss scaled; bfloat16 has float32's.
+  std::unique_ptr<optim::GradScaler> scaler;
+  if (precision == kFloat16)
+    scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions().init_scale(loss_scale));
   if (!json && main_rank) {
     std::cout << "train: " << model_name << " (" << model->num_parameters() << " parameters), " << train->size()
               << " training / " << (val ? val->size() : 0) << " validation / " << test->size() << " test images, "
               << epochs << " epochs, batch " << batch << ", " << opt_name << " lr " << lr << ", seed " << seed
               << ", on " << device.str() << device_note;
     if (world > 1) std::cout << ", " << world << " processes (global batch " << batch * world << ")";
+    if (precision)
+      std::cout << ", mixed precision " << dtype_name(*precision) << " (autocast"
+                << (master_weights ? ", 16-bit parameters with float32 master weights" : ", float32 parameters")
+                << (scaler ? ", loss scale " + scale_str(loss_scale) : std::string()) << ")";
     std::cout << "\n";
     std::cout.flush();
   }
@@ -205,11 +241,35 @@ int cmd_train(const std::vector<std::string>& args) {
       .progress(a.has("quiet") || !main_rank ? optim::Progress::Off : optim::Progress::Auto);
   to.scheduler_per_step(schedule == "warmup-cosine");
   if (world > 1) to.reduce_mean([&pg](double v) { return pg.all_reduce(v, dist::ReduceOp::Avg); }).processes(world);
+  if (precision) to.autocast(*precision);
+  if (scaler) to.grad_scaler(scaler.get());
   optim::Trainer trainer(*trained, *opt, to);
-  if (label_smoothing > 0.0) {  // the Trainer's loss (training and validation); the test loss stays plain
-    trainer.set_loss([ls = label_smoothing](const Tensor& out, const Tensor& y) {
-      return nn::functional::cross_entropy(out, y, nn::CrossEntropyLossOptions().label_smoothing(ls));
+  // The Trainer's loss (training and validation); the test loss stays plain. A module, so that the
+  // monitor of a 16-bit run hears its inputs.
+  nn::CrossEntropyLoss loss_module(nn::CrossEntropyLossOptions().label_smoothing(label_smoothing));
+  const bool checks = precision && !a.has("no-precision-checks") && world == 1;
+  if (label_smoothing > 0.0 || checks)
+    trainer.set_loss([&loss_module](const Tensor& out, const Tensor& y) { return loss_module(out, y); });
+  // The loss scaler's trace: its scale after every update and the steps it skipped (O10's record).
+  struct ScaleRow {
+    int64_t update, step;
+    double before, after;
+    bool skipped;
+  };
+  std::vector<ScaleRow> scale_trace;
+  int64_t steps_done = 0;
+  if (scaler)
+    scaler->add_update_hook([&](const optim::GradScaler&, const optim::ScalerUpdate& u) {
+      scale_trace.push_back({u.index, steps_done + 1, u.scale_before, u.scale_after, u.found_inf});
     });
+  // M28, M29, M30 and O10 (and the monitor's other checks, which this command does not print).
+  std::unique_ptr<debug::Monitor> monitor;
+  if (checks) {
+    debug::MonitorOptions mo;
+    mo.every = check_every;
+    monitor = std::make_unique<debug::Monitor>(*model, *opt, &loss_module, mo);
+    monitor->attach(trainer);
+    if (scaler) monitor->watch(*scaler);
   }
   std::unique_ptr<optim::LRScheduler> sched;
   if (schedule == "cosine") {
@@ -225,6 +285,7 @@ int cmd_train(const std::vector<std::string>& args) {
   int64_t bad_step = 0, bad_epoch = 0;
   double bad_loss = 0.0;
   trainer.on_step([&](const optim::StepInfo& s) {
+    steps_done = s.step;
     if (bad_step == 0 && !std::isfinite(s.loss)) {
       bad_step = s.step;
       bad_epoch = s.epoch;
@@ -233,8 +294,23 @@ int cmd_train(const std::vector<std::string>& args) {
     }
   });
   optim::FitResult r = trainer.fit(train_loader, val_loader.get());
-  // The test set, once, after training.
-  const optim::EvalResult test_result = optim::evaluate(*model, test_loader);
+  // The precision checks' end of run: M30 on one batch of validation (or training) images.
+  std::vector<debug::Finding> precision_findings;
+  if (monitor) {
+    nn::DataLoader sample(nn::take(val ? val : train, 64), nn::DataLoaderOptions().batch_size(64));
+    const nn::Batch b = sample.batch(0, 0);
+    monitor->finish(b.x.to(device), b.y.to(device));
+    for (const debug::Finding& f : monitor->report().findings())
+      if (f.check == "M28" || f.check == "M29" || f.check == "M30" || f.check == "O10") precision_findings.push_back(f);
+  }
+  // The test set, once, after training (under the training's autocast).
+  optim::EvalResult test_result;
+  {
+    auto ac = autocast(precision.value_or(kBFloat16), precision.has_value());
+    test_result = optim::evaluate(*model, test_loader);
+  }
+  int64_t skipped = 0;
+  for (const ScaleRow& row : scale_trace) skipped += row.skipped ? 1 : 0;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double train_seconds = 0.0;
   for (const auto& e : r.epochs) train_seconds += e.seconds;
@@ -246,7 +322,30 @@ int cmd_train(const std::vector<std::string>& args) {
   js << "{\"model\":" << json_str(model_name) << ",\"optimizer\":" << json_str(opt_name) << ",\"epochs\":" << epochs
      << ",\"batch_size\":" << batch << ",\"lr\":" << json_num(lr) << ",\"schedule\":" << json_str(schedule)
      << ",\"label_smoothing\":" << json_num(label_smoothing) << ",\"seed\":" << seed
-     << ",\"device\":" << json_str(device.str()) << ",\"processes\":" << world;
+     << ",\"device\":" << json_str(device.str()) << ",\"processes\":" << world
+     << ",\"precision\":" << json_str(precision_name(precision))
+     << ",\"master_weights\":" << (master_weights ? "true" : "false");
+  // The loss scaler (fp16): its initial and final scale, updates and the steps it skipped.
+  if (scaler)
+    js << ",\"loss_scale\":{\"initial\":" << scale_str(loss_scale) << ",\"final\":" << scale_str(scaler->get_scale())
+       << ",\"updates\":" << scale_trace.size() << ",\"skipped_steps\":" << skipped << "}";
+  else
+    js << ",\"loss_scale\":null";
+  if (precision) {
+    js << ",\"check_every\":";
+    if (monitor)
+      js << check_every;
+    else
+      js << "null";
+    js << ",\"precision_checks\":";
+    if (!monitor) {
+      js << "null";
+    } else {
+      js << "[";
+      for (size_t i = 0; i < precision_findings.size(); ++i) js << (i ? "," : "") << precision_findings[i].json();
+      js << "]";
+    }
+  }
   // Under mpirun: the seconds rank 0's backward passes waited for the gradient all-reduce.
   if (auto* ddp = dynamic_cast<dist::DistributedDataParallel*>(trained.get()))
     js << ",\"allreduce_wait_seconds\":" << json_num(ddp->wait_seconds());
@@ -258,15 +357,49 @@ int cmd_train(const std::vector<std::string>& args) {
      << ",\"steps\":" << r.steps << ",\"seconds\":" << json_num(seconds)
      << ",\"train_seconds\":" << json_num(train_seconds) << ",\"examples_per_second\":" << json_num(ex_s) << "}";
   if (!main_rank) return bad_step ? 1 : 0;  // rank 0 reports (every rank saw the same global losses)
-  if (!a.get("run-dir").empty())
+  if (!a.get("run-dir").empty()) {
     write_file_atomic((std::filesystem::path(a.get("run-dir")) / "summary.json").string(), js.str() + "\n",
                       "train --run-dir");
+    if (scaler) {
+      std::ostringstream csv;
+      csv << "update,step,scale_before,scale_after,skipped\n";
+      for (const ScaleRow& row : scale_trace)
+        csv << row.update << "," << row.step << "," << scale_str(row.before) << "," << scale_str(row.after) << ","
+            << (row.skipped ? 1 : 0) << "\n";
+      write_file_atomic((std::filesystem::path(a.get("run-dir")) / "scale.csv").string(), csv.str(), "train --run-dir");
+    }
+  }
   if (json) {
     std::cout << js.str() << "\n";
   } else {
     if (val) std::printf("val accuracy %.4f  val loss %.4f  (last epoch)\n", last.val_accuracy, last.val_loss);
     std::printf("test accuracy %.4f  test loss %.4f  train loss %.4f  %.1f s (%.0f examples/s)\n", test_result.accuracy,
                 test_result.loss, last.train_loss, seconds, ex_s);
+    if (scaler) {
+      std::string which;
+      int shown = 0;
+      for (const ScaleRow& row : scale_trace)
+        if (row.skipped && shown++ < 8) which += (which.empty() ? "" : ", ") + std::to_string(row.step);
+      if (skipped > 8) which += ", ...";
+      std::printf("loss scale %s -> %s over %zu updates; %lld step%s skipped (inf/NaN gradients)%s%s\n",
+                  scale_str(loss_scale).c_str(), scale_str(scaler->get_scale()).c_str(), scale_trace.size(),
+                  static_cast<long long>(skipped), skipped == 1 ? "" : "s", which.empty() ? "" : ": steps ",
+                  which.c_str());
+    }
+    if (precision && !monitor)
+      std::printf("precision checks: not run (%s)\n",
+                  world > 1 ? "under mpirun: the monitor's extra forwards and backwards would run collectives on one "
+                              "rank; run them in one process"
+                            : "--no-precision-checks");
+    if (monitor) {
+      std::printf("precision checks (M28 range, M29 first op out of range, M30 op vs float32, O10 loss scaler):\n");
+      if (precision_findings.empty()) std::printf("  no finding\n");
+      // One line each (the evidence is in --json and --run-dir's summary.json).
+      for (const debug::Finding& f : precision_findings) {
+        std::printf("  [%s %s] %s\n", f.check.c_str(), f.fires() ? "warning" : "info", f.title.c_str());
+        if (f.fires() && !f.fix.empty()) std::printf("      fix: %s\n", f.fix.c_str());
+      }
+    }
   }
   if (bad_step) {
     std::cerr << "gradsleuth train: error: the training loss became non-finite (" << bad_loss << ") at step "

@@ -23,6 +23,8 @@ std::vector<Command> all_commands() {
       {"mutate", "fault operators (DeepCrime's and the program-text families) over the corpus: list, or run one",
        cmd_mutate},
       {"ops", "list the op registry (name, category, differentiable, double backward)", cmd_ops},
+      {"precision", "M30 on train's mlp or cnn: one batch in bf16/fp16 against float32, op by op, the worst named",
+       cmd_precision},
       {"scorecard", "every fault operator on the corpus's recipes: detection and diagnosis recall, false alarms",
        cmd_scorecard},
       {"train", "train an MLP or a CNN on Fashion-MNIST and report test accuracy (docs/training.md)", cmd_train},

@@ -54,12 +54,17 @@ ncclDataType_t nccl_type(DType t, const char* op) {
     case DType::Float64: return ncclFloat64;
     case DType::Int64: return ncclInt64;
     case DType::Bool: return ncclUint8;
-    case DType::Float16:
-    case DType::BFloat16: break;
+    // 16-bit floats natively: NCCL reduces them in their own type (docs/distributed.md, "16-bit tensors").
+    case DType::Float16: return ncclFloat16;
+    case DType::BFloat16:
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+      return ncclBfloat16;
+#else
+      break;
+#endif
   }
-  GS_FAIL(op, "no NCCL collective for ", dtype_name(t),
-          " tensors here (its collectives take float32, float64, int64 and bool); convert with "
-          ".to(gs::kFloat32) first");
+  GS_FAIL(op, "no NCCL collective for ", dtype_name(t), " tensors with this NCCL (", NCCL_MAJOR, ".", NCCL_MINOR,
+          "; bfloat16 needs 2.10 or later); convert with .to(gs::kFloat32) first, or update NCCL");
 }
 
 void write_back(Tensor& t, const Tensor& buf, const char* op) {

@@ -4,6 +4,7 @@
 #include "distributed/process_group.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,17 +128,63 @@ void terminate_handler() {
   abort_job(what, 1);
 }
 
-MPI_Datatype mpi_type(DType t, const char* op) {
+// float16/bfloat16 travel as a 2-byte contiguous type (MPI has no 16-bit float type) and are reduced
+// by our own ops: each pairwise combination widens both operands to float32, sums (or compares) and
+// rounds once, so the wire carries 2 bytes per element (docs/distributed.md, "16-bit tensors").
+template <class H>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = H(to_float(a[i]) + to_float(b[i]));
+}
+// A NaN on any rank is the result (as the float32 sum would give), never hidden by a comparison.
+template <class H>
+void max16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = to_float(a[i]), y = to_float(b[i]);
+    if (std::isnan(x) || x > y) b[i] = a[i];
+  }
+}
+
+// Made once, after MPI_Init, and kept until MPI_Finalize.
+struct Mpi16 {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op sum_half = MPI_OP_NULL, max_half = MPI_OP_NULL, sum_bf16 = MPI_OP_NULL, max_bf16 = MPI_OP_NULL;
+};
+const Mpi16& mpi16() {
+  static Mpi16 m = [] {
+    Mpi16 r;
+    MPI_Type_contiguous(2, MPI_BYTE, &r.type);
+    MPI_Type_commit(&r.type);
+    MPI_Op_create(&sum16<Half>, 1, &r.sum_half);
+    MPI_Op_create(&max16<Half>, 1, &r.max_half);
+    MPI_Op_create(&sum16<BFloat16>, 1, &r.sum_bf16);
+    MPI_Op_create(&max16<BFloat16>, 1, &r.max_bf16);
+    return r;
+  }();
+  return m;
+}
+
+MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::Float32: return MPI_FLOAT;
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int64: return MPI_INT64_T;
     case DType::Bool: return MPI_C_BOOL;
     case DType::Float16:
-    case DType::BFloat16: break;
+    case DType::BFloat16: return mpi16().type;
   }
-  GS_FAIL(op, "no MPI collective for ", dtype_name(t), " tensors (MPI has no 16-bit float type); convert with ",
-          ".to(gs::kFloat32) first, and back after");
+  GS_FAIL("dist", "unknown dtype code ", static_cast<int>(t));
+}
+
+// Avg is reduced as Sum (then divided).
+MPI_Op mpi_op(DType t, ReduceOp op) {
+  const bool max = op == ReduceOp::Max;
+  if (t == DType::Float16) return max ? mpi16().max_half : mpi16().sum_half;
+  if (t == DType::BFloat16) return max ? mpi16().max_bf16 : mpi16().sum_bf16;
+  return max ? (t == DType::Bool ? MPI_LOR : MPI_MAX) : MPI_SUM;
 }
 
 }  // namespace
@@ -301,10 +348,20 @@ void write_back(Tensor& t, const Tensor& buf, const char* op) {
   t.copy_(buf);
 }
 
+template <class H>
+void divide16(Tensor& buf, int n) {  // one more rounding: exact for a power-of-two n above the subnormals
+  H* p = static_cast<H*>(buf.raw_data());
+  for (int64_t i = 0; i < buf.numel(); ++i) p[i] = H(to_float(p[i]) / static_cast<float>(n));
+}
+
 void divide_by(Tensor& buf, int n) {
   if (buf.dtype() == DType::Float32) {
     float* p = buf.data_ptr<float>();
     for (int64_t i = 0; i < buf.numel(); ++i) p[i] /= static_cast<float>(n);
+  } else if (buf.dtype() == DType::Float16) {
+    divide16<Half>(buf, n);
+  } else if (buf.dtype() == DType::BFloat16) {
+    divide16<BFloat16>(buf, n);
   } else {
     double* p = buf.data_ptr<double>();
     for (int64_t i = 0; i < buf.numel(); ++i) p[i] /= static_cast<double>(n);
@@ -321,10 +378,9 @@ void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
     return;
   }
   Tensor buf = contiguous_buffer(t);
-  MPI_Op mop = op == ReduceOp::Max ? (t.dtype() == DType::Bool ? MPI_LOR : MPI_MAX) : MPI_SUM;
   MPI_Request req;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), static_cast<int>(buf.numel()),
-                           mpi_type(t.dtype(), "dist::all_reduce"), mop, impl_->comm, &req),
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), static_cast<int>(buf.numel()), mpi_type(t.dtype()),
+                           mpi_op(t.dtype(), op), impl_->comm, &req),
             "dist::all_reduce", *this);
   wait_for(req, "dist::all_reduce", "the all-reduce of " + t.str(), *this);
   if (op == ReduceOp::Avg) divide_by(buf, world_size_);
@@ -379,8 +435,8 @@ ProcessGroup::Work ProcessGroup::all_reduce_async(Tensor& buf, const std::string
     return w;
   }
   MPI_Request req;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), static_cast<int>(buf.numel()),
-                           mpi_type(buf.dtype(), "dist::all_reduce_async"), MPI_SUM, impl_->comm, &req),
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), static_cast<int>(buf.numel()), mpi_type(buf.dtype()),
+                           mpi_op(buf.dtype(), ReduceOp::Sum), impl_->comm, &req),
             "dist::all_reduce_async", *this);
   w.id_ = impl_->next_id++;
   impl_->pending.emplace(w.id_, req);

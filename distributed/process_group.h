@@ -10,9 +10,12 @@
 //
 // Transport: CPU tensors go through MPI (OpenMPI or MPICH, whatever CMake found), CUDA tensors
 // through NCCL when the library was built with it (the CUDA backend and NCCL were found);
-// there is no home-made transport. Without an MPI launcher (no mpirun in the environment),
-// or in a build without MPI, world() is a world of one rank where every collective is the
-// identity, so a program written for N ranks also runs as one process.
+// there is no home-made transport. float16/bfloat16 tensors travel in 16 bits: MPI through our
+// own MPI_Op on a 2-byte type (each pair summed in float32 and rounded back), NCCL natively
+// (ncclFloat16/ncclBfloat16); docs/distributed.md, "16-bit tensors". Without an MPI launcher
+// (no mpirun in the environment), or in a build without MPI, world() is a world of one rank
+// where every collective is the identity, so a program written for N ranks also runs as one
+// process.
 //
 // Failure is loud, never a hang or a silent mix-up:
 //  - every tensor collective first compares the ranks' shapes and dtypes (a small all-gather)
@@ -73,8 +76,9 @@ class ProcessGroup {
   std::string where() const;
 
   // ---- for DistributedDataParallel: the asynchronous all-reduce behind its buckets -------
-  // Starts a SUM all-reduce of a contiguous float32/float64 CPU (or, with NCCL, CUDA) buffer
-  // and returns at once (MPI_Iallreduce), so the reduction overlaps the rest of backward.
+  // Starts a SUM all-reduce of a contiguous floating (float32/64, float16, bfloat16) CPU (or,
+  // with NCCL, CUDA) buffer and returns at once (MPI_Iallreduce), so the reduction overlaps the
+  // rest of backward.
   // No signature check: the caller guarantees the ranks' buffers match (DDP checks its
   // layout once, at construction). Every rank must start the same requests in the same order.
   class Work {

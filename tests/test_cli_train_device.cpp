@@ -1,5 +1,6 @@
 // `gradsleuth train --device cuda` on the CUDA backend (its CPU emulator here): a short MLP run
 // reaches the same train/test losses as the same run on --device cpu; a bad --device is refused.
+// `gradsleuth precision --device cuda`: the device model's M30 table (compared on a CPU copy) is the CPU's.
 // `gradsleuth zoo --device cuda` on one bug with a token budget: the run is on the device and the
 // bug is caught (the verdicts against the CPU's are tests/cuda/test_cuda_zoo.cpp's job).
 // Fails, saying how to install it, when dataset-fashion-mnist is not installed.
@@ -84,4 +85,25 @@ TEST_CASE("zoo --device cuda: the matrix and the JSON say cuda:0, and B22 is cau
   CHECK(b22.get("caught")->b);
   CHECK(b22.get("steps")->num == 2);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("precision --device cuda: M30's table on the CUDA backend matches the CPU's") {
+  testdata::require_fashion_mnist();
+  json_mini::Value docs[2];
+  const char* devices[2] = {"cpu", "cuda"};
+  for (int i = 0; i < 2; ++i) {
+    const clitest::Run r = clitest::run_cli(
+        std::string("precision --model mlp --dtype bf16 --batch-size 16 --json --device ") + devices[i], true);
+    REQUIRE_MESSAGE(r.status == 0, "precision --device ", devices[i], " failed: ", r.out);
+    REQUIRE_NOTHROW(docs[i] = json_mini::parse(last_line(r.out)));
+  }
+  const json_mini::Value &cpu = docs[0], &cuda = docs[1];
+  CHECK(cuda.get("device")->str == "cuda:0");
+  REQUIRE(cuda.get("ops")->arr.size() == cpu.get("ops")->arr.size());
+  const json_mini::Value *wc = cuda.get("worst"), *wp = cpu.get("worst");
+  REQUIRE(wc->kind == json_mini::Value::Object);
+  // M30 compares a device model on a CPU copy: the same op is the worst, with the same error.
+  CHECK(wc->get("op")->str == wp->get("op")->str);
+  CHECK(wc->get("index")->num == wp->get("index")->num);
+  CHECK(std::abs(wc->get("rel_error")->num - wp->get("rel_error")->num) <= 0.25 * wp->get("rel_error")->num);
 }

@@ -93,6 +93,31 @@ TEST_CASE("mpirun -np 2 at batch B takes the same steps as one process at batch 
   fs::remove_all(two);
 }
 
+TEST_CASE("mpirun -np 2 with bfloat16 parameters (16-bit gradients all-reduced) follows one process at batch 2B") {
+  const std::string common =
+      " train --model mlp --limit-train 768 --limit-test 200 --epochs 2 --val-fraction 0 "
+      "--seed 3 --quiet --precision bf16 --master-weights";
+  const fs::path one = fresh_dir("bf16_one"), two = fresh_dir("bf16_two");
+  auto r1 = clitest::run_cli(common + " --batch-size 64 --run-dir \"" + one.string() + "\"");
+  REQUIRE(r1.status == 0);
+  const clitest::Run r2 = clitest::run_command(kMpirun + "\"" + GS_CLI_PATH + "\"" + common +
+                                               " --batch-size 32 --run-dir \"" + two.string() + "\"");
+  REQUIRE_MESSAGE(r2.status == 0, r2.out);
+  CHECK(r2.out.find("16-bit parameters with float32 master weights") != std::string::npos);
+  const auto a = read_steps(one / "steps.csv"), b = read_steps(two / "steps.csv");
+  REQUIRE(a.size() == 24);
+  REQUIRE(b.size() == a.size());
+  // bfloat16 rounds the gradients (summed in another order, then all-reduced in 16 bits) and the
+  // parameters: the losses agree to 2 x bfloat16's epsilon (2^-7), relative.
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("step " << i + 1 << ": one process " << a[i].loss << ", two " << b[i].loss);
+    CHECK(std::fabs(a[i].loss - b[i].loss) <= 2 * std::ldexp(1.0, -7) * std::fabs(a[i].loss));
+  }
+  CHECK(a.back().loss < a.front().loss - 0.3);
+  fs::remove_all(one);
+  fs::remove_all(two);
+}
+
 TEST_CASE("mpirun -np 2 trains the CNN (dropout seeded per rank) and reports once") {
   const std::string cmd = kMpirun + "\"" + GS_CLI_PATH + "\"" +
                           " train --model cnn --limit-train 128 --limit-test 64 --epochs 1 --batch-size 16 "

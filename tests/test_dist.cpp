@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
@@ -16,6 +18,9 @@
 #include "nn/container.h"
 #include "nn/linear.h"
 #include "nn_test_util.h"
+#include "optim/grad_scaler.h"
+#include "optim/sgd.h"
+#include "reduced_float_tolerance.h"
 
 namespace dist = gs::dist;
 using gs::Tensor;
@@ -322,4 +327,161 @@ TEST_CASE("DDP: a backward that fails on every rank after some buckets started l
   auto params = ddp->parameters();
   for (size_t k = 0; k < params.size(); ++k) check_close(params[k].grad(), want[k], 1e-14, 1e-12);
   CHECK(ddp->reduced_parameters().size() == 4);
+}
+
+// ---- 16-bit tensors (docs/distributed.md, "16-bit tensors") ------------------------------------
+namespace {
+
+// 64 values per rank whose sums need rounding in 16 bits, over several octaves and both signs.
+Tensor values16(int rank, gs::DType dt) {
+  std::vector<double> v;
+  for (int i = 0; i < 64; ++i)
+    v.push_back((1.0 + i / 64.0 + 0.013 * rank) * std::ldexp(1.0, i % 7 - 3) * (rank % 2 ? 1.0 : -0.37));
+  return gs::tensor(v, {64}, gs::kFloat64).to(dt);
+}
+std::vector<double> f64(const Tensor& t) { return t.detach().to(gs::kFloat64).contiguous().to_vector<double>(); }
+
+// |got - want| <= k * eps(dt) * max|want|, elementwise: "" or the first element that is not.
+std::string within(const Tensor& got, const Tensor& want, gs::DType dt, double k) {
+  const auto g = f64(got), w = f64(want);
+  if (g.size() != w.size()) return "sizes differ";
+  double m = 0;
+  for (double x : w) m = std::max(m, std::abs(x));
+  const double tol = k * reduced_float::eps_of(dt) * m;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(std::abs(g[i] - w[i]) <= tol))
+      return gs::detail::str_cat("element ", i, ": ", g[i], " vs ", w[i], " (tolerance ", tol, ")");
+  return "";
+}
+
+// A float32 MLP (the same weights on every rank for a given seed).
+std::shared_ptr<gs::nn::Sequential> make_mlp32(uint64_t seed) {
+  auto m = make_mlp(seed);
+  m->to(gs::kFloat32);
+  return m;
+}
+void copy_params(gs::nn::Module& to, gs::nn::Module& from) {
+  gs::NoGradGuard ng;
+  auto src = from.parameters(), dst = to.parameters();
+  for (size_t k = 0; k < dst.size(); ++k) dst[k].copy_(src[k]);
+}
+
+}  // namespace
+
+TEST_CASE("16-bit all_reduce: the float32 sum of the ranks' values, rounded to the dtype") {
+  const int W = pg().world_size(), r = pg().rank();
+  for (gs::DType dt : {gs::kFloat16, gs::kBFloat16}) {
+    CAPTURE(gs::dtype_name(dt));
+    const Tensor mine = values16(r, dt);
+    Tensor all = pg().all_gather(mine);  // (W, 64): every rank's values, in rank order
+    REQUIRE(all.dtype() == dt);
+    CHECK(f64(all[r]) == f64(mine));
+    // What the reduction must give: each element's float32 sum, rounded once (with more than two
+    // ranks MPI combines pairwise, each combination rounded: a bound of W - 1 half-ulps).
+    const Tensor want = all.to(gs::kFloat32).sum({0}).to(dt);
+    if (W > 1) CHECK(f64(want) != f64(all.to(gs::kFloat64).sum({0})));  // the values do need rounding
+
+    Tensor s = mine.clone();
+    pg().all_reduce(s);
+    REQUIRE(s.dtype() == dt);
+    if (W <= 2)
+      CHECK(f64(s) == f64(want));
+    else
+      CHECK(within(s, want, dt, 0.5 * (W - 1)) == "");
+
+    Tensor a = mine.clone();
+    pg().all_reduce(a, dist::ReduceOp::Avg);
+    CHECK(f64(a) == f64((s.to(gs::kFloat32) / static_cast<float>(W)).to(dt)));
+
+    Tensor m = mine.clone();
+    pg().all_reduce(m, dist::ReduceOp::Max);
+    CHECK(f64(m) == f64(all.to(gs::kFloat32).max(0).to(dt)));
+
+    // DDP's path: the asynchronous all-reduce of a contiguous buffer.
+    Tensor b = mine.clone();
+    auto work = pg().all_reduce_async(b, "a 16-bit test buffer");
+    work.wait();
+    CHECK(f64(b) == f64(s));
+
+    // A NaN on one rank, an inf on another: both reach every rank, as the float32 sum gives them.
+    Tensor special = mine.clone();
+    {
+      gs::NoGradGuard ng;
+      if (r == 0) special.narrow(0, 0, 1).fill_(std::nan(""));
+      if (r == W - 1) special.narrow(0, 1, 1).fill_(INFINITY);
+    }
+    Tensor sm = special.clone();
+    pg().all_reduce(special);
+    pg().all_reduce(sm, dist::ReduceOp::Max);
+    for (const Tensor& t : {special, sm}) {
+      const auto v = f64(t);
+      CHECK(std::isnan(v[0]));
+      CHECK(v[1] == INFINITY);
+    }
+
+    Tensor bc = gs::full({5}, 1.0 + 0.25 * r, dt);
+    pg().broadcast(bc, W - 1);
+    CHECK(f64(bc) == std::vector<double>(5, 1.0 + 0.25 * (W - 1)));
+  }
+}
+
+TEST_CASE("DDP with bfloat16 parameters: the averaged 16-bit gradient is the global batch's within the 16-bit rule") {
+  const int W = pg().world_size();
+  auto m = make_mlp32(21);
+  m->to(gs::kBFloat16);
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(m, pg());
+  const Tensor x = global_x(W).to(gs::kBFloat16), y = global_y(W).to(gs::kBFloat16);
+  mse((*ddp)(my_rows(x, pg())), my_rows(y, pg())).backward();
+  auto ref = make_mlp32(0);
+  ref->to(gs::kBFloat16);
+  copy_params(*ref, *m);
+  mse((*ref)(x), y).backward();
+  auto got = m->parameters(), want = ref->parameters();
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    CAPTURE(k);
+    REQUIRE(got[k].grad().dtype() == gs::kBFloat16);
+    // linear's backward (2 roundings, doubled, plus 2) with the all-reduce's and the division's.
+    CHECK(within(got[k].grad(), want[k].grad(), gs::kBFloat16, 8) == "");
+  }
+}
+
+TEST_CASE("DDP under autocast: N ranks' steps equal one process's steps on the global batch (bf16, fp16 + scaler)") {
+  const int W = pg().world_size();
+  for (gs::DType dt : {gs::kBFloat16, gs::kFloat16}) {
+    CAPTURE(gs::dtype_name(dt));
+    auto m = make_mlp32(31), ref = make_mlp32(0);
+    copy_params(*ref, *m);
+    std::vector<Tensor> init;
+    for (auto& p : m->parameters()) init.push_back(p.detach().clone());
+    auto ddp = std::make_shared<dist::DistributedDataParallel>(m, pg());
+    gs::optim::SGD opt(m->parameters(), gs::optim::SGDOptions(0.5));
+    gs::optim::SGD ref_opt(ref->parameters(), gs::optim::SGDOptions(0.5));
+    const bool scaled = dt == gs::kFloat16;
+    gs::optim::GradScaler scaler(gs::optim::GradScalerOptions().init_scale(1024.0).enabled(scaled));
+    gs::optim::GradScaler ref_scaler(gs::optim::GradScalerOptions().init_scale(1024.0).enabled(scaled));
+    const Tensor x = global_x(W).to(gs::kFloat32), y = global_y(W).to(gs::kFloat32);
+    for (int step = 0; step < 3; ++step) {
+      for (auto [model, o, sc, xb, yb] :
+           {std::tuple{static_cast<gs::nn::Module*>(ddp.get()), &opt, &scaler, my_rows(x, pg()), my_rows(y, pg())},
+            std::tuple{static_cast<gs::nn::Module*>(ref.get()), &ref_opt, &ref_scaler, x, y}}) {
+        o->zero_grad();
+        Tensor loss;
+        {
+          auto ac = gs::autocast(dt);
+          loss = mse((*model)(xb), yb);
+        }
+        sc->scale(loss).backward();
+        sc->step(*o);
+        sc->update();
+      }
+    }
+    CHECK(scaler.get_scale() == ref_scaler.get_scale());
+    // The updates (float32 parameters) agree to the 16-bit rule, scaled by the update's size.
+    auto got = m->parameters(), want = ref->parameters();
+    for (size_t k = 0; k < got.size(); ++k) {
+      CAPTURE(k);
+      CHECK(within(got[k] - init[k], want[k] - init[k], dt, 8) == "");
+    }
+  }
 }

@@ -13,6 +13,8 @@
 // Every rank runs every case in the same order (each case's collectives must match).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -193,6 +195,50 @@ TEST_CASE("all_reduce, broadcast, all_gather on device tensors: the cpu's result
     }
   }
   // The group still works afterwards: every rank failed (or succeeded) in the same place.
+  CHECK(pg().all_reduce(1.0) == double(W));
+}
+
+TEST_CASE("16-bit device tensors: NCCL's float16/bfloat16 collectives give the cpu's, or a clear error") {
+  const int W = pg().world_size(), r = pg().rank();
+  auto f64 = [](const Tensor& t) { return t.detach().cpu().to(gs::kFloat64).contiguous().to_vector<double>(); };
+  for (gs::DType dt : {gs::kFloat16, gs::kBFloat16}) {
+    const std::string dtype = gs::dtype_name(dt);
+    CAPTURE(dtype);
+    const Tensor x = rank_values(dt, r);
+    for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max}) {
+      const std::string op_name = dist::reduce_op_name(op);
+      CAPTURE(op_name);
+      Tensor c = x.clone();
+      pg().all_reduce(c, op);  // MPI: the float32 sum of each pair, rounded
+      Tensor d = x.to(gs::kCUDA);
+      if (dist::nccl_available()) {
+        pg().all_reduce(d, op);
+        REQUIRE(d.dtype() == dt);
+        // NCCL adds in the dtype (one rounding per addition, as MPI's pairs); its Avg may divide
+        // before or after summing: one more rounding, so half an ulp of the largest value per rank.
+        const auto got = f64(d), want = f64(c);
+        double m = 0;
+        for (double v : want) m = std::max(m, std::abs(v));
+        const double eps = dt == gs::kFloat16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+        for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= W * eps * m);
+      } else {
+        const std::string e = nntest::error_or_empty([&] { pg().all_reduce(d, op); });
+        check_no_nccl_message(e, "dist::all_reduce", d);
+        CHECK(f64(d) == f64(x));
+      }
+    }
+    Tensor cb = x.clone();
+    pg().broadcast(cb, W - 1);
+    Tensor db = x.to(gs::kCUDA);
+    if (dist::nccl_available()) {
+      pg().broadcast(db, W - 1);
+      CHECK(f64(db) == f64(cb));
+      Tensor dg = pg().all_gather(x.to(gs::kCUDA));
+      CHECK(f64(dg) == f64(pg().all_gather(x)));
+    } else {
+      check_no_nccl_message(nntest::error_or_empty([&] { pg().broadcast(db, W - 1); }), "dist::broadcast", db);
+    }
+  }
   CHECK(pg().all_reduce(1.0) == double(W));
 }
 
