@@ -73,10 +73,12 @@ bool lr_schedule(const Finding& f) {
   return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
          is(f, "O6", Kind::ScheduleGrows);
 }
+// O3 about a weight norm that keeps growing (the other: a weight decay too strong).
+bool o3_growth(const Finding& f) { return is(f, "O3") && f.kind != Kind::WeightDecayTooStrong; }
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
          (is(f, "L1", Kind::LossSpiking) || is(f, "L1", Kind::LossDiverging) || is(f, "L1", Kind::LossOscillating) ||
-          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || is(f, "M26", Kind::VarianceBlewUp));
+          (is(f, "O2") && f.severity == Severity::Warning) || o3_growth(f) || is(f, "M26", Kind::VarianceBlewUp));
 }
 bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
@@ -205,6 +207,10 @@ const std::vector<Cause>& diagnosis_causes() {
       {"variance-collapse", "a layer whose output became constant", "M26",
        "the variance of each layer's output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
+      {"weight-decay", "a weight decay too strong", "O3",
+       "each parameter group's decay pull against its loss gradient, training on from the end with and without "
+       "the decay, and, for weights that collapsed while the loss stalled, the run again without it",
+       true, [](const Finding& f) { return is(f, "O3", Kind::WeightDecayTooStrong); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21",
        "a checksum of every rank's parameters", true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -287,6 +293,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "cut-graph",
                                                      "frozen",
                                                      "wrong-backward",
+                                                     "weight-decay",
                                                      "all-zero",
                                                      "variance-collapse",
                                                      "dead-relu",
@@ -352,12 +359,17 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad",
         "grad-reduction", "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
+      {"collapsed-layers",
+       "layer outputs or weights that became constant or zero during training",
+       "M26 (variance collapsed), M25 (a weight or output all zero)",
+       [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed) || (is(f, "M25") && !m25_gradient(f)); },
+       {"weight-decay"}},
       {"vanishing-gradients",
        "gradients that vanish or never arrive",
        "O1 (vanishing, no gradient)",
        [](const Finding& f) { return o1_vanishing(f); },
-       {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",
-        "double-softmax", "bce-logits", "final-activation", "fp16-underflow", "zero-gradients"}},
+       {"cut-graph", "frozen", "masked-targets", "weight-decay", "all-zero", "dead-relu", "saturation", "bad-init",
+        "init-variance", "double-softmax", "bce-logits", "final-activation", "fp16-underflow", "zero-gradients"}},
       {"zero-gradients",
        "all-zero gradients; weights that never change",
        "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the "
