@@ -298,7 +298,7 @@ double decay_ratio(const DecayGroup& g);
 bool decay_worth_probing(const DecayMeasure& m, const OptimCheckOptions& o = {});
 // Whether the weights collapsed under the decay while the loss stalled (the restart is worth running).
 bool decay_collapsed(const DecayMeasure& m, const OptimCheckOptions& o = {});
-// The rule: a warning (Kind::WeightDecayTooStrong) when training on without the decay does better on
+// The rule: a warning (kind weight-decay-too-strong) when training on without the decay does better on
 // validation (a group's ratio at decay_ratio_min or more), or the run again without it learns where
 // the run stalled (collapsed weights); otherwise one info finding with the ratios and what ran.
 std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckOptions& o = {});
