@@ -72,8 +72,7 @@ double tail_mean(const std::vector<double>& x) {
 void Session::check_decay_at_end(RunReport& r) {
   if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2) return;
   auto& groups = opt_.param_groups();
-  if (std::none_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.weight_decay > 0; }))
-    return;
+  if (std::none_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.weight_decay > 0; })) return;
   const OptimCheckOptions& oo = o_.monitor.optim;
   Report found;
   guarded(found, "the end-of-run checks", "O3's weight-decay probe", "O3", [&] {
@@ -81,8 +80,15 @@ void Session::check_decay_at_end(RunReport& r) {
     m.optimizer = opt_.name();
     const auto* adam = dynamic_cast<const optim::Adam*>(&opt_);
     const bool decoupled = adam && adam->decoupled_weight_decay();
-    // The loss gradient averaged over the first training batches, in training mode.
+    // The loss gradient averaged over the first training batches, in training mode (the buffers a
+    // BatchNorm updates on the way are put back).
     const nn::DataLoader& train = *data_.train;
+    const std::vector<Tensor> buffers = model_.buffers();
+    std::vector<Tensor> saved_buffers;
+    {
+      NoGradGuard ng;
+      for (const Tensor& b : buffers) saved_buffers.push_back(b.detach().clone());
+    }
     const int64_t nb = std::min<int64_t>(train.num_batches(), oo.decay_grad_batches);
     const Device d = model_device(model_);
     std::map<const TensorImpl*, Tensor> grad_sum;
@@ -107,6 +113,10 @@ void Session::check_decay_at_end(RunReport& r) {
     }
     opt_.zero_grad();
     model_.train(was_training);
+    {
+      NoGradGuard ng;
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].detach().copy_(saved_buffers[i]);
+    }
     const std::map<std::string, Tensor> state = decoupled ? opt_.state_dict() : std::map<std::string, Tensor>{};
     const std::vector<Tensor> params = model_.parameters();
     for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -155,8 +165,8 @@ void Session::check_decay_at_end(RunReport& r) {
       m.run_window_loss = tail_mean(sl);
     }
     const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
-                              : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
-                                                                                 : kNaN;
+                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
+                                                                                : kNaN;
     std::vector<double> final_lrs, decays;
     for (const auto& g : groups) {
       final_lrs.push_back(g.lr);

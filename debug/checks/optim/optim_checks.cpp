@@ -568,13 +568,15 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
   const std::string group = m.groups.size() == 1 ? std::string() : " (parameter group " + top->name + ")";
   const std::string what = "the " + std::string(top->decoupled ? "decoupled" : "coupled") + " weight decay " +
                            fmt_num(top->weight_decay) + group;
-  const std::string pull = std::isfinite(ratio) ? " pulls the weights " + fmt_num(ratio) + "x as hard as the loss gradient"
-                                                : " pulls the weights";
+  const std::string pull = std::isfinite(ratio)
+                               ? " pulls the weights " + fmt_num(ratio) + "x as hard as the loss gradient"
+                               : " pulls the weights";
   std::string title;
   if (restart_learns)
     title = what + " shrank the weights to " + fmt_num(top->weight_norm / top->initial_weight_norm) +
             "x their initial norm while the loss stalled; without it the same run reaches a loss of " +
-            fmt_num(m.restart_window_loss) + " (against " + fmt_num(m.run_window_loss) + "): the weight decay is too strong";
+            fmt_num(m.restart_window_loss) + " (against " + fmt_num(m.run_window_loss) +
+            "): the weight decay is too strong";
   else if (on_better)
     title = what + pull + ", and " + num(m.probe_steps) + " steps on without it " +
             (acc ? "raise the validation accuracy from " + fmt_num(m.kept_val_accuracy) + " to " +
@@ -624,8 +626,9 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
         "the weights settle small and the model underfits, or they shrink until the layers' outputs are constant. "
         "Coupled decay (weight_decay in SGD, Adam, RMSprop) is added to the gradient; under Adam it is divided by "
         "the gradient's running RMS, so a value meant for AdamW's decoupled decay is far stronger there";
-    f.fix = "lower the weight decay 10x or more (SGD: 1e-4 to 5e-4 is usual); with Adam use AdamW's decoupled decay "
-            "(0.01-0.1)";
+    f.fix =
+        "lower the weight decay 10x or more (SGD: 1e-4 to 5e-4 is usual); with Adam use AdamW's decoupled decay "
+        "(0.01-0.1)";
   }
   return {f};
 }

@@ -267,12 +267,14 @@ class UpdateRatioTracker {
 
 // O3's weight-decay probe at the end of a run: what the runner measured (NaN where it could not).
 struct DecayGroup {
-  std::string name;                // the group's name, or its index
+  std::string name;  // the group's name, or its index
   double weight_decay = 0.0, lr = 0.0;
-  bool decoupled = false;          // AdamW: the decay shrinks the weights beside the normalised step
-  double decay_norm = std::numeric_limits<double>::quiet_NaN();   // lambda ||w|| over the group's parameters
-  double step_norm = std::numeric_limits<double>::quiet_NaN();    // the loss gradient's term: ||g|| (coupled), ||m / (sqrt(v) + eps)|| (decoupled)
-  double weight_norm = std::numeric_limits<double>::quiet_NaN(), initial_weight_norm = std::numeric_limits<double>::quiet_NaN();
+  bool decoupled = false;  // AdamW: the decay shrinks the weights beside the normalised step
+  double decay_norm = std::numeric_limits<double>::quiet_NaN();  // lambda ||w|| over the group's parameters
+  double step_norm = std::numeric_limits<double>::quiet_NaN();   // the loss gradient's term: ||g|| (coupled), ||m /
+                                                                 // (sqrt(v) + eps)|| (decoupled)
+  double weight_norm = std::numeric_limits<double>::quiet_NaN(),
+         initial_weight_norm = std::numeric_limits<double>::quiet_NaN();
 };
 struct DecayMeasure {
   std::string optimizer;
