@@ -73,12 +73,11 @@ bool lr_schedule(const Finding& f) {
   return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
          is(f, "O6", Kind::ScheduleGrows);
 }
-// O3 about a weight norm that keeps growing (the other: a weight decay too strong).
-bool o3_growth(const Finding& f) { return is(f, "O3") && f.kind != Kind::WeightDecayTooStrong; }
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
          (is(f, "L1", Kind::LossSpiking) || is(f, "L1", Kind::LossDiverging) || is(f, "L1", Kind::LossOscillating) ||
-          (is(f, "O2") && f.severity == Severity::Warning) || o3_growth(f) || is(f, "M26", Kind::VarianceBlewUp));
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3", Kind::None) ||
+          is(f, "M26", Kind::VarianceBlewUp));
 }
 bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
@@ -208,9 +207,8 @@ const std::vector<Cause>& diagnosis_causes() {
        "the variance of each layer's output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
       {"weight-decay", "a weight decay too strong", "O3",
-       "each parameter group's decay pull against its loss gradient, training on from the end with and without "
-       "the decay, and, for weights that collapsed while the loss stalled, the run again without it",
-       true, [](const Finding& f) { return is(f, "O3", Kind::WeightDecayTooStrong); }},
+       "the decay's pull against the loss gradient, and training with and without it", true,
+       [](const Finding& f) { return is(f, "O3", Kind::WeightDecayTooStrong); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21",
        "a checksum of every rank's parameters", true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -460,27 +458,6 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"grad-reduction"}},
   };
   return table;
-}
-
-std::string diagnosis_tables_markdown() {
-  std::ostringstream os;
-  os << "| symptom | shown by | candidate causes, most likely first |\n|---|---|---|\n";
-  for (const Symptom& s : diagnosis_symptoms()) {
-    os << "| " << s.name << " | " << s.shown_by << " | ";
-    for (size_t i = 0; i < s.causes.size(); ++i) {
-      const Cause* c = find_cause(s.causes[i]);
-      // A check that confirms two causes (O6: too high, too low) is named with the cause.
-      const bool shared = std::count_if(diagnosis_causes().begin(), diagnosis_causes().end(),
-                                        [&](const Cause& k) { return k.fault && k.check == c->check; }) > 1;
-      os << (i ? ", " : "") << (!c->fault ? "(" + c->name + ")" : shared ? c->check + " (" + c->name + ")" : c->check);
-    }
-    os << " |\n";
-  }
-  os << "\n| cause | confirmed by | the probe measures |\n|---|---|---|\n";
-  for (const Cause& c : diagnosis_causes())
-    if (c.fault)
-      os << "| " << c.name << " | " << c.check << (c.id == "nonfinite-op" ? ", W4" : "") << " | " << c.probe << " |\n";
-  return os.str();
 }
 
 namespace {
