@@ -76,7 +76,8 @@ bool lr_schedule(const Finding& f) {
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
          (is(f, "L1", Kind::LossSpiking) || is(f, "L1", Kind::LossDiverging) || is(f, "L1", Kind::LossOscillating) ||
-          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3") || is(f, "M26", Kind::VarianceBlewUp));
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3", Kind::None) ||
+          is(f, "M26", Kind::VarianceBlewUp));
 }
 bool not_learning(const Finding& f) {
   if (!f.fires()) return false;
@@ -205,6 +206,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"variance-collapse", "a layer whose output became constant", "M26",
        "the variance of each layer's output over the sampled steps of the run", true,
        [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
+      {"weight-decay", "a weight decay too strong", "O3",
+       "the decay's pull against the loss gradient, and training with and without it", true,
+       [](const Finding& f) { return is(f, "O3", Kind::WeightDecayTooStrong); }},
       {"replicas-diverged", "replicas whose weights differ across ranks", "M21",
        "a checksum of every rank's parameters", true, GS_CHECK_CONFIRMS("M21")},
       {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
@@ -287,6 +291,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "cut-graph",
                                                      "frozen",
                                                      "wrong-backward",
+                                                     "weight-decay",
                                                      "all-zero",
                                                      "variance-collapse",
                                                      "dead-relu",
@@ -301,6 +306,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "unshuffled",
                                                      "nonfinite-input",
                                                      "conflicting-labels",
+                                                     "noisy-train-labels",
                                                      "zero-grad",
                                                      "fp16-underflow",
                                                      "bf16-updates",
@@ -352,12 +358,17 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
        {"unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init", "zero-grad",
         "grad-reduction", "effective-batch", "lr-schedule", "all-zero", "lr-too-high"}},
+      {"collapsed-layers",
+       "layer outputs or weights that became constant or zero during training",
+       "M26 (variance collapsed), M25 (a weight or output all zero)",
+       [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed) || (is(f, "M25") && !m25_gradient(f)); },
+       {"weight-decay"}},
       {"vanishing-gradients",
        "gradients that vanish or never arrive",
        "O1 (vanishing, no gradient)",
        [](const Finding& f) { return o1_vanishing(f); },
-       {"cut-graph", "frozen", "masked-targets", "all-zero", "dead-relu", "saturation", "bad-init", "init-variance",
-        "double-softmax", "bce-logits", "final-activation", "fp16-underflow", "zero-gradients"}},
+       {"cut-graph", "frozen", "masked-targets", "weight-decay", "all-zero", "dead-relu", "saturation", "bad-init",
+        "init-variance", "double-softmax", "bce-logits", "final-activation", "fp16-underflow", "zero-gradients"}},
       {"zero-gradients",
        "all-zero gradients; weights that never change",
        "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the "
@@ -413,7 +424,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "a validation accuracy suspiciously above the training accuracy",
        "L7 (suspiciously high validation accuracy)",
        [](const Finding& f) { return is(f, "L7", Kind::ValidationTooGood); },
-       {"split-mix", "leakage", "conflicting-labels", "label-drift", "tiny-validation", "train-mode-eval"}},
+       {"split-mix", "leakage", "misaligned-labels", "conflicting-labels", "noisy-train-labels", "label-drift",
+        "tiny-validation", "train-mode-eval"}},
       {"training-failed",
        "a training loop that raised an error",
        "W3 (training failed)",
@@ -424,6 +436,11 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "W2",
        [](const Finding& f) { return is(f, "W2"); },
        {"bce-logits", "label-encoding", "label-shape", "dtype-device", "inplace", "double-softmax"}},
+      {"train-labels-disagree",
+       "a trained model right on more of validation than of its own training data",
+       "L9 (train-labels-disagree)",
+       [](const Finding& f) { return is(f, "L9", Kind::TrainLabelsDisagree); },
+       {"misaligned-labels", "conflicting-labels"}},
       {"validation-shift",
        "validation inputs whose statistics differ from the training inputs'",
        "D14",
@@ -441,27 +458,6 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"grad-reduction"}},
   };
   return table;
-}
-
-std::string diagnosis_tables_markdown() {
-  std::ostringstream os;
-  os << "| symptom | shown by | candidate causes, most likely first |\n|---|---|---|\n";
-  for (const Symptom& s : diagnosis_symptoms()) {
-    os << "| " << s.name << " | " << s.shown_by << " | ";
-    for (size_t i = 0; i < s.causes.size(); ++i) {
-      const Cause* c = find_cause(s.causes[i]);
-      // A check that confirms two causes (O6: too high, too low) is named with the cause.
-      const bool shared = std::count_if(diagnosis_causes().begin(), diagnosis_causes().end(),
-                                        [&](const Cause& k) { return k.fault && k.check == c->check; }) > 1;
-      os << (i ? ", " : "") << (!c->fault ? "(" + c->name + ")" : shared ? c->check + " (" + c->name + ")" : c->check);
-    }
-    os << " |\n";
-  }
-  os << "\n| cause | confirmed by | the probe measures |\n|---|---|---|\n";
-  for (const Cause& c : diagnosis_causes())
-    if (c.fault)
-      os << "| " << c.name << " | " << c.check << (c.id == "nonfinite-op" ? ", W4" : "") << " | " << c.probe << " |\n";
-  return os.str();
 }
 
 namespace {

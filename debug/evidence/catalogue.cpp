@@ -517,8 +517,9 @@ const std::vector<CheckInfo>& all_checks() {
        "weight-norm history",
        "optimisation",
        {"Debugging neural networks"},
-       "steadily growing weight norm = early divergence",
-       "debug::NormHistory",
+       "steadily growing weight norm = early divergence; at the end of a run, a weight decay too strong (its pull "
+       "against the loss gradient's, confirmed by training on without it)",
+       "debug::NormHistory; debug::check_weight_decay",
        "gradsleuth doctor",
        true},
       {"O4",

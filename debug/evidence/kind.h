@@ -83,6 +83,8 @@ namespace gradsleuth::debug {
   /* O2 gradient-norm history */                                                                      \
   X(NormNonFinite, "norm-nonfinite", "O2")                                                            \
   X(NormJump, "norm-jump", "O2")                                                                      \
+  /* O3 weight norms: a decay too strong for the loss gradient (growth has no kind) */                \
+  X(WeightDecayTooStrong, "weight-decay-too-strong", "O3")                                            \
   /* O6 learning rate: the loss history, the update/weight ratios, the schedule, the lr / 10 probe */ \
   X(LrTooHigh, "lr-too-high", "O6")                                                                   \
   X(LrTooLow, "lr-too-low", "O6")                                                                     \

@@ -226,7 +226,8 @@ class Session {
   // the model after them. Returns its step losses; the trained state is restored.
   std::vector<double> rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
                                        bool from_start = true, const std::function<void()>& at_end = nullptr);
-  void check_fit_at_end(RunReport& r);  // L9 (debug/run/end_fit_pass.cpp)
+  void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
+  void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
   void check_class_errors_at_end();
   void write_explorer(RunReport& r);
 

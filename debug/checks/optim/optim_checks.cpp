@@ -516,6 +516,123 @@ std::vector<Finding> check_finite_weights(const nn::Module& model,
   return out;
 }
 
+// ---- O3: weight decay too strong (the end-of-run probe) -----------------------------------------
+double decay_ratio(const DecayGroup& g) {
+  if (!std::isfinite(g.decay_norm) || !std::isfinite(g.step_norm) || g.step_norm <= 0) return kNaN;
+  return g.decay_norm / g.step_norm;
+}
+
+bool decay_worth_probing(const DecayMeasure& m, const OptimCheckOptions& o) {
+  return std::any_of(m.groups.begin(), m.groups.end(), [&](const DecayGroup& g) {
+    const double r = decay_ratio(g);
+    return g.weight_decay > 0 && std::isfinite(r) && r >= o.decay_ratio_min;
+  });
+}
+
+bool decay_collapsed(const DecayMeasure& m, const OptimCheckOptions& o) {
+  const bool shrank = std::any_of(m.groups.begin(), m.groups.end(), [&](const DecayGroup& g) {
+    return g.weight_decay > 0 && std::isfinite(g.weight_norm) && std::isfinite(g.initial_weight_norm) &&
+           g.initial_weight_norm > 0 && g.weight_norm <= o.decay_collapse * g.initial_weight_norm;
+  });
+  return shrank && std::isfinite(m.run_first_loss) && std::isfinite(m.run_window_loss) &&
+         m.run_window_loss > o.decay_stalled * m.run_first_loss;
+}
+
+std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckOptions& o) {
+  const DecayGroup* top = nullptr;  // the group whose decay pulls hardest against its gradient
+  for (const DecayGroup& g : m.groups)
+    if (g.weight_decay > 0 && (!top || decay_ratio(g) > decay_ratio(*top) ||
+                               (!std::isfinite(decay_ratio(*top)) && std::isfinite(decay_ratio(g)))))
+      top = &g;
+  if (!top) return {};
+  const double ratio = decay_ratio(*top);
+  // Training on from the end: without the decay, validation does better.
+  const bool acc = std::isfinite(m.kept_val_accuracy) && std::isfinite(m.free_val_accuracy) && m.val_examples > 0;
+  double z = 0;
+  if (acc) {
+    const double n = static_cast<double>(m.val_examples), p = 0.5 * (m.kept_val_accuracy + m.free_val_accuracy);
+    z = (m.free_val_accuracy - m.kept_val_accuracy) / std::sqrt(std::max(p * (1 - p), 1e-12) * 2 / n);
+  }
+  const bool probed = std::isfinite(m.kept_val_loss) && std::isfinite(m.free_val_loss);
+  const bool on_better =
+      probed && decay_worth_probing(m, o) &&
+      (acc ? m.free_val_accuracy - m.kept_val_accuracy > o.decay_probe_accuracy_gain && z >= o.decay_probe_min_z
+           : m.free_val_loss < (1 - o.decay_probe_gain) * m.kept_val_loss &&
+                 m.kept_val_loss - m.free_val_loss > o.decay_probe_min_gain);
+  // The run again without the decay: it learns where the run stalled.
+  const bool restarted = std::isfinite(m.restart_window_loss);
+  const bool restart_learns = restarted && decay_collapsed(m, o) &&
+                              m.restart_window_loss < o.decay_restart_better * m.run_window_loss &&
+                              m.run_window_loss - m.restart_window_loss > o.decay_restart_min_gain;
+  const bool strong = on_better || restart_learns;
+  const std::string group = m.groups.size() == 1 ? std::string() : " (parameter group " + top->name + ")";
+  const std::string what = "the " + std::string(top->decoupled ? "decoupled" : "coupled") + " weight decay " +
+                           fmt_num(top->weight_decay) + group;
+  const std::string pull = std::isfinite(ratio)
+                               ? " pulls the weights " + fmt_num(ratio) + "x as hard as the loss gradient"
+                               : " pulls the weights";
+  std::string title;
+  if (restart_learns)
+    title = what + " shrank the weights to " + fmt_num(top->weight_norm / top->initial_weight_norm) +
+            "x their initial norm while the loss stalled; without it the same run reaches a loss of " +
+            fmt_num(m.restart_window_loss) + " (against " + fmt_num(m.run_window_loss) +
+            "): the weight decay is too strong";
+  else if (on_better)
+    title = what + pull + ", and " + num(m.probe_steps) + " steps on without it " +
+            (acc ? "raise the validation accuracy from " + fmt_num(m.kept_val_accuracy) + " to " +
+                       fmt_num(m.free_val_accuracy)
+                 : "lower the validation loss from " + fmt_num(m.kept_val_loss) + " to " + fmt_num(m.free_val_loss)) +
+            ": the weight decay is too strong";
+  else
+    title = what + pull;
+  Finding f = make("O3", strong ? Severity::Warning : Severity::Info, title);
+  if (strong) f.kind = Kind::WeightDecayTooStrong;
+  f.end_of_run = true;
+  for (const DecayGroup& g : m.groups) {
+    if (g.weight_decay <= 0) continue;
+    const std::string at = m.groups.size() == 1 ? std::string() : " (" + g.name + ")";
+    f.evidence.push_back({"weight decay" + at, g.weight_decay, ""});
+    f.evidence.push_back(
+        {(g.decoupled ? "lambda ||w|| / ||m / (sqrt(v) + eps)||" : "lambda ||w|| / ||loss gradient||") + at,
+         decay_ratio(g), ">= " + fmt_num(o.decay_ratio_min) + " is probed"});
+    f.evidence.push_back({"weight norm at the end / at the start" + at, g.weight_norm / g.initial_weight_norm,
+                          "<= " + fmt_num(o.decay_collapse) + " with a stalled loss is probed"});
+  }
+  if (probed) {
+    f.evidence.push_back({"probe steps (on from the end)", static_cast<double>(m.probe_steps), ""});
+    if (acc) {
+      f.evidence.push_back({"validation accuracy after them, with the decay", m.kept_val_accuracy, ""});
+      f.evidence.push_back({"validation accuracy after them, without it", m.free_val_accuracy,
+                            "> with it + " + fmt_num(o.decay_probe_accuracy_gain) + " and"});
+      f.evidence.push_back({"z (two proportions)", z, ">= " + fmt_num(o.decay_probe_min_z) + " warns"});
+    }
+    f.evidence.push_back({"validation loss after them, with the decay", m.kept_val_loss, ""});
+    f.evidence.push_back({"validation loss after them, without it", m.free_val_loss,
+                          acc ? "" : "< " + fmt_num(1 - o.decay_probe_gain) + " x with it warns"});
+  }
+  if (std::isfinite(m.run_first_loss) && std::isfinite(m.run_window_loss)) {
+    f.evidence.push_back({"run's loss over its first steps", m.run_first_loss, ""});
+    f.evidence.push_back({"run's loss over its last steps", m.run_window_loss,
+                          "> " + fmt_num(o.decay_stalled) + " x its first loss is stalled"});
+  }
+  if (restarted) {
+    f.evidence.push_back({"steps of the run again without the decay", static_cast<double>(m.restart_steps), ""});
+    f.evidence.push_back({"its loss over its last steps", m.restart_window_loss,
+                          "< " + fmt_num(o.decay_restart_better) + " x the run's warns"});
+  }
+  if (strong) {
+    f.cause =
+        "a weight decay too strong for this optimizer and run: where the decay's pull matches the loss gradient's, "
+        "the weights settle small and the model underfits, or they shrink until the layers' outputs are constant. "
+        "Coupled decay (weight_decay in SGD, Adam, RMSprop) is added to the gradient; under Adam it is divided by "
+        "the gradient's running RMS, so a value meant for AdamW's decoupled decay is far stronger there";
+    f.fix =
+        "lower the weight decay 10x or more (SGD: 1e-4 to 5e-4 is usual); with Adam use AdamW's decoupled decay "
+        "(0.01-0.1)";
+  }
+  return {f};
+}
+
 // ---- O8 -------------------------------------------------------------------------------------
 std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& o) {
   const std::string& kind = opt.name();

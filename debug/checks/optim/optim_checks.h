@@ -26,6 +26,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,28 @@ struct OptimCheckOptions {
   double weight_growth_factor = 10.0;
   double weight_growth_min_increasing = 0.6;
   int64_t min_records = 10;
+  // ... and weight decay too strong, judged at the end of the run (docs/checks.md, O3). Per parameter
+  // group with decay, its pull against the loss gradient's in the step: coupled decay (SGD, Adam,
+  // RMSprop add lambda * w to the gradient, so Adam's second moment divides both alike) as
+  // lambda ||w|| / ||g||, g the loss gradient averaged over decay_grad_batches training batches;
+  // decoupled decay (AdamW shrinks w by lr * lambda * w beside the normalised step) as
+  // lambda ||w|| / ||m / (sqrt(v) + eps)||. The healthy corpus: 2.6e-4 to 0.025.
+  // A group at or above decay_ratio_min is probed: training goes on from the trained weights for
+  // decay_probe_steps steps (at most the run's own) twice, with the decay as set and without it.
+  // Without it, a validation accuracy higher by decay_probe_accuracy_gain (z of the two proportions
+  // >= decay_probe_min_z), or for a task without accuracy a validation loss below
+  // (1 - decay_probe_gain) x the one with it (and by decay_probe_min_gain), warns.
+  double decay_ratio_min = 0.1;
+  int64_t decay_grad_batches = 4;
+  int64_t decay_probe_steps = 200;
+  double decay_probe_accuracy_gain = 0.02, decay_probe_min_z = 2.0;
+  double decay_probe_gain = 0.2, decay_probe_min_gain = 0.01;
+  // A run whose weights shrank to decay_collapse x their initial norm or less while its loss kept
+  // more than decay_stalled of its first value (last tenth of steps against the first) is run again
+  // from its initial weights without the decay (as many steps, 300 at most): a loss below
+  // decay_restart_better x the run's, and lower by decay_restart_min_gain, warns.
+  double decay_collapse = 0.3, decay_stalled = 0.7;
+  double decay_restart_better = 0.5, decay_restart_min_gain = 0.05;
 
   // ---- O6 learning rate ----
   // From the loss history: too high = NaN/Inf, divergence, spikes above the
@@ -241,6 +264,46 @@ class UpdateRatioTracker {
   std::vector<Param> params_;
   std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite
 };
+
+// O3's weight-decay probe at the end of a run: what the runner measured (NaN where it could not).
+struct DecayGroup {
+  std::string name;  // the group's name, or its index
+  double weight_decay = 0.0, lr = 0.0;
+  bool decoupled = false;  // AdamW: the decay shrinks the weights beside the normalised step
+  double decay_norm = std::numeric_limits<double>::quiet_NaN();  // lambda ||w|| over the group's parameters
+  double step_norm = std::numeric_limits<double>::quiet_NaN();   // the loss gradient's term: ||g|| (coupled), ||m /
+                                                                 // (sqrt(v) + eps)|| (decoupled)
+  double weight_norm = std::numeric_limits<double>::quiet_NaN(),
+         initial_weight_norm = std::numeric_limits<double>::quiet_NaN();
+};
+struct DecayMeasure {
+  std::string optimizer;
+  std::vector<DecayGroup> groups;
+  // The run's training loss over its first and last tenth of steps.
+  double run_first_loss = std::numeric_limits<double>::quiet_NaN();
+  double run_window_loss = std::numeric_limits<double>::quiet_NaN();
+  // Training on from the end, decay_probe_steps steps with the decay as set (kept) and without (free):
+  // the validation loss and accuracy after them (NaN: not run, or no accuracy for this task).
+  int64_t probe_steps = 0, val_examples = 0;
+  double val_loss = std::numeric_limits<double>::quiet_NaN(), val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double kept_val_loss = std::numeric_limits<double>::quiet_NaN();
+  double free_val_loss = std::numeric_limits<double>::quiet_NaN();
+  double kept_val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double free_val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  // The run again from its initial weights without the decay: its loss over its last tenth of steps.
+  int64_t restart_steps = 0;
+  double restart_window_loss = std::numeric_limits<double>::quiet_NaN();
+};
+// A group's decay pull / its gradient term (NaN when either is unknown or the gradient is 0).
+double decay_ratio(const DecayGroup& g);
+// Whether any group's ratio reaches decay_ratio_min (the probe from the end is worth running).
+bool decay_worth_probing(const DecayMeasure& m, const OptimCheckOptions& o = {});
+// Whether the weights collapsed under the decay while the loss stalled (the restart is worth running).
+bool decay_collapsed(const DecayMeasure& m, const OptimCheckOptions& o = {});
+// The rule: a warning (kind weight-decay-too-strong) when training on without the decay does better on
+// validation (a group's ratio at decay_ratio_min or more), or the run again without it learns where
+// the run stalled (collapsed weights); otherwise one info finding with the ratios and what ran.
+std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckOptions& o = {});
 
 // O6's lr / 10 probe (a Session reruns the first steps at a tenth of the learning rate): its
 // verdict from the run's and the probe's losses (`failed`: why the probe could not run), and the O6

@@ -1,0 +1,227 @@
+// O3's weight-decay probe on the user's model at the end of a run (its rule: check_weight_decay in
+// debug/checks/optim/optim_checks.h): the decay's pull against the loss gradient's per parameter group,
+// and, where the decay pulls hard, training on with and without it (Session::rerun_from_start).
+#include <cmath>
+#include <numeric>
+
+#include "core/ops.h"
+#include "debug/checks/optim/optim_checks.h"
+#include "debug/evidence/tensor_stats.h"
+#include "debug/run/diagnose.h"
+#include "debug/run/diagnose_util.h"
+#include "nn/loss.h"
+#include "optim/adam.h"
+#include "optim/trainer.h"
+
+namespace gradsleuth::debug {
+using namespace run_detail;
+namespace {
+
+double sq_norm(const Tensor& t) {
+  const double n = summarize_norm(t.detach()).norm;
+  return n * n;
+}
+
+struct ValScore {
+  double loss = kNaN, accuracy = kNaN;
+  int64_t examples = 0;
+};
+
+// The loss (and, for a classifier, the accuracy) over up to max_batches validation batches, in eval
+// mode without gradients: argmax for (B, C) outputs with int64 (B) targets, `threshold` for float
+// targets of the output's shape (NaN: none).
+ValScore val_score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
+                   double threshold) {
+  NoGradGuard ng;
+  const bool was = model.is_training();
+  model.eval();
+  const Device d = model_device(model);
+  ValScore s;
+  double sum = 0, right = 0, counted = 0;
+  const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
+  for (int64_t i = 0; i < nb; ++i) {
+    const nn::Batch b = loader.batch(0, i);
+    const Tensor out = model(b.x.to(d)), y = b.y.to(d);
+    const Tensor l = loss(out, y);
+    const double n = static_cast<double>(b.x.size(0));
+    if (l.numel() != 1) continue;
+    sum += l.item<double>() * n;
+    s.examples += b.x.size(0);
+    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
+      right += optim::accuracy(out, y) * n;
+      counted += n;
+    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
+      right += eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32).mean().item<double>() * n;
+      counted += n;
+    }
+  }
+  model.train(was);
+  if (s.examples > 0) s.loss = sum / static_cast<double>(s.examples);
+  if (counted > 0) s.accuracy = right / counted;
+  return s;
+}
+
+double tail_mean(const std::vector<double>& x) {
+  if (x.empty()) return kNaN;
+  const size_t k = std::max<size_t>(1, x.size() / 10);
+  return std::accumulate(x.end() - static_cast<std::ptrdiff_t>(k), x.end(), 0.0) / static_cast<double>(k);
+}
+
+}  // namespace
+
+void Session::check_decay_at_end(RunReport& r) {
+  if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2) return;
+  auto& groups = opt_.param_groups();
+  if (std::none_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.weight_decay > 0; })) return;
+  const OptimCheckOptions& oo = o_.monitor.optim;
+  Report found;
+  guarded(found, "the end-of-run checks", "O3's weight-decay probe", "O3", [&] {
+    DecayMeasure m;
+    m.optimizer = opt_.name();
+    const auto* adam = dynamic_cast<const optim::Adam*>(&opt_);
+    const bool decoupled = adam && adam->decoupled_weight_decay();
+    // The loss gradient averaged over the first training batches, in training mode (the buffers a
+    // BatchNorm updates on the way are put back).
+    const nn::DataLoader& train = *data_.train;
+    const std::vector<Tensor> buffers = model_.buffers();
+    std::vector<Tensor> saved_buffers;
+    {
+      NoGradGuard ng;
+      for (const Tensor& b : buffers) saved_buffers.push_back(b.detach().clone());
+    }
+    const int64_t nb = std::min<int64_t>(train.num_batches(), oo.decay_grad_batches);
+    const Device d = model_device(model_);
+    std::map<const TensorImpl*, Tensor> grad_sum;
+    const bool was_training = model_.is_training();
+    model_.train();
+    for (int64_t i = 0; i < nb; ++i) {
+      const nn::Batch b = train.batch(0, i);
+      opt_.zero_grad();
+      Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
+      l.backward();
+      NoGradGuard ng;
+      for (const auto& g : groups)
+        for (const Tensor& p : g.params) {
+          if (!p.grad().defined()) continue;
+          Tensor gp = p.grad().detach().to(kFloat32);
+          auto it = grad_sum.find(p.impl_ptr().get());
+          if (it == grad_sum.end())
+            grad_sum.emplace(p.impl_ptr().get(), gp.clone());
+          else
+            it->second = it->second + gp;
+        }
+    }
+    opt_.zero_grad();
+    model_.train(was_training);
+    {
+      NoGradGuard ng;
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].detach().copy_(saved_buffers[i]);
+    }
+    const std::map<std::string, Tensor> state = decoupled ? opt_.state_dict() : std::map<std::string, Tensor>{};
+    const std::vector<Tensor> params = model_.parameters();
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      const optim::ParamGroup& g = groups[gi];
+      DecayGroup dg;
+      dg.name = g.name.empty() ? std::to_string(gi) : g.name;
+      dg.weight_decay = g.weight_decay;
+      dg.lr = g.lr;
+      dg.decoupled = decoupled;
+      double w2 = 0, w02 = 0, s2 = 0;
+      bool have_initial = have_initial_ && initial_params_.size() == params.size();
+      for (size_t pi = 0; pi < g.params.size(); ++pi) {
+        const Tensor& p = g.params[pi];
+        w2 += sq_norm(p);
+        // Its weights before training, found by identity among the model's parameters.
+        bool found_initial = false;
+        for (size_t k = 0; have_initial && k < params.size(); ++k)
+          if (params[k].is_same(p)) {
+            w02 += sq_norm(initial_params_[k]);
+            found_initial = true;
+          }
+        have_initial = have_initial && found_initial;
+        if (decoupled) {
+          const auto m1 = state.find(std::to_string(gi) + "." + std::to_string(pi) + ".exp_avg");
+          const auto m2 = state.find(std::to_string(gi) + "." + std::to_string(pi) + ".exp_avg_sq");
+          if (m1 != state.end() && m2 != state.end()) {
+            NoGradGuard ng;
+            s2 += sq_norm(m1->second.to(kFloat32) / (sqrt(m2->second.to(kFloat32)) + 1e-8));
+          }
+        } else {
+          const auto it = grad_sum.find(p.impl_ptr().get());
+          if (it != grad_sum.end()) s2 += sq_norm(it->second) / static_cast<double>(nb * nb);
+        }
+      }
+      dg.weight_norm = std::sqrt(w2);
+      dg.initial_weight_norm = have_initial ? std::sqrt(w02) : kNaN;
+      dg.decay_norm = g.weight_decay * dg.weight_norm;
+      dg.step_norm = std::sqrt(s2);
+      m.groups.push_back(dg);
+    }
+    const auto& sl = r.history.step_losses;
+    if (!sl.empty()) {
+      const size_t tenth = std::max<size_t>(1, sl.size() / 10);
+      m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(tenth), 0.0) /
+                         static_cast<double>(tenth);
+      m.run_window_loss = tail_mean(sl);
+    }
+    const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
+                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
+                                                                                : kNaN;
+    std::vector<double> final_lrs, decays;
+    for (const auto& g : groups) {
+      final_lrs.push_back(g.lr);
+      decays.push_back(g.weight_decay);
+    }
+    // Runs `probe` with every group's decay at 0, and puts the decays back whatever happens.
+    auto without_decay = [&](const std::function<void()>& probe) {
+      for (auto& g : groups) g.weight_decay = 0;
+      try {
+        probe();
+      } catch (...) {
+        for (size_t gi = 0; gi < groups.size(); ++gi) groups[gi].weight_decay = decays[gi];
+        throw;
+      }
+      for (size_t gi = 0; gi < groups.size(); ++gi) groups[gi].weight_decay = decays[gi];
+    };
+    if (decay_worth_probing(m, oo)) {
+      say("weight-decay probe (on from the end)");
+      m.probe_steps = std::min<int64_t>(oo.decay_probe_steps, r.steps);
+      const ValScore end = val_score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold);
+      m.val_loss = end.loss;
+      m.val_accuracy = end.accuracy;
+      m.val_examples = end.examples;
+      std::string failed;
+      ValScore kept, free;
+      rerun_from_start(final_lrs, m.probe_steps, failed, false,
+                       [&] { kept = val_score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
+      without_decay([&] {
+        rerun_from_start(final_lrs, m.probe_steps, failed, false,
+                         [&] { free = val_score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
+      });
+      if (failed.empty()) {
+        m.kept_val_loss = kept.loss;
+        m.free_val_loss = free.loss;
+        m.kept_val_accuracy = kept.accuracy;
+        m.free_val_accuracy = free.accuracy;
+      }
+    }
+    if (decay_collapsed(m, oo) && have_initial_) {
+      say("weight-decay probe (again without it)");
+      const int64_t steps = std::min<int64_t>(std::min<int64_t>(r.steps, 300), static_cast<int64_t>(sl.size()));
+      std::string failed;
+      std::vector<double> again;
+      without_decay([&] { again = rerun_from_start(initial_lrs_, steps, failed); });
+      if (failed.empty() && static_cast<int64_t>(again.size()) == steps) {
+        m.restart_steps = steps;
+        m.restart_window_loss = tail_mean(again);
+      }
+    }
+    for (Finding& f : check_weight_decay(m, oo)) found.add(std::move(f));
+  });
+  found.note_ran("O3");
+  r.findings.merge(found);
+  for (PhaseReport& p : r.phases)
+    if (p.name == "end of run") p.findings.merge(found);
+}
+
+}  // namespace gradsleuth::debug
