@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/transpose.h"
 
 namespace gradsleuth {
 
@@ -41,6 +42,16 @@ void with_eigen_type(DType t, F&& f) {
 template <class H>
 void widen_row(float* out, const H* in, int64_t n) {
   int64_t k = 0;
+#ifdef __AVX512F__  // the same conversions, 16 values at a time
+  if constexpr (std::is_same_v<H, Eigen::half>)
+    for (; k + 16 <= n; k += 16)
+      _mm512_storeu_ps(out + k, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + k))));
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>)
+    for (; k + 16 <= n; k += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + k)));
+      _mm512_storeu_ps(out + k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
 #ifdef __F16C__
   if constexpr (std::is_same_v<H, Eigen::half>)
     for (; k + 8 <= n; k += 8)
@@ -59,6 +70,25 @@ void widen_row(float* out, const H* in, int64_t n) {
 template <class H>
 void narrow_row(H* out, const float* in, int64_t n) {
   int64_t k = 0;
+#ifdef __AVX512F__  // the same roundings as below, 16 values at a time
+  if constexpr (std::is_same_v<H, Eigen::half>)
+    for (; k + 16 <= n; k += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                          _mm512_cvtps_ph(_mm512_loadu_ps(in + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm512_set1_epi32(0x7FC00000);
+    for (; k + 16 <= n; k += 16) {
+      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + k));
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+      __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), lsb);
+      const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, abs_mask), inf);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(x, sign), quiet));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+  }
+#endif
 #ifdef __F16C__
   if constexpr (std::is_same_v<H, Eigen::half>)
     for (; k + 8 <= n; k += 8)
@@ -89,10 +119,32 @@ void narrow_row(H* out, const float* in, int64_t n) {
       Eigen::Map<const Eigen::ArrayXf>(in + k, n - k).template cast<H>();
 }
 
+// out[i * ldo + j] = in[j * ldi + i] for i < rows, j < cols: 8 x 8 blocks, each widened by rows of
+// `in` and transposed in registers; the edges value by value.
+template <class H>
+void widen_transposed(float* out, int64_t ldo, const H* in, int64_t ldi, int64_t rows, int64_t cols) {
+  const int64_t r8 = rows - rows % 8, c8 = cols - cols % 8;
+  alignas(32) float buf[64];
+  for (int64_t i = 0; i < r8; i += 8)
+    for (int64_t j = 0; j < c8; j += 8) {
+      for (int64_t q = 0; q < 8; ++q) widen_row(buf + q * 8, in + (j + q) * ldi + i, 8);
+      fast::transpose8x8(buf, 8, out + i * ldo + j, ldo);
+    }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = (i < r8 ? c8 : 0); j < cols; ++j) out[i * ldo + j] = static_cast<float>(in[j * ldi + i]);
+}
+
 // out (float32) <- in (16-bit float), both of one shape and any strides.
 void widen(const Tensor& out, const Tensor& in) {
   with_eigen_type(in.dtype(), [&](auto tag) {
     using H = decltype(tag);
+    // A transposed matrix into a row-major one (a gradient's transpose in a product's backward).
+    if (out.dim() == 2 && in.size(0) >= 8 && in.size(1) >= 8 && out.stride(1) == 1 && out.stride(0) >= out.size(1) &&
+        in.stride(0) == 1 && in.stride(1) >= in.size(0)) {
+      widen_transposed(static_cast<float*>(out.raw_data()), out.stride(0), static_cast<const H*>(in.raw_data()),
+                       in.stride(1), out.size(0), out.size(1));
+      return;
+    }
     for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
       if (st[0] == sizeof(float) && st[1] == sizeof(H)) {  // a contiguous row: Eigen's vectorised cast
         widen_row(reinterpret_cast<float*>(p[0]), reinterpret_cast<const H*>(p[1]), n);
@@ -132,6 +184,20 @@ void narrow(const Tensor& out, const Tensor& in) {
 Tensor up(const Tensor& t) {
   if (!reduced(t)) return t;
   const int64_t nd = t.dim();
+  // Broadcast dims (stride 0, a scalar expanded to a shape): the distinct values widened, the
+  // copy expanded the same way.
+  bool expanded = false;
+  for (int64_t i = 0; i < nd; ++i) expanded |= t.strides()[i] == 0 && t.shape()[i] > 1;
+  if (expanded) {
+    Shape cs = t.shape();
+    for (int64_t i = 0; i < nd; ++i)
+      if (t.strides()[i] == 0) cs[i] = 1;
+    const Tensor f = up(detail::make_alias(t, cs, t.strides(), t.offset()));
+    Strides st = f.strides();
+    for (int64_t i = 0; i < nd; ++i)
+      if (t.strides()[i] == 0) st[i] = 0;
+    return detail::make_alias(f, t.shape(), st, f.offset());
+  }
   if (!t.is_contiguous() && nd >= 2) {
     Dims order;
     const Tensor p = detail::memory_order_alias(t, order);
@@ -191,6 +257,7 @@ class ReducedFloatBackend final : public Backend {
     // Through float32, which holds every float16 and bfloat16 value: one rounding into a
     // 16-bit float from float32, bool and float16/bfloat16; two (through float32) from float64
     // and int64, as PyTorch's conversions do.
+    if (out.dtype() == kFloat32 && reduced(in)) return widen(out, in);
     Tensor mid = in;
     if (in.dtype() != kFloat32) {
       mid = empty(in.shape(), kFloat32);
