@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #endif
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <type_traits>
 
@@ -233,6 +234,113 @@ bool any_reduced(const T&... t) {
   return (reduced(t) || ...);
 }
 
+// ---- elementwise kernels block by block ----------------------------------------------------
+// An elementwise kernel (or an optimizer's fused step) run on blocks of about kBlockValues values:
+// each block of a 16-bit operand widened into a float32 scratch block, the float32 kernel run on
+// the blocks, the 16-bit results rounded back. Each output value depends only on the inputs at its
+// own position, so the values are those of widening the whole tensors, while the float32 copies
+// (a few blocks) stay in the cache instead of going out to memory and back.
+constexpr int64_t kBlockValues = 8192;
+
+// One operand: `read` widens each 16-bit block before the kernel, `write` rounds it back after.
+struct BlockArg {
+  Tensor t;  // undefined: passed on undefined
+  bool read = true, write = false;
+};
+
+// Runs kernel(blocks) (blocks: the operands' blocks, in order; returns false when the float32
+// kernel declines) block by block. Returns false, having written nothing, when an operand does
+// not suit (not of `shape`, or a 16-bit operand neither contiguous nor, read only, broadcast
+// along dim 0) or the kernel declines the first block.
+template <size_t N, class K>
+bool run_blocked(const Shape& shape, std::array<BlockArg, N> args, K&& kernel) {
+  const int64_t numel = numel_of(shape);
+  if (shape.empty() || numel == 0) return false;
+  bool all_contiguous = true;
+  for (const BlockArg& a : args) {
+    if (!a.t.defined()) continue;
+    if (a.t.shape() != shape) return false;
+    all_contiguous &= a.t.is_contiguous();
+  }
+  // Every operand dense: blocks of the flat values. Else blocks of rows (dim 0).
+  Shape sh = shape;
+  if (all_contiguous) {
+    sh = {numel};
+    for (BlockArg& a : args)
+      if (a.t.defined()) a.t = detail::make_alias(a.t, sh, {1}, a.t.offset());
+  }
+  const int64_t rows = sh[0], inner = numel / rows;
+  const int64_t step = std::max<int64_t>(1, kBlockValues / inner);
+  std::array<bool, N> scratch{};
+  int64_t slots = 0;
+  for (size_t i = 0; i < N; ++i) {
+    BlockArg& a = args[i];
+    if (!reduced(a.t)) continue;
+    const bool dense_rows = all_contiguous || a.t.is_contiguous();
+    if (dense_rows) {
+      scratch[i] = true;
+      ++slots;
+    } else if (!a.write && a.t.stride(0) == 0) {
+      a.t = up(a.t);  // the same row for every block: widened once
+    } else {
+      return false;
+    }
+  }
+  const int64_t block = step * inner;
+  const Tensor buf = slots > 0 ? empty({slots * block}, kFloat32) : Tensor();
+  std::array<Tensor, N> blocks;
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const int64_t nr = std::min(step, rows - r0), n = nr * inner;
+    Shape bs = sh;
+    bs[0] = nr;
+    int64_t slot = 0;
+    for (size_t i = 0; i < N; ++i) {
+      const Tensor& t = args[i].t;
+      if (!t.defined()) {
+        blocks[i] = Tensor();
+      } else if (scratch[i]) {
+        blocks[i] = detail::make_alias(buf, bs, contiguous_strides(bs), slot++ * block);
+        if (args[i].read)
+          with_eigen_type(t.dtype(), [&](auto tag) {
+            using H = decltype(tag);
+            widen_row(static_cast<float*>(blocks[i].raw_data()), static_cast<const H*>(t.raw_data()) + r0 * inner, n);
+          });
+      } else {
+        blocks[i] = detail::make_alias(t, bs, t.strides(), t.offset() + r0 * t.stride(0));
+      }
+    }
+    if (!kernel(blocks)) {
+      GS_CHECK(r0 == 0, "reduced float", "internal error: a kernel declined a block after accepting the first");
+      return false;
+    }
+    for (size_t i = 0; i < N; ++i)
+      if (scratch[i] && args[i].write)
+        with_eigen_type(args[i].t.dtype(), [&](auto tag) {
+          using H = decltype(tag);
+          narrow_row(static_cast<H*>(args[i].t.raw_data()) + r0 * inner,
+                     static_cast<const float*>(blocks[i].raw_data()), n);
+        });
+  }
+  return true;
+}
+
+// The unary ops whose float32 kernel gives every position the same formula (no packet
+// approximation with a scalar fix-up for some positions): safe to run block by block.
+bool blockwise_unary(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg:
+    case UnaryOp::Abs:
+    case UnaryOp::Sign:
+    case UnaryOp::Relu:
+    case UnaryOp::Square:
+    case UnaryOp::LogicalNot:
+    case UnaryOp::IsNan:
+    case UnaryOp::IsInf:
+    case UnaryOp::IsFinite: return true;
+    default: return false;
+  }
+}
+
 class ReducedFloatBackend final : public Backend {
  public:
   explicit ReducedFloatBackend(Backend& inner) : b_(inner) {}
@@ -290,30 +398,60 @@ class ReducedFloatBackend final : public Backend {
 
   void unary(UnaryOp op, const Tensor& out, const Tensor& in) override {
     if (!any_reduced(out, in)) return b_.unary(op, out, in);
+    if (blockwise_unary(op) &&
+        run_blocked<2>(out.shape(), {BlockArg{out, false, true}, BlockArg{in}}, [&](std::array<Tensor, 2>& t) {
+          b_.unary(op, t[0], t[1]);
+          return true;
+        }))
+      return;
     Result r(out, false);
     b_.unary(op, r.f32, up(in));
     r.done();
   }
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.binary(op, out, a, b);
+    if (op != BinaryOp::Pow &&
+        run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{a}, BlockArg{b}},
+                       [&](std::array<Tensor, 3>& t) {
+                         b_.binary(op, t[0], t[1], t[2]);
+                         return true;
+                       }))
+      return;
     Result r(out, false);
     b_.binary(op, r.f32, up(a), up(b));
     r.done();
   }
   void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.where(out, cond, a, b);
+    if (run_blocked<4>(out.shape(), {BlockArg{out, false, true}, BlockArg{cond}, BlockArg{a}, BlockArg{b}},
+                       [&](std::array<Tensor, 4>& t) {
+                         b_.where(t[0], t[1], t[2], t[3]);
+                         return true;
+                       }))
+      return;
     Result r(out, false);
     b_.where(r.f32, cond, up(a), up(b));
     r.done();
   }
   void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override {
     if (!any_reduced(out, in)) return b_.clamp(out, in, lo, hi);
+    if (run_blocked<2>(out.shape(), {BlockArg{out, false, true}, BlockArg{in}}, [&](std::array<Tensor, 2>& t) {
+          b_.clamp(t[0], t[1], lo, hi);
+          return true;
+        }))
+      return;
     Result r(out, false);
     b_.clamp(r.f32, up(in), lo, hi);
     r.done();
   }
   void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override {
     if (!any_reduced(out, grad, x)) return b_.threshold_backward(out, grad, x, threshold);
+    if (run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{grad}, BlockArg{x}},
+                       [&](std::array<Tensor, 3>& t) {
+                         b_.threshold_backward(t[0], t[1], t[2], threshold);
+                         return true;
+                       }))
+      return;
     Result r(out, false);
     b_.threshold_backward(r.f32, up(grad), up(x), threshold);
     r.done();
@@ -461,6 +599,9 @@ class ReducedFloatBackend final : public Backend {
   // The fused steps in float32; every tensor the step updates is rounded back.
   bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override {
     if (!any_reduced(p, g, buf)) return b_.sgd_step(p, g, buf, s);
+    if (run_blocked<3>(p.shape(), {BlockArg{p, true, true}, BlockArg{g}, BlockArg{buf, true, true}},
+                       [&](std::array<Tensor, 3>& t) { return b_.sgd_step(t[0], t[1], t[2], s); }))
+      return true;
     Result rp(p, true), rbuf(buf, true);
     if (!b_.sgd_step(rp.f32, up(g), rbuf.f32, s)) return false;
     rp.done();
@@ -470,6 +611,11 @@ class ReducedFloatBackend final : public Backend {
   bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                  const AdamStep& s) override {
     if (!any_reduced(p, g, m, v, vmax)) return b_.adam_step(p, g, m, v, vmax, s);
+    if (run_blocked<5>(p.shape(),
+                       {BlockArg{p, true, true}, BlockArg{g}, BlockArg{m, true, true}, BlockArg{v, true, true},
+                        BlockArg{vmax, true, true}},
+                       [&](std::array<Tensor, 5>& t) { return b_.adam_step(t[0], t[1], t[2], t[3], t[4], s); }))
+      return true;
     Result rp(p, true), rm(m, true), rv(v, true), rvmax(vmax, true);
     if (!b_.adam_step(rp.f32, up(g), rm.f32, rv.f32, rvmax.f32, s)) return false;
     rp.done();
@@ -481,6 +627,11 @@ class ReducedFloatBackend final : public Backend {
   bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
                     const Tensor& buf, const RmspropStep& s) override {
     if (!any_reduced(p, g, square_avg, grad_avg, buf)) return b_.rmsprop_step(p, g, square_avg, grad_avg, buf, s);
+    if (run_blocked<5>(p.shape(),
+                       {BlockArg{p, true, true}, BlockArg{g}, BlockArg{square_avg, true, true},
+                        BlockArg{grad_avg, true, true}, BlockArg{buf, true, true}},
+                       [&](std::array<Tensor, 5>& t) { return b_.rmsprop_step(t[0], t[1], t[2], t[3], t[4], s); }))
+      return true;
     Result rp(p, true), rsq(square_avg, true), rga(grad_avg, true), rbuf(buf, true);
     if (!b_.rmsprop_step(rp.f32, up(g), rsq.f32, rga.f32, rbuf.f32, s)) return false;
     rp.done();
