@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/fast.h"
 #include "core/cpu/fast/transpose.h"
 
 namespace gradsleuth {
@@ -481,7 +482,8 @@ class ReducedFloatBackend final : public Backend {
   void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.bmm(out, a, b);
     Result r(out, false);
-    b_.bmm(r.f32, up(a), up(b));
+    // The packing-free SGEMM widens 16-bit operands as it reads them; elsewhere, widened copies.
+    if (!(cpu_fast_kernels() && fast::bmm_mixed(r.f32, a, b))) b_.bmm(r.f32, up(a), up(b));
     r.done();
   }
 
