@@ -222,3 +222,17 @@ TEST_CASE("16-bit optimizer steps block by block: the widen-step-round bits, sta
       if (which != 0) CHECK(same_bits(c16, c32.to(t)));
     }
 }
+
+TEST_CASE("relu's backward on 16-bit x and gradient: x <= 0 ? 0 : g, the widened formula's bits") {
+  uint32_t seed = 700;
+  for (DType t : kReduced) {
+    CAPTURE(std::string(gs::dtype_name(t)));
+    const Tensor x0 = draw({5, 4099}, t, seed++, true), g = draw({5, 4099}, t, seed++, true);
+    Tensor x = x0.clone().requires_grad_(true);
+    gs::relu(x).backward(g);
+    const Tensor want = gs::where(f32(x0) <= 0.0, gs::zeros({}, gs::kFloat32), f32(g)).to(t);
+    REQUIRE(x.grad().defined());
+    CHECK(x.grad().dtype() == t);
+    CHECK(same_bits(x.grad(), want));
+  }
+}
