@@ -236,3 +236,22 @@ TEST_CASE("relu's backward on 16-bit x and gradient: x <= 0 ? 0 : g, the widened
     CHECK(same_bits(x.grad(), want));
   }
 }
+
+TEST_CASE("16-bit max_pool2d and its backward, block by block of samples: the widened bits") {
+  uint32_t seed = 900;
+  for (DType t : kReduced)
+    for (int config = 0; config < 2; ++config) {
+      CAPTURE(std::string(gs::dtype_name(t)));
+      CAPTURE(config);
+      // 37 samples of 3 x 29 x 29: several blocks and a partial one; 2x2/2 and 3x3/1 with padding.
+      const Tensor x0 = draw({37, 3, 29, 29}, t, seed++, true);
+      const int64_t k = config == 0 ? 2 : 3, st = config == 0 ? 2 : 1, pad = config == 0 ? 0 : 1;
+      Tensor x = x0.clone().requires_grad_(true), x32 = f32(x0).requires_grad_(true);
+      const Tensor y = gs::max_pool2d(x, {k, k}, {st, st}, {pad, pad}), y32 = gs::max_pool2d(x32, {k, k}, {st, st}, {pad, pad});
+      CHECK(same_bits(y, y32.to(t)));
+      const Tensor g = draw(y.shape(), t, seed++, false);
+      y.backward(g);
+      y32.backward(f32(g));
+      CHECK(same_bits(x.grad(), x32.grad().to(t)));
+    }
+}

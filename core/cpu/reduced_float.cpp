@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/fast/fast.h"
@@ -325,6 +326,56 @@ bool run_blocked(const Shape& shape, std::array<BlockArg, N> args, K&& kernel) {
   return true;
 }
 
+// A pooling kernel (each sample's planes from that sample's alone) run on blocks of samples, as
+// run_blocked does for elementwise ops: `kernel(ins, outs, n)` on float32 blocks of n samples (the
+// 16-bit inputs widened, the 16-bit outputs rounded back after) and on the other tensors' (argmax)
+// samples in place. False, having done nothing, unless every tensor is contiguous with dim 0 the batch.
+template <class K>
+bool run_sample_blocks(std::initializer_list<Tensor> ins, std::initializer_list<Tensor> outs, K&& kernel) {
+  const std::vector<Tensor> all_ins(ins), all_outs(outs);
+  int64_t N = -1, per_block_values = 0;
+  for (const std::vector<Tensor>* v : {&all_ins, &all_outs})
+    for (const Tensor& t : *v) {
+      if (!t.defined() || t.dim() < 1 || !t.is_contiguous()) return false;
+      if (N < 0) N = t.size(0);
+      if (t.size(0) != N) return false;
+      if (reduced(t)) per_block_values += t.numel() / std::max<int64_t>(N, 1);
+    }
+  if (N <= 0) return false;
+  const int64_t step = std::max<int64_t>(1, 4 * kBlockValues / std::max<int64_t>(per_block_values, 1));
+  const Tensor buf = empty({per_block_values * std::min(step, N)}, kFloat32);
+  const auto block_of = [&](const Tensor& t, int64_t n0, int64_t nb, int64_t& slot, bool widen_it) {
+    Shape bs = t.shape();
+    bs[0] = nb;
+    const int64_t per = t.numel() / N;
+    if (!reduced(t)) return detail::make_alias(t, bs, contiguous_strides(bs), t.offset() + n0 * per);
+    const Tensor b = detail::make_alias(buf, bs, contiguous_strides(bs), slot);
+    slot += per * nb;
+    if (widen_it)
+      with_eigen_type(t.dtype(), [&](auto tag) {
+        using H = decltype(tag);
+        widen_row(static_cast<float*>(b.raw_data()), static_cast<const H*>(t.raw_data()) + n0 * per, per * nb);
+      });
+    return b;
+  };
+  for (int64_t n0 = 0; n0 < N; n0 += step) {
+    const int64_t nb = std::min(step, N - n0);
+    int64_t slot = 0;
+    std::vector<Tensor> bi, bo;
+    for (const Tensor& t : all_ins) bi.push_back(block_of(t, n0, nb, slot, true));
+    for (const Tensor& t : all_outs) bo.push_back(block_of(t, n0, nb, slot, false));
+    kernel(bi, bo, nb);
+    for (size_t i = 0; i < all_outs.size(); ++i)
+      if (reduced(all_outs[i]))
+        with_eigen_type(all_outs[i].dtype(), [&](auto tag) {
+          using H = decltype(tag);
+          narrow_row(static_cast<H*>(all_outs[i].raw_data()) + n0 * (all_outs[i].numel() / N),
+                     static_cast<const float*>(bo[i].raw_data()), bo[i].numel());
+        });
+  }
+  return true;
+}
+
 // The unary ops whose float32 kernel gives every position the same formula (no packet
 // approximation with a scalar fix-up for some positions): safe to run block by block.
 bool blockwise_unary(UnaryOp op) {
@@ -526,6 +577,12 @@ class ReducedFloatBackend final : public Backend {
   }
   void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) override {
     if (!any_reduced(out, in)) return b_.max_pool2d(out, argmax, in, g);
+    if (run_sample_blocks({in}, {out, argmax}, [&](std::vector<Tensor>& i, std::vector<Tensor>& o, int64_t n) {
+          Conv2dGeometry gb = g;
+          gb.N = n;
+          b_.max_pool2d(o[0], o[1], i[0], gb);
+        }))
+      return;
     Result r(out, false);
     b_.max_pool2d(r.f32, argmax, up(in), g);
     r.done();
@@ -533,6 +590,12 @@ class ReducedFloatBackend final : public Backend {
   void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
                            const Conv2dGeometry& g) override {
     if (!any_reduced(grad_in, grad_out)) return b_.max_pool2d_backward(grad_in, grad_out, argmax, g);
+    if (run_sample_blocks({grad_out, argmax}, {grad_in}, [&](std::vector<Tensor>& i, std::vector<Tensor>& o, int64_t n) {
+          Conv2dGeometry gb = g;
+          gb.N = n;
+          b_.max_pool2d_backward(o[0], i[0], i[1], gb);
+        }))
+      return;
     Result r(grad_in, false);
     b_.max_pool2d_backward(r.f32, up(grad_out), argmax, g);
     r.done();
