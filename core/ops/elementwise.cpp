@@ -432,9 +432,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   notify_op("clamp", {x}, y);
   if (needs_grad(x))  // gradient passes where lo <= x <= hi
     record("clamp", y, {&x}, [sx = SavedTensor(x, "clamp"), l, h](const Tensor& g, Node& n) {
-      // A 16-bit gradient meets x as saved (16 bits too): the backend's kernel computes from both in
-      // float32 and rounds once, as the widened formula would, without a float32 copy of x.
-      Tensor xv = (is_reduced_float(g.dtype()) ? sx.unpack_as_saved(n) : sx.unpack(n)).detach();
+      Tensor xv = sx.unpack(n).detach();
       return tensor_list{
           g * logical_and(ge(xv, detail::wrap_scalar(l, xv)), le(xv, detail::wrap_scalar(h, xv))).to(g.dtype())};
     });
