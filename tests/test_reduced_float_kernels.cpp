@@ -80,13 +80,14 @@ TEST_CASE("sgemm_direct_mixed: every layout and format, odd sizes, equals sgemm_
   if (!fast::sgemm_direct_available()) {
     const float a = 1, b = 1;
     float c = 0;
-    CHECK(!fast::sgemm_direct_mixed(false, false, 1, 1, 1, &a, fast::Elem::Float32, 1, &b, fast::Elem::Float32, 1,
-                                    &c, 1));
+    CHECK(!fast::sgemm_direct_mixed(false, false, 1, 1, 1, &a, fast::Elem::Float32, 1, &b, fast::Elem::Float32, 1, &c,
+                                    1));
     return;
   }
   // Narrow and wide N (the broadcast operand widened in the kernel or into scratch), K over one
   // k-block (256), sides that are not multiples of the tiles or of 8 (the transposes' edges).
-  const int shapes[][3] = {{1, 1, 1}, {7, 9, 5}, {13, 33, 17}, {37, 70, 41}, {12, 64, 300}, {64, 150, 64}, {50, 200, 513}};
+  const int shapes[][3] = {{1, 1, 1},     {7, 9, 5},     {13, 33, 17},  {37, 70, 41},
+                           {12, 64, 300}, {64, 150, 64}, {50, 200, 513}};
   const DType kinds[] = {gs::kFloat32, gs::kBFloat16, gs::kFloat16};
   uint32_t seed = 1;
   for (const auto& s : shapes)
@@ -97,7 +98,8 @@ TEST_CASE("sgemm_direct_mixed: every layout and format, odd sizes, equals sgemm_
           const bool a_col = layout & 1, b_col = layout & 2;
           const int64_t lda = (a_col ? M : K) + 3, ldb = (b_col ? K : N) + 1, ldc = N + 2;
           // Stored as (rows, ld) with padding, the matrix in the first columns.
-          const Tensor A = draw({a_col ? K : M, lda}, ta, seed++, false), B = draw({b_col ? N : K, ldb}, tb, seed++, false);
+          const Tensor A = draw({a_col ? K : M, lda}, ta, seed++, false),
+                       B = draw({b_col ? N : K, ldb}, tb, seed++, false);
           const Tensor A32 = f32(A), B32 = f32(B);
           std::vector<float> want(static_cast<size_t>(M * ldc), -7.0f), got(want);
           CAPTURE(M);
@@ -247,7 +249,8 @@ TEST_CASE("16-bit max_pool2d and its backward, block by block of samples: the wi
       const Tensor x0 = draw({37, 3, 29, 29}, t, seed++, true);
       const int64_t k = config == 0 ? 2 : 3, st = config == 0 ? 2 : 1, pad = config == 0 ? 0 : 1;
       Tensor x = x0.clone().requires_grad_(true), x32 = f32(x0).requires_grad_(true);
-      const Tensor y = gs::max_pool2d(x, {k, k}, {st, st}, {pad, pad}), y32 = gs::max_pool2d(x32, {k, k}, {st, st}, {pad, pad});
+      const Tensor y = gs::max_pool2d(x, {k, k}, {st, st}, {pad, pad}),
+                   y32 = gs::max_pool2d(x32, {k, k}, {st, st}, {pad, pad});
       CHECK(same_bits(y, y32.to(t)));
       const Tensor g = draw(y.shape(), t, seed++, false);
       y.backward(g);

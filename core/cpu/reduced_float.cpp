@@ -462,12 +462,11 @@ class ReducedFloatBackend final : public Backend {
   }
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.binary(op, out, a, b);
-    if (op != BinaryOp::Pow &&
-        run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{a}, BlockArg{b}},
-                       [&](std::array<Tensor, 3>& t) {
-                         b_.binary(op, t[0], t[1], t[2]);
-                         return true;
-                       }))
+    if (op != BinaryOp::Pow && run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{a}, BlockArg{b}},
+                                              [&](std::array<Tensor, 3>& t) {
+                                                b_.binary(op, t[0], t[1], t[2]);
+                                                return true;
+                                              }))
       return;
     Result r(out, false);
     b_.binary(op, r.f32, up(a), up(b));
@@ -590,11 +589,12 @@ class ReducedFloatBackend final : public Backend {
   void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
                            const Conv2dGeometry& g) override {
     if (!any_reduced(grad_in, grad_out)) return b_.max_pool2d_backward(grad_in, grad_out, argmax, g);
-    if (run_sample_blocks({grad_out, argmax}, {grad_in}, [&](std::vector<Tensor>& i, std::vector<Tensor>& o, int64_t n) {
-          Conv2dGeometry gb = g;
-          gb.N = n;
-          b_.max_pool2d_backward(o[0], i[0], i[1], gb);
-        }))
+    if (run_sample_blocks({grad_out, argmax}, {grad_in},
+                          [&](std::vector<Tensor>& i, std::vector<Tensor>& o, int64_t n) {
+                            Conv2dGeometry gb = g;
+                            gb.N = n;
+                            b_.max_pool2d_backward(o[0], i[0], i[1], gb);
+                          }))
       return;
     Result r(grad_in, false);
     b_.max_pool2d_backward(r.f32, up(grad_out), argmax, g);

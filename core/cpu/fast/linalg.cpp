@@ -54,9 +54,7 @@ void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   }
 }
 
-Elem elem_of(DType t) {
-  return t == kBFloat16 ? Elem::BFloat16 : t == kFloat16 ? Elem::Float16 : Elem::Float32;
-}
+Elem elem_of(DType t) { return t == kBFloat16 ? Elem::BFloat16 : t == kFloat16 ? Elem::Float16 : Elem::Float32; }
 
 }  // namespace
 
@@ -72,8 +70,9 @@ bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b) {
   const auto* pb = static_cast<const char*>(b.raw_data());
   float* o = static_cast<float*>(out.raw_data());
   for (int64_t i = 0; i < B; ++i)
-    if (!sgemm_direct_mixed(la == 1, lb == 1, N, M, K, pa + i * a.strides()[0] * static_cast<int64_t>(a.element_size()), elem_of(a.dtype()),
-                            lda, pb + i * b.strides()[0] * static_cast<int64_t>(b.element_size()), elem_of(b.dtype()), ldb, o + i * N * M, M))
+    if (!sgemm_direct_mixed(la == 1, lb == 1, N, M, K, pa + i * a.strides()[0] * static_cast<int64_t>(a.element_size()),
+                            elem_of(a.dtype()), lda, pb + i * b.strides()[0] * static_cast<int64_t>(b.element_size()),
+                            elem_of(b.dtype()), ldb, o + i * N * M, M))
       return false;
   return true;
 }

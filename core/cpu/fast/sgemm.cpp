@@ -381,9 +381,9 @@ constexpr int64_t kConvertInKernelPanels = std::is_same_v<TA, Bf16> ? 2 : 0;
 // C (M, N) = A (M, K; a StridedA) @ B (K, N; row-major, float32), beta = 0: a 16-bit A is
 // widened in the micro-kernel when N is narrow, else first into scratch (kept slot 2).
 template <class TA>
-void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float* C,
-                  int64_t ldc) {
-  if (std::is_same_v<TA, float> || N <= kConvertInKernelPanels<TA> * 2 * kW) return gemm_rows(M, N, K, A, B, ldb, 0.0f, C, ldc);
+void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  if (std::is_same_v<TA, float> || N <= kConvertInKernelPanels<TA> * 2 * kW)
+    return gemm_rows(M, N, K, A, B, ldb, 0.0f, C, ldc);
   const Scratch Aw(2, M * K);
   if (A.sk == 1)
     widen_rows(A.p, A.si, Aw.data(), K, M, K);  // row-major
