@@ -94,11 +94,12 @@ class SavedTensor {
   // Inside a float16/bfloat16 op's backward (detail::WidenedBackward) a 16-bit tensor comes back
   // widened to float32.
   Tensor unpack(Node& node) const;
+  // The same check, the tensor in its saved dtype (a kernel that reads 16-bit operands itself).
+  Tensor unpack_as_saved(Node& node) const;
   bool defined() const { return data_.defined(); }
   void reset() { data_ = Tensor(); }
 
  private:
-  Tensor unpack_as_saved(Node& node) const;
   Tensor data_;
   uint64_t version_ = 0;
   const char* saved_by_ = nullptr;

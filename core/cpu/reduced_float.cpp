@@ -6,10 +6,14 @@
 #include <immintrin.h>
 #endif
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/fast/fast.h"
+#include "core/cpu/fast/transpose.h"
 
 namespace gradsleuth {
 
@@ -41,6 +45,16 @@ void with_eigen_type(DType t, F&& f) {
 template <class H>
 void widen_row(float* out, const H* in, int64_t n) {
   int64_t k = 0;
+#ifdef __AVX512F__  // the same conversions, 16 values at a time
+  if constexpr (std::is_same_v<H, Eigen::half>)
+    for (; k + 16 <= n; k += 16)
+      _mm512_storeu_ps(out + k, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + k))));
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>)
+    for (; k + 16 <= n; k += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + k)));
+      _mm512_storeu_ps(out + k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#endif
 #ifdef __F16C__
   if constexpr (std::is_same_v<H, Eigen::half>)
     for (; k + 8 <= n; k += 8)
@@ -59,6 +73,25 @@ void widen_row(float* out, const H* in, int64_t n) {
 template <class H>
 void narrow_row(H* out, const float* in, int64_t n) {
   int64_t k = 0;
+#ifdef __AVX512F__  // the same roundings as below, 16 values at a time
+  if constexpr (std::is_same_v<H, Eigen::half>)
+    for (; k + 16 <= n; k += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                          _mm512_cvtps_ph(_mm512_loadu_ps(in + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm512_set1_epi32(0x7FC00000);
+    for (; k + 16 <= n; k += 16) {
+      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + k));
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+      __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), lsb);
+      const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, abs_mask), inf);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(x, sign), quiet));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+  }
+#endif
 #ifdef __F16C__
   if constexpr (std::is_same_v<H, Eigen::half>)
     for (; k + 8 <= n; k += 8)
@@ -89,10 +122,32 @@ void narrow_row(H* out, const float* in, int64_t n) {
       Eigen::Map<const Eigen::ArrayXf>(in + k, n - k).template cast<H>();
 }
 
+// out[i * ldo + j] = in[j * ldi + i] for i < rows, j < cols: 8 x 8 blocks, each widened by rows of
+// `in` and transposed in registers; the edges value by value.
+template <class H>
+void widen_transposed(float* out, int64_t ldo, const H* in, int64_t ldi, int64_t rows, int64_t cols) {
+  const int64_t r8 = rows - rows % 8, c8 = cols - cols % 8;
+  alignas(32) float buf[64];
+  for (int64_t i = 0; i < r8; i += 8)
+    for (int64_t j = 0; j < c8; j += 8) {
+      for (int64_t q = 0; q < 8; ++q) widen_row(buf + q * 8, in + (j + q) * ldi + i, 8);
+      fast::transpose8x8(buf, 8, out + i * ldo + j, ldo);
+    }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = (i < r8 ? c8 : 0); j < cols; ++j) out[i * ldo + j] = static_cast<float>(in[j * ldi + i]);
+}
+
 // out (float32) <- in (16-bit float), both of one shape and any strides.
 void widen(const Tensor& out, const Tensor& in) {
   with_eigen_type(in.dtype(), [&](auto tag) {
     using H = decltype(tag);
+    // A transposed matrix into a row-major one (a gradient's transpose in a product's backward).
+    if (out.dim() == 2 && in.size(0) >= 8 && in.size(1) >= 8 && out.stride(1) == 1 && out.stride(0) >= out.size(1) &&
+        in.stride(0) == 1 && in.stride(1) >= in.size(0)) {
+      widen_transposed(static_cast<float*>(out.raw_data()), out.stride(0), static_cast<const H*>(in.raw_data()),
+                       in.stride(1), out.size(0), out.size(1));
+      return;
+    }
     for_each_row<2>(out.shape(), {&out, &in}, [](char** p, int64_t n, const int64_t* st) {
       if (st[0] == sizeof(float) && st[1] == sizeof(H)) {  // a contiguous row: Eigen's vectorised cast
         widen_row(reinterpret_cast<float*>(p[0]), reinterpret_cast<const H*>(p[1]), n);
@@ -132,6 +187,20 @@ void narrow(const Tensor& out, const Tensor& in) {
 Tensor up(const Tensor& t) {
   if (!reduced(t)) return t;
   const int64_t nd = t.dim();
+  // Broadcast dims (stride 0, a scalar expanded to a shape): the distinct values widened, the
+  // copy expanded the same way.
+  bool expanded = false;
+  for (int64_t i = 0; i < nd; ++i) expanded |= t.strides()[i] == 0 && t.shape()[i] > 1;
+  if (expanded) {
+    Shape cs = t.shape();
+    for (int64_t i = 0; i < nd; ++i)
+      if (t.strides()[i] == 0) cs[i] = 1;
+    const Tensor f = up(detail::make_alias(t, cs, t.strides(), t.offset()));
+    Strides st = f.strides();
+    for (int64_t i = 0; i < nd; ++i)
+      if (t.strides()[i] == 0) st[i] = 0;
+    return detail::make_alias(f, t.shape(), st, f.offset());
+  }
   if (!t.is_contiguous() && nd >= 2) {
     Dims order;
     const Tensor p = detail::memory_order_alias(t, order);
@@ -167,6 +236,163 @@ bool any_reduced(const T&... t) {
   return (reduced(t) || ...);
 }
 
+// ---- elementwise kernels block by block ----------------------------------------------------
+// An elementwise kernel (or an optimizer's fused step) run on blocks of about kBlockValues values:
+// each block of a 16-bit operand widened into a float32 scratch block, the float32 kernel run on
+// the blocks, the 16-bit results rounded back. Each output value depends only on the inputs at its
+// own position, so the values are those of widening the whole tensors, while the float32 copies
+// (a few blocks) stay in the cache instead of going out to memory and back.
+constexpr int64_t kBlockValues = 8192;
+
+// One operand: `read` widens each 16-bit block before the kernel, `write` rounds it back after.
+struct BlockArg {
+  Tensor t;  // undefined: passed on undefined
+  bool read = true, write = false;
+};
+
+// Runs kernel(blocks) (blocks: the operands' blocks, in order; returns false when the float32
+// kernel declines) block by block. Returns false, having written nothing, when an operand does
+// not suit (not of `shape`, or a 16-bit operand neither contiguous nor, read only, broadcast
+// along dim 0) or the kernel declines the first block.
+template <size_t N, class K>
+bool run_blocked(const Shape& shape, std::array<BlockArg, N> args, K&& kernel) {
+  const int64_t numel = numel_of(shape);
+  if (shape.empty() || numel == 0) return false;
+  bool all_contiguous = true;
+  for (const BlockArg& a : args) {
+    if (!a.t.defined()) continue;
+    if (a.t.shape() != shape) return false;
+    all_contiguous &= a.t.is_contiguous();
+  }
+  // Every operand dense: blocks of the flat values. Else blocks of rows (dim 0).
+  Shape sh = shape;
+  if (all_contiguous) {
+    sh = {numel};
+    for (BlockArg& a : args)
+      if (a.t.defined()) a.t = detail::make_alias(a.t, sh, {1}, a.t.offset());
+  }
+  const int64_t rows = sh[0], inner = numel / rows;
+  const int64_t step = std::max<int64_t>(1, kBlockValues / inner);
+  std::array<bool, N> scratch{};
+  int64_t slots = 0;
+  for (size_t i = 0; i < N; ++i) {
+    BlockArg& a = args[i];
+    if (!reduced(a.t)) continue;
+    const bool dense_rows = all_contiguous || a.t.is_contiguous();
+    if (dense_rows) {
+      scratch[i] = true;
+      ++slots;
+    } else if (!a.write && a.t.stride(0) == 0) {
+      a.t = up(a.t);  // the same row for every block: widened once
+    } else {
+      return false;
+    }
+  }
+  const int64_t block = step * inner;
+  const Tensor buf = slots > 0 ? empty({slots * block}, kFloat32) : Tensor();
+  std::array<Tensor, N> blocks;
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const int64_t nr = std::min(step, rows - r0), n = nr * inner;
+    Shape bs = sh;
+    bs[0] = nr;
+    int64_t slot = 0;
+    for (size_t i = 0; i < N; ++i) {
+      const Tensor& t = args[i].t;
+      if (!t.defined()) {
+        blocks[i] = Tensor();
+      } else if (scratch[i]) {
+        blocks[i] = detail::make_alias(buf, bs, contiguous_strides(bs), slot++ * block);
+        if (args[i].read)
+          with_eigen_type(t.dtype(), [&](auto tag) {
+            using H = decltype(tag);
+            widen_row(static_cast<float*>(blocks[i].raw_data()), static_cast<const H*>(t.raw_data()) + r0 * inner, n);
+          });
+      } else {
+        blocks[i] = detail::make_alias(t, bs, t.strides(), t.offset() + r0 * t.stride(0));
+      }
+    }
+    if (!kernel(blocks)) {
+      GS_CHECK(r0 == 0, "reduced float", "internal error: a kernel declined a block after accepting the first");
+      return false;
+    }
+    for (size_t i = 0; i < N; ++i)
+      if (scratch[i] && args[i].write)
+        with_eigen_type(args[i].t.dtype(), [&](auto tag) {
+          using H = decltype(tag);
+          narrow_row(static_cast<H*>(args[i].t.raw_data()) + r0 * inner,
+                     static_cast<const float*>(blocks[i].raw_data()), n);
+        });
+  }
+  return true;
+}
+
+// A pooling kernel (each sample's planes from that sample's alone) run on blocks of samples, as
+// run_blocked does for elementwise ops: `kernel(ins, outs, n)` on float32 blocks of n samples (the
+// 16-bit inputs widened, the 16-bit outputs rounded back after) and on the other tensors' (argmax)
+// samples in place. False, having done nothing, unless every tensor is contiguous with dim 0 the batch.
+template <class K>
+bool run_sample_blocks(std::initializer_list<Tensor> ins, std::initializer_list<Tensor> outs, K&& kernel) {
+  const std::vector<Tensor> all_ins(ins), all_outs(outs);
+  int64_t N = -1, per_block_values = 0;
+  for (const std::vector<Tensor>* v : {&all_ins, &all_outs})
+    for (const Tensor& t : *v) {
+      if (!t.defined() || t.dim() < 1 || !t.is_contiguous()) return false;
+      if (N < 0) N = t.size(0);
+      if (t.size(0) != N) return false;
+      if (reduced(t)) per_block_values += t.numel() / std::max<int64_t>(N, 1);
+    }
+  if (N <= 0) return false;
+  const int64_t step = std::max<int64_t>(1, 4 * kBlockValues / std::max<int64_t>(per_block_values, 1));
+  const Tensor buf = empty({per_block_values * std::min(step, N)}, kFloat32);
+  const auto block_of = [&](const Tensor& t, int64_t n0, int64_t nb, int64_t& slot, bool widen_it) {
+    Shape bs = t.shape();
+    bs[0] = nb;
+    const int64_t per = t.numel() / N;
+    if (!reduced(t)) return detail::make_alias(t, bs, contiguous_strides(bs), t.offset() + n0 * per);
+    const Tensor b = detail::make_alias(buf, bs, contiguous_strides(bs), slot);
+    slot += per * nb;
+    if (widen_it)
+      with_eigen_type(t.dtype(), [&](auto tag) {
+        using H = decltype(tag);
+        widen_row(static_cast<float*>(b.raw_data()), static_cast<const H*>(t.raw_data()) + n0 * per, per * nb);
+      });
+    return b;
+  };
+  for (int64_t n0 = 0; n0 < N; n0 += step) {
+    const int64_t nb = std::min(step, N - n0);
+    int64_t slot = 0;
+    std::vector<Tensor> bi, bo;
+    for (const Tensor& t : all_ins) bi.push_back(block_of(t, n0, nb, slot, true));
+    for (const Tensor& t : all_outs) bo.push_back(block_of(t, n0, nb, slot, false));
+    kernel(bi, bo, nb);
+    for (size_t i = 0; i < all_outs.size(); ++i)
+      if (reduced(all_outs[i]))
+        with_eigen_type(all_outs[i].dtype(), [&](auto tag) {
+          using H = decltype(tag);
+          narrow_row(static_cast<H*>(all_outs[i].raw_data()) + n0 * (all_outs[i].numel() / N),
+                     static_cast<const float*>(bo[i].raw_data()), bo[i].numel());
+        });
+  }
+  return true;
+}
+
+// The unary ops whose float32 kernel gives every position the same formula (no packet
+// approximation with a scalar fix-up for some positions): safe to run block by block.
+bool blockwise_unary(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Neg:
+    case UnaryOp::Abs:
+    case UnaryOp::Sign:
+    case UnaryOp::Relu:
+    case UnaryOp::Square:
+    case UnaryOp::LogicalNot:
+    case UnaryOp::IsNan:
+    case UnaryOp::IsInf:
+    case UnaryOp::IsFinite: return true;
+    default: return false;
+  }
+}
+
 class ReducedFloatBackend final : public Backend {
  public:
   explicit ReducedFloatBackend(Backend& inner) : b_(inner) {}
@@ -191,6 +417,7 @@ class ReducedFloatBackend final : public Backend {
     // Through float32, which holds every float16 and bfloat16 value: one rounding into a
     // 16-bit float from float32, bool and float16/bfloat16; two (through float32) from float64
     // and int64, as PyTorch's conversions do.
+    if (out.dtype() == kFloat32 && reduced(in)) return widen(out, in);
     Tensor mid = in;
     if (in.dtype() != kFloat32) {
       mid = empty(in.shape(), kFloat32);
@@ -223,30 +450,59 @@ class ReducedFloatBackend final : public Backend {
 
   void unary(UnaryOp op, const Tensor& out, const Tensor& in) override {
     if (!any_reduced(out, in)) return b_.unary(op, out, in);
+    if (blockwise_unary(op) &&
+        run_blocked<2>(out.shape(), {BlockArg{out, false, true}, BlockArg{in}}, [&](std::array<Tensor, 2>& t) {
+          b_.unary(op, t[0], t[1]);
+          return true;
+        }))
+      return;
     Result r(out, false);
     b_.unary(op, r.f32, up(in));
     r.done();
   }
   void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.binary(op, out, a, b);
+    if (op != BinaryOp::Pow && run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{a}, BlockArg{b}},
+                                              [&](std::array<Tensor, 3>& t) {
+                                                b_.binary(op, t[0], t[1], t[2]);
+                                                return true;
+                                              }))
+      return;
     Result r(out, false);
     b_.binary(op, r.f32, up(a), up(b));
     r.done();
   }
   void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.where(out, cond, a, b);
+    if (run_blocked<4>(out.shape(), {BlockArg{out, false, true}, BlockArg{cond}, BlockArg{a}, BlockArg{b}},
+                       [&](std::array<Tensor, 4>& t) {
+                         b_.where(t[0], t[1], t[2], t[3]);
+                         return true;
+                       }))
+      return;
     Result r(out, false);
     b_.where(r.f32, cond, up(a), up(b));
     r.done();
   }
   void clamp(const Tensor& out, const Tensor& in, double lo, double hi) override {
     if (!any_reduced(out, in)) return b_.clamp(out, in, lo, hi);
+    if (run_blocked<2>(out.shape(), {BlockArg{out, false, true}, BlockArg{in}}, [&](std::array<Tensor, 2>& t) {
+          b_.clamp(t[0], t[1], lo, hi);
+          return true;
+        }))
+      return;
     Result r(out, false);
     b_.clamp(r.f32, up(in), lo, hi);
     r.done();
   }
   void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override {
     if (!any_reduced(out, grad, x)) return b_.threshold_backward(out, grad, x, threshold);
+    if (run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{grad}, BlockArg{x}},
+                       [&](std::array<Tensor, 3>& t) {
+                         b_.threshold_backward(t[0], t[1], t[2], threshold);
+                         return true;
+                       }))
+      return;
     Result r(out, false);
     b_.threshold_backward(r.f32, up(grad), up(x), threshold);
     r.done();
@@ -276,7 +532,8 @@ class ReducedFloatBackend final : public Backend {
   void bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
     if (!any_reduced(out, a, b)) return b_.bmm(out, a, b);
     Result r(out, false);
-    b_.bmm(r.f32, up(a), up(b));
+    // The packing-free SGEMM widens 16-bit operands as it reads them; elsewhere, widened copies.
+    if (!(cpu_fast_kernels() && fast::bmm_mixed(r.f32, a, b))) b_.bmm(r.f32, up(a), up(b));
     r.done();
   }
 
@@ -319,6 +576,12 @@ class ReducedFloatBackend final : public Backend {
   }
   void max_pool2d(const Tensor& out, const Tensor& argmax, const Tensor& in, const Conv2dGeometry& g) override {
     if (!any_reduced(out, in)) return b_.max_pool2d(out, argmax, in, g);
+    if (run_sample_blocks({in}, {out, argmax}, [&](std::vector<Tensor>& i, std::vector<Tensor>& o, int64_t n) {
+          Conv2dGeometry gb = g;
+          gb.N = n;
+          b_.max_pool2d(o[0], o[1], i[0], gb);
+        }))
+      return;
     Result r(out, false);
     b_.max_pool2d(r.f32, argmax, up(in), g);
     r.done();
@@ -326,6 +589,13 @@ class ReducedFloatBackend final : public Backend {
   void max_pool2d_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& argmax,
                            const Conv2dGeometry& g) override {
     if (!any_reduced(grad_in, grad_out)) return b_.max_pool2d_backward(grad_in, grad_out, argmax, g);
+    if (run_sample_blocks({grad_out, argmax}, {grad_in},
+                          [&](std::vector<Tensor>& i, std::vector<Tensor>& o, int64_t n) {
+                            Conv2dGeometry gb = g;
+                            gb.N = n;
+                            b_.max_pool2d_backward(o[0], i[0], i[1], gb);
+                          }))
+      return;
     Result r(grad_in, false);
     b_.max_pool2d_backward(r.f32, up(grad_out), argmax, g);
     r.done();
@@ -394,6 +664,9 @@ class ReducedFloatBackend final : public Backend {
   // The fused steps in float32; every tensor the step updates is rounded back.
   bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override {
     if (!any_reduced(p, g, buf)) return b_.sgd_step(p, g, buf, s);
+    if (run_blocked<3>(p.shape(), {BlockArg{p, true, true}, BlockArg{g}, BlockArg{buf, true, true}},
+                       [&](std::array<Tensor, 3>& t) { return b_.sgd_step(t[0], t[1], t[2], s); }))
+      return true;
     Result rp(p, true), rbuf(buf, true);
     if (!b_.sgd_step(rp.f32, up(g), rbuf.f32, s)) return false;
     rp.done();
@@ -403,6 +676,11 @@ class ReducedFloatBackend final : public Backend {
   bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                  const AdamStep& s) override {
     if (!any_reduced(p, g, m, v, vmax)) return b_.adam_step(p, g, m, v, vmax, s);
+    if (run_blocked<5>(p.shape(),
+                       {BlockArg{p, true, true}, BlockArg{g}, BlockArg{m, true, true}, BlockArg{v, true, true},
+                        BlockArg{vmax, true, true}},
+                       [&](std::array<Tensor, 5>& t) { return b_.adam_step(t[0], t[1], t[2], t[3], t[4], s); }))
+      return true;
     Result rp(p, true), rm(m, true), rv(v, true), rvmax(vmax, true);
     if (!b_.adam_step(rp.f32, up(g), rm.f32, rv.f32, rvmax.f32, s)) return false;
     rp.done();
@@ -414,6 +692,11 @@ class ReducedFloatBackend final : public Backend {
   bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg,
                     const Tensor& buf, const RmspropStep& s) override {
     if (!any_reduced(p, g, square_avg, grad_avg, buf)) return b_.rmsprop_step(p, g, square_avg, grad_avg, buf, s);
+    if (run_blocked<5>(p.shape(),
+                       {BlockArg{p, true, true}, BlockArg{g}, BlockArg{square_avg, true, true},
+                        BlockArg{grad_avg, true, true}, BlockArg{buf, true, true}},
+                       [&](std::array<Tensor, 5>& t) { return b_.rmsprop_step(t[0], t[1], t[2], t[3], t[4], s); }))
+      return true;
     Result rp(p, true), rsq(square_avg, true), rga(grad_avg, true), rbuf(buf, true);
     if (!b_.rmsprop_step(rp.f32, up(g), rsq.f32, rga.f32, rbuf.f32, s)) return false;
     rp.done();

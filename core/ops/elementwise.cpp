@@ -444,7 +444,9 @@ Tensor relu(const Tensor& x) {
   Tensor y = unary_forward(UnaryOp::Relu, "relu", x, false);
   if (needs_grad(x))  // gradient passes where x is not <= 0: x > 0, and NaN (PyTorch's threshold_backward)
     record("relu", y, {&x}, [sx = SavedTensor(x, "relu")](const Tensor& g, Node& n) {
-      Tensor xv = sx.unpack(n).detach();
+      // A 16-bit gradient meets x as saved (16 bits too): the backend's kernel computes from both in
+      // float32 and rounds once, as the widened formula would, without a float32 copy of x.
+      Tensor xv = (is_reduced_float(g.dtype()) ? sx.unpack_as_saved(n) : sx.unpack(n)).detach();
       // One fused pass (the backend's threshold_backward): x <= 0 ? 0 : g, a select, so an
       // infinite g at x <= 0 gives 0, not NaN, as PyTorch. Under create_graph (g needs a
       // gradient) the same formula through where(), which is differentiable in g.

@@ -420,6 +420,9 @@ GemmDecision decide() {
 }
 }  // namespace
 
+bool gemm_routes_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K) {
+  return gemm_threads() == 1 && (engine_route() || use_direct(a_col, b_col, M, N, K));
+}
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, float beta, float* C, int64_t ldc) {
   if (engine_route()) {
@@ -437,6 +440,7 @@ bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const do
   return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 #else
+bool gemm_routes_direct(bool, bool, int64_t, int64_t, int64_t) { return false; }
 namespace {
 GemmDecision decide() {
   GemmDecision d;

@@ -71,6 +71,9 @@ const GemmDecision& gemm_decision();
 // Whether float32 products go to the engine's kernel now (the route, or Auto's decision; never
 // while set_sgemm_direct(false), in a build without the kernel, or in one without a BLAS).
 bool gemm_uses_engine();
+// Whether blas_gemm sends a float32 product of this shape to the engine's packing-free kernel
+// (sgemm.h) on the calling thread: the 16-bit products use it to take the same kernel.
+bool gemm_routes_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K);
 // How many times the note went to stderr in this process (0 or 1). The note is printed only
 // when Auto chose the engine.
 int gemm_notes_printed();

@@ -28,6 +28,10 @@ namespace gradsleuth::cpu::fast {
 // column-major operands are used in place. Reference: linalg.cpp's loop. Agreement:
 // within the dot-product bound K * u * sum_k |a_ik| |b_kj| per element.
 bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
+// The same product with a and/or b in float16 or bfloat16 and out in float32, when bmm would run
+// it on the packing-free SGEMM: that kernel widens the 16-bit operands as it reads them, for the
+// bits bmm gives on float32 copies of them. False, touching nothing, otherwise.
+bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b);
 
 // ---- elementwise (elementwise.cpp: unary; elementwise_binary.cpp: the rest) --------------
 // o[0, n) = op(a[0, n)) for exp, log, sqrt, tanh, sigmoid, relu, square, abs and

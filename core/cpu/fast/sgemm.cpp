@@ -25,6 +25,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/fast/transpose.h"
@@ -79,9 +82,41 @@ inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 // every row tile of A passes over it (32 KB with AVX-512, 16 KB with AVX2).
 constexpr int64_t kKBlock = 256;
 
-// A(i, k) = A[i * sai + k * sak]: either layout of A, read one element at a time.
+// A 16-bit float as stored (sgemm.h's Elem): the kernel widens it as it reads it.
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+inline float to_f32(float x) { return x; }
+inline float to_f32(Bf16 x) {  // exact: a bfloat16 is a float32's upper 16 bits
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline float to_f32(F16 x) {  // exact
+#ifdef __F16C__
+  return _cvtsh_ss(x.bits);
+#else
+  const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16, e = (x.bits >> 10) & 0x1Fu, m = x.bits & 0x3FFu;
+  float f;
+  if (e == 0x1F) {  // inf or NaN: the payload kept, quietened (as F16C)
+    const uint32_t u = sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u);
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  f = e == 0 ? static_cast<float>(m) * 0x1p-24f : std::ldexp(static_cast<float>(m | 0x400u), static_cast<int>(e) - 25);
+  return sign ? -f : f;
+#endif
+}
+
+// A(i, k) = A[i * sai + k * sak]: either layout of A, read one element at a time; T is float,
+// Bf16 or F16.
+template <class T = float>
 struct StridedA {
-  const float* p;
+  const T* p;
   int64_t si, sk;
 };
 
@@ -100,8 +135,8 @@ struct Panel {
 // The register tile: C[r][v * kW + lane] for r < R and NV vectors of columns, the last
 // one holding `last` lanes (a full vector when last == kW).
 //   acc = beta * C (0 when beta == 0, C unread), then acc += A(r, k) * B(k, :) for k < K.
-template <int R, int NV, bool Partial, bool UnitRows>
-void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
+template <int R, int NV, bool Partial, bool UnitRows, class TA>
+void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
   float* const C = p.C;
   const int64_t ldc = p.ldc;
   // C's lines are written (or read) only after the K loop: ask for them now, for
@@ -124,7 +159,7 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
   // four rows, so a strided A keeps its addresses in registers (with one offset per row,
   // GCC ran out of general registers and spilled them, 8% slower).
   constexpr int kBases = (R + 3) / 4;
-  const float* base[kBases];
+  const TA* base[kBases];
   for (int q = 0; q < kBases; ++q) base[q] = a.p + 4 * q * (UnitRows ? 1 : a.si);
   const int64_t si = UnitRows ? 1 : a.si;
   const float* bk = p.B;
@@ -136,7 +171,7 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
     __builtin_prefetch(bk + p.ahead + kW, 0, 3);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const Vec s = splat(base[r / 4][(r % 4) * si]);
+      const Vec s = splat(to_f32(base[r / 4][(r % 4) * si]));
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(s, b[v], acc[r][v]);
     }
@@ -152,8 +187,8 @@ void tile(int64_t K, StridedA a, const Panel& p, Mask last) {
 }
 
 // A tile of R rows over one panel: the variant for its width and A's layout.
-template <int R, bool UnitRows>
-void tile_panel(int64_t K, StridedA a, const Panel& p) {
+template <int R, bool UnitRows, class TA>
+void tile_panel(int64_t K, StridedA<TA> a, const Panel& p) {
   const int n = static_cast<int>(p.n);
   if (n == 2 * kW)
     tile<R, 2, false, UnitRows>(K, a, p, Mask(kW));
@@ -166,8 +201,8 @@ void tile_panel(int64_t K, StridedA a, const Panel& p) {
 }
 
 // A tile of exactly m <= R rows (R, R - 1, ... are compiled).
-template <int R>
-void tile_rows(int64_t m, int64_t K, StridedA a, const Panel& p) {
+template <int R, class TA>
+void tile_rows(int64_t m, int64_t K, StridedA<TA> a, const Panel& p) {
   if constexpr (R > 0) {
     if (m != R) return tile_rows<R - 1>(m, K, a, p);
     if (a.si == 1)
@@ -178,7 +213,8 @@ void tile_rows(int64_t m, int64_t K, StridedA a, const Panel& p) {
 }
 
 // C (M, N) = A (M, K) @ B (K, N) + beta * C with B row-major (row stride ldb), K >= 1.
-void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int64_t ldb, float beta, float* C,
+template <class TA>
+void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
   // Whole tiles, then the rest. A rest under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4)
   // is merged with the last whole tile and split in two (8 + 8): a 4-row tile has too
@@ -218,7 +254,7 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA A, const float* B, int6
       const Panel p{Bp, ldp, C + j, ldc, k0 == 0 ? beta : 1.0f, n, j + n < N ? n : 0};
       const auto rows = [&](int64_t i, int64_t m) {
         const Panel pi{p.B, p.ldb, p.C + i * ldc, p.ldc, p.beta, p.n, p.ahead};
-        tile_rows<kRows>(m, kb, {A.p + i * A.si + k0 * A.sk, A.si, A.sk}, pi);
+        tile_rows<kRows>(m, kb, StridedA<TA>{A.p + i * A.si + k0 * A.sk, A.si, A.sk}, pi);
       };
       int64_t i = 0;
       for (; i < whole * kRows; i += kRows) rows(i, kRows);
@@ -236,7 +272,7 @@ constexpr size_t kKeptScratch = size_t{1} << 18;  // 1 MB
 class Scratch {
  public:
   Scratch(int which, int64_t n) {
-    thread_local std::vector<float> kept[2];
+    thread_local std::vector<float> kept[3];
     const auto size = static_cast<size_t>(n);
     std::vector<float>& v = size <= kKeptScratch ? kept[which] : own_;
     if (v.size() < size) v.resize(size);
@@ -261,7 +297,7 @@ bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return true;
   }
-  const StridedA a_rows = a_col ? StridedA{A, 1, lda} : StridedA{A, lda, 1};
+  const StridedA<> a_rows = a_col ? StridedA<>{A, 1, lda} : StridedA<>{A, lda, 1};
   if (!b_col) {
     gemm_rows(M, N, K, a_rows, B, ldb, beta, C, ldc);
     return true;
@@ -280,14 +316,157 @@ bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const
   if (!a_col) transpose(A, lda, At.data(), M, M, K);  // A(i, k) = A[i * lda + k]  ->  At[k * M + i]
   const Scratch Ct(1, N * M);
   if (beta != 0.0f) transpose(C, ldc, Ct.data(), M, M, N);
-  gemm_rows(N, M, K, StridedA{B, ldb, 1}, a_col ? A : At.data(), a_col ? lda : M, beta, Ct.data(), M);
+  gemm_rows(N, M, K, StridedA<>{B, ldb, 1}, a_col ? A : At.data(), a_col ? lda : M, beta, Ct.data(), M);
   transpose(Ct.data(), M, C, ldc, N, M);
+  return true;
+}
+
+namespace {
+
+// dst[i * ld + j] = src[i * ls + j] as float32, for i < rows, j < cols.
+template <class T>
+void widen_rows(const T* src, int64_t ls, float* dst, int64_t ld, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* s = src + i * ls;
+    float* d = dst + i * ld;
+    int64_t j = 0;
+    if constexpr (std::is_same_v<T, Bf16>) {
+#if defined(__AVX512F__)
+      for (; j + 16 <= cols; j += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + j)));
+        _mm512_storeu_ps(d + j, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      }
+#endif
+      for (; j + 8 <= cols; j += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + j)));
+        _mm256_storeu_ps(d + j, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+      }
+    } else if constexpr (std::is_same_v<T, F16>) {
+#if defined(__F16C__)
+#if defined(__AVX512F__)
+      for (; j + 16 <= cols; j += 16)
+        _mm512_storeu_ps(d + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + j))));
+#endif
+      for (; j + 8 <= cols; j += 8)
+        _mm256_storeu_ps(d + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + j))));
+#endif
+    }
+    for (; j < cols; ++j) d[j] = to_f32(s[j]);
+  }
+}
+
+// dst[j * ld + i] = src[i * ls + j] as float32, for i < rows, j < cols: 8 x 8 blocks widened
+// by rows, then transposed in registers.
+template <class T>
+void transpose_widen(const T* src, int64_t ls, float* dst, int64_t ld, int64_t rows, int64_t cols) {
+  const int64_t r8 = rows - rows % 8, c8 = cols - cols % 8;
+  alignas(32) float buf[64];
+  for (int64_t i = 0; i < r8; i += 8)
+    for (int64_t j = 0; j < c8; j += 8) {
+      widen_rows(src + i * ls + j, ls, buf, 8, 8, 8);
+      transpose8x8(buf, 8, dst + j * ld + i, ld);
+    }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = (i < r8 ? c8 : 0); j < cols; ++j) dst[j * ld + i] = to_f32(src[i * ls + j]);
+}
+
+// The broadcast operand of a product N columns wide is read once per column panel (2 vectors):
+// widened in the micro-kernel up to this many panels (each read converts one value), into
+// scratch beyond (one conversion per value). A float16 value takes three vector instructions
+// to widen and broadcast (against a shift for a bfloat16 one): on Zen 5 the 64 x 256 x 784
+// product took 1.3x its float32 time that way, so float16 is always widened into scratch.
+template <class TA>
+constexpr int64_t kConvertInKernelPanels = std::is_same_v<TA, Bf16> ? 2 : 0;
+
+// C (M, N) = A (M, K; a StridedA) @ B (K, N; row-major, float32), beta = 0: a 16-bit A is
+// widened in the micro-kernel when N is narrow, else first into scratch (kept slot 2).
+template <class TA>
+void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  if (std::is_same_v<TA, float> || N <= kConvertInKernelPanels<TA> * 2 * kW)
+    return gemm_rows(M, N, K, A, B, ldb, 0.0f, C, ldc);
+  const Scratch Aw(2, M * K);
+  if (A.sk == 1)
+    widen_rows(A.p, A.si, Aw.data(), K, M, K);  // row-major
+  else
+    widen_rows(A.p, A.sk, Aw.data(), M, K, M);  // column-major: A(i, k) at p[k * sk + i]
+  const StridedA<> a = A.sk == 1 ? StridedA<>{Aw.data(), K, 1} : StridedA<>{Aw.data(), 1, M};
+  gemm_rows(M, N, K, a, B, ldb, 0.0f, C, ldc);
+}
+
+// sgemm_direct with beta = 0 on operands of any of the three formats. The broadcast operand (A,
+// or B in the C^T = B^T A^T form) is widened in the micro-kernel as it is read (gemm_rows_16);
+// the row-major one is widened into scratch, in the copy that transposes it when one is needed
+// anyway. The same products as sgemm_direct on widened copies: each C element is one FMA chain
+// in k order.
+template <class TA, class TB>
+void mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, const TB* B, int64_t ldb,
+           float* C, int64_t ldc) {
+  constexpr bool a32 = std::is_same_v<TA, float>, b32 = std::is_same_v<TB, float>;
+  const StridedA<TA> a_rows = a_col ? StridedA<TA>{A, 1, lda} : StridedA<TA>{A, lda, 1};
+  if (!b_col) {
+    if constexpr (b32) {
+      gemm_rows_16(M, N, K, a_rows, B, ldb, C, ldc);
+    } else {
+      const Scratch Bw(0, K * N);
+      widen_rows(B, ldb, Bw.data(), N, K, N);
+      gemm_rows_16(M, N, K, a_rows, Bw.data(), N, C, ldc);
+    }
+    return;
+  }
+  // B column-major: as sgemm_direct, a row-major copy of B, or C^T = B^T A^T.
+  const int64_t copy_b = K * N, copy_a = (a_col ? 0 : K * M) + M * N;
+  if (copy_b <= copy_a) {
+    const Scratch Bt(0, K * N);
+    transpose_widen(B, ldb, Bt.data(), N, N, K);
+    gemm_rows_16(M, N, K, a_rows, Bt.data(), N, C, ldc);
+    return;
+  }
+  const Scratch At(0, a_col && a32 ? 0 : K * M);
+  const float* at = At.data();
+  if (!a_col) {
+    transpose_widen(A, lda, At.data(), M, M, K);  // A(i, k) = A[i * lda + k]  ->  At[k * M + i]
+  } else if constexpr (a32) {
+    at = reinterpret_cast<const float*>(A);
+  } else {
+    widen_rows(A, lda, At.data(), M, K, M);
+  }
+  const Scratch Ct(1, N * M);
+  gemm_rows_16(N, M, K, StridedA<TB>{B, ldb, 1}, at, (a_col && a32) ? lda : M, Ct.data(), M);
+  transpose(Ct.data(), M, C, ldc, N, M);
+}
+
+template <class F>
+void with_elem(Elem e, F&& f) {
+  if (e == Elem::BFloat16)
+    f(Bf16{});
+  else if (e == Elem::Float16)
+    f(F16{});
+  else
+    f(float{});
+}
+
+}  // namespace
+
+bool sgemm_direct_mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const void* A, Elem ea, int64_t lda,
+                        const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0 || K <= 0) return false;
+  with_elem(ea, [&](auto ta) {
+    with_elem(eb, [&](auto tb) {
+      using TA = decltype(ta);
+      using TB = decltype(tb);
+      mixed<TA, TB>(a_col, b_col, M, N, K, static_cast<const TA*>(A), lda, static_cast<const TB*>(B), ldb, C, ldc);
+    });
+  });
   return true;
 }
 
 #else
 
 bool sgemm_direct_available() { return false; }
+bool sgemm_direct_mixed(bool, bool, int64_t, int64_t, int64_t, const void*, Elem, int64_t, const void*, Elem, int64_t,
+                        float*, int64_t) {
+  return false;
+}
 bool sgemm_direct(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,
                   int64_t) {
   return false;

@@ -43,4 +43,15 @@ bool sgemm_direct_enabled();
 bool sgemm_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                   int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The formats sgemm_direct_mixed reads: float32, or a 16-bit float as stored (its bits).
+enum class Elem : uint8_t { Float32, BFloat16, Float16 };
+
+// C (M, N; ldc) = A @ B (beta = 0) where A and B may each be bfloat16 or float16: the same bits
+// as sgemm_direct on float32 copies of them (widening is exact), without the copies. A broadcast
+// operand is widened in the micro-kernel as it is read, the other in the scratch copy that
+// transposes it, or in a row-major copy. Returns false, touching nothing, when the kernel is not
+// built in or a side is empty.
+bool sgemm_direct_mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const void* A, Elem ea, int64_t lda,
+                        const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc);
+
 }  // namespace gradsleuth::cpu::fast

@@ -1,0 +1,260 @@
+// The CPU's float16/bfloat16 kernel paths that skip whole-tensor float32 copies (core/cpu/reduced_float.cpp):
+// the packing-free SGEMM reading 16-bit operands, elementwise ops and optimizer steps block by block.
+// Each must give, bit for bit, what widening every operand, computing in float32 and rounding once gives.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/backend.h"
+#include "core/cpu/fast/blas.h"
+#include "core/cpu/fast/sgemm.h"
+#include "core/fast_kernels.h"
+#include "core/ops.h"
+#include "core/optim_step.h"
+#include "core/tensor.h"
+
+namespace {
+
+using gs::DType;
+using gs::Tensor;
+namespace fast = gs::cpu::fast;
+
+const DType kReduced[] = {gs::kFloat16, gs::kBFloat16};
+
+// Values of every kind a 16-bit float holds: normal of both signs and many exponents, subnormal,
+// zeros, and (where `specials`) infinities and NaN.
+Tensor draw(const gs::Shape& shape, DType t, uint32_t seed, bool specials) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-30, 6), pick(0, 99);
+  std::vector<float> v(static_cast<size_t>(gs::numel_of(shape)));
+  for (float& x : v) {
+    const int p = pick(gen);
+    if (p < 3)
+      x = std::ldexp(u(gen), -20);  // subnormal in float16
+    else if (p < 5)
+      x = p == 3 ? 0.0f : -0.0f;
+    else if (specials && p == 5)
+      x = u(gen) < 0 ? -INFINITY : INFINITY;
+    else if (specials && p == 6)
+      x = NAN;
+    else
+      x = std::ldexp(u(gen), e(gen) / 4);
+  }
+  return gs::tensor(v, shape, gs::kFloat32).to(t);
+}
+
+// Bitwise equality of two tensors of one dtype and shape (NaNs compared by their bits too).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+Tensor f32(const Tensor& t) { return t.to(gs::kFloat32); }
+
+// Runs with OpenMP at one thread (the packing-free SGEMM takes products on one thread only).
+struct OneThread {
+#ifdef _OPENMP
+  int prev = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(prev); }
+#endif
+};
+
+fast::Elem elem_of(DType t) {
+  return t == gs::kBFloat16 ? fast::Elem::BFloat16 : t == gs::kFloat16 ? fast::Elem::Float16 : fast::Elem::Float32;
+}
+
+}  // namespace
+
+TEST_CASE("sgemm_direct_mixed: every layout and format, odd sizes, equals sgemm_direct on widened copies") {
+  if (!fast::sgemm_direct_available()) {
+    const float a = 1, b = 1;
+    float c = 0;
+    CHECK(!fast::sgemm_direct_mixed(false, false, 1, 1, 1, &a, fast::Elem::Float32, 1, &b, fast::Elem::Float32, 1, &c,
+                                    1));
+    return;
+  }
+  // Narrow and wide N (the broadcast operand widened in the kernel or into scratch), K over one
+  // k-block (256), sides that are not multiples of the tiles or of 8 (the transposes' edges).
+  const int shapes[][3] = {{1, 1, 1},     {7, 9, 5},     {13, 33, 17},  {37, 70, 41},
+                           {12, 64, 300}, {64, 150, 64}, {50, 200, 513}};
+  const DType kinds[] = {gs::kFloat32, gs::kBFloat16, gs::kFloat16};
+  uint32_t seed = 1;
+  for (const auto& s : shapes)
+    for (int layout = 0; layout < 4; ++layout)
+      for (DType ta : kinds)
+        for (DType tb : kinds) {
+          const int64_t M = s[0], N = s[1], K = s[2];
+          const bool a_col = layout & 1, b_col = layout & 2;
+          const int64_t lda = (a_col ? M : K) + 3, ldb = (b_col ? K : N) + 1, ldc = N + 2;
+          // Stored as (rows, ld) with padding, the matrix in the first columns.
+          const Tensor A = draw({a_col ? K : M, lda}, ta, seed++, false),
+                       B = draw({b_col ? N : K, ldb}, tb, seed++, false);
+          const Tensor A32 = f32(A), B32 = f32(B);
+          std::vector<float> want(static_cast<size_t>(M * ldc), -7.0f), got(want);
+          CAPTURE(M);
+          CAPTURE(N);
+          CAPTURE(K);
+          CAPTURE(layout);
+          CAPTURE(std::string(gs::dtype_name(ta)));
+          CAPTURE(std::string(gs::dtype_name(tb)));
+          REQUIRE(fast::sgemm_direct(a_col, b_col, M, N, K, static_cast<const float*>(A32.raw_data()), lda,
+                                     static_cast<const float*>(B32.raw_data()), ldb, 0.0f, want.data(), ldc));
+          REQUIRE(fast::sgemm_direct_mixed(a_col, b_col, M, N, K, A.raw_data(), elem_of(ta), lda, B.raw_data(),
+                                           elem_of(tb), ldb, got.data(), ldc));
+          CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+        }
+}
+
+TEST_CASE("16-bit matmul and linear on the packing-free SGEMM: the widen-compute-round bits") {
+  OneThread one;
+  // Products the kernel takes (every side >= 32, >= 2^20 multiply-adds), plain and transposed.
+  const int shapes[][3] = {{64, 784, 256}, {37, 300, 129}, {96, 331, 33}, {256, 784, 256}};
+  uint32_t seed = 100;
+  for (DType t : kReduced)
+    for (const auto& s : shapes)
+      for (int layout = 0; layout < 4; ++layout) {
+        const int64_t N = s[0], K = s[1], M = s[2];
+        CAPTURE(std::string(gs::dtype_name(t)));
+        CAPTURE(N);
+        CAPTURE(K);
+        CAPTURE(M);
+        CAPTURE(layout);
+        // No NaN inputs: which operand's payload a NaN product keeps depends on the layout's path.
+        const Tensor a = (layout & 1) ? draw({K, N}, t, seed++, false).t() : draw({N, K}, t, seed++, false);
+        const Tensor b = (layout & 2) ? draw({M, K}, t, seed++, false).t() : draw({K, M}, t, seed++, false);
+        const Tensor got = gs::matmul(a, b);
+        CHECK(got.dtype() == t);
+        CHECK(same_bits(got, gs::matmul(f32(a), f32(b)).to(t)));
+      }
+  // A batch of products, and linear (x @ w.t() + bias).
+  for (DType t : kReduced) {
+    const Tensor a = draw({3, 40, 200}, t, 7, false), b = draw({3, 200, 150}, t, 8, false);
+    CHECK(same_bits(gs::matmul(a, b), gs::matmul(f32(a), f32(b)).to(t)));
+    const Tensor x = draw({64, 784}, t, 9, false), w = draw({256, 784}, t, 10, false), bias = draw({256}, t, 11, false);
+    const Tensor y = gs::matmul(f32(x), f32(w).t()).to(t);
+    CHECK(same_bits(gs::linear(x, w, bias), (f32(y) + f32(bias)).to(t)));
+  }
+}
+
+TEST_CASE("16-bit elementwise ops block by block: the widen-compute-round bits") {
+  // Several blocks (8192 values each) and a partial one; broadcast operands (a bias row, a
+  // scalar) and a transposed one (no blocks: widened copies).
+  uint32_t seed = 300;
+  for (DType t : kReduced) {
+    CAPTURE(std::string(gs::dtype_name(t)));
+    const Tensor a = draw({7, 3001}, t, seed++, true), b = draw({7, 3001}, t, seed++, true);
+    const Tensor row = draw({3001}, t, seed++, true), scalar = draw({}, t, seed++, false);
+    const Tensor bt = draw({3001, 7}, t, seed++, true).t();
+    CHECK(same_bits(gs::relu(a), gs::relu(f32(a)).to(t)));
+    CHECK(same_bits(gs::abs(a), gs::abs(f32(a)).to(t)));
+    CHECK(same_bits(-a, (-f32(a)).to(t)));
+    CHECK(same_bits(gs::square(a), gs::square(f32(a)).to(t)));
+    for (const Tensor* other : {&b, &row, &scalar, &bt}) {
+      const Tensor o = *other;
+      CHECK(same_bits(a + o, (f32(a) + f32(o)).to(t)));
+      CHECK(same_bits(a - o, (f32(a) - f32(o)).to(t)));
+      CHECK(same_bits(a * o, (f32(a) * f32(o)).to(t)));
+      CHECK(same_bits(a / o, (f32(a) / f32(o)).to(t)));
+      CHECK(same_bits(gs::maximum(a, o), gs::maximum(f32(a), f32(o)).to(t)));
+      CHECK(same_bits(gs::minimum(a, o), gs::minimum(f32(a), f32(o)).to(t)));
+      CHECK(same_bits(a < o, f32(a) < f32(o)));
+      CHECK(same_bits(gs::where(a > 0.0, o, a), gs::where(f32(a) > 0.0, f32(o), f32(a)).to(t)));
+    }
+    CHECK(same_bits(gs::clamp(a, -0.25, 0.5), gs::clamp(f32(a), -0.25, 0.5).to(t)));
+    // In place: out is an input.
+    Tensor c = a.clone();
+    c.add_(b);
+    CHECK(same_bits(c, (f32(a) + f32(b)).to(t)));
+    // relu's backward kernel: 0 where x <= 0, else the gradient.
+    const Tensor g = draw({7, 3001}, t, seed++, true);
+    Tensor got = gs::empty({7, 3001}, t), want = gs::empty({7, 3001}, gs::kFloat32);
+    gs::backend_of(g).threshold_backward(got, g, a, 0.0);
+    gs::backend_of(g).threshold_backward(want, f32(g), f32(a), 0.0);
+    CHECK(same_bits(got, want.to(t)));
+  }
+}
+
+TEST_CASE("16-bit optimizer steps block by block: the widen-step-round bits, state included") {
+  uint32_t seed = 500;
+  for (DType t : kReduced)
+    for (int which = 0; which < 3; ++which) {
+      CAPTURE(std::string(gs::dtype_name(t)));
+      CAPTURE(which);
+      // 3 x 8192 + 17 values: three whole blocks and a partial one.
+      const gs::Shape shape{17, 1447};
+      const Tensor p = draw(shape, t, seed++, false), g = draw(shape, t, seed++, false);
+      const Tensor s1 = draw(shape, t, seed++, false).abs(), s2 = draw(shape, t, seed++, false).abs();
+      const Tensor s3 = draw(shape, t, seed++, false);
+      Tensor p16 = p.clone(), a16 = s1.clone(), b16 = s2.clone(), c16 = s3.clone();
+      Tensor p32 = f32(p), a32 = f32(s1), b32 = f32(s2), c32 = f32(s3);
+      gs::Backend& be = gs::backend_of(p);
+      bool ran16 = false, ran32 = false;
+      if (which == 0) {
+        gs::SgdStep s;
+        s.lr = 0.1, s.momentum = 0.9, s.weight_decay = 0.01, s.dampening = 0.1;
+        ran16 = be.sgd_step(p16, g, a16, s);
+        ran32 = be.sgd_step(p32, f32(g), a32, s);
+      } else if (which == 1) {
+        gs::AdamStep s;
+        s.lr = 0.01, s.step_size = 0.02, s.bc2_sqrt = 0.3, s.weight_decay = 0.01, s.decoupled = true, s.amsgrad = true;
+        ran16 = be.adam_step(p16, g, a16, b16, c16, s);
+        ran32 = be.adam_step(p32, f32(g), a32, b32, c32, s);
+      } else {
+        gs::RmspropStep s;
+        s.lr = 0.01, s.momentum = 0.5, s.centered = true;
+        ran16 = be.rmsprop_step(p16, g, a16, c16, b16, s);
+        ran32 = be.rmsprop_step(p32, f32(g), a32, c32, b32, s);
+      }
+      CHECK(ran16 == ran32);
+      if (!ran16) continue;  // the reference kernels have no fused step: the optimizer's tensor ops run
+      CHECK(same_bits(p16, p32.to(t)));
+      CHECK(same_bits(a16, a32.to(t)));
+      if (which != 0) CHECK(same_bits(b16, b32.to(t)));
+      if (which != 0) CHECK(same_bits(c16, c32.to(t)));
+    }
+}
+
+TEST_CASE("relu's backward on 16-bit x and gradient: x <= 0 ? 0 : g, the widened formula's bits") {
+  uint32_t seed = 700;
+  for (DType t : kReduced) {
+    CAPTURE(std::string(gs::dtype_name(t)));
+    const Tensor x0 = draw({5, 4099}, t, seed++, true), g = draw({5, 4099}, t, seed++, true);
+    Tensor x = x0.clone().requires_grad_(true);
+    gs::relu(x).backward(g);
+    const Tensor want = gs::where(f32(x0) <= 0.0, gs::zeros({}, gs::kFloat32), f32(g)).to(t);
+    REQUIRE(x.grad().defined());
+    CHECK(x.grad().dtype() == t);
+    CHECK(same_bits(x.grad(), want));
+  }
+}
+
+TEST_CASE("16-bit max_pool2d and its backward, block by block of samples: the widened bits") {
+  uint32_t seed = 900;
+  for (DType t : kReduced)
+    for (int config = 0; config < 2; ++config) {
+      CAPTURE(std::string(gs::dtype_name(t)));
+      CAPTURE(config);
+      // 37 samples of 3 x 29 x 29: several blocks and a partial one; 2x2/2 and 3x3/1 with padding.
+      const Tensor x0 = draw({37, 3, 29, 29}, t, seed++, true);
+      const int64_t k = config == 0 ? 2 : 3, st = config == 0 ? 2 : 1, pad = config == 0 ? 0 : 1;
+      Tensor x = x0.clone().requires_grad_(true), x32 = f32(x0).requires_grad_(true);
+      const Tensor y = gs::max_pool2d(x, {k, k}, {st, st}, {pad, pad}),
+                   y32 = gs::max_pool2d(x32, {k, k}, {st, st}, {pad, pad});
+      CHECK(same_bits(y, y32.to(t)));
+      const Tensor g = draw(y.shape(), t, seed++, false);
+      y.backward(g);
+      y32.backward(f32(g));
+      CHECK(same_bits(x.grad(), x32.grad().to(t)));
+    }
+}
