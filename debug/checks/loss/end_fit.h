@@ -42,15 +42,20 @@ struct EndFitOptions {
   // ... and only when the run kept more than lr_low_kept of its first loss (mean of its first tenth of
   // steps): a run that learned most of the way at its own lr is slow, not misconfigured.
   double lr_low_kept = 0.5;
-  // Otherwise training goes on from the trained weights for as many steps at the run's final rates:
-  // a validation loss that falls by more than continue_gain of its value and by continue_min_gain in
-  // loss units says "undertrained" (a warning); without that confirmation it is info.
-  double continue_gain = 0.2, continue_min_gain = 0.05;
-  // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
-  // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
-  // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
-  // A run that learned most of the way is judged on its own length.
+  // Otherwise training goes on from the trained weights for as many steps again, with the run's own
+  // learning-rate schedule replayed (a constant rate stays the final one): a validation loss that
+  // falls by more than continue_gain of its value and by continue_min_gain in loss units, and, for
+  // classification, more validation examples turned right than wrong with a McNemar z of at least
+  // continue_min_z, says "undertrained" (a warning); without that confirmation it is info.
+  double continue_gain = 0.2, continue_min_gain = 0.05, continue_min_z = 2.0;
+  // ... over continue_min_steps at least: a run of a handful of steps (the whole training set in one
+  // batch) gets as many steps as the gate gives a model to fit one batch (M14's base budget), not its
+  // own handful again.
   int64_t continue_min_steps = 150;
+  // When the epoch curve cannot say whether the run had finished (fewer than min_epochs epochs, or a
+  // schedule that ended at less than annealed_lr of its peak rate, so the curve flattens because the
+  // rate did), training on decides alone, against the stricter unread_gain.
+  double annealed_lr = 0.1, unread_gain = 0.3;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
@@ -65,13 +70,21 @@ struct EndFitMeasure {
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
+  // Validation examples (classification) training on turned from wrong to right, and from right to
+  // wrong (-1: not counted).
+  int64_t continued_fixed = -1, continued_broken = -1;
+  // The first parameter group's learning rate at the last step and its largest over the run (NaN:
+  // not recorded).
+  double final_lr = std::numeric_limits<double>::quiet_NaN(), peak_lr = std::numeric_limits<double>::quiet_NaN();
   // Gradient clipping was active at nearly every step (O9): it, not the rate, caps the steps.
   bool clipping_caps_steps = false;
   int64_t probe_steps = 0;
 };
 
-// The rule. `still_falling` (out) says whether the probe is worth running (call again with its result).
-std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr);
+// The rule. `still_falling` (out) says whether the probe is worth running (call again with its result);
+// `unread` (out) whether the epoch curve cannot tell, so that training on is worth running alone.
+std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr,
+                                   bool* unread = nullptr);
 
 // Whether the rule's findings blame a learning rate too low (the 10x probe confirmed it).
 bool end_fit_blames_rate(const std::vector<Finding>& findings);
