@@ -204,6 +204,29 @@ void Session::check_fit_at_end(RunReport& r) {
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);
+      // A short run the higher rate helps: as many more steps at its own rates (its schedule
+      // stretched) instead.
+      if (end_fit_blames_rate(fs) && steps < o_.fit.few_steps) {
+        say("steps probe (longer)");
+        const int64_t longer = static_cast<int64_t>(std::llround(static_cast<double>(steps) * o_.fit.probe_factor));
+        std::vector<double> stretched;
+        for (int64_t i = 0; i < longer && !run_lrs.empty(); ++i)
+          stretched.push_back(run_lrs[std::min(run_lrs.size() - 1, static_cast<size_t>(
+                                                                       static_cast<double>(i) / o_.fit.probe_factor))]);
+        std::vector<double> rel;
+        for (double lr : initial_lrs_) rel.push_back(initial_lrs_[0] > 0 ? lr / initial_lrs_[0] : 1.0);
+        std::string failed_steps;
+        const std::vector<double> run_longer =
+            stretched.empty() || !(initial_lrs_[0] > 0)
+                ? rerun_from_start(initial_lrs_, longer, failed_steps)
+                : rerun_from_start(rel, longer, failed_steps, true, nullptr, stretched);
+        if (failed_steps.empty() && static_cast<int64_t>(run_longer.size()) == longer) {
+          const int64_t k = std::max<int64_t>(1, longer / 10);
+          m.steps_probe_window_loss =
+              std::accumulate(run_longer.end() - k, run_longer.end(), 0.0) / static_cast<double>(k);
+        }
+        fs = check_end_fit(m, o_.fit);
+      }
       // Not a rate too low: does training on from here still help?
       if (!end_fit_blames_rate(fs)) {
         train_on(steps);

@@ -191,20 +191,34 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   }
   if (falling) {
     const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(m.run_window_loss);
-    const bool lr_low = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
-                        m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
-                        !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
-    // "Undertrained" warns only when training on confirms it; unconfirmed it stays info: a budget that
-    // ends before the curve flattens can be a choice.
-    const bool more_helps = !lr_low && training_on_helps(o.continue_gain);
+    const bool rate_helps = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
+                            m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
+                            !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
+    // A short run (fewer than few_steps): probe_factor x the steps at the run's own rates doing what
+    // probe_factor x the rate does clears the rate: the steps are too few.
+    const bool steps_probed = std::isfinite(m.steps_probe_window_loss);
+    const bool steps_help = rate_helps && steps_probed &&
+                            m.steps_probe_window_loss < o.probe_better * m.run_window_loss &&
+                            m.run_window_loss - m.steps_probe_window_loss > o.probe_min_gain;
+    const bool lr_low = rate_helps && !steps_help;
+    // "Undertrained" warns only when training on (or the steps probe) confirms it; unconfirmed it
+    // stays info: a budget that ends before the curve flattens can be a choice.
+    const bool more_helps = steps_help || (!lr_low && training_on_helps(o.continue_gain));
     Finding f =
         make(lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
              (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
              lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
                           str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
                           pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
-                    : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
-                          pct(val_drop) + "): the model is undertrained");
+             : steps_help
+                 ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and " +
+                       str_printf("%g", o.probe_factor) + "x the steps at the run's own learning rate reach a loss " +
+                       pct(1 - m.steps_probe_window_loss / m.run_window_loss) + " lower (" +
+                       str_printf("%g", o.probe_factor) + "x the rate: " +
+                       pct(1 - m.probe_window_loss / m.run_window_loss) +
+                       "): the steps, not the rate, are too few: the model is undertrained"
+                 : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
+                       pct(val_drop) + "): the model is undertrained");
     f.evidence.push_back({"last epoch's training loss", e[n - 1], ""});
     f.evidence.push_back({"the epoch before", e[n - 2], ""});
     f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
@@ -220,6 +234,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       f.evidence.push_back({str_printf("loss at %gx the learning rate", o.probe_factor), m.probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's: the lr is too low"});
     }
+    if (steps_probed)
+      f.evidence.push_back({str_printf("loss at %gx the steps, the run's own learning rate", o.probe_factor),
+                            m.steps_probe_window_loss,
+                            "< " + str_printf("%g", o.probe_better) + " x the run's: the steps are too few"});
     if (!lr_low && std::isfinite(m.continued_val_loss)) continued_evidence(f, o.continue_gain, "");
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,

@@ -42,6 +42,11 @@ struct EndFitOptions {
   // ... and only when the run kept more than lr_low_kept of its first loss (mean of its first tenth of
   // steps): a run that learned most of the way at its own lr is slow, not misconfigured.
   double lr_low_kept = 0.5;
+  // A run of fewer than few_steps steps (M14's base budget for fitting one batch) that the rate probe
+  // helps is also run from its initial weights for probe_factor x its steps at its own rates (its
+  // schedule stretched over them): a final loss below probe_better x the run's (and below it by
+  // probe_min_gain) says the steps, not the rate, are too few ("undertrained", a warning).
+  int64_t few_steps = 150;
   // Otherwise training goes on from the trained weights for as many steps again, with the run's own
   // learning-rate schedule replayed (a constant rate stays the final one): a validation loss that
   // falls by more than continue_gain of its value and by continue_min_gain in loss units, and, for
@@ -70,6 +75,8 @@ struct EndFitMeasure {
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
+  // The steps probe's final loss (mean of its last tenth; NaN: not run).
+  double steps_probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   // Validation examples (classification) training on turned from wrong to right, and from right to
   // wrong (-1: not counted).
   int64_t continued_fixed = -1, continued_broken = -1;
