@@ -164,9 +164,11 @@ void Session::check_fit_at_end(RunReport& r) {
     }
     bool falling = false, unread = false;
     std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling, &unread);
-    // Training on from the end for as many steps again (continue_min_steps at least), with the run's
-    // recorded schedule replayed: each group at its rate relative to the first's (a constant rate
-    // replays as itself, an annealed one starts again from its peak), then the validation split.
+    // Training on from the end for as many steps again (continue_min_steps at least for a run that
+    // barely moved from its first loss), with the run's recorded schedule replayed: each group at its
+    // rate relative to the first's (a constant rate replays as itself, an annealed one starts again
+    // from its peak), then the validation split.
+    const bool barely = m.run_window_loss > o_.fit.barely_kept * m.run_first_loss;
     auto train_on = [&](int64_t run_steps) {
       std::vector<double> final_lrs, rel;
       for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
@@ -178,7 +180,8 @@ void Session::check_fit_at_end(RunReport& r) {
       std::string failed_on;
       SplitScore after;
       rerun_from_start(
-          replay ? rel : final_lrs, std::max(run_steps, o_.fit.continue_min_steps), failed_on, false,
+          replay ? rel : final_lrs, barely ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
+          false,
           [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
           replay ? run_lrs : std::vector<double>{});
       m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");

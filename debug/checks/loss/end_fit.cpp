@@ -156,7 +156,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
     f.evidence.push_back({"validation loss after as many steps again (" +
                               str_printf("%lld", static_cast<long long>(o.continue_min_steps)) +
-                              " at least, the run's schedule replayed" + which + ")",
+                              " at least when the run barely moved, its schedule replayed" + which + ")",
                           m.continued_val_loss,
                           "< " + str_printf("%g", 1 - gain) + " x the end's: undertrained (warns)"});
     if (counted) {

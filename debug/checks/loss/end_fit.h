@@ -1,8 +1,8 @@
 // L9, the trained model on both splits: the training split evaluated like the validation split (eval
 // mode, no gradients) at the end of the run, and the last epochs' training loss. Three properties:
 // training labels the model disagrees with (train worse than validation), a generalisation gap (train
-// far better than validation), and a run that ended while its loss still fell (with the learning-rate
-// probe's verdict: too few steps, or a learning rate too low).
+// far better than validation), and a run that ended while its loss still fell or whose curve cannot
+// tell (the probes' verdict: too few steps, or a learning rate too low).
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -53,9 +53,10 @@ struct EndFitOptions {
   // classification, more validation examples turned right than wrong with a McNemar z of at least
   // continue_min_z, says "undertrained" (a warning); without that confirmation it is info.
   double continue_gain = 0.2, continue_min_gain = 0.05, continue_min_z = 2.0;
-  // ... over continue_min_steps at least: a run of a handful of steps (the whole training set in one
-  // batch) gets as many steps as the gate gives a model to fit one batch (M14's base budget), not its
-  // own handful again.
+  // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
+  // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
+  // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
+  // A run that learned most of the way is judged on its own length.
   int64_t continue_min_steps = 150;
   // When the epoch curve cannot say whether the run had finished (fewer than min_epochs epochs, or a
   // schedule that ended at less than annealed_lr of its peak rate, so the curve flattens because the
