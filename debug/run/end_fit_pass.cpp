@@ -165,11 +165,11 @@ void Session::check_fit_at_end(RunReport& r) {
     bool falling = false, unread = false;
     std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling, &unread);
     // Training on from the end for as many steps again (continue_min_steps at least for a run that
-    // barely moved from its first loss), with the run's recorded schedule replayed: each group at its
-    // rate relative to the first's (a constant rate replays as itself, an annealed one starts again
-    // from its peak), then the validation split.
+    // barely moved from its first loss, or whose curve cannot tell), with the run's recorded schedule
+    // replayed: each group at its rate relative to the first's (a constant rate replays as itself, an
+    // annealed one starts again from its peak), then the validation split.
     const bool barely = m.run_window_loss > o_.fit.barely_kept * m.run_first_loss;
-    auto train_on = [&](int64_t run_steps) {
+    auto train_on = [&](int64_t run_steps, bool floor) {
       std::vector<double> final_lrs, rel;
       for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
       const std::vector<double>& ref = !initial_lrs_.empty() && initial_lrs_[0] > 0 ? initial_lrs_ : final_lrs;
@@ -180,7 +180,7 @@ void Session::check_fit_at_end(RunReport& r) {
       std::string failed_on;
       SplitScore after;
       rerun_from_start(
-          replay ? rel : final_lrs, barely ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
+          replay ? rel : final_lrs, floor ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
           false,
           [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
           replay ? run_lrs : std::vector<double>{});
@@ -232,12 +232,12 @@ void Session::check_fit_at_end(RunReport& r) {
       }
       // Not a rate too low: does training on from here still help?
       if (!end_fit_blames_rate(fs)) {
-        train_on(steps);
+        train_on(steps, barely);
         fs = check_end_fit(m, o_.fit);
       }
     } else if (unread && !r.history.step_losses.empty()) {
       say("training on (the curve cannot tell)");
-      train_on(steps);
+      train_on(steps, true);
       fs = check_end_fit(m, o_.fit);
     }
     for (Finding& f : fs) found.add(std::move(f));

@@ -156,7 +156,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
     f.evidence.push_back({"validation loss after as many steps again (" +
                               str_printf("%lld", static_cast<long long>(o.continue_min_steps)) +
-                              " at least when the run barely moved, its schedule replayed" + which + ")",
+                              " at least" + which + ", the run's schedule replayed)",
                           m.continued_val_loss,
                           "< " + str_printf("%g", 1 - gain) + " x the end's: undertrained (warns)"});
     if (counted) {
@@ -178,7 +178,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (std::isfinite(lr_left))
       f.evidence.push_back({"last learning rate / the run's peak", lr_left,
                             "< " + str_printf("%g", o.annealed_lr) + ": the schedule annealed"});
-    continued_evidence(f, o.unread_gain, "; the curve unread");
+    continued_evidence(f, o.unread_gain, ": the curve cannot tell");
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the step count, caps the progress"});
@@ -238,7 +238,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       f.evidence.push_back({str_printf("loss at %gx the steps, the run's own learning rate", o.probe_factor),
                             m.steps_probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's: the steps are too few"});
-    if (!lr_low && std::isfinite(m.continued_val_loss)) continued_evidence(f, o.continue_gain, "");
+    if (!lr_low && std::isfinite(m.continued_val_loss)) continued_evidence(f, o.continue_gain, " when the run barely moved");
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the learning rate, caps the steps"});
