@@ -207,8 +207,8 @@ void Session::check_fit_at_end(RunReport& r) {
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);
-      // A short run the higher rate helps: as many more steps at its own rates (its schedule
-      // stretched) instead.
+      // A short run the higher rate helps: probe_factor x its steps at its own rates (its schedule
+      // stretched over them) instead.
       if (end_fit_blames_rate(fs) && steps < o_.fit.few_steps) {
         say("steps probe (longer)");
         const int64_t longer = static_cast<int64_t>(std::llround(static_cast<double>(steps) * o_.fit.probe_factor));
