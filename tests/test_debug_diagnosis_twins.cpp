@@ -13,11 +13,11 @@
 
 #include <gradsleuth.h>
 
+#include "debug/corpus/corpus.h"
+#include "debug/corpus/operators.h"
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 #include "json_mini.h"
-#include "debug/corpus/corpus.h"
-#include "debug/corpus/operators.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
@@ -1195,7 +1195,8 @@ TEST_CASE("one epoch of eight: L9 trains on without a curve and leads with under
   // Without the accuracy's confirmation (a McNemar z no run can reach) the verdict is not a warning.
   corpus::RunOptions strict;
   strict.diagnose.fit.continue_min_z = 1e9;
-  const corpus::Outcome unconfirmed = corpus::run_program(corpus::fault_operator("HNE").mutate(clean, 0.125, 1).program, 1, strict);
+  const corpus::Outcome unconfirmed =
+      corpus::run_program(corpus::fault_operator("HNE").mutate(clean, 0.125, 1).program, 1, strict);
   CHECK_MESSAGE(!unconfirmed.report.fired("L9"), unconfirmed.report.str());
 }
 
@@ -1235,7 +1236,8 @@ TEST_CASE("a short run: L9's steps probe tells too few steps from a rate too low
   // Without the steps probe the short run's verdict is the rate.
   corpus::RunOptions no_steps_probe;
   no_steps_probe.diagnose.fit.few_steps = 0;
-  const corpus::Outcome rate = corpus::run_program(corpus::fault_operator("TRD").mutate(clean, 0.9, 1).program, 1, no_steps_probe);
+  const corpus::Outcome rate =
+      corpus::run_program(corpus::fault_operator("TRD").mutate(clean, 0.9, 1).program, 1, no_steps_probe);
   const json_mini::Value rate_lead = lead_of(rate.report);
   REQUIRE(rate_lead.kind == json_mini::Value::Object);
   CHECK(rate_lead.get("cause")->str == "lr-too-low");

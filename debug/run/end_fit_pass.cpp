@@ -181,8 +181,7 @@ void Session::check_fit_at_end(RunReport& r) {
       SplitScore after;
       rerun_from_start(
           replay ? rel : final_lrs, floor ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
-          false,
-          [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
+          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
           replay ? run_lrs : std::vector<double>{});
       m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");
       if (failed_on.empty() && !before.right.empty() && before.right.size() == after.right.size()) {
@@ -214,8 +213,8 @@ void Session::check_fit_at_end(RunReport& r) {
         const int64_t longer = static_cast<int64_t>(std::llround(static_cast<double>(steps) * o_.fit.probe_factor));
         std::vector<double> stretched;
         for (int64_t i = 0; i < longer && !run_lrs.empty(); ++i)
-          stretched.push_back(run_lrs[std::min(run_lrs.size() - 1, static_cast<size_t>(
-                                                                       static_cast<double>(i) / o_.fit.probe_factor))]);
+          stretched.push_back(
+              run_lrs[std::min(run_lrs.size() - 1, static_cast<size_t>(static_cast<double>(i) / o_.fit.probe_factor))]);
         std::vector<double> rel;
         for (double lr : initial_lrs_) rel.push_back(initial_lrs_[0] > 0 ? lr / initial_lrs_[0] : 1.0);
         std::string failed_steps;
