@@ -13,11 +13,11 @@
 
 #include <gradsleuth.h>
 
+#include "debug/corpus/corpus.h"
+#include "debug/corpus/operators.h"
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 #include "json_mini.h"
-#include "debug/corpus/corpus.h"
-#include "debug/corpus/operators.h"
 
 using namespace gradsleuth;
 using dtest::blobs;
@@ -1179,4 +1179,66 @@ TEST_CASE("the whole training set in one batch: L9 leads with undertrained; the 
   const corpus::Outcome short_probe = corpus::run_program(bug.program, 1, eight);
   CHECK_MESSAGE(!short_probe.report.fired("L9"), short_probe.report.str());
   expect_clean(corpus::run_program(clean, 1).report);
+}
+
+// One epoch where the program meant eight (the fault operator HNE at 1/8): no epoch curve to read, so
+// L9 trains on from the end alone; the validation loss falls by half and more examples turn right.
+TEST_CASE("one epoch of eight: L9 trains on without a curve and leads with undertrained") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("binary");
+  const corpus::Outcome buggy = corpus::run_program(corpus::fault_operator("HNE").mutate(clean, 0.125, 1).program, 1);
+  INFO(buggy.report.str());
+  const json_mini::Value lead = lead_of(buggy.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "undertrained");
+  // Without the accuracy's confirmation (a McNemar z no run can reach) the verdict is not a warning.
+  corpus::RunOptions strict;
+  strict.diagnose.fit.continue_min_z = 1e9;
+  const corpus::Outcome unconfirmed =
+      corpus::run_program(corpus::fault_operator("HNE").mutate(clean, 0.125, 1).program, 1, strict);
+  CHECK_MESSAGE(!unconfirmed.report.fired("L9"), unconfirmed.report.str());
+}
+
+// A schedule annealed to 0.6% of its peak rate flattens the curve whatever the model learned: the
+// whole training set in one batch on the corpus's spirals (20 steps of a cosine) ends "flat". Training
+// on with the schedule replayed (not at the final rate, which changes nothing) shows how far it was.
+TEST_CASE("an annealed schedule: L9 replays it to train on and leads with undertrained") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("spirals");
+  const corpus::Outcome buggy = corpus::run_program(corpus::fault_operator("HDB").mutate(clean, 1, 1).program, 1);
+  INFO(buggy.report.str());
+  const json_mini::Value lead = lead_of(buggy.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "undertrained");
+  expect_clean(corpus::run_program(clean, 1).report);
+}
+
+// A run of 32 steps (90% of the training examples removed) that 10x the rate helps: 10x the steps at
+// its own rate help as much, so the steps, not the rate, are short. A run of 300 steps at a tenth of
+// its rate keeps the verdict "learning rate too low" (the steps probe does not run on it).
+TEST_CASE("a short run: L9's steps probe tells too few steps from a rate too low") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("binary");
+  const corpus::Outcome few = corpus::run_program(corpus::fault_operator("TRD").mutate(clean, 0.9, 1).program, 1);
+  INFO(few.report.str());
+  const json_mini::Value lead = lead_of(few.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "undertrained");
+  const corpus::Outcome slow = corpus::run_program(corpus::fault_operator("HLR").mutate(clean, 0.1, 1).program, 1);
+  INFO(slow.report.str());
+  const json_mini::Value slow_lead = lead_of(slow.report);
+  REQUIRE(slow_lead.kind == json_mini::Value::Object);
+  CHECK(slow_lead.get("check")->str == "L9");
+  CHECK(slow_lead.get("cause")->str == "lr-too-low");
+  // Without the steps probe the short run's verdict is the rate.
+  corpus::RunOptions no_steps_probe;
+  no_steps_probe.diagnose.fit.few_steps = 0;
+  const corpus::Outcome rate =
+      corpus::run_program(corpus::fault_operator("TRD").mutate(clean, 0.9, 1).program, 1, no_steps_probe);
+  const json_mini::Value rate_lead = lead_of(rate.report);
+  REQUIRE(rate_lead.kind == json_mini::Value::Object);
+  CHECK(rate_lead.get("cause")->str == "lr-too-low");
 }

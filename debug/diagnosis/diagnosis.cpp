@@ -243,8 +243,9 @@ const std::vector<Cause>& diagnosis_causes() {
        "the trained model's accuracy on its training split against validation, both in eval mode", true,
        [](const Finding& f) { return is(f, "L9", Kind::GeneralisationGap); }},
       {"undertrained", "too few optimizer steps: the run ended while the loss still fell", "L9",
-       "the last epoch's training loss, and the run repeated at 10x the learning rate", true,
-       [](const Finding& f) { return is(f, "L9", Kind::Undertrained); }},
+       "the last epochs' losses, the run repeated at 10x the learning rate (or for 10x its steps), and training "
+       "on from its end with its schedule replayed",
+       true, [](const Finding& f) { return is(f, "L9", Kind::Undertrained); }},
       {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
        "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",

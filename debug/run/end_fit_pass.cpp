@@ -1,6 +1,7 @@
 // The end-of-run pass of L9 (debug/checks/loss/end_fit.h) on the user's model: the training split
 // evaluated like validation, and, when the loss still fell at the end, the run repeated from its
-// initial weights at a higher learning rate (Session::rerun_from_start, shared with O6's probe).
+// initial weights at a higher learning rate (Session::rerun_from_start, shared with O6's probe), and
+// trained on from its end with its own schedule replayed.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -17,6 +18,7 @@ namespace {
 struct SplitScore {
   double loss = std::nan(""), accuracy = std::nan("");
   int64_t examples = 0;
+  std::vector<uint8_t> right;  // per scored example (or element, for float targets): 1 when right
 };
 
 // Loss and accuracy of up to max_batches batches of `loader`, in eval mode without gradients. Accuracy:
@@ -38,12 +40,20 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     const Tensor l = loss(out, y);
     if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
     s.examples += n;
-    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
-      right += optim::accuracy(out, y) * static_cast<double>(n);
-      counted += static_cast<double>(n);
-    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
-      right += eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32).mean().item<double>() *
-               static_cast<double>(n);
+    Tensor ok;
+    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1)
+      ok = eq(argmax(out, 1), y).to(kFloat32);
+    else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype()))
+      ok = eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32);
+    if (ok.defined()) {
+      const Tensor flat = ok.to(kCPU).contiguous().reshape({-1});
+      const float* v = flat.data_ptr<float>();
+      double hits = 0;
+      for (int64_t k = 0; k < flat.numel(); ++k) {
+        s.right.push_back(v[k] > 0.5f);
+        hits += v[k] > 0.5f;
+      }
+      right += hits / static_cast<double>(flat.numel()) * static_cast<double>(n);
       counted += static_cast<double>(n);
     }
   }
@@ -56,7 +66,8 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
 }  // namespace
 
 std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
-                                              bool from_start, const std::function<void()>& at_end) {
+                                              bool from_start, const std::function<void()>& at_end,
+                                              const std::vector<double>& schedule) {
   const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
   std::vector<double> losses;
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) {
@@ -90,6 +101,9 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
     const int64_t nb = train.num_batches();
     const Device d = model_device(model_);
     for (int64_t i = 0; i < steps && nb > 0; ++i) {
+      if (!schedule.empty())
+        for (size_t g = 0; g < lrs.size() && g < opt_.param_groups().size(); ++g)
+          opt_.param_groups()[g].lr = lrs[g] * schedule[static_cast<size_t>(i) % schedule.size()];
       const nn::Batch b = train.batch(i / nb, i % nb);
       opt_.zero_grad();
       Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
@@ -143,12 +157,45 @@ void Session::check_fit_at_end(RunReport& r) {
       m.run_window_loss =
           std::accumulate(sl.end() - static_cast<std::ptrdiff_t>(tenth), sl.end(), 0.0) / static_cast<double>(tenth);
     }
-    bool falling = false;
-    std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling);
+    const std::vector<double>& run_lrs = r.history.learning_rates;
+    if (!run_lrs.empty()) {
+      m.final_lr = run_lrs.back();
+      m.peak_lr = *std::max_element(run_lrs.begin(), run_lrs.end());
+    }
+    bool falling = false, unread = false;
+    std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling, &unread);
+    // Training on from the end for as many steps again (continue_min_steps at least for a run that
+    // barely moved from its first loss, or whose curve cannot tell), with the run's recorded schedule
+    // replayed: each group at its rate relative to the first's (a constant rate replays as itself, an
+    // annealed one starts again from its peak), then the validation split.
+    const bool barely = m.run_window_loss > o_.fit.barely_kept * m.run_first_loss;
+    auto train_on = [&](int64_t run_steps, bool floor) {
+      std::vector<double> final_lrs, rel;
+      for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
+      const std::vector<double>& ref = !initial_lrs_.empty() && initial_lrs_[0] > 0 ? initial_lrs_ : final_lrs;
+      const bool replay = !run_lrs.empty() && !ref.empty() && ref[0] > 0 && ref.size() == final_lrs.size();
+      if (replay)
+        for (double lr : ref) rel.push_back(lr / ref[0]);
+      const SplitScore& before = va;
+      std::string failed_on;
+      SplitScore after;
+      rerun_from_start(
+          replay ? rel : final_lrs, floor ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
+          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
+          replay ? run_lrs : std::vector<double>{});
+      m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");
+      if (failed_on.empty() && !before.right.empty() && before.right.size() == after.right.size()) {
+        m.continued_fixed = m.continued_broken = 0;
+        for (size_t i = 0; i < before.right.size(); ++i) {
+          m.continued_fixed += !before.right[i] && after.right[i];
+          m.continued_broken += before.right[i] && !after.right[i];
+        }
+      }
+    };
+    const int64_t steps =
+        std::min<int64_t>(std::min<int64_t>(r.steps, 300), static_cast<int64_t>(r.history.step_losses.size()));
     if (falling && have_initial_ && !r.history.step_losses.empty()) {
       say("learning-rate probe (higher)");
-      const int64_t steps =
-          std::min<int64_t>(std::min<int64_t>(r.steps, 300), static_cast<int64_t>(r.history.step_losses.size()));
       std::vector<double> lrs;
       for (double lr : initial_lrs_) lrs.push_back(lr * o_.fit.probe_factor);
       std::string failed;
@@ -159,22 +206,38 @@ void Session::check_fit_at_end(RunReport& r) {
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);
-      const bool lr_low = end_fit_blames_rate(fs);
-      if (!lr_low) {
-        // Not a rate too low: does training on from here still help? The same number of steps again
-        // at the run's final learning rates, then the validation loss; continue_min_steps at least
-        // for a run that barely moved from its first loss (a handful of steps).
-        std::vector<double> final_lrs;
-        for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
-        const bool barely = m.run_window_loss > o_.fit.barely_kept * m.run_first_loss;
-        std::string failed_on;
-        const int64_t more = barely ? std::max(steps, o_.fit.continue_min_steps) : steps;
-        rerun_from_start(final_lrs, more, failed_on, false, [&] {
-          m.continued_val_loss = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold).loss;
-        });
-        if (!failed_on.empty()) m.continued_val_loss = std::nan("");
+      // A short run the higher rate helps: probe_factor x its steps at its own rates (its schedule
+      // stretched over them) instead.
+      if (end_fit_blames_rate(fs) && steps < o_.fit.few_steps) {
+        say("steps probe (longer)");
+        const int64_t longer = static_cast<int64_t>(std::llround(static_cast<double>(steps) * o_.fit.probe_factor));
+        std::vector<double> stretched;
+        for (int64_t i = 0; i < longer && !run_lrs.empty(); ++i)
+          stretched.push_back(
+              run_lrs[std::min(run_lrs.size() - 1, static_cast<size_t>(static_cast<double>(i) / o_.fit.probe_factor))]);
+        std::vector<double> rel;
+        for (double lr : initial_lrs_) rel.push_back(initial_lrs_[0] > 0 ? lr / initial_lrs_[0] : 1.0);
+        std::string failed_steps;
+        const std::vector<double> run_longer =
+            stretched.empty() || !(initial_lrs_[0] > 0)
+                ? rerun_from_start(initial_lrs_, longer, failed_steps)
+                : rerun_from_start(rel, longer, failed_steps, true, nullptr, stretched);
+        if (failed_steps.empty() && static_cast<int64_t>(run_longer.size()) == longer) {
+          const int64_t k = std::max<int64_t>(1, longer / 10);
+          m.steps_probe_window_loss =
+              std::accumulate(run_longer.end() - k, run_longer.end(), 0.0) / static_cast<double>(k);
+        }
         fs = check_end_fit(m, o_.fit);
       }
+      // Not a rate too low: does training on from here still help?
+      if (!end_fit_blames_rate(fs)) {
+        train_on(steps, barely);
+        fs = check_end_fit(m, o_.fit);
+      }
+    } else if (unread && !r.history.step_losses.empty()) {
+      say("training on (the curve cannot tell)");
+      train_on(steps, true);
+      fs = check_end_fit(m, o_.fit);
     }
     for (Finding& f : fs) found.add(std::move(f));
   });

@@ -23,7 +23,7 @@ std::string pct(double v) { return str_printf("%.1f%%", 100 * v); }
 
 }  // namespace
 
-std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling) {
+std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling, bool* unread) {
   std::vector<Finding> out;
   const bool acc = std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy);
   // The two-proportion z statistic of the accuracies (pooled).
@@ -130,24 +130,93 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       falling = window(a, n) - window(a, n - w) >= (barely ? 0.0 : o.still_rising_accuracy);
   }
   if (still_falling) *still_falling = falling;
+  // The epoch curve cannot tell whether the run had finished: one epoch recorded, or a schedule that
+  // took the rate to near zero (the curve flattens because the rate did).
+  const bool one_epoch = n >= 1 && static_cast<int64_t>(n) < o.min_epochs;
+  const double lr_left =
+      std::isfinite(m.final_lr) && std::isfinite(m.peak_lr) && m.peak_lr > 0 ? m.final_lr / m.peak_lr : std::nan("");
+  const bool annealed = std::isfinite(lr_left) && lr_left < o.annealed_lr;
+  const bool curve_unread = !falling && (one_epoch || annealed) && std::isfinite(m.val_loss);
+  if (unread) *unread = curve_unread;
+  // Training on (as many steps again) confirms "undertrained": the validation loss falls by `gain` of
+  // its value and by continue_min_gain, and (classification) more validation examples turn right than
+  // wrong, by a McNemar z of continue_min_z.
+  const bool counted = m.continued_fixed >= 0 && m.continued_broken >= 0;
+  const double flips = static_cast<double>(m.continued_fixed + m.continued_broken);
+  const double mcnemar_z =
+      counted && flips > 0 ? static_cast<double>(m.continued_fixed - m.continued_broken) / std::sqrt(flips) : 0.0;
+  auto training_on_helps = [&](double gain) {
+    return std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
+           m.continued_val_loss < (1 - gain) * m.val_loss && m.val_loss - m.continued_val_loss > o.continue_min_gain &&
+           (!counted || mcnemar_z >= o.continue_min_z);
+  };
+  auto continued_evidence = [&](Finding& f, double gain, const std::string& which) {
+    f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
+    f.evidence.push_back({"validation loss after as many steps again (" +
+                              str_printf("%lld", static_cast<long long>(o.continue_min_steps)) + " at least" + which +
+                              ", the run's schedule replayed)",
+                          m.continued_val_loss,
+                          "< " + str_printf("%g", 1 - gain) + " x the end's: undertrained (warns)"});
+    if (counted) {
+      f.evidence.push_back(
+          {"validation examples turned right by training on", static_cast<double>(m.continued_fixed), ""});
+      f.evidence.push_back(
+          {"validation examples turned wrong by training on", static_cast<double>(m.continued_broken), ""});
+      f.evidence.push_back({"McNemar z of those", mcnemar_z, ">= " + str_printf("%g", o.continue_min_z) + " and"});
+    }
+  };
+  if (curve_unread && training_on_helps(o.unread_gain) && std::isfinite(m.continued_val_loss)) {
+    const std::string why =
+        one_epoch ? "it has one epoch" : "its schedule ended at " + pct(lr_left) + " of its peak learning rate";
+    Finding f = make(Kind::Undertrained, m.clipping_caps_steps ? Severity::Info : Severity::Warning,
+                     "the run's curve cannot say whether it had finished (" + why +
+                         "), and as many steps again lower the validation loss by " +
+                         pct(1 - m.continued_val_loss / m.val_loss) + ": the model is undertrained");
+    f.evidence.push_back({"epochs", static_cast<double>(n), ""});
+    if (std::isfinite(lr_left))
+      f.evidence.push_back({"last learning rate / the run's peak", lr_left,
+                            "< " + str_printf("%g", o.annealed_lr) + ": the schedule annealed"});
+    continued_evidence(f, o.unread_gain, ": the curve cannot tell");
+    if (m.clipping_caps_steps)
+      f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
+                            "info: the clipping, not the step count, caps the progress"});
+    f.cause =
+        "too few optimizer steps: too few epochs, batches too large for the data (few steps per epoch), or a "
+        "schedule that anneals the learning rate before the model has learned";
+    f.fix =
+        "train for more steps (more epochs, smaller batches), the schedule stretched over them, until the "
+        "validation loss levels off";
+    out.push_back(f);
+  }
   if (falling) {
     const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(m.run_window_loss);
-    const bool lr_low = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
-                        m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
-                        !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
-    // "Undertrained" warns only when training on confirms it; unconfirmed it stays info: a budget that
-    // ends before the curve flattens can be a choice.
-    const bool more_helps = !lr_low && std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
-                            m.continued_val_loss < (1 - o.continue_gain) * m.val_loss &&
-                            m.val_loss - m.continued_val_loss > o.continue_min_gain;
-    Finding f =
-        make(lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
-             (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
-             lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
-                          str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
-                          pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
-                    : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
-                          pct(val_drop) + "): the model is undertrained");
+    const bool rate_helps = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
+                            m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
+                            !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
+    // A short run (fewer than few_steps): probe_factor x the steps at the run's own rates doing what
+    // probe_factor x the rate does clears the rate: the steps are too few.
+    const bool steps_probed = std::isfinite(m.steps_probe_window_loss);
+    const bool steps_help = rate_helps && steps_probed &&
+                            m.steps_probe_window_loss < o.probe_better * m.run_window_loss &&
+                            m.run_window_loss - m.steps_probe_window_loss > o.probe_min_gain;
+    const bool lr_low = rate_helps && !steps_help;
+    // "Undertrained" warns only when training on (or the steps probe) confirms it; unconfirmed it
+    // stays info: a budget that ends before the curve flattens can be a choice.
+    const bool more_helps = steps_help || (!lr_low && training_on_helps(o.continue_gain));
+    Finding f = make(
+        lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
+        (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
+        lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
+                     str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
+                     pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
+        : steps_help
+            ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and " +
+                  str_printf("%g", o.probe_factor) + "x the steps at the run's own learning rate reach a loss " +
+                  pct(1 - m.steps_probe_window_loss / m.run_window_loss) + " lower (" +
+                  str_printf("%g", o.probe_factor) + "x the rate: " + pct(1 - m.probe_window_loss / m.run_window_loss) +
+                  "): the steps, not the rate, are too few: the model is undertrained"
+            : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
+                  pct(val_drop) + "): the model is undertrained");
     f.evidence.push_back({"last epoch's training loss", e[n - 1], ""});
     f.evidence.push_back({"the epoch before", e[n - 2], ""});
     f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
@@ -163,14 +232,12 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       f.evidence.push_back({str_printf("loss at %gx the learning rate", o.probe_factor), m.probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's: the lr is too low"});
     }
-    if (!lr_low && std::isfinite(m.continued_val_loss)) {
-      f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
-      f.evidence.push_back({"validation loss after as many steps again (" +
-                                str_printf("%lld", static_cast<long long>(o.continue_min_steps)) +
-                                " at least when the run barely moved)",
-                            m.continued_val_loss,
-                            "< " + str_printf("%g", 1 - o.continue_gain) + " x the end's: undertrained (warns)"});
-    }
+    if (steps_probed)
+      f.evidence.push_back({str_printf("loss at %gx the steps, the run's own learning rate", o.probe_factor),
+                            m.steps_probe_window_loss,
+                            "< " + str_printf("%g", o.probe_better) + " x the run's: the steps are too few"});
+    if (!lr_low && std::isfinite(m.continued_val_loss))
+      continued_evidence(f, o.continue_gain, " when the run barely moved");
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the learning rate, caps the steps"});

@@ -1,8 +1,8 @@
 // L9, the trained model on both splits: the training split evaluated like the validation split (eval
 // mode, no gradients) at the end of the run, and the last epochs' training loss. Three properties:
 // training labels the model disagrees with (train worse than validation), a generalisation gap (train
-// far better than validation), and a run that ended while its loss still fell (with the learning-rate
-// probe's verdict: too few steps, or a learning rate too low).
+// far better than validation), and a run that ended while its loss still fell or whose curve cannot
+// tell (the probes' verdict: too few steps, or a learning rate too low).
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -42,15 +42,26 @@ struct EndFitOptions {
   // ... and only when the run kept more than lr_low_kept of its first loss (mean of its first tenth of
   // steps): a run that learned most of the way at its own lr is slow, not misconfigured.
   double lr_low_kept = 0.5;
-  // Otherwise training goes on from the trained weights for as many steps at the run's final rates:
-  // a validation loss that falls by more than continue_gain of its value and by continue_min_gain in
-  // loss units says "undertrained" (a warning); without that confirmation it is info.
-  double continue_gain = 0.2, continue_min_gain = 0.05;
+  // A run of fewer than few_steps steps (M14's base budget for fitting one batch) that the rate probe
+  // helps is also run from its initial weights for probe_factor x its steps at its own rates (its
+  // schedule stretched over them): a final loss below probe_better x the run's (and below it by
+  // probe_min_gain) says the steps, not the rate, are too few ("undertrained", a warning).
+  int64_t few_steps = 150;
+  // Otherwise training goes on from the trained weights for as many steps again, with the run's own
+  // learning-rate schedule replayed (a constant rate stays the final one): a validation loss that
+  // falls by more than continue_gain of its value and by continue_min_gain in loss units, and, for
+  // classification, more validation examples turned right than wrong with a McNemar z of at least
+  // continue_min_z, says "undertrained" (a warning); without that confirmation it is info.
+  double continue_gain = 0.2, continue_min_gain = 0.05, continue_min_z = 2.0;
   // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
   // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
   // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
   // A run that learned most of the way is judged on its own length.
   int64_t continue_min_steps = 150;
+  // When the epoch curve cannot say whether the run had finished (fewer than min_epochs epochs, or a
+  // schedule that ended at less than annealed_lr of its peak rate, so the curve flattens because the
+  // rate did), training on decides alone, against the stricter unread_gain.
+  double annealed_lr = 0.1, unread_gain = 0.3;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
@@ -65,13 +76,23 @@ struct EndFitMeasure {
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
+  // The steps probe's final loss (mean of its last tenth; NaN: not run).
+  double steps_probe_window_loss = std::numeric_limits<double>::quiet_NaN();
+  // Validation examples (classification) training on turned from wrong to right, and from right to
+  // wrong (-1: not counted).
+  int64_t continued_fixed = -1, continued_broken = -1;
+  // The first parameter group's learning rate at the last step and its largest over the run (NaN:
+  // not recorded).
+  double final_lr = std::numeric_limits<double>::quiet_NaN(), peak_lr = std::numeric_limits<double>::quiet_NaN();
   // Gradient clipping was active at nearly every step (O9): it, not the rate, caps the steps.
   bool clipping_caps_steps = false;
   int64_t probe_steps = 0;
 };
 
-// The rule. `still_falling` (out) says whether the probe is worth running (call again with its result).
-std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr);
+// The rule. `still_falling` (out) says whether the probe is worth running (call again with its result);
+// `unread` (out) whether the epoch curve cannot tell, so that training on is worth running alone.
+std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr,
+                                   bool* unread = nullptr);
 
 // Whether the rule's findings blame a learning rate too low (the 10x probe confirmed it).
 bool end_fit_blames_rate(const std::vector<Finding>& findings);
