@@ -92,10 +92,10 @@ dbg::HtmlReport sample_report() {
   dbg::HtmlReport rep;
   rep.title = "a <script> & \"quotes\"";
   rep.summary = {{"epochs", "5"}, {"lr < 1", "yes"}};
-  dbg::Plot loss{"loss", "step", "loss", false, {}, {}, {}, ""};
+  dbg::Plot loss{"loss", "step", "loss", false, {}, {}, {}, "", {}};
   loss.series.push_back({"train", {1, 2, 3, 4}, {2.3, 1.2, 0.8, 0.6}});
   loss.series.push_back({"val", {1, 2, 3, 4}, {2.4, 1.4, 1.1, 1.2}});
-  dbg::Plot grads{"gradient norm per layer", "step", "norm", true, {}, {}, {}, ""};
+  dbg::Plot grads{"gradient norm per layer", "step", "norm", true, {}, {}, {}, "", {}};
   grads.series.push_back({"0.weight", {1, 2, 3}, {1e-3, 1e-2, 1e-1}});
   grads.series.push_back({"2.weight", {1, 2, 3}, {1.0, 10.0, 100.0}});
   grads.series.push_back({"4.weight <last>", {1, 2, 3}, {0.5, 0.4, 0.3}});
@@ -147,7 +147,7 @@ TEST_CASE("the HTML report is well formed, escaped, with one svg per plot and on
 
 TEST_CASE(
     "plots draw NaN and Inf values at the floor with a marker, draw inside the axes, and put larger values higher") {
-  dbg::Plot p{"t", "step", "v", false, {}, {}, {}, ""};
+  dbg::Plot p{"t", "step", "v", false, {}, {}, {}, "", {}};
   p.series.push_back({"s", {0, 1, 2, 3, 4, std::nan("")}, {1.0, std::nan(""), 3.0, INFINITY, 2.0, 5.0}});
   const std::string svg = dbg::render_svg(p);
   CHECK(check_balanced(svg) == "");
@@ -175,7 +175,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and draws values <= 0 at the floor") {
-  dbg::Plot p{"grad norms", "step", "norm", true, {}, {}, {}, ""};
+  dbg::Plot p{"grad norms", "step", "norm", true, {}, {}, {}, "", {}};
   p.series.push_back({"g", {1, 2, 3, 4, 5}, {1.0, 10.0, 100.0, 0.0, -1.0}});
   const std::string svg = dbg::render_svg(p);
   const auto pts = points_of(svg, "g");
@@ -189,7 +189,7 @@ TEST_CASE("a log-scale plot has decade ticks, spaces decades evenly and draws va
   CHECK(svg.find(">10</text>") != std::string::npos);
   CHECK(svg.find("(log scale)") != std::string::npos);
   // A series with no drawable point still gets its (empty) polyline and a note.
-  dbg::Plot empty{"nothing", "step", "v", true, {{"z", {1, 2}, {0.0, std::nan("")}}}, {}, {}, ""};
+  dbg::Plot empty{"nothing", "step", "v", true, {{"z", {1, 2}, {0.0, std::nan("")}}}, {}, {}, "", {}};
   const std::string e = dbg::render_svg(empty);
   CHECK(count(e, "<polyline") == 1);
   CHECK(e.find("no finite points") != std::string::npos);
@@ -333,7 +333,7 @@ TEST_CASE("plots with extreme ranges finish: +-1e308, {0, 5e-324}, NaN, single p
         Case{"single huge point", {1e300}, {-1e308}, false},
         Case{"log denormal to huge", {0, 1, 2}, {tiny, 1.0, big}, true}, Case{"log single point", {0}, {tiny}, true}}) {
     CAPTURE(c.name);
-    dbg::Plot p{"t", "x", "y", c.log, {}, {}, {}, ""};
+    dbg::Plot p{"t", "x", "y", c.log, {}, {}, {}, "", {}};
     p.series.push_back({"s", c.x, c.y});
     const std::string svg = dbg::render_svg(p);  // before the fix: an endless tick loop
     CHECK(check_balanced(svg) == "");
@@ -519,7 +519,7 @@ std::string overlapping_texts(const std::string& svg) {
 }  // namespace
 
 TEST_CASE("no two labels of a plot overlap: legend rows, thinned tick labels, reference-line labels") {
-  dbg::Plot p{"update-to-weight ratio per parameter", "step", "||dw|| / ||w||", true, {}, {}, {}, ""};
+  dbg::Plot p{"update-to-weight ratio per parameter", "step", "||dw|| / ||w||", true, {}, {}, {}, "", {}};
   for (int i = 0; i < 12; ++i)
     p.series.push_back({"encoder.block" + std::to_string(i) + ".attention.query_projection.weight",
                         {1e6, 2e6, 3e6},
@@ -534,7 +534,7 @@ TEST_CASE("no two labels of a plot overlap: legend rows, thinned tick labels, re
   // Every series is listed (a long name wraps onto a second row), or counted as "more".
   CHECK((svg.find("... ") != std::string::npos || count(svg, "attention.query") >= 12));
   // Ticks at 1e6 .. 3e6 with many steps: labels are thinned, tick marks are not.
-  dbg::Plot dense{"dense", "step", "v", false, {{"s", {1234567.0, 1234567.0 + 250.0}, {1.0, 2.0}}}, {}, {}, ""};
+  dbg::Plot dense{"dense", "step", "v", false, {{"s", {1234567.0, 1234567.0 + 250.0}, {1.0, 2.0}}}, {}, {}, "", {}};
   const std::string d = dbg::render_svg(dense);
   CHECK(overlapping_texts(d) == "");
   // The checker itself finds an overlap.
