@@ -37,4 +37,12 @@ inline Run run_cli(const std::string& args, bool drop_stderr = false) {
 // Runs `gradsleuth ARGS` and returns its exit status and stdout + stderr together.
 inline Run run_cli_all(const std::string& args) { return run_cli(args + " 2>&1"); }
 
+// The last line of a command's output (where a --json command prints its summary), without its newline.
+inline std::string last_line(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
 }  // namespace clitest

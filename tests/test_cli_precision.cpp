@@ -18,12 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string last_line(const std::string& s) {
-  std::string t = s;
-  while (!t.empty() && t.back() == '\n') t.pop_back();
-  const size_t nl = t.rfind('\n');
-  return nl == std::string::npos ? t : t.substr(nl + 1);
-}
+using clitest::last_line;
 
 json_mini::Value run_json(const std::string& args) {
   const clitest::Run r = clitest::run_cli(args, true);

@@ -27,12 +27,7 @@ namespace {
 using clitest::Run;
 inline Run run_cli(const std::string& args) { return clitest::run_cli(args, true); }
 
-std::string last_line(const std::string& s) {
-  std::string t = s;
-  while (!t.empty() && t.back() == '\n') t.pop_back();
-  const size_t nl = t.rfind('\n');
-  return nl == std::string::npos ? t : t.substr(nl + 1);
-}
+using clitest::last_line;
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
