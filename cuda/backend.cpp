@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "core/format.h"
+#include "core/matmul_layout.h"
 #include "core/shape.h"
 #include "cuda/cuda.h"
 #include "cuda/kernels.h"
@@ -50,20 +51,6 @@ bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
   return true;
 }
 
-// Layout of the last two dims of a (B, rows, cols) operand, as the CPU's bmm decides it:
-// 0 row-major, 1 column-major (leading dimension in ld), -1 neither.
-int layout(const Tensor& t, int64_t rows, int64_t cols, int64_t& ld) {
-  const int64_t sr = t.strides()[1], sc = t.strides()[2];
-  if (sc == 1 || cols == 1) {
-    ld = std::max<int64_t>(rows == 1 ? cols : sr, cols);
-    return (rows == 1 || sr >= cols) ? 0 : -1;
-  }
-  if (sr == 1 || rows == 1) {
-    ld = std::max<int64_t>(cols == 1 ? rows : sc, rows);
-    return (cols == 1 || sc >= rows) ? 1 : -1;
-  }
-  return -1;
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -132,9 +119,9 @@ class CudaBackend final : public Backend {
       return;
     }
     int64_t lda = 0, ldb = 0;
-    const Tensor A = layout(a, N, K, lda) < 0 ? a.contiguous() : a;
-    const Tensor B = layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
-    const int la = layout(A, N, K, lda), lb = layout(B, K, M, ldb);
+    const Tensor A = detail::matmul_layout(a, N, K, lda) < 0 ? a.contiguous() : a;
+    const Tensor B = detail::matmul_layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
+    const int la = detail::matmul_layout(A, N, K, lda), lb = detail::matmul_layout(B, K, M, ldb);
     cuda::bmm(dev(k, out), dev(k, A), la, lda, dev(k, B), lb, ldb);
   }
 

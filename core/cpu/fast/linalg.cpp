@@ -10,6 +10,7 @@
 #include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/fast.h"
 #include "core/cpu/fast/sgemm.h"
+#include "core/matmul_layout.h"
 
 namespace gradsleuth::cpu::fast {
 
@@ -17,29 +18,14 @@ namespace {
 
 // GEMM on the operands' own memory (the BLAS, else eigen_gemm): a row-major or a
 // column-major (transposed view) operand is used without a copy.
-// Layout of the last two dims of a (B, rows, cols) operand: 0 = row-major, 1 = column-major,
-// -1 = neither; ld its leading dimension.
-int layout(const Tensor& t, int64_t rows, int64_t cols, int64_t& ld) {
-  const int64_t sr = t.strides()[1], sc = t.strides()[2];
-  if (sc == 1 || cols == 1) {
-    ld = std::max<int64_t>(rows == 1 ? cols : sr, cols);
-    return (rows == 1 || sr >= cols) ? 0 : -1;
-  }
-  if (sr == 1 || rows == 1) {
-    ld = std::max<int64_t>(cols == 1 ? rows : sc, rows);
-    return (cols == 1 || sc >= rows) ? 1 : -1;
-  }
-  return -1;
-}
-
 template <class T>
 void bmm_typed(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t B = out.shape()[0], N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
   T* o = static_cast<T*>(out.raw_data());
   int64_t lda = 0, ldb = 0;
-  const Tensor A = layout(a, N, K, lda) < 0 ? a.contiguous() : a;
-  const Tensor Bt = layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
-  const int la = layout(A, N, K, lda), lb = layout(Bt, K, M, ldb);
+  const Tensor A = detail::matmul_layout(a, N, K, lda) < 0 ? a.contiguous() : a;
+  const Tensor Bt = detail::matmul_layout(b, K, M, ldb) < 0 ? b.contiguous() : b;
+  const int la = detail::matmul_layout(A, N, K, lda), lb = detail::matmul_layout(Bt, K, M, ldb);
   const T* pa = static_cast<const T*>(A.raw_data());
   const T* pb = static_cast<const T*>(Bt.raw_data());
   for (int64_t i = 0; i < B; ++i) {
@@ -64,7 +50,7 @@ bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t B = out.shape()[0], N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
   if (B <= 0 || N <= 0 || M <= 0 || K <= 0) return false;
   int64_t lda = 0, ldb = 0;
-  const int la = layout(a, N, K, lda), lb = layout(b, K, M, ldb);
+  const int la = detail::matmul_layout(a, N, K, lda), lb = detail::matmul_layout(b, K, M, ldb);
   if (la < 0 || lb < 0 || !gemm_routes_direct(la == 1, lb == 1, N, M, K)) return false;
   const auto* pa = static_cast<const char*>(a.raw_data());
   const auto* pb = static_cast<const char*>(b.raw_data());
