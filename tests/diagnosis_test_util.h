@@ -79,6 +79,17 @@ dbg::RunReport train_own_loop(nn::Module& model, Loss& loss, gs::optim::Optimize
   return session.finish();
 }
 
+// The float32 twin of the 16-bit twins: the same MLP and data, nothing in 16 bits, so the
+// precision checks (M28, M29, M30) must not run at all.
+inline dbg::RunReport run_float32_mlp() {
+  gs::manual_seed(4);
+  const Split d = split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  auto model = std::make_shared<Mlp>();
+  gs::optim::SGD opt(model->parameters(), gs::optim::SGDOptions(0.05));
+  return train_own_loop(*model, ce, opt, d, 2);
+}
+
 // M28's float16 twin, shared by the range and precision twin tests: the loss weighted by 1e-6 (a
 // term among others, in the user's units) under float16 autocast, Adam (whose step does not depend
 // on the gradient's scale). Without a scaler (bug) the gradients, around 1e-8, are below float16's

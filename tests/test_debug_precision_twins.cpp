@@ -156,12 +156,7 @@ TEST_CASE("M29 and M30 in a run with a GradScaler: scaled gradients stay in rang
 }
 
 TEST_CASE("M29 and M30 do not run when nothing is 16-bit") {
-  manual_seed(4);
-  const Split d = dtest::split(3, 2.0);
-  nn::CrossEntropyLoss ce;
-  auto model = std::make_shared<Mlp>();
-  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
-  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 2);
+  const debug::RunReport r = dtest::run_float32_mlp();
   CHECK_FALSE(r.findings.ran("M29"));
   CHECK_FALSE(r.findings.ran("M30"));
   for (const debug::Finding& f : r.findings.findings()) CHECK((f.check != "M29" && f.check != "M30"));

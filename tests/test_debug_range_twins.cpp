@@ -107,12 +107,7 @@ TEST_CASE("bfloat16 parameters with the optimizer's float32 master weights: the 
 }
 
 TEST_CASE("nothing 16-bit: M28 has nothing to say") {
-  manual_seed(4);
-  const Split d = dtest::split(3, 2.0);
-  nn::CrossEntropyLoss ce;
-  auto model = std::make_shared<Mlp>();
-  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05));
-  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 2);
+  const debug::RunReport r = dtest::run_float32_mlp();
   CHECK_FALSE(r.findings.ran("M28"));
   for (const debug::Finding& f : r.findings.findings()) CHECK(f.check != "M28");
 }
