@@ -98,21 +98,17 @@ void print_result(std::ostream& os, const wb::KernelSpec& k, const wb::RunResult
   if (!r.timed) return;
   const double s = r.ms * 1e-3;
   os << "  time: " << fmt(r.ms, 4) << " ms (mean of the timed launches, after warm-up)\n";
-  if (k.compute_bound && r.tensor_core) {
+  if (k.compute_bound) {
+    // FP32 peaks, or the bf16 dense (tensor-core) peaks for a tensor-core version.
+    const bool tc = r.tensor_core;
     const double gf = r.cost.flops / s / 1e9;
-    os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / wb::kH100Bf16DenseGflops, 1)
-       << "% of the H100 SXM's 989.5 TFLOP/s bf16 dense (tensor cores)";
-    if (r.device_bf16_gflops > 0)
-      os << ", " << fmt(100.0 * gf / r.device_bf16_gflops, 1) << "% of this device's " << fmt(r.device_bf16_gflops, 0)
-         << " GFLOP/s bf16 dense";
-    os << "\n";
-  } else if (k.compute_bound) {
-    const double gf = r.cost.flops / s / 1e9;
-    os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / wb::kH100Fp32Gflops, 1)
-       << "% of the H100 SXM's 67 TFLOP/s";
-    if (r.device_fp32_gflops > 0)
-      os << ", " << fmt(100.0 * gf / r.device_fp32_gflops, 1) << "% of this device's " << fmt(r.device_fp32_gflops, 0)
-         << " GFLOP/s";
+    const double peak = tc ? wb::kH100Bf16DenseGflops : wb::kH100Fp32Gflops;
+    const double device = tc ? r.device_bf16_gflops : r.device_fp32_gflops;
+    os << "  " << fmt(gf, 0) << " GFLOP/s = " << fmt(100.0 * gf / peak, 1) << "% of the H100 SXM's "
+       << (tc ? "989.5 TFLOP/s bf16 dense (tensor cores)" : "67 TFLOP/s");
+    if (device > 0)
+      os << ", " << fmt(100.0 * gf / device, 1) << "% of this device's " << fmt(device, 0) << " GFLOP/s"
+         << (tc ? " bf16 dense" : "");
     os << "\n";
   } else {
     const double gb = r.cost.bytes / s / 1e9;
