@@ -154,8 +154,8 @@ class PlainPass {
 
 // What happens to a float32 gradient bound for a 16-bit input (above).
 enum class CastBackward : uint8_t {
-  Round,       // rounded to the input's dtype, as every gradient is
-  PassOn,      // kept float32: the input is a view on the way to a fused cast
+  Round,         // rounded to the input's dtype, as every gradient is
+  PassOn,        // kept float32: the input is a view on the way to a fused cast
   RoundThrough,  // rounded through the dtype, kept float32: the input is the fused cast's output
 };
 bool only_moves_values(const Node& n) {

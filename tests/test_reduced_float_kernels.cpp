@@ -332,3 +332,22 @@ TEST_CASE("autocast's cast of a float32 parameter: the fused backward gives the 
       }
     }
 }
+
+TEST_CASE("a hook on a cast's output sees the 16-bit gradient: that cast's backward is not fused") {
+  for (DType t : kReduced) {
+    CAPTURE(std::string(gs::dtype_name(t)));
+    const Tensor x = draw({16, 40}, t, 1400, false);
+    Tensor w = (draw({24, 40}, gs::kFloat32, 1401, false) * 1.001).requires_grad_(true);
+    Tensor w16 = w.to(t);
+    DType seen = gs::kFloat64;
+    w16.register_hook([&seen](const Tensor& g) {
+      seen = g.dtype();
+      return Tensor();
+    });
+    gs::matmul(x, w16.t()).backward(draw({16, 24}, t, 1402, false));
+    CHECK(seen == t);
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad().dtype() == gs::kFloat32);
+    CHECK(same_bits(w.grad(), w.grad().to(t).to(gs::kFloat32)));
+  }
+}
