@@ -11,6 +11,8 @@
 //   train_step_bf16/{mlp,cnn}/..., train_step_fp16/...  the same steps under gs::autocast (float32
 //     parameters, the products in 16 bits); train_step_bf16_weights/mlp/...: the model itself in bfloat16
 //     (the goal: within 1.1x of the float32 step)
+//   train_step_bf16_unfused/mlp/...  train_step_bf16 with the cast's fused backward switched off
+//     (gs::detail::set_cast_backward_fused): each parameter's gradient rounded to bfloat16 and widened
 // Run single-threaded for the comparison: OMP_NUM_THREADS=1 ./bench_train_step
 #include <benchmark/benchmark.h>
 
@@ -71,6 +73,11 @@ void BM_mlp3_adam(benchmark::State& s) { run_steps(s, gs_bench::mlp3, true); }
 void BM_mlp_bf16(benchmark::State& s) { run_steps(s, gs_bench::mlp2, false, gs::kBFloat16); }
 void BM_mlp_fp16(benchmark::State& s) { run_steps(s, gs_bench::mlp2, false, gs::kFloat16); }
 void BM_cnn_bf16(benchmark::State& s) { run_steps(s, gs_bench::cnn, false, gs::kBFloat16); }
+void BM_mlp_bf16_unfused(benchmark::State& s) {
+  gs::detail::set_cast_backward_fused(false);
+  run_steps(s, gs_bench::mlp2, false, gs::kBFloat16);
+  gs::detail::set_cast_backward_fused(true);
+}
 void BM_mlp_bf16_weights(benchmark::State& s) {
   run_steps(s, gs_bench::mlp2, false, gs::kFloat32, gs::kBFloat16);
 }
@@ -103,6 +110,7 @@ BENCHMARK(BM_mlp_blas)->Name("train_step_blas/mlp")->Arg(64)->Arg(256)->Unit(ben
 BENCHMARK(BM_cnn)->Name("train_step/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp3_adam)->Name("train_step/mlp3")->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_bf16)->Name("train_step_bf16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_bf16_unfused)->Name("train_step_bf16_unfused/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_fp16)->Name("train_step_fp16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cnn_bf16)->Name("train_step_bf16/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp_bf16_weights)->Name("train_step_bf16_weights/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);

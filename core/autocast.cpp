@@ -1,6 +1,7 @@
 // Autocast: the per-op policy table, the thread-local state and the casts at an op's entry.
 #include "core/autocast.h"
 
+#include <atomic>
 #include <cstring>
 
 #include "core/error.h"
@@ -111,6 +112,12 @@ Tensor AutocastScope::cast(const Tensor& t) const {
 
 AutocastSuspend::AutocastSuspend() : prev_(t_state.enabled) { t_state.enabled = false; }
 AutocastSuspend::~AutocastSuspend() { t_state.enabled = prev_; }
+
+namespace {
+std::atomic<bool> g_cast_backward_fused{true};
+}
+void set_cast_backward_fused(bool enabled) { g_cast_backward_fused.store(enabled, std::memory_order_relaxed); }
+bool cast_backward_fused() { return g_cast_backward_fused.load(std::memory_order_relaxed); }
 
 }  // namespace detail
 

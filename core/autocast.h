@@ -82,6 +82,12 @@ class AutocastSuspend {
  private:
   bool prev_;
 };
+// Whether the backward of a cast from float32 to 16 bits may round its gradient through the 16-bit
+// dtype in float32, in one pass (core/autograd.cpp; the same bits as rounding it to 16 bits and
+// widening it back). On by default; process-wide. Off, every cast's gradient is rounded to 16 bits
+// and widened back: the reference the tests compare the fused path with.
+void set_cast_backward_fused(bool enabled);
+bool cast_backward_fused();
 }  // namespace detail
 
 }  // namespace gradsleuth

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 
 #include <algorithm>
 #include <unordered_map>
@@ -128,13 +129,95 @@ Tensor to_keeping_layout(const Tensor& t, DType want) {
   for (int64_t i = 0; i < nd; ++i) st[order[i]] = c.strides()[i];
   return detail::make_alias(c, t.shape(), st, 0);
 }
-void round_to_inputs(tensor_list& grads, const Node& node) {
-  for (size_t i = 0; i < grads.size() && i < node.next_edges.size(); ++i) {
-    const DType want = node.next_edges[i].dtype;
-    if (grads[i].defined() && node.next_edges[i].fn && is_reduced_float(want) && grads[i].dtype() != want)
-      grads[i] = to_keeping_layout(grads[i], want);
+namespace {
+// The fused backward of a cast from float32 to 16 bits (autocast's cast of a float32 parameter,
+// and linear's transpose of it). The gradient, computed in float32, would be rounded to 16 bits
+// for the cast's output (or the transpose's) and widened back by the cast's backward: two passes
+// and a 16-bit copy. When it is the only gradient of the cast and of the views between, and no
+// hook, observer, trace, grad() capture or create_graph can see the 16-bit step, it stays float32
+// through the views (which only move values, so rounding before or after them is the same) and is
+// rounded through the 16-bit dtype at the cast, in one pass (round_through: the bits of
+// g.to(dtype).to(kFloat32), in place when the engine holds the only handle on its storage); the
+// cast's backward then passes it on as it is.
+
+thread_local bool t_plain_pass = false;  // set by run(): no create_graph, no grad() capture, no trace
+class PlainPass {
+ public:
+  explicit PlainPass(bool plain) : prev_(t_plain_pass) { t_plain_pass = plain; }
+  ~PlainPass() { t_plain_pass = prev_; }
+  PlainPass(const PlainPass&) = delete;
+  PlainPass& operator=(const PlainPass&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// What happens to a float32 gradient bound for a 16-bit input (above).
+enum class CastBackward : uint8_t {
+  Round,         // rounded to the input's dtype, as every gradient is
+  PassOn,        // kept float32: the input is a view on the way to a fused cast
+  RoundThrough,  // rounded through the dtype, kept float32: the input is the fused cast's output
+};
+bool only_moves_values(const Node& n) {
+  static const char* const kViews[] = {"transpose", "permute", "view", "squeeze", "unsqueeze"};
+  for (const char* v : kViews)
+    if (std::strcmp(n.name(), v) == 0) return true;
+  return false;
+}
+CastBackward cast_backward(const Edge& e, const Tensor& g) {
+  if (!t_plain_pass || !e.fn || g.dtype() != kFloat32 || !is_reduced_float(e.dtype) || GradMode::is_enabled() ||
+      observers_active() || !cast_backward_fused())
+    return CastBackward::Round;
+  for (const Node* n = e.fn.get();;) {
+    // This gradient is the node's only one (none pending, no other consumer), seen by no hook.
+    if (n->dependencies_ != 1 || n->pending_grad_.defined() || !n->pre_hooks.empty() || n->next_edges.size() != 1 ||
+        !n->next_edges[0].fn || n->out_dtype != e.dtype)
+      return CastBackward::Round;
+    const Edge& next = n->next_edges[0];
+    if (std::strcmp(n->name(), "to_dtype") == 0 && next.dtype == kFloat32)
+      return n == e.fn.get() ? CastBackward::RoundThrough : CastBackward::PassOn;
+    if (!only_moves_values(*n) || next.dtype != e.dtype) return CastBackward::Round;
+    n = next.fn.get();
   }
 }
+
+// Whether g is the only tensor that can see its storage, `handles` being the handles on g's
+// TensorImpl its caller holds: then the storage may be kept as a gradient or changed in place.
+bool storage_unshared(const Tensor& g, long handles) {
+  // A gradient that is a view (sum_to's reshape of a bias gradient) shares the storage with its
+  // base, which only the view itself may hold.
+  const auto& base = g.impl().view_base;
+  const long holders = 1 + (base && base.use_count() == 1 && base->storage == g.storage() ? 1 : 0);
+  return g.impl_ptr().use_count() <= handles && g.storage().use_count() == holders && g.grad_fn() == nullptr &&
+         !g.requires_grad();
+}
+
+// g.to(t).to(kFloat32).
+Tensor round_through(const Tensor& g, DType t) {
+  Backend& b = backend_of(g);
+  // The engine's own gradient: its whole storage rounded in place (rounding is elementwise and
+  // rounds a rounded value to itself, so any layout over it is rounded right).
+  if (storage_unshared(g, 1) && g.storage()->nbytes() % sizeof(float) == 0) {
+    const int64_t n = static_cast<int64_t>(g.storage()->nbytes() / sizeof(float));
+    if (b.round_through(make_alias(g, {n}, {1}, 0), t)) return g;
+  } else {
+    Tensor c = empty(g.shape(), TensorOptions(kFloat32).device(g.device()));
+    b.copy(c, g);
+    if (b.round_through(c, t)) return c;
+  }
+  return g.to(t).to(kFloat32);
+}
+}  // namespace
+
+void round_to_inputs(tensor_list& grads, const Node& node) {
+  for (size_t i = 0; i < grads.size() && i < node.next_edges.size(); ++i) {
+    const Edge& e = node.next_edges[i];
+    if (grads[i].defined() && e.fn && is_reduced_float(e.dtype) && grads[i].dtype() != e.dtype &&
+        cast_backward(e, grads[i]) == CastBackward::Round)
+      grads[i] = to_keeping_layout(grads[i], e.dtype);
+  }
+}
+
 }  // namespace detail
 
 Tensor SavedTensor::unpack(Node& node) const {
@@ -213,12 +296,7 @@ class AccumulateGrad final : public Node {
     } else if (!cur.defined()) {
       // Steal the buffer when nobody else can see it; otherwise copy, so two
       // leaves never share one .grad (add's backward hands both inputs the same g).
-      // A gradient that is a view (sum_to's reshape of a bias gradient) also shares
-      // the storage with its base, which only the view itself may hold.
-      const auto& base = g.impl().view_base;
-      const long holders = 1 + (base && base.use_count() == 1 && base->storage == g.storage() ? 1 : 0);
-      const bool sole = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == holders && g.is_contiguous() &&
-                        g.grad_fn() == nullptr && !g.requires_grad();
+      const bool sole = detail::storage_unshared(g, 2) && g.is_contiguous();
       if (sole) {
         // .grad becomes a tensor of its own, not a view keeping that base alive.
         g.impl().view_base.reset();
@@ -634,6 +712,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
   // called inside an autocast scope (docs/dtypes.md, "Autocast").
   detail::AutocastSuspend no_autocast;
   GraphTrace* const trace = t_trace;  // core/graph_trace.h; null unless someone records
+  detail::PlainPass plain(!opt.create_graph && opt.capture == nullptr && trace == nullptr);
   if (trace != nullptr) [[unlikely]]
     trace->on_pass_begin();
   std::vector<Node*> order;  // every reachable node, discovery order
@@ -758,6 +837,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
           if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) trace->on_leaf(acc->leaf_);
         if (observers_active()) detail::notify_backward(BackwardEvent{n, &g, grads.data(), grads.size()});
         if (!opt.retain_graph) n->release_saved();
+        g = Tensor();  // done with: a gradient below that shares its storage may then be rounded in place
         GS_CHECK(grads.empty() || grads.size() == n->next_edges.size(), n->name(), "backward returned ", grads.size(),
                  " gradients for ", n->next_edges.size(), " inputs");
       } else if (trace != nullptr) [[unlikely]] {
@@ -774,7 +854,11 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
                    " for input ", i, " of shape ", shape_str(e.shape),
                    ". A backward must return one gradient per input with that input's shape (reduce broadcast "
                    "dims with sum_to).");
-          if (gi.dtype() != e.dtype) gi = gi.to(e.dtype);
+          if (gi.dtype() != e.dtype) {
+            const detail::CastBackward c = detail::cast_backward(e, gi);
+            if (c == detail::CastBackward::Round) gi = gi.to(e.dtype);
+            if (c == detail::CastBackward::RoundThrough) gi = detail::round_through(gi, e.dtype);
+          }
           if (trace != nullptr) [[unlikely]]
             trace->on_contribution(e.fn.get(), n, i, gi);
           accumulate(*e.fn, std::move(gi));

@@ -140,6 +140,13 @@ class Backend {
                             const Tensor& /*grad_avg*/, const Tensor& /*buf*/, const RmspropStep& /*s*/) {
     return false;
   }
+
+  // ---- the fused backward of a cast to 16 bits (core/autograd.cpp, detail::round_through) ----
+  // Rounds each value of the contiguous float32 tensor t in place to the nearest `dtype`
+  // (float16/bfloat16) value, kept in float32: the bits of t.to(dtype).to(kFloat32), in one pass
+  // and without the 16-bit copy. Return false when this backend has no such kernel: the caller
+  // then converts twice.
+  virtual bool round_through(const Tensor& /*t*/, DType /*dtype*/) { return false; }
 };
 
 // The backend for a device. Throws a clear error when the device's backend is

@@ -3,8 +3,10 @@
 // Each must give, bit for bit, what widening every operand, computing in float32 and rounding once gives.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include <omp.h>
 #endif
 
+#include "core/autocast.h"
 #include "core/backend.h"
 #include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/sgemm.h"
@@ -257,4 +260,94 @@ TEST_CASE("16-bit max_pool2d and its backward, block by block of samples: the wi
       y32.backward(f32(g));
       CHECK(same_bits(x.grad(), x32.grad().to(t)));
     }
+}
+
+TEST_CASE("round_through: the bits of to(dtype) and back to float32, in place, for every float32 bit pattern") {
+  std::mt19937 gen(1200);
+  std::vector<uint32_t> bits(4099);  // several of the kernel's blocks and a partial one
+  for (uint32_t& b : bits) b = static_cast<uint32_t>(gen());
+  // The edges: zeros, infinities, NaNs, the largest finite values and the halfway cases.
+  const uint32_t edges[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00001u, 0xFF812345u,
+                            0x7F7FFFFFu, 0x477FF000u, 0x477FEFFFu, 0x3F808000u, 0x3F818000u, 0x00000001u};
+  std::copy(std::begin(edges), std::end(edges), bits.begin());
+  std::vector<float> v(bits.size());
+  std::memcpy(v.data(), bits.data(), bits.size() * sizeof(float));
+  const Tensor x = gs::tensor(v, {static_cast<int64_t>(v.size())}, gs::kFloat32);
+  for (DType t : kReduced) {
+    CAPTURE(std::string(gs::dtype_name(t)));
+    const Tensor got = x.clone();
+    REQUIRE(gs::backend_of(got).round_through(got, t));
+    CHECK(got.dtype() == gs::kFloat32);
+    CHECK(same_bits(got, x.to(t).to(gs::kFloat32)));
+  }
+}
+
+TEST_CASE("autocast's cast of a float32 parameter: the fused backward gives the unfused gradients' bits") {
+  OneThread one;
+  // linear (the weight reaches the product through its transpose), matmul, a weight used twice
+  // (two gradients for one cast: not fused) and an input that needs its gradient too.
+  struct Case {
+    int64_t n, k, m;
+    int use;  // 0: linear, 1: matmul(x, w.t()), 2: linear twice with one weight
+    bool x_grad;
+  };
+  const Case cases[] = {{64, 784, 256, 0, false}, {37, 131, 45, 0, true}, {64, 784, 10, 1, false},
+                        {21, 50, 33, 2, true}};
+  uint32_t seed = 1300;
+  for (DType t : kReduced)
+    for (const Case& c : cases) {
+      CAPTURE(std::string(gs::dtype_name(t)));
+      CAPTURE(c.use);
+      CAPTURE(c.n);
+      // float32 leaves holding values with more bits than 16 (no NaN: a NaN's payload may come
+      // from either operand of a product, whichever path computes it).
+      const Tensor x0 = draw({c.n, c.k}, gs::kFloat32, seed++, false) * 1.001;
+      const Tensor w0 = draw({c.m, c.k}, gs::kFloat32, seed++, false) * 1.001;
+      const Tensor b0 = draw({c.m}, gs::kFloat32, seed++, false) * 1.001;
+      // float16's gradients overflow to inf where they exceed its range.
+      const Tensor g = draw({c.n, c.m}, t, seed++, true) * (t == gs::kFloat16 ? 300.0 : 1.0);
+      std::vector<Tensor> grads[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        gs::detail::set_cast_backward_fused(fused == 1);
+        Tensor x = x0.clone().requires_grad_(c.x_grad), w = w0.clone().requires_grad_(true),
+               b = b0.clone().requires_grad_(true);
+        Tensor y;
+        {
+          auto ac = gs::autocast(t);
+          if (c.use == 0) y = gs::linear(x, w, b);
+          if (c.use == 1) y = gs::matmul(x, w.t());
+          if (c.use == 2) y = gs::linear(x, w, b) + gs::linear(x * 0.5, w, b);
+        }
+        REQUIRE(y.dtype() == t);
+        y.backward(g);
+        for (const Tensor* p : {&w, &b, &x})
+          if (p->grad().defined()) grads[fused].push_back(p->grad());
+      }
+      gs::detail::set_cast_backward_fused(true);
+      REQUIRE(grads[0].size() == grads[1].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        CAPTURE(i);
+        CHECK(grads[1][i].dtype() == gs::kFloat32);
+        CHECK(same_bits(grads[1][i], grads[0][i]));
+      }
+    }
+}
+
+TEST_CASE("a hook on a cast's output sees the 16-bit gradient: that cast's backward is not fused") {
+  for (DType t : kReduced) {
+    CAPTURE(std::string(gs::dtype_name(t)));
+    const Tensor x = draw({16, 40}, t, 1400, false);
+    Tensor w = (draw({24, 40}, gs::kFloat32, 1401, false) * 1.001).requires_grad_(true);
+    Tensor w16 = w.to(t);
+    DType seen = gs::kFloat64;
+    w16.register_hook([&seen](const Tensor& g) {
+      seen = g.dtype();
+      return Tensor();
+    });
+    gs::matmul(x, w16.t()).backward(draw({16, 24}, t, 1402, false));
+    CHECK(seen == t);
+    REQUIRE(w.grad().defined());
+    CHECK(w.grad().dtype() == gs::kFloat32);
+    CHECK(same_bits(w.grad(), w.grad().to(t).to(gs::kFloat32)));
+  }
 }

@@ -122,6 +122,42 @@ void narrow_row(H* out, const float* in, int64_t n) {
       Eigen::Map<const Eigen::ArrayXf>(in + k, n - k).template cast<H>();
 }
 
+// p[k] = float(H(p[k])) for k < n: each value rounded to the 16-bit format and widened back in
+// registers, 8 at a time, with narrow_row's roundings (so the bits of narrow_row then widen_row);
+// the rest through a 16-bit buffer and those two.
+template <class H>
+void round_through_row(float* p, int64_t n) {
+  int64_t k = 0;
+#ifdef __F16C__
+  if constexpr (std::is_same_v<H, Eigen::half>)
+    for (; k + 8 <= n; k += 8)
+      _mm256_storeu_ps(p + k, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(p + k),
+                                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
+#ifdef __AVX2__
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>) {  // narrow_row's formula, the low 16 bits cleared
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm256_set1_epi32(0x7FC00000);
+    for (; k + 8 <= n; k += 8) {
+      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(p + k));
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+      __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, bias), lsb), high);
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
+      r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(x, sign), quiet), nan);
+      _mm256_storeu_ps(p + k, _mm256_castsi256_ps(r));
+    }
+  }
+#endif
+  H buf[256];
+  for (; k < n; k += 256) {
+    const int64_t m = std::min<int64_t>(256, n - k);
+    narrow_row(buf, p + k, m);
+    widen_row(p + k, buf, m);
+  }
+}
+
 // out[i * ldo + j] = in[j * ldi + i] for i < rows, j < cols: 8 x 8 blocks, each widened by rows of
 // `in` and transposed in registers; the edges value by value.
 template <class H>
@@ -703,6 +739,16 @@ class ReducedFloatBackend final : public Backend {
     rsq.done();
     rga.done();
     rbuf.done();
+    return true;
+  }
+
+  // One pass over t, with the roundings of t.to(dtype) (so the bits of converting twice), and no
+  // 16-bit copy.
+  bool round_through(const Tensor& t, DType dtype) override {
+    if (t.dtype() != kFloat32 || !t.is_contiguous() || !is_reduced_float(dtype)) return false;
+    with_eigen_type(dtype, [&](auto tag) {
+      round_through_row<decltype(tag)>(static_cast<float*>(t.raw_data()), t.numel());
+    });
     return true;
   }
 
