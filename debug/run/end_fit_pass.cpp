@@ -274,9 +274,9 @@ void Session::check_fit_at_end(RunReport& r) {
       fs = check_end_fit(m, o_.fit);
     }
     // The learning-curve probe: the whole run again from its initial weights, its schedule replayed,
-    // on all of its training examples and on a fixed share of them, then the validation split after
-    // each (both repeats leave out what the loop adds around the loader alike: augmentation,
-    // accumulation, clipping).
+    // on a fixed share of its training examples and on all of them, then the validation split after
+    // each. The rule compares the two repeats: both leave out alike what the loop adds around the
+    // loader (augmentation, accumulation, clipping).
     const int64_t run_steps = static_cast<int64_t>(r.history.step_losses.size());
     if (have_initial_ && !data_.train->options().sampler_ && run_steps >= 2 && run_steps <= o_.fit.data_max_steps &&
         end_fit_wants_data_probe(m, fs, o_.fit)) {
@@ -294,9 +294,16 @@ void Session::check_fit_at_end(RunReport& r) {
             replay ? run_lrs : std::vector<double>{}, rows);
         return after;
       };
+      // The share first: the repeat on all the examples runs only when the share falls short of the
+      // run itself by the rule's margin (most runs stop here, at one repeat).
       const std::vector<int64_t> share = fixed_share(n, o_.fit.data_share);
-      const SplitScore all = repeat_on({});
-      const SplitScore fewer = failed.empty() ? repeat_on(share) : SplitScore{};
+      const SplitScore fewer = repeat_on(share);
+      const bool short_of_run =
+          failed.empty() && (std::isfinite(fewer.accuracy) && std::isfinite(va.accuracy)
+                                 ? va.accuracy - fewer.accuracy > o_.fit.data_drop
+                                 : fewer.loss > o_.fit.data_loss_rise * va.loss &&
+                                       fewer.loss - va.loss > o_.fit.data_min_loss);
+      const SplitScore all = short_of_run ? repeat_on({}) : SplitScore{};
       if (failed.empty() && std::isfinite(all.loss) && std::isfinite(fewer.loss)) {
         m.all_val_loss = all.loss;
         m.all_val_accuracy = all.accuracy;

@@ -71,7 +71,9 @@ struct EndFitOptions {
   // turned wrong than right by a McNemar z of at least data_min_z (without accuracies: a validation
   // loss above data_loss_rise x the first's, and by data_min_loss), the validation score still
   // climbs with the training set's size where the run stops: the gap is the data's
-  // ("generalisation-gap", a warning). Runs of more than data_max_steps steps are not repeated.
+  // ("generalisation-gap", a warning). The repeat on all the examples runs only where the share's
+  // repeat falls short of the run itself by the same margin. Runs of more than data_max_steps steps
+  // are not repeated.
   double data_gap = 0.02, data_gap_loss = 1.1;
   double data_share = 0.25;
   double data_drop = 0.065, data_min_z = 3.0;
