@@ -1215,6 +1215,29 @@ TEST_CASE("an annealed schedule: L9 replays it to train on and leads with undert
   expect_clean(corpus::run_program(clean, 1).report);
 }
 
+// 90% of the training examples removed (the fault operator TRD on the corpus's batch-norm MLP): the
+// model fits its 120 examples, validation trails by 11 points, under L9's gap of 20. The run repeated
+// on a quarter of its examples loses 10 points of validation accuracy where the healthy corpus loses
+// 6 at most: the score still climbs with the data, and L9 leads with the data's gap. The healthy
+// program (a gap of 5 points, a quarter of its data costing 1) stays silent.
+TEST_CASE("too little training data: L9's learning-curve probe leads; the corpus program stays silent") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("batchnorm-mlp");
+  const corpus::Program few = corpus::fault_operator("TRD").mutate(clean, 0.9, 1).program;
+  const corpus::Outcome buggy = corpus::run_program(few, 1);
+  INFO(buggy.report.str());
+  const json_mini::Value lead = lead_of(buggy.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "memorised");
+  // Without the probe (a run too long to repeat) nothing warns.
+  corpus::RunOptions no_probe;
+  no_probe.diagnose.fit.data_max_steps = 0;
+  const corpus::Outcome unprobed = corpus::run_program(few, 1, no_probe);
+  CHECK_MESSAGE(!unprobed.report.fired("L9"), unprobed.report.str());
+  expect_clean(corpus::run_program(clean, 1).report);
+}
+
 // A run of 32 steps (90% of the training examples removed) that 10x the rate helps: 10x the steps at
 // its own rate help as much, so the steps, not the rate, are short. A run of 300 steps at a tenth of
 // its rate keeps the verdict "learning rate too low" (the steps probe does not run on it).

@@ -12,6 +12,7 @@
 
 #include "core/generator.h"
 #include "core/ops.h"
+#include "debug/checks/loss/end_fit.h"
 #include "debug/checks/loss/loss_checks.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
@@ -617,6 +618,68 @@ TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
 
   CHECK(dbg::diagnose_fitting({}, {}).empty());
   CHECK(dbg::diagnose_fitting({0.5}, {NAN}).empty());
+}
+
+// L9's learning-curve probe, as the rule reads it: the run repeated on all its training examples and on
+// a quarter of them. Validation losing far more than the healthy corpus ever does (0.0575 at most)
+// with a McNemar z of 3 says the data are short; a smaller loss of accuracy stays info.
+TEST_CASE("L9 learning-curve probe: too little training data warns, a healthy curve stays info") {
+  dbg::EndFitMeasure m;
+  m.train_accuracy = 0.99;
+  m.val_accuracy = 0.91;
+  m.train_examples = 120;
+  m.val_examples = 400;
+  m.train_loss = 0.05;
+  m.val_loss = 0.3;
+  // The split rule alone (a gap of 0.08, under 0.2) is quiet, and asks for the probe.
+  auto fs = dbg::check_end_fit(m);
+  CHECK_FALSE(any_fires(fs));
+  CHECK(dbg::end_fit_wants_data_probe(m, fs));
+  m.all_val_accuracy = 0.91;
+  m.all_val_loss = 0.3;
+  m.fewer_share = 0.25;
+  m.fewer_val_accuracy = 0.82;
+  m.fewer_val_loss = 0.5;
+  m.fewer_broken = 45;
+  m.fewer_fixed = 9;
+  fs = dbg::check_end_fit(m);
+  REQUIRE(any_fires(fs));
+  const dbg::Finding& f = fs[0];
+  CHECK(f.check == "L9");
+  CHECK(f.kind == dbg::Kind::GeneralisationGap);
+  CHECK(f.severity == dbg::Severity::Warning);
+  CHECK(has(f.title, "too little training data"));
+  CHECK(ev(f, "validation accuracy lost with fewer training examples") == doctest::Approx(0.09));
+  CHECK(ev(f, "McNemar z of those (fewer examples)") == doctest::Approx(36.0 / std::sqrt(54.0)));
+  // A healthy curve: a quarter of the examples cost 0.04 (cnn-images in the corpus loses 0.0425).
+  dbg::EndFitMeasure healthy = m;
+  healthy.fewer_val_accuracy = 0.87;
+  healthy.fewer_broken = 25;
+  healthy.fewer_fixed = 9;
+  fs = dbg::check_end_fit(healthy);
+  CHECK_FALSE(any_fires(fs));
+  CHECK(fs[0].kind == dbg::Kind::FitMeasured);
+  CHECK(ev(fs[0], "validation accuracy lost with fewer training examples") == doctest::Approx(0.04));
+  // As large a loss by chance (few examples changed) stays info.
+  dbg::EndFitMeasure noisy = m;
+  noisy.fewer_broken = 40;
+  noisy.fewer_fixed = 20;
+  CHECK_FALSE(any_fires(dbg::check_end_fit(noisy)));
+  // No gap between the splits: the probe does not run.
+  dbg::EndFitMeasure even;
+  even.train_accuracy = 0.92;
+  even.val_accuracy = 0.91;
+  CHECK_FALSE(dbg::end_fit_wants_data_probe(even, dbg::check_end_fit(even)));
+  // Without accuracies (a regression): the validation loss with a quarter of the examples against all.
+  dbg::EndFitMeasure reg;
+  reg.train_loss = 0.1;
+  reg.val_loss = reg.all_val_loss = 0.28;
+  REQUIRE(dbg::end_fit_wants_data_probe(reg, dbg::check_end_fit(reg)));
+  reg.fewer_share = 0.25;
+  reg.fewer_val_loss = 0.4;
+  CHECK(any_fires(dbg::check_end_fit(reg)));
+  reg.fewer_val_loss = 0.33;  // 0.05 above (the healthy regressions lose 0.047 at most)
+  CHECK_FALSE(any_fires(dbg::check_end_fit(reg)));
 }
 
 // ---- real runs ----------------------------------------------------------------------------

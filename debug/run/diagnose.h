@@ -224,10 +224,12 @@ class Session {
   // The same training again from the initial weights (from_start) or on from the trained ones, with
   // the groups' learning rates `lrs`, for `steps` steps on the train loader; at_end (when given) sees
   // the model after them. Returns its step losses; the trained state is restored. With `schedule`,
-  // step i runs at lrs x schedule[i % its size] (a recorded schedule replayed).
+  // step i runs at lrs x schedule[i % its size] (a recorded schedule replayed). With `rows`, the
+  // batches come from those rows of the training set only (each epoch in the loader's order).
   std::vector<double> rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
                                        bool from_start = true, const std::function<void()>& at_end = nullptr,
-                                       const std::vector<double>& schedule = {});
+                                       const std::vector<double>& schedule = {},
+                                       const std::vector<int64_t>& rows = {});
   void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
   void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
   void check_class_errors_at_end();

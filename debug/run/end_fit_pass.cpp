@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "core/ops.h"
 #include "debug/checks/loss/end_fit.h"
@@ -63,11 +64,23 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
   return s;
 }
 
+// A fixed share of n rows, drawn without replacement (the same rows on every call).
+std::vector<int64_t> fixed_share(int64_t n, double share) {
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::mt19937_64 g(0x5eed);
+  std::shuffle(rows.begin(), rows.end(), g);
+  rows.resize(static_cast<size_t>(std::clamp<int64_t>(std::llround(share * static_cast<double>(n)), 1, n)));
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
 }  // namespace
 
 std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
                                               bool from_start, const std::function<void()>& at_end,
-                                              const std::vector<double>& schedule) {
+                                              const std::vector<double>& schedule,
+                                              const std::vector<int64_t>& rows) {
   const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
   std::vector<double> losses;
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) {
@@ -98,13 +111,34 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
     for (size_t g = 0; g < lrs.size() && g < opt_.param_groups().size(); ++g) opt_.param_groups()[g].lr = lrs[g];
     model_.train();
     const nn::DataLoader& train = *data_.train;
-    const int64_t nb = train.num_batches();
+    const int64_t bs = train.options().batch_size_;
+    const int64_t nb = rows.empty() ? train.num_batches() : (static_cast<int64_t>(rows.size()) + bs - 1) / bs;
+    // A subset's epoch: the loader's order for that epoch, kept to `rows`.
+    std::vector<int64_t> epoch_rows;
+    int64_t epoch_of_rows = -1;
+    auto subset_batch = [&](int64_t e, int64_t i) {
+      if (e != epoch_of_rows) {
+        const std::vector<char> in = [&] {
+          std::vector<char> v(static_cast<size_t>(train.dataset().size()), 0);
+          for (int64_t r : rows) v[static_cast<size_t>(r)] = 1;
+          return v;
+        }();
+        epoch_rows.clear();
+        for (int64_t r : train.order(e))
+          if (in[static_cast<size_t>(r)]) epoch_rows.push_back(r);
+        epoch_of_rows = e;
+      }
+      const size_t hi = std::min(epoch_rows.size(), static_cast<size_t>((i + 1) * bs)),
+                   lo = std::min(hi, static_cast<size_t>(i * bs));
+      if (lo == hi) throw std::runtime_error("the training loader's epoch holds fewer of the probe's rows than it needs");
+      return train.load_rows(std::vector<int64_t>(epoch_rows.begin() + lo, epoch_rows.begin() + hi));
+    };
     const Device d = model_device(model_);
     for (int64_t i = 0; i < steps && nb > 0; ++i) {
       if (!schedule.empty())
         for (size_t g = 0; g < lrs.size() && g < opt_.param_groups().size(); ++g)
           opt_.param_groups()[g].lr = lrs[g] * schedule[static_cast<size_t>(i) % schedule.size()];
-      const nn::Batch b = train.batch(i / nb, i % nb);
+      const nn::Batch b = rows.empty() ? train.batch(i / nb, i % nb) : subset_batch(i / nb, i % nb);
       opt_.zero_grad();
       Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
       l.backward();
@@ -238,6 +272,53 @@ void Session::check_fit_at_end(RunReport& r) {
       say("training on (the curve cannot tell)");
       train_on(steps, true);
       fs = check_end_fit(m, o_.fit);
+    }
+    // The learning-curve probe: the whole run again from its initial weights, its schedule replayed,
+    // on a fixed share of its training examples and on all of them, then the validation split after
+    // each. The rule compares the two repeats: both leave out alike what the loop adds around the
+    // loader (augmentation, accumulation, clipping).
+    const int64_t run_steps = static_cast<int64_t>(r.history.step_losses.size());
+    if (have_initial_ && !data_.train->options().sampler_ && run_steps >= 2 && run_steps <= o_.fit.data_max_steps &&
+        end_fit_wants_data_probe(m, fs, o_.fit)) {
+      say("learning-curve probe (fewer training examples)");
+      const int64_t n = data_.train->dataset().size();
+      std::vector<double> rel;
+      for (double lr : initial_lrs_) rel.push_back(initial_lrs_[0] > 0 ? lr / initial_lrs_[0] : 1.0);
+      const bool replay = !run_lrs.empty() && !initial_lrs_.empty() && initial_lrs_[0] > 0;
+      std::string failed;
+      auto repeat_on = [&](const std::vector<int64_t>& rows) {
+        SplitScore after;
+        rerun_from_start(
+            replay ? rel : initial_lrs_, run_steps, failed, true,
+            [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
+            replay ? run_lrs : std::vector<double>{}, rows);
+        return after;
+      };
+      // The share first: the repeat on all the examples runs only when the share falls short of the
+      // run itself by the rule's margin (most runs stop here, at one repeat).
+      const std::vector<int64_t> share = fixed_share(n, o_.fit.data_share);
+      const SplitScore fewer = repeat_on(share);
+      const bool short_of_run =
+          failed.empty() && (std::isfinite(fewer.accuracy) && std::isfinite(va.accuracy)
+                                 ? va.accuracy - fewer.accuracy > o_.fit.data_drop
+                                 : fewer.loss > o_.fit.data_loss_rise * va.loss &&
+                                       fewer.loss - va.loss > o_.fit.data_min_loss);
+      const SplitScore all = short_of_run ? repeat_on({}) : SplitScore{};
+      if (failed.empty() && std::isfinite(all.loss) && std::isfinite(fewer.loss)) {
+        m.all_val_loss = all.loss;
+        m.all_val_accuracy = all.accuracy;
+        m.fewer_val_loss = fewer.loss;
+        m.fewer_val_accuracy = fewer.accuracy;
+        m.fewer_share = static_cast<double>(share.size()) / static_cast<double>(n);
+        if (!all.right.empty() && all.right.size() == fewer.right.size()) {
+          m.fewer_broken = m.fewer_fixed = 0;
+          for (size_t i = 0; i < all.right.size(); ++i) {
+            m.fewer_broken += all.right[i] && !fewer.right[i];
+            m.fewer_fixed += !all.right[i] && fewer.right[i];
+          }
+        }
+        fs = check_end_fit(m, o_.fit);
+      }
     }
     for (Finding& f : fs) found.add(std::move(f));
   });

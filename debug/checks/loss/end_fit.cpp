@@ -86,6 +86,71 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
     out.push_back(f);
   }
+  // The learning-curve probe (run when the split rule is quiet and training beats validation): the
+  // same steps on a share of the training examples. Validation still losing with fewer examples
+  // says the run's own size is on the steep part of its learning curve.
+  const bool fewer_run = std::isfinite(m.fewer_val_loss);
+  const bool fewer_counted = m.fewer_broken >= 0 && m.fewer_fixed >= 0;
+  const double fewer_flips = static_cast<double>(m.fewer_broken + m.fewer_fixed);
+  const double fewer_z =
+      fewer_counted && fewer_flips > 0 ? static_cast<double>(m.fewer_broken - m.fewer_fixed) / std::sqrt(fewer_flips) : 0.0;
+  const bool fewer_acc = fewer_run && acc && std::isfinite(m.all_val_accuracy) && std::isfinite(m.fewer_val_accuracy) &&
+                         fewer_counted;
+  const double fewer_drop = fewer_acc ? m.all_val_accuracy - m.fewer_val_accuracy : std::nan("");
+  const double fewer_rise =
+      fewer_run && std::isfinite(m.all_val_loss) && m.all_val_loss > 0 ? m.fewer_val_loss / m.all_val_loss : std::nan("");
+  const bool data_short = out.empty() && fewer_run &&
+                          (fewer_acc ? fewer_drop > o.data_drop && fewer_z >= o.data_min_z
+                                     : !acc && fewer_rise > o.data_loss_rise &&
+                                           m.fewer_val_loss - m.all_val_loss > o.data_min_loss);
+  auto fewer_evidence = [&](Finding& f) {
+    const std::string share = pct(m.fewer_share);
+    if (fewer_acc) {
+      f.evidence.push_back({"validation accuracy after the run repeated on all the training examples",
+                            m.all_val_accuracy, ""});
+      f.evidence.push_back({"validation accuracy after the run repeated on " + share + " of them",
+                            m.fewer_val_accuracy, ""});
+      f.evidence.push_back({"validation accuracy lost with fewer training examples", fewer_drop,
+                            "> " + str_printf("%g", o.data_drop) + " and"});
+      f.evidence.push_back({"validation examples the run gets right and the probe wrong",
+                            static_cast<double>(m.fewer_broken), ""});
+      f.evidence.push_back({"validation examples the probe gets right and the run wrong",
+                            static_cast<double>(m.fewer_fixed), ""});
+      f.evidence.push_back(
+          {"McNemar z of those (fewer examples)", fewer_z, ">= " + str_printf("%g", o.data_min_z) + " warns"});
+    } else {
+      f.evidence.push_back(
+          {"validation loss after the run repeated on all the training examples", m.all_val_loss, ""});
+      f.evidence.push_back({"validation loss after the run repeated on " + share + " of them", m.fewer_val_loss, ""});
+      f.evidence.push_back({"validation loss with fewer training examples / with all", fewer_rise,
+                            "> " + str_printf("%g", o.data_loss_rise) + " warns"});
+    }
+  };
+  if (data_short) {
+    Finding f = make(Kind::GeneralisationGap, Severity::Warning,
+                     fewer_acc ? "the trained model is right on " + pct(m.train_accuracy) + " of its training data and " +
+                                     pct(m.val_accuracy) + " of validation; the run repeated on " +
+                                     pct(m.fewer_share) + " of its training examples reaches " +
+                                     pct(m.fewer_val_accuracy) + " of validation, against " +
+                                     pct(m.all_val_accuracy) +
+                                     " on all of them: validation still gains from every example: too little "
+                                     "training data"
+                               : "the run repeated on " + pct(m.fewer_share) +
+                                     " of its training examples ends at a validation loss of " +
+                                     str_printf("%.3g", m.fewer_val_loss) + ", against " +
+                                     str_printf("%.3g", m.all_val_loss) +
+                                     " on all of them: validation still gains from every example: too little "
+                                     "training data");
+    split_evidence(f);
+    fewer_evidence(f);
+    f.cause =
+        "too little training data for the model: examples lost to a filter, a split or a sample, or a data set "
+        "smaller than the task needs (the validation score still climbs with the training set's size)";
+    f.fix =
+        "find where training examples are dropped (filters, the split's shares, a subsample); gather more data or "
+        "augment it; failing that, a smaller model or more regularisation";
+    out.push_back(f);
+  }
   if (out.empty() && (acc || (std::isfinite(m.train_loss) && std::isfinite(m.val_loss)))) {
     Finding f = make(Kind::FitMeasured, Severity::Info,
                      acc ? "the trained model is right on " + pct(m.train_accuracy) + " of its training data and " +
@@ -93,6 +158,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                          : "the trained model's loss is " + str_printf("%.4g", m.train_loss) +
                                " on its training data and " + str_printf("%.4g", m.val_loss) + " on validation");
     split_evidence(f);
+    if (fewer_run) fewer_evidence(f);
     out.push_back(f);
   }
 
@@ -253,6 +319,16 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
 
 bool end_fit_blames_rate(const std::vector<Finding>& findings) {
   return std::any_of(findings.begin(), findings.end(), [](const Finding& f) { return f.kind == Kind::LrProbeTooLow; });
+}
+
+bool end_fit_wants_data_probe(const EndFitMeasure& m, const std::vector<Finding>& findings, const EndFitOptions& o) {
+  const bool split_quiet = std::none_of(findings.begin(), findings.end(), [](const Finding& f) {
+    return f.kind == Kind::GeneralisationGap || f.kind == Kind::TrainLabelsDisagree;
+  });
+  if (!split_quiet) return false;
+  if (std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy))
+    return m.train_accuracy - m.val_accuracy > o.data_gap;
+  return std::isfinite(m.train_loss) && std::isfinite(m.val_loss) && m.val_loss > o.data_gap_loss * m.train_loss;
 }
 
 }  // namespace gradsleuth::debug

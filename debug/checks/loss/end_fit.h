@@ -62,6 +62,23 @@ struct EndFitOptions {
   // schedule that ended at less than annealed_lr of its peak rate, so the curve flattens because the
   // rate did), training on decides alone, against the stricter unread_gain.
   double annealed_lr = 0.1, unread_gain = 0.3;
+  // The learning-curve probe, run when the split rule above stays quiet but the model does better on
+  // its training split than on validation (training accuracy above validation's by more than
+  // data_gap; without accuracies, a validation loss above data_gap_loss x the training loss): the
+  // run repeated twice from its initial weights, its recorded schedule replayed over as many steps:
+  // on all its training examples, and on a fixed data_share of them. When the validation accuracy
+  // of the second falls below the first's by more than data_drop, with more validation examples
+  // turned wrong than right by a McNemar z of at least data_min_z (without accuracies: a validation
+  // loss above data_loss_rise x the first's, and by data_min_loss), the validation score still
+  // climbs with the training set's size where the run stops: the gap is the data's
+  // ("generalisation-gap", a warning). The repeat on all the examples runs only where the share's
+  // repeat falls short of the run itself by the same margin. Runs of more than data_max_steps steps
+  // are not repeated.
+  double data_gap = 0.02, data_gap_loss = 1.1;
+  double data_share = 0.25;
+  double data_drop = 0.065, data_min_z = 3.0;
+  double data_loss_rise = 1.3, data_min_loss = 0.08;
+  int64_t data_max_steps = 3000;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
@@ -87,6 +104,16 @@ struct EndFitMeasure {
   // Gradient clipping was active at nearly every step (O9): it, not the rate, caps the steps.
   bool clipping_caps_steps = false;
   int64_t probe_steps = 0;
+  // The learning-curve probe: the validation split after the run repeated from its initial weights
+  // on all its training examples (all_), and on data_share of them (fewer_; NaN: not run), and the
+  // validation examples (classification) the first repeat gets right and the second wrong, and the
+  // other way (-1: not counted).
+  double all_val_loss = std::numeric_limits<double>::quiet_NaN();
+  double all_val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double fewer_val_loss = std::numeric_limits<double>::quiet_NaN();
+  double fewer_val_accuracy = std::numeric_limits<double>::quiet_NaN();
+  int64_t fewer_broken = -1, fewer_fixed = -1;
+  double fewer_share = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The rule. `still_falling` (out) says whether the probe is worth running (call again with its result);
@@ -96,5 +123,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
 
 // Whether the rule's findings blame a learning rate too low (the 10x probe confirmed it).
 bool end_fit_blames_rate(const std::vector<Finding>& findings);
+
+// Whether the learning-curve probe is worth running on what the pass measured: the split rule is
+// quiet and the model does better on its training split than on validation (EndFitOptions::data_gap).
+bool end_fit_wants_data_probe(const EndFitMeasure& m, const std::vector<Finding>& findings,
+                              const EndFitOptions& o = {});
 
 }  // namespace gradsleuth::debug
