@@ -11,7 +11,7 @@ namespace gradsleuth::optim {
 
 namespace {
 
-constexpr const char* kStepOp = "RMSprop.step";
+constexpr const char* kRmspropStepOp = "RMSprop.step";
 
 }  // namespace
 
@@ -31,7 +31,7 @@ void RMSprop::update() {
   const double alpha = options_.alpha(), eps = options_.eps(), mom = options_.momentum();
   const bool centered = options_.centered();
   for_each_param(
-      kStepOp, state_,
+      kRmspropStepOp, state_,
       [&](const ParamRef& r, State& st) {
         const Tensor& p = r.param;
         const TensorOptions opts = TensorOptions(p.dtype()).device(p.device());

@@ -11,7 +11,7 @@ namespace gradsleuth::optim {
 
 namespace {
 
-constexpr const char* kStepOp = "SGD.step";
+constexpr const char* kSgdStepOp = "SGD.step";
 
 }  // namespace
 
@@ -29,7 +29,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 void SGD::update() {
   const double mom = options_.momentum(), damp = options_.dampening();
   for_each_param(
-      kStepOp, state_,
+      kSgdStepOp, state_,
       [&](const ParamRef& r, State& st) {
         SgdStep step;
         step.lr = r.group.lr;
