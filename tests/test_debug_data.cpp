@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/data/split_consistency.h"
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"
@@ -540,6 +541,32 @@ TEST_CASE("D10: noise written into one split's inputs is no preprocessing step: 
   auto scaled = dbg::check_split_consistency(train, val * 3.0, "val");
   REQUIRE(scaled.size() == 1);
   CHECK(scaled[0].severity == dbg::Severity::Warning);
+}
+
+TEST_CASE("D10: with the labels, noise on features without rank structure is told apart from a scale") {
+  // Blobs: independent features (no rank structure between them), 4 classes. Train with noise of
+  // 2 feature stds written in, as a stored-noise fault does; the rank correlations cannot tell.
+  XY tr = blobs(300, 4, 6, 3), va = blobs(100, 4, 6, 5);
+  gs::Generator g(7);
+  const Tensor sd = gs::std(tr.x, {0}, /*unbiased=*/false, /*keepdim=*/true);
+  const Tensor noisy = tr.x + 2.0 * gs::randn(tr.x.shape(), {}, &g) * sd;
+  auto fs = dbg::check_split_consistency(noisy, tr.y, va.x, va.y, "val");
+  INFO(all_str(fs));
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(fs[0].title.find("nearest neighbour") != std::string::npos);
+  CHECK(ev(fs[0], "labels told by the nearest neighbour (above chance), train") <
+        0.7 * ev(fs[0], "the same, val"));
+  // Without the labels the same inputs read as preprocessing: the rank structure is too weak.
+  auto blind = dbg::check_split_consistency(noisy, va.x, "val");
+  REQUIRE(blind.size() == 1);
+  CHECK(blind[0].severity == dbg::Severity::Warning);
+  // A scale on one split keeps what the neighbours say: a preprocessing mismatch, a warning.
+  auto scaled = dbg::check_split_consistency(tr.x, tr.y, va.x * 3.0, va.y, "val");
+  REQUIRE(scaled.size() == 1);
+  CHECK(scaled[0].severity == dbg::Severity::Warning);
+  CHECK(ev(scaled[0], "labels told by the nearest neighbour (above chance), train") ==
+        doctest::Approx(ev(scaled[0], "the same, val")).epsilon(0.15));
 }
 
 // ---- check_loader ----------------------------------------------------------------
