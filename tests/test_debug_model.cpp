@@ -50,12 +50,12 @@ TEST_CASE("M3: a ReLU after the final layer is found by structure and by the log
   // clipped them (its zeros fall on different logits for different examples): not M3's.
   auto zeroed = mlp(6, 8, 3);
   {
-    NoGradGuard ng;
+    gs::NoGradGuard ng;
     for (Tensor p : at(zeroed, 8)->parameters()) p.detach().zero_();
   }
   zeroed->eval();
   const Tensor zero_logits = (*zeroed)(d.x);
-  REQUIRE(amax(abs(zero_logits)).item<double>() == 0.0);
+  REQUIRE(gs::amax(gs::abs(zero_logits)).item<double>() == 0.0);
   CHECK_FALSE(fires(dbg::check_final_activation(*zeroed, zero_logits)));
   // The same zeros behind a ReLU are still the ReLU's, by structure.
   zeroed->push_back(std::make_shared<nn::ReLU>());
