@@ -224,7 +224,7 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
   }
   if (std::isfinite(na) && std::isfinite(nb)) {
     f.evidence.push_back({"labels told by the nearest neighbour (above chance), train", na, ""});
-    f.evidence.push_back({"the same, " + split, nb,
+    f.evidence.push_back({"labels told by the nearest neighbour (above chance), " + split, nb,
                           "a preprocessing step keeps it; below " + fmt_num(kMaxNeighbourLabelsRatio) +
                               "x the other's (either at " + fmt_num(kMinNeighbourLabels) +
                               " or more) is no preprocessing: info"});
