@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/data/split_consistency.h"
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"
@@ -540,6 +541,49 @@ TEST_CASE("D10: noise written into one split's inputs is no preprocessing step: 
   auto scaled = dbg::check_split_consistency(train, val * 3.0, "val");
   REQUIRE(scaled.size() == 1);
   CHECK(scaled[0].severity == dbg::Severity::Warning);
+}
+
+TEST_CASE("D10: with the labels, noise on features without rank structure is told apart from a scale") {
+  // Two classes apart along feature 0 (+-2), five more features of independent noise: no rank
+  // structure between the features. Standardised, then train with noise of 2 feature stds written
+  // in, as a stored-noise fault does; the rank correlations cannot tell it from a scale.
+  gs::Generator g(3);
+  const int64_t n = 1600, d = 6;
+  const Tensor z = gs::randn({n, d}, {}, &g);
+  std::vector<float> xs(static_cast<size_t>(n * d));
+  std::vector<int64_t> ys(static_cast<size_t>(n));
+  const std::vector<float> zv = z.to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    ys[static_cast<size_t>(i)] = i % 2;
+    for (int64_t j = 0; j < d; ++j)
+      xs[static_cast<size_t>(i * d + j)] =
+          zv[static_cast<size_t>(i * d + j)] + (j == 0 ? (i % 2 ? 2.0f : -2.0f) : 0.0f);
+  }
+  const Tensor x = gs::tensor(xs, {n, d}), y = gs::tensor(ys, {n});
+  const Tensor mu = gs::mean(x, {0}, /*keepdim=*/true), sd = gs::std(x, {0}, /*unbiased=*/false, /*keepdim=*/true);
+  const Tensor xs_std = (x - mu) / sd;
+  const Tensor tr = xs_std.narrow(0, 0, 1200), va = xs_std.narrow(0, 1200, 400);
+  const Tensor ytr = y.narrow(0, 0, 1200), yva = y.narrow(0, 1200, 400);
+  const Tensor noisy = tr + 2.0 * gs::randn({1200, d}, {}, &g);
+  auto fs = dbg::check_split_consistency(noisy, ytr, va, yva, "val");
+  INFO(all_str(fs));
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(fs[0].title.find("nearest neighbour") != std::string::npos);
+  CHECK(ev(fs[0], "labels told by the nearest neighbour (above chance), train") <
+        0.7 * ev(fs[0], "labels told by the nearest neighbour (above chance), val"));
+  // Without the labels the same inputs read as preprocessing: no rank structure to tell.
+  auto blind = dbg::check_split_consistency(noisy, va, "val");
+  INFO(all_str(blind));
+  REQUIRE(blind.size() == 1);
+  CHECK(blind[0].severity == dbg::Severity::Warning);
+  // A scale on one split keeps what the neighbours say: a preprocessing mismatch, a warning.
+  auto scaled = dbg::check_split_consistency(tr, ytr, va * 3.0, yva, "val");
+  INFO(all_str(scaled));
+  REQUIRE(scaled.size() == 1);
+  CHECK(scaled[0].severity == dbg::Severity::Warning);
+  CHECK(ev(scaled[0], "labels told by the nearest neighbour (above chance), train") ==
+        doctest::Approx(ev(scaled[0], "labels told by the nearest neighbour (above chance), val")).epsilon(0.2));
 }
 
 // ---- check_loader ----------------------------------------------------------------

@@ -46,6 +46,20 @@ TEST_CASE("M3: a ReLU after the final layer is found by structure and by the log
   CHECK(fs[0].check == "M3");
   CHECK(fs[0].module == "9 (ReLU)");
   CHECK(evidence(fs[1], "min logit") >= 0.0);
+  // A last layer initialised at zero: every logit exactly 0, the same for every example. No ReLU
+  // clipped them (its zeros fall on different logits for different examples): not M3's.
+  auto zeroed = mlp(6, 8, 3);
+  {
+    gs::NoGradGuard ng;
+    for (Tensor p : at(zeroed, 8)->parameters()) p.detach().zero_();
+  }
+  zeroed->eval();
+  const Tensor zero_logits = (*zeroed)(d.x);
+  REQUIRE(gs::amax(gs::abs(zero_logits)).item<double>() == 0.0);
+  CHECK_FALSE(fires(dbg::check_final_activation(*zeroed, zero_logits)));
+  // The same zeros behind a ReLU are still the ReLU's, by structure.
+  zeroed->push_back(std::make_shared<nn::ReLU>());
+  CHECK(fires(dbg::check_final_activation(*zeroed, (*zeroed)(d.x))));
   // Probabilities (double softmax) are L2's business, not M3's data rule.
   auto soft = mlp(6, 8, 3);
   soft->push_back(std::make_shared<nn::Softmax>(1));

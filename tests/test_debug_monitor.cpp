@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -58,6 +59,23 @@ TEST_CASE("W3: on a clean run the monitor fires nothing and records the history"
   CHECK_FALSE(h.grad_norms.empty());
   CHECK_FALSE(h.dead_fraction.empty());
   CHECK(m.steps() == r.steps);
+}
+
+TEST_CASE("W3: a validation loss rising twice warns past 1.1x its best with an accuracy that fell, past 1.4x alone") {
+  // latest / best after two rises: 1.25 (inside the healthy corpus's rises, up to 1.36), then 1.5.
+  auto w3 = [](const std::vector<double>& val, const std::vector<double>& acc) {
+    Setup s;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss, {});
+    for (size_t i = 0; i < val.size(); ++i) m.record_epoch(1.0, val[i], acc.empty() ? std::nan("") : acc[i]);
+    const dbg::Finding* f = find(m.report().findings(), "W3", dbg::Severity::Info);
+    return std::string(f ? dbg::severity_name(f->severity) : "none");
+  };
+  // No validation accuracy (a regression): the loss alone must pass 1.4x.
+  CHECK(w3({1.0, 0.8, 0.9, 1.0}, {}) == "info");
+  CHECK(w3({1.0, 0.8, 0.95, 1.2}, {}) == "warning");
+  // With an accuracy that fell by 0.1 from its best, 1.25x warns; with one that held, it does not.
+  CHECK(w3({1.0, 0.8, 0.9, 1.0}, {0.5, 0.8, 0.75, 0.7}) == "warning");
+  CHECK(w3({1.0, 0.8, 0.9, 1.0}, {0.5, 0.8, 0.8, 0.8}) == "info");
 }
 
 TEST_CASE("W3 hears O5 (zero_grad forgotten), M2 (evaluation in training mode) and M17 during normal use") {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "debug/corpus/corpus.h"
 #include "debug/corpus/operators.h"
@@ -60,6 +61,24 @@ TEST_CASE("each operator changes what it names and keeps the healthy program oth
   CHECK(a0.program.model.fault_layer == 0);
   CHECK(a1.program.model.fault_layer == 1);
   CHECK(a1.program.model.fault_activation == "identity");
+}
+
+TEST_CASE("LCH on a class-weighted loss drops the weights too, and says which check names that second fault") {
+  // MSE takes no class weights: on a weighted cross-entropy the mutant loses them, a fault of its own
+  // that D3's class counts name, and that an accuracy on an equally imbalanced test split cannot see.
+  const Program& weighted = program("imbalanced-weighted");
+  REQUIRE(weighted.loss.class_weights);
+  const Mutant w = fault_operator("LCH").mutate(weighted, 1, 1);
+  CHECK(w.program.loss.kind == "mse_onehot");
+  CHECK_FALSE(w.program.loss.class_weights);
+  CHECK(w.description.find("class weights dropped") != std::string::npos);
+  CHECK(w.also_causes == std::vector<std::string>{"D3:class-counts"});
+  CHECK_FALSE(w.also_metric_blind.empty());
+  // Without weights the loss change is LCH's one fault.
+  const Mutant plain = fault_operator("LCH").mutate(program("step-per-epoch"), 1, 1);
+  CHECK(plain.program.loss.kind == "mse_onehot");
+  CHECK(plain.also_causes.empty());
+  CHECK(plain.also_metric_blind.empty());
 }
 
 TEST_CASE("an operator refuses a program it does not apply to, naming both") {

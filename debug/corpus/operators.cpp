@@ -394,6 +394,14 @@ std::vector<Operator> make_operators() {
                                          : "MSE on the logits instead of BCE with logits");
          m.program.loss.kind = multiclass(p) ? "mse_onehot" : "mse";
          m.program.loss.label_smoothing = 0;
+         // MSE takes no class weights (nn::MSELoss, as PyTorch's): a weighted loss loses them.
+         if (p.loss.class_weights) {
+           m.description += ", its class weights dropped";
+           m.also_causes = {"D3:class-counts"};
+           m.also_metric_blind =
+               "the class weights that compensated an imbalance dropped with the loss: the rare classes weigh as "
+               "little as they are frequent (D3), whatever an accuracy over a test split as imbalanced as training";
+         }
          m.program.loss.class_weights = false;
          return m;
        }});

@@ -22,6 +22,12 @@ struct Mutant {
   Program program;          // the healthy program with the fault written in (its name gains the operator's id)
   std::string description;  // "the labels of 30% of the training examples changed to another class"
   std::string location;     // the mutated layer's module path ("2"), or "" for a program-wide fault
+  // A second fault the operator writes into this program beside its own, where the program has what
+  // it removes (LCH: MSE takes no class weights, so a weighted cross-entropy's weights go with it):
+  // the checks that name it (as Operator::causes), and why it stays a fault where the test metric does
+  // not move (as Operator::metric_blind).
+  std::vector<std::string> also_causes;
+  std::string also_metric_blind;
 };
 
 struct Operator {

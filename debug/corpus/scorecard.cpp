@@ -212,7 +212,12 @@ Scorecard run_scorecard(const ScorecardOptions& o) {
     auto run_seeds = [&](int from, int to) {
       for (int k = from; k <= to; ++k) {
         const Mutant mu = j.op->mutate(*j.recipe, j.strength, static_cast<uint64_t>(k));
-        if (k == 1) m.description = mu.description;
+        std::vector<std::string> causes = j.op->causes;
+        causes.insert(causes.end(), mu.also_causes.begin(), mu.also_causes.end());
+        if (k == 1) {
+          m.description = mu.description;
+          m.metric_blind = m.metric_blind || !mu.also_metric_blind.empty();
+        }
         // A mutant that makes the program raise before its loop (a schedule it cannot build) ran and
         // failed: the worst metric, no check heard.
         Outcome out;
@@ -226,7 +231,7 @@ Scorecard run_scorecard(const ScorecardOptions& o) {
         ++m.runs;
         const bool fired = !out.report.fired_checks().empty();
         m.detected_runs += fired;
-        m.diagnosed_runs += fired && diagnosed_by(out.report, j.op->causes);
+        m.diagnosed_runs += fired && diagnosed_by(out.report, causes);
         if (k == 1) {
           m.fired = out.report.fired_checks();
           m.lead = lead_of(out.report);

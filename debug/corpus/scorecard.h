@@ -10,8 +10,8 @@
 //   diagnosis recall: effective mutants whose lead names the mutated component (Operator::causes);
 //   false alarms: warnings on the corpus's healthy programs and on equivalent mutants of harmless
 //   operators. A flag on an equivalent mutant of an operator whose fault stays a fault where the
-//   metric does not move (Operator::metric_blind) is a true flag when its lead names the fault, and
-//   is counted apart ("true flags the metric cannot see").
+//   metric does not move (Operator::metric_blind, or a mutant's second fault) is a true flag when its
+//   lead names the fault, and is counted apart ("true flags the metric cannot see").
 // A mutant that passes the effect size and the drop but not the p-value is undecided, not harmless:
 // it gets as many seeds again (and so does its healthy recipe) and the test runs on all of them.
 #pragma once
@@ -49,7 +49,9 @@ struct MutantResult {
   double p_value = 1.0, effect = 0.0;  // one-sided Welch t-test; Cohen's d (healthy - mutant)
   bool effective = false;
   bool always_mistake = false;
-  bool metric_blind = false;  // the operator's fault stays a fault where the metric does not move
+  // The fault stays a fault where the metric does not move: the operator's (Operator::metric_blind),
+  // or the second one this mutant writes (Mutant::also_metric_blind).
+  bool metric_blind = false;
   int seeds = 0;              // the seeds the killing criterion used (more when the first were undecided)
   int runs = 0, detected_runs = 0, diagnosed_runs = 0;
   bool detected = false, diagnosed = false;  // in most runs

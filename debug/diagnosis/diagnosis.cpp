@@ -308,6 +308,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "nonfinite-input",
                                                      "conflicting-labels",
                                                      "noisy-train-labels",
+                                                     "feature-drift",
                                                      "zero-grad",
                                                      "fp16-underflow",
                                                      "bf16-updates",

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "debug/checks/data/split_consistency.h"
 #include "debug/diagnosis/diagnosis.h"
 #include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"
@@ -132,8 +133,9 @@ void Session::run_data_checks() {
   });
   if (data_.val) {
     guarded(r, who, "split-consistency check", "D10", [&] {
-      r.add(check_split_consistency(first_rows(train.dataset(), o_.split_examples).x,
-                                    first_rows(data_.val->dataset(), o_.split_examples).x, o_.val_split, o_.data));
+      const nn::Batch a = first_rows(train.dataset(), o_.split_examples),
+                      b = first_rows(data_.val->dataset(), o_.split_examples);
+      r.add(check_split_consistency(a.x, a.y, b.x, b.y, o_.val_split, o_.data));
       r.note_ran("D10");
     });
     guarded(r, who, "train/validation checks", "D13, D14, D15, D16", [&] {

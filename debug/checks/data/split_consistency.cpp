@@ -1,5 +1,5 @@
 // D10 the same preprocessing for every split (see data_checks.h).
-#include "debug/checks/data/data_checks.h"
+#include "debug/checks/data/split_consistency.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,16 @@ using namespace data_detail;
 // ---- D10 same preprocessing for every split ---------------------------------------------------
 
 namespace {
+// What an example's nearest neighbour says about its label (neighbour_labels below), on the first
+// kNeighbourRows rows of each split: one split below kMaxNeighbourLabelsRatio x the other's, the
+// larger at least kMinNeighbourLabels, is no preprocessing (info). A shift or a scale of a feature
+// leaves it as it is, up to the sampling noise of a few hundred rows (a binomial sd of 0.02-0.04 on
+// an agreement of 0.6-0.9); noise of 2 feature stds written into the training inputs of blobs or
+// spirals (the corpus' TAN at 2, where the features have no rank structure) halves it or worse.
+constexpr int64_t kNeighbourRows = 600;
+constexpr double kMinNeighbourLabels = 0.2;
+constexpr double kMaxNeighbourLabelsRatio = 0.7;
+
 // The mean |Spearman correlation| over the pairs of up to max_features features (evenly spaced)
 // of the first max_rows rows of x (N, D...), NaN when there are fewer than 2 features or 20 rows.
 // A monotone per-feature transform (a shift, a scale, a standardisation, a log) leaves it
@@ -70,9 +80,86 @@ double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_ro
     }
   return pairs > 0 ? total / static_cast<double>(pairs) : std::numeric_limits<double>::quiet_NaN();
 }
+
+// How much each example's nearest neighbour tells about its label, over the first n rows of x (N, D...)
+// and y: for class labels (int64, one per row) the share of rows whose nearest other row has the same
+// label, above chance (sum of the classes' squared shares) and scaled to 1 for every neighbour right;
+// for one float target per row, the correlation between a row's target and its neighbour's. Distances
+// over up to max_features features (evenly spaced), each standardised by its own mean and std on
+// these rows: a per-feature shift or scale leaves the value as it is; noise added to the inputs pulls
+// it towards 0. NaN when there are fewer than 20 rows or no usable feature or label.
+double neighbour_labels(const std::vector<double>& v, int64_t rows, const Tensor& y, int64_t n, int64_t max_features) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!y.defined() || rows <= 0 || n < 20 || y.dim() < 1 || y.size(0) < n || y.numel() != y.size(0)) return nan;
+  const bool classes = y.dtype() == kInt64;
+  const std::vector<double> t = doubles(y.narrow(0, 0, n).reshape({-1}));
+  const int64_t F = static_cast<int64_t>(v.size()) / rows;
+  const int64_t k = std::min(F, max_features);
+  std::vector<std::vector<double>> z;  // (feature, row), standardised
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t col = j * F / k;
+    std::vector<double> c(static_cast<size_t>(n));
+    double mean = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = v[static_cast<size_t>(i * F + col)];
+      c[static_cast<size_t>(i)] = std::isfinite(x) ? x : 0.0;
+      mean += c[static_cast<size_t>(i)];
+    }
+    mean /= static_cast<double>(n);
+    double var = 0;
+    for (double x : c) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / static_cast<double>(n));
+    if (!(sd > 0)) continue;
+    for (double& x : c) x = (x - mean) / sd;
+    z.push_back(std::move(c));
+  }
+  if (z.empty()) return nan;
+  std::vector<double> own, theirs;
+  for (int64_t i = 0; i < n; ++i) {
+    double best = std::numeric_limits<double>::infinity();
+    int64_t at = -1;
+    for (int64_t r = 0; r < n; ++r) {
+      if (r == i) continue;
+      double d = 0;
+      for (const auto& c : z) {
+        const double e = c[static_cast<size_t>(i)] - c[static_cast<size_t>(r)];
+        d += e * e;
+      }
+      if (d < best) {
+        best = d;
+        at = r;
+      }
+    }
+    own.push_back(t[static_cast<size_t>(i)]);
+    theirs.push_back(t[static_cast<size_t>(at)]);
+  }
+  if (classes) {
+    std::map<double, double> share;
+    double same = 0;
+    for (size_t i = 0; i < own.size(); ++i) {
+      share[own[i]] += 1.0 / static_cast<double>(own.size());
+      same += own[i] == theirs[i];
+    }
+    double chance = 0;
+    for (const auto& [c, q] : share) chance += q * q;
+    if (chance >= 1.0) return nan;
+    return (same / static_cast<double>(own.size()) - chance) / (1.0 - chance);
+  }
+  const Summary a = summarize(own), b = summarize(theirs);
+  if (!(a.std > 0) || !(b.std > 0)) return nan;
+  double cov = 0;
+  for (size_t i = 0; i < own.size(); ++i) cov += (own[i] - a.mean) * (theirs[i] - b.mean);
+  return cov / static_cast<double>(own.size()) / (a.std * b.std);
+}
 }  // namespace
 
 std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x, const std::string& split,
+                                             const DataCheckOptions& opts) {
+  return check_split_consistency(train_x, Tensor(), other_x, Tensor(), split, opts);
+}
+
+std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& train_y, const Tensor& other_x,
+                                             const Tensor& other_y, const std::string& split,
                                              const DataCheckOptions& opts) {
   GS_CHECK(train_x.defined() && other_x.defined(), "check_split_consistency", "needs defined train and ", split,
            " inputs");
@@ -102,9 +189,19 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
   // correlations; when they differ too, the values themselves differ (noise, another source): D14.
   const double ra = rank_structure(va, train_x.dim() > 0 ? train_x.size(0) : 0, opts.rank_rows, opts.rank_features);
   const double rb = rank_structure(vb, other_x.dim() > 0 ? other_x.size(0) : 0, opts.rank_rows, opts.rank_features);
-  const bool structure_differs = std::isfinite(ra) && std::isfinite(rb) &&
-                                 std::max(ra, rb) >= opts.min_rank_structure &&
-                                 std::min(ra, rb) < opts.max_rank_structure_ratio * std::max(ra, rb);
+  const bool ranks_differ = std::isfinite(ra) && std::isfinite(rb) && std::max(ra, rb) >= opts.min_rank_structure &&
+                            std::min(ra, rb) < opts.max_rank_structure_ratio * std::max(ra, rb);
+  // ... and it keeps what an example's nearest neighbour says about its label (each feature
+  // standardised on its own split, the same number of rows from each): noise written into one
+  // split's inputs loses it there, on features with no rank structure too (blobs, spirals).
+  const int64_t rows_a = train_x.dim() > 0 ? train_x.size(0) : 0, rows_b = other_x.dim() > 0 ? other_x.size(0) : 0;
+  const int64_t n = std::min({rows_a, rows_b, kNeighbourRows});
+  const double na = neighbour_labels(va, rows_a, train_y, n, opts.rank_features);
+  const double nb = neighbour_labels(vb, rows_b, other_y, n, opts.rank_features);
+  const bool neighbours_differ = std::isfinite(na) && std::isfinite(nb) &&
+                                 std::max(na, nb) >= kMinNeighbourLabels &&
+                                 std::min(na, nb) < kMaxNeighbourLabelsRatio * std::max(na, nb);
+  const bool structure_differs = ranks_differ || neighbours_differ;
   Finding f = make("D10", Severity::Warning,
                    "the " + split + " inputs do not look like train after preprocessing: mean " + fmt_num(b.mean) +
                        " vs " + fmt_num(a.mean) + ", std " + fmt_num(b.std) + " vs " + fmt_num(a.std));
@@ -125,13 +222,23 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
                               "x the other's (either at " + fmt_num(opts.min_rank_structure) +
                               " or more) is no preprocessing: info"});
   }
+  if (std::isfinite(na) && std::isfinite(nb)) {
+    f.evidence.push_back({"labels told by the nearest neighbour (above chance), train", na, ""});
+    f.evidence.push_back({"labels told by the nearest neighbour (above chance), " + split, nb,
+                          "a preprocessing step keeps it; below " + fmt_num(kMaxNeighbourLabelsRatio) +
+                              "x the other's (either at " + fmt_num(kMinNeighbourLabels) +
+                              " or more) is no preprocessing: info"});
+  }
   if (structure_differs) {
     f.severity = Severity::Info;
-    f.title = "the " + split + " inputs differ from train in more than their preprocessing: the features' rank " +
-              "correlations differ too (" + fmt_num(rb) + " vs " + fmt_num(ra) + ")";
+    f.title = "the " + split + " inputs differ from train in more than their preprocessing: " +
+              (ranks_differ ? "the features' rank correlations differ too (" + fmt_num(rb) + " vs " + fmt_num(ra) + ")"
+                            : "an example's nearest neighbour tells its label " + fmt_num(nb) + " vs " +
+                                  fmt_num(na) + " (above chance)");
     f.cause = "a per-feature transform (scaling, shift, standardisation, a log) keeps the rank correlations between "
-              "features; these changed, so the values themselves differ: noise written into one split's inputs, or "
-              "another source (D14 compares the distributions)";
+              "features and what an example's neighbours say about its label; these changed, so the values "
+              "themselves differ: noise written into one split's inputs, or another source (D14 compares the "
+              "distributions)";
     f.fix = "compare a few raw inputs of both splits; see D14 (feature drift) and L9 (the model on both splits)";
     return {f};
   }

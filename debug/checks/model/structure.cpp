@@ -121,7 +121,12 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
   // A ReLU's signature: no negative value, and many exact zeros (a linear head
   // whose outputs all happen to be positive has no zeros).
   if (!s.all_finite() || s.min < 0.0 || s.zero_fraction < o.min_zero_fraction_final_activation) return out;
-  const double row_sum_err = amax(abs(sum(logits.detach().to(kFloat64), {1}) - 1.0)).item<double>();
+  // ... that fall on different logits for different examples: a ReLU clips where each example's
+  // score is negative. Every row the same (all zeros included) is an output that ignores its input,
+  // a layer initialised or collapsed to zero (M25, M26), not a clipped one.
+  const Tensor l64 = logits.detach().to(kFloat64);
+  if (amax(abs(l64 - l64.select(0, 0))).item<double>() == 0.0) return out;
+  const double row_sum_err = amax(abs(sum(l64, {1}) - 1.0)).item<double>();
   if (row_sum_err < 1e-3) return out;  // probabilities: L2's double softmax
   Finding f;
   f.check = "M3";
