@@ -12,7 +12,6 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
-#include "debug/checks/data/split_consistency.h"
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "debug/checks/data/split_consistency.h"
+#include "debug/checks/data/data_checks.h"
 #include "debug/diagnosis/diagnosis.h"
 #include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"

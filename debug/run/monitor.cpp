@@ -14,12 +14,6 @@ namespace gradsleuth::debug {
 
 namespace {
 constexpr size_t kEvents = 16;  // RunEvent's bits
-// W3 where no validation accuracy can confirm a rise (a regression): the latest validation loss
-// above (1 + kValRiseUnconfirmed) x the best. On the healthy corpus (168 runs) the loss rose two
-// epochs in a row to 1.00-1.36 x its best (median 1.06) while the accuracy held; 1.4 sits above
-// all of them. A regression run with batches 8x smaller, or clipped at every step under Adam,
-// wobbles to 1.14-1.25 at an unchanged test R^2.
-constexpr double kValRiseUnconfirmed = 0.4;
 int bit_of(uint32_t event) {
   int b = 0;
   while (event > 1) event >>= 1, ++b;
@@ -191,7 +185,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       const double rise = v.back() / best;
       const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
       const bool confirmable = std::isfinite(drop);
-      const bool big = rise > 1.0 + (confirmable ? lo.val_rise_w3 : kValRiseUnconfirmed);
+      const bool big = rise > 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);
       const bool worse = !confirmable || drop > lo.val_accuracy_drop;
       Finding f;
       f.check = "W3";
@@ -204,7 +198,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       f.evidence = {{"best validation loss", best, ""},
                     {"latest validation loss", v.back(), "> best twice"},
                     {"latest / best validation loss", rise,
-                     "> " + fmt_num(1.0 + (confirmable ? lo.val_rise_w3 : kValRiseUnconfirmed)) +
+                     "> " + fmt_num(1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed)) +
                          (confirmable ? " warns" : " warns (no validation accuracy to confirm it)")}};
       if (std::isfinite(drop))
         f.evidence.push_back({"validation accuracy: best - latest", drop,

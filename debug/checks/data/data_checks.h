@@ -182,6 +182,15 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
 // train_x (N, D...), other_x (M, D...).
 std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& other_x,
                                              const std::string& split = "test", const DataCheckOptions& opts = {});
+// The same, given each split's labels too (one class index or one float target per row; an
+// undefined tensor leaves them out): a per-feature preprocessing step keeps what an example's
+// nearest neighbour says about its label, so a split where it says far less than in the other
+// carries noise or comes from another source, and the finding is info (D14 and L9 say more).
+// Distances over up to opts.rank_features features, each standardised on its own split, on the
+// first 600 rows of each.
+std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor& train_y, const Tensor& other_x,
+                                             const Tensor& other_y, const std::string& split,
+                                             const DataCheckOptions& opts = {});
 
 // D12: within one split (the first opts.integrity_examples rows of `data`), inputs that
 // occur more than once, hashed byte for byte as D4 does. A warning when the repeated rows

@@ -1,5 +1,5 @@
 // D10 the same preprocessing for every split (see data_checks.h).
-#include "debug/checks/data/split_consistency.h"
+#include "debug/checks/data/data_checks.h"
 
 #include <algorithm>
 #include <cmath>
