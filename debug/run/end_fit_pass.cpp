@@ -114,15 +114,12 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
     const int64_t bs = train.options().batch_size_;
     const int64_t nb = rows.empty() ? train.num_batches() : (static_cast<int64_t>(rows.size()) + bs - 1) / bs;
     // A subset's epoch: the loader's order for that epoch, kept to `rows`.
+    std::vector<char> in(rows.empty() ? 0 : static_cast<size_t>(train.dataset().size()), 0);
+    for (int64_t r : rows) in[static_cast<size_t>(r)] = 1;
     std::vector<int64_t> epoch_rows;
     int64_t epoch_of_rows = -1;
     auto subset_batch = [&](int64_t e, int64_t i) {
       if (e != epoch_of_rows) {
-        const std::vector<char> in = [&] {
-          std::vector<char> v(static_cast<size_t>(train.dataset().size()), 0);
-          for (int64_t r : rows) v[static_cast<size_t>(r)] = 1;
-          return v;
-        }();
         epoch_rows.clear();
         for (int64_t r : train.order(e))
           if (in[static_cast<size_t>(r)]) epoch_rows.push_back(r);

@@ -185,7 +185,8 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       const double rise = v.back() / best;
       const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
       const bool confirmable = std::isfinite(drop);
-      const bool big = rise > 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);
+      const double bar = 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);
+      const bool big = rise > bar;
       const bool worse = !confirmable || drop > lo.val_accuracy_drop;
       Finding f;
       f.check = "W3";
@@ -198,7 +199,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
       f.evidence = {{"best validation loss", best, ""},
                     {"latest validation loss", v.back(), "> best twice"},
                     {"latest / best validation loss", rise,
-                     "> " + fmt_num(1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed)) +
+                     "> " + fmt_num(bar) +
                          (confirmable ? " warns" : " warns (no validation accuracy to confirm it)")}};
       if (std::isfinite(drop))
         f.evidence.push_back({"validation accuracy: best - latest", drop,
