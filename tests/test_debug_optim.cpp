@@ -485,6 +485,43 @@ TEST_CASE("O6 diagnose_learning_rate from synthetic loss histories") {
   CHECK(ev(fs[0], "first NaN step") == 151);
 }
 
+TEST_CASE("O6's probe of units that died: alive at lr / 10 confirms, dead again rules out, a stalled probe cannot tell") {
+  dbg::DeadUnitsProbe p;
+  p.module = "3 (ReLU)";
+  p.run_dead = 0.75;
+  p.lr = 0.09;
+  p.run_losses = {2.3, 1.0, 0.4, 0.3};
+  p.probe_losses = {2.3, 1.2, 0.6, 0.5};  // fell 78% against the run's 87%
+  SUBCASE("the units survive and the loss falls as far: the learning rate is too high") {
+    p.probe_dead = 0.05;
+    const dbg::Finding f = dbg::judge_dead_units_lr_probe(p);
+    CHECK(f.severity == dbg::Severity::Warning);
+    CHECK(f.is("O6", dbg::Kind::LrProbeConfirms));
+    CHECK(f.module == "3 (ReLU)");
+    CHECK(ev(f, "dead fraction at lr / 10") == 0.05);
+    CHECK(has(f.title, "too high"));
+  }
+  SUBCASE("at the threshold the units die again: ruled out") {
+    p.probe_dead = 0.7;
+    const dbg::Finding f = dbg::judge_dead_units_lr_probe(p);
+    CHECK(f.severity == dbg::Severity::Info);
+    CHECK(f.is("O6", dbg::Kind::LrProbeRulesOut));
+  }
+  SUBCASE("alive but the loss fell less than half as far: units that barely moved say nothing") {
+    p.probe_dead = 0.05;
+    p.probe_losses = {2.3, 2.2, 2.0, 2.0};
+    const dbg::Finding f = dbg::judge_dead_units_lr_probe(p);
+    CHECK(f.severity == dbg::Severity::Info);
+    CHECK(f.is("O6", dbg::Kind::LrProbeInconclusive));
+  }
+  SUBCASE("a probe that failed, or saw no input in the layer, is info") {
+    p.failed = "the model's parameters changed since training began";
+    CHECK(dbg::judge_dead_units_lr_probe(p).severity == dbg::Severity::Info);
+    p.failed.clear();
+    CHECK(dbg::judge_dead_units_lr_probe(p).severity == dbg::Severity::Info);  // probe_dead is NaN
+  }
+}
+
 TEST_CASE("O6 UpdateRatioTracker: too large and never-updated weights; detach stops it") {
   gs::manual_seed(7);
   auto net = make_shared<nn::Sequential>(make_shared<nn::Linear>(8, 8), make_shared<nn::ReLU>(),

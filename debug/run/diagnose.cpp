@@ -337,7 +337,11 @@ void Session::lr_probe(RunReport& r) {
   const Cause& too_high = *find_cause("lr-too-high");
   const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
                                      [&](const Finding& f) { return too_high.confirms(f); });
-  if (!suspected || !have_initial_ || !stopped_.empty() || r.steps < 2) return;
+  if (!have_initial_ || !stopped_.empty() || r.steps < 2) return;
+  if (!suspected) {
+    dead_units_lr_probe(r);
+    return;
+  }
   const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
   say("learning-rate probe");
@@ -359,6 +363,50 @@ void Session::lr_probe(RunReport& r) {
   if (!failed.empty()) return;
   for (PhaseReport& p : r.phases)
     if (p.name == "end of run") p.findings.add(f);
+}
+
+// ReLU units that died during training (M7) with no finding that suspects the learning rate: the
+// run again from its initial weights at a tenth of it, its schedule replayed, for twice the steps the
+// units took to die (the lr probe's steps at least), then the layer's dead fraction over the training
+// data (O6's verdict: checks/optim/learning_rate.cpp).
+void Session::dead_units_lr_probe(RunReport& r) {
+  const auto& fs = r.findings.findings();
+  const auto died = std::find_if(fs.begin(), fs.end(),
+                                 [](const Finding& f) { return f.fires() && f.is("M7", Kind::DiedInTraining); });
+  if (died == fs.end() || !data_.train || initial_lrs_.empty() || !(initial_lrs_[0] > 0) ||
+      model_device(model_) != kCPU)
+    return;
+  DeadUnitsProbe p;
+  p.module = died->module;
+  p.run_dead = died->evidence.empty() ? kNaN : died->evidence.front().value;
+  p.dead_threshold = o_.monitor.activations.dead_fraction;
+  p.lr = r.history.learning_rates.empty()
+             ? initial_lrs_[0]
+             : *std::max_element(r.history.learning_rates.begin(), r.history.learning_rates.end());
+  int64_t died_at = r.steps;
+  for (const Evidence& e : died->evidence)
+    if (e.name == "first step at the threshold" && e.value >= 0) died_at = static_cast<int64_t>(e.value);
+  const int64_t steps = std::min<int64_t>({r.steps, static_cast<int64_t>(r.history.step_losses.size()),
+                                           std::max<int64_t>(o_.lr_probe_steps, 2 * died_at + 1)});
+  if (steps < 2) return;
+  say("learning-rate probe (dead units)");
+  // Each group at a tenth of its rate relative to the first's, times the run's recorded schedule.
+  const std::vector<double>& run_lrs = r.history.learning_rates;
+  std::vector<double> lrs;
+  for (double lr : initial_lrs_) lrs.push_back((run_lrs.empty() ? lr : lr / initial_lrs_[0]) / 10.0);
+  p.probe_losses = rerun_from_start(
+      lrs, steps, p.failed, true,
+      [&] {
+        for (const DeadLayerStats& l :
+             dead_relu_stats(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations))
+          if (l.module == p.module) p.probe_dead = l.pass_dead;
+      },
+      run_lrs);
+  p.run_losses.assign(r.history.step_losses.begin(), r.history.step_losses.begin() + steps);
+  const Finding f = judge_dead_units_lr_probe(p);
+  r.findings.add(f);
+  for (PhaseReport& ph : r.phases)
+    if (ph.name == "end of run") ph.findings.add(f);
 }
 
 RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {

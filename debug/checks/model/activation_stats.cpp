@@ -179,9 +179,8 @@ std::vector<Finding> DeadReluTracker::findings() const {
   return out;
 }
 
-std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches,
-                                    ActivationOptions o) {
-  DeadReluTracker t(o);
+namespace {
+void run_dead_relu_pass(DeadReluTracker& t, nn::Module& model, const nn::DataLoader& loader, int64_t max_batches) {
   t.attach(model);
   t.set_track_initialisation(false);
   const bool was = model.is_training();
@@ -193,8 +192,23 @@ std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loa
     for (int64_t i = 0; i < n; ++i) model(loader.batch(loader.epoch(), i).x);
   }
   t.end_pass();
+  t.detach();
   model.train(was);
+}
+}  // namespace
+
+std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches,
+                                    ActivationOptions o) {
+  DeadReluTracker t(o);
+  run_dead_relu_pass(t, model, loader, max_batches);
   return t.findings();
+}
+
+std::vector<DeadLayerStats> dead_relu_stats(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches,
+                                            ActivationOptions o) {
+  DeadReluTracker t(o);
+  run_dead_relu_pass(t, model, loader, max_batches);
+  return t.layers();
 }
 
 // ---- M8 ------------------------------------------------------------------------------------

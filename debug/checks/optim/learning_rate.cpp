@@ -325,6 +325,17 @@ NormSeries UpdateRatioTracker::series() const {
 }
 
 // ---- O6's lr / 10 probe: its verdict ------------------------------------------------------------
+namespace {
+// How far a loss history fell from its first value to its best, relative to the first.
+double relative_fall(const std::vector<double>& ls) {
+  if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;
+  double best = ls.front();
+  for (double v : ls)
+    if (std::isfinite(v)) best = std::min(best, v);
+  return (ls.front() - best) / std::fabs(ls.front());
+}
+}  // namespace
+
 // The run's first losses against the same run's at a tenth of the learning rate (from the same
 // initial weights), judged by the rules of diagnose_learning_rate: calm at lr / 10 (no finding of
 // a learning rate too high, every loss finite) and falling at least half as far confirms it; calm
@@ -346,16 +357,9 @@ Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<
       return g.fires() && g.check == "O6" && (g.kind == Kind::LrTooHigh || g.kind == Kind::UpdatesTooLarge);
     });
   };
-  auto fell = [](const std::vector<double>& ls) {
-    if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;
-    double best = ls.front();
-    for (double v : ls)
-      if (std::isfinite(v)) best = std::min(best, v);
-    return (ls.front() - best) / std::fabs(ls.front());
-  };
   const bool calm = !unstable(probe_losses) &&
                     std::all_of(probe_losses.begin(), probe_losses.end(), [](double v) { return std::isfinite(v); });
-  const double probe_fell = fell(probe_losses), run_fell = fell(run_losses);
+  const double probe_fell = relative_fall(probe_losses), run_fell = relative_fall(run_losses);
   f.evidence = {{"steps compared", static_cast<double>(probe_losses.size()), ""},
                 {"relative decrease at lr / 10", probe_fell, ""},
                 {"relative decrease at the run's lr", run_fell, ""},
@@ -383,6 +387,52 @@ Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<
         "probe (lr / 10): the same run at a tenth of the learning rate misbehaves the same way; the learning "
         "rate is not the cause";
     f.cause = "the loss spikes or diverges at lr / 10 too: look for a fault in the data or the model";
+  }
+  return f;
+}
+
+Finding judge_dead_units_lr_probe(const DeadUnitsProbe& p) {
+  Finding f;
+  f.check = "O6";
+  f.step = -1;
+  f.end_of_run = true;
+  f.module = p.module;
+  if (!p.failed.empty() || !std::isfinite(p.probe_dead)) {
+    f.severity = Severity::Info;
+    f.title = "probe (lr / 10) of the dead units of " + p.module + " could not run: " +
+              (p.failed.empty() ? "the layer saw no input" : p.failed);
+    return f;
+  }
+  const double probe_fell = relative_fall(p.probe_losses), run_fell = relative_fall(p.run_losses);
+  f.evidence = {{"dead fraction at the run's learning rate", p.run_dead, ""},
+                {"dead fraction at lr / 10", p.probe_dead, "< " + fmt_num(p.dead_threshold) + " confirms"},
+                {"steps repeated", static_cast<double>(p.probe_losses.size()), ""},
+                {"relative decrease at lr / 10", probe_fell, ">= half the run's"},
+                {"relative decrease at the run's lr", run_fell, ""},
+                {"peak learning rate of the run", p.lr, ""}};
+  const std::string share = fmt_num(100 * p.probe_dead) + "% against " + fmt_num(100 * p.run_dead) + "%";
+  if (p.probe_dead >= p.dead_threshold) {
+    f.severity = Severity::Info;
+    f.kind = Kind::LrProbeRulesOut;
+    f.title = "probe (lr / 10): the units of " + p.module + " die at a tenth of the learning rate too (" + share +
+              "); the learning rate is not what kills them";
+    f.cause = "look at the inputs' scale, the initialisation and gradient spikes";
+  } else if (!(probe_fell >= 0.5 * run_fell)) {
+    f.severity = Severity::Info;
+    f.kind = Kind::LrProbeInconclusive;
+    f.title = "probe (lr / 10): inconclusive: the units of " + p.module + " stay alive at a tenth of the learning rate (" +
+              share + "), but the loss falls less there (" + fmt_num(100 * probe_fell) + "% against " +
+              fmt_num(100 * run_fell) + "%)";
+    f.cause = "neither confirms nor rules out the learning rate: units that barely moved cannot die";
+  } else {
+    f.severity = Severity::Warning;
+    f.kind = Kind::LrProbeConfirms;
+    f.title = "probe (lr / 10): the same run at a tenth of the learning rate keeps the units of " + p.module +
+              " alive (" + share + " dead) and trains as well; the learning rate is too high";
+    f.cause =
+        "large updates pushed the units' pre-activations below zero for every input; at a tenth of the rate, "
+        "everything else equal, they survive";
+    f.fix = "lower the learning rate (try lr / 10), or warm it up; then run the checks again";
   }
   return f;
 }

@@ -311,5 +311,20 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
 Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<double>& probe_losses, double lr,
                        const std::string& failed, const OptimCheckOptions& o);
 void rule_out_lr_too_high(Report& r, const Finding& verdict);
+// The same probe where ReLU units died during training (M7) and no finding suspects the learning
+// rate: the run repeated at a tenth of it for as many steps as the units took to die (twice, at least
+// OptimCheckOptions's lr probe's), then the layer's dead fraction over the training data. Units that
+// stay alive (under `dead_threshold`) while the loss still falls at least half as far confirm the
+// learning rate (a warning of kind lr-probe-confirms); units that die again rule it out (info).
+struct DeadUnitsProbe {
+  std::string module;  // "3 (ReLU)"
+  double run_dead = std::numeric_limits<double>::quiet_NaN();
+  double probe_dead = std::numeric_limits<double>::quiet_NaN();
+  double dead_threshold = 0.7;
+  double lr = std::numeric_limits<double>::quiet_NaN();  // the run's first group's, at its peak
+  std::vector<double> run_losses, probe_losses;          // the same steps
+  std::string failed;                                    // why the probe could not run
+};
+Finding judge_dead_units_lr_probe(const DeadUnitsProbe& p);
 
 }  // namespace gradsleuth::debug
