@@ -297,6 +297,32 @@ TEST_CASE(
     CHECK(opt.lr() == 1.0);
     REQUIRE(r.history.step_losses.size() == 45);
   }
+  SUBCASE("buggy twin on a cosine schedule that anneals to 0: the probe replays the schedule at a tenth") {
+    // Probing at a tenth of the final rate (0 here) would learn nothing and prove nothing.
+    auto owner = std::make_shared<ReluNet>();
+    ReluNet& model = *owner;
+    optim::Adam opt(model.parameters(), optim::AdamOptions(1.0));
+    optim::CosineAnnealingLR sched(opt, 45);
+    debug::Session dbg(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 3; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce(model(b.x), b.y);
+        l.backward();
+        opt.step();
+        sched.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    INFO(r.str());
+    const json_mini::Value lead = lead_of(r);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("cause")->str == "lr-too-high");
+    const std::vector<std::string> by = strings(lead.get("confirmed_by"));
+    CHECK(std::find(by.begin(), by.end(), "O6 probe (lr / 10)") != by.end());
+    CHECK(opt.lr() < 1e-3);  // the run's own rate is back afterwards
+  }
   SUBCASE("clean twin: Adam at lr 1e-2") {
     auto owner = std::make_shared<ReluNet>();
     ReluNet& model = *owner;

@@ -330,6 +330,25 @@ void Session::check_class_errors_at_end() {
   });
 }
 
+// The rates of an lr / 10 probe: each group at a tenth of its initial rate relative to the first's,
+// times the run's recorded schedule (`schedule`: the first group's rate at each step), so a warm-up or
+// an annealed schedule replays as the run had it; without a record, a tenth of each initial rate.
+std::vector<double> Session::tenth_of_run_lrs(const RunReport& r, std::vector<double>& schedule) const {
+  schedule = r.history.learning_rates;
+  const bool replay = !schedule.empty() && !initial_lrs_.empty() && initial_lrs_[0] > 0;
+  if (!replay) schedule.clear();
+  std::vector<double> lrs;
+  for (double lr : initial_lrs_) lrs.push_back((replay ? lr / initial_lrs_[0] : lr) / 10.0);
+  return lrs;
+}
+
+// The first group's highest rate over the run (its initial one without a record).
+double Session::peak_lr(const RunReport& r) const {
+  const std::vector<double>& lrs = r.history.learning_rates;
+  if (!lrs.empty()) return *std::max_element(lrs.begin(), lrs.end());
+  return initial_lrs_.empty() ? kNaN : initial_lrs_[0];
+}
+
 // The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
 // learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
 void Session::lr_probe(RunReport& r) {
@@ -346,17 +365,16 @@ void Session::lr_probe(RunReport& r) {
   if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
   say("learning-rate probe");
   const int64_t steps = std::min<int64_t>(o_.lr_probe_steps, r.steps);
-  std::vector<double> lrs, tenth;
-  for (const auto& g : opt_.param_groups()) lrs.push_back(g.lr);
-  for (double lr : lrs) tenth.push_back(lr / 10.0);
+  std::vector<double> schedule;
+  const std::vector<double> tenth = tenth_of_run_lrs(r, schedule);
   std::string failed;
-  const std::vector<double> losses = rerun_from_start(tenth, steps, failed);
+  const std::vector<double> losses = rerun_from_start(tenth, steps, failed, true, nullptr, schedule);
 
   // The verdict and what it rules out are O6's (checks/optim/learning_rate.cpp).
   const std::vector<double> first(
       r.history.step_losses.begin(),
       r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
-  const Finding f = judge_lr_probe(first, losses, lrs.empty() ? kNaN : lrs.front(), failed, o_.monitor.optim);
+  const Finding f = judge_lr_probe(first, losses, peak_lr(r), failed, o_.monitor.optim);
   rule_out_lr_too_high(r.findings, f);
   for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
   r.findings.add(f);
@@ -373,16 +391,13 @@ void Session::dead_units_lr_probe(RunReport& r) {
   const auto& fs = r.findings.findings();
   const auto died = std::find_if(fs.begin(), fs.end(),
                                  [](const Finding& f) { return f.fires() && f.is("M7", Kind::DiedInTraining); });
-  if (died == fs.end() || !data_.train || initial_lrs_.empty() || !(initial_lrs_[0] > 0) ||
-      model_device(model_) != kCPU)
+  if (died == fs.end() || !data_.train || initial_lrs_.empty() || model_device(model_) != kCPU)
     return;
   DeadUnitsProbe p;
   p.module = died->module;
   p.run_dead = died->evidence.empty() ? kNaN : died->evidence.front().value;
   p.dead_threshold = o_.monitor.activations.dead_fraction;
-  p.lr = r.history.learning_rates.empty()
-             ? initial_lrs_[0]
-             : *std::max_element(r.history.learning_rates.begin(), r.history.learning_rates.end());
+  p.lr = peak_lr(r);
   int64_t died_at = r.steps;
   for (const Evidence& e : died->evidence)
     if (e.name == "first step at the threshold" && e.value >= 0) died_at = static_cast<int64_t>(e.value);
@@ -390,10 +405,8 @@ void Session::dead_units_lr_probe(RunReport& r) {
                                            std::max<int64_t>(o_.lr_probe_steps, 2 * died_at + 1)});
   if (steps < 2) return;
   say("learning-rate probe (dead units)");
-  // Each group at a tenth of its rate relative to the first's, times the run's recorded schedule.
-  const std::vector<double>& run_lrs = r.history.learning_rates;
-  std::vector<double> lrs;
-  for (double lr : initial_lrs_) lrs.push_back((run_lrs.empty() ? lr : lr / initial_lrs_[0]) / 10.0);
+  std::vector<double> schedule;
+  const std::vector<double> lrs = tenth_of_run_lrs(r, schedule);
   p.probe_losses = rerun_from_start(
       lrs, steps, p.failed, true,
       [&] {
@@ -401,7 +414,7 @@ void Session::dead_units_lr_probe(RunReport& r) {
              dead_relu_stats(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations))
           if (l.module == p.module) p.probe_dead = l.pass_dead;
       },
-      run_lrs);
+      schedule);
   p.run_losses.assign(r.history.step_losses.begin(), r.history.step_losses.begin() + steps);
   const Finding f = judge_dead_units_lr_probe(p);
   r.findings.add(f);

@@ -222,6 +222,8 @@ class Session {
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
   void dead_units_lr_probe(RunReport& r);  // O6's probe of units that died (M7)
+  std::vector<double> tenth_of_run_lrs(const RunReport& r, std::vector<double>& schedule) const;
+  double peak_lr(const RunReport& r) const;
   // The same training again from the initial weights (from_start) or on from the trained ones, with
   // the groups' learning rates `lrs`, for `steps` steps on the train loader; at_end (when given) sees
   // the model after them. Returns its step losses; the trained state is restored. With `schedule`,
