@@ -31,14 +31,16 @@
 
 namespace gradsleuth::cli {
 
-void set_thread_count(int threads) {
+int set_thread_count(int threads) {
 #ifdef _OPENMP
   if (threads > 0)
     omp_set_num_threads(threads);
   else if (!std::getenv("OMP_NUM_THREADS"))
     omp_set_num_threads(1);
+  return omp_get_max_threads();
 #else
   (void)threads;
+  return 1;
 #endif
 }
 

@@ -42,8 +42,8 @@ int cmd_version(const std::vector<std::string>& args);  // also `gradsleuth --ve
 // Sets the engine's thread count before any tensor op: `threads` when > 0, else
 // OMP_NUM_THREADS when set, else one thread. One by default: on 2 cores a second
 // OpenMP thread gains ~10% when the other core is free, but a step costs 10x and
-// more when another process holds that core (docs/training.md, "Threads").
-void set_thread_count(int threads = 0);
+// more when another process holds that core (docs/training.md, "Threads"). Returns the count set.
+int set_thread_count(int threads = 0);
 
 // The width of the terminal stdout writes to: $COLUMNS when set, else the terminal's (ioctl
 // TIOCGWINSZ), else 100 (a pipe or a file); never below 40.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 #include "cli/cli.h"
 #include "core/format.h"
@@ -94,7 +95,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
       "model's (the bug was silent: training ran, the numbers are just worse). The checks that fired on the clean\n"
       "reference are listed too: the goal is none.\n"
       "Budget per variant: --quick 150 steps on 6,000 training images (2,000 test); default 1,000 steps on all\n"
-      "60,000 (10,000 test); batch 64, Adam lr 1e-3, one thread.\n"
+      "60,000 (10,000 test); batch 64, Adam lr 1e-3, one thread (OMP_NUM_THREADS sets more).\n"
+      "--jobs J variants train at once, each on its own thread (default: the number of cores divided by the\n"
+      "threads of one variant); the results are the same for every J, and --jobs 1 keeps the run on one core.\n"
       "--device cuda trains every variant and runs every check on the CUDA backend (a GPU, or in a build without\n"
       "one its CPU emulator, where a variant costs ~30x the CPU time: use --bug and --steps); the data pipeline and\n"
       "its checks stay on the host, and M13 (gradient check) and M18 (half precision) check a CPU copy of the\n"
@@ -130,12 +133,16 @@ int cmd_zoo(const std::vector<std::string>& args) {
   a.flag("verbose", "with --distributed: after the matrix, every finding of each variant (info ones too)");
   a.flag("list", "list the bug catalog and exit");
   a.flag("quiet", "no progress lines on stderr");
+  a.option("jobs", "J",
+           "variants trained at once, each on its own thread (default: the number of cores / OMP_NUM_THREADS, "
+           "or the number of cores when it is not set; 1 on --device cuda)");
   if (!a.parse()) return 0;
   // Contradictions, refused before any work (the run options mean nothing to --list).
   for (const char* run_option :
-       {"bug", "quick", "json", "model", "steps", "train-examples", "device", "precision", "distributed"})
+       {"bug", "quick", "json", "model", "steps", "train-examples", "device", "precision", "distributed", "jobs"})
     a.refuse_together("list", run_option, "--list prints the catalog and runs nothing");
   a.refuse_together("distributed", "quick", "the distributed zoo has one budget (100 steps per variant)");
+  a.refuse_together("distributed", "jobs", "the distributed zoo trains its variants one at a time, on every rank");
   if (a.has("verbose") && !a.has("distributed"))
     throw std::invalid_argument(
         "--verbose applies to --distributed only (the zoo's matrix already lists every "
@@ -162,7 +169,7 @@ int cmd_zoo(const std::vector<std::string>& args) {
           b.title, width);
     return 0;
   }
-  set_thread_count();
+  const int threads = set_thread_count();
   if (a.has("distributed")) return zoo_distributed(a);
   debug::zoo::Options o = a.has("quick") ? debug::zoo::Options::quick() : debug::zoo::Options::full();
   if (a.has("steps")) o.steps = a.get_int_in("steps", 1, 10000000);
@@ -175,6 +182,10 @@ int cmd_zoo(const std::vector<std::string>& args) {
     throw std::invalid_argument("unknown --precision '" + o.precision + "': use float32, float16 or bfloat16");
   std::string device_note;  // " (CPU emulator of CUDA)" in the emulated build
   o.device = device_option(a, "zoo", &device_note);
+  // A variant's ops run on `threads` OpenMP threads: as many variants at once as that leaves cores for.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.jobs = a.has("jobs") ? static_cast<int>(a.get_int_in("jobs", 1, 256)) : std::max(1, cores / std::max(1, threads));
+  if (!o.device.is_cpu()) o.jobs = 1;
   if (a.has("json")) a.check_writable_file("json");  // before the run, not after it
   GS_CHECK(o.steps >= 1 && o.train_examples >= o.batch_size, "zoo",
            "--steps must be >= 1 and --train-examples >= ", o.batch_size);
@@ -191,9 +202,9 @@ int cmd_zoo(const std::vector<std::string>& args) {
   debug::zoo::check_recipe(bugs, o.model);  // refused before the plan is printed
   const bool quiet = a.has("quiet");
   if (!quiet)
-    std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget), on %s%s\n", bugs.size(),
-                 bugs.size() == 1 ? "" : "s", static_cast<long long>(o.steps), a.has("quick") ? "quick" : "full",
-                 o.device.str().c_str(), device_note.c_str());
+    std::fprintf(stderr, "zoo: %zu bug%s + clean reference, %lld steps each (%s budget), on %s%s, %d at a time\n",
+                 bugs.size(), bugs.size() == 1 ? "" : "s", static_cast<long long>(o.steps),
+                 a.has("quick") ? "quick" : "full", o.device.str().c_str(), device_note.c_str(), o.jobs);
   // Progress on stderr: a bar redrawn in place on a terminal, one line per variant otherwise.
   const bool tty = isatty(fileno(stderr));
   const auto t0 = std::chrono::steady_clock::now();

@@ -14,6 +14,8 @@ WarningHandler& handler() {
   static WarningHandler h;
   return h;
 }
+// This thread's own handler (WarningScope::ThisThread): no lock, no other thread reads it.
+thread_local WarningHandler t_handler;
 }  // namespace
 
 namespace {
@@ -40,6 +42,10 @@ void print_warning_once(const Warning& w) {
 }
 
 void warn(const Warning& w) {
+  if (t_handler) {
+    t_handler(w);
+    return;
+  }
   WarningHandler h;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -51,7 +57,12 @@ void warn(const Warning& w) {
     print_warning_once(w);
 }
 
-WarningHandler set_warning_handler(WarningHandler h) {
+WarningHandler set_warning_handler(WarningHandler h, WarningScope scope) {
+  if (scope == WarningScope::ThisThread) {
+    WarningHandler prev = std::move(t_handler);
+    t_handler = std::move(h);
+    return prev;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   WarningHandler prev = std::move(handler());
   handler() = std::move(h);

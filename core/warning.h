@@ -23,9 +23,15 @@ using WarningHandler = std::function<void(const Warning&)>;
 // Reports a warning to the current handler.
 void warn(const Warning& w);
 
-// Replaces the handler (an empty function restores the default) and returns the
+// Which warnings a handler receives: those of every thread (the process-wide handler), or only
+// those raised on the thread that installed it (two models training side by side on two threads,
+// each with its own debug::Monitor). A thread's own handler comes first; without one, the
+// process-wide handler; without that, print_warning_once.
+enum class WarningScope { AllThreads, ThisThread };
+
+// Replaces the handler of `scope` (an empty function restores the default) and returns the
 // previous one, so a caller can chain to it or put it back.
-WarningHandler set_warning_handler(WarningHandler handler);
+WarningHandler set_warning_handler(WarningHandler handler, WarningScope scope = WarningScope::AllThreads);
 
 // The default: prints "gradsleuth: warning [O5 forgotten zero_grad] Adam: ..." to stderr, once per
 // (check, where) for the life of the process.
@@ -34,12 +40,14 @@ void print_warning_once(const Warning& w);
 // RAII: installs a handler for the guard's lifetime, then restores the previous one.
 class WarningHandlerGuard {
  public:
-  explicit WarningHandlerGuard(WarningHandler h) : prev_(set_warning_handler(std::move(h))) {}
-  ~WarningHandlerGuard() { set_warning_handler(std::move(prev_)); }
+  explicit WarningHandlerGuard(WarningHandler h, WarningScope scope = WarningScope::AllThreads)
+      : scope_(scope), prev_(set_warning_handler(std::move(h), scope)) {}
+  ~WarningHandlerGuard() { set_warning_handler(std::move(prev_), scope_); }
   WarningHandlerGuard(const WarningHandlerGuard&) = delete;
   WarningHandlerGuard& operator=(const WarningHandlerGuard&) = delete;
 
  private:
+  WarningScope scope_;
   WarningHandler prev_;
 };
 

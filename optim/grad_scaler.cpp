@@ -14,7 +14,9 @@ namespace gradsleuth::optim {
 
 namespace {
 
-// The live scalers, for note_gradient_transform (clip_grad_norm_ knows no scaler).
+// The live scalers, for note_gradient_transform (clip_grad_norm_ knows no scaler). Each is
+// told only of the clipping done on the thread it scales on: a scaler another thread trains
+// with is that thread's to read and change.
 std::mutex g_registry_mutex;
 std::vector<GradScaler*>& registry() {
   static std::vector<GradScaler*> r;
@@ -111,6 +113,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
     initialised_ = true;
   }
   scaled_since_update_ = true;
+  scaling_thread_.store(std::this_thread::get_id());
   return loss.mul(scale_);
 }
 
@@ -267,7 +270,9 @@ void GradScaler::remove_hook(size_t id) {
 
 void note_gradient_transform(const std::vector<Tensor>& params, const char* op) {
   std::lock_guard<std::mutex> lock(g_registry_mutex);
-  for (GradScaler* s : registry()) s->note_transform(params, op);
+  const std::thread::id me = std::this_thread::get_id();
+  for (GradScaler* s : registry())
+    if (s->scaling_thread_.load() == me) s->note_transform(params, op);
 }
 
 void GradScaler::note_transform(const std::vector<Tensor>& params, const char* op) {

@@ -9,10 +9,12 @@
 //   scaler.step(opt);                               // opt.step(), skipped when a gradient is inf/NaN
 //   scaler.update();                                // back off after an overflow, grow after clean steps
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -127,6 +129,9 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   int64_t updates_ = 0;
   bool scaled_since_update_ = false;
+  // The thread of the last scale(): only clipping on that thread is this scaler's
+  // (note_gradient_transform), and another thread's scaler is never touched.
+  std::atomic<std::thread::id> scaling_thread_{};
   std::vector<PerOptimizer> per_opt_;
   std::vector<NonFiniteGrad> nonfinite_;
   std::vector<PendingClip> pending_clips_;
@@ -140,8 +145,8 @@ class GradScaler {
 };
 
 // Called by clip_grad_norm_ / clip_grad_value_ before they change `params`' gradients: a live
-// scaler that scaled this iteration's loss remembers the call, and when it unscales an optimizer
-// holding those parameters it warns (check O10) that the clipping saw scaled gradients.
+// scaler that scaled this iteration's loss on this thread remembers the call, and when it unscales
+// an optimizer holding those parameters it warns (check O10) that the clipping saw scaled gradients.
 void note_gradient_transform(const std::vector<Tensor>& params, const char* op);
 
 // The optimizer's and the scaler's state in one checkpoint map: opt.state_dict() as it is and

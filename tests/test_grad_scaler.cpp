@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/generator.h"
@@ -404,4 +405,27 @@ TEST_CASE("GradScaler: unscale_ takes any layout through tensor ops (a strided g
     const Vec want = strided ? Vec{1.0, kInf, -3.0, 2.0, nan, nan} : Vec{1.0, 2.0, kInf, nan, -3.0, nan};
     for (size_t i = 0; i < want.size(); ++i) CHECK(nntest::same_bits(got[i], want[i]));
   }
+}
+
+// A scaler is told only of the clipping done on the thread it scales on: one trained on another
+// thread is that thread's, and clipping there neither reaches it nor warns here (O10).
+TEST_CASE("GradScaler: clipping on another thread is not this scaler's (no O10, no shared state)") {
+  std::vector<gs::Warning> ws;
+  gs::WarningHandlerGuard guard([&](const gs::Warning& w) { ws.push_back(w); });
+  Tensor p = param_with({1.0, -2.0});
+  optim::Adam opt({p}, optim::AdamOptions(1e-3));
+  optim::GradScaler s;
+  s.scale((p * p).sum()).backward();
+  std::thread([&] { optim::clip_grad_norm_({p}, 1.0); }).join();  // not this thread's clipping
+  s.step(opt);
+  s.update();
+  CHECK(ws.empty());
+  // The same clipping on this thread warns.
+  opt.zero_grad();
+  s.scale((p * p).sum()).backward();
+  optim::clip_grad_norm_({p}, 1.0);
+  s.step(opt);
+  s.update();
+  REQUIRE(ws.size() == 1);
+  CHECK(ws[0].check == "O10");
 }

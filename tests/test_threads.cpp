@@ -1,7 +1,7 @@
 // Tests of what docs/autograd.md ("Thread safety") promises: the default generator
 // is per thread (manual_seed + model construction in two threads reproduces the
 // sequential result), backward passes in several threads on separate graphs are
-// correct, and observers can be scoped to the thread that attached them. The
+// correct, and observers and warning handlers can be scoped to the thread that attached them. The
 // TSan job (./test.sh --tsan) runs this file with -fsanitize=thread.
 #include <doctest/doctest.h>
 
@@ -15,6 +15,7 @@
 #include "core/generator.h"
 #include "core/observer.h"
 #include "core/ops.h"
+#include "core/warning.h"
 #include "nn/nn.h"
 
 namespace nn = gs::nn;
@@ -138,4 +139,26 @@ TEST_CASE("attaching and detaching observers while other threads run ops") {
   stop = true;
   worker.join();
   CHECK(gs::observers_active() == false);
+}
+
+TEST_CASE("a warning handler scoped to its thread takes that thread's warnings only; the others go on") {
+  std::vector<std::string> process_wide, mine, other_thread;
+  gs::WarningHandlerGuard all([&](const gs::Warning& w) { process_wide.push_back(w.where); });
+  {
+    gs::WarningHandlerGuard own([&](const gs::Warning& w) { mine.push_back(w.where); }, gs::WarningScope::ThisThread);
+    std::thread other([&] {
+      gs::warn({"O5", "other thread", "a warning raised on another thread"});
+      {
+        gs::WarningHandlerGuard g([&](const gs::Warning& w) { other_thread.push_back(w.where); },
+                                  gs::WarningScope::ThisThread);
+        gs::warn({"M2", "other thread, its own handler", "taken by that thread's handler"});
+      }
+    });
+    other.join();
+    gs::warn({"O5", "this thread", "taken by this thread's handler"});
+  }
+  gs::warn({"O5", "this thread, after", "the thread's handler is gone: the process-wide one"});
+  CHECK(mine == std::vector<std::string>{"this thread"});
+  CHECK(other_thread == std::vector<std::string>{"other thread, its own handler"});
+  CHECK(process_wide == std::vector<std::string>{"other thread", "this thread, after"});
 }

@@ -195,3 +195,31 @@ TEST_CASE("a zoo on a device with no backend registered is refused before any wo
     CHECK(m.find("gradsleuth::cuda::init()") != std::string::npos);
   }
 }
+
+// Variants trained side by side (Options::jobs) give the results they give one after another: each
+// keeps its warnings (M2 of B05), its observers (M19 of B01), its loss scaler (O10 of B36) and its
+// random numbers to its own thread. Only the timings differ.
+TEST_CASE("zoo::run with jobs = 2 gives the results of jobs = 1, in the same order") {
+  testdata::require_fashion_mnist();
+  zoo::Options o = zoo::Options::quick();
+  o.steps = 60;
+  o.train_examples = 2000;
+  const std::vector<nn::Bug> bugs = {nn::Bug::B01, nn::Bug::B05, nn::Bug::B36, nn::Bug::B13};
+  auto without_times = [](const zoo::Result& r) {
+    return std::regex_replace(zoo::json(r), std::regex("\"seconds\":[^,}]*"), "\"seconds\":0");
+  };
+  o.jobs = 1;
+  const zoo::Result one = zoo::run(bugs, o);
+  o.jobs = 2;
+  std::vector<size_t> done;
+  const zoo::Result two = zoo::run(bugs, o, [&](const zoo::Progress& p) { done.push_back(p.done); });
+  CHECK(done == std::vector<size_t>{1, 2, 3, 4, 5, 6});  // clean, clean-footwear and the 4 bugs
+  REQUIRE(two.bugs.size() == bugs.size());
+  for (size_t i = 0; i < bugs.size(); ++i) {
+    CHECK(two.bugs[i].id == nn::bug_code(bugs[i]));
+    CHECK(two.bugs[i].caught);
+  }
+  CHECK(two.clean.fired.empty());
+  CHECK(two.clean_footwear.fired.empty());
+  CHECK(without_times(two) == without_times(one));
+}

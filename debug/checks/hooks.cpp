@@ -88,7 +88,7 @@ void ModuleTracker::attach(nn::Module& model) {
   }
 }
 
-QuietProbe::QuietProbe(nn::Module& model) : mute_([](const Warning&) {}) {
+QuietProbe::QuietProbe(nn::Module& model) : mute_([](const Warning&) {}, WarningScope::ThisThread) {
   NoGradGuard ng;
   for (Tensor& b : model.buffers()) buffers_.emplace_back(b, b.detach().clone());
 }

@@ -86,7 +86,7 @@ class ModuleTracker {
 };
 
 // A check's own probing run of a model: while it lives, library warnings (M2,
-// O5) are muted — they would be about the probe, not the user's code — and on
+// O5) raised on its thread are muted — they would be about the probe, not the user's code — and on
 // destruction the model's buffers (BatchNorm running statistics) are restored.
 class QuietProbe {
  public:

@@ -127,8 +127,14 @@ void Session::run_data_checks() {
       r.add(check_leakage(*data_.normalizer, train.dataset()));
       r.note_ran("D7");
     });
+  // D12 and D13-D16 read the training split's rows once.
+  std::shared_ptr<const SplitSample> train_rows;
+  auto read_train_rows = [&]() -> const SplitSample& {
+    if (!train_rows) train_rows = read_split_sample(train.dataset(), o_.data);
+    return *train_rows;
+  };
   guarded(r, who, "duplicates check", "D12", [&] {
-    r.add(check_duplicates(train.dataset(), o_.data));
+    r.add(check_duplicates(read_train_rows(), o_.data));
     r.note_ran("D12");
   });
   if (data_.val) {
@@ -139,7 +145,7 @@ void Session::run_data_checks() {
       r.note_ran("D10");
     });
     guarded(r, who, "train/validation checks", "D13, D14, D15, D16", [&] {
-      r.add(check_splits(train.dataset(), data_.val->dataset(), o_.val_split, o_.data));
+      r.add(check_splits(read_train_rows(), *read_split_sample(data_.val->dataset(), o_.data), o_.val_split, o_.data));
       r.note_ran("D13, D14, D15, D16");
     });
   }

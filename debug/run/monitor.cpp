@@ -34,8 +34,9 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
   for (const auto& c : checks_)
     for (size_t b = 0; b < kEvents; ++b)
       if (c->events() & (1u << b)) listeners_[b].push_back(c.get());
-  // Warnings the library raises (O5 from the optimizer, M2 from the layers) become findings; the
-  // check they belong to words them (RunEvent::Warning).
+  // Warnings the library raises (O5 from the optimizer, M2 from the layers) on this thread become
+  // findings; the check they belong to words them (RunEvent::Warning). Another thread's training
+  // (a second model, watched by its own Monitor) keeps its warnings.
   warnings_ = std::make_unique<WarningHandlerGuard>([this](const gradsleuth::Warning& w) {
     Finding f;
     f.check = w.check.empty() ? "W3" : w.check;
@@ -47,7 +48,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     f.cause = w.message;
     for (RunCheck* c : listening(RunEvent::Warning)) c->warning(ctx_, w, f);
     add(std::move(f));
-  });
+  }, WarningScope::ThisThread);
   for (RunCheck* c : listening(RunEvent::Attach)) c->attach(ctx_);
 
   // Every forward of the model (not the monitor's own probes): the training forwards carry the

@@ -55,7 +55,9 @@
 namespace gradsleuth::debug {
 
 // The model, optimizer and loss are held by reference and must outlive the
-// monitor (or call detach() first); a Trainer may come and go.
+// monitor (or call detach() first); a Trainer may come and go. A monitor lives on the thread
+// that trains: it takes the library's warnings of that thread (WarningScope::ThisThread), so
+// models training side by side on several threads each keep their own.
 class Monitor {
  public:
   // `loss` may be null (the loss-input checks are then skipped).

@@ -5,12 +5,20 @@
 #include "debug/diagnosis/diagnosis.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -581,18 +589,58 @@ Result run(const std::vector<Bug>& bugs, const Options& o, const std::function<v
        << pct(r.test_accuracy) << ", " << fmt_num(r.seconds) << " s";
     progress(Progress{done, total, &r, os.str()});
   };
-  res.clean = run_variant({}, o);
-  step(res.clean);
+  // The variants, in the matrix's order: the clean reference(s), then each bug.
+  struct Task {
+    nn::BugSet bugs;
+    Options o;
+    RunResult* out;
+  };
+  std::vector<Task> tasks = {{{}, o, &res.clean}};
   if (footwear) {
     Options fo = o;
     fo.footwear = true;
-    res.clean_footwear = run_variant({}, fo);
-    step(res.clean_footwear);
+    tasks.push_back({{}, fo, &res.clean_footwear});
   }
-  for (Bug b : bugs) {
-    res.bugs.push_back(run_variant(nn::BugSet{b}, o));
-    step(res.bugs.back());
+  res.bugs.resize(bugs.size());
+  for (size_t i = 0; i < bugs.size(); ++i) tasks.push_back({nn::BugSet{bugs[i]}, o, &res.bugs[i]});
+  // Each variant builds its own data, model, optimizer and checks, seeds its own thread's generator
+  // (build) and keeps its warnings and observers to its thread, so o.jobs of them train at once
+  // with the results they have alone; the CUDA backend trains one at a time.
+  const size_t jobs = std::min(tasks.size(), static_cast<size_t>(o.device.is_cpu() ? std::max(1, o.jobs) : 1));
+  std::atomic<size_t> next{0};
+  std::mutex done_mutex;  // step() and its progress callback: one variant at a time
+  std::vector<std::exception_ptr> failed(tasks.size());
+  auto work = [&] {
+    for (size_t i = next++; i < tasks.size(); i = next++) {
+      try {
+        *tasks[i].out = run_variant(tasks[i].bugs, tasks[i].o);
+      } catch (...) {
+        failed[i] = std::current_exception();
+        next = tasks.size();  // the others finish the variant they are on, and start no other
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(done_mutex);
+      step(*tasks[i].out);
+    }
+  };
+  if (jobs <= 1) {
+    work();
+  } else {
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();  // a new thread starts from OMP_NUM_THREADS, not this thread's setting
+#endif
+    std::vector<std::thread> pool;
+    for (size_t j = 0; j < jobs; ++j)
+      pool.emplace_back([&] {
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+        work();
+      });
+    for (std::thread& t : pool) t.join();
   }
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
   res.seconds = since(t0);
   return res;
 }

@@ -56,6 +56,10 @@ struct Options {
   // CPU emulator; register it first with gradsleuth::cuda::init() from cuda/cuda.h). The data
   // pipeline and its checks (D1-D10, D12-D16) stay on the host; M13 and M18 check a CPU copy of the model.
   Device device = kCPU;
+  // Variants trained at once by run(), each on its own thread with the OpenMP thread count of the
+  // caller (1: one after another). The results do not depend on it: each variant seeds and
+  // checks itself alone. On kCUDA, 1 whatever this says.
+  int jobs = 1;
   static Options quick();  // 6000 / 2000 images, 150 steps
   static Options full();   // 60000 / 10000 images, 1000 steps
 };

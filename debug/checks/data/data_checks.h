@@ -16,6 +16,7 @@
 // B = examples in a batch, C = classes, D... = one example's features, F = prod(D...).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,17 @@ std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Datas
 
 // D13, D14, D15 and D16 with each split read once.
 std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other,
+                                  const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// What D12-D16 read of a split (its first opts.integrity_examples rows: a hash, the label, the
+// mean and std of each), read once for D12 and D13-D16 both (debug::diagnose does):
+//   auto train_rows = read_split_sample(train, opts);
+//   check_duplicates(*train_rows, opts); check_splits(*train_rows, *read_split_sample(val, opts), "validation", opts);
+// The findings are those of the functions above on the datasets.
+struct SplitSample;
+std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts = {});
+std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts = {});
+std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& other,
                                   const std::string& split = "validation", const DataCheckOptions& opts = {});
 
 // D5 on every training row, each epoch (UMLAUT's "input not normalised" takes the min and max of

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -21,8 +22,6 @@ namespace gradsleuth::debug {
 using namespace data_detail;
 
 // ---- D12-D16 split integrity -------------------------------------------------------------------
-
-namespace {
 
 // What D12-D16 read of a split: its first opts.integrity_examples rows, chunk by chunk, as a
 // hash per input (row_hashes_x, byte for byte like D4), the label, and the input's mean and
@@ -40,6 +39,8 @@ struct SplitSample {
   // " (the first N rows read)" when the sample is not the whole split.
   std::string partial() const { return read() < size ? " (the first " + num(read()) + " rows read)" : ""; }
 };
+
+namespace {
 
 SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
   SplitSample s;
@@ -392,6 +393,14 @@ std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOp
   return duplicates(read_split(data, opts), opts);
 }
 
+std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts) {
+  return std::make_shared<const SplitSample>(read_split(data, opts));
+}
+
+std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts) {
+  return duplicates(data, opts);
+}
+
 std::vector<Finding> check_train_test_mix(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
                                           const DataCheckOptions& opts) {
   return samples_mix(read_split(train, opts), read_split(other, opts), split, opts);
@@ -414,8 +423,12 @@ std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Datas
 
 std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
                                   const DataCheckOptions& opts) {
-  std::vector<Finding> out = split_sizes(train.size(), other.size(), split, opts);
-  const SplitSample a = read_split(train, opts), b = read_split(other, opts);
+  return check_splits(read_split(train, opts), read_split(other, opts), split, opts);
+}
+
+std::vector<Finding> check_splits(const SplitSample& a, const SplitSample& b, const std::string& split,
+                                  const DataCheckOptions& opts) {
+  std::vector<Finding> out = split_sizes(a.size, b.size, split, opts);
   auto add = [&](std::vector<Finding> fs) { out.insert(out.end(), fs.begin(), fs.end()); };
   add(samples_mix(a, b, split, opts));
   add(feature_drift(a, b, split, opts));

@@ -351,7 +351,7 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     sink = &finite_half;
     HalfPrecisionEmulation half;
     try {
-      Scope on(&half);
+      Scope on(&half, ObserverScope::ThisThread);  // this forward's ops, not another thread's
       yh = model(xh);
       lh = loss ? loss(yh).item<double>() : 0.0;
     } catch (...) {

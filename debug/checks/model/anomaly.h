@@ -46,8 +46,11 @@ class AnomalyMode : public OpObserver {
     tags_.clear();
     inputs_.clear();
   }
-  // Observes ops while the returned guard lives.
-  [[nodiscard]] std::unique_ptr<Scope> enable() { return std::make_unique<Scope>(this); }
+  // Observes the ops of this thread (or, with AllThreads, of every thread) while the returned guard
+  // lives: a model training on another thread is not this one's.
+  [[nodiscard]] std::unique_ptr<Scope> enable(ObserverScope scope = ObserverScope::ThisThread) {
+    return std::make_unique<Scope>(this, scope);
+  }
 
   const std::vector<Finding>& findings() const { return findings_; }
   bool found() const { return !findings_.empty(); }
@@ -88,7 +91,10 @@ class BroadcastDetector : public OpObserver {
   }
   void attach(nn::Module& model) { tracker_.attach(model); }
   void detach() { tracker_.detach(); }
-  [[nodiscard]] std::unique_ptr<Scope> enable() { return std::make_unique<Scope>(this); }
+  // Observes the ops of this thread (or, with AllThreads, of every thread) while the returned guard lives.
+  [[nodiscard]] std::unique_ptr<Scope> enable(ObserverScope scope = ObserverScope::ThisThread) {
+    return std::make_unique<Scope>(this, scope);
+  }
   void set_mode(BroadcastMode m) { mode_ = m; }
   const std::vector<Finding>& findings() const { return findings_; }
   void clear() { findings_.clear(); }
