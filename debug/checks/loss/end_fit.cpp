@@ -86,6 +86,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
     out.push_back(f);
   }
+  if (!acc && out.empty()) out = check_loss_split(m, o);
   // The learning-curve probe (run when the split rule is quiet and training beats validation): the
   // same steps on a share of the training examples. Validation still losing with fewer examples
   // says the run's own size is on the steep part of its learning curve.
@@ -158,6 +159,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                          : "the trained model's loss is " + str_printf("%.4g", m.train_loss) +
                                " on its training data and " + str_printf("%.4g", m.val_loss) + " on validation");
     split_evidence(f);
+    if (!acc) add_loss_split_evidence(f, m, o);
     if (fewer_run) fewer_evidence(f);
     out.push_back(f);
   }
