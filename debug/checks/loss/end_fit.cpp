@@ -213,9 +213,13 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   const double flips = static_cast<double>(m.continued_fixed + m.continued_broken);
   const double mcnemar_z =
       counted && flips > 0 ? static_cast<double>(m.continued_fixed - m.continued_broken) / std::sqrt(flips) : 0.0;
+  // Without accuracies, the validation examples' paired drop stands for the floor in loss units.
+  const double paired_z = counted ? std::nan("") : continued_loss_z(m);
   auto training_on_helps = [&](double gain) {
     return std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
-           m.continued_val_loss < (1 - gain) * m.val_loss && m.val_loss - m.continued_val_loss > o.continue_min_gain &&
+           m.continued_val_loss < (1 - gain) * m.val_loss &&
+           (std::isfinite(paired_z) ? paired_z >= o.continue_min_z
+                                    : m.val_loss - m.continued_val_loss > o.continue_min_gain) &&
            (!counted || mcnemar_z >= o.continue_min_z);
   };
   auto continued_evidence = [&](Finding& f, double gain, const std::string& which) {
@@ -232,6 +236,9 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
           {"validation examples turned wrong by training on", static_cast<double>(m.continued_broken), ""});
       f.evidence.push_back({"McNemar z of those", mcnemar_z, ">= " + str_printf("%g", o.continue_min_z) + " and"});
     }
+    if (std::isfinite(paired_z))
+      f.evidence.push_back({"paired z of the validation examples' losses, the end against after",
+                            paired_z, ">= " + str_printf("%g", o.continue_min_z) + " and"});
   };
   if (curve_unread && training_on_helps(o.unread_gain) && std::isfinite(m.continued_val_loss)) {
     const std::string why =

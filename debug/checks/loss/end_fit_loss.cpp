@@ -30,6 +30,19 @@ double loss_split_z(const EndFitMeasure& m) {
   return se > 0 ? (ma - mb) / se : std::nan("");
 }
 
+double continued_loss_z(const EndFitMeasure& m) {
+  const auto& before = m.val_row_losses;
+  const auto& after = m.continued_val_row_losses;
+  if (before.size() < 2 || before.size() != after.size()) return std::nan("");
+  const double n = static_cast<double>(before.size());
+  double mean = 0;
+  for (size_t i = 0; i < before.size(); ++i) mean += (before[i] - after[i]) / n;
+  double ss = 0;
+  for (size_t i = 0; i < before.size(); ++i) ss += (before[i] - after[i] - mean) * (before[i] - after[i] - mean);
+  const double se = std::sqrt(ss / (n - 1) / n);
+  return se > 0 ? mean / se : std::nan("");
+}
+
 void add_loss_split_evidence(Finding& f, const EndFitMeasure& m, const EndFitOptions& o) {
   const double z = loss_split_z(m);
   if (!std::isfinite(z)) return;
