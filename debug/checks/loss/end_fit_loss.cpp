@@ -1,8 +1,10 @@
-// L9 without accuracies (debug/checks/loss/end_fit.h): the training split's loss against
-// validation's, in standard errors. A model fits the examples it was trained on at least as well as
-// examples it never saw; where its loss on them is clearly the higher one, the training examples
-// are not the distribution it is scored on: noise written into the stored training inputs, or
-// targets corrupted in the training split only.
+// L9 without accuracies (debug/checks/loss/end_fit.h), read from each example's loss alone:
+// - the training split's loss against validation's, in standard errors. A model fits the examples it
+//   was trained on at least as well as examples it never saw; where its loss on them is clearly the
+//   higher one, the training examples are not the distribution it is scored on: noise written into
+//   the stored training inputs, or targets corrupted in the training split only;
+// - training on, the validation examples' losses before and after, paired: the stand-in for the
+//   McNemar count of examples turned right that a classifier gets.
 #include <cmath>
 #include <numeric>
 
@@ -30,6 +32,7 @@ double loss_split_z(const EndFitMeasure& m) {
   return se > 0 ? (ma - mb) / se : std::nan("");
 }
 
+// The paired z of the validation examples' loss drops: mean / (spread / sqrt(examples)).
 double continued_loss_z(const EndFitMeasure& m) {
   const auto& before = m.val_row_losses;
   const auto& after = m.continued_val_row_losses;
