@@ -222,10 +222,9 @@ void Session::check_fit_at_end(RunReport& r) {
       SplitScore after;
       rerun_from_start(
           replay ? rel : final_lrs, floor ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
-          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true); },
+          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
           replay ? run_lrs : std::vector<double>{});
       m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");
-      if (failed_on.empty()) m.continued_val_row_losses = after.row_losses;
       if (failed_on.empty() && !before.right.empty() && before.right.size() == after.right.size()) {
         m.continued_fixed = m.continued_broken = 0;
         for (size_t i = 0; i < before.right.size(); ++i) {

@@ -52,8 +52,6 @@ struct EndFitOptions {
   // falls by more than continue_gain of its value and by continue_min_gain in loss units, and, for
   // classification, more validation examples turned right than wrong with a McNemar z of at least
   // continue_min_z, says "undertrained" (a warning); without that confirmation it is info.
-  // Without accuracies (a regression, whose loss has no usual scale), the floor in loss units gives
-  // way to a paired z of continue_min_z or more on the validation examples' losses before and after.
   double continue_gain = 0.2, continue_min_gain = 0.05, continue_min_z = 2.0;
   // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
   // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
@@ -121,9 +119,8 @@ struct EndFitMeasure {
   double fewer_val_accuracy = std::numeric_limits<double>::quiet_NaN();
   int64_t fewer_broken = -1, fewer_fixed = -1;
   double fewer_share = std::numeric_limits<double>::quiet_NaN();
-  // Each scored example's loss alone, in eval mode (empty: not measured, as for a classifier), and
-  // each validation example's after training on.
-  std::vector<double> train_row_losses, val_row_losses, continued_val_row_losses;
+  // Each scored example's loss alone, in eval mode (empty: not measured, as for a classifier).
+  std::vector<double> train_row_losses, val_row_losses;
 };
 
 // The rule. `still_falling` (out) says whether the probe is worth running (call again with its result);
@@ -138,9 +135,6 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
 // rule does not fire; the evidence adds the loss ratio and the z.
 double loss_split_z(const EndFitMeasure& m);
 std::vector<Finding> check_loss_split(const EndFitMeasure& m, const EndFitOptions& o = {});
-// The paired z of the validation examples' losses at the end against after training on (positive:
-// training on lowered them; NaN where either was not measured).
-double continued_loss_z(const EndFitMeasure& m);
 void add_loss_split_evidence(Finding& f, const EndFitMeasure& m, const EndFitOptions& o = {});
 
 // Whether the rule's findings blame a learning rate too low (the 10x probe confirmed it).
