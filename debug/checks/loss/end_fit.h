@@ -80,8 +80,8 @@ struct EndFitOptions {
   double data_loss_rise = 1.3, data_min_loss = 0.08;
   int64_t data_max_steps = 3000;
   // Without accuracies (a regression): a validation loss below (1 - labels_loss_margin) x the
-  // training split's, both in eval mode, with the training examples' losses above the validation
-  // examples' by a rank-sum z (Mann-Whitney) of min_z or more, warns as the accuracy rule does: the
+  // training split's, both in eval mode, lower by min_z standard errors of the difference or more
+  // (Welch's z, each split's from its examples' losses), warns as the accuracy rule does: the
   // training examples (their inputs or targets) disagree with what the model learned.
   double labels_loss_margin = 0.15;
 };
@@ -129,8 +129,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                                    bool* unread = nullptr);
 
 // The rule on losses alone for a model without accuracies: the training split's loss above
-// validation's (EndFitOptions::labels_loss_margin); `loss_split_z` is the rank-sum z of the training
-// examples' losses against the validation examples' (positive: training's are the larger; NaN where
+// validation's (EndFitOptions::labels_loss_margin); `loss_split_z` is Welch's z of the training
+// examples' mean loss against the validation examples' (positive: training's is the larger; NaN where
 // either split's were not measured). The findings (kind train-labels-disagree) are empty when the
 // rule does not fire; the evidence adds the loss ratio and the z.
 double loss_split_z(const EndFitMeasure& m);
