@@ -682,6 +682,59 @@ TEST_CASE("L9 learning-curve probe: too little training data warns, a healthy cu
   CHECK_FALSE(any_fires(dbg::check_end_fit(reg)));
 }
 
+// `n` losses spread about `mean` (a deterministic pattern, from 0.25x to 1.75x the mean).
+std::vector<double> spread_losses(size_t n, double mean) {
+  std::vector<double> v;
+  for (size_t i = 0; i < n; ++i) v.push_back(mean * (0.25 + 1.5 * static_cast<double>((i * 37) % 100) / 99.0));
+  return v;
+}
+
+// L9 without accuracies (a regression): the training split's loss clearly above validation's, in
+// standard errors of its examples' losses, says the training examples disagree with the model, as
+// the accuracy rule does for a classifier (noise written into the stored training inputs).
+TEST_CASE("L9 without accuracies: a training loss clearly above validation's warns, as much by chance does not") {
+  dbg::EndFitMeasure m;
+  m.train_examples = 1200;
+  m.val_examples = 400;
+  m.train_row_losses = spread_losses(1200, 0.17);
+  m.val_row_losses = spread_losses(400, 0.12);
+  m.train_loss = 0.17;
+  m.val_loss = 0.12;
+  REQUIRE(dbg::loss_split_z(m) > 3);
+  auto fs = dbg::check_end_fit(m);
+  REQUIRE(any_fires(fs));
+  CHECK(fs[0].check == "L9");
+  CHECK(fs[0].kind == dbg::Kind::TrainLabelsDisagree);
+  CHECK(ev(fs[0], "validation / training loss") == doctest::Approx(0.12 / 0.17));
+  // The same losses over 20 and 10 examples: within the splits' noise.
+  dbg::EndFitMeasure few = m;
+  few.train_row_losses = spread_losses(20, 0.17);
+  few.val_row_losses = spread_losses(10, 0.12);
+  CHECK(dbg::loss_split_z(few) < 3);
+  CHECK_FALSE(any_fires(dbg::check_end_fit(few)));
+  // Validation a little below training (0.9x, over the 0.85 bar): quiet however many examples.
+  dbg::EndFitMeasure close = m;
+  close.val_row_losses = spread_losses(400, 0.153);
+  close.val_loss = 0.153;
+  CHECK_FALSE(any_fires(dbg::check_end_fit(close)));
+  // A healthy regression (validation 1.6x training): info, with the z in its evidence.
+  dbg::EndFitMeasure healthy = m;
+  healthy.train_row_losses = spread_losses(1200, 0.021);
+  healthy.val_row_losses = spread_losses(400, 0.035);
+  healthy.train_loss = 0.021;
+  healthy.val_loss = 0.035;
+  fs = dbg::check_end_fit(healthy);
+  CHECK_FALSE(any_fires(fs));
+  REQUIRE_FALSE(fs.empty());
+  CHECK(fs[0].kind == dbg::Kind::FitMeasured);
+  CHECK(ev(fs[0], "(training - validation loss) / its standard error (the examples' losses)") < 0);
+  // Without the examples' losses the rule does not run.
+  dbg::EndFitMeasure unmeasured = m;
+  unmeasured.train_row_losses.clear();
+  CHECK(std::isnan(dbg::loss_split_z(unmeasured)));
+  CHECK_FALSE(any_fires(dbg::check_end_fit(unmeasured)));
+}
+
 // ---- real runs ----------------------------------------------------------------------------
 
 TEST_CASE("L1 and L7 on real training: a healthy plain MLP is silent; Adam lr 0.1 (B24) fires L1") {

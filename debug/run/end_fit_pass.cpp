@@ -18,15 +18,17 @@ namespace {
 
 struct SplitScore {
   double loss = std::nan(""), accuracy = std::nan("");
+  std::vector<double> row_losses;  // each example's loss alone (a split without accuracies, when asked)
   int64_t examples = 0;
   std::vector<uint8_t> right;  // per scored example (or element, for float targets): 1 when right
 };
 
 // Loss and accuracy of up to max_batches batches of `loader`, in eval mode without gradients. Accuracy:
 // argmax for (B, C) outputs with int64 (B) targets; a threshold (0 on logits, 0.5 on probabilities) for
-// float targets of the output's shape.
+// float targets of the output's shape. With `row_losses`, a split without accuracies also gets the
+// loss of each example alone.
 SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
-                 double threshold) {
+                 double threshold, bool row_losses = false) {
   SplitScore s;
   NoGradGuard ng;
   const bool was = model.is_training();
@@ -56,11 +58,17 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
       }
       right += hits / static_cast<double>(flat.numel()) * static_cast<double>(n);
       counted += static_cast<double>(n);
+    } else if (row_losses && out.dim() >= 1 && y.dim() >= 1 && out.size(0) == n && y.size(0) == n) {
+      for (int64_t k = 0; k < n; ++k) {
+        const Tensor lk = loss(out.narrow(0, k, 1), y.narrow(0, k, 1));
+        if (lk.numel() == 1) s.row_losses.push_back(lk.item<double>());
+      }
     }
   }
   model.train(was);
   if (s.examples > 0) s.loss = loss_sum / static_cast<double>(s.examples);
   if (counted > 0) s.accuracy = right / counted;
+  if (static_cast<int64_t>(s.row_losses.size()) != s.examples) s.row_losses.clear();
   return s;
 }
 
@@ -166,14 +174,16 @@ void Session::check_fit_at_end(RunReport& r) {
                              : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
                                                                                 : std::nan("");
     EndFitMeasure m;
-    const SplitScore tr = score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold);
-    const SplitScore va = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold);
+    const SplitScore tr = score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold, true);
+    const SplitScore va = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true);
     m.train_loss = tr.loss;
     m.train_accuracy = tr.accuracy;
     m.train_examples = tr.examples;
     m.val_loss = va.loss;
     m.val_accuracy = va.accuracy;
     m.val_examples = va.examples;
+    m.train_row_losses = tr.row_losses;
+    m.val_row_losses = va.row_losses;
     m.epoch_train_loss = r.history.epoch_train_loss;
     m.clipping_caps_steps = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
                                         [](const Finding& f) { return f.check == "O9" && f.fires(); });

@@ -79,6 +79,11 @@ struct EndFitOptions {
   double data_drop = 0.065, data_min_z = 3.0;
   double data_loss_rise = 1.3, data_min_loss = 0.08;
   int64_t data_max_steps = 3000;
+  // Without accuracies (a regression): a validation loss below (1 - labels_loss_margin) x the
+  // training split's, both in eval mode, lower by min_z standard errors of the difference or more
+  // (Welch's z, each split's from its examples' losses), warns as the accuracy rule does: the
+  // training examples (their inputs or targets) disagree with what the model learned.
+  double labels_loss_margin = 0.15;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
@@ -114,12 +119,23 @@ struct EndFitMeasure {
   double fewer_val_accuracy = std::numeric_limits<double>::quiet_NaN();
   int64_t fewer_broken = -1, fewer_fixed = -1;
   double fewer_share = std::numeric_limits<double>::quiet_NaN();
+  // Each scored example's loss alone, in eval mode (empty: not measured, as for a classifier).
+  std::vector<double> train_row_losses, val_row_losses;
 };
 
 // The rule. `still_falling` (out) says whether the probe is worth running (call again with its result);
 // `unread` (out) whether the epoch curve cannot tell, so that training on is worth running alone.
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o = {}, bool* still_falling = nullptr,
                                    bool* unread = nullptr);
+
+// The rule on losses alone for a model without accuracies: the training split's loss above
+// validation's (EndFitOptions::labels_loss_margin); `loss_split_z` is Welch's z of the training
+// examples' mean loss against the validation examples' (positive: training's is the larger; NaN where
+// either split's were not measured). The findings (kind train-labels-disagree) are empty when the
+// rule does not fire; the evidence adds the loss ratio and the z.
+double loss_split_z(const EndFitMeasure& m);
+std::vector<Finding> check_loss_split(const EndFitMeasure& m, const EndFitOptions& o = {});
+void add_loss_split_evidence(Finding& f, const EndFitMeasure& m, const EndFitOptions& o = {});
 
 // Whether the rule's findings blame a learning rate too low (the 10x probe confirmed it).
 bool end_fit_blames_rate(const std::vector<Finding>& findings);
