@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "debug/checks/loss/label_tail.h"
 #include "debug/evidence/finding.h"
 
 namespace gradsleuth::debug {
@@ -79,6 +80,9 @@ struct EndFitOptions {
   double data_drop = 0.065, data_min_z = 3.0;
   double data_loss_rise = 1.3, data_min_loss = 0.08;
   int64_t data_max_steps = 3000;
+  // The confident-disagreement rule (debug/checks/loss/label_tail.h), judged when the rules above
+  // leave the splits quiet.
+  LabelTailOptions labels_tail;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
