@@ -115,22 +115,6 @@ std::vector<int64_t> fixed_share(int64_t n, double share) {
   return rows;
 }
 
-// The confident-disagreement rule joins the split rules: where none of them warned, its warning
-// takes the place of the info `fit-measured`; otherwise its numbers join that info.
-void apply_label_tail(std::vector<Finding>& fs, const LabelTailMeasure& m, const LabelTailOptions& o) {
-  const bool split_warned = std::any_of(fs.begin(), fs.end(), [](const Finding& f) {
-    return f.kind == Kind::GeneralisationGap || f.kind == Kind::TrainLabelsDisagree;
-  });
-  const auto info = std::find_if(fs.begin(), fs.end(), [](const Finding& f) { return f.kind == Kind::FitMeasured; });
-  std::vector<Finding> tail = split_warned ? std::vector<Finding>{} : check_label_tail(m, o);
-  if (!tail.empty()) {
-    if (info != fs.end()) fs.erase(info);
-    fs.insert(fs.begin(), std::move(tail.front()));
-  } else if (info != fs.end()) {
-    for (Evidence& e : label_tail_evidence(m, o)) info->evidence.push_back(std::move(e));
-  }
-}
-
 }  // namespace
 
 std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,

@@ -4,7 +4,7 @@
 // more than it gives validation examples: its confident mistakes are rarer on the data it trained on.
 // A share of wrong training labels leaves a tail of training examples whose label the model, having
 // learned the task from the others, confidently rejects; that tail stands out from validation's long
-// before the accuracies part (docs/checks.md, L9).
+// before the accuracies part (docs/checks.md, L9). Implemented in end_fit.cpp, L9's home.
 #pragma once
 #include <cstdint>
 
@@ -34,5 +34,9 @@ std::vector<Evidence> label_tail_evidence(const LabelTailMeasure& m, const Label
 // A warning (L9, train-labels-disagree) when the training split's tail exceeds validation's by the
 // rule's margin and z; nothing otherwise.
 std::vector<Finding> check_label_tail(const LabelTailMeasure& m, const LabelTailOptions& o = {});
+
+// The rule beside L9's split rules (`findings`, check_end_fit's): where none of them warned, its warning
+// takes the place of the info `fit-measured`; otherwise its numbers join that info.
+void apply_label_tail(std::vector<Finding>& findings, const LabelTailMeasure& m, const LabelTailOptions& o = {});
 
 }  // namespace gradsleuth::debug
