@@ -831,6 +831,28 @@ TEST_CASE("D15 check_label_drift: a class missing from train; a validation split
   CHECK(dbg::check_label_drift(*tr, *reg).empty());
 }
 
+// D15's second rule: a shift under the PSI's 0.2 that stands out from the counts' noise. Two classes,
+// train at 2:1 and validation at 1:1 (PSI 0.116, what removing half of one class's training examples
+// does): 3000 and 1000 rows make it a chi-square z of 7.7; 300 and 100 rows, a z of 2.7, within the
+// noise of so few counts.
+TEST_CASE("D15 check_label_drift: a small shift over many rows warns, the same shift over few rows does not") {
+  auto split = [](int64_t rows, int64_t every, const std::string& name) {
+    std::vector<int64_t> y(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) y[static_cast<size_t>(i)] = i % every == 0 ? 1 : 0;
+    return dataset(gs::randn({rows, 4}), gs::tensor(y, {rows}), name);
+  };
+  auto fs = dbg::check_label_drift(*split(3000, 3, "train"), *split(1000, 2, "val"), "validation");
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "population-stability index") == doctest::Approx(0.1155).epsilon(0.01));
+  CHECK(ev(fs[0], "population-stability index") < 0.2);
+  CHECK(ev(fs[0], "z of the shift against the counts' noise (chi-square, Wilson-Hilferty)") == doctest::Approx(7.74).epsilon(0.01));
+  CHECK(dbg::check_label_drift(*split(300, 3, "train"), *split(100, 2, "val"), "validation").empty());
+  // The same splits balanced alike: silent however many rows.
+  CHECK(dbg::check_label_drift(*split(3000, 2, "train"), *split(1000, 2, "val"), "validation").empty());
+}
+
 TEST_CASE("D16 check_split_sizes: a 20-example validation split; an empty one; 0.5% of train") {
   auto [train, val] = clean_splits();
   const nn::Batch v = val->all();

@@ -735,6 +735,44 @@ TEST_CASE("L9 without accuracies: a training loss clearly above validation's war
   CHECK_FALSE(any_fires(dbg::check_end_fit(unmeasured)));
 }
 
+// L9's confident-disagreement rule: the share of each split's examples the trained model gives under 0.1
+// probability for their label. 10% of the training labels changed on the corpus's `step-per-epoch`
+// leaves 7.0% of the training examples there against 0.25% of validation; the healthy corpus keeps
+// the training share at most half a point above validation's (z 0.82).
+TEST_CASE("L9 confident disagreement: a training tail far above validation's warns; one within noise does not") {
+  dbg::LabelTailMeasure m;
+  m.train_scored = 1200;
+  m.val_scored = 400;
+  m.train_tail = 84;
+  m.val_tail = 1;
+  auto fs = dbg::check_label_tail(m);
+  REQUIRE(fs.size() == 1);
+  const dbg::Finding& f = fs[0];
+  INFO(f.str());
+  CHECK(f.check == "L9");
+  CHECK(f.kind == dbg::Kind::TrainLabelsDisagree);
+  CHECK(f.severity == dbg::Severity::Warning);
+  CHECK(ev(f, "training - validation share") == doctest::Approx(0.0675));
+  CHECK(ev(f, "z (two proportions, training over validation)") > 5);
+  CHECK(has(f.title, "7.0% of its own training examples under 0.1 probability"));
+  // As large a share on both splits: a hard task, not wrong labels.
+  dbg::LabelTailMeasure hard = m;
+  hard.val_tail = 26;
+  CHECK(dbg::check_label_tail(hard).empty());
+  // A gap of 4 points over 60 training and 20 validation examples: within the counts' noise.
+  dbg::LabelTailMeasure few = m;
+  few.train_scored = 60;
+  few.val_scored = 20;
+  few.train_tail = 3;
+  few.val_tail = 0;
+  CHECK(dbg::check_label_tail(few).empty());
+  CHECK_FALSE(dbg::label_tail_evidence(few).empty());
+  // Not measured (a regression): no finding and no evidence.
+  dbg::LabelTailMeasure none;
+  CHECK(dbg::check_label_tail(none).empty());
+  CHECK(dbg::label_tail_evidence(none).empty());
+}
+
 // ---- real runs ----------------------------------------------------------------------------
 
 TEST_CASE("L1 and L7 on real training: a healthy plain MLP is silent; Adam lr 0.1 (B24) fires L1") {

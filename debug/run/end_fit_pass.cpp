@@ -16,11 +16,50 @@ namespace gradsleuth::debug {
 using namespace run_detail;
 namespace {
 
+// Scored examples (elements, for float targets) and those given under `below` probability for their
+// label.
+struct LabelTail {
+  int64_t scored = 0, tail = 0;
+};
+
+// Adds a batch's examples to `t`: softmax over (B, C) outputs with int64 (B) labels in [0, C); for
+// float 0/1 targets of the output's shape, the sigmoid of logits (threshold 0) or the probability.
+void count_label_tail(const Tensor& out, const Tensor& y, double threshold, double below, LabelTail& t) {
+  const Tensor o = out.detach().to(kCPU).to(kFloat32).contiguous();
+  if (o.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && o.size(1) > 1) {
+    const Tensor labels = y.to(kCPU).contiguous();
+    const int64_t* lab = labels.data_ptr<int64_t>();
+    const float* v = o.data_ptr<float>();
+    const int64_t n = o.size(0), c = o.size(1);
+    for (int64_t i = 0; i < n; ++i) {
+      if (lab[i] < 0 || lab[i] >= c) continue;
+      const float* row = v + i * c;
+      const float top = *std::max_element(row, row + c);
+      double z = 0;
+      for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(row[k] - top));
+      const double p = std::exp(static_cast<double>(row[lab[i]] - top)) / z;
+      ++t.scored;
+      t.tail += p < below;
+    }
+  } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
+    const Tensor labels = y.to(kCPU).to(kFloat32).contiguous();
+    const float* lab = labels.data_ptr<float>();
+    const float* v = o.data_ptr<float>();
+    for (int64_t i = 0; i < o.numel(); ++i) {
+      if (lab[i] != 0.0f && lab[i] != 1.0f) continue;
+      const double p1 = threshold == 0.0 ? 1 / (1 + std::exp(-static_cast<double>(v[i]))) : v[i];
+      ++t.scored;
+      t.tail += (lab[i] == 1.0f ? p1 : 1 - p1) < below;
+    }
+  }
+}
+
 struct SplitScore {
   double loss = std::nan(""), accuracy = std::nan("");
   std::vector<double> row_losses;  // each example's loss alone (a split without accuracies, when asked)
   int64_t examples = 0;
   std::vector<uint8_t> right;  // per scored example (or element, for float targets): 1 when right
+  LabelTail tail;
 };
 
 // Loss and accuracy of up to max_batches batches of `loader`, in eval mode without gradients. Accuracy:
@@ -28,7 +67,7 @@ struct SplitScore {
 // float targets of the output's shape. With `row_losses`, a split without accuracies also gets the
 // loss of each example alone.
 SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
-                 double threshold, bool row_losses = false) {
+                 double threshold, bool row_losses = false, double tail_below = 0.1) {
   SplitScore s;
   NoGradGuard ng;
   const bool was = model.is_training();
@@ -43,6 +82,7 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     const Tensor l = loss(out, y);
     if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
     s.examples += n;
+    count_label_tail(out, y, threshold, tail_below, s.tail);
     Tensor ok;
     if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1)
       ok = eq(argmax(out, 1), y).to(kFloat32);
@@ -174,8 +214,9 @@ void Session::check_fit_at_end(RunReport& r) {
                              : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
                                                                                 : std::nan("");
     EndFitMeasure m;
-    const SplitScore tr = score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold, true);
-    const SplitScore va = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true);
+    const double below = o_.fit.labels_tail.confident_below;
+    const SplitScore tr = score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold, true, below);
+    const SplitScore va = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true, below);
     m.train_loss = tr.loss;
     m.train_accuracy = tr.accuracy;
     m.train_examples = tr.examples;
@@ -327,6 +368,8 @@ void Session::check_fit_at_end(RunReport& r) {
         fs = check_end_fit(m, o_.fit);
       }
     }
+    apply_label_tail(fs, LabelTailMeasure{tr.tail.scored, va.tail.scored, tr.tail.tail, va.tail.tail},
+                     o_.fit.labels_tail);
     for (Finding& f : fs) found.add(std::move(f));
   });
   found.note_ran("L9");

@@ -96,6 +96,9 @@ struct DataCheckOptions {
   int64_t min_drift_examples = 100;  // D14 and D15 judge only when both splits have this many rows (else D16 speaks)
   // ---- D15 label drift and new labels ----
   double max_label_psi = 0.2;  // population-stability index of the class frequencies, above this warns
+  // ... and so does a smaller shift that stands out from the counts' sampling noise: a PSI above
+  // min_label_psi whose chi-square z (n_eff x PSI, classes - 1 degrees of freedom) is min_label_psi_z.
+  double min_label_psi = 0.05, min_label_psi_z = 3.0;
   // ---- D16 dataset size comparison ----
   int64_t min_val_examples = 100;  // a validation split smaller than this warns
   double min_val_ratio = 0.01;     // validation / train rows below this warns

@@ -394,5 +394,73 @@ std::vector<Finding> check_loss_split(const EndFitMeasure& m, const EndFitOption
   return {f};
 }
 
+// ---- the confident-disagreement rule (debug/checks/loss/label_tail.h) ----
+
+namespace {
+
+struct TailShares {
+  double train = std::nan(""), val = std::nan(""), z = 0;
+};
+
+// Each split's tail share and the pooled two-proportion z of train over validation (signed).
+TailShares tail_shares(const LabelTailMeasure& m) {
+  TailShares s;
+  if (m.train_tail < 0 || m.val_tail < 0 || m.train_scored <= 0 || m.val_scored <= 0) return s;
+  const double nt = static_cast<double>(m.train_scored), nv = static_cast<double>(m.val_scored);
+  s.train = static_cast<double>(m.train_tail) / nt;
+  s.val = static_cast<double>(m.val_tail) / nv;
+  const double p = static_cast<double>(m.train_tail + m.val_tail) / (nt + nv);
+  s.z = (s.train - s.val) / std::sqrt(std::max(p * (1 - p), 1e-12) * (1 / nt + 1 / nv));
+  return s;
+}
+
+}  // namespace
+
+std::vector<Evidence> label_tail_evidence(const LabelTailMeasure& m, const LabelTailOptions& o) {
+  const TailShares s = tail_shares(m);
+  if (!std::isfinite(s.train)) return {};
+  const std::string below = str_printf("%g", o.confident_below);
+  return {{"training examples given under " + below + " probability for their label", s.train, ""},
+          {"validation examples given under " + below + " probability for their label", s.val, ""},
+          {"training - validation share", s.train - s.val, "> " + str_printf("%g", o.margin) + " and"},
+          {"z (two proportions, training over validation)", s.z, ">= " + str_printf("%g", o.min_z) + " warns"}};
+}
+
+std::vector<Finding> check_label_tail(const LabelTailMeasure& m, const LabelTailOptions& o) {
+  const TailShares s = tail_shares(m);
+  if (!std::isfinite(s.train) || !(s.train - s.val > o.margin) || !(s.z >= o.min_z)) return {};
+  Finding f = make(
+      Kind::TrainLabelsDisagree, Severity::Warning,
+      str_printf("the trained model gives %.1f%% of its own training examples under %g probability for their label, "
+                 "against %.1f%% of validation: those training labels disagree with what it learned from the rest",
+                 100 * s.train, o.confident_below, 100 * s.val));
+  f.evidence = label_tail_evidence(m, o);
+  f.evidence.push_back({"training examples scored", static_cast<double>(m.train_scored), ""});
+  f.evidence.push_back({"validation examples scored", static_cast<double>(m.val_scored), ""});
+  f.cause =
+      "a share of the training labels is wrong (labels changed, shifted or noisy in the training split only), or "
+      "the training inputs are corrupted: a model fit to clean labels is confidently wrong on no more of its "
+      "training data than of data it never saw";
+  f.fix =
+      "look at the training examples the trained model gives the lowest probability for their label: relabel or "
+      "drop them, and check that the training split is built like the validation one";
+  return {f};
+}
+
+// The confident-disagreement rule joins the split rules: where none of them warned, its warning
+// takes the place of the info `fit-measured`; otherwise its numbers join that info.
+void apply_label_tail(std::vector<Finding>& fs, const LabelTailMeasure& m, const LabelTailOptions& o) {
+  const bool split_warned = std::any_of(fs.begin(), fs.end(), [](const Finding& f) {
+    return f.kind == Kind::GeneralisationGap || f.kind == Kind::TrainLabelsDisagree;
+  });
+  const auto info = std::find_if(fs.begin(), fs.end(), [](const Finding& f) { return f.kind == Kind::FitMeasured; });
+  std::vector<Finding> tail = split_warned ? std::vector<Finding>{} : check_label_tail(m, o);
+  if (!tail.empty()) {
+    if (info != fs.end()) fs.erase(info);
+    fs.insert(fs.begin(), std::move(tail.front()));
+  } else if (info != fs.end()) {
+    for (Evidence& e : label_tail_evidence(m, o)) info->evidence.push_back(std::move(e));
+  }
+}
 
 }  // namespace gradsleuth::debug

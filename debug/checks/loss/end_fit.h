@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "debug/checks/loss/label_tail.h"
 #include "debug/evidence/finding.h"
 
 namespace gradsleuth::debug {
@@ -84,6 +85,9 @@ struct EndFitOptions {
   // (Welch's z, each split's from its examples' losses), warns as the accuracy rule does: the
   // training examples (their inputs or targets) disagree with what the model learned.
   double labels_loss_margin = 0.15;
+  // The confident-disagreement rule (debug/checks/loss/label_tail.h), judged when the rules above
+  // leave the splits quiet.
+  LabelTailOptions labels_tail;
 };
 
 // What the end-of-run pass measured (NaN where it could not).
