@@ -23,7 +23,8 @@ std::string RunReport::str(bool include_info) const {
     os << p.name << ": " << (p.ran ? findings_count(p.findings) : "did not run")
        << (p.note.empty() ? "" : " (" + p.note + ")") << "\n";
   if (findings.fired_checks().empty())
-    os << "\nno check fired" << (include_info ? "" : " (the info findings: str(true))") << "\n";
+    os << "\nno check fired" << (include_info ? "" : " (info findings left out: RunReport::str(true) prints them)")
+       << "\n";
   const std::string body = findings.str(include_info);
   if (!body.empty()) os << "\n" << body;
   bool header = false;
