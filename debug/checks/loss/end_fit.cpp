@@ -211,12 +211,23 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   const double flips = static_cast<double>(m.continued_fixed + m.continued_broken);
   const double mcnemar_z =
       counted && flips > 0 ? static_cast<double>(m.continued_fixed - m.continued_broken) / std::sqrt(flips) : 0.0;
-  auto training_on_helps = [&](double gain) {
-    return std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
-           m.continued_val_loss < (1 - gain) * m.val_loss && m.val_loss - m.continued_val_loss > o.continue_min_gain &&
-           (!counted || mcnemar_z >= o.continue_min_z);
+  // The share of the run's whole improvement, from its first loss to the validation loss after training
+  // on, that was still to come at its end.
+  const double share_left = std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
+                                    std::isfinite(m.run_first_loss) && m.run_first_loss > m.continued_val_loss
+                                ? (m.val_loss - m.continued_val_loss) / (m.run_first_loss - m.continued_val_loss)
+                                : std::nan("");
+  // `curve_falls`: the epoch curve still fell at the end, so a large share left stands for the floor in
+  // loss units and the McNemar count.
+  auto training_on_helps = [&](double gain, bool curve_falls) {
+    if (!std::isfinite(m.continued_val_loss) || !std::isfinite(m.val_loss) ||
+        !(m.continued_val_loss < (1 - gain) * m.val_loss))
+      return false;
+    const bool counted_right =
+        m.val_loss - m.continued_val_loss > o.continue_min_gain && (!counted || mcnemar_z >= o.continue_min_z);
+    return counted_right || (curve_falls && share_left >= o.continue_share);
   };
-  auto continued_evidence = [&](Finding& f, double gain, const std::string& which) {
+  auto continued_evidence = [&](Finding& f, double gain, const std::string& which, bool curve_falls) {
     f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
     f.evidence.push_back({"validation loss after as many steps again (" +
                               str_printf("%lld", static_cast<long long>(o.continue_min_steps)) + " at least" + which +
@@ -230,8 +241,12 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
           {"validation examples turned wrong by training on", static_cast<double>(m.continued_broken), ""});
       f.evidence.push_back({"McNemar z of those", mcnemar_z, ">= " + str_printf("%g", o.continue_min_z) + " and"});
     }
+    if (curve_falls && std::isfinite(share_left))
+      f.evidence.push_back({"share of the run's improvement (first loss to after training on) still to come",
+                            share_left,
+                            ">= " + str_printf("%g", o.continue_share) + ": in place of the loss floor and the count"});
   };
-  if (curve_unread && training_on_helps(o.unread_gain) && std::isfinite(m.continued_val_loss)) {
+  if (curve_unread && training_on_helps(o.unread_gain, false) && std::isfinite(m.continued_val_loss)) {
     const std::string why =
         one_epoch ? "it has one epoch" : "its schedule ended at " + pct(lr_left) + " of its peak learning rate";
     Finding f = make(Kind::Undertrained, m.clipping_caps_steps ? Severity::Info : Severity::Warning,
@@ -242,7 +257,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (std::isfinite(lr_left))
       f.evidence.push_back({"last learning rate / the run's peak", lr_left,
                             "< " + str_printf("%g", o.annealed_lr) + ": the schedule annealed"});
-    continued_evidence(f, o.unread_gain, ": the curve cannot tell");
+    continued_evidence(f, o.unread_gain, ": the curve cannot tell", false);
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the step count, caps the progress"});
@@ -268,7 +283,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const bool lr_low = rate_helps && !steps_help;
     // "Undertrained" warns only when training on (or the steps probe) confirms it; unconfirmed it
     // stays info: a budget that ends before the curve flattens can be a choice.
-    const bool more_helps = steps_help || (!lr_low && training_on_helps(o.continue_gain));
+    const bool more_helps = steps_help || (!lr_low && training_on_helps(o.continue_gain, true));
     Finding f = make(
         lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
         (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
@@ -303,7 +318,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                             m.steps_probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's: the steps are too few"});
     if (!lr_low && std::isfinite(m.continued_val_loss))
-      continued_evidence(f, o.continue_gain, " when the run barely moved");
+      continued_evidence(f, o.continue_gain, " when the run barely moved", true);
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the learning rate, caps the steps"});
