@@ -656,6 +656,18 @@ TEST_CASE("L9 undertrained: a curve still falling with a large share of its impr
   CHECK(f->severity == dbg::Severity::Warning);
   CHECK(ev(*f, "share of the run's improvement (first loss to after training on) still to come") ==
         doctest::Approx((0.566 - 0.304) / (1.585 - 0.304)));
+  CHECK_FALSE(has(f->cause, "learning rate too low"));
+  // 10x the rate in the same steps reaches a loss 69% lower (the fault operator HNE's runs and HLR's at a
+  // tenth both do): the run kept 40% of its first loss, under lr_low_kept, so the verdict stays
+  // "undertrained", and its cause names the rate beside the steps.
+  dbg::EndFitMeasure probed = m;
+  probed.probe_window_loss = 0.2;
+  f = undertrained(fs = dbg::check_end_fit(probed));
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == dbg::Severity::Warning);
+  CHECK(has(f->cause, "too few optimizer steps"));
+  CHECK(has(f->cause, "a learning rate too low for the steps"));
+  CHECK_FALSE(dbg::end_fit_blames_rate(fs));
   // Without the share's say (the option at 1), the count of 8 right and 5 wrong does not confirm.
   dbg::EndFitOptions no_share;
   no_share.continue_share = 1.0;

@@ -322,11 +322,21 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the learning rate, caps the steps"});
+    // 10x the rate helped as much as the rule asks, but the run learned most of the way at its own rate:
+    // a budget of rate x steps too small, which more steps and a higher rate both fill.
+    const bool rate_also = !lr_low && !steps_help && probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
+                           m.run_window_loss - m.probe_window_loss > o.probe_min_gain;
     f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
                      : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "
                        "epoch), or a stopping rule that ended the run early";
+    if (rate_also)
+      f.cause += "; or a learning rate too low for the steps: 10x the rate reaches a loss " +
+                 pct(1 - m.probe_window_loss / m.run_window_loss) +
+                 " lower in the same steps, and a run that learned most of the way at its own rate cannot tell a "
+                 "rate too low from steps too few";
     f.fix = lr_low ? "raise the learning rate (try 3-10x; Adam's usual start is 1e-3, SGD's 0.01-0.1)"
                    : "train for more steps (more epochs, smaller batches) until the training loss levels off";
+    if (rate_also) f.fix += "; if the learning rate sits low in its optimizer's range (O8), raise it 3x first";
     out.push_back(f);
   }
   return out;
