@@ -1216,7 +1216,7 @@ TEST_CASE("two epochs of eight: L9 confirms undertrained by the share of the imp
   CHECK(lead.get("check")->str == "L9");
   CHECK(lead.get("cause")->str == "undertrained");
   corpus::RunOptions no_share;
-  no_share.diagnose.fit.continue_share = 1.0;
+  no_share.diagnose.fit.continue_share = no_share.diagnose.fit.continue_share_alone = 1.0;
   const corpus::Outcome unconfirmed = corpus::run_program(cut, 1, no_share);
   CHECK_MESSAGE(!unconfirmed.report.fired("L9"), unconfirmed.report.str());
   expect_clean(corpus::run_program(clean, 1).report);
