@@ -214,12 +214,24 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   const double flips = static_cast<double>(m.continued_fixed + m.continued_broken);
   const double mcnemar_z =
       counted && flips > 0 ? static_cast<double>(m.continued_fixed - m.continued_broken) / std::sqrt(flips) : 0.0;
-  auto training_on_helps = [&](double gain) {
-    return std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
-           m.continued_val_loss < (1 - gain) * m.val_loss && m.val_loss - m.continued_val_loss > o.continue_min_gain &&
-           (!counted || mcnemar_z >= o.continue_min_z);
+  // The share of the run's whole improvement, from its first loss to the validation loss after training
+  // on, that was still to come at its end.
+  const double share_left = std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
+                                    std::isfinite(m.run_first_loss) && m.run_first_loss > m.continued_val_loss
+                                ? (m.val_loss - m.continued_val_loss) / (m.run_first_loss - m.continued_val_loss)
+                                : std::nan("");
+  // `curve_falls`: the epoch curve still fell at the end, so a large share left stands for the floor in
+  // loss units (continue_share) and for the McNemar count too (continue_share_alone).
+  auto training_on_helps = [&](double gain, bool curve_falls) {
+    if (!std::isfinite(m.continued_val_loss) || !std::isfinite(m.val_loss) ||
+        !(m.continued_val_loss < (1 - gain) * m.val_loss))
+      return false;
+    const bool floor = m.val_loss - m.continued_val_loss > o.continue_min_gain ||
+                       (curve_falls && share_left >= o.continue_share);
+    const bool count = !counted || mcnemar_z >= o.continue_min_z || (curve_falls && share_left >= o.continue_share_alone);
+    return floor && count;
   };
-  auto continued_evidence = [&](Finding& f, double gain, const std::string& which) {
+  auto continued_evidence = [&](Finding& f, double gain, const std::string& which, bool curve_falls) {
     f.evidence.push_back({"validation loss at the end", m.val_loss, ""});
     f.evidence.push_back({"validation loss after as many steps again (" +
                               str_printf("%lld", static_cast<long long>(o.continue_min_steps)) + " at least" + which +
@@ -233,8 +245,13 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
           {"validation examples turned wrong by training on", static_cast<double>(m.continued_broken), ""});
       f.evidence.push_back({"McNemar z of those", mcnemar_z, ">= " + str_printf("%g", o.continue_min_z) + " and"});
     }
+    if (curve_falls && std::isfinite(share_left))
+      f.evidence.push_back({"share of the run's improvement (first loss to after training on) still to come",
+                            share_left,
+                            ">= " + str_printf("%g", o.continue_share) + " in place of the loss floor, >= " +
+                                str_printf("%g", o.continue_share_alone) + " of the count too"});
   };
-  if (curve_unread && training_on_helps(o.unread_gain) && std::isfinite(m.continued_val_loss)) {
+  if (curve_unread && training_on_helps(o.unread_gain, false) && std::isfinite(m.continued_val_loss)) {
     const std::string why =
         one_epoch ? "it has one epoch" : "its schedule ended at " + pct(lr_left) + " of its peak learning rate";
     Finding f = make(Kind::Undertrained, m.clipping_caps_steps ? Severity::Info : Severity::Warning,
@@ -245,7 +262,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (std::isfinite(lr_left))
       f.evidence.push_back({"last learning rate / the run's peak", lr_left,
                             "< " + str_printf("%g", o.annealed_lr) + ": the schedule annealed"});
-    continued_evidence(f, o.unread_gain, ": the curve cannot tell");
+    continued_evidence(f, o.unread_gain, ": the curve cannot tell", false);
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the step count, caps the progress"});
@@ -271,7 +288,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const bool lr_low = rate_helps && !steps_help;
     // "Undertrained" warns only when training on (or the steps probe) confirms it; unconfirmed it
     // stays info: a budget that ends before the curve flattens can be a choice.
-    const bool more_helps = steps_help || (!lr_low && training_on_helps(o.continue_gain));
+    const bool more_helps = steps_help || (!lr_low && training_on_helps(o.continue_gain, true));
     Finding f = make(
         lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
         (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
@@ -306,15 +323,25 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                             m.steps_probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's: the steps are too few"});
     if (!lr_low && std::isfinite(m.continued_val_loss))
-      continued_evidence(f, o.continue_gain, " when the run barely moved");
+      continued_evidence(f, o.continue_gain, " when the run barely moved", true);
     if (m.clipping_caps_steps)
       f.evidence.push_back({"gradient clipping active at nearly every step (O9)", 1,
                             "info: the clipping, not the learning rate, caps the steps"});
+    // 10x the rate helped as much as the rule asks, but the run learned most of the way at its own rate:
+    // a budget of rate x steps too small, which more steps and a higher rate both fill.
+    const bool rate_also = !lr_low && !steps_help && probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
+                           m.run_window_loss - m.probe_window_loss > o.probe_min_gain;
     f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
                      : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "
                        "epoch), or a stopping rule that ended the run early";
+    if (rate_also)
+      f.cause += "; or a learning rate too low for the steps: 10x the rate reaches a loss " +
+                 pct(1 - m.probe_window_loss / m.run_window_loss) +
+                 " lower in the same steps, and a run that learned most of the way at its own rate cannot tell a "
+                 "rate too low from steps too few";
     f.fix = lr_low ? "raise the learning rate (try 3-10x; Adam's usual start is 1e-3, SGD's 0.01-0.1)"
                    : "train for more steps (more epochs, smaller batches) until the training loss levels off";
+    if (rate_also) f.fix += "; if the learning rate sits low in its optimizer's range (O8), raise it 3x first";
     out.push_back(f);
   }
   return out;

@@ -54,6 +54,12 @@ struct EndFitOptions {
   // classification, more validation examples turned right than wrong with a McNemar z of at least
   // continue_min_z, says "undertrained" (a warning); without that confirmation it is info.
   double continue_gain = 0.2, continue_min_gain = 0.05, continue_min_z = 2.0;
+  // Where the epoch curve still falls at the end, the share of the run's whole improvement still to come,
+  // (validation loss at the end - after training on) / (the run's first loss - after training on), read on
+  // the run's own loss range, stands in for the floor in loss units from continue_share on (a regression's
+  // MSE sits far under 0.05), and for the McNemar count too from continue_share_alone on (an accuracy near
+  // its ceiling moves by a handful of examples while the loss still falls by a third).
+  double continue_share = 0.06, continue_share_alone = 0.18;
   // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
   // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
   // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
