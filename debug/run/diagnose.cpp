@@ -395,8 +395,7 @@ void Session::lr_probe(RunReport& r) {
 // data (O6's verdict: checks/optim/learning_rate.cpp).
 void Session::dead_units_lr_probe(RunReport& r) {
   const auto& fs = r.findings.findings();
-  const auto died = std::find_if(fs.begin(), fs.end(),
-                                 [](const Finding& f) { return f.fires() && f.is("M7", Kind::DiedInTraining); });
+  const auto died = std::find_if(fs.begin(), fs.end(), [](const Finding& f) { return died_in_training(f); });
   if (died == fs.end() || !data_.train || initial_lrs_.empty() || model_device(model_) != kCPU)
     return;
   DeadUnitsProbe p;

@@ -204,6 +204,8 @@ std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loa
   return t.findings();
 }
 
+bool died_in_training(const Finding& f) { return f.fires() && f.is("M7", Kind::DiedInTraining); }
+
 std::vector<DeadLayerStats> dead_relu_stats(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches,
                                             ActivationOptions o) {
   DeadReluTracker t(o);

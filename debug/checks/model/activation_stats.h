@@ -86,6 +86,8 @@ class DeadReluTracker {
 // never active.
 std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches = -1,
                                     ActivationOptions o = {});
+// An M7 warning about units that died during training (not at initialisation).
+bool died_in_training(const Finding& f);
 // The same pass's figures for every ReLU layer (flagged or not): pass_dead is each layer's dead
 // fraction over the pass.
 std::vector<DeadLayerStats> dead_relu_stats(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches = -1,
