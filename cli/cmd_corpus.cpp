@@ -28,7 +28,8 @@ int cmd_corpus(const std::vector<std::string>& args) {
   a.option("family", "F", "run the programs of this family only");
   a.option("seed", "S", "the training seed (initialisation, shuffling, dropout)", "1");
   a.option("json", "FILE", "also write the results as JSON to FILE");
-  a.flag("verbose", "print each program's report (info findings included)");
+  a.flag("verbose", "print each program's report (info findings included); with --json, each program's report is "
+         "in the file too");
   a.flag("null",
          "the null distribution of the checks' evidence: run the programs over --seeds and print, per check and "
          "evidence, the values seen in every finding (info ones included): min, median, max, the rule's threshold "
@@ -96,7 +97,7 @@ int cmd_corpus(const std::vector<std::string>& args) {
     json += std::string(i ? "," : "") + "{\"name\":" + json_str(p.name) + ",\"family\":" + json_str(p.family) +
             ",\"metric\":" + json_num(o.metric) + ",\"expected_metric\":" + json_num(p.expected_metric) +
             ",\"fired\":" + json_list(fired) + ",\"seconds\":" + json_num(o.seconds) +
-            ",\"error\":" + json_str(o.error) + "}";
+            ",\"error\":" + json_str(o.error) + (a.has("verbose") ? ",\"report\":" + o.report.json() : "") + "}";
   }
   json += "],\"false_alarms\":" + std::to_string(alarms) + ",\"below_expected\":" + std::to_string(short_of) + "}";
   std::cout << str_printf("%zu programs: %d with a warning or error, %d below their expected metric\n", selected.size(),

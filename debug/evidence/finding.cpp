@@ -1,6 +1,7 @@
 // Findings and reports (see finding.h).
 #include "debug/evidence/finding.h"
 
+#include "core/error.h"
 #include "core/format.h"
 #include "debug/evidence/catalogue.h"
 
@@ -113,6 +114,13 @@ void Report::add(Finding f) {
   }
   findings_.push_back(std::move(f));
   keys_.push_back(std::move(k));
+}
+
+void Report::replace(size_t i, Finding f) {
+  GS_CHECK(i < findings_.size(), "debug::Report::replace", "finding ", i, " of ", findings_.size());
+  diagnosis_.reset();
+  keys_[i] = f.key();
+  findings_[i] = std::move(f);
 }
 
 void Report::add(const std::vector<Finding>& fs) {

@@ -103,6 +103,9 @@ class Report {
  public:
   void add(Finding f);
   void add(const std::vector<Finding>& fs);
+  // Puts f in the place of findings()[i] (a live finding the end of the run judged again), keeping its
+  // place in time.
+  void replace(size_t i, Finding f);
   void merge(const Report& other) {
     add(other.findings_);
     ran_.insert(other.ran_.begin(), other.ran_.end());
@@ -164,7 +167,7 @@ class Report {
 
  private:
   std::vector<Finding> findings_;
-  std::vector<std::string> keys_;  // findings_[i].key(), kept beside it (findings_ only grows through add)
+  std::vector<std::string> keys_;  // findings_[i].key(), kept beside it (findings_ grows only through add)
   std::set<std::string> ran_;
   mutable std::shared_ptr<const CauseAnalysis> diagnosis_;  // diagnosis(), once made
 };

@@ -474,6 +474,9 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
     // own findings are those past the training's.
     const auto& all = monitor_->report().findings();
     for (size_t i = before; i < all.size(); ++i) end.findings.add(all[i]);
+    // The end of the run may have judged a live finding again (W3's bump): the training phase shows
+    // the verdict.
+    for (size_t i = 0; i < before && i < training.findings.size(); ++i) training.findings.replace(i, all[i]);
   } else {
     end.note = "switched off (DiagnoseOptions::end_of_run)";
     monitor_->detach();

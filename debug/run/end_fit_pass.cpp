@@ -234,6 +234,7 @@ void Session::check_fit_at_end(RunReport& r) {
     const auto& sl = r.history.step_losses;
     const size_t tenth = std::max<size_t>(1, sl.size() / 10);
     if (!sl.empty()) {
+      m.run_initial_loss = sl.front();
       m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(tenth), 0.0) /
                          static_cast<double>(tenth);
       m.run_window_loss =

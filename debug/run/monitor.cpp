@@ -254,9 +254,47 @@ void Monitor::on_post_step() {
   for (RunCheck* c : listening(RunEvent::AfterStep)) c->after_step(ctx_, sampled);
 }
 
+// W3 warns live, on the epoch where the validation loss has risen twice. Where the run went on and the
+// validation loss came back to within val_rise_w3 of its best (and the accuracy to within
+// val_accuracy_drop of its best) by the last epoch, the rise was a bump of a noisy validation curve,
+// not the trend early stopping is for: the end of the run keeps it as info. A rise that lasts to the
+// end (overfitting, a rate too high for the stage) keeps its warning.
+void Monitor::judge_validation_rise_at_end() {
+  const auto& v = history_.epoch_val_loss;
+  if (v.size() < 4 || !std::isfinite(v.back())) return;
+  const auto& all = report_.findings();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Finding& w = all[i];
+    if (w.check != "W3" || w.kind != Kind::ValidationRose) continue;
+    const LossCheckOptions& lo = ctx_.options.loss;
+    double best = v.back();
+    for (double x : v)
+      if (std::isfinite(x)) best = std::min(best, x);
+    const double end_rise = v.back() / best;
+    const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
+    const bool confirmable = std::isfinite(drop);
+    const double bar = 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);
+    if (end_rise > bar || (confirmable && drop > lo.val_accuracy_drop)) return;
+    Finding f = w;
+    f.severity = Severity::Info;
+    f.kind = Kind::None;
+    f.title = "the validation loss rose two epochs in a row, then came back: at the last epoch it is " +
+              fmt_num(end_rise) + "x its best, a bump of a noisy validation curve, not a trend";
+    f.evidence.push_back({"last epoch's validation loss / the run's best", end_rise,
+                          "> " + fmt_num(bar) + " at the end keeps the warning"});
+    if (confirmable)
+      f.evidence.push_back({"validation accuracy at the last epoch: best - last", drop,
+                            "> " + fmt_num(lo.val_accuracy_drop) + " at the end keeps the warning"});
+    f.fix = "none needed; early stopping on the validation metric keeps the best epoch";
+    report_.replace(i, std::move(f));
+    return;
+  }
+}
+
 void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (finished_) return;
   finished_ = true;
+  judge_validation_rise_at_end();
   for (RunCheck* c : listening(RunEvent::Finish)) c->finish(ctx_);
   detach();
   for (RunCheck* c : listening(RunEvent::AfterRun)) c->after_run(ctx_, sample_x, sample_y);

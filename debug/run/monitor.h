@@ -96,6 +96,8 @@ class Monitor {
   void pause(bool on);
   void add(Finding f);
   void dispatch_pre_step(bool sample);
+  // W3 at the end of the run: a rise that did not last is a bump, not a trend.
+  void judge_validation_rise_at_end();
 
   RunContext ctx_;
   Report report_;

@@ -220,15 +220,22 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                                     std::isfinite(m.run_first_loss) && m.run_first_loss > m.continued_val_loss
                                 ? (m.val_loss - m.continued_val_loss) / (m.run_first_loss - m.continued_val_loss)
                                 : std::nan("");
+  // ... and of the improvement from the run's first step (its initial weights).
+  const double share_from_start =
+      std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) && std::isfinite(m.run_initial_loss) &&
+              m.run_initial_loss > m.continued_val_loss
+          ? (m.val_loss - m.continued_val_loss) / (m.run_initial_loss - m.continued_val_loss)
+          : std::nan("");
   // `curve_falls`: the epoch curve still fell at the end, so a large share left stands for the floor in
-  // loss units (continue_share) and for the McNemar count too (continue_share_alone).
+  // loss units (continue_share) and, measured from the first step, for the McNemar count too
+  // (continue_share_alone).
   auto training_on_helps = [&](double gain, bool curve_falls) {
     if (!std::isfinite(m.continued_val_loss) || !std::isfinite(m.val_loss) ||
         !(m.continued_val_loss < (1 - gain) * m.val_loss))
       return false;
     const bool floor = m.val_loss - m.continued_val_loss > o.continue_min_gain ||
                        (curve_falls && share_left >= o.continue_share);
-    const bool count = !counted || mcnemar_z >= o.continue_min_z || (curve_falls && share_left >= o.continue_share_alone);
+    const bool count = !counted || mcnemar_z >= o.continue_min_z || (curve_falls && share_from_start >= o.continue_share_alone);
     return floor && count;
   };
   auto continued_evidence = [&](Finding& f, double gain, const std::string& which, bool curve_falls) {
@@ -247,9 +254,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     }
     if (curve_falls && std::isfinite(share_left))
       f.evidence.push_back({"share of the run's improvement (first loss to after training on) still to come",
-                            share_left,
-                            ">= " + str_printf("%g", o.continue_share) + " in place of the loss floor, >= " +
-                                str_printf("%g", o.continue_share_alone) + " of the count too"});
+                            share_left, ">= " + str_printf("%g", o.continue_share) + " in place of the loss floor"});
+    if (curve_falls && std::isfinite(share_from_start))
+      f.evidence.push_back({"share of the improvement from the first step's loss still to come", share_from_start,
+                            ">= " + str_printf("%g", o.continue_share_alone) + " in place of the count too"});
   };
   if (curve_unread && training_on_helps(o.unread_gain, false) && std::isfinite(m.continued_val_loss)) {
     const std::string why =

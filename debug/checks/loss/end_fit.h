@@ -57,8 +57,11 @@ struct EndFitOptions {
   // Where the epoch curve still falls at the end, the share of the run's whole improvement still to come,
   // (validation loss at the end - after training on) / (the run's first loss - after training on), read on
   // the run's own loss range, stands in for the floor in loss units from continue_share on (a regression's
-  // MSE sits far under 0.05), and for the McNemar count too from continue_share_alone on (an accuracy near
-  // its ceiling moves by a handful of examples while the loss still falls by a third).
+  // MSE sits far under 0.05). The same share measured from the loss at the run's first step stands in
+  // for the McNemar count too from continue_share_alone on (an accuracy near its ceiling moves by a
+  // handful of examples while the loss still falls by a third). That one starts at the first step, not
+  // the first tenth: a rate high enough to learn most of the way within the first tenth of the steps
+  // (a loss scaled up under SGD) shrinks the run's own range and inflates the share taken on it.
   double continue_share = 0.06, continue_share_alone = 0.18;
   // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
   // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
@@ -107,6 +110,7 @@ struct EndFitMeasure {
   double run_window_loss = std::numeric_limits<double>::quiet_NaN();
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
+  double run_initial_loss = std::numeric_limits<double>::quiet_NaN();    // its first step (the initial weights)
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
   // The steps probe's final loss (mean of its last tenth; NaN: not run).
   double steps_probe_window_loss = std::numeric_limits<double>::quiet_NaN();
