@@ -100,12 +100,14 @@ TEST_CASE("W3 at the end of the run: a rise that came back is a bump (info), one
   CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45, 0.38, 0.36}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.80, 0.85, 0.86},
                   &title) == 0);
   CHECK(title.find("came back") != std::string::npos);
-  // Still 1.12x its best at the end: the warning stays.
-  CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45, 0.42, 0.405}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.80, 0.85, 0.86},
+  // Still 1.12x its best and the accuracy still 0.06 under its best: the warning stays.
+  CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45, 0.42, 0.405}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.78, 0.79, 0.80},
                   nullptr) == 1);
-  // Back in loss, but the accuracy still 0.06 under its best: the warning stays.
-  CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45, 0.38, 0.37}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.78, 0.79, 0.80},
-                  nullptr) == 1);
+  // The loss stayed 1.19x up but the accuracy came back to 0.0125 under its best (flip-augmentation at a
+  // higher rate on another seed): info, as W3's live rule says of a rise the accuracy does not follow.
+  CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45, 0.43, 0.43}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.80, 0.84, 0.8475},
+                  &title) == 0);
+  CHECK(title.find("more confident") != std::string::npos);
   // The rise lasting to the last epoch (overfitting): the warning stays.
   CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.80}, nullptr) == 1);
 }

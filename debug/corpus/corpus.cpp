@@ -271,8 +271,8 @@ std::vector<Program> make_programs() {
     p.data.classes = 3;
     p.data.features = 8;
     p.optim.lr = 3e-3;
-    p.loop.epochs = 12;
-    p.expected_metric = 0.79;  // 3 training runs reach 0.828 at least
+    p.loop.epochs = 16;
+    p.expected_metric = 0.79;  // 10 training runs reach 0.909 at least
     add(p);
   }
   {
@@ -285,8 +285,8 @@ std::vector<Program> make_programs() {
     p.optim.kind = "momentum";
     p.optim.lr = 0.02;
     p.optim.weight_decay = 1e-4;
-    p.loop.epochs = 12;
-    p.expected_metric = 0.88;  // 3 training runs reach 0.914 at least
+    p.loop.epochs = 16;
+    p.expected_metric = 0.88;  // 10 training runs reach 0.910 at least
     add(p);
   }
   {
@@ -483,9 +483,13 @@ std::vector<Program> make_programs() {
     p.data.augment = "flip";
     p.model.arch = "cnn";
     p.model.hidden = {8, 16};
-    p.loop.epochs = 12;
-    p.optim.lr = 2e-3;
-    p.expected_metric = 0.76;  // 3 training runs reach 0.794 at least
+    // Cosine decay over the run, as torchvision's reference recipes train their CNNs: at a constant rate
+    // the small CNN's validation curve on flipped images still swings by 20% between epochs where it
+    // ends, and 12 to 16 epochs left a third of its validation loss to training on, on some seeds.
+    p.loop.epochs = 30;
+    p.optim.lr = 3e-3;
+    p.schedule.kind = "cosine";
+    p.expected_metric = 0.76;  // 10 training runs reach 0.867 at least
     add(p);
   }
   {

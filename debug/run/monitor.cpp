@@ -254,11 +254,13 @@ void Monitor::on_post_step() {
   for (RunCheck* c : listening(RunEvent::AfterStep)) c->after_step(ctx_, sampled);
 }
 
-// W3 warns live, on the epoch where the validation loss has risen twice. Where the run went on and the
-// validation loss came back to within val_rise_w3 of its best (and the accuracy to within
-// val_accuracy_drop of its best) by the last epoch, the rise was a bump of a noisy validation curve,
-// not the trend early stopping is for: the end of the run keeps it as info. A rise that lasts to the
-// end (overfitting, a rate too high for the stage) keeps its warning.
+// W3 warns live, on the epoch where the validation loss has risen twice. The end of the run reads its
+// rule again on the last epoch: the validation loss above (1 + val_rise_w3) x the run's best with the
+// accuracy more than val_accuracy_drop under its best. Where the run went on and either came back (a
+// bump of a noisy validation curve), or only the loss stayed up while the accuracy recovered (a model
+// more confident on the examples it gets wrong), the rise is not the lasting loss of quality early
+// stopping is for, and the end of the run keeps it as info. A rise that lasts to the end keeps its
+// warning.
 void Monitor::judge_validation_rise_at_end() {
   const auto& v = history_.epoch_val_loss;
   if (v.size() < 4 || !std::isfinite(v.back())) return;
@@ -274,14 +276,20 @@ void Monitor::judge_validation_rise_at_end() {
     const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
     const bool confirmable = std::isfinite(drop);
     const double bar = 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);
-    if (end_rise > bar || (confirmable && drop > lo.val_accuracy_drop)) return;
+    const bool loss_up = end_rise > bar, accuracy_down = !confirmable || drop > lo.val_accuracy_drop;
+    if (loss_up && accuracy_down) return;
     Finding f = w;
     f.severity = Severity::Info;
     f.kind = Kind::None;
-    f.title = "the validation loss rose two epochs in a row, then came back: at the last epoch it is " +
-              fmt_num(end_rise) + "x its best, a bump of a noisy validation curve, not a trend";
+    f.title = !loss_up ? "the validation loss rose two epochs in a row, then came back: at the last epoch it is " +
+                             fmt_num(end_rise) + "x its best, a bump of a noisy validation curve, not a trend"
+                       : "the validation loss rose two epochs in a row and stayed up, but by the last epoch the "
+                         "validation accuracy is back within " +
+                             fmt_num(lo.val_accuracy_drop) +
+                             " of its best: the model grows more confident on the examples it gets wrong, not "
+                             "worse at the task";
     f.evidence.push_back({"last epoch's validation loss / the run's best", end_rise,
-                          "> " + fmt_num(bar) + " at the end keeps the warning"});
+                          "> " + fmt_num(bar) + " at the end, and"});
     if (confirmable)
       f.evidence.push_back({"validation accuracy at the last epoch: best - last", drop,
                             "> " + fmt_num(lo.val_accuracy_drop) + " at the end keeps the warning"});
