@@ -112,6 +112,35 @@ TEST_CASE("W3 at the end of the run: a rise that came back is a bump (info), one
   CHECK(w3_at_end({0.9, 0.5, 0.4, 0.36, 0.40, 0.45}, {0.6, 0.8, 0.84, 0.86, 0.83, 0.80}, nullptr) == 1);
 }
 
+TEST_CASE("L1 and O6: a training loss that doubles while the validation split holds is not a divergence") {
+  // mixup on one seed: the smoothed training loss (mixed batches, soft targets) rose to 2x its best at
+  // the end while the validation loss and accuracy held. The same history with a validation split that
+  // got worse keeps both warnings.
+  auto fired = [](const std::vector<double>& val, const std::vector<double>& acc) {
+    Setup s;
+    dbg::Monitor m(*s.model, *s.opt, &s.loss, {});
+    for (int t = 0; t < 400; ++t) {
+      const double x = t < 340 ? 0.2 + 1.15 * std::exp(-t / 40.0) : 0.2 + 0.3 * (t - 340) / 20.0;
+      m.record_step(std::min(x, 0.5));
+    }
+    for (size_t e = 0; e < val.size(); ++e) m.record_epoch(1.0, val[e], acc[e]);
+    m.finish();
+    return std::make_pair(m.report().fired("L1"), m.report().fired("O6"));
+  };
+  const std::vector<double> acc_held = {0.6, 0.8, 0.88, 0.9, 0.91, 0.92, 0.92, 0.93, 0.92, 0.93};
+  const auto held = fired({1.0, 0.6, 0.4, 0.3, 0.26, 0.25, 0.24, 0.245, 0.25, 0.245}, acc_held);
+  CHECK_FALSE(held.first);
+  CHECK_FALSE(held.second);
+  const auto worse = fired({1.0, 0.6, 0.4, 0.3, 0.26, 0.25, 0.24, 0.3, 0.36, 0.42},
+                           {0.6, 0.8, 0.88, 0.9, 0.91, 0.92, 0.92, 0.88, 0.85, 0.82});
+  CHECK(worse.first);
+  CHECK(worse.second);
+  CHECK(dbg::validation_held({1.0, 0.5, 0.52}, {0.5, 0.8, 0.79}, {}));
+  CHECK_FALSE(dbg::validation_held({1.0, 0.5, 0.56}, {0.5, 0.8, 0.79}, {}));  // 1.12x its best
+  CHECK_FALSE(dbg::validation_held({1.0, 0.5, 0.52}, {0.5, 0.8, 0.74}, {}));  // 0.06 under its best
+  CHECK_FALSE(dbg::validation_held({1.0, 0.5}, {0.5, 0.8}, {}));              // too few epochs
+}
+
 TEST_CASE("W3 hears O5 (zero_grad forgotten), M2 (evaluation in training mode) and M17 during normal use") {
   {
     Setup s;

@@ -52,6 +52,17 @@ double validation_accuracy_drop(const std::vector<double>& a) {
   return best - a.back();
 }
 
+bool validation_held(const std::vector<double>& val_loss, const std::vector<double>& val_accuracy,
+                     const LossCheckOptions& o) {
+  if (val_loss.size() < 3 ||
+      !std::all_of(val_loss.begin(), val_loss.end(), [](double x) { return std::isfinite(x) && x > 0; }))
+    return false;
+  const double best = *std::min_element(val_loss.begin(), val_loss.end());
+  if (val_loss.back() > (1.0 + o.val_rise) * best) return false;
+  const double drop = validation_accuracy_drop(val_accuracy);
+  return !std::isfinite(drop) || drop <= o.val_accuracy_drop;
+}
+
 // ---- L1 loss history ------------------------------------------------------------------
 
 LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCheckOptions& opts) {
@@ -467,6 +478,19 @@ Finding loss_history_summary(const std::vector<double>& losses, const LossCheckO
 // The accuracy probe of a validation loss that rises (L1) or sits far above the training loss
 // (L7): where the validation accuracy is known and did not fall from its best by more than
 // val_accuracy_drop, the model got more confident on its mistakes, not worse at the task: info.
+// L1's divergence where the validation split held to the end: info.
+void confirm_divergence_by_validation(Finding& f, const std::vector<double>& val_loss,
+                                      const std::vector<double>& val_accuracy, const LossCheckOptions& o) {
+  if (!f.fires() || !f.is("L1", Kind::LossDiverging) || !validation_held(val_loss, val_accuracy, o)) return;
+  const double best = *std::min_element(val_loss.begin(), val_loss.end());
+  f.evidence.push_back({"last epoch's validation loss / the run's best", val_loss.back() / best,
+                        "> " + fmt_num(1.0 + o.val_rise) + " (or the validation accuracy down) confirms"});
+  f.severity = Severity::Info;
+  f.title += " (the validation loss and accuracy held to the end: the training objective changes with the "
+             "batch, as mixup's soft targets or augmentation make it, not the model diverging)";
+  f.fix = "none needed; watch the validation curve, which the model's quality follows";
+}
+
 void confirm_by_accuracy(Finding& f, const std::vector<double>& val_accuracy, const LossCheckOptions& o) {
   if (!f.fires() || !(f.is("L1", Kind::TrainDownValUp) || f.is("L7", Kind::Overfitting))) return;
   const double drop = validation_accuracy_drop(val_accuracy);
@@ -507,7 +531,10 @@ class LossHistoryRunCheck final : public RunCheck {
       std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7
       fs.insert(fs.end(), fit.begin(), fit.end());
     }
-    for (Finding& f : fs) confirm_by_accuracy(f, h.epoch_val_accuracy, o_);
+    for (Finding& f : fs) {
+      confirm_by_accuracy(f, h.epoch_val_accuracy, o_);
+      confirm_divergence_by_validation(f, h.epoch_val_loss, h.epoch_val_accuracy, o_);
+    }
     c.add_all(fs);
     c.add_all(check_validation_accuracy(accuracy_, h.epoch_val_accuracy, o_));  // L7
     if (!h.epoch_val_accuracy.empty()) c.note_ran("L7");

@@ -166,6 +166,12 @@ struct LossCheckOptions {
 
 // The best validation accuracy of the run minus the latest (NaN when the latest is unknown).
 double validation_accuracy_drop(const std::vector<double>& val_accuracy);
+// The model held on held-out data to the end of the run: 3 epochs of validation losses at least, the
+// last within (1 + val_rise) x the best, and (where the validation accuracy is known) the last
+// accuracy within val_accuracy_drop of the best. A training loss that rises while this holds is the
+// objective changing with the batch (mixup's soft targets, augmentation), not the model diverging.
+bool validation_held(const std::vector<double>& val_loss, const std::vector<double>& val_accuracy,
+                     const LossCheckOptions& o);
 
 // The statistics behind L1 (and O6's learning-rate diagnosis), on the finite
 // part of a per-step loss history (the steps before the first NaN/Inf).

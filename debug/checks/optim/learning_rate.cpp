@@ -473,7 +473,20 @@ class LearningRateRunCheck final : public RunCheck {
   }
   void detach(RunContext&) override { ratios_.detach(); }
   void finish(RunContext& c) override {
-    const std::vector<Finding> by_loss = diagnose_learning_rate(c.history->step_losses, o_);  // the loss history
+    std::vector<Finding> by_loss = diagnose_learning_rate(c.history->step_losses, o_);  // the loss history
+    // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end
+    // is not a rate too high for the model: the training objective changes with the batch (mixup).
+    const LossHistoryStats st = analyse_loss_history(c.history->step_losses, o_.loss);
+    const bool only_diverged =
+        st.diverging && !st.spiking && !st.oscillating && st.first_nan_step < 0 && st.first_inf_step < 0;
+    if (only_diverged && validation_held(c.history->epoch_val_loss, c.history->epoch_val_accuracy, o_.loss))
+      for (Finding& f : by_loss)
+        if (f.fires() && f.kind == Kind::LrTooHigh) {
+          f.severity = Severity::Info;
+          f.title += ", but the validation loss and accuracy held to the end: the training objective changes "
+                     "with the batch (mixup, augmentation), not a rate too high";
+          f.fix = "none needed";
+        }
     c.add_all(by_loss);
     std::vector<Finding> schedule = diagnose_lr_schedule(c.history->learning_rates, o_);  // the schedule
     const bool misbehaved = std::any_of(by_loss.begin(), by_loss.end(), [](const Finding& f) {
