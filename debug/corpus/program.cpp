@@ -221,14 +221,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimSpec& o, std::vector
 // pairs, a few epochs with Adam; nothing is checked (it stands for weights downloaded).
 void pretrain(Built& b, const Program& p, const Tensor& x, const Tensor& y, uint64_t seed) {
   const int64_t last = p.model.arch == "cnn" ? p.model.fc : p.model.hidden.back();
-  auto tmp_head = std::make_shared<nn::Linear>(last, 2);
+  const int64_t groups = std::max<int64_t>(p.model.pretrain_groups, 2);
+  auto tmp_head = std::make_shared<nn::Linear>(last, groups);
   std::vector<nn::ModulePtr> layers = b.body;
   layers.push_back(tmp_head);
   nn::Sequential net(layers);
   optim::Adam opt(net.parameters(), optim::AdamOptions(2e-3));
   Tensor yc = y.contiguous();
   std::vector<int64_t> f(static_cast<size_t>(yc.size(0)));
-  for (size_t i = 0; i < f.size(); ++i) f[i] = yc.data_ptr<int64_t>()[i] % 2;
+  for (size_t i = 0; i < f.size(); ++i) f[i] = yc.data_ptr<int64_t>()[i] % groups;
   Tensor folded = tensor(f, {yc.size(0)});
   auto ds = std::make_shared<nn::TensorDataset>(x, folded);
   nn::DataLoader loader(ds, nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(seed + 101));

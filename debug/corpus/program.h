@@ -76,9 +76,11 @@ struct ModelSpec {
   // "default" (the layers' own: PyTorch's), "kaiming", "xavier"; faults: "zeros", "normal1"
   // (std 1), "tiny" (std 1e-4), "constant"
   std::string init = "default";
-  // Fine-tuning: the body is first trained on a related task (the classes folded in pairs), then
-  // frozen (requires_grad off) or trained at body_lr_mult x the head's lr; a new head follows.
+  // Fine-tuning: the body is first trained on a related task (the classes folded into
+  // pretrain_groups groups, class c into c mod pretrain_groups), then frozen (requires_grad off) or
+  // trained at body_lr_mult x the head's lr; a new head follows.
   bool pretrained = false;
+  int64_t pretrain_groups = 2;
   bool freeze_body = false;
   bool frozen_bn_eval = false;  // the frozen body's BatchNorm kept in eval mode while training
   // ---- faults a model operator writes ----
