@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -76,6 +77,12 @@ std::string Finding::json() const {
   os << "],\"cause\":" << json_str(cause) << ",\"fix\":" << json_str(fix) << ",\"step\":" << step
      << ",\"count\":" << count << ",\"end_of_run\":" << (end_of_run ? "true" : "false") << "}";
   return os.str();
+}
+
+double Finding::value_of(const std::string& name) const {
+  for (const Evidence& e : evidence)
+    if (e.name == name) return e.value;
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 bool Finding::reports_nonfinite() const {

@@ -67,6 +67,8 @@ struct Finding {
 
   bool fires() const { return severity != Severity::Info; }
   bool is(const char* id, Kind k) const { return check == id && kind == k; }
+  // The value of the evidence named `name`; NaN when it holds none.
+  double value_of(const std::string& name) const;
   // nonfinite, or a number in its evidence that is NaN/Inf.
   bool reports_nonfinite() const;
   // "module 3 (Linear), parameter 3.weight, op matmul, shape [64, 10]"; "" when nowhere.

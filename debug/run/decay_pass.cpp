@@ -219,9 +219,7 @@ void Session::check_decay_at_end(RunReport& r) {
     for (Finding& f : check_weight_decay(m, oo)) found.add(std::move(f));
   });
   found.note_ran("O3");
-  r.findings.merge(found);
-  for (PhaseReport& p : r.phases)
-    if (p.name == "end of run") p.findings.merge(found);
+  r.add_at_end(found);
 }
 
 }  // namespace gradsleuth::debug

@@ -336,15 +336,12 @@ void Session::check_class_errors_at_end() {
   });
 }
 
-// The rates of an lr / 10 probe: each group at a tenth of its initial rate relative to the first's,
-// times the run's recorded schedule (`schedule`: the first group's rate at each step), so a warm-up or
-// an annealed schedule replays as the run had it; without a record, a tenth of each initial rate.
-std::vector<double> Session::tenth_of_run_lrs(const RunReport& r, std::vector<double>& schedule) const {
+std::vector<double> Session::replayed_rates(const RunReport& r, double scale, std::vector<double>& schedule) const {
   schedule = r.history.learning_rates;
   const bool replay = !schedule.empty() && !initial_lrs_.empty() && initial_lrs_[0] > 0;
   if (!replay) schedule.clear();
   std::vector<double> lrs;
-  for (double lr : initial_lrs_) lrs.push_back((replay ? lr / initial_lrs_[0] : lr) / 10.0);
+  for (double lr : initial_lrs_) lrs.push_back((replay ? lr / initial_lrs_[0] : lr) * scale);
   return lrs;
 }
 
@@ -372,7 +369,7 @@ void Session::lr_probe(RunReport& r) {
   say("learning-rate probe");
   const int64_t steps = std::min<int64_t>(o_.lr_probe_steps, r.steps);
   std::vector<double> schedule;
-  const std::vector<double> tenth = tenth_of_run_lrs(r, schedule);
+  const std::vector<double> tenth = replayed_rates(r, 0.1, schedule);
   std::string failed;
   const std::vector<double> losses = rerun_from_start(tenth, steps, failed, true, nullptr, schedule);
 
@@ -383,10 +380,10 @@ void Session::lr_probe(RunReport& r) {
   const Finding f = judge_lr_probe(first, losses, peak_lr(r), failed, o_.monitor.optim);
   rule_out_lr_too_high(r.findings, f);
   for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
-  r.findings.add(f);
-  if (!failed.empty()) return;
-  for (PhaseReport& p : r.phases)
-    if (p.name == "end of run") p.findings.add(f);
+  if (failed.empty())
+    r.add_at_end(f);
+  else
+    r.findings.add(f);  // a probe that failed is told in the whole report only
 }
 
 // ReLU units that died during training (M7) with no finding that suspects the learning rate: the
@@ -400,18 +397,18 @@ void Session::dead_units_lr_probe(RunReport& r) {
     return;
   DeadUnitsProbe p;
   p.module = died->module;
-  p.run_dead = died->evidence.empty() ? kNaN : died->evidence.front().value;
+  p.run_dead = died->value_of("dead fraction over the pass");
+  if (!std::isfinite(p.run_dead)) p.run_dead = died->value_of("dead fraction over the batch");
   p.dead_threshold = o_.monitor.activations.dead_fraction;
   p.lr = peak_lr(r);
-  int64_t died_at = r.steps;
-  for (const Evidence& e : died->evidence)
-    if (e.name == "first step at the threshold" && e.value >= 0) died_at = static_cast<int64_t>(e.value);
+  const double first_dead = died->value_of("first step at the threshold");
+  const int64_t died_at = first_dead >= 0 ? static_cast<int64_t>(first_dead) : r.steps;
   const int64_t steps = std::min<int64_t>({r.steps, static_cast<int64_t>(r.history.step_losses.size()),
                                            std::max<int64_t>(o_.lr_probe_steps, 2 * died_at + 1)});
   if (steps < 2) return;
   say("learning-rate probe (dead units)");
   std::vector<double> schedule;
-  const std::vector<double> lrs = tenth_of_run_lrs(r, schedule);
+  const std::vector<double> lrs = replayed_rates(r, 0.1, schedule);
   p.probe_losses = rerun_from_start(
       lrs, steps, p.failed, true,
       [&] {
@@ -422,9 +419,7 @@ void Session::dead_units_lr_probe(RunReport& r) {
       schedule);
   p.run_losses.assign(r.history.step_losses.begin(), r.history.step_losses.begin() + steps);
   const Finding f = judge_dead_units_lr_probe(p);
-  r.findings.add(f);
-  for (PhaseReport& ph : r.phases)
-    if (ph.name == "end of run") ph.findings.add(f);
+  r.add_at_end(f);
 }
 
 RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {

@@ -158,6 +158,10 @@ struct RunReport {
 
   bool fired(const std::string& check) const { return findings.fired(check); }
   std::vector<std::string> fired_checks() const { return findings.fired_checks(); }
+  // A finding (or a pass's findings, with the checks it ran) of the end of the run: into the
+  // whole report and the "end of run" phase.
+  void add_at_end(const Finding& f);
+  void add_at_end(const Report& found);
   // The phases and their counts, the findings (info ones only when asked), then the checks
   // that did not run and what they need.
   std::string str(bool include_info = false) const;
@@ -222,7 +226,11 @@ class Session {
   void say(const std::string& s) const;
   void lr_probe(RunReport& r);
   void dead_units_lr_probe(RunReport& r);  // O6's probe of units that died (M7)
-  std::vector<double> tenth_of_run_lrs(const RunReport& r, std::vector<double>& schedule) const;
+  // The groups' rates of a probe that replays the run's recorded schedule: each group at its initial
+  // rate relative to the first's, times `scale`, and `schedule` set to the first group's rate at each
+  // step of the run; without a record (or a first rate of 0), each initial rate times `scale` and no
+  // schedule.
+  std::vector<double> replayed_rates(const RunReport& r, double scale, std::vector<double>& schedule) const;
   double peak_lr(const RunReport& r) const;
   // The same training again from the initial weights (from_start) or on from the trained ones, with
   // the groups' learning rates `lrs`, for `steps` steps on the train loader; at_end (when given) sees

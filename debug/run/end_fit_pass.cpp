@@ -243,7 +243,7 @@ void Session::check_fit_at_end(RunReport& r) {
     const std::vector<double>& run_lrs = r.history.learning_rates;
     if (!run_lrs.empty()) {
       m.final_lr = run_lrs.back();
-      m.peak_lr = *std::max_element(run_lrs.begin(), run_lrs.end());
+      m.peak_lr = peak_lr(r);
     }
     bool falling = false, unread = false;
     std::vector<Finding> fs = check_end_fit(m, o_.fit, &falling, &unread);
@@ -331,16 +331,14 @@ void Session::check_fit_at_end(RunReport& r) {
         end_fit_wants_data_probe(m, fs, o_.fit)) {
       say("learning-curve probe (fewer training examples)");
       const int64_t n = data_.train->dataset().size();
-      std::vector<double> rel;
-      for (double lr : initial_lrs_) rel.push_back(initial_lrs_[0] > 0 ? lr / initial_lrs_[0] : 1.0);
-      const bool replay = !run_lrs.empty() && !initial_lrs_.empty() && initial_lrs_[0] > 0;
+      std::vector<double> schedule;
+      const std::vector<double> lrs = replayed_rates(r, 1.0, schedule);
       std::string failed;
       auto repeat_on = [&](const std::vector<int64_t>& rows) {
         SplitScore after;
         rerun_from_start(
-            replay ? rel : initial_lrs_, run_steps, failed, true,
-            [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
-            replay ? run_lrs : std::vector<double>{}, rows);
+            lrs, run_steps, failed, true,
+            [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); }, schedule, rows);
         return after;
       };
       // The share first: the repeat on all the examples runs only when the share falls short of the
@@ -374,9 +372,7 @@ void Session::check_fit_at_end(RunReport& r) {
     for (Finding& f : fs) found.add(std::move(f));
   });
   found.note_ran("L9");
-  r.findings.merge(found);
-  for (PhaseReport& p : r.phases)
-    if (p.name == "end of run") p.findings.merge(found);
+  r.add_at_end(found);
 }
 
 }  // namespace gradsleuth::debug

@@ -17,6 +17,18 @@ namespace gradsleuth::debug {
 using namespace run_detail;
 
 // ---- RunReport --------------------------------------------------------------------------
+void RunReport::add_at_end(const Finding& f) {
+  findings.add(f);
+  for (PhaseReport& p : phases)
+    if (p.name == "end of run") p.findings.add(f);
+}
+
+void RunReport::add_at_end(const Report& found) {
+  findings.merge(found);
+  for (PhaseReport& p : phases)
+    if (p.name == "end of run") p.findings.merge(found);
+}
+
 std::string RunReport::str(bool include_info) const {
   std::ostringstream os;
   for (const PhaseReport& p : phases)

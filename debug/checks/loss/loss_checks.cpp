@@ -430,9 +430,7 @@ void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, con
 void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts) {
   for (Finding& f : findings) {
     if (!f.fires() || !f.is("L4", Kind::InitialLoss) || f.nonfinite || cause_confirmed) continue;
-    double ratio = 0.0;
-    for (const Evidence& e : f.evidence)
-      if (e.name == "loss / expected") ratio = e.value;
+    const double ratio = f.value_of("loss / expected");
     if (!(ratio > opts.initial_loss_high && ratio <= opts.initial_loss_confirm)) continue;
     f.severity = Severity::Info;
     f.title += ": confident logits from the initialisation, no probe found a cause";
