@@ -43,20 +43,26 @@ fi
 # The CLI's CUDA emulator (-DGRADSLEUTH_CLI_CUDA_EMU, cli/CMakeLists.txt): built when the command uses
 # CUDA (--device cuda, kernels, devices); a first build for another command leaves it out (the main
 # job runs on the CPU), and a later `./run.sh ... --device cuda` adds it.
-cuda_opt=()
+# The CPU kernel workbench (-DGRADSLEUTH_CLI_WORKBENCH, the same file): built when the command is
+# `kernels`; a first build for another command leaves it out, and a later `./run.sh kernels ...` adds it.
+cuda_emu="" workbench=""
 for a in "$@"; do
   case "$a" in
-    cuda|--device=cuda|kernels|devices) cuda_opt=(-- -DGRADSLEUTH_CLI_CUDA_EMU=ON) ;;
+    cuda|--device=cuda|kernels|devices) cuda_emu=ON ;;
   esac
+  [[ $a == kernels ]] && workbench=ON
 done
-if [[ ${#cuda_opt[@]} -eq 0 && ! -f build/CMakeCache.txt ]]; then
-  cuda_opt=(-- -DGRADSLEUTH_CLI_CUDA_EMU=OFF)
+if [[ ! -f build/CMakeCache.txt ]]; then
+  cuda_emu="${cuda_emu:-OFF}" workbench="${workbench:-OFF}"
 fi
+cmake_opts=()
+[[ -n $cuda_emu ]] && cmake_opts+=(-DGRADSLEUTH_CLI_CUDA_EMU="$cuda_emu")
+[[ -n $workbench ]] && cmake_opts+=(-DGRADSLEUTH_CLI_WORKBENCH="$workbench")
 
 scripts/setup.sh
 echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and what the"
 echo "run: command needs; not the tests, benchmarks or labs: ./test.sh builds and runs those)"
-scripts/build.sh --target "$cli_target" "${cuda_opt[@]}"
+scripts/build.sh --target "$cli_target" ${cmake_opts[@]+-- "${cmake_opts[@]}"}
 
 # The labs' graders in this build (lab1_grader, lab2_grader, ...).
 graders="$(cmake --build build --target help | grep -oE '^lab[0-9]+_grader\b' | sort -uV || true)"
@@ -65,7 +71,7 @@ graders="$(cmake --build build --target help | grep -oE '^lab[0-9]+_grader\b' | 
 # (it would grade the old code: the CLI reports the lab as not built instead).
 build_grader() {
   echo "run: building lab $1's grader (target lab$1_grader: lab $1's code and its autograder only)"
-  if cmake --build build -j "$(nproc)" --target "lab$1_grader"; then return 0; fi
+  if cmake --build build -j "${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" --target "lab$1_grader"; then return 0; fi
   rm -f "build/tutorials/lab$1_grader"
   echo "run: lab $1 did not compile: the compiler's errors are above" >&2
   return 1

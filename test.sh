@@ -57,9 +57,10 @@ fi
 
 scripts/setup.sh
 # The labs' reference solutions are built for the tests (the lab*_solution tests
-# check that they get full points), and the CLI with its CUDA emulator (./run.sh may have
-# left it out of a first build).
-scripts/build.sh "${build_args[@]}" -- -DGRADSLEUTH_LAB_SOLUTIONS=ON -DGRADSLEUTH_CLI_CUDA_EMU=ON
+# check that they get full points), and the CLI with its CUDA emulator and its CPU kernel workbench
+# (./run.sh may have left them out of a first build).
+scripts/build.sh "${build_args[@]}" -- -DGRADSLEUTH_LAB_SOLUTIONS=ON -DGRADSLEUTH_CLI_CUDA_EMU=ON \
+  -DGRADSLEUTH_CLI_WORKBENCH=ON
 
 # Tests run in parallel, each with OpenMP threads: let idle threads sleep
 # instead of spinning, so test processes do not starve each other.

@@ -11,6 +11,9 @@
 //   second (range(0) = C, range(1) = H = W). The backwards run through autograd::grad
 //   on a graph built once (retain_graph), so they time the node's backward formula as a
 //   training step runs it.
+//   elementwise/neg, sin, erf: unary ops that have no tuned kernel (the contiguous loops of
+//   core/cpu/elementwise_unary.cpp run them). GRADSLEUTH_FAST_KERNELS=0 runs every op on the
+//   reference loops (core/cpu/elementwise*.cpp) instead of the tuned ones (core/cpu/fast/).
 //   ./bench_elementwise --benchmark_min_time=0.2 [--benchmark_format=json]
 #include <benchmark/benchmark.h>
 
@@ -107,6 +110,21 @@ void BM_exp(benchmark::State& state) {
   run_gs(state, 2 * n * kF, [&] { return gs::exp(x); });
 }
 
+void BM_mul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor a = gs::randn({n}), b = gs::randn({n});
+  run_gs(state, 3 * n * kF, [&] { return gs::mul(a, b); });
+}
+
+// Unary ops without a tuned kernel of their own: the CPU backend's contiguous loops
+// (core/cpu/elementwise_unary.cpp) run them in either mode.
+template <gs::Tensor (*F)(const gs::Tensor&)>
+void BM_unary(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  gs::Tensor x = gs::randn({n});
+  run_gs(state, 2 * n * kF, [&] { return F(x); });
+}
+
 // (B, N) + (N): the bias is broadcast along B (stride 0).
 void BM_bias_add(benchmark::State& state) {
   const int64_t n = state.range(0), B = n / kCols;
@@ -182,6 +200,10 @@ BENCHMARK(BM_clone)->Name("copy/gs_clone")->Apply(sizes);
 BENCHMARK(BM_add)->Name("elementwise/add")->Apply(sizes);
 BENCHMARK(BM_relu)->Name("elementwise/relu")->Apply(sizes);
 BENCHMARK(BM_exp)->Name("elementwise/exp")->Apply(sizes);
+BENCHMARK(BM_mul)->Name("elementwise/mul")->Apply(sizes);
+BENCHMARK(BM_unary<gs::neg>)->Name("elementwise/neg")->Apply(sizes);
+BENCHMARK(BM_unary<gs::sin>)->Name("elementwise/sin")->Apply(sizes);
+BENCHMARK(BM_unary<gs::erf>)->Name("elementwise/erf")->Apply(sizes);
 BENCHMARK(BM_bias_add)->Name("elementwise/bias_add(B,N)+(N)")->Apply(sizes);
 BENCHMARK(BM_cnn_relu_backward)->Name("cnn/relu_backward")->Apply(cnn_shapes);
 BENCHMARK(BM_cnn_max_pool)->Name("cnn/max_pool2d")->Apply(cnn_shapes);

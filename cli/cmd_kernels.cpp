@@ -27,9 +27,15 @@
 #ifndef GS_KERNELS_HAVE_EMU
 #define GS_KERNELS_HAVE_EMU 0
 #endif
+// Set by cli/CMakeLists.txt when the CPU workbench is linked in (GRADSLEUTH_CLI_WORKBENCH): without it
+// `gradsleuth kernels` says how to build it.
+#ifndef GS_CLI_WORKBENCH
+#define GS_CLI_WORKBENCH 0
+#endif
 
 namespace gradsleuth::cli {
 
+#if GS_CLI_WORKBENCH
 namespace {
 
 namespace wb = ::gradsleuth::workbench;
@@ -585,6 +591,7 @@ int cpu_roofline(const Args& a) {
 }
 
 }  // namespace
+#endif  // GS_CLI_WORKBENCH
 
 int cmd_kernels(const std::vector<std::string>& args) {
   Args a("kernels", args);
@@ -624,6 +631,13 @@ int cmd_kernels(const std::vector<std::string>& args) {
          "measures nothing)");
   a.flag("json", "print one JSON object");
   if (!a.parse()) return 0;
+#if !GS_CLI_WORKBENCH
+  GS_FAIL("kernels",
+          "this gradsleuth was built without the kernel workbench (-DGRADSLEUTH_CLI_WORKBENCH=OFF: ./run.sh "
+          "leaves it out of a first build whose command is not `kernels`); build it with `./run.sh kernels "
+          "...` (./run.sh adds it when the command is kernels) or `scripts/build.sh --target gradsleuth_cli -- "
+          "-DGRADSLEUTH_CLI_WORKBENCH=ON`");
+#else
   const auto& pos = a.positional();
   GS_CHECK(!pos.empty() && (pos[0] == "list" || pos[0] == "bench" || pos[0] == "roofline"), "kernels",
            "expected 'list', 'bench NAME' or 'roofline' (see gradsleuth kernels --help)");
@@ -660,6 +674,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
           "this gradsleuth was built without CUDA kernels: --device cuda needs nvcc or the CPU emulator "
           "(apt-get install libboost-context-dev, then reconfigure); --device cpu runs the CPU workbench");
 #endif
+#endif  // GS_CLI_WORKBENCH
 }
 
 int cmd_devices(const std::vector<std::string>& args) {

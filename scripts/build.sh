@@ -18,6 +18,7 @@
 # Compiles through ccache when it is installed (scripts/setup.sh installs it) and no compiler launcher
 #   is set: CMAKE_CXX_COMPILER_LAUNCHER (and CUDA's) for a new dir, CCACHE_BASEDIR=<repo> unless set, so
 #   a clone elsewhere (the suite's fresh-clone and release builds) finds the same objects.
+# Runs CMAKE_BUILD_PARALLEL_LEVEL jobs at once when it is set, else one per core ($(nproc)).
 # The chosen build dir is printed on the last line ("build: dir <path>").
 set -euo pipefail
 
@@ -39,7 +40,7 @@ while [[ $# -gt 0 ]]; do
       [[ $# -ge 2 && -n "$2" ]] || { echo "build: --target needs a target name, e.g. --target gradsleuth_cli" >&2; exit 2; }
       targets+=("$2"); shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "build: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -131,11 +132,13 @@ if [[ $configure == 1 ]]; then
   cmake "${args[@]}" "${extra[@]}"
 fi
 
+# Parallel jobs: CMAKE_BUILD_PARALLEL_LEVEL when set (as cmake --build reads it), else one per core.
+jobs="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 if [[ ${#targets[@]} -gt 0 ]]; then
-  echo "build: building $dir, targets: ${targets[*]}"
-  cmake --build "$bdir" -j "$(nproc)" --target "${targets[@]}"
+  echo "build: building $dir, targets: ${targets[*]} ($jobs jobs)"
+  cmake --build "$bdir" -j "$jobs" --target "${targets[@]}"
 else
-  echo "build: building $dir (all targets)"
-  cmake --build "$bdir" -j "$(nproc)"
+  echo "build: building $dir (all targets, $jobs jobs)"
+  cmake --build "$bdir" -j "$jobs"
 fi
 echo "build: dir $bdir"

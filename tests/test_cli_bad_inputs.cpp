@@ -15,6 +15,13 @@
 namespace fs = std::filesystem;
 using clitest::Run;
 
+// Whether the CLI links the kernel workbench (-DGRADSLEUTH_CLI_WORKBENCH, cli/CMakeLists.txt): without it
+// every `kernels` command is refused with how to build it.
+#ifndef GS_CLI_WORKBENCH
+#define GS_CLI_WORKBENCH 1
+#endif
+constexpr bool kWorkbench = GS_CLI_WORKBENCH != 0;
+
 namespace {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 std::string slurp(const fs::path& p) {
@@ -55,13 +62,15 @@ TEST_CASE("a repeated flag is refused like a repeated option") {
 }
 
 TEST_CASE("numbers too large or too small are named as such, with the limit") {
-  const Run big = clitest::run_cli_all("kernels bench matmul --device cpu --size 1000000000000");
-  CHECK(big.status != 0);
-  CHECK(has(big.out, "--size must be an integer in [1, 1073741824], got '1000000000000' (too large)"));
-  const Run huge = clitest::run_cli_all("kernels bench matmul --device cpu --size 100000000000000000000000");
-  CHECK(huge.status != 0);
-  CHECK(has(huge.out, "--size is too large"));
-  CHECK(!has(huge.out, "needs an integer"));
+  if (kWorkbench) {
+    const Run big = clitest::run_cli_all("kernels bench matmul --device cpu --size 1000000000000");
+    CHECK(big.status != 0);
+    CHECK(has(big.out, "--size must be an integer in [1, 1073741824], got '1000000000000' (too large)"));
+    const Run huge = clitest::run_cli_all("kernels bench matmul --device cpu --size 100000000000000000000000");
+    CHECK(huge.status != 0);
+    CHECK(has(huge.out, "--size is too large"));
+    CHECK(!has(huge.out, "needs an integer"));
+  }
   const Run tiny = clitest::run_cli_all("train --lr 1e-320 --data-dir /nonexistent");
   CHECK(tiny.status != 0);
   CHECK(has(tiny.out, "--lr is too small: '1e-320' is below the smallest normal double"));
@@ -71,6 +80,7 @@ TEST_CASE("numbers too large or too small are named as such, with the limit") {
 }
 
 TEST_CASE("kernels roofline: an --out that cannot be written is refused before measuring") {
+  if (!kWorkbench) return;  // refused as a whole: below
   const auto t0 = std::chrono::steady_clock::now();
   const Run r = clitest::run_cli_all("kernels roofline --device cpu --quick --out /nonexistent-dir/roofline.svg");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -78,4 +88,17 @@ TEST_CASE("kernels roofline: an --out that cannot be written is refused before m
   CHECK(has(r.out, "/nonexistent-dir"));
   CHECK(has(r.out, "does not exist"));
   CHECK(s < 3.0);  // no measuring ran (it takes seconds)
+}
+
+TEST_CASE("kernels in a CLI built without the workbench: refused, naming the option and how to build it") {
+  CHECK(clitest::run_cli("kernels --help", true).status == 0);  // the help says what it does in either build
+  if (kWorkbench) return;
+  for (const char* cmd : {"kernels list", "kernels bench matmul --device cpu", "kernels roofline --out x.svg"}) {
+    CAPTURE(cmd);
+    const Run r = clitest::run_cli_all(cmd);
+    CHECK(r.status != 0);
+    CHECK(has(r.out, "without the kernel workbench"));
+    CHECK(has(r.out, "-DGRADSLEUTH_CLI_WORKBENCH=ON"));
+    CHECK(has(r.out, "./run.sh kernels"));
+  }
 }

@@ -26,7 +26,7 @@ struct Rows {
 };
 
 double normal(Rng& g) { return std::normal_distribution<double>(0.0, 1.0)(g); }
-double uniform(Rng& g) { return std::uniform_real_distribution<double>(0.0, 1.0)(g); }
+double unit_uniform(Rng& g) { return std::uniform_real_distribution<double>(0.0, 1.0)(g); }
 
 bool classifies(Task t) { return t == Task::Multiclass || t == Task::Binary; }
 
@@ -64,7 +64,7 @@ World make_world(const DataSpec& d) {
     for (int64_t c = 0; c < C; ++c) {  // three gaussian bumps per class
       std::vector<double> t(144, 0.0);
       for (int b = 0; b < 3; ++b) {
-        const double cy = 2 + 8 * uniform(g), cx = 2 + 8 * uniform(g), a = normal(g) > 0 ? 1.0 : -1.0;
+        const double cy = 2 + 8 * unit_uniform(g), cx = 2 + 8 * unit_uniform(g), a = normal(g) > 0 ? 1.0 : -1.0;
         for (int y = 0; y < 12; ++y)
           for (int x = 0; x < 12; ++x)
             t[y * 12 + x] += a * std::exp(-((y - cy) * (y - cy) + (x - cx) * (x - cx)) / 4.0);
@@ -89,13 +89,13 @@ void draw(const DataSpec& d, const World& w, int64_t c, Rng& g, Rows& out) {
   if (d.generator == "blobs") {
     for (int64_t k = 0; k < D; ++k) x[k] = w.centres[c][k] + d.spread * normal(g) / std::sqrt(2.0);
   } else if (d.generator == "spirals") {
-    const double t = uniform(g), turns = 0.75, C = static_cast<double>(d.classes);
+    const double t = unit_uniform(g), turns = 0.75, C = static_cast<double>(d.classes);
     const double a = t * turns * 2 * M_PI + 2 * M_PI * c / C + 0.15 * normal(g);
     x[0] = t * std::cos(a);
     x[1] = t * std::sin(a);
     for (int64_t k = 2; k < D; ++k) x[k] = 0.3 * normal(g);
   } else if (d.generator == "images") {
-    const int dy = static_cast<int>(uniform(g) * 3) - 1, dx = static_cast<int>(uniform(g) * 3) - 1;
+    const int dy = static_cast<int>(unit_uniform(g) * 3) - 1, dx = static_cast<int>(unit_uniform(g) * 3) - 1;
     for (int y = 0; y < 12; ++y)
       for (int xx = 0; xx < 12; ++xx) {
         const int sy = std::clamp(y - dy, 0, 11), sx = std::clamp(xx - dx, 0, 11);
@@ -123,14 +123,14 @@ void draw(const DataSpec& d, const World& w, int64_t c, Rng& g, Rows& out) {
         for (int64_t k = 0; k < D; ++k) p += w.directions[j][k] * x[k];
         if (d.task == Task::Binary) p += 0.4 * (x[0] * x[0] - 1.0);
         bool on = p > 0;
-        if (uniform(g) < d.label_noise) on = !on;
+        if (unit_uniform(g) < d.label_noise) on = !on;
         target.push_back(on ? 1.0f : 0.0f);
       }
       label = target.empty() ? 0 : static_cast<int64_t>(target[0]);
     }
   } else {
     if (d.task == Task::Binary) {
-      if (uniform(g) < d.label_noise) label = 1 - label;
+      if (unit_uniform(g) < d.label_noise) label = 1 - label;
       target = {static_cast<float>(label)};
     }
   }
@@ -165,7 +165,7 @@ Rows make_split(const DataSpec& d, const World& w, int64_t n, Rng& g) {
 // ---- the data faults ----------------------------------------------------------------------------
 
 int64_t other_class(int64_t c, int64_t C, Rng& g) {
-  const auto k = static_cast<int64_t>(uniform(g) * static_cast<double>(C - 1));
+  const auto k = static_cast<int64_t>(unit_uniform(g) * static_cast<double>(C - 1));
   return (c + 1 + std::min(k, C - 2)) % C;
 }
 
@@ -178,7 +178,7 @@ void change_label(const DataSpec& d, Rows& r, size_t i, Rng& g, const Rows& pool
   } else if (d.task == Task::Multilabel) {
     for (auto& t : r.target[i]) t = 1.0f - t;
   } else {
-    r.target[i] = pool.target[static_cast<size_t>(uniform(g) * static_cast<double>(pool.size())) % pool.size()];
+    r.target[i] = pool.target[static_cast<size_t>(unit_uniform(g) * static_cast<double>(pool.size())) % pool.size()];
   }
 }
 
@@ -199,7 +199,7 @@ void apply_data_faults(const DataSpec& d, Rows& train, Rows& val, const Rows& te
     Rows kept;
     kept.dim = train.dim;
     for (size_t i = 0; i < train.size(); ++i)
-      if (uniform(g) >= d.fault_remove) kept.push(train, i);
+      if (unit_uniform(g) >= d.fault_remove) kept.push(train, i);
     train = kept;
   }
   if (d.fault_unbalance > 0 && classifies(d.task)) {
@@ -207,17 +207,17 @@ void apply_data_faults(const DataSpec& d, Rows& train, Rows& val, const Rows& te
     kept.dim = train.dim;
     for (size_t i = 0; i < train.size(); ++i) {
       const double drop = d.fault_unbalance * static_cast<double>(train.label[i]) / static_cast<double>(C - 1);
-      if (uniform(g) >= drop) kept.push(train, i);
+      if (unit_uniform(g) >= drop) kept.push(train, i);
     }
     train = kept;
   }
   if (d.fault_label_change > 0)
     for (size_t i = 0; i < train.size(); ++i)
-      if (uniform(g) < d.fault_label_change) change_label(d, train, i, g, train);
+      if (unit_uniform(g) < d.fault_label_change) change_label(d, train, i, g, train);
   if (d.fault_overlap > 0) {
     const size_t n = train.size();
     for (size_t i = 0; i < n; ++i)
-      if (uniform(g) < d.fault_overlap) {
+      if (unit_uniform(g) < d.fault_overlap) {
         train.push(train, i);
         change_label(d, train, train.size() - 1, g, train);
       }
@@ -229,7 +229,7 @@ void apply_data_faults(const DataSpec& d, Rows& train, Rows& val, const Rows& te
   }
   if (d.fault_leak > 0) {  // validation rows copied into train: val no longer measures generalisation
     for (size_t i = 0; i < val.size(); ++i)
-      if (uniform(g) < d.fault_leak) train.push(val, i);
+      if (unit_uniform(g) < d.fault_leak) train.push(val, i);
     std::vector<size_t> order(train.size());
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), g);

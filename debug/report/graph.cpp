@@ -36,7 +36,7 @@ std::string q(const std::string& s) {
 }
 
 // "3 (Linear)" -> "3": the module path of a node's context label.
-std::string path_of(const std::string& label) {
+std::string module_path_of(const std::string& label) {
   const size_t p = label.find(" (");
   return p == std::string::npos ? label : label.substr(0, p);
 }
@@ -53,9 +53,9 @@ bool in_module(const std::string& path, const std::set<std::string>& modules) {
 }  // namespace
 
 DotOptions& DotOptions::highlight(const Finding& f) {
-  if (!f.module.empty()) modules_.insert(path_of(f.module));  // "1 (Linear)" -> "1"
+  if (!f.module.empty()) modules_.insert(module_path_of(f.module));  // "1 (Linear)" -> "1"
   if (!f.op.empty() && !f.module.empty())
-    module_ops_.insert({path_of(f.module), f.op});
+    module_ops_.insert({module_path_of(f.module), f.op});
   else if (!f.op.empty())
     ops_.insert(f.op);
   if (!f.parameter.empty()) parameters_.insert(f.parameter);
@@ -131,10 +131,10 @@ std::string to_dot(const Tensor& root, const DotOptions& o) {
       continue;
     }
     const std::string module = n->context;
-    const bool red = o.ops_.count(name) > 0 || (!module.empty() && in_module(path_of(module), o.modules_));
+    const bool red = o.ops_.count(name) > 0 || (!module.empty() && in_module(module_path_of(module), o.modules_));
     bool named_op = false;  // the op a finding names inside its module
     for (const auto& [m, op] : o.module_ops_)
-      named_op = named_op || (op == name && !module.empty() && in_module(path_of(module), {m}));
+      named_op = named_op || (op == name && !module.empty() && in_module(module_path_of(module), {m}));
     std::string label = name + "\n" + dtype_name(n->out_dtype) + shape_str(n->out_shape);
     if (!module.empty()) label += "\nin " + module;
     if (n->released()) {

@@ -9,13 +9,16 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "debug/checks/check_util.h"
 #include "debug/diagnosis/diagnosis.h"
 #include "debug/evidence/catalogue.h"
 #include "debug/report/html_report.h"
 
 namespace gradsleuth::debug::run_detail {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// The checks' NaN (checks/check_util.h): one entity, so that a unity batch that also sees
+// detail::kNaN through another file's using-declaration finds no ambiguity.
+using detail::kNaN;
 
 // The first n rows of a dataset (n <= 0 or beyond its size: all of them).
 inline nn::Batch first_rows(const nn::Dataset& d, int64_t n) {

@@ -23,7 +23,7 @@ using detail::kNaN;
 using detail::make;
 using detail::num;
 
-std::vector<double> doubles(const Tensor& t) {
+std::vector<double> contiguous_doubles(const Tensor& t) {
   NoGradGuard ng;
   return t.detach().contiguous().to_vector<double>();
 }
@@ -40,7 +40,7 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
   const int64_t C = input.dim() == 1 ? input.size(0) : input.size(1);
   if (C < 2) return {};
   const int64_t R = input.numel() / (B * C);
-  const std::vector<double> v = doubles(input);
+  const std::vector<double> v = contiguous_doubles(input);
   double lo = std::numeric_limits<double>::infinity(), worst = 0.0;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = 0; r < R; ++r) {
@@ -88,7 +88,8 @@ std::optional<Finding> bce_rounded_16bit(const Tensor& input, const std::vector<
   } else {
     NoGradGuard ng;
     const Tensor d = input.detach();
-    const std::vector<double> as_half = doubles(d.to(kFloat16)), as_bf16 = doubles(d.to(kBFloat16));
+    const std::vector<double> as_half = contiguous_doubles(d.to(kFloat16)),
+                              as_bf16 = contiguous_doubles(d.to(kBFloat16));
     int64_t inside = 0;
     bool half = true, bf16 = true;
     for (size_t i = 0; i < v.size(); ++i) {
@@ -135,7 +136,7 @@ std::optional<Finding> bce_rounded_16bit(const Tensor& input, const std::vector<
 std::vector<Finding> check_bce_input(const Tensor& input) {
   GS_CHECK(input.defined(), "check_bce_input", "needs a defined input of probabilities");
   if (!input.is_floating_point() || input.numel() == 0) return {};
-  const std::vector<double> v = doubles(input);
+  const std::vector<double> v = contiguous_doubles(input);
   int64_t outside = 0, finite = 0;
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (double x : v) {

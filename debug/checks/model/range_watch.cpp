@@ -29,8 +29,8 @@ Range range_of(DType dt) {
   if (dt == kBFloat16) return {std::ldexp(1.0, -133), std::ldexp(1.0, -126), 3.3895313892515355e38};
   return {std::ldexp(1.0, -24), std::ldexp(1.0, -14), 65504.0};  // float16
 }
-std::string pct(double share) { return fmt_num(100.0 * share) + "%"; }
-std::vector<float> host_values(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
+std::string range_pct(double share) { return fmt_num(100.0 * share) + "%"; }
+std::vector<float> host_floats(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
 
 }  // namespace
 
@@ -109,12 +109,12 @@ void RangeWatch::attach(nn::Module& model) {
       stats_[idx].dtype = out.dtype();
       seen16_[idx] = true;
       const DType dt = out.dtype();
-      for (float v : host_values(out)) stats_[idx].activations.add(v, dt), step_all_[idx].add(v, dt);
+      for (float v : host_floats(out)) stats_[idx].activations.add(v, dt), step_all_[idx].add(v, dt);
       if (!out.requires_grad()) return;
       Tensor o = out;
       o.register_hook([this, idx, dt](const Tensor& g) {
         if (active_ && g.defined() && g.device().is_cpu())
-          for (float v : host_values(g)) stats_[idx].output_grads.add(v, dt), step_all_[idx].add(v, dt);
+          for (float v : host_floats(g)) stats_[idx].output_grads.add(v, dt), step_all_[idx].add(v, dt);
         return Tensor();
       });
     });
@@ -127,7 +127,7 @@ void RangeWatch::attach(nn::Module& model) {
       if (!active_ || !seen16_[idx] || !g.defined() || !g.device().is_cpu()) return Tensor();
       detail::OwnTime own;
       const DType dt = stats_[idx].dtype;
-      for (float v : host_values(g)) step_grads_[idx].add(v, dt), step_all_[idx].add(v, dt);
+      for (float v : host_floats(g)) step_grads_[idx].add(v, dt), step_all_[idx].add(v, dt);
       return Tensor();
     });
   }
@@ -175,15 +175,15 @@ void RangeWatch::before_update() {
     r.moved.clear();
     const Tensor g = r.p.grad();
     if (!is_reduced_float(r.p.dtype()) || !g.defined() || !r.p.device().is_cpu()) continue;
-    r.before = host_values(r.p);
-    for (float v : host_values(g)) r.moved.push_back(v != 0.0f && std::isfinite(v));
+    r.before = host_floats(r.p);
+    for (float v : host_floats(g)) r.moved.push_back(v != 0.0f && std::isfinite(v));
   }
 }
 
 void RangeWatch::after_update() {
   for (ParamRef& r : params_) {
     if (r.before.empty()) continue;
-    const std::vector<float> now = host_values(r.p);
+    const std::vector<float> now = host_floats(r.p);
     int64_t elems = 0, same = 0;
     for (size_t i = 0; i < now.size() && i < r.moved.size(); ++i) {
       if (!r.moved[i]) continue;
@@ -250,7 +250,7 @@ std::vector<Finding> RangeWatch::findings() const {
     if (g.values > 0 && zero_share > kUnderflowShare) {
       Finding f = detail::make("M28", Severity::Warning,
                                (g.nonzero == 0 ? "every parameter-gradient value of " + s.label + " is zero in " + dt
-                                               : pct(zero_share) + " of " + s.label +
+                                               : range_pct(zero_share) + " of " + s.label +
                                                      "'s nonzero parameter-gradient values are at the bottom of " + dt +
                                                      "'s range (below 2^" + std::to_string(std::ilogb(r.zero) + 3) +
                                                      ", where it flushes to zero)") +
@@ -280,7 +280,7 @@ std::vector<Finding> RangeWatch::findings() const {
     if (worst && worst_share > kVanishShare) {
       const std::string pdt = dtype_name(worst->p.dtype());
       Finding f = detail::make("M28", Severity::Warning,
-                               pct(worst_share) + " of " + worst->name + "'s updates round away in " + pdt +
+                               range_pct(worst_share) + " of " + worst->name + "'s updates round away in " + pdt +
                                    " (the step is below half a unit in the last place of the weight)");
       f.kind = Kind::UpdatesVanish;
       base(f);
@@ -304,7 +304,7 @@ std::vector<Finding> RangeWatch::findings() const {
   if (out.empty() && lead < stats_.size()) {
     const RangeModuleStats& s = stats_[lead];
     Finding f = detail::make("M28", Severity::Info,
-                             "the 16-bit layers stay in range: at most " + pct(lead_share) +
+                             "the 16-bit layers stay in range: at most " + range_pct(lead_share) +
                                  " of a layer's nonzero parameter-gradient values are at the bottom of " +
                                  dtype_name(s.dtype) + "'s range (" + s.label + ")");
     f.kind = Kind::RangeSummary;

@@ -31,7 +31,7 @@ void sort_rows(std::vector<ProfileRow>& rows) {
 
 std::string fixed(double v, int decimals) { return str_printf("%.*f", decimals, v); }
 
-std::string pad(const std::string& s, size_t w, bool right = false) {
+std::string pad_cell(const std::string& s, size_t w, bool right = false) {
   if (s.size() >= w) return s;
   return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
 }
@@ -71,20 +71,21 @@ std::string ProfileReport::str(size_t max_rows) const {
   os << "where the step time goes: " << fixed(wall_ms, 3) << " ms profiled";
   if (steps) os << ", " << steps << " optimizer steps (" << fixed(ms_per_step(), 3) << " ms per step)";
   os << "\n\n";
-  os << pad("phase", 40) << pad("total ms", 12, true) << pad("% of time", 11, true) << "\n";
+  os << pad_cell("phase", 40) << pad_cell("total ms", 12, true) << pad_cell("% of time", 11, true) << "\n";
   for (const ProfileRow& r : phases)
-    os << pad(r.name, 40) << pad(fixed(r.total_ms, 3), 12, true) << pad(fixed(r.percent, 1) + "%", 11, true) << "\n";
+    os << pad_cell(r.name, 40) << pad_cell(fixed(r.total_ms, 3), 12, true)
+       << pad_cell(fixed(r.percent, 1) + "%", 11, true) << "\n";
 
   auto table = [&](const std::vector<ProfileRow>& rows, const char* heading, bool with_phase) {
     os << "\n" << heading << "\n";
-    os << pad("name", 40) << (with_phase ? pad("phase", 16) : "") << pad("calls", 8, true) << pad("total ms", 12, true)
-       << pad("ms/call", 11, true) << pad("% of time", 11, true) << "\n";
+    os << pad_cell("name", 40) << (with_phase ? pad_cell("phase", 16) : "") << pad_cell("calls", 8, true)
+       << pad_cell("total ms", 12, true) << pad_cell("ms/call", 11, true) << pad_cell("% of time", 11, true) << "\n";
     const size_t n = std::min(rows.size(), max_rows);
     for (size_t i = 0; i < n; ++i) {
       const ProfileRow& r = rows[i];
-      os << pad(r.name, 40) << (with_phase ? pad(r.phase, 16) : "") << pad(std::to_string(r.calls), 8, true)
-         << pad(fixed(r.total_ms, 3), 12, true) << pad(fixed(r.mean_ms(), 4), 11, true)
-         << pad(fixed(r.percent, 1) + "%", 11, true) << "\n";
+      os << pad_cell(r.name, 40) << (with_phase ? pad_cell(r.phase, 16) : "")
+         << pad_cell(std::to_string(r.calls), 8, true) << pad_cell(fixed(r.total_ms, 3), 12, true)
+         << pad_cell(fixed(r.mean_ms(), 4), 11, true) << pad_cell(fixed(r.percent, 1) + "%", 11, true) << "\n";
     }
     if (rows.size() > n) os << "... " << rows.size() - n << " more rows (json() lists them all)\n";
   };
