@@ -1,6 +1,7 @@
 // HostCopyGuard: a device module on the CPU for the length of a check. Used by the model
 // checks (model_checks.h, M13), the behavioural probes (behaviour.h, M13's whole-model check)
 // and the anomaly checks (anomaly.h, M18). DtypeGuard: a module in another floating dtype (M18, M30).
+// host_floats: a tensor's values on the host (M28's range watch, M18, M30).
 #pragma once
 #include <exception>
 #include <string>
@@ -12,6 +13,9 @@
 #include "nn/module.h"
 
 namespace gradsleuth::debug {
+
+// A tensor's values as float32 on the host (a detached, contiguous copy).
+inline std::vector<float> host_floats(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
 
 // For the checks that perturb or round values one element at a time through host pointers
 // (M13's central differences, M18's half-precision rounding): moves a module that lives on a

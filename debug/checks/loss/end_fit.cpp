@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/format.h"
+#include "debug/checks/check_util.h"
 
 namespace gradsleuth::debug {
 namespace {
@@ -19,8 +20,6 @@ Finding make(Kind k, Severity s, std::string title) {
   f.end_of_run = true;
   return f;
 }
-
-std::string fit_pct(double v) { return str_printf("%.1f%%", 100 * v); }
 
 }  // namespace
 
@@ -47,8 +46,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   };
   if (acc && m.val_accuracy - m.train_accuracy > o.labels_margin && z >= o.min_z) {
     Finding f = make(Kind::TrainLabelsDisagree, Severity::Warning,
-                     "the trained model is right on " + fit_pct(m.val_accuracy) + " of validation but only " +
-                         fit_pct(m.train_accuracy) + " of its own training data: the training labels disagree with it");
+                     "the trained model is right on " + pct(m.val_accuracy) + " of validation but only " +
+                         pct(m.train_accuracy) + " of its own training data: the training labels disagree with it");
     split_evidence(f);
     f.evidence.push_back({"validation - training accuracy", m.val_accuracy - m.train_accuracy,
                           "> " + str_printf("%g", o.labels_margin) + " and"});
@@ -64,8 +63,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     out.push_back(f);
   } else if (acc && m.train_accuracy - m.val_accuracy > o.gap_margin && z >= o.min_z) {
     Finding f = make(Kind::GeneralisationGap, Severity::Warning,
-                     "the trained model is right on " + fit_pct(m.train_accuracy) + " of its training data but " +
-                         fit_pct(m.val_accuracy) + " of validation: it memorised the training split");
+                     "the trained model is right on " + pct(m.train_accuracy) + " of its training data but " +
+                         pct(m.val_accuracy) + " of validation: it memorised the training split");
     split_evidence(f);
     f.evidence.push_back({"training - validation accuracy", m.train_accuracy - m.val_accuracy,
                           "> " + str_printf("%g", o.gap_margin) + " and"});
@@ -106,7 +105,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                                      : !acc && fewer_rise > o.data_loss_rise &&
                                            m.fewer_val_loss - m.all_val_loss > o.data_min_loss);
   auto fewer_evidence = [&](Finding& f) {
-    const std::string share = fit_pct(m.fewer_share);
+    const std::string share = pct(m.fewer_share);
     if (fewer_acc) {
       f.evidence.push_back({"validation accuracy after the run repeated on all the training examples",
                             m.all_val_accuracy, ""});
@@ -131,13 +130,13 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   if (data_short) {
     Finding f =
         make(Kind::GeneralisationGap, Severity::Warning,
-             fewer_acc ? "the trained model is right on " + fit_pct(m.train_accuracy) + " of its training data and " +
-                             fit_pct(m.val_accuracy) + " of validation; the run repeated on " + fit_pct(m.fewer_share) +
-                             " of its training examples reaches " + fit_pct(m.fewer_val_accuracy) +
-                             " of validation, against " + fit_pct(m.all_val_accuracy) +
+             fewer_acc ? "the trained model is right on " + pct(m.train_accuracy) + " of its training data and " +
+                             pct(m.val_accuracy) + " of validation; the run repeated on " + pct(m.fewer_share) +
+                             " of its training examples reaches " + pct(m.fewer_val_accuracy) +
+                             " of validation, against " + pct(m.all_val_accuracy) +
                              " on all of them: validation still gains from every example: too little "
                              "training data"
-                       : "the run repeated on " + fit_pct(m.fewer_share) +
+                       : "the run repeated on " + pct(m.fewer_share) +
                              " of its training examples ends at a validation loss of " +
                              str_printf("%.3g", m.fewer_val_loss) + ", against " + str_printf("%.3g", m.all_val_loss) +
                              " on all of them: validation still gains from every example: too little "
@@ -154,8 +153,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   }
   if (out.empty() && (acc || (std::isfinite(m.train_loss) && std::isfinite(m.val_loss)))) {
     Finding f = make(Kind::FitMeasured, Severity::Info,
-                     acc ? "the trained model is right on " + fit_pct(m.train_accuracy) + " of its training data and " +
-                               fit_pct(m.val_accuracy) + " of validation"
+                     acc ? "the trained model is right on " + pct(m.train_accuracy) + " of its training data and " +
+                               pct(m.val_accuracy) + " of validation"
                          : "the trained model's loss is " + str_printf("%.4g", m.train_loss) +
                                " on its training data and " + str_printf("%.4g", m.val_loss) + " on validation");
     split_evidence(f);
@@ -260,11 +259,11 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   };
   if (curve_unread && training_on_helps(o.unread_gain, false) && std::isfinite(m.continued_val_loss)) {
     const std::string why =
-        one_epoch ? "it has one epoch" : "its schedule ended at " + fit_pct(lr_left) + " of its peak learning rate";
+        one_epoch ? "it has one epoch" : "its schedule ended at " + pct(lr_left) + " of its peak learning rate";
     Finding f = make(Kind::Undertrained, m.clipping_caps_steps ? Severity::Info : Severity::Warning,
                      "the run's curve cannot say whether it had finished (" + why +
                          "), and as many steps again lower the validation loss by " +
-                         fit_pct(1 - m.continued_val_loss / m.val_loss) + ": the model is undertrained");
+                         pct(1 - m.continued_val_loss / m.val_loss) + ": the model is undertrained");
     f.evidence.push_back({"epochs", static_cast<double>(n), ""});
     if (std::isfinite(lr_left))
       f.evidence.push_back({"last learning rate / the run's peak", lr_left,
@@ -299,18 +298,18 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     Finding f =
         make(lr_low ? Kind::LrProbeTooLow : Kind::Undertrained,
              (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
-             lr_low ? "training ended while the loss still fell (" + fit_pct(drop) + " over the last epochs), and at " +
+             lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
                           str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
-                          fit_pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
+                          pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
              : steps_help
-                 ? "training ended while the loss still fell (" + fit_pct(drop) + " over the last epochs), and " +
+                 ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and " +
                        str_printf("%g", o.probe_factor) + "x the steps at the run's own learning rate reach a loss " +
-                       fit_pct(1 - m.steps_probe_window_loss / m.run_window_loss) + " lower (" +
+                       pct(1 - m.steps_probe_window_loss / m.run_window_loss) + " lower (" +
                        str_printf("%g", o.probe_factor) +
-                       "x the rate: " + fit_pct(1 - m.probe_window_loss / m.run_window_loss) +
+                       "x the rate: " + pct(1 - m.probe_window_loss / m.run_window_loss) +
                        "): the steps, not the rate, are too few: the model is undertrained"
-                 : "training ended while the loss still fell (" + fit_pct(drop) + " over the last epochs, validation " +
-                       fit_pct(val_drop) + "): the model is undertrained");
+                 : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
+                       pct(val_drop) + "): the model is undertrained");
     f.evidence.push_back({"last epoch's training loss", e[n - 1], ""});
     f.evidence.push_back({"the epoch before", e[n - 2], ""});
     f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
@@ -344,7 +343,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                        "epoch), or a stopping rule that ended the run early";
     if (rate_also)
       f.cause += "; or a learning rate too low for the steps: 10x the rate reaches a loss " +
-                 fit_pct(1 - m.probe_window_loss / m.run_window_loss) +
+                 pct(1 - m.probe_window_loss / m.run_window_loss) +
                  " lower in the same steps, and a run that learned most of the way at its own rate cannot tell a "
                  "rate too low from steps too few";
     f.fix = lr_low ? "raise the learning rate (try 3-10x; Adam's usual start is 1e-3, SGD's 0.01-0.1)"

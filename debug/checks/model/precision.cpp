@@ -20,8 +20,6 @@ namespace gradsleuth::debug {
 
 namespace {
 
-std::vector<float> host_values(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
-
 // "float16[32, 8], |x| in [6.1e-05, 7.2e+04], 3 inf/NaN": a tensor's range, for causes.
 std::string range_str(const Tensor& t) {
   if (!t.defined()) return "none";
@@ -30,7 +28,7 @@ std::string range_str(const Tensor& t) {
   if (!t.is_floating_point()) return s.str();
   double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
   int64_t bad = 0, zero = 0;
-  for (float v : host_values(t)) {
+  for (float v : host_floats(t)) {
     if (!std::isfinite(v)) {
       ++bad;
       continue;
@@ -125,7 +123,7 @@ struct Judged {
 };
 Judged judge(const Tensor& t, DType dt) {
   Judged j;
-  const std::vector<float> v = host_values(t);
+  const std::vector<float> v = host_floats(t);
   j.values = static_cast<int64_t>(v.size());
   for (float x : v)
     if (!std::isfinite(x)) ++j.nonfinite;
@@ -161,7 +159,7 @@ Verdict decide(const Tensor& out, const std::vector<const Tensor*>& inputs, doub
     }
   }
   v.overflow = v.result.nonfinite > 0 && finite;
-  v.bottom = wider ? bottom_mass(host_values(*wider), dt) : v.result.bottom;
+  v.bottom = wider ? bottom_mass(host_floats(*wider), dt) : v.result.bottom;
   v.underflow = !v.overflow && finite && in_range && v.bottom > share;
   return v;
 }
@@ -356,7 +354,7 @@ class Recorder : public OpObserver {
     en.dtype = t.dtype();
     en.shape = t.shape();
     en.floating = t.is_floating_point();
-    if (en.floating) en.values = host_values(t);
+    if (en.floating) en.values = host_floats(t);
     r_.entries.push_back(std::move(en));
   }
   RunRecord& r_;

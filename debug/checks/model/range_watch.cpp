@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "debug/checks/check_util.h"
+#include "debug/checks/host_copy.h"
 #include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
@@ -30,7 +31,6 @@ Range range_of(DType dt) {
   return {std::ldexp(1.0, -24), std::ldexp(1.0, -14), 65504.0};  // float16
 }
 std::string range_pct(double share) { return fmt_num(100.0 * share) + "%"; }
-std::vector<float> host_floats(const Tensor& t) { return t.detach().to(kFloat32).contiguous().to_vector<float>(); }
 
 }  // namespace
 
