@@ -937,3 +937,157 @@ TEST_CASE("L1 and L7 on real training: a healthy plain MLP is silent; Adam lr 0.
   CHECK(ev(sp[0], "worst spike loss") > 3.0 * b24.steps[0]);  // measured 6-12x the first loss at step 2
   CHECK(ev(sp[0], "first loss") == doctest::Approx(b24.steps[0]));
 }
+
+namespace {
+
+const dbg::Finding* find_kind(const std::vector<dbg::Finding>& fs, dbg::Kind k) {
+  for (const dbg::Finding& f : fs)
+    if (f.kind == k) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+// L9 on a straight curve: the corpus's regression at a hundredth of its Adam rate (3e-5, 608 steps).
+// The validation loss falls 4.2% per window of 2 epochs, under still_falling_val (5%), but as fast as
+// the run's mean (the curve never bent): still falling. 10x the rate over the probe's 300 steps reaches
+// 0.221, against the run's 0.505 at the same steps (0.42 at its own end, after twice the steps): the
+// learning rate is too low.
+TEST_CASE("L9 still falling: a straight curve under 5% per window counts, and the probe compares the same steps") {
+  dbg::EndFitMeasure m;
+  m.train_loss = 0.402;
+  m.val_loss = 0.380;
+  m.train_examples = 1200;
+  m.val_examples = 400;
+  m.epoch_train_loss = {0.633, 0.606, 0.587, 0.565, 0.550, 0.531, 0.517, 0.501,
+                        0.489, 0.476, 0.465, 0.454, 0.437, 0.428, 0.419, 0.408};
+  m.epoch_val_loss = {0.564, 0.545, 0.528, 0.512, 0.497, 0.483, 0.470, 0.457,
+                      0.446, 0.435, 0.425, 0.415, 0.405, 0.397, 0.388, 0.380};
+  m.run_first_loss = 0.622;
+  m.run_initial_loss = 0.883;
+  m.run_window_loss = 0.420;
+  m.run_steps = 608;
+  bool falling = false;
+  dbg::check_end_fit(m, {}, &falling);
+  CHECK(falling);
+  dbg::EndFitOptions bent_only;
+  bent_only.still_steady = 1e9;  // only the 5% rule: the straight curve is not read as falling
+  dbg::check_end_fit(m, bent_only, &falling);
+  CHECK_FALSE(falling);
+  // A curve that bent: the same last windows after a fast start (the mean per window is 3x the last).
+  dbg::EndFitMeasure bent = m;
+  bent.epoch_val_loss.front() = 1.6;
+  dbg::check_end_fit(bent, {}, &falling);
+  CHECK_FALSE(falling);
+
+  m.probe_window_loss = 0.221;
+  m.probe_steps = 300;
+  m.run_probe_window_loss = 0.505;
+  auto fs = dbg::check_end_fit(m);
+  const dbg::Finding* f = find_kind(fs, dbg::Kind::LrProbeTooLow);
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == dbg::Severity::Warning);
+  CHECK(ev(*f, "run's loss over the probe's last steps (the same step numbers)") == doctest::Approx(0.505));
+  // Compared with the run's own end (twice the probe's steps), 0.221 is not under half of 0.42.
+  m.run_probe_window_loss = NAN;
+  CHECK(find_kind(dbg::check_end_fit(m), dbg::Kind::LrProbeTooLow) == nullptr);
+}
+
+// L9 without accuracies, training on: the regression cut to half its epochs (8 of 16) ends at 0.0488,
+// and training on reaches 0.0344 (29% lower, by 0.014: under the loss floor of 0.05, 4% of the run's
+// improvement). The examples' losses fall together (paired z far above 3) and the result is below the
+// run's best epoch by the gain: a warning. A healthy SGD run whose validation curve is noisy (its best
+// epoch 0.032, its end 0.038) and trained on to 0.0303 stays info however many examples moved.
+TEST_CASE("L9 undertrained without accuracies: the examples' paired drop and the run's best epoch stand in for the floor") {
+  dbg::EndFitMeasure m;
+  m.train_loss = 0.032;
+  m.val_loss = 0.0488;
+  m.train_examples = 1200;
+  m.val_examples = 400;
+  m.epoch_train_loss = {0.40, 0.217, 0.166, 0.116, 0.085, 0.063, 0.0485, 0.0408};
+  m.epoch_val_loss = {0.30, 0.209, 0.155, 0.116, 0.083, 0.063, 0.057, 0.0488};
+  m.run_first_loss = 0.381;
+  m.run_initial_loss = 0.883;
+  m.run_window_loss = 0.0412;
+  m.run_steps = 304;
+  m.val_row_losses = spread_losses(400, 0.0488);
+  m.continued_val_loss = 0.0344;
+  m.continued_val_row_losses = spread_losses(400, 0.0344);
+  for (size_t i = 0; i < 400; ++i) m.continued_val_row_losses[i] += 0.004 * ((i % 3 == 0) ? 1 : -0.5);
+  bool falling = false;
+  dbg::check_end_fit(m, {}, &falling);
+  REQUIRE(falling);
+  const dbg::Finding* f = nullptr;
+  std::vector<dbg::Finding> fs = dbg::check_end_fit(m);
+  REQUIRE((f = find_kind(fs, dbg::Kind::Undertrained)) != nullptr);
+  CHECK(f->severity == dbg::Severity::Warning);
+  CHECK(ev(*f, "paired z of the validation examples' losses, the end against after training on") > 3);
+  CHECK(ev(*f, "the run's lowest validation loss over its epochs") == doctest::Approx(0.0488));
+  // Without the examples' losses (a classifier's count is absent too), the floor is not met: info.
+  dbg::EndFitMeasure no_rows = m;
+  no_rows.continued_val_row_losses.clear();
+  REQUIRE((f = find_kind(fs = dbg::check_end_fit(no_rows), dbg::Kind::Undertrained)) != nullptr);
+  CHECK(f->severity == dbg::Severity::Info);
+  // The whole drop from one example (an outlier whose loss of 5.8 training on removes), the other 399
+  // unchanged: a paired z of 1, info.
+  dbg::EndFitMeasure mixed = m;
+  mixed.continued_val_row_losses = m.val_row_losses;
+  mixed.val_row_losses[0] += 400 * (0.0488 - 0.0344);
+  REQUIRE((f = find_kind(fs = dbg::check_end_fit(mixed), dbg::Kind::Undertrained)) != nullptr);
+  CHECK(f->severity == dbg::Severity::Info);
+  // The noisy healthy curve: the end above its best epoch; training on lands inside that noise.
+  dbg::EndFitMeasure noisy = m;
+  noisy.val_loss = 0.0384;
+  noisy.epoch_train_loss = {0.383, 0.215, 0.168, 0.124, 0.084, 0.060, 0.047, 0.037,
+                            0.035, 0.032, 0.030, 0.027, 0.029, 0.026, 0.027, 0.0229};
+  noisy.epoch_val_loss = {0.273, 0.238, 0.163, 0.104, 0.073, 0.060, 0.048, 0.046,
+                          0.050, 0.044, 0.041, 0.043, 0.040, 0.0495, 0.0320, 0.0384};
+  noisy.run_first_loss = 0.324;
+  noisy.run_initial_loss = 0.582;
+  noisy.run_window_loss = 0.0235;
+  noisy.run_steps = 608;
+  noisy.val_row_losses = spread_losses(400, 0.0384);
+  noisy.continued_val_loss = 0.0303;
+  noisy.continued_val_row_losses = spread_losses(400, 0.0303);
+  dbg::check_end_fit(noisy, {}, &falling);
+  REQUIRE(falling);
+  REQUIRE((f = find_kind(fs = dbg::check_end_fit(noisy), dbg::Kind::Undertrained)) != nullptr);
+  CHECK(f->severity == dbg::Severity::Info);
+  CHECK(ev(*f, "the run's lowest validation loss over its epochs") == doctest::Approx(0.032));
+}
+
+// L9 on a run of a handful of steps: the regression with its whole training set in one batch takes 16
+// steps in 16 epochs; its validation curve flattens at 0.29 (where one step's noise hides the trend),
+// and training on for 150 steps reaches 0.034. A curve of fewer than few_steps (150) steps cannot say
+// whether the run had finished: training on decides, against unread_gain. The same curve over 608
+// steps is read as it is: flat, nothing to confirm.
+TEST_CASE("L9 undertrained: a run of fewer than 150 steps is judged by training on, not by its curve") {
+  dbg::EndFitMeasure m;
+  m.train_loss = 0.263;
+  m.val_loss = 0.290;
+  m.train_examples = 1200;
+  m.val_examples = 400;
+  m.epoch_train_loss = {0.640, 0.569, 0.512, 0.469, 0.437, 0.414, 0.394, 0.374,
+                        0.350, 0.326, 0.305, 0.291, 0.282, 0.277, 0.273, 0.268};
+  m.epoch_val_loss = {0.522, 0.474, 0.439, 0.415, 0.398, 0.385, 0.368, 0.348,
+                      0.326, 0.307, 0.294, 0.287, 0.2856, 0.2866, 0.2879, 0.2899};
+  m.run_first_loss = m.run_initial_loss = 0.640;
+  m.run_window_loss = 0.268;
+  m.final_lr = m.peak_lr = 0.003;
+  m.run_steps = 16;
+  bool falling = true, unread = false;
+  dbg::check_end_fit(m, {}, &falling, &unread);
+  CHECK_FALSE(falling);
+  CHECK(unread);
+  m.continued_val_loss = 0.0336;
+  auto fs = dbg::check_end_fit(m);
+  const dbg::Finding* f = find_kind(fs, dbg::Kind::Undertrained);
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == dbg::Severity::Warning);
+  CHECK(has(f->title, "16 optimizer steps"));
+  CHECK(ev(*f, "optimizer steps in the run") == 16);
+  m.run_steps = 608;
+  dbg::check_end_fit(m, {}, &falling, &unread);
+  CHECK_FALSE(unread);
+  CHECK(find_kind(dbg::check_end_fit(m), dbg::Kind::Undertrained) == nullptr);
+}

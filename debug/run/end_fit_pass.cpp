@@ -233,6 +233,7 @@ void Session::check_fit_at_end(RunReport& r) {
     // The run's own first and last tenth of steps.
     const auto& sl = r.history.step_losses;
     const size_t tenth = std::max<size_t>(1, sl.size() / 10);
+    m.run_steps = static_cast<int64_t>(sl.size());
     if (!sl.empty()) {
       m.run_initial_loss = sl.front();
       m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(tenth), 0.0) /
@@ -264,9 +265,10 @@ void Session::check_fit_at_end(RunReport& r) {
       SplitScore after;
       rerun_from_start(
           replay ? rel : final_lrs, floor ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
-          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); },
+          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true, below); },
           replay ? run_lrs : std::vector<double>{});
       m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");
+      if (failed_on.empty()) m.continued_val_row_losses = after.row_losses;
       if (failed_on.empty() && !before.right.empty() && before.right.size() == after.right.size()) {
         m.continued_fixed = m.continued_broken = 0;
         for (size_t i = 0; i < before.right.size(); ++i) {
@@ -286,6 +288,8 @@ void Session::check_fit_at_end(RunReport& r) {
       if (failed.empty() && static_cast<int64_t>(probe.size()) == steps) {
         const int64_t k = std::max<int64_t>(1, steps / 10);
         m.probe_window_loss = std::accumulate(probe.end() - k, probe.end(), 0.0) / static_cast<double>(k);
+        if (steps < static_cast<int64_t>(sl.size()))
+          m.run_probe_window_loss = std::accumulate(sl.begin() + (steps - k), sl.begin() + steps, 0.0) / static_cast<double>(k);
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);

@@ -191,19 +191,23 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const bool barely = m.run_window_loss > o.barely_kept * m.run_first_loss;
     const double need_train = barely ? o.barely_falling : o.still_falling;
     const double need_val = barely ? o.barely_falling : o.still_falling_val;
-    falling = drop > need_train && val_drop > need_val && val_drop > o.still_pace * pace;
+    const bool steady = !barely && val_drop >= o.still_steady * pace && val_drop > o.still_falling;
+    falling = drop > need_train && (val_drop > need_val || steady) && val_drop > o.still_pace * pace;
     const auto& a = m.epoch_val_accuracy;
     if (falling && a.size() == n && std::all_of(a.begin(), a.end(), [](double d) { return std::isfinite(d); }))
       falling = window(a, n) - window(a, n - w) >= (barely ? 0.0 : o.still_rising_accuracy);
   }
   if (still_falling) *still_falling = falling;
   // The epoch curve cannot tell whether the run had finished: one epoch recorded, or a schedule that
-  // took the rate to near zero (the curve flattens because the rate did).
+  // took the rate to near zero (the curve flattens because the rate did), or a run of fewer optimizer
+  // steps than few_steps (its epochs are a handful of steps each: the curve flattens where one step's
+  // noise hides the trend).
   const bool one_epoch = n >= 1 && static_cast<int64_t>(n) < o.min_epochs;
+  const bool few = m.run_steps > 0 && m.run_steps < o.few_steps;
   const double lr_left =
       std::isfinite(m.final_lr) && std::isfinite(m.peak_lr) && m.peak_lr > 0 ? m.final_lr / m.peak_lr : std::nan("");
   const bool annealed = std::isfinite(lr_left) && lr_left < o.annealed_lr;
-  const bool curve_unread = !falling && (one_epoch || annealed) && std::isfinite(m.val_loss);
+  const bool curve_unread = !falling && (one_epoch || annealed || few) && std::isfinite(m.val_loss);
   if (unread) *unread = curve_unread;
   // Training on (as many steps again) confirms "undertrained": the validation loss falls by `gain` of
   // its value and by continue_min_gain, and (classification) more validation examples turn right than
@@ -224,6 +228,26 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
               m.run_initial_loss > m.continued_val_loss
           ? (m.val_loss - m.continued_val_loss) / (m.run_initial_loss - m.continued_val_loss)
           : std::nan("");
+  // Without accuracies: the paired z of the validation examples' losses, before training on against after.
+  const double paired_z = [&] {
+    const auto& a = m.val_row_losses;
+    const auto& b = m.continued_val_row_losses;
+    if (a.size() < 2 || a.size() != b.size()) return std::nan("");
+    const double k = static_cast<double>(a.size());
+    double mean = 0;
+    for (size_t i = 0; i < a.size(); ++i) mean += a[i] - b[i];
+    mean /= k;
+    double ss = 0;
+    for (size_t i = 0; i < a.size(); ++i) ss += (a[i] - b[i] - mean) * (a[i] - b[i] - mean);
+    const double se = std::sqrt(ss / (k - 1) / k);
+    return se > 0 ? mean / se : std::nan("");
+  }();
+  // ... and the lowest validation loss of the run's epochs: a noisy curve's end can sit above its own
+  // best epoch, and a model trained on only moves elsewhere in that noise; the paired z counts the
+  // examples, not the iterates.
+  double best_val = std::nan("");
+  for (double x : v)
+    if (std::isfinite(x) && !(x >= best_val)) best_val = x;
   // `curve_falls`: the epoch curve still fell at the end, so a large share left stands for the floor in
   // loss units (continue_share) and, measured from the first step, for the McNemar count too
   // (continue_share_alone).
@@ -232,7 +256,9 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
         !(m.continued_val_loss < (1 - gain) * m.val_loss))
       return false;
     const bool floor = m.val_loss - m.continued_val_loss > o.continue_min_gain ||
-                       (curve_falls && share_left >= o.continue_share);
+                       (curve_falls && share_left >= o.continue_share) ||
+                       (curve_falls && !counted && paired_z >= o.continue_paired_z &&
+                        m.continued_val_loss < (1 - gain) * best_val);
     const bool count = !counted || mcnemar_z >= o.continue_min_z || (curve_falls && share_from_start >= o.continue_share_alone);
     return floor && count;
   };
@@ -253,18 +279,34 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (curve_falls && std::isfinite(share_left))
       f.evidence.push_back({"share of the run's improvement (first loss to after training on) still to come",
                             share_left, ">= " + str_printf("%g", o.continue_share) + " in place of the loss floor"});
+    if (curve_falls && !counted && std::isfinite(paired_z)) {
+      f.evidence.push_back({"paired z of the validation examples' losses, the end against after training on",
+                            paired_z, ">= " + str_printf("%g", o.continue_paired_z) + " and"});
+      f.evidence.push_back({"the run's lowest validation loss over its epochs", best_val,
+                            "training on below " + str_printf("%g", 1 - gain) +
+                                " x it too: in place of the loss floor"});
+    }
     if (curve_falls && std::isfinite(share_from_start))
       f.evidence.push_back({"share of the improvement from the first step's loss still to come", share_from_start,
                             ">= " + str_printf("%g", o.continue_share_alone) + " in place of the count too"});
   };
   if (curve_unread && training_on_helps(o.unread_gain, false) && std::isfinite(m.continued_val_loss)) {
     const std::string why =
-        one_epoch ? "it has one epoch" : "its schedule ended at " + pct(lr_left) + " of its peak learning rate";
+        one_epoch ? "it has one epoch"
+        : annealed
+            ? "its schedule ended at " + pct(lr_left) + " of its peak learning rate"
+            : str_printf("it took %lld optimizer steps, fewer than %lld", static_cast<long long>(m.run_steps),
+                         static_cast<long long>(o.few_steps));
     Finding f = make(Kind::Undertrained, m.clipping_caps_steps ? Severity::Info : Severity::Warning,
                      "the run's curve cannot say whether it had finished (" + why +
-                         "), and as many steps again lower the validation loss by " +
+                         "), and training on (as many steps again, " +
+                         str_printf("%lld", static_cast<long long>(o.continue_min_steps)) +
+                         " at least) lowers the validation loss by " +
                          pct(1 - m.continued_val_loss / m.val_loss) + ": the model is undertrained");
     f.evidence.push_back({"epochs", static_cast<double>(n), ""});
+    if (few)
+      f.evidence.push_back({"optimizer steps in the run", static_cast<double>(m.run_steps),
+                            "< " + str_printf("%lld", static_cast<long long>(o.few_steps)) + ": the curve cannot tell"});
     if (std::isfinite(lr_left))
       f.evidence.push_back({"last learning rate / the run's peak", lr_left,
                             "< " + str_printf("%g", o.annealed_lr) + ": the schedule annealed"});
@@ -281,9 +323,11 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     out.push_back(f);
   }
   if (falling) {
-    const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(m.run_window_loss);
-    const bool rate_helps = probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
-                            m.run_window_loss - m.probe_window_loss > o.probe_min_gain &&
+    // The run at the probe's own steps.
+    const double run_then = std::isfinite(m.run_probe_window_loss) ? m.run_probe_window_loss : m.run_window_loss;
+    const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(run_then);
+    const bool rate_helps = probed && m.probe_window_loss < o.probe_better * run_then &&
+                            run_then - m.probe_window_loss > o.probe_min_gain &&
                             !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
     // A short run (fewer than few_steps): probe_factor x the steps at the run's own rates doing what
     // probe_factor x the rate does clears the rate: the steps are too few.
@@ -300,13 +344,13 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
              (lr_low || more_helps) && !m.clipping_caps_steps ? Severity::Warning : Severity::Info,
              lr_low ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and at " +
                           str_printf("%g", o.probe_factor) + "x the learning rate the same steps reach a loss " +
-                          pct(1 - m.probe_window_loss / m.run_window_loss) + " lower: the learning rate is too low"
+                          pct(1 - m.probe_window_loss / run_then) + " lower: the learning rate is too low"
              : steps_help
                  ? "training ended while the loss still fell (" + pct(drop) + " over the last epochs), and " +
                        str_printf("%g", o.probe_factor) + "x the steps at the run's own learning rate reach a loss " +
                        pct(1 - m.steps_probe_window_loss / m.run_window_loss) + " lower (" +
                        str_printf("%g", o.probe_factor) +
-                       "x the rate: " + pct(1 - m.probe_window_loss / m.run_window_loss) +
+                       "x the rate: " + pct(1 - m.probe_window_loss / run_then) +
                        "): the steps, not the rate, are too few: the model is undertrained"
                  : "training ended while the loss still fell (" + pct(drop) + " over the last epochs, validation " +
                        pct(val_drop) + "): the model is undertrained");
@@ -315,15 +359,18 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.evidence.push_back({"training loss's drop, last epochs against the ones before", drop,
                           "> " + str_printf("%g", o.still_falling) + " and"});
     f.evidence.push_back({"validation loss's drop, likewise", val_drop,
-                          "> " + str_printf("%g", o.still_falling_val) + " and > " + str_printf("%g", o.still_pace) +
-                              " x the mean per epoch warns"});
+                          "> " + str_printf("%g", o.still_falling_val) + " (or > " + str_printf("%g", o.still_falling) +
+                              " at " + str_printf("%g", o.still_steady) + " x the mean per window: a straight curve) and > " +
+                              str_printf("%g", o.still_pace) + " x the mean per window"});
     if (probed) {
       f.evidence.push_back({"probe steps", static_cast<double>(m.probe_steps), ""});
       f.evidence.push_back({"run's loss over its first steps", m.run_first_loss, ""});
       f.evidence.push_back({"run's loss over its last steps", m.run_window_loss,
                             "> " + str_printf("%g", o.lr_low_kept) + " x its first loss, and"});
+      if (std::isfinite(m.run_probe_window_loss))
+        f.evidence.push_back({"run's loss over the probe's last steps (the same step numbers)", m.run_probe_window_loss, ""});
       f.evidence.push_back({str_printf("loss at %gx the learning rate", o.probe_factor), m.probe_window_loss,
-                            "< " + str_printf("%g", o.probe_better) + " x the run's: the lr is too low"});
+                            "< " + str_printf("%g", o.probe_better) + " x the run's at the same steps: the lr is too low"});
     }
     if (steps_probed)
       f.evidence.push_back({str_printf("loss at %gx the steps, the run's own learning rate", o.probe_factor),
@@ -336,14 +383,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                             "info: the clipping, not the learning rate, caps the steps"});
     // 10x the rate helped as much as the rule asks, but the run learned most of the way at its own rate:
     // a budget of rate x steps too small, which more steps and a higher rate both fill.
-    const bool rate_also = !lr_low && !steps_help && probed && m.probe_window_loss < o.probe_better * m.run_window_loss &&
-                           m.run_window_loss - m.probe_window_loss > o.probe_min_gain;
+    const bool rate_also = !lr_low && !steps_help && probed && m.probe_window_loss < o.probe_better * run_then &&
+                           run_then - m.probe_window_loss > o.probe_min_gain;
     f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
                      : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "
                        "epoch), or a stopping rule that ended the run early";
     if (rate_also)
       f.cause += "; or a learning rate too low for the steps: 10x the rate reaches a loss " +
-                 pct(1 - m.probe_window_loss / m.run_window_loss) +
+                 pct(1 - m.probe_window_loss / run_then) +
                  " lower in the same steps, and a run that learned most of the way at its own rate cannot tell a "
                  "rate too low from steps too few";
     f.fix = lr_low ? "raise the learning rate (try 3-10x; Adam's usual start is 1e-3, SGD's 0.01-0.1)"

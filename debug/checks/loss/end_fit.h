@@ -30,6 +30,10 @@ struct EndFitOptions {
   // not flattened), the training loss falling too (still_falling), and, for classification, the
   // validation accuracy up by still_rising_accuracy.
   double still_falling = 0.02, still_falling_val = 0.05, still_pace = 0.5;
+  // A curve that has not bent: the last window's validation drop at still_steady x the run's mean drop
+  // per window or more (a straight line, not a flattening one), both losses above still_falling, counts
+  // as still falling under still_falling_val too: a slow run is slow from its first epoch to its last.
+  double still_steady = 0.8;
   double still_rising_accuracy = 0.005;
   // A run whose last steps kept more than barely_kept of its first steps' loss barely trained: any
   // drop above barely_falling (both losses, at the same pace) counts, and no accuracy gain is asked.
@@ -63,14 +67,21 @@ struct EndFitOptions {
   // the first tenth: a rate high enough to learn most of the way within the first tenth of the steps
   // (a loss scaled up under SGD) shrinks the run's own range and inflates the share taken on it.
   double continue_share = 0.06, continue_share_alone = 0.18;
+  // Without accuracies (a regression), the examples' own losses before and after training on: a paired
+  // z (mean drop over its standard error) of continue_paired_z or more, with the loss after training on
+  // below (1 - the gain) x the lowest validation loss of the run's epochs too, stands in for the loss
+  // floor when the curve still fell at the end: the loss is the metric, and the drop is noise neither
+  // over the examples (the z) nor over the iterates (a noisy curve's best epoch).
+  double continue_paired_z = 3.0;
   // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
   // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
   // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
   // A run that learned most of the way is judged on its own length.
   int64_t continue_min_steps = 150;
-  // When the epoch curve cannot say whether the run had finished (fewer than min_epochs epochs, or a
+  // When the epoch curve cannot say whether the run had finished (fewer than min_epochs epochs, a
   // schedule that ended at less than annealed_lr of its peak rate, so the curve flattens because the
-  // rate did), training on decides alone, against the stricter unread_gain.
+  // rate did, or fewer than few_steps optimizer steps in all), training on decides alone, against the
+  // stricter unread_gain.
   double annealed_lr = 0.1, unread_gain = 0.3;
   // The learning-curve probe, run when the split rule above stays quiet but the model does better on
   // its training split than on validation (training accuracy above validation's by more than
@@ -111,6 +122,10 @@ struct EndFitMeasure {
   // The probe: the run's mean loss over its last steps and the probe's over its own (NaN: not run).
   double run_window_loss = std::numeric_limits<double>::quiet_NaN();
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();
+  // The run's own mean loss over the same steps as the probe's last tenth (the probe is capped at 300
+  // steps; a longer run is compared at the probe's length, not at its own end; NaN: the run's last
+  // tenth, run_window_loss, is the same steps).
+  double run_probe_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
   double run_initial_loss = std::numeric_limits<double>::quiet_NaN();    // its first step (the initial weights)
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end
@@ -119,12 +134,17 @@ struct EndFitMeasure {
   // Validation examples (classification) training on turned from wrong to right, and from right to
   // wrong (-1: not counted).
   int64_t continued_fixed = -1, continued_broken = -1;
+  // Each validation example's loss alone after training on, in the order of val_row_losses (empty:
+  // not measured, as for a classifier).
+  std::vector<double> continued_val_row_losses;
   // The first parameter group's learning rate at the last step and its largest over the run (NaN:
   // not recorded).
   double final_lr = std::numeric_limits<double>::quiet_NaN(), peak_lr = std::numeric_limits<double>::quiet_NaN();
   // Gradient clipping was active at nearly every step (O9): it, not the rate, caps the steps.
   bool clipping_caps_steps = false;
   int64_t probe_steps = 0;
+  // The run's optimizer steps (0: not recorded).
+  int64_t run_steps = 0;
   // The learning-curve probe: the validation split after the run repeated from its initial weights
   // on all its training examples (all_), and on data_share of them (fewer_; NaN: not run), and the
   // validation examples (classification) the first repeat gets right and the second wrong, and the
