@@ -897,3 +897,68 @@ TEST_CASE("D12-D16 on Fashion-MNIST train and test: nothing fires") {
   CHECK_FALSE(any_fires(dup));
   CHECK_FALSE(any_fires(fs));
 }
+
+namespace {
+
+// A tabular data set: n rows of 8 columns, three of them correlated with the first (x1 = x0 + noise,
+// x5 = 2 x0 - x3 + noise, x7 a copy of x2: the covariance is singular), the labels a linear score's sign.
+std::pair<Tensor, Tensor> table(int64_t n, uint64_t seed) {
+  gs::Generator g(seed);
+  Tensor z = gs::randn({n, 8}, {}, &g);
+  std::vector<float> v = z.to_vector<float>(), y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = &v[static_cast<size_t>(i * 8)];
+    r[1] = r[0] + 0.3f * r[1];
+    r[5] = 2 * r[0] - r[3] + 0.5f * r[5];
+    r[7] = r[2];
+    y[static_cast<size_t>(i)] = r[0] + r[4] - r[6] > 0 ? 1.0f : 0.0f;
+  }
+  return {gs::tensor(v, {n, 8}), gs::tensor(y, {n, 1})};
+}
+
+}  // namespace
+
+// D14 on tabular inputs: each column's mean and variance, the columns whitened by their pooled
+// covariance. A random split is silent whatever the correlations (a copied column included); noise
+// of 0.5 standard deviations written into the stored training rows (every training variance 1.25x)
+// warns, and so does one validation column shifted by 0.4 of its standard deviation.
+TEST_CASE("D14 on tabular inputs: noise written into the training rows and one shifted column warn, a random split does not") {
+  auto [x, y] = table(1600, 41);
+  auto [train, val] = nn::train_val_split(dataset(x, y, "table"), 0.25, 5);
+  REQUIRE(train->size() == 1200);
+  auto quiet = dbg::check_feature_drift(*train, *val);
+  INFO(all_str(quiet));
+  CHECK(quiet.empty());
+
+  const nn::Batch t = train->all(), v = val->all();
+  gs::Generator g(9);
+  // The noise in units of each column's own standard deviation.
+  Tensor sd = gs::sqrt(gs::var(t.x, {0}, true, true));
+  auto noisy = dataset(t.x + gs::randn(t.x.shape(), {}, &g) * sd * 0.5, t.y, "noisy train");
+  auto fs = dbg::check_feature_drift(*noisy, *val);
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(has(fs[0].title, "column by column"));
+  CHECK(has(fs[0].title, "variance in train is"));
+  CHECK(ev(fs[0], "its z") >= 5);
+
+  // One column (4) of validation shifted by 0.4 standard deviations.
+  std::vector<float> shifted = v.x.to_vector<float>();
+  for (size_t i = 4; i < shifted.size(); i += 8) shifted[i] += 0.4f;
+  auto moved = dataset(gs::tensor(shifted, v.x.shape()), v.y, "moved");
+  fs = dbg::check_feature_drift(*train, *moved);
+  REQUIRE(fs.size() == 1);
+  INFO(fs[0].str());
+  CHECK(has(fs[0].title, "column 4's mean in train is"));
+  CHECK(ev(fs[0], "columns compared (whitened by the pooled covariance)") == 7);  // the copied column counts once
+  CHECK(ev(fs[0], "largest mean shift in pooled standard deviations (column 4)") == doctest::Approx(-0.4).epsilon(0.35));
+
+  // Below the z (the same shift on 40 validation rows, where 100 are needed): silent.
+  auto few = dataset(rows_of(moved->all().x, 0, 40), rows_of(v.y, 0, 40), "few");
+  CHECK(dbg::check_feature_drift(*train, *few).empty());
+  // The column test switched off (z out of reach): the per-example rule alone, quiet here.
+  dbg::DataCheckOptions off;
+  off.min_column_drift_z = 1e9;
+  CHECK(dbg::check_feature_drift(*noisy, *val, "validation", off).empty());
+}

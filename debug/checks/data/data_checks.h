@@ -93,6 +93,16 @@ struct DataCheckOptions {
   // Two-sample Kolmogorov-Smirnov statistic between the splits' per-example mean
   // (brightness) and per-example std (contrast): above max_drift_ks warns.
   double max_drift_ks = 0.2;
+  // Tabular inputs (one vector of at most max_drift_columns values per example): each column's mean
+  // and variance, train against the split, after both are whitened by their pooled within-split
+  // covariance (so correlated columns count once). The sum of the squared z statistics (a mean's
+  // difference over its standard error; a variance's over the standard error the columns' fourth
+  // moments give it) is a chi-square with two degrees of freedom per column; its z of
+  // min_column_drift_z or more warns, when some column also moved by a material amount: a mean
+  // shifted by min_column_shift pooled standard deviations, or a variance min_column_ratio times the
+  // other split's (either way).
+  int64_t max_drift_columns = 64;
+  double min_column_drift_z = 5.0, min_column_shift = 0.1, min_column_ratio = 1.15;
   int64_t min_drift_examples = 100;  // D14 and D15 judge only when both splits have this many rows (else D16 speaks)
   // ---- D15 label drift and new labels ----
   double max_label_psi = 0.2;  // population-stability index of the class frequencies, above this warns
@@ -211,7 +221,9 @@ std::vector<Finding> check_train_test_mix(const nn::Dataset& train, const nn::Da
 // D14: feature drift. The two-sample Kolmogorov-Smirnov statistic (the largest distance
 // between the two empirical CDFs) of the per-example mean and of the per-example std of
 // the inputs, train against `split`. Warns when either exceeds opts.max_drift_ks; judged
-// only when both splits have opts.min_drift_examples rows.
+// only when both splits have opts.min_drift_examples rows. Tabular inputs (a vector of at most
+// opts.max_drift_columns values per example) are also compared column by column: the whitened
+// columns' means and variances (opts.min_column_drift_z, min_column_shift, min_column_ratio).
 std::vector<Finding> check_feature_drift(const nn::Dataset& train, const nn::Dataset& other,
                                          const std::string& split = "validation", const DataCheckOptions& opts = {});
 

@@ -32,6 +32,10 @@ struct SplitSample {
   std::vector<uint64_t> x;
   std::vector<Label> y;
   std::vector<double> means, stds;  // per example
+  // Tabular inputs (rank-1 examples of at most max_drift_columns values): each row's values,
+  // row-major (empty otherwise).
+  std::vector<float> columns;
+  bool tabular = true;
   bool classes = true;              // every label is one whole number: class indices
   std::string shape;                // one example's input shape
   int64_t features = -1;            // its number of values (-1 before the first row)
@@ -68,6 +72,13 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
                                  return l.value == 0.0 || l.value == 1.0;
                                })));
     const Tensor xb = b.x.reshape({B, -1}).to(kFloat64);
+    s.tabular = s.tabular && b.x.dim() == 2 && s.features <= opts.max_drift_columns;
+    if (s.tabular) {
+      const std::vector<double> v = xb.contiguous().to_vector<double>();
+      s.columns.insert(s.columns.end(), v.begin(), v.end());
+    } else {
+      s.columns.clear();
+    }
     const std::vector<double> m = xb.mean({1}).to_vector<double>();
     const std::vector<double> sd = xb.std({1}, /*unbiased=*/false).to_vector<double>();
     s.means.insert(s.means.end(), m.begin(), m.end());
@@ -233,10 +244,190 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   return {f};
 }
 
+double chi_square_z(double x, double k);
+
+// Column by column, for tabular inputs: the whitened columns' mean and variance differences as one
+// chi-square, and the original columns' largest shift and variance ratio.
+struct ColumnDrift {
+  double chi = kNaN, z = kNaN;
+  int64_t dof = 0, columns = 0;
+  int64_t shift_column = -1, ratio_column = -1;
+  double shift = 0.0, ratio = 1.0;  // the largest |standardised mean shift| (signed), the most extreme ratio
+};
+
+ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
+  ColumnDrift r;
+  const int64_t d = a.features;
+  if (!a.tabular || !b.tabular || d <= 0 || a.columns.empty() || b.columns.empty()) return r;
+  const size_t D = static_cast<size_t>(d);
+  const size_t na = a.columns.size() / D, nb = b.columns.size() / D;
+  if (na < 2 || nb < 2) return r;
+  auto finite = [](const std::vector<float>& c) {
+    return std::all_of(c.begin(), c.end(), [](float v) { return std::isfinite(v); });
+  };
+  if (!finite(a.columns) || !finite(b.columns)) return r;  // D2 reports non-finite values
+  auto col_means = [&](const std::vector<float>& c, size_t n) {
+    std::vector<double> m(D, 0.0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < D; ++j) m[j] += c[i * D + j];
+    for (double& v : m) v /= static_cast<double>(n);
+    return m;
+  };
+  const std::vector<double> ma = col_means(a.columns, na), mb = col_means(b.columns, nb);
+  // The pooled within-split covariance.
+  std::vector<double> C(D * D, 0.0);
+  auto accumulate_cov = [&](const std::vector<float>& c, size_t n, const std::vector<double>& m) {
+    std::vector<double> x(D);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < D; ++j) x[j] = c[i * D + j] - m[j];
+      for (size_t j = 0; j < D; ++j)
+        for (size_t k = 0; k <= j; ++k) C[j * D + k] += x[j] * x[k];
+    }
+  };
+  accumulate_cov(a.columns, na, ma);
+  accumulate_cov(b.columns, nb, mb);
+  for (size_t j = 0; j < D; ++j)
+    for (size_t k = 0; k <= j; ++k) C[k * D + j] = C[j * D + k] /= static_cast<double>(na + nb - 2);
+  // The original columns' effects: each split's variance, the pooled standard deviation.
+  auto col_vars = [&](const std::vector<float>& c, size_t n, const std::vector<double>& m) {
+    std::vector<double> v(D, 0.0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < D; ++j) v[j] += (c[i * D + j] - m[j]) * (c[i * D + j] - m[j]);
+    for (double& x : v) x /= static_cast<double>(n - 1);
+    return v;
+  };
+  const std::vector<double> va = col_vars(a.columns, na, ma), vb = col_vars(b.columns, nb, mb);
+  for (size_t j = 0; j < D; ++j) {
+    if (!(C[j * D + j] > 0) || !(va[j] > 0) || !(vb[j] > 0)) continue;  // a constant column
+    const double shift = (ma[j] - mb[j]) / std::sqrt(C[j * D + j]);
+    if (std::abs(shift) > std::abs(r.shift)) {
+      r.shift = shift;
+      r.shift_column = static_cast<int64_t>(j);
+    }
+    const double ratio = va[j] / vb[j];
+    if (std::abs(std::log(ratio)) > std::abs(std::log(r.ratio))) {
+      r.ratio = ratio;
+      r.ratio_column = static_cast<int64_t>(j);
+    }
+  }
+  // Cholesky of the pooled covariance, a direction that depends on the ones before it (a constant or
+  // duplicated column) left out.
+  std::vector<double> L(D * D, 0.0);
+  std::vector<uint8_t> keep(D, 0);
+  for (size_t j = 0; j < D; ++j) {
+    double s = C[j * D + j];
+    for (size_t k = 0; k < j; ++k) s -= L[j * D + k] * L[j * D + k];
+    if (!(C[j * D + j] > 0) || !(s > 1e-9 * C[j * D + j])) continue;
+    keep[j] = 1;
+    L[j * D + j] = std::sqrt(s);
+    for (size_t i = j + 1; i < D; ++i) {
+      double t = C[i * D + j];
+      for (size_t k = 0; k < j; ++k) t -= L[i * D + k] * L[j * D + k];
+      L[i * D + j] = t / L[j * D + j];
+    }
+  }
+  // Each split's whitened rows: the mean, variance and fourth central moment of each component.
+  struct Moments {
+    std::vector<double> mean, var, m4;
+  };
+  auto whitened_moments = [&](const std::vector<float>& c, size_t n) {
+    std::vector<double> w(n * D, 0.0), x(D);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < D; ++j) x[j] = c[i * D + j] - ma[j];  // centred on one point for both splits
+      for (size_t j = 0; j < D; ++j) {
+        if (!keep[j]) continue;
+        double t = x[j];
+        for (size_t k = 0; k < j; ++k)
+          if (keep[k]) t -= L[j * D + k] * w[i * D + k];
+        w[i * D + j] = t / L[j * D + j];
+      }
+    }
+    Moments mo{std::vector<double>(D, 0.0), std::vector<double>(D, 0.0), std::vector<double>(D, 0.0)};
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < D; ++j) mo.mean[j] += w[i * D + j];
+    for (double& v : mo.mean) v /= static_cast<double>(n);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < D; ++j) {
+        const double e = w[i * D + j] - mo.mean[j];
+        mo.var[j] += e * e;
+        mo.m4[j] += e * e * e * e;
+      }
+    for (size_t j = 0; j < D; ++j) {
+      mo.var[j] /= static_cast<double>(n);
+      mo.m4[j] /= static_cast<double>(n);
+    }
+    return mo;
+  };
+  const Moments wa = whitened_moments(a.columns, na), wb = whitened_moments(b.columns, nb);
+  const double fa = static_cast<double>(na), fb = static_cast<double>(nb);
+  double chi = 0.0;
+  for (size_t j = 0; j < D; ++j) {
+    if (!keep[j]) continue;
+    const double se_mean = std::sqrt(wa.var[j] / fa + wb.var[j] / fb);
+    const double se_var = std::sqrt(std::max(0.0, wa.m4[j] - wa.var[j] * wa.var[j]) / fa +
+                                    std::max(0.0, wb.m4[j] - wb.var[j] * wb.var[j]) / fb);
+    if (!(se_mean > 0) || !(se_var > 0)) continue;
+    const double zm = (wa.mean[j] - wb.mean[j]) / se_mean, zv = (wa.var[j] - wb.var[j]) / se_var;
+    chi += zm * zm + zv * zv;
+    r.dof += 2;
+    ++r.columns;
+  }
+  if (r.dof > 0) {
+    r.chi = chi;
+    r.z = chi_square_z(chi, static_cast<double>(r.dof));
+  }
+  return r;
+}
+
+std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitSample& other, const std::string& split,
+                                          const DataCheckOptions& opts) {
+  const ColumnDrift c = column_drift(train, other);
+  if (!std::isfinite(c.z)) return {};
+  const double log_limit = std::log(opts.min_column_ratio);
+  const bool shifted = std::abs(c.shift) >= opts.min_column_shift;
+  const bool spread = std::abs(std::log(c.ratio)) >= log_limit;
+  if (!(c.z >= opts.min_column_drift_z) || !(shifted || spread)) return {};
+  // The title names the column that moved most, relative to its own limit.
+  const bool by_ratio = spread && (!shifted || std::abs(std::log(c.ratio)) / log_limit >=
+                                                    std::abs(c.shift) / opts.min_column_shift);
+  Finding f = make(
+      "D14", Severity::Warning,
+      "the " + split + " inputs drifted from train, column by column: " +
+          (by_ratio ? "column " + num(c.ratio_column) + "'s variance in train is " + fmt_num(c.ratio) + "x its " +
+                          split + " variance"
+                    : "column " + num(c.shift_column) + "'s mean in train is " + fmt_num(c.shift) +
+                          " standard deviations from its " + split + " mean") +
+          " (" + num(c.columns) + " whitened columns, chi-square z " + str_printf("%.1f", c.z) + ")");
+  f.shape = "x " + train.shape + " per example";
+  const std::string ratio_rule =
+      "outside [" + fmt_num(1.0 / opts.min_column_ratio) + ", " + fmt_num(opts.min_column_ratio) + "], or";
+  f.evidence = {{"columns compared (whitened by the pooled covariance)", static_cast<double>(c.columns), ""},
+                {"chi-square of their mean and variance differences", c.chi, ""},
+                {"degrees of freedom", static_cast<double>(c.dof), ""},
+                {"its z", c.z, ">= " + fmt_num(opts.min_column_drift_z) + " and"},
+                {"largest variance ratio, train / " + split + " (column " + num(c.ratio_column) + ")", c.ratio,
+                 ratio_rule},
+                {"largest mean shift in pooled standard deviations (column " + num(c.shift_column) + ")", c.shift,
+                 "|shift| >= " + fmt_num(opts.min_column_shift) + " warns"},
+                {"training rows compared", static_cast<double>(train.read()), ""},
+                {split + " rows compared", static_cast<double>(other.read()), ""}};
+  f.cause = "the training inputs' columns follow another distribution than the " + split +
+            " inputs': noise written into the stored rows of one split (every variance larger), a column "
+            "scaled, shifted or filled differently in one split only, or a split made along a sorted order "
+            "(by time, by source) instead of at random. The model is scored on inputs unlike those it trained on";
+  f.fix = "build both splits with the same code and statistics (nn::train_val_split, one fitted normaliser); add "
+          "noise as augmentation, drawn afresh per batch inside the training loop, never into the stored rows";
+  return {f};
+}
+
 std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                    const DataCheckOptions& opts) {
   require_comparable(train, other, "check_feature_drift", split);
   if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples) return {};
+  {
+    std::vector<Finding> by_column = column_drift_finding(train, other, split, opts);
+    if (!by_column.empty()) return by_column;
+  }
   const double ks_mean = ks_statistic(train.means, other.means), ks_std = ks_statistic(train.stds, other.stds);
   const bool mean_off = ks_mean > opts.max_drift_ks, std_off = ks_std > opts.max_drift_ks;
   if (!mean_off && !std_off) return {};
