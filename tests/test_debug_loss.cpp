@@ -1023,6 +1023,13 @@ TEST_CASE("L9 undertrained without accuracies: the examples' paired drop and the
   CHECK(f->severity == dbg::Severity::Warning);
   CHECK(ev(*f, "paired z of the validation examples' losses, the end against after training on") > 3);
   CHECK(ev(*f, "the run's lowest validation loss over its epochs") == doctest::Approx(0.0488));
+  // A run that learned all but a sliver of its range (a regression onto targets near 50: its first loss
+  // 33, 0.07% of its improvement left) is done, however clearly training on moves that sliver: info.
+  dbg::EndFitMeasure sliver = m;
+  sliver.run_first_loss = 33.0;
+  sliver.run_initial_loss = 34.0;
+  REQUIRE((f = find_kind(fs = dbg::check_end_fit(sliver), dbg::Kind::Undertrained)) != nullptr);
+  CHECK(f->severity == dbg::Severity::Info);
   // Without the examples' losses (a classifier's count is absent too), the floor is not met: info.
   dbg::EndFitMeasure no_rows = m;
   no_rows.continued_val_row_losses.clear();
@@ -1061,7 +1068,7 @@ TEST_CASE("L9 undertrained without accuracies: the examples' paired drop and the
 // and training on for 150 steps reaches 0.034. A curve of fewer than few_steps (150) steps cannot say
 // whether the run had finished: training on decides, against unread_gain. The same curve over 608
 // steps is read as it is: flat, nothing to confirm.
-TEST_CASE("L9 undertrained: a run of fewer than 150 steps is judged by training on, not by its curve") {
+TEST_CASE("L9 undertrained: a run of fewer than 150 steps in epochs of one step is judged by training on, not by its curve") {
   dbg::EndFitMeasure m;
   m.train_loss = 0.263;
   m.val_loss = 0.290;
@@ -1084,10 +1091,15 @@ TEST_CASE("L9 undertrained: a run of fewer than 150 steps is judged by training 
   const dbg::Finding* f = find_kind(fs, dbg::Kind::Undertrained);
   REQUIRE(f != nullptr);
   CHECK(f->severity == dbg::Severity::Warning);
-  CHECK(has(f->title, "16 optimizer steps"));
+  CHECK(has(f->title, "16 optimizer steps in 16 epochs"));
   CHECK(ev(*f, "optimizer steps in the run") == 16);
   m.run_steps = 608;
   dbg::check_end_fit(m, {}, &falling, &unread);
   CHECK_FALSE(unread);
+  // 64 steps in its 16 epochs (4 per epoch, each point an average): read as it is.
+  m.run_steps = 64;
+  dbg::check_end_fit(m, {}, &falling, &unread);
+  CHECK_FALSE(unread);
+  m.run_steps = 608;
   CHECK(find_kind(dbg::check_end_fit(m), dbg::Kind::Undertrained) == nullptr);
 }

@@ -243,6 +243,35 @@ TEST_CASE("M14: a clean model overfits one batch; a model with dead first-layer 
   CHECK(evidence(fd[0], "final accuracy") < 1.0);
 }
 
+// M14's probe of the loss's floor reads the model's outputs once more after the parameters and
+// buffers are restored: that forward runs in eval mode, so BatchNorm's running statistics stay as
+// they were and no train-mode warning (M2) reaches the user for a probe the user did not write.
+TEST_CASE("M14 on a batch it cannot fit leaves BatchNorm's running statistics and the modes as they were") {
+  XY d = blobs(6, 3, 6);
+  // The same inputs under two labels: no model fits them, so M14 fails and the floor probe runs.
+  Tensor x = gs::cat({d.x, d.x}, 0);
+  std::vector<int64_t> other = d.y.to_vector<int64_t>();
+  for (int64_t& c : other) c = (c + 1) % 3;
+  Tensor y = gs::cat({d.y, gs::tensor(other, {static_cast<int64_t>(other.size())})}, 0);
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(6, 16));
+  auto bn = std::make_shared<nn::BatchNorm1d>(16);
+  model->push_back(bn);
+  model->push_back(std::make_shared<nn::ReLU>());
+  model->push_back(std::make_shared<nn::Dropout>(0.3));
+  model->push_back(std::make_shared<nn::Linear>(16, 3));
+  model->train();
+  const Tensor mean0 = bn->buffers()[0].clone();
+  int warnings = 0;
+  gs::WarningHandlerGuard guard([&](const gs::Warning&) { ++warnings; });
+  auto fs = dbg::overfit_one_batch(*model, x, y, ce);
+  REQUIRE(find(fs, "M14") != nullptr);
+  CHECK(gs::equal(bn->buffers()[0], mean0));
+  CHECK(warnings == 0);
+  CHECK(model->is_training());
+  CHECK(bn->is_training());
+}
+
 TEST_CASE("M15: real inputs beat zeroed inputs; labels unrelated to the inputs do not") {
   XY d = blobs(40, 3, 6, 5, 0.5);
   std::vector<std::pair<Tensor, Tensor>> train;

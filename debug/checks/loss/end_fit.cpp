@@ -200,10 +200,11 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   if (still_falling) *still_falling = falling;
   // The epoch curve cannot tell whether the run had finished: one epoch recorded, or a schedule that
   // took the rate to near zero (the curve flattens because the rate did), or a run of fewer optimizer
-  // steps than few_steps (its epochs are a handful of steps each: the curve flattens where one step's
-  // noise hides the trend).
+  // steps than few_steps whose epochs are shorter than min_epoch_steps (each point of the curve is a
+  // step or two, no average: the whole training set in one batch).
   const bool one_epoch = n >= 1 && static_cast<int64_t>(n) < o.min_epochs;
-  const bool few = m.run_steps > 0 && m.run_steps < o.few_steps;
+  const bool few = m.run_steps > 0 && m.run_steps < o.few_steps && n >= 1 &&
+                   m.run_steps < o.min_epoch_steps * static_cast<int64_t>(n);
   const double lr_left =
       std::isfinite(m.final_lr) && std::isfinite(m.peak_lr) && m.peak_lr > 0 ? m.final_lr / m.peak_lr : std::nan("");
   const bool annealed = std::isfinite(lr_left) && lr_left < o.annealed_lr;
@@ -258,7 +259,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const bool floor = m.val_loss - m.continued_val_loss > o.continue_min_gain ||
                        (curve_falls && share_left >= o.continue_share) ||
                        (curve_falls && !counted && paired_z >= o.continue_paired_z &&
-                        m.continued_val_loss < (1 - gain) * best_val);
+                        m.continued_val_loss < (1 - gain) * best_val && share_left >= o.continue_share_paired);
     const bool count = !counted || mcnemar_z >= o.continue_min_z || (curve_falls && share_from_start >= o.continue_share_alone);
     return floor && count;
   };
@@ -278,7 +279,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     }
     if (curve_falls && std::isfinite(share_left))
       f.evidence.push_back({"share of the run's improvement (first loss to after training on) still to come",
-                            share_left, ">= " + str_printf("%g", o.continue_share) + " in place of the loss floor"});
+                            share_left,
+                            ">= " + str_printf("%g", o.continue_share) + " in place of the loss floor" +
+                                (counted ? std::string() : " (" + str_printf("%g", o.continue_share_paired) +
+                                                               " with the paired z below)")});
     if (curve_falls && !counted && std::isfinite(paired_z)) {
       f.evidence.push_back({"paired z of the validation examples' losses, the end against after training on",
                             paired_z, ">= " + str_printf("%g", o.continue_paired_z) + " and"});
@@ -295,8 +299,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
         one_epoch ? "it has one epoch"
         : annealed
             ? "its schedule ended at " + pct(lr_left) + " of its peak learning rate"
-            : str_printf("it took %lld optimizer steps, fewer than %lld", static_cast<long long>(m.run_steps),
-                         static_cast<long long>(o.few_steps));
+            : str_printf("it took %lld optimizer steps in %zu epochs", static_cast<long long>(m.run_steps), n);
     Finding f = make(Kind::Undertrained, m.clipping_caps_steps ? Severity::Info : Severity::Warning,
                      "the run's curve cannot say whether it had finished (" + why +
                          "), and training on (as many steps again, " +
@@ -304,10 +307,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                          " at least) lowers the validation loss by " +
                          pct(1 - m.continued_val_loss / m.val_loss) + ": the model is undertrained");
     f.evidence.push_back({"epochs", static_cast<double>(n), ""});
-    if (few)
+    if (few) {
       f.evidence.push_back({"optimizer steps in the run", static_cast<double>(m.run_steps),
-                            "< " + str_printf("%lld", static_cast<long long>(o.few_steps)) + ": the curve cannot tell"});
-    if (std::isfinite(lr_left))
+                            "< " + str_printf("%lld", static_cast<long long>(o.few_steps)) + " and"});
+      f.evidence.push_back({"optimizer steps per epoch", static_cast<double>(m.run_steps) / static_cast<double>(n),
+                            "< " + str_printf("%lld", static_cast<long long>(o.min_epoch_steps)) +
+                                ": the curve cannot tell"});
+    }
+    if (annealed)
       f.evidence.push_back({"last learning rate / the run's peak", lr_left,
                             "< " + str_printf("%g", o.annealed_lr) + ": the schedule annealed"});
     continued_evidence(f, o.unread_gain, ": the curve cannot tell", false);

@@ -72,7 +72,9 @@ struct EndFitOptions {
   // below (1 - the gain) x the lowest validation loss of the run's epochs too, stands in for the loss
   // floor when the curve still fell at the end: the loss is the metric, and the drop is noise neither
   // over the examples (the z) nor over the iterates (a noisy curve's best epoch).
-  double continue_paired_z = 3.0;
+  // ... when at least continue_share_paired of the run's improvement was still to come (a run that
+  // learned all but a sliver of its range is done, however clearly training on moves that sliver).
+  double continue_paired_z = 3.0, continue_share_paired = 0.01;
   // ... over continue_min_steps at least when the run barely moved (it kept more than barely_kept of
   // its first loss): a run of a handful of steps (the whole training set in one batch) gets as many
   // steps as the gate gives a model to fit one batch (M14's base budget), not its own handful again.
@@ -80,8 +82,10 @@ struct EndFitOptions {
   int64_t continue_min_steps = 150;
   // When the epoch curve cannot say whether the run had finished (fewer than min_epochs epochs, a
   // schedule that ended at less than annealed_lr of its peak rate, so the curve flattens because the
-  // rate did, or fewer than few_steps optimizer steps in all), training on decides alone, against the
+  // rate did, or fewer than few_steps optimizer steps in all in epochs of fewer than min_epoch_steps
+  // steps, where each point of the curve is a step or two), training on decides alone, against the
   // stricter unread_gain.
+  int64_t min_epoch_steps = 4;
   double annealed_lr = 0.1, unread_gain = 0.3;
   // The learning-curve probe, run when the split rule above stays quiet but the model does better on
   // its training split than on validation (training accuracy above validation's by more than

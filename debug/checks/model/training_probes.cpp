@@ -98,7 +98,12 @@ LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const 
   try {
     Tensor z;
     {
+      // Only the outputs' shape and a starting point are wanted: in eval mode, so that the forward
+      // neither moves BatchNorm's running statistics nor draws dropout masks (the parameters and
+      // buffers were restored before this runs), and the modes put back after it.
       NoGradGuard ng;
+      ModeSnapshot modes(model);
+      model.eval();
       z = model(x).detach().to(kFloat32).contiguous().clone();
     }
     if (!classes && z.shape() != y.shape()) return fl;
