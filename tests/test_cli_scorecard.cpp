@@ -29,6 +29,12 @@ TEST_CASE("scorecard --quick: the corpus silent, the effective mutants caught an
   CHECK(j.get("equivalent_true_flags")->num >= 1);
   int metric_blind = 0;
   for (const json_mini::Value& m : j.get("mutants")->arr) {
+    // Detected and diagnosed mean: in most of the mutant's runs (one per seed).
+    const double runs = m.get("runs")->num;
+    CHECK(runs == m.get("seeds")->num);
+    CHECK(m.get("detected")->b == (2 * m.get("detected_runs")->num > runs));
+    CHECK(m.get("diagnosed")->b == (2 * m.get("diagnosed_runs")->num > runs));
+    CHECK(m.get("diagnosed_runs")->num <= m.get("detected_runs")->num);
     const std::string flag = m.get("flag")->str;
     CHECK((flag.empty() || flag == "mistake" || flag == "metric-blind" || flag == "false-alarm"));
     if (flag == "metric-blind") {

@@ -405,7 +405,8 @@ std::string scorecard_json(const Scorecard& s) {
                   : m.metric_blind && m.diagnosed ? "metric-blind"
                                                   : "false-alarm") +
          ",\"detected\":" + json_bool(m.detected) + ",\"diagnosed\":" + json_bool(m.diagnosed) +
-         ",\"fired\":" + json_list(m.fired) + ",\"lead\":" + json_str(m.lead) + "}";
+         ",\"runs\":" + std::to_string(m.runs) + ",\"detected_runs\":" + std::to_string(m.detected_runs) +
+         ",\"diagnosed_runs\":" + std::to_string(m.diagnosed_runs) + ",\"fired\":" + json_list(m.fired) + ",\"lead\":" + json_str(m.lead) + "}";
   }
   return j + "]}";
 }
