@@ -168,7 +168,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   const size_t n = e.size();
   const auto& v = m.epoch_val_loss;
   bool falling = false;
-  double drop = 0, val_drop = 0;
+  double drop = 0, val_drop = 0, pace = std::nan("");
   // Windows of w epochs (2 from 4 epochs on, so one epoch's wobble is not a trend): the last against
   // the one before.
   const size_t w = n >= 4 ? 2 : 1;
@@ -185,7 +185,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     drop = (e_before - e_now) / e_before;
     val_drop = (v_before - v_now) / v_before;
     // the run's mean relative drop per window
-    const double pace = (v[0] - v[n - 1]) / v[0] / static_cast<double>(n - 1) * static_cast<double>(w);
+    pace = (v[0] - v[n - 1]) / v[0] / static_cast<double>(n - 1) * static_cast<double>(w);
     // A run that barely moved (it kept more than barely_kept of its first loss) counts as still falling
     // on any steady drop: its whole curve is the slope.
     const bool barely = m.run_window_loss > o.barely_kept * m.run_first_loss;
@@ -198,6 +198,17 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       falling = window(a, n) - window(a, n - w) >= (barely ? 0.0 : o.still_rising_accuracy);
   }
   if (still_falling) *still_falling = falling;
+  // The curve's end, read whatever the verdict, in the info finding: where the healthy runs sit against
+  // the still-falling rule (`gradsleuth corpus --null` collects it).
+  if (!falling && std::isfinite(pace) && pace > 0)
+    for (Finding& f : out)
+      if (f.kind == Kind::FitMeasured) {
+        f.evidence.push_back({"validation loss's drop, the last epochs against the ones before", val_drop,
+                              "> " + str_printf("%g", o.still_falling_val) + ", with the rule's other conditions, is still falling"});
+        f.evidence.push_back({"that drop / the run's mean drop per window", val_drop / pace,
+                              ">= " + str_printf("%g", o.still_steady) + " with a drop > " + str_printf("%g", o.still_falling) +
+                                  " is a straight curve, still falling"});
+      }
   // The epoch curve cannot tell whether the run had finished: one epoch recorded, or a schedule that
   // took the rate to near zero (the curve flattens because the rate did), or a run of fewer optimizer
   // steps than few_steps whose epochs are shorter than min_epoch_steps (each point of the curve is a
