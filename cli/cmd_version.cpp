@@ -1,5 +1,6 @@
 // gradsleuth --version / gradsleuth version: what this binary is and how it was built (the
-// facts a bug report needs). The configure-time facts come from cli/CMakeLists.txt.
+// facts a bug report needs). The configure-time facts come from cli/CMakeLists.txt, the commit from
+// the header cli/git_commit.cmake writes at build time.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -14,6 +15,9 @@
 
 #ifndef GS_VERSION
 #define GS_VERSION "unknown"
+#endif
+#if __has_include("gs_git_commit.h")
+#include "gs_git_commit.h"  // GS_GIT_COMMIT, written at build time (cli/git_commit.cmake)
 #endif
 #ifndef GS_GIT_COMMIT
 #define GS_GIT_COMMIT "unknown"
