@@ -1,5 +1,5 @@
 // Small helpers shared by the checks' implementations (internal to debug/):
-// starting a finding, integers in titles, medians and quantiles of samples.
+// starting a finding, integers in titles, medians, quantiles, means and variances of samples.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/format.h"
@@ -45,6 +46,18 @@ inline double quantile(std::vector<double> v, double q) {
   const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
+}
+
+// The mean and the sample variance (divided by n - 1) of v; NaN for both under two values.
+inline std::pair<double, double> mean_and_variance(const std::vector<double>& v) {
+  if (v.size() < 2) return {kNaN, kNaN};
+  const double n = static_cast<double>(v.size());
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= n;
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return {mean, ss / (n - 1)};
 }
 
 // The zoos' tables and JSON (debug/zoo/zoo.cpp, debug/zoo/dist_zoo.cpp):

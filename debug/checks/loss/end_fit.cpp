@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/format.h"
 #include "debug/checks/check_util.h"
 
 namespace gradsleuth::debug {
+
+using detail::mean_and_variance;
+using detail::pct;
+
 namespace {
 
 Finding make(Kind k, Severity s, std::string title) {
@@ -245,13 +248,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const auto& a = m.val_row_losses;
     const auto& b = m.continued_val_row_losses;
     if (a.size() < 2 || a.size() != b.size()) return std::nan("");
-    const double k = static_cast<double>(a.size());
-    double mean = 0;
-    for (size_t i = 0; i < a.size(); ++i) mean += a[i] - b[i];
-    mean /= k;
-    double ss = 0;
-    for (size_t i = 0; i < a.size(); ++i) ss += (a[i] - b[i] - mean) * (a[i] - b[i] - mean);
-    const double se = std::sqrt(ss / (k - 1) / k);
+    std::vector<double> d(a.size());
+    for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+    const auto [mean, var] = mean_and_variance(d);
+    const double se = std::sqrt(var / static_cast<double>(d.size()));
     return se > 0 ? mean / se : std::nan("");
   }();
   // ... and the lowest validation loss of the run's epochs: a noisy curve's end can sit above its own
@@ -344,9 +344,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     // The run at the probe's own steps.
     const double run_then = std::isfinite(m.run_probe_window_loss) ? m.run_probe_window_loss : m.run_window_loss;
     const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(run_then);
-    const bool rate_helps = probed && m.probe_window_loss < o.probe_better * run_then &&
-                            run_then - m.probe_window_loss > o.probe_min_gain &&
-                            !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
+    // 10x the rate reaches what the rule asks in the same steps.
+    const bool probe_beats_run = probed && m.probe_window_loss < o.probe_better * run_then &&
+                                 run_then - m.probe_window_loss > o.probe_min_gain;
+    const bool rate_helps = probe_beats_run && !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
     // A short run (fewer than few_steps): probe_factor x the steps at the run's own rates doing what
     // probe_factor x the rate does clears the rate: the steps are too few.
     const bool steps_probed = std::isfinite(m.steps_probe_window_loss);
@@ -401,8 +402,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                             "info: the clipping, not the learning rate, caps the steps"});
     // 10x the rate helped as much as the rule asks, but the run learned most of the way at its own rate:
     // a budget of rate x steps too small, which more steps and a higher rate both fill.
-    const bool rate_also = !lr_low && !steps_help && probed && m.probe_window_loss < o.probe_better * run_then &&
-                           run_then - m.probe_window_loss > o.probe_min_gain;
+    const bool rate_also = !lr_low && !steps_help && probe_beats_run;
     f.cause = lr_low ? "a learning rate too low for this optimizer and model: each step moves the weights too little"
                      : "too few optimizer steps: too few epochs, batches too large for the data (few steps per "
                        "epoch), or a stopping rule that ended the run early";
@@ -442,18 +442,11 @@ bool end_fit_wants_data_probe(const EndFitMeasure& m, const std::vector<Finding>
 // Welch's z of the two splits' mean losses, from their examples' losses: (training - validation) /
 // the standard error of the difference.
 double loss_split_z(const EndFitMeasure& m) {
-  auto mean_and_var = [](const std::vector<double>& x) {
-    const double n = static_cast<double>(x.size());
-    const double mean = std::accumulate(x.begin(), x.end(), 0.0) / n;
-    double ss = 0;
-    for (double v : x) ss += (v - mean) * (v - mean);
-    return std::make_pair(mean, ss / (n - 1));
-  };
   const auto& a = m.train_row_losses;
   const auto& b = m.val_row_losses;
   if (a.size() < 2 || b.size() < 2) return std::nan("");
-  const auto [ma, va] = mean_and_var(a);
-  const auto [mb, vb] = mean_and_var(b);
+  const auto [ma, va] = mean_and_variance(a);
+  const auto [mb, vb] = mean_and_variance(b);
   const double se = std::sqrt(va / static_cast<double>(a.size()) + vb / static_cast<double>(b.size()));
   return se > 0 ? (ma - mb) / se : std::nan("");
 }
