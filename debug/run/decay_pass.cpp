@@ -2,7 +2,6 @@
 // debug/checks/optim/optim_checks.h): the decay's pull against the loss gradient's per parameter group,
 // and, where the decay pulls hard, training on with and without it (Session::rerun_from_start).
 #include <cmath>
-#include <numeric>
 
 #include "core/ops.h"
 #include "debug/checks/optim/optim_checks.h"
@@ -59,12 +58,6 @@ ValScore val_score(nn::Module& model, const nn::DataLoader& loader, const LossFu
   if (s.examples > 0) s.loss = sum / static_cast<double>(s.examples);
   if (counted > 0) s.accuracy = right / counted;
   return s;
-}
-
-double tail_mean(const std::vector<double>& x) {
-  if (x.empty()) return kNaN;
-  const size_t k = std::max<size_t>(1, x.size() / 10);
-  return std::accumulate(x.end() - static_cast<std::ptrdiff_t>(k), x.end(), 0.0) / static_cast<double>(k);
 }
 
 }  // namespace
@@ -159,9 +152,7 @@ void Session::check_decay_at_end(RunReport& r) {
     }
     const auto& sl = r.history.step_losses;
     if (!sl.empty()) {
-      const size_t tenth = std::max<size_t>(1, sl.size() / 10);
-      m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(tenth), 0.0) /
-                         static_cast<double>(tenth);
+      m.run_first_loss = window_mean(sl, 0, tenth_of(sl.size()));
       m.run_window_loss = tail_mean(sl);
     }
     const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0

@@ -1,5 +1,5 @@
 // Helpers shared by diagnose()'s files (internal to run/): the first rows of a dataset, a model's device,
-// a report's finding counts.
+// the mean of a window of a loss history, a report's finding counts.
 #pragma once
 #include "debug/run/diagnose.h"
 
@@ -33,6 +33,20 @@ inline Device model_device(nn::Module& model) {
   for (const Tensor& p : model.parameters()) return p.device();
   return kCPU;
 }
+
+// The mean of x[lo, hi) (NaN when the window is empty).
+inline double window_mean(const std::vector<double>& x, size_t lo, size_t hi) {
+  if (hi <= lo || hi > x.size()) return kNaN;
+  double sum = 0.0;
+  for (size_t i = lo; i < hi; ++i) sum += x[i];
+  return sum / static_cast<double>(hi - lo);
+}
+
+// The length of a run's tenth: its first or last tenth of steps, at least one.
+inline size_t tenth_of(size_t n) { return std::max<size_t>(1, n / 10); }
+
+// The mean of x's last tenth: a run's (or a probe's) loss at its end (NaN when empty).
+inline double tail_mean(const std::vector<double>& x) { return window_mean(x, x.size() - tenth_of(x.size()), x.size()); }
 
 // Runs one check of a phase; an exception becomes a finding (phase_failure) in `r`.
 inline void guarded(Report& r, const std::string& who, const std::string& phase, const std::string& lost,

@@ -232,14 +232,11 @@ void Session::check_fit_at_end(RunReport& r) {
     m.epoch_val_accuracy = r.history.epoch_val_accuracy;
     // The run's own first and last tenth of steps.
     const auto& sl = r.history.step_losses;
-    const size_t tenth = std::max<size_t>(1, sl.size() / 10);
     m.run_steps = static_cast<int64_t>(sl.size());
     if (!sl.empty()) {
       m.run_initial_loss = sl.front();
-      m.run_first_loss = std::accumulate(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(tenth), 0.0) /
-                         static_cast<double>(tenth);
-      m.run_window_loss =
-          std::accumulate(sl.end() - static_cast<std::ptrdiff_t>(tenth), sl.end(), 0.0) / static_cast<double>(tenth);
+      m.run_first_loss = window_mean(sl, 0, tenth_of(sl.size()));
+      m.run_window_loss = tail_mean(sl);
     }
     const std::vector<double>& run_lrs = r.history.learning_rates;
     if (!run_lrs.empty()) {
@@ -286,10 +283,9 @@ void Session::check_fit_at_end(RunReport& r) {
       std::string failed;
       const std::vector<double> probe = rerun_from_start(lrs, steps, failed);
       if (failed.empty() && static_cast<int64_t>(probe.size()) == steps) {
-        const int64_t k = std::max<int64_t>(1, steps / 10);
-        m.probe_window_loss = std::accumulate(probe.end() - k, probe.end(), 0.0) / static_cast<double>(k);
-        if (steps < static_cast<int64_t>(sl.size()))
-          m.run_probe_window_loss = std::accumulate(sl.begin() + (steps - k), sl.begin() + steps, 0.0) / static_cast<double>(k);
+        m.probe_window_loss = tail_mean(probe);
+        const size_t n = probe.size();
+        if (n < sl.size()) m.run_probe_window_loss = window_mean(sl, n - tenth_of(n), n);
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);
@@ -309,11 +305,8 @@ void Session::check_fit_at_end(RunReport& r) {
             stretched.empty() || !(initial_lrs_[0] > 0)
                 ? rerun_from_start(initial_lrs_, longer, failed_steps)
                 : rerun_from_start(rel, longer, failed_steps, true, nullptr, stretched);
-        if (failed_steps.empty() && static_cast<int64_t>(run_longer.size()) == longer) {
-          const int64_t k = std::max<int64_t>(1, longer / 10);
-          m.steps_probe_window_loss =
-              std::accumulate(run_longer.end() - k, run_longer.end(), 0.0) / static_cast<double>(k);
-        }
+        if (failed_steps.empty() && static_cast<int64_t>(run_longer.size()) == longer)
+          m.steps_probe_window_loss = tail_mean(run_longer);
         fs = check_end_fit(m, o_.fit);
       }
       // Not a rate too low: does training on from here still help?
