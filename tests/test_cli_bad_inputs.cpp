@@ -24,6 +24,13 @@ constexpr bool kWorkbench = GS_CLI_WORKBENCH != 0;
 
 namespace {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// Runs a command line the CLI must refuse (a nonzero exit) and returns what it printed (stdout and
+// stderr), for the message's checks.
+std::string refused(const std::string& args) {
+  const Run r = clitest::run_cli_all(args);
+  CHECK_MESSAGE(r.status != 0, args);
+  return r.out;
+}
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
   std::ostringstream os;
@@ -52,31 +59,22 @@ TEST_CASE("doctor: an --out folder holding an earlier report is refused before a
 }
 
 TEST_CASE("a repeated flag is refused like a repeated option") {
-  const Run flags = clitest::run_cli_all("ops --json --json");
-  CHECK(flags.status != 0);
-  CHECK(has(flags.out, "--json was given twice"));
-  const Run opts = clitest::run_cli_all("train --seed 1 --seed 2");
-  CHECK(opts.status != 0);
-  CHECK(has(opts.out, "--seed was given twice"));
+  CHECK(has(refused("ops --json --json"), "--json was given twice"));
+  CHECK(has(refused("train --seed 1 --seed 2"), "--seed was given twice"));
   CHECK(clitest::run_cli("ops --json", true).status == 0);
 }
 
 TEST_CASE("numbers too large or too small are named as such, with the limit") {
   if (kWorkbench) {
-    const Run big = clitest::run_cli_all("kernels bench matmul --device cpu --size 1000000000000");
-    CHECK(big.status != 0);
-    CHECK(has(big.out, "--size must be an integer in [1, 1073741824], got '1000000000000' (too large)"));
-    const Run huge = clitest::run_cli_all("kernels bench matmul --device cpu --size 100000000000000000000000");
-    CHECK(huge.status != 0);
-    CHECK(has(huge.out, "--size is too large"));
-    CHECK(!has(huge.out, "needs an integer"));
+    CHECK(has(refused("kernels bench matmul --device cpu --size 1000000000000"),
+              "--size must be an integer in [1, 1073741824], got '1000000000000' (too large)"));
+    const std::string huge = refused("kernels bench matmul --device cpu --size 100000000000000000000000");
+    CHECK(has(huge, "--size is too large"));
+    CHECK(!has(huge, "needs an integer"));
   }
-  const Run tiny = clitest::run_cli_all("train --lr 1e-320 --data-dir /nonexistent");
-  CHECK(tiny.status != 0);
-  CHECK(has(tiny.out, "--lr is too small: '1e-320' is below the smallest normal double"));
-  const Run over = clitest::run_cli_all("train --lr 1e400 --data-dir /nonexistent");
-  CHECK(over.status != 0);
-  CHECK(has(over.out, "--lr is too large"));
+  CHECK(has(refused("train --lr 1e-320 --data-dir /nonexistent"),
+            "--lr is too small: '1e-320' is below the smallest normal double"));
+  CHECK(has(refused("train --lr 1e400 --data-dir /nonexistent"), "--lr is too large"));
 }
 
 TEST_CASE("kernels roofline: an --out that cannot be written is refused before measuring") {
@@ -95,10 +93,9 @@ TEST_CASE("kernels in a CLI built without the workbench: refused, naming the opt
   if (kWorkbench) return;
   for (const char* cmd : {"kernels list", "kernels bench matmul --device cpu", "kernels roofline --out x.svg"}) {
     CAPTURE(cmd);
-    const Run r = clitest::run_cli_all(cmd);
-    CHECK(r.status != 0);
-    CHECK(has(r.out, "without the kernel workbench"));
-    CHECK(has(r.out, "-DGRADSLEUTH_CLI_WORKBENCH=ON"));
-    CHECK(has(r.out, "./run.sh kernels"));
+    const std::string out = refused(cmd);
+    CHECK(has(out, "without the kernel workbench"));
+    CHECK(has(out, "-DGRADSLEUTH_CLI_WORKBENCH=ON"));
+    CHECK(has(out, "./run.sh kernels"));
   }
 }
