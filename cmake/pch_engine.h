@@ -1,4 +1,4 @@
-// Precompiled for nn/ and optim/ (cmake/precompile.cmake): the standard headers and the engine's
+// Precompiled for core/, nn/ and optim/ (cmake/precompile.cmake): the standard headers and the engine's
 // headers that nearly every file there includes. Parsed once per target instead of once per file.
 #pragma once
 #include <algorithm>

@@ -1,13 +1,13 @@
 # Precompiled headers for the targets whose files spend a third or more of their compile time parsing
 # the same headers (docs/benchmarks.md, "The CLI's build"). -DGRADSLEUTH_PCH=OFF builds without them,
 # which also shows a file that forgot one of its own includes.
-option(GRADSLEUTH_PCH "Precompile the common headers of nn/, optim/, debug/ and cli/" ON)
+option(GRADSLEUTH_PCH "Precompile the common headers of core/, nn/, optim/, debug/ and cli/" ON)
 # Unity batches for the same targets: a batch's files are compiled as one, so the headers' inline
 # functions and templates each file uses are compiled once per batch instead of once per file (the
 # measured saving: docs/benchmarks.md, "Unity batches"). -DGRADSLEUTH_UNITY=OFF compiles each file on
 # its own (scripts/check_no_pch.sh builds so, test build_no_pch). Names in a file's anonymous
 # namespace must not repeat in another file of the same target: a batch would define them twice.
-option(GRADSLEUTH_UNITY "Compile the files of nn/, optim/, debug/ and cli/ in unity batches" ON)
+option(GRADSLEUTH_UNITY "Compile the files of core/, nn/, optim/, debug/ and cli/ in unity batches" ON)
 
 # gs_precompile(TARGET HEADER): TARGET's C++ files are compiled with HEADER (cmake/pch_*.h) precompiled.
 function(gs_precompile target header)

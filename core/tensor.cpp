@@ -40,9 +40,10 @@ bool Tensor::is_contiguous() const {
 
 std::string Tensor::str() const {
   if (!defined()) return "undefined";
-  std::string s = std::string(dtype_name(dtype())) + shape_str(shape());
-  if (!device().is_cpu()) s += "@" + device().str();
-  if (!name().empty()) s = "'" + name() + "' " + s;
+  std::string s;
+  if (!name().empty()) s.append("'").append(name()).append("' ");
+  s.append(dtype_name(dtype())).append(shape_str(shape()));
+  if (!device().is_cpu()) s.append("@").append(device().str());
   return s;
 }
 

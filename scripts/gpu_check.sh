@@ -99,7 +99,8 @@ fail() { status=1; echo "gpu_check: FAILED: $*" >&2; }
 
 if [[ $emulator == 1 ]]; then
   # The bundle, dry: a configure that finds Eigen and doctest only through it (/usr and /usr/local
-  # are ignored prefixes), then one object that includes Eigen (not on the default include path).
+  # are ignored prefixes), then one object that includes Eigen (not on the default include path; eigen_gemm.cpp
+  # compiles alone, outside the unity batches).
   dry=$(mktemp -d)
   trap 'rm -f "$log"; rm -rf "$dry"' EXIT
   echo "gpu_check: the --prepare bundle, dry run in $dry" >&2
@@ -109,7 +110,7 @@ if [[ $emulator == 1 ]]; then
        -DGRADSLEUTH_BUILD_LABS=OFF -DGRADSLEUTH_BUILD_BENCH=OFF >>"$log" 2>&1 ||
      ! grep -q "^Eigen3_DIR:PATH=$dry/carry/" "$dry/build/CMakeCache.txt" ||
      ! grep -q "^doctest_DIR:PATH=$dry/carry/" "$dry/build/CMakeCache.txt" ||
-     ! cmake --build "$dry/build" --target core/CMakeFiles/gradsleuth_core.dir/cpu/linalg.cpp.o >>"$log" 2>&1; then
+     ! cmake --build "$dry/build" --target core/CMakeFiles/gradsleuth_core.dir/cpu/fast/eigen_gemm.cpp.o >>"$log" 2>&1; then
     { echo; echo "## The --prepare bundle: FAILED"; echo; echo '```'; tail -n 40 "$log"; echo '```'; } >>"$report"
     echo "gpu_check: the bundle's dry run failed; see $report" >&2
     exit 2
