@@ -59,7 +59,7 @@ cmake_opts=()
 [[ -n $cuda_emu ]] && cmake_opts+=(-DGRADSLEUTH_CLI_CUDA_EMU="$cuda_emu")
 [[ -n $workbench ]] && cmake_opts+=(-DGRADSLEUTH_CLI_WORKBENCH="$workbench")
 
-scripts/setup.sh
+scripts/setup.sh --main
 echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and what the"
 echo "run: command needs; not the tests, benchmarks or labs: ./test.sh builds and runs those)"
 scripts/build.sh --target "$cli_target" ${cmake_opts[@]+-- "${cmake_opts[@]}"}
