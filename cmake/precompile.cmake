@@ -9,12 +9,26 @@ option(GRADSLEUTH_PCH "Precompile the common headers of core/, nn/, optim/, debu
 # namespace must not repeat in another file of the same target: a batch would define them twice.
 option(GRADSLEUTH_UNITY "Compile the files of core/, nn/, optim/, debug/ and cli/ in unity batches" ON)
 
-# gs_precompile(TARGET HEADER): TARGET's C++ files are compiled with HEADER (cmake/pch_*.h) precompiled.
+# gs_precompile(TARGET HEADER): TARGET's C++ files are compiled with HEADER (cmake/pch_*.h) precompiled,
+# except those with compile options of their own (a COMPILE_OPTIONS source property, e.g. another -O
+# level): a precompiled header is valid only for the options it was made with (GCC 12 crashed compiling
+# an -O3 file with an -O1 header). They are picked out when the directory's CMakeLists.txt is done, so
+# options set after this call count too. CMake leaves the same files out of unity batches by itself.
 function(gs_precompile target header)
   if(GRADSLEUTH_PCH)
     target_precompile_headers(${target} PRIVATE
       "$<$<COMPILE_LANGUAGE:CXX>:${PROJECT_SOURCE_DIR}/cmake/${header}>")
+    cmake_language(EVAL CODE "cmake_language(DEFER CALL gs_skip_pch_with_own_options [[${target}]])")
   endif()
+endfunction()
+function(gs_skip_pch_with_own_options target)
+  get_target_property(sources ${target} SOURCES)
+  foreach(src IN LISTS sources)
+    get_source_file_property(options ${src} COMPILE_OPTIONS)
+    if(options)
+      set_source_files_properties(${src} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+    endif()
+  endforeach()
 endfunction()
 
 # gs_unity(TARGET BATCH): TARGET's C++ files are compiled BATCH at a time (GRADSLEUTH_UNITY). A batch
