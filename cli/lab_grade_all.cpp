@@ -854,12 +854,17 @@ Results read_channel(const std::string& text, const std::string& token, const Ta
            std::to_string(end_points) + "/" + std::to_string(end_max));
   if (!r.gradescope.empty()) {
     // results.json opens with {"score":<the sum of the tasks>,
+    const std::string& g = r.gradescope;
     const std::string head = "{\"score\":";
     size_t i = head.size();
-    const bool negative = r.gradescope.compare(0, i, head) == 0 && i < r.gradescope.size() && r.gradescope[i] == '-';
-    if (negative) ++i;
-    const int score = r.gradescope.compare(0, head.size(), head) == 0 ? read_digits(r.gradescope, i) : -1;
-    if (score < 0 || i >= r.gradescope.size() || r.gradescope[i] != ',' || (negative ? -score : score) != sum)
+    int score = -1;
+    bool negative = false;
+    if (g.compare(0, i, head) == 0) {
+      negative = i < g.size() && g[i] == '-';
+      i += negative ? 1 : 0;
+      score = read_digits(g, i);
+    }
+    if (score < 0 || i >= g.size() || g[i] != ',' || (negative ? -score : score) != sum)
       review("results.json gives another score than the tasks (" + std::to_string(sum) + " points)");
   }
   return r;
