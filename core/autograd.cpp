@@ -164,8 +164,8 @@ bool only_moves_values(const Node& n) {
     if (std::strcmp(n.name(), v) == 0) return true;
   return false;
 }
-CastBackward cast_backward(const Edge& e, const Tensor& g) {
-  if (!t_plain_pass || !e.fn || g.dtype() != kFloat32 || !is_reduced_float(e.dtype) || GradMode::is_enabled() ||
+CastBackward cast_backward(const Edge& e, DType g) {
+  if (!t_plain_pass || !e.fn || g != kFloat32 || !is_reduced_float(e.dtype) || GradMode::is_enabled() ||
       observers_active() || !cast_backward_fused())
     return CastBackward::Round;
   for (const Node* n = e.fn.get();;) {
@@ -194,6 +194,8 @@ bool storage_unshared(const Tensor& g, long handles) {
 
 // g.to(t).to(kFloat32).
 Tensor round_through(const Tensor& g, DType t) {
+  // A product that rounded its results as it stored them (rounded_through below) marked the storage.
+  if (g.storage()->take_rounded_through(t)) return g;
   Backend& b = backend_of(g);
   // The engine's own gradient: its whole storage rounded in place (rounding is elementwise and
   // rounds a rounded value to itself, so any layout over it is rounded right).
@@ -209,11 +211,18 @@ Tensor round_through(const Tensor& g, DType t) {
 }
 }  // namespace
 
+std::optional<DType> rounded_through(const Node& node, size_t input) {
+  if (input >= node.next_edges.size()) return std::nullopt;
+  const Edge& e = node.next_edges[input];
+  if (cast_backward(e, kFloat32) == CastBackward::Round) return std::nullopt;
+  return e.dtype;
+}
+
 void round_to_inputs(tensor_list& grads, const Node& node) {
   for (size_t i = 0; i < grads.size() && i < node.next_edges.size(); ++i) {
     const Edge& e = node.next_edges[i];
     if (grads[i].defined() && e.fn && is_reduced_float(e.dtype) && grads[i].dtype() != e.dtype &&
-        cast_backward(e, grads[i]) == CastBackward::Round)
+        cast_backward(e, grads[i].dtype()) == CastBackward::Round)
       grads[i] = to_keeping_layout(grads[i], e.dtype);
   }
 }
@@ -855,7 +864,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
                    ". A backward must return one gradient per input with that input's shape (reduce broadcast "
                    "dims with sum_to).");
           if (gi.dtype() != e.dtype) {
-            const detail::CastBackward c = detail::cast_backward(e, gi);
+            const detail::CastBackward c = detail::cast_backward(e, gi.dtype());
             if (c == detail::CastBackward::Round) gi = gi.to(e.dtype);
             if (c == detail::CastBackward::RoundThrough) gi = detail::round_through(gi, e.dtype);
           }

@@ -8,6 +8,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -208,6 +209,12 @@ class WidenedBackward {
 };
 bool backward_widened();
 void round_to_inputs(tensor_list& grads, const Node& node);
+// Asked by a backward before it computes the float32 gradient of `node`'s input `input`: the
+// dtype that gradient will be rounded through by the fused backward of a cast (the input is a
+// float16/bfloat16 cast of a float32 tensor, or a view of one, and nothing else can see the
+// 16-bit step), or nullopt. A backward that rounds its result to that dtype as it computes it
+// marks the result's storage (Storage::mark_rounded_through), and the cast skips its own pass.
+std::optional<DType> rounded_through(const Node& node, size_t input);
 // t.to(want), keeping a transposed (permuted dense) layout outside create_graph.
 Tensor to_keeping_layout(const Tensor& t, DType want);
 }  // namespace detail

@@ -147,6 +147,12 @@ class Backend {
   // and without the 16-bit copy. Return false when this backend has no such kernel: the caller
   // then converts twice.
   virtual bool round_through(const Tensor& /*t*/, DType /*dtype*/) { return false; }
+  // bmm (out float32; a and b float32, float16 or bfloat16) whose every result is rounded to
+  // `dtype` as it is stored, kept in float32: the bits of bmm then round_through, in one pass.
+  // Return false, touching nothing, when this backend has no such kernel for these operands.
+  virtual bool bmm_round_through(const Tensor& /*out*/, const Tensor& /*a*/, const Tensor& /*b*/, DType /*dtype*/) {
+    return false;
+  }
 };
 
 // The backend for a device. Throws a clear error when the device's backend is

@@ -37,6 +37,22 @@ class Storage {
   const char* modifier_after(uint64_t v) const;
   const char* last_modifier() const;
 
+  // A float32 storage whose every value a kernel has just written already rounded to `dtype`
+  // (float16/bfloat16) and kept in float32 (a product whose result is bound for the fused backward
+  // of a cast, core/autograd.cpp): that backward then skips its rounding pass. The mark holds
+  // until the next in-place op bumps the version, and is read once: take_rounded_through(dtype)
+  // answers whether it held, and clears it.
+  void mark_rounded_through(DType dtype) {
+    rounded_through_ = dtype;
+    rounded_at_ = version_;
+    rounded_marked_ = true;
+  }
+  bool take_rounded_through(DType dtype) {
+    const bool held = rounded_marked_ && rounded_through_ == dtype && rounded_at_ == version_;
+    rounded_marked_ = false;
+    return held;
+  }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
@@ -45,6 +61,9 @@ class Storage {
   uint64_t version_ = 0;
   static constexpr int kLog = 16;
   std::array<const char*, kLog> log_{};  // log_[v % kLog] = op that made version v+1
+  uint64_t rounded_at_ = 0;
+  DType rounded_through_ = kFloat32;
+  bool rounded_marked_ = false;
 };
 
 // ---- allocation accounting (W8) --------------------------------------------------

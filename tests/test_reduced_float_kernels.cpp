@@ -119,6 +119,46 @@ TEST_CASE("sgemm_direct_mixed: every layout and format, odd sizes, equals sgemm_
         }
 }
 
+TEST_CASE("sgemm_direct_mixed rounding as it stores: the bits of its result rounded through afterwards") {
+  if (!fast::sgemm_direct_available()) return;  // checked above: the call refuses
+  // Every layout (the C^T form rounds C^T's tiles before transposing them), K over several
+  // k-blocks (only the last one stores final values), values with infinities, NaNs and sums past
+  // float16's range (they round to inf).
+  const int shapes[][3] = {{13, 33, 17}, {64, 150, 64}, {50, 200, 513}, {40, 96, 700}};
+  const DType kinds[] = {gs::kFloat32, gs::kBFloat16};
+  uint32_t seed = 2100;
+  for (const auto& s : shapes)
+    for (int layout = 0; layout < 4; ++layout)
+      for (DType ta : kinds)
+        for (DType through : kReduced) {
+          const int64_t M = s[0], N = s[1], K = s[2];
+          const bool a_col = layout & 1, b_col = layout & 2;
+          const int64_t lda = a_col ? M : K, ldb = b_col ? K : N, ldc = N + 2;
+          // K = 700: finite values whose sums pass float16's range; the others: infinities and NaNs.
+          const bool specials = K != 700;
+          const double scale = specials ? 40.0 : 300.0;
+          const Tensor A = draw({a_col ? K : M, lda}, ta, seed++, specials) * scale,
+                       B = draw({b_col ? N : K, ldb}, gs::kFloat32, seed++, specials) * scale;
+          std::vector<float> want(static_cast<size_t>(M * ldc), -7.0f), got(want);
+          CAPTURE(M);
+          CAPTURE(K);
+          CAPTURE(layout);
+          CAPTURE(std::string(gs::dtype_name(ta)));
+          CAPTURE(std::string(gs::dtype_name(through)));
+          REQUIRE(fast::sgemm_direct_mixed(a_col, b_col, M, N, K, A.raw_data(), elem_of(ta), lda, B.raw_data(),
+                                           fast::Elem::Float32, ldb, want.data(), ldc));
+          REQUIRE(fast::sgemm_direct_mixed(a_col, b_col, M, N, K, A.raw_data(), elem_of(ta), lda, B.raw_data(),
+                                           fast::Elem::Float32, ldb, got.data(), ldc, elem_of(through)));
+          const Tensor w = gs::tensor(want, {static_cast<int64_t>(want.size())}, gs::kFloat32);
+          REQUIRE(gs::backend_of(w).round_through(w, through));
+          CHECK(std::memcmp(w.raw_data(), got.data(), got.size() * sizeof(float)) == 0);
+          // The cases are not vacuous: sums past float16's range became inf, and NaNs were rounded.
+          if (through == gs::kFloat16 && !specials)
+            CHECK(std::any_of(got.begin(), got.end(), [](float v) { return std::isinf(v); }));
+          if (specials) CHECK(std::any_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));
+        }
+}
+
 TEST_CASE("16-bit matmul and linear on the packing-free SGEMM: the widen-compute-round bits") {
   OneThread one;
   // Products the kernel takes (every side >= 32, >= 2^20 multiply-adds), plain and transposed.
@@ -291,8 +331,11 @@ TEST_CASE("autocast's cast of a float32 parameter: the fused backward gives the 
     int use;  // 0: linear, 1: matmul(x, w.t()), 2: linear twice with one weight
     bool x_grad;
   };
+  // 64 x 784 -> 256 and 300 x 96 -> 128: the weight gradient's product is the packing-free
+  // SGEMM's and rounds as it stores (over two k-blocks for the batch of 300); the others round
+  // in the cast's pass.
   const Case cases[] = {{64, 784, 256, 0, false}, {37, 131, 45, 0, true}, {64, 784, 10, 1, false},
-                        {21, 50, 33, 2, true}};
+                        {21, 50, 33, 2, true},    {300, 96, 128, 0, true}};
   uint32_t seed = 1300;
   for (DType t : kReduced)
     for (const Case& c : cases) {

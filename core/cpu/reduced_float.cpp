@@ -742,6 +742,10 @@ class ReducedFloatBackend final : public Backend {
     return true;
   }
 
+  // The packing-free SGEMM rounds as it stores, where it runs this product.
+  bool bmm_round_through(const Tensor& out, const Tensor& a, const Tensor& b, DType dtype) override {
+    return is_reduced_float(dtype) && cpu_fast_kernels() && fast::bmm_mixed(out, a, b, dtype);
+  }
   // One pass over t, with the roundings of t.to(dtype) (so the bits of converting twice), and no
   // 16-bit copy.
   bool round_through(const Tensor& t, DType dtype) override {

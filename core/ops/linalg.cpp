@@ -47,6 +47,22 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 // True for the strides of a 2-D column-major (transposed) matrix with more than one row and column.
 bool transposed_2d(const Strides& st) { return st.size() == 2 && st[0] == 1 && st[1] > 1; }
 
+// a (N, K) @ b (K, M), both 2-D on one device and each float32, float16 or bfloat16, as a float32
+// product whose every value the kernel rounds to `through` as it stores it; its storage is marked
+// so (Storage::mark_rounded_through). Undefined where the backend has no such kernel for them.
+Tensor matmul_rounded_through(const Tensor& a, const Tensor& b, DType through) {
+  const auto fits = [](const Tensor& t) { return t.dim() == 2 && (t.dtype() == kFloat32 || is_reduced_float(t.dtype())); };
+  if (!fits(a) || !fits(b) || a.device() != b.device() || a.size(1) != b.size(0)) return Tensor();
+  const int64_t N = a.size(0), M = b.size(1);
+  Tensor out = empty({1, N, M}, TensorOptions(kFloat32).device(a.device()));
+  const auto batch_of_one = [](const Tensor& t) {
+    return detail::make_alias(t, {1, t.size(0), t.size(1)}, {0, t.stride(0), t.stride(1)}, t.offset());
+  };
+  if (!backend_of(a).bmm_round_through(out, batch_of_one(a), batch_of_one(b), through)) return Tensor();
+  out.storage()->mark_rounded_through(through);
+  return detail::make_alias(out, {N, M}, {M, 1}, 0);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -85,15 +101,25 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                ga = sum_to(matmul(g2, b2.transpose(-1, -2)), sha.size() == 1 ? Shape{1, sha[0]} : sha).reshape(sha);
              }
              if (rb) {
-               Tensor av = sa.unpack(n);
-               Tensor a2v = sha.size() == 1 ? av.unsqueeze(0) : av;
-               if (shb.size() == 2 && g2.dim() == 2 && transposed_2d(sb_layout)) {
-                 // b is a transposed view (linear's w.t()): compute dB^T = dC^T A, so the
-                 // gradient has the layout of b and reaches w contiguous, without the
-                 // strided copy AccumulateGrad would otherwise make (a quarter of an MLP step).
-                 gb = matmul(g2.transpose(0, 1), a2v).transpose(0, 1);
-               } else {
-                 gb = sum_to(matmul(a2v.transpose(-1, -2), g2), shb.size() == 1 ? Shape{shb[0], 1} : shb).reshape(shb);
+               // b is a transposed view (linear's w.t()): compute dB^T = dC^T A, so the gradient has
+               // the layout of b and reaches w contiguous, without the strided copy AccumulateGrad
+               // would otherwise make (a quarter of an MLP step).
+               const bool b_transposed = shb.size() == 2 && g2.dim() == 2 && transposed_2d(sb_layout);
+               // When b is also a 16-bit cast of a float32 weight (autocast's, under linear) whose
+               // float32 gradient the cast's fused backward will round, the product rounds as it
+               // stores, reading the 16-bit operands as saved (no widened copies, no rounding pass).
+               if (const std::optional<DType> through = detail::rounded_through(n, 1); through && b_transposed && sha.size() == 2) {
+                 Tensor r = matmul_rounded_through(g2.transpose(0, 1), sa.unpack_as_saved(n), *through);
+                 if (r.defined()) gb = r.transpose(0, 1);
+               }
+               if (!gb.defined()) {
+                 Tensor av = sa.unpack(n);
+                 Tensor a2v = sha.size() == 1 ? av.unsqueeze(0) : av;
+                 if (b_transposed)
+                   gb = matmul(g2.transpose(0, 1), a2v).transpose(0, 1);
+                 else
+                   gb = sum_to(matmul(a2v.transpose(-1, -2), g2), shb.size() == 1 ? Shape{shb[0], 1} : shb)
+                            .reshape(shb);
                }
              }
              return tensor_list{ga, gb};

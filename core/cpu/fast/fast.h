@@ -31,7 +31,9 @@ bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 // The same product with a and/or b in float16 or bfloat16 and out in float32, when bmm would run
 // it on the packing-free SGEMM: that kernel widens the 16-bit operands as it reads them, for the
 // bits bmm gives on float32 copies of them. False, touching nothing, otherwise.
-bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b);
+// With `round_through` kFloat16 or kBFloat16, each value of out is rounded to that dtype as the
+// kernel stores it (kept float32): the bits of out.to(round_through).to(kFloat32).
+bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b, DType round_through = kFloat32);
 
 // ---- elementwise (elementwise.cpp: unary; elementwise_binary.cpp: the rest) --------------
 // o[0, n) = op(a[0, n)) for exp, log, sqrt, tanh, sigmoid, relu, square, abs and

@@ -44,7 +44,7 @@ Elem elem_of(DType t) { return t == kBFloat16 ? Elem::BFloat16 : t == kFloat16 ?
 
 }  // namespace
 
-bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b) {
+bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b, DType round_through) {
   const auto fits = [](DType t) { return t == kFloat32 || is_reduced_float(t); };
   if (out.dtype() != kFloat32 || !fits(a.dtype()) || !fits(b.dtype())) return false;
   const int64_t B = out.shape()[0], N = out.shape()[1], M = out.shape()[2], K = a.shape()[2];
@@ -58,7 +58,7 @@ bool bmm_mixed(const Tensor& out, const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < B; ++i)
     if (!sgemm_direct_mixed(la == 1, lb == 1, N, M, K, pa + i * a.strides()[0] * static_cast<int64_t>(a.element_size()),
                             elem_of(a.dtype()), lda, pb + i * b.strides()[0] * static_cast<int64_t>(b.element_size()),
-                            elem_of(b.dtype()), ldb, o + i * N * M, M))
+                            elem_of(b.dtype()), ldb, o + i * N * M, M, elem_of(round_through)))
       return false;
   return true;
 }

@@ -112,6 +112,22 @@ inline float to_f32(F16 x) {  // exact
 #endif
 }
 
+// A value of A in every lane of a vector. A bfloat16 with AVX-512 is broadcast from memory as
+// 16 bits and shifted into the upper half of each lane: two vector instructions, where widening
+// it in a general register first (load, shift, move to a vector, broadcast) took 8% longer in an
+// MLP's forward product (64 x 256 x 784).
+inline Vec splat_elem(const float* p) { return splat(*p); }
+inline Vec splat_elem(const F16* p) { return splat(to_f32(*p)); }
+inline Vec splat_elem(const Bf16* p) {
+#if defined(__AVX512F__)
+  short w;
+  std::memcpy(&w, p, sizeof w);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi16(w), 16));
+#else
+  return splat(to_f32(*p));
+#endif
+}
+
 // A(i, k) = A[i * sai + k * sak]: either layout of A, read one element at a time; T is float,
 // Bf16 or F16.
 template <class T = float>
@@ -130,7 +146,40 @@ struct Panel {
   int64_t ldc;
   float beta;
   int64_t n, ahead;
+  Elem round;  // Float32: C stored as summed; BFloat16/Float16: each value rounded through that format
 };
+
+// Each lane rounded to the nearest bfloat16 or float16 and kept as a float32: the bits of
+// narrowing and widening back (round to nearest even, overflow to inf, subnormals kept; a NaN
+// keeps its sign and becomes the quiet NaN), as core/cpu/reduced_float.cpp's round_through_row.
+// With AVX-512 the NaN lanes are mended only when a vector has one: the rounding of a 256 x 784
+// result took 8.5 us that way, 19 us with the mending done on every vector.
+inline Vec round_through(Vec v, Elem e) {
+#if defined(__AVX512F__)
+  if (e == Elem::Float16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb),
+                                     _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  if (nan == 0) [[likely]]
+    return _mm512_castsi512_ps(r);
+  const __m512i quiet =
+      _mm512_or_si512(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0x80000000u))), _mm512_set1_epi32(0x7FC00000));
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, quiet));
+#else
+  if (e == Elem::Float16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb),
+                                     _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+  const __m256i quiet =
+      _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0x80000000u))), _mm256_set1_epi32(0x7FC00000));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(r, quiet, nan));
+#endif
+}
 
 // The register tile: C[r][v * kW + lane] for r < R and NV vectors of columns, the last
 // one holding `last` lanes (a full vector when last == kW).
@@ -171,12 +220,15 @@ void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
     __builtin_prefetch(bk + p.ahead + kW, 0, 3);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const Vec s = splat(to_f32(base[r / 4][(r % 4) * si]));
+      const Vec s = splat_elem(base[r / 4] + (r % 4) * si);
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(s, b[v], acc[r][v]);
     }
     for (int q = 0; q < kBases; ++q) base[q] += a.sk;
   }
+  if (p.round != Elem::Float32) [[unlikely]]
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = round_through(acc[r][v], p.round);
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) {
       if (Partial && v == NV - 1)
@@ -215,7 +267,7 @@ void tile_rows(int64_t m, int64_t K, StridedA<TA> a, const Panel& p) {
 // C (M, N) = A (M, K) @ B (K, N) + beta * C with B row-major (row stride ldb), K >= 1.
 template <class TA>
 void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc) {
+               int64_t ldc, Elem round = Elem::Float32) {
   // Whole tiles, then the rest. A rest under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4)
   // is merged with the last whole tile and split in two (8 + 8): a 4-row tile has too
   // few independent accumulators to hide the FMA latency, and ran at half speed.
@@ -251,9 +303,11 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, 
         ldp = 2 * kW;
       }
       // Later k-blocks resume from the partial C (beta 1).
-      const Panel p{Bp, ldp, C + j, ldc, k0 == 0 ? beta : 1.0f, n, j + n < N ? n : 0};
+      // Only the last k-block stores final values, so only it rounds them.
+      const Panel p{Bp, ldp, C + j, ldc, k0 == 0 ? beta : 1.0f, n, j + n < N ? n : 0,
+                    k0 + kb == K ? round : Elem::Float32};
       const auto rows = [&](int64_t i, int64_t m) {
-        const Panel pi{p.B, p.ldb, p.C + i * ldc, p.ldc, p.beta, p.n, p.ahead};
+        const Panel pi{p.B, p.ldb, p.C + i * ldc, p.ldc, p.beta, p.n, p.ahead, p.round};
         tile_rows<kRows>(m, kb, StridedA<TA>{A.p + i * A.si + k0 * A.sk, A.si, A.sk}, pi);
       };
       int64_t i = 0;
@@ -381,16 +435,20 @@ constexpr int64_t kConvertInKernelPanels = std::is_same_v<TA, Bf16> ? 2 : 0;
 // C (M, N) = A (M, K; a StridedA) @ B (K, N; row-major, float32), beta = 0: a 16-bit A is
 // widened in the micro-kernel when N is narrow, else first into scratch (kept slot 2).
 template <class TA>
-void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float* C, int64_t ldc) {
+void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float* C, int64_t ldc,
+                  Elem round) {
   if (std::is_same_v<TA, float> || N <= kConvertInKernelPanels<TA> * 2 * kW)
-    return gemm_rows(M, N, K, A, B, ldb, 0.0f, C, ldc);
+    return gemm_rows(M, N, K, A, B, ldb, 0.0f, C, ldc, round);
+  // Widened row-major either way: the micro-kernel reads a row-major A faster (sgemm_direct's
+  // 256 x 784 x 64 on Zen 4: 252 us row-major, 259 column-major), and the transposing copy costs
+  // about what a straight one does.
   const Scratch Aw(2, M * K);
   if (A.sk == 1)
-    widen_rows(A.p, A.si, Aw.data(), K, M, K);  // row-major
+    widen_rows(A.p, A.si, Aw.data(), K, M, K);
   else
-    widen_rows(A.p, A.sk, Aw.data(), M, K, M);  // column-major: A(i, k) at p[k * sk + i]
-  const StridedA<> a = A.sk == 1 ? StridedA<>{Aw.data(), K, 1} : StridedA<>{Aw.data(), 1, M};
-  gemm_rows(M, N, K, a, B, ldb, 0.0f, C, ldc);
+    transpose_widen(A.p, A.sk, Aw.data(), K, K, M);  // A(i, k) at p[k * sk + i]  ->  Aw[i * K + k]
+  const StridedA<> a{Aw.data(), K, 1};
+  gemm_rows(M, N, K, a, B, ldb, 0.0f, C, ldc, round);
 }
 
 // sgemm_direct with beta = 0 on operands of any of the three formats. The broadcast operand (A,
@@ -400,16 +458,16 @@ void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* 
 // in k order.
 template <class TA, class TB>
 void mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, const TB* B, int64_t ldb,
-           float* C, int64_t ldc) {
+           float* C, int64_t ldc, Elem round) {
   constexpr bool a32 = std::is_same_v<TA, float>, b32 = std::is_same_v<TB, float>;
   const StridedA<TA> a_rows = a_col ? StridedA<TA>{A, 1, lda} : StridedA<TA>{A, lda, 1};
   if (!b_col) {
     if constexpr (b32) {
-      gemm_rows_16(M, N, K, a_rows, B, ldb, C, ldc);
+      gemm_rows_16(M, N, K, a_rows, B, ldb, C, ldc, round);
     } else {
       const Scratch Bw(0, K * N);
       widen_rows(B, ldb, Bw.data(), N, K, N);
-      gemm_rows_16(M, N, K, a_rows, Bw.data(), N, C, ldc);
+      gemm_rows_16(M, N, K, a_rows, Bw.data(), N, C, ldc, round);
     }
     return;
   }
@@ -418,7 +476,7 @@ void mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const TA* A,
   if (copy_b <= copy_a) {
     const Scratch Bt(0, K * N);
     transpose_widen(B, ldb, Bt.data(), N, N, K);
-    gemm_rows_16(M, N, K, a_rows, Bt.data(), N, C, ldc);
+    gemm_rows_16(M, N, K, a_rows, Bt.data(), N, C, ldc, round);
     return;
   }
   const Scratch At(0, a_col && a32 ? 0 : K * M);
@@ -431,7 +489,7 @@ void mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const TA* A,
     widen_rows(A, lda, At.data(), M, K, M);
   }
   const Scratch Ct(1, N * M);
-  gemm_rows_16(N, M, K, StridedA<TB>{B, ldb, 1}, at, (a_col && a32) ? lda : M, Ct.data(), M);
+  gemm_rows_16(N, M, K, StridedA<TB>{B, ldb, 1}, at, (a_col && a32) ? lda : M, Ct.data(), M, round);
   transpose(Ct.data(), M, C, ldc, N, M);
 }
 
@@ -448,13 +506,13 @@ void with_elem(Elem e, F&& f) {
 }  // namespace
 
 bool sgemm_direct_mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const void* A, Elem ea, int64_t lda,
-                        const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc) {
+                        const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc, Elem round) {
   if (M <= 0 || N <= 0 || K <= 0) return false;
   with_elem(ea, [&](auto ta) {
     with_elem(eb, [&](auto tb) {
       using TA = decltype(ta);
       using TB = decltype(tb);
-      mixed<TA, TB>(a_col, b_col, M, N, K, static_cast<const TA*>(A), lda, static_cast<const TB*>(B), ldb, C, ldc);
+      mixed<TA, TB>(a_col, b_col, M, N, K, static_cast<const TA*>(A), lda, static_cast<const TB*>(B), ldb, C, ldc, round);
     });
   });
   return true;
@@ -464,7 +522,7 @@ bool sgemm_direct_mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K,
 
 bool sgemm_direct_available() { return false; }
 bool sgemm_direct_mixed(bool, bool, int64_t, int64_t, int64_t, const void*, Elem, int64_t, const void*, Elem, int64_t,
-                        float*, int64_t) {
+                        float*, int64_t, Elem) {
   return false;
 }
 bool sgemm_direct(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*,

@@ -49,9 +49,11 @@ enum class Elem : uint8_t { Float32, BFloat16, Float16 };
 // C (M, N; ldc) = A @ B (beta = 0) where A and B may each be bfloat16 or float16: the same bits
 // as sgemm_direct on float32 copies of them (widening is exact), without the copies. A broadcast
 // operand is widened in the micro-kernel as it is read, the other in the scratch copy that
-// transposes it, or in a row-major copy. Returns false, touching nothing, when the kernel is not
-// built in or a side is empty.
+// transposes it, or in a row-major copy. With `round` bfloat16 or float16, each value of C is
+// rounded to that format as it is stored (kept in float32): the bits of C.to(round).to(float32),
+// without the pass over C. Returns false, touching nothing, when the kernel is not built in or a
+// side is empty.
 bool sgemm_direct_mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const void* A, Elem ea, int64_t lda,
-                        const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc);
+                        const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc, Elem round = Elem::Float32);
 
 }  // namespace gradsleuth::cpu::fast
