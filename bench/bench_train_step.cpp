@@ -10,7 +10,8 @@
 //   conv2d/cnn{1,2}/...  the CNN's two convolutions alone, fused kernel (/1) or composite (/0)
 //   train_step_bf16/{mlp,cnn}/..., train_step_fp16/...  the same steps under gs::autocast (float32
 //     parameters, the products in 16 bits); train_step_bf16_weights/mlp/...: the model itself in bfloat16
-//     (the goal: within 1.1x of the float32 step)
+//     (the goal: within 1.1x of the float32 step); train_step_bf16_master/mlp/...: the same with the
+//     optimizer's float32 master weights (Optimizer::set_master_weights)
 //   train_step_bf16_unfused/mlp/...  train_step_bf16 with the cast's fused backward switched off
 //     (gs::detail::set_cast_backward_fused): each parameter's gradient rounded to bfloat16 and widened
 // Run single-threaded for the comparison: OMP_NUM_THREADS=1 ./bench_train_step
@@ -34,7 +35,7 @@ namespace optim = gs::optim;
 // model's parameters converted to that dtype first (kFloat32: as made).
 template <class MakeModel>
 void run_steps(benchmark::State& state, MakeModel make, bool adam, gs::DType autocast = gs::kFloat32,
-               gs::DType weights = gs::kFloat32) {
+               gs::DType weights = gs::kFloat32, bool master_weights = false) {
   const int64_t B = state.range(0);
   gs::manual_seed(0);
   auto model = make();
@@ -44,6 +45,7 @@ void run_steps(benchmark::State& state, MakeModel make, bool adam, gs::DType aut
     opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-3));
   else
     opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.01));
+  opt->set_master_weights(master_weights);
   gs::Tensor x = gs::rand({B, 1, 28, 28});  // (B, 1, 28, 28)
   gs::Tensor y = gs::randint(0, 10, {B});   // (B) int64
   if (weights != gs::kFloat32) x = x.to(weights);
@@ -81,6 +83,9 @@ void BM_mlp_bf16_unfused(benchmark::State& s) {
 void BM_mlp_bf16_weights(benchmark::State& s) {
   run_steps(s, gs_bench::mlp2, false, gs::kFloat32, gs::kBFloat16);
 }
+void BM_mlp_bf16_master(benchmark::State& s) {
+  run_steps(s, gs_bench::mlp2, false, gs::kFloat32, gs::kBFloat16, true);
+}
 
 }  // namespace
 
@@ -114,6 +119,7 @@ BENCHMARK(BM_mlp_bf16_unfused)->Name("train_step_bf16_unfused/mlp")->Arg(64)->Ar
 BENCHMARK(BM_mlp_fp16)->Name("train_step_fp16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cnn_bf16)->Name("train_step_bf16/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp_bf16_weights)->Name("train_step_bf16_weights/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_bf16_master)->Name("train_step_bf16_master/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv1_fwd)->Name("conv2d/cnn1/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv1_fwd_bwd)->Name("conv2d/cnn1/fwd_bwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_conv2_fwd)->Name("conv2d/cnn2/fwd")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -4,7 +4,10 @@
 #include <atomic>
 #include <cstring>
 
+#include "core/autograd.h"
+#include "core/backend.h"
 #include "core/error.h"
+#include "core/observer.h"
 #include "core/tensor.h"
 
 namespace gradsleuth {
@@ -103,12 +106,65 @@ AutocastScope::AutocastScope(const char* op) : op_(op), dtype_(t_state.dtype) {
 
 AutocastScope::~AutocastScope() { t_state.enabled = true; }
 
+namespace {
+
+std::atomic<bool> g_autocast_copies{true};
+
+// p is a float32 parameter on the CPU that fills its storage: the kind autocast keeps a copy of.
+bool keeps_copy(const Tensor& p) {
+  return p.dtype() == kFloat32 && p.is_leaf() && p.requires_grad() && p.device().is_cpu() && p.is_contiguous() &&
+         p.offset() == 0 && p.nbytes() == p.storage()->nbytes();
+}
+
+// Whether c holds p's values now, rounded to `to`.
+bool current(const LowPrecisionCopy& c, const Tensor& p, DType to) {
+  return c.copy.dtype() == to && c.copy.shape() == p.shape() && c.source_version == p.storage()->version() &&
+         c.copy.storage()->version() == c.copy_version;
+}
+
+// p.to(to), through p's kept copy: reused when current, else rounded again (into the same storage
+// when nothing else holds it). The cast is recorded as to_dtype, as Tensor::to records it.
+Tensor cast_through_copy(const Tensor& p, DType to) {
+  std::shared_ptr<LowPrecisionCopy>& kept = p.storage()->low_copy;
+  if (!kept || !current(*kept, p, to)) {
+    const bool reuse = kept && kept->copy.dtype() == to && kept->copy.shape() == p.shape() &&
+                       kept->copy.storage().use_count() == 1 && kept.use_count() == 1;
+    if (!reuse) {
+      kept = std::make_shared<LowPrecisionCopy>();
+      kept->copy = empty(p.shape(), TensorOptions(to).device(p.device()));
+    }
+    backend_of(p).copy(kept->copy, p);
+    kept->source_version = p.storage()->version();
+    kept->copy_version = kept->copy.storage()->version();
+  }
+  Tensor out = detail::make_alias(kept->copy, p.shape(), p.strides(), 0);
+  if (needs_grad(p))
+    record("to_dtype", out, {&p}, [](const Tensor& g, Node&) { return tensor_list{g.to(kFloat32)}; });
+  notify_op("to_dtype", {p}, out);
+  return out;
+}
+
+}  // namespace
+
 Tensor AutocastScope::cast(const Tensor& t) const {
   if (!t.defined() || !t.is_floating_point() || t.dtype() == kFloat64) return t;
   const DType to = policy_ == AutocastPolicy::LowerPrecision ? dtype_ : kFloat32;
   if (t.dtype() == to) return t;
+  if (is_reduced_float(to) && keeps_copy(t) && autocast_copies()) return cast_through_copy(t, to);
   return t.to(to);
 }
+
+LowPrecisionCopy* refreshable_copy(const Tensor& p) {
+  if (!p.defined() || !p.storage()) return nullptr;
+  LowPrecisionCopy* c = p.storage()->low_copy.get();
+  if (c == nullptr || !keeps_copy(p) || !current(*c, p, c->copy.dtype()) || c->copy.storage().use_count() != 1 ||
+      p.storage()->low_copy.use_count() != 1)
+    return nullptr;
+  return c;
+}
+
+void set_autocast_copies(bool enabled) { g_autocast_copies.store(enabled, std::memory_order_relaxed); }
+bool autocast_copies() { return g_autocast_copies.load(std::memory_order_relaxed); }
 
 AutocastSuspend::AutocastSuspend() : prev_(t_state.enabled) { t_state.enabled = false; }
 AutocastSuspend::~AutocastSuspend() { t_state.enabled = prev_; }

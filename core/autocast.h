@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace gradsleuth {
 
@@ -88,6 +89,25 @@ class AutocastSuspend {
 // and widened back: the reference the tests compare the fused path with.
 void set_cast_backward_fused(bool enabled);
 bool cast_backward_fused();
+
+// The 16-bit copy autocast keeps of a float32 parameter (a leaf that requires grad, on the CPU,
+// covering its storage), held by the parameter's storage (Storage::low_copy). A cast of the
+// parameter reuses it while neither has changed since it was made, instead of rounding the
+// parameter again; and an optimizer's fused step rounds the parameter's new values into it as it
+// computes them (core/optim_step.h, RoundedCopy), so that a training step's casts of the weights
+// cost no pass of their own. It costs half the parameter's bytes, for the parameter's lifetime.
+struct LowPrecisionCopy {
+  Tensor copy;              // float16/bfloat16, contiguous, the parameter's shape
+  uint64_t source_version;  // the parameter storage's version the values were rounded from
+  uint64_t copy_version;    // the copy's storage version then (an in-place op on a cast's output moves it)
+};
+// The copy of p that an optimizer may round p's next values into: one that holds p's values now
+// and that nothing but p's storage holds (no autograd graph, no tensor of the user's); else null.
+LowPrecisionCopy* refreshable_copy(const Tensor& p);
+// Whether casts keep and reuse these copies. On by default; process-wide. Off, every cast rounds
+// the parameter again: the reference the tests compare with.
+void set_autocast_copies(bool enabled);
+bool autocast_copies();
 }  // namespace detail
 
 }  // namespace gradsleuth

@@ -11,11 +11,23 @@
 
 namespace gradsleuth {
 
+// A 16-bit copy of a float32 parameter that a fused step also writes, each new value rounded to
+// it as it is computed (while the values are still in cache): the parameter's float16/bfloat16
+// copy that autocast keeps (core/autocast.h), or, with float32 master weights, the 16-bit
+// parameter itself. `kind` is 1 for float16, 2 for bfloat16, 0 for none. A kernel that wrote it
+// sets *written; one that cannot leaves it, and the caller rounds in a pass of its own.
+struct RoundedCopy {
+  void* data = nullptr;
+  uint8_t kind = 0;
+  bool* written = nullptr;
+};
+
 // The numbers of one step, in float64; the kernels round them to the parameter's type.
 struct SgdStep {
   double lr = 0, weight_decay = 0, momentum = 0, dampening = 0;
   bool nesterov = false;
   bool first = false;  // the momentum buffer's first step: it starts as the gradient
+  RoundedCopy copy;    // float32 parameters on the CPU only
 };
 struct AdamStep {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, lr = 0;
@@ -24,6 +36,7 @@ struct AdamStep {
   bool l2 = false;         // Adam's weight decay: g += wd * p
   bool decoupled = false;  // AdamW's: p *= 1 - lr * wd
   bool amsgrad = false;
+  RoundedCopy copy;        // float32 parameters on the CPU only
 };
 struct RmspropStep {
   double lr = 0, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0;

@@ -11,6 +11,10 @@
 
 namespace gradsleuth {
 
+namespace detail {
+struct LowPrecisionCopy;  // core/autocast.h
+}
+
 class Storage {
  public:
   // Allocates `nbytes` on `device` through that device's backend.
@@ -52,6 +56,10 @@ class Storage {
     rounded_marked_ = false;
     return held;
   }
+
+  // The float16/bfloat16 copy autocast keeps of the float32 parameter stored here, if any
+  // (core/autocast.h, detail::LowPrecisionCopy).
+  std::shared_ptr<detail::LowPrecisionCopy> low_copy;
 
  private:
   void* data_ = nullptr;

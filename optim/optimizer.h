@@ -12,7 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/error.h"
+#include "core/optim_step.h"
 #include "core/tensor.h"
 
 namespace gradsleuth::optim {
@@ -198,6 +200,10 @@ class Optimizer {
   // The float32 copy of p (group gi, index i), made from p when it is new or p changed from outside.
   Tensor& master_for(size_t gi, size_t i, const Tensor& p);
   void round_into(size_t gi, size_t i, Tensor& p);
+  void note_rounded(size_t gi, size_t i, const Tensor& p);  // a fused step rounded the master into p
+  // Where a fused step may round p's new values: into p itself (a 16-bit parameter with a master
+  // weight, on the CPU), or into autocast's copy of it (`kept`); none otherwise.
+  static RoundedCopy rounded_copy(const Tensor& p, bool master, detail::LowPrecisionCopy* kept, bool* written);
   std::vector<std::pair<const TensorImpl*, uint64_t>> grads_after_step_;  // (buffer, version) after the last step
   void remember_grads();
   bool accumulated_since_step() const;
@@ -243,14 +249,27 @@ void Optimizer::for_each_param(const char* op, PerParamState<S>& state, Prepare&
       GS_CHECK(g.shape() == p.shape(), op, "parameter ", i, " of group ", gi, " is ", p.str(), " but its gradient is ",
                g.str(), "; something replaced .grad with a tensor of another shape");
       // With master weights, the step runs on p's float32 copy and is rounded once into p after it.
+      // The fused step on the CPU reads p's 16-bit gradient block by block; the tensor ops take
+      // it widened.
       const bool master = master_weights_ && is_reduced_float(p.dtype());
-      Tensor step_grad = master ? g.to(kFloat32) : g;
-      const ParamRef ref{group, gi, i, master ? master_for(gi, i, p) : p, step_grad};
+      Tensor& target = master ? master_for(gi, i, p) : p;
+      const bool grad16 = master && fused_ && p.device().is_cpu() && g.is_contiguous();
+      Tensor step_grad = master && !grad16 ? g.to(kFloat32) : g;
+      const ParamRef ref{group, gi, i, target, step_grad};
       S& st = state.at(gi, i);
-      const auto step = prepare(ref, st);
+      auto step = prepare(ref, st);
+      // A fused step that can also round the new values into p (master weights) or into
+      // autocast's copy of p does so as it computes them (RoundedCopy, core/optim_step.h).
+      bool rounded = false;
+      detail::LowPrecisionCopy* kept = master ? nullptr : detail::refreshable_copy(p);
+      if constexpr (requires { step.copy; }) step.copy = rounded_copy(p, master, kept, &rounded);
       mark_modified(p, op);
-      if (!(fusable(ref.param, ref.grad) && fused(ref, st, step))) reference(ref, st, step);
-      if (master) round_into(gi, i, p);
+      if (!((grad16 || fusable(ref.param, ref.grad)) && fused(ref, st, step))) {
+        if (grad16) step_grad = g.to(kFloat32);
+        reference(ref, st, step);
+      }
+      if (kept != nullptr && rounded) kept->source_version = p.storage()->version();
+      if (master) rounded ? note_rounded(gi, i, p) : round_into(gi, i, p);
     }
   }
 }

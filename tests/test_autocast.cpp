@@ -3,7 +3,9 @@
 // table, and small models trained in float32, bfloat16 autocast and float16 autocast + GradScaler.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/fast_kernels.h"
 #include "core/generator.h"
 #include "core/ops.h"
 #include "nn/nn.h"
@@ -412,4 +415,154 @@ TEST_CASE("autocast: a small CNN trains to float32's accuracy under bfloat16 and
   CHECK(f32 > 90.0);
   CHECK(bf16 >= f32 - 0.5);
   CHECK(fp16 >= f32 - 0.5);
+}
+
+namespace {
+
+// Bitwise equality of two tensors of one dtype and shape.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// A 784-256-10 MLP trained `steps` steps under autocast with SGD (momentum) or Adam, from one seed;
+// returns its parameters. `copies`: autocast keeps 16-bit copies of the weights (the default).
+std::vector<Tensor> train_mlp_autocast(DType t, bool adam, bool copies, int steps) {
+  gs::detail::set_autocast_copies(copies);
+  gs::manual_seed(11);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(784, 256), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(256, 10));
+  std::unique_ptr<optim::Optimizer> opt;
+  if (adam)
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions(1e-3));
+  else
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  for (int step = 0; step < steps; ++step) {
+    const Tensor x = randn({64, 784}, gs::kFloat32, 100 + step);
+    const Tensor y = gs::argmax(randn({64, 10}, gs::kFloat32, 200 + step), 1);
+    opt->zero_grad();
+    Tensor loss;
+    {
+      auto ac = gs::autocast(t);
+      loss = F::cross_entropy((*model)(x), y);
+    }
+    loss.backward();
+    opt->step();
+  }
+  gs::detail::set_autocast_copies(true);
+  return model->parameters();
+}
+
+}  // namespace
+
+TEST_CASE("autocast's kept 16-bit copies of the weights: the bits of casting every time") {
+  for (DType t : {gs::kBFloat16, gs::kFloat16})
+    for (bool adam : {false, true}) {
+      CAPTURE(std::string(gs::dtype_name(t)));
+      CAPTURE(adam);
+      const auto kept = train_mlp_autocast(t, adam, true, 4), cast = train_mlp_autocast(t, adam, false, 4);
+      REQUIRE(kept.size() == cast.size());
+      for (size_t i = 0; i < kept.size(); ++i) {
+        CAPTURE(i);
+        CHECK(same_bits(kept[i], cast[i]));
+      }
+      // The optimizer's fused step rounded each weight's new values into its copy: the copies are
+      // current. (The reference kernels' steps do not: their copies are made again at the next cast.)
+      for (const Tensor& p : kept) {
+        gs::detail::LowPrecisionCopy* c = gs::detail::refreshable_copy(p);
+        CHECK((c != nullptr) == gs::cpu_fast_kernels());
+        if (c != nullptr) CHECK(same_bits(c->copy, p.detach().to(t)));
+      }
+    }
+}
+
+TEST_CASE("autocast's kept copy follows every change of the weight and of the cast's output") {
+  const DType t = gs::kBFloat16;
+  Tensor w = randn({40, 33}, gs::kFloat32, 7).requires_grad_(true);
+  const Tensor x = randn({5, 33}, gs::kFloat32, 8);
+  const auto forward = [&] {
+    auto ac = gs::autocast(t);
+    return gs::linear(x, w, Tensor());
+  };
+  const auto want = [&] { return gs::matmul(x.to(t), w.detach().to(t).t()); };
+  CHECK(same_bits(forward(), want()));
+  CHECK(w.storage()->low_copy != nullptr);
+  // The weight changed in place (no optimizer): the next cast rounds it again.
+  {
+    gs::NoGradGuard ng;
+    w.mul_(1.7);
+  }
+  CHECK(gs::detail::refreshable_copy(w) == nullptr);
+  CHECK(same_bits(forward(), want()));
+  // The cast's output changed in place: the copy it shares is stale, and the next cast makes it again.
+  Tensor alias;
+  {
+    auto ac = gs::autocast(t);
+    gs::detail::AutocastScope scope("linear");
+    alias = scope.cast(w).detach();
+  }
+  {
+    gs::NoGradGuard ng;
+    alias.mul_(0.0);
+  }
+  CHECK(same_bits(forward(), want()));
+  // A graph that still holds the copy (saved for the input's gradient): the optimizer leaves it
+  // alone, and the next cast makes a new one.
+  const Tensor xg = x.detach().requires_grad_(true);
+  Tensor kept_out;
+  {
+    auto ac = gs::autocast(t);
+    kept_out = gs::linear(xg, w, Tensor());
+  }
+  optim::SGD opt({w}, optim::SGDOptions(0.1));
+  kept_out.sum().backward(Tensor(), /*retain_graph=*/true);
+  CHECK(gs::detail::refreshable_copy(w) == nullptr);
+  const Tensor before = kept_out.detach().clone();
+  opt.step();
+  CHECK(same_bits(forward(), want()));
+  // The retained graph still sees the values it saved: a second backward runs.
+  kept_out.sum().backward();
+  CHECK(same_bits(kept_out.detach(), before));
+  // Without a graph holding it, the optimizer rounds the new values into the copy.
+  opt.zero_grad();
+  forward().sum().backward();
+  REQUIRE(gs::detail::refreshable_copy(w) != nullptr);
+  opt.step();
+  const gs::detail::LowPrecisionCopy* c = gs::detail::refreshable_copy(w);
+  CHECK((c != nullptr) == gs::cpu_fast_kernels());  // the reference kernels' step does not round into it
+  if (c != nullptr) CHECK(same_bits(c->copy, w.detach().to(t)));
+  CHECK(same_bits(forward(), want()));
+}
+
+TEST_CASE("float32 master weights rounded into 16-bit parameters by the fused step: the bits of rounding after it") {
+  for (DType t : {gs::kBFloat16, gs::kFloat16})
+    for (bool adam : {false, true}) {
+      CAPTURE(std::string(gs::dtype_name(t)));
+      CAPTURE(adam);
+      std::vector<Tensor> out[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        gs::manual_seed(5);
+        nn::Linear layer(300, 70);
+        layer.to(t);
+        std::unique_ptr<optim::Optimizer> opt;
+        if (adam)
+          opt = std::make_unique<optim::Adam>(layer.parameters(), optim::AdamOptions(1e-2));
+        else
+          opt = std::make_unique<optim::SGD>(layer.parameters(), optim::SGDOptions(0.1).momentum(0.9));
+        opt->set_master_weights(true);
+        opt->set_fused(fused == 1);
+        for (int step = 0; step < 3; ++step) {
+          opt->zero_grad();
+          layer(randn({16, 300}, t, 30 + step)).pow(2).mean().backward();
+          opt->step();
+        }
+        out[fused] = layer.parameters();
+      }
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        CAPTURE(i);
+        CHECK(out[1][i].dtype() == t);
+        CHECK(same_bits(out[1][i], out[0][i]));
+      }
+    }
 }

@@ -333,3 +333,25 @@ TEST_CASE("M17: BatchNorm whose running statistics were never updated, or that h
   REQUIRE(fn.size() == 1);
   CHECK(fn[0].title.find("without running statistics") != std::string::npos);
 }
+
+TEST_CASE("a snapshot's restore is seen by autocast: the restored weights, not the trained ones' kept copy") {
+  gs::manual_seed(4);
+  auto m = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(12, 8), std::make_shared<nn::ReLU>(),
+                                            std::make_shared<nn::Linear>(8, 3));
+  XY d = blobs(16, 3, 12);
+  const auto forward = [&] {
+    auto ac = gs::autocast(gs::kBFloat16);
+    return (*m)(d.x);
+  };
+  const Tensor before = forward().detach().clone();
+  dbg::ParamSnapshot snap(*m);
+  gs::optim::SGD opt(m->parameters(), gs::optim::SGDOptions(0.5));
+  for (int i = 0; i < 3; ++i) {  // the steps round the new values into autocast's kept copies
+    opt.zero_grad();
+    ce(forward(), d.y).backward();
+    opt.step();
+  }
+  CHECK_FALSE(gs::equal(forward(), before));
+  snap.restore();
+  CHECK(gs::equal(forward(), before));
+}

@@ -82,14 +82,31 @@ void narrow_row(H* out, const float* in, int64_t n) {
     const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
     const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm512_set1_epi32(0x7FC00000);
-    for (; k + 16 <= n; k += 16) {
-      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + k));
+    const auto sixteen = [&](int64_t at) {
+      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + at));
       const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
       __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), lsb);
       const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, abs_mask), inf);
       r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(x, sign), quiet));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + at), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    };
+#ifdef __AVX512BF16__
+    // The CPU's conversion rounds to nearest even and overflows to inf too, in one instruction
+    // for 32 values (a 256 x 784 weight: 13.0 us against 20.5 with the formula on Zen 4), but it
+    // flushes subnormal inputs to zero and keeps a NaN's payload: 32 values holding either take
+    // the formula instead.
+    for (; k + 32 <= n; k += 32) {
+      const __m512 lo = _mm512_loadu_ps(in + k), hi = _mm512_loadu_ps(in + k + 16);
+      constexpr int kNanOrSubnormal = 0x01 | 0x20 | 0x80;  // quiet NaN, subnormal, signalling NaN
+      if ((_mm512_fpclass_ps_mask(lo, kNanOrSubnormal) | _mm512_fpclass_ps_mask(hi, kNanOrSubnormal)) != 0) {
+        sixteen(k);
+        sixteen(k + 16);
+        continue;
+      }
+      _mm512_storeu_si512(out + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
+#endif
+    for (; k + 16 <= n; k += 16) sixteen(k);
   }
 #endif
 #ifdef __F16C__
@@ -697,14 +714,26 @@ class ReducedFloatBackend final : public Backend {
     r.done();
   }
 
-  // The fused steps in float32; every tensor the step updates is rounded back.
+  // The fused steps in float32; every tensor the step updates is rounded back. A float32 p (a
+  // master weight with its 16-bit parameter's gradient) is updated in place, block by block, and
+  // a RoundedCopy of it (core/optim_step.h) follows its blocks; for a 16-bit p there is none.
+  template <class Step>
+  static Step for_block(const Step& s, const Tensor& p, const Tensor& block) {
+    Step b = s;
+    if (b.copy.data != nullptr && p.dtype() == kFloat32 && p.is_contiguous() && block.defined() &&
+        block.storage() == p.storage())
+      b.copy.data = static_cast<uint16_t*>(b.copy.data) + (block.offset() - p.offset());
+    else
+      b.copy = RoundedCopy{};
+    return b;
+  }
   bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override {
     if (!any_reduced(p, g, buf)) return b_.sgd_step(p, g, buf, s);
     if (run_blocked<3>(p.shape(), {BlockArg{p, true, true}, BlockArg{g}, BlockArg{buf, true, true}},
-                       [&](std::array<Tensor, 3>& t) { return b_.sgd_step(t[0], t[1], t[2], s); }))
+                       [&](std::array<Tensor, 3>& t) { return b_.sgd_step(t[0], t[1], t[2], for_block(s, p, t[0])); }))
       return true;
     Result rp(p, true), rbuf(buf, true);
-    if (!b_.sgd_step(rp.f32, up(g), rbuf.f32, s)) return false;
+    if (!b_.sgd_step(rp.f32, up(g), rbuf.f32, for_block(s, p, Tensor()))) return false;
     rp.done();
     rbuf.done();
     return true;
@@ -715,10 +744,12 @@ class ReducedFloatBackend final : public Backend {
     if (run_blocked<5>(p.shape(),
                        {BlockArg{p, true, true}, BlockArg{g}, BlockArg{m, true, true}, BlockArg{v, true, true},
                         BlockArg{vmax, true, true}},
-                       [&](std::array<Tensor, 5>& t) { return b_.adam_step(t[0], t[1], t[2], t[3], t[4], s); }))
+                       [&](std::array<Tensor, 5>& t) {
+                         return b_.adam_step(t[0], t[1], t[2], t[3], t[4], for_block(s, p, t[0]));
+                       }))
       return true;
     Result rp(p, true), rm(m, true), rv(v, true), rvmax(vmax, true);
-    if (!b_.adam_step(rp.f32, up(g), rm.f32, rv.f32, rvmax.f32, s)) return false;
+    if (!b_.adam_step(rp.f32, up(g), rm.f32, rv.f32, rvmax.f32, for_block(s, p, Tensor()))) return false;
     rp.done();
     rm.done();
     rv.done();
@@ -763,6 +794,13 @@ class ReducedFloatBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> with_reduced_floats(Backend& inner) { return std::make_unique<ReducedFloatBackend>(inner); }
+
+void narrow_floats(uint8_t kind, void* out, const float* in, int64_t n) {
+  if (kind == 1)
+    narrow_row(static_cast<Eigen::half*>(out), in, n);
+  else if (kind == 2)
+    narrow_row(static_cast<Eigen::bfloat16*>(out), in, n);
+}
 
 }  // namespace cpu
 }  // namespace gradsleuth

@@ -4,7 +4,9 @@
 #include "core/cpu/fast/fast.h"
 #include "core/optim_step.h"
 
+#include <algorithm>
 #include <initializer_list>
+#include <type_traits>
 
 namespace gradsleuth::cpu::fast {
 
@@ -38,6 +40,29 @@ bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
   return true;
 }
 
+// Runs step(j) for every element j of p, split across threads; with a RoundedCopy for a float32
+// p, each block of kCopyBlock elements is then rounded into the copy while it is in cache.
+constexpr int64_t kCopyBlock = 2048;
+template <class T, class Step>
+void each_element(const Tensor& p, const RoundedCopy& copy, Step&& step) {
+  const bool to_copy = std::is_same_v<T, float> && copy.data != nullptr && copy.kind != 0;
+  parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
+    if (!to_copy) {
+      for (int64_t j = b; j < e; ++j) step(j);
+      return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      const float* pp = static_cast<const float*>(p.raw_data());
+      for (int64_t j0 = b; j0 < e; j0 += kCopyBlock) {
+        const int64_t j1 = std::min(e, j0 + kCopyBlock);
+        for (int64_t j = j0; j < j1; ++j) step(j);
+        narrow_floats(copy.kind, static_cast<uint16_t*>(copy.data) + j0, pp + j0, j1 - j0);
+      }
+    }
+  });
+  if (to_copy && copy.written != nullptr) *copy.written = true;
+}
+
 }  // namespace
 
 bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) {
@@ -51,10 +76,9 @@ bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep
     const optim_step::SgdCoeffs<T> c(s);
     optim_step::with_flags(
         [&](auto decay, auto mom, auto nesterov, auto first) {
-          parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-            for (int64_t j = b; j < e; ++j)
-              optim_step::sgd_element<T, decltype(decay)::value, decltype(mom)::value, decltype(nesterov)::value,
-                                      decltype(first)::value>(j, pp, gp, bp, c);
+          each_element<T>(p, s.copy, [&](int64_t j) {
+            optim_step::sgd_element<T, decltype(decay)::value, decltype(mom)::value, decltype(nesterov)::value,
+                                    decltype(first)::value>(j, pp, gp, bp, c);
           });
         },
         s.weight_decay != 0.0, momentum, s.nesterov, s.first);
@@ -71,10 +95,9 @@ bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
     const optim_step::AdamCoeffs<T> c(s);
     optim_step::with_flags(
         [&](auto l2, auto decoupled, auto amsgrad) {
-          parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
-            for (int64_t j = b; j < e; ++j)
-              optim_step::adam_element<T, decltype(l2)::value, decltype(decoupled)::value, decltype(amsgrad)::value>(
-                  j, pp, gp, mp, vp, xp, c);
+          each_element<T>(p, s.copy, [&](int64_t j) {
+            optim_step::adam_element<T, decltype(l2)::value, decltype(decoupled)::value, decltype(amsgrad)::value>(
+                j, pp, gp, mp, vp, xp, c);
           });
         },
         s.l2, s.decoupled, s.amsgrad);

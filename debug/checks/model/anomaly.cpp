@@ -342,6 +342,7 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
         saved.emplace_back(p, p.detach().clone());
         float* d = static_cast<float*>(p.raw_data());
         for (int64_t i = 0; i < p.numel(); ++i) d[i] = round_to_half(d[i]);
+        p.storage()->bump_version("check_half_precision");  // autocast's kept copy must not be reused
       }
     Tensor xh = xc.to(kFloat32).contiguous().clone();
     {
@@ -355,10 +356,16 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
       yh = model(xh);
       lh = loss ? loss(yh).item<double>() : 0.0;
     } catch (...) {
-      for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+      for (auto& [p, v] : saved) {
+        std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+        p.storage()->bump_version("check_half_precision");
+      }
       throw;
     }
-    for (auto& [p, v] : saved) std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+    for (auto& [p, v] : saved) {
+      std::memcpy(p.raw_data(), v.raw_data(), p.nbytes());
+      p.storage()->bump_version("check_half_precision");
+    }
   }
   const std::string run = std::string(o.autocast ? "under autocast to " : "in ") + dtype_name(dt) +
                           (emulated ? " (emulated: each float32 result rounded)" : "");

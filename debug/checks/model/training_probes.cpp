@@ -41,10 +41,14 @@ ParamSnapshot::ParamSnapshot(nn::Module& model) {
 void ParamSnapshot::restore() {
   NoGradGuard ng;
   for (auto& [live, copy] : saved_) {
-    if (live.device().is_cpu() && live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous())
+    if (live.device().is_cpu() && live.shape() == copy.shape() && live.dtype() == copy.dtype() && live.is_contiguous()) {
       std::memcpy(live.raw_data(), copy.raw_data(), copy.nbytes());
-    else
+      // The values changed: what was made from the old ones (autocast's kept 16-bit copy, a saved
+      // tensor) must see it.
+      live.storage()->bump_version("ParamSnapshot.restore");
+    } else {
       live.detach().copy_(copy);
+    }
     live.zero_grad();
   }
 }
