@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 
 #include "core/autograd.h"
 #include "core/backend.h"
@@ -122,9 +123,14 @@ bool current(const LowPrecisionCopy& c, const Tensor& p, DType to) {
          c.copy.storage()->version() == c.copy_version;
 }
 
+// One lock for every parameter's copy: threads may run forwards of one model at once (the
+// casts only read the parameter); a cast holds it for one lookup, or one rounding.
+std::mutex g_copies_lock;
+
 // p.to(to), through p's kept copy: reused when current, else rounded again (into the same storage
 // when nothing else holds it). The cast is recorded as to_dtype, as Tensor::to records it.
 Tensor cast_through_copy(const Tensor& p, DType to) {
+  std::unique_lock lock(g_copies_lock);
   std::shared_ptr<LowPrecisionCopy>& kept = p.storage()->low_copy;
   if (!kept || !current(*kept, p, to)) {
     const bool reuse = kept && kept->copy.dtype() == to && kept->copy.shape() == p.shape() &&
@@ -138,6 +144,7 @@ Tensor cast_through_copy(const Tensor& p, DType to) {
     kept->copy_version = kept->copy.storage()->version();
   }
   Tensor out = detail::make_alias(kept->copy, p.shape(), p.strides(), 0);
+  lock.unlock();
   if (needs_grad(p))
     record("to_dtype", out, {&p}, [](const Tensor& g, Node&) { return tensor_list{g.to(kFloat32)}; });
   notify_op("to_dtype", {p}, out);
@@ -156,6 +163,7 @@ Tensor AutocastScope::cast(const Tensor& t) const {
 
 LowPrecisionCopy* refreshable_copy(const Tensor& p) {
   if (!p.defined() || !p.storage()) return nullptr;
+  std::lock_guard lock(g_copies_lock);
   LowPrecisionCopy* c = p.storage()->low_copy.get();
   if (c == nullptr || !keeps_copy(p) || !current(*c, p, c->copy.dtype()) || c->copy.storage().use_count() != 1 ||
       p.storage()->low_copy.use_count() != 1)

@@ -566,3 +566,23 @@ TEST_CASE("float32 master weights rounded into 16-bit parameters by the fused st
       }
     }
 }
+
+TEST_CASE("autocast's kept copies: threads running inference with one model at once get the one-thread values") {
+  Tensor w = randn({64, 48}, gs::kFloat32, 21).requires_grad_(true);
+  const Tensor x = randn({8, 48}, gs::kFloat32, 22);
+  const auto forward = [&] {
+    gs::NoGradGuard ng;
+    auto ac = gs::autocast(gs::kBFloat16);
+    return gs::linear(x, w, Tensor());
+  };
+  const Tensor want = forward();
+  w.storage()->bump_version("test");  // the copy is stale: the threads' first casts race to make it again
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) wrong[static_cast<size_t>(t)] += same_bits(forward(), want) ? 0 : 1;
+    });
+  for (std::thread& th : pool) th.join();
+  for (int n : wrong) CHECK(n == 0);
+}
