@@ -3,8 +3,9 @@
 # with apt-get when run as root. Cheap checks only (files and commands), so a
 # second run costs well under a second. Set GS_SKIP_SETUP=1 to skip it entirely.
 #   scripts/setup.sh          everything the build, the tools and every test need (./test.sh)
-#   scripts/setup.sh --main   the same without Chromium, which only the browser tests run (./run.sh):
-#                             on a fresh machine it is 115 of the 639 packages apt installs
+#   scripts/setup.sh --main   the same without Chromium and node-dagre-layout, which only the browser
+#                             tests and the explorer's pages need (./run.sh): on a bare Debian 12 it
+#                             installs 284 of the 638 packages (229 of 428 MB)
 set -euo pipefail
 
 if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
@@ -58,15 +59,19 @@ need_cmd bwrap bubblewrap
 need_cmd prlimit util-linux
 # Python 3: scripts/mutation_test.py (the emulator's checks against deliberately broken kernels).
 need_cmd python3 python3
-# dagre, the graph-layout library the explorer's page embeds (debug/report/explore.h; read at build time).
-need_file /usr/share/nodejs/dagre/dist/dagre.min.js node-dagre-layout
-# Chromium: the browser tests (test_debug_explore drives the explorer's page; report_browser renders
-# doctor's HTML report) run it headless.
-# ./run.sh (--main) leaves it out: no command of the tool runs a browser.
+# dagre, the graph-layout library the explorer's page embeds (debug/report/explore.h; read at build
+# time when present, else when a page is written), and Chromium: the browser tests (test_debug_explore
+# drives the explorer's page; report_browser renders doctor's HTML report) run it headless.
+# ./run.sh (--main) leaves both out: its job writes no explorer page and runs no browser, and
+# node-dagre-layout alone brings some 250 packages (nodejs and its libraries).
 if [[ $main_only == 0 ]]; then
+  need_file /usr/share/nodejs/dagre/dist/dagre.min.js node-dagre-layout
   need_cmd chromium chromium
-elif ! command -v chromium >/dev/null 2>&1; then
-  echo "setup: Chromium left out (only ./test.sh's browser tests run it; scripts/setup.sh installs it)"
+else
+  [[ -e /usr/share/nodejs/dagre/dist/dagre.min.js ]] ||
+    echo "setup: node-dagre-layout left out (gradsleuth explore reads it when it writes a page; scripts/setup.sh installs it)"
+  command -v chromium >/dev/null 2>&1 ||
+    echo "setup: Chromium left out (only ./test.sh's browser tests run it; scripts/setup.sh installs it)"
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then

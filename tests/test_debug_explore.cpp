@@ -369,3 +369,31 @@ TEST_CASE("diagnose() writes the explorer's page when asked: the gate's batch, t
   // The model's gradients are as diagnose left them: explore() restores them.
   CHECK(j["failure"].kind == json_mini::Value::Null);
 }
+
+namespace {
+std::string read_dagre_error(const std::string& path) {
+  try {
+    dbg::read_dagre(path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("the page's dagre: embedded, or read from Debian's node-dagre-layout, or an error naming the package") {
+  // scripts/setup.sh installs the package: a page has dagre whether this build embedded it (configured
+  // with the package) or reads it (configured by ./run.sh's set-up, before ./test.sh installed it).
+  const std::string dagre = dbg::dagre_source();
+  CHECK(dagre.find("dagre") != std::string::npos);
+  CHECK(dagre.size() > 10000);
+  CHECK(dbg::read_dagre(dbg::kDagreSystemPath) == dagre);  // the embedded bundle is the package's file
+  const std::string missing = tmp_dir() + "/no_such_dir/dagre.min.js";
+  const std::string e = read_dagre_error(missing);
+  CHECK(e.find(missing) != std::string::npos);
+  CHECK(e.find("node-dagre-layout") != std::string::npos);
+  CHECK(e.find("apt-get install") != std::string::npos);
+  const std::string empty = tmp_dir() + "/empty.js";
+  std::ofstream(empty).close();
+  CHECK(read_dagre_error(empty).find("cannot be read") != std::string::npos);
+}

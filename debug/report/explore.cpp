@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -23,7 +24,7 @@
 namespace gradsleuth::debug {
 
 // The page's assets, generated from debug/report/explore/ and dagre at build time
-// (debug/report/embed_assets.cmake).
+// (debug/report/embed_assets.cmake); kDagre is empty in a build configured without dagre.
 namespace explore_assets {
 extern const char kTemplate[];
 extern const char kStyle[];
@@ -665,12 +666,30 @@ std::string script_safe(const std::string& s) {
 
 }  // namespace
 
+std::string read_dagre(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  GS_CHECK(in && !text.str().empty(), "explore",
+           "the page needs the dagre graph-layout library, which this build did not embed (Debian's "
+           "node-dagre-layout was not installed when it was configured), and '",
+           path,
+           "' cannot be read. Install it: sudo apt-get install node-dagre-layout (scripts/setup.sh installs it). "
+           "The next page written reads it; no rebuild is needed.");
+  return text.str();
+}
+
+std::string dagre_source() {
+  if (explore_assets::kDagre[0] != '\0') return explore_assets::kDagre;
+  return read_dagre(kDagreSystemPath);
+}
+
 std::string render_explore_html(const std::string& json, const std::string& title) {
   // The template's markers, each replaced in one pass (an inserted text is never searched again).
   const std::pair<const char*, std::string> parts[] = {{"@TITLE@", html_escape(title)},
                                                        {"@STYLE@", explore_assets::kStyle},
                                                        {"@DATA@", script_safe(json)},
-                                                       {"@DAGRE@", script_safe(explore_assets::kDagre)},
+                                                       {"@DAGRE@", script_safe(dagre_source())},
                                                        {"@SCRIPT@", explore_assets::kScript}};
   const std::string tpl = explore_assets::kTemplate;
   std::string page;

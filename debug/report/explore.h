@@ -153,6 +153,13 @@ std::string explore_json(const ExploreCapture& cap, const Tensor& root, const Ex
 
 // The whole page with `json` inside it.
 std::string render_explore_html(const std::string& json, const std::string& title);
+// The dagre layout library's browser bundle that the page embeds: built in where Debian's
+// node-dagre-layout was installed when the build was configured (scripts/setup.sh installs it;
+// ./run.sh's set-up leaves it out), else read now from kDagreSystemPath.
+inline constexpr const char* kDagreSystemPath = "/usr/share/nodejs/dagre/dist/dagre.min.js";
+std::string dagre_source();
+// The bundle read from `path`: an error naming the package and the fix when it cannot be read.
+std::string read_dagre(const std::string& path);
 // Writes the page atomically; returns its size in bytes.
 size_t write_explore(const std::string& path, const std::string& json, const std::string& title = "gradsleuth explore");
 
