@@ -537,17 +537,19 @@ TEST_CASE("autocast's kept copy follows every change of the weight and of the ca
 
 TEST_CASE("float32 master weights rounded into 16-bit parameters by the fused step: the bits of rounding after it") {
   for (DType t : {gs::kBFloat16, gs::kFloat16})
-    for (bool adam : {false, true}) {
+    for (int kind = 0; kind < 3; ++kind) {  // SGD, Adam, RMSprop (whose fused step reads the 16-bit gradient too)
       CAPTURE(std::string(gs::dtype_name(t)));
-      CAPTURE(adam);
+      CAPTURE(kind);
       std::vector<Tensor> out[2];
       for (int fused = 0; fused < 2; ++fused) {
         gs::manual_seed(5);
         nn::Linear layer(300, 70);
         layer.to(t);
         std::unique_ptr<optim::Optimizer> opt;
-        if (adam)
+        if (kind == 1)
           opt = std::make_unique<optim::Adam>(layer.parameters(), optim::AdamOptions(1e-2));
+        else if (kind == 2)
+          opt = std::make_unique<optim::RMSprop>(layer.parameters(), optim::RMSpropOptions(1e-2).momentum(0.5));
         else
           opt = std::make_unique<optim::SGD>(layer.parameters(), optim::SGDOptions(0.1).momentum(0.9));
         opt->set_master_weights(true);
