@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/dtype.h"
 #include "core/host_device.h"
 
 namespace gradsleuth {
@@ -14,11 +15,11 @@ namespace gradsleuth {
 // A 16-bit copy of a float32 parameter that a fused step also writes, each new value rounded to
 // it as it is computed (while the values are still in cache): the parameter's float16/bfloat16
 // copy that autocast keeps (core/autocast.h), or, with float32 master weights, the 16-bit
-// parameter itself. `kind` is 1 for float16, 2 for bfloat16, 0 for none. A kernel that wrote it
-// sets *written; one that cannot leaves it, and the caller rounds in a pass of its own.
+// parameter itself. `dtype` is float16 or bfloat16 (float32: none). A kernel that wrote it sets
+// *written; one that cannot leaves it, and the caller rounds in a pass of its own.
 struct RoundedCopy {
   void* data = nullptr;
-  uint8_t kind = 0;
+  DType dtype = DType::Float32;
   bool* written = nullptr;
 };
 

@@ -49,11 +49,10 @@ class Storage {
   void mark_rounded_through(DType dtype) {
     rounded_through_ = dtype;
     rounded_at_ = version_;
-    rounded_marked_ = true;
   }
   bool take_rounded_through(DType dtype) {
-    const bool held = rounded_marked_ && rounded_through_ == dtype && rounded_at_ == version_;
-    rounded_marked_ = false;
+    const bool held = is_reduced_float(dtype) && rounded_through_ == dtype && rounded_at_ == version_;
+    rounded_through_ = kFloat32;
     return held;
   }
 
@@ -70,8 +69,7 @@ class Storage {
   static constexpr int kLog = 16;
   std::array<const char*, kLog> log_{};  // log_[v % kLog] = op that made version v+1
   uint64_t rounded_at_ = 0;
-  DType rounded_through_ = kFloat32;
-  bool rounded_marked_ = false;
+  DType rounded_through_ = kFloat32;  // float32: no mark
 };
 
 // ---- allocation accounting (W8) --------------------------------------------------

@@ -196,16 +196,15 @@ void Optimizer::round_into(size_t gi, size_t i, Tensor& p) {
 void Optimizer::note_rounded(size_t gi, size_t i, const Tensor& p) { masters_.at({gi, i}).version = p.storage()->version(); }
 
 RoundedCopy Optimizer::rounded_copy(const Tensor& p, bool master, detail::LowPrecisionCopy* kept, bool* written) {
-  const auto kind = [](DType t) -> uint8_t { return t == kFloat16 ? 1 : t == kBFloat16 ? 2 : 0; };
   RoundedCopy c;
   if (master && p.device().is_cpu() && p.is_contiguous()) {
     c.data = p.raw_data();
-    c.kind = kind(p.dtype());
+    c.dtype = p.dtype();
   } else if (kept != nullptr) {
     c.data = kept->copy.raw_data();
-    c.kind = kind(kept->copy.dtype());
+    c.dtype = kept->copy.dtype();
   }
-  if (c.kind != 0) c.written = written;
+  if (is_reduced_float(c.dtype)) c.written = written;
   return c;
 }
 

@@ -27,9 +27,9 @@ T* at(char* p, int64_t i, int64_t stride) {
 // `inner` behind a Backend that gives it float32 copies of float16/bfloat16 operands and rounds
 // its results back (reduced_float.cpp): the kernels themselves know the four other dtypes only.
 std::unique_ptr<Backend> with_reduced_floats(Backend& inner);
-// out[k] = in[k] rounded to float16 (kind 1) or bfloat16 (kind 2), stored as its 16 bits, for k < n:
-// the roundings of Tensor::to (core/cpu/reduced_float.cpp).
-void narrow_floats(uint8_t kind, void* out, const float* in, int64_t n);
+// out[k] = in[k] rounded to `dtype` (float16 or bfloat16), stored as its 16 bits, for k < n: the
+// roundings of Tensor::to (core/cpu/reduced_float.cpp).
+void narrow_floats(DType dtype, void* out, const float* in, int64_t n);
 
 // The reference implementation of every kernel in core/backend.h.
 class CpuBackend final : public Backend {

@@ -795,11 +795,8 @@ class ReducedFloatBackend final : public Backend {
 
 std::unique_ptr<Backend> with_reduced_floats(Backend& inner) { return std::make_unique<ReducedFloatBackend>(inner); }
 
-void narrow_floats(uint8_t kind, void* out, const float* in, int64_t n) {
-  if (kind == 1)
-    narrow_row(static_cast<Eigen::half*>(out), in, n);
-  else if (kind == 2)
-    narrow_row(static_cast<Eigen::bfloat16*>(out), in, n);
+void narrow_floats(DType dtype, void* out, const float* in, int64_t n) {
+  with_eigen_type(dtype, [&](auto tag) { narrow_row(static_cast<decltype(tag)*>(out), in, n); });
 }
 
 }  // namespace cpu

@@ -47,12 +47,12 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 // True for the strides of a 2-D column-major (transposed) matrix with more than one row and column.
 bool transposed_2d(const Strides& st) { return st.size() == 2 && st[0] == 1 && st[1] > 1; }
 
-// a (N, K) @ b (K, M), both 2-D on one device and each float32, float16 or bfloat16, as a float32
-// product whose every value the kernel rounds to `through` as it stores it; its storage is marked
-// so (Storage::mark_rounded_through). Undefined where the backend has no such kernel for them.
+// a (N, K) @ b (K, M), both 2-D on one device, as a float32 product whose every value the kernel
+// rounds to `through` as it stores it; its storage is marked so (Storage::mark_rounded_through).
+// Undefined where the backend has no such kernel for them (Backend::bmm_round_through says which
+// dtypes it takes).
 Tensor matmul_rounded_through(const Tensor& a, const Tensor& b, DType through) {
-  const auto fits = [](const Tensor& t) { return t.dim() == 2 && (t.dtype() == kFloat32 || is_reduced_float(t.dtype())); };
-  if (!fits(a) || !fits(b) || a.device() != b.device() || a.size(1) != b.size(0)) return Tensor();
+  if (a.dim() != 2 || b.dim() != 2 || a.device() != b.device() || a.size(1) != b.size(0)) return Tensor();
   const int64_t N = a.size(0), M = b.size(1);
   Tensor out = empty({1, N, M}, TensorOptions(kFloat32).device(a.device()));
   const auto batch_of_one = [](const Tensor& t) {

@@ -45,7 +45,7 @@ bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
 constexpr int64_t kCopyBlock = 2048;
 template <class T, class Step>
 void each_element(const Tensor& p, const RoundedCopy& copy, Step&& step) {
-  const bool to_copy = std::is_same_v<T, float> && copy.data != nullptr && copy.kind != 0;
+  const bool to_copy = std::is_same_v<T, float> && copy.data != nullptr && is_reduced_float(copy.dtype);
   parallel_for(p.numel(), kParallelGrain, [&](int64_t b, int64_t e) {
     if (!to_copy) {
       for (int64_t j = b; j < e; ++j) step(j);
@@ -56,7 +56,7 @@ void each_element(const Tensor& p, const RoundedCopy& copy, Step&& step) {
       for (int64_t j0 = b; j0 < e; j0 += kCopyBlock) {
         const int64_t j1 = std::min(e, j0 + kCopyBlock);
         for (int64_t j = j0; j < j1; ++j) step(j);
-        narrow_floats(copy.kind, static_cast<uint16_t*>(copy.data) + j0, pp + j0, j1 - j0);
+        narrow_floats(copy.dtype, static_cast<uint16_t*>(copy.data) + j0, pp + j0, j1 - j0);
       }
     }
   });
