@@ -21,6 +21,17 @@ function(gs_precompile target header)
     cmake_language(EVAL CODE "cmake_language(DEFER CALL gs_skip_pch_with_own_options [[${target}]])")
   endif()
 endfunction()
+# gs_precompile_reuse(TARGET FROM): TARGET's C++ files use FROM's precompiled header instead of building
+# their own (one header compile fewer). FROM must compile with TARGET's options (the same -O level and
+# -fPIC: GCC rejects or, worse, miscompiles a header made with others); its definitions are given to
+# TARGET too, since GCC uses a header only where the macros it was made with are defined alike.
+function(gs_precompile_reuse target from)
+  if(GRADSLEUTH_PCH)
+    target_precompile_headers(${target} REUSE_FROM ${from})
+    target_compile_definitions(${target} PRIVATE $<TARGET_PROPERTY:${from},COMPILE_DEFINITIONS>)
+    cmake_language(EVAL CODE "cmake_language(DEFER CALL gs_skip_pch_with_own_options [[${target}]])")
+  endif()
+endfunction()
 function(gs_skip_pch_with_own_options target)
   get_target_property(sources ${target} SOURCES)
   foreach(src IN LISTS sources)
