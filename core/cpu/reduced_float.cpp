@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/bf16_round.h"
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/fast/fast.h"
 #include "core/cpu/fast/transpose.h"
@@ -79,15 +80,8 @@ void narrow_row(H* out, const float* in, int64_t n) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
                           _mm512_cvtps_ph(_mm512_loadu_ps(in + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
-    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF);
-    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-    const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm512_set1_epi32(0x7FC00000);
     const auto sixteen = [&](int64_t at) {
-      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(in + at));
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
-      __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, bias), lsb);
-      const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, abs_mask), inf);
-      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(x, sign), quiet));
+      const __m512i r = bf16_round_bits(_mm512_castps_si512(_mm512_loadu_ps(in + at)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + at), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
     };
 #ifdef __AVX512BF16__
@@ -116,20 +110,10 @@ void narrow_row(H* out, const float* in, int64_t n) {
                        _mm256_cvtps_ph(_mm256_loadu_ps(in + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
 #ifdef __AVX2__
-  // bfloat16: the upper 16 bits after adding 0x7FFF plus the kept part's lowest bit (round to
-  // nearest even, as Eigen's scalar conversion; overflow to inf, subnormals kept); a NaN keeps its
-  // sign and becomes the quiet NaN 0x7FC0.
+  // bfloat16: bf16_round.h's rounding, the upper 16 bits kept.
   if constexpr (std::is_same_v<H, Eigen::bfloat16>) {
-    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
-    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-    const __m256i quiet = _mm256_set1_epi32(0x7FC0);
     for (; k + 8 <= n; k += 8) {
-      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(in + k));
-      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
-      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), lsb), 16);
-      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
-      const __m256i nan_bits = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)), quiet);
-      r = _mm256_blendv_epi8(r, nan_bits, nan);
+      const __m256i r = _mm256_srli_epi32(bf16_round_bits(_mm256_castps_si256(_mm256_loadu_ps(in + k))), 16);
       const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);  // qwords 0, 2
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), _mm256_castsi256_si128(packed));
     }
@@ -152,20 +136,9 @@ void round_through_row(float* p, int64_t n) {
                                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 #endif
 #ifdef __AVX2__
-  if constexpr (std::is_same_v<H, Eigen::bfloat16>) {  // narrow_row's formula, the low 16 bits cleared
-    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
-    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-    const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u)), quiet = _mm256_set1_epi32(0x7FC00000);
-    for (; k + 8 <= n; k += 8) {
-      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(p + k));
-      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
-      __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, bias), lsb), high);
-      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
-      r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_and_si256(x, sign), quiet), nan);
-      _mm256_storeu_ps(p + k, _mm256_castsi256_ps(r));
-    }
-  }
+  if constexpr (std::is_same_v<H, Eigen::bfloat16>)  // narrow_row's rounding, the low 16 bits cleared
+    for (; k + 8 <= n; k += 8)
+      _mm256_storeu_ps(p + k, _mm256_castsi256_ps(bf16_round_bits(_mm256_castps_si256(_mm256_loadu_ps(p + k)))));
 #endif
   H buf[256];
   for (; k < n; k += 256) {

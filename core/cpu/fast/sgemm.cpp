@@ -35,6 +35,8 @@
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #define GS_SGEMM_DIRECT 1
 #include <immintrin.h>
+
+#include "core/cpu/bf16_round.h"
 #else
 #define GS_SGEMM_DIRECT 0
 #endif
@@ -150,34 +152,16 @@ struct Panel {
 };
 
 // Each lane rounded to the nearest bfloat16 or float16 and kept as a float32: the bits of
-// narrowing and widening back (round to nearest even, overflow to inf, subnormals kept; a NaN
-// keeps its sign and becomes the quiet NaN), as core/cpu/reduced_float.cpp's round_through_row.
-// With AVX-512 the NaN lanes are mended only when a vector has one: the rounding of a 256 x 784
-// result took 8.5 us that way, 19 us with the mending done on every vector.
+// narrowing and widening back (bfloat16 by core/cpu/bf16_round.h's formula, float16 by the CPU's
+// conversion: round to nearest even, overflow to inf, subnormals kept), as
+// core/cpu/reduced_float.cpp's round_through_row.
 inline Vec round_through(Vec v, Elem e) {
 #if defined(__AVX512F__)
   if (e == Elem::Float16) return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), lsb),
-                                     _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  if (nan == 0) [[likely]]
-    return _mm512_castsi512_ps(r);
-  const __m512i quiet =
-      _mm512_or_si512(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0x80000000u))), _mm512_set1_epi32(0x7FC00000));
-  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, quiet));
+  return _mm512_castsi512_ps(bf16_round_bits(_mm512_castps_si512(v)));
 #else
   if (e == Elem::Float16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const __m256i x = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), lsb),
-                                     _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
-  const __m256i nan =
-      _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
-  const __m256i quiet =
-      _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0x80000000u))), _mm256_set1_epi32(0x7FC00000));
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(r, quiet, nan));
+  return _mm256_castsi256_ps(bf16_round_bits(_mm256_castps_si256(v)));
 #endif
 }
 
