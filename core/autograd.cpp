@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 
 #include <algorithm>
 #include <unordered_map>
@@ -170,7 +171,8 @@ CastBackward cast_backward(const Edge& e, DType g) {
     return CastBackward::Round;
   for (const Node* n = e.fn.get();;) {
     // This gradient is the node's only one (none pending, no other consumer), seen by no hook.
-    if (n->dependencies_ != 1 || n->pending_grad_.defined() || !n->pre_hooks.empty() || n->next_edges.size() != 1 ||
+    if (n->pass_local_ || n->pass_.dependencies != 1 || n->pass_.pending_grad.defined() || !n->pre_hooks.empty() ||
+        n->next_edges.size() != 1 ||
         !n->next_edges[0].fn || n->out_dtype != e.dtype)
       return CastBackward::Round;
     const Edge& next = n->next_edges[0];
@@ -279,7 +281,7 @@ Node::~Node() {
     std::shared_ptr<Node> n = std::move(orphans.back());
     orphans.pop_back();
     n->release_saved();
-    n->pending_grad_ = Tensor();
+    n->pass_.pending_grad = Tensor();
     adopt(*n);
   }
 }
@@ -288,9 +290,13 @@ Node::~Node() {
 namespace {
 
 // The node at the end of every path: adds the arriving gradient into leaf.grad.
+// Graphs built in several threads may share a leaf, and so its AccumulateGrad: the backward passes
+// keep their state of it apart (pass_local_), and each adds into leaf.grad under the node's lock.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(std::move(leaf)) {}
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(std::move(leaf)) {
+    pass_local_ = true;
+  }
   tensor_list apply(const Tensor& grad_in) override {
     Tensor leaf(leaf_);
     Tensor g = grad_in;
@@ -298,6 +304,7 @@ class AccumulateGrad final : public Node {
       Tensor r = hook(g);
       if (r.defined()) g = r;
     }
+    std::lock_guard<std::mutex> lock(mutex_);
     Tensor cur = leaf.grad();
     if (GradMode::is_enabled()) {
       // create_graph: keep the gradient's own graph, accumulate out of place.
@@ -318,7 +325,13 @@ class AccumulateGrad final : public Node {
     return {};
   }
   std::shared_ptr<TensorImpl> leaf_;
+
+ private:
+  std::mutex mutex_;
 };
+
+// Guards each leaf's grad_accumulator: the first graphs of several threads may reach it at once.
+std::mutex g_accumulator_mutex;
 
 }  // namespace
 
@@ -332,6 +345,7 @@ Edge gradient_edge(const Tensor& t) {
     return e;
   }
   TensorImpl& impl = t.impl();
+  std::lock_guard<std::mutex> lock(g_accumulator_mutex);
   std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
@@ -697,12 +711,12 @@ Tensor ones_for(const Tensor& root) {
   return ones_like(root.detach());
 }
 
-// Adds g into node's pending gradient (undefined + g = g).
-void accumulate(Node& n, Tensor g) {
-  if (!n.pending_grad_.defined())
-    n.pending_grad_ = std::move(g);
+// Adds g into a node's pending gradient (undefined + g = g).
+void accumulate(Node::PassState& s, Tensor g) {
+  if (!s.pending_grad.defined())
+    s.pending_grad = std::move(g);
   else
-    n.pending_grad_ = n.pending_grad_ + g;
+    s.pending_grad = s.pending_grad + g;
 }
 
 struct RunOptions {
@@ -726,16 +740,21 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     trace->on_pass_begin();
   std::vector<Node*> order;  // every reachable node, discovery order
   std::vector<std::shared_ptr<Node>> keep_alive;
+  // The pass's state of each node: in the node, or, for a leaf's AccumulateGrad (which another
+  // thread's pass may be using at the same time), in this pass's own table.
+  std::unordered_map<Node*, Node::PassState> leaves;
+  const auto state = [&leaves](Node* n) -> Node::PassState& { return n->pass_local_ ? leaves[n] : n->pass_; };
 
   // 1. Count, for every node reachable from the roots, how many edges point to
   //    it (its dependencies). Iterative DFS: a 100,000-op chain needs no stack.
   std::vector<Node*> stack;
   auto visit = [&](Node* n) {
-    if (n->epoch_ != epoch) {
-      n->epoch_ = epoch;
-      n->dependencies_ = 0;
-      n->pending_grad_ = Tensor();
-      n->needed_ = true;
+    Node::PassState& s = state(n);
+    if (s.epoch != epoch) {
+      s.epoch = epoch;
+      s.dependencies = 0;
+      s.pending_grad = Tensor();
+      s.needed = true;
       order.push_back(n);
       stack.push_back(n);
     }
@@ -757,12 +776,12 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     for (Edge& e : n->next_edges) {
       if (!e.fn) continue;
       visit(e.fn.get());
-      ++e.fn->dependencies_;
+      ++state(e.fn.get()).dependencies;
     }
   }
   // For grad(): run only the nodes that lead to a captured input (post-order DFS).
   if (opt.capture) {
-    for (Node* n : order) n->needed_ = false;
+    for (Node* n : order) state(n).needed = false;
     // Post-order DFS over the same graph.
     std::vector<std::pair<Node*, size_t>> st;
     std::unordered_map<Node*, bool> done;
@@ -781,8 +800,8 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
       // A node must run when one of its inputs' nodes is captured or must run.
       bool need = false;
       for (Edge& e : n->next_edges)
-        if (e.fn && (e.fn->needed_ || opt.capture->count(e.fn.get()))) need = true;
-      n->needed_ = need;
+        if (e.fn && (state(e.fn.get()).needed || opt.capture->count(e.fn.get()))) need = true;
+      state(n).needed = need;
       done[n] = true;
       st.pop_back();
     }
@@ -796,15 +815,15 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     Node* seeded = gradient_edge(roots[i]).fn.get();
     if (trace != nullptr) [[unlikely]]
       trace->on_contribution(seeded, nullptr, i, g);
-    accumulate(*seeded, opt.create_graph ? g : g.detach());
+    accumulate(state(seeded), opt.create_graph ? g : g.detach());
   }
 
   // 3. Kahn's algorithm: a node runs once all of its consumers have sent their
-  //    gradients (dependencies_ reaches 0).
+  //    gradients (its dependencies reach 0).
   std::vector<Node*> ready;
   for (const Tensor& r : roots) {
     Node* n = gradient_edge(r).fn.get();
-    if (n->dependencies_ == 0 && std::find(ready.begin(), ready.end(), n) == ready.end()) ready.push_back(n);
+    if (state(n).dependencies == 0 && std::find(ready.begin(), ready.end(), n) == ready.end()) ready.push_back(n);
   }
   struct Restore {
     bool prev = GradMode::is_enabled();
@@ -823,8 +842,9 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     while (!ready.empty()) {
       Node* n = ready.back();
       ready.pop_back();
-      Tensor g = std::move(n->pending_grad_);
-      n->pending_grad_ = Tensor();
+      Node::PassState& s = state(n);
+      Tensor g = std::move(s.pending_grad);
+      s.pending_grad = Tensor();
       tensor_list grads;
       if (opt.capture) {
         auto it = opt.capture->find(n);
@@ -833,7 +853,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
           slot = slot.defined() ? slot + g : g;
         }
       }
-      const bool run_it = n->needed_ && g.defined() && !(opt.capture && dynamic_cast<AccumulateGrad*>(n));
+      const bool run_it = s.needed && g.defined() && !(opt.capture && dynamic_cast<AccumulateGrad*>(n));
       if (run_it) {
         for (auto& hook : n->pre_hooks) {
           Tensor r = hook(g);
@@ -870,9 +890,9 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
           }
           if (trace != nullptr) [[unlikely]]
             trace->on_contribution(e.fn.get(), n, i, gi);
-          accumulate(*e.fn, std::move(gi));
+          accumulate(state(e.fn.get()), std::move(gi));
         }
-        if (--e.fn->dependencies_ == 0) ready.push_back(e.fn.get());
+        if (--state(e.fn.get()).dependencies == 0) ready.push_back(e.fn.get());
       }
     }
     // queue_callback's callbacks, by index: a callback may queue another.
@@ -885,7 +905,7 @@ void run(const tensor_list& roots, const tensor_list& grad_roots, const RunOptio
     // an in-place op on a saved input (the usual cause) links that tensor to a
     // node that saved it, a reference cycle nothing else would break.
     for (Node* n : order) {
-      n->pending_grad_ = Tensor();
+      state(n).pending_grad = Tensor();
       if (!opt.retain_graph) n->release_saved();
     }
     throw;

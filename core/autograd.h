@@ -68,10 +68,16 @@ class Node : public std::enable_shared_from_this<Node> {
   std::string context;              // where the op ran (a module path set by nn/debug); may be empty
 
   // Engine bookkeeping for the current backward pass.
-  uint64_t epoch_ = 0;
-  int64_t dependencies_ = 0;
-  bool needed_ = true;
-  Tensor pending_grad_;
+  struct PassState {
+    uint64_t epoch = 0;
+    int64_t dependencies = 0;
+    bool needed = true;
+    Tensor pending_grad;
+  };
+  PassState pass_;
+  // A leaf's AccumulateGrad, which the graphs of several threads may share (their backward passes
+  // may run at once): each pass then keeps this node's PassState in a table of its own.
+  bool pass_local_ = false;
 
  protected:
   bool released_ = false;

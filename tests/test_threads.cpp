@@ -1,7 +1,7 @@
 // Tests of what docs/autograd.md ("Thread safety") promises: the default generator
 // is per thread (manual_seed + model construction in two threads reproduces the
 // sequential result), backward passes in several threads on separate graphs are
-// correct, and observers and warning handlers can be scoped to the thread that attached them. The
+// correct, and so are those through shared leaves (each thread's gradient added), and observers and warning handlers can be scoped to the thread that attached them. The
 // TSan job (./test.sh --tsan) runs this file with -fsanitize=thread.
 #include <doctest/doctest.h>
 
@@ -95,6 +95,37 @@ TEST_CASE("backward in several threads at once, on separate graphs, gives each t
     });
   for (auto& th : ts) th.join();
   for (int t = 0; t < kThreads; ++t) CHECK(wrong[t] == 0);
+}
+
+TEST_CASE("backward in several threads through shared parameters adds every thread's gradient") {
+  // Hogwild-style: the threads' graphs share the leaves (a Linear's weight and bias). Every
+  // gradient is a small integer, so the sums are exact in float64 whatever the order.
+  constexpr int kThreads = 4, kRounds = 40, kIters = 25;
+  for (int round = 0; round < kRounds; ++round) {
+    gs::manual_seed(round);
+    auto lin = std::make_shared<nn::Linear>(3, 2);
+    lin->to(gs::kFloat64);
+    // Fresh parameters each round: their gradient accumulators are made by the threads at once.
+    Tensor w = lin->weight, b = lin->bias;
+    std::barrier sync(kThreads);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        sync.arrive_and_wait();
+        for (int i = 0; i < kIters; ++i) {
+          // x = c * ones(1, 3): dL/dW = c (every element), dL/db = 1 for L = sum(lin(x)).
+          const double c = t + 1 + i % 3;
+          (*lin)(gs::full({1, 3}, c, gs::kFloat64)).sum().backward();
+        }
+      });
+    for (auto& th : ts) th.join();
+    double c_sum = 0;
+    for (int t = 0; t < kThreads; ++t)
+      for (int i = 0; i < kIters; ++i) c_sum += t + 1 + i % 3;
+    REQUIRE(w.grad().defined());
+    for (double g : w.grad().to_vector<double>()) CHECK(g == c_sum);
+    for (double g : b.grad().to_vector<double>()) CHECK(g == kThreads * kIters);
+  }
 }
 
 TEST_CASE("an observer scoped to its thread counts only that thread's ops") {
