@@ -281,7 +281,7 @@ Node::~Node() {
     std::shared_ptr<Node> n = std::move(orphans.back());
     orphans.pop_back();
     n->release_saved();
-    n->pass_.pending_grad = Tensor();
+    if (!n->pass_local_) n->pass_.pending_grad = Tensor();  // a shared node's is never written
     adopt(*n);
   }
 }
@@ -324,6 +324,8 @@ class AccumulateGrad final : public Node {
     }
     return {};
   }
+  // Nothing saved, and the node is shared: a pass leaves it as it is.
+  void release_saved() override {}
   std::shared_ptr<TensorImpl> leaf_;
 
  private:
