@@ -260,3 +260,69 @@ TEST_CASE("cpu workbench: the roofline SVG has a dot per version, the roof, and 
   CHECK(svg.find("no room for the label") == std::string::npos);
   CHECK(svg.find("data-kernel=\"conv2d\" data-version=\"3\"") != std::string::npos);
 }
+
+namespace {
+// The boxes of an SVG's texts of one class as a browser renders an 11 px sans-serif font, with a
+// margin: 7.5 px a character, 10.5 px above the baseline and 2.6 below. x/y are a label's start and
+// baseline, or a right-aligned ceiling's end and baseline.
+struct TextBox {
+  std::string text;
+  double x0, y0, x1, y1;
+};
+std::vector<TextBox> text_boxes(const std::string& svg, const std::string& cls) {
+  std::vector<TextBox> out;
+  const std::string open = "<text class=\"" + cls + "\" x=\"";
+  for (size_t at = svg.find(open); at != std::string::npos; at = svg.find(open, at + 1)) {
+    const size_t end_tag = svg.find('>', at), close = svg.find("</text>", end_tag);
+    const std::string tag = svg.substr(at, end_tag - at);
+    const double x = std::stod(tag.substr(open.size()));
+    const double y = std::stod(tag.substr(tag.find(" y=\"") + 4));
+    const std::string text = svg.substr(end_tag + 1, close - end_tag - 1);
+    const double w = 7.5 * static_cast<double>(text.size());
+    const bool right = tag.find("text-anchor=\"end\"") != std::string::npos;
+    out.push_back({text, right ? x - w : x, y - 10.5, right ? x : x + w, y + 2.6});
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cpu workbench: the roofline's labels keep clear of the ceilings' where the dots sit on the roof") {
+  // A loaded machine measures a lower FMA peak, and the best matmul versions then reach it: their
+  // labels crowd the peak's label at the plot's right edge. Peaks and reaches across a range.
+  for (double peak = 40; peak <= 160; peak += 7.3)
+    for (double reach : {0.85, 0.93, 0.99})
+      for (double intensity : {8.0, 30.0, 60.0, 120.0, 250.0}) {
+      cw::Limits lim;
+      lim.cpu = "test CPU";
+      lim.isa = "AVX2+FMA";
+      lim.fma_gflops = peak;
+      lim.copy_gb_per_s = 20;
+      std::vector<cw::Result> rs;
+      for (const cw::Ladder& l : cw::ladders()) {
+        if (l.spec.name != "matmul") continue;
+        for (const cw::Rung& g : l.rungs) {
+          cw::Result r;
+          r.kernel = l.spec.name;
+          r.version = g.v.number;
+          r.name = g.v.name;
+          r.cost = cw::cost(l, cw::shape_for(l, 0, 0));
+          r.cost.bytes = r.cost.flops / intensity;  // where the size puts the column of matmul dots
+          const double gflops = g.v.number >= 4 ? peak * (reach + 0.005 * g.v.number) : 10.0 * g.v.number;
+          r.ms = r.cost.flops / (1e6 * gflops);
+          rs.push_back(r);
+        }
+      }
+      REQUIRE(rs.size() >= 5);
+      const std::string svg = cw::roofline_svg(lim, rs);
+      INFO("peak ", peak, " reach ", reach, " intensity ", intensity);
+      CHECK(svg.find("no room for the label") == std::string::npos);
+      const std::vector<TextBox> ceilings = text_boxes(svg, "ceiling"), labels = text_boxes(svg, "label");
+      REQUIRE(ceilings.size() == 2);
+      CHECK(labels.size() == rs.size());
+      for (const TextBox& c : ceilings)
+        for (const TextBox& b : labels) {
+          INFO(c.text, " and ", b.text);
+          CHECK_FALSE((b.x0 < c.x1 && c.x0 < b.x1 && b.y0 < c.y1 && c.y0 < b.y1));
+        }
+    }
+}
