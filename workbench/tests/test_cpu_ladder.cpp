@@ -229,6 +229,18 @@ TEST_CASE("cpu workbench: the measured limits are positive and the STREAM arrays
   CHECK(&cw::measure_limits(1, true) == &l);  // measured once
 }
 
+namespace {
+// A result for version g of ladder l at its default shape, not yet timed (ms 0).
+cw::Result untimed(const cw::Ladder& l, const cw::Rung& g) {
+  cw::Result r;
+  r.kernel = l.spec.name;
+  r.version = g.v.number;
+  r.name = g.v.name;
+  r.cost = cw::cost(l, cw::shape_for(l, 0, 0));
+  return r;
+}
+}  // namespace
+
 TEST_CASE("cpu workbench: the roofline SVG has a dot per version, the roof, and labels that do not overlap") {
   cw::Limits lim;
   lim.cpu = "test CPU";
@@ -239,11 +251,7 @@ TEST_CASE("cpu workbench: the roofline SVG has a dot per version, the roof, and 
   int n = 0;
   for (const cw::Ladder& l : cw::ladders())
     for (const cw::Rung& g : l.rungs) {
-      cw::Result r;
-      r.kernel = l.spec.name;
-      r.version = g.v.number;
-      r.name = g.v.name;
-      r.cost = cw::cost(l, cw::shape_for(l, 0, 0));
+      cw::Result r = untimed(l, g);
       // crowded on purpose: every version of a kernel within a factor 2 of the next
       r.ms = r.cost.flops / (1e6 * (l.spec.compute_bound ? 3.0 * g.v.number * g.v.number : 0.8 * g.v.number));
       rs.push_back(r);
@@ -301,11 +309,7 @@ TEST_CASE("cpu workbench: the roofline's labels keep clear of the ceilings' wher
       for (const cw::Ladder& l : cw::ladders()) {
         if (l.spec.name != "matmul") continue;
         for (const cw::Rung& g : l.rungs) {
-          cw::Result r;
-          r.kernel = l.spec.name;
-          r.version = g.v.number;
-          r.name = g.v.name;
-          r.cost = cw::cost(l, cw::shape_for(l, 0, 0));
+          cw::Result r = untimed(l, g);
           r.cost.bytes = r.cost.flops / intensity;  // where the size puts the column of matmul dots
           const double gflops = g.v.number >= 4 ? peak * (reach + 0.005 * g.v.number) : 10.0 * g.v.number;
           r.ms = r.cost.flops / (1e6 * gflops);
