@@ -24,11 +24,18 @@ endfunction()
 # gs_precompile_reuse(TARGET FROM): TARGET's C++ files use FROM's precompiled header instead of building
 # their own (one header compile fewer). FROM must compile with TARGET's options (the same -O level and
 # -fPIC: GCC rejects or, worse, miscompiles a header made with others); its definitions are given to
-# TARGET too, since GCC uses a header only where the macros it was made with are defined alike.
+# TARGET too, since GCC uses a header only where the macros it was made with are defined alike, and an
+# executable reusing a position-independent library's header compiles with -fPIC (its own default,
+# -fpie, does not match the header).
 function(gs_precompile_reuse target from)
   if(GRADSLEUTH_PCH)
     target_precompile_headers(${target} REUSE_FROM ${from})
     target_compile_definitions(${target} PRIVATE $<TARGET_PROPERTY:${from},COMPILE_DEFINITIONS>)
+    get_target_property(type ${target} TYPE)
+    get_target_property(pic ${from} POSITION_INDEPENDENT_CODE)
+    if(type STREQUAL "EXECUTABLE" AND pic)
+      target_compile_options(${target} PRIVATE -fPIC)
+    endif()
     cmake_language(EVAL CODE "cmake_language(DEFER CALL gs_skip_pch_with_own_options [[${target}]])")
   endif()
 endfunction()

@@ -39,6 +39,19 @@ std::vector<float> build_weights(uint64_t seed) {
   return out;
 }
 
+// Runs body(t) for t < threads, each on its own thread, all started together; returns when all end.
+template <class F>
+void run_together(int threads, F&& body) {
+  std::barrier sync(threads);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      sync.arrive_and_wait();
+      body(t);
+    });
+  for (auto& th : ts) th.join();
+}
+
 struct CountingObserver : gs::OpObserver {
   std::atomic<int> ops{0};
   void on_op(const gs::OpEvent&) override { ops.fetch_add(1, std::memory_order_relaxed); }
@@ -79,21 +92,16 @@ TEST_CASE("manual_seed + model construction in two threads reproduces the sequen
 TEST_CASE("backward in several threads at once, on separate graphs, gives each thread's exact gradients") {
   constexpr int kThreads = 4, kIters = 200;
   std::vector<int> wrong(kThreads, 0);
-  std::barrier sync(kThreads);
-  std::vector<std::thread> ts;
-  for (int t = 0; t < kThreads; ++t)
-    ts.emplace_back([&, t] {
-      sync.arrive_and_wait();
-      for (int i = 0; i < kIters; ++i) {
-        const double c = t + 1 + i % 3;
-        Tensor x = gs::full({3}, c, gs::kFloat64).requires_grad_(true);
-        // y = sum(x^2 * c): dy/dx = 2 c x = 2 c^2
-        Tensor y = (x * x * c).sum();
-        y.backward();
-        for (double g : x.grad().to_vector<double>()) wrong[t] += g != 2 * c * c;
-      }
-    });
-  for (auto& th : ts) th.join();
+  run_together(kThreads, [&](int t) {
+    for (int i = 0; i < kIters; ++i) {
+      const double c = t + 1 + i % 3;
+      Tensor x = gs::full({3}, c, gs::kFloat64).requires_grad_(true);
+      // y = sum(x^2 * c): dy/dx = 2 c x = 2 c^2
+      Tensor y = (x * x * c).sum();
+      y.backward();
+      for (double g : x.grad().to_vector<double>()) wrong[t] += g != 2 * c * c;
+    }
+  });
   for (int t = 0; t < kThreads; ++t) CHECK(wrong[t] == 0);
 }
 
@@ -107,18 +115,13 @@ TEST_CASE("backward in several threads through shared parameters adds every thre
     lin->to(gs::kFloat64);
     // Fresh parameters each round: their gradient accumulators are made by the threads at once.
     Tensor w = lin->weight, b = lin->bias;
-    std::barrier sync(kThreads);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < kThreads; ++t)
-      ts.emplace_back([&, t] {
-        sync.arrive_and_wait();
-        for (int i = 0; i < kIters; ++i) {
-          // x = c * ones(1, 3): dL/dW = c (every element), dL/db = 1 for L = sum(lin(x)).
-          const double c = t + 1 + i % 3;
-          (*lin)(gs::full({1, 3}, c, gs::kFloat64)).sum().backward();
-        }
-      });
-    for (auto& th : ts) th.join();
+    run_together(kThreads, [&](int t) {
+      for (int i = 0; i < kIters; ++i) {
+        // x = c * ones(1, 3): dL/dW = c (every element), dL/db = 1 for L = sum(lin(x)).
+        const double c = t + 1 + i % 3;
+        (*lin)(gs::full({1, 3}, c, gs::kFloat64)).sum().backward();
+      }
+    });
     double c_sum = 0;
     for (int t = 0; t < kThreads; ++t)
       for (int i = 0; i < kIters; ++i) c_sum += t + 1 + i % 3;

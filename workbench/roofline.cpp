@@ -38,6 +38,11 @@ struct Box {
 // no label placed beside another overlaps it when rendered (the browser check measures the boxes).
 constexpr double kCharWidth = 7.5;
 double text_width(const std::string& s) { return kCharWidth * static_cast<double>(s.size()) + 2; }
+// The box of an 11 px text right-aligned at x_end on `baseline` (a ceiling's label), with a pixel's
+// margin around the rendered box (10.5 px above the baseline, 2.6 below).
+Box right_aligned_box(double x_end, double baseline, const std::string& s) {
+  return {x_end - text_width(s), baseline - 12, x_end + 1, baseline + 4};
+}
 
 char letter(const std::string& kernel) {
   if (kernel == "layernorm") return 'L';
@@ -114,13 +119,13 @@ std::string roofline_svg(const Limits& lim, const std::vector<Result>& results) 
   const double peak_x1 = L + PW - 6, peak_y = py(lim.fma_gflops) - 6;
   os << "<text class=\"ceiling\" x=\"" << num(peak_x1) << "\" y=\"" << num(peak_y)
      << "\" font-size=\"11\" text-anchor=\"end\">" << peak << "</text>\n";
-  taken.push_back({peak_x1 - text_width(peak), peak_y - 12, peak_x1 + 1, peak_y + 4});
+  taken.push_back(right_aligned_box(peak_x1, peak_y, peak));
   // The bandwidth label just above the slope, a third of the way along it.
   const double bx = std::pow(10, std::log10(xs) + (std::log10(ridge) - std::log10(xs)) / 3);
   const double lx = px(bx), ly = py(bx * lim.copy_gb_per_s) - 8;
   os << "<text class=\"ceiling\" x=\"" << num(lx) << "\" y=\"" << num(ly) << "\" font-size=\"11\" text-anchor=\"end\">"
      << bw << "</text>\n";
-  taken.push_back({lx - text_width(bw), ly - 12, lx + 1, ly + 4});
+  taken.push_back(right_aligned_box(lx, ly, bw));
   // The legend, right of the plot.
   std::vector<std::string> kernels;
   for (const Result* r : pts)
