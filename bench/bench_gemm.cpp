@@ -3,7 +3,8 @@
 // against Eigen's own product (the fallback), at n = 256, 512, 1024, on 1 and on all
 // threads, in one run. The "sgemm_direct" cases time the packing-free kernel
 // (core/cpu/fast/sgemm.h) against the BLAS at the training steps' shapes, and report
-// whether blas_gemm routes each shape to it ("dispatched"). Goals: gradsleuth >= 1.0x the raw BLAS,
+// whether blas_gemm routes each shape to it ("dispatched"); the "sgemm_mixed" cases time it on
+// operands stored in float16 and bfloat16 against float32 ones. Goals: gradsleuth >= 1.0x the raw BLAS,
 // and >= 0.9x raw Eigen when built with GRADSLEUTH_BLAS=OFF.
 //
 // Counter "FLOP/s" = 2 n^3 per product. Each gradsleuth case sits next to its
@@ -14,8 +15,11 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -141,6 +145,42 @@ void BM_product(benchmark::State& state, Product p, bool direct) {
   state.counters["dispatched"] = gs::cpu::fast::sgemm_direct_pays(p.a_col, p.b_col, p.M, p.N, p.K);
 }
 
+// The same products with both operands stored in 16 bits (sgemm_direct_mixed, which widens them
+// as it reads them: autocast's products on the CPU), against float32 operands through the same
+// entry point. "ratio to float32" is read off the two rows.
+void BM_mixed(benchmark::State& state, Product p, gs::cpu::fast::Elem e) {
+  set_threads(1);
+  if (!gs::cpu::fast::sgemm_direct_available()) {
+    state.SkipWithError("the packing-free kernel needs an AVX2+FMA build");
+    return;
+  }
+  const int64_t lda = p.a_col ? p.M : p.K, ldb = p.b_col ? p.K : p.N;
+  RowMat a = RowMat::Random(p.M, p.K), b = RowMat::Random(p.K, p.N), c(p.M, p.N);
+  // 16-bit operands: the upper halves of the float32 values (bfloat16 by truncation) or 1 + a
+  // float16 mantissa pattern; the products' time does not depend on the values.
+  const auto narrow = [e](const RowMat& m) {
+    std::vector<uint16_t> v(static_cast<size_t>(m.size()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, m.data() + i, sizeof u);
+      v[i] = e == gs::cpu::fast::Elem::Float16 ? static_cast<uint16_t>(0x3C00u | (u & 0x3FFu))
+                                               : static_cast<uint16_t>(u >> 16);
+    }
+    return v;
+  };
+  const std::vector<uint16_t> a16 = narrow(a), b16 = narrow(b);
+  const bool f32 = e == gs::cpu::fast::Elem::Float32;
+  const void* pa = f32 ? static_cast<const void*>(a.data()) : a16.data();
+  const void* pb = f32 ? static_cast<const void*>(b.data()) : b16.data();
+  for (auto _ : state) {
+    gs::cpu::fast::sgemm_direct_mixed(p.a_col, p.b_col, p.M, p.N, p.K, pa, e, lda, pb, e, ldb, c.data(), p.N);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * p.M * p.N * p.K * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,6 +211,14 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((std::string("sgemm_direct/") + p.name + (direct ? "/direct" : "/blas")).c_str(),
                                      BM_product, p, direct)
             ->Unit(benchmark::kMicrosecond);
+  for (const Product& p : kProducts) {
+    if (std::strncmp(p.name, "mlp", 3) != 0 && std::strncmp(p.name, "cnn", 3) != 0) continue;
+    using gs::cpu::fast::Elem;
+    for (auto [e, name] :
+         {std::pair{Elem::Float32, "f32"}, std::pair{Elem::BFloat16, "bf16"}, std::pair{Elem::Float16, "f16"}})
+      benchmark::RegisterBenchmark((std::string("sgemm_mixed/") + p.name + "/" + name).c_str(), BM_mixed, p, e)
+          ->Unit(benchmark::kMicrosecond);
+  }
   benchmark::AddCustomContext("gemm_library", gs::cpu::fast::gemm_library());
   // The BLAS's kernels beside the CPU's ISA (core/cpu/fast/blas.h): scripts/bench_peer.sh reads them to
   // report both peers' cores and to give the peer the right core type.

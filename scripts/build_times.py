@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 
 
@@ -131,4 +132,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     sys.exit(main())

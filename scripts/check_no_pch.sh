@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The build without precompiled headers or unity batches (-DGRADSLEUTH_PCH=OFF -DGRADSLEUTH_UNITY=OFF,
 # cmake/precompile.cmake): each file of the named targets compiled on its own, so a file that uses a
-# header it does not include (which the precompiled header or a batch-mate hides) fails here.
+# header it does not include (which the precompiled header or a batch-mate hides) fails here. It
+# builds without a BLAS (-DGRADSLEUTH_BLAS=OFF), so that the code only such a build has (Eigen's GEMM,
+# core/cpu/fast/eigen_gemm.cpp) compiles in every test run too.
 #   scripts/check_no_pch.sh WORK_DIR [TARGET...]      (default targets: gradsleuth_core gradsleuth_nn gradsleuth_optim)
 # Only the targets' object files are compiled (with Ninja; with Make, the whole targets and what they
 # link). WORK_DIR is kept from one run to the next, so that only changed files compile again, and
@@ -10,12 +12,12 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-[[ $# -ge 1 && $1 != -* ]] || { sed -n '2,9p' "${BASH_SOURCE[0]}"; exit 2; }
+[[ $# -ge 1 && $1 != -* ]] || { sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 2; }
 work="$1"; shift
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(gradsleuth_core gradsleuth_nn gradsleuth_optim)
 
-args=(-S "$root" -B "$work" -DCMAKE_BUILD_TYPE=Release -DGRADSLEUTH_PCH=OFF -DGRADSLEUTH_UNITY=OFF
+args=(-S "$root" -B "$work" -DCMAKE_BUILD_TYPE=Release -DGRADSLEUTH_PCH=OFF -DGRADSLEUTH_UNITY=OFF -DGRADSLEUTH_BLAS=OFF
       -DGRADSLEUTH_BUILD_TESTS=OFF -DGRADSLEUTH_BUILD_BENCH=OFF -DGRADSLEUTH_BUILD_LABS=OFF
       -DGRADSLEUTH_CLI_CUDA_EMU=OFF -DGRADSLEUTH_CUDA=OFF)
 if [[ ! -f $work/CMakeCache.txt ]]; then

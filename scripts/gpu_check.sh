@@ -99,15 +99,15 @@ fail() { status=1; echo "gpu_check: FAILED: $*" >&2; }
 
 if [[ $emulator == 1 ]]; then
   # The bundle, dry: a configure that finds Eigen and doctest only through it (/usr and /usr/local
-  # are ignored prefixes), then one object that includes Eigen (not on the default include path; eigen_gemm.cpp
-  # compiles alone, outside the unity batches).
+  # are ignored prefixes), then one object that includes Eigen (not on the default include path; eigen_gemm.cpp,
+  # built without a BLAS, compiles alone, outside the unity batches).
   dry=$(mktemp -d)
   trap 'rm -f "$log"; rm -rf "$dry"' EXIT
   echo "gpu_check: the --prepare bundle, dry run in $dry" >&2
   if ! bash "$0" --prepare "$dry/carry" >"$log" 2>&1 ||
      ! cmake -S "$root" -B "$dry/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$dry/carry/usr" \
        "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local" -DGRADSLEUTH_CUDA=OFF -DGRADSLEUTH_CUDA_EMU=OFF \
-       -DGRADSLEUTH_BUILD_LABS=OFF -DGRADSLEUTH_BUILD_BENCH=OFF >>"$log" 2>&1 ||
+       -DGRADSLEUTH_BUILD_LABS=OFF -DGRADSLEUTH_BUILD_BENCH=OFF -DGRADSLEUTH_BLAS=OFF >>"$log" 2>&1 ||
      ! grep -q "^Eigen3_DIR:PATH=$dry/carry/" "$dry/build/CMakeCache.txt" ||
      ! grep -q "^doctest_DIR:PATH=$dry/carry/" "$dry/build/CMakeCache.txt" ||
      ! cmake --build "$dry/build" --target core/CMakeFiles/gradsleuth_core.dir/cpu/fast/eigen_gemm.cpp.o >>"$log" 2>&1; then

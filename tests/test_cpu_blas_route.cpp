@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -43,9 +44,7 @@ std::string expectation() {
 }
 bool openblas() { return std::strcmp(fast::gemm_library(), "OpenBLAS") == 0; }
 // Whether this build can route products to the engine: it has the kernel, and a BLAS to route from.
-bool engine_possible() {
-  return fast::sgemm_direct_available() && std::strcmp(fast::gemm_library(), "Eigen") != 0;
-}
+bool engine_possible() { return fast::sgemm_direct_available() && std::strcmp(fast::gemm_library(), "Eigen") != 0; }
 
 // Whether the measured decision (GemmRoute::Auto) should route the products to the engine.
 bool auto_expected() {
@@ -198,9 +197,27 @@ TEST_CASE("on the engine's route: every shape, layout, beta and thread count, bi
 #ifdef _OPENMP
   omp_set_num_threads(1);
 #endif
-  // float64 products leave the route to Eigen's kernel (the callers' fallback).
+  // The engine's kernel is float32 only: float64 products stay on the BLAS on the engine's route.
   std::vector<double> a(16, 1.0), b(16, 1.0), c(16, 0.0);
-  CHECK_FALSE(fast::blas_gemm(false, false, 4, 4, 4, a.data(), 4, b.data(), 4, c.data(), 4));
+  const bool took = fast::blas_gemm(false, false, 4, 4, 4, a.data(), 4, b.data(), 4, c.data(), 4);
+  CHECK(took == (std::string(fast::gemm_library()) != "Eigen"));
+  if (took)
+    for (double v : c) CHECK(v == 4.0);
+}
+
+TEST_CASE("gemm_fits_cblas: every size and leading dimension within CBLAS's int") {
+  const int64_t top = std::numeric_limits<int>::max();
+  CHECK(fast::gemm_fits_cblas(64, 256, 784, 784, 784, 256));
+  CHECK(fast::gemm_fits_cblas(top, top, top, top, top, top));
+  CHECK(fast::gemm_fits_cblas(0, 0, 0, 0, 0, 0));
+  for (int which = 0; which < 6; ++which) {
+    CAPTURE(which);
+    int64_t v[6] = {3, 4, 5, 5, 4, 4};
+    v[which] = top + 1;
+    CHECK_FALSE(fast::gemm_fits_cblas(v[0], v[1], v[2], v[3], v[4], v[5]));
+    v[which] = -1;
+    CHECK_FALSE(fast::gemm_fits_cblas(v[0], v[1], v[2], v[3], v[4], v[5]));
+  }
 }
 
 TEST_CASE("conv2d and linear on the route agree with the reference loops") {

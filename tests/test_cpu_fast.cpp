@@ -108,6 +108,25 @@ TEST_CASE("cpu fast: matmul agrees with the reference loop within the dot-produc
   }
 }
 
+TEST_CASE("cpu fast: empty matmuls give empty results, and zeros where the sum over k is empty") {
+  for (gs::DType dt : {gs::kFloat32, gs::kFloat64}) {
+    CAPTURE(std::string(gs::dtype_name(dt)));
+    for (bool on : {true, false}) {
+      CAPTURE(on);
+      Fast f(on);
+      Tensor k0 = gs::matmul(randn({3, 0}, dt, 1), randn({0, 4}, dt, 2));
+      CHECK(k0.shape() == gs::Shape{3, 4});
+      for (double v : values(k0)) CHECK(v == 0.0);
+      Tensor batched = gs::matmul(randn({2, 3, 0}, dt, 1), randn({2, 0, 5}, dt, 2));
+      CHECK(batched.shape() == gs::Shape{2, 3, 5});
+      for (double v : values(batched)) CHECK(v == 0.0);
+      CHECK(gs::matmul(randn({0, 7}, dt, 1), randn({7, 4}, dt, 2)).shape() == gs::Shape{0, 4});
+      CHECK(gs::matmul(randn({5, 7}, dt, 1), randn({7, 0}, dt, 2)).shape() == gs::Shape{5, 0});
+      CHECK(gs::matmul(randn({0, 5, 7}, dt, 1), randn({0, 7, 2}, dt, 2)).shape() == gs::Shape{0, 5, 2});
+    }
+  }
+}
+
 TEST_CASE("cpu fast: int64 matmul wraps on overflow, with tuned kernels on and off") {
   const int64_t big = int64_t{1} << 62;
   Tensor a = gs::tensor(std::vector<double>{0, 0}, {1, 2}, gs::TensorOptions(gs::kInt64));

@@ -47,6 +47,14 @@ void bli_thread_set_num_threads(long n);
 
 namespace gradsleuth::cpu::fast {
 
+namespace {
+bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+}  // namespace
+
+bool gemm_fits_cblas(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  return fits_int(M) && fits_int(N) && fits_int(K) && fits_int(lda) && fits_int(ldb) && fits_int(ldc);
+}
+
 const char* gemm_library() {
 #if GS_CBLAS == 1
   return "OpenBLAS";
@@ -311,8 +319,6 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 // The packing-free kernel (sgemm.h) takes a float32 product when it runs on one thread
 // and the measured rule says it beats the BLAS there.
 bool use_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K) {
@@ -322,8 +328,8 @@ bool use_direct(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K) {
 template <class T, class Gemm>
 bool gemm(Gemm f, bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
           int64_t ldb, T beta, T* C, int64_t ldc) {
-  // CBLAS takes int sizes; a larger problem stays on Eigen (which takes any size).
-  if (!fits_int(M) || !fits_int(N) || !fits_int(K) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc)) return false;
+  // CBLAS takes int sizes: a larger problem is declined (the callers take the reference loops).
+  if (!gemm_fits_cblas(M, N, K, lda, ldb, ldc)) return false;
   // Leading dimensions must be >= 1 even for empty or single-row operands.
   const auto ld = [](int64_t v) { return static_cast<int>(v < 1 ? 1 : v); };
   sync_threads();
@@ -435,8 +441,7 @@ bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const fl
 }
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
                int64_t ldb, double beta, double* C, int64_t ldc) {
-  // The engine's kernel is float32 only: on the engine's path a float64 product takes Eigen's.
-  if (engine_route()) return false;
+  // The engine's kernel is float32 only: a float64 product stays on the BLAS on either route.
   return gemm<double>(cblas_dgemm, a_col, b_col, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 #else

@@ -1,7 +1,7 @@
 // The CPU backend's GEMM through a tuned BLAS (OpenBLAS, or BLIS) when the build
-// found one (GRADSLEUTH_BLAS, see the top-level CMakeLists.txt); Eigen's own product
-// (eigen_gemm, in eigen_gemm.cpp) is the fallback and the readable reference. Only the CBLAS `?gemm`
-// entry points are used, declared here, so no vendor header is needed.
+// found one (GRADSLEUTH_BLAS, see the top-level CMakeLists.txt); in a build without one, Eigen's
+// own product (eigen_gemm, in eigen_gemm.cpp). Only the CBLAS `?gemm` entry points are used,
+// declared here, so no vendor header is needed.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -95,8 +95,8 @@ class BlasSingleThread {
 // when no BLAS is built in. Runs on the library's thread count (OpenMP's setting).
 // On one thread, a float32 product in the range sgemm_direct_pays() names goes to the
 // packing-free kernel of sgemm.h instead of the BLAS; every float32 product does, on every
-// thread count, when gemm_decision() chose the engine, and a float64 one then returns false
-// (Eigen's kernel, in the callers).
+// thread count, when gemm_decision() chose the engine (a float64 one stays on the BLAS).
+// With a BLAS built in, false only when a size does not fit CBLAS's int (gemm_fits_cblas).
 // The general form: C = A @ B + beta * C (beta = 1 accumulates into C: the fused conv2d
 // adds per-sample products into one weight gradient, and a prefilled bias into out).
 bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
@@ -113,10 +113,17 @@ inline bool blas_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, c
   return blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, 0.0, C, ldc);
 }
 
-// Eigen's own product, where blas_gemm declines: C (M, N) row-major, leading dimension ldc,
-// = A @ B (+ C when accumulate), A and B as above. T is float or double (eigen_gemm.cpp).
+// Whether every size and leading dimension of a product fits CBLAS's int. In a build with a
+// BLAS, a product that does not is left to the reference loops (core/cpu/linalg.cpp, conv.cpp).
+bool gemm_fits_cblas(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc);
+
+#if GS_EIGEN_GEMM
+// In a build without a BLAS (GS_EIGEN_GEMM, core/CMakeLists.txt): Eigen's own product, where
+// blas_gemm declines. C (M, N) row-major, leading dimension ldc, = A @ B (+ C when accumulate),
+// A and B as above. T is float or double (eigen_gemm.cpp).
 template <class T>
 void eigen_gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
                 int64_t ldb, bool accumulate, T* C, int64_t ldc);
+#endif
 
 }  // namespace gradsleuth::cpu::fast

@@ -35,6 +35,8 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "core/cpu/accurate_sum.h"
@@ -81,12 +83,18 @@ std::unique_ptr<T[], AlignedFree> scratch(int64_t n) {
 }
 
 // C (M, N) row-major, leading dimension ldc, = A @ B (+ C when accumulate). A and
-// B row- or column-major as in blas_gemm. The BLAS when built in, else Eigen.
+// B row- or column-major as in blas_gemm. The BLAS when built in (fused_conv_applies leaves
+// sizes it cannot take to the reference loops), else Eigen.
 template <class T>
 void gemm(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
           bool accumulate, T* C, int64_t ldc) {
   if (blas_gemm(a_col, b_col, M, N, K, A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc)) return;
+#if GS_EIGEN_GEMM
   eigen_gemm<T>(a_col, b_col, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+#else
+  throw std::logic_error("conv2d: the BLAS declined a product whose sizes fit its int (" + std::to_string(M) + " x " +
+                         std::to_string(K) + " @ " + std::to_string(K) + " x " + std::to_string(N) + ")");
+#endif
 }
 
 template <class T>
@@ -195,8 +203,16 @@ void backward_typed(const Tensor& gx_t, const Tensor& gw_t, const Tensor& gb_t, 
 // samples and Winograd's tile blocks over threads would use the others (not done).
 // Empty batches, channels or outputs stay on the composite path (its GEMMs give
 // the zero gradients of an empty sum; the per-sample loops here would leave them unset).
+// With a BLAS, the products' sizes (O, C kH kW and outH outW, which are also their leading
+// dimensions) must fit CBLAS's int.
 bool fused_conv_applies(const Conv2dGeometry& g, int64_t O, DType dt) {
-  return g.N > 0 && g.C > 0 && O > 0 && (dt == kFloat32 || dt == kFloat64);
+  if (g.N <= 0 || g.C <= 0 || O <= 0 || (dt != kFloat32 && dt != kFloat64)) return false;
+#if GS_EIGEN_GEMM
+  return true;
+#else
+  const int64_t CK = g.C * g.kH * g.kW, L = g.outH * g.outW;
+  return gemm_fits_cblas(O, L, CK, CK, L, L);
+#endif
 }
 
 }  // namespace
