@@ -151,7 +151,7 @@ TEST_CASE("M9: weights drawn from N(0, 1) are flagged; the defaults are not") {
   CHECK(evidence(fs[0], "fan_in") == 64);
 }
 
-TEST_CASE("M10: frozen parameters in the optimizer, a frozen head, and parameters missing from the optimizer") {
+TEST_CASE("M10: frozen parameters in the optimizer (the head's warned, a body's said), a frozen head, and parameters missing from the optimizer") {
   auto clean = mlp(6, 8, 3);
   gs::optim::Adam opt(clean->parameters());
   auto fs = dbg::check_trainable(*clean, &opt);
@@ -166,6 +166,20 @@ TEST_CASE("M10: frozen parameters in the optimizer, a frozen head, and parameter
   for (const auto& f : fb) warnings += f.fires();
   CHECK(warnings == 2);  // frozen parameters held by the optimizer + a frozen output layer
   CHECK(fb[1].parameter == "8.weight");
+
+  // The body frozen under a head that trains, the optimizer over every layer (feature extraction, or
+  // layers unfrozen later): said, not warned.
+  auto body = mlp(6, 8, 3);
+  gs::optim::Adam opt4(body->parameters());
+  at(body, 1)->requires_grad_(false);
+  auto fbody = dbg::check_trainable(*body, &opt4);
+  CHECK_FALSE(fires(fbody));
+  bool said = false;
+  for (const auto& f : fbody) said = said || (f.kind == dbg::Kind::FrozenInOptimizer && f.parameter == "1.weight");
+  CHECK(said);
+  bool bug_kind = false;
+  for (const auto& f : fb) bug_kind = bug_kind || (f.kind == dbg::Kind::FrozenInOptimizer && f.fires());
+  CHECK(bug_kind);
 
   auto late = mlp(6, 8, 3);
   gs::optim::Adam opt3({late->parameters()[0]});

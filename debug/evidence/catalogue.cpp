@@ -383,8 +383,8 @@ const std::vector<CheckInfo>& all_checks() {
        "broadcasting detection",
        "model",
        {"Debugging Training", "Debugging neural networks"},
-       "an elementwise op whose operands are both expanded ((100,1)+(1,100) -> (100,100)), or a loss whose inputs "
-       "differ in shape; warn or raise by mode",
+       "an elementwise op whose operands are both expanded, one along a dim it lacks ((100,1)+(100) -> (100,100)), "
+       "or a loss whose inputs differ in shape; warn or raise by mode",
        "debug::BroadcastDetector",
        "gradsleuth doctor --bug B01",
        true},

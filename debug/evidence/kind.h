@@ -44,6 +44,8 @@ namespace gradsleuth::debug {
   X(Undertrained, "undertrained", "L9")                                                               \
   X(LrProbeTooLow, "lr-probe-too-low", "L9")                                                          \
   X(FitMeasured, "fit-measured", "L9")                                                                \
+  /* M10 the frozen and trainable parameters against the optimizer */                                 \
+  X(FrozenInOptimizer, "frozen-in-optimizer", "M10")                                                  \
   /* M5 gradient flow */                                                                              \
   X(ParameterUnreached, "parameter-unreached", "M5")                                                  \
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \

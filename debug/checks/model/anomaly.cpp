@@ -198,11 +198,19 @@ void BroadcastDetector::on_op(const OpEvent& e) {
   // Count operands that broadcasting enlarged, ignoring one-element ones (scalars).
   // An operand counts when broadcasting repeated its elements (fewer elements
   // than the result): (2, 3) against (1, 1, 3) only gains a leading 1 and does not.
+  // The bug's mark is an operand repeated along a dim it does not have, (B, 1) against (B):
+  // when every repeated operand has the result's rank, each stretched dim was written as a size-1
+  // dim on purpose, (B, 1) against (1, C): an outer combination that is meant (a one-hot built by
+  // comparison, a mask, pairwise differences), as the fix below advises writing one.
   int expanded = 0;
+  bool implicit = false;
   const int64_t n_out = e.output->numel();
   for (size_t i = 0; i < e.num_inputs && i < 32; ++i)
-    if ((e.expanded_mask >> i & 1u) && e.input(i).numel() > 1 && e.input(i).numel() < n_out) ++expanded;
-  if (expanded < 2) return;
+    if ((e.expanded_mask >> i & 1u) && e.input(i).numel() > 1 && e.input(i).numel() < n_out) {
+      ++expanded;
+      implicit = implicit || e.input(i).dim() < e.output->dim();
+    }
+  if (expanded < 2 || !implicit) return;
   Finding f;
   f.check = "M19";
   f.severity = mode_ == BroadcastMode::Raise ? Severity::Error : Severity::Warning;
@@ -210,7 +218,7 @@ void BroadcastDetector::on_op(const OpEvent& e) {
   f.module = tracker_.current();
   f.op = e.op;
   f.shape = shape_of(*e.output);
-  f.evidence = {{"expanded operands", static_cast<double>(expanded), ">= 2 flags the op"},
+  f.evidence = {{"expanded operands", static_cast<double>(expanded), ">= 2, one of them without the dim, flags the op"},
                 {"output elements", static_cast<double>(e.output->numel()), ""}};
   f.cause =
       "each operand was stretched along a different dim, e.g. (B, 1) against (B) or (1, B): the result "

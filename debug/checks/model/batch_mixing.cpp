@@ -66,6 +66,38 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   return r;
 }
 
+// The same question for an input that cannot carry a gradient (token ids, any integer input): row
+// i's input is replaced by another example's (the next row whose input differs), the batch runs
+// again without gradients, and each output row's change is measured against the unchanged batch's.
+// row_i is row i's change; another row that changes by more than tol x row_i is coupled.
+MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t i, double tol) {
+  MixingResult r;
+  NoGradGuard ng;
+  const int64_t B = x.size(0);
+  const Tensor xi = x.select(0, i);
+  int64_t donor = -1;
+  for (int64_t k = 1; k < B && donor < 0; ++k) {
+    const int64_t j = (i + k) % B;
+    if (!equal(x.select(0, j), xi)) donor = j;
+  }
+  if (donor < 0) return r;  // every example's input is the same: nothing to substitute
+  const Tensor base = model(x);
+  GS_CHECK(base.dim() >= 1 && base.size(0) == B, "batch_mixing_test (M6)", "the model's output ", base.str(),
+           " has no batch dim matching the input ", x.str());
+  Tensor x2 = x.clone();
+  x2.select(0, i).copy_(x.select(0, donor));
+  const Tensor changed = model(x2);
+  r.has_grad = true;
+  const std::vector<double> n = row_norms(changed.to(kFloat64) - base.to(kFloat64));
+  r.row_i = n[static_cast<size_t>(i)];
+  for (size_t j = 0; j < n.size(); ++j) {
+    if (static_cast<int64_t>(j) == i) continue;
+    r.other_max = std::max(r.other_max, n[j]);
+    if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
+  }
+  return r;
+}
+
 // The op of module `m` that makes the batch's rows out of a tensor whose dim 0 was not the
 // batch: a view (every reshape is one) from [M, B] to [B, M] where a transpose was meant. Read off
 // the autograd graph of `m` run alone on `in`; "" when there is no such op, or more than one.
@@ -123,7 +155,12 @@ std::pair<std::string, std::string> mixing_module(nn::Module& model, const Tenso
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
   GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
            x.str());
-  GS_CHECK(x.is_floating_point(), "batch_mixing_test (M6)", "needs a floating-point input, got ", x.str());
+  // An input without gradients (token ids) is tested by substituting one example's input instead.
+  const bool by_grad = x.is_floating_point();
+  const auto probe_row = [&](int64_t r) {
+    return by_grad ? mixing_once(model, x, r, o.mixing_tolerance)
+                   : mixing_by_substitution(model, x, r, o.mixing_tolerance);
+  };
   const int64_t i = std::min<int64_t>(std::max<int64_t>(o.mixing_row, 0), x.size(0) - 1);
   std::vector<Finding> out;
   ModeSnapshot modes(model);
@@ -142,7 +179,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   for (int64_t r : {B / 2, B - 1})
     if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
   std::vector<MixingResult> probes;
-  for (int64_t r : rows) probes.push_back(mixing_once(model, x, r, o.mixing_tolerance));
+  for (int64_t r : rows) probes.push_back(probe_row(r));
   size_t worst = 0;
   bool any_grad = false, self_blind = false;
   int64_t blind_row = -1;
@@ -157,7 +194,14 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   const MixingResult& ev = probes[worst];
   const int64_t row = rows[worst];
   const std::string others = std::to_string(B - 1) + " other rows";
-  if (!any_grad) {
+  if (!any_grad && !by_grad) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Info;
+    f.title = "every example of the batch has the same input: the batch-mixing test cannot run";
+    f.shape = shape_of(x);
+    out.push_back(std::move(f));
+  } else if (!any_grad) {
     Finding f;
     f.check = "M6";
     f.severity = Severity::Warning;
@@ -179,11 +223,12 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     // Where: the module that mixes rows of its own input, when one does (graph --check and the
     // report's graph draw its ops in red).
     std::tie(f.module, f.op) = mixing_module(model, x, row, o.mixing_tolerance);
-    f.evidence = {{"|d out[i] / d x[i]|", ev.row_i, ""},
-                  {"largest |d out[i] / d x[j]|, j != i", ev.other_max,
-                   "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
-                  {"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
-                  {"probed example i", static_cast<double>(row), ""}};
+    f.evidence = {
+        {by_grad ? "|d out[i] / d x[i]|" : "change of out[i] when x[i] is replaced by another example", ev.row_i, ""},
+        {by_grad ? "largest |d out[i] / d x[j]|, j != i" : "largest change of another row out[j], j != i", ev.other_max,
+         "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
+        {"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
+        {"probed example i", static_cast<double>(row), ""}};
     f.cause =
         "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
         "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
@@ -204,7 +249,8 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.kind = Kind::OutputIgnoresInput;
     f.title = "the output for example " + std::to_string(blind_row) + " does not depend on its own input";
     f.shape = shape_of(x);
-    f.evidence = {{"|d out[i] / d x[i]|", 0.0, "must be > 0"},
+    f.evidence = {{by_grad ? "|d out[i] / d x[i]|" : "change of out[i] when x[i] is replaced by another example", 0.0,
+                   "must be > 0"},
                   {"probed example i", static_cast<double>(blind_row), ""}};
     f.cause =
         "the input of this example is cut off (a detach, every unit dead, a multiplication by zero), or its "
@@ -214,7 +260,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   }
   if (has_bn && ev.has_grad && ev.coupled == 0) {
     set_mode_without_randomness(model, true, probe);
-    const MixingResult tr = mixing_once(model, x, i, o.mixing_tolerance);
+    const MixingResult tr = probe_row(i);
     if (tr.coupled > 0) {
       Finding f;
       f.check = "M6";

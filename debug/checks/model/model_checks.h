@@ -31,6 +31,10 @@
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
+namespace gradsleuth::nn {
+class Loss;
+}
+
 namespace gradsleuth::debug {
 
 struct ModelCheckOptions {
@@ -121,6 +125,41 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
 std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, const Tensor& y,
                                            const LossFunction& loss, double vanishing_grad_norm = 1e-7);
 
+// ---- parameters initialised to zero (O1 info; softens O1, M5 and M9) -----------------------
+// A parameter initialised to exactly zero that learns from its first step: a zero-initialised
+// classifier head or last layer of a residual branch (Fixup; torchvision's zero_init_residual).
+// Until its first update it passes no gradient to the parameters behind it, whose gradient is
+// then zero at initialisation only. After a backward: the trainable parameters that are exactly
+// zero while their own gradient is above vanishing_grad_norm take a small step along minus that
+// gradient, the loss of (x, y) is differentiated again (training mode with the randomness off,
+// library warnings muted), and the parameters whose gradient was at most vanishing_grad_norm and
+// is above it now are the ones they held back. Values, .grad, buffers and modes are put back.
+// A zero parameter that receives no gradient itself (a hidden layer whose ReLU units all sit at
+// 0) is not one: it is dead, and the warnings about it stay.
+struct ZeroInitProbe {
+  struct Step {
+    Tensor param, delta, original;
+  };
+  std::vector<std::string> zero;       // exactly zero, learning from their first step
+  std::vector<std::string> held_back;  // a zero gradient only because of them
+  std::vector<Step> steps;             // the small step each zero parameter took in the probe
+  bool empty() const { return held_back.empty(); }
+  bool holds_back(const std::string& parameter) const;
+  bool is_zero(const std::string& parameter) const;
+  // Puts the probe's small step on the zero parameters (on), or their zeros back (off): a check
+  // that cannot judge a model whose output ignores its input yet (M6) runs one step later.
+  void step(bool on) const;
+  Finding finding() const;  // one info finding (O1) naming both lists
+};
+ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
+                                     double vanishing_grad_norm = 1e-7);
+// The same with a loss module (a run check's); an error of the probe's own leaves it empty.
+ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const Tensor& y, nn::Loss& loss,
+                                     double vanishing_grad_norm = 1e-7);
+// The findings the probe explains, made info with the reason: O1's and M5's warnings about the
+// parameters held back (their zero gradient), and M9's "initialised far too small" of the zero ones.
+void soften_zero_init_findings(std::vector<Finding>& found, const ZeroInitProbe& probe);
+
 // ---- M6 ----------------------------------------------------------------------------
 // The batch-mixing test: loss = sum(w * output[i]) for a fixed random w (a plain
 // sum is constant for a softmax row); d(loss)/d(x) must be zero on every row but
@@ -130,6 +169,8 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
 // probe_mode_dependence: deterministic, but different in train mode), repeats in
 // train mode with the randomness off and reports the coupling it adds as expected
 // (info), not as a bug. Modes, the parameters' .grad and the buffers are restored.
+// An input that cannot carry a gradient (token ids, any integer x) is tested by substitution
+// instead: row i's input replaced by another example's, only out[i] may change.
 // x (B, D...), B >= 2.
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
 

@@ -78,19 +78,38 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
       return s;
     };
     if (!frozen_held.empty()) {
+      // A frozen body under a head that trains is how fine-tuning goes (the optimizer skips a
+      // parameter without a gradient, and gradual unfreezing builds it over every layer and unfreezes
+      // them later); a frozen parameter of the output layer is the wrong module frozen.
+      std::set<std::string> head;  // the output layer's parameters: the last leaf module with parameters
+      bool head_trains = false;
+      const auto leaves = leaf_modules(model);
+      for (auto it = leaves.rbegin(); it != leaves.rend() && head.empty(); ++it)
+        for (auto& [n, p] : it->second->named_parameters(false)) {
+          head.insert(it->first.empty() ? n : it->first + "." + n);
+          head_trains = head_trains || p.requires_grad();
+        }
+      const auto in_head = std::count_if(frozen_held.begin(), frozen_held.end(),
+                                         [&](const std::string& n) { return head.count(n) > 0; });
+      const bool body_only = head_trains && in_head == 0;
       Finding f;
       f.check = "M10";
-      f.severity = Severity::Warning;
+      f.kind = Kind::FrozenInOptimizer;
+      f.severity = body_only ? Severity::Info : Severity::Warning;
       f.title = std::to_string(frozen_held.size()) + " frozen parameters are in the optimizer (" + optimizer->name() +
-                "): it expects to train them, but they never get a gradient: " + list(frozen_held);
+                (body_only ? "), below a head that trains: it skips them while they stay frozen: "
+                           : "): it expects to train them, but they never get a gradient: ") +
+                list(frozen_held);
       f.parameter = frozen_held[0];
-      f.evidence = {{"frozen parameters held by the optimizer", static_cast<double>(frozen_held.size()), "> 0 warns"}};
-      f.cause =
-          "requires_grad_(false) was applied to layers the optimizer was built to train: often the wrong "
-          "module was frozen (the head instead of the backbone)";
-      f.fix =
-          "freeze exactly the modules you mean to keep fixed, and build the optimizer from the trainable "
-          "parameters only";
+      f.evidence = {{"frozen parameters held by the optimizer", static_cast<double>(frozen_held.size()), ""},
+                    {"of them in the output layer", static_cast<double>(in_head), "> 0 (or no trainable head) warns"}};
+      f.cause = body_only ? "a frozen body (feature extraction), or layers unfrozen later in training (gradual "
+                            "unfreezing): the optimizer holds them and updates them once they get gradients"
+                          : "requires_grad_(false) was applied to layers the optimizer was built to train: often the "
+                            "wrong module was frozen (the head instead of the backbone)";
+      f.fix = body_only ? "nothing to fix if the freezing is meant"
+                        : "freeze exactly the modules you mean to keep fixed, and build the optimizer from the "
+                          "trainable parameters only";
       out.push_back(std::move(f));
     }
     if (!missing.empty()) {

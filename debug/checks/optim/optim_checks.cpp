@@ -3,9 +3,9 @@
 #include "debug/checks/optim/optim_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -729,6 +729,16 @@ class GradientHealthRunCheck final : public RunCheck {
       }
       o_.zero_grad_by_construction = c.zero_grad_by_construction;
       if (!red.empty()) health = check_gradient_health(c.model, o_);
+    }
+    // Zero gradients behind a parameter initialised to zero on purpose (a zero head): the first step's only.
+    if (c.loss && c.x.defined() && c.y.defined() && std::any_of(health.begin(), health.end(), [](const Finding& f) {
+          return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty();
+        })) {
+      c.pause(true);
+      const ZeroInitProbe zero_init = probe_zero_initialised(c.model, c.x, c.y, *c.loss, o_.vanishing_grad_norm);
+      c.pause(false);
+      soften_zero_init_findings(health, zero_init);
+      if (!zero_init.empty()) c.add(zero_init.finding());
     }
     c.note_ran("O1");
     for (Finding& f : health) {
