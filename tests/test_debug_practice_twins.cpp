@@ -201,3 +201,82 @@ TEST_CASE("gradual unfreezing (the optimizer over every layer, the body frozen f
       expect_clean(r);
   }
 }
+
+namespace {
+
+// Next-token prediction from a bag of context ids, the output layer tied to the input embedding
+// (logits = mean embedding x E^T + b): its logits grow slowly, so the loss nears 0 slowly too.
+struct TiedBag : nn::Module {
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(30, 32));
+  Tensor out_bias = register_parameter("out_bias", zeros({30}));
+  TiedBag() : Module("TiedBag") {}
+  Tensor forward(const Tensor& ids) override { return linear(mean((*emb)(ids), {1}), emb->weight, out_bias); }
+};
+
+// A siamese pair classifier: one encoder on both halves of the input, |a - b| into the head. The
+// encoder's last bias cancels in a - b: its gradient is zero by construction.
+struct Siamese : nn::Module {
+  std::shared_ptr<nn::Sequential> enc = register_module(
+      "enc", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 16), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(16, 8)));
+  std::shared_ptr<nn::Linear> head = register_module("head", std::make_shared<nn::Linear>(8, 2));
+  Siamese() : Module("Siamese") {}
+  Tensor forward(const Tensor& x) override {
+    return (*head)(abs((*enc)(x.narrow(1, 0, 4)) - (*enc)(x.narrow(1, 4, 4))));
+  }
+};
+
+bool m14_warns(nn::Module& model, const Tensor& x, const Tensor& y, nn::Loss& loss) {
+  for (const debug::Finding& f :
+       debug::overfit_one_batch(model, x, y, [&](const Tensor&o, const Tensor&t) { return loss(o, t); }))
+    if (f.check == "M14" && f.fires()) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("M14 on one batch: targets ignored by the loss and a tied output layer fit; a second softmax does not") {
+  manual_seed(6);
+  nn::CrossEntropyLoss ce;
+  SUBCASE("padding positions labelled -100 (ignore_index) are not counted against the accuracy") {
+    auto model = std::make_shared<Mlp>(6, 3);
+    Tensor x = randn({32, 6}), y = randint(0, 3, {32});
+    std::vector<int64_t> t = y.to_vector<int64_t>();
+    for (size_t i = 0; i < t.size(); i += 3) t[i] = -100;
+    CHECK_FALSE(m14_warns(*model, x, tensor(t, {32}), ce));
+  }
+  SUBCASE("a tied output layer: every example right, the loss 95% of the way from chance to 0") {
+    auto model = std::make_shared<TiedBag>();
+    Tensor ids = randint(0, 30, {32, 6});
+    std::vector<int64_t> c = ids.to_vector<int64_t>(), t(32);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = (c[i * 6] + c[i * 6 + 1]) % 30;
+    CHECK_FALSE(m14_warns(*model, ids, tensor(t, {32}), ce));
+  }
+  SUBCASE("bug: softmax before cross-entropy (every example right, the loss far from 0)") {
+    struct DoubleSoftmax : nn::Module {
+      std::shared_ptr<Mlp> body = register_module("body", std::make_shared<Mlp>(6, 30));
+      DoubleSoftmax() : Module("DoubleSoftmax") {}
+      Tensor forward(const Tensor& x) override { return softmax((*body)(x), 1); }
+    };
+    auto model = std::make_shared<DoubleSoftmax>();
+    CHECK(m14_warns(*model, randn({32, 6}), randint(0, 30, {32}), ce));
+  }
+}
+
+TEST_CASE("a siamese encoder's last bias cancels in a - b: a redundant bias (info), not a vanishing gradient") {
+  manual_seed(7);
+  const dtest::XY blobs4 = dtest::blobs(200, 2, 8, 7, 2.0);
+  const Split d = dtest::loaders(blobs4.x.narrow(0, 0, 320), blobs4.y.narrow(0, 0, 320), blobs4.x.narrow(0, 320, 80),
+                                 blobs4.y.narrow(0, 320, 80));
+  auto model = std::make_shared<Siamese>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  const debug::RunReport r = train_own_loop(*model, ce, opt, d, 4);
+  CHECK_FALSE(warned(r, "O1", "enc.2.bias"));
+  CHECK_FALSE(warned(r, "M5", "enc.2.bias"));
+  bool said = false;
+  for (const debug::Finding& f : r.findings.findings())
+    said = said || (f.check == "O1" && !f.fires() && f.parameter == "enc.2.bias" &&
+                    f.title.find("redundant bias") != std::string::npos);
+  CHECK_MESSAGE(said, r.findings.str(true));
+}

@@ -59,6 +59,9 @@ struct ModelCheckOptions {
   double overfit_extend_drop = 0.1;  // "still falling fast": > 10% lower than the window before
   double overfit_lr = 3e-3;          // Adam
   double overfit_loss = 0.05;        // "loss -> ~0"
+  // Class targets: a loss below this fraction of chance's, log C, also counts as ~0 once every example
+  // is right (a tied or normalised output layer approaches 0 slowly; a second softmax stays above it).
+  double overfit_loss_chance = 0.05;
   double overfit_accuracy = 1.0;     // "accuracy -> 1" (classification)
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;

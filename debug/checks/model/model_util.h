@@ -47,10 +47,13 @@ inline bool is_classification(const Tensor& out, const Tensor& y) {
   return y.dtype() == kInt64 && y.dim() == 1 && out.dim() == 2 && out.size(0) == y.size(0);
 }
 
+// The share of the rows with a class (0 <= y < C) whose argmax is it: a target the loss ignores
+// (ignore_index, the padding of a sequence) counts for none. NaN when no row has a class.
 inline double accuracy_of(const Tensor& out, const Tensor& y) {
   NoGradGuard ng;
-  Tensor hit = eq(argmax(out.detach(), 1), y);
-  return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(y.size(0));
+  const Tensor labelled = logical_and(ge(y, 0), lt(y, out.size(1))).to(kFloat64);
+  const Tensor hit = eq(argmax(out.detach(), 1), y).to(kFloat64) * labelled;
+  return sum(hit).item<double>() / sum(labelled).item<double>();
 }
 
 inline std::vector<Tensor> trainable(nn::Module& model) {

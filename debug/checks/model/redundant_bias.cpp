@@ -66,12 +66,14 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     // The owning module's output, seen (and for the noise probe changed in place) by a hook.
     Tensor seen;
     Tensor noise;  // added to the output when defined
+    int64_t calls = 0;  // the module's calls in this forward: a module used twice (a siamese encoder
+                        // whose outputs are subtracted) gets a different multiple of the noise each time
     HookSet hooks;
     hooks.post(it->second, [&](nn::Module&, const Tensor& in, const Tensor& o) {
       // In place on the module's own result (never on its input, should the output alias it).
       if (noise.defined() && o.defined() && o.shape() == noise.shape() &&
           (!in.defined() || o.raw_data() != in.raw_data()))
-        const_cast<Tensor&>(o).add_(noise.to(o.dtype()));
+        const_cast<Tensor&>(o).add_(noise.to(o.dtype()) * static_cast<double>(++calls));
       seen = o.defined() ? o.detach().to(kFloat64) : Tensor();
     });
     loss_now();

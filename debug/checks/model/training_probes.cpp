@@ -139,6 +139,16 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   ParamSnapshot snap(model);
   double acc = std::nan("");
   const bool classes = y.dtype() == kInt64 && y.dim() == 1;
+  // The loss line: overfit_loss, or for C classes overfit_loss_chance x log C when that is higher.
+  double line = o.overfit_loss;
+  if (classes) {
+    NoGradGuard ng;
+    ModeSnapshot eval_modes(model);
+    model.eval();
+    const Tensor out = model(x);
+    if (out.dim() == 2 && out.size(1) > 1)
+      line = std::max(line, o.overfit_loss_chance * std::log(static_cast<double>(out.size(1))));
+  }
   // The adaptive budget: past the base budget, one more window while the last window's mean
   // loss is below the window before's by more than overfit_extend_drop, up to the cap.
   const int64_t base = std::max<int64_t>(o.overfit_steps, 1);
@@ -154,14 +164,14 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     const bool falling_fast = last_w < (1.0 - o.overfit_extend_drop) * prev_w;
     return falling_fast ? std::min(window, cap - n) : 0;
   };
-  std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, o.overfit_loss,
+  std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, line,
                                          classes ? &acc : nullptr, o.overfit_accuracy, more);
   snap.restore();
   std::vector<Finding> out;
   if (losses.empty()) return out;
   const double first = losses.front(), last = losses.back();
   const double best = *std::min_element(losses.begin(), losses.end());
-  bool ok = last < o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+  bool ok = last < line && (!classes || acc >= o.overfit_accuracy);
   std::vector<Evidence> probes;
   // The loss's own floor: outputs trained freely on the batch. Label smoothing (or soft targets)
   // keeps a perfect prediction's loss above 0; the model is then judged against that floor. Only
@@ -169,7 +179,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   // shape counts: a loss that broadcasts its operands also has a floor, and that one is a bug.
   if (!ok && std::isfinite(last)) {
     const LossFloor fl = loss_floor(model, x, y, loss, classes);
-    if (fl.valid && fl.floor > o.overfit_loss) {
+    if (fl.valid && fl.floor > line) {
       probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
                         "final loss within " + fmt_num(o.overfit_loss) + " of it passes"});
       ok = last < fl.floor + o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
@@ -186,14 +196,14 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     if (!frozen.empty()) {
       for (Tensor& p : frozen) p.requires_grad_(true);
       double full_acc = std::nan("");
-      std::vector<double> full = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, o.overfit_loss,
+      std::vector<double> full = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, line,
                                            classes ? &full_acc : nullptr, o.overfit_accuracy, more);
       for (Tensor& p : frozen) p.requires_grad_(false);
       snap.restore();
       if (!full.empty()) {
         probes.push_back({"final loss with the frozen parameters trained too", full.back(),
-                          "< " + fmt_num(o.overfit_loss) + ": the freeze limits the fit"});
-        frozen_limits = full.back() < o.overfit_loss && (!classes || full_acc >= o.overfit_accuracy);
+                          "< " + fmt_num(line) + ": the freeze limits the fit"});
+        frozen_limits = full.back() < line && (!classes || full_acc >= o.overfit_accuracy);
       }
     }
   }
@@ -206,7 +216,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   f.module = "(model)";
   f.shape = shape_of(x);
   f.evidence = {{"initial loss", first, ""},
-                {"final loss", last, "< " + fmt_num(o.overfit_loss) + " expected"},
+                {"final loss", last, "< " + fmt_num(line) + " expected"},
                 {"best loss", best, ""},
                 {"steps used", static_cast<double>(used), budget}};
   if (classes) f.evidence.push_back({"final accuracy", acc, ">= " + fmt_num(o.overfit_accuracy) + " expected"});
