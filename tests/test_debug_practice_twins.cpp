@@ -3,9 +3,12 @@
 // hidden layer initialised to zero; a model on token ids (an embedding bag) against the same model
 // mixing the batch, and against a loop that feeds one batch of ids again and again; a one-hot built
 // by comparison (an outer combination written out) against a (B, 1) prediction compared with (B)
-// labels; and a frozen body, unfrozen a layer at a time (gradual unfreezing), against a frozen head.
+// labels; a frozen body, unfrozen a layer at a time (gradual unfreezing), against a frozen head; a
+// small dataset split 80/20, a residual block's last BatchNorm scale at zero, a summed loss divided by
+// the batch size in the loop and a parameter group held at lr 0, each against its faulty twin.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -279,4 +282,168 @@ TEST_CASE("a siamese encoder's last bias cancels in a - b: a redundant bias (inf
     said = said || (f.check == "O1" && !f.fires() && f.parameter == "enc.2.bias" &&
                     f.title.find("redundant bias") != std::string::npos);
   CHECK_MESSAGE(said, r.findings.str(true));
+}
+
+TEST_CASE("a warm-up from lr 0 (Hugging Face's linear schedule) is not 'starts at 0'; an lr that stays at 0 is") {
+  const auto kind_of = [](const std::vector<double>& lrs, debug::Kind k) {
+    for (const debug::Finding& f : debug::diagnose_lr_schedule(lrs))
+      if (f.is("O6", k) && f.fires()) return true;
+    return false;
+  };
+  std::vector<double> warm(200);
+  for (size_t t = 0; t < warm.size(); ++t) warm[t] = 1e-3 * (t < 20 ? t / 20.0 : (200.0 - t) / 180.0);
+  CHECK_FALSE(kind_of(warm, debug::Kind::ScheduleStartsAtZero));
+  CHECK(kind_of(warm, debug::Kind::ScheduleGrows));  // judged from its first positive value (the run: info)
+  CHECK(kind_of(std::vector<double>(200, 0.0), debug::Kind::ScheduleStartsAtZero));
+  std::vector<double> late(200, 1e-3);
+  std::fill(late.begin(), late.begin() + 120, 0.0);  // a warm-up that was stepped only from step 121
+  CHECK(kind_of(late, debug::Kind::ScheduleStartsAtZero));
+
+  // The whole run, written as a user writes it: calm loss, nothing fires.
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  auto model = std::make_shared<Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::AdamW opt(model->parameters(), optim::AdamWOptions(3e-3));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  const int64_t total = 4 * d.train->num_batches(), warmup = total / 10;
+  int64_t step = 0;
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.set_lr(3e-3 * (step < warmup ? double(step) / warmup : double(total - step) / double(total - warmup)));
+      ++step;
+      opt.zero_grad();
+      ce((*model)(b.x), b.y).backward();
+      opt.step();
+    }
+    s.epoch();
+  }
+  expect_clean(s.finish());
+}
+
+TEST_CASE("a small dataset split 80/20 is not 'too little held out' (D16 info); 20 of 620 rows held out is") {
+  const auto d16 = [](int64_t train, int64_t val) {
+    nn::TensorDataset tr(randn({train, 2}), zeros({train}, kInt64)), va(randn({val, 2}), zeros({val}, kInt64));
+    const std::vector<debug::Finding> fs = debug::check_split_sizes(tr, va);
+    REQUIRE(fs.size() == 1);
+    return fs.front();
+  };
+  const debug::Finding small = d16(96, 24);  // 120 rows, 20% held out: as much as such a dataset allows
+  CHECK(small.severity == debug::Severity::Info);
+  CHECK(small.cause.find("the dataset is small") != std::string::npos);
+  CHECK(d16(600, 20).severity == debug::Severity::Warning);  // 3% held out: it could have held out more
+  CHECK(d16(6000, 30).severity == debug::Severity::Warning);
+  CHECK(debug::check_split_sizes(nn::TensorDataset(randn({400, 2}), zeros({400}, kInt64)),
+                                 nn::TensorDataset(randn({100, 2}), zeros({100}, kInt64)))
+            .empty());
+}
+
+namespace {
+
+// Residual blocks x + BN(Linear(ReLU(BN(Linear(x))))), their Linears with a bias; `residual` false
+// drops the skip (the bug's twin: the block's output is then its zero-initialised BatchNorm's).
+struct ResidualBn : nn::Module {
+  std::shared_ptr<nn::Linear> inp = register_module("inp", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> l1 = register_module("l1", std::make_shared<nn::Linear>(32, 32));
+  std::shared_ptr<nn::BatchNorm1d> n1 = register_module("n1", std::make_shared<nn::BatchNorm1d>(32));
+  std::shared_ptr<nn::Linear> l2 = register_module("l2", std::make_shared<nn::Linear>(32, 32));
+  std::shared_ptr<nn::BatchNorm1d> n2 = register_module("n2", std::make_shared<nn::BatchNorm1d>(32));
+  std::shared_ptr<nn::Linear> head = register_module("head", std::make_shared<nn::Linear>(32, 3));
+  bool residual;
+  explicit ResidualBn(bool r) : Module("ResidualBn"), residual(r) {
+    NoGradGuard ng;
+    n2->weight.zero_();  // the block's last BatchNorm scale at 0 (Goyal et al., torchvision's zero_init_residual)
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu((*inp)(x));
+    const Tensor branch = (*n2)((*l2)(relu((*n1)((*l1)(h)))));
+    return (*head)(relu(residual ? h + branch : branch));
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a residual block's last BatchNorm scale at zero with biases before its BatchNorms: redundant biases (info)") {
+  for (const bool residual : {true, false}) {
+    CAPTURE(residual);
+    manual_seed(4);
+    const Split d = dtest::split(3, 2.0);
+    auto model = std::make_shared<ResidualBn>(residual);
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 3);
+    if (residual) {
+      expect_clean(r);
+      bool redundant = false;  // l1.bias: BatchNorm n1 right after it, whatever n2's scale
+      for (const debug::Finding& f : r.findings.findings())
+        redundant = redundant || (f.check == "O1" && !f.fires() && f.parameter == "l1.bias" &&
+                                  f.title.find("redundant bias") != std::string::npos);
+      CHECK_MESSAGE(redundant, r.findings.str(true));
+    } else {
+      // No skip: the block passes nothing until its scale moves, and its scale gets no gradient
+      // through the ReLU at 0: the layers before it never learn.
+      CHECK_MESSAGE(!r.fired_checks().empty(), r.str());
+    }
+  }
+}
+
+TEST_CASE("a loss summed over the batch and divided by the batch size in the loop is a mean: L6 and L4 silent") {
+  for (const bool divide : {true, false}) {
+    CAPTURE(divide);
+    manual_seed(4);
+    const Split d = dtest::split(3, 2.0);
+    auto model = std::make_shared<Mlp>();
+    nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions().reduction(nn::Reduction::Sum));
+    optim::SGD opt(model->parameters(), optim::SGDOptions(divide ? 0.05 : 0.05 / 32).momentum(0.9));
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 3; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        if (divide) l = l / static_cast<double>(b.x.size(0));  // the per-example mean, as VAE examples write it
+        l.backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+    const debug::RunReport r = s.finish();
+    if (divide) {
+      expect_clean(r);
+      bool said = false;
+      for (const debug::Finding& f : r.findings.findings())
+        said = said || (f.check == "L6" && !f.fires() && f.title.find("divides its value") != std::string::npos);
+      CHECK_MESSAGE(said, r.findings.str(true));
+    } else {
+      CHECK_MESSAGE(r.fired("L6"), r.str());  // summed: the gradient grows with the batch
+      CHECK_FALSE(r.fired("L4"));             // the first loss is B x log C, as a sum's should be
+    }
+  }
+}
+
+TEST_CASE("a parameter group frozen by lr 0 beside groups that train: O8 and O6 info; every group at 0 warns") {
+  for (const bool all_zero : {false, true}) {
+    CAPTURE(all_zero);
+    manual_seed(4);
+    const Split d = dtest::split(3, 2.0);
+    auto model = std::make_shared<Mlp>();
+    nn::CrossEntropyLoss ce;
+    std::vector<optim::ParamGroup> groups;
+    groups.emplace_back(model->fc1->parameters(), 0.0);  // the first layer held still by its rate
+    std::vector<Tensor> rest = model->fc2->parameters();
+    for (const Tensor& p : model->fc3->parameters()) rest.push_back(p);
+    groups.emplace_back(rest, all_zero ? 0.0 : 3e-3);
+    optim::Adam opt(groups, optim::AdamOptions(3e-3));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 3);
+    if (!all_zero) {
+      expect_clean(r);
+      bool frozen = false;
+      for (const debug::Finding& f : r.findings.findings())
+        frozen = frozen || (f.check == "O8" && !f.fires() && f.title.find("frozen by their rate") != std::string::npos);
+      CHECK_MESSAGE(frozen, r.findings.str(true));
+    } else {
+      CHECK_MESSAGE(r.fired("O8"), r.str());
+      CHECK_MESSAGE(r.fired("O6"), r.str());  // no step changes a weight
+    }
+  }
 }

@@ -69,10 +69,15 @@ struct TrainingHistory {
   std::vector<std::pair<std::string, std::vector<std::pair<int64_t, double>>>> range_exponents;
   std::string range_dtype;
   int64_t range_zeros = 0;
-  std::vector<double> learning_rates;  // the first group's learning rate at each optimizer step
+  std::vector<double> learning_rates;  // the learning rate at each optimizer step (lr_reference_group's)
   // A fingerprint of each training step's input batch (a 64-bit hash of its shape and 64 values
   // spread over it): equal fingerprints on consecutive steps mean the same batch was fed again.
   std::vector<uint64_t> step_inputs;
+  // L6: on each sampled step whose backward reached the loss module's value, what the loop divided
+  // that value by before its backward, in units of the terms the loss summed (its rows, elements
+  // or counted targets): 1 for a loss summed and divided by the batch size, k for that divided again
+  // over k accumulated batches; NaN when the gradient that reached it is no such division.
+  std::vector<double> loss_divisors;
 };
 
 // The events of a training run; a unit's events() is the set it listens to.
@@ -127,6 +132,7 @@ class RunContext {
   Tensor x, y;                    // the current step's training batch (its last forward's input, the loss's target)
   std::optional<DType> autocast;  // the autocast dtype that forward ran under (none: autocast was off)
   double loss_value = 0.0;        // the current step's loss (LossValue)
+  Tensor loss_output;             // the loss module's value, during LossValue only (a unit may hook its gradient)
   bool loss_seen = false;         // LossValue heard this step
   const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
 

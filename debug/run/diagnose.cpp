@@ -72,6 +72,7 @@ void Session::init() {
     for (const Tensor& b : model_.buffers()) initial_buffers_.push_back(b.detach().clone());
     initial_opt_state_ = opt_.state_dict();
     for (const auto& g : opt_.param_groups()) initial_lrs_.push_back(g.lr);
+    lr_group_ = lr_reference_group(initial_lrs_);
     have_initial_ = true;
   }
 }
@@ -165,6 +166,7 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
           [&] {
             GateOptions go = o_.gate_options;
             if (loss_module_ && go.loss_type.empty()) go.loss_type = loss_module_->type_name();
+            if (loss_module_) go.loss_summed = loss_module_->reduction() == nn::Reduction::Sum;
             gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go));
           });
   Report& r = gate_phase_.findings;
@@ -338,10 +340,10 @@ void Session::check_class_errors_at_end() {
 
 std::vector<double> Session::replayed_rates(const RunReport& r, double scale, std::vector<double>& schedule) const {
   schedule = r.history.learning_rates;
-  const bool replay = !schedule.empty() && !initial_lrs_.empty() && initial_lrs_[0] > 0;
+  const bool replay = !schedule.empty() && !initial_lrs_.empty() && initial_lrs_[lr_group_] > 0;
   if (!replay) schedule.clear();
   std::vector<double> lrs;
-  for (double lr : initial_lrs_) lrs.push_back((replay ? lr / initial_lrs_[0] : lr) * scale);
+  for (double lr : initial_lrs_) lrs.push_back((replay ? lr / initial_lrs_[lr_group_] : lr) * scale);
   return lrs;
 }
 
@@ -349,7 +351,7 @@ std::vector<double> Session::replayed_rates(const RunReport& r, double scale, st
 double Session::peak_lr(const RunReport& r) const {
   const std::vector<double>& lrs = r.history.learning_rates;
   if (!lrs.empty()) return *std::max_element(lrs.begin(), lrs.end());
-  return initial_lrs_.empty() ? kNaN : initial_lrs_[0];
+  return initial_lrs_.empty() ? kNaN : initial_lrs_[lr_group_];
 }
 
 // The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
@@ -481,6 +483,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!gate_phase_.ran)
     gate_phase_.note =
         !o_.gate ? "switched off (DiagnoseOptions::gate)" : "no batch: no training loader and no begin(x, y)";
+  revise_loss_reduction(gate_phase_.findings, monitor_->history().loss_divisors);  // L6 with the loop's division
   r.phases = {data_phase_, gate_phase_, training, end};
   r.findings.merge(data_phase_.findings);
   r.findings.merge(gate_phase_.findings);

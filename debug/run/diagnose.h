@@ -272,6 +272,7 @@ class Session {
   std::vector<Tensor> initial_params_, initial_buffers_;
   std::map<std::string, Tensor> initial_opt_state_;
   std::vector<double> initial_lrs_;  // each group's
+  size_t lr_group_ = 0;              // the group the run's recorded schedule follows (lr_reference_group)
   bool have_initial_ = false;
   // The explorer's page (DiagnoseOptions::explore_path): the gate's batch and the replay's extra series.
   Tensor explore_x_, explore_y_;

@@ -253,10 +253,11 @@ void Session::check_fit_at_end(RunReport& r) {
     auto train_on = [&](int64_t run_steps, bool floor) {
       std::vector<double> final_lrs, rel;
       for (const auto& g : opt_.param_groups()) final_lrs.push_back(g.lr);
-      const std::vector<double>& ref = !initial_lrs_.empty() && initial_lrs_[0] > 0 ? initial_lrs_ : final_lrs;
-      const bool replay = !run_lrs.empty() && !ref.empty() && ref[0] > 0 && ref.size() == final_lrs.size();
+      const std::vector<double>& ref = !initial_lrs_.empty() && initial_lrs_[lr_group_] > 0 ? initial_lrs_ : final_lrs;
+      const bool replay =
+          !run_lrs.empty() && lr_group_ < ref.size() && ref[lr_group_] > 0 && ref.size() == final_lrs.size();
       if (replay)
-        for (double lr : ref) rel.push_back(lr / ref[0]);
+        for (double lr : ref) rel.push_back(lr / ref[lr_group_]);
       const SplitScore& before = va;
       std::string failed_on;
       SplitScore after;
@@ -299,10 +300,10 @@ void Session::check_fit_at_end(RunReport& r) {
           stretched.push_back(
               run_lrs[std::min(run_lrs.size() - 1, static_cast<size_t>(static_cast<double>(i) / o_.fit.probe_factor))]);
         std::vector<double> rel;
-        for (double lr : initial_lrs_) rel.push_back(initial_lrs_[0] > 0 ? lr / initial_lrs_[0] : 1.0);
+        for (double lr : initial_lrs_) rel.push_back(initial_lrs_[lr_group_] > 0 ? lr / initial_lrs_[lr_group_] : 1.0);
         std::string failed_steps;
         const std::vector<double> run_longer =
-            stretched.empty() || !(initial_lrs_[0] > 0)
+            stretched.empty() || !(initial_lrs_[lr_group_] > 0)
                 ? rerun_from_start(initial_lrs_, longer, failed_steps)
                 : rerun_from_start(rel, longer, failed_steps, true, nullptr, stretched);
         if (failed_steps.empty() && static_cast<int64_t>(run_longer.size()) == longer)

@@ -148,9 +148,12 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       std::string why;
       bool judge = C > 1 && y.dtype() == kInt64;
       const bool ce_family = o.loss_type.empty() || o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
-      if (judge && !ce_family && !std::isfinite(lo.expected_initial_loss)) {
+      if (judge && (!ce_family || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
         NoGradGuard ng;
-        const Tensor n = loss(zeros_like(out.detach()), y);
+        // Log-probabilities of 1 / C for NLL, logits of 0 for the others.
+        const Tensor none = o.loss_type == "NLLLoss" ? full_like(out.detach(), -std::log(static_cast<double>(C)))
+                                                     : zeros_like(out.detach());
+        const Tensor n = loss(none, y);
         const double e = n.numel() == 1 ? n.item<double>() : std::nan("");
         judge = std::isfinite(e) && e > 0;
         lo.expected_initial_loss = e;
@@ -183,7 +186,8 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
             zero_init = probe_zero_initialised(model, x, y, loss, oo.vanishing_grad_norm);
           soften_zero_init_findings(found, zero_init);
           r.add(found);
-          if (!zero_init.empty()) r.add(zero_init.finding());
+          r.add(zero_init.redundant);
+          if (!zero_init.held_back.empty()) r.add(zero_init.finding());
           r.note_ran("O1, M5, M20, W2");  // the forward, the loss and the backward ran without an error
         });
     }

@@ -29,6 +29,9 @@ struct GateOptions {
   // L4: the nn::Loss's type name ("CrossEntropyLoss") when the loss is one; "" for a plain function,
   // which L4 judges against log C when it gets class indices.
   std::string loss_type;
+  // L4: the nn::Loss sums over the batch (Reduction::Sum): its first value is judged against its own for
+  // an output that prefers no class (B x log C for cross-entropy), not against log C.
+  bool loss_summed = false;
 };
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10

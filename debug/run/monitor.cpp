@@ -28,6 +28,9 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     : ctx_(model, optimizer, loss, o), checks_(all_run_checks(o)) {
   static_assert(RunEvent::Scaler == 1u << (kEvents - 1), "one listener list per RunEvent bit");
   ctx_.history = &history_;
+  std::vector<double> lrs;
+  for (const auto& g : optimizer.param_groups()) lrs.push_back(g.lr);
+  lr_group_ = lr_reference_group(lrs);
   ctx_.add = [this](Finding f) { add(std::move(f)); };
   ctx_.note_ran = [this](const std::string& c) { report_.note_ran(c); };
   ctx_.pause = [this](bool on) { pause(on); };
@@ -74,7 +77,9 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       if (!GradMode::is_enabled() || v.numel() != 1) return;
       ctx_.loss_value = v.item<double>();  // one value: cheap enough for every step
       ctx_.loss_seen = true;
+      ctx_.loss_output = v;
       for (RunCheck* c : listening(RunEvent::LossValue)) c->loss_value(ctx_, l, t);
+      ctx_.loss_output = Tensor();  // not kept: it holds the step's graph
     });
   }
   const size_t pre = ctx_.optimizer.add_pre_step_hook([this](optim::Optimizer&) {
@@ -248,7 +253,8 @@ void Monitor::on_pre_step() {
 
 void Monitor::on_post_step() {
   const bool sampled = ctx_.sampled();  // the step just taken
-  history_.learning_rates.push_back(ctx_.optimizer.lr());
+  const auto& groups = ctx_.optimizer.param_groups();
+  history_.learning_rates.push_back(lr_group_ < groups.size() ? groups[lr_group_].lr : ctx_.optimizer.lr());
   ++ctx_.steps;
   ctx_.in_step = false;
   for (RunCheck* c : listening(RunEvent::AfterStep)) c->after_step(ctx_, sampled);

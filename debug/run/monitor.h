@@ -58,6 +58,15 @@ namespace gradsleuth::debug {
 // monitor (or call detach() first); a Trainer may come and go. A monitor lives on the thread
 // that trains: it takes the library's warnings of that thread (WarningScope::ThisThread), so
 // models training side by side on several threads each keep their own.
+// The parameter group whose learning rate stands for the run's (TrainingHistory::learning_rates, the
+// probes' replayed schedule): the first with a positive rate, else the first. A group held at lr 0
+// beside others that train is frozen by design, not the run's schedule.
+inline size_t lr_reference_group(const std::vector<double>& lrs) {
+  for (size_t i = 0; i < lrs.size(); ++i)
+    if (lrs[i] > 0) return i;
+  return 0;
+}
+
 class Monitor {
  public:
   // `loss` may be null (the loss-input checks are then skipped).
@@ -112,6 +121,7 @@ class Monitor {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   bool finished_ = false, attached_ = true, probing_ = false;
   TrainingHistory history_;
+  size_t lr_group_ = 0;  // the group history_.learning_rates follows (lr_reference_group)
 };
 
 }  // namespace gradsleuth::debug

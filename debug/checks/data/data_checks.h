@@ -112,6 +112,9 @@ struct DataCheckOptions {
   // ---- D16 dataset size comparison ----
   int64_t min_val_examples = 100;  // a validation split smaller than this warns
   double min_val_ratio = 0.01;     // validation / train rows below this warns
+  // A split under min_val_examples that holds at least this share of all the rows (train + split) is a
+  // small dataset split well (80/20 of 120 rows), not too little held out: said as info.
+  double small_dataset_val_share = 0.1;
 };
 
 // D1: one info finding describing a batch: shape, dtype, device of x and y;

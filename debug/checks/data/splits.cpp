@@ -575,14 +575,30 @@ std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const s
   if (!tiny && !small) return {};
   // The standard error of an accuracy near 0.9 on this many examples: how much the score moves by chance.
   const double se = other_rows > 0 ? std::sqrt(0.9 * 0.1 / static_cast<double>(other_rows)) : kNaN;
-  Finding f = make("D16", Severity::Warning,
+  const double share =
+      static_cast<double>(other_rows) / static_cast<double>(std::max<int64_t>(1, train_rows + other_rows));
+  // Only small because the whole dataset is: nothing more could be held out.
+  const bool small_dataset = !small && other_rows > 0 && share >= opts.small_dataset_val_share;
+  Finding f = make("D16", small_dataset ? Severity::Info : Severity::Warning,
                    other_rows == 0 ? "the " + split + " split is empty"
                                    : "the " + split + " split has only " + num(other_rows) + " examples against " +
                                          num(train_rows) + " in train (ratio " + fmt_num(ratio) + ")");
   f.evidence = {{"training rows", static_cast<double>(train_rows), ""},
                 {split + " rows", static_cast<double>(other_rows), "< " + num(opts.min_val_examples) + " warns"},
                 {split + " / train ratio", ratio, "< " + fmt_num(opts.min_val_ratio) + " warns"},
-                {"std error of an accuracy of 0.9 on it", se, ""}};
+                {"std error of an accuracy of 0.9 on it", se, ""},
+                {split + " share of all rows", share,
+                 ">= " + fmt_num(opts.small_dataset_val_share) + " with fewer than " + num(opts.min_val_examples) +
+                     " rows: info (a small dataset)"}};
+  if (small_dataset) {
+    f.cause = "the dataset is small: " + pct(share) + " of its rows were held out, a usual share, and still the " +
+              split + " score moves by about " + fmt_num(100.0 * se) +
+              " points from chance alone, so differences between epochs or runs smaller than that mean nothing";
+    f.fix =
+        "judge changes by more than the score's noise, average over several seeds, or use k-fold "
+        "cross-validation (each example held out once)";
+    return {f};
+  }
   f.cause =
       "too few examples were held out (a val_fraction meant as a percentage, take(n) on the wrong split, "
       "a filter that removed most of it): the " +

@@ -283,6 +283,12 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
 // forward: the gradient-scale test above does.
 std::vector<Finding> check_loss_reduction(const nn::Loss& loss);
 
+// L6 judged again with what the training loop backpropagated (TrainingHistory::loss_divisors, measured
+// on the sampled steps): when every step divided the loss module's value by the terms it summed (a
+// summed loss divided by the batch size or by the tokens counted, perhaps also by k accumulated
+// batches), `found`'s L6 warnings become info: the steps were a mean's.
+void revise_loss_reduction(Report& found, const std::vector<double>& loss_divisors);
+
 // L7: the fitting rule on per-epoch losses (gap = val - train, last
 // opts.fitting_window epochs averaged; epochs = the number given):
 //   train > underfit_train_loss after > min_epochs_underfit epochs  -> warning: underfitting

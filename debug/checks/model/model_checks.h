@@ -146,7 +146,11 @@ struct ZeroInitProbe {
   std::vector<std::string> zero;       // exactly zero, learning from their first step
   std::vector<std::string> held_back;  // a zero gradient only because of them
   std::vector<Step> steps;             // the small step each zero parameter took in the probe
-  bool empty() const { return held_back.empty(); }
+  // Biases whose gradient stays zero after that step because a BatchNorm follows them (O1's info,
+  // find_redundant_biases on the stepped model): behind a zero layer their redundancy cannot be told
+  // from a dead branch until the layer has moved.
+  std::vector<Finding> redundant;
+  bool empty() const { return held_back.empty() && redundant.empty(); }
   bool holds_back(const std::string& parameter) const;
   bool is_zero(const std::string& parameter) const;
   // Puts the probe's small step on the zero parameters (on), or their zeros back (off): a check

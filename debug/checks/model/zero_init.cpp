@@ -126,12 +126,21 @@ ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const T
         const Tensor g = params[name].grad();
         if (g.defined() && l2_norm64(g) > vanishing_grad_norm) r.held_back.push_back(name);
       }
+      // Those still quiet may be biases with a BatchNorm after them. Their test needs the branch to carry
+      // a signal the loss feels: the zero parameters at a default initialisation's size (1000 steps).
+      {
+        NoGradGuard ng;
+        for (const ZeroInitProbe::Step& s : r.steps) s.param.detach().copy_(s.original + s.delta * 1000.0);
+      }
+      for (Finding& f : find_redundant_biases(model, x, y, loss, vanishing_grad_norm))
+        if (std::find(quiet.begin(), quiet.end(), f.parameter) != quiet.end()) r.redundant.push_back(std::move(f));
     }
   } catch (const std::exception&) {
     r.held_back.clear();  // the probe could not run: the findings stay as they are
+    r.redundant.clear();
   }
   r.step(false);
-  if (r.held_back.empty()) {
+  if (r.empty()) {
     r.steps.clear();
     return r;
   }
@@ -141,6 +150,14 @@ ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const T
 
 void soften_zero_init_findings(std::vector<Finding>& found, const ZeroInitProbe& probe) {
   if (probe.empty()) return;
+  // A redundant bias's zero gradient is said once, by its own info finding (as without a zero layer).
+  found.erase(std::remove_if(found.begin(), found.end(),
+                             [&](const Finding& f) {
+                               return f.fires() && (f.check == "O1" || f.check == "M5") &&
+                                      std::any_of(probe.redundant.begin(), probe.redundant.end(),
+                                                  [&](const Finding& b) { return b.parameter == f.parameter; });
+                             }),
+              found.end());
   for (Finding& f : found) {
     if (!f.fires() || f.parameter.empty()) continue;
     // O1's and M5's warnings about a parameter held back are about its zero gradient (the probe

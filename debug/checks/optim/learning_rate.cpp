@@ -95,17 +95,26 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   std::vector<Finding> out;
   const int64_t n = static_cast<int64_t>(lrs.size());
   if (n < opts.schedule_min_steps) return out;
-  const double start = lrs.front();
+  // A warm-up from 0 (Hugging Face's linear schedule: lr 0 at the first step) is judged from its
+  // first positive value; a learning rate at 0 (or not a number) for half the run or more is the fault.
+  const int64_t at_zero = std::find_if(lrs.begin(), lrs.end(), [](double v) { return v > 0.0; }) - lrs.begin();
+  const double start = at_zero < n ? lrs[static_cast<size_t>(at_zero)] : lrs.front();
   auto finding = [&](const std::string& title) {
     Finding f = make("O6", Severity::Warning, title);
-    f.evidence = {{"learning rate at step 1", start, ""},
+    f.evidence = {{"learning rate at step 1", lrs.front(), ""},
                   {"learning rate at the last step", lrs.back(), ""},
                   {"steps", static_cast<double>(n), ""}};
+    if (at_zero > 0) f.evidence.push_back({"first step with a positive learning rate", at_zero + 1.0, ""});
     return f;
   };
-  if (!(start > 0.0)) {
-    Finding f = finding("the learning-rate schedule starts at " + fmt_num(start) + ": no step changes the weights");
+  if (static_cast<double>(at_zero) >= opts.schedule_collapse_by * static_cast<double>(n)) {
+    Finding f = finding("the learning-rate schedule starts at " + fmt_num(lrs.front()) +
+                        (at_zero == n ? ": no step changes the weights"
+                                      : " and stays there for " + std::to_string(at_zero) + " of " + std::to_string(n) +
+                                            " steps: they change no weight"));
     f.kind = Kind::ScheduleStartsAtZero;
+    f.evidence.push_back({"steps at 0 from the start", static_cast<double>(at_zero),
+                          ">= " + fmt_num(opts.schedule_collapse_by) + " of the run warns"});
     f.cause =
         "a learning rate of 0 (a warm-up that starts at 0 and was never stepped, an lr read from an empty "
         "setting)";
@@ -113,7 +122,7 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
     out.push_back(std::move(f));
     return out;
   }
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = at_zero; i < n; ++i) {
     if (!(lrs[i] < opts.schedule_collapse * start)) continue;
     if (static_cast<double>(i) >= opts.schedule_collapse_by * static_cast<double>(n)) break;
     Finding f =
@@ -269,6 +278,7 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
     q.ratios.emplace_back(measuring_step_, std::sqrt(d) / wb);
     q.lrs.push_back(q.group >= 0 ? opt.param_groups()[static_cast<size_t>(q.group)].lr : kNaN);
   }
+  for (const optim::ParamGroup& g : opt.param_groups()) some_group_trains_ = some_group_trains_ || g.lr > 0;
   ++measurements_;
   measuring_step_ = -1;
 }
@@ -285,8 +295,12 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
     const bool small = med<o_.min_update_ratio, large = med> o_.max_update_ratio;
     if (!(small || large) || std::isnan(med)) continue;
     const double lr = q.lrs.empty() ? kNaN : q.lrs.back();
-    Finding f = make("O6", Severity::Warning,
-                     never   ? q.name + " never changed in " + num(static_cast<int64_t>(r.size())) + " measured steps"
+    // Its group's rate was 0 at every measurement while another group trained: frozen by its rate (O8 says so).
+    const bool held = never && some_group_trains_ && !q.lrs.empty() &&
+                      std::all_of(q.lrs.begin(), q.lrs.end(), [](double v) { return v == 0.0; });
+    Finding f = make("O6", held ? Severity::Info : Severity::Warning,
+                     held    ? q.name + " never changed: its group's learning rate is 0 while the others train"
+                     : never ? q.name + " never changed in " + num(static_cast<int64_t>(r.size())) + " measured steps"
                      : small ? "updates of " + q.name + " are too small: median ||dw|| / ||w|| = " + fmt_num(med)
                              : "updates of " + q.name + " are too large: median ||dw|| / ||w|| = " + fmt_num(med));
     f.kind = never ? Kind::NeverUpdated : small ? Kind::UpdatesTooSmall : Kind::UpdatesTooLarge;

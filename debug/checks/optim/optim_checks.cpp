@@ -636,39 +636,35 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
 // ---- O8 -------------------------------------------------------------------------------------
 std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& o) {
   const std::string& kind = opt.name();
-  double lo = 0.0, hi = 0.0;
-  if (kind == "Adam" || kind == "AdamW" || kind == "RMSprop") {
-    lo = o.adaptive_lr_min;
-    hi = o.adaptive_lr_max;
-  } else if (kind == "SGD") {
-    lo = o.sgd_lr_min;
-    hi = o.sgd_lr_max;
-  } else {
-    return {};
-  }
+  const bool adaptive = kind == "Adam" || kind == "AdamW" || kind == "RMSprop";
+  if (!adaptive && kind != "SGD") return {};
+  const double lo = adaptive ? o.adaptive_lr_min : o.sgd_lr_min, hi = adaptive ? o.adaptive_lr_max : o.sgd_lr_max;
   std::vector<Finding> out;
   const auto& groups = opt.param_groups();
+  const bool trains = std::any_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.lr > 0; });
   for (size_t i = 0; i < groups.size(); ++i) {
     const double lr = groups[i].lr;
     if (lr >= lo && lr <= hi) continue;
-    const bool high = lr > hi;
+    const bool high = lr > hi, frozen = lr == 0.0 && trains;  // a group held still by its rate beside others
     const std::string group =
         groups.size() == 1
             ? std::string()
             : " (parameter group " + (groups[i].name.empty() ? num(static_cast<int64_t>(i)) : groups[i].name) + ")";
-    Finding f = make("O8", Severity::Warning,
+    Finding f = make("O8", frozen ? Severity::Info : Severity::Warning,
                      "the " + kind + " learning rate " + fmt_num(lr) + group + " is " + (high ? "above" : "below") +
-                         " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts");
+                         " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts" +
+                         (frozen ? ": its parameters are frozen by their rate while the other groups train" : ""));
     f.kind = high ? Kind::LrAboveRange : Kind::LrBelowRange;
-    f.evidence = {{"learning rate", lr, "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags"}};
+    f.evidence = {{"learning rate", lr,
+                   "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags (0 beside a group that trains: info)"}};
     f.cause = high ? "a learning rate this high makes the first updates overshoot: the loss jumps, oscillates or "
                      "turns NaN, and ReLU units can die in the first steps"
                    : "a learning rate this low moves the weights so little that the loss barely falls within a "
                      "normal budget of steps";
-    f.fix = kind == "SGD" ? "start SGD between 1e-3 and 0.1 (0.01-0.1 with momentum 0.9), then tune by factors of 3"
-                          : "start " + kind +
-                                " at its default 1e-3 (3e-4 is a common choice), then tune by factors "
-                                "of 3";
+    f.fix = frozen ? "none needed if freezing was meant (requires_grad_(false) also skips their gradients)"
+            : kind == "SGD"
+                ? "start SGD between 1e-3 and 0.1 (0.01-0.1 with momentum 0.9), then tune by factors of 3"
+                : "start " + kind + " at its default 1e-3 (3e-4 is a common choice), then tune by factors of 3";
     out.push_back(std::move(f));
   }
   return out;
@@ -713,8 +709,7 @@ class GradientHealthRunCheck final : public RunCheck {
           return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty();
         })) {
       redundant_checked_ = true;
-      nn::Loss& loss = *c.loss;
-      const LossFunction lf = [&loss](const Tensor& out, const Tensor& t) { return loss(out, t); };
+      const LossFunction lf = [&loss = *c.loss](const Tensor& out, const Tensor& t) { return loss(out, t); };
       std::vector<Finding> red;
       c.pause(true);  // the probe's forwards are not training statistics
       try {
@@ -738,7 +733,8 @@ class GradientHealthRunCheck final : public RunCheck {
       const ZeroInitProbe zero_init = probe_zero_initialised(c.model, c.x, c.y, *c.loss, o_.vanishing_grad_norm);
       c.pause(false);
       soften_zero_init_findings(health, zero_init);
-      if (!zero_init.empty()) c.add(zero_init.finding());
+      for (const Finding& f : zero_init.redundant) c.zero_grad_by_construction.push_back(f.parameter), c.add(f);
+      if (!zero_init.held_back.empty()) c.add(zero_init.finding());
     }
     c.note_ran("O1");
     for (Finding& f : health) {

@@ -130,7 +130,8 @@ struct OptimCheckOptions {
   // schedule_collapse x its first value before schedule_collapse_by of the run has gone
   // (a scheduler stepped per batch where it was written per epoch: StepLR(step_size=30)
   // meant 30 epochs), or rises above schedule_growth x its first value, warns; so does a
-  // learning rate of 0 from the start. Judged from schedule_min_steps steps on.
+  // learning rate of 0 from the start for schedule_collapse_by of the run or more (a warm-up from 0 is
+  // judged from its first positive value). Judged from schedule_min_steps steps on.
   double schedule_collapse = 1e-2;
   double schedule_collapse_by = 0.5;
   double schedule_growth = 10.0;
@@ -261,6 +262,7 @@ class UpdateRatioTracker {
   std::function<bool(int64_t)> measure_;  // which steps are measured
   int64_t measuring_step_ = -1;           // the step being measured (-1: none)
   int64_t measurements_ = 0;
+  bool some_group_trains_ = false;  // a group had a positive lr at a measurement
   std::vector<Param> params_;
   std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite
 };
