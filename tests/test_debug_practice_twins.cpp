@@ -447,3 +447,38 @@ TEST_CASE("a parameter group frozen by lr 0 beside groups that train: O8 and O6 
     }
   }
 }
+
+namespace {
+
+// Raw 0..255 "pixels" into an MLP; `scale`: the forward divides by 255 first (Keras' Rescaling layer).
+struct Pixels : nn::Module {
+  std::shared_ptr<Mlp> mlp = register_module("mlp", std::make_shared<Mlp>());
+  bool scale;
+  explicit Pixels(bool s) : Module("Pixels"), scale(s) {}
+  Tensor forward(const Tensor& x) override { return (*mlp)(scale ? x / 255.0 : x); }
+};
+
+}  // namespace
+
+TEST_CASE("raw pixels the model divides by 255 itself: D5 info; the same pixels into the first layer: D5 warns") {
+  for (const bool scale : {true, false}) {
+    CAPTURE(scale);
+    manual_seed(4);
+    const dtest::XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+    const Tensor x = clamp(all.x * 12.0 + 128.0, 0.0, 255.0).to(kInt64).to(kFloat32);  // whole values
+    const Split d =
+        dtest::loaders(x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), x.narrow(0, 480, 120), all.y.narrow(0, 480, 120));
+    auto model = std::make_shared<Pixels>(scale);
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+    CHECK_MESSAGE(r.fired("D5") != scale, r.str());
+    if (scale) {
+      bool said = false;  // the raw values are still said, as info
+      for (const debug::Finding& f : r.findings.findings())
+        said = said || (f.check == "D5" && !f.fires() &&
+                        f.title.find("scales them before its first layer") != std::string::npos);
+      CHECK_MESSAGE(said, r.findings.str(true));
+    }
+  }
+}

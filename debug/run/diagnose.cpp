@@ -169,6 +169,9 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
             if (loss_module_) go.loss_summed = loss_module_->reduction() == nn::Reduction::Sum;
             gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go));
           });
+  // D5 with what the model's first layer receives: a model may scale raw inputs itself.
+  guarded(data_phase_.findings, "the data checks", "first-layer input", "D5's second look",
+          [&] { revise_normalisation(data_phase_.findings, model_, x.to(d), o_.data); });
   Report& r = gate_phase_.findings;
   // The checks that train again: on the training loader's first batches.
   auto batches = [&](int64_t n) {

@@ -23,6 +23,7 @@
 #include "core/tensor.h"
 #include "debug/evidence/finding.h"
 #include "nn/data.h"
+#include "nn/module.h"
 
 namespace gradsleuth::debug {
 
@@ -162,6 +163,13 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
 // bug B25) and on features whose scales differ by orders of magnitude. Integral
 // inputs (token ids for an embedding) are not judged.
 std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts = {});
+
+// D5 judged again on what the model's first layer with a weight matrix (a Linear, a Conv) receives
+// from the batch x, in training mode with the randomness off (modes, buffers and warnings put back):
+// a model that scales its inputs itself (x / 255 in its forward, a BatchNorm in front) makes raw
+// loader values fine, and `found`'s D5 warnings about the batch's scale become info. Nothing changes
+// when that input still warns, or when no such layer runs.
+void revise_normalisation(Report& found, nn::Module& model, const Tensor& x, const DataCheckOptions& opts = {});
 
 // D6: before the loss: do prediction and target have shapes that broadcasting
 // would silently enlarge? prediction (B, 1) vs target (B) -> (B, B) (bug B01), or

@@ -15,6 +15,8 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/hooks.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
@@ -231,6 +233,52 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
     }
   }
   return out;
+}
+
+void revise_normalisation(Report& found, nn::Module& model, const Tensor& x, const DataCheckOptions& opts) {
+  // check_normalisation's two rules (the row tracker's "rows out of range" is another matter).
+  const auto per_feature = [](const Finding& f) { return f.title.rfind("feature scales", 0) == 0; };
+  const auto of_scale = [&](const Finding& f) {
+    return f.check == "D5" && f.fires() && (f.title.rfind("inputs ", 0) == 0 || per_feature(f));
+  };
+  if (!x.defined() || x.dim() < 2 || std::none_of(found.findings().begin(), found.findings().end(), of_scale)) return;
+  Tensor seen;
+  {
+    ModeSnapshot modes(model);
+    QuietProbe quiet(model);  // no warnings; buffers (BatchNorm statistics) put back
+    set_mode_without_randomness(model, true, probe_mode_dependence(model, x));
+    HookSet hooks;
+    for (auto& [path, m] : model.named_modules()) {
+      const auto params = m->named_parameters(/*recurse=*/false);
+      if (std::none_of(params.begin(), params.end(), [](const auto& p) { return p.second.dim() >= 2; })) continue;
+      hooks.pre(m, [&seen](nn::Module&, const Tensor& in) {
+        if (!seen.defined() && in.defined()) seen = in.detach().clone();
+      });
+    }
+    NoGradGuard ng;
+    try {
+      model(x);
+    } catch (const std::exception&) {
+      return;  // the gate reports a forward that fails
+    }
+  }
+  if (!seen.defined() || !seen.is_floating_point() || seen.numel() == 0 || seen.dim() < 2) return;
+  // The first layer's input, as the batch (rows first), judged by the same rules.
+  const std::vector<Finding> inside = check_normalisation(seen.reshape({seen.size(0), -1}).cpu(), opts);
+  for (size_t i = 0; i < found.size(); ++i) {
+    const Finding& f = found.findings()[i];
+    if (!of_scale(f) || std::any_of(inside.begin(), inside.end(),
+                                    [&](const Finding& g) { return g.fires() && per_feature(g) == per_feature(f); }))
+      continue;
+    Finding g = f;
+    g.severity = Severity::Info;
+    g.title +=
+        ", but the model scales them before its first layer (a division, a BatchNorm in front): that layer's "
+        "input passes";
+    g.cause = "the loader gives raw values and the model's forward scales them itself";
+    g.fix = "none needed";
+    found.replace(i, g);
+  }
 }
 
 // ---- D5 during training: every training row (the monitor's run check) --------------------------
