@@ -288,6 +288,7 @@ TEST_CASE(
   dbg::MonitorOptions o;
   o.every = 2;
   o.loader_batches = s.loader->num_batches();  // D8 judges the run
+  o.train_dataset = &s.loader->dataset();      // and D4
   const dbg::RunCheckList registered = dbg::all_run_checks(o);
   std::vector<std::string> ids;
   for (const auto& c : registered) ids.push_back(c->ids());

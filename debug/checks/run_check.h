@@ -47,6 +47,9 @@ struct MonitorOptions {
   RunCheckOptions run;          // M25, M26 (all-zero tensors, variance, on the sampled steps) and W10 (stalled steps)
   DataCheckOptions data;        // D5 on every training row (RowRangeTracker; a Session passes DiagnoseOptions::data)
   int64_t loader_batches = -1;  // D8 over the run: the training loader's batches (-1: unknown, D8 does not judge)
+  // D4 over the run: the training loader's dataset (the Session's), against which the pairs the loop
+  // hands the model and the loss are compared; null: not judged. It must outlive the monitor.
+  const nn::Dataset* train_dataset = nullptr;
 };
 
 // Series for plots (W6).

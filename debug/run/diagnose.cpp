@@ -230,6 +230,7 @@ void Session::start_monitor() {
   monitor_.reset();
   MonitorOptions mo = o_.monitor;
   if (data_.train) mo.loader_batches = data_.train->num_batches();  // D8 over the run
+  if (data_.train) mo.train_dataset = &data_.train->dataset();      // D4 over the run
   monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, mo);
   if (scaler_) monitor_->watch(*scaler_);
   replay_.reset();

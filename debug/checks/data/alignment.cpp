@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -232,6 +233,100 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
     out.push_back(f);
   }
   return out;
+}
+
+// ---- D4 over the run: the pairs the loop hands the model and the loss ----------------------
+namespace {
+// On the sampled steps, each row of the model's input batch is hashed back to the training loader's
+// dataset and the class the loss gets for it is set beside the class the dataset gives it. A loop
+// that pairs inputs with other examples' labels (the previous batch's, a second loader's, x and y
+// shuffled apart) has labels that follow no relabelling of the dataset's; a loop that relabels
+// consistently (y - 1, a class map) follows one, and is not judged.
+class LoopAlignmentRunCheck final : public RunCheck {
+ public:
+  explicit LoopAlignmentRunCheck(const MonitorOptions& o) : data_(o.train_dataset), opts_(o.data) {}
+  std::string ids() const override { return "D4"; }
+  uint32_t events() const override { return data_ ? RunEvent::LossInput | RunEvent::Finish : 0u; }
+  void loss_input(RunContext& c, nn::Loss&, const Tensor&, const Tensor& target) override {
+    if (!c.sampled() || broken_ || !c.x.defined() || !target.defined() || target.dtype() != kInt64 ||
+        target.dim() != 1 || c.x.dim() < 1 || c.x.size(0) != target.size(0))
+      return;
+    if (!built_ && !build()) return;
+    NoGradGuard ng;
+    const std::vector<uint64_t> xh = row_hashes_x(c.x.detach().cpu());
+    const std::vector<int64_t> y = target.detach().cpu().to_vector<int64_t>();
+    for (size_t r = 0; r < xh.size() && r < y.size(); ++r) {
+      ++seen_;
+      auto it = label_of_.find(xh[r]);
+      if (it == label_of_.end() || it->second == kSeveral || y[r] == opts_.ignore_index) continue;
+      ++pairs_[{it->second, y[r]}];
+      ++found_;
+    }
+    c.note_ran("D4");
+  }
+  void finish(RunContext& c) override {
+    if (found_ < opts_.loop_alignment_min_rows || 2 * found_ < seen_) return;  // too few rows found to judge
+    // The relabelling that explains the most rows: each dataset class sent to its most frequent loss class.
+    std::map<int64_t, int64_t> best;
+    for (const auto& [p, n] : pairs_) best[p.first] = std::max(best[p.first], n);
+    int64_t kept = 0;
+    for (const auto& [cls, n] : best) kept += n;
+    const double agreement = static_cast<double>(kept) / static_cast<double>(found_);
+    if (agreement >= opts_.loop_alignment_agreement) return;
+    Finding f = make("D4", Severity::Warning,
+                     "the labels the loss gets do not belong to the inputs the model gets: of " + num(found_) +
+                         " training rows found in the dataset, only " + pct(agreement) +
+                         " keep their label (or any one relabelling of it)");
+    f.step = c.steps;
+    f.evidence = {{"rows of the sampled steps' input batches", static_cast<double>(seen_), ""},
+                  {"rows found in the training dataset (one label there)", static_cast<double>(found_),
+                   ">= " + num(opts_.loop_alignment_min_rows) + " and half the rows judge"},
+                  {"share explained by one relabelling of the dataset's classes", agreement,
+                   "< " + fmt_num(opts_.loop_alignment_agreement) + " warns"}};
+    f.cause =
+        "the training loop pairs inputs with other examples' labels: labels taken from another batch (the "
+        "previous one, a second loader), x and y shuffled or indexed apart, or a batch's labels reordered. "
+        "The dataset itself is aligned (D4 on the loader passes); the model then learns from labels that do "
+        "not belong to its inputs and its loss stays near chance";
+    f.fix =
+        "take x and y from the same batch (for (const nn::Batch& b : loader): model(b.x), loss(.., b.y)) and "
+        "shuffle or index them together";
+    c.add(f);
+  }
+
+ private:
+  static constexpr int64_t kSeveral = std::numeric_limits<int64_t>::min();  // a duplicate input with several labels
+  bool build() {
+    built_ = true;
+    const int64_t n = data_->size(), chunk = std::max<int64_t>(1, opts_.alignment_chunk);
+    if (n == 0 || n > opts_.loop_alignment_max_rows) return !(broken_ = true);
+    try {
+      for (int64_t lo = 0; lo < n; lo += chunk) {
+        const nn::Batch b = data_->get_batch(rows(lo, std::min(n, lo + chunk)));
+        if (b.y.dtype() != kInt64 || b.y.dim() != 1) return !(broken_ = true);  // class labels only
+        const std::vector<uint64_t> xh = row_hashes_x(b.x);
+        const std::vector<int64_t> y = b.y.to_vector<int64_t>();
+        for (size_t r = 0; r < xh.size(); ++r) {
+          auto [it, fresh] = label_of_.emplace(xh[r], y[r]);
+          if (!fresh && it->second != y[r]) it->second = kSeveral;
+        }
+      }
+    } catch (const std::exception&) {
+      return !(broken_ = true);
+    }
+    return true;
+  }
+  const nn::Dataset* data_;
+  DataCheckOptions opts_;
+  bool built_ = false, broken_ = false;
+  std::unordered_map<uint64_t, int64_t> label_of_;
+  std::map<std::pair<int64_t, int64_t>, int64_t> pairs_;  // (dataset class, loss class) -> rows
+  int64_t seen_ = 0, found_ = 0;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_loop_alignment_run_check(const MonitorOptions& o) {
+  return std::make_unique<LoopAlignmentRunCheck>(o);
 }
 
 }  // namespace gradsleuth::debug

@@ -41,6 +41,12 @@ struct DataCheckOptions {
   // ---- D4 alignment ----
   int64_t alignment_batches = 20;         // loader batches compared with the reference
   double max_misaligned_fraction = 0.01;  // mismatched (x, y) pairs above this fraction are an error
+  // D4 over the run (the Session's monitor): the training rows found in the dataset (at least this many,
+  // and half of those seen) whose loss labels follow one relabelling of the dataset's classes less often
+  // than loop_alignment_agreement warn; datasets over loop_alignment_max_rows are not hashed.
+  int64_t loop_alignment_min_rows = 64;
+  double loop_alignment_agreement = 0.75;
+  int64_t loop_alignment_max_rows = 1000000;
   double max_unknown_fraction = 0.5;      // inputs not found in the reference above this fraction warn
   int64_t alignment_chunk = 4096;         // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
   // ---- D5 normalisation ----

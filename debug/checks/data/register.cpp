@@ -7,11 +7,13 @@ namespace gradsleuth::debug {
 std::unique_ptr<RunCheck> make_row_range_run_check(const MonitorOptions& o);       // D5, normalisation.cpp
 std::unique_ptr<RunCheck> make_label_shape_run_check(const MonitorOptions& o);     // D6, label_shape.cpp
 std::unique_ptr<RunCheck> make_repeated_batch_run_check(const MonitorOptions& o);  // D8, shuffling.cpp
+std::unique_ptr<RunCheck> make_loop_alignment_run_check(const MonitorOptions& o);  // D4, alignment.cpp
 
 void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_row_range_run_check(o));
   list.push_back(make_label_shape_run_check(o));
   list.push_back(make_repeated_batch_run_check(o));
+  list.push_back(make_loop_alignment_run_check(o));
 }
 
 }  // namespace gradsleuth::debug
