@@ -32,6 +32,17 @@ bool warned(const debug::RunReport& r, const std::string& check, const std::stri
   return false;
 }
 
+// An info finding of `check` whose title holds `text` (and, when given, about `parameter`): what the
+// clean twin is told instead of a warning.
+bool said(const debug::RunReport& r, const std::string& check, const std::string& text,
+          const std::string& parameter = "") {
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.check == check && !f.fires() && f.title.find(text) != std::string::npos &&
+        (parameter.empty() || f.parameter == parameter))
+      return true;
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("a head initialised to zero learns from its first step: no warning; a hidden layer at zero is dead: M9") {
@@ -52,11 +63,11 @@ TEST_CASE("a head initialised to zero learns from its first step: no warning; a 
     if (!bug) {
       expect_clean(r);
       // Said as info: the zero head, and the layers it holds back until its first step.
-      bool said = false;
+      bool both = false;
       for (const debug::Finding& f : r.findings.findings())
-        said = said || (f.check == "O1" && !f.fires() && f.title.find("fc3.weight") != std::string::npos &&
+        both = both || (f.check == "O1" && !f.fires() && f.title.find("fc3.weight") != std::string::npos &&
                         f.title.find("fc1.weight") != std::string::npos);
-      CHECK_MESSAGE(said, r.findings.str(true));
+      CHECK_MESSAGE(both, r.findings.str(true));
       CHECK(r.findings.ran("M6"));
     } else {
       // Its ReLUs sit at 0 and pass nothing back: no first step brings it to life.
@@ -277,11 +288,7 @@ TEST_CASE("a siamese encoder's last bias cancels in a - b: a redundant bias (inf
   const debug::RunReport r = train_own_loop(*model, ce, opt, d, 4);
   CHECK_FALSE(warned(r, "O1", "enc.2.bias"));
   CHECK_FALSE(warned(r, "M5", "enc.2.bias"));
-  bool said = false;
-  for (const debug::Finding& f : r.findings.findings())
-    said = said || (f.check == "O1" && !f.fires() && f.parameter == "enc.2.bias" &&
-                    f.title.find("redundant bias") != std::string::npos);
-  CHECK_MESSAGE(said, r.findings.str(true));
+  CHECK_MESSAGE(said(r, "O1", "redundant bias", "enc.2.bias"), r.findings.str(true));
 }
 
 TEST_CASE("a warm-up from lr 0 (Hugging Face's linear schedule) is not 'starts at 0'; an lr that stays at 0 is") {
@@ -375,11 +382,8 @@ TEST_CASE(
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 3);
     if (residual) {
       expect_clean(r);
-      bool redundant = false;  // l1.bias: BatchNorm n1 right after it, whatever n2's scale
-      for (const debug::Finding& f : r.findings.findings())
-        redundant = redundant || (f.check == "O1" && !f.fires() && f.parameter == "l1.bias" &&
-                                  f.title.find("redundant bias") != std::string::npos);
-      CHECK_MESSAGE(redundant, r.findings.str(true));
+      // l1.bias: BatchNorm n1 right after it, whatever n2's scale.
+      CHECK_MESSAGE(said(r, "O1", "redundant bias", "l1.bias"), r.findings.str(true));
     } else {
       // No skip: the block passes nothing until its scale moves, and its scale gets no gradient
       // through the ReLU at 0: the layers before it never learn.
@@ -410,10 +414,7 @@ TEST_CASE("a loss summed over the batch and divided by the batch size in the loo
     const debug::RunReport r = s.finish();
     if (divide) {
       expect_clean(r);
-      bool said = false;
-      for (const debug::Finding& f : r.findings.findings())
-        said = said || (f.check == "L6" && !f.fires() && f.title.find("divides its value") != std::string::npos);
-      CHECK_MESSAGE(said, r.findings.str(true));
+      CHECK_MESSAGE(said(r, "L6", "divides its value"), r.findings.str(true));
     } else {
       CHECK_MESSAGE(r.fired("L6"), r.str());  // summed: the gradient grows with the batch
       CHECK_FALSE(r.fired("L4"));             // the first loss is B x log C, as a sum's should be
@@ -437,10 +438,7 @@ TEST_CASE("a parameter group frozen by lr 0 beside groups that train: O8 and O6 
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 3);
     if (!all_zero) {
       expect_clean(r);
-      bool frozen = false;
-      for (const debug::Finding& f : r.findings.findings())
-        frozen = frozen || (f.check == "O8" && !f.fires() && f.title.find("frozen by their rate") != std::string::npos);
-      CHECK_MESSAGE(frozen, r.findings.str(true));
+      CHECK_MESSAGE(said(r, "O8", "frozen by their rate"), r.findings.str(true));
     } else {
       CHECK_MESSAGE(r.fired("O8"), r.str());
       CHECK_MESSAGE(r.fired("O6"), r.str());  // no step changes a weight
@@ -474,11 +472,8 @@ TEST_CASE("raw pixels the model divides by 255 itself: D5 info; the same pixels 
     const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
     CHECK_MESSAGE(r.fired("D5") != scale, r.str());
     if (scale) {
-      bool said = false;  // the raw values are still said, as info
-      for (const debug::Finding& f : r.findings.findings())
-        said = said || (f.check == "D5" && !f.fires() &&
-                        f.title.find("scales them before its first layer") != std::string::npos);
-      CHECK_MESSAGE(said, r.findings.str(true));
+      // The raw values are still said, as info.
+      CHECK_MESSAGE(said(r, "D5", "scales them before its first layer"), r.findings.str(true));
     }
   }
 }
