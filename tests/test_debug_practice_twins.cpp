@@ -43,6 +43,13 @@ bool said(const debug::RunReport& r, const std::string& check, const std::string
   return false;
 }
 
+// The cause the lead names ("" without a lead).
+std::string lead_of_cause(const debug::RunReport& r) {
+  const json_mini::Value lead = dtest::lead_of(r);
+  const json_mini::Value* c = lead.kind == json_mini::Value::Object ? lead.get("cause") : nullptr;
+  return c ? c->str : "";
+}
+
 }  // namespace
 
 TEST_CASE("a head initialised to zero learns from its first step: no warning; a hidden layer at zero is dead: M9") {
@@ -503,5 +510,27 @@ TEST_CASE(
     const debug::RunReport r = s.finish();
     CHECK_MESSAGE(r.fired("D4") == previous, r.str());
     if (previous) dtest::expect_lead(r, "D4", "misaligned-labels");
+  }
+}
+
+TEST_CASE("BCE on targets in {0, 1} (and soft ones) is silent; on 0/255 masks it is L3 (bce-target-range)") {
+  for (const double top : {1.0, 0.9, 255.0}) {  // hard labels, smoothed labels, a mask's raw bytes
+    CAPTURE(top);
+    manual_seed(4);
+    const Tensor x = randn({600, 6});
+    const Tensor hit = gt(matmul(x, randn({6, 1})), 0.0).to(kFloat32);
+    const Tensor y = top == 0.9 ? hit * 0.8 + 0.1 : hit * top;
+    const Split d =
+        dtest::loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+    auto model = std::make_shared<Mlp>(6, 1);
+    nn::BCEWithLogitsLoss bce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train_own_loop(*model, bce, opt, d, 2);
+    if (top <= 1.0) {
+      CHECK_MESSAGE(!r.fired("L3"), r.str());
+    } else {
+      CHECK_MESSAGE(dtest::first_of(r, "L3", debug::Kind::BceTargetRange) != nullptr, r.str());
+      CHECK(lead_of_cause(r) == "bce-target-range");
+    }
   }
 }

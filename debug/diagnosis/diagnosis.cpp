@@ -135,6 +135,8 @@ const std::vector<Cause>& diagnosis_causes() {
       {"bce-16bit", "probabilities rounded to 16 bits before binary cross-entropy (a sigmoid under autocast)", "L3",
        "the dtype of the BCE input and whether its values lie on the float16/bfloat16 grid", true,
        [](const Finding& f) { return is(f, "L3", Kind::BceRounded16); }},
+      {"bce-target-range", "targets outside [0, 1] given to binary cross-entropy", "L3", "the range of the BCE targets",
+       true, [](const Finding& f) { return is(f, "L3", Kind::BceTargetRange); }},
       {"output-init", "a final layer that starts far from the targets (its bias)", "L4",
        "the untrained model's mean output against the batch's class frequencies or target mean", true,
        [](const Finding& f) { return output_init(f); }},

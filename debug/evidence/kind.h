@@ -30,6 +30,7 @@ namespace gradsleuth::debug {
   /* L3 the BCE input: logits, or probabilities rounded to 16 bits */                                 \
   X(BceLogits, "bce-logits", "L3")                                                                    \
   X(BceRounded16, "bce-rounded-16bit", "L3")                                                          \
+  X(BceTargetRange, "bce-target-range", "L3")                                                         \
   /* L4 the initial loss, and the untrained model's mean output */                                    \
   X(InitialLoss, "initial-loss", "L4")                                                                \
   X(InitialOutputBiased, "initial-output-biased", "L4")                                               \

@@ -15,7 +15,6 @@
 #include "debug/checks/model/behaviour.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
-#include "optim/grad_scaler.h"
 
 namespace gradsleuth::debug {
 
@@ -134,6 +133,38 @@ std::optional<Finding> bce_rounded_16bit(const Tensor& input, const std::vector<
   return f;
 }
 }  // namespace
+
+std::vector<Finding> check_bce_targets(const Tensor& target) {
+  if (!target.defined() || !target.is_floating_point() || target.numel() == 0) return {};
+  const std::vector<double> v = contiguous_doubles(target);
+  int64_t outside = 0, finite = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (double x : v) {
+    if (!std::isfinite(x)) continue;
+    ++finite;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+    outside += x < 0.0 || x > 1.0;
+  }
+  if (outside == 0) return {};
+  Finding f = make("L3", Severity::Warning,
+                   "binary cross-entropy gets targets outside [0, 1] (" + fmt_num(lo) + " .. " + fmt_num(hi) +
+                       "): they are read as probabilities");
+  f.kind = Kind::BceTargetRange;
+  f.shape = shape_of(target);
+  f.evidence = {{"targets outside [0, 1]", static_cast<double>(outside), "any warns"},
+                {"finite targets", static_cast<double>(finite), ""},
+                {"smallest target", lo, ""},
+                {"largest target", hi, ""}};
+  f.cause =
+      "the labels were not turned into probabilities: 0/255 masks, -1/+1 labels, or class indices given to a "
+      "binary loss. (1 - y) x + log(1 + exp(-x)) is then no likelihood: with y above 1 it falls without bound as "
+      "the logit grows, so the loss turns negative and the model is pushed to extreme outputs";
+  f.fix =
+      "map the targets to {0, 1} (y / 255, (y + 1) / 2) or to probabilities; for C classes use "
+      "CrossEntropyLoss on class indices";
+  return {f};
+}
 
 std::vector<Finding> check_bce_input(const Tensor& input) {
   GS_CHECK(input.defined(), "check_bce_input", "needs a defined input of probabilities");
@@ -614,9 +645,10 @@ class BceInputRunCheck final : public RunCheck {
  public:
   std::string ids() const override { return "L3"; }
   uint32_t events() const override { return RunEvent::LossInput; }
-  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor&) override {
-    if (!c.sampled() || l.type_name() != "BCELoss") return;
-    c.add_all(check_bce_input(input));
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (!c.sampled() || l.type_name().rfind("BCE", 0) != 0) return;
+    if (l.type_name() == "BCELoss") c.add_all(check_bce_input(input));
+    c.add_all(check_bce_targets(target));
     c.note_ran("L3");
   }
 };
@@ -689,77 +721,7 @@ class MaskedTargetsRunCheck final : public RunCheck {
     c.note_ran("L5");
   }
 };
-
-// What the loop divided the loss by, from the gradient m that reached the loss's value (dRoot/dLoss):
-// 1 / (m n) for the count of terms n that makes it a whole number from 1 to 64, else NaN.
-double loop_divisor(double m, const std::vector<double>& terms) {
-  for (const double n : terms) {
-    const double d = m > 0 && n > 0 ? 1.0 / (m * n) : kNaN;
-    if (d >= 0.98 && d <= 64.5 && std::fabs(d - std::round(d)) <= 0.02 * d) return std::round(d);
-  }
-  return kNaN;
-}
-
-// L6 on the sampled steps: the gradient that reaches the loss module's value during backward tells
-// what the loop did with it (a summed loss divided by the batch size is a mean, which the gate's
-// probe of the module alone cannot see). Recorded for revise_loss_reduction.
-class LossDivisionRunCheck final : public RunCheck {
- public:
-  std::string ids() const override { return "L6"; }
-  uint32_t events() const override { return RunEvent::LossValue | RunEvent::Series; }
-  void loss_value(RunContext& c, nn::Loss& l, const Tensor& target) override {
-    Tensor v = c.loss_output;
-    if (!c.sampled() || !v.defined() || !v.requires_grad() || !target.defined()) return;
-    // The terms the loss may have summed: its rows, its elements, its targets counted (ignore_index out).
-    std::vector<double> terms = {static_cast<double>(target.dim() >= 1 ? target.size(0) : 1),
-                                 static_cast<double>(target.numel())};
-    if (target.dtype() == kInt64 && (loss_type::cross_entropy(l) || loss_type::nll(l))) {
-      int64_t ignore = -100;
-      if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) ignore = ce->options().ignore_index_;
-      if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) ignore = nl->options().ignore_index_;
-      NoGradGuard ng;
-      terms.push_back(sum(ne(target.detach(), ignore).to(kFloat64)).item<double>());
-    }
-    v.register_hook([seen = seen_, terms, scaler = c.scaler](const Tensor& g) {
-      if (g.numel() == 1)  // a loss scaler's factor is not the loop's division
-        seen->push_back(loop_divisor(g.item<double>() / (scaler ? scaler->get_scale() : 1.0), terms));
-      return Tensor();
-    });
-    c.note_ran("L6");
-  }
-  void series(TrainingHistory& h) const override { h.loss_divisors = *seen_; }
-
- private:
-  std::shared_ptr<std::vector<double>> seen_ = std::make_shared<std::vector<double>>();
-};
 }  // namespace
-
-void revise_loss_reduction(Report& found, const std::vector<double>& loss_divisors) {
-  if (loss_divisors.empty() ||
-      !std::all_of(loss_divisors.begin(), loss_divisors.end(), [](double d) { return std::isfinite(d); }))
-    return;
-  const double k = *std::max_element(loss_divisors.begin(), loss_divisors.end());
-  for (size_t i = 0; i < found.size(); ++i) {
-    if (found.findings()[i].check != "L6" || found.findings()[i].severity != Severity::Warning) continue;
-    Finding f = found.findings()[i];
-    f.severity = Severity::Info;
-    f.title = "the loss module sums over the batch, and the training loop divides its value by the terms it summed" +
-              std::string(k > 1 ? " (and by the " + fmt_num(k) + " batches it accumulates)" : "") +
-              ": each step is a mean's";
-    f.evidence.push_back({"the loop's divisor, in terms summed (largest of " +
-                              num(static_cast<int64_t>(loss_divisors.size())) + " sampled steps)",
-                          k, "a whole number on every sampled step: a mean"});
-    f.cause =
-        "the gradient that reached the loss's value during backward was 1 / (the number of terms it summed), "
-        "as for sum(...) / B or a sum over tokens divided by the tokens counted";
-    f.fix = "none needed";
-    found.replace(i, f);
-  }
-}
-
-std::unique_ptr<RunCheck> make_loss_division_run_check(const MonitorOptions&) {
-  return std::make_unique<LossDivisionRunCheck>();
-}
 
 std::unique_ptr<RunCheck> make_softmax_input_run_check(const MonitorOptions&) {
   return std::make_unique<SoftmaxInputRunCheck>();

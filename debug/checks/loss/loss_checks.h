@@ -225,6 +225,10 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
 // L3: input (any shape) fed to binary cross-entropy. An error when any value is
 // outside [0, 1]: logits fed to BCELoss (bug B09); evidence min and max.
 std::vector<Finding> check_bce_input(const Tensor& input);
+// L3's target rule (kind bce-target-range): BCELoss and BCEWithLogitsLoss read their targets as
+// probabilities; finite targets outside [0, 1] (labels 0/255, -1/+1, class indices 0..C-1) warn. The
+// loss still computes, and with logits it falls without bound as the model pushes them out.
+std::vector<Finding> check_bce_targets(const Tensor& target);
 
 // L4: the loss of the untrained model on its first batch. kind: "cross_entropy",
 // "nll" (expected log(num_classes)), "bce" (expected log 2), or anything with
