@@ -24,6 +24,11 @@ bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& t
   return input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
          input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2;
 }
+int64_t ignore_index(const nn::Loss& l) {
+  if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) return ce->options().ignore_index_;
+  if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) return nl->options().ignore_index_;
+  return -100;
+}
 }  // namespace loss_type
 
 }  // namespace gradsleuth::debug

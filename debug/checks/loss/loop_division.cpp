@@ -39,11 +39,8 @@ class LossDivisionRunCheck final : public RunCheck {
     std::vector<double> terms = {static_cast<double>(target.dim() >= 1 ? target.size(0) : 1),
                                  static_cast<double>(target.numel())};
     if (target.dtype() == kInt64 && (loss_type::cross_entropy(l) || loss_type::nll(l))) {
-      int64_t ignore = -100;
-      if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) ignore = ce->options().ignore_index_;
-      if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) ignore = nl->options().ignore_index_;
       NoGradGuard ng;
-      terms.push_back(sum(ne(target.detach(), ignore).to(kFloat64)).item<double>());
+      terms.push_back(sum(ne(target.detach(), loss_type::ignore_index(l)).to(kFloat64)).item<double>());
     }
     v.register_hook([seen = seen_, terms, scaler = c.scaler](const Tensor& g) {
       if (g.numel() == 1)  // a loss scaler's factor is not the loop's division

@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <optional>
 
 #include "core/autograd.h"
@@ -132,20 +131,28 @@ std::optional<Finding> bce_rounded_16bit(const Tensor& input, const std::vector<
       "(sigmoid and log in one stable step)";
   return f;
 }
+
+// The finite values of v against [0, 1]: how many, how many outside, their extremes (L3's input and target rules).
+struct UnitRange {
+  int64_t outside = 0, finite = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+};
+UnitRange unit_range(const std::vector<double>& v) {
+  UnitRange r;
+  for (double x : v) {
+    if (!std::isfinite(x)) continue;
+    ++r.finite;
+    r.lo = std::min(r.lo, x);
+    r.hi = std::max(r.hi, x);
+    r.outside += x < 0.0 || x > 1.0;
+  }
+  return r;
+}
 }  // namespace
 
 std::vector<Finding> check_bce_targets(const Tensor& target) {
   if (!target.defined() || !target.is_floating_point() || target.numel() == 0) return {};
-  const std::vector<double> v = contiguous_doubles(target);
-  int64_t outside = 0, finite = 0;
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (double x : v) {
-    if (!std::isfinite(x)) continue;
-    ++finite;
-    lo = std::min(lo, x);
-    hi = std::max(hi, x);
-    outside += x < 0.0 || x > 1.0;
-  }
+  const auto [outside, finite, lo, hi] = unit_range(contiguous_doubles(target));
   if (outside == 0) return {};
   Finding f = make("L3", Severity::Warning,
                    "binary cross-entropy gets targets outside [0, 1] (" + fmt_num(lo) + " .. " + fmt_num(hi) +
@@ -170,15 +177,7 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
   GS_CHECK(input.defined(), "check_bce_input", "needs a defined input of probabilities");
   if (!input.is_floating_point() || input.numel() == 0) return {};
   const std::vector<double> v = contiguous_doubles(input);
-  int64_t outside = 0, finite = 0;
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (double x : v) {
-    if (!std::isfinite(x)) continue;
-    ++finite;
-    lo = std::min(lo, x);
-    hi = std::max(hi, x);
-    outside += x < 0.0 || x > 1.0;
-  }
+  const auto [outside, finite, lo, hi] = unit_range(v);
   if (outside == 0) {
     if (std::optional<Finding> r = bce_rounded_16bit(input, v)) return {*r};
     return {};
@@ -714,10 +713,7 @@ class MaskedTargetsRunCheck final : public RunCheck {
     if (!(c.sampled() || !std::isfinite(c.loss_value)) || !(loss_type::cross_entropy(l) || loss_type::nll(l)) ||
         target.dtype() != kInt64)
       return;
-    int64_t ignore = -100;
-    if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) ignore = ce->options().ignore_index_;
-    if (auto* nl = dynamic_cast<const nn::NLLLoss*>(&l)) ignore = nl->options().ignore_index_;
-    c.add_all(check_masked_targets(target, ignore, c.loss_value));
+    c.add_all(check_masked_targets(target, loss_type::ignore_index(l), c.loss_value));
     c.note_ran("L5");
   }
 };
