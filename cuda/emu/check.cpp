@@ -106,28 +106,49 @@ Cell& cell(uintptr_t key) {
   }
 }
 
-// The ranges hit last (a kernel streams over a few buffers at a time), then a binary search.
+// An address is looked up in three tiers: a direct-mapped cache of 64-byte lines that lie wholly in
+// one range or one gap (the emulated threads' own host state, each at its own heap address between
+// device allocations, hits here), the ranges hit last (a kernel streams over a few buffers at a time),
+// then a binary search. Every tier is cleared at each launch.
+struct Line {
+  uintptr_t tag = ~uintptr_t{0};
+  const Range* range = nullptr;  // nullptr: the line lies in no allocation
+};
+constexpr size_t kLines = 4096;
+Line g_lines[kLines];
 const Range* g_recent[4] = {};
 unsigned g_recent_next = 0;
-uintptr_t g_gap_lo = 1, g_gap_hi = 0;  // the last gap between allocations an address fell in
+void clear_lookup() {
+  for (const Range*& r : g_recent) r = nullptr;
+  for (Line& l : g_lines) l = Line{};
+}
+// Remembers that a's line lies in [lo, hi), where `r` answers (a range, or nullptr for a gap).
+inline void remember(uintptr_t a, uintptr_t lo, uintptr_t hi, const Range* r) {
+  const uintptr_t line = a >> 6;
+  if ((line << 6) >= lo && (line << 6) + 64 <= hi) g_lines[line & (kLines - 1)] = Line{line, r};
+}
 const Range* find_range(uintptr_t a) {
+  const Line& l = g_lines[(a >> 6) & (kLines - 1)];
+  if (l.tag == (a >> 6)) return l.range;
   for (const Range* r : g_recent)
-    if (r && a >= r->red_lo && a < r->red_hi) return r;
-  if (a >= g_gap_lo && a < g_gap_hi) return nullptr;  // kernel arguments on the launching stack, statics
+    if (r && a >= r->red_lo && a < r->red_hi) {
+      remember(a, r->red_lo, r->red_hi, r);
+      return r;
+    }
   auto it =
       std::upper_bound(g_ranges.begin(), g_ranges.end(), a, [](uintptr_t x, const Range& r) { return x < r.red_lo; });
-  g_gap_hi = it == g_ranges.end() ? UINTPTR_MAX : it->red_lo;
+  const uintptr_t gap_hi = it == g_ranges.end() ? UINTPTR_MAX : it->red_lo;
   if (it == g_ranges.begin()) {
-    g_gap_lo = 0;
+    remember(a, 0, gap_hi, nullptr);  // kernel arguments on the launching stack, statics, host data
     return nullptr;
   }
   --it;
   if (a >= it->red_hi) {
-    g_gap_lo = it->red_hi;
+    remember(a, it->red_hi, gap_hi, nullptr);
     return nullptr;
   }
-  g_gap_lo = 1, g_gap_hi = 0;
   g_recent[g_recent_next++ & 3] = &*it;
+  remember(a, it->red_lo, it->red_hi, &*it);
   return &*it;
 }
 
@@ -291,8 +312,7 @@ void check_launch_begin(const void* kernel, const detail::PointerArg* args, int 
     g_ranges.push_back(r);
   }
   std::sort(g_ranges.begin(), g_ranges.end(), [](const Range& x, const Range& y) { return x.red_lo < y.red_lo; });
-  for (const Range*& r : g_recent) r = nullptr;
-  g_gap_lo = 1, g_gap_hi = 0;
+  clear_lookup();
   for (int i = 0; i < n; ++i) {
     const auto p = reinterpret_cast<uintptr_t>(args[i].ptr);
     Range* r = const_cast<Range*>(find_range(p));
