@@ -65,6 +65,25 @@ std::string module_label(const std::string& path, const nn::Module& m) {
   return (path.empty() ? std::string("(model)") : path) + " (" + m.type_name() + ")";
 }
 
+namespace {
+void label_under(const nn::Module& m, const std::string& path, std::map<std::string, std::string>& out) {
+  out[path] = module_label(path, m);
+  for (const auto& [name, c] : m.named_children()) label_under(*c, path.empty() ? name : path + "." + name, out);
+}
+}  // namespace
+
+std::map<std::string, std::string> module_labels(const nn::Module& model) {
+  std::map<std::string, std::string> out;
+  label_under(model, "", out);
+  return out;
+}
+
+std::string owner_label(const std::map<std::string, std::string>& labels, const std::string& param) {
+  const auto dot = param.rfind('.');
+  const auto it = labels.find(dot == std::string::npos ? "" : param.substr(0, dot));
+  return it == labels.end() ? "" : it->second;
+}
+
 void ModuleTracker::attach(nn::Module& model) {
   detach();
   for (auto& [path, m] : model.named_modules()) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -65,6 +66,10 @@ class HookSet {
 
 // "3 (Linear)", "(model) (Sequential)": a module path with its type, for findings.
 std::string module_label(const std::string& path, const nn::Module& m);
+// Every module under `model`: path -> module_label ("" -> "(model) (Net)").
+std::map<std::string, std::string> module_labels(const nn::Module& model);
+// The label of the module owning parameter `param` ("4.inner.1.weight" -> "4.inner.1 (Linear)"); "" if none.
+std::string owner_label(const std::map<std::string, std::string>& labels, const std::string& param);
 
 // A stack of the modules running right now, kept by pre/post hooks on every
 // module of a model: current() names the innermost one ("2.inner.0 (ReLU)").

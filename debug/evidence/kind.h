@@ -19,6 +19,9 @@ namespace gradsleuth::debug {
   /* D3 class balance: the label counts, or the trained model's per-class recall */                   \
   X(ClassCounts, "class-counts", "D3")                                                                \
   X(ClassRecallLow, "class-recall-low", "D3")                                                         \
+  /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
+  X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
+  X(TargetLeakage, "target-leakage", "D7")                                                            \
   /* L1 loss history */                                                                               \
   X(LossNonFinite, "loss-nonfinite", "L1")                                                            \
   X(LossStuck, "loss-stuck", "L1")                                                                    \
@@ -34,6 +37,10 @@ namespace gradsleuth::debug {
   /* L4 the initial loss, and the untrained model's mean output */                                    \
   X(InitialLoss, "initial-loss", "L4")                                                                \
   X(InitialOutputBiased, "initial-output-biased", "L4")                                               \
+  /* L6 the reduction, and what the loop multiplies the loss by */                                    \
+  X(ReductionSum, "reduction-sum", "L6")                                                              \
+  X(MeanDividedAgain, "mean-divided-again", "L6")                                                     \
+  X(LossNegated, "loss-negated", "L6")                                                                \
   /* L7 fitting */                                                                                    \
   X(Underfitting, "underfitting", "L7")                                                               \
   X(Overfitting, "overfitting", "L7")                                                                 \

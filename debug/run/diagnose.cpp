@@ -138,6 +138,10 @@ void Session::run_data_checks() {
     r.add(check_duplicates(read_train_rows(), o_.data));
     r.note_ran("D12");
   });
+  guarded(r, who, "target-leakage check", "D7", [&] {
+    r.add(check_target_leakage(read_train_rows(), o_.data));
+    r.note_ran("D7");
+  });
   if (data_.val) {
     guarded(r, who, "split-consistency check", "D10", [&] {
       const nn::Batch a = first_rows(train.dataset(), o_.split_examples),

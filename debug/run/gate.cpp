@@ -141,23 +141,34 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
       std::vector<Finding> start = check_initial_outputs(out, y, o.loss);  // L4: the mean output against the targets
       confirm_final_bias(model, x, y, out, start, o.loss);  // L4's probe of a skewed start
-      // L4's expectation: log C for cross-entropy, NLL and a plain loss function; for an nn::Loss of
-      // the user's own on class indices (MSE on one-hot rows, a hinge), its own value for an output of
-      // zeros (no preference among the classes): log C is cross-entropy's number, not every loss's.
+      // L4's expectation: log C for cross-entropy and NLL; for an nn::Loss of the user's own on class
+      // indices (MSE on one-hot rows, a hinge) and for a loss function whose value there is another
+      // number (a focal loss), its own value for an output of zeros (no preference among the
+      // classes): log C is cross-entropy's number, not every loss's. A loss function with no value
+      // there (one that takes log-probabilities or probabilities) is held to log C.
       LossCheckOptions lo = o.loss;
       std::string why;
       bool judge = C > 1 && y.dtype() == kInt64;
-      const bool ce_family = o.loss_type.empty() || o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
-      if (judge && (!ce_family || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
+      const bool function = o.loss_type.empty();
+      const bool ce_family = function || o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
+      if (judge && (!ce_family || function || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
         NoGradGuard ng;
         // Log-probabilities of 1 / C for NLL, logits of 0 for the others.
-        const Tensor none = o.loss_type == "NLLLoss" ? full_like(out.detach(), -std::log(static_cast<double>(C)))
-                                                     : zeros_like(out.detach());
-        const Tensor n = loss(none, y);
-        const double e = n.numel() == 1 ? n.item<double>() : std::nan("");
-        judge = std::isfinite(e) && e > 0;
-        lo.expected_initial_loss = e;
-        why = "the loss's value for an output of zeros (no preference among the classes)";
+        const double log_c = std::log(static_cast<double>(C));
+        const Tensor none = o.loss_type == "NLLLoss" ? full_like(out.detach(), -log_c) : zeros_like(out.detach());
+        double e = std::nan("");
+        try {
+          const Tensor n = loss(none, y);
+          e = n.numel() == 1 ? n.item<double>() : std::nan("");
+        } catch (const std::exception&) {
+          if (!function) throw;
+        }
+        const bool usable = std::isfinite(e) && e > 0;
+        if (!function || (usable && std::fabs(e - log_c) > 1e-3 * log_c)) {
+          judge = usable;
+          lo.expected_initial_loss = e;
+          why = "the loss's value for an output of zeros (no preference among the classes)";
+        }
       }
       if (judge) {
         std::vector<Finding> initial = check_initial_loss(lv, C, "cross_entropy", lo, why);  // L4

@@ -109,6 +109,11 @@ struct DataCheckOptions {
   // shifted by min_column_shift pooled standard deviations, or a variance min_column_ratio times the
   // other split's (either way).
   int64_t max_drift_columns = 64;
+  // D7's target leakage (check_target_leakage): rows needed, rows per distinct value of a feature
+  // that determines the class, and the residual of a feature that is the target up to scale and shift.
+  int64_t leak_min_rows = 20;
+  int64_t leak_rows_per_value = 4;
+  double leak_residual = 1e-4;
   double min_column_drift_z = 5.0, min_column_shift = 0.1, min_column_ratio = 1.15;
   int64_t min_drift_examples = 100;  // D14 and D15 judge only when both splits have this many rows (else D16 speaks)
   // ---- D15 label drift and new labels ----
@@ -271,6 +276,14 @@ std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, co
 std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts = {});
 std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& other,
                                   const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D7, target leakage, on the training split's tabular floating-point rows (at most max_drift_columns
+// values each; integer inputs are ids for an embedding, left out): a
+// feature from which the label can be read. Class indices: a feature whose values repeat (at most
+// rows / leak_rows_per_value distinct) and each belong to one class. Targets (regression, two features
+// or more): a feature equal to the target up to a scale and a shift (the largest residual at most
+// leak_residual x the target's std). One warning, the first such feature; nothing below leak_min_rows rows.
+std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCheckOptions& opts = {});
 
 // D5 on every training row, each epoch (UMLAUT's "input not normalised" takes the min and max of
 // the training inputs each epoch): the monitor hands it every training batch it sees (a forward

@@ -198,3 +198,29 @@ inline std::vector<Finding> diversity(const std::vector<nn::Batch>& batches, con
 }
 
 }  // namespace gradsleuth::debug::data_detail
+
+namespace gradsleuth::debug {
+
+// What D7 (target leakage) and D12-D16 read of a split: its first opts.integrity_examples rows, chunk by
+// chunk, as a hash per input (row_hashes_x, byte for byte like D4), the label, and the input's mean
+// and std per example.
+struct SplitSample {
+  std::string name;
+  int64_t size = 0;  // rows in the dataset
+  std::vector<uint64_t> x;
+  std::vector<data_detail::Label> y;
+  std::vector<double> means, stds;  // per example
+  // Tabular inputs (rank-1 examples of at most max_drift_columns values): each row's values,
+  // row-major (empty otherwise).
+  std::vector<float> columns;
+  bool tabular = true;
+  bool classes = true;       // every label is one whole number: class indices
+  bool float_inputs = true;  // the inputs are floating point (not ids or categories for an embedding)
+  std::string shape;         // one example's input shape
+  int64_t features = -1;     // its number of values (-1 before the first row)
+  int64_t read() const { return static_cast<int64_t>(x.size()); }
+  // " (the first N rows read)" when the sample is not the whole split.
+  std::string partial() const { return read() < size ? " (the first " + detail::num(read()) + " rows read)" : ""; }
+};
+
+}  // namespace gradsleuth::debug

@@ -1,4 +1,5 @@
-// D7 data leakage: what a Normalizer was fitted on (see data_checks.h).
+// D7 data leakage: what a Normalizer was fitted on, and a feature that copies the label (see
+// data_checks.h).
 #include "debug/checks/data/data_checks.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/autograd.h"
+#include "core/format.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
@@ -40,6 +42,7 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
     for (size_t i = 0; i < other.size(); ++i) names += (i ? ", " : "") + other[i];
     Finding f = make("D7", Severity::Error,
                      "normalisation statistics were fitted on " + names + " data (fitted_on = " + all + ")");
+    f.kind = Kind::NormalizerLeak;
     f.evidence = {{"splits fitted on", static_cast<double>(norm.fitted_on().size()), "only \"train\" is allowed"},
                   {global ? "values fitted" : "rows fitted", static_cast<double>(norm.count()), ""}};
     if (train_size >= 0) f.evidence.push_back({"training rows", static_cast<double>(train_size), ""});
@@ -54,6 +57,7 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
     Finding f = make(
         "D7", Severity::Error,
         "normalisation statistics were fitted on " + num(rows) + " rows but the training split has " + num(train_size));
+    f.kind = Kind::NormalizerLeak;
     f.evidence = {{"rows fitted", static_cast<double>(rows), "> training rows is an error"},
                   {"training rows", static_cast<double>(train_size), ""}};
     f.cause =
@@ -68,6 +72,82 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
 std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train) {
   const int64_t per = train.size() > 0 ? train.get(0).x.numel() : -1;
   return check_leakage(norm, train.size(), per);
+}
+
+// ---- D7 target leakage --------------------------------------------------------------------------
+
+std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCheckOptions& opts) {
+  const int64_t n = train.read(), F = train.features;
+  // Integer inputs are ids for an embedding (tokens, categories): one of them deciding the class is a
+  // task of its own (a keyword), not a leak.
+  if (!train.tabular || !train.float_inputs || F < 1 || n < opts.leak_min_rows ||
+      static_cast<int64_t>(train.columns.size()) != n * F)
+    return {};
+  auto column = [&](int64_t j) {
+    std::vector<double> c(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) c[i] = train.columns[i * F + j];
+    return c;
+  };
+  std::vector<double> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[i] = train.y[i].value;
+  std::set<double> classes(y.begin(), y.end());
+  if (classes.size() < 2 || std::any_of(y.begin(), y.end(), [](double v) { return !std::isfinite(v); })) return {};
+  for (int64_t j = 0; j < F; ++j) {
+    const std::vector<double> c = column(j);
+    if (std::any_of(c.begin(), c.end(), [](double v) { return !std::isfinite(v); })) continue;
+    Finding f;
+    if (train.classes) {
+      // Class indices: the feature takes few values, repeated (each on opts.leak_rows_per_value rows
+      // on average), and each value belongs to one class only.
+      std::map<double, double> class_of;
+      bool pure = true;
+      for (int64_t i = 0; i < n && pure; ++i) {
+        auto [it, fresh] = class_of.try_emplace(c[i], y[i]);
+        pure = fresh || it->second == y[i];
+      }
+      const auto values = static_cast<int64_t>(class_of.size());
+      if (!pure || values < 2 || values * opts.leak_rows_per_value > n) continue;
+      f = make("D7", Severity::Warning,
+               "the label can be read off input feature " + num(j) + " alone: each of its " + num(values) +
+                   " values belongs to one class");
+      f.evidence = {{"feature", static_cast<double>(j), ""},
+                    {"distinct values of the feature", static_cast<double>(values),
+                     "<= rows / " + num(opts.leak_rows_per_value) + ", each with one class, warns"},
+                    {"classes", static_cast<double>(classes.size()), ""},
+                    {"training rows read", static_cast<double>(n), ""}};
+    } else {
+      // Targets: the feature is the target up to a scale and a shift, exactly (a model with other
+      // inputs: with one feature, that feature is the task).
+      if (F < 2) return {};
+      const auto [mc, vc] = detail::mean_and_variance(c);
+      const auto [my, vy] = detail::mean_and_variance(y);
+      if (!(vc > 0 && vy > 0)) continue;
+      double cov = 0;
+      for (int64_t i = 0; i < n; ++i) cov += (c[i] - mc) * (y[i] - my);
+      cov /= static_cast<double>(n - 1);  // as the variances: unbiased
+      const double a = cov / vc, shift = my - a * mc;
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(y[i] - (a * c[i] + shift)));
+      if (worst > opts.leak_residual * std::sqrt(vy)) continue;
+      f = make("D7", Severity::Warning,
+               "input feature " + num(j) + " is the target itself, up to a scale and a shift (target = " +
+                   str_printf("%.4g", a) + " x feature + " + str_printf("%.4g", shift) + ")");
+      f.evidence = {{"feature", static_cast<double>(j), ""},
+                    {"largest |target - (a x feature + b)| / target std", worst / std::sqrt(vy),
+                     "<= " + str_printf("%g", opts.leak_residual) + " warns"},
+                    {"training rows read", static_cast<double>(n), ""}};
+    }
+    f.kind = Kind::TargetLeakage;
+    f.cause =
+        "the feature was computed from the label (target leakage: a column derived from the outcome, an ID or "
+        "date that encodes it, the label appended to the inputs): training and validation scores look perfect and "
+        "mean nothing, because the feature will not exist, or will not hold the label, on new data";
+    f.fix =
+        "drop the feature, or rebuild it only from what is known before the label is (and check every "
+        "preprocessing step that touches both); if the task really is this simple, a model is not needed";
+    return {f};
+  }
+  return {};
 }
 
 }  // namespace gradsleuth::debug

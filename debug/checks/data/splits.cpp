@@ -23,27 +23,6 @@ using namespace data_detail;
 
 // ---- D12-D16 split integrity -------------------------------------------------------------------
 
-// What D12-D16 read of a split: its first opts.integrity_examples rows, chunk by chunk, as a
-// hash per input (row_hashes_x, byte for byte like D4), the label, and the input's mean and
-// std per example.
-struct SplitSample {
-  std::string name;
-  int64_t size = 0;  // rows in the dataset
-  std::vector<uint64_t> x;
-  std::vector<Label> y;
-  std::vector<double> means, stds;  // per example
-  // Tabular inputs (rank-1 examples of at most max_drift_columns values): each row's values,
-  // row-major (empty otherwise).
-  std::vector<float> columns;
-  bool tabular = true;
-  bool classes = true;              // every label is one whole number: class indices
-  std::string shape;                // one example's input shape
-  int64_t features = -1;            // its number of values (-1 before the first row)
-  int64_t read() const { return static_cast<int64_t>(x.size()); }
-  // " (the first N rows read)" when the sample is not the whole split.
-  std::string partial() const { return read() < size ? " (the first " + num(read()) + " rows read)" : ""; }
-};
-
 namespace {
 
 SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
@@ -71,6 +50,7 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
                               (b.y.dim() == 2 && b.y.size(1) == 1 && std::all_of(yl.begin(), yl.end(), [](const Label& l) {
                                  return l.value == 0.0 || l.value == 1.0;
                                })));
+    s.float_inputs = s.float_inputs && b.x.is_floating_point();
     const Tensor xb = b.x.reshape({B, -1}).to(kFloat64);
     s.tabular = s.tabular && b.x.dim() == 2 && s.features <= opts.max_drift_columns;
     if (s.tabular) {

@@ -24,6 +24,13 @@ Finding make(Kind k, Severity s, std::string title) {
   return f;
 }
 
+// The split's ratio rules compare losses whose floor is 0 (cross-entropy, squared error): a loss that
+// reaches 0 or below (a Gaussian or Poisson likelihood without its constant) has no such scale, and
+// a ratio of its values means nothing.
+bool positive_losses(const EndFitMeasure& m) {
+  return std::isfinite(m.train_loss) && std::isfinite(m.val_loss) && m.train_loss > 0 && m.val_loss > 0;
+}
+
 }  // namespace
 
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling, bool* unread) {
@@ -77,8 +84,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
         "augmentation, early stopping)";
     f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
     out.push_back(f);
-  } else if (!acc && std::isfinite(m.train_loss) && std::isfinite(m.val_loss) &&
-             m.val_loss > o.gap_loss_ratio * m.train_loss && m.val_loss - m.train_loss > o.gap_loss_min) {
+  } else if (!acc && positive_losses(m) && m.val_loss > o.gap_loss_ratio * m.train_loss &&
+             m.val_loss - m.train_loss > o.gap_loss_min) {
     Finding f = make(Kind::GeneralisationGap, Severity::Warning,
                      "the trained model's validation loss is " + str_printf("%.3g", m.val_loss / m.train_loss) +
                          "x its training loss (both in eval mode): it memorised the training split");
@@ -462,7 +469,9 @@ void add_loss_split_evidence(Finding& f, const EndFitMeasure& m, const EndFitOpt
 
 std::vector<Finding> check_loss_split(const EndFitMeasure& m, const EndFitOptions& o) {
   const double z = loss_split_z(m);
-  if (!(std::isfinite(z) && m.val_loss < (1 - o.labels_loss_margin) * m.train_loss && z >= o.min_z)) return {};
+  if (!(std::isfinite(z) && positive_losses(m) && m.val_loss < (1 - o.labels_loss_margin) * m.train_loss &&
+        z >= o.min_z))
+    return {};
   Finding f;
   f.check = "L9";
   f.kind = Kind::TrainLabelsDisagree;

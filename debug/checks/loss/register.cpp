@@ -9,7 +9,7 @@ std::unique_ptr<RunCheck> make_softmax_input_run_check(const MonitorOptions& o);
 std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions& o);       // L3, loss_checks.cpp
 std::unique_ptr<RunCheck> make_initial_loss_run_check(const MonitorOptions& o);    // L4, loss_checks.cpp
 std::unique_ptr<RunCheck> make_masked_targets_run_check(const MonitorOptions& o);  // L5, loss_checks.cpp
-std::unique_ptr<RunCheck> make_loss_division_run_check(const MonitorOptions& o);   // L6, loop_division.cpp
+std::unique_ptr<RunCheck> make_loss_division_run_check(const MonitorOptions& o);   // L6, reduction.cpp
 
 void add_loss_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_loss_history_run_check(o));

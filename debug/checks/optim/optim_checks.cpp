@@ -13,6 +13,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
+#include "debug/checks/hooks.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
@@ -34,25 +35,8 @@ double norm_of(const Tensor& t) {
   return s.norm;
 }
 
-// Module path -> "path (Type)", for every module under the model.
-void walk(const nn::Module& m, const std::string& path, std::map<std::string, std::string>& out) {
-  out[path] = (path.empty() ? std::string("(model)") : path) + " (" + m.type_name() + ")";
-  for (const auto& [name, c] : m.named_children()) walk(*c, path.empty() ? name : path + "." + name, out);
-}
-std::map<std::string, std::string> module_labels(const nn::Module& model) {
-  std::map<std::string, std::string> out;
-  walk(model, "", out);
-  return out;
-}
-// The label of the module owning parameter `path` ("4.inner.1.weight" -> "4.inner.1 (Linear)").
-std::string owner(const std::map<std::string, std::string>& labels, const std::string& path) {
-  const auto dot = path.rfind('.');
-  const auto it = labels.find(dot == std::string::npos ? "" : path.substr(0, dot));
-  return it == labels.end() ? "" : it->second;
-}
-
 Finding at(Finding f, const std::map<std::string, std::string>& labels, const std::string& name, const Tensor& p) {
-  f.module = owner(labels, name);
+  f.module = owner_label(labels, name);
   f.parameter = name;
   f.shape = shape_of(p);
   return f;
@@ -196,7 +180,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
                        std::string("gradients ") + (vanish ? "vanish" : "explode") + " towards the input: ||grad " +
                            first.name + "|| / ||grad " + last.name + "|| is " + (vanish ? "tiny" : "large"));
       f.kind = vanish ? Kind::VanishTowardsInput : Kind::ExplodeTowardsInput;
-      f.module = owner(labels_of(), first.name) + " .. " + owner(labels_of(), last.name);
+      f.module = owner_label(labels_of(), first.name) + " .. " + owner_label(labels_of(), last.name);
       f.parameter = first.name;
       f.evidence = {{"first weight's gradient norm (" + first.name + ")", first.norm, ""},
                     {"last weight's gradient norm (" + last.name + ")", last.norm, ""},
@@ -489,33 +473,6 @@ NormSeries NormHistory::weight_series() const {
   return s;
 }
 
-// ---- O4 non-finite weights ----------------------------------------------------------------
-
-std::vector<Finding> check_finite_weights(const nn::Module& model,
-                                          const std::function<bool(const Tensor&)>& known_finite) {
-  std::vector<Finding> out;
-  std::map<std::string, std::string> labels;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if ((known_finite && known_finite(p)) || all_finite(p)) continue;
-    if (labels.empty()) labels = module_labels(model);
-    const TensorSummary s = summarize(p);
-    Finding f = at(make("O4", Severity::Error, "the parameter " + name + " holds NaN/Inf values"), labels, name, p);
-    f.nonfinite = true;
-    f.evidence = {{"NaN values", static_cast<double>(s.nan), "any is an error"},
-                  {"Inf values", static_cast<double>(s.inf), "any is an error"},
-                  {"values", static_cast<double>(s.numel), ""},
-                  {"non-finite fraction", static_cast<double>(s.nan + s.inf) / static_cast<double>(s.numel), ""}};
-    f.cause =
-        "an update with a non-finite gradient or a step so large that it overflowed (exploding "
-        "gradients, learning rate too high); once a weight is NaN every output and gradient after it is too";
-    f.fix =
-        "stop and go back to the last finite checkpoint; find the first non-finite loss or gradient (L1, O1, "
-        "anomaly mode W4); lower the learning rate and clip gradients";
-    out.push_back(f);
-  }
-  return out;
-}
-
 // ---- O3: weight decay too strong (the end-of-run probe) -----------------------------------------
 double decay_ratio(const DecayGroup& g) {
   if (!std::isfinite(g.decay_norm) || !std::isfinite(g.step_norm) || g.step_norm <= 0) return kNaN;
@@ -694,16 +651,47 @@ class NormHistoryRunCheck final : public RunCheck {
 // O1 on the sampled steps (M5's gradient flow runs in the gate). Once, the first time a 1-D
 // parameter's gradient vanishes: is it a redundant bias (zero by construction, BatchNorm after
 // it)? Then it is said once as info, O1 stays silent about it, and M25 skips it
-// (RunContext::zero_grad_by_construction).
+// (RunContext::zero_grad_by_construction). A parameter without a gradient is judged at the end
+// of the run: without one on every sampled step it is cut off (a warning); without one on some
+// steps only, a branch that some steps skip (stochastic depth, a head used on some batches): info.
 class GradientHealthRunCheck final : public RunCheck {
  public:
   explicit GradientHealthRunCheck(const OptimCheckOptions& o) : o_(o) {}
   std::string ids() const override { return "O1"; }
-  uint32_t events() const override { return RunEvent::BeforeStep; }
+  uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::Finish; }
+  void finish(RunContext& c) override {
+    for (auto& [name, held] : missing_) {
+      Finding f = held.first;
+      f.evidence = {{"sampled steps without a gradient", static_cast<double>(held.second), "every one of them warns"},
+                    {"sampled steps judged", static_cast<double>(judged_steps_), ""}};
+      if (held.second < judged_steps_) {
+        f.severity = Severity::Info;
+        f.title = "the trainable parameter " + name + " got no gradient on " + std::to_string(held.second) + " of " +
+                  std::to_string(judged_steps_) + " sampled steps";
+        f.cause =
+            "its layer is skipped on some steps only: conditional computation (stochastic depth, a branch or head "
+            "some batches do not use); on the other steps it learns";
+        f.fix = "nothing, if the forward skips it on purpose";
+      }
+      c.add(std::move(f));
+    }
+    missing_.clear();
+  }
   void before_step(RunContext& c, bool sampled) override {
     if (!sampled) return;
     o_.zero_grad_by_construction = c.zero_grad_by_construction;
     std::vector<Finding> health = check_gradient_health(c.model, o_);
+    if (std::none_of(health.begin(), health.end(), [](const Finding& f) { return f.is("O1", Kind::NoGradientAtStep); }))
+      ++judged_steps_;
+    for (size_t i = 0; i < health.size();) {
+      if (!health[i].is("O1", Kind::GradientMissing)) {
+        ++i;
+        continue;
+      }
+      auto [it, fresh] = missing_.try_emplace(health[i].parameter, health[i], 0);
+      ++it->second.second;
+      health.erase(health.begin() + static_cast<std::ptrdiff_t>(i));
+    }
     if (!redundant_checked_ && c.loss && c.x.defined() && c.y.defined() &&
         std::any_of(health.begin(), health.end(), [&](const Finding& f) {
           return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty();
@@ -746,18 +734,8 @@ class GradientHealthRunCheck final : public RunCheck {
  private:
   OptimCheckOptions o_;
   bool redundant_checked_ = false;
-};
-
-// O4 after each sampled step's update, right after O6 read the updated weights.
-class FiniteWeightsRunCheck final : public RunCheck {
- public:
-  std::string ids() const override { return "O4"; }
-  uint32_t events() const override { return RunEvent::AfterStep; }
-  void after_step(RunContext& c, bool sampled) override {
-    if (!sampled) return;
-    c.add_all(check_finite_weights(c.model, c.measured_finite));
-    c.note_ran("O4");
-  }
+  int64_t judged_steps_ = 0;                                    // sampled steps on which some parameter had a gradient
+  std::map<std::string, std::pair<Finding, int64_t>> missing_;  // the first finding, the steps without
 };
 
 // O5 is raised by the optimizer itself (a core warning): its findings say what the loop did. A
@@ -784,9 +762,6 @@ std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o) {
 }
 std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o) {
   return std::make_unique<GradientHealthRunCheck>(o.optim);
-}
-std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions&) {
-  return std::make_unique<FiniteWeightsRunCheck>();
 }
 std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions&) {
   return std::make_unique<AccumulationRunCheck>();

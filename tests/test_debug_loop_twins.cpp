@@ -1,0 +1,253 @@
+// What a training loop does around the model, healthy and faulty, each written as a user writes it:
+// stochastic depth (blocks skipped on some steps) against a block the forward never uses; a focal
+// loss written as a function, judged at its own starting value; a Poisson likelihood whose loss goes
+// below 0; a loss negated before backward and a mean divided by the batch size again, against a
+// weighted sum of losses and gradient accumulation; a label appended to the inputs (target leakage)
+// against a categorical feature and a noisy linear target.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+
+using namespace gradsleuth;
+using dtest::expect_clean;
+using dtest::Mlp;
+using dtest::Split;
+using dtest::XY;
+
+namespace {
+
+bool warned(const debug::RunReport& r, const std::string& check, debug::Kind k) {
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.is(check.c_str(), k) && f.fires()) return true;
+  return false;
+}
+
+std::string lead_cause(const debug::RunReport& r) {
+  const json_mini::Value lead = dtest::lead_of(r);
+  const json_mini::Value* c = lead.kind == json_mini::Value::Object ? lead.get("cause") : nullptr;
+  return c ? c->str : "";
+}
+
+// The user's loop: each batch's loss through `shape` (the identity by default) before backward,
+// optimizer steps every `accumulate` batches.
+template <class Loss>
+debug::RunReport train(nn::Module& model, Loss& loss, optim::Optimizer& opt, const Split& d, int epochs,
+                       const std::function<Tensor(const Tensor&, int64_t rows)>& shape = nullptr, int accumulate = 1) {
+  debug::Session s(model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  try {
+    for (int e = 0; e < epochs; ++e) {
+      int k = 0;
+      opt.zero_grad();
+      for (const nn::Batch& b : *d.train) {
+        Tensor l = loss(model(b.x), b.y);
+        if (shape) l = shape(l, b.x.size(0));
+        l.backward();
+        if (++k % accumulate == 0) {
+          opt.step();
+          opt.zero_grad();
+        }
+      }
+      s.epoch();
+    }
+  } catch (const std::exception& ex) {
+    s.error(ex);
+  }
+  return s.finish();
+}
+
+// Residual blocks; in training each block runs with probability 0.8 (stochastic depth, Huang et al.),
+// in evaluation every block runs, scaled by 0.8. `unused`: a fifth block registered and never run.
+struct StochasticDepth : nn::Module {
+  std::shared_ptr<nn::Linear> in = register_module("in", std::make_shared<nn::Linear>(6, 32));
+  std::vector<std::shared_ptr<nn::Linear>> blocks;
+  std::shared_ptr<nn::Linear> out;
+  std::mt19937 draw{5};
+  explicit StochasticDepth(bool unused) : Module("StochasticDepth") {
+    for (int i = 0; i < 4; ++i)
+      blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<nn::Linear>(32, 32)));
+    if (unused) register_module("block4", std::make_shared<nn::Linear>(32, 32));
+    out = register_module("out", std::make_shared<nn::Linear>(32, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor z = relu((*in)(x));
+    for (auto& b : blocks) {
+      if (!is_training())
+        z = z + relu((*b)(z)) * 0.8;
+      else if (std::uniform_real_distribution<double>(0, 1)(draw) < 0.8)
+        z = z + relu((*b)(z));
+    }
+    return (*out)(z);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stochastic depth: a block skipped on some steps is O1 info; a block the forward never runs warns") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  SUBCASE("stochastic depth") {
+    auto model = std::make_shared<StochasticDepth>(false);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 5);
+    expect_clean(r);
+    const debug::Finding* f = dtest::first_of(r, "O1", debug::Kind::GradientMissing);
+    REQUIRE(f != nullptr);  // some block was skipped on some sampled step
+    CHECK(f->severity == debug::Severity::Info);
+    CHECK(dtest::ev(*f, "sampled steps without a gradient") < dtest::ev(*f, "sampled steps judged"));
+  }
+  SUBCASE("a block registered and never run") {
+    auto model = std::make_shared<StochasticDepth>(true);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 5);
+    bool never = false;
+    for (const debug::Finding& f : r.findings.findings())
+      never = never || (f.is("O1", debug::Kind::GradientMissing) && f.fires() && f.parameter == "block4.weight");
+    CHECK_MESSAGE(never, r.str());
+  }
+}
+
+TEST_CASE("a focal loss written as a function starts at its own value for logits of zeros, not log C: L4 silent") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  // Lin et al.'s focal loss, gamma 2: (1 - p)^2 (-log p); at logits of 0, (2/3)^2 log 3 = 0.488.
+  const debug::LossFunction focal = [](const Tensor& out, const Tensor& t) {
+    const Tensor lp = log_softmax(out, 1).gather(1, t.unsqueeze(1));
+    const Tensor q = 1.0 - exp(lp);
+    return mean(-(q * q) * lp);
+  };
+  auto model = std::make_shared<Mlp>();
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, focal, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = focal((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      s.step(l);
+    }
+    s.epoch();
+  }
+  const debug::RunReport r = s.finish();
+  expect_clean(r);
+  const debug::Finding* l4 = dtest::first_of(r, "L4", debug::Kind::InitialLoss);
+  REQUIRE(l4 != nullptr);
+  CHECK(dtest::ev(*l4, "expected") == doctest::Approx(4.0 / 9.0 * std::log(3.0)).epsilon(1e-3));
+}
+
+TEST_CASE("L9's loss ratios judge losses whose floor is 0: a Poisson likelihood below 0 is not 'memorised'") {
+  debug::EndFitMeasure m;
+  m.train_examples = 480;
+  m.val_examples = 120;
+  // A Poisson loss without its log(y!) constant: validation above training, both below 0.
+  m.train_loss = -0.59;
+  m.val_loss = -0.45;
+  for (const debug::Finding& f : debug::check_end_fit(m)) CHECK_MESSAGE(!f.fires(), f.title);
+  // The same gap on a loss with floor 0 (3.3x) warns.
+  m.train_loss = 0.06;
+  m.val_loss = 0.2;
+  bool gap = false;
+  for (const debug::Finding& f : debug::check_end_fit(m))
+    gap = gap || (f.fires() && f.kind == debug::Kind::GeneralisationGap);
+  CHECK(gap);
+  // A validation loss lower than the training loss, both below 0, is not "the training labels disagree".
+  m.train_loss = -0.3;
+  m.val_loss = -0.5;
+  m.train_row_losses.assign(480, -0.3);
+  m.val_row_losses.assign(120, -0.5);
+  for (const debug::Finding& f : debug::check_end_fit(m)) CHECK_MESSAGE(!f.fires(), f.title);
+}
+
+TEST_CASE("L6 over the run: a negated loss and a mean divided by B again warn; weights and accumulation do not") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  SUBCASE("the loss negated before backward: L6 leads with loss-negated") {
+    auto model = std::make_shared<Mlp>();
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.01));
+    const debug::RunReport r = train(*model, ce, opt, d, 4, [](const Tensor& l, int64_t) { return -l; });
+    CHECK_MESSAGE(warned(r, "L6", debug::Kind::LossNegated), r.str());
+    CHECK(lead_cause(r) == "loss-negated");
+  }
+  SUBCASE("a mean divided by the batch size again under SGD: L6 leads with mean-divided-again") {
+    auto model = std::make_shared<Mlp>();
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    const debug::RunReport r =
+        train(*model, ce, opt, d, 6, [](const Tensor& l, int64_t rows) { return l / static_cast<double>(rows); });
+    CHECK_MESSAGE(warned(r, "L6", debug::Kind::MeanDividedAgain), r.str());
+    CHECK(lead_cause(r) == "mean-divided-again");
+  }
+  SUBCASE("the clean twins: a loss weighted 0.5, and 4 batches accumulated, each divided by 4") {
+    {
+      auto model = std::make_shared<Mlp>();
+      optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
+      const debug::RunReport r = train(*model, ce, opt, d, 6, [](const Tensor& l, int64_t) { return l * 0.5; });
+      expect_clean(r);
+      CHECK(r.findings.ran("L6"));
+    }
+    {
+      auto model = std::make_shared<Mlp>();
+      optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+      const debug::RunReport r = train(
+          *model, ce, opt, d, 12, [](const Tensor& l, int64_t) { return l / 4.0; }, 4);
+      expect_clean(r);
+    }
+  }
+}
+
+namespace {
+// Three blobs in 6 dimensions, close enough that no feature separates them, and a seventh column.
+Split with_column(const std::function<Tensor(const XY&)>& column) {
+  const XY all = dtest::blobs(200, 3, 6, 3, 0.5);
+  const Tensor x = cat({all.x, column(all)}, 1);
+  return dtest::loaders(x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), x.narrow(0, 480, 120), all.y.narrow(0, 480, 120));
+}
+}  // namespace
+
+TEST_CASE(
+    "D7 target leakage: the label appended to the inputs warns; a categorical feature and continuous ones do not") {
+  manual_seed(4);
+  nn::CrossEntropyLoss ce;
+  SUBCASE("the label as a seventh column: D7 leads with target-leakage") {
+    const Split d = with_column([](const XY& a) { return a.y.unsqueeze(1).to(kFloat32) * 2.0 + 1.0; });
+    auto model = std::make_shared<Mlp>(7, 3);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 3);
+    CHECK_MESSAGE(warned(r, "D7", debug::Kind::TargetLeakage), r.str());
+    CHECK(lead_cause(r) == "target-leakage");
+  }
+  SUBCASE("a categorical column of 5 groups, independent of the label: silent") {
+    const Split d = with_column([](const XY& a) { return randint(0, 5, {a.y.size(0), 1}).to(kFloat32); });
+    auto model = std::make_shared<Mlp>(7, 3);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 3);
+    CHECK_FALSE(warned(r, "D7", debug::Kind::TargetLeakage));
+    CHECK(r.findings.ran("D7"));
+  }
+  SUBCASE("regression: the target copied into a column warns; a noisy linear target does not") {
+    for (const bool leak : {true, false}) {
+      CAPTURE(leak);
+      manual_seed(4);
+      const Tensor x = randn({300, 4});
+      const Tensor y = (x.narrow(1, 0, 1) * 2.0 - x.narrow(1, 1, 1) + randn({300, 1}) * 0.1);
+      const Tensor xin = leak ? cat({x, y * 3.0 - 1.0}, 1) : x;
+      const Split d =
+          dtest::loaders(xin.narrow(0, 0, 240), y.narrow(0, 0, 240), xin.narrow(0, 240, 60), y.narrow(0, 240, 60));
+      auto model = std::make_shared<Mlp>(leak ? 5 : 4, 1);
+      nn::MSELoss mse;
+      optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+      const debug::RunReport r = train(*model, mse, opt, d, 3);
+      CHECK_MESSAGE(warned(r, "D7", debug::Kind::TargetLeakage) == leak, r.str());
+    }
+  }
+}
