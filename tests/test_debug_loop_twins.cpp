@@ -234,6 +234,17 @@ TEST_CASE(
     CHECK_FALSE(warned(r, "D7", debug::Kind::TargetLeakage));
     CHECK(r.findings.ran("D7"));
   }
+  SUBCASE("a measured feature that separates the classes with several values each (Iris's petal width): silent") {
+    // Class c's rows take the values 3c, 3c + 1 and 3c + 2 (divided by 10): separable, and not a recoding.
+    const Split d = with_column([](const XY& a) {
+      return (a.y.unsqueeze(1) * 3 + randint(0, 3, {a.y.size(0), 1})).to(kFloat32) / 10.0;
+    });
+    auto model = std::make_shared<Mlp>(7, 3);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 3);
+    CHECK_FALSE(warned(r, "D7", debug::Kind::TargetLeakage));
+    CHECK(r.findings.ran("D7"));
+  }
   SUBCASE("regression: the target copied into a column warns; a noisy linear target does not") {
     for (const bool leak : {true, false}) {
       CAPTURE(leak);

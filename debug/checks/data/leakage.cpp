@@ -97,8 +97,9 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
     if (std::any_of(c.begin(), c.end(), [](double v) { return !std::isfinite(v); })) continue;
     Finding f;
     if (train.classes) {
-      // Class indices: the feature takes few values, repeated (each on opts.leak_rows_per_value rows
-      // on average), and each value belongs to one class only.
+      // Class indices: the feature takes one value per class (a recoding of the label), each repeated
+      // (on opts.leak_rows_per_value rows on average). A feature with more values than classes that
+      // still separates them (Iris's petal width, setosa against versicolor) is a feature, not a copy.
       std::map<double, double> class_of;
       bool pure = true;
       for (int64_t i = 0; i < n && pure; ++i) {
@@ -106,13 +107,13 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
         pure = fresh || it->second == y[i];
       }
       const auto values = static_cast<int64_t>(class_of.size());
-      if (!pure || values < 2 || values * opts.leak_rows_per_value > n) continue;
+      if (!pure || values != static_cast<int64_t>(classes.size()) || values * opts.leak_rows_per_value > n) continue;
       f = make("D7", Severity::Warning,
-               "the label can be read off input feature " + num(j) + " alone: each of its " + num(values) +
-                   " values belongs to one class");
+               "input feature " + num(j) + " is the label recoded: each of its " + num(values) +
+                   " values belongs to one class, and each class has one value");
       f.evidence = {{"feature", static_cast<double>(j), ""},
                     {"distinct values of the feature", static_cast<double>(values),
-                     "<= rows / " + num(opts.leak_rows_per_value) + ", each with one class, warns"},
+                     "one per class, each on one class only, warns"},
                     {"classes", static_cast<double>(classes.size()), ""},
                     {"training rows read", static_cast<double>(n), ""}};
     } else {
