@@ -270,7 +270,10 @@ Tensor SavedTensor::unpack_as_saved(Node& node) const {
 // loop. Each of those first drops its saved tensors (which may hold the next
 // node too), so that it dies with no edges left to recurse into. (This node's
 // own saved tensors, derived members, are already gone when this body runs.)
+std::atomic<int64_t> Node::live_{0};
+
 Node::~Node() {
+  live_.fetch_sub(1, std::memory_order_relaxed);
   std::vector<std::shared_ptr<Node>> orphans;
   auto adopt = [&orphans](Node& n) {
     for (Edge& e : n.next_edges)

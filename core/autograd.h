@@ -6,6 +6,7 @@
 // backward() walks the graph from the output, in dependency order, calling each
 // node with the gradient of its output and passing the results to its inputs.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -50,9 +51,14 @@ struct Edge {
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
-  explicit Node(const char* name) : name_(name) {}
+  explicit Node(const char* name) : name_(name) { live_.fetch_add(1, std::memory_order_relaxed); }
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
   virtual ~Node();  // frees the graph behind it iteratively (a 100,000-node chain must not recurse)
   const char* name() const { return name_; }
+  // The nodes alive now, in every thread: the graphs something still holds. A training loop whose count
+  // grows from step to step keeps each step's graph (a loss stored without .item()).
+  static int64_t live() { return live_.load(std::memory_order_relaxed); }
 
   // Given d(loss)/d(output), returns d(loss)/d(input_i) for each input, in the
   // order of next_edges (undefined Tensor where an input needs none).
@@ -83,6 +89,7 @@ class Node : public std::enable_shared_from_this<Node> {
   bool released_ = false;
 
  private:
+  static std::atomic<int64_t> live_;
   const char* name_;
 };
 

@@ -3,7 +3,8 @@
 // loss written as a function, judged at its own starting value; a Poisson likelihood whose loss goes
 // below 0; a loss negated before backward and a mean divided by the batch size again, against a
 // weighted sum of losses and gradient accumulation; a label appended to the inputs (target leakage)
-// against a categorical feature and a noisy linear target.
+// against a categorical feature, a separating measured feature and a noisy linear target; losses kept
+// as tensors (every step's graph kept alive) against losses kept as numbers.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -245,6 +246,17 @@ TEST_CASE(
     CHECK_FALSE(warned(r, "D7", debug::Kind::TargetLeakage));
     CHECK(r.findings.ran("D7"));
   }
+  SUBCASE("an autoencoder, whose targets are its inputs: silent") {
+    const XY all = dtest::blobs(100, 3, 6, 3, 1.0);
+    const Split d = dtest::loaders(all.x.narrow(0, 0, 240), all.x.narrow(0, 0, 240), all.x.narrow(0, 240, 60),
+                                   all.x.narrow(0, 240, 60));
+    auto model = std::make_shared<Mlp>(6, 6);
+    nn::MSELoss mse;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, mse, opt, d, 2);
+    CHECK_FALSE(warned(r, "D7", debug::Kind::TargetLeakage));
+    CHECK(r.findings.ran("D7"));
+  }
   SUBCASE("regression: the target copied into a column warns; a noisy linear target does not") {
     for (const bool leak : {true, false}) {
       CAPTURE(leak);
@@ -261,4 +273,47 @@ TEST_CASE(
       CHECK_MESSAGE(warned(r, "D7", debug::Kind::TargetLeakage) == leak, r.str());
     }
   }
+}
+
+TEST_CASE("W8 over the run: losses kept as tensors keep every step's graph; kept as numbers, nothing grows") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  for (const bool tensors : {true, false}) {
+    CAPTURE(tensors);
+    auto model = std::make_shared<Mlp>();
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    std::vector<Tensor> kept;  // the faulty loop's history: each loss with its graph
+    std::vector<double> logged;
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 3; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+        if (tensors)
+          kept.push_back(l);
+        else
+          logged.push_back(l.item<double>());
+      }
+      s.epoch();
+    }
+    const debug::RunReport r = s.finish();
+    CHECK(r.findings.ran("W8"));
+    CHECK_MESSAGE(warned(r, "W8", debug::Kind::GraphsRetained) == tensors, r.str());
+    if (tensors) CHECK(lead_cause(r) == "graphs-retained");
+  }
+}
+
+TEST_CASE("check_graph_retention: a running total reset each epoch warns; a constant or noisy count does not") {
+  std::vector<std::pair<int64_t, int64_t>> live;
+  for (int64_t s = 1; s <= 45; ++s) live.emplace_back(s, 40 + 12 * ((s - 1) % 15));  // total += loss, 15-step epochs
+  CHECK(debug::check_graph_retention(live).size() == 1);
+  live.clear();
+  for (int64_t s = 1; s <= 45; ++s) live.emplace_back(s, 40 + (s % 3));  // stochastic depth: the graph varies
+  CHECK(debug::check_graph_retention(live).empty());
+  live.clear();
+  for (int64_t s = 1; s <= 6; ++s) live.emplace_back(s, 40 * s);  // too few steps to judge
+  CHECK(debug::check_graph_retention(live).empty());
 }

@@ -151,6 +151,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"loss-negated", "a loss negated before backward (the optimizer climbs it)", "L6",
        "the gradient that reaches the loss's value during backward", true,
        [](const Finding& f) { return is(f, "L6", Kind::LossNegated); }},
+      {"graphs-retained", "each step's graph kept alive by the loop (a loss stored without item())", "W8",
+       "the autograd nodes alive after each optimizer step", true,
+       [](const Finding& f) { return is(f, "W8", Kind::GraphsRetained); }},
       {"rank-loss-logging", "one rank's loss logged as the global loss", "L8", "the logged loss against every rank's",
        true, GS_CHECK_CONFIRMS("L8")},
       // ---- the model ----

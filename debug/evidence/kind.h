@@ -119,7 +119,9 @@ namespace gradsleuth::debug {
   X(ScalerSummary, "scaler-summary", "O10")                                                           \
   /* W3 the monitored run */                                                                          \
   X(ValidationRose, "validation-rose", "W3")                                                          \
-  X(TrainingFailed, "training-failed", "W3")
+  X(TrainingFailed, "training-failed", "W3")                                                          \
+  /* W8 memory: each step's graph kept alive by the loop */                                           \
+  X(GraphsRetained, "graphs-retained", "W8")
 
 enum class Kind : uint16_t {
 #define GS_KIND_ENUM(sym, name, check) sym,

@@ -561,7 +561,8 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
        "a text report for a person, not a check: the gate's D1, M1, L4 and O1 findings hold "
        "its numbers",
        "call debug::diagnosis_report(model, x, y, loss) for the text");
-  skip("W7 (profiler), W8 (memory report)", "they measure where a step's time and memory go, not whether it is right",
+  skip("W7 (profiler), W8's memory report (its rule on graphs kept from step to step runs)",
+       "they measure where a step's time and memory go, not whether it is right",
        "wrap steps of your loop in a debug::Profiler (W7); call debug::memory_report(model, forward_loss) (W8)");
   if (r.steps == 0)
     skip("O1-O6, M7, M8, L1 during training",

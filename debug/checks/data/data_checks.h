@@ -280,7 +280,7 @@ std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& o
 // D7, target leakage, on the training split's tabular floating-point rows (at most max_drift_columns
 // values each; integer inputs are ids for an embedding, left out): a feature that is the label
 // recoded. Class indices: a feature with one value per class, each value on one class only (and on
-// leak_rows_per_value rows or more on average). Targets (regression, two features
+// leak_rows_per_value rows or more on average). One target per row (regression, two features
 // or more): a feature equal to the target up to a scale and a shift (the largest residual at most
 // leak_residual x the target's std). One warning, the first such feature; nothing below leak_min_rows rows.
 std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCheckOptions& opts = {});

@@ -216,6 +216,7 @@ struct SplitSample {
   bool tabular = true;
   bool classes = true;       // every label is one whole number: class indices
   bool float_inputs = true;  // the inputs are floating point (not ids or categories for an embedding)
+  int64_t label_values = 1;  // values per label row (1: a class or one target)
   std::string shape;         // one example's input shape
   int64_t features = -1;     // its number of values (-1 before the first row)
   int64_t read() const { return static_cast<int64_t>(x.size()); }

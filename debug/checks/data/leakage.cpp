@@ -117,9 +117,10 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
                     {"classes", static_cast<double>(classes.size()), ""},
                     {"training rows read", static_cast<double>(n), ""}};
     } else {
-      // Targets: the feature is the target up to a scale and a shift, exactly (a model with other
-      // inputs: with one feature, that feature is the task).
-      if (F < 2) return {};
+      // One target per row: the feature is the target up to a scale and a shift, exactly (a model with
+      // other inputs: with one feature, that feature is the task). Targets of several values are left
+      // out: an autoencoder's targets are its inputs.
+      if (F < 2 || train.label_values != 1) return {};
       const auto [mc, vc] = detail::mean_and_variance(c);
       const auto [my, vy] = detail::mean_and_variance(y);
       if (!(vc > 0 && vy > 0)) continue;

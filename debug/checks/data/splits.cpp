@@ -51,6 +51,7 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
                                  return l.value == 0.0 || l.value == 1.0;
                                })));
     s.float_inputs = s.float_inputs && b.x.is_floating_point();
+    s.label_values = std::max(s.label_values, b.y.dim() <= 1 ? int64_t{1} : b.y.numel() / B);
     const Tensor xb = b.x.reshape({B, -1}).to(kFloat64);
     s.tabular = s.tabular && b.x.dim() == 2 && s.features <= opts.max_drift_columns;
     if (s.tabular) {

@@ -1,5 +1,7 @@
 // W8 memory report: an op observer that remembers every storage the forward
-// touches, the live-bytes counters of core/storage.h, and the tables (memory.h).
+// touches, the live-bytes counters of core/storage.h, and the tables (memory.h). And over a run, the
+// autograd nodes alive after each optimizer step: a count that keeps growing is a loop that keeps each
+// step's graph.
 #include "debug/checks/workflow/memory.h"
 
 #include <algorithm>
@@ -9,9 +11,12 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/autograd.h"
 #include "core/backend.h"
 #include "core/format.h"
 #include "core/observer.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/finding.h"
 
 namespace gradsleuth::debug {
@@ -265,6 +270,68 @@ std::string MemoryReport::json() const {
      << ",\"gradients\":" << rows_json(gradients) << ",\"activations\":" << rows_json(activations)
      << ",\"inputs\":" << rows_json(inputs) << "}";
   return os.str();
+}
+
+// ---- W8 over the run: graphs kept from step to step ------------------------------------------
+
+std::vector<Finding> check_graph_retention(const std::vector<std::pair<int64_t, int64_t>>& live, int64_t min_steps,
+                                           double min_growth) {
+  // The longest stretch of steps over which the count rose at every step.
+  size_t best_lo = 0, best_hi = 0, lo = 0;
+  for (size_t i = 1; i < live.size(); ++i) {
+    if (live[i].second <= live[i - 1].second || live[i].first != live[i - 1].first + 1) lo = i;
+    if (i - lo > best_hi - best_lo) best_lo = lo, best_hi = i;
+  }
+  if (live.empty() || static_cast<int64_t>(best_hi - best_lo) + 1 < min_steps) return {};
+  const auto [s0, n0] = live[best_lo];
+  const auto [s1, n1] = live[best_hi];
+  if (n0 <= 0 || static_cast<double>(n1) < min_growth * static_cast<double>(n0)) return {};
+  const double per_step = static_cast<double>(n1 - n0) / static_cast<double>(s1 - s0);
+  Finding f =
+      detail::make("W8", Severity::Warning,
+                   "the autograd graph alive after the optimizer's step grew at each of " + detail::num(s1 - s0 + 1) +
+                       " steps in a row, from " + detail::num(n0) + " nodes (step " + detail::num(s0) + ") to " +
+                       detail::num(n1) + " (step " + detail::num(s1) + "): the loop keeps every step's graph");
+  f.kind = Kind::GraphsRetained;
+  f.evidence = {{"steps in a row with more nodes alive", static_cast<double>(s1 - s0 + 1),
+                 ">= " + detail::num(min_steps) + " and"},
+                {"nodes alive at the stretch's end / at its start", static_cast<double>(n1) / static_cast<double>(n0),
+                 ">= " + fmt_num(min_growth) + " warns"},
+                {"nodes added per step", per_step, ""}};
+  f.cause =
+      "a tensor that requires grad is kept from step to step: the loss stored in a list or summed into a running "
+      "total (total += loss, not loss.item()), outputs kept for a metric without detach(), or a recurrent hidden "
+      "state carried into the next batch without detach(). Each kept graph holds the activations it saved: memory "
+      "grows until it runs out, and a carried hidden state makes backward reach into every earlier batch";
+  f.fix =
+      "keep numbers, not graphs: loss.item() (or loss.detach()) for logs and totals, outputs.detach() for metrics; "
+      "detach() a hidden state carried between batches";
+  return {f};
+}
+
+namespace {
+
+class GraphRetentionRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "W8"; }
+  uint32_t events() const override { return RunEvent::AfterStep | RunEvent::Finish; }
+  void after_step(RunContext& c, bool) override {
+    if (live_.size() < kMaxSteps) live_.emplace_back(c.steps, Node::live());
+  }
+  void finish(RunContext& c) override {
+    c.add_all(check_graph_retention(live_));
+    c.note_ran("W8");
+  }
+
+ private:
+  static constexpr size_t kMaxSteps = 1 << 20;     // 16 MiB of counts at most
+  std::vector<std::pair<int64_t, int64_t>> live_;  // (step, nodes alive after it)
+};
+
+}  // namespace
+
+std::unique_ptr<RunCheck> make_graph_retention_run_check(const MonitorOptions&) {
+  return std::make_unique<GraphRetentionRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

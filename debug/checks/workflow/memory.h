@@ -28,8 +28,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "debug/evidence/finding.h"
 #include "nn/module.h"
 
 namespace gradsleuth::debug {
@@ -75,5 +77,13 @@ MemoryReport memory_report(nn::Module& model, const std::function<Tensor()>& for
 
 // 1536 -> "1.5 KiB"; below 1 KiB, "123 B".
 std::string format_bytes(int64_t bytes);
+
+// W8 over a run: (step, autograd nodes alive right after that optimizer step) for consecutive steps
+// (Node::live(); the monitor records it at every step). A healthy loop holds the same graph after
+// each step; a count that rose at each of min_steps steps in a row, to min_growth x where it started,
+// is a loop that keeps each step's graph (a loss stored without .item(), a hidden state carried over
+// without detach()): one warning.
+std::vector<Finding> check_graph_retention(const std::vector<std::pair<int64_t, int64_t>>& live, int64_t min_steps = 8,
+                                           double min_growth = 2.0);
 
 }  // namespace gradsleuth::debug
