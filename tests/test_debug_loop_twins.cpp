@@ -317,3 +317,52 @@ TEST_CASE("check_graph_retention: a running total reset each epoch warns; a cons
   for (int64_t s = 1; s <= 6; ++s) live.emplace_back(s, 40 * s);  // too few steps to judge
   CHECK(debug::check_graph_retention(live).empty());
 }
+
+TEST_CASE("L4 on a resumed model: a low first loss from a model that already predicts the batch is info") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  auto model = std::make_shared<Mlp>();
+  {  // the run before: trained, then saved and loaded (kept in memory here)
+    optim::Adam first(model->parameters(), optim::AdamOptions(3e-3));
+    for (int e = 0; e < 3; ++e)
+      for (const nn::Batch& b : *d.train) {
+        first.zero_grad();
+        ce((*model)(b.x), b.y).backward();
+        first.step();
+      }
+  }
+  optim::Adam opt(model->parameters(), optim::AdamOptions(2e-5));  // fine-tuning on, at a small rate
+  const debug::RunReport r = train(*model, ce, opt, d, 2);
+  const debug::Finding* l4 = dtest::first_of(r, "L4", debug::Kind::InitialLoss);
+  REQUIRE(l4 != nullptr);
+  CHECK_MESSAGE(!l4->fires(), r.str());
+  CHECK(l4->title.find("starts trained") != std::string::npos);
+}
+
+TEST_CASE("soften_trained_start: the same low loss stays a warning when the predictions are at chance") {
+  const std::vector<debug::Finding> low = debug::check_initial_loss(0.11, 3, "cross_entropy");
+  REQUIRE(low.size() == 1);
+  REQUIRE(low[0].fires());
+  const Tensor y = tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}, {12});
+  // Logits that pick the right class for 11 of 12 rows: a trained start.
+  Tensor right = zeros({12, 3});
+  for (int64_t i = 0; i < 12; ++i) right[i][i == 0 ? 1 : i % 3].fill_(5.0);
+  std::vector<debug::Finding> trained = low;
+  debug::soften_trained_start(trained, right, y);
+  CHECK_FALSE(trained[0].fires());
+  // Logits that always pick class 0: right on a third, chance.
+  Tensor flat = zeros({12, 3});
+  for (int64_t i = 0; i < 12; ++i) flat[i][0].fill_(5.0);
+  std::vector<debug::Finding> untrained = low;
+  debug::soften_trained_start(untrained, flat, y);
+  CHECK(untrained[0].fires());
+  // One logit per row against 0/1 targets, and probabilities.
+  const Tensor t = tensor(std::vector<float>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, {10, 1});
+  const std::vector<debug::Finding> bce = debug::check_initial_loss(0.05, 2, "bce");
+  std::vector<debug::Finding> logits = bce, probs = bce;
+  debug::soften_trained_start(logits, t * 8.0 - 4.0, t);
+  debug::soften_trained_start(probs, t * 0.8 + 0.1, t, true);
+  CHECK_FALSE(logits[0].fires());
+  CHECK_FALSE(probs[0].fires());
+}

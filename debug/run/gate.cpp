@@ -174,6 +174,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
         std::vector<Finding> initial = check_initial_loss(lv, C, "cross_entropy", lo, why);  // L4
         confirm_initial_loss(initial, std::any_of(start.begin(), start.end(), [](const Finding& f) { return f.fires(); }),
                              o.loss);
+        soften_trained_start(initial, out, y, o.loss_type == "BCELoss", o.loss);  // a resumed or fine-tuned model
         r.add(initial);
         r.note_ran("L4");
       }

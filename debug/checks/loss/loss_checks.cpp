@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "core/autograd.h"
@@ -476,6 +477,57 @@ void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, 
   }
 }
 
+void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, const Tensor& target,
+                          bool probabilities, const LossCheckOptions& opts) {
+  const bool low = std::any_of(findings.begin(), findings.end(), [&](const Finding& f) {
+    return f.fires() && f.is("L4", Kind::InitialLoss) && !f.nonfinite &&
+           f.value_of("loss / expected") < opts.initial_loss_low;
+  });
+  if (!low || !output.defined() || !target.defined() || output.dim() < 1 || output.size(0) != target.size(0) ||
+      output.size(0) < 8)
+    return;
+  NoGradGuard ng;
+  const int64_t B = output.size(0);
+  std::vector<double> predicted, truth;
+  if (output.dim() == 2 && output.size(1) > 1 && target.dim() == 1 && is_integral(target.dtype())) {
+    predicted = contiguous_doubles(argmax(output.detach(), 1).to(kFloat64));
+    truth = contiguous_doubles(target.to(kFloat64));
+  } else if (output.numel() == B && target.numel() == B) {
+    const Tensor p = output.detach().reshape({B});
+    predicted = contiguous_doubles((probabilities ? gt(p, 0.5) : gt(p, 0.0)).to(kFloat64));
+    truth = contiguous_doubles(target.detach().reshape({B}).to(kFloat64));
+    for (double& t : truth) t = t >= 0.5 ? 1.0 : 0.0;  // soft targets: their side of 0.5
+  } else {
+    return;
+  }
+  std::map<double, int64_t> counts;
+  int64_t right = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    ++counts[truth[i]];
+    right += predicted[i] == truth[i];
+  }
+  int64_t most = 0;
+  for (const auto& [label, n] : counts) most = std::max(most, n);
+  const double share = static_cast<double>(right) / static_cast<double>(B);
+  const double chance = static_cast<double>(most) / static_cast<double>(B);
+  const double needed = chance + opts.trained_start_share * (1.0 - chance);
+  if (!(share > needed)) return;
+  for (Finding& f : findings) {
+    if (!f.fires() || !f.is("L4", Kind::InitialLoss) || f.value_of("loss / expected") >= opts.initial_loss_low)
+      continue;
+    f.severity = Severity::Info;
+    f.title += ": the model starts trained";
+    f.evidence.push_back({"share of the batch the first predictions get right", share,
+                          "> " + fmt_num(needed) + " (chance + " + fmt_num(opts.trained_start_share) +
+                              " x the rest): a trained start, info"});
+    f.evidence.push_back({"the most frequent class's share (chance)", chance, ""});
+    f.cause =
+        "the model has learned already (resumed from a checkpoint, or fine-tuned whole from a model trained on "
+        "this task): its first loss is what that training left, not an untrained model's";
+    f.fix = "none needed; log C is the rule for an untrained model";
+  }
+}
+
 // ---- L5 masked targets ---------------------------------------------------------------------
 
 std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_index,
@@ -567,6 +619,7 @@ class InitialLossRunCheck final : public RunCheck {
           check_initial_loss(v.item<double>(), C, "cross_entropy", summed ? o : o_,
                              summed ? "the loss's own value for logits that prefer no class" : "");
       confirm_initial_loss(fs, false, o_);  // the gate's probe of the final bias confirms it there
+      soften_trained_start(fs, input, target, false, o_);
       c.add_all(fs);
     } else if (l.type_name().rfind("BCE", 0) == 0 && v.numel() == 1) {
       const Tensor in = input.detach();
@@ -574,6 +627,7 @@ class InitialLossRunCheck final : public RunCheck {
       std::vector<Finding> fs = check_initial_loss(
           v.item<double>(), 2, "bce", o, "the loss of a prediction of 0.5 for every target, with the loss's own weights");
       confirm_initial_loss(fs, false, o_);
+      soften_trained_start(fs, in, target, l.type_name() == "BCELoss", o_);
       c.add_all(fs);
     } else {
       return;

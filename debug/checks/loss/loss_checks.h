@@ -134,6 +134,10 @@ struct LossCheckOptions {
   // default or Kaiming initialisation start with confident logits: 1.34-1.98 on the healthy
   // corpus (residual and deep ReLU MLPs); B16 (weights 10x too large) ~7, B03 (sum) ~64.
   double initial_loss_confirm = 3.0;
+  // A loss below initial_loss_low x the expected one is a model that starts trained (resumed from a
+  // checkpoint, fine-tuned whole) when its predictions already get more of the batch right than
+  // chance + trained_start_share x (1 - chance): then L4 says so as info (soften_trained_start).
+  double trained_start_share = 0.5;
   // L4 on the initial outputs (check_initial_outputs). Classes: the mean predicted distribution
   // p over the batch against the batch's class frequencies f; KL(f || p) above KL(f || uniform)
   // by more than initial_output_excess nats warns (the start is worse than guessing uniformly:
@@ -243,6 +247,14 @@ std::vector<Finding> check_initial_loss(double loss, int64_t num_classes, const 
 // opts.initial_loss_confirm stays a warning only when `cause_confirmed` (the final bias was found
 // to skew the start); otherwise it becomes info (confident logits from the initialisation).
 void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts = {});
+
+// L4 on a model that starts trained: a low initial-loss warning becomes info when the predictions
+// (`output`: logits or log-probabilities (B, C) against class indices (B), or one logit or
+// probability per row against 0/1 targets) get more of the batch right than chance +
+// opts.trained_start_share x (1 - chance), chance being the most frequent class's share. A resumed
+// or fine-tuned model starts low because it has learned; an untrained one does not.
+void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, const Tensor& target,
+                          bool probabilities = false, const LossCheckOptions& opts = {});
 
 // L4's probe of a skewed start (an InitialOutputBiased warning among `start`, class or 0/1
 // targets): the forward again with the model's final bias (the last bias with one value per
