@@ -150,8 +150,8 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       std::string why;
       bool judge = C > 1 && y.dtype() == kInt64;
       const bool function = o.loss_type.empty();
-      const bool ce_family = function || o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
-      if (judge && (!ce_family || function || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
+      const bool ce_family = o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
+      if (judge && (!ce_family || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
         NoGradGuard ng;
         // Log-probabilities of 1 / C for NLL, logits of 0 for the others.
         const double log_c = std::log(static_cast<double>(C));

@@ -92,6 +92,11 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
   for (int64_t i = 0; i < n; ++i) y[i] = train.y[i].value;
   std::set<double> classes(y.begin(), y.end());
   if (classes.size() < 2 || std::any_of(y.begin(), y.end(), [](double v) { return !std::isfinite(v); })) return {};
+  // One target per row (regression): the feature is the target up to a scale and a shift, exactly (a
+  // model with other inputs: with one feature, that feature is the task). Targets of several values are
+  // left out: an autoencoder's targets are its inputs.
+  if (!train.classes && (F < 2 || train.label_values != 1)) return {};
+  const auto [my, vy] = detail::mean_and_variance(y);
   for (int64_t j = 0; j < F; ++j) {
     const std::vector<double> c = column(j);
     if (std::any_of(c.begin(), c.end(), [](double v) { return !std::isfinite(v); })) continue;
@@ -117,12 +122,7 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
                     {"classes", static_cast<double>(classes.size()), ""},
                     {"training rows read", static_cast<double>(n), ""}};
     } else {
-      // One target per row: the feature is the target up to a scale and a shift, exactly (a model with
-      // other inputs: with one feature, that feature is the task). Targets of several values are left
-      // out: an autoencoder's targets are its inputs.
-      if (F < 2 || train.label_values != 1) return {};
       const auto [mc, vc] = detail::mean_and_variance(c);
-      const auto [my, vy] = detail::mean_and_variance(y);
       if (!(vc > 0 && vy > 0)) continue;
       double cov = 0;
       for (int64_t i = 0; i < n; ++i) cov += (c[i] - mc) * (y[i] - my);

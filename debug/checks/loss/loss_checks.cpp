@@ -479,12 +479,12 @@ void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, 
 
 void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, const Tensor& target,
                           bool probabilities, const LossCheckOptions& opts) {
-  const bool low = std::any_of(findings.begin(), findings.end(), [&](const Finding& f) {
+  const auto low = [&](const Finding& f) {
     return f.fires() && f.is("L4", Kind::InitialLoss) && !f.nonfinite &&
            f.value_of("loss / expected") < opts.initial_loss_low;
-  });
-  if (!low || !output.defined() || !target.defined() || output.dim() < 1 || output.size(0) != target.size(0) ||
-      output.size(0) < 8)
+  };
+  if (std::none_of(findings.begin(), findings.end(), low) || !output.defined() || !target.defined() ||
+      output.dim() < 1 || output.size(0) != target.size(0) || output.size(0) < 8)
     return;
   NoGradGuard ng;
   const int64_t B = output.size(0);
@@ -513,8 +513,7 @@ void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, 
   const double needed = chance + opts.trained_start_share * (1.0 - chance);
   if (!(share > needed)) return;
   for (Finding& f : findings) {
-    if (!f.fires() || !f.is("L4", Kind::InitialLoss) || f.value_of("loss / expected") >= opts.initial_loss_low)
-      continue;
+    if (!low(f)) continue;
     f.severity = Severity::Info;
     f.title += ": the model starts trained";
     f.evidence.push_back({"share of the batch the first predictions get right", share,

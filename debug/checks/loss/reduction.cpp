@@ -160,6 +160,7 @@ struct LossCall {
   double multiplier = kNaN;
   int64_t rows = 0;
   bool mean = false;
+  std::vector<double> terms;  // the counts the loss may have summed (loop_divisor)
 };
 
 // Every call's gradient times its rows (and times the calls of its step, for a loop that also divides
@@ -199,13 +200,12 @@ class LossDivisionRunCheck final : public RunCheck {
     call.rows = rows;
     call.mean = l.reduction() == nn::Reduction::Mean &&
                 (loss_type::cross_entropy(l) || loss_type::nll(l) || loss_type::elementwise(l));
-    v.register_hook([seen = seen_, calls = calls_, call, terms, scaler = c.scaler](const Tensor& g) {
+    call.terms = std::move(terms);
+    v.register_hook([calls = calls_, call, scaler = c.scaler](const Tensor& g) {
       if (g.numel() != 1) return Tensor();
-      const double m =
-          g.item<double>() / (scaler ? scaler->get_scale() : 1.0);  // the scaler's factor is not the loop's
-      seen->push_back(loop_divisor(m, terms));
       calls->push_back(call);
-      calls->back().multiplier = m;
+      // The scaler's factor is not the loop's.
+      calls->back().multiplier = g.item<double>() / (scaler ? scaler->get_scale() : 1.0);
       return Tensor();
     });
     c.note_ran("L6");
@@ -252,10 +252,12 @@ class LossDivisionRunCheck final : public RunCheck {
       c.add(std::move(f));
     }
   }
-  void series(TrainingHistory& h) const override { h.loss_divisors = *seen_; }
+  void series(TrainingHistory& h) const override {
+    h.loss_divisors.clear();
+    for (const LossCall& call : *calls_) h.loss_divisors.push_back(loop_divisor(call.multiplier, call.terms));
+  }
 
  private:
-  std::shared_ptr<std::vector<double>> seen_ = std::make_shared<std::vector<double>>();
   std::shared_ptr<std::vector<LossCall>> calls_ = std::make_shared<std::vector<LossCall>>();
 };
 }  // namespace
