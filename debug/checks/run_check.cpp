@@ -16,6 +16,33 @@ RunCheckList all_run_checks(const MonitorOptions& o) {
   return list;
 }
 
+void soften_reached_in_training(Report& gate, const TrainingHistory& h, const char* check, Kind kind) {
+  const int64_t judged = h.gradient_judged_steps;
+  if (judged <= 0) return;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const Finding& g = gate.findings()[i];
+    if (!g.is(check, kind) || !g.fires() || g.parameter.empty()) continue;
+    int64_t without = 0;
+    for (const auto& [name, n] : h.gradient_missing)
+      if (name == g.parameter) without = n;
+    if (without >= judged) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title = "the trainable parameter " + g.parameter +
+              " gets no gradient from the loss the Session was given, but had one in training (on " +
+              std::to_string(judged - without) + " of " + std::to_string(judged) + " sampled steps)";
+    f.evidence.push_back({"sampled training steps on which it had a gradient", static_cast<double>(judged - without),
+                          "> 0: the loop's backward reaches it"});
+    f.cause =
+        "the loop's objective has a term the Session's loss does not: an auxiliary loss on a second head, a "
+        "penalty on these weights";
+    f.fix =
+        "nothing; for the checks before training to judge the whole objective, give the Session a loss function "
+        "(output, target) -> loss that computes it";
+    gate.replace(i, f);
+  }
+}
+
 namespace loss_type {
 bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target) {
   const std::string& t = l.type_name();

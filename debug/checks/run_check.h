@@ -81,6 +81,15 @@ struct TrainingHistory {
   // or counted targets): 1 for a loss summed and divided by the batch size, k for that divided again
   // over k accumulated batches; NaN when the gradient that reached it is no such division.
   std::vector<double> loss_divisors;
+  // The gate's premise (it trains and judges loss(model(x), y)) over the run: the training calls of
+  // the loss module, and those whose input had as many elements as the output of the model's last
+  // training forward. A contrastive loss on a product of two forwards, or a distance between
+  // embeddings, takes something else.
+  int64_t loss_calls = 0, loss_calls_on_output = 0;
+  // O1 over the run: the sampled steps it judged, and each trainable parameter that went without a
+  // gradient on some of them, with how many.
+  int64_t gradient_judged_steps = 0;
+  std::vector<std::pair<std::string, int64_t>> gradient_missing;
 };
 
 // The events of a training run; a unit's events() is the set it listens to.
@@ -232,6 +241,12 @@ void add_model_run_checks(RunCheckList& list, const MonitorOptions& o);
 void add_workflow_run_checks(RunCheckList& list, const MonitorOptions& o);
 // Every family's, in the order the monitor calls them.
 RunCheckList all_run_checks(const MonitorOptions& o);
+
+// A gate finding (`check`, `kind`) that a trainable parameter gets no gradient, where the run's
+// sampled steps (O1 over the run, TrainingHistory::gradient_missing) show that it got one on some:
+// the loop's backward reaches it through a term the Session's loss does not have (an auxiliary loss
+// on a second head). Such a finding becomes info. The homes of M5 and O1 call it with their kinds.
+void soften_reached_in_training(Report& gate, const TrainingHistory& h, const char* check, Kind kind);
 
 // The loss types the run checks tell apart (nn::Loss::type_name()).
 namespace loss_type {

@@ -491,12 +491,17 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (!gate_phase_.ran)
     gate_phase_.note =
         !o_.gate ? "switched off (DiagnoseOptions::gate)" : "no batch: no training loader and no begin(x, y)";
-  revise_loss_reduction(gate_phase_.findings, monitor_->history().loss_divisors);  // L6 with the loop's division
+  const TrainingHistory seen = monitor_->history();
+  revise_loss_reduction(gate_phase_.findings, seen.loss_divisors);  // L6 with the loop's division
+  // The gate's gradients and loss probes with what the loop's backward reached and its loss took.
+  revise_gradient_missing(gate_phase_.findings, seen);     // O1
+  revise_parameter_unreached(gate_phase_.findings, seen);  // M5
+  revise_gate_objective(gate_phase_.findings, seen);
   r.phases = {data_phase_, gate_phase_, training, end};
   r.findings.merge(data_phase_.findings);
   r.findings.merge(gate_phase_.findings);
   r.findings.merge(monitor_->report());
-  r.history = monitor_->history();
+  r.history = seen;
   r.steps = monitor_->steps();
   r.stopped = stopped_;
   lr_probe(r);

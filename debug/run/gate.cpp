@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
 #include "debug/checks/model/behaviour.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/normalization.h"
 
@@ -39,6 +40,31 @@ bool gate_phase(Report& r, const std::string& phase, const std::string& lost, co
 }
 
 }  // namespace
+
+void revise_gate_objective(Report& gate, const TrainingHistory& h) {
+  if (h.loss_calls == 0 || 2 * h.loss_calls_on_output >= h.loss_calls) return;
+  static const std::set<std::string> on_the_loss = {"L4", "L6", "M3", "M5", "M14", "M15", "M16", "O1"};
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const Finding& g = gate.findings()[i];
+    if (!g.fires() || g.severity == Severity::Error || !on_the_loss.count(g.check)) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title += " (judged on loss(model(x), y), which the loop does not train)";
+    f.evidence.push_back({"training calls of the loss that took the model's output",
+                          static_cast<double>(h.loss_calls_on_output),
+                          "under half of them: the checks before training judged another objective"});
+    f.evidence.push_back({"training calls of the loss", static_cast<double>(h.loss_calls), ""});
+    f.cause =
+        "the loop's loss takes something other than the model's output (its input had another size than the "
+        "output in most training steps): the probe before training measured an objective the loop does not "
+        "optimise. " +
+        f.cause;
+    f.fix =
+        "give the Session a loss function (output, target) -> loss that computes the loop's objective from the "
+        "model's output, for these checks to judge it";
+    gate.replace(i, f);
+  }
+}
 
 Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
                       const std::string& lost) {

@@ -52,6 +52,14 @@ struct GateOptions {
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                      const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {});
 
+// The gate's loss probes (L4, L6, M3, M5, M14, M15, M16 and O1's gradients) train and judge
+// loss(model(x), y). After the run they are judged again with what the loop's loss module took
+// (TrainingHistory::loss_calls_on_output): where under half of its training calls took the model's
+// output (a contrastive loss on the product of two forwards, a distance between embeddings), the loop
+// trains another objective, and their findings become info saying so.
+struct TrainingHistory;
+void revise_gate_objective(Report& gate, const TrainingHistory& h);
+
 // An exception a phase of the checks provoked in the user's model or loss, as an error finding:
 // M20 for the engine's in-place error (its cause naming the phase), else W2 titled
 // "<who> could not run the <phase>: <what>", saying which checks (`lost`, e.g. "O1, M5")

@@ -67,10 +67,17 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     for (RunCheck* c : listening(RunEvent::Forward)) c->forward(ctx_, x);
     if (training) ctx_.in_step = true;  // a training forward: step steps + 1 has begun
   });
+  hooks_.post(root, [this](nn::Module&, const Tensor&, const Tensor& out) {
+    if (!probing_ && GradMode::is_enabled()) output_numel_ = out.defined() ? out.numel() : -1;
+  });
   if (nn::Loss* l = ctx_.loss) {
     hooks_.loss_pre(*l, [this](nn::Loss& l, const Tensor& in, const Tensor& t) {
       if (!GradMode::is_enabled()) return;  // an evaluation, not a training step
       ctx_.y = t;
+      if (!probing_) {
+        ++history_.loss_calls;
+        if (in.defined() && in.numel() == output_numel_) ++history_.loss_calls_on_output;
+      }
       for (RunCheck* c : listening(RunEvent::LossInput)) c->loss_input(ctx_, l, in, t);
     });
     hooks_.loss_post(*l, [this](nn::Loss& l, const Tensor&, const Tensor& t, const Tensor& v) {

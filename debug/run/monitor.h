@@ -120,6 +120,7 @@ class Monitor {
   std::unique_ptr<WarningHandlerGuard> warnings_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the trainer callbacks' weak token
   bool finished_ = false, attached_ = true, probing_ = false;
+  int64_t output_numel_ = -1;  // the elements of the model's output at its last training forward
   TrainingHistory history_;
   size_t lr_group_ = 0;  // the group history_.learning_rates follows (lr_reference_group)
 };

@@ -113,6 +113,10 @@ std::vector<Finding> check_shared_weights(nn::Module& model);
 // After a backward: trainable parameters whose .grad is missing or all zero.
 // `skip`: parameters whose zero gradient is by construction (find_redundant_biases).
 std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip = {});
+// M5's "got no gradient from backward" at the gate, judged again with the run as O1's
+// (revise_gradient_missing): a parameter the loop's backward reached is info.
+struct TrainingHistory;
+void revise_parameter_unreached(Report& gate, const TrainingHistory& h);
 
 // Redundant biases (reported under O1 at info level): after a backward on (x, y), a 1-D
 // parameter whose gradient is ~0 (below vanishing_grad_norm) is shifted by a constant per

@@ -277,4 +277,8 @@ std::unique_ptr<RunCheck> make_final_activation_run_check(const MonitorOptions&)
   return std::make_unique<FinalActivationRunCheck>();
 }
 
+void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
+  soften_reached_in_training(gate, h, "M5", Kind::ParameterUnreached);
+}
+
 }  // namespace gradsleuth::debug

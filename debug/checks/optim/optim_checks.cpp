@@ -658,7 +658,11 @@ class GradientHealthRunCheck final : public RunCheck {
  public:
   explicit GradientHealthRunCheck(const OptimCheckOptions& o) : o_(o) {}
   std::string ids() const override { return "O1"; }
-  uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::Finish; }
+  uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::Finish | RunEvent::Series; }
+  void series(TrainingHistory& h) const override {
+    h.gradient_judged_steps = judged_steps_;
+    h.gradient_missing.assign(missing_steps_.begin(), missing_steps_.end());
+  }
   void finish(RunContext& c) override {
     for (auto& [name, held] : missing_) {
       Finding f = held.first;
@@ -690,6 +694,7 @@ class GradientHealthRunCheck final : public RunCheck {
       }
       auto [it, fresh] = missing_.try_emplace(health[i].parameter, health[i], 0);
       ++it->second.second;
+      ++missing_steps_[health[i].parameter];
       health.erase(health.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (!redundant_checked_ && c.loss && c.x.defined() && c.y.defined() &&
@@ -736,6 +741,7 @@ class GradientHealthRunCheck final : public RunCheck {
   bool redundant_checked_ = false;
   int64_t judged_steps_ = 0;                                    // sampled steps on which some parameter had a gradient
   std::map<std::string, std::pair<Finding, int64_t>> missing_;  // the first finding, the steps without
+  std::map<std::string, int64_t> missing_steps_;                // the same counts, kept for the history
 };
 
 // O5 is raised by the optimizer itself (a core warning): its findings say what the loop did. A
@@ -756,6 +762,10 @@ class AccumulationRunCheck final : public RunCheck {
   }
 };
 }  // namespace
+
+void revise_gradient_missing(Report& gate, const TrainingHistory& h) {
+  soften_reached_in_training(gate, h, "O1", Kind::GradientMissing);
+}
 
 std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o) {
   return std::make_unique<NormHistoryRunCheck>(o.optim);

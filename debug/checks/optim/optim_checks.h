@@ -156,6 +156,12 @@ using NormSeries = std::vector<std::pair<std::string, std::vector<std::pair<int6
 // wrong, one info finding with the smallest and largest norms and the ratio.
 std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimCheckOptions& opts = {});
 
+// O1's gate finding "got no gradient" judged again with the run (TrainingHistory's gradient counts):
+// a parameter the loop's backward did reach is reached by a loss term the Session was not given
+// (soften_reached_in_training in run_check.h): info.
+struct TrainingHistory;
+void revise_gradient_missing(Report& gate, const TrainingHistory& h);
+
 // O2 and O3: record() after backward and before step (the gradients of this
 // step, the weights they were computed for), every step or every N steps.
 class NormHistory {

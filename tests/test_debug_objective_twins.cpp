@@ -1,0 +1,129 @@
+// The objective the loop trains, against the loss the Session was given: the checks before training
+// (the gate) train and judge loss(model(x), y), and the run tells whether the loop does the same.
+// A multi-task model whose second head learns from an auxiliary loss, against the same head with
+// the auxiliary loss forgotten; a contrastive (InfoNCE) loss on the product of two forwards, against
+// the same bounded encoder trained by cross-entropy on its output.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <string>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+
+using namespace gradsleuth;
+using dtest::expect_clean;
+using dtest::Split;
+
+namespace {
+
+// A shared trunk, a classification head (the model's output) and a regression head whose output
+// the forward keeps in `aux`.
+struct TwoHeads : nn::Module {
+  std::shared_ptr<nn::Linear> trunk = register_module("trunk", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> cls = register_module("cls", std::make_shared<nn::Linear>(32, 3));
+  std::shared_ptr<nn::Linear> reg = register_module("reg", std::make_shared<nn::Linear>(32, 1));
+  Tensor aux;
+  TwoHeads() : Module("TwoHeads") {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = relu((*trunk)(x));
+    aux = (*reg)(h);
+    return (*cls)(h);
+  }
+};
+
+// Unit-length 16-dimensional embeddings.
+struct Encoder : nn::Module {
+  std::shared_ptr<nn::Linear> a = register_module("a", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> b = register_module("b", std::make_shared<nn::Linear>(32, 16));
+  Encoder() : Module("Encoder") {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor z = (*b)(relu((*a)(x)));
+    return z / sqrt(sum(z * z, {1}, true) + 1e-8);
+  }
+};
+
+bool warned_on(const debug::RunReport& r, const char* check, debug::Kind k, const std::string& parameter) {
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.is(check, k) && f.fires() && f.parameter == parameter) return true;
+  return false;
+}
+
+debug::RunReport train_two_heads(bool with_aux) {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  auto model = std::make_shared<TwoHeads>();
+  nn::CrossEntropyLoss ce;
+  nn::MSELoss mse;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 5; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor loss = ce((*model)(b.x), b.y);
+      // The auxiliary target: the sum of the first two features.
+      if (with_aux) loss = loss + mse(model->aux, sum(b.x.narrow(1, 0, 2), {1}, true)) * 0.5;
+      loss.backward();
+      opt.step();
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a second head trained by an auxiliary loss is reached in training: the gate's 'no gradient' is info") {
+  SUBCASE("the auxiliary loss added before backward") {
+    const debug::RunReport r = train_two_heads(true);
+    expect_clean(r);
+    // The gate still says what it saw, as info with the run's count.
+    const debug::Finding* m5 = dtest::first_of(r, "M5", debug::Kind::ParameterUnreached);
+    REQUIRE(m5 != nullptr);
+    CHECK(m5->severity == debug::Severity::Info);
+    CHECK(dtest::ev(*m5, "sampled training steps on which it had a gradient") > 0);
+  }
+  SUBCASE("the auxiliary loss forgotten: the head never learns") {
+    const debug::RunReport r = train_two_heads(false);
+    CHECK_MESSAGE(warned_on(r, "M5", debug::Kind::ParameterUnreached, "reg.weight"), r.str());
+    CHECK_MESSAGE(warned_on(r, "O1", debug::Kind::GradientMissing, "reg.weight"), r.str());
+    CHECK(r.history.gradient_judged_steps > 0);
+  }
+}
+
+TEST_CASE("a contrastive loss on two forwards is not loss(model(x), y): the gate's overfit test is info") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  auto model = std::make_shared<Encoder>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  SUBCASE("InfoNCE: two noisy views, logits z1 z2^T / 0.1, the labels 0..B-1") {
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 5; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        const Tensor v1 = b.x + randn(b.x.sizes()) * 0.1, v2 = b.x + randn(b.x.sizes()) * 0.1;
+        const Tensor logits = matmul((*model)(v1), (*model)(v2).transpose(0, 1)) / 0.1;
+        opt.zero_grad();
+        ce(logits, arange(static_cast<double>(b.x.size(0)), TensorOptions().dtype(kInt64))).backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+    const debug::RunReport r = s.finish();
+    expect_clean(r);
+    CHECK(r.history.loss_calls > 0);
+    CHECK(r.history.loss_calls_on_output == 0);
+    bool judged_elsewhere = false;  // M14's finding, kept as info with the premise's evidence
+    for (const debug::Finding& f : r.findings.findings())
+      judged_elsewhere = judged_elsewhere || (f.check == "M14" && f.severity == debug::Severity::Info &&
+                                              !std::isnan(dtest::evidence(f, "training calls of the loss")));
+    CHECK_MESSAGE(judged_elsewhere, r.str());
+  }
+  SUBCASE("the same unit-length encoder trained by cross-entropy on its output cannot fit a batch: M14 warns") {
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 3);
+    CHECK(r.history.loss_calls_on_output == r.history.loss_calls);
+    CHECK_MESSAGE(dtest::find(r.findings.findings(), "M14") != nullptr, r.str());
+  }
+}
