@@ -131,6 +131,12 @@ inline dbg::RunReport run_fp16_weighted(bool bug, const std::string& report_dir 
 
 // The lead as `--json` writes it.
 inline json_mini::Value lead_of(const dbg::RunReport& r) { return json_mini::parse(r.findings.lead_json()); }
+// The lead's cause id ("" when there is no lead or it names none).
+inline std::string lead_cause(const dbg::RunReport& r) {
+  const json_mini::Value lead = lead_of(r);
+  const json_mini::Value* c = lead.kind == json_mini::Value::Object ? lead.get("cause") : nullptr;
+  return c ? c->str : "";
+}
 
 inline std::vector<std::string> strings(const json_mini::Value* v) {
   std::vector<std::string> out;

@@ -20,6 +20,7 @@
 
 using namespace gradsleuth;
 using dtest::expect_clean;
+using dtest::lead_cause;
 using dtest::Mlp;
 using dtest::Split;
 using dtest::XY;
@@ -30,12 +31,6 @@ bool warned(const debug::RunReport& r, const std::string& check, debug::Kind k) 
   for (const debug::Finding& f : r.findings.findings())
     if (f.is(check.c_str(), k) && f.fires()) return true;
   return false;
-}
-
-std::string lead_cause(const debug::RunReport& r) {
-  const json_mini::Value lead = dtest::lead_of(r);
-  const json_mini::Value* c = lead.kind == json_mini::Value::Object ? lead.get("cause") : nullptr;
-  return c ? c->str : "";
 }
 
 // The user's loop: each batch's loss through `shape` (the identity by default) before backward,

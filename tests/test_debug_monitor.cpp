@@ -289,6 +289,7 @@ TEST_CASE(
   o.every = 2;
   o.loader_batches = s.loader->num_batches();  // D8 judges the run
   o.train_dataset = &s.loader->dataset();      // and D4
+  o.val_dataset = &s.loader->dataset();        // and D13 (its rows are training rows too: nothing warns)
   const dbg::RunCheckList registered = dbg::all_run_checks(o);
   std::vector<std::string> ids;
   for (const auto& c : registered) ids.push_back(c->ids());

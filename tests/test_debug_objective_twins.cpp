@@ -2,7 +2,8 @@
 // (the gate) train and judge loss(model(x), y), and the run tells whether the loop does the same.
 // A multi-task model whose second head learns from an auxiliary loss, against the same head with
 // the auxiliary loss forgotten; a contrastive (InfoNCE) loss on the product of two forwards, against
-// the same bounded encoder trained by cross-entropy on its output.
+// the same bounded encoder trained by cross-entropy on its output; a loop over the validation loader
+// (D13 over the run), against a final fit on train + validation.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -125,5 +126,44 @@ TEST_CASE("a contrastive loss on two forwards is not loss(model(x), y): the gate
     const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 3);
     CHECK(r.history.loss_calls_on_output == r.history.loss_calls);
     CHECK_MESSAGE(dtest::find(r.findings.findings(), "M14") != nullptr, r.str());
+  }
+}
+
+TEST_CASE("D13 over the run: a loop over the validation loader warns; a final fit on train + validation does not") {
+  manual_seed(4);
+  const dtest::XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+  const Tensor xtr = all.x.narrow(0, 0, 480), ytr = all.y.narrow(0, 0, 480);
+  const Tensor xva = all.x.narrow(0, 480, 120), yva = all.y.narrow(0, 480, 120);
+  const Split d = dtest::loaders(xtr, ytr, xva, yva);
+  auto model = std::make_shared<dtest::Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  auto run_on = [&](nn::DataLoader& loop_loader) {
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 5; ++e) {
+      for (const nn::Batch& b : loop_loader) {
+        opt.zero_grad();
+        ce((*model)(b.x), b.y).backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+    return s.finish();
+  };
+  SUBCASE("the validation loader in the training loop") {
+    nn::DataLoader wrong(d.val->dataset_ptr(), nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3));
+    const debug::RunReport r = run_on(wrong);
+    const debug::Finding* f = dtest::find(r.findings.findings(), "D13");
+    REQUIRE_MESSAGE(f != nullptr, r.str());
+    CHECK(dtest::ev(*f, "of them validation rows") == dtest::ev(*f, "rows of the sampled steps' input batches"));
+    CHECK(dtest::ev(*f, "of them training rows") == 0);
+    CHECK(dtest::lead_of(r).get("check")->str == "D13");
+  }
+  SUBCASE("train + validation together, after model selection") {
+    nn::DataLoader both(std::make_shared<nn::TensorDataset>(gs::cat({xtr, xva}, 0), gs::cat({ytr, yva}, 0)),
+                        nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3));
+    const debug::RunReport r = run_on(both);
+    CHECK(r.findings.ran("D13"));
+    CHECK_MESSAGE(dtest::find(r.findings.findings(), "D13") == nullptr, r.str());
   }
 }

@@ -50,6 +50,9 @@ struct MonitorOptions {
   // D4 over the run: the training loader's dataset (the Session's), against which the pairs the loop
   // hands the model and the loss are compared; null: not judged. It must outlive the monitor.
   const nn::Dataset* train_dataset = nullptr;
+  // D13 over the run: the validation loader's dataset (the Session's), whose rows the training batches
+  // must not be; null: not judged. It must outlive the monitor.
+  const nn::Dataset* val_dataset = nullptr;
 };
 
 // Series for plots (W6).

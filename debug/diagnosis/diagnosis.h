@@ -58,6 +58,8 @@ const std::vector<Symptom>& diagnosis_symptoms();
 const Cause* find_cause(const std::string& id);
 // The first fault (Cause::fault) the finding confirms, or nullptr: a symptom, or info.
 const Cause* fault_confirmed_by(const Finding& f);
+// The checks that localise where a non-finite value came from: D2, M12, W4 and L5's error.
+bool nonfinite_source(const Finding& f);
 // The two tables as Markdown (docs/checks.md, "Diagnosis", holds this text verbatim; `gradsleuth
 // checks --causes` prints it): each symptom with the findings that show it and its candidate
 // causes in order, then each cause with its probe.

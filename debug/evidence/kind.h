@@ -108,6 +108,8 @@ namespace gradsleuth::debug {
   X(LrProbeRulesOut, "lr-probe-rules-out", "O6")                                                      \
   X(LrProbeInconclusive, "lr-probe-inconclusive", "O6")                                               \
   X(LrRuledOut, "lr-ruled-out", "O6")                                                                 \
+  X(WeightsRewritten, "weights-rewritten", "O6")                                                      \
+  X(WeightsUpdatedTwice, "weights-updated-twice", "O6")                                               \
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

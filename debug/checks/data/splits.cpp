@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -640,6 +641,68 @@ std::vector<Finding> check_splits(const SplitSample& a, const SplitSample& b, co
   add(feature_drift(a, b, split, opts));
   add(label_drift(a, b, split, opts));
   return out;
+}
+
+// ---- D13 over the run: the rows the loop trains on ---------------------------------------------
+namespace {
+// On the sampled steps, each row of the model's training input is hashed (row_hashes_x, as D13 hashes
+// the splits). At the end, when most of them are rows of the validation split and fewer are rows of
+// the training split, the loop trains on the validation data: a loop over the wrong loader. A final
+// fit on train + validation has most of its rows from the training split, and is not judged.
+class HeldOutRunCheck final : public RunCheck {
+ public:
+  explicit HeldOutRunCheck(const MonitorOptions& o) : train_(o.train_dataset), val_(o.val_dataset), opts_(o.data) {}
+  std::string ids() const override { return "D13"; }
+  uint32_t events() const override { return train_ && val_ ? RunEvent::BeforeStep | RunEvent::Finish : 0u; }
+  void before_step(RunContext& c, bool sampled) override {
+    if (!sampled || !c.x.defined() || c.x.dim() < 1 || !c.x.is_floating_point()) return;
+    NoGradGuard ng;
+    const std::vector<uint64_t> h = row_hashes_x(c.x.detach().cpu());
+    rows_.insert(rows_.end(), h.begin(), h.end());
+  }
+  void finish(RunContext& c) override {
+    if (static_cast<int64_t>(rows_.size()) < opts_.loop_alignment_min_rows) return;
+    c.note_ran("D13");
+    const int64_t in_val = count_in(*val_);
+    if (2 * in_val < static_cast<int64_t>(rows_.size())) return;
+    const int64_t in_train = count_in(*train_);
+    if (in_train >= in_val) return;
+    Finding f =
+        make("D13", Severity::Warning,
+             "the training loop trains on the validation split: " + num(in_val) + " of " +
+                 num(static_cast<int64_t>(rows_.size())) + " rows of the sampled steps' batches are validation rows, " +
+                 num(in_train) + " training rows");
+    f.step = c.steps;
+    f.evidence = {{"rows of the sampled steps' input batches", static_cast<double>(rows_.size()), ""},
+                  {"of them validation rows", static_cast<double>(in_val), ">= half, and"},
+                  {"of them training rows", static_cast<double>(in_train), "fewer warns"}};
+    f.cause =
+        "the loop iterates the validation loader (or a dataset built from it) where the training loader was "
+        "meant: the model learns the validation rows, and every validation metric measures the data it "
+        "trained on";
+    f.fix =
+        "train on the training loader (for (const nn::Batch& b : train_loader)); keep the validation loader "
+        "for evaluation under NoGradGuard";
+    c.add(f);
+  }
+
+ private:
+  int64_t count_in(const nn::Dataset& d) const {
+    const std::shared_ptr<const SplitSample> s = read_split_sample(d, opts_);
+    const std::set<uint64_t> have(s->x.begin(), s->x.end());
+    int64_t n = 0;
+    for (uint64_t h : rows_) n += have.count(h) ? 1 : 0;
+    return n;
+  }
+  const nn::Dataset* train_;
+  const nn::Dataset* val_;
+  DataCheckOptions opts_;
+  std::vector<uint64_t> rows_;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_held_out_run_check(const MonitorOptions& o) {
+  return std::make_unique<HeldOutRunCheck>(o);
 }
 
 }  // namespace gradsleuth::debug

@@ -11,6 +11,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
+#include "debug/checks/optim/weight_writes.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 
@@ -467,6 +468,64 @@ void rule_out_lr_too_high(Report& rep, const Finding& verdict) {
   rep = kept;
 }
 
+// ---- O6 the loop's writes to the weights ------------------------------------------------------
+namespace {
+std::string percent(double share) { return fmt_num(100.0 * share) + "%"; }
+}  // namespace
+
+std::vector<Finding> judge_weight_writes(const WeightWriteTracker::Summary& s, const OptimCheckOptions& o) {
+  if (s.written_steps == 0) return {};
+  Finding f = make("O6", Severity::Info,
+                   "the training loop wrote the weights between optimizer steps in " + num(s.written_steps) + " of " +
+                       num(s.steps) + " steps");
+  f.parameter = s.most_written;
+  f.evidence = {{"gaps between steps with a write", static_cast<double>(s.written_steps), ""},
+                {"optimizer steps", static_cast<double>(s.steps), ""},
+                {"writes measured", static_cast<double>(s.measured_writes), "2 or more are judged"}};
+  const bool judged = s.written_steps >= o.writes_min_steps && s.measured_writes >= 2 && std::isfinite(s.undone);
+  if (std::isfinite(s.undone)) {
+    f.evidence.push_back({"share of the optimizer's movement the writes took back", s.undone,
+                          ">= " + fmt_num(o.writes_undone) + " warns; >= " + fmt_num(o.writes_replaced_undone) +
+                              " with writes " + fmt_num(o.writes_replaced) + "x the movement"});
+    if (std::isfinite(s.cosine))
+      f.evidence.push_back({"cosine of the writes and the optimizer's movement", s.cosine,
+                            ">= " + fmt_num(o.writes_along) + " (along it) with the next"});
+    f.evidence.push_back({"|writes| / |the optimizer's movement|", s.write_ratio,
+                          ">= " + fmt_num(o.writes_added) + " with that cosine warns: a second update"});
+  }
+  f.cause =
+      "code of the loop writes the weights outside the optimizer (a max-norm constraint, Lookahead, an average "
+      "copied back, weight noise); by what they take back, the writes work with the optimizer";
+  f.fix = "none needed if the writes are meant";
+  const bool replaced = s.write_ratio >= o.writes_replaced && s.undone >= o.writes_replaced_undone;
+  auto warn = [&f](Kind k, std::string title, std::string cause, std::string fix) {
+    f.severity = Severity::Warning;
+    f.kind = k;
+    f.title = std::move(title);
+    f.cause = std::move(cause);
+    f.fix = std::move(fix);
+  };
+  const std::string when = " between optimizer steps (" + num(s.written_steps) + " of " + num(s.steps) + " steps)";
+  if (judged && (s.undone >= o.writes_undone || replaced))
+    warn(Kind::WeightsRewritten,
+         "the training loop rewrites the weights" + when + " and takes back " + percent(s.undone) +
+             " of what the optimizer moved them: its steps do not accumulate",
+         "code between the steps writes the weights: a constraint whose limit sits far below the weights' norms, a "
+         "reset to earlier weights (Lookahead whose slow weights never move, a re-initialisation inside the loop), "
+         "or a copy from another model",
+         "find the write (p.copy_, p.mul_, reset_parameters between steps): a max-norm limit near the weights' "
+         "norms, slow weights updated at each Lookahead sync, initialisation once before the loop");
+  else if (judged && s.cosine >= o.writes_along && s.write_ratio >= o.writes_added)
+    warn(Kind::WeightsUpdatedTwice,
+         "the training loop moves the weights" + when + " in the optimizer's own direction, by " +
+             fmt_num(s.write_ratio) + "x its movement: a second update outside it",
+         "a hand-written update (p -= lr * p.grad) beside optimizer.step(), or a second optimizer over the same "
+         "parameters: the effective learning rate is higher than the one set",
+         "update each parameter once per step: remove the hand-written update, or the parameter from one "
+         "optimizer");
+  return {f};
+}
+
 // ---- O6 during training (the monitor's run check) ---------------------------------------------
 namespace {
 // The update/weight ratios on the sampled steps (1, every, 2 every, ...), the same steps as the
@@ -479,14 +538,20 @@ class LearningRateRunCheck final : public RunCheck {
   std::string ids() const override { return "O6"; }
   uint32_t events() const override { return RunEvent::Attach | RunEvent::Detach | RunEvent::Finish | RunEvent::Series; }
   void attach(RunContext& c) override {
+    writes_.attach(c.optimizer, c.model);  // first: the probes inside a step restore what they change
     ratios_.attach(c.optimizer, c.model, [every = std::max<int64_t>(c.options.every, 1)](int64_t step) {
       return RunContext::sampled_at(step, every);
     });
     c.measured_norm = [this](const Tensor& p) { return ratios_.measured_norm(p); };
     c.measured_finite = [this](const Tensor& p) { return ratios_.measured_finite(p); };
   }
-  void detach(RunContext&) override { ratios_.detach(); }
+  void detach(RunContext&) override {
+    ratios_.detach();
+    writes_.detach();
+  }
   void finish(RunContext& c) override {
+    writes_.finish();  // a write after the last step
+    c.add_all(judge_weight_writes(writes_.summary(), o_));
     std::vector<Finding> by_loss = diagnose_learning_rate(c.history->step_losses, o_);  // the loss history
     // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end
     // is not a rate too high for the model: the training objective changes with the batch (mixup).
@@ -524,6 +589,7 @@ class LearningRateRunCheck final : public RunCheck {
  private:
   OptimCheckOptions o_;
   UpdateRatioTracker ratios_;
+  WeightWriteTracker writes_;
 };
 }  // namespace
 

@@ -136,6 +136,24 @@ struct OptimCheckOptions {
   double schedule_collapse_by = 0.5;
   double schedule_growth = 10.0;
   int64_t schedule_min_steps = 10;
+  // The loop's own writes to the weights between optimizer steps (WeightWriteTracker): written in
+  // at least writes_min_steps gaps, with two or more writes measured, and taking back writes_undone
+  // or more of the optimizer's movement of those weights (-<writes, moved> / |moved|^2) warns: the
+  // steps do not accumulate. So do writes writes_replaced x the movement or larger that take back
+  // writes_replaced_undone of it or more (weights replaced: a re-initialisation). Healthy, measured:
+  // Lookahead takes back 1 - alpha by design (0.5 at alpha 0.5, 0.8 at alpha 0.2; |writes| the same
+  // share of the movement), a max-norm constraint of 2 with dropout 0.23, an EMA copied back at each
+  // epoch 0.47, weight noise and SAM's perturb-and-restore 0; faulty: a max-norm of 1e-3 0.99, a
+  // Lookahead whose slow weights never move 0.96, a re-initialisation at each epoch 0.84 with writes
+  // 2.6x the movement. Writes of writes_added x the movement or more that point along it (cosine
+  // writes_along or more) are a second update outside the optimizer (a hand-written SGD step beside
+  // step(): 0.18x at cosine 0.8): they warn too.
+  int64_t writes_min_steps = 3;
+  double writes_undone = 0.9;
+  double writes_replaced = 1.5;
+  double writes_replaced_undone = 0.5;
+  double writes_added = 0.05;
+  double writes_along = 0.5;
 
   // ---- O8 learning rate before training ----
   // The usual ranges of a starting learning rate: adaptive optimizers (Adam, AdamW, RMSprop)

@@ -1,0 +1,501 @@
+// The diagnosis's tables (see diagnosis.h): the causes a check can confirm, and the symptoms with the
+// causes that can explain them, most specific first. diagnosis.cpp searches them.
+#include <string>
+#include <vector>
+
+#include "debug/diagnosis/diagnosis.h"
+
+namespace gradsleuth::debug {
+
+bool nonfinite_source(const Finding& f) {
+  return f.fires() &&
+         (f.check == "D2" || f.check == "M12" || f.check == "W4" || (f.check == "L5" && f.severity == Severity::Error));
+}
+
+namespace {
+
+bool is(const Finding& f, const char* check) { return f.fires() && f.check == check; }
+bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.is(check, k); }
+// A finding about non-finite values. M18 is left out: it runs its own forward in half
+// precision, and its overflow is a fault of its own.
+bool nonfinite_member(const Finding& f) {
+  if (!f.fires() || f.check == "M18") return false;
+  if (nonfinite_source(f) || f.check == "O4") return true;
+  if (f.check == "O1" && f.severity == Severity::Error) return true;  // NaN/Inf gradients
+  return f.reports_nonfinite();
+}
+
+bool o1_vanishing(const Finding& f) {
+  return f.severity == Severity::Warning &&
+         (is(f, "O1", Kind::GradientVanishing) || is(f, "O1", Kind::VanishTowardsInput) ||
+          is(f, "O1", Kind::GradientMissing));
+}
+bool o1_exploding(const Finding& f) {
+  return f.severity == Severity::Warning &&
+         (is(f, "O1", Kind::GradientExploding) || is(f, "O1", Kind::ExplodeTowardsInput));
+}
+bool cut_graph(const Finding& f) { return is(f, "M5", Kind::ParameterUnreached); }
+// M25 about a gradient (the others name a layer output or a parameter's value).
+bool m25_gradient(const Finding& f) { return is(f, "M25", Kind::ZeroGradient); }
+// D3 about the trained model's per-class recall (the others count the labels).
+bool d3_class_errors(const Finding& f) { return is(f, "D3", Kind::ClassRecallLow); }
+bool zero_gradient(const Finding& f) {
+  return is(f, "M5", Kind::GradientAllZero) || m25_gradient(f) || is(f, "O6", Kind::NeverUpdated) ||
+         is(f, "M6", Kind::InputUnreached) || is(f, "M6", Kind::OutputIgnoresInput);
+}
+// L4 about the initial outputs against the targets (the others judge the initial loss).
+bool output_init(const Finding& f) { return is(f, "L4", Kind::InitialOutputBiased); }
+// M27 about the gradients of the first steps (the others measure activation variance).
+bool symmetric_init(const Finding& f) { return is(f, "M27", Kind::SymmetricUnits); }
+bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
+// O6 judges the learning rate by what the run did (and its lr / 10 probe confirms it); O8 by its
+// value against the optimizer's usual range before training: all confirm the same cause.
+bool o6_too_high(const Finding& f) {
+  return is(f, "O6", Kind::LrTooHigh) || is(f, "O6", Kind::UpdatesTooLarge) || is(f, "O6", Kind::LrProbeConfirms);
+}
+// O10 about the steps a loss scaler skipped (the others: its summary, clipping before unscale_).
+bool scaler_skips(const Finding& f) {
+  return is(f, "O10", Kind::ScaleCollapsed) || is(f, "O10", Kind::ScaleHalving) || is(f, "O10", Kind::StepsSkipped);
+}
+bool lr_too_high(const Finding& f) { return o6_too_high(f) || is(f, "O8", Kind::LrAboveRange); }
+bool lr_too_low(const Finding& f) {
+  return is(f, "O6", Kind::LrTooLow) || is(f, "O6", Kind::UpdatesTooSmall) || is(f, "O8", Kind::LrBelowRange) ||
+         is(f, "L9", Kind::LrProbeTooLow);
+}
+bool lr_schedule(const Finding& f) {
+  return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
+         is(f, "O6", Kind::ScheduleGrows);
+}
+bool loss_unstable(const Finding& f) {
+  return !nonfinite_member(f) &&
+         (is(f, "L1", Kind::LossSpiking) || is(f, "L1", Kind::LossDiverging) || is(f, "L1", Kind::LossOscillating) ||
+          (is(f, "O2") && f.severity == Severity::Warning) || is(f, "O3", Kind::None) ||
+          is(f, "M26", Kind::VarianceBlewUp));
+}
+bool not_learning(const Finding& f) {
+  if (!f.fires()) return false;
+  if (f.check == "L1") return f.kind == Kind::LossStuck || f.kind == Kind::LossAtChance;
+  if (f.check == "L7") return f.kind == Kind::Underfitting;
+  return f.check == "M14" || f.check == "M15" || (lr_too_low(f) && f.check != "L9");  // L9's is a probe's verdict
+}
+
+// Each fault's own findings: every firing finding of its check.
+#define GS_CHECK_CONFIRMS(ID) [](const Finding& f) { return is(f, ID); }
+
+}  // namespace
+
+const std::vector<Cause>& diagnosis_causes() {
+  static const std::vector<Cause> table = {
+      // ---- the data ----
+      {"nonfinite-input", "NaN/Inf in the inputs or labels", "D2", "counts NaN/Inf in a batch", true,
+       GS_CHECK_CONFIRMS("D2")},
+      {"misaligned-labels", "inputs and labels out of step", "D4",
+       "hashes each loaded input back to the dataset and compares its label", true, GS_CHECK_CONFIRMS("D4")},
+      {"label-encoding", "labels outside [0, C) or numbered from 1", "D9", "the labels' range against the output width",
+       true, GS_CHECK_CONFIRMS("D9")},
+      {"label-shape", "labels shaped differently from the prediction", "D6", "the shapes that reach the loss", true,
+       GS_CHECK_CONFIRMS("D6")},
+      {"unscaled-inputs", "inputs not normalised", "D5", "per-feature mean and std of a batch", true,
+       GS_CHECK_CONFIRMS("D5")},
+      {"unshuffled", "batches not shuffled, or one batch fed every step", "D8",
+       "the classes in sampled batches, and whether consecutive steps see the same batch", true,
+       GS_CHECK_CONFIRMS("D8")},
+      {"split-preprocessing", "splits preprocessed differently", "D10", "the statistics of each split", true,
+       GS_CHECK_CONFIRMS("D10")},
+      {"leakage", "normalisation fitted on held-out data", "D7", "what the Normalizer was fitted on", true,
+       [](const Finding& f) { return is(f, "D7", Kind::NormalizerLeak); }},
+      {"target-leakage", "an input feature that copies the label (target leakage)", "D7",
+       "the label against each input feature of the training rows", true,
+       [](const Finding& f) { return is(f, "D7", Kind::TargetLeakage); }},
+      {"rank-shards", "ranks reading the same data", "D11", "the sample indices of each rank", true,
+       GS_CHECK_CONFIRMS("D11")},
+      {"class-imbalance", "classes missing or badly imbalanced", "D3", "the class counts", true,
+       [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); }},
+      {"conflicting-labels", "duplicated inputs, some with conflicting labels", "D12",
+       "exact duplicates among the training inputs and their labels", true, GS_CHECK_CONFIRMS("D12")},
+      {"split-mix", "validation rows that are also training rows", "D13", "the validation inputs hashed against train",
+       true, GS_CHECK_CONFIRMS("D13")},
+      {"feature-drift", "validation inputs from another distribution", "D14",
+       "the per-image brightness and contrast of each split (KS statistic)", true, GS_CHECK_CONFIRMS("D14")},
+      {"label-drift", "validation classes distributed differently, or new ones", "D15",
+       "the class frequencies of each split (PSI) and classes train never has", true, GS_CHECK_CONFIRMS("D15")},
+      {"tiny-validation", "a validation split too small to judge", "D16", "the sizes of the splits", true,
+       GS_CHECK_CONFIRMS("D16")},
+      // ---- the loss ----
+      {"masked-targets", "every target masked by ignore_index", "L5", "the targets against ignore_index", true,
+       GS_CHECK_CONFIRMS("L5")},
+      {"double-softmax", "probabilities fed to cross-entropy (a second softmax)", "L2",
+       "whether every row of the loss input is a distribution", true, GS_CHECK_CONFIRMS("L2")},
+      {"bce-logits", "logits fed to a loss that expects probabilities", "L3", "the range of the BCE input", true,
+       [](const Finding& f) { return is(f, "L3", Kind::BceLogits); }},
+      {"bce-16bit", "probabilities rounded to 16 bits before binary cross-entropy (a sigmoid under autocast)", "L3",
+       "the dtype of the BCE input and whether its values lie on the float16/bfloat16 grid", true,
+       [](const Finding& f) { return is(f, "L3", Kind::BceRounded16); }},
+      {"bce-target-range", "targets outside [0, 1] given to binary cross-entropy", "L3", "the range of the BCE targets",
+       true, [](const Finding& f) { return is(f, "L3", Kind::BceTargetRange); }},
+      {"output-init", "a final layer that starts far from the targets (its bias)", "L4",
+       "the untrained model's mean output against the batch's class frequencies or target mean", true,
+       [](const Finding& f) { return output_init(f); }},
+      {"sum-reduction", "the loss summed over the batch", "L6", "the gradient's growth when the batch doubles", true,
+       [](const Finding& f) { return is(f, "L6", Kind::ReductionSum); }},
+      {"mean-divided-again", "a mean loss divided by the batch size again (each step B times too small)", "L6",
+       "the gradient that reaches the loss's value during backward", true,
+       [](const Finding& f) { return is(f, "L6", Kind::MeanDividedAgain); }},
+      {"loss-negated", "a loss negated before backward (the optimizer climbs it)", "L6",
+       "the gradient that reaches the loss's value during backward", true,
+       [](const Finding& f) { return is(f, "L6", Kind::LossNegated); }},
+      {"graphs-retained", "each step's graph kept alive by the loop (a loss stored without item())", "W8",
+       "the autograd nodes alive after each optimizer step", true,
+       [](const Finding& f) { return is(f, "W8", Kind::GraphsRetained); }},
+      {"rank-loss-logging", "one rank's loss logged as the global loss", "L8", "the logged loss against every rank's",
+       true, GS_CHECK_CONFIRMS("L8")},
+      // ---- the model ----
+      {"inplace", "an in-place change to a tensor saved for backward", "M20", "the autograd version counter", true,
+       GS_CHECK_CONFIRMS("M20")},
+      {"gate-error", "the model or the loss raised an error", "W2", "the pre-training gate's forward and backward",
+       true, GS_CHECK_CONFIRMS("W2")},
+      {"cut-graph", "a parameter the gradient does not reach (detach, a frozen or unused layer)", "M5",
+       "which trainable parameters get a gradient from one backward", true,
+       [](const Finding& f) { return cut_graph(f); }, true},
+      {"frozen", "the wrong parameters frozen", "M10", "requires_grad against the optimizer's parameters", true,
+       GS_CHECK_CONFIRMS("M10"), true},
+      {"final-activation", "an activation after the final layer", "M3", "the last module and the sign of the logits",
+       true, GS_CHECK_CONFIRMS("M3")},
+      {"batchnorm-stats", "BatchNorm evaluated without running statistics", "M17",
+       "num_batches_tracked of each BatchNorm at evaluation", true, GS_CHECK_CONFIRMS("M17")},
+      {"train-mode-eval", "the wrong train/eval mode (evaluation in training mode, training in eval mode)", "M2",
+       "the mode of dropout/BatchNorm-like layers during evaluation and during training steps", true,
+       GS_CHECK_CONFIRMS("M2")},
+      {"batch-mixing", "examples of the batch mixed (a reshape for a transpose, a reduction over the batch)", "M6",
+       "the Jacobian of one output row with respect to every input row", true,
+       [](const Finding& f) { return batch_mixing(f); }},
+      {"broadcast", "an elementwise op broadcasting two differently shaped operands", "M19",
+       "the shapes of the loss's operands", true, GS_CHECK_CONFIRMS("M19")},
+      {"shared-weights", "one layer instance used twice", "M4", "parameters registered under two paths", true,
+       GS_CHECK_CONFIRMS("M4")},
+      {"nonfinite-op", "a numerically unstable op (log of 0, exp overflow)", "M12",
+       "the first module (and, in anomaly mode W4, the op) whose output turns non-finite", true,
+       [](const Finding& f) { return is(f, "M12") || is(f, "W4"); }},
+      {"dead-relu", "dead ReLU units", "M7", "the fraction of each ReLU layer's units never active over the data", true,
+       GS_CHECK_CONFIRMS("M7")},
+      {"saturation", "saturated or stacked sigmoid/tanh units", "M8",
+       "the saturated fraction of each sigmoid/tanh layer and the product of their mean derivatives", true,
+       GS_CHECK_CONFIRMS("M8")},
+      {"bad-init", "weights initialised at the wrong scale", "M9", "each weight's std against He/Xavier", true,
+       GS_CHECK_CONFIRMS("M9")},
+      {"wrong-backward", "a layer whose backward is wrong", "M13", "analytic against numerical gradients", true,
+       GS_CHECK_CONFIRMS("M13")},
+      {"dtype-device", "inputs of another dtype or device than the model", "M11", "the dtypes and devices of a forward",
+       true, GS_CHECK_CONFIRMS("M11")},
+      {"half-overflow", "a forward that overflows in half precision", "M18", "the forward run in float16", true,
+       [](const Finding& f) { return is(f, "M18") || is(f, "M29", Kind::ForwardOverflow); }},
+      {"fp16-underflow", "float16 gradients that underflow to zero (autocast without loss scaling)", "M28",
+       "each float16 layer's parameter gradients as the backward made them, against float16's range", true,
+       [](const Finding& f) { return is(f, "M28", Kind::GradientUnderflow) || is(f, "M29", Kind::BackwardUnderflow); }},
+      {"bf16-updates", "16-bit weights whose updates round away (no float32 master weights)", "M28",
+       "each 16-bit parameter's values before and after the sampled updates", true,
+       [](const Finding& f) { return is(f, "M28", Kind::UpdatesVanish); }},
+      {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true,
+       GS_CHECK_CONFIRMS("M16")},
+      {"missing-nonlinearity", "two linear layers with no non-linearity between them", "M23",
+       "each linear layer's input against the previous linear layer's output", true, GS_CHECK_CONFIRMS("M23")},
+      {"high-dropout", "a dropout rate above 0.5", "M24", "the probability of each Dropout layer", true,
+       GS_CHECK_CONFIRMS("M24")},
+      {"all-zero", "a weight or a layer output that stays zero", "M25",
+       "each parameter and layer output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M25") && !m25_gradient(f); }},
+      {"init-variance", "activations whose variance shrinks or grows through the layers at initialisation", "M27",
+       "the variance of each ReLU layer's input at initialisation", true,
+       [](const Finding& f) { return is(f, "M27") && !symmetric_init(f); }},
+      {"symmetric-init", "weights initialised symmetric (one value), so a layer's units stay identical", "M27",
+       "the 5th-95th percentile spread of each weight's gradient over the first steps", true,
+       [](const Finding& f) { return symmetric_init(f); }, true},
+      {"variance-collapse", "a layer whose output became constant", "M26",
+       "the variance of each layer's output over the sampled steps of the run", true,
+       [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed); }},
+      {"weight-decay", "a weight decay too strong", "O3",
+       "the decay's pull against the loss gradient, and training with and without it", true,
+       [](const Finding& f) { return is(f, "O3", Kind::WeightDecayTooStrong); }},
+      {"replicas-diverged", "replicas whose weights differ across ranks", "M21",
+       "a checksum of every rank's parameters", true, GS_CHECK_CONFIRMS("M21")},
+      {"rank-randomness", "the same random stream on every rank", "M22", "dropout masks across ranks", true,
+       GS_CHECK_CONFIRMS("M22")},
+      // ---- the optimisation ----
+      {"zero-grad", "gradients never zeroed between steps", "O5", "the gradient's growth across steps", true,
+       GS_CHECK_CONFIRMS("O5")},
+      {"scaled-clipping", "gradients clipped while still multiplied by the loss scale (before scaler.unscale_)", "O10",
+       "whether clip_grad_norm_ / clip_grad_value_ ran on the parameters of an optimizer between "
+       "scaler.scale(loss).backward() and scaler.unscale_",
+       true, [](const Finding& f) { return is(f, "O10", Kind::ClippedScaledGradients); }},
+      {"scaler-skips", "a loss scaler that skips most steps (its scale collapses or keeps halving)", "O10",
+       "the scaler's scale at every update and the steps it skipped for inf/NaN gradients", true,
+       [](const Finding& f) { return scaler_skips(f); }},
+      {"grad-reduction", "gradients summed across ranks, or a parameter left out of the all-reduce", "O7",
+       "every rank's gradient against the reduced one", true, GS_CHECK_CONFIRMS("O7")},
+      {"effective-batch", "a learning rate not scaled for the effective batch", "W9",
+       "the global batch and learning rate of a data-parallel run", true, GS_CHECK_CONFIRMS("W9")},
+      {"weights-rewritten",
+       "weights rewritten by the loop between optimizer steps, taking back its updates (a constraint far too tight, "
+       "a reset to earlier weights, a re-initialisation)",
+       "O6", "each weight's version counter around the optimizer's steps, and the loop's writes against its movement",
+       true, [](const Finding& f) { return is(f, "O6", Kind::WeightsRewritten); }},
+      {"weights-updated-twice",
+       "a second update of the weights outside the optimizer (a hand-written step beside step())", "O6",
+       "each weight's version counter around the optimizer's steps, and the loop's writes against its movement", true,
+       [](const Finding& f) { return is(f, "O6", Kind::WeightsUpdatedTwice); }},
+      {"clip-always", "gradient clipping at every step (a threshold below the gradient's norm sets every step)", "O9",
+       "the total gradient norm right before each sampled update", true, GS_CHECK_CONFIRMS("O9")},
+      {"lr-too-high", "a learning rate too high", "O6",
+       "the learning rate against its optimizer's usual range before training (O8), the loss history and each "
+       "parameter's update-to-weight ratio (O6), and, where the run can be repeated, the same run at a tenth of the "
+       "learning rate",
+       true, [](const Finding& f) { return lr_too_high(f); }},
+      {"lr-too-low", "a learning rate too low", "O6",
+       "the learning rate against its optimizer's usual range (O8), the "
+       "loss's relative decrease and the update-to-weight ratios (O6)",
+       true, [](const Finding& f) { return lr_too_low(f); }},
+      {"noisy-train-labels", "training labels (or inputs) wrong in a share of the training split", "L9",
+       "the trained model's accuracy on its training split against validation, both in eval mode", true,
+       [](const Finding& f) { return is(f, "L9", Kind::TrainLabelsDisagree); }},
+      {"memorised", "too little data or regularisation: the training split memorised", "L9",
+       "the trained model's accuracy on its training split against validation, both in eval mode", true,
+       [](const Finding& f) { return is(f, "L9", Kind::GeneralisationGap); }},
+      {"undertrained", "too few optimizer steps: the run ended while the loss still fell", "L9",
+       "the last epochs' losses, the run repeated at 10x the learning rate (or for 10x its steps), and training "
+       "on from its end with its schedule replayed",
+       true, [](const Finding& f) { return is(f, "L9", Kind::Undertrained); }},
+      {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
+       "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
+      {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
+       "whether any trainable parameter holds a gradient when the optimizer steps", true,
+       [](const Finding& f) { return is(f, "O1", Kind::NoGradientAtStep); }},
+      {"stalled", "a training loop that stalls between steps", "W10", "the wall time of every step", true,
+       GS_CHECK_CONFIRMS("W10")},
+      {"nondeterminism", "a run that does not reproduce", "W1", "two runs from the same seed", true,
+       GS_CHECK_CONFIRMS("W1")},
+      // ---- symptoms that explain other symptoms ----
+      {"nonfinite-values", "NaN/Inf values", "", "", false, [](const Finding& f) { return nonfinite_member(f); }},
+      {"vanishing-gradients", "vanishing gradients", "O1", "", false, [](const Finding& f) { return o1_vanishing(f); }},
+      {"zero-gradients", "all-zero gradients", "M5", "", false, [](const Finding& f) { return zero_gradient(f); }},
+      {"exploding-gradients", "exploding gradients", "O1", "", false, [](const Finding& f) { return o1_exploding(f); }},
+      {"unstable-loss", "an unstable loss", "L1", "", false, [](const Finding& f) { return loss_unstable(f); }},
+  };
+  return table;
+}
+
+#undef GS_CHECK_CONFIRMS
+
+const Cause* find_cause(const std::string& id) {
+  for (const Cause& c : diagnosis_causes())
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+const std::vector<Symptom>& diagnosis_symptoms() {
+  // The causes every "it does not learn" symptom can have, most specific first: faults a
+  // check sees directly, then the symptoms that would explain it, then the hyperparameters.
+  static const std::vector<std::string> any_fault = {"nonfinite-values",
+                                                     "gate-error",
+                                                     "inplace",
+                                                     "loss-negated",
+                                                     "masked-targets",
+                                                     "misaligned-labels",
+                                                     "label-encoding",
+                                                     "label-shape",
+                                                     "broadcast",
+                                                     "double-softmax",
+                                                     "bce-logits",
+                                                     "bce-16bit",
+                                                     "final-activation",
+                                                     "batch-mixing",
+                                                     "cut-graph",
+                                                     "frozen",
+                                                     "wrong-backward",
+                                                     "weight-decay",
+                                                     "all-zero",
+                                                     "variance-collapse",
+                                                     "dead-relu",
+                                                     "saturation",
+                                                     "bad-init",
+                                                     "init-variance",
+                                                     "symmetric-init",
+                                                     "shared-weights",
+                                                     "output-init",
+                                                     "sum-reduction",
+                                                     "mean-divided-again",
+                                                     "unscaled-inputs",
+                                                     "unshuffled",
+                                                     "nonfinite-input",
+                                                     "conflicting-labels",
+                                                     "noisy-train-labels",
+                                                     "feature-drift",
+                                                     "zero-grad",
+                                                     "fp16-underflow",
+                                                     "bf16-updates",
+                                                     "scaler-skips",
+                                                     "scaled-clipping",
+                                                     "grad-reduction",
+                                                     "replicas-diverged",
+                                                     "rank-shards",
+                                                     "batchnorm-stats",
+                                                     "train-mode-eval",
+                                                     "dtype-device",
+                                                     "split-preprocessing",
+                                                     "effective-batch",
+                                                     "no-backward",
+                                                     "weights-rewritten",
+                                                     "weights-updated-twice",
+                                                     "clip-always",
+                                                     "lr-schedule",
+                                                     "zero-gradients",
+                                                     "vanishing-gradients",
+                                                     "exploding-gradients",
+                                                     "unstable-loss",
+                                                     "lr-too-high",
+                                                     "high-dropout",
+                                                     "missing-nonlinearity",
+                                                     "capacity",
+                                                     "lr-too-low"};
+  static const std::vector<Symptom> table = {
+      {"non-finite",
+       "NaN/Inf values",
+       "O1 and O2 errors, O4, and any finding whose numbers are NaN/Inf (L1, L4, M14, ...)",
+       [](const Finding& f) { return nonfinite_member(f); },
+       {"nonfinite-input", "masked-targets", "bce-16bit", "loss-negated", "nonfinite-op"}},
+      {"initial-loss",
+       "an initial loss far from log(C)",
+       "L4 (the loss)",
+       [](const Finding& f) { return is(f, "L4") && !output_init(f); },
+       {"output-init", "sum-reduction", "masked-targets", "label-encoding", "label-shape", "broadcast",
+        "final-activation", "double-softmax", "bce-logits", "batch-mixing", "nonfinite-op", "bad-init",
+        "unscaled-inputs", "class-imbalance"}},
+      {"biased-start",
+       "an untrained model whose mean output is far from the targets",
+       "L4 (the initial outputs)",
+       [](const Finding& f) { return output_init(f); },
+       {"unscaled-inputs", "bad-init", "init-variance"}},
+      {"not-learning", "a loss that does not fall (stuck, at chance, cannot overfit one batch)",
+       "L1 (stuck, at chance), M14, M15, L7 (underfitting), O6 (too low)",
+       [](const Finding& f) { return not_learning(f); }, any_fault},
+      {"unstable-loss",
+       "a loss that spikes, oscillates or diverges; weights that keep growing",
+       "L1 (spikes, oscillation, divergence), O2 (jumps), O3, M26 (variance blew up), O6 (too high)",
+       [](const Finding& f) { return loss_unstable(f) || o6_too_high(f); },
+       {"loss-negated", "unshuffled", "sum-reduction", "unscaled-inputs", "label-encoding", "bad-init", "output-init",
+        "zero-grad", "grad-reduction", "effective-batch", "weights-updated-twice", "weights-rewritten", "lr-schedule",
+        "all-zero", "lr-too-high"}},
+      {"collapsed-layers",
+       "layer outputs or weights that became constant or zero during training",
+       "M26 (variance collapsed), M25 (a weight or output all zero)",
+       [](const Finding& f) { return is(f, "M26", Kind::VarianceCollapsed) || (is(f, "M25") && !m25_gradient(f)); },
+       {"weight-decay"}},
+      {"clipped-every-step",
+       "gradients clipped at every step",
+       "O9",
+       [](const Finding& f) { return is(f, "O9"); },
+       {"scaled-clipping"}},
+      {"rewritten-weights",
+       "weights the loop rewrites between optimizer steps",
+       "O6 (weights rewritten)",
+       [](const Finding& f) { return is(f, "O6", Kind::WeightsRewritten); },
+       {"all-zero"}},
+      {"vanishing-gradients",
+       "gradients that vanish or never arrive",
+       "O1 (vanishing, no gradient)",
+       [](const Finding& f) { return o1_vanishing(f); },
+       {"cut-graph", "frozen", "masked-targets", "weight-decay", "weights-rewritten", "all-zero", "dead-relu",
+        "saturation", "bad-init", "init-variance", "double-softmax", "bce-logits", "final-activation", "fp16-underflow",
+        "zero-gradients"}},
+      {"zero-gradients",
+       "all-zero gradients; weights that never change",
+       "M5 (all-zero gradient), M25 (a gradient zero over the run), O6 (never changed), M6 (no gradient reaches the "
+       "input)",
+       [](const Finding& f) { return zero_gradient(f); },
+       {"no-backward", "cut-graph", "frozen", "fp16-underflow", "bf16-updates", "scaler-skips", "lr-schedule",
+        "masked-targets", "all-zero", "dead-relu", "saturation", "final-activation", "symmetric-init",
+        "vanishing-gradients"}},
+      {"exploding-gradients",
+       "gradients that explode",
+       "O1 (exploding)",
+       [](const Finding& f) { return o1_exploding(f); },
+       {"loss-negated", "bad-init", "init-variance", "output-init", "unscaled-inputs", "sum-reduction", "zero-grad",
+        "grad-reduction", "lr-too-high"}},
+      {"dead-in-training",
+       "ReLU units that died during training",
+       "M7 (died during training)",
+       [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
+       {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+      {"batch-coupling",
+       "outputs that depend on other examples of the batch",
+       "M6 (the model mixes the batch)",
+       [](const Finding& f) { return batch_mixing(f); },
+       {"batchnorm-stats", "train-mode-eval"}},
+      {"wrong-gradient",
+       "an analytic gradient that disagrees with the numerical one",
+       "M13",
+       [](const Finding& f) { return is(f, "M13"); },
+       {"cut-graph", "inplace"}},
+      {"broadcast",
+       "a loss that broadcasts its operands",
+       "M19",
+       [](const Finding& f) { return is(f, "M19"); },
+       {"label-shape"}},
+      {"label-counts",
+       "classes with no examples",
+       "D3",
+       [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f); },
+       {"masked-targets", "label-encoding"}},
+      {"class-errors",
+       "one class predicted far worse than the others",
+       "D3 (per-class recall)",
+       [](const Finding& f) { return d3_class_errors(f); },
+       {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift",
+        "final-activation", "fp16-underflow", "bf16-updates", "weights-rewritten", "clip-always", "lr-too-low",
+        "dead-relu", "symmetric-init"}},
+      {"validation-gap",
+       "a validation loss far above the training loss",
+       "L7 (overfitting, validation rising), W3 (validation rising)",
+       [](const Finding& f) { return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose); },
+       {"sum-reduction", "train-mode-eval", "batchnorm-stats", "batch-mixing", "weights-rewritten",
+        "split-preprocessing", "feature-drift", "label-drift", "tiny-validation"}},
+      {"validation-too-good",
+       "a validation accuracy suspiciously above the training accuracy",
+       "L7 (suspiciously high validation accuracy)",
+       [](const Finding& f) { return is(f, "L7", Kind::ValidationTooGood); },
+       {"split-mix", "leakage", "target-leakage", "misaligned-labels", "conflicting-labels", "noisy-train-labels",
+        "label-drift", "tiny-validation", "train-mode-eval"}},
+      {"training-failed",
+       "a training loop that raised an error",
+       "W3 (training failed)",
+       [](const Finding& f) { return is(f, "W3", Kind::TrainingFailed); },
+       {"gate-error", "inplace", "bce-logits", "label-encoding", "label-shape", "dtype-device"}},
+      {"gate-failure",
+       "the model or the loss raised an error in the pre-training gate",
+       "W2",
+       [](const Finding& f) { return is(f, "W2"); },
+       {"bce-logits", "label-encoding", "label-shape", "dtype-device", "inplace", "double-softmax"}},
+      {"train-labels-disagree",
+       "a trained model right on more of validation than of its own training data",
+       "L9 (train-labels-disagree)",
+       [](const Finding& f) { return is(f, "L9", Kind::TrainLabelsDisagree); },
+       {"misaligned-labels", "conflicting-labels"}},
+      {"validation-shift",
+       "validation inputs whose statistics differ from the training inputs'",
+       "D14",
+       [](const Finding& f) { return is(f, "D14"); },
+       {"split-preprocessing", "label-drift"}},
+      {"replicas-apart",
+       "replicas whose weights drift apart",
+       "M21",
+       [](const Finding& f) { return is(f, "M21"); },
+       {"grad-reduction"}},
+      {"effective-lr",
+       "an effective learning rate scaled by the number of ranks",
+       "W9",
+       [](const Finding& f) { return is(f, "W9"); },
+       {"grad-reduction"}},
+  };
+  return table;
+}
+
+}  // namespace gradsleuth::debug
