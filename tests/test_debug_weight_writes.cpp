@@ -221,6 +221,20 @@ TEST_CASE("WeightWriteTracker: the share of the optimizer's movement a write tak
   // writes W = sum of -0.25 (w after each step), movement M = (w_end - start) - W: -W / M = 0.63129.
   CHECK(s.undone == doctest::Approx(0.631292).epsilon(1e-4));
   CHECK(s.write_ratio == doctest::Approx(0.631292).epsilon(1e-4));
+  // Past the budget of followed values, a write is counted and not measured.
+  debug::WeightWriteTracker capped;
+  capped.attach(opt, model, 2);  // the weight holds 4 values
+  for (int i = 0; i < 3; ++i) {
+    step();
+    NoGradGuard ng;
+    w.mul_(0.75);
+  }
+  step();
+  capped.finish();
+  CHECK(capped.summary().written_steps == 3);
+  CHECK(capped.summary().followed == 0);
+  CHECK(std::isnan(capped.summary().undone));
+  capped.detach();
   // Without writes, nothing is followed and the summary has no share.
   debug::WeightWriteTracker quiet;
   quiet.attach(opt, model);

@@ -656,6 +656,7 @@ class HeldOutRunCheck final : public RunCheck {
   uint32_t events() const override { return train_ && val_ ? RunEvent::BeforeStep | RunEvent::Finish : 0u; }
   void before_step(RunContext& c, bool sampled) override {
     if (!sampled || !c.x.defined() || c.x.dim() < 1 || !c.x.is_floating_point()) return;
+    if (static_cast<int64_t>(rows_.size()) >= opts_.loop_alignment_max_rows) return;  // enough to judge
     NoGradGuard ng;
     const std::vector<uint64_t> h = row_hashes_x(c.x.detach().cpu());
     rows_.insert(rows_.end(), h.begin(), h.end());

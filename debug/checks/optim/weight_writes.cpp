@@ -8,10 +8,11 @@
 
 namespace gradsleuth::debug {
 
-void WeightWriteTracker::attach(optim::Optimizer& opt, const nn::Module& model) {
+void WeightWriteTracker::attach(optim::Optimizer& opt, const nn::Module& model, int64_t follow_max_elements) {
   detach();
   params_.clear();
   steps_ = written_steps_ = 0;
+  follow_budget_ = follow_max_elements;
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
     Param q;
@@ -36,10 +37,12 @@ void WeightWriteTracker::compare(Param& q) {
   NoGradGuard ng;
   ++q.written;
   q.version_after = q.tensor.version();  // counted once, also when finish() follows a pre_step
+  if (!q.follow && q.tensor.numel() > follow_budget_) return;  // counted, not measured
   const Tensor now = q.tensor.detach().to(kFloat64);
   if (!q.follow) {
     // The first write: from here on, the weight is copied after every step.
     q.follow = true;
+    follow_budget_ -= q.tensor.numel();
     q.start = now.clone();
     q.writes = zeros(now.shape(), TensorOptions(kFloat64).device(now.device()));
     return;

@@ -27,8 +27,10 @@ class WeightWriteTracker {
   WeightWriteTracker(const WeightWriteTracker&) = delete;
   WeightWriteTracker& operator=(const WeightWriteTracker&) = delete;
 
-  // Hooks the optimizer's step: attach before any hook that probes the model inside a step.
-  void attach(optim::Optimizer& opt, const nn::Module& model);
+  // Hooks the optimizer's step: attach before any hook that probes the model inside a step. At most
+  // `follow_max_elements` weight values are followed (three float64 copies each); writes to the
+  // weights beyond them are counted, not measured.
+  void attach(optim::Optimizer& opt, const nn::Module& model, int64_t follow_max_elements = int64_t{1} << 24);
   // A write after the last step (an average copied back at the end) counts too: call before the
   // model is probed again.
   void finish();
@@ -69,6 +71,7 @@ class WeightWriteTracker {
   std::vector<size_t> hooks_;
   std::vector<Param> params_;
   int64_t steps_ = 0, written_steps_ = 0;
+  int64_t follow_budget_ = 0;  // weight values that may still be followed
 };
 
 // O6's rule on what the tracker measured (OptimCheckOptions::writes_*): an info finding whenever the
