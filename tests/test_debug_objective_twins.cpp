@@ -3,7 +3,8 @@
 // A multi-task model whose second head learns from an auxiliary loss, against the same head with
 // the auxiliary loss forgotten; a contrastive (InfoNCE) loss on the product of two forwards, against
 // the same bounded encoder trained by cross-entropy on its output; a loop over the validation loader
-// (D13 over the run), against a final fit on train + validation.
+// (D13 over the run), against a final fit on train + validation; the stored training inputs normalised
+// again at each epoch (D14 after training), against normalised once and a dataset that augments.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -165,5 +166,66 @@ TEST_CASE("D13 over the run: a loop over the validation loader warns; a final fi
     const debug::RunReport r = run_on(both);
     CHECK(r.findings.ran("D13"));
     CHECK_MESSAGE(dtest::find(r.findings.findings(), "D13") == nullptr, r.str());
+  }
+}
+
+namespace {
+// Gaussian input noise drawn on every read: a dataset that augments on the fly.
+struct NoisyDataset : nn::Dataset {
+  std::shared_ptr<nn::TensorDataset> base;
+  explicit NoisyDataset(std::shared_ptr<nn::TensorDataset> b) : base(std::move(b)) {}
+  int64_t size() const override { return base->size(); }
+  nn::Example get(int64_t i) const override {
+    nn::Example e = base->get(i);
+    e.x = e.x + randn(e.x.sizes()) * 0.05;
+    return e;
+  }
+};
+}  // namespace
+
+TEST_CASE("D14 after training: the stored training inputs normalised again each epoch warn and lead") {
+  manual_seed(4);
+  const dtest::XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+  const Tensor raw = all.x * 3.0 + 5.0;  // features around 5 with std 3
+  Tensor xtr = raw.narrow(0, 0, 480).clone();
+  const Tensor mu = mean(xtr, {0}), sd = sqrt(mean((xtr - mu) * (xtr - mu), {0}));
+  const Tensor xva = (raw.narrow(0, 480, 120) - mu) / sd;
+  auto standardise = [&] {
+    NoGradGuard ng;
+    xtr.sub_(mu);
+    xtr.div_(sd);
+  };
+  standardise();  // once, before training: healthy
+  auto train_set = std::make_shared<nn::TensorDataset>(xtr, all.y.narrow(0, 0, 480));
+  auto run_with = [&](const nn::DatasetPtr& ds, bool again_each_epoch) {
+    const Split d{std::make_shared<nn::DataLoader>(ds, nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3)),
+                  std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(xva, all.y.narrow(0, 480, 120)),
+                                                   nn::DataLoaderOptions().batch_size(120))};
+    auto model = std::make_shared<dtest::Mlp>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 5; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        ce((*model)(b.x), b.y).backward();
+        opt.step();
+      }
+      if (again_each_epoch) standardise();  // the bug: the stored tensor again, with the raw data's statistics
+      s.epoch();
+    }
+    return s.finish();
+  };
+  SUBCASE("normalised again at each epoch's end: the training rows drift away from validation") {
+    const debug::RunReport r = run_with(train_set, true);
+    const debug::Finding* f = dtest::find(r.findings.findings(), "D14");
+    REQUIRE_MESSAGE(f != nullptr, r.str());
+    CHECK(dtest::ev(*f, "share changed") == 1.0);
+    CHECK(dtest::lead_of(r).get("check")->str == "D14");
+  }
+  SUBCASE("normalised once before training") { expect_clean(run_with(train_set, false)); }
+  SUBCASE("a dataset that adds noise on every read is not judged") {
+    const debug::RunReport r = run_with(std::make_shared<NoisyDataset>(train_set), false);
+    CHECK_MESSAGE(dtest::find(r.findings.findings(), "D14") == nullptr, r.str());
   }
 }

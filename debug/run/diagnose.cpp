@@ -154,6 +154,7 @@ void Session::run_data_checks() {
       r.note_ran("D13, D14, D15, D16");
     });
   }
+  train_rows_ = train_rows;
 }
 
 void Session::run_gate(const Tensor& x, const Tensor& y) {
@@ -476,6 +477,13 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
         monitor_->report().note_ran("M7");
       });
     check_class_errors_at_end();
+    // D14 on the training split itself: read again, are its rows the ones the data checks read?
+    if (train_rows_ && data_.train && stopped_.empty())
+      guarded(monitor_->report(), "the end-of-run checks", "training rows read again", "D14's look after training",
+              [&] {
+                for (const Finding& f : check_training_rows_changed(data_.train->dataset(), *train_rows_, o_.data))
+                  monitor_->report().add(f);
+              });
     // Report::add appends a new finding and only counts one it already holds: the end of run's
     // own findings are those past the training's.
     const auto& all = monitor_->report().findings();

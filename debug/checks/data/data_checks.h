@@ -100,6 +100,10 @@ struct DataCheckOptions {
   // Two-sample Kolmogorov-Smirnov statistic between the splits' per-example mean
   // (brightness) and per-example std (contrast): above max_drift_ks warns.
   double max_drift_ks = 0.2;
+  // D14 over the run: the share of the training rows read before training whose input differs when
+  // the split is read again after it (and twice alike: no on-the-fly augmentation): at or above this
+  // warns (a normalisation applied to the stored data again at each epoch).
+  double max_changed_rows = 0.1;
   // Tabular inputs (one vector of at most max_drift_columns values per example): each column's mean
   // and variance, train against the split, after both are whitened by their pooled within-split
   // covariance (so correlated columns count once). The sum of the squared z statistics (a mean's
@@ -272,6 +276,14 @@ std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& o
 //   check_duplicates(*train_rows, opts); check_splits(*train_rows, *read_split_sample(val, opts), "validation", opts);
 // The findings are those of the functions above on the datasets.
 struct SplitSample;
+
+// D14 over the run: the training split `train` read again after training (and, where it differs from
+// `before`, the rows read before training, read once more: a dataset that augments on the fly reads
+// differently each time, and is not judged): inputs changed in place (a normalisation applied again
+// at each epoch, a transform written back into the stored tensor) on opts.max_changed_rows of the
+// rows or more warn.
+std::vector<Finding> check_training_rows_changed(const nn::Dataset& train, const SplitSample& before,
+                                                 const DataCheckOptions& opts = {});
 std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts = {});
 std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts = {});
 std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& other,

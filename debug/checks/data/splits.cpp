@@ -643,6 +643,43 @@ std::vector<Finding> check_splits(const SplitSample& a, const SplitSample& b, co
   return out;
 }
 
+std::vector<Finding> check_training_rows_changed(const nn::Dataset& train, const SplitSample& before,
+                                                 const DataCheckOptions& opts) {
+  const std::shared_ptr<const SplitSample> read = read_split_sample(train, opts);
+  const SplitSample& after = *read;
+  if (after.x == before.x || read_split_sample(train, opts)->x != after.x) return {};
+  const size_t n = std::min(before.x.size(), after.x.size());
+  if (n == 0) return {};
+  int64_t changed = 0;
+  for (size_t i = 0; i < n; ++i) changed += before.x[i] != after.x[i] ? 1 : 0;
+  const double share = static_cast<double>(changed) / static_cast<double>(n);
+  if (changed == 0 || share < opts.max_changed_rows) return {};
+  auto mean_of = [n](const std::vector<double>& v) {
+    double s = 0.0;
+    for (size_t i = 0; i < n && i < v.size(); ++i) s += v[i];
+    return s / static_cast<double>(std::max<size_t>(1, std::min(n, v.size())));
+  };
+  Finding f = make("D14", Severity::Warning,
+                   "the training inputs changed during training: " + num(changed) + " of " +
+                       num(static_cast<int64_t>(n)) + " training rows hold other values after it than before it");
+  f.end_of_run = true;
+  f.evidence = {{"training rows compared (the same rows, read before and after training)", static_cast<double>(n), ""},
+                {"rows whose input changed", static_cast<double>(changed), ""},
+                {"share changed", share, ">= " + fmt_num(opts.max_changed_rows) + " warns"},
+                {"mean of the inputs before training", mean_of(before.means), ""},
+                {"mean of the inputs after training", mean_of(after.means), ""},
+                {"mean per-example std before training", mean_of(before.stds), ""},
+                {"mean per-example std after training", mean_of(after.stds), ""}};
+  f.cause =
+      "the loop writes into the stored training data: a normalisation applied again at each epoch (x -= mean; "
+      "x /= std on the dataset's own tensor), or a transform written back. Each epoch then trains on other "
+      "inputs than the last, and than the validation split holds";
+  f.fix =
+      "transform the data once before training, or transform each batch into a new tensor (x = (b.x - mean) / "
+      "std) instead of the dataset's storage in place";
+  return {f};
+}
+
 // ---- D13 over the run: the rows the loop trains on ---------------------------------------------
 namespace {
 // On the sampled steps, each row of the model's training input is hashed (row_hashes_x, as D13 hashes
