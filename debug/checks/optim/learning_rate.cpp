@@ -469,9 +469,6 @@ void rule_out_lr_too_high(Report& rep, const Finding& verdict) {
 }
 
 // ---- O6 the loop's writes to the weights ------------------------------------------------------
-namespace {
-std::string percent(double share) { return fmt_num(100.0 * share) + "%"; }
-}  // namespace
 
 std::vector<Finding> judge_weight_writes(const WeightWriteTracker::Summary& s, const OptimCheckOptions& o) {
   if (s.written_steps == 0) return {};
@@ -508,7 +505,7 @@ std::vector<Finding> judge_weight_writes(const WeightWriteTracker::Summary& s, c
   const std::string when = " between optimizer steps (" + num(s.written_steps) + " of " + num(s.steps) + " steps)";
   if (judged && (s.undone >= o.writes_undone || replaced))
     warn(Kind::WeightsRewritten,
-         "the training loop rewrites the weights" + when + " and takes back " + percent(s.undone) +
+         "the training loop rewrites the weights" + when + " and takes back " + detail::pct(s.undone) +
              " of what the optimizer moved them: its steps do not accumulate",
          "code between the steps writes the weights: a constraint whose limit sits far below the weights' norms, a "
          "reset to earlier weights (Lookahead whose slow weights never move, a re-initialisation inside the loop), "
