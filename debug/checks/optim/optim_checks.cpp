@@ -661,10 +661,11 @@ class GradientHealthRunCheck final : public RunCheck {
   uint32_t events() const override { return RunEvent::BeforeStep | RunEvent::Finish | RunEvent::Series; }
   void series(TrainingHistory& h) const override {
     h.gradient_judged_steps = judged_steps_;
-    h.gradient_missing.assign(missing_steps_.begin(), missing_steps_.end());
+    h.gradient_missing.clear();
+    for (const auto& [name, held] : missing_) h.gradient_missing.emplace_back(name, held.second);
   }
   void finish(RunContext& c) override {
-    for (auto& [name, held] : missing_) {
+    for (const auto& [name, held] : missing_) {
       Finding f = held.first;
       f.evidence = {{"sampled steps without a gradient", static_cast<double>(held.second), "every one of them warns"},
                     {"sampled steps judged", static_cast<double>(judged_steps_), ""}};
@@ -679,7 +680,6 @@ class GradientHealthRunCheck final : public RunCheck {
       }
       c.add(std::move(f));
     }
-    missing_.clear();
   }
   void before_step(RunContext& c, bool sampled) override {
     if (!sampled) return;
@@ -694,7 +694,6 @@ class GradientHealthRunCheck final : public RunCheck {
       }
       auto [it, fresh] = missing_.try_emplace(health[i].parameter, health[i], 0);
       ++it->second.second;
-      ++missing_steps_[health[i].parameter];
       health.erase(health.begin() + static_cast<std::ptrdiff_t>(i));
     }
     if (!redundant_checked_ && c.loss && c.x.defined() && c.y.defined() &&
@@ -741,7 +740,6 @@ class GradientHealthRunCheck final : public RunCheck {
   bool redundant_checked_ = false;
   int64_t judged_steps_ = 0;                                    // sampled steps on which some parameter had a gradient
   std::map<std::string, std::pair<Finding, int64_t>> missing_;  // the first finding, the steps without
-  std::map<std::string, int64_t> missing_steps_;                // the same counts, kept for the history
 };
 
 // O5 is raised by the optimizer itself (a core warning): its findings say what the loop did. A
