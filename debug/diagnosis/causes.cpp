@@ -84,6 +84,10 @@ bool not_learning(const Finding& f) {
 
 }  // namespace
 
+bool reports_slow_learning(const Finding& f) {
+  return not_learning(f) || lr_too_low(f) || is(f, "L9", Kind::Undertrained);
+}
+
 const std::vector<Cause>& diagnosis_causes() {
   static const std::vector<Cause> table = {
       // ---- the data ----
@@ -243,6 +247,10 @@ const std::vector<Cause>& diagnosis_causes() {
        "a second update of the weights outside the optimizer (a hand-written step beside step())", "O6",
        "each weight's version counter around the optimizer's steps, and the loop's writes against its movement", true,
        [](const Finding& f) { return is(f, "O6", Kind::WeightsUpdatedTwice); }},
+      {"eps-dominates",
+       "an adaptive optimizer's eps far above its gradients' scale (eps, not the gradients, sets the step)", "O6",
+       "the optimizer's second-moment estimate against its eps after the run", true,
+       [](const Finding& f) { return is(f, "O6", Kind::EpsDominates); }},
       {"clip-always", "gradient clipping at every step (a threshold below the gradient's norm sets every step)", "O9",
        "the total gradient norm right before each sampled update", true, GS_CHECK_CONFIRMS("O9")},
       {"lr-too-high", "a learning rate too high", "O6",
@@ -345,6 +353,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "no-backward",
                                                      "weights-rewritten",
                                                      "weights-updated-twice",
+                                                     "eps-dominates",
                                                      "clip-always",
                                                      "lr-schedule",
                                                      "zero-gradients",
@@ -394,6 +403,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "O9",
        [](const Finding& f) { return is(f, "O9"); },
        {"scaled-clipping"}},
+      {"slow-learning", "a run that ended while its loss still fell", "L9 (undertrained, its lr probe)",
+       [](const Finding& f) { return is(f, "L9", Kind::Undertrained) || is(f, "L9", Kind::LrProbeTooLow); }, any_fault},
       {"rewritten-weights",
        "weights the loop rewrites between optimizer steps",
        "O6 (weights rewritten)",
@@ -450,8 +461,8 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "D3 (per-class recall)",
        [](const Finding& f) { return d3_class_errors(f); },
        {"class-imbalance", "label-encoding", "conflicting-labels", "misaligned-labels", "label-drift",
-        "final-activation", "fp16-underflow", "bf16-updates", "weights-rewritten", "clip-always", "lr-too-low",
-        "dead-relu", "symmetric-init"}},
+        "final-activation", "fp16-underflow", "bf16-updates", "weights-rewritten", "eps-dominates", "clip-always",
+        "lr-too-low", "dead-relu", "symmetric-init"}},
       {"validation-gap",
        "a validation loss far above the training loss",
        "L7 (overfitting, validation rising), W3 (validation rising)",

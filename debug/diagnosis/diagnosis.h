@@ -60,6 +60,10 @@ const Cause* find_cause(const std::string& id);
 const Cause* fault_confirmed_by(const Finding& f);
 // The checks that localise where a non-finite value came from: D2, M12, W4 and L5's error.
 bool nonfinite_source(const Finding& f);
+// A finding that says the run learned too slowly: a loss that does not fall or still fell at the end
+// (L1 stuck, M14, M15, L7 underfitting, L9 undertrained) or a learning rate found too low (O6, O8, L9's
+// probe). The eps rule of O6 warns only beside one.
+bool reports_slow_learning(const Finding& f);
 // The two tables as Markdown (docs/checks.md, "Diagnosis", holds this text verbatim; `gradsleuth
 // checks --causes` prints it): each symptom with the findings that show it and its candidate
 // causes in order, then each cause with its probe.

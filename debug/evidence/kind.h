@@ -110,6 +110,7 @@ namespace gradsleuth::debug {
   X(LrRuledOut, "lr-ruled-out", "O6")                                                                 \
   X(WeightsRewritten, "weights-rewritten", "O6")                                                      \
   X(WeightsUpdatedTwice, "weights-updated-twice", "O6")                                               \
+  X(EpsDominates, "eps-dominates", "O6")                                                              \
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

@@ -1,10 +1,12 @@
 // O3's weight-decay probe on the user's model at the end of a run (its rule: check_weight_decay in
 // debug/checks/optim/optim_checks.h): the decay's pull against the loss gradient's per parameter group,
 // and, where the decay pulls hard, training on with and without it (Session::rerun_from_start).
+#include <algorithm>
 #include <cmath>
 
 #include "core/ops.h"
 #include "debug/checks/optim/optim_checks.h"
+#include "debug/diagnosis/diagnosis.h"
 #include "debug/evidence/tensor_stats.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
@@ -210,6 +212,19 @@ void Session::check_decay_at_end(RunReport& r) {
     for (Finding& f : check_weight_decay(m, oo)) found.add(std::move(f));
   });
   found.note_ran("O3");
+  r.add_at_end(found);
+}
+
+// O6's eps rule: the optimizer's state after the run, judged beside what the run's own findings say of
+// its pace.
+void Session::check_epsilon_at_end(RunReport& r) {
+  if (r.steps < 1) return;
+  const bool slow = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
+                                [](const Finding& f) { return f.fires() && reports_slow_learning(f); });
+  Report found;
+  guarded(found, "the end-of-run checks", "O6's eps rule", "O6", [&] {
+    for (Finding& f : check_adaptive_epsilon(opt_, model_, slow, o_.monitor.optim)) found.add(std::move(f));
+  });
   r.add_at_end(found);
 }
 

@@ -516,6 +516,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   lr_probe(r);
   if (o_.end_of_run) check_fit_at_end(r);
   if (o_.end_of_run) check_decay_at_end(r);
+  if (o_.end_of_run) check_epsilon_at_end(r);
 
   // What could not run, and what it needs.
   auto skip = [&](std::string checks, std::string reason, std::string remedy) {

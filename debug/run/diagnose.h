@@ -243,6 +243,7 @@ class Session {
                                        const std::vector<int64_t>& rows = {});
   void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
   void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
+  void check_epsilon_at_end(RunReport& r);  // O6's eps rule (debug/run/decay_pass.cpp)
   void check_class_errors_at_end();
   void write_explorer(RunReport& r);
 

@@ -14,6 +14,8 @@
 #include "debug/checks/optim/weight_writes.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
+#include "optim/adam.h"
+#include "optim/rmsprop.h"
 
 namespace gradsleuth::debug {
 
@@ -520,6 +522,110 @@ std::vector<Finding> judge_weight_writes(const WeightWriteTracker::Summary& s, c
          "parameters: the effective learning rate is higher than the one set",
          "update each parameter once per step: remove the hand-written update, or the parameter from one "
          "optimizer");
+  return {f};
+}
+
+// ---- O6 the adaptive optimizer's eps after the run --------------------------------------------
+
+std::vector<Finding> check_adaptive_epsilon(const optim::Optimizer& opt, const nn::Module& model, bool learned_slowly,
+                                            const OptimCheckOptions& o) {
+  // The second moment's key in the state, its bias correction's beta (0: none) and eps.
+  std::string key;
+  double beta2 = 0, eps = 0;
+  bool centered = false;
+  if (const auto* adam = dynamic_cast<const optim::Adam*>(&opt)) {
+    key = adam->options().amsgrad() ? "max_exp_avg_sq" : "exp_avg_sq";
+    beta2 = adam->options().betas().second;
+    eps = adam->options().eps();
+  } else if (const auto* rms = dynamic_cast<const optim::RMSprop*>(&opt)) {
+    key = "square_avg";
+    eps = rms->options().eps();
+    centered = rms->options().centered();
+  } else {
+    return {};
+  }
+  if (!(eps > 0)) return {};
+  std::map<const TensorImpl*, std::string> names;
+  for (const auto& [name, p] : model.named_parameters()) names.emplace(p.impl_ptr().get(), name);
+  const auto state = opt.state_dict();
+  const auto& groups = opt.param_groups();
+  // State entries are "g.i.key"; the step count of each parameter for the bias correction.
+  auto entry = [&](size_t g, size_t i, const std::string& k) {
+    const auto it = state.find(std::to_string(g) + "." + std::to_string(i) + "." + k);
+    return it == state.end() ? Tensor() : it->second;
+  };
+  int64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].params.size(); ++i)
+      if (entry(g, i, key).defined()) total += entry(g, i, key).numel();
+  if (total == 0) return {};
+  const int64_t stride = std::max<int64_t>(1, (total + o.eps_sample - 1) / std::max<int64_t>(1, o.eps_sample));
+  std::vector<double> shrink, root;
+  std::string worst;
+  double worst_shrink = 2, lr = kNaN;
+  int64_t seen = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const Tensor v = entry(g, i, key);
+      if (!v.defined()) continue;
+      double correction = 1;
+      if (beta2 > 0) {
+        const Tensor step = entry(g, i, "step");
+        const double t = step.defined() ? static_cast<double>(step.to(kInt64).item<int64_t>()) : 1.0;
+        correction = 1 - std::pow(beta2, t);
+      }
+      std::vector<double> vs = v.to(kCPU).to(kFloat64).contiguous().reshape({-1}).to_vector<double>();
+      if (centered) {
+        const Tensor a = entry(g, i, "grad_avg");
+        if (a.defined()) {
+          const std::vector<double> as = a.to(kCPU).to(kFloat64).contiguous().reshape({-1}).to_vector<double>();
+          for (size_t k = 0; k < vs.size() && k < as.size(); ++k) vs[k] = std::max(0.0, vs[k] - as[k] * as[k]);
+        }
+      }
+      std::vector<double> mine;
+      for (size_t k = 0; k < vs.size(); ++k, ++seen) {
+        if (seen % stride != 0 || !(vs[k] > 0) || !std::isfinite(vs[k])) continue;
+        const double r = std::sqrt(vs[k] / correction);
+        root.push_back(r);
+        shrink.push_back(r / (r + eps));
+        mine.push_back(r / (r + eps));
+      }
+      if (mine.empty()) continue;
+      if (!std::isfinite(lr)) lr = groups[g].lr;
+      const double m = median(mine);
+      if (m < worst_shrink) {
+        worst_shrink = m;
+        const auto it = names.find(groups[g].params[i].impl_ptr().get());
+        worst = it != names.end()
+                    ? it->second
+                    : "group " + num(static_cast<int64_t>(g)) + " parameter " + num(static_cast<int64_t>(i));
+      }
+    }
+  if (shrink.empty()) return {};
+  const double factor = median(shrink), rms = median(root);
+  if (!(factor < o.eps_shrink)) return {};
+  Finding f = make("O6", learned_slowly ? Severity::Warning : Severity::Info,
+                   opt.name() + "'s eps " + fmt_num(eps) + " is " + fmt_num(eps / rms) +
+                       "x the typical sqrt of its second moment (" + fmt_num(rms) +
+                       "): eps, not the gradients' "
+                       "scale, sets the step, " +
+                       fmt_num(factor) + "x the step " + opt.name() + " would take" +
+                       (learned_slowly ? ", and the run learned too slowly" : " (the run learned: info)"));
+  f.kind = Kind::EpsDominates;
+  f.parameter = worst;
+  f.evidence = {{"eps", eps, ""},
+                {"median sqrt(v) of the weights with a gradient (bias-corrected)", rms, ""},
+                {"median step factor sqrt(v) / (sqrt(v) + eps)", factor, "< " + fmt_num(o.eps_shrink)},
+                {"the effective learning rate lr / eps (SGD with momentum)", lr / eps, ""},
+                {"the run learned too slowly (the loss still falling at its end, or the rate too low)",
+                 learned_slowly ? 1.0 : 0.0, "1: warns; 0: info"}};
+  f.cause = "an eps far above the gradients' scale: " + opt.name() +
+            " divides each step by sqrt(v) + eps, so eps sets the step and the per-weight scaling is lost; "
+            "the effective learning rate is lr / eps (a typo for 1e-8, or a value meant for another "
+            "loss scale)";
+  f.fix =
+      "set eps back to its default 1e-8 (or well below the gradients' scale); or, if eps this large is "
+      "meant, raise the learning rate to match";
   return {f};
 }
 

@@ -154,6 +154,17 @@ struct OptimCheckOptions {
   double writes_replaced_undone = 0.5;
   double writes_added = 0.05;
   double writes_along = 0.5;
+  // An adaptive optimizer's eps against its second-moment estimate after the run (Adam, AdamW,
+  // RMSprop): each weight's step is lr * m / (sqrt(v) + eps), so where eps is far above sqrt(v) the
+  // step shrinks by sqrt(v) / (sqrt(v) + eps) and Adam becomes SGD with momentum at lr / eps. The
+  // median of that factor over the weights that had a gradient (at most eps_sample of them, evenly
+  // spaced) below eps_shrink is reported; it warns where the run also learned too slowly (a loss
+  // still falling at its end, a learning rate the run or its probe found too low), and is info
+  // where it trained (eps = 1 chosen on purpose, the learning rate raised to match). Healthy: the
+  // default eps = 1e-8 keeps the factor at 0.99-1.0 for gradients of 1e-6 and up; eps = 1 with
+  // gradients of 1e-2 gives 0.01.
+  double eps_shrink = 0.1;
+  int64_t eps_sample = 1 << 20;
 
   // ---- O8 learning rate before training ----
   // The usual ranges of a starting learning rate: adaptive optimizers (Adam, AdamW, RMSprop)
@@ -162,6 +173,10 @@ struct OptimCheckOptions {
   double adaptive_lr_max = 1e-2;
   double sgd_lr_min = 1e-4;
   double sgd_lr_max = 1.0;
+  // ... except an adaptive optimizer whose eps is adaptive_eps_large or more: eps then sets the step (lr / eps
+  // times the averaged gradient; RMSprop at eps 1 and lr 0.045 trained Inception), so its rate is info here
+  // and the eps rule (eps_shrink) judges it after the run.
+  double adaptive_eps_large = 0.1;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
@@ -352,5 +367,12 @@ struct DeadUnitsProbe {
   std::string failed;                                    // why the probe could not run
 };
 Finding judge_dead_units_lr_probe(const DeadUnitsProbe& p);
+
+// O6 after the run: Adam's, AdamW's or RMSprop's eps against the second-moment estimate in its state
+// (see OptimCheckOptions::eps_shrink). Nothing when the optimizer is another or eps is small against
+// the gradients; a finding of kind eps-dominates otherwise, a warning when `learned_slowly` (the run's
+// findings say the loss was still falling or the rate too low; Session computes it), else info.
+std::vector<Finding> check_adaptive_epsilon(const optim::Optimizer& opt, const nn::Module& model, bool learned_slowly,
+                                            const OptimCheckOptions& o = {});
 
 }  // namespace gradsleuth::debug
