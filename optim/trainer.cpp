@@ -104,12 +104,19 @@ LossFn cross_entropy_loss() {
   return [](const Tensor& out, const Tensor& y) { return nn::functional::cross_entropy(out, y); };
 }
 
-double accuracy(const Tensor& output, const Tensor& target) {
+ClassHits class_hits(const Tensor& output, const Tensor& target) {
   GS_CHECK(is_classification(output, target), "accuracy", "needs logits (B, C) and int64 class targets (B), got ",
            output.str(), " and ", target.str());
   NoGradGuard ng;
-  Tensor hit = eq(argmax(output.detach(), 1), target);
-  return sum(hit.to(kFloat64)).item<double>() / static_cast<double>(target.size(0));
+  const Tensor t = target.to(output.device());
+  const Tensor labelled = logical_and(ge(t, 0), lt(t, output.size(1)));
+  const Tensor hit = logical_and(eq(argmax(output.detach(), 1), t), labelled);
+  return {sum(hit.to(kInt64)).item<int64_t>(), sum(labelled.to(kInt64)).item<int64_t>()};
+}
+
+double accuracy(const Tensor& output, const Tensor& target) {
+  const ClassHits h = class_hits(output, target);
+  return h.counted > 0 ? static_cast<double>(h.right) / static_cast<double>(h.counted) : kNoValue;
 }
 
 EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss, bool eval_mode) {
@@ -119,7 +126,8 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   if (eval_mode) model.eval();
   NoGradGuard ng;
   EvalResult r;
-  double loss_sum = 0.0, hits = 0.0;
+  double loss_sum = 0.0;
+  int64_t hits = 0, labelled = 0;
   bool classes = true;
   const std::vector<int64_t> order = loader.order(loader.epoch());
   const int64_t n = static_cast<int64_t>(order.size()), bs = loader.options().batch_size_;
@@ -131,7 +139,9 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
     loss_sum += loss(out, b.y).item<double>() * bsz;
     classes = classes && is_classification(out, b.y);
     if (classes) {
-      hits += accuracy(out, b.y) * bsz;
+      const ClassHits h = class_hits(out, b.y);
+      hits += h.right;
+      labelled += h.counted;
       const std::vector<int64_t> pred = argmax(out.detach(), 1).to_vector<int64_t>(), truth = b.y.to_vector<int64_t>();
       const size_t C = static_cast<size_t>(out.size(1));
       r.class_examples.resize(std::max(r.class_examples.size(), C), 0);
@@ -146,7 +156,7 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   }
   model.train(was_training);
   r.loss = loss_sum / static_cast<double>(std::max<int64_t>(r.examples, 1));
-  r.accuracy = classes ? hits / static_cast<double>(std::max<int64_t>(r.examples, 1)) : kNoValue;
+  r.accuracy = classes && labelled > 0 ? static_cast<double>(hits) / static_cast<double>(labelled) : kNoValue;
   if (!classes) r.class_examples.clear(), r.class_correct.clear();
   r.seconds = seconds_since(t0);
   return r;

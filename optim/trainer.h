@@ -54,7 +54,14 @@ struct EvalResult {
 EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossFn& loss = cross_entropy_loss(),
                     bool eval_mode = true);
 
-// The fraction of rows where argmax(output (B, C), 1) == target (B).
+// Of the rows of output (B, C) whose target (B) is a class in [0, C): how many there are, and how many
+// argmax(output, 1) gets right. A target outside that range (CrossEntropyLoss's ignore_index, -100 by
+// default: an unlabelled row) is left out, as the loss leaves it out.
+struct ClassHits {
+  int64_t right = 0, counted = 0;
+};
+ClassHits class_hits(const Tensor& output, const Tensor& target);
+// The fraction of those rows that argmax gets right (kNoValue when no row has a class target).
 double accuracy(const Tensor& output, const Tensor& target);
 
 // What a step callback sees, after optimizer.step().

@@ -149,6 +149,11 @@ class RunContext {
   double loss_value = 0.0;        // the current step's loss (LossValue)
   Tensor loss_output;             // the loss module's value, during LossValue only (a unit may hook its gradient)
   bool loss_seen = false;         // LossValue heard this step
+  // A sampled step whose gradients are all exactly zero, with a loss of exactly 0 where the loss module
+  // was heard (one of the user's own: the library's cross-entropy, NLL, MSE and BCE reach 0 only by
+  // saturating): a hinge or margin loss with every example past its margin (a triplet loss) has
+  // nothing to learn from this batch. The gradient checks (O1, M25's gradients) do not judge it.
+  bool flat_step = false;
   const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
 
   // Whether step `step` (1-based) is sampled: the first, and every `every`-th.

@@ -739,7 +739,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"O5", "optim/optimizer.cpp"},
         {"O6", "debug/checks/optim/learning_rate.cpp"},
         {"O7", "debug/checks/dist/dist_checks.cpp"},
-        {"O8", "debug/checks/optim/optim_checks.cpp"},
+        {"O8", "debug/checks/optim/lr_range.cpp"},
         {"O9", "debug/checks/optim/clipping.cpp"},
         {"O10", "debug/checks/optim/loss_scale.cpp"},
         {"W1", "debug/checks/workflow/reproducibility.cpp"},

@@ -49,8 +49,9 @@ ValScore val_score(nn::Module& model, const nn::DataLoader& loader, const LossFu
     sum += l.item<double>() * n;
     s.examples += b.x.size(0);
     if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
-      right += optim::accuracy(out, y) * n;
-      counted += n;
+      const optim::ClassHits h = optim::class_hits(out, y);
+      right += static_cast<double>(h.right);
+      counted += static_cast<double>(h.counted);
     } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
       right += eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32).mean().item<double>() * n;
       counted += n;

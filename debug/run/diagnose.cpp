@@ -505,6 +505,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   // The gate's gradients and loss probes with what the loop's backward reached and its loss took.
   revise_gradient_missing(gate_phase_.findings, seen);     // O1
   revise_parameter_unreached(gate_phase_.findings, seen);  // M5
+  revise_input_baseline(gate_phase_.findings, seen, o_.gate_options.model);  // M15 with the run's validation loss
   revise_gate_objective(gate_phase_.findings, seen);
   r.phases = {data_phase_, gate_phase_, training, end};
   r.findings.merge(data_phase_.findings);

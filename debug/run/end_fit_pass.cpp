@@ -83,21 +83,30 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
     s.examples += n;
     count_label_tail(out, y, threshold, tail_below, s.tail);
-    Tensor ok;
-    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1)
+    Tensor ok, labelled;
+    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
+      // Rows whose target is no class (ignore_index: unlabelled) are not scored, as the loss skips them.
       ok = eq(argmax(out, 1), y).to(kFloat32);
-    else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype()))
+      labelled = logical_and(ge(y, 0), lt(y, out.size(1))).to(kCPU).to(kFloat32).contiguous();
+    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype()))
       ok = eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32);
     if (ok.defined()) {
       const Tensor flat = ok.to(kCPU).contiguous().reshape({-1});
       const float* v = flat.data_ptr<float>();
-      double hits = 0;
+      const float* keep = labelled.defined() ? labelled.data_ptr<float>() : nullptr;
+      double hits = 0, scored = 0;
       for (int64_t k = 0; k < flat.numel(); ++k) {
+        if (keep && keep[k] < 0.5f) continue;
         s.right.push_back(v[k] > 0.5f);
         hits += v[k] > 0.5f;
+        ++scored;
       }
-      right += hits / static_cast<double>(flat.numel()) * static_cast<double>(n);
-      counted += static_cast<double>(n);
+      if (scored > 0) {
+        // Per example: the share right of its scored elements (float targets), or whether it is right.
+        const double rows = keep ? scored : static_cast<double>(n);
+        right += hits / scored * rows;
+        counted += rows;
+      }
     } else if (row_losses && out.dim() >= 1 && y.dim() >= 1 && out.size(0) == n && y.size(0) == n) {
       for (int64_t k = 0; k < n; ++k) {
         const Tensor lk = loss(out.narrow(0, k, 1), y.narrow(0, k, 1));

@@ -246,7 +246,22 @@ void Monitor::on_pre_step() {
   ctx_.nonfinite = bad_loss;
   if (sample) {
     SummaryCache once;  // the sampled checks read the same gradients: one pass over each
+    // The library's likelihood losses reach exactly 0 only by saturating (float32 probabilities of 1):
+    // a symptom to judge, not a batch past its margin.
+    const bool saturating_loss = ctx_.loss && (loss_type::cross_entropy(*ctx_.loss) || loss_type::nll(*ctx_.loss) ||
+                                               loss_type::elementwise(*ctx_.loss));
+    ctx_.flat_step = !bad_loss && !saturating_loss && (!ctx_.loss_seen || ctx_.loss_value == 0.0) && [&] {
+      bool any = false;
+      for (const Tensor& p : ctx_.model.parameters()) {
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        if (!(summarize_norm(g).norm == 0.0)) return false;
+        any = true;
+      }
+      return any;
+    }();
     dispatch_pre_step(sample);
+    ctx_.flat_step = false;
   } else {
     dispatch_pre_step(sample);
   }

@@ -53,7 +53,11 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
                                })));
     s.float_inputs = s.float_inputs && b.x.is_floating_point();
     s.label_values = std::max(s.label_values, b.y.dim() <= 1 ? int64_t{1} : b.y.numel() / B);
-    const Tensor xb = b.x.reshape({B, -1}).to(kFloat64);
+    const Tensor xb = b.x.reshape({B, -1}).to(kFloat64).contiguous();
+    if (s.integral_inputs && b.x.is_floating_point()) {
+      const double* v = xb.data_ptr<double>();
+      for (int64_t k = 0, e = xb.numel(); k < e && s.integral_inputs; ++k) s.integral_inputs = v[k] == std::trunc(v[k]);
+    }
     s.tabular = s.tabular && b.x.dim() == 2 && s.features <= opts.max_drift_columns;
     if (s.tabular) {
       const std::vector<double> v = xb.contiguous().to_vector<double>();
@@ -103,7 +107,8 @@ double ks_statistic(std::vector<double> a, std::vector<double> b) {
 std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
   struct Group {
     int64_t count = 0, first = -1, second = -1;
-    std::vector<Label> labels;  // the distinct labels this input has
+    std::vector<Label> labels;    // the distinct labels this input has
+    std::vector<int64_t> copies;  // the rows with each of them
   };
   std::unordered_map<uint64_t, Group> groups;
   groups.reserve(s.x.size());
@@ -113,13 +118,20 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
       g.first = r;
     else if (g.second < 0)
       g.second = r;
-    if (std::none_of(g.labels.begin(), g.labels.end(), [&](const Label& l) { return l.hash == s.y[r].hash; }))
+    const auto it =
+        std::find_if(g.labels.begin(), g.labels.end(), [&](const Label& l) { return l.hash == s.y[r].hash; });
+    if (it == g.labels.end()) {
       g.labels.push_back(s.y[r]);
+      g.copies.push_back(1);
+    } else {
+      ++g.copies[static_cast<size_t>(it - g.labels.begin())];
+    }
   }
-  int64_t repeated = 0, conflicting = 0, conflict_inputs = 0, most = 0;
+  int64_t repeated = 0, conflicting = 0, conflict_inputs = 0, most = 0, majority = 0;
   const Group* dup_example = nullptr;
   const Group* conflict_example = nullptr;
   for (const auto& [h, g] : groups) {
+    majority += *std::max_element(g.copies.begin(), g.copies.end());
     if (g.count < 2) continue;
     repeated += g.count - 1;
     most = std::max(most, g.count);
@@ -134,6 +146,12 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   const double dup_frac = static_cast<double>(repeated) / n, conflict_frac = static_cast<double>(conflicting) / n;
   const bool too_many = dup_frac > opts.max_duplicate_fraction;
   const bool conflicts = conflict_frac > opts.max_conflict_fraction;
+  // Whole-number inputs that repeat this often come from a small discrete set (token contexts, board
+  // states, categories): there the same input recurs by nature, and with other outcomes where the
+  // target is random given the input (the next token of a text). Info, with the accuracy the labels
+  // allow (each input's most frequent label).
+  const bool discrete = s.integral_inputs && dup_frac >= opts.discrete_duplicate_fraction;
+  const double ceiling = static_cast<double>(majority) / n;
   auto labels_of = [](const Group& g) {
     std::string t;
     for (size_t k = 0; k < g.labels.size(); ++k) t += (k ? ", " : "") + fmt_num(g.labels[k].value);
@@ -142,8 +160,17 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   const Group& ex = conflict_example ? *conflict_example : *dup_example;
   const std::string example = "rows " + num(ex.first) + " and " + num(ex.second) + " hold the same input (" +
                               (ex.labels.size() > 1 ? "labels " : "label ") + labels_of(ex) + ")";
-  Finding f = make("D12", conflicts || too_many ? Severity::Warning : Severity::Info, "");
-  if (conflicts)
+  Finding f = make("D12", (conflicts || too_many) && !discrete ? Severity::Warning : Severity::Info, "");
+  if (discrete)
+    f.title = "inputs from a small discrete set: " + num(repeated) + " of " + num(s.read()) + " rows of " + s.name +
+              " repeat an earlier row's input (" + pct(dup_frac) + ")" +
+              (conflicts ? ", " + num(conflicting) +
+                               " of them with other labels: the target is random given the "
+                               "input, and the labels allow an accuracy of " +
+                               pct(ceiling)
+                         : std::string()) +
+              s.partial();
+  else if (conflicts)
     f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name + " share their input with a row " +
               "of another label (" + num(conflict_inputs) + " inputs with conflicting labels)" + s.partial();
   else
@@ -156,7 +183,17 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
                 {"rows whose input has another label elsewhere", static_cast<double>(conflicting), ""},
                 {"conflicting-label fraction", conflict_frac, "> " + fmt_num(opts.max_conflict_fraction) + " warns"},
                 {"most copies of one input", static_cast<double>(most), ""}};
-  if (conflicts)
+  if (s.integral_inputs)
+    f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
+                          ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
+  if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
+  if (discrete)
+    f.cause =
+        "the inputs take few distinct values, so rows repeat by nature, and where the outcome is random given "
+        "the input (the next token after a context, a transition's reward) the same input carries several "
+        "labels. For example: " +
+        example;
+  else if (conflicts)
     f.cause =
         "the same input carries different labels: annotation errors, or rows appended twice with the "
         "labels of another source (a merge of two label files, oversampling that relabelled copies). The "
@@ -170,11 +207,14 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "the data, and any copy that also lands in the validation split inflates its score. For "
         "example: " +
         example;
-  f.fix = conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
-                          num(ex.second) + "), keep one correct label per input and drop the others; then split"
-                    : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
-                      "purpose only inside the training loader (a weighted sampler), never by copying rows";
-  if (!f.fires())
+  f.fix = discrete ? std::string(
+                         "nothing to do if the inputs are meant to be discrete (the accuracy cannot pass the "
+                         "ceiling above)")
+          : conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
+                            num(ex.second) + "), keep one correct label per input and drop the others; then split"
+                      : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
+                        "purpose only inside the training loader (a weighted sampler), never by copying rows";
+  if (!f.fires() && !discrete)
     f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
             "); drop the copies if they matter to you";
   return {f};
@@ -185,7 +225,8 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   require_comparable(train, other, "check_train_test_mix", split);
   std::unordered_map<uint64_t, int64_t> first;  // input hash -> its first training row
   first.reserve(train.x.size());
-  for (int64_t r = 0; r < train.read(); ++r) first.emplace(train.x[r], r);
+  int64_t train_repeats = 0;  // training rows repeating an earlier training row's input
+  for (int64_t r = 0; r < train.read(); ++r) train_repeats += first.emplace(train.x[r], r).second ? 0 : 1;
   int64_t mixed = 0, relabelled = 0, ex_val = -1, ex_train = -1;
   for (int64_t r = 0; r < other.read(); ++r) {
     auto it = first.find(other.x[r]);
@@ -199,16 +240,28 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   }
   if (mixed == 0 || other.read() == 0) return {};
   const double frac = static_cast<double>(mixed) / static_cast<double>(other.read());
-  const bool fires = frac > opts.max_mix_fraction;
+  // Whole-number inputs that repeat within the training split as often as D12's discrete rule asks: a
+  // small discrete set, where a held-out row meets a training row's input by nature.
+  const double train_dup =
+      train.read() > 0 ? static_cast<double>(train_repeats) / static_cast<double>(train.read()) : 0;
+  const bool discrete = train.integral_inputs && other.integral_inputs && train_dup >= opts.discrete_duplicate_fraction;
+  const bool fires = frac > opts.max_mix_fraction && !discrete;
   Finding f = make("D13", fires ? Severity::Warning : Severity::Info,
                    num(mixed) + " of " + num(other.read()) + " " + split + " rows (" + pct(frac) +
-                       ") are also training rows: the same input is in both splits" + other.partial());
+                       ") are also training rows: the same input is in both splits" +
+                       (discrete ? " (inputs from a small discrete set: " + pct(train_dup) +
+                                       " of the training rows repeat one another's too)"
+                                 : std::string()) +
+                       other.partial());
   f.shape = "x " + other.shape + " per example";
   f.evidence = {{split + " rows read", static_cast<double>(other.read()), ""},
                 {"training rows read", static_cast<double>(train.read()), ""},
                 {split + " rows also in train", static_cast<double>(mixed), ""},
                 {"mixed fraction", frac, "> " + fmt_num(opts.max_mix_fraction) + " warns"},
                 {"of them with another label than in train", static_cast<double>(relabelled), ""}};
+  if (train.integral_inputs)
+    f.evidence.push_back({"training rows repeating an earlier training row (whole-number inputs)", train_dup,
+                          ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
   f.cause = "the " + split +
             " split was not held out: it was drawn from data that includes the training rows "
             "(split after duplicating or augmenting, two random samples drawn with replacement, a test set "

@@ -1,6 +1,7 @@
 // The loss checks over a whole run, L1 (the loss history) and L7 (fitting: train against
 // validation), with their run checks (RunCheck): the history the monitor records, judged at the end.
 #include "debug/checks/loss/loss_checks.h"
+#include "optim/trainer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -432,27 +433,28 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
 
 // ---- L1 and L7 over the run (the monitor's run check) -----------------------------------------
 namespace {
-// How many rows of the logits (B, C) have their largest value (the first, on ties) at the target
-// class (B): read in place for float32 logits and int64 targets on the host.
-int64_t correct_predictions(const Tensor& logits, const Tensor& target) {
+// Of the rows of the logits (B, C) whose target (B) is a class in [0, C) (an ignore_index row is left
+// out), how many have their largest value (the first, on ties) at the target class: read in place for
+// float32 logits and int64 targets on the host.
+optim::ClassHits correct_predictions(const Tensor& logits, const Tensor& target) {
   const int64_t B = logits.size(0), C = logits.size(1);
   if (logits.device().is_cpu() && target.device().is_cpu() && logits.dtype() == kFloat32 && logits.is_contiguous() &&
       target.is_contiguous() && C > 0) {
     const float* x = static_cast<const float*>(logits.raw_data());
     const int64_t* t = static_cast<const int64_t*>(target.raw_data());
-    int64_t hits = 0;
+    optim::ClassHits h;
     for (int64_t b = 0; b < B; ++b) {
+      if (t[b] < 0 || t[b] >= C) continue;
       const float* row = x + b * C;
       int64_t best = 0;
       for (int64_t c = 1; c < C; ++c)
         if (row[c] > row[best] || (std::isnan(row[c]) && !std::isnan(row[best]))) best = c;  // NaN wins, as argmax's
-      hits += best == t[b] ? 1 : 0;
+      h.right += best == t[b] ? 1 : 0;
+      ++h.counted;
     }
-    return hits;
+    return h;
   }
-  NoGradGuard ng;
-  const Tensor hit = eq(argmax(logits.detach(), 1), target.to(logits.device()));
-  return sum(hit.to(kInt64)).item<int64_t>();
+  return optim::class_hits(logits, target);
 }
 
 // L1 when nothing is wrong with the loss history: its statistics against their rules, as info.
@@ -515,8 +517,9 @@ class LossHistoryRunCheck final : public RunCheck {
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
     if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && input.size(0) == target.size(0)) {
-      correct_ += correct_predictions(input, target);
-      seen_ += target.size(0);
+      const optim::ClassHits h = correct_predictions(input, target);
+      correct_ += h.right;
+      seen_ += h.counted;
     }
   }
   void epoch(RunContext&, const EpochRecord&) override {

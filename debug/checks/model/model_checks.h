@@ -240,6 +240,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
 std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
                                                 const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
                                                 const ModelCheckOptions& o = {});
+// M15's warning at the gate judged again with the run (TrainingHistory's validation losses): a run whose
+// last validation loss is below (1 - baseline_margin) x the zeroed-input run's held-out loss did learn
+// from its inputs, where the gate's few batches could not show it (a model with many parameters per
+// example: an embedding over token ids). The warning turns into info.
+void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCheckOptions& o = {});
 // M16: a small and a large model from `make(width)` trained the same way: the
 // large one must reach the lower training loss.
 std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t width)>& make, int64_t small_width,

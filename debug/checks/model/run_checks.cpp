@@ -60,7 +60,7 @@ void AllZeroTracker::attach(nn::Module& model) {
   }
 }
 
-void AllZeroTracker::record_parameters(const nn::Module& model) {
+void AllZeroTracker::record_parameters(const nn::Module& model, bool gradients) {
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
     auto find = [&name = name](std::vector<Seen>& v) -> Seen& {
@@ -71,7 +71,7 @@ void AllZeroTracker::record_parameters(const nn::Module& model) {
     };
     if (p.dim() >= 2) see(find(values_), p);  // weights: a bias may rightly start (and stay) at zero
     const Tensor g = p.grad();
-    if (g.defined()) see(find(grads_), g);
+    if (gradients && g.defined()) see(find(grads_), g);
   }
 }
 
@@ -294,7 +294,7 @@ class AllZeroRunCheck final : public TrackerRunCheck<AllZeroTracker> {
   std::string ids() const override { return "M25"; }
   uint32_t events() const override { return kEvents | RunEvent::BeforeStep; }
   void before_step(RunContext& c, bool sampled) override {
-    if (sampled) t_.record_parameters(c.model);
+    if (sampled) t_.record_parameters(c.model, !c.flat_step);
   }
   void finish(RunContext& c) override {
     c.add_all(t_.findings(c.zero_grad_by_construction));

@@ -81,8 +81,9 @@ class AllZeroTracker {
   void set_step(int64_t step) { step_ = step; }  // the step the next records belong to (from 1)
   // On a sampled step, after backward: each trainable weight's value (parameters of 2 or more
   // dimensions: a bias may rightly start at zero) and each trainable parameter's gradient (a
-  // parameter with no gradient is M5's and O1's, not counted here).
-  void record_parameters(const nn::Module& model);
+  // parameter with no gradient is M5's and O1's, not counted here); `gradients` false: the values only
+  // (a step whose gradients are all zero because its loss was 0, RunContext::flat_step).
+  void record_parameters(const nn::Module& model, bool gradients = true);
   // `skip`: parameters whose zero gradient is by construction (a bias before BatchNorm).
   std::vector<Finding> findings(const std::vector<std::string>& skip = {}) const;
 

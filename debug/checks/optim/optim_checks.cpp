@@ -17,8 +17,6 @@
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
-#include "optim/adam.h"
-#include "optim/rmsprop.h"
 
 namespace gradsleuth::debug {
 
@@ -218,7 +216,11 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
 NormHistory::Param& NormHistory::param(const std::string& name, const Tensor& p) {
   for (Param& q : params_)
     if (q.name == name) return q;
-  params_.push_back({name, shape_of(p), p.dim(), p.numel(), {}, {}});
+  // Its dimensions of size 2 or more: a per-channel bias or scale stored as (1, C, 1, 1), as hand-written
+  // normalisation layers keep them, is a vector like a 1-D bias.
+  const Shape& sh = p.shape();
+  const int64_t dims = std::count_if(sh.begin(), sh.end(), [](int64_t n) { return n > 1; });
+  params_.push_back({name, shape_of(p), dims, p.numel(), {}, {}});
   return params_.back();
 }
 
@@ -592,53 +594,6 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
   return {f};
 }
 
-// ---- O8 -------------------------------------------------------------------------------------
-std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& o) {
-  const std::string& kind = opt.name();
-  const bool adaptive = kind == "Adam" || kind == "AdamW" || kind == "RMSprop";
-  if (!adaptive && kind != "SGD") return {};
-  const double lo = adaptive ? o.adaptive_lr_min : o.sgd_lr_min, hi = adaptive ? o.adaptive_lr_max : o.sgd_lr_max;
-  std::vector<Finding> out;
-  const auto& groups = opt.param_groups();
-  const bool trains = std::any_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.lr > 0; });
-  // An eps this large sets the step itself (lr / eps times the averaged gradient, RMSprop at eps 1 and
-  // lr 0.045 in Inception's recipe): the usual range does not apply; the eps rule judges it after the run.
-  double eps = 0;
-  if (const auto* adam = dynamic_cast<const optim::Adam*>(&opt)) eps = adam->options().eps();
-  if (const auto* rms = dynamic_cast<const optim::RMSprop*>(&opt)) eps = rms->options().eps();
-  const bool eps_sets_step = adaptive && eps >= o.adaptive_eps_large;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const double lr = groups[i].lr;
-    if (lr >= lo && lr <= hi) continue;
-    const bool high = lr > hi, frozen = lr == 0.0 && trains;  // a group held still by its rate beside others
-    const bool unjudged = frozen || eps_sets_step;
-    const std::string group =
-        groups.size() == 1
-            ? std::string()
-            : " (parameter group " + (groups[i].name.empty() ? num(static_cast<int64_t>(i)) : groups[i].name) + ")";
-    Finding f = make("O8", unjudged ? Severity::Info : Severity::Warning,
-                     "the " + kind + " learning rate " + fmt_num(lr) + group + " is " + (high ? "above" : "below") +
-                         " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts" +
-                         (frozen          ? ": its parameters are frozen by their rate while the other groups train"
-                          : eps_sets_step ? ": with eps " + fmt_num(eps) + " the range does not apply"
-                                          : ""));
-    f.kind = high ? Kind::LrAboveRange : Kind::LrBelowRange;
-    f.evidence = {{"learning rate", lr,
-                   "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags (0 beside a group that trains: info)"}};
-    if (adaptive) f.evidence.push_back({"eps", eps, ">= " + fmt_num(o.adaptive_eps_large) + ": not judged (info)"});
-    f.cause = high ? "a learning rate this high makes the first updates overshoot: the loss jumps, oscillates or "
-                     "turns NaN, and ReLU units can die in the first steps"
-                   : "a learning rate this low moves the weights so little that the loss barely falls within a "
-                     "normal budget of steps";
-    f.fix = frozen ? "none needed if freezing was meant (requires_grad_(false) also skips their gradients)"
-            : kind == "SGD"
-                ? "start SGD between 1e-3 and 0.1 (0.01-0.1 with momentum 0.9), then tune by factors of 3"
-                : "start " + kind + " at its default 1e-3 (3e-4 is a common choice), then tune by factors of 3";
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
 // ---- O1, O2/O3, O4 and O5's wording during training (the monitor's run checks) -----------------
 namespace {
 // O2/O3: each sampled step's gradient and weight norms (the weights' as O6 measured them).
@@ -694,7 +649,7 @@ class GradientHealthRunCheck final : public RunCheck {
     }
   }
   void before_step(RunContext& c, bool sampled) override {
-    if (!sampled) return;
+    if (!sampled || c.flat_step) return;  // nothing to learn from this batch (RunContext::flat_step)
     o_.zero_grad_by_construction = c.zero_grad_by_construction;
     std::vector<Finding> health = check_gradient_health(c.model, o_);
     if (std::none_of(health.begin(), health.end(), [](const Finding& f) { return f.is("O1", Kind::NoGradientAtStep); }))
@@ -740,8 +695,31 @@ class GradientHealthRunCheck final : public RunCheck {
       for (const Finding& f : zero_init.redundant) c.zero_grad_by_construction.push_back(f.parameter), c.add(f);
       if (!zero_init.held_back.empty()) c.add(zero_init.finding());
     }
+    // A model that fits its batches: the loss itself at converged_loss_share of the run's first or
+    // below, and gradients small with it (cross-entropy's gradient scales with its loss).
+    // The steps before it too (up to 20): a loss that touches 0 on some batches between large ones
+    // saturates, it has not converged.
+    const std::vector<double>* sl = c.history ? &c.history->step_losses : nullptr;
+    const double first = sl && !sl->empty() ? sl->front() : kNaN;
+    double recent = c.loss_value;
+    if (sl && !sl->empty()) {
+      std::vector<double> last(sl->end() - std::min<std::ptrdiff_t>(20, static_cast<std::ptrdiff_t>(sl->size())),
+                               sl->end());
+      last.push_back(c.loss_value);
+      recent = *std::max_element(last.begin(), last.end());
+    }
+    const bool converged = c.loss_seen && std::isfinite(first) && first > 0 && c.loss_value >= 0 &&
+                           recent <= o_.converged_loss_share * first;
     c.note_ran("O1");
     for (Finding& f : health) {
+      if (converged && f.severity == Severity::Warning && f.kind == Kind::GradientVanishing) {
+        f.severity = Severity::Info;
+        f.title += " (the loss is " + fmt_num(c.loss_value) + ", " + fmt_num(c.loss_value / first) +
+                   " of its first: the model fits its batches, and the gradient falls with the loss)";
+        f.evidence.push_back({"the step's loss / the run's first", c.loss_value / first,
+                              "<= " + fmt_num(o_.converged_loss_share) + ": converged (info)"});
+        f.fix = "none needed: stop earlier if the run goes on without gain";
+      }
       if (f.severity == Severity::Error && f.kind == Kind::GradientNonFinite) c.flag_nonfinite();
       c.add(std::move(f));
     }

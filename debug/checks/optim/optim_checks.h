@@ -48,6 +48,10 @@ struct OptimCheckOptions {
   // find_redundant_biases, reported once as info): not vanishing, not warned about.
   std::vector<std::string> zero_grad_by_construction;
   double exploding_grad_norm = 1e3;  // above this, exploding
+  // During training, a vanishing gradient at a step whose loss is converged_loss_share of the run's
+  // first loss or less is info: the model fits its batches (a converged run on separable data: loss
+  // 1e-6, gradient norms 5e-8 to 9e-8); a vanishing path keeps the loss up.
+  double converged_loss_share = 1e-4;
   // Across depth: ||grad|| of the first weight / of the last weight (registration
   // order). Healthy: 0.48-39 over every step of 4 runs (3.7 at the first step).
   double depth_ratio_vanishing = 1e-3;
@@ -218,7 +222,7 @@ class NormHistory {
  private:
   struct Param {
     std::string name, shape;
-    int64_t dim = 0, numel = 0;
+    int64_t dim = 0, numel = 0;  // dim: the dimensions of size 2 or more (O3 judges weights: 2 or more)
     std::vector<std::pair<int64_t, double>> grad, weight;
   };
   Param& param(const std::string& name, const Tensor& p);
