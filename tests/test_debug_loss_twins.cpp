@@ -4,7 +4,8 @@
 // triplet loss whose batches often sit past the margin (loss and gradients exactly 0); a run that
 // converged (loss 1e-6, gradients with it); a per-channel bias stored as (1, C, 1, 1); a next-token
 // model over token ids, whose contexts repeat with other next tokens by nature, against token rows
-// appended with other labels; and M15's gate verdict judged again with the run's validation loss.
+// appended with other labels; M15's gate verdict judged again with the run's validation loss; and a
+// validation split whose labels are numbered in another class order, against the same split as built.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -243,4 +244,25 @@ TEST_CASE("M15's gate warning is info when the run's validation loss beats the z
   debug::Report kept = gate;
   debug::revise_input_baseline(kept, flat);
   CHECK(kept.findings()[0].severity == debug::Severity::Warning);
+}
+
+TEST_CASE("validation labels numbered in another class order: L9 leads with split-label-order; as built, clean") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(4);
+    const XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+    const Tensor yva = all.y.narrow(0, 480, 120).contiguous();
+    // The validation label map built again, from the classes in another order: 0 -> 1, 1 -> 2, 2 -> 0.
+    const Tensor relabelled = bug ? tensor(std::vector<int64_t>{1, 2, 0}, {3}).index_select(0, yva).contiguous() : yva;
+    const Split d =
+        dtest::loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120), relabelled);
+    auto model = std::make_shared<Mlp>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 5);
+    if (bug)
+      expect_lead(r, "L9", "split-label-order");
+    else
+      expect_clean(r);
+  }
 }

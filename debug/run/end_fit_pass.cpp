@@ -59,6 +59,7 @@ struct SplitScore {
   std::vector<double> row_losses;  // each example's loss alone (a split without accuracies, when asked)
   int64_t examples = 0;
   std::vector<uint8_t> right;  // per scored example (or element, for float targets): 1 when right
+  std::vector<std::vector<int64_t>> confusion;  // class targets: rows per [label][prediction]
   LabelTail tail;
 };
 
@@ -86,8 +87,16 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     Tensor ok, labelled;
     if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
       // Rows whose target is no class (ignore_index: unlabelled) are not scored, as the loss skips them.
-      ok = eq(argmax(out, 1), y).to(kFloat32);
+      const Tensor pred = argmax(out, 1);
+      ok = eq(pred, y).to(kFloat32);
       labelled = logical_and(ge(y, 0), lt(y, out.size(1))).to(kCPU).to(kFloat32).contiguous();
+      const int64_t C = out.size(1);
+      if (s.confusion.empty())
+        s.confusion.assign(static_cast<size_t>(C), std::vector<int64_t>(static_cast<size_t>(C), 0));
+      const std::vector<int64_t> p = pred.to(kCPU).to_vector<int64_t>(), t = y.to(kCPU).to_vector<int64_t>();
+      for (size_t k = 0; k < p.size() && k < t.size(); ++k)
+        if (t[k] >= 0 && t[k] < C && static_cast<size_t>(C) == s.confusion.size())
+          ++s.confusion[static_cast<size_t>(t[k])][static_cast<size_t>(p[k])];
     } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype()))
       ok = eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32);
     if (ok.defined()) {
@@ -232,6 +241,7 @@ void Session::check_fit_at_end(RunReport& r) {
     m.val_loss = va.loss;
     m.val_accuracy = va.accuracy;
     m.val_examples = va.examples;
+    m.val_confusion = va.confusion;
     m.train_row_losses = tr.row_losses;
     m.val_row_losses = va.row_losses;
     m.epoch_train_loss = r.history.epoch_train_loss;

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
 
 #include "core/format.h"
 #include "debug/checks/check_util.h"
@@ -29,6 +32,38 @@ Finding make(Kind k, Severity s, std::string title) {
 // a ratio of its values means nothing.
 bool positive_losses(const EndFitMeasure& m) {
   return std::isfinite(m.train_loss) && std::isfinite(m.val_loss) && m.train_loss > 0 && m.val_loss > 0;
+}
+
+// The validation predictions read as another numbering of the classes (EndFitOptions::remap_share).
+struct Remap {
+  bool found = false;
+  double share = 0;   // rows whose prediction is their label's most frequent one
+  int64_t moved = 0;  // labels whose most frequent prediction is another class
+  std::string text;   // "0 -> 1, 1 -> 2, 2 -> 0"
+};
+Remap remapped(const EndFitMeasure& m, const EndFitOptions& o) {
+  Remap r;
+  const auto& c = m.val_confusion;
+  int64_t rows = 0, mapped = 0;
+  std::vector<int64_t> target;
+  bool distinct = true;
+  for (size_t label = 0; label < c.size(); ++label) {
+    const auto& row = c[label];
+    const int64_t n = std::accumulate(row.begin(), row.end(), int64_t{0});
+    if (n == 0) continue;
+    const size_t to = static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    rows += n;
+    mapped += row[to];
+    if (to == label) continue;
+    distinct = distinct && std::find(target.begin(), target.end(), static_cast<int64_t>(to)) == target.end();
+    target.push_back(static_cast<int64_t>(to));
+    ++r.moved;
+    if (r.moved <= 6) r.text += (r.text.empty() ? "" : ", ") + str_printf("%zu -> %zu", label, to);
+  }
+  if (r.moved > 6) r.text += ", ...";
+  r.share = rows > 0 ? static_cast<double>(mapped) / static_cast<double>(rows) : 0;
+  r.found = distinct && r.moved >= o.remap_classes && r.share >= o.remap_share;
+  return r;
 }
 
 }  // namespace
@@ -70,6 +105,30 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     f.fix =
         "look at the training examples the trained model gets wrong with high confidence: relabel or drop them, and "
         "check that the training split is built like the validation one";
+    out.push_back(f);
+  } else if (const Remap map = remapped(m, o);
+             acc && m.train_accuracy - m.val_accuracy > o.gap_margin && z >= o.min_z && map.found) {
+    Finding f = make(Kind::ValLabelsRemapped, Severity::Warning,
+                     "the trained model is right on " + pct(m.train_accuracy) + " of its training data and " +
+                         pct(m.val_accuracy) +
+                         " of validation, and its validation predictions follow another "
+                         "numbering of the classes (" +
+                         map.text +
+                         "): the validation labels are numbered in "
+                         "another order");
+    split_evidence(f);
+    f.evidence.push_back({"validation rows whose prediction is their label's most frequent one", map.share,
+                          ">= " + str_printf("%g", o.remap_share) + " and"});
+    f.evidence.push_back(
+        {"classes predicted as one other class", static_cast<double>(map.moved),
+         ">= " + str_printf("%lld", static_cast<long long>(o.remap_classes)) + ", no two the same: warns"});
+    f.cause =
+        "the validation split's labels were encoded with another class order than the training split's: a "
+        "label map built twice (from a set or a directory listing in another order), or one split's classes "
+        "renumbered";
+    f.fix =
+        "build the class-to-index map once, from the training split, and encode every split with it; then "
+        "check a few validation examples with their labels";
     out.push_back(f);
   } else if (acc && m.train_accuracy - m.val_accuracy > o.gap_margin && z >= o.min_z) {
     Finding f = make(Kind::GeneralisationGap, Severity::Warning,

@@ -19,6 +19,12 @@ struct EndFitOptions {
   double labels_margin = 0.06;
   // Training accuracy above validation accuracy by more than this warns (a generalisation gap).
   double gap_margin = 0.2;
+  // ... unless the validation predictions follow another numbering of the classes: each class's most
+  // frequent prediction (at least remap_classes of them another class than itself, no two the same)
+  // takes remap_share of the validation rows or more. The validation labels are then numbered in
+  // another order than the training labels (a label map built twice), not a model that memorised.
+  double remap_share = 0.6;
+  int64_t remap_classes = 2;
   // Both accuracy rules also need the difference to stand out from the splits' sampling noise: a
   // two-proportion z statistic (pooled) of at least min_z.
   double min_z = 3.0;
@@ -122,6 +128,8 @@ struct EndFitMeasure {
   double train_accuracy = std::numeric_limits<double>::quiet_NaN();
   double val_accuracy = std::numeric_limits<double>::quiet_NaN();
   int64_t train_examples = 0, val_examples = 0;
+  // Classification: the validation rows per (label, prediction) of the trained model, [label][prediction].
+  std::vector<std::vector<int64_t>> val_confusion;
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;  // per epoch, as training saw them
   // The probe: the run's mean loss over its last steps and the probe's over its own (NaN: not run).
   double run_window_loss = std::numeric_limits<double>::quiet_NaN();
