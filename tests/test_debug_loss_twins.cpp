@@ -5,7 +5,8 @@
 // converged (loss 1e-6, gradients with it); a per-channel bias stored as (1, C, 1, 1); a next-token
 // model over token ids, whose contexts repeat with other next tokens by nature, against token rows
 // appended with other labels; M15's gate verdict judged again with the run's validation loss; and a
-// validation split whose labels are numbered in another class order, against the same split as built.
+// validation split whose labels are numbered in another class order, against the same split as built;
+// BatchNorm trained on batches of 2 against the same model on batches of 32.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -104,6 +105,17 @@ XY markov_text() {
   const int64_t n = static_cast<int64_t>(next.size());
   return XY{tensor(ctx, {n, 3}), tensor(next, {n})};
 }
+
+// Linear -> BatchNorm1d -> ReLU, twice, then the classifier.
+struct BatchNormNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::BatchNorm1d> bn1 = register_module("bn1", std::make_shared<nn::BatchNorm1d>(32));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
+  std::shared_ptr<nn::BatchNorm1d> bn2 = register_module("bn2", std::make_shared<nn::BatchNorm1d>(32));
+  std::shared_ptr<nn::Linear> fc3 = register_module("fc3", std::make_shared<nn::Linear>(32, 3));
+  BatchNormNet() : Module("BatchNormNet") {}
+  Tensor forward(const Tensor& x) override { return (*fc3)(relu((*bn2)((*fc2)(relu((*bn1)((*fc1)(x))))))); }
+};
 
 }  // namespace
 
@@ -262,6 +274,27 @@ TEST_CASE("validation labels numbered in another class order: L9 leads with spli
     const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 5);
     if (bug)
       expect_lead(r, "L9", "split-label-order");
+    else
+      expect_clean(r);
+  }
+}
+
+TEST_CASE("BatchNorm trained on batches of 2: M17 leads with batchnorm-small-batch; on batches of 32, clean") {
+  for (const int64_t batch : {int64_t{2}, int64_t{32}}) {
+    CAPTURE(batch);
+    manual_seed(4);
+    const XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+    Split d = dtest::loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
+                             all.y.narrow(0, 480, 120));
+    d.train = std::make_shared<nn::DataLoader>(
+        std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480)),
+        nn::DataLoaderOptions().batch_size(batch).shuffle(true).seed(3));
+    auto model = std::make_shared<BatchNormNet>();
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.01).momentum(0.9));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, batch == 2 ? 1 : 4);
+    if (batch == 2)
+      expect_lead(r, "M17", "batchnorm-small-batch");
     else
       expect_clean(r);
   }

@@ -112,6 +112,7 @@ namespace gradsleuth::debug {
   X(WeightsRewritten, "weights-rewritten", "O6")                                                      \
   X(WeightsUpdatedTwice, "weights-updated-twice", "O6")                                               \
   X(EpsDominates, "eps-dominates", "O6")                                                              \
+  X(BatchNormSmallBatch, "batchnorm-small-batch", "M17")                                              \
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

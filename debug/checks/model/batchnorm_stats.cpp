@@ -101,4 +101,73 @@ Finding stale_buffers_finding(const std::string& label, const std::string& buffe
   return f;
 }
 
+// ---- M17 during training: how many examples each BatchNorm normalises with ---------------------
+namespace {
+class BatchNormBatchRunCheck final : public RunCheck {
+ public:
+  explicit BatchNormBatchRunCheck(const RunCheckOptions& o) : o_(o) {}
+  std::string ids() const override { return "M17"; }
+  uint32_t events() const override { return RunEvent::Attach | RunEvent::Pause | RunEvent::Detach | RunEvent::Finish; }
+  void attach(RunContext& c) override {
+    for (auto& [path, m] : c.model.named_modules()) {
+      if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
+      const size_t i = layers_.size();
+      layers_.push_back({module_label(path, *m)});
+      hooks_.pre(
+          m,
+          [this, i](nn::Module& self, const Tensor& in) {
+            if (paused_ || !self.is_training() || !GradMode::is_enabled() || !in.defined() || in.dim() < 2) return;
+            Layer& l = layers_[i];
+            ++l.forwards;
+            l.small += in.size(0) < o_.batchnorm_min_batch ? 1 : 0;
+            l.fewest = l.fewest < 0 ? in.size(0) : std::min(l.fewest, in.size(0));
+          },
+          false);
+    }
+  }
+  void pause(RunContext&, bool on) override { paused_ = on; }
+  void detach(RunContext&) override { hooks_.clear(); }
+  void finish(RunContext& c) override {
+    for (const Layer& l : layers_) {
+      if (l.forwards < 3 || 2 * l.small <= l.forwards) continue;
+      Finding f;
+      f.check = "M17";
+      f.severity = Severity::Warning;
+      f.kind = Kind::BatchNormSmallBatch;
+      f.module = l.label;
+      f.title = l.label + " normalised batches of fewer than " + std::to_string(o_.batchnorm_min_batch) +
+                " examples in " + std::to_string(l.small) + " of its " + std::to_string(l.forwards) +
+                " training forwards (as few as " + std::to_string(l.fewest) + ")";
+      f.evidence = {{"training forwards", static_cast<double>(l.forwards), ""},
+                    {"of them with fewer examples than batchnorm_min_batch", static_cast<double>(l.small),
+                     "> half warns (" + std::to_string(o_.batchnorm_min_batch) + " examples)"},
+                    {"fewest examples in a batch", static_cast<double>(l.fewest), ""}};
+      f.cause =
+          "BatchNorm normalises each example with the mean and variance of its batch: from two or three examples "
+          "those are noise (two examples normalise to +-1 whatever they hold), every output depends on the "
+          "other example, and the running statistics used at evaluation drift from the data's";
+      f.fix =
+          "train with batches of 8 examples or more per BatchNorm, or use a normalisation that does not depend "
+          "on the batch (nn::LayerNorm, GroupNorm)";
+      c.add(std::move(f));
+    }
+    if (!layers_.empty()) c.note_ran("M17");
+  }
+
+ private:
+  struct Layer {
+    std::string label;
+    int64_t forwards = 0, small = 0, fewest = -1;
+  };
+  RunCheckOptions o_;
+  HookSet hooks_;
+  std::vector<Layer> layers_;
+  bool paused_ = false;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_batchnorm_batch_run_check(const MonitorOptions& o) {
+  return std::make_unique<BatchNormBatchRunCheck>(o.run);
+}
+
 }  // namespace gradsleuth::debug

@@ -11,6 +11,7 @@ std::unique_ptr<RunCheck> make_all_zero_run_check(const MonitorOptions& o);     
 std::unique_ptr<RunCheck> make_variance_run_check(const MonitorOptions& o);          // M26, run_checks.cpp
 std::unique_ptr<RunCheck> make_gradient_spread_run_check(const MonitorOptions& o);   // M27, architecture.cpp
 std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions& o);              // M2, M17, behaviour.cpp
+std::unique_ptr<RunCheck> make_batchnorm_batch_run_check(const MonitorOptions& o);   // M17, batchnorm_stats.cpp
 std::unique_ptr<RunCheck> make_final_activation_run_check(const MonitorOptions& o);  // M3, structure.cpp
 std::unique_ptr<RunCheck> make_devices_run_check(const MonitorOptions& o);           // M11, devices.cpp
 std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o);         // W4, M12, anomaly.cpp
@@ -26,6 +27,7 @@ void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_variance_run_check(o));
   list.push_back(make_gradient_spread_run_check(o));
   list.push_back(make_mode_run_check(o));
+  list.push_back(make_batchnorm_batch_run_check(o));
   list.push_back(make_final_activation_run_check(o));
   list.push_back(make_devices_run_check(o));
   list.push_back(make_nonfinite_run_check(o));

@@ -30,6 +30,12 @@
 namespace gradsleuth::debug {
 
 struct RunCheckOptions {
+  // ---- M17 during training ----
+  // A BatchNorm layer whose training forwards normalise batches of fewer than batchnorm_min_batch
+  // examples in more than half of them warns: its statistics come from a handful of examples (two
+  // examples normalise to +-1 whatever they hold), and its running statistics drift from the data's.
+  // Group Normalization (Wu and He) measures BatchNorm's error rising from batches of 8 down to 2.
+  int64_t batchnorm_min_batch = 4;
   // ---- M25 ----
   int64_t all_zero_min_samples = 2;  // judge a tensor only after this many sampled steps saw it
   // ---- M26 ----
