@@ -2,6 +2,7 @@
 #include "optim/trainer.h"
 
 #include <unistd.h>
+#include <numeric>
 
 #include <chrono>
 #include <cmath>
@@ -127,7 +128,6 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   NoGradGuard ng;
   EvalResult r;
   double loss_sum = 0.0;
-  int64_t hits = 0, labelled = 0;
   bool classes = true;
   const std::vector<int64_t> order = loader.order(loader.epoch());
   const int64_t n = static_cast<int64_t>(order.size()), bs = loader.options().batch_size_;
@@ -139,9 +139,7 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
     loss_sum += loss(out, b.y).item<double>() * bsz;
     classes = classes && is_classification(out, b.y);
     if (classes) {
-      const ClassHits h = class_hits(out, b.y);
-      hits += h.right;
-      labelled += h.counted;
+      // The rows with a class target, per class (an ignore_index row is left out, as the loss leaves it).
       const std::vector<int64_t> pred = argmax(out.detach(), 1).to_vector<int64_t>(), truth = b.y.to_vector<int64_t>();
       const size_t C = static_cast<size_t>(out.size(1));
       r.class_examples.resize(std::max(r.class_examples.size(), C), 0);
@@ -156,6 +154,8 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   }
   model.train(was_training);
   r.loss = loss_sum / static_cast<double>(std::max<int64_t>(r.examples, 1));
+  const int64_t labelled = std::accumulate(r.class_examples.begin(), r.class_examples.end(), int64_t{0});
+  const int64_t hits = std::accumulate(r.class_correct.begin(), r.class_correct.end(), int64_t{0});
   r.accuracy = classes && labelled > 0 ? static_cast<double>(hits) / static_cast<double>(labelled) : kNoValue;
   if (!classes) r.class_examples.clear(), r.class_correct.clear();
   r.seconds = seconds_since(t0);

@@ -84,39 +84,40 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
     s.examples += n;
     count_label_tail(out, y, threshold, tail_below, s.tail);
-    Tensor ok, labelled;
-    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
-      // Rows whose target is no class (ignore_index: unlabelled) are not scored, as the loss skips them.
-      const Tensor pred = argmax(out, 1);
-      ok = eq(pred, y).to(kFloat32);
-      labelled = logical_and(ge(y, 0), lt(y, out.size(1))).to(kCPU).to(kFloat32).contiguous();
+    const bool class_targets = out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1;
+    Tensor ok;  // float targets: each element right or not
+    if (class_targets) {
+      // Each row's prediction against its label, and the confusion; rows whose target is no class
+      // (ignore_index: unlabelled) are not scored, as the loss skips them.
       const int64_t C = out.size(1);
       if (s.confusion.empty())
         s.confusion.assign(static_cast<size_t>(C), std::vector<int64_t>(static_cast<size_t>(C), 0));
-      const std::vector<int64_t> p = pred.to(kCPU).to_vector<int64_t>(), t = y.to(kCPU).to_vector<int64_t>();
-      for (size_t k = 0; k < p.size() && k < t.size(); ++k)
-        if (t[k] >= 0 && t[k] < C && static_cast<size_t>(C) == s.confusion.size())
+      const std::vector<int64_t> p = argmax(out, 1).to(kCPU).to_vector<int64_t>(), t = y.to(kCPU).to_vector<int64_t>();
+      for (size_t k = 0; k < p.size() && k < t.size(); ++k) {
+        if (t[k] < 0 || t[k] >= C) continue;
+        s.right.push_back(p[k] == t[k]);
+        right += p[k] == t[k] ? 1 : 0;
+        ++counted;
+        if (static_cast<size_t>(C) == s.confusion.size())
           ++s.confusion[static_cast<size_t>(t[k])][static_cast<size_t>(p[k])];
-    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype()))
+      }
+    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
       ok = eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32);
+    }
     if (ok.defined()) {
       const Tensor flat = ok.to(kCPU).contiguous().reshape({-1});
       const float* v = flat.data_ptr<float>();
-      const float* keep = labelled.defined() ? labelled.data_ptr<float>() : nullptr;
-      double hits = 0, scored = 0;
+      double hits = 0;
       for (int64_t k = 0; k < flat.numel(); ++k) {
-        if (keep && keep[k] < 0.5f) continue;
         s.right.push_back(v[k] > 0.5f);
         hits += v[k] > 0.5f;
-        ++scored;
       }
-      if (scored > 0) {
-        // Per example: the share right of its scored elements (float targets), or whether it is right.
-        const double rows = keep ? scored : static_cast<double>(n);
-        right += hits / scored * rows;
-        counted += rows;
+      if (flat.numel() > 0) {
+        // Per example: the share right of its elements.
+        right += hits / static_cast<double>(flat.numel()) * static_cast<double>(n);
+        counted += static_cast<double>(n);
       }
-    } else if (row_losses && out.dim() >= 1 && y.dim() >= 1 && out.size(0) == n && y.size(0) == n) {
+    } else if (!class_targets && row_losses && out.dim() >= 1 && y.dim() >= 1 && out.size(0) == n && y.size(0) == n) {
       for (int64_t k = 0; k < n; ++k) {
         const Tensor lk = loss(out.narrow(0, k, 1), y.narrow(0, k, 1));
         if (lk.numel() == 1) s.row_losses.push_back(lk.item<double>());

@@ -557,7 +557,7 @@ std::vector<Finding> check_adaptive_epsilon(const optim::Optimizer& opt, const n
   int64_t total = 0;
   for (size_t g = 0; g < groups.size(); ++g)
     for (size_t i = 0; i < groups[g].params.size(); ++i)
-      if (entry(g, i, key).defined()) total += entry(g, i, key).numel();
+      if (const Tensor v = entry(g, i, key); v.defined()) total += v.numel();
   if (total == 0) return {};
   const int64_t stride = std::max<int64_t>(1, (total + o.eps_sample - 1) / std::max<int64_t>(1, o.eps_sample));
   std::vector<double> shrink, root;
@@ -582,17 +582,16 @@ std::vector<Finding> check_adaptive_epsilon(const optim::Optimizer& opt, const n
           for (size_t k = 0; k < vs.size() && k < as.size(); ++k) vs[k] = std::max(0.0, vs[k] - as[k] * as[k]);
         }
       }
-      std::vector<double> mine;
+      const size_t from = shrink.size();  // this parameter's factors start here
       for (size_t k = 0; k < vs.size(); ++k, ++seen) {
         if (seen % stride != 0 || !(vs[k] > 0) || !std::isfinite(vs[k])) continue;
         const double r = std::sqrt(vs[k] / correction);
         root.push_back(r);
         shrink.push_back(r / (r + eps));
-        mine.push_back(r / (r + eps));
       }
-      if (mine.empty()) continue;
+      if (shrink.size() == from) continue;
       if (!std::isfinite(lr)) lr = groups[g].lr;
-      const double m = median(mine);
+      const double m = median(std::vector<double>(shrink.begin() + static_cast<std::ptrdiff_t>(from), shrink.end()));
       if (m < worst_shrink) {
         worst_shrink = m;
         const auto it = names.find(groups[g].params[i].impl_ptr().get());

@@ -702,12 +702,9 @@ class GradientHealthRunCheck final : public RunCheck {
     const std::vector<double>* sl = c.history ? &c.history->step_losses : nullptr;
     const double first = sl && !sl->empty() ? sl->front() : kNaN;
     double recent = c.loss_value;
-    if (sl && !sl->empty()) {
-      std::vector<double> last(sl->end() - std::min<std::ptrdiff_t>(20, static_cast<std::ptrdiff_t>(sl->size())),
-                               sl->end());
-      last.push_back(c.loss_value);
-      recent = *std::max_element(last.begin(), last.end());
-    }
+    if (sl && !sl->empty())
+      recent =
+          std::max(recent, *std::max_element(sl->end() - std::min<std::ptrdiff_t>(20, std::ssize(*sl)), sl->end()));
     const bool converged = c.loss_seen && std::isfinite(first) && first > 0 && c.loss_value >= 0 &&
                            recent <= o_.converged_loss_share * first;
     c.note_ran("O1");
