@@ -58,6 +58,7 @@ namespace gradsleuth::debug {
   /* M5 gradient flow */                                                                              \
   X(ParameterUnreached, "parameter-unreached", "M5")                                                  \
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \
+  X(EvalOnlyParameter, "eval-only-parameter", "M5")                                                   \
   /* M6 batch independence */                                                                         \
   X(BatchMixing, "batch-mixing", "M6")                                                                \
   X(InputUnreached, "input-unreached", "M6")                                                          \

@@ -458,6 +458,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
         sy = b.y;
       }
     }
+    replay_spike_batches();
     try {
       monitor_->finish(sx, sy);
     } catch (const std::exception& e) {
@@ -511,6 +512,9 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.findings.merge(data_phase_.findings);
   r.findings.merge(gate_phase_.findings);
   r.findings.merge(monitor_->report());
+  // The run's O1 about a parameter the gate found used in eval mode only.
+  soften_eval_only_findings(r.findings, gate_phase_.findings);
+  for (PhaseReport& p : r.phases) soften_eval_only_findings(p.findings, gate_phase_.findings);
   r.history = seen;
   r.steps = monitor_->steps();
   r.stopped = stopped_;

@@ -92,6 +92,11 @@ struct DiagnoseOptions {
   // out. The trained weights and the optimizer's state are restored afterwards. 0: off. Needs
   // DiagnoseData::train and an optimizer whose state_dict()/load_state_dict() round-trip.
   int64_t lr_probe_steps = 100;
+  // L1's and O6's spikes against their own batches: up to this many steps whose loss jumped above the
+  // first loss (the highest first) have their batch read again from DiagnoseData::train (when it is
+  // the batch the step trained on) and its loss taken at the initial weights; a jump on a batch that
+  // was as hard before any update is the data's, not a spike. 0: off.
+  int64_t spike_replays = 8;
   // L9 (the trained model on both splits, and the higher-learning-rate probe when the loss still fell).
   EndFitOptions fit;
   // ---- the checks that train the model again (before training, with the gate) ----
@@ -241,6 +246,7 @@ class Session {
                                        bool from_start = true, const std::function<void()>& at_end = nullptr,
                                        const std::vector<double>& schedule = {},
                                        const std::vector<int64_t>& rows = {});
+  void replay_spike_batches();            // L1's and O6's spikes (debug/run/end_fit_pass.cpp)
   void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
   void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
   void check_epsilon_at_end(RunReport& r);  // O6's eps rule (debug/run/decay_pass.cpp)

@@ -8,7 +8,9 @@
 #include <random>
 
 #include "core/ops.h"
+#include "debug/checks/data/data_checks.h"
 #include "debug/checks/loss/end_fit.h"
+#include "debug/checks/loss/loss_checks.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
 
@@ -223,6 +225,60 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
   opt_.zero_grad();
   model_.train(was_training);
   return losses;
+}
+
+// The batches of the steps whose loss jumped above the first loss (L1's and O6's spike candidates, the
+// highest first, DiagnoseOptions::spike_replays of them), read again from the training loader in the
+// order rerun_from_start replays, kept only where the batch's fingerprint is the one the step trained on,
+// and their loss taken at the initial weights (train mode, without gradients). The trained model is
+// restored whatever happens.
+void Session::replay_spike_batches() {
+  if (!data_.train || !have_initial_ || o_.spike_replays <= 0) return;
+  monitor_->replay_batch_starts([&](const TrainingHistory& h) {
+    std::vector<double> starts;
+    std::vector<int64_t> steps = analyse_loss_history(h.step_losses, o_.monitor.loss).spike_steps;
+    for (int64_t t : analyse_loss_history(h.step_losses, o_.monitor.optim.loss).spike_steps) steps.push_back(t);
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
+    const int64_t nb = data_.train->num_batches();
+    if (steps.empty() || nb == 0 || params.size() != initial_params_.size() ||
+        buffers.size() != initial_buffers_.size())
+      return starts;
+    std::stable_sort(steps.begin(), steps.end(), [&](int64_t a, int64_t b) {
+      return h.step_losses[static_cast<size_t>(a - 1)] > h.step_losses[static_cast<size_t>(b - 1)];
+    });
+    if (static_cast<int64_t>(steps.size()) > o_.spike_replays) steps.resize(static_cast<size_t>(o_.spike_replays));
+    NoGradGuard ng;
+    std::vector<Tensor> trained_params, trained_buffers;
+    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
+    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
+    auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
+      for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
+      for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
+    };
+    const bool was_training = model_.is_training();
+    starts.assign(h.step_losses.size(), kNaN);
+    try {
+      restore(initial_params_, initial_buffers_);
+      model_.train();
+      const Device d = model_device(model_);
+      for (int64_t t : steps) {
+        const size_t k = static_cast<size_t>(t - 1);
+        if (k >= h.step_inputs.size()) continue;
+        const nn::Batch b = data_.train->batch(static_cast<int64_t>(k) / nb, static_cast<int64_t>(k) % nb);
+        const Tensor x = b.x.to(d);
+        if (batch_fingerprint(x) != h.step_inputs[k]) continue;  // not the batch that step trained on
+        const Tensor l = loss_(model_(x), b.y.to(d));
+        if (l.numel() == 1) starts[k] = l.item<double>();
+      }
+    } catch (const std::exception&) {
+      starts.clear();  // judged on the first loss, as without the replay
+    }
+    restore(trained_params, trained_buffers);
+    model_.train(was_training);
+    return starts;
+  });
 }
 
 void Session::check_fit_at_end(RunReport& r) {

@@ -223,7 +223,15 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
           if (std::any_of(found.begin(), found.end(), [](const Finding& f) { return f.fires(); }))
             zero_init = probe_zero_initialised(model, x, y, loss, oo.vanishing_grad_norm);
           soften_zero_init_findings(found, zero_init);
+          // A parameter the training forward skips may be one the model uses in eval mode only.
+          std::vector<std::string> unreached;
+          for (const Finding& f : found)
+            if (f.fires() && f.check == "M5" && !f.parameter.empty()) unreached.push_back(f.parameter);
+          for (Finding& f : find_eval_only_parameters(model, x, y, loss, optimizer, unreached))
+            found.push_back(std::move(f));
+          soften_eval_only_findings(found);
           r.add(found);
+          soften_eval_only_findings(r, r);  // M10's, found before the backward
           r.add(zero_init.redundant);
           if (!zero_init.held_back.empty()) r.add(zero_init.finding());
           r.note_ran("O1, M5, M20, W2");  // the forward, the loss and the backward ran without an error

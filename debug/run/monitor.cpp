@@ -336,6 +336,25 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   for (RunCheck* c : listening(RunEvent::AfterRun)) c->after_run(ctx_, sample_x, sample_y);
 }
 
+void Monitor::replay_batch_starts(const std::function<std::vector<double>(const TrainingHistory&)>& replay) {
+  if (finished_) return;
+  const TrainingHistory h = history();
+  ctx_.replaying = true;
+  pause(true);
+  std::vector<double> starts;
+  try {
+    starts = replay(h);
+  } catch (...) {
+    pause(false);
+    ctx_.replaying = false;
+    throw;
+  }
+  pause(false);
+  ctx_.replaying = false;
+  if (std::any_of(starts.begin(), starts.end(), [](double v) { return std::isfinite(v); }))
+    history_.batch_start_losses = std::move(starts);
+}
+
 TrainingHistory Monitor::history() const {
   TrainingHistory h = history_;
   for (RunCheck* c : listening(RunEvent::Series)) c->series(h);

@@ -66,7 +66,8 @@ bool validation_held(const std::vector<double>& val_loss, const std::vector<doub
 
 // ---- L1 loss history ------------------------------------------------------------------
 
-LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCheckOptions& opts) {
+LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCheckOptions& opts,
+                                      const std::vector<double>& batch_starts) {
   LossHistoryStats s;
   s.steps = static_cast<int64_t>(l.size());
   for (size_t i = 0; i < l.size(); ++i) {
@@ -110,11 +111,21 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
     s.diverging = s.max_rise > opts.diverge_factor;
   }
 
-  // Spikes: above spike_factor x the median of the previous w steps, and above the first loss.
+  // Spikes: above spike_factor x the median of the previous w steps, and above the first loss (and
+  // above the step's own batch at the initial weights, where that was measured).
   for (size_t t = 1; t < m; ++t) {
     const size_t from = t > static_cast<size_t>(w) ? t - static_cast<size_t>(w) : 0;
     const double ref = median_of(l, from, t);
     if (!(ref > 0) || l[t] <= opts.spike_factor * ref || l[t] <= l[0]) continue;
+    if (t < batch_starts.size() && batch_starts[t] - l[0] >= opts.hard_batch_share * (l[t] - l[0])) {
+      ++s.hard_batches;
+      if (l[t] > s.worst_hard_loss) {
+        s.worst_hard_loss = l[t];
+        s.worst_hard_start = batch_starts[t];
+        s.worst_hard_step = static_cast<int64_t>(t) + 1;
+      }
+      continue;
+    }
     // Transient: after the loss had fallen below transient_level x its start, and the window after
     // it still below that (a rise that lasts is the divergence rule's).
     const size_t to = std::min(m, t + 1 + static_cast<size_t>(w));
@@ -132,6 +143,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
       continue;
     }
     ++s.spikes;
+    s.spike_steps.push_back(static_cast<int64_t>(t) + 1);
     if (l[t] / ref > s.worst_spike_ratio) {
       s.worst_spike_ratio = l[t] / ref;
       s.worst_spike_loss = l[t];
@@ -161,9 +173,9 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
 }
 
 std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, const std::vector<double>& val,
-                                           const LossCheckOptions& opts) {
+                                           const LossCheckOptions& opts, const std::vector<double>& batch_starts) {
   std::vector<Finding> out;
-  const LossHistoryStats s = analyse_loss_history(train, opts);
+  const LossHistoryStats s = analyse_loss_history(train, opts, batch_starts);
   const std::string n_steps = num(s.steps);
 
   // Non-finite losses.
@@ -263,7 +275,30 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     f.fix =
         "lower the learning rate (Adam: 1e-3 is the usual start; SGD: 0.01-0.1), or warm it up over the first "
         "few hundred steps; clip gradients; a larger batch and shuffled data (D8) also calm the loss";
+    if (s.hard_batches > 0)
+      f.evidence.push_back({"jumps whose batch was as hard at the initial weights (not counted)",
+                            static_cast<double>(s.hard_batches), ""});
     out.push_back(f);
+  }
+  if (!s.spiking && s.hard_batches > 0) {
+    Finding h = make("L1", Severity::Info,
+                     "the training loss jumped above its first value " + num(s.hard_batches) + " time" +
+                         (s.hard_batches == 1 ? "" : "s") +
+                         ", on batches as hard at the initial weights, worst at step " + num(s.worst_hard_step) + ": " +
+                         fmt_num(s.worst_hard_loss) + " (" + fmt_num(s.worst_hard_start) + " before any update)");
+    h.kind = Kind::LossSpiking;
+    h.step = s.worst_hard_step;
+    h.evidence = {{"jumps above the first loss", static_cast<double>(s.hard_batches), ""},
+                  {"worst jump loss", s.worst_hard_loss, ""},
+                  {"the same batch's loss at the initial weights", s.worst_hard_start,
+                   "its rise above the first loss >= " + fmt_num(opts.hard_batch_share) +
+                       " x the jump's: the batch, not an update"},
+                  {"first loss", s.first_loss, ""}};
+    h.cause =
+        "the first batch was easier than these (rare large targets, a batch without the rare event): the same "
+        "batches had most of that loss before any update, so the jump is the data's, not the learning rate's";
+    h.fix = "none needed";
+    out.push_back(h);
   }
   if (!s.spiking && s.transient_spikes > 0) {
     Finding t = make("L1", Severity::Info,
@@ -528,7 +563,7 @@ class LossHistoryRunCheck final : public RunCheck {
   }
   void finish(RunContext& c) override {
     const TrainingHistory& h = *c.history;
-    std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_);  // L1
+    std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_, h.batch_start_losses);  // L1
     if (fs.empty()) fs.push_back(loss_history_summary(h.step_losses, o_));
     if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back())) {
       std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7

@@ -82,6 +82,13 @@ struct LossCheckOptions {
   // at 5.28, 0.01 over the 100 steps after); B24's jump at step 2 comes before any fall and stays a
   // spike.
   double transient_level = 0.5;
+  // A jump above the first loss whose batch was replayed at the initial weights (debug::Session) is
+  // the batch's, not a spike, when that batch's own rise above the first loss is at least
+  // hard_batch_share of the jump's: the first batch was easier than this one. Rare large regression
+  // targets: 6.148 after a first loss of 0.004, the batch at 6.139 before any update (share 0.999);
+  // a fitted-Q loss whose first batch had no reward: 0.10 after 0.0015, the batch at 0.55. Adam at
+  // lr 0.1 (B24) jumps on a batch no harder than the first (share near 0).
+  double hard_batch_share = 0.5;
   // Oscillating: in some window, the median |loss[t] - loss[t-1]| above
   // max_relative_swing x the window's median loss. Minibatch noise of healthy
   // runs: 0.26-0.34 (batch 64, 8 seeds; 0.47 at most in any window of 11
@@ -193,7 +200,13 @@ struct LossHistoryStats {
   double last_level = std::numeric_limits<double>::quiet_NaN();  // median of the last window
   double max_rise = 0.0;   // largest window median (>= min_level) / best window median before it
   int64_t rise_step = -1;  // last step of that window
-  int64_t spikes = 0;      // steps above spike_factor x rolling median and above the first loss
+  int64_t spikes = 0;      // steps above spike_factor x rolling median and above their starting value
+  std::vector<int64_t> spike_steps;  // those steps (1-based)
+  // Jumps set aside because their batch's loss at the initial weights (batch_starts) holds most of
+  // the jump (hard_batch_share): the batch was hard from the start, no update made it so.
+  int64_t hard_batches = 0;
+  int64_t worst_hard_step = -1;                          // the one with the highest loss
+  double worst_hard_loss = 0.0, worst_hard_start = 0.0;  // its loss, and its batch's at the initial weights
   int64_t worst_spike_step = -1;
   double worst_spike_loss = 0.0, worst_spike_ratio = 0.0;  // its loss, and loss / rolling median
   int64_t transient_spikes = 0;  // the same jumps, after the loss had fallen, that the run came back from
@@ -205,7 +218,12 @@ struct LossHistoryStats {
   bool stuck = false, at_chance = false, diverging = false, spiking = false, oscillating = false;
   bool too_high() const { return first_nan_step >= 0 || first_inf_step >= 0 || diverging || spiking || oscillating; }
 };
-LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, const LossCheckOptions& opts = {});
+// `batch_starts` (optional, one per step, NaN where unknown): the loss of each step's batch at the
+// initial weights. Where it is known, a jump whose batch held most of it before any update
+// (hard_batch_share: rare large targets, a first batch without a reward) is the batch's, not a spike
+// (debug::Session replays the spikes' batches); elsewhere the first loss is the starting value.
+LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, const LossCheckOptions& opts = {},
+                                      const std::vector<double>& batch_starts = {});
 
 // L1: from per-step training losses (train_losses[i] is step i + 1) and,
 // optionally, per-epoch validation losses (taken as evenly spaced over the
@@ -219,7 +237,8 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, c
 // Trends on the finite part before the first NaN/Inf. Empty for a healthy history.
 std::vector<Finding> diagnose_loss_history(const std::vector<double>& train_losses,
                                            const std::vector<double>& val_losses = {},
-                                           const LossCheckOptions& opts = {});
+                                           const LossCheckOptions& opts = {},
+                                           const std::vector<double>& batch_starts = {});
 
 // L2: input (B, C) or (B, C, d1, ...) fed to cross-entropy. An error when every
 // value is >= 0 and every row (over dim 1) sums to 1: probabilities, so

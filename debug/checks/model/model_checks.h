@@ -118,6 +118,25 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
 struct TrainingHistory;
 void revise_parameter_unreached(Report& gate, const TrainingHistory& h);
 
+// ---- parameters the model uses in eval mode only (M5 info; softens M5, M10 and O1) ----------
+// A trainable parameter that the training forward does not reach (`unreached`, from the gate's
+// backward), that no group of `optimizer` holds, and whose gradient the same batch does reach in
+// eval mode: it is fitted apart from the training loop, by design. Temperature scaling divides the
+// logits by a temperature only at evaluation and fits it on held-out data after training (Guo et
+// al., "On Calibration of Modern Neural Networks", 2017). The probe runs (x, y) through the model in
+// eval mode and differentiates loss(out, y) (the output's squared sum when the loss raises); .grad
+// and the modules' modes are put back. One info finding (kind eval-only-parameter) per parameter.
+// A parameter the optimizer holds is meant to train: it stays M5's warning.
+std::vector<Finding> find_eval_only_parameters(nn::Module& model, const Tensor& x, const Tensor& y,
+                                               const LossFunction& loss, const optim::Optimizer* optimizer,
+                                               const std::vector<std::string>& unreached);
+// The warnings that the eval-only findings among `found` explain, made info: M5's and O1's about
+// such a parameter's missing gradient, and M10's "in no optimizer group" when it names no other.
+void soften_eval_only_findings(std::vector<Finding>& found);
+// The same over a report, with the eval-only findings of `gate` (the gate's report: the run's O1
+// is explained by the gate's probe).
+void soften_eval_only_findings(Report& r, const Report& gate);
+
 // Redundant biases (reported under O1 at info level): after a backward on (x, y), a 1-D
 // parameter whose gradient is ~0 (below vanishing_grad_norm) is shifted by a constant per
 // entry, as large as its module's output (alternating signs), and the same batch's loss

@@ -281,4 +281,96 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
   soften_reached_in_training(gate, h, "M5", Kind::ParameterUnreached);
 }
 
+// ---- parameters used in eval mode only ------------------------------------------------------
+std::vector<Finding> find_eval_only_parameters(nn::Module& model, const Tensor& x, const Tensor& y,
+                                               const LossFunction& loss, const optim::Optimizer* optimizer,
+                                               const std::vector<std::string>& unreached) {
+  if (!optimizer || unreached.empty() || !x.defined()) return {};
+  std::set<const TensorImpl*> held;
+  for (const auto& g : optimizer->param_groups())
+    for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+  std::vector<std::pair<std::string, Tensor>> params = model.named_parameters(), candidates;
+  for (const auto& [name, p] : params)
+    if (p.requires_grad() && !held.count(p.impl_ptr().get()) &&
+        std::find(unreached.begin(), unreached.end(), name) != unreached.end())
+      candidates.emplace_back(name, p);
+  if (candidates.empty()) return {};
+  std::vector<Tensor> grads;
+  for (auto& [name, p] : params) {
+    grads.push_back(p.grad());
+    p.set_grad(Tensor());
+  }
+  std::vector<std::string> reached;
+  try {
+    ModeSnapshot modes(model);
+    model.eval();
+    const Tensor out = model(x);
+    Tensor l;
+    try {
+      l = loss(out, y);
+    } catch (const std::exception&) {
+    }
+    if (!l.defined() || l.numel() != 1 || !l.requires_grad()) l = sum(out.to(kFloat32) * out.to(kFloat32));
+    if (l.requires_grad()) l.backward();
+    NoGradGuard ng;
+    for (const auto& [name, p] : candidates) {
+      const Tensor g = p.grad();
+      if (g.defined() && amax(abs(g.detach())).item<double>() > 0.0) reached.push_back(name);
+    }
+  } catch (const std::exception&) {
+    reached.clear();  // the probe's own error: nothing is explained
+  }
+  for (size_t i = 0; i < params.size(); ++i) params[i].second.set_grad(grads[i]);
+  std::vector<Finding> out;
+  for (const std::string& name : reached) {
+    Finding f;
+    f.check = "M5";
+    f.severity = Severity::Info;
+    f.kind = Kind::EvalOnlyParameter;
+    f.parameter = name;
+    f.title = "trainable parameter '" + name +
+              "' is used in eval mode only, and no optimizer group holds it: it is fitted apart from training";
+    f.evidence = {{"gradient in training mode", 0.0, ""},
+                  {"gradient in eval mode (1 = yes)", 1.0, "and outside the optimizer: by design"}};
+    f.cause =
+        "the forward uses it only when the model is evaluated, and the optimizer was built without it: a "
+        "temperature or calibration parameter fitted on held-out data after training";
+    f.fix = "nothing, if it is fitted after training; to make it plain, give it requires_grad_(false) during training";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+namespace {
+std::set<std::string> eval_only_names(const std::vector<Finding>& fs) {
+  std::set<std::string> names;
+  for (const Finding& f : fs)
+    if (f.is("M5", Kind::EvalOnlyParameter)) names.insert(f.parameter);
+  return names;
+}
+
+void soften_eval_only(std::vector<Finding>& found, const std::set<std::string>& eval_only) {
+  if (eval_only.empty()) return;
+  for (Finding& f : found) {
+    if (!f.fires() || !eval_only.count(f.parameter)) continue;
+    const bool gradient = f.check == "M5" || f.check == "O1";
+    const bool optimizer = f.check == "M10" && f.value_of("trainable parameters missing from the optimizer") <=
+                                                   static_cast<double>(eval_only.size());
+    if (!gradient && !optimizer) continue;
+    f.severity = Severity::Info;
+    f.title += " (used in eval mode only, outside the optimizer: fitted apart from training)";
+    f.fix = "nothing, if it is fitted after training";
+  }
+}
+}  // namespace
+
+void soften_eval_only_findings(std::vector<Finding>& found) { soften_eval_only(found, eval_only_names(found)); }
+
+void soften_eval_only_findings(Report& r, const Report& gate) {
+  std::vector<Finding> all = r.findings();
+  soften_eval_only(all, eval_only_names(gate.findings()));
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].severity != r.findings()[i].severity) r.replace(i, all[i]);
+}
+
 }  // namespace gradsleuth::debug

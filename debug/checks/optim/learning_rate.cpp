@@ -38,8 +38,9 @@ bool UpdateRatioTracker::measured_finite(const Tensor& p) const {
 
 // ---- O6 learning rate -----------------------------------------------------------------------
 
-std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts) {
-  const LossHistoryStats s = analyse_loss_history(train_losses, opts.loss);
+std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts,
+                                            const std::vector<double>& batch_starts) {
+  const LossHistoryStats s = analyse_loss_history(train_losses, opts.loss, batch_starts);
   const auto& lo = opts.loss;
   // A loss that is NaN/Inf from the very first step was broken before any
   // update: the learning rate cannot be the cause (L1 says what else can).
@@ -638,7 +639,17 @@ class LearningRateRunCheck final : public RunCheck {
  public:
   explicit LearningRateRunCheck(const OptimCheckOptions& o) : o_(o), ratios_(o) {}
   std::string ids() const override { return "O6"; }
-  uint32_t events() const override { return RunEvent::Attach | RunEvent::Detach | RunEvent::Finish | RunEvent::Series; }
+  uint32_t events() const override {
+    return RunEvent::Attach | RunEvent::Detach | RunEvent::Pause | RunEvent::Finish | RunEvent::Series;
+  }
+  void pause(RunContext& c, bool on) override {
+    // A replay after the run: the loop's last writes are counted before it, its own are not.
+    if (!c.replaying) return;
+    if (on)
+      writes_.finish();
+    else
+      writes_.resync();
+  }
   void attach(RunContext& c) override {
     writes_.attach(c.optimizer, c.model);  // first: the probes inside a step restore what they change
     ratios_.attach(c.optimizer, c.model, [every = std::max<int64_t>(c.options.every, 1)](int64_t step) {
@@ -654,10 +665,11 @@ class LearningRateRunCheck final : public RunCheck {
   void finish(RunContext& c) override {
     writes_.finish();  // a write after the last step
     c.add_all(judge_weight_writes(writes_.summary(), o_));
-    std::vector<Finding> by_loss = diagnose_learning_rate(c.history->step_losses, o_);  // the loss history
+    const TrainingHistory& h = *c.history;
+    std::vector<Finding> by_loss = diagnose_learning_rate(h.step_losses, o_, h.batch_start_losses);  // the loss history
     // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end
     // is not a rate too high for the model: the training objective changes with the batch (mixup).
-    const LossHistoryStats st = analyse_loss_history(c.history->step_losses, o_.loss);
+    const LossHistoryStats st = analyse_loss_history(h.step_losses, o_.loss, h.batch_start_losses);
     const bool only_diverged =
         st.diverging && !st.spiking && !st.oscillating && st.first_nan_step < 0 && st.first_inf_step < 0;
     if (only_diverged && validation_held(c.history->epoch_val_loss, c.history->epoch_val_accuracy, o_.loss))

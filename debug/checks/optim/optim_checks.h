@@ -240,8 +240,10 @@ std::vector<Finding> check_finite_weights(const nn::Module& model,
 // O6 from per-step training losses: a warning "learning rate too high" (NaN/Inf,
 // divergence, spikes above the starting loss, wild oscillation) or "too low"
 // (the loss barely moves), with L1's statistics as evidence. Empty otherwise.
-std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses,
-                                            const OptimCheckOptions& opts = {});
+// `batch_starts`: as for analyse_loss_history (a spike whose batch was as hard at the initial
+// weights says nothing about the rate).
+std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts = {},
+                                            const std::vector<double>& batch_starts = {});
 
 // O6 from the schedule: the learning rate at each optimizer step (Monitor records it). A
 // warning when it starts at 0, collapses early (below schedule_collapse x its start before

@@ -74,6 +74,15 @@ void WeightWriteTracker::post_step() {
 
 void WeightWriteTracker::finish() { pre_step(); }
 
+void WeightWriteTracker::resync() {
+  NoGradGuard ng;
+  for (Param& q : params_) {
+    if (!q.stepped) continue;
+    q.version_after = q.tensor.version();
+    if (q.follow) q.after = q.tensor.detach().to(kFloat64).clone();
+  }
+}
+
 WeightWriteTracker::Summary WeightWriteTracker::summary() const {
   NoGradGuard ng;
   Summary s;

@@ -34,6 +34,9 @@ class WeightWriteTracker {
   // A write after the last step (an average copied back at the end) counts too: call before the
   // model is probed again.
   void finish();
+  // After a probe that changed the weights and put them back (debug::Session's replays after the
+  // run): their state now is the baseline, so the probe's writes are not counted as the loop's.
+  void resync();
   void detach();
 
   // Over the followed weights together (one vector of every weight the loop wrote twice or more).

@@ -1,0 +1,108 @@
+// M5's eval-only parameters, each twin written as a user writes it: temperature scaling (Guo et
+// al., 2017), whose temperature divides the logits only in eval mode and is fitted on held-out data
+// after training, outside the training optimizer (healthy); the same model with the temperature in
+// the training optimizer, where the loop means to train it and never can (a bug); and a parameter
+// registered but used in neither mode.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+
+using namespace gradsleuth;
+using dtest::expect_clean;
+using dtest::expect_lead;
+using dtest::first_of;
+using dtest::Mlp;
+using dtest::Split;
+
+namespace {
+
+// An MLP whose logits are divided by exp(log_t) in eval mode only; `unused` is registered and never read.
+struct Calibrated : nn::Module {
+  std::shared_ptr<Mlp> net = register_module("net", std::make_shared<Mlp>());
+  Tensor log_t = register_parameter("log_t", zeros({1}));
+  Tensor unused;
+  explicit Calibrated(bool with_unused = false) : Module("Calibrated") {
+    if (with_unused) unused = register_parameter("unused", zeros({3}));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor z = (*net)(x);
+    return is_training() ? z : z / exp(log_t);
+  }
+};
+
+// Trains the net, then (as temperature scaling does) fits log_t alone on the validation split.
+debug::RunReport train_then_calibrate(Calibrated& m, optim::Optimizer& opt, const Split& d) {
+  nn::CrossEntropyLoss ce;
+  debug::Session session(m, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 6; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce(m(b.x), b.y);
+      l.backward();
+      opt.step();
+    }
+    session.epoch();
+  }
+  const debug::RunReport r = session.finish();
+  m.eval();
+  optim::Adam calibrate({m.log_t}, optim::AdamOptions(0.05));
+  for (int i = 0; i < 50; ++i)
+    for (const nn::Batch& b : *d.val) {
+      calibrate.zero_grad();
+      Tensor l = nn::functional::cross_entropy(m(b.x), b.y);
+      l.backward();
+      calibrate.step();
+    }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a temperature used in eval mode only, outside the optimizer, is info; in the optimizer it warns") {
+  manual_seed(9);
+  const Split d = dtest::split(3, 2.0);
+  auto m = std::make_shared<Calibrated>();
+  optim::Adam opt(m->net->parameters(), optim::AdamOptions(3e-3));
+  const debug::RunReport r = train_then_calibrate(*m, opt, d);
+  expect_clean(r);
+  const debug::Finding* f = first_of(r, "M5", debug::Kind::EvalOnlyParameter);
+  REQUIRE_MESSAGE(f != nullptr, r.str(true));
+  CHECK(f->parameter == "log_t");
+  // The calibration itself ran: the temperature moved off 1.
+  CHECK(std::abs(m->log_t.item<double>()) > 1e-3);
+
+  // The bug: the optimizer holds the temperature (the loop means to train it), and the training
+  // forward never uses it.
+  manual_seed(9);
+  auto bug = std::make_shared<Calibrated>();
+  optim::Adam bug_opt(bug->parameters(), optim::AdamOptions(3e-3));
+  const debug::RunReport b = train_then_calibrate(*bug, bug_opt, d);
+  CHECK(first_of(b, "M5", debug::Kind::EvalOnlyParameter) == nullptr);
+  const debug::Finding* cut = first_of(b, "M5", debug::Kind::ParameterUnreached);
+  REQUIRE_MESSAGE(cut != nullptr, b.str(true));
+  CHECK(cut->severity == debug::Severity::Warning);
+  expect_lead(b, "M5", "cut-graph");
+}
+
+TEST_CASE("a parameter used in neither mode still warns beside an eval-only one") {
+  manual_seed(9);
+  const Split d = dtest::split(3, 2.0);
+  auto m = std::make_shared<Calibrated>(true);
+  optim::Adam opt(m->net->parameters(), optim::AdamOptions(3e-3));
+  const debug::RunReport r = train_then_calibrate(*m, opt, d);
+  bool unused_warns = false;
+  for (const debug::Finding& f : r.findings.findings()) {
+    if (f.fires() && f.parameter == "unused" && f.check == "M5") unused_warns = true;
+    if (f.parameter == "log_t" && (f.check == "M5" || f.check == "O1")) CHECK_MESSAGE(!f.fires(), f.str());
+  }
+  CHECK_MESSAGE(unused_warns, r.str(true));
+  // M10 names both: one of them is no eval-only parameter, so it keeps its warning.
+  bool m10 = false;
+  for (const debug::Finding& f : r.findings.findings()) m10 = m10 || (f.check == "M10" && f.fires());
+  CHECK(m10);
+}
