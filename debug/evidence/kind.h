@@ -59,6 +59,7 @@ namespace gradsleuth::debug {
   X(ParameterUnreached, "parameter-unreached", "M5")                                                  \
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \
   X(EvalOnlyParameter, "eval-only-parameter", "M5")                                                   \
+  X(ParameterReplaced, "parameter-replaced", "M5")                                                    \
   /* M6 batch independence */                                                                         \
   X(BatchMixing, "batch-mixing", "M6")                                                                \
   X(InputUnreached, "input-unreached", "M6")                                                          \

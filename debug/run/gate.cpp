@@ -229,6 +229,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
             if (f.fires() && f.check == "M5" && !f.parameter.empty()) unreached.push_back(f.parameter);
           for (Finding& f : find_eval_only_parameters(model, x, y, loss, optimizer, unreached))
             found.push_back(std::move(f));
+          explain_replaced_parameters(model, l, optimizer, found);
           soften_eval_only_findings(found);
           r.add(found);
           soften_eval_only_findings(r, r);  // M10's, found before the backward

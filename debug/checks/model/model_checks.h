@@ -118,6 +118,18 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
 struct TrainingHistory;
 void revise_parameter_unreached(Report& gate, const TrainingHistory& h);
 
+// ---- parameters replaced by assignment after registration (M5) -----------------------------
+// A module member assigned a new tensor after register_parameter (`linear->weight = t`, a head
+// re-initialised by assignment): the forward then uses a tensor that parameters(), the optimizer and
+// checkpoints do not hold, and the registered one (never read again) gets no gradient. After a
+// backward of `loss`, with M5's findings in `found`: the leaves of its graph that require grad, are
+// no parameter of the model and are held by no group of `optimizer`, each paired with a parameter of
+// its shape that M5 found without a gradient. That finding becomes a warning of kind
+// parameter-replaced. A leaf the optimizer holds (a learnable tensor kept beside the model on
+// purpose) is not one.
+void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const optim::Optimizer* optimizer,
+                                 std::vector<Finding>& found);
+
 // ---- parameters the model uses in eval mode only (M5 info; softens M5, M10 and O1) ----------
 // A trainable parameter that the training forward does not reach (`unreached`, from the gate's
 // backward), that no group of `optimizer` holds, and whose gradient the same batch does reach in

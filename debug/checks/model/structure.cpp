@@ -281,6 +281,60 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
   soften_reached_in_training(gate, h, "M5", Kind::ParameterUnreached);
 }
 
+// ---- parameters replaced by assignment -------------------------------------------------------
+void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const optim::Optimizer* optimizer,
+                                 std::vector<Finding>& found) {
+  const auto unreached = [](const Finding& f) { return f.fires() && f.is("M5", Kind::ParameterUnreached); };
+  if (std::none_of(found.begin(), found.end(), unreached) || !loss.defined() || !loss.grad_fn()) return;
+  // The accumulators of the leaves the model or the optimizer holds.
+  std::set<const Node*> held;
+  std::vector<std::pair<std::string, Tensor>> params = model.named_parameters();
+  for (const auto& [name, p] : params)
+    if (const Edge e = gradient_edge(p); e.fn) held.insert(e.fn.get());
+  if (optimizer)
+    for (const auto& g : optimizer->param_groups())
+      for (const Tensor& p : g.params)
+        if (const Edge e = gradient_edge(p); e.fn) held.insert(e.fn.get());
+  // Every other leaf the loss reaches, with its shape.
+  std::vector<Shape> strangers;
+  std::set<const Node*> seen{loss.grad_fn().get()};
+  std::vector<const Node*> todo{loss.grad_fn().get()};
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.fn || !seen.insert(e.fn.get()).second) continue;
+      if (std::strcmp(e.fn->name(), "AccumulateGrad") == 0) {
+        if (!held.count(e.fn.get())) strangers.push_back(e.shape);
+      } else {
+        todo.push_back(e.fn.get());
+      }
+    }
+  }
+  for (Finding& f : found) {
+    if (!unreached(f)) continue;
+    const std::string& name = f.parameter;
+    const auto it = std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == name; });
+    if (it == params.end()) continue;
+    const auto match = std::find(strangers.begin(), strangers.end(), it->second.shape());
+    if (match == strangers.end()) continue;
+    strangers.erase(match);
+    f.kind = Kind::ParameterReplaced;
+    f.title = "parameter '" + name + "' was replaced: the forward uses another tensor of its shape " +
+              shape_str(it->second.shape()) +
+              " that is no parameter of the model, and the registered one gets no gradient";
+    f.evidence.push_back({"leaves of the loss's graph outside the model and the optimizer, of this shape", 1.0,
+                          "beside a parameter of that shape without a gradient warns"});
+    f.cause =
+        "a module member assigned a new tensor after register_parameter (a weight re-initialised or zeroed by "
+        "assignment, often after the optimizer was built): the forward reads the new tensor, while parameters(), "
+        "the optimizer and checkpoints hold the old one; the new tensor is never updated";
+    f.fix =
+        "change the registered tensor in place instead of assigning a new one: { NoGradGuard g; "
+        "layer->weight.copy_(t); } or an nn::init function on layer->weight";
+  }
+}
+
 // ---- parameters used in eval mode only ------------------------------------------------------
 std::vector<Finding> find_eval_only_parameters(nn::Module& model, const Tensor& x, const Tensor& y,
                                                const LossFunction& loss, const optim::Optimizer* optimizer,

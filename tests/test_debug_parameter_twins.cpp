@@ -1,8 +1,11 @@
-// M5's eval-only parameters, each twin written as a user writes it: temperature scaling (Guo et
-// al., 2017), whose temperature divides the logits only in eval mode and is fitted on held-out data
-// after training, outside the training optimizer (healthy); the same model with the temperature in
-// the training optimizer, where the loop means to train it and never can (a bug); and a parameter
-// registered but used in neither mode.
+// M5 on parameters the training forward does not reach, each twin written as a user writes it.
+// Eval-only parameters: temperature scaling (Guo et al., 2017), whose temperature divides the logits
+// only in eval mode and is fitted on held-out data after training, outside the training optimizer
+// (healthy); the same model with the temperature in the training optimizer, where the loop means to
+// train it and never can (a bug); and a parameter registered but used in neither mode.
+// Replaced parameters: a head re-initialised by assigning a new tensor to its weight after the
+// optimizer was built (the forward reads a tensor nobody updates), against the same initialisation
+// copied in place; and a learnable tensor kept beside the model and given to the optimizer (healthy).
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -105,4 +108,64 @@ TEST_CASE("a parameter used in neither mode still warns beside an eval-only one"
   bool m10 = false;
   for (const debug::Finding& f : r.findings.findings()) m10 = m10 || (f.check == "M10" && f.fires());
   CHECK(m10);
+}
+
+TEST_CASE("a weight re-initialised by assignment after the optimizer leads as replaced; copied in place it is clean") {
+  for (bool zero : {false, true}) {
+    manual_seed(4);
+    const Split d = dtest::split(3, 2.0);
+    nn::CrossEntropyLoss ce;
+    auto bug = std::make_shared<Mlp>();
+    optim::Adam bug_opt(bug->parameters(), optim::AdamOptions(3e-3));
+    // "Xavier (or zeros) for the head", written after the optimizer: a new tensor in the member.
+    Tensor w = zeros({3, 32});
+    if (!zero) nn::init::xavier_uniform_(w);
+    bug->fc3->weight = w.requires_grad_(true);
+    const debug::RunReport b = dtest::train_own_loop(*bug, ce, bug_opt, d, 4);
+    const debug::Finding* f = first_of(b, "M5", debug::Kind::ParameterReplaced);
+    REQUIRE_MESSAGE(f != nullptr, b.str(true));
+    CHECK(f->parameter == "fc3.weight");
+    expect_lead(b, "M5", "parameter-replaced", {"O1"});
+
+    manual_seed(4);
+    auto clean = std::make_shared<Mlp>();
+    optim::Adam clean_opt(clean->parameters(), optim::AdamOptions(3e-3));
+    Tensor v = zeros({3, 32});
+    if (!zero) nn::init::xavier_uniform_(v);
+    {
+      NoGradGuard g;
+      clean->fc3->weight.copy_(v);
+    }
+    expect_clean(dtest::train_own_loop(*clean, ce, clean_opt, d, 4));
+  }
+}
+
+TEST_CASE("a learnable tensor kept beside the model, in the optimizer, is no replaced parameter") {
+  // Homoscedastic uncertainty weighting (Kendall et al., 2018) of one task: loss * exp(-s) + s, with s
+  // a tensor of the loop, not of the model, trained by the same optimizer.
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  auto m = std::make_shared<Mlp>();
+  Tensor s = zeros({3, 32}).requires_grad_(true);  // the shape of a weight of the model, on purpose
+  std::vector<Tensor> params = m->parameters();
+  params.push_back(s);
+  optim::Adam opt(params, optim::AdamOptions(3e-3));
+  const debug::LossFunction weighted = [&](const Tensor& out, const Tensor& y) {
+    const Tensor log_var = mean(s);
+    return nn::functional::cross_entropy(out, y) * exp(-log_var) + log_var;
+  };
+  debug::Session session(*m, weighted, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = weighted((*m)(b.x), b.y);
+      l.backward();
+      opt.step();
+      session.step(l);
+    }
+    session.epoch();
+  }
+  const debug::RunReport r = session.finish();
+  CHECK(first_of(r, "M5", debug::Kind::ParameterReplaced) == nullptr);
+  CHECK_MESSAGE(!r.fired("M5"), r.str(true));
 }
