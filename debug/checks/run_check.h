@@ -95,6 +95,9 @@ struct TrainingHistory {
   int64_t loss_calls = 0, loss_calls_on_output = 0;
   // O1 over the run: the sampled steps it judged, and each trainable parameter that went without a
   // gradient on some of them, with how many.
+  // The loop wrote the weights after its last optimizer step (a checkpoint restored, averaged weights
+  // copied back): O6's write tracker saw it at the end of the run.
+  bool weights_loaded_after_run = false;
   int64_t gradient_judged_steps = 0;
   std::vector<std::pair<std::string, int64_t>> gradient_missing;
 };

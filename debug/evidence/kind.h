@@ -50,6 +50,7 @@ namespace gradsleuth::debug {
   X(TrainLabelsDisagree, "train-labels-disagree", "L9")                                               \
   X(GeneralisationGap, "generalisation-gap", "L9")                                                    \
   X(ValLabelsRemapped, "val-labels-remapped", "L9")                                                   \
+  X(RestoredWorse, "restored-worse", "L9")                                                            \
   X(Undertrained, "undertrained", "L9")                                                               \
   X(LrProbeTooLow, "lr-probe-too-low", "L9")                                                          \
   X(FitMeasured, "fit-measured", "L9")                                                                \

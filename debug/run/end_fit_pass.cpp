@@ -306,6 +306,7 @@ void Session::check_fit_at_end(RunReport& r) {
                                         [](const Finding& f) { return f.check == "O9" && f.fires(); });
     m.epoch_val_loss = r.history.epoch_val_loss;
     m.epoch_val_accuracy = r.history.epoch_val_accuracy;
+    m.loaded_after_run = r.history.weights_loaded_after_run;
     // The run's own first and last tenth of steps.
     const auto& sl = r.history.step_losses;
     m.run_steps = static_cast<int64_t>(sl.size());

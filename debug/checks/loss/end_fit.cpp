@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,8 +69,55 @@ Remap remapped(const EndFitMeasure& m, const EndFitOptions& o) {
 
 }  // namespace
 
+namespace {
+// Weights loaded after the run that score worse than the run's best and last epochs.
+std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOptions& o) {
+  std::vector<double> vl;
+  for (double v : m.epoch_val_loss)
+    if (std::isfinite(v)) vl.push_back(v);
+  if (!m.loaded_after_run || vl.size() < 2 || !std::isfinite(m.val_loss)) return std::nullopt;
+  const size_t best = static_cast<size_t>(std::min_element(vl.begin(), vl.end()) - vl.begin());
+  const double limit = (1 + o.restored_rise) * std::max(vl[best], 0.0);
+  if (!(m.val_loss > limit && m.val_loss > (1 + o.restored_rise) * vl.back())) return std::nullopt;
+  std::vector<double> va;
+  for (double v : m.epoch_val_accuracy)
+    if (std::isfinite(v)) va.push_back(v);
+  const bool acc = std::isfinite(m.val_accuracy) && !va.empty();
+  const double best_acc = acc ? *std::max_element(va.begin(), va.end()) : std::nan("");
+  if (acc && !(m.val_accuracy < std::min(best_acc, va.back()) - o.restored_accuracy_drop)) return std::nullopt;
+  Finding f = make(Kind::RestoredWorse, Severity::Warning,
+                   "the weights loaded after the last step score worse than the run did: validation loss " +
+                       str_printf("%.4g", m.val_loss) + " against " + str_printf("%.4g", vl[best]) + " at epoch " +
+                       std::to_string(best + 1) + " and " + str_printf("%.4g", vl.back()) + " at the last" +
+                       (acc ? ", accuracy " + pct(m.val_accuracy) + " against " + pct(best_acc) + " at best" : ""));
+  f.evidence = {{"validation loss of the final model", m.val_loss, ""},
+                {"best epoch's validation loss", vl[best],
+                 "final > " + str_printf("%g", 1 + o.restored_rise) + " x this and x the last epoch's warns"},
+                {"last epoch's validation loss", vl.back(), ""}};
+  if (acc) {
+    f.evidence.push_back({"validation accuracy of the final model", m.val_accuracy, ""});
+    f.evidence.push_back({"best epoch's validation accuracy", best_acc,
+                          "and final < both - " + str_printf("%g", o.restored_accuracy_drop)});
+    f.evidence.push_back({"last epoch's validation accuracy", va.back(), ""});
+  }
+  f.cause =
+      "the loop loaded weights after training (a checkpoint restored) that are neither the best epoch's nor "
+      "the last: a 'best' comparator written the wrong way round keeps the worst checkpoint (accuracy compared as "
+      "if it were a loss, or a loss as if it were an accuracy), or an earlier or stale file was loaded";
+  f.fix =
+      "keep a checkpoint when its validation loss is lower or its accuracy higher than the best so far "
+      "(best = +inf for a loss, -inf for an accuracy), and check the file you load is the one you saved last";
+  return f;
+}
+}  // namespace
+
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling, bool* unread) {
   std::vector<Finding> out;
+  // The final model is not the one the run trained: the verdicts on its fit would be about the wrong weights.
+  if (std::optional<Finding> f = restored_worse(m, o)) {
+    out.push_back(std::move(*f));
+    return out;
+  }
   const bool acc = std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy);
   // The two-proportion z statistic of the accuracies (pooled).
   double z = 0;

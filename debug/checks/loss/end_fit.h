@@ -25,6 +25,14 @@ struct EndFitOptions {
   // another order than the training labels (a label map built twice), not a model that memorised.
   double remap_share = 0.6;
   int64_t remap_classes = 2;
+  // Weights loaded after the last step (a checkpoint restored, averaged weights copied back): the
+  // final model warns when its validation loss lies above restored_rise x the best epoch's, more than
+  // that much above the last epoch's, and (classification) its validation accuracy below both by
+  // more than restored_accuracy_drop. A best checkpoint restored scores its epoch's numbers; one kept
+  // by the accuracy reads the best accuracy, one kept by the loss the best loss. A comparator the
+  // wrong way round keeps the worst epoch (the first): 0.62 against 0.97 at the best epoch.
+  double restored_rise = 0.1;
+  double restored_accuracy_drop = 0.05;
   // Both accuracy rules also need the difference to stand out from the splits' sampling noise: a
   // two-proportion z statistic (pooled) of at least min_z.
   double min_z = 3.0;
@@ -131,6 +139,8 @@ struct EndFitMeasure {
   // Classification: the validation rows per (label, prediction) of the trained model, [label][prediction].
   std::vector<std::vector<int64_t>> val_confusion;
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;  // per epoch, as training saw them
+  // The loop wrote the weights after its last optimizer step (TrainingHistory::weights_loaded_after_run).
+  bool loaded_after_run = false;
   // The probe: the run's mean loss over its last steps and the probe's over its own (NaN: not run).
   double run_window_loss = std::numeric_limits<double>::quiet_NaN();
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();

@@ -698,7 +698,10 @@ class LearningRateRunCheck final : public RunCheck {
     c.add_all(ratios_.findings());                                   // the update ratios
     c.note_ran("O6");
   }
-  void series(TrainingHistory& h) const override { h.update_ratio = ratios_.series(); }
+  void series(TrainingHistory& h) const override {
+    h.update_ratio = ratios_.series();
+    h.weights_loaded_after_run = writes_.summary().after_last_step;
+  }
 
  private:
   OptimCheckOptions o_;

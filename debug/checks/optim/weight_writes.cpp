@@ -12,6 +12,7 @@ void WeightWriteTracker::attach(optim::Optimizer& opt, const nn::Module& model, 
   detach();
   params_.clear();
   steps_ = written_steps_ = 0;
+  after_last_step_ = false;
   follow_budget_ = follow_max_elements;
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
@@ -72,7 +73,11 @@ void WeightWriteTracker::post_step() {
   }
 }
 
-void WeightWriteTracker::finish() { pre_step(); }
+void WeightWriteTracker::finish() {
+  const int64_t before = written_steps_;
+  pre_step();
+  after_last_step_ = after_last_step_ || (steps_ > 0 && written_steps_ > before);
+}
 
 void WeightWriteTracker::resync() {
   NoGradGuard ng;
@@ -88,6 +93,7 @@ WeightWriteTracker::Summary WeightWriteTracker::summary() const {
   Summary s;
   s.steps = steps_;
   s.written_steps = written_steps_;
+  s.after_last_step = after_last_step_;
   double dot = 0.0, moved_sq = 0.0, writes_sq = 0.0;
   int64_t most = 0;
   for (const Param& q : params_) {

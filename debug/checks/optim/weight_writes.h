@@ -52,6 +52,7 @@ class WeightWriteTracker {
     double write_ratio = std::numeric_limits<double>::quiet_NaN();
     double cosine = std::numeric_limits<double>::quiet_NaN();  // <writes, moved> / (|writes| |moved|)
     std::string most_written;                                  // the followed weight with the most writes
+    bool after_last_step = false;  // a write after the last step (finish() saw it): weights loaded at the end
   };
   Summary summary() const;
 
@@ -74,6 +75,7 @@ class WeightWriteTracker {
   std::vector<size_t> hooks_;
   std::vector<Param> params_;
   int64_t steps_ = 0, written_steps_ = 0;
+  bool after_last_step_ = false;
   int64_t follow_budget_ = 0;  // weight values that may still be followed
 };
 
