@@ -534,3 +534,24 @@ TEST_CASE("BCE on targets in {0, 1} (and soft ones) is silent; on 0/255 masks it
     }
   }
 }
+
+TEST_CASE("cosine annealing with warm restarts dips below 1/100 of its rate near each trough and is no collapse") {
+  const auto collapses = [](const std::vector<double>& lrs) {
+    for (const debug::Finding& f : debug::diagnose_lr_schedule(lrs))
+      if (f.is("O6", debug::Kind::ScheduleCollapses) && f.fires()) return true;
+    return false;
+  };
+  // SGDR (Loshchilov and Hutter, 2017): T_0 = 40 steps, eta_min 0, over 160 steps: each cycle spends
+  // its last 4 steps below 1% of the peak.
+  std::vector<double> restarts(160);
+  for (size_t t = 0; t < restarts.size(); ++t) restarts[t] = 0.05 * (1 + std::cos(M_PI * (t % 40) / 40.0)) / 2;
+  CHECK_FALSE(collapses(restarts));
+  // The same cosine without restarts annealed over the first 40 steps, then left at its floor.
+  std::vector<double> once(160);
+  for (size_t t = 0; t < once.size(); ++t) once[t] = t < 40 ? restarts[t] : 0.0;
+  CHECK(collapses(once));
+  // Step decay /10 at 1/3 and 2/3 of the run (a recipe's schedule) ends at exactly 1/100: no collapse.
+  std::vector<double> steps(90);
+  for (size_t t = 0; t < steps.size(); ++t) steps[t] = 0.1 * std::pow(0.1, static_cast<double>(t / 30));
+  CHECK_FALSE(collapses(steps));
+}

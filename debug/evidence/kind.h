@@ -18,6 +18,7 @@ namespace gradsleuth::debug {
   X(None, "none", "")                                                                                 \
   /* D3 class balance: the label counts, or the trained model's per-class recall */                   \
   X(ClassCounts, "class-counts", "D3")                                                                \
+  X(ClassWeightsAmplify, "class-weights-amplify", "D3")                                               \
   X(ClassRecallLow, "class-recall-low", "D3")                                                         \
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \

@@ -30,6 +30,10 @@ namespace gradsleuth::debug {
 struct DataCheckOptions {
   // ---- D3 label distribution ----
   double max_imbalance_ratio = 10.0;  // largest / smallest class count above this warns (so does an empty class)
+  // A loss's class weights amplify the imbalance when the classes' masses (count x weight) lie further
+  // apart than this x the counts (and than max_imbalance_ratio): weights of count / N on counts 20x
+  // apart give 400x; uniform weights give 1x the counts, N / (C x count) weights 1.
+  double class_weight_amplifies = 1.5;
   // The per-class errors of the trained model on the validation data: a class with at least
   // min_class_examples examples whose recall is below min_recall_ratio x the mean recall of the
   // other classes warns, when that mean is above chance (1 / C) by min_recall_over_chance x.
@@ -157,7 +161,9 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
 
 // D3's probe of an imbalance: a loss with per-class weights gives each class a mass count x
 // weight; when those masses are within opts.max_imbalance_ratio the loss compensates on purpose,
-// and check_label_distribution's imbalance warning among `findings` becomes info.
+// and check_label_distribution's imbalance warning among `findings` becomes info. When they lie
+// further apart than max_imbalance_ratio and than opts.class_weight_amplifies x the counts themselves,
+// the weights grow with the counts (count / N for N / count): a warning of kind class-weights-amplify.
 void weigh_class_counts(std::vector<Finding>& findings, const Tensor& class_weight, const DataCheckOptions& opts = {});
 
 // D3 on the model's predictions: per class (index = label) the validation examples and how

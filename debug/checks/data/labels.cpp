@@ -171,8 +171,9 @@ void weigh_class_counts(std::vector<Finding>& fs, const Tensor& class_weight, co
   if (!class_weight.defined()) return;
   const std::vector<double> wv = class_weight.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
   for (Finding& f : fs) {
-    if (!f.fires() || !f.is("D3", Kind::ClassCounts)) continue;
+    if (!f.is("D3", Kind::ClassCounts)) continue;
     double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
+    double count_lo = std::numeric_limits<double>::infinity(), count_hi = 0.0;
     bool empty = false;
     for (const Evidence& e : f.evidence) {
       if (e.name == "classes with no example" && e.value > 0) empty = true;
@@ -181,9 +182,27 @@ void weigh_class_counts(std::vector<Finding>& fs, const Tensor& class_weight, co
       if (c >= wv.size() || e.value <= 0) continue;
       lo = std::min(lo, e.value * wv[c]);
       hi = std::max(hi, e.value * wv[c]);
+      count_lo = std::min(count_lo, e.value);
+      count_hi = std::max(count_hi, e.value);
     }
-    if (empty || !(hi > 0) || !std::isfinite(lo)) continue;
-    const double ratio = hi / lo;
+    if (empty || !(hi > 0) || !(lo > 0) || !std::isfinite(lo) || !(count_lo > 0)) continue;
+    const double ratio = hi / lo, counts = count_hi / count_lo;
+    // Weights that grow with the class counts: the loss sees a larger imbalance than the data has.
+    if (ratio > o.max_imbalance_ratio && ratio > o.class_weight_amplifies * counts) {
+      f.severity = Severity::Warning;
+      f.kind = Kind::ClassWeightsAmplify;
+      f.title = "the loss's class weights grow with the class counts: with them the classes weigh " + fmt_num(ratio) +
+                "x apart in the loss, against " + fmt_num(counts) + "x in the data";
+      f.evidence.push_back({"imbalance ratio of count x the loss's class weight", ratio,
+                            "> " + fmt_num(o.max_imbalance_ratio) + " and > " + fmt_num(o.class_weight_amplifies) +
+                                " x the counts' ratio warns"});
+      f.cause =
+          "class weights computed the wrong way round (count / N instead of N / (C x count)): meant to lift the rare "
+          "classes, they press them down further, and the model predicts the common classes";
+      f.fix = "weigh class c by N / (C x count_c) (or 1 / count_c, normalised): each class then carries a similar mass";
+      continue;
+    }
+    if (!f.fires()) continue;
     f.evidence.push_back({"imbalance ratio of count x the loss's class weight", ratio,
                           "<= " + fmt_num(o.max_imbalance_ratio) + ": the loss compensates"});
     if (ratio > o.max_imbalance_ratio) continue;

@@ -126,15 +126,21 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
     out.push_back(std::move(f));
     return out;
   }
+  // The steps spent below the limit: a schedule that restarts (cosine with warm restarts) dips below
+  // it near each trough and climbs back; one that collapsed stays there.
+  int64_t below = 0;
+  for (int64_t i = at_zero; i < n; ++i) below += lrs[i] < opts.schedule_collapse * start ? 1 : 0;
   for (int64_t i = at_zero; i < n; ++i) {
     if (!(lrs[i] < opts.schedule_collapse * start)) continue;
-    if (static_cast<double>(i) >= opts.schedule_collapse_by * static_cast<double>(n)) break;
+    if (static_cast<double>(below) <= (1.0 - opts.schedule_collapse_by) * static_cast<double>(n)) break;
     Finding f =
         finding("the learning-rate schedule cuts it " + fmt_num(start / std::max(lrs[i], 1e-300)) + "x by step " +
-                std::to_string(i + 1) + " of " + std::to_string(n) + ": the rest of the run barely trains");
+                std::to_string(i + 1) + " of " + std::to_string(n) + ": " + std::to_string(below) +
+                " steps run below " + fmt_num(opts.schedule_collapse) + " of the starting rate and barely train");
     f.kind = Kind::ScheduleCollapses;
-    f.evidence.push_back({"first step below the limit", static_cast<double>(i + 1),
-                          "< " + fmt_num(opts.schedule_collapse_by) + " of the run warns"});
+    f.evidence.push_back({"first step below the limit", static_cast<double>(i + 1), ""});
+    f.evidence.push_back({"steps below the limit", static_cast<double>(below),
+                          "> " + fmt_num(1.0 - opts.schedule_collapse_by) + " of the run warns"});
     f.evidence.push_back(
         {"learning rate there / at step 1", lrs[i] / start, "< " + fmt_num(opts.schedule_collapse) + " warns"});
     f.cause =

@@ -130,10 +130,11 @@ struct OptimCheckOptions {
   double max_update_ratio = 1e-1;
   double min_weight_rms = 1e-6;    // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
   int64_t min_update_records = 3;  // measured steps needed before a weight is judged
-  // The schedule (the learning rate at every step): one that falls below
-  // schedule_collapse x its first value before schedule_collapse_by of the run has gone
-  // (a scheduler stepped per batch where it was written per epoch: StepLR(step_size=30)
-  // meant 30 epochs), or rises above schedule_growth x its first value, warns; so does a
+  // The schedule (the learning rate at every step): one that runs below schedule_collapse x its
+  // first value for more than 1 - schedule_collapse_by of the run's steps (falls there before
+  // schedule_collapse_by of the run, and stays: a scheduler stepped per batch where it was written
+  // per epoch, StepLR(step_size=30) meant 30 epochs; cosine annealing with warm restarts dips below it
+  // only near each trough), or rises above schedule_growth x its first value, warns; so does a
   // learning rate of 0 from the start for schedule_collapse_by of the run or more (a warm-up from 0 is
   // judged from its first positive value). Judged from schedule_min_steps steps on.
   double schedule_collapse = 1e-2;
