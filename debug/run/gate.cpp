@@ -86,7 +86,8 @@ Finding phase_failure(const std::exception& e, const std::string& who, const std
 }
 
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
-                     const optim::Optimizer* optimizer, const GateOptions& o) {
+                     const optim::Optimizer* optimizer, const GateOptions& o,
+                     std::vector<std::string>* zero_by_construction) {
   Report r;
   gate_phase(r, "device, parameter and input checks", "M11, M10, D1, D2", [&] {
     r.add(check_devices_dtypes(model, x, true));  // M11
@@ -214,6 +215,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
           OptimCheckOptions oo = o.optim;
           for (Finding& f : find_redundant_biases(model, x, y, loss, oo.vanishing_grad_norm)) {
             oo.zero_grad_by_construction.push_back(f.parameter);
+            if (zero_by_construction) zero_by_construction->push_back(f.parameter);
             r.add(std::move(f));
           }
           std::vector<Finding> found = check_gradient_health(model, oo);  // O1 (non-finite, vanishing, exploding)

@@ -49,8 +49,11 @@ struct GateOptions {
 // It does not throw for errors the model or the loss raise: each phase that fails becomes an
 // error finding (phase_failure) and the gate goes on with the phases that do not depend on it
 // (a loss that rejects its target skips L4, O1, M5, L6 and M14, not M6 and M13).
+// `zero_by_construction`, when given, receives the parameters whose gradient the gate found zero by
+// construction (redundant biases): the training monitor then leaves them to that finding (O1, M25).
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
-                     const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {});
+                     const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {},
+                     std::vector<std::string>* zero_by_construction = nullptr);
 
 // The gate's loss probes (L4, L6, M3, M5, M14, M15, M16 and O1's gradients) train and judge
 // loss(model(x), y). After the run they are judged again with what the loop's loss module took

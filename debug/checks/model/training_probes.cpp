@@ -175,7 +175,8 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   if (losses.empty()) return out;
   const double first = losses.front(), last = losses.back();
   const double best = *std::min_element(losses.begin(), losses.end());
-  bool ok = last < line && (!classes || acc >= o.overfit_accuracy);
+  const bool fell = first > 0 && last <= o.overfit_relative * first;  // fitted down to the loss's own floor
+  bool ok = (last < line || fell) && (!classes || acc >= o.overfit_accuracy);
   std::vector<Evidence> probes;
   // The loss's own floor: outputs trained freely on the batch. Label smoothing (or soft targets)
   // keeps a perfect prediction's loss above 0; the model is then judged against that floor. Only
@@ -237,6 +238,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
               fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
+    if (fell && !(last < line)) {
+      f.title += ", a fall of " + fmt_num(first / std::max(last, 1e-300)) +
+                 "x; what is left is the loss's own floor (a KL term, noise the model draws)";
+      f.evidence.push_back({"final / initial loss", last / first, "<= " + fmt_num(o.overfit_relative) + " passes"});
+    }
   } else {
     f.severity = Severity::Warning;
     f.title = "cannot overfit one batch of " + std::to_string(x.size(0)) + " examples in " + std::to_string(used) +

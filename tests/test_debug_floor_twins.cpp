@@ -1,0 +1,145 @@
+// Objectives whose loss cannot reach 0 or whose parameters cannot all move it, each written as a
+// user writes it, with the loss as a function: a variational autoencoder (reconstruction plus the KL
+// term, a sample drawn in every training forward), whose loss has a floor of its own, against the same
+// model with a sigmoid on its reconstruction of data that spans +-3 (it cannot fit); and a siamese
+// network trained on the distance between two embeddings, whose last bias cancels in e1 - e2.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+
+using namespace gradsleuth;
+using dtest::expect_clean;
+using dtest::first_of;
+using dtest::Split;
+
+namespace {
+
+// Output (B, 10 + 2 x 4): the reconstruction, the posterior's mean and log-variance.
+struct Vae : nn::Module {
+  std::shared_ptr<nn::Linear> enc, mu, log_var, dec1, dec2;
+  bool sigmoid_out;
+  explicit Vae(bool sigmoid = false) : Module("Vae"), sigmoid_out(sigmoid) {
+    enc = register_module("enc", std::make_shared<nn::Linear>(10, 32));
+    mu = register_module("mu", std::make_shared<nn::Linear>(32, 4));
+    log_var = register_module("log_var", std::make_shared<nn::Linear>(32, 4));
+    dec1 = register_module("dec1", std::make_shared<nn::Linear>(4, 32));
+    dec2 = register_module("dec2", std::make_shared<nn::Linear>(32, 10));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = relu((*enc)(x)), m = (*mu)(h), lv = (*log_var)(h);
+    const Tensor noise = exp(0.5 * lv) * randn(m.shape());
+    const Tensor z = is_training() ? m + noise : m;
+    const Tensor rec = (*dec2)(relu((*dec1)(z)));
+    return cat({sigmoid_out ? sigmoid(rec) : rec, m, lv}, 1);
+  }
+};
+
+Tensor vae_loss(const Tensor& out, const Tensor& x) {
+  const Tensor rec = out.narrow(1, 0, 10), m = out.narrow(1, 10, 4), lv = out.narrow(1, 14, 4);
+  const Tensor kl = (-0.5 * (1.0 + lv - square(m) - exp(lv)).sum({1})).mean();
+  return square(rec - x).sum({1}).mean() + kl;
+}
+
+debug::RunReport train_vae(bool sigmoid_out) {
+  manual_seed(17);
+  // 10-d data on a 3-d linear subspace plus noise.
+  const Tensor a = randn({3, 10});
+  const Tensor xtr = matmul(randn({640, 3}), a) + 0.1 * randn({640, 10});
+  const Tensor xva = matmul(randn({160, 3}), a) + 0.1 * randn({160, 10});
+  const Split d = dtest::loaders(xtr, xtr, xva, xva);
+  auto m = std::make_shared<Vae>(sigmoid_out);
+  optim::Adam opt(m->parameters(), optim::AdamOptions(2e-3));
+  const debug::LossFunction loss = vae_loss;
+  debug::Session session(*m, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 12; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = vae_loss((*m)(b.x), b.y);
+      l.backward();
+      opt.step();
+      session.step(l);
+    }
+    session.epoch();
+  }
+  return session.finish();
+}
+
+// Both halves of a row (B, 12) through one encoder; the output is their squared distance (B).
+struct Siamese : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Siamese() : Module("Siamese") {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 32));
+    b = register_module("b", std::make_shared<nn::Linear>(32, 8));
+  }
+  Tensor embed(const Tensor& x) { return (*b)(relu((*a)(x))); }
+  Tensor forward(const Tensor& x) override {
+    return square(embed(x.narrow(1, 0, 6)) - embed(x.narrow(1, 6, 6))).sum({1});
+  }
+};
+
+// Contrastive loss with margin 1 (Hadsell et al., 2006): same-class pairs pulled together, others
+// pushed to the margin.
+Tensor contrastive(const Tensor& dist, const Tensor& same) {
+  return (same * dist + (1.0 - same) * square(relu(1.0 - sqrt(dist + 1e-8)))).mean();
+}
+
+}  // namespace
+
+TEST_CASE("a VAE overfits its batch down to its loss's own floor; with a sigmoid on its reconstruction it cannot") {
+  const debug::RunReport r = train_vae(false);
+  const debug::Finding* fit = first_of(r, "M14", debug::Kind::None);
+  REQUIRE_MESSAGE(fit != nullptr, r.str(true));
+  CHECK(fit->severity == debug::Severity::Info);
+  CHECK(dtest::ev(*fit, "final / initial loss") <= 0.01);
+  CHECK(dtest::ev(*fit, "final loss") > 0.05);  // above the absolute line: the floor
+  expect_clean(r);
+
+  const debug::RunReport bug = train_vae(true);
+  const debug::Finding* cannot = first_of(bug, "M14", debug::Kind::None);
+  REQUIRE_MESSAGE(cannot != nullptr, bug.str(true));
+  CHECK_MESSAGE(cannot->severity == debug::Severity::Warning, cannot->str());
+}
+
+TEST_CASE("a siamese distance trained with a loss function: the last bias that cancels is no vanishing gradient") {
+  manual_seed(16);
+  const dtest::XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+  // Pairs: each row with a partner, half of them of its class.
+  std::vector<int64_t> labels = all.y.to_vector<int64_t>(), partner(labels.size());
+  for (size_t i = 0; i < labels.size(); ++i) {
+    size_t j = (i * 7919 + 13) % labels.size();
+    if (i % 2 == 0)
+      while (labels[j] != labels[i]) j = (j + 1) % labels.size();
+    partner[i] = static_cast<int64_t>(j);
+  }
+  const Tensor p = tensor(partner, {static_cast<int64_t>(partner.size())});
+  const Tensor x = cat({all.x, all.x.index_select(0, p)}, 1);
+  const Tensor same = eq(all.y, all.y.index_select(0, p)).to(kFloat32);
+  const Split d =
+      dtest::loaders(x.narrow(0, 0, 480), same.narrow(0, 0, 480), x.narrow(0, 480, 120), same.narrow(0, 480, 120));
+  auto m = std::make_shared<Siamese>();
+  optim::Adam opt(m->parameters(), optim::AdamOptions(2e-3));
+  const debug::LossFunction loss = contrastive;
+  debug::Session session(*m, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 8; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = contrastive((*m)(b.x), b.y);
+      l.backward();
+      opt.step();
+      session.step(l);
+    }
+    session.epoch();
+  }
+  const debug::RunReport r = session.finish();
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.parameter == "b.bias") CHECK_MESSAGE(!f.fires(), f.str());
+  bool redundant = false;  // the gate's finding says why its gradient is zero
+  for (const debug::Finding& f : r.findings.findings())
+    redundant = redundant || (f.check == "O1" && f.parameter == "b.bias" && !f.fires());
+  CHECK(redundant);
+}
