@@ -2,10 +2,12 @@
 // user writes it, with the loss as a function: a variational autoencoder (reconstruction plus the KL
 // term, a sample drawn in every training forward), whose loss has a floor of its own, against the same
 // model with a sigmoid on its reconstruction of data that spans +-3 (it cannot fit); and a siamese
-// network trained on the distance between two embeddings, whose last bias cancels in e1 - e2.
+// network trained on the distance between two embeddings, whose last bias cancels in e1 - e2; and
+// mixup, whose loss module is called twice a step.
 #include <doctest/doctest.h>
 
 #include <memory>
+#include <random>
 
 #include <gradsleuth.h>
 
@@ -142,4 +144,37 @@ TEST_CASE("a siamese distance trained with a loss function: the last bias that c
   for (const debug::Finding& f : r.findings.findings())
     redundant = redundant || (f.check == "O1" && f.parameter == "b.bias" && !f.fires());
   CHECK(redundant);
+}
+
+TEST_CASE("mixup with two targets: the step's loss is the weighted objective, and the run is clean") {
+  // Zhang et al., "mixup: Beyond Empirical Risk Minimization" (2018): inputs mixed with a permutation of
+  // the batch at lam ~ Beta(0.4, 0.4), the loss lam CE(y_a) + (1 - lam) CE(y_b) from two calls of one
+  // loss module. The Session hears both calls; the step's loss is their sum weighted by the backward.
+  manual_seed(10);
+  const Split d = dtest::split(3, 2.0);
+  auto m = std::make_shared<dtest::Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(m->parameters(), optim::AdamOptions(2e-3));
+  std::mt19937 rng(3);
+  std::gamma_distribution<double> gamma(0.4, 1.0);
+  std::vector<double> objective;
+  debug::Session session(*m, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 8; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      const double g1 = gamma(rng), g2 = gamma(rng), lam = g1 / (g1 + g2);
+      const Tensor perm = randperm(b.x.size(0));
+      opt.zero_grad();
+      const Tensor out = (*m)(lam * b.x + (1 - lam) * b.x.index_select(0, perm));
+      Tensor l = lam * ce(out, b.y) + (1 - lam) * ce(out, b.y.index_select(0, perm));
+      l.backward();
+      opt.step();
+      objective.push_back(l.item<double>());
+    }
+    session.epoch();
+  }
+  const debug::RunReport r = session.finish();
+  REQUIRE(r.history.step_losses.size() == objective.size());
+  for (size_t i = 0; i < objective.size(); ++i)
+    CHECK(r.history.step_losses[i] == doctest::Approx(objective[i]).epsilon(1e-5));
+  expect_clean(r);
 }

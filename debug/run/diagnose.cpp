@@ -256,15 +256,37 @@ void Session::start_monitor() {
       if (!GradMode::is_enabled() || v.numel() != 1) return;
       heard_loss_ = v.item<double>();
       heard_ = true;
+      // Each call's value and the gradient the backward gives it: with several calls in a step (mixup's
+      // two targets, a loss per head, accumulated micro-batches) the step's objective is their weighted
+      // sum, the backward's weights (d objective / d value) times the values.
+      std::shared_ptr<StepCalls> calls = step_calls_;
+      const size_t k = calls->size();
+      calls->push_back({heard_loss_, kNaN});
+      if (v.requires_grad()) {
+        Tensor t = v;
+        t.register_hook([calls, k](const Tensor& g) {
+          if (k < calls->size() && g.defined() && g.numel() == 1) (*calls)[k].second = g.item<double>();
+          return Tensor();
+        });
+      }
     });
   // Added after the monitor's own post-step hook: monitor().steps() already counts this step.
   opt_hooks_.push_back(opt_.add_post_step_hook([this](optim::Optimizer&) {
     if (heard_ && recorded_ < monitor_->steps()) {
-      monitor_->record_step(heard_loss_);
+      double loss = heard_loss_;
+      const StepCalls& calls = *step_calls_;
+      if (calls.size() >= 2 && std::all_of(calls.begin(), calls.end(), [](const auto& c) {
+            return std::isfinite(c.first) && std::isfinite(c.second);
+          })) {
+        loss = 0.0;
+        for (const auto& [value, weight] : calls) loss += value * weight;
+      }
+      monitor_->record_step(loss);
       ++recorded_;
       last_was_heard_ = true;
     }
     heard_ = false;
+    step_calls_ = std::make_shared<StepCalls>();  // the old list may still be held by a graph's hook
   }));
 }
 

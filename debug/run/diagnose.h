@@ -267,6 +267,9 @@ class Session {
   bool trainer_attached_ = false, finished_ = false, data_checked_ = false;
   // Step losses: heard from the loss module, or given to step().
   double heard_loss_ = 0.0;
+  // This step's calls of the loss module: (value, the gradient its backward gave it; NaN before).
+  using StepCalls = std::vector<std::pair<double, double>>;
+  std::shared_ptr<StepCalls> step_calls_ = std::make_shared<StepCalls>();
   bool heard_ = false, last_was_heard_ = false;
   int64_t recorded_ = 0;
   size_t epoch_first_step_ = 0;  // index into the history's step losses where this epoch began

@@ -552,12 +552,19 @@ class LossHistoryRunCheck final : public RunCheck {
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
     if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && input.size(0) == target.size(0)) {
+      if (c.steps != step_) commit();
+      step_ = c.steps;
+      // One output scored against two targets in a step (mixup's y_a and y_b): a mixed target, whose
+      // accuracy no single label measures. The step is left out.
+      if (input.impl_ptr().get() == step_input_) mixed_ = true;
+      step_input_ = input.impl_ptr().get();
       const optim::ClassHits h = correct_predictions(input, target);
-      correct_ += h.right;
-      seen_ += h.counted;
+      step_correct_ += h.right;
+      step_seen_ += h.counted;
     }
   }
   void epoch(RunContext&, const EpochRecord&) override {
+    commit();
     accuracy_.push_back(seen_ > 0 ? static_cast<double>(correct_) / seen_ : kNaN);
     correct_ = seen_ = 0;
   }
@@ -581,8 +588,21 @@ class LossHistoryRunCheck final : public RunCheck {
   void series(TrainingHistory& h) const override { h.epoch_train_accuracy = accuracy_; }
 
  private:
+  // The step's counts join the epoch's when the next step (or the epoch's end) comes, unless mixed.
+  void commit() {
+    if (!mixed_) {
+      correct_ += step_correct_;
+      seen_ += step_seen_;
+    }
+    step_correct_ = step_seen_ = 0;
+    mixed_ = false;
+    step_input_ = nullptr;
+  }
   LossCheckOptions o_;
   int64_t correct_ = 0, seen_ = 0;  // this epoch's sampled training batches
+  int64_t step_ = -1, step_correct_ = 0, step_seen_ = 0;
+  const void* step_input_ = nullptr;
+  bool mixed_ = false;
   std::vector<double> accuracy_;
 };
 }  // namespace
