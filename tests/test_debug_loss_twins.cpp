@@ -6,7 +6,8 @@
 // model over token ids, whose contexts repeat with other next tokens by nature, against token rows
 // appended with other labels; M15's gate verdict judged again with the run's validation loss; and a
 // validation split whose labels are numbered in another class order, against the same split as built;
-// BatchNorm trained on batches of 2 against the same model on batches of 32.
+// BatchNorm trained on batches of 2 against the same model on batches of 32; heavy augmentation in the
+// loop, whose training steps score far below validation.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -298,4 +299,35 @@ TEST_CASE("BatchNorm trained on batches of 2: M17 leads with batchnorm-small-bat
     else
       expect_clean(r);
   }
+}
+
+TEST_CASE("heavy augmentation in the loop: validation above the training steps' accuracy is L7 info") {
+  // Each training step drops half the features (the kept ones doubled) and adds noise of std 0.5: the
+  // training accuracy the steps see is far below validation's, while the trained model, scored in eval
+  // mode on the stored training rows, is as right there as on validation.
+  manual_seed(13);
+  const XY all = dtest::blobs(200, 3, 10, 4, 3.0);
+  const Split d = standardised(all, all.y.narrow(0, 0, 480));
+  auto m = std::make_shared<Mlp>(10, 3);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(m->parameters(), optim::AdamOptions(3e-3));
+  debug::Session session(*m, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 10; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      const Tensor keep = lt(rand(b.x.shape()), 0.5).to(kFloat32);
+      const Tensor x = b.x * keep * 2.0 + randn(b.x.shape()) * 0.5;
+      opt.zero_grad();
+      Tensor l = ce((*m)(x), b.y);
+      l.backward();
+      opt.step();
+    }
+    session.epoch();
+  }
+  const debug::RunReport r = session.finish();
+  const debug::Finding* f = dtest::first_of(r, "L7", debug::Kind::ValidationTooGood);
+  REQUIRE_MESSAGE(f != nullptr, r.str(true));
+  CHECK(f->severity == debug::Severity::Info);
+  CHECK(dtest::ev(*f, "training accuracy of the trained model (eval mode, stored rows)") >
+        dtest::ev(*f, "training accuracy (last epoch, train mode)") + 0.1);
+  expect_clean(r);
 }

@@ -307,6 +307,10 @@ void Session::check_fit_at_end(RunReport& r) {
     m.epoch_val_loss = r.history.epoch_val_loss;
     m.epoch_val_accuracy = r.history.epoch_val_accuracy;
     m.loaded_after_run = r.history.weights_loaded_after_run;
+    // L7's "validation too good" with the training split scored as validation is.
+    revise_validation_too_good(r.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
+    for (PhaseReport& p : r.phases)
+      revise_validation_too_good(p.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     // The run's own first and last tenth of steps.
     const auto& sl = r.history.step_losses;
     m.run_steps = static_cast<int64_t>(sl.size());

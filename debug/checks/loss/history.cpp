@@ -407,6 +407,27 @@ std::vector<Finding> check_validation_accuracy(const std::vector<double>& tr, co
   return out;
 }
 
+void revise_validation_too_good(Report& found, double train_accuracy_eval, double val_accuracy,
+                                const LossCheckOptions& opts) {
+  if (!std::isfinite(train_accuracy_eval) || !std::isfinite(val_accuracy) ||
+      val_accuracy - train_accuracy_eval > opts.val_accuracy_margin)
+    return;
+  for (size_t i = 0; i < found.findings().size(); ++i) {
+    Finding f = found.findings()[i];
+    if (!f.fires() || !f.is("L7", Kind::ValidationTooGood)) continue;
+    f.severity = Severity::Info;
+    f.title += ", but in eval mode the trained model is right on " + fmt_num(100 * train_accuracy_eval) +
+               "% of its stored training rows against " + fmt_num(100 * val_accuracy) + "% of validation";
+    f.evidence.push_back({"training accuracy of the trained model (eval mode, stored rows)", train_accuracy_eval,
+                          ">= validation - " + fmt_num(opts.val_accuracy_margin) + ": info"});
+    f.cause =
+        "the training steps see their batches changed at random (augmentation in the loop, dropout): the "
+        "training accuracy measured during them is lower than the model's, and the splits agree";
+    f.fix = "none needed";
+    found.replace(i, f);
+  }
+}
+
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const std::vector<double>& val,
                                       const LossCheckOptions& opts) {
   const int64_t E = static_cast<int64_t>(std::min(train.size(), val.size()));

@@ -342,5 +342,11 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train_epoch_los
 std::vector<Finding> check_validation_accuracy(const std::vector<double>& train_epoch_accuracy,
                                                const std::vector<double>& val_epoch_accuracy,
                                                const LossCheckOptions& opts = {});
+// That warning judged again with the trained model in eval mode on the stored splits (L9's pass):
+// where its training accuracy there is within opts.val_accuracy_margin of the validation accuracy
+// or above it, the training steps' own randomness (augmentation in the loop, dropout) lowered the
+// training accuracy, not the data: info.
+void revise_validation_too_good(Report& found, double train_accuracy_eval, double val_accuracy,
+                                const LossCheckOptions& opts = {});
 
 }  // namespace gradsleuth::debug
