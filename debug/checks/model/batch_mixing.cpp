@@ -156,7 +156,8 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
            x.str());
   // An input without gradients (token ids) is tested by substituting one example's input instead.
-  const bool by_grad = x.is_floating_point();
+  bool by_grad = x.is_floating_point();
+  bool substituted = false;  // a float input no gradient reaches, tested by substitution
   const auto probe_row = [&](int64_t r) {
     return by_grad ? mixing_once(model, x, r, o.mixing_tolerance)
                    : mixing_by_substitution(model, x, r, o.mixing_tolerance);
@@ -180,6 +181,17 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
   std::vector<MixingResult> probes;
   for (int64_t r : rows) probes.push_back(probe_row(r));
+  // A float input that no gradient reaches, whose values the output still reads (token ids stored as
+  // floats into an embedding, a rounding or an argmax first): the test runs by substitution instead.
+  if (by_grad && std::none_of(probes.begin(), probes.end(), [](const MixingResult& p) { return p.has_grad; })) {
+    std::vector<MixingResult> subs;
+    for (int64_t r : rows) subs.push_back(mixing_by_substitution(model, x, r, o.mixing_tolerance));
+    if (std::any_of(subs.begin(), subs.end(), [](const MixingResult& p) { return p.has_grad && p.row_i > 0.0; })) {
+      by_grad = false;
+      substituted = true;
+      probes = subs;
+    }
+  }
   size_t worst = 0;
   bool any_grad = false, self_blind = false;
   int64_t blind_row = -1;
@@ -258,7 +270,7 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.fix = "check the gradient flow (M5) and dead units (M7), and any op that indexes the batch dim";
     out.push_back(std::move(f));
   }
-  if (has_bn && ev.has_grad && ev.coupled == 0) {
+  if (has_bn && ev.has_grad && ev.coupled == 0 && !substituted) {
     set_mode_without_randomness(model, true, probe);
     const MixingResult tr = probe_row(i);
     if (tr.coupled > 0) {
