@@ -144,6 +144,19 @@ std::vector<int64_t> fixed_share(int64_t n, double share) {
   return rows;
 }
 
+// The values of `ts` (detached copies), and those values written back into them: the trained model
+// kept across a probe that starts from the initial weights.
+std::vector<Tensor> values_of(const std::vector<Tensor>& ts) {
+  NoGradGuard ng;
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.detach().clone());
+  return out;
+}
+void write_values(const std::vector<Tensor>& ts, const std::vector<Tensor>& values) {
+  NoGradGuard ng;
+  for (size_t i = 0; i < values.size() && i < ts.size(); ++i) ts[i].detach().copy_(values[i]);
+}
+
 }  // namespace
 
 std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, int64_t steps, std::string& failed,
@@ -156,19 +169,13 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
     failed = "the model's parameters changed since training began";
     return losses;
   }
-  std::vector<Tensor> trained_params, trained_buffers;
+  const std::vector<Tensor> trained_params = values_of(params), trained_buffers = values_of(buffers);
   std::vector<double> run_lrs;
-  {
-    NoGradGuard ng;
-    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
-    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
-  }
   const std::map<std::string, Tensor> trained_state = opt_.state_dict();
   for (const auto& g : opt_.param_groups()) run_lrs.push_back(g.lr);
   auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
-    NoGradGuard ng;
-    for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
-    for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
+    write_values(params, ps);
+    write_values(buffers, bs);
   };
   const bool was_training = model_.is_training();
   try {
@@ -250,12 +257,10 @@ void Session::replay_spike_batches() {
     });
     if (static_cast<int64_t>(steps.size()) > o_.spike_replays) steps.resize(static_cast<size_t>(o_.spike_replays));
     NoGradGuard ng;
-    std::vector<Tensor> trained_params, trained_buffers;
-    for (const Tensor& p : params) trained_params.push_back(p.detach().clone());
-    for (const Tensor& b : buffers) trained_buffers.push_back(b.detach().clone());
+    const std::vector<Tensor> trained_params = values_of(params), trained_buffers = values_of(buffers);
     auto restore = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& bs) {
-      for (size_t i = 0; i < ps.size(); ++i) params[i].detach().copy_(ps[i]);
-      for (size_t i = 0; i < bs.size(); ++i) buffers[i].detach().copy_(bs[i]);
+      write_values(params, ps);
+      write_values(buffers, bs);
     };
     const bool was_training = model_.is_training();
     starts.assign(h.step_losses.size(), kNaN);
