@@ -29,6 +29,18 @@ struct Mlp : nn::Module {
   Tensor forward(const Tensor& x) override { return (*fc3)((*act2)((*fc2)((*act1)((*fc1)(x))))); }
 };
 
+// A regression MLP: two hidden layers of `hidden` ReLU units, one output.
+struct Regressor : nn::Module {
+  std::shared_ptr<nn::Sequential> net;
+  explicit Regressor(int64_t in = 6, int64_t hidden = 64) : Module("Regressor") {
+    net = register_module(
+        "net", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(in, hidden), std::make_shared<nn::ReLU>(),
+                                                std::make_shared<nn::Linear>(hidden, hidden),
+                                                std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(hidden, 1)));
+  }
+  Tensor forward(const Tensor& x) override { return (*net)(x); }
+};
+
 // The run's first finding of `check` with this kind; nullptr when there is none.
 inline const dbg::Finding* first_of(const dbg::RunReport& r, const char* check, dbg::Kind k) {
   for (const dbg::Finding& f : r.findings.findings())

@@ -301,6 +301,31 @@ TEST_CASE("BatchNorm trained on batches of 2: M17 leads with batchnorm-small-bat
   }
 }
 
+TEST_CASE("BatchNorm momentum 0.99 (Keras's convention): M17 leads with batchnorm-momentum; at 0.1, clean") {
+  // 482 training rows in batches of 32: the last batch of each epoch holds 2 examples, and at 0.99 the
+  // running statistics are that batch's.
+  for (const double momentum : {0.99, 0.1}) {
+    CAPTURE(momentum);
+    manual_seed(46);
+    const XY all = dtest::blobs(200, 3, 6, 9, 2.0);
+    const Tensor x = all.x * 5.0 + 3.0;
+    const Split d =
+        dtest::loaders(x.narrow(0, 0, 482), all.y.narrow(0, 0, 482), x.narrow(0, 482, 118), all.y.narrow(0, 482, 118));
+    auto model =
+        std::make_shared<nn::Sequential>(std::make_shared<nn::BatchNorm1d>(nn::BatchNormOptions(6).momentum(momentum)),
+                                         std::make_shared<nn::Linear>(6, 32),
+                                         std::make_shared<nn::BatchNorm1d>(nn::BatchNormOptions(32).momentum(momentum)),
+                                         std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 3));
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 8);
+    if (momentum > 0.5)
+      expect_lead(r, "M17", "batchnorm-momentum");
+    else
+      expect_clean(r);
+  }
+}
+
 TEST_CASE("heavy augmentation in the loop: validation above the training steps' accuracy is L7 info") {
   // Each training step drops half the features (the kept ones doubled) and adds noise of std 0.5: the
   // training accuracy the steps see is far below validation's, while the trained model, scored in eval

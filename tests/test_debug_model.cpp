@@ -74,6 +74,35 @@ TEST_CASE("M3: a ReLU after the final layer is found by structure and by the log
   CHECK(fires(dbg::check_final_activation(*sig, Tensor())));
 }
 
+TEST_CASE("M3 on a regression: an activation bounding targets that lie inside its range is on purpose") {
+  auto sig = mlp(6, 8, 1);
+  sig->push_back(std::make_shared<nn::Sigmoid>());
+  // A target scaled into [0, 1] (a bounded quantity): the Sigmoid is the model's range.
+  const Tensor scaled = gs::tensor(std::vector<float>{0.05f, 0.3f, 0.62f, 0.97f}, {4, 1});
+  CHECK_FALSE(fires(dbg::check_final_activation(*sig, Tensor(), {}, "MSELoss", scaled)));
+  CHECK_FALSE(fires(dbg::check_final_activation(*sig, Tensor(), {}, "", scaled)));
+  // Targets up to 7.5: the Sigmoid cannot reach them, and the warning names the range.
+  const Tensor wide = gs::tensor(std::vector<float>{0.9f, 2.5f, 5.1f, 7.5f}, {4, 1});
+  auto fs = dbg::check_final_activation(*sig, Tensor(), {}, "MSELoss", wide);
+  REQUIRE(fires(fs));
+  CHECK(fs[0].kind == dbg::Kind::OutputOutOfRange);
+  CHECK(evidence(fs[0], "largest target") == doctest::Approx(7.5));
+  // 0/1 targets are labels: a loss function on them after a Sigmoid may well take logits.
+  const Tensor labels = gs::tensor(std::vector<float>{0, 1, 1, 0}, {4, 1});
+  CHECK(fires(dbg::check_final_activation(*sig, Tensor(), {}, "", labels)));
+  // A loss that takes logits keeps the warning whatever the targets.
+  CHECK(fires(dbg::check_final_activation(*sig, Tensor(), {}, "BCEWithLogitsLoss", scaled)));
+  // A ReLU on counts is a non-negative regression; on targets below 0 it cannot reach them.
+  auto relu = mlp(6, 8, 1);
+  relu->push_back(std::make_shared<nn::ReLU>());
+  CHECK_FALSE(fires(dbg::check_final_activation(*relu, Tensor(), {}, "MSELoss",
+                                                gs::tensor(std::vector<float>{0, 3, 12, 1}, {4, 1}))));
+  fs = dbg::check_final_activation(*relu, Tensor(), {}, "MSELoss",
+                                   gs::tensor(std::vector<float>{-2, 3, 1, 0.5f}, {4, 1}));
+  REQUIRE(fires(fs));
+  CHECK(fs[0].kind == dbg::Kind::OutputOutOfRange);
+}
+
 TEST_CASE("M4: one layer instance used twice, and one tensor under two names; clean is silent") {
   CHECK_FALSE(fires(dbg::check_shared_weights(*mlp(6, 8, 3))));
   auto fc = std::make_shared<nn::Linear>(8, 8);

@@ -17,21 +17,10 @@ using dtest::expect_clean;
 using dtest::expect_lead;
 using dtest::first_of;
 using dtest::Mlp;
+using dtest::Regressor;
 using dtest::Split;
 
 namespace {
-
-// Two hidden layers of 64 ReLU units, one output.
-struct Regressor : nn::Module {
-  std::shared_ptr<nn::Sequential> net;
-  Regressor() : Module("Regressor") {
-    net = register_module(
-        "net", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 64), std::make_shared<nn::ReLU>(),
-                                                std::make_shared<nn::Linear>(64, 64), std::make_shared<nn::ReLU>(),
-                                                std::make_shared<nn::Linear>(64, 1)));
-  }
-  Tensor forward(const Tensor& x) override { return (*net)(x); }
-};
 
 // Six standard normal features; the target is 10 where the first feature is above 1.645 (5% of
 // rows), else 0, plus noise of std 0.05.

@@ -58,10 +58,10 @@ struct MonitorOptions {
 // Series for plots (W6).
 struct TrainingHistory {
   std::vector<double> step_losses;  // one per optimizer step
-  // The loss of a step's batch at the initial weights, for the steps whose loss jumped above the
-  // first loss (L1's and O6's spikes: debug::Session replays them after the run); NaN for the
-  // others, empty when nothing was replayed.
-  std::vector<double> batch_start_losses;
+  // What debug::Session measured by replaying training batches after the run, without an update:
+  // the spikes' batches at the initial weights, and the swing between batches at the trained weights
+  // (L1 and O6 judge spikes and wild swings by them).
+  BatchReplay batch_replay;
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;
   // The training accuracy of each epoch, from the sampled steps' batches as the loss saw them
   // (train mode: dropout on); NaN when no sampled step had class-index targets.
@@ -162,7 +162,7 @@ class RunContext {
   // nothing to learn from this batch. The gradient checks (O1, M25's gradients) do not judge it.
   bool flat_step = false;
   // Training is over and the monitor is paused for a replay before finish() (Monitor::
-  // replay_batch_starts): whatever the replay writes to the weights, it puts back.
+  // replay_batches): whatever the replay writes to the weights, it puts back.
   bool replaying = false;
   const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
 

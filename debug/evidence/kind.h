@@ -117,6 +117,8 @@ namespace gradsleuth::debug {
   X(WeightsUpdatedTwice, "weights-updated-twice", "O6")                                               \
   X(EpsDominates, "eps-dominates", "O6")                                                              \
   X(BatchNormSmallBatch, "batchnorm-small-batch", "M17")                                              \
+  X(BatchNormMomentum, "batchnorm-momentum", "M17")                                                   \
+  X(OutputOutOfRange, "output-out-of-range", "M3")                                                    \
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

@@ -484,7 +484,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
         sy = b.y;
       }
     }
-    replay_spike_batches();
+    replay_batches();
     try {
       monitor_->finish(sx, sy);
     } catch (const std::exception& e) {

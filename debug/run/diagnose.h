@@ -97,6 +97,12 @@ struct DiagnoseOptions {
   // the batch the step trained on) and its loss taken at the initial weights; a jump on a batch that
   // was as hard before any update is the data's, not a spike. 0: off.
   int64_t spike_replays = 8;
+  // L1's and O6's wild swings against the data's: when the loss swung by more than its level from
+  // step to step, up to this many consecutive training batches are read again and their loss taken
+  // at the trained weights without an update; a run whose wildest window spreads no more than
+  // LossCheckOptions::data_swing_factor x theirs moves with its batches (outlier targets), not with
+  // its updates. 0: off.
+  int64_t swing_batches = 32;
   // L9 (the trained model on both splits, and the higher-learning-rate probe when the loss still fell).
   EndFitOptions fit;
   // ---- the checks that train the model again (before training, with the gate) ----
@@ -246,7 +252,7 @@ class Session {
                                        bool from_start = true, const std::function<void()>& at_end = nullptr,
                                        const std::vector<double>& schedule = {},
                                        const std::vector<int64_t>& rows = {});
-  void replay_spike_batches();            // L1's and O6's spikes (debug/run/end_fit_pass.cpp)
+  void replay_batches();                  // L1's and O6's spikes and swings (debug/run/end_fit_pass.cpp)
   void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
   void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
   void check_epsilon_at_end(RunReport& r);  // O6's eps rule (debug/run/decay_pass.cpp)

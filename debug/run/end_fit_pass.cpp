@@ -234,24 +234,32 @@ std::vector<double> Session::rerun_from_start(const std::vector<double>& lrs, in
   return losses;
 }
 
-// The batches of the steps whose loss jumped above the first loss (L1's and O6's spike candidates, the
-// highest first, DiagnoseOptions::spike_replays of them), read again from the training loader in the
-// order rerun_from_start replays, kept only where the batch's fingerprint is the one the step trained on,
-// and their loss taken at the initial weights (train mode, without gradients). The trained model is
+// Training batches measured again without an update, with the monitor paused; the trained model is
 // restored whatever happens.
-void Session::replay_spike_batches() {
-  if (!data_.train || !have_initial_ || o_.spike_replays <= 0) return;
-  monitor_->replay_batch_starts([&](const TrainingHistory& h) {
-    std::vector<double> starts;
-    std::vector<int64_t> steps = analyse_loss_history(h.step_losses, o_.monitor.loss).spike_steps;
-    for (int64_t t : analyse_loss_history(h.step_losses, o_.monitor.optim.loss).spike_steps) steps.push_back(t);
+// - The batches of the steps whose loss jumped above the first loss (L1's and O6's spike candidates,
+//   the highest first, DiagnoseOptions::spike_replays of them), read again from the training loader
+//   in the order rerun_from_start replays, kept only where the batch's fingerprint is the one the step
+//   trained on, their loss taken at the initial weights (train mode, without gradients).
+// - When the loss swung wildly: DiagnoseOptions::swing_batches consecutive batches of the last epoch
+//   at the trained weights (train mode, without gradients), and their loss_spread.
+void Session::replay_batches() {
+  if (!data_.train) return;
+  monitor_->replay_batches([&](const TrainingHistory& h) {
+    BatchReplay out;
+    const LossHistoryStats by_l1 = analyse_loss_history(h.step_losses, o_.monitor.loss),
+                           by_o6 = analyse_loss_history(h.step_losses, o_.monitor.optim.loss);
+    std::vector<int64_t> steps = by_l1.spike_steps;
+    for (int64_t t : by_o6.spike_steps) steps.push_back(t);
     std::sort(steps.begin(), steps.end());
     steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    const bool swung = by_l1.oscillating || by_o6.oscillating;
     const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
     const int64_t nb = data_.train->num_batches();
-    if (steps.empty() || nb == 0 || params.size() != initial_params_.size() ||
-        buffers.size() != initial_buffers_.size())
-      return starts;
+    if (nb == 0) return out;
+    const bool spikes = !steps.empty() && have_initial_ && o_.spike_replays > 0 &&
+                        params.size() == initial_params_.size() && buffers.size() == initial_buffers_.size();
+    const bool swings = swung && o_.swing_batches >= 3 && nb >= 3;
+    if (!spikes && !swings) return out;
     std::stable_sort(steps.begin(), steps.end(), [&](int64_t a, int64_t b) {
       return h.step_losses[static_cast<size_t>(a - 1)] > h.step_losses[static_cast<size_t>(b - 1)];
     });
@@ -263,26 +271,44 @@ void Session::replay_spike_batches() {
       write_values(buffers, bs);
     };
     const bool was_training = model_.is_training();
-    starts.assign(h.step_losses.size(), kNaN);
-    try {
-      restore(initial_params_, initial_buffers_);
-      model_.train();
-      const Device d = model_device(model_);
-      for (int64_t t : steps) {
-        const size_t k = static_cast<size_t>(t - 1);
-        if (k >= h.step_inputs.size()) continue;
-        const nn::Batch b = data_.train->batch(static_cast<int64_t>(k) / nb, static_cast<int64_t>(k) % nb);
-        const Tensor x = b.x.to(d);
-        if (batch_fingerprint(x) != h.step_inputs[k]) continue;  // not the batch that step trained on
-        const Tensor l = loss_(model_(x), b.y.to(d));
-        if (l.numel() == 1) starts[k] = l.item<double>();
+    const Device d = model_device(model_);
+    model_.train();
+    if (swings) {
+      try {
+        const int64_t epoch = std::max<int64_t>(0, (static_cast<int64_t>(h.step_losses.size()) - 1) / nb);
+        std::vector<double> losses;
+        for (int64_t i = 0; i < std::min(nb, o_.swing_batches); ++i) {
+          const nn::Batch b = data_.train->batch(epoch, i);
+          const Tensor l = loss_(model_(b.x.to(d)), b.y.to(d));
+          if (l.numel() == 1 && std::isfinite(l.item<double>())) losses.push_back(l.item<double>());
+        }
+        out.spread = loss_spread(losses);
+        out.spread_batches = static_cast<int64_t>(losses.size());
+      } catch (const std::exception&) {
+        out.spread = kNaN;  // judged on the run alone, as without the replay
       }
-    } catch (const std::exception&) {
-      starts.clear();  // judged on the first loss, as without the replay
+      write_values(buffers, trained_buffers);  // train mode moved the running statistics
+    }
+    if (spikes) {
+      out.starts.assign(h.step_losses.size(), kNaN);
+      try {
+        restore(initial_params_, initial_buffers_);
+        for (int64_t t : steps) {
+          const size_t k = static_cast<size_t>(t - 1);
+          if (k >= h.step_inputs.size()) continue;
+          const nn::Batch b = data_.train->batch(static_cast<int64_t>(k) / nb, static_cast<int64_t>(k) % nb);
+          const Tensor x = b.x.to(d);
+          if (batch_fingerprint(x) != h.step_inputs[k]) continue;  // not the batch that step trained on
+          const Tensor l = loss_(model_(x), b.y.to(d));
+          if (l.numel() == 1) out.starts[k] = l.item<double>();
+        }
+      } catch (const std::exception&) {
+        out.starts.clear();  // judged on the first loss, as without the replay
+      }
     }
     restore(trained_params, trained_buffers);
     model_.train(was_training);
-    return starts;
+    return out;
   });
 }
 
@@ -316,6 +342,8 @@ void Session::check_fit_at_end(RunReport& r) {
     revise_validation_too_good(r.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     for (PhaseReport& p : r.phases)
       revise_validation_too_good(p.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
+    revise_overfitting(r.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
+    for (PhaseReport& p : r.phases) revise_overfitting(p.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
     // The run's own first and last tenth of steps.
     const auto& sl = r.history.step_losses;
     m.run_steps = static_cast<int64_t>(sl.size());

@@ -336,14 +336,14 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   for (RunCheck* c : listening(RunEvent::AfterRun)) c->after_run(ctx_, sample_x, sample_y);
 }
 
-void Monitor::replay_batch_starts(const std::function<std::vector<double>(const TrainingHistory&)>& replay) {
+void Monitor::replay_batches(const std::function<BatchReplay(const TrainingHistory&)>& replay) {
   if (finished_) return;
   const TrainingHistory h = history();
   ctx_.replaying = true;
   pause(true);
-  std::vector<double> starts;
+  BatchReplay r;
   try {
-    starts = replay(h);
+    r = replay(h);
   } catch (...) {
     pause(false);
     ctx_.replaying = false;
@@ -351,8 +351,8 @@ void Monitor::replay_batch_starts(const std::function<std::vector<double>(const 
   }
   pause(false);
   ctx_.replaying = false;
-  if (std::any_of(starts.begin(), starts.end(), [](double v) { return std::isfinite(v); }))
-    history_.batch_start_losses = std::move(starts);
+  if (!std::any_of(r.starts.begin(), r.starts.end(), [](double v) { return std::isfinite(v); })) r.starts.clear();
+  history_.batch_replay = std::move(r);
 }
 
 TrainingHistory Monitor::history() const {

@@ -88,11 +88,10 @@ class Monitor {
   // M25, M26, M27, D5, D8, W10); with a sample batch also M18 (half precision). Call once, after
   // training. Detaches every hook. (M17 is heard live, when a BatchNorm layer is evaluated.)
   void finish(const Tensor& sample_x = Tensor(), const Tensor& sample_y = Tensor());
-  // Before finish(): `replay` reads the history and returns the loss of some steps' batches at the
-  // initial weights (NaN for the others), which L1 and O6 then judge the spikes by
-  // (TrainingHistory::batch_start_losses). It runs with the monitor's hooks paused: its forwards
-  // are not steps. debug::Session calls it.
-  void replay_batch_starts(const std::function<std::vector<double>(const TrainingHistory&)>& replay);
+  // Before finish(): `replay` reads the history and measures training batches again without an
+  // update (TrainingHistory::batch_replay), which L1 and O6 then judge spikes and wild swings by. It
+  // runs with the monitor's hooks paused: its forwards are not steps. debug::Session calls it.
+  void replay_batches(const std::function<BatchReplay(const TrainingHistory&)>& replay);
   void detach();
   // W3: training stopped on an exception (a Session's loop reports it).
   void training_failed(const std::string& what);

@@ -66,9 +66,22 @@ bool validation_held(const std::vector<double>& val_loss, const std::vector<doub
 
 // ---- L1 loss history ------------------------------------------------------------------
 
+double loss_spread(const std::vector<double>& l, size_t from, size_t to) {
+  to = std::min(to, l.size());
+  if (to < from + 3) return std::numeric_limits<double>::quiet_NaN();
+  double moved = 0, level = 0;
+  for (size_t i = from; i < to; ++i) {
+    level += std::fabs(l[i]);
+    if (i > from) moved += std::fabs(l[i] - l[i - 1]);
+  }
+  const double n = static_cast<double>(to - from);
+  return level > 0 ? (moved / (n - 1)) / (level / n) : std::numeric_limits<double>::quiet_NaN();
+}
+
 LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCheckOptions& opts,
-                                      const std::vector<double>& batch_starts) {
+                                      const BatchReplay& replay) {
   LossHistoryStats s;
+  const std::vector<double>& batch_starts = replay.starts;
   s.steps = static_cast<int64_t>(l.size());
   for (size_t i = 0; i < l.size(); ++i) {
     if (std::isnan(l[i]) && s.first_nan_step < 0) s.first_nan_step = static_cast<int64_t>(i) + 1;
@@ -169,13 +182,21 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
   if (med.empty()) swing(0, m);
   for (size_t i = 0; i + static_cast<size_t>(w) <= m; i += static_cast<size_t>(w)) swing(i, i + static_cast<size_t>(w));
   s.oscillating = s.max_swing > opts.max_relative_swing;
+  if (s.oscillating) {
+    const size_t from = static_cast<size_t>(s.swing_step - 1);
+    s.swing_spread = loss_spread(l, from, med.empty() ? m : from + static_cast<size_t>(w));
+    if (s.swing_spread <= opts.data_swing_factor * replay.spread) {
+      s.oscillating = false;
+      s.data_swing = true;
+    }
+  }
   return s;
 }
 
 std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, const std::vector<double>& val,
-                                           const LossCheckOptions& opts, const std::vector<double>& batch_starts) {
+                                           const LossCheckOptions& opts, const BatchReplay& replay) {
   std::vector<Finding> out;
-  const LossHistoryStats s = analyse_loss_history(train, opts, batch_starts);
+  const LossHistoryStats s = analyse_loss_history(train, opts, replay);
   const std::string n_steps = num(s.steps);
 
   // Non-finite losses.
@@ -336,6 +357,26 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     out.push_back(f);
   }
 
+  if (s.data_swing) {
+    Finding f = make("L1", Severity::Info,
+                     "the training loss moves by " + fmt_num(s.max_swing) +
+                         "x its own level from step to step (window from step " + num(s.swing_step) +
+                         "), as much as its batches differ at the trained weights without an update: the "
+                         "spread is the data's");
+    f.kind = Kind::LossOscillating;
+    f.step = s.swing_step;
+    f.evidence = {{"median |loss[t] - loss[t-1]| / level in a window", s.max_swing,
+                   "> " + fmt_num(opts.max_relative_swing) + " is wild, unless"},
+                  {"mean |loss[t] - loss[t-1]| / mean loss in that window", s.swing_spread, ""},
+                  {"the same between " + num(replay.spread_batches) + " training batches at the trained weights",
+                   replay.spread, ">= 1/" + fmt_num(opts.data_swing_factor) + " of the window's: the data's"}};
+    f.cause =
+        "each batch holds a different share of hard examples (outlier targets, rare classes, noisy labels), so "
+        "its loss differs from the last one's even when no update happens: the learning rate is not the cause";
+    f.fix = "none needed; to watch progress, read the loss averaged over an epoch";
+    out.push_back(f);
+  }
+
   // Train down, val up.
   std::vector<double> v;
   for (double x : val)
@@ -424,6 +465,47 @@ void revise_validation_too_good(Report& found, double train_accuracy_eval, doubl
         "the training steps see their batches changed at random (augmentation in the loop, dropout): the "
         "training accuracy measured during them is lower than the model's, and the splits agree";
     f.fix = "none needed";
+    found.replace(i, f);
+  }
+}
+
+void revise_overfitting(Report& found, const std::vector<double>& train_row_losses,
+                        const std::vector<double>& val_row_losses, const LossCheckOptions& opts) {
+  auto mean_var = [](const std::vector<double>& v, double& mean, double& var) {
+    mean = var = 0;
+    for (double x : v) mean += x;
+    mean /= static_cast<double>(v.size());
+    for (double x : v) var += (x - mean) * (x - mean);
+    var /= static_cast<double>(v.size() - 1);
+  };
+  if (train_row_losses.size() < 2 || val_row_losses.size() < 2) return;
+  double mt = 0, vt = 0, mv = 0, vv = 0;
+  mean_var(train_row_losses, mt, vt);
+  mean_var(val_row_losses, mv, vv);
+  const double se =
+      std::sqrt(vt / static_cast<double>(train_row_losses.size()) + vv / static_cast<double>(val_row_losses.size()));
+  if (!std::isfinite(se) || !(se > 0)) return;
+  for (size_t i = 0; i < found.findings().size(); ++i) {
+    Finding f = found.findings()[i];
+    if (!f.fires() || !f.is("L7", Kind::Overfitting)) continue;
+    double gap = kNaN;
+    for (const Evidence& e : f.evidence)
+      if (e.name == "gap = val - train") gap = e.value;
+    if (!(gap <= opts.overfit_z * se)) continue;
+    f.severity = Severity::Info;
+    f.title += ", within " + fmt_num(opts.overfit_z) +
+               " standard errors of the trained model's mean losses on the "
+               "two splits (" +
+               fmt_num(se) + ")";
+    f.evidence.push_back(
+        {"standard error of (validation - training) mean loss, each example's loss under the "
+         "trained model",
+         se, "gap <= " + fmt_num(opts.overfit_z) + " x this: info"});
+    f.cause =
+        "each example's loss varies so much (outlier targets, a heavy-tailed noise) that the validation split's "
+        "mean moves by this much with the examples it happens to hold: the gap is its sample, not memorised "
+        "training data";
+    f.fix = "none needed; validate on more rows for a sharper comparison";
     found.replace(i, f);
   }
 }
@@ -591,7 +673,7 @@ class LossHistoryRunCheck final : public RunCheck {
   }
   void finish(RunContext& c) override {
     const TrainingHistory& h = *c.history;
-    std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_, h.batch_start_losses);  // L1
+    std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_, h.batch_replay);  // L1
     if (fs.empty()) fs.push_back(loss_history_summary(h.step_losses, o_));
     if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back())) {
       std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7

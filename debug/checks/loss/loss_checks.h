@@ -100,6 +100,12 @@ struct LossCheckOptions {
   // examples per batch, small beside the distance training came, and mixup's loss moves with each
   // batch's mixing weight. Healthy corpus: 0.05-0.46 (docs/checks.md, L1).
   double swing_floor = 0.5;
+  // A wild swing is the optimizer's only when its window's loss_spread exceeds data_swing_factor x
+  // that of consecutive training batches at the trained weights without an update
+  // (BatchReplay::spread). Huber regression with 5% of its targets 30 away: its loss sits on the
+  // levels 0, 0.93, 1.86, 2.78 (the outliers a batch holds), a window spreads 1.23 and its batches
+  // 0.74 at fixed weights.
+  double data_swing_factor = 2.0;
   // Windows whose median is below min_level x the first loss are not judged for
   // divergence or oscillation: near 0 relative changes are large and harmless
   // (a BCE footwear-vs-rest run falls from 0.64 to ~0.002, then moves between
@@ -171,6 +177,12 @@ struct LossCheckOptions {
   double underfit_train_loss = 0.5;  // train above this ...
   int64_t min_epochs_underfit = 50;  // ... after more than this many epochs: underfitting
   double overfit_gap = 0.2;          // gap above this: overfitting
+  // ... unless the trained model's own losses on the stored rows of both splits (L9's pass, where
+  // each example's loss is known: targets that are not class indices) put that gap within
+  // overfit_z standard errors of their means: a regression with 5% outlier targets 30 away has
+  // each loss's standard deviation near 6.4, and 200 validation rows a mean that moves by 0.45
+  // with the outliers it holds.
+  double overfit_z = 2.0;
   double normal_gap = 0.05;          // gap below this ...
   double normal_train_loss = 0.1;    // ... with train below this: normal convergence
 };
@@ -214,16 +226,36 @@ struct LossHistoryStats {
   double worst_transient_loss = 0.0;
   double max_swing = 0.0;   // largest median |step-to-step change| / median level of a window
   int64_t swing_step = -1;  // first step of that window
+  // A swing above max_relative_swing set aside because the batches spread as much at fixed weights:
+  // that window's loss_spread at most data_swing_factor x BatchReplay::spread (the data's, not the
+  // optimizer's).
+  double swing_spread = std::numeric_limits<double>::quiet_NaN();  // loss_spread of the wildest window
+  bool data_swing = false;
   // The verdicts, against the options' thresholds.
   bool stuck = false, at_chance = false, diverging = false, spiking = false, oscillating = false;
   bool too_high() const { return first_nan_step >= 0 || first_inf_step >= 0 || diverging || spiking || oscillating; }
 };
-// `batch_starts` (optional, one per step, NaN where unknown): the loss of each step's batch at the
-// initial weights. Where it is known, a jump whose batch held most of it before any update
-// (hard_batch_share: rare large targets, a first batch without a reward) is the batch's, not a spike
-// (debug::Session replays the spikes' batches); elsewhere the first loss is the starting value.
+// What replaying a run's training batches without an update measured (debug::Session, after the
+// run): how hard the data itself is, apart from what the optimizer did.
+struct BatchReplay {
+  // The loss of a step's batch at the initial weights, for the steps whose loss jumped above the
+  // first loss; NaN for the others, empty when none was replayed. A jump whose batch held most of it
+  // before any update (hard_batch_share: rare large targets, a first batch without a reward) is the
+  // batch's, not a spike; elsewhere the first loss is the starting value.
+  std::vector<double> starts;
+  // Consecutive training batches at the trained weights, in train mode and without an update:
+  // their loss_spread; NaN when not measured. A run whose wildest window spreads no more than
+  // data_swing_factor x this moves with what its batches hold (a few outlier targets each), not
+  // with its updates.
+  double spread = std::numeric_limits<double>::quiet_NaN();
+  int64_t spread_batches = 0;  // the batches that spread was measured on
+};
 LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, const LossCheckOptions& opts = {},
-                                      const std::vector<double>& batch_starts = {});
+                                      const BatchReplay& replay = {});
+// How far consecutive losses move against their level: the mean |loss[t] - loss[t-1]| over the
+// mean |loss|, for losses[from, to); NaN for fewer than 3. Means, not medians: a few outlier
+// targets per batch put the losses on a handful of levels, where medians jump between them.
+double loss_spread(const std::vector<double>& losses, size_t from = 0, size_t to = SIZE_MAX);
 
 // L1: from per-step training losses (train_losses[i] is step i + 1) and,
 // optionally, per-epoch validation losses (taken as evenly spaced over the
@@ -237,8 +269,7 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& train_losses, c
 // Trends on the finite part before the first NaN/Inf. Empty for a healthy history.
 std::vector<Finding> diagnose_loss_history(const std::vector<double>& train_losses,
                                            const std::vector<double>& val_losses = {},
-                                           const LossCheckOptions& opts = {},
-                                           const std::vector<double>& batch_starts = {});
+                                           const LossCheckOptions& opts = {}, const BatchReplay& replay = {});
 
 // L2: input (B, C) or (B, C, d1, ...) fed to cross-entropy. An error when every
 // value is >= 0 and every row (over dim 1) sums to 1: probabilities, so
@@ -348,5 +379,11 @@ std::vector<Finding> check_validation_accuracy(const std::vector<double>& train_
 // training accuracy, not the data: info.
 void revise_validation_too_good(Report& found, double train_accuracy_eval, double val_accuracy,
                                 const LossCheckOptions& opts = {});
+// L7's overfitting judged again with each example's loss under the trained model on both stored
+// splits (L9's pass, eval mode): where the epochs' gap is within opts.overfit_z standard errors of
+// the two splits' mean losses, it is what the validation split's sample holds (a few outlier
+// targets more or fewer), not memorised training data: info. Without row losses nothing changes.
+void revise_overfitting(Report& found, const std::vector<double>& train_row_losses,
+                        const std::vector<double>& val_row_losses, const LossCheckOptions& opts = {});
 
 }  // namespace gradsleuth::debug

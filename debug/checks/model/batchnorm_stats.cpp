@@ -112,7 +112,9 @@ class BatchNormBatchRunCheck final : public RunCheck {
     for (auto& [path, m] : c.model.named_modules()) {
       if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
       const size_t i = layers_.size();
+      const std::optional<double> momentum = dynamic_cast<nn::BatchNormBase*>(m.get())->options().momentum_;
       layers_.push_back({module_label(path, *m)});
+      layers_.back().momentum = momentum.value_or(detail::kNaN);
       hooks_.pre(
           m,
           [this, i](nn::Module& self, const Tensor& in) {
@@ -128,6 +130,27 @@ class BatchNormBatchRunCheck final : public RunCheck {
   void pause(RunContext&, bool on) override { paused_ = on; }
   void detach(RunContext&) override { hooks_.clear(); }
   void finish(RunContext& c) override {
+    for (const Layer& l : layers_) {
+      if (l.forwards == 0 || !(l.momentum > o_.batchnorm_max_momentum)) continue;
+      Finding f;
+      f.check = "M17";
+      f.severity = Severity::Warning;
+      f.kind = Kind::BatchNormMomentum;
+      f.module = l.label;
+      f.title = l.label + " has momentum " + fmt_num(l.momentum) +
+                ": its running statistics are its last few training batches' alone (the new batch weighs " +
+                fmt_num(l.momentum) + ")";
+      f.evidence = {
+          {"momentum (weight of the newest batch)", l.momentum, "> " + fmt_num(o_.batchnorm_max_momentum) + " warns"},
+          {"training forwards", static_cast<double>(l.forwards), ""},
+          {"fewest examples in a batch", static_cast<double>(l.fewest), ""}};
+      f.cause =
+          "a momentum written in Keras's convention, where it is the weight of the old statistics (0.99); here, as "
+          "in PyTorch, it is the weight of the new batch, so evaluation normalises with the statistics of the last "
+          "batch or two, and a small last batch throws them off";
+      f.fix = "use 1 - the Keras value (0.01 for 0.99); the default 0.1 suits most runs";
+      c.add(std::move(f));
+    }
     for (const Layer& l : layers_) {
       if (l.forwards < 3 || 2 * l.small <= l.forwards) continue;
       Finding f;
@@ -158,6 +181,7 @@ class BatchNormBatchRunCheck final : public RunCheck {
   struct Layer {
     std::string label;
     int64_t forwards = 0, small = 0, fewest = -1;
+    double momentum = detail::kNaN;  // NaN: the cumulative average
   };
   RunCheckOptions o_;
   HookSet hooks_;

@@ -106,9 +106,12 @@ ShapeTrace shape_trace(nn::Module& model, const Tensor& sample);
 // or every value of a batch is >= 0 (rows summing to 1 are L2's double softmax,
 // not this). `logits` may be undefined (structure only). `loss_type` is the type name of the
 // loss the outputs go to: a Sigmoid before a BCELoss (which expects probabilities) is its input,
-// not an activation too many.
+// not an activation too many. `target` (optional): floating targets, one per output, that are not
+// all 0/1 and lie within the activation's range (a regression bounded on purpose: a Sigmoid on a
+// target scaled into [0, 1], a ReLU on counts) leave a final activation alone, unless the loss
+// takes logits (cross-entropy, BCEWithLogitsLoss); targets outside its range warn with that range.
 std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o = {},
-                                            const std::string& loss_type = "");
+                                            const std::string& loss_type = "", const Tensor& target = Tensor());
 
 // ---- M4 ----------------------------------------------------------------------------
 // One module instance or one parameter reachable under two paths.

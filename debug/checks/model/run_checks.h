@@ -36,6 +36,11 @@ struct RunCheckOptions {
   // examples normalise to +-1 whatever they hold), and its running statistics drift from the data's.
   // Group Normalization (Wu and He) measures BatchNorm's error rising from batches of 8 down to 2.
   int64_t batchnorm_min_batch = 4;
+  // A BatchNorm whose momentum (the weight of the newest batch in its running statistics, as in
+  // PyTorch) is above batchnorm_max_momentum keeps statistics of its last few batches only: Keras's
+  // momentum is the weight of the old statistics, so its 0.99 is 0.01 here. 0.99 with a last batch
+  // of 2 examples: 50.6% validation accuracy against 97.5% at 0.1.
+  double batchnorm_max_momentum = 0.5;
   // ---- M25 ----
   int64_t all_zero_min_samples = 2;  // judge a tensor only after this many sampled steps saw it
   // ---- M26 ----

@@ -87,16 +87,64 @@ Finding ShapeTrace::finding() const {
 }
 
 // ---- M3 ------------------------------------------------------------------------------------
+namespace {
+// A regression's targets against a final activation's range: their least and largest value, and
+// whether every one is 0 or 1 (labels, not a bounded quantity).
+struct TargetRange {
+  bool known = false, binary = false;
+  double lo = 0, hi = 0;
+};
+TargetRange regression_targets(const Tensor& target, const std::string& loss_type) {
+  TargetRange t;
+  if (!target.defined() || !target.is_floating_point() || target.numel() == 0 || loss_type == "CrossEntropyLoss" ||
+      loss_type == "NLLLoss" || loss_type == "BCEWithLogitsLoss")
+    return t;
+  NoGradGuard ng;
+  const Tensor v = target.detach().to(kCPU).to(kFloat64);
+  t.lo = amin(v).item<double>();
+  t.hi = amax(v).item<double>();
+  if (!std::isfinite(t.lo) || !std::isfinite(t.hi)) return t;
+  t.binary = logical_and(ne(v, 0.0), ne(v, 1.0)).to(kFloat64).sum().item<double>() == 0.0;
+  t.known = true;
+  return t;
+}
+}  // namespace
+
 std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o,
-                                            const std::string& loss_type) {
+                                            const std::string& loss_type, const Tensor& target) {
   std::vector<Finding> out;
   const auto leaves = leaf_modules(model);
+  const TargetRange range = regression_targets(target, loss_type);
   // The last module that is not a (log-)softmax head.
   for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
     const std::string& type = it->second->type_name();
     if (type == "LogSoftmax" || type == "Softmax" || type == "Dropout" || type == "Identity" || type == "Flatten")
       continue;
     if (type == "Sigmoid" && loss_type == "BCELoss") break;  // the probabilities BCELoss expects
+    if ((type == "ReLU" || type == "Sigmoid") && range.known) {
+      // A regression: its targets decide whether the activation bounds it on purpose.
+      const double top = type == "Sigmoid" ? 1.0 : std::numeric_limits<double>::infinity();
+      if (range.lo >= 0.0 && range.hi <= top && !(type == "Sigmoid" && range.binary)) break;
+      if (range.lo < 0.0 || range.hi > top) {
+        Finding f;
+        f.check = "M3";
+        f.severity = Severity::Warning;
+        f.kind = Kind::OutputOutOfRange;
+        f.module = module_label(it->first, *it->second);
+        f.title = "the model's last layer is a " + type + ": its outputs lie in " +
+                  (type == "Sigmoid" ? "(0, 1)" : "[0, inf)") + ", but the targets run from " + fmt_num(range.lo) +
+                  " to " + fmt_num(range.hi);
+        f.evidence = {{"least target", range.lo, type == "Sigmoid" ? "< 0 or" : "< 0 warns"},
+                      {"largest target", range.hi, type == "Sigmoid" ? "> 1 warns" : ""}};
+        f.cause =
+            "an activation after the final layer bounds the outputs, and part of the targets lies outside "
+            "that bound: the model cannot reach them, and the loss keeps a floor";
+        f.fix = type == "Sigmoid" ? "remove the Sigmoid, or scale the targets into [0, 1] (and the predictions back)"
+                                  : "remove the ReLU after the last Linear, or shift the targets to be non-negative";
+        out.push_back(std::move(f));
+        break;
+      }
+    }
     if (type == "ReLU" || type == "Sigmoid") {
       Finding f;
       f.check = "M3";
@@ -260,7 +308,7 @@ class FinalActivationRunCheck final : public RunCheck {
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!structure_checked_) {
       structure_checked_ = true;
-      c.add_all(check_final_activation(c.model, Tensor(), {}, l.type_name()));
+      c.add_all(check_final_activation(c.model, Tensor(), {}, l.type_name(), target));
       c.note_ran("M3");
     }
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;

@@ -39,8 +39,8 @@ bool UpdateRatioTracker::measured_finite(const Tensor& p) const {
 // ---- O6 learning rate -----------------------------------------------------------------------
 
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts,
-                                            const std::vector<double>& batch_starts) {
-  const LossHistoryStats s = analyse_loss_history(train_losses, opts.loss, batch_starts);
+                                            const BatchReplay& replay) {
+  const LossHistoryStats s = analyse_loss_history(train_losses, opts.loss, replay);
   const auto& lo = opts.loss;
   // A loss that is NaN/Inf from the very first step was broken before any
   // update: the learning rate cannot be the cause (L1 says what else can).
@@ -340,6 +340,17 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
     out.push_back(f);
   }
   return out;
+}
+
+double UpdateRatioTracker::median_weight_ratio() const {
+  std::vector<double> medians;
+  for (const Param& q : params_) {
+    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
+    std::vector<double> r;
+    for (const auto& [step, v] : q.ratios) r.push_back(v);
+    medians.push_back(median(r));
+  }
+  return medians.empty() ? kNaN : median(medians);
 }
 
 NormSeries UpdateRatioTracker::series() const {
@@ -672,10 +683,10 @@ class LearningRateRunCheck final : public RunCheck {
     writes_.finish();  // a write after the last step
     c.add_all(judge_weight_writes(writes_.summary(), o_));
     const TrainingHistory& h = *c.history;
-    std::vector<Finding> by_loss = diagnose_learning_rate(h.step_losses, o_, h.batch_start_losses);  // the loss history
+    std::vector<Finding> by_loss = diagnose_learning_rate(h.step_losses, o_, h.batch_replay);  // the loss history
     // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end
     // is not a rate too high for the model: the training objective changes with the batch (mixup).
-    const LossHistoryStats st = analyse_loss_history(h.step_losses, o_.loss, h.batch_start_losses);
+    const LossHistoryStats st = analyse_loss_history(h.step_losses, o_.loss, h.batch_replay);
     const bool only_diverged =
         st.diverging && !st.spiking && !st.oscillating && st.first_nan_step < 0 && st.first_inf_step < 0;
     if (only_diverged && validation_held(c.history->epoch_val_loss, c.history->epoch_val_accuracy, o_.loss))
@@ -685,6 +696,21 @@ class LearningRateRunCheck final : public RunCheck {
           f.title += ", but the validation loss and accuracy held to the end: the training objective changes "
                      "with the batch (mixup, augmentation), not a rate too high";
           f.fix = "none needed";
+        }
+    // A flat loss whose weights move by a healthy share per step: the rate moves them.
+    const double moving = ratios_.median_weight_ratio();
+    if (moving >= o_.moving_update_ratio)
+      for (Finding& f : by_loss)
+        if (f.fires() && f.kind == Kind::LrTooLow) {
+          f.severity = Severity::Info;
+          f.title += ", but the weights move by " + fmt_num(moving) +
+                     " of their norm per step (median): the steps are not too small";
+          f.evidence.push_back({"median update/weight ratio of the weight matrices", moving,
+                                ">= " + fmt_num(o_.moving_update_ratio) + ": the rate moves them (info)"});
+          f.cause =
+              "the weights move at a healthy rate and the loss still stays: the labels may not follow the inputs "
+              "(M15: shuffled apart, the input dropped), or the model or the loss cannot express the task";
+          f.fix = "see M15 and D4 for the inputs and labels; overfit one batch (M14)";
         }
     c.add_all(by_loss);
     std::vector<Finding> schedule = diagnose_lr_schedule(c.history->learning_rates, o_);  // the schedule

@@ -128,6 +128,11 @@ struct OptimCheckOptions {
   // as fast as the steps (O3 and the loss history catch B24 instead).
   double min_update_ratio = 1e-5;
   double max_update_ratio = 1e-1;
+  // A flat loss (too low, above) whose weight matrices move by at least moving_update_ratio of
+  // their norm per step (the median over them of each one's median) is not a rate too low: the
+  // steps move the weights, and the loss stays for another reason (labels the inputs do not
+  // predict: M15). Inputs shuffled apart from their labels, Adam at 2e-3: medians near 1e-2.
+  double moving_update_ratio = 1e-3;
   double min_weight_rms = 1e-6;    // ||w|| / sqrt(numel) below this: no ratio (a tensor still near 0)
   int64_t min_update_records = 3;  // measured steps needed before a weight is judged
   // The schedule (the learning rate at every step): one that runs below schedule_collapse x its
@@ -241,10 +246,10 @@ std::vector<Finding> check_finite_weights(const nn::Module& model,
 // O6 from per-step training losses: a warning "learning rate too high" (NaN/Inf,
 // divergence, spikes above the starting loss, wild oscillation) or "too low"
 // (the loss barely moves), with L1's statistics as evidence. Empty otherwise.
-// `batch_starts`: as for analyse_loss_history (a spike whose batch was as hard at the initial
-// weights says nothing about the rate).
+// `replay`: as for analyse_loss_history (a spike whose batch was as hard at the initial weights, or
+// a swing as wide between batches at fixed weights, says nothing about the rate).
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts = {},
-                                            const std::vector<double>& batch_starts = {});
+                                            const BatchReplay& replay = {});
 
 // O6 from the schedule: the learning rate at each optimizer step (Monitor records it). A
 // warning when it starts at 0, collapses early (below schedule_collapse x its start before
@@ -280,6 +285,9 @@ class UpdateRatioTracker {
   bool attached() const { return opt_ != nullptr; }
   std::vector<Finding> findings() const;
   NormSeries series() const;  // per parameter: (step, ratio)
+  // The median over the weight matrices (2-d and up) measured min_update_records times of each
+  // one's median ratio; NaN when none was.
+  double median_weight_ratio() const;
   int64_t measurements() const { return measurements_; }
   // During a measured step (between its pre- and post-step hooks): the norm of `p`'s weight before
   // the update, read with the snapshot (NaN when `p` is not measured, not float32 on the CPU, or
