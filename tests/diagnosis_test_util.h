@@ -91,6 +91,28 @@ dbg::RunReport train_own_loop(nn::Module& model, Loss& loss, gs::optim::Optimize
   return session.finish();
 }
 
+// The same loop with a loss function (no nn::Loss module for the session to hear): each step's
+// loss is handed to the session (Session::step).
+inline dbg::RunReport train_own_loop_fn(nn::Module& model, const dbg::LossFunction& loss, gs::optim::Optimizer& opt,
+                                        const Split& d, int epochs, dbg::DiagnoseOptions o = {}) {
+  dbg::Session session(model, loss, opt, {.train = d.train.get(), .val = d.val.get()}, o);
+  try {
+    for (int e = 0; e < epochs; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = loss(model(b.x), b.y);
+        l.backward();
+        opt.step();
+        session.step(l);
+      }
+      session.epoch();
+    }
+  } catch (const std::exception& ex) {
+    session.error(ex);
+  }
+  return session.finish();
+}
+
 // The float32 twin of the 16-bit twins: the same MLP and data, nothing in 16 bits, so the
 // precision checks (M28, M29, M30) must not run at all.
 inline dbg::RunReport run_float32_mlp() {

@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "debug/checks/loss/end_fit.h"
 #include "debug/checks/loss/loss_checks.h"
+#include "debug/checks/optim/optim_checks.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -186,6 +187,23 @@ TEST_CASE("L1: a flat loss is stuck; at log(C) it is stuck at chance") {
   CHECK(ev(fs[0], "last window median") == doctest::Approx(2.3).epsilon(0.03));
   // A healthy run is far below chance: silent with the option too.
   CHECK(dbg::diagnose_loss_history(healthy_curve(500, 3), {}, o).empty());
+}
+
+TEST_CASE("L1 and O6: a loss below 0 from the start has no scale for 'stuck'; the same fall above 0 has") {
+  // A count model's NLL with its constant dropped: -3.14 falling to -3.33 over 500 steps.
+  std::mt19937 gen(5);
+  std::normal_distribution<double> z(0.0, 0.01);
+  std::vector<double> negative, shifted;
+  for (int t = 0; t < 500; ++t) {
+    const double v = -3.14 - 0.19 * (1.0 - std::exp(-t / 80.0)) + z(gen);
+    negative.push_back(v);
+    shifted.push_back(v + 10.0);  // 6.86 -> 6.67: a 3% fall of a positive loss
+  }
+  CHECK_FALSE(dbg::analyse_loss_history(negative).stuck);
+  CHECK(dbg::diagnose_loss_history(negative).empty());
+  CHECK(dbg::diagnose_learning_rate(negative).empty());
+  CHECK(dbg::analyse_loss_history(shifted).stuck);
+  REQUIRE_FALSE(dbg::diagnose_learning_rate(shifted).empty());
 }
 
 TEST_CASE("L1: a loss that climbs back up is diverging") {

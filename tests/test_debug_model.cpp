@@ -291,7 +291,8 @@ TEST_CASE("M14: a clean model overfits one batch; a model with dead first-layer 
 // they were and no train-mode warning (M2) reaches the user for a probe the user did not write.
 TEST_CASE("M14 on a batch it cannot fit leaves BatchNorm's running statistics and the modes as they were") {
   XY d = blobs(6, 3, 6);
-  // The same inputs under two labels: no model fits them, so M14 fails and the floor probe runs.
+  // The same inputs under two labels: no model fits them, so the floor probe runs, and M14 judges
+  // the fit against what any model can reach on them.
   Tensor x = gs::cat({d.x, d.x}, 0);
   std::vector<int64_t> other = d.y.to_vector<int64_t>();
   for (int64_t& c : other) c = (c + 1) % 3;
@@ -308,7 +309,13 @@ TEST_CASE("M14 on a batch it cannot fit leaves BatchNorm's running statistics an
   int warnings = 0;
   gs::WarningHandlerGuard guard([&](const gs::Warning&) { ++warnings; });
   auto fs = dbg::overfit_one_batch(*model, x, y, ce);
-  REQUIRE(find(fs, "M14") != nullptr);
+  const dbg::Finding* m14 = find(fs, "M14", dbg::Severity::Info);
+  REQUIRE(m14 != nullptr);
+  // It fits them as far as any model can: half the batch right, the loss at their labels' entropy.
+  CHECK(evidence(*m14, "best accuracy any model reaches on the batch") == doctest::Approx(0.5));
+  CHECK(evidence(*m14, "least cross-entropy any model reaches (their labels' entropy)") ==
+        doctest::Approx(std::log(2.0)));
+  CHECK(m14->severity == dbg::Severity::Info);
   CHECK(gs::equal(bn->buffers()[0], mean0));
   CHECK(warnings == 0);
   CHECK(model->is_training());

@@ -42,18 +42,7 @@ debug::RunReport train_huber(const debug::DiagnoseOptions& o = {}) {
   const Split d = outlier_targets();
   auto model = std::make_shared<Regressor>(8, 32);
   optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
-  debug::Session session(*model, huber, opt, {.train = d.train.get(), .val = d.val.get()}, o);
-  for (int e = 0; e < 10; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      const Tensor l = huber((*model)(b.x), b.y);
-      l.backward();
-      opt.step();
-      session.step(l);
-    }
-    session.epoch();
-  }
-  return session.finish();
+  return dtest::train_own_loop_fn(*model, huber, opt, d, 10, o);
 }
 
 }  // namespace

@@ -119,6 +119,7 @@ namespace gradsleuth::debug {
   X(BatchNormSmallBatch, "batchnorm-small-batch", "M17")                                              \
   X(BatchNormMomentum, "batchnorm-momentum", "M17")                                                   \
   X(OutputOutOfRange, "output-out-of-range", "M3")                                                    \
+  X(RandomAtEval, "random-at-eval", "M2")                                                             \
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

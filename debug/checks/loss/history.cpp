@@ -119,7 +119,9 @@ LossHistoryStats analyse_loss_history(const std::vector<double>& l, const LossCh
       }
       best = std::min(best, med[k]);
     }
-    s.stuck = s.relative_decrease < opts.min_relative_decrease;
+    // A loss at or below 0 from the start (a likelihood with its constant dropped: a count model's
+    // NLL at -3.1) has no floor to measure a relative fall against: "stuck" is not judged.
+    s.stuck = med[0] > 0 && s.relative_decrease < opts.min_relative_decrease;
     s.at_chance = std::isfinite(opts.chance_loss) && s.last_level >= (1.0 - opts.chance_margin) * opts.chance_loss;
     s.diverging = s.max_rise > opts.diverge_factor;
   }

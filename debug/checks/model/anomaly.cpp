@@ -12,6 +12,8 @@
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
+#include "nn/conv.h"
+#include "nn/linear.h"
 
 namespace gradsleuth::debug {
 
@@ -156,8 +158,21 @@ std::vector<Finding> find_nonfinite_source(nn::Module& model, const Tensor& x) {
   bool done = false;
   for (auto& [path, m] : model.named_modules()) {
     const std::string label = module_label(path, *m);
-    hooks.post(m, [&, label](nn::Module&, const Tensor& in, const Tensor& y) {
+    hooks.post(m, [&, label](nn::Module& self, const Tensor& in, const Tensor& y) {
       if (done || !y.defined() || !y.is_floating_point() || all_finite(y) || !all_finite(in)) return;
+      // A module whose own weights are already non-finite passes on what an update did (O4 says
+      // which), and a linear map (Linear, Conv2d) in float32 or float64 turns finite operands into
+      // Inf only when they grew past the type's range (weights an update blew up): no op of its
+      // forward is unstable, so it is no source. In 16 bits the range itself is the question (M18).
+      bool blown = false;
+      for (const auto& [name, p] : self.named_parameters(false))
+        blown = blown || (p.defined() && p.is_floating_point() && !all_finite(p));
+      const bool linear_map = (dynamic_cast<nn::Linear*>(&self) || dynamic_cast<nn::Conv2d*>(&self)) &&
+                              (y.dtype() == kFloat32 || y.dtype() == kFloat64);
+      if (blown || linear_map) {
+        done = true;
+        return;
+      }
       done = true;
       const TensorSummary s = summarize(y), si = summarize(in);
       Finding f;

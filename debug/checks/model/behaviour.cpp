@@ -201,6 +201,11 @@ std::vector<Finding> ModeProbe::findings(const ModeProbeOptions& o) const {
   std::vector<Finding> out;
   for (const ModuleBehaviour& b : modules) {
     if (!b.stochastic || b.draws == 0) continue;
+    // A module with parameters maps its random part through learned, nonlinear layers (a block with
+    // a dropout between two Linear + ReLU): the mean of a ReLU of noisy input is above the ReLU of
+    // the mean, so its training-mode mean is not its eval output even with inverted dropout. The
+    // rule judges the random layer itself (a hand-written dropout holds no parameter).
+    if (b.module && !b.module->parameters().empty()) continue;
     const double off = std::fabs(b.scale - 1.0);
     if (!(off > o.scale_tolerance && off > 4.0 * b.scale_se)) continue;
     Finding f;
@@ -358,6 +363,39 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   {
     const double spread = x64.numel() > 1 ? summarize(x64).std : 1.0;
     x64 = (x64 + randn(x64.shape(), kFloat64, &gen) * (0.1 * (spread > 0.0 ? spread : 1.0))).requires_grad_(true);
+  }
+  // M2: a model whose output in eval mode changes between two calls on one input draws something
+  // random at evaluation (a dropout called with training = true whatever the mode): its validation
+  // scores are a draw, and no derivative can be taken of it, so M13 stops here.
+  {
+    NoGradGuard ng;
+    const Tensor at = x64.detach();
+    const Tensor y1 = model(at), y2 = model(at);
+    if (y1.defined() && y2.defined() && y1.is_floating_point() && y1.shape() == y2.shape() && y1.numel() > 0) {
+      const double scale = amax(abs(y1)).item<double>();
+      const double moved = amax(abs(y1 - y2)).item<double>();
+      if (std::isfinite(scale) && moved > 1e-9 * (1.0 + scale)) {
+        Finding f;
+        f.check = "M2";
+        f.severity = Severity::Warning;
+        f.kind = Kind::RandomAtEval;
+        f.module = module_label("", model);
+        f.shape = shape_of(x64);
+        f.title = "in eval mode the model's output changes between two calls on the same input (by up to " +
+                  fmt_num(moved) + "): something random runs at evaluation";
+        f.evidence = {{"largest change between the two outputs", moved, "> 1e-9 x (1 + largest output) warns"},
+                      {"largest output", scale, ""}};
+        f.cause =
+            "a dropout (or noise) applied whatever the mode: a functional dropout called with training = "
+            "true, or a random draw in forward() that does not ask is_training(); validation then scores "
+            "a thinned model, differently each time";
+        f.fix =
+            "pass is_training() to functional dropout (dropout(h, p, is_training())), or use nn::Dropout; "
+            "draw noise only when is_training()";
+        out.push_back(std::move(f));
+        return out;
+      }
+    }
   }
   // A step 10x below gradcheck's: the chance that it crosses a kink left after the
   // jitter is 10x smaller, and float64 rounding (1e-16 |f| / 1e-7) stays far below rtol.

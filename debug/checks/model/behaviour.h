@@ -120,7 +120,9 @@ std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module&
 // random directions u, against the central difference along u (step
 // min(opts.eps, 1e-7)). An error finding names the model when at least two
 // directions fail (one when only one is asked for); empty when it agrees, or
-// when x is not floating.
+// when x is not floating. First, two eval-mode calls on the same input: outputs that differ
+// are M2's warning (kind random-at-eval: something random runs at evaluation), and the
+// gradient is not judged.
 std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows = 4, int directions = 3,
                                           GradcheckOptions opts = {});
 

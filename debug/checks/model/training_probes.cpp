@@ -133,6 +133,46 @@ LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const 
   }
   return fl;
 }
+// What any model can reach on a batch whose identical inputs carry different labels: rows with the
+// same input get the same output, so each group of them is right at most on its most frequent
+// label, and its cross-entropy is at least the entropy of its labels. `conflicts` is 0 where no two
+// identical inputs disagree.
+struct ConflictLimit {
+  int64_t conflicts = 0;  // rows whose input another row with another label shares
+  double accuracy = 1.0;  // the best share of the batch any model gets right
+  double entropy = 0.0;   // the least mean cross-entropy any model reaches (nats)
+};
+ConflictLimit conflicting_inputs(const Tensor& x, const Tensor& y) {
+  ConflictLimit c;
+  if (x.dim() < 1 || y.dim() != 1 || x.size(0) != y.size(0) || x.size(0) == 0) return c;
+  NoGradGuard ng;
+  const int64_t B = x.size(0);
+  const Tensor rows = x.detach().to(kCPU).to(kFloat64).contiguous().reshape({B, -1});
+  const std::vector<double> v = rows.to_vector<double>();
+  const std::vector<int64_t> labels = y.detach().to(kCPU).to(kInt64).contiguous().to_vector<int64_t>();
+  const size_t width = static_cast<size_t>(rows.size(1));
+  std::map<std::vector<double>, std::map<int64_t, int64_t>> groups;
+  for (int64_t i = 0; i < B; ++i) {
+    const auto at = v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * width);
+    ++groups[std::vector<double>(at, at + static_cast<std::ptrdiff_t>(width))][labels[static_cast<size_t>(i)]];
+  }
+  double right = 0, nats = 0;
+  for (const auto& [row, counts] : groups) {
+    int64_t n = 0, most = 0;
+    for (const auto& [label, k] : counts) {
+      n += k;
+      most = std::max(most, k);
+    }
+    right += static_cast<double>(most);
+    if (counts.size() > 1) c.conflicts += n;
+    for (const auto& [label, k] : counts)
+      nats -= static_cast<double>(k) * std::log(static_cast<double>(k) / static_cast<double>(n));
+  }
+  c.accuracy = right / static_cast<double>(B);
+  c.entropy = nats / static_cast<double>(B);
+  return c;
+}
+
 }  // namespace
 
 std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
@@ -177,6 +217,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   const double best = *std::min_element(losses.begin(), losses.end());
   const bool fell = first > 0 && last <= o.overfit_relative * first;  // fitted down to the loss's own floor
   bool ok = (last < line || fell) && (!classes || acc >= o.overfit_accuracy);
+  bool conflicted = false;  // passed once identical inputs with different labels are allowed for
   std::vector<Evidence> probes;
   // The loss's own floor: outputs trained freely on the batch. Label smoothing (or soft targets)
   // keeps a perfect prediction's loss above 0; the model is then judged against that floor. Only
@@ -188,6 +229,19 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
                         "final loss within " + fmt_num(o.overfit_loss) + " of it passes"});
       ok = last < fl.floor + o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+    }
+  }
+  // Identical inputs with different labels in the batch (a next-token task whose context recurs):
+  // no model gets them all right, and the loss keeps their labels' entropy.
+  if (!ok && classes && std::isfinite(last)) {
+    const ConflictLimit c = conflicting_inputs(x, y);
+    if (c.conflicts > 0) {
+      probes.push_back({"rows whose identical input carries another label too", static_cast<double>(c.conflicts), ""});
+      probes.push_back({"best accuracy any model reaches on the batch", c.accuracy, "reached: passes"});
+      probes.push_back({"least cross-entropy any model reaches (their labels' entropy)", c.entropy,
+                        "final loss within " + fmt_num(line) + " of it passes"});
+      conflicted = acc >= std::min(o.overfit_accuracy, c.accuracy) - 1e-9 && last < c.entropy + line;
+      ok = conflicted;
     }
   }
   // Frozen parameters on purpose (a frozen pretrained body under a new head) limit what the
@@ -238,7 +292,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
               fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
-    if (fell && !(last < line)) {
+    if (conflicted)
+      f.title +=
+          ", as far as any model can: identical inputs in it carry different labels (D12 says whether the "
+          "data holds such conflicts)";
+    else if (fell && !(last < line)) {
       f.title += ", a fall of " + fmt_num(first / std::max(last, 1e-300)) +
                  "x; what is left is the loss's own floor (a KL term, noise the model draws)";
       f.evidence.push_back({"final / initial loss", last / first, "<= " + fmt_num(o.overfit_relative) + " passes"});
