@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gradsleuth.h>
@@ -70,7 +71,9 @@ inline Split split(uint64_t seed = 3, double spread = 1.0) {
 }
 
 // The user's own loop: `epochs` passes, zero_grad / forward / loss / backward / step; an error
-// the loop raises is handed to the session (Session::error), as a user's catch would.
+// the loop raises is handed to the session (Session::error), as a user's catch would. A loss
+// function (no nn::Loss module for the session to hear) hands each step's loss to the session
+// (Session::step).
 template <class Loss>
 dbg::RunReport train_own_loop(nn::Module& model, Loss& loss, gs::optim::Optimizer& opt, const Split& d, int epochs,
                               dbg::DiagnoseOptions o = {}) {
@@ -82,28 +85,7 @@ dbg::RunReport train_own_loop(nn::Module& model, Loss& loss, gs::optim::Optimize
         Tensor l = loss(model(b.x), b.y);
         l.backward();
         opt.step();
-      }
-      session.epoch();
-    }
-  } catch (const std::exception& ex) {
-    session.error(ex);
-  }
-  return session.finish();
-}
-
-// The same loop with a loss function (no nn::Loss module for the session to hear): each step's
-// loss is handed to the session (Session::step).
-inline dbg::RunReport train_own_loop_fn(nn::Module& model, const dbg::LossFunction& loss, gs::optim::Optimizer& opt,
-                                        const Split& d, int epochs, dbg::DiagnoseOptions o = {}) {
-  dbg::Session session(model, loss, opt, {.train = d.train.get(), .val = d.val.get()}, o);
-  try {
-    for (int e = 0; e < epochs; ++e) {
-      for (const nn::Batch& b : *d.train) {
-        opt.zero_grad();
-        Tensor l = loss(model(b.x), b.y);
-        l.backward();
-        opt.step();
-        session.step(l);
+        if constexpr (!std::is_base_of_v<nn::Loss, Loss>) session.step(l);
       }
       session.epoch();
     }

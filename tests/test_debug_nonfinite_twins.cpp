@@ -37,7 +37,7 @@ debug::RunReport train_regression(bool summed) {
                                                 std::make_shared<nn::Linear>(32, 32), std::make_shared<nn::ReLU>(),
                                                 std::make_shared<nn::Linear>(32, 4));
   optim::SGD opt(model->parameters(), optim::SGDOptions(0.1).momentum(0.9));
-  return dtest::train_own_loop_fn(*model, loss, opt, d, 10);
+  return dtest::train_own_loop(*model, loss, opt, d, 10);
 }
 
 }  // namespace

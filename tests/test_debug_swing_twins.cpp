@@ -42,7 +42,7 @@ debug::RunReport train_huber(const debug::DiagnoseOptions& o = {}) {
   const Split d = outlier_targets();
   auto model = std::make_shared<Regressor>(8, 32);
   optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
-  return dtest::train_own_loop_fn(*model, huber, opt, d, 10, o);
+  return dtest::train_own_loop(*model, huber, opt, d, 10, o);
 }
 
 }  // namespace

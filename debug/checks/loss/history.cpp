@@ -473,17 +473,9 @@ void revise_validation_too_good(Report& found, double train_accuracy_eval, doubl
 
 void revise_overfitting(Report& found, const std::vector<double>& train_row_losses,
                         const std::vector<double>& val_row_losses, const LossCheckOptions& opts) {
-  auto mean_var = [](const std::vector<double>& v, double& mean, double& var) {
-    mean = var = 0;
-    for (double x : v) mean += x;
-    mean /= static_cast<double>(v.size());
-    for (double x : v) var += (x - mean) * (x - mean);
-    var /= static_cast<double>(v.size() - 1);
-  };
   if (train_row_losses.size() < 2 || val_row_losses.size() < 2) return;
-  double mt = 0, vt = 0, mv = 0, vv = 0;
-  mean_var(train_row_losses, mt, vt);
-  mean_var(val_row_losses, mv, vv);
+  const double vt = detail::mean_and_variance(train_row_losses).second;
+  const double vv = detail::mean_and_variance(val_row_losses).second;
   const double se =
       std::sqrt(vt / static_cast<double>(train_row_losses.size()) + vv / static_cast<double>(val_row_losses.size()));
   if (!std::isfinite(se) || !(se > 0)) return;
