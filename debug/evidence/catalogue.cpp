@@ -691,7 +691,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"D12", "debug/checks/data/splits.cpp"},
         {"D13", "debug/checks/data/splits.cpp"},
         {"D14", "debug/checks/data/splits.cpp"},
-        {"D15", "debug/checks/data/splits.cpp"},
+        {"D15", "debug/checks/data/label_drift.cpp"},
         {"D16", "debug/checks/data/splits.cpp"},
         {"L1", "debug/checks/loss/history.cpp"},
         {"L2", "debug/checks/loss/loss_checks.cpp"},

@@ -23,6 +23,8 @@ namespace gradsleuth::debug {
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
   X(TargetLeakage, "target-leakage", "D7")                                                            \
+  /* D15 label drift: one regression target per row */                                                \
+  X(TargetDrift, "target-drift", "D15")                                                               \
   /* L1 loss history */                                                                               \
   X(LossNonFinite, "loss-nonfinite", "L1")                                                            \
   X(LossStuck, "loss-stuck", "L1")                                                                    \
@@ -31,6 +33,8 @@ namespace gradsleuth::debug {
   X(LossSpiking, "loss-spiking", "L1")                                                                \
   X(LossOscillating, "loss-oscillating", "L1")                                                        \
   X(TrainDownValUp, "train-down-val-up", "L1")                                                        \
+  /* L2 the input of cross-entropy and NLL: probabilities, scores that are no log-probabilities */    \
+  X(NllOnScores, "nll-on-scores", "L2")                                                               \
   /* L3 the BCE input: logits, or probabilities rounded to 16 bits */                                 \
   X(BceLogits, "bce-logits", "L3")                                                                    \
   X(BceRounded16, "bce-rounded-16bit", "L3")                                                          \
@@ -57,6 +61,7 @@ namespace gradsleuth::debug {
   X(FitMeasured, "fit-measured", "L9")                                                                \
   /* M10 the frozen and trainable parameters against the optimizer */                                 \
   X(FrozenInOptimizer, "frozen-in-optimizer", "M10")                                                  \
+  X(MissingFromOptimizer, "missing-from-optimizer", "M10")                                            \
   /* M5 gradient flow */                                                                              \
   X(ParameterUnreached, "parameter-unreached", "M5")                                                  \
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \
@@ -115,6 +120,7 @@ namespace gradsleuth::debug {
   X(LrRuledOut, "lr-ruled-out", "O6")                                                                 \
   X(WeightsRewritten, "weights-rewritten", "O6")                                                      \
   X(WeightsUpdatedTwice, "weights-updated-twice", "O6")                                               \
+  X(UpdatedOutsideOptimizer, "updated-outside-optimizer", "O6")                                       \
   X(EpsDominates, "eps-dominates", "O6")                                                              \
   X(BatchNormSmallBatch, "batchnorm-small-batch", "M17")                                              \
   X(BatchNormMomentum, "batchnorm-momentum", "M17")                                                   \

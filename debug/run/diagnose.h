@@ -255,6 +255,7 @@ class Session {
   void replay_batches();                  // L1's and O6's spikes and swings (debug/run/end_fit_pass.cpp)
   void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
   void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
+  void check_unwatched_updates(RunReport& r, int64_t training_losses);
   void check_epsilon_at_end(RunReport& r);  // O6's eps rule (debug/run/decay_pass.cpp)
   void check_class_errors_at_end();
   void write_explorer(RunReport& r);

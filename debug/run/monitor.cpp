@@ -13,6 +13,15 @@
 namespace gradsleuth::debug {
 
 namespace {
+// A validation loss against the run's best as a ratio: latest / best for a positive best, and
+// 1 + (latest - best) / |best| otherwise (a negative log-likelihood, where latest / best would fall
+// as the loss rises).
+double relative_to_best(double latest, double best) {
+  return best > 0 ? latest / best : best < 0 ? 1.0 + (latest - best) / std::fabs(best) : std::nan("");
+}
+}  // namespace
+
+namespace {
 constexpr size_t kEvents = 16;  // RunEvent's bits
 int bit_of(uint32_t event) {
   int b = 0;
@@ -50,7 +59,7 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
     f.title = w.where + (colon == std::string::npos ? ": " + w.message : " " + w.message.substr(0, colon));
     f.cause = w.message;
     for (RunCheck* c : listening(RunEvent::Warning)) c->warning(ctx_, w, f);
-    add(std::move(f));
+    if (!f.check.empty()) add(std::move(f));  // a unit that cleared the check holds it, to add later
   }, WarningScope::ThisThread);
   for (RunCheck* c : listening(RunEvent::Attach)) c->attach(ctx_);
 
@@ -195,7 +204,7 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
     const double best = *std::min_element(v.begin(), v.end() - 2);
     if (v[v.size() - 2] > best && v.back() > v[v.size() - 2]) {
       const LossCheckOptions& lo = ctx_.options.loss;
-      const double rise = v.back() / best;
+      const double rise = relative_to_best(v.back(), best);
       const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
       const bool confirmable = std::isfinite(drop);
       const double bar = 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);
@@ -300,7 +309,7 @@ void Monitor::judge_validation_rise_at_end() {
     double best = v.back();
     for (double x : v)
       if (std::isfinite(x)) best = std::min(best, x);
-    const double end_rise = v.back() / best;
+    const double end_rise = relative_to_best(v.back(), best);
     const double drop = validation_accuracy_drop(history_.epoch_val_accuracy);
     const bool confirmable = std::isfinite(drop);
     const double bar = 1.0 + (confirmable ? lo.val_rise_w3 : lo.val_rise_w3_unconfirmed);

@@ -228,3 +228,16 @@ struct SplitSample {
 };
 
 }  // namespace gradsleuth::debug
+
+namespace gradsleuth::debug::data_detail {
+
+// The two-sample Kolmogorov-Smirnov statistic: the largest distance between the empirical CDFs of a
+// and b (non-finite values left out; D2 reports them). NaN when either is empty.
+double ks_statistic(std::vector<double> a, std::vector<double> b);
+// The standard-normal z of a chi-square statistic x with k degrees of freedom (Wilson-Hilferty).
+double chi_square_z(double x, double k);
+// D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.
+std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
+                                 const DataCheckOptions& opts);
+
+}  // namespace gradsleuth::debug::data_detail

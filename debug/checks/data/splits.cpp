@@ -1,5 +1,5 @@
-// D12-D16 split integrity: duplicates, rows shared between splits, feature and label drift, split sizes (see
-// data_checks.h).
+// D12-D16 split integrity: duplicates, rows shared between splits, feature drift, split sizes (see
+// data_checks.h; D15's label drift is in label_drift.cpp).
 #include "debug/checks/data/data_checks.h"
 
 #include <algorithm>
@@ -80,28 +80,6 @@ void require_comparable(const SplitSample& a, const SplitSample& b, const char* 
            a.shape, " (", a.features, " values) but the ", split, " examples ", b.shape, " (", b.features,
            " values): the splits cannot be compared; give both the same preprocessing (the same resizing, "
            "cropping and transforms) before comparing them");
-}
-
-// The two-sample Kolmogorov-Smirnov statistic: the largest distance between the empirical
-// CDFs of a and b (non-finite values left out; D2 reports them). NaN when either is empty.
-double ks_statistic(std::vector<double> a, std::vector<double> b) {
-  auto finite = [](std::vector<double>& v) {
-    v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
-    std::sort(v.begin(), v.end());
-  };
-  finite(a);
-  finite(b);
-  if (a.empty() || b.empty()) return kNaN;
-  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
-  size_t i = 0, j = 0;
-  double d = 0.0;
-  while (i < a.size() && j < b.size()) {
-    const double v = std::min(a[i], b[j]);
-    while (i < a.size() && a[i] <= v) ++i;
-    while (j < b.size() && b[j] <= v) ++j;
-    d = std::max(d, std::fabs(static_cast<double>(i) / na - static_cast<double>(j) / nb));
-  }
-  return d;
 }
 
 std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
@@ -278,8 +256,6 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
                       " rows); drop those rows from " + split + " for an exact held-out score";
   return {f};
 }
-
-double chi_square_z(double x, double k);
 
 // Column by column, for tabular inputs: the whitened columns' mean and variance differences as one
 // chi-square, and the original columns' largest shift and variance ratio.
@@ -493,113 +469,6 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
           " data is meant to differ (the deployment domain), expect the score to drop and add such "
           "images to training (or augment brightness and contrast)";
   return {f};
-}
-
-// The standard-normal z of a chi-square statistic x with k degrees of freedom (the Wilson-Hilferty
-// cube-root approximation, within 0.05 of the exact quantile's z from k = 1 on at the tail's z of 3-6).
-double chi_square_z(double x, double k) {
-  if (!(k > 0) || !(x >= 0)) return 0.0;
-  const double v = 2.0 / (9.0 * k);
-  return (std::cbrt(x / k) - (1.0 - v)) / std::sqrt(v);
-}
-
-std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
-                                 const DataCheckOptions& opts) {
-  if (!train.classes || !other.classes || train.read() == 0 || other.read() == 0) return {};
-  auto count = [&](const SplitSample& s) {
-    std::map<int64_t, int64_t> c;
-    for (const Label& l : s.y)
-      if (l.value != static_cast<double>(opts.ignore_index)) ++c[static_cast<int64_t>(l.value)];
-    return c;
-  };
-  const std::map<int64_t, int64_t> ct = count(train), co = count(other);
-  std::vector<int64_t> fresh;
-  int64_t fresh_rows = 0, shared_rows = 0, nt = 0;
-  for (const auto& [c, k] : co) {
-    if (ct.count(c))
-      shared_rows += k;
-    else {
-      fresh.push_back(c);
-      fresh_rows += k;
-    }
-  }
-  for (const auto& [c, k] : ct) nt += k;
-  std::vector<Finding> out;
-  if (!fresh.empty()) {
-    Finding f = make(
-        "D15", Severity::Warning,
-        num(static_cast<int64_t>(fresh.size())) +
-            (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
-            " in train: class " + list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
-            " rows)" + train.partial());
-    f.evidence = {{"new classes", static_cast<double>(fresh.size()), "any warns"},
-                  {split + " rows with a new class", static_cast<double>(fresh_rows), ""},
-                  {"classes in train", static_cast<double>(ct.size()), ""},
-                  {"classes in " + split, static_cast<double>(co.size()), ""}};
-    f.cause =
-        "the splits do not share their classes: the training split was cut from data sorted by class (the "
-        "first N rows hold only some classes), a class was filtered out of train, or the " +
-        split +
-        " labels use another numbering (1-indexed, another label map). The model never saw these classes, "
-        "so every " +
-        split + " example of them is misclassified";
-    f.fix =
-        "split at random after shuffling (nn::train_val_split) so every class is in both splits, and use one "
-        "label map for all splits; if a class is really new, add training examples of it";
-    out.push_back(f);
-  }
-  if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples || nt == 0 || shared_rows == 0)
-    return out;
-  // PSI over the classes train has (the new ones are reported above); a share of 0 counts as 1e-4.
-  double psi = 0.0, tvd = 0.0, worst = -1.0, worst_t = 0.0, worst_o = 0.0;
-  int64_t worst_c = -1;
-  for (const auto& [c, k] : ct) {
-    const double pt = static_cast<double>(k) / static_cast<double>(nt);
-    const double po = static_cast<double>(co.count(c) ? co.at(c) : 0) / static_cast<double>(shared_rows);
-    const double a = std::max(pt, 1e-4), b = std::max(po, 1e-4);
-    psi += (b - a) * std::log(b / a);
-    tvd += 0.5 * std::fabs(po - pt);
-    if (std::fabs(po - pt) > worst) {
-      worst = std::fabs(po - pt);
-      worst_c = c;
-      worst_t = pt;
-      worst_o = po;
-    }
-  }
-  // The PSI is Jeffreys' divergence of the two frequency vectors: n_eff x PSI (n_eff = nt no / (nt + no))
-  // follows a chi-square of (classes - 1) degrees of freedom when both splits are drawn from one
-  // population, so the shift's z (Wilson-Hilferty) says how far it stands out from the counts' noise.
-  const double n_eff = static_cast<double>(nt) * static_cast<double>(shared_rows) /
-                       static_cast<double>(nt + shared_rows);
-  const double z = chi_square_z(n_eff * psi, static_cast<double>(ct.size() - 1));
-  const bool shifted = psi > opts.max_label_psi || (psi > opts.min_label_psi && z >= opts.min_label_psi_z);
-  if (!shifted) return out;
-  Finding f = make("D15", Severity::Warning,
-                   "the class frequencies of " + split + " differ from train: PSI " + fmt_num(psi) + " (class " +
-                       num(worst_c) + ": " + pct(worst_o) + " of " + split + " vs " + pct(worst_t) + " of train)");
-  f.evidence = {{"population-stability index", psi,
-                 "> " + fmt_num(opts.max_label_psi) + " warns; > " + fmt_num(opts.min_label_psi) + " and"},
-                {"z of the shift against the counts' noise (chi-square, Wilson-Hilferty)", z,
-                 ">= " + fmt_num(opts.min_label_psi_z) + " warns"},
-                {"total-variation distance", tvd, ""},
-                {"class " + num(worst_c) + " share in train", worst_t, ""},
-                {"class " + num(worst_c) + " share in " + split, worst_o, ""},
-                {"training labels counted", static_cast<double>(nt), ""},
-                {split + " labels counted", static_cast<double>(shared_rows), ""}};
-  f.cause =
-      "the splits were not drawn from the same population: a split along a sorted order (by class, by "
-      "time), a " +
-      split +
-      " set filtered or resampled differently, or class balancing applied to one "
-      "split only. Accuracy on " +
-      split +
-      " then weighs the classes differently from training, and a "
-      "model biased toward the training frequencies looks better or worse than it is";
-  f.fix =
-      "split at random, stratified by class (shuffle, then nn::train_val_split), and balance (reweight or "
-      "resample) only the training loader; report per-class accuracy when the frequencies must differ";
-  out.push_back(f);
-  return out;
 }
 
 std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const std::string& split,

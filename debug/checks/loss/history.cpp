@@ -394,16 +394,19 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     const int64_t at_best = std::clamp<int64_t>((b + 1) * static_cast<int64_t>(train.size()) / E, w, m);
     const double train_at_best = median_of(train, static_cast<size_t>(at_best - w), static_cast<size_t>(at_best));
     const double train_end = median_of(train, static_cast<size_t>(m - w), static_cast<size_t>(m));
-    if (tail_min > (1.0 + opts.val_rise) * best && train_end < train_at_best) {
-      Finding f =
-          make("L1", Severity::Warning,
-               "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) + " at epoch " +
-                   num(b + 1) + ", the last " + num(P) + " epochs all above " + fmt_num((1.0 + opts.val_rise) * best));
+    // Above the best by val_rise of its size: a negative log-likelihood can end below 0, where
+    // (1 + val_rise) x best would lie below the best itself.
+    const double line = best + opts.val_rise * std::fabs(best);
+    if (tail_min > line && train_end < train_at_best) {
+      Finding f = make("L1", Severity::Warning,
+                       "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) +
+                           " at epoch " + num(b + 1) + ", the last " + num(P) + " epochs all above " + fmt_num(line));
       f.kind = Kind::TrainDownValUp;
       f.evidence = {{"best validation loss", best, ""},
                     {"epoch of the best", static_cast<double>(b + 1), ""},
-                    {"lowest of the last " + num(P) + " validation losses / best", tail_min / best,
-                     "> " + fmt_num(1.0 + opts.val_rise) + " for all of them is rising"},
+                    {"(lowest of the last " + num(P) + " validation losses - best) / |best|",
+                     best != 0 ? (tail_min - best) / std::fabs(best) : kNaN,
+                     "> " + fmt_num(opts.val_rise) + " for all of them is rising"},
                     {"last validation loss", v.back(), ""},
                     {"training loss near the best epoch (median)", train_at_best, ""},
                     {"training loss at the end (median)", train_end, "lower: training still improves"}};

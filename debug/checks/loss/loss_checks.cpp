@@ -74,6 +74,48 @@ std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCh
   return {f};
 }
 
+std::vector<Finding> check_nll_input(const Tensor& input, const LossCheckOptions& opts) {
+  GS_CHECK(input.defined(), "check_nll_input", "needs a defined input (B, C) of log-probabilities");
+  if (!input.is_floating_point() || input.numel() == 0 || input.dim() == 0) return {};
+  const int64_t B = input.dim() == 1 ? 1 : input.size(0);
+  const int64_t C = input.dim() == 1 ? input.size(0) : input.size(1);
+  if (C < 2) return {};
+  const int64_t R = input.numel() / (B * C);
+  // A 16-bit log-softmax rounds each value to 8 (11) bits: its largest values miss 0 by that much.
+  const double tol = is_reduced_float(input.dtype()) ? 0.05 : opts.log_prob_tolerance;
+  const std::vector<double> v = contiguous_doubles(input);
+  double hi = -std::numeric_limits<double>::infinity(), worst_lse = -std::numeric_limits<double>::infinity();
+  int64_t rows_above = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < R; ++r) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t c = 0; c < C; ++c) m = std::max(m, v[static_cast<size_t>((b * C + c) * R + r)]);
+      if (!std::isfinite(m)) continue;  // NaN/Inf: M12's
+      double sum = 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += std::exp(v[static_cast<size_t>((b * C + c) * R + r)] - m);
+      hi = std::max(hi, m);
+      worst_lse = std::max(worst_lse, m + std::log(sum));
+      rows_above += m > tol;
+    }
+  if (!(hi > tol)) return {};
+  Finding f = make("L2", Severity::Error,
+                   "NLLLoss is fed scores, not log-probabilities: " + std::to_string(rows_above) + " of " +
+                       std::to_string(B * R) + " rows of the " + shape_of(input) +
+                       " input hold values above 0 (largest " + fmt_num(hi) + "), and a log-probability never is");
+  f.kind = Kind::NllOnScores;
+  f.shape = shape_of(input);
+  f.evidence = {{"largest value", hi, "> " + fmt_num(tol) + " is no log-probability"},
+                {"rows with a value above it", static_cast<double>(rows_above), ""},
+                {"rows", static_cast<double>(B * R), ""},
+                {"largest row logsumexp over dim 1", worst_lse, "0 for a log-softmax over the classes"}};
+  f.cause =
+      "the model's raw scores go to NLLLoss, which only picks -input[y]: without a LogSoftmax it rewards raising "
+      "the true class's score without bound and never lowers the others, so the loss falls below 0 while the "
+      "classes are not told apart";
+  f.fix = "end the model with LogSoftmax(1) before NLLLoss, or give the raw scores to CrossEntropyLoss instead";
+  return {f};
+}
+
 // ---- L3 BCE on logits -------------------------------------------------------------------
 
 namespace {
@@ -461,6 +503,32 @@ void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, con
       confirm_one_final_bias(model, x, y, out, f, o);
 }
 
+void revise_output_init(Report& found, const Report& run, const std::vector<double>& step_losses) {
+  if (step_losses.size() < 10 || !run.ran("L9")) return;
+  for (const Finding& f : run.findings())
+    if (f.fires() && (f.is("L9", Kind::Undertrained) || f.is("L9", Kind::LrProbeTooLow))) return;
+  const size_t tail = step_losses.size() / 10;
+  double last = 0.0;
+  for (size_t i = step_losses.size() - tail; i < step_losses.size(); ++i)
+    last += step_losses[i] / static_cast<double>(tail);
+  const double first = step_losses.front();
+  for (size_t i = 0; i < found.findings().size(); ++i) {
+    Finding f = found.findings()[i];
+    if (!f.fires() || !f.is("L4", Kind::InitialOutputBiased) || !std::isfinite(f.value_of("target std"))) continue;
+    const double z = f.value_of("|mean output - mean target| / target std");
+    const double past = first / (1.0 + z * z);
+    if (!(std::isfinite(last) && first > 0 && last < past)) continue;
+    f.severity = Severity::Info;
+    f.title += "; the run went past it (its last steps' loss " + fmt_num(last) + ", below " + fmt_num(past) +
+               ") and L9 finds it fully trained";
+    f.evidence.push_back({"first loss / (1 + z^2)", past, ""});
+    f.evidence.push_back({"mean loss over the last tenth of steps", last, "below the line above: info"});
+    f.cause = "the first steps went to learning the targets' mean, and the run recovered them";
+    f.fix = "none needed; a final bias started at the targets' mean (or standardised targets) saves those steps";
+    found.replace(i, f);
+  }
+}
+
 void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, const LossCheckOptions& opts) {
   for (Finding& f : findings) {
     if (!f.fires() || !f.is("L4", Kind::InitialLoss) || f.nonfinite || cause_confirmed) continue;
@@ -568,8 +636,13 @@ class SoftmaxInputRunCheck final : public RunCheck {
   std::string ids() const override { return "L2"; }
   uint32_t events() const override { return RunEvent::LossInput; }
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
-    if (!c.sampled() || !class_scores(l, input, target)) return;
-    c.add_all(check_cross_entropy_input(input));
+    if (!c.sampled()) return;
+    if (loss_type::nll(l))
+      c.add_all(check_nll_input(input));
+    else if (class_scores(l, input, target))
+      c.add_all(check_cross_entropy_input(input));
+    else
+      return;
     c.note_ran("L2");
   }
 };

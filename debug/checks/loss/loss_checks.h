@@ -160,6 +160,8 @@ struct LossCheckOptions {
   double initial_output_excess = 0.5;
   double initial_output_kl = 0.3;
   double initial_output_z = 3.0;
+  // L2 for NLLLoss: a value above this is no log-probability.
+  double log_prob_tolerance = 1e-3;
 
   // ---- L6 reduction ----
   // Gradient norm for the batch twice over / for the batch once: 1 with a mean,
@@ -276,6 +278,13 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train_loss
 // cross-entropy applies a second softmax (bug B08). Raw logits are silent.
 std::vector<Finding> check_cross_entropy_input(const Tensor& input, const LossCheckOptions& opts = {});
 
+// L2 for NLLLoss: input (B, C) or (B, C, d1, ...) must hold log-probabilities, each <= 0 (a
+// LogSoftmax's output). An error (kind nll-on-scores) when some value is above
+// opts.log_prob_tolerance: raw scores, the LogSoftmax forgotten, and NLLLoss (-input[y]) falls
+// without bound as the true class's score grows. Log-probabilities normalised over another dim (M6's
+// case) or of a subset of the classes are <= 0 and silent.
+std::vector<Finding> check_nll_input(const Tensor& input, const LossCheckOptions& opts = {});
+
 // L3: input (any shape) fed to binary cross-entropy. An error when any value is
 // outside [0, 1]: logits fed to BCELoss (bug B09); evidence min and max.
 std::vector<Finding> check_bce_input(const Tensor& input);
@@ -305,6 +314,13 @@ void confirm_initial_loss(std::vector<Finding>& findings, bool cause_confirmed, 
 // or fine-tuned model starts low because it has learned; an untrained one does not.
 void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, const Tensor& target,
                           bool probabilities = false, const LossCheckOptions& opts = {});
+
+// L4 at the end of a run, for a regression's output offset (an InitialOutputBiased warning among
+// `found` with a target std): the offset costs the first steps, which learn the targets' mean. When L9
+// judged the run (`run`: the whole run's findings) and found it neither undertrained nor short of its rate, and the
+// run's mean loss over its last tenth of steps fell below 1 / (1 + z^2) of its first (z: the offset in target stds; for
+// a squared error, below what predicting the targets' mean costs), the run went past the offset: info.
+void revise_output_init(Report& found, const Report& run, const std::vector<double>& step_losses);
 
 // L4's probe of a skewed start (an InitialOutputBiased warning among `start`, class or 0/1
 // targets): the forward again with the model's final bias (the last bias with one value per

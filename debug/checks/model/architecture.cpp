@@ -78,6 +78,22 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
     const double scale = amax(abs(prev)).item<double>();
     // A non-linearity changes the values: a ReLU zeroes the negative half of a layer's output.
     if (!(scale > 0.0) || diff > 1e-6 * scale) continue;
+    // A code: an output narrower than its input (features for a Linear, channels for a Conv). One
+    // narrower than the next layer's output as well (a 2-D embedding under a 10-class head), or read by
+    // another linear layer too (an autoencoder's code under a classifier head and a decoder), is a
+    // bottleneck by design: a map through fewer dimensions than it ends with is what it is meant to be.
+    // A trunk as wide as its input under two heads, or an MLP's hidden layer without its activation
+    // (64 -> 32 -> 4), still warns.
+    const auto width = [](const Tensor& t) { return t.dim() >= 3 ? t.size(1) : t.dim() >= 1 ? t.size(-1) : 0; };
+    const bool narrows = a.input.dim() >= 1 && a.output.dim() >= 1 && width(a.output) < width(a.input);
+    const auto reads_it = [&](const Call& c) {
+      if (&c == &b || !c.input.defined() || c.input.numel() != a.output.numel()) return false;
+      const Tensor in = c.input.detach().reshape({-1}).to(kFloat64);
+      return amax(abs(prev - in)).item<double>() <= 1e-6 * scale;
+    };
+    const bool below_output = b.output.defined() && b.output.dim() >= 1 && width(a.output) < width(b.output);
+    if (narrows && (below_output || std::any_of(calls.begin() + static_cast<std::ptrdiff_t>(i), calls.end(), reads_it)))
+      continue;
     Finding f = detail::make("M23", Severity::Warning,
                              b.label + " takes " + a.label +
                                  "'s output with no non-linearity between them: the two "

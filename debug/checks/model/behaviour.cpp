@@ -14,6 +14,7 @@
 #include "core/observer.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
+#include "debug/checks/data/data_checks.h"
 #include "debug/checks/hooks.h"
 #include "debug/checks/host_copy.h"
 #include "debug/checks/model/model_checks.h"
@@ -473,11 +474,35 @@ class ModeRunCheck final : public RunCheck {
   void forward(RunContext& c, const Tensor& x) override;
   void after_step(RunContext& c, bool) override {
     check_training_mode(c);
+    flush_held(c);
     reset_pass();  // the forwards so far were training forwards
   }
   void epoch(RunContext& c, const EpochRecord&) override {
     check_eval_pass(c);
     reset_pass();
+  }
+  // A dropout layer's own warning (run in training mode under no_grad) is held until the pass ends:
+  // repeated passes of one input are Monte Carlo dropout (see check_eval_pass).
+  void flush_held(RunContext& c) {
+    for (Finding f : held_) {
+      if (mc_dropout()) soften_mc_dropout(f);
+      c.add(std::move(f));
+    }
+    held_.clear();
+  }
+  // The pass forwarded one input kMcPasses times in a row or more under no_grad: Monte Carlo dropout
+  // (Gal and Ghahramani, "Dropout as a Bayesian Approximation", 2016) samples predictions so. Two
+  // forwards of a batch (its loss, then its accuracy) are not.
+  static constexpr int64_t kMcPasses = 5;
+  bool mc_dropout() const { return pass_repeat_run_ + 1 >= kMcPasses; }
+  static void soften_mc_dropout(Finding& f) {
+    f.severity = Severity::Info;
+    f.title += ", on one input " + std::to_string(kMcPasses) +
+               " times in a row or more: sampled predictions (Monte Carlo dropout)";
+    f.cause =
+        "dropout kept on at evaluation and the same input forwarded many times: Monte Carlo dropout averages "
+        "those passes for a prediction and its uncertainty";
+    f.fix = "none needed, if the sampling is meant; the score the Session reads is its own, in eval mode";
   }
   void pause(RunContext&, bool on) override { probing_ = on; }
   void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
@@ -485,8 +510,13 @@ class ModeRunCheck final : public RunCheck {
     f.title = w.where + " ran in training mode during an evaluation (no_grad)";
     f.fix = "call model.eval() before evaluating and model.train() afterwards";
     warned_.push_back(w.where);
+    held_.push_back(f);
+    f.check.clear();  // held: added when the pass ends
   }
-  void detach(RunContext&) override { hooks_.clear(); }
+  void detach(RunContext& c) override {
+    flush_held(c);
+    hooks_.clear();
+  }
 
  private:
   void ensure_probe(RunContext& c);
@@ -494,6 +524,8 @@ class ModeRunCheck final : public RunCheck {
   void check_eval_pass(RunContext& c);
   void reset_pass() {
     pass_forwards_ = 0;
+    pass_repeat_run_ = pass_repeat_now_ = 0;
+    last_input_ = 0;
     pass_backward_ = pass_grad_mode_ = false;
     pass_x_ = Tensor();
     std::fill(pass_train_.begin(), pass_train_.end(), 0);
@@ -509,6 +541,9 @@ class ModeRunCheck final : public RunCheck {
   int64_t pass_forwards_ = 0;
   bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false, eval_in_training_warned_ = false;
   Tensor pass_x_;                    // the pass's first input, to probe the model with
+  std::vector<Finding> held_;        // the layers' own M2 warnings of the pending pass
+  uint64_t last_input_ = 0;          // the fingerprint of the pass's last no_grad forward's input
+  int64_t pass_repeat_now_ = 0, pass_repeat_run_ = 0;  // forwards of one input in a row: now, longest
   std::optional<ModeProbe> probe_;   // which modules depend on the mode
   std::vector<std::string> warned_;  // where the layers' own M2 warnings came from
 };
@@ -573,6 +608,12 @@ void ModeRunCheck::forward(RunContext&, const Tensor& x) {
   if (pass_forwards_++ == 0) {
     pass_x_ = x;
     pass_grad_mode_ = GradMode::is_enabled();
+  }
+  if (!GradMode::is_enabled() && x.defined() && x.device() == kCPU) {
+    const uint64_t fp = batch_fingerprint(x);
+    pass_repeat_now_ = fp == last_input_ && pass_forwards_ > 1 ? pass_repeat_now_ + 1 : 0;
+    pass_repeat_run_ = std::max(pass_repeat_run_, pass_repeat_now_);
+    last_input_ = fp;
   }
   for (size_t i = 0; i < modules_.size(); ++i) {
     const bool on = modules_[i].first->is_training();
@@ -646,6 +687,7 @@ void ModeRunCheck::check_eval_pass(RunContext& c) {
   // evaluation, under no_grad or not. Modules that ran in training mode in it matter when their
   // output depends on the mode, which the probe measures (a hand-written dropout or BatchNorm as
   // well as nn's).
+  flush_held(c);
   const bool eval_pass = pass_forwards_ > 0 && !pass_backward_ && pass_x_.defined();
   const bool any_train = std::any_of(pass_train_.begin(), pass_train_.end(), [](char t) { return t != 0; });
   // M17 for a BatchNorm-like layer of the user's own (nn::BatchNorm has its own hook): evaluated
@@ -707,6 +749,7 @@ void ModeRunCheck::check_eval_pass(RunContext& c) {
     f.fix =
         "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
         "change the mode)";
+    if (b->stochastic && !stats && mc_dropout()) soften_mc_dropout(f);
     c.add(std::move(f));
   }
 }

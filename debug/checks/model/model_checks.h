@@ -68,6 +68,10 @@ struct ModelCheckOptions {
   // keep its loss above 0 (32.3 -> 0.287 on a batch of 32, a fall of 112x); a final activation that
   // cannot reach the targets, or gradients that do not arrive, leave far more (2-10x falls).
   double overfit_relative = 0.01;
+  // A batch that holds more target values than the model has trainable parameter values (a
+  // segmentation's pixels: 4,608 per-pixel labels against 673 weights) cannot be memorised by any
+  // model of that size: a loss that fell to this fraction of its first value or below is info.
+  double overfit_dense_fall = 0.5;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
@@ -232,6 +236,12 @@ std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOpt
 // Trainable/frozen counts per module (info); frozen parameters the optimizer
 // holds, trainable parameters no optimizer group holds, a frozen output layer.
 std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* optimizer = nullptr);
+
+// At the end of a run: trainable parameters that were in no optimizer group at its start
+// (missing-from-optimizer) but are held by `optimizer` now, with no trainable parameter left outside
+// it, were added during the run (add_param_group: a backbone unfrozen after some epochs, gradual
+// unfreezing). The warning becomes info: they did change, from the step they were added on.
+void revise_missing_from_optimizer(Report& gate, nn::Module& model, const optim::Optimizer& optimizer);
 
 // ---- M11 ---------------------------------------------------------------------------
 // Parameters on mixed devices or dtypes; an input whose dtype or device differs

@@ -113,7 +113,10 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     noise = tensor(nz, out0.shape(), kFloat64).to(out0.device());
     const double noisy = loss_now();
     noise = Tensor();
-    if (!(std::fabs(noisy - base) > 1e-3 * std::max(std::fabs(base), 1e-3))) continue;
+    // Used: the noise moves the loss by 1e-3 of it, or (an untrained attention whose values barely
+    // differ between the elements it weighs) by 1e-5 of it and 100x what the shift moved it.
+    const double moved = std::fabs(noisy - base), level = std::max(std::fabs(base), 1e-3);
+    if (!(moved > 1e-3 * level || (moved > 1e-5 * level && moved > 100.0 * std::fabs(shifted - base)))) continue;
     Finding f;
     f.check = "O1";
     f.severity = Severity::Info;
@@ -122,13 +125,13 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     f.module = label;
     f.parameter = name;
     f.shape = shape_of(p);
-    f.evidence = {
-        {"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
-         "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
-        {"loss", base, ""},
-        {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
-         "unchanged (relative 1e-4) means redundant"},
-        {"loss with noise of that size on the module's output", noisy, "must change: the output itself is used"}};
+    f.evidence = {{"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
+                   "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
+                  {"loss", base, ""},
+                  {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
+                   "unchanged (relative 1e-4) means redundant"},
+                  {"loss with noise of that size on the module's output", noisy,
+                   "must change (1e-3 of the loss, or 1e-5 and 100x the shift's change): the output itself is used"}};
     f.cause = "what comes after " + (owner.empty() ? std::string("this module") : "module " + label) +
               " removes any per-channel constant from its output while still using the output: a normalisation "
               "that subtracts the per-channel mean (BatchNorm right after a Linear or a Conv). Adding any constant "

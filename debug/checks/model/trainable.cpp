@@ -115,6 +115,7 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
     if (!missing.empty()) {
       Finding f;
       f.check = "M10";
+      f.kind = Kind::MissingFromOptimizer;
       f.severity = Severity::Warning;
       f.title = std::to_string(missing.size()) +
                 " trainable parameters are in no optimizer group: they get "
@@ -153,6 +154,44 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
     }
   }
   return out;
+}
+
+namespace {
+// The trainable parameters of `model` that no group of `optimizer` holds.
+std::vector<std::string> unheld_trainable(nn::Module& model, const optim::Optimizer& optimizer) {
+  std::set<const TensorImpl*> held;
+  for (const auto& g : optimizer.param_groups())
+    for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+  std::vector<std::string> out;
+  for (auto& [n, p] : model.named_parameters())
+    if (p.requires_grad() && !held.count(p.impl_ptr().get())) out.push_back(n);
+  return out;
+}
+}  // namespace
+
+void revise_missing_from_optimizer(Report& gate, nn::Module& model, const optim::Optimizer& optimizer) {
+  for (size_t i = 0; i < gate.findings().size(); ++i) {
+    Finding f = gate.findings()[i];
+    if (!f.fires() || !f.is("M10", Kind::MissingFromOptimizer)) continue;
+    const auto params = model.named_parameters();
+    const auto first =
+        std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == f.parameter; });
+    if (first == params.end() || !unheld_trainable(model, optimizer).empty()) continue;
+    bool now_held = false;
+    for (const auto& g : optimizer.param_groups())
+      for (const Tensor& p : g.params) now_held = now_held || p.impl_ptr() == first->second.impl_ptr();
+    if (!now_held) continue;
+    f.severity = Severity::Info;
+    f.title += " (at the start of the run; by its end the optimizer holds them: added during training)";
+    f.evidence.push_back({"trainable parameters outside the optimizer at the end of the run", 0.0, "0: added later"});
+    f.cause =
+        "layers kept out of the optimizer at first and added with add_param_group during the run (a backbone "
+        "unfrozen after a few epochs, gradual unfreezing): they change from the step they were added on";
+    f.fix =
+        "nothing, if the staging is meant; to skip computing their gradients while they wait, give them "
+        "requires_grad_(false) until they are added";
+    gate.replace(i, f);
+  }
 }
 
 }  // namespace gradsleuth::debug

@@ -266,6 +266,19 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       }
     }
   }
+  // More target values in the batch than the model has trainable parameters (a segmentation's
+  // pixels, a dense per-position target): no model of this size can memorise arbitrary targets on
+  // it; a loss that fell by half or more shows it learns what it can.
+  int64_t trainable = 0;
+  for (const Tensor& p : model.parameters())
+    if (p.requires_grad()) trainable += p.numel();
+  const bool dense = !ok && !frozen_limits && std::isfinite(last) && trainable > 0 && y.numel() > trainable &&
+                     first > 0 && last <= o.overfit_dense_fall * first;
+  if (dense) {
+    probes.push_back({"target values in the batch", static_cast<double>(y.numel()), "more than the next: info"});
+    probes.push_back({"trainable parameter values", static_cast<double>(trainable), ""});
+    probes.push_back({"final / initial loss", last / first, "<= " + fmt_num(o.overfit_dense_fall) + " with them"});
+  }
   const int64_t used = static_cast<int64_t>(losses.size());
   const std::string budget = "base budget " + std::to_string(base) + ", extended by " + std::to_string(window) +
                              " while the loss still falls > " + fmt_num(100 * o.overfit_extend_drop) +
@@ -288,6 +301,12 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
               " (loss " + fmt_num(first) + " -> " + fmt_num(last) +
               "), the whole model can: the frozen parameters limit the fit, as a frozen pretrained body does";
     f.fix = "none needed when the freeze is intended; unfreeze (or fine-tune at a lower lr) for a closer fit";
+  } else if (dense) {
+    f.severity = Severity::Info;
+    f.title = "does not overfit one batch of " + std::to_string(x.size(0)) + " (loss " + fmt_num(first) + " -> " +
+              fmt_num(last) + "), and no model of its size could: the batch holds " + std::to_string(y.numel()) +
+              " target values against " + std::to_string(trainable) + " trainable parameters";
+    f.fix = "none needed; for this test alone, a batch of a few examples fits in the model's capacity";
   } else if (ok) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +

@@ -543,6 +543,30 @@ std::vector<Finding> judge_weight_writes(const WeightWriteTracker::Summary& s, c
   return {f};
 }
 
+// ---- O6 weights that changed while the optimizer never stepped ----------------------------------
+
+std::vector<Finding> judge_updates_without_steps(int64_t optimizer_steps, int64_t training_losses,
+                                                 double relative_change, const OptimCheckOptions& o) {
+  if (optimizer_steps > 0 || training_losses < o.unwatched_min_losses || !(relative_change > o.unwatched_change))
+    return {};
+  Finding f = make("O6", Severity::Warning,
+                   "the weights moved by " + detail::pct(relative_change) + " over " + num(training_losses) +
+                       " training losses, but the optimizer given to the Session never stepped: another one "
+                       "updates the model");
+  f.kind = Kind::UpdatedOutsideOptimizer;
+  f.evidence = {
+      {"optimizer steps of the Session's optimizer", static_cast<double>(optimizer_steps), "0 and"},
+      {"training losses seen", static_cast<double>(training_losses), ">= " + num(o.unwatched_min_losses) + " and"},
+      {"|weights at the end - at the start| / |at the start|", relative_change,
+       "> " + fmt_num(o.unwatched_change) + " warns"}};
+  f.cause =
+      "an optimizer other than the one the Session watches: one built inside the loop (a new one each step "
+      "starts its momentum and Adam's moments from zero at every step, so SGD with momentum runs as plain "
+      "SGD and Adam's steps are lr x sign(gradient)), or a second model's optimizer over these parameters";
+  f.fix = "build the optimizer once, before the loop, and pass that one to the Session";
+  return {f};
+}
+
 // ---- O6 the adaptive optimizer's eps after the run --------------------------------------------
 
 std::vector<Finding> check_adaptive_epsilon(const optim::Optimizer& opt, const nn::Module& model, bool learned_slowly,

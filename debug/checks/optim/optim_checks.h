@@ -164,6 +164,12 @@ struct OptimCheckOptions {
   double writes_replaced_undone = 0.5;
   double writes_added = 0.05;
   double writes_along = 0.5;
+  // Weights that moved by more than unwatched_change (relative, over the whole model) from the
+  // Session's start to its end, over unwatched_min_losses training losses or more, while the
+  // optimizer given to the Session never stepped: another optimizer trains the model (one built
+  // inside the loop, which restarts its state at every step) (judge_updates_without_steps).
+  int64_t unwatched_min_losses = 2;
+  double unwatched_change = 1e-6;
   // An adaptive optimizer's eps against its second-moment estimate after the run (Adam, AdamW,
   // RMSprop): each weight's step is lr * m / (sqrt(v) + eps), so where eps is far above sqrt(v) the
   // step shrinks by sqrt(v) / (sqrt(v) + eps) and Adam becomes SGD with momentum at lr / eps. The

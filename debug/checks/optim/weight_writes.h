@@ -84,4 +84,10 @@ class WeightWriteTracker {
 // (weights-rewritten) or add a second update along it (weights-updated-twice).
 std::vector<Finding> judge_weight_writes(const WeightWriteTracker::Summary& s, const OptimCheckOptions& o);
 
+// O6 on a run whose weights changed by `relative_change` (|end - start| / |start| over every
+// parameter) over `training_losses` losses while the optimizer the Session watches took
+// `optimizer_steps` steps: none, with the weights moving, warns (kind updated-outside-optimizer).
+std::vector<Finding> judge_updates_without_steps(int64_t optimizer_steps, int64_t training_losses,
+                                                 double relative_change, const OptimCheckOptions& o);
+
 }  // namespace gradsleuth::debug
