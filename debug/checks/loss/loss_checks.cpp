@@ -503,10 +503,8 @@ void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, con
       confirm_one_final_bias(model, x, y, out, f, o);
 }
 
-void revise_output_init(Report& found, const Report& run, const std::vector<double>& step_losses) {
-  if (step_losses.size() < 10 || !run.ran("L9")) return;
-  for (const Finding& f : run.findings())
-    if (f.fires() && (f.is("L9", Kind::Undertrained) || f.is("L9", Kind::LrProbeTooLow))) return;
+void revise_output_init(Report& found, bool fit_judged, bool learned_slowly, const std::vector<double>& step_losses) {
+  if (step_losses.size() < 10 || !fit_judged || learned_slowly) return;
   const size_t tail = step_losses.size() / 10;
   double last = 0.0;
   for (size_t i = step_losses.size() - tail; i < step_losses.size(); ++i)
@@ -520,7 +518,7 @@ void revise_output_init(Report& found, const Report& run, const std::vector<doub
     if (!(std::isfinite(last) && first > 0 && last < past)) continue;
     f.severity = Severity::Info;
     f.title += "; the run went past it (its last steps' loss " + fmt_num(last) + ", below " + fmt_num(past) +
-               ") and L9 finds it fully trained";
+               ") and L9 finds it trained";
     f.evidence.push_back({"first loss / (1 + z^2)", past, ""});
     f.evidence.push_back({"mean loss over the last tenth of steps", last, "below the line above: info"});
     f.cause = "the first steps went to learning the targets' mean, and the run recovered them";

@@ -316,11 +316,13 @@ void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, 
                           bool probabilities = false, const LossCheckOptions& opts = {});
 
 // L4 at the end of a run, for a regression's output offset (an InitialOutputBiased warning among
-// `found` with a target std): the offset costs the first steps, which learn the targets' mean. When L9
-// judged the run (`run`: the whole run's findings) and found it neither undertrained nor short of its rate, and the
-// run's mean loss over its last tenth of steps fell below 1 / (1 + z^2) of its first (z: the offset in target stds; for
-// a squared error, below what predicting the targets' mean costs), the run went past the offset: info.
-void revise_output_init(Report& found, const Report& run, const std::vector<double>& step_losses);
+// `found` with a target std): the offset costs the first steps, which learn the targets' mean. When
+// L9 judged the run (`fit_judged`) and no finding of the run says it learned too slowly
+// (`learned_slowly`: L9 undertrained or its rate probe, a loss stuck, O6 too low, ...), and the run's
+// mean loss over its last tenth of steps fell below 1 / (1 + z^2) of its first (z: the offset in
+// target stds; for a squared error, below what predicting the targets' mean costs), the run went
+// past the offset: info.
+void revise_output_init(Report& found, bool fit_judged, bool learned_slowly, const std::vector<double>& step_losses);
 
 // L4's probe of a skewed start (an InitialOutputBiased warning among `start`, class or 0/1
 // targets): the forward again with the model's final bias (the last bias with one value per
