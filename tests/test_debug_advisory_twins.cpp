@@ -505,3 +505,75 @@ TEST_CASE("Monte Carlo dropout (20 passes of one input under no_grad) is info; o
   const debug::RunReport twice = dropout_eval(2);  // a batch's loss, then its accuracy: still an evaluation bug
   CHECK_MESSAGE(m2_fires(twice), twice.str(true));
 }
+
+namespace {
+
+// A zero-inflated Poisson's negative log-likelihood over outputs (B, 2) = (logit of the extra zeros,
+// log rate) against counts (B, 1), log y! included (a constant of the data).
+Tensor zip_nll(const Tensor& o, const Tensor& y) {
+  std::vector<float> lf;
+  for (float v : y.to_vector<float>()) lf.push_back(static_cast<float>(std::lgamma(static_cast<double>(v) + 1.0)));
+  const Tensor logfact = tensor(lf, y.shape());
+  const Tensor z = o.narrow(1, 0, 1), ll = o.narrow(1, 1, 1), lam = exp(ll);
+  const Tensor lpi = -softplus(-z), l1pi = -softplus(z);
+  const Tensor lp0 = logsumexp(cat({lpi, l1pi - lam}, 1), {1}, true);
+  const Tensor lpy = l1pi + y * ll - lam - logfact;
+  return -where(y == 0.0, lp0, lpy).mean();
+}
+
+}  // namespace
+
+TEST_CASE("M14 on a distribution head (zero-inflated Poisson counts): beating the best constant output passes") {
+  manual_seed(205);
+  Generator g(55);
+  std::mt19937 rng(55);
+  const Tensor x = randn({32, 6}, {}, &g);
+  const Tensor zl = -0.5 + 1.2 * x.narrow(1, 0, 1), ll = 1.0 + 0.5 * x.narrow(1, 1, 1);
+  const std::vector<float> pis = sigmoid(zl).to_vector<float>(), lams = exp(ll).to_vector<float>();
+  std::vector<float> ys(32);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (size_t i = 0; i < ys.size(); ++i) {
+    std::poisson_distribution<int> p(lams[i]);
+    ys[i] = u(rng) < pis[i] ? 0.0f : static_cast<float>(std::min(39, p(rng)));
+  }
+  const Tensor y = tensor(ys, {32, 1});
+  auto model = std::make_shared<dtest::Mlp>(6, 2);
+  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x, y, zip_nll);
+  REQUIRE(f.size() == 1);
+  CHECK_MESSAGE(!f[0].fires(), f[0].str());
+  const double constant = dtest::evidence(f[0], "the best constant output's loss (one output row for every example)");
+  REQUIRE(std::isfinite(constant));
+  CHECK(dtest::ev(f[0], "final loss") < constant);
+  // A model that ignores its inputs cannot beat the constant: M14 still warns.
+  struct Blind : nn::Module {
+    std::shared_ptr<dtest::Mlp> m = register_module("m", std::make_shared<dtest::Mlp>(6, 2));
+    Blind() : Module("Blind") {}
+    Tensor forward(const Tensor& in) override { return (*m)(zeros_like(in)); }
+  };
+  auto blind = std::make_shared<Blind>();
+  const std::vector<debug::Finding> b = debug::overfit_one_batch(*blind, x, y, zip_nll);
+  REQUIRE(b.size() == 1);
+  CHECK_MESSAGE(b[0].fires(), b[0].str());
+}
+
+TEST_CASE("D14 on a pairs dataset (each row two items' features, each item in several rows) counts distinct items") {
+  Generator g(14);
+  const Tensor items = randn({250, 10}, {}, &g);  // 200 training items, 50 validation items
+  auto pairs = [&](int64_t lo, int64_t n, int64_t rows, double shift) {
+    const Tensor a = randint(lo, lo + n, {rows}, kInt64, &g), b = randint(lo, lo + n, {rows}, kInt64, &g);
+    return cat({items.index_select(0, a), items.index_select(0, b)}, 1) + shift;
+  };
+  const Tensor xtr = pairs(0, 200, 1000, 0.0), xva = pairs(200, 50, 250, 0.0);
+  auto train = std::make_shared<nn::TensorDataset>(xtr, zeros({1000}));
+  auto val = std::make_shared<nn::TensorDataset>(xva, zeros({250}));
+  const std::vector<debug::Finding> same = debug::check_feature_drift(*train, *val);
+  CHECK_MESSAGE(same.empty(), dtest::all_text(same));
+  // Validation items shifted by half a standard deviation: warns all the same.
+  auto shifted = std::make_shared<nn::TensorDataset>(pairs(200, 50, 250, 0.5), zeros({250}));
+  const std::vector<debug::Finding> moved = debug::check_feature_drift(*train, *shifted);
+  double repeats = std::nan("");
+  for (const debug::Finding& f : moved)
+    if (std::isfinite(dtest::evidence(f, "rows per distinct value in train (repeated items count once)")))
+      repeats = dtest::evidence(f, "rows per distinct value in train (repeated items count once)");
+  CHECK_MESSAGE(repeats > 3.0, dtest::all_text(moved));
+}

@@ -261,10 +261,35 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
 // chi-square, and the original columns' largest shift and variance ratio.
 struct ColumnDrift {
   double chi = kNaN, z = kNaN;
+  double repeats_a = 1.0, repeats_b = 1.0;  // each split's rows per distinct value (repetition_factor)
   int64_t dof = 0, columns = 0;
   int64_t shift_column = -1, ratio_column = -1;
   double shift = 0.0, ratio = 1.0;  // the largest |standardised mean shift| (signed), the most extreme ratio
 };
+
+// How many rows share each value of a split's continuous columns, as the median over adjacent
+// pairs of columns that hold a fractional value of rows per distinct pair of values (1 below 1.5).
+// Rows built from a smaller set of items repeat them: a pairs dataset (a siamese or ranking task,
+// each row two items' features) puts each item in several rows, and those rows are no independent
+// draws. A pair of columns, not one, so that features rounded to a few levels do not count as
+// repeats.
+double repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
+  std::vector<double> per_pair;
+  for (size_t j = 0; j + 1 < D; ++j) {
+    bool fractional = false;
+    for (size_t i = 0; i < n && !fractional; ++i)
+      fractional = c[i * D + j] != std::floor(c[i * D + j]) && c[i * D + j + 1] != std::floor(c[i * D + j + 1]);
+    if (!fractional) continue;
+    std::set<std::pair<float, float>> distinct;
+    for (size_t i = 0; i < n; ++i) distinct.emplace(c[i * D + j], c[i * D + j + 1]);
+    per_pair.push_back(static_cast<double>(n) / static_cast<double>(distinct.size()));
+  }
+  if (per_pair.empty()) return 1.0;
+  std::nth_element(per_pair.begin(), per_pair.begin() + static_cast<std::ptrdiff_t>(per_pair.size() / 2),
+                   per_pair.end());
+  const double r = per_pair[per_pair.size() / 2];
+  return r >= 1.5 ? r : 1.0;
+}
 
 ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   ColumnDrift r;
@@ -370,7 +395,10 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
     return mo;
   };
   const Moments wa = whitened_moments(a.columns, na), wb = whitened_moments(b.columns, nb);
-  const double fa = static_cast<double>(na), fb = static_cast<double>(nb);
+  // Repeated rows carry the information of their distinct values only: the standard errors count those.
+  r.repeats_a = repetition_factor(a.columns, na, D);
+  r.repeats_b = repetition_factor(b.columns, nb, D);
+  const double fa = static_cast<double>(na) / r.repeats_a, fb = static_cast<double>(nb) / r.repeats_b;
   double chi = 0.0;
   for (size_t j = 0; j < D; ++j) {
     if (!keep[j]) continue;
@@ -412,16 +440,18 @@ std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitS
   f.shape = "x " + train.shape + " per example";
   const std::string ratio_rule =
       "outside [" + fmt_num(1.0 / opts.min_column_ratio) + ", " + fmt_num(opts.min_column_ratio) + "], or";
-  f.evidence = {{"columns compared (whitened by the pooled covariance)", static_cast<double>(c.columns), ""},
-                {"chi-square of their mean and variance differences", c.chi, ""},
-                {"degrees of freedom", static_cast<double>(c.dof), ""},
-                {"its z", c.z, ">= " + fmt_num(opts.min_column_drift_z) + " and"},
-                {"largest variance ratio, train / " + split + " (column " + num(c.ratio_column) + ")", c.ratio,
-                 ratio_rule},
-                {"largest mean shift in pooled standard deviations (column " + num(c.shift_column) + ")", c.shift,
-                 "|shift| >= " + fmt_num(opts.min_column_shift) + " warns"},
-                {"training rows compared", static_cast<double>(train.read()), ""},
-                {split + " rows compared", static_cast<double>(other.read()), ""}};
+  f.evidence = {
+      {"columns compared (whitened by the pooled covariance)", static_cast<double>(c.columns), ""},
+      {"chi-square of their mean and variance differences", c.chi, ""},
+      {"rows per distinct value in train (repeated items count once)", c.repeats_a, ""},
+      {"rows per distinct value in " + split, c.repeats_b, ""},
+      {"degrees of freedom", static_cast<double>(c.dof), ""},
+      {"its z", c.z, ">= " + fmt_num(opts.min_column_drift_z) + " and"},
+      {"largest variance ratio, train / " + split + " (column " + num(c.ratio_column) + ")", c.ratio, ratio_rule},
+      {"largest mean shift in pooled standard deviations (column " + num(c.shift_column) + ")", c.shift,
+       "|shift| >= " + fmt_num(opts.min_column_shift) + " warns"},
+      {"training rows compared", static_cast<double>(train.read()), ""},
+      {split + " rows compared", static_cast<double>(other.read()), ""}};
   f.cause = "the training inputs' columns follow another distribution than the " + split +
             " inputs': noise written into the stored rows of one split (every variance larger), a column "
             "scaled, shifted or filled differently in one split only, or a split made along a sorted order "
