@@ -9,6 +9,7 @@
 //   - a negative log-likelihood whose validation curve ends at a new best: no L1 "validation rises".
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -506,56 +507,6 @@ TEST_CASE("Monte Carlo dropout (20 passes of one input under no_grad) is info; o
   CHECK_MESSAGE(m2_fires(twice), twice.str(true));
 }
 
-namespace {
-
-// A zero-inflated Poisson's negative log-likelihood over outputs (B, 2) = (logit of the extra zeros,
-// log rate) against counts (B, 1), log y! included (a constant of the data).
-Tensor zip_nll(const Tensor& o, const Tensor& y) {
-  std::vector<float> lf;
-  for (float v : y.to_vector<float>()) lf.push_back(static_cast<float>(std::lgamma(static_cast<double>(v) + 1.0)));
-  const Tensor logfact = tensor(lf, y.shape());
-  const Tensor z = o.narrow(1, 0, 1), ll = o.narrow(1, 1, 1), lam = exp(ll);
-  const Tensor lpi = -softplus(-z), l1pi = -softplus(z);
-  const Tensor lp0 = logsumexp(cat({lpi, l1pi - lam}, 1), {1}, true);
-  const Tensor lpy = l1pi + y * ll - lam - logfact;
-  return -where(y == 0.0, lp0, lpy).mean();
-}
-
-}  // namespace
-
-TEST_CASE("M14 on a distribution head (zero-inflated Poisson counts): beating the best constant output passes") {
-  manual_seed(205);
-  Generator g(55);
-  std::mt19937 rng(55);
-  const Tensor x = randn({32, 6}, {}, &g);
-  const Tensor zl = -0.5 + 1.2 * x.narrow(1, 0, 1), ll = 1.0 + 0.5 * x.narrow(1, 1, 1);
-  const std::vector<float> pis = sigmoid(zl).to_vector<float>(), lams = exp(ll).to_vector<float>();
-  std::vector<float> ys(32);
-  std::uniform_real_distribution<double> u(0, 1);
-  for (size_t i = 0; i < ys.size(); ++i) {
-    std::poisson_distribution<int> p(lams[i]);
-    ys[i] = u(rng) < pis[i] ? 0.0f : static_cast<float>(std::min(39, p(rng)));
-  }
-  const Tensor y = tensor(ys, {32, 1});
-  auto model = std::make_shared<dtest::Mlp>(6, 2);
-  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x, y, zip_nll);
-  REQUIRE(f.size() == 1);
-  CHECK_MESSAGE(!f[0].fires(), f[0].str());
-  const double constant = dtest::evidence(f[0], "the best constant output's loss (one output row for every example)");
-  REQUIRE(std::isfinite(constant));
-  CHECK(dtest::ev(f[0], "final loss") < constant);
-  // A model that ignores its inputs cannot beat the constant: M14 still warns.
-  struct Blind : nn::Module {
-    std::shared_ptr<dtest::Mlp> m = register_module("m", std::make_shared<dtest::Mlp>(6, 2));
-    Blind() : Module("Blind") {}
-    Tensor forward(const Tensor& in) override { return (*m)(zeros_like(in)); }
-  };
-  auto blind = std::make_shared<Blind>();
-  const std::vector<debug::Finding> b = debug::overfit_one_batch(*blind, x, y, zip_nll);
-  REQUIRE(b.size() == 1);
-  CHECK_MESSAGE(b[0].fires(), b[0].str());
-}
-
 TEST_CASE("D14 on a pairs dataset (each row two items' features, each item in several rows) counts distinct items") {
   Generator g(14);
   const Tensor items = randn({250, 10}, {}, &g);  // 200 training items, 50 validation items
@@ -576,4 +527,52 @@ TEST_CASE("D14 on a pairs dataset (each row two items' features, each item in se
     if (std::isfinite(dtest::evidence(f, "rows per distinct value in train (repeated items count once)")))
       repeats = dtest::evidence(f, "rows per distinct value in train (repeated items count once)");
   CHECK_MESSAGE(repeats > 3.0, dtest::all_text(moved));
+}
+
+namespace {
+
+// A Gaussian NLL with a fixed sd of 0.05 on sin(x) from 40 rows: the validation loss ends near -1.4.
+// `noisy`: from epoch 27 on, noise growing each epoch is written into the weights, so the validation
+// loss climbs past 0 over the last epochs (a rise W3 must see although the best is below 0).
+debug::RunReport negative_nll_run(bool noisy) {
+  manual_seed(9);
+  Generator g(9);
+  const Tensor x = rand({240, 1}, {}, &g) * 6.0 - 3.0;
+  const Tensor y = sin(x) + 0.05 * randn({240, 1}, {}, &g);
+  const Split d = dtest::loaders(x.narrow(0, 0, 40), y.narrow(0, 0, 40), x.narrow(0, 40, 200), y.narrow(0, 40, 200));
+  auto model = std::make_shared<dtest::Regressor>(1, 128);
+  const debug::LossFunction nll = [](const Tensor& o, const Tensor& t) {
+    return (0.5 * square((o - t) / 0.05)).mean() + std::log(0.05) + 0.5 * std::log(2 * M_PI);
+  };
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::Session s(*model, nll, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 30; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = nll((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      s.step(l);
+      if (noisy && e >= 26) {
+        NoGradGuard ng;
+        for (Tensor& p : model->parameters()) p.add_(randn(p.shape(), {}, &g) * (0.01 * (e - 25)));
+      }
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("W3 on a negative log-likelihood: a validation loss that climbs from -1.4 past 0 is a rise") {
+  const debug::RunReport bug = negative_nll_run(true);
+  REQUIRE(!bug.history.epoch_val_loss.empty());
+  CHECK(*std::min_element(bug.history.epoch_val_loss.begin(), bug.history.epoch_val_loss.end()) < 0.0);
+  const debug::Finding* rose = first_of(bug, "W3", debug::Kind::ValidationRose);
+  REQUIRE_MESSAGE(rose != nullptr, bug.str(true));
+  CHECK(rose->fires());
+  const debug::RunReport clean = negative_nll_run(false);
+  const debug::Finding* quiet = first_of(clean, "W3", debug::Kind::ValidationRose);
+  CHECK_MESSAGE((quiet == nullptr || !quiet->fires()), clean.str(true));
 }

@@ -72,12 +72,6 @@ struct ModelCheckOptions {
   // segmentation's pixels: 4,608 per-pixel labels against 673 weights) cannot be memorised by any
   // model of that size: a loss that fell to this fraction of its first value or below is info.
   double overfit_dense_fall = 0.5;
-  // Outputs not shaped as the targets (a distribution's parameters per row) under a non-class loss:
-  // a final loss below the best constant output's (one output row trained for every example) by
-  // this fraction of max(|that loss|, 1) passes. On one batch of 32: a Gamma regression's NLL (log
-  // link, a learnable shape) 3.77 -> 1.71 against a constant's 2.25; a zero-inflated Poisson's 3.68
-  // -> 0.91 against 1.77.
-  double overfit_beat_constant = 0.1;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss

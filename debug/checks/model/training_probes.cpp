@@ -99,10 +99,7 @@ struct LossFloor {
 };
 // The least loss outputs trained freely (Adam on a leaf of the model's output shape) reach on the
 // batch; valid when they predict every class (class targets) or have the targets' shape.
-// `shared`: one output row for every example (the best constant prediction), for outputs that are
-// not shaped as the targets (the parameters of a distribution: a mean and a dispersion per row).
-LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss, bool classes,
-                     bool shared = false) {
+LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss, bool classes) {
   LossFloor fl;
   try {
     Tensor z;
@@ -115,16 +112,13 @@ LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const 
       model.eval();
       z = model(x).detach().to(kFloat32).contiguous().clone();
     }
-    if (shared && (classes || z.dim() < 1 || z.size(0) < 2 || z.shape() == y.shape())) return fl;
-    if (!classes && !shared && z.shape() != y.shape()) return fl;
-    const Shape full = z.shape();
-    if (shared) z = z.narrow(0, 0, 1).contiguous().clone();
+    if (!classes && z.shape() != y.shape()) return fl;
     z.requires_grad_(true);
     optim::Adam opt({z}, optim::AdamOptions(0.1));
     double best = std::numeric_limits<double>::infinity();
     for (int s = 0; s < 300; ++s) {
       opt.zero_grad();
-      Tensor l = loss(shared ? z.expand(full) : z, y);
+      Tensor l = loss(z, y);
       const double v = l.item<double>();
       if (!std::isfinite(v)) break;
       best = std::min(best, v);
@@ -237,22 +231,6 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       ok = last < fl.floor + o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
     }
   }
-  // Outputs that are not shaped as the targets (a distribution's parameters per row: a Gamma's mean
-  // and shape, a zero-inflated Poisson's two) under a likelihood whose floor depends on the data's
-  // own noise: no fixed loss line applies. The model fits the batch as far as this test asks where
-  // it beats the best constant output (one row of outputs for every example, trained on the batch)
-  // by overfit_beat_constant of that loss or more.
-  bool beat_constant = false;
-  if (!ok && !classes && std::isfinite(last)) {
-    const LossFloor shared = loss_floor(model, x, y, loss, classes, true);
-    if (shared.valid) {
-      const double margin = o.overfit_beat_constant * std::max(std::fabs(shared.floor), 1.0);
-      probes.push_back({"the best constant output's loss (one output row for every example)", shared.floor,
-                        "final loss below it by " + fmt_num(o.overfit_beat_constant) + " x max(|it|, 1) passes"});
-      beat_constant = last < shared.floor - margin;
-      ok = beat_constant;
-    }
-  }
   // Identical inputs with different labels in the batch (a next-token task whose context recurs):
   // no model gets them all right, and the loss keeps their labels' entropy.
   if (!ok && classes && std::isfinite(last)) {
@@ -333,10 +311,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
               fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
-    if (beat_constant)
-      f.title += ", below the best constant output's loss by " + fmt_num(o.overfit_beat_constant) +
-                 " of it or more: the outputs parametrise a distribution whose floor is the data's own noise";
-    else if (conflicted)
+    if (conflicted)
       f.title +=
           ", as far as any model can: identical inputs in it carry different labels (D12 says whether the "
           "data holds such conflicts)";
