@@ -120,8 +120,8 @@ struct RunEvent {
       1u << 11;  // after every hook is gone: checks that run the model again (a sample batch)
   static constexpr uint32_t Pause =
       1u << 12;  // the monitor probes the model with forwards that are not training statistics
-  static constexpr uint32_t Warning =
-      1u << 13;  // a core warning (check id, where, message) became a finding: the unit may word it
+  static constexpr uint32_t Warning = 1u << 13;  // a core warning (check id, where, message) became a finding: the unit
+                                                 // may word it, or hold it (clear its check) and add it later itself
   static constexpr uint32_t Trainer = 1u << 14;  // an optim::Trainer was attached (its epochs are passes over the data)
   static constexpr uint32_t Scaler = 1u << 15;   // an optim::GradScaler is watched (RunContext::scaler)
 };
