@@ -220,8 +220,7 @@ void Session::check_decay_at_end(RunReport& r) {
 // its pace.
 void Session::check_epsilon_at_end(RunReport& r) {
   if (r.steps < 1) return;
-  const bool slow = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
-                                [](const Finding& f) { return f.fires() && reports_slow_learning(f); });
+  const bool slow = learned_slowly(r.findings);
   Report found;
   guarded(found, "the end-of-run checks", "O6's eps rule", "O6", [&] {
     for (Finding& f : check_adaptive_epsilon(opt_, model_, slow, o_.monitor.optim)) found.add(std::move(f));

@@ -573,8 +573,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (o_.end_of_run) check_fit_at_end(r);
   if (o_.end_of_run) {  // L4's offset against L9's verdict
     const bool judged = r.findings.ran("L9");
-    const bool slow = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
-                                  [](const Finding& f) { return f.fires() && reports_slow_learning(f); });
+    const bool slow = learned_slowly(r.findings);
     revise_output_init(r.findings, judged, slow, r.history.step_losses);
     for (PhaseReport& p : r.phases) revise_output_init(p.findings, judged, slow, r.history.step_losses);
   }

@@ -1,5 +1,5 @@
-// Helpers shared by diagnose()'s files (internal to run/): the first rows of a dataset, a model's device,
-// the mean of a window of a loss history, a report's finding counts.
+// Helpers shared by diagnose()'s files (internal to run/): whether the run learned too slowly, the first
+// rows of a dataset, a model's device, the mean of a window of a loss history, a report's finding counts.
 #pragma once
 #include "debug/run/diagnose.h"
 
@@ -19,6 +19,12 @@ namespace gradsleuth::debug::run_detail {
 // The checks' NaN (checks/check_util.h): one entity, so that a unity batch that also sees
 // detail::kNaN through another file's using-declaration finds no ambiguity.
 using detail::kNaN;
+
+// Whether a finding of the run says it learned too slowly (the diagnosis's reports_slow_learning).
+inline bool learned_slowly(const Report& r) {
+  return std::any_of(r.findings().begin(), r.findings().end(),
+                     [](const Finding& f) { return f.fires() && reports_slow_learning(f); });
+}
 
 // The first n rows of a dataset (n <= 0 or beyond its size: all of them).
 inline nn::Batch first_rows(const nn::Dataset& d, int64_t n) {

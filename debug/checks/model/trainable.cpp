@@ -31,6 +31,16 @@ namespace gradsleuth::debug {
 using namespace model_detail;
 
 // ---- M10 -----------------------------------------------------------------------------------
+namespace {
+// The parameters some group of `optimizer` holds.
+std::set<const TensorImpl*> held_parameters(const optim::Optimizer& optimizer) {
+  std::set<const TensorImpl*> held;
+  for (const auto& g : optimizer.param_groups())
+    for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+  return held;
+}
+}  // namespace
+
 std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* optimizer) {
   std::vector<Finding> out;
   const auto params = model.named_parameters();
@@ -62,9 +72,7 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
   out.push_back(info);
 
   if (optimizer) {
-    std::set<const TensorImpl*> held;
-    for (const auto& g : optimizer->param_groups())
-      for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+    const std::set<const TensorImpl*> held = held_parameters(*optimizer);
     std::vector<std::string> frozen_held, missing;
     for (auto& [n, p] : params) {
       const bool in = held.count(p.impl_ptr().get()) > 0;
@@ -156,31 +164,19 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
   return out;
 }
 
-namespace {
-// The trainable parameters of `model` that no group of `optimizer` holds.
-std::vector<std::string> unheld_trainable(nn::Module& model, const optim::Optimizer& optimizer) {
-  std::set<const TensorImpl*> held;
-  for (const auto& g : optimizer.param_groups())
-    for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
-  std::vector<std::string> out;
-  for (auto& [n, p] : model.named_parameters())
-    if (p.requires_grad() && !held.count(p.impl_ptr().get())) out.push_back(n);
-  return out;
-}
-}  // namespace
-
 void revise_missing_from_optimizer(Report& gate, nn::Module& model, const optim::Optimizer& optimizer) {
   for (size_t i = 0; i < gate.findings().size(); ++i) {
     Finding f = gate.findings()[i];
     if (!f.fires() || !f.is("M10", Kind::MissingFromOptimizer)) continue;
+    // Held now: the finding's first parameter, and every trainable parameter of the model.
+    const std::set<const TensorImpl*> held = held_parameters(optimizer);
     const auto params = model.named_parameters();
     const auto first =
         std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == f.parameter; });
-    if (first == params.end() || !unheld_trainable(model, optimizer).empty()) continue;
-    bool now_held = false;
-    for (const auto& g : optimizer.param_groups())
-      for (const Tensor& p : g.params) now_held = now_held || p.impl_ptr() == first->second.impl_ptr();
-    if (!now_held) continue;
+    const bool all_held = std::none_of(params.begin(), params.end(), [&](const auto& np) {
+      return np.second.requires_grad() && !held.count(np.second.impl_ptr().get());
+    });
+    if (first == params.end() || !all_held || !held.count(first->second.impl_ptr().get())) continue;
     f.severity = Severity::Info;
     f.title += " (at the start of the run; by its end the optimizer holds them: added during training)";
     f.evidence.push_back({"trainable parameters outside the optimizer at the end of the run", 0.0, "0: added later"});
