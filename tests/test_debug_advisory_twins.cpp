@@ -576,3 +576,74 @@ TEST_CASE("W3 on a negative log-likelihood: a validation loss that climbs from -
   const debug::Finding* quiet = first_of(clean, "W3", debug::Kind::ValidationRose);
   CHECK_MESSAGE((quiet == nullptr || !quiet->fires()), clean.str(true));
 }
+
+namespace {
+
+// Cox's negative partial log-likelihood (Breslow, no ties) over each batch's risk sets: risk (B, 1)
+// against y (B, 2) = (time, event). Each event's term is taken against every row of the batch still
+// at risk, so the loss grows with the number of rows scored together.
+Tensor cox_nll(const Tensor& risk, const Tensor& y) {
+  const Tensor t = y.narrow(1, 0, 1), event = y.narrow(1, 1, 1);
+  const Tensor at_risk = (t.t() >= t).to(kFloat32);  // [i][j]: t_j >= t_i
+  const Tensor r = risk.reshape({-1, 1});
+  const Tensor lse = logsumexp(r.t() + log(at_risk + 1e-30), {1}, true);
+  return -(event * (r - lse)).sum() / (event.sum() + 1e-8);
+}
+
+// Survival times from a proportional-hazards model with right censoring; training in batches of 32,
+// validation on 400 rows in one batch.
+debug::RunReport cox_run(int64_t n_train, int epochs, int64_t hidden) {
+  manual_seed(25);
+  Generator g(25);
+  std::mt19937 rng(25);
+  const int64_t n = n_train + 400;
+  const Tensor x = randn({n, 8}, {}, &g);
+  const Tensor eta = 0.8 * x.narrow(1, 0, 1) - 0.6 * x.narrow(1, 1, 1) + 0.5 * tanh(2.0 * x.narrow(1, 2, 1));
+  const std::vector<float> e = eta.reshape({-1}).to_vector<float>();
+  std::vector<float> ys(static_cast<size_t>(2 * n));
+  std::exponential_distribution<double> event_time(1.0), censor_time(0.3);
+  for (size_t i = 0; i < e.size(); ++i) {
+    const double tt = event_time(rng) * std::exp(-e[i]), c = censor_time(rng);
+    ys[2 * i] = static_cast<float>(std::min(tt, c));
+    ys[2 * i + 1] = tt <= c ? 1.0f : 0.0f;
+  }
+  const Tensor y = tensor(ys, {n, 2});
+  const Split d = dtest::loaders(x.narrow(0, 0, n_train), y.narrow(0, 0, n_train), x.narrow(0, n_train, 400),
+                                 y.narrow(0, n_train, 400));
+  auto model = std::make_shared<dtest::Regressor>(8, hidden);
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-3));
+  const debug::LossFunction loss = cox_nll;
+  debug::Session s(*model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int ep = 0; ep < epochs; ++ep) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = cox_nll((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      s.step(l);
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("L7 on a Cox partial likelihood validated in one batch of 400: the batch's size is the gap, not memorising") {
+  const debug::RunReport healthy = cox_run(1600, 12, 64);
+  const debug::Finding* l7 = first_of(healthy, "L7", debug::Kind::Overfitting);
+  REQUIRE_MESSAGE(l7 != nullptr, healthy.str(true));  // the epochs' gap alone says overfitting
+  CHECK_MESSAGE(!l7->fires(), l7->str());
+  const double rebatched = dtest::evidence(*l7, "validation loss in batches of 32");
+  const double own = dtest::evidence(*l7, "validation loss in its batches of 400");
+  REQUIRE(std::isfinite(rebatched));
+  CHECK(own - rebatched > 1.0);  // log(400 / 32) = 2.5 at chance
+  expect_clean(healthy);
+
+  // 64 training rows memorised by a wide model: at the training batch's size too, validation is far
+  // above training.
+  const debug::RunReport memorised = cox_run(64, 150, 256);
+  const debug::Finding* over = first_of(memorised, "L7", debug::Kind::Overfitting);
+  REQUIRE_MESSAGE(over != nullptr, memorised.str(true));
+  CHECK_MESSAGE(over->fires(), over->str());
+}

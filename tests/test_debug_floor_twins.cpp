@@ -3,11 +3,16 @@
 // term, a sample drawn in every training forward), whose loss has a floor of its own, against the same
 // model with a sigmoid on its reconstruction of data that spans +-3 (it cannot fit); and a siamese
 // network trained on the distance between two embeddings, whose last bias cancels in e1 - e2; and
-// mixup, whose loss module is called twice a step.
+// mixup, whose loss module is called twice a step; and M14 on heads that parametrise a distribution
+// per row (a zero-inflated Poisson, a Gamma with a learned shape) against the same heads blind to
+// their inputs, and a hand-written MSE that broadcasts its operands.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include <gradsleuth.h>
 
@@ -177,4 +182,125 @@ TEST_CASE("mixup with two targets: the step's loss is the weighted objective, an
   for (size_t i = 0; i < objective.size(); ++i)
     CHECK(r.history.step_losses[i] == doctest::Approx(objective[i]).epsilon(1e-5));
   expect_clean(r);
+}
+
+namespace {
+
+// A zero-inflated Poisson's negative log-likelihood over outputs (B, 2) = (logit of the extra zeros,
+// log rate) against counts (B, 1), log y! included (a constant of the data).
+Tensor zip_nll(const Tensor& o, const Tensor& y) {
+  std::vector<float> lf;
+  for (float v : y.to(kFloat32).to_vector<float>())
+    lf.push_back(static_cast<float>(std::lgamma(static_cast<double>(v) + 1.0)));
+  const Tensor logfact = tensor(lf, y.shape());
+  const Tensor z = o.narrow(1, 0, 1), ll = o.narrow(1, 1, 1), lam = exp(ll);
+  const Tensor lpi = -softplus(-z), l1pi = -softplus(z);
+  const Tensor lp0 = logsumexp(cat({lpi, l1pi - lam}, 1), {1}, true);
+  const Tensor lpy = l1pi + y * ll - lam - logfact;
+  return -where(y == 0.0, lp0, lpy).mean();
+}
+
+// log Gamma(k) for k > 0 by Stirling's series after a shift of 6, as a user writes it from ops.
+Tensor log_gamma(const Tensor& k) {
+  const Tensor z = k + 6.0;
+  const Tensor lz = (z - 0.5) * log(z) - z + 0.5 * std::log(2 * M_PI) + 1.0 / (12.0 * z);
+  return lz - log(k) - log(k + 1.0) - log(k + 2.0) - log(k + 3.0) - log(k + 4.0) - log(k + 5.0);
+}
+
+// A Gamma regression's negative log-likelihood: outputs (B, 2) = (log mean, log shape) against
+// positive targets (B, 1).
+Tensor gamma_nll(const Tensor& o, const Tensor& y) {
+  const Tensor lmu = o.narrow(1, 0, 1), k = exp(o.narrow(1, 1, 1));
+  return (log_gamma(k) - k * (log(k) - lmu) - (k - 1.0) * log(y) + k * y * exp(-lmu)).mean();
+}
+
+// The same MLP fed zeros instead of its inputs: it can only learn one output row for the batch.
+struct Blind : nn::Module {
+  std::shared_ptr<dtest::Mlp> m = register_module("m", std::make_shared<dtest::Mlp>(6, 2));
+  Blind() : Module("Blind") {}
+  Tensor forward(const Tensor& in) override { return (*m)(zeros_like(in)); }
+};
+
+// A Gamma regression's head: the log mean from an MLP, one learned log shape for every row (as a
+// GLM's dispersion); `blind` feeds the MLP zeros instead of its inputs.
+struct GammaHead : nn::Module {
+  std::shared_ptr<dtest::Mlp> m = register_module("m", std::make_shared<dtest::Mlp>(6, 1));
+  Tensor log_k = register_parameter("log_k", zeros({1}));
+  bool blind;
+  explicit GammaHead(bool blind_to_inputs = false) : Module("GammaHead"), blind(blind_to_inputs) {}
+  Tensor forward(const Tensor& in) override {
+    return cat({(*m)(blind ? zeros_like(in) : in), log_k.reshape({1, 1}).expand({in.size(0), 1})}, 1);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("M14 on a zero-inflated Poisson head: judged against its loss's floor; a model blind to its inputs warns") {
+  manual_seed(205);
+  Generator g(55);
+  std::mt19937 rng(55);
+  const Tensor x = randn({32, 6}, {}, &g);
+  const Tensor zl = -0.5 + 1.2 * x.narrow(1, 0, 1), ll = 1.0 + 0.5 * x.narrow(1, 1, 1);
+  const std::vector<float> pis = sigmoid(zl).to_vector<float>(), lams = exp(ll).to_vector<float>();
+  std::vector<float> ys(32);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (size_t i = 0; i < ys.size(); ++i) {
+    std::poisson_distribution<int> p(lams[i]);
+    ys[i] = u(rng) < pis[i] ? 0.0f : static_cast<float>(std::min(39, p(rng)));
+  }
+  const Tensor y = tensor(ys, {32, 1});
+  auto model = std::make_shared<dtest::Mlp>(6, 2);
+  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x, y, zip_nll);
+  REQUIRE(f.size() == 1);
+  CHECK_MESSAGE(!f[0].fires(), f[0].str());
+  const double floor = dtest::evidence(f[0], "the loss's floor (free outputs trained on the batch)");
+  REQUIRE(std::isfinite(floor));
+  CHECK(floor > 0.05);  // a count's probability stays below 1
+  CHECK(dtest::ev(f[0], "final loss") < floor + 0.05);
+
+  auto blind = std::make_shared<Blind>();
+  const std::vector<debug::Finding> b = debug::overfit_one_batch(*blind, x, y, zip_nll);
+  REQUIRE(b.size() == 1);
+  CHECK_MESSAGE(b[0].fires(), b[0].str());
+}
+
+TEST_CASE("M14 on a Gamma regression with a learned shape: no floor, so the best constant output is the bar") {
+  manual_seed(204);
+  Generator g(44);
+  std::mt19937 rng(44);
+  const Tensor x = randn({32, 6}, {}, &g);
+  const std::vector<float> mus = exp(1.0 + 0.6 * x.narrow(1, 0, 1)).to_vector<float>();
+  std::vector<float> ys;
+  for (float mu : mus) ys.push_back(static_cast<float>(std::gamma_distribution<double>(3.0, mu / 3.0)(rng)));
+  const Tensor y = tensor(ys, {32, 1});
+  auto model = std::make_shared<GammaHead>();
+  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x, y, gamma_nll);
+  REQUIRE(f.size() == 1);
+  CHECK_MESSAGE(!f[0].fires(), f[0].str());
+  CHECK(dtest::ev(f[0], "final loss") > 0.05);  // one shape for all rows keeps the loss up
+  const double constant = dtest::evidence(f[0], "the best constant output's loss (one output row for every example)");
+  REQUIRE(std::isfinite(constant));
+  CHECK(dtest::ev(f[0], "final loss") < constant - 0.1 * std::max(1.0, std::fabs(constant)));
+
+  auto blind = std::make_shared<GammaHead>(true);
+  const std::vector<debug::Finding> b = debug::overfit_one_batch(*blind, x, y, gamma_nll);
+  REQUIRE(b.size() == 1);
+  CHECK_MESSAGE(b[0].fires(), b[0].str());
+}
+
+TEST_CASE("M14 on a hand-written MSE that broadcasts (B, 1) outputs against (B) targets: no floor, it warns") {
+  manual_seed(7);
+  Generator g(7);
+  const Tensor x = randn({32, 6}, {}, &g);
+  const Tensor y = x.narrow(1, 0, 1).squeeze(1) * 2.0 + 0.1 * randn({32}, {}, &g);
+  struct One : nn::Module {
+    std::shared_ptr<dtest::Mlp> m = register_module("m", std::make_shared<dtest::Mlp>(6, 1));
+    One() : Module("One") {}
+    Tensor forward(const Tensor& in) override { return (*m)(in); }
+  };
+  auto model = std::make_shared<One>();
+  const debug::LossFunction mse = [](const Tensor& o, const Tensor& t) { return square(o - t).mean(); };
+  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x, y, mse);
+  REQUIRE(f.size() == 1);
+  CHECK_MESSAGE(f[0].fires(), f[0].str());
 }

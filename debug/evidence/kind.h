@@ -38,6 +38,7 @@ namespace gradsleuth::debug {
   /* L3 the BCE input: logits, or probabilities rounded to 16 bits */                                 \
   X(BceLogits, "bce-logits", "L3")                                                                    \
   X(BceRounded16, "bce-rounded-16bit", "L3")                                                          \
+  X(BceSquashedTwice, "bce-squashed-twice", "L3")                                                     \
   X(BceTargetRange, "bce-target-range", "L3")                                                         \
   /* L4 the initial loss, and the untrained model's mean output */                                    \
   X(InitialLoss, "initial-loss", "L4")                                                                \
@@ -46,6 +47,7 @@ namespace gradsleuth::debug {
   X(ReductionSum, "reduction-sum", "L6")                                                              \
   X(MeanDividedAgain, "mean-divided-again", "L6")                                                     \
   X(LossNegated, "loss-negated", "L6")                                                                \
+  X(RowsCancel, "rows-cancel", "L6")                                                                  \
   /* L7 fitting */                                                                                    \
   X(Underfitting, "underfitting", "L7")                                                               \
   X(Overfitting, "overfitting", "L7")                                                                 \
@@ -71,6 +73,10 @@ namespace gradsleuth::debug {
   X(BatchMixing, "batch-mixing", "M6")                                                                \
   X(InputUnreached, "input-unreached", "M6")                                                          \
   X(OutputIgnoresInput, "output-ignores-input", "M6")                                                 \
+  /* M14 overfit one batch */                                                                         \
+  X(LossBlindToLabels, "loss-blind-to-labels", "M14")                                                 \
+  /* M15 input-independent baseline */                                                                \
+  X(TargetsUnread, "targets-unread", "M15")                                                           \
   /* M7 dead units */                                                                                 \
   X(DeadUnits, "dead-units", "M7")                                                                    \
   X(DiedInTraining, "died-in-training", "M7")                                                         \

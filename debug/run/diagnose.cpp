@@ -173,8 +173,8 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
             GateOptions go = o_.gate_options;
             if (loss_module_ && go.loss_type.empty()) go.loss_type = loss_module_->type_name();
             if (loss_module_) go.loss_summed = loss_module_->reduction() == nn::Reduction::Sum;
-            gate_phase_.findings.merge(
-                pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go, &zero_by_construction_));
+            gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go, &zero_by_construction_,
+                                                     &zero_until_first_step_));
           });
   // D5 with what the model's first layer receives: a model may scale raw inputs itself.
   guarded(data_phase_.findings, "the data checks", "first-layer input", "D5's second look",
@@ -213,6 +213,9 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
       r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model));
       r.note_ran("M15");
     });
+    // The labels' findings, where the loss does not read the targets (M15).
+    guarded(data_phase_.findings, "the data checks", "the targets the loss reads", "D3, D9, D15",
+            [&] { revise_unread_targets(data_phase_.findings, gate_phase_.findings); });
   }
   if (o_.make_model && data_.train) {
     say("capacity check");
@@ -239,6 +242,7 @@ void Session::start_monitor() {
   // The gate's redundant biases: zero gradients the run need not judge again (a run check can probe
   // them itself only with a loss module).
   for (const std::string& p : zero_by_construction_) mo.optim.zero_grad_by_construction.push_back(p);
+  for (const std::string& p : zero_until_first_step_) mo.optim.zero_until_first_step.push_back(p);
   if (data_.train) mo.loader_batches = data_.train->num_batches();  // D8 over the run
   if (data_.train) mo.train_dataset = &data_.train->dataset();      // D4 over the run
   if (data_.val) mo.val_dataset = &data_.val->dataset();            // D13 over the run

@@ -288,6 +288,7 @@ class Session {
   // The model and optimizer before training, for the learning-rate probe.
   std::vector<Tensor> initial_params_, initial_buffers_;
   std::vector<std::string> zero_by_construction_;  // the gate's redundant biases (pretrain_gate)
+  std::vector<std::string> zero_until_first_step_;  // held back by a zero-initialised layer (pretrain_gate)
   std::shared_ptr<const SplitSample> train_rows_;  // the training rows the data checks read (D14 after training)
   std::map<std::string, Tensor> initial_opt_state_;
   std::vector<double> initial_lrs_;  // each group's

@@ -4,7 +4,9 @@
 // trained on from its end with its own schedule replayed.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "core/ops.h"
@@ -13,6 +15,7 @@
 #include "debug/checks/loss/loss_checks.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
+#include "optim/adam.h"
 
 namespace gradsleuth::debug {
 using namespace run_detail;
@@ -131,6 +134,88 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
   if (counted > 0) s.accuracy = right / counted;
   if (static_cast<int64_t>(s.row_losses.size()) != s.examples) s.row_losses.clear();
   return s;
+}
+
+// The mean loss of the rows of up to max_batches batches of `loader`, scored again in whole batches
+// of `size` rows (eval mode, no gradients); NaN when they fill none.
+double loss_in_batches_of(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t size,
+                          int64_t max_batches) {
+  NoGradGuard ng;
+  const bool was = model.is_training();
+  model.eval();
+  const Device d = model_device(model);
+  std::vector<Tensor> xs, ys;
+  const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
+  for (int64_t i = 0; i < nb; ++i) {
+    const nn::Batch b = loader.batch(0, i);
+    xs.push_back(b.x);
+    ys.push_back(b.y);
+  }
+  double sum = 0.0;
+  int64_t rows = 0;
+  if (!xs.empty() && size > 0) {
+    const Tensor x = cat(xs, 0), y = cat(ys, 0);
+    for (int64_t start = 0; start + size <= x.size(0); start += size) {
+      const Tensor l = loss(model(x.narrow(0, start, size).to(d)), y.narrow(0, start, size).to(d));
+      if (l.numel() != 1) break;
+      sum += l.item<double>() * static_cast<double>(size);
+      rows += size;
+    }
+  }
+  model.train(was);
+  return rows > 0 ? sum / static_cast<double>(rows) : std::nan("");
+}
+
+// The trained model against the best constant output on up to max_batches batches of held-out rows:
+// each example's loss scored alone under the model, and under one output row trained on those rows
+// themselves (Adam at 0.1, 300 steps, from the model's mean output), which favours the constant. Empty where the loss
+// is not the mean of its rows' losses (a loss over the batch as a whole) or a step fails.
+ConstantComparison against_constant(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss,
+                                    int64_t max_batches) {
+  ConstantComparison c;
+  try {
+    const bool was = model.is_training();
+    model.eval();
+    std::vector<Tensor> xs, ys;
+    const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
+    for (int64_t i = 0; i < nb; ++i) {
+      const nn::Batch b = loader.batch(0, i);
+      xs.push_back(b.x);
+      ys.push_back(b.y);
+    }
+    Tensor out, y;
+    {
+      NoGradGuard ng;
+      const Device d = model_device(model);
+      y = cat(ys, 0).to(d);
+      out = model(cat(xs, 0).to(d)).detach();
+    }
+    model.train(was);
+    const int64_t n = out.dim() >= 1 ? out.size(0) : 0;
+    if (n < 8 || y.dim() < 1 || y.size(0) != n || !out.is_floating_point()) return c;
+    Tensor row = out.mean({0}, true).to(kFloat32).detach().clone().requires_grad_(true);
+    optim::Adam opt({row}, optim::AdamOptions(0.1));
+    for (int s = 0; s < 300; ++s) {
+      opt.zero_grad();
+      Tensor l = loss(row.expand(out.shape()), y);
+      if (!std::isfinite(l.item<double>())) return c;
+      l.backward();
+      opt.step();
+    }
+    NoGradGuard ng;
+    const Tensor constant = row.detach().expand(out.shape());
+    double sum = 0.0;
+    for (int64_t k = 0; k < n; ++k) {
+      c.model_rows.push_back(loss(out.narrow(0, k, 1), y.narrow(0, k, 1)).item<double>());
+      c.constant_rows.push_back(loss(constant.narrow(0, k, 1), y.narrow(0, k, 1)).item<double>());
+      sum += c.model_rows.back();
+    }
+    const double whole = loss(out, y).item<double>();
+    if (!(std::fabs(sum / static_cast<double>(n) - whole) <= 1e-3 * std::max(1.0, std::fabs(whole)))) c = {};
+  } catch (const std::exception&) {
+    c = {};
+  }
+  return c;
 }
 
 // A fixed share of n rows, drawn without replacement (the same rows on every call).
@@ -343,7 +428,43 @@ void Session::check_fit_at_end(RunReport& r) {
     for (PhaseReport& p : r.phases)
       revise_validation_too_good(p.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     revise_overfitting(r.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
+    {
+      std::vector<Finding> cancel = check_rows_cancel(tr.loss, tr.row_losses, "training", o_.monitor.loss);
+      if (cancel.empty()) cancel = check_rows_cancel(va.loss, va.row_losses, "validation", o_.monitor.loss);
+      for (Finding& f : cancel) found.add(std::move(f));
+    }
+    // L1's "stuck" against the best constant output on the validation rows (asked only where it fires).
+    {
+      std::optional<ConstantComparison> measured;
+      const auto compare = [&] {
+        if (!measured) measured = against_constant(model_, *data_.val, loss_, o_.dead_pass_batches);
+        return *measured;
+      };
+      revise_loss_stuck(r.findings, compare, o_.monitor.loss);
+      for (PhaseReport& p : r.phases) revise_loss_stuck(p.findings, compare, o_.monitor.loss);
+    }
+    found.note_ran("L6");
     for (PhaseReport& p : r.phases) revise_overfitting(p.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
+    // A loss over the batch as a whole grows with the batch's size: L7's gap with the validation
+    // split scored in batches of the training size (asked only where L7 says overfitting).
+    {
+      const int64_t tb = data_.train->options().batch_size_;
+      const int64_t vb = std::min<int64_t>(data_.val->options().batch_size_, data_.val->dataset().size());
+      double rebatched = std::nan("");
+      const auto at_train_batch = [&] {
+        if (std::isnan(rebatched)) {
+          try {
+            rebatched = loss_in_batches_of(model_, *data_.val, loss_, tb, o_.dead_pass_batches);
+          } catch (const std::exception&) {
+            rebatched = std::numeric_limits<double>::infinity();
+          }
+        }
+        return rebatched;
+      };
+      revise_overfitting_by_batch_size(r.findings, tr.loss, va.loss, tb, vb, at_train_batch, o_.monitor.loss);
+      for (PhaseReport& p : r.phases)
+        revise_overfitting_by_batch_size(p.findings, tr.loss, va.loss, tb, vb, at_train_batch, o_.monitor.loss);
+    }
     // The run's own first and last tenth of steps.
     const auto& sl = r.history.step_losses;
     m.run_steps = static_cast<int64_t>(sl.size());

@@ -87,7 +87,7 @@ Finding phase_failure(const std::exception& e, const std::string& who, const std
 
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                      const optim::Optimizer* optimizer, const GateOptions& o,
-                     std::vector<std::string>* zero_by_construction) {
+                     std::vector<std::string>* zero_by_construction, std::vector<std::string>* zero_until_first_step) {
   Report r;
   gate_phase(r, "device, parameter and input checks", "M11, M10, D1, D2", [&] {
     r.add(check_devices_dtypes(model, x, true));  // M11
@@ -224,6 +224,8 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
           // Zero gradients behind a layer initialised to zero on purpose last until its first step.
           if (std::any_of(found.begin(), found.end(), [](const Finding& f) { return f.fires(); }))
             zero_init = probe_zero_initialised(model, x, y, loss, oo.vanishing_grad_norm);
+          if (zero_until_first_step)
+            for (const std::string& p : zero_init.held_back) zero_until_first_step->push_back(p);
           soften_zero_init_findings(found, zero_init);
           // A parameter the training forward skips may be one the model uses in eval mode only.
           std::vector<std::string> unreached;

@@ -51,9 +51,12 @@ struct GateOptions {
 // (a loss that rejects its target skips L4, O1, M5, L6 and M14, not M6 and M13).
 // `zero_by_construction`, when given, receives the parameters whose gradient the gate found zero by
 // construction (redundant biases): the training monitor then leaves them to that finding (O1, M25).
+// `zero_until_first_step`, when given, receives those whose gradient is zero only because a layer
+// after them starts at zero (a zero-initialised head): the monitor's first step sees the same.
 Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                      const optim::Optimizer* optimizer = nullptr, const GateOptions& o = {},
-                     std::vector<std::string>* zero_by_construction = nullptr);
+                     std::vector<std::string>* zero_by_construction = nullptr,
+                     std::vector<std::string>* zero_until_first_step = nullptr);
 
 // The gate's loss probes (L4, L6, M3, M5, M14, M15, M16 and O1's gradients) train and judge
 // loss(model(x), y). After the run they are judged again with what the loop's loss module took

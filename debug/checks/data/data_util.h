@@ -240,4 +240,7 @@ double chi_square_z(double x, double k);
 std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts);
 
+// D9 on float targets of one-hot rows (debug/checks/data/label_encoding.cpp): rows of 0s and 1s, most
+// with one 1, some with none (an encoding with fewer columns than classes). Empty when nothing to say.
+std::vector<Finding> empty_one_hot_rows(const Tensor& y);
 }  // namespace gradsleuth::debug::data_detail

@@ -21,6 +21,38 @@ using namespace data_detail;
 
 // ---- D9 label encoding -------------------------------------------------------------------------
 
+std::vector<Finding> data_detail::empty_one_hot_rows(const Tensor& y) {
+  if (!y.defined() || !y.is_floating_point() || y.dim() != 2 || y.size(1) < 2 || y.size(0) < 2) return {};
+  const std::vector<double> v = doubles(y);
+  const int64_t n = y.size(0), C = y.size(1);
+  int64_t one = 0, none = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double a = v[static_cast<size_t>(r * C + c)];
+      if (a != 0.0 && a != 1.0) return {};  // soft targets (label smoothing, mixup): not one-hot rows
+      sum += a;
+    }
+    one += sum == 1.0 ? 1 : 0;
+    none += sum == 0.0 ? 1 : 0;
+  }
+  // Multi-label targets (several 1s in a row) may be empty by design: only a one-hot encoding is judged.
+  if (none == 0 || one + none != n || 2 * one < n) return {};
+  Finding f = make("D9", Severity::Warning,
+                   num(none) + " of " + num(n) + " one-hot target rows " + shape_str(y.shape()) +
+                       " are all zero: they encode no class");
+  f.shape = y.str();
+  f.evidence = {{"target rows with no 1", static_cast<double>(none), "any warns, where the others have one 1"},
+                {"target rows with one 1", static_cast<double>(one), ""},
+                {"columns", static_cast<double>(C), ""}};
+  f.cause =
+      "the one-hot encoding has fewer columns than there are classes (num_classes taken as the largest "
+      "label, not the largest label + 1, or a class missing from the vocabulary): the rows of the classes "
+      "left out give a soft-target loss nothing to learn, and the model cannot predict them";
+  f.fix = "encode with num_classes = the number of classes (max label + 1), and size the output layer to match";
+  return {f};
+}
+
 std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts) {
   GS_CHECK(y.defined(), "check_label_encoding", "needs a defined label tensor");
   std::vector<Finding> out;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -16,6 +17,7 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -150,6 +152,62 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
     return {f};
   }
   return {};
+}
+
+// ---- D7 over the run: class targets that are the model's input ---------------------------------
+namespace {
+// On the sampled steps, class targets shaped as the model's integer input (token ids, (B, T)) compared
+// position by position with it (targets equal to ignore_index left out): a next-token target that was
+// not shifted is the input itself at every position, where a language model's is the input one step
+// later (target[t] = input[t + 1]).
+class TargetCopyRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "D7"; }
+  uint32_t events() const override { return RunEvent::LossInput | RunEvent::Finish; }
+  void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (!c.sampled() || !c.x.defined() || !target.defined() || c.x.dtype() != kInt64 || target.dtype() != kInt64 ||
+        c.x.shape() != target.shape() || target.dim() < 2 || target.numel() == 0 || input.dim() < 2)
+      return;
+    NoGradGuard ng;
+    const std::vector<int64_t> x = c.x.detach().to(kCPU).contiguous().to_vector<int64_t>();
+    const std::vector<int64_t> t = target.detach().to(kCPU).contiguous().to_vector<int64_t>();
+    const bool masks = loss_type::cross_entropy(l) || loss_type::nll(l);
+    const int64_t ignored = masks ? loss_type::ignore_index(l) : std::numeric_limits<int64_t>::min();
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] == ignored) continue;
+      ++counted_;
+      equal_ += t[i] == x[i] ? 1 : 0;
+      tokens_.insert(t[i]);
+    }
+    ++steps_;
+    c.note_ran("D7");
+  }
+  void finish(RunContext& c) override {
+    if (steps_ < 3 || counted_ == 0 || equal_ != counted_ || tokens_.size() < 2) return;
+    Finding f = make("D7", Severity::Warning,
+                     "every class target equals the model's input at its position (" + num(counted_) +
+                         " positions over " + num(steps_) + " sampled steps): the targets are the inputs");
+    f.kind = Kind::TargetLeakage;
+    f.evidence = {
+        {"target positions equal to the input at the same position", static_cast<double>(equal_), "all of them warns"},
+        {"target positions compared (ignore_index left out)", static_cast<double>(counted_), ""},
+        {"distinct target values", static_cast<double>(tokens_.size()), ">= 2"}};
+    f.cause =
+        "the targets were cut from the sequence at the same positions as the inputs: a next-token target "
+        "not shifted (targets = x[:, :T] where x[:, 1:T + 1] was meant), so the model learns to copy the "
+        "token it is given and predicts nothing";
+    f.fix = "shift the targets one step: inputs = tokens[:, :-1], targets = tokens[:, 1:]";
+    c.add(f);
+  }
+
+ private:
+  int64_t steps_ = 0, counted_ = 0, equal_ = 0;
+  std::set<int64_t> tokens_;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_target_copy_run_check(const MonitorOptions&) {
+  return std::make_unique<TargetCopyRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

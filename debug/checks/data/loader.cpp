@@ -59,6 +59,8 @@ std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_clas
   add(check_normalisation(X, opts));
   add(diversity(batches, loader, opts));
   if (classes) add(check_label_encoding(Y, num_classes, opts));
+  else
+    add(empty_one_hot_rows(Y));
   return out;
 }
 

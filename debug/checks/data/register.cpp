@@ -9,6 +9,7 @@ std::unique_ptr<RunCheck> make_label_shape_run_check(const MonitorOptions& o);  
 std::unique_ptr<RunCheck> make_repeated_batch_run_check(const MonitorOptions& o);  // D8, shuffling.cpp
 std::unique_ptr<RunCheck> make_loop_alignment_run_check(const MonitorOptions& o);  // D4, alignment.cpp
 std::unique_ptr<RunCheck> make_held_out_run_check(const MonitorOptions& o);        // D13, splits.cpp
+std::unique_ptr<RunCheck> make_target_copy_run_check(const MonitorOptions& o);     // D7, leakage.cpp
 
 void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_row_range_run_check(o));
@@ -16,6 +17,7 @@ void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_repeated_batch_run_check(o));
   list.push_back(make_loop_alignment_run_check(o));
   list.push_back(make_held_out_run_check(o));
+  list.push_back(make_target_copy_run_check(o));
 }
 
 }  // namespace gradsleuth::debug

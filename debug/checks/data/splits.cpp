@@ -223,13 +223,22 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   const double train_dup =
       train.read() > 0 ? static_cast<double>(train_repeats) / static_cast<double>(train.read()) : 0;
   const bool discrete = train.integral_inputs && other.integral_inputs && train_dup >= opts.discrete_duplicate_fraction;
-  const bool fires = frac > opts.max_mix_fraction && !discrete;
+  // Whole-number inputs from a finite set also collide by chance where they repeat less: a held-out row
+  // meets some training row about twice as often as a training row meets an earlier one (n / K against
+  // n / 2K on average, for K equally likely inputs). An overlap within 3 standard errors of that is the
+  // draw, not a split that leaked.
+  const double expected = 2.0 * train_dup * static_cast<double>(other.read());
+  const bool by_chance = train.integral_inputs && other.integral_inputs && train_repeats > 0 &&
+                         static_cast<double>(mixed) <= expected + 3.0 * std::sqrt(expected);
+  const bool fires = frac > opts.max_mix_fraction && !discrete && !by_chance;
   Finding f = make("D13", fires ? Severity::Warning : Severity::Info,
                    num(mixed) + " of " + num(other.read()) + " " + split + " rows (" + pct(frac) +
                        ") are also training rows: the same input is in both splits" +
                        (discrete ? " (inputs from a small discrete set: " + pct(train_dup) +
                                        " of the training rows repeat one another's too)"
-                                 : std::string()) +
+                        : by_chance ? " (as often as whole-number inputs that repeat within train at " +
+                                          pct(train_dup) + " meet by chance)"
+                                    : std::string()) +
                        other.partial());
   f.shape = "x " + other.shape + " per example";
   f.evidence = {{split + " rows read", static_cast<double>(other.read()), ""},
@@ -237,9 +246,12 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
                 {split + " rows also in train", static_cast<double>(mixed), ""},
                 {"mixed fraction", frac, "> " + fmt_num(opts.max_mix_fraction) + " warns"},
                 {"of them with another label than in train", static_cast<double>(relabelled), ""}};
-  if (train.integral_inputs)
+  if (train.integral_inputs) {
     f.evidence.push_back({"training rows repeating an earlier training row (whole-number inputs)", train_dup,
                           ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
+    f.evidence.push_back({split + " rows expected in train by chance (2 x that rate)", expected,
+                          "mixed rows within 3 standard errors of it: info"});
+  }
   f.cause = "the " + split +
             " split was not held out: it was drawn from data that includes the training rows "
             "(split after duplicating or augmenting, two random samples drawn with replacement, a test set "
@@ -290,6 +302,29 @@ double repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
   const double r = per_pair[per_pair.size() / 2];
   return r >= 1.5 ? r : 1.0;
 }
+
+namespace {
+// The share of a tabular sample's rows whose values after the first begin another row of it: windows
+// cut from one series at a stride of 1, each sharing all but one value with the next.
+double sliding_window_share(const SplitSample& s) {
+  const int64_t n = s.read(), F = s.features;
+  if (!s.tabular || F < 3 || n < 2 || static_cast<int64_t>(s.columns.size()) != n * F) return 0.0;
+  const auto hash = [&](int64_t r, int64_t from) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t j = 0; j < F - 1; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &s.columns[static_cast<size_t>(r * F + from + j)], sizeof bits);
+      h = (h ^ bits) * 1099511628211ull;
+    }
+    return h;
+  };
+  std::unordered_map<uint64_t, int64_t> heads;
+  for (int64_t r = 0; r < n; ++r) ++heads[hash(r, 0)];
+  int64_t followed = 0;
+  for (int64_t r = 0; r < n; ++r) followed += heads.count(hash(r, 1)) ? 1 : 0;
+  return static_cast<double>(followed) / static_cast<double>(n);
+}
+}  // namespace
 
 ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   ColumnDrift r;
@@ -398,6 +433,11 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   // Repeated rows carry the information of their distinct values only: the standard errors count those.
   r.repeats_a = repetition_factor(a.columns, na, D);
   r.repeats_b = repetition_factor(b.columns, nb, D);
+  // Sliding windows of one series: about rows / width independent draws in each split.
+  if (sliding_window_share(a) >= 0.5 && sliding_window_share(b) >= 0.5) {
+    r.repeats_a = std::max(r.repeats_a, static_cast<double>(D));
+    r.repeats_b = std::max(r.repeats_b, static_cast<double>(D));
+  }
   const double fa = static_cast<double>(na) / r.repeats_a, fb = static_cast<double>(nb) / r.repeats_b;
   double chi = 0.0;
   for (size_t j = 0; j < D; ++j) {
@@ -470,7 +510,17 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
     if (!by_column.empty()) return by_column;
   }
   const double ks_mean = ks_statistic(train.means, other.means), ks_std = ks_statistic(train.stds, other.stds);
-  const bool mean_off = ks_mean > opts.max_drift_ks, std_off = ks_std > opts.max_drift_ks;
+  // Sliding windows of one series (both splits, most rows followed by their one-step shift) are far
+  // fewer independent draws than rows: about rows / width each. The KS bar is then also the 0.1%
+  // critical value for those sizes, 1.95 sqrt((a + b) / ab).
+  double bar = opts.max_drift_ks;
+  const bool windows = sliding_window_share(train) >= 0.5 && sliding_window_share(other) >= 0.5;
+  if (windows) {
+    const double a = std::max(1.0, static_cast<double>(train.read()) / static_cast<double>(train.features));
+    const double b = std::max(1.0, static_cast<double>(other.read()) / static_cast<double>(other.features));
+    bar = std::max(bar, 1.95 * std::sqrt((a + b) / (a * b)));
+  }
+  const bool mean_off = ks_mean > bar, std_off = ks_std > bar;
   if (!mean_off && !std_off) return {};
   const double mt = median(train.means), mo = median(other.means), st = median(train.stds), so = median(other.stds);
   Finding f =
@@ -479,7 +529,8 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
                (mean_off ? "mean (brightness) median " + fmt_num(mo) + " vs " + fmt_num(mt) + ", KS " + fmt_num(ks_mean)
                          : "std (contrast) median " + fmt_num(so) + " vs " + fmt_num(st) + ", KS " + fmt_num(ks_std)));
   f.shape = "x " + train.shape + " per example";
-  const std::string rule = "> " + fmt_num(opts.max_drift_ks) + " warns";
+  const std::string rule =
+      "> " + fmt_num(bar) + " warns" + (windows ? " (sliding windows: rows / width independent draws per split)" : "");
   f.evidence = {{"KS statistic, per-example mean", ks_mean, rule},
                 {"KS statistic, per-example std", ks_std, rule},
                 {"train median of the per-example mean", mt, ""},

@@ -507,6 +507,71 @@ void revise_overfitting(Report& found, const std::vector<double>& train_row_loss
   }
 }
 
+void revise_loss_stuck(Report& found, const std::function<ConstantComparison()>& compare,
+                       const LossCheckOptions& opts) {
+  ConstantComparison c;
+  bool asked = false;
+  for (size_t i = 0; i < found.findings().size(); ++i) {
+    Finding f = found.findings()[i];
+    if (!f.fires() || !f.is("L1", Kind::LossStuck)) continue;
+    if (!asked) c = compare(), asked = true;
+    const size_t n = c.model_rows.size();
+    if (n < 8 || c.constant_rows.size() != n) return;
+    std::vector<double> d(n);
+    for (size_t k = 0; k < n; ++k) d[k] = c.constant_rows[k] - c.model_rows[k];
+    const auto [mean, var] = detail::mean_and_variance(d);
+    const double se = std::sqrt(var / static_cast<double>(n));
+    if (!std::isfinite(mean) || !(se > 0) || !(mean > opts.stuck_beat_z * se)) return;
+    const auto [model_mean, mv] = detail::mean_and_variance(c.model_rows);
+    const auto [constant_mean, cv] = detail::mean_and_variance(c.constant_rows);
+    f.severity = Severity::Info;
+    f.title += ", but the trained model is below the best constant output's loss (" + fmt_num(model_mean) +
+               " against " + fmt_num(constant_mean) + " on " + num(static_cast<int64_t>(n)) +
+               " validation examples): most of the loss is a floor no model removes, not a model that does not learn";
+    f.evidence.push_back({"trained model's mean loss per example (validation rows scored alone)", model_mean, ""});
+    f.evidence.push_back(
+        {"the best constant output's mean loss on them (one output row for every example)", constant_mean, ""});
+    f.evidence.push_back(
+        {"(constant - model) / its standard error", mean / se, "> " + fmt_num(opts.stuck_beat_z) + ": info"});
+    f.cause =
+        "the loss has a large floor of its own (the noise of heavy-tailed or zero-inflated targets, the "
+        "entropy of soft targets), so what the model can take off is a small share of it; the model does "
+        "better than any constant prediction";
+    f.fix = "none needed; judge the run by a metric of the task, or by the loss minus its floor";
+    found.replace(i, f);
+  }
+}
+
+void revise_overfitting_by_batch_size(Report& found, double train_loss, double val_loss, int64_t train_batch,
+                                      int64_t val_batch, const std::function<double()>& val_loss_at_train_batch,
+                                      const LossCheckOptions& opts) {
+  if (train_batch < 1 || val_batch == train_batch || !std::isfinite(train_loss) || !std::isfinite(val_loss) ||
+      !(val_loss - train_loss > opts.overfit_gap))
+    return;
+  double rebatched = kNaN;
+  for (size_t i = 0; i < found.findings().size(); ++i) {
+    Finding f = found.findings()[i];
+    if (!f.fires() || !f.is("L7", Kind::Overfitting)) continue;
+    if (std::isnan(rebatched)) rebatched = val_loss_at_train_batch();
+    if (!std::isfinite(rebatched) || !(rebatched - train_loss <= opts.overfit_gap)) return;
+    f.severity = Severity::Info;
+    f.title += "; the loss depends on the batch's size: the validation split scored in batches of " + num(train_batch) +
+               " rows, as training ran, sits " + fmt_num(rebatched - train_loss) + " above the training loss (" +
+               fmt_num(val_loss - train_loss) + " in its own batches of " + num(val_batch) + ")";
+    f.evidence.push_back(
+        {"training loss under the trained model (eval mode, its batches of " + num(train_batch) + ")", train_loss, ""});
+    f.evidence.push_back({"validation loss in its batches of " + num(val_batch), val_loss, ""});
+    f.evidence.push_back({"validation loss in batches of " + num(train_batch), rebatched,
+                          "within " + fmt_num(opts.overfit_gap) + " of the training loss: info"});
+    f.cause =
+        "the loss is taken over the batch as a whole (a partial likelihood over each batch's risk set, a "
+        "contrastive loss over its negatives, a listwise ranking), so its value grows with the number of rows "
+        "scored together: the two splits were scored in batches of different sizes, not a model that memorised";
+    f.fix = "none needed; validate in batches of the training size to compare the two losses";
+    found.replace(i, f);
+  }
+}
+
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const std::vector<double>& val,
                                       const LossCheckOptions& opts) {
   const int64_t E = static_cast<int64_t>(std::min(train.size(), val.size()));

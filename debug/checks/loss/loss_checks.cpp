@@ -645,17 +645,56 @@ class SoftmaxInputRunCheck final : public RunCheck {
   }
 };
 
-// L3 on the sampled steps' BCELoss inputs.
+// L3 on the sampled steps' BCELoss inputs, and over the run the range of those inputs: probabilities
+// that never leave [sigmoid(0), sigmoid(1)] = [0.5, 0.731] on targets of both values went through a
+// sigmoid twice (sigmoid(sigmoid(z)) cannot go lower or higher).
 class BceInputRunCheck final : public RunCheck {
  public:
+  explicit BceInputRunCheck(const LossCheckOptions& o) : o_(o) {}
   std::string ids() const override { return "L3"; }
-  uint32_t events() const override { return RunEvent::LossInput; }
+  uint32_t events() const override { return RunEvent::LossInput | RunEvent::Finish; }
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!c.sampled() || l.type_name().rfind("BCE", 0) != 0) return;
-    if (l.type_name() == "BCELoss") c.add_all(check_bce_input(input));
+    if (l.type_name() == "BCELoss") {
+      c.add_all(check_bce_input(input));
+      if (input.is_floating_point() && input.numel() > 0 && target.defined() && target.numel() > 0) {
+        NoGradGuard ng;
+        lo_ = std::min(lo_, amin(input.detach()).item<double>());
+        hi_ = std::max(hi_, amax(input.detach()).item<double>());
+        zeros_ = zeros_ || amin(target.detach()).item<double>() == 0.0;
+        ones_ = ones_ || amax(target.detach()).item<double>() == 1.0;
+        ++steps_;
+      }
+    }
     c.add_all(check_bce_targets(target));
     c.note_ran("L3");
   }
+  void finish(RunContext& c) override {
+    constexpr double kSigmoidOfOne = 0.7310585786300049;
+    if (steps_ < o_.squashed_min_steps || !zeros_ || !ones_ || !(lo_ >= 0.5 - 1e-6) || !(hi_ <= kSigmoidOfOne + 1e-6))
+      return;
+    Finding f = make("L3", Severity::Error,
+                     "binary cross-entropy was fed values between " + fmt_num(lo_) + " and " + fmt_num(hi_) +
+                         " in every sampled step: probabilities that went through a sigmoid twice");
+    f.kind = Kind::BceSquashedTwice;
+    f.evidence = {{"least input over the sampled steps", lo_, ">= 0.5 = sigmoid(0)"},
+                  {"largest input over the sampled steps", hi_, "<= 0.731 = sigmoid(1)"},
+                  {"sampled steps", static_cast<double>(steps_), ">= " + num(o_.squashed_min_steps) + " judged"}};
+    f.cause =
+        "sigmoid(p) of a probability p in [0, 1] lies in [0.5, 0.731]: the model's output is a probability "
+        "already (a sigmoid in the last layer, or in a backbone the head wraps) and a second sigmoid maps "
+        "it again, so no prediction can go below 0.5 and the class 0 rows are never predicted";
+    f.fix =
+        "apply the sigmoid once: drop the second one, or give the logits (before any sigmoid) to "
+        "BCEWithLogitsLoss";
+    c.add_all({f});
+  }
+
+ private:
+  LossCheckOptions o_;
+  double lo_ = std::numeric_limits<double>::infinity(), hi_ = -std::numeric_limits<double>::infinity();
+  bool zeros_ = false, ones_ = false;
+  int64_t steps_ = 0;
 };
 
 // L4 once, on the first step's loss: computed here on a detached copy.
@@ -668,7 +707,9 @@ class InitialLossRunCheck final : public RunCheck {
     if (done_ || !c.sampled()) return;
     done_ = true;
     NoGradGuard ng;
-    const int64_t C = num_classes_ > 0 ? num_classes_ : (input.dim() >= 2 ? input.size(-1) : 2);
+    // The classes lie on dimension 1, as the loss reads them: (N, C) or (N, C, d1, ...) (a per-token
+    // or per-pixel prediction).
+    const int64_t C = num_classes_ > 0 ? num_classes_ : (input.dim() >= 2 ? input.size(1) : 2);
     const Tensor v = l.forward(input.detach(), target);
     // The expected first loss is the loss's own value for a prediction that knows nothing (0.5 for
     // every target, uniform over the classes), on this batch: a BCE pos_weight or class weights
@@ -730,8 +771,8 @@ class MaskedTargetsRunCheck final : public RunCheck {
 std::unique_ptr<RunCheck> make_softmax_input_run_check(const MonitorOptions&) {
   return std::make_unique<SoftmaxInputRunCheck>();
 }
-std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions&) {
-  return std::make_unique<BceInputRunCheck>();
+std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions& o) {
+  return std::make_unique<BceInputRunCheck>(o.loss);
 }
 std::unique_ptr<RunCheck> make_initial_loss_run_check(const MonitorOptions& o) {
   return std::make_unique<InitialLossRunCheck>(o);

@@ -178,6 +178,16 @@ struct LossCheckOptions {
   int64_t fitting_window = 3;
   double underfit_train_loss = 0.5;  // train above this ...
   int64_t min_epochs_underfit = 50;  // ... after more than this many epochs: underfitting
+  // L3 over the run: BCELoss inputs that stayed within [0.5, 0.731] (sigmoid of a probability) in
+  // this many sampled steps or more, on targets of both values, went through a sigmoid twice.
+  int64_t squashed_min_steps = 5;
+  // L6 at the end of the run: a batch's loss below this fraction of its rows' mean loss (each row
+  // scored alone) is a reduction taken before the error (|mean(p - y)| for mean(|p - y|): about
+  // 1 / sqrt(B) of it for batches of B rows). A loss that is the mean of its rows' losses gives 1.
+  double rows_cancel_share = 0.5;
+  // L1's "stuck" at the end of a Session's run: the trained model below the best constant output by
+  // more than this many standard errors of the paired per-example differences is info.
+  double stuck_beat_z = 3.0;
   double overfit_gap = 0.2;          // gap above this: overfitting
   // ... unless the trained model's own losses on the stored rows of both splits (L9's pass, where
   // each example's loss is known: targets that are not class indices) put that gap within
@@ -401,7 +411,33 @@ void revise_validation_too_good(Report& found, double train_accuracy_eval, doubl
 // splits (L9's pass, eval mode): where the epochs' gap is within opts.overfit_z standard errors of
 // the two splits' mean losses, it is what the validation split's sample holds (a few outlier
 // targets more or fewer), not memorised training data: info. Without row losses nothing changes.
+// Each of some held-out examples' loss scored alone, under the trained model and under the best
+// constant output (one output row trained for all of them).
+struct ConstantComparison {
+  std::vector<double> model_rows, constant_rows;
+};
+// L1's "stuck" judged again (compare() is asked only where it fires): where the trained model's mean
+// loss is below the constant's by more than opts.stuck_beat_z standard errors of the paired
+// differences, the loss has a floor of its own that no model removes (heavy-tailed or zero-inflated
+// targets, soft targets' entropy), and the finding is info.
+void revise_loss_stuck(Report& found, const std::function<ConstantComparison()>& compare,
+                       const LossCheckOptions& opts = {});
+// L6 on the trained model's losses on a split (`split`: "training", "validation"): `batch_loss` its
+// mean loss in its batches, `row_losses` each example's loss scored alone. A batch loss below
+// opts.rows_cancel_share x the rows' mean (both >= 0, 8 rows or more) warns (kind rows-cancel): the
+// loss reduces before it measures the error, and errors of opposite signs cancel. Empty otherwise.
+std::vector<Finding> check_rows_cancel(double batch_loss, const std::vector<double>& row_losses,
+                                       const std::string& split, const LossCheckOptions& opts = {});
 void revise_overfitting(Report& found, const std::vector<double>& train_row_losses,
                         const std::vector<double>& val_row_losses, const LossCheckOptions& opts = {});
+// L7's overfitting judged again where the two splits were scored in batches of different sizes
+// (train_batch and val_batch rows): train_loss and val_loss under the trained model, each split in
+// its own batches, and val_loss_at_train_batch() (asked only where L7 says overfitting) the
+// validation rows scored in whole batches of train_batch. A loss over the batch as a whole (a Cox
+// partial likelihood's risk sets, a contrastive loss's negatives) grows with the batch's size: where
+// the gap at the training batch's size is within opts.overfit_gap, info.
+void revise_overfitting_by_batch_size(Report& found, double train_loss, double val_loss, int64_t train_batch,
+                                      int64_t val_batch, const std::function<double()>& val_loss_at_train_batch,
+                                      const LossCheckOptions& opts = {});
 
 }  // namespace gradsleuth::debug

@@ -290,4 +290,36 @@ std::unique_ptr<RunCheck> make_loss_division_run_check(const MonitorOptions&) {
   return std::make_unique<LossDivisionRunCheck>();
 }
 
+// ---- L6 at the end of the run: a reduction before the error -------------------------------------
+std::vector<Finding> check_rows_cancel(double batch_loss, const std::vector<double>& row_losses,
+                                       const std::string& split, const LossCheckOptions& opts) {
+  if (row_losses.size() < 8 || !std::isfinite(batch_loss) || batch_loss < 0) return {};
+  double sum = 0.0;
+  for (double v : row_losses) {
+    if (!std::isfinite(v) || v < 0) return {};
+    sum += v;
+  }
+  const double rows = sum / static_cast<double>(row_losses.size());
+  if (!(rows > 0) || !(batch_loss < opts.rows_cancel_share * rows)) return {};
+  Finding f = make("L6", Severity::Warning,
+                   "the loss of a batch (" + fmt_num(batch_loss) +
+                       ") is far below its rows' mean loss, each row "
+                       "scored alone (" +
+                       fmt_num(rows) +
+                       "): errors of opposite signs cancel before the loss "
+                       "measures them");
+  f.kind = Kind::RowsCancel;
+  f.evidence = {{"the trained model's " + split + " loss, in its batches", batch_loss,
+                 "< " + fmt_num(opts.rows_cancel_share) + " x the next warns"},
+                {"mean of each " + split + " example's loss alone", rows, ""},
+                {"examples scored alone", static_cast<double>(row_losses.size()), ""}};
+  f.cause =
+      "the loss takes the batch's mean (or sum) before the error's absolute value or square: |mean(p - y)| "
+      "for mean(|p - y|), (mean(p) - mean(y))^2 for mean((p - y)^2). The batch's errors above and below the "
+      "targets cancel, so the loss is near 0 while every prediction may be far off, and the validation "
+      "loss measures the same cancellation";
+  f.fix = "take the error of each element first, then reduce: abs(p - y).mean(), square(p - y).mean()";
+  return {f};
+}
+
 }  // namespace gradsleuth::debug

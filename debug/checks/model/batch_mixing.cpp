@@ -150,6 +150,21 @@ std::pair<std::string, std::string> mixing_module(nn::Module& model, const Tenso
   }
   return {};
 }
+// Whether the output holds one entry per example of the batch along a dim past 0 (the (B, B)
+// similarity matrix of in-batch pairs that a contrastive loss scores): it follows the batch's size.
+bool pairwise_output(nn::Module& model, const Tensor& x) {
+  const int64_t B = x.size(0);
+  if (B < 3) return false;
+  try {
+    NoGradGuard ng;
+    const Tensor full = model(x), part = model(x.narrow(0, 0, B - 1));
+    if (!full.defined() || !part.defined() || full.dim() < 2 || part.dim() != full.dim()) return false;
+    for (int64_t d = 1; d < full.dim(); ++d)
+      if (full.size(d) == B && part.size(d) == B - 1) return true;
+  } catch (const std::exception&) {
+  }
+  return false;
+}
 }  // namespace
 
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
@@ -222,6 +237,22 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.shape = shape_of(x);
     f.cause = "the output does not depend on the input through differentiable ops (a detach() near the input?)";
     f.fix = "remove the detach(); the test needs d(output)/d(input)";
+    out.push_back(std::move(f));
+  } else if (ev.coupled > 0 && pairwise_output(model, x)) {
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Info;
+    f.kind = Kind::BatchMixing;
+    f.title =
+        "the output holds an entry for every example of the batch along a dim past the first (a similarity "
+        "of in-batch pairs): each row depends on the other examples by design";
+    f.shape = shape_of(x);
+    f.evidence = {{"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
+                  {"probed example i", static_cast<double>(row), ""}};
+    f.cause =
+        "the model scores pairs of the batch's examples (a contrastive or metric-learning objective over "
+        "in-batch negatives): the output's width follows the batch's size, as a mixing bug's does not";
+    f.fix = "none needed";
     out.push_back(std::move(f));
   } else if (ev.coupled > 0) {
     Finding f;

@@ -67,11 +67,16 @@ struct ModelCheckOptions {
   // batch, and what is left is the loss's own floor. A VAE's KL term and the noise of its sampling
   // keep its loss above 0 (32.3 -> 0.287 on a batch of 32, a fall of 112x); a final activation that
   // cannot reach the targets, or gradients that do not arrive, leave far more (2-10x falls).
-  double overfit_relative = 0.01;
+  double overfit_relative = 0.025;
   // A batch that holds more target values than the model has trainable parameter values (a
   // segmentation's pixels: 4,608 per-pixel labels against 673 weights) cannot be memorised by any
   // model of that size: a loss that fell to this fraction of its first value or below is info.
   double overfit_dense_fall = 0.5;
+  // Outputs not shaped as the targets (a density's parameters per row) under a loss that is the mean
+  // of its rows' losses, where free outputs run the loss to minus infinity (a free dispersion per row):
+  // a final loss below the best constant output's (one output row for every example) by this fraction
+  // of max(|that loss|, 1) passes.
+  double overfit_beat_constant = 0.1;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
@@ -276,6 +281,10 @@ class ParamSnapshot {
  private:
   std::vector<std::pair<Tensor, Tensor>> saved_;  // (live tensor, copy)
 };
+
+// The findings about the labels (D3, D9, D15) made info where the gate found that the loss does not
+// read its targets (M15's targets-unread: a density's likelihood of its inputs beside a dummy target).
+void revise_unread_targets(Report& data, const Report& gate);
 
 // M14: trains on one batch; the loss must fall below o.overfit_loss (and the
 // accuracy reach o.overfit_accuracy for class targets) within o.overfit_steps,

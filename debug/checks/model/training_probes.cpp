@@ -95,11 +95,34 @@ double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const Lo
 namespace {
 struct LossFloor {
   bool valid = false;
+  bool bounded = true;        // the free outputs' loss levelled off (false: it kept falling, or overflowed)
+  bool distribution = false;  // outputs not shaped as the targets under a non-class loss
   double floor = 0.0;
 };
+// Whether the batch's loss is the mean of its rows' losses, each row scored alone: a likelihood over
+// per-row distribution parameters is; a loss that broadcasts its operands (B, 1) against (B) pairs
+// every output with every target and is not, nor is one over the batch as a whole (a ranking, a
+// partial likelihood over risk sets).
+bool rows_separate(const Tensor& z, const Tensor& y, const LossFunction& loss) {
+  try {
+    NoGradGuard ng;
+    const int64_t B = z.size(0);
+    if (z.dim() < 1 || y.dim() < 1 || B < 2 || y.size(0) != B) return false;
+    const double whole = loss(z, y).item<double>();
+    double sum = 0.0;
+    for (int64_t i = 0; i < B; ++i) sum += loss(z.narrow(0, i, 1), y.narrow(0, i, 1)).item<double>();
+    const double mean = sum / static_cast<double>(B);
+    return std::isfinite(whole) && std::fabs(mean - whole) <= 1e-4 * std::max(1.0, std::fabs(whole));
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 // The least loss outputs trained freely (Adam on a leaf of the model's output shape) reach on the
-// batch; valid when they predict every class (class targets) or have the targets' shape.
-LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss, bool classes) {
+// batch; valid when they predict every class (class targets), have the targets' shape, or (outputs
+// that parametrise a distribution per row, not shaped as the targets) the loss is the mean of its
+// rows' losses. `shared`: one output row for every example instead (the best constant prediction).
+LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss, bool classes,
+                     bool shared = false) {
   LossFloor fl;
   try {
     Tensor z;
@@ -112,23 +135,50 @@ LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const 
       model.eval();
       z = model(x).detach().to(kFloat32).contiguous().clone();
     }
-    if (!classes && z.shape() != y.shape()) return fl;
+    fl.distribution = !classes && z.shape() != y.shape();
+    if (fl.distribution && !rows_separate(z, y, loss)) return fl;
+    if (shared && (!fl.distribution || z.size(0) < 2)) return fl;
+    // A density's free outputs are run in float64 where the loss takes it: in float32 the
+    // cancellation inside a log-likelihood at extreme dispersions (Stirling's lgamma at a shape of
+    // e^20) turns its fall into noise that looks like a floor.
+    Tensor target = y;
+    if (fl.distribution && z.dtype() == kFloat32 && is_floating(y.dtype())) {
+      try {
+        NoGradGuard ng;
+        const Tensor z64 = z.to(kFloat64), y64 = y.to(kFloat64);
+        if (std::isfinite(loss(z64, y64).item<double>())) {
+          z = z64;
+          target = y64;
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    const Shape full = z.shape();
+    if (shared) z = z.narrow(0, 0, 1).contiguous().clone();
     z.requires_grad_(true);
     optim::Adam opt({z}, optim::AdamOptions(0.1));
-    double best = std::numeric_limits<double>::infinity();
-    for (int s = 0; s < 300; ++s) {
+    constexpr int kSteps = 300;
+    std::vector<double> seen;
+    for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
-      Tensor l = loss(z, y);
+      Tensor l = loss(shared ? z.expand(full) : z, target);
       const double v = l.item<double>();
       if (!std::isfinite(v)) break;
-      best = std::min(best, v);
+      seen.push_back(v);
       l.backward();
       opt.step();
     }
-    if (!std::isfinite(best)) return fl;
+    if (seen.empty()) return fl;
     if (classes && !(accuracy_of(z.detach(), y) >= 1.0)) return fl;
+    // Levelled off: over the last third of the steps the loss stayed within 0.01 x max(1, |loss|).
+    // A density whose per-row dispersion is free (a Gamma's shape, a Gaussian's variance) has no
+    // floor: its free outputs run the loss down, or chase a well that sharpens as the dispersion
+    // shrinks, and the loss jumps about.
+    const auto tail = seen.begin() + static_cast<std::ptrdiff_t>(seen.size() * 2 / 3);
+    const auto [lo, hi] = std::minmax_element(tail, seen.end());
+    fl.bounded = static_cast<int>(seen.size()) == kSteps && *hi - *lo <= 0.01 * std::max(1.0, std::fabs(seen.back()));
     fl.valid = true;
-    fl.floor = best;
+    fl.floor = *std::min_element(seen.begin(), seen.end());
   } catch (const std::exception&) {
   }
   return fl;
@@ -218,6 +268,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   const bool fell = first > 0 && last <= o.overfit_relative * first;  // fitted down to the loss's own floor
   bool ok = (last < line || fell) && (!classes || acc >= o.overfit_accuracy);
   bool conflicted = false;  // passed once identical inputs with different labels are allowed for
+  bool beat_constant = false;  // a density with no floor, fitted better than any constant output
   std::vector<Evidence> probes;
   // The loss's own floor: outputs trained freely on the batch. Label smoothing (or soft targets)
   // keeps a perfect prediction's loss above 0; the model is then judged against that floor. Only
@@ -225,10 +276,25 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   // shape counts: a loss that broadcasts its operands also has a floor, and that one is a bug.
   if (!ok && std::isfinite(last)) {
     const LossFloor fl = loss_floor(model, x, y, loss, classes);
-    if (fl.valid && fl.floor > line) {
+    if (fl.valid && fl.bounded && fl.floor > line) {
       probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
                         "final loss within " + fmt_num(o.overfit_loss) + " of it passes"});
       ok = last < fl.floor + o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+    } else if (fl.valid && !fl.bounded && fl.distribution) {
+      // Outputs that parametrise a density per row (a Gamma's mean and shape): free outputs run
+      // the loss to minus infinity, so no floor applies. The model fits the batch as far as this
+      // test asks where it beats the best constant output (one row of outputs for every example)
+      // by overfit_beat_constant of that loss or more; a model blind to its inputs cannot.
+      const LossFloor c = loss_floor(model, x, y, loss, classes, true);
+      probes.push_back(
+          {"free outputs' least loss in 300 steps (it did not level off: the density has no floor)", fl.floor, ""});
+      if (c.valid && c.bounded) {
+        const double margin = o.overfit_beat_constant * std::max(std::fabs(c.floor), 1.0);
+        probes.push_back({"the best constant output's loss (one output row for every example)", c.floor,
+                          "final loss below it by " + fmt_num(o.overfit_beat_constant) + " x max(|it|, 1) passes"});
+        beat_constant = last < c.floor - margin;
+        ok = beat_constant;
+      }
     }
   }
   // Identical inputs with different labels in the batch (a next-token task whose context recurs):
@@ -311,7 +377,10 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
               fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
-    if (conflicted)
+    if (beat_constant)
+      f.title += ", below the best constant output's loss by " + fmt_num(o.overfit_beat_constant) +
+                 " of it or more: the outputs parametrise a density, whose loss has no floor on one batch";
+    else if (conflicted)
       f.title +=
           ", as far as any model can: identical inputs in it carry different labels (D12 says whether the "
           "data holds such conflicts)";
@@ -327,6 +396,24 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
               (used >= cap   ? " (the cap of the adaptive budget)"
                : used > base ? extended
                              : "");
+    // The loss reached ~0 while a tenth of the predictions or more stayed wrong (a cross-entropy pays
+    // log 2 or more for each wrong row, 0.069 for a tenth of them): what the loss scores is not the
+    // labels the accuracy reads.
+    const bool blind_to_labels =
+        classes && last < o.overfit_loss && std::isfinite(acc) && acc <= o.overfit_accuracy - 0.1;
+    if (blind_to_labels) {
+      f.kind = Kind::LossBlindToLabels;
+      f.title = "the loss fell to " + fmt_num(last) + " on one batch of " + std::to_string(x.size(0)) + " while only " +
+                fmt_num(100.0 * acc) + "% of its examples are predicted right: the loss does not score the labels";
+      f.cause =
+          "a loss near 0 on wrong predictions rewards something other than the right class: a term inverted (a "
+          "focal factor pt^gamma for (1 - pt)^gamma, a sign), an ignore_index that masks a class the labels use, or "
+          "weights or a mask that leave most rows out of the loss";
+      f.fix =
+          "compute the loss by hand on one example predicted right and one predicted wrong: the right one must "
+          "score lower; check the loss's ignore_index, weights and masks against the labels";
+      return {f};
+    }
     f.cause = std::string(!std::isfinite(last) ? "the loss became non-finite: numerical instability or a learning "
                                                  "rate too high. "
                           : last > first       ? "the loss went up: the loss is ill-defined (a flipped sign), the "
@@ -342,11 +429,53 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   return {f};
 }
 
+namespace {
+// Whether loss(model(x), y) changes when the targets change: float targets moved by 1, class targets
+// shifted by one row (true where neither can tell: every class target the same).
+bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss) {
+  try {
+    NoGradGuard ng;
+    ModeSnapshot modes(model);
+    model.eval();
+    const Tensor& y = b.second;
+    if (!y.defined() || y.dim() < 1 || y.size(0) < 2) return true;
+    Tensor other;
+    if (y.is_floating_point()) {
+      other = y + 1.0;
+    } else {
+      const int64_t n = y.size(0);
+      std::vector<int64_t> shift(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) shift[static_cast<size_t>(i)] = (i + 1) % n;
+      other = y.index_select(0, tensor(shift, {n}).to(y.device()));
+      if (amax(abs(other.to(kFloat64) - y.to(kFloat64))).item<double>() == 0.0) return true;
+    }
+    const Tensor out = model(b.first);
+    const double a = loss(out, y).item<double>(), c = loss(out, other).item<double>();
+    return !(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a));
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+}  // namespace
+
 std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
                                                 const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
                                                 const ModelCheckOptions& o) {
   ModeSnapshot modes(model);
   ParamSnapshot snap(model);
+  // An objective that does not read its targets (a density's likelihood of its inputs, a dummy target
+  // beside it): the loss is the same with other targets, and no labels are there to predict.
+  if (!loss_reads_targets(model, held_out, loss)) {
+    Finding f;
+    f.check = "M15";
+    f.module = "(model)";
+    f.severity = Severity::Info;
+    f.kind = Kind::TargetsUnread;
+    f.title =
+        "the loss does not read its targets (the same value with other targets): an objective of the inputs "
+        "alone, as a density's likelihood is, has no labels for the inputs to predict; the test does not apply";
+    return {f};
+  }
   // Each run's lowest held-out loss, read at eight points of its budget and at its end: a model with
   // many parameters per example (an embedding over token ids) overfits the few batches and its held-out
   // loss climbs back above the zeroed run's, which learns the labels' marginal; on the way it was lower.
@@ -397,6 +526,21 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
     f.fix = "check the alignment of (x, y) pairs (D4) and the data pipeline; print a few inputs with their labels";
   }
   return {f};
+}
+
+void revise_unread_targets(Report& data, const Report& gate) {
+  if (std::none_of(gate.findings().begin(), gate.findings().end(),
+                   [](const Finding& f) { return f.is("M15", Kind::TargetsUnread); }))
+    return;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const Finding& d = data.findings()[i];
+    if (!d.fires() || (d.check != "D3" && d.check != "D9" && d.check != "D15")) continue;
+    Finding f = d;
+    f.severity = Severity::Info;
+    f.title += " (the loss does not read these targets: M15 found the same loss with other targets)";
+    f.fix = "none needed: the targets beside the inputs are a placeholder the objective ignores";
+    data.replace(i, f);
+  }
 }
 
 void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCheckOptions& o) {

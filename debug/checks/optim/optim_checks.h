@@ -47,6 +47,9 @@ struct OptimCheckOptions {
   // Parameters whose ~0 gradient is explained by construction (redundant biases found by
   // find_redundant_biases, reported once as info): not vanishing, not warned about.
   std::vector<std::string> zero_grad_by_construction;
+  // Parameters whose gradient the gate found zero only because a layer after them starts at zero (a
+  // zero-initialised head or coupling): a vanishing gradient at the first step is that, and info.
+  std::vector<std::string> zero_until_first_step;
   double exploding_grad_norm = 1e3;  // above this, exploding
   // During training, a vanishing gradient at a step whose loss is converged_loss_share of the run's
   // first loss or less is info: the model fits its batches (a converged run on separable data: loss
