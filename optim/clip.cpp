@@ -9,6 +9,7 @@
 #include "core/ops.h"
 #include "core/warning.h"
 #include "optim/grad_scaler.h"
+#include "optim/stepped_grads.h"
 
 namespace gradsleuth::optim {
 
@@ -88,6 +89,15 @@ void warn_no_gradient(const char* op, size_t params, size_t with_grad) {
                   "clipped nothing. Call it between loss.backward() and optimizer.step()."});
 }
 
+// O5: a transform that would change the gradients an optimizer step already used (none written
+// since) runs after step(): the update is made, and the next zero_grad() drops what it changed.
+void warn_after_step(const char* op, const std::vector<Tensor>& params) {
+  if (!stepped::grads_already_stepped(params)) return;
+  warn({"O5", std::string(op) + " after step()",
+        "changed the gradients that optimizer.step() already used, before any new backward(): it ran after "
+        "step(), so no update was clipped. Call it between loss.backward() and optimizer.step()."});
+}
+
 }  // namespace
 
 double grad_norm(const std::vector<Tensor>& params, double norm_type) {
@@ -118,6 +128,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   // coef >= 1: the gradients are already short enough. NaN: scale anyway (as PyTorch).
   const double coef = max_norm / (n.total + 1e-6);
   if (!(coef >= 1.0)) {
+    warn_after_step(op, params);
     NoGradGuard ng;
     for (auto [i, part] : n.partials) {
       Tensor g = params[i].grad();

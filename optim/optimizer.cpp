@@ -2,6 +2,11 @@
 // and the helpers every update rule shares (fused-path test, state keys).
 #include "optim/optimizer.h"
 
+#include <memory>
+#include <utility>
+
+#include "optim/stepped_grads.h"
+
 #include "core/warning.h"
 
 #include <algorithm>
@@ -104,12 +109,55 @@ void Optimizer::step() {
 // zero_grad() drops the buffer, so the next backward makes a new one.
 void Optimizer::remember_grads() {
   grads_after_step_.clear();
+  std::vector<Tensor> used;
   for (auto& g : groups_)
     for (auto& p : g.params) {
       Tensor gr = p.grad();
-      if (gr.defined()) grads_after_step_.push_back({gr.impl_ptr().get(), gr.version()});
+      if (gr.defined()) {
+        grads_after_step_.push_back({gr.impl_ptr().get(), gr.version()});
+        used.push_back(gr);
+      }
     }
+  stepped::remember_stepped_grads(this, used);
 }
+
+namespace stepped {
+namespace {
+// Per thread, the last step of each of the (at most kKept most recent) optimizers: weak references,
+// so a buffer freed by zero_grad() (and an address reused by the next backward) never matches.
+struct Stepped {
+  const void* optimizer;
+  std::vector<std::pair<std::weak_ptr<TensorImpl>, uint64_t>> grads;
+};
+constexpr size_t kKept = 8;
+thread_local std::vector<Stepped> t_stepped;
+}  // namespace
+
+void remember_stepped_grads(const void* optimizer, const std::vector<Tensor>& grads) {
+  t_stepped.erase(
+      std::remove_if(t_stepped.begin(), t_stepped.end(), [&](const Stepped& s) { return s.optimizer == optimizer; }),
+      t_stepped.end());
+  if (t_stepped.size() >= kKept) t_stepped.erase(t_stepped.begin());
+  Stepped s{optimizer, {}};
+  for (const Tensor& g : grads) s.grads.emplace_back(g.impl_ptr(), g.version());
+  t_stepped.push_back(std::move(s));
+}
+
+bool grads_already_stepped(const std::vector<Tensor>& params) {
+  bool any = false;
+  for (const Tensor& p : params) {
+    const Tensor g = p.defined() ? p.grad() : Tensor();
+    if (!g.defined()) continue;
+    any = true;
+    bool found = false;
+    for (const Stepped& s : t_stepped)
+      for (const auto& [weak, version] : s.grads)
+        if (weak.lock() == g.impl_ptr() && version == g.version()) found = true;
+    if (!found) return false;
+  }
+  return any;
+}
+}  // namespace stepped
 
 bool Optimizer::accumulated_since_step() const {
   if (steps_ == 0 || zeroed_since_step_) return false;

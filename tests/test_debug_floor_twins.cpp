@@ -304,3 +304,52 @@ TEST_CASE("M14 on a hand-written MSE that broadcasts (B, 1) outputs against (B) 
   REQUIRE(f.size() == 1);
   CHECK_MESSAGE(f[0].fires(), f[0].str());
 }
+
+namespace {
+
+// Khosla et al.'s supervised contrastive loss (temperature 0.1) over L2-normalised embeddings (B, D):
+// each row against the other rows of its class, the row itself left out.
+Tensor supcon(const Tensor& z, const Tensor& y) {
+  const int64_t B = z.size(0);
+  std::vector<float> self(static_cast<size_t>(B * B), 0.0f);
+  for (int64_t i = 0; i < B; ++i) self[static_cast<size_t>(i * B + i)] = 1.0f;
+  const Tensor eye = tensor(self, {B, B});
+  const Tensor zn = z / sqrt(sum(square(z), {1}, true) + 1e-8);
+  const Tensor logits = matmul(zn, zn.t()) / 0.1 - 1e9 * eye;
+  const Tensor logprob = logits - logsumexp(logits, {1}, true);
+  const Tensor pos = eq(y.reshape({B, 1}), y.reshape({1, B})).to(kFloat32) * (1.0 - eye);
+  return (-(pos * logprob).sum({1}) / (pos.sum({1}) + 1e-8)).mean();
+}
+
+// A cross-entropy corrected for known label noise (35% of each class's labels flipped to the next
+// class): -log((softmax(o) T)[y]), whose least value is -log 0.65 = 0.431, not 0.
+Tensor noise_corrected_ce(const Tensor& o, const Tensor& y) {
+  const int64_t C = o.size(1);
+  std::vector<float> t(static_cast<size_t>(C * C), 0.0f);
+  for (int64_t k = 0; k < C; ++k) {
+    t[static_cast<size_t>(k * C + k)] = 0.65f;
+    t[static_cast<size_t>(k * C + (k + 1) % C)] = 0.35f;
+  }
+  const Tensor p = matmul(softmax(o, 1), tensor(t, {C, C}));
+  return -log(gather(p, 1, y.unsqueeze(1)) + 1e-12).mean();
+}
+
+}  // namespace
+
+TEST_CASE("M14 on losses whose least value is above 0: a supervised contrastive loss, a noise-corrected CE") {
+  manual_seed(11);
+  const dtest::XY all = dtest::blobs(8, 4, 6, 11, 2.0);  // one batch of 32, 4 classes
+  // Labels beside a 16-wide embedding are no class scores: the batch is judged against its loss's floor.
+  auto embed = std::make_shared<dtest::Mlp>(6, 16);
+  const std::vector<debug::Finding> s = debug::overfit_one_batch(*embed, all.x, all.y, supcon);
+  REQUIRE(s.size() == 1);
+  CHECK_MESSAGE(!s[0].fires(), s[0].str());
+  CHECK(dtest::evidence(s[0], "the loss's floor (free outputs trained on the batch)") > 1.0);  // about log 7
+
+  auto classifier = std::make_shared<dtest::Mlp>(6, 4);
+  const std::vector<debug::Finding> c = debug::overfit_one_batch(*classifier, all.x, all.y, noise_corrected_ce);
+  REQUIRE(c.size() == 1);
+  CHECK_MESSAGE(!c[0].fires(), c[0].str());
+  const double floor = dtest::evidence(c[0], "the loss's floor (free outputs trained on the batch)");
+  CHECK(floor == doctest::Approx(-std::log(0.65)).epsilon(0.05));
+}

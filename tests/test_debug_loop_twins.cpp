@@ -4,7 +4,8 @@
 // below 0; a loss negated before backward and a mean divided by the batch size again, against a
 // weighted sum of losses and gradient accumulation; a label appended to the inputs (target leakage)
 // against a categorical feature, a separating measured feature and a noisy linear target; losses kept
-// as tensors (every step's graph kept alive) against losses kept as numbers.
+// as tensors (every step's graph kept alive) against losses kept as numbers; clip_grad_norm_ after
+// optimizer.step() against clipping before it.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -360,4 +361,41 @@ TEST_CASE("soften_trained_start: the same low loss stays a warning when the pred
   debug::soften_trained_start(probs, t * 0.8 + 0.1, t, true);
   CHECK_FALSE(logits[0].fires());
   CHECK_FALSE(probs[0].fires());
+}
+
+namespace {
+
+// A tanh MLP under SGD (lr 0.5, momentum 0.9) tuned with clipping at 0.5; `after_step`: clip_grad_norm_ called after
+// optimizer.step(), where it clips gradients the step already used.
+debug::RunReport clip_run(bool after_step) {
+  manual_seed(3);
+  const Split d = dtest::split(5, 1.5);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 32), std::make_shared<nn::Tanh>(),
+                                                std::make_shared<nn::Linear>(32, 3));
+  nn::CrossEntropyLoss ce;
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.5).momentum(0.9));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 5; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      if (!after_step) optim::clip_grad_norm_(model->parameters(), 0.5);
+      opt.step();
+      if (after_step) optim::clip_grad_norm_(model->parameters(), 0.5);
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("clip_grad_norm_ after optimizer.step(): O5 leads with clip-misplaced; clipping before step is clean") {
+  const debug::RunReport bug = clip_run(true);
+  CHECK_MESSAGE(warned(bug, "O5", debug::Kind::TransformMisplaced), bug.str(true));
+  CHECK(lead_cause(bug) == "clip-misplaced");
+  const debug::RunReport clean = clip_run(false);
+  CHECK_FALSE(warned(clean, "O5", debug::Kind::TransformMisplaced));
+  expect_clean(clean);
 }

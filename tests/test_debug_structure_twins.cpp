@@ -3,14 +3,20 @@
 //   - a contrastive model whose output is the (B, B) similarity of two views: M6 says the coupling is
 //     by design (the output's width follows the batch), while a softmax over the batch stays an error;
 //   - categorical codes stored among float features and cast to indices for an embedding: M13's
-//     jitter leaves those columns alone instead of failing the gate (W2);
+//     jitter leaves those columns alone instead of failing the gate (W2), and D5 judges the first layer
+//     that reads numbers, not the codes;
 //   - integer sequences from a finite set, where a held-out row meets a training row by chance: D13 is
 //     info at that rate and warns on a split that copied training rows;
 //   - a zero-initialised last layer trained with a loss function: O1's vanishing gradient at the first
-//     step is info.
+//     step is info;
+//   - sliding windows of one stationary series: D14 counts independent windows, not rows;
+//   - a missing-value code (-999) scaled with the real values: D5 names it; a zero-inflated feature is
+//     no such code.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -86,12 +92,16 @@ TEST_CASE("the gate on categorical codes stored among float features: M13 runs, 
   Generator g(21);
   const Tensor code = randint(0, 12, {64, 1}, kInt64, &g).to(kFloat32);
   code.narrow(0, 0, 1).fill_(11.0);  // the largest code is in the batch
-  const Tensor x = cat({code, randn({64, 2}, {}, &g)}, 1);
+  // Raw numeric columns (std 20): a jitter of 0.1 x the batch's spread would push code 11 off the table.
+  const Tensor x = cat({code, 20.0 * randn({64, 2}, {}, &g)}, 1);
   const Tensor y = 0.3 * code + x.narrow(1, 1, 1);
   auto model = std::make_shared<Coded>();
   const debug::LossFunction mse = [](const Tensor& o, const Tensor& t) { return square(o - t).mean(); };
   const debug::Report r = debug::pretrain_gate(*model, x, y, mse);
-  for (const debug::Finding& f : r.findings()) CHECK_MESSAGE(f.check != "W2", f.str());
+  for (const debug::Finding& f : r.findings()) {
+    CHECK_MESSAGE(f.check != "W2", f.str());
+    CHECK_MESSAGE(!(f.check == "M13" && f.fires()), f.str());  // no step across a code in the directions
+  }
   CHECK(r.ran("M13"));
 }
 
@@ -185,4 +195,71 @@ TEST_CASE("D14 on sliding windows of one stationary series counts independent wi
   const std::vector<debug::Finding> drifted = window_drift(11, 3.0);
   REQUIRE(!drifted.empty());
   CHECK_MESSAGE(drifted[0].fires(), drifted[0].str());
+}
+
+TEST_CASE("D5 on categorical codes stored among float features: the first layer that reads numbers passes") {
+  manual_seed(22);
+  Generator g(22);
+  const Tensor code = randint(0, 12, {600, 1}, kInt64, &g).to(kFloat32);
+  const Tensor x = cat({code, randn({600, 2}, {}, &g)}, 1);
+  const Tensor y = 0.2 * code - 1.0 + x.narrow(1, 1, 1) + 0.1 * randn({600, 1}, {}, &g);
+  const Split d =
+      dtest::loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+  auto model = std::make_shared<Coded>();
+  nn::MSELoss mse;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, mse, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = mse((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+    }
+    s.epoch();
+  }
+  const debug::RunReport r = s.finish();
+  bool judged = false;
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.check == "D5" && f.title.find("inputs ") == 0) {
+      judged = true;
+      CHECK_MESSAGE(!f.fires(), f.str());
+    }
+  CHECK_MESSAGE(judged, r.str(true));  // the raw codes reach 11: the loader's inputs are judged
+}
+
+namespace {
+
+// Two standardised columns, the first with 20% of its rows a missing-value code (-999) that went into
+// the scaler's statistics (`sentinel`), or zero-inflated instead (half its rows exactly 0, the others
+// exponential: a healthy skewed feature).
+Tensor scaled_columns(bool sentinel) {
+  std::mt19937 rng(6);
+  std::normal_distribution<double> n(50.0, 10.0), other(0.0, 1.0);
+  std::exponential_distribution<double> e(1.0);
+  std::vector<double> a(400), b(400);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = sentinel ? (i % 5 == 0 ? -999.0 : n(rng)) : (i % 2 == 0 ? 0.0 : e(rng));
+    b[i] = other(rng);
+  }
+  double m = 0, v = 0;
+  for (double t : a) m += t / 400.0;
+  for (double t : a) v += (t - m) * (t - m) / 400.0;
+  std::vector<float> rows;
+  for (size_t i = 0; i < a.size(); ++i) {
+    rows.push_back(static_cast<float>((a[i] - m) / std::sqrt(v)));
+    rows.push_back(static_cast<float>(b[i]));
+  }
+  return tensor(rows, {400, 2});
+}
+
+}  // namespace
+
+TEST_CASE("D5 on a missing-value code scaled as data; a zero-inflated feature is no such code") {
+  const std::vector<debug::Finding> coded = debug::check_normalisation(scaled_columns(true));
+  bool said = false;
+  for (const debug::Finding& f : coded)
+    said = said || (f.fires() && f.title.find("missing-value code") != std::string::npos);
+  CHECK(said);
+  for (const debug::Finding& f : debug::check_normalisation(scaled_columns(false))) CHECK_MESSAGE(!f.fires(), f.str());
 }

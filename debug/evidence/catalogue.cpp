@@ -736,7 +736,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"O2", "debug/checks/optim/norm_history.cpp"},
         {"O3", "debug/checks/optim/norm_history.cpp"},
         {"O4", "debug/checks/optim/finite_weights.cpp"},
-        {"O5", "optim/optimizer.cpp"},
+        {"O5", "debug/checks/optim/accumulation.cpp"},
         {"O6", "debug/checks/optim/learning_rate.cpp"},
         {"O7", "debug/checks/dist/dist_checks.cpp"},
         {"O8", "debug/checks/optim/lr_range.cpp"},

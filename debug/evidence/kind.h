@@ -111,6 +111,8 @@ namespace gradsleuth::debug {
   X(NormJump, "norm-jump", "O2")                                                                      \
   /* O3 weight norms: a decay too strong for the loss gradient (growth has no kind) */                \
   X(WeightDecayTooStrong, "weight-decay-too-strong", "O3")                                            \
+  /* O5 a gradient transform at the wrong place in the loop */                                        \
+  X(TransformMisplaced, "transform-misplaced", "O5")                                                  \
   /* O6 learning rate: the loss history, the update/weight ratios, the schedule, the lr / 10 probe */ \
   X(LrTooHigh, "lr-too-high", "O6")                                                                   \
   X(LrTooLow, "lr-too-low", "O6")                                                                     \
@@ -132,6 +134,7 @@ namespace gradsleuth::debug {
   X(BatchNormMomentum, "batchnorm-momentum", "M17")                                                   \
   X(OutputOutOfRange, "output-out-of-range", "M3")                                                    \
   X(RandomAtEval, "random-at-eval", "M2")                                                             \
+  X(EvalPathDiffers, "eval-path-differs", "M2")                                                       \
   /* O8 the learning rate against its optimizer's usual range */                                      \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

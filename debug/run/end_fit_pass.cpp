@@ -11,8 +11,10 @@
 
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/hooks.h"
 #include "debug/checks/loss/end_fit.h"
 #include "debug/checks/loss/loss_checks.h"
+#include "debug/checks/model/behaviour.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
 #include "optim/adam.h"
@@ -72,12 +74,18 @@ struct SplitScore {
 // argmax for (B, C) outputs with int64 (B) targets; a threshold (0 on logits, 0.5 on probabilities) for
 // float targets of the output's shape. With `row_losses`, a split without accuracies also gets the
 // loss of each example alone.
+// With `train_mode`, the batches run in training mode with the randomness that probe found off (the
+// caller restores modes and buffers).
 SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
-                 double threshold, bool row_losses = false, double tail_below = 0.1) {
+                 double threshold, bool row_losses = false, double tail_below = 0.1,
+                 const ModeProbe* train_mode = nullptr) {
   SplitScore s;
   NoGradGuard ng;
   const bool was = model.is_training();
-  model.eval();
+  if (train_mode)
+    set_mode_without_randomness(model, true, *train_mode);
+  else
+    model.eval();
   const Device d = model_device(model);
   double loss_sum = 0, right = 0, counted = 0;
   const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
@@ -428,6 +436,18 @@ void Session::check_fit_at_end(RunReport& r) {
     for (PhaseReport& p : r.phases)
       revise_validation_too_good(p.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     revise_overfitting(r.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
+    // M2: the eval path against the training path, on the same training rows.
+    guarded(found, "the end-of-run checks", "the eval path against the training path", "M2's mode agreement", [&] {
+      const int64_t nb = std::min<int64_t>(o_.dead_pass_batches, 20);
+      ModeSnapshot modes(model_);
+      QuietProbe quiet(model_);  // buffers (BatchNorm's running statistics) put back, warnings muted
+      const ModeProbe probe = probe_mode_dependence(model_, data_.train->batch(0, 0).x.to(model_device(model_)));
+      const SplitScore ev = score(model_, *data_.train, loss_, nb, threshold);
+      const SplitScore tm = score(model_, *data_.train, loss_, nb, threshold, false, 0.1, &probe);
+      const ModeAgreement m{ev.loss, tm.loss, ev.accuracy, tm.accuracy, ev.examples};
+      for (Finding& f : check_mode_agreement(m, o_.gate_options.model)) found.add(std::move(f));
+      found.note_ran("M2");
+    });
     {
       std::vector<Finding> cancel = check_rows_cancel(tr.loss, tr.row_losses, "training", o_.monitor.loss);
       if (cancel.empty()) cancel = check_rows_cancel(va.loss, va.row_losses, "validation", o_.monitor.loss);

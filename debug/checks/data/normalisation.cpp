@@ -232,6 +232,48 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
       }
     }
   }
+
+  // Rule 3: a missing-value code scaled as data. A column (tabular inputs, at most max_drift_columns)
+  // where one exact value holds 5% of the rows or more and lies more than 20 standard deviations of
+  // the other rows away from their mean, the others continuous (10 distinct values or more): a
+  // sentinel (-999 for "unknown") that entered the scaler's statistics, which then squashed the real
+  // values into a sliver. Zero-inflated or capped features sit within a few standard deviations.
+  if (N >= 20 && F >= 1 && F <= opts.max_drift_columns && x.dim() == 2) {
+    for (int64_t d = 0; d < F; ++d) {
+      std::map<double, int64_t> counts;
+      for (int64_t r = 0; r < N; ++r)
+        if (std::isfinite(v[r * F + d])) ++counts[v[r * F + d]];
+      if (counts.size() < 11) continue;
+      const auto mode = std::max_element(counts.begin(), counts.end(),
+                                         [](const auto& a, const auto& b) { return a.second < b.second; });
+      const double share = static_cast<double>(mode->second) / static_cast<double>(N);
+      if (share < 0.05) continue;
+      std::vector<double> rest;
+      for (int64_t r = 0; r < N; ++r)
+        if (std::isfinite(v[r * F + d]) && v[r * F + d] != mode->first) rest.push_back(v[r * F + d]);
+      const auto [mr, vr] = detail::mean_and_variance(rest);
+      const double z = vr > 0 ? std::fabs(mode->first - mr) / std::sqrt(vr) : 0.0;
+      if (!(z > 20.0)) continue;
+      Finding f = make("D5", Severity::Warning,
+                       "feature " + num(d) + " holds one value (" + fmt_num(mode->first) + ") in " +
+                           fmt_num(100.0 * share) + "% of the rows, " + fmt_num(z) +
+                           " standard deviations of its other rows away: a missing-value code scaled as data");
+      f.shape = x.str();
+      f.evidence = {{"share of the rows at that value", share, ">= 0.05 and"},
+                    {"its distance from the other rows' mean, in their standard deviations", z, "> 20 warns"},
+                    {"the other rows' standard deviation", std::sqrt(vr), ""},
+                    {"distinct values of the feature", static_cast<double>(counts.size()), ""}};
+      f.cause =
+          "a code for a missing value (-999, -1, 9999) stayed in the column and went into the scaler's mean "
+          "and standard deviation: the real values are squashed into a sliver the first layer can hardly "
+          "tell apart, and the code itself reads as an extreme measurement";
+      f.fix =
+          "replace the code before fitting the scaler (impute the training median, and add a 0/1 column "
+          "saying the value was missing); fit the statistics on the real values only";
+      out.push_back(f);
+      break;  // the first such column
+    }
+  }
   return out;
 }
 
@@ -243,6 +285,7 @@ void revise_normalisation(Report& found, nn::Module& model, const Tensor& x, con
   };
   if (!x.defined() || x.dim() < 2 || std::none_of(found.findings().begin(), found.findings().end(), of_scale)) return;
   Tensor seen;
+  bool indices = false;  // a layer with weights got integer input: ids cast from the float inputs
   {
     ModeSnapshot modes(model);
     QuietProbe quiet(model);  // no warnings; buffers (BatchNorm statistics) put back
@@ -251,8 +294,14 @@ void revise_normalisation(Report& found, nn::Module& model, const Tensor& x, con
     for (auto& [path, m] : model.named_modules()) {
       const auto params = m->named_parameters(/*recurse=*/false);
       if (std::none_of(params.begin(), params.end(), [](const auto& p) { return p.second.dim() >= 2; })) continue;
-      hooks.pre(m, [&seen](nn::Module&, const Tensor& in) {
-        if (!seen.defined() && in.defined()) seen = in.detach().clone();
+      // The first such layer that reads numbers; an embedding reads indices (codes stored among the
+      // float features and cast in forward), which no scale concerns.
+      hooks.pre(m, [&seen, &indices](nn::Module&, const Tensor& in) {
+        if (!in.defined()) return;
+        if (!in.is_floating_point())
+          indices = true;
+        else if (!seen.defined())
+          seen = in.detach().clone();
       });
     }
     NoGradGuard ng;
@@ -261,6 +310,19 @@ void revise_normalisation(Report& found, nn::Module& model, const Tensor& x, con
     } catch (const std::exception&) {
       return;  // the gate reports a forward that fails
     }
+  }
+  if (!seen.defined() && indices) {
+    // No layer reads the inputs as numbers: every one is cast to an index first.
+    for (size_t i = 0; i < found.size(); ++i) {
+      if (!of_scale(found.findings()[i])) continue;
+      Finding g = found.findings()[i];
+      g.severity = Severity::Info;
+      g.title += ", but the model casts them to indices for its embeddings: no layer reads them as numbers";
+      g.cause = "the inputs are ids or category codes stored as floats, which the forward casts to integers";
+      g.fix = "none needed";
+      found.replace(i, g);
+    }
+    return;
   }
   if (!seen.defined() || !seen.is_floating_point() || seen.numel() == 0 || seen.dim() < 2) return;
   // The first layer's input, as the batch (rows first), judged by the same rules.

@@ -239,98 +239,40 @@ void set_mode_without_randomness(nn::Module& model, bool training, const ModePro
   for (const nn::ModulePtr& m : probe.stochastic_modules()) set_own_mode(*m, false);
 }
 
-// ---- custom ops --------------------------------------------------------------------------------
-namespace {
-// The names of the ops the engine runs in this forward. An op reports itself
-// before its backward node exists, so nodes are recognised by name: an engine
-// node is named after its op (the registry's name, or the one it reported); a
-// gs::record by the user carries the user's own name ("my_square").
-class EngineOps : public OpObserver {
- public:
-  void on_op(const OpEvent& e) override {
-    if (e.op) names.insert(e.op);
+// ---- M2 at the end of a run: the eval path against the training path ---------------------------
+std::vector<Finding> check_mode_agreement(const ModeAgreement& m, const ModelCheckOptions& o) {
+  if (m.examples < 8) return {};
+  const bool by_accuracy = std::isfinite(m.eval_accuracy) && std::isfinite(m.train_accuracy);
+  const bool differs = by_accuracy ? m.eval_accuracy < m.train_accuracy - o.mode_accuracy_gap
+                                   : std::isfinite(m.eval_loss) && std::isfinite(m.train_loss) && m.train_loss >= 0 &&
+                                         m.eval_loss > o.mode_loss_ratio * m.train_loss + 0.1;
+  if (!differs) return {};
+  Finding f;
+  f.check = "M2";
+  f.severity = Severity::Warning;
+  f.kind = Kind::EvalPathDiffers;
+  f.module = "(model)";
+  f.title = "on the same training rows the trained model does far worse in eval mode than in training mode (" +
+            (by_accuracy ? "accuracy " + fmt_num(m.eval_accuracy) + " against " + fmt_num(m.train_accuracy)
+                         : "loss " + fmt_num(m.eval_loss) + " against " + fmt_num(m.train_loss)) +
+            "): its eval path computes something else";
+  f.evidence = {{"eval-mode loss on training rows", m.eval_loss, ""},
+                {"training-mode loss on them (randomness off)", m.train_loss, ""},
+                {"training rows scored", static_cast<double>(m.examples), ""}};
+  if (by_accuracy) {
+    f.evidence.push_back(
+        {"eval-mode accuracy", m.eval_accuracy, "< the next - " + fmt_num(o.mode_accuracy_gap) + " warns"});
+    f.evidence.push_back({"training-mode accuracy (randomness off)", m.train_accuracy, ""});
   }
-  std::unordered_set<std::string> names;
-};
-
-bool engine_node(const Node& n, const EngineOps& seen) {
-  const char* name = n.name();
-  if (!name) return true;
-  const std::string s = name;
-  // Leaves' accumulators, the engine's view bookkeeping, and the nodes an op
-  // records inside itself under another name (the composite conv2d's unfold and
-  // fold, also in the fused conv2d's backward under create_graph; a pooling
-  // layer's backward when differentiated twice). The fused conv2d's own node is
-  // "conv2d", the registry's name.
-  static const std::unordered_set<std::string> internal = {"AccumulateGrad",
-                                                           "CopySlices",
-                                                           "unfold",
-                                                           "fold",
-                                                           "as_strided",
-                                                           "as_strided_scatter",
-                                                           "view_scatter",
-                                                           "to_device",
-                                                           "to_dtype",
-                                                           "clone",
-                                                           "index_add",
-                                                           "scatter_add",
-                                                           "avg_pool2d_backward",
-                                                           "max_pool2d_backward",
-                                                           "binary_cross_entropy"};
-  return internal.count(s) > 0 || seen.names.count(s) > 0 || find_op(s) != nullptr;
-}
-}  // namespace
-
-std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module& model, const Tensor& x, int64_t rows) {
-  std::vector<std::pair<std::string, nn::ModulePtr>> out;
-  if (!x.defined()) return out;
-  ModeSnapshot modes(model);
-  GradSnapshot grads(model);
-  QuietProbe quiet(model);
-  model.eval();
-  EngineOps engine;
-  std::unordered_map<const Node*, size_t> owner;  // custom node -> index into mods
-  std::vector<std::pair<std::string, nn::ModulePtr>> mods;
-  std::vector<const Node*> stops;  // the current input's grad_fn per active module
-  {
-    HookSet hooks;
-    std::set<const nn::Module*> seen;
-    for (auto& [path, m] : model.named_modules()) {
-      if (!seen.insert(m.get()).second) continue;
-      const size_t idx = mods.size();
-      mods.emplace_back(path, m);
-      hooks.pre(
-          m, [&stops](nn::Module&, const Tensor& in) { stops.push_back(in.defined() ? in.grad_fn().get() : nullptr); });
-      // Inner modules finish first, so each node is owned by the innermost module that ran it.
-      hooks.post(m, [&, idx](nn::Module&, const Tensor&, const Tensor& y) {
-        const Node* stop = stops.empty() ? nullptr : stops.back();
-        if (!stops.empty()) stops.pop_back();
-        if (!y.defined() || !y.grad_fn()) return;
-        std::vector<Node*> todo{y.grad_fn().get()};
-        std::unordered_set<const Node*> visited;
-        while (!todo.empty()) {
-          Node* n = todo.back();
-          todo.pop_back();
-          if (!n || n == stop || !visited.insert(n).second) continue;
-          if (!owner.count(n) && !engine_node(*n, engine)) owner[n] = idx;
-          for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
-        }
-      });
-    }
-    Tensor xr = first_rows(x, rows).detach();
-    if (xr.is_floating_point()) xr = xr.clone().requires_grad_(true);
-    EnableGradGuard eg;
-    try {
-      ObserverGuard obs(&engine, ObserverScope::ThisThread);
-      model(xr);
-    } catch (const std::exception&) {
-      return out;
-    }
-  }
-  std::set<size_t> idx;
-  for (auto& [n, i] : owner) idx.insert(i);
-  for (size_t i : idx) out.push_back(mods[i]);
-  return out;
+  f.cause =
+      "a layer or a branch that the forward takes only in eval mode computes something else than in training: "
+      "a hand-written normaliser whose eval branch uses its running statistics wrongly (the variance for "
+      "its square root), halves joined in another order at inference, a branch on is_training() that was "
+      "never trained; validation and inference run that path";
+  f.fix =
+      "compare the model's outputs on one batch in train() and eval() (dropout off): find the module whose "
+      "output differs most and fix its eval branch";
+  return {f};
 }
 
 // ---- M13: the whole model's input gradient ----------------------------------------------------
@@ -361,6 +303,7 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   // the numeric one. A jitter of 0.1 x the input's spread separates ties by far
   // more than the step below.
   Tensor x64 = host64(first_rows(x, rows)).contiguous().clone();
+  Tensor movable;  // (1, D): 0 for the columns of codes held still, in the jitter and in every direction
   {
     const double spread = x64.numel() > 1 ? summarize(x64).std : 1.0;
     const Tensor noise = randn(x64.shape(), kFloat64, &gen) * (0.1 * (spread > 0.0 ? spread : 1.0));
@@ -375,8 +318,9 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
     };
     Tensor jittered = x64 + noise;
     // Columns of whole numbers that the forward casts to indices (categorical codes stored among
-    // float features, read by an embedding) cannot move: the jitter leaves them alone where moving
-    // them makes the forward fail, and the check is skipped where that does not help either.
+    // float features, read by an embedding) cannot move: the jitter and the directions leave them
+    // alone where moving them makes the forward fail (a step across a whole number would pick
+    // another row of the table), and the check is skipped where that does not help either.
     if (!runs(jittered) && runs(x64)) {
       if (x64.dim() != 2) return out;
       const int64_t n = x64.size(0), d = x64.size(1);
@@ -387,7 +331,8 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
           const double e = v[static_cast<size_t>(i * d + j)];
           if (e != std::floor(e)) moves[static_cast<size_t>(j)] = 1.0;
         }
-      jittered = x64 + noise * tensor(moves, {1, d}).to(kFloat64);
+      movable = tensor(moves, {1, d}).to(kFloat64);
+      jittered = x64 + noise * movable;
       if (!runs(jittered)) return out;
     }
     x64 = jittered.detach().requires_grad_(true);
@@ -445,7 +390,8 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   int failed = 0;
   const Tensor base = x64.detach();
   for (int k = 0; k < std::max(directions, 1); ++k) {
-    const Tensor u = randn(base.shape(), kFloat64, &gen);
+    const Tensor u =
+        movable.defined() ? randn(base.shape(), kFloat64, &gen) * movable : randn(base.shape(), kFloat64, &gen);
     const double a = sum(g * u).item<double>();
     const double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
     const double err = std::fabs(a - n);

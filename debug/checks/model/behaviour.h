@@ -21,6 +21,7 @@
 //   debug::ModeSnapshot modes(*model);
 //   debug::set_mode_without_randomness(*model, true, probe);
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -28,6 +29,7 @@
 
 #include "core/tensor.h"
 #include "debug/checks/model/gradcheck.h"
+#include "debug/checks/model/model_checks.h"
 #include "debug/evidence/finding.h"
 #include "nn/module.h"
 
@@ -98,6 +100,21 @@ ModeProbe probe_mode_dependence(nn::Module& model, const Tensor& x, const ModePr
 // the randomness is off, a BatchNorm-like layer keeps the mode asked for. Restore
 // the modes with a ModeSnapshot taken before.
 void set_mode_without_randomness(nn::Module& model, bool training, const ModeProbe& probe);
+
+// ---- M2 at the end of a run: the eval path against the training path ---------------------------
+// The trained model scored on the same training rows in eval mode and in training mode with its
+// randomness off (a dropout off, a BatchNorm-like layer on its batch statistics): losses, and
+// accuracies where the targets are classes (NaN otherwise).
+struct ModeAgreement {
+  double eval_loss = std::nan(""), train_loss = std::nan("");
+  double eval_accuracy = std::nan(""), train_accuracy = std::nan("");
+  int64_t examples = 0;
+};
+// A warning (kind eval-path-differs) where the eval-mode accuracy is below the training mode's by
+// more than o.mode_accuracy_gap, or, without accuracies, the eval-mode loss above o.mode_loss_ratio x
+// the training mode's plus 0.1: the model computes something else in eval mode (a hand-written
+// normaliser's eval branch, a branch taken only at inference). Empty otherwise.
+std::vector<Finding> check_mode_agreement(const ModeAgreement& m, const ModelCheckOptions& o = {});
 
 // ---- M13 on custom ops ------------------------------------------------------------------
 // The modules whose forward records a backward node that no engine op made (a

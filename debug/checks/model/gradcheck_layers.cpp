@@ -9,10 +9,14 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
 #include <tuple>
+#include <unordered_set>
 
 #include "core/autograd.h"
 #include "core/generator.h"
+#include "core/observer.h"
+#include "core/op_registry.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
@@ -146,6 +150,100 @@ std::vector<Finding> gradcheck_module(nn::Module& module, const Tensor& x, const
                   ": the formula is the same code on every device)";
     out.push_back(std::move(fd));
   }
+  return out;
+}
+
+// ---- custom ops --------------------------------------------------------------------------------
+namespace {
+// The names of the ops the engine runs in this forward. An op reports itself
+// before its backward node exists, so nodes are recognised by name: an engine
+// node is named after its op (the registry's name, or the one it reported); a
+// gs::record by the user carries the user's own name ("my_square").
+class EngineOps : public OpObserver {
+ public:
+  void on_op(const OpEvent& e) override {
+    if (e.op) names.insert(e.op);
+  }
+  std::unordered_set<std::string> names;
+};
+
+bool engine_node(const Node& n, const EngineOps& seen) {
+  const char* name = n.name();
+  if (!name) return true;
+  const std::string s = name;
+  // Leaves' accumulators, the engine's view bookkeeping, and the nodes an op
+  // records inside itself under another name (the composite conv2d's unfold and
+  // fold, also in the fused conv2d's backward under create_graph; a pooling
+  // layer's backward when differentiated twice). The fused conv2d's own node is
+  // "conv2d", the registry's name.
+  static const std::unordered_set<std::string> internal = {"AccumulateGrad",
+                                                           "CopySlices",
+                                                           "unfold",
+                                                           "fold",
+                                                           "as_strided",
+                                                           "as_strided_scatter",
+                                                           "view_scatter",
+                                                           "to_device",
+                                                           "to_dtype",
+                                                           "clone",
+                                                           "index_add",
+                                                           "scatter_add",
+                                                           "avg_pool2d_backward",
+                                                           "max_pool2d_backward",
+                                                           "binary_cross_entropy"};
+  return internal.count(s) > 0 || seen.names.count(s) > 0 || find_op(s) != nullptr;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module& model, const Tensor& x, int64_t rows) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> out;
+  if (!x.defined()) return out;
+  ModeSnapshot modes(model);
+  GradSnapshot grads(model);
+  QuietProbe quiet(model);
+  model.eval();
+  EngineOps engine;
+  std::unordered_map<const Node*, size_t> owner;  // custom node -> index into mods
+  std::vector<std::pair<std::string, nn::ModulePtr>> mods;
+  std::vector<const Node*> stops;  // the current input's grad_fn per active module
+  {
+    HookSet hooks;
+    std::set<const nn::Module*> seen;
+    for (auto& [path, m] : model.named_modules()) {
+      if (!seen.insert(m.get()).second) continue;
+      const size_t idx = mods.size();
+      mods.emplace_back(path, m);
+      hooks.pre(
+          m, [&stops](nn::Module&, const Tensor& in) { stops.push_back(in.defined() ? in.grad_fn().get() : nullptr); });
+      // Inner modules finish first, so each node is owned by the innermost module that ran it.
+      hooks.post(m, [&, idx](nn::Module&, const Tensor&, const Tensor& y) {
+        const Node* stop = stops.empty() ? nullptr : stops.back();
+        if (!stops.empty()) stops.pop_back();
+        if (!y.defined() || !y.grad_fn()) return;
+        std::vector<Node*> todo{y.grad_fn().get()};
+        std::unordered_set<const Node*> visited;
+        while (!todo.empty()) {
+          Node* n = todo.back();
+          todo.pop_back();
+          if (!n || n == stop || !visited.insert(n).second) continue;
+          if (!owner.count(n) && !engine_node(*n, engine)) owner[n] = idx;
+          for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+        }
+      });
+    }
+    Tensor xr = first_rows(x, rows).detach();
+    if (xr.is_floating_point()) xr = xr.clone().requires_grad_(true);
+    EnableGradGuard eg;
+    try {
+      ObserverGuard obs(&engine, ObserverScope::ThisThread);
+      model(xr);
+    } catch (const std::exception&) {
+      return out;
+    }
+  }
+  std::set<size_t> idx;
+  for (auto& [n, i] : owner) idx.insert(i);
+  for (size_t i : idx) out.push_back(mods[i]);
   return out;
 }
 

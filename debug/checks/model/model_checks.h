@@ -77,10 +77,18 @@ struct ModelCheckOptions {
   // a final loss below the best constant output's (one output row for every example) by this fraction
   // of max(|that loss|, 1) passes.
   double overfit_beat_constant = 0.1;
+  // Against the loss's floor (free outputs trained on the batch): a final loss within overfit_loss of
+  // it, or within this share of the way from the first loss to it, passes (a noise-corrected
+  // cross-entropy 1.39 -> 0.488 against a floor of 0.431; a supervised contrastive loss 3.50 -> 1.99
+  // against log 7).
+  double overfit_floor_share = 0.05;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
   double capacity_margin = 0.0;   // the larger model must reach a loss lower by this fraction
+  // ---- M2 at the end of a run (check_mode_agreement, behaviour.h) ----
+  double mode_accuracy_gap = 0.2;  // eval-mode accuracy this far below the training mode's warns
+  double mode_loss_ratio = 3.0;    // without accuracies: eval-mode loss > this x the training mode's + 0.1
   // ---- M24 ----
   double max_dropout = 0.5;  // a dropout probability above this drops most activations
   // ---- M27 ----

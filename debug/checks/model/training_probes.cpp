@@ -99,6 +99,34 @@ struct LossFloor {
   bool distribution = false;  // outputs not shaped as the targets under a non-class loss
   double floor = 0.0;
 };
+// Whether the loss reads (B, C) outputs as class scores for labels y: raising each row's score of its
+// own label and raising the next class's instead move it in opposite directions (a cross-entropy, NLL,
+// a focal or a corrected loss, or one of them inverted; not a contrastive loss over an embedding).
+bool scores_classes(const Tensor& out, const Tensor& y, const LossFunction& loss) {
+  try {
+    NoGradGuard ng;
+    const int64_t B = out.size(0), C = out.size(1);
+    const std::vector<int64_t> labels = y.detach().to(kCPU).to(kInt64).contiguous().to_vector<int64_t>();
+    std::vector<float> own(static_cast<size_t>(B * C), 0.0f), next(static_cast<size_t>(B * C), 0.0f);
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t k = labels[static_cast<size_t>(i)];
+      if (k < 0 || k >= C) continue;  // a masked row (ignore_index)
+      own[static_cast<size_t>(i * C + k)] = 1.0f;
+      next[static_cast<size_t>(i * C + (k + 1) % C)] = 1.0f;
+    }
+    const Tensor base = out.detach().to(kFloat32);
+    const double step = std::max(1.0, amax(abs(base)).item<double>());
+    const double at = loss(base, y).item<double>();
+    const double up = loss(base + tensor(own, {B, C}).to(base.device()) * step, y).item<double>();
+    const double down = loss(base + tensor(next, {B, C}).to(base.device()) * step, y).item<double>();
+    // Opposite moves (either way round: an inverted loss still reads the scores by class); a loss over
+    // an embedding moves the same way for both, as both pull same-label rows together.
+    return !(std::isfinite(at) && std::isfinite(up) && std::isfinite(down)) || (up - at) * (down - at) < 0;
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+
 // Whether the batch's loss is the mean of its rows' losses, each row scored alone: a likelihood over
 // per-row distribution parameters is; a loss that broadcasts its operands (B, 1) against (B) pairs
 // every output with every target and is not, nor is one over the batch as a whole (a ranking, a
@@ -136,7 +164,9 @@ LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const 
       z = model(x).detach().to(kFloat32).contiguous().clone();
     }
     fl.distribution = !classes && z.shape() != y.shape();
-    if (fl.distribution && !rows_separate(z, y, loss)) return fl;
+    // Float targets only: a loss that broadcasts its operands has a floor too, and that one is a bug.
+    // Labels beside an embedding (a supervised contrastive loss) are read through the batch on purpose.
+    if (fl.distribution && is_floating(y.dtype()) && !rows_separate(z, y, loss)) return fl;
     if (shared && (!fl.distribution || z.size(0) < 2)) return fl;
     // A density's free outputs are run in float64 where the loss takes it: in float32 the
     // cancellation inside a log-likelihood at extreme dispersions (Stirling's lgamma at a shape of
@@ -240,7 +270,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     ModeSnapshot eval_modes(model);
     model.eval();
     const Tensor out = model(x);
-    classes = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0);
+    classes = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0) && scores_classes(out, y, loss);
     if (classes) line = std::max(line, o.overfit_loss_chance * std::log(static_cast<double>(out.size(1))));
   }
   // The adaptive budget: past the base budget, one more window while the last window's mean
@@ -278,8 +308,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     const LossFloor fl = loss_floor(model, x, y, loss, classes);
     if (fl.valid && fl.bounded && fl.floor > line) {
       probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
-                        "final loss within " + fmt_num(o.overfit_loss) + " of it passes"});
-      ok = last < fl.floor + o.overfit_loss && (!classes || acc >= o.overfit_accuracy);
+                        "final loss within max(" + fmt_num(o.overfit_loss) + ", " + fmt_num(o.overfit_floor_share) +
+                            " x (first - floor)) of it passes"});
+      // Within overfit_loss of it, or overfit_floor_share of the way from the first loss left.
+      ok = last < fl.floor + std::max(o.overfit_loss, o.overfit_floor_share * (first - fl.floor)) &&
+           (!classes || acc >= o.overfit_accuracy);
     } else if (fl.valid && !fl.bounded && fl.distribution) {
       // Outputs that parametrise a density per row (a Gamma's mean and shape): free outputs run
       // the loss to minus infinity, so no floor applies. The model fits the batch as far as this

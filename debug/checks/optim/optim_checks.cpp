@@ -1,5 +1,5 @@
-// O1 gradient health (see optim_checks.h), before training and on the sampled steps, and O5's wording
-// during training; O2/O3's norm histories live in norm_history.cpp.
+// O1 gradient health (see optim_checks.h), before training and on the sampled steps; O2/O3's norm
+// histories live in norm_history.cpp, O5's findings in accumulation.cpp.
 #include "debug/checks/optim/optim_checks.h"
 
 #include <algorithm>
@@ -191,7 +191,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
   return out;
 }
 
-// ---- O1 and O5's wording during training (the monitor's run checks) -----------------
+// ---- O1 during training (the monitor's run checks) -----------------
 namespace {
 // O1 on the sampled steps (M5's gradient flow runs in the gate). Once, the first time a 1-D
 // parameter's gradient vanishes: is it a redundant bias (zero by construction, BatchNorm after
@@ -365,23 +365,6 @@ class GradientHealthRunCheck final : public RunCheck {
   std::map<std::string, Vanished> vanished_;
 };
 
-// O5 is raised by the optimizer itself (a core warning): its findings say what the loop did. A
-// gradient transform (clipping) that ran with no gradient present is O5's other loop-order mistake.
-class AccumulationRunCheck final : public RunCheck {
- public:
-  std::string ids() const override { return "O5"; }
-  uint32_t events() const override { return RunEvent::Warning; }
-  void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
-    if (w.check != "O5") return;
-    const bool transform = w.where.rfind("clip_grad", 0) == 0;
-    f.title = transform ? w.where +
-                              " ran with no gradient present (before backward() or right after zero_grad()): "
-                              "it changed nothing"
-                        : "gradients accumulated across steps: zero_grad() was not called (" + w.where + ")";
-    f.fix = transform ? "call it between loss.backward() and optimizer.step()"
-                      : "call optimizer.zero_grad() before every backward()";
-  }
-};
 }  // namespace
 
 void revise_gradient_missing(Report& gate, const TrainingHistory& h) {
@@ -390,9 +373,6 @@ void revise_gradient_missing(Report& gate, const TrainingHistory& h) {
 
 std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o) {
   return std::make_unique<GradientHealthRunCheck>(o.optim);
-}
-std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions&) {
-  return std::make_unique<AccumulationRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

@@ -8,7 +8,7 @@ std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o); 
 std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o);    // O6, learning_rate.cpp
 std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o);  // O1, optim_checks.cpp
 std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions& o);   // O4, finite_weights.cpp
-std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions& o);     // O5's wording, optim_checks.cpp
+std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions& o);     // O5, accumulation.cpp
 std::unique_ptr<RunCheck> make_clipping_run_check(const MonitorOptions& o);         // O9, clipping.cpp
 std::unique_ptr<RunCheck> make_loss_scale_run_check(const MonitorOptions& o);       // O10, loss_scale.cpp
 
