@@ -81,7 +81,7 @@ struct ModelCheckOptions {
   // it, or within this share of the way from the first loss to it, passes (a noise-corrected
   // cross-entropy 1.39 -> 0.488 against a floor of 0.431; a supervised contrastive loss 3.50 -> 1.99
   // against log 7).
-  double overfit_floor_share = 0.05;
+  double overfit_floor_share = 0.1;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss

@@ -210,14 +210,14 @@ class GradientHealthRunCheck final : public RunCheck {
     for (const auto& [name, held] : missing_) h.gradient_missing.emplace_back(name, held.second);
   }
   void finish(RunContext& c) override {
-    // A gradient that vanished alone (others flowed) on under half the sampled steps and flowed at the
-    // last: info (an exact zero some batches give); otherwise the warning, as it was first seen.
+    // A gradient that vanished alone (others flowed) on under half the sampled steps, and not on the
+    // last three in a row: info (an exact zero some batches give); otherwise the warning, as first seen.
     for (const auto& [name, v] : vanished_) {
       Finding f = v.first;
       f.evidence.push_back({"sampled steps with a vanishing gradient", static_cast<double>(v.steps),
                             "half the judged steps or more, or the last one, warns"});
       f.evidence.push_back({"sampled steps judged", static_cast<double>(judged_steps_), ""});
-      if (!v.whole && v.last != last_judged_ && 2 * v.steps < judged_steps_) {
+      if (!v.whole && !(v.last == last_judged_ && v.run >= 3) && 2 * v.steps < judged_steps_) {
         f.severity = Severity::Info;
         f.title += " on " + std::to_string(v.steps) + " of " + std::to_string(judged_steps_) +
                    " sampled steps; it flows on the others and at the last";
@@ -252,6 +252,7 @@ class GradientHealthRunCheck final : public RunCheck {
     if (std::none_of(health.begin(), health.end(),
                      [](const Finding& f) { return f.is("O1", Kind::NoGradientAtStep); })) {
       ++judged_steps_;
+      prev_judged_ = last_judged_;
       last_judged_ = c.steps + 1;
     }
     for (size_t i = 0; i < health.size();) {
@@ -343,6 +344,7 @@ class GradientHealthRunCheck final : public RunCheck {
         if (f.step < 0) f.step = c.step_now();  // said at the end of the run, at the step it was first seen
         Vanished& v = vanished_.try_emplace(f.parameter, Vanished{f}).first->second;
         ++v.steps;
+        v.run = v.last == prev_judged_ ? v.run + 1 : 1;
         v.last = c.steps + 1;
         v.whole = v.whole || whole_model;
         continue;  // judged at the end of the run, over every sampled step
@@ -355,11 +357,12 @@ class GradientHealthRunCheck final : public RunCheck {
   OptimCheckOptions o_;
   bool redundant_checked_ = false;
   int64_t judged_steps_ = 0;                                    // sampled steps on which some parameter had a gradient
-  int64_t last_judged_ = -1;                                    // the last of them
+  int64_t last_judged_ = -1, prev_judged_ = -1;                 // the last of them, the one before
   std::map<std::string, std::pair<Finding, int64_t>> missing_;  // the first finding, the steps without
   struct Vanished {
     Finding first;
     int64_t steps = 0, last = -1;  // sampled steps it vanished on, the last of them
+    int64_t run = 0;               // judged steps in a row it vanished on, up to the last
     bool whole = false;            // on one of them every parameter's did
   };
   std::map<std::string, Vanished> vanished_;
