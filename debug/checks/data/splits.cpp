@@ -304,25 +304,29 @@ double repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
 }
 
 namespace {
-// The share of a tabular sample's rows whose values after the first begin another row of it: windows
-// cut from one series at a stride of 1, each sharing all but one value with the next.
-double sliding_window_share(const SplitSample& s) {
+// Windows cut from one series at a stride of 1, each sharing all but one value with the next: the
+// width of the window (its first `width` columns; up to 4 more columns may follow it, an hour's sine and
+// cosine) whose values after the first begin another row's in half the rows or more; 0 when there is none.
+int64_t sliding_window_width(const SplitSample& s) {
   const int64_t n = s.read(), F = s.features;
-  if (!s.tabular || F < 3 || n < 2 || static_cast<int64_t>(s.columns.size()) != n * F) return 0.0;
-  const auto hash = [&](int64_t r, int64_t from) {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t j = 0; j < F - 1; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, &s.columns[static_cast<size_t>(r * F + from + j)], sizeof bits);
-      h = (h ^ bits) * 1099511628211ull;
-    }
-    return h;
-  };
-  std::unordered_map<uint64_t, int64_t> heads;
-  for (int64_t r = 0; r < n; ++r) ++heads[hash(r, 0)];
-  int64_t followed = 0;
-  for (int64_t r = 0; r < n; ++r) followed += heads.count(hash(r, 1)) ? 1 : 0;
-  return static_cast<double>(followed) / static_cast<double>(n);
+  if (!s.tabular || F < 3 || n < 2 || static_cast<int64_t>(s.columns.size()) != n * F) return 0;
+  for (int64_t width = F; width >= std::max<int64_t>(3, F - 4); --width) {
+    const auto hash = [&](int64_t r, int64_t from) {
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t j = 0; j < width - 1; ++j) {
+        uint32_t bits;
+        std::memcpy(&bits, &s.columns[static_cast<size_t>(r * F + from + j)], sizeof bits);
+        h = (h ^ bits) * 1099511628211ull;
+      }
+      return h;
+    };
+    std::unordered_map<uint64_t, int64_t> heads;
+    for (int64_t r = 0; r < n; ++r) ++heads[hash(r, 0)];
+    int64_t followed = 0;
+    for (int64_t r = 0; r < n; ++r) followed += heads.count(hash(r, 1)) ? 1 : 0;
+    if (2 * followed >= n) return width;
+  }
+  return 0;
 }
 }  // namespace
 
@@ -434,9 +438,9 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   r.repeats_a = repetition_factor(a.columns, na, D);
   r.repeats_b = repetition_factor(b.columns, nb, D);
   // Sliding windows of one series: about rows / width independent draws in each split.
-  if (sliding_window_share(a) >= 0.5 && sliding_window_share(b) >= 0.5) {
-    r.repeats_a = std::max(r.repeats_a, static_cast<double>(D));
-    r.repeats_b = std::max(r.repeats_b, static_cast<double>(D));
+  if (const int64_t w = std::min(sliding_window_width(a), sliding_window_width(b)); w > 0) {
+    r.repeats_a = std::max(r.repeats_a, static_cast<double>(w));
+    r.repeats_b = std::max(r.repeats_b, static_cast<double>(w));
   }
   const double fa = static_cast<double>(na) / r.repeats_a, fb = static_cast<double>(nb) / r.repeats_b;
   double chi = 0.0;
@@ -514,10 +518,11 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
   // fewer independent draws than rows: about rows / width each. The KS bar is then also the 0.1%
   // critical value for those sizes, 1.95 sqrt((a + b) / ab).
   double bar = opts.max_drift_ks;
-  const bool windows = sliding_window_share(train) >= 0.5 && sliding_window_share(other) >= 0.5;
+  const int64_t width = std::min(sliding_window_width(train), sliding_window_width(other));
+  const bool windows = width > 0;
   if (windows) {
-    const double a = std::max(1.0, static_cast<double>(train.read()) / static_cast<double>(train.features));
-    const double b = std::max(1.0, static_cast<double>(other.read()) / static_cast<double>(other.features));
+    const double a = std::max(1.0, static_cast<double>(train.read()) / static_cast<double>(width));
+    const double b = std::max(1.0, static_cast<double>(other.read()) / static_cast<double>(width));
     bar = std::max(bar, 1.95 * std::sqrt((a + b) / (a * b)));
   }
   const bool mean_off = ks_mean > bar, std_off = ks_std > bar;
