@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
@@ -144,14 +145,9 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
   return s;
 }
 
-// The mean loss of the rows of up to max_batches batches of `loader`, scored again in whole batches
-// of `size` rows (eval mode, no gradients); NaN when they fill none.
-double loss_in_batches_of(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t size,
-                          int64_t max_batches) {
-  NoGradGuard ng;
-  const bool was = model.is_training();
-  model.eval();
-  const Device d = model_device(model);
+// The rows of up to max_batches batches of `loader` (its first epoch's order), as one (x, y); both
+// undefined when there is none.
+std::pair<Tensor, Tensor> first_batches(const nn::DataLoader& loader, int64_t max_batches) {
   std::vector<Tensor> xs, ys;
   const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
   for (int64_t i = 0; i < nb; ++i) {
@@ -159,10 +155,22 @@ double loss_in_batches_of(nn::Module& model, const nn::DataLoader& loader, const
     xs.push_back(b.x);
     ys.push_back(b.y);
   }
+  if (xs.empty()) return {};
+  return {cat(xs, 0), cat(ys, 0)};
+}
+
+// The mean loss of the rows of up to max_batches batches of `loader`, scored again in whole batches
+// of `size` rows (eval mode, no gradients; the modes put back); NaN when they fill none.
+double loss_in_batches_of(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t size,
+                          int64_t max_batches) {
+  NoGradGuard ng;
+  ModeSnapshot modes(model);
+  model.eval();
+  const Device d = model_device(model);
+  const auto [x, y] = first_batches(loader, max_batches);
   double sum = 0.0;
   int64_t rows = 0;
-  if (!xs.empty() && size > 0) {
-    const Tensor x = cat(xs, 0), y = cat(ys, 0);
+  if (x.defined() && size > 0) {
     for (int64_t start = 0; start + size <= x.size(0); start += size) {
       const Tensor l = loss(model(x.narrow(0, start, size).to(d)), y.narrow(0, start, size).to(d));
       if (l.numel() != 1) break;
@@ -170,35 +178,28 @@ double loss_in_batches_of(nn::Module& model, const nn::DataLoader& loader, const
       rows += size;
     }
   }
-  model.train(was);
   return rows > 0 ? sum / static_cast<double>(rows) : std::nan("");
 }
 
 // The trained model against the best constant output on up to max_batches batches of held-out rows:
 // each example's loss scored alone under the model, and under one output row trained on those rows
-// themselves (Adam at 0.1, 300 steps, from the model's mean output), which favours the constant. Empty where the loss
-// is not the mean of its rows' losses (a loss over the batch as a whole) or a step fails.
+// themselves (Adam at 0.1, 300 steps, from the model's mean output), which favours the constant. Empty
+// where the loss is not the mean of its rows' losses (a loss over the batch as a whole) or a step fails.
 ConstantComparison against_constant(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss,
                                     int64_t max_batches) {
   ConstantComparison c;
   try {
-    const bool was = model.is_training();
-    model.eval();
-    std::vector<Tensor> xs, ys;
-    const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
-    for (int64_t i = 0; i < nb; ++i) {
-      const nn::Batch b = loader.batch(0, i);
-      xs.push_back(b.x);
-      ys.push_back(b.y);
-    }
     Tensor out, y;
     {
       NoGradGuard ng;
+      ModeSnapshot modes(model);
+      model.eval();
+      const auto [rows_x, rows_y] = first_batches(loader, max_batches);
+      if (!rows_x.defined()) return c;
       const Device d = model_device(model);
-      y = cat(ys, 0).to(d);
-      out = model(cat(xs, 0).to(d)).detach();
+      y = rows_y.to(d);
+      out = model(rows_x.to(d)).detach();
     }
-    model.train(was);
     const int64_t n = out.dim() >= 1 ? out.size(0) : 0;
     if (n < 8 || y.dim() < 1 || y.size(0) != n || !out.is_floating_point()) return c;
     Tensor row = out.mean({0}, true).to(kFloat32).detach().clone().requires_grad_(true);
