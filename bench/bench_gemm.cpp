@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 #ifdef _OPENMP
@@ -122,7 +123,9 @@ constexpr Product kProducts[] = {
     {"small64", false, false, 64, 64, 64},       {"wino_64x63x32", false, false, 64, 63, 32},
 };
 
-void BM_product(benchmark::State& state, Product p, bool direct) {
+// direct: the packing-free kernel with its walk (sgemm.h's SgemmWalk: Auto, or one forced, so that
+// both walks are timed side by side on any CPU); else the BLAS.
+void BM_product(benchmark::State& state, Product p, bool direct, gs::cpu::fast::SgemmWalk walk) {
   set_threads(1);
   const int64_t lda = p.a_col ? p.M : p.K, ldb = p.b_col ? p.K : p.N;
   RowMat a = RowMat::Random(p.M, p.K), b = RowMat::Random(p.K, p.N), c(p.M, p.N);
@@ -131,6 +134,7 @@ void BM_product(benchmark::State& state, Product p, bool direct) {
     return;
   }
   gs::cpu::fast::set_sgemm_direct(false);  // the BLAS case must not be routed to the kernel
+  gs::cpu::fast::set_sgemm_walk(walk);
   for (auto _ : state) {
     if (direct)
       gs::cpu::fast::sgemm_direct(p.a_col, p.b_col, p.M, p.N, p.K, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
@@ -140,6 +144,7 @@ void BM_product(benchmark::State& state, Product p, bool direct) {
     benchmark::ClobberMemory();
   }
   gs::cpu::fast::set_sgemm_direct(true);
+  gs::cpu::fast::set_sgemm_walk(gs::cpu::fast::SgemmWalk::Auto);
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * p.M * p.N * p.K * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["dispatched"] = gs::cpu::fast::sgemm_direct_pays(p.a_col, p.b_col, p.M, p.N, p.K);
@@ -206,11 +211,16 @@ int main(int argc, char** argv) {
     }
   }
   if (std::strcmp(gs::cpu::fast::gemm_library(), "Eigen") != 0)
-    for (const Product& p : kProducts)
-      for (bool direct : {true, false})
-        benchmark::RegisterBenchmark((std::string("sgemm_direct/") + p.name + (direct ? "/direct" : "/blas")).c_str(),
-                                     BM_product, p, direct)
+    for (const Product& p : kProducts) {
+      using gs::cpu::fast::SgemmWalk;
+      // "direct" takes the walk Auto chooses on this CPU; "inplace" and "packed" force one.
+      for (auto [direct, walk, name] :
+           {std::tuple{true, SgemmWalk::Auto, "direct"}, std::tuple{false, SgemmWalk::Auto, "blas"},
+            std::tuple{true, SgemmWalk::InPlace, "inplace"}, std::tuple{true, SgemmWalk::Packed, "packed"}})
+        benchmark::RegisterBenchmark((std::string("sgemm_direct/") + p.name + "/" + name).c_str(), BM_product, p,
+                                     direct, walk)
             ->Unit(benchmark::kMicrosecond);
+    }
   for (const Product& p : kProducts) {
     if (std::strncmp(p.name, "mlp", 3) != 0 && std::strncmp(p.name, "cnn", 3) != 0) continue;
     using gs::cpu::fast::Elem;

@@ -138,6 +138,52 @@ TEST_CASE("sgemm_direct: each element is one FMA chain in k order, for every lay
   CHECK(cases > 400);
 }
 
+TEST_CASE("sgemm_direct: both walks (in place, packed) give the chain's bits, on any CPU") {
+  if (!kBuilt) return;
+  struct Restore {
+    ~Restore() { cpu::fast::set_sgemm_walk(cpu::fast::SgemmWalk::Auto); }
+  } restore;
+  // Auto names a concrete walk, and the in-place one on every CPU below 128 rows or columns or
+  // 2^26 multiply-adds (the products of the MLP's training steps), whatever the sizes' product.
+  cpu::fast::set_sgemm_walk(cpu::fast::SgemmWalk::Auto);
+  CHECK(cpu::fast::sgemm_walk_for(512, 512, 512) != cpu::fast::SgemmWalk::Auto);
+  CHECK(cpu::fast::sgemm_walk_for(64, 4096, 4096) == cpu::fast::SgemmWalk::InPlace);
+  CHECK(cpu::fast::sgemm_walk_for(4096, 64, 4096) == cpu::fast::SgemmWalk::InPlace);
+  CHECK(cpu::fast::sgemm_walk_for(256, 784, 256) == cpu::fast::SgemmWalk::InPlace);
+  CHECK(cpu::fast::sgemm_walk_for(int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40) !=
+        cpu::fast::SgemmWalk::Auto);  // no overflow
+  std::mt19937 gen(77);
+  // M: a short rest merged and split (13, 20), whole tiles and a rest over 128 rows (130);
+  // N: a partial panel (7, 33, 70); K: one k-block, two unequal ones (257).
+  const int64_t Ms[] = {5, 13, 20, 130};
+  const int64_t Ns[] = {7, 33, 70};
+  const int64_t Ks[] = {9, 257};
+  const float betas[] = {0.0f, 1.0f, 0.5f};
+  int cases = 0;
+  for (const auto walk : {cpu::fast::SgemmWalk::InPlace, cpu::fast::SgemmWalk::Packed}) {
+    cpu::fast::set_sgemm_walk(walk);
+    CHECK(cpu::fast::sgemm_walk_for(512, 512, 512) == walk);
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true})
+        for (int64_t M : Ms)
+          for (int64_t N : Ns)
+            for (int64_t K : Ks) {
+              const Case c = make(a_col, b_col, M, N, K, gen);
+              const float beta = betas[cases % 3];
+              CAPTURE(static_cast<int>(walk));
+              CAPTURE(a_col);
+              CAPTURE(b_col);
+              CAPTURE(M);
+              CAPTURE(N);
+              CAPTURE(K);
+              CAPTURE(beta);
+              CHECK(same_bits(run(c, beta), chain(c, beta), c.ldc));
+              ++cases;
+            }
+  }
+  CHECK(cases == 2 * 4 * 4 * 3 * 2);
+}
+
 TEST_CASE("sgemm_direct: a transposed operand over the kept scratch (1 MB) uses a buffer of its own") {
   if (!kBuilt) return;
   std::mt19937 gen(9);

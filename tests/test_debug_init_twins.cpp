@@ -317,11 +317,14 @@ TEST_CASE("W1 step by step names the moment: weights written between steps, and 
     INFO(f[0].str());
     CHECK(f[0].severity == debug::Severity::Error);
     // The losses agree bit for bit for most draws; a shift can round differently in the last bit,
-    // and then they part at this same step: the weights are named first either way.
+    // and then they part at this same step or, through the next step's gradients, a later one
+    // (the softmax ignores the shift only up to rounding, which depends on the CPU's kernels):
+    // the weights are named first either way.
     CHECK(f[0].title.find("part at step 3: the weight before the step's forward of fc2.weight differs") !=
           std::string::npos);
     CHECK((f[0].title.find("though the losses agree at every step") != std::string::npos ||
-           f[0].title.find("at the step the losses part") != std::string::npos));
+           f[0].title.find("at the step the losses part") != std::string::npos ||
+           f[0].title.find("before the losses (step ") != std::string::npos));
     CHECK(f[0].cause.find("outside the optimizer") != std::string::npos);
   }
   SUBCASE("an unseeded augmentation: the step's gradient parts with its loss") {

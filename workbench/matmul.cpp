@@ -5,11 +5,15 @@
 // Key: M, N, K the sizes; i, j, k their indices; A(i, k) = A[i*K + k], B(k, j) = B[k*N + j].
 // threads > 1: every version splits C's rows into `threads` contiguous blocks.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/sgemm.h"
+#include "core/cpu/fast/transpose.h"
 #include "workbench/ladders.h"
 #include "workbench/simd.h"
 
@@ -123,6 +127,10 @@ void micro(int64_t kc, const float* a, int64_t as, int64_t ak, const float* b, i
     acc0[r] = accumulate ? load(c + r * cs, m0) : zero();
     acc1[r] = accumulate ? load(c + r * cs + kW, m1) : zero();
   }
+  // Eight k's per loop trip: the loop's own counter and branch then take few of the issue slots
+  // the FMAs share (on an Intel core with two 512-bit FMA units, 85% of its FMA peak from L1
+  // with 8, 78% with 1).
+#pragma GCC unroll 8
   for (int64_t k = 0; k < kc; ++k) {
     const V b0 = load(b + k * bs), b1 = load(b + k * bs + kW);
     for (int r = 0; r < R; ++r) {
@@ -172,20 +180,51 @@ void v5_simd(const float* A, const float* B, float* C, int64_t i0, int64_t i1, i
   }
 }
 
-// v6: v5 plus packing (BLIS): a kKc6 x kNc6 block of B is copied once into kNr-wide panels and a
-// kMc6 x kKc6 block of A into kMr-tall panels, both contiguous in the order the micro-kernel
-// reads them: unit-stride streams from L1/L2 and no TLB misses, at the cost of the copies.
-constexpr int64_t kKc6 = 256, kMc6 = 96 * (kMr / 6), kNc6 = 1024;
+// v6: v5 plus packing (BLIS): a kc x nc block of B is copied once into kNr-wide panels, and each
+// kMr-row micro-panel of A (kMr x kc) into k-major order just before it is used. The A micro-panel
+// then stays in L1 while B's panels stream past it from L2: unit-stride reads, no TLB misses, at
+// the cost of the copies. kc and nc come from this CPU's caches, as BLIS derives them analytically
+// (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", 2016): the A micro-panel
+// fills at most half of L1, the B block at most half of L2.
+struct CacheSizes {
+  int64_t l1 = int64_t{32} << 10, l2 = int64_t{1} << 20;  // when sysfs does not say
+};
+const CacheSizes& cache_sizes() {
+  static const CacheSizes sizes = [] {
+    CacheSizes c;
+    for (int idx = 0; idx < 8; ++idx) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/";
+      std::ifstream level_f(dir + "level"), type_f(dir + "type"), size_f(dir + "size");
+      int level = 0;
+      std::string type, size;
+      if (!(level_f >> level) || !(type_f >> type) || !(size_f >> size) || size.empty()) continue;
+      const int64_t unit = size.back() == 'K' ? 1024 : size.back() == 'M' ? (int64_t{1} << 20) : 1;
+      const int64_t bytes = std::atoll(size.c_str()) * unit;
+      if (bytes <= 0) continue;
+      if (level == 1 && type == "Data") c.l1 = bytes;
+      if (level == 2 && type == "Unified") c.l2 = bytes;
+    }
+    return c;
+  }();
+  return sizes;
+}
+
 void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
   if (K == 0) {
     for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
     return;
   }
-  std::vector<float> bp(static_cast<size_t>(kKc6 * (kNc6 + kNr))), ap(static_cast<size_t>(kKc6 * (kMc6 + kMr)));
-  for (int64_t jc = 0; jc < N; jc += kNc6) {
-    const int64_t nc = std::min(kNc6, N - jc);
-    for (int64_t pc = 0; pc < K; pc += kKc6) {
-      const int64_t kc = std::min(kKc6, K - pc);
+  const CacheSizes& caches = cache_sizes();
+  // k-blocks of equal length up to kc_max (K = 600: 2 x 300, not 512 + 88).
+  const int64_t kc_max = std::clamp<int64_t>(caches.l1 / (2 * kMr * 4) / 16 * 16, 128, 512);
+  const int64_t kblocks = (K + kc_max - 1) / kc_max, kcb = (K + kblocks - 1) / kblocks;
+  const int64_t nc_max = std::max<int64_t>(kNr, caches.l2 / (2 * kcb * 4) / kNr * kNr);
+  const int64_t nc_cap = std::min(nc_max, (N + kNr - 1) / kNr * kNr);
+  std::vector<float> bp(static_cast<size_t>(kcb * nc_cap)), ap(static_cast<size_t>(kcb * kMr));
+  for (int64_t jc = 0; jc < N; jc += nc_max) {
+    const int64_t nc = std::min(nc_max, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+      const int64_t kc = std::min(kcb, K - pc);
       // B (kc, nc) -> panels of kNr columns: panel p, row k at bp[p * kc * kNr + k * kNr], zero-padded.
       for (int64_t jr = 0; jr < nc; jr += kNr) {
         float* dst = bp.data() + jr * kc;
@@ -196,22 +235,13 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
           std::fill(dst + k * kNr + w, dst + (k + 1) * kNr, 0.0f);
         }
       }
-      for (int64_t ic = i0; ic < i1; ic += kMc6) {
-        const int64_t mc = std::min(kMc6, i1 - ic);
-        // A (mc, kc) -> panels of kMr rows: panel p, column k at ap[p * kc * kMr + k * kMr], zero-padded.
-        for (int64_t ir = 0; ir < mc; ir += kMr) {
-          float* dst = ap.data() + ir * kc;
-          const int64_t h = std::min<int64_t>(kMr, mc - ir);
-          for (int64_t k = 0; k < kc; ++k) {
-            for (int64_t r = 0; r < h; ++r) dst[k * kMr + r] = A[(ic + ir + r) * K + pc + k];
-            for (int64_t r = h; r < kMr; ++r) dst[k * kMr + r] = 0.0f;
-          }
-        }
+      for (int64_t i = i0; i < i1; i += kMr) {
+        const int64_t h = std::min<int64_t>(kMr, i1 - i);
+        // ap[k * kMr + r] = A(i + r, pc + k): the engine's 8 x 8 register transposes.
+        gradsleuth::cpu::fast::transpose(A + i * K + pc, K, ap.data(), kMr, h, kc);
         for (int64_t jr = 0; jr < nc; jr += kNr)
-          for (int64_t ir = 0; ir < mc; ir += kMr)
-            micro_rows(static_cast<int>(std::min<int64_t>(kMr, mc - ir)), kc, ap.data() + ir * kc, 1, kMr,
-                       bp.data() + jr * kc, kNr, C + (ic + ir) * N + jc + jr, N,
-                       static_cast<int>(std::min<int64_t>(kNr, nc - jr)), pc > 0);
+          micro_rows(static_cast<int>(h), kc, ap.data(), 1, kMr, bp.data() + jr * kc, kNr, C + i * N + jc + jr, N,
+                     static_cast<int>(std::min<int64_t>(kNr, nc - jr)), pc > 0);
       }
     }
   }
@@ -265,12 +295,12 @@ Ladder matmul_ladder() {
                      rows_split(v5_simd),
                      "",
                      {}});
-  l.rungs.push_back(
-      {{6, "packed (BLIS)",
-        "A and B blocks copied into the panels the micro-kernel reads: unit stride, L1/L2-resident, no TLB misses"},
-       rows_split(v6_packed),
-       "",
-       {}});
+  l.rungs.push_back({{6, "packed (BLIS)",
+                      "A and B blocks copied into the panels the micro-kernel reads, blocked for this CPU's L1 and L2: "
+                      "unit stride, no TLB misses"},
+                     rows_split(v6_packed),
+                     "",
+                     {}});
 #else
   l.rungs.push_back({{5, "SIMD micro-kernel", "explicit AVX2/AVX-512 register tile"}, {}, simd_skip, {}});
   l.rungs.push_back({{6, "packed (BLIS)", "A and B copied into micro-panels"}, {}, simd_skip, {}});
@@ -284,7 +314,7 @@ Ladder matmul_ladder() {
   };
   l.rungs.push_back({{7, "engine (packing-free)",
                       "core/cpu/fast/sgemm.h, the CPU backend's kernel: v5's tile over k-blocks sized to L1, no "
-                      "packing, tuned edges"},
+                      "packing (but on Intel cores from 2^26 multiply-adds: B's k-block and A's tiles), tuned edges"},
                      gradsleuth::cpu::fast::sgemm_direct_available() ? engine : KernelFn{},
                      gradsleuth::cpu::fast::sgemm_direct_available()
                          ? ""

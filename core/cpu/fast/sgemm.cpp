@@ -26,10 +26,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/transpose.h"
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -248,6 +252,96 @@ void tile_rows(int64_t m, int64_t K, StridedA<TA> a, const Panel& p) {
   }
 }
 
+// Scratch for a transposed operand, C^T or the packed walk's panels of B (slots 0-2 for the
+// callers' copies, 3 for the packed walk's, so a copy passed down as B is never overwritten). Up to kKeptScratch floats
+// it is kept per thread (a training step multiplies the same shapes every time, so after the first step nothing is
+// allocated); a larger one lives for one call, so a single large product does not leave megabytes behind in every
+// thread that ran one.
+constexpr size_t kKeptScratch = size_t{1} << 18;  // 1 MB
+class Scratch {
+ public:
+  Scratch(int which, int64_t n) {
+    thread_local std::vector<float> kept[4];
+    const auto size = static_cast<size_t>(n);
+    std::vector<float>& v = size <= kKeptScratch ? kept[which] : own_;
+    if (v.size() < size) v.resize(size);
+    data_ = v.data();
+  }
+  float* data() const { return data_; }
+
+ private:
+  std::vector<float> own_;
+  float* data_ = nullptr;
+};
+
+// Which walk gemm_rows takes (sgemm.h's SgemmWalk): Auto's choice is made per product. The start
+// value comes from GRADSLEUTH_SGEMM_WALK=auto|inplace|packed.
+SgemmWalk walk_from_env() {
+  const char* e = std::getenv("GRADSLEUTH_SGEMM_WALK");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "auto") return SgemmWalk::Auto;
+  if (v == "inplace") return SgemmWalk::InPlace;
+  if (v == "packed") return SgemmWalk::Packed;
+  std::fprintf(stderr, "gradsleuth: GRADSLEUTH_SGEMM_WALK=%s is not auto, inplace or packed: using auto\n", e);
+  return SgemmWalk::Auto;
+}
+std::atomic<SgemmWalk> g_walk{walk_from_env()};
+
+// The packed walk, for a float32 A: for each k-block, B's rows are copied once into contiguous
+// panels of 2 vectors (zero-padded), and for each row tile A's rows are copied into a k-major
+// tile (A(r, k) at tile[k * kRows + r]); the tile then stays in L1 while B's panels stream past
+// it from L2. The same micro-kernel and the same chains in k order as the in-place walk (the same
+// bits), with unit-stride reads: on an Intel core with two 512-bit FMA units, where the in-place
+// walk's strided rows of A and B conflict in L1 (rows 2 KB apart share a few sets), this walk is
+// faster alone from about 128 rows and 128 columns (docs/benchmarks.md).
+void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const float* B, int64_t ldb, float beta,
+                      float* C, int64_t ldc, Elem round, int64_t whole, int64_t rest, int64_t last, int64_t step) {
+  constexpr int64_t kPanel = 2 * kW;
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  const Scratch packed(3, std::min(step, K) * kPanel * panels);
+  thread_local std::vector<float> atile;
+  if (atile.size() < static_cast<size_t>(step * kRows)) atile.resize(static_cast<size_t>(step * kRows));
+  for (int64_t k0 = 0; k0 < K; k0 += step) {
+    const int64_t kb = std::min(step, K - k0);
+    for (int64_t q = 0; q < panels; ++q) {
+      const int64_t j = q * kPanel, n = std::min(kPanel, N - j);
+      float* dst = packed.data() + q * kb * kPanel;
+      for (int64_t k = 0; k < kb; ++k) {
+        const float* src = B + (k0 + k) * ldb + j;
+        std::copy(src, src + n, dst + k * kPanel);
+        std::fill(dst + k * kPanel + n, dst + (k + 1) * kPanel, 0.0f);
+      }
+    }
+    const auto rows = [&](int64_t i, int64_t m) {
+      float* t = atile.data();
+      const float* src = A.p + i * A.si + k0 * A.sk;
+      if (A.si == 1) {  // column-major A: m consecutive values per k
+        for (int64_t k = 0; k < kb; ++k) std::copy(src + k * A.sk, src + k * A.sk + m, t + k * kRows);
+      } else {  // row-major A: transposed by 8 x 8 blocks in registers
+        transpose(src, A.si, t, kRows, m, kb);
+      }
+      const StridedA<float> tile_a{t, 1, kRows};
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t j = q * kPanel;
+        // Later k-blocks resume from the partial C (beta 1); only the last one rounds.
+        const Panel p{packed.data() + q * kb * kPanel,
+                      kPanel,
+                      C + i * ldc + j,
+                      ldc,
+                      k0 == 0 ? beta : 1.0f,
+                      std::min(kPanel, N - j),
+                      q + 1 < panels ? kb * kPanel : 0,
+                      k0 + kb == K ? round : Elem::Float32};
+        tile_rows<kRows>(m, kb, tile_a, p);
+      }
+    };
+    int64_t i = 0;
+    for (; i < whole * kRows; i += kRows) rows(i, kRows);
+    if (rest > 0) rows(i, rest);
+    if (last > 0) rows(i + rest, last);
+  }
+}
+
 // C (M, N) = A (M, K) @ B (K, N) + beta * C with B row-major (row stride ldb), K >= 1.
 template <class TA>
 void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float beta, float* C,
@@ -265,6 +359,9 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, 
   // Blocks of equal length (784 = 4 x 196, not 3 x 256 + 16): a short last block would
   // pay a whole pass of tile loads and stores for a few k's.
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
+  if constexpr (std::is_same_v<TA, float>)
+    if (sgemm_walk_for(M, N, K) == SgemmWalk::Packed)
+      return gemm_rows_packed(M, N, K, A, B, ldb, beta, C, ldc, round, whole, rest, last, step);
   // The last panel, when it ends in a partial vector, is copied into 2 vectors' width, zero-padded,
   // so that the micro-kernel loads B's rows without a mask: masked loads in the k loop made
   // such a panel 2-2.5x slower on Zen 5 (64 x 63 x 32, the Winograd tiles' product: 2.8 against
@@ -301,27 +398,6 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, 
     }
   }
 }
-
-// Scratch for a transposed operand or C^T. Up to kKeptScratch floats it is kept per
-// thread (a training step multiplies the same shapes every time, so after the first
-// step nothing is allocated); a larger one lives for one call, so a single large
-// product does not leave megabytes behind in every thread that ran one.
-constexpr size_t kKeptScratch = size_t{1} << 18;  // 1 MB
-class Scratch {
- public:
-  Scratch(int which, int64_t n) {
-    thread_local std::vector<float> kept[3];
-    const auto size = static_cast<size_t>(n);
-    std::vector<float>& v = size <= kKeptScratch ? kept[which] : own_;
-    if (v.size() < size) v.resize(size);
-    data_ = v.data();
-  }
-  float* data() const { return data_; }
-
- private:
-  std::vector<float> own_;
-  float* data_ = nullptr;
-};
 
 }  // namespace
 
@@ -521,6 +597,35 @@ std::atomic<bool> g_direct_enabled{true};
 }  // namespace
 
 void set_sgemm_direct(bool on) { g_direct_enabled.store(on, std::memory_order_relaxed); }
+
+#if GS_SGEMM_DIRECT
+void set_sgemm_walk(SgemmWalk w) { g_walk.store(w, std::memory_order_relaxed); }
+SgemmWalk sgemm_walk_for(int64_t M, int64_t N, int64_t K) {
+  const SgemmWalk w = g_walk.load(std::memory_order_relaxed);
+  if (w != SgemmWalk::Auto) return w;
+#if defined(__AVX512F__)
+  // Measured on an Intel Xeon with AVX-512 and AMX (two 512-bit FMA units, 48 KB L1d, 2 MB L2),
+  // one thread: alone, a product with 128 rows and 128 columns or more ran 4-15% faster packed
+  // (512^3: 12%); with fewer rows the copy of B's k-block, with fewer columns (2 panels) the copies
+  // of A's tiles, did not pay (10-15% slower). But inside the MLP's training steps, whose products
+  // are under 2^26 multiply-adds, the packed walk made the steps 3-7% slower (their operands come
+  // cold from the ops before), so it is taken from 2^26 only. AMD Zen keeps the in-place walk,
+  // which runs at 91% of Zen 5's FMA peak (docs/benchmarks.md).
+  static const bool intel = cpu_isa().intel;
+  const bool large =
+      M >= 128 && N >= 128 && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= 0x1p26;
+  return intel && large ? SgemmWalk::Packed : SgemmWalk::InPlace;
+#else
+  (void)M;
+  (void)N;
+  (void)K;
+  return SgemmWalk::InPlace;
+#endif
+}
+#else
+void set_sgemm_walk(SgemmWalk) {}
+SgemmWalk sgemm_walk_for(int64_t, int64_t, int64_t) { return SgemmWalk::InPlace; }
+#endif
 bool sgemm_direct_enabled() { return g_direct_enabled.load(std::memory_order_relaxed); }
 
 bool sgemm_direct_pays(bool, bool, int64_t M, int64_t N, int64_t K) {

@@ -12,6 +12,8 @@
 // - A column-major B is handled by computing C^T = B^T A^T instead, which needs A
 //   column-major; when A is row-major too, the smaller of the two operands (or A and
 //   C^T) is transposed into a scratch buffer by 8x8 register blocks.
+// - On an Intel CPU, large products take a packed walk instead (SgemmWalk below): B's k-block
+//   and each row tile of A copied into contiguous panels first, as a BLAS does.
 // - Each element of C is one chain of fused multiply-adds in k order, starting from
 //   beta * C (or 0): the same bits with AVX2 and AVX-512, whatever the blocking, and an
 //   error bound of the textbook form |C - AB| <= K u |A||B| (u = 2^-24).
@@ -35,6 +37,23 @@ bool sgemm_direct_pays(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K);
 // compare the two paths.
 void set_sgemm_direct(bool on);
 bool sgemm_direct_enabled();
+
+// How the kernel walks a float32 product. InPlace: for each k-block and each column panel of
+// B (2 vectors wide), every row tile of A, reading B's rows and A's rows where they are. Packed:
+// for each k-block, B's rows copied once into contiguous panels; for each row tile, its rows of A
+// copied into a k-major tile, which stays in L1 while B's panels stream past it. Both give the
+// same bits (the same chains in k order). Auto (the default) takes Packed on an Intel CPU in an
+// AVX-512 build for products of 128 rows, 128 columns and 2^26 multiply-adds or more, InPlace
+// elsewhere: the choice measured on each vendor's cores, alone and inside training steps
+// (docs/benchmarks.md). A 16-bit A always takes InPlace. (The rows and columns are the walk's:
+// C^T's where sgemm_direct computes C^T = B^T A^T.)
+enum class SgemmWalk : uint8_t { Auto, InPlace, Packed };
+// Forces a walk for every thread (Auto restores the choice): the tests check both walks' bits
+// on any CPU, and the benchmarks time them side by side. GRADSLEUTH_SGEMM_WALK=auto|inplace|packed
+// in the environment sets the start value.
+void set_sgemm_walk(SgemmWalk w);
+// The walk a float32 product of M rows, N columns and depth K takes now (never Auto).
+SgemmWalk sgemm_walk_for(int64_t M, int64_t N, int64_t K);
 
 // C (M, N; row stride ldc) = A (M, K) @ B (K, N) + beta * C, on the calling thread.
 // The layouts are blas_gemm's: a_col = false stores A(i, k) at A[i*lda + k], true at
