@@ -246,12 +246,15 @@ TEST_CASE("sgemm_direct: beta = 0 never reads C, and Inf/NaN land where the chai
 }
 
 TEST_CASE("blas_gemm routes a one-thread float32 product to the kernel by the measured rule") {
-  // The rule (sgemm.h): AVX-512 builds only, every side >= 32, 2^20 to 2^27 multiply-adds.
+  // The rule (sgemm.h): AVX-512 builds only, every side >= 32, 2^20 to 2^27 multiply-adds (2^25 on Intel).
   CHECK(cpu::fast::sgemm_direct_pays(false, true, 64, 256, 784) == kDispatches);  // an MLP's forward
   CHECK(cpu::fast::sgemm_direct_pays(true, false, 256, 784, 64) == kDispatches);  // its weight gradient
   CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, true, 64, 10, 256));            // a 10-class layer
   CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, false, 64, 64, 64));            // under 2^20
   CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, false, 1024, 1024, 1024));      // over 512^3
+  // 2^25.6: an MLP's forward at batch 256 goes to OpenBLAS's SkylakeX kernels on an Intel CPU.
+  CHECK(cpu::fast::sgemm_direct_pays(false, true, 256, 256, 784) == (kDispatches && !cpu::fast::cpu_isa().intel));
+  CHECK(cpu::fast::sgemm_direct_pays(true, false, 128, 3136, 64) == kDispatches);  // 2^24.6: the CNN's fc1
   CHECK_FALSE(cpu::fast::sgemm_direct_pays(false, false, int64_t{1} << 40, 64, int64_t{1} << 40));  // no overflow
   if (std::strcmp(cpu::fast::gemm_library(), "Eigen") == 0) return;  // no BLAS: blas_gemm declines
 

@@ -640,7 +640,13 @@ bool sgemm_direct_pays(bool, bool, int64_t M, int64_t N, int64_t K) {
   // that first keeps M * N * K from overflowing.
   if (M > (int64_t{1} << 17) || N > (int64_t{1} << 17) || K > (int64_t{1} << 17)) return false;
   const int64_t macs = M * N * K;
-  return macs >= (int64_t{1} << 20) && macs <= (int64_t{1} << 27);
+  // On Intel cores with two 512-bit FMA units, OpenBLAS's SkylakeX kernels win from 2^25
+  // (measured on an Intel Xeon with AVX-512 and AMX: the MLP's batch-256 products, 256 x 256 x 784,
+  // 10-12% faster on the BLAS, and its training step 10%; the CNN's 2^24.6 and the batch-64 MLP's
+  // 2^23.6 products 4-23% faster on this kernel; docs/benchmarks.md).
+  static const bool intel = cpu_isa().intel;
+  const int64_t top = intel ? (int64_t{1} << 25) : (int64_t{1} << 27);
+  return macs >= (int64_t{1} << 20) && macs <= top;
 #else
   // AVX2 code: on Zen 5, built with -march=x86-64-v3, the kernel took 1.05-1.4x the time
   // of OpenBLAS's AVX2 kernel at these shapes, and it has not been measured on an

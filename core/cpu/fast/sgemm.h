@@ -29,7 +29,8 @@ bool sgemm_direct_available();
 // Whether the packing-free kernel beats a tuned BLAS at this product on one thread:
 // in an AVX-512 build, products with every side >= 32 and 2^20 to 2^27 (512^3)
 // multiply-adds, measured on Zen 5 against OpenBLAS 0.3.21 (bench_gemm's
-// "sgemm_direct" cases). In an AVX2 build, never (see sgemm.cpp).
+// "sgemm_direct" cases); on an Intel CPU 2^20 to 2^25, measured against OpenBLAS's
+// SkylakeX kernels. In an AVX2 build, never (see sgemm.cpp).
 bool sgemm_direct_pays(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K);
 
 // Turns the routing of blas_gemm to this kernel on (the default) or off, for every
