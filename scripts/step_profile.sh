@@ -15,7 +15,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) secs="$2"; shift ;;
     -h|--help) sed -n '2,8p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    train_step/*) filters+=("$1") ;;
+    train_step*/*) filters+=("$1") ;;
     *) bdir="$1" ;;
   esac
   shift
