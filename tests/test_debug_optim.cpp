@@ -437,6 +437,27 @@ TEST_CASE("O3 NormHistory: a weight norm growing steadily 10x+ warns; a stable o
   CHECK(of(flat.findings(), "O3").empty());
 }
 
+TEST_CASE("O3 NormHistory: a weight that starts at zero grows out of nothing, judged from a default init's norm") {
+  // The same steady growth, 0.04 to 0.9 (22x): after a start at exactly zero (a layer initialised to
+  // zero on purpose) it counts from sqrt(fan_out / 3) = 1 for this (3, 4) weight: no warning; from a
+  // first record of 0.04 it warns.
+  dbg::NormHistory from_zero, from_small;
+  Scripted a, b;
+  a.set(1.0, 0.0);
+  from_zero.record(0, *a.lin);
+  for (int64_t s = 1; s <= 40; ++s) {
+    const double w = 0.04 * std::pow(0.9 / 0.04, static_cast<double>(s - 1) / 39.0);
+    a.set(1.0, w);
+    from_zero.record(s, *a.lin);
+    b.set(1.0, w);
+    from_small.record(s, *b.lin);
+  }
+  CHECK(of(from_zero.findings(), "O3").empty());
+  const auto fs = of(from_small.findings(), "O3");
+  REQUIRE(fs.size() == 1);
+  CHECK(ev(fs[0], "last / first weight norm") == doctest::Approx(0.9 / 0.04).epsilon(1e-3));
+}
+
 // ---- O4 non-finite weights ----------------------------------------------------------------
 
 TEST_CASE("O4 check_finite_weights: an error per parameter holding NaN/Inf") {

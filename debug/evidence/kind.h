@@ -135,9 +135,11 @@ namespace gradsleuth::debug {
   X(OutputOutOfRange, "output-out-of-range", "M3")                                                    \
   X(RandomAtEval, "random-at-eval", "M2")                                                             \
   X(EvalPathDiffers, "eval-path-differs", "M2")                                                       \
-  /* O8 the learning rate against its optimizer's usual range */                                      \
+  /* O8 the learning rate against its optimizer's usual range, and the settings beside it */          \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \
+  X(AdamBetasUnstable, "adam-betas-unstable", "O8")                                                   \
+  X(BiasGroupFrozen, "bias-group-frozen", "O8")                                                       \
   /* O10 the loss scaler */                                                                           \
   X(ScaleCollapsed, "scale-collapsed", "O10")                                                         \
   X(ScaleHalving, "scale-halving", "O10")                                                             \

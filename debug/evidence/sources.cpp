@@ -61,6 +61,10 @@ const std::vector<SourceInfo>& all_sources() {
        "Priya Goyal, Piotr Doll\u00e1r, Ross Girshick, Pieter Noordhuis, Lukasz Wesolowski, Aapo Kyrola, Andrew "
        "Tulloch, Yangqing Jia, Kaiming He",
        "2017", "arXiv:1706.02677 (https://arxiv.org/abs/1706.02677)", ""},
+      {"Kingma & Ba 2015", "Diederik P. Kingma, Jimmy Ba, \"Adam: A Method for Stochastic Optimization\" (ICLR 2015)",
+       "the Adam update (bias-corrected first and second moments of the gradient, decays beta1 and beta2, defaults "
+       "0.9 and 0.999) and its convergence analysis, which assumes beta1^2 / sqrt(beta2) < 1",
+       "Diederik P. Kingma, Jimmy Ba", "2015", "arXiv:1412.6980 (https://arxiv.org/abs/1412.6980)", ""},
       {"Pascanu et al. 2013",
        "Razvan Pascanu, Tomas Mikolov, Yoshua Bengio, \"On the difficulty of training recurrent "
        "neural networks\" (ICML 2013)",

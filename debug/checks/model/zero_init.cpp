@@ -116,16 +116,45 @@ ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const T
   }
   r.step(true);
   try {
-    for (Tensor& p : model.parameters()) p.set_grad(Tensor());
-    Tensor l = loss(model(x), y);
-    if (l.numel() == 1 && l.requires_grad()) {
+    std::map<std::string, Tensor> params;
+    for (auto& [name, p] : model.named_parameters()) params[name] = p;
+    // A chain of zero layers (a zero head after a residual branch whose last layer is zero too, as Fixup
+    // initialises it) opens one layer per step: after the probe's step, a zero parameter that was quiet
+    // may get a gradient, and then the parameters behind it wait on it. So the probe steps again along
+    // each newly reached zero parameter's gradient, up to kChain levels.
+    constexpr int kChain = 4;
+    bool backward_ran = false;
+    for (int level = 0; level < kChain; ++level) {
+      for (Tensor& p : model.parameters()) p.set_grad(Tensor());
+      Tensor l = loss(model(x), y);
+      if (l.numel() != 1 || !l.requires_grad()) break;
       l.backward();
-      std::map<std::string, Tensor> params;
-      for (auto& [name, p] : model.named_parameters()) params[name] = p;
+      backward_ran = true;
+      std::vector<std::string> reached;
       for (const std::string& name : quiet) {
+        if (std::find(r.held_back.begin(), r.held_back.end(), name) != r.held_back.end()) continue;
         const Tensor g = params[name].grad();
-        if (g.defined() && l2_norm64(g) > vanishing_grad_norm) r.held_back.push_back(name);
+        if (g.defined() && l2_norm64(g) > vanishing_grad_norm) {
+          r.held_back.push_back(name);
+          if (exactly_all_zero(params[name])) reached.push_back(name);
+        }
       }
+      if (reached.empty()) break;
+      for (const std::string& name : reached) {  // the next level's small steps, on top of the ones taken
+        Tensor& p = params[name];
+        const Tensor g = p.grad().detach();
+        const double fan_in =
+            p.dim() >= 2 ? static_cast<double>(p.numel() / p.size(0)) : static_cast<double>(p.numel());
+        const double size = 1e-3 / std::sqrt(std::max(fan_in, 1.0));
+        const double rms = l2_norm64(g) / std::sqrt(static_cast<double>(g.numel()));
+        NoGradGuard ng;
+        ZeroInitProbe::Step s{p, mul(g, -size / rms).to(p.dtype()), p.detach().clone()};
+        p.detach().copy_(s.original + s.delta);
+        r.steps.push_back(std::move(s));
+        zeros.emplace_back(name, p);
+      }
+    }
+    if (backward_ran) {
       // Those still quiet may be biases with a BatchNorm after them. Their test needs the branch to carry
       // a signal the loss feels: the zero parameters at a default initialisation's size (1000 steps).
       {

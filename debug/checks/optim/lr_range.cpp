@@ -1,6 +1,8 @@
 // O8, the learning rate before training: each parameter group's starting rate against its optimizer's
-// usual range (see OptimCheckOptions).
+// usual range, a group of biases held at rate 0 beside the weights, and Adam's betas against its
+// convergence condition (see OptimCheckOptions).
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -28,11 +30,21 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
   if (const auto* adam = dynamic_cast<const optim::Adam*>(&opt)) eps = adam->options().eps();
   if (const auto* rms = dynamic_cast<const optim::RMSprop*>(&opt)) eps = rms->options().eps();
   const bool eps_sets_step = adaptive && eps >= o.adaptive_eps_large;
+  // Weight matrices (2-D or more) that train in some group.
+  const bool weights_train = std::any_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) {
+    return g.lr > 0 && std::any_of(g.params.begin(), g.params.end(), [](const Tensor& p) { return p.dim() >= 2; });
+  });
   for (size_t i = 0; i < groups.size(); ++i) {
     const double lr = groups[i].lr;
     if (lr >= lo && lr <= hi) continue;
     const bool high = lr > hi, frozen = lr == 0.0 && trains;  // a group held still by its rate beside others
-    const bool unjudged = frozen || eps_sets_step;
+    // Frozen layers are frozen whole; a group of only biases and normalisation gains (1-D) at rate 0
+    // while the weight matrices train is the no-weight-decay group of a recipe, its weight decay of 0
+    // written where ParamGroup takes the learning rate.
+    const auto& ps = groups[i].params;
+    const bool biases_frozen = frozen && weights_train && !ps.empty() &&
+                               std::all_of(ps.begin(), ps.end(), [](const Tensor& p) { return p.dim() <= 1; });
+    const bool unjudged = (frozen && !biases_frozen) || eps_sets_step;
     const std::string group =
         groups.size() == 1
             ? std::string()
@@ -40,10 +52,13 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
     Finding f = make("O8", unjudged ? Severity::Info : Severity::Warning,
                      "the " + kind + " learning rate " + fmt_num(lr) + group + " is " + (high ? "above" : "below") +
                          " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts" +
-                         (frozen          ? ": its parameters are frozen by their rate while the other groups train"
+                         (biases_frozen ? ": a group of only biases and normalisation gains (" +
+                                              num(static_cast<int64_t>(ps.size())) +
+                                              " vectors) held still while the weight matrices train"
+                          : frozen        ? ": its parameters are frozen by their rate while the other groups train"
                           : eps_sets_step ? ": with eps " + fmt_num(eps) + " the range does not apply"
                                           : ""));
-    f.kind = high ? Kind::LrAboveRange : Kind::LrBelowRange;
+    f.kind = biases_frozen ? Kind::BiasGroupFrozen : high ? Kind::LrAboveRange : Kind::LrBelowRange;
     f.evidence = {{"learning rate", lr,
                    "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags (0 beside a group that trains: info)"}};
     if (adaptive) f.evidence.push_back({"eps", eps, ">= " + fmt_num(o.adaptive_eps_large) + ": not judged (info)"});
@@ -51,11 +66,44 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
                      "turns NaN, and ReLU units can die in the first steps"
                    : "a learning rate this low moves the weights so little that the loss barely falls within a "
                      "normal budget of steps";
-    f.fix = frozen ? "none needed if freezing was meant (requires_grad_(false) also skips their gradients)"
+    if (biases_frozen)
+      f.cause =
+          "ParamGroup(params, lr, weight_decay) takes the learning rate first: the usual group of biases and "
+          "normalisation gains without weight decay, written ParamGroup(no_decay, 0.0), gets learning rate 0 "
+          "and weight decay from the optimizer, so its biases and gains never move";
+    f.fix = biases_frozen ? "ParamGroup(no_decay, ParamGroup::kInherit, 0.0): the optimizer's learning rate and no "
+                            "weight decay (freeze whole layers with requires_grad_(false) instead)"
+            : frozen      ? "none needed if freezing was meant (requires_grad_(false) also skips their gradients)"
             : kind == "SGD"
                 ? "start SGD between 1e-3 and 0.1 (0.01-0.1 with momentum 0.9), then tune by factors of 3"
                 : "start " + kind + " at its default 1e-3 (3e-4 is a common choice), then tune by factors of 3";
     out.push_back(std::move(f));
+  }
+  // Adam's betas: the second moment must not forget faster than the first (Kingma & Ba's condition).
+  if (const auto* adam = dynamic_cast<const optim::Adam*>(&opt)) {
+    const auto [b1, b2] = adam->options().betas();
+    const double gamma = b2 > 0 ? b1 * b1 / std::sqrt(b2) : 0.0;
+    if (b2 > 0 && b1 < 1 && gamma >= o.adam_betas_gamma_max) {
+      // Below 1 the condition fails only where beta1 > beta2, and the pair swapped always meets it.
+      const bool swapped = b2 < b1 && b2 * b2 / std::sqrt(b1) < o.adam_betas_gamma_max;
+      Finding f = make("O8", Severity::Warning,
+                       "the " + kind + " betas (" + fmt_num(b1) + ", " + fmt_num(b2) +
+                           ") break Adam's condition beta1^2 / sqrt(beta2) < 1" +
+                           (swapped ? ": they look swapped (beta1, the first moment's, is the smaller: 0.9 "
+                                      "against 0.999 by default)"
+                                    : ""));
+      f.kind = Kind::AdamBetasUnstable;
+      f.evidence = {{"beta1^2 / sqrt(beta2)", gamma, ">= " + fmt_num(o.adam_betas_gamma_max) + " flags"},
+                    {"beta1", b1, "the first moment's decay"},
+                    {"beta2", b2, "the second moment's decay"}};
+      f.cause =
+          "the second moment forgets faster than the first: after a few small gradients its square root "
+          "shrinks while the first moment still carries the earlier large ones, so single updates grow far "
+          "beyond the learning rate and the loss spikes";
+      f.fix = swapped ? "betas({" + fmt_num(b2) + ", " + fmt_num(b1) + "})"
+                      : "betas({0.9, 0.999}), PyTorch's defaults (0.9 and 0.95-0.98 for large models)";
+      out.push_back(std::move(f));
+    }
   }
   return out;
 }

@@ -261,12 +261,22 @@ std::vector<Finding> NormHistory::findings() const {
       up += w[i].second > w[i - 1].second;
     }
     if (!finite) continue;  // O4 reports non-finite weights
-    const double growth = w.back().second / w[i0].second;
+    // A weight below the floor at its first record started at zero (initialised so on purpose: a residual
+    // branch's last layer, Fixup's): it grows out of nothing, so its growth counts from the norm a default
+    // initialisation gives such a weight (uniform within 1 / sqrt(fan_in): sqrt(fan_out / 3)), not from its
+    // first small record.
+    double base = w[i0].second;
+    if (i0 > 0) {
+      const size_t digit = q.shape.find_first_of("0123456789");
+      const double fan_out = digit == std::string::npos ? 0.0 : std::atof(q.shape.c_str() + digit);
+      base = std::max(base, std::sqrt(std::max(fan_out, 1.0) / 3.0));
+    }
+    const double growth = w.back().second / base;
     const double inc = static_cast<double>(up) / static_cast<double>(w.size() - i0 - 1);
     if (growth > o_.weight_growth_factor && inc >= o_.weight_growth_min_increasing) {
       Finding f =
           make("O3", Severity::Warning,
-               "the weight norm of " + q.name + " grew " + fmt_num(growth) + "x (" + fmt_num(w[i0].second) + " -> " +
+               "the weight norm of " + q.name + " grew " + fmt_num(growth) + "x (" + fmt_num(base) + " -> " +
                    fmt_num(w.back().second) + ") between steps " + num(w[i0].first) + " and " + num(w.back().first));
       f.parameter = q.name;
       f.shape = q.shape;
@@ -274,7 +284,8 @@ std::vector<Finding> NormHistory::findings() const {
       f.evidence = {
           {"last / first weight norm", growth, "> " + fmt_num(o_.weight_growth_factor) + " warns"},
           {"fraction of records where it grew", inc, ">= " + fmt_num(o_.weight_growth_min_increasing) + " is steady"},
-          {"first weight norm", w[i0].second, ""},
+          {"first weight norm", w[i0].second,
+           i0 > 0 ? "after a zero start: growth counts from a default initialisation's norm" : ""},
           {"last weight norm", w.back().second, ""},
           {"records", static_cast<double>(w.size() - i0), ""}};
       f.cause =

@@ -196,6 +196,10 @@ struct OptimCheckOptions {
   // times the averaged gradient; RMSprop at eps 1 and lr 0.045 trained Inception), so its rate is info here
   // and the eps rule (eps_shrink) judges it after the run.
   double adaptive_eps_large = 0.1;
+  // Adam's and AdamW's betas against the condition of Adam's convergence proof (Kingma & Ba 2015,
+  // Theorem 4.1): beta1^2 / sqrt(beta2) < 1. PyTorch's (0.9, 0.999) gives 0.81, (0.9, 0.95) 0.83;
+  // the pair typed the other way round, (0.999, 0.9), gives 1.05. At adam_betas_gamma_max or above: a warning.
+  double adam_betas_gamma_max = 1.0;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
