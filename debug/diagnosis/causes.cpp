@@ -118,8 +118,10 @@ const std::vector<Cause>& diagnosis_causes() {
        [](const Finding& f) { return is(f, "D7", Kind::TargetLeakage); }},
       {"rank-shards", "ranks reading the same data", "D11", "the sample indices of each rank", true,
        GS_CHECK_CONFIRMS("D11")},
-      {"class-weights-inverted", "class weights that grow with the class counts (count / N for N / count)", "D3",
-       "the classes' masses in the loss (count x weight) against their counts", true,
+      {"class-weights-inverted",
+       "class weights that do not lift the rare classes (grown with the counts, count / N for N / count, or computed "
+       "in another order than the classes)",
+       "D3", "the classes' masses in the loss (count x weight) against their counts", true,
        [](const Finding& f) { return is(f, "D3", Kind::ClassWeightsAmplify); }},
       {"class-imbalance", "classes missing or badly imbalanced", "D3", "the class counts", true,
        [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f) && f.kind != Kind::ClassWeightsAmplify; }},

@@ -34,6 +34,10 @@ struct DataCheckOptions {
   // apart than this x the counts (and than max_imbalance_ratio): weights of count / N on counts 20x
   // apart give 400x; uniform weights give 1x the counts, N / (C x count) weights 1.
   double class_weight_amplifies = 1.5;
+  // ... or weights at least this far from uniform (largest / smallest: meant to rebalance) under which the
+  // masses lie beyond max_imbalance_ratio and no closer than the counts: weights that do not follow the
+  // classes (computed from the counts in another order).
+  double class_weight_spread = 2.0;
   // The per-class errors of the trained model on the validation data: a class with at least
   // min_class_examples examples whose recall is below min_recall_ratio x the mean recall of the
   // other classes warns, when that mean is above chance (1 / C) by min_recall_over_chance x.
@@ -167,7 +171,9 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
 // weight; when those masses are within opts.max_imbalance_ratio the loss compensates on purpose,
 // and check_label_distribution's imbalance warning among `findings` becomes info. When they lie
 // further apart than max_imbalance_ratio and than opts.class_weight_amplifies x the counts themselves,
-// the weights grow with the counts (count / N for N / count): a warning of kind class-weights-amplify.
+// the weights grow with the counts (count / N for N / count): a warning of kind class-weights-amplify; so
+// are weights at least opts.class_weight_spread from uniform under which the masses lie no closer than the
+// counts (weights computed from the counts in another order).
 void weigh_class_counts(std::vector<Finding>& findings, const Tensor& class_weight, const DataCheckOptions& opts = {});
 
 // D3 on the model's predictions: per class (index = label) the validation examples and how

@@ -187,18 +187,31 @@ void weigh_class_counts(std::vector<Finding>& fs, const Tensor& class_weight, co
     }
     if (empty || !(hi > 0) || !(lo > 0) || !std::isfinite(lo) || !(count_lo > 0)) continue;
     const double ratio = hi / lo, counts = count_hi / count_lo;
-    // Weights that grow with the class counts: the loss sees a larger imbalance than the data has.
-    if (ratio > o.max_imbalance_ratio && ratio > o.class_weight_amplifies * counts) {
+    const double w_hi = *std::max_element(wv.begin(), wv.end()), w_lo = *std::min_element(wv.begin(), wv.end());
+    // Weights that grow with the class counts: the loss sees a larger imbalance than the data has. Or
+    // weights far from uniform (meant to rebalance) under which the classes weigh no closer than in the
+    // data: computed from the counts in another order than the classes (sorted first, another split's).
+    const bool grows = ratio > o.class_weight_amplifies * counts;
+    const bool misaligned = ratio >= counts && w_lo > 0 && w_hi / w_lo >= o.class_weight_spread;
+    if (ratio > o.max_imbalance_ratio && (grows || misaligned)) {
       f.severity = Severity::Warning;
       f.kind = Kind::ClassWeightsAmplify;
-      f.title = "the loss's class weights grow with the class counts: with them the classes weigh " + fmt_num(ratio) +
-                "x apart in the loss, against " + fmt_num(counts) + "x in the data";
+      f.title = grows ? "the loss's class weights grow with the class counts: with them the classes weigh " +
+                            fmt_num(ratio) + "x apart in the loss, against " + fmt_num(counts) + "x in the data"
+                      : "the loss's class weights do not follow the class counts: they differ " + fmt_num(w_hi / w_lo) +
+                            "x between classes, yet with them the classes weigh " + fmt_num(ratio) +
+                            "x apart in the loss, no closer than the " + fmt_num(counts) + "x of the data";
       f.evidence.push_back({"imbalance ratio of count x the loss's class weight", ratio,
                             "> " + fmt_num(o.max_imbalance_ratio) + " and > " + fmt_num(o.class_weight_amplifies) +
                                 " x the counts' ratio warns"});
-      f.cause =
-          "class weights computed the wrong way round (count / N instead of N / (C x count)): meant to lift the rare "
-          "classes, they press them down further, and the model predicts the common classes";
+      f.cause = grows ? "class weights computed the wrong way round (count / N instead of N / (C x count)): meant to "
+                        "lift the rare classes, they press them down further, and the model predicts the common classes"
+                      : "class weights computed from the counts in another order than the classes (the counts sorted "
+                        "first, or another split's class order): the large weights land on common classes, and the "
+                        "rare ones stay as rare in the loss as in the data";
+      if (!grows)
+        f.evidence.push_back({"largest / smallest class weight", w_hi / w_lo,
+                              ">= " + fmt_num(o.class_weight_spread) + ": meant to rebalance"});
       f.fix = "weigh class c by N / (C x count_c) (or 1 / count_c, normalised): each class then carries a similar mass";
       continue;
     }
