@@ -5,7 +5,8 @@
 // network trained on the distance between two embeddings, whose last bias cancels in e1 - e2; and
 // mixup, whose loss module is called twice a step; and M14 on heads that parametrise a distribution
 // per row (a zero-inflated Poisson, a Gamma with a learned shape) against the same heads blind to
-// their inputs, and a hand-written MSE that broadcasts its operands.
+// their inputs, and a hand-written MSE that broadcasts its operands; and M14 on a noisy curve of one
+// input feature against the same model blind to its input.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -352,4 +353,38 @@ TEST_CASE("M14 on losses whose least value is above 0: a supervised contrastive 
   CHECK_MESSAGE(!c[0].fires(), c[0].str());
   const double floor = dtest::evidence(c[0], "the loss's floor (free outputs trained on the batch)");
   CHECK(floor == doctest::Approx(-std::log(0.65)).epsilon(0.05));
+}
+
+namespace {
+// The sine regression's model, and its twin blind to its input (x * 0 reaches the layers).
+struct Curve : nn::Module {
+  std::shared_ptr<nn::Sequential> net = register_module(
+      "net", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(1, 64), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(64, 64), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(64, 1)));
+  bool blind;
+  explicit Curve(bool b) : Module("Curve"), blind(b) {}
+  Tensor forward(const Tensor& x) override { return (*net)(blind ? x * 0.0 : x); }
+};
+}  // namespace
+
+TEST_CASE("M14 on a noisy curve (one input feature): not memorised, judged as learning where the loss halves") {
+  manual_seed(205);
+  Generator g(45);
+  const Tensor x = rand({32, 1}, {}, &g) * 6.0 - 3.0;
+  const Tensor y = sin(x * 2.0) + (abs(x) * 0.3 + 0.1) * randn({32, 1}, {}, &g);
+  const auto mse = [](const Tensor& p, const Tensor& t) { return mean(square(p - t)); };
+  auto model = std::make_shared<Curve>(false);
+  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x / std::sqrt(3.0), y, mse);
+  REQUIRE(f.size() == 1);
+  CHECK_MESSAGE(!f[0].fires(), f[0].str());
+  if (f[0].title.find("does not overfit") != std::string::npos) {  // not memorised in the budget: said why
+    CHECK(f[0].title.find("on inputs of 1 feature") != std::string::npos);
+    CHECK(dtest::ev(f[0], "final loss") <= 0.5 * dtest::ev(f[0], "initial loss"));
+  }
+  // Blind to its input, the same model only learns the targets' mean: the loss does not halve, M14 warns.
+  auto blind = std::make_shared<Curve>(true);
+  const std::vector<debug::Finding> b = debug::overfit_one_batch(*blind, x / std::sqrt(3.0), y, mse);
+  REQUIRE(b.size() == 1);
+  CHECK_MESSAGE(b[0].fires(), b[0].str());
 }

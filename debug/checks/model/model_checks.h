@@ -77,6 +77,10 @@ struct ModelCheckOptions {
   // a final loss below the best constant output's (one output row for every example) by this fraction
   // of max(|that loss|, 1) passes.
   double overfit_beat_constant = 0.1;
+  // Real-valued targets over inputs of at most this many features (a curve, a surface): a batch is not
+  // expected to be memorised (a function through noisy targets bends between neighbouring rows); where the
+  // loss fell by half or more the test is info.
+  int64_t overfit_low_dim_features = 2;
   // Against the loss's floor (free outputs trained on the batch): a final loss within overfit_loss of
   // it, or within this share of the way from the first loss to it, passes (a noise-corrected
   // cross-entropy 1.39 -> 0.488 against a floor of 0.431; a supervised contrastive loss 3.50 -> 1.99
