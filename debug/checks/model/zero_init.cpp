@@ -33,6 +33,17 @@ bool exactly_all_zero(const Tensor& p) {
   return p.numel() > 0 && amax(abs(p.detach().to(kFloat64))).item<double>() == 0.0;
 }
 
+// A small step along minus a zero parameter's own gradient: 1e-3 of its values' typical size at a
+// default initialisation (1 / sqrt(fan_in), from its number of columns), far above rounding.
+ZeroInitProbe::Step small_step(const Tensor& p) {
+  const Tensor g = p.grad().detach();
+  const double fan_in = p.dim() >= 2 ? static_cast<double>(p.numel() / p.size(0)) : static_cast<double>(p.numel());
+  const double size = 1e-3 / std::sqrt(std::max(fan_in, 1.0));
+  NoGradGuard ng;
+  const double rms = l2_norm64(g) / std::sqrt(static_cast<double>(g.numel()));
+  return {p, mul(g, -size / rms).to(p.dtype()), p.detach().clone()};
+}
+
 std::string names(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
@@ -104,16 +115,7 @@ ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const T
   ModeSnapshot modes(model);
   QuietProbe mute(model);  // no warnings; buffers (BatchNorm statistics) put back
   set_mode_without_randomness(model, true, probe_mode_dependence(model, x));
-  // A small step along minus each zero parameter's own gradient: 1e-3 of its values' typical size
-  // at a default initialisation (1 / sqrt(fan_in), from its number of columns), far above rounding.
-  for (auto& [name, p] : zeros) {
-    const Tensor g = p.grad().detach();
-    const double fan_in = p.dim() >= 2 ? static_cast<double>(p.numel() / p.size(0)) : static_cast<double>(p.numel());
-    const double size = 1e-3 / std::sqrt(std::max(fan_in, 1.0));
-    NoGradGuard ng;
-    const double rms = l2_norm64(g) / std::sqrt(static_cast<double>(g.numel()));
-    r.steps.push_back({p, mul(g, -size / rms).to(p.dtype()), p.detach().clone()});
-  }
+  for (auto& [name, p] : zeros) r.steps.push_back(small_step(p));
   r.step(true);
   try {
     std::map<std::string, Tensor> params;
@@ -142,14 +144,11 @@ ZeroInitProbe probe_zero_initialised(nn::Module& model, const Tensor& x, const T
       if (reached.empty()) break;
       for (const std::string& name : reached) {  // the next level's small steps, on top of the ones taken
         Tensor& p = params[name];
-        const Tensor g = p.grad().detach();
-        const double fan_in =
-            p.dim() >= 2 ? static_cast<double>(p.numel() / p.size(0)) : static_cast<double>(p.numel());
-        const double size = 1e-3 / std::sqrt(std::max(fan_in, 1.0));
-        const double rms = l2_norm64(g) / std::sqrt(static_cast<double>(g.numel()));
-        NoGradGuard ng;
-        ZeroInitProbe::Step s{p, mul(g, -size / rms).to(p.dtype()), p.detach().clone()};
-        p.detach().copy_(s.original + s.delta);
+        ZeroInitProbe::Step s = small_step(p);
+        {
+          NoGradGuard ng;
+          p.detach().copy_(s.original + s.delta);
+        }
         r.steps.push_back(std::move(s));
         zeros.emplace_back(name, p);
       }

@@ -27,7 +27,8 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
   // An eps this large sets the step itself (lr / eps times the averaged gradient, RMSprop at eps 1 and
   // lr 0.045 in Inception's recipe): the usual range does not apply; the eps rule judges it after the run.
   double eps = 0;
-  if (const auto* adam = dynamic_cast<const optim::Adam*>(&opt)) eps = adam->options().eps();
+  const auto* adam = dynamic_cast<const optim::Adam*>(&opt);  // AdamW too
+  if (adam) eps = adam->options().eps();
   if (const auto* rms = dynamic_cast<const optim::RMSprop*>(&opt)) eps = rms->options().eps();
   const bool eps_sets_step = adaptive && eps >= o.adaptive_eps_large;
   // Weight matrices (2-D or more) that train in some group.
@@ -80,7 +81,7 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
     out.push_back(std::move(f));
   }
   // Adam's betas: the second moment must not forget faster than the first (Kingma & Ba's condition).
-  if (const auto* adam = dynamic_cast<const optim::Adam*>(&opt)) {
+  if (adam) {
     const auto [b1, b2] = adam->options().betas();
     const double gamma = b2 > 0 ? b1 * b1 / std::sqrt(b2) : 0.0;
     if (b2 > 0 && b1 < 1 && gamma >= o.adam_betas_gamma_max) {

@@ -45,7 +45,7 @@ NormHistory::Param& NormHistory::param(const std::string& name, const Tensor& p)
   // normalisation layers keep them, is a vector like a 1-D bias.
   const Shape& sh = p.shape();
   const int64_t dims = std::count_if(sh.begin(), sh.end(), [](int64_t n) { return n > 1; });
-  params_.push_back({name, shape_of(p), dims, p.numel(), {}, {}});
+  params_.push_back({name, shape_of(p), dims, p.numel(), p.dim() >= 1 ? p.size(0) : 1, {}, {}});
   return params_.back();
 }
 
@@ -266,11 +266,7 @@ std::vector<Finding> NormHistory::findings() const {
     // initialisation gives such a weight (uniform within 1 / sqrt(fan_in): sqrt(fan_out / 3)), not from its
     // first small record.
     double base = w[i0].second;
-    if (i0 > 0) {
-      const size_t digit = q.shape.find_first_of("0123456789");
-      const double fan_out = digit == std::string::npos ? 0.0 : std::atof(q.shape.c_str() + digit);
-      base = std::max(base, std::sqrt(std::max(fan_out, 1.0) / 3.0));
-    }
+    if (i0 > 0) base = std::max(base, std::sqrt(static_cast<double>(std::max<int64_t>(q.fan_out, 1)) / 3.0));
     const double growth = w.back().second / base;
     const double inc = static_cast<double>(up) / static_cast<double>(w.size() - i0 - 1);
     if (growth > o_.weight_growth_factor && inc >= o_.weight_growth_min_increasing) {

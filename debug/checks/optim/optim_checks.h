@@ -242,6 +242,7 @@ class NormHistory {
   struct Param {
     std::string name, shape;
     int64_t dim = 0, numel = 0;  // dim: the dimensions of size 2 or more (O3 judges weights: 2 or more)
+    int64_t fan_out = 0;         // its first dimension (a weight's outputs)
     std::vector<std::pair<int64_t, double>> grad, weight;
   };
   Param& param(const std::string& name, const Tensor& p);
