@@ -93,6 +93,19 @@ bool same_bits(const std::vector<float>& x, const std::vector<float>& y, int64_t
   return true;
 }
 
+// One case of the contract: a product of these layouts and sizes with fresh values from gen,
+// checked against the chain bit for bit (the case named in the report when it fails).
+void check_chain(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, float beta, std::mt19937& gen) {
+  const Case c = make(a_col, b_col, M, N, K, gen);
+  CAPTURE(a_col);
+  CAPTURE(b_col);
+  CAPTURE(M);
+  CAPTURE(N);
+  CAPTURE(K);
+  CAPTURE(beta);
+  CHECK(same_bits(run(c, beta), chain(c, beta), c.ldc));
+}
+
 }  // namespace
 
 TEST_CASE("sgemm_direct: built exactly when the build has AVX2 and FMA") {
@@ -124,15 +137,7 @@ TEST_CASE("sgemm_direct: each element is one FMA chain in k order, for every lay
         for (int64_t N : Ns)
           for (int64_t K : Ks) {
             if (M * N * K > 400000) continue;  // keeps the scalar reference quick
-            const Case c = make(a_col, b_col, M, N, K, gen);
-            const float beta = betas[cases % 4];
-            CAPTURE(a_col);
-            CAPTURE(b_col);
-            CAPTURE(M);
-            CAPTURE(N);
-            CAPTURE(K);
-            CAPTURE(beta);
-            CHECK(same_bits(run(c, beta), chain(c, beta), c.ldc));
+            check_chain(a_col, b_col, M, N, K, betas[cases % 4], gen);
             ++cases;
           }
   CHECK(cases > 400);
@@ -168,20 +173,42 @@ TEST_CASE("sgemm_direct: both walks (in place, packed) give the chain's bits, on
         for (int64_t M : Ms)
           for (int64_t N : Ns)
             for (int64_t K : Ks) {
-              const Case c = make(a_col, b_col, M, N, K, gen);
-              const float beta = betas[cases % 3];
               CAPTURE(static_cast<int>(walk));
-              CAPTURE(a_col);
-              CAPTURE(b_col);
-              CAPTURE(M);
-              CAPTURE(N);
-              CAPTURE(K);
-              CAPTURE(beta);
-              CHECK(same_bits(run(c, beta), chain(c, beta), c.ldc));
+              check_chain(a_col, b_col, M, N, K, betas[cases % 3], gen);
               ++cases;
             }
   }
   CHECK(cases == 2 * 4 * 4 * 3 * 2);
+}
+
+TEST_CASE("sgemm_direct: the packed walk over several column blocks and k-blocks gives the chain's bits") {
+  if (!kBuilt) return;
+  struct Restore {
+    ~Restore() {
+      cpu::fast::set_sgemm_walk(cpu::fast::SgemmWalk::Auto);
+      cpu::fast::set_sgemm_packed_caches(0, 0);
+    }
+  } restore;
+  cpu::fast::set_sgemm_walk(cpu::fast::SgemmWalk::Packed);
+  // A 4 KB L1 and a 64 KB L2: k-blocks of at most 128 (K = 257: 3 of 86), column blocks of 2
+  // panels (64 columns with AVX-512, 32 with AVX2), so N = 70 and 160 have whole and partial
+  // blocks, and the first row tile packs B in each of them.
+  cpu::fast::set_sgemm_packed_caches(4096, 65536);
+  std::mt19937 gen(78);
+  const int64_t Ms[] = {5, 13, 130};
+  const int64_t Ns[] = {33, 70, 160};
+  const int64_t Ks[] = {9, 257, 300};
+  const float betas[] = {0.0f, 1.0f, 0.5f};
+  int cases = 0;
+  for (bool a_col : {false, true})
+    for (bool b_col : {false, true})
+      for (int64_t M : Ms)
+        for (int64_t N : Ns)
+          for (int64_t K : Ks) {
+            check_chain(a_col, b_col, M, N, K, betas[cases % 3], gen);
+            ++cases;
+          }
+  CHECK(cases == 4 * 3 * 3 * 3);
 }
 
 TEST_CASE("sgemm_direct: a transposed operand over the kept scratch (1 MB) uses a buffer of its own") {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,34 @@ void micro(int64_t kc, const float* a, int64_t as, int64_t ak, const float* b, i
     store(c + r * cs + kW, acc1[r], m1);
   }
 }
+// micro<kMr>'s first use of a B panel: B's rows read where they lie (row stride bs), each one
+// also stored into the panel (pack, kNr floats a row) for the row tiles after it, and B's rows
+// 32 ahead asked for, since they come from L3 or memory. Full panels only (ncols = kNr).
+void micro_packing(int64_t kc, const float* a, const float* b, int64_t bs, float* pack, float* c, int64_t cs,
+                   bool accumulate) {
+  V acc0[kMr], acc1[kMr];
+  for (int r = 0; r < kMr; ++r) {
+    acc0[r] = accumulate ? load(c + r * cs) : zero();
+    acc1[r] = accumulate ? load(c + r * cs + kW) : zero();
+  }
+#pragma GCC unroll 8
+  for (int64_t k = 0; k < kc; ++k) {
+    __builtin_prefetch(b + (k + 32) * bs);
+    __builtin_prefetch(b + (k + 32) * bs + kW);
+    const V b0 = load(b + k * bs), b1 = load(b + k * bs + kW);
+    store(pack + k * kNr, b0);
+    store(pack + k * kNr + kW, b1);
+    for (int r = 0; r < kMr; ++r) {
+      const V x = splat(a[r + k * kMr]);
+      acc0[r] = fma(x, b0, acc0[r]);
+      acc1[r] = fma(x, b1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < kMr; ++r) {
+    store(c + r * cs, acc0[r]);
+    store(c + r * cs + kW, acc1[r]);
+  }
+}
 template <int R = kMr>
 void micro_rows(int rows, int64_t kc, const float* a, int64_t as, int64_t ak, const float* b, int64_t bs, float* c,
                 int64_t cs, int ncols, bool accumulate) {
@@ -185,7 +214,8 @@ void v5_simd(const float* A, const float* B, float* C, int64_t i0, int64_t i1, i
 // then stays in L1 while B's panels stream past it from L2: unit-stride reads, no TLB misses, at
 // the cost of the copies. kc and nc come from this CPU's caches, as BLIS derives them analytically
 // (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", 2016): the A micro-panel
-// fills at most half of L1, the B block at most half of L2.
+// fills at most half of L1, the B block at most half of L2. The panels are 64-byte aligned, and
+// the first row tile copies B's block as it multiplies it, so that copy overlaps the FMAs.
 struct CacheSizes {
   int64_t l1 = int64_t{32} << 10, l2 = int64_t{1} << 20;  // when sysfs does not say
 };
@@ -209,6 +239,19 @@ const CacheSizes& cache_sizes() {
   return sizes;
 }
 
+// 64-byte aligned floats: a packed panel's rows then start on cache lines, and each 64-byte load
+// of B reads one line, not two (a std::vector's 16-byte alignment split every AVX-512 load).
+struct AlignedFloats {
+  explicit AlignedFloats(int64_t n)
+      : p(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64)))) {
+    if (p == nullptr) throw std::bad_alloc();
+  }
+  ~AlignedFloats() { std::free(p); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* p;
+};
+
 void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
   if (K == 0) {
     for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
@@ -220,14 +263,19 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
   const int64_t kblocks = (K + kc_max - 1) / kc_max, kcb = (K + kblocks - 1) / kblocks;
   const int64_t nc_max = std::max<int64_t>(kNr, caches.l2 / (2 * kcb * 4) / kNr * kNr);
   const int64_t nc_cap = std::min(nc_max, (N + kNr - 1) / kNr * kNr);
-  std::vector<float> bp(static_cast<size_t>(kcb * nc_cap)), ap(static_cast<size_t>(kcb * kMr));
+  const AlignedFloats bp(kcb * nc_cap), ap(kcb * kMr);
   for (int64_t jc = 0; jc < N; jc += nc_max) {
     const int64_t nc = std::min(nc_max, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcb) {
       const int64_t kc = std::min(kcb, K - pc);
       // B (kc, nc) -> panels of kNr columns: panel p, row k at bp[p * kc * kNr + k * kNr], zero-padded.
-      for (int64_t jr = 0; jr < nc; jr += kNr) {
-        float* dst = bp.data() + jr * kc;
+      // The first row tile packs the full panels as it multiplies them (micro_packing): the copy
+      // then costs no pass of its own, whose reads of B from L3 or memory would wait on each miss.
+      // Here only a last, narrower panel (or all of them, when the first tile is short).
+      const bool first_packs = i1 - i0 >= kMr;
+      const int64_t full = first_packs ? nc / kNr * kNr : 0;
+      for (int64_t jr = full; jr < nc; jr += kNr) {
+        float* dst = bp.p + jr * kc;
         const int64_t w = std::min<int64_t>(kNr, nc - jr);
         for (int64_t k = 0; k < kc; ++k) {
           const float* src = B + (pc + k) * N + jc + jr;
@@ -238,10 +286,14 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
       for (int64_t i = i0; i < i1; i += kMr) {
         const int64_t h = std::min<int64_t>(kMr, i1 - i);
         // ap[k * kMr + r] = A(i + r, pc + k): the engine's 8 x 8 register transposes.
-        gradsleuth::cpu::fast::transpose(A + i * K + pc, K, ap.data(), kMr, h, kc);
-        for (int64_t jr = 0; jr < nc; jr += kNr)
-          micro_rows(static_cast<int>(h), kc, ap.data(), 1, kMr, bp.data() + jr * kc, kNr, C + i * N + jc + jr, N,
-                     static_cast<int>(std::min<int64_t>(kNr, nc - jr)), pc > 0);
+        gradsleuth::cpu::fast::transpose(A + i * K + pc, K, ap.p, kMr, h, kc);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          if (i == i0 && jr < full)
+            micro_packing(kc, ap.p, B + pc * N + jc + jr, N, bp.p + jr * kc, C + i * N + jc + jr, N, pc > 0);
+          else
+            micro_rows(static_cast<int>(h), kc, ap.p, 1, kMr, bp.p + jr * kc, kNr, C + i * N + jc + jr, N,
+                       static_cast<int>(std::min<int64_t>(kNr, nc - jr)), pc > 0);
+        }
       }
     }
   }
@@ -296,8 +348,8 @@ Ladder matmul_ladder() {
                      "",
                      {}});
   l.rungs.push_back({{6, "packed (BLIS)",
-                      "A and B blocks copied into the panels the micro-kernel reads, blocked for this CPU's L1 and L2: "
-                      "unit stride, no TLB misses"},
+                      "A and B blocks copied into the aligned panels the micro-kernel reads, blocked for this CPU's L1 "
+                      "and L2 (B's by the first row tile as it multiplies): unit stride, no TLB misses"},
                      rows_split(v6_packed),
                      "",
                      {}});

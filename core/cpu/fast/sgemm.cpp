@@ -33,6 +33,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/transpose.h"
 
@@ -153,6 +155,7 @@ struct Panel {
   float beta;
   int64_t n, ahead;
   Elem round;  // Float32: C stored as summed; BFloat16/Float16: each value rounded through that format
+  float* pack = nullptr;  // tile<..., Pack>: B's rows are also stored here, 2 vectors per k (the packed walk)
 };
 
 // Each lane rounded to the nearest bfloat16 or float16 and kept as a float32: the bits of
@@ -172,7 +175,10 @@ inline Vec round_through(Vec v, Elem e) {
 // The register tile: C[r][v * kW + lane] for r < R and NV vectors of columns, the last
 // one holding `last` lanes (a full vector when last == kW).
 //   acc = beta * C (0 when beta == 0, C unread), then acc += A(r, k) * B(k, :) for k < K.
-template <int R, int NV, bool Partial, bool UnitRows, class TA>
+// Pack: the tile also copies each row of B it loads into p.pack (k-major, 2 vectors a row), for the
+// tiles after it, and prefetches B's rows kPackAhead ahead instead of the next panel's.
+constexpr int64_t kPackAhead = 32;
+template <int R, int NV, bool Partial, bool UnitRows, class TA, bool Pack = false>
 void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
   float* const C = p.C;
   const int64_t ldc = p.ldc;
@@ -204,8 +210,14 @@ void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
     Vec b[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) b[v] = load(bk + v * kW);  // a partial panel's B is padded (gemm_rows)
-    __builtin_prefetch(bk + p.ahead, 0, 3);  // the next column panel's row k
-    __builtin_prefetch(bk + p.ahead + kW, 0, 3);
+    if constexpr (Pack) {
+      for (int v = 0; v < NV; ++v) store(p.pack + k * NV * kW + v * kW, b[v]);
+      __builtin_prefetch(bk + kPackAhead * p.ldb, 0, 3);
+      __builtin_prefetch(bk + kPackAhead * p.ldb + kW, 0, 3);
+    } else {
+      __builtin_prefetch(bk + p.ahead, 0, 3);  // the next column panel's row k
+      __builtin_prefetch(bk + p.ahead + kW, 0, 3);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const Vec s = splat_elem(base[r / 4] + (r % 4) * si);
@@ -264,8 +276,11 @@ class Scratch {
     thread_local std::vector<float> kept[4];
     const auto size = static_cast<size_t>(n);
     std::vector<float>& v = size <= kKeptScratch ? kept[which] : own_;
-    if (v.size() < size) v.resize(size);
-    data_ = v.data();
+    if (v.size() < size + 16) v.resize(size + 16);
+    // 64-byte aligned: a packed row of 2 vectors is then 2 cache lines, and no AVX-512 load of it
+    // reads two.
+    const auto at = reinterpret_cast<uintptr_t>(v.data());
+    data_ = v.data() + ((64 - at % 64) % 64) / sizeof(float);
   }
   float* data() const { return data_; }
 
@@ -287,58 +302,98 @@ SgemmWalk walk_from_env() {
 }
 std::atomic<SgemmWalk> g_walk{walk_from_env()};
 
-// The packed walk, for a float32 A: for each k-block, B's rows are copied once into contiguous
-// panels of 2 vectors (zero-padded), and for each row tile A's rows are copied into a k-major
-// tile (A(r, k) at tile[k * kRows + r]); the tile then stays in L1 while B's panels stream past
-// it from L2. The same micro-kernel and the same chains in k order as the in-place walk (the same
-// bits), with unit-stride reads: on an Intel core with two 512-bit FMA units, where the in-place
-// walk's strided rows of A and B conflict in L1 (rows 2 KB apart share a few sets), this walk is
-// faster alone from about 128 rows and 128 columns (docs/benchmarks.md).
+// The packed walk's blocks, from this CPU's caches (glibc's sysconf; 48 KB and 2 MB when it does
+// not say): k-blocks of up to half of L1 in one row tile of A (12 rows x 512 k's = 24 KB in a 48 KB
+// L1), and column blocks of B whose packed k-block fills up to half of L2, as BLIS derives its kc
+// and nc (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", 2016).
+struct PackedCaches {
+  int64_t l1 = int64_t{48} << 10, l2 = int64_t{2} << 20;
+};
+PackedCaches cpu_caches() {
+  PackedCaches c;
+  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l1 > 0) c.l1 = l1;
+  if (l2 > 0) c.l2 = l2;
+  return c;
+}
+std::atomic<int64_t> g_packed_l1{0}, g_packed_l2{0};  // set_sgemm_packed_caches; 0: the CPU's
+PackedCaches packed_caches() {
+  static const PackedCaches cpu = cpu_caches();
+  const int64_t l1 = g_packed_l1.load(std::memory_order_relaxed), l2 = g_packed_l2.load(std::memory_order_relaxed);
+  return l1 > 0 && l2 > 0 ? PackedCaches{l1, l2} : cpu;
+}
+
+// The packed walk, for a float32 A: for each block of B's columns and each k-block, B's rows are
+// copied into contiguous panels of 2 vectors (zero-padded, 64-byte aligned), and for each row tile
+// A's rows into a k-major tile (A(r, k) at tile[k * kRows + r]); the tile then stays in L1 while
+// B's panels stream past it from L2. The first row tile packs B as it goes: it reads B's rows where
+// they lie, as the in-place walk does, and stores each row it loads into the panel, so the copy
+// costs no pass of its own (a separate pass read B from L3 at the speed of its misses, 4% of 512^3).
+// The same micro-kernel and the same chains in k order as the in-place walk (the same bits), with
+// unit-stride reads: on an Intel core with two 512-bit FMA units, where the in-place walk's strided
+// rows of A and B conflict in L1 (rows 2 KB apart share a few sets), this walk is faster alone from
+// about 128 rows and 128 columns (docs/benchmarks.md).
 void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc, Elem round, int64_t whole, int64_t rest, int64_t last, int64_t step) {
+                      float* C, int64_t ldc, Elem round, int64_t whole, int64_t rest, int64_t last) {
   constexpr int64_t kPanel = 2 * kW;
-  const int64_t panels = (N + kPanel - 1) / kPanel;
-  const Scratch packed(3, std::min(step, K) * kPanel * panels);
+  const PackedCaches caches = packed_caches();
+  const int64_t kc_max = std::clamp<int64_t>(caches.l1 / (2 * kRows * 4) / 16 * 16, 128, 512);
+  const int64_t kblocks = (K + kc_max - 1) / kc_max, step = (K + kblocks - 1) / kblocks;
+  const int64_t nc_max = std::max<int64_t>(1, caches.l2 / (2 * step * 4) / kPanel) * kPanel;
+  const int64_t nc_cap = std::min(nc_max, (N + kPanel - 1) / kPanel * kPanel);
+  const Scratch packed(3, step * nc_cap);
   thread_local std::vector<float> atile;
   if (atile.size() < static_cast<size_t>(step * kRows)) atile.resize(static_cast<size_t>(step * kRows));
-  for (int64_t k0 = 0; k0 < K; k0 += step) {
-    const int64_t kb = std::min(step, K - k0);
-    for (int64_t q = 0; q < panels; ++q) {
-      const int64_t j = q * kPanel, n = std::min(kPanel, N - j);
-      float* dst = packed.data() + q * kb * kPanel;
-      for (int64_t k = 0; k < kb; ++k) {
-        const float* src = B + (k0 + k) * ldb + j;
-        std::copy(src, src + n, dst + k * kPanel);
-        std::fill(dst + k * kPanel + n, dst + (k + 1) * kPanel, 0.0f);
+  for (int64_t jc = 0; jc < N; jc += nc_max) {
+    const int64_t nc = std::min(nc_max, N - jc), full = nc / kPanel, panels = (nc + kPanel - 1) / kPanel;
+    for (int64_t k0 = 0; k0 < K; k0 += step) {
+      const int64_t kb = std::min(step, K - k0);
+      // The panels the first row tile does not pack: a last one narrower than 2 vectors (copied
+      // zero-padded), or all of them when M has no whole tile.
+      for (int64_t q = whole > 0 ? full : 0; q < panels; ++q) {
+        const int64_t j = jc + q * kPanel, n = std::min(kPanel, N - j);
+        float* dst = packed.data() + q * kb * kPanel;
+        for (int64_t k = 0; k < kb; ++k) {
+          const float* src = B + (k0 + k) * ldb + j;
+          std::copy(src, src + n, dst + k * kPanel);
+          std::fill(dst + k * kPanel + n, dst + (k + 1) * kPanel, 0.0f);
+        }
       }
+      const auto rows = [&](int64_t i, int64_t m) {
+        float* t = atile.data();
+        const float* src = A.p + i * A.si + k0 * A.sk;
+        if (A.si == 1) {  // column-major A: m consecutive values per k
+          for (int64_t k = 0; k < kb; ++k) std::copy(src + k * A.sk, src + k * A.sk + m, t + k * kRows);
+        } else {  // row-major A: transposed by 8 x 8 blocks in registers
+          transpose(src, A.si, t, kRows, m, kb);
+        }
+        const StridedA<float> tile_a{t, 1, kRows};
+        for (int64_t q = 0; q < panels; ++q) {
+          const int64_t j = jc + q * kPanel;
+          // Later k-blocks resume from the partial C (beta 1); only the last one rounds.
+          Panel p{packed.data() + q * kb * kPanel,
+                  kPanel,
+                  C + i * ldc + j,
+                  ldc,
+                  k0 == 0 ? beta : 1.0f,
+                  std::min(kPanel, N - j),
+                  q + 1 < panels ? kb * kPanel : 0,
+                  k0 + kb == K ? round : Elem::Float32};
+          if (i == 0 && q < full && m == kRows) {  // the first row tile packs B's full panels
+            p.pack = packed.data() + q * kb * kPanel;
+            p.B = B + k0 * ldb + j;
+            p.ldb = ldb;
+            tile<kRows, 2, false, true, float, true>(kb, tile_a, p, Mask(kW));
+          } else {
+            tile_rows<kRows>(m, kb, tile_a, p);
+          }
+        }
+      };
+      int64_t i = 0;
+      for (; i < whole * kRows; i += kRows) rows(i, kRows);
+      if (rest > 0) rows(i, rest);
+      if (last > 0) rows(i + rest, last);
     }
-    const auto rows = [&](int64_t i, int64_t m) {
-      float* t = atile.data();
-      const float* src = A.p + i * A.si + k0 * A.sk;
-      if (A.si == 1) {  // column-major A: m consecutive values per k
-        for (int64_t k = 0; k < kb; ++k) std::copy(src + k * A.sk, src + k * A.sk + m, t + k * kRows);
-      } else {  // row-major A: transposed by 8 x 8 blocks in registers
-        transpose(src, A.si, t, kRows, m, kb);
-      }
-      const StridedA<float> tile_a{t, 1, kRows};
-      for (int64_t q = 0; q < panels; ++q) {
-        const int64_t j = q * kPanel;
-        // Later k-blocks resume from the partial C (beta 1); only the last one rounds.
-        const Panel p{packed.data() + q * kb * kPanel,
-                      kPanel,
-                      C + i * ldc + j,
-                      ldc,
-                      k0 == 0 ? beta : 1.0f,
-                      std::min(kPanel, N - j),
-                      q + 1 < panels ? kb * kPanel : 0,
-                      k0 + kb == K ? round : Elem::Float32};
-        tile_rows<kRows>(m, kb, tile_a, p);
-      }
-    };
-    int64_t i = 0;
-    for (; i < whole * kRows; i += kRows) rows(i, kRows);
-    if (rest > 0) rows(i, rest);
-    if (last > 0) rows(i + rest, last);
   }
 }
 
@@ -361,7 +416,7 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, 
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
   if constexpr (std::is_same_v<TA, float>)
     if (sgemm_walk_for(M, N, K) == SgemmWalk::Packed)
-      return gemm_rows_packed(M, N, K, A, B, ldb, beta, C, ldc, round, whole, rest, last, step);
+      return gemm_rows_packed(M, N, K, A, B, ldb, beta, C, ldc, round, whole, rest, last);
   // The last panel, when it ends in a partial vector, is copied into 2 vectors' width, zero-padded,
   // so that the micro-kernel loads B's rows without a mask: masked loads in the k loop made
   // such a panel 2-2.5x slower on Zen 5 (64 x 63 x 32, the Winograd tiles' product: 2.8 against
@@ -600,6 +655,11 @@ void set_sgemm_direct(bool on) { g_direct_enabled.store(on, std::memory_order_re
 
 #if GS_SGEMM_DIRECT
 void set_sgemm_walk(SgemmWalk w) { g_walk.store(w, std::memory_order_relaxed); }
+void set_sgemm_packed_caches(int64_t l1_bytes, int64_t l2_bytes) {
+  g_packed_l1.store(l1_bytes, std::memory_order_relaxed);
+  g_packed_l2.store(l2_bytes, std::memory_order_relaxed);
+}
+
 SgemmWalk sgemm_walk_for(int64_t M, int64_t N, int64_t K) {
   const SgemmWalk w = g_walk.load(std::memory_order_relaxed);
   if (w != SgemmWalk::Auto) return w;
@@ -625,6 +685,7 @@ SgemmWalk sgemm_walk_for(int64_t M, int64_t N, int64_t K) {
 #else
 void set_sgemm_walk(SgemmWalk) {}
 SgemmWalk sgemm_walk_for(int64_t, int64_t, int64_t) { return SgemmWalk::InPlace; }
+void set_sgemm_packed_caches(int64_t, int64_t) {}
 #endif
 bool sgemm_direct_enabled() { return g_direct_enabled.load(std::memory_order_relaxed); }
 

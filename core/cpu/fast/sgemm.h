@@ -12,8 +12,9 @@
 // - A column-major B is handled by computing C^T = B^T A^T instead, which needs A
 //   column-major; when A is row-major too, the smaller of the two operands (or A and
 //   C^T) is transposed into a scratch buffer by 8x8 register blocks.
-// - On an Intel CPU, large products take a packed walk instead (SgemmWalk below): B's k-block
-//   and each row tile of A copied into contiguous panels first, as a BLAS does.
+// - On an Intel CPU, large products take a packed walk instead (SgemmWalk below): B's blocks
+//   and each row tile of A copied into contiguous panels, as a BLAS does, blocked for this
+//   CPU's L1 and L2.
 // - Each element of C is one chain of fused multiply-adds in k order, starting from
 //   beta * C (or 0): the same bits with AVX2 and AVX-512, whatever the blocking, and an
 //   error bound of the textbook form |C - AB| <= K u |A||B| (u = 2^-24).
@@ -41,8 +42,10 @@ bool sgemm_direct_enabled();
 
 // How the kernel walks a float32 product. InPlace: for each k-block and each column panel of
 // B (2 vectors wide), every row tile of A, reading B's rows and A's rows where they are. Packed:
-// for each k-block, B's rows copied once into contiguous panels; for each row tile, its rows of A
-// copied into a k-major tile, which stays in L1 while B's panels stream past it. Both give the
+// for each block of B's columns (its packed k-block up to half of L2) and each k-block (a row
+// tile of A up to half of L1), B's rows copied once into contiguous panels, by the first row
+// tile as it multiplies them; for each row tile, its rows of A copied into a k-major tile, which
+// stays in L1 while B's panels stream past it. Both give the
 // same bits (the same chains in k order). Auto (the default) takes Packed on an Intel CPU in an
 // AVX-512 build for products of 128 rows, 128 columns and 2^26 multiply-adds or more, InPlace
 // elsewhere: the choice measured on each vendor's cores, alone and inside training steps
@@ -55,6 +58,9 @@ enum class SgemmWalk : uint8_t { Auto, InPlace, Packed };
 void set_sgemm_walk(SgemmWalk w);
 // The walk a float32 product of M rows, N columns and depth K takes now (never Auto).
 SgemmWalk sgemm_walk_for(int64_t M, int64_t N, int64_t K);
+// The L1 data and L2 sizes in bytes the packed walk blocks for (0, 0: this CPU's, the default).
+// The tests set small ones, so that a small product has several column and k-blocks on any CPU.
+void set_sgemm_packed_caches(int64_t l1_bytes, int64_t l2_bytes);
 
 // C (M, N; row stride ldc) = A (M, K) @ B (K, N) + beta * C, on the calling thread.
 // The layouts are blas_gemm's: a_col = false stores A(i, k) at A[i*lda + k], true at
