@@ -239,18 +239,27 @@ const CacheSizes& cache_sizes() {
   return sizes;
 }
 
-// 64-byte aligned floats: a packed panel's rows then start on cache lines, and each 64-byte load
-// of B reads one line, not two (a std::vector's 16-byte alignment split every AVX-512 load).
-struct AlignedFloats {
-  explicit AlignedFloats(int64_t n)
-      : p(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64)))) {
-    if (p == nullptr) throw std::bad_alloc();
+// 64-byte aligned floats, kept per thread and grown as needed (slot 0: B's panels, 1: A's
+// micro-panel), as a BLAS keeps its packing buffers: a fresh megabyte per call cost its page faults
+// in some runs and not in others. Aligned, a packed panel's rows start on cache lines, and each
+// 64-byte load of B reads one line, not two (a std::vector's 16-byte alignment split every
+// AVX-512 load).
+float* packing_buffer(int slot, int64_t n) {
+  struct Buffer {
+    float* p = nullptr;
+    int64_t n = 0;
+    ~Buffer() { std::free(p); }
+  };
+  thread_local Buffer buffers[2];
+  Buffer& b = buffers[slot];
+  if (b.n < n) {
+    std::free(b.p);
+    b.p = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64)));
+    if (b.p == nullptr) throw std::bad_alloc();
+    b.n = n;
   }
-  ~AlignedFloats() { std::free(p); }
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  float* p;
-};
+  return b.p;
+}
 
 void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1, int64_t N, int64_t K) {
   if (K == 0) {
@@ -263,7 +272,8 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
   const int64_t kblocks = (K + kc_max - 1) / kc_max, kcb = (K + kblocks - 1) / kblocks;
   const int64_t nc_max = std::max<int64_t>(kNr, caches.l2 / (2 * kcb * 4) / kNr * kNr);
   const int64_t nc_cap = std::min(nc_max, (N + kNr - 1) / kNr * kNr);
-  const AlignedFloats bp(kcb * nc_cap), ap(kcb * kMr);
+  float* const bp = packing_buffer(0, kcb * nc_cap);
+  float* const ap = packing_buffer(1, kcb * kMr);
   for (int64_t jc = 0; jc < N; jc += nc_max) {
     const int64_t nc = std::min(nc_max, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcb) {
@@ -275,7 +285,7 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
       const bool first_packs = i1 - i0 >= kMr;
       const int64_t full = first_packs ? nc / kNr * kNr : 0;
       for (int64_t jr = full; jr < nc; jr += kNr) {
-        float* dst = bp.p + jr * kc;
+        float* dst = bp + jr * kc;
         const int64_t w = std::min<int64_t>(kNr, nc - jr);
         for (int64_t k = 0; k < kc; ++k) {
           const float* src = B + (pc + k) * N + jc + jr;
@@ -286,12 +296,12 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
       for (int64_t i = i0; i < i1; i += kMr) {
         const int64_t h = std::min<int64_t>(kMr, i1 - i);
         // ap[k * kMr + r] = A(i + r, pc + k): the engine's 8 x 8 register transposes.
-        gradsleuth::cpu::fast::transpose(A + i * K + pc, K, ap.p, kMr, h, kc);
+        gradsleuth::cpu::fast::transpose(A + i * K + pc, K, ap, kMr, h, kc);
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           if (i == i0 && jr < full)
-            micro_packing(kc, ap.p, B + pc * N + jc + jr, N, bp.p + jr * kc, C + i * N + jc + jr, N, pc > 0);
+            micro_packing(kc, ap, B + pc * N + jc + jr, N, bp + jr * kc, C + i * N + jc + jr, N, pc > 0);
           else
-            micro_rows(static_cast<int>(h), kc, ap.p, 1, kMr, bp.p + jr * kc, kNr, C + i * N + jc + jr, N,
+            micro_rows(static_cast<int>(h), kc, ap, 1, kMr, bp + jr * kc, kNr, C + i * N + jc + jr, N,
                        static_cast<int>(std::min<int64_t>(kNr, nc - jr)), pc > 0);
         }
       }

@@ -175,10 +175,17 @@ inline Vec round_through(Vec v, Elem e) {
 // The register tile: C[r][v * kW + lane] for r < R and NV vectors of columns, the last
 // one holding `last` lanes (a full vector when last == kW).
 //   acc = beta * C (0 when beta == 0, C unread), then acc += A(r, k) * B(k, :) for k < K.
-// Pack: the tile also copies each row of B it loads into p.pack (k-major, 2 vectors a row), for the
-// tiles after it, and prefetches B's rows kPackAhead ahead instead of the next panel's.
+// Where the tile reads B from (the packed walk's full tiles take the last two):
+//   InPlace  B's rows where they are; the next panel's row k is prefetched as row k is read.
+//   Panel    a packed panel, nothing to prefetch: it streams from L2 in order.
+//   Packing  B's rows where they are, each one also stored into p.pack (k-major, 2 vectors a
+//            row) for the tiles after it; B's rows kPackAhead ahead are prefetched.
+// The packed walk's two unroll their k loop by 4: on an Intel core with two 512-bit FMA units
+// its full tiles then ran 4% faster (at 512^3); the in-place variants, compiled for every tile
+// height, width and type of A, are kept compact.
+enum class BSource : uint8_t { InPlace, Panel, Packing };
 constexpr int64_t kPackAhead = 32;
-template <int R, int NV, bool Partial, bool UnitRows, class TA, bool Pack = false>
+template <int R, int NV, bool Partial, bool UnitRows, class TA, BSource Src = BSource::InPlace>
 void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
   float* const C = p.C;
   const int64_t ldc = p.ldc;
@@ -205,16 +212,15 @@ void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
   const TA* base[kBases];
   for (int q = 0; q < kBases; ++q) base[q] = a.p + 4 * q * (UnitRows ? 1 : a.si);
   const int64_t si = UnitRows ? 1 : a.si;
-  const float* bk = p.B;
-  for (int64_t k = 0; k < K; ++k, bk += p.ldb) {
+  const auto step = [&](int64_t k, const float* bk) __attribute__((always_inline)) {
     Vec b[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) b[v] = load(bk + v * kW);  // a partial panel's B is padded (gemm_rows)
-    if constexpr (Pack) {
+    if constexpr (Src == BSource::Packing) {
       for (int v = 0; v < NV; ++v) store(p.pack + k * NV * kW + v * kW, b[v]);
       __builtin_prefetch(bk + kPackAhead * p.ldb, 0, 3);
       __builtin_prefetch(bk + kPackAhead * p.ldb + kW, 0, 3);
-    } else {
+    } else if constexpr (Src == BSource::InPlace) {
       __builtin_prefetch(bk + p.ahead, 0, 3);  // the next column panel's row k
       __builtin_prefetch(bk + p.ahead + kW, 0, 3);
     }
@@ -225,6 +231,13 @@ void tile(int64_t K, StridedA<TA> a, const Panel& p, Mask last) {
       for (int v = 0; v < NV; ++v) acc[r][v] = fma(s, b[v], acc[r][v]);
     }
     for (int q = 0; q < kBases; ++q) base[q] += a.sk;
+  };
+  const float* bk = p.B;
+  if constexpr (Src == BSource::InPlace) {
+    for (int64_t k = 0; k < K; ++k, bk += p.ldb) step(k, bk);
+  } else {
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < K; ++k, bk += p.ldb) step(k, bk);
   }
   if (p.round != Elem::Float32) [[unlikely]]
     for (int r = 0; r < R; ++r)
@@ -383,7 +396,9 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
             p.pack = packed.data() + q * kb * kPanel;
             p.B = B + k0 * ldb + j;
             p.ldb = ldb;
-            tile<kRows, 2, false, true, float, true>(kb, tile_a, p, Mask(kW));
+            tile<kRows, 2, false, true, float, BSource::Packing>(kb, tile_a, p, Mask(kW));
+          } else if (q < full && m == kRows) {
+            tile<kRows, 2, false, true, float, BSource::Panel>(kb, tile_a, p, Mask(kW));
           } else {
             tile_rows<kRows>(m, kb, tile_a, p);
           }
