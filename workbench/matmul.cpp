@@ -376,7 +376,8 @@ Ladder matmul_ladder() {
   };
   l.rungs.push_back({{7, "engine (packing-free)",
                       "core/cpu/fast/sgemm.h, the CPU backend's kernel: v5's tile over k-blocks sized to L1, no "
-                      "packing (but on Intel cores from 2^26 multiply-adds: B's k-block and A's tiles), tuned edges"},
+                      "packing (but on Intel cores from 2^26 multiply-adds: B's blocks, packed by the first row tile, "
+                      "and A's tiles, blocked for L1 and L2), tuned edges"},
                      gradsleuth::cpu::fast::sgemm_direct_available() ? engine : KernelFn{},
                      gradsleuth::cpu::fast::sgemm_direct_available()
                          ? ""
