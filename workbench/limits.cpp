@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/cpu/fast/blas.h"
 #include "workbench/ladders.h"
 #include "workbench/simd.h"
 
@@ -98,17 +99,7 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-double l3_mib() {
-  for (int idx = 3; idx >= 0; --idx) {
-    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/size");
-    std::string v;
-    if (f >> v && !v.empty()) {
-      const double num = std::atof(v.c_str());
-      return v.back() == 'K' ? num / 1024.0 : v.back() == 'M' ? num : num / 1048576.0;
-    }
-  }
-  return 0;
-}
+double l3_mib() { return static_cast<double>(gradsleuth::cpu::fast::cpu_isa().llc) / 1048576.0; }
 
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <string>
 #include <vector>
@@ -216,29 +215,6 @@ void v5_simd(const float* A, const float* B, float* C, int64_t i0, int64_t i1, i
 // (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", 2016): the A micro-panel
 // fills at most half of L1, the B block at most half of L2. The panels are 64-byte aligned, and
 // the first row tile copies B's block as it multiplies it, so that copy overlaps the FMAs.
-struct CacheSizes {
-  int64_t l1 = int64_t{32} << 10, l2 = int64_t{1} << 20;  // when sysfs does not say
-};
-const CacheSizes& cache_sizes() {
-  static const CacheSizes sizes = [] {
-    CacheSizes c;
-    for (int idx = 0; idx < 8; ++idx) {
-      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/";
-      std::ifstream level_f(dir + "level"), type_f(dir + "type"), size_f(dir + "size");
-      int level = 0;
-      std::string type, size;
-      if (!(level_f >> level) || !(type_f >> type) || !(size_f >> size) || size.empty()) continue;
-      const int64_t unit = size.back() == 'K' ? 1024 : size.back() == 'M' ? (int64_t{1} << 20) : 1;
-      const int64_t bytes = std::atoll(size.c_str()) * unit;
-      if (bytes <= 0) continue;
-      if (level == 1 && type == "Data") c.l1 = bytes;
-      if (level == 2 && type == "Unified") c.l2 = bytes;
-    }
-    return c;
-  }();
-  return sizes;
-}
-
 // 64-byte aligned floats, kept per thread and grown as needed (slot 0: B's panels, 1: A's
 // micro-panel), as a BLAS keeps its packing buffers: a fresh megabyte per call cost its page faults
 // in some runs and not in others. Aligned, a packed panel's rows start on cache lines, and each
@@ -266,11 +242,13 @@ void v6_packed(const float* A, const float* B, float* C, int64_t i0, int64_t i1,
     for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, 0.0f);
     return;
   }
-  const CacheSizes& caches = cache_sizes();
+  // This CPU's L1d and L2 (32 KiB and 1 MiB when the system does not say).
+  const auto& cpu = gradsleuth::cpu::fast::cpu_isa();
+  const int64_t l1 = cpu.l1d > 0 ? cpu.l1d : int64_t{32} << 10, l2 = cpu.l2 > 0 ? cpu.l2 : int64_t{1} << 20;
   // k-blocks of equal length up to kc_max (K = 600: 2 x 300, not 512 + 88).
-  const int64_t kc_max = std::clamp<int64_t>(caches.l1 / (2 * kMr * 4) / 16 * 16, 128, 512);
+  const int64_t kc_max = std::clamp<int64_t>(l1 / (2 * kMr * 4) / 16 * 16, 128, 512);
   const int64_t kblocks = (K + kc_max - 1) / kc_max, kcb = (K + kblocks - 1) / kblocks;
-  const int64_t nc_max = std::max<int64_t>(kNr, caches.l2 / (2 * kcb * 4) / kNr * kNr);
+  const int64_t nc_max = std::max<int64_t>(kNr, l2 / (2 * kcb * 4) / kNr * kNr);
   const int64_t nc_cap = std::min(nc_max, (N + kNr - 1) / kNr * kNr);
   float* const bp = packing_buffer(0, kcb * nc_cap);
   float* const ap = packing_buffer(1, kcb * kMr);

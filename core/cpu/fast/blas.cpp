@@ -4,6 +4,7 @@
 #include "core/cpu/fast/blas.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/cpu/fast/sgemm.h"
@@ -138,9 +141,37 @@ std::string CpuIsa::str() const {
   return s;
 }
 
+namespace {
+// /sys/devices/system/cpu/cpu0/cache/index*: (level, type, bytes) of each cache cpu0 sees.
+void read_cache_sizes(CpuIsa& c) {
+  int llc_level = 0;
+  for (int idx = 0; idx < 8; ++idx) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/";
+    std::ifstream level_f(dir + "level"), type_f(dir + "type"), size_f(dir + "size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_f >> level) || !(type_f >> type) || !(size_f >> size) || size.empty()) continue;
+    const int64_t unit = size.back() == 'K' ? 1024 : size.back() == 'M' ? (int64_t{1} << 20) : 1;
+    const int64_t bytes = std::atoll(size.c_str()) * unit;
+    if (bytes <= 0) continue;
+    if (level == 1 && type == "Data") c.l1d = bytes;
+    if (level == 2 && type != "Instruction") c.l2 = bytes;
+    if (level >= 2 && level >= llc_level && type != "Instruction") {
+      c.llc = bytes;
+      llc_level = level;
+    }
+  }
+  const auto conf = [](int name) { return std::max<int64_t>(0, sysconf(name)); };
+  if (c.l1d == 0) c.l1d = conf(_SC_LEVEL1_DCACHE_SIZE);
+  if (c.l2 == 0) c.l2 = conf(_SC_LEVEL2_CACHE_SIZE);
+  if (c.llc == 0) c.llc = std::max(conf(_SC_LEVEL3_CACHE_SIZE), c.l2);
+}
+}  // namespace
+
 const CpuIsa& cpu_isa() {
   static const CpuIsa isa = [] {
     CpuIsa c;
+    read_cache_sizes(c);
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     c.intel = __builtin_cpu_is("intel");

@@ -17,6 +17,10 @@ struct CpuIsa {
   std::string brand;  // cpuid's brand string, e.g. "AMD EPYC"
   bool intel = false, amd = false;
   bool avx = false, avx2_fma = false, avx512f = false, amx = false;
+  // Cache sizes in bytes, as the kernels block for them (0 when the system does not say): the L1
+  // data cache and L2 of one core, the last level's size (shared, L3 on most CPUs). Read from
+  // /sys/devices/system/cpu/cpu0/cache, else from glibc's sysconf.
+  int64_t l1d = 0, l2 = 0, llc = 0;
   // 1 SSE only, 2 AVX, 3 AVX2 + FMA, 4 AVX-512F: the level a GEMM kernel can use.
   int level() const;
   std::string str() const;  // "AVX-512F, AVX2+FMA, no AMX"

@@ -33,8 +33,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <unistd.h>
-
 #include "core/cpu/fast/blas.h"
 #include "core/cpu/fast/transpose.h"
 
@@ -315,25 +313,22 @@ SgemmWalk walk_from_env() {
 }
 std::atomic<SgemmWalk> g_walk{walk_from_env()};
 
-// The packed walk's blocks, from this CPU's caches (glibc's sysconf; 48 KB and 2 MB when it does
-// not say): k-blocks of up to half of L1 in one row tile of A (12 rows x 512 k's = 24 KB in a 48 KB
-// L1), and column blocks of B whose packed k-block fills up to half of L2, as BLIS derives its kc
-// and nc (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", 2016).
+// The packed walk's blocks, from this CPU's caches (CpuIsa's sizes; 48 KB and 2 MB when the system
+// does not say): k-blocks of up to half of L1 in one row tile of A (12 rows x 512 k's = 24 KB in a
+// 48 KB L1), and column blocks of B whose packed k-block fills up to half of L2, as BLIS derives
+// its kc and nc (Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", 2016).
 struct PackedCaches {
   int64_t l1 = int64_t{48} << 10, l2 = int64_t{2} << 20;
 };
-PackedCaches cpu_caches() {
-  PackedCaches c;
-  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (l1 > 0) c.l1 = l1;
-  if (l2 > 0) c.l2 = l2;
-  return c;
-}
 std::atomic<int64_t> g_packed_l1{0}, g_packed_l2{0};  // set_sgemm_packed_caches; 0: the CPU's
 PackedCaches packed_caches() {
-  static const PackedCaches cpu = cpu_caches();
   const int64_t l1 = g_packed_l1.load(std::memory_order_relaxed), l2 = g_packed_l2.load(std::memory_order_relaxed);
-  return l1 > 0 && l2 > 0 ? PackedCaches{l1, l2} : cpu;
+  if (l1 > 0 && l2 > 0) return PackedCaches{l1, l2};
+  const CpuIsa& cpu = cpu_isa();
+  PackedCaches c;
+  if (cpu.l1d > 0) c.l1 = cpu.l1d;
+  if (cpu.l2 > 0) c.l2 = cpu.l2;
+  return c;
 }
 
 // The packed walk, for a float32 A: for each block of B's columns and each k-block, B's rows are
