@@ -165,6 +165,55 @@ TEST_CASE("a float32 run onto prices in dollars: M18's float16 overflow is info 
   CHECK(r.findings.lead_json().find("\"M18\"") == std::string::npos);
 }
 
+TEST_CASE("raw features in their units into a BatchNorm that standardises them: M13 and M18 stay quiet") {
+  // Ages, incomes, prices: columns up to 8e4, a BatchNorm1d first as the model's own scaler. In the gate
+  // (eval mode, initial running statistics) the next layers see activations of 1e4; f's terms are then
+  // large enough that a fixed finite-difference step's rounding alone failed a correct BatchNorm (M13),
+  // and the input itself does not fit float16 (M18): neither is a fault of this float32 run.
+  manual_seed(19);
+  const dtest::XY a = dtest::blobs(400, 3, 10, 19, 1.0);
+  const Tensor scales = tensor({1.0, 5.0, 30.0, 200.0, 1000.0, 0.01, 2.0, 50.0, 8000.0, 0.5}).view({1, 10});
+  const Tensor offsets = tensor({0.0, 40.0, 100.0, 1500.0, 30000.0, 0.0, 3.0, 300.0, 52000.0, 1.0}).view({1, 10});
+  const Tensor x = (a.x * scales + offsets).to(kFloat32);
+  const Split d =
+      dtest::loaders(x.narrow(0, 0, 1000), a.y.narrow(0, 0, 1000), x.narrow(0, 1000, 200), a.y.narrow(0, 1000, 200));
+  auto model = std::make_shared<nn::Sequential>(
+      std::make_shared<nn::BatchNorm1d>(10), std::make_shared<nn::Linear>(10, 64),
+      std::make_shared<nn::BatchNorm1d>(64), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(64, 3));
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-3));
+  nn::CrossEntropyLoss ce;
+  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 4);
+  for (const debug::Finding& f : r.findings.findings()) CHECK_MESSAGE(f.check != "M13", f.str());
+  bool overflow_seen = false;
+  for (const debug::Finding& f : r.findings.findings())
+    if (f.check == "M18" && f.title.find("overflows") != std::string::npos) {
+      overflow_seen = true;
+      CHECK_MESSAGE(!f.fires(), f.str());
+      CHECK(dtest::ev(f, "largest |input|") > 65504.0);
+      CHECK(f.cause.find("input") != std::string::npos);
+    }
+  CHECK_MESSAGE(overflow_seen, r.str(true));
+  expect_clean(r);
+
+  // The twin: the gate's activations (a fresh BatchNorm in eval mode, its running statistics 0 and
+  // 1, passes the raw columns on) into a Linear whose backward is wrong are still caught.
+  Tensor h;
+  {
+    NoGradGuard ng;
+    nn::BatchNorm1d bn(10);
+    nn::Linear fc(10, 64);
+    bn.eval();
+    h = fc(bn(x.narrow(0, 0, 4)));
+  }
+  REQUIRE(h.abs().max().item<double>() > 1000.0);
+  auto bad = std::make_shared<nn::Linear>(64, 8);
+  bad->inject_bug(nn::Bug::B22);
+  const std::vector<debug::Finding> fb = debug::gradcheck_module(*bad, h, "bad");
+  REQUIRE(!fb.empty());
+  CHECK(fb[0].check == "M13");
+  CHECK(fb[0].severity == debug::Severity::Error);
+}
+
 TEST_CASE("a backbone added to the optimizer during the run (add_param_group): M10 says so as info") {
   manual_seed(5);
   const Split d = dtest::split(3, 2.0);

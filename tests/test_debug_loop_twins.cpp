@@ -223,6 +223,24 @@ TEST_CASE(
     CHECK_MESSAGE(warned(r, "D7", debug::Kind::TargetLeakage), r.str());
     CHECK(lead_cause(r) == "target-leakage");
   }
+  SUBCASE("the label with noise added (a code computed from the outcome): D7 leads with target-leakage") {
+    const Split d = with_column([](const XY& a) {
+      return a.y.unsqueeze(1).to(kFloat32) + 0.05 * randn({a.y.size(0), 1});
+    });
+    auto model = std::make_shared<Mlp>(7, 3);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 3);
+    CHECK_MESSAGE(warned(r, "D7", debug::Kind::TargetLeakage), r.str());
+    CHECK(lead_cause(r) == "target-leakage");
+  }
+  SUBCASE("a score the classes threshold (class c for a score in [c, c + 1)): silent") {
+    const Split d = with_column([](const XY& a) { return a.y.unsqueeze(1).to(kFloat32) + rand({a.y.size(0), 1}); });
+    auto model = std::make_shared<Mlp>(7, 3);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = train(*model, ce, opt, d, 3);
+    CHECK_FALSE(warned(r, "D7", debug::Kind::TargetLeakage));
+    CHECK(r.findings.ran("D7"));
+  }
   SUBCASE("a categorical column of 5 groups, independent of the label: silent") {
     const Split d = with_column([](const XY& a) { return randint(0, 5, {a.y.size(0), 1}).to(kFloat32); });
     auto model = std::make_shared<Mlp>(7, 3);

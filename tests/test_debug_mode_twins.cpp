@@ -63,6 +63,19 @@ TEST_CASE("functional dropout with training = true: M2 leads with random-at-eval
 
 TEST_CASE("functional dropout passed is_training(): silent") { expect_clean(train_block(false)); }
 
+TEST_CASE("a model with BatchNorm left in eval mode by an accuracy helper: M2 leads, M17's stale statistics follow") {
+  manual_seed(19);
+  const Split d = dtest::split(3, 2.0);
+  auto model =
+      std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 32), std::make_shared<nn::BatchNorm1d>(32),
+                                       std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 3));
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(2e-3));
+  model->eval();  // the helper's model->eval(), never undone
+  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 4);
+  expect_lead(r, "M2", "train-mode-eval");
+}
+
 TEST_CASE("check_input_gradient: a deterministic eval-mode model is judged, a random one is M2's") {
   manual_seed(5);
   const Tensor x = randn({8, 6});

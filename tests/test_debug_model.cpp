@@ -269,6 +269,42 @@ TEST_CASE("M13: gradcheck_module catches a Linear with a wrong backward and pass
   CHECK(fb[0].title.find("projections") != std::string::npos);
 }
 
+namespace {
+// Ordinal regression with cumulative logits: one score, K - 1 = 4 ordered cut points (the first free,
+// then softplus steps), logit_k = s - t_k for P(y > k), under binary cross-entropy.
+struct OrdinalNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 32));
+  std::shared_ptr<nn::Linear> score = register_module("score", std::make_shared<nn::Linear>(32, 1));
+  Tensor first = register_parameter("first_cut", gs::full({1}, -1.5));
+  Tensor steps = register_parameter("cut_steps", gs::full({3}, 0.5));  // softplus(0.5): about 1 apart
+  OrdinalNet() : Module("OrdinalNet") {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor inc = gs::softplus(steps);
+    std::vector<Tensor> t{first};
+    for (int64_t k = 0; k < 3; ++k) t.push_back(t.back() + inc.slice(0, k, k + 1));
+    return (*score)(gs::relu((*fc1)(x))) - gs::cat(t, 0).unsqueeze(0);
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "M14: an ordinal model whose cut points must move far overfits at 10x the rate (info); dead units still warn") {
+  gs::manual_seed(11);
+  const Tensor x = gs::randn({32, 8});
+  const Tensor latent = gs::matmul(x, gs::randn({8, 1})).squeeze(1) + 0.5 * gs::randn({32});
+  const Tensor grade =
+      gs::sum(gs::gt(latent.unsqueeze(1), gs::tensor({-2.5, -0.5, 1.0, 3.0}).unsqueeze(0)).to(gs::kInt64), {1});
+  const Tensor y = gs::gt(grade.unsqueeze(1), gs::arange(0, 4, 1, gs::kInt64).unsqueeze(0)).to(gs::kFloat32);
+  nn::BCEWithLogitsLoss bce;
+  const dbg::LossFunction loss = [&](const Tensor& out, const Tensor& t) { return bce(out, t); };
+  auto model = std::make_shared<OrdinalNet>();
+  const std::vector<dbg::Finding> fs = dbg::overfit_one_batch(*model, x, y, loss);
+  REQUIRE(fs.size() == 1);
+  CHECK_MESSAGE(fs[0].severity == dbg::Severity::Info, fs[0].str());
+  CHECK(evidence(fs[0], "final loss at 10x the learning rate") < 0.05);
+  CHECK(fs[0].title.find("10x the test's learning rate") != std::string::npos);
+}
+
 TEST_CASE("M14: a clean model overfits one batch; a model with dead first-layer units cannot") {
   XY d = blobs(6, 3, 6);
   auto clean = mlp(6, 16, 3);

@@ -377,6 +377,7 @@ TEST_CASE(
     // With the budget fixed at the base, the same model "cannot overfit": the extension mattered.
     dbg::ModelCheckOptions fixed = o;
     fixed.overfit_max_steps = 40;
+    fixed.overfit_retry_lr_factor = 1.0;  // the extension alone (no retry at a higher rate)
     gs::manual_seed(6);
     auto again = std::make_shared<AttentionPool>(6, 4);
     auto ff = dbg::overfit_one_batch(*again, x, y, loss, fixed);

@@ -608,6 +608,18 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "L9 (train-labels-disagree)",
        [](const Finding& f) { return is(f, "L9", Kind::TrainLabelsDisagree); },
        {"misaligned-labels", "conflicting-labels", "feature-drift"}},
+      {"class-shift",
+       "class frequencies of validation that differ from the training split's",
+       "D15",
+       [](const Finding& f) { return is(f, "D15"); },
+       {"split-label-order"}},
+      {"stale-running-stats",
+       "BatchNorm running statistics never updated by the training steps",
+       "M17 (never updated)",
+       [](const Finding& f) {
+         return is(f, "M17") && f.kind != Kind::BatchNormSmallBatch && f.kind != Kind::BatchNormMomentum;
+       },
+       {"train-mode-eval"}},
       {"validation-shift",
        "validation inputs whose statistics differ from the training inputs'",
        "D14",

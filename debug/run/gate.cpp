@@ -177,6 +177,11 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       std::string why;
       bool judge = C > 1 && y.dtype() == kInt64;
       const bool function = o.loss_type.empty();
+      // A loss function over an embedding (contrastive, triplet) reads its int64 labels as groups, not
+      // the output's columns as class scores: an output of zeros is no "no preference" there.
+      if (judge && function && out.dim() == 2 && y.dim() == 1 && out.size(0) == y.size(0) &&
+          !loss_scores_classes(out, y, loss))
+        judge = false;
       const bool ce_family = o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
       if (judge && (!ce_family || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
         NoGradGuard ng;

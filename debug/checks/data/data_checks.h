@@ -131,6 +131,11 @@ struct DataCheckOptions {
   int64_t leak_min_rows = 20;
   int64_t leak_rows_per_value = 4;
   double leak_residual = 1e-4;
+  // ... and a feature whose values fall, class by class, in intervals of their own (no overlap), each
+  // apart from the next by leak_gap_spread times the largest within-class standard deviation or more:
+  // the label with a little noise added. A label that thresholds a feature (y = x0 > 0) has classes
+  // that touch, and a feature that separates classes with a margin smaller than its spread is a feature.
+  double leak_gap_spread = 2.0;
   double min_column_drift_z = 5.0, min_column_shift = 0.1, min_column_ratio = 1.15;
   int64_t min_drift_examples = 100;  // D14 and D15 judge only when both splits have this many rows (else D16 speaks)
   // ---- D15 label drift and new labels ----
@@ -314,7 +319,9 @@ std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& o
 // D7, target leakage, on the training split's tabular floating-point rows (at most max_drift_columns
 // values each; integer inputs are ids for an embedding, left out): a feature that is the label
 // recoded. Class indices: a feature with one value per class, each value on one class only (and on
-// leak_rows_per_value rows or more on average). One target per row (regression, two features
+// leak_rows_per_value rows or more on average), or whose classes lie in separate intervals, apart by
+// leak_gap_spread within-class standard deviations or more (each class on leak_rows_per_value rows or
+// more). One target per row (regression, two features
 // or more): a feature equal to the target up to a scale and a shift (the largest residual at most
 // leak_residual x the target's std). One warning, the first such feature; nothing below leak_min_rows rows.
 std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCheckOptions& opts = {});

@@ -114,15 +114,58 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
         pure = fresh || it->second == y[i];
       }
       const auto values = static_cast<int64_t>(class_of.size());
-      if (!pure || values != static_cast<int64_t>(classes.size()) || values * opts.leak_rows_per_value > n) continue;
-      f = make("D7", Severity::Warning,
-               "input feature " + num(j) + " is the label recoded: each of its " + num(values) +
-                   " values belongs to one class, and each class has one value");
-      f.evidence = {{"feature", static_cast<double>(j), ""},
-                    {"distinct values of the feature", static_cast<double>(values),
-                     "one per class, each on one class only, warns"},
-                    {"classes", static_cast<double>(classes.size()), ""},
-                    {"training rows read", static_cast<double>(n), ""}};
+      if (pure && values == static_cast<int64_t>(classes.size()) && values * opts.leak_rows_per_value <= n) {
+        f = make("D7", Severity::Warning,
+                 "input feature " + num(j) + " is the label recoded: each of its " + num(values) +
+                     " values belongs to one class, and each class has one value");
+        f.evidence = {{"feature", static_cast<double>(j), ""},
+                      {"distinct values of the feature", static_cast<double>(values),
+                       "one per class, each on one class only, warns"},
+                      {"classes", static_cast<double>(classes.size()), ""},
+                      {"training rows read", static_cast<double>(n), ""}};
+      } else {
+        // The label with noise added (class id + 0.05 noise): each class's values in an interval of
+        // their own, the intervals apart by several within-class standard deviations.
+        struct Range {
+          double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+          double sum = 0, sq = 0;
+          int64_t rows = 0;
+        };
+        std::map<double, Range> by_class;
+        for (int64_t i = 0; i < n; ++i) {
+          Range& r = by_class[y[i]];
+          r.lo = std::min(r.lo, c[i]);
+          r.hi = std::max(r.hi, c[i]);
+          r.sum += c[i];
+          r.sq += c[i] * c[i];
+          ++r.rows;
+        }
+        std::vector<Range> ranges;
+        double spread = 0;
+        bool enough = true;
+        for (auto& [cls, r] : by_class) {
+          enough = enough && r.rows >= opts.leak_rows_per_value;
+          const double mean = r.sum / static_cast<double>(r.rows);
+          spread = std::max(spread, std::sqrt(std::max(0.0, r.sq / static_cast<double>(r.rows) - mean * mean)));
+          ranges.push_back(r);
+        }
+        if (!enough) continue;
+        std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+        double gap = std::numeric_limits<double>::infinity();
+        for (size_t k = 1; k < ranges.size(); ++k) gap = std::min(gap, ranges[k].lo - ranges[k - 1].hi);
+        if (!(gap > 0 && spread > 0 && gap >= opts.leak_gap_spread * spread)) continue;
+        f = make("D7", Severity::Warning,
+                 "input feature " + num(j) + " separates the " + num(static_cast<int64_t>(ranges.size())) +
+                     " classes by itself: each class's values lie in an interval of their own, apart from the next "
+                     "by " +
+                     str_printf("%.3g", gap / spread) + "x their spread (the label with noise added)");
+        f.evidence = {{"feature", static_cast<double>(j), ""},
+                      {"smallest gap between classes' intervals", gap, ""},
+                      {"largest within-class standard deviation", spread, ""},
+                      {"gap / spread", gap / spread, ">= " + str_printf("%g", opts.leak_gap_spread) + " warns"},
+                      {"classes", static_cast<double>(ranges.size()), ""},
+                      {"training rows read", static_cast<double>(n), ""}};
+      }
     } else {
       const auto [mc, vc] = detail::mean_and_variance(c);
       if (!(vc > 0 && vy > 0)) continue;

@@ -409,6 +409,7 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
         break;
       }
     const TensorSummary s32 = summarize(y32);
+    const TensorSummary sx = summarize(xc.to(kFloat32));
     Finding f;
     f.check = "M18";
     f.severity = Severity::Error;
@@ -422,6 +423,11 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
                   {std::string("loss ") + dtype_name(dt), lh, "must be finite"}};
     if (std::isfinite(culprit_fp32))
       f.evidence.push_back({"largest |output| of " + culprit + " in float32", culprit_fp32, ""});
+    // The model's input itself past the 16-bit range (raw features in their units): the data
+    // overflows before any module runs.
+    const double input_max = std::max(std::fabs(sx.min), std::fabs(sx.max));
+    const bool input_overflows = !o.autocast && input_max > largest;
+    f.evidence.push_back({"largest |input|", input_max, input_overflows ? "above the largest value: inf" : ""});
     f.cause =
         "half precision overflows above 65504: exp(x) for x > 11.1 is already inf, so a softmax computed as "
         "exp(x) / sum(exp(x)) without subtracting the maximum gives inf / inf = NaN; large activations or "
@@ -429,6 +435,13 @@ std::vector<Finding> check_half_precision(nn::Module& model, const Tensor& x, co
     f.fix =
         "use the stable softmax/log_softmax (they subtract the row maximum), keep reductions and the loss in "
         "float32 (mixed precision), and scale the loss for backward (loss scaling)";
+    if (input_overflows) {
+      f.cause = "the input's values are past " + std::string(dtype_name(dt)) +
+                "'s largest value: converted, they are inf before any module runs (features in their raw units)";
+      f.fix =
+          "standardise the input (mean and scale fitted on the training split) before the model, or keep "
+          "the input and the first layer in float32 (autocast)";
+    }
     out.push_back(std::move(f));
     return out;
   }
@@ -599,12 +612,16 @@ class NonFiniteRunCheck final : public RunCheck {
 // would survive the move to float16. A module that overflows on values float16 holds (its float32
 // output within float16's range: exp(x) / sum(exp(x)) on logits of 30) is unstable code, and stays
 // an error. Values that do not fit float16 themselves (a regression onto prices in dollars, logits
-// in the thousands, a loss summed past 65504) and a loss that differs by precision alone are what a
-// move to float16 would meet, not a fault of this run: info.
+// in the thousands, a loss summed past 65504, raw input features past 65504) and a loss that
+// differs by precision alone are what a move to float16 would meet, not a fault of this run: info.
 void soften_float32_run(Finding& f) {
   if (!f.fires()) return;
   const double inside = f.value_of("largest |output| of " + f.module + " in float32");
-  if (f.severity == Severity::Error && f.module != "(model)" && std::isfinite(inside) && inside <= 65504.0) return;
+  const double input = f.value_of("largest |input|");
+  const bool input_fits = !std::isfinite(input) || input <= 65504.0;
+  if (f.severity == Severity::Error && f.module != "(model)" && std::isfinite(inside) && inside <= 65504.0 &&
+      input_fits)
+    return;
   f.severity = Severity::Info;
   f.title += " (the run trains in float32: what a move to float16 would meet)";
   f.fix = "nothing for this run; before training in float16, " + f.fix;

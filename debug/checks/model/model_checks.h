@@ -86,6 +86,13 @@ struct ModelCheckOptions {
   // cross-entropy 1.39 -> 0.488 against a floor of 0.431; a supervised contrastive loss 3.50 -> 1.99
   // against log 7).
   double overfit_floor_share = 0.1;
+  // A loss that failed the test while still falling steadily at its end (the last window's mean below
+  // the window before's by more than overfit_retry_drop, and below half the first loss) gets one more
+  // run at overfit_retry_lr_factor x overfit_lr: under Adam each parameter moves about lr per step, so
+  // parameters that must travel far (an ordinal model's cut points, 1 -> 6 apart) need distance / lr
+  // steps; a model that cannot fit (dead units, labels it cannot see) does not pass at any rate.
+  double overfit_retry_lr_factor = 10.0;
+  double overfit_retry_drop = 0.02;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
@@ -297,6 +304,12 @@ class ParamSnapshot {
 // The findings about the labels (D3, D9, D15) made info where the gate found that the loss does not
 // read its targets (M15's targets-unread: a density's likelihood of its inputs beside a dummy target).
 void revise_unread_targets(Report& data, const Report& gate);
+
+// Whether a loss reads (B, C) outputs as class scores for the int64 labels y (M14, and L4's expected
+// initial loss): raising each row's score of its own label and raising the next class's instead move
+// it in opposite directions (a cross-entropy, NLL, a focal or a corrected loss, or one of them
+// inverted; not a contrastive loss over an embedding). True where it cannot tell (an error, NaN).
+bool loss_scores_classes(const Tensor& out, const Tensor& y, const LossFunction& loss);
 
 // M14: trains on one batch; the loss must fall below o.overfit_loss (and the
 // accuracy reach o.overfit_accuracy for class targets) within o.overfit_steps,

@@ -99,10 +99,12 @@ struct LossFloor {
   bool distribution = false;  // outputs not shaped as the targets under a non-class loss
   double floor = 0.0;
 };
+}  // namespace
+
 // Whether the loss reads (B, C) outputs as class scores for labels y: raising each row's score of its
 // own label and raising the next class's instead move it in opposite directions (a cross-entropy, NLL,
 // a focal or a corrected loss, or one of them inverted; not a contrastive loss over an embedding).
-bool scores_classes(const Tensor& out, const Tensor& y, const LossFunction& loss) {
+bool loss_scores_classes(const Tensor& out, const Tensor& y, const LossFunction& loss) {
   try {
     NoGradGuard ng;
     const int64_t B = out.size(0), C = out.size(1);
@@ -126,6 +128,8 @@ bool scores_classes(const Tensor& out, const Tensor& y, const LossFunction& loss
     return true;
   }
 }
+
+namespace {
 
 // Whether the batch's loss is the mean of its rows' losses, each row scored alone: a likelihood over
 // per-row distribution parameters is; a loss that broadcasts its operands (B, 1) against (B) pairs
@@ -270,7 +274,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     ModeSnapshot eval_modes(model);
     model.eval();
     const Tensor out = model(x);
-    classes = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0) && scores_classes(out, y, loss);
+    classes = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0) && loss_scores_classes(out, y, loss);
     if (classes) line = std::max(line, o.overfit_loss_chance * std::log(static_cast<double>(out.size(1))));
   }
   // The adaptive budget: past the base budget, one more window while the last window's mean
@@ -365,6 +369,35 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       }
     }
   }
+  // Still falling steadily when the budget ran out, far below where it started: one more run at a
+  // higher learning rate (overfit_retry_lr_factor). Adam moves each parameter about lr per step, and
+  // some fits need parameters to travel far (an ordinal model's cut points); a plateau is not retried.
+  bool retried = false;
+  double retry_last = std::nan("");
+  if (!ok && !frozen_limits && std::isfinite(last) && first > 0 && last <= 0.5 * first &&
+      o.overfit_retry_lr_factor > 1.0) {
+    const int64_t n = static_cast<int64_t>(losses.size());
+    double last_w = 0.0, prev_w = 0.0;
+    if (n >= 2 * window) {
+      for (int64_t i = n - window; i < n; ++i) last_w += losses[static_cast<size_t>(i)];
+      for (int64_t i = n - 2 * window; i < n - window; ++i) prev_w += losses[static_cast<size_t>(i)];
+    }
+    if (prev_w > 0.0 && last_w < (1.0 - o.overfit_retry_drop) * prev_w) {
+      double retry_acc = std::nan("");
+      const std::vector<double> again =
+          short_run(model, {{x, y}}, loss, base, o.overfit_lr * o.overfit_retry_lr_factor, false, line,
+                    classes ? &retry_acc : nullptr, o.overfit_accuracy, more);
+      snap.restore();
+      if (!again.empty()) {
+        retry_last = again.back();
+        probes.push_back({"final loss at " + fmt_num(o.overfit_retry_lr_factor) + "x the learning rate", retry_last,
+                          "< " + fmt_num(line) + " (or <= " + fmt_num(o.overfit_relative) + " x the first) passes"});
+        retried = (retry_last < line || retry_last <= o.overfit_relative * first) &&
+                  (!classes || retry_acc >= o.overfit_accuracy);
+        ok = retried;
+      }
+    }
+  }
   // More target values in the batch than the model has trainable parameters (a segmentation's
   // pixels, a dense per-position target): no model of this size can memorise arbitrary targets on
   // it; a loss that fell by half or more shows it learns what it can.
@@ -423,6 +456,15 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
               fmt_num(last) + "), and no model of its size could: the batch holds " + std::to_string(y.numel()) +
               " target values against " + std::to_string(trainable) + " trainable parameters";
     f.fix = "none needed; for this test alone, a batch of a few examples fits in the model's capacity";
+  } else if (retried) {
+    f.severity = Severity::Info;
+    f.title = "overfits one batch of " + std::to_string(x.size(0)) + " at " + fmt_num(o.overfit_retry_lr_factor) +
+              "x the test's learning rate (loss " + fmt_num(first) + " -> " + fmt_num(retry_last) +
+              "); at its own rate the loss still fell steadily (" + fmt_num(first) + " -> " + fmt_num(last) + " in " +
+              std::to_string(used) +
+              " steps): parameters that must travel far, as an ordinal model's cut points, take distance / lr "
+              "steps under Adam";
+    f.fix = "none needed; for this test alone, a higher learning rate shows the fit sooner";
   } else if (ok) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
