@@ -362,6 +362,18 @@ TEST_CASE("no probe confirms a cause: the lead says so and lists the candidates 
   const json_mini::Value j = json_mini::parse(a.lead->json());
   CHECK_FALSE(j.get("confirmed")->b);
   CHECK(j.get("candidates")->arr.size() == a.lead->candidates.size());
+  // Nothing ran in 16 bits (M28's range watch and O10's scaler did not run): their causes are no
+  // candidates of a float32 run; with M28 run, its causes are candidates again.
+  auto names = [](const std::vector<std::string>& v, const char* prefix) {
+    return std::any_of(v.begin(), v.end(), [&](const std::string& c) { return c.rfind(prefix, 0) == 0; });
+  };
+  CHECK_FALSE(names(a.lead->candidates, "M28:"));
+  CHECK_FALSE(names(a.lead->candidates, "O10:"));
+  debug::Report r16 = r;
+  r16.note_ran("M28");
+  const debug::CauseAnalysis a16 = debug::analyse_causes(r16);
+  REQUIRE(a16.lead.has_value());
+  CHECK(names(a16.lead->ruled_out, "M28:"));
 }
 
 TEST_CASE("docs/checks.md holds the diagnosis tables as the code has them") {
@@ -859,6 +871,21 @@ TEST_CASE("D3's per-class recall: the rule on counts, both sides of each limit")
   CHECK(dtest::evidence(f[0], "class 2 recall / the others' mean") == doctest::Approx(0.1 / 0.9));
   CHECK(!f[0].cause.empty());
   CHECK(!f[0].fix.empty());
+
+  // A class still being learned (its recall after the first epoch given): info at 2x and +0.1 or more.
+  auto fires_from = [&](std::vector<int64_t> right, std::vector<double> first) {
+    const std::vector<debug::Finding> fs = debug::check_class_errors(n, right, o, first);
+    const debug::Finding* d3 = dtest::find(fs, "D3");
+    return d3 != nullptr && d3->fires();
+  };
+  CHECK(!fires_from({90, 90, 15}, {0.6, 0.6, 0.03}));  // 0.03 -> 0.15: still being learned
+  CHECK(fires_from({90, 90, 15}, {0.6, 0.6, 0.10}));   // 1.5x: not enough of a rise
+  CHECK(fires_from({90, 90, 12}, {0.6, 0.6, 0.03}));   // 4x, but only +0.09
+  CHECK(fires_from({90, 90, 0}, {0.6, 0.6, 0.0}));     // never learned
+  const std::vector<debug::Finding> learning = debug::check_class_errors(n, {90, 90, 15}, o, {0.6, 0.6, 0.03});
+  REQUIRE(learning.size() == 1);
+  CHECK(learning[0].title.find("still being learned") != std::string::npos);
+  CHECK(dtest::evidence(learning[0], "class 2 recall after the first epoch") == doctest::Approx(0.03));
 }
 
 TEST_CASE("D3 after training: a class kept at a twentieth of the others is missed on validation; the imbalance leads") {

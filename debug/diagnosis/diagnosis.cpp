@@ -38,6 +38,15 @@ bool data_parallel_only(const Cause& c) {
   return false;
 }
 
+// The causes only a run in 16 bits can have: their checks watch 16-bit values (M28's range watch) or a
+// loss scaler (O10), and run only where there are some. In a float32 run they are no candidates.
+bool reduced_precision_only(const Cause& c) { return c.check == "M28" || c.check == "O10"; }
+
+// A cause that cannot apply to this run: its check runs only in a kind of run this one is not.
+bool inapplicable(const Cause& c, const Report& r) {
+  return (data_parallel_only(c) || reduced_precision_only(c)) && !r.ran(c.check);
+}
+
 // The causes a finding's symptoms can have, in order, each once.
 std::vector<const Cause*> candidates_of(const Finding& f) {
   std::vector<const Cause*> out;
@@ -215,7 +224,7 @@ CauseAnalysis analyse_causes(const Report& r) {
     for (const Cause* c : cands) {
       if (c->confirms(fs[i])) continue;
       if (!c->fault) continue;                                   // symptoms as causes: nothing to rule out on their own
-      if (data_parallel_only(*c) && !r.ran(c->check)) continue;  // not a data-parallel run
+      if (inapplicable(*c, r)) continue;                         // not a data-parallel run, or not in 16 bits
       const bool seen = std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return c->confirms(g); });
       if (seen)
         open.push_back(label(*c) + " (seen, but not where or when this happened)");
@@ -261,7 +270,7 @@ CauseAnalysis analyse_causes(const Report& r) {
     std::set<std::string> out_seen, open_seen;
     auto rule_out = [&](const Cause* k) {
       if (!k->fault || k == c || k->check.empty()) return;
-      if (data_parallel_only(*k) && !r.ran(k->check)) return;
+      if (inapplicable(*k, r)) return;
       if (std::any_of(fs.begin(), fs.end(), [&](const Finding& g) { return k->confirms(g); })) return;
       if (r.ran(k->check)) {
         if (out_seen.insert(k->id).second) l.ruled_out.push_back(label(*k));

@@ -362,6 +362,11 @@ void Session::epoch() {
       val_class_examples_ = ev.class_examples;
       val_class_correct_ = ev.class_correct;
       val_classes_at_step_ = monitor_->steps();
+      if (first_class_recall_.empty())
+        for (size_t c = 0; c < ev.class_examples.size(); ++c)
+          first_class_recall_.push_back(ev.class_examples[c] > 0 ? static_cast<double>(ev.class_correct[c]) /
+                                                                       static_cast<double>(ev.class_examples[c])
+                                                                 : kNaN);
     });
   epoch(train_loss, val_loss, val_acc);
 }
@@ -393,7 +398,9 @@ void Session::check_class_errors_at_end() {
       val_class_correct_ = ev.class_correct;
     }
     if (val_class_examples_.empty()) return;  // not classification
-    for (Finding f : check_class_errors(val_class_examples_, val_class_correct_, o_.data)) {
+    // The first epoch's recall tells a class still being learned, when the run had later epochs.
+    const std::vector<double> start = epochs_ >= 2 ? first_class_recall_ : std::vector<double>{};
+    for (Finding f : check_class_errors(val_class_examples_, val_class_correct_, o_.data, start)) {
       f.end_of_run = true;
       r.add(std::move(f));
     }

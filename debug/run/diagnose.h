@@ -283,6 +283,7 @@ class Session {
   int64_t epochs_ = 0;
   // The per-class counts of the last validation pass of epoch(), and the step count it saw.
   std::vector<int64_t> val_class_examples_, val_class_correct_;
+  std::vector<double> first_class_recall_;  // per class, after the first epoch (D3: still being learned?)
   int64_t val_classes_at_step_ = -1;
   std::string stopped_;
   // The model and optimizer before training, for the learning-rate probe.

@@ -46,6 +46,11 @@ struct DataCheckOptions {
   double min_recall_ratio = 0.2;
   double min_recall_over_chance = 1.5;
   int64_t min_class_examples = 10;
+  // ... unless that class is still being learned: its recall at the end at least class_recall_rise x
+  // its recall after the first epoch and higher by class_recall_rise_min or more (a class the model
+  // confuses with similar ones, Fashion-MNIST's shirts, is learned last): info. A class the model
+  // cannot learn stays near where it started.
+  double class_recall_rise = 2.0, class_recall_rise_min = 0.1;
   // ---- D4 alignment ----
   int64_t alignment_batches = 20;         // loader batches compared with the reference
   double max_misaligned_fraction = 0.01;  // mismatched (x, y) pairs above this fraction are an error
@@ -186,8 +191,10 @@ void weigh_class_counts(std::vector<Finding>& findings, const Tensor& class_weig
 // opts.min_recall_ratio x the mean recall of the other classes (each class with at least
 // opts.min_class_examples examples; the others' mean above opts.min_recall_over_chance / C);
 // an info finding with the recalls otherwise; nothing with fewer than two classes to compare.
+// first_recall (per class, after the first epoch; empty: unknown) tells a class still being learned.
 std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
-                                        const DataCheckOptions& opts = {});
+                                        const DataCheckOptions& opts = {},
+                                        const std::vector<double>& first_recall = {});
 
 // D4: is every (x, y) the loader yields a pair that exists in `reference`? The
 // reference (the data as loaded, before any pipeline) is hashed chunk by chunk,

@@ -98,7 +98,7 @@ std::vector<Finding> check_label_distribution(const Tensor& labels, int64_t num_
 }
 
 std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
-                                        const DataCheckOptions& opts) {
+                                        const DataCheckOptions& opts, const std::vector<double>& first_recall) {
   GS_CHECK(examples.size() == correct.size(), "check_class_errors",
            "needs one count of right predictions per class, got ", correct.size(), " for ", examples.size(),
            " classes");
@@ -146,6 +146,21 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
     f.title = "per-class recall on the validation data: lowest class " + num(worst) + " at " +
               fmt_num(100 * recall[worst]) + "%, highest class " + num(best) + " at " + fmt_num(100 * recall[best]) +
               "%";
+    return {f};
+  }
+  // Still being learned: the class's recall rose over the run by class_recall_rise x (and by
+  // class_recall_rise_min); it is the class the model confuses most, and learns last.
+  const double start = static_cast<size_t>(worst) < first_recall.size() ? first_recall[worst] : kNaN;
+  if (std::isfinite(start) && recall[worst] >= opts.class_recall_rise * start &&
+      recall[worst] - start >= opts.class_recall_rise_min) {
+    f.evidence.push_back({"class " + num(worst) + " recall after the first epoch", start,
+                          "x " + fmt_num(opts.class_recall_rise) + " and + " + fmt_num(opts.class_recall_rise_min) +
+                              " by the end: still being learned (info)"});
+    f.title = "class " + num(worst) + " is still being learned: its recall on the validation data rose from " +
+              fmt_num(100 * start) + "% after the first epoch to " + fmt_num(100 * recall[worst]) +
+              "%, the other classes " + fmt_num(100 * worst_others) +
+              "% on average (the class the model confuses most is learned last)";
+    f.fix = "none needed for the run's correctness; train longer, and report per-class accuracy";
     return {f};
   }
   f.severity = Severity::Warning;
