@@ -214,6 +214,79 @@ TEST_CASE("raw features in their units into a BatchNorm that standardises them: 
   CHECK(fb[0].severity == debug::Severity::Error);
 }
 
+TEST_CASE("an L2 penalty written into the loss function: far too strong leads with O3; the usual one stays silent") {
+  // 0.5 x sum w^2 on this MLP: the penalty's gradient 1.4-7.6x the data's in every weight matrix at the start;
+  // 5e-4: under a hundredth.
+  for (const double l2 : {0.5, 5e-4}) {
+    CAPTURE(l2);
+    manual_seed(6);
+    const Split d = dtest::split(3, 2.0);
+    auto model = std::make_shared<dtest::Mlp>();
+    debug::LossFunction objective = [&](const Tensor& out, const Tensor& y) {
+      Tensor penalty = zeros({});
+      for (auto& [name, p] : model->named_parameters())
+        if (p.dim() >= 2) penalty = penalty + sum(square(p));
+      return nn::functional::cross_entropy(out, y) + penalty * l2;
+    };
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, objective, opt, d, 6);
+    if (l2 > 0.1) {
+      expect_lead(r, "O3", "weight-decay");
+      const debug::Finding* o3 = first_of(r, "O3", debug::Kind::WeightDecayTooStrong);
+      REQUIRE(o3 != nullptr);
+      CHECK(dtest::ev(*o3, "smallest |penalty gradient| / |data gradient|") >= 1.0);
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+namespace {
+// Each row's features with a little random noise and a random sign flip when `augment` (a training
+// transform); read as stored otherwise.
+class Jittered : public nn::Dataset {
+ public:
+  Jittered(nn::DatasetPtr base, bool augment) : base_(std::move(base)), augment_(augment) {}
+  int64_t size() const override { return base_->size(); }
+  nn::Example get(int64_t i) const override {
+    nn::Batch b = get_batch({i});
+    return {b.x.select(0, 0), b.y.select(0, 0)};
+  }
+  nn::Batch get_batch(const std::vector<int64_t>& idx) const override {
+    nn::Batch b = base_->get_batch(idx);
+    if (augment_) b.x = b.x + 0.05 * randn(b.x.shape());
+    return b;
+  }
+
+ private:
+  nn::DatasetPtr base_;
+  bool augment_;
+};
+}  // namespace
+
+TEST_CASE("validation read through the training transform: D10 leads with split-preprocessing; without it, clean") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(12);
+    const dtest::XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+    auto base_train = std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480));
+    auto base_val = std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120));
+    Split d;
+    d.train = std::make_shared<nn::DataLoader>(std::make_shared<Jittered>(base_train, true),
+                                               nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(3));
+    d.val = std::make_shared<nn::DataLoader>(std::make_shared<Jittered>(base_val, bug),
+                                             nn::DataLoaderOptions().batch_size(120));
+    auto model = std::make_shared<dtest::Mlp>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 4);
+    if (bug)
+      expect_lead(r, "D10", "split-preprocessing");
+    else
+      expect_clean(r);
+  }
+}
+
 TEST_CASE("a backbone added to the optimizer during the run (add_param_group): M10 says so as info") {
   manual_seed(5);
   const Split d = dtest::split(3, 2.0);

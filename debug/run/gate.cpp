@@ -224,6 +224,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
             r.add(std::move(f));
           }
           std::vector<Finding> found = check_gradient_health(model, oo);  // O1 (non-finite, vanishing, exploding)
+          for (Finding& f : check_loss_penalty(model, out, y, loss, oo)) found.push_back(std::move(f));  // O3
           for (Finding& f : check_gradient_flow(model, oo.zero_grad_by_construction))
             found.push_back(std::move(f));  // M5
           // Zero gradients behind a layer initialised to zero on purpose last until its first step.

@@ -265,6 +265,14 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
                                              const Tensor& other_y, const std::string& split,
                                              const DataCheckOptions& opts = {});
 
+// D10 on one split read twice: the same rows (first_read and again, the same indices) must give the
+// same inputs. A validation split whose inputs change from one read to the next runs a random
+// transform (the training pipeline's augmentation) or draws new data at each read: its scores then
+// move between passes with the same weights, and an augmentation lowers them. A warning when any
+// value differs; nothing when the shapes differ.
+std::vector<Finding> check_split_repeatable(const Tensor& first_read, const Tensor& again,
+                                            const std::string& split = "validation");
+
 // D12: within one split (the first opts.integrity_examples rows of `data`), inputs that
 // occur more than once, hashed byte for byte as D4 does. A warning when the repeated rows
 // (every copy after the first) exceed opts.max_duplicate_fraction, or when the rows whose

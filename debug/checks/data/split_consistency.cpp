@@ -251,4 +251,38 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
   return {f};
 }
 
+// ---- D10: a split read twice ----------------------------------------------------------------
+std::vector<Finding> check_split_repeatable(const Tensor& first_read, const Tensor& again, const std::string& split) {
+  if (!first_read.defined() || !again.defined() || first_read.shape() != again.shape() || first_read.numel() == 0 ||
+      !first_read.is_floating_point())
+    return {};
+  const std::vector<double> a = doubles(first_read), b = doubles(again);
+  int64_t differ = 0;
+  double largest = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool same = a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]));
+    if (same) continue;
+    ++differ;
+    if (std::isfinite(a[i]) && std::isfinite(b[i])) largest = std::max(largest, std::fabs(a[i] - b[i]));
+  }
+  if (differ == 0) return {};
+  const int64_t rows = first_read.dim() > 0 ? first_read.size(0) : 1;
+  Finding f = make("D10", Severity::Warning,
+                   "the " + split + " split's inputs change from one read to the next (" + num(rows) +
+                       " rows read twice, " + str_printf("%.3g", 100.0 * static_cast<double>(differ) / a.size()) +
+                       "% of their values differ): a random transform runs on " + split);
+  f.evidence = {{"rows read twice", static_cast<double>(rows), ""},
+                {"values that differ between the two reads", static_cast<double>(differ), "any warns"},
+                {"values read", static_cast<double>(a.size()), ""},
+                {"largest difference", largest, ""}};
+  f.cause = "the " + split +
+            " split goes through a random transform (the training pipeline's augmentation: flips, crops, noise), "
+            "or draws new data at every read: its scores move between passes with the same weights, and they "
+            "measure the model on inputs it will not meet";
+  f.fix = "build the " + split +
+          " dataset without the random transforms (keep only the deterministic ones: resizing, normalisation), and "
+          "keep it fixed from epoch to epoch";
+  return {f};
+}
+
 }  // namespace gradsleuth::debug

@@ -453,4 +453,76 @@ std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o) {
   return std::make_unique<NormHistoryRunCheck>(o.optim);
 }
 
+// ---- O3 in the gate: a penalty on the weights inside the loss -----------------------------------
+std::vector<Finding> check_loss_penalty(nn::Module& model, const Tensor& out, const Tensor& y,
+                                        const std::function<Tensor(const Tensor&, const Tensor&)>& loss,
+                                        const OptimCheckOptions& o) {
+  if (!out.defined() || !loss) return {};
+  // The gate's gradients (of the whole loss) for the weight matrices, and every gradient to restore.
+  std::vector<std::pair<Tensor, Tensor>> saved;
+  for (Tensor& p : model.parameters()) saved.emplace_back(p, p.grad());
+  struct Restore {
+    std::vector<std::pair<Tensor, Tensor>>& s;
+    ~Restore() {
+      for (auto& [p, g] : s) p.set_grad(g);
+    }
+  } restore{saved};
+  std::vector<std::pair<std::string, Tensor>> weights;
+  std::vector<Tensor> total;
+  for (auto& [name, p] : model.named_parameters())
+    if (p.requires_grad() && p.dim() >= 2 && p.grad().defined()) {
+      weights.emplace_back(name, p);
+      total.push_back(p.grad().detach().to(kFloat64));
+    }
+  if (weights.empty()) return {};
+  for (Tensor& p : model.parameters()) p.set_grad(Tensor());
+  Tensor l;
+  try {
+    l = loss(out.detach(), y);
+  } catch (const std::exception&) {
+    return {};
+  }
+  if (!l.defined() || !l.requires_grad() || l.numel() != 1) return {};  // the weights only through the output
+  l.backward();
+  double lowest = std::numeric_limits<double>::infinity(), highest = 0;
+  std::string lowest_name;
+  int64_t judged = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const Tensor g = weights[i].second.grad();
+    const Tensor pen = g.defined() ? g.detach().to(kFloat64) : zeros_like(total[i]);
+    const double np = std::sqrt(sum(pen * pen).item<double>());
+    const Tensor data = total[i] - pen;
+    const double nd = std::sqrt(sum(data * data).item<double>());
+    if (!std::isfinite(np) || !std::isfinite(nd)) return {};
+    const double ratio = nd > 0 ? np / nd : (np > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+    ++judged;
+    if (ratio < lowest) lowest = ratio, lowest_name = weights[i].first;
+    highest = std::max(highest, ratio);
+  }
+  if (judged == 0 || highest == 0) return {};
+  const bool dominates = lowest >= o.penalty_gradient_ratio;
+  Finding f = make("O3", dominates ? Severity::Warning : Severity::Info,
+                   dominates ? "the loss's penalty on the weights pulls every weight matrix harder than the data: its "
+                               "gradient is " +
+                                   fmt_num(lowest) + "-" + fmt_num(highest) + "x the rest of the loss's in all " +
+                                   num(judged) + " of them, so it decides the steps: the penalty is too strong"
+                             : "the loss reads the weights directly (a penalty on them): its gradient is " +
+                                   fmt_num(lowest) + "-" + fmt_num(highest) + "x the rest of the loss's");
+  if (dominates) f.kind = Kind::WeightDecayTooStrong;
+  f.parameter = lowest_name;
+  f.evidence = {{"weight matrices judged", static_cast<double>(judged), ""},
+                {"smallest |penalty gradient| / |data gradient|", lowest,
+                 ">= " + fmt_num(o.penalty_gradient_ratio) + " in every weight matrix warns"},
+                {"largest |penalty gradient| / |data gradient|", highest, ""}};
+  f.cause =
+      "a penalty on the weights written into the loss (lambda x sum of squares) with a coefficient far too "
+      "large for the loss's scale: every step pulls the weights toward 0 harder than the data moves them, "
+      "so the model cannot fit (the coefficient too large by 10-100x, or summed where a mean was meant)";
+  f.fix =
+      "lower the coefficient until its gradient is a small share of the data's (1e-4 to 1e-3 for a sum of "
+      "squares under a mean loss), or drop it and set the optimizer's weight_decay (AdamW's is decoupled)";
+  if (!dominates) f.fix = "none needed; the penalty's share of the gradient is shown for reference";
+  return {f};
+}
+
 }  // namespace gradsleuth::debug
