@@ -42,6 +42,12 @@ struct Regressor : nn::Module {
   Tensor forward(const Tensor& x) override { return (*net)(x); }
 };
 
+// Whether any finding of the run satisfies `pred`.
+template <class Pred>
+bool any_finding(const dbg::RunReport& r, Pred pred) {
+  return std::any_of(r.findings.findings().begin(), r.findings.findings().end(), pred);
+}
+
 // The run's first finding of `check` with this kind; nullptr when there is none.
 inline const dbg::Finding* first_of(const dbg::RunReport& r, const char* check, dbg::Kind k) {
   for (const dbg::Finding& f : r.findings.findings())

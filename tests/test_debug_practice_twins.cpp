@@ -19,6 +19,7 @@
 #include "diagnosis_test_util.h"
 
 using namespace gradsleuth;
+using dtest::any_finding;
 using dtest::expect_clean;
 using dtest::Mlp;
 using dtest::Split;
@@ -70,10 +71,10 @@ TEST_CASE("a head initialised to zero learns from its first step: no warning; a 
     if (!bug) {
       expect_clean(r);
       // Said as info: the zero head, and the layers it holds back until its first step.
-      bool both = false;
-      for (const debug::Finding& f : r.findings.findings())
-        both = both || (f.check == "O1" && !f.fires() && f.title.find("fc3.weight") != std::string::npos &&
-                        f.title.find("fc1.weight") != std::string::npos);
+      const bool both = any_finding(r, [](const debug::Finding& f) {
+        return f.check == "O1" && !f.fires() && f.title.find("fc3.weight") != std::string::npos &&
+               f.title.find("fc1.weight") != std::string::npos;
+      });
       CHECK_MESSAGE(both, r.findings.str(true));
       CHECK(r.findings.ran("M6"));
     } else {

@@ -15,6 +15,7 @@
 #include "diagnosis_test_util.h"
 
 using namespace gradsleuth;
+using dtest::any_finding;
 using dtest::expect_clean;
 using dtest::Mlp;
 using dtest::Split;
@@ -124,9 +125,9 @@ TEST_CASE("O8 on a group of biases at rate 0: the weight decay's 0 in the learni
     } else {
       expect_clean(r);
       if (form == 2) {  // said, as info
-        bool said = false;
-        for (const debug::Finding& f : r.findings.findings())
-          said = said || (f.check == "O8" && !f.fires() && f.kind == debug::Kind::LrBelowRange);
+        const bool said = any_finding(r, [](const debug::Finding& f) {
+          return f.check == "O8" && !f.fires() && f.kind == debug::Kind::LrBelowRange;
+        });
         CHECK_MESSAGE(said, r.findings.str(true));
       }
     }
@@ -157,18 +158,18 @@ TEST_CASE(
     if (!bug) {
       expect_clean(r);
       // fc1 waits two steps (head, then fc2): named among the parameters held back.
-      bool held = false;
-      for (const debug::Finding& f : r.findings.findings())
-        held = held || (f.check == "O1" && !f.fires() && f.title.find("initialised to zero") != std::string::npos &&
-                        f.title.find("fc1.weight") != std::string::npos);
+      const bool held = any_finding(r, [](const debug::Finding& f) {
+        return f.check == "O1" && !f.fires() && f.title.find("initialised to zero") != std::string::npos &&
+               f.title.find("fc1.weight") != std::string::npos;
+      });
       CHECK_MESSAGE(held, r.findings.str(true));
       // No BatchNorm layer: M17's causes are ruled out, so no diagnosis offers them as candidates.
       CHECK(r.findings.ran("M17"));
     } else {
-      bool dead = false;
-      for (const debug::Finding& f : r.findings.findings())
-        dead = dead || (f.fires() && (f.parameter.rfind("fc1.", 0) == 0 || f.parameter.rfind("fc2.", 0) == 0 ||
-                                      f.module.rfind("fc1", 0) == 0 || f.module.rfind("fc2", 0) == 0));
+      const bool dead = any_finding(r, [](const debug::Finding& f) {
+        return f.fires() && (f.parameter.rfind("fc1.", 0) == 0 || f.parameter.rfind("fc2.", 0) == 0 ||
+                             f.module.rfind("fc1", 0) == 0 || f.module.rfind("fc2", 0) == 0);
+      });
       CHECK_MESSAGE(dead, r.str());
     }
   }

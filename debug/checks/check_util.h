@@ -13,6 +13,7 @@
 
 #include "core/format.h"
 #include "debug/evidence/finding.h"
+#include "nn/module.h"
 
 namespace gradsleuth::debug::detail {
 
@@ -87,5 +88,21 @@ inline std::string join(const std::vector<std::string>& v, const char* sep = ", 
 // and the seconds since t0 on the steady clock.
 using Clock = std::chrono::steady_clock;
 inline double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The .grad of every parameter, to put back after a probe.
+class GradSnapshot {
+ public:
+  explicit GradSnapshot(nn::Module& model) {
+    for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.grad());
+  }
+  ~GradSnapshot() {
+    for (auto& [p, g] : saved_) p.set_grad(g);
+  }
+  GradSnapshot(const GradSnapshot&) = delete;
+  GradSnapshot& operator=(const GradSnapshot&) = delete;
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> saved_;
+};
 
 }  // namespace gradsleuth::debug::detail

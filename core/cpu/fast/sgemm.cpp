@@ -313,6 +313,16 @@ SgemmWalk walk_from_env() {
 }
 std::atomic<SgemmWalk> g_walk{walk_from_env()};
 
+// Rows of B into a panel 2 vectors wide: rows k < kb of n <= 2 kW floats (row stride ldb) to dst,
+// each zero-padded to 2 kW.
+void copy_panel(const float* B, int64_t ldb, int64_t n, int64_t kb, float* dst) {
+  for (int64_t k = 0; k < kb; ++k) {
+    float* row = dst + k * 2 * kW;
+    std::copy(B + k * ldb, B + k * ldb + n, row);
+    std::fill(row + n, row + 2 * kW, 0.0f);
+  }
+}
+
 // The packed walk's blocks, from this CPU's caches (CpuIsa's sizes; 48 KB and 2 MB when the system
 // does not say): k-blocks of up to half of L1 in one row tile of A (12 rows x 512 k's = 24 KB in a
 // 48 KB L1), and column blocks of B whose packed k-block fills up to half of L2, as BLIS derives
@@ -359,13 +369,8 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
       // The panels the first row tile does not pack: a last one narrower than 2 vectors (copied
       // zero-padded), or all of them when M has no whole tile.
       for (int64_t q = whole > 0 ? full : 0; q < panels; ++q) {
-        const int64_t j = jc + q * kPanel, n = std::min(kPanel, N - j);
-        float* dst = packed.data() + q * kb * kPanel;
-        for (int64_t k = 0; k < kb; ++k) {
-          const float* src = B + (k0 + k) * ldb + j;
-          std::copy(src, src + n, dst + k * kPanel);
-          std::fill(dst + k * kPanel + n, dst + (k + 1) * kPanel, 0.0f);
-        }
+        const int64_t j = jc + q * kPanel;
+        copy_panel(B + k0 * ldb + j, ldb, std::min(kPanel, N - j), kb, packed.data() + q * kb * kPanel);
       }
       const auto rows = [&](int64_t i, int64_t m) {
         float* t = atile.data();
@@ -378,8 +383,9 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
         const StridedA<float> tile_a{t, 1, kRows};
         for (int64_t q = 0; q < panels; ++q) {
           const int64_t j = jc + q * kPanel;
+          float* const panel = packed.data() + q * kb * kPanel;
           // Later k-blocks resume from the partial C (beta 1); only the last one rounds.
-          Panel p{packed.data() + q * kb * kPanel,
+          Panel p{panel,
                   kPanel,
                   C + i * ldc + j,
                   ldc,
@@ -388,7 +394,7 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
                   q + 1 < panels ? kb * kPanel : 0,
                   k0 + kb == K ? round : Elem::Float32};
           if (i == 0 && q < full && m == kRows) {  // the first row tile packs B's full panels
-            p.pack = packed.data() + q * kb * kPanel;
+            p.pack = panel;
             p.B = B + k0 * ldb + j;
             p.ldb = ldb;
             tile<kRows, 2, false, true, float, BSource::Packing>(kb, tile_a, p, Mask(kW));
@@ -440,11 +446,7 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, 
       int64_t ldp = ldb;
       if (n % kW != 0) {  // a partial vector: the last panel, fewer than 2 vectors wide
         if (padded.size() < static_cast<size_t>(kb * 2 * kW)) padded.resize(static_cast<size_t>(kb * 2 * kW));
-        for (int64_t k = 0; k < kb; ++k) {
-          float* row = padded.data() + k * 2 * kW;
-          std::copy(Bp + k * ldb, Bp + k * ldb + n, row);
-          std::fill(row + n, row + 2 * kW, 0.0f);
-        }
+        copy_panel(Bp, ldb, n, kb, padded.data());
         Bp = padded.data();
         ldp = 2 * kW;
       }

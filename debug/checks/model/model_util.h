@@ -29,19 +29,7 @@
 
 namespace gradsleuth::debug::model_detail {
 
-// The .grad of every parameter, to put back after a probe.
-class GradSnapshot {
- public:
-  explicit GradSnapshot(nn::Module& model) {
-    for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.grad());
-  }
-  ~GradSnapshot() {
-    for (auto& [p, g] : saved_) p.set_grad(g);
-  }
-
- private:
-  std::vector<std::pair<Tensor, Tensor>> saved_;
-};
+using detail::GradSnapshot;
 
 inline bool is_classification(const Tensor& out, const Tensor& y) {
   return y.dtype() == kInt64 && y.dim() == 1 && out.dim() == 2 && out.size(0) == y.size(0);

@@ -282,15 +282,18 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   const int64_t base = std::max<int64_t>(o.overfit_steps, 1);
   const int64_t cap = std::max(base, o.overfit_max_steps > 0 ? o.overfit_max_steps : 4 * base);
   const int64_t window = o.overfit_window > 0 ? o.overfit_window : std::max<int64_t>(10, base / 5);
-  auto more = [&](const std::vector<double>& l) -> int64_t {
+  // Whether the last window's mean loss is below the window before's by more than `drop`.
+  auto falls_by = [window](const std::vector<double>& l, double drop) {
     const int64_t n = static_cast<int64_t>(l.size());
-    if (n < 2 * window || n >= cap) return 0;
+    if (n < 2 * window) return false;
     double last_w = 0.0, prev_w = 0.0;
     for (int64_t i = n - window; i < n; ++i) last_w += l[static_cast<size_t>(i)];
     for (int64_t i = n - 2 * window; i < n - window; ++i) prev_w += l[static_cast<size_t>(i)];
-    if (!std::isfinite(last_w) || !std::isfinite(prev_w) || prev_w <= 0.0) return 0;
-    const bool falling_fast = last_w < (1.0 - o.overfit_extend_drop) * prev_w;
-    return falling_fast ? std::min(window, cap - n) : 0;
+    return std::isfinite(last_w) && std::isfinite(prev_w) && prev_w > 0.0 && last_w < (1.0 - drop) * prev_w;
+  };
+  auto more = [&](const std::vector<double>& l) -> int64_t {
+    const int64_t n = static_cast<int64_t>(l.size());
+    return n < cap && falls_by(l, o.overfit_extend_drop) ? std::min(window, cap - n) : 0;
   };
   std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, line,
                                          classes ? &acc : nullptr, o.overfit_accuracy, more);
@@ -376,13 +379,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   double retry_last = std::nan("");
   if (!ok && !frozen_limits && std::isfinite(last) && first > 0 && last <= 0.5 * first &&
       o.overfit_retry_lr_factor > 1.0) {
-    const int64_t n = static_cast<int64_t>(losses.size());
-    double last_w = 0.0, prev_w = 0.0;
-    if (n >= 2 * window) {
-      for (int64_t i = n - window; i < n; ++i) last_w += losses[static_cast<size_t>(i)];
-      for (int64_t i = n - 2 * window; i < n - window; ++i) prev_w += losses[static_cast<size_t>(i)];
-    }
-    if (prev_w > 0.0 && last_w < (1.0 - o.overfit_retry_drop) * prev_w) {
+    if (falls_by(losses, o.overfit_retry_drop)) {
       double retry_acc = std::nan("");
       const std::vector<double> again =
           short_run(model, {{x, y}}, loss, base, o.overfit_lr * o.overfit_retry_lr_factor, false, line,

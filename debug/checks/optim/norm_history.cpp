@@ -458,15 +458,8 @@ std::vector<Finding> check_loss_penalty(nn::Module& model, const Tensor& out, co
                                         const std::function<Tensor(const Tensor&, const Tensor&)>& loss,
                                         const OptimCheckOptions& o) {
   if (!out.defined() || !loss) return {};
-  // The gate's gradients (of the whole loss) for the weight matrices, and every gradient to restore.
-  std::vector<std::pair<Tensor, Tensor>> saved;
-  for (Tensor& p : model.parameters()) saved.emplace_back(p, p.grad());
-  struct Restore {
-    std::vector<std::pair<Tensor, Tensor>>& s;
-    ~Restore() {
-      for (auto& [p, g] : s) p.set_grad(g);
-    }
-  } restore{saved};
+  // The gate's gradients (of the whole loss) for the weight matrices; every gradient is put back.
+  const detail::GradSnapshot restore(model);
   std::vector<std::pair<std::string, Tensor>> weights;
   std::vector<Tensor> total;
   for (auto& [name, p] : model.named_parameters())
