@@ -43,6 +43,8 @@ namespace gradsleuth::debug {
   /* L4 the initial loss, and the untrained model's mean output */                                    \
   X(InitialLoss, "initial-loss", "L4")                                                                \
   X(InitialOutputBiased, "initial-output-biased", "L4")                                               \
+  /* L5 masking: padded positions the loss still reads */                                             \
+  X(PaddingInLoss, "padding-in-loss", "L5")                                                           \
   /* L6 the reduction, and what the loop multiplies the loss by */                                    \
   X(ReductionSum, "reduction-sum", "L6")                                                              \
   X(MeanDividedAgain, "mean-divided-again", "L6")                                                     \

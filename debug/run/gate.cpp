@@ -212,6 +212,10 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       }
       r.add(start);
       r.note_ran("L4");
+      gate_phase(r, "padding check", "L5", [&] {
+        r.add(check_padding_in_loss(x, out, y, loss, o.loss));  // L5: padded positions the loss reads
+        r.note_ran("L5");
+      });
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
           l.backward();

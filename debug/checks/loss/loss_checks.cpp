@@ -1,5 +1,5 @@
-// The loss checks L1-L7 (see loss_checks.h): the loss history, double softmax,
-// BCE on logits, the initial loss, masked targets, the reduction, fitting.
+// The homes of L2 (double softmax, NLL on scores), L3 (the BCE input) and L4 (the initial loss);
+// see loss_checks.h. L1 and L7 live in history.cpp, L5 in masking.cpp, L6 in reduction.cpp.
 #include "debug/checks/loss/loss_checks.h"
 
 #include <algorithm>
@@ -593,36 +593,7 @@ void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, 
   }
 }
 
-// ---- L5 masked targets ---------------------------------------------------------------------
-
-std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_index,
-                                          std::optional<double> loss_value) {
-  GS_CHECK(target.defined(), "check_masked_targets", "needs a defined target tensor");
-  if (target.numel() == 0 || !is_integral(target.dtype())) return {};
-  const std::vector<int64_t> y = target.detach().contiguous().to_vector<int64_t>();
-  const int64_t masked = std::count(y.begin(), y.end(), ignore_index);
-  if (masked < static_cast<int64_t>(y.size())) return {};
-  const bool nan = loss_value.has_value() && std::isnan(*loss_value);
-  Finding f = make("L5", nan ? Severity::Error : Severity::Warning,
-                   "every one of the " + num(masked) + " targets equals ignore_index " + num(ignore_index) +
-                       (nan ? ": the loss is NaN (0 / 0)" : ": a mean over no labels is 0 / 0 = NaN"));
-  f.nonfinite = true;  // a mean over no labels is 0 / 0: the loss is NaN
-  f.shape = shape_of(target);
-  f.evidence = {{"masked targets", static_cast<double>(masked), "all of them warns"},
-                {"targets", static_cast<double>(y.size()), ""},
-                {"ignore_index", static_cast<double>(ignore_index), ""}};
-  if (loss_value.has_value()) f.evidence.push_back({"loss", *loss_value, "NaN is an error"});
-  f.cause =
-      "the whole batch is masked (a collate or padding step sets every label to ignore_index, a label "
-      "mapping that misses every class): mean reduction divides a sum over zero labels by zero labels, as "
-      "PyTorch does, and one NaN loss turns every weight into NaN at the next step";
-  f.fix =
-      "find the step that masks the labels (check a batch with D1/D9); skip batches with no valid label, or "
-      "divide the summed loss by max(count, 1)";
-  return {f};
-}
-
-// ---- L2, L3, L4, L5 during training (the monitor's run checks) --------------------------------
+// ---- L2, L3, L4 during training (the monitor's run checks) --------------------------------
 namespace {
 bool class_scores(const nn::Loss& l, const Tensor& input, const Tensor& target) {
   return loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target);
@@ -752,20 +723,6 @@ class InitialLossRunCheck final : public RunCheck {
   bool done_ = false;
 };
 
-// L5 with the loss it produced (a NaN loss from all-masked targets is an error): the sampled
-// steps, and any step whose loss is not finite.
-class MaskedTargetsRunCheck final : public RunCheck {
- public:
-  std::string ids() const override { return "L5"; }
-  uint32_t events() const override { return RunEvent::LossValue; }
-  void loss_value(RunContext& c, nn::Loss& l, const Tensor& target) override {
-    if (!(c.sampled() || !std::isfinite(c.loss_value)) || !(loss_type::cross_entropy(l) || loss_type::nll(l)) ||
-        target.dtype() != kInt64)
-      return;
-    c.add_all(check_masked_targets(target, loss_type::ignore_index(l), c.loss_value));
-    c.note_ran("L5");
-  }
-};
 }  // namespace
 
 std::unique_ptr<RunCheck> make_softmax_input_run_check(const MonitorOptions&) {
@@ -776,9 +733,6 @@ std::unique_ptr<RunCheck> make_bce_input_run_check(const MonitorOptions& o) {
 }
 std::unique_ptr<RunCheck> make_initial_loss_run_check(const MonitorOptions& o) {
   return std::make_unique<InitialLossRunCheck>(o);
-}
-std::unique_ptr<RunCheck> make_masked_targets_run_check(const MonitorOptions&) {
-  return std::make_unique<MaskedTargetsRunCheck>();
 }
 
 }  // namespace gradsleuth::debug

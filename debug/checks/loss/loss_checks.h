@@ -134,6 +134,18 @@ struct LossCheckOptions {
   // ---- L2 double softmax ----
   double prob_sum_tolerance = 1e-3;  // |row sum - 1| at most this counts as "sums to 1" (float32 softmax: ~1e-7)
 
+  // ---- L5 padding the loss reads (check_padding_in_loss) ----
+  // Padded positions must fill at least this share of the batch's positions to be judged; the pad
+  // input and the pad target may each appear on at most padding_value_rare of the real positions
+  // (a background class, or a zero row inside an image, is data, not padding).
+  double padding_min_share = 0.05;
+  double padding_value_rare = 0.01;
+  // The loss's gradient per padded position over its gradient per real position at or above this
+  // warns, measured with the output at the padded positions moved by about its own spread. A loss
+  // that masks them (sum(loss * mask) / sum(mask), ignore_index) gives them exactly 0; a mean over
+  // every position about 1 (a tagger with 40% of its positions padded: 0.9-1.1 at the first batch).
+  double padding_gradient_ratio = 0.01;
+
   // ---- L4 initial loss ----
   // The expected first loss; NaN = from the kind: log(C) for cross_entropy/nll,
   // log(2) for bce (a prediction of 0.5 everywhere). Required for other kinds (mse).
@@ -357,6 +369,18 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
 // "not given" and "NaN" differ; pass a double as usual.)
 std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_index = -100,
                                           std::optional<double> loss_value = std::nullopt);
+
+// L5, the padding a loss reads: in a batch of sequences x (B, T, ...) with targets y (B, T, ...),
+// padded positions are a run at the end (or the start) of rows holding one input value (a vector of
+// zeros, a pad id) and one target, with lengths that differ between rows, both values rare among the
+// real positions (opts.padding_min_share, padding_value_rare). The loss is called once on a detached
+// copy of output (B, T, ...) or (B, C, T, ...), moved at the padded positions; a warning when a padded
+// position gets at least opts.padding_gradient_ratio x a real position's gradient (a loss that masks
+// them gives them exactly 0).
+// Silent when the batch holds no padding.
+std::vector<Finding> check_padding_in_loss(
+    const Tensor& x, const Tensor& output, const Tensor& y,
+    const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss, const LossCheckOptions& opts = {});
 
 // L6, the gradient-scale test: ||dL/dparams|| for the batch (x, y) and for the
 // batch concatenated with itself along dim 0. A mean gives the same gradient
