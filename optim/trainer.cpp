@@ -49,6 +49,17 @@ bool is_classification(const Tensor& output, const Tensor& target) {
   return target.dtype() == kInt64 && target.dim() == 1 && output.dim() == 2 && output.size(0) == target.size(0);
 }
 
+// Class scores per position: output (B, C, d1, ...) and int64 targets (B, d1, ...), as cross-entropy
+// reads a sequence or an image (a tagger, a segmentation).
+bool is_class_map(const Tensor& output, const Tensor& target) {
+  if (target.dtype() != kInt64 || target.dim() < 2 || output.dim() != target.dim() + 1 ||
+      output.size(0) != target.size(0))
+    return false;
+  for (int64_t d = 1; d < target.dim(); ++d)
+    if (output.size(d + 1) != target.size(d)) return false;
+  return true;
+}
+
 // The progress display on stderr: one line redrawn with \r on a terminal,
 // or plain lines (every `every` steps and at epoch ends) in a log file.
 class ProgressBar {
@@ -128,7 +139,7 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   NoGradGuard ng;
   EvalResult r;
   double loss_sum = 0.0;
-  bool classes = true;
+  bool classes = true, per_class = true;  // accuracy by row; recall by class, by row or by position
   const std::vector<int64_t> order = loader.order(loader.epoch());
   const int64_t n = static_cast<int64_t>(order.size()), bs = loader.options().batch_size_;
   for (int64_t lo = 0; lo < n; lo += bs) {
@@ -138,9 +149,12 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
     const double bsz = static_cast<double>(b.size());
     loss_sum += loss(out, b.y).item<double>() * bsz;
     classes = classes && is_classification(out, b.y);
-    if (classes) {
-      // The rows with a class target, per class (an ignore_index row is left out, as the loss leaves it).
-      const std::vector<int64_t> pred = argmax(out.detach(), 1).to_vector<int64_t>(), truth = b.y.to_vector<int64_t>();
+    per_class = per_class && (is_classification(out, b.y) || is_class_map(out, b.y));
+    if (per_class) {
+      // The rows (or positions) with a class target, per class (an ignore_index target is left out, as
+      // the loss leaves it).
+      const std::vector<int64_t> pred = argmax(out.detach(), 1).contiguous().to_vector<int64_t>(),
+                                 truth = b.y.contiguous().to_vector<int64_t>();
       const size_t C = static_cast<size_t>(out.size(1));
       r.class_examples.resize(std::max(r.class_examples.size(), C), 0);
       r.class_correct.resize(r.class_examples.size(), 0);
@@ -157,7 +171,7 @@ EvalResult evaluate(nn::Module& model, const nn::DataLoader& loader, const LossF
   const int64_t labelled = std::accumulate(r.class_examples.begin(), r.class_examples.end(), int64_t{0});
   const int64_t hits = std::accumulate(r.class_correct.begin(), r.class_correct.end(), int64_t{0});
   r.accuracy = classes && labelled > 0 ? static_cast<double>(hits) / static_cast<double>(labelled) : kNoValue;
-  if (!classes) r.class_examples.clear(), r.class_correct.clear();
+  if (!per_class) r.class_examples.clear(), r.class_correct.clear();
   r.seconds = seconds_since(t0);
   return r;
 }

@@ -40,8 +40,9 @@ struct EvalResult {
   double accuracy = kNoValue;
   int64_t examples = 0;
   double seconds = 0.0;
-  // Per class (index = the label), when accuracy is defined: the examples of each class and
-  // how many of them the model predicts right (their ratio is the class's recall).
+  // Per class (index = the label), for class scores (B, C) against targets (B), or per position
+  // (B, C, d1, ...) against (B, d1, ...): the examples (rows or positions) of each class and how many
+  // of them the model predicts right (their ratio is the class's recall). accuracy is by row only.
   std::vector<int64_t> class_examples, class_correct;
 };
 

@@ -375,7 +375,7 @@ TEST_CASE("L1's validation-rises rule on a negative log-likelihood: a last epoch
 namespace {
 
 // A classifier and an autoencoder over one encoder: its 3-unit code (a linear layer) feeds a linear
-// head and the decoder. `wide` keeps the code as wide as its input (a linear trunk under two heads).
+// head and the decoder. `wide` keeps the code as wide as its input.
 struct CodeNet : nn::Module {
   std::shared_ptr<nn::Linear> e1, e2, head, d1, d2;
   explicit CodeNet(bool wide) : Module("CodeNet") {
@@ -394,15 +394,48 @@ struct CodeNet : nn::Module {
 
 }  // namespace
 
-TEST_CASE("M23: an autoencoder's narrow code read by a linear head and the decoder is a bottleneck, not a fault") {
+TEST_CASE("M23: an encoder's code read by a linear head and by the decoder is one path of two, not a collapse") {
   manual_seed(3);
   const Tensor x = randn({16, 6});
   auto narrow = std::make_shared<CodeNet>(false), wide = std::make_shared<CodeNet>(true);
   CHECK(debug::check_missing_nonlinearity(*narrow, x).empty());
-  // As wide as its input, the same layout is a linear trunk: e2 then head collapse into one map.
-  const std::vector<debug::Finding> f = debug::check_missing_nonlinearity(*wide, x);
-  REQUIRE(!f.empty());
-  CHECK(f[0].fires());
+  // As wide as its input, the code still reaches the output through the decoder's ReLU as well: e2 is
+  // more than a factor of the head's map.
+  CHECK(debug::check_missing_nonlinearity(*wide, x).empty());
+}
+
+namespace {
+
+// A linear stem whose output is a residual stream: each block adds scale x (l2 relu l1)(h) to it, the
+// scales initialised to 0 (SkipInit); `stream` false drops the stream (the head reads the last block).
+struct StemNet : nn::Module {
+  std::shared_ptr<nn::Linear> stem, l1, l2, head;
+  Tensor scale;
+  bool stream;
+  explicit StemNet(bool with_stream) : Module("StemNet"), stream(with_stream) {
+    stem = register_module("stem", std::make_shared<nn::Linear>(6, 32));
+    l1 = register_module("l1", std::make_shared<nn::Linear>(32, 32));
+    l2 = register_module("l2", std::make_shared<nn::Linear>(32, 32));
+    head = register_module("head", std::make_shared<nn::Linear>(32, 3));
+    scale = register_parameter("scale", zeros({1}));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = (*stem)(x);
+    const Tensor branch = (*l2)(relu((*l1)(h)));
+    return (*head)(stream ? h + branch * scale : branch);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("M23: a linear stem feeding a residual stream is silent; the same stem straight into a Linear warns") {
+  manual_seed(4);
+  const Tensor x = randn({16, 6});
+  CHECK(debug::check_missing_nonlinearity(*std::make_shared<StemNet>(true), x).empty());
+  // Without the stream, stem -> l1 collapses (and so does l2 -> head).
+  const std::vector<debug::Finding> f = debug::check_missing_nonlinearity(*std::make_shared<StemNet>(false), x);
+  CHECK(
+      std::any_of(f.begin(), f.end(), [](const debug::Finding& g) { return g.fires() && g.module == "l1 (Linear)"; }));
 }
 
 namespace {

@@ -2,6 +2,8 @@
 // loss types they tell apart.
 #include "debug/checks/run_check.h"
 
+#include <cmath>
+
 namespace gradsleuth::debug {
 
 RunCheckList all_run_checks(const MonitorOptions& o) {
@@ -39,6 +41,37 @@ void soften_reached_in_training(Report& gate, const TrainingHistory& h, const ch
     f.fix =
         "nothing; for the checks before training to judge the whole objective, give the Session a loss function "
         "(output, target) -> loss that computes it";
+    gate.replace(i, f);
+  }
+}
+
+void soften_zero_at_gate(Report& gate, const TrainingHistory& h, const char* check, Kind kind, double vanishing) {
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const Finding& g = gate.findings()[i];
+    if (!g.is(check, kind) || !g.fires() || g.parameter.empty()) continue;
+    int64_t records = 0, alive = 0;
+    for (const auto& [name, series] : h.grad_norms) {
+      if (name != g.parameter) continue;
+      for (const auto& [step, norm] : series) {
+        ++records;
+        alive += std::isfinite(norm) && norm > vanishing;
+      }
+    }
+    if (records < 2 || 2 * alive < records) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title = "the gradient of " + g.parameter +
+              " is zero in the check before training, which runs the model with its randomness off, but not in "
+              "training (above " +
+              fmt_num(vanishing) + " on " + std::to_string(alive) + " of " + std::to_string(records) +
+              " sampled steps)";
+    f.evidence.push_back({"sampled training steps with a gradient norm above the vanishing one",
+                          static_cast<double>(alive), ">= half of them: reached in training (info)"});
+    f.cause =
+        "the check before training switches the model's random layers off (dropout, a sampled latent) so one "
+        "draw does not decide its verdicts; a parameter reached only through the random path (a VAE's "
+        "log-variance through the sampled latent, while its KL weight is still 0) has no gradient there";
+    f.fix = "nothing";
     gate.replace(i, f);
   }
 }

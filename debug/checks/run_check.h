@@ -265,6 +265,11 @@ RunCheckList all_run_checks(const MonitorOptions& o);
 // the loop's backward reaches it through a term the Session's loss does not have (an auxiliary loss
 // on a second head). Such a finding becomes info. The homes of M5 and O1 call it with their kinds.
 void soften_reached_in_training(Report& gate, const TrainingHistory& h, const char* check, Kind kind);
+// A gate finding (`check`, `kind`) that a parameter's gradient is zero, where the run's gradient
+// records (TrainingHistory::grad_norms) show it above `vanishing` on at least half of the sampled
+// steps: the gate ran the model with its randomness off, and the parameter is reached only through the
+// random path. Such a finding becomes info.
+void soften_zero_at_gate(Report& gate, const TrainingHistory& h, const char* check, Kind kind, double vanishing);
 
 // The loss types the run checks tell apart (nn::Loss::type_name()).
 namespace loss_type {

@@ -139,6 +139,10 @@ const std::vector<Cause>& diagnosis_causes() {
       // ---- the loss ----
       {"masked-targets", "every target masked by ignore_index", "L5", "the targets against ignore_index", true,
        [](const Finding& f) { return is(f, "L5") && f.kind != Kind::PaddingInLoss; }},
+      {"metric-misaligned",
+       "an evaluation that pairs predictions with the wrong labels (two passes of a shuffled loader)", "L9",
+       "the accuracy the loop reported against the trained model's on the same split", true,
+       [](const Finding& f) { return is(f, "L9", Kind::ReportedAccuracyLow); }},
       {"padding-in-loss", "padded positions of sequences counted in the loss (a mask built and never applied)", "L5",
        "the loss's gradient on the padded positions of a batch", true,
        [](const Finding& f) { return is(f, "L5", Kind::PaddingInLoss); }},

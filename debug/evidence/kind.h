@@ -43,8 +43,10 @@ namespace gradsleuth::debug {
   /* L4 the initial loss, and the untrained model's mean output */                                    \
   X(InitialLoss, "initial-loss", "L4")                                                                \
   X(InitialOutputBiased, "initial-output-biased", "L4")                                               \
-  /* L5 masking: padded positions the loss still reads */                                             \
+  /* L5 masking: padded positions the loss reads; targets it masks itself */                          \
   X(PaddingInLoss, "padding-in-loss", "L5")                                                           \
+  X(TargetsMaskedByLoss, "targets-masked-by-loss", "L5")                                              \
+  X(TargetsWithinOutputs, "targets-within-outputs", "L5")                                             \
   /* L6 the reduction, and what the loop multiplies the loss by */                                    \
   X(ReductionSum, "reduction-sum", "L6")                                                              \
   X(MeanDividedAgain, "mean-divided-again", "L6")                                                     \
@@ -60,6 +62,7 @@ namespace gradsleuth::debug {
   X(GeneralisationGap, "generalisation-gap", "L9")                                                    \
   X(ValLabelsRemapped, "val-labels-remapped", "L9")                                                   \
   X(RestoredWorse, "restored-worse", "L9")                                                            \
+  X(ReportedAccuracyLow, "reported-accuracy-low", "L9")                                               \
   X(Undertrained, "undertrained", "L9")                                                               \
   X(LrProbeTooLow, "lr-probe-too-low", "L9")                                                          \
   X(FitMeasured, "fit-measured", "L9")                                                                \

@@ -180,6 +180,11 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
             gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go, &zero_by_construction_,
                                                      &zero_until_first_step_));
           });
+  // D9's labels outside the classes, where the loss masks them itself (L5).
+  guarded(data_phase_.findings, "the data checks", "the targets the loss masks", "D9, D3", [&] {
+    revise_masked_labels(data_phase_.findings, gate_phase_.findings);
+    if (targets_within_outputs(gate_phase_.findings)) revise_unused_class_zero(data_phase_.findings);
+  });
   // D5 with what the model's first layer receives: a model may scale raw inputs itself.
   guarded(data_phase_.findings, "the data checks", "first-layer input", "D5's second look",
           [&] { revise_normalisation(data_phase_.findings, model_, x.to(d), o_.data); });
@@ -404,7 +409,9 @@ void Session::check_class_errors_at_end() {
     if (val_class_examples_.empty()) return;  // not classification
     // The first epoch's recall tells a class still being learned, when the run had later epochs.
     const std::vector<double> start = epochs_ >= 2 ? first_class_recall_ : std::vector<double>{};
-    for (Finding f : check_class_errors(val_class_examples_, val_class_correct_, o_.data, start)) {
+    std::vector<Finding> recall = check_class_errors(val_class_examples_, val_class_correct_, o_.data, start);
+    revise_class_imbalance(data_phase_.findings, recall, o_.data);  // an imbalance that cost no class
+    for (Finding f : recall) {
       f.end_of_run = true;
       r.add(std::move(f));
     }
@@ -568,7 +575,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   const TrainingHistory seen = monitor_->history();
   revise_loss_reduction(gate_phase_.findings, seen.loss_divisors);  // L6 with the loop's division
   // The gate's gradients and loss probes with what the loop's backward reached and its loss took.
-  revise_gradient_missing(gate_phase_.findings, seen);     // O1
+  revise_gradient_missing(gate_phase_.findings, seen, o_.gate_options.optim);  // O1
   revise_parameter_unreached(gate_phase_.findings, seen);  // M5
   revise_input_baseline(gate_phase_.findings, seen, o_.gate_options.model);  // M15 with the run's validation loss
   revise_gate_objective(gate_phase_.findings, seen);
@@ -594,6 +601,12 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   }
   if (o_.end_of_run) check_decay_at_end(r);
   if (o_.end_of_run) check_epsilon_at_end(r);
+  if (o_.end_of_run) {  // O3's weight growth against a loss that settled
+    const bool unstable = loss_history_unstable(r.findings);
+    revise_weight_growth(r.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
+    for (PhaseReport& p : r.phases)
+      revise_weight_growth(p.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
+  }
 
   // What could not run, and what it needs.
   auto skip = [&](std::string checks, std::string reason, std::string remedy) {

@@ -214,6 +214,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       r.note_ran("L4");
       gate_phase(r, "padding check", "L5", [&] {
         r.add(check_padding_in_loss(x, out, y, loss, o.loss));  // L5: padded positions the loss reads
+        r.add(check_targets_masked_by_loss(x, out, y, loss));   // L5: targets outside the classes it masks
         r.note_ran("L5");
       });
       if (l.requires_grad() && l.numel() == 1)

@@ -45,6 +45,11 @@ struct DataCheckOptions {
   // sits near a third of the others' recall.
   double min_recall_ratio = 0.2;
   double min_recall_over_chance = 1.5;
+  // The imbalance warning of the class counts becomes info at the end of a run whose trained model
+  // recalls every class at least imbalance_recall_even x the others' mean on the validation data:
+  // the imbalance did not cost the rare classes (a tagger's frequent "O" tag, a segmentation's
+  // background at 15-20x the other classes, every class recalled at 0.97-1.0).
+  double imbalance_recall_even = 0.75;
   int64_t min_class_examples = 10;
   // ... unless that class is still being learned: its recall at the end at least class_recall_rise x
   // its recall after the first epoch and higher by class_recall_rise_min or more (a class the model
@@ -81,6 +86,11 @@ struct DataCheckOptions {
   // range; judged from row_range_min_rows rows of an epoch on.
   double row_range_ratio = 20.0;
   int64_t row_range_min_rows = 64;
+  // ... and whose root mean square is above row_range_rms_ratio x the median row's: a row that skipped
+  // the scaling is large throughout (raw pixels: 100x and more), while data standardised per feature has
+  // rows with one extreme entry in a near-constant feature (Fashion-MNIST per pixel: a rim pixel at 83,
+  // 25x the median row's largest value, its row's RMS 3x the median's).
+  double row_range_rms_ratio = 10.0;
   // ---- D8 batch diversity ----
   int64_t diversity_batches = 20;       // batches sampled, evenly spread over the epoch
   int64_t min_batch_for_diversity = 8;  // smaller batches may hold one class by chance: not judged
@@ -112,6 +122,10 @@ struct DataCheckOptions {
   // other labels) are the data's nature. Both D12 and D13 are info then. A next-token model over 20
   // tokens with a context of 3: 28% of 5,000 rows repeat, 46% of the validation rows are training rows.
   double discrete_duplicate_fraction = 0.2;
+  // Inputs of whole numbers whose conflicting rows stay at or below this fraction are info: a masked-token
+  // model's inputs collide now and then with other answers (0.4% of 4,000 rows); 50 token rows appended
+  // again with the next label are 9.5% of theirs.
+  double ids_conflict_fraction = 0.01;
   // ---- D13 train-test samples mix ----
   double max_mix_fraction = 0.01;  // validation rows whose input is also a training row, above this warns
   // ---- D14 feature drift ----
@@ -195,6 +209,14 @@ void weigh_class_counts(std::vector<Finding>& findings, const Tensor& class_weig
 std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, const std::vector<int64_t>& correct,
                                         const DataCheckOptions& opts = {},
                                         const std::vector<double>& first_recall = {});
+
+// D3's imbalance warning among `data` (class counts, no empty class) becomes info when `recall`, the
+// findings of check_class_errors on the trained model, shows every class recalled at least
+// opts.imbalance_recall_even x the others' mean, each class with enough validation examples to judge.
+void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, const DataCheckOptions& opts = {});
+// D3's one empty class, class 0, becomes info: for a model with an output for every label (L5's
+// targets_within_outputs), class 0 is one the targets do not use (a pad id of a vocabulary).
+void revise_unused_class_zero(Report& data);
 
 // D4: is every (x, y) the loader yields a pair that exists in `reference`? The
 // reference (the data as loaded, before any pipeline) is hashed chunk by chunk,
@@ -347,7 +369,8 @@ std::vector<Finding> check_target_leakage(const SplitSample& train, const DataCh
 // batch, host float32 batches only) in a fixed amount of memory: a histogram of the row maxima
 // (8 bins per power of 2, for the median) and the kTop largest rows. At the end of an epoch (end_epoch(), and
 // findings() for the last one) a row whose largest |value| is above row_range_ratio x the epoch's median row's and
-// above raw_max is out of range: one warning, the first epoch that has such rows. Data scaled as a
+// above raw_max, with a root mean square above row_range_rms_ratio x the median row's, is out of range: one
+// warning, the first epoch that has such rows. Data scaled as a
 // whole is silent (every row alike); data never scaled at all is the batch rule's (the median row
 // is then large too): this finds the few rows that skipped the scaling.
 class RowRangeTracker {
@@ -360,13 +383,14 @@ class RowRangeTracker {
 
  private:
   struct Row {
-    float max_abs;
+    float max_abs, rms;
     int64_t step, row;
   };
   static constexpr int kBins = 2048, kTop = 64;
-  void add_row(float max_abs, int64_t step, int64_t row);
+  void add_row(float max_abs, float rms, int64_t step, int64_t row);
   DataCheckOptions o_;
-  std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);  // this epoch's row maxima, by log2 x 8
+  std::vector<int64_t> hist_ = std::vector<int64_t>(kBins, 0);      // this epoch's row maxima, by log2 x 8
+  std::vector<int64_t> rms_hist_ = std::vector<int64_t>(kBins, 0);  // and its rows' root mean squares
   std::vector<Row> top_;                                        // its kTop largest rows (a min-heap)
   int64_t epoch_ = 1, rows_ = 0, rows_total_ = 0;
   std::vector<Finding> found_;

@@ -182,6 +182,57 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
 
 namespace gradsleuth::debug {
 
+void revise_unused_class_zero(Report& data) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    const Finding& d = data.findings()[i];
+    if (!d.fires() || !d.is("D3", Kind::ClassCounts)) continue;
+    double empty = kNaN, zero = kNaN;
+    for (const Evidence& e : d.evidence) {
+      if (e.name == "classes with no example") empty = e.value;
+      if (e.name == "class 0") zero = e.value;
+    }
+    if (!(empty == 1.0 && zero == 0.0)) continue;
+    Finding f = d;
+    f.severity = Severity::Info;
+    f.title += " (class 0 is one the targets do not use, such as a pad id: the model has an output for every label)";
+    f.fix = "none needed: a class no target uses costs one output";
+    data.replace(i, f);
+  }
+}
+
+void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, const DataCheckOptions& o) {
+  double even = kNaN;
+  std::string worst;
+  bool all_judged = true;  // a class with too few validation examples to judge leaves the imbalance open
+  for (const Finding& f : recall) {
+    if (!f.is("D3", Kind::ClassRecallLow) || f.fires()) continue;
+    for (const Evidence& e : f.evidence) {
+      if (e.name.find("recall / the others' mean") != std::string::npos) {
+        even = e.value;
+        worst = e.name.substr(0, e.name.find(" recall"));
+      }
+      if (e.rule.find("too few examples") != std::string::npos) all_judged = false;
+    }
+  }
+  if (!all_judged) return;
+  if (!(even >= o.imbalance_recall_even)) return;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const Finding& d = data.findings()[i];
+    if (!d.fires() || !d.is("D3", Kind::ClassCounts)) continue;
+    bool empty = false;
+    for (const Evidence& e : d.evidence) empty = empty || (e.name == "classes with no example" && e.value > 0);
+    if (empty) continue;
+    Finding f = d;
+    f.severity = Severity::Info;
+    f.title += " (the trained model recalls every class evenly: " + worst + ", the least recalled, at " +
+               fmt_num(even) + "x the others' mean)";
+    f.evidence.push_back({"least recalled class's recall / the others' mean (trained model, validation)", even,
+                          ">= " + fmt_num(o.imbalance_recall_even) + ": the imbalance did not cost it (info)"});
+    f.fix = "none needed: report per-class accuracy alongside accuracy";
+    data.replace(i, f);
+  }
+}
+
 void weigh_class_counts(std::vector<Finding>& fs, const Tensor& class_weight, const DataCheckOptions& o) {
   if (!class_weight.defined()) return;
   const std::vector<double> wv = class_weight.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>();

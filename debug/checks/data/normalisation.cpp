@@ -41,16 +41,17 @@ double bin_value(int bin) {  // the middle of the bin
 }
 }  // namespace
 
-void RowRangeTracker::add_row(float max_abs, int64_t step, int64_t row) {
+void RowRangeTracker::add_row(float max_abs, float rms, int64_t step, int64_t row) {
   ++hist_[static_cast<size_t>(row_bin(max_abs))];
+  ++rms_hist_[static_cast<size_t>(row_bin(rms))];
   ++rows_;
   auto smaller = [](const Row& x, const Row& y) { return x.max_abs > y.max_abs; };  // a min-heap
   if (static_cast<int>(top_.size()) < kTop) {
-    top_.push_back({max_abs, step, row});
+    top_.push_back({max_abs, rms, step, row});
     std::push_heap(top_.begin(), top_.end(), smaller);
   } else if (max_abs > top_.front().max_abs) {
     std::pop_heap(top_.begin(), top_.end(), smaller);
-    top_.back() = {max_abs, step, row};
+    top_.back() = {max_abs, rms, step, row};
     std::push_heap(top_.begin(), top_.end(), smaller);
   }
 }
@@ -64,21 +65,28 @@ void RowRangeTracker::record(const Tensor& x, int64_t step) {
   for (int64_t r = 0; r < n; ++r) {
     // 32 running maxima (four independent vector registers of 8, so the max's latency does not
     // serialise the loop); NaN compares false and is skipped (D2's).
-    float m[32] = {};
+    float m[32] = {}, q[32] = {};
     const float* row = p + r * k;
     int64_t j = 0;
     for (; j + 32 <= k; j += 32)
       for (int l = 0; l < 32; ++l) {
-        const float a = std::fabs(row[j + l]);
+        const float v = row[j + l], a = std::fabs(v);
         m[l] = a > m[l] ? a : m[l];
+        q[l] += v * v;
       }
     for (; j < k; ++j) {
       const float a = std::fabs(row[j]);
       m[0] = a > m[0] ? a : m[0];
+      q[0] += a * a;
     }
     float top = m[0];
-    for (int l = 1; l < 32; ++l) top = m[l] > top ? m[l] : top;
-    add_row(top, step, r);
+    double squares = 0.0;
+    for (int l = 0; l < 32; ++l) {
+      top = m[l] > top ? m[l] : top;
+      squares += q[l];
+    }
+    const double rms = std::sqrt(squares / static_cast<double>(std::max<int64_t>(k, 1)));
+    add_row(top, std::isfinite(rms) ? static_cast<float>(rms) : 0.0f, step, r);
   }
   rows_total_ += n;
 }
@@ -87,22 +95,28 @@ void RowRangeTracker::end_epoch() {
   const int64_t epoch = epoch_++, rows = rows_;
   std::vector<Row> top;
   top.swap(top_);
-  std::vector<int64_t> hist(kBins, 0);
+  std::vector<int64_t> hist(kBins, 0), rms_hist(kBins, 0);
   hist.swap(hist_);
+  rms_hist.swap(rms_hist_);
   rows_ = 0;
   if (!found_.empty() || rows < o_.row_range_min_rows) return;
-  // The median row's largest |value|, to the histogram's resolution (a bin is 9% wide).
-  int64_t seen = 0;
-  int mid = 0;
-  for (; mid < kBins; ++mid)
-    if ((seen += hist[static_cast<size_t>(mid)]) * 2 >= rows) break;
-  const double med = mid == 0 ? 0.0 : bin_value(mid);
+  // The median row's largest |value| and root mean square, to the histograms' resolution (a bin is 9%
+  // wide).
+  auto median_of = [&](const std::vector<int64_t>& h) {
+    int64_t seen = 0;
+    int mid = 0;
+    for (; mid < kBins; ++mid)
+      if ((seen += h[static_cast<size_t>(mid)]) * 2 >= rows) break;
+    return mid == 0 ? 0.0 : bin_value(mid);
+  };
+  const double med = median_of(hist), med_rms = median_of(rms_hist);
   const double limit = std::max(o_.row_range_ratio * med, o_.raw_max);
+  const double rms_limit = o_.row_range_rms_ratio * med_rms;
   // The rows out of range: counted exactly among the kTop largest; beyond them, at least kTop.
   int64_t out = 0;
   const Row* worst = nullptr;
   for (const Row& r : top)
-    if (r.max_abs > limit) {
+    if (r.max_abs > limit && r.rms > rms_limit) {
       ++out;
       if (!worst || r.max_abs > worst->max_abs) worst = &r;
     }
@@ -122,7 +136,10 @@ void RowRangeTracker::end_epoch() {
       {"largest |value| of a row", worst->max_abs, ""},
       {"median row's largest |value|", med, "to 9%: a histogram of 8 bins per power of 2"},
       {"step of that row", static_cast<double>(worst->step), ""},
-      {"its row in the batch", static_cast<double>(worst->row), ""}};
+      {"its row in the batch", static_cast<double>(worst->row), ""},
+      {"that row's root mean square", worst->rms,
+       "> " + fmt_num(o_.row_range_rms_ratio) + " x the median row's: large throughout, not one extreme entry"},
+      {"median row's root mean square", med_rms, ""}};
   f.cause =
       "a few examples skipped the scaling the others had (a second data source, a code path that returns "
       "before normalising, a corrupted file): sampled batches rarely show them, but each time one is drawn "

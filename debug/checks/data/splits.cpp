@@ -138,7 +138,13 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   const Group& ex = conflict_example ? *conflict_example : *dup_example;
   const std::string example = "rows " + num(ex.first) + " and " + num(ex.second) + " hold the same input (" +
                               (ex.labels.size() > 1 ? "labels " : "label ") + labels_of(ex) + ")";
-  Finding f = make("D12", (conflicts || too_many) && !discrete ? Severity::Warning : Severity::Info, "");
+  // A few conflicts among inputs of whole numbers (token ids with a masked position, categorical rows):
+  // the same input can carry several outcomes by the task's nature (a masked token its context does not
+  // decide). Info up to ids_conflict_fraction; rows appended with other labels reach far more.
+  const bool ids_conflict =
+      s.integral_inputs && conflicts && !too_many && !discrete && conflict_frac <= opts.ids_conflict_fraction;
+  Finding f =
+      make("D12", (conflicts || too_many) && !discrete && !ids_conflict ? Severity::Warning : Severity::Info, "");
   if (discrete)
     f.title = "inputs from a small discrete set: " + num(repeated) + " of " + num(s.read()) + " rows of " + s.name +
               " repeat an earlier row's input (" + pct(dup_frac) + ")" +
@@ -170,6 +176,12 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "the inputs take few distinct values, so rows repeat by nature, and where the outcome is random given "
         "the input (the next token after a context, a transition's reward) the same input carries several "
         "labels. For example: " +
+        example;
+  else if (ids_conflict)
+    f.cause =
+        "inputs of whole numbers (token ids, categories) recur now and then, and the task need not decide the "
+        "label from them (a masked token its context leaves open, a category row with several outcomes); "
+        "where they are annotation errors, fix the labels. For example: " +
         example;
   else if (conflicts)
     f.cause =

@@ -109,6 +109,33 @@ std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOption
       "(best = +inf for a loss, -inf for an accuracy), and check the file you load is the one you saved last";
   return f;
 }
+// The loop's own validation accuracy far below the trained model's on the same split: its metric code,
+// not the model, is wrong.
+std::optional<Finding> reported_accuracy_low(const EndFitMeasure& m, const EndFitOptions& o) {
+  double reported = std::nan("");
+  for (double v : m.epoch_val_accuracy)
+    if (std::isfinite(v)) reported = v;
+  const double own = m.val_accuracy;
+  if (m.loaded_after_run || !std::isfinite(reported) || !std::isfinite(own) ||
+      !(own - reported >= o.reported_accuracy_gap && reported <= o.reported_accuracy_ratio * own))
+    return std::nullopt;
+  Finding f = make(Kind::ReportedAccuracyLow, Severity::Warning,
+                   "the loop reported a validation accuracy of " + pct(reported) +
+                       " for its last epoch, while the trained model scores " + pct(own) +
+                       " on the same split: the loop's metric does not measure the model");
+  f.evidence = {{"validation accuracy the loop reported (last epoch)", reported, ""},
+                {"validation accuracy of the trained model (the Session's pass, eval mode)", own,
+                 "reported <= " + str_printf("%g", o.reported_accuracy_ratio) +
+                     " x this and lower by >= " + str_printf("%g", o.reported_accuracy_gap) + " warns"}};
+  f.cause =
+      "the evaluation code pairs predictions with the wrong labels (predictions and labels collected in two "
+      "passes over a shuffled loader, concatenated in different orders), compares the wrong tensors (logits "
+      "against one-hot rows, argmax over the batch axis), or averages per batch with the wrong weights";
+  f.fix =
+      "compute predictions and labels from the same batch in one pass (pred = argmax(model(b.x), 1) beside b.y), "
+      "with the model in eval mode, and compare with the accuracy the Session reports";
+  return f;
+}
 }  // namespace
 
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling, bool* unread) {
@@ -118,6 +145,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     out.push_back(std::move(*f));
     return out;
   }
+  if (std::optional<Finding> f = reported_accuracy_low(m, o)) out.push_back(std::move(*f));
   const bool acc = std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy);
   // The two-proportion z statistic of the accuracies (pooled).
   double z = 0;

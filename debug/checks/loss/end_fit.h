@@ -33,6 +33,13 @@ struct EndFitOptions {
   // wrong way round keeps the worst epoch (the first): 0.62 against 0.97 at the best epoch.
   double restored_rise = 0.1;
   double restored_accuracy_drop = 0.05;
+  // The validation accuracy the loop reported for its last epoch (Session::epoch(train, val, accuracy))
+  // against the trained model's own on the same split: reported below reported_accuracy_ratio x it and by
+  // reported_accuracy_gap or more warns (predictions and labels read in two passes of a shuffled loader:
+  // 10% reported against 84%). A top-5 accuracy or a balanced accuracy on skewed classes stays above
+  // half of it.
+  double reported_accuracy_gap = 0.25;
+  double reported_accuracy_ratio = 0.5;
   // Both accuracy rules also need the difference to stand out from the splits' sampling noise: a
   // two-proportion z statistic (pooled) of at least min_z.
   double min_z = 3.0;

@@ -776,4 +776,11 @@ std::unique_ptr<RunCheck> make_loss_history_run_check(const MonitorOptions& o) {
   return std::make_unique<LossHistoryRunCheck>(o.loss);
 }
 
+bool loss_history_unstable(const Report& r) {
+  return std::any_of(r.findings().begin(), r.findings().end(), [](const Finding& f) {
+    return f.fires() && (f.is("L1", Kind::LossSpiking) || f.is("L1", Kind::LossDiverging) ||
+                         f.is("L1", Kind::LossOscillating) || f.is("L1", Kind::LossNonFinite));
+  });
+}
+
 }  // namespace gradsleuth::debug

@@ -344,9 +344,13 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
     }
     return judge_class_start({1.0 - f1, f1}, {1.0 - p1, p1}, "target value", opts);
   }
-  // Regression: per column, the mean output against the target's mean, in target stds.
-  double worst_z = 0.0, mo = 0.0, my = 0.0, sy = 0.0;
-  int64_t worst = -1;
+  // Regression: per column, the mean output against the target's mean, in target stds. A column is
+  // judged by the larger of its own std and the root mean square of every column's std: a column that
+  // is nearly constant (an image's corner pixel, 0 in almost every example) says nothing about the
+  // start's scale, while a column in other units than the rest has a std that dominates the mean.
+  std::vector<double> col_mean_out(static_cast<size_t>(k)), col_mean(static_cast<size_t>(k)),
+      col_sd(static_cast<size_t>(k));
+  double var_sum = 0.0;
   for (int64_t j = 0; j < k; ++j) {
     double so = 0.0, s1 = 0.0, s2 = 0.0;
     for (int64_t i = 0; i < N; ++i) {
@@ -356,10 +360,20 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
     so /= static_cast<double>(N);
     s1 /= static_cast<double>(N);
     for (int64_t i = 0; i < N; ++i) s2 += (y[i * k + j] - s1) * (y[i * k + j] - s1);
-    const double sd = std::sqrt(s2 / static_cast<double>(N));
-    if (!(sd > 1e-12 * std::max(1.0, std::fabs(s1)))) continue;  // a constant target: no scale to judge by
-    const double z = std::fabs(so - s1) / sd;
-    if (z > worst_z) worst_z = z, worst = j, mo = so, my = s1, sy = sd;
+    col_mean_out[static_cast<size_t>(j)] = so;
+    col_mean[static_cast<size_t>(j)] = s1;
+    col_sd[static_cast<size_t>(j)] = std::sqrt(s2 / static_cast<double>(N));
+    var_sum += s2 / static_cast<double>(N);
+  }
+  const double typical_sd = std::sqrt(var_sum / static_cast<double>(std::max<int64_t>(k, 1)));
+  double worst_z = 0.0, mo = 0.0, my = 0.0, sy = 0.0;
+  int64_t worst = -1;
+  for (int64_t j = 0; j < k; ++j) {
+    const size_t c = static_cast<size_t>(j);
+    const double s1 = col_mean[c], sd = std::max(col_sd[c], typical_sd);
+    if (!(col_sd[c] > 1e-12 * std::max(1.0, std::fabs(s1)))) continue;  // a constant target: no scale to judge by
+    const double z = std::fabs(col_mean_out[c] - s1) / sd;
+    if (z > worst_z) worst_z = z, worst = j, mo = col_mean_out[c], my = s1, sy = sd;
   }
   if (worst < 0 || !(worst_z > opts.initial_output_z)) return {};
   Finding g = make("L4", Severity::Warning,
@@ -370,7 +384,7 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
   g.evidence = {
       {"mean output", mo, ""},
       {"mean target", my, ""},
-      {"target std", sy, ""},
+      {"target std", sy, k > 1 ? "the column's, or the RMS of every column's std where larger" : ""},
       {"|mean output - mean target| / target std", worst_z, "> " + fmt_num(opts.initial_output_z) + " warns"}};
   g.cause =
       "the targets are far from 0 and the final layer starts near 0 (its bias at 0): the first steps go to "

@@ -382,6 +382,22 @@ std::vector<Finding> check_padding_in_loss(
     const Tensor& x, const Tensor& output, const Tensor& y,
     const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss, const LossCheckOptions& opts = {});
 
+// L5, targets outside the classes that the loss leaves out itself: class targets y (B, ...) int64
+// beside the output (B, ..., C) or (B, C, ...), some outside [0, C) other than ignore_index (a pad
+// tag of -1 a loss function masks). An info finding when the loss, called on a detached copy of the
+// output, is finite and gives their outputs exactly zero gradient. Where the inputs x are token ids that
+// hold 0 and every target lies within the outputs but none is 0, an info finding says so (a
+// vocabulary's pad id the targets never use, not D9's labels numbered from 1). Empty otherwise.
+std::vector<Finding> check_targets_masked_by_loss(
+    const Tensor& x, const Tensor& output, const Tensor& y,
+    const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss, int64_t ignore_index = -100);
+// D9's out-of-range labels in `data` become info when the gate's L5 found the loss masks them, and its
+// "looks 1-indexed" when L5 found every label within the output's classes (targets_within_outputs).
+void revise_masked_labels(Report& data, const Report& gate);
+bool targets_within_outputs(const Report& gate);
+// L1's verdicts among `r` that the loss was unstable: a spike, oscillation, divergence, or a non-finite loss.
+bool loss_history_unstable(const Report& r);
+
 // L6, the gradient-scale test: ||dL/dparams|| for the batch (x, y) and for the
 // batch concatenated with itself along dim 0. A mean gives the same gradient
 // (ratio 1), a sum twice it (ratio 2, bug B03): a warning above

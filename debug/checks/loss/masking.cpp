@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -235,6 +236,126 @@ std::vector<Finding> check_padding_in_loss(const Tensor& x, const Tensor& output
       "average over the real positions only: sum(loss * mask) / sum(mask), with mask 1 on real positions; "
       "or give CrossEntropyLoss the pad target as ignore_index";
   return {f};
+}
+
+// ---- L5 targets outside the classes that the loss leaves out ---------------------------------------
+
+std::vector<Finding> check_targets_masked_by_loss(const Tensor& x, const Tensor& output, const Tensor& y,
+                                                  const std::function<Tensor(const Tensor&, const Tensor&)>& loss,
+                                                  int64_t ignore_index) {
+  GS_CHECK(output.defined() && y.defined(), "check_targets_masked_by_loss", "needs the output and the targets");
+  if (!is_integral(y.dtype()) || y.numel() == 0 || !output.is_floating_point() || output.dim() != y.dim() + 1)
+    return {};
+  // The class axis: the last ((B, C), (B, T, C)) or dimension 1 ((B, C, T), as PyTorch reads it).
+  int64_t axis = -1;
+  const Shape os = output.shape(), ys = y.shape();
+  if (std::equal(ys.begin(), ys.end(), os.begin()))
+    axis = output.dim() - 1;
+  else if (os[0] == ys[0] && std::equal(ys.begin() + 1, ys.end(), os.begin() + 2))
+    axis = 1;
+  if (axis < 0) return {};
+  const int64_t C = output.size(axis);
+  const std::vector<int64_t> v = y.detach().contiguous().to_vector<int64_t>();
+  std::vector<size_t> outside;
+  int64_t least = std::numeric_limits<int64_t>::max(), most = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == ignore_index) continue;
+    if (v[i] < 0 || v[i] >= C) {
+      outside.push_back(i);
+      continue;
+    }
+    least = std::min(least, v[i]);
+    most = std::max(most, v[i]);
+  }
+  std::vector<Finding> out;
+  // Token ids in, token ids out: the inputs' pad (or other special) id 0.
+  const bool ids_with_zero = x.defined() && is_integral(x.dtype()) && x.numel() > 0 && [&] {
+    NoGradGuard ng;
+    return sum(eq(x.detach(), 0).to(kInt64)).item<int64_t>() > 0;
+  }();
+  if (least >= 1 && most < C && C > 2 && ids_with_zero) {
+    // A model over token ids whose head scores the whole vocabulary: id 0, the inputs' pad, is never a
+    // target (labels numbered from 1 for C classes would reach C).
+    Finding f = detail::make("L5", Severity::Info,
+                             "every target of the batch has an output (labels " + detail::num(least) + ".." +
+                                 detail::num(most) + " of " + detail::num(C) +
+                                 " classes) and class 0, an id of the inputs (their pad), is never one: a "
+                                 "vocabulary's pad id that no target uses is harmless");
+    f.kind = Kind::TargetsWithinOutputs;
+    f.shape = shape_of(y);
+    f.evidence = {{"least target", static_cast<double>(least), ""},
+                  {"largest target", static_cast<double>(most), "< C: within the outputs"},
+                  {"classes C (the output's)", static_cast<double>(C), ""}};
+    out.push_back(f);
+  }
+  if (outside.empty() || outside.size() == v.size()) return out;
+  // The gradient by target: a loss that leaves a target out gives its output row exactly zero.
+  Tensor o = output.detach().clone();
+  o.requires_grad_(true);
+  try {
+    EnableGradGuard eg;
+    const Tensor l = loss(o, y);
+    if (l.numel() != 1 || !l.requires_grad() || !std::isfinite(l.item<double>())) return out;
+    l.backward();
+  } catch (const std::exception&) {
+    return out;  // the loss cannot take them: D9's error stands
+  }
+  const Tensor g = o.grad();
+  if (!g.defined()) return out;
+  const std::vector<double> per =
+      sum(g.detach().abs().to(kFloat64), {axis}).contiguous().to_vector<double>();  // y's shape
+  double on_real = 0.0;
+  for (size_t i = 0, k = 0; i < per.size(); ++i) {
+    if (k < outside.size() && outside[k] == i) {
+      if (per[i] != 0.0) return out;
+      ++k;
+    } else {
+      on_real += per[i];
+    }
+  }
+  if (!(on_real > 0.0)) return out;
+  Finding f = detail::make("L5", Severity::Info,
+                           "the loss leaves out the " + detail::num(static_cast<int64_t>(outside.size())) +
+                               " targets outside [0, " + detail::num(C) +
+                               ") (a pad or unknown marker it masks itself): their outputs get no gradient");
+  f.kind = Kind::TargetsMaskedByLoss;
+  f.shape = shape_of(y);
+  f.evidence = {{"targets outside the classes", static_cast<double>(outside.size()), ""},
+                {"their share of the loss's gradient", 0.0, "exactly 0: masked"}};
+  out.push_back(f);
+  return out;
+}
+
+bool targets_within_outputs(const Report& gate) {
+  return std::any_of(gate.findings().begin(), gate.findings().end(),
+                     [](const Finding& f) { return f.is("L5", Kind::TargetsWithinOutputs); });
+}
+
+void revise_masked_labels(Report& data, const Report& gate) {
+  const bool masked = std::any_of(gate.findings().begin(), gate.findings().end(),
+                                  [](const Finding& f) { return f.is("L5", Kind::TargetsMaskedByLoss); });
+  const bool within = targets_within_outputs(gate);
+  if (!masked && !within) return;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const Finding& d = data.findings()[i];
+    if (!d.fires() || d.check != "D9") continue;
+    const bool outside = std::any_of(d.evidence.begin(), d.evidence.end(),
+                                     [](const Evidence& e) { return e.name.rfind("labels outside", 0) == 0; });
+    const bool zero_unused = !outside && std::any_of(d.evidence.begin(), d.evidence.end(),
+                                                     [](const Evidence& e) { return e.name == "labels equal to 0"; });
+    Finding f = d;
+    f.severity = Severity::Info;
+    if (outside && masked) {
+      f.title += " (the loss masks them: their outputs get no gradient, L5)";
+      f.fix = "none needed: the loss leaves these targets out";
+    } else if (zero_unused && within) {
+      f.title += " (the model's output has a class for every label: class 0 is one the targets do not use, L5)";
+      f.fix = "none needed: no label falls outside the model's classes";
+    } else {
+      continue;
+    }
+    data.replace(i, f);
+  }
 }
 
 // ---- L5 during training (the monitor's run check) ---------------------------------------------

@@ -34,6 +34,40 @@ namespace gradsleuth::debug {
 using namespace model_detail;
 
 // ---- M23 -----------------------------------------------------------------------------------
+namespace {
+// Whether the output of the linear layers' call `a` reaches the model's output other than through call
+// `b` (a residual stream, a second head): the gradient of a fixed projection of the output with respect
+// to a's output, against the part of it that flows back through b. A pair with no other path collapses.
+bool reaches_output_elsewhere(nn::Module& model, const Tensor& x, const std::vector<nn::ModulePtr>& linear, size_t a,
+                              size_t b) {
+  std::vector<Tensor> outs;
+  HookSet hooks;
+  for (const nn::ModulePtr& m : linear)
+    hooks.post(m, [&outs](nn::Module&, const Tensor&, const Tensor& out) { outs.push_back(out); });
+  try {
+    QuietProbe quiet(model);
+    ModeSnapshot modes(model);
+    model.eval();
+    EnableGradGuard eg;
+    const Tensor y = model(x);
+    hooks.clear();
+    if (b >= outs.size() || !y.requires_grad() || !outs[a].requires_grad() || !outs[b].requires_grad()) return false;
+    const Tensor w = sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape());
+    const Tensor s = sum(y * w);
+    const tensor_list g = autograd::grad({s}, {outs[a], outs[b]}, {}, true, false, true);
+    if (!g[0].defined() || !g[1].defined()) return false;
+    const Tensor via = autograd::grad({outs[b]}, {outs[a]}, {g[1]}, false, false, true)[0];
+    if (!via.defined()) return false;
+    NoGradGuard ng;
+    const double scale = amax(abs(g[0].to(kFloat64))).item<double>();
+    const double other = amax(abs(g[0].to(kFloat64) - via.to(kFloat64))).item<double>();
+    return scale > 0.0 && other > 1e-4 * scale;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+}  // namespace
+
 std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor& x) {
   auto is_linear = [](const nn::Module& m) {
     const std::string& t = m.type_name();
@@ -44,9 +78,11 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
     Tensor input, output;
   };
   std::vector<Call> calls;  // the linear layers' calls, in forward order
+  std::vector<nn::ModulePtr> linear;
   HookSet hooks;
   for (auto& [path, m] : leaf_modules(model)) {
     if (!is_linear(*m)) continue;
+    linear.push_back(m);
     const std::string label = module_label(path, *m);
     // Copies: an in-place activation applied later (h.relu_()) would change a shared tensor.
     hooks.pre(m, [&calls, label](nn::Module&, const Tensor& in) {
@@ -82,8 +118,7 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
     // narrower than the next layer's output as well (a 2-D embedding under a 10-class head), or read by
     // another linear layer too (an autoencoder's code under a classifier head and a decoder), is a
     // bottleneck by design: a map through fewer dimensions than it ends with is what it is meant to be.
-    // A trunk as wide as its input under two heads, or an MLP's hidden layer without its activation
-    // (64 -> 32 -> 4), still warns.
+    // An MLP's hidden layer without its activation (64 -> 32 -> 4) still warns.
     const auto width = [](const Tensor& t) { return t.dim() >= 3 ? t.size(1) : t.dim() >= 1 ? t.size(-1) : 0; };
     const bool narrows = a.input.dim() >= 1 && a.output.dim() >= 1 && width(a.output) < width(a.input);
     const auto reads_it = [&](const Call& c) {
@@ -94,6 +129,9 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
     const bool below_output = b.output.defined() && b.output.dim() >= 1 && width(a.output) < width(b.output);
     if (narrows && (below_output || std::any_of(calls.begin() + static_cast<std::ptrdiff_t>(i), calls.end(), reads_it)))
       continue;
+    // The first layer's output also reaches the model's output another way (a linear stem whose output is
+    // a residual stream every block adds to): the pair is one path of several, not a collapsed map.
+    if (reaches_output_elsewhere(model, x, linear, i - 1, i)) continue;
     Finding f = detail::make("M23", Severity::Warning,
                              b.label + " takes " + a.label +
                                  "'s output with no non-linearity between them: the two "

@@ -459,9 +459,21 @@ class ModeRunCheck final : public RunCheck {
   void flush_held(RunContext& c) {
     for (Finding f : held_) {
       if (mc_dropout()) soften_mc_dropout(f);
+      if (pass_stats_refresh_) soften_stats_refresh(f);
       c.add(std::move(f));
     }
     held_.clear();
+  }
+  // A pass under no_grad in training mode, after training, whose BatchNorm layers began it with their
+  // running statistics reset (num_batches_tracked at 0): the statistics recomputed for new weights, as
+  // PyTorch's swa_utils.update_bn does for averaged weights.
+  static void soften_stats_refresh(Finding& f) {
+    f.severity = Severity::Info;
+    f.title += ", its running statistics reset just before: they are being recomputed (as SWA's update_bn does)";
+    f.cause =
+        "averaged or otherwise rewritten weights need BatchNorm statistics of their own: resetting them and "
+        "forwarding the training data in training mode under no_grad recomputes them";
+    f.fix = "none needed; evaluate afterwards in eval mode";
   }
   // The pass forwarded one input kMcPasses times in a row or more under no_grad: Monte Carlo dropout
   // (Gal and Ghahramani, "Dropout as a Bayesian Approximation", 2016) samples predictions so. Two
@@ -497,6 +509,7 @@ class ModeRunCheck final : public RunCheck {
   void check_eval_pass(RunContext& c);
   void reset_pass() {
     pass_forwards_ = 0;
+    pass_stats_refresh_ = false;
     pass_repeat_run_ = pass_repeat_now_ = 0;
     last_input_ = 0;
     pass_backward_ = pass_grad_mode_ = false;
@@ -513,6 +526,7 @@ class ModeRunCheck final : public RunCheck {
   std::vector<uint64_t> buffer_versions_;                       // per module: before its forward
   int64_t pass_forwards_ = 0;
   bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false, eval_in_training_warned_ = false;
+  bool pass_stats_refresh_ = false;  // the pass began with every training-mode BatchNorm's statistics reset
   Tensor pass_x_;                    // the pass's first input, to probe the model with
   std::vector<Finding> held_;        // the layers' own M2 warnings of the pending pass
   uint64_t last_input_ = 0;          // the fingerprint of the pass's last no_grad forward's input
@@ -577,10 +591,22 @@ void ModeRunCheck::attach(RunContext& c) {
   }
 }
 
-void ModeRunCheck::forward(RunContext&, const Tensor& x) {
+void ModeRunCheck::forward(RunContext& c, const Tensor& x) {
   if (pass_forwards_++ == 0) {
     pass_x_ = x;
     pass_grad_mode_ = GradMode::is_enabled();
+  }
+  if (!pass_stats_refresh_ && !GradMode::is_enabled() && c.steps > 0) {
+    // Every BatchNorm in training mode with its statistics at their start (this forward may have
+    // counted itself already), after training steps, under no_grad: a refresh of the statistics.
+    int64_t norms = 0, reset = 0;
+    for (const auto& [m, label] : modules_) {
+      const auto* bn = dynamic_cast<const nn::BatchNormBase*>(m.get());
+      if (!bn || !bn->is_training() || !bn->track_running_stats()) continue;
+      ++norms;
+      reset += bn->num_batches_tracked.item<int64_t>() <= 1;
+    }
+    pass_stats_refresh_ = norms > 0 && reset == norms;
   }
   if (!GradMode::is_enabled() && x.defined() && x.device() == kCPU) {
     const uint64_t fp = batch_fingerprint(x);
@@ -723,6 +749,7 @@ void ModeRunCheck::check_eval_pass(RunContext& c) {
         "call model.eval() before the evaluation loop and model.train() after it (no_grad alone does not "
         "change the mode)";
     if (b->stochastic && !stats && mc_dropout()) soften_mc_dropout(f);
+    if (!b->stochastic && pass_stats_refresh_) soften_stats_refresh(f);
     c.add(std::move(f));
   }
 }

@@ -93,6 +93,13 @@ struct ModelCheckOptions {
   // steps; a model that cannot fit (dead units, labels it cannot see) does not pass at any rate.
   double overfit_retry_lr_factor = 10.0;
   double overfit_retry_drop = 0.02;
+  // Where the retry ends within overfit_floor_match of the test's own final loss, and both lie below
+  // overfit_floor_fall x the first loss, the loss levelled off at a floor of the batch itself: inputs the
+  // model cannot tell apart with different targets (a next-token model over a window of 3 tokens: 2.81
+  // -> 0.311, and 0.299 at 10x the rate; the window's own floor on the batch, 0.297). A model capped by
+  // a fault stays far higher (a double softmax: log C - 0.7).
+  double overfit_floor_fall = 0.2;
+  double overfit_floor_match = 0.1;
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss

@@ -257,6 +257,44 @@ ConflictLimit conflicting_inputs(const Tensor& x, const Tensor& y) {
   return c;
 }
 
+// Per-position class targets y (B, T) over token ids x (B, T): the positions whose prefix x[b, 0..t] is
+// another position's too, with another label. A model that reads each position's prefix (a causal
+// language model) cannot tell them apart: the least mean cross-entropy it reaches is their labels'
+// entropy given the prefix.
+ConflictLimit conflicting_prefixes(const Tensor& x, const Tensor& y) {
+  ConflictLimit c;
+  if (x.dim() != 2 || y.dim() != 2 || !is_integral(x.dtype()) || !is_integral(y.dtype()) || x.size(0) != y.size(0) ||
+      x.size(1) != y.size(1) || x.numel() == 0)
+    return c;
+  NoGradGuard ng;
+  const int64_t B = x.size(0), T = x.size(1);
+  const std::vector<int64_t> ids = x.detach().to(kCPU).to(kInt64).contiguous().to_vector<int64_t>();
+  const std::vector<int64_t> labels = y.detach().to(kCPU).to(kInt64).contiguous().to_vector<int64_t>();
+  std::map<std::vector<int64_t>, std::map<int64_t, int64_t>> groups;
+  int64_t counted = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t label = labels[static_cast<size_t>(b * T + t)];
+      if (label < 0) continue;  // ignore_index
+      const auto at = ids.begin() + static_cast<std::ptrdiff_t>(b * T);
+      ++groups[std::vector<int64_t>(at, at + t + 1)][label];
+      ++counted;
+    }
+  if (counted == 0) return c;
+  double right = 0, nats = 0;
+  for (const auto& [prefix, counts] : groups) {
+    int64_t n = 0, most = 0;
+    for (const auto& [label, k] : counts) n += k, most = std::max(most, k);
+    right += static_cast<double>(most);
+    if (counts.size() > 1) c.conflicts += n;
+    for (const auto& [label, k] : counts)
+      nats -= static_cast<double>(k) * std::log(static_cast<double>(k) / static_cast<double>(n));
+  }
+  c.accuracy = right / static_cast<double>(counted);
+  c.entropy = nats / static_cast<double>(counted);
+  return c;
+}
+
 }  // namespace
 
 std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
@@ -350,6 +388,19 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       ok = conflicted;
     }
   }
+  // The same per position, for a model over token prefixes (a causal language model's early positions
+  // see a token or two, which recur in the batch with other next tokens).
+  if (!ok && std::isfinite(last)) {
+    const ConflictLimit c = conflicting_prefixes(x, y);
+    if (c.conflicts > 0) {
+      probes.push_back(
+          {"positions whose token prefix carries another label too", static_cast<double>(c.conflicts), ""});
+      probes.push_back({"least cross-entropy a model over each position's prefix reaches", c.entropy,
+                        "final loss within " + fmt_num(line) + " of it passes"});
+      conflicted = last < c.entropy + line;
+      ok = conflicted;
+    }
+  }
   // Frozen parameters on purpose (a frozen pretrained body under a new head) limit what the
   // trainable part can fit: the same test with every parameter trained tells a freeze that
   // limits the fit from a model that cannot learn at all.
@@ -395,6 +446,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       }
     }
   }
+  // The retry levelled off where the test did, far below the start: a floor of the batch, not of the
+  // learning rate.
+  const bool floored = !ok && !retried && std::isfinite(retry_last) && first > 0 &&
+                       std::max(last, retry_last) <= o.overfit_floor_fall * first &&
+                       std::fabs(retry_last - last) <= o.overfit_floor_match * last;
   // More target values in the batch than the model has trainable parameters (a segmentation's
   // pixels, a dense per-position target): no model of this size can memorise arbitrary targets on
   // it; a loss that fell by half or more shows it learns what it can.
@@ -453,6 +509,18 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
               fmt_num(last) + "), and no model of its size could: the batch holds " + std::to_string(y.numel()) +
               " target values against " + std::to_string(trainable) + " trainable parameters";
     f.fix = "none needed; for this test alone, a batch of a few examples fits in the model's capacity";
+  } else if (floored) {
+    f.severity = Severity::Info;
+    f.title = "levels off at one floor on one batch of " + std::to_string(x.size(0)) + " at two learning rates (loss " +
+              fmt_num(first) + " -> " + fmt_num(last) + "; at " + fmt_num(o.overfit_retry_lr_factor) + "x the rate " +
+              fmt_num(retry_last) +
+              "): the batch's own floor, inputs the model cannot tell apart carrying different "
+              "targets (a context window, a masked token)";
+    f.evidence.push_back({"|final loss at the higher rate - final loss| / final loss",
+                          std::fabs(retry_last - last) / last,
+                          "<= " + fmt_num(o.overfit_floor_match) + ", both <= " + fmt_num(o.overfit_floor_fall) +
+                              " x the first: a floor (info)"});
+    f.fix = "none needed; D12 says whether the data holds identical inputs with other labels";
   } else if (retried) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + " at " + fmt_num(o.overfit_retry_lr_factor) +
@@ -605,6 +673,13 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
     f.severity = Severity::Info;
     f.title = "the model uses its inputs: held-out loss " + fmt_num(real) + " with real inputs vs " + fmt_num(zero) +
               " with zeroed inputs";
+  } else if (std::isfinite(real) && !std::isfinite(zero)) {
+    // Inputs of zeros the model cannot take (token ids that are all the pad id, pooled over no token as
+    // 0 / 0; a log or a division by the input): the zeroed run has no loss to compare with.
+    f.severity = Severity::Info;
+    f.title = "not judged: with zeroed inputs the held-out loss is not finite (" + fmt_num(zero) +
+              "): an input of zeros is outside what the model takes (all padding, a division or a log of the "
+              "input), so there is no baseline to compare with";
   } else {
     f.severity = Severity::Warning;
     f.title = "training on zeroed inputs does as well as on the real ones: the model learns nothing from its inputs";

@@ -309,6 +309,36 @@ NormSeries NormHistory::weight_series() const {
   return s;
 }
 
+void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<double>& epoch_val_loss,
+                          const OptimCheckOptions& o) {
+  std::vector<double> val;
+  for (double v : epoch_val_loss)
+    if (std::isfinite(v)) val.push_back(v);
+  if (val.size() < 2) return;
+  const double best = *std::min_element(val.begin(), val.end());
+  if (!(val.back() <= o.growth_val_at_best * best && val.back() < val.front())) return;
+  if (loss_unstable) return;
+  for (size_t i = 0; i < found.size(); ++i) {
+    const Finding& g = found.findings()[i];
+    if (!g.fires() || !g.is("O3", Kind::None) || g.severity != Severity::Warning) continue;
+    if (std::none_of(g.evidence.begin(), g.evidence.end(),
+                     [](const Evidence& e) { return e.name == "last / first weight norm"; }))
+      continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title += ", while the loss fell without a spike and the validation loss ended at its best (" +
+               fmt_num(val.back()) + "): weights that grew to the solution's scale";
+    f.evidence.push_back({"last validation loss / the run's best", val.back() / best,
+                          "<= " + fmt_num(o.growth_val_at_best) + " with a stable loss: info"});
+    f.cause =
+        "a weight whose solution lies far from its initial scale (a readout over small features, a softmax head "
+        "on a separable task under cross-entropy) grows for as long as it trains; steps too large leave the "
+        "loss unstable, and this loss was not";
+    f.fix = "none needed; weight decay bounds the weights if their size matters (calibration, export)";
+    found.replace(i, f);
+  }
+}
+
 // ---- O3: weight decay too strong (the end-of-run probe) -----------------------------------------
 double decay_ratio(const DecayGroup& g) {
   if (!std::isfinite(g.decay_norm) || !std::isfinite(g.step_norm) || g.step_norm <= 0) return kNaN;

@@ -370,8 +370,9 @@ class GradientHealthRunCheck final : public RunCheck {
 
 }  // namespace
 
-void revise_gradient_missing(Report& gate, const TrainingHistory& h) {
+void revise_gradient_missing(Report& gate, const TrainingHistory& h, const OptimCheckOptions& o) {
   soften_reached_in_training(gate, h, "O1", Kind::GradientMissing);
+  soften_zero_at_gate(gate, h, "O1", Kind::GradientVanishing, o.vanishing_grad_norm);
 }
 
 std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o) {

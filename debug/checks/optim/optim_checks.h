@@ -94,6 +94,12 @@ struct OptimCheckOptions {
   // Adam inflates it); Adam lr 1e-2: 9.3x in 1000 steps; B24 (lr 0.1): 31x by
   // step 100, 52x by step 1000.
   double weight_growth_factor = 10.0;
+  // The growth is info at the end of a run whose loss fell without instability (no L1 spike,
+  // oscillation or divergence) and whose last validation loss is within growth_val_at_best of its best
+  // epoch's, below its first: weights that had to grow to the solution's scale (a linear readout over
+  // small random features: 41x; a softmax head on separable topics under cross-entropy: 13x), not
+  // oversized steps, which leave the loss unstable.
+  double growth_val_at_best = 1.05;
   double weight_growth_min_increasing = 0.6;
   int64_t min_records = 10;
   // ... and weight decay too strong, judged at the end of the run (docs/checks.md, O3). Per parameter
@@ -220,9 +226,11 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
 
 // O1's gate finding "got no gradient" judged again with the run (TrainingHistory's gradient counts):
 // a parameter the loop's backward did reach is reached by a loss term the Session was not given
-// (soften_reached_in_training in run_check.h): info.
+// (soften_reached_in_training in run_check.h): info. So is its "vanishing" verdict of a gradient that
+// is zero at the gate and alive on most sampled steps of the run (soften_zero_at_gate: reached only
+// through a random path the gate switches off).
 struct TrainingHistory;
-void revise_gradient_missing(Report& gate, const TrainingHistory& h);
+void revise_gradient_missing(Report& gate, const TrainingHistory& h, const OptimCheckOptions& o = {});
 
 // O2 and O3: record() after backward and before step (the gradients of this
 // step, the weights they were computed for), every step or every N steps.
@@ -380,6 +388,11 @@ bool decay_collapsed(const DecayMeasure& m, const OptimCheckOptions& o = {});
 // validation (a group's ratio at decay_ratio_min or more), or the run again without it learns where
 // the run stalled (collapsed weights); otherwise one info finding with the ratios and what ran.
 std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckOptions& o = {});
+// O3's weight-growth warnings among `found` become info where the run's loss settled (see
+// growth_val_at_best): loss_unstable is L1's verdict on the run (loss_history_unstable);
+// epoch_val_loss the run's validation losses.
+void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<double>& epoch_val_loss,
+                          const OptimCheckOptions& o = {});
 // O3 in the gate: a penalty on the weights inside the loss (see penalty_gradient_ratio). Called right
 // after the gate's backward, with the weights' gradients of loss(out, y) in place (restored on return):
 // the loss is called again on out detached. A warning (kind weight-decay-too-strong) when the penalty's

@@ -1,0 +1,237 @@
+// Verdicts a check judges again with what the run showed, each beside the fault it resembles: a
+// weight grown to its solution's scale under a settled loss against one grown under an unstable loss;
+// a gradient zero at the gate (randomness off) but alive in training against one zero in both; rows
+// with one extreme standardised entry against rows never scaled; a near-constant target column under a
+// sigmoid output against targets far from the output; BatchNorm statistics recomputed after a reset
+// against an evaluation in training mode; a loop whose reported accuracy pairs predictions with the
+// wrong labels against one that does not; and classes imbalanced but recalled evenly.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include <gradsleuth.h>
+
+#include "debug/checks/run_check.h"
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+
+using namespace gradsleuth;
+using dtest::expect_clean;
+using dtest::expect_lead;
+using dtest::Split;
+
+namespace {
+
+debug::Finding growth_finding() {
+  debug::Finding f;
+  f.check = "O3";
+  f.severity = debug::Severity::Warning;
+  f.parameter = "readout.weight";
+  f.title = "the weight norm of readout.weight grew 41x (0.2 -> 8.2) between steps 1 and 900";
+  f.evidence = {{"last / first weight norm", 41.0, "> 10 warns"}};
+  return f;
+}
+
+debug::Finding zero_gradient_finding(const char* check, debug::Kind kind) {
+  debug::Finding f;
+  f.check = check;
+  f.kind = kind;
+  f.severity = debug::Severity::Warning;
+  f.parameter = "lv.weight";
+  f.title = "the gradient of lv.weight is zero";
+  return f;
+}
+
+bool fires(const debug::RunReport& r, const char* check) {
+  return dtest::any_finding(r, [&](const debug::Finding& f) { return f.check == check && f.fires(); });
+}
+
+struct BnNet : nn::Module {
+  std::shared_ptr<nn::Linear> a = register_module("a", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::BatchNorm1d> bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(32));
+  std::shared_ptr<nn::Linear> b = register_module("b", std::make_shared<nn::Linear>(32, 3));
+  BnNet() : Module("BnNet") {}
+  Tensor forward(const Tensor& x) override { return (*b)(relu((*bn)((*a)(x)))); }
+};
+
+}  // namespace
+
+TEST_CASE("O3's weight growth: info under a loss that settled, a warning under one that was unstable or still worse") {
+  const std::vector<double> settled = {0.9, 0.5, 0.35, 0.3, 0.29}, rising = {0.9, 0.5, 0.35, 0.5, 0.7};
+  for (const int c : {0, 1, 2}) {
+    CAPTURE(c);
+    debug::Report r;
+    r.add(growth_finding());
+    debug::revise_weight_growth(r, /*loss_unstable=*/c == 1, c == 2 ? rising : settled);
+    CHECK(r.findings()[0].severity == (c == 0 ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}
+
+TEST_CASE("a gradient zero at the gate: info when the run's records show it alive, kept when they show it zero") {
+  for (const bool alive : {true, false}) {
+    CAPTURE(alive);
+    debug::TrainingHistory h;
+    std::vector<std::pair<int64_t, double>> series;
+    for (int64_t s = 1; s <= 20; s += 2) series.emplace_back(s, alive ? 0.03 : 0.0);
+    h.grad_norms.emplace_back("lv.weight", series);
+    debug::Report gate;
+    gate.add(zero_gradient_finding("O1", debug::Kind::GradientVanishing));
+    debug::revise_gradient_missing(gate, h);
+    CHECK(gate.findings()[0].severity == (alive ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}
+
+TEST_CASE("D5's rows out of range: one extreme standardised entry is silent; a row never scaled warns") {
+  for (const bool raw : {false, true}) {
+    CAPTURE(raw);
+    manual_seed(3);
+    debug::RowRangeTracker t;
+    for (int64_t step = 1; step <= 8; ++step) {
+      Tensor x = randn({32, 100});
+      if (step == 5) {
+        std::vector<float> v = x.contiguous().to_vector<float>();
+        if (raw)
+          for (int64_t j = 0; j < 100; ++j) v[static_cast<size_t>(7 * 100 + j)] = 40.0f + 2.0f * static_cast<float>(j);
+        else
+          v[7 * 100 + 3] = 83.0f;  // a near-constant pixel standardised: one entry far out
+        x = tensor(v, {32, 100});
+      }
+      t.record(x, step);
+    }
+    const std::vector<debug::Finding> fs = t.findings();
+    CHECK(dtest::fires(fs) == raw);
+  }
+}
+
+TEST_CASE("L4's start on regression targets: a near-constant column under a sigmoid is silent; targets far off warn") {
+  manual_seed(4);
+  const int64_t N = 64, k = 50;
+  // Images in [0, 1] whose last column is 0 in all but one row; a sigmoid output of 0.5 everywhere.
+  Tensor y = rand({N, k});
+  std::vector<float> v = y.contiguous().to_vector<float>();
+  for (int64_t i = 0; i < N; ++i) v[static_cast<size_t>(i * k + k - 1)] = i == 3 ? 0.02f : 0.0f;
+  y = tensor(v, {N, k});
+  const Tensor out = full({N, k}, 0.5);
+  CHECK_FALSE(dtest::fires(debug::check_initial_outputs(out, y)));
+  CHECK(dtest::fires(debug::check_initial_outputs(out, y * 10.0 + 40.0)));  // targets around 45
+}
+
+TEST_CASE("BatchNorm statistics reset and recomputed in training mode under no_grad (SWA's update_bn): M2 is info") {
+  for (const bool reset : {true, false}) {
+    CAPTURE(reset);
+    manual_seed(5);
+    const Split d = dtest::split(3, 2.0);
+    auto model = std::make_shared<BnNet>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 6; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    // The statistics recomputed for the final weights (or, without the reset, a pass in training mode).
+    if (reset) model->bn->reset_running_stats();
+    {
+      NoGradGuard ng;
+      model->train();
+      for (const nn::Batch& b : *d.train) (*model)(b.x);
+    }
+    model->eval();
+    const debug::RunReport r = dbg.finish();
+    CHECK_MESSAGE(fires(r, "M2") == !reset, r.str(true));
+  }
+}
+
+TEST_CASE("a loop whose validation accuracy pairs predictions with another pass's labels: L9 leads; paired, clean") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(6);
+    const dtest::XY all = dtest::blobs(200, 3, 6, 3, 2.0);
+    const Split d = dtest::loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
+                                   all.y.narrow(0, 480, 120));
+    // The labels' pass: the validation rows in another order (a shuffled loader read twice).
+    nn::DataLoader other(std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
+                         nn::DataLoaderOptions().batch_size(40).shuffle(true).seed(99));
+    nn::DataLoader same(std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)),
+                        nn::DataLoaderOptions().batch_size(40));
+    auto model = std::make_shared<dtest::Mlp>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 8; ++e) {
+      double tl = 0;
+      int64_t nb = 0;
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+        tl += l.item<double>();
+        ++nb;
+      }
+      model->eval();
+      std::vector<int64_t> pred, truth;
+      double vl = 0;
+      {
+        NoGradGuard ng;
+        for (const nn::Batch& b : same) {
+          const Tensor o = (*model)(b.x);
+          vl += ce(o, b.y).item<double>() / 3.0;
+          for (int64_t p : argmax(o, 1).to_vector<int64_t>()) pred.push_back(p);
+          if (!bug)
+            for (int64_t t : b.y.to_vector<int64_t>()) truth.push_back(t);
+        }
+        if (bug)
+          for (const nn::Batch& b : other)
+            for (int64_t t : b.y.to_vector<int64_t>()) truth.push_back(t);
+      }
+      model->train();
+      int64_t hit = 0;
+      for (size_t i = 0; i < pred.size(); ++i) hit += pred[i] == truth[i];
+      dbg.epoch(tl / static_cast<double>(nb), vl, static_cast<double>(hit) / static_cast<double>(pred.size()));
+    }
+    const debug::RunReport r = dbg.finish();
+    if (bug) {
+      REQUIRE_MESSAGE(dtest::first_of(r, "L9", debug::Kind::ReportedAccuracyLow) != nullptr, r.str(true));
+      expect_lead(r, "L9", "metric-misaligned");
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+TEST_CASE("classes imbalanced 11:1 and recalled evenly by the trained model: D3's count warning is info") {
+  manual_seed(7);
+  // Three well-separated blobs of 500, 160 and 45 rows.
+  const dtest::XY all = dtest::blobs(500, 3, 6, 7, 0.5);
+  std::vector<int64_t> keep;
+  const std::vector<int64_t> y = all.y.to_vector<int64_t>();
+  int64_t seen[3] = {0, 0, 0};
+  const int64_t quota[3] = {500, 160, 45};
+  for (size_t i = 0; i < y.size(); ++i)
+    if (seen[y[i]] < quota[y[i]]) keep.push_back(static_cast<int64_t>(i)), ++seen[y[i]];
+  const Tensor idx = tensor(keep, {static_cast<int64_t>(keep.size())});
+  const Tensor x = all.x.index_select(0, idx), yy = all.y.index_select(0, idx);
+  // Shuffled once so both splits hold every class; standardised by the training split's statistics.
+  const Tensor perm = randperm(x.size(0));
+  const Tensor xs = x.index_select(0, perm), ys = yy.index_select(0, perm);
+  const int64_t n = xs.size(0), ntr = 455;
+  const Tensor xtr = xs.narrow(0, 0, ntr), mu = mean(xtr, {0}, true), sd = xtr.std({0}, true, true);
+  const Split d = dtest::loaders((xtr - mu) / sd, ys.narrow(0, 0, ntr), (xs.narrow(0, ntr, n - ntr) - mu) / sd,
+                                 ys.narrow(0, ntr, n - ntr));
+  auto model = std::make_shared<dtest::Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 10);
+  const debug::Finding* counts = dtest::first_of(r, "D3", debug::Kind::ClassCounts);
+  REQUIRE_MESSAGE(counts != nullptr, r.str(true));
+  CHECK_MESSAGE(counts->severity == debug::Severity::Info, r.str(true));
+  CHECK(counts->title.find("recalls every class evenly") != std::string::npos);
+  expect_clean(r);
+}
