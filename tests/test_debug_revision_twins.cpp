@@ -235,3 +235,64 @@ TEST_CASE("classes imbalanced 11:1 and recalled evenly by the trained model: D3'
   CHECK(counts->title.find("recalls every class evenly") != std::string::npos);
   expect_clean(r);
 }
+
+TEST_CASE(
+    "O8's rate below the range before training: info when the run's rate rose (a warm-up from 0), kept when flat") {
+  for (const bool warmup : {true, false}) {
+    CAPTURE(warmup);
+    debug::Finding f;
+    f.check = "O8";
+    f.kind = debug::Kind::LrBelowRange;
+    f.severity = debug::Severity::Warning;
+    f.evidence = {{"learning rate", 0.0, ""}};
+    debug::Report gate;
+    gate.add(f);
+    std::vector<double> lrs;
+    for (int s = 0; s < 100; ++s) lrs.push_back(warmup ? 2e-3 * std::min(1.0, s / 50.0) : 0.0);
+    debug::revise_lr_range(gate, lrs);
+    CHECK(gate.findings()[0].severity == (warmup ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}
+
+TEST_CASE("O6's updates too small: info for a trained start whose validation loss held, kept for a fresh one") {
+  for (const bool trained : {true, false}) {
+    CAPTURE(trained);
+    debug::Finding f;
+    f.check = "O6";
+    f.kind = debug::Kind::UpdatesTooSmall;
+    f.severity = debug::Severity::Warning;
+    debug::Report r;
+    r.add(f);
+    debug::revise_small_updates(r, trained, {0.47, 0.46, 0.45, 0.44});
+    CHECK(r.findings()[0].severity == (trained ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}
+
+TEST_CASE("M9: an output layer started 100x small is info; a hidden layer started so is a warning") {
+  for (const bool head : {true, false}) {
+    CAPTURE(head);
+    manual_seed(8);
+    auto m = std::make_shared<dtest::Mlp>();
+    {
+      NoGradGuard ng;
+      (head ? m->fc3 : m->fc2)->weight.mul_(0.01);
+    }
+    const std::vector<debug::Finding> fs = debug::check_initialisation(*m);
+    REQUIRE(fs.size() == 1);
+    CHECK(fs[0].severity == (head ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}
+
+TEST_CASE("M14: a loss that leaves class 0 out (ignore_index on a class the labels use) is blind to labels") {
+  for (const bool blind : {true, false}) {
+    CAPTURE(blind);
+    manual_seed(9);
+    const dtest::XY all = dtest::blobs(40, 3, 6, 9, 2.0);
+    auto m = std::make_shared<dtest::Mlp>();
+    nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions().ignore_index(blind ? 0 : -100));
+    const std::vector<debug::Finding> fs = debug::overfit_one_batch(
+        *m, all.x.narrow(0, 0, 32), all.y.narrow(0, 0, 32), [&](const Tensor& o, const Tensor& y) { return ce(o, y); });
+    REQUIRE(fs.size() == 1);
+    CHECK(fs[0].is("M14", debug::Kind::LossBlindToLabels) == blind);
+  }
+}

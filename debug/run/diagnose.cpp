@@ -576,6 +576,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   revise_loss_reduction(gate_phase_.findings, seen.loss_divisors);  // L6 with the loop's division
   // The gate's gradients and loss probes with what the loop's backward reached and its loss took.
   revise_gradient_missing(gate_phase_.findings, seen, o_.gate_options.optim);  // O1
+  revise_lr_range(gate_phase_.findings, seen.learning_rates);                  // O8 before a warm-up
   revise_parameter_unreached(gate_phase_.findings, seen);  // M5
   revise_input_baseline(gate_phase_.findings, seen, o_.gate_options.model);  // M15 with the run's validation loss
   revise_gate_objective(gate_phase_.findings, seen);
@@ -602,6 +603,9 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (o_.end_of_run) check_decay_at_end(r);
   if (o_.end_of_run) check_epsilon_at_end(r);
   if (o_.end_of_run) {  // O3's weight growth against a loss that settled
+    const bool trained = started_trained(r.findings);
+    revise_small_updates(r.findings, trained, r.history.epoch_val_loss);
+    for (PhaseReport& p : r.phases) revise_small_updates(p.findings, trained, r.history.epoch_val_loss);
     const bool unstable = loss_history_unstable(r.findings);
     revise_weight_growth(r.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
     for (PhaseReport& p : r.phases)

@@ -607,6 +607,13 @@ void soften_trained_start(std::vector<Finding>& findings, const Tensor& output, 
   }
 }
 
+bool started_trained(const Report& r) {
+  return std::any_of(r.findings().begin(), r.findings().end(), [](const Finding& f) {
+    return f.is("L4", Kind::InitialLoss) && f.severity == Severity::Info &&
+           f.value_of("share of the batch the first predictions get right") >= 0.0;
+  });
+}
+
 // ---- L2, L3, L4 during training (the monitor's run checks) --------------------------------
 namespace {
 bool class_scores(const nn::Loss& l, const Tensor& input, const Tensor& target) {

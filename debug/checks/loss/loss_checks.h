@@ -395,6 +395,9 @@ std::vector<Finding> check_targets_masked_by_loss(
 // "looks 1-indexed" when L5 found every label within the output's classes (targets_within_outputs).
 void revise_masked_labels(Report& data, const Report& gate);
 bool targets_within_outputs(const Report& gate);
+// L4's verdict among `r` that the model started trained (soften_trained_start: resumed, or fine-tuned
+// from a model trained on the task).
+bool started_trained(const Report& r);
 // L1's verdicts among `r` that the loss was unstable: a spike, oscillation, divergence, or a non-finite loss.
 bool loss_history_unstable(const Report& r);
 

@@ -556,8 +556,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     // The loss reached ~0 while a tenth of the predictions or more stayed wrong (a cross-entropy pays
     // log 2 or more for each wrong row, 0.069 for a tenth of them): what the loss scores is not the
     // labels the accuracy reads.
-    const bool blind_to_labels =
-        classes && last < o.overfit_loss && std::isfinite(acc) && acc <= o.overfit_accuracy - 0.1;
+    // Or, with any row wrong: a wrong row costs a cross-entropy of log 2 or more, so a mean below a tenth
+    // of (wrong share) x log 2 cannot count the wrong rows (an ignore_index on a class the labels use).
+    const bool blind_to_labels = classes && std::isfinite(acc) &&
+                                 ((last < o.overfit_loss && acc <= o.overfit_accuracy - 0.1) ||
+                                  (acc < 1.0 && last < 0.1 * (1.0 - acc) * std::log(2.0)));
     if (blind_to_labels) {
       f.kind = Kind::LossBlindToLabels;
       f.title = "the loss fell to " + fmt_num(last) + " on one batch of " + std::to_string(x.size(0)) + " while only " +

@@ -770,4 +770,26 @@ std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o) 
   return std::make_unique<LearningRateRunCheck>(o.optim);
 }
 
+void revise_small_updates(Report& found, bool started_trained, const std::vector<double>& epoch_val_loss) {
+  std::vector<double> val;
+  for (double v : epoch_val_loss)
+    if (std::isfinite(v)) val.push_back(v);
+  if (!started_trained || val.size() < 2 || !(val.back() <= val.front())) return;
+  for (size_t i = 0; i < found.size(); ++i) {
+    const Finding& g = found.findings()[i];
+    if (!g.fires() || !g.is("O6", Kind::UpdatesTooSmall)) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title += " (a trained model tuned at a small rate: its validation loss went from " + fmt_num(val.front()) +
+               " to " + fmt_num(val.back()) + ")";
+    f.evidence.push_back({"validation loss, last epoch / first", val.back() / val.front(),
+                          "<= 1 after a trained start: fine-tuning (info)"});
+    f.cause =
+        "the model started trained (L4) and the run refines it: small steps are the point of fine-tuning, and "
+        "the validation loss did not get worse";
+    f.fix = "none needed";
+    found.replace(i, f);
+  }
+}
+
 }  // namespace gradsleuth::debug

@@ -109,4 +109,28 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
   return out;
 }
 
+void revise_lr_range(Report& gate, const std::vector<double>& learning_rates) {
+  double peak = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < learning_rates.size(); ++i)
+    if (std::isfinite(learning_rates[i]) && learning_rates[i] > peak) peak = learning_rates[i], at = i;
+  if (!(peak > 0.0)) return;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const Finding& g = gate.findings()[i];
+    if (!g.fires() || !g.is("O8", Kind::LrBelowRange)) continue;
+    double lr = std::nan("");
+    for (const Evidence& e : g.evidence)
+      if (e.name == "learning rate") lr = e.value;
+    if (!(lr == 0.0 || peak >= 10.0 * lr)) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title +=
+        " (a warm-up: the run's rate rose to " + fmt_num(peak) + " by step " + num(static_cast<int64_t>(at + 1)) + ")";
+    f.evidence.push_back(
+        {"the run's highest learning rate", peak, ">= 10 x the rate before training: a warm-up (info)"});
+    f.fix = "none needed: the schedule raises the rate from where it starts";
+    gate.replace(i, f);
+  }
+}
+
 }  // namespace gradsleuth::debug

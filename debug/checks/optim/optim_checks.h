@@ -289,6 +289,13 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& learning_ra
 // optimizer (Adam/AdamW/RMSprop: [adaptive_lr_min, adaptive_lr_max]; SGD: [sgd_lr_min,
 // sgd_lr_max]); a warning per group outside it. An optimizer of another kind is not judged.
 std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, const OptimCheckOptions& opts = {});
+// O8's "below the usual range" before training becomes info where the run's learning rate
+// (TrainingHistory::learning_rates) rose to 10x it or more (from 0): a warm-up the scheduler had not
+// started when the gate read the rate.
+void revise_lr_range(Report& gate, const std::vector<double>& learning_rates);
+// O6's "updates too small" becomes info for a model that started trained (L4's started_trained) whose
+// validation loss ended no higher than it began: fine-tuning at a small rate.
+void revise_small_updates(Report& found, bool started_trained, const std::vector<double>& epoch_val_loss);
 
 // O6 from the updates: attach() adds a pre- and a post-step hook to the
 // optimizer; on every `every`-th step (steps 1, 1 + every, ...; or the steps a
