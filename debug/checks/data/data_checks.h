@@ -214,8 +214,8 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
 // findings of check_class_errors on the trained model, shows every class recalled at least
 // opts.imbalance_recall_even x the others' mean, each class with enough validation examples to judge.
 void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, const DataCheckOptions& opts = {});
-// D3's one empty class, class 0, becomes info: for a model with an output for every label (L5's
-// targets_within_outputs), class 0 is one the targets do not use (a pad id of a vocabulary).
+// D3's empty classes become info: for a model over token ids that scores their whole vocabulary (L5's
+// targets_within_outputs), ids no target uses (the pad id, tokens nothing precedes) are no missing class.
 void revise_unused_class_zero(Report& data);
 
 // D4: is every (x, y) the loader yields a pair that exists in `reference`? The

@@ -191,10 +191,14 @@ void revise_unused_class_zero(Report& data) {
       if (e.name == "classes with no example") empty = e.value;
       if (e.name == "class 0") zero = e.value;
     }
-    if (!(empty == 1.0 && zero == 0.0)) continue;
+    if (!(empty >= 1.0)) continue;
     Finding f = d;
     f.severity = Severity::Info;
-    f.title += " (class 0 is one the targets do not use, such as a pad id: the model has an output for every label)";
+    f.title +=
+        zero == 0.0 && empty == 1.0
+            ? " (class 0 is one the targets do not use, such as a pad id: the model has an output for every label)"
+            : " (a vocabulary the model's inputs share: ids that no target uses, as the pad id or tokens "
+              "nothing precedes, are no missing class)";
     f.fix = "none needed: a class no target uses costs one output";
     data.replace(i, f);
   }

@@ -385,9 +385,11 @@ std::vector<Finding> check_padding_in_loss(
 // L5, targets outside the classes that the loss leaves out itself: class targets y (B, ...) int64
 // beside the output (B, ..., C) or (B, C, ...), some outside [0, C) other than ignore_index (a pad
 // tag of -1 a loss function masks). An info finding when the loss, called on a detached copy of the
-// output, is finite and gives their outputs exactly zero gradient. Where the inputs x are token ids that
-// hold 0 and every target lies within the outputs but none is 0, an info finding says so (a
-// vocabulary's pad id the targets never use, not D9's labels numbered from 1). Empty otherwise.
+// output, is finite and gives their outputs exactly zero gradient. Where the inputs x are token ids of
+// the output's vocabulary (C >= 10, every id below C, at least C / 2 distinct ids) and every target lies
+// within the outputs, an info finding says so (kind targets-within-outputs): ids no target uses (the pad
+// id, tokens nothing precedes) are no missing class (D3) and no labels numbered from 1 (D9). Empty
+// otherwise.
 std::vector<Finding> check_targets_masked_by_loss(
     const Tensor& x, const Tensor& output, const Tensor& y,
     const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss, int64_t ignore_index = -100);

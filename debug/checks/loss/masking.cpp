@@ -268,19 +268,24 @@ std::vector<Finding> check_targets_masked_by_loss(const Tensor& x, const Tensor&
     most = std::max(most, v[i]);
   }
   std::vector<Finding> out;
-  // Token ids in, token ids out: the inputs' pad (or other special) id 0.
-  const bool ids_with_zero = x.defined() && is_integral(x.dtype()) && x.numel() > 0 && [&] {
-    NoGradGuard ng;
-    return sum(eq(x.detach(), 0).to(kInt64)).item<int64_t>() > 0;
-  }();
-  if (least >= 1 && most < C && C > 2 && ids_with_zero) {
-    // A model over token ids whose head scores the whole vocabulary: id 0, the inputs' pad, is never a
-    // target (labels numbered from 1 for C classes would reach C).
+  // Token ids in, token ids out: ids of the output's vocabulary (at least kVocabulary of them, half of
+  // them in the batch's inputs).
+  constexpr int64_t kVocabulary = 10;
+  bool vocabulary = false;
+  if (x.defined() && is_integral(x.dtype()) && x.numel() > 0 && C >= kVocabulary) {
+    const std::vector<int64_t> ids = x.detach().contiguous().to(kInt64).to_vector<int64_t>();
+    const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
+    const std::set<int64_t> distinct(ids.begin(), ids.end());
+    vocabulary = *lo >= 0 && *hi < C && 2 * static_cast<int64_t>(distinct.size()) >= C;
+  }
+  if (least >= 0 && most < C && vocabulary) {
+    // A model over token ids whose head scores the whole vocabulary: ids that are never a target (the
+    // inputs' pad id 0, tokens nothing precedes) are classes no label uses, not labels numbered from 1.
     Finding f = detail::make("L5", Severity::Info,
                              "every target of the batch has an output (labels " + detail::num(least) + ".." +
                                  detail::num(most) + " of " + detail::num(C) +
-                                 " classes) and class 0, an id of the inputs (their pad), is never one: a "
-                                 "vocabulary's pad id that no target uses is harmless");
+                                 " classes), a vocabulary the inputs' token ids share: ids that no target uses "
+                                 "(the pad id, tokens nothing precedes) are harmless");
     f.kind = Kind::TargetsWithinOutputs;
     f.shape = shape_of(y);
     f.evidence = {{"least target", static_cast<double>(least), ""},
