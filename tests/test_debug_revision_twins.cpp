@@ -296,3 +296,23 @@ TEST_CASE("M14: a loss that leaves class 0 out (ignore_index on a class the labe
     CHECK(fs[0].is("M14", debug::Kind::LossBlindToLabels) == blind);
   }
 }
+
+TEST_CASE("L6's rows-cancel: a weighted mean of squares is info; |mean(p - y)| stays a warning") {
+  for (const bool weighted : {true, false}) {
+    CAPTURE(weighted);
+    manual_seed(10);
+    auto m = std::make_shared<dtest::Regressor>();
+    const Tensor x = randn({32, 6}), y = randn({32, 1}) * 3.0;
+    const Tensor w = exp(randn({32, 1}) * 2.0);  // sample weights over orders of magnitude
+    debug::LossFunction loss = [&](const Tensor& p, const Tensor& t) {
+      return weighted ? sum(w * square(p - t)) / sum(w) : abs(mean(p - t));
+    };
+    debug::Finding f;
+    f.check = "L6";
+    f.kind = debug::Kind::RowsCancel;
+    f.severity = debug::Severity::Warning;
+    std::vector<debug::Finding> found{f};
+    debug::confirm_rows_cancel(found, *m, x, y, loss);
+    CHECK(found[0].severity == (weighted ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}

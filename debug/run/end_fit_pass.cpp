@@ -452,6 +452,11 @@ void Session::check_fit_at_end(RunReport& r) {
     {
       std::vector<Finding> cancel = check_rows_cancel(tr.loss, tr.row_losses, "training", o_.monitor.loss);
       if (cancel.empty()) cancel = check_rows_cancel(va.loss, va.row_losses, "validation", o_.monitor.loss);
+      if (!cancel.empty()) {
+        const nn::Batch b = data_.train->batch(0, 0);
+        const Device dev = model_device(model_);
+        confirm_rows_cancel(cancel, model_, b.x.to(dev), b.y.to(dev), loss_);
+      }
       for (Finding& f : cancel) found.add(std::move(f));
     }
     // L1's "stuck" against the best constant output on the validation rows (asked only where it fires).

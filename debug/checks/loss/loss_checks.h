@@ -473,6 +473,12 @@ void revise_loss_stuck(Report& found, const std::function<ConstantComparison()>&
 // loss reduces before it measures the error, and errors of opposite signs cancel. Empty otherwise.
 std::vector<Finding> check_rows_cancel(double batch_loss, const std::vector<double>& row_losses,
                                        const std::string& split, const LossCheckOptions& opts = {});
+// The rows-cancel warnings in `found` tested on a batch (x, y): with the rows' outputs moved by +c and -c
+// in turn (moves that sum to 0), a loss that grows by far more than it was reads each error's size (a
+// weighted mean of squares, whatever columns the targets carry), and the warning becomes info; a loss
+// that averages the errors first does not move.
+void confirm_rows_cancel(std::vector<Finding>& found, nn::Module& model, const Tensor& x, const Tensor& y,
+                         const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss);
 void revise_overfitting(Report& found, const std::vector<double>& train_row_losses,
                         const std::vector<double>& val_row_losses, const LossCheckOptions& opts = {});
 // L7's overfitting judged again where the two splits were scored in batches of different sizes

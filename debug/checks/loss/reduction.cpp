@@ -322,4 +322,45 @@ std::vector<Finding> check_rows_cancel(double batch_loss, const std::vector<doub
   return {f};
 }
 
+void confirm_rows_cancel(std::vector<Finding>& found, nn::Module& model, const Tensor& x, const Tensor& y,
+                         const std::function<Tensor(const Tensor&, const Tensor&)>& loss) {
+  if (found.empty() || !x.defined() || !y.defined() || x.dim() < 1 || x.size(0) < 4 || y.size(0) != x.size(0)) return;
+  try {
+    NoGradGuard ng;
+    ModeSnapshot modes(model);
+    model.eval();
+    const int64_t n = x.size(0) / 2 * 2;  // an even number of rows: the moves below sum to 0
+    const Tensor xs = x.narrow(0, 0, n), ys = y.narrow(0, 0, n);
+    const Tensor out = model(xs).detach();
+    if (!out.is_floating_point() || out.dim() < 1 || out.size(0) != n) return;
+    // Every row's output moved by +c or -c in turn (the targets untouched, whatever columns they carry):
+    // a loss of each error's size grows by about c^2 (or c), one that averages the errors before it
+    // measures them does not move, since the moves sum to 0.
+    std::vector<double> sign(static_cast<size_t>(n));
+    for (size_t i = 0; i < sign.size(); ++i) sign[i] = i % 2 == 0 ? 1.0 : -1.0;
+    Shape s(static_cast<size_t>(out.dim()), 1);
+    s[0] = n;
+    // c well above the errors (the loss is their mean square or mean size): most rows' errors take its size.
+    const double a = loss(out, ys).item<double>();
+    if (!std::isfinite(a) || a < 0) return;
+    const double c = 1.0 + 3.0 * std::max({summarize(out).std, std::sqrt(a), a});
+    const Tensor moved = out + tensor(sign, s).to(out.dtype()).to(out.device()) * c;
+    const double b = loss(moved, ys).item<double>();
+    if (!std::isfinite(b) || !(b > a + 0.25 * c)) return;  // it cancels
+    for (Finding& f : found) {
+      if (!f.is("L6", Kind::RowsCancel)) continue;
+      f.severity = Severity::Info;
+      f.title += "; but moving the rows' outputs by +" + fmt_num(c) + " and -" + fmt_num(c) + " in turn raises it to " +
+                 fmt_num(b) + ": no cancellation, the rows weigh differently in the batch (sample weights)";
+      f.evidence.push_back({"the batch's loss with its outputs moved by +-c in turn", b,
+                            "> the loss + c/4: each error's size counts (info)"});
+      f.cause =
+          "a weighted mean, sum(w e) / sum(w), scores a row alone at its own error and the batch at the weights' "
+          "mean: the two differ without any error cancelling";
+      f.fix = "none needed";
+    }
+  } catch (const std::exception&) {
+  }
+}
+
 }  // namespace gradsleuth::debug
