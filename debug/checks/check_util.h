@@ -31,6 +31,14 @@ inline Finding make(const char* check, Severity s, std::string title) {
 inline std::string num(int64_t v) { return std::to_string(v); }
 
 // The median of v (the mean of the two middle values for an even count); NaN when empty.
+// The finite values of v, in order (a history's epochs without a NaN).
+inline std::vector<double> finite_only(const std::vector<double>& v) {
+  std::vector<double> out;
+  for (double x : v)
+    if (std::isfinite(x)) out.push_back(x);
+  return out;
+}
+
 inline double median(std::vector<double> v) {
   if (v.empty()) return kNaN;
   const size_t k = v.size() / 2;

@@ -186,11 +186,7 @@ void revise_unused_class_zero(Report& data) {
   for (size_t i = 0; i < data.size(); ++i) {
     const Finding& d = data.findings()[i];
     if (!d.fires() || !d.is("D3", Kind::ClassCounts)) continue;
-    double empty = kNaN, zero = kNaN;
-    for (const Evidence& e : d.evidence) {
-      if (e.name == "classes with no example") empty = e.value;
-      if (e.name == "class 0") zero = e.value;
-    }
+    const double empty = d.value_of("classes with no example"), zero = d.value_of("class 0");
     if (!(empty >= 1.0)) continue;
     Finding f = d;
     f.severity = Severity::Info;

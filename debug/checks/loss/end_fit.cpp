@@ -72,16 +72,12 @@ Remap remapped(const EndFitMeasure& m, const EndFitOptions& o) {
 namespace {
 // Weights loaded after the run that score worse than the run's best and last epochs.
 std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOptions& o) {
-  std::vector<double> vl;
-  for (double v : m.epoch_val_loss)
-    if (std::isfinite(v)) vl.push_back(v);
+  const std::vector<double> vl = detail::finite_only(m.epoch_val_loss);
   if (!m.loaded_after_run || vl.size() < 2 || !std::isfinite(m.val_loss)) return std::nullopt;
   const size_t best = static_cast<size_t>(std::min_element(vl.begin(), vl.end()) - vl.begin());
   const double limit = (1 + o.restored_rise) * std::max(vl[best], 0.0);
   if (!(m.val_loss > limit && m.val_loss > (1 + o.restored_rise) * vl.back())) return std::nullopt;
-  std::vector<double> va;
-  for (double v : m.epoch_val_accuracy)
-    if (std::isfinite(v)) va.push_back(v);
+  const std::vector<double> va = detail::finite_only(m.epoch_val_accuracy);
   const bool acc = std::isfinite(m.val_accuracy) && !va.empty();
   const double best_acc = acc ? *std::max_element(va.begin(), va.end()) : std::nan("");
   if (acc && !(m.val_accuracy < std::min(best_acc, va.back()) - o.restored_accuracy_drop)) return std::nullopt;
@@ -112,9 +108,8 @@ std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOption
 // The loop's own validation accuracy far below the trained model's on the same split: its metric code,
 // not the model, is wrong.
 std::optional<Finding> reported_accuracy_low(const EndFitMeasure& m, const EndFitOptions& o) {
-  double reported = std::nan("");
-  for (double v : m.epoch_val_accuracy)
-    if (std::isfinite(v)) reported = v;
+  const std::vector<double> reports = detail::finite_only(m.epoch_val_accuracy);
+  const double reported = reports.empty() ? std::nan("") : reports.back();
   const double own = m.val_accuracy;
   if (m.loaded_after_run || !std::isfinite(reported) || !std::isfinite(own) ||
       !(own - reported >= o.reported_accuracy_gap && reported <= o.reported_accuracy_ratio * own))

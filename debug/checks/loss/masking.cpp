@@ -346,8 +346,7 @@ void revise_masked_labels(Report& data, const Report& gate) {
     if (!d.fires() || d.check != "D9") continue;
     const bool outside = std::any_of(d.evidence.begin(), d.evidence.end(),
                                      [](const Evidence& e) { return e.name.rfind("labels outside", 0) == 0; });
-    const bool zero_unused = !outside && std::any_of(d.evidence.begin(), d.evidence.end(),
-                                                     [](const Evidence& e) { return e.name == "labels equal to 0"; });
+    const bool zero_unused = !outside && !std::isnan(d.value_of("labels equal to 0"));
     Finding f = d;
     f.severity = Severity::Info;
     if (outside && masked) {

@@ -226,6 +226,28 @@ struct ConflictLimit {
   double accuracy = 1.0;  // the best share of the batch any model gets right
   double entropy = 0.0;   // the least mean cross-entropy any model reaches (nats)
 };
+// The limit of labels grouped by what a model can tell apart (an input, a prefix): per group its most
+// frequent label is the best guess, and the labels' entropy the least cross-entropy; `counted` labels in all.
+template <class Key>
+ConflictLimit limit_of(const std::map<Key, std::map<int64_t, int64_t>>& groups, int64_t counted) {
+  ConflictLimit c;
+  double right = 0, nats = 0;
+  for (const auto& [key, counts] : groups) {
+    int64_t n = 0, most = 0;
+    for (const auto& [label, k] : counts) {
+      n += k;
+      most = std::max(most, k);
+    }
+    right += static_cast<double>(most);
+    if (counts.size() > 1) c.conflicts += n;
+    for (const auto& [label, k] : counts)
+      nats -= static_cast<double>(k) * std::log(static_cast<double>(k) / static_cast<double>(n));
+  }
+  c.accuracy = right / static_cast<double>(counted);
+  c.entropy = nats / static_cast<double>(counted);
+  return c;
+}
+
 ConflictLimit conflicting_inputs(const Tensor& x, const Tensor& y) {
   ConflictLimit c;
   if (x.dim() < 1 || y.dim() != 1 || x.size(0) != y.size(0) || x.size(0) == 0) return c;
@@ -240,21 +262,7 @@ ConflictLimit conflicting_inputs(const Tensor& x, const Tensor& y) {
     const auto at = v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * width);
     ++groups[std::vector<double>(at, at + static_cast<std::ptrdiff_t>(width))][labels[static_cast<size_t>(i)]];
   }
-  double right = 0, nats = 0;
-  for (const auto& [row, counts] : groups) {
-    int64_t n = 0, most = 0;
-    for (const auto& [label, k] : counts) {
-      n += k;
-      most = std::max(most, k);
-    }
-    right += static_cast<double>(most);
-    if (counts.size() > 1) c.conflicts += n;
-    for (const auto& [label, k] : counts)
-      nats -= static_cast<double>(k) * std::log(static_cast<double>(k) / static_cast<double>(n));
-  }
-  c.accuracy = right / static_cast<double>(B);
-  c.entropy = nats / static_cast<double>(B);
-  return c;
+  return limit_of(groups, B);
 }
 
 // Per-position class targets y (B, T) over token ids x (B, T): the positions whose prefix x[b, 0..t] is
@@ -280,19 +288,7 @@ ConflictLimit conflicting_prefixes(const Tensor& x, const Tensor& y) {
       ++groups[std::vector<int64_t>(at, at + t + 1)][label];
       ++counted;
     }
-  if (counted == 0) return c;
-  double right = 0, nats = 0;
-  for (const auto& [prefix, counts] : groups) {
-    int64_t n = 0, most = 0;
-    for (const auto& [label, k] : counts) n += k, most = std::max(most, k);
-    right += static_cast<double>(most);
-    if (counts.size() > 1) c.conflicts += n;
-    for (const auto& [label, k] : counts)
-      nats -= static_cast<double>(k) * std::log(static_cast<double>(k) / static_cast<double>(n));
-  }
-  c.accuracy = right / static_cast<double>(counted);
-  c.entropy = nats / static_cast<double>(counted);
-  return c;
+  return counted == 0 ? c : limit_of(groups, counted);
 }
 
 }  // namespace

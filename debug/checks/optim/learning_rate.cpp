@@ -771,9 +771,7 @@ std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o) 
 }
 
 void revise_small_updates(Report& found, bool started_trained, const std::vector<double>& epoch_val_loss) {
-  std::vector<double> val;
-  for (double v : epoch_val_loss)
-    if (std::isfinite(v)) val.push_back(v);
+  const std::vector<double> val = detail::finite_only(epoch_val_loss);
   if (!started_trained || val.size() < 2 || !(val.back() <= val.front())) return;
   for (size_t i = 0; i < found.size(); ++i) {
     const Finding& g = found.findings()[i];

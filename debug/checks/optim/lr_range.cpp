@@ -118,9 +118,7 @@ void revise_lr_range(Report& gate, const std::vector<double>& learning_rates) {
   for (size_t i = 0; i < gate.size(); ++i) {
     const Finding& g = gate.findings()[i];
     if (!g.fires() || !g.is("O8", Kind::LrBelowRange)) continue;
-    double lr = std::nan("");
-    for (const Evidence& e : g.evidence)
-      if (e.name == "learning rate") lr = e.value;
+    const double lr = g.value_of("learning rate");
     if (!(lr == 0.0 || peak >= 10.0 * lr)) continue;
     Finding f = g;
     f.severity = Severity::Info;

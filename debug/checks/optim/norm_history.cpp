@@ -311,9 +311,7 @@ NormSeries NormHistory::weight_series() const {
 
 void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<double>& epoch_val_loss,
                           const OptimCheckOptions& o) {
-  std::vector<double> val;
-  for (double v : epoch_val_loss)
-    if (std::isfinite(v)) val.push_back(v);
+  const std::vector<double> val = detail::finite_only(epoch_val_loss);
   if (val.size() < 2) return;
   const double best = *std::min_element(val.begin(), val.end());
   if (!(val.back() <= o.growth_val_at_best * best && val.back() < val.front())) return;
@@ -321,9 +319,7 @@ void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<d
   for (size_t i = 0; i < found.size(); ++i) {
     const Finding& g = found.findings()[i];
     if (!g.fires() || !g.is("O3", Kind::None) || g.severity != Severity::Warning) continue;
-    if (std::none_of(g.evidence.begin(), g.evidence.end(),
-                     [](const Evidence& e) { return e.name == "last / first weight norm"; }))
-      continue;
+    if (std::isnan(g.value_of("last / first weight norm"))) continue;
     Finding f = g;
     f.severity = Severity::Info;
     f.title += ", while the loss fell without a spike and the validation loss ended at its best (" +
