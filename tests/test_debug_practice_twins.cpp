@@ -353,6 +353,23 @@ TEST_CASE("a small dataset split 80/20 is not 'too little held out' (D16 info); 
             .empty());
 }
 
+TEST_CASE(
+    "D16: one dataset split 10/90 (the fraction given for training) warns; 90/10, or a subset against a test set, "
+    "not") {
+  auto pool = std::make_shared<nn::TensorDataset>(randn({2000, 2}), zeros({2000}, kInt64));
+  const auto swapped = nn::train_val_split(pool, 0.9, 3);  // 90% held out where 90% training was meant
+  const std::vector<debug::Finding> fs = debug::check_split_sizes(*swapped.first, *swapped.second);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs.front().severity == debug::Severity::Warning);
+  CHECK(fs.front().title.find("the shares look swapped") != std::string::npos);
+  const auto right = nn::train_val_split(pool, 0.1, 3);
+  CHECK(debug::check_split_sizes(*right.first, *right.second).empty());
+  // 200 training rows taken to go fast, scored on a separate test set of 1,800: another dataset, no split.
+  auto test_set = std::make_shared<nn::TensorDataset>(randn({1800, 2}), zeros({1800}, kInt64));
+  CHECK(debug::check_split_sizes(*nn::take(pool, 200), *test_set).empty());
+  CHECK(debug::check_split_shares(*swapped.first, *test_set).empty());
+}
+
 namespace {
 
 // Residual blocks x + BN(Linear(ReLU(BN(Linear(x))))), their Linears with a bias; `residual` false
@@ -511,6 +528,40 @@ TEST_CASE(
     const debug::RunReport r = s.finish();
     CHECK_MESSAGE(r.fired("D4") == previous, r.str());
     if (previous) dtest::expect_lead(r, "D4", "misaligned-labels");
+  }
+}
+
+TEST_CASE("a loop that trains on the model's own predictions is D4 (targets-from-predictions); labels are not") {
+  // 0: the batch's labels; 1: the classes renamed (c -> 4 - c), learned perfectly; 2: argmax(logits, 1),
+  // computed for a running accuracy, passed to the loss where b.y was meant.
+  for (const int variant : {0, 1, 2}) {
+    CAPTURE(variant);
+    manual_seed(6);
+    const dtest::XY all = dtest::blobs(120, 5, 6, 8, 2.5);
+    const Split d = dtest::loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
+                                   all.y.narrow(0, 480, 120), 8);
+    auto model = std::make_shared<Mlp>(6, 5);
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 5; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        const Tensor logits = (*model)(b.x);
+        const Tensor pred = argmax(logits.detach(), 1);
+        const Tensor y = variant == 0 ? b.y : variant == 1 ? 4 - b.y : pred;
+        ce(logits, y).backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+    const debug::RunReport r = s.finish();
+    bool self = false;
+    for (const debug::Finding& f : r.findings.findings())
+      self = self || (f.fires() && f.is("D4", debug::Kind::TargetsFromPredictions));
+    CHECK_MESSAGE(self == (variant == 2), r.str());
+    if (variant == 2) dtest::expect_lead(r, "D4", "targets-from-predictions");
+    if (variant == 0) expect_clean(r);
   }
 }
 

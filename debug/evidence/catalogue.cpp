@@ -701,7 +701,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"L4", "debug/checks/loss/loss_checks.cpp"},
         {"L5", "debug/checks/loss/masking.cpp"},
         {"L6", "debug/checks/loss/reduction.cpp"},
-        {"L7", "debug/checks/loss/history.cpp"},
+        {"L7", "debug/checks/loss/fitting.cpp"},
         {"L8", "debug/checks/dist/dist_checks.cpp"},
         {"L9", "debug/checks/loss/end_fit.cpp"},
         {"M1", "debug/checks/model/structure.cpp"},

@@ -20,6 +20,8 @@ namespace gradsleuth::debug {
   X(ClassCounts, "class-counts", "D3")                                                                \
   X(ClassWeightsAmplify, "class-weights-amplify", "D3")                                               \
   X(ClassRecallLow, "class-recall-low", "D3")                                                         \
+  /* D4 alignment over the run: the loss's targets are the model's own predictions */                 \
+  X(TargetsFromPredictions, "targets-from-predictions", "D4")                                         \
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
   X(TargetLeakage, "target-leakage", "D7")                                                            \
@@ -62,6 +64,7 @@ namespace gradsleuth::debug {
   X(GeneralisationGap, "generalisation-gap", "L9")                                                    \
   X(ValLabelsRemapped, "val-labels-remapped", "L9")                                                   \
   X(RestoredWorse, "restored-worse", "L9")                                                            \
+  X(RestoredLast, "restored-last", "L9")                                                              \
   X(ReportedAccuracyLow, "reported-accuracy-low", "L9")                                               \
   X(Undertrained, "undertrained", "L9")                                                               \
   X(LrProbeTooLow, "lr-probe-too-low", "L9")                                                          \
@@ -82,6 +85,7 @@ namespace gradsleuth::debug {
   X(LossBlindToLabels, "loss-blind-to-labels", "M14")                                                 \
   /* M15 input-independent baseline */                                                                \
   X(TargetsUnread, "targets-unread", "M15")                                                           \
+  X(LossIgnoresTargets, "loss-ignores-targets", "M15")                                                \
   /* M7 dead units */                                                                                 \
   X(DeadUnits, "dead-units", "M7")                                                                    \
   X(DiedInTraining, "died-in-training", "M7")                                                         \

@@ -156,6 +156,7 @@ void Session::run_data_checks() {
     });
     guarded(r, who, "train/validation checks", "D13, D14, D15, D16", [&] {
       r.add(check_splits(read_train_rows(), *read_split_sample(data_.val->dataset(), o_.data), o_.val_split, o_.data));
+      r.add(check_split_shares(data_.train->dataset(), data_.val->dataset(), o_.val_split, o_.data));
       r.note_ran("D13, D14, D15, D16");
     });
   }

@@ -68,6 +68,7 @@ struct SplitScore {
   int64_t examples = 0;
   std::vector<uint8_t> right;  // per scored example (or element, for float targets): 1 when right
   std::vector<std::vector<int64_t>> confusion;  // class targets: rows per [label][prediction]
+  bool class_labels = false;                    // integer targets (class ids, in whatever layout)
   LabelTail tail;
 };
 
@@ -97,6 +98,7 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     const Tensor l = loss(out, y);
     if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
     s.examples += n;
+    s.class_labels = s.class_labels || y.dtype() == kInt64;
     count_label_tail(out, y, threshold, tail_below, s.tail);
     const bool class_targets = out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1;
     Tensor ok;  // float targets: each element right or not
@@ -424,6 +426,7 @@ void Session::check_fit_at_end(RunReport& r) {
     m.val_accuracy = va.accuracy;
     m.val_examples = va.examples;
     m.val_confusion = va.confusion;
+    m.class_labels = va.class_labels;
     m.train_row_losses = tr.row_losses;
     m.val_row_losses = va.row_losses;
     m.epoch_train_loss = r.history.epoch_train_loss;
@@ -437,6 +440,8 @@ void Session::check_fit_at_end(RunReport& r) {
     for (PhaseReport& p : r.phases)
       revise_validation_too_good(p.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     revise_overfitting(r.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
+    revise_train_down_val_up(r.findings, tr.loss, o_.monitor.loss);
+    for (PhaseReport& p : r.phases) revise_train_down_val_up(p.findings, tr.loss, o_.monitor.loss);
     // M2: the eval path against the training path, on the same training rows.
     guarded(found, "the end-of-run checks", "the eval path against the training path", "M2's mode agreement", [&] {
       const int64_t nb = std::min<int64_t>(o_.dead_pass_batches, 20);
@@ -551,6 +556,18 @@ void Session::check_fit_at_end(RunReport& r) {
         m.probe_steps = steps;
       }
       fs = check_end_fit(m, o_.fit);
+      // The rate blamed: the same steps at the run's own first rates, the probe's way. The run's losses
+      // include what its loop adds around the loader (mixup's blended targets, augmentation); the probe's
+      // do not, and must beat this repeat as well.
+      if (end_fit_blames_rate(fs)) {
+        say("learning-rate probe (the run's own rate)");
+        std::string failed_repeat;
+        const std::vector<double> repeat = rerun_from_start(initial_lrs_, steps, failed_repeat);
+        if (failed_repeat.empty() && static_cast<int64_t>(repeat.size()) == steps) {
+          m.repeat_window_loss = tail_mean(repeat);
+          fs = check_end_fit(m, o_.fit);
+        }
+      }
       // A short run the higher rate helps: probe_factor x its steps at its own rates (its schedule
       // stretched over them) instead.
       if (end_fit_blames_rate(fs) && steps < o_.fit.few_steps) {

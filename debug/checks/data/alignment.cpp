@@ -249,7 +249,7 @@ class LoopAlignmentRunCheck final : public RunCheck {
   explicit LoopAlignmentRunCheck(const MonitorOptions& o) : data_(o.train_dataset), opts_(o.data) {}
   std::string ids() const override { return "D4"; }
   uint32_t events() const override { return data_ ? RunEvent::LossInput | RunEvent::Finish : 0u; }
-  void loss_input(RunContext& c, nn::Loss&, const Tensor&, const Tensor& target) override {
+  void loss_input(RunContext& c, nn::Loss&, const Tensor& input, const Tensor& target) override {
     if (!c.sampled() || broken_ || !c.x.defined() || !target.defined() || target.dtype() != kInt64 ||
         target.dim() != 1 || c.x.dim() < 1 || c.x.size(0) != target.size(0))
       return;
@@ -257,12 +257,23 @@ class LoopAlignmentRunCheck final : public RunCheck {
     NoGradGuard ng;
     const std::vector<uint64_t> xh = row_hashes_x(c.x.detach().cpu());
     const std::vector<int64_t> y = target.detach().cpu().to_vector<int64_t>();
+    // The class the loss input scores highest in each row (class scores (B, C), C >= 3): a target that is
+    // always that class is the model's own prediction.
+    std::vector<int64_t> top;
+    if (input.defined() && input.dim() == 2 && input.size(0) == target.size(0) && input.size(1) >= 3 &&
+        is_floating(input.dtype()))
+      top = argmax(input.detach(), 1).cpu().to_vector<int64_t>();
     for (size_t r = 0; r < xh.size() && r < y.size(); ++r) {
       ++seen_;
+      if (!top.empty() && y[r] != opts_.ignore_index) {
+        ++scored_;
+        own_ += top[r] == y[r];
+      }
       auto it = label_of_.find(xh[r]);
       if (it == label_of_.end() || it->second == kSeveral || y[r] == opts_.ignore_index) continue;
       ++pairs_[{it->second, y[r]}];
       ++found_;
+      same_ += it->second == y[r];
     }
     c.note_ran("D4");
   }
@@ -270,10 +281,21 @@ class LoopAlignmentRunCheck final : public RunCheck {
     if (found_ < opts_.loop_alignment_min_rows || 2 * found_ < seen_) return;  // too few rows found to judge
     // The relabelling that explains the most rows: each dataset class sent to its most frequent loss class.
     std::map<int64_t, int64_t> best;
-    for (const auto& [p, n] : pairs_) best[p.first] = std::max(best[p.first], n);
+    std::map<int64_t, std::pair<int64_t, int64_t>> best_to;  // dataset class -> (rows, loss class)
+    for (const auto& [p, n] : pairs_) {
+      best[p.first] = std::max(best[p.first], n);
+      if (n > best_to[p.first].first) best_to[p.first] = {n, p.second};
+    }
     int64_t kept = 0;
     for (const auto& [cls, n] : best) kept += n;
     const double agreement = static_cast<double>(kept) / static_cast<double>(found_);
+    std::set<int64_t> images;
+    for (const auto& [cls, to] : best_to) images.insert(to.second);
+    const bool one_to_one = images.size() == best_to.size();
+    if (std::optional<Finding> f = self_labelled(c, agreement, one_to_one)) {
+      c.add(*f);
+      return;
+    }
     if (agreement >= opts_.loop_alignment_agreement) return;
     Finding f = make("D4", Severity::Warning,
                      "the labels the loss gets do not belong to the inputs the model gets: of " + num(found_) +
@@ -297,6 +319,40 @@ class LoopAlignmentRunCheck final : public RunCheck {
   }
 
  private:
+  // The loss's targets are the classes its own input scores highest, in nearly every sampled row, and not
+  // the dataset's labels: the loop trains the model on its predictions (argmax(logits) passed where b.y
+  // was meant). The model then confirms whatever it predicted first, and its loss falls to 0 while it
+  // learns nothing. A consistent relabelling of the dataset's classes that the model has learned
+  // perfectly is no such case: its targets follow the data one to one (the dataset classes' most frequent
+  // targets all differ), where a model's own predictions merge classes and drift.
+  std::optional<Finding> self_labelled(const RunContext& c, double agreement, bool one_to_one) const {
+    if (scored_ < opts_.loop_alignment_min_rows) return std::nullopt;
+    const double own = static_cast<double>(own_) / static_cast<double>(scored_);
+    const double same = static_cast<double>(same_) / static_cast<double>(found_);
+    if (own < opts_.loop_self_label_share || same > opts_.loop_self_label_data_share ||
+        (one_to_one && agreement >= opts_.loop_alignment_agreement))
+      return std::nullopt;
+    Finding f = make("D4", Severity::Warning,
+                     "the loss's targets are the model's own predictions: in " + pct(own) + " of " + num(scored_) +
+                         " sampled rows the target is the class the loss input scores highest, and " + "only " +
+                         pct(same) + " of the rows found in the dataset get its label");
+    f.kind = Kind::TargetsFromPredictions;
+    f.step = c.steps;
+    f.evidence = {
+        {"sampled rows with class scores", static_cast<double>(scored_), ">= " + num(opts_.loop_alignment_min_rows)},
+        {"share whose target is the top-scored class", own, ">= " + fmt_num(opts_.loop_self_label_share) + " and"},
+        {"rows found in the training dataset", static_cast<double>(found_), ""},
+        {"share of those whose target is the dataset's label", same,
+         "<= " + fmt_num(opts_.loop_self_label_data_share) + " and"},
+        {"share explained by one relabelling of the dataset's classes", agreement,
+         "< " + fmt_num(opts_.loop_alignment_agreement) + ", or classes merged, warns"}};
+    f.cause =
+        "the loop passes the model's predictions as the loss's target (pred = argmax(logits, 1), computed for a "
+        "running accuracy, passed where the batch's labels were meant): the model is trained to agree with "
+        "itself, its loss falls to 0, and it never sees a label";
+    f.fix = "pass the batch's labels to the loss (loss(logits, b.y)); compare pred with b.y only to count the accuracy";
+    return f;
+  }
   static constexpr int64_t kSeveral = std::numeric_limits<int64_t>::min();  // a duplicate input with several labels
   bool build() {
     built_ = true;
@@ -324,6 +380,8 @@ class LoopAlignmentRunCheck final : public RunCheck {
   std::unordered_map<uint64_t, int64_t> label_of_;
   std::map<std::pair<int64_t, int64_t>, int64_t> pairs_;  // (dataset class, loss class) -> rows
   int64_t seen_ = 0, found_ = 0;
+  int64_t same_ = 0;              // rows found whose loss class is the dataset's
+  int64_t scored_ = 0, own_ = 0;  // rows with class scores, and those whose target is the top-scored class
 };
 }  // namespace
 

@@ -64,6 +64,10 @@ struct DataCheckOptions {
   // than loop_alignment_agreement warn; datasets over loop_alignment_max_rows are not hashed.
   int64_t loop_alignment_min_rows = 64;
   double loop_alignment_agreement = 0.75;
+  // ... and where the loss's targets are its input's top-scored class in loop_self_label_share of the
+  // sampled rows while at most loop_self_label_data_share of the rows found get the dataset's label
+  // (classes merged, or no one relabelling kept): the model's own predictions as targets.
+  double loop_self_label_share = 0.99, loop_self_label_data_share = 0.5;
   int64_t loop_alignment_max_rows = 1000000;
   double max_unknown_fraction = 0.5;      // inputs not found in the reference above this fraction warn
   int64_t alignment_chunk = 4096;         // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
@@ -172,6 +176,9 @@ struct DataCheckOptions {
   // A split under min_val_examples that holds at least this share of all the rows (train + split) is a
   // small dataset split well (80/20 of 120 rows), not too little held out: said as info.
   double small_dataset_val_share = 0.1;
+  // Two subsets of one dataset (a train/validation split) whose held-out side has this many times the
+  // training rows or more: the split's fraction given for the other side (90% held out).
+  double max_val_ratio = 4.0;
 };
 
 // D1: one info finding describing a batch: shape, dtype, device of x and y;
@@ -329,6 +336,11 @@ std::vector<Finding> check_label_drift(const nn::Dataset& train, const nn::Datas
 // rows, or fewer than opts.min_val_ratio x the training rows (an empty split included).
 std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Dataset& other,
                                        const std::string& split = "validation", const DataCheckOptions& opts = {});
+
+// D16 on how one dataset was split: the held-out subset opts.max_val_ratio times the training subset
+// or more (both nn::Subset of one base) warns: the shares look swapped. check_split_sizes includes it.
+std::vector<Finding> check_split_shares(const nn::Dataset& train, const nn::Dataset& other,
+                                        const std::string& split = "validation", const DataCheckOptions& opts = {});
 
 // D13, D14, D15 and D16 with each split read once.
 std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other,

@@ -645,7 +645,38 @@ std::vector<Finding> check_label_drift(const nn::Dataset& train, const nn::Datas
 
 std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
                                        const DataCheckOptions& opts) {
-  return split_sizes(train.size(), other.size(), split, opts);
+  std::vector<Finding> out = split_sizes(train.size(), other.size(), split, opts);
+  std::vector<Finding> shares = check_split_shares(train, other, split, opts);
+  out.insert(out.end(), shares.begin(), shares.end());
+  return out;
+}
+
+// Two subsets of one dataset (nn::train_val_split's halves) where the held-out one is the larger by far:
+// the split's fraction was given for the other side (train_val_split(d, 0.9) for 90% training).
+std::vector<Finding> check_split_shares(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
+                                        const DataCheckOptions& opts) {
+  const auto* a = dynamic_cast<const nn::Subset*>(&train);
+  const auto* b = dynamic_cast<const nn::Subset*>(&other);
+  if (!a || !b || !a->base() || a->base() != b->base() || a->size() == 0) return {};
+  const double ratio = static_cast<double>(b->size()) / static_cast<double>(a->size());
+  if (!(ratio >= opts.max_val_ratio)) return {};
+  const double share = static_cast<double>(b->size()) / static_cast<double>(a->size() + b->size());
+  Finding f =
+      make("D16", Severity::Warning,
+           "the " + split + " split holds " + pct(share) + " of the rows split from " + a->base()->name() + " (" +
+               num(b->size()) + " against " + num(a->size()) + " for training): the shares look swapped");
+  f.evidence = {
+      {"training rows", static_cast<double>(a->size()), ""},
+      {split + " rows", static_cast<double>(b->size()), ""},
+      {split + " / train ratio", ratio, ">= " + fmt_num(opts.max_val_ratio) + " warns (one dataset split in two)"}};
+  f.cause =
+      "the split's fraction was given for the other side (nn::train_val_split(data, 0.9) where 90% was meant for "
+      "training), or the two halves were swapped when the loaders were built: the model trains on " +
+      pct(1 - share) + " of the labelled rows";
+  f.fix =
+      "pass the held-out share to nn::train_val_split (0.1 to 0.2 is common) and build the training loader from "
+      "its first half";
+  return {f};
 }
 
 std::vector<Finding> check_splits(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,

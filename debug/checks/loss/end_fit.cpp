@@ -105,27 +105,95 @@ std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOption
       "(best = +inf for a loss, -inf for an accuracy), and check the file you load is the one you saved last";
   return f;
 }
+// Weights loaded after the run that score exactly the last epoch's numbers, where an earlier epoch was
+// clearly better by the loss and by the accuracy: a restore that brought back the last epoch.
+std::optional<Finding> restored_last(const EndFitMeasure& m, const EndFitOptions& o) {
+  const std::vector<double> vl = detail::finite_only(m.epoch_val_loss);
+  if (!m.loaded_after_run || vl.size() < 2 || !std::isfinite(m.val_loss) || !(vl.back() > 0)) return std::nullopt;
+  const size_t best = static_cast<size_t>(std::min_element(vl.begin(), vl.end()) - vl.begin());
+  const bool same_loss = std::fabs(m.val_loss - vl.back()) <= o.restored_same * vl.back();
+  if (!same_loss || !(vl.back() > (1 + o.restored_rise) * std::max(vl[best], 0.0))) return std::nullopt;
+  const std::vector<double> va = detail::finite_only(m.epoch_val_accuracy);
+  const bool acc = std::isfinite(m.val_accuracy) && !va.empty();
+  const double best_acc = acc ? *std::max_element(va.begin(), va.end()) : std::nan("");
+  // Kept by the accuracy, the last epoch can be the best one (or tie with it): then it is the one to restore.
+  const double one_row = 1.0 / static_cast<double>(std::max<int64_t>(m.val_examples, 1));
+  if (acc && !(best_acc - va.back() > 0.5 * one_row)) return std::nullopt;
+  // The final model is a trained one, above chance (the loop did not re-initialise the weights at the end).
+  const size_t C = m.val_confusion.size();
+  const bool trained = acc && C >= 2 ? m.val_accuracy > 1.5 / static_cast<double>(C)
+                                     : std::isfinite(m.run_initial_loss) && m.val_loss < 0.9 * m.run_initial_loss;
+  if (!trained) return std::nullopt;
+  Finding f = make(Kind::RestoredLast, Severity::Warning,
+                   "the weights loaded after the last step are the last epoch's (validation loss " +
+                       str_printf("%.4g", m.val_loss) + ", as at the last epoch), not the best epoch's (" +
+                       str_printf("%.4g", vl[best]) + " at epoch " + std::to_string(best + 1) +
+                       (acc ? ", accuracy " + pct(best_acc) + " at best against " + pct(va.back()) : std::string()) +
+                       "): the restore restored nothing");
+  f.evidence = {{"validation loss of the final model", m.val_loss, ""},
+                {"last epoch's validation loss", vl.back(),
+                 "the final within " + str_printf("%g", o.restored_same) + " of it and"},
+                {"best epoch's validation loss", vl[best],
+                 "the last > " + str_printf("%g", 1 + o.restored_rise) + " x this and"}};
+  if (acc) {
+    f.evidence.push_back({"best epoch's validation accuracy", best_acc, ""});
+    f.evidence.push_back({"last epoch's validation accuracy", va.back(), "below the best (not tied) warns"});
+  }
+  f.cause =
+      "the best epoch's snapshot shares storage with the parameters (tensors kept with detach() or a "
+      "reference to the state dict, not clone()), so it followed every later update and the restore copied the "
+      "last epoch onto itself; or the file loaded is the last one saved, not the best";
+  f.fix =
+      "keep the snapshot as copies (p.detach().clone() for each parameter and buffer, or nn::save to a file), "
+      "and check the restored model's validation loss against the best epoch's";
+  return f;
+}
+
 // The loop's own validation accuracy far below the trained model's on the same split: its metric code,
 // not the model, is wrong.
 std::optional<Finding> reported_accuracy_low(const EndFitMeasure& m, const EndFitOptions& o) {
   const std::vector<double> reports = detail::finite_only(m.epoch_val_accuracy);
   const double reported = reports.empty() ? std::nan("") : reports.back();
-  const double own = m.val_accuracy;
-  if (m.loaded_after_run || !std::isfinite(reported) || !std::isfinite(own) ||
-      !(own - reported >= o.reported_accuracy_gap && reported <= o.reported_accuracy_ratio * own))
+  if (m.loaded_after_run || !std::isfinite(reported) || !std::isfinite(m.val_accuracy) || m.val_examples <= 0)
     return std::nullopt;
+  // The trained model's balanced accuracy and macro F1, from its confusion counts.
+  double recall_sum = 0, f1_sum = 0;
+  int64_t classes = 0;
+  const size_t C = m.val_confusion.size();
+  for (size_t k = 0; k < C; ++k) {
+    int64_t rows = 0, predicted = 0;
+    for (size_t j = 0; j < C && j < m.val_confusion[k].size(); ++j) rows += m.val_confusion[k][j];
+    for (size_t i = 0; i < C; ++i)
+      if (k < m.val_confusion[i].size()) predicted += m.val_confusion[i][k];
+    if (rows == 0) continue;
+    const double hit = k < m.val_confusion[k].size() ? static_cast<double>(m.val_confusion[k][k]) : 0.0;
+    ++classes;
+    recall_sum += hit / static_cast<double>(rows);
+    f1_sum += 2 * hit / static_cast<double>(rows + predicted);
+  }
+  const double balanced = classes ? recall_sum / static_cast<double>(classes) : m.val_accuracy;
+  const double macro_f1 = classes ? f1_sum / static_cast<double>(classes) : m.val_accuracy;
+  const double own = std::min({m.val_accuracy, balanced, macro_f1});
+  const double se = std::sqrt(std::max(2 * own * (1 - own), 1e-12) / static_cast<double>(m.val_examples));
+  const double z = (own - reported) / se;
+  if (!(own - reported >= o.reported_accuracy_gap && z >= o.reported_accuracy_z)) return std::nullopt;
   Finding f = make(Kind::ReportedAccuracyLow, Severity::Warning,
                    "the loop reported a validation accuracy of " + pct(reported) +
-                       " for its last epoch, while the trained model scores " + pct(own) +
+                       " for its last epoch, while the trained model scores " + pct(m.val_accuracy) +
                        " on the same split: the loop's metric does not measure the model");
-  f.evidence = {{"validation accuracy the loop reported (last epoch)", reported, ""},
-                {"validation accuracy of the trained model (the Session's pass, eval mode)", own,
-                 "reported <= " + str_printf("%g", o.reported_accuracy_ratio) +
-                     " x this and lower by >= " + str_printf("%g", o.reported_accuracy_gap) + " warns"}};
+  f.evidence = {
+      {"validation accuracy the loop reported (last epoch)", reported, ""},
+      {"validation accuracy of the trained model (the Session's pass, eval mode)", m.val_accuracy, ""},
+      {"its balanced accuracy (mean recall per class)", balanced, ""},
+      {"its macro F1", macro_f1, ""},
+      {"the least of the three - reported", own - reported, ">= " + str_printf("%g", o.reported_accuracy_gap) + " and"},
+      {"z (that difference / sqrt(2 p (1 - p) / n))", z, ">= " + str_printf("%g", o.reported_accuracy_z) + " warns"}};
   f.cause =
       "the evaluation code pairs predictions with the wrong labels (predictions and labels collected in two "
       "passes over a shuffled loader, concatenated in different orders), compares the wrong tensors (logits "
-      "against one-hot rows, argmax over the batch axis), or averages per batch with the wrong weights";
+      "against one-hot rows, argmax over the batch axis), averages per batch with the wrong weights, or changes "
+      "the inputs the model sees (a test-time augmentation along the wrong axis, the model left in training "
+      "mode)";
   f.fix =
       "compute predictions and labels from the same batch in one pass (pred = argmax(model(b.x), 1) beside b.y), "
       "with the model in eval mode, and compare with the accuracy the Session reports";
@@ -137,6 +205,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   std::vector<Finding> out;
   // The final model is not the one the run trained: the verdicts on its fit would be about the wrong weights.
   if (std::optional<Finding> f = restored_worse(m, o)) {
+    out.push_back(std::move(*f));
+    return out;
+  }
+  if (std::optional<Finding> f = restored_last(m, o)) {
     out.push_back(std::move(*f));
     return out;
   }
@@ -240,9 +312,15 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   const double fewer_drop = fewer_acc ? m.all_val_accuracy - m.fewer_val_accuracy : std::nan("");
   const double fewer_rise =
       fewer_run && std::isfinite(m.all_val_loss) && m.all_val_loss > 0 ? m.fewer_val_loss / m.all_val_loss : std::nan("");
+  // The repeat on all the examples stands for the run; where it falls short of the run's own score (a
+  // momentum or a loop step the repeat does not replay), the shortfall is added to the bar, since both
+  // repeats leave out the same thing.
+  const double repeat_short_acc = fewer_acc ? std::max(0.0, m.val_accuracy - m.all_val_accuracy) : 0.0;
+  const double repeat_short_loss =
+      std::isfinite(m.all_val_loss) && m.val_loss > 0 ? std::max(1.0, m.all_val_loss / m.val_loss) : 1.0;
   const bool data_short = out.empty() && fewer_run &&
-                          (fewer_acc ? fewer_drop > o.data_drop && fewer_z >= o.data_min_z
-                                     : !acc && fewer_rise > o.data_loss_rise &&
+                          (fewer_acc ? fewer_drop > o.data_drop + repeat_short_acc && fewer_z >= o.data_min_z
+                                     : !acc && !m.class_labels && fewer_rise > o.data_loss_rise * repeat_short_loss &&
                                            m.fewer_val_loss - m.all_val_loss > o.data_min_loss);
   auto fewer_evidence = [&](Finding& f) {
     const std::string share = pct(m.fewer_share);
@@ -252,7 +330,9 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
       f.evidence.push_back({"validation accuracy after the run repeated on " + share + " of them",
                             m.fewer_val_accuracy, ""});
       f.evidence.push_back({"validation accuracy lost with fewer training examples", fewer_drop,
-                            "> " + str_printf("%g", o.data_drop) + " and"});
+                            "> " + str_printf("%g", o.data_drop) + " + the repeat's shortfall and"});
+      f.evidence.push_back(
+          {"the repeat on all of them short of the run's own validation accuracy", repeat_short_acc, ""});
       f.evidence.push_back({"validation examples the run gets right and the probe wrong",
                             static_cast<double>(m.fewer_broken), ""});
       f.evidence.push_back({"validation examples the probe gets right and the run wrong",
@@ -264,7 +344,9 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
           {"validation loss after the run repeated on all the training examples", m.all_val_loss, ""});
       f.evidence.push_back({"validation loss after the run repeated on " + share + " of them", m.fewer_val_loss, ""});
       f.evidence.push_back({"validation loss with fewer training examples / with all", fewer_rise,
-                            "> " + str_printf("%g", o.data_loss_rise) + " warns"});
+                            "> " + str_printf("%g", o.data_loss_rise) +
+                                " x (the repeat's / the run's validation loss, at least 1) warns, for "
+                                "targets that are not class ids"});
     }
   };
   if (data_short) {
@@ -482,8 +564,12 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     const double run_then = std::isfinite(m.run_probe_window_loss) ? m.run_probe_window_loss : m.run_window_loss;
     const bool probed = std::isfinite(m.probe_window_loss) && std::isfinite(run_then);
     // 10x the rate reaches what the rule asks in the same steps.
+    // ... and beats the same steps at the run's own rate taken the probe's way, where that was run.
+    const bool repeated = std::isfinite(m.repeat_window_loss);
     const bool probe_beats_run = probed && m.probe_window_loss < o.probe_better * run_then &&
-                                 run_then - m.probe_window_loss > o.probe_min_gain;
+                                 run_then - m.probe_window_loss > o.probe_min_gain &&
+                                 (!repeated || (m.probe_window_loss < o.probe_better * m.repeat_window_loss &&
+                                                m.repeat_window_loss - m.probe_window_loss > o.probe_min_gain));
     const bool rate_helps = probe_beats_run && !(m.run_window_loss < o.lr_low_kept * m.run_first_loss);
     // A short run (fewer than few_steps): probe_factor x the steps at the run's own rates doing what
     // probe_factor x the rate does clears the rate: the steps are too few.
@@ -527,6 +613,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
         f.evidence.push_back({"run's loss over the probe's last steps (the same step numbers)", m.run_probe_window_loss, ""});
       f.evidence.push_back({str_printf("loss at %gx the learning rate", o.probe_factor), m.probe_window_loss,
                             "< " + str_printf("%g", o.probe_better) + " x the run's at the same steps: the lr is too low"});
+      if (repeated)
+        f.evidence.push_back({"loss at the run's first learning rate, the probe's way (plain loader batches)",
+                              m.repeat_window_loss,
+                              "the probe's loss < " + str_printf("%g", o.probe_better) + " x this too"});
     }
     if (steps_probed)
       f.evidence.push_back({str_printf("loss at %gx the steps, the run's own learning rate", o.probe_factor),

@@ -33,13 +33,21 @@ struct EndFitOptions {
   // wrong way round keeps the worst epoch (the first): 0.62 against 0.97 at the best epoch.
   double restored_rise = 0.1;
   double restored_accuracy_drop = 0.05;
+  // ... and it warns (kind restored-last) when the final model's validation loss is the last epoch's
+  // (within restored_same of it) while the best epoch's was lower by restored_rise and (classification)
+  // the last epoch's accuracy below the best, not tied with it (a restore by the accuracy keeps the
+  // last epoch where it is the best): a snapshot that shared storage with the weights (detach() without
+  // clone()) restores the last epoch.
+  double restored_same = 0.01;
   // The validation accuracy the loop reported for its last epoch (Session::epoch(train, val, accuracy))
-  // against the trained model's own on the same split: reported below reported_accuracy_ratio x it and by
-  // reported_accuracy_gap or more warns (predictions and labels read in two passes of a shuffled loader:
-  // 10% reported against 84%). A top-5 accuracy or a balanced accuracy on skewed classes stays above
-  // half of it.
-  double reported_accuracy_gap = 0.25;
-  double reported_accuracy_ratio = 0.5;
+  // against the trained model's own on the same split, read the most forgiving way: the least of its
+  // accuracy, its balanced accuracy (mean recall per class) and its macro F1, so that a loop that reports
+  // either of those on skewed classes is not judged against plain accuracy. Reported below that by
+  // reported_accuracy_gap or more, by reported_accuracy_z standard errors of an accuracy on the split
+  // (sqrt(2 p (1 - p) / n)), warns: predictions and labels read in two passes of a shuffled loader (10%
+  // reported against 84%), a test-time augmentation that flips the wrong axis (70% against 82%).
+  double reported_accuracy_gap = 0.1;
+  double reported_accuracy_z = 5.0;
   // Both accuracy rules also need the difference to stand out from the splits' sampling noise: a
   // two-proportion z statistic (pooled) of at least min_z.
   double min_z = 3.0;
@@ -146,6 +154,9 @@ struct EndFitMeasure {
   double train_accuracy = std::numeric_limits<double>::quiet_NaN();
   double val_accuracy = std::numeric_limits<double>::quiet_NaN();
   int64_t train_examples = 0, val_examples = 0;
+  // The targets are class ids (int64), whether or not an accuracy was measured (a (B, K, C) output of
+  // several heads has none): the learning-curve rule on losses alone is for regressions.
+  bool class_labels = false;
   // Classification: the validation rows per (label, prediction) of the trained model, [label][prediction].
   std::vector<std::vector<int64_t>> val_confusion;
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;  // per epoch, as training saw them
@@ -158,6 +169,10 @@ struct EndFitMeasure {
   // steps; a longer run is compared at the probe's length, not at its own end; NaN: the run's last
   // tenth, run_window_loss, is the same steps).
   double run_probe_window_loss = std::numeric_limits<double>::quiet_NaN();
+  // The probe's steps again at the run's own first rates (its last tenth; NaN: not run): the probe and
+  // this repeat both leave out what the loop adds around the loader (mixup, augmentation, soft targets),
+  // which the run's own losses include.
+  double repeat_window_loss = std::numeric_limits<double>::quiet_NaN();
   double run_first_loss = std::numeric_limits<double>::quiet_NaN();      // the run's first tenth of steps
   double run_initial_loss = std::numeric_limits<double>::quiet_NaN();    // its first step (the initial weights)
   double continued_val_loss = std::numeric_limits<double>::quiet_NaN();  // after training on from the end

@@ -213,6 +213,9 @@ struct LossCheckOptions {
 
 // The best validation accuracy of the run minus the latest (NaN when the latest is unknown).
 double validation_accuracy_drop(const std::vector<double>& val_accuracy);
+// L7's overfitting verdict (kind overfitting), which L1's run check confirms by the accuracy as it does
+// its own train-down-val-up.
+bool fitting_says_overfit(const Finding& f);
 // The model held on held-out data to the end of the run: 3 epochs of validation losses at least, the
 // last within (1 + val_rise) x the best, and (where the validation accuracy is known) the last
 // accuracy within val_accuracy_drop of the best. A training loss that rises while this holds is the
@@ -461,6 +464,10 @@ void revise_validation_too_good(Report& found, double train_accuracy_eval, doubl
 struct ConstantComparison {
   std::vector<double> model_rows, constant_rows;
 };
+// L1's train-down-val-up where the trained model's training loss (eval mode, the end of the run) is
+// no lower than the training loss near the best epoch: the training data is fitted no better at the
+// end, so the validation loss's rise is the weights' noise, not memorisation: info.
+void revise_train_down_val_up(Report& found, double train_loss_eval, const LossCheckOptions& opts);
 // L1's "stuck" judged again (compare() is asked only where it fires): where the trained model's mean
 // loss is below the constant's by more than opts.stuck_beat_z standard errors of the paired
 // differences, the loss has a floor of its own that no model removes (heavy-tailed or zero-inflated

@@ -612,6 +612,21 @@ bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, c
     return true;
   }
 }
+// Labels for the outputs: floating, of the output's shape, several values, not the inputs.
+bool targets_are_labels(nn::Module& model, const std::pair<Tensor, Tensor>& b) {
+  try {
+    NoGradGuard ng;
+    ModeSnapshot modes(model);
+    model.eval();
+    const Tensor &x = b.first, &y = b.second;
+    if (!y.defined() || !y.is_floating_point() || y.numel() < 2 || model(x).shape() != y.shape()) return false;
+    const Tensor yd = y.to(kFloat64);
+    return amax(yd).item<double>() > amin(yd).item<double>() &&
+           !(x.shape() == y.shape() && amax(abs(x.to(kFloat64) - yd)).item<double>() <= 1e-6);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 }  // namespace
 
 std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
@@ -625,11 +640,26 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
     Finding f;
     f.check = "M15";
     f.module = "(model)";
-    f.severity = Severity::Info;
-    f.kind = Kind::TargetsUnread;
-    f.title =
-        "the loss does not read its targets (the same value with other targets): an objective of the inputs "
-        "alone, as a density's likelihood is, has no labels for the inputs to predict; the test does not apply";
+    if (targets_are_labels(model, held_out)) {
+      f.severity = Severity::Warning;
+      f.kind = Kind::LossIgnoresTargets;
+      f.title =
+          "the loss does not read its targets (the same value with other targets), yet they are labels for the "
+          "model's outputs: targets of the output's shape, not the inputs, taking several values";
+      f.cause =
+          "a hand-written loss that reads the prediction where it should read the target (a BCE written "
+          "(1 - y) log(p) for (1 - y) log(1 - p), the wrong variable): it rewards the same outputs whatever "
+          "the labels say";
+      f.fix =
+          "score one example with two different targets by hand: the values must differ; compare the "
+          "function with the library's loss (nn::BCEWithLogitsLoss, nn::MSELoss) on one batch";
+    } else {
+      f.severity = Severity::Info;
+      f.kind = Kind::TargetsUnread;
+      f.title =
+          "the loss does not read its targets (the same value with other targets): an objective of the inputs "
+          "alone, as a density's likelihood is, has no labels for the inputs to predict; the test does not apply";
+    }
     return {f};
   }
   // Each run's lowest held-out loss, read at eight points of its budget and at its end: a model with

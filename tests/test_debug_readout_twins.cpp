@@ -1,0 +1,224 @@
+// What a loop reads back and reports, healthy and faulty, each case beside its twin: a test-time
+// augmentation along the wrong axis against a balanced accuracy reported on skewed classes; a restore
+// that brings back the last epoch against one that brings back the best (and a last epoch that is the
+// best by accuracy); the learning-curve probe against a repeat that falls short of the run (a momentum
+// schedule it does not replay) and against class targets it could only score by the loss; the rate
+// probe against a run whose loop changes its loss (mixup); a validation loss that rises with the
+// training loss against one that rises while training improves; a hand-written multi-label loss that
+// never reads its targets against the same loss written right and an objective of its inputs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include <gradsleuth.h>
+
+#include "debug_test_util.h"
+#include "diagnosis_test_util.h"
+
+using namespace gradsleuth;
+using dtest::Split;
+
+namespace {
+
+bool has_kind(const std::vector<debug::Finding>& fs, debug::Kind k) {
+  for (const debug::Finding& f : fs)
+    if (f.kind == k && f.fires()) return true;
+  return false;
+}
+
+// A validation split of 1000 rows over `C` classes, each row's class recalled at `recall` (the rest
+// predicted as the next class), `counts` rows per class.
+std::vector<std::vector<int64_t>> confusion(const std::vector<int64_t>& counts, const std::vector<double>& recall) {
+  const size_t C = counts.size();
+  std::vector<std::vector<int64_t>> m(C, std::vector<int64_t>(C, 0));
+  for (size_t k = 0; k < C; ++k) {
+    const auto hit = static_cast<int64_t>(std::llround(recall[k] * static_cast<double>(counts[k])));
+    m[k][k] = hit;
+    m[k][(k + 1) % C] = counts[k] - hit;
+  }
+  return m;
+}
+
+debug::EndFitMeasure classifier(double val_accuracy, const std::vector<std::vector<int64_t>>& conf) {
+  debug::EndFitMeasure m;
+  m.train_accuracy = m.val_accuracy = val_accuracy;
+  m.train_loss = m.val_loss = 0.5;
+  m.train_examples = 4000;
+  m.val_examples = 1000;
+  m.val_confusion = conf;
+  m.class_labels = true;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("L9 reported accuracy: a flip along the wrong axis (70% against 82%) warns; a balanced accuracy does not") {
+  // Ten balanced classes recalled at 82%: a loop that reports 69.5% (its test-time augmentation
+  // averages in upside-down images) is 12.5 points low, 8 standard errors; one that reports 80.5% is not.
+  const std::vector<int64_t> even(10, 100);
+  debug::EndFitMeasure m = classifier(0.82, confusion(even, std::vector<double>(10, 0.82)));
+  m.epoch_val_accuracy = {0.62, 0.66, 0.695};
+  CHECK(has_kind(debug::check_end_fit(m), debug::Kind::ReportedAccuracyLow));
+  m.epoch_val_accuracy = {0.62, 0.66, 0.805};
+  CHECK_FALSE(has_kind(debug::check_end_fit(m), debug::Kind::ReportedAccuracyLow));
+  // Skewed classes (800, 100, 100), the majority recalled at 95%, the others at 40% and 30%: accuracy
+  // 83%, balanced accuracy 55%. A loop that reports the balanced accuracy reads 55% and is right; 40% is not.
+  debug::EndFitMeasure skew = classifier(0.83, confusion({800, 100, 100}, {0.95, 0.4, 0.3}));
+  skew.epoch_val_accuracy = {0.5, 0.55};
+  CHECK_FALSE(has_kind(debug::check_end_fit(skew), debug::Kind::ReportedAccuracyLow));
+  skew.epoch_val_accuracy = {0.38, 0.40};
+  CHECK(has_kind(debug::check_end_fit(skew), debug::Kind::ReportedAccuracyLow));
+}
+
+TEST_CASE("L9 restored-last: a restore that brings back the last epoch warns; the best epoch's, or a best last, not") {
+  // 40% noisy labels: the validation loss is lowest at epoch 2 (1.741) and rises to 2.063; the snapshot
+  // kept with detach() shares the weights' storage, so the restore writes the last epoch back.
+  debug::EndFitMeasure m = classifier(0.461, confusion(std::vector<int64_t>(10, 100), std::vector<double>(10, 0.461)));
+  m.loaded_after_run = true;
+  m.epoch_val_loss = {1.80, 1.741, 1.83, 1.97, 2.063};
+  m.epoch_val_accuracy = {0.49, 0.51, 0.50, 0.48, 0.461};
+  m.val_loss = 2.063;
+  CHECK(has_kind(debug::check_end_fit(m), debug::Kind::RestoredLast));
+  // The best epoch restored (a clone kept): its loss, not the last one's.
+  debug::EndFitMeasure best = m;
+  best.val_loss = 1.741;
+  best.val_accuracy = 0.51;
+  CHECK_FALSE(has_kind(debug::check_end_fit(best), debug::Kind::RestoredLast));
+  CHECK_FALSE(has_kind(debug::check_end_fit(best), debug::Kind::RestoredWorse));
+  // Kept by the accuracy, whose best is the last epoch: the restore rightly brings it back.
+  debug::EndFitMeasure by_accuracy = m;
+  by_accuracy.epoch_val_accuracy = {0.49, 0.50, 0.50, 0.51, 0.52};
+  by_accuracy.val_accuracy = 0.52;
+  CHECK_FALSE(has_kind(debug::check_end_fit(by_accuracy), debug::Kind::RestoredLast));
+  // No write after the last step: nothing was restored.
+  debug::EndFitMeasure no_write = m;
+  no_write.loaded_after_run = false;
+  CHECK_FALSE(has_kind(debug::check_end_fit(no_write), debug::Kind::RestoredLast));
+}
+
+TEST_CASE("L9 learning curve: a repeat short of the run raises the bar; class targets are not judged by the loss") {
+  // One-cycle with momentum cycling: the repeats replay the rate, not the momentum, and the one on all
+  // the examples reaches 82.7% of validation where the run reached 85.9%. A quarter of the examples
+  // loses 6.9 points against it: within the bar (6.5) plus the repeat's shortfall (3.2). A repeat that
+  // reproduces the run (85.9%) makes the same loss a warning.
+  debug::EndFitMeasure m = classifier(0.859, confusion(std::vector<int64_t>(10, 100), std::vector<double>(10, 0.859)));
+  m.train_accuracy = 0.87;
+  m.fewer_share = 0.25;
+  m.fewer_val_loss = 0.7;
+  m.all_val_loss = 0.45;
+  m.all_val_accuracy = 0.827;
+  m.fewer_val_accuracy = 0.758;
+  m.fewer_broken = 120;
+  m.fewer_fixed = 51;
+  CHECK_FALSE(has_kind(debug::check_end_fit(m), debug::Kind::GeneralisationGap));
+  m.all_val_accuracy = 0.859;
+  m.fewer_val_accuracy = 0.79;
+  CHECK(has_kind(debug::check_end_fit(m), debug::Kind::GeneralisationGap));
+  // Early-exit heads, (B, 3, 10) outputs: no accuracy is measured, and the loss rule on its own (a
+  // confident classifier's loss rises far faster than its accuracy falls) is for regressions.
+  debug::EndFitMeasure heads;
+  heads.train_loss = 0.40;
+  heads.val_loss = 0.452;
+  heads.train_examples = 4000;
+  heads.val_examples = 1000;
+  heads.fewer_share = 0.25;
+  heads.all_val_loss = 0.452;
+  heads.fewer_val_loss = 0.794;
+  heads.class_labels = true;
+  CHECK_FALSE(has_kind(debug::check_end_fit(heads), debug::Kind::GeneralisationGap));
+  heads.class_labels = false;  // the same numbers for a regression's targets warn
+  CHECK(has_kind(debug::check_end_fit(heads), debug::Kind::GeneralisationGap));
+}
+
+TEST_CASE("L9 rate probe: 10x the rate must also beat the run's own rate taken the probe's way (plain batches)") {
+  // A run still falling at the end, barely below its first loss: 10x the rate reaches 0.2, against the
+  // run's 0.9 at the same steps: the rate is blamed. Under mixup the run's losses are the blended
+  // targets'; the same steps at the run's own rate on plain batches reach 0.3, and 0.2 is no better
+  // than half of that: not the rate.
+  debug::EndFitMeasure m = classifier(0.7, confusion(std::vector<int64_t>(10, 100), std::vector<double>(10, 0.7)));
+  m.epoch_train_loss = {1.4, 1.2, 1.0};
+  m.epoch_val_loss = {1.3, 1.1, 0.9};
+  m.epoch_val_accuracy = {0.5, 0.6, 0.7};
+  m.run_initial_loss = 1.1;
+  m.run_first_loss = 1.05;
+  m.run_window_loss = 0.9;
+  m.run_steps = m.probe_steps = 300;
+  bool falling = false;
+  debug::check_end_fit(m, {}, &falling);
+  REQUIRE(falling);
+  m.probe_window_loss = 0.2;
+  CHECK(debug::end_fit_blames_rate(debug::check_end_fit(m)));
+  m.repeat_window_loss = 0.3;
+  CHECK_FALSE(debug::end_fit_blames_rate(debug::check_end_fit(m)));
+  m.repeat_window_loss = 0.9;  // the repeat learns no faster than the run did: the rate stays blamed
+  CHECK(debug::end_fit_blames_rate(debug::check_end_fit(m)));
+}
+
+TEST_CASE("L1 train-down-val-up: info when the trained model fits its training data no better than at the best") {
+  debug::Finding f;
+  f.check = "L1";
+  f.kind = debug::Kind::TrainDownValUp;
+  f.severity = debug::Severity::Warning;
+  f.title = "the training loss keeps falling while the validation loss rises";
+  f.evidence = {{"training loss near the best epoch (median)", 0.00105, ""},
+                {"training loss at the end (median)", 0.00085, ""}};
+  for (const double end_eval : {0.00158, 0.0004}) {
+    CAPTURE(end_eval);
+    debug::Report r;
+    r.add(f);
+    debug::revise_train_down_val_up(r, end_eval, {});
+    // 0.00158: both splits' losses rose at the last weights (a constant rate's noise); 0.0004: the
+    // training data is fitted far better than at the best epoch, the validation worse: memorisation.
+    CHECK(r.findings().front().fires() == (end_eval < 0.00105));
+  }
+}
+
+namespace {
+// Multi-label targets: 4 attributes of 6 features, each 1 where its feature is positive.
+struct MultiLabel {
+  Split d;
+  MultiLabel() {
+    manual_seed(9);
+    const Tensor x = randn({600, 6});
+    const Tensor y = gt(x.narrow(1, 0, 4), 0.0).to(kFloat32);
+    d = dtest::loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120), 9);
+  }
+};
+}  // namespace
+
+TEST_CASE(
+    "M15: a multi-label BCE written (1 - y) log(p) never reads its targets: loss-ignores-targets; written right, "
+    "clean") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    const MultiLabel data;
+    auto model = std::make_shared<dtest::Mlp>(6, 4);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    auto bce = [bug](const Tensor& logits, const Tensor& y) {
+      const Tensor p = clamp(sigmoid(logits), 1e-6, 1 - 1e-6);
+      const Tensor second = bug ? log(p) : log(1.0 - p);  // the bug: log(p) where log(1 - p) was meant
+      return neg(mean(y * log(p) + (1.0 - y) * second));
+    };
+    const debug::RunReport r = dtest::train_own_loop(*model, bce, opt, data.d, 4);
+    CHECK_MESSAGE(has_kind(r.findings.findings(), debug::Kind::LossIgnoresTargets) == bug, r.str());
+    if (bug) dtest::expect_lead(r, "M15", "loss-ignores-targets");
+  }
+}
+
+TEST_CASE("M15: an objective of the inputs (a reconstruction scored against the inputs passed as targets) is info") {
+  manual_seed(9);
+  const Tensor x = randn({600, 6});
+  const Split d =
+      dtest::loaders(x.narrow(0, 0, 480), x.narrow(0, 0, 480), x.narrow(0, 480, 120), x.narrow(0, 480, 120), 9);
+  auto model = std::make_shared<dtest::Mlp>(6, 6);
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  // An energy of the outputs alone (its target argument, the inputs, unread).
+  auto energy = [](const Tensor& out, const Tensor&) { return mean(out * out); };
+  const debug::RunReport r = dtest::train_own_loop(*model, energy, opt, d, 2);
+  CHECK_FALSE(has_kind(r.findings.findings(), debug::Kind::LossIgnoresTargets));
+  bool unread = false;
+  for (const debug::Finding& f : r.findings.findings()) unread = unread || f.kind == debug::Kind::TargetsUnread;
+  CHECK_MESSAGE(unread, r.str(true));
+}
