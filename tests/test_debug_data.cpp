@@ -884,8 +884,11 @@ TEST_CASE("D16 check_split_sizes: a 20-example validation split; an empty one; 0
   auto rt = dbg::check_split_sizes(*big, *mid, "validation", o);
   REQUIRE(rt.size() == 1);
   CHECK(ev(rt[0], "validation / train ratio") == doctest::Approx(0.005));
-  // A validation split larger than train is not this check's business (a quick run on few training rows).
-  CHECK(dbg::check_split_sizes(*val, *train, "test").empty());
+  // A test set larger than train is not this check's business (a quick run on few training rows, scored
+  // on a separate test set); one dataset split with the larger side held out is (practice twins).
+  auto test_set = dataset(gs::zeros({1600, 1}), gs::zeros({1600}, gs::kInt64), "test");
+  CHECK(dbg::check_split_sizes(*mid, *test_set, "test").empty());
+  CHECK_FALSE(dbg::check_split_sizes(*val, *train, "test").empty());  // 400 trained on, 1600 held out
 }
 
 TEST_CASE("D12-D16 on Fashion-MNIST train and test: nothing fires") {

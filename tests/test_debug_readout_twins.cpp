@@ -5,7 +5,9 @@
 // schedule it does not replay) and against class targets it could only score by the loss; the rate
 // probe against a run whose loop changes its loss (mixup); a validation loss that rises with the
 // training loss against one that rises while training improves; a hand-written multi-label loss that
-// never reads its targets against the same loss written right and an objective of its inputs.
+// never reads its targets against the same loss written right and an objective of its inputs; random
+// views of the validation inputs under an objective without labels against the same under a supervised
+// loss.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -221,4 +223,52 @@ TEST_CASE("M15: an objective of the inputs (a reconstruction scored against the 
   bool unread = false;
   for (const debug::Finding& f : r.findings.findings()) unread = unread || f.kind == debug::Kind::TargetsUnread;
   CHECK_MESSAGE(unread, r.str(true));
+}
+
+namespace {
+// A dataset that draws a random view of each row at every read (noise of 0.3): an augmentation.
+struct RandomViews : nn::Dataset {
+  std::shared_ptr<nn::TensorDataset> rows;
+  mutable Generator draw{17};
+  explicit RandomViews(std::shared_ptr<nn::TensorDataset> r) : rows(std::move(r)) {}
+  int64_t size() const override { return rows->size(); }
+  nn::Example get(int64_t i) const override { return rows->get(i); }
+  nn::Batch get_batch(const std::vector<int64_t>& idx) const override {
+    nn::Batch b = rows->get_batch(idx);
+    b.x = b.x + randn(b.x.shape(), {}, &draw) * 0.3;
+    return b;
+  }
+  std::string name() const override { return "random-views"; }
+};
+}  // namespace
+
+TEST_CASE(
+    "D10: random views on validation under an objective without labels are info; under a supervised loss, a warning") {
+  for (const bool supervised : {true, false}) {
+    CAPTURE(supervised);
+    manual_seed(5);
+    const dtest::XY all = dtest::blobs(200, 3, 6, 5, 2.0);
+    auto tr = std::make_shared<nn::TensorDataset>(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480));
+    auto va = std::make_shared<RandomViews>(
+        std::make_shared<nn::TensorDataset>(all.x.narrow(0, 480, 120), all.y.narrow(0, 480, 120)));
+    Split d;
+    d.train = std::make_shared<nn::DataLoader>(tr, nn::DataLoaderOptions().batch_size(32).shuffle(true).seed(5));
+    d.val = std::make_shared<nn::DataLoader>(va, nn::DataLoaderOptions().batch_size(120));
+    auto model = std::make_shared<dtest::Mlp>(6, 3);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    // Without labels: pull the outputs of each input towards 0 and keep their spread (an objective of
+    // the inputs alone; its target argument unread).
+    auto own = [](const Tensor& out, const Tensor&) { return mean(out * out) - log(mean(var(out, {0})) + 1e-6); };
+    nn::CrossEntropyLoss ce;
+    const debug::RunReport r =
+        supervised ? dtest::train_own_loop(*model, ce, opt, d, 2) : dtest::train_own_loop(*model, own, opt, d, 2);
+    bool d10_warns = false, d10 = false;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.check == "D10" && !std::isnan(f.value_of("values that differ between the two reads"))) {
+        d10 = true;
+        d10_warns = d10_warns || f.fires();
+      }
+    CHECK_MESSAGE(d10, r.str(true));
+    CHECK_MESSAGE(d10_warns == supervised, r.str(true));
+  }
 }
