@@ -2,6 +2,9 @@
 // (size, checksum, then entry-by-entry bounds checks). Format: docs/checkpoint-format.md.
 #include "nn/checkpoint.h"
 
+#include <algorithm>
+#include <mutex>
+
 #include "core/io.h"
 #include "core/warning.h"
 
@@ -416,6 +419,23 @@ std::map<std::string, Tensor> load_state(const std::string& path) {
   return std::map<std::string, Tensor>(entries.begin(), entries.end());
 }
 
+namespace {
+std::mutex& loads_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<LoadRecord>& loads() {
+  static std::vector<LoadRecord> kept;
+  return kept;
+}
+void remember_load(LoadRecord r) {
+  std::lock_guard<std::mutex> lock(loads_mutex());
+  std::vector<LoadRecord>& kept = loads();
+  kept.push_back(std::move(r));
+  if (kept.size() > 8) kept.erase(kept.begin());
+}
+}  // namespace
+
 LoadReport load(Module& module, const std::string& path, bool strict) {
   const char* op = "nn::load";
   NamedTensors file = read_checkpoint(path);
@@ -480,12 +500,30 @@ LoadReport load(Module& module, const std::string& path, bool strict) {
               std::to_string(unexpected.size()) + " not in the model" +
               (unexpected.empty() ? std::string() : " (" + list(unexpected) + ")")});
 
+  LoadRecord record{path, {}};
   for (auto& [name, cur] : expected) {
     auto it = from_file.find(name);
     if (it == from_file.end()) continue;
     module.set_tensor(name, it->second.to(cur.device()));
+    record.tensors.push_back({name, cur.impl_ptr(), load_sample(it->second)});
   }
+  remember_load(std::move(record));
   return report;
+}
+
+std::vector<double> load_sample(const Tensor& t) {
+  const int64_t n = t.numel(), k = std::min<int64_t>(256, n);
+  if (k == 0 || !t.is_floating_point()) return {};
+  const Tensor flat = t.detach().to(kCPU).to(kFloat64).contiguous().reshape({-1});
+  const double* v = flat.data_ptr<double>();
+  std::vector<double> out(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) out[static_cast<size_t>(i)] = v[i * n / k];
+  return out;
+}
+
+std::vector<LoadRecord> load_records() {
+  std::lock_guard<std::mutex> lock(loads_mutex());
+  return loads();
 }
 
 }  // namespace gradsleuth::nn

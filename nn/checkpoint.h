@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -56,6 +57,23 @@ std::map<std::string, Tensor> load_state(const std::string& path);
 // are written; read tensors are contiguous CPU tensors without requires_grad).
 void write_checkpoint(const std::string& path, const NamedTensors& entries);
 NamedTensors read_checkpoint(const std::string& path);
+
+// What nn::load wrote, for the debug module (M9 tells weights loaded and then re-initialised before
+// training): per load, the file and, for each tensor written, its name, the module tensor it went into
+// (its TensorImpl, which set_tensor keeps; expired once the model is gone) and up to 256 of the values
+// loaded, at the positions load_sample reads. The last 8 loads are kept, oldest first.
+struct LoadedTensor {
+  std::string name;
+  std::weak_ptr<TensorImpl> into;
+  std::vector<double> sample;
+};
+struct LoadRecord {
+  std::string path;
+  std::vector<LoadedTensor> tensors;
+};
+std::vector<LoadRecord> load_records();
+// Up to 256 values of `t` spread evenly over it (as float64), at the same positions for the same shape.
+std::vector<double> load_sample(const Tensor& t);
 
 namespace testing {
 // Test hook: when set, the next saves fail with a gs::Error after writing this many

@@ -7,10 +7,14 @@
 // training loss against one that rises while training improves; a hand-written multi-label loss that
 // never reads its targets against the same loss written right and an objective of its inputs; random
 // views of the validation inputs under an objective without labels against the same under a supervised
-// loss.
+// loss; a checkpoint loaded and then drawn again in every layer against a new head drawn again.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -271,4 +275,49 @@ TEST_CASE(
     CHECK_MESSAGE(d10, r.str(true));
     CHECK_MESSAGE(d10_warns == supervised, r.str(true));
   }
+}
+
+TEST_CASE("M9 loaded-redrawn: every layer drawn again after nn::load warns; a new head is info; no re-draw, silent") {
+  // A model trained on the blobs and saved: the "pretrained" checkpoint.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("gs_loaded_redrawn_" + std::to_string(::getpid()) + ".ckpt")).string();
+  {
+    manual_seed(2);
+    const Split d = dtest::split(3, 2.0);
+    auto pre = std::make_shared<dtest::Mlp>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(pre->parameters(), optim::AdamOptions(3e-3));
+    for (int e = 0; e < 3; ++e)
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        ce((*pre)(b.x), b.y).backward();
+        opt.step();
+      }
+    nn::save(*pre, path);
+  }
+  // 0: loaded and trained on; 1: the head drawn again (transfer learning); 2: every layer drawn again
+  // (the head's name filter missing from the re-initialisation loop).
+  for (const int variant : {0, 1, 2}) {
+    CAPTURE(variant);
+    manual_seed(7);
+    const Split d = dtest::split(4, 2.0);
+    auto model = std::make_shared<dtest::Mlp>();
+    nn::load(*model, path);
+    {
+      NoGradGuard ng;
+      if (variant == 1) model->fc3->reset_parameters();
+      if (variant == 2)
+        for (const auto& l : {model->fc1, model->fc2, model->fc3}) l->reset_parameters();
+    }
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 2);
+    const debug::Finding* m9 = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.kind == debug::Kind::LoadedRedrawn) m9 = &f;
+    CHECK_MESSAGE((m9 != nullptr) == (variant > 0), r.str(true));
+    if (m9) CHECK_MESSAGE(m9->fires() == (variant == 2), m9->str());
+    if (variant == 2) dtest::expect_lead(r, "M9", "loaded-redrawn");
+  }
+  std::remove(path.c_str());
 }

@@ -247,7 +247,7 @@ const std::vector<Cause>& diagnosis_causes() {
        "the saturated fraction of each sigmoid/tanh layer and the product of their mean derivatives", true,
        GS_CHECK_CONFIRMS("M8")},
       {"bad-init", "weights initialised at the wrong scale", "M9", "each weight's std against He/Xavier", true,
-       GS_CHECK_CONFIRMS("M9")},
+       [](const Finding& f) { return is(f, "M9") && f.kind != Kind::LoadedRedrawn; }},
       {"wrong-backward", "a layer whose backward is wrong", "M13", "analytic against numerical gradients", true,
        GS_CHECK_CONFIRMS("M13")},
       {"dtype-device", "inputs of another dtype or device than the model", "M11", "the dtypes and devices of a forward",
@@ -353,6 +353,11 @@ const std::vector<Cause>& diagnosis_causes() {
        "L9",
        "the final model's validation loss and accuracy against the run's epochs, after a write past the last step",
        true, [](const Finding& f) { return is(f, "L9", Kind::RestoredWorse); }},
+      {"loaded-redrawn",
+       "every weight loaded from a checkpoint drawn again before training (a re-initialisation meant for a new "
+       "head run over every layer)",
+       "M9", "each weight nn::load wrote, at the first step, against the values it loaded", true,
+       [](const Finding& f) { return is(f, "M9", Kind::LoadedRedrawn); }},
       {"snapshot-aliased",
        "a best-epoch snapshot that shares storage with the weights (detach() without clone()), so the restore "
        "brings back the last epoch",
@@ -426,6 +431,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "dead-relu",
                                                      "saturation",
                                                      "bad-init",
+                                                     "loaded-redrawn",
                                                      "init-variance",
                                                      "symmetric-init",
                                                      "shared-weights",

@@ -83,6 +83,8 @@ namespace gradsleuth::debug {
   X(OutputIgnoresInput, "output-ignores-input", "M6")                                                 \
   /* M14 overfit one batch */                                                                         \
   X(LossBlindToLabels, "loss-blind-to-labels", "M14")                                                 \
+  /* M9 initialisation over the run: weights loaded from a checkpoint, then drawn again */            \
+  X(LoadedRedrawn, "loaded-redrawn", "M9")                                                            \
   /* M15 input-independent baseline */                                                                \
   X(TargetsUnread, "targets-unread", "M15")                                                           \
   X(LossIgnoresTargets, "loss-ignores-targets", "M15")                                                \

@@ -17,8 +17,10 @@
 #include "debug/checks/hooks.h"
 #include "debug/checks/model/behaviour.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
+#include "nn/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"
 #include "nn/init.h"
@@ -87,6 +89,90 @@ std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOpt
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// ---- M9 over the run: weights loaded from a checkpoint and re-drawn before training ------------
+namespace {
+// The correlation of two samples of equal length (0 where either is constant).
+double correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  if (n < 2) return 0.0;
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < n; ++i) ma += a[i], mb += b[i];
+  ma /= static_cast<double>(n), mb /= static_cast<double>(n);
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ab += (a[i] - ma) * (b[i] - mb);
+    aa += (a[i] - ma) * (a[i] - ma);
+    bb += (b[i] - mb) * (b[i] - mb);
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+}
+
+// At the first step the monitor sees (before its update), each weight of the model that nn::load wrote
+// (the latest load into it) is compared with what was loaded: unchanged, moved (a step taken before the
+// Session, an average: its values still follow the loaded ones), or re-drawn (uncorrelated with them).
+class LoadedWeightsRunCheck final : public RunCheck {
+ public:
+  explicit LoadedWeightsRunCheck(const MonitorOptions& o) : o_(o.run) {}
+  std::string ids() const override { return "M9"; }
+  uint32_t events() const override { return RunEvent::BeforeStep; }
+  void before_step(RunContext& c, bool) override {
+    if (done_) return;
+    done_ = true;
+    const std::vector<nn::LoadRecord> records = nn::load_records();
+    if (records.empty()) return;
+    std::map<const void*, std::pair<std::string, Tensor>> weights;  // identity -> (name, tensor), dim >= 2
+    for (auto& [name, t] : c.model.named_parameters())
+      if (t.dim() >= 2) weights[t.impl_ptr().get()] = {name, t};
+    std::set<const void*> seen;
+    std::string path;
+    std::vector<std::string> redrawn;
+    int64_t loaded = 0;
+    for (auto r = records.rbegin(); r != records.rend(); ++r)
+      for (const nn::LoadedTensor& l : r->tensors) {
+        const std::shared_ptr<TensorImpl> into = l.into.lock();  // null: that model is gone
+        auto w = weights.find(into.get());
+        if (!into || w == weights.end() || !seen.insert(into.get()).second || l.sample.empty()) continue;
+        ++loaded;
+        if (path.empty()) path = r->path;
+        const std::vector<double> now = nn::load_sample(w->second.second);
+        if (now != l.sample && std::fabs(correlation(now, l.sample)) < o_.redrawn_correlation)
+          redrawn.push_back(w->second.first);
+      }
+    if (redrawn.empty()) return;
+    c.note_ran("M9");
+    const bool all = static_cast<int64_t>(redrawn.size()) == loaded && loaded >= 2;
+    Finding f = make("M9", all ? Severity::Warning : Severity::Info,
+                     all ? "every weight loaded from '" + path + "' (" + num(loaded) +
+                               ") was drawn again before training: the model starts from a fresh initialisation, "
+                               "not from the checkpoint"
+                         : num(static_cast<int64_t>(redrawn.size())) + " of " + num(loaded) + " weights loaded from '" +
+                               path + "' were drawn again before training (" + redrawn.front() +
+                               (redrawn.size() > 1 ? ", ..." : "") + "): the others start from the checkpoint");
+    f.kind = Kind::LoadedRedrawn;
+    f.step = 1;
+    f.evidence = {
+        {"weights the model holds from the latest nn::load", static_cast<double>(loaded), ""},
+        {"of them drawn again (values uncorrelated with the loaded ones)", static_cast<double>(redrawn.size()),
+         "|correlation| < " + fmt_num(o_.redrawn_correlation) + "; all of them (2 or more) warns"}};
+    f.cause = all ? "the re-initialisation meant for a new head ran over every layer (its name filter missing, "
+                    "reset_parameters() on the whole model), or the model was built again after the load"
+                  : "a new head re-initialised after loading a pretrained body, as transfer learning does";
+    f.fix = all ? "re-initialise only the layers the checkpoint does not cover (filter by name), and check the "
+                  "initial loss: a pretrained body starts below log(C)"
+                : "none needed";
+    c.add(f);
+  }
+
+ private:
+  RunCheckOptions o_;
+  bool done_ = false;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_loaded_weights_run_check(const MonitorOptions& o) {
+  return std::make_unique<LoadedWeightsRunCheck>(o);
 }
 
 }  // namespace gradsleuth::debug

@@ -18,6 +18,7 @@ std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o);    
 std::unique_ptr<RunCheck> make_half_precision_run_check(const MonitorOptions& o);    // M18, anomaly.cpp
 std::unique_ptr<RunCheck> make_range_watch_run_check(const MonitorOptions& o);       // M28, range_watch.cpp
 std::unique_ptr<RunCheck> make_precision_run_check(const MonitorOptions& o);         // M29, M30, precision.cpp
+std::unique_ptr<RunCheck> make_loaded_weights_run_check(const MonitorOptions& o);    // M9, initialisation.cpp
 
 void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_dead_relu_run_check(o));
@@ -34,6 +35,7 @@ void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_half_precision_run_check(o));
   list.push_back(make_range_watch_run_check(o));
   list.push_back(make_precision_run_check(o));
+  list.push_back(make_loaded_weights_run_check(o));
 }
 
 }  // namespace gradsleuth::debug

@@ -30,6 +30,12 @@
 namespace gradsleuth::debug {
 
 struct RunCheckOptions {
+  // ---- M9 during training ----
+  // At the first step, a weight the latest nn::load wrote whose values now have a correlation below
+  // redrawn_correlation (in size) with the loaded ones was drawn again; every loaded weight (2 or
+  // more) drawn again warns, some of them is info (a new head). Averaged or fine-tuned weights still
+  // follow the loaded ones (correlation near 1); a fresh draw does not (near 0).
+  double redrawn_correlation = 0.3;
   // ---- M17 during training ----
   // A BatchNorm layer whose training forwards normalise batches of fewer than batchnorm_min_batch
   // examples in more than half of them warns: its statistics come from a handful of examples (two
