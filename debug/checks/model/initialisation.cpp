@@ -120,6 +120,7 @@ class LoadedWeightsRunCheck final : public RunCheck {
   void before_step(RunContext& c, bool) override {
     if (done_) return;
     done_ = true;
+    c.note_ran("M9");
     const std::vector<nn::LoadRecord> records = nn::load_records();
     if (records.empty()) return;
     std::map<const void*, std::pair<std::string, Tensor>> weights;  // identity -> (name, tensor), dim >= 2
@@ -141,7 +142,6 @@ class LoadedWeightsRunCheck final : public RunCheck {
           redrawn.push_back(w->second.first);
       }
     if (redrawn.empty()) return;
-    c.note_ran("M9");
     const bool all = static_cast<int64_t>(redrawn.size()) == loaded && loaded >= 2;
     Finding f = make("M9", all ? Severity::Warning : Severity::Info,
                      all ? "every weight loaded from '" + path + "' (" + num(loaded) +
