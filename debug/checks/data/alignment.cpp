@@ -334,8 +334,8 @@ class LoopAlignmentRunCheck final : public RunCheck {
       return std::nullopt;
     Finding f = make("D4", Severity::Warning,
                      "the loss's targets are the model's own predictions: in " + pct(own) + " of " + num(scored_) +
-                         " sampled rows the target is the class the loss input scores highest, and " + "only " +
-                         pct(same) + " of the rows found in the dataset get its label");
+                         " sampled rows the target is the class the loss input scores highest, and only " + pct(same) +
+                         " of the rows found in the dataset get its label");
     f.kind = Kind::TargetsFromPredictions;
     f.step = c.steps;
     f.evidence = {
