@@ -7,7 +7,8 @@
 // training loss against one that rises while training improves; a hand-written multi-label loss that
 // never reads its targets against the same loss written right and an objective of its inputs; random
 // views of the validation inputs under an objective without labels against the same under a supervised
-// loss; a checkpoint loaded and then drawn again in every layer against a new head drawn again.
+// loss; a checkpoint loaded and then drawn again in every layer against a new head drawn again; a +-3
+// clip on raw values before the standardisation against the clip after it.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -320,4 +321,40 @@ TEST_CASE("M9 loaded-redrawn: every layer drawn again after nn::load warns; a ne
     if (variant == 2) dtest::expect_lead(r, "M9", "loaded-redrawn");
   }
   std::remove(path.c_str());
+}
+
+TEST_CASE(
+    "D5: features a +-3 clip on raw values flattened (the Normalizer saw them vary) warn; the clip after, silent") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(3);
+    // Six features: three on a raw scale far above 3 (an income, an age, a count), three near N(0, 1).
+    const Tensor z = randn({900, 6});
+    const Tensor scale = tensor(std::vector<float>{20, 15, 60, 1, 1, 1}, {6});
+    const Tensor shift = tensor(std::vector<float>{50, 40, 300, 0, 0, 0}, {6});
+    const Tensor x = z * scale + shift;
+    const Tensor y = gt(sum(z.narrow(1, 0, 4), {1}), 0.0).to(kInt64);
+    nn::Normalizer norm(nn::Normalizer::Mode::PerFeature);
+    norm.fit(x.narrow(0, 0, 700), "train");
+    const Tensor prepared = bug ? norm.transform(clamp(x, -3.0, 3.0)) : clamp(norm.transform(x), -3.0, 3.0);
+    const Split d = dtest::loaders(prepared.narrow(0, 0, 700), y.narrow(0, 0, 700), prepared.narrow(0, 700, 200),
+                                   y.narrow(0, 700, 200), 3);
+    auto model = std::make_shared<dtest::Mlp>(6, 2);
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get(), .normalizer = &norm});
+    for (int e = 0; e < 2; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        ce((*model)(b.x), b.y).backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+    const debug::RunReport r = s.finish();
+    bool flattened = false;
+    for (const debug::Finding& f : r.findings.findings())
+      flattened = flattened || (f.check == "D5" && f.fires() && f.title.find("flattened") != std::string::npos);
+    CHECK_MESSAGE(flattened == bug, r.str(true));
+  }
 }

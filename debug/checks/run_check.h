@@ -53,6 +53,9 @@ struct MonitorOptions {
   // D13 over the run: the validation loader's dataset (the Session's), whose rows the training batches
   // must not be; null: not judged. It must outlive the monitor.
   const nn::Dataset* val_dataset = nullptr;
+  // D5 over the run: the fitted Normalizer the Session was given (per feature), against which the
+  // training inputs' features are compared; null: not judged. It must outlive the monitor.
+  const nn::Normalizer* normalizer = nullptr;
 };
 
 // Series for plots (W6).

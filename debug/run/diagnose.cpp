@@ -256,6 +256,7 @@ void Session::start_monitor() {
   if (data_.train) mo.loader_batches = data_.train->num_batches();  // D8 over the run
   if (data_.train) mo.train_dataset = &data_.train->dataset();      // D4 over the run
   if (data_.val) mo.val_dataset = &data_.val->dataset();            // D13 over the run
+  mo.normalizer = data_.normalizer;                                 // D5's flattened features
   monitor_ = std::make_unique<Monitor>(model_, opt_, loss_module_, mo);
   if (scaler_) monitor_->watch(*scaler_);
   replay_.reset();

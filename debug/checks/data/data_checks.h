@@ -72,6 +72,14 @@ struct DataCheckOptions {
   double max_unknown_fraction = 0.5;      // inputs not found in the reference above this fraction warn
   int64_t alignment_chunk = 4096;         // rows read per get_batch by D4 and D12-D16 (never the whole dataset)
   // ---- D5 normalisation ----
+  // Over the run, with the Session's fitted Normalizer: a feature constant in every training input (at
+  // least flat_min_rows rows) that the Normalizer saw vary, whose one value lies flat_far or more of
+  // its fitted standard deviations from its fitted mean (in the Normalizer's units), warns: the
+  // pipeline flattened it (a clip or a fill on raw values before the normalisation). An indicator that
+  // happens to hold one level in 200 rows has that level at its common side, within 0.15 std of its
+  // mean (a level 1 std away is held by half the rows); a clip at +-3 on raw values lands 1.8-11 away.
+  int64_t flat_min_rows = 200;
+  double flat_far = 1.0;
   // |x| at raw_quantile above raw_max means "not scaled". Scaled data stays below
   // it: [0, 1] pixels reach 1, standardised Fashion-MNIST ~2; raw pixels reach 255.
   // A quantile, not the max, so the rare large z-scores of per-feature

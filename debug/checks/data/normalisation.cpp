@@ -386,4 +386,75 @@ std::unique_ptr<RunCheck> make_row_range_run_check(const MonitorOptions& o) {
   return std::make_unique<RowRangeRunCheck>(o.data);
 }
 
+// ---- D5 during training: features the pipeline flattened, against the fitted Normalizer ---------
+namespace {
+class FlatFeatureRunCheck final : public RunCheck {
+ public:
+  explicit FlatFeatureRunCheck(const MonitorOptions& o) : norm_(o.normalizer), o_(o.data) {}
+  std::string ids() const override { return "D5"; }
+  uint32_t events() const override {
+    return norm_ && norm_->fitted() && norm_->mode() == nn::Normalizer::Mode::PerFeature
+               ? RunEvent::Forward | RunEvent::Finish
+               : 0u;
+  }
+  void forward(RunContext&, const Tensor& x) override {
+    if (!GradMode::is_enabled() || !x.defined() || x.dim() != 2 || !x.is_floating_point() || x.size(0) == 0) return;
+    const int64_t F = x.size(1);
+    if (lo_.empty()) {
+      if (norm_->mean().numel() != F) return;
+      lo_.assign(static_cast<size_t>(F), std::numeric_limits<double>::infinity());
+      hi_.assign(static_cast<size_t>(F), -std::numeric_limits<double>::infinity());
+    }
+    if (static_cast<int64_t>(lo_.size()) != F) return;
+    NoGradGuard ng;
+    const std::vector<double> a = amin(x.detach(), {0}).to(kFloat64).cpu().to_vector<double>();
+    const std::vector<double> b = amax(x.detach(), {0}).to(kFloat64).cpu().to_vector<double>();
+    for (size_t k = 0; k < lo_.size(); ++k) lo_[k] = std::min(lo_[k], a[k]), hi_[k] = std::max(hi_[k], b[k]);
+    rows_ += x.size(0);
+  }
+  void finish(RunContext& c) override {
+    if (rows_ < o_.flat_min_rows || lo_.empty()) return;
+    c.note_ran("D5");
+    const std::vector<double> sd = norm_->std().to(kFloat64).cpu().contiguous().reshape({-1}).to_vector<double>();
+    std::vector<std::string> flat;
+    double far = 0;
+    for (size_t k = 0; k < lo_.size() && k < sd.size(); ++k)
+      if (lo_[k] == hi_[k] && sd[k] > 1e-8 && std::fabs(lo_[k]) >= o_.flat_far) {
+        flat.push_back(num(static_cast<int64_t>(k)));
+        far = std::max(far, std::fabs(lo_[k]));
+      }
+    if (flat.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < flat.size() && i < 8; ++i) list += (i ? ", " : "") + flat[i];
+    Finding f = make("D5", Severity::Warning,
+                     num(static_cast<int64_t>(flat.size())) + " feature(s) (" + list +
+                         ") hold one value in every training input, up to " + fmt_num(far) +
+                         " standard deviations from the mean the Normalizer fitted, which saw them vary: the "
+                         "pipeline flattened them");
+    f.evidence = {{"training rows seen", static_cast<double>(rows_), ">= " + num(o_.flat_min_rows)},
+                  {"features constant in every one of them", static_cast<double>(flat.size()),
+                   "with a fitted std > 0 and the value >= " + fmt_num(o_.flat_far) + " of them from the mean warns"},
+                  {"largest |value| in the Normalizer's units", far, ""}};
+    f.cause =
+        "a clip or a fill applied to the raw values before the normalisation (a +-3 outlier clip meant for "
+        "standardised values, a fill with a sentinel): every raw value beyond the clip becomes one value, and "
+        "the feature carries nothing";
+    f.fix =
+        "normalise first, then clip in standard deviations (clamp(norm.transform(x), -3, 3)); check a few "
+        "transformed rows for columns that never change";
+    c.add(f);
+  }
+
+ private:
+  const nn::Normalizer* norm_;
+  DataCheckOptions o_;
+  std::vector<double> lo_, hi_;
+  int64_t rows_ = 0;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_flat_feature_run_check(const MonitorOptions& o) {
+  return std::make_unique<FlatFeatureRunCheck>(o);
+}
+
 }  // namespace gradsleuth::debug
