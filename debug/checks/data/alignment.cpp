@@ -280,18 +280,17 @@ class LoopAlignmentRunCheck final : public RunCheck {
   void finish(RunContext& c) override {
     if (found_ < opts_.loop_alignment_min_rows || 2 * found_ < seen_) return;  // too few rows found to judge
     // The relabelling that explains the most rows: each dataset class sent to its most frequent loss class.
-    std::map<int64_t, int64_t> best;
-    std::map<int64_t, std::pair<int64_t, int64_t>> best_to;  // dataset class -> (rows, loss class)
-    for (const auto& [p, n] : pairs_) {
-      best[p.first] = std::max(best[p.first], n);
-      if (n > best_to[p.first].first) best_to[p.first] = {n, p.second};
-    }
+    std::map<int64_t, std::pair<int64_t, int64_t>> best;  // dataset class -> (rows, its most frequent loss class)
+    for (const auto& [p, n] : pairs_)
+      if (n > best[p.first].first) best[p.first] = {n, p.second};
     int64_t kept = 0;
-    for (const auto& [cls, n] : best) kept += n;
+    std::set<int64_t> images;  // the loss classes the relabelling sends the dataset's classes to
+    for (const auto& [cls, to] : best) {
+      kept += to.first;
+      images.insert(to.second);
+    }
     const double agreement = static_cast<double>(kept) / static_cast<double>(found_);
-    std::set<int64_t> images;
-    for (const auto& [cls, to] : best_to) images.insert(to.second);
-    const bool one_to_one = images.size() == best_to.size();
+    const bool one_to_one = images.size() == best.size();
     if (std::optional<Finding> f = self_labelled(c, agreement, one_to_one)) {
       c.add(*f);
       return;

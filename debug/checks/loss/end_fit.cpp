@@ -70,16 +70,31 @@ Remap remapped(const EndFitMeasure& m, const EndFitOptions& o) {
 }  // namespace
 
 namespace {
+// The run's epochs beside a final model written after its last step (weights loaded after the run):
+// its finite validation losses and accuracies, the epoch of the lowest loss and the highest accuracy.
+struct RunEpochs {
+  std::vector<double> vl, va;
+  size_t best = 0;
+  bool acc = false;  // accuracies for the epochs and the final model
+  double best_acc = std::numeric_limits<double>::quiet_NaN();
+};
+// Empty (nullopt) where nothing was loaded after the run, or there are too few epochs to compare.
+std::optional<RunEpochs> run_epochs(const EndFitMeasure& m) {
+  RunEpochs e;
+  e.vl = detail::finite_only(m.epoch_val_loss);
+  if (!m.loaded_after_run || e.vl.size() < 2 || !std::isfinite(m.val_loss)) return std::nullopt;
+  e.best = static_cast<size_t>(std::min_element(e.vl.begin(), e.vl.end()) - e.vl.begin());
+  e.va = detail::finite_only(m.epoch_val_accuracy);
+  e.acc = std::isfinite(m.val_accuracy) && !e.va.empty();
+  if (e.acc) e.best_acc = *std::max_element(e.va.begin(), e.va.end());
+  return e;
+}
+
 // Weights loaded after the run that score worse than the run's best and last epochs.
-std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOptions& o) {
-  const std::vector<double> vl = detail::finite_only(m.epoch_val_loss);
-  if (!m.loaded_after_run || vl.size() < 2 || !std::isfinite(m.val_loss)) return std::nullopt;
-  const size_t best = static_cast<size_t>(std::min_element(vl.begin(), vl.end()) - vl.begin());
+std::optional<Finding> restored_worse(const EndFitMeasure& m, const RunEpochs& e, const EndFitOptions& o) {
+  const auto& [vl, va, best, acc, best_acc] = e;
   const double limit = (1 + o.restored_rise) * std::max(vl[best], 0.0);
   if (!(m.val_loss > limit && m.val_loss > (1 + o.restored_rise) * vl.back())) return std::nullopt;
-  const std::vector<double> va = detail::finite_only(m.epoch_val_accuracy);
-  const bool acc = std::isfinite(m.val_accuracy) && !va.empty();
-  const double best_acc = acc ? *std::max_element(va.begin(), va.end()) : std::nan("");
   if (acc && !(m.val_accuracy < std::min(best_acc, va.back()) - o.restored_accuracy_drop)) return std::nullopt;
   Finding f = make(Kind::RestoredWorse, Severity::Warning,
                    "the weights loaded after the last step score worse than the run did: validation loss " +
@@ -107,15 +122,11 @@ std::optional<Finding> restored_worse(const EndFitMeasure& m, const EndFitOption
 }
 // Weights loaded after the run that score exactly the last epoch's numbers, where an earlier epoch was
 // clearly better by the loss and by the accuracy: a restore that brought back the last epoch.
-std::optional<Finding> restored_last(const EndFitMeasure& m, const EndFitOptions& o) {
-  const std::vector<double> vl = detail::finite_only(m.epoch_val_loss);
-  if (!m.loaded_after_run || vl.size() < 2 || !std::isfinite(m.val_loss) || !(vl.back() > 0)) return std::nullopt;
-  const size_t best = static_cast<size_t>(std::min_element(vl.begin(), vl.end()) - vl.begin());
+std::optional<Finding> restored_last(const EndFitMeasure& m, const RunEpochs& e, const EndFitOptions& o) {
+  const auto& [vl, va, best, acc, best_acc] = e;
+  if (!(vl.back() > 0)) return std::nullopt;
   const bool same_loss = std::fabs(m.val_loss - vl.back()) <= o.restored_same * vl.back();
   if (!same_loss || !(vl.back() > (1 + o.restored_rise) * std::max(vl[best], 0.0))) return std::nullopt;
-  const std::vector<double> va = detail::finite_only(m.epoch_val_accuracy);
-  const bool acc = std::isfinite(m.val_accuracy) && !va.empty();
-  const double best_acc = acc ? *std::max_element(va.begin(), va.end()) : std::nan("");
   // Kept by the accuracy, the last epoch can be the best one (or tie with it): then it is the one to restore.
   const double one_row = 1.0 / static_cast<double>(std::max<int64_t>(m.val_examples, 1));
   if (acc && !(best_acc - va.back() > 0.5 * one_row)) return std::nullopt;
@@ -204,13 +215,13 @@ std::optional<Finding> reported_accuracy_low(const EndFitMeasure& m, const EndFi
 std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& o, bool* still_falling, bool* unread) {
   std::vector<Finding> out;
   // The final model is not the one the run trained: the verdicts on its fit would be about the wrong weights.
-  if (std::optional<Finding> f = restored_worse(m, o)) {
-    out.push_back(std::move(*f));
-    return out;
-  }
-  if (std::optional<Finding> f = restored_last(m, o)) {
-    out.push_back(std::move(*f));
-    return out;
+  if (const std::optional<RunEpochs> e = run_epochs(m)) {
+    std::optional<Finding> f = restored_worse(m, *e, o);
+    if (!f) f = restored_last(m, *e, o);
+    if (f) {
+      out.push_back(std::move(*f));
+      return out;
+    }
   }
   if (std::optional<Finding> f = reported_accuracy_low(m, o)) out.push_back(std::move(*f));
   const bool acc = std::isfinite(m.train_accuracy) && std::isfinite(m.val_accuracy);
