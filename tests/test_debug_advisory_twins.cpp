@@ -440,6 +440,58 @@ TEST_CASE("M23: a linear stem feeding a residual stream is silent; the same stem
 
 namespace {
 
+// A token table and a positional table summed, then a linear head over the mean: `how` says what the
+// positional table is looked up with (0: the positions, 1: the token ids, as a copy of the line above),
+// or (2) the two tables read the same ids but are concatenated (two features of one id, not one table).
+struct TokPos : nn::Module {
+  std::shared_ptr<nn::Embedding> tok, pos;
+  std::shared_ptr<nn::Linear> head;
+  int how;
+  explicit TokPos(int h) : Module("TokPos"), how(h) {
+    tok = register_module("tok", std::make_shared<nn::Embedding>(20, 8));
+    pos = register_module("pos", std::make_shared<nn::Embedding>(32, 8));
+    head = register_module("head", std::make_shared<nn::Linear>(how == 2 ? 16 : 8, 3));
+  }
+  Tensor forward(const Tensor& ids) override {
+    const int64_t T = ids.size(1);
+    const Tensor positions = arange(T, kInt64).reshape({1, T}).expand({ids.size(0), T}).contiguous();
+    const Tensor t = (*tok)(ids);
+    const Tensor h = how == 0 ? t + (*pos)(positions) : how == 1 ? t * 2.0 + (*pos)(ids) : cat({t, (*pos)(ids)}, 2);
+    return (*head)(relu(mean(h, {1})));
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "M23: a positional table looked up with the token ids acts as one table with the token table; positions, silent") {
+  manual_seed(6);
+  const Tensor ids = randint(0, 20, {8, 12});
+  const std::vector<debug::Finding> bug = debug::check_embeddings_one_table(*std::make_shared<TokPos>(1), ids);
+  REQUIRE(bug.size() == 1);
+  CHECK(bug[0].fires());
+  CHECK(bug[0].kind == debug::Kind::EmbeddingsOneTable);
+  CHECK(bug[0].fix.find("arange(T)") != std::string::npos);
+  CHECK(debug::check_embeddings_one_table(*std::make_shared<TokPos>(0), ids).empty());
+  // Concatenated, the two lookups of one id feed different features: not one table.
+  CHECK(debug::check_embeddings_one_table(*std::make_shared<TokPos>(2), ids).empty());
+  // Through the gate, the finding is the diagnosis's lead with its own cause.
+  auto model = std::make_shared<TokPos>(1);
+  const Tensor y = randint(0, 3, {8});
+  nn::CrossEntropyLoss ce;
+  debug::LossFunction loss = [&ce](const Tensor& o, const Tensor& t) { return ce(o, t); };
+  debug::GateOptions g;
+  g.overfit = false;
+  g.gradcheck = false;
+  const debug::Report r = debug::pretrain_gate(*model, ids, y, loss, nullptr, g);
+  const debug::CauseAnalysis a = debug::analyse_causes(r);
+  REQUIRE_MESSAGE(a.lead.has_value(), r.str(true));
+  CHECK(a.lead->cause == "embeddings-one-table");
+  CHECK(a.lead->check == "M23");
+}
+
+namespace {
+
 // y = exp(x . w / 2 + 3 + noise): a skewed target, trained on log1p(y). `raw_val`: the validation
 // loader keeps raw y (the transform on the training path only, the prediction never mapped back).
 Split skewed(bool raw_val) {

@@ -84,6 +84,7 @@ TEST_CASE("L9 restored-last: a restore that brings back the last epoch warns; th
   // kept with detach() shares the weights' storage, so the restore writes the last epoch back.
   debug::EndFitMeasure m = classifier(0.461, confusion(std::vector<int64_t>(10, 100), std::vector<double>(10, 0.461)));
   m.loaded_after_run = true;
+  m.loaded_unchanged = true;  // the write left the last step's values
   m.epoch_val_loss = {1.80, 1.741, 1.83, 1.97, 2.063};
   m.epoch_val_accuracy = {0.49, 0.51, 0.50, 0.48, 0.461};
   m.val_loss = 2.063;
@@ -103,6 +104,11 @@ TEST_CASE("L9 restored-last: a restore that brings back the last epoch warns; th
   debug::EndFitMeasure no_write = m;
   no_write.loaded_after_run = false;
   CHECK_FALSE(has_kind(debug::check_end_fit(no_write), debug::Kind::RestoredLast));
+  // A write that changed the values (an average of the weights, an EMA, copied in at the end), scoring
+  // as the last epoch reported (the loop reported the average's numbers): not a restore of the last.
+  debug::EndFitMeasure averaged = m;
+  averaged.loaded_unchanged = false;
+  CHECK_FALSE(has_kind(debug::check_end_fit(averaged), debug::Kind::RestoredLast));
 }
 
 TEST_CASE("L9 learning curve: a repeat short of the run raises the bar; class targets are not judged by the loss") {

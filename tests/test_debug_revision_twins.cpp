@@ -148,6 +148,39 @@ TEST_CASE("BatchNorm statistics reset and recomputed in training mode under no_g
   }
 }
 
+TEST_CASE("M2 judges the watched model's layers: another model's BatchNorm in training mode under no_grad is silent") {
+  // The same pass (training mode, no_grad, no reset) on a second model (an averaged copy, a teacher),
+  // against the watched model itself.
+  for (const bool other : {true, false}) {
+    CAPTURE(other);
+    manual_seed(5);
+    const Split d = dtest::split(3, 2.0);
+    auto model = std::make_shared<BnNet>();
+    auto copy = std::make_shared<BnNet>();
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session dbg(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 6; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = ce((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    nn::Module& pass = other ? static_cast<nn::Module&>(*copy) : static_cast<nn::Module&>(*model);
+    {
+      NoGradGuard ng;
+      pass.train();
+      for (const nn::Batch& b : *d.train) pass(b.x);
+    }
+    model->eval();
+    const debug::RunReport r = dbg.finish();
+    CHECK_MESSAGE(fires(r, "M2") == !other, r.str(true));
+  }
+}
+
 TEST_CASE("a loop whose validation accuracy pairs predictions with another pass's labels: L9 leads; paired, clean") {
   for (const bool bug : {true, false}) {
     CAPTURE(bug);

@@ -241,6 +241,26 @@ TEST_CASE("grouping rules: a second NaN source at another time stays a root; M5 
 
 // ---- redundant bias ---------------------------------------------------------------------
 
+TEST_CASE("a bias before BatchNorm is redundant at every width: 512 and 1024 wide as well as 100") {
+  // The probe's noise on the module's output must differ between rows: a pattern that repeats with
+  // the row (per-channel constant) is removed by the BatchNorm like the shift itself.
+  XY d = blobs(32, 3, 8, 5, 1.0);
+  nn::CrossEntropyLoss ce;
+  dbg::LossFunction loss = [&ce](const Tensor& out, const Tensor& t) { return ce(out, t); };
+  for (int64_t width : {100, 512, 1024}) {
+    INFO("width " << width);
+    gs::manual_seed(3);
+    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, width),
+                                                  std::make_shared<nn::BatchNorm1d>(width),
+                                                  std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(width, 3));
+    model->train();
+    ce((*model)(d.x), d.y).backward();
+    const std::vector<dbg::Finding> red = dbg::find_redundant_biases(*model, d.x, d.y, loss);
+    REQUIRE(red.size() == 1);
+    CHECK(red[0].parameter == "0.bias");
+  }
+}
+
 TEST_CASE("a Linear bias right before BatchNorm is one info finding 'redundant bias', not a vanishing gradient") {
   XY d = blobs(32, 3, 8, 5, 1.0);
   nn::CrossEntropyLoss ce;

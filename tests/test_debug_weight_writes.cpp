@@ -244,3 +244,52 @@ TEST_CASE("WeightWriteTracker: the share of the optimizer's movement a write tak
   CHECK(quiet.summary().written_steps == 0);
   CHECK(std::isnan(quiet.summary().undone));
 }
+
+TEST_CASE(
+    "WeightWriteTracker: a write after the last step that keeps the last step's values, against one that moves them") {
+  Tensor w = zeros({300}).requires_grad_(true);
+  optim::SGD opt({w}, optim::SGDOptions(0.1));
+  const Tensor g = arange(300, kFloat32) * 0.01 + 1.0;
+  auto step = [&] {
+    opt.zero_grad();
+    sum(w * g).backward();
+    opt.step();
+  };
+  struct One : nn::Module {
+    explicit One(const Tensor& t) : Module("One") { register_parameter("w", t); }
+  } model(w);
+  // A snapshot that shares the weight's storage (detach(), not clone()) copied back: the same values.
+  {
+    debug::WeightWriteTracker t;
+    t.attach(opt, model);
+    const Tensor aliased = w.detach();
+    for (int i = 0; i < 3; ++i) step();
+    NoGradGuard ng;
+    w.copy_(aliased);
+    t.finish();
+    CHECK(t.summary().after_last_step);
+    CHECK(t.summary().after_last_step_same);
+  }
+  // An average of the weights copied in at the end (an EMA lags the weights by a little): the values change.
+  {
+    debug::WeightWriteTracker t;
+    t.attach(opt, model);
+    for (int i = 0; i < 3; ++i) step();
+    NoGradGuard ng;
+    Tensor avg = w.detach().clone();
+    avg.add_(1e-3);
+    w.copy_(avg);
+    t.finish();
+    CHECK(t.summary().after_last_step);
+    CHECK_FALSE(t.summary().after_last_step_same);
+  }
+  // No write after the last step: neither.
+  {
+    debug::WeightWriteTracker t;
+    t.attach(opt, model);
+    for (int i = 0; i < 3; ++i) step();
+    t.finish();
+    CHECK_FALSE(t.summary().after_last_step);
+    CHECK_FALSE(t.summary().after_last_step_same);
+  }
+}

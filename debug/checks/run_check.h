@@ -101,6 +101,8 @@ struct TrainingHistory {
   // The loop wrote the weights after its last optimizer step (a checkpoint restored, averaged weights
   // copied back): O6's write tracker saw it at the end of the run.
   bool weights_loaded_after_run = false;
+  // ... and that write left the weights as the last step made them (a restore of the last epoch).
+  bool weights_loaded_unchanged = false;
   int64_t gradient_judged_steps = 0;
   std::vector<std::pair<std::string, int64_t>> gradient_missing;
 };

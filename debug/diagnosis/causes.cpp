@@ -263,7 +263,15 @@ const std::vector<Cause>& diagnosis_causes() {
       {"capacity", "a model too small for the task", "M16", "a wider model on the same data", true,
        GS_CHECK_CONFIRMS("M16")},
       {"missing-nonlinearity", "two linear layers with no non-linearity between them", "M23",
-       "each linear layer's input against the previous linear layer's output", true, GS_CHECK_CONFIRMS("M23")},
+       "each linear layer's input against the previous linear layer's output", true,
+       [](const Finding& f) { return is(f, "M23", Kind::LinearCollapse); }},
+      {"embeddings-one-table",
+       "two embedding tables looked up with the same indices (a positional table read "
+       "with the token ids)",
+       "M23",
+       "the indices of each pair of embedding lookups and the gradients flowing into "
+       "them",
+       true, [](const Finding& f) { return is(f, "M23", Kind::EmbeddingsOneTable); }},
       {"high-dropout", "a dropout rate above 0.5", "M24", "the probability of each Dropout layer", true,
        GS_CHECK_CONFIRMS("M24")},
       {"all-zero", "a weight or a layer output that stays zero", "M25",
@@ -477,6 +485,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "lr-too-high",
                                                      "high-dropout",
                                                      "missing-nonlinearity",
+                                                     "embeddings-one-table",
                                                      "capacity",
                                                      "lr-too-low",
                                                      "inputs-ignored"};

@@ -417,12 +417,13 @@ const std::vector<CheckInfo>& all_checks() {
        "mpirun -np 2 gradsleuth zoo --distributed --bug B32",
        true},
       {"M23",
-       "missing non-linearity",
+       "missing non-linearity, collapsed layers",
        "model",
        {"UMLAUT"},
        "two linear layers (Linear, Conv) in a row whose second takes exactly the first's output (reshaped at most) in "
-       "an eval-mode forward: they collapse into one linear map",
-       "debug::check_missing_nonlinearity",
+       "an eval-mode forward: they collapse into one linear map; two Embedding tables looked up with the same "
+       "indices whose lookups are only summed act as one table",
+       "debug::check_missing_nonlinearity, debug::check_embeddings_one_table",
        "gradsleuth doctor",
        true},
       {"M24",

@@ -100,6 +100,9 @@ namespace gradsleuth::debug {
   /* M27 initialisation: activation variance through depth, symmetric units */                        \
   X(VarianceDrift, "variance-drift", "M27")                                                           \
   X(SymmetricUnits, "symmetric-units", "M27")                                                         \
+  /* M23 layers that collapse into one: linear layers in a row, tables read with one index */         \
+  X(LinearCollapse, "linear-collapse", "M23")                                                         \
+  X(EmbeddingsOneTable, "embeddings-one-table", "M23")                                                \
   /* M28 the range watch of reduced precision */                                                      \
   X(GradientUnderflow, "gradient-underflow", "M28")                                                   \
   X(UpdatesVanish, "updates-vanish", "M28")                                                           \

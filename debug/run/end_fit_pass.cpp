@@ -435,6 +435,7 @@ void Session::check_fit_at_end(RunReport& r) {
     m.epoch_val_loss = r.history.epoch_val_loss;
     m.epoch_val_accuracy = r.history.epoch_val_accuracy;
     m.loaded_after_run = r.history.weights_loaded_after_run;
+    m.loaded_unchanged = r.history.weights_loaded_unchanged;
     // L7's "validation too good" with the training split scored as validation is.
     revise_validation_too_good(r.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     for (PhaseReport& p : r.phases)

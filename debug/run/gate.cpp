@@ -117,6 +117,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
   });
   gate_phase(r, "structure checks", "M23, M24, M27", [&] {
     r.add(check_missing_nonlinearity(model, x));          // M23
+    r.add(check_embeddings_one_table(model, x));          // M23
     r.add(check_dropout_rate(model, o.model));            // M24
     r.add(check_activation_variance(model, x, o.model));  // M27
     r.note_ran("M23, M24, M27");

@@ -120,11 +120,12 @@ std::optional<Finding> restored_worse(const EndFitMeasure& m, const RunEpochs& e
       "(best = +inf for a loss, -inf for an accuracy), and check the file you load is the one you saved last";
   return f;
 }
-// Weights loaded after the run that score exactly the last epoch's numbers, where an earlier epoch was
-// clearly better by the loss and by the accuracy: a restore that brought back the last epoch.
+// Weights loaded after the run that are the last step's own values and score the last epoch's numbers,
+// where an earlier epoch was clearly better by the loss and by the accuracy: a restore that brought back
+// the last epoch. (An average copied in at the end, an EMA, changes the values: not a restore of the last.)
 std::optional<Finding> restored_last(const EndFitMeasure& m, const RunEpochs& e, const EndFitOptions& o) {
   const auto& [vl, va, best, acc, best_acc] = e;
-  if (!(vl.back() > 0)) return std::nullopt;
+  if (!m.loaded_unchanged || !(vl.back() > 0)) return std::nullopt;
   const bool same_loss = std::fabs(m.val_loss - vl.back()) <= o.restored_same * vl.back();
   if (!same_loss || !(vl.back() > (1 + o.restored_rise) * std::max(vl[best], 0.0))) return std::nullopt;
   // Kept by the accuracy, the last epoch can be the best one (or tie with it): then it is the one to restore.

@@ -162,6 +162,8 @@ struct EndFitMeasure {
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;  // per epoch, as training saw them
   // The loop wrote the weights after its last optimizer step (TrainingHistory::weights_loaded_after_run).
   bool loaded_after_run = false;
+  // ... and left the weights as the last step made them (TrainingHistory::weights_loaded_unchanged).
+  bool loaded_unchanged = false;
   // The probe: the run's mean loss over its last steps and the probe's over its own (NaN: not run).
   double run_window_loss = std::numeric_limits<double>::quiet_NaN();
   double probe_window_loss = std::numeric_limits<double>::quiet_NaN();

@@ -1,4 +1,5 @@
-// M23 missing non-linearity, M24 dropout rate and M27 activation variance at initialisation (see model_checks.h).
+// M23 missing non-linearity (layers that collapse into one), M24 dropout rate and M27 activation variance at
+// initialisation (see model_checks.h).
 #include "debug/checks/model/model_checks.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "nn/activation.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"
+#include "nn/embedding.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/normalization.h"
@@ -136,6 +138,7 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
                              b.label + " takes " + a.label +
                                  "'s output with no non-linearity between them: the two "
                                  "layers collapse into one linear map");
+    f.kind = Kind::LinearCollapse;
     f.module = b.label;
     f.shape = shape_str(b.input.shape());
     f.evidence = {{"max |input of the second - output of the first|", diff, "0 (the same values) flags"},
@@ -146,6 +149,101 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
         "input";
     f.fix = "put a non-linearity (nn::ReLU, gs::relu, nn::Tanh, ...) between " + a.label + " and " + b.label;
     out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// Two Embedding tables looked up with the same indices whose lookups reach the output only as a
+// weighted sum: a*E1[ids] + b*E2[ids] is one table, (a*E1 + b*E2)[ids]. The usual cause is a positional
+// table indexed by the token ids. Found in one eval-mode forward with gradients: the indices of every pair
+// of calls to two different tables are compared, then the gradients of a fixed projection of the output
+// with respect to the two lookups (proportional when the two are only summed; a gate or a concatenation
+// makes them differ).
+std::vector<Finding> check_embeddings_one_table(nn::Module& model, const Tensor& x) {
+  struct Call {
+    std::string label;
+    const nn::Embedding* table;
+    Tensor ids, output;
+  };
+  std::vector<Call> calls;
+  HookSet hooks;
+  int tables = 0;
+  for (auto& [path, m] : leaf_modules(model)) {
+    const auto* e = dynamic_cast<const nn::Embedding*>(m.get());
+    if (!e) continue;
+    ++tables;
+    const std::string label = module_label(path, *m);
+    hooks.pre(m, [&calls, label, e](nn::Module&, const Tensor& in) {
+      calls.push_back({label, e, in.defined() ? in.detach().clone() : in, Tensor()});
+    });
+    hooks.post(m, [&calls](nn::Module&, const Tensor&, const Tensor& out) {
+      if (!calls.empty()) calls.back().output = out;
+    });
+  }
+  if (tables < 2) return {};
+  std::vector<Finding> out;
+  try {
+    QuietProbe quiet(model);
+    ModeSnapshot modes(model);
+    model.eval();
+    EnableGradGuard eg;
+    const Tensor y = model(x);
+    hooks.clear();
+    if (!y.defined() || !y.is_floating_point() || !y.requires_grad()) return {};
+    const Tensor w = sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape());
+    const Tensor s = sum(y * w);
+    std::set<std::pair<const nn::Embedding*, const nn::Embedding*>> reported;
+    for (size_t i = 0; i < calls.size(); ++i)
+      for (size_t j = i + 1; j < calls.size(); ++j) {
+        const Call& a = calls[i];
+        const Call& b = calls[j];
+        if (a.table == b.table || reported.count({a.table, b.table})) continue;
+        if (!a.ids.defined() || !b.ids.defined() || a.ids.shape() != b.ids.shape() || a.ids.numel() < 2) continue;
+        if (!a.output.defined() || !b.output.defined() || a.output.shape() != b.output.shape()) continue;
+        if (!a.output.requires_grad() || !b.output.requires_grad()) continue;
+        {
+          NoGradGuard ng;
+          if (amax(abs(a.ids.to(kFloat64) - b.ids.to(kFloat64))).item<double>() != 0.0) continue;
+        }
+        const tensor_list g = autograd::grad({s}, {a.output, b.output}, {}, true, false, true);
+        if (!g[0].defined() || !g[1].defined()) continue;
+        NoGradGuard ng;
+        const Tensor ga = g[0].to(kFloat64).reshape({-1});
+        const Tensor gb = g[1].to(kFloat64).reshape({-1});
+        const double aa = sum(ga * ga).item<double>();
+        const double scale = amax(abs(gb)).item<double>();
+        if (!(aa > 0.0) || !(scale > 0.0)) continue;
+        const double c = sum(ga * gb).item<double>() / aa;
+        const double residual = amax(abs(gb - ga * c)).item<double>() / scale;
+        if (residual > 1e-5) continue;
+        reported.insert({a.table, b.table});
+        const auto top = static_cast<int64_t>(amax(a.ids.to(kFloat64)).item<double>()) + 1;
+        const int64_t rows_a = a.table->num_embeddings(), rows_b = b.table->num_embeddings();
+        Finding f = detail::make("M23", Severity::Warning,
+                                 a.label + " and " + b.label +
+                                     " are looked up with the same indices and their lookups are only summed: "
+                                     "the two tables act as one");
+        f.kind = Kind::EmbeddingsOneTable;
+        f.module = b.label;
+        f.shape = shape_str(b.ids.shape());
+        f.evidence = {{"max |indices of the first - indices of the second|", 0.0, "0 (the same indices) flags"},
+                      {"gradient of the second against the first's, times a scalar (relative residual)", residual,
+                       "<= 1e-5 (only summed) flags"},
+                      {"rows of " + a.label, static_cast<double>(rows_a), ""},
+                      {"rows of " + b.label, static_cast<double>(rows_b), ""},
+                      {"largest index + 1", static_cast<double>(top), ""}};
+        f.cause =
+            "a second embedding table (a positional one, most often) is indexed by the same ids as the first (the "
+            "token ids, a copy of the line above): the sum of two lookups of the same ids is one lookup of the "
+            "summed table, so the second table adds nothing, and a positional table gives the model no "
+            "information about order";
+        f.fix =
+            "look each table up with the indices it encodes: the token table with the token ids, a positional "
+            "table with arange(T) (0..T-1) broadcast over the batch";
+        out.push_back(std::move(f));
+      }
+  } catch (const std::exception&) {
+    return out;
   }
   return out;
 }

@@ -21,6 +21,7 @@
 #include "debug/checks/model/model_util.h"
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
+#include "nn/dropout.h"
 #include "nn/normalization.h"
 
 namespace gradsleuth::debug {
@@ -492,6 +493,12 @@ class ModeRunCheck final : public RunCheck {
   void pause(RunContext&, bool on) override { probing_ = on; }
   void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
     if (w.check != "M2") return;
+    // Raised by a layer of another model (an averaged copy whose BatchNorm statistics are being
+    // recomputed, a teacher): the watched model's own layers were not running.
+    if (own_layers_running_ == 0) {
+      f.check.clear();
+      return;
+    }
     f.title = w.where + " ran in training mode during an evaluation (no_grad)";
     f.fix = "call model.eval() before evaluating and model.train() afterwards";
     warned_.push_back(w.where);
@@ -509,6 +516,7 @@ class ModeRunCheck final : public RunCheck {
   void check_eval_pass(RunContext& c);
   void reset_pass() {
     pass_forwards_ = 0;
+    own_layers_running_ = 0;  // (a forward that threw left its count up)
     pass_stats_refresh_ = false;
     pass_repeat_run_ = pass_repeat_now_ = 0;
     last_input_ = 0;
@@ -525,6 +533,7 @@ class ModeRunCheck final : public RunCheck {
   std::vector<char> buffers_moved_, m17_named_;                 // per module, over the run
   std::vector<uint64_t> buffer_versions_;                       // per module: before its forward
   int64_t pass_forwards_ = 0;
+  int64_t own_layers_running_ = 0;  // the watched model's Dropout and BatchNorm layers inside a forward now
   bool pass_backward_ = false, pass_grad_mode_ = false, probing_ = false, eval_in_training_warned_ = false;
   bool pass_stats_refresh_ = false;  // the pass began with every training-mode BatchNorm's statistics reset
   Tensor pass_x_;                    // the pass's first input, to probe the model with
@@ -575,6 +584,19 @@ void ModeRunCheck::attach(RunContext& c) {
         false);
   }
   // M17: a BatchNorm evaluated with no (or never updated) running statistics.
+  // The layers that raise M2 warnings themselves (nn::Dropout, the BatchNorms): a warning raised while
+  // none of the watched model's runs comes from another model's layer.
+  for (auto& [path, m] : c.model.named_modules()) {
+    if (!dynamic_cast<nn::BatchNormBase*>(m.get()) && !dynamic_cast<nn::Dropout*>(m.get())) continue;
+    hooks_.pre(
+        m, [this](nn::Module&, const Tensor&) { ++own_layers_running_; }, false);
+    hooks_.post(
+        m,
+        [this](nn::Module&, const Tensor&, const Tensor&) {
+          own_layers_running_ = std::max<int64_t>(own_layers_running_ - 1, 0);
+        },
+        false);
+  }
   for (auto& [path, m] : c.model.named_modules()) {
     if (!dynamic_cast<nn::BatchNormBase*>(m.get())) continue;
     const std::string label = module_label(path, *m);

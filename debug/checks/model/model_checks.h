@@ -193,7 +193,9 @@ void soften_eval_only_findings(std::vector<Finding>& found);
 void soften_eval_only_findings(Report& r, const Report& gate);
 
 // Redundant biases (reported under O1 at info level): after a backward on (x, y), a 1-D
-// parameter whose gradient is ~0 (below vanishing_grad_norm) is shifted by a constant per
+// parameter whose gradient is small (below 1000 x vanishing_grad_norm: float32's residue of a
+// mean subtracted over a wide layer can sit either side of the vanishing threshold from one
+// batch to the next) is shifted by a constant per
 // entry, as large as its module's output (alternating signs), and the same batch's loss
 // is computed again in training mode (dropout off, no gradients, the values, buffers and
 // gradients put back). A loss that does not move (relative change <= 1e-4) means the
@@ -359,6 +361,10 @@ Finding stale_buffers_finding(const std::string& label, const std::string& buffe
 // change no value). The two collapse into one linear map. Found by values, so an activation
 // written as a function in forward() (gs::relu(fc1(x))) counts as well as an nn::ReLU module.
 std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor& x);
+// Two Embedding tables (different modules) looked up with the same indices in one forward, whose
+// lookups reach the output only summed (the gradients with respect to the two lookups proportional):
+// one table in effect, a positional table indexed by the token ids (kind embeddings-one-table).
+std::vector<Finding> check_embeddings_one_table(nn::Module& model, const Tensor& x);
 
 // ---- M24 ---------------------------------------------------------------------------
 // Dropout layers (nn::Dropout) whose probability is above o.max_dropout: most of the

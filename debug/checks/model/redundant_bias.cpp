@@ -35,7 +35,10 @@ using namespace model_detail;
 std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, const Tensor& y,
                                            const LossFunction& loss, double vanishing_grad_norm) {
   std::vector<Finding> out;
-  // Candidates: 1-D trainable parameters whose gradient is there, finite and ~0.
+  // Candidates: 1-D trainable parameters whose gradient is there, finite and small. A bias before a
+  // BatchNorm has a gradient of float32's rounding only, which sits either side of the vanishing
+  // threshold from one batch to the next: the probe below decides, the bar only saves its forwards.
+  const double candidate = 1e3 * vanishing_grad_norm;
   std::vector<std::pair<std::string, Tensor>> cands;
   for (auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad() || p.dim() != 1 || p.numel() == 0) continue;
@@ -43,7 +46,7 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     if (!g.defined()) continue;
     NoGradGuard ng;
     const double norm = std::sqrt(sum(square(g.detach().to(kFloat64))).item<double>());
-    if (std::isfinite(norm) && norm < vanishing_grad_norm) cands.emplace_back(name, p);
+    if (std::isfinite(norm) && norm < candidate) cands.emplace_back(name, p);
   }
   if (cands.empty()) return out;
   ModeSnapshot modes(model);
@@ -108,8 +111,16 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     //    examples moves it. Otherwise nothing after the module reaches the loss (saturated or dead
     //    units, a vanishing signal): a real problem, whose warning stays.
     std::vector<double> nz(static_cast<size_t>(out0.numel()));
-    for (size_t k = 0; k < nz.size(); ++k)
-      nz[k] = scale * (static_cast<double>((k * 2654435761u >> 7) % 4) - 1.5) / 1.5;
+    // Four levels drawn by a full 64-bit mix of the index (splitmix64's finaliser): a multiplicative
+    // hash's low bits repeat with the row width (every row of a 512-wide output got the same noise,
+    // a per-channel constant the BatchNorm removed).
+    for (size_t k = 0; k < nz.size(); ++k) {
+      uint64_t h = static_cast<uint64_t>(k) + 0x9e3779b97f4a7c15ull;
+      h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+      h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+      h ^= h >> 31;
+      nz[k] = scale * (static_cast<double>(h % 4) - 1.5) / 1.5;
+    }
     noise = tensor(nz, out0.shape(), kFloat64).to(out0.device());
     const double noisy = loss_now();
     noise = Tensor();
@@ -126,7 +137,7 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     f.parameter = name;
     f.shape = shape_of(p);
     f.evidence = {{"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
-                   "< " + fmt_num(vanishing_grad_norm) + " made it a candidate"},
+                   "< " + fmt_num(candidate) + " (1000 x the vanishing bar) made it a candidate"},
                   {"loss", base, ""},
                   {"loss with the bias shifted by up to " + fmt_num(1.5 * scale), shifted,
                    "unchanged (relative 1e-4) means redundant"},

@@ -756,7 +756,9 @@ class LearningRateRunCheck final : public RunCheck {
   }
   void series(TrainingHistory& h) const override {
     h.update_ratio = ratios_.series();
-    h.weights_loaded_after_run = writes_.summary().after_last_step;
+    const WeightWriteTracker::Summary w = writes_.summary();
+    h.weights_loaded_after_run = w.after_last_step;
+    h.weights_loaded_unchanged = w.after_last_step_same;
   }
 
  private:

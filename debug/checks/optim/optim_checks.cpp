@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -264,11 +265,16 @@ class GradientHealthRunCheck final : public RunCheck {
       ++it->second.second;
       health.erase(health.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if (!redundant_checked_ && c.loss && c.x.defined() && c.y.defined() &&
+    // Probed again (a few times at most) when a parameter not probed before warns: a bias before a
+    // BatchNorm whose rounding residue was above the bar at the first probe and fell below it later.
+    if (redundant_probes_ < 4 && c.loss && c.x.defined() && c.y.defined() &&
         std::any_of(health.begin(), health.end(), [&](const Finding& f) {
-          return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty();
+          return f.is("O1", Kind::GradientVanishing) && f.severity == Severity::Warning && !f.parameter.empty() &&
+                 !redundant_probed_.count(f.parameter);
         })) {
-      redundant_checked_ = true;
+      ++redundant_probes_;
+      for (const Finding& f : health)
+        if (f.is("O1", Kind::GradientVanishing) && !f.parameter.empty()) redundant_probed_.insert(f.parameter);
       const LossFunction lf = [&loss = *c.loss](const Tensor& out, const Tensor& t) { return loss(out, t); };
       std::vector<Finding> red;
       c.pause(true);  // the probe's forwards are not training statistics
@@ -355,7 +361,8 @@ class GradientHealthRunCheck final : public RunCheck {
 
  private:
   OptimCheckOptions o_;
-  bool redundant_checked_ = false;
+  int redundant_probes_ = 0;                                    // find_redundant_biases runs so far
+  std::set<std::string> redundant_probed_;                      // the vanishing parameters those runs saw
   int64_t judged_steps_ = 0;                                    // sampled steps on which some parameter had a gradient
   int64_t last_judged_ = -1, prev_judged_ = -1;                 // the last of them, the one before
   std::map<std::string, std::pair<Finding, int64_t>> missing_;  // the first finding, the steps without

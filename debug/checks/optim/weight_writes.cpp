@@ -1,7 +1,9 @@
 // The loop's writes to the weights between optimizer steps (see weight_writes.h).
 #include "debug/checks/optim/weight_writes.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/ops.h"
@@ -12,13 +14,17 @@ void WeightWriteTracker::attach(optim::Optimizer& opt, const nn::Module& model, 
   detach();
   params_.clear();
   steps_ = written_steps_ = 0;
-  after_last_step_ = false;
+  after_last_step_ = after_last_step_same_ = false;
   follow_budget_ = follow_max_elements;
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad()) continue;
     Param q;
     q.name = name;
     q.tensor = p;
+    const int64_t n = p.numel(), every = std::max<int64_t>(1, n / 64);
+    std::vector<int64_t> at;
+    for (int64_t i = 0; i < n && at.size() < 64; i += every) at.push_back(i);
+    q.sample_index = tensor(at, {static_cast<int64_t>(at.size())}).to(p.device());
     params_.push_back(std::move(q));
   }
   opt_ = &opt;
@@ -69,14 +75,27 @@ void WeightWriteTracker::post_step() {
   for (Param& q : params_) {
     q.version_after = q.tensor.version();
     q.stepped = true;
+    q.sample = index_select(q.tensor.detach().reshape({-1}), 0, q.sample_index);
     if (q.follow) q.after = q.tensor.detach().to(kFloat64).clone();
   }
 }
 
 void WeightWriteTracker::finish() {
   const int64_t before = written_steps_;
+  bool same = true;
+  {
+    NoGradGuard ng;
+    for (const Param& q : params_)
+      if (q.sample.defined() && q.tensor.version() != q.version_after)
+        same = same && amax(abs(index_select(q.tensor.detach().reshape({-1}), 0, q.sample_index).to(kFloat64) -
+                                q.sample.to(kFloat64)))
+                               .item<double>() == 0.0;
+  }
   pre_step();
-  after_last_step_ = after_last_step_ || (steps_ > 0 && written_steps_ > before);
+  if (steps_ > 0 && written_steps_ > before) {
+    after_last_step_ = true;
+    after_last_step_same_ = same;
+  }
 }
 
 void WeightWriteTracker::resync() {
@@ -94,6 +113,7 @@ WeightWriteTracker::Summary WeightWriteTracker::summary() const {
   s.steps = steps_;
   s.written_steps = written_steps_;
   s.after_last_step = after_last_step_;
+  s.after_last_step_same = after_last_step_ && after_last_step_same_;
   double dot = 0.0, moved_sq = 0.0, writes_sq = 0.0;
   int64_t most = 0;
   for (const Param& q : params_) {

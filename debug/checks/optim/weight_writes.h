@@ -53,6 +53,9 @@ class WeightWriteTracker {
     double cosine = std::numeric_limits<double>::quiet_NaN();  // <writes, moved> / (|writes| |moved|)
     std::string most_written;                                  // the followed weight with the most writes
     bool after_last_step = false;  // a write after the last step (finish() saw it): weights loaded at the end
+    // That write left every weight's sampled values as the last step made them (a restore of the last
+    // epoch, a snapshot that shared storage with the weights); false when none or the values changed.
+    bool after_last_step_same = false;
   };
   Summary summary() const;
 
@@ -65,6 +68,7 @@ class WeightWriteTracker {
     int64_t written = 0;   // gaps with a write to this weight
     bool follow = false;
     Tensor start, after, writes;  // float64 copies, from the first write on
+    Tensor sample_index, sample;  // up to 64 evenly spaced values, as the last step left them
     int64_t measured = 0;
   };
   void pre_step();
@@ -76,6 +80,7 @@ class WeightWriteTracker {
   std::vector<Param> params_;
   int64_t steps_ = 0, written_steps_ = 0;
   bool after_last_step_ = false;
+  bool after_last_step_same_ = false;
   int64_t follow_budget_ = 0;  // weight values that may still be followed
 };
 
