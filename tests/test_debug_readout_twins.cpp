@@ -8,7 +8,8 @@
 // never reads its targets against the same loss written right and an objective of its inputs; random
 // views of the validation inputs under an objective without labels against the same under a supervised
 // loss; a checkpoint loaded and then drawn again in every layer against a new head drawn again; a +-3
-// clip on raw values before the standardisation against the clip after it.
+// clip on raw values before the standardisation against the clip after it; a denoiser scored against its
+// noisy input against the same scored against the clean targets, and a plain autoencoder.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -362,5 +363,43 @@ TEST_CASE(
     for (const debug::Finding& f : r.findings.findings())
       flattened = flattened || (f.check == "D5" && f.fires() && f.title.find("flattened") != std::string::npos);
     CHECK_MESSAGE(flattened == bug, r.str(true));
+  }
+}
+
+TEST_CASE(
+    "D4 targets-are-inputs: a denoiser scored against its noisy input warns; the clean targets, or an autoencoder, "
+    "not") {
+  // Smooth 16-sample signals; the inputs carry noise, the targets are the clean signals.
+  manual_seed(11);
+  const int64_t N = 640, D = 16;
+  const Tensor phase = rand({N, 1}) * 6.28, t = arange(D, kFloat32).reshape({1, D}) * 0.4;
+  const Tensor clean = sin(t + phase), noisy = clean + randn({N, D}) * 0.3;
+  enum class Loop { Bug, Clean, Autoencoder };
+  for (const Loop how : {Loop::Bug, Loop::Clean, Loop::Autoencoder}) {
+    CAPTURE(static_cast<int>(how));
+    const Tensor targets = how == Loop::Autoencoder ? noisy : clean;
+    const Split d = dtest::loaders(noisy.narrow(0, 0, 512), targets.narrow(0, 0, 512), noisy.narrow(0, 512, 128),
+                                   targets.narrow(0, 512, 128));
+    manual_seed(12);
+    auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(D, 32), std::make_shared<nn::ReLU>(),
+                                                  std::make_shared<nn::Linear>(32, D));
+    nn::MSELoss mse;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session dbg(*model, mse, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 4; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = mse((*model)(b.x), how == Loop::Bug ? b.x : b.y);  // BUG arm: the input as the target
+        l.backward();
+        opt.step();
+      }
+      dbg.epoch();
+    }
+    const debug::RunReport r = dbg.finish();
+    CHECK_MESSAGE(has_kind(r.findings.findings(), debug::Kind::TargetsAreInputs) == (how == Loop::Bug), r.str(true));
+    if (how == Loop::Bug) {
+      REQUIRE(r.findings.diagnosis().lead.has_value());
+      CHECK(r.findings.diagnosis().lead->cause == "targets-are-inputs");
+    }
   }
 }

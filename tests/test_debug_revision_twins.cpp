@@ -269,6 +269,30 @@ TEST_CASE("classes imbalanced 11:1 and recalled evenly by the trained model: D3'
   expect_clean(r);
 }
 
+TEST_CASE("D3: an imbalance whose rare classes are recalled as well as the common ones is info, one hard class aside") {
+  // Ten classes, 300 down to 20 training labels; validation recall per class from the trained model.
+  std::vector<int64_t> labels;
+  const int64_t counts[10] = {300, 260, 200, 150, 100, 60, 50, 40, 30, 20};
+  for (int64_t c = 0; c < 10; ++c)
+    for (int64_t k = 0; k < counts[c]; ++k) labels.push_back(c);
+  const Tensor y = tensor(labels, {static_cast<int64_t>(labels.size())});
+  const std::vector<int64_t> examples(10, 100);
+  auto judged = [&](const std::vector<int64_t>& correct) {
+    debug::Report data;
+    for (const debug::Finding& f : debug::check_label_distribution(y, 10)) data.add(f);
+    REQUIRE(data.fired("D3"));
+    const std::vector<debug::Finding> recall = debug::check_class_errors(examples, correct);
+    debug::revise_class_imbalance(data, recall);
+    return data;
+  };
+  // One hard class (6, as Fashion-MNIST's shirts) at 35%, the rest 75-95% whatever their count: info.
+  const debug::Report hard = judged({95, 94, 78, 80, 82, 90, 35, 88, 85, 92});
+  CHECK_FALSE(hard.fired("D3"));
+  // The rare classes recalled far less than the common ones (the imbalance cost them): the warning stays.
+  const debug::Report cost = judged({96, 95, 90, 88, 85, 60, 55, 50, 45, 40});
+  CHECK(cost.fired("D3"));
+}
+
 TEST_CASE(
     "O8's rate below the range before training: info when the run's rate rose (a warm-up from 0), kept when flat") {
   for (const bool warmup : {true, false}) {

@@ -95,10 +95,15 @@ const std::vector<Cause>& diagnosis_causes() {
        GS_CHECK_CONFIRMS("D2")},
       {"misaligned-labels", "inputs and labels out of step", "D4",
        "hashes each loaded input back to the dataset and compares its label", true,
-       [](const Finding& f) { return is(f, "D4") && f.kind != Kind::TargetsFromPredictions; }},
+       [](const Finding& f) {
+         return is(f, "D4") && f.kind != Kind::TargetsFromPredictions && f.kind != Kind::TargetsAreInputs;
+       }},
       {"targets-from-predictions", "the model's own predictions passed to the loss as its targets", "D4",
        "the loss's targets against its input's top-scored class and the dataset's labels", true,
        [](const Finding& f) { return is(f, "D4", Kind::TargetsFromPredictions); }},
+      {"targets-are-inputs", "the model's inputs passed to the loss as its targets (the data's own targets unread)",
+       "D4", "the loss's targets against the model's input at each sampled step, and the dataset's targets", true,
+       [](const Finding& f) { return is(f, "D4", Kind::TargetsAreInputs); }},
       {"inputs-ignored",
        "labels the inputs do not predict (inputs and labels shuffled apart inside the dataset, the input dropped or "
        "zeroed on its way to the model)",
@@ -416,6 +421,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "padding-in-loss",
                                                      "misaligned-labels",
                                                      "targets-from-predictions",
+                                                     "targets-are-inputs",
                                                      "loss-ignores-targets",
                                                      "label-encoding",
                                                      "label-shape",

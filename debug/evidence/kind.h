@@ -20,8 +20,9 @@ namespace gradsleuth::debug {
   X(ClassCounts, "class-counts", "D3")                                                                \
   X(ClassWeightsAmplify, "class-weights-amplify", "D3")                                               \
   X(ClassRecallLow, "class-recall-low", "D3")                                                         \
-  /* D4 alignment over the run: the loss's targets are the model's own predictions */                 \
+  /* D4 alignment over the run: the loss's targets are the model's predictions, or its inputs */      \
   X(TargetsFromPredictions, "targets-from-predictions", "D4")                                         \
+  X(TargetsAreInputs, "targets-are-inputs", "D4")                                                     \
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
   X(TargetLeakage, "target-leakage", "D7")                                                            \

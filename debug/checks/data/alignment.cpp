@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -250,6 +251,17 @@ class LoopAlignmentRunCheck final : public RunCheck {
   std::string ids() const override { return "D4"; }
   uint32_t events() const override { return data_ ? RunEvent::LossInput | RunEvent::Finish : 0u; }
   void loss_input(RunContext& c, nn::Loss&, const Tensor& input, const Tensor& target) override {
+    if (c.sampled() && c.x.defined() && target.defined() && is_floating(target.dtype()) &&
+        target.shape() == c.x.shape() && target.numel() >= 2) {
+      // Float targets of the input's shape: are they the very values the model got?
+      NoGradGuard ng;
+      const Tensor t = target.detach().to(kFloat64), x = c.x.detach().to(t.device()).to(kFloat64);
+      const double scale = amax(abs(t)).item<double>();
+      ++float_steps_;
+      input_targets_ += scale > 0 && amax(abs(t - x)).item<double>() <= 1e-6 * scale;
+      c.note_ran("D4");
+      return;
+    }
     if (!c.sampled() || broken_ || !c.x.defined() || !target.defined() || target.dtype() != kInt64 ||
         target.dim() != 1 || c.x.dim() < 1 || c.x.size(0) != target.size(0))
       return;
@@ -278,6 +290,10 @@ class LoopAlignmentRunCheck final : public RunCheck {
     c.note_ran("D4");
   }
   void finish(RunContext& c) override {
+    if (std::optional<Finding> f = inputs_as_targets(c)) {
+      c.add(*f);
+      return;
+    }
     if (found_ < opts_.loop_alignment_min_rows || 2 * found_ < seen_) return;  // too few rows found to judge
     // The relabelling that explains the most rows: each dataset class sent to its most frequent loss class.
     std::map<int64_t, std::pair<int64_t, int64_t>> best;  // dataset class -> (rows, its most frequent loss class)
@@ -352,6 +368,45 @@ class LoopAlignmentRunCheck final : public RunCheck {
     f.fix = "pass the batch's labels to the loss (loss(logits, b.y)); compare pred with b.y only to count the accuracy";
     return f;
   }
+  // The loss scored against the model's own inputs at every sampled step, while the training data holds
+  // targets of that shape that differ from its inputs (a denoiser's clean images, a forecaster's next
+  // frames): loss(model(b.x), b.x) where b.y was meant. The model learns to copy its input.
+  std::optional<Finding> inputs_as_targets(const RunContext& c) const {
+    if (float_steps_ < 3 || input_targets_ < float_steps_) return std::nullopt;
+    double differ = 0, scale = 0;
+    try {
+      const int64_t n = std::min<int64_t>(data_->size(), 256);
+      if (n < 2) return std::nullopt;
+      const nn::Batch b = data_->get_batch(rows(0, n));
+      if (!b.y.defined() || !is_floating(b.y.dtype()) || b.y.shape() != b.x.shape()) return std::nullopt;
+      NoGradGuard ng;
+      const Tensor y = b.y.to(kFloat64);
+      differ = amax(abs(y - b.x.to(kFloat64))).item<double>();
+      scale = amax(abs(y)).item<double>();
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    if (!(scale > 0) || !(differ > 1e-3 * scale)) return std::nullopt;  // an autoencoder's data: y is x
+    Finding f = make("D4", Severity::Warning,
+                     "the loss's targets are the model's own inputs at every sampled step (" + num(input_targets_) +
+                         " of " + num(float_steps_) +
+                         "), while the training data's targets of that shape differ from its inputs: the "
+                         "data's targets are never read");
+    f.kind = Kind::TargetsAreInputs;
+    f.step = c.steps;
+    f.evidence = {{"sampled steps with float targets of the input's shape", static_cast<double>(float_steps_), ">= 3"},
+                  {"of them, targets equal to the model's input", static_cast<double>(input_targets_), "all and"},
+                  {"largest |target - input| in the training data (first rows)", differ,
+                   "> 1e-3 x its largest |target| (" + fmt_num(1e-3 * scale) + ") warns"}};
+    f.cause =
+        "the loop passes the model's input as the loss's target (loss(model(b.x), b.x)) where the data's targets "
+        "were meant (b.y: a denoiser's clean image, the next frame, the restored signal): the model is trained to "
+        "copy its input, and its training loss falls to nearly 0 while it learns nothing it was meant to";
+    f.fix =
+        "pass the batch's targets to the loss (loss(model(b.x), b.y)); for a plain autoencoder, give the loader "
+        "targets that are its inputs";
+    return f;
+  }
   static constexpr int64_t kSeveral = std::numeric_limits<int64_t>::min();  // a duplicate input with several labels
   bool build() {
     built_ = true;
@@ -381,6 +436,7 @@ class LoopAlignmentRunCheck final : public RunCheck {
   int64_t seen_ = 0, found_ = 0;
   int64_t same_ = 0;              // rows found whose loss class is the dataset's
   int64_t scored_ = 0, own_ = 0;  // rows with class scores, and those whose target is the top-scored class
+  int64_t float_steps_ = 0, input_targets_ = 0;  // sampled steps with float targets of the input's shape; equal to it
 };
 }  // namespace
 

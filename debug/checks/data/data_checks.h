@@ -227,7 +227,9 @@ std::vector<Finding> check_class_errors(const std::vector<int64_t>& examples, co
 
 // D3's imbalance warning among `data` (class counts, no empty class) becomes info when `recall`, the
 // findings of check_class_errors on the trained model, shows every class recalled at least
-// opts.imbalance_recall_even x the others' mean, each class with enough validation examples to judge.
+// opts.imbalance_recall_even x the others' mean, each class with enough validation examples to judge;
+// or the rarer half of the classes (by their training counts) recalled on average at least
+// opts.imbalance_recall_even x the commoner half, each rare class with opts.min_class_examples.
 void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, const DataCheckOptions& opts = {});
 // D3's empty classes become info: for a model over token ids that scores their whole vocabulary (L5's
 // targets_within_outputs), ids no target uses (the pad id, tokens nothing precedes) are no missing class.
