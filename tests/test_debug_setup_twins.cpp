@@ -50,6 +50,27 @@ struct FixupNet : nn::Module {
 
 }  // namespace
 
+TEST_CASE("O8 on SGD: a learning rate and weight decay swapped warn; recipes' pairs and AdamW's decay are silent") {
+  auto model = std::make_shared<Mlp>();
+  // lr 0.1 / wd 5e-4 (ResNet), 0.01 / 1e-4, 0.05 / 5e-3, and a small rate without decay.
+  for (const auto& [lr, wd] :
+       std::vector<std::pair<double, double>>{{0.1, 5e-4}, {0.01, 1e-4}, {0.05, 5e-3}, {1e-3, 0.0}}) {
+    CAPTURE(lr);
+    optim::SGD opt(model->parameters(), optim::SGDOptions(lr).momentum(0.9).weight_decay(wd));
+    CHECK(debug::check_learning_rate_range(opt).empty());
+  }
+  // AdamW's decoupled decay is meant to be far above its rate: 1e-3 with 0.05.
+  optim::AdamW adamw(model->parameters(), optim::AdamWOptions(1e-3).weight_decay(0.05));
+  CHECK(debug::check_learning_rate_range(adamw).empty());
+  // The pair 0.05 / 5e-4 passed the other way round.
+  optim::SGD swapped(model->parameters(), optim::SGDOptions(5e-4).momentum(0.9).weight_decay(0.05));
+  const std::vector<debug::Finding> f = debug::check_learning_rate_range(swapped);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].fires());
+  CHECK(f[0].kind == debug::Kind::SgdLrDecaySwapped);
+  CHECK(f[0].fix.rfind("SGDOptions(0.05).weight_decay(0.0005)", 0) == 0);
+}
+
 TEST_CASE("O8 on Adam's betas: the pair typed the other way round leads; PyTorch's pairs stay silent") {
   auto model = std::make_shared<Mlp>();
   // Kingma & Ba's condition beta1^2 / sqrt(beta2) < 1: (0.9, 0.999) 0.81, (0.9, 0.95) 0.83, (0, 0.99) 0.

@@ -340,6 +340,9 @@ const std::vector<Cause>& diagnosis_causes() {
        "the learning rate)",
        "O8", "the optimizer's betas against Adam's convergence condition beta1^2 / sqrt(beta2) < 1, before training",
        true, [](const Finding& f) { return is(f, "O8", Kind::AdamBetasUnstable); }},
+      {"sgd-lr-decay-swapped", "SGD's learning rate and weight decay passed the wrong way round", "O8",
+       "each SGD parameter group's weight decay against its learning rate", true,
+       [](const Finding& f) { return is(f, "O8", Kind::SgdLrDecaySwapped); }},
       {"frozen-bias-group",
        "a parameter group of biases and normalisation gains at learning rate 0 while the weights train (a weight "
        "decay of 0 written where ParamGroup takes the learning rate)",
@@ -493,6 +496,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "missing-nonlinearity",
                                                      "embeddings-one-table",
                                                      "capacity",
+                                                     "sgd-lr-decay-swapped",
                                                      "lr-too-low",
                                                      "inputs-ignored"};
   static const std::vector<Symptom> table = {

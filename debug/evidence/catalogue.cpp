@@ -565,7 +565,7 @@ const std::vector<CheckInfo>& all_checks() {
        {"UMLAUT", "Karpathy 2019", "Kingma & Ba 2015"},
        "before training, each parameter group's learning rate against its optimizer's usual range: Adam, AdamW, "
        "RMSprop [1e-5, 1e-2]; SGD [1e-4, 1]; a group of only biases and gains at rate 0 while weights train; "
-       "Adam's betas against beta1^2 / sqrt(beta2) < 1",
+       "Adam's betas against beta1^2 / sqrt(beta2) < 1; SGD's weight decay against its rate (swapped)",
        "debug::check_learning_rate_range",
        "gradsleuth doctor --bug B24",
        true},

@@ -154,6 +154,7 @@ namespace gradsleuth::debug {
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \
   X(AdamBetasUnstable, "adam-betas-unstable", "O8")                                                   \
+  X(SgdLrDecaySwapped, "sgd-lr-decay-swapped", "O8")                                                  \
   X(BiasGroupFrozen, "bias-group-frozen", "O8")                                                       \
   /* O10 the loss scaler */                                                                           \
   X(ScaleCollapsed, "scale-collapsed", "O10")                                                         \

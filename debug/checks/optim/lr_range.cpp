@@ -80,6 +80,30 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
                 : "start " + kind + " at its default 1e-3 (3e-4 is a common choice), then tune by factors of 3";
     out.push_back(std::move(f));
   }
+  // SGD's learning rate and (coupled) weight decay the wrong way round: a decay far above the rate.
+  if (kind == "SGD")
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const double lr = groups[i].lr, wd = groups[i].weight_decay;
+      if (!(lr > 0) || !(wd >= o.sgd_swap_wd_min && wd >= o.sgd_swap_ratio * lr)) continue;
+      const std::string group =
+          groups.size() == 1
+              ? std::string()
+              : " (parameter group " + (groups[i].name.empty() ? num(static_cast<int64_t>(i)) : groups[i].name) + ")";
+      Finding f = make("O8", Severity::Warning,
+                       "the SGD learning rate " + fmt_num(lr) + " and weight decay " + fmt_num(wd) + group +
+                           " look swapped: the decay is " + fmt_num(wd / lr) + "x the rate");
+      f.kind = Kind::SgdLrDecaySwapped;
+      f.evidence = {{"learning rate", lr, ""},
+                    {"weight decay (coupled, L2)", wd, ">= " + fmt_num(o.sgd_swap_wd_min) + " and"},
+                    {"weight decay / learning rate", wd / lr, ">= " + fmt_num(o.sgd_swap_ratio) + " warns"}};
+      f.cause =
+          "the two numbers were passed in each other's place (a helper make_sgd(params, weight_decay, lr), a "
+          "config's keys crossed): SGD then steps at the decay's value, far too slowly, and its L2 term pulls "
+          "the weights toward 0 as hard as the loss; recipes pair a rate of 0.01-0.1 with a decay of 1e-4-5e-4";
+      f.fix = "SGDOptions(" + str_printf("%g", wd) + ").weight_decay(" + str_printf("%g", lr) +
+              "), if the two were swapped";
+      out.push_back(std::move(f));
+    }
   // Adam's betas: the second moment must not forget faster than the first (Kingma & Ba's condition).
   if (adam) {
     const auto [b1, b2] = adam->options().betas();

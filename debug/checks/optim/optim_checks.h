@@ -212,6 +212,11 @@ struct OptimCheckOptions {
   // Theorem 4.1): beta1^2 / sqrt(beta2) < 1. PyTorch's (0.9, 0.999) gives 0.81, (0.9, 0.95) 0.83;
   // the pair typed the other way round, (0.999, 0.9), gives 1.05. At adam_betas_gamma_max or above: a warning.
   double adam_betas_gamma_max = 1.0;
+  // SGD's learning rate and weight decay passed the wrong way round: a coupled (L2) weight decay of
+  // sgd_swap_wd_min or more that is sgd_swap_ratio x the learning rate or more (SGD(params, 5e-4) with
+  // weight_decay 0.05 for lr 0.05 and 5e-4; recipes pair lr 0.01-0.1 with decay 1e-4-5e-4).
+  double sgd_swap_wd_min = 0.01;
+  double sgd_swap_ratio = 10.0;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
