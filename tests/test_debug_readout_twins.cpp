@@ -403,3 +403,25 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE(
+    "L9 generalisation gap: classes validation has and training never met explain it (info); a gap on the rest warns") {
+  // 95% right on training; validation holds 400 rows of two classes training never had (all wrong).
+  debug::EndFitMeasure m = classifier(0.55, {});
+  m.train_accuracy = 0.95;
+  m.val_unseen_rows = 400;
+  m.val_seen_accuracy = 0.917;  // 550 of the other 600 rows
+  const std::vector<debug::Finding> unseen = debug::check_end_fit(m);
+  const auto gap = std::find_if(unseen.begin(), unseen.end(),
+                                [](const debug::Finding& f) { return f.kind == debug::Kind::GeneralisationGap; });
+  REQUIRE(gap != unseen.end());
+  CHECK(gap->severity == debug::Severity::Info);
+  CHECK(gap->title.find("classes it never had") != std::string::npos);
+  // The rows of the classes training has show the gap too: memorised, a warning.
+  m.val_seen_accuracy = 0.62;
+  CHECK(has_kind(debug::check_end_fit(m), debug::Kind::GeneralisationGap));
+  // No unseen class: the warning as before.
+  m.val_unseen_rows = 0;
+  m.val_seen_accuracy = 0.55;
+  CHECK(has_kind(debug::check_end_fit(m), debug::Kind::GeneralisationGap));
+}

@@ -426,6 +426,21 @@ void Session::check_fit_at_end(RunReport& r) {
     m.val_accuracy = va.accuracy;
     m.val_examples = va.examples;
     m.val_confusion = va.confusion;
+    // Validation's classes the training pass never met (a split cut from a class-ordered pool).
+    int64_t seen_rows = 0, seen_hits = 0;
+    for (size_t k = 0; k < va.confusion.size(); ++k) {
+      int64_t rows = 0, trained = 0;
+      for (int64_t n : va.confusion[k]) rows += n;
+      if (k < tr.confusion.size())
+        for (int64_t n : tr.confusion[k]) trained += n;
+      if (trained == 0) {
+        m.val_unseen_rows += rows;
+        continue;
+      }
+      seen_rows += rows;
+      seen_hits += k < va.confusion[k].size() ? va.confusion[k][k] : 0;
+    }
+    if (seen_rows > 0) m.val_seen_accuracy = static_cast<double>(seen_hits) / static_cast<double>(seen_rows);
     m.class_labels = va.class_labels;
     m.train_row_losses = tr.row_losses;
     m.val_row_losses = va.row_losses;

@@ -67,9 +67,6 @@ Remap remapped(const EndFitMeasure& m, const EndFitOptions& o) {
   return r;
 }
 
-}  // namespace
-
-namespace {
 // The run's epochs beside a final model written after its last step (weights loaded after the run):
 // its finite validation losses and accuracies, the epoch of the lowest loss and the highest accuracy.
 struct RunEpochs {
@@ -286,9 +283,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
         "check a few validation examples with their labels";
     out.push_back(f);
   } else if (acc && m.train_accuracy - m.val_accuracy > o.gap_margin && z >= o.min_z) {
-    Finding f = make(Kind::GeneralisationGap, Severity::Warning,
+    // Validation rows of classes training never met explain the gap when the other rows show none (D15).
+    const bool unseen = m.val_unseen_rows > 0 && !(m.train_accuracy - m.val_seen_accuracy > o.gap_margin);
+    Finding f = make(Kind::GeneralisationGap, unseen ? Severity::Info : Severity::Warning,
                      "the trained model is right on " + pct(m.train_accuracy) + " of its training data but " +
-                         pct(m.val_accuracy) + " of validation: it memorised the training split");
+                         pct(m.val_accuracy) + " of validation" +
+                         (unseen ? ", " + pct(m.val_seen_accuracy) + " on the classes training has: the gap is the " +
+                                       std::to_string(m.val_unseen_rows) + " rows of classes it never had"
+                                 : ": it memorised the training split"));
     split_evidence(f);
     f.evidence.push_back({"training - validation accuracy", m.train_accuracy - m.val_accuracy,
                           "> " + str_printf("%g", o.gap_margin) + " and"});
@@ -677,7 +679,6 @@ bool end_fit_wants_data_probe(const EndFitMeasure& m, const std::vector<Finding>
 // examples it never saw; where its loss on them is clearly the higher one, the training examples are
 // not the distribution it is scored on: noise written into the stored training inputs, or targets
 // corrupted in the training split only.
-
 // Welch's z of the two splits' mean losses, from their examples' losses: (training - validation) /
 // the standard error of the difference.
 double loss_split_z(const EndFitMeasure& m) {

@@ -159,6 +159,9 @@ struct EndFitMeasure {
   bool class_labels = false;
   // Classification: the validation rows per (label, prediction) of the trained model, [label][prediction].
   std::vector<std::vector<int64_t>> val_confusion;
+  // Validation rows whose class the training pass never met, and the accuracy on the other rows (NaN: none).
+  int64_t val_unseen_rows = 0;
+  double val_seen_accuracy = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;  // per epoch, as training saw them
   // The loop wrote the weights after its last optimizer step (TrainingHistory::weights_loaded_after_run).
   bool loaded_after_run = false;
