@@ -17,6 +17,19 @@ using detail::make;
 using detail::num;
 
 // ---- W10 ------------------------------------------------------------------------------------
+namespace {
+// Seconds the calling thread has waited on a run queue (runnable, not running) since it started:
+// the second field of Linux's /proc/thread-self/schedstat, in nanoseconds; 0 elsewhere.
+double run_queue_seconds() {
+  std::FILE* f = std::fopen("/proc/thread-self/schedstat", "r");
+  if (!f) return 0.0;
+  unsigned long long on_cpu = 0, waited = 0;
+  const int got = std::fscanf(f, "%llu %llu", &on_cpu, &waited);
+  std::fclose(f);
+  return got == 2 ? static_cast<double>(waited) * 1e-9 : 0.0;
+}
+}  // namespace
+
 StepTimer::StepTimer(RunCheckOptions o) : o_(std::move(o)) {
   if (o_.watchdog_seconds > 0.0) watchdog_ = std::thread([this] { watch(); });
 }
@@ -64,20 +77,25 @@ void StepTimer::restart() {
   reported_ = false;
   last_ = std::chrono::steady_clock::now();
   own_at_last_ = detail::own_seconds();
+  queued_at_last_ = run_queue_seconds();
 }
 
 void StepTimer::step_done(int64_t step) {
   const double own = detail::own_seconds();  // the training thread's: step_done runs on it
+  const double queued = run_queue_seconds();
   std::lock_guard<std::mutex> lk(m_);
   const auto now = std::chrono::steady_clock::now();
-  if (running_)
+  if (running_) {
     durations_.emplace_back(step,
                             std::max(0.0, std::chrono::duration<double>(now - last_).count() - (own - own_at_last_)));
+    queued_.push_back(std::max(0.0, queued - queued_at_last_));
+  }
   running_ = true;
   reported_ = false;
   steps_done_ = step;
   last_ = now;
   own_at_last_ = own;
+  queued_at_last_ = queued;
 }
 
 std::vector<std::pair<int64_t, double>> StepTimer::durations() const {
@@ -115,27 +133,40 @@ std::vector<Finding> StepTimer::findings() const {
   const bool few = static_cast<int64_t>(durations_.size()) < std::max<int64_t>(o_.stall_min_steps, 1);
   const double limit = few ? o_.stall_max_seconds
                            : std::min(std::max(o_.stall_factor * med, o_.stall_min_seconds), o_.stall_max_seconds);
-  int64_t slow = 0, worst_step = -1;
-  double worst = 0.0;
-  for (const auto& [st, s] : durations_) {
+  int64_t slow = 0, worst_step = -1, busy = 0;  // busy: slow steps within the limit once the CPU wait is out
+  double worst = 0.0, worst_queued = 0.0;
+  for (size_t i = 0; i < durations_.size(); ++i) {
+    const auto& [st, s] = durations_[i];
     if (!(s > limit)) continue;
     ++slow;
+    const double queued = i < queued_.size() ? queued_[i] : 0.0;
+    busy += s - queued <= limit;
     if (s > worst) {
       worst = s;
       worst_step = st;
+      worst_queued = queued;
     }
   }
   if (slow == 0) return out;
-  Finding f = make("W10", Severity::Warning,
+  // Every slow step slow only by the time its thread waited for a CPU: other processes held the
+  // machine's cores. The run is not at fault: info.
+  const bool machine_busy = busy == slow;
+  Finding f = make("W10", machine_busy ? Severity::Info : Severity::Warning,
                    "step " + num(worst_step) + " took " + fmt_num(worst) + " s, " + fmt_num(worst / med) +
                        " times the median step (" + fmt_num(med) + " s): training stalled" +
-                       (slow > 1 ? " (" + num(slow) + " slow steps)" : ""));
+                       (slow > 1 ? " (" + num(slow) + " slow steps)" : "") +
+                       (machine_busy ? ", waiting " + fmt_num(worst_queued) +
+                                           " s for a CPU: other processes held the machine's cores"
+                                     : ""));
   f.step = worst_step;
   f.evidence = {{"longest step (s)", worst,
                  "> max(" + fmt_num(o_.stall_factor) + " x median, " + fmt_num(o_.stall_min_seconds) + " s), or > " +
                      fmt_num(o_.stall_max_seconds) + " s, flags"},
                 {"median step (s)", med, ""},
                 {"slow steps", static_cast<double>(slow), ""},
+                {"the longest step's wait for a CPU (s)", worst_queued, ""},
+                {"slow steps within the limit without that wait", static_cast<double>(busy),
+                 "all of them: a busy machine (info)"},
                 {"steps timed", static_cast<double>(durations_.size()), ""}};
   f.cause =
       "something blocked the training loop between two optimizer steps: a data loader waiting on disk or a "
@@ -144,6 +175,10 @@ std::vector<Finding> StepTimer::findings() const {
   f.fix =
       "time the parts of a slow step (debug::Profiler, W7): the loader, the forward/backward and the code "
       "around them; move occasional work (checkpoints, evaluation) out of the step or make it asynchronous";
+  if (machine_busy) {
+    f.cause = "the training thread was runnable but waited for a CPU: other processes shared the machine's cores";
+    f.fix = "none needed for the run's correctness; time it on a quiet machine";
+  }
   out.push_back(std::move(f));
   return out;
 }

@@ -17,7 +17,10 @@ namespace gradsleuth::debug {
 
 // W10. Wall time between the ends of consecutive optimizer steps, less the time the debug
 // module's own hooks took (detail::own_seconds); restart() after work that is not a step (the
-// gate, an evaluation pass at the end of an epoch). The watchdog counts wall time.
+// gate, an evaluation pass at the end of an epoch). The watchdog counts wall time. Beside each
+// step, the time the training thread waited for a CPU while runnable (Linux's
+// /proc/thread-self/schedstat; 0 where the kernel does not say): a step slow only by that wait
+// was slowed by other processes on a busy machine, not by the loop.
 class StepTimer {
  public:
   explicit StepTimer(RunCheckOptions o = {});
@@ -40,7 +43,9 @@ class StepTimer {
   int64_t steps_done_ = 0;
   std::chrono::steady_clock::time_point last_{};
   double own_at_last_ = 0.0;  // detail::own_seconds() at last_: the checks' time is not the step's
+  double queued_at_last_ = 0.0;                        // the thread's run-queue wait (s) at last_
   std::vector<std::pair<int64_t, double>> durations_;  // (step, seconds)
+  std::vector<double> queued_;                         // per entry of durations_: seconds waiting for a CPU
   std::vector<std::pair<int64_t, double>> hung_;       // (step, seconds waited) seen by the watchdog
   std::thread watchdog_;
 };
