@@ -237,6 +237,27 @@ TEST_CASE("M15: an objective of the inputs (a reconstruction scored against the 
   CHECK_MESSAGE(unread, r.str(true));
 }
 
+TEST_CASE("M15: a pairwise ranking loss reads its targets' differences only (a shift of all of them changes nothing)") {
+  manual_seed(10);
+  const Tensor x = randn({600, 6});
+  const Tensor grade = sum(x.narrow(1, 0, 2), {1}, true) + randn({600, 1}) * 0.1;  // a utility to rank by
+  const Split d = dtest::loaders(x.narrow(0, 0, 480), grade.narrow(0, 0, 480), x.narrow(0, 480, 120),
+                                 grade.narrow(0, 480, 120), 10);
+  auto model = std::make_shared<dtest::Mlp>(6, 1);
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  // RankNet: over every pair of the batch, softplus(-(s_i - s_j) sign(y_i - y_j)).
+  auto ranknet = [](const Tensor& s, const Tensor& y) {
+    const Tensor ds = s - s.reshape({1, -1}), dy = y - y.reshape({1, -1});
+    return mean(softplus(-ds * sign(dy)));
+  };
+  const debug::RunReport r = dtest::train_own_loop(*model, ranknet, opt, d, 2);
+  for (const debug::Finding& f : r.findings.findings()) {
+    CHECK(f.kind != debug::Kind::LossIgnoresTargets);
+    CHECK(f.kind != debug::Kind::TargetsUnread);
+  }
+  CHECK_FALSE(r.findings.fired("M15"));
+}
+
 namespace {
 // A dataset that draws a random view of each row at every read (noise of 0.3): an augmentation.
 struct RandomViews : nn::Dataset {

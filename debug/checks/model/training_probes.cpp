@@ -581,8 +581,9 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
 }
 
 namespace {
-// Whether loss(model(x), y) changes when the targets change: float targets moved by 1, class targets
-// shifted by one row (true where neither can tell: every class target the same).
+// Whether loss(model(x), y) changes when the targets change: shifted by one row, or (float targets) moved
+// by 1; a pairwise ranking loss reads only the targets' differences, a shift of all of them changes
+// nothing (true where neither can tell: every class target the same).
 bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss) {
   try {
     NoGradGuard ng;
@@ -590,19 +591,19 @@ bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, c
     model.eval();
     const Tensor& y = b.second;
     if (!y.defined() || y.dim() < 1 || y.size(0) < 2) return true;
-    Tensor other;
-    if (y.is_floating_point()) {
-      other = y + 1.0;
-    } else {
-      const int64_t n = y.size(0);
-      std::vector<int64_t> shift(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) shift[static_cast<size_t>(i)] = (i + 1) % n;
-      other = y.index_select(0, tensor(shift, {n}).to(y.device()));
-      if (amax(abs(other.to(kFloat64) - y.to(kFloat64))).item<double>() == 0.0) return true;
-    }
+    const int64_t n = y.size(0);
+    std::vector<int64_t> shift(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) shift[static_cast<size_t>(i)] = (i + 1) % n;
+    const Tensor rolled = y.index_select(0, tensor(shift, {n}).to(y.device()));
+    const bool same = amax(abs(rolled.to(kFloat64) - y.to(kFloat64))).item<double>() == 0.0;
+    if (same && !y.is_floating_point()) return true;
     const Tensor out = model(b.first);
-    const double a = loss(out, y).item<double>(), c = loss(out, other).item<double>();
-    return !(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a));
+    const double a = loss(out, y).item<double>();
+    const auto moves = [&](const Tensor& other) {
+      const double c = loss(out, other).item<double>();
+      return !(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a));
+    };
+    return (!same && moves(rolled)) || (y.is_floating_point() && moves(y + 1.0));
   } catch (const std::exception&) {
     return true;
   }
