@@ -195,3 +195,17 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE(
+    "M3 under a loss of the user's own: a ReLU embedding far wider than the labels is no logits; 5 ReLU'd scores are") {
+  manual_seed(3);
+  // A prototypical network's 64-wide ReLU embedding under 5-way labels, and a head of 5 scores after a ReLU.
+  auto model = std::make_shared<Mlp>();
+  const Tensor y = randint(0, 5, {32});
+  const Tensor embedding = relu(randn({32, 64}));
+  const Tensor scores = relu(randn({32, 5}));
+  CHECK_FALSE(dtest::fires(debug::check_final_activation(*model, embedding, {}, "ProtoLoss", y)));
+  CHECK(dtest::fires(debug::check_final_activation(*model, scores, {}, "FocalLoss", y)));
+  // Under cross-entropy, the columns are class scores however many there are.
+  CHECK(dtest::fires(debug::check_final_activation(*model, embedding, {}, "CrossEntropyLoss", y)));
+}

@@ -2,7 +2,10 @@
 // loss types they tell apart.
 #include "debug/checks/run_check.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "core/ops.h"
 
 namespace gradsleuth::debug {
 
@@ -81,8 +84,14 @@ bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& t
   const std::string& t = l.type_name();
   if (t == "CrossEntropyLoss" || t == "NLLLoss" || t == "MSELoss" || t == "BCELoss" || t == "BCEWithLogitsLoss")
     return false;
-  return input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
-         input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2;
+  if (!(input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
+        input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2))
+    return false;
+  // Scores over classes have about as many columns as there are classes: far more columns than the
+  // batch's labels reach (a prototypical network's 144-wide embedding under 5-way labels, a metric
+  // loss's features) is an embedding the loss turns into scores itself.
+  const int64_t top = target.numel() > 0 ? static_cast<int64_t>(amax(target).item<int64_t>()) : 0;
+  return input.size(1) <= 4 * std::max<int64_t>(top + 1, 2);
 }
 int64_t ignore_index(const nn::Loss& l) {
   if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) return ce->options().ignore_index_;

@@ -284,7 +284,8 @@ inline bool elementwise(const nn::Loss& l) {
   return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
 }
 // A loss of the user's own (an nn::Loss subclass the library does not know) that gets logits (B, C)
-// and class indices (B): whatever its formula, the prediction must be scores over classes.
+// and class indices (B): whatever its formula, the prediction must be scores over classes. Not where C
+// is over 4x the classes the batch's labels reach (an embedding the loss scores itself).
 bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target);
 // The class index a CrossEntropyLoss or NLLLoss masks (its ignore_index); -100 for any other loss.
 int64_t ignore_index(const nn::Loss& l);

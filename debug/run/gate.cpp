@@ -178,12 +178,18 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       std::string why;
       bool judge = C > 1 && y.dtype() == kInt64;
       const bool function = o.loss_type.empty();
-      // A loss function over an embedding (contrastive, triplet) reads its int64 labels as groups, not
-      // the output's columns as class scores: an output of zeros is no "no preference" there.
-      if (judge && function && out.dim() == 2 && y.dim() == 1 && out.size(0) == y.size(0) &&
+      // A loss function, or an nn::Loss the library does not know on outputs over 4x as wide as the labels
+      // reach, over an embedding (contrastive, triplet, a prototypical network's distances) reads its int64
+      // labels as groups, not the output's columns as class scores: an output of zeros is no "no
+      // preference" there.
+      const bool ce_family = o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
+      const bool library =
+          ce_family || o.loss_type == "BCELoss" || o.loss_type == "BCEWithLogitsLoss" || o.loss_type == "MSELoss";
+      const bool wide = out.dim() == 2 && y.dim() == 1 && y.numel() > 0 &&
+                        out.size(1) > 4 * std::max<int64_t>(amax(y).item<int64_t>() + 1, 2);
+      if (judge && (function || (!library && wide)) && out.dim() == 2 && y.dim() == 1 && out.size(0) == y.size(0) &&
           !loss_scores_classes(out, y, loss))
         judge = false;
-      const bool ce_family = o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
       if (judge && (!ce_family || o.loss_summed) && !std::isfinite(lo.expected_initial_loss)) {
         NoGradGuard ng;
         // Log-probabilities of 1 / C for NLL, logits of 0 for the others.

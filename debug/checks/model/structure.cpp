@@ -164,6 +164,14 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
   if (!logits.defined() || logits.dim() != 2 || logits.size(0) < o.min_rows_final_activation || logits.size(1) < 2 ||
       !logits.is_floating_point())
     return out;
+  // A loss of the user's own over class indices whose outputs are far wider than the labels reach: an
+  // embedding the loss scores itself (a prototypical network's distances), not logits.
+  const bool library_loss = loss_type == "CrossEntropyLoss" || loss_type == "NLLLoss" || loss_type == "BCELoss" ||
+                            loss_type == "BCEWithLogitsLoss" || loss_type == "MSELoss";
+  if (!library_loss && target.defined() && target.dtype() == kInt64 && target.dim() == 1 && target.numel() > 0) {
+    NoGradGuard ng;
+    if (logits.size(1) > 4 * std::max<int64_t>(amax(target).item<int64_t>() + 1, 2)) return out;
+  }
   NoGradGuard ng;
   const TensorSummary s = summarize(logits);
   // A ReLU's signature: no negative value, and many exact zeros (a linear head
