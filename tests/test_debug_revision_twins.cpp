@@ -373,3 +373,38 @@ TEST_CASE("L6's rows-cancel: a weighted mean of squares is info; |mean(p - y)| s
     CHECK(found[0].severity == (weighted ? debug::Severity::Info : debug::Severity::Warning));
   }
 }
+
+TEST_CASE("L1 stuck below what the model reaches with its inputs zeroed (M15) is info; at that level it warns") {
+  // A survival model's partial likelihood: 4.62 at the start, 4.25 at the end, where M15's probe with
+  // zeroed inputs reached 4.67 on held-out rows and 4.37 with the real ones.
+  auto stuck = [](double last) {
+    debug::Finding f;
+    f.check = "L1";
+    f.kind = debug::Kind::LossStuck;
+    f.severity = debug::Severity::Warning;
+    f.title = "the training loss is stuck";
+    f.evidence = {{"median of the first 64 steps", 4.624, ""}, {"last window median", last, ""}};
+    debug::Report r;
+    r.add(f);
+    return r;
+  };
+  debug::Report gate;
+  debug::Finding m15;
+  m15.check = "M15";
+  m15.severity = debug::Severity::Info;
+  m15.title = "the model uses its inputs: held-out loss 4.366 with real inputs vs 4.673 with zeroed inputs";
+  m15.evidence = {{"held-out loss, real inputs (the lowest of the run)", 4.366, ""},
+                  {"held-out loss, zeroed inputs (the lowest of the run)", 4.673, ""}};
+  gate.add(m15);
+  debug::Report below = stuck(4.253);
+  debug::revise_loss_stuck_by_baseline(below, gate);
+  CHECK_FALSE(below.fired("L1"));
+  // At the zeroed model's level (a classifier stuck at its classes' marginal): still stuck.
+  debug::Report level = stuck(4.60);
+  debug::revise_loss_stuck_by_baseline(level, gate);
+  CHECK(level.fired("L1"));
+  // Without M15's finding that the inputs help, nothing to judge by.
+  debug::Report alone = stuck(4.253);
+  debug::revise_loss_stuck_by_baseline(alone, debug::Report{});
+  CHECK(alone.fired("L1"));
+}

@@ -489,6 +489,8 @@ void Session::check_fit_at_end(RunReport& r) {
       };
       revise_loss_stuck(r.findings, compare, o_.monitor.loss);
       for (PhaseReport& p : r.phases) revise_loss_stuck(p.findings, compare, o_.monitor.loss);
+      revise_loss_stuck_by_baseline(r.findings, gate_phase_.findings, o_.monitor.loss);
+      for (PhaseReport& p : r.phases) revise_loss_stuck_by_baseline(p.findings, gate_phase_.findings, o_.monitor.loss);
     }
     found.note_ran("L6");
     for (PhaseReport& p : r.phases) revise_overfitting(p.findings, tr.row_losses, va.row_losses, o_.monitor.loss);

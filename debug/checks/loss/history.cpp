@@ -477,6 +477,30 @@ void revise_loss_stuck(Report& found, const std::function<ConstantComparison()>&
   }
 }
 
+void revise_loss_stuck_by_baseline(Report& found, const Report& gate, const LossCheckOptions& opts) {
+  double zeroed = std::nan("");
+  for (const Finding& g : gate.findings())
+    if (g.is("M15", Kind::None) && !g.fires() && g.title.rfind("the model uses its inputs", 0) == 0)
+      zeroed = g.value_of("held-out loss, zeroed inputs (the lowest of the run)");
+  if (!(zeroed > 0)) return;  // a loss whose floor is 0 or below: no share to judge by
+  for (size_t i = 0; i < found.findings().size(); ++i) {
+    Finding f = found.findings()[i];
+    if (!f.fires() || !f.is("L1", Kind::LossStuck)) continue;
+    const double last = f.value_of("last window median");
+    if (!(last < (1 - opts.stuck_below_baseline) * zeroed)) continue;
+    f.severity = Severity::Info;
+    f.title += ", but below what the model reaches with its inputs zeroed (" + fmt_num(last) + " against " +
+               fmt_num(zeroed) + ", M15's probe): the inputs take off what the loss can lose";
+    f.evidence.push_back({"M15's lowest held-out loss with zeroed inputs", zeroed,
+                          "last window below (1 - " + fmt_num(opts.stuck_below_baseline) + ") x this: info"});
+    f.cause =
+        "the loss has a large floor of its own (a survival model's partial likelihood, heavy-tailed targets): "
+        "what the inputs can explain is a small share of it, and the model takes that share";
+    f.fix = "none needed; judge the run by a metric of the task (a concordance index, a calibration)";
+    found.replace(i, f);
+  }
+}
+
 // ---- L1 and L7 over the run (the monitor's run check) -----------------------------------------
 namespace {
 // Of the rows of the logits (B, C) whose target (B) is a class in [0, C) (an ignore_index row is left

@@ -200,6 +200,9 @@ struct LossCheckOptions {
   // L1's "stuck" at the end of a Session's run: the trained model below the best constant output by
   // more than this many standard errors of the paired per-example differences is info.
   double stuck_beat_z = 3.0;
+  // ... or the run's last window of training losses below the gate's M15 held-out loss with zeroed
+  // inputs by this share (5%: M15's own margin): the inputs take off what the loss can lose.
+  double stuck_below_baseline = 0.05;
   double overfit_gap = 0.2;          // gap above this: overfitting
   // ... unless the trained model's own losses on the stored rows of both splits (L9's pass, where
   // each example's loss is known: targets that are not class indices) put that gap within
@@ -474,6 +477,11 @@ void revise_train_down_val_up(Report& found, double train_loss_eval, const LossC
 // targets, soft targets' entropy), and the finding is info.
 void revise_loss_stuck(Report& found, const std::function<ConstantComparison()>& compare,
                        const LossCheckOptions& opts = {});
+// ... or where the gate's M15 (in `gate`) found the model using its inputs and the run's last window
+// of training losses is below that probe's lowest held-out loss with zeroed inputs by
+// opts.stuck_below_baseline: the model does better than any model of the inputs' absence can (a loss
+// over the whole batch, as a survival model's partial likelihood, has no per-row constant to compare).
+void revise_loss_stuck_by_baseline(Report& found, const Report& gate, const LossCheckOptions& opts = {});
 // L6 on the trained model's losses on a split (`split`: "training", "validation"): `batch_loss` its
 // mean loss in its batches, `row_losses` each example's loss scored alone. A batch loss below
 // opts.rows_cancel_share x the rows' mean (both >= 0, 8 rows or more) warns (kind rows-cancel): the
