@@ -408,3 +408,35 @@ TEST_CASE("L1 stuck below what the model reaches with its inputs zeroed (M15) is
   debug::revise_loss_stuck_by_baseline(alone, debug::Report{});
   CHECK(alone.fired("L1"));
 }
+
+namespace {
+// Halves its input: after a Sigmoid, probabilities that cannot pass 0.5.
+struct HalveOutput : nn::Module {
+  HalveOutput() : Module("HalveOutput") {}
+  Tensor forward(const Tensor& x) override { return x * 0.5; }
+};
+}  // namespace
+
+TEST_CASE("M14 on a sigmoid head under BCE on probabilities with soft targets: the floor is the targets' entropy") {
+  // An image model's reconstruction (a VAE's decoder): probabilities against pixel intensities in (0, 1),
+  // BCE summed over the pixels. A perfect reconstruction still scores the pixels' entropy, and the free
+  // outputs that find that floor must stay probabilities (BCE refuses anything outside [0, 1]).
+  manual_seed(13);
+  const Tensor x = randn({32, 6});
+  const Tensor y = rand({32, 40}) * 0.8 + 0.1;
+  const debug::LossFunction bce = [](const Tensor& p, const Tensor& t) {
+    return nn::functional::binary_cross_entropy(p, t, nn::BCELossOptions(nn::Reduction::Sum)) / 32.0;
+  };
+  for (const bool halved : {false, true}) {
+    CAPTURE(halved);
+    manual_seed(14);
+    auto model =
+        std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 256), std::make_shared<nn::ReLU>(),
+                                         std::make_shared<nn::Linear>(256, 40), std::make_shared<nn::Sigmoid>());
+    // The twin: the outputs halved after the Sigmoid, so targets above 0.5 are out of reach.
+    if (halved) model->push_back(std::make_shared<HalveOutput>());
+    const std::vector<debug::Finding> fit = debug::overfit_one_batch(*model, x, y, bce);
+    const std::string said = fit.empty() ? std::string() : fit[0].str();
+    CHECK_MESSAGE(dtest::fires(fit) == halved, said);
+  }
+}

@@ -1,5 +1,6 @@
 // Helpers shared by the model checks' files (internal to checks/model/): a snapshot of the gradients to put
-// back after a probe, whether a batch is a classification one, its accuracy, the trainable parameters, row norms.
+// back after a probe, whether a batch is a classification one, its accuracy, the trainable parameters, row norms,
+// whether a loss is the mean of its rows' losses.
 #pragma once
 #include "debug/checks/model/model_checks.h"
 
@@ -58,6 +59,24 @@ inline std::vector<double> row_norms(const Tensor& g) {
   Tensor flat = g.detach().reshape({g.size(0), -1}).to(kFloat64);
   const std::vector<double> v = sqrt(sum(flat * flat, {1})).to_vector<double>();
   return v;
+}
+
+// Whether the batch's loss is the mean of its rows' losses, each row scored alone: a likelihood over per-row
+// distribution parameters is; a loss that broadcasts its operands (B, 1) against (B) pairs every output with every
+// target and is not, nor is one over the batch as a whole (a ranking, a partial likelihood over risk sets).
+inline bool rows_separate(const Tensor& z, const Tensor& y, const LossFunction& loss) {
+  try {
+    NoGradGuard ng;
+    const int64_t B = z.size(0);
+    if (z.dim() < 1 || y.dim() < 1 || B < 2 || y.size(0) != B) return false;
+    const double whole = loss(z, y).item<double>();
+    double sum = 0.0;
+    for (int64_t i = 0; i < B; ++i) sum += loss(z.narrow(0, i, 1), y.narrow(0, i, 1)).item<double>();
+    const double mean = sum / static_cast<double>(B);
+    return std::isfinite(whole) && std::fabs(mean - whole) <= 1e-4 * std::max(1.0, std::fabs(whole));
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace gradsleuth::debug::model_detail

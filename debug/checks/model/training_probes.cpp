@@ -129,23 +129,6 @@ bool loss_scores_classes(const Tensor& out, const Tensor& y, const LossFunction&
 
 namespace {
 
-// Whether the batch's loss is the mean of its rows' losses, each row scored alone: a likelihood over per-row
-// distribution parameters is; a loss that broadcasts its operands (B, 1) against (B) pairs every output with every
-// target and is not, nor is one over the batch as a whole (a ranking, a partial likelihood over risk sets).
-bool rows_separate(const Tensor& z, const Tensor& y, const LossFunction& loss) {
-  try {
-    NoGradGuard ng;
-    const int64_t B = z.size(0);
-    if (z.dim() < 1 || y.dim() < 1 || B < 2 || y.size(0) != B) return false;
-    const double whole = loss(z, y).item<double>();
-    double sum = 0.0;
-    for (int64_t i = 0; i < B; ++i) sum += loss(z.narrow(0, i, 1), y.narrow(0, i, 1)).item<double>();
-    const double mean = sum / static_cast<double>(B);
-    return std::isfinite(whole) && std::fabs(mean - whole) <= 1e-4 * std::max(1.0, std::fabs(whole));
-  } catch (const std::exception&) {
-    return false;
-  }
-}
 // The least loss outputs trained freely (Adam on a leaf of the model's output shape) reach on the batch; valid when
 // they predict every class (class targets), have the targets' shape, or (outputs that parametrise a distribution per
 // row, not shaped as the targets) the loss is the mean of its rows' losses. `shared`: one output row for every example
@@ -186,13 +169,20 @@ LossFloor loss_floor(nn::Module& model, const Tensor& x, const Tensor& y, const 
     }
     const Shape full = z.shape();
     if (shared) z = z.narrow(0, 0, 1).contiguous().clone();
+    // Columns the model keeps inside (0, 1) in every row (a Sigmoid's probabilities, which a BCE on
+    // probabilities refuses outside it) stay there: trained through a sigmoid of free logits.
+    const Tensor in01 = !classes && z.dim() == 2 && z.size(0) >= 2
+                            ? logical_and(gt(amin(z, {0}, true), 0.0), lt(amax(z, {0}, true), 1.0)).to(z.dtype())
+                            : Tensor();
+    if (in01.defined()) z = where(in01 > 0.5, log(z.clamp(1e-6, 1 - 1e-6) / (1.0 - z.clamp(1e-6, 1 - 1e-6))), z);
     z.requires_grad_(true);
     optim::Adam opt({z}, optim::AdamOptions(0.1));
     constexpr int kSteps = 300;
     std::vector<double> seen;
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
-      Tensor l = loss(shared ? z.expand(full) : z, target);
+      const Tensor out = in01.defined() ? in01 * sigmoid(z) + (1.0 - in01) * z : z;
+      Tensor l = loss(shared ? out.expand(full) : out, target);
       const double v = l.item<double>();
       if (!std::isfinite(v)) break;
       seen.push_back(v);
