@@ -37,6 +37,11 @@ using namespace model_detail;
 
 // ---- M23 -----------------------------------------------------------------------------------
 namespace {
+// A fixed projection of the model's output to a scalar (weights sin(0.7 i + 0.3)): its gradient reaches
+// every output entry, so the gradients it sends back tell apart the paths that reach the output.
+Tensor project_output(const Tensor& y) {
+  return sum(y * sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape()));
+}
 // Whether the output of the linear layers' call `a` reaches the model's output other than through call
 // `b` (a residual stream, a second head): the gradient of a fixed projection of the output with respect
 // to a's output, against the part of it that flows back through b. A pair with no other path collapses.
@@ -54,8 +59,7 @@ bool reaches_output_elsewhere(nn::Module& model, const Tensor& x, const std::vec
     const Tensor y = model(x);
     hooks.clear();
     if (b >= outs.size() || !y.requires_grad() || !outs[a].requires_grad() || !outs[b].requires_grad()) return false;
-    const Tensor w = sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape());
-    const Tensor s = sum(y * w);
+    const Tensor s = project_output(y);
     const tensor_list g = autograd::grad({s}, {outs[a], outs[b]}, {}, true, false, true);
     if (!g[0].defined() || !g[1].defined()) return false;
     const Tensor via = autograd::grad({outs[b]}, {outs[a]}, {g[1]}, false, false, true)[0];
@@ -190,8 +194,7 @@ std::vector<Finding> check_embeddings_one_table(nn::Module& model, const Tensor&
     const Tensor y = model(x);
     hooks.clear();
     if (!y.defined() || !y.is_floating_point() || !y.requires_grad()) return {};
-    const Tensor w = sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape());
-    const Tensor s = sum(y * w);
+    const Tensor s = project_output(y);
     std::set<std::pair<const nn::Embedding*, const nn::Embedding*>> reported;
     for (size_t i = 0; i < calls.size(); ++i)
       for (size_t j = i + 1; j < calls.size(); ++j) {
