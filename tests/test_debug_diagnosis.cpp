@@ -780,12 +780,17 @@ TEST_CASE("W10: a step slow only because other threads held the CPU is info (a b
   std::FILE* probe = std::fopen("/proc/thread-self/schedstat", "r");
   if (!probe) return;
   std::fclose(probe);
+  // One CPU this process may run on (a container's cpuset need not hold CPU 0).
+  cpu_set_t saved;
+  if (sched_getaffinity(0, sizeof(saved), &saved) != 0) return;
+  int cpu = -1;
+  for (int k = 0; k < CPU_SETSIZE && cpu < 0; ++k)
+    if (CPU_ISSET(k, &saved)) cpu = k;
+  if (cpu < 0) return;
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(0, &one);
-  cpu_set_t saved;
-  REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
-  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return;
   debug::RunCheckOptions o;
   o.stall_min_seconds = 0.05;
   o.stall_max_seconds = 0.1;  // the limit whatever the median (a loaded test machine's)
@@ -825,6 +830,8 @@ TEST_CASE("W10: a step slow only because other threads held the CPU is info (a b
   std::vector<debug::Finding> f = t.findings();
   REQUIRE(f.size() == 1);
   CHECK(f[0].step == 8);
+  // A kernel that keeps the file but no run-queue accounting reads 0: nothing to tell the busy case by.
+  if (f[0].value_of("the longest step's wait for a CPU (s)") == 0.0) return;
   CHECK_MESSAGE(f[0].severity == debug::Severity::Info, f[0].str());
   t.step_done(9);
   f = t.findings();
