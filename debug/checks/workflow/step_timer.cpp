@@ -2,6 +2,9 @@
 // watchdog for a step that never returns, and its run check (RunCheck).
 #include "debug/checks/workflow/step_timer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,24 +20,35 @@ using detail::make;
 using detail::num;
 
 // ---- W10 ------------------------------------------------------------------------------------
-namespace {
-// Seconds the calling thread has waited on a run queue (runnable, not running) since it started:
-// the second field of Linux's /proc/thread-self/schedstat, in nanoseconds; 0 elsewhere.
-double run_queue_seconds() {
-  std::FILE* f = std::fopen("/proc/thread-self/schedstat", "r");
-  if (!f) return 0.0;
-  unsigned long long on_cpu = 0, waited = 0;
-  const int got = std::fscanf(f, "%llu %llu", &on_cpu, &waited);
-  std::fclose(f);
-  return got == 2 ? static_cast<double>(waited) * 1e-9 : 0.0;
-}
-}  // namespace
-
 StepTimer::StepTimer(RunCheckOptions o) : o_(std::move(o)) {
   if (o_.watchdog_seconds > 0.0) watchdog_ = std::thread([this] { watch(); });
 }
 
-StepTimer::~StepTimer() { stop_watching(); }
+StepTimer::~StepTimer() {
+  stop_watching();
+  if (schedstat_fd_ >= 0) ::close(schedstat_fd_);
+}
+
+// Seconds the training thread has waited on a run queue (runnable, not running) since it started: the
+// second field of Linux's /proc/thread-self/schedstat, in nanoseconds; 0 elsewhere. The file is opened
+// once, by the thread that first asks (the training thread: step_done and restart run on it), and read
+// again in place at every step.
+double StepTimer::run_queue_seconds() {
+  if (schedstat_fd_ == kNoSchedstat) return 0.0;
+  if (schedstat_fd_ < 0) {
+    schedstat_fd_ = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (schedstat_fd_ < 0) {
+      schedstat_fd_ = kNoSchedstat;
+      return 0.0;
+    }
+  }
+  char buf[96];
+  const ssize_t n = ::pread(schedstat_fd_, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return 0.0;
+  buf[n] = '\0';
+  unsigned long long on_cpu = 0, waited = 0;
+  return std::sscanf(buf, "%llu %llu", &on_cpu, &waited) == 2 ? static_cast<double>(waited) * 1e-9 : 0.0;
+}
 
 void StepTimer::stop_watching() {
   {

@@ -36,6 +36,9 @@ class StepTimer {
 
  private:
   void watch();
+  double run_queue_seconds();  // the training thread's run-queue wait so far (s); 0 where not reported
+  static constexpr int kNoSchedstat = -2;
+  int schedstat_fd_ = -1;  // /proc/thread-self/schedstat, opened at the first read (kNoSchedstat: absent)
   RunCheckOptions o_;
   mutable std::mutex m_;  // the watchdog thread reads what the training thread writes
   std::condition_variable wake_;
