@@ -440,6 +440,62 @@ TEST_CASE("M23: a linear stem feeding a residual stream is silent; the same stem
 
 namespace {
 
+// A classifier whose 8-unit feature layer is linear, read by the head with no activation between; with
+// `center` the loop adds a center loss on those features (Wen et al.), with the class centres a buffer.
+struct CenterNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, feat, head;
+  Tensor features;
+  CenterNet() : Module("CenterNet") {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+    feat = register_module("feat", std::make_shared<nn::Linear>(32, 8));
+    head = register_module("head", std::make_shared<nn::Linear>(8, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    features = (*feat)(relu((*fc1)(x)));
+    return (*head)(features);
+  }
+};
+
+debug::RunReport center_loss_run(bool center) {
+  manual_seed(12);
+  const Split d = dtest::split(5, 1.5);
+  auto model = std::make_shared<CenterNet>();
+  const Tensor centres = randn({3, 8});
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 6; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      if (center) l = l + mean(sum(pow(model->features - index_select(centres, 0, b.y), 2.0), {1})) * 0.05;
+      l.backward();
+      opt.step();
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("M23: a linear feature layer the loss also reads (a center loss) is info; without the center loss it warns") {
+  const debug::RunReport with = center_loss_run(true);
+  const debug::Finding* f = first_of(with, "M23", debug::Kind::LinearCollapse);
+  REQUIRE_MESSAGE(f != nullptr, with.str(true));
+  CHECK(f->severity == debug::Severity::Info);
+  CHECK(f->module == "head (Linear)");
+  CHECK(dtest::ev(*f, "input of the second layer also read by the loss in training") == 1.0);
+  expect_clean(with);
+  const debug::RunReport without = center_loss_run(false);
+  const debug::Finding* g = first_of(without, "M23", debug::Kind::LinearCollapse);
+  REQUIRE_MESSAGE(g != nullptr, without.str(true));
+  CHECK(g->fires());
+  CHECK(g->module == "head (Linear)");
+}
+
+namespace {
+
 // A token table and a positional table summed, then a linear head over the mean: `how` says what the
 // positional table is looked up with (0: the positions, 1: the token ids, as a copy of the line above),
 // or (2) the two tables read the same ids but are concatenated (two features of one id, not one table).

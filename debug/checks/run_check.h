@@ -103,6 +103,10 @@ struct TrainingHistory {
   bool weights_loaded_after_run = false;
   // ... and that write left the weights as the last step made them (a restore of the last epoch).
   bool weights_loaded_unchanged = false;
+  // M23 over the run: the Linear layers whose input's gradient, on a sampled step, held more than the part
+  // the layer itself sent back: the training loss read that input another way too (a center or metric
+  // loss on an embedding the layer then classifies). Their module labels.
+  std::vector<std::string> linear_inputs_read_elsewhere;
   int64_t gradient_judged_steps = 0;
   std::vector<std::pair<std::string, int64_t>> gradient_missing;
 };

@@ -589,6 +589,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   revise_gradient_missing(gate_phase_.findings, seen, o_.gate_options.optim);  // O1
   revise_lr_range(gate_phase_.findings, seen.learning_rates);                  // O8 before a warm-up
   revise_parameter_unreached(gate_phase_.findings, seen);  // M5
+  revise_linear_collapse(gate_phase_.findings, seen);      // M23 with the loss's other readers
   revise_input_baseline(gate_phase_.findings, seen, o_.gate_options.model);  // M15 with the run's validation loss
   revise_gate_objective(gate_phase_.findings, seen);
   revise_missing_from_optimizer(gate_phase_.findings, model_, opt_);  // M10 with the groups at the end

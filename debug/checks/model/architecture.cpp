@@ -157,6 +157,116 @@ std::vector<Finding> check_missing_nonlinearity(nn::Module& model, const Tensor&
   return out;
 }
 
+// M23 during training: on the first judged sampled steps, each Linear layer's input gradient against the
+// part the layer sends back (the gradient of its output times its weight). More than that part means the
+// loss read the input another way as well: the first layer of a collapsed pair feeds an auxiliary loss.
+namespace {
+class LinearReadersRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "M23"; }
+  uint32_t events() const override {
+    return RunEvent::Attach | RunEvent::BeforeStep | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Series |
+           RunEvent::Detach;
+  }
+  void attach(RunContext& c) override {
+    for (auto& [path, m] : leaf_modules(c.model)) {
+      auto* linear = dynamic_cast<nn::Linear*>(m.get());
+      if (!linear) continue;
+      const std::string label = module_label(path, *m);
+      hooks_.post(
+          m,
+          [this, label, linear](nn::Module&, const Tensor& in, const Tensor& out) { capture(label, *linear, in, out); },
+          false);
+    }
+    active_ = true;
+  }
+  void pause(RunContext& c, bool on) override { active_ = !on && c.sampled(); }
+  void before_step(RunContext&, bool) override {
+    bool judged = false;
+    for (const std::shared_ptr<Call>& call : calls_) {
+      if (!call->in_grad.defined() || !call->out_grad.defined()) continue;
+      NoGradGuard ng;
+      const Tensor w = call->weight.detach().to(kFloat64);
+      const Tensor through = call->out_grad.reshape({-1, w.size(0)}).matmul(w);
+      if (through.numel() != call->in_grad.numel()) continue;
+      judged = true;
+      const Tensor total = call->in_grad.reshape(through.shape());
+      const double scale = amax(abs(total)).item<double>();
+      const double other = amax(abs(total - through)).item<double>();
+      if (scale > 0.0 && other > kOtherReader * scale) read_elsewhere_.insert(call->label);
+    }
+    calls_.clear();
+    if (judged) ++judged_steps_;
+  }
+  void after_step(RunContext& c, bool) override {
+    calls_.clear();
+    active_ = c.sampled();
+  }
+  void series(TrainingHistory& h) const override {
+    h.linear_inputs_read_elsewhere.assign(read_elsewhere_.begin(), read_elsewhere_.end());
+  }
+  void detach(RunContext&) override {
+    hooks_.clear();
+    calls_.clear();
+  }
+
+ private:
+  static constexpr int kJudgedSteps = 3;
+  static constexpr double kOtherReader = 1e-3;  // of the input gradient's largest entry
+  struct Call {
+    std::string label;
+    Tensor weight, in_grad, out_grad;
+  };
+  void capture(const std::string& label, nn::Linear& linear, const Tensor& in, const Tensor& out) {
+    if (!active_ || judged_steps_ >= kJudgedSteps || !GradMode::is_enabled() || read_elsewhere_.count(label)) return;
+    if (!in.defined() || !out.defined() || !in.requires_grad() || in.is_leaf() || !out.requires_grad() ||
+        !out.is_floating_point())
+      return;
+    auto call = std::make_shared<Call>();
+    call->label = label;
+    call->weight = linear.weight;
+    Tensor input = in, output = out;
+    // The gradients as backward hands them over (the total that reached the tensor); kept as float64 copies.
+    input.register_hook([call](const Tensor& g) {
+      call->in_grad = g.detach().to(kFloat64).clone();
+      return Tensor();
+    });
+    output.register_hook([call](const Tensor& g) {
+      call->out_grad = g.detach().to(kFloat64).clone();
+      return Tensor();
+    });
+    calls_.push_back(std::move(call));
+  }
+  HookSet hooks_;
+  bool active_ = false;
+  int judged_steps_ = 0;
+  std::vector<std::shared_ptr<Call>> calls_;
+  std::set<std::string> read_elsewhere_;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_linear_readers_run_check(const MonitorOptions&) {
+  return std::make_unique<LinearReadersRunCheck>();
+}
+
+void revise_linear_collapse(Report& gate, const TrainingHistory& h) {
+  if (h.linear_inputs_read_elsewhere.empty()) return;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const Finding& g = gate.findings()[i];
+    if (!g.is("M23", Kind::LinearCollapse) || !g.fires()) continue;
+    const auto& read = h.linear_inputs_read_elsewhere;
+    if (std::find(read.begin(), read.end(), g.module) == read.end()) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title = g.title + " for the model's output, but the training loss also read the input of " + g.module +
+              " another way: an embedding trained for its own sake (a center or metric loss on the features a "
+              "linear head classifies)";
+    f.evidence.push_back({"input of the second layer also read by the loss in training", 1.0,
+                          "its gradient held more than the part the layer sent back (1e-3 of its largest entry)"});
+    gate.replace(i, f);
+  }
+}
+
 // Two Embedding tables looked up with the same indices whose lookups reach the output only as a
 // weighted sum: a*E1[ids] + b*E2[ids] is one table, (a*E1 + b*E2)[ids]. The usual cause is a positional
 // table indexed by the token ids. Found in one eval-mode forward with gradients: the indices of every pair

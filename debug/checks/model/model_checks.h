@@ -160,6 +160,10 @@ std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<st
 // (revise_gradient_missing): a parameter the loop's backward reached is info.
 struct TrainingHistory;
 void revise_parameter_unreached(Report& gate, const TrainingHistory& h);
+// M23's collapsed pair, judged again with the run: where the training loss also read the first layer's
+// output (TrainingHistory::linear_inputs_read_elsewhere), that output is an embedding trained for its own
+// sake (a center loss on the features a linear head classifies): info.
+void revise_linear_collapse(Report& gate, const TrainingHistory& h);
 
 // ---- parameters replaced by assignment after registration (M5) -----------------------------
 // A module member assigned a new tensor after register_parameter (`linear->weight = t`, a head

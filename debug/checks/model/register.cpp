@@ -10,6 +10,7 @@ std::unique_ptr<RunCheck> make_broadcast_run_check(const MonitorOptions& o);    
 std::unique_ptr<RunCheck> make_all_zero_run_check(const MonitorOptions& o);          // M25, run_checks.cpp
 std::unique_ptr<RunCheck> make_variance_run_check(const MonitorOptions& o);          // M26, run_checks.cpp
 std::unique_ptr<RunCheck> make_gradient_spread_run_check(const MonitorOptions& o);   // M27, architecture.cpp
+std::unique_ptr<RunCheck> make_linear_readers_run_check(const MonitorOptions& o);    // M23, architecture.cpp
 std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions& o);              // M2, M17, behaviour.cpp
 std::unique_ptr<RunCheck> make_batchnorm_batch_run_check(const MonitorOptions& o);   // M17, batchnorm_stats.cpp
 std::unique_ptr<RunCheck> make_final_activation_run_check(const MonitorOptions& o);  // M3, structure.cpp
@@ -27,6 +28,7 @@ void add_model_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_all_zero_run_check(o));
   list.push_back(make_variance_run_check(o));
   list.push_back(make_gradient_spread_run_check(o));
+  list.push_back(make_linear_readers_run_check(o));
   list.push_back(make_mode_run_check(o));
   list.push_back(make_batchnorm_batch_run_check(o));
   list.push_back(make_final_activation_run_check(o));
