@@ -910,3 +910,49 @@ TEST_CASE("L7 on a Cox partial likelihood validated in one batch of 400: the bat
   REQUIRE_MESSAGE(over != nullptr, memorised.str(true));
   CHECK_MESSAGE(over->fires(), over->str());
 }
+
+namespace {
+
+// fc1 -> ReLU -> fc2 -> ReLU -> fc3, trained by SGD at learning rate `lr`. With `shrink` the gradient on
+// its way back into fc1 is scaled by 1e-5 (a gradient-scaling layer's coefficient far too small), so fc1's
+// updates are far smaller than fc2's and fc3's at the same rate.
+struct Shrunk : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, fc2, fc3;
+  bool shrink;
+  explicit Shrunk(bool s) : Module("Shrunk"), shrink(s) {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
+    fc3 = register_module("fc3", std::make_shared<nn::Linear>(32, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = (*fc1)(x);
+    if (shrink && h.requires_grad()) h.register_hook([](const Tensor& g) { return g * 1e-5; });
+    return (*fc3)(relu((*fc2)(relu(h))));
+  }
+};
+
+debug::RunReport shrunk_run(bool shrink, double lr) {
+  manual_seed(31);
+  const Split d = dtest::split(7, 1.5);
+  auto model = std::make_shared<Shrunk>(shrink);
+  nn::CrossEntropyLoss ce;
+  optim::SGD opt(model->parameters(), optim::SGDOptions(lr).momentum(0.9));
+  return dtest::train_own_loop(*model, ce, opt, d, 8);
+}
+
+}  // namespace
+
+TEST_CASE("O6: one layer's updates too small beside its group's is its gradient's doing, not the rate's") {
+  const debug::RunReport bug = shrunk_run(true, 0.05);
+  const debug::Finding* f = first_of(bug, "O6", debug::Kind::LayerUpdatesTooSmall);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->parameter == "fc1.weight");
+  CHECK(dtest::ev(*f, "median ratio of the other weights of its group") >= 1e-4);
+  CHECK(first_of(bug, "O6", debug::Kind::UpdatesTooSmall) == nullptr);  // the rate is not blamed
+  CHECK(dtest::lead_cause(bug) != "lr-too-low");
+  CHECK(first_of(shrunk_run(false, 0.05), "O6", debug::Kind::LayerUpdatesTooSmall) == nullptr);
+  // Every weight slow (a rate far too low): the rate's finding, not the layer's.
+  const debug::RunReport slow = shrunk_run(false, 1e-7);
+  CHECK_MESSAGE(first_of(slow, "O6", debug::Kind::UpdatesTooSmall) != nullptr, slow.str(true));
+  CHECK(first_of(slow, "O6", debug::Kind::LayerUpdatesTooSmall) == nullptr);
+}

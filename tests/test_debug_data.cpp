@@ -966,3 +966,27 @@ TEST_CASE("D14 on tabular inputs: noise written into the training rows and one s
   off.min_column_drift_z = 1e9;
   CHECK(dbg::check_feature_drift(*noisy, *val, "validation", off).empty());
 }
+
+// D14 on token ids (int64 inputs for an embedding): their values are indices, so their means and spreads
+// measure nothing. Training sequences padded more than validation ones (the lengths differ) drift as
+// numbers, and the same values as floats warn; as ids they are not judged.
+TEST_CASE("D14 does not judge token ids: sequences padded differently warn as floats, not as int64 ids") {
+  gs::Generator g(21);
+  auto sequences = [&](int64_t n, int64_t shortest) {
+    std::vector<int64_t> ids(static_cast<size_t>(n * 20), 0);
+    const std::vector<int64_t> len = gs::randint(shortest, 21, {n}, gs::kInt64, &g).to_vector<int64_t>();
+    const std::vector<int64_t> tok = gs::randint(2, 500, {n, 20}, gs::kInt64, &g).to_vector<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t t = 0; t < len[static_cast<size_t>(i)]; ++t) ids[static_cast<size_t>(i * 20 + t)] = tok[i * 20 + t];
+    return gs::tensor(ids, {n, 20});
+  };
+  const Tensor train_ids = sequences(600, 4), val_ids = sequences(300, 14);
+  const Tensor ytr = gs::zeros({600}, gs::kInt64), yva = gs::zeros({300}, gs::kInt64);
+  const auto as_floats = dbg::check_feature_drift(*dataset(train_ids.to(gs::kFloat32), ytr, "train"),
+                                                  *dataset(val_ids.to(gs::kFloat32), yva, "val"));
+  REQUIRE(as_floats.size() == 1);
+  CHECK(as_floats[0].fires());
+  const auto as_ids = dbg::check_feature_drift(*dataset(train_ids, ytr, "train"), *dataset(val_ids, yva, "val"));
+  INFO(all_str(as_ids));
+  CHECK(as_ids.empty());
+}

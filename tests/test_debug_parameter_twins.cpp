@@ -8,6 +8,7 @@
 // copied in place; and a learnable tensor kept beside the model and given to the optimizer (healthy).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 
 #include <gradsleuth.h>
@@ -168,4 +169,64 @@ TEST_CASE("a learnable tensor kept beside the model, in the optimizer, is no rep
   const debug::RunReport r = session.finish();
   CHECK(first_of(r, "M5", debug::Kind::ParameterReplaced) == nullptr);
   CHECK_MESSAGE(!r.fired("M5"), r.str(true));
+}
+
+namespace {
+
+// Two regression heads on one trunk, output (B, 2): price and days.
+struct TwoHeads : nn::Module {
+  std::shared_ptr<nn::Linear> trunk, price, days;
+  TwoHeads() : Module("TwoHeads") {
+    trunk = register_module("trunk", std::make_shared<nn::Linear>(6, 32));
+    price = register_module("price", std::make_shared<nn::Linear>(32, 1));
+    days = register_module("days", std::make_shared<nn::Linear>(32, 1));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = relu((*trunk)(x));
+    return cat({(*price)(h), (*days)(h)}, 1);
+  }
+};
+
+// The loop's loss sums the two tasks' MSE. `bug`: the second term reads column 0 again (a copy of the line
+// above), so the days head never trains.
+debug::RunReport two_heads_run(bool bug) {
+  manual_seed(8);
+  const Tensor x = randn({400, 6});
+  const Tensor w = randn({6, 2});
+  const Tensor y = matmul(x, w) + randn({400, 2}) * 0.1;
+  const Split d = dtest::loaders(x.narrow(0, 0, 320), y.narrow(0, 0, 320), x.narrow(0, 320, 80), y.narrow(0, 320, 80));
+  auto m = std::make_shared<TwoHeads>();
+  optim::Adam opt(m->parameters(), optim::AdamOptions(3e-3));
+  const debug::LossFunction two_tasks = [bug](const Tensor& out, const Tensor& t) {
+    const Tensor first = nn::functional::mse_loss(out.select(1, 0), t.select(1, 0));
+    const Tensor second = nn::functional::mse_loss(out.select(1, bug ? 0 : 1), t.select(1, 1));
+    return first + second;
+  };
+  debug::Session session(*m, two_tasks, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = two_tasks((*m)(b.x), b.y);
+      l.backward();
+      opt.step();
+      session.step(l);
+    }
+    session.epoch(std::nan(""), std::nan(""));
+  }
+  return session.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a loss term that reads the wrong output column: M5 output-unread leads; the right column is clean") {
+  const debug::RunReport bug = two_heads_run(true);
+  expect_lead(bug, "M5", "output-unread");
+  const debug::Finding* f = first_of(bug, "M5", debug::Kind::OutputUnread);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->parameter.rfind("days.", 0) == 0);
+  CHECK(dtest::ev(*f, "output columns whose gradient is zero on every row of the batch") == 1.0);
+  CHECK(f->title.find("output column 1") != std::string::npos);
+  const debug::RunReport fixed = two_heads_run(false);
+  CHECK(first_of(fixed, "M5", debug::Kind::OutputUnread) == nullptr);
+  CHECK_MESSAGE(!fixed.fired("M5"), fixed.str(true));
 }

@@ -78,6 +78,7 @@ namespace gradsleuth::debug {
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \
   X(EvalOnlyParameter, "eval-only-parameter", "M5")                                                   \
   X(ParameterReplaced, "parameter-replaced", "M5")                                                    \
+  X(OutputUnread, "output-unread", "M5")                                                              \
   /* M6 batch independence */                                                                         \
   X(BatchMixing, "batch-mixing", "M6")                                                                \
   X(InputUnreached, "input-unreached", "M6")                                                          \
@@ -133,6 +134,7 @@ namespace gradsleuth::debug {
   X(LrTooLow, "lr-too-low", "O6")                                                                     \
   X(UpdatesTooLarge, "updates-too-large", "O6")                                                       \
   X(UpdatesTooSmall, "updates-too-small", "O6")                                                       \
+  X(LayerUpdatesTooSmall, "layer-updates-too-small", "O6")                                            \
   X(NeverUpdated, "never-updated", "O6")                                                              \
   X(ScheduleStartsAtZero, "schedule-starts-at-zero", "O6")                                            \
   X(ScheduleCollapses, "schedule-collapses", "O6")                                                    \

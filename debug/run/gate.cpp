@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -226,6 +227,13 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       });
       if (l.requires_grad() && l.numel() == 1)
         loss_ok = gate_phase(r, "backward", "O1, M5, L6, M14", [&] {
+          // The gradient that reaches the model's output: M5 asks which columns the loss does not read.
+          auto output_grad = std::make_shared<Tensor>();
+          if (out.requires_grad() && !out.is_leaf())
+            Tensor(out).register_hook([output_grad](const Tensor& g) {
+              *output_grad = g.detach().clone();
+              return Tensor();
+            });
           l.backward();
           // A bias whose gradient is zero by construction (BatchNorm after it) is said once, as
           // info, and is not a vanishing gradient (O1) nor a cut graph (M5).
@@ -252,6 +260,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
           for (Finding& f : find_eval_only_parameters(model, x, y, loss, optimizer, unreached))
             found.push_back(std::move(f));
           explain_replaced_parameters(model, l, optimizer, found);
+          explain_unread_outputs(model, x, *output_grad, found);
           soften_eval_only_findings(found);
           r.add(found);
           soften_eval_only_findings(r, r);  // M10's, found before the backward

@@ -219,6 +219,9 @@ struct SplitSample {
   // Every input value is a whole number: token ids, categories, one-hot or count features, board
   // states. Such inputs come from a discrete set, where the same input may recur with another outcome.
   bool integral_inputs = true;
+  // Every input is int64: indices into a table (token ids, categories for an embedding), whose numeric
+  // values carry no distance.
+  bool index_inputs = true;
   int64_t label_values = 1;  // values per label row (1: a class or one target)
   std::string shape;         // one example's input shape
   int64_t features = -1;     // its number of values (-1 before the first row)

@@ -52,6 +52,7 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
                                  return l.value == 0.0 || l.value == 1.0;
                                })));
     s.float_inputs = s.float_inputs && b.x.is_floating_point();
+    s.index_inputs = s.index_inputs && b.x.dtype() == kInt64;
     s.label_values = std::max(s.label_values, b.y.dim() <= 1 ? int64_t{1} : b.y.numel() / B);
     const Tensor xb = b.x.reshape({B, -1}).to(kFloat64).contiguous();
     if (s.integral_inputs && b.x.is_floating_point()) {
@@ -521,6 +522,8 @@ std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& 
                                    const DataCheckOptions& opts) {
   require_comparable(train, other, "check_feature_drift", split);
   if (train.read() < opts.min_drift_examples || other.read() < opts.min_drift_examples) return {};
+  // Token ids or category codes (int64): their means and spreads measure nothing (padding, a vocabulary's order).
+  if (train.index_inputs && other.index_inputs) return {};
   {
     std::vector<Finding> by_column = column_drift_finding(train, other, split, opts);
     if (!by_column.empty()) return by_column;

@@ -165,8 +165,11 @@ class LinearReadersRunCheck final : public RunCheck {
  public:
   std::string ids() const override { return "M23"; }
   uint32_t events() const override {
-    return RunEvent::Attach | RunEvent::BeforeStep | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Series |
-           RunEvent::Detach;
+    return RunEvent::Attach | RunEvent::BeforeStep | RunEvent::AfterStep | RunEvent::Pause | RunEvent::Finish |
+           RunEvent::Series | RunEvent::Detach;
+  }
+  void finish(RunContext& c) override {
+    if (judged_steps_ > 0) c.note_ran("M23");
   }
   void attach(RunContext& c) override {
     for (auto& [path, m] : leaf_modules(c.model)) {

@@ -176,6 +176,12 @@ void revise_linear_collapse(Report& gate, const TrainingHistory& h);
 // purpose) is not one.
 void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const optim::Optimizer* optimizer,
                                  std::vector<Finding>& found);
+// M5's all-zero gradients explained by the loss: after the gate's backward, with the gradient that reached
+// the model's output (`output_grad`): output columns (dim 1) whose gradient is zero on every row, beside
+// columns that have one, are columns the loss does not read. A parameter without a gradient that feeds
+// those columns (one more forward of `x`: the gradient of the unread columns alone reaches it) becomes a
+// warning of kind output-unread (a loss term that reads the wrong column).
+void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& output_grad, std::vector<Finding>& found);
 
 // ---- parameters the model uses in eval mode only (M5 info; softens M5, M10 and O1) ----------
 // A trainable parameter that the training forward does not reach (`unreached`, from the gate's

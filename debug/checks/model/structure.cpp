@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -389,6 +390,68 @@ void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const op
     f.fix =
         "change the registered tensor in place instead of assigning a new one: { NoGradGuard g; "
         "layer->weight.copy_(t); } or an nn::init function on layer->weight";
+  }
+}
+
+// ---- output columns the loss does not read ----------------------------------------------------
+void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& output_grad,
+                            std::vector<Finding>& found) {
+  const auto all_zero = [](const Finding& f) { return f.fires() && f.is("M5", Kind::GradientAllZero); };
+  if (std::none_of(found.begin(), found.end(), all_zero) || !output_grad.defined() || output_grad.dim() < 2 ||
+      output_grad.size(1) < 2 || !x.defined())
+    return;
+  // The output's columns (dim 1) whose gradient is exactly zero on every row, beside columns that have one.
+  std::vector<int64_t> unread;
+  {
+    NoGradGuard ng;
+    const Tensor g = abs(output_grad.detach().to(kFloat64)).transpose(0, 1).reshape({output_grad.size(1), -1});
+    const std::vector<double> largest = amax(g, {1}).to_vector<double>();
+    for (size_t c = 0; c < largest.size(); ++c)
+      if (largest[c] == 0.0) unread.push_back(static_cast<int64_t>(c));
+    if (unread.empty() || unread.size() == largest.size()) return;
+  }
+  // Which of the parameters without a gradient feed those columns: the gradient of a fixed projection of
+  // the unread columns alone, in one more forward.
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (auto& [name, p] : model.named_parameters())
+    for (const Finding& f : found)
+      if (all_zero(f) && f.parameter == name && p.requires_grad()) params.emplace_back(name, p);
+  if (params.empty()) return;
+  std::set<std::string> feeds;
+  try {
+    QuietProbe quiet(model);
+    EnableGradGuard eg;
+    const Tensor y = model(x);
+    if (!y.defined() || !y.requires_grad() || y.dim() != output_grad.dim() || y.size(1) != output_grad.size(1)) return;
+    const Tensor cols = index_select(y, 1, tensor(unread, {static_cast<int64_t>(unread.size())}));
+    const Tensor s = sum(cols * sin(arange(cols.numel(), kFloat64) * 0.7 + 0.3).to(cols.dtype()).reshape(cols.shape()));
+    std::vector<Tensor> leaves;
+    for (const auto& np : params) leaves.push_back(np.second);
+    const tensor_list g = autograd::grad({s}, leaves, {}, false, false, true);
+    NoGradGuard ng;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i].defined() && amax(abs(g[i].detach())).item<double>() > 0.0) feeds.insert(params[i].first);
+  } catch (const std::exception&) {
+    return;
+  }
+  std::string columns;
+  for (size_t i = 0; i < unread.size() && i < 8; ++i) columns += (i ? ", " : "") + std::to_string(unread[i]);
+  if (unread.size() > 8) columns += ", ...";
+  for (Finding& f : found) {
+    if (!all_zero(f) || !feeds.count(f.parameter)) continue;
+    f.kind = Kind::OutputUnread;
+    f.title = "trainable parameter '" + f.parameter + "' feeds only output column" + (unread.size() > 1 ? "s " : " ") +
+              columns + " of the model, which the loss does not read: its gradient is zero on every row";
+    f.evidence.push_back({"output columns whose gradient is zero on every row of the batch",
+                          static_cast<double>(unread.size()), "beside columns the loss reads, warns"});
+    f.evidence.push_back({"output columns", static_cast<double>(output_grad.size(1)), ""});
+    f.cause =
+        "the loss does not read part of the model's output: a term that reads the wrong column or head (a copy of "
+        "the line above, out[:, 0] for out[:, 1]), or an output the loss leaves out. The layers that feed only "
+        "those columns never train";
+    f.fix =
+        "check which output column each term of the loss reads; every output the model computes for training "
+        "should reach the loss";
   }
 }
 

@@ -24,18 +24,6 @@ using detail::make;
 using detail::median;
 using detail::num;
 
-double UpdateRatioTracker::measured_norm(const Tensor& p) const {
-  if (measuring_step_ < 0 || !p.defined()) return kNaN;
-  for (const Param& q : params_)
-    if (q.tensor.is_same(p)) return q.norm_before;
-  return kNaN;
-}
-
-bool UpdateRatioTracker::measured_finite(const Tensor& p) const {
-  return p.defined() &&
-         std::find(finite_after_.begin(), finite_after_.end(), p.impl_ptr().get()) != finite_after_.end();
-}
-
 // ---- O6 learning rate -----------------------------------------------------------------------
 
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts,
@@ -167,135 +155,21 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   return out;
 }
 
-// ---- O6 update/weight ratios -----------------------------------------------------------------
-
-void UpdateRatioTracker::attach(optim::Optimizer& opt, const nn::Module& model, int64_t every) {
-  every = std::max<int64_t>(every, 1);
-  attach(opt, model, [every](int64_t step) { return (step - 1) % every == 0; });
-}
-
-void UpdateRatioTracker::attach(optim::Optimizer& opt, const nn::Module& model,
-                                std::function<bool(int64_t step)> measure) {
-  detach();
-  params_.clear();
-  measurements_ = 0;
-  measure_ = std::move(measure);
-  const auto& groups = opt.param_groups();
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (!p.requires_grad()) continue;
-    Param q;
-    q.name = name;
-    q.shape = shape_of(p);
-    q.tensor = p;
-    q.dim = p.dim();
-    q.numel = p.numel();
-    for (size_t g = 0; g < groups.size() && q.group < 0; ++g)
-      for (const Tensor& t : groups[g].params)
-        if (t.is_same(p)) {
-          q.group = static_cast<int>(g);
-          break;
-        }
-    params_.push_back(std::move(q));
-  }
-  opt_ = &opt;
-  hooks_ = {opt.add_pre_step_hook([this](optim::Optimizer& o) { pre_step(o); }),
-            opt.add_post_step_hook([this](optim::Optimizer& o) { post_step(o); })};
-}
-
-void UpdateRatioTracker::detach() {
-  if (opt_ == nullptr) return;
-  for (size_t id : hooks_) opt_->remove_hook(id);
-  hooks_.clear();
-  opt_ = nullptr;
-  measuring_step_ = -1;
-  for (Param& q : params_) q.before = Tensor();
-}
-
-void UpdateRatioTracker::pre_step(optim::Optimizer& opt) {
-  const int64_t step = opt.steps_taken() + 1;
-  if (!measure_ || !measure_(step)) return;
-  NoGradGuard ng;
-  for (Param& q : params_) {
-    const Tensor& t = q.tensor;
-    // The snapshot's buffer is kept from one measured step to the next (a fresh one each time
-    // costs an allocation and, for large weights, page faults).
-    if (!q.before.defined() || q.before.shape() != t.shape() || q.before.dtype() != t.dtype() ||
-        q.before.device() != t.device())
-      q.before = empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
-    q.norm_before = kNaN;
-    const bool host = t.device().is_cpu() && t.is_contiguous();  // q.before is contiguous: made by empty()
-    if (host && t.dtype() == kFloat32) {
-      // The copy and the weight's norm in one pass (NormHistory's weight norm: norm_before);
-      // x * 0 is 0 for a finite x and NaN for NaN and Inf.
-      const float* src = static_cast<const float*>(t.raw_data());
-      float* dst = static_cast<float*>(q.before.raw_data());
-      double sq = 0.0;
-      float nonfinite = 0.0f;
-#pragma omp simd reduction(+ : sq, nonfinite)
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        const float v = src[i];
-        dst[i] = v;
-        sq += static_cast<double>(v) * static_cast<double>(v);
-        nonfinite += v * 0.0f;
-      }
-      if (nonfinite == 0.0f && std::isfinite(sq)) q.norm_before = std::sqrt(sq);
-    } else if (host) {
-      std::memcpy(q.before.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-    } else {
-      q.before.copy_(t.detach());
-    }
-  }
-  measuring_step_ = step;
-}
-
-void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
-  finite_after_.clear();
-  if (measuring_step_ < 0) return;
-  NoGradGuard ng;
-  for (Param& q : params_) {
-    double wb = 0.0, d = 0.0;
-    const Tensor after = q.tensor.detach().contiguous();
-    if (!after.device().is_cpu() && after.numel() == q.before.numel()) {
-      // On a device: the two sums there, in float64; two scalars come back.
-      const Tensor a = after.to(kFloat64), b = q.before.to(kFloat64), diff = a - b;
-      const std::vector<double> v = stack({sum(b * b), sum(diff * diff)}).to_vector<double>();
-      wb = v[0];
-      d = v[1];
-    } else if (after.dtype() == kFloat32 && q.before.dtype() == kFloat32 && after.numel() == q.before.numel()) {
-      // The common case (float32 on the host), vectorised. The read of the updated weight also
-      // tells whether it is finite, which spares O4 a read of it (measured_finite).
-      const float* a = static_cast<const float*>(after.raw_data());
-      const float* b = static_cast<const float*>(q.before.raw_data());
-      const int64_t n = after.numel();
-      // ||w_before|| came with the copy (when the weight was finite; else it is read again). Each
-      // difference is taken in float32 (exact when the two values are within a factor of 2 of
-      // each other, as one step's are: Sterbenz) and squared in float64.
-      if (std::isfinite(q.norm_before))
-        wb = q.norm_before * q.norm_before;
-      else
-        sum_of_squares(b, n, wb);
-      if (sum_of_squared_differences(a, b, n, d)) finite_after_.push_back(q.tensor.impl_ptr().get());
-    } else {
-      const std::vector<double> b = q.before.to_vector<double>(), a = after.to_vector<double>();
-      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-        wb += b[i] * b[i];
-        d += (a[i] - b[i]) * (a[i] - b[i]);
-      }
-    }
-    wb = std::sqrt(wb);
-    if (!std::isfinite(wb) || wb < o_.min_weight_rms * std::sqrt(static_cast<double>(std::max<int64_t>(q.numel, 1))))
-      continue;
-    q.ratios.emplace_back(measuring_step_, std::sqrt(d) / wb);
-    q.lrs.push_back(q.group >= 0 ? opt.param_groups()[static_cast<size_t>(q.group)].lr : kNaN);
-  }
-  for (const optim::ParamGroup& g : opt.param_groups()) some_group_trains_ = some_group_trains_ || g.lr > 0;
-  ++measurements_;
-  measuring_step_ = -1;
-}
+// ---- O6 update/weight ratios: the verdict (update_ratio.cpp measures them) -------------------
 
 std::vector<Finding> UpdateRatioTracker::findings() const {
   std::vector<Finding> out;
-  for (const Param& q : params_) {
+  // Each judged weight's median ratio, for the comparison with the others of its group.
+  std::vector<double> medians(params_.size(), kNaN);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Param& q = params_[i];
+    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
+    std::vector<double> r;
+    for (const auto& [step, v] : q.ratios) r.push_back(v);
+    medians[i] = median(r);
+  }
+  for (size_t qi = 0; qi < params_.size(); ++qi) {
+    const Param& q = params_[qi];
     if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
     std::vector<double> r;
     for (const auto& [step, v] : q.ratios) r.push_back(v);
@@ -327,10 +201,31 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
                               "group's learning rate is 0";
       f.fix = "pass model.parameters() to the optimizer after the model is complete; check gradient flow (M5)";
     } else if (small) {
-      f.cause =
-          "a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
-          "so training barely moves (a healthy step is ~1e-3)";
-      f.fix = "raise the learning rate (10x at a time) until the ratio is ~1e-3";
+      // The other weights of its group, at the same learning rate, move at a healthy ratio: the rate is not
+      // what holds this one back; its gradient is (for Adam, a gradient below eps moves a weight by less
+      // than lr).
+      std::vector<double> others;
+      for (size_t j = 0; j < params_.size(); ++j)
+        if (j != qi && params_[j].group == q.group && std::isfinite(medians[j])) others.push_back(medians[j]);
+      const double others_median = others.size() >= 2 ? median(others) : kNaN;
+      if (others_median >= o_.healthy_group_ratio) {
+        f.kind = Kind::LayerUpdatesTooSmall;
+        f.title += ", while the other weights of its group move at " + fmt_num(others_median);
+        f.evidence.push_back({"median ratio of the other weights of its group", others_median,
+                              ">= " + fmt_num(o_.healthy_group_ratio) + ": the rate is not the cause"});
+        f.cause =
+            "this weight's gradient is far smaller than the others' at the same learning rate: a saturated "
+            "softmax, sigmoid or tanh in front of it, a scale factor that shrinks its gradient (attention scores "
+            "multiplied by sqrt(d) where they are divided), or units that seldom fire";
+        f.fix =
+            "find what shrinks this layer's gradient (print its gradient norm beside the others'); raising the "
+            "learning rate would move the healthy weights too far";
+      } else {
+        f.cause =
+            "a learning rate too low; each step changes the weights by less than 1e-5 of their size, "
+            "so training barely moves (a healthy step is ~1e-3)";
+        f.fix = "raise the learning rate (10x at a time) until the ratio is ~1e-3";
+      }
     } else {
       f.cause =
           "a learning rate too high; each step changes the weights by more than a tenth of their "
@@ -340,23 +235,6 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
     out.push_back(f);
   }
   return out;
-}
-
-double UpdateRatioTracker::median_weight_ratio() const {
-  std::vector<double> medians;
-  for (const Param& q : params_) {
-    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
-    std::vector<double> r;
-    for (const auto& [step, v] : q.ratios) r.push_back(v);
-    medians.push_back(median(r));
-  }
-  return medians.empty() ? kNaN : median(medians);
-}
-
-NormSeries UpdateRatioTracker::series() const {
-  NormSeries s;
-  for (const Param& q : params_) s.emplace_back(q.name, q.ratios);
-  return s;
 }
 
 // ---- O6's lr / 10 probe: its verdict ------------------------------------------------------------

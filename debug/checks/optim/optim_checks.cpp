@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <set>
 
@@ -154,7 +153,8 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
   if (weights.size() >= 2) {
     const Judged& first = *weights.front();
     const Judged& last = *weights.back();
-    ratio = last.norm > 0 ? first.norm / last.norm : (first.norm > 0 ? std::numeric_limits<double>::infinity() : kNaN);
+    // A last weight without gradient is its own finding (vanishing), not gradients growing towards the input.
+    ratio = last.norm > 0 ? first.norm / last.norm : kNaN;
     const bool vanish = ratio<opts.depth_ratio_vanishing, explode = ratio> opts.depth_ratio_exploding;
     if (vanish || explode) {
       Finding f = make("O1", Severity::Warning,

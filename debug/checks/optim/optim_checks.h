@@ -143,6 +143,10 @@ struct OptimCheckOptions {
   // as fast as the steps (O3 and the loss history catch B24 instead).
   double min_update_ratio = 1e-5;
   double max_update_ratio = 1e-1;
+  // A weight below min_update_ratio while the other weights of its group (two or more, the median of
+  // their medians) move at healthy_group_ratio or more: its own gradient holds it back, not the rate
+  // (kind layer-updates-too-small, a symptom like a vanishing gradient).
+  double healthy_group_ratio = 1e-4;
   // A flat loss (too low, above) whose weight matrices move by at least moving_update_ratio of
   // their norm per step (the median over them of each one's median) is not a rate too low: the
   // steps move the weights, and the loss stays for another reason (labels the inputs do not
