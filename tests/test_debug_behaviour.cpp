@@ -4,6 +4,9 @@
 // clean twin that must stay silent.
 #include <doctest/doctest.h>
 
+#include <memory>
+#include <vector>
+
 #include "core/autograd.h"
 #include "core/warning.h"
 #include "debug/checks/model/behaviour.h"
@@ -31,6 +34,27 @@ class MyDropout : public nn::Module {
  private:
   double p_;
   bool rescale_;
+};
+
+// Cutout (DeVries and Taylor, 2017) as a layer: in training, one size x size square of every image,
+// at a random place, set to 0 (no rescaling: evaluation sees whole images by design).
+class MyCutout : public nn::Module {
+ public:
+  explicit MyCutout(int64_t size) : Module("MyCutout"), size_(size) {}
+  Tensor forward(const Tensor& x) override {
+    if (!is_training()) return x;
+    const int64_t N = x.size(0), H = x.size(2), W = x.size(3);
+    std::vector<float> mask(static_cast<size_t>(N * H * W), 1.0f);
+    const std::vector<int64_t> at = gs::randint(0, H - size_ + 1, {N, 2}).to_vector<int64_t>();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < size_; ++i)
+        for (int64_t j = 0; j < size_; ++j)
+          mask[static_cast<size_t>((n * H + at[n * 2] + i) * W + at[n * 2 + 1] + j)] = 0.0f;
+    return x * gs::tensor(mask, {N, 1, H, W}).to(x.dtype());
+  }
+
+ private:
+  int64_t size_;
 };
 
 // Gaussian noise in training (zero mean: its expected output is the input).
@@ -134,6 +158,25 @@ TEST_CASE("probe: a hand-written dropout without 1/(1-p) is an M2 error naming i
   CHECK(pg.modules[0].stochastic);
   CHECK(pg.modules[0].scale == doctest::Approx(1.0).epsilon(0.1));
   CHECK(pg.findings().empty());
+}
+
+TEST_CASE(
+    "probe: Cutout zeroes a patch of each image (an augmentation, silent); unscaled dropout on images is an error") {
+  const Tensor images = gs::randn({16, 3, 16, 16});
+  auto cutout = std::make_shared<nn::Sequential>(std::make_shared<MyCutout>(6), std::make_shared<nn::Conv2d>(3, 4, 3));
+  const dbg::ModeProbe pc = dbg::probe_mode_dependence(*cutout, images);
+  REQUIRE(pc.modules.size() == 1);
+  CHECK(pc.modules[0].stochastic);
+  CHECK(pc.modules[0].occludes);
+  CHECK(pc.modules[0].scale < 0.95);  // its mean output is below the input's, by design
+  CHECK(pc.findings().empty());
+  // The same share of entries (6 x 6 of 16 x 16, 14%) zeroed at random places, unscaled: dropout's bug.
+  auto dropout =
+      std::make_shared<nn::Sequential>(std::make_shared<MyDropout>(0.14, false), std::make_shared<nn::Conv2d>(3, 4, 3));
+  const dbg::ModeProbe pd = dbg::probe_mode_dependence(*dropout, images);
+  REQUIRE(pd.modules.size() == 1);
+  CHECK_FALSE(pd.modules[0].occludes);
+  CHECK(find(pd.findings(), "M2", dbg::Severity::Error) != nullptr);
 }
 
 TEST_CASE("probe: zero-mean noise, nn::Dropout and a hand-written BatchNorm-like layer are classified, not flagged") {

@@ -639,3 +639,86 @@ TEST_CASE("M6 on float token ids: no gradient reaches them, so the test runs by 
     CHECK(mixing == mix);
   }
 }
+
+namespace {
+
+// R-Drop (Liang et al., 2021): in training the model runs its batch twice in one forward (two dropout
+// masks), and the loss reads the 2B rows: cross-entropy of both halves against the labels twice over,
+// plus the symmetric KL divergence between the halves' predictions.
+struct TwiceInTraining : nn::Module {
+  std::shared_ptr<Mlp> net = register_module("net", std::make_shared<Mlp>());
+  std::shared_ptr<nn::Dropout> drop = register_module("drop", std::make_shared<nn::Dropout>(0.2));
+  TwiceInTraining() : Module("TwiceInTraining") {}
+  Tensor forward(const Tensor& x) override {
+    return is_training() ? (*net)((*drop)(cat({x, x}, 0))) : (*net)((*drop)(x));
+  }
+};
+
+struct RDropLoss : nn::Loss {
+  RDropLoss() : nn::Loss("RDropLoss") {}
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }
+  Tensor forward(const Tensor& out, const Tensor& y) override {
+    if (out.size(0) == y.size(0)) return nn::functional::cross_entropy(out, y);
+    const int64_t B = y.size(0);
+    const Tensor a = log_softmax(out.narrow(0, 0, B), 1), b = log_softmax(out.narrow(0, B, B), 1);
+    const Tensor kl = mean(sum((exp(a) - exp(b)) * (a - b), {1}));
+    return nn::functional::cross_entropy(out, cat({y, y}, 0)) + kl * 0.5;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("R-Drop: a model that runs its batch twice in training is clean (M6 and M14 judge what they can)") {
+  manual_seed(17);
+  const Split d = dtest::split(9, 1.5);
+  auto model = std::make_shared<TwiceInTraining>();
+  RDropLoss loss;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  const debug::RunReport r = train_own_loop(*model, loss, opt, d, 6);
+  CHECK_FALSE(r.fired("W2"));
+  CHECK_FALSE(r.fired("M14"));
+  expect_clean(r);
+}
+
+namespace {
+
+// Temperature scaling (Guo et al., 2017) as a wrapper: a trained network, frozen whole, whose logits are
+// divided by exp(log_t); only log_t trains, by Adam at 0.02.
+struct Tempered : nn::Module {
+  std::shared_ptr<Mlp> net = register_module("net", std::make_shared<Mlp>());
+  Tensor log_t = register_parameter("log_t", zeros({1}));
+  Tempered() : Module("Tempered") {}
+  Tensor forward(const Tensor& x) override { return (*net)(x) / exp(log_t); }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "temperature scaling: a frozen network and a temperature at Adam 0.02 are no frozen head (M10) nor a rate too high "
+    "(O8)") {
+  manual_seed(18);
+  const Split d = dtest::split(11, 1.0);
+  auto model = std::make_shared<Tempered>();
+  {
+    nn::CrossEntropyLoss ce;
+    optim::Adam pre(model->net->parameters(), optim::AdamOptions(3e-3));
+    for (int e = 0; e < 6; ++e)
+      for (const nn::Batch& b : *d.train) {
+        pre.zero_grad();
+        ce((*model)(b.x), b.y).backward();
+        pre.step();
+      }
+  }
+  for (Tensor& p : model->net->parameters()) p.requires_grad_(false);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt({model->log_t}, optim::AdamOptions(0.02));
+  const debug::RunReport r = train_own_loop(*model, ce, opt, d, 4);
+  CHECK_FALSE(r.fired("M10"));
+  CHECK_FALSE(r.fired("O8"));
+  CHECK(said(r, "O8", "no weight matrix trains"));
+  // The same temperature beside a trainable layer at that rate: the usual range applies again.
+  for (Tensor& p : model->net->fc1->parameters()) p.requires_grad_(true);
+  optim::Adam both({model->log_t, model->net->fc1->weight}, optim::AdamOptions(0.02));
+  CHECK(any_finding(train_own_loop(*model, ce, both, d, 1),
+                    [](const debug::Finding& f) { return f.check == "O8" && f.fires(); }));
+}

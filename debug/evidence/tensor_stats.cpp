@@ -338,4 +338,56 @@ std::string TensorSummary::str(const Tensor& t) const {
   return os.str();
 }
 
+MaskPattern mask_pattern(const Tensor& drawn, const Tensor& reference) {
+  MaskPattern m;
+  if (!drawn.defined() || !reference.defined() || drawn.shape() != reference.shape() || drawn.numel() == 0) return m;
+  NoGradGuard ng;
+  const std::vector<double> d = drawn.to(kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> r = reference.to(kFloat64).contiguous().to_vector<double>();
+  const size_t n = d.size();
+  std::vector<char> zeroed(n, 0);
+  double ratio_sum = 0.0, ratio_sq = 0.0;
+  int64_t kept = 0, dropped = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (r[k] == 0.0) continue;
+    if (d[k] == 0.0) {
+      zeroed[k] = 1;
+      ++dropped;
+    } else {
+      const double q = d[k] / r[k];
+      ratio_sum += q;
+      ratio_sq += q * q;
+      ++kept;
+    }
+  }
+  if (kept == 0 || dropped == 0) return m;
+  const double mean = ratio_sum / static_cast<double>(kept);
+  const double var = std::max(0.0, ratio_sq / static_cast<double>(kept) - mean * mean);
+  m.mask = mean > 0.0 && std::sqrt(var) <= 1e-3 * mean;
+  m.multiple = mean;
+  m.zeroed = static_cast<double>(dropped) / static_cast<double>(dropped + kept);
+  if (!m.mask || drawn.dim() < 3) return m;
+  // Along the last dim: how often a zeroed entry's right neighbour is zeroed too (about the drop rate for
+  // scattered entries, near 1 for patches and whole planes); and whether planes are zeroed only in part.
+  const int64_t W = drawn.size(-1), H = drawn.size(-2), plane = W * H;
+  int64_t pairs = 0, both = 0, partial = 0, touched = 0;
+  for (size_t base = 0; base + static_cast<size_t>(plane) <= n; base += static_cast<size_t>(plane)) {
+    int64_t z = 0;
+    for (int64_t k = 0; k < plane; ++k) {
+      const size_t at = base + static_cast<size_t>(k);
+      z += zeroed[at];
+      if (zeroed[at] && k % W + 1 < W) {
+        ++pairs;
+        both += zeroed[at + 1];
+      }
+    }
+    touched += z > 0 ? 1 : 0;
+    partial += z > 0 && z < plane * 9 / 10 ? 1 : 0;
+  }
+  m.occlusion = pairs > 0 && touched > 0 &&
+                static_cast<double>(both) >= std::max(0.75, m.zeroed + 0.3) * static_cast<double>(pairs) &&
+                2 * partial >= touched;
+  return m;
+}
+
 }  // namespace gradsleuth::debug

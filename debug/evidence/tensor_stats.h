@@ -85,4 +85,16 @@ bool sampled_finite(const Tensor& t);
 // "[64, 10]"
 std::string shape_of(const Tensor& t);
 
+// How a random layer's training-mode output `drawn` differs from its eval-mode output `reference` (same
+// shape): whether it is a mask (every changed entry zero, every other one a common multiple of the
+// reference, as dropout's), and whether the zeroed entries are an occlusion (a patch of each spatial
+// plane, as Cutout's or random erasing's, not scattered entries nor whole planes).
+struct MaskPattern {
+  bool mask = false;       // zeros, and the rest c x reference for one c
+  double multiple = 1.0;   // that c (1 / (1 - p) for inverted dropout)
+  double zeroed = 0.0;     // the share of the nonzero reference entries zeroed
+  bool occlusion = false;  // inputs of 3 or more dims: zeroed runs along the last dim, planes only in part
+};
+MaskPattern mask_pattern(const Tensor& drawn, const Tensor& reference);
+
 }  // namespace gradsleuth::debug

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <tuple>
 
 #include "core/autograd.h"
@@ -32,6 +33,18 @@ using namespace model_detail;
 
 // ---- M6 ------------------------------------------------------------------------------------
 namespace {
+// The output's first dim is not the batch (a model that runs its batch twice in training, as R-Drop does;
+// one row per token): the rows cannot be compared with the input's.
+struct RowsMismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+void require_rows(const Tensor& out, const Tensor& x) {
+  if (!(out.dim() >= 1 && out.size(0) == x.size(0)))
+    throw RowsMismatch("the model's output " + shape_str(out.shape()) + " has " +
+                       (out.dim() >= 1 ? std::to_string(out.size(0)) : std::string("no")) + " rows for a batch of " +
+                       std::to_string(x.size(0)));
+}
+
 struct MixingResult {
   bool has_grad = false;
   double row_i = 0.0, other_max = 0.0;
@@ -42,8 +55,7 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
   MixingResult r;
   Tensor xi = x.detach().clone().requires_grad_(true);
   Tensor out = model(xi);
-  GS_CHECK(out.dim() >= 1 && out.size(0) == x.size(0), "batch_mixing_test (M6)", "the model's output ", out.str(),
-           " has no batch dim matching the input ", x.str());
+  require_rows(out, x);
   // A fixed random weighting of row i's outputs: with a plain sum, a softmax
   // head's row (which always sums to 1) would have a zero gradient everywhere.
   Tensor row = out.select(0, i);
@@ -82,8 +94,7 @@ MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t 
   }
   if (donor < 0) return r;  // every example's input is the same: nothing to substitute
   const Tensor base = model(x);
-  GS_CHECK(base.dim() >= 1 && base.size(0) == B, "batch_mixing_test (M6)", "the model's output ", base.str(),
-           " has no batch dim matching the input ", x.str());
+  require_rows(base, x);
   Tensor x2 = x.clone();
   x2.select(0, i).copy_(x.select(0, donor));
   const Tensor changed = model(x2);
@@ -167,9 +178,8 @@ bool pairwise_output(nn::Module& model, const Tensor& x) {
 }
 }  // namespace
 
-std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
-  GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
-           x.str());
+namespace {
+std::vector<Finding> mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
   // An input without gradients (token ids) is tested by substituting one example's input instead.
   bool by_grad = x.is_floating_point();
   bool substituted = false;  // a float input no gradient reaches, tested by substitution
@@ -303,7 +313,12 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   }
   if (has_bn && ev.has_grad && ev.coupled == 0 && !substituted) {
     set_mode_without_randomness(model, true, probe);
-    const MixingResult tr = probe_row(i);
+    MixingResult tr;
+    try {
+      tr = probe_row(i);
+    } catch (const RowsMismatch&) {
+      // Train mode changes the output's rows (the batch run twice): nothing to compare there.
+    }
     if (tr.coupled > 0) {
       Finding f;
       f.check = "M6";
@@ -319,6 +334,25 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   }
   params.restore();
   return out;
+}
+}  // namespace
+
+std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
+  GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
+           x.str());
+  ParamSnapshot params(model);  // a forward in train mode may have updated BatchNorm's statistics
+  try {
+    return mixing_test(model, x, o);
+  } catch (const RowsMismatch& e) {
+    params.restore();
+    Finding f;
+    f.check = "M6";
+    f.severity = Severity::Info;
+    f.title =
+        std::string("the batch-mixing test cannot run: ") + e.what() + ", so no output row belongs to one example";
+    f.shape = shape_of(x);
+    return {f};
+  }
 }
 
 }  // namespace gradsleuth::debug

@@ -151,6 +151,8 @@ ModeProbe probe_mode_dependence(nn::Module& model, const Tensor& x, const ModePr
       b.stochastic = !b.eval_stochastic && train_diff > o.tolerance;
       b.mode_dependent = b.stochastic || (!b.eval_stochastic && mode_diff > o.tolerance);
       if (b.stochastic) {
+        const MaskPattern drawn = mask_pattern(t1, e);
+        b.occludes = drawn.mask && drawn.occlusion;
         // E[train(x)] against eval(x): least squares s_k = <y_k, e> / <e, e> per draw.
         const double ee = sum(e * e).item<double>();
         if (ee > 0.0) {
@@ -208,6 +210,8 @@ std::vector<Finding> ModeProbe::findings(const ModeProbeOptions& o) const {
     // the mean, so its training-mode mean is not its eval output even with inverted dropout. The
     // rule judges the random layer itself (a hand-written dropout holds no parameter).
     if (b.module && !b.module->parameters().empty()) continue;
+    // Patches of each plane zeroed (Cutout, random erasing): an augmentation, whose evaluation sees whole inputs.
+    if (b.occludes) continue;
     const double off = std::fabs(b.scale - 1.0);
     if (!(off > o.scale_tolerance && off > 4.0 * b.scale_se)) continue;
     Finding f;

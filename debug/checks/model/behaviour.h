@@ -76,6 +76,7 @@ struct ModuleBehaviour {
   // standard error over the draws, and how many draws were made.
   double scale = 1.0, scale_se = 0.0;
   int64_t draws = 0;
+  bool occludes = false;  // a draw zeroes patches of its input's planes (Cutout): an augmentation
 };
 
 struct ModeProbe {

@@ -138,8 +138,15 @@ std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* 
     }
   }
   // A frozen output layer while the rest trains.
-  if (trainable_t > 0) {
-    const auto leaves = leaf_modules(model);
+  // Only where a layer trains: a parameter of the wrapper itself (a temperature fitted after training, with
+  // every layer frozen) is no earlier layer.
+  const auto leaves = leaf_modules(model);
+  const bool a_layer_trains = std::any_of(leaves.begin(), leaves.end(), [](const auto& pm) {
+    for (auto& [n, p] : pm.second->named_parameters(false))
+      if (p.requires_grad()) return true;
+    return false;
+  });
+  if (trainable_t > 0 && a_layer_trains) {
     for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
       const auto own = it->second->named_parameters(false);
       if (own.empty()) continue;

@@ -317,6 +317,9 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, line,
                                          classes ? &acc : nullptr, o.overfit_accuracy, more);
   snap.restore();
+  // A training output with other rows than the labels (a model that runs its batch twice in training, as
+  // R-Drop does) has no accuracy: the loss alone judges.
+  if (classes && std::isnan(acc)) classes = false;
   std::vector<Finding> out;
   if (losses.empty()) return out;
   const double first = losses.front(), last = losses.back();

@@ -45,7 +45,11 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
     const auto& ps = groups[i].params;
     const bool biases_frozen = frozen && weights_train && !ps.empty() &&
                                std::all_of(ps.begin(), ps.end(), [](const Tensor& p) { return p.dim() <= 1; });
-    const bool unjudged = (frozen && !biases_frozen) || eps_sets_step;
+    // No weight matrix trains anywhere, and this group holds only scalars and vectors (a temperature fitted
+    // after training, a few loss weights): the usual range is that of weight matrices.
+    const bool no_matrix = high && !weights_train && !ps.empty() &&
+                           std::all_of(ps.begin(), ps.end(), [](const Tensor& p) { return p.dim() <= 1; });
+    const bool unjudged = (frozen && !biases_frozen) || eps_sets_step || no_matrix;
     const std::string group =
         groups.size() == 1
             ? std::string()
@@ -58,6 +62,7 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
                                               " vectors) held still while the weight matrices train"
                           : frozen        ? ": its parameters are frozen by their rate while the other groups train"
                           : eps_sets_step ? ": with eps " + fmt_num(eps) + " the range does not apply"
+                          : no_matrix     ? ": the group holds only scalars and vectors, and no weight matrix trains"
                                           : ""));
     f.kind = biases_frozen ? Kind::BiasGroupFrozen : high ? Kind::LrAboveRange : Kind::LrBelowRange;
     f.evidence = {{"learning rate", lr,
