@@ -990,3 +990,34 @@ TEST_CASE("D14 does not judge token ids: sequences padded differently warn as fl
   INFO(all_str(as_ids));
   CHECK(as_ids.empty());
 }
+
+// D15 on a long-tailed training split scored on a balanced one (a long-tail benchmark's design): the
+// shift is said as info; the same training split against an evaluation split skewed another way warns.
+TEST_CASE("D15: a balanced evaluation of a long-tailed training split is info; a skew of its own still warns") {
+  const Images a = images(3000, 5, 23);
+  const std::vector<int64_t> y = a.y.to_vector<int64_t>();
+  // Train: class c kept for its first 400 / 2^c rows of the first 2400 (400, 200, 100, 50, 25).
+  std::vector<int64_t> kept, seen(5, 0);
+  for (int64_t i = 0; i < 2400; ++i)
+    if (seen[static_cast<size_t>(y[i])]++ < (400 >> y[i])) kept.push_back(i);
+  // Evaluation: 40 of each class from the last 600 rows; the skewed one: class 4 four times as often.
+  std::vector<int64_t> balanced, skewed, per(5, 0), per2(5, 0);
+  for (int64_t i = 2400; i < 3000; ++i) {
+    const size_t c = static_cast<size_t>(y[i]);
+    if (per[c]++ < 40) balanced.push_back(i);
+    if (per2[c]++ < (c == 4 ? 120 : 30)) skewed.push_back(i);
+  }
+  const auto subset = [&](const std::vector<int64_t>& rows, const std::string& name) {
+    const Tensor k = gs::tensor(rows, {static_cast<int64_t>(rows.size())});
+    return dataset(a.x.index_select(0, k), a.y.index_select(0, k), name);
+  };
+  const auto train = subset(kept, "train");
+  const auto fb = dbg::check_label_drift(*train, *subset(balanced, "balanced"), "validation");
+  REQUIRE(fb.size() == 1);
+  INFO(fb[0].str());
+  CHECK(fb[0].severity == dbg::Severity::Info);
+  CHECK(has(fb[0].title, "balanced evaluation"));
+  const auto fs = dbg::check_label_drift(*train, *subset(skewed, "skewed"), "validation");
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+}

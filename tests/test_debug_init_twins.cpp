@@ -75,6 +75,31 @@ TEST_CASE("a hand-written layer initialised to one constant: M27's gradient spre
   }
 }
 
+TEST_CASE("nn::Linear layers initialised to one constant: M27 leads, not M9's scale nor M3's clipped logits") {
+  // init::constant_ where init::normal_ was meant, on every layer, head included, and the biases at 0: the
+  // units of a layer stay identical, rows whose hidden units all died give logits of exactly 0, and a
+  // weight's std is 0 while its scale is 0.02.
+  manual_seed(5);
+  const Split d = dtest::split(5, 2.0);
+  nn::CrossEntropyLoss ce;
+  auto model = std::make_shared<dtest::Mlp>();
+  {
+    NoGradGuard ng;
+    for (const auto& fc : {model->fc1, model->fc2, model->fc3}) {
+      nn::init::constant_(fc->weight, 0.02);
+      nn::init::zeros_(fc->bias);
+    }
+  }
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-3));
+  const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+  expect_lead(r, "M27", "symmetric-init");
+  for (const debug::Finding& f : r.findings.findings()) {
+    CAPTURE(f.str());
+    CHECK_FALSE((f.check == "M9" && f.fires()));
+    CHECK_FALSE((f.check == "M3" && f.fires()));
+  }
+}
+
 // ---- D5 on every training row ------------------------------------------------------------
 
 namespace {

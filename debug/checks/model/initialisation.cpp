@@ -47,7 +47,11 @@ std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOpt
       w = c->weight;
     if (!w.defined() || w.dim() < 2 || w.numel() < 16) continue;
     const auto [fan_in, fan_out] = nn::init::calculate_fan_in_and_fan_out(w);
-    const double std = summarize(w).std;
+    const TensorSummary ws = summarize(w);
+    const double std = ws.std;
+    // One value everywhere (a constant initialisation): its scale is |mean|, and what is wrong is that every
+    // unit is the same (M27 names the symmetric units), not the size.
+    if (std < 1e-3 * std::fabs(ws.mean) && ws.mean != 0.0) continue;
     const double def = 1.0 / std::sqrt(3.0 * static_cast<double>(fan_in));
     const double xavier = std::sqrt(2.0 / static_cast<double>(fan_in + fan_out));
     const double he = std::sqrt(2.0 / static_cast<double>(fan_in));

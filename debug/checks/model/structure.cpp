@@ -183,6 +183,12 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
   // a layer initialised or collapsed to zero (M25, M26), not a clipped one.
   const Tensor l64 = logits.detach().to(kFloat64);
   if (amax(abs(l64 - l64.select(0, 0))).item<double>() == 0.0) return out;
+  // ... and within a row: a ReLU zeroes some classes of an example and keeps others. Rows each all zero or
+  // all positive (every class scored alike: weights initialised to one constant, M27) are no
+  // clipped logits.
+  const Tensor zero = eq(l64, 0.0).to(kFloat64);
+  const Tensor mixed = logical_and(gt(amax(zero, {1}), 0.0), lt(amin(zero, {1}), 1.0));
+  if (!(sum(mixed.to(kFloat64)).item<double>() > 0.0)) return out;
   const double row_sum_err = amax(abs(sum(l64, {1}) - 1.0)).item<double>();
   if (row_sum_err < 1e-3) return out;  // probabilities: L2's double softmax
   Finding f;
