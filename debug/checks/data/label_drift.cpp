@@ -163,8 +163,9 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   const bool shifted = psi > opts.max_label_psi || (psi > opts.min_label_psi && z >= opts.min_label_psi_z);
   if (!shifted) return out;
   // Every training class equally often in the other split (within 5%), beside a training split whose
-  // classes differ 2x or more: a balanced evaluation of a long-tailed training set, as long-tail
-  // benchmarks are built, not two samples of one population gone apart.
+  // classes differ 2x or more: either a training split thinned unevenly (a filter, a lost share of some
+  // classes) or a balanced evaluation of a long-tailed training set, as long-tail benchmarks are built.
+  // The counts cannot tell the two apart: it warns, and says both.
   int64_t o_min = std::numeric_limits<int64_t>::max(), o_max = 0, t_min = std::numeric_limits<int64_t>::max(),
           t_max = 0;
   for (const auto& [c, k] : ct) {
@@ -175,7 +176,7 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   const bool balanced_eval = ct.size() >= 2 && o_min > 0 &&
                              static_cast<double>(o_max - o_min) <= std::max(1.0, 0.05 * static_cast<double>(o_max)) &&
                              t_max >= 2 * t_min;
-  Finding f = make("D15", balanced_eval ? Severity::Info : Severity::Warning,
+  Finding f = make("D15", Severity::Warning,
                    "the class frequencies of " + split + " differ from train: PSI " + fmt_num(psi) + " (class " +
                        num(worst_c) + ": " + pct(worst_o) + " of " + split + " vs " + pct(worst_t) + " of train)" +
                        (balanced_eval ? ": " + split +
@@ -205,11 +206,14 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
       "resample) only the training loader; report per-class accuracy when the frequencies must differ";
   if (balanced_eval) {
     f.evidence.push_back({"largest / smallest class count in " + split,
-                          static_cast<double>(o_max) / static_cast<double>(o_min), "within 5%: balanced (info)"});
+                          static_cast<double>(o_max) / static_cast<double>(o_min), "within 5%: balanced"});
     f.cause = "the " + split +
-              " split holds every class equally often while the training classes differ in frequency: the design of "
-              "a long-tail benchmark (train on the natural frequencies, score every class alike)";
-    f.fix = "none needed if the balanced split is meant; D3 says whether the rare classes are learnt";
+              " split holds every class equally often while the training classes differ in frequency: training "
+              "examples of some classes lost on the way (a filter, a split that drops part of the data), or, by "
+              "design, a long-tail benchmark that trains on the natural frequencies and scores every class alike";
+    f.fix =
+        "count each class before and after every filtering step of the training data; if the long tail is "
+        "meant, nothing is wrong, and D3 says whether the rare classes are learnt";
   }
   out.push_back(f);
   return out;
