@@ -722,3 +722,26 @@ TEST_CASE(
   CHECK(any_finding(train_own_loop(*model, ce, both, d, 1),
                     [](const debug::Finding& f) { return f.check == "O8" && f.fires(); }));
 }
+
+namespace {
+
+// A coordinate regression: one input in [0, 1), target sin(6 x). Training rows shuffled; the held-out rows
+// stored in coordinate order (as an image's pixels in raster order are), `scale` times the training scale.
+debug::RunReport ordered_split_run(double scale) {
+  manual_seed(19);
+  const Tensor xt = rand({3000, 1}), xv = arange(3000, kFloat32).reshape({3000, 1}) / 3000.0;
+  const Split d = dtest::loaders(xt, sin(xt * 6.0), xv * scale, sin(xv * 6.0));
+  auto model = std::make_shared<dtest::Regressor>(1, 32);
+  nn::MSELoss mse;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  return train_own_loop(*model, mse, opt, d, 2);
+}
+
+}  // namespace
+
+TEST_CASE("D10 reads rows spread over each split: a held-out split stored in order is no other preprocessing") {
+  const debug::RunReport ordered = ordered_split_run(1.0);
+  CHECK_MESSAGE(!ordered.fired("D10"), ordered.str(true));
+  // The same split scaled 10x: another preprocessing, and D10 says so.
+  CHECK(ordered_split_run(10.0).fired("D10"));
+}

@@ -145,11 +145,11 @@ void Session::run_data_checks() {
   });
   if (data_.val) {
     guarded(r, who, "split-consistency check", "D10", [&] {
-      const nn::Batch a = first_rows(train.dataset(), o_.split_examples),
-                      b = first_rows(data_.val->dataset(), o_.split_examples);
+      const nn::Batch a = spread_rows(train.dataset(), o_.split_examples),
+                      b = spread_rows(data_.val->dataset(), o_.split_examples);
       r.add(check_split_consistency(a.x, a.y, b.x, b.y, o_.val_split, o_.data));
-      // The first validation rows read again: a random transform gives other inputs.
-      const Tensor again = first_rows(data_.val->dataset(), 64).x;
+      // The first 64 of those validation rows read again: a random transform gives other inputs.
+      const Tensor again = spread_rows(data_.val->dataset(), o_.split_examples, 64).x;
       if (b.x.dim() > 0 && again.dim() > 0 && again.size(0) <= b.x.size(0))
         r.add(check_split_repeatable(b.x.narrow(0, 0, again.size(0)), again, o_.val_split));
       r.note_ran("D10");

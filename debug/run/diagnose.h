@@ -80,7 +80,7 @@ struct DiagnoseOptions {
   DataCheckOptions data;
   GateOptions gate_options;       // its num_classes is set from num_classes when that is > 0
   MonitorOptions monitor;         // likewise
-  int64_t split_examples = 2000;  // D10 compares the first N rows of the train and val datasets
+  int64_t split_examples = 2000;  // D10 compares N rows spread over the train and val datasets
   // D12-D16 read the first data.integrity_examples rows of each dataset (60000 by default).
   std::string val_split = "validation";  // what D10 and D13-D16 call the val loader's split ("test", ...)
   int64_t sample_examples =

@@ -34,6 +34,16 @@ inline nn::Batch first_rows(const nn::Dataset& d, int64_t n) {
   return d.get_batch(idx);
 }
 
+// n rows spread evenly over the dataset (all of them when it has n or fewer): a split stored in an order
+// (pixels in raster order, rows sorted by time or class) is sampled whole, not by its first part.
+// `first` (when >= 0) keeps the first `first` of those rows: the same rows read again.
+inline nn::Batch spread_rows(const nn::Dataset& d, int64_t n, int64_t first = -1) {
+  const int64_t size = d.size(), k = n <= 0 ? size : std::min(n, size);
+  std::vector<int64_t> idx(static_cast<size_t>(first >= 0 ? std::min(first, k) : k));
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i) * size / k;
+  return d.get_batch(idx);
+}
+
 // Where the model lives: its first parameter's device (the host for a parameter-free model).
 inline Device model_device(nn::Module& model) {
   for (const Tensor& p : model.parameters()) return p.device();
