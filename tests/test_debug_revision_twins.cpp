@@ -7,6 +7,7 @@
 // wrong labels against one that does not; and classes imbalanced but recalled evenly.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -439,4 +440,81 @@ TEST_CASE("M14 on a sigmoid head under BCE on probabilities with soft targets: t
     const std::string said = fit.empty() ? std::string() : fit[0].str();
     CHECK_MESSAGE(dtest::fires(fit) == halved, said);
   }
+}
+
+// ---- the verdicts on programs from outside, as rules ----------------------------------------
+
+TEST_CASE("O8: a group of a few scalars above the range is info beside trained weights; a group of many values warns") {
+  manual_seed(21);
+  auto net = std::make_shared<dtest::Mlp>();
+  const Tensor log_var = zeros({3}).requires_grad_(true), wide = zeros({100}).requires_grad_(true);
+  const auto judged = [&](const Tensor& extra) {
+    optim::Adam opt(
+        {optim::ParamGroup(net->parameters()), optim::ParamGroup({extra}, 0.02, optim::ParamGroup::kInherit, "extra")},
+        optim::AdamOptions(1e-3));
+    const std::vector<debug::Finding> fs = debug::check_learning_rate_range(opt);
+    REQUIRE(fs.size() == 1);
+    return fs[0];
+  };
+  CHECK(judged(log_var).severity == debug::Severity::Info);
+  CHECK(judged(wide).severity == debug::Severity::Warning);
+}
+
+TEST_CASE("O8's rate above the range is info where the lr / 10 probe shows the run needs it") {
+  debug::Report r;
+  debug::Finding o8;
+  o8.check = "O8";
+  o8.severity = debug::Severity::Warning;
+  o8.kind = debug::Kind::LrAboveRange;
+  o8.title = "the SGD learning rate 5 is above the usual range";
+  r.add(o8);
+  const auto verdict = [](double probe, double run) {
+    return debug::judge_lr_probe({1.0, 0.9, 0.7, 0.5}, {1.0, 1.0 - probe, 1.0 - probe, 1.0 - probe}, 5.0, "",
+                                 debug::OptimCheckOptions{});
+  };
+  // At a tenth of the rate the loss barely moves (0.1% against 50%): needed.
+  const debug::Finding barely = verdict(0.001, 0.5);
+  REQUIRE(barely.is("O6", debug::Kind::LrProbeInconclusive));
+  REQUIRE(debug::rate_needed(r, barely));
+  debug::Report softened = r;
+  debug::soften_range_for_needed_rate(softened, barely);
+  CHECK(softened.findings()[0].severity == debug::Severity::Info);
+  // Falling a third as far: inconclusive, and the warning stands.
+  CHECK_FALSE(debug::rate_needed(r, verdict(0.17, 0.5)));
+}
+
+TEST_CASE("O1: a trunk under three parallel heads is judged against the largest head, shrinking against the last") {
+  struct Heads : nn::Module {
+    std::shared_ptr<nn::Linear> trunk, a, b, cls;
+    Heads() : Module("Heads") {
+      trunk = register_module("trunk", std::make_shared<nn::Linear>(6, 16));
+      a = register_module("a", std::make_shared<nn::Linear>(16, 1));
+      b = register_module("b", std::make_shared<nn::Linear>(16, 1));
+      cls = register_module("cls", std::make_shared<nn::Linear>(16, 3));
+    }
+  } m;
+  const auto grads = [&](double trunk, double a, double cls) {
+    m.trunk->weight.set_grad(full({16, 6}, trunk));
+    m.a->weight.set_grad(full({1, 16}, a));
+    m.b->weight.set_grad(full({1, 16}, a));
+    m.cls->weight.set_grad(full({3, 16}, cls));
+    for (auto* l : {m.trunk.get(), m.a.get(), m.b.get(), m.cls.get()}) l->bias.set_grad(full(l->bias.shape(), 0.1));
+    return debug::check_gradient_health(m);
+  };
+  const auto fired = [](const std::vector<debug::Finding>& fs, debug::Kind k) {
+    return std::any_of(fs.begin(), fs.end(), [k](const debug::Finding& f) { return f.fires() && f.kind == k; });
+  };
+  // The classification head's gradient small (its task down-weighted), the regression heads' not: no growth.
+  CHECK_FALSE(fired(grads(1.0, 0.5, 1e-3), debug::Kind::ExplodeTowardsInput));
+  // Every head small against the trunk: growth towards the input.
+  CHECK(fired(grads(1.0, 1e-3, 1e-3), debug::Kind::ExplodeTowardsInput));
+}
+
+TEST_CASE("L7's underfitting by the absolute loss is info under a loss of the user's own") {
+  std::vector<debug::Finding> fs = debug::diagnose_fitting(std::vector<double>(60, 2.9), std::vector<double>(60, 3.0));
+  REQUIRE(fs.size() == 1);
+  REQUIRE(fs[0].is("L7", debug::Kind::Underfitting));
+  CHECK(fs[0].fires());
+  debug::soften_underfitting_of_own_loss(fs);
+  CHECK(fs[0].severity == debug::Severity::Info);
 }

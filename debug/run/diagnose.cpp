@@ -472,6 +472,10 @@ void Session::lr_probe(RunReport& r) {
       r.history.step_losses.begin(),
       r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
   const Finding f = judge_lr_probe(first, losses, peak_lr(r), failed, o_.monitor.optim);
+  if (rate_needed(r.findings, f)) {
+    soften_range_for_needed_rate(r.findings, f);
+    for (PhaseReport& p : r.phases) soften_range_for_needed_rate(p.findings, f);
+  }
   rule_out_lr_too_high(r.findings, f);
   for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
   if (failed.empty())

@@ -192,4 +192,16 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
   return {f};
 }
 
+void soften_underfitting_of_own_loss(std::vector<Finding>& found) {
+  for (Finding& f : found) {
+    if (!f.fires() || !f.is("L7", Kind::Underfitting)) continue;
+    f.severity = Severity::Info;
+    f.title += " (a loss of the user's own: its scale and floor are its own, and no level of it says underfitting)";
+    f.cause =
+        "the underfitting rule reads the training loss on cross-entropy's scale; a likelihood, a loss with "
+        "learned weights or any loss of the user's own keeps a floor of its own";
+    f.fix = "compare the loss with its own floor (a constant or a perfect prediction); M14 says whether one batch fits";
+  }
+}
+
 }  // namespace gradsleuth::debug

@@ -443,6 +443,10 @@ void revise_loss_reduction(Report& found, const std::vector<double>& loss_diviso
 // The loss thresholds are absolute (cross-entropy scale): set them for other losses.
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train_epoch_losses,
                                       const std::vector<double>& val_epoch_losses, const LossCheckOptions& opts = {});
+// L7's underfitting said by the absolute loss, under a loss of the user's own (a function, or an nn::Loss
+// the library does not know: a density's likelihood, a loss with learned task weights): its scale and
+// floor are its own, so no level of it says the model underfits. Such a finding becomes info.
+void soften_underfitting_of_own_loss(std::vector<Finding>& found);
 
 // L7 on accuracies: a validation accuracy above the training accuracy by more than
 // opts.val_accuracy_margin in each of the last opts.val_accuracy_epochs epochs (the training

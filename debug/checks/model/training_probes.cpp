@@ -339,8 +339,9 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
                         "final loss within max(" + fmt_num(o.overfit_loss) + ", " + fmt_num(o.overfit_floor_share) +
                             " x (first - floor)) of it passes"});
-      // Within overfit_loss of it, or overfit_floor_share of the way from the first loss left.
-      ok = last < fl.floor + std::max(o.overfit_loss, o.overfit_floor_share * (first - fl.floor)) &&
+      // Within overfit_loss of it, or overfit_floor_share of the way from the first loss left, at the end or
+      // at the run's best (a likelihood on one batch can swing about its floor once reached).
+      ok = best < fl.floor + std::max(o.overfit_loss, o.overfit_floor_share * (first - fl.floor)) &&
            (!classes || acc >= o.overfit_accuracy);
     } else if (fl.valid && !fl.bounded && fl.distribution) {
       // Outputs that parametrise a density per row (a Gamma's mean and shape): free outputs run
@@ -517,7 +518,8 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   } else if (ok) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + ": loss " + fmt_num(first) + " -> " +
-              fmt_num(last) + " in " + std::to_string(used) + " steps" + extended;
+              fmt_num(last) + (best < 0.9 * last ? " (best " + fmt_num(best) + ")" : std::string()) + " in " +
+              std::to_string(used) + " steps" + extended;
     if (beat_constant)
       f.title += ", below the best constant output's loss by " + fmt_num(o.overfit_beat_constant) +
                  " of it or more: the outputs parametrise a density, whose loss has no floor on one batch";

@@ -350,6 +350,15 @@ Finding judge_dead_units_lr_probe(const DeadUnitsProbe& p) {
   return f;
 }
 
+bool rate_needed(const Report& rep, const Finding& verdict) {
+  const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
+               run_fell = verdict.value_of("relative decrease at the run's lr");
+  return verdict.is("O6", Kind::LrProbeInconclusive) && run_fell > 0.0 && probe_fell < 0.1 * run_fell &&
+         std::none_of(rep.findings().begin(), rep.findings().end(), [](const Finding& g) {
+           return g.fires() && (g.is("O6", Kind::LrTooHigh) || g.is("O6", Kind::UpdatesTooLarge));
+         });
+}
+
 void rule_out_lr_too_high(Report& rep, const Finding& verdict) {
   // The O6 findings the probe disproves no longer say "learning rate too high".
   if (!verdict.is("O6", Kind::LrProbeRulesOut)) return;

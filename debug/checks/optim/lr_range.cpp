@@ -45,25 +45,30 @@ std::vector<Finding> check_learning_rate_range(const optim::Optimizer& opt, cons
     const auto& ps = groups[i].params;
     const bool biases_frozen = frozen && weights_train && !ps.empty() &&
                                std::all_of(ps.begin(), ps.end(), [](const Tensor& p) { return p.dim() <= 1; });
-    // No weight matrix trains anywhere, and this group holds only scalars and vectors (a temperature fitted
-    // after training, a few loss weights): the usual range is that of weight matrices.
-    const bool no_matrix = high && !weights_train && !ps.empty() &&
+    // A group above the range that holds only scalars and vectors, where no weight matrix trains anywhere
+    // (a temperature fitted after training), or only a few values (at most 16: the log-variances that weigh
+    // the tasks of a loss): the usual range is that of weight matrices.
+    int64_t values = 0;
+    for (const Tensor& p : ps) values += p.numel();
+    const bool no_matrix = high && !ps.empty() && (!weights_train || values <= 16) &&
                            std::all_of(ps.begin(), ps.end(), [](const Tensor& p) { return p.dim() <= 1; });
     const bool unjudged = (frozen && !biases_frozen) || eps_sets_step || no_matrix;
     const std::string group =
         groups.size() == 1
             ? std::string()
             : " (parameter group " + (groups[i].name.empty() ? num(static_cast<int64_t>(i)) : groups[i].name) + ")";
-    Finding f = make("O8", unjudged ? Severity::Info : Severity::Warning,
-                     "the " + kind + " learning rate " + fmt_num(lr) + group + " is " + (high ? "above" : "below") +
-                         " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts" +
-                         (biases_frozen ? ": a group of only biases and normalisation gains (" +
-                                              num(static_cast<int64_t>(ps.size())) +
-                                              " vectors) held still while the weight matrices train"
-                          : frozen        ? ": its parameters are frozen by their rate while the other groups train"
-                          : eps_sets_step ? ": with eps " + fmt_num(eps) + " the range does not apply"
-                          : no_matrix     ? ": the group holds only scalars and vectors, and no weight matrix trains"
-                                          : ""));
+    Finding f =
+        make("O8", unjudged ? Severity::Info : Severity::Warning,
+             "the " + kind + " learning rate " + fmt_num(lr) + group + " is " + (high ? "above" : "below") +
+                 " the usual range [" + fmt_num(lo) + ", " + fmt_num(hi) + "] before training starts" +
+                 (biases_frozen
+                      ? ": a group of only biases and normalisation gains (" + num(static_cast<int64_t>(ps.size())) +
+                            " vectors) held still while the weight matrices train"
+                  : frozen        ? ": its parameters are frozen by their rate while the other groups train"
+                  : eps_sets_step ? ": with eps " + fmt_num(eps) + " the range does not apply"
+                  : no_matrix     ? ": the group holds only " + num(values) + " values in scalars and vectors, " +
+                                    (weights_train ? "a few weights of the loss" : "and no weight matrix trains")
+                              : ""));
     f.kind = biases_frozen ? Kind::BiasGroupFrozen : high ? Kind::LrAboveRange : Kind::LrBelowRange;
     f.evidence = {{"learning rate", lr,
                    "outside [" + fmt_num(lo) + ", " + fmt_num(hi) + "] flags (0 beside a group that trains: info)"}};
@@ -157,6 +162,22 @@ void revise_lr_range(Report& gate, const std::vector<double>& learning_rates) {
         {"the run's highest learning rate", peak, ">= 10 x the rate before training: a warm-up (info)"});
     f.fix = "none needed: the schedule raises the rate from where it starts";
     gate.replace(i, f);
+  }
+}
+
+void soften_range_for_needed_rate(Report& r, const Finding& verdict) {
+  const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
+               run_fell = verdict.value_of("relative decrease at the run's lr");
+  for (size_t i = 0; i < r.size(); ++i) {
+    const Finding& g = r.findings()[i];
+    if (!g.fires() || !g.is("O8", Kind::LrAboveRange)) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title += ", but the run trained calmly at it, and at a tenth of it the loss fell " + fmt_num(100.0 * probe_fell) +
+               "% against " + fmt_num(100.0 * run_fell) + "%: the run needs this rate";
+    f.evidence.push_back({"relative decrease at lr / 10 / at the run's lr", probe_fell / run_fell,
+                          "< 0.1 with a calm run: the rate is needed (info)"});
+    r.replace(i, f);
   }
 }
 

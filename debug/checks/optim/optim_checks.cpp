@@ -57,6 +57,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
     std::string name;
     double norm;
     bool weight;
+    int64_t in_dim = -1;  // a weight's second dim (a Linear's inputs, a Conv's input channels)
   };
   std::vector<Judged> judged;
   std::vector<std::pair<std::string, Tensor>> missing;
@@ -86,7 +87,7 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
       out.push_back(f);
       continue;
     }
-    judged.push_back({name, s.norm, p.dim() >= 2});
+    judged.push_back({name, s.norm, p.dim() >= 2, p.dim() >= 2 ? p.size(1) : -1});
     const bool by_construction = std::find(opts.zero_grad_by_construction.begin(), opts.zero_grad_by_construction.end(),
                                            name) != opts.zero_grad_by_construction.end();
     if (s.norm < opts.vanishing_grad_norm && by_construction) continue;  // a redundant bias: said once, as info
@@ -152,10 +153,20 @@ std::vector<Finding> check_gradient_health(const nn::Module& model, const OptimC
   double ratio = kNaN;
   if (weights.size() >= 2) {
     const Judged& first = *weights.front();
-    const Judged& last = *weights.back();
+    // Parallel heads (the trailing weights that read one width, as a multi-task model's heads read the
+    // trunk): the trunk's gradient is the sum of theirs, so growth towards the input is judged against the
+    // largest of them. Shrinking is judged against the last.
+    size_t h = weights.size() - 1;
+    while (h > 1 && weights[h - 1]->in_dim > 0 && weights[h - 1]->in_dim == weights.back()->in_dim) --h;
+    const Judged* head = weights.back();
+    for (size_t k = h; k < weights.size(); ++k)
+      if (weights[k]->norm > head->norm) head = weights[k];
     // A last weight without gradient is its own finding (vanishing), not gradients growing towards the input.
-    ratio = last.norm > 0 ? first.norm / last.norm : kNaN;
-    const bool vanish = ratio<opts.depth_ratio_vanishing, explode = ratio> opts.depth_ratio_exploding;
+    ratio = weights.back()->norm > 0 ? first.norm / weights.back()->norm : kNaN;
+    const bool vanish = ratio < opts.depth_ratio_vanishing;
+    const bool explode = head->norm > 0 && first.norm / head->norm > opts.depth_ratio_exploding;
+    if (explode) ratio = first.norm / head->norm;
+    const Judged& last = explode ? *head : *weights.back();
     if (vanish || explode) {
       Finding f = make("O1", Severity::Warning,
                        std::string("gradients ") + (vanish ? "vanish" : "explode") + " towards the input: ||grad " +

@@ -424,6 +424,12 @@ std::vector<Finding> check_loss_penalty(nn::Module& model, const Tensor& out, co
 Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<double>& probe_losses, double lr,
                        const std::string& failed, const OptimCheckOptions& o);
 void rule_out_lr_too_high(Report& r, const Finding& verdict);
+// A rate the run needs: the probe inconclusive with the loss at a tenth of the rate falling less than a
+// tenth as far, and nothing of the run (O6) saying the rate was too high.
+bool rate_needed(const Report& r, const Finding& verdict);
+// O8's "above the usual range" made info where the run needs its rate (rate_needed), with the probe's
+// two decreases (O8's, in lr_range.cpp).
+void soften_range_for_needed_rate(Report& r, const Finding& verdict);
 // The same probe where ReLU units died during training (M7) and no finding suspects the learning
 // rate: the run repeated at a tenth of it for as many steps as the units took to die (twice, at least
 // OptimCheckOptions's lr probe's), then the layer's dead fraction over the training data. Units that
