@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -517,4 +518,86 @@ TEST_CASE("L7's underfitting by the absolute loss is info under a loss of the us
   CHECK(fs[0].fires());
   debug::soften_underfitting_of_own_loss(fs);
   CHECK(fs[0].severity == debug::Severity::Info);
+}
+
+TEST_CASE(
+    "O2: a gradient jump with the loss falling after it is info (a flat start left); with the loss rising it warns") {
+  debug::Finding jump;
+  jump.check = "O2";
+  jump.severity = debug::Severity::Warning;
+  jump.kind = debug::Kind::NormJump;
+  jump.step = 271;
+  std::vector<double> plateau(600, 0.95);
+  for (size_t i = 270; i < plateau.size(); ++i)
+    plateau[i] = 0.12 + 0.83 * std::exp(-static_cast<double>(i - 270) / 60.0);
+  std::vector<debug::Finding> escaped{jump};
+  debug::soften_jumps_with_falling_loss(escaped, plateau);
+  CHECK(escaped[0].severity == debug::Severity::Info);
+  CHECK(escaped[0].title.find("unstable training") == std::string::npos);
+  std::vector<double> blown(600, 0.95);
+  for (size_t i = 270; i < blown.size(); ++i) blown[i] = 0.95 + static_cast<double>(i - 270) / 100.0;
+  std::vector<debug::Finding> unstable{jump};
+  debug::soften_jumps_with_falling_loss(unstable, blown);
+  CHECK(unstable[0].severity == debug::Severity::Warning);
+}
+
+namespace {
+
+// Skip-gram with negative sampling: a score per candidate (column 0 the context word, the others negatives),
+// its context vectors zero at the start as word2vec's are; the targets [1, 0, 0, 0] on every row.
+struct ZeroHead : nn::Module {
+  std::shared_ptr<nn::Linear> body = register_module("body", std::make_shared<nn::Linear>(6, 8));
+  std::shared_ptr<nn::Linear> head = register_module("head", std::make_shared<nn::Linear>(8, 4));
+  ZeroHead() : Module("ZeroHead") {
+    NoGradGuard ng;
+    head->weight.zero_();
+    head->bias.zero_();
+  }
+  Tensor forward(const Tensor& x) override { return (*head)(tanh((*body)(x))); }
+};
+
+}  // namespace
+
+TEST_CASE("M15: a loss that reads its targets through y x s is not 'targets unread' at a zero-initialised head") {
+  manual_seed(23);
+  auto model = std::make_shared<ZeroHead>();
+  Tensor y = zeros({32, 4});
+  {
+    NoGradGuard ng;
+    y.select(1, 0).fill_(1.0);
+  }
+  const debug::LossFunction sgns = [](const Tensor& s, const Tensor& t) {
+    return mean(sum((1.0 - t) * s + softplus(-s), {1}));
+  };
+  const std::vector<std::pair<Tensor, Tensor>> train{{randn({32, 6}), y}, {randn({32, 6}), y}};
+  const std::vector<debug::Finding> fs = debug::input_independent_baseline(*model, train, {randn({32, 6}), y}, sgns);
+  for (const debug::Finding& f : fs) {
+    CAPTURE(f.str());
+    CHECK_FALSE(f.is("M15", debug::Kind::TargetsUnread));
+    CHECK_FALSE(f.is("M15", debug::Kind::LossIgnoresTargets));
+  }
+  // A loss that never reads them still is.
+  const debug::LossFunction blind = [](const Tensor& s, const Tensor&) { return mean(softplus(-s)); };
+  const std::vector<debug::Finding> gs = debug::input_independent_baseline(*model, train, {randn({32, 6}), y}, blind);
+  CHECK(std::any_of(gs.begin(), gs.end(), [](const debug::Finding& f) {
+    return f.is("M15", debug::Kind::TargetsUnread) || f.is("M15", debug::Kind::LossIgnoresTargets);
+  }));
+}
+
+TEST_CASE("M15 after the run: a validation loss 4% below the zeroed-input loss is info; 1% below stays a warning") {
+  debug::Finding m15;
+  m15.check = "M15";
+  m15.severity = debug::Severity::Warning;
+  m15.evidence = {{"held-out loss, real inputs (the lowest of the run)", 2.97, ""},
+                  {"held-out loss, zeroed inputs (the lowest of the run)", 2.70, ""}};
+  const auto revised = [&](double val) {
+    debug::Report gate;
+    gate.add(m15);
+    debug::TrainingHistory h;
+    h.epoch_val_loss = {2.9, val};
+    debug::revise_input_baseline(gate, h);
+    return gate.findings()[0].severity;
+  };
+  CHECK(revised(2.59) == debug::Severity::Info);
+  CHECK(revised(2.68) == debug::Severity::Warning);
 }

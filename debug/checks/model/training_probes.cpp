@@ -317,8 +317,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, line,
                                          classes ? &acc : nullptr, o.overfit_accuracy, more);
   snap.restore();
-  // A training output with other rows than the labels (a model that runs its batch twice in training, as
-  // R-Drop does) has no accuracy: the loss alone judges.
+  // A training output with other rows than the labels (R-Drop's batch run twice) has no accuracy: the loss judges.
   if (classes && std::isnan(acc)) classes = false;
   std::vector<Finding> out;
   if (losses.empty()) return out;
@@ -339,8 +338,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       probes.push_back({"the loss's floor (free outputs trained on the batch)", fl.floor,
                         "final loss within max(" + fmt_num(o.overfit_loss) + ", " + fmt_num(o.overfit_floor_share) +
                             " x (first - floor)) of it passes"});
-      // Within overfit_loss of it, or overfit_floor_share of the way from the first loss left, at the end or
-      // at the run's best (a likelihood on one batch can swing about its floor once reached).
+      // Within overfit_loss of it, or overfit_floor_share of the way from the first loss left, at the run's best.
       ok = best < fl.floor + std::max(o.overfit_loss, o.overfit_floor_share * (first - fl.floor)) &&
            (!classes || acc >= o.overfit_accuracy);
     } else if (fl.valid && !fl.bounded && fl.distribution) {
@@ -576,9 +574,8 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
 }
 
 namespace {
-// Whether loss(model(x), y) changes when the targets change: shifted by one row, or (float targets) moved
-// by 1; a pairwise ranking loss reads only the targets' differences, a shift of all of them changes
-// nothing (true where neither can tell: every class target the same).
+// Whether loss(model(x), y) changes when the targets are shifted by one row, or (float) moved by 1 (a ranking
+// loss reads only their differences); true where neither can tell (every class target the same).
 bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss) {
   try {
     NoGradGuard ng;
@@ -592,13 +589,21 @@ bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, c
     const Tensor rolled = y.index_select(0, tensor(shift, {n}).to(y.device()));
     const bool same = amax(abs(rolled.to(kFloat64) - y.to(kFloat64))).item<double>() == 0.0;
     if (same && !y.is_floating_point()) return true;
-    const Tensor out = model(b.first);
-    const double a = loss(out, y).item<double>();
-    const auto moves = [&](const Tensor& other) {
-      const double c = loss(out, other).item<double>();
-      return !(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a));
+    const auto reads = [&](const Tensor& out) {
+      const double a = loss(out, y).item<double>();
+      const auto moves = [&](const Tensor& other) {
+        const double c = loss(out, other).item<double>();
+        return !(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a));
+      };
+      return (!same && moves(rolled)) || (y.is_floating_point() && moves(y + 1.0));
     };
-    return (!same && moves(rolled)) || (y.is_floating_point() && moves(y + 1.0));
+    const Tensor out = model(b.first);
+    if (reads(out) || !out.is_floating_point()) return true;
+    // Outputs where the target's term vanishes (a zero-initialised output layer: y * s is 0 whatever y) say
+    // nothing: the loss is asked again at outputs moved by a fixed draw of noise.
+    Generator g(2024);
+    const double scale = 0.1 * (1.0 + amax(abs(out.to(kFloat64))).item<double>());
+    return reads(out + randn(out.shape(), TensorOptions(out.dtype()), &g).to(out.device()) * scale);
   } catch (const std::exception&) {
     return true;
   }
@@ -742,7 +747,7 @@ void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCh
     double zero = std::nan("");
     for (const Evidence& e : g.evidence)
       if (e.name.rfind("held-out loss, zeroed inputs", 0) == 0) zero = e.value;
-    if (!(std::isfinite(zero) && last < zero * (1.0 - o.baseline_margin))) continue;
+    if (!(std::isfinite(zero) && last < zero * (1.0 - o.baseline_revise_margin))) continue;
     Finding f = g;
     f.severity = Severity::Info;
     f.title =
@@ -750,7 +755,7 @@ void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCh
         "validation loss " +
         fmt_num(last) + " is below the zeroed-input run's " + fmt_num(zero);
     f.evidence.push_back({"the run's last validation loss", last,
-                          "< " + fmt_num(1.0 - o.baseline_margin) +
+                          "< " + fmt_num(1.0 - o.baseline_revise_margin) +
                               " x the zeroed-input loss: the run learned from "
                               "its inputs (info)"});
     f.cause =

@@ -453,6 +453,30 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
 }
 
 // ---- O2/O3 during training (the monitor's run check) -------------------------------------------
+void soften_jumps_with_falling_loss(std::vector<Finding>& found, const std::vector<double>& losses) {
+  const auto window_median = [&losses](int64_t from, int64_t to) {
+    std::vector<double> w;
+    for (int64_t i = std::max<int64_t>(from, 0); i < std::min<int64_t>(to, static_cast<int64_t>(losses.size())); ++i)
+      if (std::isfinite(losses[static_cast<size_t>(i)])) w.push_back(losses[static_cast<size_t>(i)]);
+    return w.size() >= 5 ? median(w) : kNaN;
+  };
+  for (Finding& f : found) {
+    if (!f.fires() || !f.is("O2", Kind::NormJump) || f.step < 1) continue;
+    const int64_t at = f.step - 1;  // the jump's step, as an index into the step losses
+    const double before = window_median(at - 100, at), after = window_median(at, at + 100);
+    if (!(after < 0.8 * before)) continue;
+    f.severity = Severity::Info;
+    const std::string unstable = ": unstable training";
+    if (f.title.size() > unstable.size() &&
+        f.title.compare(f.title.size() - unstable.size(), unstable.size(), unstable) == 0)
+      f.title.erase(f.title.size() - unstable.size());
+    f.title += ", while the training loss fell from " + fmt_num(before) + " to " + fmt_num(after) +
+               " (medians of the 100 steps before and after): a network leaving a flat start, not instability";
+    f.evidence.push_back({"training loss after the jump / before (medians of 100 steps)", after / before,
+                          "< 0.8: learning, not instability (info)"});
+  }
+}
+
 namespace {
 // O2/O3: each sampled step's gradient and weight norms (the weights' as O6 measured them).
 class NormHistoryRunCheck final : public RunCheck {
@@ -464,7 +488,9 @@ class NormHistoryRunCheck final : public RunCheck {
     if (sampled) norms_.record(c.steps + 1, c.model, c.measured_norm);
   }
   void finish(RunContext& c) override {
-    c.add_all(norms_.findings());
+    std::vector<Finding> found = norms_.findings();
+    if (c.history) soften_jumps_with_falling_loss(found, c.history->step_losses);
+    c.add_all(found);
     c.note_ran("O2, O3");
   }
   void series(TrainingHistory& h) const override { h.grad_norms = norms_.grad_series(); }

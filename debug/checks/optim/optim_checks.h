@@ -404,6 +404,11 @@ bool decay_collapsed(const DecayMeasure& m, const OptimCheckOptions& o = {});
 // validation (a group's ratio at decay_ratio_min or more), or the run again without it learns where
 // the run stalled (collapsed weights); otherwise one info finding with the ratios and what ran.
 std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckOptions& o = {});
+// O2's sustained jump of a gradient norm with the training loss falling after it (the median of the 100
+// steps from the jump below 0.8x the 100 before, `step_losses` one per optimizer step): a network leaving
+// a flat start (a physics-informed network's near-linear plateau), whose gradient grows as it starts to
+// learn. Such a finding becomes info.
+void soften_jumps_with_falling_loss(std::vector<Finding>& found, const std::vector<double>& step_losses);
 // O3's weight-growth warnings among `found` become info where the run's loss settled (see
 // growth_val_at_best): loss_unstable is L1's verdict on the run (loss_history_unstable);
 // epoch_val_loss the run's validation losses.
