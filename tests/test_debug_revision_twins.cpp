@@ -583,21 +583,3 @@ TEST_CASE("M15: a loss that reads its targets through y x s is not 'targets unre
     return f.is("M15", debug::Kind::TargetsUnread) || f.is("M15", debug::Kind::LossIgnoresTargets);
   }));
 }
-
-TEST_CASE("M15 after the run: a validation loss 4% below the zeroed-input loss is info; 1% below stays a warning") {
-  debug::Finding m15;
-  m15.check = "M15";
-  m15.severity = debug::Severity::Warning;
-  m15.evidence = {{"held-out loss, real inputs (the lowest of the run)", 2.97, ""},
-                  {"held-out loss, zeroed inputs (the lowest of the run)", 2.70, ""}};
-  const auto revised = [&](double val) {
-    debug::Report gate;
-    gate.add(m15);
-    debug::TrainingHistory h;
-    h.epoch_val_loss = {2.9, val};
-    debug::revise_input_baseline(gate, h);
-    return gate.findings()[0].severity;
-  };
-  CHECK(revised(2.59) == debug::Severity::Info);
-  CHECK(revised(2.68) == debug::Severity::Warning);
-}

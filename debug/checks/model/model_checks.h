@@ -103,10 +103,6 @@ struct ModelCheckOptions {
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
-  // After the run: a validation loss below (1 - this) x the zeroed-input held-out loss shows the trained
-  // model uses its inputs (a model that ignores them cannot beat the best input-free output on held-out data;
-  // a weakly predictable task, as a skip-gram's contexts are, beats it by a few percent only).
-  double baseline_revise_margin = 0.02;
   double capacity_margin = 0.0;   // the larger model must reach a loss lower by this fraction
   // ---- M2 at the end of a run (check_mode_agreement, behaviour.h) ----
   double mode_accuracy_gap = 0.2;  // eval-mode accuracy this far below the training mode's warns
@@ -347,7 +343,7 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
                                                 const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
                                                 const ModelCheckOptions& o = {});
 // M15's warning at the gate judged again with the run (TrainingHistory's validation losses): a run whose
-// last validation loss is below (1 - baseline_revise_margin) x the zeroed-input run's held-out loss did learn
+// last validation loss is below (1 - baseline_margin) x the zeroed-input run's held-out loss did learn
 // from its inputs, where the gate's few batches could not show it (a model with many parameters per
 // example: an embedding over token ids). The warning turns into info.
 void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCheckOptions& o = {});

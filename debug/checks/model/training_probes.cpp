@@ -747,7 +747,7 @@ void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCh
     double zero = std::nan("");
     for (const Evidence& e : g.evidence)
       if (e.name.rfind("held-out loss, zeroed inputs", 0) == 0) zero = e.value;
-    if (!(std::isfinite(zero) && last < zero * (1.0 - o.baseline_revise_margin))) continue;
+    if (!(std::isfinite(zero) && last < zero * (1.0 - o.baseline_margin))) continue;
     Finding f = g;
     f.severity = Severity::Info;
     f.title =
@@ -755,7 +755,7 @@ void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCh
         "validation loss " +
         fmt_num(last) + " is below the zeroed-input run's " + fmt_num(zero);
     f.evidence.push_back({"the run's last validation loss", last,
-                          "< " + fmt_num(1.0 - o.baseline_revise_margin) +
+                          "< " + fmt_num(1.0 - o.baseline_margin) +
                               " x the zeroed-input loss: the run learned from "
                               "its inputs (info)"});
     f.cause =
