@@ -80,18 +80,20 @@ void soften_zero_at_gate(Report& gate, const TrainingHistory& h, const char* che
 }
 
 namespace loss_type {
+bool wider_than_labels(const Tensor& output, const Tensor& labels) {
+  const int64_t top = labels.numel() > 0 ? static_cast<int64_t>(amax(labels).item<int64_t>()) : 0;
+  return output.dim() >= 2 && output.size(1) > 4 * std::max<int64_t>(top + 1, 2);
+}
+
 bool takes_class_indices(const nn::Loss& l, const Tensor& input, const Tensor& target) {
-  const std::string& t = l.type_name();
-  if (t == "CrossEntropyLoss" || t == "NLLLoss" || t == "MSELoss" || t == "BCELoss" || t == "BCEWithLogitsLoss")
-    return false;
+  if (library(l)) return false;
   if (!(input.defined() && target.defined() && input.is_floating_point() && target.dtype() == kInt64 &&
         input.dim() == 2 && target.dim() == 1 && input.size(0) == target.size(0) && input.size(1) >= 2))
     return false;
   // Scores over classes have about as many columns as there are classes: far more columns than the
   // batch's labels reach (a prototypical network's 144-wide embedding under 5-way labels, a metric
   // loss's features) is an embedding the loss turns into scores itself.
-  const int64_t top = target.numel() > 0 ? static_cast<int64_t>(amax(target).item<int64_t>()) : 0;
-  return input.size(1) <= 4 * std::max<int64_t>(top + 1, 2);
+  return !wider_than_labels(input, target);
 }
 int64_t ignore_index(const nn::Loss& l) {
   if (auto* ce = dynamic_cast<const nn::CrossEntropyLoss*>(&l)) return ce->options().ignore_index_;

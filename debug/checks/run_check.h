@@ -287,6 +287,17 @@ inline bool nll(const nn::Loss& l) { return l.type_name() == "NLLLoss"; }
 inline bool elementwise(const nn::Loss& l) {
   return l.type_name() == "MSELoss" || l.type_name() == "BCELoss" || l.type_name() == "BCEWithLogitsLoss";
 }
+// One of the library's losses whose scale and reading of the output the checks know (cross-entropy, NLL,
+// MSE, BCE, BCE with logits), by its type_name; "" (a loss function) is none.
+inline bool library(const std::string& type_name) {
+  return type_name == "CrossEntropyLoss" || type_name == "NLLLoss" || type_name == "MSELoss" ||
+         type_name == "BCELoss" || type_name == "BCEWithLogitsLoss";
+}
+inline bool library(const nn::Loss& l) { return library(l.type_name()); }
+// An output (B, C) more than 4x as wide as the classes the int64 labels reach (2 at least; none read: 0):
+// an embedding a loss of the user's own scores itself (a prototypical network's distances, a metric
+// loss's features), not scores over the classes.
+bool wider_than_labels(const Tensor& output, const Tensor& labels);
 // A loss of the user's own (an nn::Loss subclass the library does not know) that gets logits (B, C)
 // and class indices (B): whatever its formula, the prediction must be scores over classes. Not where C
 // is over 4x the classes the batch's labels reach (an embedding the loss scores itself).

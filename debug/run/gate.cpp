@@ -184,10 +184,8 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       // labels as groups, not the output's columns as class scores: an output of zeros is no "no
       // preference" there.
       const bool ce_family = o.loss_type == "CrossEntropyLoss" || o.loss_type == "NLLLoss";
-      const bool library =
-          ce_family || o.loss_type == "BCELoss" || o.loss_type == "BCEWithLogitsLoss" || o.loss_type == "MSELoss";
-      const bool wide = out.dim() == 2 && y.dim() == 1 && y.numel() > 0 &&
-                        out.size(1) > 4 * std::max<int64_t>(amax(y).item<int64_t>() + 1, 2);
+      const bool library = loss_type::library(o.loss_type);
+      const bool wide = out.dim() == 2 && y.dim() == 1 && y.numel() > 0 && loss_type::wider_than_labels(out, y);
       if (judge && (function || (!library && wide)) && out.dim() == 2 && y.dim() == 1 && out.size(0) == y.size(0) &&
           !loss_scores_classes(out, y, loss))
         judge = false;

@@ -609,9 +609,7 @@ class LossHistoryRunCheck final : public RunCheck {
     if (fs.empty()) fs.push_back(loss_history_summary(h.step_losses, o_));
     if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back())) {
       std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7
-      const bool known_scale =
-          c.loss && (loss_type::cross_entropy(*c.loss) || loss_type::nll(*c.loss) || loss_type::elementwise(*c.loss));
-      if (!known_scale) soften_underfitting_of_own_loss(fit);
+      if (!c.loss || !loss_type::library(*c.loss)) soften_underfitting_of_own_loss(fit);
       fs.insert(fs.end(), fit.begin(), fit.end());
     }
     for (Finding& f : fs) {

@@ -37,11 +37,6 @@ using namespace model_detail;
 
 // ---- M23 -----------------------------------------------------------------------------------
 namespace {
-// A fixed projection of the model's output to a scalar (weights sin(0.7 i + 0.3)): its gradient reaches
-// every output entry, so the gradients it sends back tell apart the paths that reach the output.
-Tensor project_output(const Tensor& y) {
-  return sum(y * sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape()));
-}
 // Whether the output of the linear layers' call `a` reaches the model's output other than through call
 // `b` (a residual stream, a second head): the gradient of a fixed projection of the output with respect
 // to a's output, against the part of it that flows back through b. A pair with no other path collapses.

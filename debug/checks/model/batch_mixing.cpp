@@ -190,8 +190,6 @@ std::vector<Finding> mixing_test(nn::Module& model, const Tensor& x, const Model
   const int64_t i = std::min<int64_t>(std::max<int64_t>(o.mixing_row, 0), x.size(0) - 1);
   std::vector<Finding> out;
   ModeSnapshot modes(model);
-  GradSnapshot grads(model);
-  ParamSnapshot params(model);  // train mode updates BatchNorm's running statistics
   // Layers whose output depends on the mode, found by their behaviour (a
   // hand-written BatchNorm-like layer counts as nn::BatchNorm1d does).
   const ModeProbe probe = probe_mode_dependence(model, x);
@@ -332,7 +330,6 @@ std::vector<Finding> mixing_test(nn::Module& model, const Tensor& x, const Model
       out.push_back(std::move(f));
     }
   }
-  params.restore();
   return out;
 }
 }  // namespace
@@ -340,9 +337,14 @@ std::vector<Finding> mixing_test(nn::Module& model, const Tensor& x, const Model
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o) {
   GS_CHECK(x.dim() >= 1 && x.size(0) >= 2, "batch_mixing_test (M6)", "needs a batch of at least 2 examples, got ",
            x.str());
-  ParamSnapshot params(model);  // a forward in train mode may have updated BatchNorm's statistics
+  // The gradients are put back last: restoring the parameters clears them. Train mode updates BatchNorm's
+  // running statistics.
+  GradSnapshot grads(model);
+  ParamSnapshot params(model);
   try {
-    return mixing_test(model, x, o);
+    std::vector<Finding> out = mixing_test(model, x, o);
+    params.restore();
+    return out;
   } catch (const RowsMismatch& e) {
     params.restore();
     Finding f;

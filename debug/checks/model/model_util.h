@@ -1,6 +1,6 @@
 // Helpers shared by the model checks' files (internal to checks/model/): a snapshot of the gradients to put
 // back after a probe, whether a batch is a classification one, its accuracy, the trainable parameters, row norms,
-// whether a loss is the mean of its rows' losses.
+// whether a loss is the mean of its rows' losses, a fixed projection of an output to a scalar.
 #pragma once
 #include "debug/checks/model/model_checks.h"
 
@@ -77,6 +77,12 @@ inline bool rows_separate(const Tensor& z, const Tensor& y, const LossFunction& 
   } catch (const std::exception&) {
     return false;
   }
+}
+
+// A fixed projection of a tensor (a model's output, some of its columns) to a scalar, weights sin(0.7 i + 0.3):
+// its gradient reaches every entry, so the gradients it sends back tell apart the paths that reach them.
+inline Tensor project_output(const Tensor& y) {
+  return sum(y * sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape()));
 }
 
 }  // namespace gradsleuth::debug::model_detail

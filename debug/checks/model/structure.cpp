@@ -167,11 +167,10 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
     return out;
   // A loss of the user's own over class indices whose outputs are far wider than the labels reach: an
   // embedding the loss scores itself (a prototypical network's distances), not logits.
-  const bool library_loss = loss_type == "CrossEntropyLoss" || loss_type == "NLLLoss" || loss_type == "BCELoss" ||
-                            loss_type == "BCEWithLogitsLoss" || loss_type == "MSELoss";
-  if (!library_loss && target.defined() && target.dtype() == kInt64 && target.dim() == 1 && target.numel() > 0) {
+  if (!loss_type::library(loss_type) && target.defined() && target.dtype() == kInt64 && target.dim() == 1 &&
+      target.numel() > 0) {
     NoGradGuard ng;
-    if (logits.size(1) > 4 * std::max<int64_t>(amax(target).item<int64_t>() + 1, 2)) return out;
+    if (loss_type::wider_than_labels(logits, target)) return out;
   }
   NoGradGuard ng;
   const TensorSummary s = summarize(logits);
@@ -433,7 +432,7 @@ void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& ou
     const Tensor y = model(x);
     if (!y.defined() || !y.requires_grad() || y.dim() != output_grad.dim() || y.size(1) != output_grad.size(1)) return;
     const Tensor cols = index_select(y, 1, tensor(unread, {static_cast<int64_t>(unread.size())}));
-    const Tensor s = sum(cols * sin(arange(cols.numel(), kFloat64) * 0.7 + 0.3).to(cols.dtype()).reshape(cols.shape()));
+    const Tensor s = project_output(cols);
     std::vector<Tensor> leaves;
     for (const auto& np : params) leaves.push_back(np.second);
     const tensor_list g = autograd::grad({s}, leaves, {}, false, false, true);

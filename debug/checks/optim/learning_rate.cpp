@@ -161,20 +161,14 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
   std::vector<Finding> out;
   // Each judged weight's median ratio, for the comparison with the others of its group.
   std::vector<double> medians(params_.size(), kNaN);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Param& q = params_[i];
-    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
-    std::vector<double> r;
-    for (const auto& [step, v] : q.ratios) r.push_back(v);
-    medians[i] = median(r);
-  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (judged(params_[i])) medians[i] = median_ratio(params_[i]);
   for (size_t qi = 0; qi < params_.size(); ++qi) {
     const Param& q = params_[qi];
-    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
-    std::vector<double> r;
-    for (const auto& [step, v] : q.ratios) r.push_back(v);
-    const double med = median(r);
-    const double hi = *std::max_element(r.begin(), r.end());
+    if (!judged(q)) continue;
+    const double med = medians[qi];
+    double hi = q.ratios.front().second;
+    for (const auto& [step, v] : q.ratios) hi = std::max(hi, v);
     const bool never = hi == 0.0;
     const bool small = med<o_.min_update_ratio, large = med> o_.max_update_ratio;
     if (!(small || large) || std::isnan(med)) continue;
@@ -182,18 +176,19 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
     // Its group's rate was 0 at every measurement while another group trained: frozen by its rate (O8 says so).
     const bool held = never && some_group_trains_ && !q.lrs.empty() &&
                       std::all_of(q.lrs.begin(), q.lrs.end(), [](double v) { return v == 0.0; });
-    Finding f = make("O6", held ? Severity::Info : Severity::Warning,
-                     held    ? q.name + " never changed: its group's learning rate is 0 while the others train"
-                     : never ? q.name + " never changed in " + num(static_cast<int64_t>(r.size())) + " measured steps"
-                     : small ? "updates of " + q.name + " are too small: median ||dw|| / ||w|| = " + fmt_num(med)
-                             : "updates of " + q.name + " are too large: median ||dw|| / ||w|| = " + fmt_num(med));
+    Finding f =
+        make("O6", held ? Severity::Info : Severity::Warning,
+             held    ? q.name + " never changed: its group's learning rate is 0 while the others train"
+             : never ? q.name + " never changed in " + num(static_cast<int64_t>(q.ratios.size())) + " measured steps"
+             : small ? "updates of " + q.name + " are too small: median ||dw|| / ||w|| = " + fmt_num(med)
+                     : "updates of " + q.name + " are too large: median ||dw|| / ||w|| = " + fmt_num(med));
     f.kind = never ? Kind::NeverUpdated : small ? Kind::UpdatesTooSmall : Kind::UpdatesTooLarge;
     f.parameter = q.name;
     f.shape = q.shape;
     f.evidence = {{"median update/weight ratio", med,
                    "outside [" + fmt_num(o_.min_update_ratio) + ", " + fmt_num(o_.max_update_ratio) + "] warns"},
                   {"largest ratio", hi, ""},
-                  {"measured steps", static_cast<double>(r.size()), ""}};
+                  {"measured steps", static_cast<double>(q.ratios.size()), ""}};
     if (std::isfinite(lr)) f.evidence.push_back({"learning rate (its group, last measured)", lr, ""});
     if (never) {
       f.cause = q.group < 0 ? "the parameter is trainable but not in the optimizer's parameter groups (M10)"

@@ -354,6 +354,9 @@ class UpdateRatioTracker {
   };
   void pre_step(optim::Optimizer& opt);
   void post_step(optim::Optimizer& opt);
+  // A weight matrix (2-d and up) measured min_update_records times or more, and its median ratio.
+  bool judged(const Param& q) const;
+  static double median_ratio(const Param& q);
   OptimCheckOptions o_;
   optim::Optimizer* opt_ = nullptr;
   std::vector<size_t> hooks_;

@@ -155,14 +155,20 @@ void UpdateRatioTracker::post_step(optim::Optimizer& opt) {
   measuring_step_ = -1;
 }
 
+bool UpdateRatioTracker::judged(const Param& q) const {
+  return q.dim >= 2 && static_cast<int64_t>(q.ratios.size()) >= std::max<int64_t>(o_.min_update_records, 1);
+}
+
+double UpdateRatioTracker::median_ratio(const Param& q) {
+  std::vector<double> r;
+  for (const auto& [step, v] : q.ratios) r.push_back(v);
+  return median(r);
+}
+
 double UpdateRatioTracker::median_weight_ratio() const {
   std::vector<double> medians;
-  for (const Param& q : params_) {
-    if (q.dim < 2 || static_cast<int64_t>(q.ratios.size()) < std::max<int64_t>(o_.min_update_records, 1)) continue;
-    std::vector<double> r;
-    for (const auto& [step, v] : q.ratios) r.push_back(v);
-    medians.push_back(median(r));
-  }
+  for (const Param& q : params_)
+    if (judged(q)) medians.push_back(median_ratio(q));
   return medians.empty() ? kNaN : median(medians);
 }
 
