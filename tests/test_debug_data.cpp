@@ -373,6 +373,47 @@ TEST_CASE("D7 check_leakage: statistics fitted on test rows (B06)") {
   CHECK(dbg::check_leakage(nn::Normalizer()).empty());  // not fitted: nothing to say
 }
 
+TEST_CASE("D7 grades statistics fitted on more rows than the training split by how many more") {
+  gs::Generator g(2);
+  const Tensor x = gs::randn({1000, 3}, {}, &g);
+  auto full = std::make_shared<nn::TensorDataset>(x, gs::zeros({1000}, gs::kInt64));
+  auto [train, val] = nn::train_val_split(full, 0.2, 1);  // 800 and 200 rows
+  auto severity_of = [&](const Tensor& fitted_on, const nn::Dataset* v) {
+    nn::Normalizer n;
+    n.fit(fitted_on, "train");
+    const std::vector<dbg::Finding> fs = dbg::check_leakage(n, *train, v);
+    REQUIRE(fs.size() == 1);
+    CHECK(fs[0].kind == dbg::Kind::NormalizerLeak);
+    return fs[0].severity;
+  };
+  // The dataset the splits were cut from, with or without the validation split known: an error.
+  CHECK(severity_of(x, val.get()) == dbg::Severity::Error);
+  CHECK(severity_of(x, nullptr) == dbg::Severity::Error);
+  // The training and validation rows of another cut, 1,000 rows in all: an error with the split known.
+  nn::TensorDataset loose_train(x.narrow(0, 0, 800), gs::zeros({800}, gs::kInt64));
+  nn::TensorDataset loose_val(x.narrow(0, 800, 200), gs::zeros({200}, gs::kInt64));
+  nn::Normalizer both;
+  both.fit(x, "train");
+  CHECK(dbg::check_leakage(both, loose_train, &loose_val)[0].severity == dbg::Severity::Error);
+  // 1,300 rows: the labelled data and a test split the check does not see: a warning.
+  const Tensor more = gs::cat({x, gs::randn({300, 3}, {}, &g)});
+  CHECK(dbg::check_leakage(
+            [&] {
+              nn::Normalizer n;
+              n.fit(more, "train");
+              return n;
+            }(),
+            loose_train, &loose_val)[0]
+            .severity == dbg::Severity::Warning);
+  // A corpus 20x the labelled rows (the images a backbone was pretrained on): info.
+  nn::Normalizer corpus;
+  corpus.fit(gs::randn({20000, 3}, {}, &g), "train");
+  const std::vector<dbg::Finding> big = dbg::check_leakage(corpus, loose_train, &loose_val);
+  REQUIRE(big.size() == 1);
+  CHECK(big[0].severity == dbg::Severity::Info);
+  CHECK(ev(big[0], "validation rows") == 200.0);
+}
+
 // ---- D8 --------------------------------------------------------------------------
 
 TEST_CASE("D8 check_batch_diversity: Fashion-MNIST sorted by class without shuffling (B28)") {

@@ -259,6 +259,38 @@ TEST_CASE("M15's gate warning is info when the run's validation loss beats the z
   CHECK(kept.findings()[0].severity == debug::Severity::Warning);
 }
 
+TEST_CASE("M15's revision against the zeroed-input run's validation loss: 2% on a large split, more on a small one") {
+  // A skip-gram: the run's validation loss falls 4% below the zeroed-input run's, measured on the same
+  // split of 42,000 rows: it learned from its inputs. On 120 rows a model that ignores its inputs gets
+  // 3% below the baseline by chance, and the warning stays.
+  auto gate_with = [](double zero_val, double rows) {
+    debug::Report gate;
+    debug::Finding m15;
+    m15.check = "M15";
+    m15.severity = debug::Severity::Warning;
+    m15.evidence = {{"held-out loss, real inputs (the lowest of the run)", 2.74, ""},
+                    {"held-out loss, zeroed inputs (the lowest of the run)", 2.70, ""}};
+    if (rows > 0)
+      m15.evidence.insert(m15.evidence.end(), {{"validation loss, zeroed inputs (the lowest of the run)", zero_val, ""},
+                                               {"validation rows", rows, ""}});
+    gate.add(m15);
+    return gate;
+  };
+  debug::TrainingHistory run;
+  run.epoch_val_loss = {2.71, 2.65, 2.61, 2.588};
+  debug::Report large = gate_with(2.704, 42000);
+  debug::revise_input_baseline(large, run);
+  CHECK(large.findings()[0].severity == debug::Severity::Info);
+  CHECK(dtest::ev(large.findings()[0], "the run's last validation loss") == doctest::Approx(2.588));
+  debug::Report small = gate_with(2.704, 120);
+  debug::revise_input_baseline(small, run);
+  CHECK(small.findings()[0].severity == debug::Severity::Warning);
+  // Without the validation rows the held-out batch's 5% applies.
+  debug::Report bare = gate_with(2.704, 0);
+  debug::revise_input_baseline(bare, run);
+  CHECK(bare.findings()[0].severity == debug::Severity::Warning);
+}
+
 TEST_CASE("validation labels numbered in another class order: L9 leads with split-label-order; as built, clean") {
   for (const bool bug : {true, false}) {
     CAPTURE(bug);

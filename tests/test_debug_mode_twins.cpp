@@ -163,3 +163,144 @@ TEST_CASE("a hand-written normaliser whose eval branch forgets a square root: M2
   for (const debug::Finding& f : clean.findings.findings())
     if (f.check != "D5") CHECK_MESSAGE(!f.fires(), f.str());  // raw inputs: D5 may say so; the model scales them
 }
+
+namespace {
+
+// A hand-written dropout (p = 0.5) ported from recurrent code: `once` draws its mask (1, H) in the
+// constructor and applies it to every batch, so one half of the units never trains and eval mode
+// switches it on; as meant, a fresh mask (B, H) at every call.
+struct HandDropout : nn::Module {
+  bool once;
+  Tensor mask;
+  HandDropout(int64_t h, bool once) : Module("HandDropout"), once(once) {
+    if (once) mask = gt(rand({1, h}), 0.5).to(kFloat32);
+  }
+  Tensor forward(const Tensor& x) override {
+    if (!is_training()) return x;
+    return x * (once ? mask : gt(rand(x.shape()), 0.5).to(kFloat32)) * 2.0;
+  }
+};
+
+struct DroppedMlp : nn::Module {
+  std::shared_ptr<nn::Linear> a, b, c;
+  std::shared_ptr<HandDropout> da, db;
+  explicit DroppedMlp(bool once) : Module("DroppedMlp") {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 64));
+    da = register_module("da", std::make_shared<HandDropout>(64, once));
+    b = register_module("b", std::make_shared<nn::Linear>(64, 64));
+    db = register_module("db", std::make_shared<HandDropout>(64, once));
+    c = register_module("c", std::make_shared<nn::Linear>(64, 3));
+  }
+  Tensor forward(const Tensor& x) override { return (*c)((*db)(relu((*b)((*da)(relu((*a)(x))))))); }
+};
+
+// The loop reports its own numbers (no validation loader for the session).
+debug::RunReport dropped_run(bool once) {
+  manual_seed(23);
+  const Split d = dtest::split(5, 3.0);
+  auto model = std::make_shared<DroppedMlp>(once);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, ce, opt, {.train = d.train.get()});
+  for (int e = 0; e < 8; ++e) {
+    double sum = 0.0;
+    int64_t n = 0;
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      sum += l.item<double>();
+      ++n;
+    }
+    const optim::EvalResult v = optim::evaluate(*model, *d.val);
+    s.epoch(sum / static_cast<double>(n), v.loss, v.accuracy);
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a hand-written dropout whose mask is drawn once, no validation loader: M2 sees the eval path differ") {
+  const debug::RunReport bug = dropped_run(true);
+  const debug::Finding* m2 = first_of(bug, "M2", debug::Kind::EvalPathDiffers);
+  REQUIRE_MESSAGE(m2 != nullptr, bug.str(true));
+  CHECK(m2->fires());
+  CHECK(dtest::ev(*m2, "eval-mode loss on training rows") >
+        2.0 * dtest::ev(*m2, "training-mode loss on them (randomness off)"));
+  expect_lead(bug, "M2", "eval-path");
+
+  const debug::RunReport clean = dropped_run(false);
+  CHECK(first_of(clean, "M2", debug::Kind::EvalPathDiffers) == nullptr);
+  expect_clean(clean);
+}
+
+namespace {
+
+// Token sequences (length 12, ids < 12) labelled by which third of the vocabulary holds most of them;
+// an Elman RNN over them. `carry`: each batch starts from the previous batch's final state (code
+// written for one long stream), where the sequences are independent and shuffled.
+struct CarriedRnn : nn::Module {
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(12, 8));
+  std::shared_ptr<nn::Linear> wx = register_module("wx", std::make_shared<nn::Linear>(8, 24));
+  std::shared_ptr<nn::Linear> wh = register_module("wh", std::make_shared<nn::Linear>(24, 24, false));
+  std::shared_ptr<nn::Linear> head = register_module("head", std::make_shared<nn::Linear>(24, 3));
+  bool carry;
+  Tensor last;
+  explicit CarriedRnn(bool carry) : Module("CarriedRnn"), carry(carry) {}
+  Tensor forward(const Tensor& tokens) override {
+    const int64_t B = tokens.size(0);
+    const Tensor e = (*emb)(tokens);
+    Tensor h = carry && last.defined() && last.size(0) == B ? last : zeros({B, 24});
+    for (int64_t t = 0; t < tokens.size(1); ++t) h = tanh((*wx)(e.select(1, t)) + (*wh)(h));
+    last = h.detach();
+    return (*head)(h);
+  }
+};
+
+Split token_split(bool shuffle) {
+  Generator g(61);
+  const Tensor x = randint(0, 12, {800, 12}, kInt64, &g);
+  const Tensor low = sum(lt(x, 4).to(kInt64), {1}), high = sum(ge(x, 8).to(kInt64), {1});
+  const Tensor counts = stack({low, 12 - low - high, high}, 1);
+  const Tensor y = argmax(counts, 1);
+  Split s;
+  s.train =
+      std::make_shared<nn::DataLoader>(std::make_shared<nn::TensorDataset>(x.narrow(0, 0, 640), y.narrow(0, 0, 640)),
+                                       nn::DataLoaderOptions().batch_size(32).shuffle(shuffle).seed(5).drop_last(true));
+  s.val = std::make_shared<nn::DataLoader>(
+      std::make_shared<nn::TensorDataset>(x.narrow(0, 640, 160), y.narrow(0, 640, 160)),
+      nn::DataLoaderOptions().batch_size(32).drop_last(true));
+  return s;
+}
+
+debug::RunReport carried_run(bool carry, bool shuffle) {
+  manual_seed(67);
+  auto model = std::make_shared<CarriedRnn>(carry);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  return dtest::train_own_loop(*model, ce, opt, token_split(shuffle), 6);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a recurrent state carried across shuffled batches: M2 leads with state-between-calls; a fresh state is clean") {
+  const debug::RunReport bug = carried_run(true, true);
+  const debug::Finding* m2 = first_of(bug, "M2", debug::Kind::StateBetweenCalls);
+  REQUIRE_MESSAGE(m2 != nullptr, bug.str(true));
+  CHECK(m2->fires());
+  CHECK(dtest::ev(*m2, "training loader shuffles") == 1.0);
+  expect_lead(bug, "M2", "state-between-calls");
+
+  const debug::RunReport clean = carried_run(false, true);
+  CHECK(first_of(clean, "M2", debug::Kind::StateBetweenCalls) == nullptr);
+  expect_clean(clean);
+
+  // The same carry over a loader that keeps its order (truncated backpropagation through time reads
+  // one stream so): info.
+  const debug::RunReport stream = carried_run(true, false);
+  const debug::Finding* kept = first_of(stream, "M2", debug::Kind::StateBetweenCalls);
+  REQUIRE_MESSAGE(kept != nullptr, stream.str(true));
+  CHECK_FALSE(kept->fires());
+}

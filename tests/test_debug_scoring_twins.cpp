@@ -84,6 +84,44 @@ TEST_CASE("a focal loss with its factor inverted: M14 leads, the loss falls to ~
 
 namespace {
 
+// A label-smoothed cross-entropy (0.1) written by hand; `batch_axis`: the true class's log-probability
+// gathered along dim 0, so each row reads the class-0 score of the row at its label's position.
+debug::LossFunction smoothed(bool batch_axis) {
+  return [batch_axis](const Tensor& out, const Tensor& t) {
+    const Tensor logp = log_softmax(out, 1);
+    const Tensor picked = gather(logp, batch_axis ? 0 : 1, t.unsqueeze(1));
+    return -(0.9 * picked.mean() + 0.1 * logp.mean());
+  };
+}
+
+debug::RunReport smoothed_run(bool batch_axis) {
+  manual_seed(131);
+  const dtest::XY all = dtest::blobs(60, 10, 6, 17, 1.0);
+  const Split d = dtest::loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
+                                 all.y.narrow(0, 480, 120));
+  auto model = std::make_shared<dtest::Mlp>(6, 10);
+  return train_with(*model, smoothed(batch_axis), d, 8);
+}
+
+}  // namespace
+
+TEST_CASE("a smoothed cross-entropy that gathers along the batch axis: M14 sees the labels' cross-entropy rise") {
+  const debug::RunReport bug = smoothed_run(true);
+  const debug::Finding* m14 = first_of(bug, "M14", debug::Kind::LossBlindToLabels);
+  REQUIRE_MESSAGE(m14 != nullptr, bug.str(true));
+  CHECK(m14->fires());
+  CHECK(dtest::ev(*m14, "cross-entropy with the labels after") >
+        dtest::ev(*m14, "cross-entropy with the labels before"));
+  CHECK(dtest::ev(*m14, "final loss") <= 0.5 * dtest::ev(*m14, "initial loss"));
+  expect_lead(bug, "M14", "loss-blind-to-labels");
+
+  const debug::RunReport clean = smoothed_run(false);
+  CHECK(first_of(clean, "M14", debug::Kind::LossBlindToLabels) == nullptr);
+  expect_clean(clean);
+}
+
+namespace {
+
 // A binary classifier: an MLP, a sigmoid, and (`twice`) a backbone that returns probabilities already
 // under a wrapper that applies its own sigmoid again.
 struct Binary : nn::Module {

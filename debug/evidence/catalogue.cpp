@@ -719,7 +719,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"M12", "debug/checks/model/anomaly.cpp"},
         {"M13", "debug/checks/model/gradcheck_layers.cpp"},
         {"M14", "debug/checks/model/training_probes.cpp"},
-        {"M15", "debug/checks/model/training_probes.cpp"},
+        {"M15", "debug/checks/model/input_baseline.cpp"},
         {"M16", "debug/checks/model/training_probes.cpp"},
         {"M17", "debug/checks/model/batchnorm_stats.cpp"},
         {"M18", "debug/checks/model/anomaly.cpp"},

@@ -152,6 +152,7 @@ namespace gradsleuth::debug {
   X(OutputOutOfRange, "output-out-of-range", "M3")                                                    \
   X(RandomAtEval, "random-at-eval", "M2")                                                             \
   X(EvalPathDiffers, "eval-path-differs", "M2")                                                       \
+  X(StateBetweenCalls, "state-between-calls", "M2")                                                   \
   /* O8 the learning rate against its optimizer's usual range, and the settings beside it */          \
   X(LrAboveRange, "lr-above-range", "O8")                                                             \
   X(LrBelowRange, "lr-below-range", "O8")                                                             \

@@ -126,7 +126,7 @@ void Session::run_data_checks() {
   });
   if (data_.normalizer)
     guarded(r, who, "leakage check", "D7", [&] {
-      r.add(check_leakage(*data_.normalizer, train.dataset()));
+      r.add(check_leakage(*data_.normalizer, train.dataset(), data_.val ? &data_.val->dataset() : nullptr));
       r.note_ran("D7");
     });
   // D12 and D13-D16 read the training split's rows once.
@@ -178,6 +178,7 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
             GateOptions go = o_.gate_options;
             if (loss_module_ && go.loss_type.empty()) go.loss_type = loss_module_->type_name();
             if (loss_module_) go.loss_summed = loss_module_->reduction() == nn::Reduction::Sum;
+            if (data_.train) go.shuffled = data_.train->options().shuffle_ ? 1 : 0;
             gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go, &zero_by_construction_,
                                                      &zero_until_first_step_));
           });
@@ -220,7 +221,28 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
       }
       const std::pair<Tensor, Tensor> held =
           hx.size() == 1 ? std::make_pair(hx[0], hy[0]) : std::make_pair(gs::cat(hx, 0), gs::cat(hy, 0));
-      r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model));
+      // Validation batches spread over the loader (a split sorted by class gives each class its share),
+      // up to baseline_val_examples rows.
+      std::pair<Tensor, Tensor> val;
+      if (data_.val && data_.val->num_batches() > 0 && o_.baseline_val_examples > 0) {
+        const int64_t vb = std::max<int64_t>(data_.val->options().batch_size_, 1);
+        const int64_t nb = data_.val->num_batches();
+        const int64_t k = std::min(nb, std::max<int64_t>(1, o_.baseline_val_examples / vb));
+        try {
+          tensor_list vx, vy;
+          for (int64_t i = 0; i < k; ++i) {
+            const nn::Batch b = data_.val->batch(0, i * nb / k);
+            vx.push_back(b.x.to(d));
+            vy.push_back(b.y.to(d));
+          }
+          val = vx.size() == 1 ? std::make_pair(vx[0], vy[0]) : std::make_pair(gs::cat(vx, 0), gs::cat(vy, 0));
+        } catch (const std::exception&) {
+          val = {};  // batches that do not join (sequences of other lengths): the held-out batch alone
+        }
+      }
+      r.add(input_independent_baseline(model_, train, held, loss_, o_.gate_options.model,
+                                       val.first.defined() ? &val : nullptr,
+                                       data_.val ? data_.val->dataset().size() : 0));
       r.note_ran("M15");
     });
     // The labels' findings, where the loss does not read the targets (M15).
@@ -609,7 +631,10 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.stopped = stopped_;
   check_unwatched_updates(r, std::max<int64_t>(seen.loss_calls, recorded_));
   lr_probe(r);
-  if (o_.end_of_run) check_fit_at_end(r);
+  if (o_.end_of_run) {
+    check_modes_at_end(r);
+    check_fit_at_end(r);
+  }
   if (o_.end_of_run) {  // L4's offset against L9's verdict
     const bool judged = r.findings.ran("L9");
     const bool slow = learned_slowly(r.findings);

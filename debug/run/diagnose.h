@@ -114,6 +114,9 @@ struct DiagnoseOptions {
   bool baseline = true;
   // ... the examples that stand for one batch (the held-out loss of 4 examples is noise).
   int64_t baseline_min_examples = 32;
+  // ... and the validation rows (from batches spread over the validation loader) on which the
+  // zeroed-input run's loss is kept: the run's validation loss is compared with it after the run.
+  int64_t baseline_val_examples = 1024;
   // M16: a new model of a given width (hidden units); when set, the models at small_width and
   // large_width are trained on the first 4 training batches and the larger must do better.
   std::function<nn::ModulePtr(int64_t width)> make_model;
@@ -253,6 +256,7 @@ class Session {
                                        const std::vector<double>& schedule = {},
                                        const std::vector<int64_t>& rows = {});
   void replay_batches();                  // L1's and O6's spikes and swings (debug/run/end_fit_pass.cpp)
+  void check_modes_at_end(RunReport& r);  // M2 mode agreement (debug/run/end_fit_pass.cpp)
   void check_fit_at_end(RunReport& r);    // L9 (debug/run/end_fit_pass.cpp)
   void check_decay_at_end(RunReport& r);  // O3's weight-decay probe (debug/run/decay_pass.cpp)
   void check_unwatched_updates(RunReport& r, int64_t training_losses);

@@ -408,6 +408,32 @@ void Session::replay_batches() {
   });
 }
 
+// M2 at the end of a run: the eval path against the training path, on the same training rows. Needs the
+// training loader only (a loop that reports its own validation numbers passes no validation loader).
+void Session::check_modes_at_end(RunReport& r) {
+  if (!data_.train || !stopped_.empty() || r.steps < 2) return;
+  Report found;
+  guarded(found, "the end-of-run checks", "the eval path against the training path", "M2's mode agreement", [&] {
+    const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
+                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
+                                                                                : std::nan("");
+    const int64_t nb = std::min<int64_t>(o_.dead_pass_batches, 20);
+    ModeSnapshot modes(model_);
+    QuietProbe quiet(model_);  // buffers (BatchNorm's running statistics) put back, warnings muted
+    const ModeProbe probe = probe_mode_dependence(model_, data_.train->batch(0, 0).x.to(model_device(model_)));
+    const SplitScore ev = score(model_, *data_.train, loss_, nb, threshold);
+    const SplitScore tm = score(model_, *data_.train, loss_, nb, threshold, false, 0.1, &probe);
+    const ModeAgreement m{ev.loss, tm.loss, ev.accuracy, tm.accuracy, ev.examples, probe.any_running_statistics()};
+    for (Finding& f : check_mode_agreement(m, o_.gate_options.model)) found.add(std::move(f));
+    if (!repeat_calls_reported(gate_phase_.findings))
+      for (Finding& f : check_repeat_calls(model_, data_.train->batch(0, 0).x.to(model_device(model_)),
+                                           data_.train->options().shuffle_ ? 1 : 0))
+        found.add(std::move(f));
+    found.note_ran("M2");
+  });
+  r.add_at_end(found);
+}
+
 void Session::check_fit_at_end(RunReport& r) {
   if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2) return;
   Report found;
@@ -458,18 +484,6 @@ void Session::check_fit_at_end(RunReport& r) {
     revise_overfitting(r.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
     revise_train_down_val_up(r.findings, tr.loss, o_.monitor.loss);
     for (PhaseReport& p : r.phases) revise_train_down_val_up(p.findings, tr.loss, o_.monitor.loss);
-    // M2: the eval path against the training path, on the same training rows.
-    guarded(found, "the end-of-run checks", "the eval path against the training path", "M2's mode agreement", [&] {
-      const int64_t nb = std::min<int64_t>(o_.dead_pass_batches, 20);
-      ModeSnapshot modes(model_);
-      QuietProbe quiet(model_);  // buffers (BatchNorm's running statistics) put back, warnings muted
-      const ModeProbe probe = probe_mode_dependence(model_, data_.train->batch(0, 0).x.to(model_device(model_)));
-      const SplitScore ev = score(model_, *data_.train, loss_, nb, threshold);
-      const SplitScore tm = score(model_, *data_.train, loss_, nb, threshold, false, 0.1, &probe);
-      const ModeAgreement m{ev.loss, tm.loss, ev.accuracy, tm.accuracy, ev.examples};
-      for (Finding& f : check_mode_agreement(m, o_.gate_options.model)) found.add(std::move(f));
-      found.note_ran("M2");
-    });
     {
       std::vector<Finding> cancel = check_rows_cancel(tr.loss, tr.row_losses, "training", o_.monitor.loss);
       if (cancel.empty()) cancel = check_rows_cancel(va.loss, va.row_losses, "validation", o_.monitor.loss);

@@ -32,6 +32,9 @@ struct GateOptions {
   // L4: the nn::Loss sums over the batch (Reduction::Sum): its first value is judged against its own for
   // an output that prefers no class (B x log C for cross-entropy), not against log C.
   bool loss_summed = false;
+  // M2's repeated calls: whether the training loader shuffles (1) or keeps its order (0); -1 unknown. A
+  // model that carries state between calls warns only where consecutive batches are unrelated.
+  int shuffled = -1;
 };
 
 // One call before training, on one batch (x, y): M11 devices/dtypes, M10

@@ -267,10 +267,18 @@ std::vector<Finding> check_label_shape(const Tensor& prediction, const Tensor& t
 // D7: an error when the normaliser was fitted on anything but "train" (bug B06),
 // or on more rows than the training split has (train_size >= 0). For a Global
 // normaliser, count() is in values: pass values_per_example (F) to compare rows.
-std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size = -1,
-                                   int64_t values_per_example = -1);
-// D7 against the training split itself (its size and example shape).
-std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train);
+// held_out_size (the validation split's rows, when known) and source_sizes (the sizes of
+// the datasets the training split was cut from) grade the second: an error where the rows
+// fitted are the training and validation splits together or a dataset the split was cut
+// from; a warning up to 2x the labelled rows (train + validation: the whole labelled data
+// with a test split); info beyond (a corpus far larger than the labelled data, as
+// pretraining images are: fine where it holds no validation or test rows).
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size = -1, int64_t values_per_example = -1,
+                                   int64_t held_out_size = 0, const std::vector<int64_t>& source_sizes = {});
+// D7 against the training split itself (its size, example shape and the datasets it was cut
+// from), and the validation split where given.
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train,
+                                   const nn::Dataset* val = nullptr);
 
 // D8: over opts.diversity_batches batches of the loader's current epoch (evenly
 // spread over it, via loader.batch), with int64 class labels: warns when more

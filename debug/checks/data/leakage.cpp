@@ -25,7 +25,8 @@ using namespace data_detail;
 
 // ---- D7 data leakage ------------------------------------------------------------------------
 
-std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size, int64_t values_per_example) {
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_size, int64_t values_per_example,
+                                   int64_t held_out_size, const std::vector<int64_t>& source_sizes) {
   std::vector<Finding> out;
   if (!norm.fitted()) return out;
   std::vector<std::string> other;
@@ -56,24 +57,54 @@ std::vector<Finding> check_leakage(const nn::Normalizer& norm, int64_t train_siz
     out.push_back(f);
   }
   if (train_size >= 0 && rows > train_size) {
-    Finding f = make(
-        "D7", Severity::Error,
-        "normalisation statistics were fitted on " + num(rows) + " rows but the training split has " + num(train_size));
+    // How many more rows: exactly the labelled splits together, or a dataset the training split was
+    // cut from, is the data before splitting; up to 2x the labelled rows, that data with a test split
+    // the check does not see; far beyond, a corpus of its own (the images a backbone was pretrained on).
+    const int64_t labelled = train_size + std::max<int64_t>(held_out_size, 0);
+    const bool source = std::find(source_sizes.begin(), source_sizes.end(), rows) != source_sizes.end();
+    const bool exact = (held_out_size > 0 && rows == labelled) || source;
+    const bool near = rows <= 2 * labelled;
+    const Severity sev = !other.empty() || exact ? Severity::Error : near ? Severity::Warning : Severity::Info;
+    Finding f = make("D7", sev,
+                     "normalisation statistics were fitted on " + num(rows) + " rows but the training split has " +
+                         num(train_size) +
+                         (sev == Severity::Info
+                              ? " (a corpus " + fmt_num(static_cast<double>(rows) / static_cast<double>(labelled)) +
+                                    "x the labelled rows: fine where it holds no validation or test rows)"
+                              : ""));
     f.kind = Kind::NormalizerLeak;
-    f.evidence = {{"rows fitted", static_cast<double>(rows), "> training rows is an error"},
+    f.evidence = {{"rows fitted", static_cast<double>(rows),
+                   "> training rows: an error where it is the splits together or the dataset they were cut from, "
+                   "a warning up to 2x the labelled rows, info beyond"},
                   {"training rows", static_cast<double>(train_size), ""}};
-    f.cause =
-        "the statistics include rows from outside the training split (fitted on the full dataset and "
-        "labelled \"train\", or partial_fit called on more data than train)";
-    f.fix = fix;
+    if (held_out_size > 0) f.evidence.push_back({"validation rows", static_cast<double>(held_out_size), ""});
+    if (source)
+      f.evidence.push_back({"rows of a dataset the training split was cut from", static_cast<double>(rows), ""});
+    if (sev == Severity::Info) {
+      f.cause = "";
+      f.fix = "none needed if the corpus is separate from the validation and test data; otherwise " + fix;
+    } else {
+      f.cause =
+          "the statistics include rows from outside the training split (fitted on the full dataset and "
+          "labelled \"train\", or partial_fit called on more data than train)";
+      f.fix = fix;
+    }
     out.push_back(f);
   }
   return out;
 }
 
-std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train) {
+std::vector<Finding> check_leakage(const nn::Normalizer& norm, const nn::Dataset& train, const nn::Dataset* val) {
   const int64_t per = train.size() > 0 ? train.get(0).x.numel() : -1;
-  return check_leakage(norm, train.size(), per);
+  // The datasets the split was cut from (train_val_split, take: Subsets of Subsets).
+  std::vector<int64_t> sources;
+  const nn::Dataset* d = &train;
+  while (const auto* s = dynamic_cast<const nn::Subset*>(d)) {
+    if (!s->base()) break;
+    d = s->base().get();
+    sources.push_back(d->size());
+  }
+  return check_leakage(norm, train.size(), per, val ? val->size() : 0, sources);
 }
 
 // ---- D7 target leakage --------------------------------------------------------------------------

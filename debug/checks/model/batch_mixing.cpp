@@ -81,7 +81,8 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
 // The same question for an input that cannot carry a gradient (token ids, any integer input): row
 // i's input is replaced by another example's (the next row whose input differs), the batch runs
 // again without gradients, and each output row's change is measured against the unchanged batch's.
-// row_i is row i's change; another row that changes by more than tol x row_i is coupled.
+// row_i is row i's change; another row that changes by more than tol x row_i, and by more than 10x
+// what the unchanged batch run twice moves, is coupled.
 MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t i, double tol) {
   MixingResult r;
   NoGradGuard ng;
@@ -93,8 +94,13 @@ MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t 
     if (!equal(x.select(0, j), xi)) donor = j;
   }
   if (donor < 0) return r;  // every example's input is the same: nothing to substitute
+  const Tensor first = model(x);
+  require_rows(first, x);
+  // The batch again, unchanged: a model that carries state from call to call (M2's state-between-calls)
+  // moves every row by itself, and a row that moves no more than 10x that is not coupled to row i.
   const Tensor base = model(x);
-  require_rows(base, x);
+  double drift = 0.0;
+  for (double d : row_norms(base.to(kFloat64) - first.to(kFloat64))) drift = std::max(drift, d);
   Tensor x2 = x.clone();
   x2.select(0, i).copy_(x.select(0, donor));
   const Tensor changed = model(x2);
@@ -104,7 +110,7 @@ MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t 
   for (size_t j = 0; j < n.size(); ++j) {
     if (static_cast<int64_t>(j) == i) continue;
     r.other_max = std::max(r.other_max, n[j]);
-    if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
+    if (n[j] > tol * std::max(r.row_i, 1e-30) && n[j] > 10.0 * drift) ++r.coupled;
   }
   return r;
 }

@@ -60,9 +60,9 @@ class GeneratorSnapshot {
   Generator saved_;
 };
 
+using model_detail::first_rows;
 using model_detail::GradSnapshot;  // the .grad of every parameter, put back after a probe
-
-Tensor host64(const Tensor& t) { return t.detach().to(kCPU).to(kFloat64); }
+using model_detail::host64;
 
 // max|a - b| relative to max|b|; NaN when either holds a non-finite value.
 double rel_diff(const Tensor& a, const Tensor& b) {
@@ -78,12 +78,6 @@ uint64_t buffer_version(const nn::Module& m) {
   uint64_t v = 0;
   for (const Tensor& b : m.buffers(false)) v += b.version();
   return v;
-}
-
-// The first `rows` rows of x (all of a 0-dim tensor).
-Tensor first_rows(const Tensor& x, int64_t rows) {
-  if (x.dim() == 0) return x;
-  return x.narrow(0, 0, std::min<int64_t>(std::max<int64_t>(rows, 1), x.size(0)));
 }
 
 }  // namespace
@@ -195,6 +189,12 @@ bool ModeProbe::any_deterministic_mode_dependent() const {
   return false;
 }
 
+bool ModeProbe::any_running_statistics() const {
+  for (const ModuleBehaviour& b : modules)
+    if (b.mode_dependent && !b.stochastic && b.updates_buffers) return true;
+  return false;
+}
+
 const ModuleBehaviour* ModeProbe::find(const nn::Module* m) const {
   for (const ModuleBehaviour& b : modules)
     if (b.module.get() == m) return &b;
@@ -248,19 +248,26 @@ void set_mode_without_randomness(nn::Module& model, bool training, const ModePro
 std::vector<Finding> check_mode_agreement(const ModeAgreement& m, const ModelCheckOptions& o) {
   if (m.examples < 8) return {};
   const bool by_accuracy = std::isfinite(m.eval_accuracy) && std::isfinite(m.train_accuracy);
-  const bool differs = by_accuracy ? m.eval_accuracy < m.train_accuracy - o.mode_accuracy_gap
-                                   : std::isfinite(m.eval_loss) && std::isfinite(m.train_loss) && m.train_loss >= 0 &&
-                                         m.eval_loss > o.mode_loss_ratio * m.train_loss + 0.1;
+  const bool losses = std::isfinite(m.eval_loss) && std::isfinite(m.train_loss) && m.train_loss >= 0;
+  // With accuracies, a loss far above in eval mode counts too where the accuracy also fell: a hand-written
+  // dropout whose mask was drawn once trains one half of the units, and eval mode switches the other half
+  // on (accuracy 0.82 against 0.87, loss 1.00 against 0.31). Not with running statistics: the whole
+  // training set as one batch takes a step per epoch, and BatchNorm's averages are still far off.
+  const bool loss_up = by_accuracy ? losses && !m.running_statistics &&
+                                         m.eval_loss > o.mode_loss_ratio_with_accuracy * m.train_loss + 0.1 &&
+                                         m.eval_accuracy < m.train_accuracy
+                                   : losses && m.eval_loss > o.mode_loss_ratio * m.train_loss + 0.1;
+  const bool differs = (by_accuracy && m.eval_accuracy < m.train_accuracy - o.mode_accuracy_gap) || loss_up;
   if (!differs) return {};
   Finding f;
   f.check = "M2";
   f.severity = Severity::Warning;
   f.kind = Kind::EvalPathDiffers;
   f.module = "(model)";
-  f.title = "on the same training rows the trained model does far worse in eval mode than in training mode (" +
-            (by_accuracy ? "accuracy " + fmt_num(m.eval_accuracy) + " against " + fmt_num(m.train_accuracy)
-                         : "loss " + fmt_num(m.eval_loss) + " against " + fmt_num(m.train_loss)) +
-            "): its eval path computes something else";
+  f.title =
+      "on the same training rows the trained model does far worse in eval mode than in training mode (" +
+      (by_accuracy ? "accuracy " + fmt_num(m.eval_accuracy) + " against " + fmt_num(m.train_accuracy) + ", " : "") +
+      "loss " + fmt_num(m.eval_loss) + " against " + fmt_num(m.train_loss) + "): its eval path computes something else";
   f.evidence = {{"eval-mode loss on training rows", m.eval_loss, ""},
                 {"training-mode loss on them (randomness off)", m.train_loss, ""},
                 {"training rows scored", static_cast<double>(m.examples), ""}};
@@ -280,159 +287,99 @@ std::vector<Finding> check_mode_agreement(const ModeAgreement& m, const ModelChe
   return {f};
 }
 
-// ---- M13: the whole model's input gradient ----------------------------------------------------
-std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows, int directions,
-                                          GradcheckOptions opts) {
+// ---- M2: two eval-mode calls on one input ------------------------------------------------------
+std::vector<Finding> check_repeat_calls(nn::Module& model, const Tensor& x, int shuffled) {
   std::vector<Finding> out;
-  if (!x.defined() || !x.is_floating_point() || x.dim() == 0) return out;
+  if (!x.defined()) return out;
   ModeSnapshot modes(model);
-  GradSnapshot grads(model);
-  HostCopyGuard host(model, "check_input_gradient (M13)");
+  QuietProbe quiet(model);  // buffers put back, warnings muted
+  NoGradGuard ng;
   model.eval();
-  DType orig = kFloat32;
-  for (Tensor& p : model.parameters()) {
-    orig = p.dtype();
-    break;
-  }
-  model.to(kFloat64);
-  struct Restore {
-    nn::Module& m;
-    DType t;
-    ~Restore() { m.to(t); }
-  } restore{model, orig};
-
-  Generator gen(opts.seed + 29);
-  // The check is about backward formulas, so the point can move: real inputs
-  // hold ties (a background of equal pixels makes every max-pool window a tie,
-  // and ReLUs sit exactly at their kink), where a one-sided derivative is not
-  // the numeric one. A jitter of 0.1 x the input's spread separates ties by far
-  // more than the step below.
-  Tensor x64 = host64(first_rows(x, rows)).contiguous().clone();
-  Tensor movable;  // (1, D): 0 for the columns of codes held still, in the jitter and in every direction
-  {
-    const double spread = x64.numel() > 1 ? summarize(x64).std : 1.0;
-    const Tensor noise = randn(x64.shape(), kFloat64, &gen) * (0.1 * (spread > 0.0 ? spread : 1.0));
-    const auto runs = [&](const Tensor& at) {
-      try {
-        NoGradGuard ng;
-        model(at);
-        return true;
-      } catch (const std::exception&) {
-        return false;
-      }
-    };
-    Tensor jittered = x64 + noise;
-    // Columns of whole numbers that the forward casts to indices (categorical codes stored among
-    // float features, read by an embedding) cannot move: the jitter and the directions leave them
-    // alone where moving them makes the forward fail (a step across a whole number would pick
-    // another row of the table), and the check is skipped where that does not help either.
-    if (!runs(jittered) && runs(x64)) {
-      if (x64.dim() != 2) return out;
-      const int64_t n = x64.size(0), d = x64.size(1);
-      const std::vector<double> v = x64.to_vector<double>();
-      std::vector<double> moves(static_cast<size_t>(d), 0.0);  // 1 for a column not all whole numbers
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < d; ++j) {
-          const double e = v[static_cast<size_t>(i * d + j)];
-          if (e != std::floor(e)) moves[static_cast<size_t>(j)] = 1.0;
-        }
-      movable = tensor(moves, {1, d}).to(kFloat64);
-      jittered = x64 + noise * movable;
-      if (!runs(jittered)) return out;
-    }
-    x64 = jittered.detach().requires_grad_(true);
-  }
-  // M2: a model whose output in eval mode changes between two calls on one input draws something
-  // random at evaluation (a dropout called with training = true whatever the mode): its validation
-  // scores are a draw, and no derivative can be taken of it, so M13 stops here.
-  {
-    NoGradGuard ng;
-    const Tensor at = x64.detach();
-    const Tensor y1 = model(at), y2 = model(at);
-    if (y1.defined() && y2.defined() && y1.is_floating_point() && y1.shape() == y2.shape() && y1.numel() > 0) {
-      const double scale = amax(abs(y1)).item<double>();
-      const double moved = amax(abs(y1 - y2)).item<double>();
-      if (std::isfinite(scale) && moved > 1e-9 * (1.0 + scale)) {
-        Finding f;
-        f.check = "M2";
-        f.severity = Severity::Warning;
-        f.kind = Kind::RandomAtEval;
-        f.module = module_label("", model);
-        f.shape = shape_of(x64);
-        f.title = "in eval mode the model's output changes between two calls on the same input (by up to " +
-                  fmt_num(moved) + "): something random runs at evaluation";
-        f.evidence = {{"largest change between the two outputs", moved, "> 1e-9 x (1 + largest output) warns"},
-                      {"largest output", scale, ""}};
-        f.cause =
-            "a dropout (or noise) applied whatever the mode: a functional dropout called with training = "
-            "true, or a random draw in forward() that does not ask is_training(); validation then scores "
-            "a thinned model, differently each time";
-        f.fix =
-            "pass is_training() to functional dropout (dropout(h, p, is_training())), or use nn::Dropout; "
-            "draw noise only when is_training()";
-        out.push_back(std::move(f));
-        return out;
-      }
-    }
-  }
-  // A step 10x below gradcheck's: the chance that it crosses a kink left after the
-  // jitter is 10x smaller, and float64 rounding (1e-16 |f| / 1e-7) stays far below rtol.
-  const double eps = std::min(opts.eps, 1e-7);
-  Tensor v;
-  {
-    Tensor y = model(x64);
-    if (!y.defined() || !y.is_floating_point() || !y.requires_grad()) return out;  // no path to the input: M6/M5
-    v = randn(y.shape(), kFloat64, &gen);
-    (y * v).sum().backward();
-  }
-  const Tensor g = x64.grad();
-  if (!g.defined()) return out;
-  auto f = [&](const Tensor& xp) {
-    NoGradGuard ng;
-    return sum(model(xp) * v).item<double>();
+  const Tensor at = x.detach();
+  // The largest change between two outputs where it is above tol x (1 + the largest output), else 0.
+  auto moved = [](const Tensor& a, const Tensor& b, double tol, double& scale) {
+    if (!a.defined() || !b.defined() || !a.is_floating_point() || a.shape() != b.shape() || a.numel() == 0) return 0.0;
+    scale = amax(abs(a.to(kFloat64))).item<double>();
+    const double d = amax(abs(a.to(kFloat64) - b.to(kFloat64))).item<double>();
+    return std::isfinite(scale) && std::isfinite(d) && d > tol * (1.0 + scale) ? d : 0.0;
   };
-  double worst = 0.0, worst_a = 0.0, worst_n = 0.0;
-  int failed = 0;
-  const Tensor base = x64.detach();
-  for (int k = 0; k < std::max(directions, 1); ++k) {
-    const Tensor u =
-        movable.defined() ? randn(base.shape(), kFloat64, &gen) * movable : randn(base.shape(), kFloat64, &gen);
-    const double a = sum(g * u).item<double>();
-    const double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
-    const double err = std::fabs(a - n);
-    const double rel = err / std::max({std::fabs(a), std::fabs(n), opts.atol});
-    if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
-    if (rel >= worst) {
-      worst = rel;
-      worst_a = a;
-      worst_n = n;
-    }
+  double scale = 0.0;
+  // Each call from the same state of the random generator: outputs that still differ were made from
+  // something the model keeps between calls, not from a draw.
+  Tensor y1, y2;
+  {
+    GeneratorSnapshot rng;
+    y1 = model(at);
   }
-  // A wrong formula fails along every random direction; a lone failure is a kink
-  // crossed by chance (with one direction asked for, that one decides).
-  const int needed = std::max(directions, 1) >= 2 ? 2 : 1;
-  if (failed < needed) return out;
-  Finding fd;
-  fd.check = "M13";
-  fd.severity = Severity::Error;
-  fd.module = module_label("", model);
-  fd.shape = shape_of(x64);
-  fd.title =
-      "the model's gradient with respect to its input disagrees with the directional derivative along a "
-      "random direction (float64): a backward inside the model is wrong";
-  fd.evidence = {{"worst relative error", worst, "> rtol " + fmt_num(opts.rtol) + " (+ atol) fails"},
-                 {"analytic <grad, u>", worst_a, ""},
-                 {"numeric (f(x + eps u) - f(x - eps u)) / 2 eps", worst_n, ""},
-                 {"failed directions", static_cast<double>(failed), "of " + std::to_string(std::max(directions, 1))}};
-  fd.cause =
-      "some op's backward formula computes a wrong gradient; the per-layer check (M13 on every layer with "
-      "parameters or a custom op) found none, so look for a backward written outside any module (an op "
-      "recorded in the model's own forward)";
-  fd.fix =
-      "check each piece with debug::gradcheck_module (a sub-module) or debug::gradcheck (a function) to find "
-      "it, then fix its backward formula";
-  out.push_back(std::move(fd));
+  {
+    GeneratorSnapshot rng;
+    y2 = model(at);
+  }
+  // A state changes the output by far more than rounding; a layer that refines itself a little at each
+  // call (a power iteration run in eval mode too) is below 1e-5.
+  const double kept = moved(y1, y2, 1e-5, scale);
+  if (kept > 0.0) {
+    Finding f;
+    f.check = "M2";
+    f.kind = Kind::StateBetweenCalls;
+    f.severity = shuffled == 1 ? Severity::Warning : Severity::Info;
+    f.module = module_label("", model);
+    f.shape = shape_of(at);
+    f.title = "in eval mode the model's output for one batch changes when the batch is passed again (by up to " +
+              fmt_num(kept) + ", the random generator reset): the model carries state from one call to the next" +
+              (shuffled == 1   ? ", while the training loader shuffles its rows: each batch starts from the state "
+                                 "an unrelated batch left"
+               : shuffled == 0 ? "; the training loader keeps its order, as a state carried over one stream "
+                                 "(truncated backpropagation through time) needs"
+                               : "");
+    f.evidence = {{"largest change between the two outputs", kept, "> 1e-5 x (1 + largest output)"},
+                  {"largest output", scale, ""},
+                  {"training loader shuffles",
+                   shuffled == 1   ? 1.0
+                   : shuffled == 0 ? 0.0
+                                   : std::nan(""),
+                   "1 warns: consecutive batches are unrelated examples"}};
+    if (shuffled == 1) {
+      f.cause =
+          "a state kept from the previous call (a recurrent model's final hidden state, a running value in a "
+          "member) where each example should start fresh: code written for one long stream applied to "
+          "independent, shuffled sequences";
+      f.fix =
+          "start every batch from a fresh state (zeros) inside forward(); keep a state across batches only over "
+          "one stream read in order, and reset it at each epoch";
+    }
+    out.push_back(std::move(f));
+    return out;
+  }
+  const Tensor y3 = model(at), y4 = model(at);      // the generator moves on between these two
+  const double drawn = moved(y3, y4, 1e-5, scale);  // float32 kernels may round a call apart by ~1e-7
+  if (drawn > 0.0) {
+    Finding f;
+    f.check = "M2";
+    f.severity = Severity::Warning;
+    f.kind = Kind::RandomAtEval;
+    f.module = module_label("", model);
+    f.shape = shape_of(at);
+    f.title = "in eval mode the model's output changes between two calls on the same input (by up to " +
+              fmt_num(drawn) + "): something random runs at evaluation";
+    f.evidence = {{"largest change between the two outputs", drawn, "> 1e-5 x (1 + largest output) warns"},
+                  {"largest output", scale, ""}};
+    f.cause =
+        "a dropout (or noise) applied whatever the mode: a functional dropout called with training = "
+        "true, or a random draw in forward() that does not ask is_training(); validation then scores "
+        "a thinned model, differently each time";
+    f.fix =
+        "pass is_training() to functional dropout (dropout(h, p, is_training())), or use nn::Dropout; "
+        "draw noise only when is_training()";
+    out.push_back(std::move(f));
+  }
   return out;
+}
+
+bool repeat_calls_reported(const Report& gate) {
+  return std::any_of(gate.findings().begin(), gate.findings().end(), [](const Finding& f) {
+    return f.is("M2", Kind::StateBetweenCalls) || f.is("M2", Kind::RandomAtEval);
+  });
 }
 
 // ---- M2 and M17 during training (the monitor's run check) --------------------------------------

@@ -84,6 +84,7 @@ struct ModeProbe {
   // Modules whose randomness model.eval() switches off (stochastic, not eval_stochastic).
   std::vector<nn::ModulePtr> stochastic_modules() const;
   bool any_deterministic_mode_dependent() const;  // BatchNorm-like
+  bool any_running_statistics() const;            // mode-dependent, deterministic, buffers move in training
   const ModuleBehaviour* find(const nn::Module* m) const;
   // M2: random modules whose mean train-mode output is not their eval-mode output.
   std::vector<Finding> findings(const ModeProbeOptions& o = {}) const;
@@ -110,12 +111,32 @@ struct ModeAgreement {
   double eval_loss = std::nan(""), train_loss = std::nan("");
   double eval_accuracy = std::nan(""), train_accuracy = std::nan("");
   int64_t examples = 0;
+  // A layer that keeps running statistics (BatchNorm-like: different in training mode, and its buffers
+  // move there): its eval path reads averages that few steps or small batches leave far from the batch's
+  // own, so only the accuracy gap judges.
+  bool running_statistics = false;
 };
 // A warning (kind eval-path-differs) where the eval-mode accuracy is below the training mode's by
-// more than o.mode_accuracy_gap, or, without accuracies, the eval-mode loss above o.mode_loss_ratio x
-// the training mode's plus 0.1: the model computes something else in eval mode (a hand-written
-// normaliser's eval branch, a branch taken only at inference). Empty otherwise.
+// more than o.mode_accuracy_gap, or below it at all with the eval-mode loss above
+// o.mode_loss_ratio_with_accuracy x the training mode's plus 0.1 (no running statistics in the
+// model); without accuracies, the eval-mode
+// loss above o.mode_loss_ratio x the training mode's plus 0.1: the model computes something else in
+// eval mode (a hand-written normaliser's eval branch, a branch taken only at inference, a dropout mask
+// drawn once). Empty otherwise.
 std::vector<Finding> check_mode_agreement(const ModeAgreement& m, const ModelCheckOptions& o = {});
+
+// ---- M2: two eval-mode calls on one input --------------------------------------------------------
+// The model in eval mode called twice on x, each time from the same state of the default random
+// generator: outputs that differ come from state the model keeps between calls (kind
+// state-between-calls: a warning where `shuffled` is 1, the training loader shuffling its rows, so
+// each batch starts from an unrelated batch's state; info otherwise). Outputs that differ only when
+// the generator moves on between the calls are a draw at evaluation (kind random-at-eval, a warning).
+// Modes and buffers are put back; state kept in plain members is not. Empty when the calls agree.
+std::vector<Finding> check_repeat_calls(nn::Module& model, const Tensor& x, int shuffled);
+// Whether a report (the gate's) already holds check_repeat_calls' finding: the end of a run asks again
+// only where the gate did not see it (a recurrent state that an untrained model forgets within a few
+// steps is seen once the model has trained).
+bool repeat_calls_reported(const Report& gate);
 
 // ---- M13 on custom ops ------------------------------------------------------------------
 // The modules whose forward records a backward node that no engine op made (a
@@ -138,9 +159,9 @@ std::vector<std::pair<std::string, nn::ModulePtr>> custom_op_modules(nn::Module&
 // random directions u, against the central difference along u (step
 // min(opts.eps, 1e-7)). An error finding names the model when at least two
 // directions fail (one when only one is asked for); empty when it agrees, or
-// when x is not floating. First, two eval-mode calls on the same input: outputs that differ
-// are M2's warning (kind random-at-eval: something random runs at evaluation), and the
-// gradient is not judged.
+// when x is not floating. First, two eval-mode calls on the same input (check_repeat_calls):
+// outputs that differ are not judged; a draw at evaluation is M2's warning (kind random-at-eval),
+// returned instead. Defined in gradcheck_layers.cpp, M13's home.
 std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows = 4, int directions = 3,
                                           GradcheckOptions opts = {});
 

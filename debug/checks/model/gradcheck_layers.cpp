@@ -298,4 +298,135 @@ std::vector<Finding> gradcheck_layers(nn::Module& model, const Tensor& x, int64_
   return out;
 }
 
+// ---- M13: the whole model's input gradient ----------------------------------------------------
+std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, int64_t rows, int directions,
+                                          GradcheckOptions opts) {
+  std::vector<Finding> out;
+  if (!x.defined() || !x.is_floating_point() || x.dim() == 0) return out;
+  ModeSnapshot modes(model);
+  GradSnapshot grads(model);
+  HostCopyGuard host(model, "check_input_gradient (M13)");
+  model.eval();
+  DType orig = kFloat32;
+  for (Tensor& p : model.parameters()) {
+    orig = p.dtype();
+    break;
+  }
+  model.to(kFloat64);
+  struct Restore {
+    nn::Module& m;
+    DType t;
+    ~Restore() { m.to(t); }
+  } restore{model, orig};
+
+  Generator gen(opts.seed + 29);
+  // The check is about backward formulas, so the point can move: real inputs
+  // hold ties (a background of equal pixels makes every max-pool window a tie,
+  // and ReLUs sit exactly at their kink), where a one-sided derivative is not
+  // the numeric one. A jitter of 0.1 x the input's spread separates ties by far
+  // more than the step below.
+  Tensor x64 = host64(first_rows(x, rows)).contiguous().clone();
+  Tensor movable;  // (1, D): 0 for the columns of codes held still, in the jitter and in every direction
+  {
+    const double spread = x64.numel() > 1 ? summarize(x64).std : 1.0;
+    const Tensor noise = randn(x64.shape(), kFloat64, &gen) * (0.1 * (spread > 0.0 ? spread : 1.0));
+    const auto runs = [&](const Tensor& at) {
+      try {
+        NoGradGuard ng;
+        model(at);
+        return true;
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
+    Tensor jittered = x64 + noise;
+    // Columns of whole numbers that the forward casts to indices (categorical codes stored among
+    // float features, read by an embedding) cannot move: the jitter and the directions leave them
+    // alone where moving them makes the forward fail (a step across a whole number would pick
+    // another row of the table), and the check is skipped where that does not help either.
+    if (!runs(jittered) && runs(x64)) {
+      if (x64.dim() != 2) return out;
+      const int64_t n = x64.size(0), d = x64.size(1);
+      const std::vector<double> v = x64.to_vector<double>();
+      std::vector<double> moves(static_cast<size_t>(d), 0.0);  // 1 for a column not all whole numbers
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < d; ++j) {
+          const double e = v[static_cast<size_t>(i * d + j)];
+          if (e != std::floor(e)) moves[static_cast<size_t>(j)] = 1.0;
+        }
+      movable = tensor(moves, {1, d}).to(kFloat64);
+      jittered = x64 + noise * movable;
+      if (!runs(jittered)) return out;
+    }
+    x64 = jittered.detach().requires_grad_(true);
+  }
+  // M2: a model whose output in eval mode changes between two calls on one input draws something
+  // random at evaluation, or carries state from call to call: no derivative can be taken of it, so M13
+  // stops here (the randomness is M2's warning; the state is judged with the training loader).
+  {
+    std::vector<Finding> calls = check_repeat_calls(model, x64, -1);
+    for (Finding& f : calls)
+      if (f.fires()) out.push_back(std::move(f));  // a draw at evaluation (a state is info here)
+    if (!calls.empty()) return out;
+  }
+  // A step 10x below gradcheck's: the chance that it crosses a kink left after the
+  // jitter is 10x smaller, and float64 rounding (1e-16 |f| / 1e-7) stays far below rtol.
+  const double eps = std::min(opts.eps, 1e-7);
+  Tensor v;
+  {
+    Tensor y = model(x64);
+    if (!y.defined() || !y.is_floating_point() || !y.requires_grad()) return out;  // no path to the input: M6/M5
+    v = randn(y.shape(), kFloat64, &gen);
+    (y * v).sum().backward();
+  }
+  const Tensor g = x64.grad();
+  if (!g.defined()) return out;
+  auto f = [&](const Tensor& xp) {
+    NoGradGuard ng;
+    return sum(model(xp) * v).item<double>();
+  };
+  double worst = 0.0, worst_a = 0.0, worst_n = 0.0;
+  int failed = 0;
+  const Tensor base = x64.detach();
+  for (int k = 0; k < std::max(directions, 1); ++k) {
+    const Tensor u =
+        movable.defined() ? randn(base.shape(), kFloat64, &gen) * movable : randn(base.shape(), kFloat64, &gen);
+    const double a = sum(g * u).item<double>();
+    const double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
+    const double err = std::fabs(a - n);
+    const double rel = err / std::max({std::fabs(a), std::fabs(n), opts.atol});
+    if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;
+    if (rel >= worst) {
+      worst = rel;
+      worst_a = a;
+      worst_n = n;
+    }
+  }
+  // A wrong formula fails along every random direction; a lone failure is a kink
+  // crossed by chance (with one direction asked for, that one decides).
+  const int needed = std::max(directions, 1) >= 2 ? 2 : 1;
+  if (failed < needed) return out;
+  Finding fd;
+  fd.check = "M13";
+  fd.severity = Severity::Error;
+  fd.module = module_label("", model);
+  fd.shape = shape_of(x64);
+  fd.title =
+      "the model's gradient with respect to its input disagrees with the directional derivative along a "
+      "random direction (float64): a backward inside the model is wrong";
+  fd.evidence = {{"worst relative error", worst, "> rtol " + fmt_num(opts.rtol) + " (+ atol) fails"},
+                 {"analytic <grad, u>", worst_a, ""},
+                 {"numeric (f(x + eps u) - f(x - eps u)) / 2 eps", worst_n, ""},
+                 {"failed directions", static_cast<double>(failed), "of " + std::to_string(std::max(directions, 1))}};
+  fd.cause =
+      "some op's backward formula computes a wrong gradient; the per-layer check (M13 on every layer with "
+      "parameters or a custom op) found none, so look for a backward written outside any module (an op "
+      "recorded in the model's own forward)";
+  fd.fix =
+      "check each piece with debug::gradcheck_module (a sub-module) or debug::gradcheck (a function) to find "
+      "it, then fix its backward formula";
+  out.push_back(std::move(fd));
+  return out;
+}
+
 }  // namespace gradsleuth::debug

@@ -103,10 +103,18 @@ struct ModelCheckOptions {
   int64_t baseline_steps = 60;       // M15 and M16 (per model)
   double baseline_lr = 1e-3;
   double baseline_margin = 0.05;  // real inputs must beat zeroed inputs by this fraction of the loss
+  // After the run: the run's last validation loss against the zeroed-input run's loss on validation
+  // rows (the same split, so no other rows' class mix in the comparison) must be lower by this fraction
+  // on a split of baseline_val_rows rows or more; on a smaller split by more, as 1 / sqrt(rows), up to
+  // baseline_margin (chance lets a model that ignores its inputs beat the baseline on a few rows).
+  double baseline_val_margin = 0.02;
+  int64_t baseline_val_rows = 1000;
   double capacity_margin = 0.0;   // the larger model must reach a loss lower by this fraction
   // ---- M2 at the end of a run (check_mode_agreement, behaviour.h) ----
   double mode_accuracy_gap = 0.2;  // eval-mode accuracy this far below the training mode's warns
   double mode_loss_ratio = 3.0;    // without accuracies: eval-mode loss > this x the training mode's + 0.1
+  // with accuracies: eval-mode loss > this x the training mode's + 0.1 while the eval-mode accuracy is lower
+  double mode_loss_ratio_with_accuracy = 2.0;
   // ---- M24 ----
   double max_dropout = 0.5;  // a dropout probability above this drops most activations
   // ---- M27 ----
@@ -338,13 +346,18 @@ bool loss_scores_classes(const Tensor& out, const Tensor& y, const LossFunction&
 std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const Tensor& y, const LossFunction& loss,
                                        const ModelCheckOptions& o = {});
 // M15: trains on batches (x_i, y_i) once with real and once with zeroed inputs,
-// then compares the loss on a held-out batch: real inputs must do better.
+// then compares the loss on a held-out batch: real inputs must do better. With `validation` (rows of
+// the validation split, which has validation_rows rows in all), the zeroed-input run's lowest loss on
+// those rows is kept in the evidence for revise_input_baseline.
 std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
                                                 const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
-                                                const ModelCheckOptions& o = {});
+                                                const ModelCheckOptions& o = {},
+                                                const std::pair<Tensor, Tensor>* validation = nullptr,
+                                                int64_t validation_rows = 0);
 // M15's warning at the gate judged again with the run (TrainingHistory's validation losses): a run whose
-// last validation loss is below (1 - baseline_margin) x the zeroed-input run's held-out loss did learn
-// from its inputs, where the gate's few batches could not show it (a model with many parameters per
+// last validation loss is below (1 - margin) x the zeroed-input run's loss on validation rows (the
+// margin from baseline_val_margin and the split's rows), or without those below (1 - baseline_margin) x its held-out
+// loss, did learn from its inputs, where the gate's few batches could not show it (a model with many parameters per
 // example: an embedding over token ids). The warning turns into info.
 void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCheckOptions& o = {});
 // M16: a small and a large model from `make(width)` trained the same way: the

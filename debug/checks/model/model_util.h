@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -84,5 +85,26 @@ inline bool rows_separate(const Tensor& z, const Tensor& y, const LossFunction& 
 inline Tensor project_output(const Tensor& y) {
   return sum(y * sin(arange(y.numel(), kFloat64) * 0.7 + 0.3).to(y.dtype()).reshape(y.shape()));
 }
+
+// A detached float64 copy on the host.
+inline Tensor host64(const Tensor& t) { return t.detach().to(kCPU).to(kFloat64); }
+
+// The first `rows` rows of x (all of a 0-dim tensor).
+inline Tensor first_rows(const Tensor& x, int64_t rows) {
+  if (x.dim() == 0) return x;
+  return x.narrow(0, 0, std::min<int64_t>(std::max<int64_t>(rows, 1), x.size(0)));
+}
+
+// Trains a fresh Adam for `steps` over `batches` (cycled); returns the per-step losses. With `more`, when the
+// budget is spent more(losses) may grant further steps (0: stop). after_step(s) runs after each step s (1-based).
+// Defined in training_probes.cpp; M14, M15 and M16 train with it.
+std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& batches,
+                              const LossFunction& loss, int64_t steps, double lr, bool zero_inputs,
+                              double stop_below = -1.0, double* final_acc = nullptr, double stop_accuracy = 1.0,
+                              const std::function<int64_t(const std::vector<double>&)>& more = nullptr,
+                              const std::function<void(int64_t)>& after_step = nullptr);
+// The loss on batch b in eval mode without gradients (the inputs zeroed with zero_inputs); the mode is
+// left in eval: callers keep a ModeSnapshot.
+double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss, bool zero_inputs);
 
 }  // namespace gradsleuth::debug::model_detail

@@ -1,4 +1,5 @@
-// M14 overfit one batch, M15 input-independent baseline and M16 capacity (see model_checks.h).
+// M14 overfit one batch and M16 capacity (see model_checks.h); the short training runs they and M15
+// (input_baseline.cpp) make.
 #include "debug/checks/model/model_checks.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "nn/dropout.h"
 #include "nn/init.h"
 #include "nn/linear.h"
+#include "nn/loss.h"
 #include "nn/normalization.h"
 #include "optim/adam.h"
 
@@ -31,7 +33,7 @@ namespace gradsleuth::debug {
 
 using namespace model_detail;
 
-// ---- M14 / M15 / M16 ------------------------------------------------------------------------
+// ---- M14 / M16 ------------------------------------------------------------------------------
 ParamSnapshot::ParamSnapshot(nn::Module& model) {
   NoGradGuard ng;
   for (Tensor& p : model.parameters()) saved_.emplace_back(p, p.detach().clone());
@@ -53,14 +55,12 @@ void ParamSnapshot::restore() {
   }
 }
 
-namespace {
-// Trains a fresh Adam for `steps` over `batches` (cycled); returns the per-step losses. With `more`, when the budget is
-// spent more(losses) may grant further steps (0: stop).
+namespace model_detail {
 std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& batches,
-                              const LossFunction& loss, int64_t steps, double lr, bool zero_inputs,
-                              double stop_below = -1.0, double* final_acc = nullptr, double stop_accuracy = 1.0,
-                              const std::function<int64_t(const std::vector<double>&)>& more = nullptr,
-                              const std::function<void(int64_t)>& after_step = nullptr) {
+                              const LossFunction& loss, int64_t steps, double lr, bool zero_inputs, double stop_below,
+                              double* final_acc, double stop_accuracy,
+                              const std::function<int64_t(const std::vector<double>&)>& more,
+                              const std::function<void(int64_t)>& after_step) {
   std::vector<double> losses;
   std::vector<Tensor> ps = trainable(model);
   if (ps.empty() || batches.empty()) return losses;
@@ -90,7 +90,9 @@ double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const Lo
   model.eval();
   return loss(model(zero_inputs ? zeros_like(b.first) : b.first), b.second).item<double>();
 }
+}  // namespace model_detail
 
+namespace {
 struct LossFloor {
   bool valid = false;
   bool bounded = true;        // the free outputs' loss levelled off (false: it kept falling, or overflowed)
@@ -288,13 +290,22 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   bool classes = y.dtype() == kInt64 && y.dim() == 1;
   // The loss line: overfit_loss, or for C classes overfit_loss_chance x log C when that is higher.
   double line = o.overfit_loss;
+  // Class-shaped outputs: their cross-entropy with the labels before the run, to compare with after it (a
+  // hand-written cross-entropy that reads the wrong entries).
+  int64_t shaped_classes = 0;
+  double ce_before = std::nan("");
   if (classes) {
     NoGradGuard ng;
     ModeSnapshot eval_modes(model);
     model.eval();
     const Tensor out = model(x);
-    classes = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0) && loss_scores_classes(out, y, loss);
+    const bool shaped = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0);
+    classes = shaped && loss_scores_classes(out, y, loss);
     if (classes) line = std::max(line, o.overfit_loss_chance * std::log(static_cast<double>(out.size(1))));
+    if (shaped && amin(y).item<int64_t>() >= 0 && amax(y).item<int64_t>() < out.size(1)) {
+      shaped_classes = out.size(1);
+      ce_before = nn::functional::cross_entropy(out.to(kFloat32), y).item<double>();
+    }
   }
   // The adaptive budget: past the base budget, one more window while the last window's mean
   // loss is below the window before's by more than overfit_extend_drop, up to the cap.
@@ -316,7 +327,54 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
   };
   std::vector<double> losses = short_run(model, {{x, y}}, loss, base, o.overfit_lr, false, line,
                                          classes ? &acc : nullptr, o.overfit_accuracy, more);
+  double ce_after = std::nan(""), acc_after = std::nan("");
+  if (shaped_classes > 0 && !losses.empty()) {
+    try {
+      NoGradGuard ng;
+      ModeSnapshot eval_modes(model);  // as before the run: eval mode (no batch statistics, no draws)
+      model.eval();
+      const Tensor out = model(x);
+      ce_after = nn::functional::cross_entropy(out.to(kFloat32), y).item<double>();
+      acc_after = accuracy_of(out, y);
+    } catch (const std::exception&) {
+      shaped_classes = 0;
+    }
+  }
   snap.restore();
+  // A loss that starts where the outputs' cross-entropy with the labels does (within 25%, near log C: a
+  // cross-entropy of its own), and fell to half or less on the batch, while that cross-entropy rose and
+  // the accuracy stayed at chance: it is minimised away from the labels (a cross-entropy that gathers
+  // along the batch axis).
+  if (shaped_classes > 0 && !losses.empty()) {
+    const double log_c = std::log(static_cast<double>(shaped_classes));
+    const double first = losses.front(), last = losses.back();
+    if (std::isfinite(first) && std::isfinite(last) && std::isfinite(ce_before) &&
+        std::fabs(first - ce_before) <= 0.25 * ce_before && std::fabs(ce_before - log_c) <= 0.5 * log_c &&
+        last <= 0.5 * first && ce_after > ce_before && acc_after <= 2.0 / static_cast<double>(shaped_classes)) {
+      Finding f;
+      f.check = "M14";
+      f.module = "(model)";
+      f.severity = Severity::Warning;
+      f.kind = Kind::LossBlindToLabels;
+      f.title = "the loss fell from " + fmt_num(first) + " (the outputs' cross-entropy with the labels, " +
+                std::to_string(shaped_classes) + " classes) to " + fmt_num(last) +
+                " on one batch while that cross-entropy rose (" + fmt_num(ce_before) + " -> " + fmt_num(ce_after) +
+                ") and " + fmt_num(100.0 * acc_after) + "% are predicted right: the loss does not score the labels";
+      f.evidence = {{"initial loss", first, "within 25% of the cross-entropy with the labels: a cross-entropy"},
+                    {"final loss", last, "<= half the initial loss"},
+                    {"cross-entropy with the labels before", ce_before, ""},
+                    {"cross-entropy with the labels after", ce_after, "> before: the fit moved away from the labels"},
+                    {"accuracy after", acc_after, "<= 2 / C (chance)"}};
+      f.cause =
+          "a hand-written classification loss that reads other entries than each row's own label: a gather or "
+          "an index along the batch axis instead of the class axis, labels used as row positions, a term with "
+          "the wrong sign";
+      f.fix =
+          "compute the loss by hand on one example predicted right and one predicted wrong: the right one must "
+          "score lower; compare it with nn::CrossEntropyLoss on one batch (they agree without smoothing or weights)";
+      return {f};
+    }
+  }
   // A training output with other rows than the labels (R-Drop's batch run twice) has no accuracy: the loss judges.
   if (classes && std::isnan(acc)) classes = false;
   std::vector<Finding> out;
@@ -571,199 +629,6 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
         "for this test only";
   }
   return {f};
-}
-
-namespace {
-// Whether loss(model(x), y) changes when the targets are shifted by one row, or (float) moved by 1 (a ranking
-// loss reads only their differences); true where neither can tell (every class target the same).
-bool loss_reads_targets(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss) {
-  try {
-    NoGradGuard ng;
-    ModeSnapshot modes(model);
-    model.eval();
-    const Tensor& y = b.second;
-    if (!y.defined() || y.dim() < 1 || y.size(0) < 2) return true;
-    const int64_t n = y.size(0);
-    std::vector<int64_t> shift(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) shift[static_cast<size_t>(i)] = (i + 1) % n;
-    const Tensor rolled = y.index_select(0, tensor(shift, {n}).to(y.device()));
-    const bool same = amax(abs(rolled.to(kFloat64) - y.to(kFloat64))).item<double>() == 0.0;
-    if (same && !y.is_floating_point()) return true;
-    const auto reads = [&](const Tensor& out) {
-      const double a = loss(out, y).item<double>();
-      const auto moves = [&](const Tensor& other) {
-        const double c = loss(out, other).item<double>();
-        return !(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a));
-      };
-      return (!same && moves(rolled)) || (y.is_floating_point() && moves(y + 1.0));
-    };
-    const Tensor out = model(b.first);
-    if (reads(out) || !out.is_floating_point()) return true;
-    // Outputs where the target's term vanishes (a zero-initialised output layer: y * s is 0 whatever y) say
-    // nothing: the loss is asked again at outputs moved by a fixed draw of noise.
-    Generator g(2024);
-    const double scale = 0.1 * (1.0 + amax(abs(out.to(kFloat64))).item<double>());
-    return reads(out + randn(out.shape(), TensorOptions(out.dtype()), &g).to(out.device()) * scale);
-  } catch (const std::exception&) {
-    return true;
-  }
-}
-// Labels for the outputs: floating, of the output's shape, several values, not the inputs.
-bool targets_are_labels(nn::Module& model, const std::pair<Tensor, Tensor>& b) {
-  try {
-    NoGradGuard ng;
-    ModeSnapshot modes(model);
-    model.eval();
-    const Tensor &x = b.first, &y = b.second;
-    if (!y.defined() || !y.is_floating_point() || y.numel() < 2 || model(x).shape() != y.shape()) return false;
-    const Tensor yd = y.to(kFloat64);
-    return amax(yd).item<double>() > amin(yd).item<double>() &&
-           !(x.shape() == y.shape() && amax(abs(x.to(kFloat64) - yd)).item<double>() <= 1e-6);
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-}  // namespace
-
-std::vector<Finding> input_independent_baseline(nn::Module& model, const std::vector<std::pair<Tensor, Tensor>>& train,
-                                                const std::pair<Tensor, Tensor>& held_out, const LossFunction& loss,
-                                                const ModelCheckOptions& o) {
-  ModeSnapshot modes(model);
-  ParamSnapshot snap(model);
-  // An objective that does not read its targets (a density's likelihood of its inputs, a dummy target
-  // beside it): the loss is the same with other targets, and no labels are there to predict.
-  if (!loss_reads_targets(model, held_out, loss)) {
-    Finding f;
-    f.check = "M15";
-    f.module = "(model)";
-    if (targets_are_labels(model, held_out)) {
-      f.severity = Severity::Warning;
-      f.kind = Kind::LossIgnoresTargets;
-      f.title =
-          "the loss does not read its targets (the same value with other targets), yet they are labels for the "
-          "model's outputs: targets of the output's shape, not the inputs, taking several values";
-      f.cause =
-          "a hand-written loss that reads the prediction where it should read the target (a BCE written "
-          "(1 - y) log(p) for (1 - y) log(1 - p), the wrong variable): it rewards the same outputs whatever "
-          "the labels say";
-      f.fix =
-          "score one example with two different targets by hand: the values must differ; compare the "
-          "function with the library's loss (nn::BCEWithLogitsLoss, nn::MSELoss) on one batch";
-    } else {
-      f.severity = Severity::Info;
-      f.kind = Kind::TargetsUnread;
-      f.title =
-          "the loss does not read its targets (the same value with other targets): an objective of the inputs "
-          "alone, as a density's likelihood is, has no labels for the inputs to predict; the test does not apply";
-    }
-    return {f};
-  }
-  // Each run's lowest held-out loss, read at eight points of its budget and at its end: a model with
-  // many parameters per example (an embedding over token ids) overfits the few batches and its held-out
-  // loss climbs back above the zeroed run's, which learns the labels' marginal; on the way it was lower.
-  auto best_held_out = [&](int64_t steps, bool zeroed) {
-    double best = std::numeric_limits<double>::infinity();
-    const int64_t every = std::max<int64_t>(1, steps / 8);
-    short_run(model, train, loss, steps, o.baseline_lr, zeroed, -1.0, nullptr, 1.0, nullptr, [&](int64_t s) {
-      if (s % every != 0 && s != steps) return;
-      double v;
-      {
-        ModeSnapshot training_modes(model);  // eval_loss switches to eval mode; the run goes on as it was
-        v = eval_loss(model, held_out, loss, zeroed);
-      }
-      if (std::isfinite(v)) best = std::min(best, v);
-    });
-    snap.restore();
-    return std::isfinite(best) ? best : std::nan("");
-  };
-  auto compare = [&](int64_t steps) { return std::make_pair(best_held_out(steps, false), best_held_out(steps, true)); };
-  int64_t steps = o.baseline_steps;
-  auto [real, zero] = compare(steps);
-  // A model still on its starting plateau (a sigmoid stack) has learnt nothing yet, from real
-  // inputs or zeroed ones: before it is said to learn nothing from its inputs, the comparison
-  // runs again with a budget 4x as long.
-  if (!(std::isfinite(real) && real < zero * (1.0 - o.baseline_margin))) {
-    steps *= 4;
-    std::tie(real, zero) = compare(steps);
-  }
-  Finding f;
-  f.check = "M15";
-  f.module = "(model)";
-  f.evidence = {{"held-out loss, real inputs (the lowest of the run)", real, ""},
-                {"held-out loss, zeroed inputs (the lowest of the run)", zero,
-                 "real must be lower by " + fmt_num(100 * o.baseline_margin) + "%"},
-                {"training steps of each run", static_cast<double>(steps),
-                 "base " + std::to_string(o.baseline_steps) + ", 4x when the base budget shows no difference"}};
-  if (std::isfinite(real) && real < zero * (1.0 - o.baseline_margin)) {
-    f.severity = Severity::Info;
-    f.title = "the model uses its inputs: held-out loss " + fmt_num(real) + " with real inputs vs " + fmt_num(zero) +
-              " with zeroed inputs";
-  } else if (std::isfinite(real) && !std::isfinite(zero)) {
-    // Inputs of zeros the model cannot take (token ids that are all the pad id, pooled over no token as
-    // 0 / 0; a log or a division by the input): the zeroed run has no loss to compare with.
-    f.severity = Severity::Info;
-    f.title = "not judged: with zeroed inputs the held-out loss is not finite (" + fmt_num(zero) +
-              "): an input of zeros is outside what the model takes (all padding, a division or a log of the "
-              "input), so there is no baseline to compare with";
-  } else {
-    f.severity = Severity::Warning;
-    f.title = "training on zeroed inputs does as well as on the real ones: the model learns nothing from its inputs";
-    f.cause =
-        "the inputs carry no usable signal for the labels: inputs and labels misaligned (shuffled "
-        "separately), a bug that drops the input (multiplied by 0, detached), or labels that do not depend "
-        "on the inputs";
-    f.fix = "check the alignment of (x, y) pairs (D4) and the data pipeline; print a few inputs with their labels";
-  }
-  return {f};
-}
-
-void revise_unread_targets(Report& data, const Report& gate) {
-  if (std::none_of(gate.findings().begin(), gate.findings().end(),
-                   [](const Finding& f) { return f.is("M15", Kind::TargetsUnread); }))
-    return;
-  for (size_t i = 0; i < data.size(); ++i) {
-    const Finding& d = data.findings()[i];
-    // D10's random transform on validation: an objective without labels draws its views on every split.
-    const bool views = d.check == "D10" && d.value_of("values that differ between the two reads") > 0;
-    if (!d.fires() || (d.check != "D3" && d.check != "D9" && d.check != "D15" && !views)) continue;
-    Finding f = d;
-    f.severity = Severity::Info;
-    f.title += views ? " (an objective without labels, as M15 found: its random views are drawn on every split)"
-                     : " (the loss does not read these targets: M15 found the same loss with other targets)";
-    f.fix = views ? "none needed; seed the validation views to compare epochs on the same ones"
-                  : "none needed: the targets beside the inputs are a placeholder the objective ignores";
-    data.replace(i, f);
-  }
-}
-
-void revise_input_baseline(Report& gate, const TrainingHistory& h, const ModelCheckOptions& o) {
-  double last = std::nan("");
-  for (double v : h.epoch_val_loss)
-    if (std::isfinite(v)) last = v;
-  if (!std::isfinite(last)) return;
-  for (size_t i = 0; i < gate.size(); ++i) {
-    const Finding& g = gate.findings()[i];
-    if (g.check != "M15" || !g.fires()) continue;
-    double zero = std::nan("");
-    for (const Evidence& e : g.evidence)
-      if (e.name.rfind("held-out loss, zeroed inputs", 0) == 0) zero = e.value;
-    if (!(std::isfinite(zero) && last < zero * (1.0 - o.baseline_margin))) continue;
-    Finding f = g;
-    f.severity = Severity::Info;
-    f.title =
-        "the few batches before training did not show the model using its inputs, but the run did: its "
-        "validation loss " +
-        fmt_num(last) + " is below the zeroed-input run's " + fmt_num(zero);
-    f.evidence.push_back({"the run's last validation loss", last,
-                          "< " + fmt_num(1.0 - o.baseline_margin) +
-                              " x the zeroed-input loss: the run learned from "
-                              "its inputs (info)"});
-    f.cause =
-        "a model with many parameters per example (an embedding over token ids, a recurrent net) needs more than "
-        "the gate's few batches to generalise to a held-out batch";
-    f.fix = "nothing";
-    gate.replace(i, f);
-  }
 }
 
 std::vector<Finding> capacity_check(const std::function<nn::ModulePtr(int64_t width)>& make, int64_t small_width,
