@@ -873,6 +873,35 @@ TEST_CASE("D15 check_label_drift: a class missing from train; a validation split
   CHECK(dbg::check_label_drift(*tr, *reg).empty());
 }
 
+// Counts as targets (a Poisson model's): values 0..14 in train, and validation's rare highest counts
+// past them on 2 of 1,000 rows are a count's tail (info); a value inside the range that train lacks,
+// or the same values on many rows, still warns.
+TEST_CASE("D15 check_label_drift: new values past train's largest on a few rows of a count target are its tail") {
+  auto counts = [](int64_t n, int64_t top, const std::vector<int64_t>& extra, int64_t skip) {
+    std::vector<int64_t> y;
+    for (int64_t i = 0; static_cast<int64_t>(y.size()) < n - static_cast<int64_t>(extra.size()); ++i)
+      if (i % (top + 1) != skip) y.push_back(i % (top + 1));
+    y.insert(y.end(), extra.begin(), extra.end());
+    const int64_t m = static_cast<int64_t>(y.size());
+    return dataset(gs::zeros({m, 2}), gs::tensor(y, {m}), "counts");
+  };
+  auto train = counts(3000, 14, {}, -1);
+  const std::vector<dbg::Finding> tail = dbg::check_label_drift(*train, *counts(1000, 14, {21, 30}, -1), "validation");
+  REQUIRE(tail.size() == 1);
+  CHECK(tail[0].severity == dbg::Severity::Info);
+  CHECK(ev(tail[0], "new classes") == 2);
+  // Value 7 missing from train, present in validation: warns.
+  auto gap = counts(3000, 14, {}, 7);
+  const std::vector<dbg::Finding> inside = dbg::check_label_drift(*gap, *counts(1000, 14, {}, -1), "validation");
+  REQUIRE_FALSE(inside.empty());
+  CHECK(inside[0].severity == dbg::Severity::Warning);
+  // Past the range but on 3% of the rows: warns.
+  const std::vector<int64_t> many(30, 20);
+  const std::vector<dbg::Finding> wide = dbg::check_label_drift(*train, *counts(1000, 14, many, -1), "validation");
+  REQUIRE_FALSE(wide.empty());
+  CHECK(wide[0].severity == dbg::Severity::Warning);
+}
+
 // D15's second rule: a shift under the PSI's 0.2 that stands out from the counts' noise. Two classes,
 // train at 2:1 and validation at 1:1 (PSI 0.116, what removing half of one class's training examples
 // does): 3000 and 1000 rows make it a chi-square z of 7.7; 300 and 100 rows, a z of 2.7, within the

@@ -387,3 +387,28 @@ TEST_CASE(
     CHECK_FALSE(m2.report().fired("O9"));
   }
 }
+
+TEST_CASE("W3 after the run: a rise followed by a new best below the best before it is a wobble (info)") {
+  auto w3 = [] {
+    dbg::Report r;
+    dbg::Finding f;
+    f.check = "W3";
+    f.severity = dbg::Severity::Warning;
+    f.kind = dbg::Kind::ValidationRose;
+    r.add(f);
+    return r;
+  };
+  // A peephole LSTM's validation MSE: best 5.75e-4, up twice to 1.6e-3 at epoch 8, a new best at 9.
+  dbg::Report wobble = w3();
+  dbg::revise_validation_rose(wobble, {0.05, 0.01, 0.002, 0.001, 7e-4, 5.75e-4, 9e-4, 1.2e-3, 1.59e-3, 5.1e-4, 6e-4});
+  CHECK_FALSE(wobble.findings()[0].fires());
+  CHECK(wobble.findings()[0].title.find("new best at epoch 9") != std::string::npos);
+  // Never back to the best before the rise: the warning stays.
+  dbg::Report lasting = w3();
+  dbg::revise_validation_rose(lasting, {0.05, 0.01, 0.002, 0.001, 7e-4, 5.75e-4, 9e-4, 1.2e-3, 1.59e-3, 8e-4, 7e-4});
+  CHECK(lasting.findings()[0].fires());
+  // An early rise that came back, then a last one that did not: the warning stays.
+  dbg::Report later = w3();
+  dbg::revise_validation_rose(later, {0.05, 0.01, 0.02, 0.03, 0.005, 0.004, 0.006, 0.009});
+  CHECK(later.findings()[0].fires());
+}

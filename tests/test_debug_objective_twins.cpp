@@ -229,3 +229,49 @@ TEST_CASE("D14 after training: the stored training inputs normalised again each 
     CHECK_MESSAGE(dtest::find(r.findings.findings(), "D14") == nullptr, r.str());
   }
 }
+
+namespace {
+
+// A consistency term whose weight the loop ramps up from 0 (temporal ensembling, Laine and Aila): the
+// outputs pulled towards a fixed random target, the total loss rising as the weight grows.
+debug::RunReport ramped_run(double ramp_to) {
+  manual_seed(83);
+  const Split d = dtest::split(9, 2.0);
+  auto model = std::make_shared<dtest::Mlp>();
+  const Tensor target = randn({1, 3}) * 3.0;
+  double w = 0.0;
+  nn::CrossEntropyLoss ce;
+  const debug::LossFunction loss = [&](const Tensor& out, const Tensor& y) {
+    return ce(out, y) + w * mean(square(softmax(out, 1) - softmax(target, 1)));
+  };
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  const int epochs = 10;
+  const int64_t per = d.train->num_batches();
+  int64_t step = 0;
+  for (int e = 0; e < epochs; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      const double t = static_cast<double>(step++) / static_cast<double>(epochs * per);
+      w = ramp_to * std::exp(-5.0 * (1.0 - t) * (1.0 - t));
+      opt.zero_grad();
+      Tensor l = loss((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      s.step(l);
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a consistency weight ramped up makes the losses rise: the objective changed, so W3, L1 and O6 are info") {
+  const debug::RunReport r = ramped_run(60.0);
+  const debug::Finding* rose = dtest::first_of(r, "W3", debug::Kind::ValidationRose);
+  REQUIRE_MESSAGE(rose != nullptr, r.str(true));
+  CHECK_FALSE(rose->fires());
+  CHECK(dtest::ev(*rose, "the same output and target at the end") >
+        dtest::ev(*rose, "loss of one fixed output and target before the run"));
+  expect_clean(r);
+}

@@ -745,3 +745,36 @@ TEST_CASE("D10 reads rows spread over each split: a held-out split stored in ord
   // The same split scaled 10x: another preprocessing, and D10 says so.
   CHECK(ordered_split_run(10.0).fired("D10"));
 }
+
+namespace {
+
+// A mixture of two experts whose forward stores a load-balancing term (Switch Transformer's auxiliary
+// loss: the experts' routed shares times their mean gate probabilities) that the loss function reads
+// from the model, as user code does.
+struct TwoExperts : nn::Module {
+  std::shared_ptr<nn::Linear> gate = register_module("gate", std::make_shared<nn::Linear>(6, 2));
+  std::shared_ptr<Mlp> e0 = register_module("e0", std::make_shared<Mlp>(6, 3));
+  std::shared_ptr<Mlp> e1 = register_module("e1", std::make_shared<Mlp>(6, 3));
+  Tensor aux;
+  TwoExperts() : Module("TwoExperts") {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor p = softmax((*gate)(x), 1);
+    const Tensor routed = mean(gt(p, 0.5).to(kFloat32), {0}).detach();  // the share routed to each
+    aux = 2.0 * sum(routed * mean(p, {0}));
+    return p.narrow(1, 0, 1) * (*e0)(x) + p.narrow(1, 1, 1) * (*e1)(x);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a loss that reads a load-balancing term the model's forward stored: the gate runs, no W2") {
+  manual_seed(71);
+  const Split d = dtest::split(7, 2.0);
+  auto model = std::make_shared<TwoExperts>();
+  nn::CrossEntropyLoss ce;
+  const debug::LossFunction loss = [&](const Tensor& out, const Tensor& y) { return ce(out, y) + 0.01 * model->aux; };
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  const debug::RunReport r = train_own_loop(*model, loss, opt, d, 6);
+  CHECK_FALSE(any_finding(r, [](const debug::Finding& f) { return f.check == "W2"; }));
+  expect_clean(r);
+}

@@ -182,6 +182,20 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
             gate_phase_.findings.merge(pretrain_gate(model_, x.to(d), y.to(d), loss_, &opt_, go, &zero_by_construction_,
                                                      &zero_until_first_step_));
           });
+  // The loss's value on one output and its targets, asked again at the end of the run (a loss that
+  // gives two values on them now draws something, and is not asked).
+  try {
+    NoGradGuard ng;
+    ModeSnapshot modes(model_);
+    model_.eval();
+    objective_out_ = model_(x.to(d)).detach();
+    objective_y_ = y.to(d);
+    const double a = loss_(objective_out_, objective_y_).item<double>(),
+                 b = loss_(objective_out_, objective_y_).item<double>();
+    objective_before_ = a == b ? a : kNaN;
+  } catch (const std::exception&) {
+    objective_before_ = kNaN;
+  }
   // D9's labels outside the classes, where the loss masks them itself (L5).
   guarded(data_phase_.findings, "the data checks", "the targets the loss masks", "D9, D3", [&] {
     revise_masked_labels(data_phase_.findings, gate_phase_.findings);
@@ -452,96 +466,6 @@ void Session::check_class_errors_at_end() {
   });
 }
 
-std::vector<double> Session::replayed_rates(const RunReport& r, double scale, std::vector<double>& schedule) const {
-  schedule = r.history.learning_rates;
-  const bool replay = !schedule.empty() && !initial_lrs_.empty() && initial_lrs_[lr_group_] > 0;
-  if (!replay) schedule.clear();
-  std::vector<double> lrs;
-  for (double lr : initial_lrs_) lrs.push_back((replay ? lr / initial_lrs_[lr_group_] : lr) * scale);
-  return lrs;
-}
-
-// The first group's highest rate over the run (its initial one without a record).
-double Session::peak_lr(const RunReport& r) const {
-  const std::vector<double>& lrs = r.history.learning_rates;
-  if (!lrs.empty()) return *std::max_element(lrs.begin(), lrs.end());
-  return initial_lrs_.empty() ? kNaN : initial_lrs_[lr_group_];
-}
-
-// The learning-rate probe (DiagnoseOptions::lr_probe_steps): the same run at a tenth of the
-// learning rate, from the initial weights, to confirm or rule out "the learning rate is too high".
-void Session::lr_probe(RunReport& r) {
-  // The diagnosis's own test of "a learning rate too high" (O6 from the run, O8 from its value).
-  const Cause& too_high = *find_cause("lr-too-high");
-  const bool suspected = std::any_of(r.findings.findings().begin(), r.findings.findings().end(),
-                                     [&](const Finding& f) { return too_high.confirms(f); });
-  if (!have_initial_ || !stopped_.empty() || r.steps < 2) return;
-  if (!suspected) {
-    dead_units_lr_probe(r);
-    return;
-  }
-  const std::vector<Tensor> params = model_.parameters(), buffers = model_.buffers();
-  if (params.size() != initial_params_.size() || buffers.size() != initial_buffers_.size()) return;
-  say("learning-rate probe");
-  const int64_t steps = std::min<int64_t>(o_.lr_probe_steps, r.steps);
-  std::vector<double> schedule;
-  const std::vector<double> tenth = replayed_rates(r, 0.1, schedule);
-  std::string failed;
-  const std::vector<double> losses = rerun_from_start(tenth, steps, failed, true, nullptr, schedule);
-
-  // The verdict and what it rules out are O6's (checks/optim/learning_rate.cpp).
-  const std::vector<double> first(
-      r.history.step_losses.begin(),
-      r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
-  const Finding f = judge_lr_probe(first, losses, peak_lr(r), failed, o_.monitor.optim);
-  if (rate_needed(r.findings, f)) {
-    soften_range_for_needed_rate(r.findings, f);
-    for (PhaseReport& p : r.phases) soften_range_for_needed_rate(p.findings, f);
-  }
-  rule_out_lr_too_high(r.findings, f);
-  for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
-  if (failed.empty())
-    r.add_at_end(f);
-  else
-    r.findings.add(f);  // a probe that failed is told in the whole report only
-}
-
-// ReLU units that died during training (M7) with no finding that suspects the learning rate: the
-// run again from its initial weights at a tenth of it, its schedule replayed, for twice the steps the
-// units took to die (the lr probe's steps at least), then the layer's dead fraction over the training
-// data (O6's verdict: checks/optim/learning_rate.cpp).
-void Session::dead_units_lr_probe(RunReport& r) {
-  const auto& fs = r.findings.findings();
-  const auto died = std::find_if(fs.begin(), fs.end(), [](const Finding& f) { return died_in_training(f); });
-  if (died == fs.end() || !data_.train || initial_lrs_.empty() || model_device(model_) != kCPU)
-    return;
-  DeadUnitsProbe p;
-  p.module = died->module;
-  p.run_dead = died->value_of("dead fraction over the pass");
-  if (!std::isfinite(p.run_dead)) p.run_dead = died->value_of("dead fraction over the batch");
-  p.dead_threshold = o_.monitor.activations.dead_fraction;
-  p.lr = peak_lr(r);
-  const double first_dead = died->value_of("first step at the threshold");
-  const int64_t died_at = first_dead >= 0 ? static_cast<int64_t>(first_dead) : r.steps;
-  const int64_t steps = std::min<int64_t>({r.steps, static_cast<int64_t>(r.history.step_losses.size()),
-                                           std::max<int64_t>(o_.lr_probe_steps, 2 * died_at + 1)});
-  if (steps < 2) return;
-  say("learning-rate probe (dead units)");
-  std::vector<double> schedule;
-  const std::vector<double> lrs = replayed_rates(r, 0.1, schedule);
-  p.probe_losses = rerun_from_start(
-      lrs, steps, p.failed, true,
-      [&] {
-        for (const DeadLayerStats& l :
-             dead_relu_stats(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations))
-          if (l.module == p.module) p.probe_dead = l.pass_dead;
-      },
-      schedule);
-  p.run_losses.assign(r.history.step_losses.begin(), r.history.step_losses.begin() + steps);
-  const Finding f = judge_dead_units_lr_probe(p);
-  r.add_at_end(f);
-}
-
 RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   GS_CHECK(!finished_, "debug::Session::finish", "finish() was already called: it runs once, after training");
   finished_ = true;
@@ -630,6 +554,9 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.steps = monitor_->steps();
   r.stopped = stopped_;
   check_unwatched_updates(r, std::max<int64_t>(seen.loss_calls, recorded_));
+  check_objective_drift(r);
+  revise_validation_rose(r.findings, seen.epoch_val_loss);  // W3 after a new best
+  for (PhaseReport& p : r.phases) revise_validation_rose(p.findings, seen.epoch_val_loss);
   lr_probe(r);
   if (o_.end_of_run) {
     check_modes_at_end(r);

@@ -92,6 +92,9 @@ struct DiagnoseOptions {
   // out. The trained weights and the optimizer's state are restored afterwards. 0: off. Needs
   // DiagnoseData::train and an optimizer whose state_dict()/load_state_dict() round-trip.
   int64_t lr_probe_steps = 100;
+  // ... or, where the run misbehaved later (the step its finding names), past that step by a tenth of
+  // it, up to this many steps.
+  int64_t lr_probe_max_steps = 2000;
   // L1's and O6's spikes against their own batches: up to this many steps whose loss jumped above the
   // first loss (the highest first) have their batch read again from DiagnoseData::train (when it is
   // the batch the step trained on) and its loss taken at the initial weights; a jump on a batch that
@@ -238,6 +241,8 @@ class Session {
   void run_gate(const Tensor& x, const Tensor& y);
   void start_monitor();
   void say(const std::string& s) const;
+  // L1's and O6's divergence where the loss function changed during the run (debug/run/lr_probe.cpp).
+  void check_objective_drift(RunReport& r);
   void lr_probe(RunReport& r);
   void dead_units_lr_probe(RunReport& r);  // O6's probe of units that died (M7)
   // The groups' rates of a probe that replays the run's recorded schedule: each group at its initial
@@ -299,6 +304,10 @@ class Session {
   std::vector<double> initial_lrs_;  // each group's
   size_t lr_group_ = 0;              // the group the run's recorded schedule follows (lr_reference_group)
   bool have_initial_ = false;
+  // One output of the model at the gate, its targets and the loss's value on them: the same call at the
+  // end of the run tells whether the loop changed what its loss computes.
+  Tensor objective_out_, objective_y_;
+  double objective_before_ = std::numeric_limits<double>::quiet_NaN();
   // The explorer's page (DiagnoseOptions::explore_path): the gate's batch and the replay's extra series.
   Tensor explore_x_, explore_y_;
   std::unique_ptr<ReplayRecorder> replay_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -231,6 +232,53 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
                            : "none needed; early stopping on the validation metric keeps the best epoch";
       add(std::move(f));
     }
+  }
+}
+
+void revise_validation_rose(Report& r, const std::vector<double>& val_losses) {
+  // The last rise of the run by W3's rule (a finding repeated over epochs keeps its first evidence), and
+  // whether a later epoch came back to the best before it.
+  const std::vector<double>& v = val_losses;
+  size_t at = 0;
+  double best = std::numeric_limits<double>::quiet_NaN();
+  for (size_t e = 2; e < v.size(); ++e) {
+    double before = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k + 2 <= e; ++k)
+      if (std::isfinite(v[k])) before = std::min(before, v[k]);
+    if (std::isfinite(v[e]) && v[e - 1] > before && v[e] > v[e - 1]) at = e, best = before;
+  }
+  if (at == 0) return;
+  size_t again = 0;
+  for (size_t k = at + 1; k < v.size() && again == 0; ++k)
+    if (v[k] <= best) again = k;
+  if (again == 0) return;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const Finding& g = r.findings()[i];
+    if (!g.fires() || !g.is("W3", Kind::ValidationRose)) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title = "the validation loss rose two epochs in a row, last up to epoch " + std::to_string(at) +
+              ", then reached a new best at epoch " + std::to_string(again) + ": a wobble, not the end of improvement";
+    f.evidence.push_back({"last epoch of a rise", static_cast<double>(at), "counted from 0"});
+    f.evidence.push_back({"validation loss at the new best", v[again], "<= the best before the rise"});
+    f.fix = "none needed; early stopping with patience keeps the best epoch";
+    r.replace(i, f);
+  }
+}
+
+void soften_validation_rose_of_changed_objective(Report& r, double before, double after) {
+  for (size_t i = 0; i < r.size(); ++i) {
+    const Finding& g = r.findings()[i];
+    if (!g.fires() || !g.is("W3", Kind::ValidationRose)) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title =
+        "the validation loss rose two epochs in a row, but the loss function itself changed during the run (a "
+        "weight or a target the loop updates): the rise is the objective's";
+    f.evidence.push_back({"loss of one fixed output and target before the run", before, ""});
+    f.evidence.push_back({"the same output and target at the end", after, "another value: the objective changed"});
+    f.fix = "none needed; judge the epochs by a fixed metric (an accuracy, the loss at a fixed weight)";
+    r.replace(i, f);
   }
 }
 

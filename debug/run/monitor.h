@@ -67,6 +67,12 @@ inline size_t lr_reference_group(const std::vector<double>& lrs) {
   return 0;
 }
 
+// W3's "the validation loss rose two epochs in a row" turned into info where a later epoch's validation
+// loss came back to the best before the rise (a wobble), and where the loss function itself changed during
+// the run (its value on one fixed output and target, `before` and `after`: a ramped consistency weight).
+void revise_validation_rose(Report& r, const std::vector<double>& val_losses);
+void soften_validation_rose_of_changed_objective(Report& r, double before, double after);
+
 class Monitor {
  public:
   // `loss` may be null (the loss-input checks are then skipped).

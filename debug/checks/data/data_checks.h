@@ -178,6 +178,10 @@ struct DataCheckOptions {
   // splits' targets above this warns. Two random splits of 100 rows each pass 0.28 once in 1,000
   // draws (fewer for more rows); a target log-transformed for training and raw for validation is near 1.
   double max_target_ks = 0.5;
+  // D15: new classes that all lie past train's smallest or largest, on under count_tail_share of the
+  // split's rows, beside count_target_classes classes or more in train, are a count's tail (info).
+  int64_t count_target_classes = 10;
+  double count_tail_share = 0.01;
   // ---- D16 dataset size comparison ----
   int64_t min_val_examples = 100;  // a validation split smaller than this warns
   double min_val_ratio = 0.01;     // validation / train rows below this warns

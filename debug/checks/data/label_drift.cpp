@@ -114,13 +114,21 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   for (const auto& [c, k] : ct) nt += k;
   std::vector<Finding> out;
   if (!fresh.empty()) {
+    // Values past both ends of train's on a few rows, beside many classes: the tail of a count or an
+    // ordinal target (a Poisson model's rare high counts), not classes the splits fail to share.
+    const bool tail = static_cast<int64_t>(ct.size()) >= opts.count_target_classes &&
+                      std::all_of(fresh.begin(), fresh.end(),
+                                  [&](int64_t c) { return c > ct.rbegin()->first || c < ct.begin()->first; }) &&
+                      static_cast<double>(fresh_rows) < opts.count_tail_share * static_cast<double>(other.read());
     Finding f = make(
-        "D15", Severity::Warning,
+        "D15", tail ? Severity::Info : Severity::Warning,
         num(static_cast<int64_t>(fresh.size())) +
             (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
             " in train: class " + list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
             " rows)" + train.partial());
-    f.evidence = {{"new classes", static_cast<double>(fresh.size()), "any warns"},
+    f.evidence = {{"new classes", static_cast<double>(fresh.size()),
+                   "any warns, but values past train's range on under " + fmt_num(100 * opts.count_tail_share) +
+                       "% of the rows beside " + num(opts.count_target_classes) + "+ classes (a count's tail)"},
                   {split + " rows with a new class", static_cast<double>(fresh_rows), ""},
                   {"classes in train", static_cast<double>(ct.size()), ""},
                   {"classes in " + split, static_cast<double>(co.size()), ""}};

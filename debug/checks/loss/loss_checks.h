@@ -433,6 +433,9 @@ std::vector<Finding> check_loss_reduction(const nn::Loss& loss);
 // summed loss divided by the batch size or by the tokens counted, perhaps also by k accumulated
 // batches), `found`'s L6 warnings become info: the steps were a mean's.
 void revise_loss_reduction(Report& found, const std::vector<double>& loss_divisors);
+// L1's "diverging" turned into info where the loss function gave another value on one fixed output and
+// target at the end of the run (`after`) than before it (`before`): the loop changed its objective.
+void soften_divergence_of_changed_objective(Report& r, double before, double after);
 
 // L7: the fitting rule on per-epoch losses (gap = val - train, last
 // opts.fitting_window epochs averaged; epochs = the number given):

@@ -191,13 +191,16 @@ std::vector<Finding> check_padding_in_loss(const Tensor& x, const Tensor& output
                  .transpose(1, axis)
                  .contiguous();
   o.requires_grad_(true);
+  Tensor g;
   {
     EnableGradGuard eg;
     const Tensor l = loss(o, y);
     if (l.numel() != 1 || !l.requires_grad() || !std::isfinite(l.item<double>())) return {};
-    l.backward();
+    // The gradient with respect to the output alone, the graph kept: a loss that also reads a term the
+    // model's forward stored (an auxiliary load-balancing loss) must not have that graph freed, nor the
+    // model's gradients touched.
+    g = autograd::grad({l}, {o}, {}, true, false, true)[0];
   }
-  const Tensor g = o.grad();
   if (!g.defined()) return {};
   const PositionGrid gs(g.detach().transpose(1, axis).abs(), B, T);
   double on_pad = 0.0, on_real = 0.0;
@@ -297,15 +300,15 @@ std::vector<Finding> check_targets_masked_by_loss(const Tensor& x, const Tensor&
   // The gradient by target: a loss that leaves a target out gives its output row exactly zero.
   Tensor o = output.detach().clone();
   o.requires_grad_(true);
+  Tensor g;
   try {
     EnableGradGuard eg;
     const Tensor l = loss(o, y);
     if (l.numel() != 1 || !l.requires_grad() || !std::isfinite(l.item<double>())) return out;
-    l.backward();
+    g = autograd::grad({l}, {o}, {}, true, false, true)[0];  // the output's alone, the graph kept
   } catch (const std::exception&) {
     return out;  // the loss cannot take them: D9's error stands
   }
-  const Tensor g = o.grad();
   if (!g.defined()) return out;
   const std::vector<double> per =
       sum(g.detach().abs().to(kFloat64), {axis}).contiguous().to_vector<double>();  // y's shape

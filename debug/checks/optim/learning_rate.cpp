@@ -246,8 +246,9 @@ double relative_fall(const std::vector<double>& ls) {
 
 // The run's first losses against the same run's at a tenth of the learning rate (from the same
 // initial weights), judged by the rules of diagnose_learning_rate: calm at lr / 10 (no finding of
-// a learning rate too high, every loss finite) and falling at least half as far confirms it; calm
-// but falling less is inconclusive; misbehaving the same way rules it out.
+// a learning rate too high, every loss finite) and falling at least half as far confirms it, where the
+// run's own losses over the same steps misbehaved; calm but falling less, or a run calm over those
+// steps too, is inconclusive; misbehaving the same way rules it out.
 Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<double>& probe_losses, double lr,
                        const std::string& failed, const OptimCheckOptions& o) {
   Finding f;
@@ -272,7 +273,14 @@ Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<
                 {"relative decrease at lr / 10", probe_fell, ""},
                 {"relative decrease at the run's lr", run_fell, ""},
                 {"learning rate of the run", lr, ""}};
-  if (calm && !(probe_fell >= 0.5 * run_fell)) {
+  if (calm && !unstable(run_losses)) {
+    // The run's own steps in the window were calm too: what misbehaved came after them.
+    f.severity = Severity::Info;
+    f.kind = Kind::LrProbeInconclusive;
+    f.title = "probe (lr / 10): inconclusive: the run's own first " + std::to_string(run_losses.size()) +
+              " steps, the ones compared, were calm at its learning rate as well";
+    f.cause = "neither confirms nor rules out the learning rate";
+  } else if (calm && !(probe_fell >= 0.5 * run_fell)) {
     f.severity = Severity::Info;
     f.kind = Kind::LrProbeInconclusive;
     f.title = "probe (lr / 10): inconclusive: at a tenth of the learning rate the loss is calm but falls less (" +
@@ -671,6 +679,27 @@ void revise_small_updates(Report& found, bool started_trained, const std::vector
         "the validation loss did not get worse";
     f.fix = "none needed";
     found.replace(i, f);
+  }
+}
+
+// ---- O6 under an objective that changed during the run --------------------------------------------
+void soften_rise_of_changed_objective(Report& r, double before, double after) {
+  for (size_t i = 0; i < r.size(); ++i) {
+    const Finding& g = r.findings()[i];
+    // The divergence alone: no spike above the first loss, no step-to-step swing.
+    if (!g.fires() || !g.is("O6", Kind::LrTooHigh) || !(g.value_of("smoothed rise above the best") > 0) ||
+        g.value_of("spikes above the first loss") > 0 || !(g.value_of("step-to-step swing / level") <= 1.0))
+      continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title += " (the loss function itself changed during the run: its rise is the objective's)";
+    f.evidence.push_back({"loss of one fixed output and target before the run", before, ""});
+    f.evidence.push_back({"the same output and target at the end", after, "another value: the objective changed"});
+    f.cause =
+        "the loop changes what its loss computes (a consistency or KL weight ramped up, targets the loop "
+        "updates): the training loss rises with the objective, which a lower rate would not stop";
+    f.fix = "none needed; to watch the optimisation, log the loss at a fixed weight beside it";
+    r.replace(i, f);
   }
 }
 

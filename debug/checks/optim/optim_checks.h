@@ -432,6 +432,10 @@ std::vector<Finding> check_loss_penalty(nn::Module& model, const Tensor& out, co
 Finding judge_lr_probe(const std::vector<double>& run_losses, const std::vector<double>& probe_losses, double lr,
                        const std::string& failed, const OptimCheckOptions& o);
 void rule_out_lr_too_high(Report& r, const Finding& verdict);
+// O6's "the loss diverges" (a smoothed rise alone: no spike above the first loss, no swing) turned into
+// info where the loss function gave another value on one fixed output and target at the end of the run
+// (`after`) than before it (`before`): the loop changed its objective (a ramped consistency weight).
+void soften_rise_of_changed_objective(Report& r, double before, double after);
 // A rate the run needs: the probe inconclusive with the loss at a tenth of the rate falling less than a
 // tenth as far, and nothing of the run (O6) saying the rate was too high.
 bool rate_needed(const Report& r, const Finding& verdict);
