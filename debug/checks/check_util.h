@@ -30,6 +30,19 @@ inline Finding make(const char* check, Severity s, std::string title) {
 
 inline std::string num(int64_t v) { return std::to_string(v); }
 
+// A rise judged under a loss function that changed during the run (L1, O6, W3): the finding becomes
+// info, with the loss's value on one fixed output and target before the run and at its end.
+inline Finding as_objective_change(Finding f, double before, double after) {
+  f.severity = Severity::Info;
+  f.evidence.push_back({"loss of one fixed output and target before the run", before, ""});
+  f.evidence.push_back({"the same output and target at the end", after, "another value: the objective changed"});
+  f.cause =
+      "the loop changes what its loss computes (a consistency or KL weight ramped up, targets the loop "
+      "updates): the loss rises with the objective, which a lower learning rate would not stop";
+  f.fix = "none needed; to watch the optimisation, log the loss at a fixed weight beside it";
+  return f;
+}
+
 // The median of v (the mean of the two middle values for an even count); NaN when empty.
 // The finite values of v, in order (a history's epochs without a NaN).
 inline std::vector<double> finite_only(const std::vector<double>& v) {

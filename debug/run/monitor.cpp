@@ -9,6 +9,7 @@
 
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "debug/checks/check_util.h"
 #include "debug/evidence/tensor_stats.h"
 
 namespace gradsleuth::debug {
@@ -270,13 +271,10 @@ void soften_validation_rose_of_changed_objective(Report& r, double before, doubl
   for (size_t i = 0; i < r.size(); ++i) {
     const Finding& g = r.findings()[i];
     if (!g.fires() || !g.is("W3", Kind::ValidationRose)) continue;
-    Finding f = g;
-    f.severity = Severity::Info;
+    Finding f = detail::as_objective_change(g, before, after);
     f.title =
         "the validation loss rose two epochs in a row, but the loss function itself changed during the run (a "
         "weight or a target the loop updates): the rise is the objective's";
-    f.evidence.push_back({"loss of one fixed output and target before the run", before, ""});
-    f.evidence.push_back({"the same output and target at the end", after, "another value: the objective changed"});
     f.fix = "none needed; judge the epochs by a fixed metric (an accuracy, the loss at a fixed weight)";
     r.replace(i, f);
   }

@@ -178,7 +178,7 @@ struct DataCheckOptions {
   // splits' targets above this warns. Two random splits of 100 rows each pass 0.28 once in 1,000
   // draws (fewer for more rows); a target log-transformed for training and raw for validation is near 1.
   double max_target_ks = 0.5;
-  // D15: new classes that all lie past train's smallest or largest, on under count_tail_share of the
+  // D15: new classes that all lie past train's 1st or 99th percentile, on under count_tail_share of the
   // split's rows, beside count_target_classes classes or more in train, are a count's tail (info).
   int64_t count_target_classes = 10;
   double count_tail_share = 0.01;

@@ -114,11 +114,18 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   for (const auto& [c, k] : ct) nt += k;
   std::vector<Finding> out;
   if (!fresh.empty()) {
-    // Values past both ends of train's on a few rows, beside many classes: the tail of a count or an
-    // ordinal target (a Poisson model's rare high counts), not classes the splits fail to share.
+    // Values in the outer 1% of train's on each side (past its 1st or 99th percentile), on a few rows,
+    // beside many classes: the tail of a count or an ordinal target (a Poisson model's rare high counts,
+    // which leave gaps among train's own largest values), not classes the splits fail to share.
+    int64_t low = ct.begin()->first, high = ct.rbegin()->first, seen = 0;
+    bool low_set = false;
+    for (const auto& [c, k] : ct) {
+      seen += k;
+      if (!low_set && static_cast<double>(seen) >= 0.01 * static_cast<double>(nt)) low = c, low_set = true;
+      if (static_cast<double>(seen) <= 0.99 * static_cast<double>(nt)) high = c;
+    }
     const bool tail = static_cast<int64_t>(ct.size()) >= opts.count_target_classes &&
-                      std::all_of(fresh.begin(), fresh.end(),
-                                  [&](int64_t c) { return c > ct.rbegin()->first || c < ct.begin()->first; }) &&
+                      std::all_of(fresh.begin(), fresh.end(), [&](int64_t c) { return c > high || c < low; }) &&
                       static_cast<double>(fresh_rows) < opts.count_tail_share * static_cast<double>(other.read());
     Finding f = make(
         "D15", tail ? Severity::Info : Severity::Warning,
@@ -126,12 +133,13 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
             (fresh.size() == 1 ? " class of " + split + " never occurs" : " classes of " + split + " never occur") +
             " in train: class " + list_ints(fresh) + " (" + num(fresh_rows) + " of " + num(other.read()) + " " + split +
             " rows)" + train.partial());
-    f.evidence = {{"new classes", static_cast<double>(fresh.size()),
-                   "any warns, but values past train's range on under " + fmt_num(100 * opts.count_tail_share) +
-                       "% of the rows beside " + num(opts.count_target_classes) + "+ classes (a count's tail)"},
-                  {split + " rows with a new class", static_cast<double>(fresh_rows), ""},
-                  {"classes in train", static_cast<double>(ct.size()), ""},
-                  {"classes in " + split, static_cast<double>(co.size()), ""}};
+    f.evidence = {
+        {"new classes", static_cast<double>(fresh.size()),
+         "any warns, but values past train's 1st or 99th percentile on under " + fmt_num(100 * opts.count_tail_share) +
+             "% of the rows beside " + num(opts.count_target_classes) + "+ classes (a count's tail)"},
+        {split + " rows with a new class", static_cast<double>(fresh_rows), ""},
+        {"classes in train", static_cast<double>(ct.size()), ""},
+        {"classes in " + split, static_cast<double>(co.size()), ""}};
     f.cause =
         "the splits do not share their classes: the training split was cut from data sorted by class (the "
         "first N rows hold only some classes), a class was filtered out of train, or the " +

@@ -659,15 +659,8 @@ void soften_divergence_of_changed_objective(Report& r, double before, double aft
   for (size_t i = 0; i < r.size(); ++i) {
     const Finding& g = r.findings()[i];
     if (!g.fires() || !g.is("L1", Kind::LossDiverging)) continue;
-    Finding f = g;
-    f.severity = Severity::Info;
+    Finding f = detail::as_objective_change(g, before, after);
     f.title += " (the loss function itself changed during the run: its rise is the objective's)";
-    f.evidence.push_back({"loss of one fixed output and target before the run", before, ""});
-    f.evidence.push_back({"the same output and target at the end", after, "another value: the objective changed"});
-    f.cause =
-        "the loop changes what its loss computes (a consistency or KL weight ramped up, targets the loop "
-        "updates): the training loss rises with the objective";
-    f.fix = "none needed; to watch the optimisation, log the loss at a fixed weight beside it";
     r.replace(i, f);
   }
 }

@@ -690,15 +690,8 @@ void soften_rise_of_changed_objective(Report& r, double before, double after) {
     if (!g.fires() || !g.is("O6", Kind::LrTooHigh) || !(g.value_of("smoothed rise above the best") > 0) ||
         g.value_of("spikes above the first loss") > 0 || !(g.value_of("step-to-step swing / level") <= 1.0))
       continue;
-    Finding f = g;
-    f.severity = Severity::Info;
+    Finding f = detail::as_objective_change(g, before, after);
     f.title += " (the loss function itself changed during the run: its rise is the objective's)";
-    f.evidence.push_back({"loss of one fixed output and target before the run", before, ""});
-    f.evidence.push_back({"the same output and target at the end", after, "another value: the objective changed"});
-    f.cause =
-        "the loop changes what its loss computes (a consistency or KL weight ramped up, targets the loop "
-        "updates): the training loss rises with the objective, which a lower rate would not stop";
-    f.fix = "none needed; to watch the optimisation, log the loss at a fixed weight beside it";
     r.replace(i, f);
   }
 }
