@@ -555,8 +555,6 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   r.stopped = stopped_;
   check_unwatched_updates(r, std::max<int64_t>(seen.loss_calls, recorded_));
   check_objective_drift(r);
-  revise_validation_rose(r.findings, seen.epoch_val_loss);  // W3 after a new best
-  for (PhaseReport& p : r.phases) revise_validation_rose(p.findings, seen.epoch_val_loss);
   lr_probe(r);
   if (o_.end_of_run) {
     check_modes_at_end(r);

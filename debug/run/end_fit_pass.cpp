@@ -430,15 +430,14 @@ void Session::check_modes_at_end(RunReport& r) {
     const int64_t nb = std::min<int64_t>(o_.dead_pass_batches, 20);
     ModeSnapshot modes(model_);
     QuietProbe quiet(model_);  // buffers (BatchNorm's running statistics) put back, warnings muted
-    const ModeProbe probe = probe_mode_dependence(model_, data_.train->batch(0, 0).x.to(model_device(model_)));
+    const Tensor x = data_.train->batch(0, 0).x.to(model_device(model_));
+    const ModeProbe probe = probe_mode_dependence(model_, x);
     const SplitScore ev = score(model_, *data_.train, loss_, nb, threshold);
     const SplitScore tm = score(model_, *data_.train, loss_, nb, threshold, false, 0.1, &probe);
     const ModeAgreement m{ev.loss, tm.loss, ev.accuracy, tm.accuracy, ev.examples, probe.any_running_statistics()};
     for (Finding& f : check_mode_agreement(m, o_.gate_options.model)) found.add(std::move(f));
     if (!repeat_calls_reported(gate_phase_.findings))
-      for (Finding& f : check_repeat_calls(model_, data_.train->batch(0, 0).x.to(model_device(model_)),
-                                           data_.train->options().shuffle_ ? 1 : 0))
-        found.add(std::move(f));
+      for (Finding& f : check_repeat_calls(model_, x, data_.train->options().shuffle_ ? 1 : 0)) found.add(std::move(f));
     found.note_ran("M2");
   });
   r.add_at_end(found);

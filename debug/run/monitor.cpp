@@ -386,6 +386,7 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   if (finished_) return;
   finished_ = true;
   judge_validation_rise_at_end();
+  revise_validation_rose(report_, history_.epoch_val_loss);  // W3's last rise followed by a new best
   for (RunCheck* c : listening(RunEvent::Finish)) c->finish(ctx_);
   detach();
   for (RunCheck* c : listening(RunEvent::AfterRun)) c->after_run(ctx_, sample_x, sample_y);
