@@ -111,12 +111,26 @@ TEST_CASE("M19: both operands expanded, one along a dim it lacks, is flagged; bi
     Tensor pairwise = gs::ones({5, 3}).unsqueeze(1) - gs::ones({6, 3}).unsqueeze(0);
     CHECK(onehot.shape() == gs::Shape{4, 4});
     CHECK(pairwise.shape() == gs::Shape{5, 6, 3});
+    // A parameter shared by every row, stretched along the batch it lacks: an ordinal model's K cut
+    // points added to one score per row, (B, 1) + (K) -> (B, K).
+    Tensor cuts = gs::ones({4});
+    cuts.requires_grad_();
+    Tensor ordinal = gs::ones({100, 1}) + cuts;
+    CHECK(ordinal.shape() == gs::Shape{100, 4});
     (void)bias;
     (void)scalar;
   }
   REQUIRE(det.findings().size() == 1);
   CHECK(det.findings()[0].op == "add");
   CHECK(det.findings()[0].shape == "[100, 100]");
+  // The same (K) vector as data, not a parameter (per-class weights against per-row losses): flagged.
+  dbg::BroadcastDetector data_det;
+  {
+    auto on = data_det.enable();
+    Tensor weighted = gs::ones({100, 1}) * gs::ones({4});
+    CHECK(weighted.shape() == gs::Shape{100, 4});
+  }
+  CHECK(data_det.findings().size() == 1);
   CHECK(det.findings()[0].severity == dbg::Severity::Warning);
 
   // A loss that broadcasts prediction (B, 1) against target (B): bug B01.

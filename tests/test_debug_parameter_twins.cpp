@@ -218,6 +218,102 @@ debug::RunReport two_heads_run(bool bug) {
 
 }  // namespace
 
+namespace {
+
+// A localiser: one head computes 4 class logits and a 2-d centre, output (B, 6). `bug`: the centre is read
+// from the head's first two units (a copy of the logits' slice) instead of its last two.
+struct JointHead : nn::Module {
+  std::shared_ptr<nn::Linear> trunk, head;
+  bool bug;
+  explicit JointHead(bool b) : Module("JointHead"), bug(b) {
+    trunk = register_module("trunk", std::make_shared<nn::Linear>(6, 32));
+    head = register_module("head", std::make_shared<nn::Linear>(32, 6));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = (*head)(relu((*trunk)(x)));
+    return cat({h.narrow(1, 0, 4), sigmoid(h.narrow(1, bug ? 0 : 4, 2))}, 1);
+  }
+};
+
+debug::RunReport joint_head_run(bool bug) {
+  manual_seed(12);
+  const Tensor x = randn({400, 6});
+  const Tensor cls = argmax(matmul(x, randn({6, 4})), 1).to(kFloat32).unsqueeze(1);
+  const Tensor centre = sigmoid(matmul(x, randn({6, 2})));
+  const Tensor y = cat({cls, centre}, 1);  // (B, 3): the class and the centre
+  const Split d = dtest::loaders(x.narrow(0, 0, 320), y.narrow(0, 0, 320), x.narrow(0, 320, 80), y.narrow(0, 320, 80));
+  auto m = std::make_shared<JointHead>(bug);
+  optim::Adam opt(m->parameters(), optim::AdamOptions(3e-3));
+  const debug::LossFunction joint = [](const Tensor& out, const Tensor& t) {
+    const Tensor ce = nn::functional::cross_entropy(out.narrow(1, 0, 4), t.select(1, 0).to(kInt64));
+    return ce + nn::functional::mse_loss(out.narrow(1, 4, 2), t.narrow(1, 1, 2));
+  };
+  debug::Session session(*m, joint, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = joint((*m)(b.x), b.y);
+      l.backward();
+      opt.step();
+      session.step(l);
+    }
+    session.epoch(std::nan(""), std::nan(""));
+  }
+  return session.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a slice that reads a layer's wrong units: M5 units-unread names them and leads; the right slice is clean") {
+  const debug::RunReport bug = joint_head_run(true);
+  const debug::Finding* f = first_of(bug, "M5", debug::Kind::UnitsUnread);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->title.find("units 4, 5 of head") != std::string::npos);
+  CHECK(dtest::ev(*f, "units whose weights and bias got a zero gradient, whose rise moves no output") == 2.0);
+  expect_lead(bug, "M5", "output-unread");
+  const debug::RunReport fixed = joint_head_run(false);
+  CHECK(first_of(fixed, "M5", debug::Kind::UnitsUnread) == nullptr);
+  CHECK_MESSAGE(!fixed.fired("M5"), fixed.str(true));
+}
+
+namespace {
+
+// fc (6 -> 8), ReLU, then out; `sliced`: the forward keeps fc's first 7 units only.
+struct SlicedHidden : nn::Module {
+  std::shared_ptr<nn::Linear> fc, out;
+  bool sliced;
+  explicit SlicedHidden(bool s) : Module("SlicedHidden"), sliced(s) {
+    fc = register_module("fc", std::make_shared<nn::Linear>(6, 8));
+    out = register_module("out", std::make_shared<nn::Linear>(s ? 7 : 8, 1));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = relu((*fc)(x));
+    return (*out)(sliced ? h.narrow(1, 0, 7) : h);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("M5 units-unread: a unit a ReLU silences on every row is not unread; a unit the forward drops is") {
+  // The silenced unit gets no gradient through its ReLU (M7's matter); raising it wakes the ReLU and
+  // moves the output. The dropped unit gets none either, and raising it moves nothing.
+  for (const bool sliced : {false, true}) {
+    CAPTURE(sliced);
+    manual_seed(13);
+    auto model = std::make_shared<SlicedHidden>(sliced);
+    {
+      NoGradGuard ng;
+      model->fc->bias.narrow(0, 7, 1).fill_(sliced ? 0.0 : -100.0);
+    }
+    const Tensor x = randn({32, 6});
+    (*model)(x).square().mean().backward();
+    CHECK(amax(abs(model->fc->weight.grad().narrow(0, 7, 1))).item<double>() == 0.0);
+    const std::vector<debug::Finding> fs = debug::find_unread_units(*model, x);
+    REQUIRE(fs.size() == (sliced ? 1u : 0u));
+    if (sliced) CHECK(fs[0].title.find("unit 7 of fc") != std::string::npos);
+  }
+}
+
 TEST_CASE("a loss term that reads the wrong output column: M5 output-unread leads; the right column is clean") {
   const debug::RunReport bug = two_heads_run(true);
   expect_lead(bug, "M5", "output-unread");

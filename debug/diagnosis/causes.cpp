@@ -214,11 +214,12 @@ const std::vector<Cause>& diagnosis_causes() {
        "parameters",
        true, [](const Finding& f) { return is(f, "M5", Kind::ParameterReplaced); }},
       {"output-unread",
-       "a model output the loss does not read (a loss term that reads the wrong column or head), so the layers that "
-       "feed it never train",
+       "a model output or a layer's units that nothing reads (a loss term or a slice that reads the wrong column or "
+       "head), so the weights that feed them never train",
        "M5",
-       "the gradient that reaches each column of the model's output, and the parameters that feed those without one",
-       true, [](const Finding& f) { return is(f, "M5", Kind::OutputUnread); }, true},
+       "the gradient that reaches each column of the model's output and each unit of its layers, and the parameters "
+       "that feed those without one",
+       true, [](const Finding& f) { return is(f, "M5", Kind::OutputUnread) || is(f, "M5", Kind::UnitsUnread); }, true},
       {"cut-graph", "a parameter the gradient does not reach (detach, a frozen or unused layer)", "M5",
        "which trainable parameters get a gradient from one backward", true,
        [](const Finding& f) { return cut_graph(f); }, true},

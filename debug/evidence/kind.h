@@ -79,6 +79,7 @@ namespace gradsleuth::debug {
   X(EvalOnlyParameter, "eval-only-parameter", "M5")                                                   \
   X(ParameterReplaced, "parameter-replaced", "M5")                                                    \
   X(OutputUnread, "output-unread", "M5")                                                              \
+  X(UnitsUnread, "units-unread", "M5")                                                                \
   /* M6 batch independence */                                                                         \
   X(BatchMixing, "batch-mixing", "M6")                                                                \
   X(InputUnreached, "input-unreached", "M6")                                                          \

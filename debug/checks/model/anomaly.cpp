@@ -216,14 +216,17 @@ void BroadcastDetector::on_op(const OpEvent& e) {
   // The bug's mark is an operand repeated along a dim it does not have, (B, 1) against (B):
   // when every repeated operand has the result's rank, each stretched dim was written as a size-1
   // dim on purpose, (B, 1) against (1, C): an outer combination that is meant (a one-hot built by
-  // comparison, a mask, pairwise differences), as the fix below advises writing one.
+  // comparison, a mask, pairwise differences), as the fix below advises writing one. A parameter
+  // (a leaf that requires grad) stretched along the dims it lacks is a bias shared by every row,
+  // whatever its length: (B, 1) + thresholds (K) -> (B, K), as an ordinal model's K cut points.
   int expanded = 0;
   bool implicit = false;
   const int64_t n_out = e.output->numel();
   for (size_t i = 0; i < e.num_inputs && i < 32; ++i)
     if ((e.expanded_mask >> i & 1u) && e.input(i).numel() > 1 && e.input(i).numel() < n_out) {
       ++expanded;
-      implicit = implicit || e.input(i).dim() < e.output->dim();
+      const bool parameter = e.input(i).requires_grad() && e.input(i).is_leaf();
+      implicit = implicit || (e.input(i).dim() < e.output->dim() && !parameter);
     }
   if (expanded < 2 || !implicit) return;
   Finding f;

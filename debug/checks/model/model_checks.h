@@ -191,6 +191,15 @@ void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const op
 // warning of kind output-unread (a loss term that reads the wrong column).
 void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& output_grad, std::vector<Finding>& found);
 
+// ---- a layer's units nothing downstream reads (M5, kind units-unread) -------------------------
+// After the gate's backward: Linear and Conv2d layers whose weight rows (output units, or channels) got
+// an exactly zero gradient, weights and bias, beside rows that got one. Each such unit is raised far above
+// its values in one more forward of `x` (eval mode): one that leaves the model's output exactly as it
+// was is a unit the forward computes and never reads (a slice of the wrong columns); one that moves it
+// was silenced by a ReLU after it (M7's). A warning per layer; empty when every unit got a gradient, or
+// none did (a cut graph, M5's own).
+std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x);
+
 // ---- parameters the model uses in eval mode only (M5 info; softens M5, M10 and O1) ----------
 // A trainable parameter that the training forward does not reach (`unreached`, from the gate's
 // backward), that no group of `optimizer` holds, and whose gradient the same batch does reach in

@@ -463,6 +463,120 @@ void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& ou
   }
 }
 
+// ---- a layer's units that nothing downstream reads ----------------------------------------------
+std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
+  std::vector<Finding> out;
+  if (!x.defined() || x.dim() < 1 || x.size(0) < 8) return out;
+  // Linear and Conv2d layers whose weight rows (output units) got an exactly zero gradient, weights and
+  // bias, beside rows that got one: nothing downstream read those units on any row of the batch.
+  struct Layer {
+    std::string label;
+    nn::Module* module = nullptr;
+    bool channels = false;  // Conv2d: the units are dim 1 of the output; Linear: its last dim
+    std::vector<int64_t> zero;
+    int64_t units = 0;
+  };
+  std::vector<Layer> layers;
+  std::map<nn::Module*, size_t> index;
+  for (auto& [path, m] : model.named_modules()) {
+    Tensor w, b;
+    bool channels = false;
+    if (auto* l = dynamic_cast<nn::Linear*>(m.get())) {
+      w = l->weight;
+      b = l->bias;
+    } else if (auto* c = dynamic_cast<nn::Conv2d*>(m.get())) {
+      w = c->weight;
+      b = c->bias;
+      channels = true;
+    } else {
+      continue;
+    }
+    if (!w.defined() || !w.requires_grad() || !w.grad().defined() || w.dim() < 2 || w.size(0) < 2 ||
+        index.count(m.get()))
+      continue;
+    NoGradGuard ng;
+    const std::vector<double> rows =
+        amax(abs(w.grad().detach().to(kFloat64).reshape({w.size(0), -1})), {1}).to_vector<double>();
+    std::vector<double> biases;
+    if (b.defined() && b.requires_grad() && b.grad().defined())
+      biases = abs(b.grad().detach().to(kFloat64)).to_vector<double>();
+    Layer l{module_label(path, *m), m.get(), channels, {}, static_cast<int64_t>(rows.size())};
+    for (size_t k = 0; k < rows.size(); ++k)
+      if (rows[k] == 0.0 && (biases.size() != rows.size() || biases[k] == 0.0))
+        l.zero.push_back(static_cast<int64_t>(k));
+    if (l.zero.empty() || l.zero.size() == rows.size()) continue;  // all of them: a cut graph or a zero layer after
+    index[m.get()] = layers.size();
+    layers.push_back(std::move(l));
+  }
+  if (layers.empty()) return out;
+  std::vector<std::pair<const Layer*, std::vector<int64_t>>> found_units;
+  // A unit that a ReLU after it silenced on every row gets no gradient either. The test is causal: the
+  // unit's output raised far above its values (which wakes a dead ReLU) in one more forward, in eval mode;
+  // a unit that nothing reads leaves the model's output exactly as it was.
+  try {
+    QuietProbe quiet(model);
+    ModeSnapshot modes(model);
+    model.eval();
+    NoGradGuard ng;
+    const Tensor base = model(x).detach().clone();
+    if (!base.defined() || !base.is_floating_point()) return out;
+    const auto moved = [&](const Layer& l, const std::vector<int64_t>& units) {
+      HookSet hooks;
+      for (auto& [path, m] : model.named_modules())
+        if (m.get() == l.module)
+          hooks.post(m, [&l, &units](nn::Module&, const Tensor&, const Tensor& y) {
+            if (!y.defined() || y.dim() < 2) return;
+            Tensor t = y;
+            const int64_t dim = l.channels ? 1 : y.dim() - 1;
+            const double c = 10.0 * (1.0 + amax(abs(y.detach())).item<double>());
+            for (int64_t k : units) t.narrow(dim, k, 1).add_(c);
+          });
+      const Tensor o = model(x).detach();
+      return !(o.shape() == base.shape()) || amax(abs(o.to(kFloat64) - base.to(kFloat64))).item<double>() != 0.0;
+    };
+    for (const Layer& l : layers) {
+      std::vector<int64_t> unread;
+      if (!moved(l, l.zero)) {
+        unread = l.zero;
+      } else {
+        for (size_t i = 0; i < l.zero.size() && i < 16; ++i)
+          if (!moved(l, {l.zero[i]})) unread.push_back(l.zero[i]);
+      }
+      if (!unread.empty()) found_units.emplace_back(&l, std::move(unread));
+    }
+  } catch (const std::exception&) {
+    return out;
+  }
+  for (const auto& [lp, unread] : found_units) {
+    const Layer& l = *lp;
+    std::string list;
+    for (size_t i = 0; i < unread.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(unread[i]);
+    if (unread.size() > 8) list += ", ...";
+    Finding f;
+    f.check = "M5";
+    f.severity = Severity::Warning;
+    f.kind = Kind::UnitsUnread;
+    f.module = l.label;
+    f.title = std::string(l.channels ? "channel" : "unit") + (unread.size() > 1 ? "s " : " ") + list + " of " +
+              l.label + " reach nothing: their weights got no gradient, and raising them moves no output of the model";
+    f.evidence = {{"units whose weights and bias got a zero gradient, whose rise moves no output",
+                   static_cast<double>(unread.size()), "any, beside units that got one, warns"},
+                  {"units of the layer", static_cast<double>(l.units), ""},
+                  {"rows of the batch", static_cast<double>(x.size(0)), ""}};
+    f.cause =
+        "the forward computes these units and nothing uses them: a slice or index that reads the wrong columns of "
+        "the layer's output (narrow(1, 0, 2) where narrow(1, K, 2) was meant, a copy of the line above; for the "
+        "model's last layer, a loss term that reads the wrong column), or a head "
+        "that is computed and dropped. Their weights never train, and the part of the model meant to read them "
+        "reads other units";
+    f.fix =
+        "check every narrow/index/chunk that reads this layer's output: each unit the layer computes should be "
+        "read by the forward";
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 // ---- parameters used in eval mode only ------------------------------------------------------
 std::vector<Finding> find_eval_only_parameters(nn::Module& model, const Tensor& x, const Tensor& y,
                                                const LossFunction& loss, const optim::Optimizer* optimizer,
