@@ -173,6 +173,22 @@ TEST_CASE("a learnable tensor kept beside the model, in the optimizer, is no rep
 
 namespace {
 
+// Four epochs of the user's own loop over d.train, watched by a Session.
+debug::RunReport own_loop_run(nn::Module& m, const debug::LossFunction& loss, optim::Optimizer& opt, const Split& d) {
+  debug::Session session(m, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = loss(m(b.x), b.y);
+      l.backward();
+      opt.step();
+      session.step(l);
+    }
+    session.epoch(std::nan(""), std::nan(""));
+  }
+  return session.finish();
+}
+
 // Two regression heads on one trunk, output (B, 2): price and days.
 struct TwoHeads : nn::Module {
   std::shared_ptr<nn::Linear> trunk, price, days;
@@ -202,18 +218,7 @@ debug::RunReport two_heads_run(bool bug) {
     const Tensor second = nn::functional::mse_loss(out.select(1, bug ? 0 : 1), t.select(1, 1));
     return first + second;
   };
-  debug::Session session(*m, two_tasks, opt, {.train = d.train.get(), .val = d.val.get()});
-  for (int e = 0; e < 4; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l = two_tasks((*m)(b.x), b.y);
-      l.backward();
-      opt.step();
-      session.step(l);
-    }
-    session.epoch(std::nan(""), std::nan(""));
-  }
-  return session.finish();
+  return own_loop_run(*m, two_tasks, opt, d);
 }
 
 }  // namespace
@@ -248,18 +253,7 @@ debug::RunReport joint_head_run(bool bug) {
     const Tensor ce = nn::functional::cross_entropy(out.narrow(1, 0, 4), t.select(1, 0).to(kInt64));
     return ce + nn::functional::mse_loss(out.narrow(1, 4, 2), t.narrow(1, 1, 2));
   };
-  debug::Session session(*m, joint, opt, {.train = d.train.get(), .val = d.val.get()});
-  for (int e = 0; e < 4; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l = joint((*m)(b.x), b.y);
-      l.backward();
-      opt.step();
-      session.step(l);
-    }
-    session.epoch(std::nan(""), std::nan(""));
-  }
-  return session.finish();
+  return own_loop_run(*m, joint, opt, d);
 }
 
 }  // namespace
