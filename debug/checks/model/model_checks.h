@@ -193,8 +193,9 @@ void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& ou
 
 // ---- a layer's units nothing downstream reads (M5, kind units-unread) -------------------------
 // After the gate's backward: Linear and Conv2d layers whose weight rows (output units, or channels) got
-// an exactly zero gradient, weights and bias, beside rows that got one. Each such unit is raised far above
-// its values in one more forward of `x` (eval mode): one that leaves the model's output exactly as it
+// an exactly zero gradient, weights and bias, beside rows that got one. Such units are raised far above
+// their values in more forwards of `x` (eval mode; all at once, then one by one, 48 forwards at most): one
+// that leaves the model's output exactly as it
 // was is a unit the forward computes and never reads (a slice of the wrong columns); one that moves it
 // was silenced by a ReLU after it (M7's). A warning per layer; empty when every unit got a gradient, or
 // none did (a cut graph, M5's own).
