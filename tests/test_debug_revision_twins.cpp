@@ -356,6 +356,19 @@ TEST_CASE("M14: a loss that leaves class 0 out (ignore_index on a class the labe
   }
 }
 
+namespace {
+
+// The warning confirm_rows_cancel tests: a batch loss far below its rows' own (check_rows_cancel's).
+debug::Finding rows_cancel_warning() {
+  debug::Finding f;
+  f.check = "L6";
+  f.kind = debug::Kind::RowsCancel;
+  f.severity = debug::Severity::Warning;
+  return f;
+}
+
+}  // namespace
+
 TEST_CASE("L6's rows-cancel: a weighted mean of squares is info; |mean(p - y)| stays a warning") {
   for (const bool weighted : {true, false}) {
     CAPTURE(weighted);
@@ -366,11 +379,7 @@ TEST_CASE("L6's rows-cancel: a weighted mean of squares is info; |mean(p - y)| s
     debug::LossFunction loss = [&](const Tensor& p, const Tensor& t) {
       return weighted ? sum(w * square(p - t)) / sum(w) : abs(mean(p - t));
     };
-    debug::Finding f;
-    f.check = "L6";
-    f.kind = debug::Kind::RowsCancel;
-    f.severity = debug::Severity::Warning;
-    std::vector<debug::Finding> found{f};
+    std::vector<debug::Finding> found{rows_cancel_warning()};
     debug::confirm_rows_cancel(found, *m, x, y, loss);
     CHECK(found[0].severity == (weighted ? debug::Severity::Info : debug::Severity::Warning));
   }
@@ -397,11 +406,7 @@ TEST_CASE("L6's rows-cancel: a non-negative PU risk, whose terms subtract by des
     const Tensor ru_neg = sum(u * sigmoid(g)) / nu;
     return pi * rp_pos + maximum(ru_neg - pi * rp_neg, 0.0);
   };
-  debug::Finding f;
-  f.check = "L6";
-  f.kind = debug::Kind::RowsCancel;
-  f.severity = debug::Severity::Warning;
-  std::vector<debug::Finding> found{f};
+  std::vector<debug::Finding> found{rows_cancel_warning()};
   debug::confirm_rows_cancel(found, *m, x, y, nnpu);
   CHECK_MESSAGE(found[0].severity == debug::Severity::Info, found[0].str());
   CHECK(dtest::ev(found[0], "the batch's loss with its targets' rows rolled by half the batch") > 0.0);

@@ -228,28 +228,29 @@ void Session::run_gate(const Tensor& x, const Tensor& y) {
       std::vector<std::pair<Tensor, Tensor>> all = batches(take);
       const int64_t held_from = std::max<int64_t>(1, take - per);
       std::vector<std::pair<Tensor, Tensor>> train(all.begin(), all.begin() + held_from);
+      // Batches as one (x, y): one batch as it is, several joined along the rows.
+      const auto joined = [](const tensor_list& xs, const tensor_list& ys) {
+        return xs.size() == 1 ? std::make_pair(xs[0], ys[0]) : std::make_pair(gs::cat(xs, 0), gs::cat(ys, 0));
+      };
       tensor_list hx, hy;
       for (int64_t i = held_from; i < take; ++i) {
         hx.push_back(all[static_cast<size_t>(i)].first);
         hy.push_back(all[static_cast<size_t>(i)].second);
       }
-      const std::pair<Tensor, Tensor> held =
-          hx.size() == 1 ? std::make_pair(hx[0], hy[0]) : std::make_pair(gs::cat(hx, 0), gs::cat(hy, 0));
+      const std::pair<Tensor, Tensor> held = joined(hx, hy);
       // Validation batches spread over the loader (a split sorted by class gives each class its share),
       // up to baseline_val_examples rows.
       std::pair<Tensor, Tensor> val;
       if (data_.val && data_.val->num_batches() > 0 && o_.baseline_val_examples > 0) {
         const int64_t vb = std::max<int64_t>(data_.val->options().batch_size_, 1);
-        const int64_t nb = data_.val->num_batches();
-        const int64_t k = std::min(nb, std::max<int64_t>(1, o_.baseline_val_examples / vb));
         try {
           tensor_list vx, vy;
-          for (int64_t i = 0; i < k; ++i) {
-            const nn::Batch b = data_.val->batch(0, i * nb / k);
+          for (int64_t i : spread_batches(*data_.val, std::max<int64_t>(1, o_.baseline_val_examples / vb))) {
+            const nn::Batch b = data_.val->batch(0, i);
             vx.push_back(b.x.to(d));
             vy.push_back(b.y.to(d));
           }
-          val = vx.size() == 1 ? std::make_pair(vx[0], vy[0]) : std::make_pair(gs::cat(vx, 0), gs::cat(vy, 0));
+          val = joined(vx, vy);
         } catch (const std::exception&) {
           val = {};  // batches that do not join (sequences of other lengths): the held-out batch alone
         }

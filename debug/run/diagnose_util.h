@@ -64,6 +64,13 @@ inline size_t tenth_of(size_t n) { return std::max<size_t>(1, n / 10); }
 // The mean of x's last tenth: a run's (or a probe's) loss at its end (NaN when empty).
 inline double tail_mean(const std::vector<double>& x) { return window_mean(x, x.size() - tenth_of(x.size()), x.size()); }
 
+// The whole report and each phase's: a revision applies to both.
+inline std::vector<Report*> phase_reports(RunReport& r) {
+  std::vector<Report*> out{&r.findings};
+  for (PhaseReport& p : r.phases) out.push_back(&p.findings);
+  return out;
+}
+
 // Runs one check of a phase; an exception becomes a finding (phase_failure) in `r`.
 inline void guarded(Report& r, const std::string& who, const std::string& phase, const std::string& lost,
                     const std::function<void()>& run) {

@@ -17,15 +17,6 @@ namespace gradsleuth::debug {
 
 using namespace run_detail;
 
-namespace {
-// The whole report and each phase's: a revision applies to both.
-std::vector<Report*> phase_reports(RunReport& r) {
-  std::vector<Report*> out{&r.findings};
-  for (PhaseReport& p : r.phases) out.push_back(&p.findings);
-  return out;
-}
-}  // namespace
-
 // L1's, O6's and W3's rises against the objective: the loss on the gate's output and targets again.
 void Session::check_objective_drift(RunReport& r) {
   if (!std::isfinite(objective_before_) || !objective_out_.defined()) return;
@@ -94,12 +85,11 @@ void Session::lr_probe(RunReport& r) {
       r.history.step_losses.begin(),
       r.history.step_losses.begin() + std::min<size_t>(r.history.step_losses.size(), steps));
   const Finding f = judge_lr_probe(first, losses, peak_lr(r), failed, o_.monitor.optim);
-  if (rate_needed(r.findings, f)) {
-    soften_range_for_needed_rate(r.findings, f);
-    for (PhaseReport& p : r.phases) soften_range_for_needed_rate(p.findings, f);
+  const bool needed = rate_needed(r.findings, f);
+  for (Report* rep : phase_reports(r)) {
+    if (needed) soften_range_for_needed_rate(*rep, f);
+    rule_out_lr_too_high(*rep, f);
   }
-  rule_out_lr_too_high(r.findings, f);
-  for (PhaseReport& p : r.phases) rule_out_lr_too_high(p.findings, f);
   if (failed.empty())
     r.add_at_end(f);
   else

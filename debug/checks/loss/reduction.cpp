@@ -333,6 +333,39 @@ void confirm_rows_cancel(std::vector<Finding>& found, nn::Module& model, const T
     const Tensor xs = x.narrow(0, 0, n), ys = y.narrow(0, 0, n);
     const Tensor out = model(xs).detach();
     if (!out.is_floating_point() || out.dim() < 1 || out.size(0) != n) return;
+    const double a = loss(out, ys).item<double>();
+    if (!std::isfinite(a) || a < 0) return;
+    // Each warning becomes info, with what the batch's loss did under the test that disproved it.
+    const auto no_cancellation = [&found](const std::string& why, const Evidence& e, const std::string& cause) {
+      for (Finding& f : found) {
+        if (!f.is("L6", Kind::RowsCancel)) continue;
+        f.severity = Severity::Info;
+        f.title += "; but " + why;
+        f.evidence.push_back(e);
+        f.cause = cause;
+        f.fix = "none needed";
+      }
+    };
+    // The targets' rows rolled by half the batch, the outputs kept: a loss that reduces the errors first
+    // sees only the sums of outputs and targets, which a permutation of rows keeps. One that moves
+    // reads which row holds which target: a loss over the batch as a whole (a PU risk estimate whose
+    // terms subtract by design, a ranking or risk-set likelihood), not a cancellation.
+    std::vector<int64_t> roll(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) roll[static_cast<size_t>(i)] = (i + n / 2) % n;
+    const double r = loss(out, ys.index_select(0, tensor(roll, {n}).to(ys.device()))).item<double>();
+    double scale = 0.0;  // the loss of each of the first 8 rows alone: the size of an error
+    const int64_t k = std::min<int64_t>(n, 8);
+    for (int64_t i = 0; i < k; ++i) scale += loss(out.narrow(0, i, 1), ys.narrow(0, i, 1)).item<double>() / k;
+    if (std::isfinite(scale) && std::isfinite(r) && std::fabs(r - a) > 0.05 * std::max(scale, a)) {
+      no_cancellation("the batch's targets given to other rows move it to " + fmt_num(r) +
+                          ": the loss pairs each row with its own target, it does not sum the errors first",
+                      {"the batch's loss with its targets' rows rolled by half the batch", r,
+                       "differs from the loss by > 5% of a row's loss: no cancellation (info)"},
+                      "a loss over the batch as a whole (terms that subtract by design, as a non-negative PU risk; a "
+                      "ranking or survival likelihood over the batch's rows) scores one row alone differently from "
+                      "the batch, without any error cancelling");
+      return;
+    }
     // Every row's output moved by +c or -c in turn (the targets untouched, whatever columns they carry):
     // a loss of each error's size grows by about c^2 (or c), one that averages the errors before it
     // measures them does not move, since the moves sum to 0.
@@ -341,53 +374,16 @@ void confirm_rows_cancel(std::vector<Finding>& found, nn::Module& model, const T
     Shape s(static_cast<size_t>(out.dim()), 1);
     s[0] = n;
     // c well above the errors (the loss is their mean square or mean size): most rows' errors take its size.
-    const double a = loss(out, ys).item<double>();
-    if (!std::isfinite(a) || a < 0) return;
-    // The targets' rows rolled by half the batch, the outputs kept: a loss that reduces the errors first
-    // sees only the sums of outputs and targets, which a permutation of rows keeps. One that moves
-    // reads which row holds which target: a loss over the batch as a whole (a PU risk estimate whose
-    // terms subtract by design, a ranking or risk-set likelihood), not a cancellation.
-    {
-      std::vector<int64_t> roll(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) roll[static_cast<size_t>(i)] = (i + n / 2) % n;
-      const Tensor rolled_y = ys.index_select(0, tensor(roll, {n}).to(ys.device()));
-      double scale = 0.0;  // the loss of each of the first 8 rows alone: the size of an error
-      const int64_t k = std::min<int64_t>(n, 8);
-      for (int64_t i = 0; i < k; ++i) scale += loss(out.narrow(0, i, 1), ys.narrow(0, i, 1)).item<double>() / k;
-      const double r = loss(out, rolled_y).item<double>();
-      if (std::isfinite(scale) && std::isfinite(r) && std::fabs(r - a) > 0.05 * std::max(scale, a)) {
-        for (Finding& f : found) {
-          if (!f.is("L6", Kind::RowsCancel)) continue;
-          f.severity = Severity::Info;
-          f.title += "; but the batch's targets given to other rows move it to " + fmt_num(r) +
-                     ": the loss pairs each row with its own target, it does not sum the errors first";
-          f.evidence.push_back({"the batch's loss with its targets' rows rolled by half the batch", r,
-                                "differs from the loss by > 5% of a row's loss: no cancellation (info)"});
-          f.cause =
-              "a loss over the batch as a whole (terms that subtract by design, as a non-negative PU risk; a "
-              "ranking or survival likelihood over the batch's rows) scores one row alone differently from "
-              "the batch, without any error cancelling";
-          f.fix = "none needed";
-        }
-        return;
-      }
-    }
     const double c = 1.0 + 3.0 * std::max({summarize(out).std, std::sqrt(a), a});
     const Tensor moved = out + tensor(sign, s).to(out.dtype()).to(out.device()) * c;
     const double b = loss(moved, ys).item<double>();
     if (!std::isfinite(b) || !(b > a + 0.25 * c)) return;  // it cancels
-    for (Finding& f : found) {
-      if (!f.is("L6", Kind::RowsCancel)) continue;
-      f.severity = Severity::Info;
-      f.title += "; but moving the rows' outputs by +" + fmt_num(c) + " and -" + fmt_num(c) + " in turn raises it to " +
-                 fmt_num(b) + ": no cancellation, the rows weigh differently in the batch (sample weights)";
-      f.evidence.push_back({"the batch's loss with its outputs moved by +-c in turn", b,
-                            "> the loss + c/4: each error's size counts (info)"});
-      f.cause =
-          "a weighted mean, sum(w e) / sum(w), scores a row alone at its own error and the batch at the weights' "
-          "mean: the two differ without any error cancelling";
-      f.fix = "none needed";
-    }
+    no_cancellation("moving the rows' outputs by +" + fmt_num(c) + " and -" + fmt_num(c) + " in turn raises it to " +
+                        fmt_num(b) + ": no cancellation, the rows weigh differently in the batch (sample weights)",
+                    {"the batch's loss with its outputs moved by +-c in turn", b,
+                     "> the loss + c/4: each error's size counts (info)"},
+                    "a weighted mean, sum(w e) / sum(w), scores a row alone at its own error and the batch at the "
+                    "weights' mean: the two differ without any error cancelling");
   } catch (const std::exception&) {
   }
 }

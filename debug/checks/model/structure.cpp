@@ -402,6 +402,18 @@ void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const op
 }
 
 // ---- output columns the loss does not read ----------------------------------------------------
+namespace {
+
+// "4, 5" for columns or units, the first 8 and ", ..." after them.
+std::string index_list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  if (v.size() > 8) s += ", ...";
+  return s;
+}
+
+}  // namespace
+
 void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& output_grad,
                             std::vector<Finding>& found) {
   const auto all_zero = [](const Finding& f) { return f.fires() && f.is("M5", Kind::GradientAllZero); };
@@ -442,9 +454,7 @@ void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& ou
   } catch (const std::exception&) {
     return;
   }
-  std::string columns;
-  for (size_t i = 0; i < unread.size() && i < 8; ++i) columns += (i ? ", " : "") + std::to_string(unread[i]);
-  if (unread.size() > 8) columns += ", ...";
+  const std::string columns = index_list(unread);
   for (Finding& f : found) {
     if (!all_zero(f) || !feeds.count(f.parameter)) continue;
     f.kind = Kind::OutputUnread;
@@ -471,13 +481,13 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
   // bias, beside rows that got one: nothing downstream read those units on any row of the batch.
   struct Layer {
     std::string label;
-    nn::Module* module = nullptr;
+    nn::ModulePtr module;
     bool channels = false;  // Conv2d: the units are dim 1 of the output; Linear: its last dim
     std::vector<int64_t> zero;
     int64_t units = 0;
   };
   std::vector<Layer> layers;
-  std::map<nn::Module*, size_t> index;
+  std::set<const nn::Module*> seen;  // a layer called under two paths is judged once
   for (auto& [path, m] : model.named_modules()) {
     Tensor w, b;
     bool channels = false;
@@ -492,7 +502,7 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
       continue;
     }
     if (!w.defined() || !w.requires_grad() || !w.grad().defined() || w.dim() < 2 || w.size(0) < 2 ||
-        index.count(m.get()))
+        !seen.insert(m.get()).second)
       continue;
     NoGradGuard ng;
     const std::vector<double> rows =
@@ -500,12 +510,11 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
     std::vector<double> biases;
     if (b.defined() && b.requires_grad() && b.grad().defined())
       biases = abs(b.grad().detach().to(kFloat64)).to_vector<double>();
-    Layer l{module_label(path, *m), m.get(), channels, {}, static_cast<int64_t>(rows.size())};
+    Layer l{module_label(path, *m), m, channels, {}, static_cast<int64_t>(rows.size())};
     for (size_t k = 0; k < rows.size(); ++k)
       if (rows[k] == 0.0 && (biases.size() != rows.size() || biases[k] == 0.0))
         l.zero.push_back(static_cast<int64_t>(k));
     if (l.zero.empty() || l.zero.size() == rows.size()) continue;  // all of them: a cut graph or a zero layer after
-    index[m.get()] = layers.size();
     layers.push_back(std::move(l));
   }
   if (layers.empty()) return out;
@@ -522,15 +531,13 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
     if (!base.defined() || !base.is_floating_point()) return out;
     const auto moved = [&](const Layer& l, const std::vector<int64_t>& units) {
       HookSet hooks;
-      for (auto& [path, m] : model.named_modules())
-        if (m.get() == l.module)
-          hooks.post(m, [&l, &units](nn::Module&, const Tensor&, const Tensor& y) {
-            if (!y.defined() || y.dim() < 2) return;
-            Tensor t = y;
-            const int64_t dim = l.channels ? 1 : y.dim() - 1;
-            const double c = 10.0 * (1.0 + amax(abs(y.detach())).item<double>());
-            for (int64_t k : units) t.narrow(dim, k, 1).add_(c);
-          });
+      hooks.post(l.module, [&l, &units](nn::Module&, const Tensor&, const Tensor& y) {
+        if (!y.defined() || y.dim() < 2) return;
+        Tensor t = y;
+        const int64_t dim = l.channels ? 1 : y.dim() - 1;
+        const double c = 10.0 * (1.0 + amax(abs(y.detach())).item<double>());
+        for (int64_t k : units) t.narrow(dim, k, 1).add_(c);
+      });
       const Tensor o = model(x).detach();
       return !(o.shape() == base.shape()) || amax(abs(o.to(kFloat64) - base.to(kFloat64))).item<double>() != 0.0;
     };
@@ -551,9 +558,7 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
   }
   for (const auto& [lp, unread] : found_units) {
     const Layer& l = *lp;
-    std::string list;
-    for (size_t i = 0; i < unread.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(unread[i]);
-    if (unread.size() > 8) list += ", ...";
+    const std::string list = index_list(unread);
     Finding f;
     f.check = "M5";
     f.severity = Severity::Warning;
