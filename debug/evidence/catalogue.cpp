@@ -108,8 +108,10 @@ const std::vector<CheckInfo>& all_checks() {
        "data",
        {"Deepchecks"},
        "hash every input of the training split byte for byte: warn when more than 5% of the rows repeat an "
-       "earlier input, or more than 0.1% share their input with a row of another label",
-       "debug::check_duplicates",
+       "earlier input, or more than 0.1% share their input with a row of another label; and warn when two classes' "
+       "training rows have each other's rows as nearest neighbours as often as their own (agreement <= 0.2 above "
+       "chance) while the validation rows tell them apart (>= 0.6) and every other class keeps its agreement",
+       "debug::check_duplicates, debug::check_neighbour_conflicts",
        "gradsleuth doctor",
        true},
       {"D13",
@@ -691,7 +693,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"D9", "debug/checks/data/label_encoding.cpp"},
         {"D10", "debug/checks/data/split_consistency.cpp"},
         {"D11", "debug/checks/dist/dist_checks.cpp"},
-        {"D12", "debug/checks/data/splits.cpp"},
+        {"D12", "debug/checks/data/conflicts.cpp"},
         {"D13", "debug/checks/data/splits.cpp"},
         {"D14", "debug/checks/data/splits.cpp"},
         {"D15", "debug/checks/data/label_drift.cpp"},

@@ -144,9 +144,11 @@ void Session::run_data_checks() {
     r.note_ran("D7");
   });
   if (data_.val) {
+    // D10 and D12's near copies read rows spread over both splits once.
+    nn::Batch a, b;
     guarded(r, who, "split-consistency check", "D10", [&] {
-      const nn::Batch a = spread_rows(train.dataset(), o_.split_examples),
-                      b = spread_rows(data_.val->dataset(), o_.split_examples);
+      a = spread_rows(train.dataset(), o_.split_examples);
+      b = spread_rows(data_.val->dataset(), o_.split_examples);
       r.add(check_split_consistency(a.x, a.y, b.x, b.y, o_.val_split, o_.data));
       // The first 64 of those validation rows read again: a random transform gives other inputs.
       const Tensor again = spread_rows(data_.val->dataset(), o_.split_examples, 64).x;
@@ -154,6 +156,9 @@ void Session::run_data_checks() {
         r.add(check_split_repeatable(b.x.narrow(0, 0, again.size(0)), again, o_.val_split));
       r.note_ran("D10");
     });
+    if (a.x.defined() && b.x.defined())
+      guarded(r, who, "near-copies check", "D12",
+              [&] { r.add(check_neighbour_conflicts(a.x, a.y, b.x, b.y, o_.val_split)); });
     guarded(r, who, "train/validation checks", "D13, D14, D15, D16", [&] {
       r.add(check_splits(read_train_rows(), *read_split_sample(data_.val->dataset(), o_.data), o_.val_split, o_.data));
       r.add(check_split_shares(data_.train->dataset(), data_.val->dataset(), o_.val_split, o_.data));

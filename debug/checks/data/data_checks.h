@@ -330,6 +330,14 @@ std::vector<Finding> check_split_repeatable(const Tensor& first_read, const Tens
 // input also occurs with a different label exceed opts.max_conflict_fraction; an info
 // finding with the counts when there are a few; nothing when every input is unique.
 std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOptions& opts = {});
+// D12 on near copies: rows of the training split and of `split` (x (N, D...) floating point, y class
+// indices or a binary task's 0/1 targets; up to 1,000 rows of each). A warning names a pair of classes
+// whose training rows have the other class's rows as nearest neighbours as often as their own while the
+// split's rows tell the two apart, where every other class keeps most of its agreement: a training-only
+// transform that turns one class into the other (a flip of a LEFT arrow) and keeps the label. Nothing
+// for other labels or inputs, or fewer than 40 rows of the pair in either split.
+std::vector<Finding> check_neighbour_conflicts(const Tensor& train_x, const Tensor& train_y, const Tensor& other_x,
+                                               const Tensor& other_y, const std::string& split = "validation");
 
 // D13: validation (`split`) rows whose input is byte for byte a training row. Warns above
 // opts.max_mix_fraction of the validation rows read; an info finding for fewer.

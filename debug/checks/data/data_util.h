@@ -239,6 +239,13 @@ namespace gradsleuth::debug::data_detail {
 double ks_statistic(std::vector<double> a, std::vector<double> b);
 // The standard-normal z of a chi-square statistic x with k degrees of freedom (Wilson-Hilferty).
 double chi_square_z(double x, double k);
+// For each of the first n rows of v (rows x F values, row-major), the index of its nearest other row
+// among them (squared Euclidean distance, the first on ties), over up to max_features features evenly
+// spaced, each centred and divided by its spread over these rows (with floor_spread, by at least the
+// features' median spread); features constant over the rows are left out. Empty when no feature varies
+// (debug/checks/data/split_consistency.cpp).
+std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
+                                  bool floor_spread);
 // D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.
 std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts);

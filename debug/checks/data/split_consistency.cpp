@@ -19,6 +19,73 @@ namespace gradsleuth::debug {
 
 using namespace data_detail;
 
+// ---- nearest rows (data_util.h) ------------------------------------------------------------------
+
+namespace data_detail {
+std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
+                                  bool floor_spread) {
+  if (rows <= 0 || n < 2 || n > rows) return {};
+  const int64_t F = static_cast<int64_t>(v.size()) / rows;
+  const int64_t k = std::min(F, max_features);
+  std::vector<std::vector<double>> cols;  // (feature, row), centred
+  std::vector<double> sds;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t col = j * F / k;
+    std::vector<double> c(static_cast<size_t>(n));
+    double mean = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = v[static_cast<size_t>(i * F + col)];
+      c[static_cast<size_t>(i)] = std::isfinite(x) ? x : 0.0;
+      mean += c[static_cast<size_t>(i)];
+    }
+    mean /= static_cast<double>(n);
+    double var = 0;
+    for (double& x : c) {
+      x -= mean;
+      var += x * x;
+    }
+    const double sd = std::sqrt(var / static_cast<double>(n));
+    if (!(sd > 0)) continue;
+    cols.push_back(std::move(c));
+    sds.push_back(sd);
+  }
+  if (cols.empty()) return {};
+  // Each feature divided by its spread; with floor_spread, by at least the features' median spread, so
+  // that near-constant features (an image's border, where only noise varies) weigh no more than the rest.
+  double floor = 0;
+  if (floor_spread) {
+    std::vector<double> sorted = sds;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+    floor = sorted[sorted.size() / 2];
+  }
+  const size_t K = cols.size();
+  std::vector<double> z(static_cast<size_t>(n) * K);  // (row, feature)
+  for (size_t j = 0; j < K; ++j) {
+    const double s = std::max(sds[j], floor);
+    for (int64_t i = 0; i < n; ++i) z[static_cast<size_t>(i) * K + j] = cols[j][static_cast<size_t>(i)] / s;
+  }
+  std::vector<int64_t> near(static_cast<size_t>(n), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    const double* a = &z[static_cast<size_t>(i) * K];
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t r = 0; r < n; ++r) {
+      if (r == i) continue;
+      const double* b = &z[static_cast<size_t>(r) * K];
+      double d = 0;
+      for (size_t j = 0; j < K; ++j) {
+        const double e = a[j] - b[j];
+        d += e * e;
+      }
+      if (d < best) {
+        best = d;
+        near[static_cast<size_t>(i)] = r;
+      }
+    }
+  }
+  return near;
+}
+}  // namespace data_detail
+
 // ---- D10 same preprocessing for every split ---------------------------------------------------
 
 namespace {
@@ -93,45 +160,12 @@ double neighbour_labels(const std::vector<double>& v, int64_t rows, const Tensor
   if (!y.defined() || rows <= 0 || n < 20 || y.dim() < 1 || y.size(0) < n || y.numel() != y.size(0)) return nan;
   const bool classes = y.dtype() == kInt64;
   const std::vector<double> t = doubles(y.narrow(0, 0, n).reshape({-1}));
-  const int64_t F = static_cast<int64_t>(v.size()) / rows;
-  const int64_t k = std::min(F, max_features);
-  std::vector<std::vector<double>> z;  // (feature, row), standardised
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t col = j * F / k;
-    std::vector<double> c(static_cast<size_t>(n));
-    double mean = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = v[static_cast<size_t>(i * F + col)];
-      c[static_cast<size_t>(i)] = std::isfinite(x) ? x : 0.0;
-      mean += c[static_cast<size_t>(i)];
-    }
-    mean /= static_cast<double>(n);
-    double var = 0;
-    for (double x : c) var += (x - mean) * (x - mean);
-    const double sd = std::sqrt(var / static_cast<double>(n));
-    if (!(sd > 0)) continue;
-    for (double& x : c) x = (x - mean) / sd;
-    z.push_back(std::move(c));
-  }
-  if (z.empty()) return nan;
+  const std::vector<int64_t> near = nearest_rows(v, rows, n, max_features, /*floor_spread=*/false);
+  if (near.empty()) return nan;
   std::vector<double> own, theirs;
   for (int64_t i = 0; i < n; ++i) {
-    double best = std::numeric_limits<double>::infinity();
-    int64_t at = -1;
-    for (int64_t r = 0; r < n; ++r) {
-      if (r == i) continue;
-      double d = 0;
-      for (const auto& c : z) {
-        const double e = c[static_cast<size_t>(i)] - c[static_cast<size_t>(r)];
-        d += e * e;
-      }
-      if (d < best) {
-        best = d;
-        at = r;
-      }
-    }
     own.push_back(t[static_cast<size_t>(i)]);
-    theirs.push_back(t[static_cast<size_t>(at)]);
+    theirs.push_back(t[static_cast<size_t>(near[static_cast<size_t>(i)])]);
   }
   if (classes) {
     std::map<double, double> share;

@@ -1,5 +1,5 @@
-// D12-D16 split integrity: duplicates, rows shared between splits, feature drift, split sizes (see
-// data_checks.h; D15's label drift is in label_drift.cpp).
+// D13, D14, D16 split integrity: rows shared between splits, feature drift, split sizes, and the
+// sample of a split's rows that D12 (conflicts.cpp) and D15 (label_drift.cpp) read too (see data_checks.h).
 #include "debug/checks/data/data_checks.h"
 
 #include <algorithm>
@@ -22,7 +22,7 @@ namespace gradsleuth::debug {
 
 using namespace data_detail;
 
-// ---- D12-D16 split integrity -------------------------------------------------------------------
+// ---- D13-D16 split integrity -------------------------------------------------------------------
 
 namespace {
 
@@ -81,134 +81,6 @@ void require_comparable(const SplitSample& a, const SplitSample& b, const char* 
            a.shape, " (", a.features, " values) but the ", split, " examples ", b.shape, " (", b.features,
            " values): the splits cannot be compared; give both the same preprocessing (the same resizing, "
            "cropping and transforms) before comparing them");
-}
-
-std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
-  struct Group {
-    int64_t count = 0, first = -1, second = -1;
-    std::vector<Label> labels;    // the distinct labels this input has
-    std::vector<int64_t> copies;  // the rows with each of them
-  };
-  std::unordered_map<uint64_t, Group> groups;
-  groups.reserve(s.x.size());
-  for (int64_t r = 0; r < s.read(); ++r) {
-    Group& g = groups[s.x[r]];
-    if (++g.count == 1)
-      g.first = r;
-    else if (g.second < 0)
-      g.second = r;
-    const auto it =
-        std::find_if(g.labels.begin(), g.labels.end(), [&](const Label& l) { return l.hash == s.y[r].hash; });
-    if (it == g.labels.end()) {
-      g.labels.push_back(s.y[r]);
-      g.copies.push_back(1);
-    } else {
-      ++g.copies[static_cast<size_t>(it - g.labels.begin())];
-    }
-  }
-  int64_t repeated = 0, conflicting = 0, conflict_inputs = 0, most = 0, majority = 0;
-  const Group* dup_example = nullptr;
-  const Group* conflict_example = nullptr;
-  for (const auto& [h, g] : groups) {
-    majority += *std::max_element(g.copies.begin(), g.copies.end());
-    if (g.count < 2) continue;
-    repeated += g.count - 1;
-    most = std::max(most, g.count);
-    if (!dup_example || g.first < dup_example->first) dup_example = &g;
-    if (g.labels.size() < 2) continue;
-    conflicting += g.count;
-    ++conflict_inputs;
-    if (!conflict_example || g.first < conflict_example->first) conflict_example = &g;
-  }
-  if (repeated == 0) return {};
-  const double n = static_cast<double>(s.read());
-  const double dup_frac = static_cast<double>(repeated) / n, conflict_frac = static_cast<double>(conflicting) / n;
-  const bool too_many = dup_frac > opts.max_duplicate_fraction;
-  const bool conflicts = conflict_frac > opts.max_conflict_fraction;
-  // Whole-number inputs that repeat this often come from a small discrete set (token contexts, board
-  // states, categories): there the same input recurs by nature, and with other outcomes where the
-  // target is random given the input (the next token of a text). Info, with the accuracy the labels
-  // allow (each input's most frequent label).
-  const bool discrete = s.integral_inputs && dup_frac >= opts.discrete_duplicate_fraction;
-  const double ceiling = static_cast<double>(majority) / n;
-  auto labels_of = [](const Group& g) {
-    std::string t;
-    for (size_t k = 0; k < g.labels.size(); ++k) t += (k ? ", " : "") + fmt_num(g.labels[k].value);
-    return t;
-  };
-  const Group& ex = conflict_example ? *conflict_example : *dup_example;
-  const std::string example = "rows " + num(ex.first) + " and " + num(ex.second) + " hold the same input (" +
-                              (ex.labels.size() > 1 ? "labels " : "label ") + labels_of(ex) + ")";
-  // A few conflicts among inputs of whole numbers (token ids with a masked position, categorical rows):
-  // the same input can carry several outcomes by the task's nature (a masked token its context does not
-  // decide). Info up to ids_conflict_fraction; rows appended with other labels reach far more.
-  const bool ids_conflict =
-      s.integral_inputs && conflicts && !too_many && !discrete && conflict_frac <= opts.ids_conflict_fraction;
-  Finding f =
-      make("D12", (conflicts || too_many) && !discrete && !ids_conflict ? Severity::Warning : Severity::Info, "");
-  if (discrete)
-    f.title = "inputs from a small discrete set: " + num(repeated) + " of " + num(s.read()) + " rows of " + s.name +
-              " repeat an earlier row's input (" + pct(dup_frac) + ")" +
-              (conflicts ? ", " + num(conflicting) +
-                               " of them with other labels: the target is random given the "
-                               "input, and the labels allow an accuracy of " +
-                               pct(ceiling)
-                         : std::string()) +
-              s.partial();
-  else if (conflicts)
-    f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name + " share their input with a row " +
-              "of another label (" + num(conflict_inputs) + " inputs with conflicting labels)" + s.partial();
-  else
-    f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
-              pct(dup_frac) + ")" + s.partial();
-  f.shape = "x " + s.shape + " per example";
-  f.evidence = {{"rows read", n, ""},
-                {"repeated rows (copies after the first)", static_cast<double>(repeated), ""},
-                {"duplicate fraction", dup_frac, "> " + fmt_num(opts.max_duplicate_fraction) + " warns"},
-                {"rows whose input has another label elsewhere", static_cast<double>(conflicting), ""},
-                {"conflicting-label fraction", conflict_frac, "> " + fmt_num(opts.max_conflict_fraction) + " warns"},
-                {"most copies of one input", static_cast<double>(most), ""}};
-  if (s.integral_inputs)
-    f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
-                          ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
-  if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
-  if (discrete)
-    f.cause =
-        "the inputs take few distinct values, so rows repeat by nature, and where the outcome is random given "
-        "the input (the next token after a context, a transition's reward) the same input carries several "
-        "labels. For example: " +
-        example;
-  else if (ids_conflict)
-    f.cause =
-        "inputs of whole numbers (token ids, categories) recur now and then, and the task need not decide the "
-        "label from them (a masked token its context leaves open, a category row with several outcomes); "
-        "where they are annotation errors, fix the labels. For example: " +
-        example;
-  else if (conflicts)
-    f.cause =
-        "the same input carries different labels: annotation errors, or rows appended twice with the "
-        "labels of another source (a merge of two label files, oversampling that relabelled copies). The "
-        "model is asked to predict two classes for one image, so no model can fit those rows; the loss "
-        "cannot reach zero and accuracy is capped. For example: " +
-        example;
-  else
-    f.cause =
-        "rows were appended more than once (a concatenation done twice, oversampling, a merge of "
-        "overlapping sources): the copies weigh more in the loss than the rest, the epoch is longer than "
-        "the data, and any copy that also lands in the validation split inflates its score. For "
-        "example: " +
-        example;
-  f.fix = discrete ? std::string(
-                         "nothing to do if the inputs are meant to be discrete (the accuracy cannot pass the "
-                         "ceiling above)")
-          : conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
-                            num(ex.second) + "), keep one correct label per input and drop the others; then split"
-                      : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
-                        "purpose only inside the training loader (a weighted sampler), never by copying rows";
-  if (!f.fires() && !discrete)
-    f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
-            "); drop the copies if they matter to you";
-  return {f};
 }
 
 std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& other, const std::string& split,
@@ -619,16 +491,8 @@ std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const s
 
 }  // namespace
 
-std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOptions& opts) {
-  return duplicates(read_split(data, opts), opts);
-}
-
 std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts) {
   return std::make_shared<const SplitSample>(read_split(data, opts));
-}
-
-std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts) {
-  return duplicates(data, opts);
 }
 
 std::vector<Finding> check_train_test_mix(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,

@@ -1,0 +1,314 @@
+// D12 duplicates and conflicting labels (see data_checks.h): inputs repeated byte for byte within
+// one split, and two classes whose training rows are each other's nearest neighbours as often as
+// their own while the held-out rows tell them apart.
+#include "debug/checks/data/data_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/data/data_util.h"
+
+namespace gradsleuth::debug {
+
+using namespace data_detail;
+
+namespace {
+
+// ---- D12: inputs repeated byte for byte -------------------------------------------------------
+
+std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
+  struct Group {
+    int64_t count = 0, first = -1, second = -1;
+    std::vector<Label> labels;    // the distinct labels this input has
+    std::vector<int64_t> copies;  // the rows with each of them
+  };
+  std::unordered_map<uint64_t, Group> groups;
+  groups.reserve(s.x.size());
+  for (int64_t r = 0; r < s.read(); ++r) {
+    Group& g = groups[s.x[r]];
+    if (++g.count == 1)
+      g.first = r;
+    else if (g.second < 0)
+      g.second = r;
+    const auto it =
+        std::find_if(g.labels.begin(), g.labels.end(), [&](const Label& l) { return l.hash == s.y[r].hash; });
+    if (it == g.labels.end()) {
+      g.labels.push_back(s.y[r]);
+      g.copies.push_back(1);
+    } else {
+      ++g.copies[static_cast<size_t>(it - g.labels.begin())];
+    }
+  }
+  int64_t repeated = 0, conflicting = 0, conflict_inputs = 0, most = 0, majority = 0;
+  const Group* dup_example = nullptr;
+  const Group* conflict_example = nullptr;
+  for (const auto& [h, g] : groups) {
+    majority += *std::max_element(g.copies.begin(), g.copies.end());
+    if (g.count < 2) continue;
+    repeated += g.count - 1;
+    most = std::max(most, g.count);
+    if (!dup_example || g.first < dup_example->first) dup_example = &g;
+    if (g.labels.size() < 2) continue;
+    conflicting += g.count;
+    ++conflict_inputs;
+    if (!conflict_example || g.first < conflict_example->first) conflict_example = &g;
+  }
+  if (repeated == 0) return {};
+  const double n = static_cast<double>(s.read());
+  const double dup_frac = static_cast<double>(repeated) / n, conflict_frac = static_cast<double>(conflicting) / n;
+  const bool too_many = dup_frac > opts.max_duplicate_fraction;
+  const bool conflicts = conflict_frac > opts.max_conflict_fraction;
+  // Whole-number inputs that repeat this often come from a small discrete set (token contexts, board
+  // states, categories): there the same input recurs by nature, and with other outcomes where the
+  // target is random given the input (the next token of a text). Info, with the accuracy the labels
+  // allow (each input's most frequent label).
+  const bool discrete = s.integral_inputs && dup_frac >= opts.discrete_duplicate_fraction;
+  const double ceiling = static_cast<double>(majority) / n;
+  auto labels_of = [](const Group& g) {
+    std::string t;
+    for (size_t k = 0; k < g.labels.size(); ++k) t += (k ? ", " : "") + fmt_num(g.labels[k].value);
+    return t;
+  };
+  const Group& ex = conflict_example ? *conflict_example : *dup_example;
+  const std::string example = "rows " + num(ex.first) + " and " + num(ex.second) + " hold the same input (" +
+                              (ex.labels.size() > 1 ? "labels " : "label ") + labels_of(ex) + ")";
+  // A few conflicts among inputs of whole numbers (token ids with a masked position, categorical rows):
+  // the same input can carry several outcomes by the task's nature (a masked token its context does not
+  // decide). Info up to ids_conflict_fraction; rows appended with other labels reach far more.
+  const bool ids_conflict =
+      s.integral_inputs && conflicts && !too_many && !discrete && conflict_frac <= opts.ids_conflict_fraction;
+  Finding f =
+      make("D12", (conflicts || too_many) && !discrete && !ids_conflict ? Severity::Warning : Severity::Info, "");
+  if (discrete)
+    f.title = "inputs from a small discrete set: " + num(repeated) + " of " + num(s.read()) + " rows of " + s.name +
+              " repeat an earlier row's input (" + pct(dup_frac) + ")" +
+              (conflicts ? ", " + num(conflicting) +
+                               " of them with other labels: the target is random given the "
+                               "input, and the labels allow an accuracy of " +
+                               pct(ceiling)
+                         : std::string()) +
+              s.partial();
+  else if (conflicts)
+    f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name + " share their input with a row " +
+              "of another label (" + num(conflict_inputs) + " inputs with conflicting labels)" + s.partial();
+  else
+    f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
+              pct(dup_frac) + ")" + s.partial();
+  f.shape = "x " + s.shape + " per example";
+  f.evidence = {{"rows read", n, ""},
+                {"repeated rows (copies after the first)", static_cast<double>(repeated), ""},
+                {"duplicate fraction", dup_frac, "> " + fmt_num(opts.max_duplicate_fraction) + " warns"},
+                {"rows whose input has another label elsewhere", static_cast<double>(conflicting), ""},
+                {"conflicting-label fraction", conflict_frac, "> " + fmt_num(opts.max_conflict_fraction) + " warns"},
+                {"most copies of one input", static_cast<double>(most), ""}};
+  if (s.integral_inputs)
+    f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
+                          ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
+  if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
+  if (discrete)
+    f.cause =
+        "the inputs take few distinct values, so rows repeat by nature, and where the outcome is random given "
+        "the input (the next token after a context, a transition's reward) the same input carries several "
+        "labels. For example: " +
+        example;
+  else if (ids_conflict)
+    f.cause =
+        "inputs of whole numbers (token ids, categories) recur now and then, and the task need not decide the "
+        "label from them (a masked token its context leaves open, a category row with several outcomes); "
+        "where they are annotation errors, fix the labels. For example: " +
+        example;
+  else if (conflicts)
+    f.cause =
+        "the same input carries different labels: annotation errors, or rows appended twice with the "
+        "labels of another source (a merge of two label files, oversampling that relabelled copies). The "
+        "model is asked to predict two classes for one image, so no model can fit those rows; the loss "
+        "cannot reach zero and accuracy is capped. For example: " +
+        example;
+  else
+    f.cause =
+        "rows were appended more than once (a concatenation done twice, oversampling, a merge of "
+        "overlapping sources): the copies weigh more in the loss than the rest, the epoch is longer than "
+        "the data, and any copy that also lands in the validation split inflates its score. For "
+        "example: " +
+        example;
+  f.fix = discrete ? std::string(
+                         "nothing to do if the inputs are meant to be discrete (the accuracy cannot pass the "
+                         "ceiling above)")
+          : conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
+                            num(ex.second) + "), keep one correct label per input and drop the others; then split"
+                      : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
+                        "purpose only inside the training loader (a weighted sampler), never by copying rows";
+  if (!f.fires() && !discrete)
+    f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
+            "); drop the copies if they matter to you";
+  return {f};
+}
+
+// ---- D12: near copies with the other label ----------------------------------------------------
+
+// Up to kConflictRows rows of each split, distances over up to kConflictFeatures features (each
+// divided by at least the features' median spread, so that an image's noisy border weighs no more than
+// its content). A pair of classes is judged on the rows of either class whose nearest neighbour also
+// holds one of the two (kMinPairRows of them in each split, or it is not judged).
+constexpr int64_t kConflictRows = 1000;
+constexpr int64_t kConflictFeatures = 256;
+constexpr int64_t kMinPairRows = 40;
+// The pair's agreement above chance (kappa: 0 when a row's neighbour holds either label at random, 1
+// when always its own): at most kMaxScrambled on the training rows, at least kMinToldApart on the
+// held-out rows and 3x the training value. A pair the inputs hardly separate (shirts and T-shirts)
+// is equally hard in both splits; the sampling sd of kappa on 40-200 rows is 0.07-0.16.
+constexpr double kMaxScrambled = 0.2;
+constexpr double kMinToldApart = 0.6;
+// The rows of every other class must keep at least this share of their held-out agreement in train:
+// an augmentation that blurs every class lowers every pair, not one (Fashion-MNIST with pixel noise of
+// sd 0.7 or 1.0 scrambles single pairs too, but keeps 0.26-0.46 of the rest; a flip that swaps two
+// classes, or half of two classes' labels swapped, keeps 1.0).
+constexpr double kMinRestKept = 0.75;
+
+// Class labels of the first n rows: int64 indices (N) or (N, 1), or a binary task's 0/1 floats.
+// Empty when y holds anything else.
+std::vector<int64_t> class_labels(const Tensor& y, int64_t n) {
+  if (!y.defined() || y.dim() < 1 || y.dim() > 2 || y.size(0) < n || y.numel() != y.size(0)) return {};
+  const std::vector<double> t = doubles(y.narrow(0, 0, n).reshape({-1}));
+  std::vector<int64_t> out;
+  out.reserve(t.size());
+  for (double v : t) {
+    if (!is_whole(v) || v < 0 || (y.dtype() != kInt64 && v != 0.0 && v != 1.0)) return {};
+    out.push_back(static_cast<int64_t>(v));
+  }
+  return out;
+}
+
+// How often a row's nearest neighbour holds the row's own label: counts[{own, neighbour's}].
+struct NeighbourLabels {
+  std::map<std::pair<int64_t, int64_t>, int64_t> counts;
+  bool ok = false;
+  int64_t at(int64_t a, int64_t b) const {
+    const auto it = counts.find({a, b});
+    return it == counts.end() ? 0 : it->second;
+  }
+  // The rows of class a or b whose neighbour holds a or b, and their agreement above chance.
+  std::pair<int64_t, double> pair_kappa(int64_t a, int64_t b) const {
+    const int64_t same = at(a, a) + at(b, b), na = at(a, a) + at(a, b), nb = at(b, b) + at(b, a);
+    const int64_t m = na + nb;
+    if (m == 0 || na == 0 || nb == 0) return {m, kNaN};
+    const double pa = static_cast<double>(na) / static_cast<double>(m), chance = pa * pa + (1 - pa) * (1 - pa);
+    return {m, (static_cast<double>(same) / static_cast<double>(m) - chance) / (1.0 - chance)};
+  }
+  // The same over the rows of every class but a and b (any neighbour), chance from their shares.
+  std::pair<int64_t, double> rest_kappa(int64_t a, int64_t b) const {
+    std::map<int64_t, int64_t> per_class;
+    int64_t m = 0, same = 0;
+    for (const auto& [k, c] : counts) {
+      if (k.first == a || k.first == b) continue;
+      per_class[k.first] += c;
+      m += c;
+      if (k.first == k.second) same += c;
+    }
+    if (m == 0) return {0, kNaN};
+    double chance = 0;
+    for (const auto& [cls, c] : per_class) chance += std::pow(static_cast<double>(c) / static_cast<double>(m), 2);
+    if (chance >= 1.0) return {m, kNaN};
+    return {m, (static_cast<double>(same) / static_cast<double>(m) - chance) / (1.0 - chance)};
+  }
+};
+
+NeighbourLabels neighbour_labels_of(const Tensor& x, const Tensor& y) {
+  NeighbourLabels out;
+  if (!x.defined() || !x.is_floating_point() || x.dim() < 2) return out;
+  const int64_t n = std::min(x.size(0), kConflictRows);
+  const std::vector<int64_t> labels = class_labels(y, n);
+  if (labels.empty()) return out;
+  NoGradGuard ng;
+  const std::vector<double> v = doubles(x.narrow(0, 0, n).reshape({n, -1}));
+  const std::vector<int64_t> near = nearest_rows(v, n, n, kConflictFeatures, /*floor_spread=*/true);
+  if (near.empty()) return out;
+  for (int64_t i = 0; i < n; ++i)
+    ++out.counts[{labels[static_cast<size_t>(i)], labels[static_cast<size_t>(near[static_cast<size_t>(i)])]}];
+  out.ok = true;
+  return out;
+}
+
+}  // namespace
+
+std::vector<Finding> check_duplicates(const nn::Dataset& data, const DataCheckOptions& opts) {
+  return duplicates(*read_split_sample(data, opts), opts);
+}
+
+std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts) {
+  return duplicates(data, opts);
+}
+
+std::vector<Finding> check_neighbour_conflicts(const Tensor& train_x, const Tensor& train_y, const Tensor& other_x,
+                                               const Tensor& other_y, const std::string& split) {
+  const NeighbourLabels t = neighbour_labels_of(train_x, train_y), o = neighbour_labels_of(other_x, other_y);
+  if (!t.ok || !o.ok) return {};
+  std::set<int64_t> classes;
+  for (const auto& [k, c] : t.counts) classes.insert(k.first);
+  struct Pair {
+    int64_t a, b, mt, mo;
+    double kt, ko, rt, ro;
+  };
+  std::vector<Pair> hits;
+  for (auto ia = classes.begin(); ia != classes.end(); ++ia)
+    for (auto ib = std::next(ia); ib != classes.end(); ++ib) {
+      const auto [mt, kt] = t.pair_kappa(*ia, *ib);
+      const auto [mo, ko] = o.pair_kappa(*ia, *ib);
+      if (mt < kMinPairRows || mo < kMinPairRows || !std::isfinite(kt) || !std::isfinite(ko)) continue;
+      if (!(kt <= kMaxScrambled && ko >= kMinToldApart && kt * 3 <= ko)) continue;
+      const auto [nrt, rt] = t.rest_kappa(*ia, *ib);
+      const auto [nro, ro] = o.rest_kappa(*ia, *ib);
+      if (nrt < kMinPairRows || nro < kMinPairRows || !std::isfinite(rt) || !std::isfinite(ro)) continue;
+      if (rt < kMinRestKept * ro) continue;
+      hits.push_back({*ia, *ib, mt, mo, kt, ko, rt, ro});
+    }
+  if (hits.empty()) return {};
+  std::sort(hits.begin(), hits.end(), [](const Pair& p, const Pair& q) { return p.ko - p.kt > q.ko - q.kt; });
+  const Pair& p = hits.front();
+  const std::string ab = num(p.a) + " and " + num(p.b);
+  Finding f = make("D12", Severity::Warning,
+                   "classes " + ab + " look alike in the training rows: a row's nearest neighbour holds the other " +
+                       "label as often as its own (agreement " + fmt_num(p.kt) + " above chance), while the " + split +
+                       " rows tell them apart (" + fmt_num(p.ko) + ")");
+  f.shape = "train x " + shape_str(train_x.shape()) + ", " + split + " x " + shape_str(other_x.shape());
+  f.evidence = {
+      {"training rows of classes " + ab + " whose nearest neighbour is of either", static_cast<double>(p.mt), ""},
+      {"their agreement above chance (kappa), train", p.kt, "<= " + fmt_num(kMaxScrambled) + " warns"},
+      {split + " rows of classes " + ab + " whose nearest neighbour is of either", static_cast<double>(p.mo), ""},
+      {"their agreement above chance, " + split, p.ko,
+       ">= " + fmt_num(kMinToldApart) + " and 3x the training value warns"},
+      {"the other classes' agreement, train", p.rt, ""},
+      {"the other classes' agreement, " + split, p.ro,
+       "train must keep " + fmt_num(kMinRestKept) + "x of it: one pair, not every class, lost its labels"}};
+  std::string others;
+  for (size_t k = 1; k < hits.size() && k < 4; ++k)
+    others += (k > 1 ? ", " : "") + num(hits[k].a) + "/" + num(hits[k].b);
+  if (!others.empty())
+    f.evidence.push_back({"other pairs alike in train only: " + others, static_cast<double>(hits.size() - 1), ""});
+  f.cause =
+      "inputs that look alike carry both labels in the training rows as read (through the dataset's transforms), "
+      "but not in the " +
+      split +
+      " rows: a training-only transform that turns one class into the other and keeps "
+      "the label (a horizontal flip of a LEFT arrow is a RIGHT arrow, a 180-degree rotation turns a 6 into a 9), or "
+      "the labels of classes " +
+      ab +
+      " swapped on part of the training rows. No model can tell the two apart from "
+      "their inputs, so it learns to split its probability between them";
+  f.fix = "look at a few training rows of classes " + ab +
+          " as the loader yields them; make the transform change "
+          "the label with the input (a flip swaps LEFT and RIGHT) or leave these classes out of it, and check the "
+          "training labels of the two classes against their inputs. Labels made noisy on purpose (a noisy-label "
+          "study) give this finding by design";
+  return {f};
+}
+
+}  // namespace gradsleuth::debug
