@@ -5,7 +5,8 @@
 // weighted sum of losses and gradient accumulation; a label appended to the inputs (target leakage)
 // against a categorical feature, a separating measured feature and a noisy linear target; losses kept
 // as tensors (every step's graph kept alive) against losses kept as numbers; clip_grad_norm_ after
-// optimizer.step() against clipping before it.
+// optimizer.step() against clipping before it; a validation sum not reset between epochs against the
+// same loop reset, and reporting a root mean square in the target's own units.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -416,4 +417,72 @@ TEST_CASE("clip_grad_norm_ after optimizer.step(): O5 leads with clip-misplaced;
   const debug::RunReport clean = clip_run(false);
   CHECK_FALSE(warned(clean, "O5", debug::Kind::TransformMisplaced));
   expect_clean(clean);
+}
+
+// A regression in the target's own units (a strength in MPa around 36, sd about 17): the user's loop
+// computes the validation mean squared error itself and hands it to Session::epoch.
+enum class Report { KeptSum, Reset, ResetRoot };
+debug::RunReport concrete_run(Report how) {
+  manual_seed(6);
+  Tensor w = randn({6, 1});
+  w = w / sqrt(sum(w * w));
+  auto make = [&](int64_t n) {
+    const Tensor x = randn({n, 6});
+    return std::make_pair(x, matmul(x, w) * 17.0 + 36.0 + randn({n, 1}) * 2.0);
+  };
+  const auto [xtr, ytr] = make(960);
+  const auto [xva, yva] = make(160);
+  const Split d = dtest::loaders(xtr, ytr, xva, yva);
+  auto model = std::make_shared<dtest::Regressor>();
+  nn::MSELoss mse;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::Session s(*model, mse, opt, {.train = d.train.get(), .val = d.val.get()});
+  double val_sq = 0.0;
+  int64_t val_n = 0;
+  for (int e = 0; e < 60; ++e) {
+    double total = 0.0;
+    int64_t seen = 0;
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = mse((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      total += l.item<double>() * static_cast<double>(b.size());
+      seen += b.size();
+    }
+    if (how != Report::KeptSum) val_sq = 0.0;  // the bug resets the count only
+    val_n = 0;
+    model->eval();
+    {
+      NoGradGuard ng;
+      for (const nn::Batch& b : *d.val) {
+        val_sq += sum(square((*model)(b.x) - b.y)).item<double>();
+        val_n += b.size();
+      }
+    }
+    model->train();
+    const double val = val_sq / static_cast<double>(val_n);
+    s.epoch(total / static_cast<double>(seen), how == Report::ResetRoot ? std::sqrt(val) : val);
+  }
+  return s.finish();
+}
+
+TEST_CASE(
+    "a validation sum not reset between epochs: W3 leads with validation-misreported; reset (MSE or RMSE): clean") {
+  const debug::RunReport bug = concrete_run(Report::KeptSum);
+  const debug::Finding* f = dtest::first_of(bug, "W3", debug::Kind::ValidationMisreported);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->severity == debug::Severity::Warning);
+  CHECK(dtest::ev(*f, "reported validation loss, last epoch") >
+        dtest::ev(*f, "reported validation loss, at its lowest epoch"));
+  CHECK(dtest::ev(*f, "measured validation loss, last epoch") <
+        dtest::ev(*f, "measured validation loss (up to 512 rows, eval mode), at that epoch"));
+  CHECK(lead_cause(bug) == "validation-misreported");
+  // The target's units (a variance near 290) set L7's scale: after 60 epochs, a fit to within the noise
+  // (a mean square near 4) is no underfitting, reported as a mean square or as its root.
+  for (const Report how : {Report::Reset, Report::ResetRoot}) {
+    const debug::RunReport r = concrete_run(how);
+    expect_clean(r);
+    CHECK(dtest::first_of(r, "W3", debug::Kind::ValidationMisreported) == nullptr);
+  }
 }

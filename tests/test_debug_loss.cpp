@@ -636,6 +636,16 @@ TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
 
   CHECK(dbg::diagnose_fitting({}, {}).empty());
   CHECK(dbg::diagnose_fitting({0.5}, {NAN}).empty());
+
+  // A mean squared error in the target's own units: 18 MPa^2 where the targets' variance is 250 is a fit
+  // to 7% of it, neither underfitting nor, at a gap of 5, overfitting; the thresholds scale with it.
+  fs = dbg::diagnose_fitting(std::vector<double>(60, 18.0), std::vector<double>(60, 23.0), {}, 250.0);
+  CHECK_FALSE(any_fires(fs));
+  CHECK(ev(fs[0], "loss of predicting the training targets' mean") == doctest::Approx(250.0));
+  CHECK(has(dbg::diagnose_fitting(std::vector<double>(60, 150.0), std::vector<double>(60, 160.0), {}, 250.0)[0].title,
+            "underfitting"));
+  CHECK(has(dbg::diagnose_fitting(std::vector<double>(60, 0.8), std::vector<double>(60, 0.85), {}, 1.0)[0].title,
+            "underfitting"));
 }
 
 // L9's "undertrained" confirmed by training on, as the rule reads it: an epoch curve still falling at the

@@ -66,6 +66,10 @@ struct TrainingHistory {
   // (L1 and O6 judge spikes and wild swings by them).
   BatchReplay batch_replay;
   std::vector<double> epoch_train_loss, epoch_val_loss, epoch_val_accuracy;
+  // Where the loop reported each epoch's validation loss itself (Session::epoch(train, val)): the loss
+  // on up to 512 rows of the validation loader as debug::Session measured it after that epoch, in eval
+  // mode (NaN where not measured). W3 compares the two curves.
+  std::vector<double> epoch_val_loss_measured;
   // The training accuracy of each epoch, from the sampled steps' batches as the loss saw them
   // (train mode: dropout on); NaN when no sampled step had class-index targets.
   std::vector<double> epoch_train_accuracy;

@@ -154,6 +154,10 @@ const std::vector<Cause>& diagnosis_causes() {
        true, GS_CHECK_CONFIRMS("D15")},
       {"tiny-validation", "a validation split too small to judge", "D16", "the sizes of the splits", true,
        GS_CHECK_CONFIRMS("D16")},
+      {"validation-misreported",
+       "a validation loss the loop computes wrong (an accumulator not reset between epochs, a running total)", "W3",
+       "the validation loss the loop reports against the loss measured on the validation rows", true,
+       [](const Finding& f) { return is(f, "W3", Kind::ValidationMisreported); }},
       // ---- the loss ----
       {"masked-targets", "every target masked by ignore_index", "L5", "the targets against ignore_index", true,
        [](const Finding& f) { return is(f, "L5") && f.kind != Kind::PaddingInLoss; }},
@@ -645,11 +649,15 @@ const std::vector<Symptom>& diagnosis_symptoms() {
         "dead-relu",          "symmetric-init"}},
       {"validation-gap",
        "a validation loss far above the training loss",
-       "L7 (overfitting, validation rising), W3 (validation rising)",
-       [](const Finding& f) { return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose); },
-       {"rows-cancel", "worse-checkpoint", "snapshot-aliased", "split-label-order", "sum-reduction", "train-mode-eval",
-        "state-between-calls", "batchnorm-stats", "batchnorm-momentum", "batchnorm-small-batch", "eval-path",
-        "batch-mixing", "weights-rewritten", "split-preprocessing", "feature-drift", "label-drift", "tiny-validation"}},
+       "L7 (overfitting, validation rising), W3 (validation rising), L1 (training falls while validation rises)",
+       [](const Finding& f) {
+         return is(f, "L7", Kind::Overfitting) || is(f, "W3", Kind::ValidationRose) ||
+                is(f, "L1", Kind::TrainDownValUp);
+       },
+       {"validation-misreported", "rows-cancel", "worse-checkpoint", "snapshot-aliased", "split-label-order",
+        "sum-reduction", "train-mode-eval", "state-between-calls", "batchnorm-stats", "batchnorm-momentum",
+        "batchnorm-small-batch", "eval-path", "batch-mixing", "weights-rewritten", "split-preprocessing",
+        "feature-drift", "label-drift", "tiny-validation"}},
       {"eval-differs",
        "a trained model that does far worse in eval mode than in training mode on the same rows",
        "M2 (the eval path against the training path)",

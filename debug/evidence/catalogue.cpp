@@ -615,7 +615,7 @@ const std::vector<CheckInfo>& all_checks() {
        "workflow",
        {"Debugging Training"},
        "per step/epoch: loss finite, grad norms healthy every N steps, weights finite, validation improving, early "
-       "stopping",
+       "stopping; a validation loss the loop reports that moves against the one measured on the validation rows",
        "debug::Monitor",
        "gradsleuth doctor",
        true},

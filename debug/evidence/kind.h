@@ -168,6 +168,7 @@ namespace gradsleuth::debug {
   X(ScalerSummary, "scaler-summary", "O10")                                                           \
   /* W3 the monitored run */                                                                          \
   X(ValidationRose, "validation-rose", "W3")                                                          \
+  X(ValidationMisreported, "validation-misreported", "W3")                                            \
   X(TrainingFailed, "training-failed", "W3")                                                          \
   /* W8 memory: each step's graph kept alive by the loop */                                           \
   X(GraphsRetained, "graphs-retained", "W8")

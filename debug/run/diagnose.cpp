@@ -421,13 +421,35 @@ void Session::epoch() {
                                                                        static_cast<double>(ev.class_examples[c])
                                                                  : kNaN);
     });
-  epoch(train_loss, val_loss, val_acc);
+  record_epoch(train_loss, val_loss, val_acc, kNaN);
 }
 
 void Session::epoch(double train_loss, double val_loss, double val_accuracy) {
+  record_epoch(train_loss, val_loss, val_accuracy, measure_validation(val_loss));
+}
+
+void Session::record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss) {
   ++epochs_;
-  monitor_->record_epoch(train_loss, val_loss, val_accuracy);
+  monitor_->record_epoch(train_loss, val_loss, val_accuracy, measured_val_loss);
   epoch_first_step_ = monitor_->history().step_losses.size();
+}
+
+// The loss on up to 512 rows spread over the validation loader's dataset (the same rows each epoch, in
+// its batch size), in eval mode without gradients, beside the number the loop reported (W3). NaN where
+// the loop reported none, there is no validation loader, or the evaluation fails.
+double Session::measure_validation(double reported) {
+  if (!data_.val || !std::isfinite(reported)) return kNaN;
+  try {
+    if (!val_sample_) {
+      const nn::Batch b = spread_rows(data_.val->dataset(), 512);
+      val_sample_ = std::make_shared<nn::DataLoader>(
+          std::make_shared<nn::TensorDataset>(b.x, b.y, "validation sample"),
+          nn::DataLoaderOptions().batch_size(std::max<int64_t>(1, data_.val->options().batch_size_)));
+    }
+    return optim::evaluate(model_, *val_sample_, loss_).loss;
+  } catch (const std::exception&) {
+    return kNaN;
+  }
 }
 
 void Session::error(const std::exception& e) {

@@ -192,9 +192,10 @@ void Monitor::record_step(double loss) {
   }
 }
 
-void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy) {
+void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss) {
   history_.epoch_train_loss.push_back(train_loss);
   history_.epoch_val_loss.push_back(val_loss);
+  history_.epoch_val_loss_measured.push_back(measured_val_loss);
   history_.epoch_val_accuracy.push_back(val_accuracy);
   const EpochRecord e{train_loss, val_loss, val_accuracy};
   for (RunCheck* c : listening(RunEvent::Epoch)) c->epoch(ctx_, e);
@@ -328,6 +329,83 @@ void Monitor::on_pre_step() {
   ctx_.loss_seen = false;
 }
 
+// W3 on the validation loss a loop reports itself (Session::epoch(train, val)) beside the same loss
+// measured on the validation loader after each of those epochs. A report in other units (a root, a
+// sum, the target's own scale) or on other rows rises and falls with the measured loss; an accumulator
+// not reset between epochs, a running total or a value kept from another epoch moves on its own. Over
+// at least kMinReportedEpochs epochs: from the report's lowest epoch to the last, the report rose by
+// more than kNetMove while the measured loss fell by more, and over the whole run the two curves'
+// Spearman correlation is negative: a warning.
+namespace {
+constexpr size_t kMinReportedEpochs = 4;
+constexpr double kNetMove = 0.1;
+
+// Ranks from 1, ties given their mean rank.
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<size_t> order(v.size());
+  for (size_t i = 0; i < v.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    for (size_t k = i; k <= j; ++k) r[order[k]] = (static_cast<double>(i + j) / 2.0) + 1.0;
+    i = j + 1;
+  }
+  return r;
+}
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size()), mean = (n + 1) / 2;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (ra[i] - mean) * (rb[i] - mean);
+    saa += (ra[i] - mean) * (ra[i] - mean);
+    sbb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : kNaN;
+}
+}  // namespace
+
+void Monitor::judge_reported_validation() {
+  const auto& r = history_.epoch_val_loss;
+  const auto& m = history_.epoch_val_loss_measured;
+  std::vector<double> reported, measured;
+  for (size_t e = 0; e < std::min(r.size(), m.size()); ++e)
+    if (std::isfinite(r[e]) && std::isfinite(m[e])) reported.push_back(r[e]), measured.push_back(m[e]);
+  if (reported.size() < kMinReportedEpochs) return;
+  const double rho = spearman(reported, measured);
+  const size_t low = static_cast<size_t>(std::min_element(reported.begin(), reported.end()) - reported.begin());
+  const double r0 = reported[low], r1 = reported.back(), m0 = measured[low], m1 = measured.back();
+  const bool report_up = r0 > 0 && r1 > r0 * (1 + kNetMove), measured_down = m0 > 0 && m1 < m0 * (1 - kNetMove);
+  if (!(rho < 0) || !report_up || !measured_down) return;
+  Finding f;
+  f.check = "W3";
+  f.severity = Severity::Warning;
+  f.kind = Kind::ValidationMisreported;
+  f.title = "the validation loss your loop reports rose from " + fmt_num(r0) + " to " + fmt_num(r1) + " over epochs " +
+            std::to_string(low + 1) + "-" + std::to_string(reported.size()) +
+            " while the loss on the validation rows fell from " + fmt_num(m0) + " to " + fmt_num(m1) +
+            ": the loop's validation computation, not the model, rose";
+  f.evidence = {
+      {"epochs with both values", static_cast<double>(reported.size()), ">= " + std::to_string(kMinReportedEpochs)},
+      {"reported validation loss, at its lowest epoch", r0, ""},
+      {"reported validation loss, last epoch", r1, "> (1 + " + fmt_num(kNetMove) + ") x its lowest, and"},
+      {"measured validation loss (up to 512 rows, eval mode), at that epoch", m0, ""},
+      {"measured validation loss, last epoch", m1, "< (1 - " + fmt_num(kNetMove) + ") x that, and"},
+      {"Spearman correlation of the two curves over the epochs", rho, "< 0 warns"}};
+  f.cause =
+      "the number handed to Session::epoch as the validation loss does not follow the model's loss on the "
+      "validation rows: a sum or count not reset between epochs (the squared errors of every epoch so far "
+      "divided by this epoch's rows), a running total, a value from another epoch or another model, or another "
+      "metric passed where the loss belongs. Early stopping, a plateau schedule and W3 read that number";
+  f.fix =
+      "reset every validation accumulator at the start of each validation pass (sum and count together), "
+      "or call Session::epoch() without numbers to let it evaluate the validation loader itself";
+  add(std::move(f));
+}
+
 void Monitor::on_post_step() {
   const bool sampled = ctx_.sampled();  // the step just taken
   const auto& groups = ctx_.optimizer.param_groups();
@@ -387,6 +465,7 @@ void Monitor::finish(const Tensor& sample_x, const Tensor& sample_y) {
   finished_ = true;
   judge_validation_rise_at_end();
   revise_validation_rose(report_, history_.epoch_val_loss);  // W3's last rise followed by a new best
+  judge_reported_validation();
   for (RunCheck* c : listening(RunEvent::Finish)) c->finish(ctx_);
   detach();
   for (RunCheck* c : listening(RunEvent::AfterRun)) c->after_run(ctx_, sample_x, sample_y);

@@ -88,7 +88,10 @@ class Monitor {
   void watch(optim::GradScaler& scaler);
   // Without a Trainer, report them yourself.
   void record_step(double loss);
-  void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN());
+  // `measured_val_loss`: the validation loss measured apart from the loop's report (debug::Session,
+  // where the loop gave its own val_loss), NaN otherwise.
+  void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN(),
+                    double measured_val_loss = std::numeric_limits<double>::quiet_NaN());
 
   // The end-of-run diagnoses (each registered check's Finish: L1, L7, O2, O3, O6, M7, M8, M19,
   // M25, M26, M27, D5, D8, W10); with a sample batch also M18 (half precision). Call once, after
@@ -117,6 +120,7 @@ class Monitor {
   void dispatch_pre_step(bool sample);
   // W3 at the end of the run: a rise that did not last is a bump, not a trend.
   void judge_validation_rise_at_end();
+  void judge_reported_validation();  // W3: the loop's validation loss against the measured one
 
   RunContext ctx_;
   Report report_;

@@ -134,7 +134,10 @@ void revise_overfitting_by_batch_size(Report& found, double train_loss, double v
 }
 
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const std::vector<double>& val,
-                                      const LossCheckOptions& opts) {
+                                      const LossCheckOptions& opts, double loss_unit) {
+  if (!(loss_unit > 0) || !std::isfinite(loss_unit)) loss_unit = 1.0;
+  const double underfit = opts.underfit_train_loss * loss_unit, overfit = opts.overfit_gap * loss_unit,
+               normal_gap = opts.normal_gap * loss_unit, normal_train = opts.normal_train_loss * loss_unit;
   const int64_t E = static_cast<int64_t>(std::min(train.size(), val.size()));
   if (E == 0) return {};
   const int64_t k = std::clamp<int64_t>(opts.fitting_window, 1, E);
@@ -152,40 +155,42 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
                               {"train loss (mean of " + over + ")", tr, ""},
                               {"val loss (mean of " + over + ")", va, ""},
                               {"gap = val - train", gap, ""}};
+  if (loss_unit != 1.0)
+    ev.push_back({"loss of predicting the training targets' mean (their variance)", loss_unit,
+                  "the thresholds below are in this unit"});
   Finding f;
-  if (tr > opts.underfit_train_loss && E > opts.min_epochs_underfit) {
+  if (tr > underfit && E > opts.min_epochs_underfit) {
     f = make("L7", Severity::Warning,
              "underfitting: the training loss is still " + fmt_num(tr) + " after " + num(E) + " epochs");
     f.kind = Kind::Underfitting;
-    ev[1].rule = "> " + fmt_num(opts.underfit_train_loss) + " after > " + num(opts.min_epochs_underfit) +
-                 " epochs is underfitting";
+    ev[1].rule = "> " + fmt_num(underfit) + " after > " + num(opts.min_epochs_underfit) + " epochs is underfitting";
     f.cause =
         "the model cannot fit even the training data: too little capacity, too little training, a "
         "learning rate too low or too high, or a bug that caps what it can learn (L1, O6, M16)";
     f.fix =
         "increase the model's capacity or training time; first check that it can overfit one batch "
         "(M14) and that a larger model gets lower (M16)";
-  } else if (gap > opts.overfit_gap) {
+  } else if (gap > overfit) {
     f = make("L7", Severity::Warning,
              "overfitting: the validation loss is " + fmt_num(gap) + " above the training loss");
     f.kind = Kind::Overfitting;
-    ev[3].rule = "> " + fmt_num(opts.overfit_gap) + " is overfitting";
+    ev[3].rule = "> " + fmt_num(overfit) + " is overfitting";
     f.cause =
         "the model memorises the training data; also rule out a validation set from another "
         "distribution or preprocessing (D10) and validation run in training mode (M2)";
     f.fix =
         "add regularisation (dropout, weight decay, augmentation) or more data; keep the best epoch "
         "(early stopping)";
-  } else if (gap < opts.normal_gap && tr < opts.normal_train_loss) {
+  } else if (gap < normal_gap && tr < normal_train) {
     f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
     f.kind = Kind::FittingNormal;
-    ev[3].rule = "< " + fmt_num(opts.normal_gap) + " with train < " + fmt_num(opts.normal_train_loss) + " is normal";
+    ev[3].rule = "< " + fmt_num(normal_gap) + " with train < " + fmt_num(normal_train) + " is normal";
     f.fix = "none needed";
   } else {
     f = make("L7", Severity::Info,
              "no verdict yet: keep watching (gap " + fmt_num(gap) + ", train " + fmt_num(tr) + ")");
-    ev[3].rule = "overfitting above " + fmt_num(opts.overfit_gap) + "; normal below " + fmt_num(opts.normal_gap) +
-                 " with train < " + fmt_num(opts.normal_train_loss);
+    ev[3].rule = "overfitting above " + fmt_num(overfit) + "; normal below " + fmt_num(normal_gap) + " with train < " +
+                 fmt_num(normal_train);
     f.fix = "train on and diagnose again after more epochs";
   }
   f.evidence = ev;

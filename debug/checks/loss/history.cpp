@@ -585,6 +585,7 @@ class LossHistoryRunCheck final : public RunCheck {
     return RunEvent::LossInput | RunEvent::Epoch | RunEvent::Finish | RunEvent::Series;
   }
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
+    if (c.sampled() && l.type_name() == "MSELoss") add_targets(target);
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
     if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && input.size(0) == target.size(0)) {
       if (c.steps != step_) commit();
@@ -608,7 +609,7 @@ class LossHistoryRunCheck final : public RunCheck {
     std::vector<Finding> fs = diagnose_loss_history(h.step_losses, h.epoch_val_loss, o_, h.batch_replay);  // L1
     if (fs.empty()) fs.push_back(loss_history_summary(h.step_losses, o_));
     if (!h.epoch_train_loss.empty() && std::isfinite(h.epoch_val_loss.back())) {
-      std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_);  // L7
+      std::vector<Finding> fit = diagnose_fitting(h.epoch_train_loss, h.epoch_val_loss, o_, target_variance());  // L7
       if (!c.loss || !loss_type::library(*c.loss)) soften_underfitting_of_own_loss(fit);
       fs.insert(fs.end(), fit.begin(), fit.end());
     }
@@ -624,6 +625,36 @@ class LossHistoryRunCheck final : public RunCheck {
   void series(TrainingHistory& h) const override { h.epoch_train_accuracy = accuracy_; }
 
  private:
+  // A mean squared error's targets on the sampled steps: per column (the last dim of (B, K) targets,
+  // one column otherwise), so that their variance is the loss of predicting each column's mean.
+  void add_targets(const Tensor& target) {
+    if (!target.defined() || !target.is_floating_point() || target.numel() == 0) return;
+    NoGradGuard ng;
+    const int64_t k = target.dim() == 2 ? target.size(1) : 1;
+    const std::vector<double> v =
+        target.detach().to(kCPU).to(kFloat64).contiguous().reshape({-1, k}).to_vector<double>();
+    if (target_sum_.empty())
+      target_sum_.assign(static_cast<size_t>(k), 0.0), target_sq_.assign(static_cast<size_t>(k), 0.0);
+    if (static_cast<int64_t>(target_sum_.size()) != k) return;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!std::isfinite(v[i])) continue;
+      target_sum_[i % static_cast<size_t>(k)] += v[i];
+      target_sq_[i % static_cast<size_t>(k)] += v[i] * v[i];
+    }
+    target_rows_ += static_cast<int64_t>(v.size()) / k;
+  }
+  // The mean over columns of the targets' variance (1 when no mean squared error was heard, or too few rows).
+  double target_variance() const {
+    if (target_rows_ < 32) return 1.0;
+    double var = 0;
+    const double n = static_cast<double>(target_rows_);
+    for (size_t j = 0; j < target_sum_.size(); ++j) {
+      const double m = target_sum_[j] / n;
+      var += std::max(0.0, target_sq_[j] / n - m * m);
+    }
+    var /= static_cast<double>(target_sum_.size());
+    return var > 0 && std::isfinite(var) ? var : 1.0;
+  }
   // The step's counts join the epoch's when the next step (or the epoch's end) comes, unless mixed.
   void commit() {
     if (!mixed_) {
@@ -640,6 +671,8 @@ class LossHistoryRunCheck final : public RunCheck {
   const void* step_input_ = nullptr;
   bool mixed_ = false;
   std::vector<double> accuracy_;
+  std::vector<double> target_sum_, target_sq_;  // a mean squared error's targets, per column
+  int64_t target_rows_ = 0;
 };
 }  // namespace
 

@@ -443,9 +443,12 @@ void soften_divergence_of_changed_objective(Report& r, double before, double aft
 //   gap > overfit_gap                                               -> warning: overfitting
 //   gap < normal_gap and train < normal_train_loss                  -> info: normal convergence
 //   otherwise                                                       -> info: keep watching
-// The loss thresholds are absolute (cross-entropy scale): set them for other losses.
+// The loss thresholds are absolute (cross-entropy scale), times loss_unit: the loss of predicting the
+// training targets' mean where the loss is a mean squared error (their variance, 1 for standardised
+// targets), so that a regression in its own units (MPa, dollars) is judged as if standardised.
 std::vector<Finding> diagnose_fitting(const std::vector<double>& train_epoch_losses,
-                                      const std::vector<double>& val_epoch_losses, const LossCheckOptions& opts = {});
+                                      const std::vector<double>& val_epoch_losses, const LossCheckOptions& opts = {},
+                                      double loss_unit = 1.0);
 // L7's underfitting said by the absolute loss, under a loss of the user's own (a function, or an nn::Loss
 // the library does not know: a density's likelihood, a loss with learned task weights): its scale and
 // floor are its own, so no level of it says the model underfits. Such a finding becomes info.
