@@ -661,6 +661,39 @@ TEST_CASE("spread_batches: evenly over the epoch, first and last included; none 
   CHECK(dbg::check_loader(none, 10).empty());
 }
 
+// Cumulative targets of an ordinal label (levels 0-4, column k meaning "level > k"): built with >= (every
+// row's column 0 is 1, each target one level up) D9 warns; with > it does not, nor on multi-label targets
+// whose rare label the rows lack (a column of 0s) or on one-hot rows.
+TEST_CASE("D9 on 0/1 target columns: a column set on every row (an ordinal encoding built with >=) warns") {
+  gs::manual_seed(3);
+  const int64_t n = 400;
+  const Tensor x = gs::randn({n, 5});
+  const Tensor level = gs::randint(0, 5, {n, 1});
+  const Tensor k = gs::arange(4, gs::kInt64).view({1, 4});
+  auto loader_of = [&](const Tensor& y) {
+    return nn::DataLoader(std::make_shared<nn::TensorDataset>(x, y.to(gs::kFloat32)),
+                          nn::DataLoaderOptions().batch_size(50));
+  };
+  auto constant_columns = [](const std::vector<dbg::Finding>& fs) {
+    for (const dbg::Finding& f : fs)
+      if (f.fires() && f.is("D9", dbg::Kind::TargetColumnConstant)) return &f - &fs[0];
+    return std::ptrdiff_t{-1};
+  };
+  const std::vector<dbg::Finding> ge = dbg::check_loader(loader_of(gs::ge(level, k)), -1);
+  const std::ptrdiff_t at = constant_columns(ge);
+  REQUIRE_MESSAGE(at >= 0, all_str(ge));
+  CHECK(ge[static_cast<size_t>(at)].severity == dbg::Severity::Warning);
+  CHECK(has(ge[static_cast<size_t>(at)].title, "target column 0 of"));
+  CHECK(ev(ge[static_cast<size_t>(at)], "columns that are 1 on every row") == 1);
+  CHECK(constant_columns(dbg::check_loader(loader_of(gs::gt(level, k)), -1)) < 0);
+  // Multi-label targets with a label no row has: a column of 0s is left alone.
+  Tensor multi = gs::gt(gs::rand({n, 4}), 0.6).to(gs::kFloat32);
+  multi = multi * gs::tensor(std::vector<float>{1, 1, 1, 0}, {1, 4});
+  CHECK(constant_columns(dbg::check_loader(loader_of(multi), -1)) < 0);
+  // One-hot rows of the five levels.
+  CHECK(constant_columns(dbg::check_loader(loader_of(gs::eq(level, gs::arange(5, gs::kInt64).view({1, 5}))), -1)) < 0);
+}
+
 // ---- D12-D16 ---------------------------------------------------------------------
 
 namespace {
@@ -1035,6 +1068,62 @@ TEST_CASE("D14 on tabular inputs: noise written into the training rows and one s
   dbg::DataCheckOptions off;
   off.min_column_drift_z = 1e9;
   CHECK(dbg::check_feature_drift(*noisy, *val, "validation", off).empty());
+}
+
+// A training dataset that adds noise afresh at each read (augmentation in get()): `scale` per column.
+class Jittered : public nn::Dataset {
+ public:
+  Jittered(nn::DatasetPtr base, Tensor scale) : base_(std::move(base)), scale_(std::move(scale)) {}
+  int64_t size() const override { return base_->size(); }
+  std::string name() const override { return base_->name() + "+jitter"; }
+  nn::Example get(int64_t i) const override {
+    nn::Example e = base_->get(i);
+    e.x = e.x + gs::randn(e.x.shape(), {}, &g_) * scale_;
+    return e;
+  }
+
+ private:
+  nn::DatasetPtr base_;
+  Tensor scale_;
+  mutable gs::Generator g_{11};
+};
+
+// D14's column drift judged again by reading the training rows twice: noise of half a column's spread
+// drawn at each read is augmentation (info); the same noise written into the stored rows still warns;
+// noise of 20x a column's spread swamps it (a warning that says so).
+TEST_CASE("D14 on tabular inputs: noise drawn afresh at each read is augmentation; noise that swamps a column warns") {
+  auto [x, y] = table(1600, 41);
+  auto [train, val] = nn::train_val_split(dataset(x, y, "table"), 0.25, 5);
+  const Tensor sd = gs::sqrt(gs::var(train->all().x, {0}, true, false));  // (8): one example's shape
+  auto judged = [&](const nn::DatasetPtr& t) {
+    const auto a = dbg::read_split_sample(*t), b = dbg::read_split_sample(*val);
+    std::vector<dbg::Finding> fs = dbg::check_splits(*a, *b, "validation");
+    dbg::revise_column_drift_by_augmentation(fs, *t, *a, *b, "validation");
+    for (const dbg::Finding& f : fs)
+      if (f.is("D14", dbg::Kind::ColumnDrift)) return f;
+    return dbg::Finding();
+  };
+  // Augmentation: the drift less the noise's variance (half a column's spread) is none.
+  const dbg::Finding aug = judged(std::make_shared<Jittered>(train, sd * 0.5));
+  INFO(aug.str());
+  CHECK(aug.check == "D14");
+  CHECK(aug.severity == dbg::Severity::Info);
+  CHECK(has(aug.title, "afresh at each read"));
+  CHECK(ev(aug, "largest noise variance of a read") == doctest::Approx(0.25).epsilon(0.2));
+  // The same noise stored once in the rows: no second read differs, and the warning stands.
+  const nn::Batch t = train->all();
+  gs::Generator g(9);
+  const dbg::Finding stored = judged(dataset(t.x + gs::randn(t.x.shape(), {}, &g) * sd * 0.5, t.y, "noisy train"));
+  CHECK(stored.severity == dbg::Severity::Warning);
+  CHECK_FALSE(has(stored.title, "augmentation"));
+  // Noise of 20x column 2's spread, drawn at each read: it swamps that column.
+  std::vector<float> scale(static_cast<size_t>(sd.numel()), 0.0f);
+  scale[2] = 20.0f * sd.to_vector<float>()[2];
+  const dbg::Finding swamped = judged(std::make_shared<Jittered>(train, gs::tensor(scale, sd.shape())));
+  INFO(swamped.str());
+  CHECK(swamped.severity == dbg::Severity::Warning);
+  CHECK(has(swamped.title, "swamps that column"));
+  CHECK(has(swamped.title, "column 2's validation variance"));
 }
 
 // D14 on token ids (int64 inputs for an embedding): their values are indices, so their means and spreads

@@ -6,6 +6,8 @@
 // Replaced parameters: a head re-initialised by assigning a new tensor to its weight after the
 // optimizer was built (the forward reads a tensor nobody updates), against the same initialisation
 // copied in place; and a learnable tensor kept beside the model and given to the optimizer (healthy).
+// Unread input columns: a tower handed the wrong block of features beside the right one, and a column
+// read only through its sign (no gradient, still read).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -319,4 +321,71 @@ TEST_CASE("a loss term that reads the wrong output column: M5 output-unread lead
   const debug::RunReport fixed = two_heads_run(false);
   CHECK(first_of(fixed, "M5", debug::Kind::OutputUnread) == nullptr);
   CHECK_MESSAGE(!fixed.fired("M5"), fixed.str(true));
+}
+
+namespace {
+
+// Two towers over two blocks of features, x (B, 12): the first reads columns 0-5, the second columns
+// 6-11; their outputs joined feed the classifier. `bug`: the second tower is handed the first block
+// again (the wrong variable), so columns 6-11 never reach the prediction.
+struct TwoTowers : nn::Module {
+  std::shared_ptr<nn::Linear> a, b, head;
+  bool bug;
+  explicit TwoTowers(bool bg) : Module("TwoTowers"), bug(bg) {
+    a = register_module("a", std::make_shared<nn::Linear>(6, 16));
+    b = register_module("b", std::make_shared<nn::Linear>(6, 16));
+    head = register_module("head", std::make_shared<nn::Linear>(32, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor first = x.narrow(1, 0, 6), second = x.narrow(1, bug ? 0 : 6, 6);
+    return (*head)(cat({relu((*a)(first)), relu((*b)(second))}, 1));
+  }
+};
+
+// Column 3 read through its sign (no gradient reaches it), column 5 never: the roll test tells them apart.
+struct RoundedColumn : nn::Module {
+  std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(5, 2));
+  RoundedColumn() : Module("RoundedColumn") {}
+  Tensor forward(const Tensor& x) override {
+    return (*fc)(cat({x.narrow(1, 0, 3), sign(x.narrow(1, 3, 1)), x.narrow(1, 4, 1)}, 1));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a tower handed the wrong input block: M5 input-columns-unread names the columns and leads; clean twin") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(14);
+    const dtest::XY all = dtest::blobs(200, 3, 12, 5, 2.0);
+    const Split d = dtest::loaders(all.x.narrow(0, 0, 480), all.y.narrow(0, 0, 480), all.x.narrow(0, 480, 120),
+                                   all.y.narrow(0, 480, 120));
+    auto model = std::make_shared<TwoTowers>(bug);
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 6);
+    if (bug) {
+      const debug::Finding* f = first_of(r, "M5", debug::Kind::InputColumnsUnread);
+      REQUIRE_MESSAGE(f != nullptr, r.str(true));
+      CHECK(f->title.find("input columns 6, 7, 8") != std::string::npos);
+      CHECK(dtest::ev(*f, "input columns whose values, moved across the batch, move no output") == 6.0);
+      expect_lead(r, "M5", "output-unread");
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
+TEST_CASE("M5 input-columns-unread: a column read through its sign is read; one never read, or constant, is told") {
+  manual_seed(15);
+  auto model = std::make_shared<RoundedColumn>();
+  Tensor x = randn({32, 6});
+  const std::vector<debug::Finding> fs = debug::find_unread_input_columns(*model, x);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].title.find("input column 5 of 6") != std::string::npos);
+  // Column 5 constant over the batch: not judged, and nothing else is unread.
+  x.narrow(1, 5, 1).fill_(1.0);
+  CHECK(debug::find_unread_input_columns(*model, x).empty());
+  // Images and sequences of more than 64 values per row are not judged.
+  CHECK(debug::find_unread_input_columns(*model, randn({32, 80})).empty());
 }

@@ -114,8 +114,10 @@ const std::vector<Cause>& diagnosis_causes() {
        "it should read the target)",
        "M15", "the loss on one batch with its targets and with other targets", true,
        [](const Finding& f) { return is(f, "M15", Kind::LossIgnoresTargets); }},
-      {"label-encoding", "labels outside [0, C) or numbered from 1", "D9", "the labels' range against the output width",
-       true, GS_CHECK_CONFIRMS("D9")},
+      {"label-encoding",
+       "labels outside [0, C) or numbered from 1, or a 0/1 target column set on every row (an ordinal encoding "
+       "built with >= for >)",
+       "D9", "the labels' range against the output width, and each 0/1 target column", true, GS_CHECK_CONFIRMS("D9")},
       {"label-shape", "labels shaped differently from the prediction", "D6", "the shapes that reach the loss", true,
        GS_CHECK_CONFIRMS("D6")},
       {"unscaled-inputs", "inputs not normalised", "D5", "per-feature mean and std of a batch", true,
@@ -222,12 +224,17 @@ const std::vector<Cause>& diagnosis_causes() {
        "parameters",
        true, [](const Finding& f) { return is(f, "M5", Kind::ParameterReplaced); }},
       {"output-unread",
-       "a model output or a layer's units that nothing reads (a loss term or a slice that reads the wrong column or "
-       "head), so the weights that feed them never train",
+       "a model output, a layer's units or input columns that nothing reads (a loss term or a slice that reads the "
+       "wrong column or head, a branch given the wrong input), so the weights that feed them never train",
        "M5",
-       "the gradient that reaches each column of the model's output and each unit of its layers, and the parameters "
-       "that feed those without one",
-       true, [](const Finding& f) { return is(f, "M5", Kind::OutputUnread) || is(f, "M5", Kind::UnitsUnread); }, true},
+       "the gradient that reaches each column of the model's output and each unit of its layers, the parameters "
+       "that feed those without one, and each input column moved across the batch",
+       true,
+       [](const Finding& f) {
+         return is(f, "M5", Kind::OutputUnread) || is(f, "M5", Kind::UnitsUnread) ||
+                is(f, "M5", Kind::InputColumnsUnread);
+       },
+       true},
       {"cut-graph", "a parameter the gradient does not reach (detach, a frozen or unused layer)", "M5",
        "which trainable parameters get a gradient from one backward", true,
        [](const Finding& f) { return cut_graph(f); }, true},

@@ -20,12 +20,16 @@ namespace gradsleuth::debug {
   X(ClassCounts, "class-counts", "D3")                                                                \
   X(ClassWeightsAmplify, "class-weights-amplify", "D3")                                               \
   X(ClassRecallLow, "class-recall-low", "D3")                                                         \
+  /* D9 label encoding: a 0/1 target column that never changes */                                     \
+  X(TargetColumnConstant, "target-column-constant", "D9")                                             \
   /* D4 alignment over the run: the loss's targets are the model's predictions, or its inputs */      \
   X(TargetsFromPredictions, "targets-from-predictions", "D4")                                         \
   X(TargetsAreInputs, "targets-are-inputs", "D4")                                                     \
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
   X(TargetLeakage, "target-leakage", "D7")                                                            \
+  /* D14 feature drift: the tabular columns compared one by one */                                    \
+  X(ColumnDrift, "column-drift", "D14")                                                               \
   /* D15 label drift: one regression target per row */                                                \
   X(TargetDrift, "target-drift", "D15")                                                               \
   /* L1 loss history */                                                                               \
@@ -80,6 +84,7 @@ namespace gradsleuth::debug {
   X(ParameterReplaced, "parameter-replaced", "M5")                                                    \
   X(OutputUnread, "output-unread", "M5")                                                              \
   X(UnitsUnread, "units-unread", "M5")                                                                \
+  X(InputColumnsUnread, "input-columns-unread", "M5")                                                 \
   /* M6 batch independence */                                                                         \
   X(BatchMixing, "batch-mixing", "M6")                                                                \
   X(InputUnreached, "input-unreached", "M6")                                                          \

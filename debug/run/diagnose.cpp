@@ -160,7 +160,10 @@ void Session::run_data_checks() {
       guarded(r, who, "near-copies check", "D12",
               [&] { r.add(check_neighbour_conflicts(a.x, a.y, b.x, b.y, o_.val_split)); });
     guarded(r, who, "train/validation checks", "D13, D14, D15, D16", [&] {
-      r.add(check_splits(read_train_rows(), *read_split_sample(data_.val->dataset(), o_.data), o_.val_split, o_.data));
+      const std::shared_ptr<const SplitSample> val_rows = read_split_sample(data_.val->dataset(), o_.data);
+      std::vector<Finding> fs = check_splits(read_train_rows(), *val_rows, o_.val_split, o_.data);
+      revise_column_drift_by_augmentation(fs, train.dataset(), read_train_rows(), *val_rows, o_.val_split, o_.data);
+      r.add(fs);
       r.add(check_split_shares(data_.train->dataset(), data_.val->dataset(), o_.val_split, o_.data));
       r.note_ran("D13, D14, D15, D16");
     });

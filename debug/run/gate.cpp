@@ -261,6 +261,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
           explain_replaced_parameters(model, l, optimizer, found);
           explain_unread_outputs(model, x, *output_grad, found);
           for (Finding& f : find_unread_units(model, x)) found.push_back(std::move(f));
+          for (Finding& f : find_unread_input_columns(model, x)) found.push_back(std::move(f));
           soften_eval_only_findings(found);
           r.add(found);
           soften_eval_only_findings(r, r);  // M10's, found before the backward

@@ -391,6 +391,14 @@ struct SplitSample;
 std::vector<Finding> check_training_rows_changed(const nn::Dataset& train, const SplitSample& before,
                                                  const DataCheckOptions& opts = {});
 std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts = {});
+// D14's column drift (in `found`, from check_splits) judged again where the training dataset draws its
+// rows afresh at each read (noise added as augmentation): its first 2,000 rows are read again, and
+// half the mean squared difference per column is the noise's variance. Less that noise, columns whose
+// variances match the split's, with no mean shift, make the finding info; a noise of a column's own
+// variance in the split or more keeps the warning and says the augmentation swamps that column.
+void revise_column_drift_by_augmentation(std::vector<Finding>& found, const nn::Dataset& train_data,
+                                         const SplitSample& train, const SplitSample& other,
+                                         const std::string& split = "validation", const DataCheckOptions& opts = {});
 std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts = {});
 std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& other,
                                   const std::string& split = "validation", const DataCheckOptions& opts = {});

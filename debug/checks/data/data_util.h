@@ -253,4 +253,7 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
 // D9 on float targets of one-hot rows (debug/checks/data/label_encoding.cpp): rows of 0s and 1s, most
 // with one 1, some with none (an encoding with fewer columns than classes). Empty when nothing to say.
 std::vector<Finding> empty_one_hot_rows(const Tensor& y);
+// D9 on 0/1 float targets (N, K): columns that are 1 on every row (an ordinal encoding built with >= for
+// >), where another column varies; at least 100 rows (debug/checks/data/label_encoding.cpp).
+std::vector<Finding> constant_target_columns(const Tensor& y);
 }  // namespace gradsleuth::debug::data_detail

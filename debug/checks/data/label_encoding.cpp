@@ -53,6 +53,55 @@ std::vector<Finding> data_detail::empty_one_hot_rows(const Tensor& y) {
   return {f};
 }
 
+// A column of 0/1 targets (multi-label, or one threshold of a cumulative ordinal encoding) that is 1 on
+// every row read: its output has nothing to learn but a constant, and an ordinal encoding built with
+// >= where > was meant (stage >= k: column 0 always 1) shifts every target by one level. At least
+// kMinConstantRows rows of two columns or more; a column that is 0 everywhere is a rare label the
+// sample may lack, and is left alone.
+constexpr int64_t kMinConstantRows = 100;
+
+std::vector<Finding> data_detail::constant_target_columns(const Tensor& y) {
+  if (!y.defined() || !y.is_floating_point() || y.dim() != 2 || y.size(1) < 2 || y.size(0) < kMinConstantRows)
+    return {};
+  const std::vector<double> v = doubles(y);
+  const int64_t n = y.size(0), K = y.size(1);
+  std::vector<int64_t> ones(static_cast<size_t>(K), 0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < K; ++c) {
+      const double a = v[static_cast<size_t>(r * K + c)];
+      if (a != 0.0 && a != 1.0) return {};  // soft targets or values: not 0/1 labels
+      ones[static_cast<size_t>(c)] += a == 1.0;
+    }
+  std::vector<int64_t> always;
+  int64_t varying = 0;
+  for (int64_t c = 0; c < K; ++c) {
+    if (ones[static_cast<size_t>(c)] == n) always.push_back(c);
+    varying += ones[static_cast<size_t>(c)] > 0 && ones[static_cast<size_t>(c)] < n;
+  }
+  // One-hot rows have no column of 1s; every column 1 is one class (empty_one_hot_rows and D3 see it).
+  if (always.empty() || varying == 0) return {};
+  Finding f = make(
+      "D9", Severity::Warning,
+      "target column" + std::string(always.size() > 1 ? "s " : " ") + list_ints(always) + " of " +
+          shape_str(y.shape()) + " 0/1 targets " + (always.size() > 1 ? "are" : "is") + " 1 on every one of " + num(n) +
+          " training rows: " + (always.size() > 1 ? "their outputs" : "its output") + " can only learn a constant");
+  f.kind = Kind::TargetColumnConstant;
+  f.shape = y.str();
+  f.evidence = {{"rows read", static_cast<double>(n), ">= " + num(kMinConstantRows)},
+                {"columns that are 1 on every row", static_cast<double>(always.size()), "any warns"},
+                {"columns with both 0s and 1s", static_cast<double>(varying), ">= 1"},
+                {"columns", static_cast<double>(K), ""}};
+  f.cause =
+      "the encoding that builds the 0/1 targets sets a column for every row: a cumulative ordinal encoding built with "
+      ">= where > was meant (stage >= 0 is always true, and every target moves up one level, so a decoder that "
+      "counts the 1s is off by one), a threshold below every value, or a label added to every row. Its output "
+      "learns a constant, and whatever reads the outputs back reads them shifted";
+  f.fix =
+      "print a few target rows beside their labels: a cumulative encoding of K levels has K - 1 columns, "
+      "column k meaning 'level > k' (gt, not ge), so the lowest level is a row of 0s";
+  return {f};
+}
+
 std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts) {
   GS_CHECK(y.defined(), "check_label_encoding", "needs a defined label tensor");
   std::vector<Finding> out;

@@ -58,9 +58,12 @@ std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_clas
   }
   add(check_normalisation(X, opts));
   add(diversity(batches, loader, opts));
-  if (classes) add(check_label_encoding(Y, num_classes, opts));
-  else
+  if (classes) {
+    add(check_label_encoding(Y, num_classes, opts));
+  } else {
     add(empty_one_hot_rows(Y));
+    add(constant_target_columns(Y));
+  }
   return out;
 }
 

@@ -366,6 +366,7 @@ std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitS
                     : "column " + num(c.shift_column) + "'s mean in train is " + fmt_num(c.shift) +
                           " standard deviations from its " + split + " mean") +
           " (" + num(c.columns) + " whitened columns, chi-square z " + str_printf("%.1f", c.z) + ")");
+  f.kind = Kind::ColumnDrift;
   f.shape = "x " + train.shape + " per example";
   const std::string ratio_rule =
       "outside [" + fmt_num(1.0 / opts.min_column_ratio) + ", " + fmt_num(opts.min_column_ratio) + "], or";
@@ -389,6 +390,98 @@ std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitS
           "noise as augmentation, drawn afresh per batch inside the training loop, never into the stored rows";
   return {f};
 }
+
+// D14's column drift again where the training rows are drawn afresh at each read (noise added in the
+// dataset's get, as augmentation): the first kAugmentRows training rows read again differ, and half
+// their mean squared difference per column is the variance the noise adds. Where every column's
+// training variance less that noise is within min_column_ratio of the split's (or within 3 sampling
+// errors of a variance ratio) and the means did not move, the drift is the augmentation's (info); where the noise
+// reaches kSwampRatio x a column's own variance in the split, the augmentation swamps the column, and the title says
+// so.
+constexpr int64_t kAugmentRows = 2000;
+constexpr double kSwampRatio = 1.0;
+
+}  // namespace
+
+void revise_column_drift_by_augmentation(std::vector<Finding>& found, const nn::Dataset& train_data,
+                                         const SplitSample& train, const SplitSample& other, const std::string& split,
+                                         const DataCheckOptions& opts) {
+  auto it = std::find_if(found.begin(), found.end(),
+                         [](const Finding& f) { return f.fires() && f.is("D14", Kind::ColumnDrift); });
+  if (it == found.end() || !train.tabular || !other.tabular || train.features <= 0) return;
+  const size_t D = static_cast<size_t>(train.features);
+  const int64_t n = std::min<int64_t>(train.read(), kAugmentRows);
+  if (n < 20 || other.read() < 20 || train.columns.size() < static_cast<size_t>(n) * D) return;
+  NoGradGuard ng;
+  const nn::Batch again = train_data.get_batch(rows(0, n));
+  const std::vector<double> x2 = doubles(again.x.reshape({n, -1}));
+  if (x2.size() != static_cast<size_t>(n) * D) return;
+  std::vector<double> noise(D, 0.0);
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+    for (size_t j = 0; j < D; ++j) {
+      const double d = static_cast<double>(train.columns[i * D + j]) - x2[i * D + j];
+      if (std::isfinite(d)) noise[j] += d * d / (2.0 * static_cast<double>(n));
+    }
+  if (std::all_of(noise.begin(), noise.end(), [](double v) { return v == 0; })) return;  // the same rows again
+  auto variances = [&](const SplitSample& s) {
+    const size_t m = s.columns.size() / D;
+    std::vector<double> mean(D, 0.0), var(D, 0.0);
+    for (size_t i = 0; i < m; ++i)
+      for (size_t j = 0; j < D; ++j) mean[j] += s.columns[i * D + j] / static_cast<double>(m);
+    for (size_t i = 0; i < m; ++i)
+      for (size_t j = 0; j < D; ++j) var[j] += std::pow(s.columns[i * D + j] - mean[j], 2) / static_cast<double>(m);
+    return var;
+  };
+  const std::vector<double> vt = variances(train), vo = variances(other);
+  double worst_ratio = 1.0, swamp = 0.0;
+  size_t swamp_column = 0;
+  for (size_t j = 0; j < D; ++j) {
+    if (!(vo[j] > 0)) continue;
+    const double r = std::max(vt[j] - noise[j], 1e-12) / vo[j];
+    if (std::abs(std::log(r)) > std::abs(std::log(worst_ratio))) worst_ratio = r;
+    if (noise[j] / vo[j] > swamp) swamp = noise[j] / vo[j], swamp_column = j;
+  }
+  Finding f = *it;
+  f.evidence.push_back(
+      {"training rows read again (a dataset that draws them afresh: augmentation)", static_cast<double>(n), ""});
+  f.evidence.push_back({"largest noise variance of a read / the column's " + split + " variance (column " +
+                            num(static_cast<int64_t>(swamp_column)) + ")",
+                        swamp, ">= " + fmt_num(kSwampRatio) + ": the augmentation swamps the column"});
+  f.evidence.push_back({"most extreme variance ratio, train less the noise / " + split, worst_ratio,
+                        "within [" + fmt_num(1.0 / opts.min_column_ratio) + ", " + fmt_num(opts.min_column_ratio) +
+                            "] or 3 sampling errors of 1, with no mean shift: the augmentation's drift (info)"});
+  if (swamp >= kSwampRatio) {
+    f.title = "the training rows' augmentation adds noise with " + fmt_num(swamp) + "x column " +
+              num(static_cast<int64_t>(swamp_column)) + "'s " + split + " variance: it swamps that column (the " +
+              split + " inputs drifted from train, column by column)";
+    f.cause =
+        "the training dataset draws noise afresh at each read (an augmentation), on a scale far above some "
+        "columns' own spread: noise meant for standardised columns added to raw ones (before the "
+        "normaliser), or one noise level for columns of very different units. The model cannot read those "
+        "columns in training, and meets them clean in " +
+        split;
+    f.fix =
+        "add the noise after standardising (normalise first, then augment), or scale it per column by that "
+        "column's standard deviation";
+  } else {
+    double shift = 0.0;
+    for (const Evidence& e : f.evidence)
+      if (e.name.rfind("largest mean shift", 0) == 0) shift = e.value;
+    // A ratio of two sample variances moves by sqrt(2 / n_train + 2 / n_split) in log units by chance:
+    // the corrected ratio must pass both min_column_ratio and 3 of those to keep the warning.
+    const double se = std::sqrt(2.0 / static_cast<double>(train.read()) + 2.0 / static_cast<double>(other.read()));
+    const double off = std::abs(std::log(worst_ratio));
+    if ((off >= std::log(opts.min_column_ratio) && off >= 3 * se) || std::abs(shift) >= opts.min_column_shift) return;
+    f.severity = Severity::Info;
+    f.title +=
+        " (the training rows draw noise afresh at each read, an augmentation: less its variance, every "
+        "column matches)";
+    f.fix = "none needed: noise drawn per read is augmentation, which the " + split + " split rightly leaves out";
+  }
+  *it = std::move(f);
+}
+
+namespace {
 
 std::vector<Finding> feature_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                    const DataCheckOptions& opts) {

@@ -200,6 +200,13 @@ void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& ou
 // was silenced by a ReLU after it (M7's). A warning per layer; empty when every unit got a gradient, or
 // none did (a cut graph, M5's own).
 std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x);
+// ---- input columns the model never reads (M5, kind input-columns-unread) ----------------------
+// Tabular inputs x (B, F), 2 <= F <= 64: each column's values rolled across the first 256 rows in one
+// eval-mode forward each; a column that leaves every output exactly as it was, beside columns that move
+// it, is a feature the forward never reads (a slice of the wrong columns, a branch given the wrong
+// variable): a warning. Columns constant over the batch are not judged; nothing when no column moves the
+// output, or the eval forward is random.
+std::vector<Finding> find_unread_input_columns(nn::Module& model, const Tensor& x);
 
 // ---- parameters the model uses in eval mode only (M5 info; softens M5, M10 and O1) ----------
 // A trainable parameter that the training forward does not reach (`unreached`, from the gate's

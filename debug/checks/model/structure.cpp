@@ -676,4 +676,66 @@ void soften_eval_only_findings(Report& r, const Report& gate) {
     if (all[i].severity != r.findings()[i].severity) r.replace(i, all[i]);
 }
 
+// ---- input columns the model never reads ---------------------------------------------------------
+std::vector<Finding> find_unread_input_columns(nn::Module& model, const Tensor& x) {
+  constexpr int64_t kMaxColumns = 64, kMaxRows = 256;
+  if (!x.defined() || !x.is_floating_point() || x.dim() != 2 || x.size(0) < 8 || x.size(1) < 2 ||
+      x.size(1) > kMaxColumns)
+    return {};
+  std::vector<int64_t> unread;
+  const int64_t B = std::min(x.size(0), kMaxRows), F = x.size(1);
+  try {
+    QuietProbe quiet(model);
+    ModeSnapshot modes(model);
+    model.eval();
+    NoGradGuard ng;
+    const Tensor xb = x.narrow(0, 0, B).contiguous();
+    const Tensor base = model(xb).detach().clone();
+    if (!base.defined() || !base.is_floating_point()) return {};
+    auto same = [&](const Tensor& o) {
+      return o.shape() == base.shape() && amax(abs(o.to(kFloat64) - base.to(kFloat64))).item<double>() == 0.0;
+    };
+    if (!same(model(xb).detach())) return {};  // an eval forward that draws randomness: nothing to compare
+    // Each column's values moved to other rows (rolled by half the batch): a column the forward reads
+    // moves some output; one it never reads leaves every output exactly as it was. A column constant
+    // over the batch moves nothing when rolled and is not judged.
+    std::vector<int64_t> roll(static_cast<size_t>(B));
+    for (int64_t i = 0; i < B; ++i) roll[static_cast<size_t>(i)] = (i + B / 2) % B;
+    const Tensor rolled = xb.index_select(0, tensor(roll, {B}));
+    int64_t judged = 0;
+    for (int64_t j = 0; j < F; ++j) {
+      const Tensor col = xb.narrow(1, j, 1);
+      if (amax(abs(col - rolled.narrow(1, j, 1))).item<double>() == 0.0) continue;
+      ++judged;
+      Tensor moved = xb.clone();
+      moved.narrow(1, j, 1).copy_(rolled.narrow(1, j, 1));
+      if (same(model(moved).detach())) unread.push_back(j);
+    }
+    if (unread.empty() || static_cast<int64_t>(unread.size()) == judged) return {};  // none, or none read at all
+  } catch (const std::exception&) {
+    return {};
+  }
+  Finding f;
+  f.check = "M5";
+  f.severity = Severity::Warning;
+  f.kind = Kind::InputColumnsUnread;
+  f.title = "the model never reads input column" + std::string(unread.size() > 1 ? "s " : " ") + index_list(unread) +
+            " of " + std::to_string(F) + ": moving " + (unread.size() > 1 ? "each one's" : "its") +
+            " values to other rows of the batch leaves every output exactly as it was";
+  f.shape = shape_of(x);
+  f.evidence = {{"input columns whose values, moved across the batch, move no output",
+                 static_cast<double>(unread.size()), "any, beside columns that move it, warns"},
+                {"input columns", static_cast<double>(F), ""},
+                {"rows of the batch probed (eval mode)", static_cast<double>(B), ""}};
+  f.cause =
+      "the forward never uses these features: a slice that reads the wrong columns (narrow(1, 0, 10) where "
+      "narrow(1, 10, 10) was meant), a branch handed the wrong variable (two towers both fed the user's "
+      "features, the item's left out), or a feature block dropped. The data in those columns never reaches the "
+      "prediction";
+  f.fix =
+      "check every narrow/index/chunk of the input and what each branch of the forward is given; columns "
+      "carried on purpose (row ids, sample weights) belong outside the model's input";
+  return {f};
+}
+
 }  // namespace gradsleuth::debug
