@@ -749,6 +749,41 @@ TEST_CASE("D12-D16 are silent on two disjoint random splits of one distribution"
   CHECK(dbg::check_split_sizes(*train, *val).empty());
 }
 
+// Impressions of a recommender: each row joins one of 300 users' and one of 200 articles' features (5
+// each), the label a click drawn from their affinity. 6,000 impressions meet the same pair again by
+// chance (4,800 training rows: about 190 times), with another click outcome often: D12 and D13 are info
+// there. The same
+// rows with 300 of them appended again under the other label still warn.
+TEST_CASE(
+    "D12 and D13 on rows joined from repeated items: outcomes that differ are no conflict; relabelled copies are") {
+  gs::Generator g(21);
+  const Tensor users = gs::randn({300, 5}, {}, &g), items = gs::randn({200, 5}, {}, &g);
+  const int64_t n = 6000;
+  const Tensor u = gs::randint(0, 300, {n}, gs::kInt64, &g), i = gs::randint(0, 200, {n}, gs::kInt64, &g);
+  const Tensor x = gs::cat({users.index_select(0, u), items.index_select(0, i)}, 1);
+  const Tensor p = gs::sigmoid(gs::sum(users.index_select(0, u) * items.index_select(0, i), {1}));
+  const Tensor y = gs::lt(gs::rand({n}, {}, &g), p).to(gs::kInt64);
+  auto [train, val] = nn::train_val_split(dataset(x, y, "impressions"), 0.2, 3);
+  const std::vector<dbg::Finding> dup = dbg::check_duplicates(*train);
+  REQUIRE(dup.size() == 1);
+  INFO(dup[0].str());
+  CHECK(dup[0].severity == dbg::Severity::Info);
+  CHECK(has(dup[0].title, "rows joined from repeated items"));
+  CHECK(ev(dup[0], "rows whose input has another label elsewhere") > 0);
+  const std::vector<dbg::Finding> mix = dbg::check_train_test_mix(*train, *val);
+  REQUIRE(mix.size() == 1);
+  INFO(mix[0].str());
+  CHECK(mix[0].severity == dbg::Severity::Info);
+  CHECK(has(mix[0].title, "rows joined from repeated items"));
+  // 300 training rows appended again, each with the other click label: conflicts on every copy.
+  const nn::Batch t = train->all();
+  const Tensor again = gs::cat({t.x, t.x.narrow(0, 0, 300)}), labels = gs::cat({t.y, 1 - t.y.narrow(0, 0, 300)});
+  const std::vector<dbg::Finding> relabelled = dbg::check_duplicates(*dataset(again, labels, "appended"));
+  REQUIRE(relabelled.size() == 1);
+  INFO(relabelled[0].str());
+  CHECK(relabelled[0].severity == dbg::Severity::Warning);
+}
+
 TEST_CASE("D12 check_duplicates: 5% of the rows copied with flipped labels; copies alone; a few copies") {
   const Images a = images(1000, 5, 11);
   // Rows 0..49 appended again with the next class: 50 copies, 100 rows with conflicting labels.

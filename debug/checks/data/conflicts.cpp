@@ -85,9 +85,39 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   // decide). Info up to ids_conflict_fraction; rows appended with other labels reach far more.
   const bool ids_conflict =
       s.integral_inputs && conflicts && !too_many && !discrete && conflict_frac <= opts.ids_conflict_fraction;
+  // Rows joined from a smaller set of items (each row a user's and an article's features): the same pair
+  // met again is a duplicate by chance, and where the label is an outcome of each meeting (a click, a
+  // purchase) it may differ. Info where the inputs with conflicting labels are no more than labels drawn
+  // independently of the input would give (each group of k copies conflicts with 1 - sum_c p_c^k; up to
+  // 2 sds above that). Rows appended again with other labels conflict every time, far above it.
+  double joined = 1.0, expected = 0.0, sd = 0.0;
+  if (conflicts && !too_many && !discrete && !ids_conflict && s.tabular && s.features > 1 &&
+      s.columns.size() == static_cast<size_t>(s.read() * s.features)) {
+    joined = repetition_factor(s.columns, static_cast<size_t>(s.read()), static_cast<size_t>(s.features));
+    if (joined > 1.0) {
+      std::map<uint64_t, double> share;
+      for (const Label& l : s.y) share[l.hash] += 1.0 / n;
+      double var = 0.0;
+      for (const auto& [h, g] : groups) {
+        if (g.count < 2) continue;
+        double same = 0.0;
+        for (const auto& [lh, p] : share) same += std::pow(p, static_cast<double>(g.count));
+        expected += 1.0 - same;
+        var += (1.0 - same) * same;
+      }
+      sd = std::sqrt(var);
+    }
+  }
+  const bool outcomes = joined > 1.0 && static_cast<double>(conflict_inputs) <= expected + 2.0 * sd;
   Finding f =
-      make("D12", (conflicts || too_many) && !discrete && !ids_conflict ? Severity::Warning : Severity::Info, "");
-  if (discrete)
+      make("D12",
+           (conflicts || too_many) && !discrete && !ids_conflict && !outcomes ? Severity::Warning : Severity::Info, "");
+  if (outcomes)
+    f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name +
+              " share their input with a row of another label, as many as labels drawn apart from the input would "
+              "give: rows joined from repeated items (" +
+              fmt_num(joined) + " rows per item), where the label is an outcome of each meeting" + s.partial();
+  else if (discrete)
     f.title = "inputs from a small discrete set: " + num(repeated) + " of " + num(s.read()) + " rows of " + s.name +
               " repeat an earlier row's input (" + pct(dup_frac) + ")" +
               (conflicts ? ", " + num(conflicting) +
@@ -113,7 +143,19 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
     f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
                           ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
   if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
-  if (discrete)
+  if (joined > 1.0) {
+    f.evidence.push_back(
+        {"rows per distinct pair of adjacent column values (rows joined from repeated items)", joined, ">= 1.5"});
+    f.evidence.push_back({"inputs with conflicting labels, were the labels drawn apart from the input", expected,
+                          "observed <= this + 2 sd (" + fmt_num(sd) + "): outcomes, info"});
+  }
+  if (outcomes)
+    f.cause =
+        "each row joins the features of items that recur across rows (a user and an article, a patient and a "
+        "visit), so the same pair recurs by chance, and the label is what happened at each meeting: a click or "
+        "no click. Conflicts at the rate such outcomes give are the data, not annotation errors. For example: " +
+        example;
+  else if (discrete)
     f.cause =
         "the inputs take few distinct values, so rows repeat by nature, and where the outcome is random given "
         "the input (the next token after a context, a transition's reward) the same input carries several "
@@ -146,7 +188,12 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
                             num(ex.second) + "), keep one correct label per input and drop the others; then split"
                       : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "
                         "purpose only inside the training loader (a weighted sampler), never by copying rows";
-  if (!f.fires() && !discrete)
+  if (outcomes)
+    f.fix =
+        "nothing to do: a model of such outcomes predicts their probability (score it by log-loss or AUC, not "
+        "by accuracy); if the labels are meant to be deterministic, look at rows " +
+        num(ex.first) + " and " + num(ex.second);
+  else if (!f.fires() && !discrete)
     f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
             "); drop the copies if they matter to you";
   return {f};

@@ -246,6 +246,11 @@ double chi_square_z(double x, double k);
 // (debug/checks/data/split_consistency.cpp).
 std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
                                   bool floor_spread);
+// How many rows share each value of a split's continuous columns (row-major c, n rows of D values): the
+// median, over adjacent pairs of columns that hold a fractional value, of rows per distinct pair of values;
+// 1 below 1.5. Rows joined from a smaller set of items (a pairs dataset, a user's and an article's
+// features per impression) repeat them (debug/checks/data/splits.cpp).
+double repetition_factor(const std::vector<float>& c, size_t n, size_t D);
 // D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.
 std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts);

@@ -112,8 +112,14 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   // meets some training row about twice as often as a training row meets an earlier one (n / K against
   // n / 2K on average, for K equally likely inputs). An overlap within 3 standard errors of that is the
   // draw, not a split that leaked.
+  // So do rows joined from a smaller set of items (a user's and an article's features per impression):
+  // the same pair recurs, within train and across the splits alike.
   const double expected = 2.0 * train_dup * static_cast<double>(other.read());
-  const bool by_chance = train.integral_inputs && other.integral_inputs && train_repeats > 0 &&
+  const bool joined =
+      !train.integral_inputs && train.tabular && train.features > 1 &&
+      train.columns.size() == static_cast<size_t>(train.read() * train.features) &&
+      repetition_factor(train.columns, static_cast<size_t>(train.read()), static_cast<size_t>(train.features)) > 1.0;
+  const bool by_chance = ((train.integral_inputs && other.integral_inputs) || joined) && train_repeats > 0 &&
                          static_cast<double>(mixed) <= expected + 3.0 * std::sqrt(expected);
   const bool fires = frac > opts.max_mix_fraction && !discrete && !by_chance;
   Finding f = make("D13", fires ? Severity::Warning : Severity::Info,
@@ -121,8 +127,9 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
                        ") are also training rows: the same input is in both splits" +
                        (discrete ? " (inputs from a small discrete set: " + pct(train_dup) +
                                        " of the training rows repeat one another's too)"
-                        : by_chance ? " (as often as whole-number inputs that repeat within train at " +
-                                          pct(train_dup) + " meet by chance)"
+                        : by_chance ? std::string(joined ? " (as often as rows joined from repeated items"
+                                                         : " (as often as whole-number inputs") +
+                                          " that repeat within train at " + pct(train_dup) + " meet by chance)"
                                     : std::string()) +
                        other.partial());
   f.shape = "x " + other.shape + " per example";
@@ -131,9 +138,10 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
                 {split + " rows also in train", static_cast<double>(mixed), ""},
                 {"mixed fraction", frac, "> " + fmt_num(opts.max_mix_fraction) + " warns"},
                 {"of them with another label than in train", static_cast<double>(relabelled), ""}};
-  if (train.integral_inputs) {
-    f.evidence.push_back({"training rows repeating an earlier training row (whole-number inputs)", train_dup,
-                          ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
+  if (train.integral_inputs || joined) {
+    f.evidence.push_back({std::string("training rows repeating an earlier training row (") +
+                              (joined ? "rows joined from repeated items)" : "whole-number inputs)"),
+                          train_dup, ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
     f.evidence.push_back({split + " rows expected in train by chance (2 x that rate)", expected,
                           "mixed rows within 3 standard errors of it: info"});
   }
@@ -163,30 +171,6 @@ struct ColumnDrift {
   int64_t shift_column = -1, ratio_column = -1;
   double shift = 0.0, ratio = 1.0;  // the largest |standardised mean shift| (signed), the most extreme ratio
 };
-
-// How many rows share each value of a split's continuous columns, as the median over adjacent
-// pairs of columns that hold a fractional value of rows per distinct pair of values (1 below 1.5).
-// Rows built from a smaller set of items repeat them: a pairs dataset (a siamese or ranking task,
-// each row two items' features) puts each item in several rows, and those rows are no independent
-// draws. A pair of columns, not one, so that features rounded to a few levels do not count as
-// repeats.
-double repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
-  std::vector<double> per_pair;
-  for (size_t j = 0; j + 1 < D; ++j) {
-    bool fractional = false;
-    for (size_t i = 0; i < n && !fractional; ++i)
-      fractional = c[i * D + j] != std::floor(c[i * D + j]) && c[i * D + j + 1] != std::floor(c[i * D + j + 1]);
-    if (!fractional) continue;
-    std::set<std::pair<float, float>> distinct;
-    for (size_t i = 0; i < n; ++i) distinct.emplace(c[i * D + j], c[i * D + j + 1]);
-    per_pair.push_back(static_cast<double>(n) / static_cast<double>(distinct.size()));
-  }
-  if (per_pair.empty()) return 1.0;
-  std::nth_element(per_pair.begin(), per_pair.begin() + static_cast<std::ptrdiff_t>(per_pair.size() / 2),
-                   per_pair.end());
-  const double r = per_pair[per_pair.size() / 2];
-  return r >= 1.5 ? r : 1.0;
-}
 
 namespace {
 // Windows cut from one series at a stride of 1, each sharing all but one value with the next: the
@@ -583,6 +567,30 @@ std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const s
 }
 
 }  // namespace
+
+// How many rows share each value of a split's continuous columns, as the median over adjacent
+// pairs of columns that hold a fractional value of rows per distinct pair of values (1 below 1.5).
+// Rows built from a smaller set of items repeat them: a pairs dataset (a siamese or ranking task,
+// each row two items' features) puts each item in several rows, and those rows are no independent
+// draws. A pair of columns, not one, so that features rounded to a few levels do not count as
+// repeats.
+double data_detail::repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
+  std::vector<double> per_pair;
+  for (size_t j = 0; j + 1 < D; ++j) {
+    bool fractional = false;
+    for (size_t i = 0; i < n && !fractional; ++i)
+      fractional = c[i * D + j] != std::floor(c[i * D + j]) && c[i * D + j + 1] != std::floor(c[i * D + j + 1]);
+    if (!fractional) continue;
+    std::set<std::pair<float, float>> distinct;
+    for (size_t i = 0; i < n; ++i) distinct.emplace(c[i * D + j], c[i * D + j + 1]);
+    per_pair.push_back(static_cast<double>(n) / static_cast<double>(distinct.size()));
+  }
+  if (per_pair.empty()) return 1.0;
+  std::nth_element(per_pair.begin(), per_pair.begin() + static_cast<std::ptrdiff_t>(per_pair.size() / 2),
+                   per_pair.end());
+  const double r = per_pair[per_pair.size() / 2];
+  return r >= 1.5 ? r : 1.0;
+}
 
 std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts) {
   return std::make_shared<const SplitSample>(read_split(data, opts));
