@@ -1135,7 +1135,7 @@ TEST_CASE("D14 on tabular inputs: noise drawn afresh at each read is augmentatio
     std::vector<dbg::Finding> fs = dbg::check_splits(*a, *b, "validation");
     dbg::revise_column_drift_by_augmentation(fs, *t, *a, *b, "validation");
     for (const dbg::Finding& f : fs)
-      if (f.is("D14", dbg::Kind::ColumnDrift)) return f;
+      if (f.is("D14", dbg::Kind::ColumnDrift) || f.is("D14", dbg::Kind::AugmentationSwamps)) return f;
     return dbg::Finding();
   };
   // Augmentation: the drift less the noise's variance (half a column's spread) is none.
@@ -1157,6 +1157,7 @@ TEST_CASE("D14 on tabular inputs: noise drawn afresh at each read is augmentatio
   const dbg::Finding swamped = judged(std::make_shared<Jittered>(train, gs::tensor(scale, sd.shape())));
   INFO(swamped.str());
   CHECK(swamped.severity == dbg::Severity::Warning);
+  CHECK(swamped.kind == dbg::Kind::AugmentationSwamps);
   CHECK(has(swamped.title, "swamps that column"));
   CHECK(has(swamped.title, "column 2's validation variance"));
 }

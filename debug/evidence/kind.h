@@ -30,6 +30,7 @@ namespace gradsleuth::debug {
   X(TargetLeakage, "target-leakage", "D7")                                                            \
   /* D14 feature drift: the tabular columns compared one by one */                                    \
   X(ColumnDrift, "column-drift", "D14")                                                               \
+  X(AugmentationSwamps, "augmentation-swamps", "D14")                                                 \
   /* D15 label drift: one regression target per row */                                                \
   X(TargetDrift, "target-drift", "D15")                                                               \
   /* L1 loss history */                                                                               \

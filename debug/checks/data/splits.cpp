@@ -435,6 +435,7 @@ void revise_column_drift_by_augmentation(std::vector<Finding>& found, const nn::
                         "within [" + fmt_num(1.0 / opts.min_column_ratio) + ", " + fmt_num(opts.min_column_ratio) +
                             "] or 3 sampling errors of 1, with no mean shift: the augmentation's drift (info)"});
   if (swamp >= kSwampRatio) {
+    f.kind = Kind::AugmentationSwamps;
     f.title = "the training rows' augmentation adds noise with " + fmt_num(swamp) + "x column " +
               num(static_cast<int64_t>(swamp_column)) + "'s " + split + " variance: it swamps that column (the " +
               split + " inputs drifted from train, column by column)";
