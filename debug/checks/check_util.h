@@ -1,5 +1,6 @@
 // Small helpers shared by the checks' implementations (internal to debug/):
-// starting a finding, integers in titles, medians, quantiles, means and variances of samples.
+// starting a finding, integers in titles, medians, quantiles, ranks, correlations, means and variances of
+// samples.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -59,6 +60,42 @@ inline double median(std::vector<double> v) {
   if (v.size() % 2 == 1) return v[k];
   const double hi = v[k];
   return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k)));
+}
+
+// Ranks of v from 0, ties given their mean rank.
+inline std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<size_t> order(v.size());
+  for (size_t i = 0; i < v.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t e = i + 1;
+    while (e < order.size() && v[order[e]] == v[order[i]]) ++e;
+    for (size_t t = i; t < e; ++t) r[order[t]] = 0.5 * static_cast<double>(i + e - 1);
+    i = e;
+  }
+  return r;
+}
+
+// The Pearson correlation of two samples of equal length; NaN where either is constant.
+inline double pearson(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  if (n < 2) return kNaN;
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < n; ++i) ma += a[i], mb += b[i];
+  ma /= static_cast<double>(n), mb /= static_cast<double>(n);
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ab += (a[i] - ma) * (b[i] - mb);
+    aa += (a[i] - ma) * (a[i] - ma);
+    bb += (b[i] - mb) * (b[i] - mb);
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : kNaN;
+}
+
+// Spearman's rank correlation (the Pearson correlation of the ranks); NaN where either is constant.
+inline double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  return pearson(ranks(a), ranks(b));
 }
 
 // The value at quantile q of v (nearest rank, lower side): v[floor(q (n-1))] after sorting; NaN when empty.

@@ -340,32 +340,6 @@ namespace {
 constexpr size_t kMinReportedEpochs = 4;
 constexpr double kNetMove = 0.1;
 
-// Ranks from 1, ties given their mean rank.
-std::vector<double> ranks(const std::vector<double>& v) {
-  std::vector<size_t> order(v.size());
-  for (size_t i = 0; i < v.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < order.size();) {
-    size_t j = i;
-    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
-    for (size_t k = i; k <= j; ++k) r[order[k]] = (static_cast<double>(i + j) / 2.0) + 1.0;
-    i = j + 1;
-  }
-  return r;
-}
-
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  const std::vector<double> ra = ranks(a), rb = ranks(b);
-  const double n = static_cast<double>(a.size()), mean = (n + 1) / 2;
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    sab += (ra[i] - mean) * (rb[i] - mean);
-    saa += (ra[i] - mean) * (ra[i] - mean);
-    sbb += (rb[i] - mean) * (rb[i] - mean);
-  }
-  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : kNaN;
-}
 }  // namespace
 
 void Monitor::judge_reported_validation() {
@@ -375,7 +349,7 @@ void Monitor::judge_reported_validation() {
   for (size_t e = 0; e < std::min(r.size(), m.size()); ++e)
     if (std::isfinite(r[e]) && std::isfinite(m[e])) reported.push_back(r[e]), measured.push_back(m[e]);
   if (reported.size() < kMinReportedEpochs) return;
-  const double rho = spearman(reported, measured);
+  const double rho = detail::spearman(reported, measured);
   const size_t low = static_cast<size_t>(std::min_element(reported.begin(), reported.end()) - reported.begin());
   const double r0 = reported[low], r1 = reported.back(), m0 = measured[low], m1 = measured.back();
   const bool report_up = r0 > 0 && r1 > r0 * (1 + kNetMove), measured_down = m0 > 0 && m1 < m0 * (1 - kNetMove);

@@ -91,9 +91,8 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   // independently of the input would give (each group of k copies conflicts with 1 - sum_c p_c^k; up to
   // 2 sds above that). Rows appended again with other labels conflict every time, far above it.
   double joined = 1.0, expected = 0.0, sd = 0.0;
-  if (conflicts && !too_many && !discrete && !ids_conflict && s.tabular && s.features > 1 &&
-      s.columns.size() == static_cast<size_t>(s.read() * s.features)) {
-    joined = repetition_factor(s.columns, static_cast<size_t>(s.read()), static_cast<size_t>(s.features));
+  if (conflicts && !too_many && !discrete && !ids_conflict && s.tabular) {
+    joined = s.repeats;
     if (joined > 1.0) {
       std::map<uint64_t, double> share;
       for (const Label& l : s.y) share[l.hash] += 1.0 / n;

@@ -225,6 +225,11 @@ struct SplitSample {
   int64_t label_values = 1;  // values per label row (1: a class or one target)
   std::string shape;         // one example's input shape
   int64_t features = -1;     // its number of values (-1 before the first row)
+  // Tabular rows: how many rows share each value of the continuous columns (the median, over adjacent
+  // pairs of columns holding fractional values, of rows per distinct pair; 1 below 1.5). Rows joined from
+  // a smaller set of items (a pairs dataset, a user's and an article's features per impression) repeat
+  // them. D12, D13 and D14 read it.
+  double repeats = 1.0;
   int64_t read() const { return static_cast<int64_t>(x.size()); }
   // " (the first N rows read)" when the sample is not the whole split.
   std::string partial() const { return read() < size ? " (the first " + detail::num(read()) + " rows read)" : ""; }
@@ -246,11 +251,6 @@ double chi_square_z(double x, double k);
 // (debug/checks/data/split_consistency.cpp).
 std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
                                   bool floor_spread);
-// How many rows share each value of a split's continuous columns (row-major c, n rows of D values): the
-// median, over adjacent pairs of columns that hold a fractional value, of rows per distinct pair of values;
-// 1 below 1.5. Rows joined from a smaller set of items (a pairs dataset, a user's and an article's
-// features per impression) repeat them (debug/checks/data/splits.cpp).
-double repetition_factor(const std::vector<float>& c, size_t n, size_t D);
 // D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.
 std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts);

@@ -109,41 +109,24 @@ double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_ro
   const int64_t F = static_cast<int64_t>(v.size()) / rows;
   if (F < 2) return std::numeric_limits<double>::quiet_NaN();
   const int64_t k = std::min(F, max_features);
-  std::vector<std::vector<double>> ranks(static_cast<size_t>(k), std::vector<double>(static_cast<size_t>(n)));
-  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::vector<std::vector<double>> ranked(static_cast<size_t>(k));
   for (int64_t j = 0; j < k; ++j) {
     const int64_t col = j * F / k;
-    auto at = [&](int64_t i) {
+    std::vector<double> c(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
       const double x = v[static_cast<size_t>(i * F + col)];
-      return std::isfinite(x) ? x : 0.0;
-    };
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return at(a) < at(b); });
-    auto& r = ranks[static_cast<size_t>(j)];
-    for (int64_t i = 0; i < n;) {  // ties share their mean rank
-      int64_t e = i + 1;
-      while (e < n && at(order[static_cast<size_t>(e)]) == at(order[static_cast<size_t>(i)])) ++e;
-      for (int64_t t = i; t < e; ++t) r[static_cast<size_t>(order[static_cast<size_t>(t)])] = 0.5 * static_cast<double>(i + e - 1);
-      i = e;
+      c[static_cast<size_t>(i)] = std::isfinite(x) ? x : 0.0;
     }
+    ranked[static_cast<size_t>(j)] = detail::ranks(c);
   }
-  const double mid = 0.5 * static_cast<double>(n - 1);
   double total = 0.0;
   int64_t pairs = 0;
   for (int64_t a = 0; a < k; ++a)
     for (int64_t b = a + 1; b < k; ++b) {
-      double sab = 0, saa = 0, sbb = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double x = ranks[static_cast<size_t>(a)][static_cast<size_t>(i)] - mid;
-        const double y = ranks[static_cast<size_t>(b)][static_cast<size_t>(i)] - mid;
-        sab += x * y;
-        saa += x * x;
-        sbb += y * y;
-      }
-      if (saa > 0 && sbb > 0) {
-        total += std::fabs(sab / std::sqrt(saa * sbb));
-        ++pairs;
-      }
+      const double rho = detail::pearson(ranked[static_cast<size_t>(a)], ranked[static_cast<size_t>(b)]);
+      if (std::isnan(rho)) continue;  // a constant feature
+      total += std::fabs(rho);
+      ++pairs;
     }
   return pairs > 0 ? total / static_cast<double>(pairs) : std::numeric_limits<double>::quiet_NaN();
 }
@@ -179,11 +162,7 @@ double neighbour_labels(const std::vector<double>& v, int64_t rows, const Tensor
     if (chance >= 1.0) return nan;
     return (same / static_cast<double>(own.size()) - chance) / (1.0 - chance);
   }
-  const Summary a = summarize(own), b = summarize(theirs);
-  if (!(a.std > 0) || !(b.std > 0)) return nan;
-  double cov = 0;
-  for (size_t i = 0; i < own.size(); ++i) cov += (own[i] - a.mean) * (theirs[i] - b.mean);
-  return cov / static_cast<double>(own.size()) / (a.std * b.std);
+  return detail::pearson(own, theirs);
 }
 }  // namespace
 

@@ -26,6 +26,30 @@ using namespace data_detail;
 
 namespace {
 
+// How many rows share each value of a split's continuous columns, as the median over adjacent
+// pairs of columns that hold a fractional value of rows per distinct pair of values (1 below 1.5).
+// Rows built from a smaller set of items repeat them: a pairs dataset (a siamese or ranking task,
+// each row two items' features) puts each item in several rows, and those rows are no independent
+// draws. A pair of columns, not one, so that features rounded to a few levels do not count as
+// repeats.
+double repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
+  std::vector<double> per_pair;
+  for (size_t j = 0; j + 1 < D; ++j) {
+    bool fractional = false;
+    for (size_t i = 0; i < n && !fractional; ++i)
+      fractional = c[i * D + j] != std::floor(c[i * D + j]) && c[i * D + j + 1] != std::floor(c[i * D + j + 1]);
+    if (!fractional) continue;
+    std::set<std::pair<float, float>> distinct;
+    for (size_t i = 0; i < n; ++i) distinct.emplace(c[i * D + j], c[i * D + j + 1]);
+    per_pair.push_back(static_cast<double>(n) / static_cast<double>(distinct.size()));
+  }
+  if (per_pair.empty()) return 1.0;
+  std::nth_element(per_pair.begin(), per_pair.begin() + static_cast<std::ptrdiff_t>(per_pair.size() / 2),
+                   per_pair.end());
+  const double r = per_pair[per_pair.size() / 2];
+  return r >= 1.5 ? r : 1.0;
+}
+
 SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
   SplitSample s;
   s.name = d.name();
@@ -71,6 +95,9 @@ SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts) {
     s.means.insert(s.means.end(), m.begin(), m.end());
     s.stds.insert(s.stds.end(), sd.begin(), sd.end());
   }
+  if (s.tabular && s.features > 0 && !s.columns.empty())
+    s.repeats = repetition_factor(s.columns, s.columns.size() / static_cast<size_t>(s.features),
+                                  static_cast<size_t>(s.features));
   return s;
 }
 
@@ -115,10 +142,7 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   // So do rows joined from a smaller set of items (a user's and an article's features per impression):
   // the same pair recurs, within train and across the splits alike.
   const double expected = 2.0 * train_dup * static_cast<double>(other.read());
-  const bool joined =
-      !train.integral_inputs && train.tabular && train.features > 1 &&
-      train.columns.size() == static_cast<size_t>(train.read() * train.features) &&
-      repetition_factor(train.columns, static_cast<size_t>(train.read()), static_cast<size_t>(train.features)) > 1.0;
+  const bool joined = !train.integral_inputs && train.tabular && train.repeats > 1.0;
   const bool by_chance = ((train.integral_inputs && other.integral_inputs) || joined) && train_repeats > 0 &&
                          static_cast<double>(mixed) <= expected + 3.0 * std::sqrt(expected);
   const bool fires = frac > opts.max_mix_fraction && !discrete && !by_chance;
@@ -199,6 +223,22 @@ int64_t sliding_window_width(const SplitSample& s) {
 }
 }  // namespace
 
+// Each column's mean and sample variance (divided by n - 1) over the n rows of row-major c (D columns).
+std::vector<double> column_means(const std::vector<float>& c, size_t n, size_t D) {
+  std::vector<double> m(D, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < D; ++j) m[j] += c[i * D + j];
+  for (double& v : m) v /= static_cast<double>(n);
+  return m;
+}
+std::vector<double> column_variances(const std::vector<float>& c, size_t n, size_t D, const std::vector<double>& m) {
+  std::vector<double> v(D, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < D; ++j) v[j] += (c[i * D + j] - m[j]) * (c[i * D + j] - m[j]);
+  for (double& x : v) x /= static_cast<double>(n - 1);
+  return v;
+}
+
 ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   ColumnDrift r;
   const int64_t d = a.features;
@@ -210,14 +250,7 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
     return std::all_of(c.begin(), c.end(), [](float v) { return std::isfinite(v); });
   };
   if (!finite(a.columns) || !finite(b.columns)) return r;  // D2 reports non-finite values
-  auto col_means = [&](const std::vector<float>& c, size_t n) {
-    std::vector<double> m(D, 0.0);
-    for (size_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < D; ++j) m[j] += c[i * D + j];
-    for (double& v : m) v /= static_cast<double>(n);
-    return m;
-  };
-  const std::vector<double> ma = col_means(a.columns, na), mb = col_means(b.columns, nb);
+  const std::vector<double> ma = column_means(a.columns, na, D), mb = column_means(b.columns, nb, D);
   // The pooled within-split covariance.
   std::vector<double> C(D * D, 0.0);
   auto accumulate_cov = [&](const std::vector<float>& c, size_t n, const std::vector<double>& m) {
@@ -233,14 +266,7 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   for (size_t j = 0; j < D; ++j)
     for (size_t k = 0; k <= j; ++k) C[k * D + j] = C[j * D + k] /= static_cast<double>(na + nb - 2);
   // The original columns' effects: each split's variance, the pooled standard deviation.
-  auto col_vars = [&](const std::vector<float>& c, size_t n, const std::vector<double>& m) {
-    std::vector<double> v(D, 0.0);
-    for (size_t i = 0; i < n; ++i)
-      for (size_t j = 0; j < D; ++j) v[j] += (c[i * D + j] - m[j]) * (c[i * D + j] - m[j]);
-    for (double& x : v) x /= static_cast<double>(n - 1);
-    return v;
-  };
-  const std::vector<double> va = col_vars(a.columns, na, ma), vb = col_vars(b.columns, nb, mb);
+  const std::vector<double> va = column_variances(a.columns, na, D, ma), vb = column_variances(b.columns, nb, D, mb);
   for (size_t j = 0; j < D; ++j) {
     if (!(C[j * D + j] > 0) || !(va[j] > 0) || !(vb[j] > 0)) continue;  // a constant column
     const double shift = (ma[j] - mb[j]) / std::sqrt(C[j * D + j]);
@@ -304,8 +330,8 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   };
   const Moments wa = whitened_moments(a.columns, na), wb = whitened_moments(b.columns, nb);
   // Repeated rows carry the information of their distinct values only: the standard errors count those.
-  r.repeats_a = repetition_factor(a.columns, na, D);
-  r.repeats_b = repetition_factor(b.columns, nb, D);
+  r.repeats_a = a.repeats;
+  r.repeats_b = b.repeats;
   // Sliding windows of one series: about rows / width independent draws in each split.
   if (const int64_t w = std::min(sliding_window_width(a), sliding_window_width(b)); w > 0) {
     r.repeats_a = std::max(r.repeats_a, static_cast<double>(w));
@@ -409,12 +435,7 @@ void revise_column_drift_by_augmentation(std::vector<Finding>& found, const nn::
   if (std::all_of(noise.begin(), noise.end(), [](double v) { return v == 0; })) return;  // the same rows again
   auto variances = [&](const SplitSample& s) {
     const size_t m = s.columns.size() / D;
-    std::vector<double> mean(D, 0.0), var(D, 0.0);
-    for (size_t i = 0; i < m; ++i)
-      for (size_t j = 0; j < D; ++j) mean[j] += s.columns[i * D + j] / static_cast<double>(m);
-    for (size_t i = 0; i < m; ++i)
-      for (size_t j = 0; j < D; ++j) var[j] += std::pow(s.columns[i * D + j] - mean[j], 2) / static_cast<double>(m);
-    return var;
+    return column_variances(s.columns, m, D, column_means(s.columns, m, D));
   };
   const std::vector<double> vt = variances(train), vo = variances(other);
   double worst_ratio = 1.0, swamp = 0.0;
@@ -568,30 +589,6 @@ std::vector<Finding> split_sizes(int64_t train_rows, int64_t other_rows, const s
 }
 
 }  // namespace
-
-// How many rows share each value of a split's continuous columns, as the median over adjacent
-// pairs of columns that hold a fractional value of rows per distinct pair of values (1 below 1.5).
-// Rows built from a smaller set of items repeat them: a pairs dataset (a siamese or ranking task,
-// each row two items' features) puts each item in several rows, and those rows are no independent
-// draws. A pair of columns, not one, so that features rounded to a few levels do not count as
-// repeats.
-double data_detail::repetition_factor(const std::vector<float>& c, size_t n, size_t D) {
-  std::vector<double> per_pair;
-  for (size_t j = 0; j + 1 < D; ++j) {
-    bool fractional = false;
-    for (size_t i = 0; i < n && !fractional; ++i)
-      fractional = c[i * D + j] != std::floor(c[i * D + j]) && c[i * D + j + 1] != std::floor(c[i * D + j + 1]);
-    if (!fractional) continue;
-    std::set<std::pair<float, float>> distinct;
-    for (size_t i = 0; i < n; ++i) distinct.emplace(c[i * D + j], c[i * D + j + 1]);
-    per_pair.push_back(static_cast<double>(n) / static_cast<double>(distinct.size()));
-  }
-  if (per_pair.empty()) return 1.0;
-  std::nth_element(per_pair.begin(), per_pair.begin() + static_cast<std::ptrdiff_t>(per_pair.size() / 2),
-                   per_pair.end());
-  const double r = per_pair[per_pair.size() / 2];
-  return r >= 1.5 ? r : 1.0;
-}
 
 std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts) {
   return std::make_shared<const SplitSample>(read_split(data, opts));

@@ -99,18 +99,8 @@ std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOpt
 namespace {
 // The correlation of two samples of equal length (0 where either is constant).
 double correlation(const std::vector<double>& a, const std::vector<double>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  if (n < 2) return 0.0;
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < n; ++i) ma += a[i], mb += b[i];
-  ma /= static_cast<double>(n), mb /= static_cast<double>(n);
-  double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < n; ++i) {
-    ab += (a[i] - ma) * (b[i] - mb);
-    aa += (a[i] - ma) * (a[i] - ma);
-    bb += (b[i] - mb) * (b[i] - mb);
-  }
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+  const double c = detail::pearson(a, b);
+  return std::isnan(c) ? 0.0 : c;
 }
 
 // At the first step the monitor sees (before its update), each weight of the model that nn::load wrote

@@ -474,6 +474,13 @@ void explain_unread_outputs(nn::Module& model, const Tensor& x, const Tensor& ou
 }
 
 // ---- a layer's units that nothing downstream reads ----------------------------------------------
+namespace {
+// Whether a probe forward's output is exactly the unprobed one (the same shape, every value equal).
+bool same_output(const Tensor& o, const Tensor& base) {
+  return o.shape() == base.shape() && amax(abs(o.to(kFloat64) - base.to(kFloat64))).item<double>() == 0.0;
+}
+}  // namespace
+
 std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
   std::vector<Finding> out;
   if (!x.defined() || x.dim() < 1 || x.size(0) < 8) return out;
@@ -538,8 +545,7 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
         const double c = 10.0 * (1.0 + amax(abs(y.detach())).item<double>());
         for (int64_t k : units) t.narrow(dim, k, 1).add_(c);
       });
-      const Tensor o = model(x).detach();
-      return !(o.shape() == base.shape()) || amax(abs(o.to(kFloat64) - base.to(kFloat64))).item<double>() != 0.0;
+      return !same_output(model(x).detach(), base);
     };
     int64_t forwards = 0;  // one per layer, then one per unit: at most 48 in all
     for (const Layer& l : layers) {
@@ -692,10 +698,7 @@ std::vector<Finding> find_unread_input_columns(nn::Module& model, const Tensor& 
     const Tensor xb = x.narrow(0, 0, B).contiguous();
     const Tensor base = model(xb).detach().clone();
     if (!base.defined() || !base.is_floating_point()) return {};
-    auto same = [&](const Tensor& o) {
-      return o.shape() == base.shape() && amax(abs(o.to(kFloat64) - base.to(kFloat64))).item<double>() == 0.0;
-    };
-    if (!same(model(xb).detach())) return {};  // an eval forward that draws randomness: nothing to compare
+    if (!same_output(model(xb).detach(), base)) return {};  // an eval forward that draws randomness: nothing to compare
     // Each column's values moved to other rows (rolled by half the batch): a column the forward reads
     // moves some output; one it never reads leaves every output exactly as it was. A column constant
     // over the batch moves nothing when rolled and is not judged.
@@ -709,7 +712,7 @@ std::vector<Finding> find_unread_input_columns(nn::Module& model, const Tensor& 
       ++judged;
       Tensor moved = xb.clone();
       moved.narrow(1, j, 1).copy_(rolled.narrow(1, j, 1));
-      if (same(model(moved).detach())) unread.push_back(j);
+      if (same_output(model(moved).detach(), base)) unread.push_back(j);
     }
     if (unread.empty() || static_cast<int64_t>(unread.size()) == judged) return {};  // none, or none read at all
   } catch (const std::exception&) {
