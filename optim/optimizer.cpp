@@ -172,8 +172,13 @@ bool Optimizer::accumulated_since_step() const {
 }
 
 void Optimizer::zero_grad() {
+  bool held = false;  // a gradient no step() used since the previous zero_grad()
   for (auto& g : groups_)
-    for (auto& p : g.params) p.zero_grad();
+    for (auto& p : g.params) {
+      held = held || p.grad().defined();
+      p.zero_grad();
+    }
+  if (accumulating_ && zeroed_since_step_ && held) ++discarded_;
   zeroed_since_step_ = true;
 }
 

@@ -86,6 +86,11 @@ class Optimizer {
   // zero_grad stays quiet while this is on.
   void set_accumulating(bool on) { accumulating_ = on; }
   bool accumulating() const { return accumulating_; }
+  // While accumulating: the zero_grad() calls that cleared gradients no step() had used (a
+  // backward since the previous zero_grad() and no step between), so that backward's gradient
+  // never reached an update. Once per accumulation cycle's leftover is harmless; once per
+  // micro-batch means each step sees only the last micro-batch (O5 reads it).
+  int64_t gradients_discarded() const { return discarded_; }
   // Fused kernels: contiguous CPU float32/float64 parameters are updated by one
   // loop over their elements instead of several tensor ops. Off = tensor ops
   // everywhere (the reference path the fused loops are tested against).
@@ -189,6 +194,7 @@ class Optimizer {
   int64_t steps_ = 0;
   bool zeroed_since_step_ = true;
   bool accumulating_ = false;
+  int64_t discarded_ = 0;
   bool accumulation_detected_ = false;
   bool fused_ = true;
   bool master_weights_ = false;

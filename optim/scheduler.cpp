@@ -2,11 +2,68 @@
 // (t, base lr), applied to every parameter group.
 #include "optim/scheduler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <numbers>
 
 namespace gradsleuth::optim {
+
+// ---- the metric-step records -------------------------------------------------------
+
+namespace {
+constexpr size_t kMetricRecordsKept = 8;
+struct MetricRecords {
+  std::mutex mu;
+  uint64_t tick = 0;
+  int64_t next_id = 0;
+  std::deque<std::pair<int64_t, MetricStepRecord>> kept;  // (id, record), oldest first
+};
+MetricRecords& metric_records() {
+  static MetricRecords r;
+  return r;
+}
+// Appends one step of the watcher whose record is `id` (-1: a new record, its id written back).
+void record_metric_step(int64_t& id, const char* owner, Mode mode, double metric, bool acted) {
+  MetricRecords& r = metric_records();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = std::find_if(r.kept.begin(), r.kept.end(), [&](const auto& e) { return e.first == id; });
+  if (id < 0 || it == r.kept.end()) {
+    id = r.next_id++;
+    MetricStepRecord rec;
+    rec.owner = owner;
+    rec.mode = mode;
+    rec.first_tick = r.tick;
+    r.kept.emplace_back(id, std::move(rec));
+    if (r.kept.size() > kMetricRecordsKept) r.kept.pop_front();
+    it = std::prev(r.kept.end());
+  } else {
+    // The most recently stepped stays last, so the 8 kept are the last 8 to be stepped.
+    std::rotate(it, std::next(it), r.kept.end());
+    it = std::prev(r.kept.end());
+  }
+  MetricStepRecord& rec = it->second;
+  if (acted) rec.acted.push_back(static_cast<int64_t>(rec.metrics.size()));
+  rec.metrics.push_back(metric);
+  ++r.tick;
+}
+}  // namespace
+
+std::vector<MetricStepRecord> metric_step_records() {
+  MetricRecords& r = metric_records();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<MetricStepRecord> out;
+  for (const auto& e : r.kept) out.push_back(e.second);
+  return out;
+}
+
+uint64_t metric_step_tick() {
+  MetricRecords& r = metric_records();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.tick;
+}
 
 // ---- LRScheduler -------------------------------------------------------------------
 
@@ -130,14 +187,19 @@ void ReduceLROnPlateau::step(double metric) {
     num_bad_ = 0;
   }
   auto& groups = opt_.param_groups();
+  bool cut = false;
   if (num_bad_ > options_.patience()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const double new_lr = std::max(groups[g].lr * options_.factor(), options_.min_lr());
-      if (groups[g].lr - new_lr > options_.eps()) opt_.set_group_lr(g, new_lr, "ReduceLROnPlateau.step");
+      if (groups[g].lr - new_lr > options_.eps()) {
+        opt_.set_group_lr(g, new_lr, "ReduceLROnPlateau.step");
+        cut = true;
+      }
     }
     cooldown_left_ = options_.cooldown();
     num_bad_ = 0;
   }
+  record_metric_step(record_, "ReduceLROnPlateau", options_.mode(), metric, cut);
   last_lr_.clear();
   for (const auto& g : groups) last_lr_.push_back(g.lr);
 }
@@ -165,7 +227,11 @@ void EarlyStopping::reset() {
 
 bool EarlyStopping::step(double metric) {
   const int64_t index = steps_++;
-  if (!std::isfinite(metric)) return stop_ = true;
+  const bool was_stopped = stop_;
+  if (!std::isfinite(metric)) {
+    record_metric_step(record_, "EarlyStopping", mode_, metric, !was_stopped);
+    return stop_ = true;
+  }
   const bool improved = mode_ == Mode::Min ? metric < best_ - min_delta_ : metric > best_ + min_delta_;
   if (improved) {
     best_ = metric;
@@ -175,6 +241,7 @@ bool EarlyStopping::step(double metric) {
     ++num_bad_;
   }
   stop_ = stop_ || num_bad_ >= patience_;
+  record_metric_step(record_, "EarlyStopping", mode_, metric, stop_ && !was_stopped);
   return stop_;
 }
 

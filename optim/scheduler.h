@@ -15,6 +15,22 @@ namespace gradsleuth::optim {
 // Whether a smaller (loss) or larger (accuracy) metric is better.
 enum class Mode { Min, Max };
 
+// What each ReduceLROnPlateau and EarlyStopping of this process was stepped with, kept for the
+// debug module (a plateau scheduler in Mode::Min fed an accuracy cuts the rate after every
+// improvement): the metric of each step(), the mode that judged it, and the steps after which it
+// acted. The last 8 to be stepped, oldest first.
+struct MetricStepRecord {
+  std::string owner;  // "ReduceLROnPlateau" or "EarlyStopping"
+  Mode mode = Mode::Min;
+  uint64_t first_tick = 0;      // metric_step_tick() before its first step()
+  std::vector<double> metrics;  // one per step()
+  std::vector<int64_t> acted;   // 0-based steps after which it cut a rate, or first said stop
+};
+std::vector<MetricStepRecord> metric_step_records();
+// The step() calls made so far by every ReduceLROnPlateau and EarlyStopping: a reader that notes
+// it at its start keeps the records whose first_tick is not below it.
+uint64_t metric_step_tick();
+
 // A schedule given in closed form: lr of a group = lr_at(t, its base lr), where
 // t counts step() calls (t = 0 when the scheduler is made). The optimizer's
 // lrs are set for t = 0 on construction, so a warm-up starts low right away.
@@ -132,6 +148,7 @@ class ReduceLROnPlateau {
   double best_;
   int64_t num_bad_ = 0, cooldown_left_ = 0, last_epoch_ = 0;
   std::vector<double> last_lr_;
+  int64_t record_ = -1;  // its MetricStepRecord (metric_step_records())
 };
 
 // Stops training when the metric has not improved for `patience` steps:
@@ -157,6 +174,7 @@ class EarlyStopping {
   double best_;
   int64_t best_step_ = -1, num_bad_ = 0, steps_ = 0;
   bool stop_ = false;
+  int64_t record_ = -1;  // its MetricStepRecord (metric_step_records())
 };
 
 }  // namespace gradsleuth::optim

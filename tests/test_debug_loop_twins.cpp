@@ -6,7 +6,9 @@
 // against a categorical feature, a separating measured feature and a noisy linear target; losses kept
 // as tensors (every step's graph kept alive) against losses kept as numbers; clip_grad_norm_ after
 // optimizer.step() against clipping before it; a validation sum not reset between epochs against the
-// same loop reset, and reporting a root mean square in the target's own units.
+// same loop reset, and reporting a root mean square in the target's own units; a plateau scheduler or an
+// early stopper in Mode::Min stepped with the validation accuracy against Mode::Max, and against the loss;
+// zero_grad() before every micro-batch of a declared gradient accumulation against once per cycle.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -485,4 +487,118 @@ TEST_CASE(
     expect_clean(r);
     CHECK(dtest::first_of(r, "W3", debug::Kind::ValidationMisreported) == nullptr);
   }
+}
+
+namespace {
+
+// The user's loop steps a plateau scheduler (or an early stopper) once per epoch with the validation
+// accuracy it computes itself, and hands the Session the same numbers.
+enum class Watch { PlateauMin, PlateauMax, StopperMin, StopperMax, PlateauMinLoss };
+debug::RunReport plateau_run(Watch how) {
+  manual_seed(8);
+  const Split d = dtest::split(3, 2.5);
+  auto model = std::make_shared<Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.02).momentum(0.9));
+  const bool plateau = how == Watch::PlateauMin || how == Watch::PlateauMax || how == Watch::PlateauMinLoss;
+  const optim::Mode mode = how == Watch::PlateauMax || how == Watch::StopperMax ? optim::Mode::Max : optim::Mode::Min;
+  optim::ReduceLROnPlateau sched(opt, optim::ReduceLROnPlateauOptions().mode(mode).patience(1).factor(0.3));
+  optim::EarlyStopping stopper(3, 0.0, mode);
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 14; ++e) {
+    double total = 0.0;
+    int64_t seen = 0;
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      total += l.item<double>() * static_cast<double>(b.size());
+      seen += b.size();
+    }
+    model->eval();
+    double val_loss = 0.0, correct = 0.0, rows = 0.0;
+    {
+      NoGradGuard ng;
+      for (const nn::Batch& b : *d.val) {
+        const Tensor out = (*model)(b.x);
+        val_loss += ce(out, b.y).item<double>() * static_cast<double>(b.size());
+        correct += sum(eq(argmax(out, 1), b.y).to(kFloat64)).item<double>();
+        rows += static_cast<double>(b.size());
+      }
+    }
+    model->train();
+    const double acc = correct / rows;
+    s.epoch(total / static_cast<double>(seen), val_loss / rows, acc);
+    if (plateau) sched.step(how == Watch::PlateauMinLoss ? val_loss / rows : acc);
+    if (!plateau && stopper.step(acc)) break;
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a plateau scheduler or early stopper in Mode::Min fed the accuracy: O6 leads; in Mode::Max, or on the loss: "
+    "clean") {
+  for (const Watch bug : {Watch::PlateauMin, Watch::StopperMin}) {
+    const debug::RunReport r = plateau_run(bug);
+    const debug::Finding* f = dtest::first_of(r, "O6", debug::Kind::MetricDirectionInverted);
+    REQUIRE_MESSAGE(f != nullptr, r.str(true));
+    CHECK(f->severity == debug::Severity::Warning);
+    CHECK(dtest::ev(*f, "steps matched with the run's epochs") >= 4);
+    CHECK(dtest::ev(*f, "mean |metric - the validation accuracy|") == doctest::Approx(0.0));
+    CHECK(lead_cause(r) == "metric-direction");
+  }
+  for (const Watch ok : {Watch::PlateauMax, Watch::StopperMax, Watch::PlateauMinLoss}) {
+    const debug::RunReport r = plateau_run(ok);
+    CHECK_MESSAGE(dtest::first_of(r, "O6", debug::Kind::MetricDirectionInverted) == nullptr, r.str(true));
+    expect_clean(r);
+  }
+}
+
+namespace {
+
+// Gradient accumulation over 4 micro-batches of 16, declared with set_accumulating(true), the loss
+// divided by 4; `cleared`: zero_grad() before every backward instead of once per cycle.
+debug::RunReport accumulation_run(bool cleared) {
+  manual_seed(9);
+  const Split d = dtest::split(3, 2.0);
+  auto loader = std::make_shared<nn::DataLoader>(d.train->dataset_ptr(),
+                                                 nn::DataLoaderOptions().batch_size(16).shuffle(true).seed(4));
+  auto model = std::make_shared<Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  opt.set_accumulating(true);
+  debug::Session s(*model, ce, opt, {.train = loader.get(), .val = d.val.get()});
+  for (int e = 0; e < 8; ++e) {
+    int k = 0;
+    opt.zero_grad();
+    for (const nn::Batch& b : *loader) {
+      if (cleared) opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y) / 4.0;
+      l.backward();
+      if (++k % 4 == 0) {
+        opt.step();
+        opt.zero_grad();
+      }
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("zero_grad() before every micro-batch of a declared accumulation: O5 leads; once per cycle: clean") {
+  const debug::RunReport bug = accumulation_run(true);
+  const debug::Finding* f = dtest::first_of(bug, "O5", debug::Kind::AccumulationCleared);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->severity == debug::Severity::Warning);
+  // 30 micro-batches an epoch: 7 steps, each after three micro-batches whose gradient was cleared.
+  CHECK(dtest::ev(*f, "zero_grad() calls that cleared an unused gradient") >= 2.0 * dtest::ev(*f, "optimizer steps"));
+  CHECK(lead_cause(bug) == "accumulation-cleared");
+  const debug::RunReport ok = accumulation_run(false);
+  CHECK(dtest::first_of(ok, "O5", debug::Kind::AccumulationCleared) == nullptr);
+  expect_clean(ok);
 }

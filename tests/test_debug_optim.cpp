@@ -798,3 +798,79 @@ TEST_CASE("O10: most steps skipped after the calibration warns; half of them doe
   CHECK(only_kind(scaler_findings(few, optim::GradScalerOptions().growth_interval(1).init_scale(1e30))) ==
         dbg::Kind::ScalerSummary);
 }
+
+TEST_CASE("metric_step_records: each plateau scheduler and early stopper's metrics, mode and the steps it acted on") {
+  auto w = gs::randn({2, 2}).requires_grad_(true);
+  optim::SGD opt({w}, optim::SGDOptions(0.1));
+  const uint64_t start = optim::metric_step_tick();
+  optim::ReduceLROnPlateau sched(opt, optim::ReduceLROnPlateauOptions().mode(optim::Mode::Min).patience(0));
+  optim::EarlyStopping stopper(2, 0.0, optim::Mode::Max);
+  for (double m : {0.5, 0.6, 0.7}) {
+    sched.step(m);  // never below its first value: a cut after steps 2 and 3
+    stopper.step(m);
+  }
+  stopper.step(0.6);
+  stopper.step(0.6);  // two steps without a new best: stop (after step 5)
+  stopper.step(0.6);
+  std::vector<optim::MetricStepRecord> mine;
+  for (const auto& r : optim::metric_step_records())
+    if (r.first_tick >= start) mine.push_back(r);
+  REQUIRE(mine.size() == 2);
+  const auto& p = mine[0].owner == "ReduceLROnPlateau" ? mine[0] : mine[1];
+  const auto& e = mine[0].owner == "ReduceLROnPlateau" ? mine[1] : mine[0];
+  CHECK(p.mode == optim::Mode::Min);
+  CHECK(p.metrics == std::vector<double>{0.5, 0.6, 0.7});
+  CHECK(p.acted == std::vector<int64_t>{1, 2});
+  CHECK(e.mode == optim::Mode::Max);
+  CHECK(e.metrics.size() == 6);
+  CHECK(e.acted == std::vector<int64_t>{4});  // said stop once, at its fifth step
+  CHECK(optim::metric_step_tick() - start == 9);
+}
+
+TEST_CASE("O6 metric direction: Mode::Min fed the accuracy, Mode::Max fed the loss; the right modes and a loss pass") {
+  dbg::TrainingHistory h;
+  h.epoch_val_accuracy = {0.60, 0.70, 0.76, 0.80, 0.82, 0.83};
+  h.epoch_val_loss = {1.00, 0.80, 0.65, 0.55, 0.50, 0.48};
+  h.epoch_train_loss = {1.10, 0.85, 0.70, 0.58, 0.52, 0.49};
+  auto record = [](optim::Mode mode, std::vector<double> m, std::vector<int64_t> acted) {
+    optim::MetricStepRecord r;
+    r.owner = "ReduceLROnPlateau";
+    r.mode = mode;
+    r.metrics = std::move(m);
+    r.acted = std::move(acted);
+    return r;
+  };
+  auto judged = [&](const optim::MetricStepRecord& r) { return dbg::diagnose_metric_direction({r}, h); };
+  // Mode::Min on the accuracy (as a fraction, or in %, computed on other rows: a point or two apart).
+  std::vector<dbg::Finding> fs = judged(record(optim::Mode::Min, h.epoch_val_accuracy, {2, 4}));
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(fs[0].kind == dbg::Kind::MetricDirectionInverted);
+  CHECK(ev(fs[0], "times it cut the learning rate") == 2);
+  fs = judged(record(optim::Mode::Min, {61.0, 69.5, 77.0, 79.0, 83.0, 82.5}, {2}));
+  REQUIRE(fs.size() == 1);
+  CHECK(has(fs[0].title, "in %"));
+  // Not acted yet: info.
+  fs = judged(record(optim::Mode::Min, h.epoch_val_accuracy, {}));
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  // Mode::Max on the validation loss.
+  fs = judged(record(optim::Mode::Max, h.epoch_val_loss, {3}));
+  REQUIRE(fs.size() == 1);
+  CHECK(has(fs[0].title, "the validation loss"));
+  // The right modes, an error rate in Mode::Min, and Mode::Min on the loss: nothing.
+  CHECK(judged(record(optim::Mode::Max, h.epoch_val_accuracy, {})).empty());
+  CHECK(judged(record(optim::Mode::Min, h.epoch_val_loss, {5})).empty());
+  CHECK(judged(record(optim::Mode::Min, {0.40, 0.30, 0.24, 0.20, 0.18, 0.17}, {})).empty());
+  // Too few steps matched with epochs.
+  CHECK(judged(record(optim::Mode::Min, {0.60, 0.70, 0.76}, {2})).empty());
+  // Without an accuracy: a rising score in [0, 1] while the validation loss falls, in Mode::Min, warns;
+  // the validation loss itself rising (overfitting, Mode::Min as it should be) does not.
+  h.epoch_val_accuracy.clear();
+  fs = judged(record(optim::Mode::Min, {0.31, 0.42, 0.50, 0.55, 0.58, 0.60}, {3}));
+  REQUIRE(fs.size() == 1);
+  CHECK(has(fs[0].title, "rises as the validation loss falls"));
+  h.epoch_val_loss = {0.50, 0.52, 0.55, 0.60, 0.66, 0.70};
+  CHECK(judged(record(optim::Mode::Min, h.epoch_val_loss, {3})).empty());
+  CHECK(judged(record(optim::Mode::Min, {0.31, 0.42, 0.50, 0.55, 0.58, 0.60}, {3})).empty());
+}

@@ -119,6 +119,36 @@ inline std::pair<double, double> mean_and_variance(const std::vector<double>& v)
   return {mean, ss / (n - 1)};
 }
 
+// How closely series `a` follows `b` x scale, element i against element i, over the pairs where
+// both are finite: their count, the mean absolute gap, the Pearson correlation, and whether every
+// gap is within 1e-6 of the larger magnitude (at least 1).
+struct SeriesFollow {
+  int64_t n = 0;
+  double gap = kNaN, r = kNaN;
+  bool exact = false;
+};
+inline SeriesFollow follow_series(const std::vector<double>& a, const std::vector<double>& b, double scale = 1.0) {
+  std::vector<double> x, y;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (std::isfinite(a[i]) && std::isfinite(b[i])) {
+      x.push_back(a[i]);
+      y.push_back(scale * b[i]);
+    }
+  SeriesFollow f;
+  f.n = static_cast<int64_t>(x.size());
+  if (f.n == 0) return f;
+  double gap = 0.0, worst = 0.0, size = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    gap += std::abs(x[i] - y[i]);
+    worst = std::max(worst, std::abs(x[i] - y[i]));
+    size = std::max(size, std::abs(y[i]));
+  }
+  f.gap = gap / static_cast<double>(f.n);
+  f.exact = worst <= 1e-6 * std::max(1.0, size);
+  f.r = pearson(x, y);
+  return f;
+}
+
 // The zoos' tables and JSON (debug/zoo/zoo.cpp, debug/zoo/dist_zoo.cpp):
 // a fraction as "83.2%" ("-" when not finite),
 inline std::string pct(double v) { return std::isfinite(v) ? str_printf("%.1f%%", 100.0 * v) : "-"; }

@@ -335,7 +335,13 @@ const std::vector<Cause>& diagnosis_causes() {
        GS_CHECK_CONFIRMS("M22")},
       // ---- the optimisation ----
       {"zero-grad", "gradients never zeroed between steps", "O5", "the gradient's growth across steps", true,
-       [](const Finding& f) { return is(f, "O5") && !f.is("O5", Kind::TransformMisplaced); }},
+       [](const Finding& f) {
+         return is(f, "O5") && !f.is("O5", Kind::TransformMisplaced) && !f.is("O5", Kind::AccumulationCleared);
+       }},
+      {"accumulation-cleared",
+       "zero_grad() inside a gradient-accumulation cycle: each step sees only the last micro-batch's gradient", "O5",
+       "the zero_grad() calls that cleared gradients no optimizer step had used", true,
+       [](const Finding& f) { return is(f, "O5", Kind::AccumulationCleared); }},
       {"clip-misplaced", "gradient clipping at the wrong place in the loop (before backward(), or after step())", "O5",
        "whether the clip found gradients, and whether a step had already used them", true,
        [](const Finding& f) { return is(f, "O5", Kind::TransformMisplaced); }},
@@ -421,6 +427,12 @@ const std::vector<Cause>& diagnosis_causes() {
        "the last epochs' losses, the run repeated at 10x the learning rate (or for 10x its steps), and training "
        "on from its end with its schedule replayed",
        true, [](const Finding& f) { return is(f, "L9", Kind::Undertrained); }},
+      {"metric-direction",
+       "a plateau scheduler or early stopper told the wrong direction: Mode::Min fed an accuracy, or Mode::Max a "
+       "loss",
+       "O6",
+       "the metric of each ReduceLROnPlateau and EarlyStopping step against the run's validation accuracy and loss",
+       true, [](const Finding& f) { return is(f, "O6", Kind::MetricDirectionInverted); }},
       {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
        "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
@@ -599,6 +611,11 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        {"scaled-clipping"}},
       {"slow-learning", "a run that ended while its loss still fell", "L9 (undertrained, its lr probe)",
        [](const Finding& f) { return is(f, "L9", Kind::Undertrained) || is(f, "L9", Kind::LrProbeTooLow); }, any_fault},
+      {"schedule-cut",
+       "a learning rate cut far below its start",
+       "O6 (schedule collapses)",
+       [](const Finding& f) { return is(f, "O6", Kind::ScheduleCollapses); },
+       {"metric-direction"}},
       {"rewritten-weights",
        "weights the loop rewrites between optimizer steps",
        "O6 (weights rewritten)",

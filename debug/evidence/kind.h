@@ -136,6 +136,7 @@ namespace gradsleuth::debug {
   X(WeightDecayTooStrong, "weight-decay-too-strong", "O3")                                            \
   /* O5 a gradient transform at the wrong place in the loop */                                        \
   X(TransformMisplaced, "transform-misplaced", "O5")                                                  \
+  X(AccumulationCleared, "accumulation-cleared", "O5")                                                \
   /* O6 learning rate: the loss history, the update/weight ratios, the schedule, the lr / 10 probe */ \
   X(LrTooHigh, "lr-too-high", "O6")                                                                   \
   X(LrTooLow, "lr-too-low", "O6")                                                                     \
@@ -146,6 +147,7 @@ namespace gradsleuth::debug {
   X(ScheduleStartsAtZero, "schedule-starts-at-zero", "O6")                                            \
   X(ScheduleCollapses, "schedule-collapses", "O6")                                                    \
   X(ScheduleGrows, "schedule-grows", "O6")                                                            \
+  X(MetricDirectionInverted, "metric-direction-inverted", "O6")                                       \
   X(LrProbeConfirms, "lr-probe-confirms", "O6")                                                       \
   X(LrProbeRulesOut, "lr-probe-rules-out", "O6")                                                      \
   X(LrProbeInconclusive, "lr-probe-inconclusive", "O6")                                               \

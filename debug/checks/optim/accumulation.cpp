@@ -4,7 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "debug/checks/check_util.h"
 #include "debug/checks/run_check.h"
+#include "optim/optimizer.h"
 
 namespace gradsleuth::debug {
 
@@ -14,7 +16,7 @@ namespace {
 class AccumulationRunCheck final : public RunCheck {
  public:
   std::string ids() const override { return "O5"; }
-  uint32_t events() const override { return RunEvent::Warning; }
+  uint32_t events() const override { return RunEvent::Warning | RunEvent::Attach | RunEvent::Finish; }
   void warning(RunContext&, const gradsleuth::Warning& w, Finding& f) override {
     if (w.check != "O5") return;
     const bool transform = w.where.rfind("clip_grad", 0) == 0;
@@ -30,6 +32,38 @@ class AccumulationRunCheck final : public RunCheck {
     f.fix = transform ? "call it between loss.backward() and optimizer.step()"
                       : "call optimizer.zero_grad() before every backward()";
   }
+  // Gradient accumulation on purpose (set_accumulating) whose loop clears the gradients between the
+  // micro-batches: zero_grad() calls that threw away a backward's gradient before any step used it,
+  // on at least half the steps (once per epoch is a leftover cycle dropped, not the fault).
+  void finish(RunContext& c) override {
+    const optim::Optimizer& opt = c.optimizer;
+    const int64_t cleared = opt.gradients_discarded() - discarded_at_start_,
+                  steps = opt.steps_taken() - steps_at_start_;
+    if (cleared < kMinCleared || static_cast<double>(cleared) < 0.5 * static_cast<double>(steps)) return;
+    Finding f = detail::make("O5", Severity::Warning,
+                             "zero_grad() cleared gradients that no step used " + std::to_string(cleared) +
+                                 " times in " + std::to_string(steps) +
+                                 " optimizer steps, while set_accumulating(true) says they add up across "
+                                 "micro-batches: each step sees only the last micro-batch's gradient");
+    f.kind = Kind::AccumulationCleared;
+    f.evidence = {{"zero_grad() calls that cleared an unused gradient", static_cast<double>(cleared),
+                   ">= " + std::to_string(kMinCleared) + " and >= half the steps warns"},
+                  {"optimizer steps", static_cast<double>(steps), ""}};
+    f.cause =
+        "optimizer.zero_grad() runs before every backward() inside the accumulation cycle, so the gradients of the "
+        "cycle's earlier micro-batches are cleared before step(): the effective batch is one micro-batch, and a loss "
+        "divided by the number of micro-batches also cuts the step by that factor";
+    f.fix = "call zero_grad() once per cycle, right after optimizer.step() (or before the cycle's first backward)";
+    c.add(f);
+  }
+  void attach(RunContext& c) override {
+    discarded_at_start_ = c.optimizer.gradients_discarded();
+    steps_at_start_ = c.optimizer.steps_taken();
+  }
+
+ private:
+  static constexpr int64_t kMinCleared = 3;
+  int64_t discarded_at_start_ = 0, steps_at_start_ = 0;
 };
 }  // namespace
 

@@ -155,6 +155,49 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   return out;
 }
 
+// ---- O6 a plateau scheduler or early stopper judging its metric the wrong way round --------------
+// (metric_steps.cpp finds what each one was fed)
+
+std::vector<Finding> diagnose_metric_direction(const std::vector<optim::MetricStepRecord>& records,
+                                               const TrainingHistory& h) {
+  std::vector<Finding> out;
+  for (const optim::MetricStepRecord& rec : records) {
+    const MetricFed fed = match_metric_steps(rec, h);
+    if (fed.what.empty()) continue;
+    const bool minimises = rec.mode == optim::Mode::Min, acted = !rec.acted.empty();
+    const std::string act = rec.owner == "ReduceLROnPlateau" ? "cut the learning rate" : "stopped training";
+    std::string title = rec.owner + " in " + (minimises ? "Mode::Min" : "Mode::Max") + " is stepped with " + fed.what +
+                        ", which " + (minimises ? "rises" : "falls") + " as the model improves (" + fmt_num(fed.first) +
+                        " -> " + fmt_num(fed.last) + "): it counts each improvement as a bad epoch";
+    title += acted ? " and " + act + " after step " + std::to_string(rec.acted.front() + 1) +
+                         (rec.acted.size() > 1 ? " (" + std::to_string(rec.acted.size()) + " times)" : "")
+                   : "; it has not acted yet, and would in a longer run";
+    Finding f = make("O6", acted ? Severity::Warning : Severity::Info, title);
+    f.kind = Kind::MetricDirectionInverted;
+    f.evidence = {
+        {"steps matched with the run's epochs", static_cast<double>(fed.n), ">= " + std::to_string(kMinMetricSteps)}};
+    if (fed.by_trend)
+      f.evidence.push_back({"Spearman correlation with the validation loss", fed.r,
+                            "the metric rose (>= " + fmt_num(kMetricTrend) + " with the epoch) as the loss fell"});
+    else
+      f.evidence.insert(f.evidence.end(),
+                        {{"mean |metric - " + fed.what + "|", fed.gap,
+                          minimises ? "<= " + fmt_num(kAccuracyGap) + " (x 100 in %) follows it"
+                                    : "<= " + fmt_num(kLossGap) + " x the loss follows it"},
+                         {"Pearson correlation with it", fed.r, ">= " + fmt_num(kFollowCorrelation)}});
+    f.evidence.push_back({"times it " + act, static_cast<double>(rec.acted.size()), "> 0 warns"});
+    f.cause = rec.owner + " is told a " + (minimises ? "smaller" : "larger") +
+              " metric is better and is fed one that " + (minimises ? "grows" : "shrinks") +
+              " as training succeeds: it " + act + " because the model improved";
+    const std::string mode = minimises ? "Mode::Max" : "Mode::Min";
+    f.fix = (rec.owner == "ReduceLROnPlateau" ? "construct it with ReduceLROnPlateauOptions().mode(" + mode + ")"
+                                              : "construct EarlyStopping(patience, min_delta, " + mode + ")") +
+            (minimises ? " for an accuracy or a score, or step it with the validation loss" : " for a loss");
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 // ---- O6 update/weight ratios: the verdict (update_ratio.cpp measures them) -------------------
 
 std::vector<Finding> UpdateRatioTracker::findings() const {
@@ -568,7 +611,8 @@ namespace {
 // measured_finite). At the end, the loss history and the schedule.
 class LearningRateRunCheck final : public RunCheck {
  public:
-  explicit LearningRateRunCheck(const OptimCheckOptions& o) : o_(o), ratios_(o) {}
+  explicit LearningRateRunCheck(const OptimCheckOptions& o)
+      : o_(o), ratios_(o), metric_tick_(optim::metric_step_tick()) {}
   std::string ids() const override { return "O6"; }
   uint32_t events() const override {
     return RunEvent::Attach | RunEvent::Detach | RunEvent::Pause | RunEvent::Finish | RunEvent::Series;
@@ -641,6 +685,10 @@ class LearningRateRunCheck final : public RunCheck {
         f.fix = "none needed";
       }
     c.add_all(schedule);
+    std::vector<optim::MetricStepRecord> records;  // the plateau schedulers and early stoppers of this run
+    for (optim::MetricStepRecord& r : optim::metric_step_records())
+      if (r.first_tick >= metric_tick_) records.push_back(std::move(r));
+    c.add_all(diagnose_metric_direction(records, *c.history));
     c.add_all(ratios_.findings());                                   // the update ratios
     c.note_ran("O6");
   }
@@ -655,6 +703,7 @@ class LearningRateRunCheck final : public RunCheck {
   OptimCheckOptions o_;
   UpdateRatioTracker ratios_;
   WeightWriteTracker writes_;
+  uint64_t metric_tick_;  // optim::metric_step_tick() when the run began
 };
 }  // namespace
 

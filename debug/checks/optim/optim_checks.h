@@ -36,6 +36,7 @@
 #include "debug/evidence/finding.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
+#include "optim/scheduler.h"
 
 namespace gradsleuth::debug {
 
@@ -293,6 +294,33 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
 // schedule_collapse_by of the steps) or grows past schedule_growth x its start. Empty otherwise.
 std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& learning_rates,
                                           const OptimCheckOptions& opts = {});
+
+// O6 from what each ReduceLROnPlateau and EarlyStopping of the run was stepped with (`records`,
+// optim::metric_step_records() since the run began), against the run's epochs: a Mode::Min one fed
+// the validation accuracy, or a Mode::Max one fed a loss, judges every improvement a bad epoch and
+// cuts the rate (stops) after improvements. A warning where it acted, info where it has not yet.
+// A Mode::Min one fed a rising number in [0, 1] (or [0, 100]) while the validation loss fell is the
+// same fault where the run reported no accuracy. Empty otherwise.
+std::vector<Finding> diagnose_metric_direction(const std::vector<optim::MetricStepRecord>& records,
+                                               const TrainingHistory& history);
+// What one record's metrics follow (checks/optim/metric_steps.cpp): step i against epoch i, a
+// Mode::Min record against the validation accuracy (as a fraction or in %) and, where the run has
+// no accuracy, against the trend of the validation loss; a Mode::Max record against the validation
+// and training losses. `what` is empty where it follows none of them the wrong way round.
+inline constexpr int64_t kMinMetricSteps = 4;      // steps matched with epochs before a record is judged
+inline constexpr double kAccuracyGap = 0.02;       // mean |metric - accuracy| (accuracy's units) that follows it
+inline constexpr double kLossGap = 0.05;           // mean |metric - loss| / the loss's mean that follows it
+inline constexpr double kFollowCorrelation = 0.8;  // and the Pearson correlation of the two
+inline constexpr double kMetricTrend = 0.8;        // |Spearman| with the epoch: a rising metric, a falling loss
+struct MetricFed {
+  std::string what;                                       // "the validation accuracy", ... ("" when none)
+  double first = 0, last = 0;                             // that series at the first and the last epoch matched
+  int64_t n = 0;                                          // epochs matched
+  double gap = std::numeric_limits<double>::quiet_NaN();  // mean |metric - that series|
+  double r = std::numeric_limits<double>::quiet_NaN();    // their Pearson (by_trend: the Spearman with the loss)
+  bool by_trend = false;                                  // a rising number against a falling validation loss
+};
+MetricFed match_metric_steps(const optim::MetricStepRecord& record, const TrainingHistory& history);
 
 // O8, before training: each parameter group's learning rate against the usual range of its
 // optimizer (Adam/AdamW/RMSprop: [adaptive_lr_min, adaptive_lr_max]; SGD: [sgd_lr_min,
