@@ -329,6 +329,7 @@ class AccumulateGrad final : public Node {
   }
   // Nothing saved, and the node is shared: a pass leaves it as it is.
   void release_saved() override {}
+  Tensor leaf() const { return Tensor(leaf_); }
   std::shared_ptr<TensorImpl> leaf_;
 
  private:
@@ -339,6 +340,11 @@ class AccumulateGrad final : public Node {
 std::mutex g_accumulator_mutex;
 
 }  // namespace
+
+Tensor autograd::accumulated_leaf(const Node& node) {
+  const auto* acc = dynamic_cast<const AccumulateGrad*>(&node);
+  return acc != nullptr ? acc->leaf() : Tensor();
+}
 
 Edge gradient_edge(const Tensor& t) {
   Edge e;

@@ -101,4 +101,8 @@ class GraphTrace {
   int passes_ = 0;
 };
 
+// Reading a graph: the leaf tensor a node accumulates into (gradient_edge(leaf).fn, the node at the
+// end of every path to a leaf that requires grad), or an undefined Tensor for any other node.
+Tensor accumulated_leaf(const Node& node);
+
 }  // namespace gradsleuth::autograd

@@ -155,3 +155,21 @@ TEST_CASE("gradients that accumulate over two backward passes: each pass's steps
   CHECK(leaf_grads[0] == Vec{3, 3});
   CHECK(leaf_grads[1] == Vec{5, 7});
 }
+
+TEST_CASE("accumulated_leaf: the leaf behind an AccumulateGrad node; undefined for any other node") {
+  Tensor w = gs::randn({3, 2}).requires_grad_(true);
+  Tensor x = gs::randn({3, 2});
+  Tensor y = (w * x).sum();
+  CHECK_FALSE(gs::autograd::accumulated_leaf(*y.grad_fn()).defined());  // sum
+  const gs::Node& mul = *y.grad_fn()->next_edges.at(0).fn;
+  CHECK_FALSE(gs::autograd::accumulated_leaf(mul).defined());
+  int found = 0;
+  for (const gs::Edge& e : mul.next_edges) {
+    if (!e.fn) continue;  // x needs no gradient
+    const Tensor leaf = gs::autograd::accumulated_leaf(*e.fn);
+    REQUIRE(leaf.defined());
+    CHECK(leaf.impl_ptr() == w.impl_ptr());
+    ++found;
+  }
+  CHECK(found == 1);
+}

@@ -167,6 +167,17 @@ TEST_CASE("D12 near copies on Fashion-MNIST: silent on its own look-alike classe
   CHECK(dtest::ev(*f, "the other classes' agreement, train") >
         0.75 * dtest::ev(*f, "the other classes' agreement, test"));
 
+  // The same scramble with the label 9 rare in training (10 rows, a long-tailed split): the pair's
+  // agreement beside so rare a class is noise, and it is not judged.
+  std::vector<int64_t> keep;
+  int64_t boots = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i)
+    if (y[static_cast<size_t>(i)] != 9 || boots++ < 10) keep.push_back(i);
+  const Tensor rows = tensor(keep, {static_cast<int64_t>(keep.size())});
+  CHECK(near_copies(debug::check_neighbour_conflicts(index_select(tr.x, 0, rows),
+                                                     index_select(tensor(y, {static_cast<int64_t>(y.size())}), 0, rows),
+                                                     te.x, te.y)) == nullptr);
+
   // Float targets of ten values (a regression, not classes): nothing to judge.
   CHECK(debug::check_neighbour_conflicts(tr.x, tr.y.to(kFloat32), te.x, te.y).empty());
 }

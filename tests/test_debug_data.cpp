@@ -1219,4 +1219,21 @@ TEST_CASE("D15: a balanced evaluation of a long-tailed training split warns and 
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].severity == dbg::Severity::Warning);
   CHECK_FALSE(has(fs[0].title, "balanced evaluation"));
+
+  // With the loss's class weights N / (C x count) D3 finds the imbalance compensated: the balanced
+  // evaluation is a long tail trained on purpose (info). Uniform weights leave D3's warning, and D15's.
+  for (const bool weighted : {true, false}) {
+    CAPTURE(weighted);
+    std::vector<dbg::Finding> d3 = dbg::check_label_distribution(train->all().y, 5);
+    std::vector<double> w;
+    for (int c = 0; c < 5; ++c) w.push_back(weighted ? 775.0 / (5.0 * (400 >> c)) : 1.0);
+    dbg::weigh_class_counts(d3, gs::tensor(w, {5}));
+    dbg::Report data;
+    data.add(d3);
+    data.add(fb);
+    dbg::revise_balanced_evaluation(data);
+    const dbg::Finding* d15 = dtest::find(data.findings(), "D15", dbg::Severity::Info);
+    REQUIRE(d15 != nullptr);
+    CHECK(d15->severity == (weighted ? dbg::Severity::Info : dbg::Severity::Warning));
+  }
 }

@@ -116,6 +116,45 @@ TEST_CASE("stochastic depth: a block skipped on some steps is O1 info; a block t
   }
 }
 
+namespace {
+
+// Stochastic depth as Huang et al. write it: each residual block kept with its survival probability,
+// drawn from the global generator, and scaled by it in evaluation. The last block survives half the time.
+struct ResBlock : nn::Module {
+  std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(32, 32));
+  double survival;
+  explicit ResBlock(double p) : Module("ResBlock"), survival(p) {}
+  Tensor forward(const Tensor& x) override {
+    if (!is_training()) return relu(x + (*fc)(x)*survival);
+    return rand({1}).item<double>() < survival ? relu(x + (*fc)(x)) : x;
+  }
+};
+struct ResNet : nn::Module {
+  std::shared_ptr<nn::Linear> in = register_module("in", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<ResBlock> b0 = register_module("b0", std::make_shared<ResBlock>(0.9));
+  std::shared_ptr<ResBlock> b1 = register_module("b1", std::make_shared<ResBlock>(0.5));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(32, 3));
+  ResNet() : Module("ResNet") {}
+  Tensor forward(const Tensor& x) override { return (*out)((*b1)((*b0)(relu((*in)(x))))); }
+};
+
+}  // namespace
+
+TEST_CASE("stochastic depth from the global generator: L6's probe and O6's update sizes see random skips, not faults") {
+  manual_seed(4);
+  const Split d = dtest::split(3, 2.0);
+  nn::CrossEntropyLoss ce;
+  auto model = std::make_shared<ResNet>();
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  const debug::RunReport r = train(*model, ce, opt, d, 6);
+  for (const debug::Finding& f : r.findings.findings()) {
+    CHECK_MESSAGE(!(f.check == "L6" && f.fires()), f.title);
+    CHECK_MESSAGE(!(f.check == "O6" && f.fires()), f.title);
+  }
+  const debug::Finding* o6 = dtest::first_of(r, "O6", debug::Kind::UpdatesTooSmall);
+  if (o6 != nullptr) CHECK(dtest::has(o6->title, "a layer the forward skips on some steps"));
+}
+
 TEST_CASE("a focal loss written as a function starts at its own value for logits of zeros, not log C: L4 silent") {
   manual_seed(4);
   const Split d = dtest::split(3, 2.0);

@@ -2,7 +2,9 @@
 // (the gate) train and judge loss(model(x), y), and the run tells whether the loop does the same.
 // A multi-task model whose second head learns from an auxiliary loss, against the same head with
 // the auxiliary loss forgotten; a contrastive (InfoNCE) loss on the product of two forwards, against
-// the same bounded encoder trained by cross-entropy on its output; a loop over the validation loader
+// the same bounded encoder trained by cross-entropy on its output; a Barlow Twins loss module that takes
+// two views' projections and rejects labels, against the same loss handed a label by mistake; a loop
+// over the validation loader
 // (D13 over the run), against a final fit on train + validation; the stored training inputs normalised
 // again at each epoch (D14 after training), against normalised once and a dataset that augments.
 #include <doctest/doctest.h>
@@ -128,6 +130,66 @@ TEST_CASE("a contrastive loss on two forwards is not loss(model(x), y): the gate
     CHECK(r.history.loss_calls_on_output == r.history.loss_calls);
     CHECK_MESSAGE(dtest::find(r.findings.findings(), "M14") != nullptr, r.str());
   }
+}
+
+namespace {
+
+// Barlow Twins (Zbontar et al., 2021): the cross-correlation of two views' standardised projections
+// pulled to the identity. It takes two (N, D) projections and rejects anything else.
+struct BarlowTwinsLoss : nn::Loss {
+  BarlowTwinsLoss() : Loss("BarlowTwinsLoss") {}
+  Tensor forward(const Tensor& a, const Tensor& b) override {
+    if (a.shape() != b.shape() || a.dim() != 2)
+      throw std::invalid_argument("BarlowTwinsLoss: expects two (N, D) projections, got " + a.str() + " and " +
+                                  b.str());
+    auto standardise = [](const Tensor& z) { return (z - z.mean({0}, true)) / sqrt(z.var({0}, false, true) + 1e-5); };
+    const Tensor c = matmul(standardise(a).t(), standardise(b)) / static_cast<double>(a.size(0));
+    const Tensor i = eye(c.size(0));
+    return square(1.0 - c * i).mul(i).sum() + square(c * (1.0 - i)).sum() * 5e-3;
+  }
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }  // C is divided by N
+};
+
+// Two noisy views of each batch through the encoder; `labels`: the loop hands the loss the batch's
+// labels as its second argument (a slip the loss rejects in the loop too).
+debug::RunReport barlow_run(bool labels) {
+  manual_seed(5);
+  const Split d = dtest::split(3, 2.0);
+  auto model = std::make_shared<Encoder>();
+  BarlowTwinsLoss bt;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+  debug::Session s(*model, bt, opt, {.train = d.train.get(), .val = d.val.get()});
+  try {
+    for (int e = 0; e < 4; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        const Tensor v1 = b.x + randn(b.x.sizes()) * 0.1, v2 = b.x + randn(b.x.sizes()) * 0.1;
+        opt.zero_grad();
+        bt((*model)(v1), labels ? b.y : (*model)(v2)).backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+  } catch (const std::exception& ex) {
+    s.error(ex);
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a loss on two views that rejects the labels: W2's errors are info where the loop trains; an error if not") {
+  const debug::RunReport r = barlow_run(false);
+  int revised = 0;
+  for (const debug::Finding& f : r.findings.findings()) {
+    CHECK_MESSAGE(!(f.check == "W2" && f.severity == debug::Severity::Error), f.title);
+    revised += f.check == "W2" && dtest::has(f.title, "the training loop gives it float32[32, 16] targets");
+  }
+  CHECK_MESSAGE(revised >= 1, r.str(true));
+  const debug::RunReport bad = barlow_run(true);
+  bool error = false;
+  for (const debug::Finding& f : bad.findings.findings())
+    error = error || (f.check == "W2" && f.severity == debug::Severity::Error);
+  CHECK_MESSAGE(error, bad.str(true));
 }
 
 TEST_CASE("D13 over the run: a loop over the validation loader warns; a final fit on train + validation does not") {

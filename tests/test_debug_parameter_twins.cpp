@@ -7,7 +7,9 @@
 // optimizer was built (the forward reads a tensor nobody updates), against the same initialisation
 // copied in place; and a learnable tensor kept beside the model and given to the optimizer (healthy).
 // Unread input columns: a tower handed the wrong block of features beside the right one, and a column
-// read only through its sign (no gradient, still read).
+// read only through its sign (no gradient, still read). Unregistered layers: a bag-of-tokens classifier
+// whose Embedding member was never passed to register_module, against the registered one and against
+// the unregistered one trained by an optimizer of its own.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -388,4 +390,70 @@ TEST_CASE("M5 input-columns-unread: a column read through its sign is read; one 
   CHECK(debug::find_unread_input_columns(*model, x).empty());
   // Images and sequences of more than 64 values per row are not judged.
   CHECK(debug::find_unread_input_columns(*model, randn({32, 80})).empty());
+}
+
+namespace {
+
+// Tokens of 3 topics: each of 12 tokens drawn from its topic's 20 ids with probability 0.6, else from
+// all 60; the label is the topic. The model averages the token embeddings and classifies them.
+struct Bag : nn::Module {
+  std::shared_ptr<nn::Embedding> embed;
+  std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(8, 3));
+  explicit Bag(bool registered) : Module("Bag") {
+    embed = registered ? register_module("embed", std::make_shared<nn::Embedding>(60, 8))
+                       : std::make_shared<nn::Embedding>(60, 8);
+  }
+  Tensor forward(const Tensor& ids) override { return (*fc)(mean((*embed)(ids), {1})); }
+};
+
+Split topics() {
+  manual_seed(12);
+  auto make = [](int64_t n) {
+    const Tensor y = randint(0, 3, {n});
+    const Tensor own = y.unsqueeze(1) * 20 + randint(0, 20, {n, 12});
+    const Tensor any = randint(0, 60, {n, 12});
+    return std::make_pair(where(rand({n, 12}) < 0.6, own, any), y);
+  };
+  const auto [xtr, ytr] = make(960);
+  const auto [xva, yva] = make(240);
+  return dtest::loaders(xtr, ytr, xva, yva);
+}
+
+// The user's loop; `own_optimizer`: the unregistered embedding trained by an Adam of its own.
+debug::RunReport bag_run(bool registered, bool own_optimizer = false) {
+  const Split d = topics();
+  auto model = std::make_shared<Bag>(registered);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  optim::Adam embed_opt(model->embed->parameters(), optim::AdamOptions(1e-2));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 6; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      embed_opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      if (own_optimizer) embed_opt.step();
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("an Embedding never registered: M5 parameter-unregistered leads; registered, or trained apart, it is not") {
+  const debug::RunReport bug = bag_run(false);
+  const debug::Finding* f = first_of(bug, "M5", debug::Kind::ParameterUnregistered);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->severity == debug::Severity::Warning);
+  CHECK(f->shape == "[60, 8]");
+  CHECK(dtest::ev(*f, "norm of the gradient it holds at the end") > 0);
+  CHECK(dtest::lead_cause(bug) == "unregistered-parameter");
+  const debug::RunReport ok = bag_run(true);
+  CHECK(first_of(ok, "M5", debug::Kind::ParameterUnregistered) == nullptr);
+  expect_clean(ok);
+  const debug::RunReport apart = bag_run(false, true);
+  CHECK_MESSAGE(first_of(apart, "M5", debug::Kind::ParameterUnregistered) == nullptr, apart.str(true));
 }

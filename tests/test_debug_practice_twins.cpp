@@ -354,8 +354,8 @@ TEST_CASE("a small dataset split 80/20 is not 'too little held out' (D16 info); 
 }
 
 TEST_CASE(
-    "D16: one dataset split 10/90 (the fraction given for training) warns; 90/10, or a subset against a test set, "
-    "not") {
+    "D16: one dataset split 10/90 (the fraction given for training) warns; 90/10, a subset against a test set, or "
+    "two small draws from a pool, not") {
   auto pool = std::make_shared<nn::TensorDataset>(randn({2000, 2}), zeros({2000}, kInt64));
   const auto swapped = nn::train_val_split(pool, 0.9, 3);  // 90% held out where 90% training was meant
   const std::vector<debug::Finding> fs = debug::check_split_sizes(*swapped.first, *swapped.second);
@@ -368,6 +368,15 @@ TEST_CASE(
   auto test_set = std::make_shared<nn::TensorDataset>(randn({1800, 2}), zeros({1800}, kInt64));
   CHECK(debug::check_split_sizes(*nn::take(pool, 200), *test_set).empty());
   CHECK(debug::check_split_shares(*swapped.first, *test_set).empty());
+  // A semi-supervised run: 40 labelled rows for training and 200 for validation drawn from the pool,
+  // the other 1,760 left unlabelled: two draws from a larger set, not a swapped split (info).
+  std::vector<int64_t> lab(40), held(200);
+  for (int64_t i = 0; i < 40; ++i) lab[static_cast<size_t>(i)] = i;
+  for (int64_t i = 0; i < 200; ++i) held[static_cast<size_t>(i)] = 40 + i;
+  const std::vector<debug::Finding> ssl = debug::check_split_shares(nn::Subset(pool, lab), nn::Subset(pool, held));
+  REQUIRE(ssl.size() == 1);
+  CHECK(ssl.front().severity == debug::Severity::Info);
+  CHECK(dtest::ev(ssl.front(), "share of the base dataset the two cover") == doctest::Approx(0.12));
 }
 
 namespace {

@@ -351,6 +351,54 @@ TEST_CASE("M9 loaded-redrawn: every layer drawn again after nn::load warns; a ne
   std::remove(path.c_str());
 }
 
+TEST_CASE("M9 loaded-untrained: a body saved before its training, loaded and frozen, leads; saved after, silent") {
+  // A body (6 -> 32 -> 32) pretrained with a head on the blobs; `before`: nn::save ran before the loop.
+  for (const bool before : {true, false}) {
+    CAPTURE(before);
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("gs_loaded_untrained_" + std::to_string(::getpid()) + ".ckpt"))
+            .string();
+    auto make_body = [] {
+      return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 32), std::make_shared<nn::ReLU>(),
+                                              std::make_shared<nn::Linear>(32, 32), std::make_shared<nn::ReLU>());
+    };
+    {
+      manual_seed(2);
+      const Split d = dtest::split(3, 2.0);
+      auto body = make_body();
+      auto pre = std::make_shared<nn::Sequential>(body, std::make_shared<nn::Linear>(32, 3));
+      nn::CrossEntropyLoss ce;
+      optim::Adam opt(pre->parameters(), optim::AdamOptions(3e-3));
+      if (before) nn::save(*body, path);
+      for (int e = 0; e < 5; ++e)
+        for (const nn::Batch& b : *d.train) {
+          opt.zero_grad();
+          ce((*pre)(b.x), b.y).backward();
+          opt.step();
+        }
+      if (!before) nn::save(*body, path);
+    }
+    manual_seed(7);
+    const Split d = dtest::split(4, 2.0);
+    auto body = make_body();
+    nn::load(*body, path);
+    body->requires_grad_(false);
+    auto head = std::make_shared<nn::Linear>(32, 3);
+    auto model = std::make_shared<nn::Sequential>(body, head);
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(head->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 3);
+    const debug::Finding* m9 = dtest::first_of(r, "M9", debug::Kind::LoadedUntrained);
+    CHECK_MESSAGE((m9 != nullptr) == before, r.str(true));
+    if (m9) {
+      CHECK(m9->severity == debug::Severity::Warning);
+      CHECK(dtest::ev(*m9, "weights the model holds from the latest nn::load") == 2);
+      CHECK(dtest::lead_cause(r) == "checkpoint-untrained");
+    }
+    std::remove(path.c_str());
+  }
+}
+
 TEST_CASE(
     "D5: features a +-3 clip on raw values flattened (the Normalizer saw them vary) warn; the clip after, silent") {
   for (const bool bug : {true, false}) {

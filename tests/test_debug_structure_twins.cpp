@@ -11,7 +11,10 @@
 //     step is info;
 //   - sliding windows of one stationary series: D14 counts independent windows, not rows;
 //   - a missing-value code (-999) scaled with the real values: D5 names it; a zero-inflated feature is
-//     no such code.
+//     no such code;
+//   - a graph convolution over one fixed set of nodes (Kipf and Welling, 2017), the whole graph one
+//     batch: M6's coupling is its design and the checks on parts of the batch are left out (no W2
+//     error); a softmax over the batch in a model that takes any batch stays an error (above).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -262,4 +265,53 @@ TEST_CASE("D5 on a missing-value code scaled as data; a zero-inflated feature is
     said = said || (f.fires() && f.title.find("missing-value code") != std::string::npos);
   CHECK(said);
   for (const debug::Finding& f : debug::check_normalisation(scaled_columns(false))) CHECK_MESSAGE(!f.fires(), f.str());
+}
+
+namespace {
+
+// Two-layer GCN: H = A relu(A X W1) W2 with A the normalised adjacency (self loops, D^-1/2 (A+I) D^-1/2),
+// a buffer of the set's size.
+struct Gcn : nn::Module {
+  std::shared_ptr<nn::Linear> l1 = register_module("l1", std::make_shared<nn::Linear>(6, 16));
+  std::shared_ptr<nn::Linear> l2 = register_module("l2", std::make_shared<nn::Linear>(16, 3));
+  Tensor a;
+  explicit Gcn(const Tensor& adjacency) : Module("Gcn") { a = register_buffer("a", adjacency); }
+  Tensor forward(const Tensor& x) override { return matmul(a, (*l2)(relu(matmul(a, (*l1)(x))))); }
+};
+
+}  // namespace
+
+TEST_CASE("a GCN over one fixed graph, the whole graph one batch: M6 is info and no W2 error") {
+  manual_seed(21);
+  const int64_t n = 120;
+  const Tensor y = randint(0, 3, {n});
+  const Tensor onehot = eq(y.unsqueeze(1), arange(3.0, TensorOptions().dtype(kInt64)).unsqueeze(0)).to(kFloat32);
+  const Tensor x = randn({n, 6}) * 1.5 + matmul(onehot, randn({3, 6}));
+  // Edges mostly within a class.
+  const Tensor same = eq(y.unsqueeze(1), y.unsqueeze(0)).to(kFloat32);
+  Tensor adj = where(rand({n, n}) < same * 0.08 + 0.01, ones({n, n}), zeros({n, n}));
+  adj = gt(adj + adj.t(), 0.0).to(kFloat32) + eye(n);
+  const Tensor dinv = pow(sum(adj, {1}), -0.5);
+  auto model = std::make_shared<Gcn>(dinv.unsqueeze(1) * adj * dinv.unsqueeze(0));
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::Session s(*model, ce, opt);
+  s.begin(x, y);
+  for (int e = 0; e < 30; ++e) {
+    opt.zero_grad();
+    Tensor l = ce((*model)(x), y);
+    l.backward();
+    opt.step();
+    s.epoch(l.item<double>());
+  }
+  const debug::RunReport r = s.finish();
+  const debug::Finding* m6 = first_of(r, "M6", debug::Kind::BatchMixing);
+  REQUIRE_MESSAGE(m6 != nullptr, r.str(true));
+  CHECK_MESSAGE(m6->severity == debug::Severity::Info, r.str(true));
+  bool whole = false;
+  for (const debug::Finding& f : r.findings.findings()) {
+    CHECK_MESSAGE(!(f.check == "W2" && f.severity == debug::Severity::Error), f.title);
+    whole = whole || (f.check == "W2" && dtest::has(f.title, "takes only the whole batch of 120 rows"));
+  }
+  CHECK_MESSAGE(whole, r.str(true));
 }

@@ -100,6 +100,10 @@ struct TrainingHistory {
   // training forward. A contrastive loss on a product of two forwards, or a distance between
   // embeddings, takes something else.
   int64_t loss_calls = 0, loss_calls_on_output = 0;
+  // The target of the last training call of the loss module (undefined dtype where none was heard): a
+  // loss that compares two views' projections takes a float matrix where the loader gives labels.
+  std::optional<DType> loss_target_dtype;
+  Shape loss_target_shape;
   // O1 over the run: the sampled steps it judged, and each trainable parameter that went without a
   // gradient on some of them, with how many.
   // The loop wrote the weights after its last optimizer step (a checkpoint restored, averaged weights

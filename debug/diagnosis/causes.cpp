@@ -229,6 +229,13 @@ const std::vector<Cause>& diagnosis_causes() {
        "the leaves of the loss's graph against the model's and the optimizer's "
        "parameters",
        true, [](const Finding& f) { return is(f, "M5", Kind::ParameterReplaced); }},
+      {"unregistered-parameter",
+       "a layer or tensor the forward uses that was never registered (register_module, register_parameter), so "
+       "parameters(), the optimizer and checkpoints miss it and it never trains",
+       "M5",
+       "the leaves of the model's output graph against the model's and the optimizer's parameters, and their "
+       "values at the end of the run",
+       true, [](const Finding& f) { return is(f, "M5", Kind::ParameterUnregistered); }},
       {"output-unread",
        "a model output, a layer's units or input columns that nothing reads (a loss term or a slice that reads the "
        "wrong column or head, a branch given the wrong input), so the weights that feed them never train",
@@ -287,7 +294,9 @@ const std::vector<Cause>& diagnosis_causes() {
        "the saturated fraction of each sigmoid/tanh layer and the product of their mean derivatives", true,
        GS_CHECK_CONFIRMS("M8")},
       {"bad-init", "weights initialised at the wrong scale", "M9", "each weight's std against He/Xavier", true,
-       [](const Finding& f) { return is(f, "M9") && f.kind != Kind::LoadedRedrawn; }},
+       [](const Finding& f) {
+         return is(f, "M9") && f.kind != Kind::LoadedRedrawn && f.kind != Kind::LoadedUntrained;
+       }},
       {"wrong-backward", "a layer whose backward is wrong", "M13", "analytic against numerical gradients", true,
        GS_CHECK_CONFIRMS("M13")},
       {"dtype-device", "inputs of another dtype or device than the model", "M11", "the dtypes and devices of a forward",
@@ -415,6 +424,10 @@ const std::vector<Cause>& diagnosis_causes() {
        "head run over every layer)",
        "M9", "each weight nn::load wrote, at the first step, against the values it loaded", true,
        [](const Finding& f) { return is(f, "M9", Kind::LoadedRedrawn); }},
+      {"checkpoint-untrained",
+       "a checkpoint written before training (nn::save before fit()): the weights loaded from it are random", "M9",
+       "each loaded weight's values against the spread of a fresh initialisation of its shape", true,
+       [](const Finding& f) { return is(f, "M9", Kind::LoadedUntrained); }},
       {"snapshot-aliased",
        "a best-epoch snapshot that shares storage with the weights (detach() without clone()), so the restore "
        "brings back the last epoch",
@@ -497,6 +510,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "saturation",
                                                      "bad-init",
                                                      "loaded-redrawn",
+                                                     "checkpoint-untrained",
                                                      "init-variance",
                                                      "symmetric-init",
                                                      "shared-weights",

@@ -710,7 +710,7 @@ const std::vector<CheckInfo>& all_checks() {
         {"M1", "debug/checks/model/structure.cpp"},
         {"M2", "debug/checks/model/behaviour.cpp"},
         {"M3", "debug/checks/model/structure.cpp"},
-        {"M4", "debug/checks/model/structure.cpp"},
+        {"M4", "debug/checks/model/shared_weights.cpp"},
         {"M5", "debug/checks/model/structure.cpp"},
         {"M6", "debug/checks/model/batch_mixing.cpp"},
         {"M7", "debug/checks/model/activation_stats.cpp"},

@@ -83,6 +83,7 @@ namespace gradsleuth::debug {
   X(GradientAllZero, "gradient-all-zero", "M5")                                                       \
   X(EvalOnlyParameter, "eval-only-parameter", "M5")                                                   \
   X(ParameterReplaced, "parameter-replaced", "M5")                                                    \
+  X(ParameterUnregistered, "parameter-unregistered", "M5")                                            \
   X(OutputUnread, "output-unread", "M5")                                                              \
   X(UnitsUnread, "units-unread", "M5")                                                                \
   X(InputColumnsUnread, "input-columns-unread", "M5")                                                 \
@@ -94,6 +95,7 @@ namespace gradsleuth::debug {
   X(LossBlindToLabels, "loss-blind-to-labels", "M14")                                                 \
   /* M9 initialisation over the run: weights loaded from a checkpoint, then drawn again */            \
   X(LoadedRedrawn, "loaded-redrawn", "M9")                                                            \
+  X(LoadedUntrained, "loaded-untrained", "M9")                                                        \
   /* M15 input-independent baseline */                                                                \
   X(TargetsUnread, "targets-unread", "M15")                                                           \
   X(LossIgnoresTargets, "loss-ignores-targets", "M15")                                                \

@@ -574,6 +574,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   revise_input_baseline(gate_phase_.findings, seen, o_.gate_options.model);  // M15 with the run's validation loss
   revise_gate_objective(gate_phase_.findings, seen);
   revise_missing_from_optimizer(gate_phase_.findings, model_, opt_);  // M10 with the groups at the end
+  revise_balanced_evaluation(data_phase_.findings);                   // D15 under D3's compensated imbalance
   r.phases = {data_phase_, gate_phase_, training, end};
   r.findings.merge(data_phase_.findings);
   r.findings.merge(gate_phase_.findings);
@@ -607,6 +608,11 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
     revise_weight_growth(r.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
     for (PhaseReport& p : r.phases)
       revise_weight_growth(p.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
+  }
+  if (stopped_.empty() && r.steps >= 3) {  // W2's errors of a loss the loop gives other targets
+    const Report gate = gate_phase_.findings;
+    revise_gate_premise(r.findings, gate, r.history, objective_y_);
+    for (PhaseReport& p : r.phases) revise_gate_premise(p.findings, gate, r.history, objective_y_);
   }
 
   // What could not run, and what it needs.

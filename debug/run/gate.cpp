@@ -67,6 +67,43 @@ void revise_gate_objective(Report& gate, const TrainingHistory& h) {
   }
 }
 
+void revise_gate_premise(Report& r, const Report& gate, const TrainingHistory& h, const Tensor& labels) {
+  static const std::string prefix = "the pre-training gate could not run the loss: ";
+  std::string message;
+  for (const Finding& g : gate.findings())
+    if (g.check == "W2" && g.severity == Severity::Error && g.title.rfind(prefix, 0) == 0)
+      message = g.title.substr(prefix.size());
+  if (message.empty() || !labels.defined() || !h.loss_target_dtype || h.loss_calls < 3) return;
+  const Shape& t = h.loss_target_shape;
+  const bool other_shape =
+      t.size() != labels.shape().size() || !std::equal(t.begin() + std::min<size_t>(1, t.size()), t.end(),
+                                                       labels.shape().begin() + std::min<size_t>(1, t.size()));
+  if (*h.loss_target_dtype == labels.dtype() && !other_shape) return;  // the loop gives it targets like the labels
+  const std::string loop_target = std::string(dtype_name(*h.loss_target_dtype)) + shape_str(t);
+  const std::string given = std::string(dtype_name(labels.dtype())) + shape_str(labels.shape());
+  // The message up to its first number or shape: the same error on another batch (the validation
+  // pass's rows) names other sizes.
+  const std::string stem = message.substr(0, message.find_first_of("0123456789["));
+  if (stem.size() < 10) return;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const Finding& g = r.findings()[i];
+    if (g.check != "W2" || g.severity != Severity::Error || g.title.find(": " + stem) == std::string::npos) continue;
+    Finding f = g;
+    f.severity = Severity::Info;
+    f.title += " (the checks gave the loss the loader's labels, " + given + "; the training loop gives it " +
+               loop_target + " targets and trains without an error)";
+    f.evidence.push_back({"training calls of the loss", static_cast<double>(h.loss_calls),
+                          "its targets are not the labels: the checks' loss(model(x), y) is not the loop's objective"});
+    f.cause =
+        "the loop's loss takes something other than the loader's labels as its target (a second view's "
+        "projection, a teacher's output): the checks that call loss(model(x), y) cannot run it";
+    f.fix =
+        "nothing in the loop; for these checks to judge the objective, give the Session a loss function "
+        "(output, y) -> loss that computes it from the model's output and the batch's labels";
+    r.replace(i, f);
+  }
+}
+
 Finding phase_failure(const std::exception& e, const std::string& who, const std::string& phase,
                       const std::string& lost) {
   const std::string not_run = lost.empty() ? "" : " (" + lost + " could not run)";
@@ -78,7 +115,7 @@ Finding phase_failure(const std::exception& e, const std::string& who, const std
   Finding f;
   f.check = "W2";
   f.severity = Severity::Error;
-  f.title = who + " could not run the " + phase + ": " + e.what();
+  f.title = who + " could not run " + (phase.rfind("the ", 0) == 0 ? "" : "the ") + phase + ": " + e.what();
   f.evidence = {};
   f.cause = "the model or the loss raised this error on the batch it was given" +
             (lost.empty() ? std::string() : "; " + lost + " could not run");
@@ -296,7 +333,24 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       r.add(batch_mixing_test(model, x, o.model));  // M6
       r.note_ran("M6");
     });
-  if (o.gradcheck)
+  // A model over a fixed set of items (a graph convolution over its nodes) runs the whole batch only:
+  // the checks that run part of the batch cannot run it.
+  std::string whole_why;
+  const bool whole_set =
+      loss_ok && (o.gradcheck || o.reduction || o.overfit) && takes_whole_batch_only(model, x, &whole_why);
+  if (whole_set) {
+    Finding f;
+    f.check = "W2";
+    f.severity = Severity::Info;
+    f.title = "the model takes only the whole batch of " + std::to_string(x.size(0)) +
+              " rows (on the first half its forward raised: " + whole_why +
+              "): the checks that run part of the batch (M13's gradient check, L6's reduction check, M14's overfit "
+              "test) were left out";
+    f.cause = "a model over one fixed set of items (a graph convolution over its nodes) takes the set whole";
+    f.fix = "none needed";
+    r.add(std::move(f));
+  }
+  if (o.gradcheck && !whole_set)
     gate_phase(r, "gradient check", "M13", [&] {
       std::vector<Finding> layers = gradcheck_layers(model, x);  // M13: layers with parameters, custom ops
       // The whole model's input gradient along random directions: a backstop for
@@ -308,12 +362,12 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       r.add(layers);
       r.note_ran("M13");
     });
-  if (o.reduction && loss_ok)
+  if (o.reduction && loss_ok && !whole_set)
     gate_phase(r, "reduction check", "L6", [&] {
       r.add(check_loss_reduction(model, loss, x, y, o.loss));  // L6
       r.note_ran("L6");
     });
-  if (o.overfit && loss_ok) {
+  if (o.overfit && loss_ok && !whole_set) {
     gate_phase(r, "overfit-one-batch test", "M14", [&] {
       const int64_t n = std::min<int64_t>(x.size(0), 32);
       r.add(overfit_one_batch(model, x.narrow(0, 0, n), y.narrow(0, 0, n), loss, o.model));  // M14

@@ -68,6 +68,13 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
 // trains another objective, and their findings become info saying so.
 struct TrainingHistory;
 void revise_gate_objective(Report& gate, const TrainingHistory& h);
+// W2's errors of a loss that rejects the loader's labels as its target, where the training loop calls
+// that loss with targets of another dtype or shape (a second view's projections) and trains without
+// an error: the checks' premise, loss(model(x), y), is not the loop's objective. Each W2 error raised
+// by the same message becomes info (the gate's, the epochs' validation passes' and the end-of-run checks'
+// that call it again; the message's sizes may differ): `gate`
+// holds the gate's findings, `labels` the targets the gate gave the loss; `r` is revised.
+void revise_gate_premise(Report& r, const Report& gate, const TrainingHistory& h, const Tensor& labels);
 
 // An exception a phase of the checks provoked in the user's model or loss, as an error finding:
 // M20 for the engine's in-place error (its cause naming the phase), else W2 titled

@@ -88,6 +88,10 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       if (!probing_) {
         ++history_.loss_calls;
         if (in.defined() && in.numel() == output_numel_) ++history_.loss_calls_on_output;
+        if (t.defined()) {
+          history_.loss_target_dtype = t.dtype();
+          history_.loss_target_shape = t.shape();
+        }
       }
       for (RunCheck* c : listening(RunEvent::LossInput)) c->loss_input(ctx_, l, in, t);
     });

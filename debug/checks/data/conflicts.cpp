@@ -207,6 +207,7 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
 constexpr int64_t kConflictRows = 1000;
 constexpr int64_t kConflictFeatures = 256;
 constexpr int64_t kMinPairRows = 40;
+constexpr int64_t kMinClassRows = 20;  // and of each of the two classes
 // The pair's agreement above chance (kappa: 0 when a row's neighbour holds either label at random, 1
 // when always its own): at most kMaxScrambled on the training rows, at least kMinToldApart on the
 // held-out rows and 3x the training value. A pair the inputs hardly separate (shirts and T-shirts)
@@ -245,7 +246,8 @@ struct NeighbourLabels {
   std::pair<int64_t, double> pair_kappa(int64_t a, int64_t b) const {
     const int64_t same = at(a, a) + at(b, b), na = at(a, a) + at(a, b), nb = at(b, b) + at(b, a);
     const int64_t m = na + nb;
-    if (m == 0 || na == 0 || nb == 0) return {m, kNaN};
+    // Each class needs rows of its own: beside a rare class (a long-tailed split) the agreement is noise.
+    if (m == 0 || std::min(na, nb) < kMinClassRows) return {m, kNaN};
     const double pa = static_cast<double>(na) / static_cast<double>(m), chance = pa * pa + (1 - pa) * (1 - pa);
     return {m, (static_cast<double>(same) / static_cast<double>(m) - chance) / (1.0 - chance)};
   }

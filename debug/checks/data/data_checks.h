@@ -361,6 +361,10 @@ std::vector<Finding> check_feature_drift(const nn::Dataset& train, const nn::Dat
 // against each other (Kolmogorov-Smirnov above opts.max_target_ks warns, kind target-drift).
 std::vector<Finding> check_label_drift(const nn::Dataset& train, const nn::Dataset& other,
                                        const std::string& split = "validation", const DataCheckOptions& opts = {});
+// D15's balanced evaluation of an imbalanced training split, where D3 found the imbalance compensated
+// (the loss's class weights even it out, or the trained model recalls the rarer classes about as well
+// as the commoner): a long tail trained on purpose, info.
+void revise_balanced_evaluation(Report& data);
 
 // D16: dataset size comparison. Warns when `split` has fewer than opts.min_val_examples
 // rows, or fewer than opts.min_val_ratio x the training rows (an empty split included).

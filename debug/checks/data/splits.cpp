@@ -618,7 +618,9 @@ std::vector<Finding> check_split_sizes(const nn::Dataset& train, const nn::Datas
 }
 
 // Two subsets of one dataset (nn::train_val_split's halves) where the held-out one is the larger by far:
-// the split's fraction was given for the other side (train_val_split(d, 0.9) for 90% training).
+// the split's fraction was given for the other side (train_val_split(d, 0.9) for 90% training). Such a
+// split covers its base; two subsets covering under kSwappedCoverage of it are two draws from it.
+constexpr double kSwappedCoverage = 0.9;
 std::vector<Finding> check_split_shares(const nn::Dataset& train, const nn::Dataset& other, const std::string& split,
                                         const DataCheckOptions& opts) {
   const auto* a = dynamic_cast<const nn::Subset*>(&train);
@@ -627,14 +629,26 @@ std::vector<Finding> check_split_shares(const nn::Dataset& train, const nn::Data
   const double ratio = static_cast<double>(b->size()) / static_cast<double>(a->size());
   if (!(ratio >= opts.max_val_ratio)) return {};
   const double share = static_cast<double>(b->size()) / static_cast<double>(a->size() + b->size());
+  // Two small draws from a large base (a few labelled rows of a semi-supervised run, the rest left
+  // unlabelled) are no two-way split whose fraction was swapped: that one covers its base.
+  const double covered =
+      static_cast<double>(a->size() + b->size()) / static_cast<double>(std::max<int64_t>(a->base()->size(), 1));
   Finding f =
-      make("D16", Severity::Warning,
+      make("D16", covered >= kSwappedCoverage ? Severity::Warning : Severity::Info,
            "the " + split + " split holds " + pct(share) + " of the rows split from " + a->base()->name() + " (" +
                num(b->size()) + " against " + num(a->size()) + " for training): the shares look swapped");
   f.evidence = {
       {"training rows", static_cast<double>(a->size()), ""},
       {split + " rows", static_cast<double>(b->size()), ""},
-      {split + " / train ratio", ratio, ">= " + fmt_num(opts.max_val_ratio) + " warns (one dataset split in two)"}};
+      {split + " / train ratio", ratio, ">= " + fmt_num(opts.max_val_ratio) + " warns (one dataset split in two)"},
+      {"share of the base dataset the two cover", covered,
+       ">= " + fmt_num(kSwappedCoverage) + " (a split of all of it) warns; less: two draws from it (info)"}};
+  if (covered < kSwappedCoverage) {
+    f.title += ", but the two hold only " + pct(covered) + " of " + a->base()->name() +
+               ": two draws from a larger set (the rest unlabelled, or held back), not a swapped split";
+    f.fix = "none needed, if the small training split is meant (a semi-supervised run)";
+    return {f};
+  }
   f.cause =
       "the split's fraction was given for the other side (nn::train_val_split(data, 0.9) where 90% was meant for "
       "training), or the two halves were swapped when the loaders were built: the model trains on " +

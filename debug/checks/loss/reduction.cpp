@@ -75,7 +75,7 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
   // The layers that are random in train mode, whatever their type (the probe
   // restores everything it touches): each draw would change the gradient norm.
   const ModeProbe probe = probe_mode_dependence(model, x);
-  double g1 = 0.0, g2 = 0.0;
+  double g1 = 0.0, g2 = 0.0, again = 0.0;  // again: the batch's gradient norm a second time
   try {
     for (const nn::ModulePtr& m : probe.stochastic_modules()) set_own_mode(*m, false);
     auto norm_for = [&](const Tensor& xb, const Tensor& yb) {
@@ -87,6 +87,7 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
       return grad_norm(params);
     };
     g1 = norm_for(x, y);
+    again = norm_for(x, y);
     g2 = norm_for(cat({x, x}, 0), cat({y, y}, 0));
   } catch (...) {
     restore();
@@ -95,6 +96,18 @@ std::vector<Finding> check_loss_reduction(nn::Module& model,
   restore();
 
   const double ratio = g1 > 0 ? g2 / g1 : kNaN;
+  // A forward that draws randomness the mode probe cannot switch off (blocks skipped at random by the
+  // model's own generator) gives the same batch another gradient each time: no ratio to judge.
+  if (std::isfinite(ratio) && std::fabs(again - g1) > 1e-4 * g1) {
+    Finding f = make("L6", Severity::Info,
+                     "the reduction could not be judged: the same batch gives another gradient each time (norms " +
+                         fmt_num(g1) + " and " + fmt_num(again) + "): the forward draws randomness in train mode");
+    f.evidence = {{"gradient norm, batch", g1, ""},
+                  {"gradient norm, the same batch again", again, "must equal the first"},
+                  {"gradient norm, batch twice", g2, ""}};
+    f.fix = "none needed; to judge the reduction, make the training forward deterministic for one call";
+    return {f};
+  }
   if (!std::isfinite(ratio)) {
     Finding f = make("L6", Severity::Info,
                      "the reduction could not be judged: the gradient norm for the batch is " + fmt_num(g1));

@@ -350,6 +350,26 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
   try {
     std::vector<Finding> out = mixing_test(model, x, o);
     params.restore();
+    // A model over a fixed set of items (a graph convolution over its nodes) takes the whole set at
+    // once: the rows it mixes are its design.
+    std::string why;
+    const int64_t n = x.size(0);
+    bool set_sized = false;  // a buffer or parameter of n x n (the set's adjacency)
+    for (const auto& [name, b] : model.named_buffers())
+      set_sized = set_sized || (b.dim() == 2 && b.size(0) == n && b.size(1) == n);
+    for (const auto& [name, p] : model.named_parameters())
+      set_sized = set_sized || (p.dim() == 2 && p.size(0) == n && p.size(1) == n);
+    for (Finding& f : out)
+      if (f.check == "M6" && f.severity == Severity::Error && set_sized && takes_whole_batch_only(model, x, &why)) {
+        f.severity = Severity::Info;
+        f.title += ", and it takes only the whole batch of " + std::to_string(n) +
+                   " rows (on half of them its forward raised: " + why + ") and holds an " + std::to_string(n) + " x " +
+                   std::to_string(n) + " tensor: a model over a fixed set of items";
+        f.cause =
+            "the model computes over one fixed set of items (a graph convolution mixes each node with its "
+            "neighbours through an adjacency matrix of the set's size): its rows depend on each other by design";
+        f.fix = "none needed";
+      }
     return out;
   } catch (const RowsMismatch& e) {
     params.restore();
@@ -360,6 +380,20 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
         std::string("the batch-mixing test cannot run: ") + e.what() + ", so no output row belongs to one example";
     f.shape = shape_of(x);
     return {f};
+  }
+}
+
+bool takes_whole_batch_only(nn::Module& model, const Tensor& x, std::string* why) {
+  if (x.dim() < 1 || x.size(0) < 8) return false;
+  NoGradGuard ng;
+  ModeSnapshot modes(model);
+  model.eval();
+  try {
+    (void)model(x.narrow(0, 0, x.size(0) / 2));
+    return false;
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
+    return true;
   }
 }
 

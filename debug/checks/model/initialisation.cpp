@@ -103,6 +103,46 @@ double correlation(const std::vector<double>& a, const std::vector<double>& b) {
   return std::isnan(c) ? 0.0 : c;
 }
 
+// Values as nn::init::default_linear_init_ draws them for a weight of this shape: within 1 / sqrt(fan_in)
+// of 0, with that bound's uniform spread (bound / sqrt(3), within 15%: a 256-value sample's spread is
+// known to about 3%) and a mean near 0. A weight trained for a few hundred steps leaves the band.
+bool looks_initialised(const std::vector<double>& v, const Tensor& w) {
+  if (v.size() < 64 || w.dim() < 2 || w.size(0) == 0) return false;
+  const double fan_in = static_cast<double>(w.numel() / w.size(0));
+  const double bound = 1.0 / std::sqrt(fan_in), spread = bound / std::sqrt(3.0);
+  double top = 0.0;
+  for (double x : v) top = std::max(top, std::fabs(x));
+  const auto [mean, var] = detail::mean_and_variance(v);
+  return top <= bound * (1 + 1e-6) && std::fabs(std::sqrt(var) - spread) <= 0.15 * spread &&
+         std::fabs(mean) <= 0.2 * spread;
+}
+
+// Every weight loaded from a checkpoint as a fresh initialisation draws it: the checkpoint was written
+// before training (nn::save before the fit), or from a model that never trained. A warning where the
+// loaded weights do not train (a frozen pretrained body); info where they do (a run restarted from its
+// saved initialisation, as a lottery-ticket rewind does).
+Finding untrained_checkpoint(const std::string& path, int64_t loaded, bool frozen) {
+  Finding f = make("M9", frozen ? Severity::Warning : Severity::Info,
+                   "every weight loaded from '" + path + "' (" + num(loaded) +
+                       ") holds values as a fresh initialisation draws them: the checkpoint holds an untrained model" +
+                       (frozen ? ", and the run keeps those weights frozen" : ""));
+  f.kind = Kind::LoadedUntrained;
+  f.step = 1;
+  f.evidence = {{"weights the model holds from the latest nn::load", static_cast<double>(loaded), ">= 2"},
+                {"of them within 1 / sqrt(fan_in) with a uniform draw's spread", static_cast<double>(loaded),
+                 "all of them: as initialised"},
+                {"loaded weights frozen (no gradient, or in no optimizer group)", frozen ? 1.0 : 0.0,
+                 "1 warns; 0 (they train): info"}};
+  f.cause =
+      "the checkpoint was written before the model trained (nn::save called before fit(), or saved from a copy "
+      "that never trained), so the 'pretrained' weights are random";
+  f.fix = frozen ? "save after training (nn::save after fit()), and check the loaded model's loss on a batch: a "
+                   "pretrained body starts far below chance"
+                 : "none needed if starting from the saved initialisation is meant (a lottery-ticket rewind); "
+                   "otherwise save after training";
+  return f;
+}
+
 // At the first step the monitor sees (before its update), each weight of the model that nn::load wrote
 // (the latest load into it) is compared with what was loaded: unchanged, moved (a step taken before the
 // Session, an average: its values still follow the loaded ones), or re-drawn (uncorrelated with them).
@@ -122,8 +162,12 @@ class LoadedWeightsRunCheck final : public RunCheck {
       if (t.dim() >= 2) weights[t.impl_ptr().get()] = {name, t};
     std::set<const void*> seen;
     std::string path;
-    std::vector<std::string> redrawn;
+    std::vector<std::string> redrawn, as_initialised;
     int64_t loaded = 0;
+    bool frozen = true;  // every loaded weight: requires no gradient, or no optimizer group holds it
+    std::set<const void*> held;
+    for (const auto& g : c.optimizer.param_groups())
+      for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
     for (auto r = records.rbegin(); r != records.rend(); ++r)
       for (const nn::LoadedTensor& l : r->tensors) {
         const std::shared_ptr<TensorImpl> into = l.into.lock();  // null: that model is gone
@@ -134,7 +178,13 @@ class LoadedWeightsRunCheck final : public RunCheck {
         const std::vector<double> now = nn::load_sample(w->second.second);
         if (now != l.sample && std::fabs(correlation(now, l.sample)) < o_.redrawn_correlation)
           redrawn.push_back(w->second.first);
+        if (looks_initialised(l.sample, w->second.second)) as_initialised.push_back(w->second.first);
+        frozen = frozen && (!w->second.second.requires_grad() || !held.count(into.get()));
       }
+    if (redrawn.empty() && static_cast<int64_t>(as_initialised.size()) == loaded && loaded >= 2) {
+      c.add(untrained_checkpoint(path, loaded, frozen));
+      return;
+    }
     if (redrawn.empty()) return;
     const bool all = static_cast<int64_t>(redrawn.size()) == loaded && loaded >= 2;
     Finding f = make("M9", all ? Severity::Warning : Severity::Info,

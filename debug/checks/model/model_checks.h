@@ -295,6 +295,10 @@ void soften_zero_init_findings(std::vector<Finding>& found, const ZeroInitProbe&
 // instead: row i's input replaced by another example's, only out[i] may change.
 // x (B, D...), B >= 2.
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
+// Whether the model's forward (eval mode, no gradient) raises on the first half of the batch's rows
+// while it takes the whole batch: a model over a fixed set of items (a graph convolution whose
+// adjacency matrix has the set's size). `why` gets the error. Needs 8 rows or more.
+bool takes_whole_batch_only(nn::Module& model, const Tensor& x, std::string* why = nullptr);
 
 // ---- M9 ----------------------------------------------------------------------------
 // Each Linear/Conv2d weight's std against the expectations for its fans.

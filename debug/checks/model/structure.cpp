@@ -1,4 +1,4 @@
-// M1 shape trace, M3 final activation, M4 shared weights and M5 gradient flow (see model_checks.h).
+// M1 shape trace, M3 final activation and M5 gradient flow (see model_checks.h).
 #include "debug/checks/model/model_checks.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/generator.h"
+#include "core/graph_trace.h"
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/hooks.h"
@@ -21,6 +22,7 @@
 #include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
+#include "nn/checkpoint.h"
 #include "nn/conv.h"
 #include "nn/dropout.h"
 #include "nn/init.h"
@@ -205,72 +207,6 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
   return out;
 }
 
-// ---- M4 ------------------------------------------------------------------------------------
-std::vector<Finding> check_shared_weights(nn::Module& model) {
-  std::vector<Finding> out;
-  std::map<const nn::Module*, std::vector<std::string>> module_paths;
-  std::vector<std::pair<std::string, nn::ModulePtr>> unique;
-  for (auto& [path, m] : model.named_modules()) {
-    auto& v = module_paths[m.get()];
-    if (v.empty()) unique.emplace_back(path, m);
-    v.push_back(path.empty() ? "(model)" : path);
-  }
-  for (auto& [path, m] : unique) {
-    const auto& paths = module_paths[m.get()];
-    if (paths.size() < 2 || m->num_parameters() == 0) continue;
-    Finding f;
-    f.check = "M4";
-    f.severity = Severity::Warning;
-    std::string list;
-    for (const auto& p : paths) list += (list.empty() ? "" : " and ") + p;
-    f.title = "one " + m->type_name() + " instance is used at " + list + ": its " +
-              std::to_string(m->num_parameters()) + " parameters are shared";
-    f.module = module_label(path, *m);
-    f.evidence = {{"paths", static_cast<double>(paths.size()), "> 1 means shared"},
-                  {"shared parameters", static_cast<double>(m->num_parameters()), ""}};
-    f.cause =
-        "the same layer object was added twice (e.g. reusing a variable in a loop or in Sequential) where two "
-        "layers were meant: both places compute with one set of weights, which get the sum of both "
-        "gradients, and the model has fewer parameters than it looks";
-    f.fix =
-        "create a new layer instance for each place (std::make_shared<nn::Linear>(...) twice); if the weights "
-        "are tied on purpose, ignore this";
-    out.push_back(std::move(f));
-  }
-  // Parameters registered in two different modules that share one storage
-  // (register_parameter detaches, so the handles differ but the memory is one).
-  std::map<const Storage*, std::vector<std::string>> param_paths;
-  std::map<const Storage*, Shape> shapes;
-  std::vector<const Storage*> order;
-  for (auto& [path, m] : unique)
-    for (auto& [n, p] : m->named_parameters(false)) {
-      const Storage* st = p.storage().get();
-      auto& v = param_paths[st];
-      if (v.empty()) {
-        order.push_back(st);
-        shapes[st] = p.shape();
-      }
-      v.push_back(path.empty() ? n : path + "." + n);
-    }
-  for (const Storage* t : order) {
-    const auto& paths = param_paths[t];
-    if (paths.size() < 2) continue;
-    Finding f;
-    f.check = "M4";
-    f.severity = Severity::Warning;
-    std::string list;
-    for (const auto& p : paths) list += (list.empty() ? "" : ", ") + p;
-    f.title = "one parameter tensor is registered under " + std::to_string(paths.size()) + " names: " + list;
-    f.parameter = paths[0];
-    f.shape = shape_str(shapes[t]);
-    f.evidence = {{"names", static_cast<double>(paths.size()), "> 1 means shared"}};
-    f.cause = "two layers hold the same tensor (assigned from one to the other): they update together";
-    f.fix = "give each layer its own parameter (clone() it); if the tying is intended, ignore this";
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
 // ---- M5 ------------------------------------------------------------------------------------
 std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip) {
   std::vector<Finding> out;
@@ -345,6 +281,106 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
   // An output the gate's loss left unread that the run's loss reads (a KL term weighted 0 at the start of
   // its annealing): alive in training.
   soften_zero_at_gate(gate, h, "M5", Kind::OutputUnread, 0.0);
+}
+
+// ---- tensors the forward trains that no one registered ----------------------------------------
+namespace {
+constexpr size_t kMaxStrangers = 8;
+constexpr int64_t kStrangerMinSteps = 5;
+// At the first training loss: the leaves of the prediction's graph, inside the model's forward (the
+// walk stops at the input's own graph), that require grad and that neither the model's parameters()
+// nor the optimizer holds, other than tensors of the batch's length (the input, or a perturbation of
+// it). Each is followed by a weak reference: one nothing else keeps alive was a temporary of its
+// step. At the end, one still alive whose values never changed was trained by nothing: an
+// unregistered layer (a module member never passed to register_module) or tensor.
+class UnregisteredLeafRunCheck final : public RunCheck {
+ public:
+  std::string ids() const override { return "M5"; }
+  uint32_t events() const override { return RunEvent::Forward | RunEvent::LossInput | RunEvent::Finish; }
+  void forward(RunContext&, const Tensor& x) override {
+    if (!looked_) input_ = x;
+  }
+  void loss_input(RunContext& c, nn::Loss&, const Tensor& input, const Tensor&) override {
+    if (looked_) return;
+    looked_ = true;
+    steps_at_start_ = c.steps;
+    if (!input.defined() || !input.grad_fn()) return;
+    std::set<const TensorImpl*> held;
+    for (const Tensor& p : c.model.parameters()) held.insert(p.impl_ptr().get());
+    for (const auto& g : c.optimizer.param_groups())
+      for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+    const int64_t batch = input_.defined() && input_.dim() > 0 ? input_.size(0) : -1;
+    std::set<const Node*> seen{input.grad_fn().get()};
+    if (input_.defined() && input_.grad_fn()) seen.insert(input_.grad_fn().get());
+    std::vector<const Node*> todo{input.grad_fn().get()};
+    while (!todo.empty() && strangers_.size() < kMaxStrangers) {
+      const Node* n = todo.back();
+      todo.pop_back();
+      for (const Edge& e : n->next_edges) {
+        if (!e.fn || !seen.insert(e.fn.get()).second) continue;
+        const Tensor leaf = autograd::accumulated_leaf(*e.fn);
+        if (!leaf.defined()) {
+          todo.push_back(e.fn.get());
+          continue;
+        }
+        if (held.count(leaf.impl_ptr().get()) || leaf.dim() == 0 || leaf.size(0) == batch ||
+            leaf.impl_ptr() == input_.impl_ptr())
+          continue;
+        strangers_.push_back({leaf.impl_ptr(), leaf.name(), leaf.shape(), nn::load_sample(leaf)});
+      }
+    }
+    input_ = Tensor();
+  }
+  void finish(RunContext& c) override {
+    const int64_t steps = c.steps - steps_at_start_;
+    for (const Stranger& s : strangers_) {
+      const std::shared_ptr<TensorImpl> impl = s.leaf.lock();
+      if (!impl || steps < kStrangerMinSteps) continue;  // a temporary of its step, or too short a run
+      const Tensor t(impl);
+      if (nn::load_sample(t) != s.values) continue;  // something trains it (another optimizer)
+      const std::string what =
+          "a tensor" + (s.name.empty() ? std::string() : " '" + s.name + "'") + " of shape " + shape_str(s.shape);
+      Finding f = make("M5", Severity::Warning,
+                       what +
+                           " that the model's forward reads requires grad and gets a gradient, but neither "
+                           "model.parameters() nor the optimizer holds it: its values never changed in " +
+                           std::to_string(steps) + " steps");
+      f.kind = Kind::ParameterUnregistered;
+      f.shape = shape_str(s.shape);
+      const Tensor g = t.grad();
+      f.evidence = {{"optimizer steps since the first training loss", static_cast<double>(steps),
+                     ">= " + std::to_string(kStrangerMinSteps)},
+                    {"values that changed over the run (of up to 256 read)", 0.0, "0 warns"},
+                    {"norm of the gradient it holds at the end", g.defined() ? summarize(g).norm : 0.0,
+                     "> 0: it takes part in backward"}};
+      f.cause =
+          "a layer or tensor the forward uses that was never registered (a module member not passed to "
+          "register_module or register_parameter): parameters(), the optimizer, zero_grad() and checkpoints "
+          "all miss it, so it keeps its initial values";
+      f.fix =
+          "register it in the constructor (member = register_module(\"name\", std::make_shared<...>(...))), build "
+          "the optimizer from model.parameters() after that; if it is meant to stay fixed, requires_grad_(false)";
+      c.add(std::move(f));
+    }
+    c.note_ran("M5");
+  }
+
+ private:
+  struct Stranger {
+    std::weak_ptr<TensorImpl> leaf;
+    std::string name;
+    Shape shape;
+    std::vector<double> values;  // nn::load_sample at the first training loss
+  };
+  bool looked_ = false;
+  Tensor input_;
+  int64_t steps_at_start_ = 0;
+  std::vector<Stranger> strangers_;
+};
+}  // namespace
+
+std::unique_ptr<RunCheck> make_unregistered_leaf_run_check(const MonitorOptions&) {
+  return std::make_unique<UnregisteredLeafRunCheck>();
 }
 
 // ---- parameters replaced by assignment -------------------------------------------------------

@@ -200,6 +200,18 @@ std::vector<Finding> diagnose_metric_direction(const std::vector<optim::MetricSt
 
 // ---- O6 update/weight ratios: the verdict (update_ratio.cpp measures them) -------------------
 
+namespace {
+// A weight exactly still on 20-80% of its measured steps, and moving by a healthy ratio (the band's
+// lower end) on the others, at least 3 of them.
+bool skipped_at_times(const std::vector<std::pair<int64_t, double>>& ratios, double min_ratio) {
+  std::vector<double> moving;
+  for (const auto& [step, v] : ratios)
+    if (v > 0) moving.push_back(v);
+  const double n = static_cast<double>(ratios.size()), k = static_cast<double>(moving.size());
+  return moving.size() >= 3 && k >= 0.2 * n && k <= 0.8 * n && median(moving) >= min_ratio;
+}
+}  // namespace
+
 std::vector<Finding> UpdateRatioTracker::findings() const {
   std::vector<Finding> out;
   // Each judged weight's median ratio, for the comparison with the others of its group.
@@ -238,6 +250,24 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
                             : "the optimizer holds it but its gradient is always missing or zero (M5), or its "
                               "group's learning rate is 0";
       f.fix = "pass model.parameters() to the optimizer after the model is complete; check gradient flow (M5)";
+    } else if (small && skipped_at_times(q.ratios, o_.min_update_ratio)) {
+      // Exactly still on some measured steps and moving well on the others: a layer the forward skips on
+      // some steps (stochastic depth), whose median is a count of skips, not a size of updates.
+      std::vector<double> moving;
+      for (const auto& [step, v] : q.ratios)
+        if (v > 0) moving.push_back(v);
+      f.severity = Severity::Info;
+      f.title += ", but it moved on " + num(static_cast<int64_t>(moving.size())) + " of " +
+                 num(static_cast<int64_t>(q.ratios.size())) + " measured steps, by a median of " +
+                 fmt_num(median(moving)) + " there: a layer the forward skips on some steps";
+      f.evidence.push_back({"measured steps it moved on", static_cast<double>(moving.size()),
+                            ">= 20% and <= 80% of them, each other step exactly still"});
+      f.evidence.push_back({"median ratio on the steps it moved", median(moving),
+                            ">= " + fmt_num(o_.min_update_ratio) + ": its updates are not too small (info)"});
+      f.cause =
+          "the layer got no gradient on the steps it was skipped (stochastic depth drops a block at random, a "
+          "branch taken on some batches only), and the optimizer leaves a weight without a gradient as it is";
+      f.fix = "none needed";
     } else if (small) {
       // The other weights of its group, at the same learning rate, move at a healthy ratio: the rate is not
       // what holds this one back; its gradient is (for Adam, a gradient below eps moves a weight by less
