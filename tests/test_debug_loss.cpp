@@ -637,6 +637,18 @@ TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
   CHECK(dbg::diagnose_fitting({}, {}).empty());
   CHECK(dbg::diagnose_fitting({0.5}, {NAN}).empty());
 
+  // A loss summed over a sequence's 24 tokens (a CRF's negative log-likelihood): a gap of 0.7 on a loss of
+  // 4.7 while validation still falls at each epoch is a gap the run has not closed (info); the same gap with
+  // validation turning up, or a model that memorised (train near 0, validation still falling), warns.
+  fs = dbg::diagnose_fitting({6.0, 5.4, 5.0, 4.8, 4.7, 4.65}, {6.4, 6.0, 5.7, 5.5, 5.4, 5.35});
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(has(fs[0].title, "the validation loss still falls"));
+  CHECK(ev(fs[0], "gap / train loss") == doctest::Approx(0.7 / 4.7167).epsilon(0.01));
+  CHECK(dbg::diagnose_fitting({6.0, 5.4, 5.0, 4.8, 4.7, 4.65}, {6.4, 6.0, 5.7, 5.45, 5.5, 5.6})[0].severity ==
+        dbg::Severity::Warning);
+  CHECK(dbg::diagnose_fitting({0.5, 0.2, 0.05, 0.02, 0.01}, {1.0, 0.9, 0.85, 0.8, 0.78})[0].severity ==
+        dbg::Severity::Warning);
+
   // A mean squared error in the target's own units: 18 MPa^2 where the targets' variance is 250 is a fit
   // to 7% of it, neither underfitting nor, at a gap of 5, overfitting; the thresholds scale with it.
   fs = dbg::diagnose_fitting(std::vector<double>(60, 18.0), std::vector<double>(60, 23.0), {}, 250.0);

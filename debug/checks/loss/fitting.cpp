@@ -181,6 +181,20 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
     f.fix =
         "add regularisation (dropout, weight decay, augmentation) or more data; keep the best epoch "
         "(early stopping)";
+    // A gap small beside the loss itself while the validation loss still falls at every one of the last
+    // epochs: the model generalises less well than it fits, and still gains from training. A loss summed
+    // over a sequence's tokens is large in these units.
+    const auto at = [&](int64_t e) { return val[static_cast<size_t>(e)]; };
+    const bool still_falling = E >= 4 && at(E - 1) < at(E - 2) && at(E - 2) < at(E - 3);
+    if (still_falling && gap <= opts.overfit_relative_gap * tr) {
+      f.severity = Severity::Info;
+      f.title += ", but the validation loss still falls at each of the last epochs (" + fmt_num(at(E - 3)) + " -> " +
+                 fmt_num(at(E - 1)) + ") and the gap is " + pct(gap / tr) + " of the training loss";
+      ev.push_back({"gap / train loss", gap / tr, "<= " + fmt_num(opts.overfit_relative_gap) + " with validation"});
+      ev.push_back({"validation loss falling at each of the last 3 epochs", 1.0, "still falling: info"});
+      f.cause = "a generalisation gap the run has not closed yet, not memorisation: validation still improves";
+      f.fix = "none needed; train on while the validation loss falls";
+    }
   } else if (gap < normal_gap && tr < normal_train) {
     f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
     f.kind = Kind::FittingNormal;

@@ -204,6 +204,7 @@ struct LossCheckOptions {
   // inputs by this share (5%: M15's own margin): the inputs take off what the loss can lose.
   double stuck_below_baseline = 0.05;
   double overfit_gap = 0.2;          // gap above this: overfitting
+  double overfit_relative_gap = 0.5;  // ... info at most this share of the train loss while validation still falls
   // ... unless the trained model's own losses on the stored rows of both splits (L9's pass, where
   // each example's loss is known: targets that are not class indices) put that gap within
   // overfit_z standard errors of their means: a regression with 5% outlier targets 30 away has
@@ -441,6 +442,7 @@ void soften_divergence_of_changed_objective(Report& r, double before, double aft
 // opts.fitting_window epochs averaged; epochs = the number given):
 //   train > underfit_train_loss after > min_epochs_underfit epochs  -> warning: underfitting
 //   gap > overfit_gap                                               -> warning: overfitting
+//     (info where the validation loss fell at each of the last 3 epochs and gap <= overfit_relative_gap x train)
 //   gap < normal_gap and train < normal_train_loss                  -> info: normal convergence
 //   otherwise                                                       -> info: keep watching
 // The loss thresholds are absolute (cross-entropy scale), times loss_unit: the loss of predicting the
