@@ -344,6 +344,28 @@ TEST_CASE("M13: the whole-model check is silent on a clean CNN fed images with a
   CHECK(dbg::gradcheck_layers(*cnn, x).empty());
 }
 
+namespace {
+// ReLUs whose inputs sit 5e-8 above their kinks at the point the check probes: the first input the model
+// sees (the check's jittered batch) is kept, and each element's ReLU reads x - that + 5e-8. The check's
+// step of 1e-7 along a random direction crosses most of those kinks; a step 100x smaller crosses none.
+struct AtTheKink : nn::Module {
+  Tensor first;
+  AtTheKink() : Module("AtTheKink") {}
+  Tensor forward(const Tensor& x) override {
+    if (!first.defined()) first = x.detach().clone();
+    return gs::relu(x - first + 5e-8) * 3.0 + x;
+  }
+};
+}  // namespace
+
+TEST_CASE("M13: a unit within the step of its kink is no wrong backward (the step 100x smaller agrees)") {
+  XY d = blobs(8, 3, 8);
+  auto model = std::make_shared<AtTheKink>();
+  CHECK(dbg::check_input_gradient(*model, d.x).empty());
+  // A wrong backward at the same point still fails at both steps.
+  CHECK(find(dbg::check_input_gradient(*with_square(true), d.x), "M13", dbg::Severity::Error) != nullptr);
+}
+
 // ---- train-mode forwards during an evaluation ------------------------------------------------
 namespace {
 

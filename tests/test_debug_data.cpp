@@ -1123,6 +1123,55 @@ class Jittered : public nn::Dataset {
   mutable gs::Generator g_{11};
 };
 
+// Cutout (DeVries and Taylor, 2017) in get(): a random 12x12 square of each image set to 0; `inverted`:
+// the mask kept where it should erase, so only the square is left.
+class Cutout : public nn::Dataset {
+ public:
+  Cutout(nn::DatasetPtr base, bool inverted) : base_(std::move(base)), inverted_(inverted) {}
+  int64_t size() const override { return base_->size(); }
+  std::string name() const override { return base_->name() + "+cutout"; }
+  nn::Example get(int64_t i) const override {
+    nn::Example e = base_->get(i);
+    const int64_t h = e.x.size(-2), w = e.x.size(-1);
+    const int64_t r = static_cast<int64_t>(gs::rand({1}, {}, &g_).item<double>() * static_cast<double>(h - 12));
+    const int64_t c = static_cast<int64_t>(gs::rand({1}, {}, &g_).item<double>() * static_cast<double>(w - 12));
+    Tensor keep = gs::ones({h, w});
+    keep.narrow(0, r, 12).narrow(1, c, 12).fill_(0.0);
+    e.x = e.x * (inverted_ ? 1.0 - keep : keep);
+    return e;
+  }
+
+ private:
+  nn::DatasetPtr base_;
+  bool inverted_;
+  mutable gs::Generator g_{12};
+};
+
+TEST_CASE("D14 on images: an inverted Cutout in the training dataset's get() is named as the augmentation's drift") {
+  auto [train, val] = nn::train_val_split(fmnist(3000), 0.25, 5);
+  // The mask kept where it should erase: only a 12x12 square of each training image is left, drawn anew
+  // at each read.
+  const nn::DatasetPtr cut = std::make_shared<Cutout>(train, true);
+  const auto a = dbg::read_split_sample(*cut), b = dbg::read_split_sample(*val);
+  std::vector<dbg::Finding> fs = dbg::check_splits(*a, *b, "validation");
+  dbg::revise_example_drift_by_augmentation(fs, *cut, *a, "validation");
+  const dbg::Finding* d14 = dtest::find(fs, "D14");
+  REQUIRE_MESSAGE(d14 != nullptr, dtest::all_str(fs));
+  CHECK(d14->kind == dbg::Kind::AugmentationSwamps);
+  CHECK(has(d14->title, "an augmentation makes the training inputs unlike the validation inputs"));
+  CHECK(ev(*d14, "training rows whose per-example mean differs between two reads") > 200);
+  // The training images stored at half their brightness (no transform at read time): the drift stays
+  // the split's, not an augmentation's.
+  const nn::Batch all = train->all();
+  const nn::DatasetPtr dim = dataset(all.x * 0.5, all.y, "dimmed");
+  const auto c = dbg::read_split_sample(*dim);
+  std::vector<dbg::Finding> gs_ = dbg::check_splits(*c, *b, "validation");
+  dbg::revise_example_drift_by_augmentation(gs_, *dim, *c, "validation");
+  const dbg::Finding* stored = dtest::find(gs_, "D14");
+  REQUIRE_MESSAGE(stored != nullptr, dtest::all_str(gs_));
+  CHECK(stored->kind == dbg::Kind::None);
+}
+
 // D14's column drift judged again by reading the training rows twice: noise of half a column's spread
 // drawn at each read is augmentation (info); the same noise written into the stored rows still warns;
 // noise of 20x a column's spread swamps it (a warning that says so).
@@ -1236,4 +1285,16 @@ TEST_CASE("D15: a balanced evaluation of a long-tailed training split warns and 
     REQUIRE(d15 != nullptr);
     CHECK(d15->severity == (weighted ? dbg::Severity::Info : dbg::Severity::Warning));
   }
+  // A sampler that draws the classes evenly: the labels the loader yields (D3's count) sit far closer
+  // than the split's 16x, so the balanced evaluation is info too.
+  std::vector<int64_t> drawn;
+  for (int i = 0; i < 500; ++i) drawn.push_back(i % 5);
+  dbg::Report resampled;
+  resampled.add(dbg::check_label_distribution(gs::tensor(drawn, {500}), 5));
+  resampled.add(fb);
+  dbg::revise_balanced_evaluation(resampled);
+  const dbg::Finding* d15 = dtest::find(resampled.findings(), "D15", dbg::Severity::Info);
+  REQUIRE(d15 != nullptr);
+  CHECK(d15->severity == dbg::Severity::Info);
+  CHECK(has(d15->title, "rebalanced on purpose"));
 }

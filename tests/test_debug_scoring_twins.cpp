@@ -82,6 +82,24 @@ TEST_CASE("a focal loss with its factor inverted: M14 leads, the loss falls to ~
   expect_clean(clean);
 }
 
+TEST_CASE(
+    "M14's loss-blind rule: an embedding far wider than the labels, scored on columns of its own, is no class "
+    "scores; the same loss on a class-wide output reads the wrong entries") {
+  // A metric loss's embedding (64 wide, 3 classes) scored against the columns the loss assigns to each
+  // class (a proxy per class), and a 10-class output whose loss reads the next class's column.
+  for (const int64_t width : {64, 10}) {
+    CAPTURE(width);
+    manual_seed(7);
+    const Split d = dtest::split(3, 1.5);
+    auto model = std::make_shared<dtest::Mlp>(6, width);
+    const debug::LossFunction own_columns = [width](const Tensor& out, const Tensor& t) {
+      return nn::functional::cross_entropy(out, width == 64 ? (t * 7 + 3) : (t + 1));
+    };
+    const debug::RunReport r = train_with(*model, own_columns, d, 3);
+    CHECK_MESSAGE((first_of(r, "M14", debug::Kind::LossBlindToLabels) != nullptr) == (width == 10), r.str(true));
+  }
+}
+
 namespace {
 
 // A label-smoothed cross-entropy (0.1) written by hand; `batch_axis`: the true class's log-probability

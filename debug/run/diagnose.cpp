@@ -163,6 +163,7 @@ void Session::run_data_checks() {
       const std::shared_ptr<const SplitSample> val_rows = read_split_sample(data_.val->dataset(), o_.data);
       std::vector<Finding> fs = check_splits(read_train_rows(), *val_rows, o_.val_split, o_.data);
       revise_column_drift_by_augmentation(fs, train.dataset(), read_train_rows(), *val_rows, o_.val_split, o_.data);
+      revise_example_drift_by_augmentation(fs, train.dataset(), read_train_rows(), o_.val_split);
       r.add(fs);
       r.add(check_split_shares(data_.train->dataset(), data_.val->dataset(), o_.val_split, o_.data));
       r.note_ran("D13, D14, D15, D16");
@@ -605,9 +606,11 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
     revise_small_updates(r.findings, trained, r.history.epoch_val_loss);
     for (PhaseReport& p : r.phases) revise_small_updates(p.findings, trained, r.history.epoch_val_loss);
     const bool unstable = loss_history_unstable(r.findings);
-    revise_weight_growth(r.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
+    revise_weight_growth(r.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim,
+                         r.history.epoch_val_accuracy);
     for (PhaseReport& p : r.phases)
-      revise_weight_growth(p.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim);
+      revise_weight_growth(p.findings, unstable, r.history.epoch_val_loss, o_.monitor.optim,
+                           r.history.epoch_val_accuracy);
   }
   if (stopped_.empty() && r.steps >= 3) {  // W2's errors of a loss the loop gives other targets
     const Report gate = gate_phase_.findings;

@@ -403,6 +403,12 @@ std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, co
 void revise_column_drift_by_augmentation(std::vector<Finding>& found, const nn::Dataset& train_data,
                                          const SplitSample& train, const SplitSample& other,
                                          const std::string& split = "validation", const DataCheckOptions& opts = {});
+// D14's per-example drift (an image's brightness or contrast, in `found`) where the training dataset
+// changes its rows at each read: its first 2,000 rows read again, a tenth or more of them with another
+// per-example mean, make it an augmentation's drift (kind augmentation-swamps): the training inputs
+// unlike the split's, whatever the split holds.
+void revise_example_drift_by_augmentation(std::vector<Finding>& found, const nn::Dataset& train_data,
+                                          const SplitSample& train, const std::string& split = "validation");
 std::vector<Finding> check_duplicates(const SplitSample& data, const DataCheckOptions& opts = {});
 std::vector<Finding> check_splits(const SplitSample& train, const SplitSample& other,
                                   const std::string& split = "validation", const DataCheckOptions& opts = {});

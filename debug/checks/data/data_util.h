@@ -234,6 +234,8 @@ struct SplitSample {
   // " (the first N rows read)" when the sample is not the whole split.
   std::string partial() const { return read() < size ? " (the first " + detail::num(read()) + " rows read)" : ""; }
 };
+// A split's sample: its first opts.integrity_examples rows read through the dataset (split_sample.cpp).
+SplitSample read_split(const nn::Dataset& d, const DataCheckOptions& opts);
 
 }  // namespace gradsleuth::debug
 

@@ -223,6 +223,8 @@ std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& ot
   if (balanced_eval) {
     f.evidence.push_back({"largest / smallest class count in " + split,
                           static_cast<double>(o_max) / static_cast<double>(o_min), "within 5%: balanced"});
+    f.evidence.push_back({"largest / smallest class count in train",
+                          static_cast<double>(t_max) / static_cast<double>(t_min), "2 or more: imbalanced"});
     f.cause = "the " + split +
               " split holds every class equally often while the training classes differ in frequency: training "
               "examples of some classes lost on the way (a filter, a split that drops part of the data), or, by "
@@ -241,23 +243,34 @@ namespace gradsleuth::debug {
 
 void revise_balanced_evaluation(Report& data) {
   bool compensated = false;  // D3's imbalance, judged compensated (its evidence says by what)
+  double drawn = detail::kNaN;  // D3's imbalance ratio of the labels the training loader yields
   for (const Finding& f : data.findings())
-    if (f.check == "D3" && !f.fires())
-      for (const Evidence& e : f.evidence)
+    if (f.check == "D3")
+      for (const Evidence& e : f.evidence) {
+        if (e.name == "imbalance ratio (largest / smallest non-empty class)") drawn = e.value;
+        if (f.fires()) continue;
         compensated = compensated ||
                       (e.name == "imbalance ratio of count x the loss's class weight" &&
                        e.rule.find("the loss compensates") != std::string::npos) ||
                       e.name.find("(trained model, validation)") != std::string::npos;
-  if (!compensated) return;
+      }
   for (size_t i = 0; i < data.size(); ++i) {
     const Finding& g = data.findings()[i];
     const bool balanced = std::any_of(g.evidence.begin(), g.evidence.end(), [](const Evidence& e) {
       return e.name.rfind("largest / smallest class count in ", 0) == 0;
     });
     if (!g.fires() || g.check != "D15" || !balanced) continue;
+    // A sampler that draws the classes more evenly than the split holds them (square-root or class-
+    // balanced sampling): the loader's labels at half the split's imbalance or less.
+    const double held = g.value_of("largest / smallest class count in train");
+    const bool resampled = std::isfinite(drawn) && std::isfinite(held) && drawn <= 0.5 * held;
+    if (!compensated && !resampled) continue;
     Finding f = g;
     f.severity = Severity::Info;
-    f.title += " (D3 finds the training imbalance compensated: a long tail trained on purpose)";
+    f.title += resampled && !compensated
+                   ? " (the training loader draws the classes " + fmt_num(drawn) + "x apart against the split's " +
+                         fmt_num(held) + "x: a long tail rebalanced on purpose)"
+                   : " (D3 finds the training imbalance compensated: a long tail trained on purpose)";
     f.fix = "none needed: report per-class accuracy alongside accuracy";
     data.replace(i, f);
   }

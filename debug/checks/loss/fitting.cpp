@@ -189,7 +189,7 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
     if (still_falling && gap <= opts.overfit_relative_gap * tr) {
       f.severity = Severity::Info;
       f.title += ", but the validation loss still falls at each of the last epochs (" + fmt_num(at(E - 3)) + " -> " +
-                 fmt_num(at(E - 1)) + ") and the gap is " + pct(gap / tr) + " of the training loss";
+                 fmt_num(at(E - 1)) + ") and the gap is " + detail::pct(gap / tr) + " of the training loss";
       ev.push_back({"gap / train loss", gap / tr, "<= " + fmt_num(opts.overfit_relative_gap) + " with validation"});
       ev.push_back({"validation loss falling at each of the last 3 epochs", 1.0, "still falling: info"});
       f.cause = "a generalisation gap the run has not closed yet, not memorisation: validation still improves";

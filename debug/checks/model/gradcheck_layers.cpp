@@ -392,7 +392,13 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
     const Tensor u =
         movable.defined() ? randn(base.shape(), kFloat64, &gen) * movable : randn(base.shape(), kFloat64, &gen);
     const double a = sum(g * u).item<double>();
-    const double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
+    double n = (f(base + u * eps) - f(base - u * eps)) / (2 * eps);
+    // A unit within eps of its kink (a ReLU's 0, a max-pool's tie) bends the central difference: at a
+    // step 100x smaller the numeric derivative moves to the analytic one. A wrong formula stays off.
+    if (std::fabs(a - n) > opts.atol + opts.rtol * std::fabs(n)) {
+      const double fine = (f(base + u * (eps / 100)) - f(base - u * (eps / 100))) / (2 * eps / 100);
+      if (std::fabs(a - fine) <= opts.atol + opts.rtol * std::fabs(fine)) n = fine;
+    }
     const double err = std::fabs(a - n);
     const double rel = err / std::max({std::fabs(a), std::fabs(n), opts.atol});
     if (err > opts.atol + opts.rtol * std::fabs(n)) ++failed;

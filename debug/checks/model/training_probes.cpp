@@ -19,6 +19,7 @@
 #include "debug/checks/hooks.h"
 #include "debug/checks/model/behaviour.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 #include "debug/evidence/tensor_stats.h"
 #include "nn/activation.h"
 #include "nn/conv.h"
@@ -302,7 +303,10 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     const bool shaped = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0);
     classes = shaped && loss_scores_classes(out, y, loss);
     if (classes) line = std::max(line, o.overfit_loss_chance * std::log(static_cast<double>(out.size(1))));
-    if (shaped && amin(y).item<int64_t>() >= 0 && amax(y).item<int64_t>() < out.size(1)) {
+    // An output far wider than the labels reach (an embedding a metric loss scores against its own
+    // proxies or prototypes) holds no class scores, whatever its cross-entropy with the labels.
+    if (shaped && amin(y).item<int64_t>() >= 0 && amax(y).item<int64_t>() < out.size(1) &&
+        !loss_type::wider_than_labels(out, y)) {
       shaped_classes = out.size(1);
       ce_before = nn::functional::cross_entropy(out.to(kFloat32), y).item<double>();
     }

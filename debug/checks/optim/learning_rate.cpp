@@ -147,7 +147,8 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
     f.kind = Kind::ScheduleGrows;
     f.evidence.push_back({"peak / step 1", *peak / start, "> " + fmt_num(opts.schedule_growth) + " warns"});
     f.cause =
-        "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, or a "
+        "a warm-up aimed at the wrong target, a cyclic schedule whose peak is far above the base, an annealing "
+        "schedule whose floor lies above the base rate (CosineAnnealingLR's eta_min given as a fraction), or a "
         "scheduler applied twice";
     f.fix = "check the scheduler's target and peak learning rate against the optimizer's";
     out.push_back(std::move(f));
@@ -705,8 +706,14 @@ class LearningRateRunCheck final : public RunCheck {
     const bool misbehaved = std::any_of(by_loss.begin(), by_loss.end(), [](const Finding& f) {
       return f.fires() && f.kind == Kind::LrTooHigh;
     });
+    // A warm-up reaches its peak early and a cyclic schedule comes back down from it; a rate that climbs
+    // to the run's last steps and stays there is neither (CosineAnnealingLR's eta_min above the base rate).
+    const std::vector<double>& lrs = c.history->learning_rates;
+    const auto peak = std::max_element(lrs.begin(), lrs.end());
+    const bool shaped = !lrs.empty() && (peak - lrs.begin() <= static_cast<std::ptrdiff_t>(lrs.size() / 2) ||
+                                         lrs.back() <= 0.5 * *peak);
     for (Finding& f : schedule)
-      if (f.is("O6", Kind::ScheduleGrows) && !misbehaved) {
+      if (f.is("O6", Kind::ScheduleGrows) && !misbehaved && shaped) {
         // A warm-up or a one-cycle schedule raises the lr on purpose: it is a mistake only when
         // the loss misbehaves at the raised rate.
         f.severity = Severity::Info;

@@ -310,11 +310,16 @@ NormSeries NormHistory::weight_series() const {
 }
 
 void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<double>& epoch_val_loss,
-                          const OptimCheckOptions& o) {
+                          const OptimCheckOptions& o, const std::vector<double>& epoch_val_accuracy) {
   const std::vector<double> val = detail::finite_only(epoch_val_loss);
   if (val.size() < 2) return;
   const double best = *std::min_element(val.begin(), val.end());
-  if (!(val.back() <= o.growth_val_at_best * best && val.back() < val.front())) return;
+  // Or the validation accuracy ended at its best (within half a point) while the loss ended below its
+  // start: a model growing more confident as it gets more right.
+  const std::vector<double> acc = detail::finite_only(epoch_val_accuracy);
+  const bool acc_at_best =
+      acc.size() >= 2 && acc.back() >= *std::max_element(acc.begin(), acc.end()) - 0.005 && acc.back() > acc.front();
+  if (!((val.back() <= o.growth_val_at_best * best || acc_at_best) && val.back() < val.front())) return;
   if (loss_unstable) return;
   for (size_t i = 0; i < found.size(); ++i) {
     const Finding& g = found.findings()[i];
@@ -322,10 +327,17 @@ void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<d
     if (std::isnan(g.value_of("last / first weight norm"))) continue;
     Finding f = g;
     f.severity = Severity::Info;
-    f.title += ", while the loss fell without a spike and the validation loss ended at its best (" +
-               fmt_num(val.back()) + "): weights that grew to the solution's scale";
+    f.title +=
+        ", while the loss fell without a spike and the validation " +
+        (val.back() <= o.growth_val_at_best * best ? "loss ended at its best (" + fmt_num(val.back()) + ")"
+                                                   : "accuracy ended at its best (" + fmt_num(acc.back()) + ")") +
+        ": weights that grew to the solution's scale";
     f.evidence.push_back({"last validation loss / the run's best", val.back() / best,
                           "<= " + fmt_num(o.growth_val_at_best) + " with a stable loss: info"});
+    if (!acc.empty())
+      f.evidence.push_back({"last validation accuracy - the run's best",
+                            acc.back() - *std::max_element(acc.begin(), acc.end()),
+                            ">= -0.005 with a stable loss, the loss below its start: info"});
     f.cause =
         "a weight whose solution lies far from its initial scale (a readout over small features, a softmax head "
         "on a separable task under cross-entropy) grows for as long as it trains; steps too large leave the "

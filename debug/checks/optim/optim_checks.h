@@ -441,10 +441,11 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
 // learn. Such a finding becomes info.
 void soften_jumps_with_falling_loss(std::vector<Finding>& found, const std::vector<double>& step_losses);
 // O3's weight-growth warnings among `found` become info where the run's loss settled (see
-// growth_val_at_best): loss_unstable is L1's verdict on the run (loss_history_unstable);
-// epoch_val_loss the run's validation losses.
+// growth_val_at_best, or the validation accuracy at its best within half a point, the validation loss
+// below its start): loss_unstable is L1's verdict on the run (loss_history_unstable); epoch_val_loss and
+// epoch_val_accuracy the run's validation losses and accuracies.
 void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<double>& epoch_val_loss,
-                          const OptimCheckOptions& o = {});
+                          const OptimCheckOptions& o = {}, const std::vector<double>& epoch_val_accuracy = {});
 // O3 in the gate: a penalty on the weights inside the loss (see penalty_gradient_ratio). Called right
 // after the gate's backward, with the weights' gradients of loss(out, y) in place (restored on return):
 // the loss is called again on out detached. A warning (kind weight-decay-too-strong) when the penalty's
