@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 
 #include "debug/checks/model/model_checks.h"
 #include "debug_test_util.h"
@@ -375,6 +376,50 @@ TEST_CASE("M15: real inputs beat zeroed inputs; labels unrelated to the inputs d
   for (int i = 0; i < 3; ++i) bad.emplace_back(d.x.narrow(0, 24 * i, 24), shuffled.narrow(0, 24 * i, 24));
   auto fb = dbg::input_independent_baseline(*m, bad, {d.x.narrow(0, 72, 48), shuffled.narrow(0, 72, 48)}, ce);
   REQUIRE(find(fb, "M15") != nullptr);
+}
+
+namespace {
+// Token ids (B, 16): a class token (1-9, class (token - 1) % 3) first, then 2-7 random tokens, then the
+// pad id 0 to the end (`padded`), or random tokens to the end. The model embeds the tokens and reads
+// one position: the last (a recurrent model's final state, here without the recurrence) or the first.
+struct ReadsOnePosition : nn::Module {
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(10, 8));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(8, 3));
+  bool last;
+  explicit ReadsOnePosition(bool last_) : Module("ReadsOnePosition"), last(last_) {}
+  Tensor forward(const Tensor& ids) override { return (*out)((*emb)(ids).select(1, last ? ids.size(1) - 1 : 0)); }
+};
+std::pair<Tensor, Tensor> tokens(int64_t n, bool padded, uint64_t seed) {
+  std::mt19937 g(static_cast<unsigned>(seed));
+  std::vector<int64_t> ids(static_cast<size_t>(n * 16)), y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t first = 1 + static_cast<int64_t>(g() % 9), len = 3 + static_cast<int64_t>(g() % 6);
+    y[static_cast<size_t>(i)] = (first - 1) % 3;
+    for (int64_t t = 0; t < 16; ++t)
+      ids[static_cast<size_t>(i * 16 + t)] =
+          t == 0 ? first : (t < len || !padded ? 1 + static_cast<int64_t>(g() % 9) : 0);
+  }
+  return {gs::tensor(ids, {n, 16}), gs::tensor(y, {n})};
+}
+}  // namespace
+
+TEST_CASE("M15 on right-padded sequences: a model reading the last position reads the padding and is told so") {
+  for (const bool padded : {true, false}) {
+    CAPTURE(padded);
+    std::vector<std::pair<Tensor, Tensor>> train;
+    for (int i = 0; i < 4; ++i) train.push_back(tokens(32, padded, 10 + i));
+    const auto held = tokens(64, padded, 20);
+    gs::manual_seed(3);
+    auto last = std::make_shared<ReadsOnePosition>(true);
+    const auto fs = dbg::input_independent_baseline(*last, train, held, ce);
+    const dbg::Finding* f = find(fs, "M15");
+    REQUIRE(f != nullptr);
+    CHECK(has(f->title, "the sequences end in padding (0 on the last") == padded);
+    if (padded) CHECK(has(f->fix, "gather at length - 1"));
+    gs::manual_seed(3);
+    auto first = std::make_shared<ReadsOnePosition>(false);
+    CHECK(find(dbg::input_independent_baseline(*first, train, held, ce), "M15") == nullptr);
+  }
 }
 
 TEST_CASE("M16: a wider MLP fits spirals better; a model with a 1-unit bottleneck does not gain") {

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
@@ -72,6 +75,37 @@ double val_margin(const ModelCheckOptions& o, int64_t rows) {
   const double m = o.baseline_val_margin * std::sqrt(static_cast<double>(o.baseline_val_rows) /
                                                      static_cast<double>(std::max<int64_t>(rows, 1)));
   return std::clamp(m, o.baseline_val_margin, std::max(o.baseline_margin, o.baseline_val_margin));
+}
+}  // namespace
+
+namespace {
+// Sequences padded at the end: in a batch x (B, T) of at least 4 positions, rows that end in a run of
+// one value (2 or more positions), the same value on at least half the rows, with run lengths that
+// differ between rows, and that value at most 5% of the positions before the runs. Returns the pad
+// value and the median run length (0 when the batch shows no such padding).
+std::pair<double, int64_t> trailing_padding(const Tensor& x) {
+  if (!x.defined() || x.dim() != 2 || x.size(1) < 4 || x.size(0) < 4) return {0.0, 0};
+  const int64_t B = x.size(0), T = x.size(1);
+  const std::vector<double> v = x.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
+  std::map<double, int64_t> ends;  // last value -> rows
+  for (int64_t i = 0; i < B; ++i) ++ends[v[static_cast<size_t>(i * T + T - 1)]];
+  const auto top =
+      std::max_element(ends.begin(), ends.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const double pad = top->first;
+  std::vector<int64_t> runs;
+  int64_t inside = 0, before = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    int64_t r = 0;
+    while (r < T && v[static_cast<size_t>(i * T + T - 1 - r)] == pad) ++r;
+    if (r >= 2 && r < T) runs.push_back(r);
+    for (int64_t t = 0; t < T - r; ++t) inside += v[static_cast<size_t>(i * T + t)] == pad ? 1 : 0;
+    before += T - r;
+  }
+  if (2 * static_cast<int64_t>(runs.size()) < B || before == 0 || inside > 0.05 * static_cast<double>(before))
+    return {0.0, 0};
+  if (*std::min_element(runs.begin(), runs.end()) == *std::max_element(runs.begin(), runs.end())) return {0.0, 0};
+  std::nth_element(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(runs.size() / 2), runs.end());
+  return {pad, runs[runs.size() / 2]};
 }
 }  // namespace
 
@@ -179,6 +213,22 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
         "separately), a bug that drops the input (multiplied by 0, detached), or labels that do not depend "
         "on the inputs";
     f.fix = "check the alignment of (x, y) pairs (D4) and the data pipeline; print a few inputs with their labels";
+    // Right-padded sequences: a model that reads its state at the last position reads it after the padding.
+    const auto [pad, run] = train.empty() ? std::pair<double, int64_t>{0.0, 0} : trailing_padding(train.front().first);
+    if (run > 0) {
+      f.title += "; the sequences end in padding (" + fmt_num(pad) + " on the last " + std::to_string(run) + " of " +
+                 std::to_string(train.front().first.size(1)) + " positions, the median row)";
+      f.evidence.push_back({"median padding run at the end of a row", static_cast<double>(run),
+                            "runs of one value that differ in length between rows"});
+      f.cause =
+          "the sequences are padded at the end and the model reads its state at the last position (a recurrent "
+          "model's final hidden state, the last token's output): after the padding it has forgotten the sequence. "
+          "Otherwise: " +
+          f.cause;
+      f.fix =
+          "read each sequence's state at its last real position (gather at length - 1), or pad at the start; "
+          "then check the alignment of (x, y) pairs (D4)";
+    }
   }
   return {f};
 }
