@@ -31,6 +31,8 @@
 namespace gradsleuth::debug {
 
 using namespace model_detail;
+using detail::make;
+using detail::num;
 
 // ---- M9 ------------------------------------------------------------------------------------
 std::vector<Finding> check_initialisation(nn::Module& model, const ModelCheckOptions& o) {

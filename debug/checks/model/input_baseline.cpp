@@ -12,6 +12,7 @@
 #include "debug/checks/check_util.h"
 #include "debug/checks/model/model_checks.h"
 #include "debug/checks/model/model_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 

@@ -340,11 +340,11 @@ class UnregisteredLeafRunCheck final : public RunCheck {
       if (nn::load_sample(t) != s.values) continue;  // something trains it (another optimizer)
       const std::string what =
           "a tensor" + (s.name.empty() ? std::string() : " '" + s.name + "'") + " of shape " + shape_str(s.shape);
-      Finding f = make("M5", Severity::Warning,
-                       what +
-                           " that the model's forward reads requires grad and gets a gradient, but neither "
-                           "model.parameters() nor the optimizer holds it: its values never changed in " +
-                           std::to_string(steps) + " steps");
+      Finding f = detail::make("M5", Severity::Warning,
+                               what +
+                                   " that the model's forward reads requires grad and gets a gradient, but neither "
+                                   "model.parameters() nor the optimizer holds it: its values never changed in " +
+                                   std::to_string(steps) + " steps");
       f.kind = Kind::ParameterUnregistered;
       f.shape = shape_str(s.shape);
       const Tensor g = t.grad();
