@@ -355,10 +355,8 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     std::string why;
     const int64_t n = x.size(0);
     bool set_sized = false;  // a buffer or parameter of n x n (the set's adjacency)
-    for (const auto& [name, b] : model.named_buffers())
-      set_sized = set_sized || (b.dim() == 2 && b.size(0) == n && b.size(1) == n);
-    for (const auto& [name, p] : model.named_parameters())
-      set_sized = set_sized || (p.dim() == 2 && p.size(0) == n && p.size(1) == n);
+    for (const auto& tensors : {model.named_buffers(), model.named_parameters()})
+      for (const auto& [name, t] : tensors) set_sized = set_sized || (t.dim() == 2 && t.size(0) == n && t.size(1) == n);
     for (Finding& f : out)
       if (f.check == "M6" && f.severity == Severity::Error && set_sized && takes_whole_batch_only(model, x, &why)) {
         f.severity = Severity::Info;

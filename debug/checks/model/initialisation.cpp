@@ -167,9 +167,7 @@ class LoadedWeightsRunCheck final : public RunCheck {
     std::vector<std::string> redrawn, as_initialised;
     int64_t loaded = 0;
     bool frozen = true;  // every loaded weight: requires no gradient, or no optimizer group holds it
-    std::set<const void*> held;
-    for (const auto& g : c.optimizer.param_groups())
-      for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+    const std::set<const TensorImpl*> held = held_parameters(c.optimizer);
     for (auto r = records.rbegin(); r != records.rend(); ++r)
       for (const nn::LoadedTensor& l : r->tensors) {
         const std::shared_ptr<TensorImpl> into = l.into.lock();  // null: that model is gone

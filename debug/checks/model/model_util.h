@@ -33,6 +33,18 @@ namespace gradsleuth::debug::model_detail {
 
 using detail::GradSnapshot;
 
+// The parameters (by identity) some group of `optimizer` holds, and with `model` every parameter the model
+// registers too.
+inline std::set<const TensorImpl*> held_parameters(const optim::Optimizer& optimizer,
+                                                   const nn::Module* model = nullptr) {
+  std::set<const TensorImpl*> held;
+  for (const auto& g : optimizer.param_groups())
+    for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
+  if (model)
+    for (const Tensor& p : model->parameters()) held.insert(p.impl_ptr().get());
+  return held;
+}
+
 inline bool is_classification(const Tensor& out, const Tensor& y) {
   return y.dtype() == kInt64 && y.dim() == 1 && out.dim() == 2 && out.size(0) == y.size(0);
 }

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -283,6 +282,31 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
   soften_zero_at_gate(gate, h, "M5", Kind::OutputUnread, 0.0);
 }
 
+// ---- leaves of a graph that no one holds ---------------------------------------------------------
+namespace {
+// The leaves that require grad reached from `root` (not past the nodes in `stop`) and not in `held`, in
+// the walk's order: the tensors a forward read that neither the model nor the optimizer holds.
+std::vector<Tensor> leaves_outside(const Node* root, const std::set<const TensorImpl*>& held,
+                                   std::set<const Node*> stop = {}) {
+  std::vector<Tensor> out;
+  stop.insert(root);
+  std::vector<const Node*> todo{root};
+  while (!todo.empty()) {
+    const Node* n = todo.back();
+    todo.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.fn || !stop.insert(e.fn.get()).second) continue;
+      const Tensor leaf = autograd::accumulated_leaf(*e.fn);
+      if (!leaf.defined())
+        todo.push_back(e.fn.get());
+      else if (!held.count(leaf.impl_ptr().get()))
+        out.push_back(leaf);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 // ---- tensors the forward trains that no one registered ----------------------------------------
 namespace {
 constexpr size_t kMaxStrangers = 8;
@@ -305,29 +329,14 @@ class UnregisteredLeafRunCheck final : public RunCheck {
     looked_ = true;
     steps_at_start_ = c.steps;
     if (!input.defined() || !input.grad_fn()) return;
-    std::set<const TensorImpl*> held;
-    for (const Tensor& p : c.model.parameters()) held.insert(p.impl_ptr().get());
-    for (const auto& g : c.optimizer.param_groups())
-      for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
     const int64_t batch = input_.defined() && input_.dim() > 0 ? input_.size(0) : -1;
-    std::set<const Node*> seen{input.grad_fn().get()};
-    if (input_.defined() && input_.grad_fn()) seen.insert(input_.grad_fn().get());
-    std::vector<const Node*> todo{input.grad_fn().get()};
-    while (!todo.empty() && strangers_.size() < kMaxStrangers) {
-      const Node* n = todo.back();
-      todo.pop_back();
-      for (const Edge& e : n->next_edges) {
-        if (!e.fn || !seen.insert(e.fn.get()).second) continue;
-        const Tensor leaf = autograd::accumulated_leaf(*e.fn);
-        if (!leaf.defined()) {
-          todo.push_back(e.fn.get());
-          continue;
-        }
-        if (held.count(leaf.impl_ptr().get()) || leaf.dim() == 0 || leaf.size(0) == batch ||
-            leaf.impl_ptr() == input_.impl_ptr())
-          continue;
-        strangers_.push_back({leaf.impl_ptr(), leaf.name(), leaf.shape(), nn::load_sample(leaf)});
-      }
+    std::set<const Node*> input_graph;
+    if (input_.defined() && input_.grad_fn()) input_graph.insert(input_.grad_fn().get());
+    for (const Tensor& leaf :
+         leaves_outside(input.grad_fn().get(), held_parameters(c.optimizer, &c.model), std::move(input_graph))) {
+      if (strangers_.size() >= kMaxStrangers) break;
+      if (leaf.dim() == 0 || leaf.size(0) == batch || leaf.impl_ptr() == input_.impl_ptr()) continue;
+      strangers_.push_back({leaf.impl_ptr(), leaf.name(), leaf.shape(), nn::load_sample(leaf)});
     }
     input_ = Tensor();
   }
@@ -388,31 +397,13 @@ void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const op
                                  std::vector<Finding>& found) {
   const auto unreached = [](const Finding& f) { return f.fires() && f.is("M5", Kind::ParameterUnreached); };
   if (std::none_of(found.begin(), found.end(), unreached) || !loss.defined() || !loss.grad_fn()) return;
-  // The accumulators of the leaves the model or the optimizer holds.
-  std::set<const Node*> held;
+  // Every leaf the loss reaches that neither the model nor the optimizer holds, with its shape.
   std::vector<std::pair<std::string, Tensor>> params = model.named_parameters();
-  for (const auto& [name, p] : params)
-    if (const Edge e = gradient_edge(p); e.fn) held.insert(e.fn.get());
-  if (optimizer)
-    for (const auto& g : optimizer->param_groups())
-      for (const Tensor& p : g.params)
-        if (const Edge e = gradient_edge(p); e.fn) held.insert(e.fn.get());
-  // Every other leaf the loss reaches, with its shape.
+  std::set<const TensorImpl*> held;
+  for (const auto& [name, p] : params) held.insert(p.impl_ptr().get());
+  if (optimizer) held.merge(held_parameters(*optimizer));
   std::vector<Shape> strangers;
-  std::set<const Node*> seen{loss.grad_fn().get()};
-  std::vector<const Node*> todo{loss.grad_fn().get()};
-  while (!todo.empty()) {
-    const Node* n = todo.back();
-    todo.pop_back();
-    for (const Edge& e : n->next_edges) {
-      if (!e.fn || !seen.insert(e.fn.get()).second) continue;
-      if (std::strcmp(e.fn->name(), "AccumulateGrad") == 0) {
-        if (!held.count(e.fn.get())) strangers.push_back(e.shape);
-      } else {
-        todo.push_back(e.fn.get());
-      }
-    }
-  }
+  for (const Tensor& leaf : leaves_outside(loss.grad_fn().get(), held)) strangers.push_back(leaf.shape());
   for (Finding& f : found) {
     if (!unreached(f)) continue;
     const std::string& name = f.parameter;

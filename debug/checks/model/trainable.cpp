@@ -31,16 +31,6 @@ namespace gradsleuth::debug {
 using namespace model_detail;
 
 // ---- M10 -----------------------------------------------------------------------------------
-namespace {
-// The parameters some group of `optimizer` holds.
-std::set<const TensorImpl*> held_parameters(const optim::Optimizer& optimizer) {
-  std::set<const TensorImpl*> held;
-  for (const auto& g : optimizer.param_groups())
-    for (const Tensor& p : g.params) held.insert(p.impl_ptr().get());
-  return held;
-}
-}  // namespace
-
 std::vector<Finding> check_trainable(nn::Module& model, const optim::Optimizer* optimizer) {
   std::vector<Finding> out;
   const auto params = model.named_parameters();

@@ -202,13 +202,17 @@ std::vector<Finding> diagnose_metric_direction(const std::vector<optim::MetricSt
 // ---- O6 update/weight ratios: the verdict (update_ratio.cpp measures them) -------------------
 
 namespace {
-// A weight exactly still on 20-80% of its measured steps, and moving by a healthy ratio (the band's
-// lower end) on the others, at least 3 of them.
-bool skipped_at_times(const std::vector<std::pair<int64_t, double>>& ratios, double min_ratio) {
+// The measured ratios of the steps on which a weight moved at all.
+std::vector<double> moving_ratios(const std::vector<std::pair<int64_t, double>>& ratios) {
   std::vector<double> moving;
   for (const auto& [step, v] : ratios)
     if (v > 0) moving.push_back(v);
-  const double n = static_cast<double>(ratios.size()), k = static_cast<double>(moving.size());
+  return moving;
+}
+// A weight exactly still on 20-80% of its `measured` steps, and moving by a healthy ratio (the band's
+// lower end) on the others, at least 3 of them.
+bool skipped_at_times(const std::vector<double>& moving, size_t measured, double min_ratio) {
+  const double n = static_cast<double>(measured), k = static_cast<double>(moving.size());
   return moving.size() >= 3 && k >= 0.2 * n && k <= 0.8 * n && median(moving) >= min_ratio;
 }
 }  // namespace
@@ -251,12 +255,10 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
                             : "the optimizer holds it but its gradient is always missing or zero (M5), or its "
                               "group's learning rate is 0";
       f.fix = "pass model.parameters() to the optimizer after the model is complete; check gradient flow (M5)";
-    } else if (small && skipped_at_times(q.ratios, o_.min_update_ratio)) {
+    } else if (const std::vector<double> moving = moving_ratios(q.ratios);
+               small && skipped_at_times(moving, q.ratios.size(), o_.min_update_ratio)) {
       // Exactly still on some measured steps and moving well on the others: a layer the forward skips on
       // some steps (stochastic depth), whose median is a count of skips, not a size of updates.
-      std::vector<double> moving;
-      for (const auto& [step, v] : q.ratios)
-        if (v > 0) moving.push_back(v);
       f.severity = Severity::Info;
       f.title += ", but it moved on " + num(static_cast<int64_t>(moving.size())) + " of " +
                  num(static_cast<int64_t>(q.ratios.size())) + " measured steps, by a median of " +

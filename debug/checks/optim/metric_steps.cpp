@@ -16,10 +16,7 @@ namespace {
 bool follows(const detail::SeriesFollow& f, double allowed_gap) {
   return f.n >= kMinMetricSteps && (f.exact || (f.gap <= allowed_gap && f.r >= kFollowCorrelation));
 }
-double mean_of(const std::vector<double>& v) {
-  const std::vector<double> x = detail::finite_only(v);
-  return x.empty() ? detail::kNaN : std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(x.size());
-}
+double mean_of(const std::vector<double>& v) { return detail::mean_and_variance(detail::finite_only(v)).first; }
 // The matched series' first and last values, over the epochs the record's steps cover.
 MetricFed fed_by(const detail::SeriesFollow& f, const std::vector<double>& series, size_t steps, double scale,
                  std::string what) {
