@@ -223,6 +223,7 @@ void EarlyStopping::reset() {
   best_step_ = -1;
   num_bad_ = steps_ = 0;
   stop_ = false;
+  record_ = -1;  // a new run: its steps start a record of their own
 }
 
 bool EarlyStopping::step(double metric) {

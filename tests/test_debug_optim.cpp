@@ -825,6 +825,17 @@ TEST_CASE("metric_step_records: each plateau scheduler and early stopper's metri
   CHECK(e.metrics.size() == 6);
   CHECK(e.acted == std::vector<int64_t>{4});  // said stop once, at its fifth step
   CHECK(optim::metric_step_tick() - start == 9);
+  // After reset() the stopper's steps start a record of their own, which a run begun now reads.
+  const uint64_t again = optim::metric_step_tick();
+  stopper.reset();
+  stopper.step(0.5);
+  int fresh = 0;
+  for (const auto& r : optim::metric_step_records())
+    if (r.first_tick >= again) {
+      ++fresh;
+      CHECK(r.metrics == std::vector<double>{0.5});
+    }
+  CHECK(fresh == 1);
 }
 
 TEST_CASE("O6 metric direction: Mode::Min fed the accuracy, Mode::Max fed the loss; the right modes and a loss pass") {
