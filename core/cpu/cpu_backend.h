@@ -30,6 +30,8 @@ std::unique_ptr<Backend> with_reduced_floats(Backend& inner);
 // out[k] = in[k] rounded to `dtype` (float16 or bfloat16), stored as its 16 bits, for k < n: the
 // roundings of Tensor::to (core/cpu/reduced_float.cpp).
 void narrow_floats(DType dtype, void* out, const float* in, int64_t n);
+// out[k] = in[k] (float16 or bfloat16, as `dtype` says) widened to float32, exactly, for k < n.
+void widen_floats(DType dtype, float* out, const void* in, int64_t n);
 
 // The reference implementation of every kernel in core/backend.h.
 class CpuBackend final : public Backend {

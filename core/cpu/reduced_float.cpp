@@ -99,6 +99,16 @@ void narrow_row(H* out, const float* in, int64_t n) {
       }
       _mm512_storeu_si512(out + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
+#elif defined(__AVX512BW__)
+    // 32 values: the upper halves of both vectors' rounded lanes gathered by one word permutation
+    // (no shift, mask or narrowing moves): a third fewer vector instructions.
+    const __m512i uppers = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                            25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (; k + 32 <= n; k += 32) {
+      const __m512i lo = bf16_round_bits_upper(_mm512_castps_si512(_mm512_loadu_ps(in + k)));
+      const __m512i hi = bf16_round_bits_upper(_mm512_castps_si512(_mm512_loadu_ps(in + k + 16)));
+      _mm512_storeu_si512(out + k, _mm512_permutex2var_epi16(lo, uppers, hi));
+    }
 #endif
     for (; k + 16 <= n; k += 16) sixteen(k);
   }
@@ -702,6 +712,7 @@ class ReducedFloatBackend final : public Backend {
   }
   bool sgd_step(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s) override {
     if (!any_reduced(p, g, buf)) return b_.sgd_step(p, g, buf, s);
+    if (cpu_fast_kernels() && fast::sgd_step_reduced(p, g, buf, s)) return true;
     if (run_blocked<3>(p.shape(), {BlockArg{p, true, true}, BlockArg{g}, BlockArg{buf, true, true}},
                        [&](std::array<Tensor, 3>& t) { return b_.sgd_step(t[0], t[1], t[2], for_block(s, p, t[0])); }))
       return true;
@@ -714,6 +725,7 @@ class ReducedFloatBackend final : public Backend {
   bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
                  const AdamStep& s) override {
     if (!any_reduced(p, g, m, v, vmax)) return b_.adam_step(p, g, m, v, vmax, s);
+    if (cpu_fast_kernels() && fast::adam_step_reduced(p, g, m, v, vmax, s)) return true;
     if (run_blocked<5>(p.shape(),
                        {BlockArg{p, true, true}, BlockArg{g}, BlockArg{m, true, true}, BlockArg{v, true, true},
                         BlockArg{vmax, true, true}},
@@ -770,6 +782,10 @@ std::unique_ptr<Backend> with_reduced_floats(Backend& inner) { return std::make_
 
 void narrow_floats(DType dtype, void* out, const float* in, int64_t n) {
   with_eigen_type(dtype, [&](auto tag) { narrow_row(static_cast<decltype(tag)*>(out), in, n); });
+}
+
+void widen_floats(DType dtype, float* out, const void* in, int64_t n) {
+  with_eigen_type(dtype, [&](auto tag) { widen_row(out, static_cast<const decltype(tag)*>(in), n); });
 }
 
 }  // namespace cpu

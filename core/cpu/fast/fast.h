@@ -120,5 +120,14 @@ bool adam_step(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& 
                const AdamStep& s);
 bool rmsprop_step(const Tensor& p, const Tensor& g, const Tensor& square_avg, const Tensor& grad_avg, const Tensor& buf,
                   const RmspropStep& s);
+// SGD and Adam where a float16/bfloat16 tensor takes part (a 16-bit parameter and its state, or the
+// 16-bit gradient of a float32 master weight): chunks of a few hundred values widened into float32
+// on the stack, the float32 update above run on them, the written ones rounded back while they are
+// in L1, in one pass. The bits of widening whole tensors, updating and rounding (each value's update
+// reads only its own position). False (nothing written) where an operand is not contiguous, not on
+// the CPU, or of another dtype.
+bool sgd_step_reduced(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdStep& s);
+bool adam_step_reduced(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const Tensor& vmax,
+                       const AdamStep& s);
 
 }  // namespace gradsleuth::cpu::fast

@@ -555,16 +555,26 @@ void transpose_widen(const T* src, int64_t ls, float* dst, int64_t ld, int64_t r
 // widened in the micro-kernel up to this many panels (each read converts one value), into
 // scratch beyond (one conversion per value). A float16 value takes three vector instructions
 // to widen and broadcast (against a shift for a bfloat16 one): on Zen 5 the 64 x 256 x 784
-// product took 1.3x its float32 time that way, so float16 is always widened into scratch.
+// product took 1.3x its float32 time that way, so float16 is always widened into scratch. On an
+// Intel core a 512-bit broadcast of 16 bits and the shift run on the two ports that also take the
+// FMAs (two more vector instructions per 2 FMAs), so bfloat16 is widened into scratch there too:
+// the MLP's bfloat16 training step at batch 64 (whose forward product is 256 x 64 x 784 in the
+// C^T form, 2 panels) took 0.91x its time on an Intel Xeon (family 6, model 207).
 template <class TA>
-constexpr int64_t kConvertInKernelPanels = std::is_same_v<TA, Bf16> ? 2 : 0;
+int64_t convert_in_kernel_panels() {
+  if constexpr (std::is_same_v<TA, Bf16>) {
+    static const bool intel = cpu_isa().intel;
+    return intel ? 0 : 2;
+  }
+  return 0;
+}
 
 // C (M, N) = A (M, K; a StridedA) @ B (K, N; row-major, float32), beta = 0: a 16-bit A is
 // widened in the micro-kernel when N is narrow, else first into scratch (kept slot 2).
 template <class TA>
 void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float* C, int64_t ldc,
                   Elem round) {
-  if (std::is_same_v<TA, float> || N <= kConvertInKernelPanels<TA> * 2 * kW)
+  if (std::is_same_v<TA, float> || N <= convert_in_kernel_panels<TA>() * 2 * kW)
     return gemm_rows(M, N, K, A, B, ldb, 0.0f, C, ldc, round);
   // Widened row-major either way: the micro-kernel reads a row-major A faster (sgemm_direct's
   // 256 x 784 x 64 on Zen 4: 252 us row-major, 259 column-major), and the transposing copy costs
