@@ -388,3 +388,52 @@ TEST_CASE("M14 on a noisy curve (one input feature): not memorised, judged as le
   REQUIRE(b.size() == 1);
   CHECK_MESSAGE(b[0].fires(), b[0].str());
 }
+
+namespace {
+// Generalized cross-entropy (Zhang and Sabuncu, 2018): (1 - p_y^q) / q, q = 0.7. A row predicted wrong
+// costs at most 1 / q, and its gradient is scaled by p_y^q: the rows the model finds least plausible
+// (a wrong label) are fitted last.
+Tensor generalized_ce(const Tensor& out, const Tensor& y) {
+  const Tensor p = softmax(out, 1).gather(1, y.unsqueeze(1)).squeeze(1);
+  return ((1.0 - pow(p, 0.7)) / 0.7).mean();
+}
+// An MLP over 5 classes whose class-4 logit is always 30 below the least of the others (a padding
+// class's mask left on a real one): no training predicts class 4.
+struct PinnedClass : nn::Module {
+  std::shared_ptr<dtest::Mlp> net = register_module("net", std::make_shared<dtest::Mlp>(6, 4));
+  PinnedClass() : Module("PinnedClass") {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor z = (*net)(x);
+    return cat({z, amin(z, {1}, true) - 30.0}, 1);
+  }
+};
+}  // namespace
+
+TEST_CASE("M14 under a noise-robust loss that leaves a mislabelled row wrong: info where cross-entropy fits it") {
+  manual_seed(31);
+  dtest::XY all = dtest::blobs(8, 4, 6, 31, 1.0);  // one batch of 32, 4 classes
+  // One row of class 0 relabelled 3: a wrong label deep inside another class.
+  std::vector<int64_t> y = all.y.to_vector<int64_t>();
+  const auto row = static_cast<int64_t>(std::find(y.begin(), y.end(), int64_t{0}) - y.begin());
+  y[static_cast<size_t>(row)] = 3;
+  const Tensor labels = tensor(y, {static_cast<int64_t>(y.size())});
+
+  auto model = std::make_shared<dtest::Mlp>(6, 4);
+  const std::vector<debug::Finding> robust = debug::overfit_one_batch(*model, all.x, labels, generalized_ce);
+  REQUIRE(robust.size() == 1);
+  CHECK_MESSAGE(!robust[0].fires(), robust[0].str());
+  CHECK(robust[0].title.find("as far as its loss asks") != std::string::npos);
+  CHECK(dtest::evidence(robust[0], "accuracy on the batch with cross-entropy as the loss (same model, same budget)") ==
+        doctest::Approx(1.0));
+
+  // The twin: the row is labelled 4, a class the model cannot predict. The loss still reaches its line (a
+  // wrong row costs at most 1 / q), but cross-entropy cannot fit the row either: the model's limit, a warning.
+  y[static_cast<size_t>(row)] = 4;
+  auto pinned = std::make_shared<PinnedClass>();
+  const std::vector<debug::Finding> limited =
+      debug::overfit_one_batch(*pinned, all.x, tensor(y, {static_cast<int64_t>(y.size())}), generalized_ce);
+  REQUIRE(limited.size() == 1);
+  CHECK_MESSAGE(limited[0].fires(), limited[0].str());
+  CHECK(dtest::evidence(limited[0], "accuracy on the batch with cross-entropy as the loss (same model, same budget)") <
+        1.0);
+}

@@ -509,6 +509,27 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     probes.push_back({"trainable parameter values", static_cast<double>(trainable), ""});
     probes.push_back({"final / initial loss", last / first, "<= " + fmt_num(o.overfit_dense_fall) + " with them"});
   }
+  // The loss reached its line with a few rows still wrong (and not for free: a loss near 0 on wrong rows is
+  // judged below as blind to the labels): the same test under cross-entropy tells whether the model can
+  // memorise the batch. Where it can, the rows left are the loss's choice, not the model's limit.
+  bool loss_leaves_rows = false;
+  const double wrong_share = classes && std::isfinite(acc) ? 1.0 - acc : 0.0;
+  const int64_t wrong_rows = std::llround(wrong_share * static_cast<double>(x.size(0)));
+  if (!ok && !frozen_limits && shaped_classes > 0 && std::isfinite(last) && last < line && wrong_rows >= 1 &&
+      wrong_share <= std::max(o.overfit_straggler_share, 1.0 / static_cast<double>(x.size(0))) + 1e-9 &&
+      !(last < 0.1 * wrong_share * std::log(2.0))) {
+    double ce_acc = std::nan("");
+    const LossFunction ce = [](const Tensor& out, const Tensor& t) { return nn::functional::cross_entropy(out, t); };
+    const std::vector<double> by_ce =
+        short_run(model, {{x, y}}, ce, base, o.overfit_lr, false, line, &ce_acc, o.overfit_accuracy, more);
+    snap.restore();
+    if (!by_ce.empty()) {
+      probes.push_back(
+          {"accuracy on the batch with cross-entropy as the loss (same model, same budget)", ce_acc,
+           ">= " + fmt_num(o.overfit_accuracy) + ": the model memorises it; the rows left are the loss's"});
+      loss_leaves_rows = ce_acc >= o.overfit_accuracy;
+    }
+  }
   const int64_t used = static_cast<int64_t>(losses.size());
   const std::string budget = "base budget " + std::to_string(base) + ", extended by " + std::to_string(window) +
                              " while the loss still falls > " + fmt_num(100 * o.overfit_extend_drop) +
@@ -566,6 +587,15 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
                           "<= " + fmt_num(o.overfit_floor_match) + ", both <= " + fmt_num(o.overfit_floor_fall) +
                               " x the first: a floor (info)"});
     f.fix = "none needed; D12 says whether the data holds identical inputs with other labels";
+  } else if (loss_leaves_rows) {
+    f.severity = Severity::Info;
+    f.title = "overfits one batch of " + std::to_string(x.size(0)) + " as far as its loss asks: loss " +
+              fmt_num(first) + " -> " + fmt_num(last) + ", below its line, with " + std::to_string(wrong_rows) +
+              " row" + (wrong_rows == 1 ? "" : "s") +
+              " still predicted wrong; trained by cross-entropy the same model gets every row right, so those rows "
+              "are left by the loss, as one that bounds what a wrong row costs (a noise-robust loss such as "
+              "generalized cross-entropy) leaves its hardest rows to the end";
+    f.fix = "none needed when the loss is meant to give up on hard rows; a loss that should fit every row does not";
   } else if (retried) {
     f.severity = Severity::Info;
     f.title = "overfits one batch of " + std::to_string(x.size(0)) + " at " + fmt_num(o.overfit_retry_lr_factor) +
