@@ -210,6 +210,49 @@ TEST_CASE("a ReLU after the last Linear: M3 leads with final-activation") {
   }
 }
 
+// One ReLU module, registered after the output layer and called between the others (the registration
+// order puts it last; the forward does not): out(act(fc2(act(fc1(x))))). The twin also calls it on the
+// output: out then passes a ReLU.
+struct SharedReluNet : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(6, 32));
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 32));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(32, 3));
+  std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
+  bool relu_last;
+  explicit SharedReluNet(bool r) : Module("SharedReluNet"), relu_last(r) {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor z = (*out)((*act)((*fc2)((*act)((*fc1)(x)))));
+    return relu_last ? (*act)(z) : z;
+  }
+};
+
+TEST_CASE("M3 judges the last layer the forward calls: a shared ReLU registered after the output is not it") {
+  manual_seed(4);
+  const Split d = split();
+  nn::CrossEntropyLoss ce;
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    auto model = std::make_shared<SharedReluNet>(bug);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 2);
+    if (bug) {
+      expect_lead(r, "M3", "final-activation");
+    } else {
+      expect_clean(r);
+    }
+  }
+  // And the gate, given the batch.
+  auto healthy = std::make_shared<SharedReluNet>(false), relu_head = std::make_shared<SharedReluNet>(true);
+  const nn::Batch b = *d.train->begin();
+  const auto fires = [](const std::vector<debug::Finding>& fs) {
+    return std::any_of(fs.begin(), fs.end(), [](const debug::Finding& f) { return f.fires(); });
+  };
+  CHECK_FALSE(fires(debug::check_final_activation(*healthy, Tensor(), {}, "CrossEntropyLoss", b.y, b.x)));
+  CHECK(fires(debug::check_final_activation(*relu_head, Tensor(), {}, "CrossEntropyLoss", b.y, b.x)));
+  // Without a batch the registration order is all there is.
+  CHECK(fires(debug::check_final_activation(*healthy, Tensor(), {}, "CrossEntropyLoss", b.y)));
+}
+
 // The forward returns probabilities, and the loss is nn::CrossEntropyLoss (a second softmax).
 struct SoftmaxNet : nn::Module {
   std::shared_ptr<Mlp> body = register_module("body", std::make_shared<Mlp>());

@@ -199,7 +199,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     });
   } else if (loss_ok) {
     gate_phase(r, "final-activation check", "M3", [&] {
-      r.add(check_final_activation(model, out, o.model, o.loss_type, y));  // M3
+      r.add(check_final_activation(model, out, o.model, o.loss_type, y, x));  // M3
       r.note_ran("M3");
     });
     loss_ok = gate_phase(r, "loss", "L4, O1, M5, L6, M14", [&] { l = loss(out, y); });

@@ -158,8 +158,12 @@ ShapeTrace shape_trace(nn::Module& model, const Tensor& sample);
 // all 0/1 and lie within the activation's range (a regression bounded on purpose: a Sigmoid on a
 // target scaled into [0, 1], a ReLU on counts) leave a final activation alone, unless the loss
 // takes logits (cross-entropy, BCEWithLogitsLoss); targets outside its range warn with that range.
+// `sample` (optional): an input batch; the last layer is then the last one a forward of it calls (one
+// ReLU registered after the output layer and called between the others is not last), else the last
+// registered.
 std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o = {},
-                                            const std::string& loss_type = "", const Tensor& target = Tensor());
+                                            const std::string& loss_type = "", const Tensor& target = Tensor(),
+                                            const Tensor& sample = Tensor());
 
 // ---- M4 ----------------------------------------------------------------------------
 // One module instance or one parameter reachable under two paths.
