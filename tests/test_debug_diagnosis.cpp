@@ -1312,3 +1312,40 @@ TEST_CASE(
   CHECK(f[0].step == 1);
   CHECK(f[0].title.find("below the limit") != std::string::npos);
 }
+
+TEST_CASE("units that die in training beside a dropout above 0.5: M24 leads; the lr / 10 probe hangs under it") {
+  // The findings of a Fashion-MNIST MLP whose Dropout(0.9) was meant as a keep probability: its kept
+  // units are scaled by 10, and their steps with them, so the units before it die, and a tenth of the
+  // learning rate saves them.
+  auto finding = [](const char* check, debug::Kind kind, const char* module, const char* title) {
+    debug::Finding f;
+    f.check = check;
+    f.kind = kind;
+    f.severity = debug::Severity::Warning;
+    f.module = module;
+    f.title = title;
+    return f;
+  };
+  debug::Report r;
+  r.add(finding("M24", debug::Kind::None, "drop1 (Dropout)", "drop1 (Dropout) drops 90% of its inputs"));
+  debug::Finding dead = finding("M7", debug::Kind::DiedInTraining, "act1 (ReLU)", "75% of the units of act1 died");
+  dead.end_of_run = true;
+  r.add(dead);
+  debug::Finding probe = finding("O6", debug::Kind::LrProbeConfirms, "act1 (ReLU)",
+                                 "probe (lr / 10): the same run at a tenth of the learning rate keeps the units alive");
+  probe.end_of_run = true;
+  r.add(probe);
+  const debug::CauseAnalysis a = debug::analyse_causes(r);
+  REQUIRE(a.lead.has_value());
+  CHECK(a.lead->check == "M24");
+  CHECK(a.lead->cause == "high-dropout");
+  CHECK(a.lead->explains.size() == 2);
+  // Without the dropout, the probe's learning rate leads and explains the dead units.
+  debug::Report plain;
+  plain.add(dead);
+  plain.add(probe);
+  const debug::CauseAnalysis b = debug::analyse_causes(plain);
+  REQUIRE(b.lead.has_value());
+  CHECK(b.lead->check == "O6");
+  CHECK(b.lead->cause == "lr-too-high");
+}

@@ -660,7 +660,14 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "ReLU units that died during training",
        "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
-       {"lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+       {"high-dropout", "lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+      // A dropout above 0.5 scales the units it keeps by 1 / (1 - p), and their gradients with them: the
+      // layers beside it take steps that much larger, which a tenth of the learning rate undoes.
+      {"units-saved-by-lower-lr",
+       "ReLU units that survive at a tenth of the learning rate",
+       "O6 (the probe at lr / 10 keeps them alive)",
+       [](const Finding& f) { return is(f, "O6", Kind::LrProbeConfirms); },
+       {"high-dropout"}},
       {"batch-coupling",
        "outputs that depend on other examples of the batch",
        "M6 (the model mixes the batch)",
