@@ -535,6 +535,59 @@ TEST_CASE(
 
 namespace {
 
+// A small, noisy classification split that a wide MLP overfits: the training rows' loss falls far below
+// the validation rows' within a few epochs. The loop hands the Session the mean loss of an evaluation
+// pass each epoch: over the validation loader, or (the bug) over the training loader.
+debug::RunReport evaluated_split_run(bool on_training) {
+  manual_seed(8);
+  const Tensor w = randn({10, 3});
+  auto make = [&](int64_t n) {
+    const Tensor x = randn({n, 10});
+    Tensor y = argmax(matmul(x, w), 1);
+    const Tensor flip = lt(rand({n}), 0.25);  // a quarter of the labels drawn anew
+    y = where(flip, randint(0, 3, {n}), y);
+    return std::make_pair(x, y);
+  };
+  const auto [xtr, ytr] = make(160);
+  const auto [xva, yva] = make(320);
+  const Split d = dtest::loaders(xtr, ytr, xva, yva);
+  auto model = std::make_shared<dtest::Mlp>(10, 3);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 16; ++e) {
+    double total = 0.0;
+    int64_t seen = 0;
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      total += l.item<double>() * static_cast<double>(b.size());
+      seen += b.size();
+    }
+    const optim::EvalResult ev = optim::evaluate(*model, on_training ? *d.train : *d.val);
+    s.epoch(total / static_cast<double>(seen), ev.loss, ev.accuracy);
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a loop that reports its training loader's loss as the validation loss: W3 names it; the val loader: not") {
+  const debug::RunReport bug = evaluated_split_run(true);
+  const debug::Finding* f = dtest::first_of(bug, "W3", debug::Kind::ValidationMisreported);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->title.find("training rows' loss") != std::string::npos);
+  CHECK(dtest::ev(*f, "measured loss on validation rows, last epoch") >
+        1.3 * dtest::ev(*f, "measured loss on training rows, last epoch"));
+  CHECK(lead_cause(bug) == "validation-misreported");
+  const debug::RunReport fixed = evaluated_split_run(false);
+  CHECK_MESSAGE(dtest::first_of(fixed, "W3", debug::Kind::ValidationMisreported) == nullptr, fixed.str(true));
+}
+
+namespace {
+
 // The user's loop steps a plateau scheduler (or an early stopper) once per epoch with the validation
 // accuracy it computes itself, and hands the Session the same numbers.
 enum class Watch { PlateauMin, PlateauMax, StopperMin, StopperMax, PlateauMinLoss };

@@ -70,6 +70,9 @@ struct TrainingHistory {
   // on up to 512 rows of the validation loader as debug::Session measured it after that epoch, in eval
   // mode (NaN where not measured). W3 compares the two curves.
   std::vector<double> epoch_val_loss_measured;
+  // ... and the loss on up to 512 rows of the training loader's dataset, measured the same way (W3 tells a
+  // reported validation loss that is the training rows' own).
+  std::vector<double> epoch_train_loss_measured;
   // The training accuracy of each epoch, from the sampled steps' batches as the loss saw them
   // (train mode: dropout on); NaN when no sampled step had class-index targets.
   std::vector<double> epoch_train_accuracy;

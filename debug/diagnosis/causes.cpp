@@ -163,8 +163,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"tiny-validation", "a validation split too small to judge", "D16", "the sizes of the splits", true,
        GS_CHECK_CONFIRMS("D16")},
       {"validation-misreported",
-       "a validation loss the loop computes wrong (an accumulator not reset between epochs, a running total)", "W3",
-       "the validation loss the loop reports against the loss measured on the validation rows", true,
+       "a validation loss the loop computes wrong (an accumulator not reset between epochs, a running total, the "
+       "training rows evaluated instead)",
+       "W3", "the validation loss the loop reports against the loss measured on the validation and training rows", true,
        [](const Finding& f) { return is(f, "W3", Kind::ValidationMisreported); }},
       // ---- the loss ----
       {"masked-targets", "every target masked by ignore_index", "L5", "the targets against ignore_index", true,
@@ -661,6 +662,13 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
        {"high-dropout", "lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+      // The final model scores worse than the run's best and last epochs as the loop reported them: where those
+      // figures were not the validation rows' (the training rows' loss), no checkpoint need be wrong.
+      {"final-below-reported",
+       "a final model that scores worse on validation than the epochs the loop reported",
+       "L9 (the weights loaded after the last step score worse than the run did)",
+       [](const Finding& f) { return is(f, "L9", Kind::RestoredWorse); },
+       {"validation-misreported"}},
       // A dropout above 0.5 scales the units it keeps by 1 / (1 - p), and their gradients with them: the
       // layers beside it take steps that much larger, which a tenth of the learning rate undoes.
       {"units-saved-by-lower-lr",

@@ -425,32 +425,34 @@ void Session::epoch() {
                                                                        static_cast<double>(ev.class_examples[c])
                                                                  : kNaN);
     });
-  record_epoch(train_loss, val_loss, val_acc, kNaN);
+  record_epoch(train_loss, val_loss, val_acc, kNaN, kNaN);
 }
 
 void Session::epoch(double train_loss, double val_loss, double val_accuracy) {
-  record_epoch(train_loss, val_loss, val_accuracy, measure_validation(val_loss));
+  record_epoch(train_loss, val_loss, val_accuracy, measure_rows(data_.val, val_sample_, val_loss),
+               measure_rows(data_.train, train_sample_, val_loss));
 }
 
-void Session::record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss) {
+void Session::record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss,
+                           double measured_train_loss) {
   ++epochs_;
-  monitor_->record_epoch(train_loss, val_loss, val_accuracy, measured_val_loss);
+  monitor_->record_epoch(train_loss, val_loss, val_accuracy, measured_val_loss, measured_train_loss);
   epoch_first_step_ = monitor_->history().step_losses.size();
 }
 
-// The loss on up to 512 rows spread over the validation loader's dataset (the same rows each epoch, in
-// its batch size), in eval mode without gradients, beside the number the loop reported (W3). NaN where
-// the loop reported none, there is no validation loader, or the evaluation fails.
-double Session::measure_validation(double reported) {
-  if (!data_.val || !std::isfinite(reported)) return kNaN;
+// The loss on up to 512 rows spread over a loader's dataset (the same rows each epoch, in its batch
+// size), in eval mode without gradients, beside the validation loss the loop reported (W3). NaN where
+// the loop reported none, there is no such loader, or the evaluation fails.
+double Session::measure_rows(const nn::DataLoader* from, std::shared_ptr<nn::DataLoader>& sample, double reported) {
+  if (!from || !std::isfinite(reported)) return kNaN;
   try {
-    if (!val_sample_) {
-      const nn::Batch b = spread_rows(data_.val->dataset(), 512);
-      val_sample_ = std::make_shared<nn::DataLoader>(
-          std::make_shared<nn::TensorDataset>(b.x, b.y, "validation sample"),
-          nn::DataLoaderOptions().batch_size(std::max<int64_t>(1, data_.val->options().batch_size_)));
+    if (!sample) {
+      const nn::Batch b = spread_rows(from->dataset(), 512);
+      sample = std::make_shared<nn::DataLoader>(
+          std::make_shared<nn::TensorDataset>(b.x, b.y, "rows sample"),
+          nn::DataLoaderOptions().batch_size(std::max<int64_t>(1, from->options().batch_size_)));
     }
-    return optim::evaluate(model_, *val_sample_, loss_).loss;
+    return optim::evaluate(model_, *sample, loss_).loss;
   } catch (const std::exception&) {
     return kNaN;
   }

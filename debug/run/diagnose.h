@@ -239,8 +239,10 @@ class Session {
   void init();
   void run_data_checks();
   void run_gate(const Tensor& x, const Tensor& y);
-  void record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss);
-  double measure_validation(double reported);  // W3's measured validation loss (Session::epoch with numbers)
+  void record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss,
+                    double measured_train_loss);
+  // W3's measured losses (Session::epoch with numbers): up to 512 rows of a loader's dataset, kept in `sample`.
+  double measure_rows(const nn::DataLoader* from, std::shared_ptr<nn::DataLoader>& sample, double reported);
   void start_monitor();
   void say(const std::string& s) const;
   // L1's and O6's divergence where the loss function changed during the run (debug/run/lr_probe.cpp).
@@ -313,7 +315,7 @@ class Session {
   // The explorer's page (DiagnoseOptions::explore_path): the gate's batch and the replay's extra series.
   Tensor explore_x_, explore_y_;
   std::unique_ptr<ReplayRecorder> replay_;
-  std::shared_ptr<nn::DataLoader> val_sample_;  // measure_validation's rows
+  std::shared_ptr<nn::DataLoader> val_sample_, train_sample_;  // measure_rows' rows
 };
 
 // The one-call form: Session, then optim::Trainer(model, optimizer, o.trainer) with o.epochs

@@ -2,10 +2,10 @@
 // checks each family registered on the events they listen to. See monitor.h.
 #include "debug/run/monitor.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -196,10 +196,12 @@ void Monitor::record_step(double loss) {
   }
 }
 
-void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss) {
+void Monitor::record_epoch(double train_loss, double val_loss, double val_accuracy, double measured_val_loss,
+                           double measured_train_loss) {
   history_.epoch_train_loss.push_back(train_loss);
   history_.epoch_val_loss.push_back(val_loss);
   history_.epoch_val_loss_measured.push_back(measured_val_loss);
+  history_.epoch_train_loss_measured.push_back(measured_train_loss);
   history_.epoch_val_accuracy.push_back(val_accuracy);
   const EpochRecord e{train_loss, val_loss, val_accuracy};
   for (RunCheck* c : listening(RunEvent::Epoch)) c->epoch(ctx_, e);
@@ -344,9 +346,73 @@ namespace {
 constexpr size_t kMinReportedEpochs = 4;
 constexpr double kNetMove = 0.1;
 
+// The reported validation loss is the training rows' own: over the epochs where the model's loss on the
+// validation rows stands kParted or more above its loss on training rows (the splits have parted, so which
+// one a figure matches says which one was evaluated), at least kMinParted of them, the reported figure lies
+// nearer the training rows' loss than the validation rows' (in log terms) in all but one, the last epoch
+// included, and at the last epoch the validation rows' loss is kSplitGap or more above both. (The two
+// measurements read up to 512 rows each, so a figure over a whole split differs from them by sampling
+// noise: nearer, not equal.)
+constexpr double kParted = 1.15;
+constexpr size_t kMinParted = 3;
+constexpr double kSplitGap = 1.3;
+
+// W3: the loop's "validation" loss read from the training rows (evaluate(train_loader) for
+// evaluate(val_loader)).
+std::optional<Finding> reported_on_training(const TrainingHistory& h) {
+  const auto &r = h.epoch_val_loss, &mv = h.epoch_val_loss_measured, &mt = h.epoch_train_loss_measured;
+  std::vector<double> rep, val, train;
+  for (size_t e = 0; e < std::min({r.size(), mv.size(), mt.size()}); ++e)
+    if (std::isfinite(r[e]) && std::isfinite(mv[e]) && std::isfinite(mt[e]) && r[e] > 0 && mt[e] > 0 && mv[e] > 0)
+      rep.push_back(r[e]), val.push_back(mv[e]), train.push_back(mt[e]);
+  const size_t n = rep.size();
+  if (n < kMinReportedEpochs) return std::nullopt;
+  const auto nearer_train = [&](size_t e) {
+    return std::fabs(std::log(rep[e] / train[e])) < std::fabs(std::log(rep[e] / val[e]));
+  };
+  size_t parted = 0, near = 0;
+  for (size_t e = 0; e < n; ++e)
+    if (val[e] >= kParted * train[e]) {
+      ++parted;
+      if (nearer_train(e)) ++near;
+    }
+  const double last_gap = val.back() / std::max(train.back(), rep.back());
+  if (parted < kMinParted || near + 1 < parted || !nearer_train(n - 1) || !(last_gap >= kSplitGap)) return std::nullopt;
+  Finding f;
+  f.check = "W3";
+  f.severity = Severity::Warning;
+  f.kind = Kind::ValidationMisreported;
+  f.title = "the validation loss your loop reports is the training rows' loss: " + fmt_num(rep.back()) +
+            " at the last epoch, where the model's loss on training rows is " + fmt_num(train.back()) +
+            " and on the validation rows " + fmt_num(val.back());
+  f.evidence = {{"epochs whose validation rows' loss is " + fmt_num(kParted) +
+                     "x the training rows' or more (up to "
+                     "512 rows each, eval mode)",
+                 static_cast<double>(parted), ">= " + std::to_string(kMinParted)},
+                {"of those, epochs whose reported validation loss is nearer the training rows' loss",
+                 static_cast<double>(near), ">= all but one, the last included, and"},
+                {"reported validation loss, last epoch", rep.back(), ""},
+                {"measured loss on training rows, last epoch", train.back(), ""},
+                {"measured loss on validation rows, last epoch", val.back(), ""},
+                {"validation rows' loss / the larger of the two", last_gap, ">= " + fmt_num(kSplitGap) + " warns"}};
+  f.cause =
+      "the loop evaluates the training data where it means the validation data (evaluate(train_loader) for "
+      "evaluate(val_loader)), or its validation rows are training rows: the best epoch it keeps, its early "
+      "stopping and every validation figure it prints read the training fit, which keeps improving while the "
+      "validation loss does not";
+  f.fix =
+      "pass the validation loader to the epoch's evaluation, or call Session::epoch() without numbers to let it "
+      "evaluate the validation loader itself";
+  return f;
+}
+
 }  // namespace
 
 void Monitor::judge_reported_validation() {
+  if (std::optional<Finding> f = reported_on_training(history_)) {
+    add(std::move(*f));
+    return;
+  }
   const auto& r = history_.epoch_val_loss;
   const auto& m = history_.epoch_val_loss_measured;
   std::vector<double> reported, measured;

@@ -88,10 +88,11 @@ class Monitor {
   void watch(optim::GradScaler& scaler);
   // Without a Trainer, report them yourself.
   void record_step(double loss);
-  // `measured_val_loss`: the validation loss measured apart from the loop's report (debug::Session,
-  // where the loop gave its own val_loss), NaN otherwise.
+  // `measured_val_loss`, `measured_train_loss`: the loss on validation and on training rows measured apart
+  // from the loop's report (debug::Session, where the loop gave its own val_loss), NaN otherwise.
   void record_epoch(double train_loss, double val_loss, double val_accuracy = std::numeric_limits<double>::quiet_NaN(),
-                    double measured_val_loss = std::numeric_limits<double>::quiet_NaN());
+                    double measured_val_loss = std::numeric_limits<double>::quiet_NaN(),
+                    double measured_train_loss = std::numeric_limits<double>::quiet_NaN());
 
   // The end-of-run diagnoses (each registered check's Finish: L1, L7, O2, O3, O6, M7, M8, M19,
   // M25, M26, M27, D5, D8, W10); with a sample batch also M18 (half precision). Call once, after
