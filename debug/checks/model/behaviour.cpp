@@ -730,4 +730,34 @@ void ModeRunCheck::check_eval_pass(RunContext& c) {
 
 std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions&) { return std::make_unique<ModeRunCheck>(); }
 
+// The leaf modules one forward of `sample` calls, ordered by each one's last call (a ReLU used after every
+// layer sits at its last use), in eval mode without gradients; registration order where the forward fails.
+std::vector<std::pair<std::string, nn::ModulePtr>> leaves_by_last_call(nn::Module& model, const Tensor& sample) {
+  std::vector<std::pair<std::string, nn::ModulePtr>> leaves = leaf_modules(model);
+  if (!sample.defined()) return leaves;
+  std::vector<int64_t> last(leaves.size(), -1);
+  int64_t clock = 0;
+  try {
+    HookSet hooks;
+    for (size_t i = 0; i < leaves.size(); ++i)
+      hooks.post(leaves[i].second,
+                 [&last, &clock, i](nn::Module&, const Tensor&, const Tensor&) { last[i] = clock++; });
+    QuietProbe quiet(model);
+    ModeSnapshot modes(model);
+    model.eval();
+    NoGradGuard ng;
+    model(sample);
+  } catch (const std::exception&) {
+    return leaves;
+  }
+  std::vector<size_t> called;
+  for (size_t i = 0; i < leaves.size(); ++i)
+    if (last[i] >= 0) called.push_back(i);
+  if (called.empty()) return leaves;
+  std::sort(called.begin(), called.end(), [&last](size_t a, size_t b) { return last[a] < last[b]; });
+  std::vector<std::pair<std::string, nn::ModulePtr>> ordered;
+  for (size_t i : called) ordered.push_back(leaves[i]);
+  return ordered;
+}
+
 }  // namespace gradsleuth::debug

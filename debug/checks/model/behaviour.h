@@ -51,6 +51,11 @@ class ModeSnapshot {
 // Sets `m`'s own training flag, leaving its children's as they are.
 void set_own_mode(nn::Module& m, bool training);
 
+// The leaf modules one forward of `sample` calls, ordered by each one's last call (a ReLU module used
+// after every layer sits at its last use), in eval mode without gradients, the model's buffers and modes
+// put back; registration order (leaf_modules) where `sample` is undefined or the forward fails.
+std::vector<std::pair<std::string, nn::ModulePtr>> leaves_by_last_call(nn::Module& model, const Tensor& sample);
+
 struct ModeProbeOptions {
   int64_t rows = 16;        // the probe runs on the first rows of x
   double tolerance = 1e-6;  // outputs differ when max|a - b| > tolerance * (max|b| + tolerance)
