@@ -201,3 +201,29 @@ TEST_CASE("L5's padding probe is silent where the batch holds no padding") {
     CHECK(debug::check_padding_in_loss(p.s.x, pred, target, masked).empty());
   }
 }
+
+TEST_CASE(
+    "L5 on token ids padded with a real class's tag (a tagger's 'O'): the loss counts the padding; -100: silent") {
+  manual_seed(12);
+  const int64_t B = 32, T = 20, V = 50;
+  // Token ids 1..V-1 (0 is the pad id); tags 0 ("O", most tokens), 1 and 2 for two groups of ids.
+  Tensor ids = randint(1, V, {B, T});
+  Tensor tags = where(lt(ids, 8), ones_like(ids), where(lt(ids, 14), full_like(ids, 2), zeros_like(ids)));
+  const Tensor len = randint(6, T + 1, {B, 1});
+  const Tensor real = lt(arange(T, kInt64).view({1, T}), len);
+  ids = where(real, ids, zeros_like(ids));
+  auto emb = std::make_shared<nn::Embedding>(V, 16);
+  nn::Linear head(16, 3);
+  const Tensor out = head((*emb)(ids)).detach();  // (B, T, 3)
+  nn::CrossEntropyLoss ce;                        // ignore_index -100
+  auto loss = [&](const Tensor& o, const Tensor& t) { return ce(o.reshape({-1, 3}), t.reshape({-1})); };
+  // The bug: the pad positions tagged 0, the real class most tokens carry.
+  const Tensor as_o = where(real, tags, zeros_like(tags));
+  const debug::Finding* f = padding_finding(debug::check_padding_in_loss(ids, out, as_o, loss));
+  REQUIRE(f != nullptr);
+  CHECK(f->title.find("is a real class here too") != std::string::npos);
+  CHECK(f->fix.find("ignore_index") != std::string::npos);
+  // Tagged -100: the loss leaves them out.
+  const Tensor ignored = where(real, tags, full_like(tags, -100));
+  CHECK(padding_finding(debug::check_padding_in_loss(ids, out, ignored, loss)) == nullptr);
+}

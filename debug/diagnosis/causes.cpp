@@ -662,6 +662,12 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
        {"high-dropout", "lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+      // Class counts that include padded positions labelled as a real class: the padding swells that class.
+      {"imbalance-with-padding",
+       "one class far more frequent than another",
+       "D3 (class counts)",
+       [](const Finding& f) { return is(f, "D3") && !d3_class_errors(f) && f.kind != Kind::ClassWeightsAmplify; },
+       {"padding-in-loss"}},
       // The final model scores worse than the run's best and last epochs as the loop reported them: where those
       // figures were not the validation rows' (the training rows' loss), no checkpoint need be wrong.
       {"final-below-reported",

@@ -80,10 +80,15 @@ struct Padding {
   std::vector<int64_t> run;          // padded positions of each row
   std::vector<double> input, label;  // the pad input vector and the pad target
   int64_t padded = 0, rows_padded = 0;
+  double label_share = 0;  // the share of the real positions that carry the pad target too
   bool padded_at(int64_t b, int64_t t, int64_t T) const { return left ? t < run[b] : t >= T - run[b]; }
 };
 
-Padding find_padding_side(const PositionGrid& x, const PositionGrid& y, bool left, const LossCheckOptions& o) {
+// `token_ids`: x holds one integer id per position (an embedding's input). A rare id in runs at the rows'
+// ends is a pad id whatever target those positions carry: a real class there (a tagger's "O") is
+// padding labelled as that class, which the loss then counts.
+Padding find_padding_side(const PositionGrid& x, const PositionGrid& y, bool left, bool token_ids,
+                          const LossCheckOptions& o) {
   Padding p;
   p.left = left;
   const int64_t B = x.B, T = x.T;
@@ -127,7 +132,9 @@ Padding find_padding_side(const PositionGrid& x, const PositionGrid& y, bool lef
       label_seen += !next_to_pad && y.equals(b, t, p.label);
     }
   const double rare = o.padding_value_rare * static_cast<double>(real);
-  p.found = real > 0 && static_cast<double>(input_seen) <= rare && static_cast<double>(label_seen) <= rare;
+  p.label_share = real > 0 ? static_cast<double>(label_seen) / static_cast<double>(real) : 0;
+  p.found = real > 0 && static_cast<double>(input_seen) <= rare &&
+            (static_cast<double>(label_seen) <= rare || (token_ids && x.width == 1));
   return p;
 }
 
@@ -155,8 +162,9 @@ std::vector<Finding> check_padding_in_loss(const Tensor& x, const Tensor& output
   if (axis < 0) return {};
 
   const PositionGrid xs(x, B, T), ys(y, B, T);
-  Padding pad = find_padding_side(xs, ys, false, opts);
-  if (!pad.found) pad = find_padding_side(xs, ys, true, opts);
+  const bool token_ids = is_integral(x.dtype()) && x.dim() == 2;
+  Padding pad = find_padding_side(xs, ys, false, token_ids, opts);
+  if (!pad.found) pad = find_padding_side(xs, ys, true, token_ids, opts);
   if (!pad.found) return {};
 
   // The loss's gradient with respect to the output, by position, with the output at the padded
@@ -230,14 +238,27 @@ std::vector<Finding> check_padding_in_loss(const Tensor& x, const Tensor& output
                  ">= " + fmt_num(opts.padding_gradient_ratio) + " warns (0 when the loss masks them)"}};
   if (pad.input.size() == 1) f.evidence.push_back({"pad input", pad.input[0], ""});
   if (pad.label.size() == 1) f.evidence.push_back({"pad target", pad.label[0], ""});
+  const bool real_class = pad.label_share > opts.padding_value_rare;
+  if (real_class) {
+    f.title += "; their target, " + position_value(pad.label) + ", is a real class here too (" +
+               detail::pct(pad.label_share) + " of the real positions)";
+    f.evidence.push_back({"real positions with the pad target", pad.label_share,
+                          "> " + fmt_num(opts.padding_value_rare) + ": the padding is labelled as a real class"});
+  }
   f.cause = "the loss is taken over every position of padded sequences (input " + position_value(pad.input) +
-            ", target " + position_value(pad.label) +
-            "): a mask built and never applied, or a mean that divides by every position instead of the real "
-            "ones. The model learns to predict the padding, the real tokens get a smaller share of each step, and "
+            ", target " + position_value(pad.label) + "): " +
+            (real_class ? "the padding was labelled with a real class (the pad positions' tag set to the class "
+                          "numbered like the pad id, a tagger's 'O') instead of ignore_index, so the loss and the "
+                          "accuracy count every pad position as that class and the class counts swell with it"
+                        : "a mask built and never applied, or a mean that divides by every position instead of the "
+                          "real ones") +
+            ". The model learns to predict the padding, the real tokens get a smaller share of each step, and "
             "the loss and any accuracy over all positions are diluted by positions that are trivial to get right";
-  f.fix =
-      "average over the real positions only: sum(loss * mask) / sum(mask), with mask 1 on real positions; "
-      "or give CrossEntropyLoss the pad target as ignore_index";
+  f.fix = real_class ? "label the pad positions with ignore_index (-100, CrossEntropyLoss's default) instead of a "
+                       "class, and count accuracy over the real positions only; or average the loss over them: "
+                       "sum(loss * mask) / sum(mask), with mask 1 on real positions"
+                     : "average over the real positions only: sum(loss * mask) / sum(mask), with mask 1 on real "
+                       "positions; or give CrossEntropyLoss the pad target as ignore_index";
   return {f};
 }
 
