@@ -379,3 +379,19 @@ TEST_CASE("L1 'stuck' on a Tweedie loss whose floor is the claims' noise: the mo
   REQUIRE_MESSAGE(still != nullptr, shuffled.str(true));
   CHECK(still->fires());
 }
+
+TEST_CASE("D3's per-class recall reads class scores only: an embedding far wider than the labels is none") {
+  // A loss that gives label 0 the column 5 (a proxy of its own) and labels 1 and 2 their own columns: the
+  // argmax of a 32-wide embedding is no prediction, while a 6-wide output scored that way misses class 0.
+  for (const int64_t width : {32, 6}) {
+    CAPTURE(width);
+    manual_seed(9);
+    const Split d = dtest::split(3, 1.5);
+    auto model = std::make_shared<dtest::Mlp>(6, width);
+    const debug::LossFunction proxies = [](const Tensor& out, const Tensor& t) {
+      return nn::functional::cross_entropy(out, where(eq(t, 0), full_like(t, 5), t));
+    };
+    const debug::RunReport r = train_with(*model, proxies, d, 4);
+    CHECK_MESSAGE((first_of(r, "D3", debug::Kind::ClassRecallLow) != nullptr) == (width == 6), r.str(true));
+  }
+}

@@ -479,6 +479,16 @@ void Session::check_class_errors_at_end() {
       val_class_correct_ = ev.class_correct;
     }
     if (val_class_examples_.empty()) return;  // not classification
+    // An output far wider than the classes the labels reach (a metric model's embedding, which its own loss
+    // scores) holds no class scores: its argmax is no prediction whose recall means anything.
+    if (data_.val->num_batches() > 0) {
+      const nn::Batch b = data_.val->batch(0, 0);
+      NoGradGuard ng;
+      ModeSnapshot modes(model_);
+      model_.eval();
+      if (b.y.defined() && b.y.dtype() == kInt64 && b.y.dim() == 1 && loss_type::wider_than_labels(model_(b.x), b.y))
+        return;
+    }
     // The first epoch's recall tells a class still being learned, when the run had later epochs.
     const std::vector<double> start = epochs_ >= 2 ? first_class_recall_ : std::vector<double>{};
     std::vector<Finding> recall = check_class_errors(val_class_examples_, val_class_correct_, o_.data, start);
