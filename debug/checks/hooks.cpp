@@ -114,7 +114,10 @@ QuietProbe::QuietProbe(nn::Module& model) : mute_([](const Warning&) {}, Warning
 
 QuietProbe::~QuietProbe() {
   NoGradGuard ng;
-  for (auto& [live, copy] : buffers_) live.copy_(copy);
+  // Only the buffers the probe changed: writing an unchanged one would still raise its version, and a
+  // graph built before the probe (a step's forward, the gate's) that saved it could not run backward.
+  for (auto& [live, copy] : buffers_)
+    if (!gradsleuth::equal(live, copy)) live.copy_(copy);
 }
 
 std::vector<std::pair<std::string, nn::ModulePtr>> leaf_modules(nn::Module& model) {

@@ -111,12 +111,11 @@ TargetRange regression_targets(const Tensor& target, const std::string& loss_typ
   return t;
 }
 
-}  // namespace
-
-std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o,
-                                            const std::string& loss_type, const Tensor& target, const Tensor& sample) {
+// M3 over the leaf modules in the order given (the last one judged first).
+std::vector<Finding> final_activation(const std::vector<std::pair<std::string, nn::ModulePtr>>& leaves,
+                                      const Tensor& logits, const ModelCheckOptions& o, const std::string& loss_type,
+                                      const Tensor& target) {
   std::vector<Finding> out;
-  const auto leaves = leaves_by_last_call(model, sample);
   const TargetRange range = regression_targets(target, loss_type);
   // The last module that is not a (log-)softmax head.
   for (auto it = leaves.rbegin(); it != leaves.rend(); ++it) {
@@ -207,6 +206,13 @@ std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& log
   return out;
 }
 
+}  // namespace
+
+std::vector<Finding> check_final_activation(nn::Module& model, const Tensor& logits, const ModelCheckOptions& o,
+                                            const std::string& loss_type, const Tensor& target, const Tensor& sample) {
+  return final_activation(leaves_by_last_call(model, sample), logits, o, loss_type, target);
+}
+
 // ---- M5 ------------------------------------------------------------------------------------
 std::vector<Finding> check_gradient_flow(nn::Module& model, const std::vector<std::string>& skip) {
   std::vector<Finding> out;
@@ -254,13 +260,21 @@ namespace {
 class FinalActivationRunCheck final : public RunCheck {
  public:
   std::string ids() const override { return "M3"; }
-  uint32_t events() const override { return RunEvent::LossInput; }
+  uint32_t events() const override { return RunEvent::Forward | RunEvent::LossInput; }
+  // The leaf modules in the order of their last call, from a probe forward of the first training batch run
+  // before the step's own forward begins (paused: no training statistics; and before the step's graph, whose
+  // saved tensors the probe's restored buffers would otherwise change).
+  void forward(RunContext& c, const Tensor& x) override {
+    if (ordered_ || !GradMode::is_enabled() || !x.defined()) return;
+    ordered_ = true;
+    c.pause(true);
+    leaves_ = leaves_by_last_call(c.model, x);
+    c.pause(false);
+  }
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!structure_checked_) {
       structure_checked_ = true;
-      c.pause(true);  // the order probe's forward is not a training forward
-      c.add_all(check_final_activation(c.model, Tensor(), {}, l.type_name(), target, c.x));
-      c.pause(false);
+      c.add_all(final_activation(ordered_ ? leaves_ : leaf_modules(c.model), Tensor(), {}, l.type_name(), target));
       c.note_ran("M3");
     }
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
@@ -269,7 +283,8 @@ class FinalActivationRunCheck final : public RunCheck {
   }
 
  private:
-  bool structure_checked_ = false;
+  bool structure_checked_ = false, ordered_ = false;
+  std::vector<std::pair<std::string, nn::ModulePtr>> leaves_;
 };
 }  // namespace
 
