@@ -131,6 +131,19 @@ TEST_CASE("L4's start on regression targets: a near-constant column under a sigm
   CHECK(dtest::fires(debug::check_initial_outputs(out, y * 10.0 + 40.0)));  // targets around 45
 }
 
+TEST_CASE("L4's start on 0/1 targets: untrained logits that all lie in [0, 1] are logits under BCEWithLogitsLoss") {
+  // Small logits over ReLU features (0.02-0.12, sigmoid about 0.52) against targets that are 1 in 47% of
+  // rows: no lean under BCEWithLogitsLoss. Read as probabilities (BCELoss's, or a loss function's when
+  // every output lies in [0, 1]) the same numbers predict a 1 with 0.07 on average: a lean.
+  manual_seed(5);
+  const int64_t N = 64;
+  const Tensor out = rand({N, 1}) * 0.1 + 0.02;
+  const Tensor y = lt(arange(N, kFloat32), 30.0).to(kFloat32).unsqueeze(1);
+  CHECK_FALSE(dtest::fires(debug::check_initial_outputs(out, y, {}, "BCEWithLogitsLoss")));
+  CHECK(dtest::fires(debug::check_initial_outputs(out, y, {}, "BCELoss")));
+  CHECK(dtest::fires(debug::check_initial_outputs(out, y)));
+}
+
 TEST_CASE("BatchNorm statistics reset and recomputed in training mode under no_grad (SWA's update_bn): M2 is info") {
   for (const bool reset : {true, false}) {
     CAPTURE(reset);

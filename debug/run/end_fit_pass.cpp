@@ -492,6 +492,26 @@ void Session::check_fit_at_end(RunReport& r) {
       revise_validation_too_good(p.findings, m.train_accuracy, m.val_accuracy, o_.monitor.loss);
     revise_overfitting(r.findings, tr.row_losses, va.row_losses, o_.monitor.loss);
     revise_train_down_val_up(r.findings, tr.loss, o_.monitor.loss);
+    // The loop loaded the best epoch's weights after training: the final model scores that epoch's
+    // validation loss (within 5%) and the last epoch stood 10% or more above it. The rise after the best
+    // epoch (W3), the training loss falling while validation rose (L1) and the last epochs' gap (L7) do not
+    // reach the final model.
+    if (m.loaded_after_run && std::isfinite(va.loss)) {
+      const auto& vl = r.history.epoch_val_loss;
+      size_t best = vl.size();
+      for (size_t e = 0; e < vl.size(); ++e)
+        if (std::isfinite(vl[e]) && (best == vl.size() || vl[e] < vl[best])) best = e;
+      if (best < vl.size() && vl[best] > 0 && std::fabs(va.loss - vl[best]) <= 0.05 * vl[best] &&
+          std::isfinite(vl.back()) && vl.back() > 1.1 * vl[best]) {
+        const auto restored = [&](Report& rep) {
+          revise_validation_rose_restored(rep, best, va.loss);
+          revise_train_down_val_up_restored(rep, best, va.loss);
+          revise_overfitting_restored(rep, best, va.loss);
+        };
+        restored(r.findings);
+        for (PhaseReport& p : r.phases) restored(p.findings);
+      }
+    }
     for (PhaseReport& p : r.phases) revise_train_down_val_up(p.findings, tr.loss, o_.monitor.loss);
     {
       std::vector<Finding> cancel = check_rows_cancel(tr.loss, tr.row_losses, "training", o_.monitor.loss);

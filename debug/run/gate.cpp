@@ -206,8 +206,9 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
     if (loss_ok) {
       const double lv = l.numel() == 1 ? l.item<double>() : std::nan("");
       const int64_t C = o.num_classes > 0 ? o.num_classes : (out.dim() == 2 ? out.size(1) : -1);
-      std::vector<Finding> start = check_initial_outputs(out, y, o.loss);  // L4: the mean output against the targets
-      confirm_final_bias(model, x, y, out, start, o.loss);  // L4's probe of a skewed start
+      // L4: the mean output against the targets, and its probe of a skewed start
+      std::vector<Finding> start = check_initial_outputs(out, y, o.loss, o.loss_type);
+      confirm_final_bias(model, x, y, out, start, o.loss, o.loss_type);
       // L4's expectation: log C for cross-entropy and NLL; for an nn::Loss of the user's own on class
       // indices (MSE on one-hot rows, a hinge) and for a loss function whose value there is another
       // number (a focal loss), its own value for an output of zeros (no preference among the

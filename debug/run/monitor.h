@@ -71,6 +71,9 @@ inline size_t lr_reference_group(const std::vector<double>& lrs) {
 // loss came back to the best before the rise (a wobble), and where the loss function itself changed during
 // the run (its value on one fixed output and target, `before` and `after`: a ramped consistency weight).
 void revise_validation_rose(Report& r, const std::vector<double>& val_losses);
+// W3's rise where the loop loaded the best epoch's weights after training (`best_epoch`, counted from 0,
+// whose validation loss the final model scores): the epochs after it do not reach the final model, info.
+void revise_validation_rose_restored(Report& r, size_t best_epoch, double final_val_loss);
 void soften_validation_rose_of_changed_objective(Report& r, double before, double after);
 
 class Monitor {

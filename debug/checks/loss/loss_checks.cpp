@@ -301,7 +301,8 @@ std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::
 
 }  // namespace
 
-std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts) {
+std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target, const LossCheckOptions& opts,
+                                           const std::string& loss_type) {
   if (!output.defined() || !target.defined() || !output.is_floating_point() || output.dim() < 1 || output.size(0) < 2)
     return {};
   NoGradGuard ng;
@@ -335,6 +336,10 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
     probs = probs && o[i] >= 0.0 && o[i] <= 1.0;
   }
   if (!finite) return {};  // D2, M12
+  // The loss says what the outputs are: logits under BCEWithLogitsLoss (untrained logits can all lie in
+  // [0, 1]: small weights over ReLU features), probabilities under BCELoss.
+  if (loss_type == "BCEWithLogitsLoss") probs = false;
+  if (loss_type == "BCELoss") probs = true;
   if (binary) {
     // Targets of 0 and 1: the mean predicted probability of a 1 against the frequency of 1s.
     double f1 = 0.0, p1 = 0.0;
@@ -477,7 +482,7 @@ bool binary_targets(const Tensor& y) {
 // features through random final weights (ReLU activations all >= 0, a residual stream that adds
 // up) does not, and is info: no bias to fix, and the initial loss L4 judges says what it costs.
 void confirm_one_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out, Finding& f,
-                            const LossCheckOptions& o) {
+                            const LossCheckOptions& o, const std::string& loss_type) {
   const int64_t outputs = out.dim() >= 1 ? out.size(-1) : 1;
   Tensor bias;
   for (auto& [name, p] : model.named_parameters())
@@ -489,7 +494,7 @@ void confirm_one_final_bias(nn::Module& model, const Tensor& x, const Tensor& y,
     const Tensor saved = bias.detach().clone();
     bias.detach().zero_();
     try {
-      const std::vector<Finding> again = check_initial_outputs(model(x), y, o);
+      const std::vector<Finding> again = check_initial_outputs(model(x), y, o, loss_type);
       from_bias = std::none_of(again.begin(), again.end(), [](const Finding& g) {
         return g.fires() && g.is("L4", Kind::InitialOutputBiased);
       });
@@ -511,10 +516,10 @@ void confirm_one_final_bias(nn::Module& model, const Tensor& x, const Tensor& y,
 }  // namespace
 
 void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out,
-                        std::vector<Finding>& start, const LossCheckOptions& o) {
+                        std::vector<Finding>& start, const LossCheckOptions& o, const std::string& loss_type) {
   for (Finding& f : start)
     if (f.is("L4", Kind::InitialOutputBiased) && !(y.is_floating_point() && !binary_targets(y)))
-      confirm_one_final_bias(model, x, y, out, f, o);
+      confirm_one_final_bias(model, x, y, out, f, o, loss_type);
 }
 
 void revise_output_init(Report& found, bool fit_judged, bool learned_slowly, const std::vector<double>& step_losses) {

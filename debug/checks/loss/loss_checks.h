@@ -357,17 +357,20 @@ void revise_output_init(Report& found, bool fit_judged, bool learned_slowly, con
 // targets): the forward again with the model's final bias (the last bias with one value per
 // output) at 0. When the skew stays, it comes from the features, not a bias: info.
 void confirm_final_bias(nn::Module& model, const Tensor& x, const Tensor& y, const Tensor& out,
-                        std::vector<Finding>& start, const LossCheckOptions& opts = {});
+                        std::vector<Finding>& start, const LossCheckOptions& opts = {},
+                        const std::string& loss_type = "");
 
 // L4, the outputs (Karpathy's "initialise well": the final layer's bias against the labels):
 // the untrained model's output (B, C) or (B, k) on its first batch against the batch's targets.
 // Class indices (B) int64 with C >= 2: the mean softmax probability per class against the class
 // frequencies (see LossCheckOptions::initial_output_excess); float targets of 0 and 1 shaped as
-// the output: the mean predicted probability (the output itself when it lies in [0, 1], else its
-// sigmoid) against the frequency of 1; other float targets shaped as the output: each column's
-// mean output against the target mean, in target stds. Silent on other shapes.
+// the output: the mean predicted probability (the sigmoid of the output under BCEWithLogitsLoss, the
+// output itself under BCELoss; under another loss the output itself when it lies in [0, 1], else its
+// sigmoid) against the frequency of 1; other float targets shaped as the output: each column's mean
+// output against the target mean, in target stds. Silent on other shapes. `loss_type`: the type name
+// of the nn::Loss the outputs go to ("" for a loss function).
 std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& target,
-                                           const LossCheckOptions& opts = {});
+                                           const LossCheckOptions& opts = {}, const std::string& loss_type = "");
 
 // L5: class targets (B, ...) int64. A warning when every target equals
 // ignore_index (a mean over no labels is 0 / 0 = NaN, bug B19); an error when
@@ -483,6 +486,11 @@ struct ConstantComparison {
 // no lower than the training loss near the best epoch: the training data is fitted no better at the
 // end, so the validation loss's rise is the weights' noise, not memorisation: info.
 void revise_train_down_val_up(Report& found, double train_loss_eval, const LossCheckOptions& opts);
+// L1's "training falls while validation rises" and L7's overfitting (judged on the epochs' losses) where the
+// loop loaded the best epoch's weights after training (`best_epoch` counted from 0, whose validation loss
+// the final model scores): the epochs after it do not reach the final model, info.
+void revise_train_down_val_up_restored(Report& found, size_t best_epoch, double final_val_loss);
+void revise_overfitting_restored(Report& found, size_t best_epoch, double final_val_loss);
 // L1's "stuck" judged again (compare() is asked only where it fires): where the trained model's mean
 // loss is below the constant's by more than opts.stuck_beat_z standard errors of the paired
 // differences, the loss has a floor of its own that no model removes (heavy-tailed or zero-inflated
