@@ -100,6 +100,33 @@ TEST_CASE("nn::Linear layers initialised to one constant: M27 leads, not M9's sc
   }
 }
 
+TEST_CASE("constant_ on a weight where its bias was meant: M27 names the constant weight; the bias: clean") {
+  // init::constant_(fc1->weight, 0.01) in place of the bias: the biases keep their random draw, so the units
+  // differ by their biases alone and the gradient's spread across them is no longer near 0; the weight's one
+  // value at the first step says it. The twin sets the bias, as meant.
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(8);
+    const Split d = dtest::split(8, 2.0);
+    nn::CrossEntropyLoss ce;
+    auto model = std::make_shared<dtest::Mlp>();
+    {
+      NoGradGuard ng;
+      nn::init::constant_(bug ? model->fc1->weight : model->fc1->bias, 0.01);
+    }
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = train_own_loop(*model, ce, opt, d, 3);
+    if (bug) {
+      expect_lead(r, "M27", "symmetric-init");
+      const debug::Finding* f = dtest::first_of(r, "M27", debug::Kind::SymmetricUnits);
+      REQUIRE(f != nullptr);
+      CHECK(f->parameter == "fc1.weight");
+    } else {
+      expect_clean(r);
+    }
+  }
+}
+
 // ---- D5 on every training row ------------------------------------------------------------
 
 namespace {

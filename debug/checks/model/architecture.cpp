@@ -465,6 +465,13 @@ std::vector<Finding> check_activation_variance(nn::Module& model, const Tensor& 
 void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
   if (!wants(step)) return;
   NoGradGuard ng;
+  if (step == 1)
+    for (const auto& [name, p] : model.named_parameters()) {
+      if (!p.requires_grad() || p.dim() < 2 || p.size(0) < 4 || !p.is_floating_point()) continue;
+      const Tensor w = p.detach();
+      const double lo = amin(w).item<double>(), hi = amax(w).item<double>();
+      if (lo == hi && lo != 0.0 && std::isfinite(lo)) constant_.push_back({name, shape_of(p), lo, p.size(0)});
+    }
   for (const auto& [name, p] : model.named_parameters()) {
     if (!p.requires_grad() || p.dim() < 2 || p.numel() < o_.spread_min_values) continue;
     const Tensor g = p.grad();
@@ -546,6 +553,31 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
 
 std::vector<Finding> GradientSpreadTracker::findings() const {
   std::vector<Finding> out;
+  // A weight set to one constant: its units compute the same function of their inputs, so they differ
+  // only by their biases, and the gradient keeps their rows alike (a rank-one update for the whole layer).
+  for (const Constant& c : constant_) {
+    const bool by_spread = std::any_of(seen_.begin(), seen_.end(), [&](const Seen& s) {
+      return s.name == c.name && s.steps > 0 && s.max_relative < o_.spread_relative;
+    });
+    if (by_spread) continue;  // the spread rule below says it, with its numbers
+    Finding f =
+        detail::make("M27", Severity::Warning,
+                     "every value of " + c.name + " is " + fmt_num(c.value) + " at the first step: its " +
+                         detail::num(c.units) + " units start as copies of one another (symmetric initialisation)");
+    f.kind = Kind::SymmetricUnits;
+    f.parameter = c.name;
+    f.shape = c.shape;
+    f.evidence = {{"the one value of every entry at the first step", c.value, "one nonzero constant flags"},
+                  {"units (rows)", static_cast<double>(c.units), ">= 4"}};
+    f.cause =
+        "the weights were set to one constant (an init meant for the bias applied to the weight, constant_ "
+        "in place of a random draw): every unit computes the same weighted sum, the biases alone tell them "
+        "apart, and the gradient moves their rows alike, so the layer learns as if it had far fewer units";
+    f.fix =
+        "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
+        "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
+    out.push_back(std::move(f));
+  }
   for (const Seen& s : seen_) {
     if (s.steps == 0 || !(s.max_relative < o_.spread_relative)) continue;
     Finding f = detail::make("M27", Severity::Warning,

@@ -175,6 +175,14 @@ class GradientSpreadTracker {
   };
   RunCheckOptions o_;
   std::vector<Seen> seen_;  // per weight, by name
+  // Weights whose every value is one nonzero constant at the first step (before any update): their
+  // units start identical whatever their biases (0 is M25's).
+  struct Constant {
+    std::string name, shape;
+    double value = 0.0;
+    int64_t units = 0;
+  };
+  std::vector<Constant> constant_;
 };
 
 }  // namespace gradsleuth::debug
