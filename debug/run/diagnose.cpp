@@ -483,10 +483,12 @@ void Session::check_class_errors_at_end() {
     // scores) holds no class scores: its argmax is no prediction whose recall means anything.
     if (data_.val->num_batches() > 0) {
       const nn::Batch b = data_.val->batch(0, 0);
+      const Device dev = model_device(model_);
       NoGradGuard ng;
       ModeSnapshot modes(model_);
       model_.eval();
-      if (b.y.defined() && b.y.dtype() == kInt64 && b.y.dim() == 1 && loss_type::wider_than_labels(model_(b.x), b.y))
+      if (b.y.defined() && b.y.dtype() == kInt64 && b.y.dim() == 1 &&
+          loss_type::wider_than_labels(model_(b.x.to(dev)), b.y.to(dev)))
         return;
     }
     // The first epoch's recall tells a class still being learned, when the run had later epochs.
