@@ -67,9 +67,35 @@ uint64_t metric_step_tick() {
 
 // ---- LRScheduler -------------------------------------------------------------------
 
+namespace {
+struct LiveSchedulers {
+  std::mutex mu;
+  std::vector<const LRScheduler*> all;
+};
+LiveSchedulers& live() {
+  static LiveSchedulers l;
+  return l;
+}
+}  // namespace
+
+std::vector<const LRScheduler*> live_schedulers() {
+  LiveSchedulers& l = live();
+  std::lock_guard<std::mutex> lock(l.mu);
+  return l.all;
+}
+
 LRScheduler::LRScheduler(Optimizer& optimizer) : opt_(optimizer) {
   for (const auto& g : opt_.param_groups()) base_lrs_.push_back(g.lr);
   last_lr_ = base_lrs_;
+  LiveSchedulers& l = live();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.all.push_back(this);
+}
+
+LRScheduler::~LRScheduler() {
+  LiveSchedulers& l = live();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.all.erase(std::remove(l.all.begin(), l.all.end(), this), l.all.end());
 }
 
 void LRScheduler::step() { apply(last_epoch_ + 1); }

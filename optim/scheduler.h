@@ -31,6 +31,12 @@ std::vector<MetricStepRecord> metric_step_records();
 // it at its start keeps the records whose first_tick is not below it.
 uint64_t metric_step_tick();
 
+class LRScheduler;
+// Every LRScheduler alive in this process, oldest first, for the debug module: a schedule whose
+// lengths count optimizer steps but that is stepped once per epoch never reaches its peak, which
+// its own lr_at says. The pointers are valid while those schedulers live.
+std::vector<const LRScheduler*> live_schedulers();
+
 // A schedule given in closed form: lr of a group = lr_at(t, its base lr), where
 // t counts step() calls (t = 0 when the scheduler is made). The optimizer's
 // lrs are set for t = 0 on construction, so a warm-up starts low right away.
@@ -38,7 +44,7 @@ uint64_t metric_step_tick();
 class LRScheduler {
  public:
   explicit LRScheduler(Optimizer& optimizer);
-  virtual ~LRScheduler() = default;
+  virtual ~LRScheduler();
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 

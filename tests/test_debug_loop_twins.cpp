@@ -535,6 +535,47 @@ TEST_CASE(
 
 namespace {
 
+// A warm-up of 60 optimizer steps from a tenth of the rate into a cosine over the rest, stepped after every
+// optimizer step, or (the bug) once per epoch: then the run never leaves the warm-up.
+debug::RunReport warmup_run(bool per_epoch) {
+  manual_seed(12);
+  const Split d = dtest::split(12, 1.5);
+  auto model = std::make_shared<dtest::Mlp>();
+  nn::CrossEntropyLoss ce;
+  optim::SGD opt(model->parameters(), optim::SGDOptions(0.05).momentum(0.9));
+  const int64_t epochs = 6, total = epochs * d.train->num_batches();
+  optim::LinearWarmup sched(opt, 60, 0.1, std::make_unique<optim::CosineAnnealingLR>(opt, total - 60));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int64_t e = 0; e < epochs; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+      if (!per_epoch) sched.step();
+    }
+    if (per_epoch) sched.step();
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("a warm-up counted in optimizer steps but stepped once per epoch: O6 says it never peaks; per step: clean") {
+  const debug::RunReport bug = warmup_run(true);
+  const debug::Finding* f = dtest::first_of(bug, "O6", debug::Kind::ScheduleUnreached);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(dtest::ev(*f, "scheduler.step() calls") == 6.0);
+  CHECK(dtest::ev(*f, "highest learning rate the run reached") < 0.5 * 0.05);
+  CHECK(lead_cause(bug) == "lr-schedule");
+  const debug::RunReport ok = warmup_run(false);
+  CHECK(dtest::first_of(ok, "O6", debug::Kind::ScheduleUnreached) == nullptr);
+  expect_clean(ok);
+}
+
+namespace {
+
 // A small, noisy classification split that a wide MLP overfits: the training rows' loss falls far below
 // the validation rows' within a few epochs. The loop hands the Session the mean loss of an evaluation
 // pass each epoch: over the validation loader, or (the bug) over the training loader.

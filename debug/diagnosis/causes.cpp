@@ -64,7 +64,7 @@ bool lr_too_low(const Finding& f) {
 }
 bool lr_schedule(const Finding& f) {
   return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
-         is(f, "O6", Kind::ScheduleGrows);
+         is(f, "O6", Kind::ScheduleGrows) || is(f, "O6", Kind::ScheduleUnreached);
 }
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
@@ -447,8 +447,11 @@ const std::vector<Cause>& diagnosis_causes() {
        "O6",
        "the metric of each ReduceLROnPlateau and EarlyStopping step against the run's validation accuracy and loss",
        true, [](const Finding& f) { return is(f, "O6", Kind::MetricDirectionInverted); }},
-      {"lr-schedule", "a learning-rate schedule that collapses, grows or starts at 0", "O6",
-       "the learning rate at every optimizer step", true, [](const Finding& f) { return lr_schedule(f); }},
+      {"lr-schedule",
+       "a learning-rate schedule that collapses, grows, starts at 0, or never reaches its peak (stepped once per "
+       "epoch where it counts optimizer steps)",
+       "O6", "the learning rate at every optimizer step, and each scheduler's own schedule against its step() calls",
+       true, [](const Finding& f) { return lr_schedule(f); }},
       {"no-backward", "no gradient at the optimizer's step (zero_grad between backward and step, no backward)", "O1",
        "whether any trainable parameter holds a gradient when the optimizer steps", true,
        [](const Finding& f) { return is(f, "O1", Kind::NoGradientAtStep); }},

@@ -156,6 +156,25 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
   return out;
 }
 
+std::optional<Finding> judge_schedule_reach(const ScheduleReach& r) {
+  if (!r.found || !(r.peak > 0) || !(r.reached < 0.5 * r.peak) || r.stepped * 4 > r.steps) return std::nullopt;
+  Finding f = make("O6", Severity::Warning,
+                   r.scheduler + " was stepped " + std::to_string(r.stepped) + " times in " + std::to_string(r.steps) +
+                       " optimizer steps and reached a learning rate of " + fmt_num(r.reached) +
+                       ": its schedule peaks at " + fmt_num(r.peak) + " after " + std::to_string(r.peak_at) + " steps");
+  f.kind = Kind::ScheduleUnreached;
+  f.evidence = {{"scheduler.step() calls", static_cast<double>(r.stepped), "<= a quarter of the optimizer's steps"},
+                {"optimizer steps", static_cast<double>(r.steps), ""},
+                {"base learning rate (first group)", r.base, ""},
+                {"highest learning rate the run reached", r.reached, "< half the peak warns"},
+                {"the schedule's peak within the run's optimizer steps", r.peak, ""}};
+  f.cause =
+      "the schedule's lengths (a warm-up's steps, T_max) count optimizer steps, but scheduler.step() runs "
+      "once per epoch (or never): the run never leaves the warm-up and trains at a fraction of its rate";
+  f.fix = "call scheduler.step() after every optimizer.step(), or give the schedule's lengths in epochs";
+  return f;
+}
+
 // ---- O6 a plateau scheduler or early stopper judging its metric the wrong way round --------------
 // (metric_steps.cpp finds what each one was fed)
 
@@ -201,21 +220,8 @@ std::vector<Finding> diagnose_metric_direction(const std::vector<optim::MetricSt
 
 // ---- O6 update/weight ratios: the verdict (update_ratio.cpp measures them) -------------------
 
-namespace {
-// The measured ratios of the steps on which a weight moved at all.
-std::vector<double> moving_ratios(const std::vector<std::pair<int64_t, double>>& ratios) {
-  std::vector<double> moving;
-  for (const auto& [step, v] : ratios)
-    if (v > 0) moving.push_back(v);
-  return moving;
-}
-// A weight exactly still on 20-80% of its `measured` steps, and moving by a healthy ratio (the band's
-// lower end) on the others, at least 3 of them.
-bool skipped_at_times(const std::vector<double>& moving, size_t measured, double min_ratio) {
-  const double n = static_cast<double>(measured), k = static_cast<double>(moving.size());
-  return moving.size() >= 3 && k >= 0.2 * n && k <= 0.8 * n && median(moving) >= min_ratio;
-}
-}  // namespace
+using detail::moving_ratios;
+using detail::skipped_at_times;
 
 std::vector<Finding> UpdateRatioTracker::findings() const {
   std::vector<Finding> out;
@@ -673,6 +679,7 @@ class LearningRateRunCheck final : public RunCheck {
   void finish(RunContext& c) override {
     writes_.finish();  // a write after the last step
     c.add_all(judge_weight_writes(writes_.summary(), o_));
+    if (std::optional<Finding> f = judge_schedule_reach(measure_schedule_reach(c.optimizer, c.steps))) c.add_all({*f});
     const TrainingHistory& h = *c.history;
     std::vector<Finding> by_loss = diagnose_learning_rate(h.step_losses, o_, h.batch_replay);  // the loss history
     // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end

@@ -289,6 +289,30 @@ std::vector<Finding> check_finite_weights(const nn::Module& model,
 std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_losses, const OptimCheckOptions& opts = {},
                                             const BatchReplay& replay = {});
 
+// O6 on a scheduler's stepping (schedule_reach.cpp measures it, learning_rate.cpp judges it): a live
+// optim::LRScheduler of the run's optimizer stepped `stepped` times over `steps` optimizer steps, the
+// first group's peak learning rate its own schedule gives over those optimizer steps (`peak`, first at
+// step() count `peak_at`) against the highest it reached with the steps it was given (`reached`).
+struct ScheduleReach {
+  bool found = false;
+  std::string scheduler;
+  int64_t stepped = 0, steps = 0, peak_at = 0;
+  double base = 0, reached = 0, peak = 0;
+};
+ScheduleReach measure_schedule_reach(const optim::Optimizer& optimizer, int64_t optimizer_steps);
+// A warning where a scheduler stepped at most a quarter as often as the optimizer reached less than
+// half of its own peak: its lengths count optimizer steps and it was stepped once per epoch (a
+// warm-up that never ends), or it was never stepped.
+std::optional<Finding> judge_schedule_reach(const ScheduleReach& r);
+
+namespace detail {
+// The measured ratios of the steps on which a weight moved at all (UpdateRatioTracker's verdict).
+std::vector<double> moving_ratios(const std::vector<std::pair<int64_t, double>>& ratios);
+// A weight exactly still on 20-80% of its `measured` steps, and moving by a healthy ratio (the band's
+// lower end) on the others, at least 3 of them.
+bool skipped_at_times(const std::vector<double>& moving, size_t measured, double min_ratio);
+}  // namespace detail
+
 // O6 from the schedule: the learning rate at each optimizer step (Monitor records it). A
 // warning when it starts at 0, collapses early (below schedule_collapse x its start before
 // schedule_collapse_by of the steps) or grows past schedule_growth x its start. Empty otherwise.

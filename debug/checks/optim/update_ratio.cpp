@@ -14,6 +14,19 @@
 
 namespace gradsleuth::debug {
 
+namespace detail {
+std::vector<double> moving_ratios(const std::vector<std::pair<int64_t, double>>& ratios) {
+  std::vector<double> moving;
+  for (const auto& [step, v] : ratios)
+    if (v > 0) moving.push_back(v);
+  return moving;
+}
+bool skipped_at_times(const std::vector<double>& moving, size_t measured, double min_ratio) {
+  const double n = static_cast<double>(measured), k = static_cast<double>(moving.size());
+  return moving.size() >= 3 && k >= 0.2 * n && k <= 0.8 * n && median(moving) >= min_ratio;
+}
+}  // namespace detail
+
 using detail::kNaN;
 using detail::median;
 
