@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -579,7 +580,7 @@ namespace {
 // A small, noisy classification split that a wide MLP overfits: the training rows' loss falls far below
 // the validation rows' within a few epochs. The loop hands the Session the mean loss of an evaluation
 // pass each epoch: over the validation loader, or (the bug) over the training loader.
-debug::RunReport evaluated_split_run(bool on_training) {
+debug::RunReport evaluated_split_run(bool on_training, bool keep_best = false) {
   manual_seed(8);
   const Tensor w = randn({10, 3});
   auto make = [&](int64_t n) {
@@ -596,6 +597,8 @@ debug::RunReport evaluated_split_run(bool on_training) {
   nn::CrossEntropyLoss ce;
   optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
   debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  double best_loss = std::numeric_limits<double>::infinity();
+  std::vector<Tensor> best;
   for (int e = 0; e < 16; ++e) {
     double total = 0.0;
     int64_t seen = 0;
@@ -609,11 +612,43 @@ debug::RunReport evaluated_split_run(bool on_training) {
     }
     const optim::EvalResult ev = optim::evaluate(*model, on_training ? *d.train : *d.val);
     s.epoch(total / static_cast<double>(seen), ev.loss, ev.accuracy);
+    if (keep_best && ev.loss < best_loss) {  // a snapshot of the best epoch's weights (copies)
+      best_loss = ev.loss;
+      best.clear();
+      for (const Tensor& p : model->parameters()) best.push_back(p.detach().clone());
+    }
+  }
+  if (keep_best) {  // the best epoch's weights restored before the final evaluation
+    NoGradGuard ng;
+    const std::vector<Tensor> ps = model->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) ps[i].detach().copy_(best[i]);
   }
   return s.finish();
 }
 
 }  // namespace
+
+TEST_CASE("a loop that keeps its best epoch and loads it after training: the later epochs' rise and gap are info") {
+  // The same overfitting run, its validation figures honest: kept to the last epoch, W3's rise, L1's
+  // training-falls-validation-rises or L7's gap warn; with the best epoch's weights loaded after training
+  // (copies kept at each new best), the final model is that epoch's and they are info.
+  auto rise_or_gap = [](const debug::RunReport& r, debug::Severity at_least) {
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.severity >= at_least && (f.is("W3", debug::Kind::ValidationRose) ||
+                                     f.is("L1", debug::Kind::TrainDownValUp) || f.is("L7", debug::Kind::Overfitting)))
+        return true;
+    return false;
+  };
+  const debug::RunReport last = evaluated_split_run(false, false);
+  CHECK_MESSAGE(rise_or_gap(last, debug::Severity::Warning), last.str(true));
+  const debug::RunReport kept = evaluated_split_run(false, true);
+  CHECK_MESSAGE(!rise_or_gap(kept, debug::Severity::Warning), kept.str(true));
+  CHECK(rise_or_gap(kept, debug::Severity::Info));
+  bool said = false;
+  for (const debug::Finding& f : kept.findings.findings())
+    said |= f.title.find("'s weights after training") != std::string::npos;
+  CHECK(said);
+}
 
 TEST_CASE("a loop that reports its training loader's loss as the validation loss: W3 names it; the val loader: not") {
   const debug::RunReport bug = evaluated_split_run(true);

@@ -44,6 +44,19 @@ inline Finding as_objective_change(Finding f, double before, double after) {
   return f;
 }
 
+// A rise or gap of the epochs after the best (W3, L1, L7) where the loop loaded the best epoch's weights
+// after training (`best_epoch` counted from 0; the final model scores its validation loss): info, as
+// `what` says of the final model.
+inline Finding as_best_epoch_restored(Finding f, size_t best_epoch, double final_val_loss, const std::string& what) {
+  f.severity = Severity::Info;
+  f.title += "; the loop loaded epoch " + std::to_string(best_epoch + 1) +
+             "'s weights after training (validation loss " + fmt_num(final_val_loss) + "): " + what;
+  f.evidence.push_back({"final model's validation loss (weights loaded after the last step)", final_val_loss,
+                        "within 5% of the best epoch's: the best epoch kept, info"});
+  f.fix = "none needed; the loop keeps its best epoch (stopping earlier saves the epochs after it)";
+  return f;
+}
+
 // The median of v (the mean of the two middle values for an even count); NaN when empty.
 // The finite values of v, in order (a history's epochs without a NaN).
 inline std::vector<double> finite_only(const std::vector<double>& v) {

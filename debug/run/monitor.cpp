@@ -244,19 +244,10 @@ void Monitor::record_epoch(double train_loss, double val_loss, double val_accura
 }
 
 void revise_validation_rose_restored(Report& r, size_t best_epoch, double final_val_loss) {
-  for (size_t i = 0; i < r.size(); ++i) {
-    const Finding& g = r.findings()[i];
-    if (!g.fires() || !g.is("W3", Kind::ValidationRose)) continue;
-    Finding f = g;
-    f.severity = Severity::Info;
-    f.title += "; the loop loaded epoch " + std::to_string(best_epoch + 1) +
-               "'s weights after training (the final model's validation loss " + fmt_num(final_val_loss) +
-               "), so the epochs after its best do not reach the final model";
-    f.evidence.push_back({"final model's validation loss (weights loaded after the last step)", final_val_loss,
-                          "within 5% of the best epoch's: the best epoch kept, info"});
-    f.fix = "none needed; the loop keeps its best epoch (stopping earlier saves the epochs after it)";
-    r.replace(i, f);
-  }
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r.findings()[i].fires() && r.findings()[i].is("W3", Kind::ValidationRose))
+      r.replace(i, detail::as_best_epoch_restored(r.findings()[i], best_epoch, final_val_loss,
+                                                  "the epochs after its best do not reach the final model"));
 }
 
 void revise_validation_rose(Report& r, const std::vector<double>& val_losses) {

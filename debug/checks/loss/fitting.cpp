@@ -71,18 +71,10 @@ void revise_validation_too_good(Report& found, double train_accuracy_eval, doubl
 }
 
 void revise_overfitting_restored(Report& found, size_t best_epoch, double final_val_loss) {
-  for (size_t i = 0; i < found.findings().size(); ++i) {
-    Finding f = found.findings()[i];
-    if (!f.fires() || !f.is("L7", Kind::Overfitting)) continue;
-    f.severity = Severity::Info;
-    f.title += "; the loop loaded epoch " + std::to_string(best_epoch + 1) +
-               "'s weights after training (validation loss " + fmt_num(final_val_loss) +
-               "), so the gap of the epochs after it is not the final model's";
-    f.evidence.push_back({"final model's validation loss (weights loaded after the last step)", final_val_loss,
-                          "within 5% of the best epoch's: the best epoch kept, info"});
-    f.fix = "none needed; the loop keeps its best epoch (regularise, or stop earlier, to gain more)";
-    found.replace(i, f);
-  }
+  for (size_t i = 0; i < found.size(); ++i)
+    if (found.findings()[i].fires() && found.findings()[i].is("L7", Kind::Overfitting))
+      found.replace(i, detail::as_best_epoch_restored(found.findings()[i], best_epoch, final_val_loss,
+                                                      "the gap of the epochs after it is not the final model's"));
 }
 
 void revise_overfitting(Report& found, const std::vector<double>& train_row_losses,

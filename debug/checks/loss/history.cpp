@@ -422,18 +422,10 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
 }
 
 void revise_train_down_val_up_restored(Report& found, size_t best_epoch, double final_val_loss) {
-  for (size_t i = 0; i < found.findings().size(); ++i) {
-    Finding f = found.findings()[i];
-    if (!f.fires() || !f.is("L1", Kind::TrainDownValUp)) continue;
-    f.severity = Severity::Info;
-    f.title += "; the loop loaded epoch " + std::to_string(best_epoch + 1) +
-               "'s weights after training (validation loss " + fmt_num(final_val_loss) +
-               "): the final model is the best epoch's, not the last";
-    f.evidence.push_back({"final model's validation loss (weights loaded after the last step)", final_val_loss,
-                          "within 5% of the best epoch's: the best epoch kept, info"});
-    f.fix = "none needed; the loop keeps its best epoch (stopping earlier saves the epochs after it)";
-    found.replace(i, f);
-  }
+  for (size_t i = 0; i < found.size(); ++i)
+    if (found.findings()[i].fires() && found.findings()[i].is("L1", Kind::TrainDownValUp))
+      found.replace(i, detail::as_best_epoch_restored(found.findings()[i], best_epoch, final_val_loss,
+                                                      "the final model is the best epoch's, not the last"));
 }
 
 void revise_train_down_val_up(Report& found, double train_loss_eval, const LossCheckOptions&) {

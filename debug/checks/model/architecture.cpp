@@ -551,6 +551,12 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
   }
 }
 
+namespace {
+constexpr const char* kRandomInitFix =
+    "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or init::xavier_uniform_ "
+    "(tanh/sigmoid); only biases may start at one constant";
+}  // namespace
+
 std::vector<Finding> GradientSpreadTracker::findings() const {
   std::vector<Finding> out;
   // A weight set to one constant: its units compute the same function of their inputs, so they differ
@@ -573,9 +579,7 @@ std::vector<Finding> GradientSpreadTracker::findings() const {
         "the weights were set to one constant (an init meant for the bias applied to the weight, constant_ "
         "in place of a random draw): every unit computes the same weighted sum, the biases alone tell them "
         "apart, and the gradient moves their rows alike, so the layer learns as if it had far fewer units";
-    f.fix =
-        "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
-        "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
+    f.fix = kRandomInitFix;
     out.push_back(std::move(f));
   }
   for (const Seen& s : seen_) {
@@ -599,9 +603,7 @@ std::vector<Finding> GradientSpreadTracker::findings() const {
         "the weights were initialised symmetric (one constant, or one row copied): every unit of the layer "
         "computes the same function and gets the same gradient, and gradient descent keeps them identical, "
         "so the layer works as a single unit";
-    f.fix =
-        "initialise the weights randomly: the layer's default, init::kaiming_normal_ (ReLU) or "
-        "init::xavier_uniform_ (tanh/sigmoid); only biases may start at one constant";
+    f.fix = kRandomInitFix;
     out.push_back(std::move(f));
   }
   return out;
