@@ -158,10 +158,11 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
 
 std::optional<Finding> judge_schedule_reach(const ScheduleReach& r) {
   if (!r.found || !(r.peak > 0) || !(r.reached < 0.5 * r.peak) || r.stepped * 4 > r.steps) return std::nullopt;
-  Finding f = make("O6", Severity::Warning,
-                   r.scheduler + " was stepped " + std::to_string(r.stepped) + " times in " + std::to_string(r.steps) +
-                       " optimizer steps and reached a learning rate of " + fmt_num(r.reached) +
-                       ": its schedule peaks at " + fmt_num(r.peak) + " after " + std::to_string(r.peak_at) + " steps");
+  Finding f =
+      make("O6", Severity::Warning,
+           "the learning-rate scheduler was stepped " + std::to_string(r.stepped) + " times in " +
+               std::to_string(r.steps) + " optimizer steps and reached a learning rate of " + fmt_num(r.reached) +
+               ": its schedule peaks at " + fmt_num(r.peak) + " after " + std::to_string(r.peak_at) + " steps");
   f.kind = Kind::ScheduleUnreached;
   f.evidence = {{"scheduler.step() calls", static_cast<double>(r.stepped), "<= a quarter of the optimizer's steps"},
                 {"optimizer steps", static_cast<double>(r.steps), ""},

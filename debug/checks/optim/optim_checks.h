@@ -295,7 +295,6 @@ std::vector<Finding> diagnose_learning_rate(const std::vector<double>& train_los
 // step() count `peak_at`) against the highest it reached with the steps it was given (`reached`).
 struct ScheduleReach {
   bool found = false;
-  std::string scheduler;
   int64_t stepped = 0, steps = 0, peak_at = 0;
   double base = 0, reached = 0, peak = 0;
 };

@@ -3,6 +3,7 @@
 // (learning_rate.cpp judges it).
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "debug/checks/optim/optim_checks.h"
 #include "optim/scheduler.h"
@@ -17,19 +18,21 @@ ScheduleReach measure_schedule_reach(const optim::Optimizer& optimizer, int64_t 
     const double base = s->base_lrs().front();
     if (!(base > 0)) continue;
     const int64_t stepped = s->last_epoch();
-    // The schedule over the optimizer's steps: every step up to 4096 of them, else 4096 evenly spaced.
-    const int64_t stride = std::max<int64_t>(1, optimizer_steps / 4096);
-    double reached = 0, peak = 0;
-    int64_t peak_at = 0;
-    for (int64_t t = 0; t <= stepped; t += std::max<int64_t>(1, stepped / 4096))
-      reached = std::max(reached, s->lr_at(t, base));
-    reached = std::max(reached, s->lr_at(stepped, base));
-    for (int64_t t = 0; t <= optimizer_steps; t += stride) {
-      const double v = s->lr_at(t, base);
-      if (v > peak) peak = v, peak_at = t;
-    }
+    // The schedule's highest rate over step() counts 0..n and the first count that gives it: every count
+    // up to 4096 of them, else 4096 evenly spaced, and n itself.
+    const auto highest = [&](int64_t n) {
+      std::pair<double, int64_t> best{0.0, 0};
+      const auto at = [&](int64_t t) {
+        const double v = s->lr_at(t, base);
+        if (v > best.first) best = {v, t};
+      };
+      for (int64_t t = 0; t <= n; t += std::max<int64_t>(1, n / 4096)) at(t);
+      at(n);
+      return best;
+    };
+    const double reached = highest(stepped).first;
+    const auto [peak, peak_at] = highest(optimizer_steps);
     r.found = true;
-    r.scheduler = "the learning-rate scheduler";
     r.stepped = stepped;
     r.steps = optimizer_steps;
     r.base = base;
