@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include "core/autograd.h"
@@ -125,7 +126,14 @@ std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> train_val_split(Data
 
 // ---- DataLoader ----------------------------------------------------------------
 
-DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options) : dataset_(std::move(dataset)), opts_(options) {
+struct DataLoader::OrderCache {
+  std::mutex mu;
+  int64_t epoch = -1;
+  std::shared_ptr<const std::vector<int64_t>> order;
+};
+
+DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), opts_(options), order_cache_(std::make_shared<OrderCache>()) {
   GS_CHECK(dataset_ != nullptr, "DataLoader", "needs a dataset");
   GS_CHECK(opts_.batch_size_ > 0, "DataLoader", "batch_size must be positive, got ", opts_.batch_size_);
   GS_CHECK(dataset_->size() > 0, "DataLoader", "the dataset ", dataset_->name(), " is empty");
@@ -175,11 +183,23 @@ std::vector<int64_t> DataLoader::order(int64_t epoch) const {
   return p;
 }
 
+std::shared_ptr<const std::vector<int64_t>> DataLoader::shared_order(int64_t epoch) const {
+  // Only the plain shuffle is a function of (seed, epoch, size) alone: a sampler may draw afresh.
+  const bool pure = !opts_.sampler_ && !opts_.bugs_.has(Bug::B28) && opts_.shuffle_;
+  if (!pure) return std::make_shared<const std::vector<int64_t>>(order(epoch));
+  std::lock_guard<std::mutex> lock(order_cache_->mu);
+  const size_t n = static_cast<size_t>(dataset_->size());
+  if (order_cache_->epoch != epoch || !order_cache_->order || order_cache_->order->size() != n) {
+    order_cache_->order = std::make_shared<const std::vector<int64_t>>(order(epoch));
+    order_cache_->epoch = epoch;
+  }
+  return order_cache_->order;
+}
+
 Batch DataLoader::batch(int64_t epoch, int64_t i) const {
   GS_CHECK(i >= 0 && i < num_batches(), "DataLoader::batch", "batch ", i, " is out of range: an epoch has ",
            num_batches(), " batches");
-  auto o = std::make_shared<const std::vector<int64_t>>(order(epoch));
-  return *Iterator(this, o, i);
+  return *Iterator(this, shared_order(epoch), i);
 }
 
 DataLoader::Iterator DataLoader::begin() {

@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <string>
@@ -12,6 +14,7 @@
 #include "core/generator.h"
 #include "core/ops.h"
 #include "debug/checks/data/data_checks.h"
+#include "debug/checks/data/data_util.h"
 #include "nn/fashion_mnist.h"
 
 #include "debug_test_util.h"
@@ -46,6 +49,101 @@ nn::DatasetPtr sorted_by_class(const nn::Dataset& d) {
 }  // namespace
 
 // ---- D1 --------------------------------------------------------------------------
+
+// The data checks' row kernels (row_kernels.cpp) against the plain loops they replace.
+TEST_CASE("nearest_rows: the blocked distance loop finds a nearest row, the first of exact copies") {
+  // The reference: the documented rule's distances, one pair at a time.
+  auto reference = [](const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features, bool floor_spread) {
+    const int64_t F = static_cast<int64_t>(v.size()) / rows, k = std::min(F, max_features);
+    std::vector<std::vector<double>> cols;
+    std::vector<double> sds;
+    for (int64_t j = 0; j < k; ++j) {
+      std::vector<double> c(static_cast<size_t>(n));
+      double mean = 0;
+      for (int64_t i = 0; i < n; ++i) mean += c[i] = v[i * F + j * F / k];
+      mean /= static_cast<double>(n);
+      double var = 0;
+      for (double& x : c) {
+        x -= mean;
+        var += x * x;
+      }
+      const double sd = std::sqrt(var / static_cast<double>(n));
+      if (sd > 0) cols.push_back(c), sds.push_back(sd);
+    }
+    std::vector<double> sorted = sds;
+    std::sort(sorted.begin(), sorted.end());
+    const double floor = floor_spread ? sorted[sorted.size() / 2] : 0.0;
+    std::vector<std::vector<double>> dist(static_cast<size_t>(n),
+                                          std::vector<double>(static_cast<size_t>(n), INFINITY));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < n; ++r) {
+        if (r == i) continue;
+        double d = 0;
+        for (size_t j = 0; j < cols.size(); ++j) {
+          const double s = std::max(sds[j], floor), e = cols[j][i] / s - cols[j][r] / s;
+          d += e * e;
+        }
+        dist[i][r] = d;
+      }
+    }
+    return dist;
+  };
+  gs::manual_seed(11);
+  for (const auto& [rows, n, F, max_features] : std::vector<std::array<int64_t, 4>>{
+           {300, 300, 40, 256}, {101, 97, 7, 256}, {50, 13, 600, 256}, {64, 64, 1000, 300}}) {
+    // Whole numbers 0..3: many exact ties; rows 5-7 copies of row 2; feature 1 constant.
+    std::vector<double> v = gs::randint(0, 4, {rows, F}).to(gs::kFloat64).to_vector<double>();
+    for (int64_t r : {5, 6, 7})
+      for (int64_t j = 0; j < F; ++j) v[r * F + j] = v[2 * F + j];
+    for (int64_t r = 0; r < rows; ++r) v[r * F + 1] = 3.0;
+    for (bool floor : {false, true}) {
+      INFO(rows, " rows, n ", n, ", ", F, " features (up to ", max_features, "), floor ", floor);
+      const std::vector<int64_t> got = dbg::data_detail::nearest_rows(v, rows, n, max_features, floor);
+      const std::vector<std::vector<double>> d = reference(v, rows, n, max_features, floor);
+      REQUIRE(got.size() == static_cast<size_t>(n));
+      // Each row's answer is a nearest row: its distance the least, up to the rounding of a sum
+      // formed with or without fused multiply-adds (ties of whole-number data are common here).
+      for (int64_t i = 0; i < n; ++i) {
+        const double best = *std::min_element(d[i].begin(), d[i].end());
+        REQUIRE(got[i] >= 0);
+        CHECK(got[i] != i);
+        CHECK(d[i][got[i]] <= best * (1 + 1e-12) + 1e-300);
+      }
+      if (n > 7) CHECK(got[5] == 2);  // exact ties: a copy's nearest is the first copy
+    }
+  }
+  CHECK(dbg::data_detail::nearest_rows(std::vector<double>(20, 1.0), 10, 10, 8, false).empty());  // nothing varies
+}
+
+TEST_CASE("hash_bytes: equal bytes hash equal; one flipped bit, or two sign bits, changes the hash") {
+  std::vector<float> row(200);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(i) * 0.37f - 20.0f;
+  for (size_t len : {size_t{0}, size_t{3}, size_t{4}, size_t{7}, size_t{8}, size_t{31}, size_t{32}, size_t{33},
+                     size_t{63}, size_t{64}, size_t{65}, size_t{800}}) {
+    INFO(len, " bytes");
+    std::vector<unsigned char> a(len), b;
+    std::memcpy(a.data(), row.data(), len);
+    b = a;
+    const uint64_t h = dbg::data_detail::hash_bytes(a.data(), len);
+    CHECK(dbg::data_detail::hash_bytes(b.data(), len) == h);
+    for (size_t byte = 0; byte < len; byte += std::max<size_t>(1, len / 9))
+      for (int bit : {0, 7}) {
+        b = a;
+        b[byte] ^= static_cast<unsigned char>(1u << bit);
+        CHECK(dbg::data_detail::hash_bytes(b.data(), len) != h);
+      }
+  }
+  // Two values negated (their sign bits, the top bit of two words): a hash whose mixing leaves the
+  // top bit alone would cancel them.
+  std::vector<float> neg = row;
+  neg[2] = -neg[2];
+  neg[3] = -neg[3];
+  CHECK(dbg::data_detail::hash_bytes(neg.data(), neg.size() * 4) !=
+        dbg::data_detail::hash_bytes(row.data(), row.size() * 4));
+  // A length that differs by trailing zero bytes hashes differently.
+  std::vector<unsigned char> z(40, 0);
+  CHECK(dbg::data_detail::hash_bytes(z.data(), 39) != dbg::data_detail::hash_bytes(z.data(), 40));
+}
 
 TEST_CASE("D1 check_batch: one info finding with shapes, dtypes and statistics") {
   Tensor x = gs::tensor({0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0}, {4, 2});

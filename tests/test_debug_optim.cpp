@@ -668,6 +668,24 @@ TEST_CASE("SummaryCache: one pass per tensor while its data is unchanged, a fres
   CHECK(dbg::summarize(t).max == 1.0);
 }
 
+TEST_CASE(
+    "sampled_finite on float16 and bfloat16 gradients: every finite one passes, a non-finite value anywhere fails") {
+  // A 16-bit tensor is read whole, in its own width: the sample's float32 and float64 reads would
+  // run past its end.
+  for (gs::DType dt : {gs::kFloat16, gs::kBFloat16}) {
+    for (const gs::Shape& shape : std::vector<gs::Shape>{{128, 784}, {5000, 10}}) {
+      const Tensor clean = gs::randn(shape).to(dt);
+      INFO(gs::dtype_name(dt), " ", gs::shape_str(shape));
+      CHECK(dbg::sampled_finite(clean));
+      for (int64_t at : {int64_t{1}, clean.numel() / 2 + 3, clean.numel() - 1}) {
+        Tensor g = clean.clone();
+        g.view({-1}).narrow(0, at, 1).fill_(INFINITY);
+        CHECK_FALSE(dbg::sampled_finite(g));
+      }
+    }
+  }
+}
+
 TEST_CASE("sampled_finite: a NaN row or a NaN column of a large gradient is found, whatever its index") {
   // The shapes of linear layers' weight gradients: [out, in], and [rows, a short last dim]; 1-D
   // tensors are read whole (a "column" is then one element).

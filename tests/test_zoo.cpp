@@ -198,13 +198,15 @@ TEST_CASE("a zoo on a device with no backend registered is refused before any wo
 
 // Variants trained side by side (Options::jobs) give the results they give one after another: each
 // keeps its warnings (M2 of B05), its observers (M19 of B01), its loss scaler (O10 of B36) and its
-// random numbers to its own thread. Only the timings differ.
+// random numbers to its own thread, and no check reads past a 16-bit gradient (B38's bfloat16
+// weights: a read of other memory once flagged a finite step non-finite, and the probe that followed
+// changed the training). Only the timings differ.
 TEST_CASE("zoo::run with jobs = 2 gives the results of jobs = 1, in the same order") {
   testdata::require_fashion_mnist();
   zoo::Options o = zoo::Options::quick();
   o.steps = 60;
   o.train_examples = 2000;
-  const std::vector<nn::Bug> bugs = {nn::Bug::B01, nn::Bug::B05, nn::Bug::B36, nn::Bug::B13};
+  const std::vector<nn::Bug> bugs = {nn::Bug::B01, nn::Bug::B05, nn::Bug::B36, nn::Bug::B13, nn::Bug::B38};
   auto without_times = [](const zoo::Result& r) {
     return std::regex_replace(zoo::json(r), std::regex("\"seconds\":[^,}]*"), "\"seconds\":0");
   };
@@ -213,7 +215,7 @@ TEST_CASE("zoo::run with jobs = 2 gives the results of jobs = 1, in the same ord
   o.jobs = 2;
   std::vector<size_t> done;
   const zoo::Result two = zoo::run(bugs, o, [&](const zoo::Progress& p) { done.push_back(p.done); });
-  CHECK(done == std::vector<size_t>{1, 2, 3, 4, 5, 6});  // clean, clean-footwear and the 4 bugs
+  CHECK(done == std::vector<size_t>{1, 2, 3, 4, 5, 6, 7});  // clean, clean-footwear and the 5 bugs
   REQUIRE(two.bugs.size() == bugs.size());
   for (size_t i = 0; i < bugs.size(); ++i) {
     CHECK(two.bugs[i].id == nn::bug_code(bugs[i]));

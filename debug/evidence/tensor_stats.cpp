@@ -305,8 +305,9 @@ bool all_zero(const Tensor& t) {
 }
 
 bool sampled_finite(const Tensor& t) {
-  if (!t.defined() || !t.is_floating_point() || t.numel() <= 4096 || t.dim() < 2 || !t.is_contiguous() ||
-      !t.device().is_cpu())
+  // The sample reads float32 or float64 in place; any other dtype (float16, bfloat16) is read whole.
+  if (!t.defined() || (t.dtype() != kFloat32 && t.dtype() != kFloat64) || t.numel() <= 4096 || t.dim() < 2 ||
+      !t.is_contiguous() || !t.device().is_cpu())
     return all_finite(t);
   // (rows, k): dimension 0 against the rest. The first row whole, then the first element of
   // every row.

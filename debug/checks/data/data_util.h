@@ -72,28 +72,12 @@ inline Summary summarize(const std::vector<double>& v) {
 
 inline bool is_whole(double v) { return std::isfinite(v) && v == std::floor(v); }
 
-// FNV-1a, 64 bit: a fast, well-mixed hash of a byte string.
-inline uint64_t fnv1a(const void* data, size_t n) {
-  uint64_t h = 14695981039346656037ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+// A well-mixed 64-bit hash of a byte string (XXH64's construction; row_kernels.cpp).
+uint64_t hash_bytes(const void* data, size_t n);
 
 // One hash per row of x (B, D...): its values as contiguous float32, so a
-// float32 and a float64 pipeline holding the same image agree.
-inline std::vector<uint64_t> row_hashes_x(const Tensor& x) {
-  NoGradGuard ng;
-  const int64_t B = x.dim() == 0 ? 1 : x.size(0);
-  std::vector<float> v = x.detach().to_vector<float>();
-  const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
-  std::vector<uint64_t> h(static_cast<size_t>(B));
-  for (int64_t r = 0; r < B; ++r) h[r] = fnv1a(v.data() + r * F, F * sizeof(float));
-  return h;
-}
+// float32 and a float64 pipeline holding the same image agree (row_kernels.cpp).
+std::vector<uint64_t> row_hashes_x(const Tensor& x);
 
 // A label: the hash of its row (as float64, so int64 3 and float 3.0 agree) and
 // its first value, for messages.
@@ -107,7 +91,7 @@ inline std::vector<Label> row_labels(const Tensor& y) {
   std::vector<double> v = doubles(y);
   const size_t F = B > 0 ? v.size() / static_cast<size_t>(B) : 0;
   std::vector<Label> out(static_cast<size_t>(B));
-  for (int64_t r = 0; r < B; ++r) out[r] = {fnv1a(v.data() + r * F, F * sizeof(double)), F > 0 ? v[r * F] : kNaN};
+  for (int64_t r = 0; r < B; ++r) out[r] = {hash_bytes(v.data() + r * F, F * sizeof(double)), F > 0 ? v[r * F] : kNaN};
   return out;
 }
 
@@ -250,7 +234,7 @@ double chi_square_z(double x, double k);
 // among them (squared Euclidean distance, the first on ties), over up to max_features features evenly
 // spaced, each centred and divided by its spread over these rows (with floor_spread, by at least the
 // features' median spread); features constant over the rows are left out. Empty when no feature varies
-// (debug/checks/data/split_consistency.cpp).
+// (debug/checks/data/row_kernels.cpp).
 std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
                                   bool floor_spread);
 // D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.

@@ -19,73 +19,6 @@ namespace gradsleuth::debug {
 
 using namespace data_detail;
 
-// ---- nearest rows (data_util.h) ------------------------------------------------------------------
-
-namespace data_detail {
-std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
-                                  bool floor_spread) {
-  if (rows <= 0 || n < 2 || n > rows) return {};
-  const int64_t F = static_cast<int64_t>(v.size()) / rows;
-  const int64_t k = std::min(F, max_features);
-  std::vector<std::vector<double>> cols;  // (feature, row), centred
-  std::vector<double> sds;
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t col = j * F / k;
-    std::vector<double> c(static_cast<size_t>(n));
-    double mean = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double x = v[static_cast<size_t>(i * F + col)];
-      c[static_cast<size_t>(i)] = std::isfinite(x) ? x : 0.0;
-      mean += c[static_cast<size_t>(i)];
-    }
-    mean /= static_cast<double>(n);
-    double var = 0;
-    for (double& x : c) {
-      x -= mean;
-      var += x * x;
-    }
-    const double sd = std::sqrt(var / static_cast<double>(n));
-    if (!(sd > 0)) continue;
-    cols.push_back(std::move(c));
-    sds.push_back(sd);
-  }
-  if (cols.empty()) return {};
-  // Each feature divided by its spread; with floor_spread, by at least the features' median spread, so
-  // that near-constant features (an image's border, where only noise varies) weigh no more than the rest.
-  double floor = 0;
-  if (floor_spread) {
-    std::vector<double> sorted = sds;
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
-    floor = sorted[sorted.size() / 2];
-  }
-  const size_t K = cols.size();
-  std::vector<double> z(static_cast<size_t>(n) * K);  // (row, feature)
-  for (size_t j = 0; j < K; ++j) {
-    const double s = std::max(sds[j], floor);
-    for (int64_t i = 0; i < n; ++i) z[static_cast<size_t>(i) * K + j] = cols[j][static_cast<size_t>(i)] / s;
-  }
-  std::vector<int64_t> near(static_cast<size_t>(n), -1);
-  for (int64_t i = 0; i < n; ++i) {
-    const double* a = &z[static_cast<size_t>(i) * K];
-    double best = std::numeric_limits<double>::infinity();
-    for (int64_t r = 0; r < n; ++r) {
-      if (r == i) continue;
-      const double* b = &z[static_cast<size_t>(r) * K];
-      double d = 0;
-      for (size_t j = 0; j < K; ++j) {
-        const double e = a[j] - b[j];
-        d += e * e;
-      }
-      if (d < best) {
-        best = d;
-        near[static_cast<size_t>(i)] = r;
-      }
-    }
-  }
-  return near;
-}
-}  // namespace data_detail
-
 // ---- D10 same preprocessing for every split ---------------------------------------------------
 
 namespace {
@@ -190,11 +123,27 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
       if (std::isfinite(x)) o.push_back(x);
     return o;
   };
-  const std::vector<double> fa = finite_only(va), fb = finite_only(vb);
-  auto spread = [](const std::vector<double>& v) { return (quantile(v, 0.95) - quantile(v, 0.05)) / 3.29; };
-  const double scale = std::max(spread(fa), 1e-12);
-  const double shift = std::fabs(quantile(fb, 0.5) - quantile(fa, 0.5)) / scale;
-  const double ratio = std::max(spread(fb), 1e-12) / scale;
+  // The 5%, 50% and 95% quantiles (as quantile() picks them) of the finite values, from one copy: the
+  // median's selection splits it, and the outer two select within their side only.
+  struct Quantiles {
+    double q05, q50, q95;
+  };
+  auto quantiles = [&](const std::vector<double>& v) {
+    std::vector<double> f = finite_only(v);
+    const auto at = [&](double q) {
+      return static_cast<std::ptrdiff_t>(std::floor(q * static_cast<double>(f.size() - 1)));
+    };
+    const std::ptrdiff_t k05 = at(0.05), k50 = at(0.5), k95 = at(0.95);
+    std::nth_element(f.begin(), f.begin() + k50, f.end());
+    if (k05 < k50) std::nth_element(f.begin(), f.begin() + k05, f.begin() + k50);
+    if (k95 > k50) std::nth_element(f.begin() + k50 + 1, f.begin() + k95, f.end());
+    return Quantiles{f[static_cast<size_t>(k05)], f[static_cast<size_t>(k50)], f[static_cast<size_t>(k95)]};
+  };
+  const Quantiles qa = quantiles(va), qb = quantiles(vb);
+  auto spread = [](const Quantiles& q) { return (q.q95 - q.q05) / 3.29; };
+  const double scale = std::max(spread(qa), 1e-12);
+  const double shift = std::fabs(qb.q50 - qa.q50) / scale;
+  const double ratio = std::max(spread(qb), 1e-12) / scale;
   const bool mean_off = shift > opts.max_mean_shift;
   const bool std_off = ratio > opts.max_std_ratio || ratio < 1.0 / opts.max_std_ratio;
   if (!mean_off && !std_off) return {};

@@ -573,9 +573,18 @@ class NonFiniteRunCheck final : public RunCheck {
     if (c.localised || !on_ || !c.x.defined() || (!maybe_calibration && tries_ >= kMaxTries)) return;
     if (!maybe_calibration) ++tries_;
     // The weights are still those that produced the problem: run the batch again with every op
-    // checked, without touching the gradients.
-    std::vector<std::pair<Tensor, Tensor>> grads;
-    for (Tensor& p : c.model.parameters()) grads.emplace_back(p, p.grad());
+    // checked, without touching the gradients: the step's are set aside (the probe's backward would
+    // add into them in place) and put back after.
+    struct SetAside {
+      std::vector<std::pair<Tensor, Tensor>> grads;
+      explicit SetAside(nn::Module& m) {
+        for (Tensor& p : m.parameters()) grads.emplace_back(p, p.grad());
+        for (auto& [p, g] : grads) p.set_grad(Tensor());
+      }
+      ~SetAside() {
+        for (auto& [p, g] : grads) p.set_grad(g);
+      }
+    } grads(c.model);
     // In the precision the step ran in: under the step's autocast (a float16 overflow is not one
     // in float32).
     std::optional<AutocastGuard> ac;
@@ -602,7 +611,6 @@ class NonFiniteRunCheck final : public RunCheck {
     // Localised once: when an op was named (a step the loss scaler skipped because the scaling
     // alone overflowed names none, and a later step may still), or after kMaxTries tries.
     c.localised = c.localised || found > 0 || !anomaly.findings().empty();
-    for (auto& [p, g] : grads) p.set_grad(g);
   }
 
  private:
