@@ -193,6 +193,50 @@ TEST_CASE("W3 with W4/M12: a loss that turns non-finite is localised to the op a
   CHECK(m.report().of("M12")[0].module == "10 (LogSoftmax)");
 }
 
+TEST_CASE("W4's probe on non-finite gradients runs the batch's backward again without adding into the step's") {
+  // The loss is finite, the first layer's weight gradient is not (a hook writes an Inf into it): the
+  // monitor flags the step, and W4 runs the batch's forward and backward again. That backward must not
+  // add into the step's gradients (it would double the last layer's).
+  Setup s;
+  auto first = std::dynamic_pointer_cast<nn::Linear>((*s.model)[1]);
+  REQUIRE(first != nullptr);
+  first->weight.register_hook([](const Tensor& g) {
+    Tensor out = g.clone();
+    out.view({-1}).narrow(0, 0, 1).fill_(INFINITY);
+    return out;
+  });
+  auto bytes = [](const Tensor& g) {
+    if (!g.defined()) return std::vector<unsigned char>{};
+    const Tensor c = g.contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.raw_data());
+    return std::vector<unsigned char>(p, p + c.numel() * static_cast<int64_t>(c.element_size()));
+  };
+  std::vector<std::vector<unsigned char>> before;
+  int compared = 0, changed = 0;
+  s.opt->add_pre_step_hook([&](gs::optim::Optimizer&) {
+    before.clear();
+    for (const Tensor& p : s.model->parameters()) before.push_back(bytes(p.grad()));
+  });
+  dbg::Monitor m(*s.model, *s.opt, &s.loss);
+  s.opt->add_pre_step_hook([&](gs::optim::Optimizer&) {  // after the monitor's
+    size_t i = 0;
+    for (const Tensor& p : s.model->parameters()) {
+      ++compared;
+      changed += bytes(p.grad()) != before[i++];
+    }
+  });
+  gs::optim::Trainer t(*s.model, *s.opt,
+                       gs::optim::TrainerOptions().epochs(1).max_steps(2).progress(gs::optim::Progress::Off));
+  t.set_loss([&](const Tensor& out, const Tensor& y) { return s.loss(out, y); });
+  m.attach(t);
+  t.fit(*s.loader);
+  m.finish();
+  INFO(m.report().str(false));
+  CHECK_FALSE(m.report().fired_checks().empty());
+  CHECK(compared > 0);
+  CHECK(changed == 0);
+}
+
 TEST_CASE("W3: the loss-input checks run on sampled steps: L2 double softmax, M19 shape mismatch") {
   Setup s;
   s.model->push_back(std::make_shared<nn::Softmax>(1));  // bug B08
