@@ -59,7 +59,17 @@ cmake_opts=()
 [[ -n $cuda_emu ]] && cmake_opts+=(-DGRADSLEUTH_CLI_CUDA_EMU="$cuda_emu")
 [[ -n $workbench ]] && cmake_opts+=(-DGRADSLEUTH_CLI_WORKBENCH="$workbench")
 
-scripts/setup.sh --main
+# The system packages: those of the CLI's build and main job, and what this command adds (the
+# emulator's Boost.Context, Graphviz's pictures, the lab sandbox).
+setup_opts=(--main)
+[[ $cuda_emu == ON ]] && setup_opts+=(--emu)
+for a in "$@"; do
+  case "$a" in
+    graph|doctor|explore|diagnose) setup_opts+=(--graph) ;;
+    lab) setup_opts+=(--lab) ;;
+  esac
+done
+scripts/setup.sh "${setup_opts[@]}"
 echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and what the"
 echo "run: command needs; not the tests, benchmarks or labs: ./test.sh builds and runs those)"
 scripts/build.sh --target "$cli_target" ${cmake_opts[@]+-- "${cmake_opts[@]}"}

@@ -3,9 +3,13 @@
 # with apt-get when run as root. Cheap checks only (files and commands), so a
 # second run costs well under a second. Set GS_SKIP_SETUP=1 to skip it entirely.
 #   scripts/setup.sh          everything the build, the tools and every test need (./test.sh)
-#   scripts/setup.sh --main   the same without Chromium and node-dagre-layout, which only the browser
-#                             tests and the explorer's pages need (./run.sh): on a bare Debian 12 it
-#                             installs 284 of the 638 packages (229 of 428 MB)
+#   scripts/setup.sh --main   what the CLI's build and its main job (zoo --quick) need (./run.sh): not
+#                             Chromium and node-dagre-layout (the browser tests, the explorer's pages),
+#                             Boost.Context (the CUDA emulator), Graphviz (the graph pictures), Google
+#                             Benchmark (bench/) nor bubblewrap (lab grade-all's sandbox), unless asked:
+#     --emu     with --main: Boost.Context too (./run.sh ... --device cuda, kernels, devices)
+#     --graph   with --main: Graphviz too (./run.sh graph, doctor, explore, diagnose)
+#     --lab     with --main: bubblewrap and prlimit too (./run.sh lab ...)
 set -euo pipefail
 
 if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
@@ -13,14 +17,19 @@ if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
   exit 0
 fi
 
-main_only=0
+main_only=0 want_emu=0 want_graph=0 want_lab=0
 for arg in "$@"; do
   case "$arg" in
     --main) main_only=1 ;;
+    --emu) want_emu=1 ;;
+    --graph) want_graph=1 ;;
+    --lab) want_lab=1 ;;
     --browser) ;;  # Chromium is installed unless --main; the option is accepted and does nothing more
-    *) echo "setup: unknown option '$arg' (known: --main, --browser)" >&2; exit 2 ;;
+    *) echo "setup: unknown option '$arg' (known: --main, --emu, --graph, --lab, --browser)" >&2; exit 2 ;;
   esac
 done
+if [[ $main_only == 0 ]]; then want_emu=1 want_graph=1 want_lab=1; fi
+left_out=()  # what --main leaves to a later ./test.sh (or to the command that needs it)
 missing=()
 
 need_cmd() {  # need_cmd COMMAND PACKAGE
@@ -40,23 +49,41 @@ fi
 need_cmd ccache ccache
 need_file /usr/include/eigen3/Eigen/Core libeigen3-dev
 need_file /usr/include/doctest/doctest.h doctest-dev
-need_file /usr/include/benchmark/benchmark.h libbenchmark-dev
+# Google Benchmark: bench/ (built by ./test.sh; CMake finds it when it is installed later).
+if [[ $main_only == 0 ]]; then
+  need_file /usr/include/benchmark/benchmark.h libbenchmark-dev
+else
+  [[ -e /usr/include/benchmark/benchmark.h ]] || left_out+=(libbenchmark-dev)
+fi
 need_file /usr/include/zlib.h zlib1g-dev
 # The CPU backend's GEMM (core/cpu/fast/blas.h); Eigen's kernel is used without it.
 need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
 # Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
-need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
+# The CLI builds the emulator only for a command that uses CUDA (./run.sh passes --emu then).
+if [[ $want_emu == 1 ]]; then
+  need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
+else
+  [[ -e /usr/include/boost/context/detail/fcontext.hpp ]] || left_out+=(libboost-context-dev)
+fi
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
 # MPI for data-parallel training (distributed/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
 need_file /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev
 need_cmd mpirun openmpi-bin
 # Graphviz's `dot`: the autograd graph as an SVG picture (gradsleuth graph, and the graph section of
 # the HTML reports); without it they fall back to the DOT text.
-need_cmd dot graphviz
+if [[ $want_graph == 1 ]]; then
+  need_cmd dot graphviz
+else
+  command -v dot >/dev/null 2>&1 || left_out+=(graphviz)
+fi
 # bubblewrap: the sandbox of `gradsleuth lab grade-all` (a mount, PID, network and user namespace
 # per submission); prlimit (util-linux) sets its process limit inside it.
-need_cmd bwrap bubblewrap
-need_cmd prlimit util-linux
+if [[ $want_lab == 1 ]]; then
+  need_cmd bwrap bubblewrap
+  need_cmd prlimit util-linux
+else
+  command -v bwrap >/dev/null 2>&1 || left_out+=(bubblewrap)
+fi
 # Python 3: scripts/mutation_test.py (the emulator's checks against deliberately broken kernels).
 need_cmd python3 python3
 # dagre, the graph-layout library the explorer's page embeds (debug/report/explore.h; read at build
@@ -72,6 +99,10 @@ else
     echo "setup: node-dagre-layout left out (gradsleuth explore reads it when it writes a page; scripts/setup.sh installs it)"
   command -v chromium >/dev/null 2>&1 ||
     echo "setup: Chromium left out (only ./test.sh's browser tests run it; scripts/setup.sh installs it)"
+fi
+
+if [[ ${#left_out[@]} -gt 0 ]]; then
+  echo "setup: left for later: ${left_out[*]} (not needed by this command; ./test.sh installs them)"
 fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
