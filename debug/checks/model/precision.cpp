@@ -208,17 +208,17 @@ void RangeTrace::on_op(const OpEvent& e) {
   detail::OwnTime own;
   const DType dt = out.dtype();
   std::vector<const Tensor*> inputs;
-  std::string in_text;
   // An in-place op's input 0 is its output, already modified: its other inputs are judged.
   for (size_t i = e.inplace ? 1 : 0; i < e.num_inputs; ++i) {
     const Tensor& x = e.input(i);
     if (!x.defined() || !x.is_floating_point()) continue;
     if (!x.device().is_cpu()) return;
     inputs.push_back(&x);
-    in_text += (in_text.empty() ? "" : "; ") + range_str(x);
   }
   const Verdict v = decide(out, inputs, o_.underflow_share);
   if (!v.overflow && !v.underflow) return;
+  std::string in_text;  // the inputs' ranges, for the cause: only for an op that left the range
+  for (const Tensor* x : inputs) in_text += (in_text.empty() ? "" : "; ") + range_str(*x);
   const std::string where = site.module.empty() ? "" : " in " + site.module;
   const std::string pos = " (forward, op #" + detail::num(site.index) + ")";
   Finding f = detail::make(
