@@ -161,3 +161,56 @@ TEST_CASE("D12: a few token rows that recur with other labels are info; feature 
     CHECK(fs[0].severity == (ids ? debug::Severity::Info : debug::Severity::Warning));
   }
 }
+
+namespace {
+// Reviews as token ids, left-padded to 48 with the pad id 0 (the last positions hold the tokens): a
+// review is positive when ids 1..5 outnumber 6..11 among its last 16 of 3..44 tokens. The pipeline then
+// keeps 16 positions: the first 16 (for the 7 reviews in 10 of 32 tokens or fewer, nothing but padding) or
+// the last 16.
+struct Bag : nn::Module {
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(kV, 16));
+  std::shared_ptr<nn::Linear> h = register_module("h", std::make_shared<nn::Linear>(16, 16));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(16, 2));
+  Bag() : Module("Bag") {}
+  Tensor forward(const Tensor& ids) override { return (*out)(relu((*h)(mean((*emb)(ids), {1})))); }
+};
+Rows reviews(int64_t n, uint64_t seed, bool keep_front) {
+  constexpr int64_t kPad = 48, kKeep = 16;
+  std::mt19937 g(static_cast<unsigned>(seed));
+  std::uniform_int_distribution<int64_t> tok(1, kV - 1), len(3, 44);
+  std::vector<int64_t> ids(static_cast<size_t>(n * kPad), 0), label(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t L = len(g);
+    int64_t pos = 0;
+    for (int64_t t = kPad - L; t < kPad; ++t) {
+      const int64_t id = tok(g);
+      ids[static_cast<size_t>(r * kPad + t)] = id;
+      if (t >= kPad - kKeep) pos += id <= 5 ? 1 : -1;
+    }
+    label[static_cast<size_t>(r)] = pos > 0 ? 1 : 0;
+  }
+  const Tensor x = tensor(ids, {n, kPad}).narrow(1, keep_front ? 0 : kPad - kKeep, kKeep).contiguous();
+  return {x, tensor(label, {n})};
+}
+}  // namespace
+
+TEST_CASE("left-padded reviews cut to their first positions (padding only for most): D12 leads; their last: clean") {
+  for (const bool bug : {true, false}) {
+    CAPTURE(bug);
+    manual_seed(8);
+    const Rows tr = reviews(600, 1, bug), va = reviews(200, 2, bug);
+    const Split d = dtest::loaders(tr.ids, tr.next, va.ids, va.next);
+    auto model = std::make_shared<Bag>();
+    nn::CrossEntropyLoss loss;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+    const debug::RunReport r = dtest::train_own_loop(*model, loss, opt, d, 20);
+    if (bug) {
+      dtest::expect_lead(r, "D12", "blank-inputs");
+      const debug::Finding* blank = dtest::first_of(r, "D12", debug::Kind::BlankInputs);
+      REQUIRE(blank != nullptr);
+      CHECK(blank->value_of("rows holding the most repeated input, one value in every position") >= 0.3);
+    } else {
+      expect_clean(r);
+    }
+  }
+}

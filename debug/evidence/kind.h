@@ -28,6 +28,8 @@ namespace gradsleuth::debug {
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
   X(TargetLeakage, "target-leakage", "D7")                                                            \
+  /* D12 duplicates: a share of the rows that is one constant input (padding only, say) */            \
+  X(BlankInputs, "blank-inputs", "D12")                                                               \
   /* D14 feature drift: the tabular columns compared one by one */                                    \
   X(ColumnDrift, "column-drift", "D14")                                                               \
   X(AugmentationSwamps, "augmentation-swamps", "D14")                                                 \

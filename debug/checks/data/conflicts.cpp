@@ -24,6 +24,15 @@ namespace {
 
 // ---- D12: inputs repeated byte for byte -------------------------------------------------------
 
+// One input that holds a single value everywhere (a row of padding ids, a blank image) and that
+// kBlankShare of the rows or more share, with more than one label among them, in kMinBlankRows rows or
+// more: a step of the pipeline emptied those rows (left-padded sequences cropped from the front, a
+// vocabulary that sends every word to one id, a loader that returns zeros for files it cannot read).
+// Healthy data repeats its blank input far less: a character model's empty context starts each word
+// (1 row in 6-8), a game's empty board each game.
+constexpr double kBlankShare = 0.3;
+constexpr int64_t kMinBlankRows = 100;
+
 std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
   struct Group {
     int64_t count = 0, first = -1, second = -1;
@@ -131,6 +140,14 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   else
     f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
               pct(dup_frac) + ")" + s.partial();
+  // The most repeated input: one value everywhere (its row's spread is 0), a share past kBlankShare, and
+  // several labels.
+  const Group* top = nullptr;
+  for (const auto& [h, g] : groups)
+    if (!top || g.count > top->count || (g.count == top->count && g.first < top->first)) top = &g;
+  const bool blank = top != nullptr && s.read() >= kMinBlankRows && top->labels.size() >= 2 &&
+                     static_cast<double>(top->count) >= kBlankShare * n &&
+                     static_cast<size_t>(top->first) < s.stds.size() && s.stds[top->first] == 0.0;
   f.shape = "x " + s.shape + " per example";
   f.evidence = {{"rows read", n, ""},
                 {"repeated rows (copies after the first)", static_cast<double>(repeated), ""},
@@ -142,6 +159,15 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
     f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
                           ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
   if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
+  if (blank) {
+    f.evidence.push_back({"rows holding the most repeated input, one value in every position",
+                          static_cast<double>(top->count) / n, ">= " + fmt_num(kBlankShare) + " warns"});
+    f.evidence.push_back({"labels among those rows", static_cast<double>(top->labels.size()), ">= 2"});
+    f.evidence.push_back({"the commonest label's share among them",
+                          static_cast<double>(*std::max_element(top->copies.begin(), top->copies.end())) /
+                              static_cast<double>(top->count),
+                          ""});
+  }
   if (joined > 1.0) {
     f.evidence.push_back(
         {"rows per distinct pair of adjacent column values (rows joined from repeated items)", joined, ">= 1.5"});
@@ -195,6 +221,25 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   else if (!f.fires() && !discrete)
     f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
             "); drop the copies if they matter to you";
+  if (blank) {
+    const double value = s.means[top->first];
+    f.severity = Severity::Warning;
+    f.kind = Kind::BlankInputs;
+    f.title = num(top->count) + " of " + num(s.read()) + " rows of " + s.name + " (" +
+              pct(static_cast<double>(top->count) / n) + ") are one and the same input, " + fmt_num(value) +
+              " in every position: inputs with nothing left in them, under " + std::to_string(top->labels.size()) +
+              " different labels" + s.partial();
+    f.cause =
+        "a step of the input pipeline emptied these rows: a crop or truncation that kept only the padding "
+        "(left-padded sequences cut from the front), a vocabulary lookup that sends every word to one id "
+        "(padding or unknown), a mask or a loader that returns zeros. The model sees one input for " +
+        pct(static_cast<double>(top->count) / n) +
+        " of the rows and can only learn their labels' frequencies there. For example: rows " + num(top->first) +
+        " and " + num(top->second) + " (labels " + labels_of(*top) + ")";
+    f.fix = "print rows " + num(top->first) + " and " + num(top->second) +
+            " after each step of the input pipeline and find the one that empties them; for left-padded "
+            "sequences keep the last positions (x.narrow(1, L - k, k)), or pad on the right";
+  }
   return {f};
 }
 
