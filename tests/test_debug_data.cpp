@@ -608,6 +608,35 @@ TEST_CASE("D9 check_label_encoding: float, one-hot, out-of-range and 1-indexed l
   CHECK(over[0].fix.find("max label + 1 = 5") != std::string::npos);
 }
 
+TEST_CASE(
+    "D9 on float targets of several values per row: soft labels pass; a packed target is info under a loss of one's "
+    "own") {
+  // Rows of class probabilities (a teacher's, smoothed or mixed): cross-entropy takes them. Silent.
+  const Tensor soft = gs::tensor({0.7, 0.2, 0.1, 0.05, 0.05, 0.9}, {2, 3});
+  CHECK(dbg::check_label_encoding(soft, 3).empty());
+  CHECK(dbg::check_label_encoding(soft, 0).empty());
+  // Rows that do not sum to 1, or as wide as another number of classes: not probabilities over the classes.
+  CHECK_FALSE(dbg::check_label_encoding(gs::tensor({0.7, 0.2, 0.3, 0.05, 0.05, 0.9}, {2, 3}), 3).empty());
+  CHECK_FALSE(dbg::check_label_encoding(soft, 4).empty());
+  // A teacher's logits beside the label (B, C + 1): an error for a library loss, info for one's own.
+  const Tensor packed = gs::tensor({2.5, -1.0, 0.3, 0.0, -0.7, 3.1, 1.2, 1.0}, {2, 4});
+  std::vector<dbg::Finding> fs = dbg::check_label_encoding(packed, 3);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].kind == dbg::Kind::LabelsNotWhole);
+  CHECK(ev(fs[0], "values per label row") == 4.0);
+  std::vector<dbg::Finding> library = fs;
+  dbg::revise_encoding_for_own_loss(library, "CrossEntropyLoss");
+  CHECK(library[0].severity == dbg::Severity::Error);
+  dbg::revise_encoding_for_own_loss(fs, "DistillationLoss");
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(fs[0].title.find("DistillationLoss") != std::string::npos);
+  // One float per row stays an error under any loss: a label column.
+  std::vector<dbg::Finding> column = dbg::check_label_encoding(gs::tensor({0.2, 1.7}), 3);
+  dbg::revise_encoding_for_own_loss(column, "");
+  REQUIRE(column.size() == 1);
+  CHECK(column[0].severity == dbg::Severity::Error);
+}
+
 TEST_CASE("D9 is silent on Fashion-MNIST labels and fires on them shifted by one") {
   REQUIRE_FASHION_MNIST();
   Tensor y = fmnist(2000)->all().y;

@@ -20,8 +20,9 @@ namespace gradsleuth::debug {
   X(ClassCounts, "class-counts", "D3")                                                                \
   X(ClassWeightsAmplify, "class-weights-amplify", "D3")                                               \
   X(ClassRecallLow, "class-recall-low", "D3")                                                         \
-  /* D9 label encoding: a 0/1 target column that never changes */                                     \
+  /* D9 label encoding: a 0/1 target column that never changes, labels that are no whole numbers */   \
   X(TargetColumnConstant, "target-column-constant", "D9")                                             \
+  X(LabelsNotWhole, "labels-not-whole", "D9")                                                         \
   /* D4 alignment over the run: the loss's targets are the model's predictions, or its inputs */      \
   X(TargetsFromPredictions, "targets-from-predictions", "D4")                                         \
   X(TargetsAreInputs, "targets-are-inputs", "D4")                                                     \

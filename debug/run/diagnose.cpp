@@ -117,6 +117,7 @@ void Session::run_data_checks() {
         class_weight = tensor(std::vector<double>{1.0, pw}, {2});
       }
     weigh_class_counts(fs, class_weight, o_.data);
+    revise_encoding_for_own_loss(fs, loss_module_ ? loss_module_->type_name() : std::string());
     r.add(fs);
     r.note_ran("D1, D2, D3, D5, D8, D9");
   });

@@ -90,6 +90,9 @@ void Session::lr_probe(RunReport& r) {
     if (needed) soften_range_for_needed_rate(*rep, f);
     rule_out_lr_too_high(*rep, f);
   }
+  // Judged on the whole report (a high rate's symptoms may be in any phase), then revised in each.
+  if (!needed && calm_at_rate(r.findings, f))
+    for (Report* rep : phase_reports(r)) soften_range_for_calm_run(*rep, f);
   if (failed.empty())
     r.add_at_end(f);
   else

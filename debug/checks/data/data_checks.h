@@ -296,6 +296,9 @@ std::vector<Finding> check_batch_diversity(const nn::DataLoader& loader, const D
 // Warning: 0 never occurs while 1..C do (1-indexed labels, bug B26). num_classes <= 0:
 // unknown, so only the negative and 1-indexed rules apply.
 std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, const DataCheckOptions& opts = {});
+// D9's "not whole numbers" made info where the loss is the user's own (`loss_name`: its type name, ""
+// for a loss function) and each target row holds several values: a target packed for that loss.
+void revise_encoding_for_own_loss(std::vector<Finding>& fs, const std::string& loss_name);
 
 // D10: after preprocessing, does `split` ("val", "test") look like train? Warns when
 // the medians differ by more than opts.max_mean_shift robust train stds (the

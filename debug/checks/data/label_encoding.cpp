@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "debug/checks/check_util.h"
 #include "debug/checks/data/data_util.h"
+#include "debug/checks/run_check.h"
 
 namespace gradsleuth::debug {
 
@@ -125,6 +126,20 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     const bool binary =
         C <= 2 && !one_hot && std::all_of(v.begin(), v.end(), [](double a) { return a == 0.0 || a == 1.0; });
     if (binary) return out;
+    // Rows of class probabilities (soft labels: a teacher's, smoothed or mixed ones), as wide as the classes
+    // where they are known: cross-entropy takes them as they are. Nothing to say.
+    bool soft = !whole && y.dim() == 2 && y.size(0) > 0 && y.size(1) >= 2 && (C <= 0 || y.size(1) == C);
+    for (int64_t r = 0; r < (soft ? y.size(0) : 0); ++r) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < y.size(1); ++c) {
+        const double a = v[static_cast<size_t>(r * y.size(1) + c)];
+        soft = soft && a >= 0.0 && a <= 1.0;
+        sum += a;
+      }
+      soft = soft && std::fabs(sum - 1.0) <= 1e-4;
+      if (!soft) break;
+    }
+    if (soft) return out;
     Finding f = make("D9", Severity::Error, "");
     f.shape = y.str();
     if (one_hot) {
@@ -144,6 +159,7 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
                         " -> [" + num(y.size(0)) + "])"
                   : "convert: y.to(gs::kInt64)";
     } else {
+      f.kind = Kind::LabelsNotWhole;
       f.title = "labels are not whole numbers: these are not class indices";
       f.cause =
           "regression targets, probabilities or normalised labels were passed where class indices belong "
@@ -155,7 +171,9 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     const Summary s = summarize(v);
     f.evidence = {{"min label", s.min, ""},
                   {"max label", s.max, ""},
-                  {"whole numbers (1 = yes)", whole ? 1.0 : 0.0, "labels must be int64"}};
+                  {"whole numbers (1 = yes)", whole ? 1.0 : 0.0, "labels must be int64"},
+                  {"values per label row",
+                   static_cast<double>(y.dim() >= 2 ? y.numel() / std::max<int64_t>(1, y.size(0)) : 1), ""}};
     out.push_back(f);
     if (!whole || one_hot) return out;
   }
@@ -230,6 +248,26 @@ std::vector<Finding> check_label_encoding(const Tensor& y, int64_t num_classes, 
     out.push_back(f);
   }
   return out;
+}
+
+// D9's "not whole numbers" where the loss is the user's own (`loss_name`: its type name, "" for a loss
+// function) and each target row holds several values: a target packed for that loss (a teacher's logits
+// beside the label, a label with a weight or a mask) need not be class indices, and only the loss knows
+// how it reads them. Info. A library loss (cross-entropy, NLL) reads class indices, and a single float
+// per row is a label column however the loss reads it: those stay errors.
+void revise_encoding_for_own_loss(std::vector<Finding>& fs, const std::string& loss_name) {
+  if (loss_type::library(loss_name)) return;
+  for (Finding& f : fs) {
+    if (!f.is("D9", Kind::LabelsNotWhole) || !f.fires() || !(f.value_of("values per label row") > 1.0)) continue;
+    f.severity = Severity::Info;
+    f.title = "the targets hold " + fmt_num(f.value_of("values per label row")) +
+              " values per row, not whole numbers, read by your own loss" +
+              (loss_name.empty() ? std::string() : " (" + loss_name + ")") + ": not judged as class indices";
+    f.cause =
+        "a target packed for a loss of your own (a teacher's logits beside the label, a label with a weight) "
+        "is read by that loss, which alone knows where its class indices are";
+    f.fix = "none needed if the loss takes its class indices from the right column (as int64)";
+  }
 }
 
 }  // namespace gradsleuth::debug

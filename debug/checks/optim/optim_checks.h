@@ -494,6 +494,12 @@ bool rate_needed(const Report& r, const Finding& verdict);
 // O8's "above the usual range" made info where the run needs its rate (rate_needed), with the probe's
 // two decreases (O8's, in lr_range.cpp).
 void soften_range_for_needed_rate(Report& r, const Finding& verdict);
+// A run calm at its rate: the probe inconclusive, a tenth of the rate training no better, and nothing in
+// `r` (the whole report) of what a rate too high brings about: spikes, divergence, dead units, non-finite
+// values (lr_range.cpp).
+bool calm_at_rate(const Report& r, const Finding& verdict);
+// O8's "above the usual range" made info where the run was calm at its rate (calm_at_rate).
+void soften_range_for_calm_run(Report& r, const Finding& verdict);
 // The same probe where ReLU units died during training (M7) and no finding suspects the learning
 // rate: the run repeated at a tenth of it for as many steps as the units took to die (twice, at least
 // OptimCheckOptions's lr probe's), then the layer's dead fraction over the training data. Units that
