@@ -76,6 +76,46 @@ TEST_CASE("a model with BatchNorm left in eval mode by an accuracy helper: M2 le
   expect_lead(r, "M2", "train-mode-eval");
 }
 
+namespace {
+// A model that draws in forward() whatever the mode: a latent sampled as mu + exp(logvar / 2) * eps (a
+// VAE's reparameterisation), or noise of a fixed scale added to a hidden layer (augmentation left on).
+struct Sampler : nn::Module {
+  std::shared_ptr<nn::Linear> enc, mu, logvar, head;
+  bool noise;
+  explicit Sampler(bool noise) : Module("Sampler"), noise(noise) {
+    enc = register_module("enc", std::make_shared<nn::Linear>(6, 32));
+    mu = register_module("mu", std::make_shared<nn::Linear>(32, 4));
+    logvar = register_module("logvar", std::make_shared<nn::Linear>(32, 4));
+    head = register_module("head", std::make_shared<nn::Linear>(4, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = relu((*enc)(x));
+    const Tensor m = (*mu)(h);
+    const Tensor z = noise ? m + randn(m.shape()) * 0.3 : m + exp((*logvar)(h)*0.5) * randn(m.shape());
+    return (*head)(z);
+  }
+};
+}  // namespace
+
+TEST_CASE("M2 on a model that draws at evaluation: a reparameterised sample is info, fixed-scale noise warns") {
+  manual_seed(9);
+  const Tensor x = randn({16, 6});
+  for (const bool noise : {false, true}) {
+    CAPTURE(noise);
+    auto model = std::make_shared<Sampler>(noise);
+    const std::vector<debug::Finding> fs = debug::check_repeat_calls(*model, x, -1);
+    REQUIRE(fs.size() == 1);
+    CHECK(fs[0].kind == debug::Kind::RandomAtEval);
+    CHECK(fs[0].severity == (noise ? debug::Severity::Warning : debug::Severity::Info));
+    CHECK(dtest::ev(fs[0], "draws of the forward scaled by a spread it computed per example") == (noise ? 0.0 : 1.0));
+  }
+  // Functional dropout on at evaluation: a dropout op, whatever else the forward draws.
+  auto dropping = std::make_shared<DropoutBlock>(true);
+  const std::vector<debug::Finding> fd = debug::check_repeat_calls(*dropping, randn({16, 6}), -1);
+  REQUIRE(fd.size() == 1);
+  CHECK(fd[0].severity == debug::Severity::Warning);
+}
+
 TEST_CASE("check_input_gradient: a deterministic eval-mode model is judged, a random one is M2's") {
   manual_seed(5);
   const Tensor x = randn({8, 6});

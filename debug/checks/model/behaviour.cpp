@@ -354,16 +354,27 @@ std::vector<Finding> check_repeat_calls(nn::Module& model, const Tensor& x, int 
   const Tensor y3 = model(at), y4 = model(at);      // the generator moves on between these two
   const double drawn = moved(y3, y4, 1e-5, scale);  // float32 kernels may round a call apart by ~1e-7
   if (drawn > 0.0) {
+    // A model that samples from a distribution it computes: every draw of the forward multiplied by a
+    // spread computed per example (z = mu + sigma * eps, a VAE's latent), no dropout, no other noise.
+    const model_detail::ForwardDraws draws = model_detail::forward_draws(model, at);
+    const bool sampling = !draws.dropout && draws.scaled > 0 && draws.other == 0;
     Finding f;
     f.check = "M2";
-    f.severity = Severity::Warning;
+    f.severity = sampling ? Severity::Info : Severity::Warning;
     f.kind = Kind::RandomAtEval;
     f.module = module_label("", model);
     f.shape = shape_of(at);
     f.title = "in eval mode the model's output changes between two calls on the same input (by up to " +
-              fmt_num(drawn) + "): something random runs at evaluation";
+              fmt_num(drawn) + "): " +
+              (sampling ? "the model samples from a distribution it computes (each draw scaled by a spread "
+                          "computed for each example: z = mu + sigma * eps), by design"
+                        : "something random runs at evaluation");
     f.evidence = {{"largest change between the two outputs", drawn, "> 1e-5 x (1 + largest output) warns"},
-                  {"largest output", scale, ""}};
+                  {"largest output", scale, ""},
+                  {"draws of the forward scaled by a spread it computed per example", static_cast<double>(draws.scaled),
+                   "all of them, and no dropout: a sampling model (info)"},
+                  {"other draws (noise added, masks) and dropout ops",
+                   static_cast<double>(draws.other + (draws.dropout ? 1 : 0)), "0"}};
     f.cause =
         "a dropout (or noise) applied whatever the mode: a functional dropout called with training = "
         "true, or a random draw in forward() that does not ask is_training(); validation then scores "
@@ -371,6 +382,12 @@ std::vector<Finding> check_repeat_calls(nn::Module& model, const Tensor& x, int 
     f.fix =
         "pass is_training() to functional dropout (dropout(h, p, is_training())), or use nn::Dropout; "
         "draw noise only when is_training()";
+    if (sampling) {
+      f.cause =
+          "a reparameterised sample in forward() (a VAE's latent, a stochastic policy's action): each "
+          "evaluation is one draw, and a validation loss a one-sample estimate";
+      f.fix = "none needed for a sampling model; to score it without noise, use the mean (z = mu) in eval mode";
+    }
     out.push_back(std::move(f));
   }
   return out;

@@ -135,7 +135,9 @@ std::vector<Finding> check_mode_agreement(const ModeAgreement& m, const ModelChe
 // generator: outputs that differ come from state the model keeps between calls (kind
 // state-between-calls: a warning where `shuffled` is 1, the training loader shuffling its rows, so
 // each batch starts from an unrelated batch's state; info otherwise). Outputs that differ only when
-// the generator moves on between the calls are a draw at evaluation (kind random-at-eval, a warning).
+// the generator moves on between the calls are a draw at evaluation (kind random-at-eval, a warning; info
+// where every draw of the forward is scaled by a spread it computed per example and no dropout runs: a
+// model that samples from a distribution it computes, z = mu + sigma * eps).
 // Modes and buffers are put back; state kept in plain members is not. Empty when the calls agree.
 std::vector<Finding> check_repeat_calls(nn::Module& model, const Tensor& x, int shuffled);
 // Whether a report (the gate's) already holds check_repeat_calls' finding: the end of a run asks again

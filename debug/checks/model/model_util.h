@@ -119,4 +119,15 @@ std::vector<double> short_run(nn::Module& model, const std::vector<std::pair<Ten
 // left in eval: callers keep a ModeSnapshot.
 double eval_loss(nn::Module& model, const std::pair<Tensor, Tensor>& b, const LossFunction& loss, bool zero_inputs);
 
+// The random draws of one forward of `model` on x, in the mode the caller set (draws.cpp): whether an op
+// named dropout ran (a functional dropout told it trains), and the tensors the forward made itself (not a
+// parameter, a buffer, x, nor any op's result: a randn() inside forward) with more than one value, each
+// counted as `scaled` where it was multiplied by a tensor the forward computed with one row per example
+// (a reparameterised sample: z = mu + exp(logvar / 2) * eps), else as `other` (noise added, a mask).
+struct ForwardDraws {
+  bool dropout = false;
+  int64_t scaled = 0, other = 0;
+};
+ForwardDraws forward_draws(nn::Module& model, const Tensor& x);
+
 }  // namespace gradsleuth::debug::model_detail
