@@ -145,6 +145,36 @@ TEST_CASE("hash_bytes: equal bytes hash equal; one flipped bit, or two sign bits
   CHECK(dbg::data_detail::hash_bytes(z.data(), 39) != dbg::data_detail::hash_bytes(z.data(), 40));
 }
 
+TEST_CASE(
+    "D12 and D13 on copied rows: the rare class's rows copied (oversampling) are info, copies across the split warn") {
+  // 600 rows of 6 features, 3 classes of which class 2 is rare (about 1 row in 12).
+  gs::manual_seed(21);
+  const Tensor x = gs::randn({600, 6});
+  std::vector<int64_t> labels(600);
+  for (int64_t i = 0; i < 600; ++i) labels[static_cast<size_t>(i)] = i % 12 == 0 ? 2 : i % 2;
+  const Tensor y = gs::tensor(labels, {600});
+  auto base = std::make_shared<nn::TensorDataset>(x, y, "rows");
+  std::vector<int64_t> oversampled, twice;
+  for (int64_t i = 0; i < 600; ++i)
+    for (int c = 0; c < (labels[static_cast<size_t>(i)] == 2 ? 4 : 1); ++c) oversampled.push_back(i);
+  for (int c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 600; ++i) twice.push_back(i);
+  const std::vector<dbg::Finding> over = dbg::check_duplicates(nn::Subset(base, oversampled, "oversampled"));
+  REQUIRE(over.size() == 1);
+  CHECK(over[0].severity == dbg::Severity::Info);
+  CHECK(over[0].title.find("oversampling") != std::string::npos);
+  CHECK(ev(over[0], "a copy's label's share among the distinct inputs / a distinct input's label's") < 0.7);
+  const std::vector<dbg::Finding> dup = dbg::check_duplicates(nn::Subset(base, twice, "appended twice"));
+  REQUIRE(dup.size() == 1);
+  CHECK(dup[0].severity == dbg::Severity::Warning);
+  // Oversampled before the split: the copies of a rare row land on both sides.
+  auto pool = std::make_shared<nn::Subset>(base, oversampled, "pool");
+  auto [train, val] = nn::train_val_split(pool, 0.2, 3);
+  const std::vector<dbg::Finding> mix = dbg::check_train_test_mix(*train, *val, "val");
+  REQUIRE_FALSE(mix.empty());
+  CHECK(mix[0].severity == dbg::Severity::Warning);
+}
+
 TEST_CASE("D1 check_batch: one info finding with shapes, dtypes and statistics") {
   Tensor x = gs::tensor({0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0}, {4, 2});
   Tensor y = gs::tensor(std::vector<int64_t>{0, 2, 2, 1}, {4});

@@ -33,6 +33,38 @@ namespace {
 constexpr double kBlankShare = 0.3;
 constexpr int64_t kMinBlankRows = 100;
 
+}  // namespace
+
+namespace data_detail {
+double oversampling_tilt(const SplitSample& s) {
+  struct Input {
+    int64_t count = 0;
+    uint64_t label = 0;
+  };
+  std::unordered_map<uint64_t, Input> inputs;
+  inputs.reserve(s.x.size());
+  for (int64_t r = 0; r < s.read(); ++r) {
+    Input& in = inputs[s.x[r]];
+    if (in.count++ == 0) in.label = s.y[r].hash;
+  }
+  std::unordered_map<uint64_t, double> per_label;  // distinct inputs per label
+  for (const auto& [h, in] : inputs) per_label[in.label] += 1.0;
+  if (per_label.size() < 2) return kNaN;
+  const double n = static_cast<double>(inputs.size());
+  double copies = 0.0, copy_freq = 0.0, input_freq = 0.0;
+  for (const auto& [h, in] : inputs) {
+    const double p = per_label[in.label] / n;
+    input_freq += p / n;
+    copy_freq += static_cast<double>(in.count - 1) * p;
+    copies += static_cast<double>(in.count - 1);
+  }
+  if (copies == 0.0 || !(input_freq > 0.0)) return kNaN;
+  return copy_freq / copies / input_freq;
+}
+}  // namespace data_detail
+
+namespace {
+
 std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& opts) {
   struct Group {
     int64_t count = 0, first = -1, second = -1;
@@ -117,9 +149,14 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
     }
   }
   const bool outcomes = joined > 1.0 && static_cast<double>(conflict_inputs) <= expected + 2.0 * sd;
+  // Copies of the rarer labels' rows (oversampling_tilt): oversampling, info.
+  const double tilt = too_many && !conflicts && !discrete ? oversampling_tilt(s) : kNaN;
+  const bool oversampled = tilt < kOversampledShare;
   Finding f =
       make("D12",
-           (conflicts || too_many) && !discrete && !ids_conflict && !outcomes ? Severity::Warning : Severity::Info, "");
+           (conflicts || too_many) && !discrete && !ids_conflict && !outcomes && !oversampled ? Severity::Warning
+                                                                                              : Severity::Info,
+           "");
   if (outcomes)
     f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name +
               " share their input with a row of another label, as many as labels drawn apart from the input would "
@@ -221,6 +258,19 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   else if (!f.fires() && !discrete)
     f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
             "); drop the copies if they matter to you";
+  if (oversampled) {
+    f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
+              pct(dup_frac) + "), copies of the rarer labels' rows: oversampling" + s.partial();
+    f.evidence.push_back({"a copy's label's share among the distinct inputs / a distinct input's label's", tilt,
+                          "< " + fmt_num(kOversampledShare) + ": copies of the rarer labels (info)"});
+    f.cause =
+        "the rows of the rarer labels were copied to balance them (a random oversampler): the copies weigh "
+        "those labels up in the loss, as meant. For example: " +
+        example;
+    f.fix =
+        "none needed if oversampling was meant; copy only training rows, after the split (a copy in both "
+        "splits inflates the validation score: D13)";
+  }
   if (blank) {
     const double value = s.means[top->first];
     f.severity = Severity::Warning;

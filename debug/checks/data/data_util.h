@@ -237,6 +237,12 @@ double chi_square_z(double x, double k);
 // (debug/checks/data/row_kernels.cpp).
 std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, int64_t n, int64_t max_features,
                                   bool floor_spread);
+// Copies of the rarer labels' rows (conflicts.cpp): the mean share, among a split's distinct inputs, of a
+// copy's label (each copy after an input's first row, its first row's label) over that of a distinct
+// input's label. 1 for rows copied alike (appended twice); under kOversampledShare where the copies are
+// the rarer labels' rows (a random oversampler's); NaN without copies or with one label.
+constexpr double kOversampledShare = 0.7;
+double oversampling_tilt(const SplitSample& s);
 // D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.
 std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts);

@@ -68,7 +68,10 @@ std::vector<Finding> samples_mix(const SplitSample& train, const SplitSample& ot
   // So do rows joined from a smaller set of items (a user's and an article's features per impression):
   // the same pair recurs, within train and across the splits alike.
   const double expected = 2.0 * train_dup * static_cast<double>(other.read());
-  const bool joined = !train.integral_inputs && train.tabular && train.repeats > 1.0;
+  // Rows copied to oversample the rarer labels are not items met again by chance: copies of one row on
+  // both sides of the split leak it.
+  const bool joined =
+      !train.integral_inputs && train.tabular && train.repeats > 1.0 && !(oversampling_tilt(train) < kOversampledShare);
   const bool by_chance = ((train.integral_inputs && other.integral_inputs) || joined) && train_repeats > 0 &&
                          static_cast<double>(mixed) <= expected + 3.0 * std::sqrt(expected);
   const bool fires = frac > opts.max_mix_fraction && !discrete && !by_chance;
