@@ -775,3 +775,21 @@ TEST_CASE("zero_grad() before every micro-batch of a declared accumulation: O5 l
   CHECK(dtest::first_of(ok, "O5", debug::Kind::AccumulationCleared) == nullptr);
   expect_clean(ok);
 }
+
+TEST_CASE("O8: Adam at 0.03, above the usual range, on a run that trains calmly is info after the lr / 10 probe") {
+  // A rate picked by a range test (a tenth of the rate at the loss's minimum): the loss falls without a
+  // spike, no unit dies, and a tenth of the rate trains no better. The warning O8 gives before training
+  // foretells what did not come.
+  manual_seed(3);
+  const Split d = dtest::split(3, 1.5);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 32), std::make_shared<nn::Tanh>(),
+                                                std::make_shared<nn::Linear>(32, 3));
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(0.03));
+  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 8);
+  const debug::Finding* range = dtest::first_of(r, "O8", debug::Kind::LrAboveRange);
+  REQUIRE_MESSAGE(range != nullptr, r.str(true));
+  CHECK(range->severity == debug::Severity::Info);
+  CHECK(range->title.find("trained calmly") != std::string::npos);
+  expect_clean(r);
+}

@@ -17,6 +17,27 @@ namespace gradsleuth::debug {
 
 using namespace run_detail;
 
+namespace {
+// A run calm at its rate: the probe inconclusive with a tenth of the rate training no better (its loss
+// fell at most kCalmProbeMargin x as far), and nothing in the whole report of what a rate too high brings
+// about: a spike, divergence, oscillation or jump of the loss, exploding gradients, ReLU units that died
+// in training, a non-finite value, or any finding but O8's own range that suspects the rate.
+bool calm_at_rate(const Report& r, const Finding& verdict, const Cause& too_high) {
+  if (!probe_inconclusive(verdict)) return false;
+  const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
+               run_fell = verdict.value_of("relative decrease at the run's lr");
+  if (!(run_fell > 0.0) || !(probe_fell <= kCalmProbeMargin * run_fell)) return false;
+  std::vector<const Symptom*> symptoms;
+  for (const Symptom& s : diagnosis_symptoms())
+    if (s.id == "unstable-loss" || s.id == "dead-in-training" || s.id == "exploding-gradients") symptoms.push_back(&s);
+  return std::none_of(r.findings().begin(), r.findings().end(), [&](const Finding& g) {
+    if (!g.fires()) return false;
+    if (g.nonfinite || (g.check != "O8" && too_high.confirms(g))) return true;
+    return std::any_of(symptoms.begin(), symptoms.end(), [&](const Symptom* s) { return s->shows(g); });
+  });
+}
+}  // namespace
+
 // L1's, O6's and W3's rises against the objective: the loss on the gate's output and targets again.
 void Session::check_objective_drift(RunReport& r) {
   if (!std::isfinite(objective_before_) || !objective_out_.defined()) return;
@@ -91,7 +112,7 @@ void Session::lr_probe(RunReport& r) {
     rule_out_lr_too_high(*rep, f);
   }
   // Judged on the whole report (a high rate's symptoms may be in any phase), then revised in each.
-  if (!needed && calm_at_rate(r.findings, f))
+  if (!needed && calm_at_rate(r.findings, f, too_high))
     for (Report* rep : phase_reports(r)) soften_range_for_calm_run(*rep, f);
   if (failed.empty())
     r.add_at_end(f);

@@ -436,6 +436,8 @@ Finding judge_dead_units_lr_probe(const DeadUnitsProbe& p) {
   return f;
 }
 
+bool probe_inconclusive(const Finding& verdict) { return verdict.is("O6", Kind::LrProbeInconclusive); }
+
 bool rate_needed(const Report& rep, const Finding& verdict) {
   const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
                run_fell = verdict.value_of("relative decrease at the run's lr");

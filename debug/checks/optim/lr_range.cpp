@@ -181,27 +181,8 @@ void soften_range_for_needed_rate(Report& r, const Finding& verdict) {
   }
 }
 
-// A run calm at a rate above the range: the probe's verdict inconclusive with the run's own compared
-// steps calm (a tenth of the rate trained no better: its loss fell at most kCalmProbeMargin x as far), and
-// nothing in the report that such a rate brings about: no spike, divergence, oscillation or jump of the
-// loss (L1, O2, O3), no update too large (O6), no unit that died in training (M7), no non-finite value.
-// O8's warning foretells those; where none came, it is info.
-namespace {
-constexpr double kCalmProbeMargin = 1.05;
-}  // namespace
-
-bool calm_at_rate(const Report& r, const Finding& verdict) {
-  if (!verdict.is("O6", Kind::LrProbeInconclusive)) return false;
-  const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
-               run_fell = verdict.value_of("relative decrease at the run's lr");
-  if (!(run_fell > 0.0) || !(probe_fell <= kCalmProbeMargin * run_fell)) return false;
-  return std::none_of(r.findings().begin(), r.findings().end(), [](const Finding& g) {
-    if (!g.fires()) return false;
-    return g.nonfinite || g.is("L1", Kind::LossSpiking) || g.is("L1", Kind::LossDiverging) ||
-           g.is("L1", Kind::LossOscillating) || g.check == "O2" || g.check == "O3" || g.is("O6", Kind::LrTooHigh) ||
-           g.is("O6", Kind::UpdatesTooLarge) || g.is("M7", Kind::DiedInTraining);
-  });
-}
+// O8's warning foretells what a rate above the range brings about; where a run calm at its rate
+// (calm_at_rate, debug/run/lr_probe.cpp) showed none of it, it is info.
 
 void soften_range_for_calm_run(Report& r, const Finding& verdict) {
   const double probe_fell = verdict.value_of("relative decrease at lr / 10"),

@@ -494,11 +494,13 @@ bool rate_needed(const Report& r, const Finding& verdict);
 // O8's "above the usual range" made info where the run needs its rate (rate_needed), with the probe's
 // two decreases (O8's, in lr_range.cpp).
 void soften_range_for_needed_rate(Report& r, const Finding& verdict);
-// A run calm at its rate: the probe inconclusive, a tenth of the rate training no better, and nothing in
-// `r` (the whole report) of what a rate too high brings about: spikes, divergence, dead units, non-finite
-// values (lr_range.cpp).
-bool calm_at_rate(const Report& r, const Finding& verdict);
-// O8's "above the usual range" made info where the run was calm at its rate (calm_at_rate).
+// The lr / 10 probe's verdict (judge_lr_probe) is inconclusive: it neither confirms nor rules out the rate.
+bool probe_inconclusive(const Finding& verdict);
+// A tenth of the rate trained no better where its loss fell at most this many times as far as the run's.
+constexpr double kCalmProbeMargin = 1.05;
+// O8's "above the usual range" made info where the run was calm at its rate (debug/run/lr_probe.cpp's
+// calm_at_rate: the probe inconclusive, a tenth of the rate no better, no spike, divergence, dead unit or
+// non-finite value anywhere in the run).
 void soften_range_for_calm_run(Report& r, const Finding& verdict);
 // The same probe where ReLU units died during training (M7) and no finding suspects the learning
 // rate: the run repeated at a tenth of it for as many steps as the units took to die (twice, at least
