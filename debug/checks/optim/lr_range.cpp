@@ -165,42 +165,40 @@ void revise_lr_range(Report& gate, const std::vector<double>& learning_rates) {
   }
 }
 
-void soften_range_for_needed_rate(Report& r, const Finding& verdict) {
+namespace {
+// O8's "above the usual range" findings in r made info, the probe's two decreases in the title and their
+// ratio in the evidence (under `rule`).
+void soften_above_range(Report& r, const Finding& verdict, bool needed) {
   const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
                run_fell = verdict.value_of("relative decrease at the run's lr");
+  const std::string fell = fmt_num(100.0 * probe_fell) + "% against " + fmt_num(100.0 * run_fell) + "%";
   for (size_t i = 0; i < r.size(); ++i) {
     const Finding& g = r.findings()[i];
     if (!g.fires() || !g.is("O8", Kind::LrAboveRange)) continue;
     Finding f = g;
     f.severity = Severity::Info;
-    f.title += ", but the run trained calmly at it, and at a tenth of it the loss fell " + fmt_num(100.0 * probe_fell) +
-               "% against " + fmt_num(100.0 * run_fell) + "%: the run needs this rate";
+    f.title += needed ? ", but the run trained calmly at it, and at a tenth of it the loss fell " + fell +
+                            ": the run needs this rate"
+                      : ", but the run trained calmly at it (no spike, divergence or dead unit), and a tenth of it "
+                        "trained no better (its loss fell " +
+                            fell + ")";
     f.evidence.push_back({"relative decrease at lr / 10 / at the run's lr", probe_fell / run_fell,
-                          "< 0.1 with a calm run: the rate is needed (info)"});
+                          needed
+                              ? "< 0.1 with a calm run: the rate is needed (info)"
+                              : "<= " + fmt_num(kCalmProbeMargin) + " with a calm run: the rate did no harm (info)"});
+    if (!needed)
+      f.fix =
+          "none needed for this run; a rate above the usual range leaves less margin when the model or data "
+          "change";
     r.replace(i, f);
   }
 }
+}  // namespace
+
+void soften_range_for_needed_rate(Report& r, const Finding& verdict) { soften_above_range(r, verdict, true); }
 
 // O8's warning foretells what a rate above the range brings about; where a run calm at its rate
 // (calm_at_rate, debug/run/lr_probe.cpp) showed none of it, it is info.
-
-void soften_range_for_calm_run(Report& r, const Finding& verdict) {
-  const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
-               run_fell = verdict.value_of("relative decrease at the run's lr");
-  for (size_t i = 0; i < r.size(); ++i) {
-    const Finding& g = r.findings()[i];
-    if (!g.fires() || !g.is("O8", Kind::LrAboveRange)) continue;
-    Finding f = g;
-    f.severity = Severity::Info;
-    f.title +=
-        ", but the run trained calmly at it (no spike, divergence or dead unit), and a tenth of it trained "
-        "no better (its loss fell " +
-        fmt_num(100.0 * probe_fell) + "% against " + fmt_num(100.0 * run_fell) + "%)";
-    f.evidence.push_back({"relative decrease at lr / 10 / at the run's lr", probe_fell / run_fell,
-                          "<= " + fmt_num(kCalmProbeMargin) + " with a calm run: the rate did no harm (info)"});
-    f.fix = "none needed for this run; a rate above the usual range leaves less margin when the model or data change";
-    r.replace(i, f);
-  }
-}
+void soften_range_for_calm_run(Report& r, const Finding& verdict) { soften_above_range(r, verdict, false); }
 
 }  // namespace gradsleuth::debug
