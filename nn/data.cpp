@@ -203,7 +203,7 @@ Batch DataLoader::batch(int64_t epoch, int64_t i) const {
 }
 
 DataLoader::Iterator DataLoader::begin() {
-  auto o = std::make_shared<const std::vector<int64_t>>(order(epoch_));
+  auto o = shared_order(epoch_);
   ++epoch_;
   return Iterator(this, std::move(o), 0);
 }

@@ -225,9 +225,9 @@ class DataLoader {
   int64_t epoch_ = 0;
   // For the injected bugs: B07's fixed permutation of the inputs, B28's rows by class.
   mutable std::vector<int64_t> b07_x_rows_, b28_sorted_rows_;
-  // The last shuffled epoch's order, kept for batch(e, i): a caller that walks an epoch batch by batch
-  // (the debug module's reruns) would otherwise shuffle every row again for each batch. Shared by copies
-  // of this loader, which shuffle the same way.
+  // The last shuffled epoch's order, kept for begin() and batch(e, i): a caller that walks an epoch batch
+  // by batch (the debug module's reruns) would otherwise shuffle every row again for each batch. Shared by
+  // copies of this loader, which shuffle the same way.
   struct OrderCache;
   std::shared_ptr<OrderCache> order_cache_;
   std::shared_ptr<const std::vector<int64_t>> shared_order(int64_t epoch) const;

@@ -174,6 +174,9 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   else if (conflicts)
     f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name + " share their input with a row " +
               "of another label (" + num(conflict_inputs) + " inputs with conflicting labels)" + s.partial();
+  else if (oversampled)
+    f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
+              pct(dup_frac) + "), copies of the rarer labels' rows: oversampling" + s.partial();
   else
     f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
               pct(dup_frac) + ")" + s.partial();
@@ -196,6 +199,9 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
     f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
                           ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
   if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
+  if (oversampled)
+    f.evidence.push_back({"a copy's label's share among the distinct inputs / a distinct input's label's", tilt,
+                          "< " + fmt_num(kOversampledShare) + ": copies of the rarer labels (info)"});
   if (blank) {
     f.evidence.push_back({"rows holding the most repeated input, one value in every position",
                           static_cast<double>(top->count) / n, ">= " + fmt_num(kBlankShare) + " warns"});
@@ -236,6 +242,11 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "model is asked to predict two classes for one image, so no model can fit those rows; the loss "
         "cannot reach zero and accuracy is capped. For example: " +
         example;
+  else if (oversampled)
+    f.cause =
+        "the rows of the rarer labels were copied to balance them (a random oversampler): the copies weigh "
+        "those labels up in the loss, as meant. For example: " +
+        example;
   else
     f.cause =
         "rows were appended more than once (a concatenation done twice, oversampling, a merge of "
@@ -255,22 +266,13 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "nothing to do: a model of such outcomes predicts their probability (score it by log-loss or AUC, not "
         "by accuracy); if the labels are meant to be deterministic, look at rows " +
         num(ex.first) + " and " + num(ex.second);
-  else if (!f.fires() && !discrete)
-    f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
-            "); drop the copies if they matter to you";
-  if (oversampled) {
-    f.title = num(repeated) + " of " + num(s.read()) + " rows of " + s.name + " repeat an earlier row's input (" +
-              pct(dup_frac) + "), copies of the rarer labels' rows: oversampling" + s.partial();
-    f.evidence.push_back({"a copy's label's share among the distinct inputs / a distinct input's label's", tilt,
-                          "< " + fmt_num(kOversampledShare) + ": copies of the rarer labels (info)"});
-    f.cause =
-        "the rows of the rarer labels were copied to balance them (a random oversampler): the copies weigh "
-        "those labels up in the loss, as meant. For example: " +
-        example;
+  else if (oversampled)
     f.fix =
         "none needed if oversampling was meant; copy only training rows, after the split (a copy in both "
         "splits inflates the validation score: D13)";
-  }
+  else if (!f.fires() && !discrete)
+    f.fix = "nothing to do at this rate (" + pct(dup_frac) + " of the rows, <= " + pct(opts.max_duplicate_fraction) +
+            "); drop the copies if they matter to you";
   if (blank) {
     const double value = s.means[top->first];
     f.severity = Severity::Warning;

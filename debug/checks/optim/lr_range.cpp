@@ -167,7 +167,7 @@ void revise_lr_range(Report& gate, const std::vector<double>& learning_rates) {
 
 namespace {
 // O8's "above the usual range" findings in r made info, the probe's two decreases in the title and their
-// ratio in the evidence (under `rule`).
+// ratio in the evidence: where the run needs its rate (`needed`), or was calm at it.
 void soften_above_range(Report& r, const Finding& verdict, bool needed) {
   const double probe_fell = verdict.value_of("relative decrease at lr / 10"),
                run_fell = verdict.value_of("relative decrease at the run's lr");
