@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "debug/checks/hooks.h"
 #include "debug/run/monitor.h"
 #include "debug_test_util.h"
 #include "optim/optim.h"
@@ -235,6 +236,23 @@ TEST_CASE("W4's probe on non-finite gradients runs the batch's backward again wi
   CHECK_FALSE(m.report().fired_checks().empty());
   CHECK(compared > 0);
   CHECK(changed == 0);
+}
+
+TEST_CASE("a check's probe puts the thread's random stream back: the run's dropout masks stay its own") {
+  gs::manual_seed(5);
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::Dropout>(0.5));
+  model->train();
+  const Tensor x = gs::randn({16, 4});
+  const uint64_t seed = gs::default_generator().seed(), offset = gs::default_generator().offset();
+  uint64_t inside = offset;
+  {
+    dbg::QuietProbe probe(*model);
+    (void)(*model)(x);  // dropout in training mode draws its mask
+    inside = gs::default_generator().offset();
+  }
+  CHECK(inside > offset);  // the probe drew
+  CHECK(gs::default_generator().seed() == seed);
+  CHECK(gs::default_generator().offset() == offset);  // and the stream is where the run left it
 }
 
 TEST_CASE("W3: the loss-input checks run on sampled steps: L2 double softmax, M19 shape mismatch") {

@@ -44,13 +44,13 @@ TEST_CASE("the clean CNN fires no check either (gate, monitor, end-of-run diagno
   testdata::require_fashion_mnist();
   zoo::Options o = zoo::Options::quick();
   o.model = "cnn";
-  o.steps = 40;
+  o.steps = 80;  // long enough to level off: at 40 steps its loss is still falling, which L9 rightly reports
   o.train_examples = 2000;
   o.test_examples = 500;
   const zoo::RunResult cnn = zoo::run_variant({}, o);
   INFO(fired_text(cnn));
   CHECK(cnn.fired.empty());
-  CHECK(cnn.steps == 40);
+  CHECK(cnn.steps == 80);
   CHECK(cnn.test_accuracy > 0.6);
   // A bug still shows through the CNN recipe: the head's detach (B12) leaves the convolutions without gradient.
   const zoo::RunResult b12 = zoo::run_variant(nn::BugSet{nn::Bug::B12}, o);

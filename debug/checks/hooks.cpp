@@ -107,7 +107,8 @@ void ModuleTracker::attach(nn::Module& model) {
   }
 }
 
-QuietProbe::QuietProbe(nn::Module& model) : mute_([](const Warning&) {}, WarningScope::ThisThread) {
+QuietProbe::QuietProbe(nn::Module& model)
+    : mute_([](const Warning&) {}, WarningScope::ThisThread), rng_(default_generator()) {
   NoGradGuard ng;
   for (Tensor& b : model.buffers()) buffers_.emplace_back(b, b.detach().clone());
 }
@@ -118,6 +119,7 @@ QuietProbe::~QuietProbe() {
   // graph built before the probe (a step's forward, the gate's) that saved it could not run backward.
   for (auto& [live, copy] : buffers_)
     if (!gradsleuth::equal(live, copy)) live.copy_(copy);
+  default_generator() = rng_;
 }
 
 std::vector<std::pair<std::string, nn::ModulePtr>> leaf_modules(nn::Module& model) {

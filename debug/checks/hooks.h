@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/generator.h"
 #include "core/warning.h"
 #include "nn/loss.h"
 #include "nn/module.h"
@@ -92,7 +93,8 @@ class ModuleTracker {
 
 // A check's own probing run of a model: while it lives, library warnings (M2,
 // O5) raised on its thread are muted — they would be about the probe, not the user's code — and on
-// destruction the model's buffers (BatchNorm running statistics) are restored.
+// destruction the model's buffers (BatchNorm running statistics) and the thread's random stream are
+// restored: a probe's dropout draws must not shift the masks the user's run draws next.
 class QuietProbe {
  public:
   explicit QuietProbe(nn::Module& model);
@@ -102,6 +104,7 @@ class QuietProbe {
 
  private:
   WarningHandlerGuard mute_;
+  Generator rng_;                                   // the thread's default generator, put back
   std::vector<std::pair<Tensor, Tensor>> buffers_;  // (live, copy)
 };
 
