@@ -255,6 +255,22 @@ TEST_CASE("a check's probe puts the thread's random stream back: the run's dropo
   CHECK(gs::default_generator().offset() == offset);  // and the stream is where the run left it
 }
 
+TEST_CASE(
+    "W3's training-rows rule: a figure at the training rows' loss warns; one far below both measurements does not") {
+  // Six epochs whose validation rows' loss parts from the training rows' (1.36x at the end).
+  dbg::TrainingHistory h;
+  h.epoch_train_loss_measured = {1.2, 1.0, 0.85, 0.75, 0.66, 0.605};
+  h.epoch_val_loss_measured = {1.4, 1.2, 1.05, 0.95, 0.87, 0.823};
+  h.epoch_val_loss = {1.18, 1.02, 0.84, 0.76, 0.65, 0.61};  // the training rows' loss, over the whole split
+  const std::optional<dbg::Finding> f = dbg::monitor_detail::reported_on_training(h);
+  REQUIRE(f.has_value());
+  CHECK(f->kind == dbg::Kind::ValidationMisreported);
+  // Plain cross-entropy reported beside a label-smoothed loss (mixup with label smoothing): every reported
+  // figure lies below both measurements, each nearer the training rows' in log terms.
+  h.epoch_val_loss = {0.9, 0.75, 0.62, 0.55, 0.49, 0.462};
+  CHECK_FALSE(dbg::monitor_detail::reported_on_training(h).has_value());
+}
+
 TEST_CASE("W3: the loss-input checks run on sampled steps: L2 double softmax, M19 shape mismatch") {
   Setup s;
   s.model->push_back(std::make_shared<nn::Softmax>(1));  // bug B08

@@ -359,14 +359,19 @@ constexpr double kNetMove = 0.1;
 // nearer the training rows' loss than the validation rows' (in log terms) in all but one, the last epoch
 // included, and at the last epoch the validation rows' loss is kSplitGap or more above both. (The two
 // measurements read up to 512 rows each, so a figure over a whole split differs from them by sampling
-// noise: nearer, not equal.)
+// noise: nearer, not equal.) At the last epoch the figure also lies within half the gap between the two
+// measurements of the training rows' (in log terms): a figure far below both is in other units (a loop
+// that reports plain cross-entropy beside a label-smoothed or mixup loss, whose floor is above zero),
+// and which measurement it lies nearer says nothing of which rows it read.
 constexpr double kParted = 1.15;
 constexpr size_t kMinParted = 3;
 constexpr double kSplitGap = 1.3;
 
+}  // namespace
+
 // W3: the loop's "validation" loss read from the training rows (evaluate(train_loader) for
 // evaluate(val_loader)).
-std::optional<Finding> reported_on_training(const TrainingHistory& h) {
+std::optional<Finding> monitor_detail::reported_on_training(const TrainingHistory& h) {
   const auto &r = h.epoch_val_loss, &mv = h.epoch_val_loss_measured, &mt = h.epoch_train_loss_measured;
   std::vector<double> rep, val, train;
   for (size_t e = 0; e < std::min({r.size(), mv.size(), mt.size()}); ++e)
@@ -384,7 +389,11 @@ std::optional<Finding> reported_on_training(const TrainingHistory& h) {
       if (nearer_train(e)) ++near;
     }
   const double last_gap = val.back() / std::max(train.back(), rep.back());
-  if (parted < kMinParted || near + 1 < parted || !nearer_train(n - 1) || !(last_gap >= kSplitGap)) return std::nullopt;
+  const double off_train = std::fabs(std::log(rep.back() / train.back())),
+               half_gap = 0.5 * std::log(val.back() / train.back());
+  if (parted < kMinParted || near + 1 < parted || !nearer_train(n - 1) || !(last_gap >= kSplitGap) ||
+      !(off_train <= half_gap))
+    return std::nullopt;
   Finding f;
   f.check = "W3";
   f.severity = Severity::Warning;
@@ -401,6 +410,8 @@ std::optional<Finding> reported_on_training(const TrainingHistory& h) {
                 {"reported validation loss, last epoch", rep.back(), ""},
                 {"measured loss on training rows, last epoch", train.back(), ""},
                 {"measured loss on validation rows, last epoch", val.back(), ""},
+                {"|log(reported / training rows' loss)|, last epoch", off_train,
+                 "<= half of log(validation rows' / training rows' loss) = " + fmt_num(half_gap) + ", and"},
                 {"validation rows' loss / the larger of the two", last_gap, ">= " + fmt_num(kSplitGap) + " warns"}};
   f.cause =
       "the loop evaluates the training data where it means the validation data (evaluate(train_loader) for "
@@ -413,10 +424,8 @@ std::optional<Finding> reported_on_training(const TrainingHistory& h) {
   return f;
 }
 
-}  // namespace
-
 void Monitor::judge_reported_validation() {
-  if (std::optional<Finding> f = reported_on_training(history_)) {
+  if (std::optional<Finding> f = monitor_detail::reported_on_training(history_)) {
     add(std::move(*f));
     return;
   }

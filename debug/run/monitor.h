@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,5 +143,11 @@ class Monitor {
   TrainingHistory history_;
   size_t lr_group_ = 0;  // the group history_.learning_rates follows (lr_reference_group)
 };
+
+namespace monitor_detail {
+// W3's reading of the loop's reported validation losses beside the two splits' measured ones: a finding
+// when the reported figure is the training rows' loss (evaluate(train_loader) for evaluate(val_loader)).
+std::optional<Finding> reported_on_training(const TrainingHistory& h);
+}  // namespace monitor_detail
 
 }  // namespace gradsleuth::debug
