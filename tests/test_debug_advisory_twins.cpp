@@ -629,6 +629,25 @@ TEST_CASE("M14 on a batch with more per-pixel targets than the model has weights
   CHECK(std::isnan(dtest::evidence(few[0], "target values in the batch")));
 }
 
+TEST_CASE("M14 with a density loss that never reads the labels the data carries: no 'loss blind to labels'") {
+  // A likelihood of the inputs themselves, beside 0/1 labels the data set keeps (a make_moons-style id): the
+  // loss falls below zero, as a density's may, and the labels are no targets of it.
+  manual_seed(27);
+  const Tensor x = randn({32, 2});
+  const Tensor y = randint(0, 2, {32});
+  auto model = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(2, 32), std::make_shared<nn::Tanh>(),
+                                                std::make_shared<nn::Linear>(32, 3));
+  // The outputs are a flow's (z1, z2, log|det|) of each point: -log N(z) - log|det| up to a constant, the
+  // log-determinant bounded as a scale times tanh is in Real NVP.
+  const debug::LossFunction density = [](const Tensor& o, const Tensor&) {
+    return mean(0.5 * sum(square(o.narrow(1, 0, 2)), {1}, true) - 2.0 * tanh(o.narrow(1, 2, 1)));
+  };
+  const std::vector<debug::Finding> f = debug::overfit_one_batch(*model, x, y, density);
+  REQUIRE(f.size() == 1);
+  CHECK_MESSAGE(!f[0].is("M14", debug::Kind::LossBlindToLabels), f[0].str());
+  CHECK_MESSAGE(!f[0].fires(), f[0].str());
+}
+
 namespace {
 
 // Attention pooling over sets of up to 8 elements (padded slots masked with -1e9): the scorer

@@ -312,6 +312,45 @@ TEST_CASE("M5 units-unread: a unit a ReLU silences on every row is not unread; a
   }
 }
 
+namespace {
+
+// A Real NVP coupling layer on 2-D points: its network outputs a scale and a shift for both coordinates,
+// and a fixed 0/1 mask (a buffer) keeps those of the coordinate that passes through at zero, as the
+// paper's implementation does. Without the mask the same units are read through a slice that skips them.
+struct Coupling : nn::Module {
+  std::shared_ptr<nn::Linear> fc, st;
+  Tensor mask;
+  bool masked;
+  explicit Coupling(bool m) : Module("Coupling"), masked(m) {
+    fc = register_module("fc", std::make_shared<nn::Linear>(2, 16));
+    st = register_module("st", std::make_shared<nn::Linear>(16, 4));
+    mask = register_buffer("mask", tensor({0.0, 1.0}, {1, 2}));  // coordinate 0 passes through
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = (*st)(relu((*fc)(masked ? x * (1.0 - mask) : x)));
+    const Tensor s = masked ? tanh(h.narrow(1, 0, 2)) * mask : tanh(h.narrow(1, 1, 1));
+    const Tensor t = masked ? h.narrow(1, 2, 2) * mask : h.narrow(1, 3, 1);
+    if (!masked) return cat({x.narrow(1, 0, 1), x.narrow(1, 1, 1) * exp(s) + t}, 1);
+    return x * (1.0 - mask) + mask * (x * exp(s) + t);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("M5 units-unread: units a constant 0/1 mask cuts off (a coupling layer) are info; sliced away they warn") {
+  for (const bool masked : {true, false}) {
+    CAPTURE(masked);
+    manual_seed(14);
+    auto model = std::make_shared<Coupling>(masked);
+    const Tensor x = randn({32, 2});
+    (*model)(x).square().mean().backward();
+    const std::vector<debug::Finding> fs = debug::find_unread_units(*model, x);
+    REQUIRE(fs.size() == 1u);
+    CHECK(fs[0].title.find("units 0, 2 of st") != std::string::npos);
+    CHECK(fs[0].severity == (masked ? debug::Severity::Info : debug::Severity::Warning));
+  }
+}
+
 TEST_CASE("a loss term that reads the wrong output column: M5 output-unread leads; the right column is clean") {
   const debug::RunReport bug = two_heads_run(true);
   expect_lead(bug, "M5", "output-unread");

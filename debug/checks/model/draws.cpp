@@ -1,5 +1,6 @@
 // The random draws of one forward (model_util.h's forward_draws): M2 tells a model that samples from a
-// distribution it computes (a VAE's latent) from noise or dropout left on at evaluation.
+// distribution it computes (a VAE's latent) from noise or dropout left on at evaluation. And the constant
+// masks a forward multiplies by (forward_masked): M5 tells units masked by design from units unread.
 #include <cstring>
 #include <memory>
 #include <unordered_set>
@@ -7,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/observer.h"
+#include "core/ops.h"
 #include "debug/checks/model/model_util.h"
 
 namespace gradsleuth::debug::model_detail {
@@ -51,7 +53,35 @@ class DrawWatch final : public OpObserver {
   std::unordered_set<const void*> known_;
   std::vector<std::shared_ptr<TensorImpl>> kept_;
 };
+class MaskWatch final : public OpObserver {
+ public:
+  unsigned events() const override { return kOps; }
+  void on_op(const OpEvent& e) override {
+    if (masked || std::strcmp(e.op, "mul") != 0 || e.num_inputs != 2) return;
+    for (size_t i = 0; i < 2; ++i) {
+      const Tensor &m = e.input(i), &o = e.input(1 - i);
+      if (!m.defined() || !o.defined() || m.requires_grad() || !m.is_floating_point() || m.numel() < 2 ||
+          m.numel() > 65536 || o.dim() < 2 || !(m.dim() < o.dim() || m.size(0) == 1))
+        continue;
+      const Tensor v = m.detach().to(kCPU).to(kFloat64);
+      const bool binary = amax(abs(v * (v - 1.0))).item<double>() == 0.0;  // every value 0 or 1
+      if (binary && amin(v).item<double>() == 0.0 && amax(v).item<double>() == 1.0) masked = true;
+    }
+  }
+  bool masked = false;
+};
 }  // namespace
+
+Tensor forward_masked(nn::Module& model, const Tensor& x, bool& masked) {
+  MaskWatch watch;
+  Tensor out;
+  {
+    ObserverGuard on(&watch, ObserverScope::ThisThread);
+    out = model(x);
+  }
+  masked = watch.masked;
+  return out;
+}
 
 ForwardDraws forward_draws(nn::Module& model, const Tensor& x) {
   DrawWatch watch(model, x);

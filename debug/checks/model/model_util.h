@@ -130,4 +130,10 @@ struct ForwardDraws {
 };
 ForwardDraws forward_draws(nn::Module& model, const Tensor& x);
 
+// One forward of `model` on x (draws.cpp), and whether it multiplied a result by a constant mask: a
+// tensor that needs no gradient, of 0s and 1s with both present, shared by the rows of the batch (fewer
+// dims than the other operand, or one row): the fixed masks of coupling layers (Real NVP) and of
+// causal attention, which cut some units' way to the output by design.
+Tensor forward_masked(nn::Module& model, const Tensor& x, bool& masked);
+
 }  // namespace gradsleuth::debug::model_detail

@@ -571,6 +571,7 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
   }
   if (layers.empty()) return out;
   std::vector<std::pair<const Layer*, std::vector<int64_t>>> found_units;
+  bool masked = false;  // the forward multiplies by a constant 0/1 mask: units it cuts off are by design
   // A unit that a ReLU after it silenced on every row gets no gradient either. The test is causal: the
   // unit's output raised far above its values (which wakes a dead ReLU) in one more forward, in eval mode;
   // a unit that nothing reads leaves the model's output exactly as it was.
@@ -579,7 +580,7 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
     ModeSnapshot modes(model);
     model.eval();
     NoGradGuard ng;
-    const Tensor base = model(x).detach().clone();
+    const Tensor base = model_detail::forward_masked(model, x, masked).detach().clone();
     if (!base.defined() || !base.is_floating_point()) return out;
     const auto moved = [&](const Layer& l, const std::vector<int64_t>& units) {
       HookSet hooks;
@@ -612,11 +613,13 @@ std::vector<Finding> find_unread_units(nn::Module& model, const Tensor& x) {
     const std::string list = index_list(unread);
     Finding f;
     f.check = "M5";
-    f.severity = Severity::Warning;
+    f.severity = masked ? Severity::Info : Severity::Warning;
     f.kind = Kind::UnitsUnread;
     f.module = l.label;
-    f.title = std::string(l.channels ? "channel" : "unit") + (unread.size() > 1 ? "s " : " ") + list + " of " +
-              l.label + " reach nothing: their weights got no gradient, and raising them moves no output of the model";
+    f.title =
+        std::string(l.channels ? "channel" : "unit") + (unread.size() > 1 ? "s " : " ") + list + " of " + l.label +
+        " reach nothing: their weights got no gradient, and raising them moves no output of the model" +
+        (masked ? " (the forward multiplies by a constant 0/1 mask, as a coupling layer does: masked by design?)" : "");
     f.evidence = {{"units whose weights and bias got a zero gradient, whose rise moves no output",
                    static_cast<double>(unread.size()), "any, beside units that got one, warns"},
                   {"units of the layer", static_cast<double>(l.units), ""},

@@ -130,6 +130,30 @@ bool loss_scores_classes(const Tensor& out, const Tensor& y, const LossFunction&
   }
 }
 
+// Whether loss(out, y) moves when the class labels move: each label replaced by the next class, or the labels
+// moved one row on; true where neither can tell. A loss that reads neither (a density of the inputs beside
+// a label the data set keeps) reads no labels.
+bool loss_reads_labels(const Tensor& out, const Tensor& y, const LossFunction& loss) {
+  try {
+    NoGradGuard ng;
+    const int64_t n = y.size(0), C = out.size(1);
+    const std::vector<int64_t> labels = y.detach().to(kCPU).to(kInt64).contiguous().to_vector<int64_t>();
+    std::vector<int64_t> shift(static_cast<size_t>(n)), next(labels);
+    for (int64_t i = 0; i < n; ++i) shift[static_cast<size_t>(i)] = (i + 1) % n;
+    for (int64_t& k : next) k = k >= 0 && k < C ? (k + 1) % C : k;  // a masked row (ignore_index) stays
+    const Tensor next_class = tensor(next, {n}).to(y.device()),
+                 next_row = y.index_select(0, tensor(shift, {n}).to(y.device()));
+    const double a = loss(out, y).item<double>();
+    for (const Tensor& other : {next_class, next_row}) {
+      const double c = loss(out, other).item<double>();
+      if (!(std::isfinite(a) && std::isfinite(c)) || std::fabs(a - c) > 1e-9 * (1.0 + std::fabs(a))) return true;
+    }
+    return false;
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+
 namespace {
 
 // The least loss outputs trained freely (Adam on a leaf of the model's output shape) reach on the batch; valid when
@@ -300,12 +324,15 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     ModeSnapshot eval_modes(model);
     model.eval();
     const Tensor out = model(x);
+    // A loss that never reads its targets (a flow's likelihood of its inputs beside a label the data keeps)
+    // scores no classes, whatever its moves with the outputs.
     const bool shaped = out.dim() == 2 && out.size(1) > 1 && out.size(0) == y.size(0);
-    classes = shaped && loss_scores_classes(out, y, loss);
+    const bool reads = shaped && loss_reads_labels(out, y, loss);
+    classes = reads && loss_scores_classes(out, y, loss);
     if (classes) line = std::max(line, o.overfit_loss_chance * std::log(static_cast<double>(out.size(1))));
     // An output far wider than the labels reach (an embedding a metric loss scores against its own
     // proxies or prototypes) holds no class scores, whatever its cross-entropy with the labels.
-    if (shaped && amin(y).item<int64_t>() >= 0 && amax(y).item<int64_t>() < out.size(1) &&
+    if (reads && amin(y).item<int64_t>() >= 0 && amax(y).item<int64_t>() < out.size(1) &&
         !loss_type::wider_than_labels(out, y)) {
       shaped_classes = out.size(1);
       ce_before = nn::functional::cross_entropy(out.to(kFloat32), y).item<double>();
