@@ -83,6 +83,27 @@ TEST_CASE("a vocabulary head whose pad id (or half its tokens) is never a target
   }
 }
 
+namespace {
+// TokenNet's scores laid out (B, C, T), as cross-entropy takes per-position classes without a reshape.
+struct Tagger : TokenNet {
+  Tensor forward(const Tensor& ids) override { return TokenNet::forward(ids).permute({0, 2, 1}); }
+};
+}  // namespace
+
+TEST_CASE("a tagger's (B, C, T) scores against (B, T) tags: L9 judges the fit by each token's accuracy; clean") {
+  manual_seed(5);
+  const Split d = token_split(-100);
+  auto model = std::make_shared<Tagger>();
+  nn::CrossEntropyLoss ce;  // per position, ignore_index -100 on the padding
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 8);
+  const debug::Finding* fit = dtest::first_of(r, "L9", debug::Kind::FitMeasured);
+  REQUIRE_MESSAGE(fit != nullptr, r.str(true));
+  CHECK(dtest::ev(*fit, "training accuracy (eval mode)") > 0.95);  // the padded positions are not counted
+  CHECK(dtest::ev(*fit, "validation accuracy") > 0.95);
+  expect_clean(r);
+}
+
 TEST_CASE("a pad tag of -1: masked by the loss function, D9 is info; read by it, D9's error stands") {
   for (const bool masked : {true, false}) {
     CAPTURE(masked);

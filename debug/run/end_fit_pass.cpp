@@ -73,7 +73,8 @@ struct SplitScore {
 };
 
 // Loss and accuracy of up to max_batches batches of `loader`, in eval mode without gradients. Accuracy:
-// argmax for (B, C) outputs with int64 (B) targets; a threshold (0 on logits, 0.5 on probabilities) for
+// argmax for (B, C) outputs with int64 (B) targets, or per position for (B, C, d1, ...) outputs with
+// int64 (B, d1, ...) targets; a threshold (0 on logits, 0.5 on probabilities) for
 // float targets of the output's shape. With `row_losses`, a split without accuracies also gets the
 // loss of each example alone.
 // With `train_mode`, the batches run in training mode with the randomness that probe found off (the
@@ -100,15 +101,24 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     s.examples += n;
     s.class_labels = s.class_labels || y.dtype() == kInt64;
     count_label_tail(out, y, threshold, tail_below, s.tail);
-    const bool class_targets = out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1;
+    // Class scores (B, C) against labels (B), or per position (B, C, d1, ...) against (B, d1, ...), the
+    // layout cross-entropy takes for a tagger's tokens or a segmenter's pixels: each position is scored.
+    const bool positions = out.dim() >= 3 && y.dim() == out.dim() - 1 && out.size(0) == y.size(0) && [&] {
+      for (int64_t k = 1; k < y.dim(); ++k)
+        if (y.size(k) != out.size(k + 1)) return false;
+      return true;
+    }();
+    const bool class_targets =
+        ((out.dim() == 2 && y.dim() == 1) || positions) && y.dtype() == kInt64 && out.size(1) > 1;
     Tensor ok;  // float targets: each element right or not
     if (class_targets) {
-      // Each row's prediction against its label, and the confusion; rows whose target is no class
-      // (ignore_index: unlabelled) are not scored, as the loss skips them.
+      // Each row's (position's) prediction against its label, and the confusion; rows whose target is no
+      // class (ignore_index: unlabelled, a sequence's padding) are not scored, as the loss skips them.
       const int64_t C = out.size(1);
       if (s.confusion.empty())
         s.confusion.assign(static_cast<size_t>(C), std::vector<int64_t>(static_cast<size_t>(C), 0));
-      const std::vector<int64_t> p = argmax(out, 1).to(kCPU).to_vector<int64_t>(), t = y.to(kCPU).to_vector<int64_t>();
+      const std::vector<int64_t> p = argmax(out, 1).to(kCPU).contiguous().reshape({-1}).to_vector<int64_t>(),
+                                 t = y.to(kCPU).contiguous().reshape({-1}).to_vector<int64_t>();
       for (size_t k = 0; k < p.size() && k < t.size(); ++k) {
         if (t[k] < 0 || t[k] >= C) continue;
         s.right.push_back(p[k] == t[k]);
