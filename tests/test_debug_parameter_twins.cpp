@@ -404,7 +404,7 @@ TEST_CASE("a tower handed the wrong input block: M5 input-columns-unread names t
     auto model = std::make_shared<TwoTowers>(bug);
     nn::CrossEntropyLoss ce;
     optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
-    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 6);
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 8);
     if (bug) {
       const debug::Finding* f = first_of(r, "M5", debug::Kind::InputColumnsUnread);
       REQUIRE_MESSAGE(f != nullptr, r.str(true));
@@ -495,4 +495,55 @@ TEST_CASE("an Embedding never registered: M5 parameter-unregistered leads; regis
   expect_clean(ok);
   const debug::RunReport apart = bag_run(false, true);
   CHECK_MESSAGE(first_of(apart, "M5", debug::Kind::ParameterUnregistered) == nullptr, apart.str(true));
+}
+
+namespace {
+
+// A hand-written recurrent cell over 12 steps of 4 features; the label says whether the first feature
+// summed over the steps is positive, so the state must carry what earlier steps saw. `carried` false is the
+// bug: the loop passes the initial zero state at every step (cell(x_t, h0) for cell(x_t, h)).
+struct Recurrent : nn::Module {
+  std::shared_ptr<nn::Linear> ih, hh, out;
+  bool carried;
+  explicit Recurrent(bool c) : Module("Recurrent"), carried(c) {
+    ih = register_module("ih", std::make_shared<nn::Linear>(4, 24));
+    hh = register_module("hh", std::make_shared<nn::Linear>(24, 24));
+    out = register_module("out", std::make_shared<nn::Linear>(24, 2));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h0 = zeros({x.size(0), 24});
+    Tensor h = h0;
+    for (int64_t t = 0; t < x.size(1); ++t) h = tanh((*ih)(x.select(1, t)) + (*hh)(carried ? h : h0));
+    return (*out)(h);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a recurrent cell given the initial zero state at every step: M25's zero input leads; carried: clean") {
+  auto data = [](int64_t n) {
+    const Tensor x = randn({n, 12, 4});
+    return std::make_pair(x, (x.select(2, 0).sum({1}) > 0.0).to(kInt64));
+  };
+  for (const bool carried : {false, true}) {
+    CAPTURE(carried);
+    manual_seed(31);
+    const auto [xt, yt] = data(2560);
+    const auto [xv, yv] = data(320);
+    const Split d = dtest::loaders(xt, yt, xv, yv);
+    auto model = std::make_shared<Recurrent>(carried);
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 8);
+    const debug::Finding* zero = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.fires() && f.is("M25", debug::Kind::ZeroValue) && f.title.find("the input of hh") == 0) zero = &f;
+    if (carried) {
+      CHECK(zero == nullptr);
+      expect_clean(r);
+    } else {
+      REQUIRE_MESSAGE(zero != nullptr, r.str(true));
+      expect_lead(r, "M25", "all-zero");
+    }
+  }
 }

@@ -45,16 +45,29 @@ void AllZeroTracker::see(Seen& s, const Tensor& t) const {
 void AllZeroTracker::attach(nn::Module& model) {
   hooks_.clear();
   outputs_.clear();
+  inputs_.clear();
   for (auto& [path, m] : leaf_modules(model)) {
     if (m->type_name() == "ReLU") continue;  // M7
     const size_t i = outputs_.size();
     outputs_.push_back({module_label(path, *m)});
+    bool weighted = false;
+    for (const auto& [name, p] : m->named_parameters()) weighted = weighted || (name == "weight" && p.dim() >= 2);
+    const size_t k = weighted ? inputs_.size() : SIZE_MAX;
+    if (weighted) inputs_.push_back({module_label(path, *m)});
     hooks_.post(
         m,
-        [this, i](nn::Module&, const Tensor&, const Tensor& out) {
+        [this, i, k](nn::Module&, const Tensor& in, const Tensor& out) {
           if (!active_ || !GradMode::is_enabled()) return;  // untimed while inactive
           detail::OwnTime own;
           see(outputs_[i], out);
+          // Only an input made outside the graph (zeros(), a buffer, the data): a computed one that is
+          // zero (a dead ReLU's output) is the computing layer's matter (M7, M25 on that output).
+          if (k != SIZE_MAX && in.defined() && in.is_floating_point()) {
+            if (in.grad_fn())
+              inputs_[k].nonzero = true;
+            else
+              see(inputs_[k], in);
+          }
         },
         false);
   }
@@ -93,6 +106,25 @@ std::vector<Finding> AllZeroTracker::findings(const std::vector<std::string>& sk
     f.fix =
         "look at the layer's weights and input (a zero initialisation, a mask that is all 0); initialise "
         "weights randomly (the layer's default, or init::kaiming_normal_)";
+    out.push_back(std::move(f));
+  }
+  // A layer that reads zeros at every call: its weight gets no gradient and its output is its bias alone.
+  for (const Seen& s : inputs_) {
+    if (s.nonzero || s.samples < need) continue;
+    Finding f = make("M25", Severity::Warning,
+                     "the input of " + s.name + " was entirely zero at every call of " + num(s.samples) +
+                         " sampled training steps: its weight gets no gradient, and its output is its bias alone");
+    f.kind = Kind::ZeroValue;
+    f.module = s.name;
+    f.evidence = {
+        {"sampled steps whose every call gave the layer an all-zero input", static_cast<double>(s.samples), rule}};
+    f.cause =
+        "the layer is fed a tensor that never holds a value: a recurrent state that is not carried from one time "
+        "step to the next (the initial zero state passed at every step: cell(x_t, h0) for cell(x_t, h)), a "
+        "buffer or a mask that zeroes its input, a branch given the wrong (zero) tensor";
+    f.fix =
+        "follow the layer's input back to where it is made: carry the state (h = cell(x_t, h)), and check the "
+        "masks and buffers on the way";
     out.push_back(std::move(f));
   }
   for (const Seen& s : values_) {

@@ -92,7 +92,9 @@ struct RunCheckOptions {
 class AllZeroTracker {
  public:
   explicit AllZeroTracker(RunCheckOptions o = {}) : o_(o) {}
-  void attach(nn::Module& model);  // a post hook on every leaf module except ReLU
+  // A post hook on every leaf module except ReLU (its output), and on each with a weight of 2 or more
+  // dimensions (its floating input: a layer fed zeros at every call, a recurrent state never carried).
+  void attach(nn::Module& model);
   void detach() { hooks_.clear(); }
   void set_active(bool on) { active_ = on; }
   void set_step(int64_t step) { step_ = step; }  // the step the next records belong to (from 1)
@@ -121,6 +123,7 @@ class AllZeroTracker {
   bool active_ = false;
   int64_t step_ = -1;                 // -1: no set_step(), every record is a sampled step of its own
   std::vector<Seen> outputs_;         // per leaf module
+  std::vector<Seen> inputs_;          // per leaf module with a weight, its input
   std::vector<Seen> values_, grads_;  // per parameter, by name
 };
 
