@@ -310,6 +310,15 @@ TEST_CASE("a warm-up from lr 0 (Hugging Face's linear schedule) is not 'starts a
   CHECK_FALSE(kind_of(warm, debug::Kind::ScheduleStartsAtZero));
   CHECK(kind_of(warm, debug::Kind::ScheduleGrows));  // judged from its first positive value (the run: info)
   CHECK(kind_of(std::vector<double>(200, 0.0), debug::Kind::ScheduleStartsAtZero));
+  // The same warm-up with its factor in integers (step / 20 is 0 for 20 steps, then 1): 0, then the peak at once.
+  std::vector<double> jumped(warm);
+  for (size_t t = 0; t < 20; ++t) jumped[t] = 0.0;
+  jumped[20] = 1e-3;
+  CHECK(kind_of(jumped, debug::Kind::ScheduleStartsAtZero));
+  // Two steps at 0 before a ramp (a warm-up counted from step 0 with a delay of one) stay silent.
+  std::vector<double> delayed(warm);
+  delayed[1] = 0.0;
+  CHECK_FALSE(kind_of(delayed, debug::Kind::ScheduleStartsAtZero));
   std::vector<double> late(200, 1e-3);
   std::fill(late.begin(), late.begin() + 120, 0.0);  // a warm-up that was stepped only from step 121
   CHECK(kind_of(late, debug::Kind::ScheduleStartsAtZero));

@@ -66,6 +66,15 @@ inline std::vector<double> finite_only(const std::vector<double>& v) {
   return out;
 }
 
+// How far a loss history fell from its first value to its best, relative to the first (NaN: fewer than 2).
+inline double relative_fall(const std::vector<double>& ls) {
+  if (ls.size() < 2 || !std::isfinite(ls.front())) return std::numeric_limits<double>::quiet_NaN();
+  double best = ls.front();
+  for (double v : ls)
+    if (std::isfinite(v)) best = std::min(best, v);
+  return (ls.front() - best) / std::fabs(ls.front());
+}
+
 inline double median(std::vector<double> v) {
   if (v.empty()) return kNaN;
   const size_t k = v.size() / 2;

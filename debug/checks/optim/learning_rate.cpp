@@ -114,6 +114,18 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
     out.push_back(std::move(f));
     return out;
   }
+  // Several steps at exactly 0, then the schedule's peak at once: a warm-up that jumps instead of ramping.
+  if (at_zero >= opts.schedule_zero_steps && at_zero < n &&
+      lrs[static_cast<size_t>(at_zero)] >= 0.9 * *std::max_element(lrs.begin(), lrs.end())) {
+    Finding f = finding("the learning rate is 0 for the first " + std::to_string(at_zero) + " steps, then " +
+                        fmt_num(start) + " (the schedule's peak) at once: a warm-up that jumps instead of ramping");
+    f.kind = Kind::ScheduleStartsAtZero;
+    f.evidence.push_back({"steps at 0 from the start", static_cast<double>(at_zero),
+                          ">= " + std::to_string(opts.schedule_zero_steps) + ", then 0.9 x the peak or more, warns"});
+    f.cause = "a warm-up factor computed in integers (step / warmup_steps is 0 until the warm-up ends, then 1)";
+    f.fix = "compute the factor in floating point (double(step) / warmup_steps); print the first steps' rates";
+    out.push_back(std::move(f));
+  }
   // The steps spent below the limit: a schedule that restarts (cosine with warm restarts) dips below
   // it near each trough and climbs back; one that collapsed stays there.
   int64_t below = 0;
@@ -316,16 +328,7 @@ std::vector<Finding> UpdateRatioTracker::findings() const {
 }
 
 // ---- O6's lr / 10 probe: its verdict ------------------------------------------------------------
-namespace {
-// How far a loss history fell from its first value to its best, relative to the first.
-double relative_fall(const std::vector<double>& ls) {
-  if (ls.size() < 2 || !std::isfinite(ls.front())) return kNaN;
-  double best = ls.front();
-  for (double v : ls)
-    if (std::isfinite(v)) best = std::min(best, v);
-  return (ls.front() - best) / std::fabs(ls.front());
-}
-}  // namespace
+using detail::relative_fall;
 
 // The run's first losses against the same run's at a tenth of the learning rate (from the same
 // initial weights), judged by the rules of diagnose_learning_rate: calm at lr / 10 (no finding of

@@ -161,8 +161,11 @@ struct OptimCheckOptions {
   // per epoch, StepLR(step_size=30) meant 30 epochs; cosine annealing with warm restarts dips below it
   // only near each trough), or rises above schedule_growth x its first value, warns; so does a
   // learning rate of 0 from the start for schedule_collapse_by of the run or more (a warm-up from 0 is
-  // judged from its first positive value). Judged from schedule_min_steps steps on.
+  // judged from its first positive value). Judged from schedule_min_steps steps on. A learning rate of 0
+  // for schedule_zero_steps steps or more from the start, then 0.9 x the schedule's peak or more at once,
+  // warns: a linear warm-up from 0 spends one step there and ramps (an integer step / warmup_steps jumps).
   double schedule_collapse = 1e-2;
+  int64_t schedule_zero_steps = 3;
   double schedule_collapse_by = 0.5;
   double schedule_growth = 10.0;
   int64_t schedule_min_steps = 10;
