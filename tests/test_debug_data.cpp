@@ -1455,3 +1455,43 @@ TEST_CASE("D15: a balanced evaluation of a long-tailed training split warns and 
   CHECK(d15->severity == dbg::Severity::Info);
   CHECK(has(d15->title, "rebalanced on purpose"));
 }
+
+TEST_CASE("D14: one-hot columns coded in another order in validation (an encoder fitted apart) say so") {
+  // Two numeric columns and a 4-category column one-hot coded (shares 0.45, 0.3, 0.15, 0.1). `order`: the
+  // column each category gets in the validation split; `shares`: the validation split's category shares.
+  auto table = [](int64_t n, uint64_t seed, const std::vector<int64_t>& order, const std::vector<double>& shares) {
+    gs::Generator g(seed);
+    const Tensor u = gs::rand({n}, {}, &g), num = gs::randn({n, 2}, {}, &g);
+    std::vector<float> hot(static_cast<size_t>(n * 4), 0.0f);
+    std::vector<int64_t> label(static_cast<size_t>(n));
+    const std::vector<double> us = u.to(gs::kFloat64).to_vector<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t k = 0;
+      for (double acc = shares[0]; k < 3 && us[static_cast<size_t>(i)] > acc; acc += shares[static_cast<size_t>(++k)]) {
+      }
+      hot[static_cast<size_t>(i * 4 + order[static_cast<size_t>(k)])] = 1.0f;
+      label[static_cast<size_t>(i)] = k >= 2 ? 1 : 0;
+    }
+    const Tensor x = gs::cat({num, gs::tensor(hot, {n, 4})}, 1);
+    return dataset(x, gs::tensor(label, {n}), "table");
+  };
+  const std::vector<double> shares = {0.45, 0.3, 0.15, 0.1};
+  const auto train = table(1200, 1, {0, 1, 2, 3}, shares);
+  auto recoded = [](const std::vector<dbg::Finding>& fs) {
+    for (const dbg::Finding& f : fs)
+      if (f.fires() && f.is("D14", dbg::Kind::ColumnDrift) && f.title.find("in another order") != std::string::npos)
+        return true;
+    return false;
+  };
+  // Coded in the order each split meets its categories: the same shares in other columns.
+  const std::vector<dbg::Finding> apart = dbg::check_splits(*train, *table(600, 2, {2, 0, 3, 1}, shares), "validation");
+  INFO(all_str(apart));
+  CHECK(recoded(apart));
+  // One encoder for both: silent. The categories' shares changed in validation: a drift, not a recoding.
+  CHECK(dbg::check_splits(*train, *table(600, 2, {0, 1, 2, 3}, shares), "validation").empty());
+  const std::vector<dbg::Finding> moved =
+      dbg::check_splits(*train, *table(600, 2, {0, 1, 2, 3}, {0.2, 0.3, 0.25, 0.25}), "validation");
+  INFO(all_str(moved));
+  CHECK(any_fires(moved));
+  CHECK_FALSE(recoded(moved));
+}

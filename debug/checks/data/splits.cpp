@@ -286,6 +286,41 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   return r;
 }
 
+// The 0/1 columns' shares (means) in both splits: `moved`, their largest difference column by column;
+// `sorted`, the largest after sorting each split's shares. The same categories coded in another order in
+// one split (an encoder fitted on each split apart) move the shares between columns and keep them.
+struct BinaryShares {
+  size_t columns = 0;
+  double moved = 0.0, sorted = 0.0;
+};
+BinaryShares binary_shares(const SplitSample& a, const SplitSample& b) {
+  BinaryShares s;
+  const size_t ra = static_cast<size_t>(a.read()), rb = static_cast<size_t>(b.read());
+  if (ra == 0 || rb == 0 || a.columns.empty() || a.columns.size() % ra != 0) return s;
+  const size_t D = a.columns.size() / ra;
+  if (b.columns.size() != D * rb) return s;
+  std::vector<double> pa, pb;
+  const auto share = [D](const std::vector<float>& c, size_t rows, size_t j) {
+    double sum = 0.0;
+    for (size_t i = 0; i < rows; ++i) {
+      const float v = c[i * D + j];
+      if (v != 0.0f && v != 1.0f) return -1.0;
+      sum += v;
+    }
+    return sum / static_cast<double>(rows);
+  };
+  for (size_t j = 0; j < D; ++j) {
+    const double sa = share(a.columns, ra, j), sb = sa < 0 ? -1.0 : share(b.columns, rb, j);
+    if (sa >= 0 && sb >= 0) pa.push_back(sa), pb.push_back(sb);
+  }
+  s.columns = pa.size();
+  for (size_t k = 0; k < pa.size(); ++k) s.moved = std::max(s.moved, std::fabs(pa[k] - pb[k]));
+  std::sort(pa.begin(), pa.end());
+  std::sort(pb.begin(), pb.end());
+  for (size_t k = 0; k < pa.size(); ++k) s.sorted = std::max(s.sorted, std::fabs(pa[k] - pb[k]));
+  return s;
+}
+
 std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitSample& other, const std::string& split,
                                           const DataCheckOptions& opts) {
   const ColumnDrift c = column_drift(train, other);
@@ -327,6 +362,21 @@ std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitS
             "(by time, by source) instead of at random. The model is scored on inputs unlike those it trained on";
   f.fix = "build both splits with the same code and statistics (nn::train_val_split, one fitted normaliser); add "
           "noise as augmentation, drawn afresh per batch inside the training loop, never into the stored rows";
+  // The 0/1 columns moved between columns, their shares kept: categories coded in another order.
+  if (const BinaryShares b = binary_shares(train, other); b.columns >= 3 && b.moved >= 0.15 && b.sorted <= 0.05) {
+    f.title +=
+        ": its 0/1 columns hold the same shares as train's in another order (a category encoder fitted on "
+        "each split apart?)";
+    f.evidence.push_back({"0/1 columns in both splits", static_cast<double>(b.columns), ">= 3 and"});
+    f.evidence.push_back({"their largest share difference, column by column", b.moved, ">= 0.15 and"});
+    f.evidence.push_back({"the same after sorting each split's shares", b.sorted, "<= 0.05: coded in another order"});
+    f.cause =
+        "a category encoder (codes, one-hot columns) fitted on each split apart: it numbers the categories in "
+        "the order it meets them, so the same category gets another column in each split";
+    f.fix =
+        "fit the encoder once, on the training split, and encode every split with it (unknown categories to "
+        "one reserved code)";
+  }
   return {f};
 }
 
