@@ -88,8 +88,7 @@ ModeProbe probe_mode_dependence(nn::Module& model, const Tensor& x, const ModePr
   if (!x.defined()) return probe;
   ModeSnapshot modes(model);
   GradSnapshot grads(model);
-  GeneratorSnapshot rng;
-  QuietProbe quiet(model);  // warnings muted, every buffer restored at the end
+  QuietProbe quiet(model);  // warnings muted, every buffer and the random stream restored at the end
   NoGradGuard ng;
   model.eval();
 

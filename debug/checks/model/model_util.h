@@ -99,6 +99,21 @@ inline Tensor project_output(const Tensor& y) {
 }
 
 // A detached float64 copy on the host.
+// y moved one row on (row i takes row i + 1's): the targets a loss that reads them tells from y.
+inline Tensor rows_rolled(const Tensor& y) {
+  const int64_t n = y.size(0);
+  std::vector<int64_t> shift(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) shift[static_cast<size_t>(i)] = (i + 1) % n;
+  return y.index_select(0, tensor(shift, {n}).to(y.device()));
+}
+
+// Whether loss(out, other) differs from `at`, the loss at the targets themselves, beyond rounding, or
+// either is not finite.
+inline bool loss_moves(const LossFunction& loss, const Tensor& out, double at, const Tensor& other) {
+  const double c = loss(out, other).item<double>();
+  return !(std::isfinite(at) && std::isfinite(c)) || std::fabs(at - c) > 1e-9 * (1.0 + std::fabs(at));
+}
+
 inline Tensor host64(const Tensor& t) { return t.detach().to(kCPU).to(kFloat64); }
 
 // The first `rows` rows of x (all of a 0-dim tensor).
