@@ -1265,6 +1265,24 @@ TEST_CASE("two epochs of eight: L9 confirms undertrained by the share of the imp
   expect_clean(corpus::run_program(clean, 1).report);
 }
 
+// 80% of the training examples removed (the fault operator TRD on the corpus's dropout): 8 steps an
+// epoch, 64 in all. The validation loss still falls by a third at the end, and training on lowers it
+// by a third again, while its accuracy, near the task's ceiling, turns about as many examples right as
+// wrong. 7.5% of the improvement from the first step's loss was still to come (the healthy corpus's
+// still-falling runs: 4% at most), which confirms "undertrained". The healthy program stays silent.
+TEST_CASE("a fifth of the training examples: L9 confirms undertrained by the share of the improvement left") {
+  namespace corpus = debug::corpus;
+  const corpus::Program& clean = corpus::program("dropout");
+  const corpus::Program cut = corpus::fault_operator("TRD").mutate(clean, 0.8, 1).program;
+  const corpus::Outcome buggy = corpus::run_program(cut, 1);
+  INFO(buggy.report.str());
+  const json_mini::Value lead = lead_of(buggy.report);
+  REQUIRE(lead.kind == json_mini::Value::Object);
+  CHECK(lead.get("check")->str == "L9");
+  CHECK(lead.get("cause")->str == "undertrained");
+  expect_clean(corpus::run_program(clean, 1).report);
+}
+
 // A schedule annealed to 0.6% of its peak rate flattens the curve whatever the model learned: the
 // whole training set in one batch on the corpus's spirals (20 steps of a cosine) ends "flat". Training
 // on with the schedule replayed (not at the final rate, which changes nothing) shows how far it was.

@@ -493,9 +493,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   double best_val = std::nan("");
   for (double x : v)
     if (std::isfinite(x) && !(x >= best_val)) best_val = x;
+  // Under continue_min_z squared validation examples wrong at the end, no count could confirm, and a
+  // model that gets (nearly) all of them right has nothing left to learn that its accuracy shows.
+  const double wrong_at_end = counted && std::isfinite(m.val_accuracy) && m.val_examples > 0
+                                  ? (1 - m.val_accuracy) * static_cast<double>(m.val_examples)
+                                  : std::nan("");
+  const bool accuracy_has_room = !(wrong_at_end < o.continue_min_z * o.continue_min_z - 0.5);
   // `curve_falls`: the epoch curve still fell at the end, so a large share left stands for the floor in
-  // loss units (continue_share) and, measured from the first step, for the McNemar count too
-  // (continue_share_alone).
+  // loss units (continue_share) and, from the first step, for the count (continue_share_alone).
   auto training_on_helps = [&](double gain, bool curve_falls) {
     if (!std::isfinite(m.continued_val_loss) || !std::isfinite(m.val_loss) ||
         !(m.continued_val_loss < (1 - gain) * m.val_loss))
@@ -504,7 +509,8 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                        (curve_falls && share_left >= o.continue_share) ||
                        (curve_falls && !counted && paired_z >= o.continue_paired_z &&
                         m.continued_val_loss < (1 - gain) * best_val && share_left >= o.continue_share_paired);
-    const bool count = !counted || mcnemar_z >= o.continue_min_z || (curve_falls && share_from_start >= o.continue_share_alone);
+    const bool count = !counted || mcnemar_z >= o.continue_min_z ||
+                       (curve_falls && accuracy_has_room && share_from_start >= o.continue_share_alone);
     return floor && count;
   };
   auto continued_evidence = [&](Finding& f, double gain, const std::string& which, bool curve_falls) {
@@ -537,6 +543,10 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (curve_falls && std::isfinite(share_from_start))
       f.evidence.push_back({"share of the improvement from the first step's loss still to come", share_from_start,
                             ">= " + str_printf("%g", o.continue_share_alone) + " in place of the count too"});
+    if (curve_falls && std::isfinite(share_from_start) && std::isfinite(wrong_at_end))
+      f.evidence.push_back(
+          {"validation examples wrong at the end", wrong_at_end,
+           ">= " + str_printf("%g", o.continue_min_z * o.continue_min_z) + " for the share to stand in"});
   };
   if (curve_unread && training_on_helps(o.unread_gain, false) && std::isfinite(m.continued_val_loss)) {
     const std::string why =
@@ -729,36 +739,6 @@ std::vector<Finding> check_loss_split(const EndFitMeasure& m, const EndFitOption
 }
 
 // ---- the confident-disagreement rule (debug/checks/loss/label_tail.h) ----
-
-namespace {
-
-struct TailShares {
-  double train = std::nan(""), val = std::nan(""), z = 0;
-};
-
-// Each split's tail share and the pooled two-proportion z of train over validation (signed).
-TailShares tail_shares(const LabelTailMeasure& m) {
-  TailShares s;
-  if (m.train_tail < 0 || m.val_tail < 0 || m.train_scored <= 0 || m.val_scored <= 0) return s;
-  const double nt = static_cast<double>(m.train_scored), nv = static_cast<double>(m.val_scored);
-  s.train = static_cast<double>(m.train_tail) / nt;
-  s.val = static_cast<double>(m.val_tail) / nv;
-  const double p = static_cast<double>(m.train_tail + m.val_tail) / (nt + nv);
-  s.z = (s.train - s.val) / std::sqrt(std::max(p * (1 - p), 1e-12) * (1 / nt + 1 / nv));
-  return s;
-}
-
-}  // namespace
-
-std::vector<Evidence> label_tail_evidence(const LabelTailMeasure& m, const LabelTailOptions& o) {
-  const TailShares s = tail_shares(m);
-  if (!std::isfinite(s.train)) return {};
-  const std::string below = str_printf("%g", o.confident_below);
-  return {{"training examples given under " + below + " probability for their label", s.train, ""},
-          {"validation examples given under " + below + " probability for their label", s.val, ""},
-          {"training - validation share", s.train - s.val, "> " + str_printf("%g", o.margin) + " and"},
-          {"z (two proportions, training over validation)", s.z, ">= " + str_printf("%g", o.min_z) + " warns"}};
-}
 
 std::vector<Finding> check_label_tail(const LabelTailMeasure& m, const LabelTailOptions& o) {
   const TailShares s = tail_shares(m);

@@ -92,10 +92,14 @@ struct EndFitOptions {
   // the run's own loss range, stands in for the floor in loss units from continue_share on (a regression's
   // MSE sits far under 0.05). The same share measured from the loss at the run's first step stands in
   // for the McNemar count too from continue_share_alone on (an accuracy near its ceiling moves by a
-  // handful of examples while the loss still falls by a third). That one starts at the first step, not
-  // the first tenth: a rate high enough to learn most of the way within the first tenth of the steps
-  // (a loss scaled up under SGD) shrinks the run's own range and inflates the share taken on it.
-  double continue_share = 0.06, continue_share_alone = 0.18;
+  // handful of examples while the loss still falls by a third: 400 validation examples cannot show a
+  // point of accuracy, and a curve still falling that steeply is a run stopped early; the healthy
+  // corpus's still-falling runs leave 0.037 at most, so both shares sit 1.6x above them), where the
+  // model still gets continue_min_z squared validation examples wrong or more. That one starts at the
+  // first step, not the first tenth: a rate high enough to learn most of the way within the first
+  // tenth of the steps (a loss scaled up under SGD) shrinks the run's own range and inflates the share
+  // taken on it.
+  double continue_share = 0.06, continue_share_alone = 0.06;
   // Without accuracies (a regression), the examples' own losses before and after training on: a paired
   // z (mean drop over its standard error) of continue_paired_z or more, with the loss after training on
   // below (1 - the gain) x the lowest validation loss of the run's epochs too, stands in for the loss

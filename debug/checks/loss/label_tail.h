@@ -4,9 +4,12 @@
 // more than it gives validation examples: its confident mistakes are rarer on the data it trained on.
 // A share of wrong training labels leaves a tail of training examples whose label the model, having
 // learned the task from the others, confidently rejects; that tail stands out from validation's long
-// before the accuracies part (docs/checks.md, L9). Implemented in end_fit.cpp, L9's home.
+// before the accuracies part (docs/checks.md, L9). Its findings are made in end_fit.cpp, L9's home;
+// the shares in label_tail.cpp.
 #pragma once
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "debug/evidence/finding.h"
 
@@ -27,6 +30,13 @@ struct LabelTailMeasure {
   int64_t train_scored = 0, val_scored = 0;
   int64_t train_tail = -1, val_tail = -1;
 };
+
+// Each split's tail share and the pooled two-proportion z of train over validation (signed); the
+// shares are NaN where the tails were not measured.
+struct TailShares {
+  double train = std::numeric_limits<double>::quiet_NaN(), val = std::numeric_limits<double>::quiet_NaN(), z = 0;
+};
+TailShares tail_shares(const LabelTailMeasure& m);
 
 // The tail shares of both splits and their z, as evidence (empty when not measured).
 std::vector<Evidence> label_tail_evidence(const LabelTailMeasure& m, const LabelTailOptions& o = {});
