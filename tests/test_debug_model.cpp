@@ -422,6 +422,42 @@ TEST_CASE("M15 on right-padded sequences: a model reading the last position read
   }
 }
 
+namespace {
+// Reads each sequence at its last token (length - 1, lengths counted from the ids that are not the pad
+// id 0), as a recurrent classifier gathers its final state: a row of nothing but padding has no last
+// token, and the gather raises an error.
+struct ReadsLastToken : nn::Module {
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(10, 8));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(8, 3));
+  ReadsLastToken() : Module("ReadsLastToken") {}
+  Tensor forward(const Tensor& ids) override {
+    const Tensor last = gs::sub(gs::ne(ids, 0).to(gs::kInt64).sum({1}, true), 1);  // (B, 1)
+    const Tensor at = last.unsqueeze(2).expand({ids.size(0), 1, 8}).contiguous();
+    return (*out)(gs::gather((*emb)(ids), 1, at).squeeze(1));
+  }
+};
+}  // namespace
+
+TEST_CASE("M15: a model that raises an error on inputs of zeros (all padding) is not judged, and no error is") {
+  std::vector<std::pair<Tensor, Tensor>> train;
+  for (int i = 0; i < 4; ++i) train.push_back(tokens(32, true, 30 + i));
+  const auto held = tokens(64, true, 40);
+  gs::manual_seed(3);
+  auto model = std::make_shared<ReadsLastToken>();
+  CHECK_THROWS(model->forward(gs::zeros({2, 16}, gs::TensorOptions(gs::kInt64))));
+  const auto fs = dbg::input_independent_baseline(*model, train, held, ce);
+  CHECK(find(fs, "M15") == nullptr);
+  const dbg::Finding* f = find(fs, "M15", dbg::Severity::Info);
+  REQUIRE(f != nullptr);
+  CHECK(has(f->title, "not judged: with zeroed inputs the model raises an error"));
+  // The model's weights are those it came with: the failed run's steps were taken back.
+  gs::manual_seed(3);
+  auto fresh = std::make_shared<ReadsLastToken>();
+  const auto a = model->parameters(), b = fresh->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(gs::equal(a[i], b[i]));
+}
+
 TEST_CASE("M16: a wider MLP fits spirals better; a model with a 1-unit bottleneck does not gain") {
   auto sp = nn::make_spirals(40, 3, 0.1, 2);
   std::vector<std::pair<Tensor, Tensor>> train{{sp->x(), sp->y()}};

@@ -144,6 +144,31 @@ TEST_CASE("L4's start on 0/1 targets: untrained logits that all lie in [0, 1] ar
   CHECK(dtest::fires(debug::check_initial_outputs(out, y)));
 }
 
+TEST_CASE("L4's start on rows of class probabilities under CrossEntropyLoss: the outputs are logits") {
+  // A label distribution (Gaussian over 81 bins, sigma 2, around a target in [10, 70]) as the target of
+  // cross-entropy; untrained logits of about -0.2 in every column. Read as a regression, the shift is
+  // many target stds from the targets' mean (0.012 a bin); as logits it changes no probability.
+  manual_seed(6);
+  const int64_t N = 64, K = 81;
+  std::vector<float> d(static_cast<size_t>(N * K));
+  for (int64_t i = 0; i < N; ++i) {
+    const double mu = 10.0 + 60.0 * static_cast<double>(i) / static_cast<double>(N - 1);
+    double sum = 0.0;
+    for (int64_t k = 0; k < K; ++k) sum += std::exp(-0.125 * (k - mu) * (k - mu));
+    for (int64_t k = 0; k < K; ++k)
+      d[static_cast<size_t>(i * K + k)] = static_cast<float>(std::exp(-0.125 * (k - mu) * (k - mu)) / sum);
+  }
+  const Tensor y = tensor(d, {N, K});
+  Tensor out = randn({N, K}) * 0.05 - 0.2;
+  CHECK_FALSE(dtest::fires(debug::check_initial_outputs(out, y, {}, "CrossEntropyLoss")));
+  CHECK(dtest::fires(debug::check_initial_outputs(out, y)));  // a loss of the user's own: read as a regression
+  // A final layer that starts leaning on the first bins (+6 on bins 0-4) is a start far from the targets.
+  std::vector<float> lean(static_cast<size_t>(K), 0.0f);
+  for (int64_t k = 0; k < 5; ++k) lean[static_cast<size_t>(k)] = 6.0f;
+  out = add(out, tensor(lean, {1, K}));
+  CHECK(dtest::fires(debug::check_initial_outputs(out, y, {}, "CrossEntropyLoss")));
+}
+
 TEST_CASE("BatchNorm statistics reset and recomputed in training mode under no_grad (SWA's update_bn): M2 is info") {
   for (const bool reset : {true, false}) {
     CAPTURE(reset);

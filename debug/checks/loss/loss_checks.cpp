@@ -329,6 +329,30 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
   const double* y = tt.data_ptr<double>();
   const double* o = out.data_ptr<double>();
   const int64_t n = out.numel(), k = n / N;
+  // Cross-entropy against rows of class probabilities (soft labels, a label distribution): the outputs
+  // are logits, judged as classes are, the targets' mean row for the class frequencies.
+  if (loss_type == "CrossEntropyLoss" && out.dim() == 2 && k >= 2 && target.dim() == 2) {
+    bool rows = true;
+    for (int64_t i = 0; i < N && rows; ++i) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        rows = rows && y[i * k + c] >= 0.0;
+        sum += y[i * k + c];
+      }
+      rows = rows && std::fabs(sum - 1.0) <= 1e-3;
+    }
+    if (rows) {
+      const Tensor prob = softmax(out, 1).contiguous();
+      const double* pr = prob.data_ptr<double>();
+      std::vector<double> f(static_cast<size_t>(k), 0.0), p(static_cast<size_t>(k), 0.0);
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = 0; c < k; ++c) {
+          f[static_cast<size_t>(c)] += y[i * k + c] / static_cast<double>(N);
+          p[static_cast<size_t>(c)] += pr[i * k + c] / static_cast<double>(N);
+        }
+      return judge_class_start(f, p, "class", opts);
+    }
+  }
   bool binary = true, finite = true, probs = true;
   for (int64_t i = 0; i < n; ++i) {
     binary = binary && (y[i] == 0.0 || y[i] == 1.0);

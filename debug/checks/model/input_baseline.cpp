@@ -163,13 +163,26 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
     snap.restore();
     return std::isfinite(best) ? best : std::nan("");
   };
-  auto compare = [&](int64_t steps) { return std::make_pair(best_held_out(steps, false), best_held_out(steps, true)); };
+  // A model that raises an error on inputs of zeros (a sequence of nothing but padding has no last
+  // token to gather) cannot give the zeroed run; the real run's errors are the model's own (W2).
+  std::string zero_error;
+  auto compare = [&](int64_t steps) {
+    const double with_inputs = best_held_out(steps, false);
+    double zeroed = std::nan("");
+    try {
+      zeroed = best_held_out(steps, true);
+    } catch (const std::exception& e) {
+      snap.restore();
+      zero_error = e.what();
+    }
+    return std::make_pair(with_inputs, zeroed);
+  };
   int64_t steps = o.baseline_steps;
   auto [real, zero] = compare(steps);
   // A model still on its starting plateau (a sigmoid stack) has learnt nothing yet, from real
   // inputs or zeroed ones: before it is said to learn nothing from its inputs, the comparison
   // runs again with a budget 4x as long.
-  if (!(std::isfinite(real) && real < zero * (1.0 - o.baseline_margin))) {
+  if (zero_error.empty() && !(std::isfinite(real) && real < zero * (1.0 - o.baseline_margin))) {
     steps *= 4;
     std::tie(real, zero) = compare(steps);
   }
@@ -197,9 +210,11 @@ std::vector<Finding> input_independent_baseline(nn::Module& model, const std::ve
     // Inputs of zeros the model cannot take (token ids that are all the pad id, pooled over no token as
     // 0 / 0; a log or a division by the input): the zeroed run has no loss to compare with.
     f.severity = Severity::Info;
-    f.title = "not judged: with zeroed inputs the held-out loss is not finite (" + fmt_num(zero) +
-              "): an input of zeros is outside what the model takes (all padding, a division or a log of the "
-              "input), so there is no baseline to compare with";
+    f.title =
+        (zero_error.empty() ? "not judged: with zeroed inputs the held-out loss is not finite (" + fmt_num(zero) + ")"
+                            : "not judged: with zeroed inputs the model raises an error (" + zero_error + ")") +
+        ": an input of zeros is outside what the model takes (all padding, a division or a log of the "
+        "input), so there is no baseline to compare with";
   } else {
     f.severity = Severity::Warning;
     f.title = "training on zeroed inputs does as well as on the real ones: the model learns nothing from its inputs";
