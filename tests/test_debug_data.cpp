@@ -1495,3 +1495,42 @@ TEST_CASE("D14: one-hot columns coded in another order in validation (an encoder
   CHECK(any_fires(moved));
   CHECK_FALSE(recoded(moved));
 }
+
+TEST_CASE("D14: inputs that drift only as the classes' shares do (a balanced validation split) are info") {
+  // Two classes whose first three columns sit 1.5 apart; train holds class 1 in 10% of its rows,
+  // validation in 50% (a long tail trained on purpose, scored on a balanced split). `scale`: validation's
+  // inputs spread that much wider (a drift of the inputs themselves).
+  auto table = [](int64_t n, uint64_t seed, double share1, double scale) {
+    gs::Generator g(seed);
+    const std::vector<double> u = gs::rand({n}, {}, &g).to(gs::kFloat64).to_vector<double>();
+    std::vector<double> x = gs::randn({n, 6}, {}, &g).to(gs::kFloat64).to_vector<double>();
+    std::vector<int64_t> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      y[static_cast<size_t>(i)] = u[static_cast<size_t>(i)] < share1 ? 1 : 0;
+      for (int64_t j = 0; j < 6; ++j) {
+        double& v = x[static_cast<size_t>(i * 6 + j)];
+        v = v * scale + (j < 3 && y[static_cast<size_t>(i)] == 1 ? 1.5 : 0.0);
+      }
+    }
+    std::vector<float> xf(x.begin(), x.end());
+    return dataset(gs::tensor(xf, {n, 6}), gs::tensor(y, {n}), "table");
+  };
+  auto drift = [](const std::vector<dbg::Finding>& fs) {
+    for (const dbg::Finding& f : fs)
+      if (f.is("D14", dbg::Kind::ColumnDrift)) return &f;
+    return static_cast<const dbg::Finding*>(nullptr);
+  };
+  const auto train = table(2000, 1, 0.1, 1.0);
+  const std::vector<dbg::Finding> balanced = dbg::check_splits(*train, *table(800, 2, 0.5, 1.0), "validation");
+  INFO(all_str(balanced));
+  const dbg::Finding* f = drift(balanced);
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == dbg::Severity::Info);
+  CHECK(has(f->title, "weighted to the validation split's class shares match it"));
+  // The same class shares with validation's inputs spread 1.5x wider: a drift the shares do not explain.
+  const std::vector<dbg::Finding> wider = dbg::check_splits(*train, *table(800, 2, 0.5, 1.5), "validation");
+  INFO(all_str(wider));
+  f = drift(wider);
+  REQUIRE(f != nullptr);
+  CHECK(f->severity == dbg::Severity::Warning);
+}

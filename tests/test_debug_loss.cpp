@@ -832,6 +832,15 @@ TEST_CASE("L9 learning-curve probe: too little training data warns, a healthy cu
   CHECK(has(f.title, "too little training data"));
   CHECK(ev(f, "validation accuracy lost with fewer training examples") == doctest::Approx(0.09));
   CHECK(ev(f, "McNemar z of those (fewer examples)") == doctest::Approx(36.0 / std::sqrt(54.0)));
+  // The same curve from a training split larger than validation (1,200 against 400): a data set smaller
+  // than the task needs, not examples lost; no change to the program fixes it (info).
+  dbg::EndFitMeasure larger = m;
+  larger.train_examples = 1200;
+  fs = dbg::check_end_fit(larger);
+  CHECK_FALSE(any_fires(fs));
+  CHECK(fs[0].kind == dbg::Kind::FitMeasured);
+  CHECK(has(fs[0].title, "a data set smaller than the task needs"));
+  CHECK(ev(fs[0], "training examples / validation examples") == doctest::Approx(3.0));
   // A healthy curve: a quarter of the examples cost 0.04 (cnn-images in the corpus loses 0.0425).
   dbg::EndFitMeasure healthy = m;
   healthy.fewer_val_accuracy = 0.87;
@@ -862,6 +871,8 @@ TEST_CASE("L9 learning-curve probe: too little training data warns, a healthy cu
   CHECK(dbg::end_fit_wants_data_probe(small_gap, dbg::check_end_fit(small_gap)));
   // Without accuracies (a regression): the validation loss with a quarter of the examples against all.
   dbg::EndFitMeasure reg;
+  reg.train_examples = 100;
+  reg.val_examples = 400;
   reg.train_loss = 0.1;
   reg.val_loss = reg.all_val_loss = 0.28;
   REQUIRE(dbg::end_fit_wants_data_probe(reg, dbg::check_end_fit(reg)));
@@ -869,6 +880,9 @@ TEST_CASE("L9 learning-curve probe: too little training data warns, a healthy cu
   reg.fewer_val_loss = 0.4;
   CHECK(any_fires(dbg::check_end_fit(reg)));
   reg.fewer_val_loss = 0.33;  // 0.05 above (the healthy regressions lose 0.047 at most)
+  CHECK_FALSE(any_fires(dbg::check_end_fit(reg)));
+  reg.fewer_val_loss = 0.4;
+  reg.train_examples = 800;  // a training split larger than validation: info
   CHECK_FALSE(any_fires(dbg::check_end_fit(reg)));
 }
 

@@ -119,6 +119,7 @@ TEST_CASE("L9 learning curve: a repeat short of the run raises the bar; class ta
   // reproduces the run (85.9%) makes the same loss a warning.
   debug::EndFitMeasure m = classifier(0.859, confusion(std::vector<int64_t>(10, 100), std::vector<double>(10, 0.859)));
   m.train_accuracy = 0.87;
+  m.train_examples = 300;  // fewer than validation's 1,000: examples lost, where a steep curve warns
   m.fewer_share = 0.25;
   m.fewer_val_loss = 0.7;
   m.all_val_loss = 0.45;
@@ -135,7 +136,7 @@ TEST_CASE("L9 learning curve: a repeat short of the run raises the bar; class ta
   debug::EndFitMeasure heads;
   heads.train_loss = 0.40;
   heads.val_loss = 0.452;
-  heads.train_examples = 4000;
+  heads.train_examples = 600;
   heads.val_examples = 1000;
   heads.fewer_share = 0.25;
   heads.all_val_loss = 0.452;

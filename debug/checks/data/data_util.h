@@ -243,6 +243,26 @@ std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, in
 // the rarer labels' rows (a random oversampler's); NaN without copies or with one label.
 constexpr double kOversampledShare = 0.7;
 double oversampling_tilt(const SplitSample& s);
+// The 0/1 columns' shares (means) in both splits: `moved`, their largest difference column by column;
+// `sorted`, the largest after sorting each split's shares. The same categories coded in another order in
+// one split (an encoder fitted on each split apart) move the shares between columns and keep them
+// (debug/checks/data/column_shares.cpp).
+struct BinaryShares {
+  size_t columns = 0;
+  double moved = 0.0, sorted = 0.0;
+};
+BinaryShares binary_shares(const SplitSample& a, const SplitSample& b);
+// Tabular rows of class labels: the training split `a` weighted, row by row, by its class's share in
+// `b` over its share in `a`, against `b` column by column: the largest mean shift (in pooled standard
+// deviations) and the variance ratio farthest from 1 left, and `moved`, the classes' total-variation
+// distance; `effective_rows`, the weighted rows' effective number (Kish's). A drift that the class
+// shares explain (a balanced validation split beside a long-tailed training split) is gone once the
+// rows are weighted. NaN shift: not measured (no class labels, a class of `b` missing from `a`)
+// (debug/checks/data/column_shares.cpp).
+struct ReweightedDrift {
+  double shift = std::numeric_limits<double>::quiet_NaN(), ratio = 1.0, moved = 0.0, effective_rows = 0.0;
+};
+ReweightedDrift class_reweighted_drift(const SplitSample& a, const SplitSample& b);
 // D15 on two splits' samples (debug/checks/data/label_drift.cpp): class labels, or one target per row.
 std::vector<Finding> label_drift(const SplitSample& train, const SplitSample& other, const std::string& split,
                                  const DataCheckOptions& opts);

@@ -286,41 +286,6 @@ ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   return r;
 }
 
-// The 0/1 columns' shares (means) in both splits: `moved`, their largest difference column by column;
-// `sorted`, the largest after sorting each split's shares. The same categories coded in another order in
-// one split (an encoder fitted on each split apart) move the shares between columns and keep them.
-struct BinaryShares {
-  size_t columns = 0;
-  double moved = 0.0, sorted = 0.0;
-};
-BinaryShares binary_shares(const SplitSample& a, const SplitSample& b) {
-  BinaryShares s;
-  const size_t ra = static_cast<size_t>(a.read()), rb = static_cast<size_t>(b.read());
-  if (ra == 0 || rb == 0 || a.columns.empty() || a.columns.size() % ra != 0) return s;
-  const size_t D = a.columns.size() / ra;
-  if (b.columns.size() != D * rb) return s;
-  std::vector<double> pa, pb;
-  const auto share = [D](const std::vector<float>& c, size_t rows, size_t j) {
-    double sum = 0.0;
-    for (size_t i = 0; i < rows; ++i) {
-      const float v = c[i * D + j];
-      if (v != 0.0f && v != 1.0f) return -1.0;
-      sum += v;
-    }
-    return sum / static_cast<double>(rows);
-  };
-  for (size_t j = 0; j < D; ++j) {
-    const double sa = share(a.columns, ra, j), sb = sa < 0 ? -1.0 : share(b.columns, rb, j);
-    if (sa >= 0 && sb >= 0) pa.push_back(sa), pb.push_back(sb);
-  }
-  s.columns = pa.size();
-  for (size_t k = 0; k < pa.size(); ++k) s.moved = std::max(s.moved, std::fabs(pa[k] - pb[k]));
-  std::sort(pa.begin(), pa.end());
-  std::sort(pb.begin(), pb.end());
-  for (size_t k = 0; k < pa.size(); ++k) s.sorted = std::max(s.sorted, std::fabs(pa[k] - pb[k]));
-  return s;
-}
-
 std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitSample& other, const std::string& split,
                                           const DataCheckOptions& opts) {
   const ColumnDrift c = column_drift(train, other);
@@ -376,6 +341,26 @@ std::vector<Finding> column_drift_finding(const SplitSample& train, const SplitS
     f.fix =
         "fit the encoder once, on the training split, and encode every split with it (unknown categories to "
         "one reserved code)";
+  }
+  // A drift the classes' shares explain (a balanced validation split beside a long-tailed training split):
+  // with the training rows weighted to the split's class shares, no column moves past the limits, or past
+  // 3 sampling errors of the weighted rows (few effective rows where a rare class weighs much) (info).
+  const ReweightedDrift rw = class_reweighted_drift(train, other);
+  const double nb = static_cast<double>(other.read()), ne = std::max(rw.effective_rows, 1.0);
+  const double shift_tol = std::max(opts.min_column_shift, 3.0 * std::sqrt(1.0 / ne + 1.0 / nb));
+  const double ratio_tol = std::max(log_limit, 3.0 * std::sqrt(2.0 / ne + 2.0 / nb));
+  if (std::isfinite(rw.shift) && rw.moved >= 0.05 && std::abs(rw.shift) < shift_tol &&
+      std::abs(std::log(rw.ratio)) < ratio_tol) {
+    f.severity = Severity::Info;
+    f.title += ": the classes' shares differ between the splits, and the training rows weighted to the " + split +
+               " split's class shares match it (a prior shift, which D15 reports)";
+    f.evidence.push_back({"classes' total-variation distance between the splits", rw.moved, ">= 0.05 and"});
+    f.evidence.push_back({"effective training rows, weighted", rw.effective_rows, ""});
+    f.evidence.push_back({"largest mean shift, training rows weighted to the " + split + " split's class shares",
+                          rw.shift, "|shift| < " + fmt_num(shift_tol) + " and"});
+    f.evidence.push_back({"variance ratio farthest from 1, weighted likewise", rw.ratio,
+                          "within [" + fmt_num(std::exp(-ratio_tol)) + ", " + fmt_num(std::exp(ratio_tol)) +
+                              "]: the class shares explain the drift (info)"});
   }
   return {f};
 }

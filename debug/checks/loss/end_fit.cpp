@@ -332,10 +332,15 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   const double repeat_short_acc = fewer_acc ? std::max(0.0, m.val_accuracy - m.all_val_accuracy) : 0.0;
   const double repeat_short_loss =
       std::isfinite(m.all_val_loss) && m.val_loss > 0 ? std::max(1.0, m.all_val_loss / m.val_loss) : 1.0;
-  const bool data_short = out.empty() && fewer_run &&
-                          (fewer_acc ? fewer_drop > o.data_drop + repeat_short_acc && fewer_z >= o.data_min_z
-                                     : !acc && !m.class_labels && fewer_rise > o.data_loss_rise * repeat_short_loss &&
-                                           m.fewer_val_loss - m.all_val_loss > o.data_min_loss);
+  const bool steep = out.empty() && fewer_run &&
+                     (fewer_acc ? fewer_drop > o.data_drop + repeat_short_acc && fewer_z >= o.data_min_z
+                                : !acc && !m.class_labels && fewer_rise > o.data_loss_rise * repeat_short_loss &&
+                                      m.fewer_val_loss - m.all_val_loss > o.data_min_loss);
+  // Examples lost: a training split smaller than the validation split it is scored on (a filter, a
+  // subsample left in, the split's shares reversed). A larger training split on the steep part of its
+  // curve is a data set smaller than the task needs, which no change to the program fixes (info).
+  const bool lost = m.train_examples > 0 && m.val_examples > 0 && m.train_examples < m.val_examples;
+  const bool data_short = steep && lost;
   auto fewer_evidence = [&](Finding& f) {
     const std::string share = pct(m.fewer_share);
     if (fewer_acc) {
@@ -379,9 +384,13 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                              "training data");
     split_evidence(f);
     fewer_evidence(f);
+    f.evidence.push_back({"training examples / validation examples",
+                          static_cast<double>(m.train_examples) / static_cast<double>(m.val_examples),
+                          "< 1 warns (examples lost)"});
     f.cause =
-        "too little training data for the model: examples lost to a filter, a split or a sample, or a data set "
-        "smaller than the task needs (the validation score still climbs with the training set's size)";
+        "too little training data for the model: examples lost to a filter, a split or a sample (the training "
+        "split is smaller than the validation split it is scored on, and the validation score still climbs with "
+        "the training set's size)";
     f.fix =
         "find where training examples are dropped (filters, the split's shares, a subsample); gather more data or "
         "augment it; failing that, a smaller model or more regularisation";
@@ -396,6 +405,12 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     split_evidence(f);
     if (!acc) add_loss_split_evidence(f, m, o);
     if (fewer_run) fewer_evidence(f);
+    if (steep) {
+      f.title += "; validation still gains from every training example (a data set smaller than the task needs)";
+      f.evidence.push_back({"training examples / validation examples",
+                            static_cast<double>(m.train_examples) / static_cast<double>(m.val_examples),
+                            "< 1 warns (examples lost); a larger training split is info"});
+    }
     out.push_back(f);
   }
 
