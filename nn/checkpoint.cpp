@@ -500,10 +500,15 @@ LoadReport load(Module& module, const std::string& path, bool strict) {
               std::to_string(unexpected.size()) + " not in the model" +
               (unexpected.empty() ? std::string() : " (" + list(unexpected) + ")")});
 
-  LoadRecord record{path, {}};
+  LoadRecord record{path, {}, {}, {}};
+  for (auto& [name, t] : file)
+    if (!expected_names.count(name)) record.unexpected.push_back({name, t.shape(), {}});
   for (auto& [name, cur] : expected) {
     auto it = from_file.find(name);
-    if (it == from_file.end()) continue;
+    if (it == from_file.end()) {
+      record.missing.push_back({name, cur.shape(), cur.impl_ptr()});
+      continue;
+    }
     module.set_tensor(name, it->second.to(cur.device()));
     record.tensors.push_back({name, cur.impl_ptr(), load_sample(it->second)});
   }

@@ -61,15 +61,24 @@ NamedTensors read_checkpoint(const std::string& path);
 // What nn::load wrote, for the debug module (M9 tells weights loaded and then re-initialised before
 // training): per load, the file and, for each tensor written, its name, the module tensor it went into
 // (its TensorImpl, which set_tensor keeps; expired once the model is gone) and up to 256 of the values
-// loaded, at the positions load_sample reads. The last 8 loads are kept, oldest first.
+// loaded, at the positions load_sample reads; a strict=false load's skipped names and shapes too. The
+// last 8 loads are kept, oldest first.
 struct LoadedTensor {
   std::string name;
   std::weak_ptr<TensorImpl> into;
   std::vector<double> sample;
 };
+// A tensor a strict=false load skipped: the model's (`into`: the tensor left as it was) or the file's.
+struct SkippedTensor {
+  std::string name;
+  Shape shape;
+  std::weak_ptr<TensorImpl> into;
+};
 struct LoadRecord {
   std::string path;
   std::vector<LoadedTensor> tensors;
+  std::vector<SkippedTensor> missing;     // in the model, not in the file (kept as they were)
+  std::vector<SkippedTensor> unexpected;  // in the file, not in the model (ignored)
 };
 std::vector<LoadRecord> load_records();
 // Up to 256 values of `t` spread evenly over it (as float64), at the same positions for the same shape.

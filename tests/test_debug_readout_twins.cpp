@@ -352,6 +352,52 @@ TEST_CASE("M9 loaded-redrawn: every layer drawn again after nn::load warns; a ne
   std::remove(path.c_str());
 }
 
+namespace {
+// An MLP body under a name of the caller's choice, and a head: the same architecture saved under one
+// name and loaded under another.
+struct NamedBody : nn::Module {
+  std::shared_ptr<dtest::Mlp> body;
+  std::shared_ptr<nn::Linear> head;
+  NamedBody(const std::string& body_name, const std::string& head_name) : Module("NamedBody") {
+    body = register_module(body_name, std::make_shared<dtest::Mlp>(6, 16));
+    head = register_module(head_name, std::make_shared<nn::Linear>(16, 3));
+  }
+  Tensor forward(const Tensor& x) override { return (*head)(relu((*body)(x))); }
+};
+}  // namespace
+
+TEST_CASE("M9 loaded-skipped: a body saved as 'features' and loaded as 'encoder' with strict=false warns") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("gs_loaded_skipped_" + std::to_string(::getpid()) + ".ckpt")).string();
+  manual_seed(2);
+  nn::save(NamedBody("features", "head"), path);
+  // 0: the same names (all loaded); 1: the body renamed (the checkpoint's features.* skipped: the body
+  // keeps its initialisation); 2: only the head renamed, "head" for "classifier" (a new head on purpose:
+  // no tail of two names in common, so no sign the file holds it).
+  for (const int variant : {0, 1, 2}) {
+    CAPTURE(variant);
+    manual_seed(7);
+    const Split d = dtest::split(4, 2.0);
+    auto model =
+        std::make_shared<NamedBody>(variant == 1 ? "encoder" : "features", variant == 2 ? "classifier" : "head");
+    const nn::LoadReport lr = nn::load(*model, path, /*strict=*/false);
+    CHECK(lr.missing.empty() == (variant == 0));
+    nn::CrossEntropyLoss ce;
+    optim::Adam opt(model->parameters(), optim::AdamOptions(1e-3));
+    const debug::RunReport r = dtest::train_own_loop(*model, ce, opt, d, 2);
+    const debug::Finding* m9 = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.kind == debug::Kind::LoadedSkipped) m9 = &f;
+    CHECK_MESSAGE((m9 != nullptr) == (variant == 1), r.str(true));
+    if (m9) {
+      CHECK(m9->fires());
+      CHECK(dtest::has(m9->title, "features.fc1.weight for encoder.fc1.weight"));
+      CHECK(m9->value_of("weights of the model the load skipped, held by the file under another prefix") == 3);
+    }
+  }
+  std::remove(path.c_str());
+}
+
 TEST_CASE("M9 loaded-untrained: a body saved before its training, loaded and frozen, leads; saved after, silent") {
   // A body (6 -> 32 -> 32) pretrained with a head on the blobs; `before`: nn::save ran before the loop.
   for (const bool before : {true, false}) {

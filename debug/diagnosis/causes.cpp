@@ -301,7 +301,8 @@ const std::vector<Cause>& diagnosis_causes() {
        GS_CHECK_CONFIRMS("M8")},
       {"bad-init", "weights initialised at the wrong scale", "M9", "each weight's std against He/Xavier", true,
        [](const Finding& f) {
-         return is(f, "M9") && f.kind != Kind::LoadedRedrawn && f.kind != Kind::LoadedUntrained;
+         return is(f, "M9") && f.kind != Kind::LoadedRedrawn && f.kind != Kind::LoadedUntrained &&
+                f.kind != Kind::LoadedSkipped;
        }},
       {"wrong-backward", "a layer whose backward is wrong", "M13", "analytic against numerical gradients", true,
        GS_CHECK_CONFIRMS("M13")},
@@ -427,9 +428,9 @@ const std::vector<Cause>& diagnosis_causes() {
        true, [](const Finding& f) { return is(f, "L9", Kind::RestoredWorse); }},
       {"loaded-redrawn",
        "every weight loaded from a checkpoint drawn again before training (a re-initialisation meant for a new "
-       "head run over every layer)",
-       "M9", "each weight nn::load wrote, at the first step, against the values it loaded", true,
-       [](const Finding& f) { return is(f, "M9", Kind::LoadedRedrawn); }},
+       "head run over every layer), or weights the checkpoint holds under other names skipped by a strict=false load",
+       "M9", "each weight nn::load wrote, at the first step, against the values it loaded, and the names it skipped",
+       true, [](const Finding& f) { return is(f, "M9", Kind::LoadedRedrawn) || is(f, "M9", Kind::LoadedSkipped); }},
       {"checkpoint-untrained",
        "a checkpoint written before training (nn::save before fit()): the weights loaded from it are random", "M9",
        "each loaded weight's values against the spread of a fresh initialisation of its shape", true,

@@ -99,6 +99,7 @@ namespace gradsleuth::debug {
   /* M9 initialisation over the run: weights loaded from a checkpoint, then drawn again */            \
   X(LoadedRedrawn, "loaded-redrawn", "M9")                                                            \
   X(LoadedUntrained, "loaded-untrained", "M9")                                                        \
+  X(LoadedSkipped, "loaded-skipped", "M9")                                                            \
   /* M15 input-independent baseline */                                                                \
   X(TargetsUnread, "targets-unread", "M15")                                                           \
   X(LossIgnoresTargets, "loss-ignores-targets", "M15")                                                \

@@ -159,6 +159,7 @@ class LoadedWeightsRunCheck final : public RunCheck {
     c.note_ran("M9");
     const std::vector<nn::LoadRecord> records = nn::load_records();
     if (records.empty()) return;
+    skipped_under_other_names(c, records);
     std::map<const void*, std::pair<std::string, Tensor>> weights;  // identity -> (name, tensor), dim >= 2
     for (auto& [name, t] : c.model.named_parameters())
       if (t.dim() >= 2) weights[t.impl_ptr().get()] = {name, t};
@@ -210,6 +211,71 @@ class LoadedWeightsRunCheck final : public RunCheck {
   }
 
  private:
+  // The name without its first k dotted components ("" where it has no more).
+  static std::string tail(const std::string& name, int k) {
+    size_t at = 0;
+    for (int i = 0; i < k; ++i) {
+      const size_t dot = name.find('.', at);
+      if (dot == std::string::npos) return "";
+      at = dot + 1;
+    }
+    return name.substr(at);
+  }
+  // The same tensor under another prefix: a tail of 2 components or more in common, one or both names
+  // cut ("features.1.weight" and "encoder.1.weight", "module.fc.weight" and "fc.weight").
+  static bool renamed(const std::string& a, const std::string& b) {
+    for (int i = 0; i <= 2; ++i)
+      for (int j = 0; j <= 2; ++j) {
+        const std::string ta = tail(a, i), tb = tail(b, j);
+        if ((i || j) && !ta.empty() && ta == tb && ta.find('.') != std::string::npos) return true;
+      }
+    return false;
+  }
+  // The latest load into the model that skipped its weights (strict=false), where the file holds each under
+  // another prefix with the same shape: they keep their initialisation.
+  void skipped_under_other_names(RunContext& c, const std::vector<nn::LoadRecord>& records) {
+    std::map<const void*, std::string> mine;
+    for (auto& [name, t] : c.model.named_parameters())
+      if (t.dim() >= 2) mine[t.impl_ptr().get()] = name;
+    for (auto r = records.rbegin(); r != records.rend(); ++r) {
+      std::vector<std::pair<std::string, std::string>> pairs;  // (the model's name, the file's)
+      bool into_model = false;
+      for (const nn::LoadedTensor& l : r->tensors) into_model = into_model || mine.count(l.into.lock().get());
+      for (const nn::SkippedTensor& m : r->missing) {
+        const std::shared_ptr<TensorImpl> into = m.into.lock();
+        if (!into || !mine.count(into.get())) continue;
+        into_model = true;
+        for (const nn::SkippedTensor& u : r->unexpected)
+          if (u.shape == m.shape && renamed(m.name, u.name)) {
+            pairs.emplace_back(m.name, u.name);
+            break;
+          }
+      }
+      if (!into_model) continue;  // an older load into another model
+      if (pairs.empty()) return;
+      Finding f =
+          make("M9", Severity::Warning,
+               num(static_cast<int64_t>(pairs.size())) + " weight" + (pairs.size() == 1 ? "" : "s") +
+                   " of the model kept their initialisation: '" + r->path + "' holds them under other names (" +
+                   pairs.front().second + " for " + pairs.front().first + "), and nn::load(strict=false) skipped them");
+      f.kind = Kind::LoadedSkipped;
+      f.step = 1;
+      f.evidence = {{"weights of the model the load skipped, held by the file under another prefix",
+                     static_cast<double>(pairs.size()), ">= 1 warns"},
+                    {"tensors the load wrote", static_cast<double>(r->tensors.size()), ""},
+                    {"tensors of the file it skipped", static_cast<double>(r->unexpected.size()), ""}};
+      f.cause =
+          "the model names its layers otherwise than the model the checkpoint was saved from (a renamed attribute, "
+          "the 'module.' prefix of a data-parallel wrapper), and strict=false skipped every name that differs: "
+          "those layers start from a fresh initialisation, not from the checkpoint";
+      f.fix =
+          "rename the checkpoint's keys to the model's (nn::load_state, then the names mapped, then "
+          "nn::save_state) or the model's attributes to the checkpoint's, and load with strict=true";
+      c.add(f);
+      return;
+    }
+  }
+
   RunCheckOptions o_;
   bool done_ = false;
 };
