@@ -1243,44 +1243,38 @@ TEST_CASE("one epoch of eight: L9 trains on without a curve and leads with under
   CHECK_MESSAGE(!unconfirmed.report.fired("L9"), unconfirmed.report.str());
 }
 
-// Two epochs where the program meant eight (the fault operator HNE at a quarter on the corpus's
-// imbalanced-weighted): the curve still falls, and training on lowers the validation loss by 46% while
-// its accuracy, near its ceiling, turns about as many examples right as wrong. A fifth of the run's
-// improvement was still to come (the healthy corpus's still-falling runs: 4% at most), which confirms
-// "undertrained"; without that share the verdict stays info. The healthy program stays silent.
-TEST_CASE("two epochs of eight: L9 confirms undertrained by the share of the improvement left") {
+// Runs cut short, their accuracy near its ceiling. Two epochs where the program meant eight (the fault
+// operator HNE at a quarter on the corpus's imbalanced-weighted): the curve still falls, and training on
+// lowers the validation loss by 46% while its accuracy turns about as many examples right as wrong; a
+// fifth of the run's improvement was still to come. 80% of the training examples removed (TRD on the
+// corpus's dropout): 8 steps an epoch, 64 in all, the validation loss still falling by a third at the
+// end and lowered by a third again by training on, 4 examples turned right and 3 wrong; 7.5% of the
+// improvement from the first step's loss was still to come. The healthy corpus's still-falling runs
+// leave 4% at most: the share confirms "undertrained"; without it the verdict stays info. The healthy
+// programs stay silent.
+TEST_CASE("runs cut short: L9 confirms undertrained by the share of the improvement left") {
   namespace corpus = debug::corpus;
-  const corpus::Program& clean = corpus::program("imbalanced-weighted");
-  const corpus::Program cut = corpus::fault_operator("HNE").mutate(clean, 0.25, 1).program;
-  const corpus::Outcome buggy = corpus::run_program(cut, 1);
-  INFO(buggy.report.str());
-  const json_mini::Value lead = lead_of(buggy.report);
-  REQUIRE(lead.kind == json_mini::Value::Object);
-  CHECK(lead.get("check")->str == "L9");
-  CHECK(lead.get("cause")->str == "undertrained");
-  corpus::RunOptions no_share;
-  no_share.diagnose.fit.continue_share = no_share.diagnose.fit.continue_share_alone = 1.0;
-  const corpus::Outcome unconfirmed = corpus::run_program(cut, 1, no_share);
-  CHECK_MESSAGE(!unconfirmed.report.fired("L9"), unconfirmed.report.str());
-  expect_clean(corpus::run_program(clean, 1).report);
-}
-
-// 80% of the training examples removed (the fault operator TRD on the corpus's dropout): 8 steps an
-// epoch, 64 in all. The validation loss still falls by a third at the end, and training on lowers it
-// by a third again, while its accuracy, near the task's ceiling, turns about as many examples right as
-// wrong. 7.5% of the improvement from the first step's loss was still to come (the healthy corpus's
-// still-falling runs: 4% at most), which confirms "undertrained". The healthy program stays silent.
-TEST_CASE("a fifth of the training examples: L9 confirms undertrained by the share of the improvement left") {
-  namespace corpus = debug::corpus;
-  const corpus::Program& clean = corpus::program("dropout");
-  const corpus::Program cut = corpus::fault_operator("TRD").mutate(clean, 0.8, 1).program;
-  const corpus::Outcome buggy = corpus::run_program(cut, 1);
-  INFO(buggy.report.str());
-  const json_mini::Value lead = lead_of(buggy.report);
-  REQUIRE(lead.kind == json_mini::Value::Object);
-  CHECK(lead.get("check")->str == "L9");
-  CHECK(lead.get("cause")->str == "undertrained");
-  expect_clean(corpus::run_program(clean, 1).report);
+  struct Cut {
+    const char* recipe;
+    const char* op;
+    double strength;
+  };
+  for (const Cut& c : {Cut{"imbalanced-weighted", "HNE", 0.25}, Cut{"dropout", "TRD", 0.8}}) {
+    CAPTURE(c.op);
+    const corpus::Program& clean = corpus::program(c.recipe);
+    const corpus::Program cut = corpus::fault_operator(c.op).mutate(clean, c.strength, 1).program;
+    const corpus::Outcome buggy = corpus::run_program(cut, 1);
+    INFO(buggy.report.str());
+    const json_mini::Value lead = lead_of(buggy.report);
+    REQUIRE(lead.kind == json_mini::Value::Object);
+    CHECK(lead.get("check")->str == "L9");
+    CHECK(lead.get("cause")->str == "undertrained");
+    corpus::RunOptions no_share;
+    no_share.diagnose.fit.continue_share = no_share.diagnose.fit.continue_share_alone = 1.0;
+    const corpus::Outcome unconfirmed = corpus::run_program(cut, 1, no_share);
+    CHECK_MESSAGE(!unconfirmed.report.fired("L9"), unconfirmed.report.str());
+    expect_clean(corpus::run_program(clean, 1).report);
+  }
 }
 
 // A schedule annealed to 0.6% of its peak rate flattens the curve whatever the model learned: the

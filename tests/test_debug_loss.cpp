@@ -841,6 +841,13 @@ TEST_CASE("L9 learning-curve probe: too little training data warns, a healthy cu
   CHECK(fs[0].kind == dbg::Kind::FitMeasured);
   CHECK(has(fs[0].title, "a data set smaller than the task needs"));
   CHECK(ev(fs[0], "training examples / validation examples") == doctest::Approx(3.0));
+  // 120 examples against 400 for a model whose weights came from nn::load: a pretrained model fine-tuned
+  // on few examples, by design (info).
+  dbg::EndFitMeasure fine_tuned = m;
+  fine_tuned.pretrained = true;
+  fs = dbg::check_end_fit(fine_tuned);
+  CHECK_FALSE(any_fires(fs));
+  CHECK(has(fs[0].title, "a pretrained model fine-tuned on few examples"));
   // A healthy curve: a quarter of the examples cost 0.04 (cnn-images in the corpus loses 0.0425).
   dbg::EndFitMeasure healthy = m;
   healthy.fewer_val_accuracy = 0.87;

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "core/ops.h"
@@ -18,6 +19,7 @@
 #include "debug/checks/model/behaviour.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
+#include "nn/checkpoint.h"
 #include "optim/adam.h"
 
 namespace gradsleuth::debug {
@@ -471,6 +473,15 @@ void Session::check_fit_at_end(RunReport& r) {
     m.val_accuracy = va.accuracy;
     m.val_examples = va.examples;
     m.val_confusion = va.confusion;
+    {  // half the model's weights or more written by nn::load: a pretrained model, fine-tuned
+      std::set<const void*> weights, loaded;
+      for (auto& [name, t] : model_.named_parameters())
+        if (t.dim() >= 2) weights.insert(t.impl_ptr().get());
+      for (const nn::LoadRecord& rec : nn::load_records())
+        for (const nn::LoadedTensor& l : rec.tensors)
+          if (const auto into = l.into.lock(); into && weights.count(into.get())) loaded.insert(into.get());
+      m.pretrained = !weights.empty() && 2 * loaded.size() >= weights.size();
+    }
     // Validation's classes the training pass never met (a split cut from a class-ordered pool).
     int64_t seen_rows = 0, seen_hits = 0;
     for (size_t k = 0; k < va.confusion.size(); ++k) {

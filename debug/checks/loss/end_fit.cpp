@@ -339,7 +339,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   // Examples lost: a training split smaller than the validation split it is scored on (a filter, a
   // subsample left in, the split's shares reversed). A larger training split on the steep part of its
   // curve is a data set smaller than the task needs, which no change to the program fixes (info).
-  const bool lost = m.train_examples > 0 && m.val_examples > 0 && m.train_examples < m.val_examples;
+  const bool lost = m.train_examples > 0 && m.val_examples > 0 && m.train_examples < m.val_examples && !m.pretrained;
   const bool data_short = steep && lost;
   auto fewer_evidence = [&](Finding& f) {
     const std::string share = pct(m.fewer_share);
@@ -406,10 +406,14 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
     if (!acc) add_loss_split_evidence(f, m, o);
     if (fewer_run) fewer_evidence(f);
     if (steep) {
-      f.title += "; validation still gains from every training example (a data set smaller than the task needs)";
+      f.title += m.pretrained ? "; validation still gains from every training example (a pretrained model "
+                                "fine-tuned on few examples)"
+                              : "; validation still gains from every training example (a data set smaller than the "
+                                "task needs)";
       f.evidence.push_back({"training examples / validation examples",
                             static_cast<double>(m.train_examples) / static_cast<double>(m.val_examples),
-                            "< 1 warns (examples lost); a larger training split is info"});
+                            m.pretrained ? "most weights loaded by nn::load: few examples by design (info)"
+                                         : "< 1 warns (examples lost); a larger training split is info"});
     }
     out.push_back(f);
   }

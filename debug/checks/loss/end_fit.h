@@ -158,6 +158,9 @@ struct EndFitMeasure {
   double train_accuracy = std::numeric_limits<double>::quiet_NaN();
   double val_accuracy = std::numeric_limits<double>::quiet_NaN();
   int64_t train_examples = 0, val_examples = 0;
+  // Most of the model's weights were written by nn::load before the run: a pretrained model fine-tuned,
+  // on few examples by design (the learning-curve rule does not call them lost).
+  bool pretrained = false;
   // The targets are class ids (int64), whether or not an accuracy was measured (a (B, K, C) output of
   // several heads has none): the learning-curve rule on losses alone is for regressions.
   bool class_labels = false;
