@@ -1,4 +1,4 @@
-// Column statistics D14's column drift reads beside its own (splits.cpp, D14's home): the 0/1 columns'
+// Column statistics D14 (splits.cpp, its home) reads: each column's mean and variance, the 0/1 columns'
 // shares, and the drift left once the training rows are weighted to the other split's class shares.
 #include <algorithm>
 #include <cmath>
@@ -8,6 +8,21 @@
 #include "debug/checks/data/data_util.h"
 
 namespace gradsleuth::debug::data_detail {
+
+std::vector<double> column_means(const std::vector<float>& c, size_t n, size_t D) {
+  std::vector<double> m(D, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < D; ++j) m[j] += c[i * D + j];
+  for (double& v : m) v /= static_cast<double>(n);
+  return m;
+}
+std::vector<double> column_variances(const std::vector<float>& c, size_t n, size_t D, const std::vector<double>& m) {
+  std::vector<double> v(D, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < D; ++j) v[j] += (c[i * D + j] - m[j]) * (c[i * D + j] - m[j]);
+  for (double& x : v) x /= static_cast<double>(n - 1);
+  return v;
+}
 
 BinaryShares binary_shares(const SplitSample& a, const SplitSample& b) {
   BinaryShares s;
@@ -64,17 +79,16 @@ ReweightedDrift class_reweighted_drift(const SplitSample& a, const SplitSample& 
   r.effective_rows = wsum * wsum / w2;  // Kish's effective sample size of the weighted rows
   r.shift = 0.0;
   r.ratio = 1.0;
+  const std::vector<double> means_b = column_means(b.columns, rb, D),
+                            vars_b = column_variances(b.columns, rb, D, means_b);
   for (size_t j = 0; j < D; ++j) {
-    double ma = 0.0, mb = 0.0;
+    double ma = 0.0;
     for (size_t i = 0; i < ra; ++i) ma += w[i] * a.columns[i * D + j];
-    for (size_t i = 0; i < rb; ++i) mb += b.columns[i * D + j];
     ma /= wsum;
-    mb /= static_cast<double>(rb);
-    double va = 0.0, vb = 0.0;
+    double va = 0.0;
     for (size_t i = 0; i < ra; ++i) va += w[i] * (a.columns[i * D + j] - ma) * (a.columns[i * D + j] - ma);
-    for (size_t i = 0; i < rb; ++i) vb += (b.columns[i * D + j] - mb) * (b.columns[i * D + j] - mb);
     va /= wsum;
-    vb /= static_cast<double>(rb);
+    const double mb = means_b[j], vb = vars_b[j];
     if (!(va > 0 && vb > 0)) continue;
     const double shift = (ma - mb) / std::sqrt(0.5 * (va + vb));
     if (std::fabs(shift) > std::fabs(r.shift)) r.shift = shift;

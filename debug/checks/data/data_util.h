@@ -243,6 +243,10 @@ std::vector<int64_t> nearest_rows(const std::vector<double>& v, int64_t rows, in
 // the rarer labels' rows (a random oversampler's); NaN without copies or with one label.
 constexpr double kOversampledShare = 0.7;
 double oversampling_tilt(const SplitSample& s);
+// Each column's mean and sample variance (divided by n - 1) over the n rows of row-major c (D columns)
+// (column_shares.cpp).
+std::vector<double> column_means(const std::vector<float>& c, size_t n, size_t D);
+std::vector<double> column_variances(const std::vector<float>& c, size_t n, size_t D, const std::vector<double>& m);
 // The 0/1 columns' shares (means) in both splits: `moved`, their largest difference column by column;
 // `sorted`, the largest after sorting each split's shares. The same categories coded in another order in
 // one split (an encoder fitted on each split apart) move the shares between columns and keep them

@@ -152,22 +152,6 @@ int64_t sliding_window_width(const SplitSample& s) {
 }
 }  // namespace
 
-// Each column's mean and sample variance (divided by n - 1) over the n rows of row-major c (D columns).
-std::vector<double> column_means(const std::vector<float>& c, size_t n, size_t D) {
-  std::vector<double> m(D, 0.0);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < D; ++j) m[j] += c[i * D + j];
-  for (double& v : m) v /= static_cast<double>(n);
-  return m;
-}
-std::vector<double> column_variances(const std::vector<float>& c, size_t n, size_t D, const std::vector<double>& m) {
-  std::vector<double> v(D, 0.0);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < D; ++j) v[j] += (c[i * D + j] - m[j]) * (c[i * D + j] - m[j]);
-  for (double& x : v) x /= static_cast<double>(n - 1);
-  return v;
-}
-
 ColumnDrift column_drift(const SplitSample& a, const SplitSample& b) {
   ColumnDrift r;
   const int64_t d = a.features;

@@ -246,6 +246,17 @@ std::vector<Finding> check_bce_input(const Tensor& input) {
 // ---- L4: the initial outputs against the targets ----------------------------------------
 namespace {
 
+// The mean over the rows of a float64 (N, C) output's softmax: the predicted class distribution.
+std::vector<double> mean_probabilities(const Tensor& out) {
+  const int64_t N = out.size(0), C = out.size(1);
+  const Tensor prob = softmax(out, 1).contiguous();
+  const double* pr = prob.data_ptr<double>();
+  std::vector<double> p(static_cast<size_t>(C), 0.0);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c) p[static_cast<size_t>(c)] += pr[i * C + c] / static_cast<double>(N);
+  return p;
+}
+
 // The batch's class frequencies f and mean predicted probabilities p (float64), judged by KL.
 std::vector<Finding> judge_class_start(const std::vector<double>& f, const std::vector<double>& p,
                                        const std::string& what, const LossCheckOptions& opts) {
@@ -315,14 +326,9 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
     const int64_t* y = t.data_ptr<int64_t>();
     for (int64_t i = 0; i < N; ++i)
       if (y[i] < 0 || y[i] >= C) return {};  // ignore_index or labels out of range: D9 and L5 say so
-    const Tensor prob = softmax(out, 1).contiguous();
-    const double* pr = prob.data_ptr<double>();
-    std::vector<double> f(static_cast<size_t>(C), 0.0), p(static_cast<size_t>(C), 0.0);
-    for (int64_t i = 0; i < N; ++i) {
-      f[static_cast<size_t>(y[i])] += 1.0 / static_cast<double>(N);
-      for (int64_t c = 0; c < C; ++c) p[static_cast<size_t>(c)] += pr[i * C + c] / static_cast<double>(N);
-    }
-    return judge_class_start(f, p, "class", opts);
+    std::vector<double> f(static_cast<size_t>(C), 0.0);
+    for (int64_t i = 0; i < N; ++i) f[static_cast<size_t>(y[i])] += 1.0 / static_cast<double>(N);
+    return judge_class_start(f, mean_probabilities(out), "class", opts);
   }
   if (!target.is_floating_point() || target.numel() != out.numel()) return {};
   const Tensor tt = target.detach().to(kCPU).to(kFloat64).contiguous();
@@ -342,15 +348,10 @@ std::vector<Finding> check_initial_outputs(const Tensor& output, const Tensor& t
       rows = rows && std::fabs(sum - 1.0) <= 1e-3;
     }
     if (rows) {
-      const Tensor prob = softmax(out, 1).contiguous();
-      const double* pr = prob.data_ptr<double>();
-      std::vector<double> f(static_cast<size_t>(k), 0.0), p(static_cast<size_t>(k), 0.0);
+      std::vector<double> f(static_cast<size_t>(k), 0.0);
       for (int64_t i = 0; i < N; ++i)
-        for (int64_t c = 0; c < k; ++c) {
-          f[static_cast<size_t>(c)] += y[i * k + c] / static_cast<double>(N);
-          p[static_cast<size_t>(c)] += pr[i * k + c] / static_cast<double>(N);
-        }
-      return judge_class_start(f, p, "class", opts);
+        for (int64_t c = 0; c < k; ++c) f[static_cast<size_t>(c)] += y[i * k + c] / static_cast<double>(N);
+      return judge_class_start(f, mean_probabilities(out), "class", opts);
     }
   }
   bool binary = true, finite = true, probs = true;

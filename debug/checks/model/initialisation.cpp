@@ -159,10 +159,10 @@ class LoadedWeightsRunCheck final : public RunCheck {
     c.note_ran("M9");
     const std::vector<nn::LoadRecord> records = nn::load_records();
     if (records.empty()) return;
-    skipped_under_other_names(c, records);
     std::map<const void*, std::pair<std::string, Tensor>> weights;  // identity -> (name, tensor), dim >= 2
     for (auto& [name, t] : c.model.named_parameters())
       if (t.dim() >= 2) weights[t.impl_ptr().get()] = {name, t};
+    skipped_under_other_names(c, records, weights);
     std::set<const void*> seen;
     std::string path;
     std::vector<std::string> redrawn, as_initialised;
@@ -233,10 +233,8 @@ class LoadedWeightsRunCheck final : public RunCheck {
   }
   // The latest load into the model that skipped its weights (strict=false), where the file holds each under
   // another prefix with the same shape: they keep their initialisation.
-  void skipped_under_other_names(RunContext& c, const std::vector<nn::LoadRecord>& records) {
-    std::map<const void*, std::string> mine;
-    for (auto& [name, t] : c.model.named_parameters())
-      if (t.dim() >= 2) mine[t.impl_ptr().get()] = name;
+  void skipped_under_other_names(RunContext& c, const std::vector<nn::LoadRecord>& records,
+                                 const std::map<const void*, std::pair<std::string, Tensor>>& mine) {
     for (auto r = records.rbegin(); r != records.rend(); ++r) {
       std::vector<std::pair<std::string, std::string>> pairs;  // (the model's name, the file's)
       bool into_model = false;
