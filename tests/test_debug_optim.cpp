@@ -903,3 +903,34 @@ TEST_CASE("O6 metric direction: Mode::Min fed the accuracy, Mode::Max fed the lo
   CHECK(judged(record(optim::Mode::Min, h.epoch_val_loss, {3})).empty());
   CHECK(judged(record(optim::Mode::Min, {0.31, 0.42, 0.50, 0.55, 0.58, 0.60}, {3})).empty());
 }
+
+TEST_CASE(
+    "O8 outcome: a tenth of the rate beats another run by McNemar's z on accuracy, or by the loss at no cost in "
+    "accuracy") {
+  const dbg::OptimCheckOptions o;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(dbg::mcnemar_z(14, 2) == doctest::Approx(3.0));
+  CHECK(dbg::mcnemar_z(0, 0) == 0.0);
+  // Accuracy: 14 examples fixed against 2 broken (z 3) beats; 8 against 4 (z 1.15) does not by itself.
+  CHECK(dbg::tenth_rate_beats(0.30, 0.29, 0.90, 0.93, 14, 2, 0.5, o));
+  CHECK_FALSE(dbg::tenth_rate_beats(0.30, 0.29, 0.90, 0.91, 8, 4, 0.5, o));
+  // ... but a loss 30% lower with a paired z of 2.5 at no lower accuracy does; with a lower accuracy it does not.
+  CHECK(dbg::tenth_rate_beats(0.30, 0.21, 0.90, 0.91, 8, 4, 2.5, o));
+  CHECK_FALSE(dbg::tenth_rate_beats(0.30, 0.21, 0.91, 0.90, 4, 8, 2.5, o));
+  // Without accuracies: the loss 10% lower or more, with z >= 2.
+  CHECK(dbg::tenth_rate_beats(1.0, 0.85, nan, nan, -1, -1, 3.0, o));
+  CHECK_FALSE(dbg::tenth_rate_beats(1.0, 0.95, nan, nan, -1, -1, 3.0, o));
+  CHECK_FALSE(dbg::tenth_rate_beats(1.0, 0.85, nan, nan, -1, -1, 1.5, o));
+  // Both the run and the repeat at the run's own rate must be beaten.
+  dbg::RateOutcome m;
+  m.run_loss = 1.0;
+  m.tenth_loss = 0.8;
+  m.run_loss_z = 3.0;
+  CHECK_FALSE(dbg::tenth_rate_ends_better(m, o));  // no repeat measured
+  m.repeat_loss = 0.82;
+  m.repeat_loss_z = 0.4;
+  CHECK_FALSE(dbg::tenth_rate_ends_better(m, o));  // the repeat at the run's rate does as well: the loop's part
+  m.repeat_loss = 0.95;
+  m.repeat_loss_z = 2.6;
+  CHECK(dbg::tenth_rate_ends_better(m, o));
+}

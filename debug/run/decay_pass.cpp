@@ -10,6 +10,7 @@
 #include "debug/evidence/tensor_stats.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
+#include "debug/run/split_score.h"
 #include "nn/loss.h"
 #include "optim/adam.h"
 #include "optim/trainer.h"
@@ -21,46 +22,6 @@ namespace {
 double sq_norm(const Tensor& t) {
   const double n = summarize_norm(t.detach()).norm;
   return n * n;
-}
-
-struct ValScore {
-  double loss = kNaN, accuracy = kNaN;
-  int64_t examples = 0;
-};
-
-// The loss (and, for a classifier, the accuracy) over up to max_batches validation batches, in eval
-// mode without gradients: argmax for (B, C) outputs with int64 (B) targets, `threshold` for float
-// targets of the output's shape (NaN: none).
-ValScore val_score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
-                   double threshold) {
-  NoGradGuard ng;
-  const bool was = model.is_training();
-  model.eval();
-  const Device d = model_device(model);
-  ValScore s;
-  double sum = 0, right = 0, counted = 0;
-  const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
-  for (int64_t i = 0; i < nb; ++i) {
-    const nn::Batch b = loader.batch(0, i);
-    const Tensor out = model(b.x.to(d)), y = b.y.to(d);
-    const Tensor l = loss(out, y);
-    const double n = static_cast<double>(b.x.size(0));
-    if (l.numel() != 1) continue;
-    sum += l.item<double>() * n;
-    s.examples += b.x.size(0);
-    if (out.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && out.size(1) > 1) {
-      const optim::ClassHits h = optim::class_hits(out, y);
-      right += static_cast<double>(h.right);
-      counted += static_cast<double>(h.counted);
-    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
-      right += eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32).mean().item<double>() * n;
-      counted += n;
-    }
-  }
-  model.train(was);
-  if (s.examples > 0) s.loss = sum / static_cast<double>(s.examples);
-  if (counted > 0) s.accuracy = right / counted;
-  return s;
 }
 
 }  // namespace
@@ -158,9 +119,7 @@ void Session::check_decay_at_end(RunReport& r) {
       m.run_first_loss = window_mean(sl, 0, tenth_of(sl.size()));
       m.run_window_loss = tail_mean(sl);
     }
-    const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
-                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
-                                                                                : kNaN;
+    const double threshold = accuracy_threshold(loss_module_);
     std::vector<double> final_lrs, decays;
     for (const auto& g : groups) {
       final_lrs.push_back(g.lr);
@@ -180,17 +139,17 @@ void Session::check_decay_at_end(RunReport& r) {
     if (decay_worth_probing(m, oo)) {
       say("weight-decay probe (on from the end)");
       m.probe_steps = std::min<int64_t>(oo.decay_probe_steps, r.steps);
-      const ValScore end = val_score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold);
+      const SplitScore end = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold);
       m.val_loss = end.loss;
       m.val_accuracy = end.accuracy;
       m.val_examples = end.examples;
       std::string failed;
-      ValScore kept, free;
+      SplitScore kept, free;
       rerun_from_start(final_lrs, m.probe_steps, failed, false,
-                       [&] { kept = val_score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
+                       [&] { kept = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
       without_decay([&] {
         rerun_from_start(final_lrs, m.probe_steps, failed, false,
-                         [&] { free = val_score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
+                         [&] { free = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
       });
       if (failed.empty()) {
         m.kept_val_loss = kept.loss;

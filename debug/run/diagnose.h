@@ -186,6 +186,8 @@ struct RunReport {
   std::string json() const;
 };
 
+struct RateOutcome;  // checks/optim/optim_checks.h
+
 // The attachable form. Construct it before the training loop; it hooks the model, the loss
 // (when it is an nn::Loss module) and the optimizer, and with DiagnoseData::train it runs the
 // data checks and the gate on that loader's first batch right away (without one, call
@@ -249,6 +251,7 @@ class Session {
   void check_objective_drift(RunReport& r);
   void lr_probe(RunReport& r);
   void dead_units_lr_probe(RunReport& r);  // O6's probe of units that died (M7)
+  bool rate_outcome(const RunReport& r, RateOutcome& m);  // O8's outcome probe of a calm run
   // The groups' rates of a probe that replays the run's recorded schedule: each group at its initial
   // rate relative to the first's, times `scale`, and `schedule` set to the first group's rate at each
   // step of the run; without a record (or a first rate of 0), each initial rate times `scale` and no

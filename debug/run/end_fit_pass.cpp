@@ -19,145 +19,13 @@
 #include "debug/checks/model/behaviour.h"
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
+#include "debug/run/split_score.h"
 #include "nn/checkpoint.h"
 #include "optim/adam.h"
 
 namespace gradsleuth::debug {
 using namespace run_detail;
 namespace {
-
-// Scored examples (elements, for float targets) and those given under `below` probability for their
-// label.
-struct LabelTail {
-  int64_t scored = 0, tail = 0;
-};
-
-// Adds a batch's examples to `t`: softmax over (B, C) outputs with int64 (B) labels in [0, C); for
-// float 0/1 targets of the output's shape, the sigmoid of logits (threshold 0) or the probability.
-void count_label_tail(const Tensor& out, const Tensor& y, double threshold, double below, LabelTail& t) {
-  const Tensor o = out.detach().to(kCPU).to(kFloat32).contiguous();
-  if (o.dim() == 2 && y.dim() == 1 && y.dtype() == kInt64 && o.size(1) > 1) {
-    const Tensor labels = y.to(kCPU).contiguous();
-    const int64_t* lab = labels.data_ptr<int64_t>();
-    const float* v = o.data_ptr<float>();
-    const int64_t n = o.size(0), c = o.size(1);
-    for (int64_t i = 0; i < n; ++i) {
-      if (lab[i] < 0 || lab[i] >= c) continue;
-      const float* row = v + i * c;
-      const float top = *std::max_element(row, row + c);
-      double z = 0;
-      for (int64_t k = 0; k < c; ++k) z += std::exp(static_cast<double>(row[k] - top));
-      const double p = std::exp(static_cast<double>(row[lab[i]] - top)) / z;
-      ++t.scored;
-      t.tail += p < below;
-    }
-  } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
-    const Tensor labels = y.to(kCPU).to(kFloat32).contiguous();
-    const float* lab = labels.data_ptr<float>();
-    const float* v = o.data_ptr<float>();
-    for (int64_t i = 0; i < o.numel(); ++i) {
-      if (lab[i] != 0.0f && lab[i] != 1.0f) continue;
-      const double p1 = threshold == 0.0 ? 1 / (1 + std::exp(-static_cast<double>(v[i]))) : v[i];
-      ++t.scored;
-      t.tail += (lab[i] == 1.0f ? p1 : 1 - p1) < below;
-    }
-  }
-}
-
-struct SplitScore {
-  double loss = std::nan(""), accuracy = std::nan("");
-  std::vector<double> row_losses;  // each example's loss alone (a split without accuracies, when asked)
-  int64_t examples = 0;
-  std::vector<uint8_t> right;  // per scored example (or element, for float targets): 1 when right
-  std::vector<std::vector<int64_t>> confusion;  // class targets: rows per [label][prediction]
-  bool class_labels = false;                    // integer targets (class ids, in whatever layout)
-  LabelTail tail;
-};
-
-// Loss and accuracy of up to max_batches batches of `loader`, in eval mode without gradients. Accuracy:
-// argmax for (B, C) outputs with int64 (B) targets, or per position for (B, C, d1, ...) outputs with
-// int64 (B, d1, ...) targets; a threshold (0 on logits, 0.5 on probabilities) for
-// float targets of the output's shape. With `row_losses`, a split without accuracies also gets the
-// loss of each example alone.
-// With `train_mode`, the batches run in training mode with the randomness that probe found off (the
-// caller restores modes and buffers).
-SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunction& loss, int64_t max_batches,
-                 double threshold, bool row_losses = false, double tail_below = 0.1,
-                 const ModeProbe* train_mode = nullptr) {
-  SplitScore s;
-  NoGradGuard ng;
-  const bool was = model.is_training();
-  if (train_mode)
-    set_mode_without_randomness(model, true, *train_mode);
-  else
-    model.eval();
-  const Device d = model_device(model);
-  double loss_sum = 0, right = 0, counted = 0;
-  const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
-  for (int64_t i = 0; i < nb; ++i) {
-    const nn::Batch b = loader.batch(0, i);
-    const Tensor out = model(b.x.to(d)), y = b.y.to(d);
-    const int64_t n = b.x.size(0);
-    const Tensor l = loss(out, y);
-    if (l.numel() == 1) loss_sum += l.item<double>() * static_cast<double>(n);
-    s.examples += n;
-    s.class_labels = s.class_labels || y.dtype() == kInt64;
-    count_label_tail(out, y, threshold, tail_below, s.tail);
-    // Class scores (B, C) against labels (B), or per position (B, C, d1, ...) against (B, d1, ...), the
-    // layout cross-entropy takes for a tagger's tokens or a segmenter's pixels: each position is scored.
-    const bool positions = out.dim() >= 3 && y.dim() == out.dim() - 1 && out.size(0) == y.size(0) && [&] {
-      for (int64_t k = 1; k < y.dim(); ++k)
-        if (y.size(k) != out.size(k + 1)) return false;
-      return true;
-    }();
-    const bool class_targets =
-        ((out.dim() == 2 && y.dim() == 1) || positions) && y.dtype() == kInt64 && out.size(1) > 1;
-    Tensor ok;  // float targets: each element right or not
-    if (class_targets) {
-      // Each row's (position's) prediction against its label, and the confusion; rows whose target is no
-      // class (ignore_index: unlabelled, a sequence's padding) are not scored, as the loss skips them.
-      const int64_t C = out.size(1);
-      if (s.confusion.empty())
-        s.confusion.assign(static_cast<size_t>(C), std::vector<int64_t>(static_cast<size_t>(C), 0));
-      const std::vector<int64_t> p = argmax(out, 1).to(kCPU).contiguous().reshape({-1}).to_vector<int64_t>(),
-                                 t = y.to(kCPU).contiguous().reshape({-1}).to_vector<int64_t>();
-      for (size_t k = 0; k < p.size() && k < t.size(); ++k) {
-        if (t[k] < 0 || t[k] >= C) continue;
-        s.right.push_back(p[k] == t[k]);
-        right += p[k] == t[k] ? 1 : 0;
-        ++counted;
-        if (static_cast<size_t>(C) == s.confusion.size())
-          ++s.confusion[static_cast<size_t>(t[k])][static_cast<size_t>(p[k])];
-      }
-    } else if (std::isfinite(threshold) && out.shape() == y.shape() && is_floating(y.dtype())) {
-      ok = eq(gt(out, threshold).to(kFloat32), y.to(kFloat32)).to(kFloat32);
-    }
-    if (ok.defined()) {
-      const Tensor flat = ok.to(kCPU).contiguous().reshape({-1});
-      const float* v = flat.data_ptr<float>();
-      double hits = 0;
-      for (int64_t k = 0; k < flat.numel(); ++k) {
-        s.right.push_back(v[k] > 0.5f);
-        hits += v[k] > 0.5f;
-      }
-      if (flat.numel() > 0) {
-        // Per example: the share right of its elements.
-        right += hits / static_cast<double>(flat.numel()) * static_cast<double>(n);
-        counted += static_cast<double>(n);
-      }
-    } else if (!class_targets && row_losses && out.dim() >= 1 && y.dim() >= 1 && out.size(0) == n && y.size(0) == n) {
-      for (int64_t k = 0; k < n; ++k) {
-        const Tensor lk = loss(out.narrow(0, k, 1), y.narrow(0, k, 1));
-        if (lk.numel() == 1) s.row_losses.push_back(lk.item<double>());
-      }
-    }
-  }
-  model.train(was);
-  if (s.examples > 0) s.loss = loss_sum / static_cast<double>(s.examples);
-  if (counted > 0) s.accuracy = right / counted;
-  if (static_cast<int64_t>(s.row_losses.size()) != s.examples) s.row_losses.clear();
-  return s;
-}
 
 // The rows of up to max_batches batches of `loader` (its first epoch's order), as one (x, y); both
 // undefined when there is none.
@@ -436,16 +304,14 @@ void Session::check_modes_at_end(RunReport& r) {
   if (!data_.train || !stopped_.empty() || r.steps < 2) return;
   Report found;
   guarded(found, "the end-of-run checks", "the eval path against the training path", "M2's mode agreement", [&] {
-    const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
-                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
-                                                                                : std::nan("");
+    const double threshold = accuracy_threshold(loss_module_);
     const int64_t nb = std::min<int64_t>(o_.dead_pass_batches, 20);
     ModeSnapshot modes(model_);
     QuietProbe quiet(model_);  // buffers (BatchNorm's running statistics) put back, warnings muted
     const Tensor x = data_.train->batch(0, 0).x.to(model_device(model_));
     const ModeProbe probe = probe_mode_dependence(model_, x);
     const SplitScore ev = score(model_, *data_.train, loss_, nb, threshold);
-    const SplitScore tm = score(model_, *data_.train, loss_, nb, threshold, false, 0.1, &probe);
+    const SplitScore tm = score(model_, *data_.train, loss_, nb, threshold, RowLosses::kNone, 0.1, &probe);
     const ModeAgreement m{ev.loss, tm.loss, ev.accuracy, tm.accuracy, ev.examples, probe.any_running_statistics()};
     for (Finding& f : check_mode_agreement(m, o_.gate_options.model)) found.add(std::move(f));
     if (!repeat_calls_reported(gate_phase_.findings))
@@ -459,13 +325,13 @@ void Session::check_fit_at_end(RunReport& r) {
   if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2) return;
   Report found;
   guarded(found, "the end-of-run checks", "L9's pass over both splits", "L9", [&] {
-    const double threshold = dynamic_cast<nn::BCEWithLogitsLoss*>(loss_module_) ? 0.0
-                             : dynamic_cast<nn::BCELoss*>(loss_module_)         ? 0.5
-                                                                                : std::nan("");
+    const double threshold = accuracy_threshold(loss_module_);
     EndFitMeasure m;
     const double below = o_.fit.labels_tail.confident_below;
-    const SplitScore tr = score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold, true, below);
-    const SplitScore va = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true, below);
+    const SplitScore tr =
+        score(model_, *data_.train, loss_, o_.dead_pass_batches, threshold, RowLosses::kUnscored, below);
+    const SplitScore va =
+        score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, RowLosses::kUnscored, below);
     m.train_loss = tr.loss;
     m.train_accuracy = tr.accuracy;
     m.train_examples = tr.examples;
@@ -611,7 +477,10 @@ void Session::check_fit_at_end(RunReport& r) {
       SplitScore after;
       rerun_from_start(
           replay ? rel : final_lrs, floor ? std::max(run_steps, o_.fit.continue_min_steps) : run_steps, failed_on,
-          false, [&] { after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, true, below); },
+          false,
+          [&] {
+            after = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, RowLosses::kUnscored, below);
+          },
           replay ? run_lrs : std::vector<double>{});
       m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");
       if (failed_on.empty()) m.continued_val_row_losses = after.row_losses;

@@ -12,6 +12,7 @@
 #include "debug/run/diagnose.h"
 #include "debug/run/diagnose_util.h"
 #include "debug/run/monitor.h"
+#include "debug/run/split_score.h"
 
 namespace gradsleuth::debug {
 
@@ -112,12 +113,83 @@ void Session::lr_probe(RunReport& r) {
     rule_out_lr_too_high(*rep, f);
   }
   // Judged on the whole report (a high rate's symptoms may be in any phase), then revised in each.
-  if (!needed && calm_at_rate(r.findings, f, too_high))
-    for (Report* rep : phase_reports(r)) soften_range_for_calm_run(*rep, f);
+  // A calm run: O8's warning stays where the whole run again at a tenth of the rate ends better on
+  // validation, and is info otherwise (or where that cannot be measured).
+  if (!needed && calm_at_rate(r.findings, f, too_high)) {
+    RateOutcome m;
+    const bool measured = rate_outcome(r, m);
+    for (Report* rep : phase_reports(r)) {
+      if (measured)
+        judge_range_by_outcome(*rep, f, m, o_.monitor.optim);
+      else
+        soften_range_for_calm_run(*rep, f);
+    }
+  }
   if (failed.empty())
     r.add_at_end(f);
   else
     r.findings.add(f);  // a probe that failed is told in the whole report only
+}
+
+// O8's outcome probe (RateOutcome, checks/optim/optim_checks.h): the whole run again from its initial
+// weights, its schedule replayed, at a tenth of the rate, then, where that repeat beats the run on
+// validation, at the rate itself; false where it cannot run (no validation loader, a run longer than
+// DiagnoseOptions::fit's data_max_steps, a sampler, a repeat that failed).
+bool Session::rate_outcome(const RunReport& r, RateOutcome& m) {
+  const int64_t steps = static_cast<int64_t>(r.history.step_losses.size());
+  if (!data_.train || !data_.val || !have_initial_ || data_.train->options().sampler_ || steps < 2 ||
+      steps > o_.fit.data_max_steps)
+    return false;
+  const double threshold = accuracy_threshold(loss_module_);
+  const OptimCheckOptions& oo = o_.monitor.optim;
+  auto scored = [&] { return score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold, RowLosses::kEvery); };
+  const SplitScore run = scored();
+  SplitScore tenth, repeat;
+  std::string failed;
+  std::vector<double> schedule;
+  say("outcome probe (the whole run at lr / 10)");
+  const std::vector<double> lrs = replayed_rates(r, 0.1, schedule);
+  rerun_from_start(
+      lrs, steps, failed, true, [&] { tenth = scored(); }, schedule);
+  if (!failed.empty() || tenth.examples != run.examples) return false;
+  m.steps = steps;
+  m.examples = run.examples;
+  // The tenth against another model's score: the accuracies with the examples either gets right alone, and
+  // the paired z of the examples' losses.
+  auto compare = [&](const SplitScore& other, double& loss, double& accuracy, int64_t& fixed, int64_t& broken,
+                     double& loss_z) {
+    loss = other.loss;
+    accuracy = other.accuracy;
+    if (other.right.size() == tenth.right.size() && !other.right.empty()) {
+      fixed = broken = 0;
+      for (size_t i = 0; i < other.right.size(); ++i) {
+        fixed += tenth.right[i] && !other.right[i];
+        broken += !tenth.right[i] && other.right[i];
+      }
+    }
+    const size_t n = other.row_losses.size();
+    if (n >= 2 && n == tenth.row_losses.size()) {
+      double mean = 0, sq = 0;
+      for (size_t i = 0; i < n; ++i) mean += other.row_losses[i] - tenth.row_losses[i];
+      mean /= static_cast<double>(n);
+      for (size_t i = 0; i < n; ++i) sq += std::pow(other.row_losses[i] - tenth.row_losses[i] - mean, 2);
+      const double se = std::sqrt(sq / static_cast<double>(n - 1) / static_cast<double>(n));
+      loss_z = se > 0 ? mean / se : 0.0;
+    }
+  };
+  m.tenth_loss = tenth.loss;
+  m.tenth_accuracy = tenth.accuracy;
+  compare(run, m.run_loss, m.run_accuracy, m.run_fixed, m.run_broken, m.run_loss_z);
+  if (!tenth_rate_beats(m.run_loss, m.tenth_loss, m.run_accuracy, m.tenth_accuracy, m.run_fixed, m.run_broken,
+                        m.run_loss_z, oo))
+    return true;
+  say("outcome probe (the whole run at its rate)");
+  const std::vector<double> own = replayed_rates(r, 1.0, schedule);
+  rerun_from_start(
+      own, steps, failed, true, [&] { repeat = scored(); }, schedule);
+  if (!failed.empty() || repeat.examples != run.examples) return false;
+  compare(repeat, m.repeat_loss, m.repeat_accuracy, m.repeat_fixed, m.repeat_broken, m.repeat_loss_z);
+  return true;
 }
 
 // ReLU units that died during training (M7) with no finding that suspects the learning rate: the

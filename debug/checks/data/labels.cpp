@@ -236,6 +236,26 @@ void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, co
         by_count.emplace_back(e.value, std::atoll(e.name.c_str() + 6));
     }
     if (empty) continue;
+    // The rarest class recalled well below the others: the imbalance cost it, and the warning stays.
+    if (!by_count.empty() && recall_of.size() >= 2) {
+      const auto rarest = std::min_element(by_count.begin(), by_count.end());
+      const auto it = recall_of.find(static_cast<int64_t>(rarest->second));
+      double others = 0;
+      for (const auto& [c, r] : recall_of)
+        if (c != static_cast<int64_t>(rarest->second)) others += r.first / static_cast<double>(recall_of.size() - 1);
+      if (it != recall_of.end() && it->second.second >= o.min_class_examples && others > 0) {
+        const double se = std::sqrt(others * (1 - others) / static_cast<double>(it->second.second));
+        const double ratio = it->second.first / others;
+        if (ratio < o.imbalance_rarest_recall && others - it->second.first >= o.imbalance_rarest_z * se) {
+          Finding f = d;
+          f.evidence.push_back({"rarest class's recall / the others' mean (trained model, validation)", ratio,
+                                "< " + fmt_num(o.imbalance_rarest_recall) + ", " + fmt_num(o.imbalance_rarest_z) +
+                                    " standard errors below: the imbalance cost it (the warning stays)"});
+          data.replace(i, f);
+          continue;
+        }
+      }
+    }
     Finding f = d;
     f.severity = Severity::Info;
     f.fix = "none needed: report per-class accuracy alongside accuracy";

@@ -201,4 +201,85 @@ void soften_range_for_needed_rate(Report& r, const Finding& verdict) { soften_ab
 // (calm_at_rate, debug/run/lr_probe.cpp) showed none of it, it is info.
 void soften_range_for_calm_run(Report& r, const Finding& verdict) { soften_above_range(r, verdict, false); }
 
+double mcnemar_z(int64_t fixed, int64_t broken) {
+  const double n = static_cast<double>(fixed + broken);
+  return n > 0 ? static_cast<double>(fixed - broken) / std::sqrt(n) : 0.0;
+}
+
+bool tenth_rate_beats(double other_loss, double tenth_loss, double other_accuracy, double tenth_accuracy, int64_t fixed,
+                      int64_t broken, double loss_z, const OptimCheckOptions& o) {
+  const bool accuracies = std::isfinite(other_accuracy) && std::isfinite(tenth_accuracy);
+  if (accuracies && tenth_accuracy > other_accuracy && fixed >= 0 && broken >= 0 &&
+      mcnemar_z(fixed, broken) >= o.outcome_min_z)
+    return true;
+  // The loss: with accuracies, only where the tenth's is no lower (a sharper fit of the same answers).
+  return (!accuracies || tenth_accuracy >= other_accuracy) && std::isfinite(other_loss) && std::isfinite(tenth_loss) &&
+         other_loss > 0 && tenth_loss <= (1.0 - o.outcome_loss_drop) * other_loss && loss_z >= o.outcome_min_z;
+}
+
+bool tenth_rate_ends_better(const RateOutcome& m, const OptimCheckOptions& o) {
+  return tenth_rate_beats(m.run_loss, m.tenth_loss, m.run_accuracy, m.tenth_accuracy, m.run_fixed, m.run_broken,
+                          m.run_loss_z, o) &&
+         tenth_rate_beats(m.repeat_loss, m.tenth_loss, m.repeat_accuracy, m.tenth_accuracy, m.repeat_fixed,
+                          m.repeat_broken, m.repeat_loss_z, o);
+}
+
+namespace {
+// The outcome probe's numbers, as evidence: the accuracies and McNemar's z where measured, the losses
+// and their paired z otherwise.
+std::vector<Evidence> outcome_evidence(const RateOutcome& m, const OptimCheckOptions& o) {
+  const bool acc = std::isfinite(m.run_accuracy) && std::isfinite(m.tenth_accuracy);
+  const std::string acc_rule = ">= " + fmt_num(o.outcome_min_z) +
+                               ", the accuracy higher, over the run and over the repeat: the rate costs accuracy",
+                    loss_rule = ">= " + fmt_num(o.outcome_min_z) + ", the loss " + fmt_num(100 * o.outcome_loss_drop) +
+                                "% lower or more" + (acc ? " and the accuracy no lower" : "") +
+                                ", over the run and over the repeat: the rate costs the fit";
+  std::vector<Evidence> ev{
+      {"steps of each repeat (the run's, from its initial weights)", static_cast<double>(m.steps), ""},
+      {"validation examples", static_cast<double>(m.examples), ""}};
+  const bool repeated = std::isfinite(m.repeat_loss);
+  if (acc) {
+    ev.push_back({"validation accuracy, the run", m.run_accuracy, ""});
+    if (repeated) ev.push_back({"validation accuracy, the run repeated at its rate", m.repeat_accuracy, ""});
+    ev.push_back({"validation accuracy, the run repeated at lr / 10", m.tenth_accuracy, ""});
+    ev.push_back({"McNemar z, lr / 10 over the run", mcnemar_z(m.run_fixed, m.run_broken), acc_rule});
+    if (repeated)
+      ev.push_back({"McNemar z, lr / 10 over the repeat", mcnemar_z(m.repeat_fixed, m.repeat_broken), acc_rule});
+  }
+  ev.push_back({"validation loss, the run", m.run_loss, ""});
+  if (repeated) ev.push_back({"validation loss, the run repeated at its rate", m.repeat_loss, ""});
+  ev.push_back({"validation loss, the run repeated at lr / 10", m.tenth_loss, ""});
+  ev.push_back({"paired z of the examples' losses, lr / 10 under the run", m.run_loss_z, loss_rule});
+  if (repeated)
+    ev.push_back({"paired z of the examples' losses, lr / 10 under the repeat", m.repeat_loss_z, loss_rule});
+  return ev;
+}
+}  // namespace
+
+void judge_range_by_outcome(Report& r, const Finding& verdict, const RateOutcome& m, const OptimCheckOptions& o) {
+  const bool better = tenth_rate_ends_better(m, o);
+  if (!better) soften_above_range(r, verdict, false);
+  const bool acc = std::isfinite(m.run_accuracy) && std::isfinite(m.tenth_accuracy);
+  const std::vector<Evidence> ev = outcome_evidence(m, o);
+  for (size_t i = 0; i < r.size(); ++i) {
+    const Finding& g = r.findings()[i];
+    if (!g.is("O8", Kind::LrAboveRange) || g.fires() != better) continue;
+    Finding f = g;
+    if (better) {
+      f.title +=
+          ": the run trained calmly at it, but the whole run again at a tenth of it ends better on validation (" +
+          (acc ? "accuracy " + fmt_num(100 * m.tenth_accuracy) + "% against " + fmt_num(100 * m.run_accuracy) + "%"
+               : "loss " + fmt_num(m.tenth_loss) + " against " + fmt_num(m.run_loss)) +
+          ")";
+      f.cause =
+          "a rate above the range that trains without a spike still takes steps too long to settle into a "
+          "minimum: the weights keep moving, and the model ends less fit than the same run at a tenth of the rate";
+    } else {
+      f.title += "; the whole run again at a tenth of it ends no better on validation";
+    }
+    f.evidence.insert(f.evidence.end(), ev.begin(), ev.end());
+    r.replace(i, f);
+  }
+}
+
 }  // namespace gradsleuth::debug

@@ -225,6 +225,14 @@ struct OptimCheckOptions {
   // weight_decay 0.05 for lr 0.05 and 5e-4; recipes pair lr 0.01-0.1 with decay 1e-4-5e-4).
   double sgd_swap_wd_min = 0.01;
   double sgd_swap_ratio = 10.0;
+  // A run calm at a rate above the range (kCalmProbeMargin, below) keeps O8's warning where the whole run
+  // again from its initial weights at a tenth of the rate ends better on validation than the run and than
+  // the same repeat at the run's rate: higher accuracy with a McNemar z of outcome_min_z or more (the
+  // examples only one of the two gets right), or a validation loss lower by outcome_loss_drop (relative)
+  // with a paired z of outcome_min_z or more over the examples' losses and, for a classifier, an accuracy
+  // no lower.
+  double outcome_min_z = 2.0;
+  double outcome_loss_drop = 0.1;
 };
 
 // Per-parameter series for plots: (parameter path, [(step, value), ...]).
@@ -505,6 +513,35 @@ constexpr double kCalmProbeMargin = 1.05;
 // calm_at_rate: the probe inconclusive, a tenth of the rate no better, no spike, divergence, dead unit or
 // non-finite value anywhere in the run).
 void soften_range_for_calm_run(Report& r, const Finding& verdict);
+// O8's outcome probe, for a run calm at a rate above the range: the whole run again from its initial
+// weights, its schedule replayed, at a tenth of its rate and at the rate itself (a repeat leaves out what
+// the loop adds around the loader, augmentation or accumulation, so the tenth must beat that repeat as well
+// as the run), each scored on the validation split.
+struct RateOutcome {
+  int64_t steps = 0;     // of each repeat (the run's)
+  int64_t examples = 0;  // validation examples scored
+  double run_loss = std::numeric_limits<double>::quiet_NaN(), tenth_loss = std::numeric_limits<double>::quiet_NaN(),
+         repeat_loss = std::numeric_limits<double>::quiet_NaN();
+  double run_accuracy = std::numeric_limits<double>::quiet_NaN(),
+         tenth_accuracy = std::numeric_limits<double>::quiet_NaN(),
+         repeat_accuracy = std::numeric_limits<double>::quiet_NaN();
+  // Against the run and against the repeat: the examples only the tenth gets right, and only the other; the
+  // paired z of the examples' losses (other minus tenth; NaN where not measured).
+  int64_t run_fixed = -1, run_broken = -1, repeat_fixed = -1, repeat_broken = -1;
+  double run_loss_z = std::numeric_limits<double>::quiet_NaN(),
+         repeat_loss_z = std::numeric_limits<double>::quiet_NaN();
+};
+// The McNemar z of `fixed` against `broken` ((fixed - broken) / sqrt(fixed + broken); 0 when both are 0).
+double mcnemar_z(int64_t fixed, int64_t broken);
+// Whether the tenth of the rate beat `other` (the run, or the repeat at its rate) by the rule's margins:
+// accuracy where measured, the loss otherwise.
+bool tenth_rate_beats(double other_loss, double tenth_loss, double other_accuracy, double tenth_accuracy, int64_t fixed,
+                      int64_t broken, double loss_z, const OptimCheckOptions& o);
+// Both: the tenth beat the run and the repeat.
+bool tenth_rate_ends_better(const RateOutcome& m, const OptimCheckOptions& o);
+// O8's "above the usual range" kept a warning with the outcome in its title and evidence (the tenth ended
+// better), or made info with it (calm, and the tenth ended no better).
+void judge_range_by_outcome(Report& r, const Finding& verdict, const RateOutcome& m, const OptimCheckOptions& o);
 // The same probe where ReLU units died during training (M7) and no finding suspects the learning
 // rate: the run repeated at a tenth of it for as many steps as the units took to die (twice, at least
 // OptimCheckOptions's lr probe's), then the layer's dead fraction over the training data. Units that
