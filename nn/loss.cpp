@@ -241,6 +241,15 @@ Tensor cross_entropy_probs(const Tensor& input, const Tensor& target, const Cros
     const double lo = amin(t).item<double>();
     Tensor row_sums = t.sum({cdim});
     const double worst = amax(abs(row_sums - 1.0)).item<double>();
+    // Rows of 0s and 1s with several 1s: multi-hot labels (several per example), whose fix is another loss.
+    const bool multi_hot = lo >= 0.0 && worst > 1e-3 && amax(row_sums).item<double>() >= 2.0 &&
+                           amax(abs(t * (1.0 - t))).item<double>() == 0.0;
+    GS_CHECK(!multi_hot, who, "target ", target.str(), " holds rows of 0s and 1s with several 1s (up to ",
+             amax(row_sums).item<double>(),
+             "): several labels per example, a multi-label task. Softmax cross-entropy makes the labels compete "
+             "(two labels of one example can each reach only 0.5), so normalising the rows does not fix it: use "
+             "BCEWithLogitsLoss on the logits and the 0/1 rows (one sigmoid per label), and predict each label "
+             "where its sigmoid passes 0.5. For one label per example pass int64 class indices.");
     GS_CHECK(lo >= 0.0 && worst <= 1e-3, who, "target ", target.str(),
              " has the input's shape, so it is read as "
              "class probabilities (soft labels) over dim ",

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -983,6 +984,96 @@ TEST_CASE("D12 check_duplicates: 5% of the rows copied with flipped labels; copi
   dbg::DataCheckOptions o;
   o.integrity_examples = 1000;
   CHECK(dbg::check_duplicates(*conflicting, o).empty());
+}
+
+namespace {
+// Context k as four token ids of a vocabulary of 40 (its digits in base 40).
+void push_context(std::vector<int64_t>& x, int64_t k) {
+  for (int64_t j = 0, d = 1; j < 4; ++j, d *= 40) x.push_back((k / d) % 40);
+}
+
+// 6,000 rows of four token ids, each row one of 400,000 contexts drawn with Zipf weights (1 / rank^0.7):
+// the head recurs, the tail is met once. The label (of 20) is the context's own with probability 0.7,
+// another at random otherwise: the next token after a context.
+std::pair<Tensor, Tensor> zipf_contexts(int64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  const int64_t contexts = 400000;
+  std::vector<double> w(contexts);
+  for (int64_t k = 0; k < contexts; ++k) w[k] = 1.0 / std::pow(static_cast<double>(k + 1), 0.7);
+  std::discrete_distribution<int64_t> pick(w.begin(), w.end());
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int64_t> x, y;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = pick(g);
+    push_context(x, k);
+    y.push_back(u(g) < 0.7 ? k % 20 : static_cast<int64_t>(u(g) * 20));
+  }
+  return {gs::tensor(x, {n, 4}), gs::tensor(y, {n})};
+}
+}  // namespace
+
+TEST_CASE("D12: token contexts that recur by nature are info; token rows appended again with another label warn") {
+  const auto [x, y] = zipf_contexts(6000, 5);
+  const std::vector<dbg::Finding> natural = dbg::check_duplicates(*dataset(x, y, "contexts"));
+  REQUIRE(natural.size() == 1);
+  INFO(natural[0].str());
+  CHECK(ev(natural[0], "duplicate fraction") > 0.05);  // past the copies' limit, under a discrete set's
+  CHECK(ev(natural[0], "duplicate fraction") < 0.2);
+  CHECK(ev(natural[0], "conflicting-label fraction") > 0.01);
+  CHECK(ev(natural[0], "copies in groups of three rows or more") >= 0.25);
+  CHECK(natural[0].severity == dbg::Severity::Info);
+  CHECK(has(natural[0].title, "recur by nature"));
+  // Contexts met once each (the first 3,000 distinct ones), 300 of them appended again with the next label:
+  // every copy a pair.
+  std::vector<int64_t> ux, uy;
+  for (int64_t k = 0; k < 3000; ++k) {
+    push_context(ux, k * 97);
+    uy.push_back(k % 20);
+  }
+  for (int64_t k = 0; k < 300; ++k) {
+    push_context(ux, k * 97);
+    uy.push_back((k + 1) % 20);
+  }
+  const std::vector<dbg::Finding> appended =
+      dbg::check_duplicates(*dataset(gs::tensor(ux, {3300, 4}), gs::tensor(uy, {3300}), "appended"));
+  REQUIRE(appended.size() == 1);
+  INFO(appended[0].str());
+  CHECK(ev(appended[0], "copies in groups of three rows or more") == 0.0);
+  CHECK(appended[0].severity == dbg::Severity::Warning);
+}
+
+TEST_CASE("D12: a regression's copies within the target's noise are info; a target column of another source warns") {
+  // 4,000 ratings of (user, item) pairs over 400 users and 300 items: pairs met again by chance, each rating
+  // the pair's mean plus noise of sd 0.2 against a spread of about 1.
+  std::mt19937_64 g(3);
+  std::uniform_int_distribution<int64_t> user(0, 399), item(0, 299);
+  std::normal_distribution<double> z(0.0, 1.0);
+  std::vector<double> bias_u(400), bias_i(300);
+  for (double& b : bias_u) b = z(g);
+  for (double& b : bias_i) b = z(g);
+  std::vector<int64_t> x;
+  std::vector<float> noisy, shuffled;
+  for (int64_t r = 0; r < 4000; ++r) {
+    const int64_t a = user(g), b = item(g);
+    x.push_back(a);
+    x.push_back(b);
+    noisy.push_back(static_cast<float>(3.0 + 0.7 * (bias_u[a] + bias_i[b]) + 0.2 * z(g)));
+  }
+  shuffled = noisy;
+  std::shuffle(shuffled.begin(), shuffled.end(), g);  // the targets of another file, in another order
+  const Tensor xt = gs::tensor(x, {4000, 2});
+  const std::vector<dbg::Finding> noise = dbg::check_duplicates(*dataset(xt, gs::tensor(noisy, {4000}), "ratings"));
+  REQUIRE(noise.size() == 1);
+  INFO(noise[0].str());
+  CHECK(ev(noise[0], "conflicting-label fraction") > 0.01);
+  CHECK(ev(noise[0], "variance of the targets about each repeated input's mean / the targets' variance") < 0.1);
+  CHECK(noise[0].severity == dbg::Severity::Info);
+  const std::vector<dbg::Finding> other =
+      dbg::check_duplicates(*dataset(xt, gs::tensor(shuffled, {4000}), "ratings (shuffled)"));
+  REQUIRE(other.size() == 1);
+  INFO(other[0].str());
+  CHECK(ev(other[0], "variance of the targets about each repeated input's mean / the targets' variance") > 0.5);
+  CHECK(other[0].severity == dbg::Severity::Warning);
 }
 
 TEST_CASE("D13 check_train_test_mix: a validation split that holds training rows") {

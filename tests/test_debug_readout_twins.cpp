@@ -80,6 +80,26 @@ TEST_CASE("L9 reported accuracy: a flip along the wrong axis (70% against 82%) w
   CHECK(has_kind(debug::check_end_fit(skew), debug::Kind::ReportedAccuracyLow));
 }
 
+TEST_CASE("L9 reported accuracy: a multi-label loop that reports exact-match accuracy is read against the model's") {
+  // Ten 0/1 labels per image: 94% of the labels right, 59% of the images with every label right. A loop
+  // that reports the exact-match share (58.7%) measures the model; one that reports 30% does not.
+  debug::EndFitMeasure m;
+  m.train_loss = m.val_loss = 0.15;
+  m.train_examples = 5000;
+  m.val_examples = 1000;
+  m.val_accuracy = 0.941;
+  m.epoch_val_accuracy = {0.52, 0.587};
+  CHECK(has_kind(debug::check_end_fit(m), debug::Kind::ReportedAccuracyLow));  // against 94% alone
+  m.val_exact_match = 0.59;
+  CHECK_FALSE(has_kind(debug::check_end_fit(m), debug::Kind::ReportedAccuracyLow));
+  m.epoch_val_accuracy = {0.28, 0.30};
+  const std::vector<debug::Finding> low = debug::check_end_fit(m);
+  REQUIRE(has_kind(low, debug::Kind::ReportedAccuracyLow));
+  for (const debug::Finding& f : low)
+    if (f.kind == debug::Kind::ReportedAccuracyLow)
+      CHECK(dtest::ev(f, "its exact-match accuracy (every target of an example right)") == doctest::Approx(0.59));
+}
+
 TEST_CASE("L9 restored-last: a restore that brings back the last epoch warns; the best epoch's, or a best last, not") {
   // 40% noisy labels: the validation loss is lowest at epoch 2 (1.741) and rises to 2.063; the snapshot
   // kept with detach() shares the weights' storage, so the restore writes the last epoch back.

@@ -189,6 +189,16 @@ TEST_CASE("CrossEntropyLoss: target errors explain the fix") {
       },
       {"CrossEntropyLoss", "probabilities", "one-hot", "argmax(1)", "[4]"});
   nntest::check_error([&] { F::cross_entropy(x, gs::zeros({4})); }, {"CrossEntropyLoss", "int64", "to(gs::kInt64)"});
+  // Multi-hot rows (two labels on one example) are a multi-label task: the fix is another loss, not a
+  // normalisation.
+  std::vector<float> mv(40, 0.0f), ov(40, 0.0f);
+  for (int64_t r = 0; r < 4; ++r) mv[r * 10 + r] = mv[r * 10 + r + 3] = 1.0f;
+  for (int64_t r = 1; r < 4; ++r) ov[r * 10 + r] = 1.0f;
+  const Tensor multi = gs::tensor(mv, {4, 10}), one_hot = gs::tensor(ov, {4, 10});
+  nntest::check_error([&] { F::cross_entropy(x, multi); },
+                      {"CrossEntropyLoss", "multi-label", "BCEWithLogitsLoss", "several 1s"});
+  // One-hot rows with one row empty stay the normalisation's error.
+  nntest::check_error([&] { F::cross_entropy(x, one_hot); }, {"CrossEntropyLoss", "probabilities", "argmax(1)"});
   nntest::check_error(
       [&] {
         F::cross_entropy(x, gs::zeros({4, 1}, gs::kInt64));

@@ -337,6 +337,7 @@ void Session::check_fit_at_end(RunReport& r) {
     m.train_examples = tr.examples;
     m.val_loss = va.loss;
     m.val_accuracy = va.accuracy;
+    m.val_exact_match = va.exact_match;
     m.val_examples = va.examples;
     m.val_confusion = va.confusion;
     {  // half the model's weights or more written by nn::load: a pretrained model, fine-tuned

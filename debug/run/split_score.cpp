@@ -58,6 +58,7 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
     model.eval();
   const Device d = model_device(model);
   double loss_sum = 0, right = 0, counted = 0;
+  double exact_right = 0, exact_rows = 0;
   const int64_t nb = std::min<int64_t>(loader.num_batches(), max_batches);
   for (int64_t i = 0; i < nb; ++i) {
     const nn::Batch b = loader.batch(0, i);
@@ -105,6 +106,16 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
         s.right.push_back(v[k] > 0.5f);
         hits += v[k] > 0.5f;
       }
+      if (flat.numel() > 0 && flat.numel() % n == 0 && flat.numel() > n) {
+        // Per example, every element right.
+        const int64_t per = flat.numel() / n;
+        for (int64_t r = 0; r < n; ++r) {
+          bool all = true;
+          for (int64_t k = 0; k < per && all; ++k) all = v[r * per + k] > 0.5f;
+          exact_right += all ? 1 : 0;
+        }
+        exact_rows += static_cast<double>(n);
+      }
       if (flat.numel() > 0) {
         // Per example: the share right of its elements.
         right += hits / static_cast<double>(flat.numel()) * static_cast<double>(n);
@@ -121,6 +132,7 @@ SplitScore score(nn::Module& model, const nn::DataLoader& loader, const LossFunc
   model.train(was);
   if (s.examples > 0) s.loss = loss_sum / static_cast<double>(s.examples);
   if (counted > 0) s.accuracy = right / counted;
+  if (exact_rows > 0) s.exact_match = exact_right / exact_rows;
   if (static_cast<int64_t>(s.row_losses.size()) != s.examples) s.row_losses.clear();
   return s;
 }

@@ -27,6 +27,9 @@ struct SplitScore {
   std::vector<uint8_t> right;                   // per scored example (or element, for float targets): 1 when right
   std::vector<std::vector<int64_t>> confusion;  // class targets: rows per [label][prediction]
   bool class_labels = false;                    // integer targets (class ids, in whatever layout)
+  // Several 0/1 targets per example (multi-label, or one-hot rows under a threshold): the share of examples
+  // with every target right (exact-match or subset accuracy; NaN otherwise).
+  double exact_match = std::nan("");
   LabelTail tail;
 };
 

@@ -32,6 +32,13 @@ namespace {
 // (1 row in 6-8), a game's empty board each game.
 constexpr double kBlankShare = 0.3;
 constexpr int64_t kMinBlankRows = 100;
+// Inputs of whole numbers recur by nature where kRecurringShare of the copies or more sit in groups of three
+// rows or more (a next-token model's six-token contexts: 9.3% of 60,000 rows repeat, 53% of the copies in
+// groups of up to 15); rows appended twice, or again with another label, make pairs.
+constexpr double kRecurringShare = 0.25;
+// A continuous target's copies within its noise: their variance about each repeated input's mean at most
+// kTargetNoiseShare of the targets' variance (ratings of a user, item and hour met again).
+constexpr double kTargetNoiseShare = 0.5;
 
 }  // namespace
 
@@ -149,15 +156,63 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
     }
   }
   const bool outcomes = joined > 1.0 && static_cast<double>(conflict_inputs) <= expected + 2.0 * sd;
+  // Inputs of whole numbers that recur by nature (a next-token model's contexts, categorical rows): many
+  // copies sit in groups of three rows or more, where rows appended twice, or appended again with another
+  // label, make pairs. Info: the duplicates and the conflicts are the data's.
+  int64_t in_groups = 0;
+  for (const auto& [h, g] : groups)
+    if (g.count >= 3) in_groups += g.count - 1;
+  const double grouped = static_cast<double>(in_groups) / static_cast<double>(repeated);
+  const bool recurring = s.integral_inputs && s.classes && (too_many || conflicts) && !discrete && !ids_conflict &&
+                         grouped >= kRecurringShare;
+  // A continuous target (a regression): copies of one input with other targets are the target's noise where
+  // their spread about each input's mean is a small part of the targets' whole variance; labels of another
+  // source (a shuffled or rescaled target column appended) spread as widely as the targets themselves.
+  double within = kNaN;
+  if (conflicts && !s.classes && s.label_values == 1) {
+    double sum = 0, sq = 0, inner = 0, rows_in = 0;
+    for (const Label& l : s.y) sum += l.value, sq += l.value * l.value;
+    const double var = sq / n - (sum / n) * (sum / n);
+    for (const auto& [h, g] : groups) {
+      if (g.count < 2) continue;
+      double gs = 0, gq = 0;
+      for (size_t k = 0; k < g.labels.size(); ++k) {
+        const double c = static_cast<double>(g.copies[k]), v = g.labels[k].value;
+        gs += c * v;
+        gq += c * v * v;
+      }
+      const double cnt = static_cast<double>(g.count);
+      inner += gq - gs * gs / cnt;
+      rows_in += cnt;
+    }
+    if (var > 0 && rows_in > 0) within = inner / rows_in / var;
+  }
+  const bool target_noise = within <= kTargetNoiseShare;
   // Copies of the rarer labels' rows (oversampling_tilt): oversampling, info.
   const double tilt = too_many && !conflicts && !discrete ? oversampling_tilt(s) : kNaN;
   const bool oversampled = tilt < kOversampledShare;
-  Finding f =
-      make("D12",
-           (conflicts || too_many) && !discrete && !ids_conflict && !outcomes && !oversampled ? Severity::Warning
-                                                                                              : Severity::Info,
-           "");
-  if (outcomes)
+  Finding f = make("D12",
+                   ((conflicts && !target_noise) || too_many) && !discrete && !ids_conflict && !outcomes &&
+                           !oversampled && !recurring
+                       ? Severity::Warning
+                       : Severity::Info,
+                   "");
+  if (recurring)
+    f.title = "inputs of whole numbers that recur by nature: " + num(repeated) + " of " + num(s.read()) + " rows of " +
+              s.name + " repeat an earlier row's input (" + pct(dup_frac) + "), " + pct(grouped) +
+              " of the copies in groups of three or more" +
+              (conflicts ? "; " + num(conflicting) +
+                               " rows share their input with another label: the target is random given the input, "
+                               "and the labels allow an accuracy of " +
+                               pct(ceiling)
+                         : std::string()) +
+              s.partial();
+  else if (target_noise && !too_many)
+    f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name +
+              " share their input with a row of another target, within the targets' noise (their spread about each "
+              "input's mean is " +
+              pct(within) + " of the targets' variance)" + s.partial();
+  else if (outcomes)
     f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name +
               " share their input with a row of another label, as many as labels drawn apart from the input would "
               "give: rows joined from repeated items (" +
@@ -198,7 +253,15 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   if (s.integral_inputs)
     f.evidence.push_back({"inputs of whole numbers (ids, categories, one-hot) repeating this often", dup_frac,
                           ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
-  if (conflicts) f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
+  if (conflicts && s.classes)
+    f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
+  if (s.integral_inputs && s.classes && (too_many || conflicts) && !discrete && !ids_conflict) {
+    f.evidence.push_back({"copies in groups of three rows or more", grouped,
+                          ">= " + fmt_num(kRecurringShare) + ": inputs that recur by nature (info)"});
+  }
+  if (std::isfinite(within))
+    f.evidence.push_back({"variance of the targets about each repeated input's mean / the targets' variance", within,
+                          "<= " + fmt_num(kTargetNoiseShare) + ": the targets' noise (info)"});
   if (oversampled)
     f.evidence.push_back({"a copy's label's share among the distinct inputs / a distinct input's label's", tilt,
                           "< " + fmt_num(kOversampledShare) + ": copies of the rarer labels (info)"});
@@ -217,7 +280,19 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
     f.evidence.push_back({"inputs with conflicting labels, were the labels drawn apart from the input", expected,
                           "observed <= this + 2 sd (" + fmt_num(sd) + "): outcomes, info"});
   }
-  if (outcomes)
+  if (recurring)
+    f.cause =
+        "the inputs are whole numbers (token ids, categories) that recur by nature: the same context or category "
+        "row comes back many times, and where the outcome is random given the input (the next token after a "
+        "context) it carries several labels. Rows appended twice, or again with another label, make pairs "
+        "instead. For example: " +
+        example;
+  else if (target_noise && !too_many)
+    f.cause =
+        "the target is a measurement with noise (a rating, a price): the same input met again gives another "
+        "value, and the values stay close to that input's mean. For example: " +
+        example;
+  else if (outcomes)
     f.cause =
         "each row joins the features of items that recur across rows (a user and an article, a patient and a "
         "visit), so the same pair recurs by chance, and the label is what happened at each meeting: a click or "
@@ -254,9 +329,10 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "the data, and any copy that also lands in the validation split inflates its score. For "
         "example: " +
         example;
-  f.fix = discrete ? std::string(
-                         "nothing to do if the inputs are meant to be discrete (the accuracy cannot pass the "
-                         "ceiling above)")
+  f.fix = discrete || recurring || (target_noise && !too_many)
+              ? std::string(
+                    "nothing to do if the inputs are meant to be discrete (the accuracy cannot pass the "
+                    "ceiling above)")
           : conflicts ? "look at the rows with conflicting labels (start with rows " + num(ex.first) + " and " +
                             num(ex.second) + "), keep one correct label per input and drop the others; then split"
                       : "drop the repeated rows before splitting (keep the first copy of each input); oversample on "

@@ -182,7 +182,8 @@ std::optional<Finding> reported_accuracy_low(const EndFitMeasure& m, const EndFi
   }
   const double balanced = classes ? recall_sum / static_cast<double>(classes) : m.val_accuracy;
   const double macro_f1 = classes ? f1_sum / static_cast<double>(classes) : m.val_accuracy;
-  const double own = std::min({m.val_accuracy, balanced, macro_f1});
+  const bool exact = std::isfinite(m.val_exact_match);
+  const double own = std::min({m.val_accuracy, balanced, macro_f1, exact ? m.val_exact_match : m.val_accuracy});
   const double se = std::sqrt(std::max(2 * own * (1 - own), 1e-12) / static_cast<double>(m.val_examples));
   const double z = (own - reported) / se;
   if (!(own - reported >= o.reported_accuracy_gap && z >= o.reported_accuracy_z)) return std::nullopt;
@@ -197,6 +198,11 @@ std::optional<Finding> reported_accuracy_low(const EndFitMeasure& m, const EndFi
       {"its macro F1", macro_f1, ""},
       {"the least of the three - reported", own - reported, ">= " + str_printf("%g", o.reported_accuracy_gap) + " and"},
       {"z (that difference / sqrt(2 p (1 - p) / n))", z, ">= " + str_printf("%g", o.reported_accuracy_z) + " warns"}};
+  if (exact) {
+    f.evidence.insert(f.evidence.begin() + 4,
+                      {"its exact-match accuracy (every target of an example right)", m.val_exact_match, ""});
+    f.evidence[5].name = "the least of the four - reported";
+  }
   f.cause =
       "the evaluation code pairs predictions with the wrong labels (predictions and labels collected in two "
       "passes over a shuffled loader, concatenated in different orders), compares the wrong tensors (logits "
