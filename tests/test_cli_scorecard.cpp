@@ -41,7 +41,8 @@ TEST_CASE("scorecard --quick: the corpus silent, the effective mutants caught an
       ++metric_blind;
       CHECK_FALSE(m.get("effective")->b);
       CHECK(m.get("detected")->b);
-      CHECK(m.get("diagnosed")->b);
+      // Named by the lead in most of the runs that flagged it.
+      CHECK(2 * m.get("diagnosed_runs")->num > m.get("detected_runs")->num);
     }
   }
   CHECK(metric_blind == j.get("equivalent_true_flags")->num);

@@ -126,3 +126,23 @@ TEST_CASE("a mutant that hurts is effective and detected; one that does not is e
                           "\"corpus_false_alarms\"", "\"effective_mutants\"", "\"equivalent_mutants\""})
     CHECK_MESSAGE(j.find(key) != std::string::npos, key);
 }
+
+TEST_CASE("a flagged equivalent mutant: a mistake, a true flag when most flagged runs name its fault, a false alarm") {
+  MutantResult m;
+  m.runs = 5;
+  m.detected_runs = 3;
+  m.detected = true;
+  CHECK(m.equivalent_flag() == "false-alarm");  // a harmless operator flagged in most runs
+  m.metric_blind = true;
+  m.diagnosed_runs = 2;  // 2 of the 3 flagged runs name the fault (HLR 30x: O8), the third another check
+  CHECK(m.equivalent_flag() == "metric-blind");
+  m.diagnosed_runs = 1;  // most flagged runs name something else
+  CHECK(m.equivalent_flag() == "false-alarm");
+  m.always_mistake = true;
+  CHECK(m.equivalent_flag() == "mistake");
+  m.detected = false;  // flagged in fewer than most runs: no flag
+  CHECK(m.equivalent_flag().empty());
+  m.detected = true;
+  m.effective = true;
+  CHECK(m.equivalent_flag().empty());
+}

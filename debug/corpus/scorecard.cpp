@@ -15,6 +15,14 @@
 #include "debug/evidence/kind.h"
 
 namespace gradsleuth::debug::corpus {
+
+std::string MutantResult::equivalent_flag() const {
+  if (effective || !detected) return "";
+  if (always_mistake) return "mistake";
+  // A fault the metric cannot see: judged by the runs that flagged it, most of them naming it.
+  return metric_blind && 2 * diagnosed_runs > detected_runs ? "metric-blind" : "false-alarm";
+}
+
 namespace {
 
 double mean(const std::vector<double>& v) {
@@ -297,9 +305,9 @@ Scorecard run_scorecard(const ScorecardOptions& o) {
       } else {
         ++f->equivalent;
         if (m.detected)
-          (m.always_mistake                  ? f->equivalent_flagged_mistakes
-           : m.metric_blind && m.diagnosed ? f->equivalent_true_flags
-                                           : f->equivalent_false_alarms) += 1;
+          (m.always_mistake                        ? f->equivalent_flagged_mistakes
+           : m.equivalent_flag() == "metric-blind" ? f->equivalent_true_flags
+                                                   : f->equivalent_false_alarms) += 1;
       }
     }
   }
@@ -352,7 +360,7 @@ std::string scorecard_text(const Scorecard& s) {
   }
   header = false;
   for (const MutantResult& m : s.mutants) {
-    if (m.effective || !m.detected || m.always_mistake || (m.metric_blind && m.diagnosed)) continue;
+    if (m.equivalent_flag() != "false-alarm") continue;
     if (!header) t += "\nFalse alarms on equivalent mutants:\n";
     header = true;
     std::string f;
@@ -398,15 +406,11 @@ std::string scorecard_json(const Scorecard& s) {
          ",\"description\":" + json_str(m.description) + ",\"healthy_mean\":" + json_num(m.healthy_mean) +
          ",\"mutant_mean\":" + json_num(m.mutant_mean) + ",\"p_value\":" + json_num(m.p_value) +
          ",\"effect\":" + json_num(m.effect) + ",\"seeds\":" + std::to_string(m.seeds) +
-         ",\"effective\":" + json_bool(m.effective) +
-         ",\"flag\":" +
-         json_str(m.effective || !m.detected ? ""
-                  : m.always_mistake         ? "mistake"
-                  : m.metric_blind && m.diagnosed ? "metric-blind"
-                                                  : "false-alarm") +
+         ",\"effective\":" + json_bool(m.effective) + ",\"flag\":" + json_str(m.equivalent_flag()) +
          ",\"detected\":" + json_bool(m.detected) + ",\"diagnosed\":" + json_bool(m.diagnosed) +
          ",\"runs\":" + std::to_string(m.runs) + ",\"detected_runs\":" + std::to_string(m.detected_runs) +
-         ",\"diagnosed_runs\":" + std::to_string(m.diagnosed_runs) + ",\"fired\":" + json_list(m.fired) + ",\"lead\":" + json_str(m.lead) + "}";
+         ",\"diagnosed_runs\":" + std::to_string(m.diagnosed_runs) + ",\"fired\":" + json_list(m.fired) +
+         ",\"lead\":" + json_str(m.lead) + "}";
   }
   return j + "]}";
 }

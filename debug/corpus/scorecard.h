@@ -11,7 +11,8 @@
 //   false alarms: warnings on the corpus's healthy programs and on equivalent mutants of harmless
 //   operators. A flag on an equivalent mutant of an operator whose fault stays a fault where the
 //   metric does not move (Operator::metric_blind, or a mutant's second fault) is a true flag when its
-//   lead names the fault, and is counted apart ("true flags the metric cannot see").
+//   lead names the fault in most of the runs that flagged it, and is counted apart ("true flags the
+//   metric cannot see").
 // A mutant that passes the effect size and the drop but not the p-value is undecided, not harmless:
 // it gets as many seeds again (and so does its healthy recipe) and the test runs on all of them.
 #pragma once
@@ -57,6 +58,10 @@ struct MutantResult {
   bool detected = false, diagnosed = false;  // in most runs
   std::vector<std::string> fired;            // the first seed's checks that fired
   std::string lead;                          // the first seed's lead check ("" when silent)
+  // An equivalent mutant flagged in most runs: "mistake" (the operator is always one), "metric-blind"
+  // (a fault the metric cannot see, named by the lead in most of the runs that flagged it), or
+  // "false-alarm"; "" for an effective mutant or one flagged in fewer than most runs.
+  std::string equivalent_flag() const;
 };
 
 struct FamilyScore {

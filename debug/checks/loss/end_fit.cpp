@@ -709,23 +709,6 @@ bool end_fit_wants_data_probe(const EndFitMeasure& m, const std::vector<Finding>
   return std::isfinite(m.train_loss) && std::isfinite(m.val_loss) && m.val_loss > o.data_gap_loss * m.train_loss;
 }
 
-// Without accuracies (a regression), each example's loss alone: the training split's loss against
-// validation's, in standard errors. A model fits the examples it was trained on at least as well as
-// examples it never saw; where its loss on them is clearly the higher one, the training examples are
-// not the distribution it is scored on: noise written into the stored training inputs, or targets
-// corrupted in the training split only.
-// Welch's z of the two splits' mean losses, from their examples' losses: (training - validation) /
-// the standard error of the difference.
-double loss_split_z(const EndFitMeasure& m) {
-  const auto& a = m.train_row_losses;
-  const auto& b = m.val_row_losses;
-  if (a.size() < 2 || b.size() < 2) return std::nan("");
-  const auto [ma, va] = mean_and_variance(a);
-  const auto [mb, vb] = mean_and_variance(b);
-  const double se = std::sqrt(va / static_cast<double>(a.size()) + vb / static_cast<double>(b.size()));
-  return se > 0 ? (ma - mb) / se : std::nan("");
-}
-
 void add_loss_split_evidence(Finding& f, const EndFitMeasure& m, const EndFitOptions& o) {
   const double z = loss_split_z(m);
   if (!std::isfinite(z)) return;

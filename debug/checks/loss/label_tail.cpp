@@ -1,5 +1,6 @@
-// L9's confident-disagreement rule (debug/checks/loss/label_tail.h): the tail shares and their evidence.
-// The rule's findings are made in end_fit.cpp, L9's home.
+// L9's confident-disagreement rule (debug/checks/loss/label_tail.h): the tail shares and their evidence;
+// and the split rule's z on the examples' losses (loss_split_z, end_fit.h). The findings are made in
+// end_fit.cpp, L9's home.
 #include "debug/checks/loss/label_tail.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "core/format.h"
+#include "debug/checks/check_util.h"
+#include "debug/checks/loss/end_fit.h"
 
 namespace gradsleuth::debug {
 
@@ -30,6 +33,24 @@ std::vector<Evidence> label_tail_evidence(const LabelTailMeasure& m, const Label
           {"validation examples given under " + below + " probability for their label", s.val, ""},
           {"training - validation share", s.train - s.val, "> " + str_printf("%g", o.margin) + " and"},
           {"z (two proportions, training over validation)", s.z, ">= " + str_printf("%g", o.min_z) + " warns"}};
+}
+
+// L9's split rule on the examples' losses (declared in end_fit.h), Kind-free like the tail's shares.
+// Without accuracies (a regression), each example's loss alone: the training split's loss against
+// validation's, in standard errors. A model fits the examples it was trained on at least as well as
+// examples it never saw; where its loss on them is clearly the higher one, the training examples are
+// not the distribution it is scored on: noise written into the stored training inputs, or targets
+// corrupted in the training split only.
+// Welch's z of the two splits' mean losses, from their examples' losses: (training - validation) /
+// the standard error of the difference.
+double loss_split_z(const EndFitMeasure& m) {
+  const auto& a = m.train_row_losses;
+  const auto& b = m.val_row_losses;
+  if (a.size() < 2 || b.size() < 2) return std::nan("");
+  const auto [ma, va] = detail::mean_and_variance(a);
+  const auto [mb, vb] = detail::mean_and_variance(b);
+  const double se = std::sqrt(va / static_cast<double>(a.size()) + vb / static_cast<double>(b.size()));
+  return se > 0 ? (ma - mb) / se : std::nan("");
 }
 
 }  // namespace gradsleuth::debug
