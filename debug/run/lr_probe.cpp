@@ -169,11 +169,10 @@ bool Session::rate_outcome(const RunReport& r, RateOutcome& m) {
     }
     const size_t n = other.row_losses.size();
     if (n >= 2 && n == tenth.row_losses.size()) {
-      double mean = 0, sq = 0;
-      for (size_t i = 0; i < n; ++i) mean += other.row_losses[i] - tenth.row_losses[i];
-      mean /= static_cast<double>(n);
-      for (size_t i = 0; i < n; ++i) sq += std::pow(other.row_losses[i] - tenth.row_losses[i] - mean, 2);
-      const double se = std::sqrt(sq / static_cast<double>(n - 1) / static_cast<double>(n));
+      std::vector<double> d(n);
+      for (size_t i = 0; i < n; ++i) d[i] = other.row_losses[i] - tenth.row_losses[i];
+      const auto [mean, var] = detail::mean_and_variance(d);
+      const double se = std::sqrt(var / static_cast<double>(n));
       loss_z = se > 0 ? mean / se : 0.0;
     }
   };
