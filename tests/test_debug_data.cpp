@@ -1068,6 +1068,18 @@ TEST_CASE("D12: a regression's copies within the target's noise are info; a targ
   CHECK(ev(noise[0], "conflicting-label fraction") > 0.01);
   CHECK(ev(noise[0], "variance of the targets about each repeated input's mean / the targets' variance") < 0.1);
   CHECK(noise[0].severity == dbg::Severity::Info);
+  CHECK_FALSE(has(noise[0].title, "accuracy"));
+  // The same ratings over 40 users and 30 items: half the rows repeat (a discrete set), and the title
+  // gives a regression's targets no accuracy ceiling.
+  std::vector<int64_t> few_ids;
+  for (size_t k = 0; k < x.size(); ++k) few_ids.push_back(x[k] % (k % 2 == 0 ? 40 : 30));
+  const std::vector<dbg::Finding> dense =
+      dbg::check_duplicates(*dataset(gs::tensor(few_ids, {4000, 2}), gs::tensor(noisy, {4000}), "ratings (dense)"));
+  REQUIRE(dense.size() == 1);
+  INFO(dense[0].str());
+  CHECK(has(dense[0].title, "a small discrete set"));
+  CHECK(has(dense[0].title, "with other targets"));
+  CHECK_FALSE(has(dense[0].title, "accuracy"));
   const std::vector<dbg::Finding> other =
       dbg::check_duplicates(*dataset(xt, gs::tensor(shuffled, {4000}), "ratings (shuffled)"));
   REQUIRE(other.size() == 1);

@@ -220,11 +220,12 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   else if (discrete)
     f.title = "inputs from a small discrete set: " + num(repeated) + " of " + num(s.read()) + " rows of " + s.name +
               " repeat an earlier row's input (" + pct(dup_frac) + ")" +
-              (conflicts ? ", " + num(conflicting) +
-                               " of them with other labels: the target is random given the "
-                               "input, and the labels allow an accuracy of " +
-                               pct(ceiling)
-                         : std::string()) +
+              (conflicts && s.classes ? ", " + num(conflicting) +
+                                            " of them with other labels: the target is random given the "
+                                            "input, and the labels allow an accuracy of " +
+                                            pct(ceiling)
+               : conflicts ? ", " + num(conflicting) + " of them with other targets: the target varies given the input"
+                           : std::string()) +
               s.partial();
   else if (conflicts)
     f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name + " share their input with a row " +
