@@ -9,7 +9,8 @@
 // views of the validation inputs under an objective without labels against the same under a supervised
 // loss; a checkpoint loaded and then drawn again in every layer against a new head drawn again; a +-3
 // clip on raw values before the standardisation against the clip after it; a denoiser scored against its
-// noisy input against the same scored against the clean targets, and a plain autoencoder.
+// noisy input against the same scored against the clean targets, and a plain autoencoder; a multi-label
+// loop that reports exact-match accuracy; and the split score every end-of-run probe reads (SplitScore).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -22,6 +23,7 @@
 
 #include <gradsleuth.h>
 
+#include "debug/run/split_score.h"
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 
@@ -560,4 +562,35 @@ TEST_CASE(
   m.val_unseen_rows = 0;
   m.val_seen_accuracy = 0.55;
   CHECK(has_kind(debug::check_end_fit(m), debug::Kind::GeneralisationGap));
+}
+
+TEST_CASE("SplitScore: multi-label exact match, every example's loss under a class loss, the accuracy threshold") {
+  // The model passes its input through, so the inputs are the outputs scored.
+  nn::Identity model;
+  // Three examples of two 0/1 targets, logits read at 0: rows all right, one of two right, all right.
+  const Tensor logits = tensor(std::vector<float>{2, -3, 1, 1, -2, 4}, {3, 2}),
+               multi = tensor(std::vector<float>{1, 0, 1, 0, 0, 1}, {3, 2});
+  const nn::DataLoader ml(std::make_shared<nn::TensorDataset>(logits, multi), nn::DataLoaderOptions().batch_size(2));
+  nn::BCEWithLogitsLoss bce;
+  CHECK(debug::run_detail::accuracy_threshold(&bce) == 0.0);
+  const debug::run_detail::SplitScore s = debug::run_detail::score(
+      model, ml, [&](const Tensor& o, const Tensor& y) { return bce(o, y); }, 10, 0.0);
+  CHECK(s.examples == 3);
+  CHECK(s.accuracy == doctest::Approx(5.0 / 6.0));
+  CHECK(s.exact_match == doctest::Approx(2.0 / 3.0));
+  // Class ids under cross-entropy: every example's loss alone with RowLosses::kEvery, none without.
+  const Tensor scores = tensor(std::vector<float>{3, 0, 0, 0, 2, 0, 1, 1, 0}, {3, 3});
+  const Tensor ids = tensor(std::vector<int64_t>{0, 1, 2}, {3});
+  const nn::DataLoader cl(std::make_shared<nn::TensorDataset>(scores, ids), nn::DataLoaderOptions().batch_size(3));
+  nn::CrossEntropyLoss ce;
+  auto loss = [&](const Tensor& o, const Tensor& y) { return ce(o, y); };
+  CHECK(std::isnan(debug::run_detail::accuracy_threshold(&ce)));
+  const debug::run_detail::SplitScore every =
+      debug::run_detail::score(model, cl, loss, 10, std::nan(""), debug::run_detail::RowLosses::kEvery);
+  REQUIRE(every.row_losses.size() == 3);
+  CHECK(every.row_losses[0] == doctest::Approx(-std::log(std::exp(3.0) / (std::exp(3.0) + 2.0))).epsilon(1e-5));
+  CHECK(every.right == std::vector<uint8_t>{1, 1, 0});
+  CHECK(std::isnan(every.exact_match));  // one class per example: no exact match to speak of
+  CHECK(debug::run_detail::score(model, cl, loss, 10, std::nan(""), debug::run_detail::RowLosses::kUnscored)
+            .row_losses.empty());
 }
