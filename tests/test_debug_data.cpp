@@ -1080,6 +1080,36 @@ TEST_CASE("D12: a regression's copies within the target's noise are info; a targ
   CHECK(has(dense[0].title, "a small discrete set"));
   CHECK(has(dense[0].title, "with other targets"));
   CHECK_FALSE(has(dense[0].title, "accuracy"));
+  // Users and items drawn with Zipf weights (1 / rank^0.7): the popular pairs recur, past the copies' 5%
+  // and in groups of three or more. Copies within the rating's noise are info; the shuffled column warns.
+  auto zipf = [](size_t n) {
+    std::vector<double> w(n);
+    for (size_t k = 0; k < n; ++k) w[k] = 1.0 / std::pow(static_cast<double>(k + 1), 0.7);
+    return std::discrete_distribution<int64_t>(w.begin(), w.end());
+  };
+  auto zu = zipf(400), zi = zipf(300);
+  std::vector<int64_t> zx;
+  std::vector<float> zy;
+  for (int64_t r = 0; r < 4000; ++r) {
+    const int64_t a = zu(g), b = zi(g);
+    zx.push_back(a);
+    zx.push_back(b);
+    zy.push_back(static_cast<float>(3.0 + 0.7 * (bias_u[a] + bias_i[b]) + 0.2 * z(g)));
+  }
+  const Tensor zxt = gs::tensor(zx, {4000, 2});
+  const std::vector<dbg::Finding> popular = dbg::check_duplicates(*dataset(zxt, gs::tensor(zy, {4000}), "popular"));
+  REQUIRE(popular.size() == 1);
+  INFO(popular[0].str());
+  CHECK(ev(popular[0], "duplicate fraction") > 0.05);
+  CHECK(ev(popular[0], "duplicate fraction") < 0.2);
+  CHECK(ev(popular[0], "copies in groups of three rows or more") >= 0.25);
+  CHECK(popular[0].severity == dbg::Severity::Info);
+  std::shuffle(zy.begin(), zy.end(), g);
+  const std::vector<dbg::Finding> mixed =
+      dbg::check_duplicates(*dataset(zxt, gs::tensor(zy, {4000}), "popular (shuffled)"));
+  REQUIRE(mixed.size() == 1);
+  INFO(mixed[0].str());
+  CHECK(mixed[0].severity == dbg::Severity::Warning);
   const std::vector<dbg::Finding> other =
       dbg::check_duplicates(*dataset(xt, gs::tensor(shuffled, {4000}), "ratings (shuffled)"));
   REQUIRE(other.size() == 1);

@@ -158,13 +158,15 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   const bool outcomes = joined > 1.0 && static_cast<double>(conflict_inputs) <= expected + 2.0 * sd;
   // Inputs of whole numbers that recur by nature (a next-token model's contexts, categorical rows): many
   // copies sit in groups of three rows or more, where rows appended twice, or appended again with another
-  // label, make pairs. Info: the duplicates and the conflicts are the data's.
+  // label, make pairs. Info: the duplicates are the data's, and so are a class label's conflicts (a
+  // continuous target's are judged by their spread, below).
   int64_t in_groups = 0;
   for (const auto& [h, g] : groups)
     if (g.count >= 3) in_groups += g.count - 1;
   const double grouped = static_cast<double>(in_groups) / static_cast<double>(repeated);
-  const bool recurring = s.integral_inputs && s.classes && (too_many || conflicts) && !discrete && !ids_conflict &&
-                         grouped >= kRecurringShare;
+  const bool natural =
+      s.integral_inputs && (too_many || conflicts) && !discrete && !ids_conflict && grouped >= kRecurringShare;
+  const bool recurring = natural && (s.classes || !conflicts);
   // A continuous target (a regression): copies of one input with other targets are the target's noise where
   // their spread about each input's mean is a small part of the targets' whole variance; labels of another
   // source (a shuffled or rescaled target column appended) spread as widely as the targets themselves.
@@ -192,8 +194,8 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
   const double tilt = too_many && !conflicts && !discrete ? oversampling_tilt(s) : kNaN;
   const bool oversampled = tilt < kOversampledShare;
   Finding f = make("D12",
-                   ((conflicts && !target_noise) || too_many) && !discrete && !ids_conflict && !outcomes &&
-                           !oversampled && !recurring
+                   ((conflicts && !target_noise && !(natural && s.classes)) || (too_many && !natural)) && !discrete &&
+                           !ids_conflict && !outcomes && !oversampled
                        ? Severity::Warning
                        : Severity::Info,
                    "");
@@ -207,7 +209,7 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
                                pct(ceiling)
                          : std::string()) +
               s.partial();
-  else if (target_noise && !too_many)
+  else if (target_noise && (!too_many || natural))
     f.title = num(conflicting) + " of " + num(s.read()) + " rows of " + s.name +
               " share their input with a row of another target, within the targets' noise (their spread about each "
               "input's mean is " +
@@ -256,7 +258,7 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
                           ">= " + fmt_num(opts.discrete_duplicate_fraction) + ": a discrete set (info)"});
   if (conflicts && s.classes)
     f.evidence.push_back({"accuracy the labels allow (each input's most frequent label)", ceiling, ""});
-  if (s.integral_inputs && s.classes && (too_many || conflicts) && !discrete && !ids_conflict) {
+  if (s.integral_inputs && (too_many || conflicts) && !discrete && !ids_conflict) {
     f.evidence.push_back({"copies in groups of three rows or more", grouped,
                           ">= " + fmt_num(kRecurringShare) + ": inputs that recur by nature (info)"});
   }
@@ -288,7 +290,7 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "context) it carries several labels. Rows appended twice, or again with another label, make pairs "
         "instead. For example: " +
         example;
-  else if (target_noise && !too_many)
+  else if (target_noise && (!too_many || natural))
     f.cause =
         "the target is a measurement with noise (a rating, a price): the same input met again gives another "
         "value, and the values stay close to that input's mean. For example: " +
@@ -330,7 +332,7 @@ std::vector<Finding> duplicates(const SplitSample& s, const DataCheckOptions& op
         "the data, and any copy that also lands in the validation split inflates its score. For "
         "example: " +
         example;
-  f.fix = discrete || recurring || (target_noise && !too_many)
+  f.fix = discrete || recurring || (target_noise && (!too_many || natural))
               ? std::string(
                     "nothing to do if the inputs are meant to be discrete (the accuracy cannot pass the "
                     "ceiling above)")
