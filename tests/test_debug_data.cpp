@@ -1051,15 +1051,20 @@ TEST_CASE("D12: a regression's copies within the target's noise are info; a targ
   std::vector<double> bias_u(400), bias_i(300);
   for (double& b : bias_u) b = z(g);
   for (double& b : bias_i) b = z(g);
-  std::vector<int64_t> x;
-  std::vector<float> noisy, shuffled;
-  for (int64_t r = 0; r < 4000; ++r) {
-    const int64_t a = user(g), b = item(g);
-    x.push_back(a);
-    x.push_back(b);
-    noisy.push_back(static_cast<float>(3.0 + 0.7 * (bias_u[a] + bias_i[b]) + 0.2 * z(g)));
-  }
-  shuffled = noisy;
+  // 4,000 (user, item) pairs drawn by the two distributions, each rated at the pair's mean plus noise.
+  auto ratings = [&](auto& pick_user, auto& pick_item) {
+    std::vector<int64_t> ids;
+    std::vector<float> y;
+    for (int64_t r = 0; r < 4000; ++r) {
+      const int64_t a = pick_user(g), b = pick_item(g);
+      ids.push_back(a);
+      ids.push_back(b);
+      y.push_back(static_cast<float>(3.0 + 0.7 * (bias_u[a] + bias_i[b]) + 0.2 * z(g)));
+    }
+    return std::make_pair(ids, y);
+  };
+  const auto [x, noisy] = ratings(user, item);
+  std::vector<float> shuffled = noisy;
   std::shuffle(shuffled.begin(), shuffled.end(), g);  // the targets of another file, in another order
   const Tensor xt = gs::tensor(x, {4000, 2});
   const std::vector<dbg::Finding> noise = dbg::check_duplicates(*dataset(xt, gs::tensor(noisy, {4000}), "ratings"));
@@ -1088,14 +1093,7 @@ TEST_CASE("D12: a regression's copies within the target's noise are info; a targ
     return std::discrete_distribution<int64_t>(w.begin(), w.end());
   };
   auto zu = zipf(400), zi = zipf(300);
-  std::vector<int64_t> zx;
-  std::vector<float> zy;
-  for (int64_t r = 0; r < 4000; ++r) {
-    const int64_t a = zu(g), b = zi(g);
-    zx.push_back(a);
-    zx.push_back(b);
-    zy.push_back(static_cast<float>(3.0 + 0.7 * (bias_u[a] + bias_i[b]) + 0.2 * z(g)));
-  }
+  auto [zx, zy] = ratings(zu, zi);
   const Tensor zxt = gs::tensor(zx, {4000, 2});
   const std::vector<dbg::Finding> popular = dbg::check_duplicates(*dataset(zxt, gs::tensor(zy, {4000}), "popular"));
   REQUIRE(popular.size() == 1);

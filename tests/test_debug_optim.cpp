@@ -15,6 +15,7 @@
 #include "core/autograd.h"
 #include "core/generator.h"
 #include "core/ops.h"
+#include "debug/checks/check_util.h"
 #include "debug/checks/optim/loss_scale.h"
 #include "debug/checks/optim/optim_checks.h"
 #include "debug/evidence/tensor_stats.h"
@@ -909,8 +910,8 @@ TEST_CASE(
     "accuracy") {
   const dbg::OptimCheckOptions o;
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  CHECK(dbg::mcnemar_z(14, 2) == doctest::Approx(3.0));
-  CHECK(dbg::mcnemar_z(0, 0) == 0.0);
+  CHECK(dbg::detail::mcnemar_z(14, 2) == doctest::Approx(3.0));
+  CHECK(dbg::detail::mcnemar_z(0, 0) == 0.0);
   // Accuracy: 14 examples fixed against 2 broken (z 3) beats; 8 against 4 (z 1.15) does not by itself.
   CHECK(dbg::tenth_rate_beats(0.30, 0.29, 0.90, 0.93, 14, 2, 0.5, o));
   CHECK_FALSE(dbg::tenth_rate_beats(0.30, 0.29, 0.90, 0.91, 8, 4, 0.5, o));

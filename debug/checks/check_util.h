@@ -141,6 +141,24 @@ inline std::pair<double, double> mean_and_variance(const std::vector<double>& v)
   return {mean, ss / (n - 1)};
 }
 
+// McNemar's z of two models on the same examples: (fixed - broken) / sqrt(fixed + broken), where `fixed`
+// examples only the second gets right and `broken` only the first; 0 when no example changed.
+inline double mcnemar_z(int64_t fixed, int64_t broken) {
+  const double n = static_cast<double>(fixed + broken);
+  return n > 0 ? static_cast<double>(fixed - broken) / std::sqrt(n) : 0.0;
+}
+
+// The paired z of a[i] - b[i] (its mean over its standard error); NaN where the series differ in length,
+// hold under two values, or do not vary.
+inline double paired_z(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() < 2 || a.size() != b.size()) return kNaN;
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  const auto [mean, var] = mean_and_variance(d);
+  const double se = std::sqrt(var / static_cast<double>(d.size()));
+  return se > 0 ? mean / se : kNaN;
+}
+
 // How closely series `a` follows `b` x scale, element i against element i, over the pairs where
 // both are finite: their count, the mean absolute gap, the Pearson correlation, and whether every
 // gap is within 1e-6 of the larger magnitude (at least 1).

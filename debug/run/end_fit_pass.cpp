@@ -485,13 +485,7 @@ void Session::check_fit_at_end(RunReport& r) {
           replay ? run_lrs : std::vector<double>{});
       m.continued_val_loss = failed_on.empty() ? after.loss : std::nan("");
       if (failed_on.empty()) m.continued_val_row_losses = after.row_losses;
-      if (failed_on.empty() && !before.right.empty() && before.right.size() == after.right.size()) {
-        m.continued_fixed = m.continued_broken = 0;
-        for (size_t i = 0; i < before.right.size(); ++i) {
-          m.continued_fixed += !before.right[i] && after.right[i];
-          m.continued_broken += before.right[i] && !after.right[i];
-        }
-      }
+      if (failed_on.empty()) count_flips(before, after, m.continued_fixed, m.continued_broken);
     };
     const int64_t steps =
         std::min<int64_t>(std::min<int64_t>(r.steps, 300), static_cast<int64_t>(r.history.step_losses.size()));
@@ -585,13 +579,7 @@ void Session::check_fit_at_end(RunReport& r) {
         m.fewer_val_loss = fewer.loss;
         m.fewer_val_accuracy = fewer.accuracy;
         m.fewer_share = static_cast<double>(share.size()) / static_cast<double>(n);
-        if (!all.right.empty() && all.right.size() == fewer.right.size()) {
-          m.fewer_broken = m.fewer_fixed = 0;
-          for (size_t i = 0; i < all.right.size(); ++i) {
-            m.fewer_broken += all.right[i] && !fewer.right[i];
-            m.fewer_fixed += !all.right[i] && fewer.right[i];
-          }
-        }
+        count_flips(all, fewer, m.fewer_fixed, m.fewer_broken);
         fs = check_end_fit(m, o_.fit);
       }
     }

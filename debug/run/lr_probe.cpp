@@ -160,21 +160,8 @@ bool Session::rate_outcome(const RunReport& r, RateOutcome& m) {
                      double& loss_z) {
     loss = other.loss;
     accuracy = other.accuracy;
-    if (other.right.size() == tenth.right.size() && !other.right.empty()) {
-      fixed = broken = 0;
-      for (size_t i = 0; i < other.right.size(); ++i) {
-        fixed += tenth.right[i] && !other.right[i];
-        broken += !tenth.right[i] && other.right[i];
-      }
-    }
-    const size_t n = other.row_losses.size();
-    if (n >= 2 && n == tenth.row_losses.size()) {
-      std::vector<double> d(n);
-      for (size_t i = 0; i < n; ++i) d[i] = other.row_losses[i] - tenth.row_losses[i];
-      const auto [mean, var] = detail::mean_and_variance(d);
-      const double se = std::sqrt(var / static_cast<double>(n));
-      loss_z = se > 0 ? mean / se : 0.0;
-    }
+    count_flips(other, tenth, fixed, broken);
+    loss_z = detail::paired_z(other.row_losses, tenth.row_losses);
   };
   m.tenth_loss = tenth.loss;
   m.tenth_accuracy = tenth.accuracy;

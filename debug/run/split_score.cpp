@@ -43,6 +43,16 @@ void count_label_tail(const Tensor& out, const Tensor& y, double threshold, doub
 
 }  // namespace
 
+bool count_flips(const SplitScore& before, const SplitScore& after, int64_t& fixed, int64_t& broken) {
+  if (before.right.empty() || before.right.size() != after.right.size()) return false;
+  fixed = broken = 0;
+  for (size_t i = 0; i < before.right.size(); ++i) {
+    fixed += !before.right[i] && after.right[i];
+    broken += before.right[i] && !after.right[i];
+  }
+  return true;
+}
+
 double accuracy_threshold(const nn::Loss* loss) {
   return dynamic_cast<const nn::BCEWithLogitsLoss*>(loss) ? 0.0 : dynamic_cast<const nn::BCELoss*>(loss) ? 0.5 : kNaN;
 }

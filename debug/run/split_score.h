@@ -33,6 +33,10 @@ struct SplitScore {
   LabelTail tail;
 };
 
+// The examples two scores of one split disagree on: `fixed`, right only in `after`; `broken`, right only in
+// `before`. False (the counts left alone) where the scores do not hold the same examples' verdicts.
+bool count_flips(const SplitScore& before, const SplitScore& after, int64_t& fixed, int64_t& broken);
+
 // The output a binary prediction is read at: 0 for BCEWithLogitsLoss's logits, 0.5 for BCELoss's
 // probabilities; NaN for any other loss (class scores are read by their argmax).
 double accuracy_threshold(const nn::Loss* loss);

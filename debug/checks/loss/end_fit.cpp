@@ -13,7 +13,6 @@
 
 namespace gradsleuth::debug {
 
-using detail::mean_and_variance;
 using detail::pct;
 
 namespace {
@@ -324,9 +323,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   // says the run's own size is on the steep part of its learning curve.
   const bool fewer_run = std::isfinite(m.fewer_val_loss);
   const bool fewer_counted = m.fewer_broken >= 0 && m.fewer_fixed >= 0;
-  const double fewer_flips = static_cast<double>(m.fewer_broken + m.fewer_fixed);
-  const double fewer_z =
-      fewer_counted && fewer_flips > 0 ? static_cast<double>(m.fewer_broken - m.fewer_fixed) / std::sqrt(fewer_flips) : 0.0;
+  const double fewer_z = fewer_counted ? detail::mcnemar_z(m.fewer_broken, m.fewer_fixed) : 0.0;
   const bool fewer_acc = fewer_run && acc && std::isfinite(m.all_val_accuracy) && std::isfinite(m.fewer_val_accuracy) &&
                          fewer_counted;
   const double fewer_drop = fewer_acc ? m.all_val_accuracy - m.fewer_val_accuracy : std::nan("");
@@ -486,9 +483,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
   // its value and by continue_min_gain, and (classification) more validation examples turn right than
   // wrong, by a McNemar z of continue_min_z.
   const bool counted = m.continued_fixed >= 0 && m.continued_broken >= 0;
-  const double flips = static_cast<double>(m.continued_fixed + m.continued_broken);
-  const double mcnemar_z =
-      counted && flips > 0 ? static_cast<double>(m.continued_fixed - m.continued_broken) / std::sqrt(flips) : 0.0;
+  const double mcnemar_z = counted ? detail::mcnemar_z(m.continued_fixed, m.continued_broken) : 0.0;
   // The share of the run's whole improvement, from its first loss to the validation loss after training
   // on, that was still to come at its end.
   const double share_left = std::isfinite(m.continued_val_loss) && std::isfinite(m.val_loss) &&
@@ -502,16 +497,7 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
           ? (m.val_loss - m.continued_val_loss) / (m.run_initial_loss - m.continued_val_loss)
           : std::nan("");
   // Without accuracies: the paired z of the validation examples' losses, before training on against after.
-  const double paired_z = [&] {
-    const auto& a = m.val_row_losses;
-    const auto& b = m.continued_val_row_losses;
-    if (a.size() < 2 || a.size() != b.size()) return std::nan("");
-    std::vector<double> d(a.size());
-    for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-    const auto [mean, var] = mean_and_variance(d);
-    const double se = std::sqrt(var / static_cast<double>(d.size()));
-    return se > 0 ? mean / se : std::nan("");
-  }();
+  const double paired_z = detail::paired_z(m.val_row_losses, m.continued_val_row_losses);
   // ... and the lowest validation loss of the run's epochs: a noisy curve's end can sit above its own
   // best epoch, and a model trained on only moves elsewhere in that noise; the paired z counts the
   // examples, not the iterates.

@@ -201,16 +201,11 @@ void soften_range_for_needed_rate(Report& r, const Finding& verdict) { soften_ab
 // (calm_at_rate, debug/run/lr_probe.cpp) showed none of it, it is info.
 void soften_range_for_calm_run(Report& r, const Finding& verdict) { soften_above_range(r, verdict, false); }
 
-double mcnemar_z(int64_t fixed, int64_t broken) {
-  const double n = static_cast<double>(fixed + broken);
-  return n > 0 ? static_cast<double>(fixed - broken) / std::sqrt(n) : 0.0;
-}
-
 bool tenth_rate_beats(double other_loss, double tenth_loss, double other_accuracy, double tenth_accuracy, int64_t fixed,
                       int64_t broken, double loss_z, const OptimCheckOptions& o) {
   const bool accuracies = std::isfinite(other_accuracy) && std::isfinite(tenth_accuracy);
   if (accuracies && tenth_accuracy > other_accuracy && fixed >= 0 && broken >= 0 &&
-      mcnemar_z(fixed, broken) >= o.outcome_min_z)
+      detail::mcnemar_z(fixed, broken) >= o.outcome_min_z)
     return true;
   // The loss: with accuracies, only where the tenth's is no lower (a sharper fit of the same answers).
   return (!accuracies || tenth_accuracy >= other_accuracy) && std::isfinite(other_loss) && std::isfinite(tenth_loss) &&
@@ -242,9 +237,10 @@ std::vector<Evidence> outcome_evidence(const RateOutcome& m, const OptimCheckOpt
     ev.push_back({"validation accuracy, the run", m.run_accuracy, ""});
     if (repeated) ev.push_back({"validation accuracy, the run repeated at its rate", m.repeat_accuracy, ""});
     ev.push_back({"validation accuracy, the run repeated at lr / 10", m.tenth_accuracy, ""});
-    ev.push_back({"McNemar z, lr / 10 over the run", mcnemar_z(m.run_fixed, m.run_broken), acc_rule});
+    ev.push_back({"McNemar z, lr / 10 over the run", detail::mcnemar_z(m.run_fixed, m.run_broken), acc_rule});
     if (repeated)
-      ev.push_back({"McNemar z, lr / 10 over the repeat", mcnemar_z(m.repeat_fixed, m.repeat_broken), acc_rule});
+      ev.push_back(
+          {"McNemar z, lr / 10 over the repeat", detail::mcnemar_z(m.repeat_fixed, m.repeat_broken), acc_rule});
   }
   ev.push_back({"validation loss, the run", m.run_loss, ""});
   if (repeated) ev.push_back({"validation loss, the run repeated at its rate", m.repeat_loss, ""});

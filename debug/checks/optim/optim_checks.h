@@ -531,8 +531,6 @@ struct RateOutcome {
   double run_loss_z = std::numeric_limits<double>::quiet_NaN(),
          repeat_loss_z = std::numeric_limits<double>::quiet_NaN();
 };
-// The McNemar z of `fixed` against `broken` ((fixed - broken) / sqrt(fixed + broken); 0 when both are 0).
-double mcnemar_z(int64_t fixed, int64_t broken);
 // Whether the tenth of the rate beat `other` (the run, or the repeat at its rate) by the rule's margins:
 // accuracy where measured, the loss otherwise.
 bool tenth_rate_beats(double other_loss, double tenth_loss, double other_accuracy, double tenth_accuracy, int64_t fixed,
