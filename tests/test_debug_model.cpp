@@ -170,6 +170,57 @@ TEST_CASE("M6: batch mixing by reshape-for-transpose and by a softmax over the b
   CHECK(find(dbg::batch_mixing_test(*b14, d.x), "M6", dbg::Severity::Error) != nullptr);
 }
 
+namespace {
+// A per-token tagger over (B, T) token ids whose forward returns its logits flattened to one row per token:
+// batch-major ([B, T, C] viewed as [B*T, C]), time-major ([T, B, C] viewed as [T*B, C]), or batch-major with a
+// softmax over the flattened rows (dim 0), which mixes every token of the batch.
+struct FlatTagger : nn::Module {
+  enum class Layout { BatchMajor, TimeMajor, SoftmaxOverRows } layout;
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(20, 8));
+  std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(8, 4));
+  explicit FlatTagger(Layout l) : Module("FlatTagger"), layout(l) {}
+  Tensor forward(const Tensor& ids) override {
+    const int64_t B = ids.size(0), T = ids.size(1);
+    Tensor z = (*fc)((*emb)(ids));  // (B, T, 4)
+    if (layout == Layout::TimeMajor) return z.transpose(0, 1).contiguous().reshape({T * B, 4});
+    z = z.reshape({B * T, 4});
+    return layout == Layout::SoftmaxOverRows ? z.log_softmax(0) : z;
+  }
+};
+}  // namespace
+
+TEST_CASE("M6: a per-token output flattened to B*T rows is tested with its rows grouped per example") {
+  gs::Generator gen(7);
+  const Tensor ids = gs::randint(1, 20, {6, 5}, gs::kInt64, &gen);
+  for (auto layout : {FlatTagger::Layout::BatchMajor, FlatTagger::Layout::TimeMajor}) {
+    auto clean = std::make_shared<FlatTagger>(layout);
+    const auto fs = dbg::batch_mixing_test(*clean, ids);
+    CHECK_FALSE(fires(fs));
+    for (const auto& f : fs) CHECK(f.title.find("cannot run") == std::string::npos);  // it ran
+  }
+  auto mixing = std::make_shared<FlatTagger>(FlatTagger::Layout::SoftmaxOverRows);
+  const auto fm = dbg::batch_mixing_test(*mixing, ids);
+  const dbg::Finding* e = find(fm, "M6", dbg::Severity::Error);
+  REQUIRE(e != nullptr);
+  CHECK(evidence(*e, "output rows per example") == 5);
+  CHECK(evidence(*e, "coupled rows") == 5);
+
+  // Float inputs (B, T, F) through a gradient: the same grouping.
+  struct FloatTagger : nn::Module {
+    bool mix;
+    std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(3, 4));
+    explicit FloatTagger(bool m) : Module("FloatTagger"), mix(m) {}
+    Tensor forward(const Tensor& x) override {
+      Tensor z = (*fc)(x).reshape({x.size(0) * x.size(1), 4});
+      return mix ? z - z.mean({0}, true) : z;
+    }
+  };
+  const Tensor x = gs::randn({6, 5, 3}, {}, &gen);
+  auto fine = std::make_shared<FloatTagger>(false), centred = std::make_shared<FloatTagger>(true);
+  CHECK_FALSE(fires(dbg::batch_mixing_test(*fine, x)));
+  CHECK(find(dbg::batch_mixing_test(*centred, x), "M6", dbg::Severity::Error) != nullptr);
+}
+
 TEST_CASE("M9: weights drawn from N(0, 1) are flagged; the defaults are not") {
   CHECK_FALSE(fires(dbg::check_initialisation(*mlp(64, 32, 10))));
   auto bad = mlp(64, 32, 10);

@@ -33,49 +33,99 @@ using namespace model_detail;
 
 // ---- M6 ------------------------------------------------------------------------------------
 namespace {
-// The output's first dim is not the batch (a model that runs its batch twice in training, as R-Drop does;
-// one row per token): the rows cannot be compared with the input's.
+// The output's first dim is neither the batch nor a multiple of it: its rows cannot be given to the input's
+// examples.
 struct RowsMismatch : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-void require_rows(const Tensor& out, const Tensor& x) {
-  if (!(out.dim() >= 1 && out.size(0) == x.size(0)))
+
+// Which of the output's rows belong to one example. An output of k x B rows for a batch of B is a per-token
+// output flattened ([B*T, C], a tagger's) or a batch run k times in one forward (R-Drop's [2B, C]): its rows are
+// batch-major (example e owns rows e*k .. e*k+k-1, a view of [B, T, C]) or time-major (rows e, e+B, ..., a view of
+// [T, B, C] or a concatenation of k passes). The test tries both and keeps the one that couples fewer examples: a
+// model that mixes its batch couples them under both.
+struct RowGrouping {
+  int64_t per = 1;  // output rows per example
+  bool time_major = false;
+  std::vector<int64_t> rows(int64_t e, int64_t B) const {
+    std::vector<int64_t> r;
+    for (int64_t t = 0; t < per; ++t) r.push_back(time_major ? t * B + e : e * per + t);
+    return r;
+  }
+  // Each example's norm out of each output row's: the root of the sum of its rows' squares.
+  std::vector<double> per_example(const std::vector<double>& row_norm, int64_t B) const {
+    std::vector<double> out(static_cast<size_t>(B), 0.0);
+    for (int64_t e = 0; e < B; ++e) {
+      double s = 0.0;
+      for (int64_t r : rows(e, B)) s += row_norm[static_cast<size_t>(r)] * row_norm[static_cast<size_t>(r)];
+      out[static_cast<size_t>(e)] = std::sqrt(s);
+    }
+    return out;
+  }
+  std::string str() const {
+    return std::to_string(per) + " rows per example, " + (time_major ? "time-major (rows e, e+B, ...)" : "batch-major");
+  }
+};
+std::vector<RowGrouping> row_groupings(const Tensor& out, const Tensor& x) {
+  const int64_t B = x.size(0);
+  if (!(out.dim() >= 1 && out.size(0) >= B && out.size(0) % B == 0))
     throw RowsMismatch("the model's output " + shape_str(out.shape()) + " has " +
                        (out.dim() >= 1 ? std::to_string(out.size(0)) : std::string("no")) + " rows for a batch of " +
-                       std::to_string(x.size(0)));
+                       std::to_string(B));
+  const int64_t per = out.size(0) / B;
+  if (per == 1) return {RowGrouping{}};
+  return {RowGrouping{per, false}, RowGrouping{per, true}};
 }
 
 struct MixingResult {
   bool has_grad = false;
   double row_i = 0.0, other_max = 0.0;
   int64_t coupled = 0;
+  RowGrouping grouping;
 };
 
+// Of the same probe under each grouping, the one that couples fewest examples (the first on a tie).
+MixingResult least_coupled(const std::vector<MixingResult>& rs) {
+  size_t best = 0;
+  for (size_t k = 1; k < rs.size(); ++k)
+    if (rs[k].coupled < rs[best].coupled) best = k;
+  return rs[best];
+}
+
 MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double tol) {
-  MixingResult r;
-  Tensor xi = x.detach().clone().requires_grad_(true);
-  Tensor out = model(xi);
-  require_rows(out, x);
-  // A fixed random weighting of row i's outputs: with a plain sum, a softmax
-  // head's row (which always sums to 1) would have a zero gradient everywhere.
-  Tensor row = out.select(0, i);
-  Generator gen(12345);
-  // Drawn on the host and moved: the same weights (and so the same verdict) on every device.
-  Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen).to(row.device());
-  Tensor loss = (row * w).sum();
-  if (!loss.requires_grad()) return r;
-  loss.backward();
-  Tensor g = xi.grad();
-  if (!g.defined()) return r;
-  r.has_grad = true;
-  const std::vector<double> n = row_norms(g);
-  r.row_i = n[static_cast<size_t>(i)];
-  for (size_t j = 0; j < n.size(); ++j) {
-    if (static_cast<int64_t>(j) == i) continue;
-    r.other_max = std::max(r.other_max, n[j]);
-    if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
+  std::vector<RowGrouping> groupings;
+  std::vector<MixingResult> results;
+  for (size_t k = 0; k == 0 || k < groupings.size(); ++k) {
+    MixingResult r;
+    Tensor xi = x.detach().clone().requires_grad_(true);
+    Tensor out = model(xi);
+    if (k == 0) groupings = row_groupings(out, x);
+    r.grouping = groupings[k];
+    // A fixed random weighting of example i's outputs: with a plain sum, a softmax
+    // head's row (which always sums to 1) would have a zero gradient everywhere.
+    const std::vector<int64_t> rows = r.grouping.rows(i, x.size(0));
+    Tensor row = rows.size() == 1
+                     ? out.select(0, i)
+                     : out.index_select(0, tensor(rows, {static_cast<int64_t>(rows.size())}).to(out.device()));
+    Generator gen(12345);
+    // Drawn on the host and moved: the same weights (and so the same verdict) on every device.
+    Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen).to(row.device());
+    Tensor loss = (row * w).sum();
+    if (!loss.requires_grad()) return r;
+    loss.backward();
+    Tensor g = xi.grad();
+    if (!g.defined()) return r;
+    r.has_grad = true;
+    const std::vector<double> n = row_norms(g);
+    r.row_i = n[static_cast<size_t>(i)];
+    for (size_t j = 0; j < n.size(); ++j) {
+      if (static_cast<int64_t>(j) == i) continue;
+      r.other_max = std::max(r.other_max, n[j]);
+      if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
+    }
+    results.push_back(r);
   }
-  return r;
+  return least_coupled(results);
 }
 
 // The same question for an input that cannot carry a gradient (token ids, any integer input): row
@@ -95,24 +145,32 @@ MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t 
   }
   if (donor < 0) return r;  // every example's input is the same: nothing to substitute
   const Tensor first = model(x);
-  require_rows(first, x);
+  const std::vector<RowGrouping> groupings = row_groupings(first, x);
   // The batch again, unchanged: a model that carries state from call to call (M2's state-between-calls)
   // moves every row by itself, and a row that moves no more than 10x that is not coupled to row i.
   const Tensor base = model(x);
-  double drift = 0.0;
-  for (double d : row_norms(base.to(kFloat64) - first.to(kFloat64))) drift = std::max(drift, d);
+  const std::vector<double> drift_rows = row_norms(base.to(kFloat64) - first.to(kFloat64));
   Tensor x2 = x.clone();
   x2.select(0, i).copy_(x.select(0, donor));
   const Tensor changed = model(x2);
-  r.has_grad = true;
-  const std::vector<double> n = row_norms(changed.to(kFloat64) - base.to(kFloat64));
-  r.row_i = n[static_cast<size_t>(i)];
-  for (size_t j = 0; j < n.size(); ++j) {
-    if (static_cast<int64_t>(j) == i) continue;
-    r.other_max = std::max(r.other_max, n[j]);
-    if (n[j] > tol * std::max(r.row_i, 1e-30) && n[j] > 10.0 * drift) ++r.coupled;
+  const std::vector<double> change_rows = row_norms(changed.to(kFloat64) - base.to(kFloat64));
+  std::vector<MixingResult> results;
+  for (const RowGrouping& g : groupings) {
+    MixingResult r;
+    r.grouping = g;
+    r.has_grad = true;
+    double drift = 0.0;
+    for (double d : g.per_example(drift_rows, B)) drift = std::max(drift, d);
+    const std::vector<double> n = g.per_example(change_rows, B);
+    r.row_i = n[static_cast<size_t>(i)];
+    for (size_t j = 0; j < n.size(); ++j) {
+      if (static_cast<int64_t>(j) == i) continue;
+      r.other_max = std::max(r.other_max, n[j]);
+      if (n[j] > tol * std::max(r.row_i, 1e-30) && n[j] > 10.0 * drift) ++r.coupled;
+    }
+    results.push_back(r);
   }
-  return r;
+  return least_coupled(results);
 }
 
 // The op of module `m` that makes the batch's rows out of a tensor whose dim 0 was not the
@@ -286,6 +344,9 @@ std::vector<Finding> mixing_test(nn::Module& model, const Tensor& x, const Model
          "> " + fmt_num(o.mixing_tolerance) + " x the first flags coupling"},
         {"coupled rows", static_cast<double>(ev.coupled), "of the " + others},
         {"probed example i", static_cast<double>(row), ""}};
+    if (ev.grouping.per > 1)
+      f.evidence.push_back(
+          {"output rows per example", static_cast<double>(ev.grouping.per), "coupled both batch-major and time-major"});
     f.cause =
         "an op moved data across the batch dim: a reshape/view where a transpose/permute was meant (the "
         "shapes fit, the rows interleave), a softmax/mean/sum over dim 0 instead of the feature dim, or a "
