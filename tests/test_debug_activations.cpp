@@ -64,6 +64,17 @@ TEST_CASE("M7 over a whole dataset pass through a loader") {
   CHECK(find(dbg::dead_relu_pass(*bad, loader), "M7") != nullptr);
   CHECK(dbg::dead_relu_pass(*mlp(6, 16, 3), loader).empty());
   CHECK(bad->is_training());
+  // Alone, the pass cannot tell when the units died; given what a monitor saw at the first step, it says.
+  const dbg::Finding* unknown = find(dbg::dead_relu_pass(*bad, loader), "M7");
+  REQUIRE(unknown != nullptr);
+  CHECK(unknown->kind == dbg::Kind::DeadUnits);
+  const std::string layer = unknown->module;
+  const std::vector<dbg::Finding> died = dbg::dead_relu_pass(*bad, loader, -1, {}, {{layer, 0.05}});
+  REQUIRE(find(died, "M7") != nullptr);
+  CHECK(find(died, "M7")->kind == dbg::Kind::DiedInTraining);
+  CHECK(find(died, "M7")->title.find("(they died during training)") != std::string::npos);
+  const std::vector<dbg::Finding> born = dbg::dead_relu_pass(*bad, loader, -1, {}, {{layer, 0.9}});
+  CHECK(find(born, "M7")->title.find("(dead since initialisation)") != std::string::npos);
 }
 
 TEST_CASE("M8: a sigmoid stack with weights far too large saturates; a Xavier-initialised one does not") {

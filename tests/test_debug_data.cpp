@@ -430,6 +430,38 @@ TEST_CASE("D5 check_normalisation on tabular data: features ~1 and ~1e4") {
   CHECK(dbg::check_normalisation(gs::cat({a, gs::zeros({500, 1})}, 1)).empty());
 }
 
+TEST_CASE("D5: tabular rows z-scored over their own features warn; per-feature scaling and per-series z-norm do not") {
+  gs::Generator g(11);
+  // Eight features in their own units (an income ~4, an age ~30, a population ~1e3, a longitude ~-119, ...).
+  const std::vector<double> loc{4, 30, 5, 1, 1200, 3, 35, -119}, spread{2, 12, 1, 0.2, 600, 0.7, 2, 2};
+  std::vector<Tensor> cols;
+  for (size_t j = 0; j < loc.size(); ++j) cols.push_back(gs::randn({400, 1}, {}, &g) * spread[j] + loc[j]);
+  const Tensor raw = gs::cat(cols, 1);  // (400, 8)
+  const auto row_wise = [](const Tensor& t) { return (t - t.mean({1}, true)) / t.std({1}, true, true); };
+  const auto rows_rule = [](const std::vector<dbg::Finding>& fs) {
+    for (const dbg::Finding& f : fs)
+      if (f.title.find("standardised over its own") != std::string::npos) return &f - fs.data();
+    return static_cast<std::ptrdiff_t>(-1);
+  };
+  const std::vector<dbg::Finding> bad = dbg::check_normalisation(row_wise(raw));
+  const std::ptrdiff_t at = rows_rule(bad);
+  REQUIRE(at >= 0);
+  CHECK(bad[at].severity == dbg::Severity::Warning);
+  CHECK(ev(bad[at], "rows with mean 0 and std 1 over their features") == 400);
+  CHECK(ev(bad[at], "share of the columns' variance between their means") > 0.9);
+  // The same columns standardised over the rows: silent.
+  nn::Normalizer norm;
+  norm.fit(raw, "train");
+  CHECK(rows_rule(dbg::check_normalisation(norm.transform(raw))) < 0);
+  // Standardised per feature first, then z-scored per row: the columns stay alike (each varies over the rows).
+  CHECK(rows_rule(dbg::check_normalisation(row_wise(norm.transform(raw)))) < 0);
+  // Time series z-normalised per example (the UCR archive's convention): 400 noisy sines of 48 steps.
+  const Tensor t = gs::arange(0, 48, 1).to(gs::kFloat32).reshape({1, 48});
+  const Tensor phase = gs::rand({400, 1}, {}, &g) * 6.28, freq = gs::rand({400, 1}, {}, &g) * 0.5 + 0.1;
+  const Tensor series = gs::sin(t * freq + phase) * 3.0 + 7.0 + gs::randn({400, 48}, {}, &g) * 0.3;
+  CHECK(rows_rule(dbg::check_normalisation(row_wise(series))) < 0);
+}
+
 // ---- D6 --------------------------------------------------------------------------
 
 TEST_CASE("D6 check_label_shape: (B,1) against (B) and the reverse; silent on matching and classification") {

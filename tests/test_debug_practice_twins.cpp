@@ -637,6 +637,45 @@ TEST_CASE("BCE on targets in {0, 1} (and soft ones) is silent; on 0/255 masks it
   }
 }
 
+TEST_CASE(
+    "a warm-up/decay schedule with its branches swapped falls, then climbs to the end; cycles and warm-ups do not") {
+  const auto rebounds = [](const std::vector<double>& lrs) {
+    for (const debug::Finding& f : debug::diagnose_lr_schedule(lrs))
+      if (f.is("O6", debug::Kind::ScheduleRebounds) && f.fires()) return true;
+    return false;
+  };
+  // "Attention Is All You Need"'s schedule, d^-0.5 min(t^-0.5, t w^-1.5), warm-up 100 over 846 steps; with max for
+  // min the decay branch runs first (10x the peak at step 1) and the warm-up ramp climbs from step 100 to the end.
+  std::vector<double> noam(846), swapped(846);
+  for (size_t i = 0; i < noam.size(); ++i) {
+    const double t = static_cast<double>(i + 1), a = std::pow(t, -0.5), b = t * std::pow(100.0, -1.5);
+    noam[i] = 0.25 / 16 * std::min(a, b);
+    swapped[i] = 0.25 / 16 * std::max(a, b);
+  }
+  CHECK(rebounds(swapped));
+  CHECK_FALSE(rebounds(noam));
+  // Triangular cycles (Smith, 2017) of 200 steps from the base over 700 steps, and the same started at the top
+  // (it falls first, then each climb lasts half a cycle): neither climbs for 60% of the run.
+  std::vector<double> tri(700), top(700);
+  for (size_t i = 0; i < tri.size(); ++i) {
+    const double phase = static_cast<double>(i % 200) / 100.0;
+    tri[i] = 1e-4 + 9e-4 * (phase < 1 ? phase : 2 - phase);
+    top[i] = 1e-4 + 9e-3 * std::fabs(1 - static_cast<double>(i % 200) / 100.0);
+  }
+  CHECK_FALSE(rebounds(tri));
+  CHECK_FALSE(rebounds(top));
+  // A learning-rate range test climbs from its first step; warm restarts jump back up and decay again.
+  std::vector<double> range(300), sgdr(160);
+  for (size_t i = 0; i < range.size(); ++i) range[i] = 1e-6 * std::pow(1e6, static_cast<double>(i) / 299.0);
+  for (size_t t = 0; t < sgdr.size(); ++t) sgdr[t] = 0.05 * (1 + std::cos(M_PI * (t % 40) / 40.0)) / 2;
+  CHECK_FALSE(rebounds(range));
+  CHECK_FALSE(rebounds(sgdr));
+  // A decay that stops at its floor and a step decay end flat.
+  std::vector<double> floor_(300);
+  for (size_t i = 0; i < floor_.size(); ++i) floor_[i] = std::max(1e-4, 1e-2 * std::pow(0.97, static_cast<double>(i)));
+  CHECK_FALSE(rebounds(floor_));
+}
+
 TEST_CASE("cosine annealing with warm restarts dips below 1/100 of its rate near each trough and is no collapse") {
   const auto collapses = [](const std::vector<double>& lrs) {
     for (const debug::Finding& f : debug::diagnose_lr_schedule(lrs))

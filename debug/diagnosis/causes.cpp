@@ -16,8 +16,7 @@ namespace {
 
 bool is(const Finding& f, const char* check) { return f.fires() && f.check == check; }
 bool is(const Finding& f, const char* check, Kind k) { return f.fires() && f.is(check, k); }
-// A finding about non-finite values. M18 is left out: it runs its own forward in half
-// precision, and its overflow is a fault of its own.
+// A finding about non-finite values. M18 is left out: its own forward in half precision overflows by itself.
 bool nonfinite_member(const Finding& f) {
   if (!f.fires() || f.check == "M18") return false;
   if (nonfinite_source(f) || f.check == "O4") return true;
@@ -64,7 +63,8 @@ bool lr_too_low(const Finding& f) {
 }
 bool lr_schedule(const Finding& f) {
   return is(f, "O6", Kind::ScheduleStartsAtZero) || is(f, "O6", Kind::ScheduleCollapses) ||
-         is(f, "O6", Kind::ScheduleGrows) || is(f, "O6", Kind::ScheduleUnreached);
+         is(f, "O6", Kind::ScheduleGrows) || is(f, "O6", Kind::ScheduleUnreached) ||
+         is(f, "O6", Kind::ScheduleRebounds);
 }
 bool loss_unstable(const Finding& f) {
   return !nonfinite_member(f) &&
@@ -671,7 +671,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
        "ReLU units that died during training",
        "M7 (died during training)",
        [](const Finding& f) { return is(f, "M7", Kind::DiedInTraining); },
-       {"high-dropout", "lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
+       {"high-dropout", "lr-schedule", "lr-too-high", "unscaled-inputs", "bad-init", "exploding-gradients"}},
       // Class counts that include padded positions labelled as a real class: the padding swells that class.
       {"imbalance-with-padding",
        "one class far more frequent than another",

@@ -154,6 +154,7 @@ namespace gradsleuth::debug {
   X(ScheduleCollapses, "schedule-collapses", "O6")                                                    \
   X(ScheduleGrows, "schedule-grows", "O6")                                                            \
   X(ScheduleUnreached, "schedule-unreached", "O6")                                                    \
+  X(ScheduleRebounds, "schedule-rebounds", "O6")                                                      \
   X(MetricDirectionInverted, "metric-direction-inverted", "O6")                                       \
   X(LrProbeConfirms, "lr-probe-confirms", "O6")                                                       \
   X(LrProbeRulesOut, "lr-probe-rules-out", "O6")                                                      \

@@ -550,7 +550,14 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
     // M7 over the training data with the trained model (the monitor saw only the sampled steps).
     if (o_.dead_pass && data_.train && stopped_.empty() && monitor_->steps() > 0 && model_device(model_) == kCPU)
       guarded(monitor_->report(), "the end-of-run checks", "dead-unit pass", "M7's pass over the training data", [&] {
-        for (Finding f : dead_relu_pass(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations)) {
+        // Each layer's dead fraction at the run's first step, where the monitor recorded it and did not flag the
+        // layer itself (its own finding says when the units died).
+        std::map<std::string, double> at_init;
+        for (const auto& [module, series] : monitor_->history().dead_fraction)
+          if (!series.empty() && series.front().first == 1) at_init[module] = series.front().second;
+        for (const Finding& f : monitor_->report().findings())
+          if (f.check == "M7" && f.fires()) at_init.erase(f.module);
+        for (Finding f : dead_relu_pass(model_, *data_.train, o_.dead_pass_batches, o_.monitor.activations, at_init)) {
           if (f.step < 0) f.end_of_run = true;
           monitor_->report().add(std::move(f));
         }

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/autograd.h"
@@ -289,6 +290,49 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
           "saying the value was missing); fit the statistics on the real values only";
       out.push_back(f);
       break;  // the first such column
+    }
+  }
+
+  // Rule 4: rows standardised over their own features. Tabular rows (at most max_drift_columns values) that each
+  // have mean 0 and one std to a part in a thousand, while most of the columns' variance lies between their
+  // means: the mean and std were taken over each row's features (dim 1) where each feature's over the training
+  // rows (dim 0) was meant. A series z-normalised per example (a time series, a spectrum) keeps its columns alike.
+  if (N >= 20 && F >= 3 && F <= opts.max_drift_columns && x.dim() == 2) {
+    int64_t standardised = 0;
+    std::vector<double> row_sd;
+    for (int64_t r = 0; r < N; ++r) {
+      const auto [m, var] = detail::mean_and_variance(std::vector<double>(v.begin() + r * F, v.begin() + (r + 1) * F));
+      row_sd.push_back(std::sqrt(var));
+      standardised += std::fabs(m) <= 1e-3 && row_sd.back() >= 0.9 && row_sd.back() <= 1.1;
+    }
+    const auto [sd_mean, sd_var] = detail::mean_and_variance(row_sd);
+    std::vector<double> col_mean(static_cast<size_t>(F)), col_var(static_cast<size_t>(F));
+    for (int64_t d = 0; d < F; ++d) {
+      std::vector<double> col;
+      for (int64_t r = 0; r < N; ++r) col.push_back(v[r * F + d]);
+      std::tie(col_mean[d], col_var[d]) = detail::mean_and_variance(col);
+    }
+    const double between = detail::mean_and_variance(col_mean).second,
+                 within = detail::mean_and_variance(col_var).first, share = between / (between + within);
+    if (standardised >= N - N / 20 && std::sqrt(sd_var) <= 1e-3 * sd_mean && share >= 0.5) {
+      Finding f = make("D5", Severity::Warning,
+                       "every row of the inputs is standardised over its own " + num(F) +
+                           " features (mean 0, std 1 per row), and " + fmt_num(100.0 * share) +
+                           "% of the columns' variance lies between their means: a z-score over each row's "
+                           "features where one per feature over the rows was meant");
+      f.shape = x.str();
+      f.evidence = {{"rows with mean 0 and std 1 over their features", static_cast<double>(standardised),
+                     ">= 95% of the " + num(N) + " and"},
+                    {"spread of the rows' std / its mean", std::sqrt(sd_var) / sd_mean, "<= 0.001 and"},
+                    {"share of the columns' variance between their means", share, ">= 0.5 warns"}};
+      f.cause =
+          "the scaler took its mean and std along the wrong axis (x.mean({1}), numpy's axis=1): each row is "
+          "divided by a spread its largest features set, so the features in small units are squashed into "
+          "nearly constant columns and their information is lost";
+      f.fix =
+          "standardise each feature over the training rows: mean and std over dim 0 (nn::Normalizer in "
+          "PerFeature mode, fitted on the training split), then apply the same statistics to every split";
+      out.push_back(f);
     }
   }
   return out;

@@ -198,9 +198,10 @@ void run_dead_relu_pass(DeadReluTracker& t, nn::Module& model, const nn::DataLoa
 }  // namespace
 
 std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches,
-                                    ActivationOptions o) {
+                                    ActivationOptions o, const std::map<std::string, double>& at_init) {
   DeadReluTracker t(o);
   run_dead_relu_pass(t, model, loader, max_batches);
+  for (const auto& [module, dead] : at_init) t.set_initial_dead(module, dead);
   return t.findings();
 }
 

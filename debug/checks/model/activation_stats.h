@@ -61,6 +61,12 @@ class DeadReluTracker {
   // Off: the first batch is not taken as the initialisation (a pass over the
   // data with a trained model says nothing about when units died).
   void set_track_initialisation(bool on) { track_init_ = on; }
+  // The dead fraction another tracker saw at initialisation for `module` (a monitor's first step), for a pass
+  // over the data with the trained model to say when its units died.
+  void set_initial_dead(const std::string& module, double dead) {
+    for (DeadLayerStats& s : layers_)
+      if (s.module == module) s.init_dead = dead;
+  }
   // Units never active over all batches recorded between the two calls (a
   // monitor records every N-th training batch: the pass is then a sample of the
   // epoch; dead_relu_pass() runs every batch of a loader).
@@ -83,9 +89,10 @@ class DeadReluTracker {
 
 // M7 over a whole dataset: runs (up to max_batches of) the loader through the
 // model in eval mode without gradients and reports the layers whose units are
-// never active.
+// never active. `at_init`: each layer's dead fraction at initialisation where the run's monitor saw it
+// (module -> fraction), so a layer flagged here is said to have died in training or to be dead since then.
 std::vector<Finding> dead_relu_pass(nn::Module& model, const nn::DataLoader& loader, int64_t max_batches = -1,
-                                    ActivationOptions o = {});
+                                    ActivationOptions o = {}, const std::map<std::string, double>& at_init = {});
 // An M7 warning about units that died during training (not at initialisation).
 bool died_in_training(const Finding& f);
 // The same pass's figures for every ReLU layer (flagged or not): pass_dead is each layer's dead

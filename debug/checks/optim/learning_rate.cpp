@@ -164,6 +164,26 @@ std::vector<Finding> diagnose_lr_schedule(const std::vector<double>& lrs, const 
         "scheduler applied twice";
     f.fix = "check the scheduler's target and peak learning rate against the optimizer's";
     out.push_back(std::move(f));
+    return out;
+  }
+  const detail::ScheduleRebound v = detail::schedule_rebound(lrs, at_zero);
+  if (v.steady && v.fall >= opts.schedule_rebound && v.rise >= opts.schedule_rebound &&
+      v.share >= opts.schedule_rebound_share) {
+    Finding f = finding("the learning-rate schedule falls " + fmt_num(v.fall) + "x to step " +
+                        std::to_string(v.trough + 1) + ", then climbs " + fmt_num(v.rise) + "x to the last step (" +
+                        fmt_num(100.0 * v.share) + "% of the run) without coming down");
+    f.kind = Kind::ScheduleRebounds;
+    f.evidence.push_back({"start / trough", v.fall, ">= " + fmt_num(opts.schedule_rebound)});
+    f.evidence.push_back({"last step / trough", v.rise, ">= " + fmt_num(opts.schedule_rebound) + " warns"});
+    f.evidence.push_back({"share of the steps climbing to the end", v.share,
+                          ">= " + fmt_num(opts.schedule_rebound_share) + " warns (a cycle climbs for one half)"});
+    f.cause =
+        "a warm-up/decay formula whose two branches are taken the wrong way round (max for min): the decay "
+        "runs first, and the warm-up ramp climbs from its end for the rest of the run";
+    f.fix =
+        "print the rate at the first, the peak and the last steps; a warm-up then decay takes the minimum of "
+        "the two branches";
+    out.push_back(std::move(f));
   }
   return out;
 }
@@ -648,119 +668,68 @@ std::vector<Finding> check_adaptive_epsilon(const optim::Optimizer& opt, const n
   return {f};
 }
 
-// ---- O6 during training (the monitor's run check) ---------------------------------------------
-namespace {
-// The update/weight ratios on the sampled steps (1, every, 2 every, ...), the same steps as the
-// other parameter checks: its reads of the weights right before and after the update bring them
-// into cache for those, and O2/O3 and O4 reuse its measurements (RunContext::measured_norm,
-// measured_finite). At the end, the loss history and the schedule.
-class LearningRateRunCheck final : public RunCheck {
- public:
-  explicit LearningRateRunCheck(const OptimCheckOptions& o)
-      : o_(o), ratios_(o), metric_tick_(optim::metric_step_tick()) {}
-  std::string ids() const override { return "O6"; }
-  uint32_t events() const override {
-    return RunEvent::Attach | RunEvent::Detach | RunEvent::Pause | RunEvent::Finish | RunEvent::Series;
-  }
-  void pause(RunContext& c, bool on) override {
-    // A replay after the run: the loop's last writes are counted before it, its own are not.
-    if (!c.replaying) return;
-    if (on)
-      writes_.finish();
-    else
-      writes_.resync();
-  }
-  void attach(RunContext& c) override {
-    writes_.attach(c.optimizer, c.model);  // first: the probes inside a step restore what they change
-    ratios_.attach(c.optimizer, c.model, [every = std::max<int64_t>(c.options.every, 1)](int64_t step) {
-      return RunContext::sampled_at(step, every);
-    });
-    c.measured_norm = [this](const Tensor& p) { return ratios_.measured_norm(p); };
-    c.measured_finite = [this](const Tensor& p) { return ratios_.measured_finite(p); };
-  }
-  void detach(RunContext&) override {
-    ratios_.detach();
-    writes_.detach();
-  }
-  void finish(RunContext& c) override {
-    writes_.finish();  // a write after the last step
-    c.add_all(judge_weight_writes(writes_.summary(), o_));
-    if (std::optional<Finding> f = judge_schedule_reach(measure_schedule_reach(c.optimizer, c.steps))) c.add_all({*f});
-    const TrainingHistory& h = *c.history;
-    std::vector<Finding> by_loss = diagnose_learning_rate(h.step_losses, o_, h.batch_replay);  // the loss history
-    // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end
-    // is not a rate too high for the model: the training objective changes with the batch (mixup).
-    const LossHistoryStats st = analyse_loss_history(h.step_losses, o_.loss, h.batch_replay);
-    const bool only_diverged =
-        st.diverging && !st.spiking && !st.oscillating && st.first_nan_step < 0 && st.first_inf_step < 0;
-    if (only_diverged && validation_held(c.history->epoch_val_loss, c.history->epoch_val_accuracy, o_.loss))
-      for (Finding& f : by_loss)
-        if (f.fires() && f.kind == Kind::LrTooHigh) {
-          f.severity = Severity::Info;
-          f.title += ", but the validation loss and accuracy held to the end: the training objective changes "
-                     "with the batch (mixup, augmentation), not a rate too high";
-          f.fix = "none needed";
-        }
-    // A flat loss whose weights move by a healthy share per step: the rate moves them.
-    const double moving = ratios_.median_weight_ratio();
-    if (moving >= o_.moving_update_ratio)
-      for (Finding& f : by_loss)
-        if (f.fires() && f.kind == Kind::LrTooLow) {
-          f.severity = Severity::Info;
-          f.title += ", but the weights move by " + fmt_num(moving) +
-                     " of their norm per step (median): the steps are not too small";
-          f.evidence.push_back({"median update/weight ratio of the weight matrices", moving,
-                                ">= " + fmt_num(o_.moving_update_ratio) + ": the rate moves them (info)"});
-          f.cause =
-              "the weights move at a healthy rate and the loss still stays: the labels may not follow the inputs "
-              "(M15: shuffled apart, the input dropped), or the model or the loss cannot express the task";
-          f.fix = "see M15 and D4 for the inputs and labels; overfit one batch (M14)";
-        }
-    c.add_all(by_loss);
-    std::vector<Finding> schedule = diagnose_lr_schedule(c.history->learning_rates, o_);  // the schedule
-    const bool misbehaved = std::any_of(by_loss.begin(), by_loss.end(), [](const Finding& f) {
-      return f.fires() && f.kind == Kind::LrTooHigh;
-    });
-    // A warm-up reaches its peak early and a cyclic schedule comes back down from it; a rate that climbs
-    // to the run's last steps and stays there is neither (CosineAnnealingLR's eta_min above the base rate).
-    const std::vector<double>& lrs = c.history->learning_rates;
-    const auto peak = std::max_element(lrs.begin(), lrs.end());
-    const bool shaped = !lrs.empty() && (peak - lrs.begin() <= static_cast<std::ptrdiff_t>(lrs.size() / 2) ||
-                                         lrs.back() <= 0.5 * *peak);
-    for (Finding& f : schedule)
-      if (f.is("O6", Kind::ScheduleGrows) && !misbehaved && shaped) {
-        // A warm-up or a one-cycle schedule raises the lr on purpose: it is a mistake only when
-        // the loss misbehaves at the raised rate.
+// ---- O6 at the end of a run (lr_run_check.cpp gathers what it reads) --------------------------------
+void judge_learning_rate_run(RunContext& c, const OptimCheckOptions& o, const UpdateRatioTracker& ratios,
+                             uint64_t metric_tick) {
+  if (std::optional<Finding> f = judge_schedule_reach(measure_schedule_reach(c.optimizer, c.steps))) c.add_all({*f});
+  const TrainingHistory& h = *c.history;
+  std::vector<Finding> by_loss = diagnose_learning_rate(h.step_losses, o, h.batch_replay);  // the loss history
+  // A loss that only diverged (no spike, NaN or wild swing) while the validation split held to the end
+  // is not a rate too high for the model: the training objective changes with the batch (mixup).
+  const LossHistoryStats st = analyse_loss_history(h.step_losses, o.loss, h.batch_replay);
+  const bool only_diverged =
+      st.diverging && !st.spiking && !st.oscillating && st.first_nan_step < 0 && st.first_inf_step < 0;
+  if (only_diverged && validation_held(c.history->epoch_val_loss, c.history->epoch_val_accuracy, o.loss))
+    for (Finding& f : by_loss)
+      if (f.fires() && f.kind == Kind::LrTooHigh) {
         f.severity = Severity::Info;
-        f.title += ", and the loss stayed calm (no spike, divergence or wild swings): a warm-up or cyclic "
-                   "schedule as designed";
+        f.title +=
+            ", but the validation loss and accuracy held to the end: the training objective changes "
+            "with the batch (mixup, augmentation), not a rate too high";
         f.fix = "none needed";
       }
-    c.add_all(schedule);
-    std::vector<optim::MetricStepRecord> records;  // the plateau schedulers and early stoppers of this run
-    for (optim::MetricStepRecord& r : optim::metric_step_records())
-      if (r.first_tick >= metric_tick_) records.push_back(std::move(r));
-    c.add_all(diagnose_metric_direction(records, *c.history));
-    c.add_all(ratios_.findings());                                   // the update ratios
-    c.note_ran("O6");
-  }
-  void series(TrainingHistory& h) const override {
-    h.update_ratio = ratios_.series();
-    const WeightWriteTracker::Summary w = writes_.summary();
-    h.weights_loaded_after_run = w.after_last_step;
-    h.weights_loaded_unchanged = w.after_last_step_same;
-  }
-
- private:
-  OptimCheckOptions o_;
-  UpdateRatioTracker ratios_;
-  WeightWriteTracker writes_;
-  uint64_t metric_tick_;  // optim::metric_step_tick() when the run began
-};
-}  // namespace
-
-std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o) {
-  return std::make_unique<LearningRateRunCheck>(o.optim);
+  // A flat loss whose weights move by a healthy share per step: the rate moves them.
+  const double moving = ratios.median_weight_ratio();
+  if (moving >= o.moving_update_ratio)
+    for (Finding& f : by_loss)
+      if (f.fires() && f.kind == Kind::LrTooLow) {
+        f.severity = Severity::Info;
+        f.title += ", but the weights move by " + fmt_num(moving) +
+                   " of their norm per step (median): the steps are not too small";
+        f.evidence.push_back({"median update/weight ratio of the weight matrices", moving,
+                              ">= " + fmt_num(o.moving_update_ratio) + ": the rate moves them (info)"});
+        f.cause =
+            "the weights move at a healthy rate and the loss still stays: the labels may not follow the inputs "
+            "(M15: shuffled apart, the input dropped), or the model or the loss cannot express the task";
+        f.fix = "see M15 and D4 for the inputs and labels; overfit one batch (M14)";
+      }
+  c.add_all(by_loss);
+  std::vector<Finding> schedule = diagnose_lr_schedule(c.history->learning_rates, o);  // the schedule
+  const bool misbehaved = std::any_of(by_loss.begin(), by_loss.end(),
+                                      [](const Finding& f) { return f.fires() && f.kind == Kind::LrTooHigh; });
+  // A warm-up reaches its peak early and a cyclic schedule comes back down from it; a rate that climbs
+  // to the run's last steps and stays there is neither (CosineAnnealingLR's eta_min above the base rate).
+  const std::vector<double>& lrs = c.history->learning_rates;
+  const auto peak = std::max_element(lrs.begin(), lrs.end());
+  const bool shaped =
+      !lrs.empty() && (peak - lrs.begin() <= static_cast<std::ptrdiff_t>(lrs.size() / 2) || lrs.back() <= 0.5 * *peak);
+  for (Finding& f : schedule)
+    if (f.is("O6", Kind::ScheduleGrows) && !misbehaved && shaped) {
+      // A warm-up or a one-cycle schedule raises the lr on purpose: it is a mistake only when
+      // the loss misbehaves at the raised rate.
+      f.severity = Severity::Info;
+      f.title +=
+          ", and the loss stayed calm (no spike, divergence or wild swings): a warm-up or cyclic "
+          "schedule as designed";
+      f.fix = "none needed";
+    }
+  c.add_all(schedule);
+  std::vector<optim::MetricStepRecord> records;  // the plateau schedulers and early stoppers of this run
+  for (optim::MetricStepRecord& r : optim::metric_step_records())
+    if (r.first_tick >= metric_tick) records.push_back(std::move(r));
+  c.add_all(diagnose_metric_direction(records, *c.history));
+  c.add_all(ratios.findings());  // the update ratios
+  c.note_ran("O6");
 }
 
 void revise_small_updates(Report& found, bool started_trained, const std::vector<double>& epoch_val_loss) {

@@ -169,6 +169,12 @@ struct OptimCheckOptions {
   double schedule_collapse_by = 0.5;
   double schedule_growth = 10.0;
   int64_t schedule_min_steps = 10;
+  // A schedule that falls schedule_rebound x or more from its start, then climbs without falling back to the
+  // run's last step, schedule_rebound x or more above its trough over schedule_rebound_share of the steps or
+  // more, warns: a warm-up ramp that continues past its end (min and max swapped in a warm-up/decay formula).
+  // A cyclic schedule climbs for one half-cycle, a warm restart jumps, and a warm-up climbs from the start.
+  double schedule_rebound = 3.0;
+  double schedule_rebound_share = 0.6;
   // The loop's own writes to the weights between optimizer steps (WeightWriteTracker): written in
   // at least writes_min_steps gaps, with two or more writes measured, and taking back writes_undone
   // or more of the optimizer's movement of those weights (-<writes, moved> / |moved|^2) warns: the
@@ -316,6 +322,15 @@ ScheduleReach measure_schedule_reach(const optim::Optimizer& optimizer, int64_t 
 std::optional<Finding> judge_schedule_reach(const ScheduleReach& r);
 
 namespace detail {
+// A schedule that falls and then climbs to the run's end (schedule_reach.cpp): from its lowest rate after
+// `from` (`trough`, a 0-based step), how far it fell from the rate at `from` (`fall`, a ratio), how far it rose
+// to the last step (`rise`), the share of the run's steps that climb, and whether it never falls on the way.
+struct ScheduleRebound {
+  int64_t trough = 0;
+  double fall = 1.0, rise = 1.0, share = 0.0;
+  bool steady = false;
+};
+ScheduleRebound schedule_rebound(const std::vector<double>& lrs, int64_t from);
 // The measured ratios of the steps on which a weight moved at all (UpdateRatioTracker's verdict).
 std::vector<double> moving_ratios(const std::vector<std::pair<int64_t, double>>& ratios);
 // A weight exactly still on 20-80% of its `measured` steps, and moving by a healthy ratio (the band's
@@ -429,6 +444,13 @@ class UpdateRatioTracker {
   std::vector<Param> params_;
   std::vector<const TensorImpl*> finite_after_;  // the parameters the last measurement found finite
 };
+
+// O6 at the end of a run (its run check, lr_run_check.cpp, calls it): the loss history at the run's rates, the
+// schedule, each scheduler's stepping, the plateau schedulers and early stoppers stepped since `metric_tick`
+// (optim::metric_step_tick() when the run began), and the update ratios `ratios` measured; added to `c`.
+class RunContext;
+void judge_learning_rate_run(RunContext& c, const OptimCheckOptions& o, const UpdateRatioTracker& ratios,
+                             uint64_t metric_tick);
 
 // O3's weight-decay probe at the end of a run: what the runner measured (NaN where it could not).
 struct DecayGroup {

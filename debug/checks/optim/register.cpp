@@ -5,7 +5,7 @@
 namespace gradsleuth::debug {
 
 std::unique_ptr<RunCheck> make_norm_history_run_check(const MonitorOptions& o);     // O2, O3, norm_history.cpp
-std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o);    // O6, learning_rate.cpp
+std::unique_ptr<RunCheck> make_learning_rate_run_check(const MonitorOptions& o);    // O6, lr_run_check.cpp
 std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o);  // O1, optim_checks.cpp
 std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions& o);   // O4, finite_weights.cpp
 std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions& o);     // O5, accumulation.cpp

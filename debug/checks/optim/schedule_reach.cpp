@@ -1,6 +1,6 @@
 // O6 on a scheduler's stepping: what a live optim::LRScheduler of the run's optimizer reached with the
 // step() calls it got, against what its own schedule gives over the run's optimizer steps
-// (learning_rate.cpp judges it).
+// (learning_rate.cpp judges it), and the shape of a schedule that falls and climbs again.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -43,5 +43,22 @@ ScheduleReach measure_schedule_reach(const optim::Optimizer& optimizer, int64_t 
   }
   return r;
 }
+
+namespace detail {
+ScheduleRebound schedule_rebound(const std::vector<double>& lrs, int64_t from) {
+  ScheduleRebound r;
+  const int64_t n = static_cast<int64_t>(lrs.size());
+  if (from < 0 || n - from < 3) return r;
+  const auto low = std::min_element(lrs.begin() + from, lrs.end());
+  r.trough = low - lrs.begin();
+  if (!(*low > 0)) return r;
+  r.fall = lrs[static_cast<size_t>(from)] / *low;
+  r.rise = lrs.back() / *low;
+  r.share = static_cast<double>(n - 1 - r.trough) / static_cast<double>(n);
+  r.steady = true;
+  for (int64_t i = r.trough + 1; i < n; ++i) r.steady = r.steady && lrs[i] >= lrs[i - 1];
+  return r;
+}
+}  // namespace detail
 
 }  // namespace gradsleuth::debug
