@@ -462,6 +462,26 @@ TEST_CASE("D5: tabular rows z-scored over their own features warn; per-feature s
   CHECK(rows_rule(dbg::check_normalisation(row_wise(series))) < 0);
 }
 
+TEST_CASE(
+    "D5: a multi-task target with one column in raw units warns; standardised columns and multi-hot labels do not") {
+  gs::Generator g(12);
+  const Tensor like = (gs::rand({300, 1}, {}, &g) > 0.5).to(gs::kFloat32);
+  const Tensor seconds = gs::randn({300, 1}, {}, &g) * 180.0 + 240.0;
+  const std::vector<dbg::Finding> fs = dbg::check_target_scales(gs::cat({like, seconds}, 1));
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].kind == dbg::Kind::TargetScales);
+  CHECK(fs[0].severity == dbg::Severity::Warning);
+  CHECK(ev(fs[0], "ratio") > 300);
+  CHECK(fs[0].title.find("column 1 has std") != std::string::npos);
+  // The seconds standardised: silent. So are multi-hot labels with a rare label, and one column alone.
+  CHECK(dbg::check_target_scales(gs::cat({like, (seconds - 240.0) / 180.0}, 1)).empty());
+  const Tensor rare = (gs::rand({300, 1}, {}, &g) > 0.99).to(gs::kFloat32);
+  CHECK(dbg::check_target_scales(gs::cat({like, rare, like}, 1)).empty());
+  CHECK(dbg::check_target_scales(seconds).empty());
+  // Two raw columns in like units (a box's x and y in pixels): no ratio.
+  CHECK(dbg::check_target_scales(gs::cat({seconds, seconds * 0.8 + 3.0}, 1)).empty());
+}
+
 // ---- D6 --------------------------------------------------------------------------
 
 TEST_CASE("D6 check_label_shape: (B,1) against (B) and the reverse; silent on matching and classification") {

@@ -12,6 +12,7 @@
 
 #include <gradsleuth.h>
 
+#include "debug/checks/model/run_checks.h"
 #include "debug_test_util.h"
 #include "diagnosis_test_util.h"
 #include "json_mini.h"
@@ -125,6 +126,47 @@ TEST_CASE("constant_ on a weight where its bias was meant: M27 names the constan
       expect_clean(r);
     }
   }
+}
+
+TEST_CASE("M27: embedding biases initialised to zero get sparse gradients (the rows a batch looked up), not one") {
+  // A matrix factorisation's user and item biases start at 0, as is usual; each batch reaches only the rows it
+  // looks up, so most rows' gradients are exactly 0. Only the rows that got a gradient are compared.
+  struct Factorisation : nn::Module {
+    std::shared_ptr<nn::Embedding> user = register_module("user", std::make_shared<nn::Embedding>(2000, 4)),
+                                   user_bias = register_module("user_bias", std::make_shared<nn::Embedding>(2000, 1));
+    Factorisation() : Module("Factorisation") { nn::init::zeros_(user_bias->weight); }
+    Tensor forward(const Tensor& u) override { return (*user)(u).sum({1}, true) + (*user_bias)(u); }
+  };
+  manual_seed(3);
+  auto model = std::make_shared<Factorisation>();
+  const Tensor ids = randint(0, 2000, {64}), target = randn({64, 1});
+  debug::GradientSpreadTracker spread;
+  for (int64_t step = 1; step <= 10; ++step) {
+    model->zero_grad();
+    nn::functional::mse_loss((*model)(ids), target).backward();
+    spread.record(*model, step);
+  }
+  for (const debug::Finding& f : spread.findings()) CHECK_MESSAGE(!f.fires(), f.str());
+  // A dense layer of one constant, whose every unit gets the same gradient: flagged.
+  struct Dense : nn::Module {
+    std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(8, 16));
+    Dense() : Module("Dense") {
+      nn::init::constant_(fc->weight, 0.1);
+      nn::init::zeros_(fc->bias);
+    }
+    Tensor forward(const Tensor& x) override { return (*fc)(x); }
+  };
+  auto dense = std::make_shared<Dense>();
+  debug::GradientSpreadTracker same;
+  const Tensor x = randn({32, 8});
+  for (int64_t step = 1; step <= 10; ++step) {
+    dense->zero_grad();
+    nn::functional::mse_loss((*dense)(x), randn({32, 16}).mean({1}, true).expand({32, 16})).backward();
+    same.record(*dense, step);
+  }
+  bool flagged = false;
+  for (const debug::Finding& f : same.findings()) flagged = flagged || (f.fires() && f.parameter == "fc.weight");
+  CHECK(flagged);
 }
 
 // ---- D5 on every training row ------------------------------------------------------------

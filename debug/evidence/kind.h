@@ -27,6 +27,7 @@ namespace gradsleuth::debug {
   X(TargetsFromPredictions, "targets-from-predictions", "D4")                                         \
   X(TargetsAreInputs, "targets-are-inputs", "D4")                                                     \
   /* D7 leakage: statistics fitted on held-out rows, or a feature that copies the label */            \
+  X(TargetScales, "target-scales", "D5")                                                              \
   X(NormalizerLeak, "normalizer-leak", "D7")                                                          \
   X(TargetLeakage, "target-leakage", "D7")                                                            \
   /* D12 duplicates: a share of the rows that is one constant input (padding only, say) */            \

@@ -258,6 +258,10 @@ std::vector<Finding> check_alignment(const nn::Dataset& reference, const nn::Dat
 // bug B25) and on features whose scales differ by orders of magnitude. Integral
 // inputs (token ids for an embedding) are not judged.
 std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions& opts = {});
+// D5 on float targets y (N, K), K >= 2 (a multi-output regression, a multi-task target): a warning (kind
+// target-scales) where a continuous column in raw units (std >= 10, 10 distinct values or more) has
+// max_scale_ratio x or more the std of another column: under one loss its error swamps the others'.
+std::vector<Finding> check_target_scales(const Tensor& y, const DataCheckOptions& opts = {});
 
 // D5 judged again on what the model's first layer with a weight matrix (a Linear, a Conv) receives
 // from the batch x, in training mode with the randomness off (modes, buffers and warnings put back):

@@ -63,6 +63,7 @@ std::vector<Finding> check_loader(const nn::DataLoader& loader, int64_t num_clas
   } else {
     add(empty_one_hot_rows(Y));
     add(constant_target_columns(Y));
+    add(check_target_scales(Y, opts));
   }
   return out;
 }

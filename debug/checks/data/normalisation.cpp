@@ -338,6 +338,45 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
   return out;
 }
 
+std::vector<Finding> check_target_scales(const Tensor& y, const DataCheckOptions& opts) {
+  if (!y.defined() || !y.is_floating_point() || y.dim() != 2 || y.size(0) < 20 || y.size(1) < 2) return {};
+  const int64_t N = y.size(0), K = y.size(1);
+  const std::vector<double> v = doubles(y);
+  std::vector<double> sd(static_cast<size_t>(K));
+  std::vector<size_t> distinct(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) {
+    std::vector<double> col;
+    for (int64_t r = 0; r < N; ++r)
+      if (std::isfinite(v[r * K + k])) col.push_back(v[r * K + k]);
+    sd[k] = std::sqrt(detail::mean_and_variance(col).second);
+    std::sort(col.begin(), col.end());
+    distinct[k] = static_cast<size_t>(std::unique(col.begin(), col.end()) - col.begin());
+  }
+  int64_t big = -1, small = -1;
+  for (int64_t k = 0; k < K; ++k) {
+    if (distinct[k] >= 10 && sd[k] >= 10.0 && (big < 0 || sd[k] > sd[big])) big = k;
+    if (sd[k] > 0.0 && (small < 0 || sd[k] < sd[small])) small = k;
+  }
+  if (big < 0 || small < 0 || big == small || !(sd[big] >= opts.max_scale_ratio * sd[small])) return {};
+  Finding f = make("D5", Severity::Warning,
+                   "target columns on scales orders of magnitude apart: column " + num(big) + " has std " +
+                       fmt_num(sd[big]) + ", column " + num(small) + " " + fmt_num(sd[small]) + " (ratio " +
+                       fmt_num(sd[big] / sd[small]) + "): under one loss the first one's error swamps the other's");
+  f.kind = Kind::TargetScales;
+  f.shape = y.str();
+  f.evidence = {{"std of target column " + num(big), sd[big], ">= 10, continuous"},
+                {"std of target column " + num(small), sd[small], ""},
+                {"ratio", sd[big] / sd[small], ">= " + fmt_num(opts.max_scale_ratio) + " warns"}};
+  f.cause =
+      "a regression target left in raw units (seconds, prices) beside targets near unit scale (a 0/1 label, a "
+      "standardised value): its squared error is thousands of times the others' terms, so the shared layers "
+      "are trained for it alone and its output layer must grow to its scale (large gradients, a slow start)";
+  f.fix =
+      "standardise each regression target with the training split's mean and std for the loss (and map the "
+      "predictions back for the metric), or weight each term of the loss by the inverse of its scale";
+  return {f};
+}
+
 void revise_normalisation(Report& found, nn::Module& model, const Tensor& x, const DataCheckOptions& opts) {
   // check_normalisation's two rules (the row tracker's "rows out of range" is another matter).
   const auto per_feature = [](const Finding& f) { return f.title.rfind("feature scales", 0) == 0; };

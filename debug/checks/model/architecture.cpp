@@ -490,12 +490,16 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
                          ? g.detach()
                          : g.detach().to(kCPU).to(kFloat64).contiguous();
     double sq = 0.0, spread = 0.0;
-    bool finite = true;
+    bool finite = true, judged = false;
+    int64_t live_values = 0;  // the entries of the rows that got a gradient
     auto measure = [&](auto tag) {
       using T = decltype(tag);
       const T* v = static_cast<const T*>(h.raw_data());
-      // The mean row over the units, and the sum of squares, one row at a time.
+      // The mean row over the units that got a gradient, and the sum of squares, one row at a time. A row
+      // that got none is left out: an embedding's rows the batch did not look up, a unit dead this step.
       std::vector<double> mean(static_cast<size_t>(k), 0.0);
+      std::vector<bool> live(static_cast<size_t>(units), false);
+      int64_t lived = 0;
       int bad = 0;
       for (int64_t i = 0; i < units; ++i) {
         const T* r = v + i * k;
@@ -508,10 +512,13 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
           mean[static_cast<size_t>(j)] += x;
         }
         sq += rsq;
+        live[static_cast<size_t>(i)] = rsq > 0.0;
+        lived += rsq > 0.0;
       }
       finite = bad == 0 && std::isfinite(sq);
-      if (!finite || sq == 0.0) return;
-      for (double& m : mean) m /= static_cast<double>(units);
+      if (!finite || sq == 0.0 || lived < 4) return;
+      live_values = lived * k;
+      for (double& m : mean) m /= static_cast<double>(lived);
       // The percentiles on at most 2048 of the deviations, at a stride coprime with the row
       // length (so every row and column is reached): the same answer for symmetric units (all
       // ~0), and a few microseconds instead of two selections over a large layer's every entry.
@@ -520,7 +527,9 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
       std::vector<double> dev;
       dev.reserve(static_cast<size_t>(h.numel() / stride + 1));
       for (int64_t e = 0; e < h.numel(); e += stride)
-        dev.push_back(static_cast<double>(v[e]) - mean[static_cast<size_t>(e % k)]);
+        if (live[static_cast<size_t>(e / k)])
+          dev.push_back(static_cast<double>(v[e]) - mean[static_cast<size_t>(e % k)]);
+      if (dev.size() < 2) return;
       // Both percentiles from one buffer: the 5th, then the 95th among the values above it.
       const size_t n = dev.size(), lo = static_cast<size_t>(std::floor(0.05 * static_cast<double>(n - 1))),
                    hi = static_cast<size_t>(std::floor(0.95 * static_cast<double>(n - 1)));
@@ -529,13 +538,15 @@ void GradientSpreadTracker::record(const nn::Module& model, int64_t step) {
       std::nth_element(dev.begin() + static_cast<std::ptrdiff_t>(lo), dev.begin() + static_cast<std::ptrdiff_t>(hi),
                        dev.end());
       spread = dev[hi] - p5;
+      judged = true;
     };
     if (h.dtype() == kFloat32)
       measure(float{});
     else
       measure(double{});
-    if (!finite || sq == 0.0) continue;  // NaN/Inf is O1's, an all-zero gradient M25's
-    const double rms = std::sqrt(sq / static_cast<double>(h.numel()));
+    // NaN/Inf is O1's, an all-zero gradient M25's; fewer than 4 units with a gradient cannot be compared.
+    if (!finite || sq == 0.0 || !judged) continue;
+    const double rms = std::sqrt(sq / static_cast<double>(live_values));
     const double rel = spread / rms;
     if (it == seen_.end()) {
       seen_.push_back({name, shape_of(p)});
