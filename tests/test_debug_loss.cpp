@@ -616,10 +616,15 @@ TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
   CHECK_FALSE(any_fires(fs));
   CHECK(has(fs[0].title, "keep watching"));
 
-  fs = dbg::diagnose_fitting({0.6, 0.3, 0.2, 0.1, 0.1}, {0.6, 0.5, 0.5, 0.5, 0.5});
+  fs = dbg::diagnose_fitting({0.6, 0.3, 0.2, 0.1, 0.1}, {0.6, 0.5, 0.5, 0.55, 0.6});
   CHECK(fs[0].severity == dbg::Severity::Warning);
   CHECK(has(fs[0].title, "overfitting"));
-  CHECK(ev(fs[0], "gap") == doctest::Approx(0.5 - 0.4 / 3.0));
+  CHECK(ev(fs[0], "gap") == doctest::Approx(0.55 - 0.4 / 3.0));
+  // The same gap with validation flat at its best: the training split is memorised, and validation has lost
+  // nothing to it yet (info).
+  fs = dbg::diagnose_fitting({0.6, 0.3, 0.2, 0.1, 0.1}, {0.6, 0.5, 0.5, 0.5, 0.5});
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(has(fs[0].title, "overfitting"));
 
   fs = dbg::diagnose_fitting({0.5, 0.1, 0.06, 0.05}, {0.5, 0.12, 0.08, 0.07});
   CHECK(fs[0].severity == dbg::Severity::Info);
@@ -648,6 +653,15 @@ TEST_CASE("L7 diagnose_fitting: the fitting rule with named thresholds") {
         dbg::Severity::Warning);
   CHECK(dbg::diagnose_fitting({0.5, 0.2, 0.05, 0.02, 0.01}, {1.0, 0.9, 0.85, 0.8, 0.78})[0].severity ==
         dbg::Severity::Warning);
+  // A memorised training split whose validation loss ends at its best (its last epochs within 3% of its lowest:
+  // a factorisation trained with early stopping): the gap has cost validation nothing yet, info. The same gap
+  // with validation turned up from its best warns.
+  fs = dbg::diagnose_fitting({0.9, 0.4, 0.2, 0.1, 0.07, 0.06, 0.055}, {0.8, 0.5, 0.4, 0.33, 0.31, 0.302, 0.3});
+  CHECK(fs[0].severity == dbg::Severity::Info);
+  CHECK(has(fs[0].title, "the validation loss ends at its best"));
+  CHECK(ev(fs[0], "last epochs' validation loss / its lowest") == doctest::Approx(0.304 / 0.3).epsilon(0.001));
+  CHECK(dbg::diagnose_fitting({0.9, 0.4, 0.2, 0.1, 0.07, 0.06, 0.055}, {0.8, 0.5, 0.4, 0.3, 0.31, 0.33, 0.35})[0]
+            .severity == dbg::Severity::Warning);
 
   // A mean squared error in the target's own units: 18 MPa^2 where the targets' variance is 250 is a fit
   // to 7% of it, neither underfitting nor, at a gap of 5, overfitting; the thresholds scale with it.

@@ -169,6 +169,37 @@ TEST_CASE("L9 learning curve: a repeat short of the run raises the bar; class ta
   CHECK(has_kind(debug::check_end_fit(heads), debug::Kind::GeneralisationGap));
 }
 
+TEST_CASE("L9's loss gap: a regression that memorised its training split warns, unless validation ends at its best") {
+  // A matrix factorisation of ratings: training loss 0.054 in eval mode, validation 0.247 (4.6x). Trained with
+  // early stopping, its validation loss still improved at its last epochs: the gap costs validation nothing yet.
+  debug::EndFitMeasure m;
+  m.train_loss = 0.054;
+  m.val_loss = 0.247;
+  m.train_examples = 6400;
+  m.val_examples = 4000;
+  m.epoch_val_loss = {0.62, 0.45, 0.36, 0.30, 0.27, 0.255, 0.249, 0.247};
+  const auto gap = [](const std::vector<debug::Finding>& fs) {
+    for (const debug::Finding& f : fs)
+      if (f.kind == debug::Kind::GeneralisationGap) return &f - fs.data();
+    return static_cast<std::ptrdiff_t>(-1);
+  };
+  std::vector<debug::Finding> fs = debug::check_end_fit(m);
+  REQUIRE(gap(fs) >= 0);
+  CHECK(fs[gap(fs)].severity == debug::Severity::Info);
+  CHECK(fs[gap(fs)].title.find("ended the run at its best") != std::string::npos);
+  // Validation turned up from its best (0.247 at epoch 6, 0.29 at the end): a warning.
+  m.epoch_val_loss = {0.62, 0.45, 0.36, 0.30, 0.26, 0.247, 0.27, 0.29};
+  m.val_loss = 0.29;
+  fs = debug::check_end_fit(m);
+  REQUIRE(gap(fs) >= 0);
+  CHECK(fs[gap(fs)].severity == debug::Severity::Warning);
+  // Without an epoch history there is nothing to say it ended at its best: a warning.
+  m.epoch_val_loss.clear();
+  fs = debug::check_end_fit(m);
+  REQUIRE(gap(fs) >= 0);
+  CHECK(fs[gap(fs)].severity == debug::Severity::Warning);
+}
+
 TEST_CASE("L9 rate probe: 10x the rate must also beat the run's own rate taken the probe's way (plain batches)") {
   // A run still falling at the end, barely below its first loss: 10x the rate reaches 0.2, against the
   // run's 0.9 at the same steps: the rate is blamed. Under mixup the run's losses are the blended

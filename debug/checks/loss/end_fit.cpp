@@ -315,6 +315,11 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                           "> " + str_printf("%g", o.gap_loss_ratio) + " warns"});
     f.cause = "too little training data for the model, or too little regularisation";
     f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
+    if (detail::ends_at_best(m.epoch_val_loss)) {  // the gap has cost validation nothing yet
+      f.severity = Severity::Info;
+      f.title += ", but its validation loss ended the run at its best (within 1% of its lowest epoch)";
+      f.fix = "none needed; more data or regularisation may lower the validation loss further";
+    }
     out.push_back(f);
   }
   if (!acc && out.empty()) out = check_loss_split(m, o);

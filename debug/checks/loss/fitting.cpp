@@ -201,6 +201,15 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
       ev.push_back({"validation loss falling at each of the last 3 epochs", 1.0, "still falling: info"});
       f.cause = "a generalisation gap the run has not closed yet, not memorisation: validation still improves";
       f.fix = "none needed; train on while the validation loss falls";
+    } else if (detail::ends_at_best(val, static_cast<size_t>(k))) {
+      // Memorised, but the validation loss ends at its best: the gap has cost it nothing yet.
+      f.severity = Severity::Info;
+      f.title += ", but the validation loss ends at its best (" + fmt_num(va) + " against its lowest epoch's " +
+                 fmt_num(*std::min_element(val.begin(), val.end())) + ")";
+      ev.push_back({"last epochs' validation loss / its lowest", va / *std::min_element(val.begin(), val.end()),
+                    "the last epoch within 1% of it: at its best (info)"});
+      f.cause = "the model fits its training data more closely than it generalises, and validation still improves";
+      f.fix = "none needed; more data or regularisation may lower the validation loss further";
     }
   } else if (gap < normal_gap && tr < normal_train) {
     f = make("L7", Severity::Info, "normal convergence: low training loss and validation close to it");
