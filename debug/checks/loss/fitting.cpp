@@ -110,6 +110,9 @@ void revise_overfitting(Report& found, const std::vector<double>& train_row_loss
   }
 }
 
+// The words L7's overfitting adds where the validation loss ended at its best (diagnose_fitting).
+const std::string kEndsAtBest = ", but the validation loss ends at its best";
+
 void revise_overfitting_by_batch_size(Report& found, double train_loss, double val_loss, int64_t train_batch,
                                       int64_t val_batch, const std::function<double()>& val_loss_at_train_batch,
                                       const LossCheckOptions& opts) {
@@ -119,9 +122,12 @@ void revise_overfitting_by_batch_size(Report& found, double train_loss, double v
   double rebatched = kNaN;
   for (size_t i = 0; i < found.findings().size(); ++i) {
     Finding f = found.findings()[i];
-    if (!f.fires() || !f.is("L7", Kind::Overfitting)) continue;
+    // The warning, or the info of a validation loss that ended at its best: the batch's size says why.
+    const size_t at_best = f.title.find(kEndsAtBest);
+    if (!f.is("L7", Kind::Overfitting) || !(f.fires() || at_best != std::string::npos)) continue;
     if (std::isnan(rebatched)) rebatched = val_loss_at_train_batch();
     if (!std::isfinite(rebatched) || !(rebatched - train_loss <= opts.overfit_gap)) return;
+    if (at_best != std::string::npos) f.title.erase(at_best);
     f.severity = Severity::Info;
     f.title += "; the loss depends on the batch's size: the validation split scored in batches of " + num(train_batch) +
                " rows, as training ran, sits " + fmt_num(rebatched - train_loss) + " above the training loss (" +
@@ -204,7 +210,7 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
     } else if (detail::ends_at_best(val, static_cast<size_t>(k))) {
       // Memorised, but the validation loss ends at its best: the gap has cost it nothing yet.
       f.severity = Severity::Info;
-      f.title += ", but the validation loss ends at its best (" + fmt_num(va) + " against its lowest epoch's " +
+      f.title += kEndsAtBest + (" (" + fmt_num(va) + " against its lowest epoch's ") +
                  fmt_num(*std::min_element(val.begin(), val.end())) + ")";
       ev.push_back({"last epochs' validation loss / its lowest", va / *std::min_element(val.begin(), val.end()),
                     "the last epoch within 1% of it: at its best (info)"});
