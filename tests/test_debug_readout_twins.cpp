@@ -193,6 +193,25 @@ TEST_CASE("L9's loss gap: a regression that memorised its training split warns, 
   fs = debug::check_end_fit(m);
   REQUIRE(gap(fs) >= 0);
   CHECK(fs[gap(fs)].severity == debug::Severity::Warning);
+  // A noisy classifier's loss flat near its best (1.12 at the end, 1.10 at its lowest: 1.8% above): within two
+  // standard errors of the validation mean where each example's loss spreads widely (300 rows, std 1.5), a
+  // warning where they agree (std 0.05).
+  m.train_loss = 0.29;
+  m.val_loss = 1.12;
+  m.val_examples = 300;
+  m.epoch_val_loss = {1.6, 1.3, 1.18, 1.12, 1.10, 1.11, 1.12, 1.12};
+  std::vector<double> rows(300);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = 1.12 + (i % 2 == 0 ? 1.5 : -1.5) * (i < 150 ? 1.0 : 0.6);
+  m.val_row_losses = rows;
+  fs = debug::check_end_fit(m);
+  REQUIRE(gap(fs) >= 0);
+  CHECK(fs[gap(fs)].severity == debug::Severity::Info);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = 1.12 + (i % 2 == 0 ? 0.05 : -0.05);
+  m.val_row_losses = rows;
+  fs = debug::check_end_fit(m);
+  REQUIRE(gap(fs) >= 0);
+  CHECK(fs[gap(fs)].severity == debug::Severity::Warning);
+  m.val_row_losses.clear();
   // Without an epoch history there is nothing to say it ended at its best: a warning.
   m.epoch_val_loss.clear();
   fs = debug::check_end_fit(m);

@@ -67,15 +67,16 @@ inline std::vector<double> finite_only(const std::vector<double>& v) {
 }
 
 // Whether a validation loss history of 5 epochs or more ends at its best: its last epoch within 1% of its
-// lowest, and the mean of its last `window` epochs within 2%. A memorised training split whose validation
-// still ends there has cost validation nothing yet (L7's overfitting, L9's loss gap).
-inline bool ends_at_best(const std::vector<double>& val_loss, size_t window = 1) {
+// lowest (or within `slack` of it: what the validation split can resolve), and the mean of its last `window`
+// epochs within 2% (or `slack`). A memorised training split whose validation still ends there has cost
+// validation nothing yet (L7's overfitting, L9's loss gap).
+inline bool ends_at_best(const std::vector<double>& val_loss, size_t window = 1, double slack = 0.0) {
   const std::vector<double> v = finite_only(val_loss);
   if (v.size() < 5 || window < 1 || window > v.size()) return false;
   const double low = *std::min_element(v.begin(), v.end());
   double last = 0.0;
   for (size_t i = v.size() - window; i < v.size(); ++i) last += v[i] / static_cast<double>(window);
-  return v.back() <= 1.01 * low && last <= 1.02 * low;
+  return v.back() <= std::max(1.01 * low, low + slack) && last <= std::max(1.02 * low, low + slack);
 }
 
 // How far a loss history fell from its first value to its best, relative to the first (NaN: fewer than 2).

@@ -315,9 +315,16 @@ std::vector<Finding> check_end_fit(const EndFitMeasure& m, const EndFitOptions& 
                           "> " + str_printf("%g", o.gap_loss_ratio) + " warns"});
     f.cause = "too little training data for the model, or too little regularisation";
     f.fix = "more training data, or more regularisation; keep the epoch with the best validation score";
-    if (detail::ends_at_best(m.epoch_val_loss)) {  // the gap has cost validation nothing yet
+    // The gap has cost validation nothing yet: the last epoch within 1% of the lowest, or within two standard
+    // errors of the validation mean (each example's loss).
+    const double se = m.val_row_losses.size() >= 2 ? std::sqrt(detail::mean_and_variance(m.val_row_losses).second /
+                                                               static_cast<double>(m.val_row_losses.size()))
+                                                   : 0.0;
+    if (detail::ends_at_best(m.epoch_val_loss, 1, 2.0 * se)) {
       f.severity = Severity::Info;
-      f.title += ", but its validation loss ended the run at its best (within 1% of its lowest epoch)";
+      f.title +=
+          ", but its validation loss ended the run at its best (within 1%, or two standard errors, of its "
+          "lowest epoch)";
       f.fix = "none needed; more data or regularisation may lower the validation loss further";
     }
     out.push_back(f);
