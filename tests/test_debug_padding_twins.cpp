@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <memory>
+#include <random>
 #include <vector>
 
 #include <gradsleuth.h>
@@ -226,4 +227,74 @@ TEST_CASE(
   // Tagged -100: the loss leaves them out.
   const Tensor ignored = where(real, tags, full_like(tags, -100));
   CHECK(padding_finding(debug::check_padding_in_loss(ids, out, ignored, loss)) == nullptr);
+}
+
+namespace {
+
+// Sequence classifiers over right-padded token ids (0 pads): an Elman RNN that reads its state after the
+// last step of the padded batch (output[:, -1]), the same RNN gathered at each row's own last token, a mean
+// of the embeddings over the real positions, over every position, and a convolution max-pooled over time.
+struct ReadsPadding : nn::Module {
+  enum class Kind { LastStep, Gathered, MaskedMean, Mean, MaxPool } kind;
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(30, 16));
+  std::shared_ptr<nn::Linear> wx = register_module("wx", std::make_shared<nn::Linear>(16, 32));
+  std::shared_ptr<nn::Linear> wh = register_module("wh", std::make_shared<nn::Linear>(32, 32, false));
+  std::shared_ptr<nn::Conv2d> conv =
+      register_module("conv", std::make_shared<nn::Conv2d>(nn::Conv2dOptions(16, 32, Dims{1, 3})));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(32, 4));
+  std::shared_ptr<nn::Linear> out16 = register_module("out16", std::make_shared<nn::Linear>(16, 4));
+  explicit ReadsPadding(Kind k) : Module("ReadsPadding"), kind(k) {}
+  Tensor forward(const Tensor& ids) override {
+    const int64_t B = ids.size(0), T = ids.size(1);
+    const Tensor e = (*emb)(ids);  // (B, T, 16)
+    const Tensor real = (ids != 0).to(kFloat32);
+    if (kind == Kind::MaskedMean) return (*out16)(sum(e * real.unsqueeze(2), {1}) / sum(real, {1}, true));
+    if (kind == Kind::Mean) return (*out16)(e.mean({1}));
+    if (kind == Kind::MaxPool) return (*out)(amax(relu((*conv)(e.transpose(1, 2).unsqueeze(2))).squeeze(2), {2}));
+    const Tensor xin = (*wx)(e);
+    Tensor h = zeros({B, 32});
+    std::vector<Tensor> states;
+    for (int64_t t = 0; t < T; ++t) {
+      h = tanh(xin.select(1, t) + (*wh)(h));
+      states.push_back(h);
+    }
+    if (kind == Kind::LastStep) return (*out)(h);
+    const Tensor all = stack(states, 1);                                       // (B, T, 32)
+    const Tensor last = (sum(real, {1}) - 1.0).to(kInt64).reshape({B, 1, 1});  // each row's last token
+    return (*out)(gather(all, 1, last.expand({B, 1, 32})).squeeze(1));
+  }
+};
+
+Tensor padded_ids(int64_t B, int64_t T, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int64_t> v(static_cast<size_t>(B * T), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = 5 + static_cast<int64_t>(g() % static_cast<uint32_t>(T - 4));
+    for (int64_t t = 0; t < len; ++t) v[static_cast<size_t>(b * T + t)] = 1 + static_cast<int64_t>(g() % 29);
+  }
+  return tensor(v, {B, T});
+}
+
+}  // namespace
+
+TEST_CASE("L5's padding the model reads: an RNN reading its state after the padded batch's last step warns") {
+  manual_seed(3);
+  const Tensor ids = padded_ids(128, 30, 5);
+  using K = ReadsPadding::Kind;
+  auto last = std::make_shared<ReadsPadding>(K::LastStep);
+  const std::vector<debug::Finding> fs = debug::check_padding_read(*last, ids);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].kind == debug::Kind::PaddingRead);
+  CHECK(fs[0].severity == debug::Severity::Warning);
+  CHECK(dtest::evidence(fs[0], "pad id") == 0);
+  CHECK(last->is_training());  // its mode put back
+  // The state gathered at each row's length, and a mean over the real positions: exactly unmoved. A mean over
+  // every position and a convolution max-pooled over the padding move, but within what rows differ by.
+  for (K k : {K::Gathered, K::MaskedMean, K::Mean, K::MaxPool}) {
+    CAPTURE(static_cast<int>(k));
+    auto m = std::make_shared<ReadsPadding>(k);
+    CHECK(debug::check_padding_read(*m, ids).empty());
+  }
+  // Sequences of one length hold no padding: nothing is judged.
+  CHECK(debug::check_padding_read(*last, ids.narrow(1, 0, 4) + 1).empty());
 }

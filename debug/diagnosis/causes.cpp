@@ -176,7 +176,7 @@ const std::vector<Cause>& diagnosis_causes() {
        [](const Finding& f) { return is(f, "W3", Kind::ValidationMisreported); }},
       // ---- the loss ----
       {"masked-targets", "every target masked by ignore_index", "L5", "the targets against ignore_index", true,
-       [](const Finding& f) { return is(f, "L5") && f.kind != Kind::PaddingInLoss; }},
+       [](const Finding& f) { return is(f, "L5") && f.kind != Kind::PaddingInLoss && f.kind != Kind::PaddingRead; }},
       {"metric-misaligned",
        "an evaluation that pairs predictions with the wrong labels (two passes of a shuffled loader)", "L9",
        "the accuracy the loop reported against the trained model's on the same split", true,
@@ -184,6 +184,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"padding-in-loss", "padded positions of sequences counted in the loss (a mask built and never applied)", "L5",
        "the loss's gradient on the padded positions of a batch", true,
        [](const Finding& f) { return is(f, "L5", Kind::PaddingInLoss); }},
+      {"padding-read", "a sequence model that reads the padding (the state after the last step of the padded batch)",
+       "L5", "each row's output with more padding added", true,
+       [](const Finding& f) { return is(f, "L5", Kind::PaddingRead); }},
       {"double-softmax", "probabilities fed to cross-entropy (a second softmax)", "L2",
        "whether every row of the loss input is a distribution", true,
        [](const Finding& f) { return is(f, "L2") && !f.is("L2", Kind::NllOnScores); }},

@@ -57,6 +57,7 @@ namespace gradsleuth::debug {
   X(InitialOutputBiased, "initial-output-biased", "L4")                                               \
   /* L5 masking: padded positions the loss reads; targets it masks itself */                          \
   X(PaddingInLoss, "padding-in-loss", "L5")                                                           \
+  X(PaddingRead, "padding-read", "L5")                                                                \
   X(TargetsMaskedByLoss, "targets-masked-by-loss", "L5")                                              \
   X(TargetsWithinOutputs, "targets-within-outputs", "L5")                                             \
   /* L6 the reduction, and what the loop multiplies the loss by */                                    \

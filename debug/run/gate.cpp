@@ -260,6 +260,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
       gate_phase(r, "padding check", "L5", [&] {
         r.add(check_padding_in_loss(x, out, y, loss, o.loss));  // L5: padded positions the loss reads
         r.add(check_targets_masked_by_loss(x, out, y, loss));   // L5: targets outside the classes it masks
+        r.add(check_padding_read(model, x, o.loss));            // L5: padding the model reads
         r.note_ran("L5");
       });
       if (l.requires_grad() && l.numel() == 1)

@@ -145,6 +145,12 @@ struct LossCheckOptions {
   // that masks them (sum(loss * mask) / sum(mask), ignore_index) gives them exactly 0; a mean over
   // every position about 1 (a tagger with 40% of its positions padded: 0.9-1.1 at the first batch).
   double padding_gradient_ratio = 0.01;
+  // ---- L5 padding the model reads (check_padding_read) ----
+  // With T / 2 more pad ids after each row (before it, for left padding), the 90th percentile of the rows'
+  // output change over the median row's distance from the batch's mean output at or above this warns
+  // (untrained models: an RNN reading the state after the padding 8.3; a CNN max-pooled over the padding
+  // 0.15, a mean over every position 0.98; a state gathered at each row's length, a masked mean: 0).
+  double padding_read_ratio = 3.0;
 
   // ---- L4 initial loss ----
   // The expected first loss; NaN = from the kind: log(C) for cross_entropy/nll,
@@ -391,6 +397,15 @@ std::vector<Finding> check_masked_targets(const Tensor& target, int64_t ignore_i
 std::vector<Finding> check_padding_in_loss(
     const Tensor& x, const Tensor& output, const Tensor& y,
     const std::function<Tensor(const Tensor& output, const Tensor& target)>& loss, const LossCheckOptions& opts = {});
+
+// L5, padding the model reads: x (B, T) token ids whose rows end (or start) in runs of one rare id, of
+// lengths that differ (opts.padding_min_share of the positions or more). The model runs in eval mode without
+// gradients on x and on x with T / 2 more pad ids after each row (before it, for left padding); a warning
+// (kind padding-read) where the 90th percentile of the rows' output change, over the median row's distance
+// from the batch's mean output, is at least opts.padding_read_ratio: the output of a sequence depends on how
+// much padding follows it (a recurrent classifier reading the state after the last step of the padded batch).
+// Silent when the batch holds no padding, the model takes no longer rows, or its output's shape follows T.
+std::vector<Finding> check_padding_read(nn::Module& model, const Tensor& x, const LossCheckOptions& opts = {});
 
 // L5, targets outside the classes that the loss leaves out itself: class targets y (B, ...) int64
 // beside the output (B, ..., C) or (B, C, ...), some outside [0, C) other than ignore_index (a pad

@@ -146,6 +146,67 @@ std::string position_value(const std::vector<double>& v) {
 
 }  // namespace
 
+std::vector<Finding> check_padding_read(nn::Module& model, const Tensor& x, const LossCheckOptions& opts) {
+  if (!x.defined() || x.dim() != 2 || !is_integral(x.dtype())) return {};
+  const int64_t B = x.size(0), T = x.size(1);
+  if (B < 8 || T < 4) return {};
+  // The padding from the ids alone: the targets are one per row here, so every position's is 0.
+  const PositionGrid xs(x, B, T), none(zeros({B, T}, TensorOptions(kFloat64)), B, T);
+  Padding pad = find_padding_side(xs, none, false, true, opts);
+  if (!pad.found) pad = find_padding_side(xs, none, true, true, opts);
+  if (!pad.found) return {};
+  const bool was = model.is_training();
+  std::vector<double> change, spread;
+  try {
+    NoGradGuard ng;
+    model.eval();
+    const Tensor ids = x.detach();
+    const Tensor more = full({B, T / 2}, pad.input.front(), TensorOptions(x.dtype()).device(x.device()));
+    const Tensor a = model(ids), b = model(pad.left ? cat({more, ids}, 1) : cat({ids, more}, 1));
+    model.train(was);
+    if (!a.defined() || !b.defined() || a.shape() != b.shape() || a.dim() < 1 || a.size(0) != B ||
+        !a.is_floating_point())
+      return {};
+    for (int64_t d = 1; d < a.dim(); ++d)
+      if (a.size(d) == T) return {};  // an output per position (a tagger): its length follows T
+    const Tensor a2 = a.to(kFloat64).reshape({B, -1}), b2 = b.to(kFloat64).reshape({B, -1});
+    change = sqrt(sum((b2 - a2) * (b2 - a2), {1})).to(kCPU).to_vector<double>();
+    const Tensor c = a2 - a2.mean({0}, true);
+    spread = sqrt(sum(c * c, {1})).to(kCPU).to_vector<double>();
+  } catch (const std::exception&) {
+    model.train(was);
+    return {};  // the model takes rows of its own length only (a positional table, a flatten)
+  }
+  std::vector<double> sorted = spread;
+  std::nth_element(sorted.begin(), sorted.begin() + B / 2, sorted.end());
+  const double typical = sorted[static_cast<size_t>(B / 2)];
+  if (!(typical > 0.0) || !std::isfinite(typical)) return {};
+  std::vector<double> ratio;
+  for (double v : change) ratio.push_back(v / typical);
+  std::sort(ratio.begin(), ratio.end());
+  const double p90 = ratio[static_cast<size_t>(std::floor(0.9 * static_cast<double>(B - 1)))];
+  if (!(p90 >= opts.padding_read_ratio)) return {};
+  Finding f = make("L5", Severity::Warning,
+                   "the model reads the padding: with " + num(T / 2) + " more pad ids " +
+                       (pad.left ? "before" : "after") + " each sequence, a tenth of the rows' outputs move by " +
+                       fmt_num(p90) + "x or more the typical distance between two rows' outputs");
+  f.kind = Kind::PaddingRead;
+  f.shape = shape_of(x);
+  f.evidence = {{"padded positions", static_cast<double>(pad.padded) / static_cast<double>(B * T),
+                 ">= " + fmt_num(opts.padding_min_share) + " judged"},
+                {"pad id", pad.input.front(), ""},
+                {"rows' output change at the 90th percentile / the median row's distance from the mean output", p90,
+                 ">= " + fmt_num(opts.padding_read_ratio) + " warns"},
+                {"largest change / that distance", ratio.back(), ""}};
+  f.cause = "the output of a sequence depends on how much padding " + std::string(pad.left ? "precedes" : "follows") +
+            " it: a recurrent classifier that reads its state after the last step of the padded batch (output[:, -1]) "
+            "instead of at each sequence's own last token, so every pad step washes out what it read";
+  f.fix =
+      "read the state at each sequence's length (gather at length - 1, what pack_padded_sequence gives), or mask "
+      "the padded positions out of the pooling and the attention";
+  return {f};
+}
+
 std::vector<Finding> check_padding_in_loss(const Tensor& x, const Tensor& output, const Tensor& y,
                                            const std::function<Tensor(const Tensor&, const Tensor&)>& loss,
                                            const LossCheckOptions& opts) {
