@@ -186,8 +186,9 @@ std::vector<Finding> check_padding_read(nn::Module& model, const Tensor& x, cons
   std::sort(ratio.begin(), ratio.end());
   const double p90 = ratio[static_cast<size_t>(std::floor(0.9 * static_cast<double>(B - 1)))];
   if (!(p90 >= opts.padding_read_ratio)) return {};
-  Finding f = make("L5", Severity::Warning,
-                   "the model reads the padding: with " + num(T / 2) + " more pad ids " +
+  Finding f =
+      detail::make("L5", Severity::Warning,
+                   "the model reads the padding: with " + detail::num(T / 2) + " more pad ids " +
                        (pad.left ? "before" : "after") + " each sequence, a tenth of the rows' outputs move by " +
                        fmt_num(p90) + "x or more the typical distance between two rows' outputs");
   f.kind = Kind::PaddingRead;
