@@ -9,7 +9,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 #include <unordered_map>
 
 #include "core/autograd.h"
@@ -27,6 +26,28 @@ using namespace data_detail;
 // ---- D5 normalisation -----------------------------------------------------------------
 
 namespace {
+// Each column's mean and sum of squared deviations over the finite values of rows (N, F) stored row-major
+// (Welford's update), and how many values it holds.
+struct ColumnStats {
+  std::vector<double> mean, m2;
+  std::vector<int64_t> count;
+  ColumnStats(const std::vector<double>& v, int64_t N, int64_t F)
+      : mean(static_cast<size_t>(F), 0.0), m2(static_cast<size_t>(F), 0.0), count(static_cast<size_t>(F), 0) {
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t d = 0; d < F; ++d) {
+        const double a = v[r * F + d];
+        if (!std::isfinite(a)) continue;
+        const double delta = a - mean[d];
+        mean[d] += delta / static_cast<double>(++count[d]);
+        m2[d] += delta * (a - mean[d]);
+      }
+  }
+  // The population (`ddof` 0) or sample (1) variance of column d; NaN with too few values.
+  double var(int64_t d, int ddof) const {
+    return count[d] > ddof ? m2[d] / static_cast<double>(count[d] - ddof) : std::nan("");
+  }
+};
+
 // The histogram bin of a row's largest |value| (>= 0): the float's exponent and the top 3 bits of
 // its mantissa, so 8 bins per power of 2 over every float, read from the bits.
 int row_bin(float v) {
@@ -201,21 +222,12 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
   }
 
   // Rule 2: feature scales. Per-feature std over the N examples.
+  const ColumnStats cols(v, N, F);
   if (N >= 2 && F >= 2) {
-    std::vector<double> mean(static_cast<size_t>(F), 0.0), m2(static_cast<size_t>(F), 0.0);
-    std::vector<int64_t> cnt(static_cast<size_t>(F), 0);
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t d = 0; d < F; ++d) {
-        const double a = v[r * F + d];
-        if (!std::isfinite(a)) continue;
-        const double delta = a - mean[d];
-        mean[d] += delta / static_cast<double>(++cnt[d]);
-        m2[d] += delta * (a - mean[d]);
-      }
     std::vector<double> sd(static_cast<size_t>(F), 0.0);
     int64_t top = 0;
     for (int64_t d = 0; d < F; ++d) {
-      sd[d] = cnt[d] > 0 ? std::sqrt(m2[d] / static_cast<double>(cnt[d])) : 0.0;
+      sd[d] = cols.count[d] > 0 ? std::sqrt(cols.var(d, 0)) : 0.0;
       if (sd[d] > sd[top]) top = d;
     }
     std::vector<int64_t> live;  // non-constant features, by increasing std
@@ -306,12 +318,10 @@ std::vector<Finding> check_normalisation(const Tensor& x, const DataCheckOptions
       standardised += std::fabs(m) <= 1e-3 && row_sd.back() >= 0.9 && row_sd.back() <= 1.1;
     }
     const auto [sd_mean, sd_var] = detail::mean_and_variance(row_sd);
-    std::vector<double> col_mean(static_cast<size_t>(F)), col_var(static_cast<size_t>(F));
-    for (int64_t d = 0; d < F; ++d) {
-      std::vector<double> col;
-      for (int64_t r = 0; r < N; ++r) col.push_back(v[r * F + d]);
-      std::tie(col_mean[d], col_var[d]) = detail::mean_and_variance(col);
-    }
+    // Each column's mean and sample variance; a column with a value that is not finite gives no share.
+    std::vector<double> col_var(static_cast<size_t>(F));
+    for (int64_t d = 0; d < F; ++d) col_var[d] = cols.count[d] == N ? cols.var(d, 1) : std::nan("");
+    const std::vector<double>& col_mean = cols.mean;
     const double between = detail::mean_and_variance(col_mean).second,
                  within = detail::mean_and_variance(col_var).first, share = between / (between + within);
     if (standardised >= N - N / 20 && std::sqrt(sd_var) <= 1e-3 * sd_mean && share >= 0.5) {
@@ -342,13 +352,14 @@ std::vector<Finding> check_target_scales(const Tensor& y, const DataCheckOptions
   if (!y.defined() || !y.is_floating_point() || y.dim() != 2 || y.size(0) < 20 || y.size(1) < 2) return {};
   const int64_t N = y.size(0), K = y.size(1);
   const std::vector<double> v = doubles(y);
+  const ColumnStats cols(v, N, K);
   std::vector<double> sd(static_cast<size_t>(K));
   std::vector<size_t> distinct(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) {
     std::vector<double> col;
     for (int64_t r = 0; r < N; ++r)
       if (std::isfinite(v[r * K + k])) col.push_back(v[r * K + k]);
-    sd[k] = std::sqrt(detail::mean_and_variance(col).second);
+    sd[k] = std::sqrt(cols.var(k, 1));
     std::sort(col.begin(), col.end());
     distinct[k] = static_cast<size_t>(std::unique(col.begin(), col.end()) - col.begin());
   }

@@ -209,10 +209,10 @@ std::vector<Finding> diagnose_fitting(const std::vector<double>& train, const st
       f.fix = "none needed; train on while the validation loss falls";
     } else if (detail::ends_at_best(val, static_cast<size_t>(k))) {
       // Memorised, but the validation loss ends at its best: the gap has cost it nothing yet.
+      const double lowest = *std::min_element(val.begin(), val.end());
       f.severity = Severity::Info;
-      f.title += kEndsAtBest + (" (" + fmt_num(va) + " against its lowest epoch's ") +
-                 fmt_num(*std::min_element(val.begin(), val.end())) + ")";
-      ev.push_back({"last epochs' validation loss / its lowest", va / *std::min_element(val.begin(), val.end()),
+      f.title += kEndsAtBest + (" (" + fmt_num(va) + " against its lowest epoch's ") + fmt_num(lowest) + ")";
+      ev.push_back({"last epochs' validation loss / its lowest", va / lowest,
                     "the last epoch within 1% of it: at its best (info)"});
       f.cause = "the model fits its training data more closely than it generalises, and validation still improves";
       f.fix = "none needed; more data or regularisation may lower the validation loss further";

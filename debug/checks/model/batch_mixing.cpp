@@ -62,9 +62,6 @@ struct RowGrouping {
     }
     return out;
   }
-  std::string str() const {
-    return std::to_string(per) + " rows per example, " + (time_major ? "time-major (rows e, e+B, ...)" : "batch-major");
-  }
 };
 std::vector<RowGrouping> row_groupings(const Tensor& out, const Tensor& x) {
   const int64_t B = x.size(0);
@@ -84,6 +81,17 @@ struct MixingResult {
   RowGrouping grouping;
 };
 
+// Each example's share of the probe (`n`, one value per example) against example i's: another example above
+// tol x i's, and above `floor`, is coupled.
+void tally(MixingResult& r, const std::vector<double>& n, int64_t i, double tol, double floor = 0.0) {
+  r.row_i = n[static_cast<size_t>(i)];
+  for (size_t j = 0; j < n.size(); ++j) {
+    if (static_cast<int64_t>(j) == i) continue;
+    r.other_max = std::max(r.other_max, n[j]);
+    if (n[j] > tol * std::max(r.row_i, 1e-30) && n[j] > floor) ++r.coupled;
+  }
+}
+
 // Of the same probe under each grouping, the one that couples fewest examples (the first on a tie).
 MixingResult least_coupled(const std::vector<MixingResult>& rs) {
   size_t best = 0;
@@ -93,13 +101,13 @@ MixingResult least_coupled(const std::vector<MixingResult>& rs) {
 }
 
 MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double tol) {
-  std::vector<RowGrouping> groupings;
+  Tensor xi = x.detach().clone().requires_grad_(true);
+  Tensor out = model(xi);
+  const std::vector<RowGrouping> groupings = row_groupings(out, x);
   std::vector<MixingResult> results;
-  for (size_t k = 0; k == 0 || k < groupings.size(); ++k) {
+  // One forward; one gradient of example i's rows per grouping, the graph kept for the next.
+  for (size_t k = 0; k < groupings.size(); ++k) {
     MixingResult r;
-    Tensor xi = x.detach().clone().requires_grad_(true);
-    Tensor out = model(xi);
-    if (k == 0) groupings = row_groupings(out, x);
     r.grouping = groupings[k];
     // A fixed random weighting of example i's outputs: with a plain sum, a softmax
     // head's row (which always sums to 1) would have a zero gradient everywhere.
@@ -112,17 +120,10 @@ MixingResult mixing_once(nn::Module& model, const Tensor& x, int64_t i, double t
     Tensor w = randn(row.shape(), TensorOptions(row.dtype()), &gen).to(row.device());
     Tensor loss = (row * w).sum();
     if (!loss.requires_grad()) return r;
-    loss.backward();
-    Tensor g = xi.grad();
+    const Tensor g = autograd::grad({loss}, {xi}, {}, k + 1 < groupings.size(), false, true).front();
     if (!g.defined()) return r;
     r.has_grad = true;
-    const std::vector<double> n = row_norms(g);
-    r.row_i = n[static_cast<size_t>(i)];
-    for (size_t j = 0; j < n.size(); ++j) {
-      if (static_cast<int64_t>(j) == i) continue;
-      r.other_max = std::max(r.other_max, n[j]);
-      if (n[j] > tol * std::max(r.row_i, 1e-30)) ++r.coupled;
-    }
+    tally(r, row_norms(g), i, tol);
     results.push_back(r);
   }
   return least_coupled(results);
@@ -161,13 +162,7 @@ MixingResult mixing_by_substitution(nn::Module& model, const Tensor& x, int64_t 
     r.has_grad = true;
     double drift = 0.0;
     for (double d : g.per_example(drift_rows, B)) drift = std::max(drift, d);
-    const std::vector<double> n = g.per_example(change_rows, B);
-    r.row_i = n[static_cast<size_t>(i)];
-    for (size_t j = 0; j < n.size(); ++j) {
-      if (static_cast<int64_t>(j) == i) continue;
-      r.other_max = std::max(r.other_max, n[j]);
-      if (n[j] > tol * std::max(r.row_i, 1e-30) && n[j] > 10.0 * drift) ++r.coupled;
-    }
+    tally(r, g.per_example(change_rows, B), i, tol, 10.0 * drift);
     results.push_back(r);
   }
   return least_coupled(results);
