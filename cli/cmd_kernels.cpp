@@ -339,14 +339,18 @@ std::string limits_json(const cw::Limits& l) {
   os << "{\"cpu\":" << json_str(l.cpu) << ",\"isa\":" << json_str(l.isa) << ",\"threads\":" << l.threads
      << ",\"fma_gflops\":" << json_num(l.fma_gflops) << ",\"copy_gb_per_s\":" << json_num(l.copy_gb_per_s)
      << ",\"triad_gb_per_s\":" << json_num(l.triad_gb_per_s) << ",\"stream_mib\":" << json_num(l.stream_mib)
-     << ",\"l3_mib\":" << json_num(l.l3_mib) << "}";
+     << ",\"l3_mib\":" << json_num(l.l3_mib)
+     << ",\"fma_gflops_after\":" << (l.fma_gflops_after > 0 ? json_num(l.fma_gflops_after) : std::string("null"))
+     << ",\"peak_exceeded\":" << json_bool(l.peak_exceeded) << "}";
   return os.str();
 }
 
 void limits_text(std::ostream& os, const cw::Limits& l) {
   os << "machine: " << l.cpu << ", " << l.isa << ", " << l.threads << (l.threads == 1 ? " thread" : " threads")
-     << "\nlimits, measured now: FMA peak " << fmt(l.fma_gflops, 1) << " GFLOP/s; copy " << fmt(l.copy_gb_per_s, 1)
-     << " GB/s, triad " << fmt(l.triad_gb_per_s, 1) << " GB/s (STREAM arrays of " << fmt(l.stream_mib, 0) << " MiB"
+     << "\nlimits, measured now: FMA peak " << fmt(l.fma_gflops, 1) << " GFLOP/s"
+     << (l.fma_gflops_after > 0 ? " (the best of before and after the runs)" : "") << "; copy "
+     << fmt(l.copy_gb_per_s, 1) << " GB/s, triad " << fmt(l.triad_gb_per_s, 1) << " GB/s (STREAM arrays of "
+     << fmt(l.stream_mib, 0) << " MiB"
      << (l.l3_mib > 0 ? ", last-level cache " + fmt(l.l3_mib, 0) + " MiB" : std::string()) << ")\n";
 }
 
@@ -428,7 +432,17 @@ int cpu_bench(const Args& a) {
   }
   const bool json = a.has("json");
   if (!json) std::cerr << "measuring this machine's limits (FMA peak, copy and triad bandwidth) ...\n";
-  const cw::Limits& lim = cw::measure_limits(o.threads, a.has("quick"));
+  cw::Limits lim = cw::measure_limits(o.threads, a.has("quick"));
+  std::vector<cw::Result> results;
+  double fastest = 0;
+  for (int v : versions) {
+    results.push_back(cw::run(name, v, shape, o, json ? std::function<void(const std::string&)>{} : progress_line));
+    if (results.back().skipped.empty()) fastest = std::max(fastest, results.back().gflops());
+  }
+  if (l->spec.compute_bound) {
+    if (!json) std::cerr << "measuring the FMA peak again, after the runs ...\n";
+    cw::confirm_fma_peak(lim, fastest, a.has("quick"));
+  }
   std::ostringstream out;
   if (!json) {
     limits_text(out, lim);
@@ -442,8 +456,7 @@ int cpu_bench(const Args& a) {
   std::string note;  // the tolerance of the validation, from the first version run
   bool all_ok = true;
   double prev_ms = 0;
-  for (int v : versions) {
-    const cw::Result r = cw::run(name, v, shape, o, json ? std::function<void(const std::string&)>{} : progress_line);
+  for (const cw::Result& r : results) {
     all_ok = all_ok && r.ok();
     const double speedup = r.skipped.empty() && prev_ms > 0 ? prev_ms / r.ms : 0.0;
     if (r.skipped.empty()) prev_ms = r.ms;
@@ -476,6 +489,10 @@ int cpu_bench(const Args& a) {
           << "); fix: " << l->spec.file << ", version " << r.version << "\n";
     }
   }
+  if (!json && lim.peak_exceeded)
+    out << "note: a version ran faster than the FMA peak measured before and after it (" << fmt(lim.fma_gflops, 1)
+        << " GFLOP/s): the machine's speed changed during the run (a shared or throttled CPU), so the % column is "
+           "not a measurement; rerun on a quiet machine\n";
   if (json) {
     std::cout << "{\"device\":\"cpu\",\"kernel\":" << json_str(name)
               << ",\"shape\":" << json_str(cw::shape_str(*l, shape)) << ",\"threads\":" << o.threads
@@ -560,9 +577,10 @@ int cpu_roofline(const Args& a) {
   if (!a.has("repeats")) o.repeats = quick ? 1 : 3;
   if (quick) o.warmup = 0, o.max_seconds = 0.2;
   std::cerr << "measuring this machine's limits (FMA peak, copy and triad bandwidth) ...\n";
-  const cw::Limits& lim = cw::measure_limits(o.threads, quick);
+  cw::Limits lim = cw::measure_limits(o.threads, quick);
   std::vector<cw::Result> results;
   bool all_ok = true;
+  double fastest = 0;  // the compute-bound versions' best GFLOP/s, held against the FMA peak
   for (const cw::Ladder& l : cw::ladders()) {
     const wb::Shape s = quick ? quick_shape(l) : cw::shape_for(l, 0, 0);
     for (const cw::Rung& r : l.rungs) {
@@ -570,8 +588,11 @@ int cpu_roofline(const Args& a) {
                 << "\n";
       results.push_back(cw::run(l.spec.name, r.v.number, s, o));
       all_ok = all_ok && results.back().ok();
+      if (l.spec.compute_bound && results.back().skipped.empty()) fastest = std::max(fastest, results.back().gflops());
     }
   }
+  std::cerr << "measuring the FMA peak again, after the runs ...\n";
+  cw::confirm_fma_peak(lim, fastest, quick);
   write_file_atomic(path, cw::roofline_svg(lim, results), "kernels roofline");
   if (json) {
     std::cout << "{\"device\":\"cpu\",\"out\":" << json_str(path) << ",\"quick\":" << json_bool(quick)
@@ -586,6 +607,10 @@ int cpu_roofline(const Args& a) {
     std::cout << "roofline of " << drawn << " versions (" << results.size() - drawn << " not in this build) written to "
               << path << "\n";
     if (!all_ok) std::cout << "some versions FAILED validation: run kernels bench NAME --device cpu for the details\n";
+    if (lim.peak_exceeded)
+      std::cout << "note: a version ran faster than the FMA peak measured before and after the runs: the machine's "
+                   "speed changed during the run, so the dots above the roof are not a measurement; rerun on a "
+                   "quiet machine\n";
   }
   return all_ok ? 0 : 1;
 }
