@@ -120,6 +120,11 @@ struct TrainingHistory {
   std::vector<std::string> linear_inputs_read_elsewhere;
   int64_t gradient_judged_steps = 0;
   std::vector<std::pair<std::string, int64_t>> gradient_missing;
+  // O3 on the first step: a penalty on the weights the loop adds around the loss, fitted as the step's
+  // gradient = loop_penalty_scale x the loss's + lambda w (loop_penalty.cpp): each weight matrix's
+  // name and lambda, where the fit explained the step (empty otherwise).
+  std::vector<std::pair<std::string, double>> loop_penalty;
+  double loop_penalty_scale = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The events of a training run; a unit's events() is the set it listens to.

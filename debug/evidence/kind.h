@@ -142,6 +142,8 @@ namespace gradsleuth::debug {
   X(NormJump, "norm-jump", "O2")                                                                      \
   /* O3 weight norms: a decay too strong for the loss gradient (growth has no kind) */                \
   X(WeightDecayTooStrong, "weight-decay-too-strong", "O3")                                            \
+  /* O3 a penalty on the weights with the wrong sign (the loss rewards larger weights) */             \
+  X(PenaltyWrongSign, "penalty-wrong-sign", "O3")                                                     \
   /* O5 a gradient transform at the wrong place in the loop */                                        \
   X(TransformMisplaced, "transform-misplaced", "O5")                                                  \
   X(AccumulationCleared, "accumulation-cleared", "O5")                                                \

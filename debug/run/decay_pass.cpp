@@ -29,7 +29,16 @@ double sq_norm(const Tensor& t) {
 void Session::check_decay_at_end(RunReport& r) {
   if (!data_.train || !data_.val || !stopped_.empty() || r.steps < 2) return;
   auto& groups = opt_.param_groups();
-  if (std::none_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.weight_decay > 0; })) return;
+  // The penalty the loop adds around the loss (O3's run check fitted it on the first step), by matrix.
+  std::vector<std::pair<Tensor, double>> loop;
+  const double a = r.history.loop_penalty_scale;
+  for (const auto& [name, lambda] : r.history.loop_penalty)
+    for (auto& [pname, p] : model_.named_parameters())
+      if (pname == name && lambda > 0) loop.emplace_back(p, lambda);
+  if (loop.size() != r.history.loop_penalty.size() || !(a > 0)) loop.clear();  // a penalty with a minus sign
+  if (loop.empty() &&
+      std::none_of(groups.begin(), groups.end(), [](const optim::ParamGroup& g) { return g.weight_decay > 0; }))
+    return;
   const OptimCheckOptions& oo = o_.monitor.optim;
   Report found;
   guarded(found, "the end-of-run checks", "O3's weight-decay probe", "O3", [&] {
@@ -114,6 +123,33 @@ void Session::check_decay_at_end(RunReport& r) {
       dg.step_norm = std::sqrt(s2);
       m.groups.push_back(dg);
     }
+    if (!loop.empty()) {  // the loop's penalty as a coupled decay of lambda / a beside the loss gradient
+      DecayGroup dg;
+      dg.name = "the loop's penalty";
+      dg.loop_penalty = true;
+      dg.weight_decay = loop.front().second;
+      double w2 = 0, w02 = 0, d2 = 0, s2 = 0;
+      bool have_initial = have_initial_ && initial_params_.size() == params.size();
+      for (const auto& [p, lambda] : loop) {
+        const double n2 = sq_norm(p);
+        w2 += n2;
+        d2 += (lambda / a) * (lambda / a) * n2;
+        const auto it = grad_sum.find(p.impl_ptr().get());
+        if (it != grad_sum.end()) s2 += sq_norm(it->second) / static_cast<double>(nb * nb);
+        bool found_initial = false;
+        for (size_t k = 0; have_initial && k < params.size(); ++k)
+          if (params[k].is_same(p)) {
+            w02 += sq_norm(initial_params_[k]);
+            found_initial = true;
+          }
+        have_initial = have_initial && found_initial;
+      }
+      dg.weight_norm = std::sqrt(w2);
+      dg.initial_weight_norm = have_initial ? std::sqrt(w02) : kNaN;
+      dg.decay_norm = std::sqrt(d2);
+      dg.step_norm = std::sqrt(s2);
+      m.groups.push_back(dg);
+    }
     const auto& sl = r.history.step_losses;
     if (!sl.empty()) {
       m.run_first_loss = window_mean(sl, 0, tenth_of(sl.size()));
@@ -136,6 +172,25 @@ void Session::check_decay_at_end(RunReport& r) {
       }
       for (size_t gi = 0; gi < groups.size(); ++gi) groups[gi].weight_decay = decays[gi];
     };
+    // With the loop's penalty, the probes train on its objective: a x the loss, plus the penalty where it
+    // is kept; validation is scored on the loss alone. Runs `probe` so, and puts the loss back.
+    const LossFunction plain = loss_;
+    auto as_the_loop = [&](bool penalty, const std::function<void()>& probe) {
+      if (loop.empty()) return probe();
+      loss_ = [&, penalty](const Tensor& out, const Tensor& y) {
+        Tensor l = plain(out, y) * a;
+        if (penalty)
+          for (const auto& [p, lambda] : loop) l = l + sum(p * p) * (0.5 * lambda);
+        return l;
+      };
+      try {
+        probe();
+      } catch (...) {
+        loss_ = plain;
+        throw;
+      }
+      loss_ = plain;
+    };
     if (decay_worth_probing(m, oo)) {
       say("weight-decay probe (on from the end)");
       m.probe_steps = std::min<int64_t>(oo.decay_probe_steps, r.steps);
@@ -145,11 +200,15 @@ void Session::check_decay_at_end(RunReport& r) {
       m.val_examples = end.examples;
       std::string failed;
       SplitScore kept, free;
-      rerun_from_start(final_lrs, m.probe_steps, failed, false,
-                       [&] { kept = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
-      without_decay([&] {
+      as_the_loop(true, [&] {
         rerun_from_start(final_lrs, m.probe_steps, failed, false,
-                         [&] { free = score(model_, *data_.val, loss_, o_.dead_pass_batches, threshold); });
+                         [&] { kept = score(model_, *data_.val, plain, o_.dead_pass_batches, threshold); });
+      });
+      as_the_loop(false, [&] {
+        without_decay([&] {
+          rerun_from_start(final_lrs, m.probe_steps, failed, false,
+                           [&] { free = score(model_, *data_.val, plain, o_.dead_pass_batches, threshold); });
+        });
       });
       if (failed.empty()) {
         m.kept_val_loss = kept.loss;
@@ -163,7 +222,9 @@ void Session::check_decay_at_end(RunReport& r) {
       const int64_t steps = std::min<int64_t>(std::min<int64_t>(r.steps, 300), static_cast<int64_t>(sl.size()));
       std::string failed;
       std::vector<double> again;
-      without_decay([&] { again = rerun_from_start(initial_lrs_, steps, failed); });
+      as_the_loop(false, [&] { without_decay([&] { again = rerun_from_start(initial_lrs_, steps, failed); }); });
+      if (!loop.empty())
+        for (double& l : again) l /= a;  // the loss's own values, as the run's were recorded
       if (failed.empty() && static_cast<int64_t>(again.size()) == steps) {
         m.restart_steps = steps;
         m.restart_window_loss = tail_mean(again);

@@ -316,7 +316,7 @@ void Session::start_monitor() {
   // evaluation runs without gradients); the optimizer's step records it.
   if (loss_module_)
     hooks_.loss_post(*loss_module_, [this](nn::Loss&, const Tensor&, const Tensor&, const Tensor& v) {
-      if (!GradMode::is_enabled() || v.numel() != 1) return;
+      if (!GradMode::is_enabled() || v.numel() != 1 || (monitor_ && monitor_->probing())) return;
       heard_loss_ = v.item<double>();
       heard_ = true;
       // Each call's value and the gradient the backward gives it: with several calls in a step (mixup's

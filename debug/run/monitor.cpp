@@ -96,7 +96,8 @@ Monitor::Monitor(nn::Module& model, optim::Optimizer& optimizer, nn::Loss* loss,
       for (RunCheck* c : listening(RunEvent::LossInput)) c->loss_input(ctx_, l, in, t);
     });
     hooks_.loss_post(*l, [this](nn::Loss& l, const Tensor&, const Tensor& t, const Tensor& v) {
-      if (!GradMode::is_enabled() || v.numel() != 1) return;
+      // A probe's call (the monitor paused) is not the step's loss.
+      if (!GradMode::is_enabled() || v.numel() != 1 || probing_) return;
       ctx_.loss_value = v.item<double>();  // one value: cheap enough for every step
       ctx_.loss_seen = true;
       ctx_.loss_output = v;

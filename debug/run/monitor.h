@@ -117,6 +117,9 @@ class Monitor {
   // The ids of the registered run checks, one entry per unit, in the order they are called.
   std::vector<std::string> run_check_ids() const;
 
+  // Paused for a probe (pause(true)): the model's forwards and the loss's calls are not the run's.
+  bool probing() const { return probing_; }
+
  private:
   void on_pre_step();
   void on_post_step();

@@ -397,8 +397,12 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
                               m.run_window_loss - m.restart_window_loss > o.decay_restart_min_gain;
   const bool strong = on_better || restart_learns;
   const std::string group = m.groups.size() == 1 ? std::string() : " (parameter group " + top->name + ")";
-  const std::string what = "the " + std::string(top->decoupled ? "decoupled" : "coupled") + " weight decay " +
-                           fmt_num(top->weight_decay) + group;
+  const std::string what =
+      top->loop_penalty
+          ? "the penalty the loop adds on the weights (lambda = " + fmt_num(top->weight_decay) + " on sum w^2 / 2)"
+          : "the " + std::string(top->decoupled ? "decoupled" : "coupled") + " weight decay " +
+                fmt_num(top->weight_decay) + group;
+  const std::string verdict = top->loop_penalty ? ": the penalty is too strong" : ": the weight decay is too strong";
   const std::string pull = std::isfinite(ratio)
                                ? " pulls the weights " + fmt_num(ratio) + "x as hard as the loss gradient"
                                : " pulls the weights";
@@ -406,14 +410,13 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
   if (restart_learns)
     title = what + " shrank the weights to " + fmt_num(top->weight_norm / top->initial_weight_norm) +
             "x their initial norm while the loss stalled; without it the same run reaches a loss of " +
-            fmt_num(m.restart_window_loss) + " (against " + fmt_num(m.run_window_loss) +
-            "): the weight decay is too strong";
+            fmt_num(m.restart_window_loss) + " (against " + fmt_num(m.run_window_loss) + ")" + verdict;
   else if (on_better)
     title = what + pull + ", and " + num(m.probe_steps) + " steps on without it " +
             (acc ? "raise the validation accuracy from " + fmt_num(m.kept_val_accuracy) + " to " +
                        fmt_num(m.free_val_accuracy)
                  : "lower the validation loss from " + fmt_num(m.kept_val_loss) + " to " + fmt_num(m.free_val_loss)) +
-            ": the weight decay is too strong";
+            verdict;
   else
     title = what + pull;
   Finding f = make("O3", strong ? Severity::Warning : Severity::Info, title);
@@ -422,22 +425,23 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
   for (const DecayGroup& g : m.groups) {
     if (g.weight_decay <= 0) continue;
     const std::string at = m.groups.size() == 1 ? std::string() : " (" + g.name + ")";
-    f.evidence.push_back({"weight decay" + at, g.weight_decay, ""});
+    f.evidence.push_back({(g.loop_penalty ? "lambda of the loop's penalty" : "weight decay") + at, g.weight_decay, ""});
     f.evidence.push_back(
         {(g.decoupled ? "lambda ||w|| / ||m / (sqrt(v) + eps)||" : "lambda ||w|| / ||loss gradient||") + at,
          decay_ratio(g), ">= " + fmt_num(o.decay_ratio_min) + " is probed"});
     f.evidence.push_back({"weight norm at the end / at the start" + at, g.weight_norm / g.initial_weight_norm,
                           "<= " + fmt_num(o.decay_collapse) + " with a stalled loss is probed"});
   }
+  const std::string thing = top->loop_penalty ? "penalty" : "decay";
   if (probed) {
     f.evidence.push_back({"probe steps (on from the end)", static_cast<double>(m.probe_steps), ""});
     if (acc) {
-      f.evidence.push_back({"validation accuracy after them, with the decay", m.kept_val_accuracy, ""});
+      f.evidence.push_back({"validation accuracy after them, with the " + thing, m.kept_val_accuracy, ""});
       f.evidence.push_back({"validation accuracy after them, without it", m.free_val_accuracy,
                             "> with it + " + fmt_num(o.decay_probe_accuracy_gain) + " and"});
       f.evidence.push_back({"z (two proportions)", z, ">= " + fmt_num(o.decay_probe_min_z) + " warns"});
     }
-    f.evidence.push_back({"validation loss after them, with the decay", m.kept_val_loss, ""});
+    f.evidence.push_back({"validation loss after them, with the " + thing, m.kept_val_loss, ""});
     f.evidence.push_back({"validation loss after them, without it", m.free_val_loss,
                           acc ? "" : "< " + fmt_num(1 - o.decay_probe_gain) + " x with it warns"});
   }
@@ -447,7 +451,7 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
                           "> " + fmt_num(o.decay_stalled) + " x its first loss is stalled"});
   }
   if (restarted) {
-    f.evidence.push_back({"steps of the run again without the decay", static_cast<double>(m.restart_steps), ""});
+    f.evidence.push_back({"steps of the run again without the " + thing, static_cast<double>(m.restart_steps), ""});
     f.evidence.push_back({"its loss over its last steps", m.restart_window_loss,
                           "< " + fmt_num(o.decay_restart_better) + " x the run's warns"});
   }
@@ -460,6 +464,16 @@ std::vector<Finding> check_weight_decay(const DecayMeasure& m, const OptimCheckO
     f.fix =
         "lower the weight decay 10x or more (SGD: 1e-4 to 5e-4 is usual); with Adam use AdamW's decoupled decay "
         "(0.01-0.1)";
+    if (top->loop_penalty) {
+      f.cause =
+          "a penalty on the weights added in the training loop (an L2 term, or a Gaussian prior's sum w^2 / "
+          "2 sigma^2) with a coefficient far too large for the loss's scale: the weights settle where its pull "
+          "matches the loss gradient's, too small for the model to fit. A prior counted once per minibatch where "
+          "it belongs once to the whole training set (not divided by N) is N times too strong";
+      f.fix =
+          "divide a prior's penalty by the number of training examples (a minibatch mean estimates the data term "
+          "per example), or lower the coefficient 10x or more; the optimizer's weight_decay does the same job";
+    }
   }
   return {f};
 }
@@ -585,6 +599,64 @@ std::vector<Finding> check_loss_penalty(nn::Module& model, const Tensor& out, co
       "lower the coefficient until its gradient is a small share of the data's (1e-4 to 1e-3 for a sum of "
       "squares under a mean loss), or drop it and set the optimizer's weight_decay (AdamW's is decoupled)";
   if (!dominates) f.fix = "none needed; the penalty's share of the gradient is shown for reference";
+  return {f};
+}
+
+// ---- O3 during training: a penalty on the weights the loop adds around the loss --------------------
+// (gathered by loop_penalty.cpp on the first step)
+std::vector<Finding> judge_loop_penalty(const LoopPenaltyMeasure& m, const OptimCheckOptions& o) {
+  if (!(m.unexplained <= o.loop_penalty_unexplained) || !(m.scale > 0) || m.layers.empty()) return {};
+  int64_t penalised = 0, negative = 0, strong = 0;
+  double lowest = std::numeric_limits<double>::infinity(), highest = 0, lambda = 0;
+  std::string lowest_name;
+  for (const LoopPenaltyLayer& l : m.layers) {
+    if (l.share < o.loop_penalty_present) continue;
+    ++penalised;
+    negative += l.lambda < 0 ? 1 : 0;
+    strong += l.share >= o.penalty_gradient_ratio ? 1 : 0;
+    if (l.share < lowest) lowest = l.share, lowest_name = l.name;
+    highest = std::max(highest, l.share);
+    lambda = l.lambda;
+  }
+  if (penalised == 0) return {};
+  const int64_t judged = static_cast<int64_t>(m.layers.size());
+  const bool wrong_sign = negative == penalised;
+  const bool too_strong = !wrong_sign && strong == judged;
+  const std::string coefficient = "lambda = " + fmt_num(wrong_sign ? -lambda : lambda) + " on sum w^2 / 2";
+  Finding f = make("O3", wrong_sign || too_strong ? Severity::Warning : Severity::Info,
+                   wrong_sign ? "the loop's loss subtracts a penalty on the weights (" + coefficient +
+                                    " with a minus sign, in " + num(penalised) + " of " + num(judged) +
+                                    " weight matrices): every step pushes the weights away from 0"
+                   : too_strong ? "the loop adds a penalty on the weights whose gradient is " + fmt_num(lowest) + "-" +
+                                      fmt_num(highest) + "x the loss's in all " + num(judged) + " weight matrices (" +
+                                      coefficient + "), so it decides the steps: the penalty is too strong"
+                                : "the loop adds a penalty on the weights to the loss: its gradient is " +
+                                      fmt_num(lowest) + "-" + fmt_num(highest) + "x the loss's (" + coefficient + ")");
+  if (wrong_sign) f.kind = Kind::PenaltyWrongSign;
+  if (too_strong) f.kind = Kind::WeightDecayTooStrong;
+  f.step = m.step;
+  f.parameter = lowest_name;
+  f.evidence = {
+      {"weight matrices with the penalty", static_cast<double>(penalised), "of " + num(judged)},
+      {"smallest |penalty gradient| / |loss gradient|", lowest,
+       ">= " + fmt_num(o.penalty_gradient_ratio) + " in every weight matrix warns"},
+      {"largest |penalty gradient| / |loss gradient|", highest, ""},
+      {"matrices whose penalty has a minus sign", static_cast<double>(negative), "all of the penalised warns"},
+      {"the step's gradient / the loss's (a)", m.scale, ""},
+      {"share of the step's gradient the fit leaves unexplained", m.unexplained,
+       "<= " + fmt_num(o.loop_penalty_unexplained) + " to judge"}};
+  f.cause = wrong_sign
+                ? "a penalty on the weights (an L2 term, a prior) subtracted from the loss where it should be added: "
+                  "the loss then rewards larger weights, which grow until the data term cannot hold them"
+                : "a penalty on the weights added in the training loop (an L2 term, or a Gaussian prior's sum w^2 / "
+                  "2 sigma^2) with a coefficient far too large for the loss's scale: a prior counted once per "
+                  "minibatch where it belongs once to the whole training set (not divided by N), or a sum of "
+                  "squares where a mean was meant";
+  f.fix = wrong_sign   ? "add the penalty (loss = data + lambda * sum w^2), or set the optimizer's weight_decay"
+          : too_strong ? "divide the penalty by the number of training examples when it is a prior (a minibatch mean "
+                         "estimates the data term per example), or lower its coefficient until its gradient is a small "
+                         "share of the loss's; the optimizer's weight_decay does the same job"
+                       : "none needed; the penalty's share of the gradient is shown for reference";
   return {f};
 }
 

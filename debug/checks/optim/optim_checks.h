@@ -121,6 +121,15 @@ struct OptimCheckOptions {
   // (the data's) in every weight matrix, the penalty decides the steps: a warning (a coefficient of 0.05
   // on sum w^2 gave 1.7-4.4x in an MLP on Fashion-MNIST, 0.01 gave 0.3-0.7x, 5e-4 0.02-0.04x).
   double penalty_gradient_ratio = 1.0;
+  // ... and a penalty the loop adds around the loss (the Session's loss without it), read on the first
+  // step: the step's gradient G against the loss's own gradient g on the same batch (the forward again,
+  // its random draws replayed), fitted per weight matrix as G = a g + lambda w (one a for all). Judged
+  // only where the fit leaves at most loop_penalty_unexplained of |G|^2 (a forward that cannot be
+  // replayed, or a loop whose step holds other terms, leaves more). A lambda whose term's share
+  // |lambda w| / |a g| is at least loop_penalty_present in a weight matrix is a penalty; at or above
+  // penalty_gradient_ratio in every one, too strong; of the wrong sign (lambda < 0: the loss rewards
+  // larger weights) in every penalised one, a warning too.
+  double loop_penalty_unexplained = 1e-4, loop_penalty_present = 1e-3;
   int64_t decay_grad_batches = 4;
   int64_t decay_probe_steps = 200;
   double decay_probe_accuracy_gain = 0.02, decay_probe_min_z = 2.0;
@@ -457,6 +466,9 @@ struct DecayGroup {
   std::string name;  // the group's name, or its index
   double weight_decay = 0.0, lr = 0.0;
   bool decoupled = false;  // AdamW: the decay shrinks the weights beside the normalised step
+  // The penalty the loop adds around the loss (TrainingHistory::loop_penalty), as a coupled decay:
+  // weight_decay is its lambda, in the units of the loop's step (lambda w beside a x the loss gradient).
+  bool loop_penalty = false;
   double decay_norm = std::numeric_limits<double>::quiet_NaN();  // lambda ||w|| over the group's parameters
   double step_norm = std::numeric_limits<double>::quiet_NaN();   // the loss gradient's term: ||g|| (coupled), ||m /
                                                                  // (sqrt(v) + eps)|| (decoupled)
@@ -510,6 +522,23 @@ void revise_weight_growth(Report& found, bool loss_unstable, const std::vector<d
 std::vector<Finding> check_loss_penalty(nn::Module& model, const Tensor& out, const Tensor& y,
                                         const std::function<Tensor(const Tensor&, const Tensor&)>& loss,
                                         const OptimCheckOptions& o = {});
+
+// O3 during training: a penalty on the weights the loop adds around the loss (see loop_penalty_unexplained).
+struct LoopPenaltyLayer {
+  std::string name;
+  double lambda = 0.0;  // the fitted coefficient: G = a g + lambda w
+  double share = 0.0;   // |lambda w| / |a g|
+};
+struct LoopPenaltyMeasure {
+  int64_t step = 0;
+  double scale = std::numeric_limits<double>::quiet_NaN();        // a: the loop's multiple of the loss's gradient
+  double unexplained = std::numeric_limits<double>::quiet_NaN();  // |G - a g - lambda w|^2 / |G|^2, all weights
+  std::vector<LoopPenaltyLayer> layers;                           // the weight matrices (dim >= 2)
+};
+// The rule: a warning (kind weight-decay-too-strong) where the penalty's share is at least
+// penalty_gradient_ratio in every weight matrix; a warning (kind penalty-wrong-sign) where every
+// penalised matrix has lambda < 0; info with the coefficients for a penalty otherwise; nothing without one.
+std::vector<Finding> judge_loop_penalty(const LoopPenaltyMeasure& m, const OptimCheckOptions& o = {});
 
 // O6's lr / 10 probe (a Session reruns the first steps at a tenth of the learning rate): its
 // verdict from the run's and the probe's losses (`failed`: why the probe could not run), and the O6

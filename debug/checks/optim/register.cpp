@@ -11,6 +11,7 @@ std::unique_ptr<RunCheck> make_finite_weights_run_check(const MonitorOptions& o)
 std::unique_ptr<RunCheck> make_accumulation_run_check(const MonitorOptions& o);     // O5, accumulation.cpp
 std::unique_ptr<RunCheck> make_clipping_run_check(const MonitorOptions& o);         // O9, clipping.cpp
 std::unique_ptr<RunCheck> make_loss_scale_run_check(const MonitorOptions& o);       // O10, loss_scale.cpp
+std::unique_ptr<RunCheck> make_loop_penalty_run_check(const MonitorOptions& o);     // O3, loop_penalty.cpp
 
 void add_optim_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_norm_history_run_check(o));
@@ -20,6 +21,7 @@ void add_optim_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_accumulation_run_check(o));
   list.push_back(make_clipping_run_check(o));
   list.push_back(make_loss_scale_run_check(o));
+  list.push_back(make_loop_penalty_run_check(o));
 }
 
 }  // namespace gradsleuth::debug
