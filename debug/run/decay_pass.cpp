@@ -85,6 +85,12 @@ void Session::check_decay_at_end(RunReport& r) {
     }
     const std::map<std::string, Tensor> state = decoupled ? opt_.state_dict() : std::map<std::string, Tensor>{};
     const std::vector<Tensor> params = model_.parameters();
+    // A parameter's squared norm before training, found by identity among the model's (NaN: unknown).
+    const auto initial_sq = [&](const Tensor& p) {
+      for (size_t k = 0; have_initial_ && initial_params_.size() == params.size() && k < params.size(); ++k)
+        if (params[k].is_same(p)) return sq_norm(initial_params_[k]);
+      return kNaN;
+    };
     for (size_t gi = 0; gi < groups.size(); ++gi) {
       const optim::ParamGroup& g = groups[gi];
       DecayGroup dg;
@@ -93,18 +99,10 @@ void Session::check_decay_at_end(RunReport& r) {
       dg.lr = g.lr;
       dg.decoupled = decoupled;
       double w2 = 0, w02 = 0, s2 = 0;
-      bool have_initial = have_initial_ && initial_params_.size() == params.size();
       for (size_t pi = 0; pi < g.params.size(); ++pi) {
         const Tensor& p = g.params[pi];
         w2 += sq_norm(p);
-        // Its weights before training, found by identity among the model's parameters.
-        bool found_initial = false;
-        for (size_t k = 0; have_initial && k < params.size(); ++k)
-          if (params[k].is_same(p)) {
-            w02 += sq_norm(initial_params_[k]);
-            found_initial = true;
-          }
-        have_initial = have_initial && found_initial;
+        w02 += initial_sq(p);
         if (decoupled) {
           const auto m1 = state.find(std::to_string(gi) + "." + std::to_string(pi) + ".exp_avg");
           const auto m2 = state.find(std::to_string(gi) + "." + std::to_string(pi) + ".exp_avg_sq");
@@ -118,7 +116,7 @@ void Session::check_decay_at_end(RunReport& r) {
         }
       }
       dg.weight_norm = std::sqrt(w2);
-      dg.initial_weight_norm = have_initial ? std::sqrt(w02) : kNaN;
+      dg.initial_weight_norm = std::sqrt(w02);
       dg.decay_norm = g.weight_decay * dg.weight_norm;
       dg.step_norm = std::sqrt(s2);
       m.groups.push_back(dg);
@@ -129,23 +127,16 @@ void Session::check_decay_at_end(RunReport& r) {
       dg.loop_penalty = true;
       dg.weight_decay = loop.front().second;
       double w2 = 0, w02 = 0, d2 = 0, s2 = 0;
-      bool have_initial = have_initial_ && initial_params_.size() == params.size();
       for (const auto& [p, lambda] : loop) {
         const double n2 = sq_norm(p);
         w2 += n2;
+        w02 += initial_sq(p);
         d2 += (lambda / a) * (lambda / a) * n2;
         const auto it = grad_sum.find(p.impl_ptr().get());
         if (it != grad_sum.end()) s2 += sq_norm(it->second) / static_cast<double>(nb * nb);
-        bool found_initial = false;
-        for (size_t k = 0; have_initial && k < params.size(); ++k)
-          if (params[k].is_same(p)) {
-            w02 += sq_norm(initial_params_[k]);
-            found_initial = true;
-          }
-        have_initial = have_initial && found_initial;
       }
       dg.weight_norm = std::sqrt(w2);
-      dg.initial_weight_norm = have_initial ? std::sqrt(w02) : kNaN;
+      dg.initial_weight_norm = std::sqrt(w02);
       dg.decay_norm = std::sqrt(d2);
       dg.step_norm = std::sqrt(s2);
       m.groups.push_back(dg);
