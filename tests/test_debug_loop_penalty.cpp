@@ -13,6 +13,8 @@
 #include <gradsleuth.h>
 
 #include "debug/checks/optim/optim_checks.h"
+#include "debug/corpus/corpus.h"
+#include "debug/corpus/operators.h"
 
 using namespace gradsleuth;
 namespace dbg = gradsleuth::debug;
@@ -172,4 +174,27 @@ TEST_CASE("an L2 penalty subtracted in the loop warns penalty-wrong-sign; with d
 TEST_CASE("a loop without a penalty, or whose step holds a term on another forward, is not judged") {
   CHECK(loop_penalty(train(Penalty::None, 0.0, 2)) == nullptr);
   CHECK(loop_penalty(train(Penalty::PlusNoise, 0.0, 2)) == nullptr);
+}
+
+TEST_CASE("the corpus's MAP program: silent healthy; its prior not divided by N leads with O3, subtracted warns") {
+  namespace corpus = gradsleuth::debug::corpus;
+  const corpus::Program& p = corpus::program("map-prior");
+  const corpus::Outcome ok = corpus::run_program(p, 1);
+  REQUIRE(ok.error.empty());
+  CHECK(lead(ok.report) == nullptr);
+  const dbg::Finding* info = loop_penalty(ok.report);
+  REQUIRE(info != nullptr);  // the prior is found, and judged harmless
+  CHECK_FALSE(info->fires());
+
+  const corpus::Outcome per_batch = corpus::run_program(corpus::fault_operator("RPN").mutate(p, 1, 1).program, 1);
+  REQUIRE(per_batch.error.empty());
+  const dbg::Finding* l = lead(per_batch.report);
+  REQUIRE(l != nullptr);
+  CHECK(l->is("O3", dbg::Kind::WeightDecayTooStrong));
+
+  const corpus::Outcome minus = corpus::run_program(corpus::fault_operator("RPS").mutate(p, 1, 1).program, 1);
+  REQUIRE(minus.error.empty());
+  const dbg::Finding* m = lead(minus.report);
+  REQUIRE(m != nullptr);
+  CHECK(m->is("O3", dbg::Kind::PenaltyWrongSign));
 }

@@ -63,6 +63,18 @@ TEST_CASE("each operator changes what it names and keeps the healthy program oth
   CHECK(a1.program.model.fault_activation == "identity");
 }
 
+TEST_CASE(
+    "the prior operators apply to a program whose loop adds a prior: RPN multiplies it by N, RPS flips its sign") {
+  const Program& map = program("map-prior");
+  REQUIRE(map.loss.prior > 0);
+  const Mutant rpn = fault_operator("RPN").mutate(map, 1, 1);
+  CHECK(rpn.program.loss.fault_prior_factor == doctest::Approx(static_cast<double>(map.data.train)));
+  const Mutant rps = fault_operator("RPS").mutate(map, 10, 1);
+  CHECK(rps.program.loss.fault_prior_factor == doctest::Approx(-10.0));
+  CHECK(rps.program.loss.prior == map.loss.prior);
+  CHECK_THROWS_AS(fault_operator("RPN").mutate(program("binary"), 1, 1), Error);
+}
+
 TEST_CASE("LCH on a class-weighted loss drops the weights too, and says which check names that second fault") {
   // MSE takes no class weights: on a weighted cross-entropy the mutant loses them, a fault of its own
   // that D3's class counts name, and that an accuracy on an equally imbalanced test split cannot see.

@@ -326,6 +326,36 @@ std::vector<Operator> make_operators() {
                    m.program.loop.epochs = std::max<int64_t>(p.loop.epochs, 12);
                    return m;
                  }});
+  ops.push_back({"RPN",
+                 "count a prior once per minibatch",
+                 "regularisation",
+                 kIslam,
+                 {1},
+                 "(one strength: the prior's term not divided by the training examples)",
+                 {"O3:weight-decay-too-strong"},
+                 false,
+                 "",
+                 [](const Program& p) { return p.loss.prior > 0.0 && own_loop(p); },
+                 [](const Program& p, double, uint64_t) {
+                   Mutant m = mutant(p, "RPN", "the prior's penalty added to each minibatch mean without 1/N");
+                   m.program.loss.fault_prior_factor = static_cast<double>(p.data.train);
+                   return m;
+                 }});
+  ops.push_back({"RPS",
+                 "subtract a penalty",
+                 "regularisation",
+                 kIslam,
+                 {1, 10, 100},
+                 "factor on the prior's term, its sign flipped",
+                 {"O3:penalty-wrong-sign"},
+                 true,
+                 "",
+                 [](const Program& p) { return p.loss.prior > 0.0 && own_loop(p); },
+                 [](const Program& p, double s, uint64_t) {
+                   Mutant m = mutant(p, "RPS", str_printf("the prior's penalty subtracted (x %g)", s));
+                   m.program.loss.fault_prior_factor = -s;
+                   return m;
+                 }});
   // ---------------- DeepCrime: weights ----------------
   ops.push_back({"WCI",
                  "change weights initialisation",

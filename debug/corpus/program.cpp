@@ -573,6 +573,13 @@ Outcome run_program(const Program& p, uint64_t seed, const RunOptions& ro) {
           ++n;
           Tensor lb = l;
           if (p.loss.scale != 1.0) lb = mul(lb, p.loss.scale);
+          if (p.loss.prior > 0) {  // the prior's term, once over the training set
+            Tensor prior;
+            for (const auto& [name, w] : model.named_parameters())
+              if (w.dim() >= 2)
+                prior = prior.defined() ? add(prior, gradsleuth::sum(mul(w, w))) : gradsleuth::sum(mul(w, w));
+            if (prior.defined()) lb = add(lb, mul(prior, 0.5 * p.loss.prior * p.loss.fault_prior_factor / n_train));
+          }
           if (L.accumulate > 1 && !L.fault_accumulate_unscaled) lb = div(lb, static_cast<double>(L.accumulate));
           (scaler ? scaler->scale(lb) : lb).backward();
           if (++micro < L.accumulate) continue;

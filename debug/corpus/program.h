@@ -99,9 +99,13 @@ struct LossSpec {
   std::string kind = "";  // "" : the task's usual one
   double label_smoothing = 0.0;
   bool class_weights = false;  // inverse class frequency (multiclass) / pos_weight (binary)
+  // A Gaussian prior N(0, 1 / prior) on the weight matrices, added by the loop to the minibatch mean
+  // (a MAP estimate): prior / N x sum w^2 / 2, N the training examples (0: none). The own loop only.
+  double prior = 0.0;
   // ---- faults ----
   std::string reduction = "mean";  // "sum": a summed loss where the lr was tuned for a mean
   double scale = 1.0;              // the loss multiplied by this before backward
+  double fault_prior_factor = 1.0;  // the prior's term multiplied by this (N: not divided by N; < 0: subtracted)
 };
 
 // ---- the optimizer ---------------------------------------------------------------------------

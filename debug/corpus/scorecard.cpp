@@ -137,6 +137,7 @@ std::vector<std::string> scorecard_recipes() {
           "noise-augmentation",
           "grad-accumulation",
           "early-stopping",
+          "map-prior",
           "trainer-diagnose"};
 }
 
