@@ -499,6 +499,63 @@ TEST_CASE("an Embedding never registered: M5 parameter-unregistered leads; regis
 
 namespace {
 
+// The bag-of-tokens classifier whose head is built "lazily" inside forward(), where the embedding's width
+// is first known: a new Linear with new random weights at every call, never registered (the bug); built
+// once in the constructor (the twin).
+struct LazyBag : nn::Module {
+  std::shared_ptr<nn::Embedding> embed = register_module("embed", std::make_shared<nn::Embedding>(60, 8));
+  std::shared_ptr<nn::Linear> hidden = register_module("hidden", std::make_shared<nn::Linear>(8, 16));
+  std::shared_ptr<nn::Linear> fc;
+  bool lazy;
+  explicit LazyBag(bool l) : Module("LazyBag"), lazy(l) {
+    if (!lazy) fc = register_module("fc", std::make_shared<nn::Linear>(16, 3));
+  }
+  Tensor forward(const Tensor& ids) override {
+    const Tensor h = relu((*hidden)(mean((*embed)(ids), {1})));
+    if (lazy) return (*std::make_shared<nn::Linear>(h.size(1), 3))(h);  // BUG: a new layer at every call
+    return (*fc)(h);
+  }
+};
+
+debug::RunReport lazy_run(bool lazy) {
+  const Split d = topics();
+  auto model = std::make_shared<LazyBag>(lazy);
+  nn::CrossEntropyLoss ce;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 4; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = ce((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+    }
+    s.epoch();
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a layer built inside forward(): M5 names the tensors made anew at every step and leads; M2's randomness "
+    "at evaluation is its symptom; built in the constructor, clean") {
+  const debug::RunReport bug = lazy_run(true);
+  const debug::Finding* f = first_of(bug, "M5", debug::Kind::ParameterUnregistered);
+  REQUIRE_MESSAGE(f != nullptr, bug.str(true));
+  CHECK(f->fires());
+  CHECK(f->title.find("created anew inside the model's forward") != std::string::npos);
+  CHECK(f->title.find("[3, 16]") != std::string::npos);
+  CHECK(dtest::lead_cause(bug) == "unregistered-parameter");
+  const debug::Finding* m2 = first_of(bug, "M2", debug::Kind::RandomAtEval);
+  if (m2 != nullptr) CHECK_FALSE(m2->fires());  // explained by the layer built in forward()
+  const debug::RunReport ok = lazy_run(false);
+  CHECK(first_of(ok, "M5", debug::Kind::ParameterUnregistered) == nullptr);
+  expect_clean(ok);
+}
+
+namespace {
+
 // A hand-written recurrent cell over 12 steps of 4 features; the label says whether the first feature
 // summed over the steps is positive, so the state must carry what earlier steps saw. `carried` false is the
 // bug: the loop passes the initial zero state at every step (cell(x_t, h0) for cell(x_t, h)).

@@ -261,6 +261,43 @@ TEST_CASE("a bias before BatchNorm is redundant at every width: 512 and 1024 wid
   }
 }
 
+namespace {
+// A graph network's first layer on constant node features (h = 1): (1 + eps) h + the neighbours' sum, then
+// Linear -> BatchNorm. eps only shifts every node's input by one constant the BatchNorm removes; `gain`
+// instead scales the neighbours' sum, which the BatchNorm keeps.
+struct ConstantInputLayer : nn::Module {
+  std::shared_ptr<nn::Linear> fc = register_module("fc", std::make_shared<nn::Linear>(1, 16));
+  std::shared_ptr<nn::BatchNorm1d> bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(16));
+  std::shared_ptr<nn::Linear> head = register_module("head", std::make_shared<nn::Linear>(16, 3));
+  Tensor eps = register_parameter("eps", gs::zeros({1}));
+  Tensor gain = register_parameter("gain", gs::ones({1}));
+  ConstantInputLayer() : Module("ConstantInputLayer") {}
+  Tensor forward(const Tensor& degree) override {  // degree (N, 1): each node's neighbour count
+    const Tensor h = gs::ones(degree.shape());
+    return (*head)(gs::relu((*bn)((*fc)(h * (eps + 1.0) + degree * gain))));
+  }
+};
+}  // namespace
+
+TEST_CASE("a scalar that shifts a constant input before a BatchNorm is redundant (info); one that scales data is not") {
+  gs::manual_seed(4);
+  const Tensor degree = gs::randint(1, 8, {64, 1}).to(gs::kFloat32);
+  const Tensor y = gs::randint(0, 3, {64});
+  nn::CrossEntropyLoss ce;
+  dbg::LossFunction loss = [&ce](const Tensor& out, const Tensor& t) { return ce(out, t); };
+  auto model = std::make_shared<ConstantInputLayer>();
+  model->train();
+  ce((*model)(degree), y).backward();
+  const std::vector<dbg::Finding> red = dbg::find_redundant_biases(*model, degree, y, loss);
+  // fc.bias (before the BatchNorm) and eps; not gain.
+  REQUIRE(red.size() == 2);
+  const auto eps = std::find_if(red.begin(), red.end(), [](const dbg::Finding& f) { return f.parameter == "eps"; });
+  REQUIRE(eps != red.end());
+  CHECK(eps->severity == dbg::Severity::Info);
+  CHECK(eps->title.find("redundant parameter") != std::string::npos);
+  CHECK(std::none_of(red.begin(), red.end(), [](const dbg::Finding& f) { return f.parameter == "gain"; }));
+}
+
 TEST_CASE("a Linear bias right before BatchNorm is one info finding 'redundant bias', not a vanishing gradient") {
   XY d = blobs(32, 3, 8, 5, 1.0);
   nn::CrossEntropyLoss ce;

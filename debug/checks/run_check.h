@@ -124,6 +124,9 @@ struct TrainingHistory {
   // gradient = loop_penalty_scale x the loss's + lambda w (loop_penalty.cpp): each weight matrix's
   // name and lambda, where the fit explained the step (empty otherwise).
   std::vector<std::pair<std::string, double>> loop_penalty;
+  // M5 over the run: the shapes of tensors requiring grad that the forward made anew at every step (a
+  // layer built inside forward()).
+  std::vector<std::string> built_in_forward;
   double loop_penalty_scale = std::numeric_limits<double>::quiet_NaN();
 };
 
@@ -189,6 +192,9 @@ class RunContext {
   // Training is over and the monitor is paused for a replay before finish() (Monitor::
   // replay_batches): whatever the replay writes to the weights, it puts back.
   bool replaying = false;
+  // A pass of debug::Session's own over a loader (its epoch and end measurements), not the loop's: units
+  // that compare what the loop feeds the model leave its forwards out.
+  bool own_pass = false;
   const TrainingHistory* history = nullptr;  // the monitor's losses, epochs and learning rates
 
   // Whether step `step` (1-based) is sampled: the first, and every `every`-th.

@@ -516,6 +516,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "final-activation",
                                                      "batch-mixing",
                                                      "parameter-replaced",
+                                                     "unregistered-parameter",
                                                      "output-unread",
                                                      "cut-graph",
                                                      "frozen",

@@ -403,6 +403,17 @@ void Session::check_unwatched_updates(RunReport& r, int64_t training_losses) {
 
 void Session::step(const Tensor& loss) { step(loss.defined() && loss.numel() == 1 ? loss.item<double>() : kNaN); }
 
+namespace {
+// The Session's own pass over a loader while it lives (Monitor::own_pass).
+struct OwnPass {
+  explicit OwnPass(Monitor& m) : monitor(m) { monitor.own_pass(true); }
+  ~OwnPass() { monitor.own_pass(false); }
+  OwnPass(const OwnPass&) = delete;
+  OwnPass& operator=(const OwnPass&) = delete;
+  Monitor& monitor;
+};
+}  // namespace
+
 void Session::epoch() {
   const std::vector<double>& sl = monitor_->history().step_losses;
   double train_loss = kNaN;
@@ -414,6 +425,7 @@ void Session::epoch() {
   double val_loss = kNaN, val_acc = kNaN;
   if (data_.val)
     guarded(monitor_->report(), "the epoch's evaluation", "validation pass", "L7, the W3 validation check", [&] {
+      const OwnPass own(*monitor_);
       const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
       val_loss = ev.loss;
       val_acc = ev.accuracy;
@@ -453,6 +465,7 @@ double Session::measure_rows(const nn::DataLoader* from, std::shared_ptr<nn::Dat
           std::make_shared<nn::TensorDataset>(b.x, b.y, "rows sample"),
           nn::DataLoaderOptions().batch_size(std::max<int64_t>(1, from->options().batch_size_)));
     }
+    const OwnPass own(*monitor_);
     return optim::evaluate(model_, *sample, loss_).loss;
   } catch (const std::exception&) {
     return kNaN;
@@ -475,6 +488,7 @@ void Session::check_class_errors_at_end() {
   Report& r = monitor_->report();
   guarded(r, "the end-of-run checks", "per-class validation pass", "D3's per-class recall", [&] {
     if (val_classes_at_step_ != monitor_->steps()) {
+      const OwnPass own(*monitor_);
       const optim::EvalResult ev = optim::evaluate(model_, *data_.val, loss_);
       val_class_examples_ = ev.class_examples;
       val_class_correct_ = ev.class_correct;
@@ -594,6 +608,7 @@ RunReport Session::finish(const Tensor& sample_x, const Tensor& sample_y) {
   revise_lr_range(gate_phase_.findings, seen.learning_rates);                  // O8 before a warm-up
   revise_parameter_unreached(gate_phase_.findings, seen);  // M5
   revise_linear_collapse(gate_phase_.findings, seen);      // M23 with the loss's other readers
+  revise_random_at_eval(gate_phase_.findings, seen);       // M2 with a layer built in forward() (M5)
   revise_input_baseline(gate_phase_.findings, seen, o_.gate_options.model);  // M15 with the run's validation loss
   revise_gate_objective(gate_phase_.findings, seen);
   revise_missing_from_optimizer(gate_phase_.findings, model_, opt_);  // M10 with the groups at the end

@@ -117,6 +117,8 @@ class Monitor {
   // The ids of the registered run checks, one entry per unit, in the order they are called.
   std::vector<std::string> run_check_ids() const;
 
+  // A pass of the Session's own over a loader (RunContext::own_pass) is running, or no longer.
+  void own_pass(bool on) { ctx_.own_pass = on; }
   // Paused for a probe (pause(true)): the model's forwards and the loss's calls are not the run's.
   bool probing() const { return probing_; }
 

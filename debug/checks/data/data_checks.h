@@ -119,6 +119,15 @@ struct DataCheckOptions {
   // ---- D10 split consistency ----
   double max_mean_shift = 0.5;  // |mean_other - mean_train| above this many train stds warns
   double max_std_ratio = 2.0;   // std_other / std_train outside [1/r, r] warns
+  // ... and over a run, the inputs as the loop hands them to the model (loop_inputs.cpp): the training
+  // forwards' against the evaluation forwards', looser than the splits' bars since an augmentation
+  // changes them by design (noise of 1-2 input stds widens them 1.4-2.2x; a noise std of 15 on pixels
+  // in [0, 1] applied to half the batches, 40x).
+  double loop_input_spread_ratio = 4.0;  // spread_train / spread_eval outside [1/r, r] warns
+  double loop_input_shift = 1.0;         // |median_train - median_eval| above this many eval spreads warns
+  // ... and the features' mean |rank correlation| (rank_structure below) of up to 600 training rows under
+  // this x the evaluation rows' (theirs at min_rank_structure or more) warns.
+  double loop_rank_structure_ratio = 0.5;
   // ... unless the features' rank structure differs too (no preprocessing keeps it then: info):
   // the mean |Spearman rho| over pairs of up to rank_features features (first rank_rows rows) of
   // one split below max_rank_structure_ratio x the other's, the larger at least

@@ -277,4 +277,9 @@ std::vector<Finding> empty_one_hot_rows(const Tensor& y);
 // D9 on 0/1 float targets (N, K): columns that are 1 on every row (an ordinal encoding built with >= for
 // >), where another column varies; at least 100 rows (debug/checks/data/label_encoding.cpp).
 std::vector<Finding> constant_target_columns(const Tensor& y);
+// The mean |Spearman correlation| over the pairs of up to max_features features (evenly spaced) of the
+// first max_rows rows of v (rows x features, row-major), NaN below 2 features or 20 rows: a monotone
+// per-feature transform keeps it, noise added to the values does not (split_consistency.cpp).
+double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_rows, int64_t max_features);
+
 }  // namespace gradsleuth::debug::data_detail

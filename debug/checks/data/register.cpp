@@ -11,6 +11,7 @@ std::unique_ptr<RunCheck> make_repeated_batch_run_check(const MonitorOptions& o)
 std::unique_ptr<RunCheck> make_loop_alignment_run_check(const MonitorOptions& o);  // D4, alignment.cpp
 std::unique_ptr<RunCheck> make_held_out_run_check(const MonitorOptions& o);        // D13, splits.cpp
 std::unique_ptr<RunCheck> make_target_copy_run_check(const MonitorOptions& o);     // D7, leakage.cpp
+std::unique_ptr<RunCheck> make_loop_inputs_run_check(const MonitorOptions& o);     // D10, loop_inputs.cpp
 
 void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_row_range_run_check(o));
@@ -20,6 +21,7 @@ void add_data_run_checks(RunCheckList& list, const MonitorOptions& o) {
   list.push_back(make_loop_alignment_run_check(o));
   list.push_back(make_held_out_run_check(o));
   list.push_back(make_target_copy_run_check(o));
+  list.push_back(make_loop_inputs_run_check(o));
 }
 
 }  // namespace gradsleuth::debug

@@ -21,17 +21,7 @@ using namespace data_detail;
 
 // ---- D10 same preprocessing for every split ---------------------------------------------------
 
-namespace {
-// What an example's nearest neighbour says about its label (neighbour_labels below), on the first
-// kNeighbourRows rows of each split: one split below kMaxNeighbourLabelsRatio x the other's, the
-// larger at least kMinNeighbourLabels, is no preprocessing (info). A shift or a scale of a feature
-// leaves it as it is, up to the sampling noise of a few hundred rows (a binomial sd of 0.02-0.04 on
-// an agreement of 0.6-0.9); noise of 2 feature stds written into the training inputs of blobs or
-// spirals (the corpus' TAN at 2, where the features have no rank structure) halves it or worse.
-constexpr int64_t kNeighbourRows = 600;
-constexpr double kMinNeighbourLabels = 0.2;
-constexpr double kMaxNeighbourLabelsRatio = 0.7;
-
+namespace data_detail {
 // The mean |Spearman correlation| over the pairs of up to max_features features (evenly spaced)
 // of the first max_rows rows of x (N, D...), NaN when there are fewer than 2 features or 20 rows.
 // A monotone per-feature transform (a shift, a scale, a standardisation, a log) leaves it
@@ -63,6 +53,19 @@ double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_ro
     }
   return pairs > 0 ? total / static_cast<double>(pairs) : std::numeric_limits<double>::quiet_NaN();
 }
+
+}  // namespace data_detail
+
+namespace {
+// What an example's nearest neighbour says about its label (neighbour_labels below), on the first
+// kNeighbourRows rows of each split: one split below kMaxNeighbourLabelsRatio x the other's, the
+// larger at least kMinNeighbourLabels, is no preprocessing (info). A shift or a scale of a feature
+// leaves it as it is, up to the sampling noise of a few hundred rows (a binomial sd of 0.02-0.04 on
+// an agreement of 0.6-0.9); noise of 2 feature stds written into the training inputs of blobs or
+// spirals (the corpus' TAN at 2, where the features have no rank structure) halves it or worse.
+constexpr int64_t kNeighbourRows = 600;
+constexpr double kMinNeighbourLabels = 0.2;
+constexpr double kMaxNeighbourLabelsRatio = 0.7;
 
 // How much each example's nearest neighbour tells about its label, over the first n rows of x (N, D...)
 // and y: for class labels (int64, one per row) the share of rows whose nearest other row has the same

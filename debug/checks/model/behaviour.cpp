@@ -392,6 +392,18 @@ std::vector<Finding> check_repeat_calls(nn::Module& model, const Tensor& x, int 
   return out;
 }
 
+void revise_random_at_eval(Report& gate, const TrainingHistory& h) {
+  if (h.built_in_forward.empty()) return;
+  for (size_t i = 0; i < gate.findings().size(); ++i) {
+    Finding f = gate.findings()[i];
+    if (!f.is("M2", Kind::RandomAtEval) || !f.fires()) continue;
+    f.severity = Severity::Info;
+    f.title += " (the layer built in forward() draws new weights at every call: M5)";
+    f.fix = "see M5: construct the layer once, in the constructor";
+    gate.replace(i, f);
+  }
+}
+
 bool repeat_calls_reported(const Report& gate) {
   return std::any_of(gate.findings().begin(), gate.findings().end(), [](const Finding& f) {
     return f.is("M2", Kind::StateBetweenCalls) || f.is("M2", Kind::RandomAtEval);

@@ -181,6 +181,10 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h);
 // output (TrainingHistory::linear_inputs_read_elsewhere), that output is an embedding trained for its own
 // sake (a center loss on the features a linear head classifies): info.
 void revise_linear_collapse(Report& gate, const TrainingHistory& h);
+// M2's "something random runs at evaluation", judged again with the run: where M5 saw a layer built
+// inside forward() (TrainingHistory::built_in_forward), its new weights at every call are that
+// randomness, and M5 names the cause: info.
+void revise_random_at_eval(Report& gate, const TrainingHistory& h);
 
 // ---- parameters replaced by assignment after registration (M5) -----------------------------
 // A module member assigned a new tensor after register_parameter (`linear->weight = t`, a head

@@ -45,6 +45,12 @@ inline std::set<const TensorImpl*> held_parameters(const optim::Optimizer& optim
   return held;
 }
 
+// The leaves that require grad reached from `root` (not past the nodes in `stop`) and not in `held`, in
+// the walk's order: the tensors a forward read that neither the model nor the optimizer holds
+// (structure.cpp).
+std::vector<Tensor> leaves_outside(const Node* root, const std::set<const TensorImpl*>& held,
+                                   std::set<const Node*> stop = {});
+
 inline bool is_classification(const Tensor& out, const Tensor& y) {
   return y.dtype() == kInt64 && y.dim() == 1 && out.dim() == 2 && out.size(0) == y.size(0);
 }

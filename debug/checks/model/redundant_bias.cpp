@@ -89,6 +89,39 @@ std::vector<Finding> find_redundant_biases(nn::Module& model, const Tensor& x, c
     // The channel dim the parameter is added along: dim 1 of (B, C, ...), else the last.
     const int64_t C = p.numel();
     const int64_t cdim = out0.dim() >= 2 && out0.size(1) == C ? 1 : out0.size(-1) == C ? out0.dim() - 1 : -1;
+    if (cdim < 0 && C == 1) {
+      // A scalar that is not its module's bias (a GIN layer's eps, scaling a constant input that a
+      // BatchNorm then removes): redundant when shifts either way, as large as the module's output,
+      // leave the loss unchanged. A path that is dead for any value (units a shift would revive) moves.
+      const Tensor saved = p.detach().clone();
+      const double step = std::max(1.0, 2.0 * std::fabs(saved.to(kFloat64).item<double>()));
+      double worst = 0;
+      for (const double sign : {1.0, -1.0}) {
+        p.detach().add_(sign * scale * step);
+        worst = std::max(worst, std::fabs(loss_now() - base));
+        p.detach().copy_(saved);
+      }
+      if (!(worst <= 1e-4 * std::max(std::fabs(base), 1e-3))) continue;
+      Finding f;
+      f.check = "O1";
+      f.severity = Severity::Info;
+      f.title = "redundant parameter: " + name + " cannot change the loss, so its gradient is zero by construction";
+      f.module = owner;
+      f.parameter = name;
+      f.shape = shape_of(p);
+      f.evidence = {{"gradient norm", std::sqrt(sum(square(p.grad().detach().to(kFloat64))).item<double>()),
+                     "< " + fmt_num(candidate) + " (1000 x the vanishing bar) made it a candidate"},
+                    {"loss", base, ""},
+                    {"largest change of the loss with it shifted by +-" + fmt_num(scale * step), worst,
+                     "unchanged (relative 1e-4) means redundant"}};
+      f.cause =
+          "the scalar acts only through a constant that what follows removes: a normalisation after it (a "
+          "BatchNorm subtracts the batch's mean), as with a graph network's eps on constant node features. It "
+          "has no effect: harmless for training";
+      f.fix = "none needed (or leave the scalar out where it multiplies a constant input)";
+      out.push_back(std::move(f));
+      continue;
+    }
     if (cdim < 0) continue;
     const Tensor saved = p.detach().clone();
     std::vector<double> d(static_cast<size_t>(C));

@@ -14,7 +14,7 @@ std::unique_ptr<RunCheck> make_linear_readers_run_check(const MonitorOptions& o)
 std::unique_ptr<RunCheck> make_mode_run_check(const MonitorOptions& o);              // M2, M17, behaviour.cpp
 std::unique_ptr<RunCheck> make_batchnorm_batch_run_check(const MonitorOptions& o);   // M17, batchnorm_stats.cpp
 std::unique_ptr<RunCheck> make_final_activation_run_check(const MonitorOptions& o);  // M3, structure.cpp
-std::unique_ptr<RunCheck> make_unregistered_leaf_run_check(const MonitorOptions& o);  // M5, structure.cpp
+std::unique_ptr<RunCheck> make_unregistered_leaf_run_check(const MonitorOptions& o);  // M5, unregistered_leaf.cpp
 std::unique_ptr<RunCheck> make_devices_run_check(const MonitorOptions& o);           // M11, devices.cpp
 std::unique_ptr<RunCheck> make_nonfinite_run_check(const MonitorOptions& o);         // W4, M12, anomaly.cpp
 std::unique_ptr<RunCheck> make_half_precision_run_check(const MonitorOptions& o);    // M18, anomaly.cpp

@@ -301,11 +301,11 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
 }
 
 // ---- leaves of a graph that no one holds ---------------------------------------------------------
-namespace {
+namespace model_detail {
 // The leaves that require grad reached from `root` (not past the nodes in `stop`) and not in `held`, in
 // the walk's order: the tensors a forward read that neither the model nor the optimizer holds.
 std::vector<Tensor> leaves_outside(const Node* root, const std::set<const TensorImpl*>& held,
-                                   std::set<const Node*> stop = {}) {
+                                   std::set<const Node*> stop) {
   std::vector<Tensor> out;
   stop.insert(root);
   std::vector<const Node*> todo{root};
@@ -323,92 +323,7 @@ std::vector<Tensor> leaves_outside(const Node* root, const std::set<const Tensor
   }
   return out;
 }
-}  // namespace
-
-// ---- tensors the forward trains that no one registered ----------------------------------------
-namespace {
-constexpr size_t kMaxStrangers = 8;
-constexpr int64_t kStrangerMinSteps = 5;
-// At the first training loss: the leaves of the prediction's graph, inside the model's forward (the
-// walk stops at the input's own graph), that require grad and that neither the model's parameters()
-// nor the optimizer holds, other than tensors of the batch's length (the input, or a perturbation of
-// it). Each is followed by a weak reference: one nothing else keeps alive was a temporary of its
-// step. At the end, one still alive whose values never changed was trained by nothing: an
-// unregistered layer (a module member never passed to register_module) or tensor.
-class UnregisteredLeafRunCheck final : public RunCheck {
- public:
-  std::string ids() const override { return "M5"; }
-  uint32_t events() const override { return RunEvent::Forward | RunEvent::LossInput | RunEvent::Finish; }
-  void forward(RunContext&, const Tensor& x) override {
-    if (!looked_) input_ = x;
-  }
-  void loss_input(RunContext& c, nn::Loss&, const Tensor& input, const Tensor&) override {
-    if (looked_) return;
-    looked_ = true;
-    steps_at_start_ = c.steps;
-    if (!input.defined() || !input.grad_fn()) return;
-    const int64_t batch = input_.defined() && input_.dim() > 0 ? input_.size(0) : -1;
-    std::set<const Node*> input_graph;
-    if (input_.defined() && input_.grad_fn()) input_graph.insert(input_.grad_fn().get());
-    for (const Tensor& leaf :
-         leaves_outside(input.grad_fn().get(), held_parameters(c.optimizer, &c.model), std::move(input_graph))) {
-      if (strangers_.size() >= kMaxStrangers) break;
-      if (leaf.dim() == 0 || leaf.size(0) == batch || leaf.impl_ptr() == input_.impl_ptr()) continue;
-      strangers_.push_back({leaf.impl_ptr(), leaf.name(), leaf.shape(), nn::load_sample(leaf)});
-    }
-    input_ = Tensor();
-  }
-  void finish(RunContext& c) override {
-    const int64_t steps = c.steps - steps_at_start_;
-    for (const Stranger& s : strangers_) {
-      const std::shared_ptr<TensorImpl> impl = s.leaf.lock();
-      if (!impl || steps < kStrangerMinSteps) continue;  // a temporary of its step, or too short a run
-      const Tensor t(impl);
-      if (nn::load_sample(t) != s.values) continue;  // something trains it (another optimizer)
-      const std::string what =
-          "a tensor" + (s.name.empty() ? std::string() : " '" + s.name + "'") + " of shape " + shape_str(s.shape);
-      Finding f = detail::make("M5", Severity::Warning,
-                               what +
-                                   " that the model's forward reads requires grad and gets a gradient, but neither "
-                                   "model.parameters() nor the optimizer holds it: its values never changed in " +
-                                   std::to_string(steps) + " steps");
-      f.kind = Kind::ParameterUnregistered;
-      f.shape = shape_str(s.shape);
-      const Tensor g = t.grad();
-      f.evidence = {{"optimizer steps since the first training loss", static_cast<double>(steps),
-                     ">= " + std::to_string(kStrangerMinSteps)},
-                    {"values that changed over the run (of up to 256 read)", 0.0, "0 warns"},
-                    {"norm of the gradient it holds at the end", g.defined() ? summarize(g).norm : 0.0,
-                     "> 0: it takes part in backward"}};
-      f.cause =
-          "a layer or tensor the forward uses that was never registered (a module member not passed to "
-          "register_module or register_parameter): parameters(), the optimizer, zero_grad() and checkpoints "
-          "all miss it, so it keeps its initial values";
-      f.fix =
-          "register it in the constructor (member = register_module(\"name\", std::make_shared<...>(...))), build "
-          "the optimizer from model.parameters() after that; if it is meant to stay fixed, requires_grad_(false)";
-      c.add(std::move(f));
-    }
-    c.note_ran("M5");
-  }
-
- private:
-  struct Stranger {
-    std::weak_ptr<TensorImpl> leaf;
-    std::string name;
-    Shape shape;
-    std::vector<double> values;  // nn::load_sample at the first training loss
-  };
-  bool looked_ = false;
-  Tensor input_;
-  int64_t steps_at_start_ = 0;
-  std::vector<Stranger> strangers_;
-};
-}  // namespace
-
-std::unique_ptr<RunCheck> make_unregistered_leaf_run_check(const MonitorOptions&) {
-  return std::make_unique<UnregisteredLeafRunCheck>();
-}
+}  // namespace model_detail
 
 // ---- parameters replaced by assignment -------------------------------------------------------
 void explain_replaced_parameters(nn::Module& model, const Tensor& loss, const optim::Optimizer* optimizer,
