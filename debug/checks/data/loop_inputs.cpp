@@ -22,18 +22,21 @@ namespace gradsleuth::debug {
 
 namespace {
 
-// Up to `cap` values of x, taken at an even stride (x as float64, on the CPU).
+// Up to `per_call` values of x, at positions spread by a multiplicative hash (not an even stride: a
+// stride that shares a factor with an interleaved layout, values and markers at alternate positions,
+// would read one of them only), appended to `out` while it holds fewer than `cap`.
 void sample_into(const Tensor& x, size_t per_call, size_t cap, std::vector<double>& out) {
   if (out.size() >= cap || !x.defined() || x.numel() == 0) return;
   if (!is_floating(x.dtype())) return;
   NoGradGuard ng;
   const Tensor flat = x.detach().reshape({-1}).to(kCPU).to(kFloat64).contiguous();
-  const int64_t n = flat.numel();
-  const int64_t take = std::min<int64_t>(n, static_cast<int64_t>(per_call));
-  const int64_t stride = std::max<int64_t>(1, n / take);
+  const auto n = static_cast<uint64_t>(flat.numel());
   const double* p = flat.data_ptr<double>();
-  for (int64_t i = 0; i < n && out.size() < cap; i += stride)
+  const uint64_t take = std::min<uint64_t>(n, per_call);
+  for (uint64_t k = 0; k < take && out.size() < cap; ++k) {
+    const uint64_t i = n == take ? k : ((k + 1) * 0x9E3779B97F4A7C15ull) % n;
     if (std::isfinite(p[i])) out.push_back(p[i]);
+  }
 }
 
 // Up to `per_call` whole rows of x (its examples along dim 0, evenly spaced, from an offset that moves with
