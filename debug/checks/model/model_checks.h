@@ -185,6 +185,12 @@ void revise_linear_collapse(Report& gate, const TrainingHistory& h);
 // inside forward() (TrainingHistory::built_in_forward), its new weights at every call are that
 // randomness, and M5 names the cause: info.
 void revise_random_at_eval(Report& gate, const TrainingHistory& h);
+// M5's findings on tensors the forward trains that no one registered, from what the run check in
+// unregistered_leaf.cpp gathered: one that kept its values over `steps` (>= min_steps) steps; tensors made
+// anew at every step (a layer built inside forward()).
+Finding unregistered_tensor_finding(const std::string& name, const Shape& shape, int64_t steps, int64_t min_steps,
+                                    double grad_norm);
+Finding built_in_forward_finding(const std::vector<std::pair<std::string, Shape>>& tensors);
 
 // ---- parameters replaced by assignment after registration (M5) -----------------------------
 // A module member assigned a new tensor after register_parameter (`linear->weight = t`, a head

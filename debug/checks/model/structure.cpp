@@ -300,6 +300,54 @@ void revise_parameter_unreached(Report& gate, const TrainingHistory& h) {
   soften_zero_at_gate(gate, h, "M5", Kind::OutputUnread, 0.0);
 }
 
+// ---- M5's findings on tensors no one registered (gathered by unregistered_leaf.cpp's run check) -------
+Finding unregistered_tensor_finding(const std::string& name, const Shape& shape, int64_t steps, int64_t min_steps,
+                                    double grad_norm) {
+  const std::string what =
+      "a tensor" + (name.empty() ? std::string() : " '" + name + "'") + " of shape " + shape_str(shape);
+  Finding f = detail::make("M5", Severity::Warning,
+                           what +
+                               " that the model's forward reads requires grad and gets a gradient, but neither "
+                               "model.parameters() nor the optimizer holds it: its values never changed in " +
+                               std::to_string(steps) + " steps");
+  f.kind = Kind::ParameterUnregistered;
+  f.shape = shape_str(shape);
+  f.evidence = {
+      {"optimizer steps since the first training loss", static_cast<double>(steps), ">= " + std::to_string(min_steps)},
+      {"values that changed over the run (of up to 256 read)", 0.0, "0 warns"},
+      {"norm of the gradient it holds at the end", grad_norm, "> 0: it takes part in backward"}};
+  f.cause =
+      "a layer or tensor the forward uses that was never registered (a module member not passed to "
+      "register_module or register_parameter): parameters(), the optimizer, zero_grad() and checkpoints "
+      "all miss it, so it keeps its initial values";
+  f.fix =
+      "register it in the constructor (member = register_module(\"name\", std::make_shared<...>(...))), build "
+      "the optimizer from model.parameters() after that; if it is meant to stay fixed, requires_grad_(false)";
+  return f;
+}
+
+Finding built_in_forward_finding(const std::vector<std::pair<std::string, Shape>>& tensors) {
+  std::string what;
+  for (const auto& [name, shape] : tensors)
+    what += (what.empty() ? "" : ", ") + (name.empty() ? std::string() : "'" + name + "' ") + shape_str(shape);
+  Finding f = detail::make("M5", Severity::Warning,
+                           "tensors that require grad (" + what +
+                               ") are created anew inside the model's forward at every step, with new values: a "
+                               "layer built in forward(), never registered and never trained");
+  f.kind = Kind::ParameterUnregistered;
+  if (!tensors.empty()) f.shape = shape_str(tensors.front().second);
+  f.evidence = {{"tensors of the first step's graph made anew at a later step", static_cast<double>(tensors.size()),
+                 ">= 1 warns"}};
+  f.cause =
+      "a layer constructed inside forward() (built \"lazily\" where an input size is first known): each call "
+      "draws new random weights that neither parameters() nor the optimizer holds, so it never learns, and the "
+      "model's output changes from call to call even in eval mode";
+  f.fix =
+      "construct the layer once, in the constructor, with register_module (pass the size it needs to the "
+      "constructor), then build the optimizer from model.parameters()";
+  return f;
+}
+
 // ---- leaves of a graph that no one holds ---------------------------------------------------------
 namespace model_detail {
 // The leaves that require grad reached from `root` (not past the nodes in `stop`) and not in `held`, in

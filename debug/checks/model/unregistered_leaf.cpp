@@ -73,55 +73,18 @@ class UnregisteredLeafRunCheck final : public RunCheck {
   void finish(RunContext& c) override {
     const int64_t steps = c.steps - steps_at_start_;
     if (!rebuilt_.empty()) {
-      std::string what;
-      for (const Stranger& s : rebuilt_)
-        what +=
-            (what.empty() ? "" : ", ") + (s.name.empty() ? std::string() : "'" + s.name + "' ") + shape_str(s.shape);
-      Finding f = detail::make("M5", Severity::Warning,
-                               "tensors that require grad (" + what +
-                                   ") are created anew inside the model's forward at every step, with new values: a "
-                                   "layer built in forward(), never registered and never trained");
-      f.kind = Kind::ParameterUnregistered;
-      f.shape = shape_str(rebuilt_.front().shape);
-      f.evidence = {{"tensors of the first step's graph made anew at a later step",
-                     static_cast<double>(rebuilt_.size()), ">= 1 warns"}};
-      f.cause =
-          "a layer constructed inside forward() (built \"lazily\" where an input size is first known): each call "
-          "draws new random weights that neither parameters() nor the optimizer holds, so it never learns, and the "
-          "model's output changes from call to call even in eval mode";
-      f.fix =
-          "construct the layer once, in the constructor, with register_module (pass the size it needs to the "
-          "constructor), then build the optimizer from model.parameters()";
-      c.add(std::move(f));
+      std::vector<std::pair<std::string, Shape>> tensors;
+      for (const Stranger& s : rebuilt_) tensors.emplace_back(s.name, s.shape);
+      c.add(built_in_forward_finding(tensors));
     }
     for (const Stranger& s : strangers_) {
       const std::shared_ptr<TensorImpl> impl = s.leaf.lock();
       if (!impl || steps < kStrangerMinSteps) continue;  // a temporary of its step, or too short a run
       const Tensor t(impl);
       if (nn::load_sample(t) != s.values) continue;  // something trains it (another optimizer)
-      const std::string what =
-          "a tensor" + (s.name.empty() ? std::string() : " '" + s.name + "'") + " of shape " + shape_str(s.shape);
-      Finding f = detail::make("M5", Severity::Warning,
-                               what +
-                                   " that the model's forward reads requires grad and gets a gradient, but neither "
-                                   "model.parameters() nor the optimizer holds it: its values never changed in " +
-                                   std::to_string(steps) + " steps");
-      f.kind = Kind::ParameterUnregistered;
-      f.shape = shape_str(s.shape);
       const Tensor g = t.grad();
-      f.evidence = {{"optimizer steps since the first training loss", static_cast<double>(steps),
-                     ">= " + std::to_string(kStrangerMinSteps)},
-                    {"values that changed over the run (of up to 256 read)", 0.0, "0 warns"},
-                    {"norm of the gradient it holds at the end", g.defined() ? summarize(g).norm : 0.0,
-                     "> 0: it takes part in backward"}};
-      f.cause =
-          "a layer or tensor the forward uses that was never registered (a module member not passed to "
-          "register_module or register_parameter): parameters(), the optimizer, zero_grad() and checkpoints "
-          "all miss it, so it keeps its initial values";
-      f.fix =
-          "register it in the constructor (member = register_module(\"name\", std::make_shared<...>(...))), build "
-          "the optimizer from model.parameters() after that; if it is meant to stay fixed, requires_grad_(false)";
-      c.add(std::move(f));
+      c.add(unregistered_tensor_finding(s.name, s.shape, steps, kStrangerMinSteps,
+                                        g.defined() ? summarize(g).norm : 0.0));
     }
     c.note_ran("M5");
   }
