@@ -458,26 +458,32 @@ Split topics() {
   return dtest::loaders(xtr, ytr, xva, yva);
 }
 
-// The user's loop; `own_optimizer`: the unregistered embedding trained by an Adam of its own.
-debug::RunReport bag_run(bool registered, bool own_optimizer = false) {
-  const Split d = topics();
-  auto model = std::make_shared<Bag>(registered);
+// The user's loop over the topics, with a Session; `also`: a second optimizer stepped beside `opt`.
+debug::RunReport topics_loop(const Split& d, nn::Module& model, optim::Optimizer& opt, int epochs,
+                             optim::Optimizer* also = nullptr) {
   nn::CrossEntropyLoss ce;
-  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
-  optim::Adam embed_opt(model->embed->parameters(), optim::AdamOptions(1e-2));
-  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
-  for (int e = 0; e < 6; ++e) {
+  debug::Session s(model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < epochs; ++e) {
     for (const nn::Batch& b : *d.train) {
       opt.zero_grad();
-      embed_opt.zero_grad();
-      Tensor l = ce((*model)(b.x), b.y);
+      if (also) also->zero_grad();
+      Tensor l = ce(model(b.x), b.y);
       l.backward();
       opt.step();
-      if (own_optimizer) embed_opt.step();
+      if (also) also->step();
     }
     s.epoch();
   }
   return s.finish();
+}
+
+// `own_optimizer`: the unregistered embedding trained by an Adam of its own.
+debug::RunReport bag_run(bool registered, bool own_optimizer = false) {
+  const Split d = topics();  // seeds the generator, then the model is drawn
+  auto model = std::make_shared<Bag>(registered);
+  optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
+  optim::Adam embed_opt(model->embed->parameters(), optim::AdamOptions(1e-2));
+  return topics_loop(d, *model, opt, 6, own_optimizer ? &embed_opt : nullptr);
 }
 
 }  // namespace
@@ -520,19 +526,8 @@ struct LazyBag : nn::Module {
 debug::RunReport lazy_run(bool lazy) {
   const Split d = topics();
   auto model = std::make_shared<LazyBag>(lazy);
-  nn::CrossEntropyLoss ce;
   optim::Adam opt(model->parameters(), optim::AdamOptions(1e-2));
-  debug::Session s(*model, ce, opt, {.train = d.train.get(), .val = d.val.get()});
-  for (int e = 0; e < 4; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l = ce((*model)(b.x), b.y);
-      l.backward();
-      opt.step();
-    }
-    s.epoch();
-  }
-  return s.finish();
+  return topics_loop(d, *model, opt, 4);
 }
 
 }  // namespace
