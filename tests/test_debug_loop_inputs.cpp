@@ -2,7 +2,7 @@
 // evaluation batches. Twins written as users write them: a Gaussian-noise augmentation whose std is given
 // in 0-255 grey levels on images scaled to [0, 1] and clamped back (salt and pepper on half the images),
 // against the same std divided by 255; and a loop that standardises its training batches only, against one
-// that standardises both. A loop that evaluates nothing itself is not judged.
+// that standardises both. A loop that evaluates nothing itself, or runs two views a step, is not judged.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -29,7 +29,7 @@ std::pair<Tensor, Tensor> images(int64_t n) {
   return {clamp(x, 0.0, 1.0).reshape({n, 64}), y};
 }
 
-enum class Loop { NoiseRightUnits, NoiseGreyLevels, BothStandardised, TrainStandardisedOnly, NoEvaluation };
+enum class Loop { NoiseRightUnits, NoiseGreyLevels, BothStandardised, TrainStandardisedOnly, NoEvaluation, TwoViews };
 
 debug::RunReport run(Loop loop) {
   manual_seed(21);
@@ -56,6 +56,8 @@ debug::RunReport run(Loop loop) {
       if (loop == Loop::BothStandardised || loop == Loop::TrainStandardisedOnly) x = (x - mu) / sd;
       opt.zero_grad();
       Tensor l = ce((*model)(x), b.y);
+      // A consistency loss on a second, heavily noised view of the batch: two forwards a step.
+      if (loop == Loop::TwoViews) l = l + ce((*model)(clamp(x + randn(x.shape()) * 15.0, 0.0, 1.0)), b.y);
       l.backward();
       opt.step();
     }
@@ -98,4 +100,8 @@ TEST_CASE(
   CHECK(dtest::ev(*f, "median shift (in evaluation spreads)") > 1.0);
   CHECK(loop_inputs(run(Loop::BothStandardised)) == nullptr);
   CHECK(loop_inputs(run(Loop::NoEvaluation)) == nullptr);
+}
+
+TEST_CASE("a loop that runs the model on two views a step (one of them noise) is not judged") {
+  CHECK(loop_inputs(run(Loop::TwoViews)) == nullptr);
 }

@@ -127,12 +127,19 @@ class LoopInputsRunCheck final : public RunCheck {
  public:
   explicit LoopInputsRunCheck(const DataCheckOptions& o) : o_(o) {}
   std::string ids() const override { return "D10"; }
-  uint32_t events() const override { return RunEvent::Forward | RunEvent::Finish; }
+  uint32_t events() const override { return RunEvent::Forward | RunEvent::AfterStep | RunEvent::Finish; }
+  // A step with two training forwards or more (two views of each example for a contrastive loss, R-Drop's
+  // pair, a consistency loss) trains on its views by design: the run is not judged.
+  void after_step(RunContext&, bool) override {
+    views_ = std::max(views_, forwards_);
+    forwards_ = 0;
+  }
   void forward(RunContext& c, const Tensor& x) override {
     if (c.own_pass || c.replaying) return;
     const bool training = GradMode::is_enabled() && c.model.is_training();
     const bool evaluation = !GradMode::is_enabled() || !c.model.is_training();
     if (training) {
+      ++forwards_;
       sample_into(x, kPerCall, kCap, train_);
       rows_into(x, kRowsPerCall, kRows, train_rows_, width_);
     }
@@ -142,7 +149,7 @@ class LoopInputsRunCheck final : public RunCheck {
     }
   }
   void finish(RunContext& c) override {
-    if (train_.size() < kMin || eval_.size() < kMin) return;
+    if (train_.size() < kMin || eval_.size() < kMin || views_ > 1) return;
     const Robust t = robust(train_), e = robust(eval_);
     if (!(e.spread > 0) || !(t.spread > 0)) return;
     const double ratio = t.spread / e.spread, shift = std::fabs(t.median - e.median) / e.spread;
@@ -203,6 +210,7 @@ class LoopInputsRunCheck final : public RunCheck {
   std::vector<double> train_, eval_;
   RowSample train_rows_, eval_rows_;
   int64_t width_ = 0;
+  int64_t forwards_ = 0, views_ = 0;  // training forwards in this step, and the most in any step
 };
 
 }  // namespace
