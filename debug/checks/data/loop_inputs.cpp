@@ -143,7 +143,10 @@ class LoopInputsRunCheck final : public RunCheck {
       sample_into(x, kPerCall, kCap, train_);
       rows_into(x, kRowsPerCall, kRows, train_rows_, width_);
     }
-    if (evaluation && c.steps > 0) {
+    // Evaluation inputs shaped as the training ones (each example as many values): the model called on
+    // something else in eval mode (a latent, another task's input) is no evaluation of what it trains on.
+    const bool alike = x.defined() && x.dim() >= 1 && x.size(0) > 0 && width_ > 0 && x.numel() / x.size(0) == width_;
+    if (evaluation && c.steps > 0 && alike) {
       sample_into(x, kPerCall, kCap, eval_);
       rows_into(x, kRowsPerCall, kRows, eval_rows_, width_);
     }
