@@ -125,8 +125,9 @@ struct DataCheckOptions {
   // in [0, 1] applied to half the batches, 40x).
   double loop_input_spread_ratio = 4.0;  // spread_train / spread_eval outside [1/r, r] warns
   double loop_input_shift = 1.0;         // |median_train - median_eval| above this many eval spreads warns
-  // ... and the features' mean |rank correlation| (rank_structure below) of up to 600 training rows under
-  // this x the evaluation rows' (theirs at min_rank_structure or more) warns.
+  // ... and the mean |Pearson correlation| between the rank_features features that vary most on the
+  // evaluation rows, over as many distinct rows of each (up to 600), under this x the evaluation rows'
+  // (theirs at max(min_rank_structure, 4 / sqrt(rows)) or more) warns.
   double loop_rank_structure_ratio = 0.5;
   // ... unless the features' rank structure differs too (no preprocessing keeps it then: info):
   // the mean |Spearman rho| over pairs of up to rank_features features (first rank_rows rows) of

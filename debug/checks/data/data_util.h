@@ -277,9 +277,14 @@ std::vector<Finding> empty_one_hot_rows(const Tensor& y);
 // D9 on 0/1 float targets (N, K): columns that are 1 on every row (an ordinal encoding built with >= for
 // >), where another column varies; at least 100 rows (debug/checks/data/label_encoding.cpp).
 std::vector<Finding> constant_target_columns(const Tensor& y);
-// The mean |Spearman correlation| over the pairs of up to max_features features (evenly spaced) of the
-// first max_rows rows of v (rows x features, row-major), NaN below 2 features or 20 rows: a monotone
-// per-feature transform keeps it, noise added to the values does not (split_consistency.cpp).
-double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_rows, int64_t max_features);
+// Robust location and spread of the finite values of v: the 5%, 50% and 95% quantiles (the element at
+// floor(q (n - 1)) in order), and spread() = the 5%-95% width in units of a normal's std (3.29 of them).
+// A few extreme values (a near-constant pixel standardised to z-scores in the thousands) move a mean and
+// a std a lot and these hardly at all (split_consistency.cpp; all 0 without a finite value).
+struct RobustQuantiles {
+  double q05 = 0, q50 = 0, q95 = 0;
+  double spread() const { return (q95 - q05) / 3.29; }
+};
+RobustQuantiles robust_quantiles(const std::vector<double>& v);
 
 }  // namespace gradsleuth::debug::data_detail

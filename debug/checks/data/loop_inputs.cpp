@@ -22,16 +22,22 @@ namespace gradsleuth::debug {
 
 namespace {
 
-// Up to `per_call` values of x, at positions spread by a multiplicative hash (not an even stride: a
+// The values of x as float64 on the CPU, one row per example (B, values per example); undefined where x is
+// no batch of floating-point examples. Converted once per forward for both samples below.
+Tensor rows_of(const Tensor& x) {
+  if (!x.defined() || x.numel() == 0 || !is_floating(x.dtype())) return {};
+  NoGradGuard ng;
+  const int64_t b = x.dim() >= 1 ? x.size(0) : 1;
+  return x.detach().reshape({b, x.numel() / b}).to(kCPU).to(kFloat64).contiguous();
+}
+
+// Up to `per_call` values of the rows, at positions spread by a multiplicative hash (not an even stride: a
 // stride that shares a factor with an interleaved layout, values and markers at alternate positions,
 // would read one of them only), appended to `out` while it holds fewer than `cap`.
-void sample_into(const Tensor& x, size_t per_call, size_t cap, std::vector<double>& out) {
-  if (out.size() >= cap || !x.defined() || x.numel() == 0) return;
-  if (!is_floating(x.dtype())) return;
-  NoGradGuard ng;
-  const Tensor flat = x.detach().reshape({-1}).to(kCPU).to(kFloat64).contiguous();
-  const auto n = static_cast<uint64_t>(flat.numel());
-  const double* p = flat.data_ptr<double>();
+void sample_into(const Tensor& rows, size_t per_call, size_t cap, std::vector<double>& out) {
+  if (out.size() >= cap || !rows.defined()) return;
+  const auto n = static_cast<uint64_t>(rows.numel());
+  const double* p = rows.data_ptr<double>();
   const uint64_t take = std::min<uint64_t>(n, per_call);
   for (uint64_t k = 0; k < take && out.size() < cap; ++k) {
     const uint64_t i = n == take ? k : ((k + 1) * 0x9E3779B97F4A7C15ull) % n;
@@ -39,24 +45,18 @@ void sample_into(const Tensor& x, size_t per_call, size_t cap, std::vector<doubl
   }
 }
 
-// Up to `per_call` whole rows of x (its examples along dim 0, evenly spaced, from an offset that moves with
-// each call so that an evaluation of the same batch every epoch gives other rows) appended to `rows` as
-// flattened values, a row seen before (by a hash of its values) skipped, while they hold as many values
-// as the first rows taken and number fewer than `cap`.
+// Up to `per_call` whole rows (evenly spaced, from an offset that moves with each call so that an
+// evaluation of the same batch every epoch gives other rows) appended to the sample, a row seen before
+// (by a hash of its values) skipped, while they hold `width` values (2 at least) and number fewer than `cap`.
 struct RowSample {
   std::vector<double> values;
   int64_t n = 0, calls = 0;
   std::set<uint64_t> seen;
 };
-void rows_into(const Tensor& x, int64_t per_call, int64_t cap, RowSample& s, int64_t& width) {
-  if (s.n >= cap || !x.defined() || x.dim() < 2 || x.size(0) == 0 || !is_floating(x.dtype())) return;
-  const int64_t w = x.numel() / x.size(0);
-  if (width == 0) width = w;
-  if (w != width || w < 2) return;
-  NoGradGuard ng;
-  const Tensor flat = x.detach().reshape({x.size(0), w}).to(kCPU).to(kFloat64).contiguous();
-  const double* p = flat.data_ptr<double>();
-  const int64_t b = x.size(0), take = std::min(b, per_call), stride = std::max<int64_t>(1, b / take);
+void rows_into(const Tensor& rows, int64_t width, int64_t per_call, int64_t cap, RowSample& s) {
+  if (s.n >= cap || !rows.defined() || rows.size(1) != width || width < 2) return;
+  const double* p = rows.data_ptr<double>();
+  const int64_t b = rows.size(0), w = width, take = std::min(b, per_call), stride = std::max<int64_t>(1, b / take);
   for (int64_t i = s.calls++ % stride; i < b && s.n < cap; i += stride) {
     uint64_t h = 1469598103934665603ull;
     for (int64_t j = 0; j < w; ++j) {
@@ -114,15 +114,6 @@ double value_structure(const std::vector<double>& v, int64_t rows, int64_t width
   return pairs > 0 ? total / static_cast<double>(pairs) : std::numeric_limits<double>::quiet_NaN();
 }
 
-struct Robust {
-  double median = 0, spread = 0;  // the median, and the 5%-95% quantile width / 3.29 (a normal's std)
-};
-Robust robust(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto at = [&](double q) { return v[static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)))]; };
-  return {at(0.5), (at(0.95) - at(0.05)) / 3.29};
-}
-
 class LoopInputsRunCheck final : public RunCheck {
  public:
   explicit LoopInputsRunCheck(const DataCheckOptions& o) : o_(o) {}
@@ -137,25 +128,28 @@ class LoopInputsRunCheck final : public RunCheck {
   void forward(RunContext& c, const Tensor& x) override {
     if (c.own_pass || c.replaying) return;
     const bool training = GradMode::is_enabled() && c.model.is_training();
-    const bool evaluation = !GradMode::is_enabled() || !c.model.is_training();
-    if (training) {
-      ++forwards_;
-      sample_into(x, kPerCall, kCap, train_);
-      rows_into(x, kRowsPerCall, kRows, train_rows_, width_);
-    }
+    if (training) ++forwards_;
     // Evaluation inputs shaped as the training ones (each example as many values): the model called on
     // something else in eval mode (a latent, another task's input) is no evaluation of what it trains on.
+    // The training forwards set the width from the first one with 2 dims or more.
+    if (training && width_ == 0 && x.defined() && x.dim() >= 2 && x.size(0) > 0 && is_floating(x.dtype()))
+      width_ = x.numel() / x.size(0);
     const bool alike = x.defined() && x.dim() >= 1 && x.size(0) > 0 && width_ > 0 && x.numel() / x.size(0) == width_;
-    if (evaluation && c.steps > 0 && alike) {
-      sample_into(x, kPerCall, kCap, eval_);
-      rows_into(x, kRowsPerCall, kRows, eval_rows_, width_);
-    }
+    const bool evaluation = !training && c.steps > 0 && alike;
+    if (!training && !evaluation) return;
+    std::vector<double>& values = training ? train_ : eval_;
+    RowSample& rows = training ? train_rows_ : eval_rows_;
+    if (values.size() >= kCap && rows.n >= kRows) return;  // both samples full: nothing to convert
+    const Tensor r = rows_of(x);
+    sample_into(r, kPerCall, kCap, values);
+    if (x.dim() >= 2) rows_into(r, width_, kRowsPerCall, kRows, rows);
   }
   void finish(RunContext& c) override {
     if (train_.size() < kMin || eval_.size() < kMin || views_ > 1) return;
-    const Robust t = robust(train_), e = robust(eval_);
-    if (!(e.spread > 0) || !(t.spread > 0)) return;
-    const double ratio = t.spread / e.spread, shift = std::fabs(t.median - e.median) / e.spread;
+    const data_detail::RobustQuantiles t = data_detail::robust_quantiles(train_),
+                                       e = data_detail::robust_quantiles(eval_);
+    if (!(e.spread() > 0) || !(t.spread() > 0)) return;
+    const double ratio = t.spread() / e.spread(), shift = std::fabs(t.q50 - e.q50) / e.spread();
     const bool wide = ratio > o_.loop_input_spread_ratio || ratio < 1.0 / o_.loop_input_spread_ratio;
     // The correlations between features: noise in the training batches, even clamped back into the inputs'
     // range (salt and pepper), loses them where the evaluation batches keep them. Over the features that
@@ -179,13 +173,13 @@ class LoopInputsRunCheck final : public RunCheck {
                                                  : "the features' correlations are " + fmt_num(rt) + " against " +
                                                        fmt_num(re) + " (noise in the training batches)") +
             " (the loop transforms its training batches far more than its evaluation ones)");
-    f.evidence = {{"training inputs' spread (5%-95% width / 3.29)", t.spread, ""},
-                  {"evaluation inputs' spread", e.spread, ""},
+    f.evidence = {{"training inputs' spread (5%-95% width / 3.29)", t.spread(), ""},
+                  {"evaluation inputs' spread", e.spread(), ""},
                   {"spread ratio (training / evaluation)", ratio,
                    "outside [" + fmt_num(1.0 / o_.loop_input_spread_ratio) + ", " +
                        fmt_num(o_.loop_input_spread_ratio) + "] warns"},
-                  {"training inputs' median", t.median, ""},
-                  {"evaluation inputs' median", e.median, ""},
+                  {"training inputs' median", t.q50, ""},
+                  {"evaluation inputs' median", e.q50, ""},
                   {"median shift (in evaluation spreads)", shift, "> " + fmt_num(o_.loop_input_shift) + " warns"},
                   {"values sampled (training, evaluation)", static_cast<double>(train_.size()),
                    std::to_string(eval_.size()) + " evaluation values"},

@@ -22,6 +22,25 @@ using namespace data_detail;
 // ---- D10 same preprocessing for every split ---------------------------------------------------
 
 namespace data_detail {
+RobustQuantiles robust_quantiles(const std::vector<double>& v) {
+  std::vector<double> f;
+  f.reserve(v.size());
+  for (double x : v)
+    if (std::isfinite(x)) f.push_back(x);
+  if (f.empty()) return {};
+  const auto at = [&](double q) {
+    return static_cast<std::ptrdiff_t>(std::floor(q * static_cast<double>(f.size() - 1)));
+  };
+  const std::ptrdiff_t k05 = at(0.05), k50 = at(0.5), k95 = at(0.95);
+  // The median's selection splits the copy; the outer two select within their side only.
+  std::nth_element(f.begin(), f.begin() + k50, f.end());
+  if (k05 < k50) std::nth_element(f.begin(), f.begin() + k05, f.begin() + k50);
+  if (k95 > k50) std::nth_element(f.begin() + k50 + 1, f.begin() + k95, f.end());
+  return {f[static_cast<size_t>(k05)], f[static_cast<size_t>(k50)], f[static_cast<size_t>(k95)]};
+}
+}  // namespace data_detail
+
+namespace {
 // The mean |Spearman correlation| over the pairs of up to max_features features (evenly spaced)
 // of the first max_rows rows of x (N, D...), NaN when there are fewer than 2 features or 20 rows.
 // A monotone per-feature transform (a shift, a scale, a standardisation, a log) leaves it
@@ -54,9 +73,6 @@ double rank_structure(const std::vector<double>& v, int64_t rows, int64_t max_ro
   return pairs > 0 ? total / static_cast<double>(pairs) : std::numeric_limits<double>::quiet_NaN();
 }
 
-}  // namespace data_detail
-
-namespace {
 // What an example's nearest neighbour says about its label (neighbour_labels below), on the first
 // kNeighbourRows rows of each split: one split below kMaxNeighbourLabelsRatio x the other's, the
 // larger at least kMinNeighbourLabels, is no preprocessing (info). A shift or a scale of a feature
@@ -119,34 +135,10 @@ std::vector<Finding> check_split_consistency(const Tensor& train_x, const Tensor
   // 95% quantiles in units of a normal's std (3.29 of them). A few extreme values
   // (per-feature standardisation of a near-constant pixel gives z-scores in the
   // thousands) move the mean and std a lot and these hardly at all.
-  auto finite_only = [](const std::vector<double>& v) {
-    std::vector<double> o;
-    o.reserve(v.size());
-    for (double x : v)
-      if (std::isfinite(x)) o.push_back(x);
-    return o;
-  };
-  // The 5%, 50% and 95% quantiles (as quantile() picks them) of the finite values, from one copy: the
-  // median's selection splits it, and the outer two select within their side only.
-  struct Quantiles {
-    double q05, q50, q95;
-  };
-  auto quantiles = [&](const std::vector<double>& v) {
-    std::vector<double> f = finite_only(v);
-    const auto at = [&](double q) {
-      return static_cast<std::ptrdiff_t>(std::floor(q * static_cast<double>(f.size() - 1)));
-    };
-    const std::ptrdiff_t k05 = at(0.05), k50 = at(0.5), k95 = at(0.95);
-    std::nth_element(f.begin(), f.begin() + k50, f.end());
-    if (k05 < k50) std::nth_element(f.begin(), f.begin() + k05, f.begin() + k50);
-    if (k95 > k50) std::nth_element(f.begin() + k50 + 1, f.begin() + k95, f.end());
-    return Quantiles{f[static_cast<size_t>(k05)], f[static_cast<size_t>(k50)], f[static_cast<size_t>(k95)]};
-  };
-  const Quantiles qa = quantiles(va), qb = quantiles(vb);
-  auto spread = [](const Quantiles& q) { return (q.q95 - q.q05) / 3.29; };
-  const double scale = std::max(spread(qa), 1e-12);
+  const RobustQuantiles qa = robust_quantiles(va), qb = robust_quantiles(vb);
+  const double scale = std::max(qa.spread(), 1e-12);
   const double shift = std::fabs(qb.q50 - qa.q50) / scale;
-  const double ratio = std::max(spread(qb), 1e-12) / scale;
+  const double ratio = std::max(qb.spread(), 1e-12) / scale;
   const bool mean_off = shift > opts.max_mean_shift;
   const bool std_off = ratio > opts.max_std_ratio || ratio < 1.0 / opts.max_std_ratio;
   if (!mean_off && !std_off) return {};

@@ -66,17 +66,17 @@ class LoopPenaltyRunCheck final : public RunCheck {
     // G = a g + lambda_i w_i: with w_i's direction taken out of G and g, a is the least-squares scale
     // over every matrix; then lambda_i = <G - a g, w_i> / |w_i|^2.
     NoGradGuard ng;
-    std::vector<Tensor> g, w, gp, Gp;
+    std::vector<Tensor> g, w;
+    std::vector<double> ww;  // |w_i|^2
     double num = 0, den = 0, total = 0;
     for (size_t i = 0; i < weights.size(); ++i) {
       g.push_back(own[i].defined() ? own[i].detach().to(kFloat64) : zeros_like(applied[i]));
       w.push_back(weights[i].second.detach().to(kFloat64));
-      const double ww = dot64(w[i], w[i]);
-      const Tensor wn = ww > 0 ? w[i] / std::sqrt(ww) : w[i];
-      gp.push_back(g[i] - wn * dot64(g[i], wn));
-      Gp.push_back(applied[i] - wn * dot64(applied[i], wn));
-      num += dot64(Gp[i], gp[i]);
-      den += dot64(gp[i], gp[i]);
+      ww.push_back(dot64(w[i], w[i]));
+      const Tensor wn = ww[i] > 0 ? w[i] / std::sqrt(ww[i]) : w[i];
+      const Tensor gp = g[i] - wn * dot64(g[i], wn), Gp = applied[i] - wn * dot64(applied[i], wn);
+      num += dot64(Gp, gp);
+      den += dot64(gp, gp);
       total += dot64(applied[i], applied[i]);
     }
     if (!(den > 0) || !(total > 0) || !std::isfinite(num)) return;
@@ -84,12 +84,11 @@ class LoopPenaltyRunCheck final : public RunCheck {
     double rest = 0;
     for (size_t i = 0; i < weights.size(); ++i) {
       const Tensor r = applied[i] - g[i] * m.scale;
-      const double ww = dot64(w[i], w[i]);
-      const double lambda = ww > 0 ? dot64(r, w[i]) / ww : 0.0;
+      const double lambda = ww[i] > 0 ? dot64(r, w[i]) / ww[i] : 0.0;
       const Tensor e = r - w[i] * lambda;
       rest += dot64(e, e);
       const double ag = std::fabs(m.scale) * std::sqrt(dot64(g[i], g[i]));
-      const double pen = std::fabs(lambda) * std::sqrt(ww);
+      const double pen = std::fabs(lambda) * std::sqrt(ww[i]);
       m.layers.push_back({weights[i].first, lambda, ag > 0 ? pen / ag : (pen > 0 ? INFINITY : 0.0)});
     }
     m.unexplained = rest / total;
