@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -1716,4 +1717,39 @@ TEST_CASE("D14: inputs that drift only as the classes' shares do (a balanced val
   f = drift(wider);
   REQUIRE(f != nullptr);
   CHECK(f->severity == dbg::Severity::Warning);
+}
+
+TEST_CASE("D3, D9: a start token that next-step targets never are is info; a tagger's missing class 0 still warns") {
+  // Next-token data over ids 0..4: 0 starts every sequence (x[:, 0]) and appears nowhere else, so no target is 0.
+  gs::Generator gen(9);
+  const Tensor body = gs::randint(1, 5, {256, 17}, gs::kInt64, &gen);
+  const Tensor seq = gs::cat({gs::zeros({256, 1}, gs::kInt64), body}, 1);
+  const Tensor x = seq.narrow(1, 0, 17).contiguous(), y = seq.narrow(1, 1, 17).contiguous();
+  auto lm = std::make_shared<nn::TensorDataset>(x, y, "next-token");
+  CHECK(dbg::data_detail::start_tokens(*lm) == std::set<int64_t>{0});
+  auto revised = [](const std::shared_ptr<nn::TensorDataset>& d) {
+    std::vector<dbg::Finding> fs = dbg::check_loader(nn::DataLoader(d, nn::DataLoaderOptions().batch_size(64)), 5);
+    dbg::revise_start_token_classes(fs, *d);
+    dbg::revise_start_token_labels(fs, *d);
+    return fs;
+  };
+  auto find_in = [](const std::vector<dbg::Finding>& fs, const char* check, const std::string& part) {
+    for (const dbg::Finding& f : fs)
+      if (f.check == check && f.title.find(part) != std::string::npos) return &f - fs.data();
+    return static_cast<std::ptrdiff_t>(-1);
+  };
+  const std::vector<dbg::Finding> a = revised(lm);
+  const auto d3 = find_in(a, "D3", "have no example"), d9 = find_in(a, "D9", "1-indexed");
+  REQUIRE(d3 >= 0);
+  REQUIRE(d9 >= 0);
+  CHECK(a[static_cast<size_t>(d3)].severity == dbg::Severity::Info);
+  CHECK(a[static_cast<size_t>(d9)].severity == dbg::Severity::Info);
+  CHECK(a[static_cast<size_t>(d3)].title.find("start token") != std::string::npos);
+  // The same labels under inputs that do not lead them (a tagger over random ids): both warn.
+  auto tagger = std::make_shared<nn::TensorDataset>(gs::randint(0, 5, {256, 17}, gs::kInt64, &gen), y, "tagger");
+  CHECK(dbg::data_detail::start_tokens(*tagger).empty());
+  const std::vector<dbg::Finding> b = revised(tagger);
+  REQUIRE(find_in(b, "D3", "have no example") >= 0);
+  CHECK(b[static_cast<size_t>(find_in(b, "D3", "have no example"))].severity == dbg::Severity::Warning);
+  CHECK(b[static_cast<size_t>(find_in(b, "D9", "1-indexed"))].severity == dbg::Severity::Warning);
 }

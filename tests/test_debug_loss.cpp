@@ -304,6 +304,33 @@ TEST_CASE("L1: training falling while validation rises for val_patience epochs; 
   CHECK(dbg::diagnose_loss_history(train, {0.9, 0.6, 0.8, 0.9}).empty());
 }
 
+TEST_CASE("L1: a validation curve that ends above its best within its own scatter is info; a rise beyond it warns") {
+  std::vector<double> train;  // still falling slowly at the end
+  for (int i = 0; i < 4000; ++i) train.push_back(1.0 - 0.5 * i / 4000.0);
+  // A level of 0.0036 with 8% scatter from epoch to epoch (a constant learning rate under Adam): the best is
+  // a low draw, and the last three happen to sit 12-20% above it.
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.0003);
+  std::vector<double> val;
+  for (int e = 0; e < 40; ++e) val.push_back(0.0036 + noise(rng));
+  val[23] = 0.0029;
+  val[37] = 0.0035, val[38] = 0.0036, val[39] = 0.0037;
+  auto fs = dbg::diagnose_loss_history(train, val);
+  auto tv = titled(fs, "within its own scatter");
+  REQUIRE(tv.size() == 1);
+  CHECK(tv[0].severity == dbg::Severity::Info);
+  CHECK(tv[0].is("L1", dbg::Kind::TrainDownValUp));
+  CHECK(ev(tv[0], "(lowest of the last 3 - best) / scatter") <= 3.0);
+  CHECK(titled(fs, "validation loss rises").empty());
+  // The same scatter on a curve that climbs 2% an epoch after its best: beyond the scatter, a warning.
+  for (int e = 24; e < 40; ++e) val[static_cast<size_t>(e)] = 0.0029 * (1.0 + 0.02 * (e - 23)) + noise(rng) * 0.2;
+  fs = dbg::diagnose_loss_history(train, val);
+  tv = titled(fs, "validation loss rises");
+  REQUIRE(tv.size() == 1);
+  CHECK(tv[0].severity == dbg::Severity::Warning);
+  CHECK(ev(tv[0], "(lowest of the last 3 - best) / the curve's epoch-to-epoch scatter") > 3.0);
+}
+
 // ---- L2 double softmax -----------------------------------------------------------------
 
 TEST_CASE("L2 check_cross_entropy_input: probabilities fire (bug B08), logits and log-probabilities do not") {

@@ -221,6 +221,84 @@ TEST_CASE("M6: a per-token output flattened to B*T rows is tested with its rows 
   CHECK(find(dbg::batch_mixing_test(*centred, x), "M6", dbg::Severity::Error) != nullptr);
 }
 
+namespace {
+// A next-token model over token ids (B, T): an embedding, then each position's logits from its own step and,
+// with `look`, a second step: the one before (causal) or the one after (a leak).
+struct StepModel : nn::Module {
+  enum class Look { None, Past, Future } look;
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(12, 8));
+  std::shared_ptr<nn::Linear> head = register_module("head", std::make_shared<nn::Linear>(8, 12));
+  explicit StepModel(Look l) : Module("StepModel"), look(l) {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor e = (*emb)(x);  // (B, T, 8)
+    const int64_t T = x.size(1);
+    const Tensor zero = e.narrow(1, 0, 1) * 0.0;
+    Tensor other = e * 0.0;
+    if (look == Look::Past) other = gs::cat({zero, e.narrow(1, 0, T - 1)}, 1);
+    if (look == Look::Future) other = gs::cat({e.narrow(1, 1, T - 1), zero}, 1);
+    return (*head)(e + other).permute({0, 2, 1});  // (B, 12, T), as cross-entropy over positions takes it
+  }
+};
+}  // namespace
+
+TEST_CASE("M6 across time: a next-token model that reads the next step errs; a causal one and a tagger do not") {
+  gs::Generator gen(3);
+  const Tensor seq = gs::randint(0, 12, {8, 11}, gs::kInt64, &gen);
+  const Tensor x = seq.narrow(1, 0, 10).contiguous(), y = seq.narrow(1, 1, 10).contiguous();
+  auto leak_ptr = std::make_shared<StepModel>(StepModel::Look::Future);
+  auto causal = std::make_shared<StepModel>(StepModel::Look::Past),
+       own = std::make_shared<StepModel>(StepModel::Look::None);
+  StepModel& leak = *leak_ptr;
+  CHECK(dbg::future_leak_test(*causal, x, y).empty());
+  CHECK(dbg::future_leak_test(*own, x, y).empty());
+  const auto fs = dbg::future_leak_test(leak, x, y);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].is("M6", dbg::Kind::SeesFuture));
+  CHECK(fs[0].severity == dbg::Severity::Error);
+  CHECK(evidence(fs[0], "targets that copy the next step's input (y[:, t] == x[:, t + 1])") == 1.0);
+  CHECK(evidence(fs[0], "largest change of an output before the changed step / their largest value") > 1e-3);
+  // Padded targets (ignore_index -100 after each sequence's end) still make next-step prediction.
+  Tensor padded = y.clone();
+  padded.narrow(1, 7, 3).fill_(-100);
+  CHECK(dbg::future_leak_test(leak, x, padded).size() == 1);
+  // Targets that are no shifted copy of the inputs (a tagger's labels): not judged, whatever the model reads.
+  const Tensor tags = gs::randint(0, 12, {8, 10}, gs::kInt64, &gen);
+  CHECK(dbg::future_leak_test(leak, x, tags).empty());
+  // The parameters and the mode are left as they were.
+  leak.train();
+  const Tensor w = leak.head->weight.detach().clone();
+  (void)dbg::future_leak_test(leak, x, y);
+  CHECK(leak.is_training());
+  CHECK(gs::allclose(leak.head->weight.detach(), w));
+}
+
+TEST_CASE(
+    "M3 by the loss's optimum: a log-rate Poisson loss wants negative outputs for counts of 0; a rate one does not") {
+  // A Poisson negative log-likelihood on the log of the rate (PyTorch's log_input=true), and on the rate itself.
+  const auto log_rate = [](const Tensor& in, const Tensor& y) { return mean(exp(in) - y * in); };
+  const auto rate = [](const Tensor& in, const Tensor& y) { return mean(in - y * log(in + 1e-8)); };
+  const auto squared = [](const Tensor& in, const Tensor& y) { return mean(square(in - y)); };
+  std::vector<float> counts;
+  for (int i = 0; i < 40; ++i) counts.push_back(static_cast<float>(i % 8 == 0 ? 0 : 1 + i % 5));  // 5 zeros
+  const Tensor y = gs::tensor(counts, {40, 1}), out = gs::ones({40, 1});
+  const dbg::LossOptimum a = dbg::probe_loss_optimum(log_rate, out, y);
+  CHECK(a.rows == 40);
+  CHECK(a.below_zero == 5);  // a count of 0: exp(z) falls towards z = -inf; a count of 1 is lowest at 0
+  CHECK(a.target == 0.0);
+  CHECK(a.loss_there < a.loss_at_zero);
+  CHECK(dbg::probe_loss_optimum(rate, out, y).below_zero == 0);            // log of a negative rate: NaN, not lower
+  CHECK(dbg::probe_loss_optimum(squared, out, y).below_zero == 0);         // targets >= 0
+  CHECK(dbg::probe_loss_optimum(squared, out, y - 2.0).below_zero == 12);  // the 0s and 1s shifted below 0
+  // The rate form written with a guard (0 x log at a count of 0): rate - 0 falls without end below 0, a domain
+  // the rate leaves out; not counted.
+  const auto guarded = [](const Tensor& in, const Tensor& t) {
+    return mean(in - gs::where(gt(t, 0.0), t * log(abs(in) + 1e-8), t * 0.0));
+  };
+  CHECK(dbg::probe_loss_optimum(guarded, out, y).below_zero == 0);
+  // Several outputs per row, or no floating target: not probed.
+  CHECK(dbg::probe_loss_optimum(squared, gs::ones({40, 2}), gs::zeros({40, 2})).rows == 0);
+}
+
 TEST_CASE("M9: weights drawn from N(0, 1) are flagged; the defaults are not") {
   CHECK_FALSE(fires(dbg::check_initialisation(*mlp(64, 32, 10))));
   auto bad = mlp(64, 32, 10);

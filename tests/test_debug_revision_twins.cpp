@@ -682,3 +682,60 @@ TEST_CASE("M15: a loss that reads its targets through y x s is not 'targets unre
     return f.is("M15", debug::Kind::TargetsUnread) || f.is("M15", debug::Kind::LossIgnoresTargets);
   }));
 }
+
+TEST_CASE("O1's exploding gradient: info when it passed the bar early only and the loss fell; a warning otherwise") {
+  auto gate_with = [](const debug::TrainingHistory& h) {
+    debug::Finding f = zero_gradient_finding("O1", debug::Kind::GradientExploding);
+    f.title = "the gradient of lv.weight is exploding";
+    f.evidence = {{"gradient norm", 1052.0, "> 1000 is exploding"}};
+    debug::Report gate;
+    gate.add(f);
+    debug::revise_gradient_missing(gate, h);
+    return gate.findings()[0];
+  };
+  debug::TrainingHistory h;
+  h.gradient_judged_steps = 50;
+  for (int s = 0; s < 500; ++s) h.step_losses.push_back(2000.0 * std::exp(-s / 40.0) + 3.0);
+  h.gradient_exploded = {{"lv.weight", 1, 49}};  // the run's first sampled step too, then below the bar
+  const debug::Finding early = gate_with(h);
+  CHECK(early.severity == debug::Severity::Info);
+  CHECK(dtest::ev(early, "sampled steps above the bar") == 2);
+  CHECK(dtest::ev(early, "sampled steps since the last of them") == 49);
+  // Above the bar at the last sampled steps, on most of them, or under a loss that did not fall: a warning.
+  h.gradient_exploded = {{"lv.weight", 20, 1}};
+  CHECK(gate_with(h).severity == debug::Severity::Warning);
+  h.gradient_exploded = {{"lv.weight", 30, 10}};
+  CHECK(gate_with(h).severity == debug::Severity::Warning);
+  h.gradient_exploded = {{"lv.weight", 1, 49}};
+  for (double& l : h.step_losses) l = 5.0 + 0.01 * std::sin(l);
+  CHECK(gate_with(h).severity == debug::Severity::Warning);
+}
+
+TEST_CASE("O1 in a run: a regression on targets in raw units has large gradients while its loss is large; info") {
+  // Targets of a few thousand units (a price, a count), a linear model under Adam: the first steps' weight
+  // gradient is in the thousands, and falls with the loss as the weights reach the targets' scale.
+  manual_seed(11);
+  const Tensor x = randn({640, 8}), w = randn({8, 1}) * 400.0;
+  const Tensor y = matmul(x, w) + randn({640, 1}) * 20.0 + 3000.0;
+  dtest::Split d =
+      dtest::loaders(x.narrow(0, 0, 512), y.narrow(0, 0, 512), x.narrow(0, 512, 128), y.narrow(0, 512, 128));
+  auto model = std::make_shared<nn::Linear>(8, 1);
+  nn::MSELoss mse;
+  optim::Adam opt(model->parameters(), optim::AdamOptions(40.0));
+  debug::Session s(*model, mse, opt, {.train = d.train.get(), .val = d.val.get()});
+  for (int e = 0; e < 12; ++e) {
+    for (const nn::Batch& b : *d.train) {
+      opt.zero_grad();
+      Tensor l = mse((*model)(b.x), b.y);
+      l.backward();
+      opt.step();
+    }
+    s.epoch();
+  }
+  const debug::RunReport r = s.finish();
+  const bool seen =
+      dtest::any_finding(r, [](const debug::Finding& f) { return f.is("O1", debug::Kind::GradientExploding); });
+  CHECK(seen);  // the gradient did pass the bar
+  CHECK_FALSE(dtest::any_finding(
+      r, [](const debug::Finding& f) { return f.is("O1", debug::Kind::GradientExploding) && f.fires(); }));
+}

@@ -120,6 +120,13 @@ struct TrainingHistory {
   std::vector<std::string> linear_inputs_read_elsewhere;
   int64_t gradient_judged_steps = 0;
   std::vector<std::pair<std::string, int64_t>> gradient_missing;
+  // ... and each parameter whose gradient norm passed the exploding bar on some of them: how many, and
+  // the judged steps after the last of them, on which it stayed below the bar.
+  struct Exploded {
+    std::string name;
+    int64_t steps = 0, judged_since = 0;
+  };
+  std::vector<Exploded> gradient_exploded;
   // O3 on the first step: a penalty on the weights the loop adds around the loss, fitted as the step's
   // gradient = loop_penalty_scale x the loss's + lambda w (loop_penalty.cpp): each weight matrix's
   // name and lambda, where the fit explained the step (empty otherwise).

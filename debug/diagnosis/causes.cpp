@@ -46,7 +46,7 @@ bool zero_gradient(const Finding& f) {
 bool output_init(const Finding& f) { return is(f, "L4", Kind::InitialOutputBiased); }
 // M27 about the gradients of the first steps (the others measure activation variance).
 bool symmetric_init(const Finding& f) { return is(f, "M27", Kind::SymmetricUnits); }
-bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f); }
+bool batch_mixing(const Finding& f) { return is(f, "M6") && !zero_gradient(f) && !f.is("M6", Kind::SeesFuture); }
 // O6 judges the learning rate by what the run did (and its lr / 10 probe confirms it); O8 by its
 // value against the optimizer's usual range before training: all confirm the same cause.
 bool o6_too_high(const Finding& f) {
@@ -292,6 +292,9 @@ const std::vector<Cause>& diagnosis_causes() {
       {"batch-mixing", "examples of the batch mixed (a reshape for a transpose, a reduction over the batch)", "M6",
        "the Jacobian of one output row with respect to every input row", true,
        [](const Finding& f) { return batch_mixing(f); }},
+      {"sees-future", "a next-step model that reads the steps it predicts (a causal mask missing or inverted)", "M6",
+       "the outputs before a step against a change of that step's input", true,
+       [](const Finding& f) { return is(f, "M6", Kind::SeesFuture); }},
       {"broadcast", "an elementwise op broadcasting two differently shaped operands", "M19",
        "the shapes of the loss's operands", true, GS_CHECK_CONFIRMS("M19")},
       {"shared-weights", "one layer instance used twice", "M4", "parameters registered under two paths", true,
@@ -515,6 +518,7 @@ const std::vector<Symptom>& diagnosis_symptoms() {
                                                      "bce-16bit",
                                                      "final-activation",
                                                      "batch-mixing",
+                                                     "sees-future",
                                                      "parameter-replaced",
                                                      "unregistered-parameter",
                                                      "output-unread",

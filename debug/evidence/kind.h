@@ -94,6 +94,7 @@ namespace gradsleuth::debug {
   X(InputColumnsUnread, "input-columns-unread", "M5")                                                 \
   /* M6 batch independence */                                                                         \
   X(BatchMixing, "batch-mixing", "M6")                                                                \
+  X(SeesFuture, "sees-future", "M6")                                                                  \
   X(InputUnreached, "input-unreached", "M6")                                                          \
   X(OutputIgnoresInput, "output-ignores-input", "M6")                                                 \
   /* M14 overfit one batch */                                                                         \

@@ -118,6 +118,8 @@ void Session::run_data_checks() {
       }
     weigh_class_counts(fs, class_weight, o_.data);
     revise_encoding_for_own_loss(fs, loss_module_ ? loss_module_->type_name() : std::string());
+    revise_start_token_classes(fs, train.dataset());  // D3, D9: a start token is never a next-step target
+    revise_start_token_labels(fs, train.dataset());
     r.add(fs);
     r.note_ran("D1, D2, D3, D5, D8, D9");
   });

@@ -333,6 +333,7 @@ Report pretrain_gate(nn::Module& model, const Tensor& x, const Tensor& y, const 
         ~Stepped() { z.step(false); }
       } stepped(zero_init);
       r.add(batch_mixing_test(model, x, o.model));  // M6
+      r.add(future_leak_test(model, x, y, o.model));  // M6 across time, where y is x one step on
       r.note_ran("M6");
     });
   // A model over a fixed set of items (a graph convolution over its nodes) runs the whole batch only:

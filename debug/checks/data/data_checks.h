@@ -416,6 +416,10 @@ struct SplitSample;
 std::vector<Finding> check_training_rows_changed(const nn::Dataset& train, const SplitSample& before,
                                                  const DataCheckOptions& opts = {});
 std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, const DataCheckOptions& opts = {});
+// D3's empty classes (labels.cpp) and D9's "looks 1-indexed" (label_encoding.cpp) where `data` is next-step
+// prediction over token ids and the missing class is a start token (data_detail::start_tokens): info.
+void revise_start_token_classes(std::vector<Finding>& fs, const nn::Dataset& data);
+void revise_start_token_labels(std::vector<Finding>& fs, const nn::Dataset& data);
 // D14's column drift (in `found`, from check_splits) judged again where the training dataset draws its
 // rows afresh at each read (noise added as augmentation): its first 2,000 rows are read again, and
 // half the mean squared difference per column is the noise's variance. Less that noise, columns whose

@@ -228,6 +228,10 @@ namespace gradsleuth::debug::data_detail {
 // The two-sample Kolmogorov-Smirnov statistic: the largest distance between the empirical CDFs of a
 // and b (non-finite values left out; D2 reports them). NaN when either is empty.
 double ks_statistic(std::vector<double> a, std::vector<double> b);
+// Next-step prediction over token ids (targets the inputs one step on: y[:, t] == x[:, t + 1] on 90% of the
+// target positions of the first `rows` rows of `data`, both int64 (B, T)): the ids that occur in the inputs at
+// the first position only and never as a target, such as a start token. Empty otherwise (labels.cpp).
+std::set<int64_t> start_tokens(const nn::Dataset& data, int64_t rows = 256);
 // The standard-normal z of a chi-square statistic x with k degrees of freedom (Wilson-Hilferty).
 double chi_square_z(double x, double k);
 // For each of the first n rows of v (rows x F values, row-major), the index of its nearest other row

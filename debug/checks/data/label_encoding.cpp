@@ -270,4 +270,17 @@ void revise_encoding_for_own_loss(std::vector<Finding>& fs, const std::string& l
   }
 }
 
+void revise_start_token_labels(std::vector<Finding>& fs, const nn::Dataset& data) {
+  for (Finding& f : fs) {
+    if (!f.fires() || f.check != "D9" || f.title.rfind("labels look 1-indexed", 0) != 0) continue;
+    if (!data_detail::start_tokens(data).count(0)) return;
+    f.severity = Severity::Info;
+    f.title += "; 0 is a start token, which the inputs hold at their first step only";
+    f.cause =
+        "next-step prediction: the targets are the inputs one step on, so the token that starts every "
+        "sequence is never a target";
+    f.fix = "none needed";
+  }
+}
+
 }  // namespace gradsleuth::debug

@@ -355,4 +355,60 @@ void weigh_class_counts(std::vector<Finding>& fs, const Tensor& class_weight, co
   }
 }
 
+namespace data_detail {
+std::set<int64_t> start_tokens(const nn::Dataset& data, int64_t rows) {
+  const int64_t n = std::min<int64_t>(rows, data.size());
+  if (n < 2) return {};
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
+  const nn::Batch b = data.get_batch(idx);
+  if (!b.x.defined() || !b.y.defined() || b.x.dim() != 2 || b.x.sizes() != b.y.sizes() || b.x.dtype() != kInt64 ||
+      b.y.dtype() != kInt64 || b.x.size(1) < 2)
+    return {};
+  const std::vector<int64_t> x = b.x.to(kCPU).contiguous().to_vector<int64_t>(),
+                             y = b.y.to(kCPU).contiguous().to_vector<int64_t>();
+  const int64_t T = b.x.size(1);
+  int64_t judged = 0, same = 0;
+  std::set<int64_t> first, later, targets;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t xv = x[static_cast<size_t>(r * T + t)], yv = y[static_cast<size_t>(r * T + t)];
+      (t == 0 ? first : later).insert(xv);
+      if (yv < 0) continue;  // ignore_index, padding
+      targets.insert(yv);
+      if (t + 1 < T) ++judged, same += yv == x[static_cast<size_t>(r * T + t + 1)] ? 1 : 0;
+    }
+  if (judged == 0 || same < 0.9 * static_cast<double>(judged)) return {};
+  std::set<int64_t> out;
+  for (int64_t v : first)
+    if (!later.count(v) && !targets.count(v)) out.insert(v);
+  return out;
+}
+}  // namespace data_detail
+
+void revise_start_token_classes(std::vector<Finding>& fs, const nn::Dataset& data) {
+  std::set<int64_t> start;
+  bool read = false;
+  for (Finding& f : fs) {
+    if (!f.fires() || !f.is("D3", Kind::ClassCounts) || !(f.value_of("classes with no example") > 0)) continue;
+    if (!read) start = data_detail::start_tokens(data), read = true;
+    if (start.empty()) return;
+    // Every empty class a start token, and no imbalance among the others: info.
+    bool all_start = true;
+    int64_t listed_empty = 0;  // every class is listed up to 32 classes
+    for (const Evidence& e : f.evidence)
+      if (e.name.rfind("class ", 0) == 0 && e.value == 0.0)
+        ++listed_empty, all_start = all_start && start.count(std::stoll(e.name.substr(6))) > 0;
+    if (!all_start || static_cast<double>(listed_empty) != f.value_of("classes with no example") ||
+        f.value_of("imbalance ratio (largest / smallest non-empty class)") > DataCheckOptions{}.max_imbalance_ratio)
+      continue;
+    f.severity = Severity::Info;
+    f.title += ": a start token, which the inputs hold at their first step only and next-step targets never are";
+    f.cause =
+        "next-step prediction: the targets are the inputs one step on, so a token that only starts a sequence "
+        "is never predicted";
+    f.fix = "none needed";
+  }
+}
+
 }  // namespace gradsleuth::debug

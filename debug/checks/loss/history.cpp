@@ -397,7 +397,33 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     // Above the best by val_rise of its size: a negative log-likelihood can end below 0, where
     // (1 + val_rise) x best would lie below the best itself.
     const double line = best + opts.val_rise * std::fabs(best);
-    if (tail_min > line && train_end < train_at_best) {
+    // The curve's epoch-to-epoch scatter (LossCheckOptions::val_rise_scatter).
+    std::vector<double> second;
+    for (int64_t i = std::max<int64_t>(1, b - 3); i + 1 < E; ++i)
+      if (i < b - 1 || i > b + 1)  // not the turn of a U at the best
+        second.push_back(std::fabs(v[i + 1] - 2.0 * v[i] + v[i - 1]));
+    const double scatter = second.size() >= 4 ? median_of(second, 0, second.size()) / 1.65 : kNaN;
+    const bool in_scatter = std::isfinite(scatter) && !(tail_min - best > opts.val_rise_scatter * scatter);
+    if (tail_min > line && train_end < train_at_best && in_scatter) {
+      Finding f = make("L1", Severity::Info,
+                       "the validation loss ended above its best (" + fmt_num(best) + " at epoch " + num(b + 1) +
+                           "; the last " + num(P) + " epochs all above " + fmt_num(line) +
+                           "), but within its own scatter from epoch to epoch: a noisy curve, not a rise");
+      f.kind = Kind::TrainDownValUp;
+      f.evidence = {{"(lowest of the last " + num(P) + " validation losses - best) / |best|",
+                     best != 0 ? (tail_min - best) / std::fabs(best) : kNaN, "> " + fmt_num(opts.val_rise)},
+                    {"epoch-to-epoch scatter of the validation loss (median |second difference| / 1.65)", scatter, ""},
+                    {"(lowest of the last " + num(P) + " - best) / scatter", (tail_min - best) / scatter,
+                     "<= " + fmt_num(opts.val_rise_scatter) + ": within the scatter"}};
+      f.cause =
+          "the validation loss moves by this much from one epoch to the next at an unchanged level (a constant "
+          "learning rate keeps the weights moving, or the validation set is small), so the best epoch is a low "
+          "draw of that noise";
+      f.fix =
+          "none needed; to read the trend, average the validation loss over a few epochs, or let the "
+          "learning rate decay at the end";
+      out.push_back(f);
+    } else if (tail_min > line && train_end < train_at_best) {
       Finding f = make("L1", Severity::Warning,
                        "the training loss keeps falling while the validation loss rises: best " + fmt_num(best) +
                            " at epoch " + num(b + 1) + ", the last " + num(P) + " epochs all above " + fmt_num(line));
@@ -409,7 +435,10 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
                      "> " + fmt_num(opts.val_rise) + " for all of them is rising"},
                     {"last validation loss", v.back(), ""},
                     {"training loss near the best epoch (median)", train_at_best, ""},
-                    {"training loss at the end (median)", train_end, "lower: training still improves"}};
+                    {"training loss at the end (median)", train_end, "lower: training still improves"},
+                    {"(lowest of the last " + num(P) + " - best) / the curve's epoch-to-epoch scatter",
+                     std::isfinite(scatter) ? (tail_min - best) / scatter : kNaN,
+                     "> " + fmt_num(opts.val_rise_scatter) + " is beyond the scatter"}};
       f.cause = kCauseTrainValGap;
       f.fix =
           "keep the weights of the best epoch (early stopping); regularise (dropout, weight decay, data "

@@ -116,6 +116,15 @@ struct LossCheckOptions {
   // training loss kept falling. A single bad validation epoch does not count.
   int64_t val_patience = 3;
   double val_rise = 0.1;
+  // ... and by more than val_rise_scatter x the validation curve's own epoch-to-epoch scatter, read
+  // from a few epochs before the best to the end as median |v[i+1] - 2 v[i] + v[i-1]| / 1.65 (second
+  // differences leave a steady rise out; for independent errors of spread s their median is 1.65 s),
+  // leaving out the three centred on the best (a U's turn is curvature, not scatter).
+  // The best of 40 noisy epochs lies about 2 s below their level and the lowest of the last three about
+  // 0.9 s: a curve that only scatters ends 1-2 s above its best. A random-Fourier-feature fit under
+  // Adam at a constant rate scattered by 8% of its level from epoch to epoch and ended 2.1 s (15%)
+  // above its best while its training loss flattened out. Fewer than 4 second differences: not used.
+  double val_rise_scatter = 3.0;
   // W3 (the monitor, live): the latest validation loss above (1 + val_rise_w3) x the best before
   // the last two epochs, after rising two epochs in a row.
   double val_rise_w3 = 0.1;

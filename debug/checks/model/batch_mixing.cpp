@@ -1,4 +1,5 @@
-// M6 batch independence: the Jacobian of one output row with respect to every input row (see model_checks.h).
+// M6 batch independence: the Jacobian of one output row with respect to every input row, and a next-step
+// model's outputs against a later step's input (see model_checks.h).
 #include "debug/checks/model/model_checks.h"
 
 #include <algorithm>
@@ -435,6 +436,101 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
     f.shape = shape_of(x);
     return {f};
   }
+}
+
+// ---- M6 across time: a next-step model that reads the step it predicts --------------------------------
+namespace {
+// The positions t < T-1 whose target is a class (>= 0) or a value, and the share of them where it copies the
+// next input: y[:, t] == x[:, t + 1]. A batch whose targets are its inputs shifted by one is next-step prediction.
+double next_step_share(const Tensor& x, const Tensor& y, int64_t& judged, std::vector<int64_t>& valid_per_row) {
+  const Tensor x64 = x.detach().to(kCPU).to(kFloat64).contiguous(), y64 = y.detach().to(kCPU).to(kFloat64).contiguous();
+  const std::vector<double> xv = x64.to_vector<double>(), yv = y64.to_vector<double>();
+  const int64_t B = x.size(0), T = x.size(1);
+  const bool classes = !y.is_floating_point();
+  int64_t same = 0;
+  judged = 0;
+  valid_per_row.assign(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t + 1 < T; ++t) {
+      const double target = yv[static_cast<size_t>(b * T + t)];
+      if (!std::isfinite(target) || (classes && target < 0)) continue;  // ignore_index, padding
+      ++judged;
+      ++valid_per_row[static_cast<size_t>(b)];
+      same += target == xv[static_cast<size_t>(b * T + t + 1)] ? 1 : 0;
+    }
+  return judged > 0 ? static_cast<double>(same) / static_cast<double>(judged) : 0.0;
+}
+}  // namespace
+
+std::vector<Finding> future_leak_test(nn::Module& model, const Tensor& x, const Tensor& y, const ModelCheckOptions& o) {
+  if (!x.defined() || !y.defined() || x.dim() != 2 || y.dim() != 2 || x.sizes() != y.sizes() || x.size(0) < 2 ||
+      x.size(1) < 4 || x.is_floating_point() != y.is_floating_point() || x.dtype() == kBool)
+    return {};
+  int64_t judged = 0;
+  std::vector<int64_t> valid;
+  const double share = next_step_share(x, y, judged, valid);
+  if (judged < o.next_step_min_positions || share < o.next_step_share) return {};
+  // The step changed: half the median number of target positions a row has, so that most rows have real
+  // inputs there and earlier positions to compare.
+  std::sort(valid.begin(), valid.end());
+  const int64_t T = x.size(1), k = std::clamp<int64_t>(valid[valid.size() / 2] / 2, 1, T - 2);
+  Tensor changed = x.detach().clone();
+  {
+    NoGradGuard ng;
+    Tensor col = changed.select(1, k);
+    if (x.is_floating_point()) {
+      col.add_(x.detach().to(kFloat64).std().item<double>() + 1.0);
+    } else {
+      const Tensor next = col + 1;  // another id of the same vocabulary: the next one, the largest to 0
+      col.copy_(where(gt(next, amax(x.detach()).item<double>()), next * 0, next));
+    }
+  }
+  GradSnapshot grads(model);
+  ParamSnapshot params(model);
+  Tensor before, after;
+  try {
+    NoGradGuard ng;
+    ModeSnapshot modes(model);
+    model.eval();
+    before = model(x).detach().to(kFloat64);
+    after = model(changed).detach().to(kFloat64);
+  } catch (const std::exception&) {
+    params.restore();
+    return {};  // the model cannot run the changed batch: nothing to say
+  }
+  params.restore();
+  // The output's time axis: the one other than the batch's with T entries.
+  int64_t axis = -1;
+  for (int64_t d = 1; d < before.dim(); ++d)
+    if (before.size(d) == T) axis = axis < 0 ? d : -2;
+  if (axis < 0 || before.sizes() != after.sizes() || before.size(0) != x.size(0)) return {};
+  const Tensor past_before = before.narrow(axis, 0, k), past_after = after.narrow(axis, 0, k);
+  const double scale = std::max(amax(abs(past_before)).item<double>(), 1e-30);
+  const double moved = amax(abs(past_after - past_before)).item<double>() / scale;
+  const double at_k = amax(abs(after.narrow(axis, k, 1) - before.narrow(axis, k, 1))).item<double>() / scale;
+  if (!std::isfinite(moved) || !(moved > o.future_leak_tolerance)) return {};
+  Finding f;
+  f.check = "M6";
+  f.severity = Severity::Error;
+  f.kind = Kind::SeesFuture;
+  f.shape = shape_of(x);
+  f.title = "the model's outputs before step " + std::to_string(k) + " change when only the input at step " +
+            std::to_string(k) + " changes: a next-step model that sees the steps it predicts";
+  f.evidence = {{"targets that copy the next step's input (y[:, t] == x[:, t + 1])", share,
+                 ">= " + fmt_num(o.next_step_share) + ": next-step prediction"},
+                {"positions judged", static_cast<double>(judged), ""},
+                {"largest change of an output before the changed step / their largest value", moved,
+                 "> " + fmt_num(o.future_leak_tolerance) + " is a leak from the future"},
+                {"the same at the changed step", at_k, ""}};
+  f.cause =
+      "position t reads inputs after t, and the input at t + 1 is its own target: a causal attention mask missing "
+      "or inverted (masked_fill fills where the mask is true: a mask of the allowed positions blocks the past), a "
+      "bidirectional layer, or a pooling or normalisation over the whole sequence. Teacher-forced losses fall "
+      "towards 0, and generation, where the future is not there, fails";
+  f.fix =
+      "mask the scores where j > i (masked_fill(scores, j > i, -inf)), or use a causal (unidirectional) layer; "
+      "check that the outputs before a step do not move when the step's input does";
+  return {f};
 }
 
 bool takes_whole_batch_only(nn::Module& model, const Tensor& x, std::string* why) {

@@ -373,9 +373,21 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   // jitter is 10x smaller, and float64 rounding (1e-16 |f| / 1e-7) stays far below rtol.
   const double eps = std::min(opts.eps, 1e-7);
   Tensor v;
+  std::string own_op;  // a node of the graph that is no op of the engine's registry (a backward of the user's)
   {
     Tensor y = model(x64);
     if (!y.defined() || !y.is_floating_point() || !y.requires_grad()) return out;  // no path to the input: M6/M5
+    std::set<std::string> engine_ops{"AccumulateGrad"};
+    for (const OpInfo& op : op_registry()) engine_ops.insert(op.name);
+    std::vector<const Node*> todo{y.grad_fn().get()};
+    std::set<const Node*> seen;
+    while (!todo.empty() && own_op.empty()) {
+      const Node* n = todo.back();
+      todo.pop_back();
+      if (!n || !seen.insert(n).second) continue;
+      if (!engine_ops.count(n->name())) own_op = n->name();
+      for (const Edge& e : n->next_edges) todo.push_back(e.fn.get());
+    }
     v = randn(y.shape(), kFloat64, &gen);
     (y * v).sum().backward();
   }
@@ -431,6 +443,20 @@ std::vector<Finding> check_input_gradient(nn::Module& model, const Tensor& x, in
   fd.fix =
       "check each piece with debug::gradcheck_module (a sub-module) or debug::gradcheck (a function) to find "
       "it, then fix its backward formula";
+  if (own_op.empty()) {
+    // Every node is an engine op, whose backward the engine's own gradchecks cover: the gradient is right for
+    // the graph, and the graph leaves part of the function out.
+    fd.severity = Severity::Info;
+    fd.title =
+        "the model's gradient with respect to its input differs from the derivative of its output (float64), and "
+        "every op of its graph is one of the engine's: the forward holds a stop-gradient";
+    fd.cause =
+        "a value the forward computes from the input is used without its gradient (detach(), a NoGradGuard "
+        "region, a rounding or an argmax): the gradient is that of the function with that value held fixed. "
+        "Meant in instance normalisation with detached statistics (RevIN), target networks and straight-through "
+        "estimators";
+    fd.fix = "none needed if the stop-gradient is meant; otherwise remove the detach() so the gradient flows";
+  }
   out.push_back(std::move(fd));
   return out;
 }

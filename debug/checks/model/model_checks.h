@@ -40,6 +40,11 @@ namespace gradsleuth::debug {
 struct ModelCheckOptions {
   // ---- M3 ----
   int64_t min_rows_final_activation = 8;            // judge non-negative logits only on batches this large
+  // M6's next-step test (future_leak_test): the share of target positions that copy the next input, at least
+  // this many positions, and the change of an earlier output (relative to their largest) that is a leak.
+  double next_step_share = 0.9;
+  int64_t next_step_min_positions = 16;
+  double future_leak_tolerance = 1e-5;
   double min_zero_fraction_final_activation = 0.1;  // ... and only with this many exact zeros (a ReLU's mark)
   // ---- M6 ----
   int64_t mixing_row = 0;          // the example whose output is differentiated
@@ -314,6 +319,21 @@ void soften_zero_init_findings(std::vector<Finding>& found, const ZeroInitProbe&
 // instead: row i's input replaced by another example's, only out[i] may change.
 // x (B, D...), B >= 2.
 std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const ModelCheckOptions& o = {});
+// M3 by the loss's optimum (loss_optimum.cpp): for up to max_rows rows of a batch with one output per row,
+// the loss on that row alone at the output 0 against -0.25, -1, -3 and -10: the rows whose loss is lower at a
+// negative output (a count of 0 under a Poisson loss that takes the log of the rate), and the first of them.
+struct LossOptimum {
+  int64_t rows = 0, below_zero = 0;
+  double target = 0, output = 0, loss_at_zero = 0, loss_there = 0;
+};
+LossOptimum probe_loss_optimum(const std::function<Tensor(const Tensor&, const Tensor&)>& loss, const Tensor& input,
+                               const Tensor& target, int64_t max_rows = 64);
+// M6 across time: where the targets are the inputs shifted by one step (y[:, t] == x[:, t + 1] on
+// ModelCheckOptions::next_step_share of the judged positions, (B, T) token ids or values), the input at one
+// step is changed and the outputs at the steps before it must not move (eval mode, no gradients): an error
+// when they do (a causal mask missing or inverted). Empty when the batch is no next-step prediction.
+std::vector<Finding> future_leak_test(nn::Module& model, const Tensor& x, const Tensor& y,
+                                      const ModelCheckOptions& o = {});
 // Whether the model's forward (eval mode, no gradient) raises on the first half of the batch's rows
 // while it takes the whole batch: a model over a fixed set of items (a graph convolution whose
 // adjacency matrix has the set's size). `why` gets the error. Needs 8 rows or more.

@@ -260,7 +260,7 @@ namespace {
 class FinalActivationRunCheck final : public RunCheck {
  public:
   std::string ids() const override { return "M3"; }
-  uint32_t events() const override { return RunEvent::Forward | RunEvent::LossInput; }
+  uint32_t events() const override { return RunEvent::Forward | RunEvent::LossInput | RunEvent::Finish; }
   // The leaf modules in the order of their last call, from a probe forward of the first training batch run
   // before the step's own forward begins (paused: no training statistics; and before the step's graph, whose
   // saved tensors the probe's restored buffers would otherwise change).
@@ -274,16 +274,61 @@ class FinalActivationRunCheck final : public RunCheck {
   void loss_input(RunContext& c, nn::Loss& l, const Tensor& input, const Tensor& target) override {
     if (!structure_checked_) {
       structure_checked_ = true;
-      c.add_all(final_activation(ordered_ ? leaves_ : leaf_modules(c.model), Tensor(), {}, l.type_name(), target));
+      const std::vector<Finding> found =
+          final_activation(ordered_ ? leaves_ : leaf_modules(c.model), Tensor(), {}, l.type_name(), target);
+      by_structure_ = !found.empty();
+      c.add_all(found);
       c.note_ran("M3");
+    }
+    // A regression with one output per row: the least output over the sampled steps, and once, where the loss
+    // is lowest for the rows of a batch (probe_loss_optimum).
+    if (c.sampled() && input.defined() && input.is_floating_point() && input.numel() == input.size(0)) {
+      ++judged_;
+      low_ = std::min(low_, summarize(input).min);
+      if (!optimum_.rows && input.size(0) >= 16 && target.defined() && target.sizes() == input.sizes()) {
+        c.pause(true);
+        optimum_ = probe_loss_optimum([&l](const Tensor& a, const Tensor& b) { return l(a, b); }, input, target);
+        c.pause(false);
+      }
     }
     if (!c.sampled() || !(loss_type::cross_entropy(l) || loss_type::takes_class_indices(l, input, target))) return;
     const TensorSummary logits = summarize(input);
     if (logits.finite > 0 && logits.min >= 0.0) c.add_all(check_final_activation(c.model, input));
   }
+  // Outputs never negative on 3 sampled steps or more, while 5% of a batch's rows (2 at least) have their loss
+  // lowest below 0: the outputs cannot reach them (unless structure said it: a module that bounds them).
+  void finish(RunContext& c) override {
+    const LossOptimum& p = optimum_;
+    const int64_t needed = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(0.05 * static_cast<double>(p.rows))));
+    if (by_structure_ || judged_ < 3 || !(low_ >= 0.0) || p.rows < 16 || p.below_zero < needed) return;
+    Finding f =
+        detail::make("M3", Severity::Warning,
+                     "the model's outputs were never negative on " + std::to_string(judged_) +
+                         " sampled steps, but for " + std::to_string(p.below_zero) + " of " + std::to_string(p.rows) +
+                         " targets the loss is lowest at a negative output: the model cannot reach them");
+    f.kind = Kind::OutputOutOfRange;
+    f.evidence = {{"least output over the sampled steps", low_, ">= 0: bounded below at 0"},
+                  {"rows whose loss is lower at a negative output", static_cast<double>(p.below_zero), ">= 5% warns"},
+                  {"rows probed", static_cast<double>(p.rows), ""},
+                  {"the first such target", p.target, ""},
+                  {"its loss at output 0", p.loss_at_zero, ""},
+                  {"at " + fmt_num(p.output), p.loss_there, "lower"}};
+    f.cause =
+        "a final activation that keeps the outputs non-negative (softplus, exp, ReLU) before a loss that "
+        "reads its input on another scale: one that takes the log of a rate (a Poisson loss with log_input) "
+        "wants log(0) = -inf for a count of 0, a squared error every negative target. The output is then read "
+        "as a rate the loss trained as a log-rate, or the negative targets stay out of reach";
+    f.fix =
+        "match the output to the loss: the raw output into a loss that takes the log (exp(output) is the rate), "
+        "or the positive activation into a loss told its input is the rate (log_input false)";
+    c.add(std::move(f));
+  }
 
  private:
-  bool structure_checked_ = false, ordered_ = false;
+  bool structure_checked_ = false, ordered_ = false, by_structure_ = false;
+  int64_t judged_ = 0;
+  double low_ = std::numeric_limits<double>::infinity();
+  LossOptimum optimum_;
   std::vector<std::pair<std::string, nn::ModulePtr>> leaves_;
 };
 }  // namespace

@@ -441,7 +441,9 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
     }
   }
   // Identical inputs with different labels in the batch (a next-token task whose context recurs):
-  // no model gets them all right, and the loss keeps their labels' entropy.
+  // no model gets them all right, and the loss keeps their labels' entropy. That floor and accuracy also
+  // judge the retry at a higher learning rate below.
+  double floor_line = line, floor_accuracy = o.overfit_accuracy;
   if (!ok && classes && std::isfinite(last)) {
     const ConflictLimit c = conflicting_inputs(x, y);
     if (c.conflicts > 0) {
@@ -451,6 +453,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
                         "final loss within " + fmt_num(line) + " of it passes"});
       conflicted = acc >= std::min(o.overfit_accuracy, c.accuracy) - 1e-9 && last < c.entropy + line;
       ok = conflicted;
+      floor_line = c.entropy + line, floor_accuracy = std::min(o.overfit_accuracy, c.accuracy) - 1e-9;
     }
   }
   // The same per position, for a model over token prefixes (a causal language model's early positions
@@ -464,6 +467,7 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
                         "final loss within " + fmt_num(line) + " of it passes"});
       conflicted = last < c.entropy + line;
       ok = conflicted;
+      floor_line = c.entropy + line, floor_accuracy = 0.0;  // judged by the loss alone
     }
   }
   // Frozen parameters on purpose (a frozen pretrained body under a new head) limit what the
@@ -503,10 +507,11 @@ std::vector<Finding> overfit_one_batch(nn::Module& model, const Tensor& x, const
       snap.restore();
       if (!again.empty()) {
         retry_last = again.back();
-        probes.push_back({"final loss at " + fmt_num(o.overfit_retry_lr_factor) + "x the learning rate", retry_last,
-                          "< " + fmt_num(line) + " (or <= " + fmt_num(o.overfit_relative) + " x the first) passes"});
-        retried = (retry_last < line || retry_last <= o.overfit_relative * first) &&
-                  (!classes || retry_acc >= o.overfit_accuracy);
+        probes.push_back(
+            {"final loss at " + fmt_num(o.overfit_retry_lr_factor) + "x the learning rate", retry_last,
+             "< " + fmt_num(floor_line) + " (or <= " + fmt_num(o.overfit_relative) + " x the first) passes"});
+        retried = (retry_last < floor_line || retry_last <= o.overfit_relative * first) &&
+                  (!classes || retry_acc >= floor_accuracy);
         ok = retried;
       }
     }

@@ -36,6 +36,33 @@ Finding at(Finding f, const std::map<std::string, std::string>& labels, const st
   return f;
 }
 
+// An exploding gradient (O1) that passed the bar on a minority of the sampled steps, none of the
+// last exploding_quiet_steps, while the step loss fell by half of its size or more: the gradient was
+// large while the loss was (an unnormalised regression target, the scale of an objective's term), and
+// fell with it. f becomes info; returns whether it did.
+bool exploded_below_bar(Finding& f, int64_t steps, int64_t judged_since, int64_t judged, const std::vector<double>& sl,
+                        const OptimCheckOptions& o) {
+  const size_t n = sl.size(), w = std::clamp<size_t>(n / 10, 1, 10);
+  if (n < 2 * w || judged_since < o.exploding_quiet_steps || 2 * steps >= judged) return false;
+  const double first = median(std::vector<double>(sl.begin(), sl.begin() + static_cast<std::ptrdiff_t>(w)));
+  const double last = median(std::vector<double>(sl.end() - static_cast<std::ptrdiff_t>(w), sl.end()));
+  if (!std::isfinite(first) || !std::isfinite(last) || !(last < first - 0.5 * std::fabs(first))) return false;
+  f.severity = Severity::Info;
+  f.title += " on " + num(steps) + " of " + num(judged) + " sampled steps, then below " +
+             fmt_num(o.exploding_grad_norm) + " on the " + num(judged_since) + " since, while the loss fell from " +
+             fmt_num(first) + " to " + fmt_num(last);
+  f.evidence.push_back({"sampled steps above the bar", static_cast<double>(steps), "under half of them, and"});
+  f.evidence.push_back({"sampled steps since the last of them", static_cast<double>(judged_since),
+                        ">= " + num(o.exploding_quiet_steps) + " below the bar, and"});
+  f.evidence.push_back(
+      {"step loss at the end (median) / at the start", first != 0 ? last / first : kNaN, "fell by half or more: info"});
+  f.cause =
+      "the gradient is large while the loss is large (a regression target in raw units, the scale of a term of "
+      "the objective) and fell as the loss did: not the growth of an explosion";
+  f.fix = "none needed; normalising the targets (or the term) keeps the gradients on one scale from the start";
+  return true;
+}
+
 }  // namespace
 
 // ---- O1 gradient health ---------------------------------------------------------------
@@ -220,6 +247,9 @@ class GradientHealthRunCheck final : public RunCheck {
     h.gradient_judged_steps = judged_steps_;
     h.gradient_missing.clear();
     for (const auto& [name, held] : missing_) h.gradient_missing.emplace_back(name, held.second);
+    h.gradient_exploded.clear();
+    for (const auto& [name, e] : exploded_)
+      h.gradient_exploded.push_back({name, e.steps, judged_steps_ - e.judged_at_last});
   }
   void finish(RunContext& c) override {
     // A gradient that vanished alone (others flowed) on under half the sampled steps, and not on the
@@ -254,6 +284,14 @@ class GradientHealthRunCheck final : public RunCheck {
             "some batches do not use); on the other steps it learns";
         f.fix = "nothing, if the forward skips it on purpose";
       }
+      c.add(std::move(f));
+    }
+    // An exploding gradient: judged over the run (exploded_below_bar).
+    const std::vector<double>* sl = c.history ? &c.history->step_losses : nullptr;
+    for (auto& [name, e] : exploded_) {
+      Finding f = e.first;
+      if (!(sl && exploded_below_bar(f, e.steps, judged_steps_ - e.judged_at_last, judged_steps_, *sl, o_)))
+        f.evidence.push_back({"sampled steps above the bar", static_cast<double>(e.steps), ""});
       c.add(std::move(f));
     }
   }
@@ -357,6 +395,13 @@ class GradientHealthRunCheck final : public RunCheck {
         f.fix = "none needed: stop earlier if the run goes on without gain";
       }
       if (f.severity == Severity::Error && f.kind == Kind::GradientNonFinite) c.flag_nonfinite();
+      if (f.severity == Severity::Warning && f.kind == Kind::GradientExploding && !f.parameter.empty()) {
+        if (f.step < 0) f.step = c.step_now();
+        Exploded& e = exploded_.try_emplace(f.parameter, Exploded{f}).first->second;
+        ++e.steps;
+        e.judged_at_last = judged_steps_;
+        continue;  // judged at the end of the run, with the steps after it
+      }
       if (f.severity == Severity::Warning && f.kind == Kind::GradientVanishing && !f.parameter.empty()) {
         if (f.step < 0) f.step = c.step_now();  // said at the end of the run, at the step it was first seen
         Vanished& v = vanished_.try_emplace(f.parameter, Vanished{f}).first->second;
@@ -384,6 +429,12 @@ class GradientHealthRunCheck final : public RunCheck {
     bool whole = false;            // on one of them every parameter's did
   };
   std::map<std::string, Vanished> vanished_;
+  struct Exploded {
+    Finding first;
+    int64_t steps = 0;           // sampled steps it passed the bar on
+    int64_t judged_at_last = 0;  // judged_steps_ at the last of them
+  };
+  std::map<std::string, Exploded> exploded_;
 };
 
 }  // namespace
@@ -391,6 +442,15 @@ class GradientHealthRunCheck final : public RunCheck {
 void revise_gradient_missing(Report& gate, const TrainingHistory& h, const OptimCheckOptions& o) {
   soften_reached_in_training(gate, h, "O1", Kind::GradientMissing);
   soften_zero_at_gate(gate, h, "O1", Kind::GradientVanishing, o.vanishing_grad_norm);
+  // The gate's exploding gradient, with the run's sampled steps after it.
+  for (size_t i = 0; i < gate.size(); ++i) {
+    Finding f = gate.findings()[i];
+    if (!f.fires() || !f.is("O1", Kind::GradientExploding) || f.parameter.empty()) continue;
+    int64_t steps = 0, since = h.gradient_judged_steps;  // not above the bar in the run: below since the gate
+    for (const auto& e : h.gradient_exploded)
+      if (e.name == f.parameter) steps = e.steps, since = e.judged_since;
+    if (exploded_below_bar(f, steps + 1, since, h.gradient_judged_steps + 1, h.step_losses, o)) gate.replace(i, f);
+  }
 }
 
 std::unique_ptr<RunCheck> make_gradient_health_run_check(const MonitorOptions& o) {

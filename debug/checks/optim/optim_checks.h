@@ -52,6 +52,11 @@ struct OptimCheckOptions {
   // zero-initialised head or coupling): a vanishing gradient at the first step is that, and info.
   std::vector<std::string> zero_until_first_step;
   double exploding_grad_norm = 1e3;  // above this, exploding
+  // ... unless it was so on under half of the sampled steps, none of the last exploding_quiet_steps, and the
+  // step loss fell by half or more meanwhile: info (a large loss's large gradient at the start of a run; an
+  // uncertainty-weighted multi-task loss on a target in raw units: 1,052 at the first step, under 692 from
+  // the tenth).
+  int64_t exploding_quiet_steps = 3;
   // During training, a vanishing gradient at a step whose loss is converged_loss_share of the run's
   // first loss or less is info: the model fits its batches (a converged run on separable data: loss
   // 1e-6, gradient norms 5e-8 to 9e-8); a vanishing path keeps the loss up.
