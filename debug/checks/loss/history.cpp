@@ -399,7 +399,7 @@ std::vector<Finding> diagnose_loss_history(const std::vector<double>& train, con
     const double line = best + opts.val_rise * std::fabs(best);
     // The curve's epoch-to-epoch scatter (LossCheckOptions::val_rise_scatter).
     std::vector<double> second;
-    for (int64_t i = std::max<int64_t>(1, b - 3); i + 1 < E; ++i)
+    for (int64_t i = std::max<int64_t>(1, b - 3); i + 1 < E - P; ++i)  // not the last P: the rise itself
       if (i < b - 1 || i > b + 1)  // not the turn of a U at the best
         second.push_back(std::fabs(v[i + 1] - 2.0 * v[i] + v[i - 1]));
     const double scatter = second.size() >= 4 ? median_of(second, 0, second.size()) / 1.65 : kNaN;

@@ -117,7 +117,8 @@ struct LossCheckOptions {
   int64_t val_patience = 3;
   double val_rise = 0.1;
   // ... and by more than val_rise_scatter x the validation curve's own epoch-to-epoch scatter, read
-  // from a few epochs before the best to the end as median |v[i+1] - 2 v[i] + v[i-1]| / 1.65 (second
+  // from three epochs before the best to the last val_patience (left out: the rise itself) as
+  // median |v[i+1] - 2 v[i] + v[i-1]| / 1.65 (second
   // differences leave a steady rise out; for independent errors of spread s their median is 1.65 s),
   // leaving out the three centred on the best (a U's turn is curvature, not scatter).
   // The best of 40 noisy epochs lies about 2 s below their level and the lowest of the last three about
