@@ -315,3 +315,66 @@ TEST_CASE("a GCN over one fixed graph, the whole graph one batch: M6 is info and
   }
   CHECK_MESSAGE(whole, r.str(true));
 }
+
+namespace {
+
+// A count regression: the network's output goes through softplus (a positive rate), and the loss is a Poisson
+// negative log-likelihood written as PyTorch's PoissonNLLLoss, on the log of the rate (log_input, the default)
+// or on the rate itself.
+struct PoissonLoss : nn::Loss {
+  bool log_input;
+  explicit PoissonLoss(bool log) : Loss("PoissonLoss"), log_input(log) {}
+  nn::Reduction reduction() const override { return nn::Reduction::Mean; }
+  Tensor forward(const Tensor& in, const Tensor& y) override {
+    return log_input ? mean(exp(in) - y * in) : mean(in - y * log(in + 1e-8));
+  }
+};
+struct RateNet : nn::Module {
+  std::shared_ptr<nn::Linear> a = register_module("a", std::make_shared<nn::Linear>(4, 32));
+  std::shared_ptr<nn::Linear> b = register_module("b", std::make_shared<nn::Linear>(32, 1));
+  RateNet() : Module("RateNet") {}
+  Tensor forward(const Tensor& x) override { return softplus((*b)(relu((*a)(x)))); }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "M3 by the loss's optimum: a softplus rate into a Poisson loss on the log of the rate warns; on the rate not") {
+  Generator g(5);
+  const Tensor x = randn({600, 4}, {}, &g);
+  const Tensor rate = exp(0.6 * x.narrow(1, 0, 1) - 0.4 * x.narrow(1, 1, 1) + 0.3);  // counts of 0 in about 1 row in 5
+  std::vector<float> counts;
+  std::mt19937 rng(5);
+  for (float r : rate.contiguous().to_vector<float>()) counts.push_back(std::poisson_distribution<int>(r)(rng));
+  const Tensor y = tensor(counts, {600, 1});
+  for (const bool log_input : {true, false}) {
+    CAPTURE(log_input);
+    manual_seed(5);
+    const Split d =
+        dtest::loaders(x.narrow(0, 0, 480), y.narrow(0, 0, 480), x.narrow(0, 480, 120), y.narrow(0, 480, 120));
+    auto model = std::make_shared<RateNet>();
+    PoissonLoss loss(log_input);
+    optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
+    debug::Session s(*model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
+    for (int e = 0; e < 4; ++e) {
+      for (const nn::Batch& b : *d.train) {
+        opt.zero_grad();
+        Tensor l = loss((*model)(b.x), b.y);
+        l.backward();
+        opt.step();
+      }
+      s.epoch();
+    }
+    const debug::RunReport r = s.finish();
+    const debug::Finding* m3 = nullptr;
+    for (const debug::Finding& f : r.findings.findings())
+      if (f.is("M3", debug::Kind::OutputOutOfRange) && f.fires()) m3 = &f;
+    if (log_input) {
+      REQUIRE_MESSAGE(m3 != nullptr, r.str(true));
+      CHECK(dtest::ev(*m3, "least output over the sampled steps") >= 0.0);
+      CHECK(dtest::ev(*m3, "the first such target") == 0.0);
+    } else {
+      CHECK_MESSAGE(m3 == nullptr, r.str(true));
+    }
+  }
+}
