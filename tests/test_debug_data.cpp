@@ -1753,3 +1753,41 @@ TEST_CASE("D3, D9: a start token that next-step targets never are is info; a tag
   CHECK(b[static_cast<size_t>(find_in(b, "D3", "have no example"))].severity == dbg::Severity::Warning);
   CHECK(b[static_cast<size_t>(find_in(b, "D9", "1-indexed"))].severity == dbg::Severity::Warning);
 }
+
+TEST_CASE(
+    "D3's per-class recall: a rare class under compensating weights is info; a common one, or one without them, "
+    "warns") {
+  // Training counts of a long tail (2,000 down to 20) whose loss weights compensate them, as weigh_class_counts says.
+  dbg::Finding counts;
+  counts.check = "D3";
+  counts.kind = dbg::Kind::ClassCounts;
+  counts.severity = dbg::Severity::Info;
+  const std::vector<double> n = {2000, 1500, 1000, 700, 500, 300, 20, 150, 100, 60};
+  for (size_t c = 0; c < n.size(); ++c) counts.evidence.push_back({"class " + std::to_string(c), n[c], ""});
+  counts.evidence.push_back({"imbalance ratio of count x the loss's class weight", 1.3, ""});
+  dbg::Report data;
+  data.add(counts);
+  // Validation recall: class `missed` at 6.5%, the others near 0.88.
+  auto recall_missing = [](int missed) {
+    std::vector<int64_t> examples(10, 200), correct(10, 176);
+    correct[static_cast<size_t>(missed)] = 13;
+    return dbg::check_class_errors(examples, correct);
+  };
+  std::vector<dbg::Finding> rare = recall_missing(6);
+  REQUIRE(rare.size() == 1);
+  REQUIRE(rare[0].fires());
+  dbg::revise_rare_class_recall(rare, data);
+  CHECK(rare[0].severity == dbg::Severity::Info);
+  CHECK(rare[0].title.find("rarest class in training (20 examples") != std::string::npos);
+  // A class as common as the median missed, or the same rare class without compensating weights: warnings.
+  std::vector<dbg::Finding> common = recall_missing(4);
+  dbg::revise_rare_class_recall(common, data);
+  CHECK(common[0].fires());
+  dbg::Report unweighted;
+  counts.evidence.pop_back();
+  counts.severity = dbg::Severity::Warning;
+  unweighted.add(counts);
+  std::vector<dbg::Finding> plain = recall_missing(6);
+  dbg::revise_rare_class_recall(plain, unweighted);
+  CHECK(plain[0].fires());
+}

@@ -512,6 +512,7 @@ void Session::check_class_errors_at_end() {
     const std::vector<double> start = epochs_ >= 2 ? first_class_recall_ : std::vector<double>{};
     std::vector<Finding> recall = check_class_errors(val_class_examples_, val_class_correct_, o_.data, start);
     revise_class_imbalance(data_phase_.findings, recall, o_.data);  // an imbalance that cost no class
+    revise_rare_class_recall(recall, data_phase_.findings);         // a rare class its weights already lift
     // Recall per position (a token's or a pixel's class), or over a vocabulary the inputs share (L5), judges
     // the imbalance only: a masked or next token that its context leaves open is a class no model recalls,
     // whatever the training.

@@ -419,6 +419,10 @@ std::shared_ptr<const SplitSample> read_split_sample(const nn::Dataset& data, co
 // D3's empty classes (labels.cpp) and D9's "looks 1-indexed" (label_encoding.cpp) where `data` is next-step
 // prediction over token ids and the missing class is a start token (data_detail::start_tokens): info.
 void revise_start_token_classes(std::vector<Finding>& fs, const nn::Dataset& data);
+// D3's per-class recall (labels.cpp) where the class missed is the rarest in training, at most a tenth of the
+// median class, and the data phase found the loss's class weights compensating the counts: info (the data is
+// too thin for that class; the loop did what it should).
+void revise_rare_class_recall(std::vector<Finding>& recall, const Report& data);
 void revise_start_token_labels(std::vector<Finding>& fs, const nn::Dataset& data);
 // D14's column drift (in `found`, from check_splits) judged again where the training dataset draws its
 // rows afresh at each read (noise added as augmentation): its first 2,000 rows are read again, and

@@ -201,6 +201,38 @@ void revise_unused_class_zero(Report& data) {
   }
 }
 
+void revise_rare_class_recall(std::vector<Finding>& recall, const Report& data) {
+  // The training counts, where the loss's class weights compensate them (weigh_class_counts made the finding info).
+  std::map<int64_t, double> counts;
+  for (const Finding& d : data.findings())
+    if (d.is("D3", Kind::ClassCounts) && !d.fires() &&
+        std::isfinite(d.value_of("imbalance ratio of count x the loss's class weight")))
+      for (const Evidence& e : d.evidence)
+        if (e.name.rfind("class ", 0) == 0 && e.name.find(' ', 6) == std::string::npos)
+          counts[std::atoll(e.name.c_str() + 6)] = e.value;
+  if (counts.size() < 3) return;
+  std::vector<double> sorted;
+  for (const auto& [c, n] : counts) sorted.push_back(n);
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  for (Finding& f : recall) {
+    if (!f.fires() || !f.is("D3", Kind::ClassRecallLow)) continue;
+    long long worst = -1;
+    for (const Evidence& e : f.evidence)
+      if (e.name.find(" recall / the others' mean") != std::string::npos) worst = std::atoll(e.name.c_str() + 6);
+    const auto it = counts.find(worst);
+    // The class missed is the rarest in training, 10x below the median class, and the loss already lifts it.
+    if (it == counts.end() || it->second != sorted.front() || !(10.0 * it->second <= median)) continue;
+    f.severity = Severity::Info;
+    f.title += "; it is the rarest class in training (" + num(static_cast<int64_t>(it->second)) +
+               " examples, the median class " + num(static_cast<int64_t>(median)) +
+               "), and the loss's class weights already lift it: too few examples, not a wrong weight";
+    f.evidence.push_back({"its training examples / the median class's", it->second / median,
+                          "<= 0.1 under compensating class weights: info"});
+    f.fix = "more examples of this class (or augmentation of them); report per-class recall beside accuracy";
+  }
+}
+
 void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, const DataCheckOptions& o) {
   double even = kNaN;
   std::string worst;
