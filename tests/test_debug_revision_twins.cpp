@@ -722,17 +722,7 @@ TEST_CASE("O1 in a run: a regression on targets in raw units has large gradients
   auto model = std::make_shared<nn::Linear>(8, 1);
   nn::MSELoss mse;
   optim::Adam opt(model->parameters(), optim::AdamOptions(40.0));
-  debug::Session s(*model, mse, opt, {.train = d.train.get(), .val = d.val.get()});
-  for (int e = 0; e < 12; ++e) {
-    for (const nn::Batch& b : *d.train) {
-      opt.zero_grad();
-      Tensor l = mse((*model)(b.x), b.y);
-      l.backward();
-      opt.step();
-    }
-    s.epoch();
-  }
-  const debug::RunReport r = s.finish();
+  const debug::RunReport r = dtest::train_own_loop(*model, mse, opt, d, 12);
   const bool seen =
       dtest::any_finding(r, [](const debug::Finding& f) { return f.is("O1", debug::Kind::GradientExploding); });
   CHECK(seen);  // the gradient did pass the bar

@@ -355,17 +355,7 @@ TEST_CASE(
     auto model = std::make_shared<RateNet>();
     PoissonLoss loss(log_input);
     optim::Adam opt(model->parameters(), optim::AdamOptions(3e-3));
-    debug::Session s(*model, loss, opt, {.train = d.train.get(), .val = d.val.get()});
-    for (int e = 0; e < 4; ++e) {
-      for (const nn::Batch& b : *d.train) {
-        opt.zero_grad();
-        Tensor l = loss((*model)(b.x), b.y);
-        l.backward();
-        opt.step();
-      }
-      s.epoch();
-    }
-    const debug::RunReport r = s.finish();
+    const debug::RunReport r = dtest::train_own_loop(*model, loss, opt, d, 4);
     const debug::Finding* m3 = nullptr;
     for (const debug::Finding& f : r.findings.findings())
       if (f.is("M3", debug::Kind::OutputOutOfRange) && f.fires()) m3 = &f;

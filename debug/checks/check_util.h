@@ -20,6 +20,31 @@ namespace gradsleuth::debug::detail {
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// Next-step prediction, for M6 across time and D3/D9's start tokens: the share of (B, T) targets y that copy
+// the next input, y[:, t] == x[:, t + 1], over the positions t < T - 1 whose target is a value or a class
+// (finite, and >= 0 for class indices: ignore_index and padding left out). `judged` gets their count and
+// `per_row`, when given, each row's. A batch at kNextStepShare or above is next-step prediction.
+inline constexpr double kNextStepShare = 0.9;
+inline double next_step_share(const Tensor& x, const Tensor& y, int64_t& judged,
+                              std::vector<int64_t>* per_row = nullptr) {
+  const std::vector<double> xv = x.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>(),
+                            yv = y.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
+  const int64_t B = x.size(0), T = x.size(1);
+  const bool classes = !y.is_floating_point();
+  int64_t same = 0;
+  judged = 0;
+  if (per_row) per_row->assign(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t + 1 < T; ++t) {
+      const double target = yv[static_cast<size_t>(b * T + t)];
+      if (!std::isfinite(target) || (classes && target < 0)) continue;
+      ++judged;
+      if (per_row) ++(*per_row)[static_cast<size_t>(b)];
+      same += target == xv[static_cast<size_t>(b * T + t + 1)] ? 1 : 0;
+    }
+  return judged > 0 ? static_cast<double>(same) / static_cast<double>(judged) : 0.0;
+}
+
 // A finding with its id, severity and title; the caller fills in the rest.
 inline Finding make(const char* check, Severity s, std::string title) {
   Finding f;

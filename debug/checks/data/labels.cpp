@@ -201,15 +201,24 @@ void revise_unused_class_zero(Report& data) {
   }
 }
 
+namespace {
+// The counts a D3 class-counts finding lists, by class ("class 3" evidence; every class up to 32 classes).
+std::map<int64_t, double> listed_counts(const Finding& d) {
+  std::map<int64_t, double> counts;
+  for (const Evidence& e : d.evidence)
+    if (e.name.rfind("class ", 0) == 0 && e.name.find(' ', 6) == std::string::npos)
+      counts[std::atoll(e.name.c_str() + 6)] = e.value;
+  return counts;
+}
+}  // namespace
+
 void revise_rare_class_recall(std::vector<Finding>& recall, const Report& data) {
   // The training counts, where the loss's class weights compensate them (weigh_class_counts made the finding info).
   std::map<int64_t, double> counts;
   for (const Finding& d : data.findings())
     if (d.is("D3", Kind::ClassCounts) && !d.fires() &&
         std::isfinite(d.value_of("imbalance ratio of count x the loss's class weight")))
-      for (const Evidence& e : d.evidence)
-        if (e.name.rfind("class ", 0) == 0 && e.name.find(' ', 6) == std::string::npos)
-          counts[std::atoll(e.name.c_str() + 6)] = e.value;
+      counts = listed_counts(d);
   if (counts.size() < 3) return;
   std::vector<double> sorted;
   for (const auto& [c, n] : counts) sorted.push_back(n);
@@ -260,14 +269,9 @@ void revise_class_imbalance(Report& data, const std::vector<Finding>& recall, co
   for (size_t i = 0; i < data.size(); ++i) {
     const Finding& d = data.findings()[i];
     if (!d.fires() || !d.is("D3", Kind::ClassCounts)) continue;
-    bool empty = false;
+    if (d.value_of("classes with no example") > 0) continue;
     std::vector<std::pair<double, int64_t>> by_count;  // (training count, class)
-    for (const Evidence& e : d.evidence) {
-      empty = empty || (e.name == "classes with no example" && e.value > 0);
-      if (e.name.rfind("class ", 0) == 0 && e.name.find(' ', 6) == std::string::npos)
-        by_count.emplace_back(e.value, std::atoll(e.name.c_str() + 6));
-    }
-    if (empty) continue;
+    for (const auto& [c, n] : listed_counts(d)) by_count.emplace_back(n, c);
     // The rarest class recalled well below the others: the imbalance cost it, and the warning stays.
     if (!by_count.empty() && recall_of.size() >= 2) {
       const auto rarest = std::min_element(by_count.begin(), by_count.end());
@@ -397,20 +401,17 @@ std::set<int64_t> start_tokens(const nn::Dataset& data, int64_t rows) {
   if (!b.x.defined() || !b.y.defined() || b.x.dim() != 2 || b.x.sizes() != b.y.sizes() || b.x.dtype() != kInt64 ||
       b.y.dtype() != kInt64 || b.x.size(1) < 2)
     return {};
+  int64_t judged = 0;
+  if (detail::next_step_share(b.x, b.y, judged) < detail::kNextStepShare || judged == 0) return {};
   const std::vector<int64_t> x = b.x.to(kCPU).contiguous().to_vector<int64_t>(),
                              y = b.y.to(kCPU).contiguous().to_vector<int64_t>();
   const int64_t T = b.x.size(1);
-  int64_t judged = 0, same = 0;
   std::set<int64_t> first, later, targets;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t xv = x[static_cast<size_t>(r * T + t)], yv = y[static_cast<size_t>(r * T + t)];
-      (t == 0 ? first : later).insert(xv);
-      if (yv < 0) continue;  // ignore_index, padding
-      targets.insert(yv);
-      if (t + 1 < T) ++judged, same += yv == x[static_cast<size_t>(r * T + t + 1)] ? 1 : 0;
+      (t == 0 ? first : later).insert(x[static_cast<size_t>(r * T + t)]);
+      if (const int64_t yv = y[static_cast<size_t>(r * T + t)]; yv >= 0) targets.insert(yv);  // not padding
     }
-  if (judged == 0 || same < 0.9 * static_cast<double>(judged)) return {};
   std::set<int64_t> out;
   for (int64_t v : first)
     if (!later.count(v) && !targets.count(v)) out.insert(v);
@@ -428,9 +429,8 @@ void revise_start_token_classes(std::vector<Finding>& fs, const nn::Dataset& dat
     // Every empty class a start token, and no imbalance among the others: info.
     bool all_start = true;
     int64_t listed_empty = 0;  // every class is listed up to 32 classes
-    for (const Evidence& e : f.evidence)
-      if (e.name.rfind("class ", 0) == 0 && e.value == 0.0)
-        ++listed_empty, all_start = all_start && start.count(std::stoll(e.name.substr(6))) > 0;
+    for (const auto& [c, n] : listed_counts(f))
+      if (n == 0.0) ++listed_empty, all_start = all_start && start.count(c) > 0;
     if (!all_start || static_cast<double>(listed_empty) != f.value_of("classes with no example") ||
         f.value_of("imbalance ratio (largest / smallest non-empty class)") > DataCheckOptions{}.max_imbalance_ratio)
       continue;

@@ -439,36 +439,13 @@ std::vector<Finding> batch_mixing_test(nn::Module& model, const Tensor& x, const
 }
 
 // ---- M6 across time: a next-step model that reads the step it predicts --------------------------------
-namespace {
-// The positions t < T-1 whose target is a class (>= 0) or a value, and the share of them where it copies the
-// next input: y[:, t] == x[:, t + 1]. A batch whose targets are its inputs shifted by one is next-step prediction.
-double next_step_share(const Tensor& x, const Tensor& y, int64_t& judged, std::vector<int64_t>& valid_per_row) {
-  const Tensor x64 = x.detach().to(kCPU).to(kFloat64).contiguous(), y64 = y.detach().to(kCPU).to(kFloat64).contiguous();
-  const std::vector<double> xv = x64.to_vector<double>(), yv = y64.to_vector<double>();
-  const int64_t B = x.size(0), T = x.size(1);
-  const bool classes = !y.is_floating_point();
-  int64_t same = 0;
-  judged = 0;
-  valid_per_row.assign(static_cast<size_t>(B), 0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t + 1 < T; ++t) {
-      const double target = yv[static_cast<size_t>(b * T + t)];
-      if (!std::isfinite(target) || (classes && target < 0)) continue;  // ignore_index, padding
-      ++judged;
-      ++valid_per_row[static_cast<size_t>(b)];
-      same += target == xv[static_cast<size_t>(b * T + t + 1)] ? 1 : 0;
-    }
-  return judged > 0 ? static_cast<double>(same) / static_cast<double>(judged) : 0.0;
-}
-}  // namespace
-
 std::vector<Finding> future_leak_test(nn::Module& model, const Tensor& x, const Tensor& y, const ModelCheckOptions& o) {
   if (!x.defined() || !y.defined() || x.dim() != 2 || y.dim() != 2 || x.sizes() != y.sizes() || x.size(0) < 2 ||
       x.size(1) < 4 || x.is_floating_point() != y.is_floating_point() || x.dtype() == kBool)
     return {};
   int64_t judged = 0;
   std::vector<int64_t> valid;
-  const double share = next_step_share(x, y, judged, valid);
+  const double share = detail::next_step_share(x, y, judged, &valid);
   if (judged < o.next_step_min_positions || share < o.next_step_share) return {};
   // The step changed: half the median number of target positions a row has, so that most rows have real
   // inputs there and earlier positions to compare.

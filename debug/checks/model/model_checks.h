@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "debug/checks/check_util.h"
 #include "debug/checks/host_copy.h"
 #include "debug/checks/model/gradcheck.h"
 #include "debug/evidence/finding.h"
@@ -42,7 +43,7 @@ struct ModelCheckOptions {
   int64_t min_rows_final_activation = 8;            // judge non-negative logits only on batches this large
   // M6's next-step test (future_leak_test): the share of target positions that copy the next input, at least
   // this many positions, and the change of an earlier output (relative to their largest) that is a leak.
-  double next_step_share = 0.9;
+  double next_step_share = detail::kNextStepShare;
   int64_t next_step_min_positions = 16;
   double future_leak_tolerance = 1e-5;
   double min_zero_fraction_final_activation = 0.1;  // ... and only with this many exact zeros (a ReLU's mark)
