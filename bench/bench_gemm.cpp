@@ -153,7 +153,9 @@ void BM_product(benchmark::State& state, Product p, bool direct, gs::cpu::fast::
 // The same products with both operands stored in 16 bits (sgemm_direct_mixed, which widens them
 // as it reads them: autocast's products on the CPU), against float32 operands through the same
 // entry point. "ratio to float32" is read off the two rows.
-void BM_mixed(benchmark::State& state, Product p, gs::cpu::fast::Elem e) {
+// "bf16_fma" is bf16 with the dot-product path off (sgemm.h's set_sgemm_bf16_dot): the FMA path it replaces
+// where the CPU has AVX-512 BF16.
+void BM_mixed(benchmark::State& state, Product p, gs::cpu::fast::Elem e, bool dot) {
   set_threads(1);
   if (!gs::cpu::fast::sgemm_direct_available()) {
     state.SkipWithError("the packing-free kernel needs an AVX2+FMA build");
@@ -177,11 +179,13 @@ void BM_mixed(benchmark::State& state, Product p, gs::cpu::fast::Elem e) {
   const bool f32 = e == gs::cpu::fast::Elem::Float32;
   const void* pa = f32 ? static_cast<const void*>(a.data()) : a16.data();
   const void* pb = f32 ? static_cast<const void*>(b.data()) : b16.data();
+  gs::cpu::fast::set_sgemm_bf16_dot(dot);
   for (auto _ : state) {
     gs::cpu::fast::sgemm_direct_mixed(p.a_col, p.b_col, p.M, p.N, p.K, pa, e, lda, pb, e, ldb, c.data(), p.N);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  gs::cpu::fast::set_sgemm_bf16_dot(true);
   state.counters["FLOP/s"] =
       benchmark::Counter(2.0 * p.M * p.N * p.K * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
@@ -224,10 +228,13 @@ int main(int argc, char** argv) {
   for (const Product& p : kProducts) {
     if (std::strncmp(p.name, "mlp", 3) != 0 && std::strncmp(p.name, "cnn", 3) != 0) continue;
     using gs::cpu::fast::Elem;
-    for (auto [e, name] :
-         {std::pair{Elem::Float32, "f32"}, std::pair{Elem::BFloat16, "bf16"}, std::pair{Elem::Float16, "f16"}})
-      benchmark::RegisterBenchmark((std::string("sgemm_mixed/") + p.name + "/" + name).c_str(), BM_mixed, p, e)
+    for (auto [e, name, dot] :
+         {std::tuple{Elem::Float32, "f32", true}, std::tuple{Elem::BFloat16, "bf16", true},
+          std::tuple{Elem::BFloat16, "bf16_fma", false}, std::tuple{Elem::Float16, "f16", true}}) {
+      if (!dot && !gs::cpu::fast::sgemm_bf16_dot_available()) continue;  // the same path as "bf16"
+      benchmark::RegisterBenchmark((std::string("sgemm_mixed/") + p.name + "/" + name).c_str(), BM_mixed, p, e, dot)
           ->Unit(benchmark::kMicrosecond);
+    }
   }
   benchmark::AddCustomContext("gemm_library", gs::cpu::fast::gemm_library());
   // The BLAS's kernels beside the CPU's ISA (core/cpu/fast/blas.h): scripts/bench_peer.sh reads them to

@@ -14,6 +14,8 @@
 //     optimizer's float32 master weights (Optimizer::set_master_weights)
 //   train_step_bf16_unfused/mlp/...  train_step_bf16 with the cast's fused backward switched off
 //     (gs::detail::set_cast_backward_fused): each parameter's gradient rounded to bfloat16 and widened
+//   train_step_bf16_fma/mlp/...  train_step_bf16 with the bfloat16 products on the FMA path
+//     (gs::cpu::fast::set_sgemm_bf16_dot(false)): the path the CPU's dot products replace where it has them
 // Run single-threaded for the comparison: OMP_NUM_THREADS=1 ./bench_train_step
 #include <benchmark/benchmark.h>
 
@@ -80,6 +82,11 @@ void BM_mlp_bf16_unfused(benchmark::State& s) {
   run_steps(s, gs_bench::mlp2, false, gs::kBFloat16);
   gs::detail::set_cast_backward_fused(true);
 }
+void BM_mlp_bf16_fma(benchmark::State& s) {
+  gs::cpu::fast::set_sgemm_bf16_dot(false);
+  run_steps(s, gs_bench::mlp2, false, gs::kBFloat16);
+  gs::cpu::fast::set_sgemm_bf16_dot(true);
+}
 void BM_mlp_bf16_weights(benchmark::State& s) {
   run_steps(s, gs_bench::mlp2, false, gs::kFloat32, gs::kBFloat16);
 }
@@ -116,6 +123,7 @@ BENCHMARK(BM_cnn)->Name("train_step/cnn")->Arg(64)->Unit(benchmark::kMillisecond
 BENCHMARK(BM_mlp3_adam)->Name("train_step/mlp3")->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_bf16)->Name("train_step_bf16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_bf16_unfused)->Name("train_step_bf16_unfused/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_mlp_bf16_fma)->Name("train_step_bf16_fma/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_mlp_fp16)->Name("train_step_fp16/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cnn_bf16)->Name("train_step_bf16/cnn")->Arg(64)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mlp_bf16_weights)->Name("train_step_bf16_weights/mlp")->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond);

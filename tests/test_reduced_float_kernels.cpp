@@ -159,6 +159,110 @@ TEST_CASE("sgemm_direct_mixed rounding as it stores: the bits of its result roun
         }
 }
 
+// C = A @ B with A row-major (M x lda) and B column-major (N x ldb), both bfloat16, on the dot-product
+// path or the FMA path (fast::set_sgemm_bf16_dot), with C's row stride N + 1 (-7 between the rows).
+std::vector<float> bf16_product(bool dot, const Tensor& A, const Tensor& B, int64_t K, fast::Elem round) {
+  const int64_t M = A.shape()[0], N = B.shape()[0];
+  std::vector<float> c(static_cast<size_t>(M * (N + 1)), -7.0f);
+  fast::set_sgemm_bf16_dot(dot);
+  const bool ok = fast::sgemm_direct_mixed(false, true, M, N, K, A.raw_data(), fast::Elem::BFloat16, A.shape()[1],
+                                           B.raw_data(), fast::Elem::BFloat16, B.shape()[1], c.data(), N + 1, round);
+  fast::set_sgemm_bf16_dot(true);
+  REQUIRE(ok);
+  return c;
+}
+
+TEST_CASE("bfloat16 products on the dot-product instruction: the FMA path's bits, or the FMA path") {
+  if (!fast::sgemm_direct_available()) return;  // the call refuses (checked above)
+  const Tensor a0 = draw({64, 784}, gs::kBFloat16, 5, false), b0 = draw({256, 784}, gs::kBFloat16, 6, false);
+  if (!fast::sgemm_bf16_dot_available()) {  // without the instruction nothing takes that path
+    const uint64_t before = fast::sgemm_bf16_dot_products();
+    bf16_product(true, a0, b0, 784, fast::Elem::Float32);
+    CHECK(fast::sgemm_bf16_dot_products() == before);
+    return;
+  }
+  // M >= N (A read where it is) and M < N (C^T into scratch), odd K (the last k's FMA), K over
+  // several k-blocks (256 k's), column panels narrower than one or two vectors, row tiles of every
+  // height, and even and odd row strides (an odd one packs B word by word).
+  const int shapes[][3] = {{2, 1, 2},      {13, 33, 17},   {40, 12, 3},  {64, 256, 784},
+                           {256, 64, 784}, {50, 200, 513}, {37, 70, 41}, {12, 17, 700}};
+  const fast::Elem rounds[] = {fast::Elem::Float32, fast::Elem::BFloat16, fast::Elem::Float16};
+  uint32_t seed = 4000;
+  for (const auto& s : shapes)
+    for (int64_t pad : {0, 1, 8})
+      for (fast::Elem round : rounds) {
+        const int64_t M = s[0], N = s[1], K = s[2];
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        CAPTURE(pad);
+        CAPTURE(static_cast<int>(round));
+        const Tensor A = draw({M, K + pad}, gs::kBFloat16, seed++, false),
+                     B = draw({N, K + pad}, gs::kBFloat16, seed++, false);
+        const uint64_t before = fast::sgemm_bf16_dot_products();
+        const std::vector<float> got = bf16_product(true, A, B, K, round);
+        CHECK(fast::sgemm_bf16_dot_products() == before + 1);  // taken
+        const std::vector<float> want = bf16_product(false, A, B, K, round);
+        CHECK(fast::sgemm_bf16_dot_products() == before + 1);  // not taken when off
+        CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+      }
+  // Operands the instruction would read or sum otherwise (it takes subnormal inputs and results as
+  // 0): each product takes the FMA path, with its bits.
+  const Tensor x = draw({40, 301}, gs::kFloat32, 7, false), y = draw({70, 301}, gs::kFloat32, 8, false);
+  const auto bf = [](const Tensor& t) { return t.to(gs::kBFloat16); };
+  const auto with_at = [](const Tensor& t, float v) {  // a copy of t with its first value v, as bfloat16
+    Tensor c = t.to(gs::kBFloat16).contiguous().clone();
+    const Tensor one = gs::tensor(std::vector<float>{v}, {1}, gs::kFloat32).to(gs::kBFloat16);
+    std::memcpy(c.raw_data(), one.raw_data(), sizeof(uint16_t));
+    return c;
+  };
+  struct Case {
+    const char* what;
+    Tensor a, b;
+    bool subnormal_result;  // the FMA path's result holds a subnormal value (the instruction would flush it)
+  };
+  const double tiny = std::ldexp(1.0, -66), huge = std::ldexp(1.0, 62);
+  const Case cases[] = {
+      {"a subnormal operand", with_at(x, std::ldexp(1.0f, -130)), bf(y * std::ldexp(1.0, 100)), false},
+      {"products below float32's normal range", bf(x * tiny), bf(y * tiny), true},
+      {"an infinity", with_at(x, INFINITY), bf(y), false},
+      {"a NaN", bf(x), with_at(y, NAN), false},
+      {"sums past float32's range", bf(x * huge), bf(y * huge), false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(std::string(c.what));
+    const uint64_t before = fast::sgemm_bf16_dot_products();
+    const std::vector<float> got = bf16_product(true, c.a, c.b, 301, fast::Elem::Float32);
+    CHECK(fast::sgemm_bf16_dot_products() == before);
+    const std::vector<float> want = bf16_product(false, c.a, c.b, 301, fast::Elem::Float32);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+    if (c.subnormal_result)
+      CHECK(std::any_of(got.begin(), got.end(), [](float v) { return std::fpclassify(v) == FP_SUBNORMAL; }));
+  }
+  // The rule's edge: the smallest nonzero magnitudes' exponent fields (biased, bfloat16) summing to
+  // 142 take the instruction (every partial sum a multiple of 2^-126), to 141 the FMA path.
+  const auto lowest_field = [](const Tensor& t) {
+    const Tensor c = t.contiguous();
+    const auto* p = static_cast<const uint16_t*>(c.raw_data());
+    int lo = 255;
+    for (int64_t i = 0; i < c.numel(); ++i)
+      if ((p[i] & 0x7FFF) != 0) lo = std::min(lo, (p[i] & 0x7FFF) >> 7);
+    return lo;
+  };
+  const Tensor xb = bf(x), yb = bf(y);
+  const int room = 142 - lowest_field(xb) - lowest_field(yb);
+  for (int below : {0, 1}) {
+    CAPTURE(below);
+    const Tensor xs = bf(x * std::ldexp(1.0, room - below));
+    REQUIRE(lowest_field(xs) + lowest_field(yb) == 142 - below);
+    const uint64_t before = fast::sgemm_bf16_dot_products();
+    const std::vector<float> got = bf16_product(true, xs, yb, 301, fast::Elem::Float32);
+    CHECK(fast::sgemm_bf16_dot_products() == before + (below ? 0 : 1));
+    const std::vector<float> want = bf16_product(false, xs, yb, 301, fast::Elem::Float32);
+    CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("16-bit matmul and linear on the packing-free SGEMM: the widen-compute-round bits") {
   OneThread one;
   // Products the kernel takes (every side >= 32, >= 2^20 multiply-adds), plain and transposed.

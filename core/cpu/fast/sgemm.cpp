@@ -588,6 +588,290 @@ void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* 
   gemm_rows(M, N, K, a, B, ldb, 0.0f, C, ldc, round);
 }
 
+#if defined(__AVX512BF16__)
+// bfloat16 products on the CPU's dot-product instruction (AVX-512 BF16's vdpbf16ps), where both
+// operands are bfloat16 with k contiguous in each (A row-major, B column-major: a Linear's forward,
+// x @ W^T). One instruction multiplies pairs of k's: lane j of the accumulator takes
+// src1.bf16[2j+1] * src2.bf16[2j+1] first and src1.bf16[2j] * src2.bf16[2j] second, each step
+// rounded to nearest even (Intel's definition of the instruction; checked on the CPU once, below).
+// A product of two bfloat16 values is exact in float32, so each step is the FMA of the float32
+// kernel. Both operands are given with k in the upper half of each pair (B's pairs as it is packed,
+// A's pairs rotated by 16 bits as they are broadcast), so each lane's chain runs in k order: the
+// same bits as the FMA chains of gemm_rows on widened copies, at half the instructions.
+// The instruction treats subnormal inputs and results as zero. It is taken only where that cannot
+// change a value: every nonzero operand normal with exponents that keep every partial sum a
+// multiple of 2^-126 or coarser (so a nonzero one is normal), no infinity or NaN, and magnitudes
+// whose sums cannot overflow. Other products (a few tiny, huge or non-finite values) take the
+// FMA path.
+
+// The biased exponent fields of the nonzero values of a bfloat16 matrix: lo the smallest (0 for a
+// subnormal), hi the largest (255 for an infinity or NaN).
+struct ExpRange {
+  int lo = 255, hi = 0;
+};
+ExpRange exponent_range(const Bf16* p, int64_t ld, int64_t rows, int64_t cols) {
+  __m512i lo = _mm512_set1_epi16(255), hi = _mm512_setzero_si512();
+  const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
+  for (int64_t i = 0; i < rows; ++i) {
+    const Bf16* row = p + i * ld;
+    for (int64_t j = 0; j < cols; j += 32) {
+      const int64_t n = std::min<int64_t>(32, cols - j);
+      const __mmask32 in = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << n) - 1);
+      const __m512i mag = _mm512_and_si512(_mm512_maskz_loadu_epi16(in, row + j), mag_mask);
+      const __m512i field = _mm512_srli_epi16(mag, 7);
+      const __mmask32 nonzero = _mm512_test_epi16_mask(mag, mag);
+      lo = _mm512_mask_min_epu16(lo, nonzero, lo, field);
+      hi = _mm512_max_epu16(hi, field);
+    }
+  }
+  alignas(64) uint16_t l[32], h[32];
+  _mm512_store_si512(l, lo);
+  _mm512_store_si512(h, hi);
+  ExpRange r;
+  for (int j = 0; j < 32; ++j) r.lo = std::min<int>(r.lo, l[j]), r.hi = std::max<int>(r.hi, h[j]);
+  return r;
+}
+
+// Whether vdpbf16ps on the operands' exponent ranges gives the FMA chains' bits (see above): no
+// subnormal operand (the instruction reads it as 0, whatever it multiplies); the finest granularity of a product,
+// 2^(lo_a + lo_b - 254 - 14), at least 2^-126; every value finite; K products of the largest magnitudes, 2^(hi_a + hi_b
+// - 252) each, summing to at most 2^127.
+bool dot_exact_for(ExpRange a, ExpRange b, int64_t K) {
+  if (a.lo == 0 || b.lo == 0 || a.hi >= 255 || b.hi >= 255) return false;  // a subnormal, an infinity or NaN
+  if (a.lo + b.lo < 142) return false;
+  int log2k = 0;
+  while ((int64_t{1} << log2k) < K) ++log2k;
+  return a.hi + b.hi + log2k <= 379;
+}
+
+// The instruction's order and rounding on this CPU, checked once against the FMA chain on
+// operands drawn across the exponents the product takes (a CPU that differed would keep the FMA path).
+bool dot_matches_fma() {
+  uint32_t s = 12345;
+  const auto next = [&s] { return s = s * 1664525u + 1013904223u; };
+  for (int t = 0; t < 256; ++t) {
+    alignas(64) uint16_t a[32], b[32];
+    alignas(64) float c[16], got[16];
+    for (int i = 0; i < 32; ++i) {
+      a[i] =
+          static_cast<uint16_t>((next() >> 31 ? 0x8000u : 0u) | ((100 + (next() >> 8) % 50) << 7) | (next() & 0x7Fu));
+      b[i] =
+          static_cast<uint16_t>((next() >> 31 ? 0x8000u : 0u) | ((100 + (next() >> 8) % 50) << 7) | (next() & 0x7Fu));
+    }
+    for (float& x : c) {
+      const uint32_t u = (next() >> 31 ? 0x80000000u : 0u) | ((90 + (next() >> 8) % 60) << 23) | (next() & 0x7FFFFFu);
+      std::memcpy(&x, &u, sizeof x);
+    }
+    const __m512 r = _mm512_dpbf16_ps(_mm512_load_ps(c), reinterpret_cast<__m512bh>(_mm512_load_si512(a)),
+                                      reinterpret_cast<__m512bh>(_mm512_load_si512(b)));
+    _mm512_store_ps(got, r);
+    for (int j = 0; j < 16; ++j) {
+      const float want = std::fma(to_f32(Bf16{a[2 * j]}), to_f32(Bf16{b[2 * j]}),
+                                  std::fma(to_f32(Bf16{a[2 * j + 1]}), to_f32(Bf16{b[2 * j + 1]}), c[j]));
+      if (std::memcmp(&want, &got[j], sizeof want) != 0) return false;
+    }
+  }
+  return true;
+}
+
+std::atomic<bool> g_bf16_dot{true};
+std::atomic<uint64_t> g_bf16_dot_products{0};
+
+// A bfloat16 pair with k in the upper half: the word of (x(2p), x(2p + 1)) as stored, rotated.
+inline uint32_t swapped_pair(const Bf16* x) {
+  uint32_t w;
+  std::memcpy(&w, x, sizeof w);
+  return w << 16 | w >> 16;
+}
+
+// P (m rows, k contiguous, row stride lp) for the dot tiles' broadcasts: row r's pairs with k in the
+// upper half, then, where K is odd, P(r, K - 1) << 16 (its float32 value, for the last k's FMA);
+// `rows` words a row. Returns P's exponent range, read in the same pass.
+ExpRange prepare_dot_rows(const Bf16* P, int64_t lp, int64_t m, int64_t K, uint32_t* dst) {
+  const int64_t pairs = K / 2, rows = pairs + (K % 2);
+  __m512i lo = _mm512_set1_epi16(255), hi = _mm512_setzero_si512();
+  const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
+  const auto chunk = [&](__m512i v) {
+    const __m512i mag = _mm512_and_si512(v, mag_mask), field = _mm512_srli_epi16(mag, 7);
+    lo = _mm512_mask_min_epu16(lo, _mm512_test_epi16_mask(mag, mag), lo, field);
+    hi = _mm512_max_epu16(hi, field);
+    return _mm512_rol_epi32(v, 16);
+  };
+  const int64_t whole = K / 32;  // chunks of 16 whole pairs
+  for (int64_t r = 0; r < m; ++r) {
+    const Bf16* src = P + r * lp;
+    uint32_t* out = dst + r * rows;
+    for (int64_t c = 0; c < whole; ++c) _mm512_storeu_si512(out + 16 * c, chunk(_mm512_loadu_si512(src + 32 * c)));
+    if (const int64_t nh = K - 32 * whole; nh > 0) {
+      // A lone last value (odd K) is in the low half of its word: the rotation puts it in the upper one.
+      const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << nh) - 1), src + 32 * whole);
+      _mm512_mask_storeu_epi32(out + 16 * whole, static_cast<__mmask16>((1u << ((nh + 1) / 2)) - 1u), chunk(v));
+    }
+  }
+  alignas(64) uint16_t l[32], h[32];
+  _mm512_store_si512(l, lo);
+  _mm512_store_si512(h, hi);
+  ExpRange e;
+  for (int j = 0; j < 32; ++j) e.lo = std::min<int>(e.lo, l[j]), e.hi = std::max<int>(e.hi, h[j]);
+  return e;
+}
+
+// Q (n rows, k contiguous, row stride lq) packed for the dot tiles: per panel of 32 rows of Q (the
+// product's columns, zero-padded), for each pair p of k's, 32 words of Q(n, 2p..2p+1) with k in the
+// upper half, then, where K is odd, one row of Q(n, K - 1) << 16: its float32 values, for the last
+// k's FMA. Blocks of 8 rows x 8 pairs are transposed in registers (an even row stride; else word by word).
+void pack_dot(const Bf16* Q, int64_t lq, int64_t n, int64_t K, uint32_t* dst) {
+  const int64_t pairs = K / 2, rows = pairs + (K % 2);
+  for (int64_t j0 = 0; j0 < n; j0 += 32) {
+    uint32_t* panel = dst + (j0 / 32) * rows * 32;
+    const int64_t w = std::min<int64_t>(32, n - j0), w8 = lq % 2 == 0 ? w - w % 8 : 0, p8 = pairs - pairs % 8;
+    for (int64_t j = 0; j < w8; j += 8)
+      for (int64_t p = 0; p < p8; p += 8)
+        transpose8x8(reinterpret_cast<const float*>(Q + (j0 + j) * lq + 2 * p), lq / 2,
+                     reinterpret_cast<float*>(panel + p * 32 + j), 32);
+    for (int64_t p = 0; p < rows; ++p) {
+      uint32_t* out = panel + p * 32;
+      for (int64_t j = (p < p8 ? w8 : 0); j < w; ++j) {
+        const Bf16* q = Q + (j0 + j) * lq + 2 * p;
+        out[j] = p < pairs ? swapped_pair(q) : static_cast<uint32_t>(q->bits) << 16;
+      }
+      if (p < p8)  // the transposed blocks: rotate their words
+        for (int64_t j = 0; j < w8; j += 16) {
+          const __mmask16 k = static_cast<__mmask16>((1u << std::min<int64_t>(16, w8 - j)) - 1u);
+          _mm512_mask_storeu_epi32(out + j, k, _mm512_rol_epi32(_mm512_maskz_loadu_epi32(k, out + j), 16));
+        }
+      std::fill(out + w, out + 32, 0u);
+    }
+  }
+}
+
+// One row tile of the dot product: C(r, :) for r < R over one panel (NV vectors, the last with
+// `last` lanes), pairs [p0, p0 + np) of k's, resuming from C when `resume`, with the last k's FMA
+// (`tail`) and the rounding of the final values (`round`) on the last k-block. P holds the rows as
+// prepare_dot_rows leaves them (lp words a row).
+template <int R, int NV, bool Partial>
+void dot_tile(int64_t p0, int64_t np, bool tail, const uint32_t* P, int64_t lp, const uint32_t* panel, float* C,
+              int64_t ldc, bool resume, Elem round, Mask last) {
+  Vec acc[R][NV];
+  const auto load_c = [&](const float* q, int v) { return (Partial && v == NV - 1) ? load(q, last) : load(q); };
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = resume ? load_c(C + r * ldc + v * kW, v) : zero();
+  constexpr int kBases = (R + 3) / 4;
+  const uint32_t* base[kBases];
+  for (int q = 0; q < kBases; ++q) base[q] = P + 4 * q * lp + p0;
+  const uint32_t* bp = panel + p0 * 32;
+  for (int64_t p = 0; p < np; ++p, bp += 32) {
+    __m512bh b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + v * kW));
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512bh s = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(base[r / 4][(r % 4) * lp])));
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], s, b[v]);
+    }
+    for (int q = 0; q < kBases; ++q) ++base[q];
+  }
+  if (tail) {  // the last k of an odd K: bp's row and P's last word are float32 values
+    Vec b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_load_ps(reinterpret_cast<const float*>(bp) + v * kW);
+    for (int r = 0; r < R; ++r) {
+      float a;
+      std::memcpy(&a, base[r / 4] + (r % 4) * lp, sizeof a);
+      for (int v = 0; v < NV; ++v) acc[r][v] = fma(splat(a), b[v], acc[r][v]);
+    }
+  }
+  if (round != Elem::Float32) [[unlikely]]
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = round_through(acc[r][v], round);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) {
+      if (Partial && v == NV - 1)
+        store(C + r * ldc + v * kW, acc[r][v], last);
+      else
+        store(C + r * ldc + v * kW, acc[r][v]);
+    }
+}
+
+template <int R>
+void dot_rows(int64_t m, int64_t n, int64_t p0, int64_t np, bool tail, const uint32_t* P, int64_t lp,
+              const uint32_t* panel, float* C, int64_t ldc, bool resume, Elem round) {
+  if constexpr (R > 0) {
+    if (m != R) return dot_rows<R - 1>(m, n, p0, np, tail, P, lp, panel, C, ldc, resume, round);
+    const int w = static_cast<int>(n);
+    if (w == 2 * kW)
+      dot_tile<R, 2, false>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(kW));
+    else if (w > kW)
+      dot_tile<R, 2, true>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(w - kW));
+    else if (w == kW)
+      dot_tile<R, 1, false>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(kW));
+    else
+      dot_tile<R, 1, true>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(w));
+  }
+}
+
+// Out (m x n, row stride ldo) = P (m x K) Q (n x K)^T, k contiguous in both, on the dot tiles where
+// the instruction gives the FMA path's bits (dot_exact_for; false, touching nothing, otherwise): the
+// loop nest of gemm_rows (k-blocks of 256, column panels of 2 vectors, row tiles of 12, the last
+// tiles split evenly). Both operands are copied with their pairs' halves swapped (P row by row, Q
+// packed in panels); the copies cost a pass over each, where rotating P's pairs in the tiles took
+// one instruction per broadcast on the vector ports the dot products need (the tiles ran at 57% of
+// the instruction's peak that way on Zen 5, against ~85% with the copy).
+bool gemm_dot(int64_t m, int64_t n, int64_t K, const Bf16* P, int64_t lp, const Bf16* Q, int64_t lq, float* out,
+              int64_t ldo, Elem round) {
+  const int64_t pairs = K / 2, rows = pairs + (K % 2), panels = (n + 2 * kW - 1) / (2 * kW);
+  const Scratch prows(3, m * rows);
+  uint32_t* const pw = reinterpret_cast<uint32_t*>(prows.data());
+  const ExpRange pe = prepare_dot_rows(P, lp, m, K, pw);
+  if (!dot_exact_for(pe, exponent_range(Q, lq, n, K), K)) return false;
+  const Scratch pack(2, panels * rows * 32);
+  uint32_t* const packed = reinterpret_cast<uint32_t*>(pack.data());
+  pack_dot(Q, lq, n, K, packed);
+  int64_t whole = m / kRows, rest = m % kRows, last = 0;
+  if (whole > 0 && rest > 0 && 3 * rest < 2 * kRows) {
+    --whole;
+    rest += kRows;
+    last = rest / 2;
+    rest -= last;
+  }
+  const int64_t blocks = (pairs + kKBlock / 2 - 1) / (kKBlock / 2), step = (pairs + blocks - 1) / blocks;
+  for (int64_t p0 = 0; p0 < pairs; p0 += step) {
+    const int64_t np = std::min(step, pairs - p0);
+    const bool final_block = p0 + np == pairs, tail = final_block && K % 2 != 0;
+    for (int64_t j = 0; j < n; j += 2 * kW) {
+      const uint32_t* panel = packed + (j / (2 * kW)) * rows * 32;
+      const int64_t w = std::min<int64_t>(2 * kW, n - j);
+      const auto tile_rows_at = [&](int64_t i, int64_t mr) {
+        dot_rows<kRows>(mr, w, p0, np, tail, pw + i * rows, rows, panel, out + i * ldo + j, ldo, p0 > 0,
+                        final_block ? round : Elem::Float32);
+      };
+      int64_t i = 0;
+      for (; i < whole * kRows; i += kRows) tile_rows_at(i, kRows);
+      if (rest > 0) tile_rows_at(i, rest);
+      if (last > 0) tile_rows_at(i + rest, last);
+    }
+  }
+  return true;
+}
+
+// C (M x N) = A (M x K, row-major) @ B (K x N, column-major), both bfloat16, on the dot tiles where
+// the instruction gives the FMA path's bits (dot_exact_for); false, touching nothing, otherwise.
+// The operand with more rows is read where it is, the other packed; when that is B, the tiles
+// compute C^T into scratch, transposed into C.
+bool gemm_bf16_dot(int64_t M, int64_t N, int64_t K, const Bf16* A, int64_t lda, const Bf16* B, int64_t ldb, float* C,
+                   int64_t ldc, Elem round) {
+  static const bool matches = dot_matches_fma();
+  if (!matches || !g_bf16_dot.load(std::memory_order_relaxed) || K < 2) return false;
+  if (M >= N) {
+    if (!gemm_dot(M, N, K, A, lda, B, ldb, C, ldc, round)) return false;
+  } else {
+    const Scratch Ct(1, N * M);
+    if (!gemm_dot(N, M, K, B, ldb, A, lda, Ct.data(), M, round)) return false;
+    transpose(Ct.data(), M, C, ldc, N, M);
+  }
+  g_bf16_dot_products.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+#endif
+
 // sgemm_direct with beta = 0 on operands of any of the three formats. The broadcast operand (A,
 // or B in the C^T = B^T A^T form) is widened in the micro-kernel as it is read (gemm_rows_16);
 // the row-major one is widened into scratch, in the copy that transposes it when one is needed
@@ -597,6 +881,10 @@ template <class TA, class TB>
 void mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, const TB* B, int64_t ldb,
            float* C, int64_t ldc, Elem round) {
   constexpr bool a32 = std::is_same_v<TA, float>, b32 = std::is_same_v<TB, float>;
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<TA, Bf16> && std::is_same_v<TB, Bf16>)
+    if (!a_col && b_col && gemm_bf16_dot(M, N, K, A, lda, B, ldb, C, ldc, round)) return;
+#endif
   const StridedA<TA> a_rows = a_col ? StridedA<TA>{A, 1, lda} : StridedA<TA>{A, lda, 1};
   if (!b_col) {
     if constexpr (b32) {
@@ -672,6 +960,19 @@ bool sgemm_direct(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, 
 namespace {
 std::atomic<bool> g_direct_enabled{true};
 }  // namespace
+
+#if GS_SGEMM_DIRECT && defined(__AVX512BF16__)
+void set_sgemm_bf16_dot(bool on) { g_bf16_dot.store(on, std::memory_order_relaxed); }
+bool sgemm_bf16_dot_available() {
+  static const bool matches = dot_matches_fma();
+  return matches;
+}
+uint64_t sgemm_bf16_dot_products() { return g_bf16_dot_products.load(std::memory_order_relaxed); }
+#else
+void set_sgemm_bf16_dot(bool) {}
+bool sgemm_bf16_dot_available() { return false; }
+uint64_t sgemm_bf16_dot_products() { return 0; }
+#endif
 
 void set_sgemm_direct(bool on) { g_direct_enabled.store(on, std::memory_order_relaxed); }
 

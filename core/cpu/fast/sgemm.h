@@ -82,4 +82,17 @@ enum class Elem : uint8_t { Float32, BFloat16, Float16 };
 bool sgemm_direct_mixed(bool a_col, bool b_col, int64_t M, int64_t N, int64_t K, const void* A, Elem ea, int64_t lda,
                         const void* B, Elem eb, int64_t ldb, float* C, int64_t ldc, Elem round = Elem::Float32);
 
+// bfloat16 x bfloat16 products with k contiguous in both operands (A row-major, B column-major: a
+// Linear's forward) run on AVX-512 BF16's dot-product instruction where the build and the CPU have
+// it: two k's per instruction, each lane's chain in k order, so the same bits as the FMA path. A
+// product whose values could meet the instruction's flushing of subnormals, or that holds an
+// infinity or NaN, takes the FMA path (sgemm.cpp has the rule). True when this build and CPU have
+// the instruction and it computed the FMA chain's bits in a check at first use.
+bool sgemm_bf16_dot_available();
+// On by default; off sends every product to the FMA path (the tests and benchmarks compare them).
+void set_sgemm_bf16_dot(bool on);
+// How many products the dot-product path has computed in this process, on every thread (the tests
+// check which path a product took).
+uint64_t sgemm_bf16_dot_products();
+
 }  // namespace gradsleuth::cpu::fast
