@@ -60,13 +60,14 @@ cmake_opts=()
 [[ -n $workbench ]] && cmake_opts+=(-DGRADSLEUTH_CLI_WORKBENCH="$workbench")
 
 # The system packages: those of the CLI's build and main job, and what this command adds (the
-# emulator's Boost.Context, Graphviz's pictures, the lab sandbox).
+# emulator's Boost.Context, Graphviz's pictures, the lab sandbox, MPI for --distributed).
 setup_opts=(--main)
 [[ $cuda_emu == ON ]] && setup_opts+=(--emu)
 for a in "$@"; do
   case "$a" in
     graph|doctor|explore|diagnose) setup_opts+=(--graph) ;;
     lab) setup_opts+=(--lab) ;;
+    --distributed) setup_opts+=(--mpi) ;;
   esac
 done
 scripts/setup.sh "${setup_opts[@]}"

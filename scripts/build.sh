@@ -111,6 +111,14 @@ else
   done
 fi
 
+# A build configured before MPI was installed (./run.sh's first set-up leaves it out; ./test.sh and
+# `./run.sh ... --distributed` install it): configure again, so that it is found.
+if [[ $configure == 0 ]] && grep -qE '^GS_MPI_FOUND_AT_CONFIGURE:INTERNAL=(FALSE|OFF|0)?$' "$cache" &&
+  [[ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ]]; then
+  echo "build: MPI was installed after $dir was configured: configuring again"
+  configure=1
+fi
+
 use_ccache=0
 if command -v ccache >/dev/null 2>&1 && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
   use_ccache=1

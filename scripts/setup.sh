@@ -6,10 +6,12 @@
 #   scripts/setup.sh --main   what the CLI's build and its main job (zoo --quick) need (./run.sh): not
 #                             Chromium and node-dagre-layout (the browser tests, the explorer's pages),
 #                             Boost.Context (the CUDA emulator), Graphviz (the graph pictures), Google
-#                             Benchmark (bench/) nor bubblewrap (lab grade-all's sandbox), unless asked:
+#                             Benchmark (bench/), bubblewrap (lab grade-all's sandbox) nor MPI
+#                             (data-parallel runs), unless asked:
 #     --emu     with --main: Boost.Context too (./run.sh ... --device cuda, kernels, devices)
 #     --graph   with --main: Graphviz too (./run.sh graph, doctor, explore, diagnose)
 #     --lab     with --main: bubblewrap and prlimit too (./run.sh lab ...)
+#     --mpi     with --main: Open MPI too (./run.sh ... --distributed)
 set -euo pipefail
 
 if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
@@ -17,18 +19,19 @@ if [[ "${GS_SKIP_SETUP:-0}" == 1 ]]; then
   exit 0
 fi
 
-main_only=0 want_emu=0 want_graph=0 want_lab=0
+main_only=0 want_emu=0 want_graph=0 want_lab=0 want_mpi=0
 for arg in "$@"; do
   case "$arg" in
     --main) main_only=1 ;;
     --emu) want_emu=1 ;;
     --graph) want_graph=1 ;;
     --lab) want_lab=1 ;;
+    --mpi) want_mpi=1 ;;
     --browser) ;;  # Chromium is installed unless --main; the option is accepted and does nothing more
-    *) echo "setup: unknown option '$arg' (known: --main, --emu, --graph, --lab, --browser)" >&2; exit 2 ;;
+    *) echo "setup: unknown option '$arg' (known: --main, --emu, --graph, --lab, --mpi, --browser)" >&2; exit 2 ;;
   esac
 done
-if [[ $main_only == 0 ]]; then want_emu=1 want_graph=1 want_lab=1; fi
+if [[ $main_only == 0 ]]; then want_emu=1 want_graph=1 want_lab=1 want_mpi=1; fi
 left_out=()  # what --main leaves to a later ./test.sh (or to the command that needs it)
 missing=()
 
@@ -67,8 +70,16 @@ else
 fi
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
 # MPI for data-parallel training (distributed/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
-need_file /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev
-need_cmd mpirun openmpi-bin
+# Without it the library is a world of one process. Open MPI brings some 35 packages (about 14 s of apt
+# with them downloaded), which a first ./run.sh does not need; scripts/build.sh configures a build again
+# once it is installed.
+if [[ $want_mpi == 1 ]]; then
+  need_file /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev
+  need_cmd mpirun openmpi-bin
+else
+  [[ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ]] || left_out+=(libopenmpi-dev)
+  command -v mpirun >/dev/null 2>&1 || left_out+=(openmpi-bin)
+fi
 # Graphviz's `dot`: the autograd graph as an SVG picture (gradsleuth graph, and the graph section of
 # the HTML reports); without it they fall back to the DOT text.
 if [[ $want_graph == 1 ]]; then
