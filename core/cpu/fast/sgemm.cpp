@@ -745,50 +745,63 @@ void pack_dot(const Bf16* Q, int64_t lq, int64_t n, int64_t K, uint32_t* dst) {
   }
 }
 
-// One row tile of the dot product: C(r, :) for r < R over one panel (NV vectors, the last with
-// `last` lanes), pairs [p0, p0 + np) of k's, resuming from C when `resume`, with the last k's FMA
-// (`tail`) and the rounding of the final values (`round`) on the last k-block. P holds the rows as
-// prepare_dot_rows leaves them (lp words a row).
-template <int R, int NV, bool Partial>
+// One row tile of the dot product: C(r, :) for r < R over one panel of 2 vectors (Q's packed panel is
+// zero-padded to that width; only the first n columns are stored), pairs [p0, p0 + np) of k's,
+// resuming from C when `resume`, with the last k's FMA (`tail`) and the rounding of the final values
+// (`round`) on the last k-block. P holds the rows as prepare_dot_rows leaves them (lp words a row).
+// One variant per tile height: a narrower last panel computes its padded lanes rather than
+// compiling four widths of each (the padded lanes cost only on that panel).
+template <int R>
 void dot_tile(int64_t p0, int64_t np, bool tail, const uint32_t* P, int64_t lp, const uint32_t* panel, float* C,
-              int64_t ldc, bool resume, Elem round, Mask last) {
-  Vec acc[R][NV];
-  const auto load_c = [&](const float* q, int v) { return (Partial && v == NV - 1) ? load(q, last) : load(q); };
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = resume ? load_c(C + r * ldc + v * kW, v) : zero();
+              int64_t ldc, bool resume, Elem round, int64_t n) {
+  const Mask m0(static_cast<int>(std::min<int64_t>(n, kW))), m1(static_cast<int>(std::max<int64_t>(n - kW, 0)));
+  const bool full = n == 2 * kW;
+  Vec acc[R][2];
+  for (int r = 0; r < R; ++r) {
+    if (!resume)
+      acc[r][0] = acc[r][1] = zero();
+    else if (full)
+      acc[r][0] = load(C + r * ldc), acc[r][1] = load(C + r * ldc + kW);
+    else
+      acc[r][0] = load(C + r * ldc, m0), acc[r][1] = load(C + r * ldc + kW, m1);
+  }
   constexpr int kBases = (R + 3) / 4;
   const uint32_t* base[kBases];
   for (int q = 0; q < kBases; ++q) base[q] = P + 4 * q * lp + p0;
   const uint32_t* bp = panel + p0 * 32;
   for (int64_t p = 0; p < np; ++p, bp += 32) {
-    __m512bh b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + v * kW));
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp)),
+                   b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + kW));
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512bh s = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(base[r / 4][(r % 4) * lp])));
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], s, b[v]);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], s, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], s, b1);
     }
     for (int q = 0; q < kBases; ++q) ++base[q];
   }
   if (tail) {  // the last k of an odd K: bp's row and P's last word are float32 values
-    Vec b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = _mm512_load_ps(reinterpret_cast<const float*>(bp) + v * kW);
+    const Vec b0 = _mm512_load_ps(reinterpret_cast<const float*>(bp)),
+              b1 = _mm512_load_ps(reinterpret_cast<const float*>(bp) + kW);
     for (int r = 0; r < R; ++r) {
       float a;
       std::memcpy(&a, base[r / 4] + (r % 4) * lp, sizeof a);
-      for (int v = 0; v < NV; ++v) acc[r][v] = fma(splat(a), b[v], acc[r][v]);
+      acc[r][0] = fma(splat(a), b0, acc[r][0]);
+      acc[r][1] = fma(splat(a), b1, acc[r][1]);
     }
   }
   if (round != Elem::Float32) [[unlikely]]
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v < NV; ++v) acc[r][v] = round_through(acc[r][v], round);
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) {
-      if (Partial && v == NV - 1)
-        store(C + r * ldc + v * kW, acc[r][v], last);
-      else
-        store(C + r * ldc + v * kW, acc[r][v]);
+      for (int v = 0; v < 2; ++v) acc[r][v] = round_through(acc[r][v], round);
+  for (int r = 0; r < R; ++r) {
+    if (full) {
+      store(C + r * ldc, acc[r][0]);
+      store(C + r * ldc + kW, acc[r][1]);
+    } else {
+      store(C + r * ldc, acc[r][0], m0);
+      if (n > kW) store(C + r * ldc + kW, acc[r][1], m1);
     }
+  }
 }
 
 template <int R>
@@ -796,15 +809,7 @@ void dot_rows(int64_t m, int64_t n, int64_t p0, int64_t np, bool tail, const uin
               const uint32_t* panel, float* C, int64_t ldc, bool resume, Elem round) {
   if constexpr (R > 0) {
     if (m != R) return dot_rows<R - 1>(m, n, p0, np, tail, P, lp, panel, C, ldc, resume, round);
-    const int w = static_cast<int>(n);
-    if (w == 2 * kW)
-      dot_tile<R, 2, false>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(kW));
-    else if (w > kW)
-      dot_tile<R, 2, true>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(w - kW));
-    else if (w == kW)
-      dot_tile<R, 1, false>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(kW));
-    else
-      dot_tile<R, 1, true>(p0, np, tail, P, lp, panel, C, ldc, resume, round, Mask(w));
+    dot_tile<R>(p0, np, tail, P, lp, panel, C, ldc, resume, round, n);
   }
 }
 
