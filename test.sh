@@ -57,10 +57,10 @@ fi
 
 scripts/setup.sh
 # The labs' reference solutions are built for the tests (the lab*_solution tests
-# check that they get full points), and the CLI with its CUDA emulator and its CPU kernel workbench
-# (./run.sh may have left them out of a first build).
+# check that they get full points), the CLI with its CUDA emulator and its CPU kernel workbench, and
+# nvcc's CUDA backend where nvcc is found (./run.sh may have left them out of a first build).
 scripts/build.sh "${build_args[@]}" -- -DGRADSLEUTH_LAB_SOLUTIONS=ON -DGRADSLEUTH_CLI_CUDA_EMU=ON \
-  -DGRADSLEUTH_CLI_WORKBENCH=ON
+  -DGRADSLEUTH_CLI_WORKBENCH=ON -DGRADSLEUTH_CUDA=AUTO
 
 # Tests run in parallel, each with OpenMP threads: let idle threads sleep
 # instead of spinning, so test processes do not starve each other.
