@@ -413,20 +413,29 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
   }
 }
 
+// M rows as row tiles: `whole` tiles of kRows, then a tile of `rest` rows and one of `last`. A rest
+// under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4) is merged with the last whole tile and split in
+// two (8 + 8): a 4-row tile has too few independent accumulators to hide the FMA latency, and ran at
+// half speed.
+struct RowTiles {
+  int64_t whole, rest, last;
+};
+RowTiles row_tiles(int64_t M) {
+  RowTiles t{M / kRows, M % kRows, 0};
+  if (t.whole > 0 && t.rest > 0 && 3 * t.rest < 2 * kRows) {
+    --t.whole;
+    t.rest += kRows;
+    t.last = t.rest / 2;
+    t.rest -= t.last;
+  }
+  return t;
+}
+
 // C (M, N) = A (M, K) @ B (K, N) + beta * C with B row-major (row stride ldb), K >= 1.
 template <class TA>
 void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc, Elem round = Elem::Float32) {
-  // Whole tiles, then the rest. A rest under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4)
-  // is merged with the last whole tile and split in two (8 + 8): a 4-row tile has too
-  // few independent accumulators to hide the FMA latency, and ran at half speed.
-  int64_t whole = M / kRows, rest = M % kRows, last = 0;
-  if (whole > 0 && rest > 0 && 3 * rest < 2 * kRows) {
-    --whole;
-    rest += kRows;
-    last = rest / 2;
-    rest -= last;
-  }
+  const auto [whole, rest, last] = row_tiles(M);
   // Blocks of equal length (784 = 4 x 196, not 3 x 256 + 16): a short last block would
   // pay a whole pass of tile loads and stores for a few k's.
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
@@ -609,27 +618,36 @@ void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* 
 struct ExpRange {
   int lo = 255, hi = 0;
 };
+// Accumulates an ExpRange over vectors of 32 bfloat16 values (zero lanes are left out).
+class ExpScan {
+ public:
+  void add(__m512i v) {
+    const __m512i mag = _mm512_and_si512(v, _mm512_set1_epi16(0x7FFF)), field = _mm512_srli_epi16(mag, 7);
+    lo_ = _mm512_mask_min_epu16(lo_, _mm512_test_epi16_mask(mag, mag), lo_, field);
+    hi_ = _mm512_max_epu16(hi_, field);
+  }
+  ExpRange range() const {
+    alignas(64) uint16_t l[32], h[32];
+    _mm512_store_si512(l, lo_);
+    _mm512_store_si512(h, hi_);
+    ExpRange r;
+    for (int j = 0; j < 32; ++j) r.lo = std::min<int>(r.lo, l[j]), r.hi = std::max<int>(r.hi, h[j]);
+    return r;
+  }
+
+ private:
+  __m512i lo_ = _mm512_set1_epi16(255), hi_ = _mm512_setzero_si512();
+};
+
 ExpRange exponent_range(const Bf16* p, int64_t ld, int64_t rows, int64_t cols) {
-  __m512i lo = _mm512_set1_epi16(255), hi = _mm512_setzero_si512();
-  const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
-  for (int64_t i = 0; i < rows; ++i) {
-    const Bf16* row = p + i * ld;
+  ExpScan scan;
+  for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; j += 32) {
       const int64_t n = std::min<int64_t>(32, cols - j);
       const __mmask32 in = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << n) - 1);
-      const __m512i mag = _mm512_and_si512(_mm512_maskz_loadu_epi16(in, row + j), mag_mask);
-      const __m512i field = _mm512_srli_epi16(mag, 7);
-      const __mmask32 nonzero = _mm512_test_epi16_mask(mag, mag);
-      lo = _mm512_mask_min_epu16(lo, nonzero, lo, field);
-      hi = _mm512_max_epu16(hi, field);
+      scan.add(_mm512_maskz_loadu_epi16(in, p + i * ld + j));
     }
-  }
-  alignas(64) uint16_t l[32], h[32];
-  _mm512_store_si512(l, lo);
-  _mm512_store_si512(h, hi);
-  ExpRange r;
-  for (int j = 0; j < 32; ++j) r.lo = std::min<int>(r.lo, l[j]), r.hi = std::max<int>(r.hi, h[j]);
-  return r;
+  return scan.range();
 }
 
 // Whether vdpbf16ps on the operands' exponent ranges gives the FMA chains' bits (see above): no
@@ -688,16 +706,12 @@ inline uint32_t swapped_pair(const Bf16* x) {
 // upper half, then, where K is odd, P(r, K - 1) << 16 (its float32 value, for the last k's FMA);
 // `rows` words a row. Returns P's exponent range, read in the same pass.
 ExpRange prepare_dot_rows(const Bf16* P, int64_t lp, int64_t m, int64_t K, uint32_t* dst) {
-  const int64_t pairs = K / 2, rows = pairs + (K % 2);
-  __m512i lo = _mm512_set1_epi16(255), hi = _mm512_setzero_si512();
-  const __m512i mag_mask = _mm512_set1_epi16(0x7FFF);
-  const auto chunk = [&](__m512i v) {
-    const __m512i mag = _mm512_and_si512(v, mag_mask), field = _mm512_srli_epi16(mag, 7);
-    lo = _mm512_mask_min_epu16(lo, _mm512_test_epi16_mask(mag, mag), lo, field);
-    hi = _mm512_max_epu16(hi, field);
+  const int64_t rows = K / 2 + (K % 2), whole = K / 32;  // whole: chunks of 16 whole pairs
+  ExpScan scan;
+  const auto chunk = [&scan](__m512i v) {
+    scan.add(v);
     return _mm512_rol_epi32(v, 16);
   };
-  const int64_t whole = K / 32;  // chunks of 16 whole pairs
   for (int64_t r = 0; r < m; ++r) {
     const Bf16* src = P + r * lp;
     uint32_t* out = dst + r * rows;
@@ -708,12 +722,7 @@ ExpRange prepare_dot_rows(const Bf16* P, int64_t lp, int64_t m, int64_t K, uint3
       _mm512_mask_storeu_epi32(out + 16 * whole, static_cast<__mmask16>((1u << ((nh + 1) / 2)) - 1u), chunk(v));
     }
   }
-  alignas(64) uint16_t l[32], h[32];
-  _mm512_store_si512(l, lo);
-  _mm512_store_si512(h, hi);
-  ExpRange e;
-  for (int j = 0; j < 32; ++j) e.lo = std::min<int>(e.lo, l[j]), e.hi = std::max<int>(e.hi, h[j]);
-  return e;
+  return scan.range();
 }
 
 // Q (n rows, k contiguous, row stride lq) packed for the dot tiles: per panel of 32 rows of Q (the
@@ -830,13 +839,7 @@ bool gemm_dot(int64_t m, int64_t n, int64_t K, const Bf16* P, int64_t lp, const 
   const Scratch pack(2, panels * rows * 32);
   uint32_t* const packed = reinterpret_cast<uint32_t*>(pack.data());
   pack_dot(Q, lq, n, K, packed);
-  int64_t whole = m / kRows, rest = m % kRows, last = 0;
-  if (whole > 0 && rest > 0 && 3 * rest < 2 * kRows) {
-    --whole;
-    rest += kRows;
-    last = rest / 2;
-    rest -= last;
-  }
+  const auto [whole, rest, last] = row_tiles(m);
   const int64_t blocks = (pairs + kKBlock / 2 - 1) / (kKBlock / 2), step = (pairs + blocks - 1) / blocks;
   for (int64_t p0 = 0; p0 < pairs; p0 += step) {
     const int64_t np = std::min(step, pairs - p0);
