@@ -76,6 +76,8 @@ for a in "$@"; do
     --distributed) setup_opts+=(--mpi) ;;
   esac
 done
+# Lab 9's kernels run on the CUDA emulator where there is no GPU (Boost.Context).
+[[ $labs == 9 || $labs == all ]] && setup_opts+=(--emu)
 scripts/setup.sh "${setup_opts[@]}"
 echo "run: building the gradsleuth CLI only (target $cli_target: the engine, nn, optim, debug and what the"
 echo "run: command needs; not the tests, benchmarks or labs: ./test.sh builds and runs those)"

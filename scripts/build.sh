@@ -111,13 +111,18 @@ else
   done
 fi
 
-# A build configured before MPI was installed (./run.sh's first set-up leaves it out; ./test.sh and
-# `./run.sh ... --distributed` install it): configure again, so that it is found.
-if [[ $configure == 0 ]] && grep -qE '^GS_MPI_FOUND_AT_CONFIGURE:INTERNAL=(FALSE|OFF|0)?$' "$cache" &&
-  [[ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ]]; then
-  echo "build: MPI was installed after $dir was configured: configuring again"
-  configure=1
-fi
+# A build configured before a package it uses was installed (./run.sh's first set-up leaves MPI and
+# Boost.Context to the commands that need them; ./test.sh installs everything): configure again, so
+# that it is found. Each entry: the cache entry the configure wrote, and a file of the package.
+found_later=(GS_MPI_FOUND_AT_CONFIGURE:/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
+             GS_EMU_FOUND_AT_CONFIGURE:/usr/include/boost/context/detail/fcontext.hpp)
+for entry in "${found_later[@]}"; do
+  name="${entry%%:*}" file="${entry#*:}"
+  if [[ $configure == 0 ]] && grep -qE "^$name:INTERNAL=(FALSE|OFF|0)?\$" "$cache" && [[ -e $file ]]; then
+    echo "build: $file was installed after $dir was configured: configuring again"
+    configure=1
+  fi
+done
 
 use_ccache=0
 if command -v ccache >/dev/null 2>&1 && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
