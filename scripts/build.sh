@@ -115,7 +115,7 @@ fi
 # Boost.Context to the commands that need them; ./test.sh installs everything): configure again, so
 # that it is found. Each entry: the cache entry the configure wrote, and a file of the package.
 found_later=(GS_MPI_FOUND_AT_CONFIGURE:/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
-             GS_EMU_FOUND_AT_CONFIGURE:/usr/include/boost/context/detail/fcontext.hpp)
+             GS_EMU_FOUND_AT_CONFIGURE:/usr/lib/x86_64-linux-gnu/libboost_context.so)
 for entry in "${found_later[@]}"; do
   name="${entry%%:*}" file="${entry#*:}"
   if [[ $configure == 0 ]] && grep -qE "^$name:INTERNAL=(FALSE|OFF|0)?\$" "$cache" && [[ -e $file ]]; then

@@ -64,9 +64,9 @@ need_file /usr/include/x86_64-linux-gnu/cblas-openblas.h libopenblas-dev
 # Boost.Context: the fibers of the CPU CUDA emulator (cuda/emu/), which runs every kernel in ./test.sh.
 # The CLI builds the emulator only for a command that uses CUDA (./run.sh passes --emu then).
 if [[ $want_emu == 1 ]]; then
-  need_file /usr/include/boost/context/detail/fcontext.hpp libboost-context-dev
+  need_file /usr/lib/x86_64-linux-gnu/libboost_context.so libboost-context-dev
 else
-  [[ -e /usr/include/boost/context/detail/fcontext.hpp ]] || left_out+=(libboost-context-dev)
+  [[ -e /usr/lib/x86_64-linux-gnu/libboost_context.so ]] || left_out+=(libboost-context-dev)
 fi
 need_file /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz dataset-fashion-mnist
 # MPI for data-parallel training (distributed/, docs/distributed.md): headers and mpirun; the 'dist' tests run under it.
