@@ -304,6 +304,16 @@ TEST_CASE("16-bit elementwise ops block by block: the widen-compute-round bits")
     const Tensor row = draw({3001}, t, seed++, true), scalar = draw({}, t, seed++, false);
     const Tensor bt = draw({3001, 7}, t, seed++, true).t();
     CHECK(same_bits(gs::relu(a), gs::relu(f32(a)).to(t)));
+    // relu on the 16-bit bits (chunks of 64 without NaN; above, about half the chunks hold one):
+    // zeros of both signs, subnormals and infinities, a transposed input (the widening path).
+    const Tensor finite = draw({3, 1000}, t, seed++, false);
+    CHECK(same_bits(gs::relu(finite), gs::relu(f32(finite)).to(t)));
+    CHECK(same_bits(gs::relu(bt), gs::relu(f32(bt)).to(t)));
+    const Tensor edges =
+        gs::tensor(std::vector<float>{-0.0f, 0.0f, -INFINITY, INFINITY, -NAN, NAN, 1e-7f, -1e-7f}, {8}, gs::kFloat32)
+            .to(t);
+    CHECK(same_bits(gs::relu(edges), gs::relu(f32(edges)).to(t)));
+    CHECK(same_bits(gs::relu(edges.narrow(0, 0, 4)), gs::relu(f32(edges.narrow(0, 0, 4))).to(t)));
     CHECK(same_bits(gs::abs(a), gs::abs(f32(a)).to(t)));
     CHECK(same_bits(-a, (-f32(a)).to(t)));
     CHECK(same_bits(gs::square(a), gs::square(f32(a)).to(t)));
@@ -329,6 +339,11 @@ TEST_CASE("16-bit elementwise ops block by block: the widen-compute-round bits")
     gs::backend_of(g).threshold_backward(got, g, a, 0.0);
     gs::backend_of(g).threshold_backward(want, f32(g), f32(a), 0.0);
     CHECK(same_bits(got, want.to(t)));
+    const Tensor gf = draw({3, 1000}, t, seed++, false);  // no NaN in x or g: the integer selects
+    Tensor got_f = gs::empty({3, 1000}, t), want_f = gs::empty({3, 1000}, gs::kFloat32);
+    gs::backend_of(gf).threshold_backward(got_f, gf, finite, 0.0);
+    gs::backend_of(gf).threshold_backward(want_f, f32(gf), f32(finite), 0.0);
+    CHECK(same_bits(got_f, want_f.to(t)));
   }
 }
 

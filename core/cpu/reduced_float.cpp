@@ -412,6 +412,69 @@ bool run_sample_blocks(std::initializer_list<Tensor> ins, std::initializer_list<
   return true;
 }
 
+// relu and its backward on 16-bit values as stored, with the bits of widening, the float32 kernel
+// (y = x <= 0 ? 0 : x; grad_in = x <= 0 ? 0 : grad) and rounding back. A value that is not NaN
+// round-trips exactly, and x <= 0 is its bits read as a signed 16-bit integer <= 0 (the sign bit, or
+// +0), so a chunk without NaN is integer selects; a chunk holding a NaN (whose rounding quietens it)
+// takes the widening path. relu is the activation of most models: its 16-bit passes through float32
+// took a third of the widening and rounding time of a bfloat16 CNN's training step.
+constexpr int64_t kChunk16 = 64;
+template <class H>
+constexpr unsigned kInf16 = std::is_same_v<H, Eigen::half> ? 0x7C00u : 0x7F80u;
+template <class H>
+bool has_nan16(const uint16_t* v, int64_t m) {
+  bool nan = false;
+  for (int64_t i = 0; i < m; ++i) nan |= (v[i] & 0x7FFFu) > kInf16<H>;
+  return nan;
+}
+// The widening path for one chunk: g = nullptr for relu, else relu's backward with gradient g.
+template <class H>
+void relu_chunk_widened(uint16_t* o, const uint16_t* g, const uint16_t* x, int64_t m) {
+  float gb[kChunk16], xb[kChunk16];
+  widen_row(xb, reinterpret_cast<const H*>(x), m);
+  if (g) widen_row(gb, reinterpret_cast<const H*>(g), m);
+  for (int64_t i = 0; i < m; ++i) gb[i] = xb[i] <= 0.0f ? 0.0f : (g ? gb[i] : xb[i]);
+  narrow_row(reinterpret_cast<H*>(o), gb, m);
+}
+// o = x <= 0 ? 0 : (g ? g : x) over n values.
+template <class H>
+void relu_rows16(uint16_t* o, const uint16_t* g, const uint16_t* x, int64_t n) {
+  int64_t k = 0;
+#ifdef __AVX512BW__
+  const __m512i mag = _mm512_set1_epi16(0x7FFF), inf = _mm512_set1_epi16(static_cast<short>(kInf16<H>)),
+                zero = _mm512_setzero_si512();
+  const auto nan_in = [&](__m512i v) { return _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, mag), inf) != 0; };
+  for (; k < n; k += 32) {
+    const int64_t m = std::min<int64_t>(32, n - k);
+    const __mmask32 in = m == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << m) - 1);
+    const __m512i xv = _mm512_maskz_loadu_epi16(in, x + k), gv = g ? _mm512_maskz_loadu_epi16(in, g + k) : xv;
+    if (nan_in(xv) || (g && nan_in(gv))) {
+      relu_chunk_widened<H>(o + k, g ? g + k : nullptr, x + k, m);
+      continue;
+    }
+    const __mmask32 nonpositive = _mm512_cmple_epi16_mask(xv, zero);  // the bits as a signed integer
+    _mm512_mask_storeu_epi16(o + k, in, _mm512_mask_blend_epi16(nonpositive, gv, zero));
+  }
+#endif
+  for (; k < n; k += kChunk16) {
+    const int64_t m = std::min(kChunk16, n - k);
+    if (has_nan16<H>(x + k, m) || (g && has_nan16<H>(g + k, m))) {
+      relu_chunk_widened<H>(o + k, g ? g + k : nullptr, x + k, m);
+      continue;
+    }
+    for (int64_t i = 0; i < m; ++i)
+      o[k + i] = static_cast<int16_t>(x[k + i]) <= 0 ? uint16_t{0} : (g ? g[k + i] : x[k + i]);
+  }
+}
+// Whether relu (or its backward) can run on the 16-bit values as stored: every tensor contiguous, of
+// one 16-bit dtype and one shape.
+bool relu16_applies(std::initializer_list<const Tensor*> ts) {
+  const Tensor& first = **ts.begin();
+  for (const Tensor* t : ts)
+    if (!reduced(*t) || t->dtype() != first.dtype() || t->shape() != first.shape() || !t->is_contiguous()) return false;
+  return true;
+}
+
 // The unary ops whose float32 kernel gives every position the same formula (no packet
 // approximation with a scalar fix-up for some positions): safe to run block by block.
 bool blockwise_unary(UnaryOp op) {
@@ -486,6 +549,13 @@ class ReducedFloatBackend final : public Backend {
 
   void unary(UnaryOp op, const Tensor& out, const Tensor& in) override {
     if (!any_reduced(out, in)) return b_.unary(op, out, in);
+    if (op == UnaryOp::Relu && relu16_applies({&out, &in})) {
+      with_eigen_type(out.dtype(), [&](auto tag) {
+        relu_rows16<decltype(tag)>(static_cast<uint16_t*>(out.raw_data()), nullptr,
+                                   static_cast<const uint16_t*>(in.raw_data()), out.numel());
+      });
+      return;
+    }
     if (blockwise_unary(op) &&
         run_blocked<2>(out.shape(), {BlockArg{out, false, true}, BlockArg{in}}, [&](std::array<Tensor, 2>& t) {
           b_.unary(op, t[0], t[1]);
@@ -533,6 +603,14 @@ class ReducedFloatBackend final : public Backend {
   }
   void threshold_backward(const Tensor& out, const Tensor& grad, const Tensor& x, double threshold) override {
     if (!any_reduced(out, grad, x)) return b_.threshold_backward(out, grad, x, threshold);
+    if (threshold == 0.0 && relu16_applies({&out, &grad, &x})) {
+      with_eigen_type(out.dtype(), [&](auto tag) {
+        relu_rows16<decltype(tag)>(static_cast<uint16_t*>(out.raw_data()),
+                                   static_cast<const uint16_t*>(grad.raw_data()),
+                                   static_cast<const uint16_t*>(x.raw_data()), out.numel());
+      });
+      return;
+    }
     if (run_blocked<3>(out.shape(), {BlockArg{out, false, true}, BlockArg{grad}, BlockArg{x}},
                        [&](std::array<Tensor, 3>& t) {
                          b_.threshold_backward(t[0], t[1], t[2], threshold);
