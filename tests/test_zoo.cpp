@@ -144,7 +144,12 @@ TEST_CASE("the mixed-precision clean references fire no check") {
     const zoo::RunResult r = zoo::run_variant({}, o);
     INFO(precision << ": " << fired_text(r));
     CHECK(r.fired.empty());
-    CHECK(r.steps == o.steps);
+    // The whole budget, but for the steps a GradScaler skips: at its starting scale (2^16) a float16
+    // gradient may overflow once early and that step is skipped, as designed (an AVX2 build, whose
+    // products sum in another order, skipped one of 80 where an AVX-512 build skipped none).
+    CHECK(r.stopped.empty());
+    CHECK(r.steps >= o.steps - 2);
+    CHECK(r.steps <= o.steps);
     CHECK(r.test_accuracy > 0.7);
   }
   o.precision = "float16";
