@@ -17,7 +17,8 @@
 //   CPU's L1 and L2.
 // - Each element of C is one chain of fused multiply-adds in k order, starting from
 //   beta * C (or 0): the same bits with AVX2 and AVX-512, whatever the blocking, and an
-//   error bound of the textbook form |C - AB| <= K u |A||B| (u = 2^-24).
+//   error bound of the textbook form |C - AB| <= K u |A||B| (u = 2^-24). bfloat16 products on
+//   AVX-512 BF16's dot-product instruction (below) run the same chains, two k's per instruction.
 #pragma once
 #include <cstdint>
 
