@@ -341,6 +341,32 @@ PackedCaches packed_caches() {
   return c;
 }
 
+// M rows as row tiles: `whole` tiles of kRows, then a tile of `rest` rows and one of `last`. A rest
+// under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4) is merged with the last whole tile and split in
+// two (8 + 8): a 4-row tile has too few independent accumulators to hide the FMA latency, and ran at
+// half speed.
+struct RowTiles {
+  int64_t whole, rest, last;
+  // f(first row, rows) for each tile, in order.
+  template <class F>
+  void each(F&& f) const {
+    int64_t i = 0;
+    for (; i < whole * kRows; i += kRows) f(i, int64_t{kRows});
+    if (rest > 0) f(i, rest);
+    if (last > 0) f(i + rest, last);
+  }
+};
+RowTiles row_tiles(int64_t M) {
+  RowTiles t{M / kRows, M % kRows, 0};
+  if (t.whole > 0 && t.rest > 0 && 3 * t.rest < 2 * kRows) {
+    --t.whole;
+    t.rest += kRows;
+    t.last = t.rest / 2;
+    t.rest -= t.last;
+  }
+  return t;
+}
+
 // The packed walk, for a float32 A: for each block of B's columns and each k-block, B's rows are
 // copied into contiguous panels of 2 vectors (zero-padded, 64-byte aligned), and for each row tile
 // A's rows into a k-major tile (A(r, k) at tile[k * kRows + r]); the tile then stays in L1 while
@@ -352,7 +378,7 @@ PackedCaches packed_caches() {
 // rows of A and B conflict in L1 (rows 2 KB apart share a few sets), this walk is faster alone from
 // about 128 rows and 128 columns (docs/benchmarks.md).
 void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const float* B, int64_t ldb, float beta,
-                      float* C, int64_t ldc, Elem round, int64_t whole, int64_t rest, int64_t last) {
+                      float* C, int64_t ldc, Elem round, RowTiles tiles) {
   constexpr int64_t kPanel = 2 * kW;
   const PackedCaches caches = packed_caches();
   const int64_t kc_max = std::clamp<int64_t>(caches.l1 / (2 * kRows * 4) / 16 * 16, 128, 512);
@@ -368,7 +394,7 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
       const int64_t kb = std::min(step, K - k0);
       // The panels the first row tile does not pack: a last one narrower than 2 vectors (copied
       // zero-padded), or all of them when M has no whole tile.
-      for (int64_t q = whole > 0 ? full : 0; q < panels; ++q) {
+      for (int64_t q = tiles.whole > 0 ? full : 0; q < panels; ++q) {
         const int64_t j = jc + q * kPanel;
         copy_panel(B + k0 * ldb + j, ldb, std::min(kPanel, N - j), kb, packed.data() + q * kb * kPanel);
       }
@@ -405,43 +431,22 @@ void gemm_rows_packed(int64_t M, int64_t N, int64_t K, StridedA<float> A, const 
           }
         }
       };
-      int64_t i = 0;
-      for (; i < whole * kRows; i += kRows) rows(i, kRows);
-      if (rest > 0) rows(i, rest);
-      if (last > 0) rows(i + rest, last);
+      tiles.each(rows);
     }
   }
-}
-
-// M rows as row tiles: `whole` tiles of kRows, then a tile of `rest` rows and one of `last`. A rest
-// under 2/3 of a tile (4 rows of 256 = 21 x 12 + 4) is merged with the last whole tile and split in
-// two (8 + 8): a 4-row tile has too few independent accumulators to hide the FMA latency, and ran at
-// half speed.
-struct RowTiles {
-  int64_t whole, rest, last;
-};
-RowTiles row_tiles(int64_t M) {
-  RowTiles t{M / kRows, M % kRows, 0};
-  if (t.whole > 0 && t.rest > 0 && 3 * t.rest < 2 * kRows) {
-    --t.whole;
-    t.rest += kRows;
-    t.last = t.rest / 2;
-    t.rest -= t.last;
-  }
-  return t;
 }
 
 // C (M, N) = A (M, K) @ B (K, N) + beta * C with B row-major (row stride ldb), K >= 1.
 template <class TA>
 void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc, Elem round = Elem::Float32) {
-  const auto [whole, rest, last] = row_tiles(M);
+  const RowTiles tiles = row_tiles(M);
   // Blocks of equal length (784 = 4 x 196, not 3 x 256 + 16): a short last block would
   // pay a whole pass of tile loads and stores for a few k's.
   const int64_t blocks = (K + kKBlock - 1) / kKBlock, step = (K + blocks - 1) / blocks;
   if constexpr (std::is_same_v<TA, float>)
     if (sgemm_walk_for(M, N, K) == SgemmWalk::Packed)
-      return gemm_rows_packed(M, N, K, A, B, ldb, beta, C, ldc, round, whole, rest, last);
+      return gemm_rows_packed(M, N, K, A, B, ldb, beta, C, ldc, round, tiles);
   // The last panel, when it ends in a partial vector, is copied into 2 vectors' width, zero-padded,
   // so that the micro-kernel loads B's rows without a mask: masked loads in the k loop made
   // such a panel 2-2.5x slower on Zen 5 (64 x 63 x 32, the Winograd tiles' product: 2.8 against
@@ -467,10 +472,7 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* B, 
         const Panel pi{p.B, p.ldb, p.C + i * ldc, p.ldc, p.beta, p.n, p.ahead, p.round};
         tile_rows<kRows>(m, kb, StridedA<TA>{A.p + i * A.si + k0 * A.sk, A.si, A.sk}, pi);
       };
-      int64_t i = 0;
-      for (; i < whole * kRows; i += kRows) rows(i, kRows);
-      if (rest > 0) rows(i, rest);
-      if (last > 0) rows(i + rest, last);
+      tiles.each(rows);
     }
   }
 }
@@ -604,8 +606,8 @@ void gemm_rows_16(int64_t M, int64_t N, int64_t K, StridedA<TA> A, const float* 
 // src1.bf16[2j+1] * src2.bf16[2j+1] first and src1.bf16[2j] * src2.bf16[2j] second, each step
 // rounded to nearest even (Intel's definition of the instruction; checked on the CPU once, below).
 // A product of two bfloat16 values is exact in float32, so each step is the FMA of the float32
-// kernel. Both operands are given with k in the upper half of each pair (B's pairs as it is packed,
-// A's pairs rotated by 16 bits as they are broadcast), so each lane's chain runs in k order: the
+// kernel. Both operands are copied with k in the upper half of each pair (A row by row, B packed in
+// panels; gemm_dot), so each lane's chain runs in k order: the
 // same bits as the FMA chains of gemm_rows on widened copies, at half the instructions.
 // The instruction treats subnormal inputs and results as zero. It is taken only where that cannot
 // change a value: every nonzero operand normal with exponents that keep every partial sum a
@@ -690,6 +692,12 @@ bool dot_matches_fma() {
     }
   }
   return true;
+}
+
+// dot_matches_fma, run once.
+bool dot_order_ok() {
+  static const bool ok = dot_matches_fma();
+  return ok;
 }
 
 std::atomic<bool> g_bf16_dot{true};
@@ -839,7 +847,7 @@ bool gemm_dot(int64_t m, int64_t n, int64_t K, const Bf16* P, int64_t lp, const 
   const Scratch pack(2, panels * rows * 32);
   uint32_t* const packed = reinterpret_cast<uint32_t*>(pack.data());
   pack_dot(Q, lq, n, K, packed);
-  const auto [whole, rest, last] = row_tiles(m);
+  const RowTiles tiles = row_tiles(m);
   const int64_t blocks = (pairs + kKBlock / 2 - 1) / (kKBlock / 2), step = (pairs + blocks - 1) / blocks;
   for (int64_t p0 = 0; p0 < pairs; p0 += step) {
     const int64_t np = std::min(step, pairs - p0);
@@ -851,10 +859,7 @@ bool gemm_dot(int64_t m, int64_t n, int64_t K, const Bf16* P, int64_t lp, const 
         dot_rows<kRows>(mr, w, p0, np, tail, pw + i * rows, rows, panel, out + i * ldo + j, ldo, p0 > 0,
                         final_block ? round : Elem::Float32);
       };
-      int64_t i = 0;
-      for (; i < whole * kRows; i += kRows) tile_rows_at(i, kRows);
-      if (rest > 0) tile_rows_at(i, rest);
-      if (last > 0) tile_rows_at(i + rest, last);
+      tiles.each(tile_rows_at);
     }
   }
   return true;
@@ -866,8 +871,7 @@ bool gemm_dot(int64_t m, int64_t n, int64_t K, const Bf16* P, int64_t lp, const 
 // compute C^T into scratch, transposed into C.
 bool gemm_bf16_dot(int64_t M, int64_t N, int64_t K, const Bf16* A, int64_t lda, const Bf16* B, int64_t ldb, float* C,
                    int64_t ldc, Elem round) {
-  static const bool matches = dot_matches_fma();
-  if (!matches || !g_bf16_dot.load(std::memory_order_relaxed) || K < 2) return false;
+  if (!dot_order_ok() || !g_bf16_dot.load(std::memory_order_relaxed) || K < 2) return false;
   if (M >= N) {
     if (!gemm_dot(M, N, K, A, lda, B, ldb, C, ldc, round)) return false;
   } else {
@@ -971,10 +975,7 @@ std::atomic<bool> g_direct_enabled{true};
 
 #if GS_SGEMM_DIRECT && defined(__AVX512BF16__)
 void set_sgemm_bf16_dot(bool on) { g_bf16_dot.store(on, std::memory_order_relaxed); }
-bool sgemm_bf16_dot_available() {
-  static const bool matches = dot_matches_fma();
-  return matches;
-}
+bool sgemm_bf16_dot_available() { return dot_order_ok(); }
 uint64_t sgemm_bf16_dot_products() { return g_bf16_dot_products.load(std::memory_order_relaxed); }
 #else
 void set_sgemm_bf16_dot(bool) {}
